@@ -1,0 +1,91 @@
+// The Granule engine: open a model, submit conversations, step the scheduler, read
+// telemetry. Qt-free; one thread drives it (the app's EngineWorker, or granule-cli).
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "granule/chat_template.h"
+#include "granule/model_config.h"
+#include "granule/sampling.h"
+#include "granule/telemetry.h"
+#include "granule/tokenizer.h"
+
+namespace granule {
+
+enum class DeviceKind { Auto, Cpu, Cuda };
+
+struct EngineOptions {
+  DeviceKind device = DeviceKind::Auto;   // Auto: CUDA when a GPU is usable, else CPU
+  int64_t context_length = 4096;          // per sequence; clamped to the model's
+  int32_t max_sequences = 8;              // sequence slots (concurrent chats)
+  uint64_t vram_budget_bytes = 0;         // 0 = free memory at start minus a margin
+  bool cuda_graphs = true;
+  int32_t cpu_threads = 0;                // 0 = hardware concurrency
+  int64_t prefill_chunk_tokens = 512;     // token budget of a step's prefill chunk
+  std::string chat_template_override;     // a family name, or "" to detect from the GGUF
+};
+
+using SequenceId = int64_t;
+
+enum class FinishReason { None, Eos, StopString, MaxTokens, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);
+
+// Receives a sequence's output on the engine thread. on_text gets complete UTF-8 text
+// (never half a character); on_finish is called exactly once per submitted sequence.
+struct TokenSink {
+  std::function<void(SequenceId, const std::string& text, int32_t token)> on_token;
+  std::function<void(SequenceId, FinishReason, const std::string& error)> on_finish;
+};
+
+struct Request {
+  std::vector<ChatMessage> messages;      // rendered with the chat template, or
+  std::optional<std::vector<TokenId>> prompt_tokens;   // a raw prompt, used as is
+  SamplingParams sampling;
+  TokenSink sink;
+};
+
+class Backend;
+
+class Engine {
+ public:
+  // Opens and validates the model, builds the tokenizer and template, picks the backend
+  // and reserves KV space. Throws granule::Error with a one-line message.
+  static std::unique_ptr<Engine> open(const std::filesystem::path& model_path,
+                                      const EngineOptions& options = {});
+  ~Engine();
+
+  const ModelConfig& config() const;
+  const Tokenizer& tokenizer() const;
+  const ChatTemplate* chat_template() const;   // null if none could be recognised
+  std::string device_name() const;             // "CPU (16 threads)", "CUDA NVIDIA H200"
+  const EngineOptions& options() const;
+
+  // Queues a request; returns its id. Throws CapacityError when the prompt does not fit
+  // the context, UsageError for an empty prompt.
+  SequenceId submit(Request request);
+  // Cancels at any moment; the sink gets on_finish(Cancelled) in the next step() at the
+  // latest, and the sequence's KV is freed.
+  void cancel(SequenceId id);
+  // One scheduler tick: decode every running sequence by one token and prefill a chunk.
+  // Returns false when there is nothing to do.
+  bool step();
+  bool idle() const;
+
+  // Teacher-forced logits for a token sequence (tests, references): row i is the logits
+  // after tokens[0..i]. Uses a free slot and frees it after.
+  std::vector<std::vector<float>> logits_for(const std::vector<TokenId>& tokens);
+
+  TelemetrySnapshot telemetry() const;
+
+ private:
+  Engine();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace granule
