@@ -71,6 +71,7 @@ struct WeightTable {
   const TensorInfo* token_embd = nullptr;
   const TensorInfo* output_norm = nullptr;
   const TensorInfo* output = nullptr;   // == token_embd when tied
+  const TensorInfo* rope_freqs = nullptr;   // Llama 3 per-frequency divisors, when present
   std::vector<LayerWeights> layers;
 
   // Finds every tensor by its GGUF name (blk.N.attn_q.weight, ...), checks shapes against
