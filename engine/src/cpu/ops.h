@@ -22,16 +22,17 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 // The per-pair rotation frequencies θ_i = theta^(-2i/head_dim) for i < head_dim/2, adjusted
 // for scaling: "linear" divides by factor; "llama3" (or freq_factors from rope_freqs.weight,
 // when not null, head_dim/2 values) divides each θ_i by its factor.
-std::vector<float> rope_frequencies(int64_t head_dim, float theta, const RopeScaling& scaling,
-                                    const float* freq_factors);
+// Kept in double so that angles at long positions match a float64 reference.
+std::vector<double> rope_frequencies(int64_t head_dim, float theta, const RopeScaling& scaling,
+                                     const float* freq_factors);
 // The llama3 divisor for one frequency (1 for high frequencies, factor for low ones, smooth
 // in between), as Meta's reference computes it.
-float llama3_frequency_divisor(float frequency, const RopeScaling& scaling);
+double llama3_frequency_divisor(double frequency, const RopeScaling& scaling);
 
 // Rotates n_heads vectors of head_dim (laid out one after another) in place at `position`.
 // Normal: pairs (x[2i], x[2i+1]) (ggml mode 0, llama); NeoX: pairs (x[i], x[i + head_dim/2]).
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position,
-          const float* frequencies, RopeOrdering ordering);
+          const double* frequencies, RopeOrdering ordering);
 
 // Y = X · Wᵀ for a weight matrix of n_rows rows of n_cols encoded elements (row r at
 // w + r * row_bytes(type, n_cols)) and n_tokens input vectors x[t * n_cols ...]:

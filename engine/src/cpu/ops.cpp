@@ -1,0 +1,157 @@
+// The CPU reference operators (see ops.h): f32 math in a fixed order, threads over rows.
+#include "cpu/ops.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "cpu/thread_pool.h"
+#include "granule/quant.h"
+
+namespace granule::cpu {
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+  // 32 independent partial sums keep the adds pipelined and let the compiler vectorise
+  // without reassociating; they are combined in one fixed order at the end.
+  constexpr int kLanes = 32;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  return acc[0] + tail;
+}
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  const float mean_square = dot_f32(x, x, n) / static_cast<float>(n);
+  const float scale = 1.0f / std::sqrt(mean_square + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+double llama3_frequency_divisor(double frequency, const RopeScaling& s) {
+  const double wavelength = 2.0 * std::numbers::pi / frequency;
+  const double low_freq_wavelength = static_cast<double>(s.original_context) / s.low_freq_factor;
+  const double high_freq_wavelength = static_cast<double>(s.original_context) / s.high_freq_factor;
+  if (wavelength < high_freq_wavelength) return 1.0;
+  if (wavelength > low_freq_wavelength) return s.factor;
+  const double smooth = (static_cast<double>(s.original_context) / wavelength - s.low_freq_factor) /
+                        (s.high_freq_factor - s.low_freq_factor);
+  return 1.0 / ((1.0 - smooth) / s.factor + smooth);
+}
+
+std::vector<double> rope_frequencies(int64_t head_dim, float theta, const RopeScaling& scaling,
+                                     const float* freq_factors) {
+  std::vector<double> freqs(static_cast<size_t>(head_dim / 2));
+  for (int64_t i = 0; i < head_dim / 2; ++i) {
+    double f = std::pow(static_cast<double>(theta),
+                        -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
+    if (freq_factors) {
+      f /= freq_factors[i];
+    } else if (scaling.type == "llama3") {
+      f /= llama3_frequency_divisor(f, scaling);
+    } else if (scaling.type == "linear") {
+      f /= scaling.factor;
+    }
+    freqs[static_cast<size_t>(i)] = f;
+  }
+  return freqs;
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
+          RopeOrdering ordering) {
+  const int64_t half = head_dim / 2;
+  // One position for every head: the angles are computed once. Small fixed buffer: head_dim
+  // of the llama family is at most 256.
+  constexpr int64_t kMaxHalf = 512;
+  float cosines[kMaxHalf], sines[kMaxHalf];
+  for (int64_t i = 0; i < half && i < kMaxHalf; ++i) {
+    const double angle = static_cast<double>(position) * frequencies[i];
+    cosines[i] = static_cast<float>(std::cos(angle));
+    sines[i] = static_cast<float>(std::sin(angle));
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = ordering == RopeOrdering::Normal ? 2 * i : i;
+      const int64_t b = ordering == RopeOrdering::Normal ? 2 * i + 1 : i + half;
+      const float x0 = v[a];
+      const float x1 = v[b];
+      v[a] = x0 * cosines[i] - x1 * sines[i];
+      v[b] = x0 * sines[i] + x1 * cosines[i];
+    }
+  }
+}
+
+void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
+            int64_t n_tokens, float* y, ThreadPool* pool) {
+  const size_t stride = row_bytes(type, n_cols);
+  const auto* base = static_cast<const uint8_t*>(w);
+  auto rows = [&](int64_t begin, int64_t end, int32_t) {
+    // Each thread keeps one decode buffer for its life: no allocation per token.
+    thread_local std::vector<float> decoded;
+    if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
+      decoded.resize(static_cast<size_t>(n_cols));
+    }
+    for (int64_t r = begin; r < end; ++r) {
+      const uint8_t* row = base + static_cast<size_t>(r) * stride;
+      const float* values = reinterpret_cast<const float*>(row);
+      if (type != TensorType::F32) {
+        dequantize_row(type, row, decoded.data(), n_cols);
+        values = decoded.data();
+      }
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
+      }
+    }
+  };
+  if (pool) {
+    pool->parallel_for(n_rows, rows);
+  } else {
+    rows(0, n_rows, 0);
+  }
+}
+
+void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
+                    int64_t length, int64_t head_dim, float* scores, float* out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  float max_score = -INFINITY;
+  for (int64_t t = 0; t < length; ++t) {
+    scores[t] = dot_f32(q, k + t * token_stride, head_dim) * scale;
+    if (scores[t] > max_score) max_score = scores[t];
+  }
+  float sum = 0.0f;
+  for (int64_t t = 0; t < length; ++t) {
+    scores[t] = std::exp(scores[t] - max_score);
+    sum += scores[t];
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int64_t t = 0; t < length; ++t) {
+    const float p = scores[t] * inv_sum;
+    const float* vt = v + t * token_stride;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out) {
+  const auto* row = static_cast<const uint8_t*>(table) +
+                    static_cast<size_t>(token) * row_bytes(type, n_embd);
+  dequantize_row(type, row, out, n_embd);
+}
+
+void add_in_place(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace granule::cpu
