@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "memory_manager.h"
@@ -21,9 +22,16 @@ class VirtualMemory {
   // Reserves bytes (a multiple of granule_bytes) of address space; returns its base.
   virtual uint8_t* reserve(uint64_t bytes) = 0;
   virtual void unreserve(uint8_t* base, uint64_t bytes) = 0;
-  // Backs [addr, addr + granule_bytes) with physical memory / releases it.
+  // Backs [addr, addr + granule_bytes) with physical memory / releases it. addr is a
+  // granule multiple from a reservation's base. Failures throw granule::Error.
   virtual void commit(uint8_t* addr) = 0;
   virtual void decommit(uint8_t* addr) = 0;
+  // The same for `granules` consecutive granules, all or nothing: when a commit fails part
+  // way, what this call committed is decommitted again before the error propagates. The
+  // defaults loop over commit()/decommit(); an implementation may batch (a CUDA one can
+  // take handles from a pre-created pool and set access once for the whole range).
+  virtual void commit_range(uint8_t* addr, uint64_t granules);
+  virtual void decommit_range(uint8_t* addr, uint64_t granules);
 };
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes = 2u << 20);
 
@@ -37,11 +45,13 @@ struct KvGeometry {
 struct KvStats {
   uint64_t granules_mapped = 0;     // cumulative
   uint64_t granules_unmapped = 0;   // cumulative
-  double last_mapping_us = 0;       // time spent in map/unmap since the last take_step_stats()
+  double last_mapping_us = 0;       // time spent in map/unmap since the last reset_step_stats()
   uint64_t committed_bytes = 0;     // all slots, now
   uint64_t reserved_bytes = 0;      // all slots, now
+  uint64_t map_refusals = 0;        // cumulative map_through() calls the budget refused
 };
 
+// Thread-safe: the engine thread maps and truncates while telemetry may read stats.
 class KvSpace {
  public:
   // Reserves every slot's range at once; charges KvReservedVa. Throws CapacityError.
@@ -54,19 +64,28 @@ class KvSpace {
   uint64_t granule_bytes() const;
   // The slot's base address: the same for the life of the KvSpace.
   uint8_t* slot_base(int32_t slot) const;
-  // Ensures [0, tokens + lookahead) (clamped to max_tokens) is committed. Returns false and
-  // commits nothing more when the budget cannot hold it (the caller frees or waits).
+  // Ensures [0, tokens + lookahead) (clamped to max_tokens) is committed, charging each new
+  // granule to KvCommitted; when the budget cannot hold the look-ahead, commits just
+  // [0, tokens). Returns false and commits nothing when the budget cannot hold even that
+  // (the caller frees or waits). Throws UsageError for tokens outside [0, max_tokens].
   bool map_through(int32_t slot, int64_t tokens);
   // Decommits every granule wholly past the first `tokens` tokens (regenerate, edit).
   void truncate(int32_t slot, int64_t tokens);
   void release(int32_t slot) { truncate(slot, 0); }
 
   uint64_t committed_bytes(int32_t slot) const;
+  // Tokens of the slot that are backed by committed memory now (clamped to max_tokens).
+  int64_t committed_tokens(int32_t slot) const;
   uint64_t reserved_bytes(int32_t slot) const;
   KvStats stats() const;
   void reset_step_stats();
 
  private:
+  void check_slot(int32_t slot) const;
+  // Decommits the slot's granules from `keep_granules` on; the caller holds mutex_.
+  void shrink_locked(int32_t slot, uint64_t keep_granules);
+
+  mutable std::mutex mutex_;
   std::unique_ptr<VirtualMemory> vm_;
   KvGeometry geometry_;
   MemoryManager& memory_;
