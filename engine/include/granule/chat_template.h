@@ -26,8 +26,16 @@ class ChatTemplate {
 
   TemplateFamily family() const { return family_; }
   std::string name() const;
+  // The system prompt the model's own template inserts when a conversation has none
+  // (SmolLM2's and Qwen's ChatML templates do); "" when it inserts none.
+  const std::string& default_system_prompt() const { return default_system_; }
+
   // The prompt text for these messages; add_generation_prompt appends the assistant
-  // header so the model answers next. bos_text is prepended where the format has it.
+  // header so the model answers next. bos_text is prepended where the format has it (at
+  // the start; Llama 2 before every user turn): pass the BOS token's text and encode with
+  // parse_special and without add_bos to get exactly the tokens the official template gives.
+  // Throws UsageError for a role other than system/user/assistant, or a system message
+  // after the start in a format that has no system turn (Llama 2, Mistral, Gemma).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
                      std::string_view bos_text = "") const;
   // Strings that end an assistant turn in this format (besides EOS tokens).
@@ -36,6 +44,7 @@ class ChatTemplate {
  private:
   explicit ChatTemplate(TemplateFamily f) : family_(f) {}
   TemplateFamily family_;
+  std::string default_system_;
 };
 
 }  // namespace granule

@@ -1,0 +1,297 @@
+// ChatTemplate: recognises a model's prompt format from its Jinja source by the format's
+// marker strings, and renders conversations exactly as each family's official template does.
+#include "granule/chat_template.h"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule {
+namespace {
+
+struct FamilyName {
+  TemplateFamily family;
+  std::string_view name;
+};
+constexpr std::array<FamilyName, 6> kFamilyNames{{
+    {TemplateFamily::ChatML, "chatml"},
+    {TemplateFamily::Llama3, "llama3"},
+    {TemplateFamily::Llama2, "llama2"},
+    {TemplateFamily::Mistral, "mistral"},
+    {TemplateFamily::Gemma, "gemma"},
+    {TemplateFamily::Phi3, "phi3"},
+}};
+
+bool contains(std::string_view haystack, std::string_view needle) {
+  return haystack.find(needle) != std::string_view::npos;
+}
+
+// Jinja's `trim` and Python's str.strip() on the ASCII whitespace a chat message carries.
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t first = s.find_first_not_of(kSpace);
+  if (first == std::string_view::npos) return {};
+  const size_t last = s.find_last_not_of(kSpace);
+  return s.substr(first, last - first + 1);
+}
+
+// The first characters of a template, on one line, for an error message.
+std::string excerpt(std::string_view source) {
+  constexpr size_t kMaxChars = 60;
+  std::string out;
+  for (char c : source.substr(0, kMaxChars)) out += (c == '\n' || c == '\r' || c == '\t') ? ' ' : c;
+  if (source.size() > kMaxChars) out += "...";
+  return out;
+}
+
+// Undoes the escapes a Jinja string literal may hold (\n, \t, \\, \', \").
+std::string unescape_jinja_literal(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '\\' || i + 1 == s.size()) {
+      out += s[i];
+      continue;
+    }
+    const char next = s[++i];
+    switch (next) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      default: out += next; break;   // \\, \', \"
+    }
+  }
+  return out;
+}
+
+// A ChatML template that writes a fixed system turn when the conversation has none holds it
+// as one string literal: '<|im_start|>system\nYou are ...<|im_end|>'. Templates that write
+// the caller's system message instead concatenate it ('...system\n' + message['content']),
+// so a quote or a Jinja delimiter inside the span means "not a literal default".
+std::string find_chatml_default_system(std::string_view source) {
+  constexpr std::string_view kHeader = "<|im_start|>system";
+  constexpr std::string_view kEnd = "<|im_end|>";
+  for (size_t at = source.find(kHeader); at != std::string_view::npos;
+       at = source.find(kHeader, at + 1)) {
+    if (at == 0 || (source[at - 1] != '\'' && source[at - 1] != '"')) continue;
+    std::string_view rest = source.substr(at + kHeader.size());
+    if (rest.starts_with("\\n")) {
+      rest.remove_prefix(2);
+    } else if (rest.starts_with('\n')) {
+      rest.remove_prefix(1);
+    } else {
+      continue;
+    }
+    const size_t end = rest.find(kEnd);
+    if (end == std::string_view::npos || end == 0) continue;
+    const std::string_view body = rest.substr(0, end);
+    if (body.find_first_of("'\"{}") != std::string_view::npos) continue;
+    return unescape_jinja_literal(body);
+  }
+  return {};
+}
+
+bool is_known_role(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant";
+}
+
+void check_roles(const std::vector<ChatMessage>& messages, bool system_only_first,
+                 std::string_view family) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    if (!is_known_role(role)) {
+      throw UsageError("chat message " + std::to_string(i + 1) + " has role '" + role +
+                       "'; expected system, user or assistant");
+    }
+    if (system_only_first && role == "system" && i != 0) {
+      throw UsageError("the " + std::string(family) +
+                       " chat format takes a system message only as the first message");
+    }
+  }
+}
+
+// Splits a leading system message off: returns its content (or "") and the first index
+// of the remaining turns.
+std::pair<std::string_view, size_t> leading_system(const std::vector<ChatMessage>& messages) {
+  if (!messages.empty() && messages.front().role == "system") return {messages.front().content, 1};
+  return {{}, 0};
+}
+
+// <|im_start|>role\ncontent<|im_end|>\n — content untouched.
+std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          const std::string& default_system) {
+  std::string out;
+  auto turn = [&out](std::string_view role, std::string_view content) {
+    out.append("<|im_start|>").append(role).append("\n").append(content).append("<|im_end|>\n");
+  };
+  if (!default_system.empty() && !messages.empty() && messages.front().role != "system") {
+    turn("system", default_system);
+  }
+  for (const ChatMessage& m : messages) turn(m.role, m.content);
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// BOS, then <|start_header_id|>role<|end_header_id|>\n\ntrimmed content<|eot_id|>.
+std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                          std::string_view bos_text) {
+  std::string out;
+  if (!messages.empty()) out += bos_text;
+  for (const ChatMessage& m : messages) {
+    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
+    out.append(trim(m.content)).append("<|eot_id|>");
+  }
+  if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+// Every user turn is "BOS[INST] content [/INST]", every answer " content </s>"; the system
+// prompt sits in a <<SYS>> block at the head of the first turn, and the whole turn is
+// stripped. The format already ends in "[/INST]", so there is no generation prompt.
+std::string render_llama2(const std::vector<ChatMessage>& messages, std::string_view bos_text) {
+  const auto [system, first] = leading_system(messages);
+  std::string out;
+  for (size_t i = first; i < messages.size(); ++i) {
+    std::string content = messages[i].content;
+    if (i == first && first == 1) {
+      content = "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + content;
+    }
+    if (messages[i].role == "user") {
+      out.append(bos_text).append("[INST] ").append(trim(content)).append(" [/INST]");
+    } else {
+      out.append(" ").append(trim(content)).append(" </s>");
+    }
+  }
+  return out;
+}
+
+// BOS, then "[INST] content [/INST]" and "answer</s>", nothing trimmed. Mistral's v0.1/v0.2
+// template has no system turn: the system prompt goes before the first user message,
+// separated by a blank line, as Mistral's later official templates do.
+std::string render_mistral(const std::vector<ChatMessage>& messages, std::string_view bos_text) {
+  const auto [system, first] = leading_system(messages);
+  std::string out(bos_text);
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      out += "[INST] ";
+      if (i == first && first == 1) out.append(system).append("\n\n");
+      out.append(m.content).append(" [/INST]");
+    } else {
+      out.append(m.content).append("</s>");
+    }
+  }
+  return out;
+}
+
+// BOS, then <start_of_turn>role\ncontent<end_of_turn>\n with "model" for the assistant and
+// content trimmed; the system prompt plus a blank line prefixes the first turn (Gemma 3).
+std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                         std::string_view bos_text) {
+  const auto [system, first] = leading_system(messages);
+  std::string out(bos_text);
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    out.append("<start_of_turn>").append(m.role == "assistant" ? "model" : m.role).append("\n");
+    if (i == first && first == 1) out.append(system).append("\n\n");
+    out.append(trim(m.content)).append("<end_of_turn>\n");
+  }
+  if (add_generation_prompt) out += "<start_of_turn>model\n";
+  return out;
+}
+
+// <|role|>\ncontent<|end|>\n, content untouched; without a generation prompt the template
+// closes the text with Phi-3's EOS, <|endoftext|>.
+std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    out.append("<|").append(m.role).append("|>\n").append(m.content).append("<|end|>\n");
+  }
+  out += add_generation_prompt ? "<|assistant|>\n" : "<|endoftext|>";
+  return out;
+}
+
+}  // namespace
+
+ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
+  // Markers are the format's own control strings, which every variant of a family writes
+  // literally; the order puts the most specific first (Llama 2's <<SYS>> before [INST]).
+  ChatTemplate result(TemplateFamily::ChatML);
+  if (contains(jinja_source, "<|im_start|>")) {
+    result.default_system_ = find_chatml_default_system(jinja_source);
+  } else if (contains(jinja_source, "<|start_header_id|>")) {
+    result.family_ = TemplateFamily::Llama3;
+  } else if (contains(jinja_source, "<start_of_turn>")) {
+    result.family_ = TemplateFamily::Gemma;
+  } else if (contains(jinja_source, "<|end|>") &&
+             (contains(jinja_source, "<|user|>") || contains(jinja_source, "<|assistant|>"))) {
+    result.family_ = TemplateFamily::Phi3;
+  } else if (contains(jinja_source, "[INST]")) {
+    result.family_ = contains(jinja_source, "<<SYS>>") ? TemplateFamily::Llama2
+                                                       : TemplateFamily::Mistral;
+  } else {
+    throw UnsupportedError("unrecognised chat template: \"" + excerpt(jinja_source) +
+                           "\" (choose one of chatml, llama3, llama2, mistral, gemma, phi3)");
+  }
+  logger("engine.template")
+      ->debug("chat template: {}{}", result.name(),
+              result.default_system_.empty() ? "" : " with a default system prompt");
+  return result;
+}
+
+ChatTemplate ChatTemplate::from_name(std::string_view name) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  for (const FamilyName& entry : kFamilyNames) {
+    if (entry.name == lower) return ChatTemplate(entry.family);
+  }
+  std::string known;
+  for (const FamilyName& entry : kFamilyNames) known += (known.empty() ? "" : ", ") + std::string(entry.name);
+  throw UsageError("unknown chat template '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::vector<std::string> ChatTemplate::family_names() {
+  std::vector<std::string> names;
+  for (const FamilyName& entry : kFamilyNames) names.emplace_back(entry.name);
+  return names;
+}
+
+std::string ChatTemplate::name() const {
+  for (const FamilyName& entry : kFamilyNames) {
+    if (entry.family == family_) return std::string(entry.name);
+  }
+  return "unknown";
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
+                                 bool add_generation_prompt, std::string_view bos_text) const {
+  const bool system_only_first = family_ == TemplateFamily::Llama2 ||
+                                 family_ == TemplateFamily::Mistral ||
+                                 family_ == TemplateFamily::Gemma;
+  check_roles(messages, system_only_first, name());
+  switch (family_) {
+    case TemplateFamily::ChatML: return render_chatml(messages, add_generation_prompt, default_system_);
+    case TemplateFamily::Llama3: return render_llama3(messages, add_generation_prompt, bos_text);
+    case TemplateFamily::Llama2: return render_llama2(messages, bos_text);
+    case TemplateFamily::Mistral: return render_mistral(messages, bos_text);
+    case TemplateFamily::Gemma: return render_gemma(messages, add_generation_prompt, bos_text);
+    case TemplateFamily::Phi3: return render_phi3(messages, add_generation_prompt);
+  }
+  return {};
+}
+
+std::vector<std::string> ChatTemplate::stop_strings() const {
+  switch (family_) {
+    case TemplateFamily::ChatML: return {"<|im_end|>"};
+    case TemplateFamily::Llama3: return {"<|eot_id|>"};
+    case TemplateFamily::Llama2:
+    case TemplateFamily::Mistral: return {"</s>"};
+    case TemplateFamily::Gemma: return {"<end_of_turn>"};
+    case TemplateFamily::Phi3: return {"<|end|>", "<|endoftext|>"};
+  }
+  return {};
+}
+
+}  // namespace granule

@@ -1,0 +1,258 @@
+// ChatTemplate: family detection from real Jinja sources, rendering against golden outputs,
+// the user override by name, and the errors for unknown templates, names and roles.
+//
+// The golden files tests/data/chat/<template>.<case>.txt were made by rendering each model's
+// real Jinja template (tests/data/chat/<template>.jinja) with Python's jinja2, configured as
+// Hugging Face transformers configures it: tests/reference/make_chat_goldens.py.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "granule/chat_template.h"
+#include "granule/error.h"
+
+namespace granule {
+namespace {
+
+const std::filesystem::path kChatData = std::filesystem::path(GRANULE_SOURCE_DIR) / "tests/data/chat";
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The conversations of make_chat_goldens.py's CASES, in the same order and bytes.
+struct Conversation {
+  std::string name;
+  std::vector<ChatMessage> messages;
+  bool add_generation_prompt;
+};
+
+std::vector<Conversation> conversations() {
+  const ChatMessage system{"system", "You are a helpful assistant"};
+  return {
+      {"multiturn_system",
+       {system,
+        {"user", "Hello"},
+        {"assistant", "Hi there"},
+        {"user", "Who are you"},
+        {"assistant", "   I am an assistant   "},
+        {"user", "Another question \xc3\xa9\xe2\x98\x83"}},
+       true},
+      {"system_user", {system, {"user", " Why is the sky blue?\n"}}, true},
+      {"no_system", {{"user", "Hello"}, {"assistant", "Hi there"}, {"user", "Who are you"}}, true},
+      {"no_generation_prompt", {{"user", "Hello"}, {"assistant", "Hi there"}}, false},
+  };
+}
+
+// One real template source, the family it must be detected as, and the BOS text the
+// golden renderings were made with.
+struct TemplateCase {
+  std::string file;
+  TemplateFamily family;
+  std::string bos_text;
+};
+
+class ChatTemplateGolden : public testing::TestWithParam<TemplateCase> {};
+
+TEST_P(ChatTemplateGolden, DetectsFamilyAndRendersEveryConversationAsTheJinjaDoes) {
+  const TemplateCase& c = GetParam();
+  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / (c.file + ".jinja")));
+  EXPECT_EQ(tmpl.family(), c.family);
+  for (const Conversation& conv : conversations()) {
+    SCOPED_TRACE(c.file + "." + conv.name);
+    const std::string expected = read_file(kChatData / (c.file + "." + conv.name + ".txt"));
+    EXPECT_EQ(tmpl.render(conv.messages, conv.add_generation_prompt, c.bos_text), expected);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RealTemplates, ChatTemplateGolden,
+    testing::Values(TemplateCase{"smollm2", TemplateFamily::ChatML, "<|im_start|>"},
+                    TemplateCase{"chatml", TemplateFamily::ChatML, "<s>"},
+                    TemplateCase{"llama3", TemplateFamily::Llama3, "<|begin_of_text|>"},
+                    TemplateCase{"llama2", TemplateFamily::Llama2, "<s>"},
+                    TemplateCase{"mistral", TemplateFamily::Mistral, "<s>"},
+                    TemplateCase{"gemma", TemplateFamily::Gemma, "<bos>"},
+                    TemplateCase{"phi3", TemplateFamily::Phi3, "<s>"}),
+    [](const testing::TestParamInfo<TemplateCase>& info) { return info.param.file; });
+
+TEST(ChatTemplate, SmolLM2TemplateInjectsItsDefaultSystemPromptOnlyWithoutASystemMessage) {
+  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / "smollm2.jinja"));
+  EXPECT_EQ(tmpl.default_system_prompt(),
+            "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+  const std::string with_default = tmpl.render({{"user", "Hi"}}, true);
+  EXPECT_EQ(with_default,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  const std::string with_own = tmpl.render({{"system", "Be brief."}, {"user", "Hi"}}, true);
+  EXPECT_EQ(with_own.find("SmolLM"), std::string::npos);
+}
+
+TEST(ChatTemplate, PlainChatMLHasNoDefaultSystemPrompt) {
+  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / "chatml.jinja"));
+  EXPECT_EQ(tmpl.default_system_prompt(), "");
+  EXPECT_EQ(tmpl.render({{"user", "Hi"}}, true),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, ChatMLDefaultSystemWithEscapedNewlinesIsUnescaped) {
+  // The same shape as Qwen2.5's template, whose GGUF text keeps "\n" as an escape inside
+  // the Jinja string literal.
+  const std::string source =
+      "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+      "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\nYou are "
+      "Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}{%- endif %}";
+  EXPECT_EQ(ChatTemplate::detect(source).default_system_prompt(),
+            "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+}
+
+// Further real sources, each only for detection (from llama.cpp's test-chat-template.cpp
+// and the shared Phi-3 vocabulary GGUF).
+TEST(ChatTemplate, DetectsFamilyFromOtherRealTemplateVariants) {
+  struct Variant {
+    const char* what;
+    std::string source;
+    TemplateFamily family;
+  };
+  const std::vector<Variant> variants = {
+      {"google/gemma-7b-it",
+       "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') "
+       "}}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != "
+       "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+       "user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') "
+       "%}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ "
+       "'<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}{% "
+       "endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\\n'}}{% endif %}",
+       TemplateFamily::Gemma},
+      {"Phi-3 vocab GGUF (first Phi-3-mini release)",
+       "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') "
+       "%}{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + "
+       "'\n'}}{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + "
+       "'\n'}}{% endif %}{% endfor %}",
+       TemplateFamily::Phi3},
+      {"Phi-3 with role concatenation (no literal <|user|>)",
+       "{{ bos_token }}{% for message in messages %}{{'<|' + message['role'] + '|>' + '\n' + "
+       "message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ "
+       "'<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}",
+       TemplateFamily::Phi3},
+      {"bofenghuang/vigogne-2-70b-chat (Llama 2 with a default system prompt)",
+       "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set loop_messages = "
+       "messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set "
+       "loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in "
+       "loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = "
+       "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% "
+       "set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ "
+       "'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' "
+       "'  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}",
+       TemplateFamily::Llama2},
+      {"Mistral-7B-Instruct-v0.2 (later revision, system before the first user message)",
+       "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = "
+       "messages[0]['content'] %}\n    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    "
+       "{%- set loop_messages = messages %}\n{%- endif %}\n\n{{- bos_token }}\n{%- for message in "
+       "loop_messages %}\n    {%- if message['role'] == 'user' %}\n        {%- if loop.first and "
+       "system_message is defined %}\n            {{- ' [INST] ' + system_message + '\\n\\n' + "
+       "message['content'] + ' [/INST]' }}\n        {%- else %}\n            {{- ' [INST] ' + "
+       "message['content'] + ' [/INST]' }}\n        {%- endif %}\n    {%- elif message['role'] == "
+       "'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n    {%- endif %}\n{%- "
+       "endfor %}\n",
+       TemplateFamily::Mistral},
+      {"Llama 3 without an add_generation_prompt test (llama.cpp's copy)",
+       "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+       "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | "
+       "trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% "
+       "endif %}{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}",
+       TemplateFamily::Llama3},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.what);
+    EXPECT_EQ(ChatTemplate::detect(v.source).family(), v.family);
+  }
+}
+
+TEST(ChatTemplate, UnknownTemplateThrowsUnsupportedWithAOneLineExcerpt) {
+  const std::string vicuna =
+      "{%- for message in messages %}{%- if message['role'] == 'system' -%}{{- '' + "
+      "message['content'] + '\n\n' -}}{%- else -%}{%- if message['role'] == 'user' -%}{{-'USER: "
+      "' + message['content'] + '\n'-}}{%- else -%}{{-'ASSISTANT: ' + message['content'] + "
+      "'</s>\n' -}}{%- endif -%}{%- endif -%}{%- endfor -%}";
+  try {
+    ChatTemplate::detect(vicuna);
+    FAIL() << "expected UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("unrecognised chat template: ", 0), 0u) << message;
+    EXPECT_NE(message.find("{%- for message in messages %}"), std::string::npos) << message;
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_LT(message.size(), 200u) << message;
+  }
+  EXPECT_THROW(ChatTemplate::detect(""), UnsupportedError);
+}
+
+TEST(ChatTemplate, FromNameCoversEveryFamilyAndRoundTrips) {
+  const std::vector<std::string> names = ChatTemplate::family_names();
+  ASSERT_EQ(names, (std::vector<std::string>{"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"}));
+  const std::vector<TemplateFamily> families = {TemplateFamily::ChatML, TemplateFamily::Llama3,
+                                                TemplateFamily::Llama2, TemplateFamily::Mistral,
+                                                TemplateFamily::Gemma,  TemplateFamily::Phi3};
+  for (size_t i = 0; i < names.size(); ++i) {
+    const ChatTemplate tmpl = ChatTemplate::from_name(names[i]);
+    EXPECT_EQ(tmpl.family(), families[i]);
+    EXPECT_EQ(tmpl.name(), names[i]);
+    EXPECT_EQ(tmpl.default_system_prompt(), "");
+  }
+  EXPECT_EQ(ChatTemplate::from_name("ChatML").family(), TemplateFamily::ChatML);
+}
+
+TEST(ChatTemplate, FromNameRejectsUnknownNameListingTheKnownOnes) {
+  try {
+    ChatTemplate::from_name("vicuna");
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("'vicuna'"), std::string::npos) << message;
+    EXPECT_NE(message.find("chatml, llama3, llama2, mistral, gemma, phi3"), std::string::npos) << message;
+  }
+}
+
+TEST(ChatTemplate, StopStringsEndTheAssistantTurnOfEachFamily) {
+  auto stops = [](const char* name) { return ChatTemplate::from_name(name).stop_strings(); };
+  EXPECT_EQ(stops("chatml"), std::vector<std::string>{"<|im_end|>"});
+  EXPECT_EQ(stops("llama3"), std::vector<std::string>{"<|eot_id|>"});
+  EXPECT_EQ(stops("llama2"), std::vector<std::string>{"</s>"});
+  EXPECT_EQ(stops("mistral"), std::vector<std::string>{"</s>"});
+  EXPECT_EQ(stops("gemma"), std::vector<std::string>{"<end_of_turn>"});
+  EXPECT_EQ(stops("phi3"), (std::vector<std::string>{"<|end|>", "<|endoftext|>"}));
+}
+
+TEST(ChatTemplate, Llama2WritesBosBeforeEveryUserTurnOnlyWhenGiven) {
+  const ChatTemplate tmpl = ChatTemplate::from_name("llama2");
+  const std::vector<ChatMessage> chat = {{"user", "a"}, {"assistant", "b"}, {"user", "c"}};
+  EXPECT_EQ(tmpl.render(chat, true, "<s>"), "<s>[INST] a [/INST] b </s><s>[INST] c [/INST]");
+  EXPECT_EQ(tmpl.render(chat, true), "[INST] a [/INST] b </s>[INST] c [/INST]");
+}
+
+TEST(ChatTemplate, UnknownRoleIsAUsageError) {
+  EXPECT_THROW(ChatTemplate::from_name("chatml").render({{"tool", "42"}}, true), UsageError);
+}
+
+TEST(ChatTemplate, LateSystemMessageIsRejectedOnlyByFormatsWithoutASystemTurn) {
+  const std::vector<ChatMessage> chat = {{"user", "a"}, {"system", "be brief"}, {"user", "c"}};
+  EXPECT_THROW(ChatTemplate::from_name("gemma").render(chat, true), UsageError);
+  EXPECT_THROW(ChatTemplate::from_name("mistral").render(chat, true), UsageError);
+  EXPECT_THROW(ChatTemplate::from_name("llama2").render(chat, true), UsageError);
+  EXPECT_NE(ChatTemplate::from_name("chatml").render(chat, true).find("<|im_start|>system\nbe brief"),
+            std::string::npos);
+  EXPECT_NE(ChatTemplate::from_name("phi3").render(chat, true).find("<|system|>\nbe brief"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace granule

@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Golden chat-template renderings for tests/engine/chat_template_test.cpp.
+
+Renders the models' real Jinja chat templates (copied from their tokenizer_config.json /
+GGUF tokenizer.chat_template) with the `jinja2` package, configured the way Hugging Face
+transformers does (sandboxed, trim_blocks, lstrip_blocks, raise_exception), and writes:
+  tests/data/chat/<template>.jinja            the template source
+  tests/data/chat/<template>.<case>.txt       its output for one conversation (raw bytes)
+The C++ renderer is written independently; its test compares against these files.
+
+Run:  pip install jinja2 && python3 tests/reference/make_chat_goldens.py
+"""
+import pathlib
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+OUT = pathlib.Path(__file__).resolve().parent.parent / "data" / "chat"
+
+# --- Real template sources -------------------------------------------------------------
+
+# HuggingFaceTB/SmolLM2-135M-Instruct (read from the default model's GGUF): ChatML that
+# injects a default system prompt when the conversation has none.
+SMOLLM2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
+
+# teknium/OpenHermes-2.5-Mistral-7B: plain ChatML.
+CHATML = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% endif %}"
+)
+
+# meta-llama/Meta-Llama-3-8B-Instruct.
+LLAMA3 = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+# meta-llama/Llama-2-7b-chat-hf.
+LLAMA2 = (
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
+    "{% set system_message = false %}{% endif %}{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}"
+    "{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+
+# mistralai/Mistral-7B-Instruct-v0.1/v0.2 (the template shipped in most GGUF conversions).
+# It rejects a system message; Granule prepends the system prompt to the first user message
+# with a blank line between (as Mistral's later official templates do), so the system cases
+# below are rendered from the conversation with that merge applied (see merge_system).
+MISTRAL = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}"
+    "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+    "{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+    "roles are supported!') }}{% endif %}{% endfor %}"
+)
+
+# google/gemma-3-4b-it (text parts): the system prompt is merged into the first user turn.
+GEMMA = """{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\\n'}}
+{%- endif -%}
+"""
+
+# microsoft/Phi-3-mini-4k-instruct (current revision).
+PHI3 = (
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + "
+    "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + "
+    "message['content'] + '<|end|>\n'}}{% elif message['role'] == 'assistant' %}"
+    "{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
+)
+
+# name -> (source, bos_token, eos_token, merge a system message into the first user one)
+TEMPLATES = {
+    "smollm2": (SMOLLM2, "<|im_start|>", "<|im_end|>", False),
+    "chatml": (CHATML, "<s>", "</s>", False),
+    "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>", False),
+    "llama2": (LLAMA2, "<s>", "</s>", False),
+    "mistral": (MISTRAL, "<s>", "</s>", True),
+    "gemma": (GEMMA, "<bos>", "<eos>", False),
+    "phi3": (PHI3, "<s>", "<|endoftext|>", False),
+}
+
+SYSTEM = {"role": "system", "content": "You are a helpful assistant"}
+# Conversations: (messages, add_generation_prompt). Padded and non-ASCII content checks
+# that each format trims exactly where its template does and passes UTF-8 through.
+CASES = {
+    "multiturn_system": ([
+        SYSTEM,
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "Who are you"},
+        {"role": "assistant", "content": "   I am an assistant   "},
+        {"role": "user", "content": "Another question \u00e9\u2603"},
+    ], True),
+    "system_user": ([SYSTEM, {"role": "user", "content": " Why is the sky blue?\n"}], True),
+    "no_system": ([
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there"},
+        {"role": "user", "content": "Who are you"},
+    ], True),
+    "no_generation_prompt": ([
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there"},
+    ], False),
+}
+
+
+def merge_system(messages):
+    if not messages or messages[0]["role"] != "system":
+        return messages
+    first = dict(messages[1])
+    first["content"] = messages[0]["content"] + "\n\n" + first["content"]
+    return [first] + messages[2:]
+
+
+def raise_exception(message):
+    raise TemplateError(message)
+
+
+def main():
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, (source, bos, eos, merge) in TEMPLATES.items():
+        (OUT / f"{name}.jinja").write_bytes(source.encode())
+        template = env.from_string(source)
+        for case, (messages, add_generation_prompt) in CASES.items():
+            if merge:
+                messages = merge_system(messages)
+            text = template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                   bos_token=bos, eos_token=eos)
+            (OUT / f"{name}.{case}.txt").write_bytes(text.encode())
+    print(f"wrote {len(TEMPLATES)} templates x {len(CASES)} cases to {OUT}")
+
+
+if __name__ == "__main__":
+    main()
