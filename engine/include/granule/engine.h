@@ -35,6 +35,10 @@ using SequenceId = int64_t;
 enum class FinishReason { None, Eos, StopString, MaxTokens, Cancelled, Error };
 const char* finish_reason_name(FinishReason r);
 
+// The token argument of on_token when text is released without a new token: what was held
+// back for a possible stop string, sent when the sequence ends.
+constexpr int32_t kNoToken = -1;
+
 // Receives a sequence's output on the engine thread. on_text gets complete UTF-8 text
 // (never half a character); on_finish is called exactly once per submitted sequence.
 struct TokenSink {
