@@ -3,10 +3,12 @@
 // (tokenizer.ggml.model = llama). Plus an incremental detokenizer.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "granule/gguf.h"
@@ -46,18 +48,36 @@ class Tokenizer {
   std::optional<TokenId> bos() const { return bos_; }
   std::optional<TokenId> eos() const { return eos_; }
   std::optional<TokenId> eot() const { return eot_; }
+  std::optional<TokenId> eom() const { return eom_; }
+  std::optional<TokenId> unknown() const { return unk_; }
+  std::optional<TokenId> padding() const { return pad_; }
   bool add_bos_by_default() const { return add_bos_; }
+  bool add_eos_by_default() const { return add_eos_; }
+  // SentencePiece: encode() puts a space before the text (and after each special token);
+  // decode() takes it off the first token again.
+  bool adds_space_prefix() const { return add_space_prefix_; }
   // End-of-generation: EOS, EOT and other end tokens (<|im_end|>, <|eot_id|>, <end_of_turn>).
   bool is_end_of_generation(TokenId id) const;
   const std::vector<TokenId>& end_of_generation_tokens() const { return eog_; }
 
  protected:
+  // Hashes std::string and std::string_view alike, so lookups need no temporary string.
+  struct TextHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view text) const noexcept {
+      return std::hash<std::string_view>{}(text);
+    }
+  };
+
   std::string model_;
   std::string pre_;
   std::vector<std::string> tokens_;
   std::vector<int32_t> attrs_;
-  std::optional<TokenId> bos_, eos_, eot_;
+  std::unordered_map<std::string, TokenId, TextHash, std::equal_to<>> ids_by_text_;
+  std::optional<TokenId> bos_, eos_, eot_, eom_, unk_, pad_;
   bool add_bos_ = false;
+  bool add_eos_ = false;
+  bool add_space_prefix_ = false;
   std::vector<TokenId> eog_;
 };
 

@@ -1,0 +1,72 @@
+// The vocabulary both tokenizer kinds share: reading tokenizer.ggml.* from a GGUF, the
+// special-token ids and end-of-generation set, and the encode skeleton that cuts text at
+// special tokens before the model-specific BPE sees it.
+#pragma once
+#include <array>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granule/gguf.h"
+#include "granule/tokenizer.h"
+
+namespace granule::detail {
+
+// tokenizer.ggml.* as the file has it (absent keys stay empty / nullopt).
+struct Vocabulary {
+  std::string model;                 // tokenizer.ggml.model
+  std::string pre;                   // tokenizer.ggml.pre
+  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
+  std::vector<float> scores;         // tokenizer.ggml.scores, empty when absent
+  std::vector<int32_t> types;        // tokenizer.ggml.token_type, all Normal when absent
+  std::vector<std::string> merges;   // tokenizer.ggml.merges ("left right")
+  std::optional<TokenId> bos, eos, eot, eom, unk, pad;
+  std::optional<bool> add_bos, add_eos, add_space_prefix;
+};
+
+// Reads and checks the vocabulary. Throws FormatError for a missing or malformed token
+// list, or score / type arrays shorter than it. Out-of-range special ids are dropped with a
+// warning (as llama.cpp does).
+Vocabulary read_vocabulary(const ModelFile& file);
+
+// Base of both tokenizers: owns the token table, finds special tokens in text, and hands
+// the plain text between them to the subclass's BPE.
+class VocabTokenizer : public Tokenizer {
+ public:
+  std::vector<TokenId> encode(std::string_view text, bool add_bos,
+                              bool parse_special) const final;
+
+ protected:
+  // Takes the vocabulary's tokens, types and ids. default_add_bos applies when the file
+  // has no tokenizer.ggml.add_bos_token.
+  VocabTokenizer(Vocabulary& vocab, bool default_add_bos);
+
+  // Encodes text that holds no special token. Every such stretch starts the input or
+  // follows a special token (SentencePiece puts its space prefix before each).
+  virtual void encode_plain(std::string_view text, std::vector<TokenId>& out) const = 0;
+
+  bool has_attr(TokenId id, TokenAttr attr) const {
+    return attrs_[static_cast<size_t>(id)] == static_cast<int32_t>(attr);
+  }
+  std::optional<TokenId> lookup(std::string_view text) const {
+    const auto it = ids_by_text_.find(text);
+    if (it == ids_by_text_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Throws UsageError for an id outside the vocabulary.
+  void check_id(TokenId id) const;
+  // The byte a byte token such as "<0x0A>" stands for.
+  static std::optional<uint8_t> byte_of_token(std::string_view text);
+
+ private:
+  void find_end_of_generation_tokens();
+  // The special token that starts at text[pos], longest first; only user-defined tokens
+  // unless parse_special.
+  std::optional<TokenId> special_at(std::string_view text, size_t pos, bool parse_special) const;
+
+  // Control, user-defined and unknown tokens by their first byte, longest text first.
+  std::array<std::vector<TokenId>, 256> specials_by_first_byte_;
+};
+
+}  // namespace granule::detail

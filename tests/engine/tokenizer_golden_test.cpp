@@ -1,0 +1,163 @@
+// Golden tokenizations from independent tokenizers:
+// - llama.cpp's vocabulary test files in shared/testdata/tokenizer (GPT-2 byte-level BPE,
+//   Llama 2 and Phi-3 SentencePiece): the .out ids were made by the original Hugging Face
+//   tokenizers (no BOS, special tokens not parsed). Read the way llama.cpp's
+//   test-tokenizer-0 reads them: the .inp file split at "\n__ggml_vocab_test__\n", the .out
+//   file one line per string.
+// - The default model (SmolLM2, pre-tokenizer "smollm"): tests/data/tokenizer/
+//   smollm2_goldens.txt, made by tests/reference/make_smollm2_tokenizer_goldens.py with
+//   Hugging Face tokenizers from the GGUF's own vocabulary and merges.
+// Each test skips when its data is absent.
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "granule/gguf.h"
+#include "granule/tokenizer.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<TokenId> parse_ids(const std::string& line) {
+  std::vector<TokenId> ids;
+  std::istringstream in(line);
+  for (long id = 0; in >> id;) ids.push_back(static_cast<TokenId>(id));
+  return ids;
+}
+
+std::string show(const std::vector<TokenId>& ids) {
+  std::string text;
+  for (TokenId id : ids) text += std::to_string(id) + " ";
+  return text;
+}
+
+fs::path default_model_path() {
+  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
+  const fs::path name = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (const char* xdg = std::getenv("XDG_DATA_HOME")) {
+    if (fs::exists(fs::path(xdg) / name)) return fs::path(xdg) / name;
+  }
+  if (const char* home = std::getenv("HOME")) return fs::path(home) / ".local/share" / name;
+  return {};
+}
+
+struct VocabCase {
+  const char* file;
+};
+
+class LlamaCppVocabGolden : public ::testing::TestWithParam<VocabCase> {};
+
+TEST_P(LlamaCppVocabGolden, EncodesEveryStringLikeHuggingFaceAndDecodesBack) {
+  const fs::path vocab = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / GetParam().file;
+  if (!fs::exists(vocab)) GTEST_SKIP() << "no test vocabulary at " << vocab;
+  const auto file = ModelFile::open(vocab);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+
+  const std::string inputs = read_file(vocab.string() + ".inp");
+  const std::string separator = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  for (size_t pos = 0; pos < inputs.size();) {
+    const size_t next = inputs.find(separator, pos);
+    if (next == std::string::npos) {
+      texts.push_back(inputs.substr(pos));
+      break;
+    }
+    texts.push_back(inputs.substr(pos, next - pos));
+    pos = next + separator.size();
+  }
+  std::ifstream outputs(vocab.string() + ".out");
+  std::vector<std::vector<TokenId>> expected;
+  for (std::string line; std::getline(outputs, line);) expected.push_back(parse_ids(line));
+  ASSERT_EQ(texts.size(), expected.size());
+  ASSERT_GT(texts.size(), 40u);
+
+  for (size_t i = 0; i < texts.size(); ++i) {
+    const std::vector<TokenId> ids = tokenizer->encode(texts[i], false, false);
+    EXPECT_EQ(ids, expected[i]) << "case " << i << " '" << texts[i] << "'\n got      "
+                                << show(ids) << "\n expected " << show(expected[i]);
+    EXPECT_EQ(tokenizer->decode(ids), texts[i]) << "case " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
+                         ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
+                                           VocabCase{"ggml-vocab-llama-spm.gguf"},
+                                           VocabCase{"ggml-vocab-phi-3.gguf"}),
+                         [](const auto& info) {
+                           std::string name = info.param.file;
+                           name = name.substr(11, name.size() - 11 - 5);  // ggml-vocab-X.gguf
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+// The escapes make_smollm2_tokenizer_goldens.py writes: \\ \n \t \r \xHH.
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char kind = text[++i];
+    if (kind == 'n') {
+      out += '\n';
+    } else if (kind == 't') {
+      out += '\t';
+    } else if (kind == 'r') {
+      out += '\r';
+    } else if (kind == 'x') {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += kind;
+    }
+  }
+  return out;
+}
+
+TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
+  const fs::path model = default_model_path();
+  if (model.empty() || !fs::exists(model)) GTEST_SKIP() << "default model not found";
+  const auto file = ModelFile::open(model);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  ASSERT_EQ(tokenizer->pre_name(), "smollm");
+
+  std::ifstream goldens(fs::path(GRANULE_SOURCE_DIR) / "tests/data/tokenizer/smollm2_goldens.txt");
+  ASSERT_TRUE(goldens) << "tests/data/tokenizer/smollm2_goldens.txt is missing";
+  size_t cases = 0;
+  for (std::string line; std::getline(goldens, line);) {
+    const size_t tab1 = line.find('\t');
+    const size_t tab2 = line.find('\t', tab1 + 1);
+    ASSERT_NE(tab2, std::string::npos) << line;
+    const bool parse_special = line.substr(0, tab1) == "1";
+    const std::string text = unescape(line.substr(tab1 + 1, tab2 - tab1 - 1));
+    const std::vector<TokenId> expected = parse_ids(line.substr(tab2 + 1));
+
+    const std::vector<TokenId> ids = tokenizer->encode(text, false, parse_special);
+    EXPECT_EQ(ids, expected) << "'" << text << "' parse_special=" << parse_special
+                             << "\n got      " << show(ids) << "\n expected " << show(expected);
+    // Byte-level BPE loses nothing: the ids decode to the text (special tokens rendered).
+    EXPECT_EQ(tokenizer->decode(ids, /*render_special=*/true), text);
+    ++cases;
+  }
+  EXPECT_GT(cases, 50u);
+}
+
+}  // namespace
+}  // namespace granule
