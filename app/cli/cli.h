@@ -1,0 +1,33 @@
+// granule-cli's subcommands and the helpers they share: each cmd_*.cpp registers one
+// subcommand's options and returns the function that runs it once the line is parsed.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include <CLI/CLI.hpp>
+
+namespace granule::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;   // returns the process exit code; throws on errors
+  // The model file the command works on, named in the error line (owned by `run`'s state).
+  const std::filesystem::path* model = nullptr;
+};
+
+Command add_info_command(CLI::App& parent);
+Command add_tokenize_command(CLI::App& parent);
+Command add_run_command(CLI::App& parent);
+Command add_chat_command(CLI::App& parent);
+
+// The one stderr line for an error about `file`: "granule-cli: FILE: what", without
+// repeating the file when the message already starts with it, and with newlines folded.
+std::string error_line(const std::filesystem::path& file, std::string_view what);
+
+// "93.8 MiB"
+std::string human_bytes(uint64_t bytes);
+
+}  // namespace granule::cli

@@ -1,0 +1,172 @@
+// Streaming a reply from the engine to the terminal, for `run` and `chat`.
+#include "generation.h"
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+
+#include "granule/error.h"
+
+namespace granule::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// Installs the SIGINT handler for its lifetime; outside a reply Ctrl-C ends the process as
+// usual. No SA_RESTART, so a read waiting at the chat prompt returns too.
+class InterruptScope {
+ public:
+  InterruptScope() {
+    g_interrupted = 0;
+    struct sigaction action {};
+    action.sa_handler = on_sigint;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_);
+  }
+  ~InterruptScope() { sigaction(SIGINT, &previous_, nullptr); }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+DeviceKind device_kind(const std::string& name) {
+  if (name == "cpu") return DeviceKind::Cpu;
+  if (name == "cuda") return DeviceKind::Cuda;
+  return DeviceKind::Auto;
+}
+
+}  // namespace
+
+void add_generation_options(CLI::App& app, GenerationOptions& options) {
+  app.add_option("model", options.model, "GGUF model file")->required();
+  app.add_option("-n,--max-tokens", options.max_tokens, "Most tokens to generate per reply")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--min-p", options.min_p, "Drop tokens below this fraction of the best (0 = off)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--repeat-penalty", options.repeat_penalty, "Repetition penalty (1 = off)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", options.seed, "Random seed (same seed and settings, same text)");
+  app.add_option("-c,--ctx", options.context, "Context length per sequence")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  app.add_option("--template", options.template_name,
+                 "Chat template to use instead of the model's (chatml, llama3, llama2, mistral, gemma, phi3)")
+      ->check(CLI::IsMember(ChatTemplate::family_names()));
+  app.add_option("--system", options.system, "System prompt");
+  app.add_flag("--no-stats", options.quiet_stats, "Do not print the speeds after each reply");
+}
+
+std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
+  EngineOptions engine_options;
+  engine_options.device = device_kind(options.device);
+  engine_options.context_length = options.context;
+  engine_options.max_sequences = 1;   // one conversation at a time
+  engine_options.cpu_threads = options.threads;
+  engine_options.chat_template_override = options.template_name;
+  return Engine::open(options.model, engine_options);
+}
+
+SamplingParams sampling_from(const GenerationOptions& options) {
+  SamplingParams params;
+  params.max_tokens = options.max_tokens;
+  if (options.temperature) params.temperature = *options.temperature;
+  if (options.top_k) params.top_k = *options.top_k;
+  if (options.top_p) params.top_p = *options.top_p;
+  if (options.min_p) params.min_p = *options.min_p;
+  if (options.repeat_penalty) params.repetition_penalty = *options.repeat_penalty;
+  if (options.seed) params.seed = *options.seed;
+  return params;
+}
+
+const ChatTemplate& require_chat_template(const Engine& engine, const GenerationOptions& options) {
+  const ChatTemplate* tmpl = engine.chat_template();
+  if (tmpl == nullptr) {
+    throw UnsupportedError(options.model.string() +
+                           ": no chat template recognised in the file; pass --template NAME "
+                           "(chatml, llama3, llama2, mistral, gemma, phi3) or --raw");
+  }
+  return *tmpl;
+}
+
+ReplyResult stream_reply(Engine& engine, Request request) {
+  ReplyResult result;
+  bool finished = false;
+  Clock::time_point first_token_at{};
+  Clock::time_point last_token_at{};
+  request.sink.on_token = [&](SequenceId, const std::string& text, int32_t) {
+    last_token_at = Clock::now();
+    if (result.generated_tokens++ == 0) first_token_at = last_token_at;
+    result.text += text;
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  };
+  request.sink.on_finish = [&](SequenceId, FinishReason reason, const std::string& error) {
+    result.finish = reason;
+    result.error = error;
+    finished = true;
+  };
+
+  InterruptScope interrupt_scope;
+  const Clock::time_point submitted_at = Clock::now();
+  const SequenceId id = engine.submit(std::move(request));
+  bool cancel_sent = false;
+  while (!finished) {
+    if (g_interrupted && !cancel_sent) {
+      engine.cancel(id);
+      cancel_sent = true;
+    }
+    if (!engine.step() && !finished) {
+      throw Error("the engine went idle before the reply finished");
+    }
+  }
+  if (result.generated_tokens > 0) {
+    result.time_to_first_token_ms = ms_between(submitted_at, first_token_at);
+    result.generation_ms = ms_between(first_token_at, last_token_at);
+  }
+  std::fputs("\n", stdout);
+  std::fflush(stdout);
+  return result;
+}
+
+void print_speeds(const ReplyResult& reply, int64_t prompt_tokens) {
+  // The first token's time covers the prompt's prefill; the rest are decode steps.
+  const double prompt_rate =
+      reply.time_to_first_token_ms > 0 ? prompt_tokens * 1000.0 / reply.time_to_first_token_ms : 0;
+  const int64_t decode_tokens = reply.generated_tokens > 1 ? reply.generated_tokens - 1 : 0;
+  const double decode_rate = reply.generation_ms > 0 ? decode_tokens * 1000.0 / reply.generation_ms : 0;
+  std::fprintf(stderr,
+               "prompt: %lld tokens, %.1f ms (%.1f tok/s) | generation: %lld tokens, %.1f ms "
+               "(%.1f tok/s) | stop: %s\n",
+               static_cast<long long>(prompt_tokens), reply.time_to_first_token_ms, prompt_rate,
+               static_cast<long long>(reply.generated_tokens), reply.generation_ms, decode_rate,
+               finish_reason_name(reply.finish));
+}
+
+int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages) {
+  const Tokenizer& tokenizer = engine.tokenizer();
+  const ChatTemplate* tmpl = engine.chat_template();
+  if (tmpl == nullptr) return 0;
+  const std::string prompt = tmpl->render(messages, /*add_generation_prompt=*/true);
+  return static_cast<int64_t>(
+      tokenizer.encode(prompt, tokenizer.add_bos_by_default(), /*parse_special=*/true).size());
+}
+
+}  // namespace granule::cli

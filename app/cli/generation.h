@@ -1,0 +1,63 @@
+// What `run` and `chat` share: the engine and sampling options, opening the engine, and
+// streaming one reply to stdout with Ctrl-C cancelling it and the speeds printed after.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "granule/engine.h"
+
+namespace granule::cli {
+
+struct GenerationOptions {
+  std::filesystem::path model;
+  int32_t max_tokens = 512;
+  std::optional<float> temperature;
+  std::optional<int32_t> top_k;
+  std::optional<float> top_p;
+  std::optional<float> min_p;
+  std::optional<float> repeat_penalty;
+  std::optional<uint64_t> seed;
+  int64_t context = 4096;
+  int32_t threads = 0;
+  std::string device = "auto";
+  std::string template_name;   // "" = detect from the GGUF
+  std::string system;
+  bool quiet_stats = false;
+};
+
+// Adds the model argument and the options both commands take.
+void add_generation_options(CLI::App& app, GenerationOptions& options);
+
+std::unique_ptr<Engine> open_engine(const GenerationOptions& options);
+SamplingParams sampling_from(const GenerationOptions& options);
+
+// The chat template the engine uses, or a UsageError telling the user how to pick one.
+const ChatTemplate& require_chat_template(const Engine& engine, const GenerationOptions& options);
+
+struct ReplyResult {
+  std::string text;
+  FinishReason finish = FinishReason::None;
+  std::string error;
+  int64_t generated_tokens = 0;
+  double time_to_first_token_ms = 0;
+  double generation_ms = 0;   // from the first token to the last
+};
+
+// Submits the request, writes the reply to stdout as it comes and steps the engine until
+// it ends. Ctrl-C (SIGINT) cancels the reply instead of ending the process.
+ReplyResult stream_reply(Engine& engine, Request request);
+
+// "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr.
+void print_speeds(const ReplyResult& reply, int64_t prompt_tokens);
+
+// The number of prompt tokens the engine sees for these messages (rendered with the
+// engine's template, encoded the way the tokenizer adds BOS).
+int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages);
+
+}  // namespace granule::cli
