@@ -20,8 +20,7 @@ bool stands_for_itself(int byte) {
 }
 
 uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) |
-         static_cast<uint32_t>(right);
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
 }  // namespace
@@ -54,7 +53,9 @@ struct ByteLevelBpeTokenizer::Scratch {
 };
 
 ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenizerSpec& spec)
-    : VocabTokenizer(vocab, spec.add_bos), pre_tokenizer_(spec), ignore_merges_(spec.ignore_merges) {
+    : VocabTokenizer(vocab, spec.add_bos),
+      pre_tokenizer_(spec),
+      ignore_merges_(spec.ignore_merges) {
   int next_extra = 256;
   for (int byte = 0; byte < 256; ++byte) {
     const uint32_t code_point =
@@ -64,8 +65,9 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenize
   }
 
   if (vocab.merges.empty()) {
-    throw FormatError("byte-level BPE tokenizer without merges (tokenizer.ggml.merges is "
-                      "missing or empty)");
+    throw FormatError(
+        "byte-level BPE tokenizer without merges (tokenizer.ggml.merges is "
+        "missing or empty)");
   }
   std::unordered_map<std::string, int32_t> extras;
   for (int byte = 0; byte < 256; ++byte) {
@@ -85,8 +87,7 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenize
     const int32_t right_id = intern(right, extras);
     const int32_t result = intern(left + right, extras);
     // The first rule for a pair wins, like llama.cpp's emplace.
-    merges_.emplace(pair_key(left_id, right_id),
-                    MergeRule{static_cast<int32_t>(rank), result});
+    merges_.emplace(pair_key(left_id, right_id), MergeRule{static_cast<int32_t>(rank), result});
   }
   // A byte whose stand-in is no token may still be a merge part.
   for (int byte = 0; byte < 256; ++byte) {
@@ -101,8 +102,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenize
 int32_t ByteLevelBpeTokenizer::intern(const std::string& text,
                                       std::unordered_map<std::string, int32_t>& extras) {
   if (auto id = lookup(text)) return *id;
-  const auto [it, inserted] = extras.emplace(
-      text, static_cast<int32_t>(tokens_.size() + extra_symbols_.size()));
+  const auto [it, inserted] =
+      extras.emplace(text, static_cast<int32_t>(tokens_.size() + extra_symbols_.size()));
   if (inserted) extra_symbols_.push_back(text);
   return it->second;
 }

@@ -38,11 +38,11 @@ class ByteLevelBpeTokenizer final : public VocabTokenizer {
 
   PreTokenizer pre_tokenizer_;
   bool ignore_merges_ = false;
-  std::array<std::string, 256> byte_chars_;             // byte -> its stand-in (UTF-8)
-  std::unordered_map<uint32_t, uint8_t> char_bytes_;    // stand-in code point -> byte
-  std::array<int32_t, 256> byte_symbols_{};             // byte -> symbol id, -1 if none
-  std::unordered_map<uint64_t, MergeRule> merges_;      // (left << 32 | right) -> rule
-  std::vector<std::string> extra_symbols_;              // text of ids >= vocab_size()
+  std::array<std::string, 256> byte_chars_;           // byte -> its stand-in (UTF-8)
+  std::unordered_map<uint32_t, uint8_t> char_bytes_;  // stand-in code point -> byte
+  std::array<int32_t, 256> byte_symbols_{};           // byte -> symbol id, -1 if none
+  std::unordered_map<uint64_t, MergeRule> merges_;    // (left << 32 | right) -> rule
+  std::vector<std::string> extra_symbols_;            // text of ids >= vocab_size()
 };
 
 }  // namespace granule::detail

@@ -43,8 +43,7 @@ SentencePieceTokenizer::SentencePieceTokenizer(Vocabulary vocab)
   if (!vocab.bos && in_range(1)) bos_ = 1;
   if (!vocab.eos && in_range(2)) eos_ = 2;
   if (!vocab.unk && in_range(0)) unk_ = 0;
-  if (!vocab.eos && eos_ &&
-      std::find(eog_.begin(), eog_.end(), *eos_) == eog_.end()) {
+  if (!vocab.eos && eos_ && std::find(eog_.begin(), eog_.end(), *eos_) == eog_.end()) {
     eog_.insert(std::lower_bound(eog_.begin(), eog_.end(), *eos_), *eos_);
   }
   add_space_prefix_ = vocab.add_space_prefix.value_or(true);
@@ -88,8 +87,8 @@ void SentencePieceTokenizer::encode_plain(std::string_view text, std::vector<Tok
     const std::string_view merged = view.substr(a.begin, a.length + b.length);
     const auto id = matchable_token(merged);
     if (!id) return;
-    queue.push({scores_[static_cast<size_t>(*id)], left, right,
-                static_cast<uint32_t>(merged.size())});
+    queue.push(
+        {scores_[static_cast<size_t>(*id)], left, right, static_cast<uint32_t>(merged.size())});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(symbols.size()); ++i) consider(i - 1, i);
 

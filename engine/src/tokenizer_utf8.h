@@ -22,7 +22,7 @@ struct Step {
 inline Step scan(std::string_view text, size_t pos) {
   const auto lead = static_cast<uint8_t>(text[pos]);
   if (lead < 0x80) return {Scan::Complete, 1};
-  size_t need = 0;          // continuation bytes after the lead
+  size_t need = 0;           // continuation bytes after the lead
   uint8_t second_lo = 0x80;  // allowed range of the first continuation byte: excludes
   uint8_t second_hi = 0xBF;  // overlong forms, surrogates and code points past U+10FFFF
   if (lead >= 0xC2 && lead <= 0xDF) {
@@ -84,11 +84,16 @@ inline void append_codepoint(std::string& out, uint32_t cp) {
 
 // Decodes a complete, valid character of `length` bytes at text[pos].
 inline uint32_t decode_codepoint(std::string_view text, size_t pos, size_t length) {
-  const auto byte = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(text[pos + k])); };
+  const auto byte = [&](size_t k) {
+    return static_cast<uint32_t>(static_cast<uint8_t>(text[pos + k]));
+  };
   switch (length) {
-    case 1: return byte(0);
-    case 2: return ((byte(0) & 0x1F) << 6) | (byte(1) & 0x3F);
-    case 3: return ((byte(0) & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
+    case 1:
+      return byte(0);
+    case 2:
+      return ((byte(0) & 0x1F) << 6) | (byte(1) & 0x3F);
+    case 3:
+      return ((byte(0) & 0x0F) << 12) | ((byte(1) & 0x3F) << 6) | (byte(2) & 0x3F);
     default:
       return ((byte(0) & 0x07) << 18) | ((byte(1) & 0x3F) << 12) | ((byte(2) & 0x3F) << 6) |
              (byte(3) & 0x3F);

@@ -27,8 +27,8 @@ std::optional<TokenId> token_id(const ModelFile& file, std::string_view key, siz
   if (!id) return std::nullopt;
   if (*id < 0 || static_cast<uint64_t>(*id) >= n_tokens) {
     logger("engine.tokenizer")
-        ->warn("{}{} = {} is outside the vocabulary ({} tokens); ignoring it",
-               where(file), key, *id, n_tokens);
+        ->warn("{}{} = {} is outside the vocabulary ({} tokens); ignoring it", where(file), key,
+               *id, n_tokens);
     return std::nullopt;
   }
   return static_cast<TokenId>(*id);
@@ -37,14 +37,23 @@ std::optional<TokenId> token_id(const ModelFile& file, std::string_view key, siz
 // Token texts llama.cpp recognises as end-of-turn when the file names no EOT id, in the
 // order they are preferred.
 constexpr std::string_view kEndOfTurnTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|end_of_text|>", "<EOT>", "_<EOT>", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",      "<|im_end|>", "<|end|>", "<end_of_turn>",         "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>",      "_<EOT>",  "<｜end▁of▁sentence｜>", "<end_of_utterance>",
 };
 
 // Token texts that end generation wherever they appear in a vocabulary.
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|eom_id|>",
-    "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>", "<｜end▁of▁sentence｜>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<｜end▁of▁sentence｜>",
 };
 
 }  // namespace
@@ -125,8 +134,8 @@ VocabTokenizer::VocabTokenizer(Vocabulary& vocab, bool default_add_bos) {
     const auto [it, inserted] = ids_by_text_.emplace(tokens_[i], static_cast<TokenId>(i));
     if (!inserted) {
       logger("engine.tokenizer")
-          ->warn("token '{}' appears twice in the vocabulary (ids {} and {}); using {}",
-                 tokens_[i], it->second, i, it->second);
+          ->warn("token '{}' appears twice in the vocabulary (ids {} and {}); using {}", tokens_[i],
+                 it->second, i, it->second);
     }
   }
 

@@ -15,12 +15,12 @@ namespace granule::detail {
 
 // tokenizer.ggml.* as the file has it (absent keys stay empty / nullopt).
 struct Vocabulary {
-  std::string model;                 // tokenizer.ggml.model
-  std::string pre;                   // tokenizer.ggml.pre
-  std::vector<std::string> tokens;   // tokenizer.ggml.tokens
-  std::vector<float> scores;         // tokenizer.ggml.scores, empty when absent
-  std::vector<int32_t> types;        // tokenizer.ggml.token_type, all Normal when absent
-  std::vector<std::string> merges;   // tokenizer.ggml.merges ("left right")
+  std::string model;                // tokenizer.ggml.model
+  std::string pre;                  // tokenizer.ggml.pre
+  std::vector<std::string> tokens;  // tokenizer.ggml.tokens
+  std::vector<float> scores;        // tokenizer.ggml.scores, empty when absent
+  std::vector<int32_t> types;       // tokenizer.ggml.token_type, all Normal when absent
+  std::vector<std::string> merges;  // tokenizer.ggml.merges ("left right")
   std::optional<TokenId> bos, eos, eot, eom, unk, pad;
   std::optional<bool> add_bos, add_eos, add_space_prefix;
 };
@@ -34,8 +34,7 @@ Vocabulary read_vocabulary(const ModelFile& file);
 // the plain text between them to the subclass's BPE.
 class VocabTokenizer : public Tokenizer {
  public:
-  std::vector<TokenId> encode(std::string_view text, bool add_bos,
-                              bool parse_special) const final;
+  std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special) const final;
 
  protected:
   // Takes the vocabulary's tokens, types and ids. default_add_bos applies when the file

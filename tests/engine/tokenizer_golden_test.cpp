@@ -8,14 +8,14 @@
 //   smollm2_goldens.txt, made by tests/reference/make_smollm2_tokenizer_goldens.py with
 //   Hugging Face tokenizers from the GGUF's own vocabulary and merges.
 // Each test skips when its data is absent.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "granule/gguf.h"
 #include "granule/tokenizer.h"
@@ -87,8 +87,8 @@ TEST_P(LlamaCppVocabGolden, EncodesEveryStringLikeHuggingFaceAndDecodesBack) {
 
   for (size_t i = 0; i < texts.size(); ++i) {
     const std::vector<TokenId> ids = tokenizer->encode(texts[i], false, false);
-    EXPECT_EQ(ids, expected[i]) << "case " << i << " '" << texts[i] << "'\n got      "
-                                << show(ids) << "\n expected " << show(expected[i]);
+    EXPECT_EQ(ids, expected[i]) << "case " << i << " '" << texts[i] << "'\n got      " << show(ids)
+                                << "\n expected " << show(expected[i]);
     EXPECT_EQ(tokenizer->decode(ids), texts[i]) << "case " << i;
   }
 }
@@ -150,8 +150,8 @@ TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
     const std::vector<TokenId> expected = parse_ids(line.substr(tab2 + 1));
 
     const std::vector<TokenId> ids = tokenizer->encode(text, false, parse_special);
-    EXPECT_EQ(ids, expected) << "'" << text << "' parse_special=" << parse_special
-                             << "\n got      " << show(ids) << "\n expected " << show(expected);
+    EXPECT_EQ(ids, expected) << "'" << text << "' parse_special=" << parse_special << "\n got      "
+                             << show(ids) << "\n expected " << show(expected);
     // Byte-level BPE loses nothing: the ids decode to the text (special tokens rendered).
     EXPECT_EQ(tokenizer->decode(ids, /*render_special=*/true), text);
     ++cases;
