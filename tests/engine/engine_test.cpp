@@ -1,0 +1,401 @@
+// Tests of the Engine on the CPU: open on synthetic models, greedy generation equal to the
+// teacher-forced logits, multi-sequence continuous batching equal to one at a time, chunked
+// prefill, cancel mid-prefill freeing KV, stop strings, bad input; and on the default model
+// (when present) 32 greedy tokens and logits against the numpy reference's golden
+// (tests/data/reference/smollm2-135m-q4_1.chat.txt, made by make_default_model_golden.py).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "granule/engine.h"
+#include "granule/error.h"
+#include "granule/synthetic_model.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempModel {
+  fs::path path;
+  explicit TempModel(const SyntheticModelSpec& spec) {
+    path = fs::temp_directory_path() / ("granule_engine_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()) + ".gguf");
+    write_synthetic_model(spec, path);
+  }
+  ~TempModel() { fs::remove(path); }
+};
+
+EngineOptions cpu_options() {
+  EngineOptions o;
+  o.device = DeviceKind::Cpu;
+  o.cpu_threads = 2;
+  o.context_length = 256;
+  o.max_sequences = 4;
+  return o;
+}
+
+// What a sink saw for one sequence.
+struct Output {
+  std::vector<int32_t> tokens;
+  std::string text;
+  FinishReason reason = FinishReason::None;
+  int finishes = 0;
+  std::string error;
+};
+
+Request token_request(std::vector<TokenId> prompt, int32_t max_tokens,
+                      std::map<SequenceId, Output>& outputs) {
+  Request r;
+  r.prompt_tokens = std::move(prompt);
+  r.sampling = SamplingParams::greedy();
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  r.sink.on_token = [&outputs](SequenceId id, const std::string& text, int32_t token) {
+    if (token != kNoToken) outputs[id].tokens.push_back(token);
+    outputs[id].text += text;
+  };
+  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
+    outputs[id].reason = reason;
+    outputs[id].error = error;
+    ++outputs[id].finishes;
+  };
+  return r;
+}
+
+void run_to_idle(Engine& engine, int max_steps = 10000) {
+  for (int i = 0; i < max_steps && engine.step(); ++i) {
+  }
+  ASSERT_TRUE(engine.idle());
+}
+
+int32_t argmax(const std::vector<float>& row) {
+  return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+uint64_t kv_committed(const Engine& engine) { return engine.telemetry().ledger.at("kv"); }
+
+// The case: greedy decode through the scheduler (prefill, then KV-cached steps) picks the
+// argmax of teacher-forced logits over prompt + generated tokens at every step.
+TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"));
+  auto engine = Engine::open(model.path, cpu_options());
+  std::map<SequenceId, Output> out;
+  const std::vector<TokenId> prompt = {1, 40, 41, 42, 300, 5};
+  SequenceId id = engine->submit(token_request(prompt, 10, out));
+  run_to_idle(*engine);
+  ASSERT_EQ(out[id].tokens.size(), 10u);
+  EXPECT_EQ(out[id].reason, FinishReason::MaxTokens);
+  EXPECT_EQ(out[id].finishes, 1);
+
+  std::vector<TokenId> all = prompt;
+  all.insert(all.end(), out[id].tokens.begin(), out[id].tokens.end());
+  auto rows = engine->logits_for(all);
+  for (size_t i = 0; i < out[id].tokens.size(); ++i) {
+    EXPECT_EQ(argmax(rows[prompt.size() - 1 + i]), out[id].tokens[i]) << "token " << i;
+  }
+  EXPECT_EQ(kv_committed(*engine), 0u);
+}
+
+// The case: four sequences batched together (different lengths, some waiting for a slot)
+// produce the same tokens as each run alone.
+TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
+  TempModel model(SyntheticModelSpec::preset("tiny-qwen3"));
+  const std::vector<std::vector<TokenId>> prompts = {
+      {1, 10, 20, 30}, {1, 300, 301}, {7, 7, 7, 7, 7, 7, 7, 7, 7}, {2, 100}, {44, 55, 66, 77, 88}};
+  std::vector<std::vector<int32_t>> alone;
+  {
+    auto engine = Engine::open(model.path, cpu_options());
+    for (const auto& p : prompts) {
+      std::map<SequenceId, Output> out;
+      SequenceId id = engine->submit(token_request(p, 6, out));
+      run_to_idle(*engine);
+      alone.push_back(out[id].tokens);
+    }
+  }
+  EngineOptions o = cpu_options();
+  o.max_sequences = 3;           // five requests, three slots: two wait
+  o.prefill_chunk_tokens = 4;    // prompts are chunked while others decode
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  for (const auto& p : prompts) ids.push_back(engine->submit(token_request(p, 6, out)));
+  engine->step();
+  EXPECT_EQ(engine->telemetry().sequences.size(), prompts.size());
+  run_to_idle(*engine);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "sequence " << i;
+    EXPECT_EQ(out[ids[i]].finishes, 1);
+  }
+  EXPECT_EQ(kv_committed(*engine), 0u);
+}
+
+// The case: cancelling in the middle of a long chunked prefill finishes the sequence at once
+// with Cancelled and returns all its KV granules (committed bytes back to 0).
+TEST(Engine, CancelMidPrefillFreesKv) {
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.n_layer = 4;
+  spec.n_embd = 128;
+  spec.n_head = 4;
+  spec.n_head_kv = 4;   // 4 KiB of f32 KV per token: a granule holds 512 tokens
+  TempModel model(spec);
+  EngineOptions o = cpu_options();
+  o.context_length = 2048;
+  o.prefill_chunk_tokens = 64;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<TokenId> prompt(1500);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(3 + i % 300);
+  SequenceId id = engine->submit(token_request(prompt, 4, out));
+  for (int i = 0; i < 10; ++i) engine->step();   // 640 of 1500 prompt tokens: two granules
+  const auto t = engine->telemetry();
+  ASSERT_EQ(t.sequences.size(), 1u);
+  EXPECT_GT(t.sequences[0].kv_committed_bytes, 2u << 20);
+  EXPECT_GT(kv_committed(*engine), 0u);
+  engine->cancel(id);
+  EXPECT_EQ(out[id].reason, FinishReason::Cancelled);
+  EXPECT_EQ(out[id].finishes, 1);
+  EXPECT_TRUE(out[id].tokens.empty());
+  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_TRUE(engine->idle());
+  EXPECT_FALSE(engine->step());
+  engine->cancel(id);   // a second cancel of a finished sequence is harmless
+  EXPECT_EQ(out[id].finishes, 1);
+}
+
+// The case: a sink cancelling its own sequence from on_token ends it after that step.
+TEST(Engine, CancelFromSinkFinishesAfterStep) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  auto engine = Engine::open(model.path, cpu_options());
+  std::map<SequenceId, Output> out;
+  Request r = token_request({1, 2, 3}, 50, out);
+  Engine* e = engine.get();
+  auto base = r.sink.on_token;
+  r.sink.on_token = [&, base, e](SequenceId id, const std::string& text, int32_t token) {
+    base(id, text, token);
+    if (out[id].tokens.size() == 3) e->cancel(id);
+  };
+  SequenceId id = engine->submit(std::move(r));
+  run_to_idle(*engine);
+  EXPECT_EQ(out[id].tokens.size(), 3u);
+  EXPECT_EQ(out[id].reason, FinishReason::Cancelled);
+  EXPECT_EQ(kv_committed(*engine), 0u);
+}
+
+TEST(Engine, PromptLongerThanContextIsCapacityError) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  EngineOptions o = cpu_options();
+  o.context_length = 16;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  EXPECT_THROW(engine->submit(token_request(std::vector<TokenId>(16, 5), 4, out)), CapacityError);
+  EXPECT_NO_THROW(engine->submit(token_request(std::vector<TokenId>(15, 5), 4, out)));
+  EXPECT_THROW(engine->logits_for(std::vector<TokenId>(17, 5)), CapacityError);
+  EXPECT_THROW(engine->submit(token_request({}, 4, out)), UsageError);
+}
+
+// The case: generation stops at the context's end with MaxTokens, never writing past it.
+TEST(Engine, GenerationStopsAtContextEnd) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  EngineOptions o = cpu_options();
+  o.context_length = 12;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  SequenceId id = engine->submit(token_request({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 100, out));
+  run_to_idle(*engine);
+  EXPECT_EQ(out[id].tokens.size(), 2u);
+  EXPECT_EQ(out[id].reason, FinishReason::MaxTokens);
+}
+
+// The case: a stop string ends the sequence; the text before it is sent, it and what
+// follows are not; text that could begin it is held back rather than sent early.
+TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"));
+  auto engine = Engine::open(model.path, cpu_options());
+  std::map<SequenceId, Output> free_run;
+  SequenceId id = engine->submit(token_request({1, 300, 200, 100}, 12, free_run));
+  run_to_idle(*engine);
+  const std::string full = free_run[id].text;
+  ASSERT_GE(full.size(), 4u) << "the synthetic model should produce some text";
+  // Stop on the text of generated tokens 3 and 4, which are printable byte-level tokens.
+  const std::string stop = full.substr(full.size() / 2, 2);
+  const std::string expected = full.substr(0, full.find(stop));
+
+  std::map<SequenceId, Output> out;
+  Request r = token_request({1, 300, 200, 100}, 12, out);
+  r.sampling.stop_strings = {stop};
+  SequenceId stopped = engine->submit(std::move(r));
+  run_to_idle(*engine);
+  EXPECT_EQ(out[stopped].reason, FinishReason::StopString);
+  EXPECT_EQ(out[stopped].text, expected);
+  EXPECT_EQ(kv_committed(*engine), 0u);
+}
+
+TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  auto engine = Engine::open(model.path, cpu_options());
+  ASSERT_NE(engine->chat_template(), nullptr);
+  EXPECT_EQ(engine->chat_template()->family(), TemplateFamily::ChatML);
+  std::map<SequenceId, Output> out;
+  Request r = token_request({}, 3, out);
+  r.prompt_tokens.reset();
+  r.messages = {{"user", "hi there"}};
+  SequenceId id = engine->submit(std::move(r));
+  // The rendered prompt starts with <|im_start|> as one special token.
+  const auto t = engine->telemetry();
+  ASSERT_EQ(t.sequences.size(), 1u);
+  const auto expected = engine->tokenizer().encode("<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n",
+                                                   false, true);
+  EXPECT_EQ(expected.front(), kSyntheticImStart);
+  EXPECT_EQ(t.sequences[0].tokens, static_cast<int64_t>(expected.size()));
+  run_to_idle(*engine);
+  EXPECT_EQ(out[id].finishes, 1);
+}
+
+TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.chat_template = "{{ something nobody has seen }}";
+  TempModel model(spec);
+  auto engine = Engine::open(model.path, cpu_options());
+  EXPECT_EQ(engine->chat_template(), nullptr);
+  std::map<SequenceId, Output> out;
+  Request chat = token_request({}, 3, out);
+  chat.prompt_tokens.reset();
+  chat.messages = {{"user", "hello"}};
+  EXPECT_THROW(engine->submit(std::move(chat)), UnsupportedError);
+  EXPECT_NO_THROW(engine->submit(token_request({1, 2}, 2, out)));   // raw tokens still work
+}
+
+TEST(Engine, UnsupportedArchitectureFailsOpenNamingIt) {
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.architecture = "gpt2";
+  TempModel model(spec);
+  try {
+    Engine::open(model.path, cpu_options());
+    FAIL() << "expected UnsupportedError";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpt2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, ContextIsClampedToTheModels) {
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.context_length = 64;
+  TempModel model(spec);
+  EngineOptions o = cpu_options();
+  o.context_length = 100000;
+  auto engine = Engine::open(model.path, o);
+  EXPECT_EQ(engine->options().context_length, 64);
+  EXPECT_NE(engine->device_name().find("CPU"), std::string::npos);
+}
+
+#ifndef GRANULE_HAVE_CUDA
+TEST(Engine, CudaDeviceWithoutCudaBuildIsUnsupported) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  EngineOptions o = cpu_options();
+  o.device = DeviceKind::Cuda;
+  EXPECT_THROW(Engine::open(model.path, o), UnsupportedError);
+}
+#endif
+
+TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
+  TempModel model(SyntheticModelSpec::preset("tiny"));
+  auto engine = Engine::open(model.path, cpu_options());
+  std::map<SequenceId, Output> out;
+  engine->submit(token_request({1, 2, 3, 4}, 5, out));
+  engine->step();   // prefill + first token
+  auto t = engine->telemetry();
+  EXPECT_EQ(t.device.substr(0, 3), "CPU");
+  EXPECT_FALSE(t.gpu);
+  ASSERT_EQ(t.sequences.size(), 1u);
+  EXPECT_EQ(t.sequences[0].kv_committed_bytes, 2u << 20);   // one granule
+  EXPECT_GT(t.sequences[0].kv_reserved_bytes, 0u);
+  EXPECT_EQ(t.ledger.at("kv"), 2u << 20);
+  EXPECT_GT(t.ledger.at("weights"), 0u);
+  run_to_idle(*engine);
+  t = engine->telemetry();
+  EXPECT_GT(t.prompt_tokens_per_second, 0);
+  EXPECT_GT(t.decode_tokens_per_second, 0);
+  EXPECT_EQ(t.steps, 5u);
+  EXPECT_GE(t.granules_unmapped, 1u);
+}
+
+// ---- the default model -----------------------------------------------------------------
+
+fs::path default_model_path() {
+  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
+  const char* xdg = std::getenv("XDG_DATA_HOME");
+  const char* home = std::getenv("HOME");
+  fs::path base = xdg ? fs::path(xdg) : fs::path(home ? home : "") / ".local/share";
+  return base / "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+struct DefaultGolden {
+  std::vector<int32_t> tokens, greedy, logit_ids;
+  std::vector<float> logit_values;
+  double logit_max_abs = 0;
+};
+
+DefaultGolden read_default_golden() {
+  std::ifstream in(fs::path(GRANULE_SOURCE_DIR) / "tests/data/reference/smollm2-135m-q4_1.chat.txt");
+  DefaultGolden g;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream s(line);
+    std::string key;
+    s >> key;
+    if (key == "tokens") for (int32_t x; s >> x;) g.tokens.push_back(x);
+    if (key == "greedy") for (int32_t x; s >> x;) g.greedy.push_back(x);
+    if (key == "logit_ids") for (int32_t x; s >> x;) g.logit_ids.push_back(x);
+    if (key == "logit_values") for (float x; s >> x;) g.logit_values.push_back(x);
+    if (key == "logit_max_abs") s >> g.logit_max_abs;
+  }
+  return g;
+}
+
+// The case (issue 3's acceptance): on SmolLM2-135M-Instruct Q4_1, the chat prompt renders
+// and tokenises to the reference's tokens, 32 greedy tokens equal the float64 numpy
+// reference's, and the last-position logits are within 1e-4 relative error.
+TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
+  const fs::path path = default_model_path();
+  if (!fs::exists(path)) GTEST_SKIP() << "default model not found at " << path;
+  const DefaultGolden g = read_default_golden();
+  ASSERT_EQ(g.greedy.size(), 32u);
+  ASSERT_EQ(g.logit_ids.size(), g.logit_values.size());
+
+  EngineOptions o = cpu_options();
+  o.context_length = 512;
+  auto engine = Engine::open(path, o);
+
+  std::map<SequenceId, Output> out;
+  Request chat = token_request({}, 32, out);
+  chat.prompt_tokens.reset();
+  chat.messages = {{"user", "What is the capital of France?"}};
+  chat.sampling.stop_strings.clear();
+  SequenceId id = engine->submit(std::move(chat));
+  EXPECT_EQ(engine->telemetry().sequences.at(0).tokens, static_cast<int64_t>(g.tokens.size()));
+  run_to_idle(*engine);
+  EXPECT_EQ(out[id].tokens, g.greedy);
+  EXPECT_EQ(out[id].text.rfind("The capital of France is Paris.", 0), 0u) << out[id].text;
+
+  auto rows = engine->logits_for(g.tokens);
+  const std::vector<float>& last = rows.back();
+  double max_diff = 0;
+  for (size_t i = 0; i < g.logit_ids.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(double(last[static_cast<size_t>(g.logit_ids[i])]) - g.logit_values[i]));
+  }
+  EXPECT_LE(max_diff / g.logit_max_abs, 1e-4);
+  double max_abs = 0;
+  for (float v : last) max_abs = std::max(max_abs, std::abs(double(v)));
+  EXPECT_NEAR(max_abs, g.logit_max_abs, 1e-4 * g.logit_max_abs);
+}
+
+}  // namespace
+}  // namespace granule
