@@ -1,0 +1,33 @@
+// Causal grouped-query attention over each sequence's flat token-major f16 KV, reading only
+// tokens [0, length) of each row (flash-decoding: the tokens are split over blocks, then the
+// partial softmaxes are merged). A row is one query: a decoding sequence, or one prompt
+// token of a prefill (its length is its position + 1), so one kernel serves both.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace granule::kernels {
+
+struct AttentionArgs {
+  const float* q = nullptr;  int64_t q_stride = 0;   // [rows][n_head * head_dim], already rotated
+  float* out = nullptr;      int64_t out_stride = 0; // [rows][n_head * head_dim]
+  int rows = 0, n_head = 0, n_kv = 0, head_dim = 0;
+  const int32_t* lengths = nullptr;     // [rows] visible tokens [0, length)
+  const int32_t* slots = nullptr;       // [rows] index into slot_base
+  __half* const* slot_base = nullptr;
+  int64_t token_stride = 0;             // halves per token over all layers
+  int layer = 0;
+  float scale = 1.0f;                   // 1 / sqrt(head_dim)
+  int split_tokens = 128;               // tokens per split
+  int max_splits = 1;                   // ceil(longest possible length / split_tokens)
+  float* partial = nullptr;             // attention_workspace_floats(...) floats
+};
+
+size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head_dim);
+
+// head_dim 64, 128 or 256; n_head / n_kv at most 8.
+cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+}  // namespace granule::kernels

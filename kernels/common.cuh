@@ -1,0 +1,72 @@
+// Device helpers shared by every kernel family: warp reductions, half/bf16 loads, the
+// launch-check helper the launchers return through, and small integer helpers.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace granule::kernels {
+
+constexpr int kWarpSize = 32;
+
+inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
+
+// Launchers return this: the launch configuration error, if any (kernels never abort).
+inline cudaError_t launch_status() { return cudaGetLastError(); }
+
+#ifdef __CUDACC__
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ int warp_sum_int(int v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Sums v over a whole block (blockDim.x a multiple of 32, at most 1024); every thread
+// gets the total. `scratch` needs 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();   // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int n_warps = blockDim.x / kWarpSize;
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) {
+  return __half2float(__ushort_as_half(bits));
+}
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) {
+  return __uint_as_float(static_cast<uint32_t>(bits) << 16);
+}
+
+// Reads 4 bytes at a 2-byte aligned address (GGUF blocks are only 2-byte aligned).
+__device__ __forceinline__ int load_int_aligned2(const uint8_t* p) {
+  const uint16_t* p16 = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<int>(static_cast<uint32_t>(p16[0]) | (static_cast<uint32_t>(p16[1]) << 16));
+}
+
+__device__ __forceinline__ int load_int_aligned4(const uint8_t* p) {
+  return *reinterpret_cast<const int*>(p);
+}
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+#endif  // __CUDACC__
+
+}  // namespace granule::kernels

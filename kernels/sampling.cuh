@@ -1,0 +1,50 @@
+// Token selection on the device, so only token ids cross to the host: penalties over each
+// row's recent tokens, then greedy (argmax, lowest id on ties) or top-k (at most 256
+// candidates; top_k = 0 also keeps the 256 most likely), temperature, top-p, min-p and a
+// seeded draw. Every per-step input lives in device buffers (graph capturable).
+#pragma once
+#include <cstdint>
+#include <cuda_runtime.h>
+
+namespace granule::kernels {
+
+constexpr int kMaxSamplingCandidates = 256;
+
+struct DeviceSamplingParams {
+  float temperature = 0.0f;          // <= 0: greedy
+  int32_t top_k = 0;                 // 0 = the 256 most likely
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;   // llama.cpp: logit / p when positive, * p when negative
+  float frequency_penalty = 0.0f;    // minus count * f
+  float presence_penalty = 0.0f;     // minus p once present
+  int32_t penalty_last_n = 64;
+  uint64_t seed = 0;
+  uint64_t step = 0;                 // the draw is a function of (seed, step)
+};
+
+struct SamplingArgs {
+  float* logits = nullptr;  int64_t logits_stride = 0;   // [rows][n_vocab]; penalties edit in place
+  int rows = 0, n_vocab = 0;
+  const DeviceSamplingParams* params = nullptr;          // [rows]
+  const int32_t* history = nullptr;  int history_stride = 0;   // [rows][stride], oldest first
+  const int32_t* history_length = nullptr;                     // [rows]
+  int32_t* tokens = nullptr;                                   // [rows] out
+};
+
+// The uniform draw in [0, 1) the sampler uses for (seed, step); the host tests use it too.
+__host__ __device__ inline float sampling_uniform(uint64_t seed, uint64_t step) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (step + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+}
+
+cudaError_t launch_sampling(const SamplingArgs& args, cudaStream_t stream);
+
+// Argmax of each row (lowest id on ties), no penalties: the greedy fast path.
+cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
+                          int32_t* tokens, cudaStream_t stream);
+
+}  // namespace granule::kernels
