@@ -61,7 +61,7 @@ bool Tokenizer::is_end_of_generation(TokenId id) const {
 }
 
 std::string IncrementalDetokenizer::push(TokenId id) {
-  std::string piece = tokenizer_.token_to_piece(id);
+  std::string piece = tokenizer_.token_to_piece(id, render_special_);
   // The same first-token rule as Tokenizer::decode, so the pieces add up to decode().
   if (first_ && !(tokenizer_.bos() && id == *tokenizer_.bos())) {
     if (tokenizer_.adds_space_prefix() && !piece.empty() && piece.front() == ' ') {

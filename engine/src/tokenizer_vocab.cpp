@@ -74,14 +74,16 @@ Vocabulary read_vocabulary(const ModelFile& file) {
   const size_t n_tokens = vocab.tokens.size();
 
   if (const GgufValue* scores = file.find("tokenizer.ggml.scores")) {
-    if (scores->type != GgufType::ARRAY || scores->array_size() < n_tokens) {
+    // Float scores as written by the converters; llama.cpp also accepts integers.
+    const bool floats = scores->floats.size() >= n_tokens;
+    if (scores->type != GgufType::ARRAY || (!floats && scores->ints.size() < n_tokens)) {
       throw FormatError(where(file) + "tokenizer.ggml.scores is not an array of " +
                         std::to_string(n_tokens) + " numbers");
     }
     vocab.scores.resize(n_tokens);
     for (size_t i = 0; i < n_tokens; ++i) {
-      vocab.scores[i] = scores->floats.empty() ? static_cast<float>(scores->ints.at(i))
-                                               : static_cast<float>(scores->floats.at(i));
+      vocab.scores[i] =
+          floats ? static_cast<float>(scores->floats[i]) : static_cast<float>(scores->ints[i]);
     }
   }
 

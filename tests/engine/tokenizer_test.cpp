@@ -197,6 +197,19 @@ TEST_F(TinyVocab, MissingVocabularyPartsAreFormatErrors) {
   short_types.extra.emplace_back("tokenizer.ggml.token_type",
                                  GgufValue::int_array(GgufType::INT32, {1, 1}));
   EXPECT_THROW(build(short_types), FormatError);
+  auto text_scores = byte_level({}, {"a b"});
+  text_scores.extra.emplace_back("tokenizer.ggml.scores",
+                                 GgufValue::string_array(std::vector<std::string>(256, "x")));
+  EXPECT_THROW(build(text_scores), FormatError);
+}
+
+TEST_F(TinyVocab, SpecialIdsOutsideTheVocabularyAreIgnored) {
+  auto spec = byte_level({}, {"a b"});
+  spec.extra.emplace_back("tokenizer.ggml.bos_token_id", GgufValue::u32(100000));
+  spec.extra.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(7));
+  auto tokenizer = build(spec);
+  EXPECT_FALSE(tokenizer->bos().has_value());
+  EXPECT_EQ(tokenizer->eos(), 7);
 }
 
 TEST_F(TinyVocab, KnownPreTokenizerNamesAllCompile) {
@@ -251,6 +264,10 @@ TEST_F(TinyVocab, SpecialTokensParseOnlyWhenAskedButUserDefinedAlways) {
   EXPECT_EQ(tokenizer->token_to_piece(tool), "<tool>");
   EXPECT_EQ(tokenizer->decode(parsed), "a<tool>");
   EXPECT_EQ(tokenizer->decode(parsed, true), "<|im_start|>a<tool>");
+  IncrementalDetokenizer hidden(*tokenizer);
+  EXPECT_EQ(hidden.push(start), "");
+  IncrementalDetokenizer shown(*tokenizer, /*render_special=*/true);
+  EXPECT_EQ(shown.push(start), "<|im_start|>");
 }
 
 TEST_F(TinyVocab, BosIsAddedOnlyWhenAskedAndPresent) {

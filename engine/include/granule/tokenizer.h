@@ -85,7 +85,9 @@ class Tokenizer {
 // complete, so it never emits half a UTF-8 sequence.
 class IncrementalDetokenizer {
  public:
-  explicit IncrementalDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // render_special: control tokens show as their text (as in token_to_piece).
+  explicit IncrementalDetokenizer(const Tokenizer& tokenizer, bool render_special = false)
+      : tokenizer_(tokenizer), render_special_(render_special) {}
   std::string push(TokenId id);   // complete characters now available (maybe "")
   std::string flush();            // whatever is held back (invalid bytes become U+FFFD)
   void reset();
@@ -94,6 +96,7 @@ class IncrementalDetokenizer {
   const Tokenizer& tokenizer_;
   std::string pending_;
   bool first_ = true;
+  bool render_special_ = false;
 };
 
 }  // namespace granule
