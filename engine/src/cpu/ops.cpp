@@ -4,27 +4,13 @@
 #include <cmath>
 #include <numbers>
 
+#include "cpu/row_kernels.h"
 #include "cpu/thread_pool.h"
 #include "granule/quant.h"
 
 namespace granule::cpu {
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-  // 32 independent partial sums keep the adds pipelined and let the compiler vectorise
-  // without reassociating; they are combined in one fixed order at the end.
-  constexpr int kLanes = 32;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  }
-  return acc[0] + tail;
-}
+float dot_f32(const float* a, const float* b, int64_t n) { return dot_f32_fast(a, b, n); }
 
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
   const float mean_square = dot_f32(x, x, n) / static_cast<float>(n);
@@ -100,7 +86,7 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
       const float* values = reinterpret_cast<const float*>(row);
       if (type != TensorType::F32) {
-        dequantize_row(type, row, decoded.data(), n_cols);
+        decode_row(type, row, decoded.data(), n_cols);
         values = decoded.data();
       }
       for (int64_t t = 0; t < n_tokens; ++t) {

@@ -12,8 +12,8 @@ namespace granule::cpu {
 
 class ThreadPool;
 
-// Dot product of two f32 vectors, in a fixed summation order (8 interleaved partial sums),
-// so a result never depends on how a batch was split.
+// Dot product of two f32 vectors, in one fixed summation order (row_kernels.h), so a
+// result never depends on how a batch was split or on the CPU's vector extensions.
 float dot_f32(const float* a, const float* b, int64_t n);
 
 // out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]. out may alias x.

@@ -1,0 +1,55 @@
+// Tests of the CPU backend's row kernels: the vector decoders give exactly quant.h's
+// dequantize_row bits for every block type, and the fast dot exactly the portable one's.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/row_kernels.h"
+#include "granule/quant.h"
+
+namespace granule::cpu {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+TEST(CpuRowKernels, DecodeRowIsBitIdenticalToDequantizeRow) {
+  const int64_t n = 1024;
+  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+                          TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K,
+                          TensorType::Q6_K}) {
+    auto values = random_values(n, 1);
+    std::vector<uint8_t> row(row_bytes(type, n));
+    quantize_row(type, values.data(), row.data(), n);
+    std::vector<float> expected(n), got(n);
+    dequantize_row(type, row.data(), expected.data(), n);
+    decode_row(type, row.data(), got.data(), n);
+    EXPECT_EQ(std::memcmp(expected.data(), got.data(), n * sizeof(float)), 0)
+        << tensor_type_info(type).name;
+  }
+}
+
+TEST(CpuRowKernels, FastDotIsBitIdenticalToPortableDot) {
+  for (int64_t n : {0, 1, 5, 31, 32, 33, 64, 100, 576, 1536, 4099}) {
+    auto a = random_values(static_cast<size_t>(n), 2);
+    auto b = random_values(static_cast<size_t>(n), 3);
+    const float portable = dot_f32_portable(a.data(), b.data(), n);
+    const float fast = dot_f32_fast(a.data(), b.data(), n);
+    EXPECT_EQ(std::memcmp(&portable, &fast, sizeof(float)), 0) << "n=" << n;
+    double exact = 0;
+    for (int64_t i = 0; i < n; ++i) exact += double(a[i]) * b[i];
+    EXPECT_NEAR(portable, exact, 1e-5 * (1 + std::abs(exact)) * std::sqrt(double(n) + 1)) << "n=" << n;
+  }
+  RecordProperty("avx2", row_kernels_use_avx2() ? "yes" : "no");
+}
+
+}  // namespace
+}  // namespace granule::cpu
