@@ -1,0 +1,302 @@
+// granule-bench: llama-bench-style throughput of the CUDA backend on a GGUF file or a
+// synthetic model made with the project's writer: prompt processing (pp), single-sequence
+// generation (tg) and batched decode, each decode figure also as a fraction of the memory
+// roofline (weight bytes read per step over the device-to-device bandwidth measured here).
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backend.h"
+#include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/log.h"
+#include "granule/model_config.h"
+#include "granule/synthetic_model.h"
+#include "kv_space.h"
+#include "memory_manager.h"
+
+#ifdef GRANULE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/device_memory.h"
+#endif
+
+namespace granule {
+namespace {
+
+struct Result {
+  std::string test;
+  int batch = 1;
+  double tokens_per_second = 0;
+  double ms_per_step = 0;
+  double roofline_fraction = -1;   // decode only
+};
+
+// "llama3-8b:Q4_0" -> a synthetic model file in the temp folder (made once, then reused).
+std::filesystem::path synthetic_model(const std::string& spec_text) {
+  const auto colon = spec_text.find(':');
+  const std::string preset = spec_text.substr(0, colon);
+  SyntheticModelSpec spec = SyntheticModelSpec::preset(preset);
+  if (colon != std::string::npos) {
+    const std::string type_name = spec_text.substr(colon + 1);
+    bool found = false;
+    for (uint32_t id = 0; id < 64 && !found; ++id) {
+      const auto info = tensor_type_info(id);
+      if (info && info->name == type_name) {
+        // Layer weights and embeddings in the named type; the output head as llama.cpp's
+        // quantiser leaves it for 4-bit files (Q6_K) when the width allows.
+        spec.weight_type = info->type;
+        spec.embedding_type = info->type;
+        spec.output_type = spec.n_embd % 256 == 0 && info->type != TensorType::F16 ? TensorType::Q6_K : info->type;
+        found = true;
+      }
+    }
+    if (!found) throw UsageError("unknown block type '" + type_name + "' in --synthetic " + spec_text);
+  }
+  std::string file_name = "granule-bench-" + spec_text + ".gguf";
+  std::replace(file_name.begin(), file_name.end(), ':', '-');
+  const auto path = std::filesystem::temp_directory_path() / file_name;
+  if (!std::filesystem::exists(path)) {
+    const auto start = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "writing synthetic model %s to %s ...\n", spec_text.c_str(), path.c_str());
+    write_synthetic_model(spec, path.string() + ".partial");
+    std::filesystem::rename(path.string() + ".partial", path);
+    std::fprintf(stderr, "  done in %.1f s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return path;
+}
+
+std::string human_bytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ull << 30));
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ull << 20));
+  return buf;
+}
+
+#ifdef GRANULE_HAVE_CUDA
+
+// Device-to-device copy bandwidth, counting bytes read plus bytes written (GB/s).
+double measure_bandwidth_gbs() {
+  MemoryManager scratch(uint64_t{1} << 40);
+  const size_t bytes = size_t{2} << 30;
+  cuda::DeviceBuffer a(scratch, MemoryCategory::Workspace, bytes), b(scratch, MemoryCategory::Workspace, bytes);
+  cuda::check_cuda(cudaMemset(a.get(), 1, bytes), "cudaMemset");
+  cuda::CudaStream stream;
+  cuda::CudaEvent start, stop;
+  for (int i = 0; i < 3; ++i) cuda::check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
+  std::vector<float> ms;
+  for (int i = 0; i < 10; ++i) {
+    cudaEventRecord(start.get(), stream.get());
+    cuda::check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
+    cudaEventRecord(stop.get(), stream.get());
+    cuda::check_cuda(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+    float t = 0;
+    cudaEventElapsedTime(&t, start.get(), stop.get());
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * static_cast<double>(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+class Bench {
+ public:
+  Bench(const std::filesystem::path& path, int max_batch, int64_t context) {
+    file_ = ModelFile::open(path);
+    config_ = ModelConfig::from_gguf(*file_);
+    weights_ = WeightTable::from_gguf(*file_, config_);
+    options_.context_length = context;
+    options_.max_sequences = max_batch;
+    options_.device = DeviceKind::Cuda;
+    memory_ = std::make_unique<MemoryManager>(uint64_t{1} << 40);
+    const BackendInit init{*file_, config_, weights_, *memory_, options_};
+    backend_ = std::make_unique<cuda::CudaBackend>(init);
+    KvGeometry g;
+    g.bytes_per_token = backend_->kv_bytes_per_token();
+    g.max_tokens = context;
+    g.slots = max_batch;
+    kv_ = std::make_unique<KvSpace>(backend_->make_kv_virtual_memory(), g, *memory_);
+    backend_->attach_kv(*kv_);
+  }
+
+  const ModelConfig& config() const { return config_; }
+  uint64_t file_weight_bytes() const { return weights_.total_bytes(); }
+  uint64_t decode_weight_bytes() const { return backend_->decode_weight_bytes(); }
+  std::string device() const { return backend_->name(); }
+
+  // Seconds for one prefill of n tokens into slot 0 (token ids only come back).
+  double prefill_seconds(int n) {
+    const std::vector<int32_t> prompt = random_tokens(n, 1);
+    map(0, n);
+    const auto start = std::chrono::steady_clock::now();
+    step({{0, prompt, 0, false}});
+    return seconds_since(start);
+  }
+
+  // Seconds per decode step for `batch` sequences after a 1-token prompt each, greedy, the
+  // sampled token fed back as the next input (median of `steps` steps after warm-up).
+  double decode_step_seconds(int batch, int steps) {
+    std::vector<int32_t> current = random_tokens(batch, 2);
+    std::vector<int64_t> position(static_cast<size_t>(batch), 0);
+    std::vector<double> times;
+    for (int i = 0; i < steps + 3; ++i) {
+      std::vector<BatchSequence> b;
+      for (int s = 0; s < batch; ++s) {
+        map(s, position[s] + 1);
+        b.push_back({s, std::span<const int32_t>(&current[s], 1), position[s], false});
+      }
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<int32_t> next = step(b);
+      if (i >= 3) times.push_back(seconds_since(start));
+      for (int s = 0; s < batch; ++s) {
+        current[s] = next[s];
+        ++position[s];
+      }
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  }
+
+ private:
+  std::vector<int32_t> random_tokens(int n, uint32_t seed) const {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(config_.n_vocab - 1));
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = dist(rng);
+    return t;
+  }
+  void map(int32_t slot, int64_t tokens) {
+    if (!kv_->map_through(slot, tokens)) throw CapacityError("the KV budget refused the benchmark's sequences");
+  }
+  std::vector<int32_t> step(const std::vector<BatchSequence>& batch) {
+    const std::vector<SamplingParams> params(batch.size(), SamplingParams::greedy());
+    const std::vector<uint64_t> draws(batch.size(), 0);
+    return backend_->forward_sample(batch, params, {}, draws);
+  }
+  static double seconds_since(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+
+  std::unique_ptr<ModelFile> file_;
+  ModelConfig config_;
+  WeightTable weights_;
+  EngineOptions options_;
+  std::unique_ptr<MemoryManager> memory_;
+  std::unique_ptr<cuda::CudaBackend> backend_;
+  std::unique_ptr<KvSpace> kv_;
+};
+
+#endif  // GRANULE_HAVE_CUDA
+
+int run(int argc, char** argv) {
+  CLI::App app{"granule-bench: prompt processing, generation and batched decode on the GPU"};
+  std::string model_path, synthetic;
+  int pp = 512, tg = 128, repetitions = 3;
+  std::vector<int> batches = {1, 2, 4, 8, 16, 32};
+  bool json = false;
+  app.add_option("-m,--model", model_path, "GGUF model file");
+  app.add_option("--synthetic", synthetic, "synthetic model PRESET:TYPE, e.g. llama3-8b:Q4_0, smollm2-135m:Q4_1");
+  app.add_option("-p,--pp", pp, "prompt tokens for the prefill test (0 = skip)");
+  app.add_option("-n,--tg", tg, "generated tokens for the generation test (0 = skip)");
+  app.add_option("-b,--batches", batches, "batch sizes for batched decode")->delimiter(',');
+  app.add_option("-r,--repetitions", repetitions, "repetitions of the prefill test");
+  app.add_flag("--json", json, "print JSON instead of the table");
+  CLI11_PARSE(app, argc, argv);
+
+#ifndef GRANULE_HAVE_CUDA
+  std::cerr << "granule-bench: this build has no CUDA backend\n";
+  return 1;
+#else
+  set_log_level(spdlog::level::warn);
+  std::string why;
+  if (!cuda::cuda_available(&why)) {
+    std::cerr << "granule-bench: " << why << "\n";
+    return 1;
+  }
+  if (model_path.empty() == synthetic.empty()) {
+    std::cerr << "granule-bench: give one of --model or --synthetic\n";
+    return 2;
+  }
+  const std::filesystem::path path = synthetic.empty() ? std::filesystem::path(model_path) : synthetic_model(synthetic);
+  const int max_batch = std::max(1, *std::max_element(batches.begin(), batches.end()));
+  const double bandwidth_gbs = measure_bandwidth_gbs();
+  Bench bench(path, max_batch, std::max<int64_t>(pp, tg) + 64);
+  const double weight_bytes = static_cast<double>(bench.decode_weight_bytes());
+  const double roofline_step_s = weight_bytes / (bandwidth_gbs * 1e9);
+
+  std::vector<Result> results;
+  if (pp > 0) {
+    bench.prefill_seconds(pp);   // warm-up: cuBLAS, first-touch of the workspace
+    std::vector<double> t;
+    for (int i = 0; i < repetitions; ++i) t.push_back(bench.prefill_seconds(pp));
+    std::sort(t.begin(), t.end());
+    const double s = t[t.size() / 2];
+    results.push_back({"pp" + std::to_string(pp), 1, pp / s, s * 1e3, -1});
+  }
+  if (tg > 0) {
+    const double s = bench.decode_step_seconds(1, tg);
+    results.push_back({"tg" + std::to_string(tg), 1, 1.0 / s, s * 1e3, roofline_step_s / s});
+  }
+  for (int b : batches) {
+    const double s = bench.decode_step_seconds(b, 32);
+    results.push_back({"decode", b, b / s, s * 1e3, roofline_step_s / s});
+  }
+
+  const std::string model_name = synthetic.empty() ? path.filename().string() : "synthetic " + synthetic;
+  if (json) {
+    nlohmann::json j;
+    j["model"] = model_name;
+    j["device"] = bench.device();
+    j["weight_bytes_per_step"] = weight_bytes;
+    j["bandwidth_gbs"] = bandwidth_gbs;
+    j["roofline_step_ms"] = roofline_step_s * 1e3;
+    for (const Result& r : results)
+      j["results"].push_back({{"test", r.test}, {"batch", r.batch}, {"tokens_per_second", r.tokens_per_second},
+                              {"ms_per_step", r.ms_per_step},
+                              {"roofline_fraction", r.roofline_fraction < 0 ? nlohmann::json() : nlohmann::json(r.roofline_fraction)}});
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  const ModelConfig& c = bench.config();
+  std::printf("device: %s, measured D2D bandwidth %.0f GB/s (read + write)\n", bench.device().c_str(), bandwidth_gbs);
+  std::printf("model: %s (%lld layers, %lld wide, %lld/%lld heads, ff %lld, vocab %lld), weights read per decode step %s, roofline step %.3f ms\n\n",
+              model_name.c_str(), static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
+              static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv), static_cast<long long>(c.n_ff),
+              static_cast<long long>(c.n_vocab), human_bytes(weight_bytes).c_str(), roofline_step_s * 1e3);
+  std::printf("| %-28s | %10s | %-8s | %5s | %12s | %10s | %8s |\n", "model", "size", "test", "batch", "t/s", "ms/step", "roofline");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(12, '-').c_str(),
+              std::string(10, '-').c_str(), std::string(7, '-').c_str(), std::string(14, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(10, '-').c_str());
+  for (const Result& r : results) {
+    char roof[16] = "-";
+    if (r.roofline_fraction >= 0) std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_fraction * 100);
+    std::printf("| %-28s | %10s | %-8s | %5d | %12.1f | %10.3f | %8s |\n", model_name.substr(0, 28).c_str(),
+                human_bytes(static_cast<double>(bench.file_weight_bytes())).c_str(), r.test.c_str(), r.batch,
+                r.tokens_per_second, r.ms_per_step, roof);
+  }
+  return 0;
+#endif
+}
+
+}  // namespace
+}  // namespace granule
+
+int main(int argc, char** argv) {
+  try {
+    return granule::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "granule-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

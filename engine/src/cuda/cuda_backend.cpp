@@ -1,0 +1,284 @@
+// CudaBackend: batches flattened to token rows, chunked to the workspace, decode steps as
+// replayed graphs, and the factory the engine calls.
+#include "cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_vmm.h"
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule::cuda {
+namespace {
+
+constexpr uint64_t kMinBudgetMarginBytes = 512ull << 20;
+
+bool is_greedy(const SamplingParams& p) {
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f;
+}
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();   // clear the sticky-free error so later calls start clean
+    if (why) *why = std::string("no usable CUDA driver or GPU (") + cudaGetErrorString(status) + ")";
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA GPU found";
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "cannot read the GPU's properties";
+    return false;
+  }
+  if (prop.major < 8) {
+    if (why)
+      *why = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
+             std::to_string(prop.minor) + "; Granule's CUDA backend needs 8.0 or newer";
+    return false;
+  }
+  return true;
+}
+
+CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), options_(init.options) {
+  std::string why;
+  if (!cuda_available(&why)) throw DeviceError(why);
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  device_name_ = prop.name;
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  device_total_bytes_ = total_bytes;
+  if (init.options.vram_budget_bytes == 0) {
+    // Default budget: what is free now, less a margin for the driver, cuBLAS and the display.
+    const uint64_t margin = std::max<uint64_t>(kMinBudgetMarginBytes, total_bytes / 20);
+    init.memory.set_budget_bytes(free_bytes > margin ? free_bytes - margin : 0);
+  }
+  const int max_rows = static_cast<int>(std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.prefill_chunk_tokens));
+  model_ = std::make_unique<CudaModel>(init, max_rows);
+  logger("engine.cuda")->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
+                              init.memory.budget_bytes() >> 20);
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::string CudaBackend::name() const { return "CUDA " + device_name_; }
+
+int64_t CudaBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(2); }
+
+std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() { return make_cuda_virtual_memory(device_); }
+
+void CudaBackend::attach_kv(KvSpace& kv) {
+  kv_ = &kv;
+  std::vector<uint8_t*> bases;
+  for (int32_t s = 0; s < kv.geometry().slots; ++s) bases.push_back(kv.slot_base(s));
+  model_->attach_kv(bases, kv.geometry().max_tokens);
+}
+
+RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t first_token, size_t count,
+                               std::vector<std::pair<size_t, size_t>>* token_index) const {
+  // token_index: the (sequence, token) of every flattened token; filled once by the caller.
+  RowInputs in;
+  for (size_t t = first_token; t < first_token + count; ++t) {
+    const auto [s, i] = (*token_index)[t];
+    const BatchSequence& seq = batch[s];
+    in.tokens.push_back(seq.tokens[i]);
+    in.positions.push_back(static_cast<int32_t>(seq.start_position + static_cast<int64_t>(i)));
+    in.slots.push_back(seq.slot);
+    if (seq.all_logits || i + 1 == seq.tokens.size()) in.logit_rows.push_back(static_cast<int32_t>(t - first_token));
+  }
+  return in;
+}
+
+void CudaBackend::run_step(int n_rows, bool decode, Head head) {
+  CudaModel& m = *model_;
+  auto enqueue = [&] {
+    m.run_layers(n_rows);
+    m.run_head(0, n_rows);
+    if (head != Head::Logits) m.sample(n_rows, head == Head::Greedy);
+  };
+  if (!decode || !options_.cuda_graphs) {
+    if (decode) last_fallback_reason_ = "graphs disabled by the options";
+    enqueue();
+    return;
+  }
+  auto key = std::make_pair(n_rows, head);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    cudaStream_t s = m.stream();
+    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue();
+    } catch (...) {
+      cudaStreamEndCapture(s, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    if (status != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      check_cuda(status, "cudaGraphInstantiate");
+    }
+    it = graphs_.emplace(key, CudaGraph(graph, exec)).first;
+    logger("engine.graph")->debug("captured the decode step for {} sequences ({} nodes)", n_rows,
+                                  it->second.node_count());
+  }
+  it->second.launch(m.stream());
+  ++graph_replays_;
+}
+
+int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+  if (!kv_) throw UsageError("CUDA backend: forward() before attach_kv()");
+  std::vector<std::pair<size_t, size_t>> token_index;
+  int64_t n_out = 0;
+  bool decode = batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const BatchSequence& seq = batch[s];
+    if (seq.tokens.empty()) throw UsageError("CUDA backend: a batch sequence has no tokens");
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
+        throw UsageError("token id " + std::to_string(seq.tokens[i]) + " is outside the vocabulary of " +
+                         std::to_string(config_.n_vocab));
+      token_index.emplace_back(s, i);
+    }
+    n_out += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
+    decode = decode && seq.tokens.size() == 1;
+  }
+  const int64_t n_vocab = config_.n_vocab;
+  logits.resize(static_cast<size_t>(n_out * n_vocab));
+  CudaModel& m = *model_;
+  if (decode) {
+    m.upload(flatten(batch, 0, token_index.size(), &token_index));
+    run_step(static_cast<int>(batch.size()), true, Head::Logits);
+    m.copy_logits(static_cast<int>(batch.size()), logits.data());
+    return n_out;
+  }
+  int64_t out_row = 0;
+  for (size_t first = 0; first < token_index.size(); first += static_cast<size_t>(m.max_rows())) {
+    const size_t count = std::min(token_index.size() - first, static_cast<size_t>(m.max_rows()));
+    const RowInputs in = flatten(batch, first, count, &token_index);
+    m.upload(in);
+    m.run_layers(static_cast<int>(count));
+    const int n_logit_rows = static_cast<int>(in.logit_rows.size());
+    for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
+      const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
+      m.run_head(g, group);
+      m.copy_logits(group, logits.data() + out_row * n_vocab);
+      out_row += group;
+    }
+  }
+  return n_out;
+}
+
+std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> batch,
+                                                 std::span<const SamplingParams> params,
+                                                 const std::vector<std::vector<int32_t>>& history,
+                                                 std::span<const uint64_t> draw_index) {
+  if (!kv_) throw UsageError("CUDA backend: forward_sample() before attach_kv()");
+  if (params.size() != batch.size() || draw_index.size() != batch.size())
+    throw UsageError("CUDA backend: forward_sample() needs sampling parameters for every sequence");
+  std::vector<std::pair<size_t, size_t>> token_index;
+  bool decode = batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
+  bool greedy = true;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const BatchSequence& seq = batch[s];
+    if (seq.tokens.empty() || seq.all_logits)
+      throw UsageError("CUDA backend: forward_sample() takes sequences with tokens and without all_logits");
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
+        throw UsageError("token id " + std::to_string(seq.tokens[i]) + " is outside the vocabulary of " +
+                         std::to_string(config_.n_vocab));
+      token_index.emplace_back(s, i);
+    }
+    decode = decode && seq.tokens.size() == 1;
+    greedy = greedy && is_greedy(params[s]);
+  }
+  auto device_params = [&](size_t first, size_t count) {
+    std::vector<kernels::DeviceSamplingParams> out;
+    for (size_t s = first; s < first + count; ++s) {
+      const SamplingParams& p = params[s];
+      kernels::DeviceSamplingParams d;
+      d.temperature = p.temperature;
+      d.top_k = p.top_k;
+      d.top_p = p.top_p;
+      d.min_p = p.min_p;
+      d.repetition_penalty = p.repetition_penalty;
+      d.frequency_penalty = p.frequency_penalty;
+      d.presence_penalty = p.presence_penalty;
+      d.penalty_last_n = p.penalty_last_n;
+      d.seed = p.seed;
+      d.step = draw_index[s];
+      out.push_back(d);
+    }
+    return out;
+  };
+  auto histories = [&](size_t first, size_t count) {
+    std::vector<std::vector<int32_t>> out;
+    for (size_t s = first; s < first + count; ++s) out.push_back(s < history.size() ? history[s] : std::vector<int32_t>{});
+    return out;
+  };
+
+  std::vector<int32_t> tokens(batch.size());
+  CudaModel& m = *model_;
+  const Head head = greedy ? Head::Greedy : Head::Sample;
+  if (decode) {
+    m.upload(flatten(batch, 0, token_index.size(), &token_index));
+    if (!greedy) m.upload_sampling(device_params(0, batch.size()), histories(0, batch.size()));
+    run_step(static_cast<int>(batch.size()), true, head);
+    m.copy_tokens(static_cast<int>(batch.size()), tokens.data());
+    return tokens;
+  }
+  size_t out_row = 0;
+  for (size_t first = 0; first < token_index.size(); first += static_cast<size_t>(m.max_rows())) {
+    const size_t count = std::min(token_index.size() - first, static_cast<size_t>(m.max_rows()));
+    const RowInputs in = flatten(batch, first, count, &token_index);
+    m.upload(in);
+    m.run_layers(static_cast<int>(count));
+    const int n_logit_rows = static_cast<int>(in.logit_rows.size());
+    for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
+      const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
+      m.run_head(g, group);
+      if (!greedy) m.upload_sampling(device_params(out_row, group), histories(out_row, group));
+      m.sample(group, greedy);
+      m.copy_tokens(group, tokens.data() + out_row);
+      out_row += static_cast<size_t>(group);
+    }
+  }
+  return tokens;
+}
+
+void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
+  snapshot.device = device_name_;
+  snapshot.gpu = true;
+  snapshot.graph_buckets.clear();
+  for (const auto& [key, graph] : graphs_)
+    if (std::find(snapshot.graph_buckets.begin(), snapshot.graph_buckets.end(), key.first) == snapshot.graph_buckets.end())
+      snapshot.graph_buckets.push_back(key.first);
+  snapshot.graph_replays = graph_replays_;
+  snapshot.segments_per_step = options_.cuda_graphs ? 1 : 0;
+  snapshot.last_fallback_reason = last_fallback_reason_;
+}
+
+}  // namespace granule::cuda
+
+namespace granule {
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init) {
+  return std::make_unique<cuda::CudaBackend>(init);
+}
+
+}  // namespace granule

@@ -1,0 +1,155 @@
+// CudaVirtualMemory: one physical allocation per committed granule, a handle table keyed by
+// address; commit_range maps a run of granules and sets access once for all of them.
+#include "cuda/cuda_vmm.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule::cuda {
+namespace {
+
+struct DriverVmm {
+  decltype(&cuMemGetAllocationGranularity) get_granularity = nullptr;
+  decltype(&cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&cuMemAddressFree) address_free = nullptr;
+  decltype(&cuMemCreate) create = nullptr;
+  decltype(&cuMemRelease) release = nullptr;
+  decltype(&cuMemMap) map = nullptr;
+  decltype(&cuMemUnmap) unmap = nullptr;
+  decltype(&cuMemSetAccess) set_access = nullptr;
+
+  static const DriverVmm& get() {
+    static DriverVmm vmm;
+    static std::once_flag once;
+    static std::string error;
+    std::call_once(once, [] {
+      try {
+        vmm.load();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+    });
+    if (!error.empty()) throw DeviceError(error);
+    return vmm;
+  }
+
+ private:
+  template <typename F>
+  static void entry(const char* name, F& fn) {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess || !p)
+      throw DeviceError(std::string("the CUDA driver has no ") + name + " (virtual memory management)");
+    fn = reinterpret_cast<F>(p);
+  }
+  void load() {
+    entry("cuMemGetAllocationGranularity", get_granularity);
+    entry("cuMemAddressReserve", address_reserve);
+    entry("cuMemAddressFree", address_free);
+    entry("cuMemCreate", create);
+    entry("cuMemRelease", release);
+    entry("cuMemMap", map);
+    entry("cuMemUnmap", unmap);
+    entry("cuMemSetAccess", set_access);
+  }
+};
+
+void check_cu(CUresult r, const char* what) {
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) throw CapacityError(std::string("the GPU has no memory left for KV (") + what + ")");
+  if (r != CUDA_SUCCESS) throw DeviceError(std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) + " in " + what);
+}
+
+class CudaVirtualMemory final : public VirtualMemory {
+ public:
+  explicit CudaVirtualMemory(int device) : vmm_(DriverVmm::get()) {
+    prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop_.location.id = device;
+    access_.location = prop_.location;
+    access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t granularity = 0;
+    check_cu(vmm_.get_granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+    granule_bytes_ = granularity;
+  }
+
+  ~CudaVirtualMemory() override {
+    // KvSpace decommits everything before unreserving; anything left is released here.
+    for (auto& [addr, handle] : handles_) {
+      vmm_.unmap(addr, granule_bytes_);
+      vmm_.release(handle);
+    }
+  }
+
+  uint64_t granule_bytes() const override { return granule_bytes_; }
+
+  uint8_t* reserve(uint64_t bytes) override {
+    CUdeviceptr base = 0;
+    check_cu(vmm_.address_reserve(&base, bytes, granule_bytes_, 0, 0), "cuMemAddressReserve");
+    return reinterpret_cast<uint8_t*>(base);
+  }
+
+  void unreserve(uint8_t* base, uint64_t bytes) override {
+    const CUresult r = vmm_.address_free(reinterpret_cast<CUdeviceptr>(base), bytes);
+    if (r != CUDA_SUCCESS) logger("engine.cuda")->warn("cuMemAddressFree failed: {}", static_cast<int>(r));
+  }
+
+  void commit(uint8_t* addr) override { commit_range(addr, 1); }
+  void decommit(uint8_t* addr) override { decommit_range(addr, 1); }
+
+  void commit_range(uint8_t* addr, uint64_t granules) override {
+    const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(addr);
+    uint64_t done = 0;
+    try {
+      for (; done < granules; ++done) {
+        const CUdeviceptr at = start + done * granule_bytes_;
+        CUmemGenericAllocationHandle handle{};
+        check_cu(vmm_.create(&handle, granule_bytes_, &prop_, 0), "cuMemCreate");
+        const CUresult r = vmm_.map(at, granule_bytes_, 0, handle, 0);
+        if (r != CUDA_SUCCESS) {
+          vmm_.release(handle);
+          check_cu(r, "cuMemMap");
+        }
+        handles_[at] = handle;
+      }
+      check_cu(vmm_.set_access(start, granules * granule_bytes_, &access_, 1), "cuMemSetAccess");
+    } catch (...) {
+      decommit_range(addr, done);
+      throw;
+    }
+  }
+
+  void decommit_range(uint8_t* addr, uint64_t granules) override {
+    const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(addr);
+    for (uint64_t i = 0; i < granules; ++i) {
+      const CUdeviceptr at = start + i * granule_bytes_;
+      auto it = handles_.find(at);
+      if (it == handles_.end()) continue;
+      check_cu(vmm_.unmap(at, granule_bytes_), "cuMemUnmap");
+      check_cu(vmm_.release(it->second), "cuMemRelease");
+      handles_.erase(it);
+    }
+  }
+
+ private:
+  const DriverVmm& vmm_;
+  CUmemAllocationProp prop_{};
+  CUmemAccessDesc access_{};
+  uint64_t granule_bytes_ = 0;
+  std::unordered_map<CUdeviceptr, CUmemGenericAllocationHandle> handles_;
+};
+
+}  // namespace
+
+std::unique_ptr<VirtualMemory> make_cuda_virtual_memory(int device) {
+  return std::make_unique<CudaVirtualMemory>(device);
+}
+
+}  // namespace granule::cuda

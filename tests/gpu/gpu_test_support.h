@@ -1,0 +1,82 @@
+// Helpers for the GPU tests: skip without a GPU, device arrays with an RAII owner, poisoned
+// outputs (NaN bytes, so an element a kernel forgot to write fails every comparison) and
+// seeded random inputs.
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace granule::gpu_test {
+
+inline bool gpu_present(std::string* why) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    *why = std::string("no usable CUDA driver or GPU: ") + cudaGetErrorString(status);
+    return false;
+  }
+  if (count == 0) {
+    *why = "no CUDA GPU present";
+    return false;
+  }
+  return true;
+}
+
+#define GRANULE_REQUIRE_GPU()                                            \
+  do {                                                                   \
+    std::string granule_gpu_why;                                         \
+    if (!::granule::gpu_test::gpu_present(&granule_gpu_why))             \
+      GTEST_SKIP() << "GPU test skipped: " << granule_gpu_why;           \
+  } while (0)
+
+#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+
+// A device array owning its memory; copies to and from host vectors.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : n_(n) {
+    if (n && cudaMalloc(&ptr_, n * sizeof(T)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
+
+  T* get() const { return ptr_; }
+  size_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    if (cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
+      throw std::runtime_error("upload failed");
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    if (cudaDeviceSynchronize() != cudaSuccess ||
+        cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost) != cudaSuccess)
+      throw std::runtime_error("download failed");
+    return host;
+  }
+  void poison() { cudaMemset(ptr_, 0xFF, n_ * sizeof(T)); }   // NaN for floats, -1 for ints
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+}  // namespace granule::gpu_test

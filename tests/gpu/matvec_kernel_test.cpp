@@ -1,0 +1,238 @@
+// The decode matrix-vector kernels against the CPU reference (cpu::matmul over
+// dequantize_row) for every supported block type, odd shapes and batch sizes, including
+// the multi-matrix launch, the accumulate epilogue and the fused SwiGLU epilogue.
+// Expected values: cpu::matmul in f32 on the same encoded weights. Error bound: f32
+// rounding, plus, for the int8-activation types (Q4_0/Q4_1/Q8_0), the exact worst case of
+// rounding each activation to its block's int8 grid: sum |w_i| * amax(block of i) / 254.
+#include <cmath>
+#include <random>
+
+#include "cpu/ops.h"
+#include "gpu_test_support.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "matvec.cuh"
+#include "quantize_activations.cuh"
+
+namespace granule {
+namespace {
+
+using gpu_test::DeviceArray;
+
+struct Encoded {
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;   // what the kernel must see
+  int64_t row_bytes = 0;
+};
+
+Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Encoded e;
+  e.row_bytes = static_cast<int64_t>(row_bytes(type, cols));
+  e.bytes.resize(static_cast<size_t>(rows * e.row_bytes));
+  e.decoded.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float> values = gpu_test::random_floats(static_cast<size_t>(cols), rng, 0.5f);
+    quantize_row(type, values.data(), e.bytes.data() + r * e.row_bytes, cols);
+    dequantize_row(type, e.bytes.data() + r * e.row_bytes, e.decoded.data() + r * cols, cols);
+  }
+  return e;
+}
+
+bool reads_q8(TensorType t) { return kernels::matvec_reads_q8(static_cast<uint32_t>(t)); }
+
+// Per (column, row): the bound on |gpu - reference|.
+std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows, int64_t cols,
+                                 int batch, bool q8) {
+  std::vector<double> bounds(static_cast<size_t>(rows * batch));
+  for (int b = 0; b < batch; ++b) {
+    const float* xb = x.data() + b * cols;
+    std::vector<double> block_amax(static_cast<size_t>(cols / 32));
+    for (int64_t i = 0; i < cols; ++i) block_amax[i / 32] = std::max<double>(block_amax[i / 32], std::fabs(xb[i]));
+    for (int64_t r = 0; r < rows; ++r) {
+      double magnitude = 0, rounding = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double wi = std::fabs(w.decoded[r * cols + i]);
+        magnitude += wi * std::fabs(xb[i]);
+        rounding += wi * block_amax[i / 32] / 254.0;
+      }
+      bounds[b * rows + r] = 1e-5 * magnitude + (q8 ? 1.01 * rounding + 1e-5 * magnitude : 0) + 1e-6;
+    }
+  }
+  return bounds;
+}
+
+struct Case {
+  TensorType type;
+  int64_t rows, cols;
+  int batch;
+};
+
+class MatvecKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
+  GRANULE_REQUIRE_GPU();
+  const Case c = GetParam();
+  std::mt19937 rng(static_cast<uint32_t>(c.rows * 131 + c.cols * 7 + c.batch + static_cast<int>(c.type)));
+  const Encoded w = encode(c.type, c.rows, c.cols, rng);
+  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(c.batch * c.cols), rng);
+  std::vector<float> expected(static_cast<size_t>(c.rows * c.batch));
+  cpu::matmul(c.type, w.bytes.data(), c.rows, c.cols, x.data(), c.batch, expected.data(), nullptr);
+
+  DeviceArray<uint8_t> d_w(w.bytes);
+  DeviceArray<float> d_x(x), d_y(static_cast<size_t>(c.rows * c.batch));
+  DeviceArray<int8_t> d_qs(static_cast<size_t>(c.batch * c.cols));
+  DeviceArray<float2> d_ds(static_cast<size_t>(c.batch * c.cols / 32));
+  d_y.poison();
+  kernels::MatvecInput in;
+  in.n_in = static_cast<int>(c.cols);
+  in.batch = c.batch;
+  in.x = d_x.get();
+  in.xq = {d_qs.get(), d_ds.get()};
+  if (reads_q8(c.type)) CUDA_OK(kernels::launch_quantize_q8(d_x.get(), c.batch, in.n_in, in.xq, nullptr));
+  kernels::MatvecTask task;
+  task.weight = d_w.get();
+  task.row_bytes = w.row_bytes;
+  task.n_out = static_cast<int>(c.rows);
+  task.y = d_y.get();
+  task.y_stride = c.rows;
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, in, nullptr));
+  const std::vector<float> got = d_y.download();
+  const std::vector<double> bound = error_bounds(w, x, c.rows, c.cols, c.batch, reads_q8(c.type));
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - expected[i]) <= bound[i])) {
+      if (++bad <= 5) ADD_FAILURE() << "element " << i << ": gpu " << got[i] << " cpu " << expected[i] << " bound " << bound[i];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+                              TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  for (TensorType t : types) {
+    out.push_back({t, 1, 256, 1});
+    out.push_back({t, 37, 768, 3});
+    out.push_back({t, 129, 512, 16});
+    out.push_back({t, 300, 1536, 21});   // 16 + 4 + 1 column groups
+    out.push_back({t, 61, 2816, 7});
+  }
+  return out;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::string(tensor_type_info(c.type).name) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+         "_b" + std::to_string(c.batch);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), case_name);
+
+// Q, K and V in one launch (three matrices, three row counts), and the accumulate epilogue.
+TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
+  GRANULE_REQUIRE_GPU();
+  std::mt19937 rng(7);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q6_K}) {
+    const int64_t cols = 512;
+    const int batch = 5;
+    const int64_t rows[3] = {96, 33, 33};
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
+    DeviceArray<float> d_x(x);
+    DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
+    DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
+    kernels::MatvecInput in;
+    in.n_in = static_cast<int>(cols);
+    in.batch = batch;
+    in.x = d_x.get();
+    in.xq = {d_qs.get(), d_ds.get()};
+    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+    std::vector<Encoded> w;
+    std::vector<DeviceArray<uint8_t>> d_w;
+    std::vector<DeviceArray<float>> d_y;
+    std::vector<std::vector<float>> start;
+    kernels::MatvecTask tasks[3];
+    for (int i = 0; i < 3; ++i) {
+      w.push_back(encode(type, rows[i], cols, rng));
+      d_w.emplace_back(w.back().bytes);
+      start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
+      d_y.emplace_back(start.back());
+      tasks[i].weight = d_w.back().get();
+      tasks[i].row_bytes = w.back().row_bytes;
+      tasks[i].n_out = static_cast<int>(rows[i]);
+      tasks[i].y = d_y.back().get();
+      tasks[i].y_stride = rows[i];
+      tasks[i].accumulate = i == 1;   // only K accumulates
+    }
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, in, nullptr));
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
+      cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(), nullptr);
+      if (i == 1)
+        for (size_t j = 0; j < expected.size(); ++j) expected[j] += start[i][j];
+      const std::vector<double> bound = error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type));
+      const std::vector<float> got = d_y[i].download();
+      for (size_t j = 0; j < got.size(); ++j)
+        ASSERT_LE(std::fabs(got[j] - expected[j]), bound[j] + 1e-5 * std::fabs(expected[j]))
+            << tensor_type_info(type).name << " matrix " << i << " element " << j;
+    }
+  }
+}
+
+// Gate and up in one pass: y = silu(gate·x) * (up·x).
+TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
+  GRANULE_REQUIRE_GPU();
+  std::mt19937 rng(11);
+  for (TensorType type : {TensorType::Q4_1, TensorType::F16, TensorType::Q4_K}) {
+    const int64_t rows = 200, cols = 768;
+    const int batch = 9;
+    const Encoded gate = encode(type, rows, cols, rng), up = encode(type, rows, cols, rng);
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
+    std::vector<float> g(static_cast<size_t>(rows * batch)), u(g.size()), expected(g.size());
+    cpu::matmul(type, gate.bytes.data(), rows, cols, x.data(), batch, g.data(), nullptr);
+    cpu::matmul(type, up.bytes.data(), rows, cols, x.data(), batch, u.data(), nullptr);
+    cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(g.size()));
+    DeviceArray<uint8_t> d_gate(gate.bytes), d_up(up.bytes);
+    DeviceArray<float> d_x(x), d_y(g.size());
+    DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
+    DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
+    d_y.poison();
+    kernels::MatvecInput in;
+    in.n_in = static_cast<int>(cols);
+    in.batch = batch;
+    in.x = d_x.get();
+    in.xq = {d_qs.get(), d_ds.get()};
+    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+    kernels::MatvecTask t;
+    t.weight = d_gate.get();
+    t.weight_up = d_up.get();
+    t.row_bytes = gate.row_bytes;
+    t.n_out = static_cast<int>(rows);
+    t.y = d_y.get();
+    t.y_stride = rows;
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, in, nullptr));
+    const std::vector<float> got = d_y.download();
+    const std::vector<double> bg = error_bounds(gate, x, rows, cols, batch, reads_q8(type));
+    const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type));
+    for (size_t j = 0; j < got.size(); ++j) {
+      // silu' is within [-0.1, 1.1]: the product's error is bounded by the factors' bounds.
+      const double bound = 1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
+      ASSERT_LE(std::fabs(got[j] - expected[j]), bound) << tensor_type_info(type).name << " element " << j;
+    }
+  }
+}
+
+TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
+  GRANULE_REQUIRE_GPU();
+  kernels::MatvecTask t;
+  t.n_out = 4;
+  kernels::MatvecInput in;
+  in.n_in = 64;
+  in.batch = 1;
+  EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, nullptr), cudaErrorInvalidValue);
+  in.n_in = 48;   // not a multiple of 32
+  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace granule
