@@ -10,6 +10,7 @@
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
+#include "granule/sampling.h"
 #include "granule/telemetry.h"
 #include "kv_space.h"
 #include "memory_manager.h"
@@ -57,6 +58,19 @@ class Backend {
   // sequence (after its last token), or tokens.size() rows for a sequence with all_logits.
   // Returns the number of rows.
   virtual int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) = 0;
+
+  // Device sampling. A backend that picks tokens where the logits are (the GPU) returns
+  // true and overrides forward_sample; the engine then calls it instead of forward() and
+  // downloads only token ids. It runs the batch like forward() and returns one token per
+  // sequence (after its last token): params[i], history[i] (recent tokens, oldest first,
+  // for the penalties) and draw_index[i] (the seeded draw: tokens generated so far, as the
+  // host Sampler counts them) belong to batch[i]. The engine ignores the token of a
+  // sequence whose prompt is not yet complete.
+  virtual bool samples_on_device() const { return false; }
+  virtual std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
+                                              std::span<const SamplingParams> params,
+                                              const std::vector<std::vector<int32_t>>& history,
+                                              std::span<const uint64_t> draw_index);
 
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}

@@ -29,6 +29,13 @@ const char* finish_reason_name(FinishReason r) {
   return "unknown";
 }
 
+std::vector<int32_t> Backend::forward_sample(std::span<const BatchSequence> /*batch*/,
+                                             std::span<const SamplingParams> /*params*/,
+                                             const std::vector<std::vector<int32_t>>& /*history*/,
+                                             std::span<const uint64_t> /*draw_index*/) {
+  throw UsageError(name() + " does not sample on the device");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -310,9 +317,27 @@ bool Engine::step() {
     return !m.sequences.empty();
   }
 
+  // Device sampling: one token per sequence comes back instead of the logits.
+  const bool device_sampling = m.backend->samples_on_device();
+  std::vector<int32_t> device_tokens;
   const auto start = Clock::now();
   try {
-    m.backend->forward(batch, m.logits);
+    if (device_sampling) {
+      std::vector<SamplingParams> params;
+      std::vector<std::vector<int32_t>> history;
+      std::vector<uint64_t> draw_index;
+      for (const ScheduledWork& w : ran) {
+        const ActiveSequence& seq = *m.sequences.at(w.id);
+        params.push_back(seq.params);
+        const auto window = std::min<size_t>(seq.tokens.size(),
+                                             static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
+        history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window), seq.tokens.end());
+        draw_index.push_back(static_cast<uint64_t>(seq.generated));
+      }
+      device_tokens = m.backend->forward_sample(batch, params, history, draw_index);
+    } else {
+      m.backend->forward(batch, m.logits);
+    }
   } catch (const Error& e) {
     m.in_step = false;
     for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
@@ -339,10 +364,12 @@ bool Engine::step() {
     if (seq.cancel_requested) continue;
     // Only the step that fed the last known token predicts a new one.
     if (w.start_position + w.count != static_cast<int64_t>(seq.tokens.size())) continue;
-    std::span<const float> row(m.logits.data() + i * n_vocab, n_vocab);
     int32_t token = 0;
     try {
-      token = seq.sampler.sample(row, seq.tokens);
+      token = device_sampling
+                  ? device_tokens.at(i)
+                  : seq.sampler.sample(std::span<const float>(m.logits.data() + i * n_vocab, n_vocab),
+                                       seq.tokens);
     } catch (const Error& e) {
       m.finish(w.id, FinishReason::Error, e.what());
       continue;
