@@ -45,25 +45,28 @@ DeviceKind device_kind(const std::string& name) {
   return DeviceKind::Auto;
 }
 
+// Bounds for counts of tokens given on the command line (1 Mi: far past any context).
+constexpr int32_t kMaxTokens = 1 << 20;
+
 }  // namespace
 
 void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("model", options.model, "GGUF model file")->required();
   app.add_option("-n,--max-tokens", options.max_tokens, "Most tokens to generate per reply")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, kMaxTokens))
       ->capture_default_str();
-  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::Range(0, kMaxTokens));
   app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--min-p", options.min_p, "Drop tokens below this fraction of the best (0 = off)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--repeat-penalty", options.repeat_penalty, "Repetition penalty (1 = off)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.01f, 100.0f));
   app.add_option("--seed", options.seed, "Random seed (same seed and settings, same text)");
   app.add_option("-c,--ctx", options.context, "Context length per sequence")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, int64_t{kMaxTokens}))
       ->capture_default_str();
-  app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 4096));
   app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
@@ -164,9 +167,10 @@ int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>
   const Tokenizer& tokenizer = engine.tokenizer();
   const ChatTemplate* tmpl = engine.chat_template();
   if (tmpl == nullptr) return 0;
-  const std::string prompt = tmpl->render(messages, /*add_generation_prompt=*/true);
-  return static_cast<int64_t>(
-      tokenizer.encode(prompt, tokenizer.add_bos_by_default(), /*parse_special=*/true).size());
+  // As Engine::submit does: BOS written by the template, control tokens parsed.
+  const std::string bos_text = tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
+  const std::string prompt = tmpl->render(messages, /*add_generation_prompt=*/true, bos_text);
+  return static_cast<int64_t>(tokenizer.encode(prompt, /*add_bos=*/false, /*parse_special=*/true).size());
 }
 
 }  // namespace granule::cli

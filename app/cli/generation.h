@@ -57,7 +57,7 @@ ReplyResult stream_reply(Engine& engine, Request request);
 void print_speeds(const ReplyResult& reply, int64_t prompt_tokens);
 
 // The number of prompt tokens the engine sees for these messages (rendered with the
-// engine's template, encoded the way the tokenizer adds BOS).
+// engine's template and encoded the way Engine::submit does).
 int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages);
 
 }  // namespace granule::cli

@@ -201,10 +201,12 @@ std::string render_gemma(const std::vector<ChatMessage>& messages, bool add_gene
   return out;
 }
 
-// <|role|>\ncontent<|end|>\n, content untouched; without a generation prompt the template
-// closes the text with Phi-3's EOS, <|endoftext|>.
-std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_generation_prompt) {
-  std::string out;
+// BOS, then <|role|>\ncontent<|end|>\n, content untouched (Phi-3-mini's current template,
+// which renders system turns; its first release wrote BOS itself and dropped them). Without a
+// generation prompt the template closes the text with Phi-3's EOS, <|endoftext|>.
+std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                        std::string_view bos_text) {
+  std::string out(bos_text);
   for (const ChatMessage& m : messages) {
     out.append("<|").append(m.role).append("|>\n").append(m.content).append("<|end|>\n");
   }
@@ -277,7 +279,7 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
     case TemplateFamily::Llama2: return render_llama2(messages, bos_text);
     case TemplateFamily::Mistral: return render_mistral(messages, bos_text);
     case TemplateFamily::Gemma: return render_gemma(messages, add_generation_prompt, bos_text);
-    case TemplateFamily::Phi3: return render_phi3(messages, add_generation_prompt);
+    case TemplateFamily::Phi3: return render_phi3(messages, add_generation_prompt, bos_text);
   }
   return {};
 }

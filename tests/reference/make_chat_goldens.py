@@ -125,15 +125,26 @@ PHI3 = (
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"
 )
 
-# name -> (source, bos_token, eos_token, merge a system message into the first user one)
+# The template inside llama.cpp's Phi-3 vocabulary GGUF (the first Phi-3-mini release): it
+# writes BOS and drops system messages, so only the conversation without one is rendered.
+PHI3_GGUF = (
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') %}"
+    "{{'<|user|>' + '\n' + message['content'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}"
+    "{% elif (message['role'] == 'assistant') %}{{message['content'] + '<|end|>' + '\n'}}"
+    "{% endif %}{% endfor %}"
+)
+
+# name -> (source, bos_token, eos_token, merge a system message into the first user one,
+#          the cases to render: None = all)
 TEMPLATES = {
-    "smollm2": (SMOLLM2, "<|im_start|>", "<|im_end|>", False),
-    "chatml": (CHATML, "<s>", "</s>", False),
-    "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>", False),
-    "llama2": (LLAMA2, "<s>", "</s>", False),
-    "mistral": (MISTRAL, "<s>", "</s>", True),
-    "gemma": (GEMMA, "<bos>", "<eos>", False),
-    "phi3": (PHI3, "<s>", "<|endoftext|>", False),
+    "smollm2": (SMOLLM2, "<|im_start|>", "<|im_end|>", False, None),
+    "chatml": (CHATML, "<s>", "</s>", False, None),
+    "llama3": (LLAMA3, "<|begin_of_text|>", "<|eot_id|>", False, None),
+    "llama2": (LLAMA2, "<s>", "</s>", False, None),
+    "mistral": (MISTRAL, "<s>", "</s>", True, None),
+    "gemma": (GEMMA, "<bos>", "<eos>", False, None),
+    "phi3": (PHI3, "<s>", "<|endoftext|>", False, None),
+    "phi3_gguf": (PHI3_GGUF, "<s>", "<|endoftext|>", False, ["no_system"]),
 }
 
 SYSTEM = {"role": "system", "content": "You are a helpful assistant"}
@@ -177,10 +188,12 @@ def main():
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     env.globals["raise_exception"] = raise_exception
     OUT.mkdir(parents=True, exist_ok=True)
-    for name, (source, bos, eos, merge) in TEMPLATES.items():
+    for name, (source, bos, eos, merge, cases) in TEMPLATES.items():
         (OUT / f"{name}.jinja").write_bytes(source.encode())
         template = env.from_string(source)
         for case, (messages, add_generation_prompt) in CASES.items():
+            if cases is not None and case not in cases:
+                continue
             if merge:
                 messages = merge_system(messages)
             text = template.render(messages=messages, add_generation_prompt=add_generation_prompt,

@@ -32,7 +32,8 @@ class ChatTemplate {
 
   // The prompt text for these messages; add_generation_prompt appends the assistant
   // header so the model answers next. bos_text is prepended where the format has it (at
-  // the start; Llama 2 before every user turn): pass the BOS token's text and encode with
+  // the start, except ChatML, which has none; Llama 2 before every user turn): pass the BOS
+  // token's text and encode with
   // parse_special and without add_bos to get exactly the tokens the official template gives.
   // Throws UsageError for a role other than system/user/assistant, or a system message
   // after the start in a format that has no system turn (Llama 2, Mistral, Gemma).
