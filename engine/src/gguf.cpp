@@ -210,7 +210,7 @@ GgufValue GgufValue::u64v(uint64_t v) {
   GgufValue value;
   value.type = GgufType::UINT64;
   value.u64 = v;
-  value.i64 = static_cast<int64_t>(v);
+  value.i64 = v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? static_cast<int64_t>(v) : 0;
   return value;
 }
 
@@ -358,18 +358,21 @@ class GgufParser {
     value.type = type;
     if (type == GgufType::ARRAY) {
       read_array(key, value);
-    } else if (type == GgufType::STRING) {
-      value.str = in_.read_string("string value of " + key);
     } else {
-      read_scalar(type, key, value.u64, value.i64, value.f64, value.boolean);
+      const std::string what = "value of " + key;
+      if (type == GgufType::STRING)
+        value.str = in_.read_string(what);
+      else
+        read_scalar(type, what, value.u64, value.i64, value.f64, value.boolean);
     }
+    if (is_unsigned(type) && value.i64 < 0) value.i64 = 0;  // scalars keep i64 only when it fits
     return value;
   }
 
-  // Reads one fixed-size scalar into the payload members it belongs to.
-  void read_scalar(GgufType type, const std::string& key, uint64_t& u, int64_t& i, double& f,
+  // Reads one fixed-size scalar into the payload members it belongs to; `what` names it
+  // in a truncation error.
+  void read_scalar(GgufType type, std::string_view what, uint64_t& u, int64_t& i, double& f,
                    bool& b) {
-    const std::string what = "value of " + key;
     switch (type) {
       case GgufType::UINT8: u = in_.read<uint8_t>(what); break;
       case GgufType::UINT16: u = in_.read<uint16_t>(what); break;
@@ -391,7 +394,8 @@ class GgufParser {
       case GgufType::STRING:
       case GgufType::ARRAY: fail("internal: " + type_label(type) + " is not a scalar");
     }
-    // Keep both integer views consistent (an unsigned value also as signed, and back).
+    // Keep both integer views consistent: an unsigned value also as signed when it fits,
+    // a signed one also as unsigned (reinterpreted, which is how arrays store UINT64).
     if (is_unsigned(type)) i = static_cast<int64_t>(u);
     if (is_signed(type)) u = static_cast<uint64_t>(i);
   }
@@ -407,13 +411,14 @@ class GgufParser {
       fail("array " + key + " claims " + std::to_string(count) + " elements, more than the file holds");
     value.array_type = elem;
     const auto n = static_cast<size_t>(count);
+    const std::string what = (elem == GgufType::STRING ? "string in array " : "array ") + key;
     if (elem == GgufType::STRING) {
       value.strings.reserve(n);
-      for (size_t k = 0; k < n; ++k) value.strings.push_back(in_.read_string("string in array " + key));
+      for (size_t k = 0; k < n; ++k) value.strings.push_back(in_.read_string(what));
     } else if (is_float(elem)) {
       value.floats.resize(n);
       for (size_t k = 0; k < n; ++k)
-        value.floats[k] = elem == GgufType::FLOAT32 ? in_.read<float>(key) : in_.read<double>(key);
+        value.floats[k] = elem == GgufType::FLOAT32 ? in_.read<float>(what) : in_.read<double>(what);
     } else {
       value.ints.resize(n);
       uint64_t u = 0;
@@ -421,7 +426,7 @@ class GgufParser {
       double f = 0;
       bool b = false;
       for (size_t k = 0; k < n; ++k) {
-        read_scalar(elem, key, u, i, f, b);
+        read_scalar(elem, what, u, i, f, b);
         value.ints[k] = i;
       }
     }
