@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -17,42 +18,29 @@ namespace granule {
 
 namespace {
 
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+uint32_t float_bits(float f) { return std::bit_cast<uint32_t>(f); }
+float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
 
-float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Exact IEEE half -> single: normals re-biased, subnormals normalised, inf/nan kept
-// (the nan payload moves to the top of the single mantissa, as hardware converts it).
-constexpr uint32_t fp16_bits_to_f32_bits(uint16_t h) {
+// Exact IEEE half -> single: normals and inf/nan re-biased bit by bit (a nan payload
+// moves to the top of the single mantissa, as hardware converts it); zero and
+// subnormals are mantissa * 2^-24, which float arithmetic computes exactly.
+inline float half_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
-  uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return sign | 0x7f800000u | (mantissa << 13);
-  if (exponent != 0) return sign | ((exponent + 112u) << 23) | (mantissa << 13);
-  if (mantissa == 0) return sign;
-  // Subnormal: value = mantissa * 2^-24. Shift the leading one up to the implicit bit.
-  uint32_t single_exponent = 113;  // 127 - 15 + 1
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    --single_exponent;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
   }
-  return sign | (single_exponent << 23) | ((mantissa & 0x3ffu) << 13);
+  if (exponent == 0x1f) return bits_float(sign | 0x7f800000u | (mantissa << 13));
+  return bits_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-// All 65,536 halves decoded once: the row loops convert F16 element by element.
+// All 65,536 halves decoded once: F16 rows convert element by element.
 const float* fp16_table() {
   static const std::array<float, 65536> table = [] {
     std::array<float, 65536> t{};
-    for (uint32_t h = 0; h < 65536; ++h)
-      t[h] = bits_float(fp16_bits_to_f32_bits(static_cast<uint16_t>(h)));
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = half_to_float(static_cast<uint16_t>(h));
     return t;
   }();
   return table.data();
@@ -60,7 +48,7 @@ const float* fp16_table() {
 
 }  // namespace
 
-float fp16_to_f32(uint16_t h) { return bits_float(fp16_bits_to_f32_bits(h)); }
+float fp16_to_f32(uint16_t h) { return half_to_float(h); }
 
 uint16_t f32_to_fp16(float f) {
   const uint32_t bits = float_bits(f);
@@ -114,31 +102,39 @@ void scale_min_k4(int j, const uint8_t* q, uint8_t& scale, uint8_t& min) {
   }
 }
 
-void decode_block(const BlockQ4_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
+// Q4_0/Q4_1 keep elements 0-15 in the low nibbles and 16-31 in the high ones. Unpacking
+// first leaves one 32-wide conversion loop, which the compiler vectorises (it fully
+// unrolls 16-wide loops into scalar code instead).
+void unpack_nibbles(const uint8_t* packed, uint8_t* q) {
   for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = static_cast<float>((b.qs[j] & 0x0F) - 8) * d;
-    y[j + kQK / 2] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+    q[j] = packed[j] & 0x0F;
+    q[j + kQK / 2] = packed[j] >> 4;
   }
+}
+
+void decode_block(const BlockQ4_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  uint8_t q[kQK];
+  unpack_nibbles(b.qs, q);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q[j] - 8) * d;
 }
 
 void decode_block(const BlockQ4_1& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  const float m = fp16_to_f32(b.m);
-  for (int j = 0; j < kQK / 2; ++j) {
-    y[j] = static_cast<float>(b.qs[j] & 0x0F) * d + m;
-    y[j + kQK / 2] = static_cast<float>(b.qs[j] >> 4) * d + m;
-  }
+  const float d = half_to_float(b.d);
+  const float m = half_to_float(b.m);
+  uint8_t q[kQK];
+  unpack_nibbles(b.qs, q);
+  for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q[j]) * d + m;
 }
 
 void decode_block(const BlockQ8_0& b, float* y) {
-  const float d = fp16_to_f32(b.d);
+  const float d = half_to_float(b.d);
   for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(b.qs[j]) * d;
 }
 
 void decode_block(const BlockQ4_K& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  const float dmin = fp16_to_f32(b.dmin);
+  const float d = half_to_float(b.d);
+  const float dmin = half_to_float(b.dmin);
   const uint8_t* q = b.qs;
   // Each 32 bytes of qs hold two sub-blocks of 32: low nibbles, then high nibbles.
   for (int sub = 0; sub < 8; sub += 2) {
@@ -155,8 +151,8 @@ void decode_block(const BlockQ4_K& b, float* y) {
 }
 
 void decode_block(const BlockQ5_K& b, float* y) {
-  const float d = fp16_to_f32(b.d);
-  const float dmin = fp16_to_f32(b.dmin);
+  const float d = half_to_float(b.d);
+  const float dmin = half_to_float(b.dmin);
   const uint8_t* ql = b.qs;
   // The fifth bit of sub-block s is bit s of qh[l].
   for (int sub = 0; sub < 8; sub += 2) {
@@ -176,23 +172,27 @@ void decode_block(const BlockQ5_K& b, float* y) {
 }
 
 void decode_block(const BlockQ6_K& b, float* y) {
-  const float d = fp16_to_f32(b.d);
+  const float d = half_to_float(b.d);
   const uint8_t* ql = b.ql;
   const uint8_t* qh = b.qh;
   const int8_t* sc = b.scales;
   // Each half (128 values) uses 64 bytes of ql (low 4 bits), 32 of qh (2 high bits,
-  // four values per byte) and 8 scales of 16 values each.
+  // four values per byte) and 8 scales of 16 values each: value l of quarter k
+  // (l < 32) takes scale l / 16 + 2k. Split by l / 16 so each inner loop has fixed scales.
   for (int half = 0; half < 2; ++half) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      y[l] = d * static_cast<float>(sc[is]) * static_cast<float>(q1);
-      y[l + 32] = d * static_cast<float>(sc[is + 2]) * static_cast<float>(q2);
-      y[l + 64] = d * static_cast<float>(sc[is + 4]) * static_cast<float>(q3);
-      y[l + 96] = d * static_cast<float>(sc[is + 6]) * static_cast<float>(q4);
+    for (int group = 0; group < 2; ++group) {
+      const float s1 = d * static_cast<float>(sc[group]), s2 = d * static_cast<float>(sc[group + 2]);
+      const float s3 = d * static_cast<float>(sc[group + 4]), s4 = d * static_cast<float>(sc[group + 6]);
+      for (int l = 16 * group; l < 16 * group + 16; ++l) {
+        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        y[l] = s1 * static_cast<float>(q1);
+        y[l + 32] = s2 * static_cast<float>(q2);
+        y[l + 64] = s3 * static_cast<float>(q3);
+        y[l + 96] = s4 * static_cast<float>(q4);
+      }
     }
     y += 128;
     ql += 64;
@@ -470,7 +470,7 @@ void encode_block(const float* x, BlockQ6_K& b) {
   for (int ib = 0; ib < kQK_K / 16; ++ib)
     b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
   for (int j = 0; j < kQK_K / 16; ++j) {
-    const float d = fp16_to_f32(b.d) * b.scales[j];
+    const float d = half_to_float(b.d) * b.scales[j];
     if (d == 0) continue;
     for (int ii = 0; ii < 16; ++ii)
       L[16 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
@@ -535,20 +535,19 @@ float dot_blocks(const void* row, const float* x, int64_t n) {
   return sums.total();
 }
 
-// F32, F16 and BF16 rows have no blocks: convert a chunk at a time, any length.
+// F32, F16 and BF16 rows have no blocks: convert eight elements at a time into the
+// lanes, then the tail (any length is valid).
 template <typename Convert>
 float dot_elements(const void* row, const float* x, int64_t n, Convert convert) {
-  constexpr int kChunk = 256;
-  float converted[kChunk];
+  const int64_t even = n - n % kLanes;
   LaneSums sums;
-  float tail = 0;
-  for (int64_t start = 0; start < n; start += kChunk) {
-    const int count = static_cast<int>(std::min<int64_t>(kChunk, n - start));
-    for (int i = 0; i < count; ++i) converted[i] = convert(row, start + i);
-    const int even = count - count % kLanes;
-    sums.add_products(converted, x + start, even);
-    for (int i = even; i < count; ++i) tail += converted[i] * x[start + i];
+  for (int64_t i = 0; i < even; i += kLanes) {
+    float converted[kLanes];
+    for (int k = 0; k < kLanes; ++k) converted[k] = convert(row, i + k);
+    sums.add_products(converted, x + i, kLanes);
   }
+  float tail = 0;
+  for (int64_t i = even; i < n; ++i) tail += convert(row, i) * x[i];
   return sums.total() + tail;
 }
 
@@ -615,16 +614,10 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
 float dot_row(TensorType type, const void* row, const float* x, int64_t n) {
   check_row_length(type, n);
   switch (type) {
-    case TensorType::F32: {
-      const auto* values = static_cast<const float*>(row);
-      const int64_t even = n - n % kLanes;
-      LaneSums sums;
-      for (int64_t start = 0; start < even; start += 1024)
-        sums.add_products(values + start, x + start, static_cast<int>(std::min<int64_t>(1024, even - start)));
-      float tail = 0;
-      for (int64_t i = even; i < n; ++i) tail += values[i] * x[i];
-      return sums.total() + tail;
-    }
+    case TensorType::F32:
+      return dot_elements(row, x, n, [](const void* r, int64_t i) {
+        return static_cast<const float*>(r)[i];
+      });
     case TensorType::F16: {
       const float* table = fp16_table();
       return dot_elements(row, x, n, [table](const void* r, int64_t i) {
@@ -633,7 +626,7 @@ float dot_row(TensorType type, const void* row, const float* x, int64_t n) {
     }
     case TensorType::BF16:
       return dot_elements(row, x, n, [](const void* r, int64_t i) {
-        return bf16_to_f32(static_cast<const uint16_t*>(r)[i]);
+        return bits_float(static_cast<uint32_t>(static_cast<const uint16_t*>(r)[i]) << 16);
       });
     case TensorType::Q4_0: return dot_blocks<BlockQ4_0, kQK>(row, x, n);
     case TensorType::Q4_1: return dot_blocks<BlockQ4_1, kQK>(row, x, n);
