@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Granule: run local language models from the terminal", "granule-cli"};
   app.set_version_flag("--version", std::string("granule-cli ") + GRANULE_VERSION);
   app.require_subcommand(1);
+  app.fallthrough();   // -v also after the subcommand: granule-cli run MODEL -p hi -v
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More log output on stderr (-v info, -vv debug)");
 
