@@ -20,13 +20,16 @@ readonly JOBS
 
 # Debian 12 packages: the build tools, the libraries (shared/TOOLCHAIN.md), the QML modules
 # the window loads at run time, and the validators for the desktop file and AppStream data.
+# QtQuick.Dialogs' own FileDialog (used where no platform theme offers a native one) imports
+# Qt.labs.folderlistmodel, so that module is needed too.
 readonly PACKAGES=(
   cmake ninja-build g++ pkg-config ca-certificates python3 python3-pip
   qt6-base-dev qt6-declarative-dev qt6-declarative-dev-tools qml6-module-qtquick
   qml6-module-qtquick-controls qml6-module-qtquick-templates qml6-module-qtquick-layouts
   qml6-module-qtquick-window qml6-module-qtquick-shapes qml6-module-qtqml
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
-  qml6-module-qtquick-dialogs libqt6sql6-sqlite libspdlog-dev libcli11-dev
+  qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
+  libspdlog-dev libcli11-dev
   nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
