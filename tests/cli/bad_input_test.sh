@@ -72,6 +72,19 @@ for trial in $(seq 1 40); do
   done
 done
 
+# A valid file whose pre-tokenizer the engine does not know: tokenize refuses it by name.
+GPT2="$VOCAB_DIR/ggml-vocab-gpt-2.gguf"
+key_at=$(grep -boa 'tokenizer.ggml.pre' "$GPT2" | head -1 | cut -d: -f1)
+if [[ -n $key_at ]]; then
+  cp "$GPT2" "$WORK/unknown-pre.gguf"
+  # key (18 bytes), value type (4), string length (8), then "gpt-2": make it "gpt-9".
+  write_byte "$WORK/unknown-pre.gguf" $((key_at + 18 + 4 + 8 + 4)) 0x39
+  expect_clean_failure "unknown pre-tokenizer" tokenize "$WORK/unknown-pre.gguf" hi
+  if grep -q "gpt-9" "$ERR"; then pass; else fail "the error does not name the pre-tokenizer: $(cat "$ERR")"; fi
+else
+  fail "tokenizer.ggml.pre not found in $GPT2"
+fi
+
 # The real model, truncated inside its tensor data: info and run must both refuse it.
 MODEL=$(default_model)
 if [[ -n $MODEL ]]; then
