@@ -239,14 +239,19 @@ GgufValue GgufValue::of(GgufType scalar_type, double numeric_value) {
     if (numeric_value != std::trunc(numeric_value))
       throw UsageError("GGUF " + type_label(scalar_type) + " value " + std::to_string(numeric_value) +
                        " is not an integer");
+    // Range checks before the casts, which are undefined out of range (the writer
+    // checks the narrower types' ranges).
+    constexpr double kTwo63 = 9223372036854775808.0;
     if (is_signed(scalar_type)) {
+      if (!(numeric_value >= -kTwo63 && numeric_value < kTwo63))
+        throw UsageError("GGUF " + type_label(scalar_type) + " value out of range");
       value.i64 = static_cast<int64_t>(numeric_value);
       value.u64 = static_cast<uint64_t>(value.i64);
     } else {
-      if (numeric_value < 0)
-        throw UsageError("GGUF " + type_label(scalar_type) + " value cannot be negative");
+      if (!(numeric_value >= 0 && numeric_value < 2 * kTwo63))
+        throw UsageError("GGUF " + type_label(scalar_type) + " value out of range");
       value.u64 = static_cast<uint64_t>(numeric_value);
-      value.i64 = static_cast<int64_t>(value.u64);
+      value.i64 = numeric_value < kTwo63 ? static_cast<int64_t>(value.u64) : 0;
     }
   } else if (scalar_type == GgufType::BOOL) {
     return boolean_value(numeric_value != 0);

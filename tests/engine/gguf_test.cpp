@@ -219,6 +219,9 @@ TEST(GgufValue, AccessorsAndConstructors) {
   EXPECT_THROW(GgufValue::string("x").as_int(), FormatError);
   EXPECT_THROW(GgufValue::u32(1).as_string(), FormatError);
   EXPECT_THROW(GgufValue::of(GgufType::UINT8, -1), UsageError);
+  EXPECT_THROW(GgufValue::of(GgufType::UINT64, 18446744073709551616.0), UsageError);
+  EXPECT_THROW(GgufValue::of(GgufType::INT64, std::numeric_limits<double>::infinity()), UsageError);
+  EXPECT_THROW(GgufValue::of(GgufType::INT16, std::nan("")), UsageError);
   EXPECT_THROW(GgufValue::of(GgufType::INT32, 1.5), UsageError);
   EXPECT_THROW(GgufValue::of(GgufType::STRING, 1), UsageError);
   EXPECT_THROW(GgufValue::int_array(GgufType::FLOAT32, {1}), UsageError);

@@ -87,7 +87,8 @@ class ModelFile {
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
   const uint8_t* base() const { return base_; }
-  uint64_t data_offset() const { return data_offset_; }   // start of tensor data in file
+  // Start of tensor data in the file; may lie past its end when there are no tensors.
+  uint64_t data_offset() const { return data_offset_; }
 
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }
   const GgufValue* find(std::string_view key) const;     // nullptr when absent

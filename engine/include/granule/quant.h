@@ -31,6 +31,8 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 
+// Rows are read in place (from the mapped file): src/row must be 2-byte aligned, 4-byte
+// for F32, which GGUF's tensor alignment (32 by default) guarantees.
 // Decodes n elements (a multiple of the block size) starting at src into dst.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
 // Encodes n elements into dst (row_bytes(type, n) bytes), as ggml's reference quantiser.
