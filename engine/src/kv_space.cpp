@@ -64,8 +64,8 @@ class HostVirtualMemory final : public VirtualMemory {
     // Over-reserve by one granule and trim, so the base is granule-aligned as on the GPU
     // (and a 2 MiB granule can be backed by one transparent huge page).
     const uint64_t padded = bytes + granule_bytes_;
-    void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
+    void* raw =
+        mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
       throw CapacityError("cannot reserve " + mib(bytes) + " of address space for the KV cache (" +
                           std::strerror(errno) +
@@ -172,7 +172,7 @@ KvSpace::KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryM
   slot_bytes_ = ceil_div(max_tokens * bytes_per_token, g) * g;
   const uint64_t total = slot_bytes_ * slots;
   base_ = vm_->reserve(total);
-  memory_.charge(MemoryCategory::KvReservedVa, total);   // never refused: VA is not budgeted
+  memory_.charge(MemoryCategory::KvReservedVa, total);  // never refused: VA is not budgeted
   committed_granules_.assign(slots, 0);
   stats_.reserved_bytes = total;
   logger("engine.kv")
@@ -238,8 +238,8 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
     if (target > have && !memory_.try_charge(MemoryCategory::KvCommitted, (target - have) * g)) {
       ++stats_.map_refusals;
       logger("engine.kv")
-          ->debug("slot {}: budget refused {} more for {} tokens", slot,
-                  mib((target - have) * g), tokens);
+          ->debug("slot {}: budget refused {} more for {} tokens", slot, mib((target - have) * g),
+                  tokens);
       return false;
     }
     if (target <= have) return true;
@@ -265,8 +265,7 @@ void KvSpace::truncate(int32_t slot, int64_t tokens) {
   if (tokens < 0) throw UsageError("cannot truncate KV to a negative length");
   const uint64_t g = vm_->granule_bytes();
   const auto kept_tokens = static_cast<uint64_t>(std::min(tokens, geometry_.max_tokens));
-  const uint64_t keep =
-      ceil_div(kept_tokens * static_cast<uint64_t>(geometry_.bytes_per_token), g);
+  const uint64_t keep = ceil_div(kept_tokens * static_cast<uint64_t>(geometry_.bytes_per_token), g);
   std::lock_guard lock(mutex_);
   shrink_locked(slot, keep);
 }
@@ -277,8 +276,7 @@ void KvSpace::shrink_locked(int32_t slot, uint64_t keep_granules) {
   const uint64_t g = vm_->granule_bytes();
   const uint64_t fewer = have - keep_granules;
   const auto start = std::chrono::steady_clock::now();
-  vm_->decommit_range(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + keep_granules * g,
-                      fewer);
+  vm_->decommit_range(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + keep_granules * g, fewer);
   stats_.last_mapping_us += microseconds_since(start);
   memory_.release(MemoryCategory::KvCommitted, fewer * g);
   have = keep_granules;

@@ -27,7 +27,8 @@ uint64_t physical_bytes(const std::array<uint64_t, kCategoryCount>& by_category)
 
 int index_of(MemoryCategory c) {
   const int i = static_cast<int>(c);
-  if (i < 0 || i >= kCategoryCount) throw UsageError("unknown memory category " + std::to_string(i));
+  if (i < 0 || i >= kCategoryCount)
+    throw UsageError("unknown memory category " + std::to_string(i));
   return i;
 }
 
@@ -53,14 +54,22 @@ std::string human_bytes(uint64_t bytes) {
 
 std::string_view memory_category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::WeightsResident: return "weights";
-    case MemoryCategory::WeightsStaging: return "staging";
-    case MemoryCategory::KvCommitted: return "kv";
-    case MemoryCategory::KvReservedVa: return "kv_reserved_va";
-    case MemoryCategory::Workspace: return "workspace";
-    case MemoryCategory::Graphs: return "graphs";
-    case MemoryCategory::Other: return "other";
-    case MemoryCategory::Count: break;
+    case MemoryCategory::WeightsResident:
+      return "weights";
+    case MemoryCategory::WeightsStaging:
+      return "staging";
+    case MemoryCategory::KvCommitted:
+      return "kv";
+    case MemoryCategory::KvReservedVa:
+      return "kv_reserved_va";
+    case MemoryCategory::Workspace:
+      return "workspace";
+    case MemoryCategory::Graphs:
+      return "graphs";
+    case MemoryCategory::Other:
+      return "other";
+    case MemoryCategory::Count:
+      break;
   }
   return "unknown";
 }
@@ -91,8 +100,8 @@ void MemoryManager::charge(MemoryCategory c, uint64_t bytes) {
   }
   const uint64_t shortfall = used + bytes > budget ? used + bytes - budget : 0;
   throw CapacityError("not enough memory for " + std::string(memory_category_name(c)) + ": " +
-                      human_bytes(bytes) + " needed, " + human_bytes(shortfall) +
-                      " short of the " + human_bytes(budget) + " budget (" + human_bytes(used) +
+                      human_bytes(bytes) + " needed, " + human_bytes(shortfall) + " short of the " +
+                      human_bytes(budget) + " budget (" + human_bytes(used) +
                       " in use); raise the budget or lower the context length or sequences");
 }
 
@@ -103,8 +112,8 @@ void MemoryManager::release(MemoryCategory c, uint64_t bytes) {
     // A caller released more than it charged: an engine bug, not a user error. Releasing
     // often runs in destructors, so clamp and say so rather than throw.
     logger("engine.memory")
-        ->error("released {} bytes of {} but only {} were charged", bytes,
-                memory_category_name(c), bytes_[i]);
+        ->error("released {} bytes of {} but only {} were charged", bytes, memory_category_name(c),
+                bytes_[i]);
     bytes = bytes_[i];
   }
   bytes_[i] -= bytes;

@@ -1,13 +1,12 @@
 // The host sampler: penalties, top-k, temperature, top-p, min-p and a seeded draw, in
 // that order; also the stop-string helpers used while streaming text.
-#include "granule/sampling.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "granule/error.h"
+#include "granule/sampling.h"
 
 namespace granule {
 namespace {
@@ -31,30 +30,32 @@ constexpr float kMassBinWidth = 1.0f / 16.0f;
 
 constexpr float kInfinity = std::numeric_limits<float>::infinity();
 
-// The largest value, NaN skipped, with eight independent running maxima so the compiler
-// can vectorise it (std::max_element is a serial chain, several times slower on 150k).
+// The largest value, NaN skipped. Eight independent running maxima keep the comparisons
+// from forming one serial chain: std::max_element is several times slower on 150k.
 float max_ignoring_nan(const std::vector<float>& values, bool& saw_nan) {
   constexpr size_t kLanes = 8;
   float lane_max[kLanes];
-  int32_t lane_nans[kLanes];   // counts, not bools: they vectorise
+  int32_t lane_nans[kLanes];
   for (size_t j = 0; j < kLanes; ++j) lane_max[j] = -kInfinity, lane_nans[j] = 0;
   size_t i = 0;
   for (; i + kLanes <= values.size(); i += kLanes) {
     for (size_t j = 0; j < kLanes; ++j) {
       const float v = values[i + j];
-      lane_max[j] = std::max(lane_max[j], v);   // (max < NaN) is false: NaN is skipped
+      lane_max[j] = std::max(lane_max[j], v);  // (max < NaN) is false: NaN is skipped
       lane_nans[j] += v != v;
     }
   }
   float best = -kInfinity;
   saw_nan = false;
-  for (size_t j = 0; j < kLanes; ++j) best = std::max(best, lane_max[j]), saw_nan |= lane_nans[j] != 0;
-  for (; i < values.size(); ++i) best = std::max(best, values[i]), saw_nan |= values[i] != values[i];
+  for (size_t j = 0; j < kLanes; ++j)
+    best = std::max(best, lane_max[j]), saw_nan |= lane_nans[j] != 0;
+  for (; i < values.size(); ++i)
+    best = std::max(best, values[i]), saw_nan |= values[i] != values[i];
   return best;
 }
 
 size_t mass_bin(float log_weight) {
-  const float depth = -log_weight / kMassBinWidth;   // >= 0; +inf for a zero weight
+  const float depth = -log_weight / kMassBinWidth;  // >= 0; +inf for a zero weight
   return depth < static_cast<float>(kMassBins) ? static_cast<size_t>(depth) : kMassBins;
 }
 
@@ -93,12 +94,14 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
   }
   if (best == -kInfinity) throw UsageError("cannot sample: every logit is NaN or -inf");
 
-  if (params_.temperature <= 0.0f || params_.top_k == 1) {
+  // A temperature so small that 1 / T overflows is the greedy limit (and would make the
+  // best token's weight 0 * inf = NaN).
+  const float inverse_temperature = 1.0f / params_.temperature;
+  if (params_.temperature <= 0.0f || std::isinf(inverse_temperature) || params_.top_k == 1) {
     // The first position of the maximum: ties go to the lowest id.
     return static_cast<int32_t>(std::find(token_values_.begin(), token_values_.end(), best) -
                                 token_values_.begin());
   }
-  const float inverse_temperature = 1.0f / params_.temperature;
   const auto vocab = static_cast<int64_t>(token_values_.size());
   if (params_.top_k > 0 && params_.top_k < vocab) return sample_top_k(inverse_temperature);
   return sample_all(best, inverse_temperature);
@@ -139,7 +142,7 @@ int32_t Sampler::sample_top_k(float inverse_temperature) {
     if (candidates_.size() < k) {
       candidates_.emplace_back(v, static_cast<int32_t>(i));
       std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
-    } else if (v > candidates_.front().first) {   // equal values: the lower id, kept, wins
+    } else if (v > candidates_.front().first) {  // equal values: the lower id, kept, wins
       std::pop_heap(candidates_.begin(), candidates_.end(), ranks_before);
       candidates_.back() = {v, static_cast<int32_t>(i)};
       std::push_heap(candidates_.begin(), candidates_.end(), ranks_before);
@@ -220,7 +223,7 @@ int32_t Sampler::sample_all(float best, float inverse_temperature) {
     last_drawable = i;
     if (target < cumulative) return static_cast<int32_t>(i);
   }
-  return static_cast<int32_t>(last_drawable);   // rounding left the target at the very end
+  return static_cast<int32_t>(last_drawable);  // rounding left the target at the very end
 }
 
 size_t Sampler::top_p_prefix(size_t count, size_t sorted, double total_weight) {
@@ -237,8 +240,8 @@ size_t Sampler::top_p_prefix(size_t count, size_t sorted, double total_weight) {
                          begin + static_cast<std::ptrdiff_t>(end),
                          begin + static_cast<std::ptrdiff_t>(count), ranks_before);
       }
-      std::sort(begin + static_cast<std::ptrdiff_t>(sorted), begin + static_cast<std::ptrdiff_t>(end),
-                ranks_before);
+      std::sort(begin + static_cast<std::ptrdiff_t>(sorted),
+                begin + static_cast<std::ptrdiff_t>(end), ranks_before);
       sorted = end;
     }
     cumulative += candidates_[i].first;
@@ -256,7 +259,7 @@ int32_t Sampler::draw_from_prefix(size_t count) {
     cumulative += candidates_[i].first;
     if (target < cumulative) return candidates_[i].second;
   }
-  return candidates_[count - 1].second;   // rounding left the target at the very end
+  return candidates_[count - 1].second;  // rounding left the target at the very end
 }
 
 size_t find_stop_string(std::string_view text, const std::vector<std::string>& stops) {

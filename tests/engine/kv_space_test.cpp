@@ -19,7 +19,7 @@
 namespace granule {
 namespace {
 
-constexpr uint64_t kSmallGranule = 64ull << 10;   // a multiple of the 4 KiB page, fast to touch
+constexpr uint64_t kSmallGranule = 64ull << 10;  // a multiple of the 4 KiB page, fast to touch
 constexpr uint64_t kGpuGranule = 2ull << 20;
 
 uint64_t round_up(uint64_t bytes, uint64_t granule) {
@@ -56,8 +56,8 @@ bool pattern_holds(const uint8_t* base, int32_t slot, uint64_t from, uint64_t to
 
 KvGeometry small_geometry() {
   KvGeometry g;
-  g.bytes_per_token = 1000;   // not a divisor of the granule: tokens straddle granules
-  g.max_tokens = 300;         // 300,000 bytes -> 5 granules of 64 KiB per slot
+  g.bytes_per_token = 1000;  // not a divisor of the granule: tokens straddle granules
+  g.max_tokens = 300;        // 300,000 bytes -> 5 granules of 64 KiB per slot
   g.slots = 3;
   g.lookahead_tokens = 16;
   return g;
@@ -84,14 +84,14 @@ TEST(KvSpace, ReservesAllSlotsOnceAndChargesOnlyAddressSpace) {
 TEST(KvSpace, MapThroughCommitsGranulesForTokensPlusLookahead) {
   MemoryManager memory(1ull << 30);
   KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
-  ASSERT_TRUE(kv.map_through(0, 10));   // (10 + 16) * 1000 bytes -> 1 granule
+  ASSERT_TRUE(kv.map_through(0, 10));  // (10 + 16) * 1000 bytes -> 1 granule
   EXPECT_EQ(kv.committed_bytes(0), kSmallGranule);
-  EXPECT_EQ(kv.committed_tokens(0), 65);   // 65,536 / 1,000
-  ASSERT_TRUE(kv.map_through(0, 49));   // 65,000 bytes: still 1 granule
+  EXPECT_EQ(kv.committed_tokens(0), 65);  // 65,536 / 1,000
+  ASSERT_TRUE(kv.map_through(0, 49));     // 65,000 bytes: still 1 granule
   EXPECT_EQ(kv.committed_bytes(0), kSmallGranule);
-  ASSERT_TRUE(kv.map_through(0, 50));   // 66,000 bytes -> 2 granules
+  ASSERT_TRUE(kv.map_through(0, 50));  // 66,000 bytes -> 2 granules
   EXPECT_EQ(kv.committed_bytes(0), 2 * kSmallGranule);
-  ASSERT_TRUE(kv.map_through(0, 300));   // clamped to max_tokens: 300,000 -> 5 granules
+  ASSERT_TRUE(kv.map_through(0, 300));  // clamped to max_tokens: 300,000 -> 5 granules
   EXPECT_EQ(kv.committed_bytes(0), 5 * kSmallGranule);
   EXPECT_EQ(kv.committed_tokens(0), 300);
   // Mapping less than is committed changes nothing.
@@ -118,28 +118,28 @@ TEST(KvSpace, RejectsBadSlotsTokensAndGeometry) {
   KvGeometry bad = small_geometry();
   bad.bytes_per_token = 0;
   EXPECT_THROW(KvSpace(make_host_virtual_memory(kSmallGranule), bad, memory), UsageError);
-  EXPECT_THROW(make_host_virtual_memory(1000), UsageError);   // not a page multiple
+  EXPECT_THROW(make_host_virtual_memory(1000), UsageError);  // not a page multiple
 }
 
 TEST(KvSpace, TruncateDecommitsWholeGranulesPastTheKeptTokensAndKeepsTheirData) {
   MemoryManager memory(1ull << 30);
   KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
   uint8_t* base = kv.slot_base(1);
-  ASSERT_TRUE(kv.map_through(1, 200));   // 216,000 bytes -> 4 granules
+  ASSERT_TRUE(kv.map_through(1, 200));  // 216,000 bytes -> 4 granules
   ASSERT_EQ(kv.committed_bytes(1), 4 * kSmallGranule);
   write_pattern(base, 1, 0, 200 * 1000);
 
-  kv.truncate(1, 70);   // 70,000 bytes -> the first 2 granules stay
+  kv.truncate(1, 70);  // 70,000 bytes -> the first 2 granules stay
   EXPECT_EQ(kv.committed_bytes(1), 2 * kSmallGranule);
   EXPECT_TRUE(pattern_holds(base, 1, 0, 70 * 1000));
   // The rest of the last kept granule is not "wholly past" the tokens: it stays intact.
   EXPECT_TRUE(pattern_holds(base, 1, 70 * 1000, 2 * kSmallGranule));
-  kv.truncate(1, 66);   // 66,000 bytes still needs 2 granules
+  kv.truncate(1, 66);  // 66,000 bytes still needs 2 granules
   EXPECT_EQ(kv.committed_bytes(1), 2 * kSmallGranule);
-  kv.truncate(1, 65);   // 65,000 bytes fits in 1
+  kv.truncate(1, 65);  // 65,000 bytes fits in 1
   EXPECT_EQ(kv.committed_bytes(1), kSmallGranule);
   EXPECT_TRUE(pattern_holds(base, 1, 0, 65 * 1000));
-  kv.truncate(1, 200);   // longer than committed: nothing to do
+  kv.truncate(1, 200);  // longer than committed: nothing to do
   EXPECT_EQ(kv.committed_bytes(1), kSmallGranule);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), kSmallGranule);
   EXPECT_EQ(kv.stats().granules_unmapped, 3u);
@@ -157,7 +157,7 @@ TEST(KvSpace, DecommittedPagesGoBackToTheSystem) {
   std::memset(base, 0xAB, 5 * kSmallGranule);
   EXPECT_EQ(resident_pages(base, 5 * kSmallGranule), 5 * kSmallGranule / page);
 
-  kv.truncate(2, 60);   // keeps 1 granule
+  kv.truncate(2, 60);  // keeps 1 granule
   EXPECT_EQ(resident_pages(base, kSmallGranule), kSmallGranule / page);
   EXPECT_EQ(resident_pages(base + kSmallGranule, 4 * kSmallGranule), 0u);
   // Committed again, the tail is fresh memory (zeros on the host), not the old bytes.
@@ -173,7 +173,7 @@ TEST(KvSpace, TouchingMemoryPastTheCommittedGranulesFaults) {
   KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
   ASSERT_TRUE(kv.map_through(0, 10));
   uint8_t* base = kv.slot_base(0);
-  base[kSmallGranule - 1] = 1;   // the last committed byte is writable
+  base[kSmallGranule - 1] = 1;  // the last committed byte is writable
   EXPECT_DEATH({ base[kSmallGranule] = 1; }, "");
   kv.release(0);
   EXPECT_DEATH({ base[0] = 1; }, "");
@@ -183,10 +183,10 @@ TEST(KvSpace, BudgetRefusalLeavesEverythingUnchanged) {
   // Budget for 3 granules: slot 0 takes 2, slot 1 can take 1 more but not 2.
   MemoryManager memory(3 * kSmallGranule);
   KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
-  ASSERT_TRUE(kv.map_through(0, 100));   // 116,000 bytes -> 2 granules
-  ASSERT_TRUE(kv.map_through(1, 10));    // 1 granule: budget now full
+  ASSERT_TRUE(kv.map_through(0, 100));  // 116,000 bytes -> 2 granules
+  ASSERT_TRUE(kv.map_through(1, 10));   // 1 granule: budget now full
   const KvStats before = kv.stats();
-  EXPECT_FALSE(kv.map_through(1, 70));   // needs a second granule even without look-ahead
+  EXPECT_FALSE(kv.map_through(1, 70));  // needs a second granule even without look-ahead
   EXPECT_FALSE(kv.map_through(2, 1));
   const KvStats after = kv.stats();
   EXPECT_EQ(kv.committed_bytes(1), kSmallGranule);
@@ -243,8 +243,8 @@ TEST(KvSpace, FailedCommitIsRolledBackAndUncharged) {
   auto vm = std::make_unique<FailingVirtualMemory>(3);
   FailingVirtualMemory* failing = vm.get();
   KvSpace kv(std::move(vm), small_geometry(), memory);
-  ASSERT_TRUE(kv.map_through(0, 10));   // 1 granule
-  EXPECT_THROW(kv.map_through(0, 250), DeviceError);   // wants 5: the 3rd commit fails
+  ASSERT_TRUE(kv.map_through(0, 10));                 // 1 granule
+  EXPECT_THROW(kv.map_through(0, 250), DeviceError);  // wants 5: the 3rd commit fails
   EXPECT_EQ(failing->committed(), 1);
   EXPECT_EQ(kv.committed_bytes(0), kSmallGranule);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), kSmallGranule);
@@ -269,7 +269,7 @@ TEST(KvSpace, DestructionReturnsEveryByteAndTheAddressSpace) {
 TEST(KvSpace, TwoMegabyteGranulesForSmolLm2ShapesDecodeOneGranuleAtATime) {
   // SmolLM2-135M in fp16: 30 layers x K,V x 3 kv heads x 64 dims x 2 bytes per token.
   KvGeometry g;
-  g.bytes_per_token = 30 * 2 * 3 * 64 * 2;   // 23,040: 91 tokens per 2 MiB granule
+  g.bytes_per_token = 30 * 2 * 3 * 64 * 2;  // 23,040: 91 tokens per 2 MiB granule
   g.max_tokens = 2048;
   g.slots = 2;
   g.lookahead_tokens = 16;
@@ -291,7 +291,7 @@ TEST(KvSpace, TwoMegabyteGranulesForSmolLm2ShapesDecodeOneGranuleAtATime) {
   // 47,185,920 bytes -> 23 granules, each mapped once.
   EXPECT_EQ(kv.stats().granules_mapped, 23u);
   EXPECT_EQ(kv.committed_bytes(1), 23 * kGpuGranule);
-  kv.truncate(1, 100);   // 2,304,000 bytes -> 2 granules
+  kv.truncate(1, 100);  // 2,304,000 bytes -> 2 granules
   EXPECT_EQ(kv.committed_bytes(1), 2 * kGpuGranule);
   EXPECT_TRUE(pattern_holds(base, 1, 0, 100ull * 23040));
   EXPECT_EQ(resident_pages(base + 2 * kGpuGranule, 21 * kGpuGranule), 0u);
@@ -307,20 +307,20 @@ TEST(KvSpace, TwoMegabyteGranulesForSmolLm2ShapesDecodeOneGranuleAtATime) {
 // committed bytes, and the data written so far is still there (no move, no copy).
 TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
   KvGeometry g;
-  g.bytes_per_token = 1536;   // 42.7 tokens per 64 KiB granule
-  g.max_tokens = 1500;        // 36 granules per slot
+  g.bytes_per_token = 1536;  // 42.7 tokens per 64 KiB granule
+  g.max_tokens = 1500;       // 36 granules per slot
   g.slots = 4;
   g.lookahead_tokens = 24;
   const uint64_t granule = kSmallGranule;
   const uint64_t bpt = static_cast<uint64_t>(g.bytes_per_token);
   const uint64_t lookahead_bytes = round_up(g.lookahead_tokens * bpt, granule);
-  MemoryManager memory(40 * granule);   // well under 4 x 36 granules
+  MemoryManager memory(40 * granule);  // well under 4 x 36 granules
   KvSpace kv(make_host_virtual_memory(granule), g, memory);
 
   std::vector<uint8_t*> bases;
   for (int32_t s = 0; s < g.slots; ++s) bases.push_back(kv.slot_base(s));
-  std::vector<int64_t> used(g.slots, 0);   // tokens written per slot
-  uint64_t other_charge = 0;               // what "weights" hold at the moment
+  std::vector<int64_t> used(g.slots, 0);  // tokens written per slot
+  uint64_t other_charge = 0;              // what "weights" hold at the moment
   std::mt19937_64 rng(20261202);
   int grows = 0, refusals = 0, truncations = 0, releases = 0, squeezes = 0;
 

@@ -84,7 +84,7 @@ TEST(MemoryManager, ChargeThrowsCapacityErrorNamingCategoryAndShortfall) {
   } catch (const CapacityError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("kv"), std::string::npos) << message;
-    EXPECT_NE(message.find("15.0 MiB short"), std::string::npos) << message;   // 90 + 25 - 100
+    EXPECT_NE(message.find("15.0 MiB short"), std::string::npos) << message;  // 90 + 25 - 100
     EXPECT_NE(message.find("100.0 MiB budget"), std::string::npos) << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << "one line: " << message;
   }

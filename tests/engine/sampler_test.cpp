@@ -2,8 +2,6 @@
 // draws) and the stop-string helpers. Expected distributions come from
 // tests/reference/sampler_reference.py (float64, full sort), pasted below; draws are
 // compared with them by a chi-square statistic under a fixed seed.
-#include "granule/sampling.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include <vector>
 
 #include "granule/error.h"
+#include "granule/sampling.h"
 
 namespace granule {
 namespace {
@@ -91,7 +90,7 @@ TEST(Sampler, TopKOfOneIsGreedyAtAnyTemperature) {
     std::vector<float> logits(1000);
     for (float& v : logits) v = normal(rng);
     logits[rng() % 1000] = 100.0f;
-    logits[rng() % 1000] = 100.0f;   // sometimes a tie: both must pick the lower id
+    logits[rng() % 1000] = 100.0f;  // sometimes a tie: both must pick the lower id
     EXPECT_EQ(top1.sample(logits, {}), greedy.sample(logits, {})) << "trial " << trial;
   }
 }
@@ -101,7 +100,7 @@ TEST(Sampler, SameSeedSameTokensAndDifferentSeedsDiffer) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> logits(5000);
   for (float& v : logits) v = normal(rng);
-  SamplingParams params;   // the defaults: top-k 40, top-p 0.95, min-p 0.05, T 0.7
+  SamplingParams params;  // the defaults: top-k 40, top-p 0.95, min-p 0.05, T 0.7
   params.temperature = 1.5f;
   params.seed = 1234;
   Sampler a(params), b(params);
@@ -133,7 +132,7 @@ TEST(Sampler, DrawsFollowSplitmix64Exactly) {
 
 TEST(Sampler, LowTemperatureApproachesGreedy) {
   const std::vector<float> logits = {1.0f, 2.0f, 1.9f, -3.0f, 1.99f};
-  for (float temperature : {1e-4f, 1e-3f}) {
+  for (float temperature : {1e-40f, 1e-4f, 1e-3f}) {  // 1 / 1e-40 overflows a float
     SamplingParams params = plain(temperature);
     params.seed = 5;
     Sampler sampler(params);
@@ -145,7 +144,7 @@ TEST(Sampler, LowTemperatureApproachesGreedy) {
   Sampler sampler(params);
   const auto counts = draw_counts(sampler, logits, {}, 20000);
   const double e1 = 1.0, e4 = std::exp(-0.1), e2 = std::exp(-1.0);
-  const double total = e1 + e4 + e2;   // tokens 0 and 3 are ~e^-10 and below
+  const double total = e1 + e4 + e2;  // tokens 0 and 3 are ~e^-10 and below
   expect_matches_distribution(
       counts, {std::exp(-10.0) / total, e1 / total, e2 / total, 0.0, e4 / total}, 20000);
 }
@@ -179,8 +178,8 @@ TEST(Sampler, TopPKeepsTheSmallestPrefixReachingP) {
 TEST(Sampler, MinPDropsTokensBelowAFractionOfTheBest) {
   // sampler_reference.py: MinPOnly. e^(1 - 3) = 0.135 < 0.2 drops token 3 and below.
   const std::vector<float> logits = {3.0f, 2.5f, 2.0f, 1.0f, 0.5f, 0.0f, -1.0f, -3.0f};
-  const std::vector<double> expected = {0.506480391056, 0.307195885718, 0.186323723226, 0, 0,
-                                        0, 0, 0};
+  const std::vector<double> expected = {
+      0.506480391056, 0.307195885718, 0.186323723226, 0, 0, 0, 0, 0};
   SamplingParams params = plain(1.0f);
   params.min_p = 0.2f;
   params.seed = 4;
@@ -192,8 +191,8 @@ TEST(Sampler, MinPDropsTokensBelowAFractionOfTheBest) {
 TEST(Sampler, TopPThenMinPWithoutTopK) {
   // sampler_reference.py: TopPAndMinPWithoutTopK (T 1.5, top-p 0.8, min-p 0.3).
   const std::vector<float> logits = {1.0f, 2.8f, 2.5f, 0.2f, 2.9f, 0.0f, -1.0f, 1.7f};
-  const std::vector<double> expected = {0, 0.296914303853, 0.243092871593, 0, 0.317383310444,
-                                        0, 0, 0.142609514110};
+  const std::vector<double> expected = {0, 0.296914303853, 0.243092871593, 0, 0.317383310444, 0,
+                                        0, 0.142609514110};
   SamplingParams params = plain(1.5f);
   params.top_p = 0.8f;
   params.min_p = 0.3f;
@@ -209,8 +208,8 @@ TEST(Sampler, EveryStageInOrderWithPenalties) {
   // 5,6,7,9; top-p 0.9 at T 0.8 drops 4 and 3; min-p 0.25 drops token 0.
   const std::vector<float> logits = {2.0f, 1.5f, 1.2f, 0.9f, 0.3f, -0.2f, -0.4f, -1.0f, 1.9f, 0.0f};
   const std::vector<int32_t> history = {0, 0, 3, 6, 9};
-  const std::vector<double> expected = {0, 0.299759243913, 0.206021314560, 0, 0, 0, 0, 0,
-                                        0.494219441528, 0};
+  const std::vector<double> expected = {
+      0, 0.299759243913, 0.206021314560, 0, 0, 0, 0, 0, 0.494219441528, 0};
   SamplingParams params;
   params.temperature = 0.8f;
   params.top_k = 6;
@@ -230,29 +229,29 @@ TEST(Sampler, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   params.repetition_penalty = 1.2f;
   // 2.0 / 1.2 = 1.67 falls below 1.8.
   EXPECT_EQ(Sampler(params).sample(std::vector<float>{2.0f, 1.8f}, std::vector<int32_t>{0}), 1);
-  params.repetition_penalty = 1.1f;   // 2.0 / 1.1 = 1.82 stays above
+  params.repetition_penalty = 1.1f;  // 2.0 / 1.1 = 1.82 stays above
   EXPECT_EQ(Sampler(params).sample(std::vector<float>{2.0f, 1.8f}, std::vector<int32_t>{0}), 0);
   // -0.4 * 1.3 = -0.52 falls below -0.5 (dividing would have raised it to -0.31).
   params.repetition_penalty = 1.3f;
   EXPECT_EQ(Sampler(params).sample(std::vector<float>{-0.5f, -0.4f}, std::vector<int32_t>{1}), 0);
   // Tokens outside the vocabulary in the history are ignored.
-  EXPECT_EQ(Sampler(params).sample(std::vector<float>{-0.5f, -0.4f},
-                                   std::vector<int32_t>{-1, 7, 1000}),
-            1);
+  EXPECT_EQ(
+      Sampler(params).sample(std::vector<float>{-0.5f, -0.4f}, std::vector<int32_t>{-1, 7, 1000}),
+      1);
 }
 
 TEST(Sampler, FrequencyPenaltyScalesWithCountAndPresenceDoesNot) {
   SamplingParams params = SamplingParams::greedy();
   params.frequency_penalty = 0.2f;
   const std::vector<float> logits = {1.0f, 0.5f};
-  EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0}), 0);         // 0.8 > 0.5
-  EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0, 0, 0}), 1);   // 0.4 < 0.5
+  EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0}), 0);        // 0.8 > 0.5
+  EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0, 0, 0}), 1);  // 0.4 < 0.5
   params.frequency_penalty = 0.0f;
   params.presence_penalty = 0.3f;
   const std::vector<float> close = {1.0f, 0.6f};
-  EXPECT_EQ(Sampler(params).sample(close, std::vector<int32_t>{0, 0, 0}), 0);   // 0.7 > 0.6
+  EXPECT_EQ(Sampler(params).sample(close, std::vector<int32_t>{0, 0, 0}), 0);  // 0.7 > 0.6
   params.presence_penalty = 0.5f;
-  EXPECT_EQ(Sampler(params).sample(close, std::vector<int32_t>{0}), 1);         // 0.5 < 0.6
+  EXPECT_EQ(Sampler(params).sample(close, std::vector<int32_t>{0}), 1);  // 0.5 < 0.6
 }
 
 TEST(Sampler, PenaltiesLookOnlyAtTheLastNTokens) {
@@ -263,17 +262,17 @@ TEST(Sampler, PenaltiesLookOnlyAtTheLastNTokens) {
   // Token 0 is four tokens back: outside the window, so not penalised.
   EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0, 2, 2, 2}), 0);
   EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{2, 0, 2, 2}), 1);
-  params.penalty_last_n = 0;   // off
+  params.penalty_last_n = 0;  // off
   EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0, 0}), 0);
-  params.penalty_last_n = -1;   // the whole history
+  params.penalty_last_n = -1;  // the whole history
   std::vector<int32_t> long_history(500, 2);
   long_history[0] = 0;
   EXPECT_EQ(Sampler(params).sample(logits, long_history), 1);
 }
 
 // The kept set computed the obvious way: rank everything, apply each filter in turn.
-std::vector<bool> reference_kept(const std::vector<float>& logits, float temperature,
-                                 int32_t top_k, float top_p, float min_p) {
+std::vector<bool> reference_kept(const std::vector<float>& logits, float temperature, int32_t top_k,
+                                 float top_p, float min_p) {
   std::vector<int32_t> ranked(logits.size());
   std::iota(ranked.begin(), ranked.end(), 0);
   std::stable_sort(ranked.begin(), ranked.end(),
@@ -313,9 +312,9 @@ TEST(Sampler, LargeVocabularyDrawsStayInsideTheFilteredSet) {
     float top_p;
     float min_p;
   };
-  for (const Case& c : {Case{1.0f, 0, 0.5f, 0.0f}, Case{0.7f, 40, 0.95f, 0.05f},
-                        Case{1.2f, 0, 0.9f, 0.01f}, Case{1.0f, 0, 1.0f, 0.3f},
-                        Case{2.0f, 1000, 0.99f, 0.0f}}) {
+  for (const Case& c :
+       {Case{1.0f, 0, 0.5f, 0.0f}, Case{0.7f, 40, 0.95f, 0.05f}, Case{1.2f, 0, 0.9f, 0.01f},
+        Case{1.0f, 0, 1.0f, 0.3f}, Case{2.0f, 1000, 0.99f, 0.0f}}) {
     SamplingParams params = plain(c.temperature);
     params.top_k = c.top_k;
     params.top_p = c.top_p;
@@ -364,7 +363,7 @@ TEST(StopStrings, HoldsBackTheLongestSuffixThatCouldStartAStop) {
   EXPECT_EQ(stop_string_holdback("xaaa", {"aab"}), 2u);
   EXPECT_EQ(stop_string_holdback("text", {""}), 0u);
   // UTF-8: the held-back part starts on the stop's first byte, a character boundary.
-  EXPECT_EQ(stop_string_holdback("你好\xE3\x80", {"\xE3\x80\x82"}), 2u);   // "。"
+  EXPECT_EQ(stop_string_holdback("你好\xE3\x80", {"\xE3\x80\x82"}), 2u);  // "。"
 }
 
 TEST(StopStrings, StreamingWithTheHelpersSendsExactlyTheTextBeforeTheStop) {
