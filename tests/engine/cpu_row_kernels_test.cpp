@@ -51,5 +51,28 @@ TEST(CpuRowKernels, FastDotIsBitIdenticalToPortableDot) {
   RecordProperty("avx2", row_kernels_use_avx2() ? "yes" : "no");
 }
 
+TEST(CpuRowKernels, FusedDotIsBitIdenticalToDecodeThenDot) {
+  const int64_t n = 576;
+  auto x = random_values(n, 4);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K,
+                          TensorType::F16}) {
+    const int64_t cols = type == TensorType::Q6_K ? 512 : n;
+    auto values = random_values(cols, 5);
+    std::vector<uint8_t> row(row_bytes(type, cols));
+    quantize_row(type, values.data(), row.data(), cols);
+    std::vector<float> decoded(cols);
+    decode_row(type, row.data(), decoded.data(), cols);
+    const float expected = dot_f32_fast(decoded.data(), x.data(), cols);
+    float fused = 12345.0f;
+    const bool handled = dot_row_fused(type, row.data(), x.data(), cols, &fused);
+    if (!handled) {
+      EXPECT_EQ(fused, 12345.0f) << tensor_type_info(type).name;   // untouched
+      continue;
+    }
+    EXPECT_TRUE(type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0);
+    EXPECT_EQ(std::memcmp(&expected, &fused, sizeof(float)), 0) << tensor_type_info(type).name;
+  }
+}
+
 }  // namespace
 }  // namespace granule::cpu

@@ -84,6 +84,8 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
     }
     for (int64_t r = begin; r < end; ++r) {
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
+      // One token (a decode step): decode and dot in one pass where a fused kernel exists.
+      if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
       const float* values = reinterpret_cast<const float*>(row);
       if (type != TensorType::F32) {
         decode_row(type, row, decoded.data(), n_cols);

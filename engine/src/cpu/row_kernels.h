@@ -20,4 +20,8 @@ void decode_row(TensorType type, const void* row, float* out, int64_t n);
 float dot_f32_portable(const float* a, const float* b, int64_t n);
 float dot_f32_fast(const float* a, const float* b, int64_t n);   // AVX2 when available
 
+// dot_f32_fast(decode_row(row), x) without the decoded row in memory, for Q4_0, Q4_1 and
+// Q8_0 on AVX2 (same bits); returns false, leaving result alone, for everything else.
+bool dot_row_fused(TensorType type, const void* row, const float* x, int64_t n, float* result);
+
 }  // namespace granule::cpu
