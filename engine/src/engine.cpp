@@ -178,6 +178,7 @@ const EngineOptions& Engine::options() const { return impl_->options; }
 
 std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
   if (request.prompt_tokens) return *request.prompt_tokens;
+  if (request.messages.empty()) throw UsageError("a request needs messages or prompt tokens");
   if (!chat_template) {
     throw UnsupportedError(
         "this model's chat template is not recognised; choose a template family in the "

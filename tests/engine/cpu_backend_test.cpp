@@ -479,6 +479,19 @@ TEST(CpuBackend, RejectsTokenOutsideVocabulary) {
   EXPECT_THROW(m.backend->forward(std::span<const BatchSequence>(&seq, 1), logits), UsageError);
 }
 
+TEST(CpuBackend, RejectsPositionsPastTheContextAndUnknownSlots) {
+  TempDir dir;
+  fs::path model = dir.path / "tiny.gguf";
+  write_synthetic_model(SyntheticModelSpec::preset("tiny"), model);
+  LoadedModel m(model, /*slots=*/2, /*context=*/8);
+  std::vector<int32_t> tokens = {1, 2, 3};
+  std::vector<float> logits;
+  BatchSequence past{0, tokens, 6, false};   // positions 6..8 of a context of 8
+  EXPECT_THROW(m.backend->forward(std::span<const BatchSequence>(&past, 1), logits), CapacityError);
+  BatchSequence no_slot{2, tokens, 0, false};
+  EXPECT_THROW(m.backend->forward(std::span<const BatchSequence>(&no_slot, 1), logits), UsageError);
+}
+
 TEST(CpuBackend, ChargesWeightsAndReportsKvBytes) {
   TempDir dir;
   fs::path model = dir.path / "tiny.gguf";

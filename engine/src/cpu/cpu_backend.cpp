@@ -191,6 +191,14 @@ int64_t CpuBackend::forward(std::span<const BatchSequence> batch, std::vector<fl
   int64_t n_rows = 0;
   for (const BatchSequence& seq : batch) {
     if (seq.tokens.empty()) throw UsageError("CPU backend: a batch sequence has no tokens");
+    if (seq.slot < 0 || seq.slot >= kv_->geometry().slots) {
+      throw UsageError("CPU backend: slot " + std::to_string(seq.slot) + " does not exist");
+    }
+    if (seq.start_position < 0 ||
+        seq.start_position + static_cast<int64_t>(seq.tokens.size()) > kv_->geometry().max_tokens) {
+      throw CapacityError("CPU backend: positions past the context of " +
+                          std::to_string(kv_->geometry().max_tokens) + " tokens");
+    }
     n_tokens += static_cast<int64_t>(seq.tokens.size());
     n_rows += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
   }
