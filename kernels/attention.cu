@@ -1,6 +1,7 @@
-// Split attention: kernel 1 gives each (split, kv head, row) block the query heads of that
-// KV head (GQA: K and V are read once for the whole group); its 4 warps take tokens in turn
-// with an online softmax each, then merge. Kernel 2 merges the splits of each head.
+// Split attention in one launch: each (split, kv head, row) block takes the query heads of
+// that KV head (GQA: K and V are read once for the whole group); its 4 warps take tokens in
+// turn with an online softmax each and merge; the last split block of a (row, kv head) to
+// finish merges the splits.
 #include "attention.cuh"
 
 #include <cfloat>
@@ -112,24 +113,40 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
     p[d] = sum_acc;
     if (d == 0) { p[kHeadDim] = m_all; p[kHeadDim + 1] = sum_l; }
   }
-}
 
-__global__ void attention_merge_kernel(AttentionArgs a) {
-  const int head = blockIdx.x, row = blockIdx.y, d = threadIdx.x;
-  const int hd = a.head_dim;
-  const int length = a.lengths[row];
-  const int n_splits = min(a.max_splits, (length + a.split_tokens - 1) / a.split_tokens);
-  const float* p = a.partial + (static_cast<int64_t>(row) * a.n_head + head) * a.max_splits * (hd + 2);
-  float m_all = -FLT_MAX;
-  for (int s = 0; s < n_splits; ++s) m_all = fmaxf(m_all, p[s * (hd + 2) + hd]);
-  float sum_acc = 0.0f, sum_l = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float* ps = p + s * (hd + 2);
-    const float f = __expf(ps[hd] - m_all);
-    sum_acc += f * ps[d];
-    sum_l += f * ps[hd + 1];
+  // The last block to finish among this (row, kv head)'s splits merges them (no second
+  // launch): publish the partial, take a ticket, and the final ticket holder reads all.
+  __shared__ bool is_last;
+  __threadfence();
+  __syncthreads();
+  const int n_splits = min(n_splits_max, (length + a.split_tokens - 1) / a.split_tokens);
+  if (threadIdx.x == 0) {
+    int* counter = a.split_counters + row * a.n_kv + kv_head;
+    is_last = atomicAdd(counter, 1) == n_splits - 1;
+    if (is_last) *counter = 0;   // ready for the next launch
   }
-  a.out[row * a.out_stride + head * hd + d] = sum_l > 0.0f ? sum_acc / sum_l : 0.0f;
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < group * kHeadDim; i += blockDim.x) {
+    const int g = i / kHeadDim, d = i % kHeadDim;
+    const int head = kv_head * group + g;
+    const float* p = a.partial + (static_cast<int64_t>(row) * a.n_head + head) * n_splits_max * (kHeadDim + 2);
+    float m_all = -FLT_MAX;
+    for (int sp = 0; sp < n_splits; ++sp) m_all = fmaxf(m_all, __ldcg(p + sp * (kHeadDim + 2) + kHeadDim));
+    float sum_acc = 0.0f, sum_l = 0.0f;
+    for (int sp = 0; sp < n_splits; ++sp) {
+      const float* ps = p + sp * (kHeadDim + 2);
+      const float f = __expf(__ldcg(ps + kHeadDim) - m_all);
+      sum_acc += f * __ldcg(ps + d);
+      sum_l += f * __ldcg(ps + kHeadDim + 1);
+    }
+    const float value = sum_l > 0.0f ? sum_acc / sum_l : 0.0f;
+    const int64_t at = row * a.out_stride + head * kHeadDim + d;
+    a.out[at] = value;
+    // head_dim is a multiple of 32 and whole warps walk i, so a warp holds one int8 block.
+    if (a.out_q8.qs) quantize_block_of_warp(value, a.out_q8.qs + (at - d % kWarpSize), a.out_q8.ds + at / kQ8Block);
+  }
 }
 
 }  // namespace
@@ -141,7 +158,7 @@ size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   if (args.n_kv <= 0 || args.n_head % args.n_kv != 0 || args.n_head / args.n_kv > kMaxGroup ||
-      args.split_tokens <= 0 || args.max_splits <= 0)
+      args.split_tokens <= 0 || args.max_splits <= 0 || !args.split_counters)
     return cudaErrorInvalidValue;
   const dim3 grid(args.max_splits, args.n_kv, args.rows);
   const int threads = kWarps * kWarpSize;
@@ -151,8 +168,6 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
     case 256: attention_split_kernel<8><<<grid, threads, 0, stream>>>(args); break;
     default: return cudaErrorInvalidValue;
   }
-  if (cudaError_t e = launch_status(); e != cudaSuccess) return e;
-  attention_merge_kernel<<<dim3(args.n_head, args.rows), args.head_dim, 0, stream>>>(args);
   return launch_status();
 }
 

@@ -1,12 +1,14 @@
 // Causal grouped-query attention over each sequence's flat token-major f16 KV, reading only
 // tokens [0, length) of each row (flash-decoding: the tokens are split over blocks, then the
-// partial softmaxes are merged). A row is one query: a decoding sequence, or one prompt
+// partial softmaxes are merged by the last block to finish). A row is one query: a decoding sequence, or one prompt
 // token of a prefill (its length is its position + 1), so one kernel serves both.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "activation_q8.cuh"
 
 namespace granule::kernels {
 
@@ -23,6 +25,10 @@ struct AttentionArgs {
   int split_tokens = 128;               // tokens per split
   int max_splits = 1;                   // ceil(longest possible length / split_tokens)
   float* partial = nullptr;             // attention_workspace_floats(...) floats
+  int* split_counters = nullptr;        // rows * n_kv ints, zero before the first launch;
+                                        // each launch leaves them zero again
+  ActivationQ8 out_q8;                  // optional: the output also as int8 blocks (rows of
+                                        // out_stride elements), for the next matvec
 };
 
 size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head_dim);

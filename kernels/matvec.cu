@@ -1,7 +1,9 @@
-// Matrix-vector kernels: one warp per output row, lanes striding over the row's blocks.
-// Q4_0/Q4_1/Q8_0 use 4-way int8 dot products against int8 activations (a weight nibble
-// costs well under one instruction, so decode stays bound by memory); the other types
-// decode 8 elements at a time to f32.
+// Matrix-vector kernels: each warp owns a few output rows and the activations it loads for
+// a block are reused for all of them (activation traffic otherwise rivals weight traffic).
+// Q4_0/Q4_1/Q8_0: four lanes share one 32-element block (8 weights each), so a warp's
+// loads cover 8 consecutive blocks, and 4-way int8 dot products against int8 activations
+// keep a weight nibble under one instruction. Other types: each lane decodes 8 consecutive
+// elements to f32 (a warp covers 256 elements per step).
 #include "matvec.cuh"
 
 #include "quant_blocks.cuh"
@@ -10,69 +12,102 @@ namespace granule::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+constexpr int kLanesPerQ8Block = 4;
+constexpr int kQ8BlocksPerStep = kWarpSize / kLanesPerQ8Block;
 
 struct MatvecTasks {
   MatvecTask t[kMaxMatvecTasks];
 };
 
+// Rows per warp: more rows share each activation load; fewer when many columns already
+// take the registers.
+__host__ __device__ constexpr int rows_per_warp(int nb) { return nb <= 2 ? 4 : nb <= 8 ? 2 : 1; }
+
 __device__ __forceinline__ int low_nibbles(int v) { return v & 0x0F0F0F0F; }
 __device__ __forceinline__ int high_nibbles(int v) { return (v >> 4) & 0x0F0F0F0F; }
 
-// Dot of int8 weight block `ib` of row w with int8 activation block of one column.
+// This lane's share of the activations of one int8 block: the two ints its 8 weights meet.
+struct XPart {
+  int a, b;
+  float2 ds;
+};
+
 template <uint32_t TYPE>
-__device__ __forceinline__ float dot_block_q8(const uint8_t* w, int ib, const int4* xq_block, float2 xds) {
-  const int4 xa = xq_block[0], xb = xq_block[1];
-  const int x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+__device__ __forceinline__ XPart load_x_part(const int8_t* block_qs, const float2* block_ds, int part) {
+  XPart x;
+  if constexpr (TYPE == kQ8_0) {
+    const int2 v = *reinterpret_cast<const int2*>(block_qs + 8 * part);   // elements 8p..8p+7
+    x.a = v.x;
+    x.b = v.y;
+  } else {
+    x.a = *reinterpret_cast<const int*>(block_qs + 4 * part);        // elements 4p..4p+3
+    x.b = *reinterpret_cast<const int*>(block_qs + 16 + 4 * part);   // elements 16+4p..
+  }
+  x.ds = *block_ds;
+  return x;
+}
+
+// This lane's 8 weights of block ib of a row, dotted with its activation part. The
+// block-wide offset terms (Q4_0's -8, Q4_1's min) are split evenly over the four lanes.
+template <uint32_t TYPE>
+__device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int part, const XPart& x) {
   if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
     using Block = std::conditional_t<TYPE == kQ4_0, BlockQ4_0, BlockQ4_1>;
-    const Block* b = reinterpret_cast<const Block*>(w) + ib;
-    int sumi = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int q = load_int_aligned2(b->qs + 4 * j);
-      sumi = __dp4a(low_nibbles(q), x[j], sumi);        // elements 4j..4j+3
-      sumi = __dp4a(high_nibbles(q), x[j + 4], sumi);   // elements 16+4j..
-    }
+    const Block* b = reinterpret_cast<const Block*>(row) + ib;
+    const int q = load_int_aligned2(b->qs + 4 * part);
+    const int sumi = __dp4a(high_nibbles(q), x.b, __dp4a(low_nibbles(q), x.a, 0));
     if constexpr (TYPE == kQ4_0)
-      return half_bits_to_float(b->d) * (xds.x * sumi - 8.0f * xds.y);
+      return half_bits_to_float(b->d) * (x.ds.x * sumi - 2.0f * x.ds.y);   // 8 * s / 4 lanes
     else
-      return half_bits_to_float(b->d) * xds.x * sumi + half_bits_to_float(b->m) * xds.y;
+      return half_bits_to_float(b->d) * x.ds.x * sumi + 0.25f * half_bits_to_float(b->m) * x.ds.y;
   } else {
-    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(w) + ib;
-    int sumi = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) sumi = __dp4a(load_int_aligned2(reinterpret_cast<const uint8_t*>(b->qs) + 4 * j), x[j], sumi);
-    return half_bits_to_float(b->d) * xds.x * sumi;
+    const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + ib;
+    const uint8_t* qs = reinterpret_cast<const uint8_t*>(b->qs) + 8 * part;
+    const int sumi = __dp4a(load_int_aligned2(qs + 4), x.b, __dp4a(load_int_aligned2(qs), x.a, 0));
+    return half_bits_to_float(b->d) * x.ds.x * sumi;
   }
 }
 
 template <uint32_t TYPE, int NB, bool GATE_UP>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
 matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+  constexpr int R = rows_per_warp(NB);
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= task.n_out) return;
-  const uint8_t* w = static_cast<const uint8_t*>(task.weight) + row * task.row_bytes;
-  const uint8_t* w_up = GATE_UP ? static_cast<const uint8_t*>(task.weight_up) + row * task.row_bytes : nullptr;
+  const int first_row = (blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize) * R;
+  if (first_row >= task.n_out) return;
+  const int rows_here = min(R, task.n_out - first_row);
+  const uint8_t* w = static_cast<const uint8_t*>(task.weight) + first_row * task.row_bytes;
+  const uint8_t* w_up = GATE_UP ? static_cast<const uint8_t*>(task.weight_up) + first_row * task.row_bytes : nullptr;
 
-  float acc[NB], acc_up[NB];
+  float acc[R][NB], acc_up[R][NB];
 #pragma unroll
-  for (int b = 0; b < NB; ++b) acc[b] = acc_up[b] = 0.0f;
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
 
   constexpr bool kQ8 = TYPE == kQ4_0 || TYPE == kQ4_1 || TYPE == kQ8_0;
   if constexpr (kQ8) {
     const int n_blocks = in.n_in / kQ8Block;
+    const int part = lane % kLanesPerQ8Block;
     const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
     const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n_blocks;
 #pragma unroll 2
-    for (int ib = lane; ib < n_blocks; ib += kWarpSize) {
+    for (int ib = lane / kLanesPerQ8Block; ib < n_blocks; ib += kQ8BlocksPerStep) {
+      XPart x[NB];
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        const int4* xb = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(b) * in.n_in + ib * kQ8Block);
-        const float2 ds = xds[static_cast<int64_t>(b) * n_blocks + ib];
-        acc[b] += dot_block_q8<TYPE>(w, ib, xb, ds);
-        if constexpr (GATE_UP) acc_up[b] += dot_block_q8<TYPE>(w_up, ib, xb, ds);
+      for (int b = 0; b < NB; ++b)
+        x[b] = load_x_part<TYPE>(xq + static_cast<int64_t>(b) * in.n_in + ib * kQ8Block,
+                                 xds + static_cast<int64_t>(b) * n_blocks + ib, part);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        const uint8_t* row = w + r * task.row_bytes;
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          acc[r][b] += dot_part_q8<TYPE>(row, ib, part, x[b]);
+          if constexpr (GATE_UP) acc_up[r][b] += dot_part_q8<TYPE>(w_up + r * task.row_bytes, ib, part, x[b]);
+        }
       }
     }
   } else {
@@ -80,30 +115,42 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
     const float* x = in.x + static_cast<int64_t>(first_column) * in.n_in;
 #pragma unroll 2
     for (int c = lane; c < n_chunks; c += kWarpSize) {
-      float wv[8], uv[8];
-      dequantize8<TYPE>(w, c, wv);
-      if constexpr (GATE_UP) dequantize8<TYPE>(w_up, c, uv);
+      float xv[NB][8];
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
         const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * in.n_in) + 2 * c;
         const float4 x0 = xp[0], x1 = xp[1];
-        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        xv[b][0] = x0.x; xv[b][1] = x0.y; xv[b][2] = x0.z; xv[b][3] = x0.w;
+        xv[b][4] = x1.x; xv[b][5] = x1.y; xv[b][6] = x1.z; xv[b][7] = x1.w;
+      }
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          acc[b] = fmaf(wv[i], xv[i], acc[b]);
-          if constexpr (GATE_UP) acc_up[b] = fmaf(uv[i], xv[i], acc_up[b]);
-        }
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        float wv[8], uv[8];
+        dequantize8<TYPE>(w + r * task.row_bytes, c, wv);
+        if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * task.row_bytes, c, uv);
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
+            if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
+          }
       }
     }
   }
 
 #pragma unroll
-  for (int b = 0; b < NB; ++b) {
-    float v = warp_sum(acc[b]);
-    if constexpr (GATE_UP) v = silu(v) * warp_sum(acc_up[b]);
-    if (lane == 0) {
-      float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row;
-      *y = task.accumulate ? *y + v : v;
+  for (int r = 0; r < R; ++r) {
+    if (r >= rows_here) break;
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      float v = warp_sum(acc[r][b]);
+      if constexpr (GATE_UP) v = silu(v) * warp_sum(acc_up[r][b]);
+      if (lane == 0) {
+        float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + first_row + r;
+        *y = task.accumulate ? *y + v : v;
+      }
     }
   }
 }
@@ -111,7 +158,7 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
 template <uint32_t TYPE, int NB>
 void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                     const MatvecInput& in, int first_column, cudaStream_t stream) {
-  const dim3 grid(ceil_div(max_rows, kWarpsPerBlock), n_tasks);
+  const dim3 grid(ceil_div(max_rows, kWarpsPerBlock * rows_per_warp(NB)), n_tasks);
   const int threads = kWarpsPerBlock * kWarpSize;
   if (gate_up)
     matvec_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);

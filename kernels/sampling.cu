@@ -163,9 +163,10 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
   if (threadIdx.x == 0) {
     const int count = min(k, static_cast<int>(s_count));
     // Temperature softmax (unnormalised, relative to the best), then top-p and min-p cuts.
+    const float best = c_val[0];
     float total = 0.0f;
     for (int i = 0; i < count; ++i) {
-      c_val[i] = __expf((c_val[i] - c_val[0]) / p.temperature);
+      c_val[i] = __expf((c_val[i] - best) / p.temperature);
       total += c_val[i];
     }
     int kept = count;

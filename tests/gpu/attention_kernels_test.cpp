@@ -176,12 +176,21 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
   a.out_q8 = {d_qs.get(), d_ds.get()};   // the output also as int8 blocks
+  DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
+  a.split_counters = d_counters.get();
   CUDA_OK(kernels::launch_attention(a, nullptr));
+  // A second launch on the same counters (they must be back at zero) gives the same result.
+  const std::vector<float> first = d_out.download();
+  d_out.poison();
+  CUDA_OK(kernels::launch_attention(a, nullptr));
+  EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   const std::vector<float> got = d_out.download();
   const std::vector<int8_t> qs = d_qs.download();
   const std::vector<float2> ds = d_ds.download();
-  for (size_t i = 0; i < got.size(); ++i)
+  for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_NEAR(qs[i] * ds[i / 32].x, got[i], 0.5001 * ds[i / 32].x + 1e-7) << "int8 output " << i;
+    ASSERT_EQ(got[i], first[i]) << "second launch differs at " << i;
+  }
 
   const int group = c.n_head / c.n_kv;
   std::vector<float> scores(static_cast<size_t>(max_len)), expected(static_cast<size_t>(hd));

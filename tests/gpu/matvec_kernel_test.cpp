@@ -88,7 +88,9 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   in.batch = c.batch;
   in.x = d_x.get();
   in.xq = {d_qs.get(), d_ds.get()};
-  if (reads_q8(c.type)) CUDA_OK(kernels::launch_quantize_q8(d_x.get(), c.batch, in.n_in, in.xq, nullptr));
+  if (reads_q8(c.type)) {
+    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), c.batch, in.n_in, in.xq, nullptr));
+  }
   kernels::MatvecTask task;
   task.weight = d_w.get();
   task.row_bytes = w.row_bytes;

@@ -34,12 +34,14 @@ class CudaBackend final : public Backend {
   void fill_telemetry(TelemetrySnapshot& snapshot) const override;
 
   // Runs the batch and picks one token per sequence (after its last token) on the device:
-  // params[i] and history[i] (recent tokens, oldest first, for the penalties) belong to
-  // batch[i]; draw_index[i] selects the seeded draw (e.g. the number of tokens generated).
+  // params[i] and history[i] (recent tokens, oldest first, for the penalties; the last 256
+  // count) belong to batch[i]; draw_index[i] selects the seeded draw. Top-k keeps at most
+  // 256 candidates (top_k = 0 keeps the 256 most likely before top-p and min-p).
+  bool samples_on_device() const override { return true; }
   std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
                                       std::span<const SamplingParams> params,
                                       const std::vector<std::vector<int32_t>>& history,
-                                      std::span<const uint64_t> draw_index);
+                                      std::span<const uint64_t> draw_index) override;
 
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).

@@ -181,6 +181,9 @@ void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_t
       std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head, decode_splits, c.head_dim),
                k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
   attention_partial_ = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
+  const size_t counters = static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
+  attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
+  check_cuda(cudaMemset(attention_counters_.get(), 0, counters), "cudaMemset");
 }
 
 void CudaModel::upload(const RowInputs& in) {
@@ -288,6 +291,7 @@ void CudaModel::attention(int layer, int n_rows) {
   a.split_tokens = n_rows <= kMatvecMaxRows ? kDecodeSplitTokens : kPrefillSplitTokens;
   a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
   a.partial = attention_partial_.as<float>();
+  a.split_counters = attention_counters_.as<int>();
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
   if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type)) a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};

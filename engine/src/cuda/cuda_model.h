@@ -118,7 +118,7 @@ class CudaModel {
 
   // Activations.
   DeviceBuffer hidden_, normed_, normed_f16_, q8_qs_, q8_ds_, q_, k_, v_, attn_, gate_, up_;
-  DeviceBuffer attention_partial_;
+  DeviceBuffer attention_partial_, attention_counters_;
   DeviceBuffer weight_f16_;   // one dequantised layer matrix for the GEMM path
   DeviceBuffer logits_;
   DeviceBuffer sampling_params_, history_, history_length_, tokens_out_;
