@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "granule/error.h"
@@ -298,6 +300,38 @@ TEST(KvSpace, TwoMegabyteGranulesForSmolLm2ShapesDecodeOneGranuleAtATime) {
   kv.release(1);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
   EXPECT_EQ(kv.stats().granules_unmapped, 23u);
+}
+
+TEST(KvSpace, StatsCanBeReadWhileAnotherThreadMapsAndTruncates) {
+  // Telemetry reads from another thread while the engine thread maps: every snapshot must
+  // be self-consistent (committed = mapped - unmapped granules) and within the reservation.
+  MemoryManager memory(1ull << 30);
+  KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
+  std::atomic<bool> done{false};
+  std::thread engine_thread([&] {
+    std::mt19937_64 rng(3);
+    for (int i = 0; i < 20000; ++i) {
+      const auto slot = static_cast<int32_t>(rng() % 3);
+      if (rng() % 3 == 0) {
+        kv.truncate(slot, static_cast<int64_t>(rng() % 300));
+      } else {
+        EXPECT_TRUE(kv.map_through(slot, static_cast<int64_t>(rng() % 301)));
+      }
+    }
+    done = true;
+  });
+  int snapshots = 0, inconsistent = 0;
+  while (!done) {
+    const KvStats stats = kv.stats();
+    inconsistent += stats.committed_bytes !=
+                        (stats.granules_mapped - stats.granules_unmapped) * kSmallGranule ||
+                    stats.committed_bytes > stats.reserved_bytes;
+    ++snapshots;
+  }
+  engine_thread.join();
+  EXPECT_EQ(inconsistent, 0);
+  EXPECT_GT(snapshots, 0);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), kv.stats().committed_bytes);
 }
 
 // The long randomized run: several slots grow by prompt chunks and decode steps, are cut
