@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <ctime>
 
 #include "granule/error.h"
 #include "granule/log.h"
@@ -92,6 +93,38 @@ std::string find_chatml_default_system(std::string_view source) {
   return {};
 }
 
+// The text of a Jinja string literal that starts right after `marker` in the source, up
+// to its first escaped or real newline or its closing quote: "December 2023" from
+// "Cutting Knowledge Date: December 2023\n". "" when the marker is absent.
+std::string literal_after(std::string_view source, std::string_view marker) {
+  const size_t at = source.find(marker);
+  if (at == std::string_view::npos) return {};
+  const std::string_view rest = source.substr(at + marker.size());
+  return std::string(rest.substr(0, rest.find_first_of("\\\n\"'")));
+}
+
+// Llama 3.1's template sets a fixed date ({%- set date_string = "26 Jul 2024" %}); Llama
+// 3.2's asks for the current one through strftime_now and keeps that literal as a fallback.
+std::string llama3_today_literal(std::string_view source) {
+  if (contains(source, "strftime_now")) return {};   // the clock, at render time
+  for (std::string_view marker : {"set date_string = \"", "set date_string = '"}) {
+    std::string date = literal_after(source, marker);
+    if (!date.empty()) return date;
+  }
+  return "26 Jul 2024";
+}
+
+// Today's local date as Python's strftime("%d %b %Y") writes it, which is what the
+// template's strftime_now gives under Hugging Face transformers and llama.cpp.
+std::string today_local_date() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%d %b %Y", &local);
+  return text;
+}
+
 bool is_known_role(const std::string& role) {
   return role == "system" || role == "user" || role == "assistant";
 }
@@ -133,14 +166,27 @@ std::string render_chatml(const std::vector<ChatMessage>& messages, bool add_gen
   return out;
 }
 
-// BOS, then <|start_header_id|>role<|end_header_id|>\n\ntrimmed content<|eot_id|>.
+// BOS, then <|start_header_id|>role<|end_header_id|>\n\ntrimmed content<|eot_id|>. Llama 3.1
+// and later always open with a system turn holding the dates and then the (trimmed) system
+// message, if any.
 std::string render_llama3(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                          std::string_view bos_text) {
+                          std::string_view bos_text, const std::string& knowledge_cutoff,
+                          const std::string& today_date) {
   std::string out;
-  if (!messages.empty()) out += bos_text;
-  for (const ChatMessage& m : messages) {
-    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
-    out.append(trim(m.content)).append("<|eot_id|>");
+  size_t first = 0;
+  if (!knowledge_cutoff.empty()) {
+    const auto [system, first_turn] = leading_system(messages);
+    first = first_turn;
+    out.append(bos_text).append("<|start_header_id|>system<|end_header_id|>\n\n");
+    out.append("Cutting Knowledge Date: ").append(knowledge_cutoff).append("\n");
+    out.append("Today Date: ").append(today_date.empty() ? today_local_date() : today_date);
+    out.append("\n\n").append(trim(system)).append("<|eot_id|>");
+  } else if (!messages.empty()) {
+    out += bos_text;
+  }
+  for (size_t i = first; i < messages.size(); ++i) {
+    out.append("<|start_header_id|>").append(messages[i].role).append("<|end_header_id|>\n\n");
+    out.append(trim(messages[i].content)).append("<|eot_id|>");
   }
   if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
   return out;
@@ -224,6 +270,8 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
     result.default_system_ = find_chatml_default_system(jinja_source);
   } else if (contains(jinja_source, "<|start_header_id|>")) {
     result.family_ = TemplateFamily::Llama3;
+    result.knowledge_cutoff_ = literal_after(jinja_source, "Cutting Knowledge Date: ");
+    if (!result.knowledge_cutoff_.empty()) result.today_date_ = llama3_today_literal(jinja_source);
   } else if (contains(jinja_source, "<start_of_turn>")) {
     result.family_ = TemplateFamily::Gemma;
   } else if (contains(jinja_source, "<|end|>") &&
@@ -275,7 +323,8 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
   check_roles(messages, system_only_first, name());
   switch (family_) {
     case TemplateFamily::ChatML: return render_chatml(messages, add_generation_prompt, default_system_);
-    case TemplateFamily::Llama3: return render_llama3(messages, add_generation_prompt, bos_text);
+    case TemplateFamily::Llama3:
+      return render_llama3(messages, add_generation_prompt, bos_text, knowledge_cutoff_, today_date_);
     case TemplateFamily::Llama2: return render_llama2(messages, bos_text);
     case TemplateFamily::Mistral: return render_mistral(messages, bos_text);
     case TemplateFamily::Gemma: return render_gemma(messages, add_generation_prompt, bos_text);

@@ -4,6 +4,10 @@
 CLI=${1:?usage: bash SCRIPT <granule-cli> <testdata-dir>}
 TESTDATA=${2:-}
 VOCAB_DIR="$TESTDATA/tokenizer"
+if [[ ! -x $CLI ]]; then
+  echo "FAIL: $CLI is not an executable"
+  exit 1
+fi
 FAILURES=0
 CHECKS=0
 WORK=$(mktemp -d)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -75,14 +76,16 @@ struct TemplateCase {
   std::string file;
   TemplateFamily family;
   std::string bos_text;
+  std::string today_date = "";   // the date strftime_now gave the Jinja (Llama 3.2)
 };
 
 class ChatTemplateGolden : public testing::TestWithParam<TemplateCase> {};
 
 TEST_P(ChatTemplateGolden, DetectsFamilyAndRendersEveryConversationAsTheJinjaDoes) {
   const TemplateCase& c = GetParam();
-  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / (c.file + ".jinja")));
+  ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / (c.file + ".jinja")));
   EXPECT_EQ(tmpl.family(), c.family);
+  if (!c.today_date.empty()) tmpl.set_today_date(c.today_date);
   int compared = 0;
   for (const Conversation& conv : conversations()) {
     // A template that cannot express a conversation (one that drops system messages) has
@@ -101,6 +104,7 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(TemplateCase{"smollm2", TemplateFamily::ChatML, "<|im_start|>"},
                     TemplateCase{"chatml", TemplateFamily::ChatML, "<s>"},
                     TemplateCase{"llama3", TemplateFamily::Llama3, "<|begin_of_text|>"},
+                    TemplateCase{"llama32", TemplateFamily::Llama3, "<|begin_of_text|>", "02 Dec 2026"},
                     TemplateCase{"llama2", TemplateFamily::Llama2, "<s>"},
                     TemplateCase{"mistral", TemplateFamily::Mistral, "<s>"},
                     TemplateCase{"gemma", TemplateFamily::Gemma, "<bos>"},
@@ -140,6 +144,48 @@ TEST(ChatTemplate, ChatMLDefaultSystemWithEscapedNewlinesIsUnescaped) {
 }
 
 // Further real sources, each only for detection (from llama.cpp's test-chat-template.cpp).
+TEST(ChatTemplate, Llama30HasNoDatedSystemTurn) {
+  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / "llama3.jinja"));
+  EXPECT_EQ(tmpl.knowledge_cutoff(), "");
+  EXPECT_EQ(tmpl.render({{"user", "Hi"}}, true).find("Cutting Knowledge"), std::string::npos);
+}
+
+std::string local_date_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[32];
+  std::strftime(text, sizeof text, "%d %b %Y", &local);
+  return text;
+}
+
+TEST(ChatTemplate, Llama32WritesTodaysDateWhenNotPinned) {
+  const ChatTemplate tmpl = ChatTemplate::detect(read_file(kChatData / "llama32.jinja"));
+  EXPECT_EQ(tmpl.knowledge_cutoff(), "December 2023");
+  const std::string before = local_date_now();
+  const std::string text = tmpl.render({{"user", "Hi"}}, true);
+  const std::string after = local_date_now();   // the same unless midnight passed
+  EXPECT_TRUE(text.find("Today Date: " + before + "\n\n") != std::string::npos ||
+              text.find("Today Date: " + after + "\n\n") != std::string::npos)
+      << text;
+}
+
+TEST(ChatTemplate, Llama31UsesTheTemplatesFixedDate) {
+  // The date lines of meta-llama/Llama-3.1-8B-Instruct's template (an excerpt).
+  const std::string source =
+      "{{- bos_token }}\n{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul "
+      "2024\" %}\n{%- endif %}\n{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n{{- "
+      "\"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + "
+      "\"\\n\\n\" }}\n";
+  const ChatTemplate tmpl = ChatTemplate::detect(source);
+  EXPECT_EQ(tmpl.family(), TemplateFamily::Llama3);
+  EXPECT_EQ(tmpl.knowledge_cutoff(), "December 2023");
+  EXPECT_EQ(tmpl.render({{"system", " Be brief. "}, {"user", "Hi"}}, true, "<|begin_of_text|>"),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+            "December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|"
+            "end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
 // The templates stored in real GGUF files, read through ModelFile.
 TEST(ChatTemplate, DetectsTheTemplatesOfRealGgufFiles) {
   const std::filesystem::path phi3_vocab =

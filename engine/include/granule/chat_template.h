@@ -3,6 +3,7 @@
 #pragma once
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace granule {
@@ -29,6 +30,13 @@ class ChatTemplate {
   // The system prompt the model's own template inserts when a conversation has none
   // (SmolLM2's and Qwen's ChatML templates do); "" when it inserts none.
   const std::string& default_system_prompt() const { return default_system_; }
+  // Llama 3.1 and later open every prompt with a system turn that states the knowledge
+  // cut-off and today's date; "" for formats without it (Llama 3.0 included).
+  const std::string& knowledge_cutoff() const { return knowledge_cutoff_; }
+  // The "Today Date" such a template writes: today's local date ("02 Dec 2026") where the
+  // template asks for the current date (strftime_now, Llama 3.2+), else its literal date.
+  // Setting it pins the date (tests, reproducible prompts).
+  void set_today_date(std::string date_text) { today_date_ = std::move(date_text); }
 
   // The prompt text for these messages; add_generation_prompt appends the assistant
   // header so the model answers next. bos_text is prepended where the format has it (at
@@ -46,6 +54,8 @@ class ChatTemplate {
   explicit ChatTemplate(TemplateFamily f) : family_(f) {}
   TemplateFamily family_;
   std::string default_system_;
+  std::string knowledge_cutoff_;
+  std::string today_date_;   // "" = read the clock at render time
 };
 
 }  // namespace granule
