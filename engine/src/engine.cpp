@@ -292,18 +292,30 @@ bool Engine::step() {
   m.process_cancellations();
   std::vector<ScheduledWork> work = m.scheduler->next_step();
   if (work.empty()) return false;
-  m.in_step = true;
+  // Sinks run inside the step; a cancel they ask for waits until the step is over, even
+  // when a sink throws.
+  struct StepScope {
+    Impl& m;
+    explicit StepScope(Impl& impl) : m(impl) { m.in_step = true; }
+    ~StepScope() {
+      m.in_step = false;
+      try {
+        m.process_cancellations();
+      } catch (const std::exception& e) {   // a sink threw while unwinding: keep the engine alive
+        m.log->error("a token sink threw during cancellation: {}", e.what());
+      }
+    }
+  } scope(m);
   m.kv->reset_step_stats();
 
   std::vector<BatchSequence> batch;
   std::vector<ScheduledWork> ran;
+  std::optional<SequenceId> refused;   // the latest sequence whose KV could not grow
   batch.reserve(work.size());
   for (const ScheduledWork& w : work) {
     if (!m.kv->map_through(w.slot, w.start_position + w.count)) {
-      if (m.scheduler->running() == 1) {
-        m.finish(w.id, FinishReason::Error, "the memory budget cannot hold this conversation's KV");
-      }
-      continue;   // waits for others to finish
+      refused = w.id;   // waits for others to finish and free KV
+      continue;
     }
     const ActiveSequence& seq = *m.sequences.at(w.id);
     batch.push_back({w.slot,
@@ -313,8 +325,9 @@ bool Engine::step() {
     ran.push_back(w);
   }
   if (batch.empty()) {
-    m.in_step = false;
-    m.process_cancellations();
+    // Nobody can grow, so nobody will free KV by finishing: end one to make progress.
+    m.finish(*refused, FinishReason::Error,
+             "the memory budget cannot hold this conversation's KV; close other chats or raise the budget");
     return !m.sequences.empty();
   }
 
@@ -340,7 +353,6 @@ bool Engine::step() {
       m.backend->forward(batch, m.logits);
     }
   } catch (const Error& e) {
-    m.in_step = false;
     for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
     return !m.sequences.empty();
   }
@@ -377,8 +389,6 @@ bool Engine::step() {
     }
     m.take_token(seq, token);
   }
-  m.in_step = false;
-  m.process_cancellations();
   return true;
 }
 

@@ -189,6 +189,65 @@ TEST(Engine, CancelFromSinkFinishesAfterStep) {
   EXPECT_EQ(kv_committed(*engine), 0u);
 }
 
+SyntheticModelSpec kv_heavy_spec() {   // 4 KiB of f32 KV per token: 512 tokens a granule
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.n_layer = 4;
+  spec.n_embd = 128;
+  spec.n_head = 4;
+  spec.n_head_kv = 4;
+  return spec;
+}
+
+// The case: with a budget of one KV granule, a second chat waits for the first to finish
+// and free its KV, then runs; both give the tokens they give alone.
+TEST(Engine, SecondSequenceWaitsForKvBudget) {
+  TempModel model(kv_heavy_spec());
+  EngineOptions o = cpu_options();
+  o.context_length = 2048;
+  uint64_t weights = 0;
+  std::vector<int32_t> alone_a, alone_b;
+  {
+    auto engine = Engine::open(model.path, o);
+    weights = engine->telemetry().ledger.at("weights");
+    std::map<SequenceId, Output> out;
+    SequenceId a = engine->submit(token_request({1, 2, 3, 4, 5}, 5, out));
+    run_to_idle(*engine);
+    SequenceId b = engine->submit(token_request({9, 8, 7}, 5, out));
+    run_to_idle(*engine);
+    alone_a = out[a].tokens;
+    alone_b = out[b].tokens;
+  }
+  o.vram_budget_bytes = weights + (2u << 20) + 4096;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  SequenceId a = engine->submit(token_request({1, 2, 3, 4, 5}, 5, out));
+  SequenceId b = engine->submit(token_request({9, 8, 7}, 5, out));
+  engine->step();
+  EXPECT_EQ(out[a].tokens.size(), 1u);
+  EXPECT_TRUE(out[b].tokens.empty());   // no granule for b yet
+  run_to_idle(*engine);
+  EXPECT_EQ(out[a].tokens, alone_a);
+  EXPECT_EQ(out[b].tokens, alone_b);
+  EXPECT_EQ(out[b].reason, FinishReason::MaxTokens);
+}
+
+// The case: a conversation whose KV the budget can never hold ends with a clear error
+// instead of waiting forever.
+TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
+  TempModel model(kv_heavy_spec());
+  EngineOptions o = cpu_options();
+  o.context_length = 2048;
+  uint64_t weights = Engine::open(model.path, o)->telemetry().ledger.at("weights");
+  o.vram_budget_bytes = weights + (2u << 20) + 4096;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  SequenceId id = engine->submit(token_request(std::vector<TokenId>(600, 5), 5, out));   // 2 granules
+  run_to_idle(*engine);
+  EXPECT_EQ(out[id].reason, FinishReason::Error);
+  EXPECT_NE(out[id].error.find("budget"), std::string::npos) << out[id].error;
+  EXPECT_EQ(kv_committed(*engine), 0u);
+}
+
 TEST(Engine, PromptLongerThanContextIsCapacityError) {
   TempModel model(SyntheticModelSpec::preset("tiny"));
   EngineOptions o = cpu_options();
