@@ -1,6 +1,6 @@
-// GGUF v2/v3 files: the validating mmap reader (ModelFile), the metadata value type and
-// the writer. Every count, length, offset and size is checked against the file size
-// before it is used, so a corrupt file fails with one FormatError line and never crashes.
+// GGUF v2/v3 files: the validating mmap reader (ModelFile) and the metadata value type.
+// Every count, length, offset and size is checked against the file size before it is
+// used, so a corrupt file fails with one FormatError line and never crashes.
 #include "granule/gguf.h"
 
 #include <fcntl.h>
@@ -13,52 +13,26 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <limits>
 #include <numeric>
 
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
+#include "gguf_format.h"
 
 namespace granule {
 
+using namespace gguf_format;
+
 namespace {
 
-constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian u32
-constexpr uint64_t kDefaultAlignment = 32;
-constexpr std::string_view kAlignmentKey = "general.alignment";
 constexpr uint64_t kHeaderBytes = 4 + 4 + 8 + 8;
 // The smallest encodings, used to bound counts by the bytes left: a key/value pair is a
 // length, a type and at least one byte of value; a tensor entry is a name length,
 // n_dims, one dim, a type and an offset.
 constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
 constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 8 + 4 + 8;
-constexpr uint32_t kMaxDims = 4;
-
-// Block geometry of every ggml type that can appear in a file, including those the
-// engine cannot run: a file holding them still opens, and the model loader names the
-// type it rejects. Ids missing here (removed or never stored) are format errors.
-struct BlockGeometry {
-  uint32_t id;
-  uint32_t block_elems;
-  uint32_t block_bytes;
-};
-constexpr BlockGeometry kGgmlGeometry[] = {
-    {0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},   {6, 32, 22},
-    {7, 32, 24},    {8, 32, 34},    {10, 256, 84},  {11, 256, 110}, {12, 256, 144},
-    {13, 256, 176}, {14, 256, 210}, {15, 256, 292}, {16, 256, 66}, {17, 256, 74},
-    {18, 256, 98},  {19, 256, 50},  {20, 32, 18},   {21, 256, 110}, {22, 256, 82},
-    {23, 256, 136}, {24, 1, 1},     {25, 1, 2},     {26, 1, 4},    {27, 1, 8},
-    {28, 1, 8},     {29, 256, 56},  {30, 1, 2},     {34, 256, 54}, {35, 256, 66},
-    {39, 32, 17},
-};
-
-const BlockGeometry* block_geometry(uint32_t id) {
-  for (const auto& g : kGgmlGeometry)
-    if (g.id == id) return &g;
-  return nullptr;
-}
 
 // Bytes of one scalar of a fixed-size metadata type; 0 for STRING and ARRAY.
 uint64_t scalar_bytes(GgufType t) {
@@ -78,24 +52,6 @@ uint64_t scalar_bytes(GgufType t) {
     case GgufType::ARRAY: return 0;
   }
   return 0;
-}
-
-bool is_valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::FLOAT64); }
-
-bool is_unsigned(GgufType t) {
-  return t == GgufType::UINT8 || t == GgufType::UINT16 || t == GgufType::UINT32 ||
-         t == GgufType::UINT64;
-}
-bool is_signed(GgufType t) {
-  return t == GgufType::INT8 || t == GgufType::INT16 || t == GgufType::INT32 ||
-         t == GgufType::INT64;
-}
-bool is_integer(GgufType t) { return is_unsigned(t) || is_signed(t); }
-bool is_float(GgufType t) { return t == GgufType::FLOAT32 || t == GgufType::FLOAT64; }
-
-std::string type_label(GgufType t) {
-  return is_valid_type(static_cast<uint32_t>(t)) ? std::string(gguf_type_name(t))
-                                                 : "type " + std::to_string(static_cast<uint32_t>(t));
 }
 
 // Bounds-checked little-endian reads over the mapped bytes. Every read says what it was
@@ -139,8 +95,6 @@ class Cursor {
   uint64_t pos_ = 0;
   const std::string& file_;
 };
-
-std::string format_error_prefix(const std::filesystem::path& p) { return p.string(); }
 
 }  // namespace
 
@@ -538,7 +492,7 @@ class GgufParser {
 std::unique_ptr<ModelFile> ModelFile::open(const std::filesystem::path& path) {
   std::unique_ptr<ModelFile> file(new ModelFile());
   file->path_ = path;
-  const std::string name = format_error_prefix(path);
+  const std::string name = path.string();
   file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (file->fd_ < 0) throw Error(name + ": cannot open: " + std::strerror(errno));
   struct stat st {};
@@ -600,186 +554,6 @@ std::optional<std::string> ModelFile::get_string(std::string_view key) const {
 const TensorInfo* ModelFile::find_tensor(std::string_view name) const {
   const auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
-}
-
-// ---------------------------------------------------------------------------------------
-// GgufWriter
-
-namespace {
-
-class ByteSink {
- public:
-  template <typename T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
-  }
-  void put_string(const std::string& s) {
-    put<uint64_t>(s.size());
-    bytes.insert(bytes.end(), s.begin(), s.end());
-  }
-  void pad_to(uint64_t alignment) {
-    while (bytes.size() % alignment != 0) bytes.push_back(0);
-  }
-  std::vector<uint8_t> bytes;
-};
-
-// Writes one integer element of `type`, refusing values the type cannot hold so that a
-// test's typo does not silently wrap.
-void put_integer(ByteSink& out, GgufType type, int64_t signed_value, uint64_t unsigned_value,
-                 const std::string& key) {
-  auto check = [&](bool fits) {
-    if (!fits)
-      throw UsageError("GGUF key " + key + ": value " + std::to_string(signed_value) +
-                       " does not fit " + type_label(type));
-  };
-  switch (type) {
-    case GgufType::UINT8: check(unsigned_value <= UINT8_MAX); out.put<uint8_t>(static_cast<uint8_t>(unsigned_value)); break;
-    case GgufType::UINT16: check(unsigned_value <= UINT16_MAX); out.put<uint16_t>(static_cast<uint16_t>(unsigned_value)); break;
-    case GgufType::UINT32: check(unsigned_value <= UINT32_MAX); out.put<uint32_t>(static_cast<uint32_t>(unsigned_value)); break;
-    case GgufType::UINT64: out.put<uint64_t>(unsigned_value); break;
-    case GgufType::INT8: check(signed_value >= INT8_MIN && signed_value <= INT8_MAX); out.put<int8_t>(static_cast<int8_t>(signed_value)); break;
-    case GgufType::INT16: check(signed_value >= INT16_MIN && signed_value <= INT16_MAX); out.put<int16_t>(static_cast<int16_t>(signed_value)); break;
-    case GgufType::INT32: check(signed_value >= INT32_MIN && signed_value <= INT32_MAX); out.put<int32_t>(static_cast<int32_t>(signed_value)); break;
-    case GgufType::INT64: out.put<int64_t>(signed_value); break;
-    case GgufType::BOOL: check(signed_value == 0 || signed_value == 1); out.put<uint8_t>(static_cast<uint8_t>(signed_value)); break;
-    default: throw UsageError("GGUF key " + key + ": " + type_label(type) + " is not an integer type");
-  }
-}
-
-void put_value(ByteSink& out, const std::string& key, const GgufValue& v) {
-  out.put<uint32_t>(static_cast<uint32_t>(v.type));
-  switch (v.type) {
-    case GgufType::STRING: out.put_string(v.str); return;
-    case GgufType::FLOAT32: out.put<float>(static_cast<float>(v.f64)); return;
-    case GgufType::FLOAT64: out.put<double>(v.f64); return;
-    case GgufType::BOOL: out.put<uint8_t>(v.boolean ? 1 : 0); return;
-    case GgufType::ARRAY: {
-      out.put<uint32_t>(static_cast<uint32_t>(v.array_type));
-      out.put<uint64_t>(v.array_size());
-      if (v.array_type == GgufType::STRING) {
-        for (const auto& s : v.strings) out.put_string(s);
-      } else if (v.array_type == GgufType::FLOAT32) {
-        for (double f : v.floats) out.put<float>(static_cast<float>(f));
-      } else if (v.array_type == GgufType::FLOAT64) {
-        for (double f : v.floats) out.put<double>(f);
-      } else {
-        for (int64_t i : v.ints) put_integer(out, v.array_type, i, static_cast<uint64_t>(i), key);
-      }
-      return;
-    }
-    default:
-      put_integer(out, v.type, v.i64, v.u64, key);
-      return;
-  }
-}
-
-}  // namespace
-
-GgufWriter::GgufWriter(uint32_t version, uint64_t alignment) : version_(version), alignment_(alignment) {
-  if (version != 2 && version != 3)
-    throw UsageError("GgufWriter writes GGUF version 2 or 3, not " + std::to_string(version));
-  if (alignment == 0 || !std::has_single_bit(alignment) || alignment > UINT32_MAX)
-    throw UsageError("GGUF alignment " + std::to_string(alignment) + " is not a power of two");
-  if (alignment != kDefaultAlignment) set(std::string(kAlignmentKey), GgufValue::u32(static_cast<uint32_t>(alignment)));
-}
-
-void GgufWriter::set(std::string key, GgufValue value) {
-  // A valid general.alignment also moves the padding, so the file stays consistent;
-  // an invalid one is written as given (tests use that to make bad files).
-  if (key == kAlignmentKey && value.type == GgufType::UINT32 && value.u64 != 0 &&
-      std::has_single_bit(value.u64))
-    alignment_ = value.u64;
-  for (auto& [k, v] : metadata_) {
-    if (k == key) {
-      v = std::move(value);
-      return;
-    }
-  }
-  metadata_.emplace_back(std::move(key), std::move(value));
-}
-
-namespace {
-int64_t checked_elements(const std::string& name, const std::vector<int64_t>& dims) {
-  if (dims.empty() || dims.size() > kMaxDims)
-    throw UsageError("tensor " + name + " needs 1 to 4 dimensions");
-  int64_t elements = 1;
-  for (int64_t d : dims) {
-    if (d <= 0) throw UsageError("tensor " + name + " has a non-positive dimension");
-    if (__builtin_mul_overflow(elements, d, &elements))
-      throw UsageError("tensor " + name + " has too many elements");
-  }
-  return elements;
-}
-}  // namespace
-
-void GgufWriter::add_tensor(std::string name, std::vector<int64_t> dims, TensorType type,
-                            std::span<const float> values) {
-  const int64_t elements = checked_elements(name, dims);
-  if (static_cast<int64_t>(values.size()) != elements)
-    throw UsageError("tensor " + name + " has " + std::to_string(values.size()) + " values for " +
-                     std::to_string(elements) + " elements");
-  const int64_t row = dims[0];
-  const size_t bytes_per_row = row_bytes(type, row);
-  const int64_t rows = elements / row;
-  std::vector<uint8_t> bytes(bytes_per_row * static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r)
-    quantize_row(type, values.data() + r * row, bytes.data() + r * bytes_per_row, row);
-  add_raw_tensor(std::move(name), std::move(dims), static_cast<uint32_t>(type), std::move(bytes));
-}
-
-void GgufWriter::add_raw_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
-                                std::vector<uint8_t> bytes) {
-  const int64_t elements = checked_elements(name, dims);
-  for (const auto& t : tensors_)
-    if (t.name == name) throw UsageError("tensor " + name + " added twice");
-  // Types the reader knows must come with exactly their size; unknown ids are written as
-  // given, so tests can make files the reader has to reject.
-  if (const BlockGeometry* g = block_geometry(ggml_type)) {
-    if (dims[0] % g->block_elems != 0)
-      throw UsageError("tensor " + name + " row is not a multiple of the block size");
-    const uint64_t expected = static_cast<uint64_t>(elements) / g->block_elems * g->block_bytes;
-    if (bytes.size() != expected)
-      throw UsageError("tensor " + name + " has " + std::to_string(bytes.size()) + " bytes, expected " +
-                       std::to_string(expected));
-  }
-  tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes)});
-}
-
-std::vector<uint8_t> GgufWriter::to_bytes() const {
-  ByteSink out;
-  out.put<uint32_t>(kMagic);
-  out.put<uint32_t>(version_);
-  out.put<uint64_t>(tensors_.size());
-  out.put<uint64_t>(metadata_.size());
-  for (const auto& [key, value] : metadata_) {
-    out.put_string(key);
-    put_value(out, key, value);
-  }
-  uint64_t offset = 0;
-  for (const auto& t : tensors_) {
-    out.put_string(t.name);
-    out.put<uint32_t>(static_cast<uint32_t>(t.dims.size()));
-    for (int64_t d : t.dims) out.put<uint64_t>(static_cast<uint64_t>(d));
-    out.put<uint32_t>(t.ggml_type);
-    out.put<uint64_t>(offset);
-    offset += (t.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
-  }
-  out.pad_to(alignment_);
-  for (const auto& t : tensors_) {
-    out.bytes.insert(out.bytes.end(), t.bytes.begin(), t.bytes.end());
-    out.pad_to(alignment_);
-  }
-  return std::move(out.bytes);
-}
-
-void GgufWriter::write(const std::filesystem::path& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  if (!file) throw Error(path.string() + ": cannot create: " + std::strerror(errno));
-  file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  file.close();
-  if (!file) throw Error(path.string() + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace granule
