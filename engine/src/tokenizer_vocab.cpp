@@ -4,6 +4,7 @@
 #include "tokenizer_vocab.h"
 
 #include <algorithm>
+#include <span>
 
 #include "granule/error.h"
 #include "granule/log.h"
@@ -40,6 +41,15 @@ constexpr std::string_view kEndOfTurnTexts[] = {
     "<|eot_id|>",      "<|im_end|>", "<|end|>", "<end_of_turn>",         "<|endoftext|>",
     "<|end_of_text|>", "<EOT>",      "_<EOT>",  "<｜end▁of▁sentence｜>", "<end_of_utterance>",
 };
+
+constexpr std::string_view kEndOfMessageTexts[] = {"<|eom_id|>"};
+
+// Fill-in-the-middle tokens llama.cpp recognises by text (the first found of each kind).
+constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                             "[PAD]"};
+constexpr std::string_view kFimRepoTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                              "<REPO>", "<reponame>"};
+constexpr std::string_view kFimSeparatorTexts[] = {"<|file_sep|>"};
 
 // Token texts that end generation wherever they appear in a vocabulary.
 constexpr std::string_view kEndOfGenerationTexts[] = {
@@ -170,27 +180,29 @@ void VocabTokenizer::find_end_of_generation_tokens() {
       attrs_[static_cast<size_t>(id)] = static_cast<int32_t>(TokenAttr::Control);
     }
   };
-  if (!eot_) {
-    for (std::string_view text : kEndOfTurnTexts) {
+  auto first_present = [&](std::span<const std::string_view> texts) -> std::optional<TokenId> {
+    for (std::string_view text : texts) {
       if (auto id = lookup(text)) {
-        eot_ = id;
         mark_control(*id);
-        break;
+        return id;
       }
     }
-  }
-  if (!eom_) {
-    if (auto id = lookup("<|eom_id|>")) {
-      eom_ = id;
-      mark_control(*id);
-    }
-  }
+    return std::nullopt;
+  };
+  if (!eot_) eot_ = first_present(kEndOfTurnTexts);
+  if (!eom_) eom_ = first_present(kEndOfMessageTexts);
+
   auto add = [&](std::optional<TokenId> id) {
     if (id && std::find(eog_.begin(), eog_.end(), *id) == eog_.end()) eog_.push_back(*id);
   };
   add(eos_);
   add(eot_);
   add(eom_);
+  // Fill-in-the-middle padding and file / repository separators end generation too: a
+  // code model that emits one has left the text it was asked for.
+  add(first_present(kFimPadTexts));
+  add(first_present(kFimRepoTexts));
+  add(first_present(kFimSeparatorTexts));
   for (std::string_view text : kEndOfGenerationTexts) {
     if (auto id = lookup(text)) {
       mark_control(*id);

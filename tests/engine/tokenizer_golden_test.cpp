@@ -159,5 +159,25 @@ TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
   EXPECT_GT(cases, 50u);
 }
 
+// The special ids llama.cpp reports when it loads SmolLM2 (BOS 1, EOS 2, EOT 2 found by
+// text, EOG <|endoftext|> <|im_end|> and the FIM repository token <reponame>).
+TEST(SmolLM2Golden, SpecialTokensMatchWhatLlamaCppReports) {
+  const fs::path model = default_model_path();
+  if (model.empty() || !fs::exists(model)) GTEST_SKIP() << "default model not found";
+  const auto file = ModelFile::open(model);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tokenizer->model_name(), "gpt2");
+  EXPECT_EQ(tokenizer->vocab_size(), 49152u);
+  EXPECT_EQ(tokenizer->bos(), 1);
+  EXPECT_EQ(tokenizer->eos(), 2);
+  EXPECT_EQ(tokenizer->eot(), 2);
+  EXPECT_FALSE(tokenizer->add_bos_by_default());
+  EXPECT_FALSE(tokenizer->adds_space_prefix());
+  EXPECT_EQ(tokenizer->end_of_generation_tokens(), (std::vector<TokenId>{0, 2, 4}));
+  EXPECT_EQ(tokenizer->token_text(4), "<reponame>");
+  EXPECT_EQ(tokenizer->find_token("<|im_start|>"), 1);
+  EXPECT_EQ(tokenizer->token_attr(1), TokenAttr::Control);
+}
+
 }  // namespace
 }  // namespace granule
