@@ -270,7 +270,8 @@ void Engine::Impl::take_token(ActiveSequence& seq, int32_t token) {
   seq.tokens.push_back(token);
   scheduler->append_token(seq.id);
 
-  seq.unsent_text += seq.detokenizer.push(token);
+  // Embedding tables padded past the vocabulary can produce ids without text.
+  if (static_cast<size_t>(token) < tokenizer->vocab_size()) seq.unsent_text += seq.detokenizer.push(token);
   const size_t stop_at = find_stop_string(seq.unsent_text, seq.stop_strings);
   if (stop_at != std::string::npos) {
     emit(seq, seq.unsent_text.substr(0, stop_at), token);
