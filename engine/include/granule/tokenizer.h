@@ -29,11 +29,12 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Encodes text. add_bos: prepend BOS (when the vocab has one). parse_special: treat the
-  // text of control / user-defined tokens ("<|im_start|>") as those tokens.
+  // text of control tokens ("<|im_start|>") as those tokens; user-defined tokens are
+  // matched either way (llama.cpp and Hugging Face do the same). Thread-safe.
   virtual std::vector<TokenId> encode(std::string_view text, bool add_bos,
                                       bool parse_special) const = 0;
   // The raw bytes a token stands for ("▁" turned into a space, <0xXX> into its byte);
-  // control tokens give "" unless render_special.
+  // control tokens give "" unless render_special. Throws UsageError for an unknown id.
   virtual std::string token_to_piece(TokenId id, bool render_special = false) const = 0;
   // Decodes a whole sequence (first-token space prefix handled for SentencePiece).
   std::string decode(const std::vector<TokenId>& ids, bool render_special = false) const;
