@@ -1,0 +1,99 @@
+// Wiring between the GUI-thread objects and the engine thread, start-up and shutdown.
+#include "application.h"
+
+#include <QFileInfo>
+
+#include "granule/log.h"
+
+namespace granule::app {
+
+Application::Application(EngineFactory factory, const QString& database_path, QObject* parent)
+    : QObject(parent),
+      store_(database_path),
+      chats_(store_, errors_),
+      model_(errors_),
+      worker_(new EngineWorker(std::move(factory))) {
+  registerWorkerTypes();
+  engine_thread_.setObjectName(QStringLiteral("granule-engine"));
+  worker_->moveToThread(&engine_thread_);
+  connectWorker();
+  telemetry_.setTitleLookup([this](qint64 chat_id) {
+    const StoredConversation* c = chats_.conversations()->find(chat_id);
+    return c ? c->title : QStringLiteral("chat %1").arg(chat_id);
+  });
+  connect(&model_, &ModelController::statusChanged, this, [this] { chats_.setModelReady(model_.ready()); });
+  connect(&model_, &ModelController::modelLoadedFrom, this,
+          [this](const QString& path) { store_.setSetting(QStringLiteral("model/last_path"), path); });
+  const int context = store_.setting(QStringLiteral("engine/context_length"), QStringLiteral("4096")).toInt();
+  const int max_chats = store_.setting(QStringLiteral("engine/max_chats"), QStringLiteral("8")).toInt();
+  model_.setContextLength(context);
+  model_.setMaxChats(max_chats);
+  connect(&model_, &ModelController::optionsChanged, this, [this] {
+    store_.setSetting(QStringLiteral("engine/context_length"), QString::number(model_.contextLength()));
+    store_.setSetting(QStringLiteral("engine/max_chats"), QString::number(model_.maxChats()));
+  });
+}
+
+Application::~Application() { shutdown(); }
+
+void Application::connectWorker() {
+  // Every connection crosses threads, so Qt queues it: the worker's values are copied.
+  connect(&chats_, &ChatController::generationRequested, worker_, &EngineWorker::submit);
+  connect(&chats_, &ChatController::cancelRequested, worker_, &EngineWorker::cancel);
+  connect(&model_, &ModelController::inspectRequested, worker_, &EngineWorker::inspectModel);
+  connect(&model_, &ModelController::loadRequested, worker_, &EngineWorker::loadModel);
+  connect(worker_, &EngineWorker::generationStarted, &chats_, &ChatController::onGenerationStarted);
+  connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
+  connect(worker_, &EngineWorker::generationFinished, &chats_, &ChatController::onGenerationFinished);
+  connect(worker_, &EngineWorker::modelInspected, &model_, &ModelController::onModelInspected);
+  connect(worker_, &EngineWorker::inspectFailed, &model_, &ModelController::onInspectFailed);
+  connect(worker_, &EngineWorker::loadProgress, &model_, &ModelController::onLoadProgress);
+  connect(worker_, &EngineWorker::modelLoaded, &model_, &ModelController::onModelLoaded);
+  connect(worker_, &EngineWorker::loadFailed, &model_, &ModelController::onLoadFailed);
+  connect(worker_, &EngineWorker::telemetryUpdated, &telemetry_, &TelemetryModel::addFrame);
+  connect(worker_, &EngineWorker::engineError, &errors_, [this](const QString& message) {
+    errors_.report(message, QStringLiteral("Generation stopped; the chats are kept."));
+  });
+}
+
+void Application::start(const QString& model_path) {
+  if (!store_.ok())
+    errors_.report(store_.error(), QStringLiteral("Chats will not be saved this session."));
+  chats_.loadFromStore();
+  engine_thread_.start();
+  QMetaObject::invokeMethod(worker_, &EngineWorker::start, Qt::QueuedConnection);
+
+  QString path = model_path;
+  if (path.isEmpty()) {
+    const QString last = store_.setting(QStringLiteral("model/last_path"));
+    path = QFileInfo(last).isFile() ? last : model_.defaultModelPath();
+  }
+  if (QFileInfo(path).isFile()) {
+    model_.load(path);
+  } else if (!model_path.isEmpty()) {
+    errors_.report(QStringLiteral("%1 does not exist.").arg(model_path), QStringLiteral("Open a GGUF model."));
+  }
+}
+
+QVariantMap Application::windowProperties() {
+  return {{QStringLiteral("chats"), QVariant::fromValue(&chats_)},
+          {QStringLiteral("model"), QVariant::fromValue(&model_)},
+          {QStringLiteral("telemetry"), QVariant::fromValue(&telemetry_)},
+          {QStringLiteral("errors"), QVariant::fromValue(&errors_)}};
+}
+
+void Application::shutdown() {
+  if (!worker_) return;
+  chats_.saveAll();
+  if (engine_thread_.isRunning()) {
+    // Blocking: returns once the step in progress (if any) ends and the engine is freed.
+    QMetaObject::invokeMethod(worker_, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    engine_thread_.quit();
+    engine_thread_.wait();
+  }
+  delete worker_;
+  worker_ = nullptr;
+  granule::logger("app")->info("engine thread joined");
+}
+
+}  // namespace granule::app

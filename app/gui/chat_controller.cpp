@@ -1,0 +1,322 @@
+// Chat actions, streaming into the message models, and saving to the store.
+#include "chat_controller.h"
+
+#include <QDateTime>
+
+#include <algorithm>
+
+namespace granule::app {
+namespace {
+
+// A title from the first words of the first message, cut at a word boundary.
+QString titleFrom(const QString& text) {
+  const QString line = text.simplified();
+  constexpr qsizetype kMax = 40;
+  if (line.size() <= kMax) return line;
+  const qsizetype cut = line.lastIndexOf(QLatin1Char(' '), kMax);
+  return line.left(cut > 10 ? cut : kMax) + QStringLiteral("…");
+}
+
+qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
+
+}  // namespace
+
+ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject* parent)
+    : QObject(parent), store_(store), errors_(errors) {}
+
+void ChatController::loadFromStore() {
+  store_.purgeDeleted();   // deletions not undone last session
+  conversations_.setConversations(store_.conversations());
+  if (conversations_.count() > 0) selectChat(conversations_.idAt(0));
+}
+
+MessageModel* ChatController::messages() {
+  MessageModel* model = current_chat_id_ ? messagesOf(current_chat_id_) : nullptr;
+  return model ? model : &empty_messages_;
+}
+
+MessageModel* ChatController::messagesOf(qint64 chat_id) {
+  if (const auto it = messages_.find(chat_id); it != messages_.end()) return it->second;
+  if (!conversations_.find(chat_id)) return nullptr;
+  auto* model = new MessageModel(this);
+  model->setMessages(store_.messages(chat_id));
+  messages_[chat_id] = model;
+  return model;
+}
+
+QString ChatController::currentTitle() const {
+  const StoredConversation* c = conversations_.find(current_chat_id_);
+  return c ? c->title : QString();
+}
+
+const StoredConversation& ChatController::current() const {
+  static const StoredConversation defaults;
+  const StoredConversation* c = conversations_.find(current_chat_id_);
+  return c ? *c : defaults;
+}
+
+void ChatController::updateCurrent(const std::function<void(StoredConversation&)>& change) {
+  const StoredConversation* found = conversations_.find(current_chat_id_);
+  if (!found) return;
+  StoredConversation c = *found;
+  change(c);
+  c.updated_ms = found->updated_ms;   // settings do not reorder the sidebar
+  conversations_.update(c);
+  store_.updateConversation(c);
+  Q_EMIT settingsChanged();
+}
+
+void ChatController::setModelReady(bool ready) {
+  if (model_ready_ == ready) return;
+  model_ready_ = ready;
+  Q_EMIT modelReadyChanged();
+}
+
+void ChatController::setSearchText(const QString& text) {
+  if (search_text_ == text) return;
+  search_text_ = text;
+  const QString query = text.trimmed();
+  conversations_.setFilter(query.isEmpty() ? std::nullopt : std::optional(store_.search(query)));
+  Q_EMIT searchTextChanged();
+}
+
+void ChatController::setSystemPrompt(const QString& prompt) {
+  updateCurrent([&](StoredConversation& c) { c.system_prompt = prompt; });
+}
+void ChatController::setTemperature(double v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.temperature = std::max(0.0, v); });
+}
+void ChatController::setTopP(double v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.top_p = std::clamp(v, 0.0, 1.0); });
+}
+void ChatController::setMinP(double v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.min_p = std::clamp(v, 0.0, 1.0); });
+}
+void ChatController::setTopK(int v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.top_k = std::max(0, v); });
+}
+void ChatController::setRepetitionPenalty(double v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.repetition_penalty = std::max(0.0, v); });
+}
+void ChatController::setMaxTokens(int v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.max_tokens = std::max(1, v); });
+}
+void ChatController::setSeed(double v) {
+  updateCurrent([&](StoredConversation& c) { c.sampling.seed = static_cast<quint64>(std::clamp(v, 0.0, 9.0e15)); });
+}
+
+qint64 ChatController::newChat() {
+  StoredConversation c;
+  c.title = kDefaultTitle;
+  c.created_ms = c.updated_ms = nowMs();
+  const auto id = store_.createConversation(c);
+  if (!id) {
+    errors_.report(QStringLiteral("Could not save a new chat."), store_.path());
+    return 0;
+  }
+  c.id = *id;
+  if (!search_text_.isEmpty()) setSearchText({});   // a new chat should be visible
+  conversations_.prepend(c);
+  selectChat(c.id);
+  return c.id;
+}
+
+void ChatController::selectChat(qint64 chat_id) {
+  if (!conversations_.find(chat_id)) return;
+  current_chat_id_ = chat_id;
+  Q_EMIT currentChatChanged();
+  Q_EMIT settingsChanged();
+  Q_EMIT generatingChanged();
+}
+
+void ChatController::renameChat(qint64 chat_id, const QString& title) {
+  const StoredConversation* found = conversations_.find(chat_id);
+  const QString trimmed = title.simplified();
+  if (!found || trimmed.isEmpty()) return;
+  StoredConversation c = *found;
+  c.title = trimmed;
+  conversations_.update(c);
+  store_.updateConversation(c);
+  if (chat_id == current_chat_id_) Q_EMIT currentChatChanged();
+}
+
+void ChatController::deleteChat(qint64 chat_id) {
+  abandonGeneration(chat_id);
+  const auto taken = conversations_.take(chat_id);
+  if (!taken) return;
+  store_.setDeleted(chat_id, true);
+  // Only the last deletion can be undone; an older one becomes final now.
+  if (deleted_) store_.purgeDeleted();
+  deleted_ = taken;
+  if (const auto it = messages_.find(chat_id); it != messages_.end()) {
+    it->second->deleteLater();
+    messages_.erase(it);
+  }
+  if (current_chat_id_ == chat_id) {
+    current_chat_id_ = 0;
+    if (conversations_.count() > 0) selectChat(conversations_.idAt(0));
+    else Q_EMIT currentChatChanged();
+  }
+  Q_EMIT undoChanged();
+}
+
+void ChatController::undoDelete() {
+  if (!deleted_) return;
+  store_.setDeleted(deleted_->id, false);
+  conversations_.restore(*deleted_);
+  const qint64 id = deleted_->id;
+  deleted_.reset();
+  selectChat(id);
+  Q_EMIT undoChanged();
+}
+
+void ChatController::send(const QString& text) {
+  qint64 chat = current_chat_id_;
+  if (!chat) chat = newChat();
+  if (chat) sendTo(chat, text);
+}
+
+void ChatController::sendTo(qint64 chat_id, const QString& text) {
+  const QString content = text.trimmed();
+  MessageModel* model = messagesOf(chat_id);
+  if (content.isEmpty() || !model) return;
+  if (!model_ready_) {
+    errors_.report(QStringLiteral("No model is loaded."), QStringLiteral("Open a GGUF model first."));
+    return;
+  }
+  abandonGeneration(chat_id);
+  StoredMessage m;
+  m.conversation_id = chat_id;
+  m.position = model->count();
+  m.role = QStringLiteral("user");
+  m.content = content;
+  m.created_ms = nowMs();
+  const auto id = store_.insertMessage(m);
+  m.id = id.value_or(0);
+  model->append(m);
+  if (const StoredConversation* c = conversations_.find(chat_id); c && c->title == kDefaultTitle)
+    renameChat(chat_id, titleFrom(content));
+  conversations_.touch(chat_id, nowMs());
+  startGeneration(chat_id);
+}
+
+void ChatController::stop() { stopChat(current_chat_id_); }
+
+void ChatController::stopChat(qint64 chat_id) {
+  if (generations_.count(chat_id)) Q_EMIT cancelRequested(chat_id);
+}
+
+void ChatController::regenerate(int row) {
+  MessageModel* model = messagesOf(current_chat_id_);
+  if (!model || row < 0 || row >= model->count() || model->message(row).role != QLatin1String("assistant"))
+    return;
+  if (!model_ready_) {
+    errors_.report(QStringLiteral("No model is loaded."), QStringLiteral("Open a GGUF model first."));
+    return;
+  }
+  abandonGeneration(current_chat_id_);
+  store_.deleteMessagesFrom(current_chat_id_, row);
+  model->removeFrom(row);
+  startGeneration(current_chat_id_);
+}
+
+void ChatController::editAndResend(int row, const QString& text) {
+  MessageModel* model = messagesOf(current_chat_id_);
+  if (!model || row < 0 || row >= model->count() || model->message(row).role != QLatin1String("user"))
+    return;
+  abandonGeneration(current_chat_id_);
+  store_.deleteMessagesFrom(current_chat_id_, row);
+  model->removeFrom(row);
+  sendTo(current_chat_id_, text);
+}
+
+void ChatController::startGeneration(qint64 chat_id) {
+  MessageModel* model = messagesOf(chat_id);
+  const StoredConversation* c = conversations_.find(chat_id);
+  if (!model || !c) return;
+  GenerationRequest request;
+  request.chat_id = chat_id;
+  request.sampling = c->sampling;
+  if (!c->system_prompt.trimmed().isEmpty())
+    request.messages.append({QStringLiteral("system"), c->system_prompt});
+  for (const StoredMessage& m : model->messages()) request.messages.append({m.role, m.content});
+
+  StoredMessage reply;
+  reply.conversation_id = chat_id;
+  reply.position = model->count();
+  reply.role = QStringLiteral("assistant");
+  reply.created_ms = nowMs();
+  const int row = model->append(reply, /*generating=*/true);
+  model->setMessageId(row, store_.insertMessage(reply).value_or(0));
+  generations_[chat_id] = Generation{row, {}, false};
+  conversations_.setGenerating(chat_id, true);
+  Q_EMIT generatingChanged();
+  Q_EMIT generationRequested(request);
+}
+
+void ChatController::abandonGeneration(qint64 chat_id) {
+  const auto it = generations_.find(chat_id);
+  if (it == generations_.end()) return;
+  // The worker drops the cancelled sequence's finish once a newer request takes the chat,
+  // so the message is closed here rather than on its signal.
+  Q_EMIT cancelRequested(chat_id);
+  if (MessageModel* model = messagesOf(chat_id)) {
+    model->finish(it->second.row, QStringLiteral("cancelled"));
+    store_.updateMessage(model->message(it->second.row));
+  }
+  generations_.erase(it);
+  conversations_.setGenerating(chat_id, false);
+  Q_EMIT generatingChanged();
+}
+
+void ChatController::onGenerationStarted(qint64 chat_id) {
+  // Nothing to show yet: the message row exists since the request; tokens/s starts with text.
+  Q_UNUSED(chat_id);
+}
+
+void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
+  for (const TokenChunk& chunk : chunks) {
+    const auto it = generations_.find(chunk.chat_id);
+    MessageModel* model = messagesOf(chunk.chat_id);
+    if (it == generations_.end() || !model) continue;   // stopped or deleted meanwhile
+    Generation& g = it->second;
+    if (!g.has_text) {
+      g.has_text = true;
+      g.since_first.start();
+    }
+    model->appendText(g.row, chunk.text, chunk.tokens, static_cast<double>(g.since_first.elapsed()) / 1000.0);
+  }
+}
+
+void ChatController::onGenerationFinished(const GenerationResult& result) {
+  const auto it = generations_.find(result.chat_id);
+  if (it == generations_.end()) return;
+  const int row = it->second.row;
+  generations_.erase(it);
+  conversations_.setGenerating(result.chat_id, false);
+  if (MessageModel* model = messagesOf(result.chat_id)) {
+    model->finish(row, result.reason);
+    if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty()) {
+      // Nothing was written: keep the chat clean and say why in the banner.
+      store_.deleteMessagesFrom(result.chat_id, model->message(row).position);
+      model->removeFrom(row);
+    } else {
+      store_.updateMessage(model->message(row));
+    }
+  }
+  if (result.end == GenerationEnd::Failed)
+    errors_.report(result.error, QStringLiteral("The chat is kept; fix the cause and regenerate."));
+  Q_EMIT generatingChanged();
+}
+
+void ChatController::saveAll() {
+  for (const auto& [chat, generation] : generations_) {
+    MessageModel* model = messagesOf(chat);
+    if (!model) continue;
+    model->finish(generation.row, QStringLiteral("interrupted"));
+    store_.updateMessage(model->message(generation.row));
+  }
+  generations_.clear();
+}
+
+}  // namespace granule::app

@@ -1,0 +1,145 @@
+// ChatController: the chats as QML sees them — the sidebar list, the open chat's
+// messages and settings, and the actions (send, stop, regenerate, edit and resend,
+// rename, delete with undo, search). Turns actions into worker requests and the worker's
+// signals into model updates; saves every change in the ChatStore. GUI thread only.
+#pragma once
+#include <QElapsedTimer>
+#include <QObject>
+#include <QtQml/qqmlregistration.h>
+
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "chat_store.h"
+#include "conversation_list_model.h"
+#include "error_reporter.h"
+#include "message_model.h"
+#include "worker_types.h"
+
+namespace granule::app {
+
+class ChatController : public QObject {
+  Q_OBJECT
+  QML_ELEMENT
+  QML_UNCREATABLE("Created by the application")
+  Q_PROPERTY(granule::app::ConversationListModel* conversations READ conversations CONSTANT)
+  Q_PROPERTY(granule::app::MessageModel* messages READ messages NOTIFY currentChatChanged)
+  // Ids are SQLite row ids; QML sees them as numbers (exact below 2^53).
+  Q_PROPERTY(double currentChatId READ currentChatIdNumber NOTIFY currentChatChanged)
+  Q_PROPERTY(QString currentTitle READ currentTitle NOTIFY currentChatChanged)
+  Q_PROPERTY(bool currentGenerating READ currentGenerating NOTIFY generatingChanged)
+  Q_PROPERTY(int generatingCount READ generatingCount NOTIFY generatingChanged)
+  Q_PROPERTY(bool modelReady READ modelReady WRITE setModelReady NOTIFY modelReadyChanged)
+  Q_PROPERTY(QString searchText READ searchText WRITE setSearchText NOTIFY searchTextChanged)
+  Q_PROPERTY(QString deletedTitle READ deletedTitle NOTIFY undoChanged)
+  // The open chat's settings.
+  Q_PROPERTY(QString systemPrompt READ systemPrompt WRITE setSystemPrompt NOTIFY settingsChanged)
+  Q_PROPERTY(double temperature READ temperature WRITE setTemperature NOTIFY settingsChanged)
+  Q_PROPERTY(double topP READ topP WRITE setTopP NOTIFY settingsChanged)
+  Q_PROPERTY(double minP READ minP WRITE setMinP NOTIFY settingsChanged)
+  Q_PROPERTY(int topK READ topK WRITE setTopK NOTIFY settingsChanged)
+  Q_PROPERTY(double repetitionPenalty READ repetitionPenalty WRITE setRepetitionPenalty NOTIFY settingsChanged)
+  Q_PROPERTY(int maxTokens READ maxTokens WRITE setMaxTokens NOTIFY settingsChanged)
+  Q_PROPERTY(double seed READ seed WRITE setSeed NOTIFY settingsChanged)
+
+ public:
+  static inline const QString kDefaultTitle = QStringLiteral("New chat");
+
+  ChatController(ChatStore& store, ErrorReporter& errors, QObject* parent = nullptr);
+
+  ConversationListModel* conversations() { return &conversations_; }
+  MessageModel* messages();
+  MessageModel* messagesOf(qint64 chat_id);
+  qint64 currentChatId() const { return current_chat_id_; }
+  double currentChatIdNumber() const { return static_cast<double>(current_chat_id_); }
+  QString currentTitle() const;
+  bool currentGenerating() const { return generations_.count(current_chat_id_) > 0; }
+  int generatingCount() const { return static_cast<int>(generations_.size()); }
+  bool modelReady() const { return model_ready_; }
+  void setModelReady(bool ready);
+  QString searchText() const { return search_text_; }
+  void setSearchText(const QString& text);
+  QString deletedTitle() const { return deleted_ ? deleted_->title : QString(); }
+
+  QString systemPrompt() const { return current().system_prompt; }
+  void setSystemPrompt(const QString& prompt);
+  double temperature() const { return current().sampling.temperature; }
+  void setTemperature(double v);
+  double topP() const { return current().sampling.top_p; }
+  void setTopP(double v);
+  double minP() const { return current().sampling.min_p; }
+  void setMinP(double v);
+  int topK() const { return current().sampling.top_k; }
+  void setTopK(int v);
+  double repetitionPenalty() const { return current().sampling.repetition_penalty; }
+  void setRepetitionPenalty(double v);
+  int maxTokens() const { return current().sampling.max_tokens; }
+  void setMaxTokens(int v);
+  // A double for QML: seeds typed in the window stay below 2^53.
+  double seed() const { return static_cast<double>(current().sampling.seed); }
+  void setSeed(double v);
+
+  // Reads the chats from the store; selects the newest.
+  void loadFromStore();
+
+  Q_INVOKABLE qint64 newChat();
+  Q_INVOKABLE void selectChat(qint64 chat_id);
+  Q_INVOKABLE void renameChat(qint64 chat_id, const QString& title);
+  Q_INVOKABLE void deleteChat(qint64 chat_id);
+  Q_INVOKABLE void undoDelete();
+  // Sends in the open chat (making one when none is open).
+  Q_INVOKABLE void send(const QString& text);
+  Q_INVOKABLE void sendTo(qint64 chat_id, const QString& text);
+  Q_INVOKABLE void stop();
+  Q_INVOKABLE void stopChat(qint64 chat_id);
+  // Drops the assistant message at `row` (and what follows) and generates it again.
+  Q_INVOKABLE void regenerate(int row);
+  // Replaces the user message at `row` with `text`, drops what follows, and resends.
+  Q_INVOKABLE void editAndResend(int row, const QString& text);
+
+  // Writes streaming messages' text as it stands (shutdown): no chat loses what it shows.
+  void saveAll();
+
+ Q_SIGNALS:
+  void currentChatChanged();
+  void generatingChanged();
+  void modelReadyChanged();
+  void searchTextChanged();
+  void undoChanged();
+  void settingsChanged();
+  // To the worker (queued).
+  void generationRequested(const granule::app::GenerationRequest& request);
+  void cancelRequested(qint64 chat_id);
+
+ public Q_SLOTS:
+  void onGenerationStarted(qint64 chat_id);
+  void onTokensArrived(const QList<granule::app::TokenChunk>& chunks);
+  void onGenerationFinished(const granule::app::GenerationResult& result);
+
+ private:
+  struct Generation {
+    int row = -1;                // the assistant message being written
+    QElapsedTimer since_first;   // tokens per second count from the first text
+    bool has_text = false;
+  };
+  const StoredConversation& current() const;
+  void updateCurrent(const std::function<void(StoredConversation&)>& change);
+  // Adds an empty assistant message to the chat and asks the worker to fill it.
+  void startGeneration(qint64 chat_id);
+  // Cancels a chat's running generation and closes its message now (before a new one).
+  void abandonGeneration(qint64 chat_id);
+
+  ChatStore& store_;
+  ErrorReporter& errors_;
+  ConversationListModel conversations_;
+  MessageModel empty_messages_;
+  std::map<qint64, MessageModel*> messages_;   // loaded chats, children of this
+  std::map<qint64, Generation> generations_;
+  qint64 current_chat_id_ = 0;
+  bool model_ready_ = false;
+  QString search_text_;
+  std::optional<StoredConversation> deleted_;
+};
+
+}  // namespace granule::app

@@ -1,0 +1,308 @@
+// The engine thread's side: requests in, coalesced text and telemetry out.
+#include "engine_worker.h"
+
+#include <QRandomGenerator>
+
+#include "granule/error.h"
+#include "granule/log.h"
+#include "model_inspector.h"
+
+namespace granule::app {
+namespace {
+
+std::shared_ptr<spdlog::logger> log() { return granule::logger("app.worker"); }
+
+SamplingParams toSamplingParams(const SamplingSettings& s) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(s.temperature);
+  p.top_k = s.top_k;
+  p.top_p = static_cast<float>(s.top_p);
+  p.min_p = static_cast<float>(s.min_p);
+  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  p.max_tokens = s.max_tokens;
+  // Seed 0 means "surprise me": each regeneration should give a different answer.
+  p.seed = s.seed != 0 ? s.seed : QRandomGenerator::global()->generate64();
+  return p;
+}
+
+QString finishReasonText(FinishReason reason) {
+  return QString::fromUtf8(finish_reason_name(reason));
+}
+
+EngineOptions engineOptions(qint64 context_length, qint32 chats) {
+  EngineOptions options;
+  options.context_length = context_length;
+  options.max_sequences = chats;
+  // Short prefill chunks keep every step short, so a cancel, a new chat's first token and
+  // closing the window never wait behind a long prompt (CPU steps are slow).
+  options.prefill_chunk_tokens = 64;
+  return options;
+}
+
+}  // namespace
+
+EngineWorker::EngineWorker(EngineFactory factory, QObject* parent)
+    : QObject(parent), factory_(std::move(factory)) {
+  registerWorkerTypes();
+  telemetry_timer_.setParent(this);   // so it moves to the worker thread with us
+  telemetry_timer_.setInterval(kTelemetryIntervalMs);
+  connect(&telemetry_timer_, &QTimer::timeout, this, &EngineWorker::emitTelemetry);
+}
+
+EngineWorker::~EngineWorker() {
+  // Normally shutdown() already ran on the worker thread; this covers tests that own a
+  // worker without a thread.
+  shut_down_ = true;
+  engine_.reset();
+}
+
+void EngineWorker::start() {
+  clock_.start();
+  since_flush_.start();
+  telemetry_timer_.start();
+}
+
+void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint32 chats) {
+  try {
+    const ModelInspection inspection =
+        granule::app::inspectModel(std::filesystem::path(path.toStdString()));
+    const FitReport fit = estimateFit(inspection, engineOptions(context_length, chats),
+                                      hostAvailableBytes(), /*gpu=*/false);
+    Q_EMIT modelInspected(inspection.info, fit);
+  } catch (const std::exception& e) {
+    Q_EMIT inspectFailed(path, QString::fromUtf8(e.what()));
+  }
+}
+
+void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 chats) {
+  if (shut_down_) return;
+  releaseEngine();
+  log()->info("loading {}", path.toStdString());
+  try {
+    engine_ = factory_(std::filesystem::path(path.toStdString()), engineOptions(context_length, chats),
+                       [this](double fraction, const QString& stage) {
+                         Q_EMIT loadProgress(fraction, stage);
+                       });
+    Q_EMIT modelLoaded(engine_->info());
+  } catch (const std::exception& e) {
+    engine_.reset();
+    log()->warn("loading {} failed: {}", path.toStdString(), e.what());
+    Q_EMIT loadFailed(path, QString::fromUtf8(e.what()));
+  }
+}
+
+void EngineWorker::submit(const GenerationRequest& request) {
+  if (shut_down_) return;
+  GenerationResult refused{request.chat_id, GenerationEnd::Failed, QStringLiteral("error"), {}};
+  if (!engine_) {
+    refused.error = QStringLiteral("No model is loaded: open a model first.");
+    Q_EMIT generationFinished(refused);
+    return;
+  }
+  if (sequence_of_chat_.count(request.chat_id)) cancel(request.chat_id);
+
+  Request engine_request;
+  for (const PromptMessage& m : request.messages)
+    engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
+  engine_request.sampling = toSamplingParams(request.sampling);
+  // The sink runs inside engine_->step() on this thread: it only records, and runStep()
+  // turns the records into signals once the step is over.
+  engine_request.sink.on_token = [this](SequenceId seq, const std::string& text, int32_t token) {
+    const auto chat = chat_of_sequence_.find(seq);
+    if (chat == chat_of_sequence_.end()) return;
+    TokenChunk& chunk = pending_[chat->second];
+    chunk.chat_id = chat->second;
+    chunk.text += QString::fromStdString(text);
+    // Text flushed at the end (held back for a stop string) comes without a token (-1).
+    if (token >= 0) chunk.tokens += 1;
+  };
+  engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason, const std::string& error) {
+    finished_.push_back({seq, reason, error});
+  };
+  try {
+    const SequenceId seq = engine_->submit(std::move(engine_request));
+    chat_of_sequence_[seq] = request.chat_id;
+    sequence_of_chat_[request.chat_id] = seq;
+  } catch (const std::exception& e) {
+    refused.error = QString::fromUtf8(e.what());
+    Q_EMIT generationFinished(refused);
+    return;
+  }
+  Q_EMIT generationStarted(request.chat_id);
+  scheduleStep();
+}
+
+void EngineWorker::cancel(qint64 chat_id) {
+  const auto seq = sequence_of_chat_.find(chat_id);
+  if (seq == sequence_of_chat_.end() || !engine_) return;
+  try {
+    engine_->cancel(seq->second);
+  } catch (const std::exception& e) {
+    log()->warn("cancel of chat {} failed: {}", chat_id, e.what());
+  }
+  scheduleStep();   // the engine reports the cancellation from its next step
+}
+
+void EngineWorker::shutdown() {
+  shut_down_ = true;
+  telemetry_timer_.stop();
+  releaseEngine();
+  log()->info("engine worker shut down");
+}
+
+void EngineWorker::scheduleStep() {
+  if (step_queued_ || shut_down_) return;
+  step_queued_ = true;
+  // One step per event-loop turn, so submit/cancel/shutdown get in between steps.
+  QMetaObject::invokeMethod(this, &EngineWorker::runStep, Qt::QueuedConnection);
+}
+
+void EngineWorker::runStep() {
+  step_queued_ = false;
+  if (!engine_ || shut_down_) return;
+  bool more = false;
+  try {
+    more = engine_->step();
+  } catch (const std::exception& e) {
+    log()->error("engine step failed: {}", e.what());
+    failAll(QString::fromUtf8(e.what()));
+    return;
+  }
+  const bool finishing = !finished_.empty();
+  if (finishing || since_flush_.elapsed() >= kTokenFlushIntervalMs) flushTokens();
+  deliverFinished();
+  if (more || !engine_->idle()) {
+    scheduleStep();
+  } else {
+    flushTokens();
+  }
+}
+
+void EngineWorker::flushTokens() {
+  since_flush_.restart();
+  if (pending_.empty()) return;
+  QList<TokenChunk> chunks;
+  chunks.reserve(static_cast<qsizetype>(pending_.size()));
+  for (auto& [chat, chunk] : pending_) chunks.append(std::move(chunk));
+  pending_.clear();
+  Q_EMIT tokensArrived(chunks);
+}
+
+void EngineWorker::deliverFinished() {
+  std::vector<Finished> done;
+  done.swap(finished_);
+  for (const Finished& f : done) {
+    const auto chat = chat_of_sequence_.find(f.sequence);
+    if (chat == chat_of_sequence_.end()) continue;
+    GenerationResult result;
+    result.chat_id = chat->second;
+    result.reason = finishReasonText(f.reason);
+    result.error = QString::fromStdString(f.error);
+    result.end = f.reason == FinishReason::Cancelled ? GenerationEnd::Stopped
+                 : f.reason == FinishReason::Error   ? GenerationEnd::Failed
+                                                     : GenerationEnd::Finished;
+    // A newer submission for the same chat may already own the chat's slot.
+    const auto current = sequence_of_chat_.find(chat->second);
+    const bool superseded = current == sequence_of_chat_.end() || current->second != f.sequence;
+    if (!superseded) sequence_of_chat_.erase(current);
+    chat_of_sequence_.erase(chat);
+    if (!superseded) Q_EMIT generationFinished(result);
+  }
+}
+
+void EngineWorker::failAll(const QString& message) {
+  flushTokens();
+  finished_.clear();
+  const auto chats = sequence_of_chat_;
+  for (const auto& [chat, seq] : chats) {
+    try {
+      engine_->cancel(seq);
+    } catch (const std::exception&) {
+      // The engine is already failing; the GUI hears about it below.
+    }
+    Q_EMIT generationFinished({chat, GenerationEnd::Failed, QStringLiteral("error"), message});
+  }
+  sequence_of_chat_.clear();
+  chat_of_sequence_.clear();
+  Q_EMIT engineError(message);
+}
+
+void EngineWorker::releaseEngine() {
+  if (!engine_) return;
+  const auto chats = sequence_of_chat_;
+  for (const auto& [chat, seq] : chats) {
+    try {
+      engine_->cancel(seq);
+    } catch (const std::exception&) {
+      // Freeing the engine below releases the sequence anyway.
+    }
+  }
+  // Drop the sinks' targets before the engine goes, so nothing it reports while being
+  // destroyed reaches the GUI.
+  sequence_of_chat_.clear();
+  chat_of_sequence_.clear();
+  pending_.clear();
+  engine_.reset();
+  finished_.clear();
+  if (!shut_down_)
+    for (const auto& [chat, seq] : chats)
+      Q_EMIT generationFinished({chat, GenerationEnd::Stopped, QStringLiteral("cancelled"), {}});
+}
+
+void EngineWorker::emitTelemetry() {
+  if (shut_down_) return;
+  Q_EMIT telemetryUpdated(makeFrame());
+}
+
+TelemetryFrame EngineWorker::makeFrame() const {
+  TelemetryFrame frame;
+  frame.time_s = static_cast<double>(clock_.elapsed()) / 1000.0;
+  frame.process_resident_bytes = processResidentBytes();
+  frame.host_total_bytes = hostTotalBytes();
+  frame.host_available_bytes = hostAvailableBytes();
+  if (!engine_) return frame;
+  TelemetrySnapshot snap;
+  try {
+    snap = engine_->telemetry();
+  } catch (const std::exception& e) {
+    log()->warn("telemetry failed: {}", e.what());
+    return frame;
+  }
+  frame.gpu = snap.gpu;
+  frame.device = QString::fromStdString(snap.device);
+  frame.device_total_bytes = snap.device_total_bytes;
+  frame.budget_bytes = snap.budget_bytes;
+  for (const auto& [category, bytes] : snap.ledger) {
+    // Reserved KV is address space, not memory: reported apart from the stack.
+    if (category.find("reserved") != std::string::npos) {
+      frame.kv_reserved_bytes += bytes;
+      continue;
+    }
+    size_t index = kLedgerCategories.size() - 1;   // unknown categories count as "other"
+    for (size_t i = 0; i < kLedgerCategories.size(); ++i)
+      if (category == kLedgerCategories[i]) index = i;
+    frame.ledger_bytes[index] += bytes;
+  }
+  for (const SequenceTelemetry& s : snap.sequences) {
+    const auto chat = chat_of_sequence_.find(s.id);
+    if (chat == chat_of_sequence_.end()) continue;
+    frame.chats.append({chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes,
+                        s.tokens_per_second});
+  }
+  frame.granules_mapped = snap.granules_mapped;
+  frame.granules_unmapped = snap.granules_unmapped;
+  frame.streamed_bytes_per_second = snap.streamed_bytes_per_second;
+  frame.streamed_bytes_total = snap.streamed_bytes_total;
+  frame.layers_resident = snap.layers_resident;
+  frame.layers_streamed = snap.layers_streamed;
+  for (int32_t bucket : snap.graph_buckets) frame.graph_buckets.append(bucket);
+  frame.segments_per_step = snap.segments_per_step;
+  frame.graph_replays = snap.graph_replays;
+  frame.graph_recaptures = snap.graph_recaptures;
+  frame.last_fallback_reason = QString::fromStdString(snap.last_fallback_reason);
+  frame.decode_tokens_per_second = snap.decode_tokens_per_second;
+  frame.steps = snap.steps;
+  return frame;
+}
+
+}  // namespace granule::app

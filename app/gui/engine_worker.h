@@ -1,0 +1,84 @@
+// EngineWorker: the QObject that owns the inference engine on its own QThread. The GUI
+// reaches it only through queued signals carrying plain values (worker_types.h); it
+// batches every running chat into the engine's steps and streams text back at ~60 Hz.
+#pragma once
+#include <QElapsedTimer>
+#include <QObject>
+#include <QTimer>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "inference_engine.h"
+#include "worker_types.h"
+
+namespace granule::app {
+
+class EngineWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  static constexpr int kTokenFlushIntervalMs = 16;   // ~60 Hz to the GUI
+  static constexpr int kTelemetryIntervalMs = 100;   // ~10 Hz
+
+  explicit EngineWorker(EngineFactory factory, QObject* parent = nullptr);
+  ~EngineWorker() override;
+
+ public Q_SLOTS:
+  // Starts the telemetry clock; call once the worker lives in its thread.
+  void start();
+  // Reads the model's header and estimates the fit; emits modelInspected or inspectFailed.
+  void inspectModel(const QString& path, qint64 context_length, qint32 chats);
+  // Opens the model (replacing a loaded one); emits loadProgress, then modelLoaded or loadFailed.
+  void loadModel(const QString& path, qint64 context_length, qint32 chats);
+  // Queues a chat's generation; one per chat (a new one replaces a running one).
+  void submit(const granule::app::GenerationRequest& request);
+  void cancel(qint64 chat_id);
+  // Cancels everything, frees the engine and stops the timers; no signal follows it.
+  // The application calls it with a blocking queued connection before quitting the thread.
+  void shutdown();
+
+ Q_SIGNALS:
+  void modelInspected(const granule::app::ModelInfo& info, const granule::app::FitReport& fit);
+  void inspectFailed(const QString& path, const QString& error);
+  void loadProgress(double fraction, const QString& stage);
+  void modelLoaded(const granule::app::ModelInfo& info);
+  void loadFailed(const QString& path, const QString& error);
+  void generationStarted(qint64 chat_id);
+  void tokensArrived(const QList<granule::app::TokenChunk>& chunks);
+  void generationFinished(const granule::app::GenerationResult& result);
+  void telemetryUpdated(const granule::app::TelemetryFrame& frame);
+  // An engine failure outside any one request (a failed step); generation stops.
+  void engineError(const QString& message);
+
+ private:
+  struct Finished {
+    SequenceId sequence;
+    FinishReason reason;
+    std::string error;
+  };
+
+  void scheduleStep();
+  void runStep();
+  void flushTokens();
+  void deliverFinished();
+  void failAll(const QString& message);
+  void releaseEngine();
+  void emitTelemetry();
+  TelemetryFrame makeFrame() const;
+
+  EngineFactory factory_;
+  std::unique_ptr<InferenceEngine> engine_;
+  QTimer telemetry_timer_;
+  QElapsedTimer clock_;
+  QElapsedTimer since_flush_;
+  bool step_queued_ = false;
+  bool shut_down_ = false;
+  std::map<SequenceId, qint64> chat_of_sequence_;
+  std::map<qint64, SequenceId> sequence_of_chat_;
+  std::map<qint64, TokenChunk> pending_;   // text not yet sent, by chat
+  std::vector<Finished> finished_;
+};
+
+}  // namespace granule::app

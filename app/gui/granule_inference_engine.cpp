@@ -1,0 +1,50 @@
+// InferenceEngine over the real granule::Engine, and the factory that opens it.
+#include <algorithm>
+
+#include "inference_engine.h"
+#include "model_inspector.h"
+
+namespace granule::app {
+namespace {
+
+class GranuleInferenceEngine final : public InferenceEngine {
+ public:
+  GranuleInferenceEngine(std::unique_ptr<Engine> engine, ModelInfo info)
+      : engine_(std::move(engine)), info_(std::move(info)) {}
+
+  ModelInfo info() const override { return info_; }
+  SequenceId submit(Request request) override { return engine_->submit(std::move(request)); }
+  void cancel(SequenceId id) override { engine_->cancel(id); }
+  bool step() override { return engine_->step(); }
+  bool idle() const override { return engine_->idle(); }
+  TelemetrySnapshot telemetry() const override { return engine_->telemetry(); }
+
+ private:
+  std::unique_ptr<Engine> engine_;
+  ModelInfo info_;
+};
+
+}  // namespace
+
+EngineFactory granuleEngineFactory() {
+  return [](const std::filesystem::path& model, const EngineOptions& options,
+            const std::function<void(double, const QString&)>& stage)
+             -> std::unique_ptr<InferenceEngine> {
+    // Engine::open reports no progress of its own, so the stages are the steps around it:
+    // reading the header is quick; opening maps the weights and reserves KV space.
+    stage(0.1, QStringLiteral("Reading the model file"));
+    ModelInfo info = inspectModel(model).info;
+    stage(0.3, QStringLiteral("Loading weights and reserving KV space"));
+    auto engine = Engine::open(model, options);
+    info.device = QString::fromStdString(engine->device_name());
+    // The engine clamps the context to the model's trained one.
+    info.engine_context = info.trained_context > 0 ? std::min<qint64>(options.context_length, info.trained_context)
+                                                   : options.context_length;
+    if (const ChatTemplate* tmpl = engine->chat_template())
+      info.chat_template = QString::fromStdString(tmpl->name());
+    stage(1.0, QStringLiteral("Ready"));
+    return std::make_unique<GranuleInferenceEngine>(std::move(engine), std::move(info));
+  };
+}
+
+}  // namespace granule::app

@@ -1,0 +1,34 @@
+// What the EngineWorker needs from an inference engine. GranuleInferenceEngine wraps
+// granule::Engine; the app's tests drive the worker with a scripted engine instead.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <memory>
+
+#include "granule/engine.h"
+#include "worker_types.h"
+
+namespace granule::app {
+
+class InferenceEngine {
+ public:
+  virtual ~InferenceEngine() = default;
+  virtual ModelInfo info() const = 0;
+  // Same contracts as granule::Engine: submit throws granule::Error for a request that
+  // cannot run; the sink's on_finish is called exactly once per submitted sequence.
+  virtual SequenceId submit(Request request) = 0;
+  virtual void cancel(SequenceId id) = 0;
+  virtual bool step() = 0;
+  virtual bool idle() const = 0;
+  virtual TelemetrySnapshot telemetry() const = 0;
+};
+
+// Opens a model (throws granule::Error); `stage` reports what loading is doing.
+using EngineFactory = std::function<std::unique_ptr<InferenceEngine>(
+    const std::filesystem::path& model, const EngineOptions& options,
+    const std::function<void(double fraction, const QString& stage)>& stage)>;
+
+// The factory the application uses: granule::Engine::open.
+EngineFactory granuleEngineFactory();
+
+}  // namespace granule::app

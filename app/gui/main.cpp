@@ -1,0 +1,62 @@
+// The Granule window: parses the command line, starts the application's services, shows
+// Main.qml, and shuts down in a fixed order when the window closes.
+#include <QCommandLineParser>
+#include <QGuiApplication>
+#include <QQmlApplicationEngine>
+#include <QQuickStyle>
+#include <QtQml/qqmlextensionplugin.h>
+
+#include "app_log.h"
+#include "application.h"
+#include "granule/log.h"
+
+Q_IMPORT_QML_PLUGIN(GranulePlugin)
+
+int main(int argc, char** argv) {
+  QGuiApplication qt_app(argc, argv);
+  QGuiApplication::setApplicationName(QStringLiteral("Granule"));
+  QGuiApplication::setApplicationVersion(QStringLiteral(GRANULE_VERSION));
+  QGuiApplication::setDesktopFileName(QStringLiteral("granule"));
+  granule::app::routeQtMessagesToLog();
+
+  QCommandLineParser cli;
+  cli.setApplicationDescription(QStringLiteral("Desktop chat for local language models"));
+  cli.addHelpOption();
+  cli.addVersionOption();
+  const QCommandLineOption model_option(QStringLiteral("model"), QStringLiteral("GGUF model to load"),
+                                        QStringLiteral("path"));
+  const QCommandLineOption database_option(QStringLiteral("database"),
+                                           QStringLiteral("Chat database (default: %1)")
+                                               .arg(granule::app::ChatStore::defaultPath()),
+                                           QStringLiteral("path"));
+  const QCommandLineOption theme_option(QStringLiteral("theme"), QStringLiteral("system, light or dark"),
+                                        QStringLiteral("scheme"), QStringLiteral("system"));
+  const QCommandLineOption verbose_option(QStringLiteral("verbose"), QStringLiteral("Log at debug level"));
+  cli.addOptions({model_option, database_option, theme_option, verbose_option});
+  cli.process(qt_app);
+  granule::set_log_level(cli.isSet(verbose_option) ? spdlog::level::debug : spdlog::level::info);
+
+  // Fusion renders the same offscreen, under Xvfb and on a desktop; the Theme sets its palette.
+  QQuickStyle::setStyle(QStringLiteral("Fusion"));
+
+  // Declared in this order so that they are destroyed in reverse: the QML engine (which
+  // points at the services) before the services, the services before QGuiApplication.
+  granule::app::Application granule_app(
+      granule::app::granuleEngineFactory(),
+      cli.isSet(database_option) ? cli.value(database_option) : granule::app::ChatStore::defaultPath());
+  QQmlApplicationEngine qml;
+  qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+  QVariantMap window_properties = granule_app.windowProperties();
+  window_properties.insert(QStringLiteral("themePreference"), cli.value(theme_option));
+  qml.setInitialProperties(window_properties);
+  qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
+  if (qml.rootObjects().isEmpty()) {
+    granule::logger("app")->error("the main window could not be created");
+    return 1;
+  }
+  granule_app.start(cli.value(model_option));
+  const int rc = QGuiApplication::exec();
+  // The window is closed: save the chats and join the engine thread before QML and Qt go.
+  granule_app.shutdown();
+  return rc;
+}

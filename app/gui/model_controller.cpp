@@ -1,0 +1,130 @@
+// Model choice, fit preview and loading, on the GUI side.
+#include "model_controller.h"
+
+#include <QDir>
+#include <QFileInfo>
+#include <QLocale>
+
+#include <algorithm>
+
+namespace granule::app {
+
+ModelController::ModelController(ErrorReporter& errors, QObject* parent)
+    : QObject(parent), errors_(errors), default_model_path_(findDefaultModelPath()) {}
+
+QString ModelController::findDefaultModelPath() {
+  const QString from_env = qEnvironmentVariable("GRANULE_DEFAULT_MODEL");
+  if (!from_env.isEmpty()) return from_env;
+  QString data = qEnvironmentVariable("XDG_DATA_HOME");
+  if (data.isEmpty()) data = QDir::homePath() + QStringLiteral("/.local/share");
+  return data + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+bool ModelController::defaultModelPresent() const { return QFileInfo(default_model_path_).isFile(); }
+
+QString ModelController::previewDetails() const {
+  if (preview_info_.path.isEmpty()) return {};
+  const QLocale c;
+  return QStringLiteral("%1 · %2 · %3M parameters · %4 layers · %5 trained context")
+      .arg(preview_info_.architecture, preview_info_.block_type)
+      .arg(c.toString(static_cast<double>(preview_info_.parameters) / 1e6, 'f', 0))
+      .arg(preview_info_.layers)
+      .arg(c.toString(preview_info_.trained_context));
+}
+
+double ModelController::fitKvBytes() const {
+  return static_cast<double>(fit_.kv_bytes_per_token) * static_cast<double>(fit_.context_per_chat) *
+         fit_.chats;
+}
+
+void ModelController::setContextLength(int tokens) {
+  tokens = std::clamp(tokens, 256, 1 << 20);
+  if (tokens == context_length_) return;
+  context_length_ = tokens;
+  Q_EMIT optionsChanged();
+}
+
+void ModelController::setMaxChats(int chats) {
+  chats = std::clamp(chats, 1, 64);
+  if (chats == max_chats_) return;
+  max_chats_ = chats;
+  Q_EMIT optionsChanged();
+}
+
+void ModelController::preview(const QUrl& file) {
+  previewFile(file.isLocalFile() ? file.toLocalFile() : file.toString());
+}
+
+void ModelController::previewFile(const QString& path) {
+  if (status_ == Status::Loading) return;
+  setStatus(Status::Inspecting);
+  Q_EMIT inspectRequested(path, context_length_, max_chats_);
+}
+
+void ModelController::confirmLoad() {
+  if (status_ != Status::Previewing) return;
+  load(preview_info_.path);
+}
+
+void ModelController::cancelPreview() {
+  if (status_ != Status::Previewing && status_ != Status::Inspecting) return;
+  preview_info_ = {};
+  fit_ = {};
+  Q_EMIT previewChanged();
+  setStatus(restingStatus());
+}
+
+void ModelController::load(const QString& path) {
+  if (status_ == Status::Loading) return;
+  load_progress_ = 0;
+  load_stage_ = QStringLiteral("Opening %1").arg(QFileInfo(path).fileName());
+  Q_EMIT progressChanged();
+  setStatus(Status::Loading);
+  Q_EMIT loadRequested(path, context_length_, max_chats_);
+}
+
+void ModelController::onModelInspected(const ModelInfo& info, const FitReport& fit) {
+  if (status_ != Status::Inspecting) return;   // cancelled meanwhile
+  preview_info_ = info;
+  fit_ = fit;
+  Q_EMIT previewChanged();
+  setStatus(Status::Previewing);
+}
+
+void ModelController::onInspectFailed(const QString& path, const QString& error) {
+  setStatus(restingStatus());
+  errors_.report(error, QStringLiteral("%1 could not be read; choose another GGUF file.")
+                            .arg(QFileInfo(path).fileName()));
+}
+
+void ModelController::onLoadProgress(double fraction, const QString& stage) {
+  load_progress_ = fraction;
+  load_stage_ = stage;
+  Q_EMIT progressChanged();
+}
+
+void ModelController::onModelLoaded(const ModelInfo& info) {
+  loaded_ = info;
+  preview_info_ = {};
+  Q_EMIT infoChanged();
+  Q_EMIT previewChanged();
+  errors_.dismiss();
+  setStatus(Status::Ready);
+  Q_EMIT modelLoadedFrom(info.path);
+}
+
+void ModelController::onLoadFailed(const QString& path, const QString& error) {
+  // Loading replaced the previous engine, so nothing is loaded now.
+  loaded_ = {};
+  Q_EMIT infoChanged();
+  setStatus(Status::NoModel);
+  errors_.report(error, QStringLiteral("%1 did not load; open another model.").arg(QFileInfo(path).fileName()));
+}
+
+void ModelController::setStatus(Status status) {
+  if (status_ == status) return;
+  status_ = status;
+  Q_EMIT statusChanged();
+}
+
+}  // namespace granule::app

@@ -1,0 +1,130 @@
+// ModelController: which model is loaded and the way to another one — the file's facts,
+// the fit preview shown before loading, load progress, and load errors to the banner.
+// GUI thread only; the work happens in the EngineWorker.
+#pragma once
+#include <QObject>
+#include <QUrl>
+#include <QtQml/qqmlregistration.h>
+
+#include "error_reporter.h"
+#include "worker_types.h"
+
+namespace granule::app {
+
+class ModelController : public QObject {
+  Q_OBJECT
+  QML_ELEMENT
+  QML_UNCREATABLE("Created by the application")
+  Q_PROPERTY(Status status READ status NOTIFY statusChanged)
+  Q_PROPERTY(bool ready READ ready NOTIFY statusChanged)
+  Q_PROPERTY(QString modelName READ modelName NOTIFY infoChanged)
+  Q_PROPERTY(QString modelPath READ modelPath NOTIFY infoChanged)
+  Q_PROPERTY(QString architecture READ architecture NOTIFY infoChanged)
+  Q_PROPERTY(QString blockType READ blockType NOTIFY infoChanged)
+  Q_PROPERTY(QString device READ device NOTIFY infoChanged)
+  Q_PROPERTY(QString chatTemplate READ chatTemplate NOTIFY infoChanged)
+  Q_PROPERTY(double fileBytes READ fileBytes NOTIFY infoChanged)
+  Q_PROPERTY(double parameters READ parameters NOTIFY infoChanged)
+  Q_PROPERTY(int layers READ layers NOTIFY infoChanged)
+  Q_PROPERTY(int trainedContext READ trainedContext NOTIFY infoChanged)
+  Q_PROPERTY(int contextPerChat READ contextPerChat NOTIFY infoChanged)
+  // The fit preview of the file being considered.
+  Q_PROPERTY(QString previewName READ previewName NOTIFY previewChanged)
+  Q_PROPERTY(QString previewPath READ previewPath NOTIFY previewChanged)
+  Q_PROPERTY(QString previewDetails READ previewDetails NOTIFY previewChanged)
+  Q_PROPERTY(QString fitSummary READ fitSummary NOTIFY previewChanged)
+  Q_PROPERTY(bool fits READ fits NOTIFY previewChanged)
+  Q_PROPERTY(double fitWeightsBytes READ fitWeightsBytes NOTIFY previewChanged)
+  Q_PROPERTY(double fitKvBytes READ fitKvBytes NOTIFY previewChanged)
+  Q_PROPERTY(double fitBudgetBytes READ fitBudgetBytes NOTIFY previewChanged)
+  Q_PROPERTY(double loadProgress READ loadProgress NOTIFY progressChanged)
+  Q_PROPERTY(QString loadStage READ loadStage NOTIFY progressChanged)
+  Q_PROPERTY(QString defaultModelPath READ defaultModelPath CONSTANT)
+  Q_PROPERTY(bool defaultModelPresent READ defaultModelPresent CONSTANT)
+  Q_PROPERTY(int contextLength READ contextLength WRITE setContextLength NOTIFY optionsChanged)
+  Q_PROPERTY(int maxChats READ maxChats WRITE setMaxChats NOTIFY optionsChanged)
+
+ public:
+  enum class Status { NoModel, Inspecting, Previewing, Loading, Ready };
+  Q_ENUM(Status)
+
+  explicit ModelController(ErrorReporter& errors, QObject* parent = nullptr);
+
+  // $GRANULE_DEFAULT_MODEL, else $XDG_DATA_HOME (~/.local/share)/granule/models/SmolLM2-….gguf.
+  static QString findDefaultModelPath();
+
+  Status status() const { return status_; }
+  bool ready() const { return status_ == Status::Ready; }
+  QString modelName() const { return loaded_.name; }
+  QString modelPath() const { return loaded_.path; }
+  QString architecture() const { return loaded_.architecture; }
+  QString blockType() const { return loaded_.block_type; }
+  QString device() const { return loaded_.device; }
+  QString chatTemplate() const { return loaded_.chat_template; }
+  double fileBytes() const { return static_cast<double>(loaded_.file_bytes); }
+  double parameters() const { return static_cast<double>(loaded_.parameters); }
+  int layers() const { return static_cast<int>(loaded_.layers); }
+  int trainedContext() const { return static_cast<int>(loaded_.trained_context); }
+  int contextPerChat() const { return static_cast<int>(loaded_.engine_context); }
+  QString previewName() const { return preview_info_.name; }
+  QString previewPath() const { return preview_info_.path; }
+  QString previewDetails() const;
+  QString fitSummary() const { return fit_.summary; }
+  bool fits() const { return fit_.fits; }
+  double fitWeightsBytes() const { return static_cast<double>(fit_.weights_bytes); }
+  double fitKvBytes() const;
+  double fitBudgetBytes() const { return static_cast<double>(fit_.budget_bytes); }
+  double loadProgress() const { return load_progress_; }
+  QString loadStage() const { return load_stage_; }
+  QString defaultModelPath() const { return default_model_path_; }
+  bool defaultModelPresent() const;
+  int contextLength() const { return context_length_; }
+  void setContextLength(int tokens);
+  int maxChats() const { return max_chats_; }
+  void setMaxChats(int chats);
+
+  // Shows the fit preview for a file (from the file dialog's URL or a path).
+  Q_INVOKABLE void preview(const QUrl& file);
+  Q_INVOKABLE void previewFile(const QString& path);
+  // Loads the previewed file.
+  Q_INVOKABLE void confirmLoad();
+  Q_INVOKABLE void cancelPreview();
+  // Loads without a preview (the default or last model at start).
+  Q_INVOKABLE void load(const QString& path);
+
+ Q_SIGNALS:
+  void statusChanged();
+  void infoChanged();
+  void previewChanged();
+  void progressChanged();
+  void optionsChanged();
+  void modelLoadedFrom(const QString& path);
+  // To the worker (queued).
+  void inspectRequested(const QString& path, qint64 context_length, qint32 chats);
+  void loadRequested(const QString& path, qint64 context_length, qint32 chats);
+
+ public Q_SLOTS:
+  void onModelInspected(const granule::app::ModelInfo& info, const granule::app::FitReport& fit);
+  void onInspectFailed(const QString& path, const QString& error);
+  void onLoadProgress(double fraction, const QString& stage);
+  void onModelLoaded(const granule::app::ModelInfo& info);
+  void onLoadFailed(const QString& path, const QString& error);
+
+ private:
+  void setStatus(Status status);
+  // After a failed preview or load: back to the loaded model, or to none.
+  Status restingStatus() const { return loaded_.path.isEmpty() ? Status::NoModel : Status::Ready; }
+
+  ErrorReporter& errors_;
+  Status status_ = Status::NoModel;
+  ModelInfo loaded_;
+  ModelInfo preview_info_;
+  FitReport fit_;
+  double load_progress_ = 0;
+  QString load_stage_;
+  QString default_model_path_;
+  int context_length_ = 4096;
+  int max_chats_ = 8;
+};
+
+}  // namespace granule::app

@@ -1,0 +1,176 @@
+// Painting of the telemetry plots. At 10 Hz and a few hundred points, QPainter on the
+// scene graph's texture is cheap and renders the same in software (offscreen) and GL.
+#include "time_series_plot.h"
+
+#include <QPainter>
+#include <QPainterPath>
+
+#include <algorithm>
+#include <cmath>
+
+namespace granule::app {
+namespace {
+
+// Rounds up to 1, 2 or 5 times a power of ten, so the axis top is a readable number.
+double niceCeiling(double value) {
+  if (value <= 0) return 1;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(value)));
+  for (double step : {1.0, 2.0, 5.0, 10.0})
+    if (value <= step * magnitude) return step * magnitude;
+  return 10 * magnitude;
+}
+
+}  // namespace
+
+TimeSeriesPlot::TimeSeriesPlot(QQuickItem* parent) : QQuickPaintedItem(parent) {
+  setAntialiasing(true);
+  connect(this, &TimeSeriesPlot::appearanceChanged, this, [this] { update(); });
+}
+
+void TimeSeriesPlot::setTelemetry(TelemetryModel* telemetry) {
+  if (telemetry_ == telemetry) return;
+  disconnect(telemetry_connection_);
+  telemetry_ = telemetry;
+  if (telemetry_)
+    telemetry_connection_ = connect(telemetry_, &TelemetryModel::updated, this, [this] { update(); });
+  Q_EMIT telemetryChanged();
+  update();
+}
+
+void TimeSeriesPlot::setMetric(Metric metric) {
+  if (metric_ == metric) return;
+  metric_ = metric;
+  Q_EMIT appearanceChanged();
+}
+
+void TimeSeriesPlot::setSeriesColors(const QList<QColor>& colors) {
+  if (series_colors_ == colors) return;
+  series_colors_ = colors;
+  Q_EMIT appearanceChanged();
+}
+
+void TimeSeriesPlot::setGridColor(const QColor& c) {
+  if (grid_color_ == c) return;
+  grid_color_ = c;
+  Q_EMIT appearanceChanged();
+}
+
+void TimeSeriesPlot::setLabelColor(const QColor& c) {
+  if (label_color_ == c) return;
+  label_color_ = c;
+  Q_EMIT appearanceChanged();
+}
+
+void TimeSeriesPlot::setLimitColor(const QColor& c) {
+  if (limit_color_ == c) return;
+  limit_color_ = c;
+  Q_EMIT appearanceChanged();
+}
+
+void TimeSeriesPlot::setWindowSeconds(double s) {
+  if (window_seconds_ == s || s <= 0) return;
+  window_seconds_ = s;
+  Q_EMIT appearanceChanged();
+}
+
+std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
+  switch (metric_) {
+    case Metric::Memory: {
+      std::vector<double> values;
+      for (quint64 b : frame.ledger_bytes) values.push_back(static_cast<double>(b));
+      return values;
+    }
+    case Metric::StreamedBytes: return {frame.streamed_bytes_per_second};
+    case Metric::DecodeTokens: return {frame.decode_tokens_per_second};
+    case Metric::ProcessMemory: return {static_cast<double>(frame.process_resident_bytes)};
+  }
+  return {};
+}
+
+double TimeSeriesPlot::limitAt(const TelemetryFrame& frame) const {
+  return metric_ == Metric::Memory ? static_cast<double>(frame.budget_bytes) : 0.0;
+}
+
+void TimeSeriesPlot::paint(QPainter* painter) {
+  const QRectF area(0.5, 0.5, width() - 1, height() - 1);
+  painter->setRenderHint(QPainter::Antialiasing);
+  painter->setPen(QPen(grid_color_, 1));
+  for (int i = 1; i < 4; ++i) {
+    const double y = area.top() + area.height() * i / 4.0;
+    painter->drawLine(QPointF(area.left(), y), QPointF(area.right(), y));
+  }
+  painter->drawRect(area);
+  if (!telemetry_ || telemetry_->history().empty() || area.width() < 4 || area.height() < 4) return;
+
+  const auto& history = telemetry_->history();
+  const double now = history.back().time_s;
+  const double start = now - window_seconds_;
+  // Only frames inside the window (plus the one just before it, so the area starts at the edge).
+  auto first = std::lower_bound(history.begin(), history.end(), start,
+                                [](const TelemetryFrame& f, double t) { return f.time_s < t; });
+  if (first != history.begin()) --first;
+
+  double peak = 0;
+  const double limit = limitAt(history.back());
+  std::vector<std::vector<double>> stacks;
+  std::vector<double> times;
+  for (auto it = first; it != history.end(); ++it) {
+    std::vector<double> stack = stackAt(*it);
+    double total = 0;
+    for (double& v : stack) {
+      total += v;
+      v = total;   // cumulative: each series is drawn from the one below it
+    }
+    peak = std::max(peak, total);
+    stacks.push_back(std::move(stack));
+    times.push_back(it->time_s);
+  }
+  // The budget line is drawn only when it is within reach of the data; a 120 GiB budget
+  // over 200 MiB of use would flatten the stack into the axis.
+  const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
+  const double top = niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15));
+  if (top != scale_max_ || limit_on_scale != limit_on_scale_) {
+    scale_max_ = top;
+    limit_on_scale_ = limit_on_scale;
+    Q_EMIT scaleMaxChanged();
+  }
+
+  auto x_of = [&](double t) { return area.left() + (t - start) / window_seconds_ * area.width(); };
+  auto y_of = [&](double v) { return area.bottom() - std::clamp(v / top, 0.0, 1.0) * area.height(); };
+
+  const size_t series = stacks.front().size();
+  painter->setPen(Qt::NoPen);
+  for (size_t s = series; s-- > 0;) {
+    // Draw from the top series down: each area reaches the axis, the lower ones cover it.
+    QPainterPath path;
+    path.moveTo(x_of(times.front()), area.bottom());
+    for (size_t i = 0; i < stacks.size(); ++i) path.lineTo(x_of(times[i]), y_of(stacks[i][s]));
+    path.lineTo(x_of(times.back()), area.bottom());
+    path.closeSubpath();
+    const QColor color = series_colors_.isEmpty() ? label_color_
+                                                   : series_colors_[static_cast<qsizetype>(s) % series_colors_.size()];
+    QColor fill = color;
+    fill.setAlphaF(0.75);
+    painter->setBrush(fill);
+    painter->drawPath(path);
+  }
+  if (series == 1) {
+    // A single series also gets an outline, so a flat zero still shows where it is.
+    QPainterPath line;
+    for (size_t i = 0; i < stacks.size(); ++i) {
+      const QPointF p(x_of(times[i]), y_of(stacks[i][0]));
+      i == 0 ? line.moveTo(p) : line.lineTo(p);
+    }
+    painter->setBrush(Qt::NoBrush);
+    painter->setPen(QPen(series_colors_.isEmpty() ? label_color_ : series_colors_.front(), 1.5));
+    painter->drawPath(line);
+  }
+  if (limit_on_scale) {
+    QPen pen(limit_color_, 1.5, Qt::DashLine);
+    painter->setPen(pen);
+    const double y = y_of(limit);
+    painter->drawLine(QPointF(area.left(), y), QPointF(area.right(), y));
+  }
+}
+
+}  // namespace granule::app

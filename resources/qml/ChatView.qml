@@ -1,0 +1,39 @@
+// ChatView: the open chat's messages, following the newest while it streams.
+import QtQuick
+import Granule
+import QtQuick.Controls
+
+ListView {
+    id: view
+    required property ChatController chats
+    // Follow the bottom unless the user scrolled up to read.
+    property bool following: true
+
+    model: chats.messages
+    clip: true
+    spacing: Theme.spacing
+    topMargin: Theme.padding
+    bottomMargin: Theme.padding
+    boundsBehavior: Flickable.StopAtBounds
+    ScrollBar.vertical: ScrollBar {}
+
+    delegate: MessageDelegate {
+        width: Math.min(ListView.view.width - 2 * Theme.padding, Theme.contentMaxWidth)
+        x: (ListView.view.width - width) / 2
+        chats: (ListView.view as ChatView).chats
+    }
+
+    onMovementEnded: following = atYEnd
+    onContentHeightChanged: if (following) positionViewAtEnd()
+    onCountChanged: {
+        following = true
+        positionViewAtEnd()
+    }
+    Connections {
+        target: view.chats
+        function onCurrentChatChanged() {
+            view.following = true
+            view.positionViewAtEnd()
+        }
+    }
+}

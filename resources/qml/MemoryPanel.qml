@@ -1,0 +1,131 @@
+// MemoryPanel: the memory ledger over the last minute as a stacked area by category,
+// the budget line, and each generating chat's KV (committed vs reserved).
+import QtQuick
+import Granule
+import QtQuick.Controls
+import QtQuick.Layouts
+
+PanelFrame {
+    id: panel
+    required property TelemetryModel telemetry
+
+    title: telemetry.gpu ? qsTr("VRAM") : qsTr("Memory (host)")
+    figure: telemetry.hasEngine
+            ? qsTr("%1 / %2").arg(Units.bytes(telemetry.usedBytes)).arg(Units.bytes(telemetry.budgetBytes))
+            : Units.bytes(telemetry.processResidentBytes)
+
+    Label {
+        Layout.fillWidth: true
+        visible: !panel.telemetry.gpu
+        wrapMode: Text.Wrap
+        color: Theme.warning
+        font.pixelSize: Theme.smallFontSize
+        text: panel.telemetry.hasEngine
+              ? qsTr("No GPU: the engine runs on the CPU; the ledger counts host memory.")
+              : qsTr("No model loaded: showing the process's memory.")
+    }
+
+    TimeSeriesPlot {
+        id: plot
+        Layout.fillWidth: true
+        Layout.preferredHeight: Theme.plotHeight
+        telemetry: panel.telemetry
+        metric: panel.telemetry.hasEngine ? TimeSeriesPlot.Memory : TimeSeriesPlot.ProcessMemory
+        seriesColors: panel.telemetry.hasEngine ? Theme.ledgerColors : [Theme.other]
+        gridColor: Theme.gridLine
+        labelColor: Theme.mutedText
+        limitColor: Theme.budgetLine
+        Label {
+            anchors.left: parent.left
+            anchors.top: parent.top
+            anchors.margins: 3
+            text: Units.bytes(plot.scaleMax)
+            color: Theme.mutedText
+            font.pixelSize: 10
+        }
+        Label {
+            anchors.right: parent.right
+            anchors.top: parent.top
+            anchors.margins: 3
+            visible: panel.telemetry.hasEngine
+            text: plot.limitOnScale ? qsTr("- - budget") : qsTr("budget %1 ↑").arg(Units.bytes(panel.telemetry.budgetBytes))
+            color: Theme.budgetLine
+            font.pixelSize: 10
+        }
+    }
+
+    GridLayout {
+        Layout.fillWidth: true
+        visible: panel.telemetry.hasEngine
+        columns: 2
+        columnSpacing: Theme.padding
+        rowSpacing: 2
+        Repeater {
+            model: panel.telemetry.ledgerBytes
+            delegate: LegendItem {
+                required property int index
+                required property double modelData
+                Layout.fillWidth: true
+                swatch: Theme.ledgerColors[index]
+                name: Theme.ledgerNames[index]
+                value: Units.bytes(modelData)
+            }
+        }
+    }
+
+    Label {
+        visible: panel.telemetry.hasEngine
+        text: qsTr("KV per chat — committed / reserved")
+        color: Theme.mutedText
+        font.pixelSize: Theme.smallFontSize
+    }
+    Repeater {
+        model: panel.telemetry
+        delegate: ColumnLayout {
+            id: chatRow
+            required property string title
+            required property double kvCommitted
+            required property double kvReserved
+            required property bool highlighted
+            Layout.fillWidth: true
+            spacing: 2
+            RowLayout {
+                Layout.fillWidth: true
+                Label {
+                    Layout.fillWidth: true
+                    text: chatRow.title
+                    elide: Text.ElideRight
+                    color: chatRow.highlighted ? Theme.accent : Theme.text
+                    font.pixelSize: Theme.smallFontSize
+                    font.weight: chatRow.highlighted ? Font.DemiBold : Font.Normal
+                }
+                Label {
+                    text: qsTr("%1 / %2").arg(Units.bytes(chatRow.kvCommitted))
+                                         .arg(Units.bytes(chatRow.kvReserved))
+                    color: Theme.text
+                    font.pixelSize: Theme.smallFontSize
+                    font.family: Theme.monoFamily
+                }
+            }
+            Rectangle {
+                Layout.fillWidth: true
+                implicitHeight: 6
+                radius: 3
+                color: Theme.raised
+                border.color: chatRow.highlighted ? Theme.accent : "transparent"
+                Rectangle {
+                    height: parent.height
+                    radius: 3
+                    width: chatRow.kvReserved > 0 ? Math.max(2, parent.width * chatRow.kvCommitted / chatRow.kvReserved) : 0
+                    color: Theme.kv
+                }
+            }
+        }
+    }
+    Label {
+        visible: panel.telemetry.hasEngine && panel.telemetry.chatCount === 0
+        text: qsTr("No chat is holding KV right now.")
+        color: Theme.mutedText
+        font.pixelSize: Theme.smallFontSize
+    }
+}

@@ -1,0 +1,164 @@
+// MessageDelegate: one message — prose as Markdown, code blocks apart with a copy button;
+// the streaming message shows tokens/s; assistant messages can be regenerated, user
+// messages edited and resent.
+import QtQuick
+import Granule
+import QtQuick.Controls
+import QtQuick.Layouts
+
+Item {
+    id: message
+    required property ChatController chats
+    required property int index
+    required property string role
+    required property string content
+    required property list<string> blocks
+    required property bool generating
+    required property double tokensPerSecond
+    required property string finishReason
+    required property int tokenCount
+    readonly property bool fromUser: role === "user"
+    property bool editing: false
+
+    implicitHeight: bubble.implicitHeight + Theme.spacing
+
+    Rectangle {
+        id: bubble
+        anchors.right: message.fromUser ? parent.right : undefined
+        anchors.left: message.fromUser ? undefined : parent.left
+        width: message.fromUser ? Math.min(parent.width * 0.85, Math.max(body.implicitWidth, 220) + 2 * Theme.padding)
+                                : parent.width
+        implicitHeight: body.implicitHeight + 2 * Theme.padding
+        radius: Theme.radius
+        color: message.fromUser ? Theme.userBubble : Theme.assistantBubble
+        border.color: message.fromUser ? "transparent" : Theme.border
+
+        ColumnLayout {
+            id: body
+            anchors.fill: parent
+            anchors.margins: Theme.padding
+            spacing: Theme.spacing
+
+            RowLayout {
+                Layout.fillWidth: true
+                Label {
+                    text: message.fromUser ? qsTr("You") : qsTr("Model")
+                    color: Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                    font.weight: Font.DemiBold
+                }
+                BusyIndicator {
+                    visible: message.generating
+                    running: visible
+                    implicitWidth: 16
+                    implicitHeight: 16
+                }
+                Label {
+                    Layout.fillWidth: true
+                    visible: !message.fromUser && (message.tokenCount > 0 || message.generating)
+                    color: Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                    text: message.generating && message.tokenCount === 0 ? qsTr("thinking…")
+                        : qsTr("%1 tokens · %2 tok/s%3").arg(message.tokenCount)
+                              .arg(message.tokensPerSecond.toFixed(1))
+                              .arg(message.finishReason === "cancelled" ? qsTr(" · stopped")
+                                   : message.finishReason === "interrupted" ? qsTr(" · interrupted") : "")
+                }
+                Item { Layout.fillWidth: true; visible: message.fromUser || !(message.tokenCount > 0 || message.generating) }
+            }
+
+            Repeater {
+                model: message.editing ? [] : message.blocks
+                // Odd parts are code blocks (see splitMarkdownCodeBlocks); both kinds are
+                // declared and one shown, so the parts need no Loader.
+                delegate: Item {
+                    id: part
+                    required property int index
+                    required property string modelData
+                    readonly property bool isCode: index % 2 === 1
+                    Layout.fillWidth: true
+                    visible: isCode || modelData.length > 0
+                    implicitHeight: isCode ? codePart.implicitHeight : prosePart.implicitHeight
+                    TextEdit {
+                        id: prosePart
+                        width: parent.width
+                        visible: !part.isCode
+                        readOnly: true
+                        selectByMouse: true
+                        textFormat: TextEdit.MarkdownText
+                        wrapMode: TextEdit.Wrap
+                        text: part.isCode ? "" : part.modelData
+                        color: Theme.text
+                        selectionColor: Theme.selection
+                        selectedTextColor: Theme.text
+                        font.pixelSize: Theme.fontSize
+                        onLinkActivated: link => Qt.openUrlExternally(link)
+                    }
+                    CodeBlock {
+                        id: codePart
+                        objectName: part.isCode ? "codeBlock" : ""
+                        width: parent.width
+                        visible: part.isCode
+                        code: part.isCode ? part.modelData : ""
+                    }
+                }
+            }
+
+            // Edit and resend (user messages).
+            ColumnLayout {
+                Layout.fillWidth: true
+                visible: message.editing
+                TextArea {
+                    id: editField
+                    Layout.fillWidth: true
+                    Layout.minimumWidth: 320
+                    wrapMode: TextEdit.Wrap
+                    font.pixelSize: Theme.fontSize
+                    text: message.content
+                }
+                RowLayout {
+                    Layout.alignment: Qt.AlignRight
+                    Button {
+                        text: qsTr("Cancel")
+                        onClicked: message.editing = false
+                    }
+                    Button {
+                        text: qsTr("Send")
+                        highlighted: true
+                        onClicked: {
+                            message.editing = false
+                            message.chats.editAndResend(message.index, editField.text)
+                        }
+                    }
+                }
+            }
+
+            RowLayout {
+                Layout.fillWidth: true
+                // Always laid out, shown on hover: the list does not jump as the mouse moves.
+                visible: !message.generating && !message.editing
+                opacity: hover.hovered ? 1 : 0
+                spacing: 2
+                Item { Layout.fillWidth: true }
+                ToolButton {
+                    text: qsTr("Copy")
+                    font.pixelSize: Theme.smallFontSize
+                    onClicked: Clipboard.copy(message.content)
+                }
+                ToolButton {
+                    visible: message.fromUser
+                    text: qsTr("Edit")
+                    font.pixelSize: Theme.smallFontSize
+                    onClicked: message.editing = true
+                }
+                ToolButton {
+                    visible: !message.fromUser
+                    text: qsTr("Regenerate")
+                    font.pixelSize: Theme.smallFontSize
+                    onClicked: message.chats.regenerate(message.index)
+                }
+            }
+        }
+        HoverHandler { id: hover }
+    }
+}

@@ -1,0 +1,215 @@
+// Renders the main window offscreen — two chats generating at once, the memory panels
+// moving, light and dark, the empty state and the fit preview — and saves PNGs under
+// the build directory (GRANULE_SCREENSHOT_DIR) as test artifacts. With
+// GRANULE_SCREENSHOT_MODEL=<gguf> the real engine runs that model instead of the script.
+#include <QDir>
+#include <QFile>
+#include <QQmlApplicationEngine>
+#include <QQmlContext>
+#include <QQmlExpression>
+#include <QQuickStyle>
+#include <QQuickWindow>
+#include <QTemporaryDir>
+#include <QtQml/qqmlextensionplugin.h>
+#include <QtTest>
+
+#include <set>
+
+#include "application.h"
+#include "fake_inference_engine.h"
+#include "granule/synthetic_model.h"
+
+Q_IMPORT_QML_PLUGIN(GranulePlugin)
+
+using namespace granule::app;
+
+namespace {
+
+// A reply with prose, a list and a code block, streamed word by word.
+std::vector<std::string> replyWords() {
+  const std::string text =
+      "The **KV cache** keeps each layer's keys and values for the tokens seen so far, so a "
+      "new token attends to them without recomputing.\n\n- one entry per token and layer\n"
+      "- grows as the chat grows\n\n```cpp\nstruct KvSlot {\n  uint8_t* base;   // never moves\n"
+      "  size_t committed_bytes;\n};\n```\nGranule maps memory under each slot in 2 MiB granules. ";
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : text) {
+    word += c;
+    if (c == ' ' || c == '\n') {
+      words.push_back(word);
+      word.clear();
+    }
+  }
+  if (!word.empty()) words.push_back(word);
+  return words;
+}
+
+QString screenshotDir() {
+  QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
+  return QStringLiteral(GRANULE_SCREENSHOT_DIR);
+}
+
+// Distinct colours in a coarse sample: a blank or single-colour grab has very few.
+int distinctColours(const QImage& image) {
+  std::set<QRgb> colours;
+  for (int y = 0; y < image.height(); y += 7)
+    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
+  return static_cast<int>(colours.size());
+}
+
+void seedChats(ChatStore& store) {
+  const qint64 recipes = store.createConversation({0, "Recipes for a rainy day", "", {}, 1000, 1000}).value();
+  store.insertMessage({0, recipes, 0, "user", "Something warm with lentils?", 0, "", 1000});
+  store.insertMessage({0, recipes, 1, "assistant",
+                       "Try a **red lentil soup**:\n\n1. Soften onion and garlic.\n2. Add lentils, "
+                       "stock and cumin.\n3. Simmer 20 minutes, then blend.",
+                       38.2, "eos", 1000});
+  store.createConversation({0, "Trip plan: Kyoto", "", {}, 2000, 2000});
+}
+
+}  // namespace
+
+class ScreenshotTest : public QObject {
+  Q_OBJECT
+
+ private:
+  struct Session {
+    explicit Session(EngineFactory factory, const QString& db) : app(std::move(factory), db) {}
+    Application app;
+    QQmlApplicationEngine qml;
+    QQuickWindow* window = nullptr;
+  };
+
+  std::unique_ptr<Session> open(EngineFactory factory, const QString& db, const QString& model_path) {
+    auto s = std::make_unique<Session>(std::move(factory), db);
+    seedChats(s->app.store());
+    s->qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+    s->qml.setInitialProperties(s->app.windowProperties());
+    s->qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
+    if (s->qml.rootObjects().isEmpty()) return nullptr;
+    s->window = qobject_cast<QQuickWindow*>(s->qml.rootObjects().first());
+    s->app.start(model_path);
+    return s;
+  }
+
+  void setTheme(Session& s, const QString& preference) {
+    QQmlExpression expr(qmlContext(s.window), s.window, QStringLiteral("Theme.preference = \"%1\"").arg(preference));
+    expr.evaluate();
+    QVERIFY2(!expr.hasError(), qPrintable(expr.error().toString()));
+  }
+
+  void save(QQuickWindow* window, const QString& name) {
+    QTest::qWait(150);   // let the scene graph catch up with the last changes
+    const QImage image = window->grabWindow();
+    QVERIFY(!image.isNull());
+    QCOMPARE(image.size(), window->size() * window->devicePixelRatio());
+    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
+    const QString path = screenshotDir() + QLatin1Char('/') + name;
+    QVERIFY(image.save(path));
+    qInfo("saved %s", qPrintable(path));
+  }
+
+ private Q_SLOTS:
+  void initTestCase() { QQuickStyle::setStyle(QStringLiteral("Fusion")); }
+
+  void twoChatsGeneratingWithPanels() {
+    QTemporaryDir dir;
+    QString model_path = qEnvironmentVariable("GRANULE_SCREENSHOT_MODEL");
+    const bool real = !model_path.isEmpty();
+    if (!real) {
+      model_path = dir.filePath("fake.gguf");
+      QFile(model_path).open(QIODevice::WriteOnly);
+    }
+    testing::FakeEngineScript script;
+    script.step_delay_ms = 45;
+    script.reply_words = replyWords();
+    auto s = open(real ? granuleEngineFactory() : testing::fakeEngineFactory(script),
+                  dir.filePath("granule.sqlite"), model_path);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
+    ChatController* chats = s->app.chats();
+    chats->selectChat(chats->conversations()->idAt(0));   // "Trip plan: Kyoto"
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
+    const qint64 kv_chat = chats->newChat();
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
+    QCOMPARE(chats->generatingCount(), 2);
+    // Long enough for several telemetry frames and a code block to stream in.
+    QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(kv_chat)->message(1).content.contains(QStringLiteral("```")) || real,
+                             20000);
+    QTest::qWait(real ? 6000 : 1500);
+    QCOMPARE(chats->generatingCount(), 2);
+    QVERIFY(s->app.telemetry()->history().size() >= 10);
+    QVERIFY(s->app.telemetry()->chatCount() == 2);
+    save(s->window, real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(500);
+    save(s->window, real ? QStringLiteral("main-real-dark.png") : QStringLiteral("main-dark.png"));
+
+    // Closing during generation: saved and joined well within a second.
+    QElapsedTimer timer;
+    timer.start();
+    s->window->close();
+    s->app.shutdown();
+    QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("%1 ms").arg(timer.elapsed())));
+    const auto stored = s->app.store().messages(kv_chat);
+    QCOMPARE(stored.size(), 2);
+    QVERIFY(!stored[1].content.isEmpty());
+  }
+
+  void emptyStateWithoutAModel() {
+    QTemporaryDir dir;
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {});
+    QVERIFY(s);
+    s->app.chats()->deleteChat(s->app.chats()->conversations()->idAt(0));   // show "no messages"
+    QTest::qWait(400);
+    QVERIFY(!s->app.model()->ready());
+    save(s->window, QStringLiteral("empty-light.png"));
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
+  }
+
+  void fitPreviewBeforeLoading() {
+    QTemporaryDir dir;
+    const QString model = dir.filePath("smollm2-shaped.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), model.toStdString());
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {});
+    QVERIFY(s);
+    setTheme(*s, QStringLiteral("dark"));
+    s->app.model()->previewFile(model);
+    QTRY_COMPARE_WITH_TIMEOUT(s->app.model()->status(), ModelController::Status::Previewing, 10000);
+    QVERIFY(s->app.model()->fits());
+    QVERIFY(s->app.model()->fitSummary().startsWith(QStringLiteral("Fits")));
+    QTest::qWait(400);   // the dialog's open transition
+    save(s->window, QStringLiteral("fit-preview-dark.png"));
+    s->app.model()->confirmLoad();
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
+  }
+
+  void engineErrorShowsTheBanner() {
+    QTemporaryDir dir;
+    testing::FakeEngineScript script;
+    script.fail_at_step = 2;
+    const QString model_path = dir.filePath("fake.gguf");
+    QFile(model_path).open(QIODevice::WriteOnly);
+    auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
+    s->app.chats()->newChat();
+    s->app.chats()->send(QStringLiteral("Hello"));
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.errors()->active(), 5000);
+    QVERIFY(s->app.errors()->message().contains(QStringLiteral("illegal memory access")));
+    QVERIFY(s->window->isVisible());   // the window outlives the engine error
+    save(s->window, QStringLiteral("error-banner-light.png"));
+    s->app.shutdown();
+  }
+};
+
+QTEST_MAIN(ScreenshotTest)
+#include "app_screenshot_test.moc"

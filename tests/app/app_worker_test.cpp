@@ -1,0 +1,421 @@
+// QtTest for the EngineWorker on its own thread and for Application's wiring: signals,
+// ~60 Hz coalescing, two chats batched at once, cancel, engine errors, shutdown during
+// generation, and the chats' persistence across a restart. A scripted engine stands in
+// for the model; the last cases run the real engine on a synthetic model and on the
+// default model when present.
+#include <QElapsedTimer>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QThread>
+#include <QtTest>
+
+#include "application.h"
+#include "engine_worker.h"
+#include "fake_inference_engine.h"
+#include "granule/synthetic_model.h"
+#include "model_controller.h"
+
+using namespace granule::app;
+using granule::app::testing::FakeEngineLog;
+using granule::app::testing::FakeEngineScript;
+using granule::app::testing::fakeEngineFactory;
+
+// QSignalSpy records on the emitting (engine) thread, so a signal can land before a
+// spy.wait() starts; the tests poll the spies' counts instead.
+namespace {
+
+GenerationRequest request(qint64 chat, int max_tokens) {
+  GenerationRequest r;
+  r.chat_id = chat;
+  r.messages = {{"user", "hello"}};
+  r.sampling.max_tokens = max_tokens;
+  return r;
+}
+
+// A worker on its own thread, joined the way Application does it.
+struct ThreadedWorker {
+  explicit ThreadedWorker(EngineFactory factory) : worker(new EngineWorker(std::move(factory))) {
+    worker->moveToThread(&thread);
+    thread.start();
+    QMetaObject::invokeMethod(worker, &EngineWorker::start, Qt::QueuedConnection);
+  }
+  ~ThreadedWorker() {
+    QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    thread.quit();
+    thread.wait();
+    delete worker;
+  }
+  template <typename F>
+  void call(F f) { QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection); }
+  void load() {
+    QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
+    call([w = worker] { w->loadModel("/models/fake.gguf", 4096, 8); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 5000);
+  }
+  QThread thread;
+  EngineWorker* worker;
+};
+
+QString joinedText(const QSignalSpy& spy, qint64 chat) {
+  QString text;
+  for (const QList<QVariant>& args : spy)
+    for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
+      if (c.chat_id == chat) text += c.text;
+  return text;
+}
+
+QString expectedText(int tokens) {
+  QString s;
+  for (int i = 0; i < tokens; ++i) s += QStringLiteral("w%1 ").arg(i);
+  return s;
+}
+
+// Application::start loads only an existing file; the scripted engine ignores its content.
+QString fakeModelFile(const QTemporaryDir& dir) {
+  const QString path = dir.filePath(QStringLiteral("fake.gguf"));
+  QFile file(path);
+  file.open(QIODevice::WriteOnly);
+  return path;
+}
+
+QString defaultModelPath() {
+  const QString path = ModelController::findDefaultModelPath();
+  return QFileInfo(path).isFile() ? path : QString();
+}
+
+}  // namespace
+
+class WorkerTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void initTestCase() { registerWorkerTypes(); }
+
+  void generationStreamsEveryTokenThenFinishes() {
+    FakeEngineLog log;
+    ThreadedWorker w(fakeEngineFactory({}, &log));
+    w.load();
+    QSignalSpy started(w.worker, &EngineWorker::generationStarted);
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] { wk->submit(request(7, 40)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
+    QCOMPARE(started.count(), 1);
+    QCOMPARE(started[0][0].toLongLong(), 7);
+    // All text arrives, in order, before the finish.
+    QCOMPARE(joinedText(tokens, 7), expectedText(40));
+    const auto result = finished[0][0].value<GenerationResult>();
+    QCOMPARE(result.chat_id, 7);
+    QCOMPARE(result.end, GenerationEnd::Finished);
+    QCOMPARE(result.reason, QStringLiteral("length"));   // granule::finish_reason_name(MaxTokens)
+  }
+
+  void tokensAreCoalescedToAboutSixtyHertz() {
+    // 400 tokens at ~1 ms per step take ~0.4 s: unbatched that is 400 signals; at ~60 Hz
+    // it is about 25. Allow a wide margin for a loaded machine, but far below one per token.
+    ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 1}));
+    w.load();
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QElapsedTimer timer;
+    timer.start();
+    w.call([wk = w.worker] { wk->submit(request(1, 400)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 20000);
+    const double seconds = timer.elapsed() / 1000.0;
+    QCOMPARE(joinedText(tokens, 1), expectedText(400));
+    QVERIFY2(tokens.count() <= 400 / 4, qPrintable(QString("%1 batches").arg(tokens.count())));
+    QVERIFY2(tokens.count() <= seconds * 60 * 1.5 + 3,
+             qPrintable(QString("%1 batches in %2 s").arg(tokens.count()).arg(seconds)));
+  }
+
+  void twoChatsGenerateInTheSameSteps() {
+    FakeEngineLog log;
+    ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 2}, &log));
+    w.load();
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 30));
+      wk->submit(request(2, 30));
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 10000);
+    QCOMPARE(log.max_batch.load(), 2);   // both advanced in one step
+    QVERIFY(log.steps.load() <= 31);     // not 60: they shared the steps
+    QCOMPARE(joinedText(tokens, 1), expectedText(30));
+    QCOMPARE(joinedText(tokens, 2), expectedText(30));
+  }
+
+  void cancelStopsAChatAndLeavesTheOther() {
+    ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 5}));
+    w.load();
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 100000));
+      wk->submit(request(2, 20));
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, 5000);
+    w.call([wk = w.worker] { wk->cancel(1); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 10000);
+    QMap<qint64, GenerationResult> by_chat;
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      by_chat[r.chat_id] = r;
+    }
+    QCOMPARE(by_chat[1].end, GenerationEnd::Stopped);
+    QCOMPARE(by_chat[1].reason, QStringLiteral("cancelled"));
+    QCOMPARE(by_chat[2].end, GenerationEnd::Finished);
+    QVERIFY(joinedText(tokens, 1).size() > 0);
+  }
+
+  void submitWithoutAModelFailsWithAMessage() {
+    ThreadedWorker w(fakeEngineFactory());
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
+    const auto r = finished[0][0].value<GenerationResult>();
+    QCOMPARE(r.end, GenerationEnd::Failed);
+    QVERIFY(r.error.contains(QStringLiteral("No model")));
+  }
+
+  void refusedSubmitFailsThatChatOnly() {
+    ThreadedWorker w(fakeEngineFactory({.refuse_submit = true}));
+    w.load();
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QSignalSpy errors(w.worker, &EngineWorker::engineError);
+    w.call([wk = w.worker] { wk->submit(request(4, 5)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
+    const auto r = finished[0][0].value<GenerationResult>();
+    QCOMPARE(r.end, GenerationEnd::Failed);
+    QVERIFY(r.error.contains(QStringLiteral("exceeds the context")));
+    QCOMPARE(errors.count(), 0);
+  }
+
+  void badModelFileReportsLoadFailed() {
+    ThreadedWorker w(fakeEngineFactory());
+    QSignalSpy failed(w.worker, &EngineWorker::loadFailed);
+    QSignalSpy progress(w.worker, &EngineWorker::loadProgress);
+    w.call([wk = w.worker] { wk->loadModel("/models/broken.gguf", 4096, 8); });
+    QTRY_VERIFY_WITH_TIMEOUT(failed.count() > 0, 5000);
+    QCOMPARE(failed[0][0].toString(), QStringLiteral("/models/broken.gguf"));
+    QVERIFY(failed[0][1].toString().contains(QStringLiteral("bad magic")));
+    QVERIFY(progress.count() >= 1);
+  }
+
+  void failingStepReportsAnEngineErrorAndEndsTheChats() {
+    ThreadedWorker w(fakeEngineFactory({.fail_at_step = 3}));
+    w.load();
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QSignalSpy errors(w.worker, &EngineWorker::engineError);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 50));
+      wk->submit(request(2, 50));
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(errors.count() > 0, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      QCOMPARE(r.end, GenerationEnd::Failed);
+      QVERIFY(r.error.contains(QStringLiteral("illegal memory access")));
+    }
+    // The worker stays usable: the next request runs (the fake fails only step 3).
+    w.call([wk = w.worker] { wk->submit(request(5, 3)); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 5000);
+    QCOMPARE(finished[2][0].value<GenerationResult>().end, GenerationEnd::Finished);
+  }
+
+  void telemetryArrivesAtAboutTenHertzWithTheLedger() {
+    ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 5}));
+    w.load();
+    QSignalSpy telemetry(w.worker, &EngineWorker::telemetryUpdated);
+    w.call([wk = w.worker] { wk->submit(request(9, 100000)); });
+    QTest::qWait(1000);
+    const qsizetype frames = telemetry.count();
+    QVERIFY2(frames >= 5 && frames <= 15, qPrintable(QString("%1 frames in 1 s").arg(frames)));
+    const auto last = telemetry.last()[0].value<TelemetryFrame>();
+    QCOMPARE(last.ledger_bytes[0], 100ull << 20);                  // weights
+    QVERIFY(last.ledger_bytes[2] > 0);                             // kv grows with tokens
+    QCOMPARE(last.kv_reserved_bytes, 256ull << 20);                // apart from the stack
+    QCOMPARE(last.chats.size(), 1);
+    QCOMPARE(last.chats[0].chat_id, 9);                            // mapped back to the chat
+    QVERIFY(last.process_resident_bytes > 0);
+    QVERIFY(last.time_s > telemetry.first()[0].value<TelemetryFrame>().time_s);
+  }
+
+  void shutdownDuringGenerationIsQuickAndFreesTheEngine() {
+    FakeEngineLog log;
+    auto* worker = new EngineWorker(fakeEngineFactory({.step_delay_ms = 20}, &log));
+    QThread thread;
+    worker->moveToThread(&thread);
+    thread.start();
+    QSignalSpy tokens(worker, &EngineWorker::tokensArrived);
+    QMetaObject::invokeMethod(worker, [worker] {
+      worker->start();
+      worker->loadModel("/models/fake.gguf", 4096, 8);
+      worker->submit(request(1, 100000));
+      worker->submit(request(2, 100000));
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, 5000);
+    QElapsedTimer timer;
+    timer.start();
+    QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    thread.quit();
+    QVERIFY(thread.wait(1000));
+    QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("%1 ms").arg(timer.elapsed())));
+    QCOMPARE(log.destroyed.load(), 1);
+    delete worker;
+  }
+
+  void applicationSavesStreamingChatsAtShutdownAndRestoresThem() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("granule.sqlite");
+    qint64 first = 0, second = 0;
+    {
+      Application app(fakeEngineFactory({.step_delay_ms = 10}), db);
+      app.start(fakeModelFile(dir));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      ChatController* chats = app.chats();
+      first = chats->newChat();
+      chats->send(QStringLiteral("Explain the KV cache"));
+      second = chats->newChat();
+      chats->setSystemPrompt(QStringLiteral("Answer in French."));
+      chats->setTemperature(0.2);
+      chats->send(QStringLiteral("Plan a trip"));
+      QCOMPARE(chats->generatingCount(), 2);
+      QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(first)->message(1).content.size() > 10, 5000);
+      QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(second)->message(1).content.size() > 10, 5000);
+      QElapsedTimer timer;
+      timer.start();
+      app.shutdown();
+      QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("%1 ms").arg(timer.elapsed())));
+    }
+    Application app(fakeEngineFactory(), db);
+    app.chats()->loadFromStore();
+    ChatController* chats = app.chats();
+    QCOMPARE(chats->conversations()->count(), 2);
+    for (qint64 id : {first, second}) {
+      MessageModel* messages = chats->messagesOf(id);
+      QCOMPARE(messages->count(), 2);
+      QCOMPARE(messages->message(0).role, QStringLiteral("user"));
+      QVERIFY(messages->message(1).content.startsWith(QStringLiteral("w0 w1 ")));
+      QCOMPARE(messages->message(1).finish_reason, QStringLiteral("interrupted"));
+    }
+    chats->selectChat(second);
+    QCOMPARE(chats->systemPrompt(), QStringLiteral("Answer in French."));
+    QCOMPARE(chats->temperature(), 0.2);
+    QCOMPARE(chats->currentTitle(), QStringLiteral("Plan a trip"));
+  }
+
+  void regenerateAndEditReplaceTheTail() {
+    QTemporaryDir dir;
+    Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    chats->newChat();
+    chats->setMaxTokens(4);
+    chats->send(QStringLiteral("first"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    MessageModel* messages = chats->messages();
+    QCOMPARE(messages->message(1).content, expectedText(4));
+    chats->regenerate(1);
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(messages->count(), 2);
+    QCOMPARE(messages->message(1).finish_reason, QStringLiteral("length"));
+    chats->editAndResend(0, QStringLiteral("second"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(messages->count(), 2);
+    QCOMPARE(messages->message(0).content, QStringLiteral("second"));
+    const auto stored = app.store().messages(chats->currentChatId());
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[0].content, QStringLiteral("second"));
+    QCOMPARE(stored[1].content, expectedText(4));
+    app.shutdown();
+  }
+
+  void deleteCanBeUndoneAndSearchFilters() {
+    QTemporaryDir dir;
+    Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    const qint64 a = chats->newChat();
+    chats->renameChat(a, QStringLiteral("Recipes"));
+    const qint64 b = chats->newChat();
+    chats->renameChat(b, QStringLiteral("KV cache"));
+    chats->setSearchText(QStringLiteral("recip"));
+    QCOMPARE(chats->conversations()->count(), 1);
+    QCOMPARE(chats->conversations()->idAt(0), a);
+    chats->setSearchText({});
+    chats->deleteChat(a);
+    QCOMPARE(chats->conversations()->count(), 1);
+    QCOMPARE(chats->deletedTitle(), QStringLiteral("Recipes"));
+    chats->undoDelete();
+    QCOMPARE(chats->conversations()->count(), 2);
+    QCOMPARE(chats->currentChatId(), a);
+    QCOMPARE(app.store().conversations().size(), 2);
+    app.shutdown();
+  }
+
+  void realEngineGeneratesOnASyntheticModel() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tiny.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
+    ThreadedWorker w(granuleEngineFactory());
+    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+    QSignalSpy failed(w.worker, &EngineWorker::loadFailed);
+    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, 20000);
+    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed[0][1].toString()));
+    QCOMPARE(loaded[0][0].value<ModelInfo>().layers, 2);
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      GenerationRequest r = request(1, 8);
+      r.sampling.seed = 42;
+      wk->submit(r);
+      r.chat_id = 2;
+      wk->submit(r);
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      QVERIFY2(r.end == GenerationEnd::Finished, qPrintable(r.error));
+    }
+    int token_count = 0;
+    for (const auto& args : tokens)
+      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) token_count += c.tokens;
+    qInfo("synthetic model: %d tokens over two chats", token_count);
+    QVERIFY(token_count > 0 && token_count <= 16);
+  }
+
+  void realEngineOnTheDefaultModel() {
+    const QString path = defaultModelPath();
+    if (path.isEmpty()) QSKIP("default model not present (SmolLM2-135M-Instruct.Q4_1.gguf)");
+    ThreadedWorker w(granuleEngineFactory());
+    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+    QSignalSpy failed(w.worker, &EngineWorker::loadFailed);
+    w.call([wk = w.worker, path] { wk->loadModel(path, 1024, 2); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, 60000);
+    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed[0][1].toString()));
+    const auto info = loaded[0][0].value<ModelInfo>();
+    QCOMPARE(info.layers, 30);
+    QCOMPARE(info.block_type, QStringLiteral("Q4_1"));
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      GenerationRequest r;
+      r.chat_id = 1;
+      r.messages = {{"user", "What is the capital of France?"}};
+      r.sampling.temperature = 0;
+      r.sampling.max_tokens = 12;
+      wk->submit(r);
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 120000);
+    QCOMPARE(finished[0][0].value<GenerationResult>().end, GenerationEnd::Finished);
+    QVERIFY(joinedText(tokens, 1).contains(QStringLiteral("Paris")));
+  }
+};
+
+QTEST_GUILESS_MAIN(WorkerTest)
+#include "app_worker_test.moc"

@@ -1,0 +1,149 @@
+// A scripted InferenceEngine for the app's tests: every running sequence gets one token
+// ("w0 ", "w1 ", …) per step, like the real engine's batching, with an optional delay per
+// step, a failing step, and a ledger that grows with the tokens.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "granule/error.h"
+#include "inference_engine.h"
+
+namespace granule::app::testing {
+
+struct FakeEngineScript {
+  int step_delay_ms = 0;          // simulated compute per step
+  int fail_at_step = -1;          // step() throws DeviceError at this step (0-based)
+  bool refuse_submit = false;     // submit() throws CapacityError
+  quint64 weights_bytes = 100ull << 20;
+  quint64 kv_bytes_per_token = 64ull << 10;
+  quint64 kv_reserved_per_sequence = 256ull << 20;
+  // When set, replies are these words (cycled) instead of "w0 w1 …".
+  std::vector<std::string> reply_words;
+};
+
+// Observations the test reads after the worker is done with the engine.
+struct FakeEngineLog {
+  std::atomic<int> steps{0};
+  std::atomic<int> max_batch{0};     // most sequences advanced in one step
+  std::atomic<int> submitted{0};
+  std::atomic<int> destroyed{0};
+};
+
+class FakeInferenceEngine final : public InferenceEngine {
+ public:
+  FakeInferenceEngine(FakeEngineScript script, FakeEngineLog* log) : script_(script), log_(log) {}
+  ~FakeInferenceEngine() override {
+    if (log_) log_->destroyed++;
+  }
+
+  ModelInfo info() const override {
+    ModelInfo info;
+    info.path = QStringLiteral("/models/fake.gguf");
+    info.name = QStringLiteral("Fake-1M");
+    info.architecture = QStringLiteral("llama");
+    info.block_type = QStringLiteral("Q4_1");
+    info.device = QStringLiteral("CPU (fake)");
+    info.engine_context = 4096;
+    return info;
+  }
+
+  SequenceId submit(Request request) override {
+    if (script_.refuse_submit) throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
+    const SequenceId id = next_id_++;
+    running_[id] = Running{std::move(request), 0, false};
+    if (log_) log_->submitted++;
+    return id;
+  }
+
+  void cancel(SequenceId id) override {
+    if (auto it = running_.find(id); it != running_.end()) it->second.cancelled = true;
+  }
+
+  bool step() override {
+    if (running_.empty()) return false;
+    const int index = steps_++;
+    if (log_) log_->steps++;
+    if (index == script_.fail_at_step) throw DeviceError("CUDA error: an illegal memory access was encountered");
+    if (script_.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
+    if (log_ && static_cast<int>(running_.size()) > log_->max_batch) log_->max_batch = static_cast<int>(running_.size());
+    for (auto it = running_.begin(); it != running_.end();) {
+      Running& r = it->second;
+      FinishReason end = FinishReason::None;
+      if (r.cancelled) {
+        end = FinishReason::Cancelled;
+      } else {
+        const std::string word =
+            script_.reply_words.empty()
+                ? "w" + std::to_string(r.produced) + " "
+                : script_.reply_words[static_cast<size_t>(r.produced) % script_.reply_words.size()];
+        r.request.sink.on_token(it->first, word, r.produced);
+        if (++r.produced >= r.request.sampling.max_tokens) end = FinishReason::MaxTokens;
+      }
+      if (end != FinishReason::None) {
+        tokens_done_ += static_cast<quint64>(r.produced);
+        r.request.sink.on_finish(it->first, end, "");
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return !running_.empty();
+  }
+
+  bool idle() const override { return running_.empty(); }
+
+  TelemetrySnapshot telemetry() const override {
+    TelemetrySnapshot s;
+    s.device = "CPU";
+    s.gpu = false;
+    s.budget_bytes = 1ull << 30;
+    quint64 kv = 0;
+    for (const auto& [id, r] : running_) {
+      SequenceTelemetry seq;
+      seq.id = id;
+      seq.tokens = r.produced;
+      seq.kv_committed_bytes = static_cast<quint64>(r.produced) * script_.kv_bytes_per_token;
+      seq.kv_reserved_bytes = script_.kv_reserved_per_sequence;
+      kv += seq.kv_committed_bytes;
+      s.sequences.push_back(seq);
+    }
+    s.ledger = {{"weights", script_.weights_bytes},
+                {"kv", kv},
+                {"workspace", 8ull << 20},
+                {"kv_reserved_va", script_.kv_reserved_per_sequence * running_.size()}};
+    s.steps = static_cast<uint64_t>(steps_);
+    s.decode_tokens_per_second = running_.empty() ? 0.0 : 50.0 * static_cast<double>(running_.size());
+    return s;
+  }
+
+ private:
+  struct Running {
+    Request request;
+    int produced;
+    bool cancelled;
+  };
+  FakeEngineScript script_;
+  FakeEngineLog* log_;
+  std::map<SequenceId, Running> running_;
+  SequenceId next_id_ = 1;
+  int steps_ = 0;
+  quint64 tokens_done_ = 0;
+};
+
+// A factory for the worker that opens a FakeInferenceEngine, or throws FormatError for a
+// path containing "broken".
+inline EngineFactory fakeEngineFactory(FakeEngineScript script = {}, FakeEngineLog* log = nullptr) {
+  return [script, log](const std::filesystem::path& path, const EngineOptions&,
+                       const std::function<void(double, const QString&)>& stage) -> std::unique_ptr<InferenceEngine> {
+    stage(0.5, QStringLiteral("Loading"));
+    if (path.string().find("broken") != std::string::npos)
+      throw FormatError(path.string() + ": not a GGUF file (bad magic)");
+    return std::make_unique<FakeInferenceEngine>(script, log);
+  };
+}
+
+}  // namespace granule::app::testing

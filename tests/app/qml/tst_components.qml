@@ -1,0 +1,107 @@
+// Qt Quick Test for the window's components: Theme, CodeBlock's copy button,
+// ErrorBanner, MessageDelegate's Markdown/code split, and the telemetry plot.
+import QtQuick
+import QtTest
+import Granule
+import GranuleTest
+
+Item {
+    id: root
+    width: 800
+    height: 600
+
+    Component {
+        id: codeBlockComponent
+        CodeBlock { width: 400; code: "int main() {\n  return 0;\n}" }
+    }
+    Component {
+        id: bannerComponent
+        ErrorBanner { width: 600; errors: Services.errors }
+    }
+    Component {
+        id: messageComponent
+        MessageDelegate {
+            width: 600
+            chats: Services.chats
+            index: 0
+            role: "assistant"
+            content: "Intro\n```\nlet x = 1;\n```\nOutro"
+            blocks: ["Intro", "let x = 1;", "Outro"]
+            generating: false
+            tokensPerSecond: 12.5
+            finishReason: "eos"
+            tokenCount: 20
+        }
+    }
+    Component {
+        id: plotComponent
+        TimeSeriesPlot {
+            width: 300
+            height: 100
+            telemetry: Services.telemetry
+            metric: TimeSeriesPlot.Memory
+            seriesColors: Theme.ledgerColors
+        }
+    }
+
+    TestCase {
+        name: "Components"
+        when: windowShown
+
+        function test_themeHasDistinctLightAndDarkSchemes() {
+            Theme.preference = "light"
+            // Strings: a color read from a property is a live reference in QML.
+            const lightWindow = Theme.window.toString()
+            const lightText = Theme.text.toString()
+            verify(!Theme.dark)
+            Theme.preference = "dark"
+            verify(Theme.dark)
+            verify(!Qt.colorEqual(Theme.window, lightWindow))
+            verify(!Qt.colorEqual(Theme.text, lightText))
+            // Text stays readable: dark text on light, light text on dark.
+            verify(Theme.text.hslLightness > Theme.window.hslLightness)
+            Theme.preference = "light"
+            verify(Theme.text.hslLightness < Theme.window.hslLightness)
+            compare(Theme.ledgerColors.length, Services.telemetry.ledgerCategories.length)
+        }
+
+        function test_codeBlockCopiesItsCode() {
+            const block = createTemporaryObject(codeBlockComponent, root)
+            verify(block)
+            const button = findChild(block, "copyButton")
+            verify(button)
+            mouseClick(button)
+            compare(Clipboard.text(), "int main() {\n  return 0;\n}")
+            compare(button.text, "Copied ✓")
+        }
+
+        function test_errorBannerShowsAndDismisses() {
+            const banner = createTemporaryObject(bannerComponent, root)
+            verify(!banner.visible)
+            Services.errors.report("model.gguf: not a GGUF file", "Choose another file.")
+            verify(banner.visible)
+            verify(banner.implicitHeight > 20)
+            Services.errors.dismiss()
+            verify(!banner.visible)
+        }
+
+        function test_messageRendersProseAndCodeApart() {
+            const message = createTemporaryObject(messageComponent, root)
+            verify(message)
+            const code = findChild(message, "codeBlock")
+            verify(code, "the odd part is a CodeBlock")
+            compare(code.code, "let x = 1;")
+            verify(message.implicitHeight > code.implicitHeight)
+        }
+
+        function test_plotScalesToTheDataAndBudget() {
+            for (let i = 0; i < 20; ++i)
+                Services.addTelemetrySample(i * 0.1, 100e6, i * 1e6, 200e6)
+            const plot = createTemporaryObject(plotComponent, root)
+            verify(plot)
+            // Painted at least once: the scale covers the 200 MB budget, which is on scale.
+            tryVerify(() => plot.scaleMax >= 200e6, 3000)
+            verify(plot.limitOnScale)
+        }
+    }
+}
