@@ -235,6 +235,18 @@ TEST_F(TinyVocab, SmollmSplitsEveryDigitButGpt2KeepsNumbersTogether) {
   EXPECT_EQ(smollm->encode("12", false, false), (std::vector<TokenId>{'1', '2'}));
 }
 
+TEST_F(TinyVocab, Llama3TakesAWholeWordTokenBeforeMerging) {
+  // "abc" is a token no merge sequence reaches (only "a b" exists). Llama 3's tokenizer
+  // (ignore_merges) takes the word as it is; plain GPT-2 BPE cannot.
+  auto spec = byte_level({"ab", "abc"}, {"a b"});
+  spec.pre = "llama-bpe";
+  auto llama3 = build(spec);
+  EXPECT_EQ(llama3->encode("abc", false, false), (std::vector<TokenId>{id_of(*llama3, "abc")}));
+  spec.pre = "gpt2";
+  auto gpt2 = build(spec);
+  EXPECT_EQ(gpt2->encode("abc", false, false), (std::vector<TokenId>{id_of(*gpt2, "ab"), 'c'}));
+}
+
 // --- special tokens, BOS, end of generation ---------------------------------------------
 
 TEST_F(TinyVocab, SpecialTokensParseOnlyWhenAskedButUserDefinedAlways) {
