@@ -35,6 +35,14 @@ __device__ __forceinline__ void load_half_run(const __half* p, float* out, int n
   }
 }
 
+// Writes one output element (and its int8 block: head_dim is a multiple of 32 and whole
+// warps walk the elements, so a warp holds exactly one block).
+__device__ __forceinline__ void write_output(const AttentionArgs& a, int row, int column, int d, float value) {
+  const int64_t at = row * a.out_stride + column;
+  a.out[at] = value;
+  if (a.out_q8.qs) quantize_block_of_warp(value, a.out_q8.qs + (at - d % kWarpSize), a.out_q8.ds + at / kQ8Block);
+}
+
 template <int EPL>
 __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(AttentionArgs a) {
   constexpr int kHeadDim = EPL * kWarpSize;
@@ -65,25 +73,37 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
   const __half* base = a.slot_base[a.slots[row]] + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
                        kv_head * kHeadDim + d0;
   const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
-  for (int t = start + warp; t < end; t += kWarps) {
-    const __half* kp = base + t * a.token_stride;
-    float k[EPL], v[EPL];
-    load_half_run(kp, k, EPL);
-    load_half_run(kp + v_offset, v, EPL);
+  // Tokens go to the warps in turn, kTokensInFlight at a time: their K and V loads are all
+  // issued before the first is used, so memory latency overlaps.
+  constexpr int kTokensInFlight = 4;
+  for (int t0 = start + warp * kTokensInFlight; t0 < end; t0 += kWarps * kTokensInFlight) {
+    float k[kTokensInFlight][EPL], v[kTokensInFlight][EPL];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= group) break;
-      float s = 0.0f;
+    for (int u = 0; u < kTokensInFlight; ++u) {
+      if (t0 + u < end) {
+        const __half* kp = base + (t0 + u) * a.token_stride;
+        load_half_run(kp, k[u], EPL);
+        load_half_run(kp + v_offset, v[u], EPL);
+      }
+    }
 #pragma unroll
-      for (int j = 0; j < EPL; ++j) s = fmaf(q[g][j], k[j], s);
-      s = warp_sum(s);
-      const float m_new = fmaxf(m[g], s);
-      const float correction = __expf(m[g] - m_new);
-      const float p = __expf(s - m_new);
-      l[g] = l[g] * correction + p;
+    for (int u = 0; u < kTokensInFlight; ++u) {
+      if (t0 + u >= end) break;
 #pragma unroll
-      for (int j = 0; j < EPL; ++j) acc[g][j] = acc[g][j] * correction + p * v[j];
-      m[g] = m_new;
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= group) break;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < EPL; ++j) s = fmaf(q[g][j], k[u][j], s);
+        s = warp_sum(s);
+        const float m_new = fmaxf(m[g], s);
+        const float correction = __expf(m[g] - m_new);
+        const float p = __expf(s - m_new);
+        l[g] = l[g] * correction + p;
+#pragma unroll
+        for (int j = 0; j < EPL; ++j) acc[g][j] = acc[g][j] * correction + p * v[u][j];
+        m[g] = m_new;
+      }
     }
   }
 
@@ -96,8 +116,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
   }
   __syncthreads();
 
-  // Merge the warps: thread i takes elements i, i + 128, ... of the group's heads.
+  // Merge the warps: thread i takes elements i, i + 128, ... of the group's heads. With a
+  // single split (a short sequence) this is the final result; else it is this split's part.
   const int n_splits_max = a.max_splits;
+  const int n_splits = min(n_splits_max, (length + a.split_tokens - 1) / a.split_tokens);
   for (int i = threadIdx.x; i < group * kHeadDim; i += blockDim.x) {
     const int g = i / kHeadDim, d = i % kHeadDim;
     float m_all = -FLT_MAX;
@@ -109,17 +131,21 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
       sum_l += f * sm_l[w][g];
     }
     const int head = kv_head * group + g;
+    if (n_splits == 1) {
+      write_output(a, row, head * kHeadDim + d, d, sum_l > 0.0f ? sum_acc / sum_l : 0.0f);
+      continue;
+    }
     float* p = a.partial + ((static_cast<int64_t>(row) * a.n_head + head) * n_splits_max + split) * (kHeadDim + 2);
     p[d] = sum_acc;
     if (d == 0) { p[kHeadDim] = m_all; p[kHeadDim + 1] = sum_l; }
   }
+  if (n_splits == 1) return;
 
   // The last block to finish among this (row, kv head)'s splits merges them (no second
   // launch): publish the partial, take a ticket, and the final ticket holder reads all.
   __shared__ bool is_last;
   __threadfence();
   __syncthreads();
-  const int n_splits = min(n_splits_max, (length + a.split_tokens - 1) / a.split_tokens);
   if (threadIdx.x == 0) {
     int* counter = a.split_counters + row * a.n_kv + kv_head;
     is_last = atomicAdd(counter, 1) == n_splits - 1;
@@ -141,11 +167,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
       sum_acc += f * __ldcg(ps + d);
       sum_l += f * __ldcg(ps + kHeadDim + 1);
     }
-    const float value = sum_l > 0.0f ? sum_acc / sum_l : 0.0f;
-    const int64_t at = row * a.out_stride + head * kHeadDim + d;
-    a.out[at] = value;
-    // head_dim is a multiple of 32 and whole warps walk i, so a warp holds one int8 block.
-    if (a.out_q8.qs) quantize_block_of_warp(value, a.out_q8.qs + (at - d % kWarpSize), a.out_q8.ds + at / kQ8Block);
+    write_output(a, row, head * kHeadDim + d, d, sum_l > 0.0f ? sum_acc / sum_l : 0.0f);
   }
 }
 

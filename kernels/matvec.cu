@@ -1,9 +1,10 @@
-// Matrix-vector kernels: each warp owns a few output rows and the activations it loads for
-// a block are reused for all of them (activation traffic otherwise rivals weight traffic).
-// Q4_0/Q4_1/Q8_0: four lanes share one 32-element block (8 weights each), so a warp's
-// loads cover 8 consecutive blocks, and 4-way int8 dot products against int8 activations
-// keep a weight nibble under one instruction. Other types: each lane decodes 8 consecutive
-// elements to f32 (a warp covers 256 elements per step).
+// Matrix-vector kernels: each thread block (4 warps) owns a few output rows and splits their
+// length over its 128 threads; the activations a thread loads are reused for all the rows
+// (activation traffic otherwise rivals weight traffic), and there are enough blocks in
+// flight to keep the memory system busy. Q4_0/Q4_1/Q8_0: four threads share one 32-element
+// block (8 weights each), so a block's loads cover 32 consecutive GGUF blocks per row, and
+// 4-way int8 dot products against int8 activations keep a weight nibble under one
+// instruction. Other types: each thread decodes 8 consecutive elements to f32.
 #include "matvec.cuh"
 
 #include "quant_blocks.cuh"
@@ -12,16 +13,17 @@ namespace granule::kernels {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = kWarpsPerBlock * kWarpSize;
 constexpr int kLanesPerQ8Block = 4;
-constexpr int kQ8BlocksPerStep = kWarpSize / kLanesPerQ8Block;
+constexpr int kQ8BlocksPerStep = kThreads / kLanesPerQ8Block;
 
 struct MatvecTasks {
   MatvecTask t[kMaxMatvecTasks];
 };
 
-// Rows per warp: more rows share each activation load; fewer when many columns already
-// take the registers.
-__host__ __device__ constexpr int rows_per_warp(int nb) { return nb <= 2 ? 4 : nb <= 8 ? 2 : 1; }
+// Rows per thread block: more rows share each activation load; fewer when many columns
+// already take the registers.
+__host__ __device__ constexpr int rows_per_block(int nb) { return nb <= 2 ? 4 : nb <= 8 ? 2 : 1; }
 
 __device__ __forceinline__ int low_nibbles(int v) { return v & 0x0F0F0F0F; }
 __device__ __forceinline__ int high_nibbles(int v) { return (v >> 4) & 0x0F0F0F0F; }
@@ -69,13 +71,12 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
 }
 
 template <uint32_t TYPE, int NB, bool GATE_UP>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize)
+__global__ void __launch_bounds__(kThreads)
 matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
-  constexpr int R = rows_per_warp(NB);
+  constexpr int R = rows_per_block(NB);
   const MatvecTask& task = tasks.t[blockIdx.y];
-  const int lane = threadIdx.x % kWarpSize;
-  const int first_row = (blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize) * R;
-  if (first_row >= task.n_out) return;
+  const int first_row = blockIdx.x * R;
+  if (first_row >= task.n_out) return;   // the whole block leaves together
   const int rows_here = min(R, task.n_out - first_row);
   const uint8_t* w = static_cast<const uint8_t*>(task.weight) + first_row * task.row_bytes;
   const uint8_t* w_up = GATE_UP ? static_cast<const uint8_t*>(task.weight_up) + first_row * task.row_bytes : nullptr;
@@ -89,11 +90,11 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
   constexpr bool kQ8 = TYPE == kQ4_0 || TYPE == kQ4_1 || TYPE == kQ8_0;
   if constexpr (kQ8) {
     const int n_blocks = in.n_in / kQ8Block;
-    const int part = lane % kLanesPerQ8Block;
+    const int part = threadIdx.x % kLanesPerQ8Block;
     const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
     const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n_blocks;
 #pragma unroll 2
-    for (int ib = lane / kLanesPerQ8Block; ib < n_blocks; ib += kQ8BlocksPerStep) {
+    for (int ib = threadIdx.x / kLanesPerQ8Block; ib < n_blocks; ib += kQ8BlocksPerStep) {
       XPart x[NB];
 #pragma unroll
       for (int b = 0; b < NB; ++b)
@@ -114,7 +115,7 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
     const int n_chunks = in.n_in / 8;
     const float* x = in.x + static_cast<int64_t>(first_column) * in.n_in;
 #pragma unroll 2
-    for (int c = lane; c < n_chunks; c += kWarpSize) {
+    for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
       float xv[NB][8];
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
@@ -140,26 +141,44 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
     }
   }
 
+  // Sum each accumulator over the warp, then over the block's warps.
+  constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
+  __shared__ float partial[kWarpsPerBlock][kSlots];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= rows_here) break;
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      float v = warp_sum(acc[r][b]);
-      if constexpr (GATE_UP) v = silu(v) * warp_sum(acc_up[r][b]);
-      if (lane == 0) {
-        float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + first_row + r;
-        *y = task.accumulate ? *y + v : v;
+      const float v = warp_sum(acc[r][b]);
+      if (lane == 0) partial[warp][r * NB + b] = v;
+      if constexpr (GATE_UP) {
+        const float u = warp_sum(acc_up[r][b]);
+        if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
       }
     }
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * NB; i += kThreads) {
+    const int r = i / NB, b = i % NB;
+    if (r >= rows_here) continue;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWarpsPerBlock; ++k) v += partial[k][i];
+    if constexpr (GATE_UP) {
+      float u = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarpsPerBlock; ++k) u += partial[k][R * NB + i];
+      v = silu(v) * u;
+    }
+    float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + first_row + r;
+    *y = task.accumulate ? *y + v : v;
   }
 }
 
 template <uint32_t TYPE, int NB>
 void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                     const MatvecInput& in, int first_column, cudaStream_t stream) {
-  const dim3 grid(ceil_div(max_rows, kWarpsPerBlock * rows_per_warp(NB)), n_tasks);
-  const int threads = kWarpsPerBlock * kWarpSize;
+  const dim3 grid(ceil_div(max_rows, rows_per_block(NB)), n_tasks);
+  const int threads = kThreads;
   if (gate_up)
     matvec_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);
   else

@@ -96,6 +96,7 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
     for (int i = 0; i < 8; ++i) out[i] = d * b->qs[first + i];
   } else if constexpr (TYPE == kQ4_K || TYPE == kQ5_K) {
     // 8 sub-blocks of 32; sub-blocks 2j and 2j+1 share qs[32j..32j+32) (low / high nibble).
+    // Blocks are 144 / 176 bytes, so the 8 bytes read here are 8-byte aligned.
     using Block = std::conditional_t<TYPE == kQ4_K, BlockQ4_K, BlockQ5_K>;
     const Block* b = reinterpret_cast<const Block*>(row) + chunk / 32;
     const int e0 = (chunk % 32) * 8;
@@ -103,32 +104,37 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
     int scale, min;
     k_quant_scale_min(b->scales, sub, scale, min);
     const float d = half_bits_to_float(b->d) * scale, m = half_bits_to_float(b->dmin) * min;
-    const uint8_t* qs = b->qs + 32 * (sub / 2) + l0;
+    const uint2 qs = *reinterpret_cast<const uint2*>(b->qs + 32 * (sub / 2) + l0);
     const int shift = (sub % 2) * 4;
+    uint2 qh = make_uint2(0, 0);
+    if constexpr (TYPE == kQ5_K) qh = *reinterpret_cast<const uint2*>(b->qh + l0);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      int q = (qs[i] >> shift) & 0xF;
-      if constexpr (TYPE == kQ5_K) q |= ((b->qh[l0 + i] >> sub) & 1) << 4;
+      const uint32_t word = i < 4 ? qs.x : qs.y;
+      int q = (word >> (8 * (i % 4) + shift)) & 0xF;
+      if constexpr (TYPE == kQ5_K) q |= (((i < 4 ? qh.x : qh.y) >> (8 * (i % 4) + sub)) & 1) << 4;
       out[i] = d * q - m;
     }
   } else if constexpr (TYPE == kQ6_K) {
     // Two halves of 128; in each, four quarters of 32 take 4 low bits from ql and 2 high
-    // bits from qh; one int8 scale per 16 elements.
+    // bits from qh; one int8 scale per 16 elements. Blocks are 210 bytes: 2-byte loads.
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + chunk / 32;
     const int e0 = (chunk % 32) * 8;
     const int half = e0 / 128, r = e0 % 128, quarter = r / 32, l0 = r % 32;
     const uint8_t* ql = b->ql + 64 * half + (quarter % 2) * 32 + l0;
     const uint8_t* qh = b->qh + 32 * half + l0;
+    const uint32_t ql_words[2] = {static_cast<uint32_t>(load_int_aligned2(ql)), static_cast<uint32_t>(load_int_aligned2(ql + 4))};
+    const uint32_t qh_words[2] = {static_cast<uint32_t>(load_int_aligned2(qh)), static_cast<uint32_t>(load_int_aligned2(qh + 4))};
     const int ql_shift = quarter >= 2 ? 4 : 0, qh_shift = 2 * quarter;
     const float d = half_bits_to_float(b->d) * b->scales[8 * half + l0 / 16 + 2 * quarter];
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int q = (((ql[i] >> ql_shift) & 0xF) | (((qh[i] >> qh_shift) & 3) << 4)) - 32;
-      out[i] = d * q;
+      const int lo = (ql_words[i / 4] >> (8 * (i % 4) + ql_shift)) & 0xF;
+      const int hi = (qh_words[i / 4] >> (8 * (i % 4) + qh_shift)) & 3;
+      out[i] = d * ((lo | (hi << 4)) - 32);
     }
   }
 }
-
 #endif  // __CUDACC__
 
 // Calls f(std::integral_constant<uint32_t, TYPE>{}) for a runtime type id; returns false

@@ -1,4 +1,4 @@
-// RMSNorm over rows: y = x / sqrt(mean(x²) + eps) * weight, written as f32, f16 and/or
+// RMSNorm over rows (n a multiple of 4, at most 16384): y = x / sqrt(mean(x²) + eps) * weight, as f32, f16 and/or
 // int8 blocks (any output may be null) so the next matrix product reads it directly.
 #pragma once
 #include <cstdint>

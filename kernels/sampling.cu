@@ -50,13 +50,35 @@ __device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, fl
   best_idx = s_idx[0];
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* tokens) {
+constexpr int kArgmaxThreads = 256;
+constexpr int kArgmaxChunk = kArgmaxThreads * 16;
+
+// One chunk of a row: the block's best (value, lowest index) as one 64-bit key that
+// atomicMax can order (value bits high, inverted index low); the last block publishes it.
+__global__ void __launch_bounds__(kArgmaxThreads)
+argmax_chunk_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* tokens, ArgmaxWorkspace ws) {
   __shared__ float s_val[32];
   __shared__ int s_idx[32];
+  __shared__ bool is_last;
+  const int row = blockIdx.y;
+  const int begin = blockIdx.x * kArgmaxChunk;
+  const int count = min(kArgmaxChunk, n_vocab - begin);
   float v;
   int idx;
-  block_argmax(logits + blockIdx.x * stride, n_vocab, s_val, s_idx, v, idx);
-  if (threadIdx.x == 0) tokens[blockIdx.x] = idx < n_vocab ? idx : 0;
+  block_argmax(logits + row * stride + begin, count, s_val, s_idx, v, idx);
+  if (threadIdx.x == 0) {
+    const unsigned long long key =
+        (static_cast<unsigned long long>(order_key(v)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(begin + idx));
+    atomicMax(ws.best + row, key);
+    __threadfence();
+    is_last = atomicAdd(ws.counters + row, 1) == static_cast<int>(gridDim.x) - 1;
+  }
+  __syncthreads();
+  if (is_last && threadIdx.x == 0) {
+    const unsigned long long best = atomicExch(ws.best + row, 0ull);
+    tokens[row] = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(best & 0xFFFFFFFFu));
+    ws.counters[row] = 0;
+  }
 }
 
 __device__ void apply_penalties(float* x, const DeviceSamplingParams& p, const int32_t* history, int length, int n_vocab) {
@@ -205,9 +227,11 @@ cudaError_t launch_sampling(const SamplingArgs& args, cudaStream_t stream) {
 }
 
 cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
-                          int32_t* tokens, cudaStream_t stream) {
+                          int32_t* tokens, ArgmaxWorkspace workspace, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  argmax_kernel<<<rows, kThreads, 0, stream>>>(logits, logits_stride, n_vocab, tokens);
+  if (n_vocab <= 0 || !workspace.best || !workspace.counters) return cudaErrorInvalidValue;
+  const dim3 grid(ceil_div(n_vocab, kArgmaxChunk), rows);
+  argmax_chunk_kernel<<<grid, kArgmaxThreads, 0, stream>>>(logits, logits_stride, n_vocab, tokens, workspace);
   return launch_status();
 }
 

@@ -43,8 +43,16 @@ __host__ __device__ inline float sampling_uniform(uint64_t seed, uint64_t step) 
 
 cudaError_t launch_sampling(const SamplingArgs& args, cudaStream_t stream);
 
-// Argmax of each row (lowest id on ties), no penalties: the greedy fast path.
+// Scratch of the greedy fast path: `rows` of each, zero before the first launch; every
+// launch leaves them zero again.
+struct ArgmaxWorkspace {
+  unsigned long long* best = nullptr;
+  int* counters = nullptr;
+};
+
+// Argmax of each row (lowest id on ties), no penalties: the greedy fast path. The row is
+// split over many blocks; the last block of a row to finish writes its token.
 cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
-                          int32_t* tokens, cudaStream_t stream);
+                          int32_t* tokens, ArgmaxWorkspace workspace, cudaStream_t stream);
 
 }  // namespace granule::kernels

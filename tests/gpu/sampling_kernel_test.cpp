@@ -28,9 +28,15 @@ TEST(ArgmaxKernel, LowestIdWinsTies) {
   std::fill(logits.begin() + 3 * n_vocab, logits.end(), -1.0f);   // all equal: 0 wins
   DeviceArray<float> d_logits(logits);
   DeviceArray<int32_t> d_tokens(rows);
-  d_tokens.poison();
-  CUDA_OK(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_tokens.get(), nullptr));
-  EXPECT_EQ(d_tokens.download(), (std::vector<int32_t>{40000, 3, n_vocab - 1, 0}));
+  DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
+  DeviceArray<int> d_counters(std::vector<int>(rows, 0));
+  for (int launch = 0; launch < 2; ++launch) {   // the scratch must be left ready for reuse
+    d_tokens.poison();
+    CUDA_OK(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_tokens.get(),
+                                   {d_best.get(), d_counters.get()}, nullptr));
+    EXPECT_EQ(d_tokens.download(), (std::vector<int32_t>{40000, 3, n_vocab - 1, 0})) << "launch " << launch;
+  }
+  EXPECT_EQ(d_counters.download(), std::vector<int>(rows, 0));
 }
 
 TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {

@@ -26,7 +26,7 @@ namespace {
 namespace k = granule::kernels;
 
 constexpr size_t kAlign = 256;
-constexpr int kDecodeSplitTokens = 128;
+constexpr int kDecodeSplitTokens = 64;
 constexpr int kPrefillSplitTokens = 1024;
 enum InputArray { kTokens = 0, kPositions, kSlots, kLengths, kLogitRows, kInputArrays };
 
@@ -159,6 +159,8 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   history_ = ws(R * history_capacity_ * sizeof(int32_t));
   history_length_ = ws(R * sizeof(int32_t));
   tokens_out_ = ws(R * sizeof(int32_t));
+  argmax_scratch_ = ws(R * (sizeof(unsigned long long) + sizeof(int)));
+  check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
   sampling_host_ = PinnedBuffer(R * (sizeof(k::DeviceSamplingParams) + (history_capacity_ + 1) * sizeof(int32_t)));
   tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
 
@@ -433,7 +435,11 @@ void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>
 void CudaModel::sample(int count, bool greedy) {
   const int n_vocab = static_cast<int>(config_.n_vocab);
   if (greedy) {
-    check_launch(k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab, tokens_out_.as<int32_t>(), stream_.get()),
+    k::ArgmaxWorkspace scratch;
+    scratch.best = argmax_scratch_.as<unsigned long long>();
+    scratch.counters = reinterpret_cast<int*>(scratch.best + max_rows_);
+    check_launch(k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab, tokens_out_.as<int32_t>(), scratch,
+                                  stream_.get()),
                  "argmax");
     return;
   }

@@ -121,7 +121,7 @@ class CudaModel {
   DeviceBuffer attention_partial_, attention_counters_;
   DeviceBuffer weight_f16_;   // one dequantised layer matrix for the GEMM path
   DeviceBuffer logits_;
-  DeviceBuffer sampling_params_, history_, history_length_, tokens_out_;
+  DeviceBuffer sampling_params_, history_, history_length_, tokens_out_, argmax_scratch_;
   PinnedBuffer sampling_host_, tokens_host_;
   int history_capacity_ = 256;
   int64_t widest_ = 0;   // max(n_embd, q_dim, n_ff)
