@@ -65,9 +65,8 @@ ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenize
   }
 
   if (vocab.merges.empty()) {
-    throw FormatError(
-        "byte-level BPE tokenizer without merges (tokenizer.ggml.merges is "
-        "missing or empty)");
+    throw FormatError(vocab.file_name +
+                      ": tokenizer.ggml.merges is missing or empty (byte-level BPE needs it)");
   }
   std::unordered_map<std::string, int32_t> extras;
   for (int byte = 0; byte < 256; ++byte) {

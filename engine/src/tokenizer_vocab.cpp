@@ -70,6 +70,7 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
 
 Vocabulary read_vocabulary(const ModelFile& file) {
   Vocabulary vocab;
+  vocab.file_name = file.path().filename().string();
   vocab.model = file.get_string("tokenizer.ggml.model").value_or("");
   if (vocab.model.empty()) {
     throw FormatError(where(file) + "tokenizer.ggml.model is missing: the file has no tokenizer");

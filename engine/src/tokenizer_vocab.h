@@ -15,6 +15,7 @@ namespace granule::detail {
 
 // tokenizer.ggml.* as the file has it (absent keys stay empty / nullopt).
 struct Vocabulary {
+  std::string file_name;            // for error messages
   std::string model;                // tokenizer.ggml.model
   std::string pre;                  // tokenizer.ggml.pre
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
