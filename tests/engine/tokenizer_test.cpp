@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "granule/error.h"
@@ -501,6 +502,32 @@ TEST(RealVocabularies, RandomUtf8RoundTripsAndStreamsWithoutPartialCharacters) {
       ASSERT_EQ(streamed, decoded) << "round " << round;
     }
   }
+}
+
+TEST(RealVocabularies, OneTokenizerEncodesFromSeveralThreadsAtOnce) {
+  const auto vocabularies = real_vocabularies();
+  if (vocabularies.empty()) GTEST_SKIP() << "no real vocabulary found";
+  const auto file = ModelFile::open(vocabularies.front());
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  std::mt19937 rng(7);
+  std::vector<std::string> texts;
+  for (int i = 0; i < 8; ++i) texts.push_back(random_text(rng, 2000));
+  std::vector<std::vector<TokenId>> expected;
+  for (const auto& text : texts) expected.push_back(tokenizer->encode(text, false, false));
+
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 5; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          if (tokenizer->encode(texts[i], false, false) != expected[i]) ++mismatches[t];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 TEST(RealVocabularies, ByteLevelBpeKeepsInvalidUtf8Bytes) {
