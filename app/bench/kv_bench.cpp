@@ -1,0 +1,205 @@
+// granule-bench kv: builds the seeded chat workload, replays it under the three KV policies
+// on host memory or the GPU (CUDA VMM for granules, cudaMalloc + device copies for buckets)
+// and prints committed bytes, copies, address changes and the per-step cost of mapping.
+#include "kv_bench.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "granule/error.h"
+#include "granule/log.h"
+#include "granule/synthetic_model.h"
+#include "kv_benchmark.h"
+
+#ifdef GRANULE_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_check.h"
+#include "cuda/cuda_vmm.h"
+#include "cuda/device_memory.h"
+#endif
+
+namespace granule {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The KV bytes per token of a preset's shape in fp16: layers x (K and V) x kv heads x head dim x 2.
+int64_t fp16_kv_bytes_per_token(const std::string& preset) {
+  const SyntheticModelSpec spec = SyntheticModelSpec::preset(preset);
+  const int64_t head_dim = spec.head_dim > 0 ? spec.head_dim : spec.n_embd / spec.n_head;
+  return spec.n_layer * 2 * spec.n_head_kv * head_dim * 2;
+}
+
+#ifdef GRANULE_HAVE_CUDA
+
+// cudaMalloc'd through the project's RAII owner, charged to a private ledger (the policy
+// keeps the benchmark's own).
+class CudaBuffer final : public KvBenchBuffer {
+ public:
+  CudaBuffer(MemoryManager& ledger, uint64_t bytes)
+      : buffer_(ledger, MemoryCategory::Other, static_cast<size_t>(bytes)) {}
+  uint8_t* data() const override { return buffer_.as<uint8_t>(); }
+  uint64_t bytes() const override { return buffer_.bytes(); }
+
+ private:
+  cuda::DeviceBuffer buffer_;
+};
+
+class CudaKvBenchMemory final : public KvBenchMemory {
+ public:
+  explicit CudaKvBenchMemory(int device)
+      : device_(device), ledger_(std::numeric_limits<uint64_t>::max() / 2) {
+    cuda::check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    cuda::check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    name_ = std::string("CUDA ") + prop.name;
+  }
+  std::string name() const override { return name_; }
+  std::unique_ptr<VirtualMemory> make_virtual_memory() override {
+    return cuda::make_cuda_virtual_memory(device_);
+  }
+  std::unique_ptr<KvBenchBuffer> allocate(uint64_t bytes) override {
+    return std::make_unique<CudaBuffer>(ledger_, bytes);
+  }
+  void copy(uint8_t* destination, const uint8_t* source, uint64_t bytes) override {
+    // A device-to-device cudaMemcpy may return before the copy ends; the step waits for it.
+    cuda::check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, nullptr),
+                     "cudaMemcpyAsync (KV bucket copy)");
+    cuda::check_cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+
+ private:
+  int device_;
+  MemoryManager ledger_;
+  std::string name_;
+};
+
+#endif  // GRANULE_HAVE_CUDA
+
+std::unique_ptr<KvBenchMemory> make_memory(const KvBenchOptions& o) {
+  if (o.device == "host") return make_host_kv_bench_memory(o.host_granule_bytes, o.touch_host_pages);
+  if (o.device == "cuda") {
+#ifdef GRANULE_HAVE_CUDA
+    std::string why;
+    if (!cuda::cuda_available(&why)) throw DeviceError(why);
+    return std::make_unique<CudaKvBenchMemory>(0);
+#else
+    throw UnsupportedError("this build of granule-bench has no CUDA; use --device host");
+#endif
+  }
+  throw UsageError("unknown device '" + o.device + "' (host or cuda)");
+}
+
+void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64_t granule_bytes,
+                 int64_t bytes_per_token, const KvTrace& trace,
+                 const std::vector<KvPolicyResult>& results) {
+  std::printf("KV benchmark on %s, granule %.1f MiB\n", memory_name.c_str(),
+              static_cast<double>(granule_bytes) / kMiB);
+  std::printf("shape: %s, %lld bytes/token (fp16), context %lld tokens, look-ahead %lld, first bucket %lld\n",
+              o.bytes_per_token > 0 ? "custom" : o.model.c_str(),
+              static_cast<long long>(bytes_per_token), static_cast<long long>(o.context_tokens),
+              static_cast<long long>(o.lookahead_tokens), static_cast<long long>(o.min_bucket_tokens));
+  std::printf("workload: seed %llu, %d chats, %zu steps, %lld turns, %lld regenerations, %lld edits, "
+              "%lld prompt + %lld answer tokens, at most %lld tokens live (%.1f MiB)\n\n",
+              static_cast<unsigned long long>(o.seed), trace.chats, trace.steps.size(),
+              static_cast<long long>(trace.turns), static_cast<long long>(trace.regenerations),
+              static_cast<long long>(trace.edits), static_cast<long long>(trace.prompt_tokens),
+              static_cast<long long>(trace.answer_tokens),
+              static_cast<long long>(trace.peak_live_tokens),
+              static_cast<double>(trace.peak_live_tokens * bytes_per_token) / kMiB);
+  std::printf("| %-13s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
+              "mean MiB", "copied MiB", "moves", "map us mean", "map us p99");
+  std::printf("|---------------|--------------|--------------|--------------|----------|--------------|--------------|\n");
+  for (const KvPolicyResult& r : results) {
+    std::printf("| %-13s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n", r.policy.c_str(),
+                static_cast<double>(r.peak_committed_bytes) / kMiB, r.mean_committed_bytes / kMiB,
+                static_cast<double>(r.copied_bytes) / kMiB,
+                static_cast<unsigned long long>(r.address_changes), r.memory_us_mean, r.memory_us_p99);
+  }
+  std::printf("\nmoves: times a live chat's KV changed address (each forces a graph re-capture);\n"
+              "map us: time per step in allocate/map/unmap/copy, over all %zu steps\n",
+              trace.steps.size());
+}
+
+void print_json(const KvBenchOptions& o, const std::string& memory_name, uint64_t granule_bytes,
+                int64_t bytes_per_token, const KvTrace& trace,
+                const std::vector<KvPolicyResult>& results) {
+  nlohmann::json j;
+  j["device"] = memory_name;
+  j["granule_bytes"] = granule_bytes;
+  j["model"] = o.bytes_per_token > 0 ? "custom" : o.model;
+  j["bytes_per_token"] = bytes_per_token;
+  j["context_tokens"] = o.context_tokens;
+  j["lookahead_tokens"] = o.lookahead_tokens;
+  j["min_bucket_tokens"] = o.min_bucket_tokens;
+  j["workload"] = {{"seed", o.seed},
+                   {"chats", trace.chats},
+                   {"steps", trace.steps.size()},
+                   {"turns", trace.turns},
+                   {"regenerations", trace.regenerations},
+                   {"edits", trace.edits},
+                   {"context_full_ends", trace.context_full_ends},
+                   {"prompt_tokens", trace.prompt_tokens},
+                   {"answer_tokens", trace.answer_tokens},
+                   {"peak_live_tokens", trace.peak_live_tokens}};
+  for (const KvPolicyResult& r : results) {
+    j["policies"].push_back({{"policy", r.policy},
+                             {"peak_committed_bytes", r.peak_committed_bytes},
+                             {"mean_committed_bytes", r.mean_committed_bytes},
+                             {"final_committed_bytes", r.final_committed_bytes},
+                             {"copied_bytes", r.copied_bytes},
+                             {"address_changes", r.address_changes},
+                             {"memory_us_per_step_mean", r.memory_us_mean},
+                             {"memory_us_per_step_p99", r.memory_us_p99},
+                             {"memory_us_per_step_max", r.memory_us_max}});
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+int run_kv_benchmark(const KvBenchOptions& o) {
+  try {
+    set_log_level(spdlog::level::warn);
+    const int64_t bytes_per_token =
+        o.bytes_per_token > 0 ? o.bytes_per_token : fp16_kv_bytes_per_token(o.model);
+
+    KvWorkloadOptions workload;
+    workload.chats = o.chats;
+    workload.max_turns = o.max_turns;
+    workload.seed = o.seed;
+    workload.max_context_tokens = o.context_tokens;
+    workload.prefill_chunk_tokens = o.prefill_chunk_tokens;
+    const KvTrace trace = make_kv_workload(workload);
+
+    KvPolicyShape shape;
+    shape.bytes_per_token = bytes_per_token;
+    shape.max_context_tokens = o.context_tokens;
+    shape.slots = o.chats;
+    shape.lookahead_tokens = o.lookahead_tokens;
+    shape.min_bucket_tokens = o.min_bucket_tokens;
+
+    std::unique_ptr<KvBenchMemory> memory = make_memory(o);
+    const uint64_t granule_bytes = memory->make_virtual_memory()->granule_bytes();
+    const std::vector<KvPolicyResult> results = run_kv_benchmark(trace, shape, *memory);
+    if (o.json) {
+      print_json(o, memory->name(), granule_bytes, bytes_per_token, trace, results);
+    } else {
+      print_table(o, memory->name(), granule_bytes, bytes_per_token, trace, results);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "granule-bench kv: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace granule

@@ -1,0 +1,162 @@
+// The KV memory benchmark: a seeded chat workload (chats that grow turn by turn, end,
+// regenerate and get edited) replayed step by step under three KV policies — full-context
+// reservation, power-of-two bucket growth with copies, and KvSpace granules on demand.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv_space.h"
+#include "memory_manager.h"
+
+namespace granule {
+
+// ---------------------------------------------------------------------------------------
+// The workload
+
+struct KvWorkloadOptions {
+  int32_t chats = 32;                    // one sequence slot each, all open at once
+  int32_t max_turns = 8;                 // user prompt + answer pairs per chat, at most
+  uint64_t seed = 1;
+  int64_t max_context_tokens = 8192;     // a chat that would pass it ends
+  int64_t prefill_chunk_tokens = 512;    // prompt tokens a chat prefills per step
+  int64_t arrival_window_steps = 200;    // chats open at a random step in [0, window]
+  // Log-normal lengths (median, sigma of the log), clamped to [min, max].
+  double prompt_median_tokens = 150, prompt_sigma = 1.1;
+  int64_t prompt_min_tokens = 20, prompt_max_tokens = 2000;
+  double answer_median_tokens = 250, answer_sigma = 0.7;
+  int64_t answer_min_tokens = 50, answer_max_tokens = 800;
+  int64_t think_min_steps = 5, think_max_steps = 60;   // the user reading and typing
+  // After each answer, in this order: regenerate it, edit an earlier prompt, end the chat.
+  double regenerate_probability = 0.15;
+  double edit_probability = 0.10;
+  double end_probability = 0.20;
+};
+
+enum class KvEventKind {
+  Grow,       // the chat's KV now holds `tokens` tokens (a prefill chunk or a decoded token)
+  Truncate,   // regenerate or edit: the chat keeps its first `tokens` tokens
+  End,        // the chat is closed: its KV is freed
+};
+
+struct KvEvent {
+  KvEventKind kind = KvEventKind::Grow;
+  int32_t chat = 0;
+  int64_t tokens = 0;
+};
+
+struct KvTrace {
+  int32_t chats = 0;
+  int64_t max_context_tokens = 0;
+  std::vector<std::vector<KvEvent>> steps;   // what each step does, in order
+  // What the generator produced, for the report.
+  int64_t turns = 0, regenerations = 0, edits = 0, context_full_ends = 0;
+  int64_t prompt_tokens = 0, answer_tokens = 0;   // fed, including regrowth
+  int64_t peak_live_tokens = 0;                   // most tokens held at once, all chats
+};
+
+// Deterministic for a given options (seed included). Every chat ends before the trace does.
+KvTrace make_kv_workload(const KvWorkloadOptions& options);
+
+// ---------------------------------------------------------------------------------------
+// Where the memory comes from: host or GPU, picked by the caller
+
+// A buffer backed in full for as long as it lives (bucket growth's allocations).
+class KvBenchBuffer {
+ public:
+  virtual ~KvBenchBuffer() = default;
+  virtual uint8_t* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+class KvBenchMemory {
+ public:
+  virtual ~KvBenchMemory() = default;
+  virtual std::string name() const = 0;
+  // Address space by granule, as the engine's KvSpace uses it.
+  virtual std::unique_ptr<VirtualMemory> make_virtual_memory() = 0;
+  virtual std::unique_ptr<KvBenchBuffer> allocate(uint64_t bytes) = 0;
+  // Copies within this memory and returns when the copy is complete.
+  virtual void copy(uint8_t* destination, const uint8_t* source, uint64_t bytes) = 0;
+};
+
+// Host memory. With touch_pages, every commit and allocation faults its pages in at once,
+// so the time and resident memory are real (the kernel would otherwise back them lazily).
+std::unique_ptr<KvBenchMemory> make_host_kv_bench_memory(uint64_t granule_bytes,
+                                                         bool touch_pages = true);
+
+// ---------------------------------------------------------------------------------------
+// The policies
+
+struct KvPolicyShape {
+  int64_t bytes_per_token = 0;
+  int64_t max_context_tokens = 0;
+  int32_t slots = 0;
+  int64_t lookahead_tokens = 16;      // granules: mapped beyond what a step writes
+  int64_t min_bucket_tokens = 256;    // bucket growth: the first allocation
+};
+
+// One way of holding every chat's KV. Each charges what it holds to the MemoryManager's
+// KvCommitted, so the ledger is the one measure of committed bytes for all of them.
+class KvPolicy {
+ public:
+  virtual ~KvPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual void grow(int32_t slot, int64_t tokens) = 0;
+  virtual void truncate(int32_t slot, int64_t tokens) = 0;
+  virtual void end(int32_t slot) = 0;
+  // Where the slot's KV starts now (null when it holds none): what a captured graph bakes in.
+  virtual uint8_t* address(int32_t slot) const = 0;
+  virtual uint64_t committed_bytes(int32_t slot) const = 0;
+  virtual uint64_t copied_bytes() const { return 0; }
+};
+
+// Every slot's full context committed when the policy is made (llama.cpp-style).
+std::unique_ptr<KvPolicy> make_full_context_policy(const KvPolicyShape& shape,
+                                                   KvBenchMemory& memory, MemoryManager& ledger);
+// A buffer per chat of a power-of-two number of tokens; outgrowing it allocates twice the
+// size, copies the used bytes and frees the old one. Truncation keeps the buffer.
+std::unique_ptr<KvPolicy> make_bucket_growth_policy(const KvPolicyShape& shape,
+                                                    KvBenchMemory& memory, MemoryManager& ledger);
+// Granule's KvSpace: granules mapped on demand under a fixed address, tail unmapped.
+std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
+                                              MemoryManager& ledger);
+
+// ---------------------------------------------------------------------------------------
+// Running a trace
+
+struct KvPolicyResult {
+  std::string policy;
+  uint64_t peak_committed_bytes = 0;   // at any instant, a copy's two buffers included
+  double mean_committed_bytes = 0;     // over the ends of steps
+  uint64_t final_committed_bytes = 0;  // after the last step (every chat ended)
+  uint64_t copied_bytes = 0;
+  uint64_t address_changes = 0;        // a slot's KV moved: each forces a graph re-capture
+  double memory_us_mean = 0;           // time in alloc/map/unmap/copy per step
+  double memory_us_p99 = 0;
+  double memory_us_max = 0;
+  uint64_t steps = 0;
+};
+
+// Called after every step with the chats' current token counts (0 once ended).
+using KvStepObserver =
+    std::function<void(size_t step, const KvPolicy& policy, const std::vector<int64_t>& tokens)>;
+
+// Replays the trace through the policy; `ledger` must be the one the policy charges.
+KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTrace& trace,
+                             const KvStepObserver& observer = {});
+
+enum class KvPolicyKind { FullContext, BucketGrowth, Granule };
+const char* kv_policy_name(KvPolicyKind kind);
+
+// The same trace under each policy in turn (fresh ledger each), in the order given.
+std::vector<KvPolicyResult> run_kv_benchmark(const KvTrace& trace, const KvPolicyShape& shape,
+                                             KvBenchMemory& memory,
+                                             const std::vector<KvPolicyKind>& policies = {
+                                                 KvPolicyKind::FullContext,
+                                                 KvPolicyKind::BucketGrowth,
+                                                 KvPolicyKind::Granule});
+
+}  // namespace granule
