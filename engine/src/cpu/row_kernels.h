@@ -8,15 +8,15 @@
 
 namespace granule::cpu {
 
-// True when this CPU runs the AVX2 kernels (and they are compiled in).
+// True when this CPU runs the AVX2 kernels (AVX2, FMA and F16C; and they are compiled in).
 bool row_kernels_use_avx2();
 
 // Same as dequantize_row; Q4_0, Q4_1, Q8_0, F16 and BF16 have vector fast paths.
 void decode_row(TensorType type, const void* row, float* out, int64_t n);
 
-// Σ a[i]·b[i] in 32 interleaved f32 partial sums (lane j takes i ≡ j mod 32), combined by
-// halving (lanes j and j+16, then j+8, ...), plus the tail summed in order: the one order
-// both implementations follow.
+// Σ a[i]·b[i] in 32 interleaved f32 partial sums (lane j takes i ≡ j mod 32, each step a
+// fused multiply-add), combined by halving (lanes j and j+16, then j+8, ...), plus the tail
+// summed in order: the one order both implementations follow.
 float dot_f32_portable(const float* a, const float* b, int64_t n);
 float dot_f32_fast(const float* a, const float* b, int64_t n);   // AVX2 when available
 
