@@ -42,7 +42,7 @@ QHash<int, QByteArray> MessageModel::roleNames() const {
 void MessageModel::setMessages(const QList<StoredMessage>& messages) {
   beginResetModel();
   rows_.clear();
-  for (const StoredMessage& m : messages) rows_.push_back({m, splitMarkdownCodeBlocks(m.content), false, 0});
+  for (const StoredMessage& m : messages) rows_.push_back({m, splitMarkdownCodeBlocks(m.content), false, 0, 0});
   endResetModel();
   Q_EMIT countChanged();
 }
@@ -56,7 +56,7 @@ QList<StoredMessage> MessageModel::messages() const {
 int MessageModel::append(const StoredMessage& message, bool generating) {
   const int row = count();
   beginInsertRows({}, row, row);
-  rows_.push_back({message, splitMarkdownCodeBlocks(message.content), generating, 0});
+  rows_.push_back({message, splitMarkdownCodeBlocks(message.content), generating, 0, 0});
   endInsertRows();
   Q_EMIT countChanged();
   return row;
@@ -74,8 +74,11 @@ void MessageModel::appendText(int row, const QString& text, int tokens, double e
   Row& r = rows_[static_cast<size_t>(row)];
   r.stored.content += text;
   r.blocks = splitMarkdownCodeBlocks(r.stored.content);
+  if (r.tokens == 0) r.first_chunk_tokens = tokens;
   r.tokens += tokens;
-  if (elapsed_s > 0) r.stored.tokens_per_second = r.tokens / elapsed_s;
+  // The rate counts from the first text on, so the tokens that came with it are not in it;
+  // under a quarter second the figure would be noise.
+  if (elapsed_s >= 0.25) r.stored.tokens_per_second = (r.tokens - r.first_chunk_tokens) / elapsed_s;
   const QModelIndex i = index(row);
   Q_EMIT dataChanged(i, i, {ContentRole, BlocksRole, TokensPerSecondRole, TokenCountRole});
 }

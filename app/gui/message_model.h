@@ -55,6 +55,7 @@ class MessageModel : public QAbstractListModel {
     QStringList blocks;
     bool generating = false;
     int tokens = 0;
+    int first_chunk_tokens = 0;
   };
   std::vector<Row> rows_;
 };

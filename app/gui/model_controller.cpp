@@ -42,6 +42,7 @@ void ModelController::setContextLength(int tokens) {
   if (tokens == context_length_) return;
   context_length_ = tokens;
   Q_EMIT optionsChanged();
+  refreshPreview();
 }
 
 void ModelController::setMaxChats(int chats) {
@@ -49,6 +50,7 @@ void ModelController::setMaxChats(int chats) {
   if (chats == max_chats_) return;
   max_chats_ = chats;
   Q_EMIT optionsChanged();
+  refreshPreview();
 }
 
 void ModelController::preview(const QUrl& file) {
@@ -83,8 +85,13 @@ void ModelController::load(const QString& path) {
   Q_EMIT loadRequested(path, context_length_, max_chats_);
 }
 
+void ModelController::refreshPreview() {
+  // The dialog stays open while the estimate for the new context or chat count comes back.
+  if (status_ == Status::Previewing) Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_);
+}
+
 void ModelController::onModelInspected(const ModelInfo& info, const FitReport& fit) {
-  if (status_ != Status::Inspecting) return;   // cancelled meanwhile
+  if (status_ != Status::Inspecting && status_ != Status::Previewing) return;   // cancelled meanwhile
   preview_info_ = info;
   fit_ = fit;
   Q_EMIT previewChanged();

@@ -112,6 +112,7 @@ class ModelController : public QObject {
 
  private:
   void setStatus(Status status);
+  void refreshPreview();
   // After a failed preview or load: back to the loaded model, or to none.
   Status restingStatus() const { return loaded_.path.isEmpty() ? Status::NoModel : Status::Ready; }
 

@@ -104,7 +104,10 @@ void TimeSeriesPlot::paint(QPainter* painter) {
 
   const auto& history = telemetry_->history();
   const double now = history.back().time_s;
-  const double start = now - window_seconds_;
+  // Until a full window of history exists, the plot spans what there is (at least
+  // kMinimumSpanSeconds), so a fresh window shows a plot rather than a sliver at the edge.
+  const double span = std::clamp(now - history.front().time_s, kMinimumSpanSeconds, window_seconds_);
+  const double start = now - span;
   // Only frames inside the window (plus the one just before it, so the area starts at the edge).
   auto first = std::lower_bound(history.begin(), history.end(), start,
                                 [](const TelemetryFrame& f, double t) { return f.time_s < t; });
@@ -129,13 +132,14 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   // over 200 MiB of use would flatten the stack into the axis.
   const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
   const double top = niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15));
-  if (top != scale_max_ || limit_on_scale != limit_on_scale_) {
+  if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_) {
     scale_max_ = top;
     limit_on_scale_ = limit_on_scale;
+    span_seconds_ = span;
     Q_EMIT scaleMaxChanged();
   }
 
-  auto x_of = [&](double t) { return area.left() + (t - start) / window_seconds_ * area.width(); };
+  auto x_of = [&](double t) { return area.left() + std::max(0.0, t - start) / span * area.width(); };
   auto y_of = [&](double v) { return area.bottom() - std::clamp(v / top, 0.0, 1.0) * area.height(); };
 
   const size_t series = stacks.front().size();

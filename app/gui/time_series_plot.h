@@ -23,6 +23,8 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   // The top of the y axis after the last paint, for labels beside the plot.
   Q_PROPERTY(double scaleMax READ scaleMax NOTIFY scaleMaxChanged)
   Q_PROPERTY(bool limitOnScale READ limitOnScale NOTIFY scaleMaxChanged)
+  // Seconds the x axis spans after the last paint (grows to windowSeconds).
+  Q_PROPERTY(double spanSeconds READ spanSeconds NOTIFY scaleMaxChanged)
 
  public:
   enum class Metric {
@@ -32,6 +34,8 @@ class TimeSeriesPlot : public QQuickPaintedItem {
     ProcessMemory,    // the process's resident memory (host figure)
   };
   Q_ENUM(Metric)
+
+  static constexpr double kMinimumSpanSeconds = 10.0;
 
   explicit TimeSeriesPlot(QQuickItem* parent = nullptr);
   void paint(QPainter* painter) override;
@@ -52,6 +56,7 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   void setWindowSeconds(double s);
   double scaleMax() const { return scale_max_; }
   bool limitOnScale() const { return limit_on_scale_; }
+  double spanSeconds() const { return span_seconds_; }
 
  Q_SIGNALS:
   void telemetryChanged();
@@ -73,6 +78,7 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   double window_seconds_ = TelemetryModel::kHistorySeconds;
   double scale_max_ = 0;
   bool limit_on_scale_ = false;
+  double span_seconds_ = 0;
 };
 
 }  // namespace granule::app

@@ -11,7 +11,7 @@ ListView {
 
     model: chats.messages
     clip: true
-    spacing: Theme.spacing
+    spacing: Theme.padding
     topMargin: Theme.padding
     bottomMargin: Theme.padding
     boundsBehavior: Flickable.StopAtBounds

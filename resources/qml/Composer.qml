@@ -51,10 +51,8 @@ Rectangle {
                 }
             }
         }
-        Button {
+        PrimaryButton {
             text: qsTr("Send")
-            highlighted: true
-            font.pixelSize: Theme.fontSize
             enabled: composer.chats.modelReady && input.text.trim().length > 0
             onClicked: composer.send()
         }

@@ -37,11 +37,10 @@ Item {
                   ? qsTr("Type a message below, or press Ctrl+N for a new chat. Several chats can generate at once.")
                   : qsTr("Granule runs GGUF models (Llama, Mistral, Qwen, SmolLM2) on your GPU, or on the CPU when there is none.")
         }
-        Button {
+        PrimaryButton {
             Layout.alignment: Qt.AlignHCenter
             visible: !empty.model.ready && empty.model.status !== ModelController.Loading
             text: qsTr("Open a model…")
-            highlighted: true
             font.pixelSize: Theme.titleFontSize
             padding: Theme.padding
             onClicked: empty.openRequested()
@@ -54,12 +53,12 @@ Item {
             font.pixelSize: Theme.fontSize
             onClicked: empty.model.load(empty.model.defaultModelPath)
         }
-        Button {
+        PrimaryButton {
             Layout.alignment: Qt.AlignHCenter
             visible: empty.model.ready
             text: qsTr("+  New chat")
-            highlighted: true
             font.pixelSize: Theme.titleFontSize
+            padding: Theme.padding
             onClicked: empty.chats.newChat()
         }
     }

@@ -96,11 +96,10 @@ Dialog {
             text: qsTr("Cancel")
             onClicked: dialog.reject()
         }
-        Button {
+        PrimaryButton {
             Layout.rightMargin: Theme.padding
             Layout.bottomMargin: Theme.padding
             text: qsTr("Load")
-            highlighted: true
             onClicked: dialog.accept()
         }
     }

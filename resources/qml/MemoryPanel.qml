@@ -52,6 +52,14 @@ PanelFrame {
             color: Theme.budgetLine
             font.pixelSize: 10
         }
+        Label {
+            anchors.right: parent.right
+            anchors.bottom: parent.bottom
+            anchors.margins: 3
+            text: qsTr("last %1 s").arg(Math.round(plot.spanSeconds))
+            color: Theme.mutedText
+            font.pixelSize: 10
+        }
     }
 
     GridLayout {

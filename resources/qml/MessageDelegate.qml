@@ -1,6 +1,6 @@
 // MessageDelegate: one message — prose as Markdown, code blocks apart with a copy button;
 // the streaming message shows tokens/s; assistant messages can be regenerated, user
-// messages edited and resent.
+// messages edited and resent (the actions show on hover, in the header row).
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -20,18 +20,21 @@ Item {
     readonly property bool fromUser: role === "user"
     property bool editing: false
 
-    implicitHeight: bubble.implicitHeight + Theme.spacing
+    implicitHeight: bubble.implicitHeight
 
     Rectangle {
         id: bubble
         anchors.right: message.fromUser ? parent.right : undefined
         anchors.left: message.fromUser ? undefined : parent.left
-        width: message.fromUser ? Math.min(parent.width * 0.85, Math.max(body.implicitWidth, 220) + 2 * Theme.padding)
-                                : parent.width
+        width: message.fromUser && !message.editing
+               ? Math.min(parent.width * 0.85, Math.max(body.implicitWidth, 260) + 2 * Theme.padding)
+               : parent.width
         implicitHeight: body.implicitHeight + 2 * Theme.padding
         radius: Theme.radius
         color: message.fromUser ? Theme.userBubble : Theme.assistantBubble
         border.color: message.fromUser ? "transparent" : Theme.border
+
+        HoverHandler { id: hover }
 
         ColumnLayout {
             id: body
@@ -41,6 +44,7 @@ Item {
 
             RowLayout {
                 Layout.fillWidth: true
+                spacing: Theme.spacing
                 Label {
                     text: message.fromUser ? qsTr("You") : qsTr("Model")
                     color: Theme.mutedText
@@ -55,16 +59,43 @@ Item {
                 }
                 Label {
                     Layout.fillWidth: true
-                    visible: !message.fromUser && (message.tokenCount > 0 || message.generating)
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
-                    text: message.generating && message.tokenCount === 0 ? qsTr("thinking…")
-                        : qsTr("%1 tokens · %2 tok/s%3").arg(message.tokenCount)
-                              .arg(message.tokensPerSecond.toFixed(1))
-                              .arg(message.finishReason === "cancelled" ? qsTr(" · stopped")
-                                   : message.finishReason === "interrupted" ? qsTr(" · interrupted") : "")
+                    elide: Text.ElideRight
+                    text: message.fromUser ? ""
+                        : message.generating && message.tokenCount === 0 ? qsTr("thinking…")
+                        : [qsTr("%1 tokens").arg(message.tokenCount),
+                           message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "",
+                           message.finishReason === "cancelled" ? qsTr("stopped")
+                           : message.finishReason === "interrupted" ? qsTr("interrupted") : ""]
+                          .filter(s => s.length > 0).join(" · ")
                 }
-                Item { Layout.fillWidth: true; visible: message.fromUser || !(message.tokenCount > 0 || message.generating) }
+                // Actions: always laid out (the row's height does not change), shown on hover.
+                Row {
+                    visible: !message.generating && !message.editing
+                    opacity: hover.hovered ? 1 : 0
+                    spacing: 0
+                    ToolButton {
+                        text: qsTr("Copy")
+                        font.pixelSize: Theme.smallFontSize
+                        implicitHeight: 22
+                        onClicked: Clipboard.copy(message.content)
+                    }
+                    ToolButton {
+                        visible: message.fromUser
+                        text: qsTr("Edit")
+                        font.pixelSize: Theme.smallFontSize
+                        implicitHeight: 22
+                        onClicked: message.editing = true
+                    }
+                    ToolButton {
+                        visible: !message.fromUser
+                        text: qsTr("Regenerate")
+                        font.pixelSize: Theme.smallFontSize
+                        implicitHeight: 22
+                        onClicked: message.chats.regenerate(message.index)
+                    }
+                }
             }
 
             Repeater {
@@ -78,6 +109,7 @@ Item {
                     readonly property bool isCode: index % 2 === 1
                     Layout.fillWidth: true
                     visible: isCode || modelData.length > 0
+                    implicitWidth: isCode ? 320 : prosePart.implicitWidth
                     implicitHeight: isCode ? codePart.implicitHeight : prosePart.implicitHeight
                     TextEdit {
                         id: prosePart
@@ -111,7 +143,6 @@ Item {
                 TextArea {
                     id: editField
                     Layout.fillWidth: true
-                    Layout.minimumWidth: 320
                     wrapMode: TextEdit.Wrap
                     font.pixelSize: Theme.fontSize
                     text: message.content
@@ -122,9 +153,8 @@ Item {
                         text: qsTr("Cancel")
                         onClicked: message.editing = false
                     }
-                    Button {
+                    PrimaryButton {
                         text: qsTr("Send")
-                        highlighted: true
                         onClicked: {
                             message.editing = false
                             message.chats.editAndResend(message.index, editField.text)
@@ -132,33 +162,6 @@ Item {
                     }
                 }
             }
-
-            RowLayout {
-                Layout.fillWidth: true
-                // Always laid out, shown on hover: the list does not jump as the mouse moves.
-                visible: !message.generating && !message.editing
-                opacity: hover.hovered ? 1 : 0
-                spacing: 2
-                Item { Layout.fillWidth: true }
-                ToolButton {
-                    text: qsTr("Copy")
-                    font.pixelSize: Theme.smallFontSize
-                    onClicked: Clipboard.copy(message.content)
-                }
-                ToolButton {
-                    visible: message.fromUser
-                    text: qsTr("Edit")
-                    font.pixelSize: Theme.smallFontSize
-                    onClicked: message.editing = true
-                }
-                ToolButton {
-                    visible: !message.fromUser
-                    text: qsTr("Regenerate")
-                    font.pixelSize: Theme.smallFontSize
-                    onClicked: message.chats.regenerate(message.index)
-                }
-            }
         }
-        HoverHandler { id: hover }
     }
 }

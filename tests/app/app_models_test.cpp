@@ -57,7 +57,8 @@ class ModelsTest : public QObject {
     const QModelIndex i = model.index(row);
     QCOMPARE(model.data(i, MessageModel::ContentRole).toString(), QStringLiteral("Hello\n```\ncode"));
     QCOMPARE(model.data(i, MessageModel::TokenCountRole).toInt(), 4);
-    QCOMPARE(model.data(i, MessageModel::TokensPerSecondRole).toDouble(), 4.0);   // 4 tokens in 1 s
+    // 2 tokens after the first chunk, 1 s after it.
+    QCOMPARE(model.data(i, MessageModel::TokensPerSecondRole).toDouble(), 2.0);
     QCOMPARE(model.data(i, MessageModel::BlocksRole).toStringList(), (QStringList{"Hello", "code"}));
     model.finish(row, "eos");
     QCOMPARE(model.generatingRow(), -1);

@@ -58,14 +58,15 @@ int distinctColours(const QImage& image) {
   return static_cast<int>(colours.size());
 }
 
-void seedChats(ChatStore& store) {
+// Two finished chats; returns the id of the empty one ("Trip plan: Kyoto").
+qint64 seedChats(ChatStore& store) {
   const qint64 recipes = store.createConversation({0, "Recipes for a rainy day", "", {}, 1000, 1000}).value();
   store.insertMessage({0, recipes, 0, "user", "Something warm with lentils?", 0, "", 1000});
   store.insertMessage({0, recipes, 1, "assistant",
                        "Try a **red lentil soup**:\n\n1. Soften onion and garlic.\n2. Add lentils, "
                        "stock and cumin.\n3. Simmer 20 minutes, then blend.",
                        38.2, "eos", 1000});
-  store.createConversation({0, "Trip plan: Kyoto", "", {}, 2000, 2000});
+  return store.createConversation({0, "Trip plan: Kyoto", "", {}, 2000, 2000}).value();
 }
 
 }  // namespace
@@ -79,11 +80,12 @@ class ScreenshotTest : public QObject {
     Application app;
     QQmlApplicationEngine qml;
     QQuickWindow* window = nullptr;
+    qint64 trip_chat = 0;
   };
 
   std::unique_ptr<Session> open(EngineFactory factory, const QString& db, const QString& model_path) {
     auto s = std::make_unique<Session>(std::move(factory), db);
-    seedChats(s->app.store());
+    s->trip_chat = seedChats(s->app.store());
     s->qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
     s->qml.setInitialProperties(s->app.windowProperties());
     s->qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
@@ -129,7 +131,7 @@ class ScreenshotTest : public QObject {
     QVERIFY(s);
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
     ChatController* chats = s->app.chats();
-    chats->selectChat(chats->conversations()->idAt(0));   // "Trip plan: Kyoto"
+    chats->selectChat(s->trip_chat);
     chats->setMaxTokens(2000);
     chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
     const qint64 kv_chat = chats->newChat();
