@@ -89,25 +89,90 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
 
   constexpr bool kQ8 = TYPE == kQ4_0 || TYPE == kQ4_1 || TYPE == kQ8_0;
   if constexpr (kQ8) {
+    // Weights go through shared memory: each step the block copies kStepBlocks GGUF blocks
+    // of each of its rows with 16-byte loads (GGUF blocks are only 2-byte aligned, so
+    // per-block loads would be 2 bytes wide), the next step's copy in flight while this
+    // one is consumed. The copy may read up to 15 bytes past a row's end (the model keeps
+    // slack after every tensor).
+    constexpr int kBlockBytes = block_bytes(TYPE);
+    constexpr int kStepBlocks = 64;
+    constexpr int kStageVectors = (kStepBlocks * kBlockBytes + 31) / 16 + 1;
+    constexpr int kVectorsPerThread = (kStageVectors + kThreads - 1) / kThreads;
+    constexpr int M = GATE_UP ? 2 : 1;
+    __shared__ uint4 stage[2][M * R][kStageVectors];
+    uint4 fetched[M * R][kVectorsPerThread];
+
     const int n_blocks = in.n_in / kQ8Block;
+    const int n_steps = (n_blocks + kStepBlocks - 1) / kStepBlocks;
     const int part = threadIdx.x % kLanesPerQ8Block;
     const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
     const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n_blocks;
-#pragma unroll 2
-    for (int ib = threadIdx.x / kLanesPerQ8Block; ib < n_blocks; ib += kQ8BlocksPerStep) {
-      XPart x[NB];
+    auto row_of = [&](int mr) { return (mr < R ? w : w_up) + (mr % R) * task.row_bytes; };
+    // The 16-byte vectors that cover step s of a row: first aligned address and count.
+    auto span_of = [&](int mr, int s, const uint4*& first, int& count, int& skew) {
+      const uint8_t* begin = row_of(mr) + static_cast<int64_t>(s) * kStepBlocks * kBlockBytes;
+      const int bytes = min(kStepBlocks, n_blocks - s * kStepBlocks) * kBlockBytes;
+      const uintptr_t aligned = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{15};
+      first = reinterpret_cast<const uint4*>(aligned);
+      skew = static_cast<int>(reinterpret_cast<uintptr_t>(begin) - aligned);
+      count = (skew + bytes + 15) / 16;
+    };
+    auto fetch = [&](int s) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b)
-        x[b] = load_x_part<TYPE>(xq + static_cast<int64_t>(b) * in.n_in + ib * kQ8Block,
-                                 xds + static_cast<int64_t>(b) * n_blocks + ib, part);
+      for (int mr = 0; mr < M * R; ++mr) {
+        if (mr % R >= rows_here) continue;
+        const uint4* first;
+        int count, skew;
+        span_of(mr, s, first, count, skew);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (r >= rows_here) break;
-        const uint8_t* row = w + r * task.row_bytes;
+        for (int k = 0; k < kVectorsPerThread; ++k) {
+          const int v = threadIdx.x + k * kThreads;
+          if (v < count) fetched[mr][k] = first[v];
+        }
+      }
+    };
+
+    fetch(0);
+    for (int s = 0; s < n_steps; ++s) {
+      const int buf = s & 1;
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
-          acc[r][b] += dot_part_q8<TYPE>(row, ib, part, x[b]);
-          if constexpr (GATE_UP) acc_up[r][b] += dot_part_q8<TYPE>(w_up + r * task.row_bytes, ib, part, x[b]);
+      for (int mr = 0; mr < M * R; ++mr) {
+        if (mr % R >= rows_here) continue;
+        const uint4* first;
+        int count, skew;
+        span_of(mr, s, first, count, skew);
+#pragma unroll
+        for (int k = 0; k < kVectorsPerThread; ++k) {
+          const int v = threadIdx.x + k * kThreads;
+          if (v < count) stage[buf][mr][v] = fetched[mr][k];
+        }
+      }
+      __syncthreads();
+      if (s + 1 < n_steps) fetch(s + 1);
+      const int step_blocks = min(kStepBlocks, n_blocks - s * kStepBlocks);
+#pragma unroll
+      for (int h = 0; h < kStepBlocks / kQ8BlocksPerStep; ++h) {
+        const int j = threadIdx.x / kLanesPerQ8Block + h * kQ8BlocksPerStep;
+        if (j >= step_blocks) break;
+        const int ib = s * kStepBlocks + j;
+        XPart x[NB];
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          x[b] = load_x_part<TYPE>(xq + static_cast<int64_t>(b) * in.n_in + ib * kQ8Block,
+                                   xds + static_cast<int64_t>(b) * n_blocks + ib, part);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= rows_here) break;
+          const int skew = static_cast<int>(reinterpret_cast<uintptr_t>(row_of(r) + static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) & 15);
+          const uint8_t* staged = reinterpret_cast<const uint8_t*>(stage[buf][r]) + skew;
+#pragma unroll
+          for (int b = 0; b < NB; ++b) acc[r][b] += dot_part_q8<TYPE>(staged, j, part, x[b]);
+          if constexpr (GATE_UP) {
+            const int skew_up = static_cast<int>(reinterpret_cast<uintptr_t>(row_of(R + r) + static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) & 15);
+            const uint8_t* staged_up = reinterpret_cast<const uint8_t*>(stage[buf][R + r]) + skew_up;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) acc_up[r][b] += dot_part_q8<TYPE>(staged_up, j, part, x[b]);
+          }
         }
       }
     }

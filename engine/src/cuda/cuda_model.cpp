@@ -26,6 +26,8 @@ namespace {
 namespace k = granule::kernels;
 
 constexpr size_t kAlign = 256;
+// The matvec kernels copy rows in 16-byte vectors and may read up to 15 bytes past a row.
+constexpr size_t kTensorSlackBytes = 16;
 constexpr int kDecodeSplitTokens = 64;
 constexpr int kPrefillSplitTokens = 1024;
 enum InputArray { kTokens = 0, kPositions, kSlots, kLengths, kLogitRows, kInputArrays };
@@ -64,7 +66,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     if (!k::is_supported_weight_type(t->ggml_type))
       throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " + tensor_type_name(t->ggml_type));
     offsets.push_back(total);
-    total += align_up(t->size_bytes);
+    total += align_up(t->size_bytes + kTensorSlackBytes);
   }
   weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, total);
   auto* base = weights_.as<uint8_t>();
