@@ -33,6 +33,11 @@ class ByteSink {
   std::vector<uint8_t> bytes;
 };
 
+// Zero bytes that bring `size` up to a multiple of `alignment`.
+size_t padding_after(size_t size, uint64_t alignment) {
+  return static_cast<size_t>((alignment - size % alignment) % alignment);
+}
+
 // Writes one integer element of `type`, refusing values the type cannot hold so that a
 // test's typo does not silently wrap.
 void put_integer(ByteSink& out, GgufType type, int64_t signed_value, uint64_t unsigned_value,
@@ -155,7 +160,7 @@ void GgufWriter::add_raw_tensor(std::string name, std::vector<int64_t> dims, uin
   tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes)});
 }
 
-std::vector<uint8_t> GgufWriter::to_bytes() const {
+std::vector<uint8_t> GgufWriter::header_bytes() const {
   ByteSink out;
   out.put<uint32_t>(kMagic);
   out.put<uint32_t>(version_);
@@ -172,21 +177,36 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
     for (int64_t d : t.dims) out.put<uint64_t>(static_cast<uint64_t>(d));
     out.put<uint32_t>(t.ggml_type);
     out.put<uint64_t>(offset);
-    offset += (t.bytes.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += padding_after(t.bytes.size(), alignment_) + t.bytes.size();
   }
   out.pad_to(alignment_);
-  for (const auto& t : tensors_) {
-    out.bytes.insert(out.bytes.end(), t.bytes.begin(), t.bytes.end());
-    out.pad_to(alignment_);
-  }
   return std::move(out.bytes);
 }
 
+std::vector<uint8_t> GgufWriter::to_bytes() const {
+  std::vector<uint8_t> bytes = header_bytes();
+  for (const auto& t : tensors_) {
+    bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+    bytes.resize(bytes.size() + padding_after(t.bytes.size(), alignment_), 0);
+  }
+  return bytes;
+}
+
 void GgufWriter::write(const std::filesystem::path& path) const {
-  const std::vector<uint8_t> bytes = to_bytes();
+  // Streams the tensors instead of building the whole file in memory (to_bytes), so
+  // writing a model needs no second copy of its weights.
   std::ofstream file(path, std::ios::binary | std::ios::trunc);
   if (!file) throw Error(path.string() + ": cannot create: " + std::strerror(errno));
-  file.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  auto put = [&file](const uint8_t* data, size_t size) {
+    file.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  };
+  const std::vector<uint8_t> header = header_bytes();
+  put(header.data(), header.size());
+  const std::vector<uint8_t> zeros(alignment_, 0);
+  for (const auto& t : tensors_) {
+    put(t.bytes.data(), t.bytes.size());
+    put(zeros.data(), padding_after(t.bytes.size(), alignment_));
+  }
   file.close();
   if (!file) throw Error(path.string() + ": write failed: " + std::strerror(errno));
 }

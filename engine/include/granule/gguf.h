@@ -137,6 +137,8 @@ class GgufWriter {
     uint32_t ggml_type;
     std::vector<uint8_t> bytes;
   };
+  // Header, metadata, tensor table and the padding up to the data section.
+  std::vector<uint8_t> header_bytes() const;
   uint32_t version_;
   uint64_t alignment_;
   std::vector<std::pair<std::string, GgufValue>> metadata_;
