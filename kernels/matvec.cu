@@ -7,6 +7,8 @@
 // instruction. Other types: each thread decodes 8 consecutive elements to f32.
 #include "matvec.cuh"
 
+#include <cstdlib>
+
 #include "quant_blocks.cuh"
 
 namespace granule::kernels {
@@ -239,11 +241,179 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
   }
 }
 
+// Streaming variant for the int8 types: a few blocks per SM, each walking its row groups
+// (stride gridDim.x) step by step with the copy of the next step, across row-group
+// boundaries too, in flight while the current one is consumed. Short-lived blocks would
+// each pay a full memory latency before their first use; this keeps memory busy instead.
+template <uint32_t TYPE, int NB, bool GATE_UP>
+__global__ void __launch_bounds__(kThreads)
+matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+  constexpr int R = rows_per_block(NB);
+  constexpr int M = GATE_UP ? 2 : 1;
+  constexpr int kBlockBytes = block_bytes(TYPE);
+  constexpr int kStepBlocks = TYPE == kQ8_0 ? 64 : 128;
+  constexpr int kStageVectors = (kStepBlocks * kBlockBytes + 31) / 16 + 1;
+  constexpr int kVectorsPerThread = (kStageVectors + kThreads - 1) / kThreads;
+  __shared__ uint4 stage[2][M * R][kStageVectors];
+  __shared__ float partial[kWarpsPerBlock][R * NB * M];
+  uint4 fetched[M * R][kVectorsPerThread];
+
+  const MatvecTask& task = tasks.t[blockIdx.y];
+  const int n_groups = (task.n_out + R - 1) / R;
+  const int my_groups = static_cast<int>(blockIdx.x) < n_groups ? (n_groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int n_blocks = in.n_in / kQ8Block;
+  const int n_steps = (n_blocks + kStepBlocks - 1) / kStepBlocks;
+  const int units = my_groups * n_steps;
+  if (units == 0) return;
+  const int part = threadIdx.x % kLanesPerQ8Block;
+  const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
+  const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n_blocks;
+
+  auto group_of = [&](int u) { return static_cast<int>(blockIdx.x) + (u / n_steps) * static_cast<int>(gridDim.x); };
+  auto rows_in = [&](int g) { return min(R, task.n_out - g * R); };
+  auto step_begin = [&](int g, int mr, int s) {
+    const uint8_t* base = static_cast<const uint8_t*>(mr < R ? task.weight : task.weight_up);
+    return base + static_cast<int64_t>(g * R + mr % R) * task.row_bytes +
+           static_cast<int64_t>(s) * kStepBlocks * kBlockBytes;
+  };
+  auto step_bytes = [&](int s) { return min(kStepBlocks, n_blocks - s * kStepBlocks) * kBlockBytes; };
+  auto fetch = [&](int u) {
+    const int g = group_of(u), s = u % n_steps;
+    const int rows = rows_in(g), bytes = step_bytes(s);
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr) {
+      if (mr % R >= rows) continue;
+      const uint8_t* begin = step_begin(g, mr, s);
+      const uintptr_t aligned = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{15};
+      const int count = (static_cast<int>(reinterpret_cast<uintptr_t>(begin) - aligned) + bytes + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kVectorsPerThread; ++k) {
+        const int v = threadIdx.x + k * kThreads;
+        if (v < count) fetched[mr][k] = reinterpret_cast<const uint4*>(aligned)[v];
+      }
+    }
+  };
+
+  float acc[R][NB], acc_up[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
+
+  fetch(0);
+  for (int u = 0; u < units; ++u) {
+    const int g = group_of(u), s = u % n_steps, buf = u & 1;
+    const int rows = rows_in(g), bytes = step_bytes(s);
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr) {
+      if (mr % R >= rows) continue;
+      const uint8_t* begin = step_begin(g, mr, s);
+      const int count = (static_cast<int>(reinterpret_cast<uintptr_t>(begin) & 15) + bytes + 15) / 16;
+#pragma unroll
+      for (int k = 0; k < kVectorsPerThread; ++k) {
+        const int v = threadIdx.x + k * kThreads;
+        if (v < count) stage[buf][mr][v] = fetched[mr][k];
+      }
+    }
+    __syncthreads();
+    if (u + 1 < units) fetch(u + 1);
+
+    const int step_blocks = bytes / kBlockBytes;
+#pragma unroll
+    for (int h = 0; h < kStepBlocks / kQ8BlocksPerStep; ++h) {
+      const int j = threadIdx.x / kLanesPerQ8Block + h * kQ8BlocksPerStep;
+      if (j >= step_blocks) break;
+      const int ib = s * kStepBlocks + j;
+      XPart x[NB];
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        x[b] = load_x_part<TYPE>(xq + static_cast<int64_t>(b) * in.n_in + ib * kQ8Block,
+                                 xds + static_cast<int64_t>(b) * n_blocks + ib, part);
+#pragma unroll
+      for (int mr = 0; mr < M * R; ++mr) {
+        if (mr % R >= rows) continue;
+        const uint8_t* staged = reinterpret_cast<const uint8_t*>(stage[buf][mr]) +
+                                (reinterpret_cast<uintptr_t>(step_begin(g, mr, s)) & 15);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const float v = dot_part_q8<TYPE>(staged, j, part, x[b]);
+          if (mr < R) acc[mr][b] += v;
+          else acc_up[mr - R][b] += v;
+        }
+      }
+    }
+
+    if (s == n_steps - 1) {   // the group is complete: reduce over the block and write it
+      const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const float v = warp_sum(acc[r][b]);
+          if (lane == 0) partial[warp][r * NB + b] = v;
+          if constexpr (GATE_UP) {
+            const float w = warp_sum(acc_up[r][b]);
+            if (lane == 0) partial[warp][R * NB + r * NB + b] = w;
+          }
+          acc[r][b] = acc_up[r][b] = 0.0f;
+        }
+      __syncthreads();
+      for (int i = threadIdx.x; i < R * NB; i += kThreads) {
+        const int r = i / NB, b = i % NB;
+        if (r >= rows) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kWarpsPerBlock; ++k) v += partial[k][i];
+        if constexpr (GATE_UP) {
+          float w = 0.0f;
+#pragma unroll
+          for (int k = 0; k < kWarpsPerBlock; ++k) w += partial[k][R * NB + i];
+          v = silu(v) * w;
+        }
+        float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + g * R + r;
+        *y = task.accumulate ? *y + v : v;
+      }
+    }
+  }
+}
+
+// Whether the int8 types use the streaming kernel: on unless GRANULE_MATVEC_STREAMING=0
+// (a tuning switch, read once).
+bool use_streaming() {
+  static const bool on = [] {
+    const char* v = std::getenv("GRANULE_MATVEC_STREAMING");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+int streaming_grid(int max_rows, int rows_per_group) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0)
+      count = 132;
+    return count;
+  }();
+  constexpr int kBlocksPerSm = 4;
+  return std::max(1, std::min(ceil_div(max_rows, rows_per_group), sms * kBlocksPerSm));
+}
+
 template <uint32_t TYPE, int NB>
 void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                     const MatvecInput& in, int first_column, cudaStream_t stream) {
-  const dim3 grid(ceil_div(max_rows, rows_per_block(NB)), n_tasks);
   const int threads = kThreads;
+  if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1 || TYPE == kQ8_0) {
+    if (use_streaming()) {
+      const dim3 grid(streaming_grid(max_rows, rows_per_block(NB)), n_tasks);
+      if (gate_up)
+        matvec_q8_streaming_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);
+      else
+        matvec_q8_streaming_kernel<TYPE, NB, false><<<grid, threads, 0, stream>>>(tasks, in, first_column);
+      return;
+    }
+  }
+  const dim3 grid(ceil_div(max_rows, rows_per_block(NB)), n_tasks);
   if (gate_up)
     matvec_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);
   else

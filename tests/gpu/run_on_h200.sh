@@ -24,18 +24,30 @@ if ! ninja -C "$build" -j16 -k 0 >/tmp/build.log 2>&1; then
 fi
 echo "build: $(( $(date +%s) - start )) s"
 
-bench_8b() {
-  timeout 330 "$build/app/bench/granule-bench" --synthetic llama3-8b:Q4_0 >"$OUT/bench-llama3-8b-Q4_0.txt" 2>&1
-  timeout 60 "$build/app/bench/granule-bench" --synthetic llama3-8b:Q4_0 --json -p 0 -n 0 -b 1 \
-    >"$OUT/bench-llama3-8b-Q4_0.json" 2>&1
+# granule-bench on both shapes; the 8B shape also with the direct (non-streaming) matvec and
+# as JSON. Everything for one model goes to one file (at most 8 files come back).
+bench_all() {
+  local b="$build/app/bench/granule-bench"
+  { timeout 90 "$b" --synthetic smollm2-135m:Q4_1
+    echo; echo "-- GRANULE_MATVEC_STREAMING=0"
+    GRANULE_MATVEC_STREAMING=0 timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 0; } \
+    >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1
+  { timeout 330 "$b" --synthetic llama3-8b:Q4_0
+    echo; echo "-- GRANULE_MATVEC_STREAMING=0"
+    GRANULE_MATVEC_STREAMING=0 timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0
+    echo; echo "-- JSON"
+    timeout 60 "$b" --synthetic llama3-8b:Q4_0 --json -p 0 -n 0 -b 1; } >"$OUT/bench-llama3-8b-Q4_0.txt" 2>&1
 }
 
 gpu_tests() {
   local start=$(date +%s)
   timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 280 \
     --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
-  echo "gpu tests: $(( $(date +%s) - start )) s"
   grep -h "\[gpu-vs-cpu\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
+  # The same tests with the direct (non-streaming) int8 matvec kernel.
+  GRANULE_MATVEC_STREAMING=0 timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 \
+    --timeout 280 --output-on-failure >"$OUT/ctest-gpu-direct.log" 2>&1
+  echo "gpu tests (twice): $(( $(date +%s) - start )) s"
 }
 
 engine_tests() {
@@ -57,11 +69,10 @@ profile() {
 case $what in
   profile) profile ;;
   tests) gpu_tests; engine_tests 240 ;;
-  bench) "$build/app/bench/granule-bench" --synthetic smollm2-135m:Q4_1 >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1; bench_8b ;;
+  bench) bench_all ;;
   all)
     gpu_tests
-    timeout 90 "$build/app/bench/granule-bench" --synthetic smollm2-135m:Q4_1 >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1
-    bench_8b
+    bench_all
     engine_tests 120
     profile ;;
 esac
@@ -69,5 +80,5 @@ esac
 echo "== summary"
 grep -hE "tests passed|tests failed" "$OUT"/ctest-*.log 2>/dev/null
 grep -hE "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$OUT"/ctest-*.log 2>/dev/null | head -30
-cut -c1-170 "$OUT/gpu-vs-cpu.txt" 2>/dev/null
-for f in "$OUT"/bench-*.txt; do echo; echo "== $(basename "$f")"; tail -14 "$f"; done
+grep -E "decode steps|cuBLAS\)|batched|engine" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | sed -E 's/\[gpu-vs-cpu\] //; s/, worst err\/bound [0-9.e-]+//' | cut -c1-140
+for f in "$OUT"/bench-*.txt; do echo; echo "== $(basename "$f")"; grep -vE "^\s*[{}\"\]]|^\s+\"|writing|done in" "$f"; done
