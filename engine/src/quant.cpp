@@ -277,7 +277,7 @@ float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8
   for (int i = 0; i < n; ++i) {
     L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
     const float diff = scale * L[i] + min - x[i];
-    best_error += weights[i] * diff * diff;
+    best_error += weights[i] * (diff * diff);
   }
   uint8_t trial[32];
   for (int step = 0; step <= nstep; ++step) {
@@ -301,7 +301,7 @@ float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8
     float error = 0;
     for (int i = 0; i < n; ++i) {
       const float diff = this_scale * trial[i] + this_min - x[i];
-      error += weights[i] * diff * diff;
+      error += weights[i] * (diff * diff);
     }
     if (error < best_error) {
       std::copy(trial, trial + n, L);
@@ -335,11 +335,13 @@ void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
 void encode_k_scales(const float* x, int nmax, float rmin, int nstep, uint16_t& d_out,
                      uint16_t& dmin_out, uint8_t* scales_out, uint8_t* L) {
   float weights[32], scales[8], mins[8];
-  float sum_x2 = 0;
-  for (int l = 0; l < kQK_K; ++l) sum_x2 += x[l] * x[l];
-  const float av_x = std::sqrt(sum_x2 / kQK_K);
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {
+    // Weight each value by the sub-block's RMS plus its own magnitude: large values,
+    // which matter most to a matmul, are fitted more closely.
+    float sum_x2 = 0;
+    for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+    const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
     scales[j] = fit_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, mins[j], rmin, 0.1f, nstep);
     max_scale = std::max(max_scale, scales[j]);
