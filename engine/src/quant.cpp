@@ -1,5 +1,5 @@
-// The GGUF block formats: fp16/bf16 conversion, and per-type decode, encode and fused
-// dot product, bit-exact with ggml's block layouts (ggml-quants.c) for decoding.
+// The GGUF block formats: fp16/bf16 conversion and per-type decode (bit-exact with
+// ggml-quants.c), encode (ggml's reference quantisers) and dot product.
 #include "granule/quant.h"
 
 #include <algorithm>
@@ -204,6 +204,7 @@ void decode_block(const BlockQ6_K& b, float* y) {
 // ---------------------------------------------------------------------------------------
 // Block encoding (ggml-quants.c quantize_row_*_ref).
 
+// Round half to even, as the float trick in ggml's nearest_int does.
 int nearest_int(float v) { return static_cast<int>(std::lrintf(v)); }
 
 void encode_block(const float* x, BlockQ4_0& b) {
