@@ -72,29 +72,34 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const d
   }
 }
 
-void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
-            int64_t n_tokens, float* y, ThreadPool* pool) {
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
+                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y) {
   const size_t stride = row_bytes(type, n_cols);
   const auto* base = static_cast<const uint8_t*>(w);
+  // Each thread keeps one decode buffer for its life: no allocation per token.
+  thread_local std::vector<float> decoded;
+  if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
+    decoded.resize(static_cast<size_t>(n_cols));
+  }
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* row = base + static_cast<size_t>(r) * stride;
+    // One token (a decode step): decode and dot in one pass where a fused kernel exists.
+    if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
+    const float* values = reinterpret_cast<const float*>(row);
+    if (type != TensorType::F32) {
+      decode_row(type, row, decoded.data(), n_cols);
+      values = decoded.data();
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
+    }
+  }
+}
+
+void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
+            int64_t n_tokens, float* y, ThreadPool* pool) {
   auto rows = [&](int64_t begin, int64_t end, int32_t) {
-    // Each thread keeps one decode buffer for its life: no allocation per token.
-    thread_local std::vector<float> decoded;
-    if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
-      decoded.resize(static_cast<size_t>(n_cols));
-    }
-    for (int64_t r = begin; r < end; ++r) {
-      const uint8_t* row = base + static_cast<size_t>(r) * stride;
-      // One token (a decode step): decode and dot in one pass where a fused kernel exists.
-      if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
-      const float* values = reinterpret_cast<const float*>(row);
-      if (type != TensorType::F32) {
-        decode_row(type, row, decoded.data(), n_cols);
-        values = decoded.data();
-      }
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
-      }
-    }
+    matmul_rows(type, w, begin, end, n_rows, n_cols, x, n_tokens, y);
   };
   if (pool) {
     pool->parallel_for(n_rows, rows);

@@ -34,6 +34,11 @@ double llama3_frequency_divisor(double frequency, const RopeScaling& scaling);
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position,
           const double* frequencies, RopeOrdering ordering);
 
+// Rows [row_begin, row_end) of matmul() below, on the calling thread: the piece a caller
+// running several matmuls in one parallel loop hands each thread.
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
+                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y);
+
 // Y = X · Wᵀ for a weight matrix of n_rows rows of n_cols encoded elements (row r at
 // w + r * row_bytes(type, n_cols)) and n_tokens input vectors x[t * n_cols ...]:
 // y[t * n_rows + r] = dot(row r, x_t). Each row is decoded once (dequantize_row) and dotted

@@ -1,9 +1,34 @@
-// ThreadPool: workers wait for a generation counter to move, run their part, report back.
+// ThreadPool: a generation counter announces each job; workers and the caller spin for a
+// few tens of microseconds, then sleep on a condition variable (see thread_pool.h).
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace granule::cpu {
+namespace {
+
+// About 30-60 µs of pause instructions: longer than the gap between two loops of a forward
+// pass, far shorter than the gap between two engine steps.
+constexpr int kSpinIterations = 1000;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Part `index` of `parts` even parts of [0, n).
+std::pair<int64_t, int64_t> part_of(int64_t n, int32_t parts, int32_t index) {
+  return {n * index / parts, n * (index + 1) / parts};
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int32_t threads) {
   const int32_t workers = std::max(threads, 1) - 1;
@@ -12,20 +37,13 @@ ThreadPool::ThreadPool(int32_t threads) {
 }
 
 ThreadPool::~ThreadPool() {
+  stopping_.store(true);
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
   }
   work_ready_.notify_all();
   for (auto& w : workers_) w.join();
 }
-
-namespace {
-// Part `index` of `parts` even parts of [0, n).
-std::pair<int64_t, int64_t> part_of(int64_t n, int32_t parts, int32_t index) {
-  return {n * index / parts, n * (index + 1) / parts};
-}
-}  // namespace
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int32_t)>& fn) {
   if (n <= 0) return;
@@ -33,41 +51,53 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n, 0);
     return;
   }
+  job_ = &fn;
+  job_size_ = n;
+  pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_release);
   {
+    // Taking the lock orders this against a worker that is about to sleep (see worker_loop).
     std::lock_guard lock(mutex_);
-    job_ = &fn;
-    job_size_ = n;
-    pending_ = static_cast<int32_t>(workers_.size());
-    ++generation_;
+    if (sleeping_workers_ > 0) work_ready_.notify_all();
   }
-  work_ready_.notify_all();
   auto [begin, end] = part_of(n, threads(), 0);
   if (begin < end) fn(begin, end, 0);
+
+  for (int spin = 0; spin < kSpinIterations; ++spin) {
+    if (pending_.load(std::memory_order_acquire) == 0) return;
+    cpu_relax();
+  }
   std::unique_lock lock(mutex_);
-  work_done_.wait(lock, [this] { return pending_ == 0; });
-  job_ = nullptr;
+  caller_sleeping_ = true;
+  work_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  caller_sleeping_ = false;
 }
 
 void ThreadPool::worker_loop(int32_t index) {
   uint64_t seen = 0;
   for (;;) {
-    const std::function<void(int64_t, int64_t, int32_t)>* job;
-    int64_t n;
-    {
+    int spin = 0;
+    while (generation_.load(std::memory_order_acquire) == seen && !stopping_.load()) {
+      if (++spin < kSpinIterations) {
+        cpu_relax();
+        continue;
+      }
       std::unique_lock lock(mutex_);
-      work_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      job = job_;
-      n = job_size_;
+      ++sleeping_workers_;
+      work_ready_.wait(lock, [&] {
+        return generation_.load(std::memory_order_acquire) != seen || stopping_.load();
+      });
+      --sleeping_workers_;
     }
-    auto [begin, end] = part_of(n, threads(), index);
-    if (begin < end) (*job)(begin, end, index);
-    {
+    if (stopping_.load()) return;
+    // The caller waits for every worker before the next job, so exactly one job is new.
+    seen = generation_.load(std::memory_order_acquire);
+    auto [begin, end] = part_of(job_size_, threads(), index);
+    if (begin < end) (*job_)(begin, end, index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);
-      --pending_;
+      if (caller_sleeping_) work_done_.notify_one();
     }
-    work_done_.notify_one();
   }
 }
 

@@ -1,6 +1,9 @@
 // A small fixed pool of worker threads that splits an index range among themselves and the
 // caller (parallel_for); the CPU backend runs every row- and head-parallel loop on it.
+// Waiting threads spin briefly before they sleep: a forward pass issues hundreds of short
+// loops back to back, and a futex wake-up per loop would cost more than the loops.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -20,21 +23,25 @@ class ThreadPool {
 
   int32_t threads() const { return static_cast<int32_t>(workers_.size()) + 1; }
   // Calls fn(begin, end, thread_index) over contiguous parts of [0, n) and waits for all.
-  // Parts are split evenly by index; fn must not throw.
+  // Parts are split evenly by index; fn must not throw. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int32_t)>& fn);
 
  private:
   void worker_loop(int32_t index);
 
   std::vector<std::thread> workers_;
-  std::mutex mutex_;
-  std::condition_variable work_ready_;
-  std::condition_variable work_done_;
+  // The current job, published to the workers by the release increment of generation_.
   const std::function<void(int64_t, int64_t, int32_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
-  uint64_t generation_ = 0;
-  int32_t pending_ = 0;
-  bool stopping_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int32_t> pending_{0};   // workers still running the current job
+  std::atomic<bool> stopping_{false};
+
+  std::mutex mutex_;   // guards the sleep flags below and the condition variables
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  int32_t sleeping_workers_ = 0;
+  bool caller_sleeping_ = false;
 };
 
 }  // namespace granule::cpu
