@@ -3,6 +3,7 @@
 // and prints committed bytes, copies, address changes and the per-step cost of mapping.
 #include "kv_bench.h"
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -165,6 +166,32 @@ void print_json(const KvBenchOptions& o, const std::string& memory_name, uint64_
 }
 
 }  // namespace
+
+void add_kv_bench_options(CLI::App& command, KvBenchOptions& o) {
+  command.add_option("--chats", o.chats, "chats open at once, one sequence slot each")
+      ->check(CLI::Range(1, 4096));
+  command.add_option("--turns", o.max_turns, "answers per chat at most (regenerations included)")
+      ->check(CLI::Range(1, 1000));
+  command.add_option("--seed", o.seed, "workload seed");
+  command.add_option("--model", o.model,
+                     "synthetic preset whose fp16 KV shape sets the bytes per token "
+                     "(smollm2-135m, llama3-8b, ...)");
+  command.add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token (overrides --model)");
+  command.add_option("-c,--context", o.context_tokens, "context length in tokens")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  command.add_option("--prefill-chunk", o.prefill_chunk_tokens, "prompt tokens a chat prefills per step")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--lookahead", o.lookahead_tokens, "tokens granules map beyond a step's writes")
+      ->check(CLI::NonNegativeNumber);
+  command.add_option("--first-bucket", o.min_bucket_tokens, "bucket growth's first allocation, in tokens")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--device", o.device, "host or cuda")->check(CLI::IsMember({"host", "cuda"}));
+  command.add_option("--host-granule", o.host_granule_bytes, "host granule in bytes (a page multiple)");
+  command.add_flag_callback(
+      "--lazy-host-pages", [&o] { o.touch_host_pages = false; },
+      "on host, let the kernel back pages on first write instead of at commit");
+  command.add_flag("--json", o.json, "print JSON instead of the table");
+}
 
 int run_kv_benchmark(const KvBenchOptions& o) {
   try {

@@ -4,6 +4,10 @@
 #include <cstdint>
 #include <string>
 
+namespace CLI {
+class App;
+}
+
 namespace granule {
 
 struct KvBenchOptions {
@@ -23,6 +27,9 @@ struct KvBenchOptions {
   bool touch_host_pages = true;       // fault host pages in on commit (real cost and RSS)
   bool json = false;
 };
+
+// Adds the options above to `command` (granule-bench's `kv` subcommand), bound to `options`.
+void add_kv_bench_options(CLI::App& command, KvBenchOptions& options);
 
 // Prints the table (or JSON) to stdout; returns the process exit code. Errors a user can
 // cause (unknown preset, no GPU for device cuda) are one line on stderr and exit code 1.
