@@ -4,12 +4,11 @@
 #include "kv_bench.h"
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -86,7 +85,8 @@ class CudaKvBenchMemory final : public KvBenchMemory {
 #endif  // GRANULE_HAVE_CUDA
 
 std::unique_ptr<KvBenchMemory> make_memory(const KvBenchOptions& o) {
-  if (o.device == "host") return make_host_kv_bench_memory(o.host_granule_bytes, o.touch_host_pages);
+  if (o.device == "host")
+    return make_host_kv_bench_memory(o.host_granule_bytes, o.touch_host_pages);
   if (o.device == "cuda") {
 #ifdef GRANULE_HAVE_CUDA
     std::string why;
@@ -104,30 +104,36 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
                  const std::vector<KvPolicyResult>& results) {
   std::printf("KV benchmark on %s, granule %.1f MiB\n", memory_name.c_str(),
               static_cast<double>(granule_bytes) / kMiB);
-  std::printf("shape: %s, %lld bytes/token (fp16), context %lld tokens, look-ahead %lld, first bucket %lld\n",
-              o.bytes_per_token > 0 ? "custom" : o.model.c_str(),
-              static_cast<long long>(bytes_per_token), static_cast<long long>(o.context_tokens),
-              static_cast<long long>(o.lookahead_tokens), static_cast<long long>(o.min_bucket_tokens));
-  std::printf("workload: seed %llu, %d chats, %zu steps, %lld turns, %lld regenerations, %lld edits, "
-              "%lld prompt + %lld answer tokens, at most %lld tokens live (%.1f MiB)\n\n",
-              static_cast<unsigned long long>(o.seed), trace.chats, trace.steps.size(),
-              static_cast<long long>(trace.turns), static_cast<long long>(trace.regenerations),
-              static_cast<long long>(trace.edits), static_cast<long long>(trace.prompt_tokens),
-              static_cast<long long>(trace.answer_tokens),
-              static_cast<long long>(trace.peak_live_tokens),
-              static_cast<double>(trace.peak_live_tokens * bytes_per_token) / kMiB);
+  std::printf(
+      "shape: %s, %lld bytes/token (fp16), context %lld tokens, look-ahead %lld, first bucket "
+      "%lld\n",
+      o.bytes_per_token > 0 ? "custom" : o.model.c_str(), static_cast<long long>(bytes_per_token),
+      static_cast<long long>(o.context_tokens), static_cast<long long>(o.lookahead_tokens),
+      static_cast<long long>(o.min_bucket_tokens));
+  std::printf(
+      "workload: seed %llu, %d chats, %zu steps, %lld turns, %lld regenerations, %lld edits, "
+      "%lld prompt + %lld answer tokens, at most %lld tokens live (%.1f MiB)\n\n",
+      static_cast<unsigned long long>(o.seed), trace.chats, trace.steps.size(),
+      static_cast<long long>(trace.turns), static_cast<long long>(trace.regenerations),
+      static_cast<long long>(trace.edits), static_cast<long long>(trace.prompt_tokens),
+      static_cast<long long>(trace.answer_tokens), static_cast<long long>(trace.peak_live_tokens),
+      static_cast<double>(trace.peak_live_tokens * bytes_per_token) / kMiB);
   std::printf("| %-13s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
               "mean MiB", "copied MiB", "moves", "map us mean", "map us p99");
-  std::printf("|---------------|--------------|--------------|--------------|----------|--------------|--------------|\n");
+  std::printf(
+      "|---------------|--------------|--------------|--------------|----------|--------------|----"
+      "----------|\n");
   for (const KvPolicyResult& r : results) {
-    std::printf("| %-13s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n", r.policy.c_str(),
-                static_cast<double>(r.peak_committed_bytes) / kMiB, r.mean_committed_bytes / kMiB,
-                static_cast<double>(r.copied_bytes) / kMiB,
-                static_cast<unsigned long long>(r.address_changes), r.memory_us_mean, r.memory_us_p99);
+    std::printf("| %-13s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n",
+                r.policy.c_str(), static_cast<double>(r.peak_committed_bytes) / kMiB,
+                r.mean_committed_bytes / kMiB, static_cast<double>(r.copied_bytes) / kMiB,
+                static_cast<unsigned long long>(r.address_changes), r.memory_us_mean,
+                r.memory_us_p99);
   }
-  std::printf("\nmoves: times a live chat's KV changed address (each forces a graph re-capture);\n"
-              "map us: time per step in allocate/map/unmap/copy, over all %zu steps\n",
-              trace.steps.size());
+  std::printf(
+      "\nmoves: times a live chat's KV changed address (each forces a graph re-capture);\n"
+      "map us: time per step in allocate/map/unmap/copy, over all %zu steps\n",
+      trace.steps.size());
 }
 
 void print_json(const KvBenchOptions& o, const std::string& memory_name, uint64_t granule_bytes,
@@ -176,17 +182,24 @@ void add_kv_bench_options(CLI::App& command, KvBenchOptions& o) {
   command.add_option("--model", o.model,
                      "synthetic preset whose fp16 KV shape sets the bytes per token "
                      "(smollm2-135m, llama3-8b, ...)");
-  command.add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token (overrides --model)");
+  command.add_option("--bytes-per-token", o.bytes_per_token,
+                     "KV bytes per token (overrides --model)");
   command.add_option("-c,--context", o.context_tokens, "context length in tokens")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-  command.add_option("--prefill-chunk", o.prefill_chunk_tokens, "prompt tokens a chat prefills per step")
+  command
+      .add_option("--prefill-chunk", o.prefill_chunk_tokens,
+                  "prompt tokens a chat prefills per step")
       ->check(CLI::PositiveNumber);
-  command.add_option("--lookahead", o.lookahead_tokens, "tokens granules map beyond a step's writes")
+  command
+      .add_option("--lookahead", o.lookahead_tokens, "tokens granules map beyond a step's writes")
       ->check(CLI::NonNegativeNumber);
-  command.add_option("--first-bucket", o.min_bucket_tokens, "bucket growth's first allocation, in tokens")
+  command
+      .add_option("--first-bucket", o.min_bucket_tokens,
+                  "bucket growth's first allocation, in tokens")
       ->check(CLI::PositiveNumber);
   command.add_option("--device", o.device, "host or cuda")->check(CLI::IsMember({"host", "cuda"}));
-  command.add_option("--host-granule", o.host_granule_bytes, "host granule in bytes (a page multiple)");
+  command.add_option("--host-granule", o.host_granule_bytes,
+                     "host granule in bytes (a page multiple)");
   command.add_flag_callback(
       "--lazy-host-pages", [&o] { o.touch_host_pages = false; },
       "on host, let the kernel back pages on first write instead of at commit");

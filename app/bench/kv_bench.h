@@ -22,9 +22,9 @@ struct KvBenchOptions {
   int64_t prefill_chunk_tokens = 512;
   int64_t lookahead_tokens = 16;
   int64_t min_bucket_tokens = 256;
-  std::string device = "host";        // "host" or "cuda"
+  std::string device = "host";  // "host" or "cuda"
   uint64_t host_granule_bytes = 2u << 20;
-  bool touch_host_pages = true;       // fault host pages in on commit (real cost and RSS)
+  bool touch_host_pages = true;  // fault host pages in on commit (real cost and RSS)
   bool json = false;
 };
 

@@ -29,8 +29,8 @@ uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0 ? 1 : 0);
 class WorkloadRandom {
  public:
   explicit WorkloadRandom(uint64_t seed) : engine_(seed) {}
-  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }   // [0, 1)
-  int64_t uniform_int(int64_t lo, int64_t hi) {   // [lo, hi]
+  double uniform() { return static_cast<double>(engine_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  int64_t uniform_int(int64_t lo, int64_t hi) {                                  // [lo, hi]
     const auto span = static_cast<uint64_t>(hi - lo) + 1;
     return lo + static_cast<int64_t>(engine_() % span);
   }
@@ -52,23 +52,23 @@ class WorkloadRandom {
 struct ChatState {
   enum class Phase { Waiting, Prefill, Decode, Done };
   Phase phase = Phase::Waiting;
-  int64_t start_step = 0;     // Waiting: when the next prompt is sent
-  int64_t tokens = 0;         // in KV now
+  int64_t start_step = 0;  // Waiting: when the next prompt is sent
+  int64_t tokens = 0;      // in KV now
   int64_t prompt_left = 0;
   int64_t answer_left = 0;
-  int64_t answer_start = 0;   // tokens before the current answer (regenerate goes back here)
-  std::vector<int64_t> prompt_starts;   // tokens before each turn's prompt (edit goes back here)
-  int32_t answers = 0;        // answers generated, regenerations included
+  int64_t answer_start = 0;  // tokens before the current answer (regenerate goes back here)
+  std::vector<int64_t> prompt_starts;  // tokens before each turn's prompt (edit goes back here)
+  int32_t answers = 0;                 // answers generated, regenerations included
 };
 
 class WorkloadBuilder {
  public:
   explicit WorkloadBuilder(const KvWorkloadOptions& o) : o_(o), random_(o.seed) {
     if (o.chats <= 0 || o.max_turns <= 0 || o.max_context_tokens < 2 ||
-        o.prefill_chunk_tokens <= 0 || o.arrival_window_steps < 0 ||
-        o.prompt_min_tokens < 1 || o.prompt_min_tokens > o.prompt_max_tokens ||
-        o.answer_min_tokens < 1 || o.answer_min_tokens > o.answer_max_tokens ||
-        o.think_min_steps < 0 || o.think_min_steps > o.think_max_steps) {
+        o.prefill_chunk_tokens <= 0 || o.arrival_window_steps < 0 || o.prompt_min_tokens < 1 ||
+        o.prompt_min_tokens > o.prompt_max_tokens || o.answer_min_tokens < 1 ||
+        o.answer_min_tokens > o.answer_max_tokens || o.think_min_steps < 0 ||
+        o.think_min_steps > o.think_max_steps) {
       throw UsageError("invalid KV workload options");
     }
     trace_.chats = o.chats;
@@ -107,13 +107,13 @@ class WorkloadBuilder {
       case ChatState::Phase::Waiting:
         if (step < chat.start_step) return;
         if (!begin_turn(id)) return;
-        [[fallthrough]];   // the new prompt's first chunk runs in this step
+        [[fallthrough]];  // the new prompt's first chunk runs in this step
       case ChatState::Phase::Prefill: {
         const int64_t chunk = std::min(o_.prefill_chunk_tokens, chat.prompt_left);
         chat.prompt_left -= chunk;
         chat.tokens += chunk;
         emit(KvEventKind::Grow, id, chat.tokens);
-        if (chat.prompt_left == 0) {   // the answer's first token comes from this chunk's logits
+        if (chat.prompt_left == 0) {  // the answer's first token comes from this chunk's logits
           chat.answer_start = chat.tokens;
           chat.phase = ChatState::Phase::Decode;
         }
@@ -131,9 +131,8 @@ class WorkloadBuilder {
   // The user sends a prompt; false when the context cannot hold it and an answer.
   bool begin_turn(int32_t id) {
     ChatState& chat = chats_[static_cast<size_t>(id)];
-    const int64_t prompt =
-        random_.log_normal(o_.prompt_median_tokens, o_.prompt_sigma, o_.prompt_min_tokens,
-                           o_.prompt_max_tokens);
+    const int64_t prompt = random_.log_normal(o_.prompt_median_tokens, o_.prompt_sigma,
+                                              o_.prompt_min_tokens, o_.prompt_max_tokens);
     const int64_t answer = draw_answer();
     if (chat.tokens + prompt + 1 > o_.max_context_tokens) {
       ++trace_.context_full_ends;
@@ -179,8 +178,7 @@ class WorkloadBuilder {
       wait_for_user(chat, step);
       return;
     }
-    if (last ||
-        r < o_.regenerate_probability + o_.edit_probability + o_.end_probability) {
+    if (last || r < o_.regenerate_probability + o_.edit_probability + o_.end_probability) {
       end_chat(id);
       return;
     }
@@ -247,8 +245,8 @@ class HostBuffer final : public KvBenchBuffer {
  public:
   HostBuffer(uint64_t bytes, bool touch_pages) : bytes_(bytes) {
     const int populate = touch_pages ? MAP_POPULATE : 0;
-    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate,
-                   -1, 0);
+    void* p =
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | populate, -1, 0);
     if (p == MAP_FAILED) {
       throw CapacityError("cannot allocate " + std::to_string(bytes) + " bytes of host memory (" +
                           std::strerror(errno) + ")");
@@ -312,7 +310,8 @@ class FullContextPolicy final : public KvPolicy {
       : shape_(shape), vm_(memory.make_virtual_memory()), ledger_(ledger) {
     check_shape(shape);
     const uint64_t g = vm_->granule_bytes();
-    slot_bytes_ = ceil_div(static_cast<uint64_t>(shape.max_context_tokens * shape.bytes_per_token), g) * g;
+    slot_bytes_ =
+        ceil_div(static_cast<uint64_t>(shape.max_context_tokens * shape.bytes_per_token), g) * g;
     const uint64_t total = slot_bytes_ * static_cast<uint64_t>(shape.slots);
     base_ = vm_->reserve(total);
     try {
@@ -389,7 +388,7 @@ class BucketGrowthPolicy final : public KvPolicy {
   void truncate(int32_t slot, int64_t tokens) override {
     check_tokens(shape_, tokens);
     Slot& s = at(slot);
-    s.used_tokens = std::min(s.used_tokens, tokens);   // the buffer stays, as a vector's would
+    s.used_tokens = std::min(s.used_tokens, tokens);  // the buffer stays, as a vector's would
   }
   void end(int32_t slot) override {
     Slot& s = at(slot);
@@ -483,7 +482,8 @@ double percentile(std::vector<double> values, double fraction) {
   if (values.empty()) return 0;
   const auto rank = static_cast<size_t>(std::ceil(fraction * static_cast<double>(values.size())));
   const size_t index = std::min(values.size() - 1, rank == 0 ? 0 : rank - 1);
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(index), values.end());
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(index),
+                   values.end());
   return values[index];
 }
 

@@ -17,18 +17,18 @@ namespace granule {
 // The workload
 
 struct KvWorkloadOptions {
-  int32_t chats = 32;                    // one sequence slot each, all open at once
-  int32_t max_turns = 8;                 // user prompt + answer pairs per chat, at most
+  int32_t chats = 32;     // one sequence slot each; they open within the arrival window
+  int32_t max_turns = 8;  // answers per chat at most, regenerations included
   uint64_t seed = 1;
-  int64_t max_context_tokens = 8192;     // a chat that would pass it ends
-  int64_t prefill_chunk_tokens = 512;    // prompt tokens a chat prefills per step
-  int64_t arrival_window_steps = 200;    // chats open at a random step in [0, window]
+  int64_t max_context_tokens = 8192;   // a chat that would pass it ends
+  int64_t prefill_chunk_tokens = 512;  // prompt tokens a chat prefills per step
+  int64_t arrival_window_steps = 200;  // chats open at a random step in [0, window]
   // Log-normal lengths (median, sigma of the log), clamped to [min, max].
   double prompt_median_tokens = 150, prompt_sigma = 1.1;
   int64_t prompt_min_tokens = 20, prompt_max_tokens = 2000;
   double answer_median_tokens = 250, answer_sigma = 0.7;
   int64_t answer_min_tokens = 50, answer_max_tokens = 800;
-  int64_t think_min_steps = 5, think_max_steps = 60;   // the user reading and typing
+  int64_t think_min_steps = 5, think_max_steps = 60;  // the user reading and typing
   // After each answer, in this order: regenerate it, edit an earlier prompt, end the chat.
   double regenerate_probability = 0.15;
   double edit_probability = 0.10;
@@ -36,9 +36,9 @@ struct KvWorkloadOptions {
 };
 
 enum class KvEventKind {
-  Grow,       // the chat's KV now holds `tokens` tokens (a prefill chunk or a decoded token)
-  Truncate,   // regenerate or edit: the chat keeps its first `tokens` tokens
-  End,        // the chat is closed: its KV is freed
+  Grow,      // the chat's KV now holds `tokens` tokens (a prefill chunk or a decoded token)
+  Truncate,  // regenerate or edit: the chat keeps its first `tokens` tokens
+  End,       // the chat is closed: its KV is freed
 };
 
 struct KvEvent {
@@ -50,11 +50,11 @@ struct KvEvent {
 struct KvTrace {
   int32_t chats = 0;
   int64_t max_context_tokens = 0;
-  std::vector<std::vector<KvEvent>> steps;   // what each step does, in order
+  std::vector<std::vector<KvEvent>> steps;  // what each step does, in order
   // What the generator produced, for the report.
   int64_t turns = 0, regenerations = 0, edits = 0, context_full_ends = 0;
-  int64_t prompt_tokens = 0, answer_tokens = 0;   // fed, including regrowth
-  int64_t peak_live_tokens = 0;                   // most tokens held at once, all chats
+  int64_t prompt_tokens = 0, answer_tokens = 0;  // fed, including regrowth
+  int64_t peak_live_tokens = 0;                  // most tokens held at once, all chats
 };
 
 // Deterministic for a given options (seed included). Every chat ends before the trace does.
@@ -94,8 +94,8 @@ struct KvPolicyShape {
   int64_t bytes_per_token = 0;
   int64_t max_context_tokens = 0;
   int32_t slots = 0;
-  int64_t lookahead_tokens = 16;      // granules: mapped beyond what a step writes
-  int64_t min_bucket_tokens = 256;    // bucket growth: the first allocation
+  int64_t lookahead_tokens = 16;    // granules: mapped beyond what a step writes
+  int64_t min_bucket_tokens = 256;  // bucket growth: the first allocation
 };
 
 // One way of holding every chat's KV. Each charges what it holds to the MemoryManager's
@@ -133,8 +133,8 @@ struct KvPolicyResult {
   double mean_committed_bytes = 0;     // over the ends of steps
   uint64_t final_committed_bytes = 0;  // after the last step (every chat ended)
   uint64_t copied_bytes = 0;
-  uint64_t address_changes = 0;        // a slot's KV moved: each forces a graph re-capture
-  double memory_us_mean = 0;           // time in alloc/map/unmap/copy per step
+  uint64_t address_changes = 0;  // a slot's KV moved: each forces a graph re-capture
+  double memory_us_mean = 0;     // time in alloc/map/unmap/copy per step
   double memory_us_p99 = 0;
   double memory_us_max = 0;
   uint64_t steps = 0;
@@ -152,11 +152,9 @@ enum class KvPolicyKind { FullContext, BucketGrowth, Granule };
 const char* kv_policy_name(KvPolicyKind kind);
 
 // The same trace under each policy in turn (fresh ledger each), in the order given.
-std::vector<KvPolicyResult> run_kv_benchmark(const KvTrace& trace, const KvPolicyShape& shape,
-                                             KvBenchMemory& memory,
-                                             const std::vector<KvPolicyKind>& policies = {
-                                                 KvPolicyKind::FullContext,
-                                                 KvPolicyKind::BucketGrowth,
-                                                 KvPolicyKind::Granule});
+std::vector<KvPolicyResult> run_kv_benchmark(
+    const KvTrace& trace, const KvPolicyShape& shape, KvBenchMemory& memory,
+    const std::vector<KvPolicyKind>& policies = {
+        KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::Granule});
 
 }  // namespace granule

@@ -18,8 +18,8 @@ namespace granule {
 namespace {
 
 constexpr uint64_t kGranule = 64u << 10;
-constexpr int64_t kBytesPerToken = 1024;   // 64 tokens per granule
-constexpr int64_t kContext = 2048;         // a multiple of a granule's tokens
+constexpr int64_t kBytesPerToken = 1024;  // 64 tokens per granule
+constexpr int64_t kContext = 2048;        // a multiple of a granule's tokens
 
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -53,7 +53,9 @@ KvPolicyShape small_shape() {
   return s;
 }
 
-MemoryManager unbudgeted_ledger() { return MemoryManager(std::numeric_limits<uint64_t>::max() / 2); }
+MemoryManager unbudgeted_ledger() {
+  return MemoryManager(std::numeric_limits<uint64_t>::max() / 2);
+}
 
 TEST(KvWorkload, SameSeedSameTraceOtherSeedAnother) {
   const KvTrace a = make_kv_workload(small_workload(7));
@@ -79,7 +81,7 @@ TEST(KvWorkload, ChatsGrowWithinContextRegenerateEditAndAllEnd) {
   std::vector<bool> ended(static_cast<size_t>(o.chats), false);
   int64_t live_peak = 0, truncations = 0;
   for (const auto& step : trace.steps) {
-    std::set<int32_t> grown;   // one growth per chat per step
+    std::set<int32_t> grown;  // one growth per chat per step
     for (const KvEvent& e : step) {
       ASSERT_GE(e.chat, 0);
       ASSERT_LT(e.chat, o.chats);
@@ -144,13 +146,15 @@ TEST(KvBenchmark, GranulesStayWithinTheRoundingBoundNeverMoveAndEndAtZero) {
   for (int32_t s = 0; s < shape.slots; ++s) bases.push_back(policy->address(s));
 
   const KvPolicyResult r = run_kv_policy(
-      *policy, ledger, trace, [&](size_t step, const KvPolicy& p, const std::vector<int64_t>& tokens) {
+      *policy, ledger, trace,
+      [&](size_t step, const KvPolicy& p, const std::vector<int64_t>& tokens) {
         for (int32_t s = 0; s < shape.slots; ++s) {
           const auto t = static_cast<uint64_t>(tokens[static_cast<size_t>(s)]);
           const uint64_t held = ceil_div(t * kBytesPerToken, kGranule) * kGranule;
           const uint64_t with_lookahead =
               ceil_div(std::min<uint64_t>(kContext, t + shape.lookahead_tokens) * kBytesPerToken,
-                       kGranule) * kGranule;
+                       kGranule) *
+              kGranule;
           ASSERT_GE(p.committed_bytes(s), held) << "step " << step << " slot " << s;
           ASSERT_LE(p.committed_bytes(s), with_lookahead) << "step " << step << " slot " << s;
           ASSERT_EQ(p.address(s), bases[static_cast<size_t>(s)]) << "step " << step;
@@ -171,7 +175,7 @@ struct BucketExpectation {
 };
 BucketExpectation replay_buckets(const KvTrace& trace, const KvPolicyShape& shape) {
   BucketExpectation e;
-  std::map<int32_t, std::pair<int64_t, int64_t>> chats;   // chat -> (capacity, used)
+  std::map<int32_t, std::pair<int64_t, int64_t>> chats;  // chat -> (capacity, used)
   for (const auto& step : trace.steps) {
     for (const KvEvent& ev : step) {
       auto& [capacity, used] = chats[ev.chat];
@@ -225,7 +229,7 @@ TEST(KvBenchmark, BucketGrowthKeepsTheBytesItCopies) {
   const uint64_t used = 50 * kBytesPerToken;
   for (uint64_t i = 0; i < used; ++i) policy->address(3)[i] = static_cast<uint8_t>(i * 31 + 7);
   uint8_t* before = policy->address(3);
-  policy->grow(3, 200);   // 64 -> 256 tokens
+  policy->grow(3, 200);  // 64 -> 256 tokens
   ASSERT_NE(policy->address(3), before);
   EXPECT_EQ(policy->committed_bytes(3), 256u * kBytesPerToken);
   EXPECT_EQ(policy->copied_bytes(), used);

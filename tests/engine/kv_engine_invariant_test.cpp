@@ -26,8 +26,8 @@ uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 struct TempModel {
   fs::path path;
   explicit TempModel(const SyntheticModelSpec& spec) {
-    path = fs::temp_directory_path() / ("granule_kv_invariant_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(std::random_device{}()) + ".gguf");
+    path = fs::temp_directory_path() / ("granule_kv_invariant_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()) + ".gguf");
     write_synthetic_model(spec, path);
   }
   ~TempModel() { fs::remove(path); }
@@ -51,9 +51,9 @@ SyntheticModelSpec wide_kv_spec() {
 }
 
 struct SequenceRecord {
-  int64_t outputs = 0;                 // tokens the sink received
-  uint64_t reserved_bytes = 0;         // once it has a slot
-  bool seen_with_kv = false;           // had committed KV in some step's telemetry
+  int64_t outputs = 0;          // tokens the sink received
+  uint64_t reserved_bytes = 0;  // once it has a slot
+  bool seen_with_kv = false;    // had committed KV in some step's telemetry
   int finishes = 0;
   FinishReason reason = FinishReason::None;
 };
@@ -65,15 +65,15 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
   options.cpu_threads = 2;
   options.context_length = 1024;
   options.max_sequences = 4;
-  options.prefill_chunk_tokens = 64;   // prompts take several steps: cancels land mid-prefill
+  options.prefill_chunk_tokens = 64;  // prompts take several steps: cancels land mid-prefill
   auto engine = Engine::open(model.path, options);
 
   const auto bytes_per_token =
       static_cast<uint64_t>(engine->config().kv_bytes_per_token(sizeof(float)));
   ASSERT_EQ(bytes_per_token, 8192u);
-  const auto lookahead = static_cast<uint64_t>(KvGeometry{}.lookahead_tokens);   // the engine's
+  const auto lookahead = static_cast<uint64_t>(KvGeometry{}.lookahead_tokens);  // the engine's
   const auto context = static_cast<uint64_t>(options.context_length);
-  uint64_t granule = 0;   // learned from the ledger and the granule counters below
+  uint64_t granule = 0;  // learned from the ledger and the granule counters below
 
   std::mt19937_64 random(20261202);
   auto uniform = [&](int64_t lo, int64_t hi) {
@@ -117,7 +117,7 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
     for (const SequenceTelemetry& s : t.sequences) {
       SequenceRecord& rec = records.at(s.id);
       sum += s.kv_committed_bytes;
-      if (s.kv_reserved_bytes == 0) {   // waiting for a slot
+      if (s.kv_reserved_bytes == 0) {  // waiting for a slot
         ASSERT_EQ(s.kv_committed_bytes, 0u) << "step " << step << " seq " << s.id;
         continue;
       }
@@ -132,8 +132,8 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
       // Upper bound: what map_through(tokens + look-ahead) may commit, no more.
       const uint64_t bound =
           ceil_div(std::min(context, tokens + lookahead) * bytes_per_token, granule) * granule;
-      ASSERT_LE(s.kv_committed_bytes, bound) << "step " << step << " seq " << s.id << " holding "
-                                             << s.tokens << " tokens";
+      ASSERT_LE(s.kv_committed_bytes, bound)
+          << "step " << step << " seq " << s.id << " holding " << s.tokens << " tokens";
       // Lower bound once answering: every token but the newest sampled one is in KV.
       if (rec.outputs > 0) {
         ASSERT_GE(s.kv_committed_bytes, ceil_div((tokens - 1) * bytes_per_token, granule) * granule)
@@ -158,7 +158,8 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
       }
       const std::vector<SequenceId> all(live.begin(), live.end());
       const auto& pool = !prefilling.empty() && uniform(0, 1) == 0 ? prefilling : all;
-      const SequenceId id = pool[static_cast<size_t>(uniform(0, static_cast<int64_t>(pool.size()) - 1))];
+      const SequenceId id =
+          pool[static_cast<size_t>(uniform(0, static_cast<int64_t>(pool.size()) - 1))];
       const SequenceRecord& rec = records.at(id);
       if (rec.outputs > 0) {
         ++cancelled_answering;
@@ -181,7 +182,7 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
   EXPECT_TRUE(end.sequences.empty());
   EXPECT_GT(end.granules_mapped, 0u);
   EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
-  EXPECT_EQ(granule, 2u << 20);   // the CPU backend's host granule
+  EXPECT_EQ(granule, 2u << 20);  // the CPU backend's host granule
 
   int by_max_tokens = 0, by_cancel = 0;
   for (const auto& [id, rec] : records) {
