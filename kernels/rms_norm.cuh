@@ -1,5 +1,5 @@
-// RMSNorm over rows (n a multiple of 4, at most 16384): y = x / sqrt(mean(x²) + eps) * weight, as f32, f16 and/or
-// int8 blocks (any output may be null) so the next matrix product reads it directly.
+// RMSNorm over rows: y = x / sqrt(mean(x²) + eps) * weight, written as f32, f16 and/or int8
+// blocks (any output may be null) so the next matrix product reads it directly.
 #pragma once
 #include <cstdint>
 #include <cuda_fp16.h>
@@ -16,7 +16,8 @@ struct RmsNormOutputs {
 };
 
 // Output row r normalises input row source_rows[r] (or r when source_rows is null), so the
-// output head can normalise only the rows whose logits are wanted.
+// output head can normalise only the rows whose logits are wanted. n must be a multiple of
+// 4 (of 32 for int8 output) and at most 16384.
 cudaError_t launch_rms_norm(const float* x, const float* weight, int rows, int n, float eps,
                             RmsNormOutputs out, cudaStream_t stream, const int32_t* source_rows = nullptr);
 

@@ -24,17 +24,17 @@ if ! ninja -C "$build" -j16 -k 0 >/tmp/build.log 2>&1; then
 fi
 echo "build: $(( $(date +%s) - start )) s"
 
-# granule-bench on both shapes; the 8B shape also with the direct (non-streaming) matvec and
-# as JSON. Everything for one model goes to one file (at most 8 files come back).
+# granule-bench on both shapes, also with the streaming int8 matvec; the 8B shape also as
+# JSON. Everything for one model goes to one file (at most 8 files come back).
 bench_all() {
   local b="$build/app/bench/granule-bench"
   { timeout 90 "$b" --synthetic smollm2-135m:Q4_1
-    echo; echo "-- GRANULE_MATVEC_STREAMING=0"
-    GRANULE_MATVEC_STREAMING=0 timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 0; } \
+    echo; echo "-- GRANULE_MATVEC_STREAMING=1"
+    GRANULE_MATVEC_STREAMING=1 timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 0; } \
     >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1
   { timeout 330 "$b" --synthetic llama3-8b:Q4_0
-    echo; echo "-- GRANULE_MATVEC_STREAMING=0"
-    GRANULE_MATVEC_STREAMING=0 timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0
+    echo; echo "-- GRANULE_MATVEC_STREAMING=1"
+    GRANULE_MATVEC_STREAMING=1 timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0
     echo; echo "-- JSON"
     timeout 60 "$b" --synthetic llama3-8b:Q4_0 --json -p 0 -n 0 -b 1; } >"$OUT/bench-llama3-8b-Q4_0.txt" 2>&1
 }
@@ -44,9 +44,9 @@ gpu_tests() {
   timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 280 \
     --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
   grep -h "\[gpu-vs-cpu\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
-  # The same tests with the direct (non-streaming) int8 matvec kernel.
-  GRANULE_MATVEC_STREAMING=0 timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 \
-    --timeout 280 --output-on-failure >"$OUT/ctest-gpu-direct.log" 2>&1
+  # The same tests with the streaming int8 matvec kernel.
+  GRANULE_MATVEC_STREAMING=1 timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 \
+    --timeout 280 --output-on-failure >"$OUT/ctest-gpu-streaming.log" 2>&1
   echo "gpu tests (twice): $(( $(date +%s) - start )) s"
 }
 
