@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <ctime>
 
 #include "granule/error.h"
@@ -114,14 +115,18 @@ std::string llama3_today_literal(std::string_view source) {
   return "26 Jul 2024";
 }
 
-// Today's local date as Python's strftime("%d %b %Y") writes it, which is what the
-// template's strftime_now gives under Hugging Face transformers and llama.cpp.
+// Today's local date as Python's strftime("%d %b %Y") writes it in the C locale ("02 Dec
+// 2026"), which is what the template's strftime_now gives under Hugging Face transformers
+// and llama.cpp. The month is spelled here, not by strftime, because the GUI sets a locale.
 std::string today_local_date() {
+  constexpr std::array<const char*, 12> kMonths = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   const std::time_t now = std::time(nullptr);
   std::tm local{};
   localtime_r(&now, &local);
   char text[32];
-  std::strftime(text, sizeof text, "%d %b %Y", &local);
+  std::snprintf(text, sizeof text, "%02d %s %04d", local.tm_mday, kMonths.at(local.tm_mon),
+                local.tm_year + 1900);
   return text;
 }
 
