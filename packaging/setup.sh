@@ -185,8 +185,9 @@ cmd_run() {
 # The desktop file and the AppStream data are what software centres read: check them.
 check_resources() {
   section "Desktop file and AppStream metadata"
-  desktop-file-validate "$ROOT/resources/granule.desktop" &&
-    appstreamcli validate --no-net "$ROOT/resources/io.granule.Granule.metainfo.xml"
+  desktop-file-validate "$ROOT/resources/granule.desktop" || return 1
+  note "resources/granule.desktop is valid"
+  appstreamcli validate --no-net "$ROOT/resources/io.granule.Granule.metainfo.xml"
 }
 
 # The GGUF reader parses untrusted files: its tests run again under ASan and UBSan.
