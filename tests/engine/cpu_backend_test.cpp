@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unistd.h>
@@ -258,6 +259,7 @@ int32_t argmax(const float* row, int64_t n) {
 }
 
 struct ReferenceGolden {
+  std::string model_fnv1a64;   // hex digest of the file the reference ran
   std::vector<int32_t> tokens, greedy;
   int64_t rows = 0, vocab = 0;
   std::vector<float> logits;
@@ -276,6 +278,7 @@ ReferenceGolden read_golden(const fs::path& path) {
     return v;
   };
   while (std::getline(in, line)) {
+    if (line.rfind("model_fnv1a64 ", 0) == 0) g.model_fnv1a64 = line.substr(14);
     if (line.rfind("tokens ", 0) == 0) g.tokens = ints(line);
     if (line.rfind("greedy ", 0) == 0) g.greedy = ints(line);
     if (line.rfind("logits ", 0) == 0) {
@@ -286,6 +289,20 @@ ReferenceGolden read_golden(const fs::path& path) {
     }
   }
   return g;
+}
+
+std::string fnv1a64_hex(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 0xCBF29CE484222325ull;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    for (std::streamsize i = 0; i < in.gcount(); ++i) {
+      h = (h ^ static_cast<uint8_t>(buffer[i])) * 0x100000001B3ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
 }
 
 // max |a - b| / max |b|: the error relative to the size of the reference logits.
@@ -368,6 +385,11 @@ TEST_P(ReferenceGoldenTest, LogitsAndGreedyMatchNumpyReference) {
                                        << "; run tests/reference/make_cpu_goldens.sh";
   ReferenceGolden g = read_golden(golden_path);
   ASSERT_EQ(g.tokens, kGoldenTokens);
+  // The golden is only meaningful for the same bytes: a changed writer or quantiser makes
+  // a different model, and the goldens must be made again.
+  ASSERT_EQ(fnv1a64_hex(model), g.model_fnv1a64)
+      << c.name << ": the synthetic model's bytes changed (GGUF writer, quantiser or spec); "
+      << "regenerate the goldens with tests/reference/make_cpu_goldens.sh BUILD_DIR";
 
   LoadedModel m(model);
   ASSERT_EQ(g.vocab, m.config.n_vocab);

@@ -10,6 +10,7 @@ Usage:
   python3 tests/reference/llama_reference.py MODEL.gguf --tokens 1,2,3 [--greedy 32] [--out FILE]
 
 Output (text, FILE or stdout):
+  model_fnv1a64 <hex>      FNV-1a 64 of the model file (tests check they run the same bytes)
   tokens <ids...>          the prompt
   greedy <ids...>          greedy continuation (argmax, ties to the lowest id), when asked
   logits <rows> <n_vocab>  teacher-forced logits after each prompt token (--last-only: 1 row)
@@ -163,6 +164,14 @@ class Model:
         return x @ head.T
 
 
+def fnv1a64(path):
+    h = 0xCBF29CE484222325
+    data = open(path, "rb").read()
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -187,6 +196,7 @@ def main():
     rows = logits[-1:] if args.last_only else logits
     out = open(args.out, "w") if args.out else sys.stdout
     out.write(f"# llama_reference.py {args.model.split('/')[-1]}\n")
+    out.write(f"model_fnv1a64 {fnv1a64(args.model):016x}\n")
     out.write("tokens " + " ".join(map(str, tokens)) + "\n")
     if args.greedy:
         out.write("greedy " + " ".join(map(str, greedy)) + "\n")

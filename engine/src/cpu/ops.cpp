@@ -1,6 +1,7 @@
 // The CPU reference operators (see ops.h): f32 math in a fixed order, threads over rows.
 #include "cpu/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -81,17 +82,23 @@ void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_
   if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
     decoded.resize(static_cast<size_t>(n_cols));
   }
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const uint8_t* row = base + static_cast<size_t>(r) * stride;
-    // One token (a decode step): decode and dot in one pass where a fused kernel exists.
-    if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
-    const float* values = reinterpret_cast<const float*>(row);
-    if (type != TensorType::F32) {
-      decode_row(type, row, decoded.data(), n_cols);
-      values = decoded.data();
-    }
-    for (int64_t t = 0; t < n_tokens; ++t) {
-      y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
+  // Tokens go in tiles small enough to stay in L2 across the rows; a row is decoded once
+  // per tile. Every output is the same dot whatever the tiling.
+  constexpr int64_t kTokenTile = 64;
+  for (int64_t tile = 0; tile < n_tokens; tile += kTokenTile) {
+    const int64_t tile_end = std::min(n_tokens, tile + kTokenTile);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = base + static_cast<size_t>(r) * stride;
+      // One token (a decode step): decode and dot in one pass where a fused kernel exists.
+      if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
+      const float* values = reinterpret_cast<const float*>(row);
+      if (type != TensorType::F32) {
+        decode_row(type, row, decoded.data(), n_cols);
+        values = decoded.data();
+      }
+      for (int64_t t = tile; t < tile_end; ++t) {
+        y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
+      }
     }
   }
 }
