@@ -1,19 +1,18 @@
 // granule-cli's subcommands and the helpers they share: each cmd_*.cpp registers one
 // subcommand's options and returns the function that runs it once the line is parsed.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <string_view>
 
-#include <CLI/CLI.hpp>
-
 namespace granule::cli {
 
 struct Command {
   CLI::App* app = nullptr;
-  std::function<int()> run;   // returns the process exit code; throws on errors
+  std::function<int()> run;  // returns the process exit code; throws on errors
   // The model file the command works on, named in the error line (owned by `run`'s state).
   const std::filesystem::path* model = nullptr;
 };

@@ -29,7 +29,8 @@ int run_chat(const ChatOptions& options) {
   const ChatTemplate& tmpl = require_chat_template(*engine, options.generation);
   const bool interactive = isatty(STDIN_FILENO) != 0;
   if (interactive) {
-    std::fprintf(stderr, "granule-cli: %s on %s, template %s. /reset clears the chat, /exit leaves; "
+    std::fprintf(stderr,
+                 "granule-cli: %s on %s, template %s. /reset clears the chat, /exit leaves; "
                  "Ctrl-C stops a reply.\n",
                  options.generation.model.filename().c_str(), engine->device_name().c_str(),
                  tmpl.name().c_str());
@@ -42,7 +43,7 @@ int run_chat(const ChatOptions& options) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
     }
-    if (!std::getline(std::cin, line)) break;   // end of input
+    if (!std::getline(std::cin, line)) break;  // end of input
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       history = fresh_history(options.generation);

@@ -80,9 +80,9 @@ void print_tensors(const ModelFile& file, std::optional<uint32_t> dominant_type)
   field("tensors", std::to_string(file.tensors().size()));
   const std::vector<TypeUsage> usage = type_usage(file);
   for (const TypeUsage& u : usage) {
-    field("  " + tensor_type_name(u.ggml_type),
-          std::to_string(u.tensors) + (u.tensors == 1 ? " tensor, " : " tensors, ") +
-              human_bytes(u.bytes));
+    field("  " + tensor_type_name(u.ggml_type), std::to_string(u.tensors) +
+                                                    (u.tensors == 1 ? " tensor, " : " tensors, ") +
+                                                    human_bytes(u.bytes));
   }
   if (!dominant_type && !usage.empty()) dominant_type = usage.front().ggml_type;
   if (dominant_type) field("dominant type", tensor_type_name(*dominant_type));
@@ -154,8 +154,9 @@ int run_info(const std::filesystem::path& path) {
 
 Command add_info_command(CLI::App& parent) {
   auto model = std::make_shared<std::filesystem::path>();
-  CLI::App* app = parent.add_subcommand("info", "Show a GGUF file's architecture, shapes, "
-                                                "block types, tokenizer and chat template");
+  CLI::App* app = parent.add_subcommand("info",
+                                        "Show a GGUF file's architecture, shapes, "
+                                        "block types, tokenizer and chat template");
   app->add_option("model", *model, "GGUF file")->required();
   return {app, [model] { return run_info(*model); }, model.get()};
 }

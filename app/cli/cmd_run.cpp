@@ -31,7 +31,8 @@ int run_once(const RunOptions& options) {
     request.prompt_tokens = std::move(tokens);
   } else {
     const ChatTemplate& tmpl = require_chat_template(*engine, options.generation);
-    if (!options.generation.system.empty()) request.messages.push_back({"system", options.generation.system});
+    if (!options.generation.system.empty())
+      request.messages.push_back({"system", options.generation.system});
     request.messages.push_back({"user", options.prompt});
     request.sampling.stop_strings = tmpl.stop_strings();
     prompt_tokens = count_prompt_tokens(*engine, request.messages);
@@ -50,7 +51,8 @@ Command add_run_command(CLI::App& parent) {
   add_generation_options(*app, options->generation);
   app->add_option("-p,--prompt", options->prompt, "The prompt")->required();
   app->add_flag("--raw", options->raw,
-                "Use the prompt as is (control tokens written as text are parsed), without the chat template");
+                "Use the prompt as is (control tokens written as text are parsed), without the "
+                "chat template");
   return {app, [options] { return run_once(*options); }, &options->generation.model};
 }
 

@@ -42,9 +42,11 @@ int run_tokenize(const TokenizeOptions& options) {
 Command add_tokenize_command(CLI::App& parent) {
   auto options = std::make_shared<TokenizeOptions>();
   CLI::App* app = parent.add_subcommand("tokenize", "Print the token ids of a text");
-  app->add_option("model", options->model, "GGUF file (a vocabulary-only file is enough)")->required();
+  app->add_option("model", options->model, "GGUF file (a vocabulary-only file is enough)")
+      ->required();
   app->add_option("text", options->text, "Text to tokenize")->required();
-  app->add_flag("--no-bos", options->no_bos, "Do not prepend BOS (by default the vocabulary decides)");
+  app->add_flag("--no-bos", options->no_bos,
+                "Do not prepend BOS (by default the vocabulary decides)");
   app->add_flag("--parse-special", options->parse_special,
                 "Read control tokens written as text (\"<|im_start|>\") as those tokens");
   app->add_flag("--pieces", options->pieces, "One token per line with the text it stands for");

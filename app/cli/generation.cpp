@@ -55,9 +55,12 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("-n,--max-tokens", options.max_tokens, "Most tokens to generate per reply")
       ->check(CLI::Range(1, kMaxTokens))
       ->capture_default_str();
-  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
-  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")->check(CLI::Range(0, kMaxTokens));
-  app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")
+      ->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")
+      ->check(CLI::Range(0, kMaxTokens));
+  app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")
+      ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--min-p", options.min_p, "Drop tokens below this fraction of the best (0 = off)")
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--repeat-penalty", options.repeat_penalty, "Repetition penalty (1 = off)")
@@ -66,12 +69,14 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("-c,--ctx", options.context, "Context length per sequence")
       ->check(CLI::Range(int64_t{1}, int64_t{kMaxTokens}))
       ->capture_default_str();
-  app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")->check(CLI::Range(0, 4096));
+  app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
   app.add_option("--template", options.template_name,
-                 "Chat template to use instead of the model's (chatml, llama3, llama2, mistral, gemma, phi3)")
+                 "Chat template to use instead of the model's (chatml, llama3, llama2, mistral, "
+                 "gemma, phi3)")
       ->check(CLI::IsMember(ChatTemplate::family_names()));
   app.add_option("--system", options.system, "System prompt");
   app.add_flag("--no-stats", options.quiet_stats, "Do not print the speeds after each reply");
@@ -81,7 +86,7 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   EngineOptions engine_options;
   engine_options.device = device_kind(options.device);
   engine_options.context_length = options.context;
-  engine_options.max_sequences = 1;   // one conversation at a time
+  engine_options.max_sequences = 1;  // one conversation at a time
   engine_options.cpu_threads = options.threads;
   engine_options.chat_template_override = options.template_name;
   return Engine::open(options.model, engine_options);
@@ -154,7 +159,8 @@ void print_speeds(const ReplyResult& reply, int64_t prompt_tokens) {
   const double prompt_rate =
       reply.time_to_first_token_ms > 0 ? prompt_tokens * 1000.0 / reply.time_to_first_token_ms : 0;
   const int64_t decode_tokens = reply.generated_tokens > 1 ? reply.generated_tokens - 1 : 0;
-  const double decode_rate = reply.generation_ms > 0 ? decode_tokens * 1000.0 / reply.generation_ms : 0;
+  const double decode_rate =
+      reply.generation_ms > 0 ? decode_tokens * 1000.0 / reply.generation_ms : 0;
   std::fprintf(stderr,
                "prompt: %lld tokens, %.1f ms (%.1f tok/s) | generation: %lld tokens, %.1f ms "
                "(%.1f tok/s) | stop: %s\n",
@@ -170,7 +176,8 @@ int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>
   // As Engine::submit does: BOS written by the template, control tokens parsed.
   const std::string bos_text = tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
   const std::string prompt = tmpl->render(messages, /*add_generation_prompt=*/true, bos_text);
-  return static_cast<int64_t>(tokenizer.encode(prompt, /*add_bos=*/false, /*parse_special=*/true).size());
+  return static_cast<int64_t>(
+      tokenizer.encode(prompt, /*add_bos=*/false, /*parse_special=*/true).size());
 }
 
 }  // namespace granule::cli

@@ -1,14 +1,13 @@
 // What `run` and `chat` share: the engine and sampling options, opening the engine, and
 // streaming one reply to stdout with Ctrl-C cancelling it and the speeds printed after.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "granule/engine.h"
 
@@ -26,7 +25,7 @@ struct GenerationOptions {
   int64_t context = 4096;
   int32_t threads = 0;
   std::string device = "auto";
-  std::string template_name;   // "" = detect from the GGUF
+  std::string template_name;  // "" = detect from the GGUF
   std::string system;
   bool quiet_stats = false;
 };
@@ -46,7 +45,7 @@ struct ReplyResult {
   std::string error;
   int64_t generated_tokens = 0;
   double time_to_first_token_ms = 0;
-  double generation_ms = 0;   // from the first token to the last
+  double generation_ms = 0;  // from the first token to the last
 };
 
 // Submits the request, writes the reply to stdout as it comes and steps the engine until

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Granule: run local language models from the terminal", "granule-cli"};
   app.set_version_flag("--version", std::string("granule-cli ") + GRANULE_VERSION);
   app.require_subcommand(1);
-  app.fallthrough();   // -v also after the subcommand: granule-cli run MODEL -p hi -v
+  app.fallthrough();  // -v also after the subcommand: granule-cli run MODEL -p hi -v
   int verbosity = 0;
   app.add_flag("-v,--verbose", verbosity, "More log output on stderr (-v info, -vv debug)");
 
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);   // --help, --version
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     std::fprintf(stderr, "granule-cli: %s (see granule-cli --help)\n", e.what());
     return 1;
   }
@@ -71,10 +71,11 @@ int main(int argc, char** argv) {
     if (!command.app->parsed()) continue;
     try {
       return command.run();
-    } catch (const std::exception& e) {   // granule::Error and anything else the run threw
-      std::fprintf(stderr, "%s\n", error_line(command.model ? *command.model : "", e.what()).c_str());
+    } catch (const std::exception& e) {  // granule::Error and anything else the run threw
+      std::fprintf(stderr, "%s\n",
+                   error_line(command.model ? *command.model : "", e.what()).c_str());
       return 1;
     }
   }
-  return 1;   // require_subcommand(1) makes this unreachable
+  return 1;  // require_subcommand(1) makes this unreachable
 }

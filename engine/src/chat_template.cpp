@@ -59,9 +59,15 @@ std::string unescape_jinja_literal(std::string_view s) {
     }
     const char next = s[++i];
     switch (next) {
-      case 'n': out += '\n'; break;
-      case 't': out += '\t'; break;
-      default: out += next; break;   // \\, \', \"
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      default:
+        out += next;
+        break;  // \\, \', \"
     }
   }
   return out;
@@ -107,7 +113,7 @@ std::string literal_after(std::string_view source, std::string_view marker) {
 // Llama 3.1's template sets a fixed date ({%- set date_string = "26 Jul 2024" %}); Llama
 // 3.2's asks for the current one through strftime_now and keeps that literal as a fallback.
 std::string llama3_today_literal(std::string_view source) {
-  if (contains(source, "strftime_now")) return {};   // the clock, at render time
+  if (contains(source, "strftime_now")) return {};  // the clock, at render time
   for (std::string_view marker : {"set date_string = \"", "set date_string = '"}) {
     std::string date = literal_after(source, marker);
     if (!date.empty()) return date;
@@ -283,8 +289,8 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
              (contains(jinja_source, "<|user|>") || contains(jinja_source, "<|assistant|>"))) {
     result.family_ = TemplateFamily::Phi3;
   } else if (contains(jinja_source, "[INST]")) {
-    result.family_ = contains(jinja_source, "<<SYS>>") ? TemplateFamily::Llama2
-                                                       : TemplateFamily::Mistral;
+    result.family_ =
+        contains(jinja_source, "<<SYS>>") ? TemplateFamily::Llama2 : TemplateFamily::Mistral;
   } else {
     throw UnsupportedError("unrecognised chat template: \"" + excerpt(jinja_source) +
                            "\" (choose one of chatml, llama3, llama2, mistral, gemma, phi3)");
@@ -303,7 +309,8 @@ ChatTemplate ChatTemplate::from_name(std::string_view name) {
     if (entry.name == lower) return ChatTemplate(entry.family);
   }
   std::string known;
-  for (const FamilyName& entry : kFamilyNames) known += (known.empty() ? "" : ", ") + std::string(entry.name);
+  for (const FamilyName& entry : kFamilyNames)
+    known += (known.empty() ? "" : ", ") + std::string(entry.name);
   throw UsageError("unknown chat template '" + std::string(name) + "' (known: " + known + ")");
 }
 
@@ -327,25 +334,36 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
                                  family_ == TemplateFamily::Gemma;
   check_roles(messages, system_only_first, name());
   switch (family_) {
-    case TemplateFamily::ChatML: return render_chatml(messages, add_generation_prompt, default_system_);
+    case TemplateFamily::ChatML:
+      return render_chatml(messages, add_generation_prompt, default_system_);
     case TemplateFamily::Llama3:
-      return render_llama3(messages, add_generation_prompt, bos_text, knowledge_cutoff_, today_date_);
-    case TemplateFamily::Llama2: return render_llama2(messages, bos_text);
-    case TemplateFamily::Mistral: return render_mistral(messages, bos_text);
-    case TemplateFamily::Gemma: return render_gemma(messages, add_generation_prompt, bos_text);
-    case TemplateFamily::Phi3: return render_phi3(messages, add_generation_prompt, bos_text);
+      return render_llama3(messages, add_generation_prompt, bos_text, knowledge_cutoff_,
+                           today_date_);
+    case TemplateFamily::Llama2:
+      return render_llama2(messages, bos_text);
+    case TemplateFamily::Mistral:
+      return render_mistral(messages, bos_text);
+    case TemplateFamily::Gemma:
+      return render_gemma(messages, add_generation_prompt, bos_text);
+    case TemplateFamily::Phi3:
+      return render_phi3(messages, add_generation_prompt, bos_text);
   }
   return {};
 }
 
 std::vector<std::string> ChatTemplate::stop_strings() const {
   switch (family_) {
-    case TemplateFamily::ChatML: return {"<|im_end|>"};
-    case TemplateFamily::Llama3: return {"<|eot_id|>"};
+    case TemplateFamily::ChatML:
+      return {"<|im_end|>"};
+    case TemplateFamily::Llama3:
+      return {"<|eot_id|>"};
     case TemplateFamily::Llama2:
-    case TemplateFamily::Mistral: return {"</s>"};
-    case TemplateFamily::Gemma: return {"<end_of_turn>"};
-    case TemplateFamily::Phi3: return {"<|end|>", "<|endoftext|>"};
+    case TemplateFamily::Mistral:
+      return {"</s>"};
+    case TemplateFamily::Gemma:
+      return {"<end_of_turn>"};
+    case TemplateFamily::Phi3:
+      return {"<|end|>", "<|endoftext|>"};
   }
   return {};
 }

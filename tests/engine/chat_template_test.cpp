@@ -4,6 +4,8 @@
 // The golden files tests/data/chat/<template>.<case>.txt were made by rendering each model's
 // real Jinja template (tests/data/chat/<template>.jinja) with Python's jinja2, configured as
 // Hugging Face transformers configures it: tests/reference/make_chat_goldens.py.
+#include "granule/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -15,14 +17,14 @@
 #include <string>
 #include <vector>
 
-#include "granule/chat_template.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 
 namespace granule {
 namespace {
 
-const std::filesystem::path kChatData = std::filesystem::path(GRANULE_SOURCE_DIR) / "tests/data/chat";
+const std::filesystem::path kChatData =
+    std::filesystem::path(GRANULE_SOURCE_DIR) / "tests/data/chat";
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,7 +41,8 @@ std::optional<std::filesystem::path> default_model_path() {
   if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) candidates.emplace_back(env);
   const std::filesystem::path relative = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
   if (const char* xdg = std::getenv("XDG_DATA_HOME")) candidates.push_back(xdg / relative);
-  if (const char* home = std::getenv("HOME")) candidates.push_back(std::filesystem::path(home) / ".local/share" / relative);
+  if (const char* home = std::getenv("HOME"))
+    candidates.push_back(std::filesystem::path(home) / ".local/share" / relative);
   for (const auto& path : candidates) {
     if (std::filesystem::is_regular_file(path)) return path;
   }
@@ -76,7 +79,7 @@ struct TemplateCase {
   std::string file;
   TemplateFamily family;
   std::string bos_text;
-  std::string today_date = "";   // the date strftime_now gave the Jinja (Llama 3.2)
+  std::string today_date = "";  // the date strftime_now gave the Jinja (Llama 3.2)
 };
 
 class ChatTemplateGolden : public testing::TestWithParam<TemplateCase> {};
@@ -93,7 +96,8 @@ TEST_P(ChatTemplateGolden, DetectsFamilyAndRendersEveryConversationAsTheJinjaDoe
     const std::filesystem::path golden = kChatData / (c.file + "." + conv.name + ".txt");
     if (!std::filesystem::exists(golden)) continue;
     SCOPED_TRACE(c.file + "." + conv.name);
-    EXPECT_EQ(tmpl.render(conv.messages, conv.add_generation_prompt, c.bos_text), read_file(golden));
+    EXPECT_EQ(tmpl.render(conv.messages, conv.add_generation_prompt, c.bos_text),
+              read_file(golden));
     ++compared;
   }
   EXPECT_GT(compared, 0) << "no golden files for " << c.file;
@@ -104,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(TemplateCase{"smollm2", TemplateFamily::ChatML, "<|im_start|>"},
                     TemplateCase{"chatml", TemplateFamily::ChatML, "<s>"},
                     TemplateCase{"llama3", TemplateFamily::Llama3, "<|begin_of_text|>"},
-                    TemplateCase{"llama32", TemplateFamily::Llama3, "<|begin_of_text|>", "02 Dec 2026"},
+                    TemplateCase{"llama32", TemplateFamily::Llama3, "<|begin_of_text|>",
+                                 "02 Dec 2026"},
                     TemplateCase{"llama2", TemplateFamily::Llama2, "<s>"},
                     TemplateCase{"mistral", TemplateFamily::Mistral, "<s>"},
                     TemplateCase{"gemma", TemplateFamily::Gemma, "<bos>"},
@@ -164,7 +169,7 @@ TEST(ChatTemplate, Llama32WritesTodaysDateWhenNotPinned) {
   EXPECT_EQ(tmpl.knowledge_cutoff(), "December 2023");
   const std::string before = local_date_now();
   const std::string text = tmpl.render({{"user", "Hi"}}, true);
-  const std::string after = local_date_now();   // the same unless midnight passed
+  const std::string after = local_date_now();  // the same unless midnight passed
   EXPECT_TRUE(text.find("Today Date: " + before + "\n\n") != std::string::npos ||
               text.find("Today Date: " + after + "\n\n") != std::string::npos)
       << text;
@@ -180,10 +185,11 @@ TEST(ChatTemplate, Llama31UsesTheTemplatesFixedDate) {
   const ChatTemplate tmpl = ChatTemplate::detect(source);
   EXPECT_EQ(tmpl.family(), TemplateFamily::Llama3);
   EXPECT_EQ(tmpl.knowledge_cutoff(), "December 2023");
-  EXPECT_EQ(tmpl.render({{"system", " Be brief. "}, {"user", "Hi"}}, true, "<|begin_of_text|>"),
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
-            "December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|"
-            "end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(
+      tmpl.render({{"system", " Be brief. "}, {"user", "Hi"}}, true, "<|begin_of_text|>"),
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "
+      "December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|"
+      "end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 // The templates stored in real GGUF files, read through ModelFile.
@@ -287,7 +293,8 @@ TEST(ChatTemplate, UnknownTemplateThrowsUnsupportedWithAOneLineExcerpt) {
 
 TEST(ChatTemplate, FromNameCoversEveryFamilyAndRoundTrips) {
   const std::vector<std::string> names = ChatTemplate::family_names();
-  ASSERT_EQ(names, (std::vector<std::string>{"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"}));
+  ASSERT_EQ(names,
+            (std::vector<std::string>{"chatml", "llama3", "llama2", "mistral", "gemma", "phi3"}));
   const std::vector<TemplateFamily> families = {TemplateFamily::ChatML, TemplateFamily::Llama3,
                                                 TemplateFamily::Llama2, TemplateFamily::Mistral,
                                                 TemplateFamily::Gemma,  TemplateFamily::Phi3};
@@ -307,7 +314,8 @@ TEST(ChatTemplate, FromNameRejectsUnknownNameListingTheKnownOnes) {
   } catch (const UsageError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find("'vicuna'"), std::string::npos) << message;
-    EXPECT_NE(message.find("chatml, llama3, llama2, mistral, gemma, phi3"), std::string::npos) << message;
+    EXPECT_NE(message.find("chatml, llama3, llama2, mistral, gemma, phi3"), std::string::npos)
+        << message;
   }
 }
 
@@ -337,8 +345,9 @@ TEST(ChatTemplate, LateSystemMessageIsRejectedOnlyByFormatsWithoutASystemTurn) {
   EXPECT_THROW(ChatTemplate::from_name("gemma").render(chat, true), UsageError);
   EXPECT_THROW(ChatTemplate::from_name("mistral").render(chat, true), UsageError);
   EXPECT_THROW(ChatTemplate::from_name("llama2").render(chat, true), UsageError);
-  EXPECT_NE(ChatTemplate::from_name("chatml").render(chat, true).find("<|im_start|>system\nbe brief"),
-            std::string::npos);
+  EXPECT_NE(
+      ChatTemplate::from_name("chatml").render(chat, true).find("<|im_start|>system\nbe brief"),
+      std::string::npos);
   EXPECT_NE(ChatTemplate::from_name("phi3").render(chat, true).find("<|system|>\nbe brief"),
             std::string::npos);
 }

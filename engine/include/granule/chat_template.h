@@ -9,7 +9,7 @@
 namespace granule {
 
 struct ChatMessage {
-  std::string role;      // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant"
   std::string content;
 };
 
@@ -41,8 +41,8 @@ class ChatTemplate {
   // The prompt text for these messages; add_generation_prompt appends the assistant
   // header so the model answers next. bos_text is prepended where the format has it (at
   // the start, except ChatML, which has none; Llama 2 before every user turn): pass the BOS
-  // token's text and encode with
-  // parse_special and without add_bos to get exactly the tokens the official template gives.
+  // token's text and encode with parse_special and without add_bos to get exactly the
+  // tokens the official template gives.
   // Throws UsageError for a role other than system/user/assistant, or a system message
   // after the start in a format that has no system turn (Llama 2, Mistral, Gemma).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
@@ -55,7 +55,7 @@ class ChatTemplate {
   TemplateFamily family_;
   std::string default_system_;
   std::string knowledge_cutoff_;
-  std::string today_date_;   // "" = read the clock at render time
+  std::string today_date_;  // "" = read the clock at render time
 };
 
 }  // namespace granule
