@@ -229,7 +229,7 @@ int run_kv_benchmark(const KvBenchOptions& o) {
 
     std::unique_ptr<KvBenchMemory> memory = make_memory(o);
     const uint64_t granule_bytes = memory->make_virtual_memory()->granule_bytes();
-    const std::vector<KvPolicyResult> results = run_kv_benchmark(trace, shape, *memory);
+    const std::vector<KvPolicyResult> results = compare_kv_policies(trace, shape, *memory);
     if (o.json) {
       print_json(o, memory->name(), granule_bytes, bytes_per_token, trace, results);
     } else {

@@ -585,9 +585,9 @@ KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTr
   return result;
 }
 
-std::vector<KvPolicyResult> run_kv_benchmark(const KvTrace& trace, const KvPolicyShape& shape,
-                                             KvBenchMemory& memory,
-                                             const std::vector<KvPolicyKind>& policies) {
+std::vector<KvPolicyResult> compare_kv_policies(const KvTrace& trace, const KvPolicyShape& shape,
+                                                KvBenchMemory& memory,
+                                                const std::vector<KvPolicyKind>& policies) {
   if (shape.slots < trace.chats || shape.max_context_tokens < trace.max_context_tokens) {
     throw UsageError("the KV policy shape is smaller than the workload (slots or context)");
   }

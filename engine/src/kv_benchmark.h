@@ -152,7 +152,7 @@ enum class KvPolicyKind { FullContext, BucketGrowth, Granule };
 const char* kv_policy_name(KvPolicyKind kind);
 
 // The same trace under each policy in turn (fresh ledger each), in the order given.
-std::vector<KvPolicyResult> run_kv_benchmark(
+std::vector<KvPolicyResult> compare_kv_policies(
     const KvTrace& trace, const KvPolicyShape& shape, KvBenchMemory& memory,
     const std::vector<KvPolicyKind>& policies = {
         KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::Granule});

@@ -244,7 +244,7 @@ TEST(KvBenchmark, FullContextCommitsEverySlotsWholeContextThroughout) {
   const KvPolicyShape shape = small_shape();
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/false);
-  const auto results = run_kv_benchmark(trace, shape, *memory, {KvPolicyKind::FullContext});
+  const auto results = compare_kv_policies(trace, shape, *memory, {KvPolicyKind::FullContext});
   ASSERT_EQ(results.size(), 1u);
   const uint64_t all_slots = static_cast<uint64_t>(shape.slots) * kContext * kBytesPerToken;
   EXPECT_EQ(results[0].peak_committed_bytes, all_slots);
@@ -259,7 +259,7 @@ TEST(KvBenchmark, GranulesCommitLessThanBucketsAndCopyNothing) {
   const KvPolicyShape shape = small_shape();
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/true);
-  const auto r = run_kv_benchmark(trace, shape, *memory);
+  const auto r = compare_kv_policies(trace, shape, *memory);
   ASSERT_EQ(r.size(), 3u);
   const KvPolicyResult& full = r[0];
   const KvPolicyResult& bucket = r[1];
@@ -290,7 +290,7 @@ TEST(KvBenchmark, ShapeSmallerThanTheWorkloadIsRefused) {
   KvPolicyShape shape = small_shape();
   shape.slots = 4;
   auto memory = make_host_kv_bench_memory(kGranule, false);
-  EXPECT_THROW(run_kv_benchmark(trace, shape, *memory), UsageError);
+  EXPECT_THROW(compare_kv_policies(trace, shape, *memory), UsageError);
 }
 
 }  // namespace
