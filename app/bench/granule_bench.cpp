@@ -2,6 +2,7 @@
 // synthetic model made with the project's writer: prompt processing (pp), single-sequence
 // generation (tg) and batched decode, each decode figure also as a fraction of the memory
 // roofline (weight bytes read per step over the device-to-device bandwidth measured here).
+// `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -21,6 +22,7 @@
 #include "granule/log.h"
 #include "granule/model_config.h"
 #include "granule/synthetic_model.h"
+#include "kv_bench.h"
 #include "kv_space.h"
 #include "memory_manager.h"
 
@@ -212,7 +214,12 @@ int run(int argc, char** argv) {
   app.add_option("-b,--batches", batches, "batch sizes for batched decode")->delimiter(',');
   app.add_option("-r,--repetitions", repetitions, "repetitions of the prefill test");
   app.add_flag("--json", json, "print JSON instead of the table");
+  // `granule-bench kv`: the KV memory policies benchmark (kv_bench.h).
+  KvBenchOptions kv_options;
+  CLI::App* kv = app.add_subcommand("kv", "replay a seeded chat workload under three KV memory policies");
+  add_kv_bench_options(*kv, kv_options);
   CLI11_PARSE(app, argc, argv);
+  if (kv->parsed()) return run_kv_benchmark(kv_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";
