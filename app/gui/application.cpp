@@ -12,6 +12,7 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       store_(database_path),
       chats_(store_, errors_),
       model_(errors_),
+      window_settings_(store_),
       worker_(new EngineWorker(std::move(factory))) {
   registerWorkerTypes();
   engine_thread_.setObjectName(QStringLiteral("granule-engine"));
@@ -42,7 +43,6 @@ void Application::connectWorker() {
   connect(&chats_, &ChatController::cancelRequested, worker_, &EngineWorker::cancel);
   connect(&model_, &ModelController::inspectRequested, worker_, &EngineWorker::inspectModel);
   connect(&model_, &ModelController::loadRequested, worker_, &EngineWorker::loadModel);
-  connect(worker_, &EngineWorker::generationStarted, &chats_, &ChatController::onGenerationStarted);
   connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
   connect(worker_, &EngineWorker::generationFinished, &chats_, &ChatController::onGenerationFinished);
   connect(worker_, &EngineWorker::modelInspected, &model_, &ModelController::onModelInspected);
@@ -79,7 +79,8 @@ QVariantMap Application::windowProperties() {
   return {{QStringLiteral("chats"), QVariant::fromValue(&chats_)},
           {QStringLiteral("model"), QVariant::fromValue(&model_)},
           {QStringLiteral("telemetry"), QVariant::fromValue(&telemetry_)},
-          {QStringLiteral("errors"), QVariant::fromValue(&errors_)}};
+          {QStringLiteral("errors"), QVariant::fromValue(&errors_)},
+          {QStringLiteral("settings"), QVariant::fromValue(&window_settings_)}};
 }
 
 void Application::shutdown() {

@@ -13,6 +13,7 @@
 #include "inference_engine.h"
 #include "model_controller.h"
 #include "telemetry_model.h"
+#include "window_settings.h"
 
 namespace granule::app {
 
@@ -34,6 +35,7 @@ class Application : public QObject {
   ChatController* chats() { return &chats_; }
   ModelController* model() { return &model_; }
   TelemetryModel* telemetry() { return &telemetry_; }
+  WindowSettings* windowSettings() { return &window_settings_; }
   // Main.qml's required properties.
   QVariantMap windowProperties();
 
@@ -45,6 +47,7 @@ class Application : public QObject {
   ChatController chats_;
   ModelController model_;
   TelemetryModel telemetry_;
+  WindowSettings window_settings_;
   QThread engine_thread_;
   EngineWorker* worker_;   // lives on engine_thread_; deleted after the thread ends
 };

@@ -269,11 +269,6 @@ void ChatController::abandonGeneration(qint64 chat_id) {
   Q_EMIT generatingChanged();
 }
 
-void ChatController::onGenerationStarted(qint64 chat_id) {
-  // Nothing to show yet: the message row exists since the request; tokens/s starts with text.
-  Q_UNUSED(chat_id);
-}
-
 void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
   for (const TokenChunk& chunk : chunks) {
     const auto it = generations_.find(chunk.chat_id);

@@ -113,7 +113,6 @@ class ChatController : public QObject {
   void cancelRequested(qint64 chat_id);
 
  public Q_SLOTS:
-  void onGenerationStarted(qint64 chat_id);
   void onTokensArrived(const QList<granule::app::TokenChunk>& chunks);
   void onGenerationFinished(const granule::app::GenerationResult& result);
 

@@ -1,6 +1,7 @@
 // The Granule window: parses the command line, starts the application's services, shows
 // Main.qml, and shuts down in a fixed order when the window closes.
 #include <QCommandLineParser>
+#include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QQmlApplicationEngine>
 #include <QQuickStyle>
@@ -9,6 +10,7 @@
 #include "app_log.h"
 #include "application.h"
 #include "granule/log.h"
+#include "quit_on_signal.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   QGuiApplication::setApplicationVersion(QStringLiteral(GRANULE_VERSION));
   QGuiApplication::setDesktopFileName(QStringLiteral("granule"));
   granule::app::routeQtMessagesToLog();
+  granule::app::quitOnTerminationSignals();
 
   QCommandLineParser cli;
   cli.setApplicationDescription(QStringLiteral("Desktop chat for local language models"));
@@ -29,8 +32,9 @@ int main(int argc, char** argv) {
                                            QStringLiteral("Chat database (default: %1)")
                                                .arg(granule::app::ChatStore::defaultPath()),
                                            QStringLiteral("path"));
-  const QCommandLineOption theme_option(QStringLiteral("theme"), QStringLiteral("system, light or dark"),
-                                        QStringLiteral("scheme"), QStringLiteral("system"));
+  const QCommandLineOption theme_option(QStringLiteral("theme"),
+                                        QStringLiteral("system, light or dark (remembered)"),
+                                        QStringLiteral("scheme"));
   const QCommandLineOption verbose_option(QStringLiteral("verbose"), QStringLiteral("Log at debug level"));
   cli.addOptions({model_option, database_option, theme_option, verbose_option});
   cli.process(qt_app);
@@ -46,9 +50,8 @@ int main(int argc, char** argv) {
       cli.isSet(database_option) ? cli.value(database_option) : granule::app::ChatStore::defaultPath());
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
-  QVariantMap window_properties = granule_app.windowProperties();
-  window_properties.insert(QStringLiteral("themePreference"), cli.value(theme_option));
-  qml.setInitialProperties(window_properties);
+  if (cli.isSet(theme_option)) granule_app.windowSettings()->setTheme(cli.value(theme_option));
+  qml.setInitialProperties(granule_app.windowProperties());
   qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
   if (qml.rootObjects().isEmpty()) {
     granule::logger("app")->error("the main window could not be created");
@@ -56,7 +59,11 @@ int main(int argc, char** argv) {
   }
   granule_app.start(cli.value(model_option));
   const int rc = QGuiApplication::exec();
-  // The window is closed: save the chats and join the engine thread before QML and Qt go.
+  // The window is closed (or SIGINT/SIGTERM came): save the chats and join the engine
+  // thread before QML and Qt go.
+  QElapsedTimer shutdown_timer;
+  shutdown_timer.start();
   granule_app.shutdown();
+  granule::logger("app")->info("shut down in {} ms", shutdown_timer.elapsed());
   return rc;
 }

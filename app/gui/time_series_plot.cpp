@@ -14,6 +14,7 @@ namespace {
 // Rounds up to 1, 2 or 5 times a power of ten, so the axis top is a readable number.
 double niceCeiling(double value) {
   if (value <= 0) return 1;
+  if (value < 1) return 1;   // nothing to show yet: a unit axis
   const double magnitude = std::pow(10.0, std::floor(std::log10(value)));
   for (double step : {1.0, 2.0, 5.0, 10.0})
     if (value <= step * magnitude) return step * magnitude;
@@ -131,7 +132,11 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   // The budget line is drawn only when it is within reach of the data; a 120 GiB budget
   // over 200 MiB of use would flatten the stack into the axis.
   const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
-  const double top = niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15));
+  // Byte axes round in MiB (200 MiB, not 191 MiB); rates round in their own unit.
+  const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory ||
+                     metric_ == Metric::StreamedBytes;
+  const double unit = bytes ? 1024.0 * 1024.0 : 1.0;
+  const double top = niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;
   if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_) {
     scale_max_ = top;
     limit_on_scale_ = limit_on_scale;

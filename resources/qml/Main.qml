@@ -12,8 +12,7 @@ ApplicationWindow {
     required property ModelController model
     required property TelemetryModel telemetry
     required property ErrorReporter errors
-    // "system", "light" or "dark" (the --theme option); the settings dialog changes it later.
-    property string themePreference: "system"
+    required property WindowSettings settings
 
     width: 1400
     height: 860
@@ -100,6 +99,8 @@ ApplicationWindow {
         MemoryDock {
             Layout.fillHeight: true
             telemetry: window.telemetry
+            expanded: window.settings.dockExpanded
+            onToggled: window.settings.dockExpanded = !window.settings.dockExpanded
         }
     }
 
@@ -110,11 +111,14 @@ ApplicationWindow {
         onAccepted: window.model.preview(selectedFile)
     }
     FitPreviewDialog { model: window.model }
-    SettingsDialog { id: settingsDialog; model: window.model }
+    SettingsDialog { id: settingsDialog; model: window.model; settings: window.settings }
     ChatSettingsDrawer { id: chatSettings; chats: window.chats }
 
-    Component.onCompleted: {
-        Theme.preference = themePreference
-        composer.focusInput()
+    Binding {
+        target: Theme
+        property: "preference"
+        value: window.settings.theme
     }
+
+    Component.onCompleted: composer.focusInput()
 }

@@ -8,6 +8,7 @@ Rectangle {
     id: dock
     required property TelemetryModel telemetry
     property bool expanded: true
+    signal toggled()
 
     implicitWidth: expanded ? Theme.dockWidth : 36
     color: Theme.window
@@ -24,7 +25,7 @@ Rectangle {
         anchors.left: parent.left
         anchors.margins: 4
         text: dock.expanded ? "»" : "«"
-        onClicked: dock.expanded = !dock.expanded
+        onClicked: dock.toggled()
         ToolTip.visible: hovered
         ToolTip.text: dock.expanded ? qsTr("Hide the memory panels") : qsTr("Show the memory panels")
     }

@@ -64,11 +64,10 @@ Item {
                     elide: Text.ElideRight
                     text: message.fromUser ? ""
                         : message.generating && message.tokenCount === 0 ? qsTr("thinking…")
-                        : [qsTr("%1 tokens").arg(message.tokenCount),
-                           message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "",
-                           message.finishReason === "cancelled" ? qsTr("stopped")
-                           : message.finishReason === "interrupted" ? qsTr("interrupted") : ""]
-                          .filter(s => s.length > 0).join(" · ")
+                        : qsTr("%1 tokens").arg(message.tokenCount)
+                          + (message.tokensPerSecond > 0 ? qsTr(" · %1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "")
+                          + (message.finishReason === "cancelled" ? qsTr(" · stopped")
+                             : message.finishReason === "interrupted" ? qsTr(" · interrupted") : "")
                 }
                 // Actions: always laid out (the row's height does not change), shown on hover.
                 Row {

@@ -8,6 +8,7 @@ import QtQuick.Layouts
 Dialog {
     id: dialog
     required property ModelController model
+    required property WindowSettings settings
 
     title: qsTr("Settings")
     modal: true
@@ -24,8 +25,8 @@ Dialog {
         ComboBox {
             Layout.fillWidth: true
             model: ["system", "light", "dark"]
-            currentIndex: Math.max(0, indexOfValue(Theme.preference))
-            onActivated: Theme.preference = currentText
+            currentIndex: Math.max(0, indexOfValue(dialog.settings.theme))
+            onActivated: dialog.settings.theme = currentText
         }
         Label { text: qsTr("Context per chat"); color: Theme.text }
         SpinBox {

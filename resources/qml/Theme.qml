@@ -2,7 +2,6 @@
 // scheme follows the system palette unless `preference` says otherwise.
 pragma Singleton
 import QtQuick
-import Granule
 
 QtObject {
     id: theme

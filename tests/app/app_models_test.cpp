@@ -13,6 +13,7 @@
 #include "message_model.h"
 #include "model_inspector.h"
 #include "telemetry_model.h"
+#include "window_settings.h"
 
 using namespace granule::app;
 
@@ -266,6 +267,24 @@ class ModelsTest : public QObject {
     QVERIFY(store.setDeleted(a, false));
     QCOMPARE(store.conversations().size(), 1);   // purged for good
     QCOMPARE(store.messages(a).size(), 0);       // messages went with it (cascade)
+  }
+
+  void windowSettingsPersistThemeAndDock() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("granule.sqlite");
+    {
+      ChatStore store(path);
+      WindowSettings settings(store);
+      QCOMPARE(settings.theme(), QStringLiteral("system"));   // defaults
+      QVERIFY(settings.dockExpanded());
+      settings.setTheme("dark");
+      settings.setTheme("purple");   // not a scheme: ignored
+      settings.setDockExpanded(false);
+    }
+    ChatStore store(path);
+    WindowSettings settings(store);
+    QCOMPARE(settings.theme(), QStringLiteral("dark"));
+    QVERIFY(!settings.dockExpanded());
   }
 
   void storeDeletesMessagesFromAPosition() {

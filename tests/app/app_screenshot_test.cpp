@@ -5,8 +5,6 @@
 #include <QDir>
 #include <QFile>
 #include <QQmlApplicationEngine>
-#include <QQmlContext>
-#include <QQmlExpression>
 #include <QQuickStyle>
 #include <QQuickWindow>
 #include <QTemporaryDir>
@@ -96,9 +94,8 @@ class ScreenshotTest : public QObject {
   }
 
   void setTheme(Session& s, const QString& preference) {
-    QQmlExpression expr(qmlContext(s.window), s.window, QStringLiteral("Theme.preference = \"%1\"").arg(preference));
-    expr.evaluate();
-    QVERIFY2(!expr.hasError(), qPrintable(expr.error().toString()));
+    s.app.windowSettings()->setTheme(preference);
+    QCOMPARE(s.app.windowSettings()->theme(), preference);
   }
 
   void save(QQuickWindow* window, const QString& name) {
@@ -143,7 +140,8 @@ class ScreenshotTest : public QObject {
                              20000);
     QTest::qWait(real ? 6000 : 1500);
     QCOMPARE(chats->generatingCount(), 2);
-    QVERIFY(s->app.telemetry()->history().size() >= 10);
+    // 10 Hz from the engine thread between steps; a real model's CPU steps can be long.
+    QVERIFY(s->app.telemetry()->history().size() >= (real ? 2u : 10u));
     QVERIFY(s->app.telemetry()->chatCount() == 2);
     save(s->window, real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
     setTheme(*s, QStringLiteral("dark"));
