@@ -8,6 +8,7 @@
 #include "matvec.cuh"
 
 #include <cstdlib>
+#include <string>
 
 #include "quant_blocks.cuh"
 
@@ -72,10 +73,12 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
   }
 }
 
-template <uint32_t TYPE, int NB, bool GATE_UP>
+// STEP (GGUF blocks copied per row per step) and ROWS (rows per thread block) have tuned
+// defaults; other shapes can be picked for batch 1 with GRANULE_MATVEC_SHAPE (see below).
+template <uint32_t TYPE, int NB, bool GATE_UP, int STEP = 64, int ROWS = rows_per_block(NB)>
 __global__ void __launch_bounds__(kThreads)
 matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
-  constexpr int R = rows_per_block(NB);
+  constexpr int R = ROWS;
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int first_row = blockIdx.x * R;
   if (first_row >= task.n_out) return;   // the whole block leaves together
@@ -97,7 +100,7 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
     // one is consumed. The copy may read up to 15 bytes past a row's end (the model keeps
     // slack after every tensor).
     constexpr int kBlockBytes = block_bytes(TYPE);
-    constexpr int kStepBlocks = 64;
+    constexpr int kStepBlocks = STEP;
     constexpr int kStageVectors = (kStepBlocks * kBlockBytes + 31) / 16 + 1;
     constexpr int kVectorsPerThread = (kStageVectors + kThreads - 1) / kThreads;
     constexpr int M = GATE_UP ? 2 : 1;
@@ -401,6 +404,28 @@ int streaming_grid(int max_rows, int rows_per_group) {
   return std::max(1, std::min(ceil_div(max_rows, rows_per_group), sms * kBlocksPerSm));
 }
 
+// Batch-1 tuning switch for the Q4_0/Q4_1 kernels, read once: GRANULE_MATVEC_SHAPE = 128x4,
+// 64x8, 64x2 or 32x4 (GGUF blocks per step x rows per block); unset = 64x4.
+int matvec_shape() {
+  static const int shape = [] {
+    const char* v = std::getenv("GRANULE_MATVEC_SHAPE");
+    if (!v) return 0;
+    const std::string s(v);
+    return s == "128x4" ? 1 : s == "64x8" ? 2 : s == "64x2" ? 3 : s == "32x4" ? 4 : 0;
+  }();
+  return shape;
+}
+
+template <uint32_t TYPE, int NB, int STEP, int ROWS>
+void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up, const MatvecInput& in,
+                  int first_column, cudaStream_t stream) {
+  const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
+  if (gate_up)
+    matvec_kernel<TYPE, NB, true, STEP, ROWS><<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+  else
+    matvec_kernel<TYPE, NB, false, STEP, ROWS><<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+}
+
 template <uint32_t TYPE, int NB>
 void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                     const MatvecInput& in, int first_column, cudaStream_t stream) {
@@ -415,11 +440,16 @@ void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool ga
       return;
     }
   }
-  const dim3 grid(ceil_div(max_rows, rows_per_block(NB)), n_tasks);
-  if (gate_up)
-    matvec_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);
-  else
-    matvec_kernel<TYPE, NB, false><<<grid, threads, 0, stream>>>(tasks, in, first_column);
+  if constexpr (NB == 1 && (TYPE == kQ4_0 || TYPE == kQ4_1)) {
+    switch (matvec_shape()) {
+      case 1: launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
+      case 2: launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
+      case 3: launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
+      case 4: launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
+      default: break;
+    }
+  }
+  launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
 }
 
 }  // namespace

@@ -66,8 +66,25 @@ profile() {
   head -c 4000000 /tmp/ncu-8b.txt >"$OUT/ncu-8b.txt"
 }
 
+# Batch-1 decode on the 8B shape for each matvec shape (GRANULE_MATVEC_SHAPE), each after
+# the matvec kernel tests under the same shape.
+sweep() {
+  local b="$build/app/bench/granule-bench"
+  for shape in default 128x4 64x8 64x2 32x4; do
+    echo "-- shape $shape"
+    if [[ $shape == default ]]; then unset GRANULE_MATVEC_SHAPE; else export GRANULE_MATVEC_SHAPE=$shape; fi
+    timeout 60 "$build/tests/matvec_kernel_test" 2>&1 | grep -E "PASSED|FAILED" | head -3
+    timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1 2>&1 | tail -1
+  done
+  unset GRANULE_MATVEC_SHAPE
+}
+
 case $what in
   profile) profile ;;
+  sweep)
+    timeout 200 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 180 \
+      --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
+    sweep >"$OUT/sweep.txt" 2>&1 ;;
   tests) gpu_tests; engine_tests 240 ;;
   bench) bench_all ;;
   all)
@@ -81,4 +98,5 @@ echo "== summary"
 grep -hE "tests passed|tests failed" "$OUT"/ctest-*.log 2>/dev/null
 grep -hE "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$OUT"/ctest-*.log 2>/dev/null | head -30
 grep -E "decode steps|cuBLAS\)|batched|engine" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | sed -E 's/\[gpu-vs-cpu\] //; s/, worst err\/bound [0-9.e-]+//' | cut -c1-140
+cat "$OUT/sweep.txt" 2>/dev/null
 for f in "$OUT"/bench-*.txt; do echo; echo "== $(basename "$f")"; grep -vE "^\s*[{}\"\]]|^\s+\"|writing|done in" "$f"; done
