@@ -25,9 +25,12 @@ bool ModelController::defaultModelPresent() const { return QFileInfo(default_mod
 QString ModelController::previewDetails() const {
   if (preview_info_.path.isEmpty()) return {};
   const QLocale c;
-  return QStringLiteral("%1 · %2 · %3M parameters · %4 layers · %5 trained context")
-      .arg(preview_info_.architecture, preview_info_.block_type)
-      .arg(c.toString(static_cast<double>(preview_info_.parameters) / 1e6, 'f', 0))
+  const double params = static_cast<double>(preview_info_.parameters);
+  const QString params_text = params >= 1e9   ? c.toString(params / 1e9, 'f', 1) + QStringLiteral("B")
+                              : params >= 1e6 ? c.toString(params / 1e6, 'f', 0) + QStringLiteral("M")
+                                              : c.toString(params / 1e3, 'f', 0) + QStringLiteral("K");
+  return QStringLiteral("%1 · %2 · %3 parameters · %4 layers · %5 trained context")
+      .arg(preview_info_.architecture, preview_info_.block_type, params_text)
       .arg(preview_info_.layers)
       .arg(c.toString(preview_info_.trained_context));
 }

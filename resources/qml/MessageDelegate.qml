@@ -64,8 +64,9 @@ Item {
                     elide: Text.ElideRight
                     text: message.fromUser ? ""
                         : message.generating && message.tokenCount === 0 ? qsTr("thinking…")
-                        : qsTr("%1 tokens").arg(message.tokenCount)
-                          + (message.tokensPerSecond > 0 ? qsTr(" · %1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "")
+                        // Token counts exist for this session's messages; saved ones keep tok/s.
+                        : (message.tokenCount > 0 ? qsTr("%1 tokens · ").arg(message.tokenCount) : "")
+                          + (message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "")
                           + (message.finishReason === "cancelled" ? qsTr(" · stopped")
                              : message.finishReason === "interrupted" ? qsTr(" · interrupted") : "")
                 }
