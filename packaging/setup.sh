@@ -29,8 +29,7 @@ readonly PACKAGES=(
   qml6-module-qtquick-window qml6-module-qtquick-shapes qml6-module-qtqml
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
   qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
-  libspdlog-dev libcli11-dev
-  nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
+  libspdlog-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
 )
@@ -157,6 +156,7 @@ PY
     die "checksum mismatch for $MODEL_FILE: expected $MODEL_SHA256, got $got"
   fi
   mv -f "$partial" "$MODEL_PATH"
+  rm -rf "$tmp" # now, not at exit: `run` may exec the app, and exec skips the EXIT trap
   note "installed and verified: $MODEL_PATH"
 }
 
