@@ -23,10 +23,6 @@ inline void cpu_relax() {
 #endif
 }
 
-// Part `index` of `parts` even parts of [0, n).
-std::pair<int64_t, int64_t> part_of(int64_t n, int32_t parts, int32_t index) {
-  return {n * index / parts, n * (index + 1) / parts};
-}
 
 }  // namespace
 
@@ -53,6 +49,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   job_ = &fn;
   job_size_ = n;
+  // Eight chunks per thread: a thread that starts late or runs slow (a busy core, an SMT
+  // sibling) leaves its share to the others instead of holding everyone up.
+  job_chunk_ = std::max<int64_t>(1, n / (8 * threads()));
+  next_index_.store(0, std::memory_order_relaxed);
   pending_.store(static_cast<int32_t>(workers_.size()), std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);
   {
@@ -60,8 +60,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     std::lock_guard lock(mutex_);
     if (sleeping_workers_ > 0) work_ready_.notify_all();
   }
-  auto [begin, end] = part_of(n, threads(), 0);
-  if (begin < end) fn(begin, end, 0);
+  run_chunks(0);
 
   for (int spin = 0; spin < kSpinIterations; ++spin) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
@@ -71,6 +70,14 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   caller_sleeping_ = true;
   work_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
   caller_sleeping_ = false;
+}
+
+void ThreadPool::run_chunks(int32_t thread_index) {
+  for (;;) {
+    const int64_t begin = next_index_.fetch_add(job_chunk_, std::memory_order_relaxed);
+    if (begin >= job_size_) return;
+    (*job_)(begin, std::min(job_size_, begin + job_chunk_), thread_index);
+  }
 }
 
 void ThreadPool::worker_loop(int32_t index) {
@@ -92,8 +99,7 @@ void ThreadPool::worker_loop(int32_t index) {
     if (stopping_.load()) return;
     // The caller waits for every worker before the next job, so exactly one job is new.
     seen = generation_.load(std::memory_order_acquire);
-    auto [begin, end] = part_of(job_size_, threads(), index);
-    if (begin < end) (*job_)(begin, end, index);
+    run_chunks(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard lock(mutex_);
       if (caller_sleeping_) work_done_.notify_one();

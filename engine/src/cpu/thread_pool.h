@@ -22,17 +22,20 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int32_t threads() const { return static_cast<int32_t>(workers_.size()) + 1; }
-  // Calls fn(begin, end, thread_index) over contiguous parts of [0, n) and waits for all.
-  // Parts are split evenly by index; fn must not throw. Not reentrant.
+  // Calls fn(begin, end, thread_index) over contiguous chunks covering [0, n) once, and
+  // waits for all. Threads take chunks as they come free; fn must not throw. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int32_t)>& fn);
 
  private:
   void worker_loop(int32_t index);
+  void run_chunks(int32_t thread_index);   // takes chunks of the current job until none are left
 
   std::vector<std::thread> workers_;
   // The current job, published to the workers by the release increment of generation_.
   const std::function<void(int64_t, int64_t, int32_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
+  int64_t job_chunk_ = 1;
+  std::atomic<int64_t> next_index_{0};   // the first index no thread has taken yet
   std::atomic<uint64_t> generation_{0};
   std::atomic<int32_t> pending_{0};   // workers still running the current job
   std::atomic<bool> stopping_{false};
