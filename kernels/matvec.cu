@@ -404,13 +404,14 @@ int streaming_grid(int max_rows, int rows_per_group) {
   return std::max(1, std::min(ceil_div(max_rows, rows_per_group), sms * kBlocksPerSm));
 }
 
-// Batch-1 tuning switch for the Q4_0/Q4_1 kernels, read once: GRANULE_MATVEC_SHAPE = 128x4,
-// 64x8, 64x2 or 32x4 (GGUF blocks per step x rows per block); unset = 64x4.
+// Batch-1 tuning switch for the Q4_0/Q4_1 kernels, read once: GRANULE_MATVEC_SHAPE = 64x4,
+// 128x4, 64x8, 64x2 or 32x4 (GGUF blocks per step x rows per block). Unset: 64x2, the best
+// of the sweep on the H200 (8B-shaped Q4_0, batch 1, ms per step: 64x2 3.06, 64x4 3.26,
+// 128x4 3.35, 64x8 4.41, 32x4 4.56; kernels/PERF_NOTES.md).
 int matvec_shape() {
   static const int shape = [] {
     const char* v = std::getenv("GRANULE_MATVEC_SHAPE");
-    if (!v) return 0;
-    const std::string s(v);
+    const std::string s(v ? v : "64x2");
     return s == "128x4" ? 1 : s == "64x8" ? 2 : s == "64x2" ? 3 : s == "32x4" ? 4 : 0;
   }();
   return shape;
