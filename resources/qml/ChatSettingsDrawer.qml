@@ -39,6 +39,11 @@ Drawer {
                 wrapMode: TextEdit.Wrap
                 font.pixelSize: Theme.fontSize
                 placeholderText: qsTr("You are a helpful assistant.")
+                background: Rectangle {
+                    radius: 6
+                    color: Theme.raised
+                    border.color: Theme.border
+                }
                 text: drawer.chats.systemPrompt
                 onEditingFinished: drawer.chats.systemPrompt = text
             }

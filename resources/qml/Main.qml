@@ -112,7 +112,7 @@ ApplicationWindow {
     }
     FitPreviewDialog { model: window.model }
     SettingsDialog { id: settingsDialog; model: window.model; settings: window.settings }
-    ChatSettingsDrawer { id: chatSettings; chats: window.chats }
+    ChatSettingsDrawer { id: chatSettings; objectName: "chatSettings"; height: window.height; chats: window.chats }
 
     Binding {
         target: Theme

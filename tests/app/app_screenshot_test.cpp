@@ -192,6 +192,27 @@ class ScreenshotTest : public QObject {
     qunsetenv("GRANULE_DEFAULT_MODEL");
   }
 
+  void chatSettingsDrawerShowsTheChatsSettings() {
+    QTemporaryDir dir;
+    const QString model_path = dir.filePath("fake.gguf");
+    QFile(model_path).open(QIODevice::WriteOnly);
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), model_path);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
+    ChatController* chats = s->app.chats();
+    chats->selectChat(s->trip_chat);
+    chats->setSystemPrompt(QStringLiteral("You are a concise travel planner. Answer with a day-by-day list."));
+    chats->setTemperature(0.4);
+    chats->setMaxTokens(768);
+    QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
+    QVERIFY(drawer);
+    QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
+    QTest::qWait(1500);   // the drawer slides in
+    QVERIFY(drawer->property("visible").toBool());
+    save(s->window, QStringLiteral("chat-settings-light.png"));
+    s->app.shutdown();
+  }
+
   void engineErrorShowsTheBanner() {
     QTemporaryDir dir;
     testing::FakeEngineScript script;
