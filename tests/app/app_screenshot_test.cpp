@@ -138,10 +138,11 @@ class ScreenshotTest : public QObject {
     // Long enough for several telemetry frames and a code block to stream in.
     QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(kv_chat)->message(1).content.contains(QStringLiteral("```")) || real,
                              20000);
-    QTest::qWait(real ? 6000 : 1500);
+    QTest::qWait(real ? 15000 : 1500);
     QCOMPARE(chats->generatingCount(), 2);
-    // 10 Hz from the engine thread between steps; a real model's CPU steps can be long.
-    QVERIFY(s->app.telemetry()->history().size() >= (real ? 2u : 10u));
+    // 10 Hz from the engine thread between steps; a real model's CPU prefill steps can
+    // take seconds on a loaded machine, and frames wait for them.
+    QVERIFY(s->app.telemetry()->history().size() >= (real ? 1u : 10u));
     QVERIFY(s->app.telemetry()->chatCount() == 2);
     save(s->window, real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
     setTheme(*s, QStringLiteral("dark"));
