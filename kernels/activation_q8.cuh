@@ -11,8 +11,8 @@ namespace granule::kernels {
 constexpr int kQ8Block = 32;
 
 struct ActivationQ8 {
-  int8_t* qs = nullptr;    // [rows][n]
-  float2* ds = nullptr;    // [rows][n / 32]
+  int8_t* qs = nullptr;  // [rows][n]
+  float2* ds = nullptr;  // [rows][n / 32]
 };
 
 #ifdef __CUDACC__

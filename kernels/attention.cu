@@ -2,10 +2,9 @@
 // that KV head (GQA: K and V are read once for the whole group); its 4 warps take tokens in
 // turn with an online softmax each and merge; the last split block of a (row, kv head) to
 // finish merges the splits.
-#include "attention.cuh"
-
 #include <cfloat>
 
+#include "attention.cuh"
 #include "common.cuh"
 
 namespace granule::kernels {
@@ -18,33 +17,40 @@ __device__ __forceinline__ void load_half_run(const __half* p, float* out, int n
   // n is 2, 4 or 8 consecutive halves at an aligned address.
   if (n == 2) {
     const float2 v = __half22float2(*reinterpret_cast<const __half2*>(p));
-    out[0] = v.x; out[1] = v.y;
+    out[0] = v.x;
+    out[1] = v.y;
   } else if (n == 4) {
     const uint2 raw = *reinterpret_cast<const uint2*>(p);
     const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
     const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
-    out[0] = a.x; out[1] = a.y; out[2] = b.x; out[3] = b.y;
+    out[0] = a.x;
+    out[1] = a.y;
+    out[2] = b.x;
+    out[3] = b.y;
   } else {
     const uint4 raw = *reinterpret_cast<const uint4*>(p);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      out[2 * i] = f.x; out[2 * i + 1] = f.y;
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
     }
   }
 }
 
 // Writes one output element (and its int8 block: head_dim is a multiple of 32 and whole
 // warps walk the elements, so a warp holds exactly one block).
-__device__ __forceinline__ void write_output(const AttentionArgs& a, int row, int column, int d, float value) {
+__device__ __forceinline__ void write_output(const AttentionArgs& a, int row, int column, int d,
+                                             float value) {
   const int64_t at = row * a.out_stride + column;
   a.out[at] = value;
-  if (a.out_q8.qs) quantize_block_of_warp(value, a.out_q8.qs + (at - d % kWarpSize), a.out_q8.ds + at / kQ8Block);
+  if (a.out_q8.qs)
+    quantize_block_of_warp(value, a.out_q8.qs + (at - d % kWarpSize), a.out_q8.ds + at / kQ8Block);
 }
 
 template <int EPL>
-__global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(AttentionArgs a) {
+__global__ void __launch_bounds__(kWarps* kWarpSize) attention_split_kernel(AttentionArgs a) {
   constexpr int kHeadDim = EPL * kWarpSize;
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
   __shared__ float sm_acc[kWarps][kMaxGroup][kHeadDim];
@@ -66,12 +72,15 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
 #pragma unroll
     for (int j = 0; j < EPL; ++j) {
       acc[g][j] = 0.0f;
-      q[g][j] = g < group ? a.q[row * a.q_stride + (kv_head * group + g) * kHeadDim + d0 + j] * a.scale : 0.0f;
+      q[g][j] = g < group
+                    ? a.q[row * a.q_stride + (kv_head * group + g) * kHeadDim + d0 + j] * a.scale
+                    : 0.0f;
     }
   }
 
-  const __half* base = a.slot_base[a.slots[row]] + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
-                       kv_head * kHeadDim + d0;
+  const __half* base = a.slot_base[a.slots[row]] +
+                       static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim + kv_head * kHeadDim +
+                       d0;
   const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
   // Tokens go to the warps in turn, kTokensInFlight at a time: their K and V loads are all
   // issued before the first is used, so memory latency overlaps.
@@ -110,7 +119,10 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
 #pragma unroll
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g >= group) break;
-    if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+    if (lane == 0) {
+      sm_m[warp][g] = m[g];
+      sm_l[warp][g] = l[g];
+    }
 #pragma unroll
     for (int j = 0; j < EPL; ++j) sm_acc[warp][g][d0 + j] = acc[g][j];
   }
@@ -135,9 +147,13 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
       write_output(a, row, head * kHeadDim + d, d, sum_l > 0.0f ? sum_acc / sum_l : 0.0f);
       continue;
     }
-    float* p = a.partial + ((static_cast<int64_t>(row) * a.n_head + head) * n_splits_max + split) * (kHeadDim + 2);
+    float* p = a.partial + ((static_cast<int64_t>(row) * a.n_head + head) * n_splits_max + split) *
+                               (kHeadDim + 2);
     p[d] = sum_acc;
-    if (d == 0) { p[kHeadDim] = m_all; p[kHeadDim + 1] = sum_l; }
+    if (d == 0) {
+      p[kHeadDim] = m_all;
+      p[kHeadDim + 1] = sum_l;
+    }
   }
   if (n_splits == 1) return;
 
@@ -149,7 +165,7 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
   if (threadIdx.x == 0) {
     int* counter = a.split_counters + row * a.n_kv + kv_head;
     is_last = atomicAdd(counter, 1) == n_splits - 1;
-    if (is_last) *counter = 0;   // ready for the next launch
+    if (is_last) *counter = 0;  // ready for the next launch
   }
   __syncthreads();
   if (!is_last) return;
@@ -157,9 +173,11 @@ __global__ void __launch_bounds__(kWarps * kWarpSize) attention_split_kernel(Att
   for (int i = threadIdx.x; i < group * kHeadDim; i += blockDim.x) {
     const int g = i / kHeadDim, d = i % kHeadDim;
     const int head = kv_head * group + g;
-    const float* p = a.partial + (static_cast<int64_t>(row) * a.n_head + head) * n_splits_max * (kHeadDim + 2);
+    const float* p =
+        a.partial + (static_cast<int64_t>(row) * a.n_head + head) * n_splits_max * (kHeadDim + 2);
     float m_all = -FLT_MAX;
-    for (int sp = 0; sp < n_splits; ++sp) m_all = fmaxf(m_all, __ldcg(p + sp * (kHeadDim + 2) + kHeadDim));
+    for (int sp = 0; sp < n_splits; ++sp)
+      m_all = fmaxf(m_all, __ldcg(p + sp * (kHeadDim + 2) + kHeadDim));
     float sum_acc = 0.0f, sum_l = 0.0f;
     for (int sp = 0; sp < n_splits; ++sp) {
       const float* ps = p + sp * (kHeadDim + 2);
@@ -185,10 +203,17 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   const dim3 grid(args.max_splits, args.n_kv, args.rows);
   const int threads = kWarps * kWarpSize;
   switch (args.head_dim) {
-    case 64: attention_split_kernel<2><<<grid, threads, 0, stream>>>(args); break;
-    case 128: attention_split_kernel<4><<<grid, threads, 0, stream>>>(args); break;
-    case 256: attention_split_kernel<8><<<grid, threads, 0, stream>>>(args); break;
-    default: return cudaErrorInvalidValue;
+    case 64:
+      attention_split_kernel<2><<<grid, threads, 0, stream>>>(args);
+      break;
+    case 128:
+      attention_split_kernel<4><<<grid, threads, 0, stream>>>(args);
+      break;
+    case 256:
+      attention_split_kernel<8><<<grid, threads, 0, stream>>>(args);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return launch_status();
 }

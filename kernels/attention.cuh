@@ -1,34 +1,38 @@
 // Causal grouped-query attention over each sequence's flat token-major f16 KV, reading only
 // tokens [0, length) of each row (flash-decoding: the tokens are split over blocks, then the
-// partial softmaxes are merged by the last block to finish). A row is one query: a decoding sequence, or one prompt
-// token of a prefill (its length is its position + 1), so one kernel serves both.
+// partial softmaxes are merged by the last block to finish). A row is one query: a decoding
+// sequence, or one prompt token of a prefill (its length is its position + 1), so one kernel serves
+// both.
 #pragma once
-#include <cstddef>
-#include <cstdint>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
 
 #include "activation_q8.cuh"
 
 namespace granule::kernels {
 
 struct AttentionArgs {
-  const float* q = nullptr;  int64_t q_stride = 0;   // [rows][n_head * head_dim], already rotated
-  float* out = nullptr;      int64_t out_stride = 0; // [rows][n_head * head_dim]
+  const float* q = nullptr;
+  int64_t q_stride = 0;  // [rows][n_head * head_dim], already rotated
+  float* out = nullptr;
+  int64_t out_stride = 0;  // [rows][n_head * head_dim]
   int rows = 0, n_head = 0, n_kv = 0, head_dim = 0;
-  const int32_t* lengths = nullptr;     // [rows] visible tokens [0, length)
-  const int32_t* slots = nullptr;       // [rows] index into slot_base
+  const int32_t* lengths = nullptr;  // [rows] visible tokens [0, length)
+  const int32_t* slots = nullptr;    // [rows] index into slot_base
   __half* const* slot_base = nullptr;
-  int64_t token_stride = 0;             // halves per token over all layers
+  int64_t token_stride = 0;  // halves per token over all layers
   int layer = 0;
-  float scale = 1.0f;                   // 1 / sqrt(head_dim)
-  int split_tokens = 128;               // tokens per split
-  int max_splits = 1;                   // ceil(longest possible length / split_tokens)
-  float* partial = nullptr;             // attention_workspace_floats(...) floats
-  int* split_counters = nullptr;        // rows * n_kv ints, zero before the first launch;
-                                        // each launch leaves them zero again
-  ActivationQ8 out_q8;                  // optional: the output also as int8 blocks (rows of
-                                        // out_stride elements), for the next matvec
+  float scale = 1.0f;             // 1 / sqrt(head_dim)
+  int split_tokens = 128;         // tokens per split
+  int max_splits = 1;             // ceil(longest possible length / split_tokens)
+  float* partial = nullptr;       // attention_workspace_floats(...) floats
+  int* split_counters = nullptr;  // rows * n_kv ints, zero before the first launch;
+                                  // each launch leaves them zero again
+  ActivationQ8 out_q8;            // optional: the output also as int8 blocks (rows of
+                                  // out_stride elements), for the next matvec
 };
 
 size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head_dim);

@@ -1,11 +1,12 @@
 // Device helpers shared by every kernel family: warp reductions, half/bf16 loads, the
 // launch-check helper the launchers return through, and small integer helpers.
 #pragma once
-#include <algorithm>
-#include <cstdint>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
 
 namespace granule::kernels {
 
@@ -25,7 +26,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 
@@ -40,7 +42,7 @@ __device__ __forceinline__ int warp_sum_int(int v) {
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   v = warp_sum(v);
-  __syncthreads();   // scratch may still be read by a previous call
+  __syncthreads();  // scratch may still be read by a previous call
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const int n_warps = blockDim.x / kWarpSize;

@@ -1,6 +1,5 @@
 // One thread per 8 elements: decode with the shared dequantize8 and store 16 or 32 bytes.
 #include "dequantize.cuh"
-
 #include "quant_blocks.cuh"
 
 namespace granule::kernels {
@@ -10,7 +9,8 @@ constexpr int kThreads = 256;
 
 template <uint32_t TYPE>
 __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ weight, int64_t rows,
-                                         int64_t chunks_per_row, int64_t row_bytes, __half* __restrict__ out) {
+                                         int64_t chunks_per_row, int64_t row_bytes,
+                                         __half* __restrict__ out) {
   const int64_t total = rows * chunks_per_row;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -25,8 +25,10 @@ __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ weight, int
 }
 
 template <uint32_t TYPE>
-__global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64_t row_bytes, int n_embd,
-                                        int64_t n_vocab, const int32_t* __restrict__ tokens, float* __restrict__ out) {
+__global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64_t row_bytes,
+                                        int n_embd, int64_t n_vocab,
+                                        const int32_t* __restrict__ tokens,
+                                        float* __restrict__ out) {
   const int t = blockIdx.x;
   const int32_t token = tokens[t];
   float* dst = out + static_cast<int64_t>(t) * n_embd;
@@ -42,7 +44,8 @@ __global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64
 }  // namespace
 
 cudaError_t launch_dequantize_to_f16(uint32_t weight_type, const void* weight, int64_t rows,
-                                     int64_t n_cols, int64_t row_bytes, __half* out, cudaStream_t stream) {
+                                     int64_t n_cols, int64_t row_bytes, __half* out,
+                                     cudaStream_t stream) {
   if (n_cols % 8 != 0 || block_elems(weight_type) == 0 || n_cols % block_elems(weight_type) != 0)
     return cudaErrorInvalidValue;
   const int64_t chunks_per_row = n_cols / 8;

@@ -5,11 +5,10 @@
 // block (8 weights each), so a block's loads cover 32 consecutive GGUF blocks per row, and
 // 4-way int8 dot products against int8 activations keep a weight nibble under one
 // instruction. Other types: each thread decodes 8 consecutive elements to f32.
-#include "matvec.cuh"
-
 #include <cstdlib>
 #include <string>
 
+#include "matvec.cuh"
 #include "quant_blocks.cuh"
 
 namespace granule::kernels {
@@ -38,15 +37,16 @@ struct XPart {
 };
 
 template <uint32_t TYPE>
-__device__ __forceinline__ XPart load_x_part(const int8_t* block_qs, const float2* block_ds, int part) {
+__device__ __forceinline__ XPart load_x_part(const int8_t* block_qs, const float2* block_ds,
+                                             int part) {
   XPart x;
   if constexpr (TYPE == kQ8_0) {
-    const int2 v = *reinterpret_cast<const int2*>(block_qs + 8 * part);   // elements 8p..8p+7
+    const int2 v = *reinterpret_cast<const int2*>(block_qs + 8 * part);  // elements 8p..8p+7
     x.a = v.x;
     x.b = v.y;
   } else {
-    x.a = *reinterpret_cast<const int*>(block_qs + 4 * part);        // elements 4p..4p+3
-    x.b = *reinterpret_cast<const int*>(block_qs + 16 + 4 * part);   // elements 16+4p..
+    x.a = *reinterpret_cast<const int*>(block_qs + 4 * part);       // elements 4p..4p+3
+    x.b = *reinterpret_cast<const int*>(block_qs + 16 + 4 * part);  // elements 16+4p..
   }
   x.ds = *block_ds;
   return x;
@@ -62,7 +62,7 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
     const int q = load_int_aligned2(b->qs + 4 * part);
     const int sumi = __dp4a(high_nibbles(q), x.b, __dp4a(low_nibbles(q), x.a, 0));
     if constexpr (TYPE == kQ4_0)
-      return half_bits_to_float(b->d) * (x.ds.x * sumi - 2.0f * x.ds.y);   // 8 * s / 4 lanes
+      return half_bits_to_float(b->d) * (x.ds.x * sumi - 2.0f * x.ds.y);  // 8 * s / 4 lanes
     else
       return half_bits_to_float(b->d) * x.ds.x * sumi + 0.25f * half_bits_to_float(b->m) * x.ds.y;
   } else {
@@ -77,14 +77,15 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
 // defaults; other shapes can be picked for batch 1 with GRANULE_MATVEC_SHAPE (see below).
 template <uint32_t TYPE, int NB, bool GATE_UP, int STEP = 64, int ROWS = rows_per_block(NB)>
 __global__ void __launch_bounds__(kThreads)
-matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+    matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
   constexpr int R = ROWS;
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int first_row = blockIdx.x * R;
-  if (first_row >= task.n_out) return;   // the whole block leaves together
+  if (first_row >= task.n_out) return;  // the whole block leaves together
   const int rows_here = min(R, task.n_out - first_row);
   const uint8_t* w = static_cast<const uint8_t*>(task.weight) + first_row * task.row_bytes;
-  const uint8_t* w_up = GATE_UP ? static_cast<const uint8_t*>(task.weight_up) + first_row * task.row_bytes : nullptr;
+  const uint8_t* w_up =
+      GATE_UP ? static_cast<const uint8_t*>(task.weight_up) + first_row * task.row_bytes : nullptr;
 
   float acc[R][NB], acc_up[R][NB];
 #pragma unroll
@@ -168,15 +169,23 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows_here) break;
-          const int skew = static_cast<int>(reinterpret_cast<uintptr_t>(row_of(r) + static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) & 15);
+          const int skew = static_cast<int>(
+              reinterpret_cast<uintptr_t>(row_of(r) +
+                                          static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) &
+              15);
           const uint8_t* staged = reinterpret_cast<const uint8_t*>(stage[buf][r]) + skew;
 #pragma unroll
           for (int b = 0; b < NB; ++b) acc[r][b] += dot_part_q8<TYPE>(staged, j, part, x[b]);
           if constexpr (GATE_UP) {
-            const int skew_up = static_cast<int>(reinterpret_cast<uintptr_t>(row_of(R + r) + static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) & 15);
-            const uint8_t* staged_up = reinterpret_cast<const uint8_t*>(stage[buf][R + r]) + skew_up;
+            const int skew_up = static_cast<int>(
+                reinterpret_cast<uintptr_t>(row_of(R + r) +
+                                            static_cast<int64_t>(s) * kStepBlocks * kBlockBytes) &
+                15);
+            const uint8_t* staged_up =
+                reinterpret_cast<const uint8_t*>(stage[buf][R + r]) + skew_up;
 #pragma unroll
-            for (int b = 0; b < NB; ++b) acc_up[r][b] += dot_part_q8<TYPE>(staged_up, j, part, x[b]);
+            for (int b = 0; b < NB; ++b)
+              acc_up[r][b] += dot_part_q8<TYPE>(staged_up, j, part, x[b]);
           }
         }
       }
@@ -189,10 +198,17 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
       float xv[NB][8];
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * in.n_in) + 2 * c;
+        const float4* xp =
+            reinterpret_cast<const float4*>(x + static_cast<int64_t>(b) * in.n_in) + 2 * c;
         const float4 x0 = xp[0], x1 = xp[1];
-        xv[b][0] = x0.x; xv[b][1] = x0.y; xv[b][2] = x0.z; xv[b][3] = x0.w;
-        xv[b][4] = x1.x; xv[b][5] = x1.y; xv[b][6] = x1.z; xv[b][7] = x1.w;
+        xv[b][0] = x0.x;
+        xv[b][1] = x0.y;
+        xv[b][2] = x0.z;
+        xv[b][3] = x0.w;
+        xv[b][4] = x1.x;
+        xv[b][5] = x1.y;
+        xv[b][6] = x1.z;
+        xv[b][7] = x1.w;
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -250,7 +266,7 @@ matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
 // each pay a full memory latency before their first use; this keeps memory busy instead.
 template <uint32_t TYPE, int NB, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads)
-matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+    matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
   constexpr int R = rows_per_block(NB);
   constexpr int M = GATE_UP ? 2 : 1;
   constexpr int kBlockBytes = block_bytes(TYPE);
@@ -263,7 +279,8 @@ matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) 
 
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int n_groups = (task.n_out + R - 1) / R;
-  const int my_groups = static_cast<int>(blockIdx.x) < n_groups ? (n_groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  const int my_groups =
+      static_cast<int>(blockIdx.x) < n_groups ? (n_groups - 1 - blockIdx.x) / gridDim.x + 1 : 0;
   const int n_blocks = in.n_in / kQ8Block;
   const int n_steps = (n_blocks + kStepBlocks - 1) / kStepBlocks;
   const int units = my_groups * n_steps;
@@ -272,14 +289,18 @@ matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) 
   const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
   const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n_blocks;
 
-  auto group_of = [&](int u) { return static_cast<int>(blockIdx.x) + (u / n_steps) * static_cast<int>(gridDim.x); };
+  auto group_of = [&](int u) {
+    return static_cast<int>(blockIdx.x) + (u / n_steps) * static_cast<int>(gridDim.x);
+  };
   auto rows_in = [&](int g) { return min(R, task.n_out - g * R); };
   auto step_begin = [&](int g, int mr, int s) {
     const uint8_t* base = static_cast<const uint8_t*>(mr < R ? task.weight : task.weight_up);
     return base + static_cast<int64_t>(g * R + mr % R) * task.row_bytes +
            static_cast<int64_t>(s) * kStepBlocks * kBlockBytes;
   };
-  auto step_bytes = [&](int s) { return min(kStepBlocks, n_blocks - s * kStepBlocks) * kBlockBytes; };
+  auto step_bytes = [&](int s) {
+    return min(kStepBlocks, n_blocks - s * kStepBlocks) * kBlockBytes;
+  };
   auto fetch = [&](int u) {
     const int g = group_of(u), s = u % n_steps;
     const int rows = rows_in(g), bytes = step_bytes(s);
@@ -288,7 +309,8 @@ matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) 
       if (mr % R >= rows) continue;
       const uint8_t* begin = step_begin(g, mr, s);
       const uintptr_t aligned = reinterpret_cast<uintptr_t>(begin) & ~uintptr_t{15};
-      const int count = (static_cast<int>(reinterpret_cast<uintptr_t>(begin) - aligned) + bytes + 15) / 16;
+      const int count =
+          (static_cast<int>(reinterpret_cast<uintptr_t>(begin) - aligned) + bytes + 15) / 16;
 #pragma unroll
       for (int k = 0; k < kVectorsPerThread; ++k) {
         const int v = threadIdx.x + k * kThreads;
@@ -311,7 +333,8 @@ matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) 
     for (int mr = 0; mr < M * R; ++mr) {
       if (mr % R >= rows) continue;
       const uint8_t* begin = step_begin(g, mr, s);
-      const int count = (static_cast<int>(reinterpret_cast<uintptr_t>(begin) & 15) + bytes + 15) / 16;
+      const int count =
+          (static_cast<int>(reinterpret_cast<uintptr_t>(begin) & 15) + bytes + 15) / 16;
 #pragma unroll
       for (int k = 0; k < kVectorsPerThread; ++k) {
         const int v = threadIdx.x + k * kThreads;
@@ -340,13 +363,15 @@ matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) 
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           const float v = dot_part_q8<TYPE>(staged, j, part, x[b]);
-          if (mr < R) acc[mr][b] += v;
-          else acc_up[mr - R][b] += v;
+          if (mr < R)
+            acc[mr][b] += v;
+          else
+            acc_up[mr - R][b] += v;
         }
       }
     }
 
-    if (s == n_steps - 1) {   // the group is complete: reduce over the block and write it
+    if (s == n_steps - 1) {  // the group is complete: reduce over the block and write it
       const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
 #pragma unroll
       for (int r = 0; r < R; ++r)
@@ -396,7 +421,8 @@ int streaming_grid(int max_rows, int rows_per_group) {
   static const int sms = [] {
     int device = 0, count = 0;
     if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0)
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        count <= 0)
       count = 132;
     return count;
   }();
@@ -418,13 +444,15 @@ int matvec_shape() {
 }
 
 template <uint32_t TYPE, int NB, int STEP, int ROWS>
-void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up, const MatvecInput& in,
-                  int first_column, cudaStream_t stream) {
+void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                  const MatvecInput& in, int first_column, cudaStream_t stream) {
   const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
   if (gate_up)
-    matvec_kernel<TYPE, NB, true, STEP, ROWS><<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+    matvec_kernel<TYPE, NB, true, STEP, ROWS>
+        <<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
   else
-    matvec_kernel<TYPE, NB, false, STEP, ROWS><<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+    matvec_kernel<TYPE, NB, false, STEP, ROWS>
+        <<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
 }
 
 template <uint32_t TYPE, int NB>
@@ -435,22 +463,34 @@ void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool ga
     if (use_streaming()) {
       const dim3 grid(streaming_grid(max_rows, rows_per_block(NB)), n_tasks);
       if (gate_up)
-        matvec_q8_streaming_kernel<TYPE, NB, true><<<grid, threads, 0, stream>>>(tasks, in, first_column);
+        matvec_q8_streaming_kernel<TYPE, NB, true>
+            <<<grid, threads, 0, stream>>>(tasks, in, first_column);
       else
-        matvec_q8_streaming_kernel<TYPE, NB, false><<<grid, threads, 0, stream>>>(tasks, in, first_column);
+        matvec_q8_streaming_kernel<TYPE, NB, false>
+            <<<grid, threads, 0, stream>>>(tasks, in, first_column);
       return;
     }
   }
   if constexpr (NB == 1 && (TYPE == kQ4_0 || TYPE == kQ4_1)) {
     switch (matvec_shape()) {
-      case 1: launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
-      case 2: launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
-      case 3: launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
-      case 4: launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream); return;
-      default: break;
+      case 1:
+        launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+        return;
+      case 2:
+        launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+        return;
+      case 3:
+        launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+        return;
+      case 4:
+        launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+        return;
+      default:
+        break;
     }
   }
-  launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+  launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in,
+                                                 first_column, stream);
 }
 
 }  // namespace
@@ -463,7 +503,8 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
                           const MatvecInput& input, cudaStream_t stream) {
   if (n_tasks < 1 || n_tasks > kMaxMatvecTasks || input.batch < 0) return cudaErrorInvalidValue;
   if (!is_supported_weight_type(weight_type)) return cudaErrorInvalidValue;
-  if (input.n_in % block_elems(weight_type) != 0 || input.n_in % kQ8Block != 0) return cudaErrorInvalidValue;
+  if (input.n_in % block_elems(weight_type) != 0 || input.n_in % kQ8Block != 0)
+    return cudaErrorInvalidValue;
   MatvecTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;
@@ -481,11 +522,21 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
       const int left = input.batch - column;
       const int nb = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
       switch (nb) {
-        case 16: launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 8: launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 4: launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 2: launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        default: launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        case 16:
+          launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 8:
+          launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 4:
+          launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 2:
+          launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        default:
+          launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
       }
       column += nb;
     }

@@ -3,28 +3,29 @@
 // B input vectors share one read of the weights. Optional epilogues: accumulate into y
 // (the residual add) and SwiGLU (y = silu(W_gate x) * (W_up x)).
 #pragma once
-#include <cstdint>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "activation_q8.cuh"
 
 namespace granule::kernels {
 
 struct MatvecTask {
-  const void* weight = nullptr;      // n_out rows of row_bytes each
-  const void* weight_up = nullptr;   // SwiGLU: the up matrix (same type and shape), else null
+  const void* weight = nullptr;     // n_out rows of row_bytes each
+  const void* weight_up = nullptr;  // SwiGLU: the up matrix (same type and shape), else null
   int64_t row_bytes = 0;
   int n_out = 0;
-  float* y = nullptr;                // y[b * y_stride + o]
+  float* y = nullptr;  // y[b * y_stride + o]
   int64_t y_stride = 0;
-  bool accumulate = false;           // y += W x instead of y = W x
+  bool accumulate = false;  // y += W x instead of y = W x
 };
 
 struct MatvecInput {
   int n_in = 0;
   int batch = 0;
-  const float* x = nullptr;   // [batch][n_in], read for F32/F16/BF16 and the K quants
-  ActivationQ8 xq;            // [batch][n_in] int8 blocks, read for Q4_0/Q4_1/Q8_0
+  const float* x = nullptr;  // [batch][n_in], read for F32/F16/BF16 and the K quants
+  ActivationQ8 xq;           // [batch][n_in] int8 blocks, read for Q4_0/Q4_1/Q8_0
 };
 
 constexpr int kMaxMatvecTasks = 3;

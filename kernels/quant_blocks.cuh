@@ -10,37 +10,79 @@ namespace granule::kernels {
 
 // ggml type ids (the same numbers as granule::TensorType).
 enum WeightType : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBF16 = 30,
 };
 
 constexpr int kQK = 32;
 constexpr int kQK_K = 256;
 
-struct BlockQ4_0 { uint16_t d; uint8_t qs[16]; };
-struct BlockQ4_1 { uint16_t d; uint16_t m; uint8_t qs[16]; };
-struct BlockQ8_0 { uint16_t d; int8_t qs[32]; };
-struct BlockQ4_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qs[128]; };
-struct BlockQ5_K { uint16_t d; uint16_t dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; };
-struct BlockQ6_K { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; uint16_t d; };
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[16];
+};
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[16];
+};
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[32];
+};
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];
+  uint8_t qh[64];
+  int8_t scales[16];
+  uint16_t d;
+};
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // Elements per block and bytes per block; 0 for an unknown id.
 __host__ __device__ constexpr int block_elems(uint32_t type) {
-  return type == kF32 || type == kF16 || type == kBF16 ? 1
+  return type == kF32 || type == kF16 || type == kBF16     ? 1
          : type == kQ4_0 || type == kQ4_1 || type == kQ8_0 ? kQK
-         : type == kQ4_K || type == kQ5_K || type == kQ6_K ? kQK_K : 0;
+         : type == kQ4_K || type == kQ5_K || type == kQ6_K ? kQK_K
+                                                           : 0;
 }
 __host__ __device__ constexpr int block_bytes(uint32_t type) {
-  return type == kF32 ? 4 : type == kF16 || type == kBF16 ? 2 : type == kQ4_0 ? 18
-         : type == kQ4_1 ? 20 : type == kQ8_0 ? 34 : type == kQ4_K ? 144 : type == kQ5_K ? 176
-         : type == kQ6_K ? 210 : 0;
+  return type == kF32                    ? 4
+         : type == kF16 || type == kBF16 ? 2
+         : type == kQ4_0                 ? 18
+         : type == kQ4_1                 ? 20
+         : type == kQ8_0                 ? 34
+         : type == kQ4_K                 ? 144
+         : type == kQ5_K                 ? 176
+         : type == kQ6_K                 ? 210
+                                         : 0;
 }
 inline bool is_supported_weight_type(uint32_t type) { return block_bytes(type) != 0; }
 
 #ifdef __CUDACC__
 // The 6-bit scale and min of sub-block `sub` (0..7) of a Q4_K / Q5_K super-block.
-__device__ __forceinline__ void k_quant_scale_min(const uint8_t* scales, int sub, int& scale, int& min) {
+__device__ __forceinline__ void k_quant_scale_min(const uint8_t* scales, int sub, int& scale,
+                                                  int& min) {
   if (sub < 4) {
     scale = scales[sub] & 63;
     min = scales[sub + 4] & 63;
@@ -56,8 +98,14 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
   if constexpr (TYPE == kF32) {
     const float4* p = reinterpret_cast<const float4*>(row) + 2 * chunk;
     const float4 a = p[0], b = p[1];
-    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
-    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    out[0] = a.x;
+    out[1] = a.y;
+    out[2] = a.z;
+    out[3] = a.w;
+    out[4] = b.x;
+    out[5] = b.y;
+    out[6] = b.z;
+    out[7] = b.w;
   } else if constexpr (TYPE == kF16 || TYPE == kBF16) {
     const uint4 v = reinterpret_cast<const uint4*>(row)[chunk];
     const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -123,8 +171,10 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
     const int half = e0 / 128, r = e0 % 128, quarter = r / 32, l0 = r % 32;
     const uint8_t* ql = b->ql + 64 * half + (quarter % 2) * 32 + l0;
     const uint8_t* qh = b->qh + 32 * half + l0;
-    const uint32_t ql_words[2] = {static_cast<uint32_t>(load_int_aligned2(ql)), static_cast<uint32_t>(load_int_aligned2(ql + 4))};
-    const uint32_t qh_words[2] = {static_cast<uint32_t>(load_int_aligned2(qh)), static_cast<uint32_t>(load_int_aligned2(qh + 4))};
+    const uint32_t ql_words[2] = {static_cast<uint32_t>(load_int_aligned2(ql)),
+                                  static_cast<uint32_t>(load_int_aligned2(ql + 4))};
+    const uint32_t qh_words[2] = {static_cast<uint32_t>(load_int_aligned2(qh)),
+                                  static_cast<uint32_t>(load_int_aligned2(qh + 4))};
     const int ql_shift = quarter >= 2 ? 4 : 0, qh_shift = 2 * quarter;
     const float d = half_bits_to_float(b->d) * b->scales[8 * half + l0 / 16 + 2 * quarter];
 #pragma unroll
@@ -142,16 +192,35 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
 template <typename F>
 inline bool dispatch_weight_type(uint32_t type, F&& f) {
   switch (type) {
-    case kF32: f(std::integral_constant<uint32_t, kF32>{}); return true;
-    case kF16: f(std::integral_constant<uint32_t, kF16>{}); return true;
-    case kBF16: f(std::integral_constant<uint32_t, kBF16>{}); return true;
-    case kQ4_0: f(std::integral_constant<uint32_t, kQ4_0>{}); return true;
-    case kQ4_1: f(std::integral_constant<uint32_t, kQ4_1>{}); return true;
-    case kQ8_0: f(std::integral_constant<uint32_t, kQ8_0>{}); return true;
-    case kQ4_K: f(std::integral_constant<uint32_t, kQ4_K>{}); return true;
-    case kQ5_K: f(std::integral_constant<uint32_t, kQ5_K>{}); return true;
-    case kQ6_K: f(std::integral_constant<uint32_t, kQ6_K>{}); return true;
-    default: return false;
+    case kF32:
+      f(std::integral_constant<uint32_t, kF32>{});
+      return true;
+    case kF16:
+      f(std::integral_constant<uint32_t, kF16>{});
+      return true;
+    case kBF16:
+      f(std::integral_constant<uint32_t, kBF16>{});
+      return true;
+    case kQ4_0:
+      f(std::integral_constant<uint32_t, kQ4_0>{});
+      return true;
+    case kQ4_1:
+      f(std::integral_constant<uint32_t, kQ4_1>{});
+      return true;
+    case kQ8_0:
+      f(std::integral_constant<uint32_t, kQ8_0>{});
+      return true;
+    case kQ4_K:
+      f(std::integral_constant<uint32_t, kQ4_K>{});
+      return true;
+    case kQ5_K:
+      f(std::integral_constant<uint32_t, kQ5_K>{});
+      return true;
+    case kQ6_K:
+      f(std::integral_constant<uint32_t, kQ6_K>{});
+      return true;
+    default:
+      return false;
   }
 }
 

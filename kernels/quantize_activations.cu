@@ -4,14 +4,16 @@
 namespace granule::kernels {
 namespace {
 
-__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks, ActivationQ8 out) {
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
+                                   ActivationQ8 out) {
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
-  if (block >= n_blocks) return;   // whole warps leave together
+  if (block >= n_blocks) return;  // whole warps leave together
   const float v = x[block * kQ8Block + threadIdx.x % kWarpSize];
   quantize_block_of_warp(v, out.qs + block * kQ8Block, out.ds + block);
 }
 
-__global__ void convert_f32_to_f16_kernel(const float* __restrict__ x, int64_t count, __half* __restrict__ out) {
+__global__ void convert_f32_to_f16_kernel(const float* __restrict__ x, int64_t count,
+                                          __half* __restrict__ out) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __float2half_rn(x[i]);
@@ -19,16 +21,19 @@ __global__ void convert_f32_to_f16_kernel(const float* __restrict__ x, int64_t c
 
 }  // namespace
 
-cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out, cudaStream_t stream) {
+cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out,
+                               cudaStream_t stream) {
   if (n % kQ8Block != 0) return cudaErrorInvalidValue;
   const int64_t n_blocks = static_cast<int64_t>(rows) * n / kQ8Block;
   if (n_blocks == 0) return cudaSuccess;
   constexpr int kThreads = 256;
-  quantize_q8_kernel<<<ceil_div(n_blocks * kWarpSize, kThreads), kThreads, 0, stream>>>(x, n_blocks, out);
+  quantize_q8_kernel<<<ceil_div(n_blocks * kWarpSize, kThreads), kThreads, 0, stream>>>(x, n_blocks,
+                                                                                        out);
   return launch_status();
 }
 
-cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out, cudaStream_t stream) {
+cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,
+                                      cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   constexpr int kThreads = 256;
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(count, kThreads), 65536));

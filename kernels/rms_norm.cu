@@ -10,8 +10,8 @@ constexpr int kMaxVectorsPerThread = 4;
 constexpr int kMaxThreads = 1024;
 
 __global__ void __launch_bounds__(kMaxThreads)
-rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int n, float eps,
-                RmsNormOutputs out, const int32_t* __restrict__ source_rows) {
+    rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int n, float eps,
+                    RmsNormOutputs out, const int32_t* __restrict__ source_rows) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t source = source_rows ? source_rows[row] : row;
@@ -30,12 +30,13 @@ rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, i
 #pragma unroll
   for (int k = 0; k < kMaxVectorsPerThread; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
-    if (k * blockDim.x >= n4) break;   // uniform over the block
+    if (k * blockDim.x >= n4) break;  // uniform over the block
     const bool valid = i < n4;
     float4 y = make_float4(0, 0, 0, 0);
     if (valid) {
       const float4 wv = w4[i];
-      y = make_float4(v[k].x * scale * wv.x, v[k].y * scale * wv.y, v[k].z * scale * wv.z, v[k].w * scale * wv.w);
+      y = make_float4(v[k].x * scale * wv.x, v[k].y * scale * wv.y, v[k].z * scale * wv.z,
+                      v[k].w * scale * wv.w);
       if (out.f32) reinterpret_cast<float4*>(out.f32 + row * n)[i] = y;
       if (out.f16) {
         const __half2 lo = __floats2half2_rn(y.x, y.y), hi = __floats2half2_rn(y.z, y.w);
@@ -49,20 +50,23 @@ rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, i
       // 8 consecutive threads hold one 32-element block: all valid or all past the end.
       float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
 #pragma unroll
-      for (int off = 1; off < 8; off <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      for (int off = 1; off < 8; off <<= 1)
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
       const float d = amax / 127.0f;
       const float inv = amax == 0.0f ? 0.0f : 1.0f / d;
-      const int q0 = __float2int_rn(y.x * inv), q1 = __float2int_rn(y.y * inv), q2 = __float2int_rn(y.z * inv),
-                q3 = __float2int_rn(y.w * inv);
+      const int q0 = __float2int_rn(y.x * inv), q1 = __float2int_rn(y.y * inv),
+                q2 = __float2int_rn(y.z * inv), q3 = __float2int_rn(y.w * inv);
       int sum = q0 + q1 + q2 + q3;
 #pragma unroll
       for (int off = 1; off < 8; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       if (valid) {
         const int64_t at = row * n + 4 * static_cast<int64_t>(i);
-        const uint32_t packed = (static_cast<uint32_t>(q0) & 0xFF) | ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
-                                ((static_cast<uint32_t>(q2) & 0xFF) << 16) | (static_cast<uint32_t>(q3) << 24);
+        const uint32_t packed =
+            (static_cast<uint32_t>(q0) & 0xFF) | ((static_cast<uint32_t>(q1) & 0xFF) << 8) |
+            ((static_cast<uint32_t>(q2) & 0xFF) << 16) | (static_cast<uint32_t>(q3) << 24);
         *reinterpret_cast<uint32_t*>(out.q8.qs + at) = packed;
-        if (threadIdx.x % 8 == 0) out.q8.ds[at / kQ8Block] = make_float2(d, d * static_cast<float>(sum));
+        if (threadIdx.x % 8 == 0)
+          out.q8.ds[at / kQ8Block] = make_float2(d, d * static_cast<float>(sum));
       }
     }
   }
@@ -75,7 +79,8 @@ cudaError_t launch_rms_norm(const float* x, const float* weight, int rows, int n
   if (rows <= 0) return cudaSuccess;
   const int n4 = n / 4;
   if (n % 4 != 0 || (out.q8.qs && n % kQ8Block != 0)) return cudaErrorInvalidValue;
-  const int threads = std::min(kMaxThreads, std::max(kWarpSize, (n4 + kWarpSize - 1) / kWarpSize * kWarpSize));
+  const int threads =
+      std::min(kMaxThreads, std::max(kWarpSize, (n4 + kWarpSize - 1) / kWarpSize * kWarpSize));
   if (n4 > threads * kMaxVectorsPerThread) return cudaErrorInvalidValue;
   rms_norm_kernel<<<rows, threads, 0, stream>>>(x, weight, n, eps, out, source_rows);
   return launch_status();

@@ -1,8 +1,7 @@
 // One warp per head vector (Q heads, then K heads, then V heads); each lane holds
 // head_dim/32 consecutive elements, so a NeoX partner is exactly 16 lanes away.
-#include "rope_kv.cuh"
-
 #include "common.cuh"
+#include "rope_kv.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -18,7 +17,7 @@ __device__ __forceinline__ void rotation(int32_t position, double frequency, flo
 }
 
 template <int EPL>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) rope_kv_kernel(RopeKvArgs a) {
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(RopeKvArgs a) {
   const int lane = threadIdx.x % kWarpSize;
   const int head = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int row = blockIdx.y;
@@ -26,12 +25,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) rope_kv_kernel(Rop
   const int hd = a.head_dim;
   const int d0 = lane * EPL;
 
-  int kind, h;   // 0 = Q, 1 = K, 2 = V
-  if (head < a.n_head) { kind = 0; h = head; }
-  else if (head < a.n_head + a.n_kv) { kind = 1; h = head - a.n_head; }
-  else { kind = 2; h = head - a.n_head - a.n_kv; }
+  int kind, h;  // 0 = Q, 1 = K, 2 = V
+  if (head < a.n_head) {
+    kind = 0;
+    h = head;
+  } else if (head < a.n_head + a.n_kv) {
+    kind = 1;
+    h = head - a.n_head;
+  } else {
+    kind = 2;
+    h = head - a.n_head - a.n_kv;
+  }
 
-  const float* src = kind == 0 ? a.q + row * a.q_stride : kind == 1 ? a.k + row * a.k_stride : a.v + row * a.v_stride;
+  const float* src = kind == 0   ? a.q + row * a.q_stride
+                     : kind == 1 ? a.k + row * a.k_stride
+                                 : a.v + row * a.v_stride;
   const float* bias = kind == 0 ? a.q_bias : kind == 1 ? a.k_bias : a.v_bias;
   const float* norm = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
   src += h * hd;
@@ -93,10 +101,17 @@ cudaError_t launch_rope_kv(const RopeKvArgs& args, cudaStream_t stream) {
   const dim3 grid(ceil_div(args.n_head + 2 * args.n_kv, kWarpsPerBlock), args.rows);
   const int threads = kWarpsPerBlock * kWarpSize;
   switch (args.head_dim) {
-    case 64: rope_kv_kernel<2><<<grid, threads, 0, stream>>>(args); break;
-    case 128: rope_kv_kernel<4><<<grid, threads, 0, stream>>>(args); break;
-    case 256: rope_kv_kernel<8><<<grid, threads, 0, stream>>>(args); break;
-    default: return cudaErrorInvalidValue;
+    case 64:
+      rope_kv_kernel<2><<<grid, threads, 0, stream>>>(args);
+      break;
+    case 128:
+      rope_kv_kernel<4><<<grid, threads, 0, stream>>>(args);
+      break;
+    case 256:
+      rope_kv_kernel<8><<<grid, threads, 0, stream>>>(args);
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return launch_status();
 }

@@ -2,20 +2,24 @@
 // RMSNorm of Q and K (Qwen3), rotary position embedding of Q (in place) and K, and K, V
 // written as f16 into each sequence's token-major KV: [token][layer][K|V][kv_head][head_dim].
 #pragma once
-#include <cstdint>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace granule::kernels {
 
 struct RopeKvArgs {
-  float* q = nullptr;  int64_t q_stride = 0;           // [rows][n_head * head_dim], rotated in place
-  const float* k = nullptr;  int64_t k_stride = 0;     // [rows][n_kv * head_dim]
-  const float* v = nullptr;  int64_t v_stride = 0;
-  const float* q_bias = nullptr;   // optional, n_head * head_dim
-  const float* k_bias = nullptr;   // optional, n_kv * head_dim
+  float* q = nullptr;
+  int64_t q_stride = 0;  // [rows][n_head * head_dim], rotated in place
+  const float* k = nullptr;
+  int64_t k_stride = 0;  // [rows][n_kv * head_dim]
+  const float* v = nullptr;
+  int64_t v_stride = 0;
+  const float* q_bias = nullptr;  // optional, n_head * head_dim
+  const float* k_bias = nullptr;  // optional, n_kv * head_dim
   const float* v_bias = nullptr;
-  const float* q_norm = nullptr;   // optional, head_dim (applied per head before rotation)
+  const float* q_norm = nullptr;  // optional, head_dim (applied per head before rotation)
   const float* k_norm = nullptr;
   float norm_eps = 1e-6f;
   const double* frequencies = nullptr;  // head_dim / 2 rotation frequencies (double: angles at
@@ -23,10 +27,10 @@ struct RopeKvArgs {
   bool neox = false;                    // pairs (i, i + head_dim/2) instead of (2i, 2i+1)
   int n_head = 0, n_kv = 0, head_dim = 0;
   int rows = 0;
-  const int32_t* positions = nullptr;   // [rows] token position (also the KV row written)
-  const int32_t* slots = nullptr;       // [rows] index into slot_base
-  __half* const* slot_base = nullptr;   // per slot: the slot's KV base
-  int64_t token_stride = 0;             // halves per token: n_layer * 2 * n_kv * head_dim
+  const int32_t* positions = nullptr;  // [rows] token position (also the KV row written)
+  const int32_t* slots = nullptr;      // [rows] index into slot_base
+  __half* const* slot_base = nullptr;  // per slot: the slot's KV base
+  int64_t token_stride = 0;            // halves per token: n_layer * 2 * n_kv * head_dim
   int layer = 0;
 };
 

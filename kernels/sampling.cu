@@ -1,11 +1,10 @@
 // One block per row. The k-th largest logit is found by a radix select over order-preserving
 // 32-bit keys (four passes of 8-bit histograms), the candidates are gathered and sorted in
 // shared memory, and one thread walks them for temperature, top-p, min-p and the draw.
-#include "sampling.cuh"
-
 #include <cfloat>
 
 #include "common.cuh"
+#include "sampling.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -18,20 +17,30 @@ __device__ __forceinline__ uint32_t order_key(float v) {
 }
 
 // Block-wide argmax with the lowest index winning ties. scratch: 32 floats + 32 ints.
-__device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, float& best_val, int& best_idx) {
+__device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, float& best_val,
+                             int& best_idx) {
   float v = -FLT_MAX;
   int idx = n;
   for (int i = threadIdx.x; i < n; i += blockDim.x)
-    if (x[i] > v) { v = x[i]; idx = i; }   // strided: first hit per thread is its lowest index
+    if (x[i] > v) {
+      v = x[i];
+      idx = i;
+    }  // strided: first hit per thread is its lowest index
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, off);
     const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-    if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    if (ov > v || (ov == v && oi < idx)) {
+      v = ov;
+      idx = oi;
+    }
   }
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   __syncthreads();
-  if (lane == 0) { s_val[warp] = v; s_idx[warp] = idx; }
+  if (lane == 0) {
+    s_val[warp] = v;
+    s_idx[warp] = idx;
+  }
   __syncthreads();
   if (warp == 0) {
     const int n_warps = blockDim.x / kWarpSize;
@@ -41,9 +50,15 @@ __device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, fl
     for (int off = 16; off > 0; off >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, v, off);
       const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-      if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+      if (ov > v || (ov == v && oi < idx)) {
+        v = ov;
+        idx = oi;
+      }
     }
-    if (lane == 0) { s_val[0] = v; s_idx[0] = idx; }
+    if (lane == 0) {
+      s_val[0] = v;
+      s_idx[0] = idx;
+    }
   }
   __syncthreads();
   best_val = s_val[0];
@@ -56,7 +71,8 @@ constexpr int kArgmaxChunk = kArgmaxThreads * 16;
 // One chunk of a row: the block's best (value, lowest index) as one 64-bit key that
 // atomicMax can order (value bits high, inverted index low); the last block publishes it.
 __global__ void __launch_bounds__(kArgmaxThreads)
-argmax_chunk_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* tokens, ArgmaxWorkspace ws) {
+    argmax_chunk_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* tokens,
+                        ArgmaxWorkspace ws) {
   __shared__ float s_val[32];
   __shared__ int s_idx[32];
   __shared__ bool is_last;
@@ -67,8 +83,8 @@ argmax_chunk_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* t
   int idx;
   block_argmax(logits + row * stride + begin, count, s_val, s_idx, v, idx);
   if (threadIdx.x == 0) {
-    const unsigned long long key =
-        (static_cast<unsigned long long>(order_key(v)) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(begin + idx));
+    const unsigned long long key = (static_cast<unsigned long long>(order_key(v)) << 32) |
+                                   (0xFFFFFFFFu - static_cast<uint32_t>(begin + idx));
     atomicMax(ws.best + row, key);
     __threadfence();
     is_last = atomicAdd(ws.counters + row, 1) == static_cast<int>(gridDim.x) - 1;
@@ -81,9 +97,12 @@ argmax_chunk_kernel(const float* logits, int64_t stride, int n_vocab, int32_t* t
   }
 }
 
-__device__ void apply_penalties(float* x, const DeviceSamplingParams& p, const int32_t* history, int length, int n_vocab) {
-  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f) return;
-  const int window = p.penalty_last_n < 0 ? length : min(length, p.penalty_last_n);   // < 0: all of it
+__device__ void apply_penalties(float* x, const DeviceSamplingParams& p, const int32_t* history,
+                                int length, int n_vocab) {
+  if (p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f)
+    return;
+  const int window =
+      p.penalty_last_n < 0 ? length : min(length, p.penalty_last_n);  // < 0: all of it
   const int32_t* h = history + (length - window);
   for (int j = threadIdx.x; j < window; j += blockDim.x) {
     const int32_t token = h[j];
@@ -96,7 +115,8 @@ __device__ void apply_penalties(float* x, const DeviceSamplingParams& p, const i
         ++count;
       }
     }
-    if (!first) continue;   // each distinct token is penalised once, by its first occurrence's thread
+    if (!first)
+      continue;  // each distinct token is penalised once, by its first occurrence's thread
     float v = x[token];
     v = v > 0.0f ? v / p.repetition_penalty : v * p.repetition_penalty;
     v -= count * p.frequency_penalty + p.presence_penalty;
@@ -117,7 +137,8 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
   const DeviceSamplingParams p = a.params[row];
   float* x = a.logits + row * a.logits_stride;
   const int n = a.n_vocab;
-  apply_penalties(x, p, a.history + static_cast<int64_t>(row) * a.history_stride, a.history_length[row], n);
+  apply_penalties(x, p, a.history + static_cast<int64_t>(row) * a.history_stride,
+                  a.history_length[row], n);
 
   if (p.temperature <= 0.0f || p.top_k == 1) {
     float v;
@@ -129,7 +150,10 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
 
   const int k = min(n, p.top_k > 0 ? min(p.top_k, kMaxSamplingCandidates) : kMaxSamplingCandidates);
   // Radix select: the key of the k-th largest logit, 8 bits per pass from the top.
-  if (threadIdx.x == 0) { s_prefix = 0; s_remaining = k; }
+  if (threadIdx.x == 0) {
+    s_prefix = 0;
+    s_remaining = k;
+  }
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += blockDim.x) s_hist[i] = 0;
     __syncthreads();
@@ -145,13 +169,19 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
       int bin = 255;
       for (; bin > 0 && s_hist[bin] < remaining; --bin) remaining -= s_hist[bin];
       s_prefix = prefix | (static_cast<uint32_t>(bin) << shift);
-      s_remaining = remaining;   // how many keys equal to the final threshold to take
+      s_remaining = remaining;  // how many keys equal to the final threshold to take
     }
     __syncthreads();
   }
   const uint32_t threshold = s_prefix;
-  if (threadIdx.x == 0) { s_count = 0; s_ties = 0; }
-  for (int i = threadIdx.x; i < kMaxSamplingCandidates; i += blockDim.x) { c_val[i] = -FLT_MAX; c_idx[i] = INT32_MAX; }
+  if (threadIdx.x == 0) {
+    s_count = 0;
+    s_ties = 0;
+  }
+  for (int i = threadIdx.x; i < kMaxSamplingCandidates; i += blockDim.x) {
+    c_val[i] = -FLT_MAX;
+    c_idx[i] = INT32_MAX;
+  }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const uint32_t key = order_key(x[i]);
@@ -159,7 +189,10 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
     if (key == threshold) take = atomicAdd(&s_ties, 1u) < s_remaining;
     if (take) {
       const uint32_t slot = atomicAdd(&s_count, 1u);
-      if (slot < kMaxSamplingCandidates) { c_val[slot] = x[i]; c_idx[slot] = i; }
+      if (slot < kMaxSamplingCandidates) {
+        c_val[slot] = x[i];
+        c_idx[slot] = i;
+      }
     }
   }
   __syncthreads();
@@ -173,8 +206,12 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
           const bool descending = (i & size) == 0;
           const bool i_first = c_val[i] > c_val[j] || (c_val[i] == c_val[j] && c_idx[i] < c_idx[j]);
           if (i_first != descending) {
-            const float tv = c_val[i]; c_val[i] = c_val[j]; c_val[j] = tv;
-            const int ti = c_idx[i]; c_idx[i] = c_idx[j]; c_idx[j] = ti;
+            const float tv = c_val[i];
+            c_val[i] = c_val[j];
+            c_val[j] = tv;
+            const int ti = c_idx[i];
+            c_idx[i] = c_idx[j];
+            c_idx[j] = ti;
           }
         }
       }
@@ -196,7 +233,10 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
       float cumulative = 0.0f;
       for (int i = 0; i < count; ++i) {
         cumulative += c_val[i];
-        if (cumulative >= p.top_p * total) { kept = i + 1; break; }
+        if (cumulative >= p.top_p * total) {
+          kept = i + 1;
+          break;
+        }
       }
     }
     if (p.min_p > 0.0f) {
@@ -211,7 +251,10 @@ __global__ void __launch_bounds__(kThreads) sampling_kernel(SamplingArgs a) {
     float cumulative = 0.0f;
     for (int i = 0; i < kept; ++i) {
       cumulative += c_val[i];
-      if (target < cumulative) { chosen = i; break; }
+      if (target < cumulative) {
+        chosen = i;
+        break;
+      }
     }
     a.tokens[row] = c_idx[chosen];
   }
@@ -231,7 +274,8 @@ cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, 
   if (rows == 0) return cudaSuccess;
   if (n_vocab <= 0 || !workspace.best || !workspace.counters) return cudaErrorInvalidValue;
   const dim3 grid(ceil_div(n_vocab, kArgmaxChunk), rows);
-  argmax_chunk_kernel<<<grid, kArgmaxThreads, 0, stream>>>(logits, logits_stride, n_vocab, tokens, workspace);
+  argmax_chunk_kernel<<<grid, kArgmaxThreads, 0, stream>>>(logits, logits_stride, n_vocab, tokens,
+                                                           workspace);
   return launch_status();
 }
 

@@ -3,33 +3,36 @@
 // candidates; top_k = 0 also keeps the 256 most likely), temperature, top-p, min-p and a
 // seeded draw. Every per-step input lives in device buffers (graph capturable).
 #pragma once
-#include <cstdint>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace granule::kernels {
 
 constexpr int kMaxSamplingCandidates = 256;
 
 struct DeviceSamplingParams {
-  float temperature = 0.0f;          // <= 0: greedy
-  int32_t top_k = 0;                 // 0 = the 256 most likely
+  float temperature = 0.0f;  // <= 0: greedy
+  int32_t top_k = 0;         // 0 = the 256 most likely
   float top_p = 1.0f;
   float min_p = 0.0f;
-  float repetition_penalty = 1.0f;   // llama.cpp: logit / p when positive, * p when negative
-  float frequency_penalty = 0.0f;    // minus count * f
-  float presence_penalty = 0.0f;     // minus p once present
+  float repetition_penalty = 1.0f;  // llama.cpp: logit / p when positive, * p when negative
+  float frequency_penalty = 0.0f;   // minus count * f
+  float presence_penalty = 0.0f;    // minus p once present
   int32_t penalty_last_n = 64;
   uint64_t seed = 0;
-  uint64_t step = 0;                 // the draw is a function of (seed, step)
+  uint64_t step = 0;  // the draw is a function of (seed, step)
 };
 
 struct SamplingArgs {
-  float* logits = nullptr;  int64_t logits_stride = 0;   // [rows][n_vocab]; penalties edit in place
+  float* logits = nullptr;
+  int64_t logits_stride = 0;  // [rows][n_vocab]; penalties edit in place
   int rows = 0, n_vocab = 0;
-  const DeviceSamplingParams* params = nullptr;          // [rows]
-  const int32_t* history = nullptr;  int history_stride = 0;   // [rows][stride], oldest first
-  const int32_t* history_length = nullptr;                     // [rows]
-  int32_t* tokens = nullptr;                                   // [rows] out
+  const DeviceSamplingParams* params = nullptr;  // [rows]
+  const int32_t* history = nullptr;
+  int history_stride = 0;                   // [rows][stride], oldest first
+  const int32_t* history_length = nullptr;  // [rows]
+  int32_t* tokens = nullptr;                // [rows] out
 };
 
 // The uniform draw in [0, 1) the sampler uses for (seed, step); the host tests use it too.

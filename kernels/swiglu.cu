@@ -1,7 +1,6 @@
 // Elementwise SwiGLU, grid-stride.
-#include "swiglu.cuh"
-
 #include "common.cuh"
+#include "swiglu.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -22,7 +21,9 @@ __global__ void swiglu_f32_kernel(const float* __restrict__ gate, const float* _
 
 constexpr int kThreads = 256;
 
-int grid_for(int64_t count) { return static_cast<int>(std::min<int64_t>(ceil_div(count, kThreads), 65536)); }
+int grid_for(int64_t count) {
+  return static_cast<int>(std::min<int64_t>(ceil_div(count, kThreads), 65536));
+}
 
 }  // namespace
 

@@ -1,9 +1,10 @@
 // SwiGLU for prefill, where gate and up come from separate GEMMs: out = silu(gate) * up,
 // written as f16 for the down projection's GEMM (or f32). (Decode fuses this into the matvec.)
 #pragma once
-#include <cstdint>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace granule::kernels {
 

@@ -4,13 +4,12 @@
 // roofline (weight bytes read per step over the device-to-device bandwidth measured here).
 // `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
@@ -42,7 +41,7 @@ struct Result {
   int batch = 1;
   double tokens_per_second = 0;
   double ms_per_step = 0;
-  double roofline_fraction = -1;   // decode only
+  double roofline_fraction = -1;  // decode only
 };
 
 // "llama3-8b:Q4_0" -> a synthetic model file in the temp folder (made once, then reused).
@@ -60,11 +59,13 @@ std::filesystem::path synthetic_model(const std::string& spec_text) {
         // quantiser leaves it for 4-bit files (Q6_K) when the width allows.
         spec.weight_type = info->type;
         spec.embedding_type = info->type;
-        spec.output_type = spec.n_embd % 256 == 0 && info->type != TensorType::F16 ? TensorType::Q6_K : info->type;
+        spec.output_type =
+            spec.n_embd % 256 == 0 && info->type != TensorType::F16 ? TensorType::Q6_K : info->type;
         found = true;
       }
     }
-    if (!found) throw UsageError("unknown block type '" + type_name + "' in --synthetic " + spec_text);
+    if (!found)
+      throw UsageError("unknown block type '" + type_name + "' in --synthetic " + spec_text);
   }
   std::string file_name = "granule-bench-" + spec_text + ".gguf";
   std::replace(file_name.begin(), file_name.end(), ':', '-');
@@ -82,8 +83,10 @@ std::filesystem::path synthetic_model(const std::string& spec_text) {
 
 std::string human_bytes(double b) {
   char buf[32];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ull << 30));
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ull << 20));
+  if (b >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1ull << 30));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1ull << 20));
   return buf;
 }
 
@@ -93,15 +96,19 @@ std::string human_bytes(double b) {
 double measure_bandwidth_gbs() {
   MemoryManager scratch(uint64_t{1} << 40);
   const size_t bytes = size_t{2} << 30;
-  cuda::DeviceBuffer a(scratch, MemoryCategory::Workspace, bytes), b(scratch, MemoryCategory::Workspace, bytes);
+  cuda::DeviceBuffer a(scratch, MemoryCategory::Workspace, bytes),
+      b(scratch, MemoryCategory::Workspace, bytes);
   cuda::check_cuda(cudaMemset(a.get(), 1, bytes), "cudaMemset");
   cuda::CudaStream stream;
   cuda::CudaEvent start, stop;
-  for (int i = 0; i < 3; ++i) cuda::check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
+  for (int i = 0; i < 3; ++i)
+    cuda::check_cuda(
+        cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
   std::vector<float> ms;
   for (int i = 0; i < 10; ++i) {
     cudaEventRecord(start.get(), stream.get());
-    cuda::check_cuda(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
+    cuda::check_cuda(
+        cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "copy");
     cudaEventRecord(stop.get(), stream.get());
     cuda::check_cuda(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
     float t = 0;
@@ -179,7 +186,8 @@ class Bench {
     return t;
   }
   void map(int32_t slot, int64_t tokens) {
-    if (!kv_->map_through(slot, tokens)) throw CapacityError("the KV budget refused the benchmark's sequences");
+    if (!kv_->map_through(slot, tokens))
+      throw CapacityError("the KV budget refused the benchmark's sequences");
   }
   std::vector<int32_t> step(const std::vector<BatchSequence>& batch) {
     const std::vector<SamplingParams> params(batch.size(), SamplingParams::greedy());
@@ -208,7 +216,8 @@ int run(int argc, char** argv) {
   std::vector<int> batches = {1, 2, 4, 8, 16, 32};
   bool json = false;
   app.add_option("-m,--model", model_path, "GGUF model file");
-  app.add_option("--synthetic", synthetic, "synthetic model PRESET:TYPE, e.g. llama3-8b:Q4_0, smollm2-135m:Q4_1");
+  app.add_option("--synthetic", synthetic,
+                 "synthetic model PRESET:TYPE, e.g. llama3-8b:Q4_0, smollm2-135m:Q4_1");
   app.add_option("-p,--pp", pp, "prompt tokens for the prefill test (0 = skip)");
   app.add_option("-n,--tg", tg, "generated tokens for the generation test (0 = skip)");
   app.add_option("-b,--batches", batches, "batch sizes for batched decode")->delimiter(',');
@@ -216,7 +225,8 @@ int run(int argc, char** argv) {
   app.add_flag("--json", json, "print JSON instead of the table");
   // `granule-bench kv`: the KV memory policies benchmark (kv_bench.h).
   KvBenchOptions kv_options;
-  CLI::App* kv = app.add_subcommand("kv", "replay a seeded chat workload under three KV memory policies");
+  CLI::App* kv =
+      app.add_subcommand("kv", "replay a seeded chat workload under three KV memory policies");
   add_kv_bench_options(*kv, kv_options);
   CLI11_PARSE(app, argc, argv);
   if (kv->parsed()) return run_kv_benchmark(kv_options);
@@ -235,7 +245,8 @@ int run(int argc, char** argv) {
     std::cerr << "granule-bench: give one of --model or --synthetic\n";
     return 2;
   }
-  const std::filesystem::path path = synthetic.empty() ? std::filesystem::path(model_path) : synthetic_model(synthetic);
+  const std::filesystem::path path =
+      synthetic.empty() ? std::filesystem::path(model_path) : synthetic_model(synthetic);
   const int max_batch = std::max(1, *std::max_element(batches.begin(), batches.end()));
   const double bandwidth_gbs = measure_bandwidth_gbs();
   Bench bench(path, max_batch, std::max<int64_t>(pp, tg) + 64);
@@ -244,7 +255,7 @@ int run(int argc, char** argv) {
 
   std::vector<Result> results;
   if (pp > 0) {
-    bench.prefill_seconds(pp);   // warm-up: cuBLAS, first-touch of the workspace
+    bench.prefill_seconds(pp);  // warm-up: cuBLAS, first-touch of the workspace
     std::vector<double> t;
     for (int i = 0; i < repetitions; ++i) t.push_back(bench.prefill_seconds(pp));
     std::sort(t.begin(), t.end());
@@ -260,7 +271,8 @@ int run(int argc, char** argv) {
     results.push_back({"decode", b, b / s, s * 1e3, roofline_step_s / s});
   }
 
-  const std::string model_name = synthetic.empty() ? path.filename().string() : "synthetic " + synthetic;
+  const std::string model_name =
+      synthetic.empty() ? path.filename().string() : "synthetic " + synthetic;
   if (json) {
     nlohmann::json j;
     j["model"] = model_name;
@@ -269,28 +281,40 @@ int run(int argc, char** argv) {
     j["bandwidth_gbs"] = bandwidth_gbs;
     j["roofline_step_ms"] = roofline_step_s * 1e3;
     for (const Result& r : results)
-      j["results"].push_back({{"test", r.test}, {"batch", r.batch}, {"tokens_per_second", r.tokens_per_second},
-                              {"ms_per_step", r.ms_per_step},
-                              {"roofline_fraction", r.roofline_fraction < 0 ? nlohmann::json() : nlohmann::json(r.roofline_fraction)}});
+      j["results"].push_back(
+          {{"test", r.test},
+           {"batch", r.batch},
+           {"tokens_per_second", r.tokens_per_second},
+           {"ms_per_step", r.ms_per_step},
+           {"roofline_fraction",
+            r.roofline_fraction < 0 ? nlohmann::json() : nlohmann::json(r.roofline_fraction)}});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   const ModelConfig& c = bench.config();
-  std::printf("device: %s, measured D2D bandwidth %.0f GB/s (read + write)\n", bench.device().c_str(), bandwidth_gbs);
-  std::printf("model: %s (%lld layers, %lld wide, %lld/%lld heads, ff %lld, vocab %lld), weights read per decode step %s, roofline step %.3f ms\n\n",
-              model_name.c_str(), static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
-              static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv), static_cast<long long>(c.n_ff),
-              static_cast<long long>(c.n_vocab), human_bytes(weight_bytes).c_str(), roofline_step_s * 1e3);
-  std::printf("| %-28s | %10s | %-8s | %5s | %12s | %10s | %8s |\n", "model", "size", "test", "batch", "t/s", "ms/step", "roofline");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(12, '-').c_str(),
-              std::string(10, '-').c_str(), std::string(7, '-').c_str(), std::string(14, '-').c_str(),
+  std::printf("device: %s, measured D2D bandwidth %.0f GB/s (read + write)\n",
+              bench.device().c_str(), bandwidth_gbs);
+  std::printf(
+      "model: %s (%lld layers, %lld wide, %lld/%lld heads, ff %lld, vocab %lld), weights read per "
+      "decode step %s, roofline step %.3f ms\n\n",
+      model_name.c_str(), static_cast<long long>(c.n_layer), static_cast<long long>(c.n_embd),
+      static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
+      static_cast<long long>(c.n_ff), static_cast<long long>(c.n_vocab),
+      human_bytes(weight_bytes).c_str(), roofline_step_s * 1e3);
+  std::printf("| %-28s | %10s | %-8s | %5s | %12s | %10s | %8s |\n", "model", "size", "test",
+              "batch", "t/s", "ms/step", "roofline");
+  std::printf("|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(),
+              std::string(12, '-').c_str(), std::string(10, '-').c_str(),
+              std::string(7, '-').c_str(), std::string(14, '-').c_str(),
               std::string(12, '-').c_str(), std::string(10, '-').c_str());
   for (const Result& r : results) {
     char roof[16] = "-";
-    if (r.roofline_fraction >= 0) std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_fraction * 100);
-    std::printf("| %-28s | %10s | %-8s | %5d | %12.1f | %10.3f | %8s |\n", model_name.substr(0, 28).c_str(),
-                human_bytes(static_cast<double>(bench.file_weight_bytes())).c_str(), r.test.c_str(), r.batch,
-                r.tokens_per_second, r.ms_per_step, roof);
+    if (r.roofline_fraction >= 0)
+      std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_fraction * 100);
+    std::printf("| %-28s | %10s | %-8s | %5d | %12.1f | %10.3f | %8s |\n",
+                model_name.substr(0, 28).c_str(),
+                human_bytes(static_cast<double>(bench.file_weight_bytes())).c_str(), r.test.c_str(),
+                r.batch, r.tokens_per_second, r.ms_per_step, roof);
   }
   return 0;
 #endif

@@ -17,15 +17,15 @@ namespace {
 
 using gpu_test::DeviceArray;
 
-constexpr uint16_t kPoisonHalf = 0xFFFF;   // NaN
+constexpr uint16_t kPoisonHalf = 0xFFFF;  // NaN
 
 struct KvLayout {
   int n_layer, n_kv, head_dim, max_tokens, slots;
   int64_t token_stride() const { return static_cast<int64_t>(n_layer) * 2 * n_kv * head_dim; }
   int64_t slot_halves() const { return token_stride() * max_tokens; }
   int64_t at(int slot, int token, int layer, int kv, int head) const {
-    return slot * slot_halves() + token * token_stride() + (static_cast<int64_t>(layer) * 2 + kv) * n_kv * head_dim +
-           head * head_dim;
+    return slot * slot_halves() + token * token_stride() +
+           (static_cast<int64_t>(layer) * 2 + kv) * n_kv * head_dim + head * head_dim;
   }
 };
 
@@ -45,11 +45,14 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   const std::vector<int32_t> positions = {0, 7, 4095, 3, 4999};
   const std::vector<int32_t> slots = {0, 1, 1, 0, 0};
   const int64_t q_dim = n_head * hd, kv_dim = n_kv * hd;
-  const std::vector<float> q = gpu_test::random_floats(rows * q_dim, rng), k = gpu_test::random_floats(rows * kv_dim, rng),
+  const std::vector<float> q = gpu_test::random_floats(rows * q_dim, rng),
+                           k = gpu_test::random_floats(rows * kv_dim, rng),
                            v = gpu_test::random_floats(rows * kv_dim, rng);
-  const std::vector<float> bq = gpu_test::random_floats(q_dim, rng), bk = gpu_test::random_floats(kv_dim, rng),
+  const std::vector<float> bq = gpu_test::random_floats(q_dim, rng),
+                           bk = gpu_test::random_floats(kv_dim, rng),
                            bv = gpu_test::random_floats(kv_dim, rng);
-  const std::vector<float> qn = gpu_test::random_floats(hd, rng), kn = gpu_test::random_floats(hd, rng);
+  const std::vector<float> qn = gpu_test::random_floats(hd, rng),
+                           kn = gpu_test::random_floats(hd, rng);
   const std::vector<double> freqs = cpu::rope_frequencies(hd, 500000.0f, RopeScaling{}, nullptr);
 
   DeviceArray<float> d_q(q), d_k(k), d_v(v), d_bq(bq), d_bk(bk), d_bv(bv), d_qn(qn), d_kn(kn);
@@ -61,17 +64,33 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   DeviceArray<__half*> d_bases(bases);
 
   kernels::RopeKvArgs a;
-  a.q = d_q.get(); a.q_stride = q_dim;
-  a.k = d_k.get(); a.k_stride = kv_dim;
-  a.v = d_v.get(); a.v_stride = kv_dim;
-  if (rc.bias) { a.q_bias = d_bq.get(); a.k_bias = d_bk.get(); a.v_bias = d_bv.get(); }
-  if (rc.qk_norm) { a.q_norm = d_qn.get(); a.k_norm = d_kn.get(); }
+  a.q = d_q.get();
+  a.q_stride = q_dim;
+  a.k = d_k.get();
+  a.k_stride = kv_dim;
+  a.v = d_v.get();
+  a.v_stride = kv_dim;
+  if (rc.bias) {
+    a.q_bias = d_bq.get();
+    a.k_bias = d_bk.get();
+    a.v_bias = d_bv.get();
+  }
+  if (rc.qk_norm) {
+    a.q_norm = d_qn.get();
+    a.k_norm = d_kn.get();
+  }
   a.norm_eps = 1e-6f;
   a.frequencies = d_freqs.get();
   a.neox = rc.neox;
-  a.n_head = n_head; a.n_kv = n_kv; a.head_dim = hd; a.rows = rows;
-  a.positions = d_pos.get(); a.slots = d_slots.get(); a.slot_base = d_bases.get();
-  a.token_stride = kv.token_stride(); a.layer = layer;
+  a.n_head = n_head;
+  a.n_kv = n_kv;
+  a.head_dim = hd;
+  a.rows = rows;
+  a.positions = d_pos.get();
+  a.slots = d_slots.get();
+  a.slot_base = d_bases.get();
+  a.token_stride = kv.token_stride();
+  a.layer = layer;
   CUDA_OK(kernels::launch_rope_kv(a, nullptr));
 
   const std::vector<float> got_q = d_q.download();
@@ -88,36 +107,46 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
       cpu::add_in_place(ev.data(), bv.data(), kv_dim);
     }
     if (rc.qk_norm) {
-      for (int h = 0; h < n_head; ++h) cpu::rms_norm(eq.data() + h * hd, qn.data(), eq.data() + h * hd, hd, 1e-6f);
-      for (int h = 0; h < n_kv; ++h) cpu::rms_norm(ek.data() + h * hd, kn.data(), ek.data() + h * hd, hd, 1e-6f);
+      for (int h = 0; h < n_head; ++h)
+        cpu::rms_norm(eq.data() + h * hd, qn.data(), eq.data() + h * hd, hd, 1e-6f);
+      for (int h = 0; h < n_kv; ++h)
+        cpu::rms_norm(ek.data() + h * hd, kn.data(), ek.data() + h * hd, hd, 1e-6f);
     }
     cpu::rope(eq.data(), n_head, hd, positions[r], freqs.data(), ordering);
     cpu::rope(ek.data(), n_kv, hd, positions[r], freqs.data(), ordering);
     for (int64_t i = 0; i < q_dim; ++i)
-      ASSERT_NEAR(got_q[r * q_dim + i], eq[i], 2e-5 * (1 + std::fabs(eq[i]))) << "row " << r << " q " << i;
+      ASSERT_NEAR(got_q[r * q_dim + i], eq[i], 2e-5 * (1 + std::fabs(eq[i])))
+          << "row " << r << " q " << i;
     for (int h = 0; h < n_kv; ++h) {
       for (int d = 0; d < hd; ++d) {
-        const int64_t kat = kv.at(slots[r], positions[r], layer, 0, h) + d, vat = kv.at(slots[r], positions[r], layer, 1, h) + d;
-        ASSERT_NEAR(__half2float(got_kv[kat]), ek[h * hd + d], 1e-3 * std::fabs(ek[h * hd + d]) + 2e-5) << "row " << r << " k";
-        ASSERT_NEAR(__half2float(got_kv[vat]), ev[h * hd + d], 1e-3 * std::fabs(ev[h * hd + d]) + 2e-5) << "row " << r << " v";
+        const int64_t kat = kv.at(slots[r], positions[r], layer, 0, h) + d,
+                      vat = kv.at(slots[r], positions[r], layer, 1, h) + d;
+        ASSERT_NEAR(__half2float(got_kv[kat]), ek[h * hd + d],
+                    1e-3 * std::fabs(ek[h * hd + d]) + 2e-5)
+            << "row " << r << " k";
+        ASSERT_NEAR(__half2float(got_kv[vat]), ev[h * hd + d],
+                    1e-3 * std::fabs(ev[h * hd + d]) + 2e-5)
+            << "row " << r << " v";
         written[kat] = written[vat] = true;
       }
     }
   }
   size_t touched_elsewhere = 0;
   for (size_t i = 0; i < got_kv.size(); ++i)
-    if (!written[i] && reinterpret_cast<const uint16_t&>(got_kv[i]) != kPoisonHalf) ++touched_elsewhere;
+    if (!written[i] && reinterpret_cast<const uint16_t&>(got_kv[i]) != kPoisonHalf)
+      ++touched_elsewhere;
   EXPECT_EQ(touched_elsewhere, 0u) << "KV written outside the rows' (slot, position, layer)";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, RopeKvKernel,
-                         ::testing::Values(RopeCase{64, false, false, false}, RopeCase{128, false, true, false},
-                                           RopeCase{128, true, false, true}, RopeCase{64, true, true, true},
-                                           RopeCase{256, false, false, false}),
-                         [](const ::testing::TestParamInfo<RopeCase>& i) {
-                           return "hd" + std::to_string(i.param.head_dim) + (i.param.neox ? "_neox" : "_normal") +
-                                  (i.param.bias ? "_bias" : "") + (i.param.qk_norm ? "_qknorm" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Variants, RopeKvKernel,
+    ::testing::Values(RopeCase{64, false, false, false}, RopeCase{128, false, true, false},
+                      RopeCase{128, true, false, true}, RopeCase{64, true, true, true},
+                      RopeCase{256, false, false, false}),
+    [](const ::testing::TestParamInfo<RopeCase>& i) {
+      return "hd" + std::to_string(i.param.head_dim) + (i.param.neox ? "_neox" : "_normal") +
+             (i.param.bias ? "_bias" : "") + (i.param.qk_norm ? "_qknorm" : "");
+    });
 
 struct AttentionCase {
   int head_dim, n_head, n_kv, split_tokens;
@@ -154,7 +183,8 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   const std::vector<float> q = gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng);
   DeviceArray<uint16_t> d_kv(kv_bits);
   std::vector<__half*> bases;
-  for (int s = 0; s < rows; ++s) bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + s * kv.slot_halves());
+  for (int s = 0; s < rows; ++s)
+    bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + s * kv.slot_halves());
   std::vector<int32_t> slots(rows);
   for (int s = 0; s < rows; ++s) slots[s] = s;
   DeviceArray<__half*> d_bases(bases);
@@ -162,20 +192,29 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   DeviceArray<float> d_q(q), d_out(static_cast<size_t>(rows * q_dim));
   d_out.poison();
   kernels::AttentionArgs a;
-  a.q = d_q.get(); a.q_stride = q_dim;
-  a.out = d_out.get(); a.out_stride = q_dim;
-  a.rows = rows; a.n_head = c.n_head; a.n_kv = c.n_kv; a.head_dim = hd;
-  a.lengths = d_lengths.get(); a.slots = d_slots.get(); a.slot_base = d_bases.get();
-  a.token_stride = kv.token_stride(); a.layer = layer;
+  a.q = d_q.get();
+  a.q_stride = q_dim;
+  a.out = d_out.get();
+  a.out_stride = q_dim;
+  a.rows = rows;
+  a.n_head = c.n_head;
+  a.n_kv = c.n_kv;
+  a.head_dim = hd;
+  a.lengths = d_lengths.get();
+  a.slots = d_slots.get();
+  a.slot_base = d_bases.get();
+  a.token_stride = kv.token_stride();
+  a.layer = layer;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   a.split_tokens = c.split_tokens;
   a.max_splits = (kv.max_tokens + c.split_tokens - 1) / c.split_tokens;
-  DeviceArray<float> d_partial(kernels::attention_workspace_floats(rows, c.n_head, a.max_splits, hd));
+  DeviceArray<float> d_partial(
+      kernels::attention_workspace_floats(rows, c.n_head, a.max_splits, hd));
   d_partial.poison();
   a.partial = d_partial.get();
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
-  a.out_q8 = {d_qs.get(), d_ds.get()};   // the output also as int8 blocks
+  a.out_q8 = {d_qs.get(), d_ds.get()};  // the output also as int8 blocks
   DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   a.split_counters = d_counters.get();
   CUDA_OK(kernels::launch_attention(a, nullptr));
@@ -198,8 +237,8 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
     for (int h = 0; h < c.n_head; ++h) {
       const float* k0 = kv_f32.data() + kv.at(r, 0, layer, 0, h / group);
       const float* v0 = kv_f32.data() + kv.at(r, 0, layer, 1, h / group);
-      cpu::attention_head(q.data() + r * q_dim + h * hd, k0, v0, kv.token_stride(), c.lengths[r], hd, scores.data(),
-                          expected.data());
+      cpu::attention_head(q.data() + r * q_dim + h * hd, k0, v0, kv.token_stride(), c.lengths[r],
+                          hd, scores.data(), expected.data());
       for (int d = 0; d < hd; ++d)
         ASSERT_NEAR(got[r * q_dim + h * hd + d], expected[d], 2e-5 * (1 + std::fabs(expected[d])))
             << "row " << r << " (length " << c.lengths[r] << ") head " << h << " element " << d;
@@ -209,14 +248,15 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionKernel,
-    ::testing::Values(AttentionCase{64, 9, 3, 128, {1, 5, 130, 257, 64}},          // SmolLM2 heads, several splits
-                      AttentionCase{128, 32, 8, 128, {700, 1, 129}},               // Llama 3 8B heads
-                      AttentionCase{128, 8, 8, 1024, {1500, 3, 1024, 1025}},       // no GQA, prefill split size
-                      AttentionCase{64, 8, 1, 32, {33, 100, 31}},                  // group of 8
-                      AttentionCase{256, 4, 2, 128, {200, 17}}),
+    ::testing::Values(
+        AttentionCase{64, 9, 3, 128, {1, 5, 130, 257, 64}},     // SmolLM2 heads, several splits
+        AttentionCase{128, 32, 8, 128, {700, 1, 129}},          // Llama 3 8B heads
+        AttentionCase{128, 8, 8, 1024, {1500, 3, 1024, 1025}},  // no GQA, prefill split size
+        AttentionCase{64, 8, 1, 32, {33, 100, 31}},             // group of 8
+        AttentionCase{256, 4, 2, 128, {200, 17}}),
     [](const ::testing::TestParamInfo<AttentionCase>& i) {
-      return "hd" + std::to_string(i.param.head_dim) + "_h" + std::to_string(i.param.n_head) + "_kv" +
-             std::to_string(i.param.n_kv) + "_split" + std::to_string(i.param.split_tokens);
+      return "hd" + std::to_string(i.param.head_dim) + "_h" + std::to_string(i.param.n_head) +
+             "_kv" + std::to_string(i.param.n_kv) + "_split" + std::to_string(i.param.split_tokens);
     });
 
 }  // namespace

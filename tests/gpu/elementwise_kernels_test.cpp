@@ -19,8 +19,9 @@ namespace {
 
 using gpu_test::DeviceArray;
 
-const TensorType kAllTypes[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-                                TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
+                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
 
 std::vector<float> halves_to_floats(const std::vector<__half>& h) {
   std::vector<float> f(h.size());
@@ -36,7 +37,8 @@ TEST(RmsNormKernel, MatchesCpuInEveryOutputFormat) {
     const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * n), rng, 3.0f);
     const std::vector<float> w = gpu_test::random_floats(static_cast<size_t>(n), rng);
     std::vector<float> expected(x.size());
-    for (int r = 0; r < rows; ++r) cpu::rms_norm(x.data() + r * n, w.data(), expected.data() + r * n, n, 1e-5f);
+    for (int r = 0; r < rows; ++r)
+      cpu::rms_norm(x.data() + r * n, w.data(), expected.data() + r * n, n, 1e-5f);
     DeviceArray<float> d_x(x), d_w(w), d_y(x.size());
     DeviceArray<__half> d_h(x.size());
     DeviceArray<int8_t> d_qs(x.size());
@@ -52,20 +54,24 @@ TEST(RmsNormKernel, MatchesCpuInEveryOutputFormat) {
     const std::vector<float> y = d_y.download();
     const std::vector<float> h = halves_to_floats(d_h.download());
     for (size_t i = 0; i < y.size(); ++i) {
-      ASSERT_NEAR(y[i], expected[i], 1e-5 + 1e-5 * std::fabs(expected[i])) << "n " << n << " f32 element " << i;
-      ASSERT_NEAR(h[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6) << "n " << n << " f16 element " << i;
+      ASSERT_NEAR(y[i], expected[i], 1e-5 + 1e-5 * std::fabs(expected[i]))
+          << "n " << n << " f32 element " << i;
+      ASSERT_NEAR(h[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6)
+          << "n " << n << " f16 element " << i;
     }
     if (n % 32 == 0) {
       const std::vector<int8_t> qs = d_qs.download();
       const std::vector<float2> ds = d_ds.download();
       for (size_t i = 0; i < y.size(); ++i) {
         const float2 s = ds[i / 32];
-        ASSERT_NEAR(qs[i] * s.x, expected[i], 0.5001 * s.x + 1e-6) << "n " << n << " int8 element " << i;
+        ASSERT_NEAR(qs[i] * s.x, expected[i], 0.5001 * s.x + 1e-6)
+            << "n " << n << " int8 element " << i;
       }
       for (size_t b = 0; b < ds.size(); ++b) {
         int sum = 0;
         for (int i = 0; i < 32; ++i) sum += qs[b * 32 + i];
-        ASSERT_NEAR(ds[b].y, ds[b].x * sum, 1e-4 * std::fabs(ds[b].x * sum) + 1e-6) << "block sum " << b;
+        ASSERT_NEAR(ds[b].y, ds[b].x * sum, 1e-4 * std::fabs(ds[b].x * sum) + 1e-6)
+            << "block sum " << b;
       }
     }
   }
@@ -88,7 +94,8 @@ TEST(RmsNormKernel, SelectedSourceRows) {
   for (size_t r = 0; r < pick.size(); ++r) {
     std::vector<float> expected(n);
     cpu::rms_norm(x.data() + pick[r] * n, w.data(), expected.data(), n, 1e-6f);
-    for (int i = 0; i < n; ++i) ASSERT_NEAR(y[r * n + i], expected[i], 1e-5 + 1e-5 * std::fabs(expected[i]));
+    for (int i = 0; i < n; ++i)
+      ASSERT_NEAR(y[r * n + i], expected[i], 1e-5 + 1e-5 * std::fabs(expected[i]));
   }
 }
 
@@ -97,7 +104,7 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
   std::mt19937 rng(5);
   const int rows = 3, n = 96;
   std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * n), rng, 10.0f);
-  for (int i = 32; i < 64; ++i) x[i] = 0.0f;   // an all-zero block must give d = 0 and no NaN
+  for (int i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block must give d = 0 and no NaN
   DeviceArray<float> d_x(x);
   DeviceArray<int8_t> d_qs(x.size());
   DeviceArray<float2> d_ds(x.size() / 32);
@@ -105,7 +112,8 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
   d_qs.poison();
   d_h.poison();
   CUDA_OK(kernels::launch_quantize_q8(d_x.get(), rows, n, {d_qs.get(), d_ds.get()}, nullptr));
-  CUDA_OK(kernels::launch_convert_f32_to_f16(d_x.get(), static_cast<int64_t>(x.size()), d_h.get(), nullptr));
+  CUDA_OK(kernels::launch_convert_f32_to_f16(d_x.get(), static_cast<int64_t>(x.size()), d_h.get(),
+                                             nullptr));
   const std::vector<int8_t> qs = d_qs.download();
   const std::vector<float2> ds = d_ds.download();
   const std::vector<float> h = halves_to_floats(d_h.download());
@@ -114,7 +122,8 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
     ASSERT_EQ(h[i], __half2float(__float2half_rn(x[i]))) << i;
   }
   EXPECT_EQ(ds[1].x, 0.0f);
-  EXPECT_EQ(kernels::launch_quantize_q8(d_x.get(), 1, 48, {d_qs.get(), d_ds.get()}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::launch_quantize_q8(d_x.get(), 1, 48, {d_qs.get(), d_ds.get()}, nullptr),
+            cudaErrorInvalidValue);
 }
 
 TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
@@ -133,11 +142,13 @@ TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
     DeviceArray<uint8_t> d_w(bytes);
     DeviceArray<__half> d_out(expected.size());
     d_out.poison();
-    CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols, rb, d_out.get(), nullptr));
+    CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols,
+                                              rb, d_out.get(), nullptr));
     const std::vector<float> got = halves_to_floats(d_out.download());
     for (size_t i = 0; i < got.size(); ++i)
       // The device may fuse d * q + m into one FMA: allow one f16 rounding step.
-      ASSERT_NEAR(got[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6) << tensor_type_info(type).name << " element " << i;
+      ASSERT_NEAR(got[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6)
+          << tensor_type_info(type).name << " element " << i;
   }
 }
 
@@ -157,15 +168,19 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
     DeviceArray<int32_t> d_tokens(tokens);
     DeviceArray<float> d_out(tokens.size() * n_embd);
     d_out.poison();
-    CUDA_OK(kernels::launch_embedding_gather(static_cast<uint32_t>(type), d_table.get(), rb, static_cast<int>(n_embd),
-                                             vocab, d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr));
+    CUDA_OK(kernels::launch_embedding_gather(
+        static_cast<uint32_t>(type), d_table.get(), rb, static_cast<int>(n_embd), vocab,
+        d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr));
     const std::vector<float> got = d_out.download();
     for (size_t t = 0; t < tokens.size(); ++t) {
       std::vector<float> expected(static_cast<size_t>(n_embd), 0.0f);
-      if (tokens[t] < vocab) cpu::embedding_row(type, table.data(), n_embd, tokens[t], expected.data());
+      if (tokens[t] < vocab)
+        cpu::embedding_row(type, table.data(), n_embd, tokens[t], expected.data());
       for (int64_t i = 0; i < n_embd; ++i)
-        ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)], 1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))
-            << tensor_type_info(type).name << " token " << t;   // FMA on the device: last-bit differences
+        ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)],
+                    1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))
+            << tensor_type_info(type).name << " token "
+            << t;  // FMA on the device: last-bit differences
     }
   }
 }
@@ -174,15 +189,18 @@ TEST(SwigluKernel, MatchesCpuSwiglu) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(9);
   const size_t n = 10007;
-  const std::vector<float> g = gpu_test::random_floats(n, rng, 4.0f), u = gpu_test::random_floats(n, rng, 2.0f);
+  const std::vector<float> g = gpu_test::random_floats(n, rng, 4.0f),
+                           u = gpu_test::random_floats(n, rng, 2.0f);
   std::vector<float> expected(n);
   cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(n));
   DeviceArray<float> d_g(g), d_u(u), d_y(n);
   DeviceArray<__half> d_h(n);
   d_y.poison();
   d_h.poison();
-  CUDA_OK(kernels::launch_swiglu_f32(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_y.get(), nullptr));
-  CUDA_OK(kernels::launch_swiglu_to_f16(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_h.get(), nullptr));
+  CUDA_OK(kernels::launch_swiglu_f32(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_y.get(),
+                                     nullptr));
+  CUDA_OK(kernels::launch_swiglu_to_f16(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_h.get(),
+                                        nullptr));
   const std::vector<float> y = d_y.download();
   const std::vector<float> h = halves_to_floats(d_h.download());
   for (size_t i = 0; i < n; ++i) {

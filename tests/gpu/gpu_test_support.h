@@ -27,14 +27,15 @@ inline bool gpu_present(std::string* why) {
   return true;
 }
 
-#define GRANULE_REQUIRE_GPU()                                            \
-  do {                                                                   \
-    std::string granule_gpu_why;                                         \
-    if (!::granule::gpu_test::gpu_present(&granule_gpu_why))             \
-      GTEST_SKIP() << "GPU test skipped: " << granule_gpu_why;           \
+#define GRANULE_REQUIRE_GPU()                                  \
+  do {                                                         \
+    std::string granule_gpu_why;                               \
+    if (!::granule::gpu_test::gpu_present(&granule_gpu_why))   \
+      GTEST_SKIP() << "GPU test skipped: " << granule_gpu_why; \
   } while (0)
 
-#define CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
+#define CUDA_OK(expr) \
+  ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())
 
 // A device array owning its memory; copies to and from host vectors.
 template <typename T>
@@ -42,7 +43,8 @@ class DeviceArray {
  public:
   DeviceArray() = default;
   explicit DeviceArray(size_t n) : n_(n) {
-    if (n && cudaMalloc(&ptr_, n * sizeof(T)) != cudaSuccess) throw std::runtime_error("cudaMalloc failed");
+    if (n && cudaMalloc(&ptr_, n * sizeof(T)) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc failed");
   }
   explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
   ~DeviceArray() {
@@ -50,12 +52,16 @@ class DeviceArray {
   }
   DeviceArray(const DeviceArray&) = delete;
   DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
+  DeviceArray(DeviceArray&& o) noexcept : ptr_(o.ptr_), n_(o.n_) {
+    o.ptr_ = nullptr;
+    o.n_ = 0;
+  }
 
   T* get() const { return ptr_; }
   size_t size() const { return n_; }
   void upload(const std::vector<T>& host) {
-    if (cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) != cudaSuccess)
+    if (cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) !=
+        cudaSuccess)
       throw std::runtime_error("upload failed");
   }
   std::vector<T> download() const {
@@ -65,7 +71,7 @@ class DeviceArray {
       throw std::runtime_error("download failed");
     return host;
   }
-  void poison() { cudaMemset(ptr_, 0xFF, n_ * sizeof(T)); }   // NaN for floats, -1 for ints
+  void poison() { cudaMemset(ptr_, 0xFF, n_ * sizeof(T)); }  // NaN for floats, -1 for ints
 
  private:
   T* ptr_ = nullptr;

@@ -21,7 +21,7 @@ using gpu_test::DeviceArray;
 
 struct Encoded {
   std::vector<uint8_t> bytes;
-  std::vector<float> decoded;   // what the kernel must see
+  std::vector<float> decoded;  // what the kernel must see
   int64_t row_bytes = 0;
 };
 
@@ -42,13 +42,14 @@ Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
 bool reads_q8(TensorType t) { return kernels::matvec_reads_q8(static_cast<uint32_t>(t)); }
 
 // Per (column, row): the bound on |gpu - reference|.
-std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows, int64_t cols,
-                                 int batch, bool q8) {
+std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows,
+                                 int64_t cols, int batch, bool q8) {
   std::vector<double> bounds(static_cast<size_t>(rows * batch));
   for (int b = 0; b < batch; ++b) {
     const float* xb = x.data() + b * cols;
     std::vector<double> block_amax(static_cast<size_t>(cols / 32));
-    for (int64_t i = 0; i < cols; ++i) block_amax[i / 32] = std::max<double>(block_amax[i / 32], std::fabs(xb[i]));
+    for (int64_t i = 0; i < cols; ++i)
+      block_amax[i / 32] = std::max<double>(block_amax[i / 32], std::fabs(xb[i]));
     for (int64_t r = 0; r < rows; ++r) {
       double magnitude = 0, rounding = 0;
       for (int64_t i = 0; i < cols; ++i) {
@@ -56,7 +57,8 @@ std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, 
         magnitude += wi * std::fabs(xb[i]);
         rounding += wi * block_amax[i / 32] / 254.0;
       }
-      bounds[b * rows + r] = 1e-5 * magnitude + (q8 ? 1.01 * rounding + 1e-5 * magnitude : 0) + 1e-6;
+      bounds[b * rows + r] =
+          1e-5 * magnitude + (q8 ? 1.01 * rounding + 1e-5 * magnitude : 0) + 1e-6;
     }
   }
   return bounds;
@@ -73,7 +75,8 @@ class MatvecKernel : public ::testing::TestWithParam<Case> {};
 TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   GRANULE_REQUIRE_GPU();
   const Case c = GetParam();
-  std::mt19937 rng(static_cast<uint32_t>(c.rows * 131 + c.cols * 7 + c.batch + static_cast<int>(c.type)));
+  std::mt19937 rng(
+      static_cast<uint32_t>(c.rows * 131 + c.cols * 7 + c.batch + static_cast<int>(c.type)));
   const Encoded w = encode(c.type, c.rows, c.cols, rng);
   const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(c.batch * c.cols), rng);
   std::vector<float> expected(static_cast<size_t>(c.rows * c.batch));
@@ -104,7 +107,9 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!(std::fabs(got[i] - expected[i]) <= bound[i])) {
-      if (++bad <= 5) ADD_FAILURE() << "element " << i << ": gpu " << got[i] << " cpu " << expected[i] << " bound " << bound[i];
+      if (++bad <= 5)
+        ADD_FAILURE() << "element " << i << ": gpu " << got[i] << " cpu " << expected[i]
+                      << " bound " << bound[i];
     }
   }
   EXPECT_EQ(bad, 0);
@@ -112,13 +117,14 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  const TensorType types[] = {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
-                              TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
+                              TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
+                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
   for (TensorType t : types) {
     out.push_back({t, 1, 256, 1});
     out.push_back({t, 37, 768, 3});
     out.push_back({t, 129, 512, 16});
-    out.push_back({t, 300, 1536, 21});   // 16 + 4 + 1 column groups
+    out.push_back({t, 300, 1536, 21});  // 16 + 4 + 1 column groups
     out.push_back({t, 61, 2816, 7});
   }
   return out;
@@ -126,8 +132,8 @@ std::vector<Case> cases() {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  return std::string(tensor_type_info(c.type).name) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
-         "_b" + std::to_string(c.batch);
+  return std::string(tensor_type_info(c.type).name) + "_" + std::to_string(c.rows) + "x" +
+         std::to_string(c.cols) + "_b" + std::to_string(c.batch);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), case_name);
@@ -165,12 +171,13 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
       tasks[i].n_out = static_cast<int>(rows[i]);
       tasks[i].y = d_y.back().get();
       tasks[i].y_stride = rows[i];
-      tasks[i].accumulate = i == 1;   // only K accumulates
+      tasks[i].accumulate = i == 1;  // only K accumulates
     }
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, in, nullptr));
     for (int i = 0; i < 3; ++i) {
       std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
-      cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(), nullptr);
+      cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(),
+                  nullptr);
       if (i == 1)
         for (size_t j = 0; j < expected.size(); ++j) expected[j] += start[i][j];
       const std::vector<double> bound = error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type));
@@ -219,8 +226,10 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
     const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type));
     for (size_t j = 0; j < got.size(); ++j) {
       // silu' is within [-0.1, 1.1]: the product's error is bounded by the factors' bounds.
-      const double bound = 1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
-      ASSERT_LE(std::fabs(got[j] - expected[j]), bound) << tensor_type_info(type).name << " element " << j;
+      const double bound =
+          1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
+      ASSERT_LE(std::fabs(got[j] - expected[j]), bound)
+          << tensor_type_info(type).name << " element " << j;
     }
   }
 }
@@ -233,8 +242,9 @@ TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
   in.n_in = 64;
   in.batch = 1;
   EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, nullptr), cudaErrorInvalidValue);
-  in.n_in = 48;   // not a multiple of 32
-  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, nullptr), cudaErrorInvalidValue);
+  in.n_in = 48;  // not a multiple of 32
+  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, nullptr),
+            cudaErrorInvalidValue);
 }
 
 }  // namespace

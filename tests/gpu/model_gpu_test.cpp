@@ -90,26 +90,27 @@ SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
   } else if (variant == "qwen3") {
     s.architecture = "qwen3";
     s.qk_norm = true;
-    s.head_dim = 128;   // q width 512 differs from the hidden size, as in Qwen3
+    s.head_dim = 128;  // q width 512 differs from the hidden size, as in Qwen3
     s.n_head_kv = 1;
   } else if (variant == "llama3") {
     s.llama3_rope_scaling = true;
     s.rope_theta = 500000.0f;
-    s.n_head = 8;   // head size 32 would not run; keep 64 with 8 heads over 512
+    s.n_head = 8;  // head size 32 would not run; keep 64 with 8 heads over 512
     s.n_embd = 512;
   }
   return s;
 }
 
 struct Comparison {
-  double worst_ratio = 0;   // max over rows of max|gpu - cpu| / (tolerance * rms(cpu))
+  double worst_ratio = 0;  // max over rows of max|gpu - cpu| / (tolerance * rms(cpu))
   double worst_relative = 0;
   int near_ties = 0;
   int mismatches = 0;
   int rows = 0;
 };
 
-Comparison compare_rows(const std::vector<float>& cpu, const std::vector<float>& gpu, int64_t n_vocab, double tolerance) {
+Comparison compare_rows(const std::vector<float>& cpu, const std::vector<float>& gpu,
+                        int64_t n_vocab, double tolerance) {
   Comparison c;
   c.rows = static_cast<int>(cpu.size() / static_cast<size_t>(n_vocab));
   for (int r = 0; r < c.rows; ++r) {
@@ -122,8 +123,11 @@ Comparison compare_rows(const std::vector<float>& cpu, const std::vector<float>&
       const double err = std::fabs(static_cast<double>(a[i]) - b[i]);
       max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
       if (b[i] > b[gpu_best]) gpu_best = static_cast<int>(i);
-      if (a[i] > a[best]) { second = best; best = static_cast<int>(i); }
-      else if (i != best && (second < 0 || a[i] > a[second])) second = static_cast<int>(i);
+      if (a[i] > a[best]) {
+        second = best;
+        best = static_cast<int>(i);
+      } else if (i != best && (second < 0 || a[i] > a[second]))
+        second = static_cast<int>(i);
     }
     const double rms = std::sqrt(sum_sq / static_cast<double>(n_vocab));
     const double bound = tolerance * rms;
@@ -139,9 +143,9 @@ Comparison compare_rows(const std::vector<float>& cpu, const std::vector<float>&
 }
 
 void expect_close(const Comparison& c, const std::string& what) {
-  std::cout << "[gpu-vs-cpu] " << what << ": rows " << c.rows << ", max |err|/rms " << c.worst_relative
-            << ", worst err/bound " << c.worst_ratio << ", greedy mismatches " << c.mismatches << ", near-ties "
-            << c.near_ties << "\n";
+  std::cout << "[gpu-vs-cpu] " << what << ": rows " << c.rows << ", max |err|/rms "
+            << c.worst_relative << ", worst err/bound " << c.worst_ratio << ", greedy mismatches "
+            << c.mismatches << ", near-ties " << c.near_ties << "\n";
   EXPECT_LE(c.worst_ratio, 1.0) << what << ": logits outside the bound";
   EXPECT_EQ(c.mismatches, 0) << what << ": greedy token differs where the CPU's margin is clear";
 }
@@ -154,8 +158,12 @@ void expect_close(const Comparison& c, const std::string& what) {
 // tests bound the int8 rounding exactly; here the greedy-agreement check is what matters.
 double tolerance_for(TensorType t) {
   switch (t) {
-    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q8_0: return 0.25;
-    default: return 0.02;
+    case TensorType::Q4_0:
+    case TensorType::Q4_1:
+    case TensorType::Q8_0:
+      return 0.25;
+    default:
+      return 0.02;
   }
 }
 
@@ -187,12 +195,14 @@ TEST_P(ModelGpuVsCpu, TeacherForcedPrefillDecodeAndGemmPathsMatchCpu) {
   // 1. 64 positions teacher-forced in one prefill (matvec path on the GPU).
   const std::vector<int32_t> tokens = random_tokens(64, vocab, 5);
   const std::vector<float> ref = cpu.run({{0, tokens, 0, true}});
-  expect_close(compare_rows(ref, gpu.run({{0, tokens, 0, true}}), vocab, tol), name + " prefill 64 (matvec)");
+  expect_close(compare_rows(ref, gpu.run({{0, tokens, 0, true}}), vocab, tol),
+               name + " prefill 64 (matvec)");
 
   // 2. The same positions as decode steps (graph replays), slot 1.
   std::vector<float> stepped;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::vector<float> row = gpu.run({{1, std::span<const int32_t>(&tokens[i], 1), static_cast<int64_t>(i), false}});
+    const std::vector<float> row =
+        gpu.run({{1, std::span<const int32_t>(&tokens[i], 1), static_cast<int64_t>(i), false}});
     stepped.insert(stepped.end(), row.begin(), row.end());
   }
   expect_close(compare_rows(ref, stepped, vocab, tol), name + " decode steps (graphs)");
@@ -200,7 +210,8 @@ TEST_P(ModelGpuVsCpu, TeacherForcedPrefillDecodeAndGemmPathsMatchCpu) {
   // 3. 150 positions in one prefill: the cuBLAS path (f16 operands).
   const std::vector<int32_t> long_tokens = random_tokens(150, vocab, 6);
   // f16 activations for every type on this path (no int8): measured below 3% of the RMS.
-  expect_close(compare_rows(cpu.run({{2, long_tokens, 0, true}}), gpu.run({{2, long_tokens, 0, true}}), vocab, 0.05),
+  expect_close(compare_rows(cpu.run({{2, long_tokens, 0, true}}),
+                            gpu.run({{2, long_tokens, 0, true}}), vocab, 0.05),
                name + " prefill 150 (cuBLAS)");
   std::filesystem::remove(path);
 }
@@ -236,12 +247,14 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesCpu) {
   for (int step = 0; step < 12; ++step) {
     const std::vector<int32_t> next = random_tokens(3, vocab, 200 + step);
     std::vector<BatchSequence> batch;
-    for (int s = 0; s < 3; ++s) batch.push_back({s, std::span<const int32_t>(&next[s], 1), lengths[s] + step, false});
+    for (int s = 0; s < 3; ++s)
+      batch.push_back({s, std::span<const int32_t>(&next[s], 1), lengths[s] + step, false});
     const std::vector<float> c = cpu.run(batch), g = gpu.run(batch);
     ref.insert(ref.end(), c.begin(), c.end());
     got.insert(got.end(), g.begin(), g.end());
   }
-  expect_close(compare_rows(ref, got, vocab, tolerance_for(TensorType::Q4_0)), "batched decode (3 sequences)");
+  expect_close(compare_rows(ref, got, vocab, tolerance_for(TensorType::Q4_0)),
+               "batched decode (3 sequences)");
   std::filesystem::remove(path);
 }
 
@@ -255,14 +268,17 @@ TEST(ModelGpuDefaultShapes, SmolLM2ShapesTeacherForced64Positions) {
   const int64_t vocab = cpu.config.n_vocab;
   const std::vector<int32_t> tokens = random_tokens(64, vocab, 7);
   const std::vector<float> ref = cpu.run({{0, tokens, 0, true}});
-  expect_close(compare_rows(ref, gpu.run({{0, tokens, 0, true}}), vocab, tolerance_for(TensorType::Q4_1)),
-               "smollm2-135m shapes prefill 64");
+  expect_close(
+      compare_rows(ref, gpu.run({{0, tokens, 0, true}}), vocab, tolerance_for(TensorType::Q4_1)),
+      "smollm2-135m shapes prefill 64");
   std::vector<float> stepped;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::vector<float> row = gpu.run({{1, std::span<const int32_t>(&tokens[i], 1), static_cast<int64_t>(i), false}});
+    const std::vector<float> row =
+        gpu.run({{1, std::span<const int32_t>(&tokens[i], 1), static_cast<int64_t>(i), false}});
     stepped.insert(stepped.end(), row.begin(), row.end());
   }
-  expect_close(compare_rows(ref, stepped, vocab, tolerance_for(TensorType::Q4_1)), "smollm2-135m shapes decode steps");
+  expect_close(compare_rows(ref, stepped, vocab, tolerance_for(TensorType::Q4_1)),
+               "smollm2-135m shapes decode steps");
   std::filesystem::remove(path);
 }
 
@@ -280,8 +296,9 @@ TEST(ModelGpuSampling, GreedyForwardSampleMatchesLogitsArgmax) {
   const std::vector<uint64_t> draw = {0};
   // Same step twice in slot 0 (position 9 is rewritten with the same K/V).
   logits = gpu.run({{0, std::span<const int32_t>(&prompt[9], 1), 9, false}});
-  const std::vector<int32_t> token =
-      cuda.forward_sample(std::vector<BatchSequence>{{0, std::span<const int32_t>(&prompt[9], 1), 9, false}}, params, {}, draw);
+  const std::vector<int32_t> token = cuda.forward_sample(
+      std::vector<BatchSequence>{{0, std::span<const int32_t>(&prompt[9], 1), 9, false}}, params,
+      {}, draw);
   const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
   EXPECT_EQ(token[0], best);
 }
@@ -303,7 +320,8 @@ TEST(ModelGpuEngine, EngineOnCudaMatchesEngineOnCpu) {
   std::vector<float> gf, cf;
   for (const auto& row : g) gf.insert(gf.end(), row.begin(), row.end());
   for (const auto& row : c) cf.insert(cf.end(), row.begin(), row.end());
-  expect_close(compare_rows(cf, gf, gpu->config().n_vocab, tolerance_for(TensorType::Q6_K)), "engine logits_for");
+  expect_close(compare_rows(cf, gf, gpu->config().n_vocab, tolerance_for(TensorType::Q6_K)),
+               "engine logits_for");
   std::filesystem::remove(path);
 }
 

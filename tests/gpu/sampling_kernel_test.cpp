@@ -23,18 +23,19 @@ TEST(ArgmaxKernel, LowestIdWinsTies) {
   std::vector<float> logits = gpu_test::random_floats(static_cast<size_t>(rows * n_vocab), rng);
   logits[0 * n_vocab + 40000] = 50.0f;
   logits[1 * n_vocab + 7] = 50.0f;
-  logits[1 * n_vocab + 3] = 50.0f;   // tie: 3 wins
+  logits[1 * n_vocab + 3] = 50.0f;  // tie: 3 wins
   logits[2 * n_vocab + n_vocab - 1] = 50.0f;
-  std::fill(logits.begin() + 3 * n_vocab, logits.end(), -1.0f);   // all equal: 0 wins
+  std::fill(logits.begin() + 3 * n_vocab, logits.end(), -1.0f);  // all equal: 0 wins
   DeviceArray<float> d_logits(logits);
   DeviceArray<int32_t> d_tokens(rows);
   DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
   DeviceArray<int> d_counters(std::vector<int>(rows, 0));
-  for (int launch = 0; launch < 2; ++launch) {   // the scratch must be left ready for reuse
+  for (int launch = 0; launch < 2; ++launch) {  // the scratch must be left ready for reuse
     d_tokens.poison();
     CUDA_OK(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_tokens.get(),
                                    {d_best.get(), d_counters.get()}, nullptr));
-    EXPECT_EQ(d_tokens.download(), (std::vector<int32_t>{40000, 3, n_vocab - 1, 0})) << "launch " << launch;
+    EXPECT_EQ(d_tokens.download(), (std::vector<int32_t>{40000, 3, n_vocab - 1, 0}))
+        << "launch " << launch;
   }
   EXPECT_EQ(d_counters.download(), std::vector<int>(rows, 0));
 }
@@ -43,17 +44,20 @@ TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(2);
   const int n_vocab = 3000, rows = 6;
-  std::vector<float> logits = gpu_test::random_floats(static_cast<size_t>(rows * n_vocab), rng, 2.0f);
+  std::vector<float> logits =
+      gpu_test::random_floats(static_cast<size_t>(rows * n_vocab), rng, 2.0f);
   std::vector<std::vector<int32_t>> history(rows);
   std::vector<kernels::DeviceSamplingParams> params(rows);
   std::vector<int32_t> expected(rows);
   const int history_stride = 128;
-  std::vector<int32_t> history_flat(static_cast<size_t>(rows * history_stride), 0), history_length(rows);
+  std::vector<int32_t> history_flat(static_cast<size_t>(rows * history_stride), 0),
+      history_length(rows);
   for (int r = 0; r < rows; ++r) {
     // The history holds the current top tokens, some repeated, so the penalties change the winner.
     std::vector<int32_t> order(n_vocab);
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[r * n_vocab + a] > logits[r * n_vocab + b]; });
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return logits[r * n_vocab + a] > logits[r * n_vocab + b]; });
     for (int i = 0; i < 40; ++i) history[r].push_back(order[i % 12]);
     SamplingParams host = SamplingParams::greedy();
     host.repetition_penalty = 1.0f + 0.3f * r;
@@ -61,7 +65,8 @@ TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {
     host.presence_penalty = r % 3 ? 0.5f : 0.0f;
     host.penalty_last_n = 16 + 8 * r;
     Sampler sampler(host);
-    expected[r] = sampler.sample(std::span<const float>(logits.data() + r * n_vocab, n_vocab), history[r]);
+    expected[r] =
+        sampler.sample(std::span<const float>(logits.data() + r * n_vocab, n_vocab), history[r]);
     kernels::DeviceSamplingParams& p = params[r];
     p.temperature = 0.0f;
     p.repetition_penalty = host.repetition_penalty;
@@ -76,28 +81,40 @@ TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {
   DeviceArray<int32_t> d_history(history_flat), d_length(history_length), d_tokens(rows);
   d_tokens.poison();
   kernels::SamplingArgs a;
-  a.logits = d_logits.get(); a.logits_stride = n_vocab; a.rows = rows; a.n_vocab = n_vocab;
-  a.params = d_params.get(); a.history = d_history.get(); a.history_stride = history_stride;
-  a.history_length = d_length.get(); a.tokens = d_tokens.get();
+  a.logits = d_logits.get();
+  a.logits_stride = n_vocab;
+  a.rows = rows;
+  a.n_vocab = n_vocab;
+  a.params = d_params.get();
+  a.history = d_history.get();
+  a.history_stride = history_stride;
+  a.history_length = d_length.get();
+  a.tokens = d_tokens.get();
   CUDA_OK(kernels::launch_sampling(a, nullptr));
   EXPECT_EQ(d_tokens.download(), expected);
 }
 
 // The distribution after top-k, temperature, top-p and min-p, computed independently.
-std::vector<double> filtered_distribution(const std::vector<float>& logits, const kernels::DeviceSamplingParams& p) {
+std::vector<double> filtered_distribution(const std::vector<float>& logits,
+                                          const kernels::DeviceSamplingParams& p) {
   const int n = static_cast<int>(logits.size());
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  const int k = std::min(n, p.top_k > 0 ? std::min(p.top_k, kernels::kMaxSamplingCandidates) : kernels::kMaxSamplingCandidates);
+  const int k = std::min(n, p.top_k > 0 ? std::min(p.top_k, kernels::kMaxSamplingCandidates)
+                                        : kernels::kMaxSamplingCandidates);
   std::vector<double> w(k);
   double total = 0;
-  for (int i = 0; i < k; ++i) total += w[i] = std::exp((logits[order[i]] - logits[order[0]]) / p.temperature);
+  for (int i = 0; i < k; ++i)
+    total += w[i] = std::exp((logits[order[i]] - logits[order[0]]) / p.temperature);
   int kept = k;
   double cumulative = 0;
   for (int i = 0; i < k; ++i) {
     cumulative += w[i];
-    if (cumulative >= p.top_p * total) { kept = i + 1; break; }
+    if (cumulative >= p.top_p * total) {
+      kept = i + 1;
+      break;
+    }
   }
   int m = 1;
   while (m < kept && w[m] >= p.min_p * w[0]) ++m;
@@ -114,7 +131,8 @@ TEST(SamplingKernel, DrawsFollowTheFilteredDistribution) {
   std::mt19937 rng(3);
   const int n_vocab = 5000, rows = 8192;
   const std::vector<float> base = gpu_test::random_floats(static_cast<size_t>(n_vocab), rng, 2.5f);
-  for (const auto& [top_k, top_p, min_p] : {std::tuple{40, 0.9f, 0.05f}, std::tuple{0, 0.95f, 0.0f}, std::tuple{5, 1.0f, 0.0f}}) {
+  for (const auto& [top_k, top_p, min_p] :
+       {std::tuple{40, 0.9f, 0.05f}, std::tuple{0, 0.95f, 0.0f}, std::tuple{5, 1.0f, 0.0f}}) {
     kernels::DeviceSamplingParams p;
     p.temperature = 0.8f;
     p.top_k = top_k;
@@ -132,9 +150,15 @@ TEST(SamplingKernel, DrawsFollowTheFilteredDistribution) {
     DeviceArray<int32_t> d_history(1), d_length(std::vector<int32_t>(rows, 0)), d_tokens(rows);
     d_tokens.poison();
     kernels::SamplingArgs a;
-    a.logits = d_logits.get(); a.logits_stride = n_vocab; a.rows = rows; a.n_vocab = n_vocab;
-    a.params = d_params.get(); a.history = d_history.get(); a.history_stride = 0;
-    a.history_length = d_length.get(); a.tokens = d_tokens.get();
+    a.logits = d_logits.get();
+    a.logits_stride = n_vocab;
+    a.rows = rows;
+    a.n_vocab = n_vocab;
+    a.params = d_params.get();
+    a.history = d_history.get();
+    a.history_stride = 0;
+    a.history_length = d_length.get();
+    a.tokens = d_tokens.get();
     CUDA_OK(kernels::launch_sampling(a, nullptr));
     const std::vector<int32_t> tokens = d_tokens.download();
     const std::vector<double> dist = filtered_distribution(base, p);
@@ -142,7 +166,8 @@ TEST(SamplingKernel, DrawsFollowTheFilteredDistribution) {
     for (int32_t t : tokens) {
       ASSERT_GE(t, 0);
       ASSERT_LT(t, n_vocab);
-      ASSERT_GT(dist[t], 0.0) << "token " << t << " is outside the kept set (top_k " << top_k << ")";
+      ASSERT_GT(dist[t], 0.0) << "token " << t << " is outside the kept set (top_k " << top_k
+                              << ")";
       ++counts[t];
     }
     for (int t = 0; t < n_vocab; ++t) {
@@ -170,8 +195,14 @@ TEST(SamplingKernel, SameSeedAndStepGiveTheSameToken) {
   DeviceArray<kernels::DeviceSamplingParams> d_params(params);
   DeviceArray<int32_t> d_history(1), d_length(std::vector<int32_t>(rows, 0)), d_tokens(rows);
   kernels::SamplingArgs a;
-  a.logits = d_logits.get(); a.logits_stride = n_vocab; a.rows = rows; a.n_vocab = n_vocab;
-  a.params = d_params.get(); a.history = d_history.get(); a.history_length = d_length.get(); a.tokens = d_tokens.get();
+  a.logits = d_logits.get();
+  a.logits_stride = n_vocab;
+  a.rows = rows;
+  a.n_vocab = n_vocab;
+  a.params = d_params.get();
+  a.history = d_history.get();
+  a.history_length = d_length.get();
+  a.tokens = d_tokens.get();
   CUDA_OK(kernels::launch_sampling(a, nullptr));
   const std::vector<int32_t> t = d_tokens.download();
   EXPECT_EQ(t[0], t[1]);

@@ -22,8 +22,9 @@ class Cublas {
 
   // C (m × n, column-major, f32, ldc) = alpha · op(A) · op(B) + beta · C with f16 A and B,
   // accumulated in f32 (cublasGemmEx).
-  void gemm_f16_f32(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k, float alpha,
-                    const void* a, int lda, const void* b, int ldb, float beta, float* c, int ldc);
+  void gemm_f16_f32(cublasOperation_t op_a, cublasOperation_t op_b, int m, int n, int k,
+                    float alpha, const void* a, int lda, const void* b, int ldb, float beta,
+                    float* c, int ldc);
 
   // Where the library came from (for the log).
   static std::string library_path();

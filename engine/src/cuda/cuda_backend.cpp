@@ -27,8 +27,9 @@ bool cuda_available(std::string* why) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
-    cudaGetLastError();   // clear the sticky-free error so later calls start clean
-    if (why) *why = std::string("no usable CUDA driver or GPU (") + cudaGetErrorString(status) + ")";
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    if (why)
+      *why = std::string("no usable CUDA driver or GPU (") + cudaGetErrorString(status) + ")";
     return false;
   }
   if (count == 0) {
@@ -43,8 +44,8 @@ bool cuda_available(std::string* why) {
   }
   if (prop.major < 8) {
     if (why)
-      *why = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) + "." +
-             std::to_string(prop.minor) + "; Granule's CUDA backend needs 8.0 or newer";
+      *why = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) +
+             "." + std::to_string(prop.minor) + "; Granule's CUDA backend needs 8.0 or newer";
     return false;
   }
   return true;
@@ -65,10 +66,12 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
     const uint64_t margin = std::max<uint64_t>(kMinBudgetMarginBytes, total_bytes / 20);
     init.memory.set_budget_bytes(free_bytes > margin ? free_bytes - margin : 0);
   }
-  const int max_rows = static_cast<int>(std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.prefill_chunk_tokens));
+  const int max_rows = static_cast<int>(
+      std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.prefill_chunk_tokens));
   model_ = std::make_unique<CudaModel>(init, max_rows);
-  logger("engine.cuda")->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
-                              init.memory.budget_bytes() >> 20);
+  logger("engine.cuda")
+      ->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
+             init.memory.budget_bytes() >> 20);
 }
 
 CudaBackend::~CudaBackend() = default;
@@ -77,7 +80,9 @@ std::string CudaBackend::name() const { return "CUDA " + device_name_; }
 
 int64_t CudaBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(2); }
 
-std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() { return make_cuda_virtual_memory(device_); }
+std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() {
+  return make_cuda_virtual_memory(device_);
+}
 
 void CudaBackend::attach_kv(KvSpace& kv) {
   kv_ = &kv;
@@ -86,7 +91,8 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   model_->attach_kv(bases, kv.geometry().max_tokens);
 }
 
-RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t first_token, size_t count,
+RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t first_token,
+                               size_t count,
                                std::vector<std::pair<size_t, size_t>>* token_index) const {
   // token_index: the (sequence, token) of every flattened token; filled once by the caller.
   RowInputs in;
@@ -96,7 +102,8 @@ RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t firs
     in.tokens.push_back(seq.tokens[i]);
     in.positions.push_back(static_cast<int32_t>(seq.start_position + static_cast<int64_t>(i)));
     in.slots.push_back(seq.slot);
-    if (seq.all_logits || i + 1 == seq.tokens.size()) in.logit_rows.push_back(static_cast<int32_t>(t - first_token));
+    if (seq.all_logits || i + 1 == seq.tokens.size())
+      in.logit_rows.push_back(static_cast<int32_t>(t - first_token));
   }
   return in;
 }
@@ -117,7 +124,8 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     cudaStream_t s = m.stream();
-    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
     cudaGraph_t graph = nullptr;
     try {
       enqueue();
@@ -134,8 +142,9 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
       check_cuda(status, "cudaGraphInstantiate");
     }
     it = graphs_.emplace(key, CudaGraph(graph, exec)).first;
-    logger("engine.graph")->debug("captured the decode step for {} sequences ({} nodes)", n_rows,
-                                  it->second.node_count());
+    logger("engine.graph")
+        ->debug("captured the decode step for {} sequences ({} nodes)", n_rows,
+                it->second.node_count());
   }
   it->second.launch(m.stream());
   ++graph_replays_;
@@ -151,8 +160,8 @@ int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<f
     if (seq.tokens.empty()) throw UsageError("CUDA backend: a batch sequence has no tokens");
     for (size_t i = 0; i < seq.tokens.size(); ++i) {
       if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
-        throw UsageError("token id " + std::to_string(seq.tokens[i]) + " is outside the vocabulary of " +
-                         std::to_string(config_.n_vocab));
+        throw UsageError("token id " + std::to_string(seq.tokens[i]) +
+                         " is outside the vocabulary of " + std::to_string(config_.n_vocab));
       token_index.emplace_back(s, i);
     }
     n_out += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
@@ -197,11 +206,12 @@ std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> 
   for (size_t s = 0; s < batch.size(); ++s) {
     const BatchSequence& seq = batch[s];
     if (seq.tokens.empty() || seq.all_logits)
-      throw UsageError("CUDA backend: forward_sample() takes sequences with tokens and without all_logits");
+      throw UsageError(
+          "CUDA backend: forward_sample() takes sequences with tokens and without all_logits");
     for (size_t i = 0; i < seq.tokens.size(); ++i) {
       if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
-        throw UsageError("token id " + std::to_string(seq.tokens[i]) + " is outside the vocabulary of " +
-                         std::to_string(config_.n_vocab));
+        throw UsageError("token id " + std::to_string(seq.tokens[i]) +
+                         " is outside the vocabulary of " + std::to_string(config_.n_vocab));
       token_index.emplace_back(s, i);
     }
     decode = decode && seq.tokens.size() == 1;
@@ -228,7 +238,8 @@ std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> 
   };
   auto histories = [&](size_t first, size_t count) {
     std::vector<std::vector<int32_t>> out;
-    for (size_t s = first; s < first + count; ++s) out.push_back(s < history.size() ? history[s] : std::vector<int32_t>{});
+    for (size_t s = first; s < first + count; ++s)
+      out.push_back(s < history.size() ? history[s] : std::vector<int32_t>{});
     return out;
   };
 
@@ -266,7 +277,8 @@ void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
   snapshot.gpu = true;
   snapshot.graph_buckets.clear();
   for (const auto& [key, graph] : graphs_)
-    if (std::find(snapshot.graph_buckets.begin(), snapshot.graph_buckets.end(), key.first) == snapshot.graph_buckets.end())
+    if (std::find(snapshot.graph_buckets.begin(), snapshot.graph_buckets.end(), key.first) ==
+        snapshot.graph_buckets.end())
       snapshot.graph_buckets.push_back(key.first);
   snapshot.graph_replays = graph_replays_;
   snapshot.segments_per_step = options_.cuda_graphs ? 1 : 0;

@@ -49,29 +49,34 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
-    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " + std::to_string(c.head_dim));
+    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " +
+                      std::to_string(c.head_dim));
   if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
     throw DeviceError("the CUDA backend supports up to 8 query heads per KV head");
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
-    throw DeviceError("the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
+    throw DeviceError(
+        "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
 
   // --- weights: every matrix packed into one buffer, byte for byte ---------------------
   std::vector<const TensorInfo*> matrices = {w.token_embd};
   if (w.output && w.output != w.token_embd) matrices.push_back(w.output);
   for (const LayerWeights& l : w.layers)
-    for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down}) matrices.push_back(t);
+    for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
+      matrices.push_back(t);
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const TensorInfo* t : matrices) {
     if (!k::is_supported_weight_type(t->ggml_type))
-      throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " + tensor_type_name(t->ggml_type));
+      throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " +
+                        tensor_type_name(t->ggml_type));
     offsets.push_back(total);
     total += align_up(t->size_bytes + kTensorSlackBytes);
   }
   weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, total);
   auto* base = weights_.as<uint8_t>();
   auto device_matrix = [&](const TensorInfo* t) {
-    const size_t i = static_cast<size_t>(std::find(matrices.begin(), matrices.end(), t) - matrices.begin());
+    const size_t i =
+        static_cast<size_t>(std::find(matrices.begin(), matrices.end(), t) - matrices.begin());
     DeviceMatrix m;
     m.data = base + offsets[i];
     m.type = t->ggml_type;
@@ -81,7 +86,8 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     return m;
   };
   for (size_t i = 0; i < matrices.size(); ++i)
-    check_cuda(cudaMemcpy(base + offsets[i], matrices[i]->data, matrices[i]->size_bytes, cudaMemcpyHostToDevice),
+    check_cuda(cudaMemcpy(base + offsets[i], matrices[i]->data, matrices[i]->size_bytes,
+                          cudaMemcpyHostToDevice),
                "uploading weights");
 
   // --- vectors: norms, biases and the rope frequencies as f32 ---------------------------
@@ -94,21 +100,27 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     vectors.resize(align_up(vectors.size() * sizeof(float)) / sizeof(float));
     return at;
   };
-  struct LayerVectorOffsets { std::ptrdiff_t attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm; };
+  struct LayerVectorOffsets {
+    std::ptrdiff_t attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  };
   std::vector<LayerVectorOffsets> layer_offsets;
   for (const LayerWeights& l : w.layers)
-    layer_offsets.push_back({add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq), add_vector(l.bk),
-                             add_vector(l.bv), add_vector(l.q_norm), add_vector(l.k_norm)});
+    layer_offsets.push_back({add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
+                             add_vector(l.bk), add_vector(l.bv), add_vector(l.q_norm),
+                             add_vector(l.k_norm)});
   const std::ptrdiff_t output_norm_at = add_vector(w.output_norm);
   std::vector<float> freq_factors = w.rope_freqs ? to_f32(w.rope_freqs) : std::vector<float>{};
-  const std::vector<double> frequencies = cpu::rope_frequencies(
-      c.head_dim, c.rope_theta, c.rope_scaling, freq_factors.empty() ? nullptr : freq_factors.data());
-  rope_frequencies_buffer_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, frequencies.size() * sizeof(double));
-  check_cuda(cudaMemcpy(rope_frequencies_buffer_.get(), frequencies.data(), frequencies.size() * sizeof(double),
-                        cudaMemcpyHostToDevice),
+  const std::vector<double> frequencies =
+      cpu::rope_frequencies(c.head_dim, c.rope_theta, c.rope_scaling,
+                            freq_factors.empty() ? nullptr : freq_factors.data());
+  rope_frequencies_buffer_ =
+      DeviceBuffer(memory_, MemoryCategory::WeightsResident, frequencies.size() * sizeof(double));
+  check_cuda(cudaMemcpy(rope_frequencies_buffer_.get(), frequencies.data(),
+                        frequencies.size() * sizeof(double), cudaMemcpyHostToDevice),
              "uploading rope frequencies");
   vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, vectors.size() * sizeof(float));
-  check_cuda(cudaMemcpy(vectors_.get(), vectors.data(), vectors.size() * sizeof(float), cudaMemcpyHostToDevice),
+  check_cuda(cudaMemcpy(vectors_.get(), vectors.data(), vectors.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
              "uploading norms");
   const float* vbase = vectors_.as<float>();
   auto vec = [&](std::ptrdiff_t at) { return at < 0 ? nullptr : vbase + at; };
@@ -122,10 +134,20 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     const LayerWeights& l = w.layers[i];
     const LayerVectorOffsets& o = layer_offsets[i];
     DeviceLayer d;
-    d.wq = device_matrix(l.wq); d.wk = device_matrix(l.wk); d.wv = device_matrix(l.wv); d.wo = device_matrix(l.wo);
-    d.w_gate = device_matrix(l.w_gate); d.w_up = device_matrix(l.w_up); d.w_down = device_matrix(l.w_down);
-    d.attn_norm = vec(o.attn_norm); d.ffn_norm = vec(o.ffn_norm);
-    d.bq = vec(o.bq); d.bk = vec(o.bk); d.bv = vec(o.bv); d.q_norm = vec(o.q_norm); d.k_norm = vec(o.k_norm);
+    d.wq = device_matrix(l.wq);
+    d.wk = device_matrix(l.wk);
+    d.wv = device_matrix(l.wv);
+    d.wo = device_matrix(l.wo);
+    d.w_gate = device_matrix(l.w_gate);
+    d.w_up = device_matrix(l.w_up);
+    d.w_down = device_matrix(l.w_down);
+    d.attn_norm = vec(o.attn_norm);
+    d.ffn_norm = vec(o.ffn_norm);
+    d.bq = vec(o.bq);
+    d.bk = vec(o.bk);
+    d.bv = vec(o.bv);
+    d.q_norm = vec(o.q_norm);
+    d.k_norm = vec(o.k_norm);
     for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down})
       decode_weight_bytes_ += static_cast<uint64_t>(m->rows * m->row_bytes);
     layers_.push_back(d);
@@ -163,26 +185,31 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   tokens_out_ = ws(R * sizeof(int32_t));
   argmax_scratch_ = ws(R * (sizeof(unsigned long long) + sizeof(int)));
   check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
-  sampling_host_ = PinnedBuffer(R * (sizeof(k::DeviceSamplingParams) + (history_capacity_ + 1) * sizeof(int32_t)));
+  sampling_host_ = PinnedBuffer(
+      R * (sizeof(k::DeviceSamplingParams) + (history_capacity_ + 1) * sizeof(int32_t)));
   tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
 
-  logger("engine.cuda")->info("CUDA model: {} layers, weights {} MiB on the device, {} rows per run",
-                              c.n_layer, total >> 20, R);
+  logger("engine.cuda")
+      ->info("CUDA model: {} layers, weights {} MiB on the device, {} rows per run", c.n_layer,
+             total >> 20, R);
 }
 
 CudaModel::~CudaModel() = default;
 
 void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
   const ModelConfig& c = config_;
-  token_stride_halves_ = c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
+  token_stride_halves_ =
+      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
   max_tokens_ = max_tokens;
   slot_bases_ = DeviceBuffer(memory_, MemoryCategory::Workspace, slot_bases.size() * sizeof(void*));
-  check_cuda(cudaMemcpy(slot_bases_.get(), slot_bases.data(), slot_bases.size() * sizeof(void*), cudaMemcpyHostToDevice),
+  check_cuda(cudaMemcpy(slot_bases_.get(), slot_bases.data(), slot_bases.size() * sizeof(void*),
+                        cudaMemcpyHostToDevice),
              "uploading KV slot addresses");
   const int decode_splits = k::ceil_div(max_tokens, kDecodeSplitTokens);
   const int prefill_splits = k::ceil_div(max_tokens, kPrefillSplitTokens);
   const size_t floats =
-      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head, decode_splits, c.head_dim),
+      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
+                                             decode_splits, c.head_dim),
                k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
   attention_partial_ = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
   const size_t counters = static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
@@ -201,12 +228,13 @@ void CudaModel::upload(const RowInputs& in) {
   std::copy(in.slots.begin(), in.slots.end(), host + kSlots * R);
   for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.positions[i] + 1;
   std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
-  check_cuda(cudaMemcpyAsync(inputs_.get(), host, kInputArrays * R * sizeof(int32_t), cudaMemcpyHostToDevice,
-                             stream_.get()),
+  check_cuda(cudaMemcpyAsync(inputs_.get(), host, kInputArrays * R * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_.get()),
              "uploading step inputs");
 }
 
-void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16) {
+void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows,
+                         bool f16) {
   k::RmsNormOutputs out;
   if (f16)
     out.f16 = normed_f16_.as<__half>();
@@ -214,13 +242,13 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
     out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   else
     out.f32 = normed_.as<float>();
-  check_launch(k::launch_rms_norm(x, weight, n_rows, static_cast<int>(config_.n_embd), config_.rms_eps, out,
-                                  stream_.get()),
+  check_launch(k::launch_rms_norm(x, weight, n_rows, static_cast<int>(config_.n_embd),
+                                  config_.rms_eps, out, stream_.get()),
                "rms_norm");
 }
 
-void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
-                       const float* x_f32) {
+void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
+                       bool accumulate, const float* x_f32) {
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
@@ -246,18 +274,20 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
   }
 }
 
-void CudaModel::gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate) {
+void CudaModel::gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y,
+                     bool accumulate) {
   if (!cublas_) {
     cublas_ = std::make_unique<Cublas>(stream_.get());
     logger("engine.cuda")->info("cuBLAS loaded from {}", Cublas::library_path());
   }
-  check_launch(k::launch_dequantize_to_f16(w.type, w.data, w.rows, w.cols, w.row_bytes, weight_f16_.as<__half>(),
-                                           stream_.get()),
+  check_launch(k::launch_dequantize_to_f16(w.type, w.data, w.rows, w.cols, w.row_bytes,
+                                           weight_f16_.as<__half>(), stream_.get()),
                "dequantize_to_f16");
   // Row-major Y[n_rows][w.rows] = X · Wᵀ, i.e. column-major Y (w.rows × n_rows) = Wᵀ(cm) · X(cm).
-  cublas_->gemm_f16_f32(CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n_rows, static_cast<int>(w.cols), 1.0f,
-                        weight_f16_.get(), static_cast<int>(w.cols), x, static_cast<int>(w.cols),
-                        accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
+  cublas_->gemm_f16_f32(CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n_rows,
+                        static_cast<int>(w.cols), 1.0f, weight_f16_.get(), static_cast<int>(w.cols),
+                        x, static_cast<int>(w.cols), accumulate ? 1.0f : 0.0f, y,
+                        static_cast<int>(w.rows));
 }
 
 void CudaModel::attention(int layer, int n_rows) {
@@ -265,15 +295,24 @@ void CudaModel::attention(int layer, int n_rows) {
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
   k::RopeKvArgs r;
-  r.q = q_.as<float>(); r.q_stride = c.n_head * c.head_dim;
-  r.k = k_.as<float>(); r.k_stride = c.n_head_kv * c.head_dim;
-  r.v = v_.as<float>(); r.v_stride = c.n_head_kv * c.head_dim;
+  r.q = q_.as<float>();
+  r.q_stride = c.n_head * c.head_dim;
+  r.k = k_.as<float>();
+  r.k_stride = c.n_head_kv * c.head_dim;
+  r.v = v_.as<float>();
+  r.v_stride = c.n_head_kv * c.head_dim;
   const DeviceLayer& l = layers_[static_cast<size_t>(layer)];
-  r.q_bias = l.bq; r.k_bias = l.bk; r.v_bias = l.bv;
-  r.q_norm = l.q_norm; r.k_norm = l.k_norm; r.norm_eps = c.rms_eps;
+  r.q_bias = l.bq;
+  r.k_bias = l.bk;
+  r.v_bias = l.bv;
+  r.q_norm = l.q_norm;
+  r.k_norm = l.k_norm;
+  r.norm_eps = c.rms_eps;
   r.frequencies = rope_frequencies_;
   r.neox = c.rope_ordering == RopeOrdering::NeoX;
-  r.n_head = static_cast<int>(c.n_head); r.n_kv = static_cast<int>(c.n_head_kv); r.head_dim = static_cast<int>(c.head_dim);
+  r.n_head = static_cast<int>(c.n_head);
+  r.n_kv = static_cast<int>(c.n_head_kv);
+  r.head_dim = static_cast<int>(c.head_dim);
   r.rows = n_rows;
   r.positions = in + kPositions * R;
   r.slots = in + kSlots * R;
@@ -283,9 +322,14 @@ void CudaModel::attention(int layer, int n_rows) {
   check_launch(k::launch_rope_kv(r, stream_.get()), "rope_kv");
 
   k::AttentionArgs a;
-  a.q = q_.as<float>(); a.q_stride = r.q_stride;
-  a.out = attn_.as<float>(); a.out_stride = r.q_stride;
-  a.rows = n_rows; a.n_head = r.n_head; a.n_kv = r.n_kv; a.head_dim = r.head_dim;
+  a.q = q_.as<float>();
+  a.q_stride = r.q_stride;
+  a.out = attn_.as<float>();
+  a.out_stride = r.q_stride;
+  a.rows = n_rows;
+  a.n_head = r.n_head;
+  a.n_kv = r.n_kv;
+  a.head_dim = r.head_dim;
   a.lengths = in + kLengths * R;
   a.slots = r.slots;
   a.slot_base = r.slot_base;
@@ -298,7 +342,8 @@ void CudaModel::attention(int layer, int n_rows) {
   a.split_counters = attention_counters_.as<int>();
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type)) a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type))
+    a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(k::launch_attention(a, stream_.get()), "attention");
 }
 
@@ -309,11 +354,13 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv}) {
-      if (k::matvec_reads_q8(m->type)) out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-      else out.f32 = normed_.as<float>();
+      if (k::matvec_reads_q8(m->type))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
     }
-    check_launch(k::launch_rms_norm(hidden, l.attn_norm, n_rows, static_cast<int>(c.n_embd), c.rms_eps, out,
-                                    stream_.get()),
+    check_launch(k::launch_rms_norm(hidden, l.attn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, stream_.get()),
                  "rms_norm");
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
@@ -327,11 +374,13 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
-      if (k::matvec_reads_q8(m->type)) out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-      else out.f32 = normed_.as<float>();
+      if (k::matvec_reads_q8(m->type))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
     }
-    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd), c.rms_eps, out,
-                                    stream_.get()),
+    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, stream_.get()),
                  "rms_norm");
   }
   float* h = gate_.as<float>();
@@ -354,12 +403,13 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
     matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
     matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
-    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h, stream_.get()),
-                 "swiglu");
+    check_launch(
+        k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h, stream_.get()),
+        "swiglu");
   }
   if (k::matvec_reads_q8(l.w_down.type))
-    check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff), {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()},
-                                       stream_.get()),
+    check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
+                                       {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, stream_.get()),
                  "quantize_q8");
   matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
@@ -374,12 +424,14 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows) {
   gemm(l.wv, x16, n_rows, v_.as<float>(), false);
   attention(layer, n_rows);
   const int64_t q_dim = c.n_head * c.head_dim;
-  check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()), "convert_f16");
+  check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()),
+               "convert_f16");
   gemm(l.wo, x16, n_rows, hidden, true);
   norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
   gemm(l.w_gate, x16, n_rows, gate_.as<float>(), false);
   gemm(l.w_up, x16, n_rows, up_.as<float>(), false);
-  check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16, stream_.get()),
+  check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                       stream_.get()),
                "swiglu");
   gemm(l.w_down, x16, n_rows, hidden, true);
 }
@@ -388,10 +440,11 @@ void CudaModel::run_layers(int n_rows) {
   if (!attention_partial_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
-  check_launch(k::launch_embedding_gather(token_embd_.type, token_embd_.data, token_embd_.row_bytes,
-                                          static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_, n_rows,
-                                          hidden_.as<float>(), stream_.get()),
-               "embedding_gather");
+  check_launch(
+      k::launch_embedding_gather(token_embd_.type, token_embd_.data, token_embd_.row_bytes,
+                                 static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
+                                 n_rows, hidden_.as<float>(), stream_.get()),
+      "embedding_gather");
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (n_rows <= kMatvecMaxRows)
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
@@ -403,11 +456,13 @@ void CudaModel::run_layers(int n_rows) {
 void CudaModel::run_head(int first_logit_row, int count) {
   const ModelConfig& c = config_;
   k::RmsNormOutputs out;
-  if (k::matvec_reads_q8(output_.type)) out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-  else out.f32 = normed_.as<float>();
+  if (k::matvec_reads_q8(output_.type))
+    out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  else
+    out.f32 = normed_.as<float>();
   const int32_t* rows = inputs_.as<int32_t>() + kLogitRows * max_rows_ + first_logit_row;
-  check_launch(k::launch_rms_norm(hidden_.as<float>(), output_norm_, count, static_cast<int>(c.n_embd), c.rms_eps,
-                                  out, stream_.get(), rows),
+  check_launch(k::launch_rms_norm(hidden_.as<float>(), output_norm_, count,
+                                  static_cast<int>(c.n_embd), c.rms_eps, out, stream_.get(), rows),
                "rms_norm");
   float* const logits_out[1] = {logits_.as<float>()};
   matvec(&output_, logits_out, 1, count, false, normed_.as<float>());
@@ -427,10 +482,13 @@ void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>
     lengths[i] = static_cast<int32_t>(keep);
   }
   cudaStream_t s = stream_.get();
-  check_cuda(cudaMemcpyAsync(sampling_params_.get(), p, n * sizeof(*p), cudaMemcpyHostToDevice, s), "uploading sampling");
-  check_cuda(cudaMemcpyAsync(history_.get(), hist, n * history_capacity_ * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+  check_cuda(cudaMemcpyAsync(sampling_params_.get(), p, n * sizeof(*p), cudaMemcpyHostToDevice, s),
+             "uploading sampling");
+  check_cuda(cudaMemcpyAsync(history_.get(), hist, n * history_capacity_ * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
              "uploading history");
-  check_cuda(cudaMemcpyAsync(history_length_.get(), lengths, n * sizeof(int32_t), cudaMemcpyHostToDevice, s),
+  check_cuda(cudaMemcpyAsync(history_length_.get(), lengths, n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
              "uploading history");
 }
 
@@ -440,8 +498,8 @@ void CudaModel::sample(int count, bool greedy) {
     k::ArgmaxWorkspace scratch;
     scratch.best = argmax_scratch_.as<unsigned long long>();
     scratch.counters = reinterpret_cast<int*>(scratch.best + max_rows_);
-    check_launch(k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab, tokens_out_.as<int32_t>(), scratch,
-                                  stream_.get()),
+    check_launch(k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab,
+                                  tokens_out_.as<int32_t>(), scratch, stream_.get()),
                  "argmax");
     return;
   }
@@ -459,7 +517,8 @@ void CudaModel::sample(int count, bool greedy) {
 }
 
 void CudaModel::copy_logits(int count, float* host) const {
-  check_cuda(cudaMemcpyAsync(host, logits_.get(), static_cast<size_t>(count) * config_.n_vocab * sizeof(float),
+  check_cuda(cudaMemcpyAsync(host, logits_.get(),
+                             static_cast<size_t>(count) * config_.n_vocab * sizeof(float),
                              cudaMemcpyDeviceToHost, stream_.get()),
              "downloading logits");
   stream_.synchronize();

@@ -40,7 +40,7 @@ struct DeviceLayer {
 // Inputs of one run, in host order; copied to the fixed device buffers by upload().
 struct RowInputs {
   std::vector<int32_t> tokens, positions, slots;
-  std::vector<int32_t> logit_rows;   // rows whose logits are wanted, in output order
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
 };
 
 class CudaModel {
@@ -77,7 +77,7 @@ class CudaModel {
 
   const float* logits() const { return logits_.as<float>(); }
   int64_t n_vocab() const { return config_.n_vocab; }
-  void copy_logits(int count, float* host) const;   // synchronises
+  void copy_logits(int count, float* host) const;    // synchronises
   void copy_tokens(int count, int32_t* host) const;  // synchronises
 
   cudaStream_t stream() const { return stream_.get(); }
@@ -98,10 +98,10 @@ class CudaModel {
   MemoryManager& memory_;
   int max_rows_;
   CudaStream stream_;
-  std::unique_ptr<Cublas> cublas_;   // created on the first GEMM
+  std::unique_ptr<Cublas> cublas_;  // created on the first GEMM
 
-  DeviceBuffer weights_;     // every tensor, packed
-  DeviceBuffer vectors_;     // norms and biases as f32
+  DeviceBuffer weights_;  // every tensor, packed
+  DeviceBuffer vectors_;  // norms and biases as f32
   DeviceBuffer rope_frequencies_buffer_;
   std::vector<DeviceLayer> layers_;
   DeviceMatrix token_embd_, output_;
@@ -119,12 +119,12 @@ class CudaModel {
   // Activations.
   DeviceBuffer hidden_, normed_, normed_f16_, q8_qs_, q8_ds_, q_, k_, v_, attn_, gate_, up_;
   DeviceBuffer attention_partial_, attention_counters_;
-  DeviceBuffer weight_f16_;   // one dequantised layer matrix for the GEMM path
+  DeviceBuffer weight_f16_;  // one dequantised layer matrix for the GEMM path
   DeviceBuffer logits_;
   DeviceBuffer sampling_params_, history_, history_length_, tokens_out_, argmax_scratch_;
   PinnedBuffer sampling_host_, tokens_host_;
   int history_capacity_ = 256;
-  int64_t widest_ = 0;   // max(n_embd, q_dim, n_ff)
+  int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
 };
 
 }  // namespace granule::cuda

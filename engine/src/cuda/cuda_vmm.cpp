@@ -45,9 +45,11 @@ struct DriverVmm {
   static void entry(const char* name, F& fn) {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
         found != cudaDriverEntryPointSuccess || !p)
-      throw DeviceError(std::string("the CUDA driver has no ") + name + " (virtual memory management)");
+      throw DeviceError(std::string("the CUDA driver has no ") + name +
+                        " (virtual memory management)");
     fn = reinterpret_cast<F>(p);
   }
   void load() {
@@ -63,8 +65,11 @@ struct DriverVmm {
 };
 
 void check_cu(CUresult r, const char* what) {
-  if (r == CUDA_ERROR_OUT_OF_MEMORY) throw CapacityError(std::string("the GPU has no memory left for KV (") + what + ")");
-  if (r != CUDA_SUCCESS) throw DeviceError(std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) + " in " + what);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    throw CapacityError(std::string("the GPU has no memory left for KV (") + what + ")");
+  if (r != CUDA_SUCCESS)
+    throw DeviceError(std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) +
+                      " in " + what);
 }
 
 class CudaVirtualMemory final : public VirtualMemory {
@@ -76,7 +81,8 @@ class CudaVirtualMemory final : public VirtualMemory {
     access_.location = prop_.location;
     access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     size_t granularity = 0;
-    check_cu(vmm_.get_granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+    check_cu(vmm_.get_granularity(&granularity, &prop_, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+             "cuMemGetAllocationGranularity");
     granule_bytes_ = granularity;
   }
 
@@ -98,7 +104,8 @@ class CudaVirtualMemory final : public VirtualMemory {
 
   void unreserve(uint8_t* base, uint64_t bytes) override {
     const CUresult r = vmm_.address_free(reinterpret_cast<CUdeviceptr>(base), bytes);
-    if (r != CUDA_SUCCESS) logger("engine.cuda")->warn("cuMemAddressFree failed: {}", static_cast<int>(r));
+    if (r != CUDA_SUCCESS)
+      logger("engine.cuda")->warn("cuMemAddressFree failed: {}", static_cast<int>(r));
   }
 
   void commit(uint8_t* addr) override { commit_range(addr, 1); }

@@ -25,7 +25,8 @@ DeviceBuffer::DeviceBuffer(MemoryManager& memory, MemoryCategory category, size_
     ptr_ = nullptr;
     bytes_ = 0;
     throw DeviceError("cannot allocate " + std::to_string(bytes >> 20) + " MiB of GPU memory for " +
-                      std::string(memory_category_name(category)) + ": " + cudaGetErrorString(status));
+                      std::string(memory_category_name(category)) + ": " +
+                      cudaGetErrorString(status));
   }
 }
 
@@ -69,11 +70,15 @@ void PinnedBuffer::reset() {
   bytes_ = 0;
 }
 
-CudaStream::CudaStream() { check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+CudaStream::CudaStream() {
+  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
 CudaStream::~CudaStream() {
   if (stream_) log_teardown_error(cudaStreamDestroy(stream_), "cudaStreamDestroy");
 }
-void CudaStream::synchronize() const { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+void CudaStream::synchronize() const {
+  check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
 
 CudaEvent::CudaEvent() { check_cuda(cudaEventCreate(&event_), "cudaEventCreate"); }
 CudaEvent::~CudaEvent() {
@@ -96,7 +101,9 @@ void CudaGraph::reset() {
   graph_ = nullptr;
 }
 
-void CudaGraph::launch(cudaStream_t stream) const { check_cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch"); }
+void CudaGraph::launch(cudaStream_t stream) const {
+  check_cuda(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+}
 
 size_t CudaGraph::node_count() const {
   size_t n = 0;

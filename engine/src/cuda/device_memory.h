@@ -26,7 +26,10 @@ class DeviceBuffer {
 
   void reset();
   void* get() const { return ptr_; }
-  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -48,7 +51,10 @@ class PinnedBuffer {
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 
   void reset();
-  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
