@@ -14,11 +14,19 @@ void toSpdlog(QtMsgType type, const QMessageLogContext& context, const QString& 
   const std::string text = message.toStdString();
   const char* category = context.category ? context.category : "qt";
   switch (type) {
-    case QtDebugMsg: log->debug("[{}] {}", category, text); break;
-    case QtInfoMsg: log->info("[{}] {}", category, text); break;
-    case QtWarningMsg: log->warn("[{}] {}", category, text); break;
+    case QtDebugMsg:
+      log->debug("[{}] {}", category, text);
+      break;
+    case QtInfoMsg:
+      log->info("[{}] {}", category, text);
+      break;
+    case QtWarningMsg:
+      log->warn("[{}] {}", category, text);
+      break;
     case QtCriticalMsg:
-    case QtFatalMsg: log->error("[{}] {}", category, text); break;
+    case QtFatalMsg:
+      log->error("[{}] {}", category, text);
+      break;
   }
 }
 

@@ -22,15 +22,20 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
     const StoredConversation* c = chats_.conversations()->find(chat_id);
     return c ? c->title : QStringLiteral("chat %1").arg(chat_id);
   });
-  connect(&model_, &ModelController::statusChanged, this, [this] { chats_.setModelReady(model_.ready()); });
-  connect(&model_, &ModelController::modelLoadedFrom, this,
-          [this](const QString& path) { store_.setSetting(QStringLiteral("model/last_path"), path); });
-  const int context = store_.setting(QStringLiteral("engine/context_length"), QStringLiteral("4096")).toInt();
-  const int max_chats = store_.setting(QStringLiteral("engine/max_chats"), QStringLiteral("8")).toInt();
+  connect(&model_, &ModelController::statusChanged, this,
+          [this] { chats_.setModelReady(model_.ready()); });
+  connect(&model_, &ModelController::modelLoadedFrom, this, [this](const QString& path) {
+    store_.setSetting(QStringLiteral("model/last_path"), path);
+  });
+  const int context =
+      store_.setting(QStringLiteral("engine/context_length"), QStringLiteral("4096")).toInt();
+  const int max_chats =
+      store_.setting(QStringLiteral("engine/max_chats"), QStringLiteral("8")).toInt();
   model_.setContextLength(context);
   model_.setMaxChats(max_chats);
   connect(&model_, &ModelController::optionsChanged, this, [this] {
-    store_.setSetting(QStringLiteral("engine/context_length"), QString::number(model_.contextLength()));
+    store_.setSetting(QStringLiteral("engine/context_length"),
+                      QString::number(model_.contextLength()));
     store_.setSetting(QStringLiteral("engine/max_chats"), QString::number(model_.maxChats()));
   });
 }
@@ -44,7 +49,8 @@ void Application::connectWorker() {
   connect(&model_, &ModelController::inspectRequested, worker_, &EngineWorker::inspectModel);
   connect(&model_, &ModelController::loadRequested, worker_, &EngineWorker::loadModel);
   connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
-  connect(worker_, &EngineWorker::generationFinished, &chats_, &ChatController::onGenerationFinished);
+  connect(worker_, &EngineWorker::generationFinished, &chats_,
+          &ChatController::onGenerationFinished);
   connect(worker_, &EngineWorker::modelInspected, &model_, &ModelController::onModelInspected);
   connect(worker_, &EngineWorker::inspectFailed, &model_, &ModelController::onInspectFailed);
   connect(worker_, &EngineWorker::loadProgress, &model_, &ModelController::onLoadProgress);
@@ -71,7 +77,8 @@ void Application::start(const QString& model_path) {
   if (QFileInfo(path).isFile()) {
     model_.load(path);
   } else if (!model_path.isEmpty()) {
-    errors_.report(QStringLiteral("%1 does not exist.").arg(model_path), QStringLiteral("Open a GGUF model."));
+    errors_.report(QStringLiteral("%1 does not exist.").arg(model_path),
+                   QStringLiteral("Open a GGUF model."));
   }
 }
 

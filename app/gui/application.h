@@ -49,7 +49,7 @@ class Application : public QObject {
   TelemetryModel telemetry_;
   WindowSettings window_settings_;
   QThread engine_thread_;
-  EngineWorker* worker_;   // lives on engine_thread_; deleted after the thread ends
+  EngineWorker* worker_;  // lives on engine_thread_; deleted after the thread ends
 };
 
 }  // namespace granule::app

@@ -2,7 +2,6 @@
 #include "chat_controller.h"
 
 #include <QDateTime>
-
 #include <algorithm>
 
 namespace granule::app {
@@ -25,7 +24,7 @@ ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject*
     : QObject(parent), store_(store), errors_(errors) {}
 
 void ChatController::loadFromStore() {
-  store_.purgeDeleted();   // deletions not undone last session
+  store_.purgeDeleted();  // deletions not undone last session
   conversations_.setConversations(store_.conversations());
   if (conversations_.count() > 0) selectChat(conversations_.idAt(0));
 }
@@ -60,7 +59,7 @@ void ChatController::updateCurrent(const std::function<void(StoredConversation&)
   if (!found) return;
   StoredConversation c = *found;
   change(c);
-  c.updated_ms = found->updated_ms;   // settings do not reorder the sidebar
+  c.updated_ms = found->updated_ms;  // settings do not reorder the sidebar
   conversations_.update(c);
   store_.updateConversation(c);
   Q_EMIT settingsChanged();
@@ -102,7 +101,9 @@ void ChatController::setMaxTokens(int v) {
   updateCurrent([&](StoredConversation& c) { c.sampling.max_tokens = std::max(1, v); });
 }
 void ChatController::setSeed(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.seed = static_cast<quint64>(std::clamp(v, 0.0, 9.0e15)); });
+  updateCurrent([&](StoredConversation& c) {
+    c.sampling.seed = static_cast<quint64>(std::clamp(v, 0.0, 9.0e15));
+  });
 }
 
 qint64 ChatController::newChat() {
@@ -115,7 +116,7 @@ qint64 ChatController::newChat() {
     return 0;
   }
   c.id = *id;
-  if (!search_text_.isEmpty()) setSearchText({});   // a new chat should be visible
+  if (!search_text_.isEmpty()) setSearchText({});  // a new chat should be visible
   conversations_.prepend(c);
   selectChat(c.id);
   return c.id;
@@ -154,8 +155,10 @@ void ChatController::deleteChat(qint64 chat_id) {
   }
   if (current_chat_id_ == chat_id) {
     current_chat_id_ = 0;
-    if (conversations_.count() > 0) selectChat(conversations_.idAt(0));
-    else Q_EMIT currentChatChanged();
+    if (conversations_.count() > 0)
+      selectChat(conversations_.idAt(0));
+    else
+      Q_EMIT currentChatChanged();
   }
   Q_EMIT undoChanged();
 }
@@ -181,7 +184,8 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
   MessageModel* model = messagesOf(chat_id);
   if (content.isEmpty() || !model) return;
   if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."), QStringLiteral("Open a GGUF model first."));
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
     return;
   }
   abandonGeneration(chat_id);
@@ -208,10 +212,12 @@ void ChatController::stopChat(qint64 chat_id) {
 
 void ChatController::regenerate(int row) {
   MessageModel* model = messagesOf(current_chat_id_);
-  if (!model || row < 0 || row >= model->count() || model->message(row).role != QLatin1String("assistant"))
+  if (!model || row < 0 || row >= model->count() ||
+      model->message(row).role != QLatin1String("assistant"))
     return;
   if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."), QStringLiteral("Open a GGUF model first."));
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
     return;
   }
   abandonGeneration(current_chat_id_);
@@ -222,7 +228,8 @@ void ChatController::regenerate(int row) {
 
 void ChatController::editAndResend(int row, const QString& text) {
   MessageModel* model = messagesOf(current_chat_id_);
-  if (!model || row < 0 || row >= model->count() || model->message(row).role != QLatin1String("user"))
+  if (!model || row < 0 || row >= model->count() ||
+      model->message(row).role != QLatin1String("user"))
     return;
   abandonGeneration(current_chat_id_);
   store_.deleteMessagesFrom(current_chat_id_, row);
@@ -273,13 +280,14 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
   for (const TokenChunk& chunk : chunks) {
     const auto it = generations_.find(chunk.chat_id);
     MessageModel* model = messagesOf(chunk.chat_id);
-    if (it == generations_.end() || !model) continue;   // stopped or deleted meanwhile
+    if (it == generations_.end() || !model) continue;  // stopped or deleted meanwhile
     Generation& g = it->second;
     if (!g.has_text) {
       g.has_text = true;
       g.since_first.start();
     }
-    model->appendText(g.row, chunk.text, chunk.tokens, static_cast<double>(g.since_first.elapsed()) / 1000.0);
+    model->appendText(g.row, chunk.text, chunk.tokens,
+                      static_cast<double>(g.since_first.elapsed()) / 1000.0);
   }
 }
 

@@ -3,10 +3,10 @@
 // rename, delete with undo, search). Turns actions into worker requests and the worker's
 // signals into model updates; saves every change in the ChatStore. GUI thread only.
 #pragma once
-#include <QElapsedTimer>
-#include <QObject>
 #include <QtQml/qqmlregistration.h>
 
+#include <QElapsedTimer>
+#include <QObject>
 #include <functional>
 #include <map>
 #include <optional>
@@ -39,7 +39,8 @@ class ChatController : public QObject {
   Q_PROPERTY(double topP READ topP WRITE setTopP NOTIFY settingsChanged)
   Q_PROPERTY(double minP READ minP WRITE setMinP NOTIFY settingsChanged)
   Q_PROPERTY(int topK READ topK WRITE setTopK NOTIFY settingsChanged)
-  Q_PROPERTY(double repetitionPenalty READ repetitionPenalty WRITE setRepetitionPenalty NOTIFY settingsChanged)
+  Q_PROPERTY(double repetitionPenalty READ repetitionPenalty WRITE setRepetitionPenalty NOTIFY
+                 settingsChanged)
   Q_PROPERTY(int maxTokens READ maxTokens WRITE setMaxTokens NOTIFY settingsChanged)
   Q_PROPERTY(double seed READ seed WRITE setSeed NOTIFY settingsChanged)
 
@@ -118,8 +119,8 @@ class ChatController : public QObject {
 
  private:
   struct Generation {
-    int row = -1;                // the assistant message being written
-    QElapsedTimer since_first;   // tokens per second count from the first text
+    int row = -1;               // the assistant message being written
+    QElapsedTimer since_first;  // tokens per second count from the first text
     bool has_text = false;
   };
   const StoredConversation& current() const;
@@ -133,7 +134,7 @@ class ChatController : public QObject {
   ErrorReporter& errors_;
   ConversationListModel conversations_;
   MessageModel empty_messages_;
-  std::map<qint64, MessageModel*> messages_;   // loaded chats, children of this
+  std::map<qint64, MessageModel*> messages_;  // loaded chats, children of this
   std::map<qint64, Generation> generations_;
   qint64 current_chat_id_ = 0;
   bool model_ready_ = false;

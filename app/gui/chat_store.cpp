@@ -36,20 +36,22 @@ const QList<Migration>& migrations() {
                        " sampling_json TEXT NOT NULL DEFAULT '{}',"
                        " created_at INTEGER NOT NULL,"
                        " updated_at INTEGER NOT NULL)"),
-        QStringLiteral("CREATE TABLE messages ("
-                       " id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                       " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
-                       " position INTEGER NOT NULL,"
-                       " role TEXT NOT NULL,"
-                       " content TEXT NOT NULL,"
-                       " tokens_per_second REAL NOT NULL DEFAULT 0,"
-                       " finish_reason TEXT NOT NULL DEFAULT '',"
-                       " created_at INTEGER NOT NULL)"),
+        QStringLiteral(
+            "CREATE TABLE messages ("
+            " id INTEGER PRIMARY KEY AUTOINCREMENT,"
+            " conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,"
+            " position INTEGER NOT NULL,"
+            " role TEXT NOT NULL,"
+            " content TEXT NOT NULL,"
+            " tokens_per_second REAL NOT NULL DEFAULT 0,"
+            " finish_reason TEXT NOT NULL DEFAULT '',"
+            " created_at INTEGER NOT NULL)"),
         QStringLiteral("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)")}},
       // 2: undoable deletion, and the index that loading a chat's messages uses.
       {2,
        {QStringLiteral("ALTER TABLE conversations ADD COLUMN deleted_at INTEGER"),
-        QStringLiteral("CREATE INDEX messages_by_conversation ON messages(conversation_id, position)")}},
+        QStringLiteral(
+            "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)")}},
   };
   return all;
 }
@@ -61,7 +63,7 @@ QString samplingToJson(const SamplingSettings& s) {
                       {"min_p", s.min_p},
                       {"repetition_penalty", s.repetition_penalty},
                       {"max_tokens", s.max_tokens},
-                      {"seed", QString::number(s.seed)}};   // JSON numbers lose 64-bit seeds
+                      {"seed", QString::number(s.seed)}};  // JSON numbers lose 64-bit seeds
   return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
 }
 
@@ -105,13 +107,14 @@ ChatStore::ChatStore(const QString& path)
   QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), connection_);
   db.setDatabaseName(path);
   if (!db.open()) {
-    error_ = QStringLiteral("Cannot open the chat database %1: %2").arg(path, db.lastError().text());
+    error_ =
+        QStringLiteral("Cannot open the chat database %1: %2").arg(path, db.lastError().text());
     log()->error("{}", error_.toStdString());
     return;
   }
   // WAL: a crash mid-write loses at most the last transaction, and reads never block.
-  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) || !exec(QStringLiteral("PRAGMA foreign_keys=ON")) ||
-      !migrate()) {
+  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) ||
+      !exec(QStringLiteral("PRAGMA foreign_keys=ON")) || !migrate()) {
     if (error_.isEmpty()) error_ = QStringLiteral("Cannot prepare the chat database %1").arg(path);
     log()->error("{}", error_.toStdString());
   }
@@ -149,8 +152,9 @@ bool ChatStore::migrate() {
   QSqlDatabase db = QSqlDatabase::database(connection_);
   const int current = schemaVersion();
   if (current > kSchemaVersion) {
-    error_ = QStringLiteral("The chat database %1 is from a newer Granule (schema %2); "
-                            "update Granule to open it.")
+    error_ = QStringLiteral(
+                 "The chat database %1 is from a newer Granule (schema %2); "
+                 "update Granule to open it.")
                  .arg(path_)
                  .arg(current);
     return false;
@@ -174,8 +178,9 @@ bool ChatStore::migrate() {
 QList<StoredConversation> ChatStore::conversations() const {
   QList<StoredConversation> result;
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.exec(QStringLiteral("SELECT id, title, system_prompt, sampling_json, created_at, updated_at "
-                        "FROM conversations WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC"));
+  q.exec(QStringLiteral(
+      "SELECT id, title, system_prompt, sampling_json, created_at, updated_at "
+      "FROM conversations WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC"));
   while (q.next()) {
     StoredConversation c;
     c.id = q.value(0).toLongLong();
@@ -191,8 +196,9 @@ QList<StoredConversation> ChatStore::conversations() const {
 
 std::optional<qint64> ChatStore::createConversation(const StoredConversation& c) {
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.prepare(QStringLiteral("INSERT INTO conversations (title, system_prompt, sampling_json, created_at, "
-                           "updated_at) VALUES (?, ?, ?, ?, ?)"));
+  q.prepare(
+      QStringLiteral("INSERT INTO conversations (title, system_prompt, sampling_json, created_at, "
+                     "updated_at) VALUES (?, ?, ?, ?, ?)"));
   const qint64 created = c.created_ms ? c.created_ms : nowMs();
   q.addBindValue(text(c.title));
   q.addBindValue(text(c.system_prompt));
@@ -208,8 +214,9 @@ std::optional<qint64> ChatStore::createConversation(const StoredConversation& c)
 
 bool ChatStore::updateConversation(const StoredConversation& c) {
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.prepare(QStringLiteral("UPDATE conversations SET title = ?, system_prompt = ?, sampling_json = ?, "
-                           "updated_at = ? WHERE id = ?"));
+  q.prepare(
+      QStringLiteral("UPDATE conversations SET title = ?, system_prompt = ?, sampling_json = ?, "
+                     "updated_at = ? WHERE id = ?"));
   q.addBindValue(text(c.title));
   q.addBindValue(text(c.system_prompt));
   q.addBindValue(samplingToJson(c.sampling));
@@ -234,9 +241,10 @@ bool ChatStore::purgeDeleted() {
 QList<StoredMessage> ChatStore::messages(qint64 conversation_id) const {
   QList<StoredMessage> result;
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.prepare(QStringLiteral("SELECT id, conversation_id, position, role, content, tokens_per_second, "
-                           "finish_reason, created_at FROM messages WHERE conversation_id = ? "
-                           "ORDER BY position"));
+  q.prepare(
+      QStringLiteral("SELECT id, conversation_id, position, role, content, tokens_per_second, "
+                     "finish_reason, created_at FROM messages WHERE conversation_id = ? "
+                     "ORDER BY position"));
   q.addBindValue(conversation_id);
   q.exec();
   while (q.next()) result.append(messageFrom(q));
@@ -247,8 +255,9 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& m) {
   QSqlDatabase db = QSqlDatabase::database(connection_);
   db.transaction();
   QSqlQuery q(db);
-  q.prepare(QStringLiteral("INSERT INTO messages (conversation_id, position, role, content, "
-                           "tokens_per_second, finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+  q.prepare(
+      QStringLiteral("INSERT INTO messages (conversation_id, position, role, content, "
+                     "tokens_per_second, finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"));
   q.addBindValue(m.conversation_id);
   q.addBindValue(m.position);
   q.addBindValue(text(m.role));
@@ -276,8 +285,9 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
   QSqlDatabase db = QSqlDatabase::database(connection_);
   db.transaction();
   QSqlQuery q(db);
-  q.prepare(QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ? "
-                           "WHERE id = ?"));
+  q.prepare(
+      QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ? "
+                     "WHERE id = ?"));
   for (const StoredMessage& m : messages) {
     q.addBindValue(text(m.content));
     q.addBindValue(m.tokens_per_second);
@@ -309,10 +319,11 @@ QList<qint64> ChatStore::search(const QString& text) const {
       .replace(QLatin1Char('%'), QStringLiteral("\\%"))
       .replace(QLatin1Char('_'), QStringLiteral("\\_"));
   pattern = QLatin1Char('%') + pattern + QLatin1Char('%');
-  q.prepare(QStringLiteral("SELECT c.id FROM conversations c WHERE c.deleted_at IS NULL AND ("
-                           "c.title LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
-                           "m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\')) "
-                           "ORDER BY c.updated_at DESC"));
+  q.prepare(
+      QStringLiteral("SELECT c.id FROM conversations c WHERE c.deleted_at IS NULL AND ("
+                     "c.title LIKE ? ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m WHERE "
+                     "m.conversation_id = c.id AND m.content LIKE ? ESCAPE '\\')) "
+                     "ORDER BY c.updated_at DESC"));
   q.addBindValue(pattern);
   q.addBindValue(pattern);
   q.exec();
@@ -330,8 +341,9 @@ QString ChatStore::setting(const QString& key, const QString& fallback) const {
 
 bool ChatStore::setSetting(const QString& key, const QString& value) {
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.prepare(QStringLiteral("INSERT INTO settings (key, value) VALUES (?, ?) "
-                           "ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
+  q.prepare(
+      QStringLiteral("INSERT INTO settings (key, value) VALUES (?, ?) "
+                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value"));
   q.addBindValue(text(key));
   q.addBindValue(text(value));
   return q.exec();

@@ -3,7 +3,6 @@
 #pragma once
 #include <QList>
 #include <QString>
-
 #include <optional>
 
 #include "worker_types.h"
@@ -26,7 +25,7 @@ struct StoredMessage {
   QString role;
   QString content;
   double tokens_per_second = 0;
-  QString finish_reason;   // "" while generating or for user messages
+  QString finish_reason;  // "" while generating or for user messages
   qint64 created_ms = 0;
 };
 

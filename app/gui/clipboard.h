@@ -1,7 +1,8 @@
 // Clipboard: copying text from QML (code blocks, messages), which has no clipboard API.
 #pragma once
-#include <QObject>
 #include <QtQml/qqmlregistration.h>
+
+#include <QObject>
 
 namespace granule::app {
 

@@ -2,7 +2,6 @@
 #include "conversation_list_model.h"
 
 #include <QDateTime>
-
 #include <algorithm>
 
 namespace granule::app {
@@ -17,17 +16,25 @@ QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= count()) return {};
   const Entry& e = all_[visible_[index.row()]];
   switch (role) {
-    case ChatIdRole: return e.conversation.id;
+    case ChatIdRole:
+      return e.conversation.id;
     case Qt::DisplayRole:
-    case TitleRole: return e.conversation.title;
-    case GeneratingRole: return e.generating;
-    case UpdatedRole: return QDateTime::fromMSecsSinceEpoch(e.conversation.updated_ms);
-    default: return {};
+    case TitleRole:
+      return e.conversation.title;
+    case GeneratingRole:
+      return e.generating;
+    case UpdatedRole:
+      return QDateTime::fromMSecsSinceEpoch(e.conversation.updated_ms);
+    default:
+      return {};
   }
 }
 
 QHash<int, QByteArray> ConversationListModel::roleNames() const {
-  return {{ChatIdRole, "chatId"}, {TitleRole, "title"}, {GeneratingRole, "generating"}, {UpdatedRole, "updated"}};
+  return {{ChatIdRole, "chatId"},
+          {TitleRole, "title"},
+          {GeneratingRole, "generating"},
+          {UpdatedRole, "updated"}};
 }
 
 void ConversationListModel::setConversations(const QList<StoredConversation>& conversations) {

@@ -1,9 +1,9 @@
 // ConversationListModel: the sidebar's chats, most recently active first, filtered by the
 // search box, with which of them are generating right now. GUI thread only.
 #pragma once
-#include <QAbstractListModel>
 #include <QtQml/qqmlregistration.h>
 
+#include <QAbstractListModel>
 #include <optional>
 
 #include "chat_store.h"
@@ -60,8 +60,8 @@ class ConversationListModel : public QAbstractListModel {
   void rebuildVisible();
   qsizetype indexInAll(qint64 id) const;
 
-  QList<Entry> all_;             // newest first
-  QList<qsizetype> visible_;     // indices into all_
+  QList<Entry> all_;          // newest first
+  QList<qsizetype> visible_;  // indices into all_
   std::optional<QList<qint64>> filter_;
 };
 

@@ -44,7 +44,7 @@ EngineOptions engineOptions(qint64 context_length, qint32 chats) {
 EngineWorker::EngineWorker(EngineFactory factory, QObject* parent)
     : QObject(parent), factory_(std::move(factory)) {
   registerWorkerTypes();
-  telemetry_timer_.setParent(this);   // so it moves to the worker thread with us
+  telemetry_timer_.setParent(this);  // so it moves to the worker thread with us
   telemetry_timer_.setInterval(kTelemetryIntervalMs);
   connect(&telemetry_timer_, &QTimer::timeout, this, &EngineWorker::emitTelemetry);
 }
@@ -79,10 +79,9 @@ void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 
   releaseEngine();
   log()->info("loading {}", path.toStdString());
   try {
-    engine_ = factory_(std::filesystem::path(path.toStdString()), engineOptions(context_length, chats),
-                       [this](double fraction, const QString& stage) {
-                         Q_EMIT loadProgress(fraction, stage);
-                       });
+    engine_ = factory_(
+        std::filesystem::path(path.toStdString()), engineOptions(context_length, chats),
+        [this](double fraction, const QString& stage) { Q_EMIT loadProgress(fraction, stage); });
     Q_EMIT modelLoaded(engine_->info());
   } catch (const std::exception& e) {
     engine_.reset();
@@ -116,7 +115,8 @@ void EngineWorker::submit(const GenerationRequest& request) {
     // Text flushed at the end (held back for a stop string) comes without a token (-1).
     if (token >= 0) chunk.tokens += 1;
   };
-  engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason, const std::string& error) {
+  engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason,
+                                         const std::string& error) {
     finished_.push_back({seq, reason, error});
   };
   try {
@@ -140,7 +140,7 @@ void EngineWorker::cancel(qint64 chat_id) {
   } catch (const std::exception& e) {
     log()->warn("cancel of chat {} failed: {}", chat_id, e.what());
   }
-  scheduleStep();   // the engine reports the cancellation from its next step
+  scheduleStep();  // the engine reports the cancellation from its next step
 }
 
 void EngineWorker::shutdown() {
@@ -278,7 +278,7 @@ TelemetryFrame EngineWorker::makeFrame() const {
       frame.kv_reserved_bytes += bytes;
       continue;
     }
-    size_t index = kLedgerCategories.size() - 1;   // unknown categories count as "other"
+    size_t index = kLedgerCategories.size() - 1;  // unknown categories count as "other"
     for (size_t i = 0; i < kLedgerCategories.size(); ++i)
       if (category == kLedgerCategories[i]) index = i;
     frame.ledger_bytes[index] += bytes;
@@ -286,8 +286,8 @@ TelemetryFrame EngineWorker::makeFrame() const {
   for (const SequenceTelemetry& s : snap.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
     if (chat == chat_of_sequence_.end()) continue;
-    frame.chats.append({chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes,
-                        s.tokens_per_second});
+    frame.chats.append(
+        {chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes, s.tokens_per_second});
   }
   frame.granules_mapped = snap.granules_mapped;
   frame.granules_unmapped = snap.granules_unmapped;

@@ -5,7 +5,6 @@
 #include <QElapsedTimer>
 #include <QObject>
 #include <QTimer>
-
 #include <map>
 #include <memory>
 #include <vector>
@@ -19,8 +18,8 @@ class EngineWorker : public QObject {
   Q_OBJECT
 
  public:
-  static constexpr int kTokenFlushIntervalMs = 16;   // ~60 Hz to the GUI
-  static constexpr int kTelemetryIntervalMs = 100;   // ~10 Hz
+  static constexpr int kTokenFlushIntervalMs = 16;  // ~60 Hz to the GUI
+  static constexpr int kTelemetryIntervalMs = 100;  // ~10 Hz
 
   explicit EngineWorker(EngineFactory factory, QObject* parent = nullptr);
   ~EngineWorker() override;
@@ -77,7 +76,7 @@ class EngineWorker : public QObject {
   bool shut_down_ = false;
   std::map<SequenceId, qint64> chat_of_sequence_;
   std::map<qint64, SequenceId> sequence_of_chat_;
-  std::map<qint64, TokenChunk> pending_;   // text not yet sent, by chat
+  std::map<qint64, TokenChunk> pending_;  // text not yet sent, by chat
   std::vector<Finished> finished_;
 };
 

@@ -1,8 +1,9 @@
 // ErrorReporter: the one place engine and storage errors go to be shown in the window's
 // banner (never a dialog that blocks, never a crash).
 #pragma once
-#include <QObject>
 #include <QtQml/qqmlregistration.h>
+
+#include <QObject>
 
 namespace granule::app {
 

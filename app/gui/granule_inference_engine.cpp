@@ -38,8 +38,9 @@ EngineFactory granuleEngineFactory() {
     auto engine = Engine::open(model, options);
     info.device = QString::fromStdString(engine->device_name());
     // The engine clamps the context to the model's trained one.
-    info.engine_context = info.trained_context > 0 ? std::min<qint64>(options.context_length, info.trained_context)
-                                                   : options.context_length;
+    info.engine_context = info.trained_context > 0
+                              ? std::min<qint64>(options.context_length, info.trained_context)
+                              : options.context_length;
     if (const ChatTemplate* tmpl = engine->chat_template())
       info.chat_template = QString::fromStdString(tmpl->name());
     stage(1.0, QStringLiteral("Ready"));

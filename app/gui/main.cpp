@@ -1,11 +1,12 @@
 // The Granule window: parses the command line, starts the application's services, shows
 // Main.qml, and shuts down in a fixed order when the window closes.
+#include <QtQml/qqmlextensionplugin.h>
+
 #include <QCommandLineParser>
 #include <QElapsedTimer>
 #include <QGuiApplication>
 #include <QQmlApplicationEngine>
 #include <QQuickStyle>
-#include <QtQml/qqmlextensionplugin.h>
 
 #include "app_log.h"
 #include "application.h"
@@ -26,16 +27,17 @@ int main(int argc, char** argv) {
   cli.setApplicationDescription(QStringLiteral("Desktop chat for local language models"));
   cli.addHelpOption();
   cli.addVersionOption();
-  const QCommandLineOption model_option(QStringLiteral("model"), QStringLiteral("GGUF model to load"),
-                                        QStringLiteral("path"));
-  const QCommandLineOption database_option(QStringLiteral("database"),
-                                           QStringLiteral("Chat database (default: %1)")
-                                               .arg(granule::app::ChatStore::defaultPath()),
-                                           QStringLiteral("path"));
+  const QCommandLineOption model_option(
+      QStringLiteral("model"), QStringLiteral("GGUF model to load"), QStringLiteral("path"));
+  const QCommandLineOption database_option(
+      QStringLiteral("database"),
+      QStringLiteral("Chat database (default: %1)").arg(granule::app::ChatStore::defaultPath()),
+      QStringLiteral("path"));
   const QCommandLineOption theme_option(QStringLiteral("theme"),
                                         QStringLiteral("system, light or dark (remembered)"),
                                         QStringLiteral("scheme"));
-  const QCommandLineOption verbose_option(QStringLiteral("verbose"), QStringLiteral("Log at debug level"));
+  const QCommandLineOption verbose_option(QStringLiteral("verbose"),
+                                          QStringLiteral("Log at debug level"));
   cli.addOptions({model_option, database_option, theme_option, verbose_option});
   cli.process(qt_app);
   granule::set_log_level(cli.isSet(verbose_option) ? spdlog::level::debug : spdlog::level::info);
@@ -45,9 +47,10 @@ int main(int argc, char** argv) {
 
   // Declared in this order so that they are destroyed in reverse: the QML engine (which
   // points at the services) before the services, the services before QGuiApplication.
-  granule::app::Application granule_app(
-      granule::app::granuleEngineFactory(),
-      cli.isSet(database_option) ? cli.value(database_option) : granule::app::ChatStore::defaultPath());
+  granule::app::Application granule_app(granule::app::granuleEngineFactory(),
+                                        cli.isSet(database_option)
+                                            ? cli.value(database_option)
+                                            : granule::app::ChatStore::defaultPath());
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
   if (cli.isSet(theme_option)) granule_app.windowSettings()->setTheme(cli.value(theme_option));

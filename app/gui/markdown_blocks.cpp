@@ -22,7 +22,7 @@ int fenceLength(const QString& line, QChar* fence_char) {
 
 QStringList splitMarkdownCodeBlocks(const QString& markdown) {
   QStringList parts;
-  QStringList current;   // lines of the part being collected
+  QStringList current;  // lines of the part being collected
   bool in_code = false;
   QChar open_char;
   int open_length = 0;

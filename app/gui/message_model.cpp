@@ -15,34 +15,40 @@ QVariant MessageModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= count()) return {};
   const Row& row = rows_[static_cast<size_t>(index.row())];
   switch (role) {
-    case MessageIdRole: return row.stored.id;
-    case RoleNameRole: return row.stored.role;
+    case MessageIdRole:
+      return row.stored.id;
+    case RoleNameRole:
+      return row.stored.role;
     case Qt::DisplayRole:
-    case ContentRole: return row.stored.content;
-    case BlocksRole: return row.blocks;
-    case GeneratingRole: return row.generating;
-    case TokensPerSecondRole: return row.stored.tokens_per_second;
-    case FinishReasonRole: return row.stored.finish_reason;
-    case TokenCountRole: return row.tokens;
-    default: return {};
+    case ContentRole:
+      return row.stored.content;
+    case BlocksRole:
+      return row.blocks;
+    case GeneratingRole:
+      return row.generating;
+    case TokensPerSecondRole:
+      return row.stored.tokens_per_second;
+    case FinishReasonRole:
+      return row.stored.finish_reason;
+    case TokenCountRole:
+      return row.tokens;
+    default:
+      return {};
   }
 }
 
 QHash<int, QByteArray> MessageModel::roleNames() const {
-  return {{MessageIdRole, "messageId"},
-          {RoleNameRole, "role"},
-          {ContentRole, "content"},
-          {BlocksRole, "blocks"},
-          {GeneratingRole, "generating"},
-          {TokensPerSecondRole, "tokensPerSecond"},
-          {FinishReasonRole, "finishReason"},
-          {TokenCountRole, "tokenCount"}};
+  return {{MessageIdRole, "messageId"},       {RoleNameRole, "role"},
+          {ContentRole, "content"},           {BlocksRole, "blocks"},
+          {GeneratingRole, "generating"},     {TokensPerSecondRole, "tokensPerSecond"},
+          {FinishReasonRole, "finishReason"}, {TokenCountRole, "tokenCount"}};
 }
 
 void MessageModel::setMessages(const QList<StoredMessage>& messages) {
   beginResetModel();
   rows_.clear();
-  for (const StoredMessage& m : messages) rows_.push_back({m, splitMarkdownCodeBlocks(m.content), false, 0, 0});
+  for (const StoredMessage& m : messages)
+    rows_.push_back({m, splitMarkdownCodeBlocks(m.content), false, 0, 0});
   endResetModel();
   Q_EMIT countChanged();
 }

@@ -1,8 +1,9 @@
 // MessageModel: one chat's messages for the conversation view, including the assistant
 // message being streamed. GUI thread only; ChatController keeps one per open chat.
 #pragma once
-#include <QAbstractListModel>
 #include <QtQml/qqmlregistration.h>
+
+#include <QAbstractListModel>
 
 #include "chat_store.h"
 
@@ -17,9 +18,9 @@ class MessageModel : public QAbstractListModel {
  public:
   enum Role {
     MessageIdRole = Qt::UserRole + 1,
-    RoleNameRole,       // "user", "assistant", "system"
+    RoleNameRole,  // "user", "assistant", "system"
     ContentRole,
-    BlocksRole,         // splitMarkdownCodeBlocks(content)
+    BlocksRole,  // splitMarkdownCodeBlocks(content)
     GeneratingRole,
     TokensPerSecondRole,
     FinishReasonRole,

@@ -4,7 +4,6 @@
 #include <QDir>
 #include <QFileInfo>
 #include <QLocale>
-
 #include <algorithm>
 
 namespace granule::app {
@@ -20,15 +19,18 @@ QString ModelController::findDefaultModelPath() {
   return data + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
-bool ModelController::defaultModelPresent() const { return QFileInfo(default_model_path_).isFile(); }
+bool ModelController::defaultModelPresent() const {
+  return QFileInfo(default_model_path_).isFile();
+}
 
 QString ModelController::previewDetails() const {
   if (preview_info_.path.isEmpty()) return {};
   const QLocale c;
   const double params = static_cast<double>(preview_info_.parameters);
-  const QString params_text = params >= 1e9   ? c.toString(params / 1e9, 'f', 1) + QStringLiteral("B")
-                              : params >= 1e6 ? c.toString(params / 1e6, 'f', 0) + QStringLiteral("M")
-                                              : c.toString(params / 1e3, 'f', 0) + QStringLiteral("K");
+  const QString params_text = params >= 1e9 ? c.toString(params / 1e9, 'f', 1) + QStringLiteral("B")
+                              : params >= 1e6
+                                  ? c.toString(params / 1e6, 'f', 0) + QStringLiteral("M")
+                                  : c.toString(params / 1e3, 'f', 0) + QStringLiteral("K");
   return QStringLiteral("%1 · %2 · %3 parameters · %4 layers · %5 trained context")
       .arg(preview_info_.architecture, preview_info_.block_type, params_text)
       .arg(preview_info_.layers)
@@ -90,11 +92,13 @@ void ModelController::load(const QString& path) {
 
 void ModelController::refreshPreview() {
   // The dialog stays open while the estimate for the new context or chat count comes back.
-  if (status_ == Status::Previewing) Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_);
+  if (status_ == Status::Previewing)
+    Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_);
 }
 
 void ModelController::onModelInspected(const ModelInfo& info, const FitReport& fit) {
-  if (status_ != Status::Inspecting && status_ != Status::Previewing) return;   // cancelled meanwhile
+  if (status_ != Status::Inspecting && status_ != Status::Previewing)
+    return;  // cancelled meanwhile
   preview_info_ = info;
   fit_ = fit;
   Q_EMIT previewChanged();
@@ -128,7 +132,9 @@ void ModelController::onLoadFailed(const QString& path, const QString& error) {
   loaded_ = {};
   Q_EMIT infoChanged();
   setStatus(Status::NoModel);
-  errors_.report(error, QStringLiteral("%1 did not load; open another model.").arg(QFileInfo(path).fileName()));
+  errors_.report(
+      error,
+      QStringLiteral("%1 did not load; open another model.").arg(QFileInfo(path).fileName()));
 }
 
 void ModelController::setStatus(Status status) {

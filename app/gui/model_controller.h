@@ -2,9 +2,10 @@
 // the fit preview shown before loading, load progress, and load errors to the banner.
 // GUI thread only; the work happens in the EngineWorker.
 #pragma once
+#include <QtQml/qqmlregistration.h>
+
 #include <QObject>
 #include <QUrl>
-#include <QtQml/qqmlregistration.h>
 
 #include "error_reporter.h"
 #include "worker_types.h"

@@ -2,12 +2,11 @@
 // still be described), and the arithmetic of the fit preview.
 #include "model_inspector.h"
 
+#include <unistd.h>
+
 #include <QFile>
 #include <QFileInfo>
 #include <QLocale>
-
-#include <unistd.h>
-
 #include <algorithm>
 #include <map>
 
@@ -29,8 +28,9 @@ QString dominantBlockType(const ModelFile& file) {
   for (const TensorInfo& tensor : file.tensors())
     if (tensor.dims.size() >= 2) bytes_by_type[tensor.ggml_type] += tensor.size_bytes;
   if (bytes_by_type.empty()) return QStringLiteral("unknown");
-  const auto top = std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
-                                    [](const auto& a, const auto& b) { return a.second < b.second; });
+  const auto top =
+      std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
   return QString::fromStdString(tensor_type_name(top->first));
 }
 
@@ -40,7 +40,7 @@ quint64 meminfoField(const QByteArray& field) {
   for (const QByteArray& line : meminfo.readAll().split('\n')) {
     if (!line.startsWith(field + ':')) continue;
     const QList<QByteArray> parts = line.simplified().split(' ');
-    if (parts.size() >= 2) return parts[1].toULongLong() * 1024;   // values are in kB
+    if (parts.size() >= 2) return parts[1].toULongLong() * 1024;  // values are in kB
   }
   return 0;
 }
@@ -55,8 +55,9 @@ ModelInspection inspectModel(const std::filesystem::path& path) {
   info.file_bytes = static_cast<qint64>(file->file_size());
   const std::string arch = file->get_string("general.architecture").value_or("unknown");
   info.architecture = QString::fromStdString(arch);
-  info.name = QString::fromStdString(
-      file->get_string("general.name").value_or(QFileInfo(info.path).completeBaseName().toStdString()));
+  info.name =
+      QString::fromStdString(file->get_string("general.name")
+                                 .value_or(QFileInfo(info.path).completeBaseName().toStdString()));
   info.layers = metadataInt(*file, arch + ".block_count");
   info.hidden = metadataInt(*file, arch + ".embedding_length");
   info.heads = metadataInt(*file, arch + ".attention.head_count");
@@ -69,11 +70,11 @@ ModelInspection inspectModel(const std::filesystem::path& path) {
     info.parameters += tensor.elements();
     result.weights_bytes += tensor.size_bytes;
   }
-  const int64_t head_dim = info.heads > 0
-                               ? metadataInt(*file, arch + ".attention.key_length", info.hidden / info.heads)
-                               : 0;
+  const int64_t head_dim =
+      info.heads > 0 ? metadataInt(*file, arch + ".attention.key_length", info.hidden / info.heads)
+                     : 0;
   result.kv_bytes_per_token =
-      static_cast<quint64>(info.layers * 2 * info.kv_heads * head_dim * 2);   // fp16 K and V
+      static_cast<quint64>(info.layers * 2 * info.kv_heads * head_dim * 2);  // fp16 K and V
   return result;
 }
 
@@ -87,8 +88,8 @@ FitReport estimateFit(const ModelInspection& inspection, const EngineOptions& op
   fit.kv_bytes_per_token = inspection.kv_bytes_per_token;
   fit.chats = options.max_sequences;
   const qint64 trained = inspection.info.trained_context;
-  fit.context_per_chat = trained > 0 ? std::min<qint64>(options.context_length, trained)
-                                     : options.context_length;
+  fit.context_per_chat =
+      trained > 0 ? std::min<qint64>(options.context_length, trained) : options.context_length;
   // Workspace: activations are small next to the logits of every slot (fp32 per vocab
   // entry) plus a fixed allowance for scratch buffers.
   fit.workspace_bytes = static_cast<quint64>(std::max<qint64>(inspection.info.vocab, 0)) * 4 *
@@ -101,7 +102,7 @@ FitReport estimateFit(const ModelInspection& inspection, const EngineOptions& op
     if (trained > 0) fit.max_context_that_fits = std::min(fit.max_context_that_fits, trained);
   }
   fit.fits = fit.max_context_that_fits >= fit.context_per_chat && fit.context_per_chat > 0;
-  const QLocale locale;   // the user's digit grouping
+  const QLocale locale;  // the user's digit grouping
   const quint64 kv_full = fit.kv_bytes_per_token * static_cast<quint64>(fit.context_per_chat) *
                           static_cast<quint64>(fit.chats);
   if (fit.fits) {
@@ -111,14 +112,16 @@ FitReport estimateFit(const ModelInspection& inspection, const EngineOptions& op
                       .arg(locale.toString(fit.context_per_chat), formatBytes(budget_bytes),
                            fit.budget_source);
   } else if (fit.max_context_that_fits > 0) {
-    fit.summary = QStringLiteral("Tight: at most %1 tokens per chat fit for %2 chats in %3 %4; "
-                                 "KV is committed as chats grow, so short chats still run.")
+    fit.summary = QStringLiteral(
+                      "Tight: at most %1 tokens per chat fit for %2 chats in %3 %4; "
+                      "KV is committed as chats grow, so short chats still run.")
                       .arg(locale.toString(fit.max_context_that_fits))
                       .arg(fit.chats)
                       .arg(formatBytes(budget_bytes), fit.budget_source);
   } else {
-    fit.summary = QStringLiteral("Does not fit: the weights need %1 but only %2 is available; "
-                                 "layers that do not fit are streamed on the GPU backend.")
+    fit.summary = QStringLiteral(
+                      "Does not fit: the weights need %1 but only %2 is available; "
+                      "layers that do not fit are streamed on the GPU backend.")
                       .arg(formatBytes(fixed), formatBytes(budget_bytes));
   }
   return fit;
@@ -132,14 +135,16 @@ quint64 processResidentBytes() {
   if (!statm.open(QIODevice::ReadOnly)) return 0;
   const QList<QByteArray> fields = statm.readAll().simplified().split(' ');
   if (fields.size() < 2) return 0;
-  return fields[1].toULongLong() * static_cast<quint64>(sysconf(_SC_PAGESIZE));   // in pages
+  return fields[1].toULongLong() * static_cast<quint64>(sysconf(_SC_PAGESIZE));  // in pages
 }
 
 QString formatBytes(quint64 bytes) {
   constexpr double kKiB = 1024.0, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
   const double b = static_cast<double>(bytes);
-  if (b >= kGiB) return QString::number(b / kGiB, 'f', b >= 100 * kGiB ? 0 : 1) + QStringLiteral(" GiB");
-  if (b >= kMiB) return QString::number(b / kMiB, 'f', b >= 100 * kMiB ? 0 : 1) + QStringLiteral(" MiB");
+  if (b >= kGiB)
+    return QString::number(b / kGiB, 'f', b >= 100 * kGiB ? 0 : 1) + QStringLiteral(" GiB");
+  if (b >= kMiB)
+    return QString::number(b / kMiB, 'f', b >= 100 * kMiB ? 0 : 1) + QStringLiteral(" MiB");
   if (b >= kKiB) return QString::number(b / kKiB, 'f', 0) + QStringLiteral(" KiB");
   return QString::number(bytes) + QStringLiteral(" B");
 }

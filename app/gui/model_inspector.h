@@ -11,7 +11,7 @@ namespace granule::app {
 struct ModelInspection {
   ModelInfo info;
   quint64 weights_bytes = 0;
-  quint64 kv_bytes_per_token = 0;   // K+V over all layers, fp16
+  quint64 kv_bytes_per_token = 0;  // K+V over all layers, fp16
 };
 
 // Throws granule::Error (FormatError for a bad file) with a one-line message.

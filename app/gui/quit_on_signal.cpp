@@ -2,12 +2,12 @@
 // on the GUI thread reads it and asks the event loop to quit.
 #include "quit_on_signal.h"
 
-#include <QCoreApplication>
-#include <QSocketNotifier>
-
-#include <csignal>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <QCoreApplication>
+#include <QSocketNotifier>
+#include <csignal>
 
 namespace granule::app {
 namespace {
@@ -23,7 +23,8 @@ void onSignal(int) {
 
 void quitOnTerminationSignals() {
   if (g_signal_fds[0] >= 0 || ::socketpair(AF_UNIX, SOCK_STREAM, 0, g_signal_fds) != 0) return;
-  auto* notifier = new QSocketNotifier(g_signal_fds[1], QSocketNotifier::Read, QCoreApplication::instance());
+  auto* notifier =
+      new QSocketNotifier(g_signal_fds[1], QSocketNotifier::Read, QCoreApplication::instance());
   QObject::connect(notifier, &QSocketNotifier::activated, notifier, [] {
     char byte = 0;
     [[maybe_unused]] const ssize_t got = ::read(g_signal_fds[1], &byte, 1);

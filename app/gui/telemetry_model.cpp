@@ -15,22 +15,30 @@ QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= rowCount()) return {};
   const ChatTelemetry& chat = latest_.chats[index.row()];
   switch (role) {
-    case ChatIdRole: return chat.chat_id;
+    case ChatIdRole:
+      return chat.chat_id;
     case Qt::DisplayRole:
-    case TitleRole: return title_of_ ? title_of_(chat.chat_id) : QString::number(chat.chat_id);
-    case TokensRole: return chat.tokens;
-    case KvCommittedRole: return static_cast<double>(chat.kv_committed_bytes);
-    case KvReservedRole: return static_cast<double>(chat.kv_reserved_bytes);
-    case TokensPerSecondRole: return chat.tokens_per_second;
-    case HighlightedRole: return chat.chat_id == highlighted_chat_id_;
-    default: return {};
+    case TitleRole:
+      return title_of_ ? title_of_(chat.chat_id) : QString::number(chat.chat_id);
+    case TokensRole:
+      return chat.tokens;
+    case KvCommittedRole:
+      return static_cast<double>(chat.kv_committed_bytes);
+    case KvReservedRole:
+      return static_cast<double>(chat.kv_reserved_bytes);
+    case TokensPerSecondRole:
+      return chat.tokens_per_second;
+    case HighlightedRole:
+      return chat.chat_id == highlighted_chat_id_;
+    default:
+      return {};
   }
 }
 
 QHash<int, QByteArray> TelemetryModel::roleNames() const {
-  return {{ChatIdRole, "chatId"},           {TitleRole, "title"},
-          {TokensRole, "tokens"},           {KvCommittedRole, "kvCommitted"},
-          {KvReservedRole, "kvReserved"},   {TokensPerSecondRole, "tokensPerSecond"},
+  return {{ChatIdRole, "chatId"},          {TitleRole, "title"},
+          {TokensRole, "tokens"},          {KvCommittedRole, "kvCommitted"},
+          {KvReservedRole, "kvReserved"},  {TokensPerSecondRole, "tokensPerSecond"},
           {HighlightedRole, "highlighted"}};
 }
 

@@ -2,9 +2,9 @@
 // frames for the plots, the current figures as typed properties, and one row per
 // generating chat (KV committed vs reserved) as a list model.
 #pragma once
-#include <QAbstractListModel>
 #include <QtQml/qqmlregistration.h>
 
+#include <QAbstractListModel>
 #include <deque>
 #include <functional>
 
@@ -82,7 +82,9 @@ class TelemetryModel : public QAbstractListModel {
   double kvReservedBytes() const { return static_cast<double>(latest_.kv_reserved_bytes); }
   double hostTotalBytes() const { return static_cast<double>(latest_.host_total_bytes); }
   double hostAvailableBytes() const { return static_cast<double>(latest_.host_available_bytes); }
-  double processResidentBytes() const { return static_cast<double>(latest_.process_resident_bytes); }
+  double processResidentBytes() const {
+    return static_cast<double>(latest_.process_resident_bytes);
+  }
   double streamedBytesPerSecond() const { return latest_.streamed_bytes_per_second; }
   double streamedBytesTotal() const { return static_cast<double>(latest_.streamed_bytes_total); }
   int layersResident() const { return latest_.layers_resident; }

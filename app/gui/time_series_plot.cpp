@@ -4,7 +4,6 @@
 
 #include <QPainter>
 #include <QPainterPath>
-
 #include <algorithm>
 #include <cmath>
 
@@ -14,7 +13,7 @@ namespace {
 // Rounds up to 1, 2 or 5 times a power of ten, so the axis top is a readable number.
 double niceCeiling(double value) {
   if (value <= 0) return 1;
-  if (value < 1) return 1;   // nothing to show yet: a unit axis
+  if (value < 1) return 1;  // nothing to show yet: a unit axis
   const double magnitude = std::pow(10.0, std::floor(std::log10(value)));
   for (double step : {1.0, 2.0, 5.0, 10.0})
     if (value <= step * magnitude) return step * magnitude;
@@ -33,7 +32,8 @@ void TimeSeriesPlot::setTelemetry(TelemetryModel* telemetry) {
   disconnect(telemetry_connection_);
   telemetry_ = telemetry;
   if (telemetry_)
-    telemetry_connection_ = connect(telemetry_, &TelemetryModel::updated, this, [this] { update(); });
+    telemetry_connection_ =
+        connect(telemetry_, &TelemetryModel::updated, this, [this] { update(); });
   Q_EMIT telemetryChanged();
   update();
 }
@@ -81,9 +81,12 @@ std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
       for (quint64 b : frame.ledger_bytes) values.push_back(static_cast<double>(b));
       return values;
     }
-    case Metric::StreamedBytes: return {frame.streamed_bytes_per_second};
-    case Metric::DecodeTokens: return {frame.decode_tokens_per_second};
-    case Metric::ProcessMemory: return {static_cast<double>(frame.process_resident_bytes)};
+    case Metric::StreamedBytes:
+      return {frame.streamed_bytes_per_second};
+    case Metric::DecodeTokens:
+      return {frame.decode_tokens_per_second};
+    case Metric::ProcessMemory:
+      return {static_cast<double>(frame.process_resident_bytes)};
   }
   return {};
 }
@@ -107,7 +110,8 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   const double now = history.back().time_s;
   // Until a full window of history exists, the plot spans what there is (at least
   // kMinimumSpanSeconds), so a fresh window shows a plot rather than a sliver at the edge.
-  const double span = std::clamp(now - history.front().time_s, kMinimumSpanSeconds, window_seconds_);
+  const double span =
+      std::clamp(now - history.front().time_s, kMinimumSpanSeconds, window_seconds_);
   const double start = now - span;
   // Only frames inside the window (plus the one just before it, so the area starts at the edge).
   auto first = std::lower_bound(history.begin(), history.end(), start,
@@ -123,7 +127,7 @@ void TimeSeriesPlot::paint(QPainter* painter) {
     double total = 0;
     for (double& v : stack) {
       total += v;
-      v = total;   // cumulative: each series is drawn from the one below it
+      v = total;  // cumulative: each series is drawn from the one below it
     }
     peak = std::max(peak, total);
     stacks.push_back(std::move(stack));
@@ -136,7 +140,8 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory ||
                      metric_ == Metric::StreamedBytes;
   const double unit = bytes ? 1024.0 * 1024.0 : 1.0;
-  const double top = niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;
+  const double top =
+      niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;
   if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_) {
     scale_max_ = top;
     limit_on_scale_ = limit_on_scale;
@@ -144,8 +149,12 @@ void TimeSeriesPlot::paint(QPainter* painter) {
     Q_EMIT scaleMaxChanged();
   }
 
-  auto x_of = [&](double t) { return area.left() + std::max(0.0, t - start) / span * area.width(); };
-  auto y_of = [&](double v) { return area.bottom() - std::clamp(v / top, 0.0, 1.0) * area.height(); };
+  auto x_of = [&](double t) {
+    return area.left() + std::max(0.0, t - start) / span * area.width();
+  };
+  auto y_of = [&](double v) {
+    return area.bottom() - std::clamp(v / top, 0.0, 1.0) * area.height();
+  };
 
   const size_t series = stacks.front().size();
   painter->setPen(Qt::NoPen);
@@ -156,8 +165,9 @@ void TimeSeriesPlot::paint(QPainter* painter) {
     for (size_t i = 0; i < stacks.size(); ++i) path.lineTo(x_of(times[i]), y_of(stacks[i][s]));
     path.lineTo(x_of(times.back()), area.bottom());
     path.closeSubpath();
-    const QColor color = series_colors_.isEmpty() ? label_color_
-                                                   : series_colors_[static_cast<qsizetype>(s) % series_colors_.size()];
+    const QColor color = series_colors_.isEmpty()
+                             ? label_color_
+                             : series_colors_[static_cast<qsizetype>(s) % series_colors_.size()];
     QColor fill = color;
     fill.setAlphaF(0.75);
     painter->setBrush(fill);

@@ -1,10 +1,11 @@
 // TimeSeriesPlot: a QQuickPaintedItem drawing the last minute of one telemetry metric —
 // the memory ledger as a stacked area with the budget line, or a single rate as an area.
 #pragma once
+#include <QtQml/qqmlregistration.h>
+
 #include <QColor>
 #include <QPointer>
 #include <QQuickPaintedItem>
-#include <QtQml/qqmlregistration.h>
 
 #include "telemetry_model.h"
 
@@ -13,13 +14,16 @@ namespace granule::app {
 class TimeSeriesPlot : public QQuickPaintedItem {
   Q_OBJECT
   QML_ELEMENT
-  Q_PROPERTY(granule::app::TelemetryModel* telemetry READ telemetry WRITE setTelemetry NOTIFY telemetryChanged)
+  Q_PROPERTY(granule::app::TelemetryModel* telemetry READ telemetry WRITE setTelemetry NOTIFY
+                 telemetryChanged)
   Q_PROPERTY(Metric metric READ metric WRITE setMetric NOTIFY appearanceChanged)
-  Q_PROPERTY(QList<QColor> seriesColors READ seriesColors WRITE setSeriesColors NOTIFY appearanceChanged)
+  Q_PROPERTY(
+      QList<QColor> seriesColors READ seriesColors WRITE setSeriesColors NOTIFY appearanceChanged)
   Q_PROPERTY(QColor gridColor READ gridColor WRITE setGridColor NOTIFY appearanceChanged)
   Q_PROPERTY(QColor labelColor READ labelColor WRITE setLabelColor NOTIFY appearanceChanged)
   Q_PROPERTY(QColor limitColor READ limitColor WRITE setLimitColor NOTIFY appearanceChanged)
-  Q_PROPERTY(double windowSeconds READ windowSeconds WRITE setWindowSeconds NOTIFY appearanceChanged)
+  Q_PROPERTY(
+      double windowSeconds READ windowSeconds WRITE setWindowSeconds NOTIFY appearanceChanged)
   // The top of the y axis after the last paint, for labels beside the plot.
   Q_PROPERTY(double scaleMax READ scaleMax NOTIFY scaleMaxChanged)
   Q_PROPERTY(bool limitOnScale READ limitOnScale NOTIFY scaleMaxChanged)
@@ -28,10 +32,10 @@ class TimeSeriesPlot : public QQuickPaintedItem {
 
  public:
   enum class Metric {
-    Memory,           // ledger categories stacked, budget line
-    StreamedBytes,    // host-to-device bytes per second
-    DecodeTokens,     // tokens per second over all chats
-    ProcessMemory,    // the process's resident memory (host figure)
+    Memory,         // ledger categories stacked, budget line
+    StreamedBytes,  // host-to-device bytes per second
+    DecodeTokens,   // tokens per second over all chats
+    ProcessMemory,  // the process's resident memory (host figure)
   };
   Q_ENUM(Metric)
 

@@ -1,8 +1,9 @@
 // WindowSettings: how the window was left — theme and whether the memory dock is open —
 // kept in the chat database's settings table so the next start looks the same.
 #pragma once
-#include <QObject>
 #include <QtQml/qqmlregistration.h>
+
+#include <QObject>
 
 #include "chat_store.h"
 

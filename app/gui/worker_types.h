@@ -4,7 +4,6 @@
 #include <QList>
 #include <QMetaType>
 #include <QString>
-
 #include <array>
 #include <cstdint>
 
@@ -13,35 +12,35 @@ namespace granule::app {
 // What the window says about a model file (from its GGUF header, before or after loading).
 struct ModelInfo {
   QString path;
-  QString name;            // general.name, or the file name
-  QString architecture;    // "llama", "qwen2", ...
-  QString block_type;      // dominant weight block type, "Q4_1"
-  QString chat_template;   // "chatml", or "" when none was recognised
-  QString device;          // "CPU (2 threads)"; empty before loading
+  QString name;           // general.name, or the file name
+  QString architecture;   // "llama", "qwen2", ...
+  QString block_type;     // dominant weight block type, "Q4_1"
+  QString chat_template;  // "chatml", or "" when none was recognised
+  QString device;         // "CPU (2 threads)"; empty before loading
   qint64 file_bytes = 0;
-  qint64 parameters = 0;   // elements over all tensors
+  qint64 parameters = 0;  // elements over all tensors
   qint64 layers = 0;
   qint64 hidden = 0;
   qint64 heads = 0;
   qint64 kv_heads = 0;
   qint64 vocab = 0;
   qint64 trained_context = 0;
-  qint64 engine_context = 0;   // context per chat after loading
+  qint64 engine_context = 0;  // context per chat after loading
 };
 
 // The estimate shown before loading: what the weights and KV need against the budget.
 struct FitReport {
   bool gpu = false;
-  QString budget_source;         // "host memory available" / "VRAM free"
+  QString budget_source;  // "host memory available" / "VRAM free"
   quint64 budget_bytes = 0;
   quint64 weights_bytes = 0;
   quint64 kv_bytes_per_token = 0;
   quint64 workspace_bytes = 0;
-  qint64 context_per_chat = 0;   // what the engine will be opened with
-  qint32 chats = 0;              // sequence slots
-  qint64 max_context_that_fits = 0;   // for `chats` sequences at once, capped to the model's
+  qint64 context_per_chat = 0;       // what the engine will be opened with
+  qint32 chats = 0;                  // sequence slots
+  qint64 max_context_that_fits = 0;  // for `chats` sequences at once, capped to the model's
   bool fits = false;
-  QString summary;               // one line for the dialog
+  QString summary;  // one line for the dialog
 };
 
 // Per-chat sampling settings (mirrors granule::SamplingParams, in Qt types).
@@ -52,11 +51,11 @@ struct SamplingSettings {
   double min_p = 0.05;
   double repetition_penalty = 1.0;
   qint32 max_tokens = 512;
-  quint64 seed = 0;   // 0: a new seed per generation
+  quint64 seed = 0;  // 0: a new seed per generation
 };
 
 struct PromptMessage {
-  QString role;      // "system", "user", "assistant"
+  QString role;  // "system", "user", "assistant"
   QString content;
 };
 
@@ -78,13 +77,13 @@ enum class GenerationEnd { Finished, Stopped, Failed };
 struct GenerationResult {
   qint64 chat_id = 0;
   GenerationEnd end = GenerationEnd::Finished;
-  QString reason;    // engine's finish reason ("eos", "max_tokens", "cancelled", ...)
-  QString error;     // the engine's one-line message when end == Failed
+  QString reason;  // engine's finish reason ("eos", "max_tokens", "cancelled", ...)
+  QString error;   // the engine's one-line message when end == Failed
 };
 
 // The memory ledger's categories in the order the panels stack them (bottom first).
-inline constexpr std::array<const char*, 6> kLedgerCategories = {
-    "weights", "staging", "kv", "workspace", "graphs", "other"};
+inline constexpr std::array<const char*, 6> kLedgerCategories = {"weights",   "staging", "kv",
+                                                                 "workspace", "graphs",  "other"};
 
 struct ChatTelemetry {
   qint64 chat_id = 0;
@@ -96,13 +95,13 @@ struct ChatTelemetry {
 
 // One telemetry sample (~10 Hz): the engine's snapshot plus host-side figures.
 struct TelemetryFrame {
-  double time_s = 0;   // seconds since the worker started
+  double time_s = 0;  // seconds since the worker started
   bool gpu = false;
   QString device;
   quint64 device_total_bytes = 0;
   quint64 budget_bytes = 0;
   std::array<quint64, kLedgerCategories.size()> ledger_bytes{};
-  quint64 kv_reserved_bytes = 0;   // virtual address space, not in the stack
+  quint64 kv_reserved_bytes = 0;  // virtual address space, not in the stack
   QList<ChatTelemetry> chats;
   quint64 granules_mapped = 0;
   quint64 granules_unmapped = 0;
@@ -117,7 +116,7 @@ struct TelemetryFrame {
   QString last_fallback_reason;
   double decode_tokens_per_second = 0;
   quint64 steps = 0;
-  quint64 process_resident_bytes = 0;   // host figures (/proc), shown on the CPU backend
+  quint64 process_resident_bytes = 0;  // host figures (/proc), shown on the CPU backend
   quint64 host_total_bytes = 0;
   quint64 host_available_bytes = 0;
 };

@@ -32,6 +32,7 @@ Rectangle {
             Layout.preferredHeight: Math.min(Math.max(input.implicitHeight, 44), 180)
             TextArea {
                 id: input
+                objectName: "messageInput"
                 wrapMode: TextEdit.Wrap
                 font.pixelSize: Theme.fontSize
                 placeholderText: composer.chats.modelReady ? qsTr("Message…  (Enter sends, Shift+Enter new line)")

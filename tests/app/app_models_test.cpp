@@ -22,11 +22,13 @@ class ModelsTest : public QObject {
 
  private Q_SLOTS:
   void markdownWithoutCodeIsOneProsePart() {
-    QCOMPARE(splitMarkdownCodeBlocks(QStringLiteral("Hello **world**\n")), QStringList{"Hello **world**"});
+    QCOMPARE(splitMarkdownCodeBlocks(QStringLiteral("Hello **world**\n")),
+             QStringList{"Hello **world**"});
   }
 
   void markdownCodeBlocksAlternateWithProse() {
-    const QString text = QStringLiteral("Intro\n```python\nprint(1)\n  x = 2\n```\nMiddle\n~~~\nraw\n~~~");
+    const QString text =
+        QStringLiteral("Intro\n```python\nprint(1)\n  x = 2\n```\nMiddle\n~~~\nraw\n~~~");
     const QStringList parts = splitMarkdownCodeBlocks(text);
     QCOMPARE(parts, (QStringList{"Intro", "print(1)\n  x = 2", "Middle", "raw", ""}));
   }
@@ -38,7 +40,8 @@ class ModelsTest : public QObject {
   }
 
   void markdownFenceClosesOnlyWithSameCharacterAndLength() {
-    const QStringList parts = splitMarkdownCodeBlocks(QStringLiteral("````\n```\ninner\n````\nafter"));
+    const QStringList parts =
+        splitMarkdownCodeBlocks(QStringLiteral("````\n```\ninner\n````\nafter"));
     QCOMPARE(parts, (QStringList{"", "```\ninner", "after"}));
   }
 
@@ -56,11 +59,13 @@ class ModelsTest : public QObject {
     model.appendText(row, "```\ncode", 2, 1.0);
     QCOMPARE(changed.count(), 2);
     const QModelIndex i = model.index(row);
-    QCOMPARE(model.data(i, MessageModel::ContentRole).toString(), QStringLiteral("Hello\n```\ncode"));
+    QCOMPARE(model.data(i, MessageModel::ContentRole).toString(),
+             QStringLiteral("Hello\n```\ncode"));
     QCOMPARE(model.data(i, MessageModel::TokenCountRole).toInt(), 4);
     // 2 tokens after the first chunk, 1 s after it.
     QCOMPARE(model.data(i, MessageModel::TokensPerSecondRole).toDouble(), 2.0);
-    QCOMPARE(model.data(i, MessageModel::BlocksRole).toStringList(), (QStringList{"Hello", "code"}));
+    QCOMPARE(model.data(i, MessageModel::BlocksRole).toStringList(),
+             (QStringList{"Hello", "code"}));
     model.finish(row, "eos");
     QCOMPARE(model.generatingRow(), -1);
     QCOMPARE(model.data(i, MessageModel::FinishReasonRole).toString(), QStringLiteral("eos"));
@@ -71,9 +76,10 @@ class ModelsTest : public QObject {
 
   void conversationListOrdersFiltersAndRestores() {
     ConversationListModel list;
-    list.setConversations({{1, "old", "", {}, 10, 10}, {2, "new", "", {}, 20, 30}, {3, "mid", "", {}, 15, 20}});
+    list.setConversations(
+        {{1, "old", "", {}, 10, 10}, {2, "new", "", {}, 20, 30}, {3, "mid", "", {}, 15, 20}});
     QCOMPARE(list.count(), 3);
-    QCOMPARE(list.idAt(0), 2);   // most recently updated first
+    QCOMPARE(list.idAt(0), 2);  // most recently updated first
     QCOMPARE(list.idAt(2), 1);
     list.touch(1, 40);
     QCOMPARE(list.idAt(0), 1);
@@ -87,18 +93,19 @@ class ModelsTest : public QObject {
     QCOMPARE(taken->title, QStringLiteral("new"));
     QCOMPARE(list.count(), 2);
     list.restore(*taken);
-    QCOMPARE(list.rowOf(2), 1);   // updated 30: after chat 1 (40), before chat 3 (20)
+    QCOMPARE(list.rowOf(2), 1);  // updated 30: after chat 1 (40), before chat 3 (20)
     QSignalSpy changed(&list, &QAbstractItemModel::dataChanged);
     list.setGenerating(3, true);
     QCOMPARE(changed.count(), 1);
     QVERIFY(list.isGenerating(3));
-    QCOMPARE(list.data(list.index(list.rowOf(3)), ConversationListModel::GeneratingRole).toBool(), true);
+    QCOMPARE(list.data(list.index(list.rowOf(3)), ConversationListModel::GeneratingRole).toBool(),
+             true);
   }
 
   void telemetryKeepsAMinuteAndSumsTheLedger() {
     TelemetryModel model;
     model.setTitleLookup([](qint64 id) { return QStringLiteral("chat %1").arg(id); });
-    for (int i = 0; i <= 700; ++i) {   // 70 s at 10 Hz
+    for (int i = 0; i <= 700; ++i) {  // 70 s at 10 Hz
       TelemetryFrame f;
       f.time_s = i * 0.1;
       f.budget_bytes = 1000;
@@ -113,14 +120,15 @@ class ModelsTest : public QObject {
     QCOMPARE(model.ledgerBytes().size(), 6);
     QCOMPARE(model.ledgerCategories().at(2), QStringLiteral("kv"));
     QCOMPARE(model.rowCount(), 1);
-    QCOMPARE(model.data(model.index(0), TelemetryModel::TitleRole).toString(), QStringLiteral("chat 5"));
+    QCOMPARE(model.data(model.index(0), TelemetryModel::TitleRole).toString(),
+             QStringLiteral("chat 5"));
     QCOMPARE(model.data(model.index(0), TelemetryModel::KvCommittedRole).toDouble(), 4096.0);
     model.setHighlightedChatId(5);
     QCOMPARE(model.data(model.index(0), TelemetryModel::HighlightedRole).toBool(), true);
   }
 
   void fitPreviewArithmetic() {
-    QLocale::setDefault(QLocale(QLocale::English, QLocale::UnitedStates));   // "2,000"
+    QLocale::setDefault(QLocale(QLocale::English, QLocale::UnitedStates));  // "2,000"
     // SmolLM2-135M-like: 30 layers, 3 KV heads of 64, fp16 K and V = 23,040 bytes per token.
     ModelInspection m;
     m.info.vocab = 49152;
@@ -134,7 +142,7 @@ class ModelsTest : public QObject {
     const FitReport roomy = estimateFit(m, options, 8ull << 30, false);
     QVERIFY(roomy.fits);
     QCOMPARE(roomy.workspace_bytes, workspace);
-    QCOMPARE(roomy.max_context_that_fits, 8192);   // capped at the trained context
+    QCOMPARE(roomy.max_context_that_fits, 8192);  // capped at the trained context
     const quint64 budget = (100ull << 20) + workspace + 8 * 2000 * m.kv_bytes_per_token;
     const FitReport tight = estimateFit(m, options, budget, false);
     QVERIFY(!tight.fits);
@@ -172,15 +180,21 @@ class ModelsTest : public QObject {
       db.setDatabaseName(path);
       QVERIFY(db.open());
       QSqlQuery q(db);
-      QVERIFY(q.exec("CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
-                     "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
-                     "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)"));
-      QVERIFY(q.exec("CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT NULL "
-                     "REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL, role TEXT NOT NULL, "
-                     "content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, finish_reason TEXT NOT NULL "
-                     "DEFAULT '', created_at INTEGER NOT NULL)"));
+      QVERIFY(q.exec(
+          "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
+          "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
+          "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)"));
+      QVERIFY(
+          q.exec("CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id "
+                 "INTEGER NOT NULL "
+                 "REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL, role "
+                 "TEXT NOT NULL, "
+                 "content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, finish_reason "
+                 "TEXT NOT NULL "
+                 "DEFAULT '', created_at INTEGER NOT NULL)"));
       QVERIFY(q.exec("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"));
-      QVERIFY(q.exec("INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)"));
+      QVERIFY(q.exec(
+          "INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)"));
       QVERIFY(q.exec("PRAGMA user_version = 1"));
       db.close();
     }
@@ -191,7 +205,7 @@ class ModelsTest : public QObject {
     const auto chats = store.conversations();
     QCOMPARE(chats.size(), 1);
     QCOMPARE(chats[0].title, QStringLiteral("kept"));
-    QVERIFY(store.setDeleted(chats[0].id, true));   // the column migration 2 added
+    QVERIFY(store.setDeleted(chats[0].id, true));  // the column migration 2 added
   }
 
   void storeRefusesANewerSchema() {
@@ -221,13 +235,14 @@ class ModelsTest : public QObject {
       c.system_prompt = "Be brief.";
       c.sampling.temperature = 0.3;
       c.sampling.top_k = 12;
-      c.sampling.seed = 18446744073709551557ull;   // needs all 64 bits
+      c.sampling.seed = 18446744073709551557ull;  // needs all 64 bits
       chat_id = store.createConversation(c).value();
       QVERIFY(store.insertMessage({0, chat_id, 0, "user", "Plan a trip to Kyoto", 0, "", 0}));
       const qint64 reply = store.insertMessage({0, chat_id, 1, "assistant", "", 0, "", 0}).value();
-      QVERIFY(store.updateMessage({reply, chat_id, 1, "assistant", "Day 1: **Fushimi Inari**", 41.5, "eos", 0}));
+      QVERIFY(store.updateMessage(
+          {reply, chat_id, 1, "assistant", "Day 1: **Fushimi Inari**", 41.5, "eos", 0}));
       QVERIFY(store.setSetting("model/last_path", "/m.gguf"));
-      QVERIFY(store.setSetting("model/last_path", "/n.gguf"));   // replaces
+      QVERIFY(store.setSetting("model/last_path", "/n.gguf"));  // replaces
     }
     ChatStore store(path);
     const auto chats = store.conversations();
@@ -253,10 +268,10 @@ class ModelsTest : public QObject {
     const qint64 b = store.createConversation({0, "KV cache", "", {}, 2, 2}).value();
     store.insertMessage({0, a, 0, "user", "How long to boil an egg?", 0, "", 0});
     store.insertMessage({0, b, 0, "user", "what is 100% of the_cache", 0, "", 0});
-    QCOMPARE(store.search("EGG"), QList<qint64>{a});          // case-insensitive, message text
-    QCOMPARE(store.search("kv"), QList<qint64>{b});           // title
-    QCOMPARE(store.search("100%"), QList<qint64>{b});         // % is literal
-    QCOMPARE(store.search("s_1"), QList<qint64>{});           // _ is literal: "is 100" does not match
+    QCOMPARE(store.search("EGG"), QList<qint64>{a});   // case-insensitive, message text
+    QCOMPARE(store.search("kv"), QList<qint64>{b});    // title
+    QCOMPARE(store.search("100%"), QList<qint64>{b});  // % is literal
+    QCOMPARE(store.search("s_1"), QList<qint64>{});    // _ is literal: "is 100" does not match
     QVERIFY(store.setDeleted(a, true));
     QCOMPARE(store.conversations().size(), 1);
     QCOMPARE(store.search("egg"), QList<qint64>{});
@@ -265,8 +280,8 @@ class ModelsTest : public QObject {
     QVERIFY(store.setDeleted(a, true));
     QVERIFY(store.purgeDeleted());
     QVERIFY(store.setDeleted(a, false));
-    QCOMPARE(store.conversations().size(), 1);   // purged for good
-    QCOMPARE(store.messages(a).size(), 0);       // messages went with it (cascade)
+    QCOMPARE(store.conversations().size(), 1);  // purged for good
+    QCOMPARE(store.messages(a).size(), 0);      // messages went with it (cascade)
   }
 
   void windowSettingsPersistThemeAndDock() {
@@ -275,10 +290,10 @@ class ModelsTest : public QObject {
     {
       ChatStore store(path);
       WindowSettings settings(store);
-      QCOMPARE(settings.theme(), QStringLiteral("system"));   // defaults
+      QCOMPARE(settings.theme(), QStringLiteral("system"));  // defaults
       QVERIFY(settings.dockExpanded());
       settings.setTheme("dark");
-      settings.setTheme("purple");   // not a scheme: ignored
+      settings.setTheme("purple");  // not a scheme: ignored
       settings.setDockExpanded(false);
     }
     ChatStore store(path);
@@ -291,7 +306,8 @@ class ModelsTest : public QObject {
     QTemporaryDir dir;
     ChatStore store(dir.filePath("granule.sqlite"));
     const qint64 c = store.createConversation({0, "x", "", {}, 1, 1}).value();
-    for (int i = 0; i < 4; ++i) store.insertMessage({0, c, i, i % 2 ? "assistant" : "user", QString::number(i), 0, "", 0});
+    for (int i = 0; i < 4; ++i)
+      store.insertMessage({0, c, i, i % 2 ? "assistant" : "user", QString::number(i), 0, "", 0});
     QVERIFY(store.deleteMessagesFrom(c, 2));
     const auto left = store.messages(c);
     QCOMPARE(left.size(), 2);

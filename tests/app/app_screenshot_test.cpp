@@ -2,15 +2,15 @@
 // moving, light and dark, the empty state and the fit preview — and saves PNGs under
 // the build directory (GRANULE_SCREENSHOT_DIR) as test artifacts. With
 // GRANULE_SCREENSHOT_MODEL=<gguf> the real engine runs that model instead of the script.
+#include <QtQml/qqmlextensionplugin.h>
+
 #include <QDir>
 #include <QFile>
 #include <QQmlApplicationEngine>
 #include <QQuickStyle>
 #include <QQuickWindow>
 #include <QTemporaryDir>
-#include <QtQml/qqmlextensionplugin.h>
 #include <QtTest>
-
 #include <set>
 
 #include "application.h"
@@ -58,7 +58,8 @@ int distinctColours(const QImage& image) {
 
 // Two finished chats; returns the id of the empty one ("Trip plan: Kyoto").
 qint64 seedChats(ChatStore& store) {
-  const qint64 recipes = store.createConversation({0, "Recipes for a rainy day", "", {}, 1000, 1000}).value();
+  const qint64 recipes =
+      store.createConversation({0, "Recipes for a rainy day", "", {}, 1000, 1000}).value();
   store.insertMessage({0, recipes, 0, "user", "Something warm with lentils?", 0, "", 1000});
   store.insertMessage({0, recipes, 1, "assistant",
                        "Try a **red lentil soup**:\n\n1. Soften onion and garlic.\n2. Add lentils, "
@@ -81,7 +82,8 @@ class ScreenshotTest : public QObject {
     qint64 trip_chat = 0;
   };
 
-  std::unique_ptr<Session> open(EngineFactory factory, const QString& db, const QString& model_path) {
+  std::unique_ptr<Session> open(EngineFactory factory, const QString& db,
+                                const QString& model_path) {
     auto s = std::make_unique<Session>(std::move(factory), db);
     s->trip_chat = seedChats(s->app.store());
     s->qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
@@ -99,7 +101,7 @@ class ScreenshotTest : public QObject {
   }
 
   void save(QQuickWindow* window, const QString& name) {
-    QTest::qWait(150);   // let the scene graph catch up with the last changes
+    QTest::qWait(150);  // let the scene graph catch up with the last changes
     const QImage image = window->grabWindow();
     QVERIFY(!image.isNull());
     QCOMPARE(image.size(), window->size() * window->devicePixelRatio());
@@ -136,15 +138,17 @@ class ScreenshotTest : public QObject {
     chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
     QCOMPARE(chats->generatingCount(), 2);
     // Long enough for several telemetry frames and a code block to stream in.
-    QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(kv_chat)->message(1).content.contains(QStringLiteral("```")) || real,
-                             20000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        chats->messagesOf(kv_chat)->message(1).content.contains(QStringLiteral("```")) || real,
+        20000);
     QTest::qWait(real ? 15000 : 1500);
     QCOMPARE(chats->generatingCount(), 2);
     // 10 Hz from the engine thread between steps; a real model's CPU prefill steps can
     // take seconds on a loaded machine, and frames wait for them.
     QVERIFY(s->app.telemetry()->history().size() >= (real ? 1u : 10u));
     QVERIFY(s->app.telemetry()->chatCount() == 2);
-    save(s->window, real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
+    save(s->window,
+         real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
     setTheme(*s, QStringLiteral("dark"));
     QTest::qWait(500);
     save(s->window, real ? QStringLiteral("main-real-dark.png") : QStringLiteral("main-dark.png"));
@@ -165,7 +169,7 @@ class ScreenshotTest : public QObject {
     qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
     auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {});
     QVERIFY(s);
-    s->app.chats()->deleteChat(s->app.chats()->conversations()->idAt(0));   // show "no messages"
+    s->app.chats()->deleteChat(s->app.chats()->conversations()->idAt(0));  // show "no messages"
     QTest::qWait(400);
     QVERIFY(!s->app.model()->ready());
     save(s->window, QStringLiteral("empty-light.png"));
@@ -176,7 +180,8 @@ class ScreenshotTest : public QObject {
   void fitPreviewBeforeLoading() {
     QTemporaryDir dir;
     const QString model = dir.filePath("smollm2-shaped.gguf");
-    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), model.toStdString());
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"),
+                                   model.toStdString());
     qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
     auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {});
     QVERIFY(s);
@@ -185,7 +190,7 @@ class ScreenshotTest : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(s->app.model()->status(), ModelController::Status::Previewing, 10000);
     QVERIFY(s->app.model()->fits());
     QVERIFY(s->app.model()->fitSummary().startsWith(QStringLiteral("Fits")));
-    QTest::qWait(400);   // the dialog's open transition
+    QTest::qWait(400);  // the dialog's open transition
     save(s->window, QStringLiteral("fit-preview-dark.png"));
     s->app.model()->confirmLoad();
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
@@ -202,13 +207,14 @@ class ScreenshotTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
     ChatController* chats = s->app.chats();
     chats->selectChat(s->trip_chat);
-    chats->setSystemPrompt(QStringLiteral("You are a concise travel planner. Answer with a day-by-day list."));
+    chats->setSystemPrompt(
+        QStringLiteral("You are a concise travel planner. Answer with a day-by-day list."));
     chats->setTemperature(0.4);
     chats->setMaxTokens(768);
     QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
     QVERIFY(drawer);
     QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
-    QTest::qWait(1500);   // the drawer slides in
+    QTest::qWait(1500);  // the drawer slides in
     QVERIFY(drawer->property("visible").toBool());
     save(s->window, QStringLiteral("chat-settings-light.png"));
     s->app.shutdown();
@@ -227,7 +233,7 @@ class ScreenshotTest : public QObject {
     s->app.chats()->send(QStringLiteral("Hello"));
     QTRY_VERIFY_WITH_TIMEOUT(s->app.errors()->active(), 5000);
     QVERIFY(s->app.errors()->message().contains(QStringLiteral("illegal memory access")));
-    QVERIFY(s->window->isVisible());   // the window outlives the engine error
+    QVERIFY(s->window->isVisible());  // the window outlives the engine error
     save(s->window, QStringLiteral("error-banner-light.png"));
     s->app.shutdown();
   }

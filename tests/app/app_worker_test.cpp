@@ -16,9 +16,9 @@
 #include "model_controller.h"
 
 using namespace granule::app;
+using granule::app::testing::fakeEngineFactory;
 using granule::app::testing::FakeEngineLog;
 using granule::app::testing::FakeEngineScript;
-using granule::app::testing::fakeEngineFactory;
 
 // QSignalSpy records on the emitting (engine) thread, so a signal can land before a
 // spy.wait() starts; the tests poll the spies' counts instead.
@@ -46,7 +46,9 @@ struct ThreadedWorker {
     delete worker;
   }
   template <typename F>
-  void call(F f) { QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection); }
+  void call(F f) {
+    QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection);
+  }
   void load() {
     QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
     call([w = worker] { w->loadModel("/models/fake.gguf", 4096, 8); });
@@ -107,7 +109,7 @@ class WorkerTest : public QObject {
     const auto result = finished[0][0].value<GenerationResult>();
     QCOMPARE(result.chat_id, 7);
     QCOMPARE(result.end, GenerationEnd::Finished);
-    QCOMPARE(result.reason, QStringLiteral("length"));   // granule::finish_reason_name(MaxTokens)
+    QCOMPARE(result.reason, QStringLiteral("length"));  // granule::finish_reason_name(MaxTokens)
   }
 
   void tokensAreCoalescedToAboutSixtyHertz() {
@@ -139,8 +141,8 @@ class WorkerTest : public QObject {
       wk->submit(request(2, 30));
     });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 10000);
-    QCOMPARE(log.max_batch.load(), 2);   // both advanced in one step
-    QVERIFY(log.steps.load() <= 31);     // not 60: they shared the steps
+    QCOMPARE(log.max_batch.load(), 2);  // both advanced in one step
+    QVERIFY(log.steps.load() <= 31);    // not 60: they shared the steps
     QCOMPARE(joinedText(tokens, 1), expectedText(30));
     QCOMPARE(joinedText(tokens, 2), expectedText(30));
   }
@@ -233,11 +235,11 @@ class WorkerTest : public QObject {
     const qsizetype frames = telemetry.count();
     QVERIFY2(frames >= 5 && frames <= 15, qPrintable(QString("%1 frames in 1 s").arg(frames)));
     const auto last = telemetry.last()[0].value<TelemetryFrame>();
-    QCOMPARE(last.ledger_bytes[0], 100ull << 20);                  // weights
-    QVERIFY(last.ledger_bytes[2] > 0);                             // kv grows with tokens
-    QCOMPARE(last.kv_reserved_bytes, 256ull << 20);                // apart from the stack
+    QCOMPARE(last.ledger_bytes[0], 100ull << 20);    // weights
+    QVERIFY(last.ledger_bytes[2] > 0);               // kv grows with tokens
+    QCOMPARE(last.kv_reserved_bytes, 256ull << 20);  // apart from the stack
     QCOMPARE(last.chats.size(), 1);
-    QCOMPARE(last.chats[0].chat_id, 9);                            // mapped back to the chat
+    QCOMPARE(last.chats[0].chat_id, 9);  // mapped back to the chat
     QVERIFY(last.process_resident_bytes > 0);
     QVERIFY(last.time_s > telemetry.first()[0].value<TelemetryFrame>().time_s);
   }

@@ -15,9 +15,9 @@
 namespace granule::app::testing {
 
 struct FakeEngineScript {
-  int step_delay_ms = 0;          // simulated compute per step
-  int fail_at_step = -1;          // step() throws DeviceError at this step (0-based)
-  bool refuse_submit = false;     // submit() throws CapacityError
+  int step_delay_ms = 0;       // simulated compute per step
+  int fail_at_step = -1;       // step() throws DeviceError at this step (0-based)
+  bool refuse_submit = false;  // submit() throws CapacityError
   quint64 weights_bytes = 100ull << 20;
   quint64 kv_bytes_per_token = 64ull << 10;
   quint64 kv_reserved_per_sequence = 256ull << 20;
@@ -28,7 +28,7 @@ struct FakeEngineScript {
 // Observations the test reads after the worker is done with the engine.
 struct FakeEngineLog {
   std::atomic<int> steps{0};
-  std::atomic<int> max_batch{0};     // most sequences advanced in one step
+  std::atomic<int> max_batch{0};  // most sequences advanced in one step
   std::atomic<int> submitted{0};
   std::atomic<int> destroyed{0};
 };
@@ -52,7 +52,8 @@ class FakeInferenceEngine final : public InferenceEngine {
   }
 
   SequenceId submit(Request request) override {
-    if (script_.refuse_submit) throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
+    if (script_.refuse_submit)
+      throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
     const SequenceId id = next_id_++;
     running_[id] = Running{std::move(request), 0, false};
     if (log_) log_->submitted++;
@@ -67,9 +68,12 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (running_.empty()) return false;
     const int index = steps_++;
     if (log_) log_->steps++;
-    if (index == script_.fail_at_step) throw DeviceError("CUDA error: an illegal memory access was encountered");
-    if (script_.step_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
-    if (log_ && static_cast<int>(running_.size()) > log_->max_batch) log_->max_batch = static_cast<int>(running_.size());
+    if (index == script_.fail_at_step)
+      throw DeviceError("CUDA error: an illegal memory access was encountered");
+    if (script_.step_delay_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
+    if (log_ && static_cast<int>(running_.size()) > log_->max_batch)
+      log_->max_batch = static_cast<int>(running_.size());
     for (auto it = running_.begin(); it != running_.end();) {
       Running& r = it->second;
       FinishReason end = FinishReason::None;
@@ -116,7 +120,8 @@ class FakeInferenceEngine final : public InferenceEngine {
                 {"workspace", 8ull << 20},
                 {"kv_reserved_va", script_.kv_reserved_per_sequence * running_.size()}};
     s.steps = static_cast<uint64_t>(steps_);
-    s.decode_tokens_per_second = running_.empty() ? 0.0 : 50.0 * static_cast<double>(running_.size());
+    s.decode_tokens_per_second =
+        running_.empty() ? 0.0 : 50.0 * static_cast<double>(running_.size());
     return s;
   }
 
@@ -138,7 +143,8 @@ class FakeInferenceEngine final : public InferenceEngine {
 // path containing "broken".
 inline EngineFactory fakeEngineFactory(FakeEngineScript script = {}, FakeEngineLog* log = nullptr) {
   return [script, log](const std::filesystem::path& path, const EngineOptions&,
-                       const std::function<void(double, const QString&)>& stage) -> std::unique_ptr<InferenceEngine> {
+                       const std::function<void(double, const QString&)>& stage)
+             -> std::unique_ptr<InferenceEngine> {
     stage(0.5, QStringLiteral("Loading"));
     if (path.string().find("broken") != std::string::npos)
       throw FormatError(path.string() + ": not a GGUF file (bad magic)");

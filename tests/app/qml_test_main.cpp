@@ -1,9 +1,10 @@
 // Qt Quick Test runner for the QML components (tests/app/qml/tst_*.qml). The tests reach
 // real C++ services through a test-only singleton, GranuleTest.Services.
+#include <QtQml/qqmlextensionplugin.h>
+
 #include <QQmlEngine>
 #include <QQuickStyle>
 #include <QTemporaryDir>
-#include <QtQml/qqmlextensionplugin.h>
 #include <QtQuickTest>
 
 #include "application.h"
@@ -28,7 +29,8 @@ class QmlTestServices : public QObject {
   TelemetryModel* telemetry() { return app_.telemetry(); }
   ErrorReporter* errors() { return app_.errors(); }
 
-  Q_INVOKABLE void addTelemetrySample(double time_s, double weights_bytes, double kv_bytes, double budget_bytes) {
+  Q_INVOKABLE void addTelemetrySample(double time_s, double weights_bytes, double kv_bytes,
+                                      double budget_bytes) {
     TelemetryFrame f;
     f.time_s = time_s;
     f.device = QStringLiteral("CPU");

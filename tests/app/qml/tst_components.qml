@@ -34,6 +34,10 @@ Item {
         }
     }
     Component {
+        id: composerComponent
+        Composer { width: 600; chats: Services.chats; model: Services.model }
+    }
+    Component {
         id: plotComponent
         TimeSeriesPlot {
             width: 300
@@ -92,6 +96,26 @@ Item {
             verify(code, "the odd part is a CodeBlock")
             compare(code.code, "let x = 1;")
             verify(message.implicitHeight > code.implicitHeight)
+        }
+
+        function test_composerEnterSendsShiftEnterBreaksTheLine() {
+            Services.chats.modelReady = true
+            const composer = createTemporaryObject(composerComponent, root)
+            const input = findChild(composer, "messageInput")
+            verify(input)
+            input.forceActiveFocus()
+            keyClick("h")
+            keyClick("i")
+            keyClick(Qt.Key_Return, Qt.ShiftModifier)
+            keyClick("x")
+            compare(input.text, "hi\nx")
+            const before = Services.chats.messages.count
+            keyClick(Qt.Key_Return)
+            compare(input.text, "")
+            // The user message and the assistant message being generated.
+            compare(Services.chats.messages.count, before + 2)
+            compare(Services.chats.currentGenerating, true)
+            Services.chats.modelReady = false
         }
 
         function test_plotScalesToTheDataAndBudget() {
