@@ -108,7 +108,9 @@ void Engine::Impl::open_backend() {
       backend = make_cuda_backend(init);
     } catch (const DeviceError& e) {
       if (options.device == DeviceKind::Cuda) throw;
-      log->warn("no usable GPU ({}); running on the CPU", e.what());
+      // Expected on machines without an NVIDIA driver: one line at info level, so command-line
+      // errors stay one line on stderr; the device name says "CPU" either way.
+      log->info("no usable GPU ({}); running on the CPU", e.what());
     }
   }
 #else
