@@ -190,41 +190,25 @@ void ByteLevelBpeTokenizer::emit_symbol(int32_t symbol, std::vector<TokenId>& ou
   }
 }
 
-std::string ByteLevelBpeTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const std::string& text = tokens_[static_cast<size_t>(id)];
-  switch (static_cast<TokenAttr>(attrs_[static_cast<size_t>(id)])) {
-    case TokenAttr::Normal: {
-      // Each stand-in character back to its byte. A character outside the map (a token
-      // the converter wrote as plain text) is kept as it is.
-      std::string piece;
-      piece.reserve(text.size());
-      for (size_t pos = 0; pos < text.size();) {
-        const utf8::Step step = utf8::scan(text, pos);
-        const size_t length = step.kind == utf8::Scan::Complete ? step.length : 1;
-        const auto it = step.kind == utf8::Scan::Complete
-                            ? char_bytes_.find(utf8::decode_codepoint(text, pos, length))
-                            : char_bytes_.end();
-        if (it != char_bytes_.end()) {
-          piece += static_cast<char>(it->second);
-        } else {
-          piece.append(text, pos, length);
-        }
-        pos += length;
-      }
-      return piece;
+std::string ByteLevelBpeTokenizer::normal_piece(const std::string& text) const {
+  // Each stand-in character back to its byte. A character outside the map (a token the
+  // converter wrote as plain text) is kept as it is.
+  std::string piece;
+  piece.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    const utf8::Step step = utf8::scan(text, pos);
+    const size_t length = step.kind == utf8::Scan::Complete ? step.length : 1;
+    const auto it = step.kind == utf8::Scan::Complete
+                        ? char_bytes_.find(utf8::decode_codepoint(text, pos, length))
+                        : char_bytes_.end();
+    if (it != char_bytes_.end()) {
+      piece += static_cast<char>(it->second);
+    } else {
+      piece.append(text, pos, length);
     }
-    case TokenAttr::UserDefined:
-      return text;
-    case TokenAttr::Control:
-    case TokenAttr::Unknown:
-      return render_special ? text : std::string();
-    case TokenAttr::Byte:
-      if (auto byte = byte_of_token(text)) return std::string(1, static_cast<char>(*byte));
-      return std::string();
-    default:  // unused and undefined tokens render nothing
-      return std::string();
+    pos += length;
   }
+  return piece;
 }
 
 }  // namespace granule::detail

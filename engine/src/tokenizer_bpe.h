@@ -18,10 +18,10 @@ class ByteLevelBpeTokenizer final : public VocabTokenizer {
   // Throws UnsupportedError for an unknown tokenizer.ggml.pre, FormatError without merges.
   ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenizerSpec& pre_tokenizer);
 
-  std::string token_to_piece(TokenId id, bool render_special) const override;
 
  protected:
   void encode_plain(std::string_view text, std::vector<TokenId>& out) const override;
+  std::string normal_piece(const std::string& text) const override;
 
  private:
   struct MergeRule {

@@ -131,34 +131,18 @@ void SentencePieceTokenizer::emit_piece(std::string_view piece, std::vector<Toke
   }
 }
 
-std::string SentencePieceTokenizer::token_to_piece(TokenId id, bool render_special) const {
-  check_id(id);
-  const std::string& text = tokens_[static_cast<size_t>(id)];
-  switch (static_cast<TokenAttr>(attrs_[static_cast<size_t>(id)])) {
-    case TokenAttr::Normal: {
-      std::string piece;
-      piece.reserve(text.size());
-      for (size_t pos = 0; pos < text.size();) {
-        if (std::string_view(text).substr(pos).starts_with(kSpaceMark)) {
-          piece += ' ';
-          pos += kSpaceMark.size();
-        } else {
-          piece += text[pos++];
-        }
-      }
-      return piece;
+std::string SentencePieceTokenizer::normal_piece(const std::string& text) const {
+  std::string piece;
+  piece.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    if (std::string_view(text).substr(pos).starts_with(kSpaceMark)) {
+      piece += ' ';
+      pos += kSpaceMark.size();
+    } else {
+      piece += text[pos++];
     }
-    case TokenAttr::UserDefined:
-      return text;
-    case TokenAttr::Control:
-    case TokenAttr::Unknown:
-      return render_special ? text : std::string();
-    case TokenAttr::Byte:
-      if (auto byte = byte_of_token(text)) return std::string(1, static_cast<char>(*byte));
-      return std::string();
-    default:  // unused and undefined tokens render nothing
-      return std::string();
   }
+  return piece;
 }
 
 }  // namespace granule::detail

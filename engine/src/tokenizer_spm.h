@@ -15,10 +15,10 @@ class SentencePieceTokenizer final : public VocabTokenizer {
  public:
   explicit SentencePieceTokenizer(Vocabulary vocab);
 
-  std::string token_to_piece(TokenId id, bool render_special) const override;
 
  protected:
   void encode_plain(std::string_view text, std::vector<TokenId>& out) const override;
+  std::string normal_piece(const std::string& text) const override;
 
  private:
   // Whether text may turn into this token: normal and user-defined pieces only, so that

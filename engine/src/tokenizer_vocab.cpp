@@ -213,6 +213,25 @@ void VocabTokenizer::find_end_of_generation_tokens() {
   std::sort(eog_.begin(), eog_.end());
 }
 
+std::string VocabTokenizer::token_to_piece(TokenId id, bool render_special) const {
+  check_id(id);
+  const std::string& text = tokens_[static_cast<size_t>(id)];
+  switch (static_cast<TokenAttr>(attrs_[static_cast<size_t>(id)])) {
+    case TokenAttr::Normal:
+      return normal_piece(text);
+    case TokenAttr::UserDefined:
+      return text;
+    case TokenAttr::Control:
+    case TokenAttr::Unknown:
+      return render_special ? text : std::string();
+    case TokenAttr::Byte:
+      if (auto byte = byte_of_token(text)) return std::string(1, static_cast<char>(*byte));
+      return std::string();
+    default:  // unused and undefined tokens render nothing
+      return std::string();
+  }
+}
+
 void VocabTokenizer::check_id(TokenId id) const {
   if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) {
     throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary (" +

@@ -36,6 +36,9 @@ Vocabulary read_vocabulary(const ModelFile& file);
 class VocabTokenizer : public Tokenizer {
  public:
   std::vector<TokenId> encode(std::string_view text, bool add_bos, bool parse_special) const final;
+  // Special, byte and unused tokens render the same way in both models; normal tokens go
+  // through the model's normal_piece.
+  std::string token_to_piece(TokenId id, bool render_special) const final;
 
  protected:
   // Takes the vocabulary's tokens, types and ids. default_add_bos applies when the file
@@ -45,6 +48,8 @@ class VocabTokenizer : public Tokenizer {
   // Encodes text that holds no special token. Every such stretch starts the input or
   // follows a special token (SentencePiece puts its space prefix before each).
   virtual void encode_plain(std::string_view text, std::vector<TokenId>& out) const = 0;
+  // The bytes a normal token's text stands for (the model's own spelling undone).
+  virtual std::string normal_piece(const std::string& text) const = 0;
 
   bool has_attr(TokenId id, TokenAttr attr) const {
     return attrs_[static_cast<size_t>(id)] == static_cast<int32_t>(attr);
