@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -34,20 +36,7 @@ std::string read_file(const std::filesystem::path& path) {
   return text.str();
 }
 
-// The default model where the other tests look for it: GRANULE_DEFAULT_MODEL, then the
-// XDG data folder.
-std::optional<std::filesystem::path> default_model_path() {
-  std::vector<std::filesystem::path> candidates;
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) candidates.emplace_back(env);
-  const std::filesystem::path relative = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (const char* xdg = std::getenv("XDG_DATA_HOME")) candidates.push_back(xdg / relative);
-  if (const char* home = std::getenv("HOME"))
-    candidates.push_back(std::filesystem::path(home) / ".local/share" / relative);
-  for (const auto& path : candidates) {
-    if (std::filesystem::is_regular_file(path)) return path;
-  }
-  return std::nullopt;
-}
+using granule::test::default_model_path;
 
 // The conversations of make_chat_goldens.py's CASES, in the same order and bytes.
 struct Conversation {
@@ -205,9 +194,9 @@ TEST(ChatTemplate, DetectsTheTemplatesOfRealGgufFiles) {
 }
 
 TEST(ChatTemplate, DetectsTheDefaultModelsTemplateWithItsDefaultSystemPrompt) {
-  const std::optional<std::filesystem::path> model = default_model_path();
-  if (!model) GTEST_SKIP() << "the default model is absent";
-  const auto file = ModelFile::open(*model);
+  const std::filesystem::path model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "the default model is absent";
+  const auto file = ModelFile::open(model);
   const std::optional<std::string> source = file->get_string("tokenizer.chat_template");
   ASSERT_TRUE(source.has_value());
   EXPECT_EQ(*source, read_file(kChatData / "smollm2.jinja"));

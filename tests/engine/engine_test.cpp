@@ -5,6 +5,8 @@
 // (tests/data/reference/smollm2-135m-q4_1.chat.txt, made by make_default_model_golden.py).
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -388,13 +390,7 @@ TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
 
 // ---- the default model -----------------------------------------------------------------
 
-fs::path default_model_path() {
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
-  const char* xdg = std::getenv("XDG_DATA_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path base = xdg ? fs::path(xdg) : fs::path(home ? home : "") / ".local/share";
-  return base / "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using granule::test::default_model_path;
 
 struct DefaultGolden {
   std::vector<int32_t> tokens, greedy, logit_ids;

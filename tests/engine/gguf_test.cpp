@@ -3,6 +3,8 @@
 // and the default model (both skipped when absent).
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <unistd.h>
 
 #include <cmath>
@@ -411,16 +413,7 @@ TEST(GgufRealFiles, VocabOnlyFilesOpenWithTheirTokenArrays) {
   if (opened == 0) GTEST_SKIP() << "no vocab files in " << dir;
 }
 
-fs::path default_model_path() {
-  const std::string file = "SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
-  if (const char* xdg = std::getenv("XDG_DATA_HOME")) {
-    const fs::path p = fs::path(xdg) / "granule" / "models" / file;
-    if (fs::exists(p)) return p;
-  }
-  if (const char* home = std::getenv("HOME")) return fs::path(home) / ".local/share/granule/models" / file;
-  return {};
-}
+using granule::test::default_model_path;
 
 // Expected facts are from the `gguf` Python package (GGUFReader and gguf.quants) on the
 // same file (sha256 b179c952...).

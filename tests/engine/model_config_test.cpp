@@ -3,6 +3,8 @@
 // for unsupported architectures, block types, missing keys and bad shapes.
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -204,13 +206,7 @@ TEST(ModelConfig, WrongTensorShapeIsNamed) {
   EXPECT_NE(msg.find("blk.0.attn_k.weight"), std::string::npos) << msg;
 }
 
-fs::path default_model_path() {
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
-  const char* xdg = std::getenv("XDG_DATA_HOME");
-  const char* home = std::getenv("HOME");
-  fs::path base = xdg ? fs::path(xdg) : fs::path(home ? home : "") / ".local/share";
-  return base / "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
+using granule::test::default_model_path;
 
 TEST(ModelConfig, DefaultModelShape) {
   const fs::path path = default_model_path();

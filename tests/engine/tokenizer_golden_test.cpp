@@ -10,6 +10,8 @@
 // Each test skips when its data is absent.
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -45,15 +47,7 @@ std::string show(const std::vector<TokenId>& ids) {
   return text;
 }
 
-fs::path default_model_path() {
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
-  const fs::path name = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (const char* xdg = std::getenv("XDG_DATA_HOME")) {
-    if (fs::exists(fs::path(xdg) / name)) return fs::path(xdg) / name;
-  }
-  if (const char* home = std::getenv("HOME")) return fs::path(home) / ".local/share" / name;
-  return {};
-}
+using granule::test::default_model_path;
 
 struct VocabCase {
   const char* file;
@@ -106,30 +100,7 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                            return name;
                          });
 
-// The escapes make_smollm2_tokenizer_goldens.py writes: \\ \n \t \r \xHH.
-std::string unescape(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '\\' || i + 1 >= text.size()) {
-      out += text[i];
-      continue;
-    }
-    const char kind = text[++i];
-    if (kind == 'n') {
-      out += '\n';
-    } else if (kind == 't') {
-      out += '\t';
-    } else if (kind == 'r') {
-      out += '\r';
-    } else if (kind == 'x') {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += kind;
-    }
-  }
-  return out;
-}
+using granule::test::unescape_golden;
 
 TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
   const fs::path model = default_model_path();
@@ -146,7 +117,7 @@ TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
     const size_t tab2 = line.find('\t', tab1 + 1);
     ASSERT_NE(tab2, std::string::npos) << line;
     const bool parse_special = line.substr(0, tab1) == "1";
-    const std::string text = unescape(line.substr(tab1 + 1, tab2 - tab1 - 1));
+    const std::string text = unescape_golden(line.substr(tab1 + 1, tab2 - tab1 - 1));
     const std::vector<TokenId> expected = parse_ids(line.substr(tab2 + 1));
 
     const std::vector<TokenId> ids = tokenizer->encode(text, false, parse_special);

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -20,30 +22,7 @@
 namespace granule::detail {
 namespace {
 
-// The escapes the reference script writes: \\ \n \t \r \xHH.
-std::string unescape(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '\\' || i + 1 >= text.size()) {
-      out += text[i];
-      continue;
-    }
-    const char kind = text[++i];
-    if (kind == 'n') {
-      out += '\n';
-    } else if (kind == 't') {
-      out += '\t';
-    } else if (kind == 'r') {
-      out += '\r';
-    } else if (kind == 'x') {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += kind;
-    }
-  }
-  return out;
-}
+using granule::test::unescape_golden;
 
 TEST(PreTokenizerGolden, SplitsLikeHuggingFaceForEveryFamily) {
   std::ifstream goldens(std::filesystem::path(GRANULE_SOURCE_DIR) /
@@ -56,7 +35,7 @@ TEST(PreTokenizerGolden, SplitsLikeHuggingFaceForEveryFamily) {
     const size_t tab2 = line.find('\t', tab1 + 1);
     ASSERT_NE(tab2, std::string::npos) << line;
     const std::string name = line.substr(0, tab1);
-    const std::string text = unescape(line.substr(tab1 + 1, tab2 - tab1 - 1));
+    const std::string text = unescape_golden(line.substr(tab1 + 1, tab2 - tab1 - 1));
     std::vector<size_t> expected;
     std::istringstream lengths(line.substr(tab2 + 1));
     for (size_t length = 0; lengths >> length;) expected.push_back(length);

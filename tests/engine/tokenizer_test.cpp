@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "support/test_files.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -427,15 +429,7 @@ fs::path testdata_vocab(const char* name) {
   return fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / name;
 }
 
-fs::path default_model_path() {
-  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) return env;
-  const fs::path name = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (const char* xdg = std::getenv("XDG_DATA_HOME")) {
-    if (fs::exists(fs::path(xdg) / name)) return fs::path(xdg) / name;
-  }
-  if (const char* home = std::getenv("HOME")) return fs::path(home) / ".local/share" / name;
-  return {};
-}
+using granule::test::default_model_path;
 
 std::vector<fs::path> real_vocabularies() {
   std::vector<fs::path> found;

@@ -1,0 +1,46 @@
+// Where tests find the default model, and the golden files' escaping.
+#include "support/test_files.h"
+
+#include <cstdlib>
+#include <vector>
+
+namespace granule::test {
+
+std::filesystem::path default_model_path() {
+  namespace fs = std::filesystem;
+  const fs::path relative = "granule/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  std::vector<fs::path> candidates;
+  if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) candidates.emplace_back(env);
+  if (const char* xdg = std::getenv("XDG_DATA_HOME")) candidates.push_back(xdg / relative);
+  if (const char* home = std::getenv("HOME")) candidates.push_back(fs::path(home) / ".local/share" / relative);
+  for (const auto& path : candidates) {
+    if (fs::is_regular_file(path)) return path;
+  }
+  return {};
+}
+
+std::string unescape_golden(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i];
+      continue;
+    }
+    const char kind = text[++i];
+    if (kind == 'n') {
+      out += '\n';
+    } else if (kind == 't') {
+      out += '\t';
+    } else if (kind == 'r') {
+      out += '\r';
+    } else if (kind == 'x') {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += kind;
+    }
+  }
+  return out;
+}
+
+}  // namespace granule::test
