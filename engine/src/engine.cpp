@@ -19,12 +19,18 @@ namespace granule {
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::None: return "none";
-    case FinishReason::Eos: return "eos";
-    case FinishReason::StopString: return "stop";
-    case FinishReason::MaxTokens: return "length";
-    case FinishReason::Cancelled: return "cancelled";
-    case FinishReason::Error: return "error";
+    case FinishReason::None:
+      return "none";
+    case FinishReason::Eos:
+      return "eos";
+    case FinishReason::StopString:
+      return "stop";
+    case FinishReason::MaxTokens:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
   }
   return "unknown";
 }
@@ -44,12 +50,14 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+std::string mib_text(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; }
+
 }  // namespace
 
 // One submitted request while it lives in the engine.
 struct ActiveSequence {
   SequenceId id = 0;
-  std::vector<TokenId> tokens;   // prompt, then every sampled token
+  std::vector<TokenId> tokens;  // prompt, then every sampled token
   int64_t prompt_tokens = 0;
   int64_t generated = 0;
   SamplingParams params;
@@ -57,7 +65,7 @@ struct ActiveSequence {
   Sampler sampler;
   TokenSink sink;
   IncrementalDetokenizer detokenizer;
-  std::string unsent_text;       // decoded but held back: it may begin a stop string
+  std::string unsent_text;  // decoded but held back: it may begin a stop string
   Clock::time_point submitted;
   Clock::time_point first_token;
   bool cancel_requested = false;
@@ -80,7 +88,7 @@ struct Engine::Impl {
   std::map<SequenceId, std::unique_ptr<ActiveSequence>> sequences;
   SequenceId next_id = 1;
   bool in_step = false;
-  std::vector<float> logits;   // reused across steps
+  std::vector<float> logits;  // reused across steps
 
   // throughput
   uint64_t steps = 0;
@@ -99,8 +107,9 @@ struct Engine::Impl {
 
 void Engine::Impl::open_backend() {
   // The budget is the user's, or unlimited until a backend that knows its device sets it.
-  memory = std::make_unique<MemoryManager>(
-      options.vram_budget_bytes ? options.vram_budget_bytes : std::numeric_limits<uint64_t>::max() / 2);
+  memory = std::make_unique<MemoryManager>(options.vram_budget_bytes
+                                               ? options.vram_budget_bytes
+                                               : std::numeric_limits<uint64_t>::max() / 2);
   const BackendInit init{*file, config, weights, *memory, options};
 #ifdef GRANULE_HAVE_CUDA
   if (options.device != DeviceKind::Cpu) {
@@ -163,10 +172,10 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
   }
   if (m.options.prefill_chunk_tokens <= 0) m.options.prefill_chunk_tokens = 512;
   m.open_backend();
-  m.scheduler = std::make_unique<Scheduler>(m.options.max_sequences, m.options.prefill_chunk_tokens);
+  m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
   m.log->info("opened {} ({} layers, {} wide) on {}; context {} × {} slots",
-              model_path.filename().string(), m.config.n_layer, m.config.n_embd,
-              m.backend->name(), m.options.context_length, m.options.max_sequences);
+              model_path.filename().string(), m.config.n_layer, m.config.n_embd, m.backend->name(),
+              m.options.context_length, m.options.max_sequences);
   return engine;
 }
 
@@ -204,9 +213,9 @@ SequenceId Engine::submit(Request request) {
   }
   // The prompt and at least one generated token must fit the context.
   if (static_cast<int64_t>(prompt.size()) + 1 > m.options.context_length) {
-    throw CapacityError("the prompt has " + std::to_string(prompt.size()) +
-                        " tokens, more than the context of " +
-                        std::to_string(m.options.context_length) + " allows; shorten the conversation");
+    throw CapacityError(
+        "the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+        std::to_string(m.options.context_length) + " allows; shorten the conversation");
   }
   auto seq = std::make_unique<ActiveSequence>(request.sampling, *m.tokenizer);
   seq->id = m.next_id++;
@@ -229,7 +238,7 @@ void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string&
   if (it == sequences.end()) return;
   std::unique_ptr<ActiveSequence> seq = std::move(it->second);
   sequences.erase(it);
-  if (auto slot = scheduler->remove(id)) kv->release(*slot);
+  scheduler->remove(id);  // frees its slot and KV
   // What was held back for a possible stop string is real text after all.
   if (reason != FinishReason::StopString && reason != FinishReason::Cancelled &&
       reason != FinishReason::Error) {
@@ -242,9 +251,9 @@ void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string&
 void Engine::cancel(SequenceId id) {
   Impl& m = *impl_;
   auto it = m.sequences.find(id);
-  if (it == m.sequences.end()) return;   // already finished: nothing to do
+  if (it == m.sequences.end()) return;  // already finished: nothing to do
   if (m.in_step) {
-    it->second->cancel_requested = true;   // a sink cancelled: finish after this step
+    it->second->cancel_requested = true;  // a sink cancelled: finish after this step
   } else {
     m.finish(id, FinishReason::Cancelled);
   }
@@ -273,7 +282,8 @@ void Engine::Impl::take_token(ActiveSequence& seq, int32_t token) {
   scheduler->append_token(seq.id);
 
   // Embedding tables padded past the vocabulary can produce ids without text.
-  if (static_cast<size_t>(token) < tokenizer->vocab_size()) seq.unsent_text += seq.detokenizer.push(token);
+  if (static_cast<size_t>(token) < tokenizer->vocab_size())
+    seq.unsent_text += seq.detokenizer.push(token);
   const size_t stop_at = find_stop_string(seq.unsent_text, seq.stop_strings);
   if (stop_at != std::string::npos) {
     emit(seq, seq.unsent_text.substr(0, stop_at), token);
@@ -293,8 +303,10 @@ void Engine::Impl::take_token(ActiveSequence& seq, int32_t token) {
 bool Engine::step() {
   Impl& m = *impl_;
   m.process_cancellations();
-  std::vector<ScheduledWork> work = m.scheduler->next_step();
-  if (work.empty()) return false;
+  // Planning maps this step's KV (and frees that of preempted sequences): its mapping time
+  // and granule counts belong to this step.
+  m.kv->reset_step_stats();
+  StepPlan plan = m.scheduler->next_step();
   // Sinks run inside the step; a cancel they ask for waits until the step is over, even
   // when a sink throws.
   struct StepScope {
@@ -304,34 +316,30 @@ bool Engine::step() {
       m.in_step = false;
       try {
         m.process_cancellations();
-      } catch (const std::exception& e) {   // a sink threw while unwinding: keep the engine alive
+      } catch (const std::exception& e) {  // a sink threw while unwinding: keep the engine alive
         m.log->error("a token sink threw during cancellation: {}", e.what());
       }
     }
   } scope(m);
-  m.kv->reset_step_stats();
-
+  for (const OversizedSequence& o : plan.oversized) {
+    m.finish(o.id, FinishReason::Error,
+             "the memory budget holds " + mib_text(o.capacity_bytes) +
+                 " of KV and this conversation needs " + mib_text(o.needed_bytes) + " for " +
+                 std::to_string(o.tokens) +
+                 " tokens; raise the budget or start a shorter conversation");
+  }
+  const std::vector<ScheduledWork>& ran = plan.work;
+  // Nothing to run: done, unless planning changed something the next step can build on.
+  if (ran.empty())
+    return (!plan.oversized.empty() || !plan.preempted.empty()) && !m.sequences.empty();
   std::vector<BatchSequence> batch;
-  std::vector<ScheduledWork> ran;
-  std::optional<SequenceId> refused;   // the latest sequence whose KV could not grow
-  batch.reserve(work.size());
-  for (const ScheduledWork& w : work) {
-    if (!m.kv->map_through(w.slot, w.start_position + w.count)) {
-      refused = w.id;   // waits for others to finish and free KV
-      continue;
-    }
+  batch.reserve(ran.size());
+  for (const ScheduledWork& w : ran) {
     const ActiveSequence& seq = *m.sequences.at(w.id);
     batch.push_back({w.slot,
                      std::span<const int32_t>(seq.tokens.data() + w.start_position,
                                               static_cast<size_t>(w.count)),
                      w.start_position, false});
-    ran.push_back(w);
-  }
-  if (batch.empty()) {
-    // Nobody can grow, so nobody will free KV by finishing: end one to make progress.
-    m.finish(*refused, FinishReason::Error,
-             "the memory budget cannot hold this conversation's KV; close other chats or raise the budget");
-    return !m.sequences.empty();
   }
 
   // Device sampling: one token per sequence comes back instead of the logits.
@@ -346,9 +354,10 @@ bool Engine::step() {
       for (const ScheduledWork& w : ran) {
         const ActiveSequence& seq = *m.sequences.at(w.id);
         params.push_back(seq.params);
-        const auto window = std::min<size_t>(seq.tokens.size(),
-                                             static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
-        history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window), seq.tokens.end());
+        const auto window = std::min<size_t>(
+            seq.tokens.size(), static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
+        history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window),
+                             seq.tokens.end());
         draw_index.push_back(static_cast<uint64_t>(seq.generated));
       }
       device_tokens = m.backend->forward_sample(batch, params, history, draw_index);
@@ -384,8 +393,8 @@ bool Engine::step() {
     try {
       token = device_sampling
                   ? device_tokens.at(i)
-                  : seq.sampler.sample(std::span<const float>(m.logits.data() + i * n_vocab, n_vocab),
-                                       seq.tokens);
+                  : seq.sampler.sample(
+                        std::span<const float>(m.logits.data() + i * n_vocab, n_vocab), seq.tokens);
     } catch (const Error& e) {
       m.finish(w.id, FinishReason::Error, e.what());
       continue;
@@ -406,7 +415,7 @@ std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& t
   }
   auto slot = m.scheduler->borrow_slot();
   if (!slot) throw CapacityError("every sequence slot is busy; wait for a conversation to finish");
-  struct SlotReturn {   // frees the slot and its KV however this ends
+  struct SlotReturn {  // frees the slot and its KV however this ends
     Impl& m;
     int32_t slot;
     ~SlotReturn() {
@@ -424,9 +433,9 @@ std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& t
       throw CapacityError("the memory budget cannot hold the KV of " + std::to_string(total) +
                           " tokens");
     }
-    const BatchSequence seq{*slot,
-                            std::span<const int32_t>(tokens.data() + start, static_cast<size_t>(count)),
-                            start, true};
+    const BatchSequence seq{
+        *slot, std::span<const int32_t>(tokens.data() + start, static_cast<size_t>(count)), start,
+        true};
     std::vector<float> chunk;
     m.backend->forward(std::span<const BatchSequence>(&seq, 1), chunk);
     for (int64_t r = 0; r < count; ++r) {
@@ -458,6 +467,8 @@ TelemetrySnapshot Engine::telemetry() const {
       t.kv_committed_bytes = m.kv->committed_bytes(*slot);
       t.kv_reserved_bytes = m.kv->reserved_bytes(*slot);
     }
+    t.waiting = m.scheduler->is_waiting(id);
+    t.preemptions = m.scheduler->preemptions_of(id);
     if (seq->generated > 0) {
       t.time_to_first_token_ms = seconds_between(seq->submitted, seq->first_token) * 1e3;
       const double since_first = seconds_between(seq->first_token, now);
@@ -471,9 +482,19 @@ TelemetrySnapshot Engine::telemetry() const {
   s.granules_mapped = kv.granules_mapped;
   s.granules_unmapped = kv.granules_unmapped;
   s.mapping_us_last_step = kv.last_mapping_us;
+  s.granules_mapped_last_step = kv.last_granules_mapped;
+  s.granules_unmapped_last_step = kv.last_granules_unmapped;
+  s.kv_map_refusals = kv.map_refusals;
+  s.kv_committed_peak_bytes = kv.peak_committed_bytes;
+  s.running_sequences = static_cast<int32_t>(m.scheduler->running());
+  s.waiting_sequences = static_cast<int32_t>(m.scheduler->waiting());
+  s.preemptions = m.scheduler->preemptions();
+  s.recomputed_tokens = m.scheduler->recomputed_tokens();
   s.layers_resident = static_cast<int32_t>(m.config.n_layer);
-  if (m.prompt_seconds > 0) s.prompt_tokens_per_second = static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;
-  if (m.decode_seconds > 0) s.decode_tokens_per_second = static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
+  if (m.prompt_seconds > 0)
+    s.prompt_tokens_per_second = static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;
+  if (m.decode_seconds > 0)
+    s.decode_tokens_per_second = static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
   s.steps = m.steps;
   m.backend->fill_telemetry(s);
   return s;

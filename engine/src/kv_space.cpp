@@ -256,7 +256,9 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
   stats_.last_mapping_us += microseconds_since(start);
   have = target;
   stats_.granules_mapped += more;
+  stats_.last_granules_mapped += more;
   stats_.committed_bytes += more * g;
+  stats_.peak_committed_bytes = std::max(stats_.peak_committed_bytes, stats_.committed_bytes);
   return true;
 }
 
@@ -281,6 +283,7 @@ void KvSpace::shrink_locked(int32_t slot, uint64_t keep_granules) {
   memory_.release(MemoryCategory::KvCommitted, fewer * g);
   have = keep_granules;
   stats_.granules_unmapped += fewer;
+  stats_.last_granules_unmapped += fewer;
   stats_.committed_bytes -= fewer * g;
 }
 
@@ -301,6 +304,12 @@ uint64_t KvSpace::reserved_bytes(int32_t slot) const {
   return slot_bytes_;
 }
 
+uint64_t KvSpace::bytes_for_tokens(int64_t tokens) const {
+  const auto clamped = static_cast<uint64_t>(std::clamp<int64_t>(tokens, 0, geometry_.max_tokens));
+  const uint64_t g = vm_->granule_bytes();
+  return ceil_div(clamped * static_cast<uint64_t>(geometry_.bytes_per_token), g) * g;
+}
+
 KvStats KvSpace::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -309,6 +318,8 @@ KvStats KvSpace::stats() const {
 void KvSpace::reset_step_stats() {
   std::lock_guard lock(mutex_);
   stats_.last_mapping_us = 0;
+  stats_.last_granules_mapped = 0;
+  stats_.last_granules_unmapped = 0;
 }
 
 }  // namespace granule

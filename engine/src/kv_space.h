@@ -36,19 +36,22 @@ class VirtualMemory {
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes = 2u << 20);
 
 struct KvGeometry {
-  int64_t bytes_per_token = 0;     // n_layer * 2 * n_head_kv * head_dim * elem_bytes
-  int64_t max_tokens = 0;          // per slot (the context length)
+  int64_t bytes_per_token = 0;  // n_layer * 2 * n_head_kv * head_dim * elem_bytes
+  int64_t max_tokens = 0;       // per slot (the context length)
   int32_t slots = 0;
-  int64_t lookahead_tokens = 16;   // mapped beyond the tokens a step writes
+  int64_t lookahead_tokens = 16;  // mapped beyond the tokens a step writes
 };
 
 struct KvStats {
-  uint64_t granules_mapped = 0;     // cumulative
-  uint64_t granules_unmapped = 0;   // cumulative
-  double last_mapping_us = 0;       // time spent in map/unmap since the last reset_step_stats()
-  uint64_t committed_bytes = 0;     // all slots, now
-  uint64_t reserved_bytes = 0;      // all slots, now
-  uint64_t map_refusals = 0;        // cumulative map_through() calls the budget refused
+  uint64_t granules_mapped = 0;         // cumulative
+  uint64_t granules_unmapped = 0;       // cumulative
+  double last_mapping_us = 0;           // time spent in map/unmap since the last reset_step_stats()
+  uint64_t last_granules_mapped = 0;    // since the last reset_step_stats()
+  uint64_t last_granules_unmapped = 0;  // since the last reset_step_stats()
+  uint64_t committed_bytes = 0;         // all slots, now
+  uint64_t peak_committed_bytes = 0;    // all slots, the most at any time
+  uint64_t reserved_bytes = 0;          // all slots, now
+  uint64_t map_refusals = 0;            // cumulative map_through() calls the budget refused
 };
 
 // Thread-safe: the engine thread maps and truncates while telemetry may read stats.
@@ -77,6 +80,10 @@ class KvSpace {
   // Tokens of the slot that are backed by committed memory now (clamped to max_tokens).
   int64_t committed_tokens(int32_t slot) const;
   uint64_t reserved_bytes(int32_t slot) const;
+  // Committed bytes that hold `tokens` tokens of one slot: whole granules, clamped to the slot.
+  uint64_t bytes_for_tokens(int64_t tokens) const;
+  // What the budget can still charge (to KV or anything else) now.
+  uint64_t budget_available_bytes() const { return memory_.available_bytes(); }
   KvStats stats() const;
   void reset_step_stats();
 
@@ -89,8 +96,8 @@ class KvSpace {
   std::unique_ptr<VirtualMemory> vm_;
   KvGeometry geometry_;
   MemoryManager& memory_;
-  uint64_t slot_bytes_ = 0;   // reserved per slot, granule multiple
-  uint8_t* base_ = nullptr;   // one reservation for all slots
+  uint64_t slot_bytes_ = 0;  // reserved per slot, granule multiple
+  uint8_t* base_ = nullptr;  // one reservation for all slots
   std::vector<uint64_t> committed_granules_;
   KvStats stats_;
 };

@@ -1,6 +1,8 @@
-// Continuous batching: which sequences hold a slot, and what each step runs — one decode
-// token for every sequence past its prompt, plus prompt chunks within a token budget, so a
-// long prompt never stalls the chats that are already answering.
+// Continuous batching against the memory budget: which sequences hold a slot, and what each
+// step runs — one decode token for every running sequence, plus prompt chunks within a token
+// budget — with the KV of that step mapped before it runs. A chat is admitted only when the
+// budget holds its prompt's KV; when running chats outgrow the budget, the newest is preempted
+// (its KV freed, recomputed later), and only a chat the budget cannot hold alone fails.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -10,6 +12,8 @@
 
 namespace granule {
 
+class KvSpace;
+
 using SequenceId = int64_t;
 
 // One sequence's share of a step: feed tokens [start_position, start_position + count).
@@ -18,26 +22,50 @@ struct ScheduledWork {
   int32_t slot = 0;
   int64_t start_position = 0;
   int64_t count = 0;
-  bool decode = false;   // one generated token (else a prompt chunk)
+  bool decode = false;  // one generated token (else a prompt chunk)
+};
+
+// A sequence the budget cannot hold even with every other chat's KV freed.
+struct OversizedSequence {
+  SequenceId id = 0;
+  int64_t tokens = 0;           // what it needed KV for
+  uint64_t needed_bytes = 0;    // that KV, in whole granules
+  uint64_t capacity_bytes = 0;  // all the KV the budget can hold next to the rest of the ledger
+};
+
+// What one step runs, and what planning it did to the sequences.
+struct StepPlan {
+  std::vector<ScheduledWork> work;           // KV already mapped through each item's end
+  std::vector<SequenceId> preempted;         // KV freed; back at the front of the waiting queue
+  std::vector<OversizedSequence> oversized;  // removed from the scheduler: the caller fails them
+  std::vector<SequenceId> admitted;          // took a slot this step (a preempted one: re-admitted)
 };
 
 class Scheduler {
  public:
-  Scheduler(int32_t slots, int64_t prefill_chunk_tokens);
+  // Sequences' KV lives in `kv`'s slots; the scheduler maps and frees it there, against the
+  // budget of the MemoryManager that KvSpace charges.
+  Scheduler(KvSpace& kv, int64_t prefill_chunk_tokens);
 
-  // Queues a sequence whose prompt has prompt_tokens tokens; it waits for a free slot.
+  // Queues a sequence whose prompt has prompt_tokens tokens; it waits behind every earlier one.
   void add(SequenceId id, int64_t prompt_tokens);
-  // Forgets a sequence (finished or cancelled) and frees its slot. Returns the slot it held.
+  // Forgets a sequence (finished or cancelled) and frees its KV and slot. Returns the slot.
   std::optional<int32_t> remove(SequenceId id);
   // After a step: the sequence now has `tokens` more tokens in its KV.
   void advance(SequenceId id, int64_t tokens);
   // A sampled token was appended: the sequence has one more token to feed.
   void append_token(SequenceId id);
 
-  // Admits waiting sequences into free slots (first come, first served), then plans: every
-  // running sequence with all its tokens but the last in KV decodes one token; sequences
-  // still in their prompt get chunks until prefill_chunk_tokens are spent.
-  std::vector<ScheduledWork> next_step();
+  // Plans the next step, oldest sequence first. Every running sequence that is past its
+  // prompt decodes one token, and sequences in their prompt get chunks until
+  // prefill_chunk_tokens are spent; each item's KV is mapped as it is planned. When the
+  // budget refuses a mapping, the running sequence that arrived last is preempted (its KV
+  // freed, its prompt + generated tokens queued at the front to be prefilled again) until
+  // the mapping fits; a sequence alone in the budget that still does not fit is oversized.
+  // Then, unless this step preempted, waiting sequences are admitted in arrival order while
+  // a slot is free and the budget holds the head's prompt KV plus a margin; a head that
+  // does not fit blocks those behind it, so a long chat is never starved by short ones.
+  StepPlan next_step();
 
   // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken.
   std::optional<int32_t> borrow_slot();
@@ -45,23 +73,44 @@ class Scheduler {
 
   std::optional<int32_t> slot_of(SequenceId id) const;
   bool contains(SequenceId id) const;
+  bool is_waiting(SequenceId id) const;
+  int32_t preemptions_of(SequenceId id) const;  // times this sequence was preempted
   bool empty() const { return sequences_.empty(); }
   size_t waiting() const { return waiting_.size(); }
   size_t running() const { return sequences_.size() - waiting_.size(); }
+  uint64_t preemptions() const { return preemptions_; }  // all sequences, cumulative
+  // Tokens whose KV preemptions freed, to be prefilled again; cumulative.
+  uint64_t recomputed_tokens() const { return recomputed_tokens_; }
 
  private:
   struct Entry {
-    int32_t slot = -1;           // -1 while waiting
-    int64_t prompt_tokens = 0;
-    int64_t known_tokens = 0;    // prompt + sampled tokens
-    int64_t kv_tokens = 0;       // tokens already in KV
+    int32_t slot = -1;          // -1 while waiting
+    int64_t prompt_tokens = 0;  // to prefill before decoding: the prompt, or all known tokens
+                                // when re-admitted after a preemption
+    int64_t known_tokens = 0;   // prompt + sampled tokens
+    int64_t kv_tokens = 0;      // tokens already in KV
+    int32_t preemptions = 0;
   };
+  bool decoding(const Entry& e) const;
+  bool prefilling(const Entry& e) const;
   std::optional<int32_t> take_free_slot();
+  // Maps the sequence's KV through `tokens`, preempting newer sequences (or, last, this one)
+  // as the budget needs. Returns false when `id` itself was preempted or found oversized.
+  bool map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan);
+  void preempt(SequenceId id, StepPlan& plan);
+  // KV the budget could hold if every sequence's KV were freed.
+  uint64_t kv_capacity_bytes() const;
+  // KV the running sequences still in their prompt will map before they decode.
+  uint64_t outstanding_prefill_bytes() const;
+  bool admissible(const Entry& head) const;
 
+  KvSpace& kv_;
   int64_t prefill_chunk_tokens_;
   std::vector<bool> slot_used_;
-  std::map<SequenceId, Entry> sequences_;   // ordered by id = by arrival
-  std::deque<SequenceId> waiting_;
+  std::map<SequenceId, Entry> sequences_;  // ordered by id = by arrival
+  std::deque<SequenceId> waiting_;         // in arrival order: preempted ones return to the front
+  uint64_t preemptions_ = 0;
+  uint64_t recomputed_tokens_ = 0;
 };
 
 }  // namespace granule

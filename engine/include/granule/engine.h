@@ -20,14 +20,14 @@ namespace granule {
 enum class DeviceKind { Auto, Cpu, Cuda };
 
 struct EngineOptions {
-  DeviceKind device = DeviceKind::Auto;   // Auto: CUDA when a GPU is usable, else CPU
-  int64_t context_length = 4096;          // per sequence; clamped to the model's
-  int32_t max_sequences = 8;              // sequence slots (concurrent chats)
-  uint64_t vram_budget_bytes = 0;         // 0 = free memory at start minus a margin
+  DeviceKind device = DeviceKind::Auto;  // Auto: CUDA when a GPU is usable, else CPU
+  int64_t context_length = 4096;         // per sequence; clamped to the model's
+  int32_t max_sequences = 8;             // sequence slots (concurrent chats)
+  uint64_t vram_budget_bytes = 0;        // 0 = free memory at start minus a margin
   bool cuda_graphs = true;
-  int32_t cpu_threads = 0;                // 0 = hardware concurrency
-  int64_t prefill_chunk_tokens = 512;     // token budget of a step's prefill chunk
-  std::string chat_template_override;     // a family name, or "" to detect from the GGUF
+  int32_t cpu_threads = 0;             // 0 = hardware concurrency
+  int64_t prefill_chunk_tokens = 512;  // token budget of a step's prefill chunk
+  std::string chat_template_override;  // a family name, or "" to detect from the GGUF
 };
 
 using SequenceId = int64_t;
@@ -47,8 +47,8 @@ struct TokenSink {
 };
 
 struct Request {
-  std::vector<ChatMessage> messages;      // rendered with the chat template, or
-  std::optional<std::vector<TokenId>> prompt_tokens;   // a raw prompt, used as is
+  std::vector<ChatMessage> messages;                  // rendered with the chat template, or
+  std::optional<std::vector<TokenId>> prompt_tokens;  // a raw prompt, used as is
   SamplingParams sampling;
   TokenSink sink;
 };
@@ -65,18 +65,22 @@ class Engine {
 
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;
-  const ChatTemplate* chat_template() const;   // null if none could be recognised
-  std::string device_name() const;             // "CPU (16 threads)", "CUDA NVIDIA H200"
+  const ChatTemplate* chat_template() const;  // null if none could be recognised
+  std::string device_name() const;            // "CPU (16 threads)", "CUDA NVIDIA H200"
   const EngineOptions& options() const;
 
-  // Queues a request; returns its id. Throws CapacityError when the prompt does not fit
-  // the context, UsageError for an empty prompt.
+  // Queues a request; returns its id. It waits (in arrival order) until a slot is free and
+  // the memory budget holds its prompt's KV. Throws CapacityError when the prompt does not
+  // fit the context, UsageError for an empty prompt. A conversation whose KV the budget
+  // cannot hold even alone ends with on_finish(Error, reason).
   SequenceId submit(Request request);
   // Cancels at any moment; the sink gets on_finish(Cancelled) in the next step() at the
   // latest, and the sequence's KV is freed.
   void cancel(SequenceId id);
   // One scheduler tick: decode every running sequence by one token and prefill a chunk.
-  // Returns false when there is nothing to do.
+  // When running chats outgrow the budget, the newest is preempted: its KV is freed and
+  // recomputed once memory allows, invisibly to its sink. Returns false when there is
+  // nothing to do.
   bool step();
   bool idle() const;
 

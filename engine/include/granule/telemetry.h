@@ -14,18 +14,29 @@ struct SequenceTelemetry {
   uint64_t kv_reserved_bytes = 0;
   double tokens_per_second = 0;
   double time_to_first_token_ms = 0;
+  bool waiting = false;     // queued for a slot and KV (new, or preempted)
+  int32_t preemptions = 0;  // times its KV was freed to make room, to be recomputed
 };
 
 struct TelemetrySnapshot {
-  std::string device;            // "CPU" or the GPU's name
+  std::string device;  // "CPU" or the GPU's name
   bool gpu = false;
   uint64_t device_total_bytes = 0;
   uint64_t budget_bytes = 0;
-  std::map<std::string, uint64_t> ledger;   // category -> bytes ("weights", "kv", ...)
+  std::map<std::string, uint64_t> ledger;  // category -> bytes ("weights", "kv", ...)
   std::vector<SequenceTelemetry> sequences;
   uint64_t granules_mapped = 0;
   uint64_t granules_unmapped = 0;
   double mapping_us_last_step = 0;
+  uint64_t granules_mapped_last_step = 0;
+  uint64_t granules_unmapped_last_step = 0;
+  uint64_t kv_map_refusals = 0;          // cumulative KV mappings the budget refused
+  uint64_t kv_committed_peak_bytes = 0;  // the most KV committed at any time
+  // scheduler
+  int32_t running_sequences = 0;
+  int32_t waiting_sequences = 0;
+  uint64_t preemptions = 0;        // cumulative: sequences whose KV was freed to be recomputed
+  uint64_t recomputed_tokens = 0;  // cumulative: tokens prefilled again after a preemption
   // streaming
   uint64_t streamed_bytes_total = 0;
   double streamed_bytes_per_second = 0;

@@ -1,0 +1,283 @@
+// Tests of the Engine under a memory budget that holds only a few chats' KV (CPU backend,
+// synthetic model): many chats finish with exactly the greedy tokens each gives alone with
+// an unlimited budget although they were preempted and recomputed, committed KV never passes
+// the budget and ends at zero; a chat the budget cannot hold alone gets one clear error while
+// the others continue; cancelling a waiting or preempted chat finishes it once.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "granule/engine.h"
+#include "granule/synthetic_model.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr uint64_t kGranule = 2ull << 20;  // the CPU backend's host granule
+
+struct TempModel {
+  fs::path path;
+  explicit TempModel(const SyntheticModelSpec& spec) {
+    path = fs::temp_directory_path() / ("granule_preemption_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()) + ".gguf");
+    write_synthetic_model(spec, path);
+  }
+  ~TempModel() { fs::remove(path); }
+};
+
+// Narrow to compute but wide in KV: 4 layers x K|V x 8 heads x 128 x f32 = 32 KiB a token,
+// so a 2 MiB granule holds 64 tokens and a chat of a few hundred tokens spans several.
+SyntheticModelSpec kv_wide_spec() {
+  SyntheticModelSpec s;
+  s.n_layer = 4;
+  s.n_embd = 64;
+  s.n_head = 8;
+  s.n_head_kv = 8;
+  s.head_dim = 128;
+  s.n_ff = 128;
+  s.n_vocab = 384;
+  s.context_length = 512;
+  s.seed = 5;
+  return s;
+}
+
+EngineOptions cpu_options(int32_t max_sequences) {
+  EngineOptions o;
+  o.device = DeviceKind::Cpu;
+  o.cpu_threads = 2;
+  o.context_length = 512;
+  o.max_sequences = max_sequences;
+  o.prefill_chunk_tokens = 96;
+  return o;
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::None;
+  int finishes = 0;
+  std::string error;
+};
+
+struct Chat {
+  std::vector<TokenId> prompt;
+  int32_t max_tokens = 0;
+};
+
+Request chat_request(const Chat& chat, std::map<SequenceId, Output>& outputs) {
+  Request r;
+  r.prompt_tokens = chat.prompt;
+  r.sampling = SamplingParams::greedy();
+  r.sampling.max_tokens = chat.max_tokens;
+  r.sampling.ignore_eos = true;
+  r.sink.on_token = [&outputs](SequenceId id, const std::string&, int32_t token) {
+    if (token != kNoToken) outputs[id].tokens.push_back(token);
+  };
+  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
+    outputs[id].reason = reason;
+    outputs[id].error = error;
+    ++outputs[id].finishes;
+  };
+  return r;
+}
+
+// Chats of 5..200 prompt tokens answering 20..150 tokens: 1 to 6 granules each.
+std::vector<Chat> varied_chats(int count, uint64_t seed) {
+  std::mt19937_64 random(seed);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(random() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  std::vector<Chat> chats(static_cast<size_t>(count));
+  for (Chat& c : chats) {
+    c.prompt.resize(static_cast<size_t>(uniform(5, 200)));
+    for (TokenId& t : c.prompt) t = static_cast<TokenId>(uniform(3, 383));
+    c.max_tokens = static_cast<int32_t>(uniform(20, 150));
+  }
+  return chats;
+}
+
+// Each chat alone on an engine with an unlimited budget: the reference tokens.
+std::vector<std::vector<int32_t>> tokens_alone(const fs::path& model,
+                                               const std::vector<Chat>& chats) {
+  auto engine = Engine::open(model, cpu_options(1));
+  std::vector<std::vector<int32_t>> tokens;
+  for (const Chat& c : chats) {
+    std::map<SequenceId, Output> out;
+    const SequenceId id = engine->submit(chat_request(c, out));
+    while (engine->step()) {
+    }
+    tokens.push_back(out[id].tokens);
+  }
+  return tokens;
+}
+
+uint64_t physical_used(const TelemetrySnapshot& t) {
+  uint64_t used = 0;
+  for (const auto& [category, bytes] : t.ledger) {
+    if (category != "kv_reserved_va") used += bytes;
+  }
+  return used;
+}
+
+uint64_t non_kv_bytes(const fs::path& model) {
+  const TelemetrySnapshot t = Engine::open(model, cpu_options(8))->telemetry();
+  return physical_used(t) - t.ledger.at("kv");
+}
+
+// The case: twelve chats on eight slots with room for six granules of KV (a few chats at a
+// time). Chats wait for admission and running ones are preempted as others grow; every chat
+// still ends with exactly its alone tokens, the budget is never passed, and KV ends at zero.
+TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
+  const TempModel model(kv_wide_spec());
+  const std::vector<Chat> chats = varied_chats(12, 20261202);
+  const auto alone = tokens_alone(model.path, chats);
+
+  EngineOptions o = cpu_options(8);
+  o.vram_budget_bytes = non_kv_bytes(model.path) + 6 * kGranule;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+
+  int steps = 0;
+  int32_t most_waiting = 0;
+  bool preempted_seen_waiting = false;
+  uint64_t most_kv = 0;
+  while (engine->step()) {
+    ++steps;
+    ASSERT_LT(steps, 20000);
+    const TelemetrySnapshot t = engine->telemetry();
+    ASSERT_LE(physical_used(t), o.vram_budget_bytes) << "step " << steps;
+    most_kv = std::max(most_kv, t.ledger.at("kv"));
+    most_waiting = std::max(most_waiting, t.waiting_sequences);
+    for (const SequenceTelemetry& s : t.sequences) {
+      if (s.waiting) ASSERT_EQ(s.kv_committed_bytes, 0u) << "step " << steps;
+      if (s.waiting && s.preemptions > 0) preempted_seen_waiting = true;
+    }
+  }
+  ASSERT_TRUE(engine->idle());
+  const TelemetrySnapshot end = engine->telemetry();
+  EXPECT_GT(end.preemptions, 0u);
+  EXPECT_GT(end.recomputed_tokens, 0u);
+  EXPECT_GT(end.kv_map_refusals, 0u);
+  EXPECT_TRUE(preempted_seen_waiting);
+  EXPECT_GE(most_waiting, 6);        // twelve chats, at most six granules
+  EXPECT_EQ(most_kv, 6 * kGranule);  // the budget was used to the last granule
+  EXPECT_EQ(end.kv_committed_peak_bytes, most_kv);
+  EXPECT_EQ(end.ledger.at("kv"), 0u);
+  EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
+  for (size_t i = 0; i < chats.size(); ++i) {
+    const Output& o_i = out[ids[i]];
+    EXPECT_EQ(o_i.finishes, 1) << "chat " << i;
+    EXPECT_EQ(o_i.reason, FinishReason::MaxTokens) << "chat " << i << ": " << o_i.error;
+    EXPECT_EQ(o_i.tokens, alone[i]) << "chat " << i;
+  }
+  RecordProperty("steps", steps);
+  RecordProperty("preemptions", static_cast<int>(end.preemptions));
+}
+
+// The case: the oldest chat answers more tokens than the whole budget holds. Newer chats are
+// preempted to make room for it; once it is alone and still does not fit it ends with one
+// error naming the budget, after the tokens it gave; the others then finish as they do alone.
+TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) {
+  const TempModel model(kv_wide_spec());
+  std::vector<Chat> chats = varied_chats(5, 7);
+  chats[0].prompt.resize(100, 17);
+  chats[0].max_tokens = 400;  // 500 tokens: 8 granules, the budget holds 5
+  chats[1].prompt.resize(20, 23);
+  chats[1].max_tokens = 300;                         // 320 tokens: 5 granules, grows next to chat 0
+  chats[2] = Chat{std::vector<TokenId>(330, 9), 4};  // a 330-token prompt: 6 granules
+  const auto alone = tokens_alone(model.path, chats);
+
+  EngineOptions o = cpu_options(8);
+  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  for (int i = 0; i < 20000 && engine->step(); ++i) {
+    ASSERT_LE(physical_used(engine->telemetry()), o.vram_budget_bytes);
+  }
+  ASSERT_TRUE(engine->idle());
+
+  for (size_t i : {size_t{0}, size_t{2}}) {
+    const Output& failed = out[ids[i]];
+    EXPECT_EQ(failed.finishes, 1) << "chat " << i;
+    EXPECT_EQ(failed.reason, FinishReason::Error) << "chat " << i;
+    EXPECT_NE(failed.error.find("memory budget"), std::string::npos) << failed.error;
+    EXPECT_EQ(failed.error.find('\n'), std::string::npos) << failed.error;
+  }
+  // The long chat gave every token that fit before it failed, each equal to its alone run.
+  const Output& long_chat = out[ids[0]];
+  EXPECT_GE(long_chat.tokens.size(), 200u);
+  ASSERT_LE(long_chat.tokens.size(), alone[0].size());
+  EXPECT_TRUE(std::equal(long_chat.tokens.begin(), long_chat.tokens.end(), alone[0].begin()));
+  EXPECT_NE(long_chat.error.find("for 321 tokens"), std::string::npos) << long_chat.error;
+  EXPECT_TRUE(out[ids[2]].tokens.empty());  // refused before it was ever admitted
+  for (size_t i = 0; i < chats.size(); ++i) {
+    if (i == 0 || i == 2) continue;
+    EXPECT_EQ(out[ids[i]].finishes, 1) << "chat " << i;
+    EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens)
+        << "chat " << i << ": " << out[ids[i]].error;
+    EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
+  }
+  const TelemetrySnapshot end = engine->telemetry();
+  EXPECT_GT(end.preemptions, 0u);
+  EXPECT_EQ(end.ledger.at("kv"), 0u);
+}
+
+// The case: cancelling a chat that waits for admission and one that was preempted (waiting
+// with its KV freed) finishes each once with Cancelled; the rest are unaffected.
+TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
+  const TempModel model(kv_wide_spec());
+  const std::vector<Chat> chats = varied_chats(8, 99);
+  const auto alone = tokens_alone(model.path, chats);
+
+  EngineOptions o = cpu_options(8);
+  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+
+  std::optional<SequenceId> preempted, never_admitted;
+  for (int i = 0; i < 20000 && engine->step() && !preempted; ++i) {
+    for (const SequenceTelemetry& s : engine->telemetry().sequences) {
+      if (s.waiting && s.preemptions > 0) preempted = s.id;
+    }
+  }
+  ASSERT_TRUE(preempted.has_value()) << "no chat was preempted";
+  for (const SequenceTelemetry& s : engine->telemetry().sequences) {
+    if (s.waiting && s.preemptions == 0 && s.id != *preempted) never_admitted = s.id;
+  }
+  ASSERT_TRUE(never_admitted.has_value()) << "every chat was admitted already";
+  ASSERT_TRUE(out[*never_admitted].tokens.empty());
+  const size_t preempted_tokens = out[*preempted].tokens.size();
+  EXPECT_GT(preempted_tokens, 0u);  // it had answered before it was preempted
+
+  engine->cancel(*preempted);
+  engine->cancel(*never_admitted);
+  EXPECT_EQ(out[*preempted].reason, FinishReason::Cancelled);
+  EXPECT_EQ(out[*never_admitted].reason, FinishReason::Cancelled);
+  while (engine->step()) {
+  }
+  ASSERT_TRUE(engine->idle());
+  EXPECT_EQ(out[*preempted].finishes, 1);
+  EXPECT_EQ(out[*never_admitted].finishes, 1);
+  EXPECT_EQ(out[*preempted].tokens.size(), preempted_tokens);  // nothing after the cancel
+  for (size_t i = 0; i < chats.size(); ++i) {
+    if (ids[i] == *preempted || ids[i] == *never_admitted) continue;
+    EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens) << "chat " << i;
+    EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
+  }
+  EXPECT_EQ(engine->telemetry().ledger.at("kv"), 0u);
+}
+
+}  // namespace
+}  // namespace granule

@@ -1,0 +1,222 @@
+// Tests of the Scheduler's policy on a KvSpace over host memory with a small budget (no
+// model): arrival-order admission that a head too big for the budget blocks, preemption of
+// the newest running sequence with its known tokens queued as its new prompt, and sequences
+// the budget cannot hold alone reported as oversized. The expected plans follow from the
+// geometry by hand: 1 KiB of KV per token in 64 KiB granules is 64 tokens a granule.
+#include "scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kv_space.h"
+#include "memory_manager.h"
+
+namespace granule {
+namespace {
+
+constexpr uint64_t kGranule = 64ull << 10;
+constexpr int64_t kTokensPerGranule = 64;
+
+// A scheduler over `slots` slots of 512 tokens, no look-ahead (so the arithmetic is exact),
+// and a budget of `granules` granules.
+struct Fixture {
+  MemoryManager memory;
+  KvSpace kv;
+  Scheduler scheduler;
+
+  Fixture(uint64_t granules, int32_t slots, int64_t prefill_chunk_tokens)
+      : memory(granules * kGranule),
+        kv(make_host_virtual_memory(kGranule), geometry(slots), memory),
+        scheduler(kv, prefill_chunk_tokens) {}
+
+  static KvGeometry geometry(int32_t slots) {
+    KvGeometry g;
+    g.bytes_per_token = 1024;
+    g.max_tokens = 512;
+    g.slots = slots;
+    g.lookahead_tokens = 0;
+    return g;
+  }
+
+  // Does what the engine does after the backend ran the plan: the fed tokens are in KV, and
+  // an item that fed a sequence's last known token samples one more.
+  StepPlan step() {
+    StepPlan plan = scheduler.next_step();
+    for (const ScheduledWork& w : plan.work) {
+      scheduler.advance(w.id, w.count);
+      if (w.start_position + w.count == known.at(w.id)) {
+        scheduler.append_token(w.id);
+        ++known.at(w.id);
+      }
+    }
+    return plan;
+  }
+
+  void add(SequenceId id, int64_t prompt_tokens) {
+    scheduler.add(id, prompt_tokens);
+    known[id] = prompt_tokens;
+  }
+
+  uint64_t committed_granules() const {
+    return memory.bytes(MemoryCategory::KvCommitted) / kGranule;
+  }
+
+  std::map<SequenceId, int64_t> known;  // prompt + sampled tokens, as the engine keeps them
+};
+
+std::vector<SequenceId> ids_of(const std::vector<ScheduledWork>& work) {
+  std::vector<SequenceId> ids;
+  for (const ScheduledWork& w : work) ids.push_back(w.id);
+  return ids;
+}
+
+// The case: sequences are admitted in arrival order; a head whose prompt KV the budget cannot
+// hold yet blocks a later, smaller one (which would fit), so a long chat is not starved.
+TEST(Scheduler, AdmissionIsInArrivalOrderAndAHeadThatDoesNotFitBlocksLaterOnes) {
+  Fixture f(/*granules=*/4, /*slots=*/4, /*prefill_chunk_tokens=*/64);
+  f.add(1, 100);  // 2 granules, prefilled 64 tokens a step
+  f.add(2, 150);  // 3 granules
+  f.add(3, 10);   // 1 granule
+  StepPlan plan = f.step();
+  // 1 is admitted and its first chunk spends the step's 64 prefill tokens.
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{1});
+  EXPECT_EQ(ids_of(plan.work), std::vector<SequenceId>{1});
+  EXPECT_EQ(f.scheduler.waiting(), 2u);
+  plan = f.step();
+  // 1's last 36 prompt tokens take its 2nd granule. 2 needs 3 granules + 1 spare for the
+  // running chat's growth and 2 are free: it waits, and so does 3 behind it although 3
+  // (1 granule + 1 spare) would fit.
+  EXPECT_TRUE(plan.admitted.empty());
+  EXPECT_TRUE(f.scheduler.is_waiting(2));
+  EXPECT_TRUE(f.scheduler.is_waiting(3));
+  EXPECT_EQ(f.committed_granules(), 2u);
+  f.scheduler.remove(1);  // 1 finishes: all 4 granules free
+  EXPECT_EQ(f.committed_granules(), 0u);
+  plan = f.step();
+  // 2 is alone, so it needs only its prompt's 3 granules.
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  for (int i = 0; i < 5; ++i) f.step();  // 2's prompt, then decodes
+  // 3 needs 1 granule + 1 spare for 2's growth; 1 is free: it waits for 2.
+  EXPECT_TRUE(f.scheduler.is_waiting(3));
+  EXPECT_EQ(f.committed_granules(), 3u);
+  f.scheduler.remove(2);
+  plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{3});
+  EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: when the oldest running sequence needs a granule the budget cannot give, the
+// newest running one is preempted: its KV freed, it waits at the front, and when re-admitted
+// it prefills every token it knew (prompt + generated) in one go.
+TEST(Scheduler, GrowthPreemptsTheNewestWhichLaterPrefillsAllItsTokens) {
+  Fixture f(/*granules=*/4, /*slots=*/4, /*prefill_chunk_tokens=*/512);
+  f.add(1, 120);  // 2 granules
+  f.add(2, 60);   // 1 granule: 2 + 1 spare fit the 2 left
+  StepPlan plan = f.step();
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{1, 2}));
+  EXPECT_EQ(f.committed_granules(), 3u);
+  f.add(3, 5);  // arrives later; no room for it while 1 and 2 run
+  // Decode steps: 2 crosses 64 tokens on its 5th decode and takes the last granule; 1
+  // crosses 128 on its 9th, when the budget is full.
+  for (int decode = 1; decode <= 8; ++decode) {
+    plan = f.step();
+    ASSERT_TRUE(plan.preempted.empty()) << "decode " << decode;
+    ASSERT_EQ(ids_of(plan.work), (std::vector<SequenceId>{1, 2})) << "decode " << decode;
+  }
+  EXPECT_EQ(f.committed_granules(), 4u);
+  plan = f.step();
+  EXPECT_EQ(plan.preempted, std::vector<SequenceId>{2});
+  EXPECT_EQ(ids_of(plan.work), std::vector<SequenceId>{1});
+  EXPECT_TRUE(plan.admitted.empty());  // nobody is admitted in a step that preempted
+  EXPECT_EQ(f.scheduler.preemptions(), 1u);
+  EXPECT_EQ(f.scheduler.preemptions_of(2), 1);
+  EXPECT_EQ(f.scheduler.recomputed_tokens(), 68u);  // 2 had 60 prompt + 8 decoded in KV
+  EXPECT_TRUE(f.scheduler.is_waiting(2));
+  EXPECT_FALSE(f.scheduler.slot_of(2).has_value());
+  EXPECT_EQ(f.committed_granules(), 3u);  // 1's three; 2's two went back to the budget
+
+  f.scheduler.remove(1);
+  plan = f.step();
+  // 2 is ahead of 3 (it arrived first) and prefills its 69 known tokens: the 9th sampled
+  // one was not in KV yet, so the prefill's last logits predict the 10th.
+  ASSERT_FALSE(plan.admitted.empty());
+  EXPECT_EQ(plan.admitted.front(), 2);
+  ASSERT_FALSE(plan.work.empty());
+  EXPECT_EQ(plan.work.front().id, 2);
+  EXPECT_EQ(plan.work.front().start_position, 0);
+  EXPECT_EQ(plan.work.front().count, 69);
+  EXPECT_FALSE(plan.work.front().decode);
+  EXPECT_EQ(f.known.at(2), 70);  // that prefill sampled the next token
+  plan = f.step();
+  EXPECT_TRUE(std::any_of(plan.work.begin(), plan.work.end(), [](const ScheduledWork& w) {
+    return w.id == 2 && w.decode && w.start_position == 69;
+  }));
+}
+
+// The case: a prompt whose KV exceeds what the whole budget can hold is reported at once
+// (not left waiting), and the next in line is still admitted.
+TEST(Scheduler, PromptLargerThanTheBudgetIsOversizedAndOthersRun) {
+  Fixture f(/*granules=*/2, /*slots=*/2, /*prefill_chunk_tokens=*/512);
+  f.add(1, 200);  // 4 granules
+  f.add(2, 30);
+  const StepPlan plan = f.step();
+  ASSERT_EQ(plan.oversized.size(), 1u);
+  EXPECT_EQ(plan.oversized[0].id, 1);
+  EXPECT_EQ(plan.oversized[0].needed_bytes, 4 * kGranule);
+  EXPECT_EQ(plan.oversized[0].capacity_bytes, 2 * kGranule);
+  EXPECT_FALSE(f.scheduler.contains(1));
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  EXPECT_EQ(ids_of(plan.work), std::vector<SequenceId>{2});
+}
+
+// The case: a running sequence alone in the budget that grows past it is reported oversized
+// (not preempted: nothing would ever free room for it), and its KV is freed with it.
+TEST(Scheduler, SequenceOutgrowingTheBudgetAloneIsOversizedAndItsKvFreed) {
+  Fixture f(/*granules=*/3, /*slots=*/2, /*prefill_chunk_tokens=*/512);
+  f.add(1, 125);  // 2 granules; needs a 3rd at 128 tokens and a 4th at 192
+  f.add(2, 20);   // 1 granule + 1 spare: does not fit next to 1's 2 of 3
+  StepPlan plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{1});
+  std::vector<SequenceId> preempted;
+  for (int i = 0; i < 200 && plan.oversized.empty(); ++i) {
+    plan = f.step();
+    preempted.insert(preempted.end(), plan.preempted.begin(), plan.preempted.end());
+  }
+  ASSERT_EQ(plan.oversized.size(), 1u);
+  EXPECT_EQ(plan.oversized[0].id, 1);
+  EXPECT_EQ(plan.oversized[0].tokens, 193);  // the decode that needed a 4th granule
+  EXPECT_EQ(plan.oversized[0].capacity_bytes, 3 * kGranule);
+  EXPECT_FALSE(f.scheduler.contains(1));
+  EXPECT_TRUE(preempted.empty());  // 2 never ran next to 1: admission kept it out
+  // Its granules are back at once, so 2 is admitted in the same step.
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  EXPECT_EQ(f.committed_granules(), 1u);
+}
+
+// The case: removing a sequence that waits (new, or preempted) takes it out of the queue and
+// frees nothing it did not hold; removing a running one frees its KV at once.
+TEST(Scheduler, RemovingWaitingAndRunningSequencesFreesTheirPlaces) {
+  Fixture f(/*granules=*/4, /*slots=*/4, /*prefill_chunk_tokens=*/512);
+  f.add(1, 120);
+  f.add(2, 60);
+  f.step();
+  f.add(3, 5);
+  for (int i = 0; i < 9; ++i) f.step();  // 2 is preempted on the 9th decode (as above)
+  ASSERT_TRUE(f.scheduler.is_waiting(2));
+  ASSERT_EQ(f.scheduler.waiting(), 2u);
+  EXPECT_EQ(f.scheduler.remove(2), std::nullopt);  // waiting: no slot to return
+  EXPECT_EQ(f.scheduler.remove(3), std::nullopt);
+  EXPECT_EQ(f.scheduler.waiting(), 0u);
+  EXPECT_EQ(f.committed_granules(), 3u);
+  EXPECT_TRUE(f.scheduler.remove(1).has_value());
+  EXPECT_EQ(f.committed_granules(), 0u);
+  EXPECT_TRUE(f.scheduler.empty());
+  EXPECT_TRUE(f.step().work.empty());
+}
+
+}  // namespace
+}  // namespace granule
