@@ -1,0 +1,285 @@
+// granule-bench chats: opens the model with the Engine, then for each chat count N submits N
+// greedy chats at once (fixed prompt and answer lengths, seeded random prompts), steps the
+// engine until idle and prints prefill and decode throughput, peak committed KV and
+// preemptions, measured from the steps themselves and the engine's telemetry.
+#include "chats_bench.h"
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_model.h"
+#include "granule/engine.h"
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct ChatsResult {
+  int32_t chats = 0;
+  int64_t prompt_tokens = 0;   // all chats
+  double prefill_seconds = 0;  // from submitting to the last chat's first token
+  int64_t decode_tokens = 0;   // produced in the decode window
+  double decode_seconds = 0;   // the decode window's step time
+  int64_t decode_steps = 0;
+  bool full_batch_window = true;  // the window held every chat (else: every step after prefill)
+  uint64_t peak_kv_bytes = 0;     // committed KV, the most after any step of this run
+  uint64_t preemptions = 0;
+  int32_t errors = 0;
+  std::string first_error;
+
+  double prefill_tokens_per_second() const {
+    return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
+  }
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0 ? static_cast<double>(decode_tokens) / decode_seconds : 0;
+  }
+};
+
+// What the sinks saw, for all chats of one run.
+struct RunProgress {
+  int32_t started = 0;  // chats with their first token
+  int32_t finished = 0;
+  int64_t generated = 0;  // tokens, all chats
+  int32_t errors = 0;
+  std::string first_error;
+};
+
+DeviceKind device_kind(const std::string& name) {
+  if (name == "cpu") return DeviceKind::Cpu;
+  if (name == "cuda") return DeviceKind::Cuda;
+  if (name == "auto") return DeviceKind::Auto;
+  throw UsageError("unknown device '" + name + "' (auto, cpu or cuda)");
+}
+
+// Random prompt ids above the first three (the specials of the synthetic vocabulary).
+std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_64& random) {
+  const int64_t first = std::min<int64_t>(3, vocab - 1);
+  std::vector<TokenId> prompt(static_cast<size_t>(tokens));
+  for (TokenId& t : prompt) {
+    t = static_cast<TokenId>(first +
+                             static_cast<int64_t>(random() % static_cast<uint64_t>(vocab - first)));
+  }
+  return prompt;
+}
+
+// Submits `n` chats together and steps the engine until idle. The decode window is the steps
+// that start with every chat past its prompt and none finished: all n chats decode in them.
+ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
+  ChatsResult result;
+  result.chats = n;
+  result.prompt_tokens = o.prompt_tokens * n;
+  RunProgress progress;
+  const uint64_t preemptions_before = engine.telemetry().preemptions;
+  std::mt19937_64 random(o.seed);
+  const auto start = Clock::now();
+  for (int32_t i = 0; i < n; ++i) {
+    Request r;
+    r.prompt_tokens = random_prompt(o.prompt_tokens, engine.config().n_vocab, random);
+    r.sampling = SamplingParams::greedy();
+    r.sampling.max_tokens = o.generate_tokens;
+    r.sampling.ignore_eos = true;
+    r.sink.on_token = [&progress, first = true](SequenceId, const std::string&,
+                                                int32_t token) mutable {
+      if (token == kNoToken) return;
+      ++progress.generated;
+      if (first) ++progress.started;
+      first = false;
+    };
+    r.sink.on_finish = [&progress](SequenceId, FinishReason reason, const std::string& error) {
+      ++progress.finished;
+      if (reason == FinishReason::Error && progress.errors++ == 0) progress.first_error = error;
+    };
+    engine.submit(std::move(r));
+  }
+
+  struct Window {
+    int64_t tokens = 0, steps = 0;
+    double seconds = 0;
+  } full_batch, after_prefill;
+  bool more = true;
+  while (more) {
+    const bool all_started = progress.started == n;
+    const bool none_finished = progress.finished == 0;
+    const int64_t generated_before = progress.generated;
+    const auto step_start = Clock::now();
+    more = engine.step();
+    const auto step_end = Clock::now();
+    const int64_t produced = progress.generated - generated_before;
+    if (!all_started && progress.started == n)
+      result.prefill_seconds = seconds_between(start, step_end);
+    if (all_started && more) {
+      for (Window* w : {&after_prefill, none_finished ? &full_batch : nullptr}) {
+        if (!w) continue;
+        w->tokens += produced;
+        w->seconds += seconds_between(step_start, step_end);
+        ++w->steps;
+      }
+    }
+    result.peak_kv_bytes = std::max(result.peak_kv_bytes, engine.telemetry().ledger.at("kv"));
+  }
+  const Window& window = full_batch.steps > 0 ? full_batch : after_prefill;
+  result.full_batch_window = full_batch.steps > 0;
+  result.decode_tokens = window.tokens;
+  result.decode_seconds = window.seconds;
+  result.decode_steps = window.steps;
+  result.preemptions = engine.telemetry().preemptions - preemptions_before;
+  result.errors = progress.errors;
+  result.first_error = progress.first_error;
+  return result;
+}
+
+void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::string& model_name,
+                 const std::vector<ChatsResult>& results) {
+  const ModelConfig& c = engine.config();
+  std::printf("chats benchmark on %s\n", engine.device_name().c_str());
+  std::printf("model: %s (%lld layers, %lld wide, %lld/%lld heads, vocab %lld)\n",
+              model_name.c_str(), static_cast<long long>(c.n_layer),
+              static_cast<long long>(c.n_embd), static_cast<long long>(c.n_head),
+              static_cast<long long>(c.n_head_kv), static_cast<long long>(c.n_vocab));
+  std::printf(
+      "each chat: %lld random prompt tokens, %d greedy tokens (EOS ignored); prefill chunk %lld; "
+      "budget %s\n\n",
+      static_cast<long long>(o.prompt_tokens), o.generate_tokens,
+      static_cast<long long>(o.prefill_chunk_tokens),
+      o.budget_mib ? (std::to_string(o.budget_mib) + " MiB").c_str() : "the engine's default");
+  std::printf("| %5s | %12s | %12s | %12s | %8s | %11s | %11s | %6s |\n", "chats", "prefill t/s",
+              "decode t/s", "per chat t/s", "steps", "peak KV MiB", "preemptions", "errors");
+  std::printf(
+      "|-------|--------------|--------------|--------------|----------|-------------|-------------"
+      "|"
+      "--------|\n");
+  bool partial_window = false;
+  for (const ChatsResult& r : results) {
+    partial_window = partial_window || !r.full_batch_window;
+    std::printf("| %5d | %12.1f | %11.1f%s | %12.2f | %8lld | %11.1f | %11llu | %6d |\n", r.chats,
+                r.prefill_tokens_per_second(), r.decode_tokens_per_second(),
+                r.full_batch_window ? " " : "*",
+                r.decode_tokens_per_second() / std::max(r.chats, 1),
+                static_cast<long long>(r.decode_steps), static_cast<double>(r.peak_kv_bytes) / kMiB,
+                static_cast<unsigned long long>(r.preemptions), r.errors);
+  }
+  std::printf(
+      "\nprefill t/s: all chats' prompt tokens over the time from submitting them to the last\n"
+      "  chat's first token (early chats decode meanwhile: decode-first scheduling);\n"
+      "decode t/s: tokens over the time of the steps in which every chat decodes (all prompts\n"
+      "  in, none finished) - 'steps' counts them; per chat t/s = decode t/s / chats;\n"
+      "peak KV MiB: committed KV, the most after any step of the run; preemptions: chats whose\n"
+      "  KV was freed for others and recomputed; errors: chats the budget could not hold alone.\n");
+  if (partial_window) {
+    std::printf("*: no step had every chat decoding; measured over every step after the prompts\n");
+  }
+  for (const ChatsResult& r : results) {
+    if (r.errors > 0) std::printf("%d chats: first error: %s\n", r.chats, r.first_error.c_str());
+  }
+}
+
+void print_json(const ChatsBenchOptions& o, const Engine& engine, const std::string& model_name,
+                const std::vector<ChatsResult>& results) {
+  nlohmann::json j;
+  j["device"] = engine.device_name();
+  j["model"] = model_name;
+  j["prompt_tokens_per_chat"] = o.prompt_tokens;
+  j["generate_tokens_per_chat"] = o.generate_tokens;
+  j["prefill_chunk_tokens"] = o.prefill_chunk_tokens;
+  j["budget_mib"] = o.budget_mib;
+  j["results"] = nlohmann::json::array();
+  for (const ChatsResult& r : results) {
+    j["results"].push_back(
+        {{"chats", r.chats},
+         {"prefill_tokens_per_second", r.prefill_tokens_per_second()},
+         {"prefill_seconds", r.prefill_seconds},
+         {"decode_tokens_per_second", r.decode_tokens_per_second()},
+         {"decode_tokens_per_second_per_chat", r.decode_tokens_per_second() / std::max(r.chats, 1)},
+         {"decode_tokens", r.decode_tokens},
+         {"decode_steps", r.decode_steps},
+         {"decode_window_full_batch", r.full_batch_window},
+         {"peak_kv_committed_bytes", r.peak_kv_bytes},
+         {"preemptions", r.preemptions},
+         {"errors", r.errors}});
+  }
+  std::cout << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
+  command.add_option("-m,--model", o.model_path, "GGUF model file");
+  command.add_option("--synthetic", o.synthetic,
+                     "synthetic model PRESET[:TYPE], e.g. smollm2-135m:Q4_1, llama3-8b:Q4_0");
+  command.add_option("-n,--chats", o.chats, "numbers of concurrent chats, one run each")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  command.add_option("-p,--prompt", o.prompt_tokens, "prompt tokens per chat")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  command.add_option("-g,--generate", o.generate_tokens, "generated tokens per chat")
+      ->check(CLI::Range(1, 1 << 20));
+  command.add_option("--device", o.device, "auto, cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  command
+      .add_option("--prefill-chunk", o.prefill_chunk_tokens, "prompt tokens per step, all chats")
+      ->check(CLI::PositiveNumber);
+  command.add_option("--budget-mib", o.budget_mib,
+                     "memory budget in MiB (0 = the engine's default)");
+  command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
+  command.add_option("--seed", o.seed, "prompt seed");
+  command.add_flag("--json", o.json, "print JSON instead of the table");
+}
+
+int run_chats_benchmark(const ChatsBenchOptions& o) {
+  try {
+    set_log_level(spdlog::level::warn);
+    if (o.chats.empty()) throw UsageError("give at least one number of chats");
+    const std::filesystem::path path = bench_model_path(o.model_path, o.synthetic);
+    const std::string model_name =
+        o.synthetic.empty() ? path.filename().string() : "synthetic " + o.synthetic;
+    EngineOptions options;
+    options.device = device_kind(o.device);
+    options.max_sequences = *std::max_element(o.chats.begin(), o.chats.end());
+    options.context_length = o.prompt_tokens + o.generate_tokens;
+    options.prefill_chunk_tokens = o.prefill_chunk_tokens;
+    options.vram_budget_bytes = o.budget_mib << 20;
+    options.cpu_threads = o.cpu_threads;
+    const std::unique_ptr<Engine> engine = Engine::open(path, options);
+    if (engine->options().context_length < options.context_length) {
+      throw UsageError("prompt + generated tokens (" + std::to_string(options.context_length) +
+                       ") exceed the model's context of " +
+                       std::to_string(engine->options().context_length));
+    }
+    // One short chat first, so one-time costs (first touches, library handles) stay out of
+    // the table.
+    ChatsBenchOptions warm_up = o;
+    warm_up.prompt_tokens = std::min<int64_t>(o.prompt_tokens, 16);
+    warm_up.generate_tokens = std::min(o.generate_tokens, 4);
+    run_chats(*engine, 1, warm_up);
+
+    std::vector<ChatsResult> results;
+    for (int32_t n : o.chats) results.push_back(run_chats(*engine, n, o));
+    if (o.json) {
+      print_json(o, *engine, model_name, results);
+    } else {
+      print_table(o, *engine, model_name, results);
+    }
+    return 0;
+  } catch (const Error& e) {
+    std::cerr << "granule-bench chats: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace granule
