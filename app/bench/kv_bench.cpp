@@ -1,6 +1,7 @@
-// granule-bench kv: builds the seeded chat workload, replays it under the three KV policies
-// on host memory or the GPU (CUDA VMM for granules, cudaMalloc + device copies for buckets)
-// and prints committed bytes, copies, address changes and the per-step cost of mapping.
+// granule-bench kv: builds the seeded chat workload, replays it under each KV policy on host
+// memory or the GPU (CUDA VMM for granules, cudaMalloc + device copies for buckets) and prints
+// committed bytes, copies, address changes, the per-step cost of mapping, and how the peaks
+// compare with each other and with the live KV (the floor no policy can go under).
 #include "kv_bench.h"
 
 #include <CLI/CLI.hpp>
@@ -99,6 +100,13 @@ std::unique_ptr<KvBenchMemory> make_memory(const KvBenchOptions& o) {
   throw UsageError("unknown device '" + o.device + "' (host or cuda)");
 }
 
+const KvPolicyResult* find_policy(const std::vector<KvPolicyResult>& results, KvPolicyKind kind) {
+  for (const KvPolicyResult& r : results) {
+    if (r.policy == kv_policy_name(kind)) return &r;
+  }
+  return nullptr;
+}
+
 void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64_t granule_bytes,
                  int64_t bytes_per_token, const KvTrace& trace,
                  const std::vector<KvPolicyResult>& results) {
@@ -118,22 +126,40 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
       static_cast<long long>(trace.edits), static_cast<long long>(trace.prompt_tokens),
       static_cast<long long>(trace.answer_tokens), static_cast<long long>(trace.peak_live_tokens),
       static_cast<double>(trace.peak_live_tokens * bytes_per_token) / kMiB);
-  std::printf("| %-13s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
+  std::printf("| %-14s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
               "mean MiB", "copied MiB", "moves", "map us mean", "map us p99");
   std::printf(
-      "|---------------|--------------|--------------|--------------|----------|--------------|----"
-      "----------|\n");
+      "|----------------|--------------|--------------|--------------|----------|--------------|---"
+      "-----------|\n");
   for (const KvPolicyResult& r : results) {
-    std::printf("| %-13s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n",
+    std::printf("| %-14s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n",
                 r.policy.c_str(), static_cast<double>(r.peak_committed_bytes) / kMiB,
                 r.mean_committed_bytes / kMiB, static_cast<double>(r.copied_bytes) / kMiB,
                 static_cast<unsigned long long>(r.address_changes), r.memory_us_mean,
                 r.memory_us_p99);
   }
   std::printf(
-      "\nmoves: times a live chat's KV changed address (each forces a graph re-capture);\n"
-      "map us: time per step in allocate/map/unmap/copy, over all %zu steps\n",
+      "\npeak MiB: the most KV held at any instant (a bucket copy's two buffers included; the\n"
+      "  cached buckets count the buffers a caching allocator keeps for reuse);\n"
+      "mean MiB: KV held at the end of a step, averaged over the %zu steps;\n"
+      "copied MiB: bytes copied from an outgrown bucket into the next;\n"
+      "moves: times a live chat's KV changed address (each forces a graph re-capture);\n"
+      "map us: time per step in allocate/map/unmap/copy\n",
       trace.steps.size());
+  const double live = static_cast<double>(trace.peak_live_tokens * bytes_per_token);
+  const KvPolicyResult* granules = find_policy(results, KvPolicyKind::Granule);
+  std::printf("\nlive KV at its peak: %.1f MiB (no policy can hold less)\n", live / kMiB);
+  for (KvPolicyKind baseline : {KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached}) {
+    const KvPolicyResult* b = find_policy(results, baseline);
+    if (!b || b->peak_committed_bytes == 0) continue;
+    const auto peak = static_cast<double>(b->peak_committed_bytes);
+    if (granules) {
+      std::printf("granules / %s peak: %.2f;", b->policy.c_str(),
+                  static_cast<double>(granules->peak_committed_bytes) / peak);
+    }
+    std::printf(" live KV / %s peak: %.2f (the best any policy can do)\n", b->policy.c_str(),
+                live / peak);
+  }
 }
 
 void print_json(const KvBenchOptions& o, const std::string& memory_name, uint64_t granule_bytes,
@@ -156,7 +182,8 @@ void print_json(const KvBenchOptions& o, const std::string& memory_name, uint64_
                    {"context_full_ends", trace.context_full_ends},
                    {"prompt_tokens", trace.prompt_tokens},
                    {"answer_tokens", trace.answer_tokens},
-                   {"peak_live_tokens", trace.peak_live_tokens}};
+                   {"peak_live_tokens", trace.peak_live_tokens},
+                   {"peak_live_bytes", trace.peak_live_tokens * bytes_per_token}};
   for (const KvPolicyResult& r : results) {
     j["policies"].push_back({{"policy", r.policy},
                              {"peak_committed_bytes", r.peak_committed_bytes},

@@ -1,5 +1,5 @@
-// The KV memory benchmark: the seeded chat workload, host memory for it, the three KV
-// policies (full context, bucket growth, granules) and the runner that replays a trace.
+// The KV memory benchmark: the seeded chat workload, host memory for it, the KV policies
+// (full context, bucket growth freed or cached, granules) and the runner that replays a trace.
 #include "kv_benchmark.h"
 
 #include <sys/mman.h>
@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numbers>
 #include <random>
 #include <utility>
@@ -371,16 +372,23 @@ class FullContextPolicy final : public KvPolicy {
 
 class BucketGrowthPolicy final : public KvPolicy {
  public:
-  BucketGrowthPolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger)
-      : shape_(shape), memory_(memory), ledger_(ledger) {
+  BucketGrowthPolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger,
+                     bool keep_freed_buckets)
+      : shape_(shape), memory_(memory), ledger_(ledger), keep_freed_buckets_(keep_freed_buckets) {
     check_shape(shape);
     slots_.resize(static_cast<size_t>(shape.slots));
   }
   ~BucketGrowthPolicy() override {
     for (int32_t s = 0; s < shape_.slots; ++s) end(s);
+    for (auto& [bytes, buffers] : pool_) {
+      ledger_.release(MemoryCategory::KvCommitted, bytes * buffers.size());
+    }
   }
 
-  std::string name() const override { return kv_policy_name(KvPolicyKind::BucketGrowth); }
+  std::string name() const override {
+    return kv_policy_name(keep_freed_buckets_ ? KvPolicyKind::BucketGrowthCached
+                                              : KvPolicyKind::BucketGrowth);
+  }
 
   void grow(int32_t slot, int64_t tokens) override {
     check_tokens(shape_, tokens);
@@ -395,7 +403,7 @@ class BucketGrowthPolicy final : public KvPolicy {
   }
   void end(int32_t slot) override {
     Slot& s = at(slot);
-    if (s.buffer) ledger_.release(MemoryCategory::KvCommitted, s.buffer->bytes());
+    if (s.buffer) give_back(std::move(s.buffer));
     s = Slot{};
   }
   uint8_t* address(int32_t slot) const override {
@@ -420,26 +428,48 @@ class BucketGrowthPolicy final : public KvPolicy {
     return slots_[static_cast<size_t>(slot)];
   }
 
+  // A buffer of `bytes`: a kept one of that size when there is one (already charged: the
+  // device never saw it freed), else a new allocation charged to the ledger.
+  std::unique_ptr<KvBenchBuffer> take(uint64_t bytes) {
+    auto kept = pool_.find(bytes);
+    if (kept != pool_.end() && !kept->second.empty()) {
+      std::unique_ptr<KvBenchBuffer> buffer = std::move(kept->second.back());
+      kept->second.pop_back();
+      return buffer;
+    }
+    ledger_.charge(MemoryCategory::KvCommitted, bytes);
+    try {
+      return memory_.allocate(bytes);
+    } catch (...) {
+      ledger_.release(MemoryCategory::KvCommitted, bytes);
+      throw;
+    }
+  }
+
+  // Frees a buffer, or keeps it for reuse as a caching allocator does (still held, still
+  // charged).
+  void give_back(std::unique_ptr<KvBenchBuffer> buffer) {
+    const uint64_t bytes = buffer->bytes();
+    if (keep_freed_buckets_) {
+      pool_[bytes].push_back(std::move(buffer));
+    } else {
+      ledger_.release(MemoryCategory::KvCommitted, bytes);
+    }
+  }
+
   // The next power-of-two bucket that holds `tokens`: both buffers exist during the copy.
   void reallocate(Slot& s, int64_t tokens) {
     int64_t capacity = s.capacity_tokens > 0 ? s.capacity_tokens : shape_.min_bucket_tokens;
     while (capacity < tokens) capacity *= 2;
     capacity = std::min(capacity, shape_.max_context_tokens);
-    const auto bytes = static_cast<uint64_t>(capacity * shape_.bytes_per_token);
-    ledger_.charge(MemoryCategory::KvCommitted, bytes);
-    std::unique_ptr<KvBenchBuffer> fresh;
-    try {
-      fresh = memory_.allocate(bytes);
-    } catch (...) {
-      ledger_.release(MemoryCategory::KvCommitted, bytes);
-      throw;
-    }
+    std::unique_ptr<KvBenchBuffer> fresh =
+        take(static_cast<uint64_t>(capacity * shape_.bytes_per_token));
     if (s.buffer && s.used_tokens > 0) {
       const auto used = static_cast<uint64_t>(s.used_tokens * shape_.bytes_per_token);
       memory_.copy(fresh->data(), s.buffer->data(), used);
       copied_bytes_ += used;
     }
-    if (s.buffer) ledger_.release(MemoryCategory::KvCommitted, s.buffer->bytes());
+    if (s.buffer) give_back(std::move(s.buffer));
     s.buffer = std::move(fresh);
     s.capacity_tokens = capacity;
   }
@@ -447,7 +477,9 @@ class BucketGrowthPolicy final : public KvPolicy {
   KvPolicyShape shape_;
   KvBenchMemory& memory_;
   MemoryManager& ledger_;
+  bool keep_freed_buckets_;
   std::vector<Slot> slots_;
+  std::map<uint64_t, std::vector<std::unique_ptr<KvBenchBuffer>>> pool_;  // by size
   uint64_t copied_bytes_ = 0;
 };
 
@@ -507,7 +539,13 @@ std::unique_ptr<KvPolicy> make_full_context_policy(const KvPolicyShape& shape,
 
 std::unique_ptr<KvPolicy> make_bucket_growth_policy(const KvPolicyShape& shape,
                                                     KvBenchMemory& memory, MemoryManager& ledger) {
-  return std::make_unique<BucketGrowthPolicy>(shape, memory, ledger);
+  return std::make_unique<BucketGrowthPolicy>(shape, memory, ledger, /*keep_freed_buckets=*/false);
+}
+
+std::unique_ptr<KvPolicy> make_cached_bucket_growth_policy(const KvPolicyShape& shape,
+                                                           KvBenchMemory& memory,
+                                                           MemoryManager& ledger) {
+  return std::make_unique<BucketGrowthPolicy>(shape, memory, ledger, /*keep_freed_buckets=*/true);
 }
 
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
@@ -521,6 +559,8 @@ const char* kv_policy_name(KvPolicyKind kind) {
       return "full context";
     case KvPolicyKind::BucketGrowth:
       return "bucket growth";
+    case KvPolicyKind::BucketGrowthCached:
+      return "bucket, cached";
     case KvPolicyKind::Granule:
       return "granules";
   }
@@ -602,6 +642,9 @@ std::vector<KvPolicyResult> compare_kv_policies(const KvTrace& trace, const KvPo
         break;
       case KvPolicyKind::BucketGrowth:
         policy = make_bucket_growth_policy(shape, memory, ledger);
+        break;
+      case KvPolicyKind::BucketGrowthCached:
+        policy = make_cached_bucket_growth_policy(shape, memory, ledger);
         break;
       case KvPolicyKind::Granule:
         policy = make_granule_policy(shape, memory, ledger);

@@ -1,6 +1,7 @@
 // The KV memory benchmark: a seeded chat workload (chats that grow turn by turn, end,
-// regenerate and get edited) replayed step by step under three KV policies — full-context
-// reservation, power-of-two bucket growth with copies, and KvSpace granules on demand.
+// regenerate and get edited) replayed step by step under each KV policy — full-context
+// reservation, power-of-two bucket growth with copies (freed buckets returned at once, or kept
+// by a caching allocator), and KvSpace granules on demand.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -117,9 +118,16 @@ class KvPolicy {
 std::unique_ptr<KvPolicy> make_full_context_policy(const KvPolicyShape& shape,
                                                    KvBenchMemory& memory, MemoryManager& ledger);
 // A buffer per chat of a power-of-two number of tokens; outgrowing it allocates twice the
-// size, copies the used bytes and frees the old one. Truncation keeps the buffer.
+// size, copies the used bytes and frees the old one. Truncation keeps the buffer. Freed
+// buffers go back to the device at once: the most generous bucket baseline.
 std::unique_ptr<KvPolicy> make_bucket_growth_policy(const KvPolicyShape& shape,
                                                     KvBenchMemory& memory, MemoryManager& ledger);
+// The same buckets through a caching allocator (as PyTorch's CUDA allocator keeps freed
+// blocks until empty_cache()): a freed buffer stays held and serves the next request of its
+// size; the ledger counts what is held, in use or kept.
+std::unique_ptr<KvPolicy> make_cached_bucket_growth_policy(const KvPolicyShape& shape,
+                                                           KvBenchMemory& memory,
+                                                           MemoryManager& ledger);
 // Granule's KvSpace: granules mapped on demand under a fixed address, tail unmapped.
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
                                               MemoryManager& ledger);
@@ -131,7 +139,7 @@ struct KvPolicyResult {
   std::string policy;
   uint64_t peak_committed_bytes = 0;   // at any instant, a copy's two buffers included
   double mean_committed_bytes = 0;     // over the ends of steps
-  uint64_t final_committed_bytes = 0;  // after the last step (every chat ended)
+  uint64_t final_committed_bytes = 0;  // after the last step (every chat ended; a cache keeps)
   uint64_t copied_bytes = 0;
   uint64_t address_changes = 0;  // a slot's KV moved: each forces a graph re-capture
   double memory_us_mean = 0;     // time in alloc/map/unmap/copy per step
@@ -148,13 +156,14 @@ using KvStepObserver =
 KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTrace& trace,
                              const KvStepObserver& observer = {});
 
-enum class KvPolicyKind { FullContext, BucketGrowth, Granule };
+enum class KvPolicyKind { FullContext, BucketGrowth, BucketGrowthCached, Granule };
 const char* kv_policy_name(KvPolicyKind kind);
 
 // The same trace under each policy in turn (fresh ledger each), in the order given.
 std::vector<KvPolicyResult> compare_kv_policies(
     const KvTrace& trace, const KvPolicyShape& shape, KvBenchMemory& memory,
     const std::vector<KvPolicyKind>& policies = {
-        KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::Granule});
+        KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached,
+        KvPolicyKind::Granule});
 
 }  // namespace granule

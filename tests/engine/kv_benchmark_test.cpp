@@ -119,10 +119,11 @@ TEST(KvWorkload, ChatsGrowWithinContextRegenerateEditAndAllEnd) {
 TEST(KvBenchmark, EveryPolicySeesTheSameTokenCountsEveryStep) {
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/false);
-  std::vector<std::vector<std::vector<int64_t>>> seen(3);
+  std::vector<std::vector<std::vector<int64_t>>> seen(4);
   const std::vector<std::unique_ptr<KvPolicy> (*)(const KvPolicyShape&, KvBenchMemory&,
                                                   MemoryManager&)>
-      makers = {make_full_context_policy, make_bucket_growth_policy, make_granule_policy};
+      makers = {make_full_context_policy, make_bucket_growth_policy,
+                make_cached_bucket_growth_policy, make_granule_policy};
   for (size_t p = 0; p < makers.size(); ++p) {
     MemoryManager ledger = unbudgeted_ledger();
     auto policy = makers[p](small_shape(), *memory, ledger);
@@ -134,6 +135,7 @@ TEST(KvBenchmark, EveryPolicySeesTheSameTokenCountsEveryStep) {
   ASSERT_EQ(seen[0].size(), trace.steps.size());
   EXPECT_EQ(seen[0], seen[1]);
   EXPECT_EQ(seen[0], seen[2]);
+  EXPECT_EQ(seen[0], seen[3]);
 }
 
 TEST(KvBenchmark, GranulesStayWithinTheRoundingBoundNeverMoveAndEndAtZero) {
@@ -240,6 +242,33 @@ TEST(KvBenchmark, BucketGrowthKeepsTheBytesItCopies) {
   EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 0u);
 }
 
+// The case: with a caching allocator, an outgrown or ended chat's bucket stays held (and in
+// the ledger) and serves the next request of its size, at the same address, with no new
+// allocation; a request of another size allocates.
+TEST(KvBenchmark, CachedBucketsKeepFreedBuffersAndReuseThemBySize) {
+  const KvPolicyShape shape = small_shape();  // first bucket 64 tokens
+  auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/false);
+  MemoryManager ledger = unbudgeted_ledger();
+  auto policy = make_cached_bucket_growth_policy(shape, *memory, ledger);
+  const uint64_t bucket_64 = 64 * kBytesPerToken;
+  policy->grow(0, 50);
+  uint8_t* first = policy->address(0);
+  policy->grow(0, 200);  // 64 -> 256 tokens: the 64-token buffer is kept
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), bucket_64 + 4 * bucket_64);
+  policy->grow(1, 30);  // a 64-token request: the kept buffer, nothing new
+  EXPECT_EQ(policy->address(1), first);
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 5 * bucket_64);
+  policy->grow(2, 10);  // none kept: allocates
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 6 * bucket_64);
+  policy->end(0);
+  policy->end(1);
+  policy->end(2);
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 6 * bucket_64);  // all kept
+  EXPECT_EQ(policy->committed_bytes(0), 0u);                            // none in use
+  policy.reset();
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 0u);
+}
+
 TEST(KvBenchmark, FullContextCommitsEverySlotsWholeContextThroughout) {
   const KvPolicyShape shape = small_shape();
   const KvTrace trace = make_kv_workload(small_workload());
@@ -260,13 +289,19 @@ TEST(KvBenchmark, GranulesCommitLessThanBucketsAndCopyNothing) {
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/true);
   const auto r = compare_kv_policies(trace, shape, *memory);
-  ASSERT_EQ(r.size(), 3u);
+  ASSERT_EQ(r.size(), 4u);
   const KvPolicyResult& full = r[0];
   const KvPolicyResult& bucket = r[1];
-  const KvPolicyResult& granule = r[2];
+  const KvPolicyResult& cached = r[2];
+  const KvPolicyResult& granule = r[3];
   EXPECT_EQ(full.policy, "full context");
   EXPECT_EQ(bucket.policy, "bucket growth");
+  EXPECT_EQ(cached.policy, "bucket, cached");
   EXPECT_EQ(granule.policy, "granules");
+  // The cache holds what bucket growth freed: never less, the same copies and moves.
+  EXPECT_GE(cached.peak_committed_bytes, bucket.peak_committed_bytes);
+  EXPECT_EQ(cached.copied_bytes, bucket.copied_bytes);
+  EXPECT_EQ(cached.address_changes, bucket.address_changes);
 
   const auto live_peak = static_cast<uint64_t>(trace.peak_live_tokens * kBytesPerToken);
   const uint64_t slack_per_chat =
