@@ -2,7 +2,8 @@
 // synthetic model): many chats finish with exactly the greedy tokens each gives alone with
 // an unlimited budget although they were preempted and recomputed, committed KV never passes
 // the budget and ends at zero; a chat the budget cannot hold alone gets one clear error while
-// the others continue; cancelling a waiting or preempted chat finishes it once.
+// the others continue; cancelling a waiting or preempted chat finishes it once; seeded
+// sampling is as unaffected by preemption as greedy.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -68,12 +69,13 @@ struct Output {
 struct Chat {
   std::vector<TokenId> prompt;
   int32_t max_tokens = 0;
+  SamplingParams sampling = SamplingParams::greedy();
 };
 
 Request chat_request(const Chat& chat, std::map<SequenceId, Output>& outputs) {
   Request r;
   r.prompt_tokens = chat.prompt;
-  r.sampling = SamplingParams::greedy();
+  r.sampling = chat.sampling;
   r.sampling.max_tokens = chat.max_tokens;
   r.sampling.ignore_eos = true;
   r.sink.on_token = [&outputs](SequenceId id, const std::string&, int32_t token) {
@@ -180,6 +182,36 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   }
   RecordProperty("steps", steps);
   RecordProperty("preemptions", static_cast<int>(end.preemptions));
+}
+
+// The case: seeded sampling with penalties survives preemption too: the recomputed prefill
+// samples the next token with the same draw index and history, so each chat gives the
+// tokens it gives alone.
+TEST(EnginePreemption, SeededSamplingChatsGiveTheirAloneTokens) {
+  const TempModel model(kv_wide_spec());
+  std::vector<Chat> chats = varied_chats(8, 4242);
+  for (size_t i = 0; i < chats.size(); ++i) {
+    SamplingParams p;  // temperature 0.7, top-k 40, top-p 0.95, min-p 0.05
+    p.seed = 100 + i;
+    p.repetition_penalty = 1.1f;
+    chats[i].sampling = p;
+  }
+  const auto alone = tokens_alone(model.path, chats);
+
+  EngineOptions o = cpu_options(8);
+  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  auto engine = Engine::open(model.path, o);
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  for (int i = 0; i < 20000 && engine->step(); ++i) {
+  }
+  ASSERT_TRUE(engine->idle());
+  EXPECT_GT(engine->telemetry().preemptions, 0u);
+  for (size_t i = 0; i < chats.size(); ++i) {
+    EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens) << "chat " << i;
+    EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
+  }
 }
 
 // The case: the oldest chat answers more tokens than the whole budget holds. Newer chats are
