@@ -1,11 +1,11 @@
 // Concurrent chats on the GPU through the Engine, at the default model's shapes (synthetic
 // SmolLM2-135M, Q4_1): 8 and 32 greedy chats of 5..300 prompt tokens run alone, one after
-// another, then all submitted together. Batching changes the kernels' shapes and rounding, so
-// a chat may leave its alone tokens only where the alone run was a near-tie: the top-two
-// margin of its logits (teacher-forced through Engine::logits_for) at the first divergent
-// position is within twice model_gpu_test's Q4_1 bound (25% of the row's RMS; twice, as both
-// runs may err by the bound in opposite directions). Near-ties are counted and printed; any
-// divergence at a clearer margin fails.
+// another, then all submitted together (32 also under a KV budget that forces preemption). Batching
+// changes the kernels' shapes and rounding, so a chat may leave its alone tokens only where the
+// alone run was a near-tie: the top-two margin of its logits (teacher-forced through
+// Engine::logits_for) at the first divergent position is within twice model_gpu_test's Q4_1 bound
+// (25% of the row's RMS; twice, as both runs may err by the bound in opposite directions).
+// Near-ties are counted and printed; any divergence at a clearer margin fails.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -105,7 +105,18 @@ Margin margin_of(const std::vector<float>& row) {
   return {static_cast<double>(best) - second, std::sqrt(sum_sq / static_cast<double>(row.size()))};
 }
 
-void expect_together_matches_alone(int chats) {
+uint64_t physical_used(const TelemetrySnapshot& t) {
+  uint64_t used = 0;
+  for (const auto& [category, bytes] : t.ledger) {
+    if (category != "kv_reserved_va") used += bytes;
+  }
+  return used;
+}
+
+// Runs the chats alone, then together: on the same engine, or, with kv_budget_granules > 0,
+// on a second engine whose budget holds everything but KV plus that many 2 MiB granules, so
+// chats wait for admission and are preempted and recomputed as others grow.
+void expect_together_matches_alone(int chats, uint64_t kv_budget_granules = 0) {
   EngineOptions options;
   options.device = DeviceKind::Cuda;
   options.max_sequences = 32;
@@ -124,12 +135,29 @@ void expect_together_matches_alone(int chats) {
     alone.push_back(out[id].tokens);
   }
 
+  std::unique_ptr<Engine> pressed;
+  if (kv_budget_granules > 0) {
+    const TelemetrySnapshot idle = engine->telemetry();
+    options.vram_budget_bytes =
+        physical_used(idle) - idle.ledger.at("kv") + kv_budget_granules * (2ull << 20);
+    pressed = Engine::open(smollm2_model_path(), options);
+  }
+  Engine& together_engine = pressed ? *pressed : *engine;
   std::map<SequenceId, ChatOutput> out;
   std::vector<SequenceId> ids;
-  for (const auto& prompt : prompts) ids.push_back(engine->submit(greedy_request(prompt, out)));
-  ASSERT_NO_FATAL_FAILURE(run_to_idle(*engine));
-  const TelemetrySnapshot after = engine->telemetry();
+  for (const auto& prompt : prompts) {
+    ids.push_back(together_engine.submit(greedy_request(prompt, out)));
+  }
+  for (int step = 0; step < 100000 && together_engine.step(); ++step) {
+    if (pressed) {
+      ASSERT_LE(physical_used(together_engine.telemetry()), options.vram_budget_bytes)
+          << "step " << step;
+    }
+  }
+  ASSERT_TRUE(together_engine.idle());
+  const TelemetrySnapshot after = together_engine.telemetry();
   EXPECT_EQ(after.ledger.at("kv"), 0u);
+  if (pressed) EXPECT_GT(after.preemptions, 0u);
 
   int identical = 0, near_ties = 0;
   for (int i = 0; i < chats; ++i) {
@@ -150,8 +178,8 @@ void expect_together_matches_alone(int chats) {
     const auto rows = engine->logits_for(forced);
     const Margin m = margin_of(rows[prompts[static_cast<size_t>(i)].size() - 1 + k]);
     const double bound = 2 * kQ4_1RelativeBound * m.rms;
-    std::cout << "[concurrent-chats] " << chats << " chats: chat " << i << " ("
-              << prompts[static_cast<size_t>(i)].size()
+    std::cout << "[concurrent-chats] " << chats << " chats" << (pressed ? " under a KV budget" : "")
+              << ": chat " << i << " (" << prompts[static_cast<size_t>(i)].size()
               << "-token prompt) diverges at answer token " << k << ", alone " << *diverged.second
               << " together " << *diverged.first << ", top-two margin " << m.top_two << " = "
               << m.top_two / m.rms << " x RMS (bound " << 2 * kQ4_1RelativeBound << " x RMS)\n";
@@ -163,9 +191,13 @@ void expect_together_matches_alone(int chats) {
                     << bound;
     }
   }
-  std::cout << "[concurrent-chats] " << chats << " chats on " << engine->device_name() << ": "
-            << identical << " identical to their alone run, " << near_ties
-            << " diverged at a near-tie; preemptions " << after.preemptions << "\n";
+  std::cout << "[concurrent-chats] " << chats << " chats on " << engine->device_name()
+            << (pressed
+                    ? " under a KV budget of " + std::to_string(kv_budget_granules) + " granules"
+                    : std::string())
+            << ": " << identical << " identical to their alone run, " << near_ties
+            << " diverged at a near-tie; preemptions " << after.preemptions
+            << ", tokens recomputed " << after.recomputed_tokens << "\n";
   ::testing::Test::RecordProperty("identical", identical);
   ::testing::Test::RecordProperty("near_ties", near_ties);
 }
@@ -181,6 +213,15 @@ TEST_F(ConcurrentChatsGpu, EightChatsTogetherGiveTheirAloneTokensExceptAtNearTie
 TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsTogetherGiveTheirAloneTokensExceptAtNearTies) {
   GRANULE_REQUIRE_GPU();
   expect_together_matches_alone(32);
+}
+
+// The case: thirty-two chats under a budget with room for 24 granules of KV (a third of what
+// they hold at their peak): they wait for admission and are preempted, their KV freed and
+// recomputed (through the prefill path, not the decode one), yet they give their alone
+// tokens except at near-ties; the budget is never passed and KV ends at zero.
+TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsUnderASmallKvBudgetGiveTheirAloneTokens) {
+  GRANULE_REQUIRE_GPU();
+  expect_together_matches_alone(32, /*kv_budget_granules=*/24);
 }
 
 }  // namespace
