@@ -151,6 +151,7 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   int32_t most_waiting = 0;
   bool preempted_seen_waiting = false;
   uint64_t most_kv = 0;
+  uint64_t mapped_by_steps = 0, unmapped_by_steps = 0;  // the per-step counters, summed
   while (engine->step()) {
     ++steps;
     ASSERT_LT(steps, 20000);
@@ -158,6 +159,10 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
     ASSERT_LE(physical_used(t), o.vram_budget_bytes) << "step " << steps;
     most_kv = std::max(most_kv, t.ledger.at("kv"));
     most_waiting = std::max(most_waiting, t.waiting_sequences);
+    ASSERT_EQ(static_cast<size_t>(t.running_sequences + t.waiting_sequences), t.sequences.size());
+    ASSERT_LE(t.running_sequences, o.max_sequences);
+    mapped_by_steps += t.granules_mapped_last_step;
+    unmapped_by_steps += t.granules_unmapped_last_step;
     for (const SequenceTelemetry& s : t.sequences) {
       if (s.waiting) ASSERT_EQ(s.kv_committed_bytes, 0u) << "step " << steps;
       if (s.waiting && s.preemptions > 0) preempted_seen_waiting = true;
@@ -174,6 +179,9 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   EXPECT_EQ(end.kv_committed_peak_bytes, most_kv);
   EXPECT_EQ(end.ledger.at("kv"), 0u);
   EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
+  // Every map and unmap happened inside a step, so the per-step counts add up to the totals.
+  EXPECT_EQ(mapped_by_steps, end.granules_mapped);
+  EXPECT_EQ(unmapped_by_steps, end.granules_unmapped);
   for (size_t i = 0; i < chats.size(); ++i) {
     const Output& o_i = out[ids[i]];
     EXPECT_EQ(o_i.finishes, 1) << "chat " << i;

@@ -108,6 +108,46 @@ TEST(KvSpace, MapThroughCommitsGranulesForTokensPlusLookahead) {
   EXPECT_GE(stats.last_mapping_us, 0.0);
 }
 
+// The case: what the scheduler asks before admitting a chat — the whole granules that hold
+// a number of tokens (clamped to the slot) and what the budget can still charge.
+TEST(KvSpace, BytesForTokensAreWholeGranulesWithinTheSlotAndBudgetRoomIsReported) {
+  MemoryManager memory(4 * kSmallGranule + 100);
+  KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
+  EXPECT_EQ(kv.bytes_for_tokens(0), 0u);
+  EXPECT_EQ(kv.bytes_for_tokens(1), kSmallGranule);
+  EXPECT_EQ(kv.bytes_for_tokens(65), kSmallGranule);        // 65,000 bytes
+  EXPECT_EQ(kv.bytes_for_tokens(66), 2 * kSmallGranule);    // 66,000 bytes
+  EXPECT_EQ(kv.bytes_for_tokens(1000), 5 * kSmallGranule);  // clamped to the 300-token slot
+  EXPECT_EQ(kv.budget_available_bytes(), 4 * kSmallGranule + 100);
+  ASSERT_TRUE(kv.map_through(1, 60));  // 76,000 bytes with the look-ahead: 2 granules
+  EXPECT_EQ(kv.budget_available_bytes(), 2 * kSmallGranule + 100);
+}
+
+// The case: the per-step counters (granules mapped and unmapped since reset_step_stats) and
+// the peak of committed bytes follow maps and truncations; the cumulative ones keep counting.
+TEST(KvSpace, StepCountersAndPeakFollowMapsAndUnmaps) {
+  MemoryManager memory(1ull << 30);
+  KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
+  ASSERT_TRUE(kv.map_through(0, 200));  // 216,000 bytes: 4 granules
+  ASSERT_TRUE(kv.map_through(1, 10));   // 1 granule
+  KvStats s = kv.stats();
+  EXPECT_EQ(s.last_granules_mapped, 5u);
+  EXPECT_EQ(s.last_granules_unmapped, 0u);
+  EXPECT_EQ(s.peak_committed_bytes, 5 * kSmallGranule);
+  kv.reset_step_stats();
+  kv.truncate(0, 70);  // keeps 70,000 bytes: 2 granules
+  kv.release(1);
+  s = kv.stats();
+  EXPECT_EQ(s.last_granules_mapped, 0u);
+  EXPECT_EQ(s.last_granules_unmapped, 3u);
+  EXPECT_EQ(s.granules_mapped, 5u);
+  EXPECT_EQ(s.granules_unmapped, 3u);
+  EXPECT_EQ(s.committed_bytes, 2 * kSmallGranule);
+  EXPECT_EQ(s.peak_committed_bytes, 5 * kSmallGranule);  // the peak stays
+  kv.reset_step_stats();
+  EXPECT_EQ(kv.stats().last_granules_unmapped, 0u);
+}
+
 TEST(KvSpace, RejectsBadSlotsTokensAndGeometry) {
   MemoryManager memory(1ull << 30);
   KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
