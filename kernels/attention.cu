@@ -55,6 +55,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize) attention_split_kernel(Atte
   __shared__ float sm_m[kWarps][kMaxGroup], sm_l[kWarps][kMaxGroup];
   __shared__ float sm_acc[kWarps][kMaxGroup][kHeadDim];
 
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
   const int length = a.lengths[row];
   const int start = split * a.split_tokens;
@@ -202,20 +204,21 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   const dim3 grid(args.max_splits, args.n_kv, args.rows);
   const int threads = kWarps * kWarpSize;
+  cudaError_t status;
   switch (args.head_dim) {
     case 64:
-      attention_split_kernel<2><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(attention_split_kernel<2>, grid, dim3(threads), stream, args);
       break;
     case 128:
-      attention_split_kernel<4><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(attention_split_kernel<4>, grid, dim3(threads), stream, args);
       break;
     case 256:
-      attention_split_kernel<8><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(attention_split_kernel<8>, grid, dim3(threads), stream, args);
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  return launch_status();
+  return status != cudaSuccess ? status : launch_status();
 }
 
 }  // namespace granule::kernels

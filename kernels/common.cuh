@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 
 namespace granule::kernels {
 
@@ -69,6 +70,46 @@ __device__ __forceinline__ int load_int_aligned4(const uint8_t* p) {
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// Programmatic dependent launch (sm_90+; no-ops elsewhere). A kernel launched with
+// launch_early() may start while the kernel before it still runs; it must call
+// wait_for_previous_kernel() before touching anything that kernel (or any earlier one)
+// writes or reads — before that it may only read immutable data such as weights.
+// allow_next_kernel() lets such a dependent start as soon as every block of this kernel
+// has called it (it never weakens the dependent's wait).
+__device__ __forceinline__ void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 #endif  // __CUDACC__
+
+// Whether launch_early() asks for programmatic dependent launch: on devices of compute
+// capability 9.0 and later, unless GRANULE_PDL=0 (a switch to measure what it buys).
+bool early_launch_enabled();
+
+// Launches kernel<<<grid, block, 0, stream>>>(args...) so that it may start before the
+// previous kernel in the stream has finished (see wait_for_previous_kernel); an ordinary
+// launch where that is not enabled. Stream capture records it as a programmatic edge.
+template <typename... Params, typename... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                         Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = early_launch_enabled() ? 1 : 0;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
 
 }  // namespace granule::kernels

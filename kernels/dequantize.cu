@@ -1,22 +1,76 @@
 // One thread per 8 elements: decode with the shared dequantize8 and store 16 or 32 bytes.
 #include "dequantize.cuh"
 #include "quant_blocks.cuh"
+#include "split_layout.h"
 
 namespace granule::kernels {
 namespace {
 
 constexpr int kThreads = 256;
 
+// Elements 8c..8c+7 of a split-layout row of n_cols (split_layout.h).
+template <uint32_t TYPE>
+__device__ __forceinline__ void split_dequantize8(const uint8_t* row, int64_t n_cols, int64_t c,
+                                                  float* v) {
+  const int64_t n = n_cols / 32, j = c / 4;
+  const int e0 = 8 * static_cast<int>(c % 4);
+  const uint8_t* scales = row + split::scales_offset(TYPE, n);
+  if constexpr (TYPE == kQ8_0) {
+    const float d = half_bits_to_float(reinterpret_cast<const uint16_t*>(scales)[j]);
+    const int8_t* q = reinterpret_cast<const int8_t*>(row) + 32 * j + e0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = d * static_cast<float>(q[i]);
+  } else if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+    const uint8_t* q = row + 16 * j + (e0 % 16);
+    const int shift = e0 < 16 ? 0 : 4;
+    float d, m;
+    if constexpr (TYPE == kQ4_0) {
+      d = half_bits_to_float(reinterpret_cast<const uint16_t*>(scales)[j]);
+      m = -8.0f * d;
+    } else {
+      d = half_bits_to_float(reinterpret_cast<const uint16_t*>(scales)[2 * j]);
+      m = half_bits_to_float(reinterpret_cast<const uint16_t*>(scales)[2 * j + 1]);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = static_cast<float>((q[i] >> shift) & 0xF) * d + m;
+  } else {  // Q6_K
+    const uint8_t* qh = row + split::q6k_qh_offset(n) + 8 * j;
+    const float d = half_bits_to_float(
+        reinterpret_cast<const uint16_t*>(row + split::q6k_d_offset(n))[j / 8]);
+    const float sc = d * static_cast<float>(reinterpret_cast<const int8_t*>(scales)[2 * j + e0 / 16]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int e = e0 + i;
+      const int low = e < 16 ? row[16 * j + e] & 0xF : row[16 * j + e - 16] >> 4;
+      const int high = (qh[e % 8] >> (2 * (e / 8))) & 3;
+      v[i] = sc * static_cast<float>((low | (high << 4)) - 32);
+    }
+  }
+}
+
+// Elements 8c..8c+7 of a row in either layout.
+template <uint32_t TYPE>
+__device__ __forceinline__ void row_dequantize8(const uint8_t* row, int64_t n_cols, int64_t c,
+                                                bool split_layout, float* v) {
+  if constexpr (split::supports(TYPE)) {
+    if (split_layout) {
+      split_dequantize8<TYPE>(row, n_cols, c, v);
+      return;
+    }
+  }
+  dequantize8<TYPE>(row, c, v);
+}
+
 template <uint32_t TYPE>
 __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ weight, int64_t rows,
                                          int64_t chunks_per_row, int64_t row_bytes,
-                                         __half* __restrict__ out) {
+                                         bool split_layout, __half* __restrict__ out) {
   const int64_t total = rows * chunks_per_row;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = i / chunks_per_row, chunk = i % chunks_per_row;
     float v[8];
-    dequantize8<TYPE>(weight + row * row_bytes, chunk, v);
+    row_dequantize8<TYPE>(weight + row * row_bytes, chunks_per_row * 8, chunk, split_layout, v);
     __align__(16) __half h[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) h[k] = __float2half_rn(v[k]);
@@ -26,15 +80,18 @@ __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ weight, int
 
 template <uint32_t TYPE>
 __global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64_t row_bytes,
-                                        int n_embd, int64_t n_vocab,
+                                        int n_embd, int64_t n_vocab, bool split_layout,
                                         const int32_t* __restrict__ tokens,
                                         float* __restrict__ out) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int t = blockIdx.x;
   const int32_t token = tokens[t];
   float* dst = out + static_cast<int64_t>(t) * n_embd;
   for (int chunk = threadIdx.x; chunk < n_embd / 8; chunk += blockDim.x) {
     float v[8] = {};
-    if (token >= 0 && token < n_vocab) dequantize8<TYPE>(table + token * row_bytes, chunk, v);
+    if (token >= 0 && token < n_vocab)
+      row_dequantize8<TYPE>(table + token * row_bytes, n_embd, chunk, split_layout, v);
     float4* d = reinterpret_cast<float4*>(dst) + 2 * chunk;
     d[0] = make_float4(v[0], v[1], v[2], v[3]);
     d[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -45,9 +102,10 @@ __global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64
 
 cudaError_t launch_dequantize_to_f16(uint32_t weight_type, const void* weight, int64_t rows,
                                      int64_t n_cols, int64_t row_bytes, __half* out,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, bool split_layout) {
   if (n_cols % 8 != 0 || block_elems(weight_type) == 0 || n_cols % block_elems(weight_type) != 0)
     return cudaErrorInvalidValue;
+  if (split_layout && !split::supports(weight_type)) return cudaErrorInvalidValue;
   const int64_t chunks_per_row = n_cols / 8;
   const int64_t total = rows * chunks_per_row;
   if (total == 0) return cudaSuccess;
@@ -55,21 +113,23 @@ cudaError_t launch_dequantize_to_f16(uint32_t weight_type, const void* weight, i
   const bool ok = dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     dequantize_to_f16_kernel<TYPE><<<blocks, kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(weight), rows, chunks_per_row, row_bytes, out);
+        static_cast<const uint8_t*>(weight), rows, chunks_per_row, row_bytes, split_layout, out);
   });
   return ok ? launch_status() : cudaErrorInvalidValue;
 }
 
 cudaError_t launch_embedding_gather(uint32_t weight_type, const void* table, int64_t row_bytes,
                                     int n_embd, int64_t n_vocab, const int32_t* tokens,
-                                    int n_tokens, float* out, cudaStream_t stream) {
+                                    int n_tokens, float* out, cudaStream_t stream,
+                                    bool split_layout) {
   if (n_embd % 8 != 0 || block_elems(weight_type) == 0 || n_embd % block_elems(weight_type) != 0)
     return cudaErrorInvalidValue;
+  if (split_layout && !split::supports(weight_type)) return cudaErrorInvalidValue;
   if (n_tokens == 0) return cudaSuccess;
   const bool ok = dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     embedding_gather_kernel<TYPE><<<n_tokens, 128, 0, stream>>>(
-        static_cast<const uint8_t*>(table), row_bytes, n_embd, n_vocab, tokens, out);
+        static_cast<const uint8_t*>(table), row_bytes, n_embd, n_vocab, split_layout, tokens, out);
   });
   return ok ? launch_status() : cudaErrorInvalidValue;
 }

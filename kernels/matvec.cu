@@ -10,6 +10,7 @@
 
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
+#include "split_layout.h"
 
 namespace granule::kernels {
 namespace {
@@ -78,6 +79,8 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
 template <uint32_t TYPE, int NB, bool GATE_UP, int STEP = 64, int ROWS = rows_per_block(NB)>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   constexpr int R = ROWS;
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int first_row = blockIdx.x * R;
@@ -267,6 +270,8 @@ __global__ void __launch_bounds__(kThreads)
 template <uint32_t TYPE, int NB, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads)
     matvec_q8_streaming_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   constexpr int R = rows_per_block(NB);
   constexpr int M = GATE_UP ? 2 : 1;
   constexpr int kBlockBytes = block_bytes(TYPE);
@@ -448,11 +453,11 @@ void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate
                   const MatvecInput& in, int first_column, cudaStream_t stream) {
   const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
   if (gate_up)
-    matvec_kernel<TYPE, NB, true, STEP, ROWS>
-        <<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+    launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), stream, tasks,
+                 in, first_column);
   else
-    matvec_kernel<TYPE, NB, false, STEP, ROWS>
-        <<<grid, kThreads, 0, stream>>>(tasks, in, first_column);
+    launch_early(matvec_kernel<TYPE, NB, false, STEP, ROWS>, grid, dim3(kThreads), stream, tasks,
+                 in, first_column);
 }
 
 template <uint32_t TYPE, int NB>
@@ -495,8 +500,8 @@ void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool ga
 
 }  // namespace
 
-bool matvec_reads_q8(uint32_t weight_type) {
-  return weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0;
+bool matvec_reads_q8(uint32_t weight_type, bool split_layout) {
+  return split_layout || weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0;
 }
 
 cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
@@ -505,6 +510,13 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
   if (!is_supported_weight_type(weight_type)) return cudaErrorInvalidValue;
   if (input.n_in % block_elems(weight_type) != 0 || input.n_in % kQ8Block != 0)
     return cudaErrorInvalidValue;
+  for (int i = 0; i < n_tasks; ++i)
+    if (tasks[i].split_layout != tasks[0].split_layout) return cudaErrorInvalidValue;
+  if (tasks[0].split_layout) {
+    if (!split::supports(weight_type)) return cudaErrorInvalidValue;
+    const cudaError_t status = launch_matvec_split(weight_type, tasks, n_tasks, input, stream);
+    return status != cudaSuccess ? status : launch_status();
+  }
   MatvecTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;

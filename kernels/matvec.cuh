@@ -19,6 +19,9 @@ struct MatvecTask {
   float* y = nullptr;  // y[b * y_stride + o]
   int64_t y_stride = 0;
   bool accumulate = false;  // y += W x instead of y = W x
+  // Rows in split_layout.h's layout (Q4_0/Q4_1/Q8_0/Q6_K; row_bytes is then the split row
+  // stride) instead of GGUF blocks. Every task of a launch must agree.
+  bool split_layout = false;
 };
 
 struct MatvecInput {
@@ -30,12 +33,18 @@ struct MatvecInput {
 
 constexpr int kMaxMatvecTasks = 3;
 
-// True when the type's kernel reads the int8 activations (MatvecInput::xq), else x.
-bool matvec_reads_q8(uint32_t weight_type);
+// True when the type's kernel reads the int8 activations (MatvecInput::xq), else x. The
+// split-layout kernels always read int8 activations.
+bool matvec_reads_q8(uint32_t weight_type, bool split_layout = false);
 
 // Runs n_tasks (1..3) products of one weight type over the same input in one launch.
-// Returns cudaErrorInvalidValue for an unsupported type or shape.
+// Returns cudaErrorInvalidValue for an unsupported type or shape. Split-layout tasks go to
+// launch_matvec_split, which is launched early (launch_early, common.cuh).
 cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                           const MatvecInput& input, cudaStream_t stream);
+
+// The split-layout kernels (matvec_split.cu): weight_type Q4_0, Q4_1, Q8_0 or Q6_K.
+cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
+                                const MatvecInput& input, cudaStream_t stream);
 
 }  // namespace granule::kernels

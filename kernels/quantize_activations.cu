@@ -6,6 +6,8 @@ namespace {
 
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks,
                                    ActivationQ8 out) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int64_t block = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize;
   if (block >= n_blocks) return;  // whole warps leave together
   const float v = x[block * kQ8Block + threadIdx.x % kWarpSize];
@@ -27,9 +29,10 @@ cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out
   const int64_t n_blocks = static_cast<int64_t>(rows) * n / kQ8Block;
   if (n_blocks == 0) return cudaSuccess;
   constexpr int kThreads = 256;
-  quantize_q8_kernel<<<ceil_div(n_blocks * kWarpSize, kThreads), kThreads, 0, stream>>>(x, n_blocks,
-                                                                                        out);
-  return launch_status();
+  const cudaError_t status = launch_early(quantize_q8_kernel,
+                                          dim3(ceil_div(n_blocks * kWarpSize, kThreads)),
+                                          dim3(kThreads), stream, x, n_blocks, out);
+  return status != cudaSuccess ? status : launch_status();
 }
 
 cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,

@@ -13,6 +13,8 @@ __global__ void __launch_bounds__(kMaxThreads)
     rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight, int n, float eps,
                     RmsNormOutputs out, const int32_t* __restrict__ source_rows) {
   __shared__ float scratch[32];
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int64_t row = blockIdx.x;
   const int64_t source = source_rows ? source_rows[row] : row;
   const int n4 = n / 4;
@@ -82,8 +84,9 @@ cudaError_t launch_rms_norm(const float* x, const float* weight, int rows, int n
   const int threads =
       std::min(kMaxThreads, std::max(kWarpSize, (n4 + kWarpSize - 1) / kWarpSize * kWarpSize));
   if (n4 > threads * kMaxVectorsPerThread) return cudaErrorInvalidValue;
-  rms_norm_kernel<<<rows, threads, 0, stream>>>(x, weight, n, eps, out, source_rows);
-  return launch_status();
+  const cudaError_t status = launch_early(rms_norm_kernel, dim3(rows), dim3(threads), stream, x,
+                                          weight, n, eps, out, source_rows);
+  return status != cudaSuccess ? status : launch_status();
 }
 
 }  // namespace granule::kernels

@@ -18,6 +18,8 @@ __device__ __forceinline__ void rotation(int32_t position, double frequency, flo
 
 template <int EPL>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(RopeKvArgs a) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int lane = threadIdx.x % kWarpSize;
   const int head = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   const int row = blockIdx.y;
@@ -100,20 +102,21 @@ cudaError_t launch_rope_kv(const RopeKvArgs& args, cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   const dim3 grid(ceil_div(args.n_head + 2 * args.n_kv, kWarpsPerBlock), args.rows);
   const int threads = kWarpsPerBlock * kWarpSize;
+  cudaError_t status;
   switch (args.head_dim) {
     case 64:
-      rope_kv_kernel<2><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(rope_kv_kernel<2>, grid, dim3(threads), stream, args);
       break;
     case 128:
-      rope_kv_kernel<4><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(rope_kv_kernel<4>, grid, dim3(threads), stream, args);
       break;
     case 256:
-      rope_kv_kernel<8><<<grid, threads, 0, stream>>>(args);
+      status = launch_early(rope_kv_kernel<8>, grid, dim3(threads), stream, args);
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  return launch_status();
+  return status != cudaSuccess ? status : launch_status();
 }
 
 }  // namespace granule::kernels

@@ -14,6 +14,8 @@ __global__ void swiglu_to_f16_kernel(const float* __restrict__ gate, const float
 
 __global__ void swiglu_f32_kernel(const float* __restrict__ gate, const float* __restrict__ up,
                                   int64_t count, float* __restrict__ out) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = silu(gate[i]) * up[i];
@@ -37,8 +39,9 @@ cudaError_t launch_swiglu_to_f16(const float* gate, const float* up, int64_t cou
 cudaError_t launch_swiglu_f32(const float* gate, const float* up, int64_t count, float* out,
                               cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  swiglu_f32_kernel<<<grid_for(count), kThreads, 0, stream>>>(gate, up, count, out);
-  return launch_status();
+  const cudaError_t status =
+      launch_early(swiglu_f32_kernel, dim3(grid_for(count)), dim3(kThreads), stream, gate, up, count, out);
+  return status != cudaSuccess ? status : launch_status();
 }
 
 }  // namespace granule::kernels

@@ -1,6 +1,7 @@
 // RMSNorm (f32, f16 and int8 outputs, row selection), activation quantisation, weight
 // dequantisation to f16, embedding gather and SwiGLU against the CPU reference
-// (cpu/ops.h, dequantize_row) on fresh random inputs with poisoned outputs.
+// (cpu/ops.h, dequantize_row) on fresh random inputs with poisoned outputs; the two weight
+// readers also on the split layout (kernels/split_layout.h) of the types that have it.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"
+#include "weight_split.h"
 
 namespace granule {
 namespace {
@@ -22,6 +24,19 @@ using gpu_test::DeviceArray;
 const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
                                 TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                 TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+// The GGUF rows re-laid out in the split layout when `split` (row_bytes becomes its stride).
+std::vector<uint8_t> device_rows(TensorType type, const std::vector<uint8_t>& gguf, int64_t rows,
+                                 int64_t cols, bool split, int64_t& row_bytes_out) {
+  if (!split) {
+    row_bytes_out = static_cast<int64_t>(row_bytes(type, cols));
+    return gguf;
+  }
+  row_bytes_out = split_row_stride(static_cast<uint32_t>(type), cols);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes_out));
+  split_rows(static_cast<uint32_t>(type), gguf.data(), rows, cols, out.data());
+  return out;
+}
 
 std::vector<float> halves_to_floats(const std::vector<__half>& h) {
   std::vector<float> f(h.size());
@@ -129,7 +144,9 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
 TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(6);
+  for (const bool split : {false, true})
   for (TensorType type : kAllTypes) {
+    if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
     const int64_t rows = 13, cols = 512;
     const int64_t rb = static_cast<int64_t>(row_bytes(type, cols));
     std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
@@ -139,23 +156,26 @@ TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
       quantize_row(type, v.data(), bytes.data() + r * rb, cols);
       dequantize_row(type, bytes.data() + r * rb, expected.data() + r * cols, cols);
     }
-    DeviceArray<uint8_t> d_w(bytes);
+    int64_t stride = 0;
+    DeviceArray<uint8_t> d_w(device_rows(type, bytes, rows, cols, split, stride));
     DeviceArray<__half> d_out(expected.size());
     d_out.poison();
     CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols,
-                                              rb, d_out.get(), nullptr));
+                                              stride, d_out.get(), nullptr, split));
     const std::vector<float> got = halves_to_floats(d_out.download());
     for (size_t i = 0; i < got.size(); ++i)
       // The device may fuse d * q + m into one FMA: allow one f16 rounding step.
       ASSERT_NEAR(got[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6)
-          << tensor_type_info(type).name << " element " << i;
+          << tensor_type_info(type).name << (split ? " split" : "") << " element " << i;
   }
 }
 
 TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(8);
+  for (const bool split : {false, true})
   for (TensorType type : kAllTypes) {
+    if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
     const int64_t vocab = 50, n_embd = 768;
     const int64_t rb = static_cast<int64_t>(row_bytes(type, n_embd));
     std::vector<uint8_t> table(static_cast<size_t>(vocab * rb));
@@ -164,13 +184,14 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
       quantize_row(type, v.data(), table.data() + r * rb, n_embd);
     }
     const std::vector<int32_t> tokens = {49, 0, 17, 17, 3, 50 /* out of range: zeros */};
-    DeviceArray<uint8_t> d_table(table);
+    int64_t stride = 0;
+    DeviceArray<uint8_t> d_table(device_rows(type, table, vocab, n_embd, split, stride));
     DeviceArray<int32_t> d_tokens(tokens);
     DeviceArray<float> d_out(tokens.size() * n_embd);
     d_out.poison();
     CUDA_OK(kernels::launch_embedding_gather(
-        static_cast<uint32_t>(type), d_table.get(), rb, static_cast<int>(n_embd), vocab,
-        d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr));
+        static_cast<uint32_t>(type), d_table.get(), stride, static_cast<int>(n_embd), vocab,
+        d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr, split));
     const std::vector<float> got = d_out.download();
     for (size_t t = 0; t < tokens.size(); ++t) {
       std::vector<float> expected(static_cast<size_t>(n_embd), 0.0f);
@@ -179,7 +200,7 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
       for (int64_t i = 0; i < n_embd; ++i)
         ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)],
                     1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))
-            << tensor_type_info(type).name << " token "
+            << tensor_type_info(type).name << (split ? " split" : "") << " token "
             << t;  // FMA on the device: last-bit differences
     }
   }

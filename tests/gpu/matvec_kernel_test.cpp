@@ -4,6 +4,8 @@
 // Expected values: cpu::matmul in f32 on the same encoded weights. Error bound: f32
 // rounding, plus, for the int8-activation types (Q4_0/Q4_1/Q8_0), the exact worst case of
 // rounding each activation to its block's int8 grid: sum |w_i| * amax(block of i) / 254.
+// Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (kernels/split_layout.h), whose
+// kernels always read int8 activations.
 #include <cmath>
 #include <random>
 
@@ -13,6 +15,7 @@
 #include "granule/tensor_type.h"
 #include "matvec.cuh"
 #include "quantize_activations.cuh"
+#include "weight_split.h"
 
 namespace granule {
 namespace {
@@ -23,9 +26,12 @@ struct Encoded {
   std::vector<uint8_t> bytes;
   std::vector<float> decoded;  // what the kernel must see
   int64_t row_bytes = 0;
+  std::vector<uint8_t> device_bytes;  // bytes (or, split, the split rows) + 16 bytes of slack
+  int64_t device_row_bytes = 0;
 };
 
-Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng,
+               bool split = false) {
   Encoded e;
   e.row_bytes = static_cast<int64_t>(row_bytes(type, cols));
   // 16 bytes of slack: the kernels copy rows in 16-byte vectors (the model keeps the same).
@@ -36,10 +42,21 @@ Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
     quantize_row(type, values.data(), e.bytes.data() + r * e.row_bytes, cols);
     dequantize_row(type, e.bytes.data() + r * e.row_bytes, e.decoded.data() + r * cols, cols);
   }
+  if (split) {
+    e.device_row_bytes = split_row_stride(static_cast<uint32_t>(type), cols);
+    e.device_bytes.assign(static_cast<size_t>(rows * e.device_row_bytes) + 16, 0xEE);
+    split_rows(static_cast<uint32_t>(type), e.bytes.data(), rows, cols, e.device_bytes.data());
+  } else {
+    e.device_row_bytes = e.row_bytes;
+    e.device_bytes = e.bytes;
+  }
   return e;
 }
 
-bool reads_q8(TensorType t) { return kernels::matvec_reads_q8(static_cast<uint32_t>(t)); }
+bool reads_q8(TensorType t, bool split = false) {
+  return kernels::matvec_reads_q8(static_cast<uint32_t>(t), split);
+}
+bool has_split(TensorType t) { return split_layout_supported(static_cast<uint32_t>(t)); }
 
 // Per (column, row): the bound on |gpu - reference|.
 std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows,
@@ -68,6 +85,7 @@ struct Case {
   TensorType type;
   int64_t rows, cols;
   int batch;
+  bool split = false;
 };
 
 class MatvecKernel : public ::testing::TestWithParam<Case> {};
@@ -77,12 +95,12 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   const Case c = GetParam();
   std::mt19937 rng(
       static_cast<uint32_t>(c.rows * 131 + c.cols * 7 + c.batch + static_cast<int>(c.type)));
-  const Encoded w = encode(c.type, c.rows, c.cols, rng);
+  const Encoded w = encode(c.type, c.rows, c.cols, rng, c.split);
   const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(c.batch * c.cols), rng);
   std::vector<float> expected(static_cast<size_t>(c.rows * c.batch));
   cpu::matmul(c.type, w.bytes.data(), c.rows, c.cols, x.data(), c.batch, expected.data(), nullptr);
 
-  DeviceArray<uint8_t> d_w(w.bytes);
+  DeviceArray<uint8_t> d_w(w.device_bytes);
   DeviceArray<float> d_x(x), d_y(static_cast<size_t>(c.rows * c.batch));
   DeviceArray<int8_t> d_qs(static_cast<size_t>(c.batch * c.cols));
   DeviceArray<float2> d_ds(static_cast<size_t>(c.batch * c.cols / 32));
@@ -92,18 +110,20 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   in.batch = c.batch;
   in.x = d_x.get();
   in.xq = {d_qs.get(), d_ds.get()};
-  if (reads_q8(c.type)) {
+  if (reads_q8(c.type, c.split)) {
     CUDA_OK(kernels::launch_quantize_q8(d_x.get(), c.batch, in.n_in, in.xq, nullptr));
   }
   kernels::MatvecTask task;
   task.weight = d_w.get();
-  task.row_bytes = w.row_bytes;
+  task.row_bytes = w.device_row_bytes;
+  task.split_layout = c.split;
   task.n_out = static_cast<int>(c.rows);
   task.y = d_y.get();
   task.y_stride = c.rows;
   CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, in, nullptr));
   const std::vector<float> got = d_y.download();
-  const std::vector<double> bound = error_bounds(w, x, c.rows, c.cols, c.batch, reads_q8(c.type));
+  const std::vector<double> bound =
+      error_bounds(w, x, c.rows, c.cols, c.batch, reads_q8(c.type, c.split));
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     if (!(std::fabs(got[i] - expected[i]) <= bound[i])) {
@@ -127,13 +147,24 @@ std::vector<Case> cases() {
     out.push_back({t, 300, 1536, 21});  // 16 + 4 + 1 column groups
     out.push_back({t, 61, 2816, 7});
   }
+  // The split layout: the same shapes, plus rows long enough for several pipelined steps
+  // (14336 = 448 sub-blocks), fewer sub-blocks than lanes (576 = 18), and every batch group.
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+    for (Case c : {Case{t, 1, 256, 1}, Case{t, 37, 768, 3}, Case{t, 129, 512, 16},
+                   Case{t, 300, 1536, 21}, Case{t, 61, 2816, 7}, Case{t, 70, 14336, 1},
+                   Case{t, 517, 4096, 1}, Case{t, 45, 4608, 2}, Case{t, 23, 1024, 8}}) {
+      c.split = true;
+      out.push_back(c);
+    }
+    if (t != TensorType::Q6_K) out.push_back({t, 99, 576, 1, true});
+  }
   return out;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::string(tensor_type_info(c.type).name) + "_" + std::to_string(c.rows) + "x" +
-         std::to_string(c.cols) + "_b" + std::to_string(c.batch);
+         std::to_string(c.cols) + "_b" + std::to_string(c.batch) + (c.split ? "_split" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), case_name);
@@ -142,6 +173,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), c
 TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(7);
+  for (const bool split : {false, true})
   for (TensorType type : {TensorType::Q4_0, TensorType::Q6_K}) {
     const int64_t cols = 512;
     const int batch = 5;
@@ -162,12 +194,13 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
     std::vector<std::vector<float>> start;
     kernels::MatvecTask tasks[3];
     for (int i = 0; i < 3; ++i) {
-      w.push_back(encode(type, rows[i], cols, rng));
-      d_w.emplace_back(w.back().bytes);
+      w.push_back(encode(type, rows[i], cols, rng, split));
+      d_w.emplace_back(w.back().device_bytes);
       start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
       d_y.emplace_back(start.back());
       tasks[i].weight = d_w.back().get();
-      tasks[i].row_bytes = w.back().row_bytes;
+      tasks[i].row_bytes = w.back().device_row_bytes;
+      tasks[i].split_layout = split;
       tasks[i].n_out = static_cast<int>(rows[i]);
       tasks[i].y = d_y.back().get();
       tasks[i].y_stride = rows[i];
@@ -180,11 +213,13 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
                   nullptr);
       if (i == 1)
         for (size_t j = 0; j < expected.size(); ++j) expected[j] += start[i][j];
-      const std::vector<double> bound = error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type));
+      const std::vector<double> bound =
+          error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type, split));
       const std::vector<float> got = d_y[i].download();
       for (size_t j = 0; j < got.size(); ++j)
         ASSERT_LE(std::fabs(got[j] - expected[j]), bound[j] + 1e-5 * std::fabs(expected[j]))
-            << tensor_type_info(type).name << " matrix " << i << " element " << j;
+            << tensor_type_info(type).name << (split ? " split" : "") << " matrix " << i
+            << " element " << j;
     }
   }
 }
@@ -193,16 +228,19 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
 TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(11);
-  for (TensorType type : {TensorType::Q4_1, TensorType::F16, TensorType::Q4_K}) {
+  for (const bool split : {false, true})
+  for (TensorType type : {TensorType::Q4_1, TensorType::F16, TensorType::Q4_K, TensorType::Q4_0}) {
+    if (split && !has_split(type)) continue;
     const int64_t rows = 200, cols = 768;
     const int batch = 9;
-    const Encoded gate = encode(type, rows, cols, rng), up = encode(type, rows, cols, rng);
+    const Encoded gate = encode(type, rows, cols, rng, split),
+                  up = encode(type, rows, cols, rng, split);
     const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
     std::vector<float> g(static_cast<size_t>(rows * batch)), u(g.size()), expected(g.size());
     cpu::matmul(type, gate.bytes.data(), rows, cols, x.data(), batch, g.data(), nullptr);
     cpu::matmul(type, up.bytes.data(), rows, cols, x.data(), batch, u.data(), nullptr);
     cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(g.size()));
-    DeviceArray<uint8_t> d_gate(gate.bytes), d_up(up.bytes);
+    DeviceArray<uint8_t> d_gate(gate.device_bytes), d_up(up.device_bytes);
     DeviceArray<float> d_x(x), d_y(g.size());
     DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
     DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
@@ -216,20 +254,21 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
     kernels::MatvecTask t;
     t.weight = d_gate.get();
     t.weight_up = d_up.get();
-    t.row_bytes = gate.row_bytes;
+    t.row_bytes = gate.device_row_bytes;
+    t.split_layout = split;
     t.n_out = static_cast<int>(rows);
     t.y = d_y.get();
     t.y_stride = rows;
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, in, nullptr));
     const std::vector<float> got = d_y.download();
-    const std::vector<double> bg = error_bounds(gate, x, rows, cols, batch, reads_q8(type));
-    const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type));
+    const std::vector<double> bg = error_bounds(gate, x, rows, cols, batch, reads_q8(type, split));
+    const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type, split));
     for (size_t j = 0; j < got.size(); ++j) {
       // silu' is within [-0.1, 1.1]: the product's error is bounded by the factors' bounds.
       const double bound =
           1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
       ASSERT_LE(std::fabs(got[j] - expected[j]), bound)
-          << tensor_type_info(type).name << " element " << j;
+          << tensor_type_info(type).name << (split ? " split" : "") << " element " << j;
     }
   }
 }
@@ -244,6 +283,10 @@ TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
   EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, nullptr), cudaErrorInvalidValue);
   in.n_in = 48;  // not a multiple of 32
   EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, nullptr),
+            cudaErrorInvalidValue);
+  in.n_in = 256;
+  t.split_layout = true;  // no split layout for Q4_K
+  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_K), &t, 1, in, nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -2,52 +2,49 @@
 # One device-machine call: configure and build the engine, tests and granule-bench with CUDA
 # (arch 90), run the GPU tests and the engine tests, then granule-bench on the default
 # model's shapes and on 8B-shaped Q4_0. Logs go under $OUT; a short summary is printed last.
-#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|bench|all]   (default all)
+#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|bench|sweep|profile|all]
+#   (default all). GRANULE_TARGETS limits what is built (default: everything).
 set -uo pipefail
 what=${1:-all}
 OUT=${OUT:-/tmp/granule-out}
 mkdir -p "$OUT"
 root=$(pwd)
+src=${GRANULE_SRC:-$root}   # another source tree to build (e.g. an extracted snapshot)
 build=$root/build-gpu
 export GRANULE_LOG_LEVEL=warn
 
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv >"$OUT/gpu.txt" 2>&1
 
-cmake -S . -B "$build" -G Ninja -DGRANULE_BUILD_APP=OFF -DGRANULE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+cmake -S "$src" -B "$build" -G Ninja -DGRANULE_BUILD_APP=OFF -DGRANULE_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DGRANULE_DEPS_DIR="$root/.gpu-deps" >/tmp/configure.log 2>&1 || { tail -40 /tmp/configure.log; exit 1; }
 start=$(date +%s)
 # At most 8 files come back: build logs stay in /tmp unless the build fails.
-if ! ninja -C "$build" -j16 -k 0 >/tmp/build.log 2>&1; then
+if ! ninja -C "$build" -j16 -k 0 ${GRANULE_TARGETS:-} >/tmp/build.log 2>&1; then
   cp /tmp/build.log "$OUT/build.log"
   echo "BUILD FAILED (continuing with what built):"
   grep -E "error|FAILED" /tmp/build.log | head -30
 fi
 echo "build: $(( $(date +%s) - start )) s"
 
-# granule-bench on both shapes, also with the streaming int8 matvec; the 8B shape also as
-# JSON. Everything for one model goes to one file (at most 8 files come back).
+# granule-bench on both shapes; the 8B shape also as JSON. Everything for one model goes to
+# one file (at most 8 files come back).
 bench_all() {
   local b="$build/app/bench/granule-bench"
-  { timeout 90 "$b" --synthetic smollm2-135m:Q4_1
-    echo; echo "-- GRANULE_MATVEC_STREAMING=1"
-    GRANULE_MATVEC_STREAMING=1 timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 0; } \
-    >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1
-  { timeout 330 "$b" --synthetic llama3-8b:Q4_0
-    echo; echo "-- GRANULE_MATVEC_STREAMING=1"
-    GRANULE_MATVEC_STREAMING=1 timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0
+  timeout 120 "$b" --synthetic smollm2-135m:Q4_1 >"$OUT/bench-smollm2-135m-Q4_1.txt" 2>&1
+  if [[ -f ${GRANULE_DEFAULT_MODEL:-} ]]; then
+    timeout 120 "$b" -m "$GRANULE_DEFAULT_MODEL" >"$OUT/bench-real-default-model.txt" 2>&1
+  fi
+  { timeout 300 "$b" --synthetic llama3-8b:Q4_0
     echo; echo "-- JSON"
     timeout 60 "$b" --synthetic llama3-8b:Q4_0 --json -p 0 -n 0 -b 1; } >"$OUT/bench-llama3-8b-Q4_0.txt" 2>&1
 }
 
 gpu_tests() {
   local start=$(date +%s)
-  timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 280 \
+  timeout 400 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 380 \
     --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
   grep -h "\[gpu-vs-cpu\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
-  # The same tests with the streaming int8 matvec kernel.
-  GRANULE_MATVEC_STREAMING=1 timeout 300 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 \
-    --timeout 280 --output-on-failure >"$OUT/ctest-gpu-streaming.log" 2>&1
-  echo "gpu tests (twice): $(( $(date +%s) - start )) s"
+  echo "gpu tests: $(( $(date +%s) - start )) s"
 }
 
 engine_tests() {
@@ -66,26 +63,27 @@ profile() {
   head -c 4000000 /tmp/ncu-8b.txt >"$OUT/ncu-8b.txt"
 }
 
-# Batch-1 decode on the 8B shape for each matvec shape (GRANULE_MATVEC_SHAPE), each after
-# the matvec kernel tests under the same shape.
+# Batch-1 decode on the 8B shape: the split-layout shapes (GRANULE_SPLIT_SHAPE), then the
+# default with programmatic dependent launch off and with GGUF-layout weights, each after
+# the matvec kernel tests under the same setting.
 sweep() {
   local b="$build/app/bench/granule-bench"
-  for shape in default 128x4 64x8 64x2 32x4; do
-    echo "-- shape $shape"
-    if [[ $shape == default ]]; then unset GRANULE_MATVEC_SHAPE; else export GRANULE_MATVEC_SHAPE=$shape; fi
-    timeout 60 "$build/tests/matvec_kernel_test" 2>&1 | grep -E "PASSED|FAILED" | head -3
-    timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1 2>&1 | tail -1
+  for setting in default ${GRANULE_SWEEP:-GRANULE_SPLIT_SHAPE=1x4 GRANULE_SPLIT_SHAPE=2x4 GRANULE_SPLIT_K=1 \
+                 GRANULE_PDL=0 GRANULE_SPLIT_WEIGHTS=0}; do
+    echo "-- $setting"
+    ( [[ $setting != default ]] && export "$setting"
+      timeout 60 "$build/tests/matvec_kernel_test" 2>&1 | grep -E "PASSED|FAILED" | head -3
+      timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1 2>&1 | tail -1 )
   done
-  unset GRANULE_MATVEC_SHAPE
 }
 
 case $what in
   profile) profile ;;
   sweep)
-    timeout 200 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 180 \
-      --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
+    gpu_tests
     sweep >"$OUT/sweep.txt" 2>&1 ;;
   tests) gpu_tests; engine_tests 240 ;;
+  gpu) gpu_tests; bench_all; profile ;;
   bench) bench_all ;;
   all)
     gpu_tests
@@ -97,6 +95,6 @@ esac
 echo "== summary"
 grep -hE "tests passed|tests failed" "$OUT"/ctest-*.log 2>/dev/null
 grep -hE "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$OUT"/ctest-*.log 2>/dev/null | head -30
-grep -E "decode steps|cuBLAS\)|batched|engine" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | sed -E 's/\[gpu-vs-cpu\] //; s/, worst err\/bound [0-9.e-]+//' | cut -c1-140
+grep -E "decode steps|cuBLAS\)|batched|engine|real" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | sed -E 's/\[gpu-vs-cpu\] //; s/, worst err\/bound [0-9.e-]+//' | cut -c1-140
 cat "$OUT/sweep.txt" 2>/dev/null
 for f in "$OUT"/bench-*.txt; do echo; echo "== $(basename "$f")"; grep -vE "^\s*[{}\"\]]|^\s+\"|writing|done in" "$f"; done

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "attention.cuh"
 #include "cpu/ops.h"
 #include "cuda/cuda_check.h"
+#include "weight_split.h"
 #include "dequantize.cuh"
 #include "granule/error.h"
 #include "granule/log.h"
@@ -57,12 +59,24 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     throw DeviceError(
         "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
 
-  // --- weights: every matrix packed into one buffer, byte for byte ---------------------
+  // --- weights: every matrix in one buffer; Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row ----
+  // (kernels/split_layout.h: same bytes, values first, so decode loads are 16-byte
+  // vectors), everything else byte for byte. GRANULE_SPLIT_WEIGHTS=0 keeps GGUF blocks.
   std::vector<const TensorInfo*> matrices = {w.token_embd};
   if (w.output && w.output != w.token_embd) matrices.push_back(w.output);
   for (const LayerWeights& l : w.layers)
     for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
       matrices.push_back(t);
+  const char* split_env = std::getenv("GRANULE_SPLIT_WEIGHTS");
+  const bool split_enabled = !(split_env && split_env[0] == '0');
+  auto use_split = [&](const TensorInfo* t) {
+    return split_enabled && split_layout_supported(t->ggml_type) &&
+           t->dims[0] % (t->ggml_type == static_cast<uint32_t>(TensorType::Q6_K) ? 256 : 32) == 0;
+  };
+  auto device_bytes = [&](const TensorInfo* t) {
+    return use_split(t) ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
+                        : t->size_bytes;
+  };
   std::vector<size_t> offsets;
   size_t total = 0;
   for (const TensorInfo* t : matrices) {
@@ -70,7 +84,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
       throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " +
                         tensor_type_name(t->ggml_type));
     offsets.push_back(total);
-    total += align_up(t->size_bytes + kTensorSlackBytes);
+    total += align_up(device_bytes(t) + kTensorSlackBytes);
   }
   weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, total);
   auto* base = weights_.as<uint8_t>();
@@ -82,13 +96,36 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     m.type = t->ggml_type;
     m.cols = t->dims[0];
     m.rows = t->rows();
-    m.row_bytes = static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
+    m.gguf_row_bytes =
+        static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
+    m.split = use_split(t);
+    m.row_bytes = m.split ? split_row_stride(m.type, m.cols) : m.gguf_row_bytes;
     return m;
   };
-  for (size_t i = 0; i < matrices.size(); ++i)
-    check_cuda(cudaMemcpy(base + offsets[i], matrices[i]->data, matrices[i]->size_bytes,
-                          cudaMemcpyHostToDevice),
-               "uploading weights");
+  {
+    std::vector<uint8_t> staging;
+    constexpr size_t kStagingBytes = size_t{32} << 20;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const TensorInfo* t = matrices[i];
+      if (!use_split(t)) {
+        check_cuda(cudaMemcpy(base + offsets[i], t->data, t->size_bytes, cudaMemcpyHostToDevice),
+                   "uploading weights");
+        continue;
+      }
+      const DeviceMatrix m = device_matrix(t);
+      const int64_t rows_per_chunk =
+          std::max<int64_t>(1, static_cast<int64_t>(kStagingBytes) / m.row_bytes);
+      staging.resize(static_cast<size_t>(std::min(rows_per_chunk, m.rows) * m.row_bytes));
+      for (int64_t r = 0; r < m.rows; r += rows_per_chunk) {
+        const int64_t n = std::min(rows_per_chunk, m.rows - r);
+        split_rows(m.type, static_cast<const uint8_t*>(t->data) + r * m.gguf_row_bytes, n, m.cols,
+                   staging.data());
+        check_cuda(cudaMemcpy(base + offsets[i] + r * m.row_bytes, staging.data(),
+                              static_cast<size_t>(n * m.row_bytes), cudaMemcpyHostToDevice),
+                   "uploading weights");
+      }
+    }
+  }
 
   // --- vectors: norms, biases and the rope frequencies as f32 ---------------------------
   std::vector<float> vectors;
@@ -129,7 +166,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   output_ = device_matrix(w.output ? w.output : w.token_embd);
   output_norm_ = vec(output_norm_at);
   rope_frequencies_ = rope_frequencies_buffer_.as<double>();
-  decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.row_bytes);
+  decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const LayerVectorOffsets& o = layer_offsets[i];
@@ -149,7 +186,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     d.q_norm = vec(o.q_norm);
     d.k_norm = vec(o.k_norm);
     for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down})
-      decode_weight_bytes_ += static_cast<uint64_t>(m->rows * m->row_bytes);
+      decode_weight_bytes_ += static_cast<uint64_t>(m->rows * m->gguf_row_bytes);
     layers_.push_back(d);
   }
 
@@ -238,7 +275,7 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
   k::RmsNormOutputs out;
   if (f16)
     out.f16 = normed_f16_.as<__half>();
-  else if (k::matvec_reads_q8(w.type))
+  else if (k::matvec_reads_q8(w.type, w.split))
     out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   else
     out.f32 = normed_.as<float>();
@@ -254,7 +291,8 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
   while (i < count) {
     int j = i;
     k::MatvecTask tasks[k::kMaxMatvecTasks];
-    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type) {
+    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
+           mats[j].split == mats[i].split) {
       k::MatvecTask& t = tasks[j - i];
       t.weight = mats[j].data;
       t.row_bytes = mats[j].row_bytes;
@@ -262,6 +300,7 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
       t.y = outs[j];
       t.y_stride = mats[j].rows;
       t.accumulate = accumulate;
+      t.split_layout = mats[j].split;
       ++j;
     }
     k::MatvecInput in;
@@ -281,7 +320,7 @@ void CudaModel::gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* 
     logger("engine.cuda")->info("cuBLAS loaded from {}", Cublas::library_path());
   }
   check_launch(k::launch_dequantize_to_f16(w.type, w.data, w.rows, w.cols, w.row_bytes,
-                                           weight_f16_.as<__half>(), stream_.get()),
+                                           weight_f16_.as<__half>(), stream_.get(), w.split),
                "dequantize_to_f16");
   // Row-major Y[n_rows][w.rows] = X · Wᵀ, i.e. column-major Y (w.rows × n_rows) = Wᵀ(cm) · X(cm).
   cublas_->gemm_f16_f32(CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n_rows,
@@ -342,7 +381,7 @@ void CudaModel::attention(int layer, int n_rows) {
   a.split_counters = attention_counters_.as<int>();
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type))
+  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(k::launch_attention(a, stream_.get()), "attention");
 }
@@ -354,7 +393,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv}) {
-      if (k::matvec_reads_q8(m->type))
+      if (k::matvec_reads_q8(m->type, m->split))
         out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
       else
         out.f32 = normed_.as<float>();
@@ -374,7 +413,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
-      if (k::matvec_reads_q8(m->type))
+      if (k::matvec_reads_q8(m->type, m->split))
         out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
       else
         out.f32 = normed_.as<float>();
@@ -384,11 +423,12 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                  "rms_norm");
   }
   float* h = gate_.as<float>();
-  if (l.w_gate.type == l.w_up.type) {
+  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
     k::MatvecTask t;
     t.weight = l.w_gate.data;
     t.weight_up = l.w_up.data;
     t.row_bytes = l.w_gate.row_bytes;
+    t.split_layout = l.w_gate.split;
     t.n_out = static_cast<int>(l.w_gate.rows);
     t.y = h;
     t.y_stride = l.w_gate.rows;
@@ -407,7 +447,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
         k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h, stream_.get()),
         "swiglu");
   }
-  if (k::matvec_reads_q8(l.w_down.type))
+  if (k::matvec_reads_q8(l.w_down.type, l.w_down.split))
     check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
                                        {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, stream_.get()),
                  "quantize_q8");
@@ -443,7 +483,7 @@ void CudaModel::run_layers(int n_rows) {
   check_launch(
       k::launch_embedding_gather(token_embd_.type, token_embd_.data, token_embd_.row_bytes,
                                  static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
-                                 n_rows, hidden_.as<float>(), stream_.get()),
+                                 n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split),
       "embedding_gather");
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (n_rows <= kMatvecMaxRows)
@@ -456,7 +496,7 @@ void CudaModel::run_layers(int n_rows) {
 void CudaModel::run_head(int first_logit_row, int count) {
   const ModelConfig& c = config_;
   k::RmsNormOutputs out;
-  if (k::matvec_reads_q8(output_.type))
+  if (k::matvec_reads_q8(output_.type, output_.split))
     out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   else
     out.f32 = normed_.as<float>();

@@ -1,0 +1,346 @@
+// Decode matrix-vector products over split-layout rows (split_layout.h). A warp owns R
+// rows; its lanes take consecutive 32-element sub-blocks, so each weight load is one
+// coalesced 16-byte vector per lane; every lane loads U sub-blocks per row at once and the
+// next U are in flight while these are consumed, which keeps enough bytes moving per SM for
+// HBM without staging through shared memory. Activations are int8 blocks (ActivationQ8)
+// and meet the weights in 4-way int8 dot products. The weight loads of the first
+// sub-blocks are issued before waiting for the previous kernel (launch_early).
+#include <cstdlib>
+#include <string>
+
+#include "matvec.cuh"
+#include "quant_blocks.cuh"
+#include "split_layout.h"
+
+namespace granule::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+
+struct SplitTasks {
+  MatvecTask t[kMaxMatvecTasks];
+};
+
+// One row's sub-block as loaded; each type uses some of the fields.
+struct Payload {
+  uint4 q;       // 16 bytes of quantised values (Q8_0: the first 16)
+  uint4 q2;      // Q8_0: the last 16
+  uint2 h;       // Q6_K: high bits
+  uint32_t s;    // f16 d (Q4_0, Q8_0); f16 d | f16 m << 16 (Q4_1); int8 scales (Q6_K)
+  uint32_t d6;   // Q6_K: the super-block's f16 d
+};
+
+template <uint32_t TYPE>
+__device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, Payload& p) {
+  if constexpr (TYPE == kQ8_0) {
+    const uint4* q = reinterpret_cast<const uint4*>(row) + 2 * j;
+    p.q = __ldcs(q);
+    p.q2 = __ldcs(q + 1);
+    p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 32 * n) + j);
+  } else {
+    p.q = __ldcs(reinterpret_cast<const uint4*>(row) + j);
+    if constexpr (TYPE == kQ4_0) {
+      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 16 * n) + j);
+    } else if constexpr (TYPE == kQ4_1) {
+      p.s = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
+    } else {  // Q6_K
+      p.h = __ldcs(reinterpret_cast<const uint2*>(row + split::q6k_qh_offset(n)) + j);
+      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
+      p.d6 = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q6k_d_offset(n)) + j / 8);
+    }
+  }
+}
+
+// The sub-block's dot product with 32 int8 activations xa (elements 0..15) and xb (16..31)
+// whose block scales are ds = (d, d * sum of the int8 values).
+template <uint32_t TYPE>
+__device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, const int4& xb,
+                                             float2 ds) {
+  const int q[4] = {static_cast<int>(p.q.x), static_cast<int>(p.q.y), static_cast<int>(p.q.z),
+                    static_cast<int>(p.q.w)};
+  const int x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+  if constexpr (TYPE == kQ8_0) {
+    const int q2[4] = {static_cast<int>(p.q2.x), static_cast<int>(p.q2.y),
+                       static_cast<int>(p.q2.z), static_cast<int>(p.q2.w)};
+    int sumi = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) sumi = __dp4a(q2[m], x[m + 4], __dp4a(q[m], x[m], sumi));
+    return half_bits_to_float(static_cast<uint16_t>(p.s)) * ds.x * static_cast<float>(sumi);
+  } else if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+    int sumi = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      sumi = __dp4a(q[m] & 0x0F0F0F0F, x[m], sumi);
+      sumi = __dp4a((q[m] >> 4) & 0x0F0F0F0F, x[m + 4], sumi);
+    }
+    const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
+    if constexpr (TYPE == kQ4_0) return d * (ds.x * static_cast<float>(sumi) - 8.0f * ds.y);
+    return d * ds.x * static_cast<float>(sumi) + half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
+  } else {  // Q6_K: two 16-element halves with their own int8 scales
+    const int h[2] = {static_cast<int>(p.h.x), static_cast<int>(p.h.y)};
+    int sum_half[2] = {0, 0};
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int low = (m < 4 ? q[m] : q[m - 4] >> 4) & 0x0F0F0F0F;
+      const int high = (h[m & 1] >> (2 * (m >> 1))) & 0x03030303;
+      const int v = static_cast<int>(__vsub4(static_cast<unsigned>(low | (high << 4)), 0x20202020u));
+      sum_half[m / 4] = __dp4a(v, x[m], sum_half[m / 4]);
+    }
+    const int sc0 = static_cast<int8_t>(p.s & 0xFF), sc1 = static_cast<int8_t>((p.s >> 8) & 0xFF);
+    return half_bits_to_float(static_cast<uint16_t>(p.d6)) * ds.x *
+           static_cast<float>(sc0 * sum_half[0] + sc1 * sum_half[1]);
+  }
+}
+
+// KS warps of a block share each row group, taking interleaved runs of U * 32 sub-blocks,
+// so long rows (the down projection: 448 sub-blocks) take few dependent steps per warp.
+template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int KS>
+__global__ void __launch_bounds__(kThreads)
+    split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
+  constexpr int M = GATE_UP ? 2 : 1;
+  constexpr int kGroups = kWarps / KS;  // row groups per block
+  static_assert(kWarps % KS == 0);
+  const MatvecTask& task = tasks.t[blockIdx.y];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int part = warp % KS;
+  const int row0 = (static_cast<int>(blockIdx.x) * kGroups + warp / KS) * R;
+  if constexpr (KS == 1) {
+    if (row0 >= task.n_out) return;  // whole warps leave; nothing below synchronises the block
+  } else {
+    if (static_cast<int>(blockIdx.x) * kGroups * R >= task.n_out) return;  // the whole block
+  }
+  const bool active = row0 < task.n_out;
+  const int n = in.n_in / kQ8Block;
+
+  const uint8_t* rows[M * R];
+#pragma unroll
+  for (int mr = 0; mr < M * R; ++mr) {
+    const int r = min(row0 + mr % R, task.n_out - 1);  // rows past the end repeat the last
+    rows[mr] = static_cast<const uint8_t*>(mr < R ? task.weight : task.weight_up) +
+               static_cast<int64_t>(r) * task.row_bytes;
+  }
+  constexpr int kPerStep = U * kWarpSize;
+  const int steps = active ? (n + KS * kPerStep - 1 - part * kPerStep) / (KS * kPerStep) : 0;
+  auto first_of = [&](int step) { return (step * KS + part) * kPerStep; };
+
+  Payload cur[M * R][U], next[M * R][U];
+  if (steps > 0) {
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = first_of(0) + u * kWarpSize + lane;
+        if (j < n) load_payload<TYPE>(rows[mr], n, j, cur[mr][u]);
+      }
+  }
+  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
+  allow_next_kernel();
+
+  float acc[M * R][NB];
+#pragma unroll
+  for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[mr][b] = 0.0f;
+  const int8_t* xq = in.xq.qs + static_cast<int64_t>(first_column) * in.n_in;
+  const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n;
+
+  for (int s = 0; s < steps; ++s) {
+    const int base = first_of(s);
+    if (s + 1 < steps) {
+#pragma unroll
+      for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int j = first_of(s + 1) + u * kWarpSize + lane;
+          if (j < n) load_payload<TYPE>(rows[mr], n, j, next[mr][u]);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = base + u * kWarpSize + lane;
+      if (j >= n) break;
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const int4* xp = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(b) * in.n_in) + 2 * j;
+        const int4 xa = xp[0], xb = xp[1];
+        const float2 ds = xds[static_cast<int64_t>(b) * n + j];
+#pragma unroll
+        for (int mr = 0; mr < M * R; ++mr) acc[mr][b] += dot_payload<TYPE>(cur[mr][u], xa, xb, ds);
+      }
+    }
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[mr][u] = next[mr][u];
+  }
+
+#pragma unroll
+  for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[mr][b] = warp_sum(acc[mr][b]);
+  if constexpr (KS > 1) {  // the parts of each row group meet in shared memory
+    __shared__ float partial[kWarps][M * R * NB];
+    if (lane == 0) {
+#pragma unroll
+      for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) partial[warp][mr * NB + b] = acc[mr][b];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KS; ++k) v += partial[warp + k][mr * NB + b];
+        acc[mr][b] = v;
+      }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      float v = acc[r][b];
+      if constexpr (GATE_UP) v = silu(v) * acc[R + r][b];
+      if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
+        float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
+        *y = task.accumulate ? *y + v : v;
+      }
+    }
+  }
+}
+
+// SwiGLU reads two matrices, so its warps take half the rows (registers). Batch 1 splits
+// rows of more than 128 sub-blocks over 2 or 4 warps (KS).
+template <uint32_t TYPE, int NB, int R, int U, int KS>
+cudaError_t launch_split_k(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                           const MatvecInput& in, int first_column, cudaStream_t stream) {
+  constexpr int kGroups = kWarps / KS;
+  if (gate_up) {
+    constexpr int kGateRows = R > 1 ? R / 2 : 1;
+    return launch_early(split_matvec_kernel<TYPE, NB, kGateRows, U, true, KS>,
+                        dim3(ceil_div(max_rows, kGroups * kGateRows), n_tasks), dim3(kThreads),
+                        stream, tasks, in, first_column);
+  }
+  return launch_early(split_matvec_kernel<TYPE, NB, R, U, false, KS>,
+                      dim3(ceil_div(max_rows, kGroups * R), n_tasks), dim3(kThreads), stream, tasks,
+                      in, first_column);
+}
+
+// Warps per row for batch 1, read once: GRANULE_SPLIT_K = 0 (by row length, the default),
+// or 1, 2, 4 for every matrix.
+int forced_split_k() {
+  static const int ks = [] {
+    const char* v = std::getenv("GRANULE_SPLIT_K");
+    return v ? std::atoi(v) : 0;
+  }();
+  return ks;
+}
+
+template <uint32_t TYPE, int NB, int R, int U>
+cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                         const MatvecInput& in, int first_column, cudaStream_t stream) {
+  if constexpr (NB == 1) {
+    const int n = in.n_in / kQ8Block;
+    int ks = forced_split_k();
+    if (ks != 1 && ks != 2 && ks != 4) ks = n >= 4 * U * kWarpSize ? 4 : n >= 2 * U * kWarpSize ? 2 : 1;
+    if (ks == 4)
+      return launch_split_k<TYPE, NB, R, U, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+    if (ks == 2)
+      return launch_split_k<TYPE, NB, R, U, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+  }
+  return launch_split_k<TYPE, NB, R, U, 1>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+}
+
+// Batch-1 tuning switch for Q4_0/Q4_1, read once: GRANULE_SPLIT_SHAPE = RxU (rows per warp x
+// sub-blocks per lane per step): 1x2 (default), 1x4, 1x8 or 2x4. H200, 8B-shaped Q4_0, ms per
+// decode step: 1x2 1.94, 2x4 2.00, 1x4 2.02, 1x8 2.35 (kernels/PERF_NOTES.md).
+int batch1_shape() {
+  static const int shape = [] {
+    const char* v = std::getenv("GRANULE_SPLIT_SHAPE");
+    const std::string s(v ? v : "1x2");
+    return s == "1x4" ? 1 : s == "1x8" ? 2 : s == "2x4" ? 3 : 0;
+  }();
+  return shape;
+}
+
+// Rows per warp grow with the batch so each activation load serves more weights; the
+// sub-blocks in flight per lane shrink to keep registers for the accumulators.
+template <uint32_t TYPE, int NB>
+cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                           const MatvecInput& in, int first_column, cudaStream_t stream) {
+  auto go = [&](auto r, auto u) {
+    return launch_shape<TYPE, NB, decltype(r)::value, decltype(u)::value>(
+        tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+  };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  using Four = std::integral_constant<int, 4>;
+  using Eight = std::integral_constant<int, 8>;
+  if constexpr (NB == 1) {
+    if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+      switch (batch1_shape()) {
+        case 1: return go(One{}, Four{});
+        case 2: return go(One{}, Eight{});
+        case 3: return go(Two{}, Four{});
+        default: return go(One{}, Two{});
+      }
+    } else if constexpr (TYPE == kQ8_0) {
+      return go(One{}, Two{});
+    } else {
+      return go(One{}, Four{});
+    }
+  } else if constexpr (NB <= 4) {
+    return go(Two{}, Two{});
+  } else {
+    return go(Four{}, One{});
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
+                                const MatvecInput& input, cudaStream_t stream) {
+  SplitTasks packed{};
+  int max_rows = 0;
+  const bool gate_up = tasks[0].weight_up != nullptr;
+  for (int i = 0; i < n_tasks; ++i) {
+    if ((tasks[i].weight_up != nullptr) != gate_up || tasks[i].row_bytes % 16 != 0)
+      return cudaErrorInvalidValue;
+    packed.t[i] = tasks[i];
+    max_rows = std::max(max_rows, tasks[i].n_out);
+  }
+  if (input.batch == 0 || max_rows == 0) return cudaSuccess;
+  auto run = [&](auto type_tag) -> cudaError_t {
+    constexpr uint32_t TYPE = decltype(type_tag)::value;
+    int column = 0;
+    while (column < input.batch) {
+      const int left = input.batch - column;
+      const int nb = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      cudaError_t status;
+      switch (nb) {
+        case 16: status = launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        case 8: status = launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        case 4: status = launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        case 2: status = launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        default: status = launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+      }
+      if (status != cudaSuccess) return status;
+      column += nb;
+    }
+    return cudaSuccess;
+  };
+  switch (weight_type) {
+    case kQ4_0: return run(std::integral_constant<uint32_t, kQ4_0>{});
+    case kQ4_1: return run(std::integral_constant<uint32_t, kQ4_1>{});
+    case kQ8_0: return run(std::integral_constant<uint32_t, kQ8_0>{});
+    case kQ6_K: return run(std::integral_constant<uint32_t, kQ6_K>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace granule::kernels
