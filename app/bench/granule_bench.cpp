@@ -2,7 +2,8 @@
 // synthetic model made with the project's writer: prompt processing (pp), single-sequence
 // generation (tg) and batched decode, each decode figure also as a fraction of the memory
 // roofline (weight bytes read per step over the device-to-device bandwidth measured here).
-// `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h).
+// `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h), and
+// `granule-bench chats` concurrent chats through the engine (chats_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -20,7 +21,8 @@
 #include "granule/gguf.h"
 #include "granule/log.h"
 #include "granule/model_config.h"
-#include "granule/synthetic_model.h"
+#include "bench_model.h"
+#include "chats_bench.h"
 #include "kv_bench.h"
 #include "kv_space.h"
 #include "memory_manager.h"
@@ -43,43 +45,6 @@ struct Result {
   double ms_per_step = 0;
   double roofline_fraction = -1;  // decode only
 };
-
-// "llama3-8b:Q4_0" -> a synthetic model file in the temp folder (made once, then reused).
-std::filesystem::path synthetic_model(const std::string& spec_text) {
-  const auto colon = spec_text.find(':');
-  const std::string preset = spec_text.substr(0, colon);
-  SyntheticModelSpec spec = SyntheticModelSpec::preset(preset);
-  if (colon != std::string::npos) {
-    const std::string type_name = spec_text.substr(colon + 1);
-    bool found = false;
-    for (uint32_t id = 0; id < 64 && !found; ++id) {
-      const auto info = tensor_type_info(id);
-      if (info && info->name == type_name) {
-        // Layer weights and embeddings in the named type; the output head as llama.cpp's
-        // quantiser leaves it for 4-bit files (Q6_K) when the width allows.
-        spec.weight_type = info->type;
-        spec.embedding_type = info->type;
-        spec.output_type =
-            spec.n_embd % 256 == 0 && info->type != TensorType::F16 ? TensorType::Q6_K : info->type;
-        found = true;
-      }
-    }
-    if (!found)
-      throw UsageError("unknown block type '" + type_name + "' in --synthetic " + spec_text);
-  }
-  std::string file_name = "granule-bench-" + spec_text + ".gguf";
-  std::replace(file_name.begin(), file_name.end(), ':', '-');
-  const auto path = std::filesystem::temp_directory_path() / file_name;
-  if (!std::filesystem::exists(path)) {
-    const auto start = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "writing synthetic model %s to %s ...\n", spec_text.c_str(), path.c_str());
-    write_synthetic_model(spec, path.string() + ".partial");
-    std::filesystem::rename(path.string() + ".partial", path);
-    std::fprintf(stderr, "  done in %.1f s\n",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return path;
-}
 
 std::string human_bytes(double b) {
   char buf[32];
@@ -226,10 +191,16 @@ int run(int argc, char** argv) {
   // `granule-bench kv`: the KV memory policies benchmark (kv_bench.h).
   KvBenchOptions kv_options;
   CLI::App* kv =
-      app.add_subcommand("kv", "replay a seeded chat workload under three KV memory policies");
+      app.add_subcommand("kv", "replay a seeded chat workload under each KV memory policy");
   add_kv_bench_options(*kv, kv_options);
+  // `granule-bench chats`: concurrent chats through the engine (chats_bench.h).
+  ChatsBenchOptions chats_options;
+  CLI::App* chats = app.add_subcommand(
+      "chats", "N concurrent greedy chats through the engine: throughput, peak KV, preemptions");
+  add_chats_bench_options(*chats, chats_options);
   CLI11_PARSE(app, argc, argv);
   if (kv->parsed()) return run_kv_benchmark(kv_options);
+  if (chats->parsed()) return run_chats_benchmark(chats_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";
@@ -246,7 +217,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   const std::filesystem::path path =
-      synthetic.empty() ? std::filesystem::path(model_path) : synthetic_model(synthetic);
+      synthetic.empty() ? std::filesystem::path(model_path) : synthetic_bench_model(synthetic);
   const int max_batch = std::max(1, *std::max_element(batches.begin(), batches.end()));
   const double bandwidth_gbs = measure_bandwidth_gbs();
   Bench bench(path, max_batch, std::max<int64_t>(pp, tg) + 64);
