@@ -93,24 +93,14 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
   }
 }
 
-// KS warps of a block share each row group, taking interleaved runs of U * 32 sub-blocks,
-// so long rows (the down projection: 448 sub-blocks) take few dependent steps per warp.
-template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int KS>
+template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
   constexpr int M = GATE_UP ? 2 : 1;
-  constexpr int kGroups = kWarps / KS;  // row groups per block
-  static_assert(kWarps % KS == 0);
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int part = warp % KS;
-  const int row0 = (static_cast<int>(blockIdx.x) * kGroups + warp / KS) * R;
-  if constexpr (KS == 1) {
-    if (row0 >= task.n_out) return;  // whole warps leave; nothing below synchronises the block
-  } else {
-    if (static_cast<int>(blockIdx.x) * kGroups * R >= task.n_out) return;  // the whole block
-  }
-  const bool active = row0 < task.n_out;
+  const int row0 = (static_cast<int>(blockIdx.x) * kWarps + warp) * R;
+  if (row0 >= task.n_out) return;  // whole warps leave; nothing below synchronises the block
   const int n = in.n_in / kQ8Block;
 
   const uint8_t* rows[M * R];
@@ -121,19 +111,16 @@ __global__ void __launch_bounds__(kThreads)
                static_cast<int64_t>(r) * task.row_bytes;
   }
   constexpr int kPerStep = U * kWarpSize;
-  const int steps = active ? (n + KS * kPerStep - 1 - part * kPerStep) / (KS * kPerStep) : 0;
-  auto first_of = [&](int step) { return (step * KS + part) * kPerStep; };
+  const int steps = (n + kPerStep - 1) / kPerStep;
 
   Payload cur[M * R][U], next[M * R][U];
-  if (steps > 0) {
 #pragma unroll
-    for (int mr = 0; mr < M * R; ++mr)
+  for (int mr = 0; mr < M * R; ++mr)
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int j = first_of(0) + u * kWarpSize + lane;
-        if (j < n) load_payload<TYPE>(rows[mr], n, j, cur[mr][u]);
-      }
-  }
+    for (int u = 0; u < U; ++u) {
+      const int j = u * kWarpSize + lane;
+      if (j < n) load_payload<TYPE>(rows[mr], n, j, cur[mr][u]);
+    }
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
   allow_next_kernel();
 
@@ -146,13 +133,13 @@ __global__ void __launch_bounds__(kThreads)
   const float2* xds = in.xq.ds + static_cast<int64_t>(first_column) * n;
 
   for (int s = 0; s < steps; ++s) {
-    const int base = first_of(s);
+    const int base = s * kPerStep;
     if (s + 1 < steps) {
 #pragma unroll
       for (int mr = 0; mr < M * R; ++mr)
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-          const int j = first_of(s + 1) + u * kWarpSize + lane;
+          const int j = base + kPerStep + u * kWarpSize + lane;
           if (j < n) load_payload<TYPE>(rows[mr], n, j, next[mr][u]);
         }
     }
@@ -176,36 +163,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 
 #pragma unroll
-  for (int mr = 0; mr < M * R; ++mr)
-#pragma unroll
-    for (int b = 0; b < NB; ++b) acc[mr][b] = warp_sum(acc[mr][b]);
-  if constexpr (KS > 1) {  // the parts of each row group meet in shared memory
-    __shared__ float partial[kWarps][M * R * NB];
-    if (lane == 0) {
-#pragma unroll
-      for (int mr = 0; mr < M * R; ++mr)
-#pragma unroll
-        for (int b = 0; b < NB; ++b) partial[warp][mr * NB + b] = acc[mr][b];
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int mr = 0; mr < M * R; ++mr)
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < KS; ++k) v += partial[warp + k][mr * NB + b];
-        acc[mr][b] = v;
-      }
-  }
-  if (!active) return;
-#pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      float v = acc[r][b];
-      if constexpr (GATE_UP) v = silu(v) * acc[R + r][b];
+      float v = warp_sum(acc[r][b]);
+      if constexpr (GATE_UP) v = silu(v) * warp_sum(acc[R + r][b]);
       if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
         *y = task.accumulate ? *y + v : v;
@@ -214,46 +176,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// SwiGLU reads two matrices, so its warps take half the rows (registers). Batch 1 splits
-// rows of more than 128 sub-blocks over 2 or 4 warps (KS).
-template <uint32_t TYPE, int NB, int R, int U, int KS>
-cudaError_t launch_split_k(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                           const MatvecInput& in, int first_column, cudaStream_t stream) {
-  constexpr int kGroups = kWarps / KS;
-  if (gate_up) {
-    constexpr int kGateRows = R > 1 ? R / 2 : 1;
-    return launch_early(split_matvec_kernel<TYPE, NB, kGateRows, U, true, KS>,
-                        dim3(ceil_div(max_rows, kGroups * kGateRows), n_tasks), dim3(kThreads),
-                        stream, tasks, in, first_column);
-  }
-  return launch_early(split_matvec_kernel<TYPE, NB, R, U, false, KS>,
-                      dim3(ceil_div(max_rows, kGroups * R), n_tasks), dim3(kThreads), stream, tasks,
-                      in, first_column);
-}
-
-// Warps per row for batch 1, read once: GRANULE_SPLIT_K = 0 (by row length, the default),
-// or 1, 2, 4 for every matrix.
-int forced_split_k() {
-  static const int ks = [] {
-    const char* v = std::getenv("GRANULE_SPLIT_K");
-    return v ? std::atoi(v) : 0;
-  }();
-  return ks;
-}
-
+// SwiGLU reads two matrices, so its warps take half the rows (registers).
 template <uint32_t TYPE, int NB, int R, int U>
 cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                          const MatvecInput& in, int first_column, cudaStream_t stream) {
-  if constexpr (NB == 1) {
-    const int n = in.n_in / kQ8Block;
-    int ks = forced_split_k();
-    if (ks != 1 && ks != 2 && ks != 4) ks = n >= 4 * U * kWarpSize ? 4 : n >= 2 * U * kWarpSize ? 2 : 1;
-    if (ks == 4)
-      return launch_split_k<TYPE, NB, R, U, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
-    if (ks == 2)
-      return launch_split_k<TYPE, NB, R, U, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+  if (gate_up) {
+    constexpr int kGateRows = R > 1 ? R / 2 : 1;
+    return launch_early(split_matvec_kernel<TYPE, NB, kGateRows, U, true>,
+                        dim3(ceil_div(max_rows, kWarps * kGateRows), n_tasks), dim3(kThreads),
+                        stream, tasks, in, first_column);
   }
-  return launch_split_k<TYPE, NB, R, U, 1>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+  return launch_early(split_matvec_kernel<TYPE, NB, R, U, false>,
+                      dim3(ceil_div(max_rows, kWarps * R), n_tasks), dim3(kThreads), stream, tasks,
+                      in, first_column);
 }
 
 // Batch-1 tuning switch for Q4_0/Q4_1, read once: GRANULE_SPLIT_SHAPE = RxU (rows per warp x

@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <unistd.h>
 
 #include "gpu_test_support.h"
 #include "granule/engine.h"
@@ -28,11 +29,14 @@ namespace {
 constexpr double kQ4_1RelativeBound = 0.25;
 constexpr int32_t kAnswerTokens = 24;
 
+// One file per process: ctest runs each test of this suite in its own process, in parallel,
+// and each process's suite teardown removes its own file only.
 std::filesystem::path smollm2_model_path() {
-  return std::filesystem::temp_directory_path() / "granule-gpu-test-concurrent-smollm2-135m.gguf";
+  return std::filesystem::temp_directory_path() /
+         ("granule-gpu-test-concurrent-smollm2-135m-" + std::to_string(getpid()) + ".gguf");
 }
 
-// The synthetic default model, written once for the whole suite.
+// The synthetic default model, written once for the suite (per process).
 class ConcurrentChatsGpu : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

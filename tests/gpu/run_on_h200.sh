@@ -2,7 +2,7 @@
 # One device-machine call: configure and build the engine, tests and granule-bench with CUDA
 # (arch 90), run the GPU tests and the engine tests, then granule-bench on the default
 # model's shapes and on 8B-shaped Q4_0. Logs go under $OUT; a short summary is printed last.
-#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|bench|sweep|profile|all]
+#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|quick|bench|sweep|profile|all]
 #   (default all). GRANULE_TARGETS limits what is built (default: everything).
 set -uo pipefail
 what=${1:-all}
@@ -41,7 +41,7 @@ bench_all() {
 
 gpu_tests() {
   local start=$(date +%s)
-  timeout 400 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test' -j4 --timeout 380 \
+  timeout 400 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test|chats_test' -j4 --timeout 380 \
     --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
   grep -h "\[gpu-vs-cpu\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
   echo "gpu tests: $(( $(date +%s) - start )) s"
@@ -52,6 +52,15 @@ engine_tests() {
   timeout "$1" ctest --test-dir "$build" -LE '_kernel_test|model_gpu_test|kernels_test' -j12 --timeout 200 \
     --output-on-failure >"$OUT/ctest-engine.log" 2>&1
   echo "engine/cli tests: $(( $(date +%s) - start )) s"
+}
+
+# Concurrent chats through the engine (scheduler, KV space, graphs): aggregate decode tokens/s
+# at 1, 8 and 32 chats, SmolLM2 shapes and 8B shapes.
+chats() {
+  local b="$build/app/bench/granule-bench"
+  { timeout 120 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,8,32 -p 128 -g 128 --device cuda
+    timeout 180 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8,32 -p 128 -g 64 --device cuda; } \
+    >"$OUT/bench-chats.txt" 2>&1
 }
 
 # Per-kernel device time of the first decode steps of the 8B shape (Nsight Compute, clocks
@@ -83,7 +92,11 @@ case $what in
     gpu_tests
     sweep >"$OUT/sweep.txt" 2>&1 ;;
   tests) gpu_tests; engine_tests 240 ;;
-  gpu) gpu_tests; bench_all; profile ;;
+  gpu) gpu_tests; bench_all; chats; profile ;;
+  quick)
+    gpu_tests
+    sweep >"$OUT/sweep.txt" 2>&1
+    chats ;;
   bench) bench_all ;;
   all)
     gpu_tests
