@@ -191,16 +191,21 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, boo
                       in, first_column);
 }
 
-// Batch-1 tuning switch for Q4_0/Q4_1, read once: GRANULE_SPLIT_SHAPE = RxU (rows per warp x
-// sub-blocks per lane per step): 1x2 (default), 1x4, 1x8 or 2x4. H200, 8B-shaped Q4_0, ms per
-// decode step: 1x2 1.94, 2x4 2.00, 1x4 2.02, 1x8 2.35 (kernels/PERF_NOTES.md).
-int batch1_shape() {
-  static const int shape = [] {
-    const char* v = std::getenv("GRANULE_SPLIT_SHAPE");
-    const std::string s(v ? v : "1x2");
-    return s == "1x4" ? 1 : s == "1x8" ? 2 : s == "2x4" ? 3 : 0;
-  }();
-  return shape;
+// Batch-1 tuning switches for Q4_0/Q4_1, read once: GRANULE_SPLIT_SHAPE (rows of fewer than
+// 256 sub-blocks) and GRANULE_SPLIT_SHAPE_LONG (the others: the down projection) = RxU
+// (rows per warp x sub-blocks per lane per step): 1x2 (default), 1x4, 1x8 or 2x4. H200,
+// 8B-shaped Q4_0, ms per decode step with one shape for all: 1x2 1.94, 2x4 2.00, 1x4 2.02,
+// 1x8 2.35 (kernels/PERF_NOTES.md).
+int shape_from_env(const char* name) {
+  const char* v = std::getenv(name);
+  const std::string s(v ? v : "1x2");
+  return s == "1x4" ? 1 : s == "1x8" ? 2 : s == "2x4" ? 3 : 0;
+}
+
+int batch1_shape(int sub_blocks) {
+  static const int short_rows = shape_from_env("GRANULE_SPLIT_SHAPE");
+  static const int long_rows = shape_from_env("GRANULE_SPLIT_SHAPE_LONG");
+  return sub_blocks >= 256 ? long_rows : short_rows;
 }
 
 // Rows per warp grow with the batch so each activation load serves more weights; the
@@ -218,7 +223,7 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, b
   using Eight = std::integral_constant<int, 8>;
   if constexpr (NB == 1) {
     if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
-      switch (batch1_shape()) {
+      switch (batch1_shape(in.n_in / kQ8Block)) {
         case 1: return go(One{}, Four{});
         case 2: return go(One{}, Eight{});
         case 3: return go(Two{}, Four{});
