@@ -7,9 +7,11 @@
 // counted and printed, not failed. Covered paths: prefill through the matvec kernels
 // (<= 64 rows), prefill through cuBLAS (> 64 rows), decode steps replayed from CUDA graphs,
 // batched decode of sequences at different lengths, and Engine::open on the GPU.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -321,6 +323,63 @@ TEST(ModelGpuDefaultModel, RealSmolLM2TeacherForced64Positions) {
   for (const auto& row : c) cf.insert(cf.end(), row.begin(), row.end());
   expect_close(compare_rows(cf, gf, gpu->config().n_vocab, tolerance_for(TensorType::Q4_1)),
                "real SmolLM2-135M-Instruct Q4_1 logits_for 64");
+}
+
+// The real default model answering a chat question greedily through the engine, on the GPU
+// and on the CPU: the same tokens, or a divergence only where the CPU's top-two margin at
+// that token is within twice the Q4_1 bound (a near-tie, reported).
+TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesCpu) {
+  GRANULE_REQUIRE_GPU();
+  const std::filesystem::path path = test::default_model_path();
+  if (path.empty()) GTEST_SKIP() << "the default model is not installed (setup.sh model)";
+  EngineOptions gpu_options, cpu_options;
+  gpu_options.device = DeviceKind::Cuda;
+  cpu_options.device = DeviceKind::Cpu;
+  gpu_options.context_length = cpu_options.context_length = 256;
+  auto gpu = Engine::open(path, gpu_options);
+  auto cpu = Engine::open(path, cpu_options);
+  const std::vector<int32_t> prompt = cpu->tokenizer().encode(
+      "<|im_start|>user\nWhat is the capital of France? Answer in one sentence.<|im_end|>\n"
+      "<|im_start|>assistant\n",
+      false, true);
+  auto answer = [&](Engine& engine) {
+    std::vector<int32_t> tokens;
+    Request r;
+    r.prompt_tokens = prompt;
+    r.sampling = SamplingParams::greedy();
+    r.sampling.max_tokens = 32;
+    r.sink.on_token = [&](SequenceId, const std::string&, int32_t t) {
+      if (t != kNoToken) tokens.push_back(t);
+    };
+    r.sink.on_finish = [](SequenceId, FinishReason, const std::string&) {};
+    engine.submit(std::move(r));
+    for (int i = 0; i < 1000 && engine.step(); ++i) {
+    }
+    return tokens;
+  };
+  const std::vector<int32_t> on_gpu = answer(*gpu), on_cpu = answer(*cpu);
+  ASSERT_FALSE(on_cpu.empty());
+  const size_t common = static_cast<size_t>(
+      std::mismatch(on_gpu.begin(), on_gpu.end(), on_cpu.begin(), on_cpu.end()).first -
+      on_gpu.begin());
+  std::cout << "[gpu-vs-cpu] real SmolLM2 greedy answer: GPU " << on_gpu.size() << " tokens, CPU "
+            << on_cpu.size() << ", identical for " << common << " (\""
+            << cpu->tokenizer().decode(on_cpu) << "\")\n";
+  if (common < std::min(on_gpu.size(), on_cpu.size())) {
+    std::vector<int32_t> context = prompt;
+    context.insert(context.end(), on_cpu.begin(), on_cpu.begin() + static_cast<long>(common));
+    const std::vector<float> row = cpu->logits_for(context).back();
+    std::vector<float> sorted = row;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    double sum_sq = 0;
+    for (float x : row) sum_sq += static_cast<double>(x) * x;
+    const double rms = std::sqrt(sum_sq / static_cast<double>(row.size()));
+    const double margin = sorted[0] - sorted[1];
+    std::cout << "[gpu-vs-cpu] diverged at token " << common << ": CPU margin " << margin
+              << " = " << margin / rms << " x RMS\n";
+    EXPECT_LE(margin, 2 * tolerance_for(TensorType::Q4_1) * rms)
+        << "the answers diverge where the CPU's choice is clear";
+  }
 }
 
 // Device sampling through the backend: greedy picks the argmax of the logits forward()
