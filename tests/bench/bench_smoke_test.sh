@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# granule-bench's subcommands that run without a GPU, end to end: `chats` on the CPU backend
+# with a tiny synthetic model (exact token and KV counts), and `kv` on host memory (granules
+# copy nothing and never move a chat's KV). Speed is not checked here.
+#   usage: bench_smoke_test.sh <granule-bench>
+set -euo pipefail
+bench=$1
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+out=$("$bench" chats --device cpu --synthetic tiny -n 1,3 -p 12 -g 6 --threads 2 --json 2>/dev/null) \
+  || fail "granule-bench chats exited with $?"
+grep -q '"chats": 1,' <<<"$out" || fail "no run with 1 chat"
+grep -q '"chats": 3,' <<<"$out" || fail "no run with 3 chats"
+# 6 answer tokens each: the first comes from the prefill step, 5 from full-batch decode steps.
+grep -q '"decode_tokens": 15,' <<<"$out" || fail "3 chats should decode 15 tokens in full steps"
+[[ $(grep -c '"errors": 0' <<<"$out") == 2 ]] || fail "a chat failed"
+# One 2 MiB host granule per chat holds its 18 tokens of tiny-model KV.
+grep -q '"peak_kv_committed_bytes": 6291456' <<<"$out" || fail "3 chats should peak at 3 granules"
+
+table=$("$bench" kv --chats 4 --turns 3 --device host 2>/dev/null) || fail "granule-bench kv exited with $?"
+granules=$(grep '^| granules ' <<<"$table") || fail "no granules row"
+# Columns: policy | peak | mean | copied MiB | moves | ...
+copied=$(awk -F'|' '{gsub(/ /, "", $5); print $5}' <<<"$granules")
+moves=$(awk -F'|' '{gsub(/ /, "", $6); print $6}' <<<"$granules")
+[[ $copied == 0.0 && $moves == 0 ]] || fail "granules copied $copied MiB and moved $moves times"
+grep -q '^| bucket growth ' <<<"$table" || fail "no bucket growth row"
+echo "bench smoke: chats and kv OK"

@@ -1,0 +1,150 @@
+// KvSpace over the CUDA driver's virtual memory (cuMemAddressReserve / cuMemCreate /
+// cuMemMap), the long randomized run of tests/engine/kv_space_test.cpp on the device: slots
+// grow by decode steps and prompt chunks, are cut back (regenerate, edit) and released,
+// against a budget that cannot hold them all and that other charges squeeze. After every
+// step: slot addresses are unchanged, committed >= used and <= ceil(used / granule) *
+// granule + look-ahead, the ledger equals the sum of committed bytes, and bytes written
+// through the device (one value per slot and write) are still there, read back through
+// cudaMemcpy. At the end everything is released and committed is zero.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "cuda/cuda_vmm.h"
+#include "gpu_test_support.h"
+#include "kv_space.h"
+#include "memory_manager.h"
+
+namespace granule {
+namespace {
+
+uint64_t round_up(uint64_t bytes, uint64_t granule) { return (bytes + granule - 1) / granule * granule; }
+
+// The byte a slot's write number `generation` leaves at every offset it covered.
+uint8_t fill_value(int32_t slot, int generation) {
+  return static_cast<uint8_t>(17 * slot + 31 * generation + 1);
+}
+
+TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
+  GRANULE_REQUIRE_GPU();
+  auto vm = cuda::make_cuda_virtual_memory(0);
+  const uint64_t granule = vm->granule_bytes();  // 2 MiB on current NVIDIA GPUs
+  KvGeometry g;
+  g.bytes_per_token = 23040;  // SmolLM2-135M's f16 KV per token: ~91 tokens per 2 MiB
+  g.max_tokens = 2048;        // 23 granules per slot
+  g.slots = 4;
+  g.lookahead_tokens = 16;
+  const uint64_t bpt = static_cast<uint64_t>(g.bytes_per_token);
+  const uint64_t lookahead_bytes = round_up(g.lookahead_tokens * bpt, granule);
+  MemoryManager memory(40 * granule);  // under 4 x 23 granules
+  KvSpace kv(std::move(vm), g, memory);
+
+  std::vector<uint8_t*> bases;
+  for (int32_t s = 0; s < g.slots; ++s) bases.push_back(kv.slot_base(s));
+  // Per slot: the writes still (partly) present, as [from, to) byte ranges with their value.
+  struct Write {
+    uint64_t from, to;
+    uint8_t value;
+  };
+  std::vector<std::vector<Write>> writes(g.slots);
+  std::vector<int64_t> used(g.slots, 0);
+  std::vector<int> generation(g.slots, 0);
+  uint64_t other_charge = 0;
+  std::mt19937_64 rng(20261202);
+  int grows = 0, refusals = 0, truncations = 0, releases = 0, checks = 0;
+
+  auto cut = [&](int32_t slot, int64_t keep_tokens) {
+    const uint64_t keep = static_cast<uint64_t>(keep_tokens) * bpt;
+    std::vector<Write>& w = writes[slot];
+    for (Write& x : w) x.to = std::min(x.to, keep);
+    std::erase_if(w, [](const Write& x) { return x.from >= x.to; });
+  };
+
+  for (int step = 0; step < 3000; ++step) {
+    const auto slot = static_cast<int32_t>(rng() % g.slots);
+    const int action = static_cast<int>(rng() % 100);
+    if (action < 70) {
+      const int64_t add = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % 300) : 1;
+      const int64_t target = std::min(g.max_tokens, used[slot] + add);
+      const uint64_t ledger_before = memory.bytes(MemoryCategory::KvCommitted);
+      if (kv.map_through(slot, target)) {
+        const uint64_t from = static_cast<uint64_t>(used[slot]) * bpt, to = target * bpt;
+        if (to > from) {
+          const uint8_t value = fill_value(slot, ++generation[slot]);
+          CUDA_OK(cudaMemset(bases[slot] + from, value, to - from));
+          writes[slot].push_back({from, to, value});
+        }
+        used[slot] = target;
+        ++grows;
+      } else {
+        ++refusals;
+        ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), ledger_before) << "step " << step;
+        int32_t largest = 0;  // what the scheduler does: free the slot that holds the most
+        for (int32_t s = 1; s < g.slots; ++s)
+          if (used[s] > used[largest]) largest = s;
+        kv.release(largest);
+        used[largest] = 0;
+        writes[largest].clear();
+      }
+    } else if (action < 88) {
+      const int64_t keep = used[slot] == 0 ? 0 : static_cast<int64_t>(rng() % (used[slot] + 1));
+      kv.truncate(slot, keep);
+      used[slot] = keep;
+      cut(slot, keep);
+      ++truncations;
+    } else if (action < 95) {
+      kv.release(slot);
+      used[slot] = 0;
+      writes[slot].clear();
+      ++releases;
+    } else if (other_charge > 0) {
+      memory.release(MemoryCategory::WeightsResident, other_charge);
+      other_charge = 0;
+    } else if (memory.try_charge(MemoryCategory::WeightsResident, 10 * granule)) {
+      other_charge = 10 * granule;
+    }
+
+    uint64_t committed_sum = 0;
+    for (int32_t s = 0; s < g.slots; ++s) {
+      const uint64_t used_bytes = static_cast<uint64_t>(used[s]) * bpt;
+      const uint64_t committed = kv.committed_bytes(s);
+      ASSERT_EQ(kv.slot_base(s), bases[s]) << "slot " << s << " moved at step " << step;
+      ASSERT_GE(committed, used_bytes) << "slot " << s << " step " << step;
+      ASSERT_LE(committed, round_up(used_bytes, granule) + lookahead_bytes)
+          << "slot " << s << " step " << step;
+      committed_sum += committed;
+    }
+    ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), committed_sum) << "step " << step;
+    // Every 10 steps, read back the first and last byte of every live write of one slot.
+    if (step % 10 == 0) {
+      const auto s = static_cast<int32_t>(rng() % g.slots);
+      for (const Write& w : writes[s]) {
+        for (const uint64_t at : {w.from, w.to - 1}) {
+          uint8_t got = 0;
+          CUDA_OK(cudaMemcpy(&got, bases[s] + at, 1, cudaMemcpyDeviceToHost));
+          ASSERT_EQ(got, w.value) << "slot " << s << " byte " << at << " step " << step;
+          ++checks;
+        }
+      }
+    }
+  }
+  for (int32_t s = 0; s < g.slots; ++s) kv.release(s);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
+  for (int32_t s = 0; s < g.slots; ++s) EXPECT_EQ(kv.committed_bytes(s), 0u);
+  EXPECT_GT(grows, 1000);
+  EXPECT_GT(refusals, 0) << "the budget should have refused some growth";
+  EXPECT_GT(truncations, 100);
+  EXPECT_GT(releases, 50);
+  EXPECT_GT(checks, 100);
+  std::cout << "[kv-gpu] granule " << (granule >> 10) << " KiB: " << grows << " grows, "
+            << refusals << " refusals, " << truncations << " truncations, " << releases
+            << " releases, " << checks << " device bytes read back; mapped "
+            << kv.stats().granules_mapped << " / unmapped " << kv.stats().granules_unmapped
+            << " granules\n";
+}
+
+}  // namespace
+}  // namespace granule
