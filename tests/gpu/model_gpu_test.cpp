@@ -295,18 +295,20 @@ TEST(ModelGpuDefaultShapes, SmolLM2ShapesTeacherForced64Positions) {
   std::filesystem::remove(path);
 }
 
+std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, DeviceKind device) {
+  EngineOptions options;
+  options.device = device;
+  options.context_length = 256;
+  return Engine::open(path, options);
+}
+
 // The real default model (SmolLM2-135M-Instruct Q4_1), when it is installed: 64 positions of
 // English text teacher-forced through the engine on the GPU and on the CPU.
 TEST(ModelGpuDefaultModel, RealSmolLM2TeacherForced64Positions) {
   GRANULE_REQUIRE_GPU();
   const std::filesystem::path path = test::default_model_path();
   if (path.empty()) GTEST_SKIP() << "the default model is not installed (setup.sh model)";
-  EngineOptions gpu_options, cpu_options;
-  gpu_options.device = DeviceKind::Cuda;
-  cpu_options.device = DeviceKind::Cpu;
-  gpu_options.context_length = cpu_options.context_length = 256;
-  auto gpu = Engine::open(path, gpu_options);
-  auto cpu = Engine::open(path, cpu_options);
+  auto gpu = open_engine(path, DeviceKind::Cuda), cpu = open_engine(path, DeviceKind::Cpu);
   const std::string text =
       "The history of the printing press begins in the fifteenth century, when Johannes "
       "Gutenberg combined movable metal type, oil-based ink and a wooden screw press. Within "
@@ -332,12 +334,7 @@ TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesCpu) {
   GRANULE_REQUIRE_GPU();
   const std::filesystem::path path = test::default_model_path();
   if (path.empty()) GTEST_SKIP() << "the default model is not installed (setup.sh model)";
-  EngineOptions gpu_options, cpu_options;
-  gpu_options.device = DeviceKind::Cuda;
-  cpu_options.device = DeviceKind::Cpu;
-  gpu_options.context_length = cpu_options.context_length = 256;
-  auto gpu = Engine::open(path, gpu_options);
-  auto cpu = Engine::open(path, cpu_options);
+  auto gpu = open_engine(path, DeviceKind::Cuda), cpu = open_engine(path, DeviceKind::Cpu);
   const std::vector<int32_t> prompt = cpu->tokenizer().encode(
       "<|im_start|>user\nWhat is the capital of France? Answer in one sentence.<|im_end|>\n"
       "<|im_start|>assistant\n",
