@@ -286,10 +286,13 @@ TelemetryFrame EngineWorker::makeFrame() const {
   for (const SequenceTelemetry& s : snap.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
     if (chat == chat_of_sequence_.end()) continue;
-    frame.chats.append(
-        {chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes, s.tokens_per_second});
+    frame.chats.append({chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes,
+                        s.tokens_per_second, s.waiting, s.preemptions});
   }
   frame.granules_mapped = snap.granules_mapped;
+  frame.waiting_chats = snap.waiting_sequences;
+  frame.preemptions = snap.preemptions;
+  frame.recomputed_tokens = snap.recomputed_tokens;
   frame.granules_unmapped = snap.granules_unmapped;
   frame.streamed_bytes_per_second = snap.streamed_bytes_per_second;
   frame.streamed_bytes_total = snap.streamed_bytes_total;

@@ -30,16 +30,21 @@ QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
       return chat.tokens_per_second;
     case HighlightedRole:
       return chat.chat_id == highlighted_chat_id_;
+    case WaitingRole:
+      return chat.waiting;
+    case PreemptionsRole:
+      return chat.preemptions;
     default:
       return {};
   }
 }
 
 QHash<int, QByteArray> TelemetryModel::roleNames() const {
-  return {{ChatIdRole, "chatId"},          {TitleRole, "title"},
-          {TokensRole, "tokens"},          {KvCommittedRole, "kvCommitted"},
-          {KvReservedRole, "kvReserved"},  {TokensPerSecondRole, "tokensPerSecond"},
-          {HighlightedRole, "highlighted"}};
+  return {{ChatIdRole, "chatId"},           {TitleRole, "title"},
+          {TokensRole, "tokens"},           {KvCommittedRole, "kvCommitted"},
+          {KvReservedRole, "kvReserved"},   {TokensPerSecondRole, "tokensPerSecond"},
+          {HighlightedRole, "highlighted"}, {WaitingRole, "waiting"},
+          {PreemptionsRole, "preemptions"}};
 }
 
 void TelemetryModel::addFrame(const TelemetryFrame& frame) {

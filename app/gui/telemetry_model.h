@@ -41,6 +41,9 @@ class TelemetryModel : public QAbstractListModel {
   Q_PROPERTY(double decodeTokensPerSecond READ decodeTokensPerSecond NOTIFY updated)
   Q_PROPERTY(double steps READ steps NOTIFY updated)
   Q_PROPERTY(double granulesMapped READ granulesMapped NOTIFY updated)
+  Q_PROPERTY(int waitingChats READ waitingChats NOTIFY updated)
+  Q_PROPERTY(double preemptions READ preemptions NOTIFY updated)
+  Q_PROPERTY(double recomputedTokens READ recomputedTokens NOTIFY updated)
   Q_PROPERTY(qint64 highlightedChatId READ highlightedChatId WRITE setHighlightedChatId NOTIFY
                  highlightedChatIdChanged)
 
@@ -55,6 +58,8 @@ class TelemetryModel : public QAbstractListModel {
     KvReservedRole,
     TokensPerSecondRole,
     HighlightedRole,
+    WaitingRole,
+    PreemptionsRole,
   };
   Q_ENUM(Role)
 
@@ -97,6 +102,9 @@ class TelemetryModel : public QAbstractListModel {
   double decodeTokensPerSecond() const { return latest_.decode_tokens_per_second; }
   double steps() const { return static_cast<double>(latest_.steps); }
   double granulesMapped() const { return static_cast<double>(latest_.granules_mapped); }
+  int waitingChats() const { return latest_.waiting_chats; }
+  double preemptions() const { return static_cast<double>(latest_.preemptions); }
+  double recomputedTokens() const { return static_cast<double>(latest_.recomputed_tokens); }
   qint64 highlightedChatId() const { return highlighted_chat_id_; }
   void setHighlightedChatId(qint64 id);
 

@@ -91,6 +91,8 @@ struct ChatTelemetry {
   quint64 kv_committed_bytes = 0;
   quint64 kv_reserved_bytes = 0;
   double tokens_per_second = 0;
+  bool waiting = false;    // queued for memory (new, or preempted to be recomputed)
+  qint32 preemptions = 0;  // times its KV was freed for other chats
 };
 
 // One telemetry sample (~10 Hz): the engine's snapshot plus host-side figures.
@@ -105,6 +107,9 @@ struct TelemetryFrame {
   QList<ChatTelemetry> chats;
   quint64 granules_mapped = 0;
   quint64 granules_unmapped = 0;
+  qint32 waiting_chats = 0;       // chats the KV budget keeps waiting
+  quint64 preemptions = 0;        // cumulative
+  quint64 recomputed_tokens = 0;  // cumulative: prefilled again after a preemption
   double streamed_bytes_per_second = 0;
   quint64 streamed_bytes_total = 0;
   qint32 layers_resident = 0;

@@ -95,6 +95,8 @@ PanelFrame {
             required property double kvCommitted
             required property double kvReserved
             required property bool highlighted
+            required property bool waiting
+            required property int preemptions
             Layout.fillWidth: true
             spacing: 2
             RowLayout {
@@ -106,6 +108,13 @@ PanelFrame {
                     color: chatRow.highlighted ? Theme.accent : Theme.text
                     font.pixelSize: Theme.smallFontSize
                     font.weight: chatRow.highlighted ? Font.DemiBold : Font.Normal
+                }
+                Label {
+                    // Held back by the KV budget: admitted (or recomputed) when memory frees.
+                    visible: chatRow.waiting
+                    text: chatRow.preemptions > 0 ? qsTr("preempted, waiting") : qsTr("waiting")
+                    color: Theme.warning
+                    font.pixelSize: Theme.smallFontSize
                 }
                 Label {
                     text: qsTr("%1 / %2").arg(Units.bytes(chatRow.kvCommitted))
@@ -129,6 +138,20 @@ PanelFrame {
                 }
             }
         }
+    }
+    Label {
+        // The scheduler's answer to a full KV budget: chats wait, or give their KV back and
+        // are recomputed later — never an out-of-memory error.
+        visible: panel.telemetry.hasEngine
+                 && (panel.telemetry.waitingChats > 0 || panel.telemetry.preemptions > 0)
+        Layout.fillWidth: true
+        wrapMode: Text.WordWrap
+        text: qsTr("%1 waiting for memory · %2 preempted, %3 tokens recomputed")
+                  .arg(panel.telemetry.waitingChats)
+                  .arg(panel.telemetry.preemptions)
+                  .arg(panel.telemetry.recomputedTokens)
+        color: panel.telemetry.waitingChats > 0 ? Theme.warning : Theme.mutedText
+        font.pixelSize: Theme.smallFontSize
     }
     Label {
         visible: panel.telemetry.hasEngine && panel.telemetry.chatCount === 0

@@ -110,7 +110,12 @@ class ModelsTest : public QObject {
       f.time_s = i * 0.1;
       f.budget_bytes = 1000;
       f.ledger_bytes = {100, 0, static_cast<quint64>(i), 10, 0, 0};
-      if (i == 700) f.chats = {{5, 12, 4096, 1 << 20, 33.0}};
+      if (i == 700) {
+        f.chats = {{5, 12, 4096, 1 << 20, 33.0}, {6, 0, 0, 1 << 20, 0.0, true, 2}};
+        f.waiting_chats = 1;
+        f.preemptions = 2;
+        f.recomputed_tokens = 140;
+      }
       model.addFrame(f);
     }
     // Frames older than 61 s before the newest are dropped.
@@ -119,10 +124,17 @@ class ModelsTest : public QObject {
     QCOMPARE(model.usedBytes(), 100.0 + 700 + 10);
     QCOMPARE(model.ledgerBytes().size(), 6);
     QCOMPARE(model.ledgerCategories().at(2), QStringLiteral("kv"));
-    QCOMPARE(model.rowCount(), 1);
+    QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.data(model.index(0), TelemetryModel::TitleRole).toString(),
              QStringLiteral("chat 5"));
     QCOMPARE(model.data(model.index(0), TelemetryModel::KvCommittedRole).toDouble(), 4096.0);
+    // A chat the KV budget holds back: waiting, after two preemptions.
+    QCOMPARE(model.data(model.index(0), TelemetryModel::WaitingRole).toBool(), false);
+    QCOMPARE(model.data(model.index(1), TelemetryModel::WaitingRole).toBool(), true);
+    QCOMPARE(model.data(model.index(1), TelemetryModel::PreemptionsRole).toInt(), 2);
+    QCOMPARE(model.waitingChats(), 1);
+    QCOMPARE(model.preemptions(), 2.0);
+    QCOMPARE(model.recomputedTokens(), 140.0);
     model.setHighlightedChatId(5);
     QCOMPARE(model.data(model.index(0), TelemetryModel::HighlightedRole).toBool(), true);
   }

@@ -164,6 +164,39 @@ class ScreenshotTest : public QObject {
     QVERIFY(!stored[1].content.isEmpty());
   }
 
+  // A KV budget that holds one of two chats back: the memory panel marks it waiting and
+  // counts it, and the running chat goes on.
+  void aChatWaitingForMemory() {
+    QTemporaryDir dir;
+    const QString model_path = dir.filePath("fake.gguf");
+    QFile(model_path).open(QIODevice::WriteOnly);
+    testing::FakeEngineScript script;
+    script.step_delay_ms = 45;
+    script.reply_words = replyWords();
+    script.max_running = 1;
+    auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
+    ChatController* chats = s->app.chats();
+    chats->selectChat(s->trip_chat);
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
+    const qint64 second = chats->newChat();
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
+    TelemetryModel* telemetry = s->app.telemetry();
+    QTRY_COMPARE_WITH_TIMEOUT(telemetry->waitingChats(), 1, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(telemetry->chatCount(), 2, 5000);
+    int waiting_rows = 0;
+    for (int row = 0; row < telemetry->rowCount(); ++row)
+      waiting_rows += telemetry->data(telemetry->index(row), TelemetryModel::WaitingRole).toBool();
+    QCOMPARE(waiting_rows, 1);
+    QTest::qWait(800);
+    QVERIFY(chats->messagesOf(second)->message(1).content.isEmpty());  // it has not started
+    save(s->window, QStringLiteral("kv-waiting-light.png"));
+    s->app.shutdown();
+  }
+
   void emptyStateWithoutAModel() {
     QTemporaryDir dir;
     qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());

@@ -23,6 +23,9 @@ struct FakeEngineScript {
   quint64 kv_reserved_per_sequence = 256ull << 20;
   // When set, replies are these words (cycled) instead of "w0 w1 …".
   std::vector<std::string> reply_words;
+  // When > 0, only the first this-many sequences advance; later ones wait, as chats do when
+  // the KV budget holds them back (reported as waiting in the telemetry).
+  int max_running = 0;
 };
 
 // Observations the test reads after the worker is done with the engine.
@@ -74,9 +77,15 @@ class FakeInferenceEngine final : public InferenceEngine {
       std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
     if (log_ && static_cast<int>(running_.size()) > log_->max_batch)
       log_->max_batch = static_cast<int>(running_.size());
+    int advanced = 0;
     for (auto it = running_.begin(); it != running_.end();) {
       Running& r = it->second;
       FinishReason end = FinishReason::None;
+      if (!r.cancelled && script_.max_running > 0 && advanced >= script_.max_running) {
+        ++it;  // waiting for memory
+        continue;
+      }
+      ++advanced;
       if (r.cancelled) {
         end = FinishReason::Cancelled;
       } else {
@@ -106,8 +115,11 @@ class FakeInferenceEngine final : public InferenceEngine {
     s.gpu = false;
     s.budget_bytes = 1ull << 30;
     quint64 kv = 0;
+    int index = 0;
     for (const auto& [id, r] : running_) {
       SequenceTelemetry seq;
+      seq.waiting = script_.max_running > 0 && index++ >= script_.max_running;
+      s.waiting_sequences += seq.waiting ? 1 : 0;
       seq.id = id;
       seq.tokens = r.produced;
       seq.kv_committed_bytes = static_cast<quint64>(r.produced) * script_.kv_bytes_per_token;
