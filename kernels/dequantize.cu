@@ -35,9 +35,10 @@ __device__ __forceinline__ void split_dequantize8(const uint8_t* row, int64_t n_
     for (int i = 0; i < 8; ++i) v[i] = static_cast<float>((q[i] >> shift) & 0xF) * d + m;
   } else {  // Q6_K
     const uint8_t* qh = row + split::q6k_qh_offset(n) + 8 * j;
-    const float d = half_bits_to_float(
-        reinterpret_cast<const uint16_t*>(row + split::q6k_d_offset(n))[j / 8]);
-    const float sc = d * static_cast<float>(reinterpret_cast<const int8_t*>(scales)[2 * j + e0 / 16]);
+    const float d =
+        half_bits_to_float(reinterpret_cast<const uint16_t*>(row + split::q6k_d_offset(n))[j / 8]);
+    const float sc =
+        d * static_cast<float>(reinterpret_cast<const int8_t*>(scales)[2 * j + e0 / 16]);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int e = e0 + i;

@@ -453,8 +453,8 @@ void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate
                   const MatvecInput& in, int first_column, cudaStream_t stream) {
   const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
   if (gate_up)
-    launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), stream, tasks,
-                 in, first_column);
+    launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), stream, tasks, in,
+                 first_column);
   else
     launch_early(matvec_kernel<TYPE, NB, false, STEP, ROWS>, grid, dim3(kThreads), stream, tasks,
                  in, first_column);

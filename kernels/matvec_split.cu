@@ -24,11 +24,11 @@ struct SplitTasks {
 
 // One row's sub-block as loaded; each type uses some of the fields.
 struct Payload {
-  uint4 q;       // 16 bytes of quantised values (Q8_0: the first 16)
-  uint4 q2;      // Q8_0: the last 16
-  uint2 h;       // Q6_K: high bits
-  uint32_t s;    // f16 d (Q4_0, Q8_0); f16 d | f16 m << 16 (Q4_1); int8 scales (Q6_K)
-  uint32_t d6;   // Q6_K: the super-block's f16 d
+  uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
+  uint4 q2;     // Q8_0: the last 16
+  uint2 h;      // Q6_K: high bits
+  uint32_t s;   // f16 d (Q4_0, Q8_0); f16 d | f16 m << 16 (Q4_1); int8 scales (Q6_K)
+  uint32_t d6;  // Q6_K: the super-block's f16 d
 };
 
 template <uint32_t TYPE>
@@ -46,7 +46,8 @@ __device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, P
       p.s = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
     } else {  // Q6_K
       p.h = __ldcs(reinterpret_cast<const uint2*>(row + split::q6k_qh_offset(n)) + j);
-      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
+      p.s =
+          __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
       p.d6 = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q6k_d_offset(n)) + j / 8);
     }
   }
@@ -61,8 +62,8 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
                     static_cast<int>(p.q.w)};
   const int x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
   if constexpr (TYPE == kQ8_0) {
-    const int q2[4] = {static_cast<int>(p.q2.x), static_cast<int>(p.q2.y),
-                       static_cast<int>(p.q2.z), static_cast<int>(p.q2.w)};
+    const int q2[4] = {static_cast<int>(p.q2.x), static_cast<int>(p.q2.y), static_cast<int>(p.q2.z),
+                       static_cast<int>(p.q2.w)};
     int sumi = 0;
 #pragma unroll
     for (int m = 0; m < 4; ++m) sumi = __dp4a(q2[m], x[m + 4], __dp4a(q[m], x[m], sumi));
@@ -76,7 +77,8 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     }
     const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
     if constexpr (TYPE == kQ4_0) return d * (ds.x * static_cast<float>(sumi) - 8.0f * ds.y);
-    return d * ds.x * static_cast<float>(sumi) + half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
+    return d * ds.x * static_cast<float>(sumi) +
+           half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
   } else {  // Q6_K: two 16-element halves with their own int8 scales
     const int h[2] = {static_cast<int>(p.h.x), static_cast<int>(p.h.y)};
     int sum_half[2] = {0, 0};
@@ -84,7 +86,8 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     for (int m = 0; m < 8; ++m) {
       const int low = (m < 4 ? q[m] : q[m - 4] >> 4) & 0x0F0F0F0F;
       const int high = (h[m & 1] >> (2 * (m >> 1))) & 0x03030303;
-      const int v = static_cast<int>(__vsub4(static_cast<unsigned>(low | (high << 4)), 0x20202020u));
+      const int v =
+          static_cast<int>(__vsub4(static_cast<unsigned>(low | (high << 4)), 0x20202020u));
       sum_half[m / 4] = __dp4a(v, x[m], sum_half[m / 4]);
     }
     const int sc0 = static_cast<int8_t>(p.s & 0xFF), sc1 = static_cast<int8_t>((p.s >> 8) & 0xFF);
@@ -149,7 +152,8 @@ __global__ void __launch_bounds__(kThreads)
       if (j >= n) break;
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const int4* xp = reinterpret_cast<const int4*>(xq + static_cast<int64_t>(b) * in.n_in) + 2 * j;
+        const int4* xp =
+            reinterpret_cast<const int4*>(xq + static_cast<int64_t>(b) * in.n_in) + 2 * j;
         const int4 xa = xp[0], xb = xp[1];
         const float2 ds = xds[static_cast<int64_t>(b) * n + j];
 #pragma unroll
@@ -224,10 +228,14 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, b
   if constexpr (NB == 1) {
     if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
       switch (batch1_shape(in.n_in / kQ8Block)) {
-        case 1: return go(One{}, Four{});
-        case 2: return go(One{}, Eight{});
-        case 3: return go(Two{}, Four{});
-        default: return go(One{}, Two{});
+        case 1:
+          return go(One{}, Four{});
+        case 2:
+          return go(One{}, Eight{});
+        case 3:
+          return go(Two{}, Four{});
+        default:
+          return go(One{}, Two{});
       }
     } else if constexpr (TYPE == kQ8_0) {
       return go(One{}, Two{});
@@ -263,11 +271,26 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
       const int nb = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
       cudaError_t status;
       switch (nb) {
-        case 16: status = launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 8: status = launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 4: status = launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        case 2: status = launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
-        default: status = launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream); break;
+        case 16:
+          status =
+              launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 8:
+          status =
+              launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 4:
+          status =
+              launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        case 2:
+          status =
+              launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
+        default:
+          status =
+              launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream);
+          break;
       }
       if (status != cudaSuccess) return status;
       column += nb;
@@ -275,11 +298,16 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     return cudaSuccess;
   };
   switch (weight_type) {
-    case kQ4_0: return run(std::integral_constant<uint32_t, kQ4_0>{});
-    case kQ4_1: return run(std::integral_constant<uint32_t, kQ4_1>{});
-    case kQ8_0: return run(std::integral_constant<uint32_t, kQ8_0>{});
-    case kQ6_K: return run(std::integral_constant<uint32_t, kQ6_K>{});
-    default: return cudaErrorInvalidValue;
+    case kQ4_0:
+      return run(std::integral_constant<uint32_t, kQ4_0>{});
+    case kQ4_1:
+      return run(std::integral_constant<uint32_t, kQ4_1>{});
+    case kQ8_0:
+      return run(std::integral_constant<uint32_t, kQ8_0>{});
+    case kQ6_K:
+      return run(std::integral_constant<uint32_t, kQ6_K>{});
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 

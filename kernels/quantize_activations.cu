@@ -29,9 +29,9 @@ cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out
   const int64_t n_blocks = static_cast<int64_t>(rows) * n / kQ8Block;
   if (n_blocks == 0) return cudaSuccess;
   constexpr int kThreads = 256;
-  const cudaError_t status = launch_early(quantize_q8_kernel,
-                                          dim3(ceil_div(n_blocks * kWarpSize, kThreads)),
-                                          dim3(kThreads), stream, x, n_blocks, out);
+  const cudaError_t status =
+      launch_early(quantize_q8_kernel, dim3(ceil_div(n_blocks * kWarpSize, kThreads)),
+                   dim3(kThreads), stream, x, n_blocks, out);
   return status != cudaSuccess ? status : launch_status();
 }
 

@@ -32,9 +32,7 @@ GRANULE_HD constexpr bool supports(uint32_t type) {
 // Elements a type's GGUF block holds (the row length must be a multiple).
 GRANULE_HD constexpr int64_t block_elements(uint32_t type) { return type == kTypeQ6_K ? 256 : 32; }
 // Bytes of quantised values per 32-element sub-block, in the first region.
-GRANULE_HD constexpr int64_t quant_bytes(uint32_t type) {
-  return type == kTypeQ8_0 ? 32 : 16;
-}
+GRANULE_HD constexpr int64_t quant_bytes(uint32_t type) { return type == kTypeQ8_0 ? 32 : 16; }
 // Payload bytes of a row of `cols` elements (the same as GGUF's row size).
 GRANULE_HD constexpr int64_t row_payload_bytes(uint32_t type, int64_t cols) {
   const int64_t n = cols / 32;

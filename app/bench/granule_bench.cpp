@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "backend.h"
+#include "bench_model.h"
+#include "chats_bench.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/log.h"
 #include "granule/model_config.h"
-#include "bench_model.h"
-#include "chats_bench.h"
 #include "kv_bench.h"
 #include "kv_space.h"
 #include "memory_manager.h"

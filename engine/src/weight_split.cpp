@@ -111,7 +111,8 @@ void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, 
       }
       case split::kTypeQ8_0: {
         const float d = fp16_to_f32(load_u16(scales + 2 * j));
-        for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(static_cast<int8_t>(row[32 * j + i])) * d;
+        for (int i = 0; i < 32; ++i)
+          y[i] = static_cast<float>(static_cast<int8_t>(row[32 * j + i])) * d;
         break;
       }
       case split::kTypeQ6_K: {

@@ -52,15 +52,16 @@ TEST_P(WeightSplit, DecodesToTheSameValuesAsTheGgufRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, WeightSplit,
-                         ::testing::Values(Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096},
-                                           Case{TensorType::Q4_1, 576}, Case{TensorType::Q4_1, 1536},
-                                           Case{TensorType::Q8_0, 64}, Case{TensorType::Q8_0, 576},
-                                           Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096}),
-                         [](const auto& info) {
-                           return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) +
-                                  "_" + std::to_string(info.param.cols);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Types, WeightSplit,
+    ::testing::Values(Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096},
+                      Case{TensorType::Q4_1, 576}, Case{TensorType::Q4_1, 1536},
+                      Case{TensorType::Q8_0, 64}, Case{TensorType::Q8_0, 576},
+                      Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096}),
+    [](const auto& info) {
+      return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
+             std::to_string(info.param.cols);
+    });
 
 TEST(WeightSplitSupport, OnlyTheFourKernelTypesAndWholeBlocks) {
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q6_K)));

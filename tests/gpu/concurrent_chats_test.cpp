@@ -6,6 +6,8 @@
 // Engine::logits_for) at the first divergent position is within twice model_gpu_test's Q4_1 bound
 // (25% of the row's RMS; twice, as both runs may err by the bound in opposite directions).
 // Near-ties are counted and printed; any divergence at a clearer margin fails.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -15,7 +17,6 @@
 #include <random>
 #include <string>
 #include <vector>
-#include <unistd.h>
 
 #include "gpu_test_support.h"
 #include "granule/engine.h"

@@ -145,65 +145,65 @@ TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(6);
   for (const bool split : {false, true})
-  for (TensorType type : kAllTypes) {
-    if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
-    const int64_t rows = 13, cols = 512;
-    const int64_t rb = static_cast<int64_t>(row_bytes(type, cols));
-    std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
-    std::vector<float> expected(static_cast<size_t>(rows * cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(cols), rng);
-      quantize_row(type, v.data(), bytes.data() + r * rb, cols);
-      dequantize_row(type, bytes.data() + r * rb, expected.data() + r * cols, cols);
+    for (TensorType type : kAllTypes) {
+      if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
+      const int64_t rows = 13, cols = 512;
+      const int64_t rb = static_cast<int64_t>(row_bytes(type, cols));
+      std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
+      std::vector<float> expected(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(cols), rng);
+        quantize_row(type, v.data(), bytes.data() + r * rb, cols);
+        dequantize_row(type, bytes.data() + r * rb, expected.data() + r * cols, cols);
+      }
+      int64_t stride = 0;
+      DeviceArray<uint8_t> d_w(device_rows(type, bytes, rows, cols, split, stride));
+      DeviceArray<__half> d_out(expected.size());
+      d_out.poison();
+      CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols,
+                                                stride, d_out.get(), nullptr, split));
+      const std::vector<float> got = halves_to_floats(d_out.download());
+      for (size_t i = 0; i < got.size(); ++i)
+        // The device may fuse d * q + m into one FMA: allow one f16 rounding step.
+        ASSERT_NEAR(got[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6)
+            << tensor_type_info(type).name << (split ? " split" : "") << " element " << i;
     }
-    int64_t stride = 0;
-    DeviceArray<uint8_t> d_w(device_rows(type, bytes, rows, cols, split, stride));
-    DeviceArray<__half> d_out(expected.size());
-    d_out.poison();
-    CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols,
-                                              stride, d_out.get(), nullptr, split));
-    const std::vector<float> got = halves_to_floats(d_out.download());
-    for (size_t i = 0; i < got.size(); ++i)
-      // The device may fuse d * q + m into one FMA: allow one f16 rounding step.
-      ASSERT_NEAR(got[i], expected[i], 1e-3 * std::fabs(expected[i]) + 1e-6)
-          << tensor_type_info(type).name << (split ? " split" : "") << " element " << i;
-  }
 }
 
 TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(8);
   for (const bool split : {false, true})
-  for (TensorType type : kAllTypes) {
-    if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
-    const int64_t vocab = 50, n_embd = 768;
-    const int64_t rb = static_cast<int64_t>(row_bytes(type, n_embd));
-    std::vector<uint8_t> table(static_cast<size_t>(vocab * rb));
-    for (int64_t r = 0; r < vocab; ++r) {
-      const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(n_embd), rng);
-      quantize_row(type, v.data(), table.data() + r * rb, n_embd);
+    for (TensorType type : kAllTypes) {
+      if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
+      const int64_t vocab = 50, n_embd = 768;
+      const int64_t rb = static_cast<int64_t>(row_bytes(type, n_embd));
+      std::vector<uint8_t> table(static_cast<size_t>(vocab * rb));
+      for (int64_t r = 0; r < vocab; ++r) {
+        const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(n_embd), rng);
+        quantize_row(type, v.data(), table.data() + r * rb, n_embd);
+      }
+      const std::vector<int32_t> tokens = {49, 0, 17, 17, 3, 50 /* out of range: zeros */};
+      int64_t stride = 0;
+      DeviceArray<uint8_t> d_table(device_rows(type, table, vocab, n_embd, split, stride));
+      DeviceArray<int32_t> d_tokens(tokens);
+      DeviceArray<float> d_out(tokens.size() * n_embd);
+      d_out.poison();
+      CUDA_OK(kernels::launch_embedding_gather(
+          static_cast<uint32_t>(type), d_table.get(), stride, static_cast<int>(n_embd), vocab,
+          d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr, split));
+      const std::vector<float> got = d_out.download();
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        std::vector<float> expected(static_cast<size_t>(n_embd), 0.0f);
+        if (tokens[t] < vocab)
+          cpu::embedding_row(type, table.data(), n_embd, tokens[t], expected.data());
+        for (int64_t i = 0; i < n_embd; ++i)
+          ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)],
+                      1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))
+              << tensor_type_info(type).name << (split ? " split" : "") << " token "
+              << t;  // FMA on the device: last-bit differences
+      }
     }
-    const std::vector<int32_t> tokens = {49, 0, 17, 17, 3, 50 /* out of range: zeros */};
-    int64_t stride = 0;
-    DeviceArray<uint8_t> d_table(device_rows(type, table, vocab, n_embd, split, stride));
-    DeviceArray<int32_t> d_tokens(tokens);
-    DeviceArray<float> d_out(tokens.size() * n_embd);
-    d_out.poison();
-    CUDA_OK(kernels::launch_embedding_gather(
-        static_cast<uint32_t>(type), d_table.get(), stride, static_cast<int>(n_embd), vocab,
-        d_tokens.get(), static_cast<int>(tokens.size()), d_out.get(), nullptr, split));
-    const std::vector<float> got = d_out.download();
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      std::vector<float> expected(static_cast<size_t>(n_embd), 0.0f);
-      if (tokens[t] < vocab)
-        cpu::embedding_row(type, table.data(), n_embd, tokens[t], expected.data());
-      for (int64_t i = 0; i < n_embd; ++i)
-        ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)],
-                    1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))
-            << tensor_type_info(type).name << (split ? " split" : "") << " token "
-            << t;  // FMA on the device: last-bit differences
-    }
-  }
 }
 
 TEST(SwigluKernel, MatchesCpuSwiglu) {

@@ -21,7 +21,9 @@
 namespace granule {
 namespace {
 
-uint64_t round_up(uint64_t bytes, uint64_t granule) { return (bytes + granule - 1) / granule * granule; }
+uint64_t round_up(uint64_t bytes, uint64_t granule) {
+  return (bytes + granule - 1) / granule * granule;
+}
 
 // The byte a slot's write number `generation` leaves at every offset it covered.
 uint8_t fill_value(int32_t slot, int generation) {
@@ -139,11 +141,10 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
   EXPECT_GT(truncations, 100);
   EXPECT_GT(releases, 50);
   EXPECT_GT(checks, 100);
-  std::cout << "[kv-gpu] granule " << (granule >> 10) << " KiB: " << grows << " grows, "
-            << refusals << " refusals, " << truncations << " truncations, " << releases
-            << " releases, " << checks << " device bytes read back; mapped "
-            << kv.stats().granules_mapped << " / unmapped " << kv.stats().granules_unmapped
-            << " granules\n";
+  std::cout << "[kv-gpu] granule " << (granule >> 10) << " KiB: " << grows << " grows, " << refusals
+            << " refusals, " << truncations << " truncations, " << releases << " releases, "
+            << checks << " device bytes read back; mapped " << kv.stats().granules_mapped
+            << " / unmapped " << kv.stats().granules_unmapped << " granules\n";
 }
 
 }  // namespace

@@ -30,8 +30,7 @@ struct Encoded {
   int64_t device_row_bytes = 0;
 };
 
-Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng,
-               bool split = false) {
+Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng, bool split = false) {
   Encoded e;
   e.row_bytes = static_cast<int64_t>(row_bytes(type, cols));
   // 16 bytes of slack: the kernels copy rows in 16-byte vectors (the model keeps the same).
@@ -174,54 +173,54 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(7);
   for (const bool split : {false, true})
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q6_K}) {
-    const int64_t cols = 512;
-    const int batch = 5;
-    const int64_t rows[3] = {96, 33, 33};
-    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
-    DeviceArray<float> d_x(x);
-    DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
-    DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
-    kernels::MatvecInput in;
-    in.n_in = static_cast<int>(cols);
-    in.batch = batch;
-    in.x = d_x.get();
-    in.xq = {d_qs.get(), d_ds.get()};
-    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
-    std::vector<Encoded> w;
-    std::vector<DeviceArray<uint8_t>> d_w;
-    std::vector<DeviceArray<float>> d_y;
-    std::vector<std::vector<float>> start;
-    kernels::MatvecTask tasks[3];
-    for (int i = 0; i < 3; ++i) {
-      w.push_back(encode(type, rows[i], cols, rng, split));
-      d_w.emplace_back(w.back().device_bytes);
-      start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
-      d_y.emplace_back(start.back());
-      tasks[i].weight = d_w.back().get();
-      tasks[i].row_bytes = w.back().device_row_bytes;
-      tasks[i].split_layout = split;
-      tasks[i].n_out = static_cast<int>(rows[i]);
-      tasks[i].y = d_y.back().get();
-      tasks[i].y_stride = rows[i];
-      tasks[i].accumulate = i == 1;  // only K accumulates
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q6_K}) {
+      const int64_t cols = 512;
+      const int batch = 5;
+      const int64_t rows[3] = {96, 33, 33};
+      const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
+      DeviceArray<float> d_x(x);
+      DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
+      DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
+      kernels::MatvecInput in;
+      in.n_in = static_cast<int>(cols);
+      in.batch = batch;
+      in.x = d_x.get();
+      in.xq = {d_qs.get(), d_ds.get()};
+      CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+      std::vector<Encoded> w;
+      std::vector<DeviceArray<uint8_t>> d_w;
+      std::vector<DeviceArray<float>> d_y;
+      std::vector<std::vector<float>> start;
+      kernels::MatvecTask tasks[3];
+      for (int i = 0; i < 3; ++i) {
+        w.push_back(encode(type, rows[i], cols, rng, split));
+        d_w.emplace_back(w.back().device_bytes);
+        start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
+        d_y.emplace_back(start.back());
+        tasks[i].weight = d_w.back().get();
+        tasks[i].row_bytes = w.back().device_row_bytes;
+        tasks[i].split_layout = split;
+        tasks[i].n_out = static_cast<int>(rows[i]);
+        tasks[i].y = d_y.back().get();
+        tasks[i].y_stride = rows[i];
+        tasks[i].accumulate = i == 1;  // only K accumulates
+      }
+      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, in, nullptr));
+      for (int i = 0; i < 3; ++i) {
+        std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
+        cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(),
+                    nullptr);
+        if (i == 1)
+          for (size_t j = 0; j < expected.size(); ++j) expected[j] += start[i][j];
+        const std::vector<double> bound =
+            error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type, split));
+        const std::vector<float> got = d_y[i].download();
+        for (size_t j = 0; j < got.size(); ++j)
+          ASSERT_LE(std::fabs(got[j] - expected[j]), bound[j] + 1e-5 * std::fabs(expected[j]))
+              << tensor_type_info(type).name << (split ? " split" : "") << " matrix " << i
+              << " element " << j;
+      }
     }
-    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, in, nullptr));
-    for (int i = 0; i < 3; ++i) {
-      std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
-      cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(),
-                  nullptr);
-      if (i == 1)
-        for (size_t j = 0; j < expected.size(); ++j) expected[j] += start[i][j];
-      const std::vector<double> bound =
-          error_bounds(w[i], x, rows[i], cols, batch, reads_q8(type, split));
-      const std::vector<float> got = d_y[i].download();
-      for (size_t j = 0; j < got.size(); ++j)
-        ASSERT_LE(std::fabs(got[j] - expected[j]), bound[j] + 1e-5 * std::fabs(expected[j]))
-            << tensor_type_info(type).name << (split ? " split" : "") << " matrix " << i
-            << " element " << j;
-    }
-  }
 }
 
 // Gate and up in one pass: y = silu(gate·x) * (up·x).
@@ -229,48 +228,50 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(11);
   for (const bool split : {false, true})
-  for (TensorType type : {TensorType::Q4_1, TensorType::F16, TensorType::Q4_K, TensorType::Q4_0}) {
-    if (split && !has_split(type)) continue;
-    const int64_t rows = 200, cols = 768;
-    const int batch = 9;
-    const Encoded gate = encode(type, rows, cols, rng, split),
-                  up = encode(type, rows, cols, rng, split);
-    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
-    std::vector<float> g(static_cast<size_t>(rows * batch)), u(g.size()), expected(g.size());
-    cpu::matmul(type, gate.bytes.data(), rows, cols, x.data(), batch, g.data(), nullptr);
-    cpu::matmul(type, up.bytes.data(), rows, cols, x.data(), batch, u.data(), nullptr);
-    cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(g.size()));
-    DeviceArray<uint8_t> d_gate(gate.device_bytes), d_up(up.device_bytes);
-    DeviceArray<float> d_x(x), d_y(g.size());
-    DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
-    DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
-    d_y.poison();
-    kernels::MatvecInput in;
-    in.n_in = static_cast<int>(cols);
-    in.batch = batch;
-    in.x = d_x.get();
-    in.xq = {d_qs.get(), d_ds.get()};
-    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
-    kernels::MatvecTask t;
-    t.weight = d_gate.get();
-    t.weight_up = d_up.get();
-    t.row_bytes = gate.device_row_bytes;
-    t.split_layout = split;
-    t.n_out = static_cast<int>(rows);
-    t.y = d_y.get();
-    t.y_stride = rows;
-    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, in, nullptr));
-    const std::vector<float> got = d_y.download();
-    const std::vector<double> bg = error_bounds(gate, x, rows, cols, batch, reads_q8(type, split));
-    const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type, split));
-    for (size_t j = 0; j < got.size(); ++j) {
-      // silu' is within [-0.1, 1.1]: the product's error is bounded by the factors' bounds.
-      const double bound =
-          1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
-      ASSERT_LE(std::fabs(got[j] - expected[j]), bound)
-          << tensor_type_info(type).name << (split ? " split" : "") << " element " << j;
+    for (TensorType type :
+         {TensorType::Q4_1, TensorType::F16, TensorType::Q4_K, TensorType::Q4_0}) {
+      if (split && !has_split(type)) continue;
+      const int64_t rows = 200, cols = 768;
+      const int batch = 9;
+      const Encoded gate = encode(type, rows, cols, rng, split),
+                    up = encode(type, rows, cols, rng, split);
+      const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
+      std::vector<float> g(static_cast<size_t>(rows * batch)), u(g.size()), expected(g.size());
+      cpu::matmul(type, gate.bytes.data(), rows, cols, x.data(), batch, g.data(), nullptr);
+      cpu::matmul(type, up.bytes.data(), rows, cols, x.data(), batch, u.data(), nullptr);
+      cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(g.size()));
+      DeviceArray<uint8_t> d_gate(gate.device_bytes), d_up(up.device_bytes);
+      DeviceArray<float> d_x(x), d_y(g.size());
+      DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
+      DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
+      d_y.poison();
+      kernels::MatvecInput in;
+      in.n_in = static_cast<int>(cols);
+      in.batch = batch;
+      in.x = d_x.get();
+      in.xq = {d_qs.get(), d_ds.get()};
+      CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+      kernels::MatvecTask t;
+      t.weight = d_gate.get();
+      t.weight_up = d_up.get();
+      t.row_bytes = gate.device_row_bytes;
+      t.split_layout = split;
+      t.n_out = static_cast<int>(rows);
+      t.y = d_y.get();
+      t.y_stride = rows;
+      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, in, nullptr));
+      const std::vector<float> got = d_y.download();
+      const std::vector<double> bg =
+          error_bounds(gate, x, rows, cols, batch, reads_q8(type, split));
+      const std::vector<double> bu = error_bounds(up, x, rows, cols, batch, reads_q8(type, split));
+      for (size_t j = 0; j < got.size(); ++j) {
+        // silu' is within [-0.1, 1.1]: the product's error is bounded by the factors' bounds.
+        const double bound =
+            1.1 * bg[j] * (std::fabs(u[j]) + bu[j]) + std::fabs(g[j]) * bu[j] * 1.1 + 1e-5;
+        ASSERT_LE(std::fabs(got[j] - expected[j]), bound)
+            << tensor_type_info(type).name << (split ? " split" : "") << " element " << j;
+      }
     }
-  }
 }
 
 TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {

@@ -372,8 +372,8 @@ TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesCpu) {
     for (float x : row) sum_sq += static_cast<double>(x) * x;
     const double rms = std::sqrt(sum_sq / static_cast<double>(row.size()));
     const double margin = sorted[0] - sorted[1];
-    std::cout << "[gpu-vs-cpu] diverged at token " << common << ": CPU margin " << margin
-              << " = " << margin / rms << " x RMS\n";
+    std::cout << "[gpu-vs-cpu] diverged at token " << common << ": CPU margin " << margin << " = "
+              << margin / rms << " x RMS\n";
     EXPECT_LE(margin, 2 * tolerance_for(TensorType::Q4_1) * rms)
         << "the answers diverge where the CPU's choice is clear";
   }

@@ -10,7 +10,6 @@
 #include "attention.cuh"
 #include "cpu/ops.h"
 #include "cuda/cuda_check.h"
-#include "weight_split.h"
 #include "dequantize.cuh"
 #include "granule/error.h"
 #include "granule/log.h"
@@ -21,6 +20,7 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "swiglu.cuh"
+#include "weight_split.h"
 
 namespace granule::cuda {
 namespace {
@@ -74,8 +74,9 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
            t->dims[0] % (t->ggml_type == static_cast<uint32_t>(TensorType::Q6_K) ? 256 : 32) == 0;
   };
   auto device_bytes = [&](const TensorInfo* t) {
-    return use_split(t) ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
-                        : t->size_bytes;
+    return use_split(t)
+               ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
+               : t->size_bytes;
   };
   std::vector<size_t> offsets;
   size_t total = 0;

@@ -24,9 +24,9 @@ struct DeviceMatrix {
   const void* data = nullptr;
   uint32_t type = 0;
   int64_t rows = 0, cols = 0;
-  int64_t row_bytes = 0;     // from one row to the next on the device
+  int64_t row_bytes = 0;       // from one row to the next on the device
   int64_t gguf_row_bytes = 0;  // the row's bytes as stored (what a decode step reads)
-  bool split = false;        // rows in kernels/split_layout.h's layout
+  bool split = false;          // rows in kernels/split_layout.h's layout
 };
 
 struct DeviceLayer {
