@@ -140,7 +140,8 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
   }
   std::printf(
       "\npeak MiB: the most KV held at any instant (a bucket copy's two buffers included; the\n"
-      "  cached buckets count the buffers a caching allocator keeps for reuse);\n"
+      "  cached buckets count the buffers a caching allocator keeps for reuse; the padded batch\n"
+      "  holds every slot at the longest live chat's bucket, the static shape a graph needs);\n"
       "mean MiB: KV held at the end of a step, averaged over the %zu steps;\n"
       "copied MiB: bytes copied from an outgrown bucket into the next;\n"
       "moves: times a live chat's KV changed address (each forces a graph re-capture);\n"
@@ -149,7 +150,8 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
   const double live = static_cast<double>(trace.peak_live_tokens * bytes_per_token);
   const KvPolicyResult* granules = find_policy(results, KvPolicyKind::Granule);
   std::printf("\nlive KV at its peak: %.1f MiB (no policy can hold less)\n", live / kMiB);
-  for (KvPolicyKind baseline : {KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached}) {
+  for (KvPolicyKind baseline :
+       {KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached, KvPolicyKind::PaddedBatch}) {
     const KvPolicyResult* b = find_policy(results, baseline);
     if (!b || b->peak_committed_bytes == 0) continue;
     const auto peak = static_cast<double>(b->peak_committed_bytes);

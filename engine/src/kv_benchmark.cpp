@@ -483,6 +483,113 @@ class BucketGrowthPolicy final : public KvPolicy {
   uint64_t copied_bytes_ = 0;
 };
 
+class PaddedBatchPolicy final : public KvPolicy {
+ public:
+  PaddedBatchPolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger)
+      : shape_(shape), memory_(memory), ledger_(ledger) {
+    check_shape(shape);
+    used_.assign(static_cast<size_t>(shape.slots), 0);
+    live_.assign(static_cast<size_t>(shape.slots), false);
+  }
+  ~PaddedBatchPolicy() override { resize(0); }
+
+  std::string name() const override { return kv_policy_name(KvPolicyKind::PaddedBatch); }
+  void grow(int32_t slot, int64_t tokens) override {
+    check_tokens(shape_, tokens);
+    check_slot(slot);
+    if (tokens > bucket_tokens_) resize(bucket_for(tokens));
+    used_[static_cast<size_t>(slot)] = tokens;
+    live_[static_cast<size_t>(slot)] = true;
+  }
+  void truncate(int32_t slot, int64_t tokens) override {
+    check_tokens(shape_, tokens);
+    check_slot(slot);
+    int64_t& used = used_[static_cast<size_t>(slot)];
+    used = std::min(used, tokens);
+    shrink_if_loose();
+  }
+  void end(int32_t slot) override {
+    check_slot(slot);
+    used_[static_cast<size_t>(slot)] = 0;
+    live_[static_cast<size_t>(slot)] = false;
+    shrink_if_loose();
+  }
+  uint8_t* address(int32_t slot) const override {
+    check_slot(slot);
+    if (!buffer_ || !live_[static_cast<size_t>(slot)]) return nullptr;
+    return buffer_->data() + static_cast<uint64_t>(slot) * slot_bytes();
+  }
+  uint64_t committed_bytes(int32_t slot) const override {
+    check_slot(slot);
+    return buffer_ ? slot_bytes() : 0;  // every slot holds a whole bucket, live or not
+  }
+  uint64_t copied_bytes() const override { return copied_bytes_; }
+
+ private:
+  void check_slot(int32_t slot) const {
+    if (slot < 0 || slot >= shape_.slots) throw UsageError("KV slot out of range");
+  }
+  uint64_t slot_bytes() const {
+    return static_cast<uint64_t>(bucket_tokens_ * shape_.bytes_per_token);
+  }
+  int64_t bucket_for(int64_t tokens) const {
+    int64_t bucket = shape_.min_bucket_tokens;
+    while (bucket < tokens) bucket *= 2;
+    return std::min(bucket, shape_.max_context_tokens);
+  }
+  int64_t longest_live() const {
+    int64_t longest = 0;
+    for (size_t s = 0; s < used_.size(); ++s)
+      if (live_[s]) longest = std::max(longest, used_[s]);
+    return longest;
+  }
+  void shrink_if_loose() {
+    const bool any_live = std::find(live_.begin(), live_.end(), true) != live_.end();
+    if (!any_live) {
+      resize(0);
+      return;
+    }
+    const int64_t longest = longest_live();
+    if (longest * 4 <= bucket_tokens_ && bucket_for(longest) < bucket_tokens_)
+      resize(bucket_for(longest));
+  }
+  // A new batch buffer of `bucket` tokens per slot (0: none); the old one's live tokens are
+  // copied across, both buffers held during the copy.
+  void resize(int64_t bucket) {
+    std::unique_ptr<KvBenchBuffer> fresh;
+    const uint64_t fresh_bytes = static_cast<uint64_t>(bucket * shape_.bytes_per_token) *
+                                 static_cast<uint64_t>(shape_.slots);
+    if (bucket > 0) {
+      ledger_.charge(MemoryCategory::KvCommitted, fresh_bytes);
+      try {
+        fresh = memory_.allocate(fresh_bytes);
+      } catch (...) {
+        ledger_.release(MemoryCategory::KvCommitted, fresh_bytes);
+        throw;
+      }
+      const uint64_t stride = static_cast<uint64_t>(bucket * shape_.bytes_per_token);
+      for (size_t s = 0; buffer_ && s < used_.size(); ++s) {
+        if (!live_[s] || used_[s] == 0) continue;
+        const auto used = static_cast<uint64_t>(used_[s] * shape_.bytes_per_token);
+        memory_.copy(fresh->data() + s * stride, buffer_->data() + s * slot_bytes(), used);
+        copied_bytes_ += used;
+      }
+    }
+    if (buffer_) ledger_.release(MemoryCategory::KvCommitted, buffer_->bytes());
+    buffer_ = std::move(fresh);
+    bucket_tokens_ = bucket;
+  }
+
+  KvPolicyShape shape_;
+  KvBenchMemory& memory_;
+  MemoryManager& ledger_;
+  std::vector<int64_t> used_;
+  std::vector<bool> live_;
+  std::unique_ptr<KvBenchBuffer> buffer_;
+  int64_t bucket_tokens_ = 0;
+  uint64_t copied_bytes_ = 0;
+};
+
 class GranulePolicy final : public KvPolicy {
  public:
   GranulePolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger)
@@ -548,6 +655,11 @@ std::unique_ptr<KvPolicy> make_cached_bucket_growth_policy(const KvPolicyShape& 
   return std::make_unique<BucketGrowthPolicy>(shape, memory, ledger, /*keep_freed_buckets=*/true);
 }
 
+std::unique_ptr<KvPolicy> make_padded_batch_policy(const KvPolicyShape& shape,
+                                                   KvBenchMemory& memory, MemoryManager& ledger) {
+  return std::make_unique<PaddedBatchPolicy>(shape, memory, ledger);
+}
+
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
                                               MemoryManager& ledger) {
   return std::make_unique<GranulePolicy>(shape, memory, ledger);
@@ -561,6 +673,8 @@ const char* kv_policy_name(KvPolicyKind kind) {
       return "bucket growth";
     case KvPolicyKind::BucketGrowthCached:
       return "bucket, cached";
+    case KvPolicyKind::PaddedBatch:
+      return "padded batch";
     case KvPolicyKind::Granule:
       return "granules";
   }
@@ -596,11 +710,12 @@ KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTr
           break;
       }
       us += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-      const auto c = static_cast<size_t>(e.chat);
-      tokens[c] = e.tokens;
-      // A slot's KV that moves to another live address would invalidate a captured graph.
-      uint8_t* now = policy.address(e.chat);
-      if (now != nullptr) {
+      tokens[static_cast<size_t>(e.chat)] = e.tokens;
+      // A live slot's KV that moves (this chat's, or every chat's when one batch buffer is
+      // reallocated) would invalidate a captured graph.
+      for (size_t c = 0; c < chats; ++c) {
+        uint8_t* now = policy.address(static_cast<int32_t>(c));
+        if (now == nullptr) continue;
         if (last_address[c] != nullptr && now != last_address[c]) ++result.address_changes;
         last_address[c] = now;
       }
@@ -645,6 +760,9 @@ std::vector<KvPolicyResult> compare_kv_policies(const KvTrace& trace, const KvPo
         break;
       case KvPolicyKind::BucketGrowthCached:
         policy = make_cached_bucket_growth_policy(shape, memory, ledger);
+        break;
+      case KvPolicyKind::PaddedBatch:
+        policy = make_padded_batch_policy(shape, memory, ledger);
         break;
       case KvPolicyKind::Granule:
         policy = make_granule_policy(shape, memory, ledger);

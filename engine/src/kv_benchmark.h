@@ -128,6 +128,13 @@ std::unique_ptr<KvPolicy> make_bucket_growth_policy(const KvPolicyShape& shape,
 std::unique_ptr<KvPolicy> make_cached_bucket_growth_policy(const KvPolicyShape& shape,
                                                            KvBenchMemory& memory,
                                                            MemoryManager& ledger);
+// One buffer for the whole batch, [slots][bucket tokens]: the static padded shape a captured
+// graph needs when KV cannot grow in place. The bucket is the power of two (at least the
+// first bucket) that holds the longest live chat; outgrowing it allocates the batch at twice
+// the size and copies every live chat (every slot moves); when the longest live chat fits a
+// quarter of the bucket it shrinks to the smallest bucket that holds it (copying too).
+std::unique_ptr<KvPolicy> make_padded_batch_policy(const KvPolicyShape& shape,
+                                                   KvBenchMemory& memory, MemoryManager& ledger);
 // Granule's KvSpace: granules mapped on demand under a fixed address, tail unmapped.
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
                                               MemoryManager& ledger);
@@ -156,7 +163,7 @@ using KvStepObserver =
 KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTrace& trace,
                              const KvStepObserver& observer = {});
 
-enum class KvPolicyKind { FullContext, BucketGrowth, BucketGrowthCached, Granule };
+enum class KvPolicyKind { FullContext, BucketGrowth, BucketGrowthCached, PaddedBatch, Granule };
 const char* kv_policy_name(KvPolicyKind kind);
 
 // The same trace under each policy in turn (fresh ledger each), in the order given.
@@ -164,6 +171,6 @@ std::vector<KvPolicyResult> compare_kv_policies(
     const KvTrace& trace, const KvPolicyShape& shape, KvBenchMemory& memory,
     const std::vector<KvPolicyKind>& policies = {
         KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached,
-        KvPolicyKind::Granule});
+        KvPolicyKind::PaddedBatch, KvPolicyKind::Granule});
 
 }  // namespace granule

@@ -119,11 +119,11 @@ TEST(KvWorkload, ChatsGrowWithinContextRegenerateEditAndAllEnd) {
 TEST(KvBenchmark, EveryPolicySeesTheSameTokenCountsEveryStep) {
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/false);
-  std::vector<std::vector<std::vector<int64_t>>> seen(4);
+  std::vector<std::vector<std::vector<int64_t>>> seen(5);
   const std::vector<std::unique_ptr<KvPolicy> (*)(const KvPolicyShape&, KvBenchMemory&,
                                                   MemoryManager&)>
       makers = {make_full_context_policy, make_bucket_growth_policy,
-                make_cached_bucket_growth_policy, make_granule_policy};
+                make_cached_bucket_growth_policy, make_padded_batch_policy, make_granule_policy};
   for (size_t p = 0; p < makers.size(); ++p) {
     MemoryManager ledger = unbudgeted_ledger();
     auto policy = makers[p](small_shape(), *memory, ledger);
@@ -136,6 +136,41 @@ TEST(KvBenchmark, EveryPolicySeesTheSameTokenCountsEveryStep) {
   EXPECT_EQ(seen[0], seen[1]);
   EXPECT_EQ(seen[0], seen[2]);
   EXPECT_EQ(seen[0], seen[3]);
+  EXPECT_EQ(seen[0], seen[4]);
+}
+
+// The padded batch: every slot holds the longest live chat's bucket; outgrowing it moves and
+// copies every live chat (their bytes kept), both buffers held during the copy; when the
+// longest live chat fits a quarter of the bucket it shrinks; with no chat left it holds 0.
+TEST(KvBenchmark, PaddedBatchHoldsEverySlotAtTheLongestChatsBucket) {
+  KvPolicyShape shape = small_shape();  // 8 slots, first bucket 64 tokens
+  auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/false);
+  MemoryManager ledger = unbudgeted_ledger();
+  auto policy = make_padded_batch_policy(shape, *memory, ledger);
+  const uint64_t slots = static_cast<uint64_t>(shape.slots);
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 0u);
+  policy->grow(0, 40);
+  policy->grow(5, 10);
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), slots * 64 * kBytesPerToken);
+  EXPECT_EQ(policy->committed_bytes(2), 64u * kBytesPerToken) << "idle slots are padded too";
+  for (uint64_t i = 0; i < 40 * kBytesPerToken; ++i)
+    policy->address(0)[i] = static_cast<uint8_t>(i);
+  uint8_t* const slot0 = policy->address(0);
+  uint8_t* const slot5 = policy->address(5);
+  policy->grow(5, 200);  // 64 -> 256 tokens for every slot: both live chats move
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), slots * 256 * kBytesPerToken);
+  EXPECT_EQ(ledger.peak_bytes(), slots * (64 + 256) * kBytesPerToken);
+  EXPECT_EQ(policy->copied_bytes(), (40u + 10u) * kBytesPerToken);
+  EXPECT_NE(policy->address(0), slot0);
+  EXPECT_NE(policy->address(5), slot5);
+  for (uint64_t i = 0; i < 40 * kBytesPerToken; ++i)
+    ASSERT_EQ(policy->address(0)[i], static_cast<uint8_t>(i)) << "byte " << i;
+  policy->end(5);  // longest live is 40 tokens <= 256 / 4: back to a 64-token bucket
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), slots * 64 * kBytesPerToken);
+  EXPECT_EQ(policy->copied_bytes(), (40u + 10u + 40u) * kBytesPerToken);
+  policy->end(0);
+  EXPECT_EQ(ledger.bytes(MemoryCategory::KvCommitted), 0u);
+  EXPECT_EQ(policy->address(0), nullptr);
 }
 
 TEST(KvBenchmark, GranulesStayWithinTheRoundingBoundNeverMoveAndEndAtZero) {
@@ -289,15 +324,23 @@ TEST(KvBenchmark, GranulesCommitLessThanBucketsAndCopyNothing) {
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/true);
   const auto r = compare_kv_policies(trace, shape, *memory);
-  ASSERT_EQ(r.size(), 4u);
+  ASSERT_EQ(r.size(), 5u);
   const KvPolicyResult& full = r[0];
   const KvPolicyResult& bucket = r[1];
   const KvPolicyResult& cached = r[2];
-  const KvPolicyResult& granule = r[3];
+  const KvPolicyResult& padded = r[3];
+  const KvPolicyResult& granule = r[4];
   EXPECT_EQ(full.policy, "full context");
   EXPECT_EQ(bucket.policy, "bucket growth");
   EXPECT_EQ(cached.policy, "bucket, cached");
+  EXPECT_EQ(padded.policy, "padded batch");
   EXPECT_EQ(granule.policy, "granules");
+  // The padded batch pads every slot to the longest chat: never under per-chat buckets' live
+  // share, copies on each resize, and every live chat moves with it.
+  EXPECT_LT(granule.peak_committed_bytes, padded.peak_committed_bytes);
+  EXPECT_GT(padded.copied_bytes, 0u);
+  EXPECT_GT(padded.address_changes, 0u);
+  EXPECT_EQ(padded.final_committed_bytes, 0u);
   // The cache holds what bucket growth freed: never less, the same copies and moves.
   EXPECT_GE(cached.peak_committed_bytes, bucket.peak_committed_bytes);
   EXPECT_EQ(cached.copied_bytes, bucket.copied_bytes);
