@@ -62,6 +62,12 @@ void TelemetryModel::addFrame(const TelemetryFrame& frame) {
   Q_EMIT updated();
 }
 
+bool TelemetryModel::isWaiting(double chatId) const {
+  for (const ChatTelemetry& chat : latest_.chats)
+    if (chat.waiting && static_cast<double>(chat.chat_id) == chatId) return true;
+  return false;
+}
+
 double TelemetryModel::usedBytes() const {
   return static_cast<double>(
       std::accumulate(latest_.ledger_bytes.begin(), latest_.ledger_bytes.end(), quint64{0}));

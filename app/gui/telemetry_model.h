@@ -105,6 +105,9 @@ class TelemetryModel : public QAbstractListModel {
   int waitingChats() const { return latest_.waiting_chats; }
   double preemptions() const { return static_cast<double>(latest_.preemptions); }
   double recomputedTokens() const { return static_cast<double>(latest_.recomputed_tokens); }
+  // Whether the KV budget holds this chat back in the latest frame (ids as numbers, as QML
+  // sees them). Bindings that also read waitingChats re-evaluate with every frame.
+  Q_INVOKABLE bool isWaiting(double chatId) const;
   qint64 highlightedChatId() const { return highlighted_chat_id_; }
   void setHighlightedChatId(qint64 id);
 

@@ -6,6 +6,10 @@ import QtQuick.Controls
 ListView {
     id: view
     required property ChatController chats
+    required property TelemetryModel telemetry
+    // The open chat is queued behind the KV budget (its answer has not started).
+    readonly property bool waitingForMemory: telemetry.waitingChats > 0
+                                             && telemetry.isWaiting(chats.currentChatId)
     // Follow the bottom unless the user scrolled up to read.
     property bool following: true
 
@@ -21,6 +25,7 @@ ListView {
         width: Math.min(ListView.view.width - 2 * Theme.padding, Theme.contentMaxWidth)
         x: (ListView.view.width - width) / 2
         chats: (ListView.view as ChatView).chats
+        waitingForMemory: (ListView.view as ChatView).waitingForMemory
     }
 
     onMovementEnded: following = atYEnd

@@ -79,6 +79,7 @@ ApplicationWindow {
                     anchors.fill: parent
                     visible: window.chats.messages.count > 0
                     chats: window.chats
+                    telemetry: window.telemetry
                 }
                 EmptyState {
                     anchors.fill: parent

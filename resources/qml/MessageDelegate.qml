@@ -17,6 +17,8 @@ Item {
     required property double tokensPerSecond
     required property string finishReason
     required property int tokenCount
+    // The chat waits for KV memory: an unstarted answer says so instead of "thinking".
+    property bool waitingForMemory: false
     readonly property bool fromUser: role === "user"
     property bool editing: false
 
@@ -63,7 +65,8 @@ Item {
                     font.pixelSize: Theme.smallFontSize
                     elide: Text.ElideRight
                     text: message.fromUser ? ""
-                        : message.generating && message.tokenCount === 0 ? qsTr("thinking…")
+                        : message.generating && message.tokenCount === 0
+                          ? (message.waitingForMemory ? qsTr("waiting for memory…") : qsTr("thinking…"))
                         // Token counts exist for this session's messages; saved ones keep tok/s.
                         : (message.tokenCount > 0 ? qsTr("%1 tokens · ").arg(message.tokenCount) : "")
                           + (message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "")

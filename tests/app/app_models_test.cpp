@@ -135,6 +135,8 @@ class ModelsTest : public QObject {
     QCOMPARE(model.waitingChats(), 1);
     QCOMPARE(model.preemptions(), 2.0);
     QCOMPARE(model.recomputedTokens(), 140.0);
+    QVERIFY(model.isWaiting(6));
+    QVERIFY(!model.isWaiting(5));
     model.setHighlightedChatId(5);
     QCOMPARE(model.data(model.index(0), TelemetryModel::HighlightedRole).toBool(), true);
   }
