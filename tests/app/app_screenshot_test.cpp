@@ -95,6 +95,19 @@ class ScreenshotTest : public QObject {
     return s;
   }
 
+  // The two chats both window tests show: the seeded trip chat asked again, and a new chat
+  // about the KV cache (returned). Both answers may run 2000 tokens.
+  qint64 askTwoChats(Session& s) {
+    ChatController* chats = s.app.chats();
+    chats->selectChat(s.trip_chat);
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
+    const qint64 kv_chat = chats->newChat();
+    chats->setMaxTokens(2000);
+    chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
+    return kv_chat;
+  }
+
   void setTheme(Session& s, const QString& preference) {
     s.app.windowSettings()->setTheme(preference);
     QCOMPARE(s.app.windowSettings()->theme(), preference);
@@ -130,12 +143,7 @@ class ScreenshotTest : public QObject {
     QVERIFY(s);
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
     ChatController* chats = s->app.chats();
-    chats->selectChat(s->trip_chat);
-    chats->setMaxTokens(2000);
-    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
-    const qint64 kv_chat = chats->newChat();
-    chats->setMaxTokens(2000);
-    chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
+    const qint64 kv_chat = askTwoChats(*s);
     QCOMPARE(chats->generatingCount(), 2);
     // Long enough for several telemetry frames and a code block to stream in.
     QTRY_VERIFY_WITH_TIMEOUT(
@@ -177,13 +185,7 @@ class ScreenshotTest : public QObject {
     auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
     QVERIFY(s);
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
-    ChatController* chats = s->app.chats();
-    chats->selectChat(s->trip_chat);
-    chats->setMaxTokens(2000);
-    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
-    const qint64 second = chats->newChat();
-    chats->setMaxTokens(2000);
-    chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
+    const qint64 second = askTwoChats(*s);
     TelemetryModel* telemetry = s->app.telemetry();
     QTRY_COMPARE_WITH_TIMEOUT(telemetry->waitingChats(), 1, 5000);
     QTRY_COMPARE_WITH_TIMEOUT(telemetry->chatCount(), 2, 5000);
@@ -192,7 +194,8 @@ class ScreenshotTest : public QObject {
       waiting_rows += telemetry->data(telemetry->index(row), TelemetryModel::WaitingRole).toBool();
     QCOMPARE(waiting_rows, 1);
     QTest::qWait(800);
-    QVERIFY(chats->messagesOf(second)->message(1).content.isEmpty());  // it has not started
+    // It has not started.
+    QVERIFY(s->app.chats()->messagesOf(second)->message(1).content.isEmpty());
     save(s->window, QStringLiteral("kv-waiting-light.png"));
     s->app.shutdown();
   }
