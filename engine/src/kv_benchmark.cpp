@@ -307,6 +307,26 @@ void check_tokens(const KvPolicyShape& s, int64_t tokens) {
   }
 }
 
+// The smallest power-of-two multiple of the first bucket that holds `tokens`, at most the
+// context: the buffer size both bucket policies grow (and shrink) by.
+int64_t bucket_tokens_for(const KvPolicyShape& s, int64_t tokens) {
+  int64_t bucket = s.min_bucket_tokens;
+  while (bucket < tokens) bucket *= 2;
+  return std::min(bucket, s.max_context_tokens);
+}
+
+// A new buffer of `bytes`, charged to the ledger (the charge undone when allocation fails).
+std::unique_ptr<KvBenchBuffer> allocate_charged(KvBenchMemory& memory, MemoryManager& ledger,
+                                                uint64_t bytes) {
+  ledger.charge(MemoryCategory::KvCommitted, bytes);
+  try {
+    return memory.allocate(bytes);
+  } catch (...) {
+    ledger.release(MemoryCategory::KvCommitted, bytes);
+    throw;
+  }
+}
+
 class FullContextPolicy final : public KvPolicy {
  public:
   FullContextPolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger)
@@ -437,13 +457,7 @@ class BucketGrowthPolicy final : public KvPolicy {
       kept->second.pop_back();
       return buffer;
     }
-    ledger_.charge(MemoryCategory::KvCommitted, bytes);
-    try {
-      return memory_.allocate(bytes);
-    } catch (...) {
-      ledger_.release(MemoryCategory::KvCommitted, bytes);
-      throw;
-    }
+    return allocate_charged(memory_, ledger_, bytes);
   }
 
   // Frees a buffer, or keeps it for reuse as a caching allocator does (still held, still
@@ -459,9 +473,7 @@ class BucketGrowthPolicy final : public KvPolicy {
 
   // The next power-of-two bucket that holds `tokens`: both buffers exist during the copy.
   void reallocate(Slot& s, int64_t tokens) {
-    int64_t capacity = s.capacity_tokens > 0 ? s.capacity_tokens : shape_.min_bucket_tokens;
-    while (capacity < tokens) capacity *= 2;
-    capacity = std::min(capacity, shape_.max_context_tokens);
+    const int64_t capacity = bucket_tokens_for(shape_, tokens);
     std::unique_ptr<KvBenchBuffer> fresh =
         take(static_cast<uint64_t>(capacity * shape_.bytes_per_token));
     if (s.buffer && s.used_tokens > 0) {
@@ -497,7 +509,7 @@ class PaddedBatchPolicy final : public KvPolicy {
   void grow(int32_t slot, int64_t tokens) override {
     check_tokens(shape_, tokens);
     check_slot(slot);
-    if (tokens > bucket_tokens_) resize(bucket_for(tokens));
+    if (tokens > bucket_tokens_) resize(bucket_tokens_for(shape_, tokens));
     used_[static_cast<size_t>(slot)] = tokens;
     live_[static_cast<size_t>(slot)] = true;
   }
@@ -532,11 +544,6 @@ class PaddedBatchPolicy final : public KvPolicy {
   uint64_t slot_bytes() const {
     return static_cast<uint64_t>(bucket_tokens_ * shape_.bytes_per_token);
   }
-  int64_t bucket_for(int64_t tokens) const {
-    int64_t bucket = shape_.min_bucket_tokens;
-    while (bucket < tokens) bucket *= 2;
-    return std::min(bucket, shape_.max_context_tokens);
-  }
   int64_t longest_live() const {
     int64_t longest = 0;
     for (size_t s = 0; s < used_.size(); ++s)
@@ -550,8 +557,8 @@ class PaddedBatchPolicy final : public KvPolicy {
       return;
     }
     const int64_t longest = longest_live();
-    if (longest * 4 <= bucket_tokens_ && bucket_for(longest) < bucket_tokens_)
-      resize(bucket_for(longest));
+    const int64_t fits = bucket_tokens_for(shape_, longest);
+    if (longest * 4 <= bucket_tokens_ && fits < bucket_tokens_) resize(fits);
   }
   // A new batch buffer of `bucket` tokens per slot (0: none); the old one's live tokens are
   // copied across, both buffers held during the copy.
@@ -560,13 +567,7 @@ class PaddedBatchPolicy final : public KvPolicy {
     const uint64_t fresh_bytes = static_cast<uint64_t>(bucket * shape_.bytes_per_token) *
                                  static_cast<uint64_t>(shape_.slots);
     if (bucket > 0) {
-      ledger_.charge(MemoryCategory::KvCommitted, fresh_bytes);
-      try {
-        fresh = memory_.allocate(fresh_bytes);
-      } catch (...) {
-        ledger_.release(MemoryCategory::KvCommitted, fresh_bytes);
-        throw;
-      }
+      fresh = allocate_charged(memory_, ledger_, fresh_bytes);
       const uint64_t stride = static_cast<uint64_t>(bucket * shape_.bytes_per_token);
       for (size_t s = 0; buffer_ && s < used_.size(); ++s) {
         if (!live_[s] || used_[s] == 0) continue;
