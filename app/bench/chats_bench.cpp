@@ -42,6 +42,11 @@ struct ChatsResult {
   uint64_t preemptions = 0;
   int32_t errors = 0;
   std::string first_error;
+  // KV mapping, every step of the run: granules mapped, those the step had to create (the
+  // pool was empty), and the time spent mapping and unmapping inside the steps.
+  int64_t steps = 0;
+  uint64_t granules_mapped = 0, granules_created_in_step = 0;
+  double mapping_us = 0, max_mapping_us = 0, refill_us = 0;
 
   double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
@@ -131,7 +136,14 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
         ++w->steps;
       }
     }
-    result.peak_kv_bytes = std::max(result.peak_kv_bytes, engine.telemetry().ledger.at("kv"));
+    const TelemetrySnapshot t = engine.telemetry();
+    result.peak_kv_bytes = std::max(result.peak_kv_bytes, t.ledger.at("kv"));
+    ++result.steps;
+    result.granules_mapped += t.granules_mapped_last_step;
+    result.granules_created_in_step += t.granules_created_last_step;
+    result.mapping_us += t.mapping_us_last_step;
+    result.max_mapping_us = std::max(result.max_mapping_us, t.mapping_us_last_step);
+    result.refill_us += t.pool_refill_us_last_step;
   }
   const Window& window = full_batch.steps > 0 ? full_batch : after_prefill;
   result.full_batch_window = full_batch.steps > 0;
@@ -184,6 +196,26 @@ void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::st
   if (partial_window) {
     std::printf("*: no step had every chat decoding; measured over every step after the prompts\n");
   }
+  std::printf("\nKV mapping (pool of %llu pre-created granules%s):\n",
+              static_cast<unsigned long long>(engine.telemetry().kv_pool_target_granules),
+              o.kv_pool_granules < 0 ? ", sized by the engine" : "");
+  std::printf("| %5s | %6s | %15s | %16s | %17s | %14s | %17s |\n", "chats", "steps",
+              "granules mapped", "created in steps", "map us/step mean", "map us max",
+              "refill us/step");
+  std::printf(
+      "|-------|--------|-----------------|------------------|-------------------|------"
+      "----------|-------------------|\n");
+  for (const ChatsResult& r : results) {
+    const double steps = static_cast<double>(std::max<int64_t>(r.steps, 1));
+    std::printf("| %5d | %6lld | %15llu | %16llu | %17.1f | %14.1f | %17.1f |\n", r.chats,
+                static_cast<long long>(r.steps), static_cast<unsigned long long>(r.granules_mapped),
+                static_cast<unsigned long long>(r.granules_created_in_step), r.mapping_us / steps,
+                r.max_mapping_us, r.refill_us / steps);
+  }
+  std::printf(
+      "created in steps: granules a step had to create because the pool was empty (the rest\n"
+      "  were pre-created, off the step's mapping path); map us: mapping and unmapping inside\n"
+      "  the steps; refill us: creating pool granules (on a GPU, while the step runs).\n");
   for (const ChatsResult& r : results) {
     if (r.errors > 0) std::printf("%d chats: first error: %s\n", r.chats, r.first_error.c_str());
   }
@@ -211,7 +243,14 @@ void print_json(const ChatsBenchOptions& o, const Engine& engine, const std::str
          {"decode_window_full_batch", r.full_batch_window},
          {"peak_kv_committed_bytes", r.peak_kv_bytes},
          {"preemptions", r.preemptions},
-         {"errors", r.errors}});
+         {"errors", r.errors},
+         {"steps", r.steps},
+         {"granules_mapped", r.granules_mapped},
+         {"granules_created_in_steps", r.granules_created_in_step},
+         {"mapping_us_per_step", r.mapping_us / static_cast<double>(std::max<int64_t>(r.steps, 1))},
+         {"mapping_us_max", r.max_mapping_us},
+         {"pool_refill_us_per_step",
+          r.refill_us / static_cast<double>(std::max<int64_t>(r.steps, 1))}});
   }
   std::cout << j.dump(2) << "\n";
 }
@@ -238,6 +277,10 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
                      "memory budget in MiB (0 = the engine's default)");
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
   command.add_option("--seed", o.seed, "prompt seed");
+  command
+      .add_option("--kv-pool", o.kv_pool_granules,
+                  "KV granules created ahead of need (-1 = sized by the engine, 0 = off)")
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20));
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -255,6 +298,7 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     options.prefill_chunk_tokens = o.prefill_chunk_tokens;
     options.vram_budget_bytes = o.budget_mib << 20;
     options.cpu_threads = o.cpu_threads;
+    options.kv_pool_granules = o.kv_pool_granules;
     const std::unique_ptr<Engine> engine = Engine::open(path, options);
     if (engine->options().context_length < options.context_length) {
       throw UsageError("prompt + generated tokens (" + std::to_string(options.context_length) +

@@ -1,6 +1,6 @@
 // granule-bench chats: N concurrent greedy chats through the Engine (scheduler, KV, device
 // sampling, whichever backend), for each N in a list: prefill and decode throughput, peak
-// committed KV and preemptions.
+// committed KV, preemptions, and what mapping KV granules cost the steps.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -23,6 +23,7 @@ struct ChatsBenchOptions {
   uint64_t budget_mib = 0;  // 0 = the engine's default (the device's free memory)
   int32_t cpu_threads = 0;
   uint64_t seed = 1;
+  int64_t kv_pool_granules = -1;  // the engine's KV pool: -1 sized by the engine, 0 off
   bool json = false;
 };
 

@@ -139,6 +139,21 @@ void Engine::Impl::open_backend() {
   geometry.slots = options.max_sequences;
   kv = std::make_unique<KvSpace>(backend->make_kv_virtual_memory(), geometry, *memory);
   backend->attach_kv(*kv);
+  // The pool covers what one step maps in the common case: a prefill chunk (its tokens may
+  // belong to several chats), plus decodes crossing into a new granule (one slot in four at
+  // once is generous: a 2 MiB granule holds 16 to 90 tokens of the usual models).
+  uint64_t pool = 0;
+  if (options.kv_pool_granules < 0) {
+    const uint64_t g = kv->granule_bytes();
+    const uint64_t chunk_bytes = static_cast<uint64_t>(options.prefill_chunk_tokens) *
+                                 static_cast<uint64_t>(geometry.bytes_per_token);
+    pool = (chunk_bytes + g - 1) / g + static_cast<uint64_t>(geometry.slots + 3) / 4;
+  } else {
+    pool = static_cast<uint64_t>(options.kv_pool_granules);
+  }
+  kv->set_pool_target(pool);
+  const uint64_t created = kv->refill_pool();
+  log->info("KV pool: {} of {} granules created ahead of need", created, pool);
 }
 
 Engine::Engine() : impl_(std::make_unique<Impl>()) {}
@@ -369,6 +384,9 @@ bool Engine::step() {
     return !m.sequences.empty();
   }
   const double elapsed = seconds_between(start, Clock::now());
+  // Tops the pool up for the next step's mapping. A GPU backend already did this while the
+  // step ran; then it finds the pool full. Outside the step's time.
+  m.kv->refill_pool();
   int64_t prompt_tokens = 0, decode_tokens = 0;
   for (const ScheduledWork& w : ran) (w.decode ? decode_tokens : prompt_tokens) += w.count;
   // A mixed step's time is shared by token count.
@@ -486,6 +504,10 @@ TelemetrySnapshot Engine::telemetry() const {
   s.granules_unmapped_last_step = kv.last_granules_unmapped;
   s.kv_map_refusals = kv.map_refusals;
   s.kv_committed_peak_bytes = kv.peak_committed_bytes;
+  s.kv_pool_bytes = kv.pool_bytes;
+  s.kv_pool_target_granules = kv.pool_target_granules;
+  s.granules_created_last_step = kv.last_granules_created;
+  s.pool_refill_us_last_step = kv.last_refill_us;
   s.running_sequences = static_cast<int32_t>(m.scheduler->running());
   s.waiting_sequences = static_cast<int32_t>(m.scheduler->waiting());
   s.preemptions = m.scheduler->preemptions();

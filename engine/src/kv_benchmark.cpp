@@ -210,9 +210,9 @@ class WorkloadBuilder {
 // ---------------------------------------------------------------------------------------
 // Host memory
 
-// HostVirtualMemory commits by opening access; the kernel backs pages on first touch. To
-// pay the real cost when the benchmark commits (as a GPU pays it in cuMemCreate), this
-// faults the pages in right away.
+// HostVirtualMemory allocates a granule's pages when it creates it, but the page tables of a
+// mapping fill on first touch. To pay that when the benchmark maps (as a GPU pays it in
+// cuMemMap and cuMemSetAccess), and to back bucket buffers at once, this faults pages in.
 void fault_in(uint8_t* addr, uint64_t bytes) {
 #ifdef MADV_POPULATE_WRITE
   if (madvise(addr, bytes, MADV_POPULATE_WRITE) == 0) return;
@@ -229,14 +229,14 @@ class FaultingVirtualMemory final : public VirtualMemory {
   uint64_t granule_bytes() const override { return inner_->granule_bytes(); }
   uint8_t* reserve(uint64_t bytes) override { return inner_->reserve(bytes); }
   void unreserve(uint8_t* base, uint64_t bytes) override { inner_->unreserve(base, bytes); }
-  void commit(uint8_t* addr) override { commit_range(addr, 1); }
-  void decommit(uint8_t* addr) override { decommit_range(addr, 1); }
-  void commit_range(uint8_t* addr, uint64_t granules) override {
-    inner_->commit_range(addr, granules);
-    if (touch_pages_) fault_in(addr, granules * granule_bytes());
+  Physical create() override { return inner_->create(); }
+  void destroy(Physical granule) noexcept override { inner_->destroy(granule); }
+  void map(uint8_t* addr, std::span<const Physical> granules) override {
+    inner_->map(addr, granules);
+    if (touch_pages_) fault_in(addr, granules.size() * granule_bytes());
   }
-  void decommit_range(uint8_t* addr, uint64_t granules) override {
-    inner_->decommit_range(addr, granules);
+  void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) override {
+    inner_->unmap(addr, count, out);
   }
 
  private:

@@ -3,6 +3,7 @@
 // the VirtualMemory of the CPU backend (mmap PROT_NONE reserve, commit per granule).
 #include "kv_space.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "granule/error.h"
@@ -32,9 +34,12 @@ double microseconds_since(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Host address space: reserve with mmap(PROT_NONE) so nothing is backed, commit a granule
-// by making it read-write (the kernel backs its pages on first touch), decommit by
-// dropping the pages (MADV_DONTNEED gives them back at once) and closing access again.
+// Host address space: reserved with mmap(PROT_NONE), so nothing is backed. Physical
+// granules are ranges of one memory file (memfd): create() allocates a range's pages with
+// fallocate, map() maps ranges over the reservation (MAP_FIXED replaces the PROT_NONE
+// pages in one step), unmap() puts PROT_NONE back over them, and destroy() punches the
+// range's pages out of the file. So a granule keeps its pages while unmapped, like a CUDA
+// allocation handle, and a pooled granule maps without the kernel zeroing pages.
 class HostVirtualMemory final : public VirtualMemory {
  public:
   explicit HostVirtualMemory(uint64_t granule_bytes) : granule_bytes_(granule_bytes) {
@@ -44,6 +49,11 @@ class HostVirtualMemory final : public VirtualMemory {
                        " bytes is not a multiple of the " + std::to_string(page) +
                        "-byte page size");
     }
+    fd_ = memfd_create("granule-kv", MFD_CLOEXEC);
+    if (fd_ < 0) {
+      throw DeviceError(std::string("cannot create the KV cache's memory file (memfd_create: ") +
+                        std::strerror(errno) + ")");
+    }
   }
 
   ~HostVirtualMemory() override {
@@ -52,6 +62,7 @@ class HostVirtualMemory final : public VirtualMemory {
       logger("engine.kv")->warn("unreserving {} of KV address space left reserved", mib(bytes));
       munmap(base, bytes);
     }
+    close(fd_);  // the file's pages go with its last mapping
   }
 
   uint64_t granule_bytes() const override { return granule_bytes_; }
@@ -61,11 +72,9 @@ class HostVirtualMemory final : public VirtualMemory {
       throw UsageError("KV reservation of " + std::to_string(bytes) +
                        " bytes is not a whole number of granules");
     }
-    // Over-reserve by one granule and trim, so the base is granule-aligned as on the GPU
-    // (and a 2 MiB granule can be backed by one transparent huge page).
+    // Over-reserve by one granule and trim, so the base is granule-aligned as on the GPU.
     const uint64_t padded = bytes + granule_bytes_;
-    void* raw =
-        mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* raw = mmap(nullptr, padded, PROT_NONE, kReservedFlags, -1, 0);
     if (raw == MAP_FAILED) {
       throw CapacityError("cannot reserve " + mib(bytes) + " of address space for the KV cache (" +
                           std::strerror(errno) +
@@ -88,60 +97,119 @@ class HostVirtualMemory final : public VirtualMemory {
       throw UsageError("unreserve of a KV range that was not reserved here");
     }
     reservations_.erase(it);
+    // Granules still mapped here stay allocated in the file until destroyed; forget where.
+    std::erase_if(mapped_,
+                  [&](const auto& m) { return m.first >= base && m.first < base + bytes; });
     munmap(base, bytes);
   }
 
-  void commit(uint8_t* addr) override { commit_range(addr, 1); }
-  void decommit(uint8_t* addr) override { decommit_range(addr, 1); }
+  Physical create() override {
+    const bool reuse = !free_offsets_.empty();
+    const uint64_t offset = reuse ? free_offsets_.back() : file_bytes_;
+    if (!reuse && ftruncate(fd_, static_cast<off_t>(file_bytes_ + granule_bytes_)) != 0) {
+      throw CapacityError("cannot grow the KV cache's memory file (" +
+                          std::string(std::strerror(errno)) + ")");
+    }
+    // Allocates the pages now, so mapping the granule later costs no page zeroing.
+    if (fallocate(fd_, 0, static_cast<off_t>(offset), static_cast<off_t>(granule_bytes_)) != 0) {
+      const int error = errno;
+      if (!reuse && ftruncate(fd_, static_cast<off_t>(file_bytes_)) != 0) {
+        logger("engine.kv")->warn("shrinking the KV memory file back: {}", std::strerror(errno));
+      }
+      throw CapacityError("cannot allocate " + mib(granule_bytes_) +
+                          " of host memory for the KV cache (" + std::strerror(error) + ")");
+    }
+    if (reuse) {
+      free_offsets_.pop_back();
+    } else {
+      file_bytes_ += granule_bytes_;
+    }
+    return offset;
+  }
 
-  // One system call for the whole range: the ranges KvSpace commits are contiguous.
-  void commit_range(uint8_t* addr, uint64_t granules) override {
-    if (mprotect(addr, granules * granule_bytes_, PROT_READ | PROT_WRITE) != 0) {
-      // mprotect changes nothing on failure, so there is nothing to roll back.
-      throw CapacityError("cannot commit " + mib(granules * granule_bytes_) +
-                          " of host memory for the KV cache (" + std::strerror(errno) + ")");
+  void destroy(Physical granule) noexcept override {
+    if (fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(granule),
+                  static_cast<off_t>(granule_bytes_)) != 0) {
+      logger("engine.kv")->error("freeing a KV granule's host pages: {}", std::strerror(errno));
+    }
+    try {
+      free_offsets_.push_back(granule);
+    } catch (const std::bad_alloc&) {
+      logger("engine.kv")->error("out of host memory while freeing a KV granule");
     }
   }
 
-  void decommit_range(uint8_t* addr, uint64_t granules) override {
-    const uint64_t bytes = granules * granule_bytes_;
-    // MADV_DONTNEED frees a private anonymous mapping's pages now (a later touch would see
-    // zeros); PROT_NONE then makes any stray access to the tail fault instead of silently
-    // re-backing it.
-    if (madvise(addr, bytes, MADV_DONTNEED) != 0 || mprotect(addr, bytes, PROT_NONE) != 0) {
-      throw DeviceError("cannot decommit " + mib(bytes) + " of KV host memory (" +
-                        std::strerror(errno) + ")");
+  void map(uint8_t* addr, std::span<const Physical> granules) override {
+    for (size_t i = 0; i < granules.size(); ++i) {
+      uint8_t* at = addr + i * granule_bytes_;
+      void* p = mmap(at, granule_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd_,
+                     static_cast<off_t>(granules[i]));
+      if (p == MAP_FAILED) {
+        const int error = errno;
+        std::vector<Physical> undone;
+        try {
+          unmap(addr, i, undone);
+        } catch (const std::exception& e) {
+          logger("engine.kv")->error("undoing a failed KV map: {}", e.what());
+        }
+        throw CapacityError("cannot map " + mib(granule_bytes_) + " of KV host memory (" +
+                            std::strerror(error) + ")");
+      }
+      mapped_[at] = granules[i];
+    }
+  }
+
+  void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) override {
+    for (uint64_t i = count; i-- > 0;) {
+      uint8_t* at = addr + i * granule_bytes_;
+      auto it = mapped_.find(at);
+      if (it == mapped_.end()) throw UsageError("unmap of a KV granule that is not mapped");
+      // Back to reserved address space in one step: MAP_FIXED replaces the file's pages, and
+      // a stray access past the committed tail faults again.
+      if (mmap(at, granule_bytes_, PROT_NONE, kReservedFlags | MAP_FIXED, -1, 0) == MAP_FAILED) {
+        throw DeviceError("cannot unmap " + mib(granule_bytes_) + " of KV host memory (" +
+                          std::strerror(errno) + ")");
+      }
+      out.push_back(it->second);
+      mapped_.erase(it);
     }
   }
 
  private:
+  static constexpr int kReservedFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+
   uint64_t granule_bytes_;
+  int fd_ = -1;
+  uint64_t file_bytes_ = 0;             // the memory file's size: every offset handed out
+  std::vector<uint64_t> free_offsets_;  // offsets destroyed, for create() to hand out again
+  std::unordered_map<uint8_t*, Physical> mapped_;
   std::vector<std::pair<uint8_t*, uint64_t>> reservations_;
 };
 
 }  // namespace
 
 void VirtualMemory::commit_range(uint8_t* addr, uint64_t granules) {
-  const uint64_t g = granule_bytes();
-  uint64_t done = 0;
+  std::vector<Physical> fresh;
+  fresh.reserve(granules);
   try {
-    for (; done < granules; ++done) commit(addr + done * g);
+    for (uint64_t i = 0; i < granules; ++i) fresh.push_back(create());
+    map(addr, fresh);
   } catch (...) {
-    while (done > 0) {
-      --done;
-      try {
-        decommit(addr + done * g);
-      } catch (const std::exception& e) {
-        logger("engine.kv")->error("rolling back a failed commit: {}", e.what());
-      }
-    }
+    for (Physical p : fresh) destroy(p);
     throw;
   }
 }
 
 void VirtualMemory::decommit_range(uint8_t* addr, uint64_t granules) {
-  const uint64_t g = granule_bytes();
-  for (uint64_t i = 0; i < granules; ++i) decommit(addr + i * g);
+  std::vector<Physical> off;
+  off.reserve(granules);
+  try {
+    unmap(addr, granules, off);
+  } catch (...) {
+    for (Physical p : off) destroy(p);
+    throw;
+  }
+  for (Physical p : off) destroy(p);
 }
 
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes) {
@@ -183,6 +251,7 @@ KvSpace::KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryM
 KvSpace::~KvSpace() {
   std::lock_guard lock(mutex_);
   const uint64_t g = vm_->granule_bytes();
+  pool_target_ = 0;  // what the slots give back below is destroyed, not pooled
   for (int32_t slot = 0; slot < geometry_.slots; ++slot) {
     try {
       shrink_locked(slot, 0);
@@ -193,6 +262,7 @@ KvSpace::~KvSpace() {
       committed_granules_[slot] = 0;
     }
   }
+  destroy_pooled_locked(0);
   try {
     vm_->unreserve(base_, stats_.reserved_bytes);
   } catch (const std::exception& e) {
@@ -230,33 +300,56 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
   std::lock_guard lock(mutex_);
   uint64_t& have = committed_granules_[slot];
   if (wanted <= have) return true;
-  // The look-ahead only saves a later map call; when the budget cannot hold it, map just
-  // what this step writes rather than refuse a step that fits.
+  // Pooled granules are already charged (to KvPool); only granules beyond the pool need
+  // budget. The look-ahead only saves a later map call: when the budget cannot hold it, map
+  // just what this step writes rather than refuse a step that fits.
+  auto charge_for = [&](uint64_t target) {
+    const uint64_t fresh = target - have - std::min<uint64_t>(pool_.size(), target - have);
+    return fresh == 0 || memory_.try_charge(MemoryCategory::KvCommitted, fresh * g);
+  };
   uint64_t target = wanted;
-  if (!memory_.try_charge(MemoryCategory::KvCommitted, (target - have) * g)) {
+  if (!charge_for(target)) {
     target = required;
-    if (target > have && !memory_.try_charge(MemoryCategory::KvCommitted, (target - have) * g)) {
+    if (target <= have) return true;
+    if (!charge_for(target)) {
       ++stats_.map_refusals;
       logger("engine.kv")
           ->debug("slot {}: budget refused {} more for {} tokens", slot, mib((target - have) * g),
                   tokens);
       return false;
     }
-    if (target <= have) return true;
   }
   const uint64_t more = target - have;
+  const uint64_t pooled = std::min<uint64_t>(pool_.size(), more);
   const auto start = std::chrono::steady_clock::now();
+  // Pooled granules first (the newest, whose pages are most likely still cached), then
+  // created ones; the charge for those was taken above.
+  std::vector<VirtualMemory::Physical> granules(pool_.end() - static_cast<std::ptrdiff_t>(pooled),
+                                                pool_.end());
+  pool_.resize(pool_.size() - pooled);
+  memory_.transfer(MemoryCategory::KvPool, MemoryCategory::KvCommitted, pooled * g);
   try {
-    vm_->commit_range(slot_base(slot) + have * g, more);
+    while (granules.size() < more) {
+      granules.push_back(vm_->create());
+      ++stats_.granules_created;
+      ++stats_.last_granules_created;
+    }
+    vm_->map(slot_base(slot) + have * g, granules);
   } catch (...) {
     stats_.last_mapping_us += microseconds_since(start);
-    memory_.release(MemoryCategory::KvCommitted, more * g);
+    // Nothing was mapped: pooled granules go back to the pool, created ones are destroyed.
+    for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
+    granules.resize(pooled);
+    pool_.insert(pool_.end(), granules.begin(), granules.end());
+    memory_.transfer(MemoryCategory::KvCommitted, MemoryCategory::KvPool, pooled * g);
+    memory_.release(MemoryCategory::KvCommitted, (more - pooled) * g);
     throw;
   }
   stats_.last_mapping_us += microseconds_since(start);
   have = target;
   stats_.granules_mapped += more;
   stats_.last_granules_mapped += more;
+  stats_.granules_from_pool += pooled;
   stats_.committed_bytes += more * g;
   stats_.peak_committed_bytes = std::max(stats_.peak_committed_bytes, stats_.committed_bytes);
   return true;
@@ -276,15 +369,98 @@ void KvSpace::shrink_locked(int32_t slot, uint64_t keep_granules) {
   uint64_t& have = committed_granules_[slot];
   if (keep_granules >= have) return;
   const uint64_t g = vm_->granule_bytes();
-  const uint64_t fewer = have - keep_granules;
+  std::vector<VirtualMemory::Physical> off;
+  off.reserve(have - keep_granules);
   const auto start = std::chrono::steady_clock::now();
-  vm_->decommit_range(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + keep_granules * g, fewer);
-  stats_.last_mapping_us += microseconds_since(start);
-  memory_.release(MemoryCategory::KvCommitted, fewer * g);
-  have = keep_granules;
-  stats_.granules_unmapped += fewer;
-  stats_.last_granules_unmapped += fewer;
-  stats_.committed_bytes -= fewer * g;
+  struct Account {  // whatever came off is accounted for, even when unmap throws part way
+    KvSpace& kv;
+    uint64_t& have;
+    std::vector<VirtualMemory::Physical>& off;
+    std::chrono::steady_clock::time_point start;
+    ~Account() {
+      const uint64_t fewer = off.size();
+      kv.stats_.last_mapping_us += microseconds_since(start);
+      have -= fewer;
+      kv.stats_.granules_unmapped += fewer;
+      kv.stats_.last_granules_unmapped += fewer;
+      kv.stats_.committed_bytes -= fewer * kv.vm_->granule_bytes();
+      kv.take_back_locked(off);
+    }
+  } account{*this, have, off, start};
+  vm_->unmap(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + keep_granules * g,
+             have - keep_granules, off);
+}
+
+void KvSpace::take_back_locked(std::vector<VirtualMemory::Physical>& granules) {
+  const uint64_t g = vm_->granule_bytes();
+  const uint64_t room = pool_target_ > pool_.size() ? pool_target_ - pool_.size() : 0;
+  const uint64_t pooled = std::min<uint64_t>(room, granules.size());
+  try {
+    pool_.insert(pool_.end(), granules.begin(),
+                 granules.begin() + static_cast<std::ptrdiff_t>(pooled));
+  } catch (const std::bad_alloc&) {
+    // No room to remember them: destroy them all instead.
+    for (VirtualMemory::Physical p : granules) vm_->destroy(p);
+    memory_.release(MemoryCategory::KvCommitted, granules.size() * g);
+    granules.clear();
+    return;
+  }
+  memory_.transfer(MemoryCategory::KvCommitted, MemoryCategory::KvPool, pooled * g);
+  for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
+  memory_.release(MemoryCategory::KvCommitted, (granules.size() - pooled) * g);
+  granules.clear();
+}
+
+void KvSpace::destroy_pooled_locked(uint64_t keep) {
+  const uint64_t g = vm_->granule_bytes();
+  while (pool_.size() > keep) {
+    vm_->destroy(pool_.back());
+    pool_.pop_back();
+    memory_.release(MemoryCategory::KvPool, g);
+  }
+}
+
+void KvSpace::set_pool_target(uint64_t granules) {
+  std::lock_guard lock(mutex_);
+  pool_target_ = granules;
+  destroy_pooled_locked(granules);
+}
+
+uint64_t KvSpace::refill_pool() {
+  std::lock_guard lock(mutex_);
+  const uint64_t g = vm_->granule_bytes();
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t created = 0;
+  try {
+    while (pool_.size() < pool_target_ && memory_.try_charge(MemoryCategory::KvPool, g)) {
+      VirtualMemory::Physical p{};
+      try {
+        p = vm_->create();
+      } catch (...) {
+        memory_.release(MemoryCategory::KvPool, g);
+        throw;
+      }
+      pool_.push_back(p);
+      ++created;
+    }
+  } catch (const std::exception& e) {
+    // The device refused memory the budget allowed: map_through() creates on demand later,
+    // where a failure reaches the sequence that needed it.
+    logger("engine.kv")->warn("pre-creating KV granules stopped after {}: {}", created, e.what());
+  }
+  stats_.granules_created += created;
+  stats_.last_refill_us += microseconds_since(start);
+  return created;
+}
+
+void KvSpace::trim_pool(uint64_t keep) {
+  std::lock_guard lock(mutex_);
+  destroy_pooled_locked(keep);
+}
+
+uint64_t KvSpace::budget_available_bytes() const {
+  std::lock_guard lock(mutex_);
+  return memory_.available_bytes() + pool_.size() * vm_->granule_bytes();
 }
 
 uint64_t KvSpace::committed_bytes(int32_t slot) const {
@@ -312,7 +488,10 @@ uint64_t KvSpace::bytes_for_tokens(int64_t tokens) const {
 
 KvStats KvSpace::stats() const {
   std::lock_guard lock(mutex_);
-  return stats_;
+  KvStats s = stats_;
+  s.pool_bytes = pool_.size() * vm_->granule_bytes();
+  s.pool_target_granules = pool_target_;
+  return s;
 }
 
 void KvSpace::reset_step_stats() {
@@ -320,6 +499,8 @@ void KvSpace::reset_step_stats() {
   stats_.last_mapping_us = 0;
   stats_.last_granules_mapped = 0;
   stats_.last_granules_unmapped = 0;
+  stats_.last_granules_created = 0;
+  stats_.last_refill_us = 0;
 }
 
 }  // namespace granule

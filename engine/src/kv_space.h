@@ -7,31 +7,46 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "memory_manager.h"
 
 namespace granule {
 
-// Reserve / commit / decommit granules of address space. Implementations: HostVirtualMemory
-// (kv_space.cpp), CudaVirtualMemory (cuda/cuda_vmm.cpp).
+// Address space reserved once, and granules of physical memory created apart from it and
+// mapped into it: KvSpace keeps unmapped granules in a pool, so a step that grows a sequence
+// maps memory that already exists instead of allocating it. Implementations:
+// HostVirtualMemory (kv_space.cpp; a memfd's pages), CudaVirtualMemory (cuda/cuda_vmm.cpp;
+// cuMemCreate handles). Failures throw granule::Error.
 class VirtualMemory {
  public:
+  // One granule of physical memory: a CUDA allocation handle, or an offset into the host
+  // implementation's memory file. Owned by whoever holds it (KvSpace's pool, a mapping).
+  using Physical = uint64_t;
+
   virtual ~VirtualMemory() = default;
   virtual uint64_t granule_bytes() const = 0;
   // Reserves bytes (a multiple of granule_bytes) of address space; returns its base.
   virtual uint8_t* reserve(uint64_t bytes) = 0;
   virtual void unreserve(uint8_t* base, uint64_t bytes) = 0;
-  // Backs [addr, addr + granule_bytes) with physical memory / releases it. addr is a
-  // granule multiple from a reservation's base. Failures throw granule::Error.
-  virtual void commit(uint8_t* addr) = 0;
-  virtual void decommit(uint8_t* addr) = 0;
-  // The same for `granules` consecutive granules, all or nothing: when a commit fails part
-  // way, what this call committed is decommitted again before the error propagates. The
-  // defaults loop over commit()/decommit(); an implementation may batch (a CUDA one can
-  // take handles from a pre-created pool and set access once for the whole range).
-  virtual void commit_range(uint8_t* addr, uint64_t granules);
-  virtual void decommit_range(uint8_t* addr, uint64_t granules);
+  // Creates one granule of physical memory, backed now (CapacityError when there is none).
+  virtual Physical create() = 0;
+  // Frees a granule that is not mapped; logs instead of throwing.
+  virtual void destroy(Physical granule) noexcept = 0;
+  // Maps granules[i] at addr + i * granule_bytes (addr a granule multiple from a
+  // reservation's base, the range unmapped) and makes the range readable and writable. All
+  // or nothing: when it throws, nothing of the range stays mapped and the caller still owns
+  // every granule.
+  virtual void map(uint8_t* addr, std::span<const Physical> granules) = 0;
+  // Unmaps `count` mapped granules starting at addr, from the last one down, and appends
+  // each to `out` as it comes off, still allocated. When it throws, what is in `out` was
+  // unmapped and the rest of the range is still mapped.
+  virtual void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) = 0;
+
+  // create() + map() for fresh granules, and unmap() + destroy(): for callers without a pool.
+  void commit_range(uint8_t* addr, uint64_t granules);
+  void decommit_range(uint8_t* addr, uint64_t granules);
 };
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes = 2u << 20);
 
@@ -52,6 +67,14 @@ struct KvStats {
   uint64_t peak_committed_bytes = 0;    // all slots, the most at any time
   uint64_t reserved_bytes = 0;          // all slots, now
   uint64_t map_refusals = 0;            // cumulative map_through() calls the budget refused
+  // The pool of created, unmapped granules (charged to KvPool).
+  uint64_t pool_bytes = 0;             // now
+  uint64_t pool_target_granules = 0;   // what refill_pool() tops it up to
+  uint64_t granules_from_pool = 0;     // cumulative granules mapped out of the pool
+  uint64_t granules_created = 0;       // cumulative VirtualMemory::create() calls
+  uint64_t last_granules_created = 0;  // since the last reset_step_stats(), inside map_through():
+                                       // created on the step's critical path (pool ran dry)
+  double last_refill_us = 0;           // time spent in refill_pool() since the last reset
 };
 
 // Thread-safe: the engine thread maps and truncates while telemetry may read stats.
@@ -72,6 +95,15 @@ class KvSpace {
   // [0, tokens). Returns false and commits nothing when the budget cannot hold even that
   // (the caller frees or waits). Throws UsageError for tokens outside [0, max_tokens].
   bool map_through(int32_t slot, int64_t tokens);
+  // The pool: granules created ahead of need, so map_through() only maps. Granules a slot
+  // gives back go to the pool while it is under its target, the rest are destroyed. Pooled
+  // bytes are charged to KvPool and count as available to KV (budget_available_bytes()).
+  void set_pool_target(uint64_t granules);
+  // Creates granules until the pool holds its target or the budget refuses one; returns how
+  // many it created. For the time between launching a step and waiting for it. Never throws.
+  uint64_t refill_pool();
+  // Destroys pooled granules until at most `keep` are left (to hand budget to others).
+  void trim_pool(uint64_t keep);
   // Decommits every granule wholly past the first `tokens` tokens (regenerate, edit).
   void truncate(int32_t slot, int64_t tokens);
   void release(int32_t slot) { truncate(slot, 0); }
@@ -82,8 +114,8 @@ class KvSpace {
   uint64_t reserved_bytes(int32_t slot) const;
   // Committed bytes that hold `tokens` tokens of one slot: whole granules, clamped to the slot.
   uint64_t bytes_for_tokens(int64_t tokens) const;
-  // What the budget can still charge (to KV or anything else) now.
-  uint64_t budget_available_bytes() const { return memory_.available_bytes(); }
+  // What KV can still commit now: the budget's free bytes plus the pool's granules.
+  uint64_t budget_available_bytes() const;
   KvStats stats() const;
   void reset_step_stats();
 
@@ -91,6 +123,10 @@ class KvSpace {
   void check_slot(int32_t slot) const;
   // Decommits the slot's granules from `keep_granules` on; the caller holds mutex_.
   void shrink_locked(int32_t slot, uint64_t keep_granules);
+  // Takes back granules a slot unmapped: into the pool up to its target, destroyed past it;
+  // their bytes move from KvCommitted to KvPool or leave the ledger. The caller holds mutex_.
+  void take_back_locked(std::vector<VirtualMemory::Physical>& granules);
+  void destroy_pooled_locked(uint64_t keep);
 
   mutable std::mutex mutex_;
   std::unique_ptr<VirtualMemory> vm_;
@@ -99,6 +135,8 @@ class KvSpace {
   uint64_t slot_bytes_ = 0;  // reserved per slot, granule multiple
   uint8_t* base_ = nullptr;  // one reservation for all slots
   std::vector<uint64_t> committed_granules_;
+  std::vector<VirtualMemory::Physical> pool_;
+  uint64_t pool_target_ = 0;
   KvStats stats_;
 };
 

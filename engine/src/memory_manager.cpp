@@ -60,6 +60,8 @@ std::string_view memory_category_name(MemoryCategory c) {
       return "staging";
     case MemoryCategory::KvCommitted:
       return "kv";
+    case MemoryCategory::KvPool:
+      return "kv_pool";
     case MemoryCategory::KvReservedVa:
       return "kv_reserved_va";
     case MemoryCategory::Workspace:
@@ -117,6 +119,21 @@ void MemoryManager::release(MemoryCategory c, uint64_t bytes) {
     bytes = bytes_[i];
   }
   bytes_[i] -= bytes;
+}
+
+void MemoryManager::transfer(MemoryCategory from, MemoryCategory to, uint64_t bytes) {
+  const int f = index_of(from), t = index_of(to);
+  if (counts_against_budget(from) != counts_against_budget(to))
+    throw UsageError("cannot transfer bytes between address space and physical memory");
+  std::lock_guard lock(mutex_);
+  if (bytes > bytes_[f]) {
+    logger("engine.memory")
+        ->error("transferred {} bytes out of {} but only {} were charged", bytes,
+                memory_category_name(from), bytes_[f]);
+    bytes = bytes_[f];
+  }
+  bytes_[f] -= bytes;
+  bytes_[t] += bytes;
 }
 
 uint64_t MemoryManager::budget_bytes() const {

@@ -13,13 +13,14 @@ enum class MemoryCategory : int {
   WeightsResident = 0,
   WeightsStaging,
   KvCommitted,
-  KvReservedVa,   // virtual address space only: reported, never charged to the budget
+  KvPool,        // physical KV granules created ahead of need, mapped nowhere yet
+  KvReservedVa,  // virtual address space only: reported, never charged to the budget
   Workspace,
   Graphs,
   Other,
   Count
 };
-std::string_view memory_category_name(MemoryCategory c);   // "weights", "staging", "kv", ...
+std::string_view memory_category_name(MemoryCategory c);  // "weights", "staging", "kv", ...
 
 class MemoryManager {
  public:
@@ -31,12 +32,15 @@ class MemoryManager {
   // Same, but throws CapacityError naming the category and the shortfall.
   void charge(MemoryCategory c, uint64_t bytes);
   void release(MemoryCategory c, uint64_t bytes);
+  // Moves bytes charged to one physical category to another in one step: the total does
+  // not change, so it is never refused (a pooled granule becoming committed KV).
+  void transfer(MemoryCategory from, MemoryCategory to, uint64_t bytes);
 
   uint64_t budget_bytes() const;
   void set_budget_bytes(uint64_t b);
   uint64_t device_total_bytes() const { return device_total_bytes_; }
-  uint64_t used_bytes() const;                       // physical categories only
-  uint64_t available_bytes() const;                  // budget - used (0 if over)
+  uint64_t used_bytes() const;       // physical categories only
+  uint64_t available_bytes() const;  // budget - used (0 if over)
   uint64_t bytes(MemoryCategory c) const;
   uint64_t peak_bytes() const;
   std::array<uint64_t, static_cast<int>(MemoryCategory::Count)> snapshot() const;

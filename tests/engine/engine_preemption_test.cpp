@@ -127,9 +127,11 @@ uint64_t physical_used(const TelemetrySnapshot& t) {
   return used;
 }
 
+// What the engine holds besides KV: committed KV and the pool of pre-created granules are
+// both KV's room under the budget.
 uint64_t non_kv_bytes(const fs::path& model) {
   const TelemetrySnapshot t = Engine::open(model, cpu_options(8))->telemetry();
-  return physical_used(t) - t.ledger.at("kv");
+  return physical_used(t) - t.ledger.at("kv") - t.ledger.at("kv_pool");
 }
 
 // The case: twelve chats on eight slots with room for six granules of KV (a few chats at a
@@ -317,6 +319,61 @@ TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
   }
   EXPECT_EQ(engine->telemetry().ledger.at("kv"), 0u);
+}
+
+}  // namespace
+}  // namespace granule
+
+namespace granule {
+namespace {
+
+// The KV pool: the engine pre-creates granules (a prefill chunk's worth plus one per four
+// slots), so the steps of ordinary chats map granules without creating any; with the pool
+// off every mapped granule is created inside a step. The tokens are the same either way,
+// and the pool's bytes are in the ledger as "kv_pool".
+TEST(EngineKvPool, StepsMapPreCreatedGranulesAndGiveTheSameTokens) {
+  const TempModel model(kv_wide_spec());
+  const std::vector<Chat> chats = varied_chats(6, 99);
+  struct Run {
+    std::vector<std::vector<int32_t>> tokens;
+    uint64_t mapped = 0, created_in_steps = 0, most_pool = 0, pool_target = 0;
+  };
+  auto run = [&](int64_t pool) {
+    EngineOptions o = cpu_options(8);
+    o.kv_pool_granules = pool;
+    auto engine = Engine::open(model.path, o);
+    Run r;
+    const TelemetrySnapshot opened = engine->telemetry();
+    r.pool_target = opened.kv_pool_target_granules;
+    EXPECT_EQ(opened.kv_pool_bytes, r.pool_target * kGranule);  // created at open
+    EXPECT_EQ(opened.ledger.at("kv_pool"), opened.kv_pool_bytes);
+    std::map<SequenceId, Output> out;
+    std::vector<SequenceId> ids;
+    for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+    while (engine->step()) {
+      const TelemetrySnapshot t = engine->telemetry();
+      r.mapped += t.granules_mapped_last_step;
+      r.created_in_steps += t.granules_created_last_step;
+      r.most_pool = std::max(r.most_pool, t.kv_pool_bytes);
+      EXPECT_EQ(t.ledger.at("kv_pool"), t.kv_pool_bytes);
+    }
+    for (SequenceId id : ids) r.tokens.push_back(out[id].tokens);
+    const TelemetrySnapshot end = engine->telemetry();
+    EXPECT_EQ(end.ledger.at("kv"), 0u);
+    EXPECT_EQ(end.kv_pool_bytes, r.pool_target * kGranule);  // refilled, never past the target
+    return r;
+  };
+  const Run pooled = run(-1);
+  const Run unpooled = run(0);
+  // 96-token chunks of 32 KiB tokens: 2 granules a chunk, plus 2 for 8 slots.
+  EXPECT_EQ(pooled.pool_target, 4u);
+  EXPECT_EQ(unpooled.pool_target, 0u);
+  EXPECT_GT(pooled.mapped, 20u);
+  EXPECT_EQ(pooled.created_in_steps, 0u);
+  EXPECT_LE(pooled.most_pool, 4 * kGranule);
+  EXPECT_EQ(unpooled.created_in_steps, unpooled.mapped);
+  EXPECT_EQ(pooled.mapped, unpooled.mapped);
+  EXPECT_EQ(pooled.tokens, unpooled.tokens);
 }
 
 }  // namespace

@@ -254,30 +254,41 @@ TEST(KvSpace, LookaheadIsDroppedWhenOnlyTheStepsTokensFit) {
   EXPECT_EQ(kv.committed_bytes(0), kSmallGranule);
 }
 
-// A VirtualMemory over the host one whose commit fails after a set number of granules, to
-// check that KvSpace and the default commit_range undo a half-done commit.
+// A VirtualMemory over the host one whose create() fails after a set number of granules,
+// to check that KvSpace undoes a half-done commit; it counts what is mapped and what exists.
 class FailingVirtualMemory final : public VirtualMemory {
  public:
-  explicit FailingVirtualMemory(int commits_before_failure)
-      : host_(make_host_virtual_memory(kSmallGranule)), commits_left_(commits_before_failure) {}
+  explicit FailingVirtualMemory(int creates_before_failure)
+      : host_(make_host_virtual_memory(kSmallGranule)), creates_left_(creates_before_failure) {}
   uint64_t granule_bytes() const override { return host_->granule_bytes(); }
   uint8_t* reserve(uint64_t bytes) override { return host_->reserve(bytes); }
   void unreserve(uint8_t* base, uint64_t bytes) override { host_->unreserve(base, bytes); }
-  void commit(uint8_t* addr) override {
-    if (commits_left_-- <= 0) throw DeviceError("injected commit failure");
-    host_->commit(addr);
-    ++committed_;
+  Physical create() override {
+    if (creates_left_-- <= 0) throw DeviceError("injected create failure");
+    ++existing_;
+    return host_->create();
   }
-  void decommit(uint8_t* addr) override {
-    host_->decommit(addr);
-    --committed_;
+  void destroy(Physical granule) noexcept override {
+    --existing_;
+    host_->destroy(granule);
+  }
+  void map(uint8_t* addr, std::span<const Physical> granules) override {
+    host_->map(addr, granules);
+    committed_ += static_cast<int>(granules.size());
+  }
+  void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) override {
+    host_->unmap(addr, count, out);
+    committed_ -= static_cast<int>(count);
   }
   int committed() const { return committed_; }
+  int existing() const { return existing_; }
+  void allow_creates(int n) { creates_left_ = n; }
 
  private:
   std::unique_ptr<VirtualMemory> host_;
-  int commits_left_;
+  int creates_left_;
   int committed_ = 0;
+  int existing_ = 0;
 };
 
 TEST(KvSpace, FailedCommitIsRolledBackAndUncharged) {
@@ -286,8 +297,9 @@ TEST(KvSpace, FailedCommitIsRolledBackAndUncharged) {
   FailingVirtualMemory* failing = vm.get();
   KvSpace kv(std::move(vm), small_geometry(), memory);
   ASSERT_TRUE(kv.map_through(0, 10));                 // 1 granule
-  EXPECT_THROW(kv.map_through(0, 250), DeviceError);  // wants 5: the 3rd commit fails
+  EXPECT_THROW(kv.map_through(0, 250), DeviceError);  // wants 5: the 3rd create fails
   EXPECT_EQ(failing->committed(), 1);
+  EXPECT_EQ(failing->existing(), 1);
   EXPECT_EQ(kv.committed_bytes(0), kSmallGranule);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), kSmallGranule);
   EXPECT_EQ(kv.stats().granules_mapped, 1u);
@@ -378,8 +390,9 @@ TEST(KvSpace, StatsCanBeReadWhileAnotherThreadMapsAndTruncates) {
 // back (regenerate, edit) and released, against a budget that cannot hold them all and
 // that other charges squeeze. After every step: slot addresses are unchanged, every used
 // byte is committed, committed stays within the invariant, the ledger equals the sum of
-// committed bytes, and the data written so far is still there (no move, no copy).
-TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
+// committed bytes, and the data written so far is still there (no move, no copy). With a
+// pool, it is topped up after every step (as the engine does) and granules cycle through it.
+void run_randomized(uint64_t pool_target) {
   KvGeometry g;
   g.bytes_per_token = 1536;  // 42.7 tokens per 64 KiB granule
   g.max_tokens = 1500;       // 36 granules per slot
@@ -390,6 +403,7 @@ TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
   const uint64_t lookahead_bytes = round_up(g.lookahead_tokens * bpt, granule);
   MemoryManager memory(40 * granule);  // well under 4 x 36 granules
   KvSpace kv(make_host_virtual_memory(granule), g, memory);
+  kv.set_pool_target(pool_target);
 
   std::vector<uint8_t*> bases;
   for (int32_t s = 0; s < g.slots; ++s) bases.push_back(kv.slot_base(s));
@@ -407,6 +421,7 @@ TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
       const int64_t target = std::min(g.max_tokens, used[slot] + add);
       const uint64_t committed_before = kv.committed_bytes(slot);
       const uint64_t ledger_before = memory.bytes(MemoryCategory::KvCommitted);
+      const uint64_t pool_before = memory.bytes(MemoryCategory::KvPool);
       const uint64_t mapped_before = kv.stats().granules_mapped;
       if (kv.map_through(slot, target)) {
         write_pattern(bases[slot], slot, used[slot] * bpt, target * bpt);
@@ -416,7 +431,10 @@ TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
         ++refusals;
         ASSERT_EQ(kv.committed_bytes(slot), committed_before) << "step " << step;
         ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), ledger_before) << "step " << step;
+        ASSERT_EQ(memory.bytes(MemoryCategory::KvPool), pool_before) << "step " << step;
         ASSERT_EQ(kv.stats().granules_mapped, mapped_before) << "step " << step;
+        // A refusal means the pool could not cover the step either.
+        ASSERT_LT(kv.stats().pool_bytes, round_up(target * bpt, granule)) << "step " << step;
         // What the caller does when refused: free the slot that holds the most.
         int32_t largest = 0;
         for (int32_t s = 1; s < g.slots; ++s) {
@@ -467,6 +485,14 @@ TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
     ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), committed_sum) << "step " << step;
     ASSERT_EQ(kv.stats().committed_bytes, committed_sum) << "step " << step;
     ASSERT_LE(memory.used_bytes(), memory.budget_bytes()) << "step " << step;
+    kv.refill_pool();
+    const KvStats after = kv.stats();
+    ASSERT_EQ(memory.bytes(MemoryCategory::KvPool), after.pool_bytes) << "step " << step;
+    ASSERT_LE(after.pool_bytes, pool_target * granule) << "step " << step;
+    // The pool is full unless the budget stopped it.
+    if (after.pool_bytes < pool_target * granule)
+      ASSERT_LT(memory.available_bytes(), granule) << "step " << step;
+    ASSERT_EQ(kv.budget_available_bytes(), memory.available_bytes() + after.pool_bytes);
   }
   std::printf("grows %d refusals %d truncations %d releases %d squeezes %d\n", grows, refusals,
               truncations, releases, squeezes);
@@ -483,6 +509,121 @@ TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
   EXPECT_EQ(stats.granules_mapped, stats.granules_unmapped);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
   EXPECT_EQ(resident_pages(bases[0], g.slots * kv.reserved_bytes(0)), 0u);
+  if (pool_target > 0) {
+    // Most granules came out of the pool; a step created one only when the pool ran dry.
+    std::printf("pool %llu: %llu of %llu granules mapped from the pool, %llu created\n",
+                static_cast<unsigned long long>(pool_target),
+                static_cast<unsigned long long>(stats.granules_from_pool),
+                static_cast<unsigned long long>(stats.granules_mapped),
+                static_cast<unsigned long long>(stats.granules_created));
+    EXPECT_GT(stats.granules_from_pool, stats.granules_mapped / 2);
+    EXPECT_LT(stats.granules_created, stats.granules_mapped);
+  } else {
+    EXPECT_EQ(stats.granules_from_pool, 0u);
+    EXPECT_EQ(stats.granules_created, stats.granules_mapped);
+  }
+  kv.set_pool_target(0);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 0u);
+  EXPECT_EQ(memory.used_bytes(), other_charge);
+}
+
+TEST(KvSpace, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) { run_randomized(0); }
+
+TEST(KvSpace, RandomizedRunWithAGranulePoolKeepsTheInvariantAndTheLedger) { run_randomized(6); }
+
+// The pool: granules created ahead of need are charged to KvPool, count as room for KV,
+// and map without being created; granules a slot gives back refill it up to its target.
+TEST(KvSpace, PooledGranulesMapWithoutBeingCreatedAndComeBackOnTruncation) {
+  MemoryManager memory(1ull << 30);
+  KvSpace kv(make_host_virtual_memory(kSmallGranule), small_geometry(), memory);
+  const uint64_t g = kSmallGranule;
+  kv.set_pool_target(4);
+  EXPECT_EQ(kv.refill_pool(), 4u);
+  EXPECT_EQ(kv.refill_pool(), 0u);  // full
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 4 * g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
+  EXPECT_EQ(kv.budget_available_bytes(), memory.available_bytes() + 4 * g);
+
+  kv.reset_step_stats();
+  ASSERT_TRUE(kv.map_through(0, 150));  // 166 tokens with the look-ahead: 3 granules
+  KvStats s = kv.stats();
+  EXPECT_EQ(s.last_granules_mapped, 3u);
+  EXPECT_EQ(s.last_granules_created, 0u);
+  EXPECT_EQ(s.granules_from_pool, 3u);
+  EXPECT_EQ(s.pool_bytes, g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 3 * g);
+  uint8_t* base = kv.slot_base(0);
+  write_pattern(base, 0, 0, 150 * 1000);
+  EXPECT_TRUE(pattern_holds(base, 0, 0, 150 * 1000));
+
+  // Past what the pool holds: one from the pool, the rest created in the step.
+  kv.reset_step_stats();
+  ASSERT_TRUE(kv.map_through(1, 300));  // 5 granules
+  s = kv.stats();
+  EXPECT_EQ(s.last_granules_created, 4u);
+  EXPECT_EQ(s.pool_bytes, 0u);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 8 * g);
+
+  // Given back: into the pool up to its target, the rest destroyed.
+  kv.release(1);
+  EXPECT_EQ(kv.stats().pool_bytes, 4 * g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 4 * g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 3 * g);
+  EXPECT_EQ(resident_pages(kv.slot_base(1), kv.reserved_bytes(1)), 0u);
+  EXPECT_TRUE(pattern_holds(base, 0, 0, 150 * 1000));  // slot 0 untouched
+
+  kv.trim_pool(1);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), g);
+  kv.set_pool_target(0);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 0u);
+  kv.release(0);
+  EXPECT_EQ(memory.used_bytes(), 0u);
+}
+
+TEST(KvSpace, ThePoolStaysWithinTheBudgetAndItsBytesServeKv) {
+  const uint64_t g = kSmallGranule;
+  MemoryManager memory(4 * g);
+  KvSpace kv(make_host_virtual_memory(g), small_geometry(), memory);
+  kv.set_pool_target(8);
+  EXPECT_EQ(kv.refill_pool(), 4u);  // the budget holds 4
+  EXPECT_EQ(memory.available_bytes(), 0u);
+  EXPECT_EQ(kv.budget_available_bytes(), 4 * g);
+  EXPECT_FALSE(memory.try_charge(MemoryCategory::Workspace, g));
+  // KV still gets all of it: the pool is KV's room, not a competitor.
+  ASSERT_TRUE(kv.map_through(0, 250));  // 4 granules: no room for the look-ahead's fifth
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 4 * g);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 0u);
+  EXPECT_FALSE(kv.map_through(1, 10));  // nothing left
+  kv.release(0);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 4 * g);  // back in the pool, not freed
+  kv.trim_pool(0);
+  EXPECT_EQ(memory.used_bytes(), 0u);
+}
+
+TEST(KvSpace, ADeviceThatRefusesPoolGranulesLeavesTheLedgerBalanced) {
+  MemoryManager memory(1ull << 30);
+  auto vm = std::make_unique<FailingVirtualMemory>(2);
+  FailingVirtualMemory* failing = vm.get();
+  KvSpace kv(std::move(vm), small_geometry(), memory);
+  kv.set_pool_target(5);
+  EXPECT_EQ(kv.refill_pool(), 2u);  // the third create fails: logged, not thrown
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 2 * kSmallGranule);
+  EXPECT_EQ(failing->existing(), 2);
+  // A map that needs more than the pool and cannot create: nothing changes.
+  EXPECT_THROW(kv.map_through(0, 250), DeviceError);
+  EXPECT_EQ(failing->committed(), 0);
+  EXPECT_EQ(failing->existing(), 2);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 2 * kSmallGranule);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
+  // Within the pool it still works.
+  ASSERT_TRUE(kv.map_through(0, 50));  // 66 tokens: 2 granules
+  EXPECT_EQ(failing->committed(), 2);
+  failing->allow_creates(100);
+  kv.release(0);
+  kv.set_pool_target(0);
+  EXPECT_EQ(failing->existing(), 0);
+  EXPECT_EQ(memory.used_bytes(), 0u);
 }
 
 }  // namespace

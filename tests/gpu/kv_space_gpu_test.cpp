@@ -30,8 +30,7 @@ uint8_t fill_value(int32_t slot, int generation) {
   return static_cast<uint8_t>(17 * slot + 31 * generation + 1);
 }
 
-TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
-  GRANULE_REQUIRE_GPU();
+void run_randomized(uint64_t pool_target) {
   auto vm = cuda::make_cuda_virtual_memory(0);
   const uint64_t granule = vm->granule_bytes();  // 2 MiB on current NVIDIA GPUs
   KvGeometry g;
@@ -41,8 +40,9 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
   g.lookahead_tokens = 16;
   const uint64_t bpt = static_cast<uint64_t>(g.bytes_per_token);
   const uint64_t lookahead_bytes = round_up(g.lookahead_tokens * bpt, granule);
-  MemoryManager memory(40 * granule);  // under 4 x 23 granules
+  MemoryManager memory(20 * granule);  // under 4 x 23 granules: growth gets refused
   KvSpace kv(std::move(vm), g, memory);
+  kv.set_pool_target(pool_target);
 
   std::vector<uint8_t*> bases;
   for (int32_t s = 0; s < g.slots; ++s) bases.push_back(kv.slot_base(s));
@@ -72,6 +72,7 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
       const int64_t add = rng() % 4 == 0 ? 1 + static_cast<int64_t>(rng() % 300) : 1;
       const int64_t target = std::min(g.max_tokens, used[slot] + add);
       const uint64_t ledger_before = memory.bytes(MemoryCategory::KvCommitted);
+      const uint64_t pool_before = memory.bytes(MemoryCategory::KvPool);
       if (kv.map_through(slot, target)) {
         const uint64_t from = static_cast<uint64_t>(used[slot]) * bpt, to = target * bpt;
         if (to > from) {
@@ -84,6 +85,7 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
       } else {
         ++refusals;
         ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), ledger_before) << "step " << step;
+        ASSERT_EQ(memory.bytes(MemoryCategory::KvPool), pool_before) << "step " << step;
         int32_t largest = 0;  // what the scheduler does: free the slot that holds the most
         for (int32_t s = 1; s < g.slots; ++s)
           if (used[s] > used[largest]) largest = s;
@@ -120,6 +122,10 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
       committed_sum += committed;
     }
     ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), committed_sum) << "step " << step;
+    ASSERT_LE(memory.used_bytes(), memory.budget_bytes()) << "step " << step;
+    kv.refill_pool();
+    ASSERT_EQ(memory.bytes(MemoryCategory::KvPool), kv.stats().pool_bytes) << "step " << step;
+    ASSERT_LE(kv.stats().pool_bytes, pool_target * granule) << "step " << step;
     // Every 10 steps, read back the first and last byte of every live write of one slot.
     if (step % 10 == 0) {
       const auto s = static_cast<int32_t>(rng() % g.slots);
@@ -134,6 +140,14 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
     }
   }
   for (int32_t s = 0; s < g.slots; ++s) kv.release(s);
+  const KvStats stats = kv.stats();
+  if (pool_target > 0) {
+    EXPECT_GT(stats.granules_from_pool, stats.granules_mapped / 2);
+  } else {
+    EXPECT_EQ(stats.granules_from_pool, 0u);
+  }
+  kv.set_pool_target(0);
+  EXPECT_EQ(memory.bytes(MemoryCategory::KvPool), 0u);
   EXPECT_EQ(memory.bytes(MemoryCategory::KvCommitted), 0u);
   for (int32_t s = 0; s < g.slots; ++s) EXPECT_EQ(kv.committed_bytes(s), 0u);
   EXPECT_GT(grows, 1000);
@@ -141,10 +155,22 @@ TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) 
   EXPECT_GT(truncations, 100);
   EXPECT_GT(releases, 50);
   EXPECT_GT(checks, 100);
-  std::cout << "[kv-gpu] granule " << (granule >> 10) << " KiB: " << grows << " grows, " << refusals
-            << " refusals, " << truncations << " truncations, " << releases << " releases, "
-            << checks << " device bytes read back; mapped " << kv.stats().granules_mapped
-            << " / unmapped " << kv.stats().granules_unmapped << " granules\n";
+  std::cout << "[kv-gpu] pool " << pool_target << ", granule " << (granule >> 10)
+            << " KiB: " << grows << " grows, " << refusals << " refusals, " << truncations
+            << " truncations, " << releases << " releases, " << checks
+            << " device bytes read back; mapped " << stats.granules_mapped << " / unmapped "
+            << stats.granules_unmapped << " granules, " << stats.granules_from_pool
+            << " from the pool, " << stats.granules_created << " created\n";
+}
+
+TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {
+  GRANULE_REQUIRE_GPU();
+  run_randomized(0);
+}
+
+TEST(KvSpaceGpu, RandomizedRunWithAGranulePoolReusesGranulesAcrossSlots) {
+  GRANULE_REQUIRE_GPU();
+  run_randomized(6);
 }
 
 }  // namespace

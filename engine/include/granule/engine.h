@@ -27,6 +27,9 @@ struct EngineOptions {
   bool cuda_graphs = true;
   int32_t cpu_threads = 0;             // 0 = hardware concurrency
   int64_t prefill_chunk_tokens = 512;  // token budget of a step's prefill chunk
+  // KV granules created ahead of need and kept unmapped, so a step only maps them; -1 sizes
+  // it from the shapes (a prefill chunk's granules plus one per four slots), 0 turns it off.
+  int64_t kv_pool_granules = -1;
   std::string chat_template_override;  // a family name, or "" to detect from the GGUF
 };
 

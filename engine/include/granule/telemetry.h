@@ -32,6 +32,11 @@ struct TelemetrySnapshot {
   uint64_t granules_unmapped_last_step = 0;
   uint64_t kv_map_refusals = 0;          // cumulative KV mappings the budget refused
   uint64_t kv_committed_peak_bytes = 0;  // the most KV committed at any time
+  uint64_t kv_pool_bytes = 0;            // granules created ahead of need, not mapped yet
+  uint64_t kv_pool_target_granules = 0;  // what the pool is topped up to (0: no pool)
+  uint64_t granules_created_last_step =
+      0;                                // created inside the last step's mapping: the pool ran dry
+  double pool_refill_us_last_step = 0;  // creating granules for the pool, off the mapping path
   // scheduler
   int32_t running_sequences = 0;
   int32_t waiting_sequences = 0;

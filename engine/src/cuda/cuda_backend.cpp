@@ -118,6 +118,7 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   if (!decode || !options_.cuda_graphs) {
     if (decode) last_fallback_reason_ = "graphs disabled by the options";
     enqueue();
+    kv_->refill_pool();  // while the GPU runs the step
     return;
   }
   auto key = std::make_pair(n_rows, head);
@@ -148,6 +149,9 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   }
   it->second.launch(m.stream());
   ++graph_replays_;
+  // Creating granules (cuMemCreate) while the GPU runs the step keeps it off the next
+  // step's mapping; the pool never holds more than its target.
+  kv_->refill_pool();
 }
 
 int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {

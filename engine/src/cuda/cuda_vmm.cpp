@@ -1,13 +1,15 @@
-// CudaVirtualMemory: one physical allocation per committed granule, a handle table keyed by
-// address; commit_range maps a run of granules and sets access once for all of them.
+// CudaVirtualMemory: a physical granule is one cuMemCreate allocation handle; a table keyed
+// by address remembers which handle is mapped where; map() sets access once per run.
 #include "cuda/cuda_vmm.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "granule/error.h"
 #include "granule/log.h"
@@ -108,39 +110,50 @@ class CudaVirtualMemory final : public VirtualMemory {
       logger("engine.cuda")->warn("cuMemAddressFree failed: {}", static_cast<int>(r));
   }
 
-  void commit(uint8_t* addr) override { commit_range(addr, 1); }
-  void decommit(uint8_t* addr) override { decommit_range(addr, 1); }
+  Physical create() override {
+    CUmemGenericAllocationHandle handle{};
+    check_cu(vmm_.create(&handle, granule_bytes_, &prop_, 0), "cuMemCreate");
+    return static_cast<Physical>(handle);
+  }
 
-  void commit_range(uint8_t* addr, uint64_t granules) override {
+  void destroy(Physical granule) noexcept override {
+    const CUresult r = vmm_.release(static_cast<CUmemGenericAllocationHandle>(granule));
+    if (r != CUDA_SUCCESS)
+      logger("engine.cuda")->error("cuMemRelease of a KV granule failed: {}", static_cast<int>(r));
+  }
+
+  void map(uint8_t* addr, std::span<const Physical> granules) override {
     const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(addr);
-    uint64_t done = 0;
+    size_t done = 0;
     try {
-      for (; done < granules; ++done) {
+      for (; done < granules.size(); ++done) {
         const CUdeviceptr at = start + done * granule_bytes_;
-        CUmemGenericAllocationHandle handle{};
-        check_cu(vmm_.create(&handle, granule_bytes_, &prop_, 0), "cuMemCreate");
-        const CUresult r = vmm_.map(at, granule_bytes_, 0, handle, 0);
-        if (r != CUDA_SUCCESS) {
-          vmm_.release(handle);
-          check_cu(r, "cuMemMap");
-        }
+        const auto handle = static_cast<CUmemGenericAllocationHandle>(granules[done]);
+        check_cu(vmm_.map(at, granule_bytes_, 0, handle, 0), "cuMemMap");
         handles_[at] = handle;
       }
-      check_cu(vmm_.set_access(start, granules * granule_bytes_, &access_, 1), "cuMemSetAccess");
+      // One access call for the whole run of granules.
+      check_cu(vmm_.set_access(start, granules.size() * granule_bytes_, &access_, 1),
+               "cuMemSetAccess");
     } catch (...) {
-      decommit_range(addr, done);
+      std::vector<Physical> undone;
+      try {
+        unmap(addr, done, undone);
+      } catch (const std::exception& e) {
+        logger("engine.cuda")->error("undoing a failed KV map: {}", e.what());
+      }
       throw;
     }
   }
 
-  void decommit_range(uint8_t* addr, uint64_t granules) override {
+  void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) override {
     const CUdeviceptr start = reinterpret_cast<CUdeviceptr>(addr);
-    for (uint64_t i = 0; i < granules; ++i) {
+    for (uint64_t i = count; i-- > 0;) {
       const CUdeviceptr at = start + i * granule_bytes_;
       auto it = handles_.find(at);
-      if (it == handles_.end()) continue;
+      if (it == handles_.end()) throw UsageError("unmap of a KV granule that is not mapped");
       check_cu(vmm_.unmap(at, granule_bytes_), "cuMemUnmap");
-      check_cu(vmm_.release(it->second), "cuMemRelease");
+      out.push_back(static_cast<Physical>(it->second));
       handles_.erase(it);
     }
   }
