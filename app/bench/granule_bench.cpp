@@ -3,7 +3,8 @@
 // generation (tg) and batched decode, each decode figure also as a fraction of the memory
 // roofline (weight bytes read per step over the device-to-device bandwidth measured here).
 // `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h), and
-// `granule-bench chats` concurrent chats through the engine (chats_bench.h).
+// `granule-bench chats` concurrent chats through the engine (chats_bench.h), and
+// `granule-bench vmm` what each KV granule operation costs (vmm_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -26,6 +27,7 @@
 #include "kv_bench.h"
 #include "kv_space.h"
 #include "memory_manager.h"
+#include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -198,9 +200,15 @@ int run(int argc, char** argv) {
   CLI::App* chats = app.add_subcommand(
       "chats", "N concurrent greedy chats through the engine: throughput, peak KV, preemptions");
   add_chats_bench_options(*chats, chats_options);
+  // `granule-bench vmm`: what each KV granule operation costs (vmm_bench.h).
+  VmmBenchOptions vmm_options;
+  CLI::App* vmm = app.add_subcommand(
+      "vmm", "time KV granule create / map / unmap / destroy, idle and with the GPU busy");
+  add_vmm_bench_options(*vmm, vmm_options);
   CLI11_PARSE(app, argc, argv);
   if (kv->parsed()) return run_kv_benchmark(kv_options);
   if (chats->parsed()) return run_chats_benchmark(chats_options);
+  if (vmm->parsed()) return run_vmm_benchmark(vmm_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # granule-bench's subcommands that run without a GPU, end to end: `chats` on the CPU backend
-# with a tiny synthetic model (exact token and KV counts), and `kv` on host memory (granules
-# copy nothing and never move a chat's KV). Speed is not checked here.
+# with a tiny synthetic model (exact token, KV and pool counts), `kv` on host memory (granules
+# copy nothing and never move a chat's KV), and `vmm` on host memory (every call timed).
+# Speed is not checked here.
 #   usage: bench_smoke_test.sh <granule-bench>
 set -euo pipefail
 bench=$1
@@ -16,6 +17,13 @@ grep -q '"decode_tokens": 15,' <<<"$out" || fail "3 chats should decode 15 token
 [[ $(grep -c '"errors": 0' <<<"$out") == 2 ]] || fail "a chat failed"
 # One 2 MiB host granule per chat holds its 18 tokens of tiny-model KV.
 grep -q '"peak_kv_committed_bytes": 6291456' <<<"$out" || fail "3 chats should peak at 3 granules"
+# The engine's pool holds a prefill chunk's granules plus one per four slots: 2 here. The
+# lone chat maps from it; the 3 chats starting in one step need 3, so one is created.
+grep -q '"granules_created_in_steps": 0,' <<<"$out" || fail "1 chat: a step created a granule"
+grep -q '"granules_created_in_steps": 1,' <<<"$out" || fail "3 chats: the pool should serve 2 of 3"
+off=$("$bench" chats --device cpu --synthetic tiny -n 3 -p 12 -g 6 --threads 2 --kv-pool 0 --json \
+  2>/dev/null) || fail "granule-bench chats --kv-pool 0 exited with $?"
+grep -q '"granules_created_in_steps": 3' <<<"$off" || fail "without a pool, 3 chats create 3 granules"
 
 table=$("$bench" kv --chats 4 --turns 3 --device host 2>/dev/null) || fail "granule-bench kv exited with $?"
 granules=$(grep '^| granules ' <<<"$table") || fail "no granules row"
@@ -24,4 +32,10 @@ copied=$(awk -F'|' '{gsub(/ /, "", $5); print $5}' <<<"$granules")
 moves=$(awk -F'|' '{gsub(/ /, "", $6); print $6}' <<<"$granules")
 [[ $copied == 0.0 && $moves == 0 ]] || fail "granules copied $copied MiB and moved $moves times"
 grep -q '^| bucket growth ' <<<"$table" || fail "no bucket growth row"
-echo "bench smoke: chats and kv OK"
+
+vmm=$("$bench" vmm --device host --granules 4 --rounds 2 --json 2>/dev/null) || fail "granule-bench vmm exited with $?"
+for call in create "map + access" unmap destroy; do
+  grep -q "\"call\": \"$call\"" <<<"$vmm" || fail "vmm: no $call timing"
+done
+[[ $(grep -c '"calls": 8' <<<"$vmm") == 4 ]] || fail "vmm: each call should be timed 8 times"
+echo "bench smoke: chats, kv and vmm OK"

@@ -186,6 +186,7 @@ int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<f
     const RowInputs in = flatten(batch, first, count, &token_index);
     m.upload(in);
     m.run_layers(static_cast<int>(count));
+    kv_->refill_pool();  // while the GPU runs the chunk (a no-op once the pool is full)
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
       const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
@@ -263,6 +264,7 @@ std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> 
     const RowInputs in = flatten(batch, first, count, &token_index);
     m.upload(in);
     m.run_layers(static_cast<int>(count));
+    kv_->refill_pool();  // while the GPU runs the chunk (a no-op once the pool is full)
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
       const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
