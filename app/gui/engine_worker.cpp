@@ -278,10 +278,7 @@ TelemetryFrame EngineWorker::makeFrame() const {
       frame.kv_reserved_bytes += bytes;
       continue;
     }
-    size_t index = kLedgerCategories.size() - 1;  // unknown categories count as "other"
-    for (size_t i = 0; i < kLedgerCategories.size(); ++i)
-      if (category == kLedgerCategories[i]) index = i;
-    frame.ledger_bytes[index] += bytes;
+    frame.ledger_bytes[ledgerCategoryIndex(category)] += bytes;
   }
   for (const SequenceTelemetry& s : snap.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
@@ -294,6 +291,10 @@ TelemetryFrame EngineWorker::makeFrame() const {
   frame.preemptions = snap.preemptions;
   frame.recomputed_tokens = snap.recomputed_tokens;
   frame.granules_unmapped = snap.granules_unmapped;
+  frame.kv_pool_bytes = snap.kv_pool_bytes;
+  frame.granules_mapped_last_step = snap.granules_mapped_last_step;
+  frame.granules_created_last_step = snap.granules_created_last_step;
+  frame.mapping_us_last_step = snap.mapping_us_last_step;
   frame.streamed_bytes_per_second = snap.streamed_bytes_per_second;
   frame.streamed_bytes_total = snap.streamed_bytes_total;
   frame.layers_resident = snap.layers_resident;

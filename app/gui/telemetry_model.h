@@ -41,6 +41,10 @@ class TelemetryModel : public QAbstractListModel {
   Q_PROPERTY(double decodeTokensPerSecond READ decodeTokensPerSecond NOTIFY updated)
   Q_PROPERTY(double steps READ steps NOTIFY updated)
   Q_PROPERTY(double granulesMapped READ granulesMapped NOTIFY updated)
+  Q_PROPERTY(double kvPoolBytes READ kvPoolBytes NOTIFY updated)
+  Q_PROPERTY(double granulesMappedLastStep READ granulesMappedLastStep NOTIFY updated)
+  Q_PROPERTY(double granulesCreatedLastStep READ granulesCreatedLastStep NOTIFY updated)
+  Q_PROPERTY(double mappingUsLastStep READ mappingUsLastStep NOTIFY updated)
   Q_PROPERTY(int waitingChats READ waitingChats NOTIFY updated)
   Q_PROPERTY(double preemptions READ preemptions NOTIFY updated)
   Q_PROPERTY(double recomputedTokens READ recomputedTokens NOTIFY updated)
@@ -102,6 +106,14 @@ class TelemetryModel : public QAbstractListModel {
   double decodeTokensPerSecond() const { return latest_.decode_tokens_per_second; }
   double steps() const { return static_cast<double>(latest_.steps); }
   double granulesMapped() const { return static_cast<double>(latest_.granules_mapped); }
+  double kvPoolBytes() const { return static_cast<double>(latest_.kv_pool_bytes); }
+  double granulesMappedLastStep() const {
+    return static_cast<double>(latest_.granules_mapped_last_step);
+  }
+  double granulesCreatedLastStep() const {
+    return static_cast<double>(latest_.granules_created_last_step);
+  }
+  double mappingUsLastStep() const { return latest_.mapping_us_last_step; }
   int waitingChats() const { return latest_.waiting_chats; }
   double preemptions() const { return static_cast<double>(latest_.preemptions); }
   double recomputedTokens() const { return static_cast<double>(latest_.recomputed_tokens); }

@@ -5,7 +5,9 @@
 #include <QMetaType>
 #include <QString>
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 namespace granule::app {
 
@@ -82,8 +84,14 @@ struct GenerationResult {
 };
 
 // The memory ledger's categories in the order the panels stack them (bottom first).
-inline constexpr std::array<const char*, 6> kLedgerCategories = {"weights",   "staging", "kv",
-                                                                 "workspace", "graphs",  "other"};
+// "kv_pool" (granules created ahead of need, not mapped yet) sits on "kv" so the two greens
+// read as one KV band.
+inline constexpr std::array<const char*, 7> kLedgerCategories = {
+    "weights", "staging", "kv", "kv_pool", "workspace", "graphs", "other"};
+
+// The slot of a ledger category in kLedgerCategories; a category the app does not know
+// counts as "other" (the last).
+size_t ledgerCategoryIndex(std::string_view category);
 
 struct ChatTelemetry {
   qint64 chat_id = 0;
@@ -107,6 +115,10 @@ struct TelemetryFrame {
   QList<ChatTelemetry> chats;
   quint64 granules_mapped = 0;
   quint64 granules_unmapped = 0;
+  quint64 kv_pool_bytes = 0;  // granules created ahead of need, not mapped yet
+  quint64 granules_mapped_last_step = 0;
+  quint64 granules_created_last_step = 0;  // created on the mapping path: the pool ran dry
+  double mapping_us_last_step = 0;
   qint32 waiting_chats = 0;       // chats the KV budget keeps waiting
   quint64 preemptions = 0;        // cumulative
   quint64 recomputed_tokens = 0;  // cumulative: prefilled again after a preemption

@@ -139,6 +139,62 @@ PanelFrame {
             }
         }
     }
+    RowLayout {
+        // The granules under the chats' KV: how many the last step mapped and how long that
+        // took, then how many were mapped so far and what the pool holds ready. Granules the
+        // step had to create mean the pool ran dry. The step's figures come first: at the
+        // dock's width the rest elides (the pool is also in the legend above), and hovering
+        // shows the whole line.
+        id: granuleRow
+        Layout.fillWidth: true
+        visible: panel.telemetry.hasEngine
+        spacing: 0
+        HoverHandler {
+            id: granuleHover
+        }
+        ToolTip.visible: granuleHover.hovered
+                         && (stepLabel.truncated || totalLabel.truncated || !totalLabel.visible)
+        ToolTip.text: stepLabel.text + (createdLabel.visible ? createdLabel.text : "") + totalLabel.text
+        Label {
+            id: stepLabel
+            // Filling (up to its text) so it can shrink and elide: a Layout fixes a label
+            // that does not fill at its full width, which would widen the panel.
+            Layout.fillWidth: true
+            Layout.maximumWidth: Math.ceil(implicitWidth)
+            elide: Text.ElideRight
+            text: qsTr("granules: last step %1 in %2 µs")
+                      .arg(panel.telemetry.granulesMappedLastStep.toLocaleString(Qt.locale(), "f", 0))
+                      .arg(panel.telemetry.mappingUsLastStep.toLocaleString(
+                               Qt.locale(), "f", panel.telemetry.mappingUsLastStep > 0
+                                               && panel.telemetry.mappingUsLastStep < 10 ? 1 : 0))
+            color: Theme.mutedText
+            font.pixelSize: Theme.smallFontSize
+        }
+        Label {
+            id: createdLabel
+            visible: panel.telemetry.granulesCreatedLastStep > 0
+            text: qsTr(", %1 created").arg(
+                      panel.telemetry.granulesCreatedLastStep.toLocaleString(Qt.locale(), "f", 0))
+            color: Theme.warning
+            font.pixelSize: Theme.smallFontSize
+        }
+        Label {
+            id: totalLabel
+            // Takes what is left of the line, and no more; left out when only a stub would
+            // show. Measured against the panel, not the row: the row stops filling the
+            // panel while this label is hidden.
+            visible: granuleRow.parent.width - stepLabel.implicitWidth
+                     - (createdLabel.visible ? createdLabel.implicitWidth : 0) >= 60
+            Layout.fillWidth: true
+            Layout.preferredWidth: 0
+            elide: Text.ElideRight
+            text: qsTr(" · %1 mapped so far · pool %2")
+                      .arg(panel.telemetry.granulesMapped.toLocaleString(Qt.locale(), "f", 0))
+                      .arg(Units.bytes(panel.telemetry.kvPoolBytes))
+            color: Theme.mutedText
+            font.pixelSize: Theme.smallFontSize
+        }
+    }
     Label {
         // The scheduler's answer to a full KV budget: chats wait, or give their KV back and
         // are recomputed later — never an out-of-memory error.

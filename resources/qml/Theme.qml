@@ -42,11 +42,14 @@ QtObject {
     readonly property color weights: "#4c8bf5"
     readonly property color staging: "#a970ff"
     readonly property color kv: "#27b376"
+    // Pooled KV granules (created, not mapped yet): the KV green, paler, so the pool reads
+    // as KV room held in reserve right above the KV in use.
+    readonly property color kvPool: dark ? "#7cc9a4" : "#a3dec1"
     readonly property color workspace: "#f0a030"
     readonly property color graphs: "#e05d9b"
     readonly property color other: "#8a8f98"
-    readonly property list<color> ledgerColors: [weights, staging, kv, workspace, graphs, other]
-    readonly property list<string> ledgerNames: ["weights", "staging", "KV", "workspace", "graphs", "other"]
+    readonly property list<color> ledgerColors: [weights, staging, kv, kvPool, workspace, graphs, other]
+    readonly property list<string> ledgerNames: ["weights", "staging", "KV", "KV pool", "workspace", "graphs", "other"]
     readonly property color budgetLine: dark ? "#ff6b6b" : "#d93636"
     readonly property color streaming: "#a970ff"
     readonly property color throughput: "#27b376"

@@ -109,7 +109,7 @@ class ModelsTest : public QObject {
       TelemetryFrame f;
       f.time_s = i * 0.1;
       f.budget_bytes = 1000;
-      f.ledger_bytes = {100, 0, static_cast<quint64>(i), 10, 0, 0};
+      f.ledger_bytes = {100, 0, static_cast<quint64>(i), 0, 10, 0, 0};
       if (i == 700) {
         f.chats = {{5, 12, 4096, 1 << 20, 33.0}, {6, 0, 0, 1 << 20, 0.0, true, 2}};
         f.waiting_chats = 1;
@@ -122,7 +122,7 @@ class ModelsTest : public QObject {
     QVERIFY(model.history().front().time_s >= 70.0 - TelemetryModel::kHistorySeconds - 1.0 - 1e-9);
     QVERIFY(model.history().size() < 700);
     QCOMPARE(model.usedBytes(), 100.0 + 700 + 10);
-    QCOMPARE(model.ledgerBytes().size(), 6);
+    QCOMPARE(model.ledgerBytes().size(), 7);
     QCOMPARE(model.ledgerCategories().at(2), QStringLiteral("kv"));
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.data(model.index(0), TelemetryModel::TitleRole).toString(),
@@ -139,6 +139,47 @@ class ModelsTest : public QObject {
     QVERIFY(!model.isWaiting(5));
     model.setHighlightedChatId(5);
     QCOMPARE(model.data(model.index(0), TelemetryModel::HighlightedRole).toBool(), true);
+  }
+
+  void ledgerCategoriesKeepTheKvPoolBesideKv() {
+    // The panels' colours and legend names are indexed in this order (Theme.qml).
+    TelemetryModel model;
+    QCOMPARE(model.ledgerCategories(),
+             (QStringList{"weights", "staging", "kv", "kv_pool", "workspace", "graphs", "other"}));
+    QCOMPARE(ledgerCategoryIndex("kv"), size_t{2});
+    QCOMPARE(ledgerCategoryIndex("kv_pool"), size_t{3});
+    QCOMPARE(ledgerCategoryIndex("workspace"), size_t{4});
+    QCOMPARE(ledgerCategoryIndex("something_new"), kLedgerCategories.size() - 1);  // "other"
+  }
+
+  void telemetryCarriesTheGranulePool() {
+    TelemetryModel model;
+    QSignalSpy updated(&model, &TelemetryModel::updated);
+    TelemetryFrame f;
+    f.time_s = 1.0;
+    f.budget_bytes = 1ull << 30;
+    f.ledger_bytes[ledgerCategoryIndex("kv")] = 6ull << 20;
+    f.ledger_bytes[ledgerCategoryIndex("kv_pool")] = 28ull << 20;
+    f.kv_pool_bytes = 28ull << 20;
+    f.granules_mapped = 1234;
+    f.granules_mapped_last_step = 3;
+    f.granules_created_last_step = 2;
+    f.mapping_us_last_step = 12.5;
+    model.addFrame(f);
+    QCOMPARE(updated.count(), 1);
+    QCOMPARE(model.ledgerBytes().at(3), double(28ull << 20));
+    QCOMPARE(model.ledgerBytes().last(), 0.0);               // not lumped into "other"
+    QCOMPARE(model.usedBytes(), double((6ull + 28) << 20));  // the pool counts as used
+    QCOMPARE(model.kvPoolBytes(), double(28ull << 20));
+    QCOMPARE(model.granulesMapped(), 1234.0);
+    QCOMPARE(model.granulesMappedLastStep(), 3.0);
+    QCOMPARE(model.granulesCreatedLastStep(), 2.0);
+    QCOMPARE(model.mappingUsLastStep(), 12.5);
+    // What QML reads.
+    QCOMPARE(model.property("kvPoolBytes").toDouble(), double(28ull << 20));
+    QCOMPARE(model.property("granulesMappedLastStep").toDouble(), 3.0);
+    QCOMPARE(model.property("granulesCreatedLastStep").toDouble(), 2.0);
+    QCOMPARE(model.property("mappingUsLastStep").toDouble(), 12.5);
   }
 
   void fitPreviewArithmetic() {

@@ -155,6 +155,7 @@ class ScreenshotTest : public QObject {
     // take seconds on a loaded machine, and frames wait for them.
     QVERIFY(s->app.telemetry()->history().size() >= (real ? 1u : 10u));
     QVERIFY(s->app.telemetry()->chatCount() == 2);
+    QVERIFY(real || s->app.telemetry()->kvPoolBytes() > 0);  // the granule line has a pool
     save(s->window,
          real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
     setTheme(*s, QStringLiteral("dark"));
@@ -173,7 +174,8 @@ class ScreenshotTest : public QObject {
   }
 
   // A KV budget that holds one of two chats back: the memory panel marks it waiting and
-  // counts it, and the running chat goes on.
+  // counts it, and the running chat goes on. No room for a granule pool either, so each
+  // step creates the granule it maps (a granule a token here) and the panel says so.
   void aChatWaitingForMemory() {
     QTemporaryDir dir;
     const QString model_path = dir.filePath("fake.gguf");
@@ -182,6 +184,8 @@ class ScreenshotTest : public QObject {
     script.step_delay_ms = 45;
     script.reply_words = replyWords();
     script.max_running = 1;
+    script.kv_pool_granules = 0;
+    script.granule_bytes = script.kv_bytes_per_token;
     auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
     QVERIFY(s);
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
@@ -193,6 +197,7 @@ class ScreenshotTest : public QObject {
     for (int row = 0; row < telemetry->rowCount(); ++row)
       waiting_rows += telemetry->data(telemetry->index(row), TelemetryModel::WaitingRole).toBool();
     QCOMPARE(waiting_rows, 1);
+    QTRY_VERIFY_WITH_TIMEOUT(telemetry->granulesCreatedLastStep() > 0, 5000);
     QTest::qWait(800);
     // It has not started.
     QVERIFY(s->app.chats()->messagesOf(second)->message(1).content.isEmpty());

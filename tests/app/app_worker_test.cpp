@@ -235,8 +235,13 @@ class WorkerTest : public QObject {
     const qsizetype frames = telemetry.count();
     QVERIFY2(frames >= 5 && frames <= 15, qPrintable(QString("%1 frames in 1 s").arg(frames)));
     const auto last = telemetry.last()[0].value<TelemetryFrame>();
-    QCOMPARE(last.ledger_bytes[0], 100ull << 20);    // weights
-    QVERIFY(last.ledger_bytes[2] > 0);               // kv grows with tokens
+    QCOMPARE(last.ledger_bytes[0], 100ull << 20);  // weights
+    QVERIFY(last.ledger_bytes[2] > 0);             // kv grows with tokens
+    // The pool's granules have a slot of their own, not "other".
+    QCOMPARE(last.ledger_bytes[3], last.kv_pool_bytes);
+    QVERIFY(last.kv_pool_bytes > 0);
+    QCOMPARE(last.ledger_bytes[kLedgerCategories.size() - 1], 0ull);
+    QVERIFY(last.granules_mapped > 0);               // 64 KiB a token in 2 MiB granules
     QCOMPARE(last.kv_reserved_bytes, 256ull << 20);  // apart from the stack
     QCOMPARE(last.chats.size(), 1);
     QCOMPARE(last.chats[0].chat_id, 9);  // mapped back to the chat

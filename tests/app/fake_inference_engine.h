@@ -1,6 +1,7 @@
 // A scripted InferenceEngine for the app's tests: every running sequence gets one token
 // ("w0 ", "w1 ", …) per step, like the real engine's batching, with an optional delay per
-// step, a failing step, and a ledger that grows with the tokens.
+// step, a failing step, and a ledger that grows with the tokens. KV is mapped in granules
+// taken from a pool (refilled after each step); with the pool empty a step creates them.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -26,6 +27,10 @@ struct FakeEngineScript {
   // When > 0, only the first this-many sequences advance; later ones wait, as chats do when
   // the KV budget holds them back (reported as waiting in the telemetry).
   int max_running = 0;
+  quint64 granule_bytes = 2ull << 20;
+  quint64 kv_pool_granules = 14;      // what the pool is topped up to; 0: every granule is created
+  double map_us_per_granule = 12;     // mapping a pooled granule
+  double create_us_per_granule = 60;  // creating one on the step's path (the pool ran dry)
 };
 
 // Observations the test reads after the worker is done with the engine.
@@ -38,7 +43,8 @@ struct FakeEngineLog {
 
 class FakeInferenceEngine final : public InferenceEngine {
  public:
-  FakeInferenceEngine(FakeEngineScript script, FakeEngineLog* log) : script_(script), log_(log) {}
+  FakeInferenceEngine(FakeEngineScript script, FakeEngineLog* log)
+      : script_(script), log_(log), pool_granules_(script.kv_pool_granules) {}
   ~FakeInferenceEngine() override {
     if (log_) log_->destroyed++;
   }
@@ -77,6 +83,9 @@ class FakeInferenceEngine final : public InferenceEngine {
       std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
     if (log_ && static_cast<int>(running_.size()) > log_->max_batch)
       log_->max_batch = static_cast<int>(running_.size());
+    granules_mapped_last_step_ = 0;
+    granules_created_last_step_ = 0;
+    mapping_us_last_step_ = 0;
     int advanced = 0;
     for (auto it = running_.begin(); it != running_.end();) {
       Running& r = it->second;
@@ -94,9 +103,11 @@ class FakeInferenceEngine final : public InferenceEngine {
                 ? "w" + std::to_string(r.produced) + " "
                 : script_.reply_words[static_cast<size_t>(r.produced) % script_.reply_words.size()];
         r.request.sink.on_token(it->first, word, r.produced);
+        mapGranules(granulesFor(r.produced + 1) - granulesFor(r.produced));
         if (++r.produced >= r.request.sampling.max_tokens) end = FinishReason::MaxTokens;
       }
       if (end != FinishReason::None) {
+        granules_unmapped_ += granulesFor(r.produced);
         tokens_done_ += static_cast<quint64>(r.produced);
         r.request.sink.on_finish(it->first, end, "");
         it = running_.erase(it);
@@ -104,6 +115,7 @@ class FakeInferenceEngine final : public InferenceEngine {
         ++it;
       }
     }
+    pool_granules_ = script_.kv_pool_granules;  // refilled off the mapping path
     return !running_.empty();
   }
 
@@ -129,8 +141,16 @@ class FakeInferenceEngine final : public InferenceEngine {
     }
     s.ledger = {{"weights", script_.weights_bytes},
                 {"kv", kv},
+                {"kv_pool", pool_granules_ * script_.granule_bytes},
                 {"workspace", 8ull << 20},
                 {"kv_reserved_va", script_.kv_reserved_per_sequence * running_.size()}};
+    s.granules_mapped = granules_mapped_;
+    s.granules_unmapped = granules_unmapped_;
+    s.granules_mapped_last_step = granules_mapped_last_step_;
+    s.granules_created_last_step = granules_created_last_step_;
+    s.mapping_us_last_step = mapping_us_last_step_;
+    s.kv_pool_bytes = pool_granules_ * script_.granule_bytes;
+    s.kv_pool_target_granules = script_.kv_pool_granules;
     s.steps = static_cast<uint64_t>(steps_);
     s.decode_tokens_per_second =
         running_.empty() ? 0.0 : 50.0 * static_cast<double>(running_.size());
@@ -143,8 +163,33 @@ class FakeInferenceEngine final : public InferenceEngine {
     int produced;
     bool cancelled;
   };
+  quint64 granulesFor(int tokens) const {
+    const quint64 bytes = static_cast<quint64>(tokens) * script_.kv_bytes_per_token;
+    return (bytes + script_.granule_bytes - 1) / script_.granule_bytes;
+  }
+  // Maps `count` granules, from the pool while it lasts and created after that.
+  void mapGranules(quint64 count) {
+    for (quint64 i = 0; i < count; ++i) {
+      if (pool_granules_ > 0) {
+        --pool_granules_;
+      } else {
+        ++granules_created_last_step_;
+        mapping_us_last_step_ += script_.create_us_per_granule;
+      }
+      mapping_us_last_step_ += script_.map_us_per_granule;
+    }
+    granules_mapped_ += count;
+    granules_mapped_last_step_ += count;
+  }
+
   FakeEngineScript script_;
   FakeEngineLog* log_;
+  quint64 pool_granules_;
+  quint64 granules_mapped_ = 0;  // cumulative, like the engine's
+  quint64 granules_unmapped_ = 0;
+  quint64 granules_mapped_last_step_ = 0;
+  quint64 granules_created_last_step_ = 0;
+  double mapping_us_last_step_ = 0;
   std::map<SequenceId, Running> running_;
   SequenceId next_id_ = 1;
   int steps_ = 0;
