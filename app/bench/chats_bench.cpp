@@ -45,8 +45,8 @@ struct ChatsResult {
   // KV mapping, every step of the run: granules mapped, those the step had to create (the
   // pool was empty), and the time spent mapping and unmapping inside the steps.
   int64_t steps = 0;
-  uint64_t granules_mapped = 0, granules_created_in_step = 0;
-  double mapping_us = 0, max_mapping_us = 0, refill_us = 0;
+  uint64_t granules_mapped = 0, granules_created_in_step = 0, granules_ahead = 0;
+  double mapping_us = 0, max_mapping_us = 0, refill_us = 0, ahead_us = 0;
 
   double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
@@ -144,6 +144,8 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
     result.mapping_us += t.mapping_us_last_step;
     result.max_mapping_us = std::max(result.max_mapping_us, t.mapping_us_last_step);
     result.refill_us += t.pool_refill_us_last_step;
+    result.granules_ahead += t.granules_mapped_ahead_last_step;
+    result.ahead_us += t.mapping_ahead_us_last_step;
   }
   const Window& window = full_batch.steps > 0 ? full_batch : after_prefill;
   result.full_batch_window = full_batch.steps > 0;
@@ -199,23 +201,27 @@ void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::st
   std::printf("\nKV mapping (pool of %llu pre-created granules%s):\n",
               static_cast<unsigned long long>(engine.telemetry().kv_pool_target_granules),
               o.kv_pool_granules < 0 ? ", sized by the engine" : "");
-  std::printf("| %5s | %6s | %15s | %16s | %17s | %14s | %17s |\n", "chats", "steps",
-              "granules mapped", "created in steps", "map us/step mean", "map us max",
-              "refill us/step");
+  std::printf("| %5s | %6s | %14s | %14s | %16s | %16s | %10s | %14s | %14s |\n", "chats", "steps",
+              "mapped in step", "mapped ahead", "created in step", "map us/step mean", "map us max",
+              "ahead us/step", "refill us/step");
   std::printf(
-      "|-------|--------|-----------------|------------------|-------------------|------"
-      "----------|-------------------|\n");
+      "|-------|--------|----------------|----------------|------------------|------------------|"
+      "------------|----------------|----------------|\n");
   for (const ChatsResult& r : results) {
     const double steps = static_cast<double>(std::max<int64_t>(r.steps, 1));
-    std::printf("| %5d | %6lld | %15llu | %16llu | %17.1f | %14.1f | %17.1f |\n", r.chats,
-                static_cast<long long>(r.steps), static_cast<unsigned long long>(r.granules_mapped),
+    std::printf("| %5d | %6lld | %14llu | %14llu | %16llu | %16.1f | %10.1f | %14.1f | %14.1f |\n",
+                r.chats, static_cast<long long>(r.steps),
+                static_cast<unsigned long long>(r.granules_mapped),
+                static_cast<unsigned long long>(r.granules_ahead),
                 static_cast<unsigned long long>(r.granules_created_in_step), r.mapping_us / steps,
-                r.max_mapping_us, r.refill_us / steps);
+                r.max_mapping_us, r.ahead_us / steps, r.refill_us / steps);
   }
   std::printf(
-      "created in steps: granules a step had to create because the pool was empty (the rest\n"
-      "  were pre-created, off the step's mapping path); map us: mapping and unmapping inside\n"
-      "  the steps; refill us: creating pool granules (on a GPU, while the step runs).\n");
+      "mapped in step: granules a step mapped before it could run; mapped ahead: granules mapped\n"
+      "  for the next step while one ran (on a GPU, under the step); created in step: granules a\n"
+      "  step had to create because the pool was empty; map us: mapping and unmapping inside\n"
+      "  the steps (what delays them); ahead us, refill us: mapping ahead and creating pool\n"
+      "  granules while a step runs.\n");
   for (const ChatsResult& r : results) {
     if (r.errors > 0) std::printf("%d chats: first error: %s\n", r.chats, r.first_error.c_str());
   }
@@ -246,6 +252,9 @@ void print_json(const ChatsBenchOptions& o, const Engine& engine, const std::str
          {"errors", r.errors},
          {"steps", r.steps},
          {"granules_mapped", r.granules_mapped},
+         {"granules_mapped_ahead", r.granules_ahead},
+         {"mapping_ahead_us_per_step",
+          r.ahead_us / static_cast<double>(std::max<int64_t>(r.steps, 1))},
          {"granules_created_in_steps", r.granules_created_in_step},
          {"mapping_us_per_step", r.mapping_us / static_cast<double>(std::max<int64_t>(r.steps, 1))},
          {"mapping_us_max", r.max_mapping_us},
@@ -281,6 +290,8 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
       .add_option("--kv-pool", o.kv_pool_granules,
                   "KV granules created ahead of need (-1 = sized by the engine, 0 = off)")
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20));
+  command.add_flag("!--no-map-ahead", o.kv_map_ahead,
+                   "map each step's KV before it runs instead of while the one before runs");
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -299,6 +310,7 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     options.vram_budget_bytes = o.budget_mib << 20;
     options.cpu_threads = o.cpu_threads;
     options.kv_pool_granules = o.kv_pool_granules;
+    options.kv_map_ahead = o.kv_map_ahead;
     const std::unique_ptr<Engine> engine = Engine::open(path, options);
     if (engine->options().context_length < options.context_length) {
       throw UsageError("prompt + generated tokens (" + std::to_string(options.context_length) +

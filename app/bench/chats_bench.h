@@ -24,6 +24,7 @@ struct ChatsBenchOptions {
   int32_t cpu_threads = 0;
   uint64_t seed = 1;
   int64_t kv_pool_granules = -1;  // the engine's KV pool: -1 sized by the engine, 0 off
+  bool kv_map_ahead = true;       // map the next step's KV while a step runs
   bool json = false;
 };
 

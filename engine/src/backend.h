@@ -2,6 +2,7 @@
 // cuda/): a batched forward pass over sequence slots whose KV lives in the engine's KvSpace.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,7 +25,7 @@ struct BatchSequence {
   int32_t slot = 0;
   std::span<const int32_t> tokens;
   int64_t start_position = 0;
-  bool all_logits = false;   // logits for every token (teacher forcing), not only the last
+  bool all_logits = false;  // logits for every token (teacher forcing), not only the last
 };
 
 // What a backend needs to build itself. All references outlive the backend.
@@ -32,7 +33,7 @@ struct BackendInit {
   const ModelFile& file;
   const ModelConfig& config;
   const WeightTable& weights;
-  MemoryManager& memory;       // charge every byte held on the device
+  MemoryManager& memory;  // charge every byte held on the device
   const EngineOptions& options;
 };
 
@@ -74,6 +75,22 @@ class Backend {
 
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
+
+  // Host work for the time a step runs on the device (mapping the next step's KV, topping
+  // up the granule pool): the engine sets it before forward(). A backend that computes
+  // asynchronously runs it once the step is launched (run_step_overlap()); the engine runs
+  // it after forward() when the backend did not, so it runs once either way.
+  void set_step_overlap(std::function<void()> work) { step_overlap_ = std::move(work); }
+  // Runs the work set for this step unless it already ran; clears it.
+  void run_step_overlap() {
+    if (!step_overlap_) return;
+    std::function<void()> work = std::move(step_overlap_);
+    step_overlap_ = nullptr;
+    work();
+  }
+
+ private:
+  std::function<void()> step_overlap_;
 };
 
 // The CPU reference backend (cpu/cpu_backend.cpp).

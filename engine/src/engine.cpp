@@ -357,6 +357,33 @@ bool Engine::step() {
                      w.start_position, false});
   }
 
+  // While the device runs this step: map what the next step writes for every sequence this
+  // step gives a token (and that goes on), then top the granule pool up. A GPU backend runs
+  // this once the step is launched; otherwise it runs after forward().
+  m.backend->set_step_overlap([&m, &ran] {
+    try {
+      for (const ScheduledWork& w : ran) {
+        if (!m.options.kv_map_ahead) break;
+        const auto it = m.sequences.find(w.id);
+        if (it == m.sequences.end()) continue;
+        const ActiveSequence& seq = *it->second;
+        const int64_t next = w.start_position + w.count;  // where the next step writes
+        if (next != static_cast<int64_t>(seq.tokens.size())) continue;  // more prompt first
+        if (seq.generated + 1 >= seq.params.max_tokens || next + 1 > m.options.context_length)
+          continue;  // this step's token ends it
+        m.kv->map_ahead(w.slot, next + 1);
+      }
+      m.kv->refill_pool();
+    } catch (const std::exception& e) {
+      // The next step's own mapping tries again and reports what fails.
+      m.log->warn("mapping KV ahead of the next step: {}", e.what());
+    }
+  });
+  struct OverlapScope {  // the work refers to this step: never left set past it
+    Backend& backend;
+    ~OverlapScope() { backend.set_step_overlap(nullptr); }
+  } overlap_scope{*m.backend};
+
   // Device sampling: one token per sequence comes back instead of the logits.
   const bool device_sampling = m.backend->samples_on_device();
   std::vector<int32_t> device_tokens;
@@ -380,13 +407,12 @@ bool Engine::step() {
       m.backend->forward(batch, m.logits);
     }
   } catch (const Error& e) {
+    m.backend->set_step_overlap(nullptr);  // the step failed: nothing to map ahead for
     for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
     return !m.sequences.empty();
   }
   const double elapsed = seconds_between(start, Clock::now());
-  // Tops the pool up for the next step's mapping. A GPU backend already did this while the
-  // step ran; then it finds the pool full. Outside the step's time.
-  m.kv->refill_pool();
+  m.backend->run_step_overlap();  // when the backend did not (the CPU computes in forward())
   int64_t prompt_tokens = 0, decode_tokens = 0;
   for (const ScheduledWork& w : ran) (w.decode ? decode_tokens : prompt_tokens) += w.count;
   // A mixed step's time is shared by token count.
@@ -508,6 +534,8 @@ TelemetrySnapshot Engine::telemetry() const {
   s.kv_pool_target_granules = kv.pool_target_granules;
   s.granules_created_last_step = kv.last_granules_created;
   s.pool_refill_us_last_step = kv.last_refill_us;
+  s.granules_mapped_ahead_last_step = kv.last_ahead_granules;
+  s.mapping_ahead_us_last_step = kv.last_ahead_us;
   s.running_sequences = static_cast<int32_t>(m.scheduler->running());
   s.waiting_sequences = static_cast<int32_t>(m.scheduler->waiting());
   s.preemptions = m.scheduler->preemptions();

@@ -285,7 +285,7 @@ uint8_t* KvSpace::slot_base(int32_t slot) const {
   return base_ + static_cast<uint64_t>(slot) * slot_bytes_;
 }
 
-bool KvSpace::map_through(int32_t slot, int64_t tokens) {
+bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
   check_slot(slot);
   if (tokens < 0 || tokens > geometry_.max_tokens) {
     throw UsageError("cannot map " + std::to_string(tokens) + " tokens of KV: a slot holds " +
@@ -312,6 +312,7 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
     target = required;
     if (target <= have) return true;
     if (!charge_for(target)) {
+      if (ahead) return false;
       ++stats_.map_refusals;
       logger("engine.kv")
           ->debug("slot {}: budget refused {} more for {} tokens", slot, mib((target - have) * g),
@@ -322,6 +323,7 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
   const uint64_t more = target - have;
   const uint64_t pooled = std::min<uint64_t>(pool_.size(), more);
   const auto start = std::chrono::steady_clock::now();
+  double& time_spent = ahead ? stats_.last_ahead_us : stats_.last_mapping_us;
   // Pooled granules first (the newest, whose pages are most likely still cached), then
   // created ones; the charge for those was taken above.
   std::vector<VirtualMemory::Physical> granules(pool_.end() - static_cast<std::ptrdiff_t>(pooled),
@@ -332,11 +334,11 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
     while (granules.size() < more) {
       granules.push_back(vm_->create());
       ++stats_.granules_created;
-      ++stats_.last_granules_created;
+      if (!ahead) ++stats_.last_granules_created;
     }
     vm_->map(slot_base(slot) + have * g, granules);
   } catch (...) {
-    stats_.last_mapping_us += microseconds_since(start);
+    time_spent += microseconds_since(start);
     // Nothing was mapped: pooled granules go back to the pool, created ones are destroyed.
     for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
     granules.resize(pooled);
@@ -345,10 +347,10 @@ bool KvSpace::map_through(int32_t slot, int64_t tokens) {
     memory_.release(MemoryCategory::KvCommitted, (more - pooled) * g);
     throw;
   }
-  stats_.last_mapping_us += microseconds_since(start);
+  time_spent += microseconds_since(start);
   have = target;
   stats_.granules_mapped += more;
-  stats_.last_granules_mapped += more;
+  (ahead ? stats_.last_ahead_granules : stats_.last_granules_mapped) += more;
   stats_.granules_from_pool += pooled;
   stats_.committed_bytes += more * g;
   stats_.peak_committed_bytes = std::max(stats_.peak_committed_bytes, stats_.committed_bytes);
@@ -501,6 +503,8 @@ void KvSpace::reset_step_stats() {
   stats_.last_granules_unmapped = 0;
   stats_.last_granules_created = 0;
   stats_.last_refill_us = 0;
+  stats_.last_ahead_granules = 0;
+  stats_.last_ahead_us = 0;
 }
 
 }  // namespace granule

@@ -75,6 +75,8 @@ struct KvStats {
   uint64_t last_granules_created = 0;  // since the last reset_step_stats(), inside map_through():
                                        // created on the step's critical path (pool ran dry)
   double last_refill_us = 0;           // time spent in refill_pool() since the last reset
+  uint64_t last_ahead_granules = 0;    // mapped by map_ahead() since the last reset
+  double last_ahead_us = 0;            // time spent in map_ahead() since the last reset
 };
 
 // Thread-safe: the engine thread maps and truncates while telemetry may read stats.
@@ -94,7 +96,11 @@ class KvSpace {
   // granule to KvCommitted; when the budget cannot hold the look-ahead, commits just
   // [0, tokens). Returns false and commits nothing when the budget cannot hold even that
   // (the caller frees or waits). Throws UsageError for tokens outside [0, max_tokens].
-  bool map_through(int32_t slot, int64_t tokens);
+  bool map_through(int32_t slot, int64_t tokens) { return map(slot, tokens, false); }
+  // The same while a step runs on the device, for what the next step will write: a refusal
+  // is not counted (the next step's map_through() decides), and the granules and time go
+  // to the "ahead" counters, apart from the step's own mapping.
+  bool map_ahead(int32_t slot, int64_t tokens) { return map(slot, tokens, true); }
   // The pool: granules created ahead of need, so map_through() only maps. Granules a slot
   // gives back go to the pool while it is under its target, the rest are destroyed. Pooled
   // bytes are charged to KvPool and count as available to KV (budget_available_bytes()).
@@ -121,6 +127,7 @@ class KvSpace {
 
  private:
   void check_slot(int32_t slot) const;
+  bool map(int32_t slot, int64_t tokens, bool ahead);
   // Decommits the slot's granules from `keep_granules` on; the caller holds mutex_.
   void shrink_locked(int32_t slot, uint64_t keep_granules);
   // Takes back granules a slot unmapped: into the pool up to its target, destroyed past it;

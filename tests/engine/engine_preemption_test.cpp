@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -163,7 +164,7 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
     most_waiting = std::max(most_waiting, t.waiting_sequences);
     ASSERT_EQ(static_cast<size_t>(t.running_sequences + t.waiting_sequences), t.sequences.size());
     ASSERT_LE(t.running_sequences, o.max_sequences);
-    mapped_by_steps += t.granules_mapped_last_step;
+    mapped_by_steps += t.granules_mapped_last_step + t.granules_mapped_ahead_last_step;
     unmapped_by_steps += t.granules_unmapped_last_step;
     for (const SequenceTelemetry& s : t.sequences) {
       if (s.waiting) ASSERT_EQ(s.kv_committed_bytes, 0u) << "step " << steps;
@@ -181,7 +182,8 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   EXPECT_EQ(end.kv_committed_peak_bytes, most_kv);
   EXPECT_EQ(end.ledger.at("kv"), 0u);
   EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
-  // Every map and unmap happened inside a step, so the per-step counts add up to the totals.
+  // Every map and unmap happened inside a step (or, mapping ahead, while it ran), so the
+  // per-step counts add up to the totals.
   EXPECT_EQ(mapped_by_steps, end.granules_mapped);
   EXPECT_EQ(unmapped_by_steps, end.granules_unmapped);
   for (size_t i = 0; i < chats.size(); ++i) {
@@ -327,16 +329,18 @@ TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
 namespace granule {
 namespace {
 
-// The KV pool: the engine pre-creates granules (a prefill chunk's worth plus one per four
-// slots), so the steps of ordinary chats map granules without creating any; with the pool
-// off every mapped granule is created inside a step. The tokens are the same either way,
-// and the pool's bytes are in the ledger as "kv_pool".
-TEST(EngineKvPool, StepsMapPreCreatedGranulesAndGiveTheSameTokens) {
+// The KV pool and mapping ahead: the engine pre-creates granules (a prefill chunk's worth
+// plus one per four slots) and, while a step runs, maps what the next step writes. So the
+// steps of ordinary chats create no granule, and once every chat decodes a step maps
+// nothing itself. With the pool off every granule is created on the step's path. The tokens
+// are the same either way, and the pool's bytes are in the ledger as "kv_pool".
+TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
   const TempModel model(kv_wide_spec());
   const std::vector<Chat> chats = varied_chats(6, 99);
   struct Run {
     std::vector<std::vector<int32_t>> tokens;
-    uint64_t mapped = 0, created_in_steps = 0, most_pool = 0, pool_target = 0;
+    uint64_t mapped = 0, mapped_ahead = 0, created_in_steps = 0, most_pool = 0, pool_target = 0;
+    uint64_t mapped_in_decode_steps = 0;  // by the steps themselves, once every chat decodes
   };
   auto run = [&](int64_t pool) {
     EngineOptions o = cpu_options(8);
@@ -350,12 +354,17 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAndGiveTheSameTokens) {
     std::map<SequenceId, Output> out;
     std::vector<SequenceId> ids;
     for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+    bool all_decoding = false;  // every chat has its first token: later steps only decode
     while (engine->step()) {
       const TelemetrySnapshot t = engine->telemetry();
-      r.mapped += t.granules_mapped_last_step;
+      r.mapped += t.granules_mapped_last_step + t.granules_mapped_ahead_last_step;
+      r.mapped_ahead += t.granules_mapped_ahead_last_step;
       r.created_in_steps += t.granules_created_last_step;
+      if (all_decoding) r.mapped_in_decode_steps += t.granules_mapped_last_step;
       r.most_pool = std::max(r.most_pool, t.kv_pool_bytes);
       EXPECT_EQ(t.ledger.at("kv_pool"), t.kv_pool_bytes);
+      all_decoding = std::all_of(ids.begin(), ids.end(),
+                                 [&](SequenceId id) { return !out[id].tokens.empty(); });
     }
     for (SequenceId id : ids) r.tokens.push_back(out[id].tokens);
     const TelemetrySnapshot end = engine->telemetry();
@@ -368,10 +377,12 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAndGiveTheSameTokens) {
   // 96-token chunks of 32 KiB tokens: 2 granules a chunk, plus 2 for 8 slots.
   EXPECT_EQ(pooled.pool_target, 4u);
   EXPECT_EQ(unpooled.pool_target, 0u);
-  EXPECT_GT(pooled.mapped, 20u);
+  EXPECT_GT(pooled.mapped, 15u);
+  EXPECT_GE(pooled.mapped_ahead, 5u);  // the decode growth: 5 of 17 granules here
+  EXPECT_EQ(pooled.mapped_in_decode_steps, 0u);
   EXPECT_EQ(pooled.created_in_steps, 0u);
   EXPECT_LE(pooled.most_pool, 4 * kGranule);
-  EXPECT_EQ(unpooled.created_in_steps, unpooled.mapped);
+  EXPECT_EQ(unpooled.created_in_steps + unpooled.mapped_ahead, unpooled.mapped);
   EXPECT_EQ(pooled.mapped, unpooled.mapped);
   EXPECT_EQ(pooled.tokens, unpooled.tokens);
 }

@@ -30,6 +30,8 @@ struct EngineOptions {
   // KV granules created ahead of need and kept unmapped, so a step only maps them; -1 sizes
   // it from the shapes (a prefill chunk's granules plus one per four slots), 0 turns it off.
   int64_t kv_pool_granules = -1;
+  // While a step runs on the device, map the KV the next step writes (off the step's path).
+  bool kv_map_ahead = true;
   std::string chat_template_override;  // a family name, or "" to detect from the GGUF
 };
 

@@ -37,6 +37,9 @@ struct TelemetrySnapshot {
   uint64_t granules_created_last_step =
       0;                                // created inside the last step's mapping: the pool ran dry
   double pool_refill_us_last_step = 0;  // creating granules for the pool, off the mapping path
+  // Mapped for the next step while the last one ran on the device (not in mapping_us_last_step).
+  uint64_t granules_mapped_ahead_last_step = 0;
+  double mapping_ahead_us_last_step = 0;
   // scheduler
   int32_t running_sequences = 0;
   int32_t waiting_sequences = 0;

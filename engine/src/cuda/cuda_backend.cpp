@@ -118,7 +118,7 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   if (!decode || !options_.cuda_graphs) {
     if (decode) last_fallback_reason_ = "graphs disabled by the options";
     enqueue();
-    kv_->refill_pool();  // while the GPU runs the step
+    run_step_overlap();  // while the GPU runs the step
     return;
   }
   auto key = std::make_pair(n_rows, head);
@@ -149,9 +149,9 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   }
   it->second.launch(m.stream());
   ++graph_replays_;
-  // Creating granules (cuMemCreate) while the GPU runs the step keeps it off the next
-  // step's mapping; the pool never holds more than its target.
-  kv_->refill_pool();
+  // Mapping the next step's KV and creating pool granules while the GPU runs this step
+  // keeps both off the time between steps (none of the driver's VMM calls waits for it).
+  run_step_overlap();
 }
 
 int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
@@ -186,7 +186,7 @@ int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<f
     const RowInputs in = flatten(batch, first, count, &token_index);
     m.upload(in);
     m.run_layers(static_cast<int>(count));
-    kv_->refill_pool();  // while the GPU runs the chunk (a no-op once the pool is full)
+    run_step_overlap();  // while the GPU runs the first chunk
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
       const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
@@ -264,7 +264,7 @@ std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> 
     const RowInputs in = flatten(batch, first, count, &token_index);
     m.upload(in);
     m.run_layers(static_cast<int>(count));
-    kv_->refill_pool();  // while the GPU runs the chunk (a no-op once the pool is full)
+    run_step_overlap();  // while the GPU runs the first chunk
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
       const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
