@@ -126,13 +126,14 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
       static_cast<long long>(trace.edits), static_cast<long long>(trace.prompt_tokens),
       static_cast<long long>(trace.answer_tokens), static_cast<long long>(trace.peak_live_tokens),
       static_cast<double>(trace.peak_live_tokens * bytes_per_token) / kMiB);
-  std::printf("| %-14s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
+  std::printf("| %-16s | %12s | %12s | %12s | %8s | %12s | %12s |\n", "policy", "peak MiB",
               "mean MiB", "copied MiB", "moves", "map us mean", "map us p99");
   std::printf(
-      "|----------------|--------------|--------------|--------------|----------|--------------|---"
+      "|------------------|--------------|--------------|--------------|----------|--------------|-"
+      "--"
       "-----------|\n");
   for (const KvPolicyResult& r : results) {
-    std::printf("| %-14s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n",
+    std::printf("| %-16s | %12.1f | %12.1f | %12.1f | %8llu | %12.1f | %12.1f |\n",
                 r.policy.c_str(), static_cast<double>(r.peak_committed_bytes) / kMiB,
                 r.mean_committed_bytes / kMiB, static_cast<double>(r.copied_bytes) / kMiB,
                 static_cast<unsigned long long>(r.address_changes), r.memory_us_mean,
@@ -145,21 +146,26 @@ void print_table(const KvBenchOptions& o, const std::string& memory_name, uint64
       "mean MiB: KV held at the end of a step, averaged over the %zu steps;\n"
       "copied MiB: bytes copied from an outgrown bucket into the next;\n"
       "moves: times a live chat's KV changed address (each forces a graph re-capture);\n"
-      "map us: time per step in allocate/map/unmap/copy\n",
+      "map us: time per step in allocate/map/unmap/copy;\n"
+      "granules, pooled: the engine's pool of pre-created granules (a prefill chunk's worth plus\n"
+      "  one per four slots), refilled while each step runs; its granules count as held\n",
       trace.steps.size());
   const double live = static_cast<double>(trace.peak_live_tokens * bytes_per_token);
   const KvPolicyResult* granules = find_policy(results, KvPolicyKind::Granule);
+  const KvPolicyResult* pooled = find_policy(results, KvPolicyKind::GranulePooled);
   std::printf("\nlive KV at its peak: %.1f MiB (no policy can hold less)\n", live / kMiB);
   for (KvPolicyKind baseline :
        {KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached, KvPolicyKind::PaddedBatch}) {
     const KvPolicyResult* b = find_policy(results, baseline);
     if (!b || b->peak_committed_bytes == 0) continue;
     const auto peak = static_cast<double>(b->peak_committed_bytes);
-    if (granules) {
-      std::printf("granules / %s peak: %.2f;", b->policy.c_str(),
-                  static_cast<double>(granules->peak_committed_bytes) / peak);
+    for (const KvPolicyResult* g : {granules, pooled}) {
+      if (g) {
+        std::printf("%s / %s peak: %.2f; ", g->policy.c_str(), b->policy.c_str(),
+                    static_cast<double>(g->peak_committed_bytes) / peak);
+      }
     }
-    std::printf(" live KV / %s peak: %.2f (the best any policy can do)\n", b->policy.c_str(),
+    std::printf("live KV / %s peak: %.2f (the best any policy can do)\n", b->policy.c_str(),
                 live / peak);
   }
 }
@@ -255,6 +261,7 @@ int run_kv_benchmark(const KvBenchOptions& o) {
     shape.slots = o.chats;
     shape.lookahead_tokens = o.lookahead_tokens;
     shape.min_bucket_tokens = o.min_bucket_tokens;
+    shape.prefill_chunk_tokens = o.prefill_chunk_tokens;
 
     std::unique_ptr<KvBenchMemory> memory = make_memory(o);
     const uint64_t granule_bytes = memory->make_virtual_memory()->granule_bytes();

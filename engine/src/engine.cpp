@@ -139,18 +139,10 @@ void Engine::Impl::open_backend() {
   geometry.slots = options.max_sequences;
   kv = std::make_unique<KvSpace>(backend->make_kv_virtual_memory(), geometry, *memory);
   backend->attach_kv(*kv);
-  // The pool covers what one step maps in the common case: a prefill chunk (its tokens may
-  // belong to several chats), plus decodes crossing into a new granule (one slot in four at
-  // once is generous: a 2 MiB granule holds 16 to 90 tokens of the usual models).
-  uint64_t pool = 0;
-  if (options.kv_pool_granules < 0) {
-    const uint64_t g = kv->granule_bytes();
-    const uint64_t chunk_bytes = static_cast<uint64_t>(options.prefill_chunk_tokens) *
-                                 static_cast<uint64_t>(geometry.bytes_per_token);
-    pool = (chunk_bytes + g - 1) / g + static_cast<uint64_t>(geometry.slots + 3) / 4;
-  } else {
-    pool = static_cast<uint64_t>(options.kv_pool_granules);
-  }
+  const uint64_t pool =
+      options.kv_pool_granules < 0
+          ? default_kv_pool_granules(geometry, options.prefill_chunk_tokens, kv->granule_bytes())
+          : static_cast<uint64_t>(options.kv_pool_granules);
   kv->set_pool_target(pool);
   const uint64_t created = kv->refill_pool();
   log->info("KV pool: {} of {} granules created ahead of need", created, pool);

@@ -593,10 +593,22 @@ class PaddedBatchPolicy final : public KvPolicy {
 
 class GranulePolicy final : public KvPolicy {
  public:
-  GranulePolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger)
-      : kv_(memory.make_virtual_memory(), geometry(shape), ledger) {}
+  GranulePolicy(const KvPolicyShape& shape, KvBenchMemory& memory, MemoryManager& ledger,
+                bool pooled)
+      : kv_(memory.make_virtual_memory(), geometry(shape), ledger), pooled_(pooled) {
+    if (pooled_) {
+      kv_.set_pool_target(default_kv_pool_granules(kv_.geometry(), shape.prefill_chunk_tokens,
+                                                   kv_.granule_bytes()));
+      kv_.refill_pool();
+    }
+  }
 
-  std::string name() const override { return kv_policy_name(KvPolicyKind::Granule); }
+  std::string name() const override {
+    return kv_policy_name(pooled_ ? KvPolicyKind::GranulePooled : KvPolicyKind::Granule);
+  }
+  void while_step_runs() override {
+    if (pooled_) kv_.refill_pool();
+  }
   void grow(int32_t slot, int64_t tokens) override {
     if (!kv_.map_through(slot, tokens)) {
       throw CapacityError("the budget refused KV for " + std::to_string(tokens) + " tokens");
@@ -619,6 +631,7 @@ class GranulePolicy final : public KvPolicy {
   }
 
   KvSpace kv_;
+  bool pooled_;
 };
 
 double percentile(std::vector<double> values, double fraction) {
@@ -663,7 +676,12 @@ std::unique_ptr<KvPolicy> make_padded_batch_policy(const KvPolicyShape& shape,
 
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
                                               MemoryManager& ledger) {
-  return std::make_unique<GranulePolicy>(shape, memory, ledger);
+  return std::make_unique<GranulePolicy>(shape, memory, ledger, false);
+}
+
+std::unique_ptr<KvPolicy> make_pooled_granule_policy(const KvPolicyShape& shape,
+                                                     KvBenchMemory& memory, MemoryManager& ledger) {
+  return std::make_unique<GranulePolicy>(shape, memory, ledger, true);
 }
 
 const char* kv_policy_name(KvPolicyKind kind) {
@@ -678,6 +696,8 @@ const char* kv_policy_name(KvPolicyKind kind) {
       return "padded batch";
     case KvPolicyKind::Granule:
       return "granules";
+    case KvPolicyKind::GranulePooled:
+      return "granules, pooled";
   }
   return "?";
 }
@@ -722,13 +742,14 @@ KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTr
       }
     }
     step_us.push_back(us);
-    committed_sum += static_cast<double>(ledger.bytes(MemoryCategory::KvCommitted));
+    policy.while_step_runs();
+    committed_sum += static_cast<double>(ledger.used_bytes());
     if (observer) observer(step, policy, tokens);
   }
 
   result.steps = trace.steps.size();
   result.peak_committed_bytes = ledger.peak_bytes();
-  result.final_committed_bytes = ledger.bytes(MemoryCategory::KvCommitted);
+  result.final_committed_bytes = ledger.used_bytes();
   result.copied_bytes = policy.copied_bytes();
   if (!step_us.empty()) {
     result.mean_committed_bytes = committed_sum / static_cast<double>(step_us.size());
@@ -767,6 +788,9 @@ std::vector<KvPolicyResult> compare_kv_policies(const KvTrace& trace, const KvPo
         break;
       case KvPolicyKind::Granule:
         policy = make_granule_policy(shape, memory, ledger);
+        break;
+      case KvPolicyKind::GranulePooled:
+        policy = make_pooled_granule_policy(shape, memory, ledger);
         break;
     }
     results.push_back(run_kv_policy(*policy, ledger, trace));

@@ -95,8 +95,9 @@ struct KvPolicyShape {
   int64_t bytes_per_token = 0;
   int64_t max_context_tokens = 0;
   int32_t slots = 0;
-  int64_t lookahead_tokens = 16;    // granules: mapped beyond what a step writes
-  int64_t min_bucket_tokens = 256;  // bucket growth: the first allocation
+  int64_t lookahead_tokens = 16;       // granules: mapped beyond what a step writes
+  int64_t min_bucket_tokens = 256;     // bucket growth: the first allocation
+  int64_t prefill_chunk_tokens = 512;  // granules with a pool: sizes it as the engine does
 };
 
 // One way of holding every chat's KV. Each charges what it holds to the MemoryManager's
@@ -112,6 +113,9 @@ class KvPolicy {
   virtual uint8_t* address(int32_t slot) const = 0;
   virtual uint64_t committed_bytes(int32_t slot) const = 0;
   virtual uint64_t copied_bytes() const { return 0; }
+  // Work for the time the step runs on the device, not counted in the step's memory time
+  // (a pool tops itself up). Default: none.
+  virtual void while_step_runs() {}
 };
 
 // Every slot's full context committed when the policy is made (llama.cpp-style).
@@ -138,6 +142,10 @@ std::unique_ptr<KvPolicy> make_padded_batch_policy(const KvPolicyShape& shape,
 // Granule's KvSpace: granules mapped on demand under a fixed address, tail unmapped.
 std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenchMemory& memory,
                                               MemoryManager& ledger);
+// The same with the engine's pool of pre-created granules (default_kv_pool_granules()),
+// refilled while each step runs; the pool's granules count as held memory.
+std::unique_ptr<KvPolicy> make_pooled_granule_policy(const KvPolicyShape& shape,
+                                                     KvBenchMemory& memory, MemoryManager& ledger);
 
 // ---------------------------------------------------------------------------------------
 // Running a trace
@@ -145,7 +153,7 @@ std::unique_ptr<KvPolicy> make_granule_policy(const KvPolicyShape& shape, KvBenc
 struct KvPolicyResult {
   std::string policy;
   uint64_t peak_committed_bytes = 0;   // at any instant, a copy's two buffers included
-  double mean_committed_bytes = 0;     // over the ends of steps
+  double mean_committed_bytes = 0;     // over the ends of steps (a pool's granules included)
   uint64_t final_committed_bytes = 0;  // after the last step (every chat ended; a cache keeps)
   uint64_t copied_bytes = 0;
   uint64_t address_changes = 0;  // a slot's KV moved: each forces a graph re-capture
@@ -163,7 +171,14 @@ using KvStepObserver =
 KvPolicyResult run_kv_policy(KvPolicy& policy, MemoryManager& ledger, const KvTrace& trace,
                              const KvStepObserver& observer = {});
 
-enum class KvPolicyKind { FullContext, BucketGrowth, BucketGrowthCached, PaddedBatch, Granule };
+enum class KvPolicyKind {
+  FullContext,
+  BucketGrowth,
+  BucketGrowthCached,
+  PaddedBatch,
+  Granule,
+  GranulePooled
+};
 const char* kv_policy_name(KvPolicyKind kind);
 
 // The same trace under each policy in turn (fresh ledger each), in the order given.
@@ -171,6 +186,6 @@ std::vector<KvPolicyResult> compare_kv_policies(
     const KvTrace& trace, const KvPolicyShape& shape, KvBenchMemory& memory,
     const std::vector<KvPolicyKind>& policies = {
         KvPolicyKind::FullContext, KvPolicyKind::BucketGrowth, KvPolicyKind::BucketGrowthCached,
-        KvPolicyKind::PaddedBatch, KvPolicyKind::Granule});
+        KvPolicyKind::PaddedBatch, KvPolicyKind::Granule, KvPolicyKind::GranulePooled});
 
 }  // namespace granule

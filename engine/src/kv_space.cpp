@@ -212,6 +212,14 @@ void VirtualMemory::decommit_range(uint8_t* addr, uint64_t granules) {
   for (Physical p : off) destroy(p);
 }
 
+uint64_t default_kv_pool_granules(const KvGeometry& geometry, int64_t prefill_chunk_tokens,
+                                  uint64_t granule_bytes) {
+  const uint64_t chunk_bytes = static_cast<uint64_t>(std::max<int64_t>(prefill_chunk_tokens, 0)) *
+                               static_cast<uint64_t>(geometry.bytes_per_token);
+  return ceil_div(chunk_bytes, granule_bytes) +
+         static_cast<uint64_t>(std::max(geometry.slots, 0) + 3) / 4;
+}
+
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes) {
   return std::make_unique<HostVirtualMemory>(granule_bytes);
 }

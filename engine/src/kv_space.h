@@ -79,6 +79,13 @@ struct KvStats {
   double last_ahead_us = 0;            // time spent in map_ahead() since the last reset
 };
 
+// The pool the engine keeps unless told otherwise: a prefill chunk's granules (its tokens
+// may belong to several chats) plus one per four slots, for decodes crossing into a new
+// granule at once (one slot in four is generous: a 2 MiB granule holds 16 to 90 tokens of
+// the usual models).
+uint64_t default_kv_pool_granules(const KvGeometry& geometry, int64_t prefill_chunk_tokens,
+                                  uint64_t granule_bytes);
+
 // Thread-safe: the engine thread maps and truncates while telemetry may read stats.
 class KvSpace {
  public:

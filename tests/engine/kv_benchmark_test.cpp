@@ -324,17 +324,19 @@ TEST(KvBenchmark, GranulesCommitLessThanBucketsAndCopyNothing) {
   const KvTrace trace = make_kv_workload(small_workload());
   auto memory = make_host_kv_bench_memory(kGranule, /*touch_pages=*/true);
   const auto r = compare_kv_policies(trace, shape, *memory);
-  ASSERT_EQ(r.size(), 5u);
+  ASSERT_EQ(r.size(), 6u);
   const KvPolicyResult& full = r[0];
   const KvPolicyResult& bucket = r[1];
   const KvPolicyResult& cached = r[2];
   const KvPolicyResult& padded = r[3];
   const KvPolicyResult& granule = r[4];
+  const KvPolicyResult& pooled = r[5];
   EXPECT_EQ(full.policy, "full context");
   EXPECT_EQ(bucket.policy, "bucket growth");
   EXPECT_EQ(cached.policy, "bucket, cached");
   EXPECT_EQ(padded.policy, "padded batch");
   EXPECT_EQ(granule.policy, "granules");
+  EXPECT_EQ(pooled.policy, "granules, pooled");
   // The padded batch pads every slot to the longest chat: never under per-chat buckets' live
   // share, copies on each resize, and every live chat moves with it.
   EXPECT_LT(granule.peak_committed_bytes, padded.peak_committed_bytes);
@@ -361,6 +363,19 @@ TEST(KvBenchmark, GranulesCommitLessThanBucketsAndCopyNothing) {
   EXPECT_GT(bucket.address_changes, 0u);
   EXPECT_EQ(granule.final_committed_bytes, 0u);
   EXPECT_EQ(bucket.final_committed_bytes, 0u);
+  // With the engine's pool: the same granules plus at most the pool, which it still holds at
+  // the end; nothing copied, nothing moved.
+  const uint64_t pool_bytes =
+      default_kv_pool_granules(KvGeometry{shape.bytes_per_token, shape.max_context_tokens,
+                                          shape.slots, shape.lookahead_tokens},
+                               shape.prefill_chunk_tokens, kGranule) *
+      kGranule;
+  EXPECT_GT(pool_bytes, 0u);
+  EXPECT_GE(pooled.peak_committed_bytes, granule.peak_committed_bytes);
+  EXPECT_LE(pooled.peak_committed_bytes, granule.peak_committed_bytes + pool_bytes);
+  EXPECT_EQ(pooled.final_committed_bytes, pool_bytes);
+  EXPECT_EQ(pooled.copied_bytes, 0u);
+  EXPECT_EQ(pooled.address_changes, 0u);
 }
 
 TEST(KvBenchmark, ShapeSmallerThanTheWorkloadIsRefused) {
