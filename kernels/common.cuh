@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 namespace granule::kernels {
@@ -17,6 +18,29 @@ inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) 
 
 // Launchers return this: the launch configuration error, if any (kernels never abort).
 inline cudaError_t launch_status() { return cudaGetLastError(); }
+
+// Splits `columns` batch columns into groups of 16, 8, 4, 2 and 1, largest first, and calls
+// launch(first_column, std::integral_constant<int, N>{}) for each group in order (one launch
+// reads the weights once for all its N columns). Stops at the first error and returns it.
+template <typename Launch>
+cudaError_t for_each_column_group(int columns, Launch&& launch) {
+  int column = 0;
+  auto group = [&](auto size) {
+    const cudaError_t status = launch(column, size);
+    column += decltype(size)::value;
+    return status;
+  };
+  while (column < columns) {
+    const int left = columns - column;
+    const cudaError_t status = left >= 16  ? group(std::integral_constant<int, 16>{})
+                               : left >= 8 ? group(std::integral_constant<int, 8>{})
+                               : left >= 4 ? group(std::integral_constant<int, 4>{})
+                               : left >= 2 ? group(std::integral_constant<int, 2>{})
+                                           : group(std::integral_constant<int, 1>{});
+    if (status != cudaSuccess) return status;
+  }
+  return cudaSuccess;
+}
 
 #ifdef __CUDACC__
 __device__ __forceinline__ float warp_sum(float v) {

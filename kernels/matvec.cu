@@ -341,32 +341,14 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
-  // Columns go in groups of 16, 8, 4, 2, 1: each group reads the weights once.
   const bool ok = dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
-    int column = 0;
-    while (column < input.batch) {
-      const int left = input.batch - column;
-      const int nb = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-      switch (nb) {
-        case 16:
-          launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 8:
-          launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 4:
-          launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 2:
-          launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        default:
-          launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-      }
-      column += nb;
-    }
+    // launch_columns reports nothing: a failed launch shows in launch_status() below.
+    for_each_column_group(input.batch, [&](int first_column, auto columns) {
+      launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up, input,
+                                                     first_column, stream);
+      return cudaSuccess;
+    });
   });
   if (!ok) return cudaErrorInvalidValue;
   return launch_status();

@@ -265,37 +265,10 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
-    int column = 0;
-    while (column < input.batch) {
-      const int left = input.batch - column;
-      const int nb = left >= 16 ? 16 : left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-      cudaError_t status;
-      switch (nb) {
-        case 16:
-          status =
-              launch_columns<TYPE, 16>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 8:
-          status =
-              launch_columns<TYPE, 8>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 4:
-          status =
-              launch_columns<TYPE, 4>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        case 2:
-          status =
-              launch_columns<TYPE, 2>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-        default:
-          status =
-              launch_columns<TYPE, 1>(packed, n_tasks, max_rows, gate_up, input, column, stream);
-          break;
-      }
-      if (status != cudaSuccess) return status;
-      column += nb;
-    }
-    return cudaSuccess;
+    return for_each_column_group(input.batch, [&](int first_column, auto columns) {
+      return launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up,
+                                                            input, first_column, stream);
+    });
   };
   switch (weight_type) {
     case kQ4_0:
