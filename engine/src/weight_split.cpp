@@ -73,13 +73,17 @@ void split_row(uint32_t type, const uint8_t* src, int64_t cols, uint8_t* dst) {
 
 bool split_layout_supported(uint32_t ggml_type) { return split::supports(ggml_type); }
 
+bool split_layout_fits(uint32_t ggml_type, int64_t cols) {
+  return split::supports(ggml_type) && cols % split::block_elements(ggml_type) == 0;
+}
+
 int64_t split_row_stride(uint32_t ggml_type, int64_t cols) {
   return split::row_stride(ggml_type, cols);
 }
 
 void split_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int64_t cols,
                 uint8_t* dst) {
-  if (!split::supports(ggml_type) || cols % split::block_elements(ggml_type) != 0)
+  if (!split_layout_fits(ggml_type, cols))
     throw UsageError("the split weight layout cannot hold this tensor type or row length");
   const int64_t src_bytes = split::row_payload_bytes(ggml_type, cols);
   const int64_t stride = split::row_stride(ggml_type, cols);

@@ -74,5 +74,19 @@ TEST(WeightSplitSupport, OnlyTheFourKernelTypesAndWholeBlocks) {
                UsageError);
 }
 
+TEST(WeightSplitSupport, FitsOnlySupportedTypesWithWholeBlocksPerRow) {
+  const auto fits = [](TensorType type, int64_t cols) {
+    return split_layout_fits(static_cast<uint32_t>(type), cols);
+  };
+  EXPECT_TRUE(fits(TensorType::Q4_0, 576));
+  EXPECT_TRUE(fits(TensorType::Q4_1, 32));
+  EXPECT_TRUE(fits(TensorType::Q8_0, 64));
+  EXPECT_TRUE(fits(TensorType::Q6_K, 4096));
+  EXPECT_FALSE(fits(TensorType::Q4_0, 48));   // not whole 32-element blocks
+  EXPECT_FALSE(fits(TensorType::Q6_K, 288));  // whole 32-element blocks, not 256
+  EXPECT_FALSE(fits(TensorType::Q4_K, 256));  // no split layout for the type
+  EXPECT_FALSE(fits(TensorType::F16, 4096));
+}
+
 }  // namespace
 }  // namespace granule

@@ -70,8 +70,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   const char* split_env = std::getenv("GRANULE_SPLIT_WEIGHTS");
   const bool split_enabled = !(split_env && split_env[0] == '0');
   auto use_split = [&](const TensorInfo* t) {
-    return split_enabled && split_layout_supported(t->ggml_type) &&
-           t->dims[0] % (t->ggml_type == static_cast<uint32_t>(TensorType::Q6_K) ? 256 : 32) == 0;
+    return split_enabled && split_layout_fits(t->ggml_type, t->dims[0]);
   };
   auto device_bytes = [&](const TensorInfo* t) {
     return use_split(t)
