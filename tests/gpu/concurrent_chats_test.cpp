@@ -98,17 +98,8 @@ struct Margin {
 
 Margin margin_of(const std::vector<float>& row) {
   double sum_sq = 0;
-  float best = -INFINITY, second = -INFINITY;
-  for (float x : row) {
-    sum_sq += static_cast<double>(x) * x;
-    if (x > best) {
-      second = best;
-      best = x;
-    } else if (x > second) {
-      second = x;
-    }
-  }
-  return {static_cast<double>(best) - second, std::sqrt(sum_sq / static_cast<double>(row.size()))};
+  for (float x : row) sum_sq += static_cast<double>(x) * x;
+  return {gpu_test::top_two(row).margin, std::sqrt(sum_sq / static_cast<double>(row.size()))};
 }
 
 uint64_t physical_used(const TelemetrySnapshot& t) {

@@ -1,12 +1,14 @@
 // Helpers for the GPU tests: skip without a GPU, device arrays with an RAII owner, poisoned
-// outputs (NaN bytes, so an element a kernel forgot to write fails every comparison) and
-// seeded random inputs.
+// outputs (NaN bytes, so an element a kernel forgot to write fails every comparison),
+// seeded random inputs and the top-two margin of a logit row.
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,28 @@ inline std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale
   std::vector<float> v(n);
   for (float& x : v) x = dist(rng);
   return v;
+}
+
+// A logit row's greedy choice and how clear it is: rows whose margin is within the error
+// bound are near-ties, where a GPU may pick another token than the CPU.
+struct TopTwo {
+  int32_t best = 0;   // index of the largest logit, the first on a tie
+  double margin = 0;  // largest minus second-largest logit (0 when two are equal), exact
+};
+
+// The row needs at least two logits.
+inline TopTwo top_two(std::span<const float> row) {
+  int32_t best = 0;
+  float second = -INFINITY;
+  for (size_t i = 1; i < row.size(); ++i) {
+    if (row[i] > row[static_cast<size_t>(best)]) {
+      second = row[static_cast<size_t>(best)];
+      best = static_cast<int32_t>(i);
+    } else if (row[i] > second) {
+      second = row[i];
+    }
+  }
+  return {best, static_cast<double>(row[static_cast<size_t>(best)]) - second};
 }
 
 }  // namespace granule::gpu_test
