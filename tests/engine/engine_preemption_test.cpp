@@ -5,7 +5,6 @@
 // the others continue; cancelling a waiting or preempted chat finishes it once; seeded
 // sampling is as unaffected by preemption as greedy.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -16,6 +15,7 @@
 
 #include "granule/engine.h"
 #include "granule/synthetic_model.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
@@ -24,15 +24,7 @@ namespace fs = std::filesystem;
 
 constexpr uint64_t kGranule = 2ull << 20;  // the CPU backend's host granule
 
-struct TempModel {
-  fs::path path;
-  explicit TempModel(const SyntheticModelSpec& spec) {
-    path = fs::temp_directory_path() / ("granule_preemption_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()) + ".gguf");
-    write_synthetic_model(spec, path);
-  }
-  ~TempModel() { fs::remove(path); }
-};
+using test::TempModel;
 
 // Narrow to compute but wide in KV: 4 layers x K|V x 8 heads x 128 x f32 = 32 KiB a token,
 // so a 2 MiB granule holds 64 tokens and a chat of a few hundred tokens spans several.
@@ -135,20 +127,34 @@ uint64_t non_kv_bytes(const fs::path& model) {
   return physical_used(t) - t.ledger.at("kv") - t.ledger.at("kv_pool");
 }
 
+// Eight slots and a budget with room for `granules` granules of KV beside what the engine
+// holds anyway.
+EngineOptions kv_room_options(const fs::path& model, uint64_t granules) {
+  EngineOptions o = cpu_options(8);
+  o.vram_budget_bytes = non_kv_bytes(model) + granules * kGranule;
+  return o;
+}
+
+// Submits every chat at once; what each gives lands in `out`. Returns their ids in order.
+std::vector<SequenceId> submit_all(Engine& engine, const std::vector<Chat>& chats,
+                                   std::map<SequenceId, Output>& out) {
+  std::vector<SequenceId> ids;
+  for (const Chat& c : chats) ids.push_back(engine.submit(chat_request(c, out)));
+  return ids;
+}
+
 // The case: twelve chats on eight slots with room for six granules of KV (a few chats at a
 // time). Chats wait for admission and running ones are preempted as others grow; every chat
 // still ends with exactly its alone tokens, the budget is never passed, and KV ends at zero.
 TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
-  const TempModel model(kv_wide_spec());
+  const TempModel model(kv_wide_spec(), "granule_preemption");
   const std::vector<Chat> chats = varied_chats(12, 20261202);
   const auto alone = tokens_alone(model.path, chats);
 
-  EngineOptions o = cpu_options(8);
-  o.vram_budget_bytes = non_kv_bytes(model.path) + 6 * kGranule;
+  const EngineOptions o = kv_room_options(model.path, 6);
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
-  std::vector<SequenceId> ids;
-  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
 
   int steps = 0;
   int32_t most_waiting = 0;
@@ -200,7 +206,7 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
 // samples the next token with the same draw index and history, so each chat gives the
 // tokens it gives alone.
 TEST(EnginePreemption, SeededSamplingChatsGiveTheirAloneTokens) {
-  const TempModel model(kv_wide_spec());
+  const TempModel model(kv_wide_spec(), "granule_preemption");
   std::vector<Chat> chats = varied_chats(8, 4242);
   for (size_t i = 0; i < chats.size(); ++i) {
     SamplingParams p;  // temperature 0.7, top-k 40, top-p 0.95, min-p 0.05
@@ -210,12 +216,10 @@ TEST(EnginePreemption, SeededSamplingChatsGiveTheirAloneTokens) {
   }
   const auto alone = tokens_alone(model.path, chats);
 
-  EngineOptions o = cpu_options(8);
-  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  const EngineOptions o = kv_room_options(model.path, 5);
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
-  std::vector<SequenceId> ids;
-  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
   for (int i = 0; i < 20000 && engine->step(); ++i) {
   }
   ASSERT_TRUE(engine->idle());
@@ -230,7 +234,7 @@ TEST(EnginePreemption, SeededSamplingChatsGiveTheirAloneTokens) {
 // preempted to make room for it; once it is alone and still does not fit it ends with one
 // error naming the budget, after the tokens it gave; the others then finish as they do alone.
 TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) {
-  const TempModel model(kv_wide_spec());
+  const TempModel model(kv_wide_spec(), "granule_preemption");
   std::vector<Chat> chats = varied_chats(5, 7);
   chats[0].prompt.resize(100, 17);
   chats[0].max_tokens = 400;  // 500 tokens: 8 granules, the budget holds 5
@@ -239,12 +243,10 @@ TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) 
   chats[2] = Chat{std::vector<TokenId>(330, 9), 4};  // a 330-token prompt: 6 granules
   const auto alone = tokens_alone(model.path, chats);
 
-  EngineOptions o = cpu_options(8);
-  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  const EngineOptions o = kv_room_options(model.path, 5);
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
-  std::vector<SequenceId> ids;
-  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
   for (int i = 0; i < 20000 && engine->step(); ++i) {
     ASSERT_LE(physical_used(engine->telemetry()), o.vram_budget_bytes);
   }
@@ -279,16 +281,14 @@ TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) 
 // The case: cancelling a chat that waits for admission and one that was preempted (waiting
 // with its KV freed) finishes each once with Cancelled; the rest are unaffected.
 TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
-  const TempModel model(kv_wide_spec());
+  const TempModel model(kv_wide_spec(), "granule_preemption");
   const std::vector<Chat> chats = varied_chats(8, 99);
   const auto alone = tokens_alone(model.path, chats);
 
-  EngineOptions o = cpu_options(8);
-  o.vram_budget_bytes = non_kv_bytes(model.path) + 5 * kGranule;
+  const EngineOptions o = kv_room_options(model.path, 5);
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
-  std::vector<SequenceId> ids;
-  for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+  const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
 
   std::optional<SequenceId> preempted, never_admitted;
   for (int i = 0; i < 20000 && engine->step() && !preempted; ++i) {
@@ -335,7 +335,7 @@ namespace {
 // nothing itself. With the pool off every granule is created on the step's path. The tokens
 // are the same either way, and the pool's bytes are in the ledger as "kv_pool".
 TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
-  const TempModel model(kv_wide_spec());
+  const TempModel model(kv_wide_spec(), "granule_preemption");
   const std::vector<Chat> chats = varied_chats(6, 99);
   struct Run {
     std::vector<std::vector<int32_t>> tokens;
@@ -352,8 +352,7 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
     EXPECT_EQ(opened.kv_pool_bytes, r.pool_target * kGranule);  // created at open
     EXPECT_EQ(opened.ledger.at("kv_pool"), opened.kv_pool_bytes);
     std::map<SequenceId, Output> out;
-    std::vector<SequenceId> ids;
-    for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
+    const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
     bool all_decoding = false;  // every chat has its first token: later steps only decode
     while (engine->step()) {
       const TelemetrySnapshot t = engine->telemetry();

@@ -11,29 +11,19 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/synthetic_model.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempModel {
-  fs::path path;
-  explicit TempModel(const SyntheticModelSpec& spec) {
-    path = fs::temp_directory_path() / ("granule_engine_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()) + ".gguf");
-    write_synthetic_model(spec, path);
-  }
-  ~TempModel() { fs::remove(path); }
-};
+using test::TempModel;
 
 EngineOptions cpu_options() {
   EngineOptions o;
@@ -87,7 +77,7 @@ uint64_t kv_committed(const Engine& engine) { return engine.telemetry().ledger.a
 // The case: greedy decode through the scheduler (prefill, then KV-cached steps) picks the
 // argmax of teacher-forced logits over prompt + generated tokens at every step.
 TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
-  TempModel model(SyntheticModelSpec::preset("tiny-gqa"));
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   std::map<SequenceId, Output> out;
   const std::vector<TokenId> prompt = {1, 40, 41, 42, 300, 5};
@@ -109,7 +99,7 @@ TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
 // The case: four sequences batched together (different lengths, some waiting for a slot)
 // produce the same tokens as each run alone.
 TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
-  TempModel model(SyntheticModelSpec::preset("tiny-qwen3"));
+  TempModel model(SyntheticModelSpec::preset("tiny-qwen3"), "granule_engine");
   const std::vector<std::vector<TokenId>> prompts = {
       {1, 10, 20, 30}, {1, 300, 301}, {7, 7, 7, 7, 7, 7, 7, 7, 7}, {2, 100}, {44, 55, 66, 77, 88}};
   std::vector<std::vector<int32_t>> alone;
@@ -147,7 +137,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   spec.n_embd = 128;
   spec.n_head = 4;
   spec.n_head_kv = 4;   // 4 KiB of f32 KV per token: a granule holds 512 tokens
-  TempModel model(spec);
+  TempModel model(spec, "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 2048;
   o.prefill_chunk_tokens = 64;
@@ -174,7 +164,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
 
 // The case: a sink cancelling its own sequence from on_token ends it after that step.
 TEST(Engine, CancelFromSinkFinishesAfterStep) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   std::map<SequenceId, Output> out;
   Request r = token_request({1, 2, 3}, 50, out);
@@ -203,7 +193,7 @@ SyntheticModelSpec kv_heavy_spec() {   // 4 KiB of f32 KV per token: 512 tokens 
 // The case: with a budget of one KV granule, a second chat waits for the first to finish
 // and free its KV, then runs; both give the tokens they give alone.
 TEST(Engine, SecondSequenceWaitsForKvBudget) {
-  TempModel model(kv_heavy_spec());
+  TempModel model(kv_heavy_spec(), "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 2048;
   uint64_t weights = 0;
@@ -236,7 +226,7 @@ TEST(Engine, SecondSequenceWaitsForKvBudget) {
 // The case: a conversation whose KV the budget can never hold ends with a clear error
 // instead of waiting forever.
 TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
-  TempModel model(kv_heavy_spec());
+  TempModel model(kv_heavy_spec(), "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 2048;
   uint64_t weights = Engine::open(model.path, o)->telemetry().ledger.at("weights");
@@ -251,7 +241,7 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
 }
 
 TEST(Engine, PromptLongerThanContextIsCapacityError) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 16;
   auto engine = Engine::open(model.path, o);
@@ -264,7 +254,7 @@ TEST(Engine, PromptLongerThanContextIsCapacityError) {
 
 // The case: generation stops at the context's end with MaxTokens, never writing past it.
 TEST(Engine, GenerationStopsAtContextEnd) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 12;
   auto engine = Engine::open(model.path, o);
@@ -278,7 +268,7 @@ TEST(Engine, GenerationStopsAtContextEnd) {
 // The case: a stop string ends the sequence; the text before it is sent, it and what
 // follows are not; text that could begin it is held back rather than sent early.
 TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
-  TempModel model(SyntheticModelSpec::preset("tiny-gqa"));
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   std::map<SequenceId, Output> free_run;
   SequenceId id = engine->submit(token_request({1, 300, 200, 100}, 12, free_run));
@@ -300,7 +290,7 @@ TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
 }
 
 TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   ASSERT_NE(engine->chat_template(), nullptr);
   EXPECT_EQ(engine->chat_template()->family(), TemplateFamily::ChatML);
@@ -323,7 +313,7 @@ TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
 TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.chat_template = "{{ something nobody has seen }}";
-  TempModel model(spec);
+  TempModel model(spec, "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   EXPECT_EQ(engine->chat_template(), nullptr);
   std::map<SequenceId, Output> out;
@@ -337,7 +327,7 @@ TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
 TEST(Engine, UnsupportedArchitectureFailsOpenNamingIt) {
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.architecture = "gpt2";
-  TempModel model(spec);
+  TempModel model(spec, "granule_engine");
   try {
     Engine::open(model.path, cpu_options());
     FAIL() << "expected UnsupportedError";
@@ -349,7 +339,7 @@ TEST(Engine, UnsupportedArchitectureFailsOpenNamingIt) {
 TEST(Engine, ContextIsClampedToTheModels) {
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.context_length = 64;
-  TempModel model(spec);
+  TempModel model(spec, "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 100000;
   auto engine = Engine::open(model.path, o);
@@ -359,7 +349,7 @@ TEST(Engine, ContextIsClampedToTheModels) {
 
 #ifndef GRANULE_HAVE_CUDA
 TEST(Engine, CudaDeviceWithoutCudaBuildIsUnsupported) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   EngineOptions o = cpu_options();
   o.device = DeviceKind::Cuda;
   EXPECT_THROW(Engine::open(model.path, o), UnsupportedError);
@@ -367,7 +357,7 @@ TEST(Engine, CudaDeviceWithoutCudaBuildIsUnsupported) {
 #endif
 
 TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
-  TempModel model(SyntheticModelSpec::preset("tiny"));
+  TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   std::map<SequenceId, Output> out;
   engine->submit(token_request({1, 2, 3, 4}, 5, out));

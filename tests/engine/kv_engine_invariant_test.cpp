@@ -3,10 +3,8 @@
 // answering), each sequence's committed KV within one granule plus the look-ahead of what it
 // holds, its reserved range fixed, the ledger equal to the sum, and zero once idle.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
@@ -15,23 +13,14 @@
 #include "granule/engine.h"
 #include "granule/synthetic_model.h"
 #include "kv_space.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
 
-namespace fs = std::filesystem;
-
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-struct TempModel {
-  fs::path path;
-  explicit TempModel(const SyntheticModelSpec& spec) {
-    path = fs::temp_directory_path() / ("granule_kv_invariant_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::random_device{}()) + ".gguf");
-    write_synthetic_model(spec, path);
-  }
-  ~TempModel() { fs::remove(path); }
-};
+using test::TempModel;
 
 // Cheap to run but wide in KV: 8 KV heads of 64 in 2 layers at fp32 (the CPU backend's KV
 // type) is 8 KiB a token, so a 2 MiB host granule holds 256 tokens and a 1024-token
@@ -59,7 +48,7 @@ struct SequenceRecord {
 };
 
 TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
-  const TempModel model(wide_kv_spec());
+  const TempModel model(wide_kv_spec(), "granule_kv_invariant");
   EngineOptions options;
   options.device = DeviceKind::Cpu;
   options.cpu_threads = 2;

@@ -1,0 +1,21 @@
+// A synthetic model written to a fresh file in the temporary folder for one test, removed
+// when the test is done.
+#pragma once
+#include <filesystem>
+#include <string_view>
+
+#include "granule/synthetic_model.h"
+
+namespace granule::test {
+
+struct TempModel {
+  std::filesystem::path path;
+  // `prefix` names the file (with the process id and a random number, so parallel tests
+  // never share one).
+  TempModel(const SyntheticModelSpec& spec, std::string_view prefix);
+  ~TempModel();
+  TempModel(const TempModel&) = delete;
+  TempModel& operator=(const TempModel&) = delete;
+};
+
+}  // namespace granule::test
