@@ -57,6 +57,25 @@ bool reads_q8(TensorType t, bool split = false) {
 }
 bool has_split(TensorType t) { return split_layout_supported(static_cast<uint32_t>(t)); }
 
+// A batch of activations on the device as the matvec kernels take them: x in f32 and room
+// for its int8 blocks, which quantize() fills for the kernels that read those.
+struct DeviceActivations {
+  DeviceArray<float> x;
+  DeviceArray<int8_t> qs;
+  DeviceArray<float2> ds;
+  kernels::MatvecInput in;
+  DeviceActivations(const std::vector<float>& host, int batch, int64_t cols)
+      : x(host), qs(static_cast<size_t>(batch * cols)), ds(static_cast<size_t>(batch * cols / 32)) {
+    in.n_in = static_cast<int>(cols);
+    in.batch = batch;
+    in.x = x.get();
+    in.xq = {qs.get(), ds.get()};
+  }
+  cudaError_t quantize() {
+    return kernels::launch_quantize_q8(x.get(), in.batch, in.n_in, in.xq, nullptr);
+  }
+};
+
 // Per (column, row): the bound on |gpu - reference|.
 std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows,
                                  int64_t cols, int batch, bool q8) {
@@ -100,18 +119,10 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   cpu::matmul(c.type, w.bytes.data(), c.rows, c.cols, x.data(), c.batch, expected.data(), nullptr);
 
   DeviceArray<uint8_t> d_w(w.device_bytes);
-  DeviceArray<float> d_x(x), d_y(static_cast<size_t>(c.rows * c.batch));
-  DeviceArray<int8_t> d_qs(static_cast<size_t>(c.batch * c.cols));
-  DeviceArray<float2> d_ds(static_cast<size_t>(c.batch * c.cols / 32));
+  DeviceArray<float> d_y(static_cast<size_t>(c.rows * c.batch));
+  DeviceActivations act(x, c.batch, c.cols);
   d_y.poison();
-  kernels::MatvecInput in;
-  in.n_in = static_cast<int>(c.cols);
-  in.batch = c.batch;
-  in.x = d_x.get();
-  in.xq = {d_qs.get(), d_ds.get()};
-  if (reads_q8(c.type, c.split)) {
-    CUDA_OK(kernels::launch_quantize_q8(d_x.get(), c.batch, in.n_in, in.xq, nullptr));
-  }
+  if (reads_q8(c.type, c.split)) CUDA_OK(act.quantize());
   kernels::MatvecTask task;
   task.weight = d_w.get();
   task.row_bytes = w.device_row_bytes;
@@ -119,7 +130,7 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   task.n_out = static_cast<int>(c.rows);
   task.y = d_y.get();
   task.y_stride = c.rows;
-  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, in, nullptr));
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, act.in, nullptr));
   const std::vector<float> got = d_y.download();
   const std::vector<double> bound =
       error_bounds(w, x, c.rows, c.cols, c.batch, reads_q8(c.type, c.split));
@@ -178,15 +189,8 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
       const int batch = 5;
       const int64_t rows[3] = {96, 33, 33};
       const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
-      DeviceArray<float> d_x(x);
-      DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
-      DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
-      kernels::MatvecInput in;
-      in.n_in = static_cast<int>(cols);
-      in.batch = batch;
-      in.x = d_x.get();
-      in.xq = {d_qs.get(), d_ds.get()};
-      CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+      DeviceActivations act(x, batch, cols);
+      CUDA_OK(act.quantize());
       std::vector<Encoded> w;
       std::vector<DeviceArray<uint8_t>> d_w;
       std::vector<DeviceArray<float>> d_y;
@@ -205,7 +209,7 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
         tasks[i].y_stride = rows[i];
         tasks[i].accumulate = i == 1;  // only K accumulates
       }
-      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, in, nullptr));
+      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, act.in, nullptr));
       for (int i = 0; i < 3; ++i) {
         std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
         cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(),
@@ -241,16 +245,10 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
       cpu::matmul(type, up.bytes.data(), rows, cols, x.data(), batch, u.data(), nullptr);
       cpu::swiglu(g.data(), u.data(), expected.data(), static_cast<int64_t>(g.size()));
       DeviceArray<uint8_t> d_gate(gate.device_bytes), d_up(up.device_bytes);
-      DeviceArray<float> d_x(x), d_y(g.size());
-      DeviceArray<int8_t> d_qs(static_cast<size_t>(batch * cols));
-      DeviceArray<float2> d_ds(static_cast<size_t>(batch * cols / 32));
+      DeviceArray<float> d_y(g.size());
+      DeviceActivations act(x, batch, cols);
       d_y.poison();
-      kernels::MatvecInput in;
-      in.n_in = static_cast<int>(cols);
-      in.batch = batch;
-      in.x = d_x.get();
-      in.xq = {d_qs.get(), d_ds.get()};
-      CUDA_OK(kernels::launch_quantize_q8(d_x.get(), batch, in.n_in, in.xq, nullptr));
+      CUDA_OK(act.quantize());
       kernels::MatvecTask t;
       t.weight = d_gate.get();
       t.weight_up = d_up.get();
@@ -259,7 +257,7 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
       t.n_out = static_cast<int>(rows);
       t.y = d_y.get();
       t.y_stride = rows;
-      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, in, nullptr));
+      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, act.in, nullptr));
       const std::vector<float> got = d_y.download();
       const std::vector<double> bg =
           error_bounds(gate, x, rows, cols, batch, reads_q8(type, split));
