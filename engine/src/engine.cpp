@@ -399,7 +399,6 @@ bool Engine::step() {
       m.backend->forward(batch, m.logits);
     }
   } catch (const Error& e) {
-    m.backend->set_step_overlap(nullptr);  // the step failed: nothing to map ahead for
     for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
     return !m.sequences.empty();
   }

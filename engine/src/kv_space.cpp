@@ -405,16 +405,10 @@ void KvSpace::take_back_locked(std::vector<VirtualMemory::Physical>& granules) {
   const uint64_t g = vm_->granule_bytes();
   const uint64_t room = pool_target_ > pool_.size() ? pool_target_ - pool_.size() : 0;
   const uint64_t pooled = std::min<uint64_t>(room, granules.size());
-  try {
-    pool_.insert(pool_.end(), granules.begin(),
-                 granules.begin() + static_cast<std::ptrdiff_t>(pooled));
-  } catch (const std::bad_alloc&) {
-    // No room to remember them: destroy them all instead.
-    for (VirtualMemory::Physical p : granules) vm_->destroy(p);
-    memory_.release(MemoryCategory::KvCommitted, granules.size() * g);
-    granules.clear();
-    return;
-  }
+  // Never past the target, so within the capacity set_pool_target() reserved: no allocation
+  // here, where a failure would leave granules unaccounted for.
+  pool_.insert(pool_.end(), granules.begin(),
+               granules.begin() + static_cast<std::ptrdiff_t>(pooled));
   memory_.transfer(MemoryCategory::KvCommitted, MemoryCategory::KvPool, pooled * g);
   for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
   memory_.release(MemoryCategory::KvCommitted, (granules.size() - pooled) * g);
@@ -432,6 +426,7 @@ void KvSpace::destroy_pooled_locked(uint64_t keep) {
 
 void KvSpace::set_pool_target(uint64_t granules) {
   std::lock_guard lock(mutex_);
+  pool_.reserve(granules);
   pool_target_ = granules;
   destroy_pooled_locked(granules);
 }
