@@ -53,38 +53,41 @@ struct Timing {
   }
 };
 
-// Idle: each round creates n granules, maps them one at a time over a reservation, unmaps
-// them from the tail and destroys them. Every call is timed alone.
-std::vector<Timing> time_idle(VirtualMemory& vm, int32_t n, int32_t rounds) {
+// Runs one call and records its time (and, with the GPU busy, whether it waited for it).
+using TimeCall = std::function<void(Timing&, const std::function<void()>&)>;
+
+// Each round creates n granules, maps them one at a time over a reservation, unmaps them from
+// the tail and destroys them; `time_call` runs and times every call alone.
+std::vector<Timing> time_calls(VirtualMemory& vm, int32_t n, int32_t rounds,
+                               const TimeCall& time_call) {
   Timing create{"create"}, map{"map + access"}, unmap{"unmap"}, destroy{"destroy"};
   const uint64_t g = vm.granule_bytes();
   uint8_t* base = vm.reserve(static_cast<uint64_t>(n) * g);
   for (int32_t r = 0; r < rounds; ++r) {
-    std::vector<VirtualMemory::Physical> granules;
+    std::vector<VirtualMemory::Physical> granules(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i)
+      time_call(create, [&] { granules[static_cast<size_t>(i)] = vm.create(); });
     for (int32_t i = 0; i < n; ++i) {
-      const auto start = Clock::now();
-      granules.push_back(vm.create());
-      create.us.push_back(us_since(start));
-    }
-    for (int32_t i = 0; i < n; ++i) {
-      const auto start = Clock::now();
-      vm.map(base + static_cast<uint64_t>(i) * g, std::span(&granules[static_cast<size_t>(i)], 1));
-      map.us.push_back(us_since(start));
+      time_call(map, [&] {
+        vm.map(base + static_cast<uint64_t>(i) * g,
+               std::span(&granules[static_cast<size_t>(i)], 1));
+      });
     }
     std::vector<VirtualMemory::Physical> off;
-    for (int32_t i = n; i-- > 0;) {
-      const auto start = Clock::now();
-      vm.unmap(base + static_cast<uint64_t>(i) * g, 1, off);
-      unmap.us.push_back(us_since(start));
-    }
-    for (VirtualMemory::Physical p : off) {
-      const auto start = Clock::now();
-      vm.destroy(p);
-      destroy.us.push_back(us_since(start));
-    }
+    for (int32_t i = n; i-- > 0;)
+      time_call(unmap, [&] { vm.unmap(base + static_cast<uint64_t>(i) * g, 1, off); });
+    for (VirtualMemory::Physical p : off) time_call(destroy, [&] { vm.destroy(p); });
   }
   vm.unreserve(base, static_cast<uint64_t>(n) * g);
   return {create, map, unmap, destroy};
+}
+
+std::vector<Timing> time_idle(VirtualMemory& vm, int32_t n, int32_t rounds) {
+  return time_calls(vm, n, rounds, [](Timing& t, const std::function<void()>& call) {
+    const auto start = Clock::now();
+    call();
+    t.us.push_back(us_since(start));
+  });
 }
 
 #ifdef GRANULE_HAVE_CUDA
@@ -108,32 +111,15 @@ std::vector<Timing> time_busy(VirtualMemory& vm, int32_t n, uint64_t busy_bytes,
   sync();
   *memset_us = us_since(start);
 
-  Timing create{"create"}, map{"map + access"}, unmap{"unmap"}, destroy{"destroy"};
-  for (Timing* t : {&create, &map, &unmap, &destroy}) t->busy_after = 0;
-  const uint64_t g = vm.granule_bytes();
-  uint8_t* base = vm.reserve(static_cast<uint64_t>(n) * g);
-  auto timed = [&](Timing& t, const std::function<void()>& call) {
+  return time_calls(vm, n, 1, [&](Timing& t, const std::function<void()>& call) {
     launch();
     const auto at = Clock::now();
     call();
     t.us.push_back(us_since(at));
+    if (t.busy_after < 0) t.busy_after = 0;
     if (cudaStreamQuery(stream.get()) == cudaErrorNotReady) ++t.busy_after;
     sync();
-  };
-  std::vector<VirtualMemory::Physical> granules(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i)
-    timed(create, [&] { granules[static_cast<size_t>(i)] = vm.create(); });
-  for (int32_t i = 0; i < n; ++i) {
-    timed(map, [&] {
-      vm.map(base + static_cast<uint64_t>(i) * g, std::span(&granules[static_cast<size_t>(i)], 1));
-    });
-  }
-  std::vector<VirtualMemory::Physical> off;
-  for (int32_t i = n; i-- > 0;)
-    timed(unmap, [&] { vm.unmap(base + static_cast<uint64_t>(i) * g, 1, off); });
-  for (VirtualMemory::Physical p : off) timed(destroy, [&] { vm.destroy(p); });
-  vm.unreserve(base, static_cast<uint64_t>(n) * g);
-  return {create, map, unmap, destroy};
+  });
 }
 #endif
 
