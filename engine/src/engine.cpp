@@ -89,6 +89,9 @@ struct Engine::Impl {
   SequenceId next_id = 1;
   bool in_step = false;
   std::vector<float> logits;  // reused across steps
+  // Set when the device failed for good (DeviceLostError): every conversation has ended with
+  // it and new ones are refused until the engine is destroyed (which resets the device).
+  std::string device_lost;
 
   // throughput
   uint64_t steps = 0;
@@ -103,6 +106,10 @@ struct Engine::Impl {
   void finish(SequenceId id, FinishReason reason, const std::string& error = {});
   void take_token(ActiveSequence& seq, int32_t token);
   void process_cancellations();
+  void lose_device(const std::string& reason);
+  void check_device() const {
+    if (!device_lost.empty()) throw DeviceLostError(device_lost);
+  }
 };
 
 void Engine::Impl::open_backend() {
@@ -133,6 +140,7 @@ void Engine::Impl::open_backend() {
       memory->set_budget_bytes(backend->device_total_bytes());
     }
   }
+  if (options.wrap_backend) backend = options.wrap_backend(std::move(backend));
   KvGeometry geometry;
   geometry.bytes_per_token = backend->kv_bytes_per_token();
   geometry.max_tokens = options.context_length;
@@ -210,6 +218,7 @@ std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
 
 SequenceId Engine::submit(Request request) {
   Impl& m = *impl_;
+  m.check_device();
   std::vector<TokenId> prompt = m.render_prompt(request);
   if (prompt.empty()) throw UsageError("the prompt is empty");
   for (TokenId t : prompt) {
@@ -266,6 +275,14 @@ void Engine::cancel(SequenceId id) {
   }
 }
 
+void Engine::Impl::lose_device(const std::string& reason) {
+  if (device_lost.empty()) log->error("{}", reason);
+  device_lost = reason;
+  std::vector<SequenceId> ids;
+  for (const auto& [id, seq] : sequences) ids.push_back(id);
+  for (SequenceId id : ids) finish(id, FinishReason::Error, reason);
+}
+
 void Engine::Impl::process_cancellations() {
   std::vector<SequenceId> cancelled;
   for (const auto& [id, seq] : sequences) {
@@ -310,10 +327,20 @@ void Engine::Impl::take_token(ActiveSequence& seq, int32_t token) {
 bool Engine::step() {
   Impl& m = *impl_;
   m.process_cancellations();
+  if (!m.device_lost.empty()) {  // nothing can run: whatever is left ends with the reason
+    m.lose_device(m.device_lost);
+    return false;
+  }
   // Planning maps this step's KV (and frees that of preempted sequences): its mapping time
   // and granule counts belong to this step.
   m.kv->reset_step_stats();
-  StepPlan plan = m.scheduler->next_step();
+  StepPlan plan;
+  try {
+    plan = m.scheduler->next_step();
+  } catch (const DeviceLostError& e) {  // the driver failed while mapping: same as a step
+    m.lose_device(e.what());
+    return false;
+  }
   // Sinks run inside the step; a cancel they ask for waits until the step is over, even
   // when a sink throws.
   struct StepScope {
@@ -337,8 +364,16 @@ bool Engine::step() {
   }
   const std::vector<ScheduledWork>& ran = plan.work;
   // Nothing to run: done, unless planning changed something the next step can build on.
-  if (ran.empty())
+  if (ran.empty()) {
+    // Idle: KV cut while device work was still queued can wait for it now, at no cost to a
+    // step, rather than stay charged to chats that have ended.
+    try {
+      m.kv->reclaim(/*wait=*/true);
+    } catch (const Error& e) {
+      m.log->error("unmapping KV of ended chats: {}", e.what());
+    }
     return (!plan.oversized.empty() || !plan.preempted.empty()) && !m.sequences.empty();
+  }
   std::vector<BatchSequence> batch;
   batch.reserve(ran.size());
   for (const ScheduledWork& w : ran) {
@@ -398,6 +433,10 @@ bool Engine::step() {
     } else {
       m.backend->forward(batch, m.logits);
     }
+  } catch (const DeviceLostError& e) {
+    // The device can run nothing more: every conversation ends now, not only this batch.
+    m.lose_device(e.what());
+    return false;
   } catch (const Error& e) {
     for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
     return !m.sequences.empty();
@@ -441,8 +480,11 @@ bool Engine::step() {
 
 bool Engine::idle() const { return impl_->sequences.empty(); }
 
+const std::string& Engine::device_lost_reason() const { return impl_->device_lost; }
+
 std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& tokens) {
   Impl& m = *impl_;
+  m.check_device();
   if (tokens.empty()) throw UsageError("logits_for needs at least one token");
   if (static_cast<int64_t>(tokens.size()) > m.options.context_length) {
     throw CapacityError(std::to_string(tokens.size()) + " tokens do not fit the context of " +

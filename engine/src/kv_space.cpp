@@ -250,6 +250,8 @@ KvSpace::KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryM
   base_ = vm_->reserve(total);
   memory_.charge(MemoryCategory::KvReservedVa, total);  // never refused: VA is not budgeted
   committed_granules_.assign(slots, 0);
+  mapped_granules_.assign(slots, 0);
+  retire_ticket_.assign(slots, 0);
   stats_.reserved_bytes = total;
   logger("engine.kv")
       ->info("reserved {} of KV address space: {} slots x {} tokens x {} bytes, granule {}",
@@ -263,11 +265,15 @@ KvSpace::~KvSpace() {
   for (int32_t slot = 0; slot < geometry_.slots; ++slot) {
     try {
       shrink_locked(slot, 0);
+      // Shutting down is not a hot path: wait for the device work that may touch the slot.
+      vm_->fence_wait(retire_ticket_[slot]);
+      unmap_retiring_locked(slot);
     } catch (const std::exception& e) {
       // Unreserving below drops whatever stayed mapped; the ledger must still balance.
       logger("engine.kv")->error("decommitting KV slot {} at shutdown: {}", slot, e.what());
-      memory_.release(MemoryCategory::KvCommitted, committed_granules_[slot] * g);
+      memory_.release(MemoryCategory::KvCommitted, mapped_granules_[slot] * g);
       committed_granules_[slot] = 0;
+      mapped_granules_[slot] = 0;
     }
   }
   destroy_pooled_locked(0);
@@ -307,7 +313,16 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
 
   std::lock_guard lock(mutex_);
   uint64_t& have = committed_granules_[slot];
+  uint64_t& mapped = mapped_granules_[slot];
   if (wanted <= have) return true;
+  if (mapped > have) {
+    // The slot's own retiring granules serve again: still mapped and charged, and whatever
+    // device work still touches them is ordered before the work that will use them.
+    const uint64_t back = std::min(mapped, wanted) - have;
+    have += back;
+    stats_.retiring_bytes -= back * vm_->granule_bytes();
+    if (wanted <= have) return true;
+  }
   // Pooled granules are already charged (to KvPool); only granules beyond the pool need
   // budget. The look-ahead only saves a later map call: when the budget cannot hold it, map
   // just what this step writes rather than refuse a step that fits.
@@ -316,7 +331,15 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
     return fresh == 0 || memory_.try_charge(MemoryCategory::KvCommitted, fresh * g);
   };
   uint64_t target = wanted;
-  if (!charge_for(target)) {
+  if (stats_.retiring_bytes > 0) reclaim_locked(false);  // other slots' finished cuts
+  bool charged = charge_for(target);
+  if (!charged && stats_.retiring_bytes > 0 && !ahead) {
+    // Memory is needed now: wait for the device work behind the granules still retiring
+    // (never while mapping ahead, which runs beside a step and must not block on it).
+    reclaim_locked(true);
+    charged = charge_for(target);
+  }
+  if (!charged) {
     target = required;
     if (target <= have) return true;
     if (!charge_for(target)) {
@@ -357,6 +380,7 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
   }
   time_spent += microseconds_since(start);
   have = target;
+  mapped = target;
   stats_.granules_mapped += more;
   (ahead ? stats_.last_ahead_granules : stats_.last_granules_mapped) += more;
   stats_.granules_from_pool += pooled;
@@ -378,27 +402,65 @@ void KvSpace::truncate(int32_t slot, int64_t tokens) {
 void KvSpace::shrink_locked(int32_t slot, uint64_t keep_granules) {
   uint64_t& have = committed_granules_[slot];
   if (keep_granules >= have) return;
+  const uint64_t cut = have - keep_granules;
+  have = keep_granules;
+  stats_.retiring_bytes += cut * vm_->granule_bytes();
+  // The cut granules stay mapped until the work queued so far (which may still read or write
+  // them) has completed; a later ticket covers every earlier one.
+  retire_ticket_[slot] = vm_->fence();
+  if (vm_->fence_passed(retire_ticket_[slot])) {
+    unmap_retiring_locked(slot);
+  } else {
+    stats_.unmaps_deferred += cut;
+  }
+}
+
+void KvSpace::unmap_retiring_locked(int32_t slot) {
+  uint64_t& mapped = mapped_granules_[slot];
+  const uint64_t have = committed_granules_[slot];
+  if (mapped <= have) return;
   const uint64_t g = vm_->granule_bytes();
   std::vector<VirtualMemory::Physical> off;
-  off.reserve(have - keep_granules);
+  off.reserve(mapped - have);
   const auto start = std::chrono::steady_clock::now();
   struct Account {  // whatever came off is accounted for, even when unmap throws part way
     KvSpace& kv;
-    uint64_t& have;
+    uint64_t& mapped;
     std::vector<VirtualMemory::Physical>& off;
     std::chrono::steady_clock::time_point start;
     ~Account() {
       const uint64_t fewer = off.size();
+      const uint64_t bytes = fewer * kv.vm_->granule_bytes();
       kv.stats_.last_mapping_us += microseconds_since(start);
-      have -= fewer;
+      mapped -= fewer;
       kv.stats_.granules_unmapped += fewer;
       kv.stats_.last_granules_unmapped += fewer;
-      kv.stats_.committed_bytes -= fewer * kv.vm_->granule_bytes();
+      kv.stats_.committed_bytes -= bytes;
+      kv.stats_.retiring_bytes -= bytes;
       kv.take_back_locked(off);
     }
-  } account{*this, have, off, start};
-  vm_->unmap(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + keep_granules * g,
-             have - keep_granules, off);
+  } account{*this, mapped, off, start};
+  vm_->unmap(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + have * g, mapped - have, off);
+}
+
+uint64_t KvSpace::reclaim_locked(bool wait) {
+  if (stats_.retiring_bytes == 0) return 0;
+  const uint64_t before = stats_.granules_unmapped;
+  for (int32_t slot = 0; slot < geometry_.slots; ++slot) {
+    if (mapped_granules_[slot] <= committed_granules_[slot]) continue;
+    if (wait) {
+      vm_->fence_wait(retire_ticket_[slot]);
+    } else if (!vm_->fence_passed(retire_ticket_[slot])) {
+      continue;
+    }
+    unmap_retiring_locked(slot);
+  }
+  return stats_.granules_unmapped - before;
+}
+
+uint64_t KvSpace::reclaim(bool wait) {
+  std::lock_guard lock(mutex_);
+  return reclaim_locked(wait);
 }
 
 void KvSpace::take_back_locked(std::vector<VirtualMemory::Physical>& granules) {
@@ -437,6 +499,11 @@ uint64_t KvSpace::refill_pool() {
   const auto start = std::chrono::steady_clock::now();
   uint64_t created = 0;
   try {
+    reclaim_locked(false);  // granules whose device work has completed go to the pool first
+  } catch (const std::exception& e) {
+    logger("engine.kv")->error("unmapping retired KV granules: {}", e.what());
+  }
+  try {
     while (pool_.size() < pool_target_ && memory_.try_charge(MemoryCategory::KvPool, g)) {
       VirtualMemory::Physical p{};
       try {
@@ -465,7 +532,8 @@ void KvSpace::trim_pool(uint64_t keep) {
 
 uint64_t KvSpace::budget_available_bytes() const {
   std::lock_guard lock(mutex_);
-  return memory_.available_bytes() + pool_.size() * vm_->granule_bytes();
+  // Retiring granules count: map_through() waits for their device work when it needs them.
+  return memory_.available_bytes() + pool_.size() * vm_->granule_bytes() + stats_.retiring_bytes;
 }
 
 uint64_t KvSpace::committed_bytes(int32_t slot) const {

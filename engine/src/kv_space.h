@@ -44,6 +44,18 @@ class VirtualMemory {
   // unmapped and the rest of the range is still mapped.
   virtual void unmap(uint8_t* addr, uint64_t count, std::vector<Physical>& out) = 0;
 
+  // Device work that may still touch mapped memory. Unmapping or releasing memory that queued
+  // work reads or writes poisons the whole device context, and on a shared GPU queued work
+  // can wait long after the host has moved on. fence() marks the point after every piece of
+  // work queued so far that may touch this space and returns its ticket; fence_passed() says,
+  // without blocking, whether that work has completed; fence_wait() blocks until it has.
+  // Tickets grow. Neither throws: a device that can no longer run work (a lost context)
+  // has nothing in flight, so its tickets pass. Host memory has no queued work: every
+  // ticket has passed.
+  virtual uint64_t fence() { return 0; }
+  virtual bool fence_passed(uint64_t /*ticket*/) { return true; }
+  virtual void fence_wait(uint64_t /*ticket*/) {}
+
   // create() + map() for fresh granules, and unmap() + destroy(): for callers without a pool.
   void commit_range(uint8_t* addr, uint64_t granules);
   void decommit_range(uint8_t* addr, uint64_t granules);
@@ -77,6 +89,10 @@ struct KvStats {
   double last_refill_us = 0;           // time spent in refill_pool() since the last reset
   uint64_t last_ahead_granules = 0;    // mapped by map_ahead() since the last reset
   double last_ahead_us = 0;            // time spent in map_ahead() since the last reset
+  // Granules cut from slots whose unmap waits for the device work that may still touch them
+  // (VirtualMemory::fence). Their bytes stay in committed_bytes and KvCommitted until then.
+  uint64_t retiring_bytes = 0;   // now
+  uint64_t unmaps_deferred = 0;  // cumulative granules whose unmap waited for device work
 };
 
 // The pool the engine keeps unless told otherwise: a prefill chunk's granules (its tokens
@@ -117,10 +133,19 @@ class KvSpace {
   uint64_t refill_pool();
   // Destroys pooled granules until at most `keep` are left (to hand budget to others).
   void trim_pool(uint64_t keep);
-  // Decommits every granule wholly past the first `tokens` tokens (regenerate, edit).
+  // Decommits every granule wholly past the first `tokens` tokens (regenerate, edit). The
+  // slot stops using them at once; they are unmapped (and pooled or destroyed) once the
+  // device work queued so far has completed (VirtualMemory::fence), which reclaim() and the
+  // calls below check between steps without blocking. Until then they stay mapped, so a
+  // slot that grows again first takes its own retiring granules back.
   void truncate(int32_t slot, int64_t tokens);
   void release(int32_t slot) { truncate(slot, 0); }
 
+  // Unmaps retiring granules whose device work has completed; with `wait`, waits for all of
+  // them first (only where memory is needed now, or at shutdown). Returns granules unmapped.
+  uint64_t reclaim(bool wait = false);
+
+  // Bytes the slot uses: retiring granules not included.
   uint64_t committed_bytes(int32_t slot) const;
   // Tokens of the slot that are backed by committed memory now (clamped to max_tokens).
   int64_t committed_tokens(int32_t slot) const;
@@ -140,15 +165,23 @@ class KvSpace {
   // Takes back granules a slot unmapped: into the pool up to its target, destroyed past it;
   // their bytes move from KvCommitted to KvPool or leave the ledger. The caller holds mutex_.
   void take_back_locked(std::vector<VirtualMemory::Physical>& granules);
+  // Unmaps the retiring granules of every slot whose fence has passed (or of all, waiting).
+  uint64_t reclaim_locked(bool wait);
+  // Unmaps the slot's retiring granules now: the caller knows their work has completed.
+  void unmap_retiring_locked(int32_t slot);
   void destroy_pooled_locked(uint64_t keep);
 
   mutable std::mutex mutex_;
   std::unique_ptr<VirtualMemory> vm_;
   KvGeometry geometry_;
   MemoryManager& memory_;
-  uint64_t slot_bytes_ = 0;  // reserved per slot, granule multiple
-  uint8_t* base_ = nullptr;  // one reservation for all slots
-  std::vector<uint64_t> committed_granules_;
+  uint64_t slot_bytes_ = 0;                   // reserved per slot, granule multiple
+  uint8_t* base_ = nullptr;                   // one reservation for all slots
+  std::vector<uint64_t> committed_granules_;  // what each slot uses
+  // What is mapped under each slot: committed plus retiring granules, whose unmap waits for
+  // the fence ticket recorded when they were cut off.
+  std::vector<uint64_t> mapped_granules_;
+  std::vector<uint64_t> retire_ticket_;
   std::vector<VirtualMemory::Physical> pool_;
   uint64_t pool_target_ = 0;
   KvStats stats_;

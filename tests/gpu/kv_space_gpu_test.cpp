@@ -6,11 +6,17 @@
 // granule + look-ahead, the ledger equals the sum of committed bytes, and bytes written
 // through the device (one value per slot and write) are still there, read back through
 // cudaMemcpy. At the end everything is released and committed is zero.
+// Every write is queued on a stream behind a long memset of a scratch buffer, and slots are
+// cut and released right after, without waiting: the KvSpace must defer those unmaps until
+// the queued work has completed (unmapping under it poisons the context). The H200 runner
+// also runs this test in several processes at once beside a process that keeps the GPU
+// busy, where queued work waits far longer (tests/gpu/run_on_h200.sh contention).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <iostream>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "cuda/cuda_vmm.h"
@@ -30,8 +36,23 @@ uint8_t fill_value(int32_t slot, int generation) {
   return static_cast<uint8_t>(17 * slot + 31 * generation + 1);
 }
 
+// A stream of the test's own, destroyed after the KvSpace (declared before it).
+struct TestStream {
+  cudaStream_t stream = nullptr;
+  TestStream() {
+    if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+      throw std::runtime_error("cudaStreamCreate failed");
+  }
+  ~TestStream() { cudaStreamDestroy(stream); }
+};
+
 void run_randomized(uint64_t pool_target) {
-  auto vm = cuda::make_cuda_virtual_memory(0);
+  TestStream test_stream;
+  const cudaStream_t stream = test_stream.stream;
+  // Queued before every write: ~0.1 ms of work alone, far longer on a shared GPU.
+  constexpr size_t kBusyBytes = 256u << 20;
+  gpu_test::DeviceArray<uint8_t> busy(kBusyBytes);
+  auto vm = cuda::make_cuda_virtual_memory(0, {stream});
   const uint64_t granule = vm->granule_bytes();  // 2 MiB on current NVIDIA GPUs
   KvGeometry g;
   g.bytes_per_token = 23040;  // SmolLM2-135M's f16 KV per token: ~91 tokens per 2 MiB
@@ -77,7 +98,8 @@ void run_randomized(uint64_t pool_target) {
         const uint64_t from = static_cast<uint64_t>(used[slot]) * bpt, to = target * bpt;
         if (to > from) {
           const uint8_t value = fill_value(slot, ++generation[slot]);
-          CUDA_OK(cudaMemset(bases[slot] + from, value, to - from));
+          CUDA_OK(cudaMemsetAsync(busy.get(), value, kBusyBytes, stream));
+          CUDA_OK(cudaMemsetAsync(bases[slot] + from, value, to - from, stream));
           writes[slot].push_back({from, to, value});
         }
         used[slot] = target;
@@ -121,7 +143,10 @@ void run_randomized(uint64_t pool_target) {
           << "slot " << s << " step " << step;
       committed_sum += committed;
     }
-    ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), committed_sum) << "step " << step;
+    // Granules cut while the stream still had work queued stay mapped, and in the ledger,
+    // until it completes.
+    ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), committed_sum + kv.stats().retiring_bytes)
+        << "step " << step;
     ASSERT_LE(memory.used_bytes(), memory.budget_bytes()) << "step " << step;
     kv.refill_pool();
     ASSERT_EQ(memory.bytes(MemoryCategory::KvPool), kv.stats().pool_bytes) << "step " << step;
@@ -132,7 +157,8 @@ void run_randomized(uint64_t pool_target) {
       for (const Write& w : writes[s]) {
         for (const uint64_t at : {w.from, w.to - 1}) {
           uint8_t got = 0;
-          CUDA_OK(cudaMemcpy(&got, bases[s] + at, 1, cudaMemcpyDeviceToHost));
+          CUDA_OK(cudaMemcpyAsync(&got, bases[s] + at, 1, cudaMemcpyDeviceToHost, stream));
+          CUDA_OK(cudaStreamSynchronize(stream));
           ASSERT_EQ(got, w.value) << "slot " << s << " byte " << at << " step " << step;
           ++checks;
         }
@@ -140,7 +166,12 @@ void run_randomized(uint64_t pool_target) {
     }
   }
   for (int32_t s = 0; s < g.slots; ++s) kv.release(s);
+  kv.reclaim(/*wait=*/true);
+  CUDA_OK(cudaStreamSynchronize(stream));
+  CUDA_OK(cudaGetLastError());
   const KvStats stats = kv.stats();
+  EXPECT_EQ(stats.retiring_bytes, 0u);
+  EXPECT_GT(stats.unmaps_deferred, 0u) << "no cut found queued work: the test lost its point";
   if (pool_target > 0) {
     EXPECT_GT(stats.granules_from_pool, stats.granules_mapped / 2);
   } else {
@@ -160,7 +191,8 @@ void run_randomized(uint64_t pool_target) {
             << " truncations, " << releases << " releases, " << checks
             << " device bytes read back; mapped " << stats.granules_mapped << " / unmapped "
             << stats.granules_unmapped << " granules, " << stats.granules_from_pool
-            << " from the pool, " << stats.granules_created << " created\n";
+            << " from the pool, " << stats.granules_created << " created; " << stats.unmaps_deferred
+            << " unmaps waited for queued work\n";
 }
 
 TEST(KvSpaceGpu, RandomizedGrowthTruncationAndReleaseKeepTheInvariantEveryStep) {

@@ -2,7 +2,7 @@
 # One device-machine call: configure and build the engine, tests and granule-bench with CUDA
 # (arch 90), run the GPU tests and the engine tests, then granule-bench on the default
 # model's shapes and on 8B-shaped Q4_0. Logs go under $OUT; a short summary is printed last.
-#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|quick|bench|sweep|profile|all]
+#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|quick|bench|sweep|profile|contention|all]
 #   (default all). GRANULE_TARGETS limits what is built (default: everything).
 set -uo pipefail
 what=${1:-all}
@@ -86,7 +86,70 @@ sweep() {
   done
 }
 
+# Another process that keeps the GPU busy (fp16 matmuls for $1 seconds): queued work then
+# waits its turn, far longer than alone, which is when an unmap under queued work shows.
+gpu_busy() {
+  python3 -c "
+import time, torch
+a = torch.randn(8192, 8192, device='cuda', dtype=torch.float16)
+end = time.time() + $1
+while time.time() < end:
+    a = (a @ a).clamp_(-1, 1)
+torch.cuda.synchronize()" >/dev/null 2>&1 &
+  busy_pid=$!
+  sleep 4  # let it start (CUDA context, first kernels)
+}
+
+# Issue 19's runs: kv_space_gpu_test in 6 processes at once, 3 rounds, alone and beside a
+# GPU-busy process; the engine churn test (chats that end, cancel, regenerate) beside a busy
+# process, 3 at once, and under compute-sanitizer. One summary file, failing logs appended.
+contention() {
+  local report=$OUT/contention.txt t=$build/tests/kv_space_gpu_test c=$build/tests/engine_churn_gpu_test
+  : >"$report"
+  for mode in alone busy; do
+    [[ $mode == busy ]] && gpu_busy 150
+    for round in 1 2 3; do
+      local pids=() pass=0 i
+      for i in 1 2 3 4 5 6; do
+        timeout 300 "$t" >/tmp/kv-$mode-$round-$i.log 2>&1 &
+        pids+=($!)
+      done
+      for i in 0 1 2 3 4 5; do
+        if wait "${pids[$i]}"; then pass=$((pass + 1)); else
+          { echo "--- FAILED kv_space_gpu_test $mode round $round process $((i + 1))"; tail -30 /tmp/kv-$mode-$round-$((i + 1)).log; } >>"$report.fail"
+        fi
+      done
+      grep -h "\[kv-gpu\]" /tmp/kv-$mode-$round-*.log | head -2 >>"$report.detail"
+      echo "kv_space_gpu_test x6, $mode, round $round: $pass/6 passed" | tee -a "$report"
+    done
+    [[ $mode == busy ]] && kill "$busy_pid" 2>/dev/null
+  done
+  gpu_busy 400
+  local pids=() pass=0 i
+  for i in 1 2 3; do
+    timeout 300 "$c" >/tmp/churn-$i.log 2>&1 &
+    pids+=($!)
+  done
+  for i in 0 1 2; do
+    if wait "${pids[$i]}"; then pass=$((pass + 1)); else
+      { echo "--- FAILED engine_churn_gpu_test process $((i + 1))"; tail -40 /tmp/churn-$((i + 1)).log; } >>"$report.fail"
+    fi
+  done
+  grep -h "^\[churn\]\|^\[fault\]" /tmp/churn-*.log | head -4 >>"$report.detail"
+  echo "engine_churn_gpu_test x3 beside a busy GPU: $pass/3 passed" | tee -a "$report"
+  GRANULE_CHURN_ROUNDS=2 timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$c" --gtest_filter='*Regenerate*' >/tmp/sanitizer.log 2>&1
+  echo "compute-sanitizer memcheck, engine churn beside a busy GPU: exit $? ($(grep -h 'ERROR SUMMARY' /tmp/sanitizer.log))" | tee -a "$report"
+  GRANULE_CHURN_ROUNDS=1 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    "$t" >/tmp/sanitizer-kv.log 2>&1
+  echo "compute-sanitizer memcheck, kv_space_gpu_test beside a busy GPU: exit $? ($(grep -h 'ERROR SUMMARY' /tmp/sanitizer-kv.log))" | tee -a "$report"
+  kill "$busy_pid" 2>/dev/null
+  { echo; cat "$report.detail" 2>/dev/null; cat "$report.fail" 2>/dev/null; tail -20 /tmp/sanitizer.log; } >>"$report"
+  rm -f "$report.detail" "$report.fail"
+}
+
 case $what in
+  contention) contention ;;
   profile) profile ;;
   sweep)
     gpu_tests

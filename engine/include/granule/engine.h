@@ -19,6 +19,8 @@ namespace granule {
 
 enum class DeviceKind { Auto, Cpu, Cuda };
 
+class Backend;
+
 struct EngineOptions {
   DeviceKind device = DeviceKind::Auto;  // Auto: CUDA when a GPU is usable, else CPU
   int64_t context_length = 4096;         // per sequence; clamped to the model's
@@ -33,6 +35,8 @@ struct EngineOptions {
   // While a step runs on the device, map the KV the next step writes (off the step's path).
   bool kv_map_ahead = true;
   std::string chat_template_override;  // a family name, or "" to detect from the GGUF
+  // For tests: wraps the backend the engine picked (a fault-injecting decorator); empty: none.
+  std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
 };
 
 using SequenceId = int64_t;
@@ -57,8 +61,6 @@ struct Request {
   SamplingParams sampling;
   TokenSink sink;
 };
-
-class Backend;
 
 class Engine {
  public:
@@ -88,6 +90,10 @@ class Engine {
   // nothing to do.
   bool step();
   bool idle() const;
+  // Why the device stopped working for good (a sticky CUDA error), or "" while it works.
+  // Once set, every conversation has ended with this reason and submit() throws
+  // DeviceLostError; destroying the engine resets the device, so reopening the model works.
+  const std::string& device_lost_reason() const;
 
   // Teacher-forced logits for a token sequence (tests, references): row i is the logits
   // after tokens[0..i]. Uses a free slot and frees it after.

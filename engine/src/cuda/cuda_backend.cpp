@@ -74,14 +74,30 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
              init.memory.budget_bytes() >> 20);
 }
 
-CudaBackend::~CudaBackend() = default;
+CudaBackend::~CudaBackend() {
+  // Free everything first (teardown errors are logged), then, when a sticky error has lost
+  // the context, reset the device so the next engine in this process gets a fresh one. The
+  // engine destroys the KvSpace, and with it the KV's virtual memory, before the backend.
+  graphs_.clear();
+  model_.reset();
+  cudaGetLastError();
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (is_sticky_error(status)) {
+    logger("engine.cuda")
+        ->warn("resetting the GPU after a lost context ({})", cudaGetErrorString(status));
+    const cudaError_t reset = cudaDeviceReset();
+    if (reset != cudaSuccess)
+      logger("engine.cuda")->error("cudaDeviceReset failed: {}", cudaGetErrorString(reset));
+  }
+}
 
 std::string CudaBackend::name() const { return "CUDA " + device_name_; }
 
 int64_t CudaBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(2); }
 
 std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() {
-  return make_cuda_virtual_memory(device_);
+  // Every kernel and copy that touches the KV runs on the model's stream: fences go there.
+  return make_cuda_virtual_memory(device_, {model_->stream()});
 }
 
 void CudaBackend::attach_kv(KvSpace& kv) {

@@ -9,9 +9,35 @@
 
 namespace granule::cuda {
 
+// Errors that poison the whole CUDA context (the CUDA programming guide's "sticky" errors:
+// a kernel faulted, trapped or timed out): every later call in the process fails with them
+// until the device is reset.
+inline bool is_sticky_error(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
 inline void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess)
-    throw DeviceError(std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  const std::string message =
+      std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status);
+  if (is_sticky_error(status))
+    throw DeviceLostError("the GPU stopped working (" + message +
+                          "); reload the model to reset it");
+  throw DeviceError(message);
 }
 
 }  // namespace granule::cuda

@@ -1,16 +1,19 @@
 // CudaVirtualMemory: a physical granule is one cuMemCreate allocation handle; a table keyed
-// by address remembers which handle is mapped where; map() sets access once per run.
+// by address remembers which handle is mapped where; map() sets access once per run; fences
+// are events recorded on the streams whose work may touch the KV.
 #include "cuda/cuda_vmm.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <deque>
 #include <mutex>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/cuda_check.h"
 #include "granule/error.h"
 #include "granule/log.h"
 
@@ -69,14 +72,22 @@ struct DriverVmm {
 void check_cu(CUresult r, const char* what) {
   if (r == CUDA_ERROR_OUT_OF_MEMORY)
     throw CapacityError(std::string("the GPU has no memory left for KV (") + what + ")");
-  if (r != CUDA_SUCCESS)
-    throw DeviceError(std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) +
-                      " in " + what);
+  if (r == CUDA_SUCCESS) return;
+  const std::string message =
+      std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) + " in " + what;
+  // The driver's codes for the sticky errors equal the runtime's (700 is an illegal address
+  // in both).
+  if (is_sticky_error(static_cast<cudaError_t>(r)))
+    throw DeviceLostError("the GPU stopped working (" + message +
+                          "); reload the model to reset it");
+  throw DeviceError(message);
 }
 
 class CudaVirtualMemory final : public VirtualMemory {
  public:
-  explicit CudaVirtualMemory(int device) : vmm_(DriverVmm::get()) {
+  CudaVirtualMemory(int device, std::vector<cudaStream_t> streams)
+      : vmm_(DriverVmm::get()), streams_(std::move(streams)) {
+    if (streams_.empty()) streams_.push_back(cudaStreamLegacy);
     prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop_.location.id = device;
@@ -89,12 +100,44 @@ class CudaVirtualMemory final : public VirtualMemory {
   }
 
   ~CudaVirtualMemory() override {
-    // KvSpace decommits everything before unreserving; anything left is released here.
+    // KvSpace decommits everything before unreserving; anything left is released here, after
+    // the work that may touch it.
+    if (!handles_.empty()) fence_wait(fence());
     for (auto& [addr, handle] : handles_) {
       vmm_.unmap(addr, granule_bytes_);
       vmm_.release(handle);
     }
+    for (const Ticket& t : pending_)
+      for (cudaEvent_t e : t.events) cudaEventDestroy(e);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   }
+
+  uint64_t fence() override {
+    Ticket ticket{++last_ticket_, {}};
+    for (cudaStream_t stream : streams_) {
+      cudaEvent_t event = take_event();
+      cudaError_t status = event ? cudaEventRecord(event, stream) : cudaErrorMemoryAllocation;
+      if (status != cudaSuccess) {
+        // No event to wait on: wait for the device instead. Either its work completes, or
+        // the context is lost and nothing more runs; the unmap is safe either way.
+        if (event) spare_events_.push_back(event);
+        for (cudaEvent_t e : ticket.events) spare_events_.push_back(e);
+        const cudaError_t sync = cudaDeviceSynchronize();
+        logger("engine.cuda")
+            ->warn("recording a KV fence failed ({}); waited for the device instead ({})",
+                   cudaGetErrorString(status), cudaGetErrorString(sync));
+        cudaGetLastError();  // a non-sticky error must not reach the next unrelated check
+        completed_ = std::max(completed_, ticket.id);
+        return ticket.id;
+      }
+      ticket.events.push_back(event);
+    }
+    pending_.push_back(std::move(ticket));
+    return last_ticket_;
+  }
+
+  bool fence_passed(uint64_t ticket) override { return settle(ticket, false); }
+  void fence_wait(uint64_t ticket) override { settle(ticket, true); }
 
   uint64_t granule_bytes() const override { return granule_bytes_; }
 
@@ -159,7 +202,56 @@ class CudaVirtualMemory final : public VirtualMemory {
   }
 
  private:
+  struct Ticket {
+    uint64_t id = 0;
+    std::vector<cudaEvent_t> events;  // one per stream, recorded in fence()
+  };
+
+  cudaEvent_t take_event() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return e;
+  }
+
+  // Whether every ticket up to `ticket` has completed, retiring those that have (in order:
+  // each ticket's events follow the earlier ones' on every stream). With `wait`, blocks.
+  bool settle(uint64_t ticket, bool wait) {
+    while (completed_ < ticket && !pending_.empty()) {
+      Ticket& front = pending_.front();
+      for (cudaEvent_t e : front.events) {
+        const cudaError_t status = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+        if (status == cudaErrorNotReady) return false;
+        if (status != cudaSuccess) {
+          // An error from earlier device work: a lost context runs nothing more, so nothing
+          // can touch the memory any longer.
+          if (!reported_error_)
+            logger("engine.cuda")
+                ->error("device error while waiting for KV work: {}", cudaGetErrorString(status));
+          reported_error_ = true;
+        }
+      }
+      completed_ = front.id;
+      spare_events_.insert(spare_events_.end(), front.events.begin(), front.events.end());
+      pending_.pop_front();
+    }
+    return true;
+  }
+
   const DriverVmm& vmm_;
+  std::vector<cudaStream_t> streams_;
+  uint64_t last_ticket_ = 0;
+  uint64_t completed_ = 0;  // every ticket up to this one has passed
+  std::deque<Ticket> pending_;
+  std::vector<cudaEvent_t> spare_events_;
+  bool reported_error_ = false;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
   uint64_t granule_bytes_ = 0;
@@ -168,8 +260,9 @@ class CudaVirtualMemory final : public VirtualMemory {
 
 }  // namespace
 
-std::unique_ptr<VirtualMemory> make_cuda_virtual_memory(int device) {
-  return std::make_unique<CudaVirtualMemory>(device);
+std::unique_ptr<VirtualMemory> make_cuda_virtual_memory(int device,
+                                                        std::vector<cudaStream_t> streams) {
+  return std::make_unique<CudaVirtualMemory>(device, std::move(streams));
 }
 
 }  // namespace granule::cuda

@@ -1,0 +1,142 @@
+// A device error in the middle of generation, injected into the forward pass the way the
+// CUDA backend reports one: the engine ends the affected conversations with an error that
+// says what happened, frees their KV, and goes on (an error the device survives) or refuses
+// new work until it is reopened (a lost device); nothing throws out of step(), nothing dies.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "granule/engine.h"
+#include "granule/error.h"
+#include "granule/synthetic_model.h"
+#include "support/fault_injecting_backend.h"
+#include "support/temp_model.h"
+
+namespace granule {
+namespace {
+
+using test::FaultInjectingBackend;
+using test::TempModel;
+
+struct Output {
+  int tokens = 0;
+  FinishReason reason = FinishReason::None;
+  int finishes = 0;
+  std::string error;
+};
+
+EngineOptions options_with_fault(int fail_at, FaultInjectingBackend::Fault fault) {
+  EngineOptions o;
+  o.device = DeviceKind::Cpu;
+  o.cpu_threads = 2;
+  o.context_length = 128;
+  o.max_sequences = 3;
+  o.wrap_backend = FaultInjectingBackend::wrap(fail_at, fault);
+  return o;
+}
+
+SequenceId submit(Engine& engine, std::map<SequenceId, Output>& outputs, int32_t max_tokens) {
+  Request r;
+  r.prompt_tokens = std::vector<TokenId>{1, 5, 9, 13, 17, 21};
+  r.sampling = SamplingParams::greedy();
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.ignore_eos = true;
+  r.sink.on_token = [&outputs](SequenceId id, const std::string&, int32_t token) {
+    if (token != kNoToken) ++outputs[id].tokens;
+  };
+  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
+    outputs[id].reason = reason;
+    outputs[id].error = error;
+    ++outputs[id].finishes;
+  };
+  return engine.submit(std::move(r));
+}
+
+// Steps until idle; step() must never throw, whatever the device does.
+void run_to_idle(Engine& engine) {
+  for (int i = 0; i < 2000; ++i) {
+    bool more = false;
+    ASSERT_NO_THROW(more = engine.step());
+    if (!more) break;
+  }
+  ASSERT_TRUE(engine.idle());
+}
+
+uint64_t kv_ledger(const Engine& engine) { return engine.telemetry().ledger.at("kv"); }
+
+TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
+  // Pass 1 prefills the three running chats, passes 2-4 decode: pass 4 fails mid-generation.
+  auto engine =
+      Engine::open(model.path, options_with_fault(4, FaultInjectingBackend::Fault::DeviceError));
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> running;
+  for (int i = 0; i < 3; ++i) running.push_back(submit(*engine, out, 20));
+  const SequenceId waiting = submit(*engine, out, 20);  // no slot: waits for one
+  run_to_idle(*engine);
+  for (SequenceId id : running) {
+    EXPECT_EQ(out[id].finishes, 1);
+    EXPECT_EQ(out[id].reason, FinishReason::Error) << "chat " << id;
+    EXPECT_NE(out[id].error.find("illegal memory access"), std::string::npos) << out[id].error;
+    EXPECT_GE(out[id].tokens, 2) << "the error came mid-generation";
+    EXPECT_LT(out[id].tokens, 20);
+  }
+  EXPECT_EQ(out[waiting].reason, FinishReason::MaxTokens) << "the chat that was not in the batch";
+  EXPECT_EQ(out[waiting].tokens, 20);
+  EXPECT_EQ(kv_ledger(*engine), 0u) << "every chat's KV is freed";
+  // The engine takes new work.
+  const SequenceId after = submit(*engine, out, 5);
+  run_to_idle(*engine);
+  EXPECT_EQ(out[after].reason, FinishReason::MaxTokens);
+  EXPECT_EQ(out[after].tokens, 5);
+}
+
+TEST(EngineFault, ALostDeviceEndsEveryChatRefusesNewOnesAndAReopenedEngineWorks) {
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
+  std::map<SequenceId, Output> out;
+  std::vector<SequenceId> ids;
+  {
+    auto engine =
+        Engine::open(model.path, options_with_fault(5, FaultInjectingBackend::Fault::DeviceLost));
+    for (int i = 0; i < 4; ++i) ids.push_back(submit(*engine, out, 30));  // 3 run, 1 waits
+    run_to_idle(*engine);
+    for (SequenceId id : ids) {
+      EXPECT_EQ(out[id].finishes, 1) << "chat " << id;
+      EXPECT_EQ(out[id].reason, FinishReason::Error) << "chat " << id;
+      EXPECT_NE(out[id].error.find("reload the model"), std::string::npos) << out[id].error;
+    }
+    EXPECT_GT(out[ids[0]].tokens, 0) << "the error came mid-generation";
+    EXPECT_EQ(out[ids[3]].tokens, 0) << "the waiting chat ended without running";
+    EXPECT_EQ(kv_ledger(*engine), 0u);
+    EXPECT_FALSE(engine->step());
+    std::map<SequenceId, Output> refused;
+    EXPECT_THROW(submit(*engine, refused, 5), DeviceLostError);
+    EXPECT_TRUE(refused.empty()) << "a refused request gets no callbacks";
+    EXPECT_THROW(engine->logits_for({1, 2, 3}), DeviceLostError);
+  }  // destroying the engine after a lost device is clean
+  auto reopened =
+      Engine::open(model.path, options_with_fault(1000, FaultInjectingBackend::Fault::DeviceLost));
+  std::map<SequenceId, Output> fresh;  // ids start again in a new engine
+  const SequenceId id = submit(*reopened, fresh, 8);
+  run_to_idle(*reopened);
+  EXPECT_EQ(fresh[id].reason, FinishReason::MaxTokens);
+  EXPECT_EQ(fresh[id].tokens, 8);
+}
+
+TEST(EngineFault, ALostDeviceDuringPrefillEndsTheChatsBeforeAnyToken) {
+  TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
+  auto engine =
+      Engine::open(model.path, options_with_fault(1, FaultInjectingBackend::Fault::DeviceLost));
+  std::map<SequenceId, Output> out;
+  const SequenceId a = submit(*engine, out, 10), b = submit(*engine, out, 10);
+  run_to_idle(*engine);
+  for (SequenceId id : {a, b}) {
+    EXPECT_EQ(out[id].reason, FinishReason::Error);
+    EXPECT_EQ(out[id].tokens, 0);
+    EXPECT_EQ(out[id].finishes, 1);
+  }
+}
+
+}  // namespace
+}  // namespace granule
