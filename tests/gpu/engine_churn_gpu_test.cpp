@@ -3,9 +3,9 @@
 // time; the H200 runner also runs it beside a process that keeps the GPU busy and under
 // compute-sanitizer (tests/gpu/run_on_h200.sh contention). (2) A real sticky CUDA error
 // injected mid-generation (a kernel reading an illegal address): every chat ends with an
-// error that says to reload, new work is refused, nothing throws out of step(), and an
-// engine opened again in the same process (the first one reset the device) answers exactly
-// as before the fault.
+// error that says to reload, new work is refused, nothing throws out of step(), and the
+// model opens again in the same process: on the GPU if the reset brought it back (CUDA does
+// not promise that after a sticky error), else on the CPU with the reason.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -158,8 +158,7 @@ TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDevic
             << ", unmapped " << engine->telemetry().granules_unmapped << "\n";
 }
 
-TEST_F(EngineChurnGpu,
-       AStickyCudaErrorMidGenerationEndsEveryChatAndAReopenedEngineAnswersAsBefore) {
+TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanBeReopened) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(7);
   Chat reference;
@@ -205,16 +204,33 @@ TEST_F(EngineChurnGpu,
     refused.max_tokens = 4;
     EXPECT_THROW(submit(*engine, refused), DeviceLostError);
     std::cout << "[fault] " << engine->device_lost_reason() << "\n";
-  }  // destroying the engine resets the device
+  }  // destroying the engine resets the device (which CUDA does not promise to recover)
+  // Reopening in the same process works either way: on the GPU when the reset brought it
+  // back (then the answer is the one from before the fault), else on the CPU, with the
+  // reason; asking for the GPU explicitly then says to restart.
+  EngineOptions automatic = cuda_options();
+  automatic.device = DeviceKind::Auto;
+  auto engine = Engine::open(model_path(), automatic);
   Chat after;
   after.prompt = reference.prompt;
   after.max_tokens = reference.max_tokens;
-  auto engine = Engine::open(model_path(), cuda_options());
   submit(*engine, after);
   run_to_idle(*engine);
   ASSERT_EQ(after.reason, FinishReason::MaxTokens) << after.error;
-  EXPECT_EQ(after.tokens, reference.tokens) << "the reopened engine answers as before the fault";
-  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_EQ(static_cast<int32_t>(after.tokens.size()), reference.max_tokens);
+  const bool on_gpu = engine->device_name().find("CUDA") != std::string::npos;
+  std::cout << "[fault] reopened on " << engine->device_name() << "\n";
+  if (on_gpu) {
+    EXPECT_EQ(after.tokens, reference.tokens) << "the reset GPU answers as before the fault";
+  } else {
+    try {
+      Engine::open(model_path(), cuda_options());
+      ADD_FAILURE() << "the GPU did not come back, yet opening on it worked";
+    } catch (const DeviceError& e) {
+      std::cout << "[fault] opening on the GPU: " << e.what() << "\n";
+      EXPECT_NE(std::string(e.what()).find("restarted"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -58,8 +58,7 @@ class FaultInjectingBackend final : public Backend {
     if (calls_ == fail_at_ || (fault_ == Fault::DeviceLost && calls_ > fail_at_)) {
       const std::string what = "CUDA error in an injected kernel: an illegal memory access";
       if (fault_ == Fault::DeviceLost)
-        throw DeviceLostError("the GPU stopped working (" + what +
-                              "); reload the model to reset it");
+        throw DeviceLostError("the GPU stopped working (" + what + "); reload the model");
       throw DeviceError(what);
     }
   }

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <mutex>
+#include <string>
 
 #include "cuda/cuda_check.h"
 #include "cuda/cuda_vmm.h"
@@ -21,9 +23,39 @@ bool is_greedy(const SamplingParams& p) {
          p.presence_penalty == 0.0f;
 }
 
+// A sticky error seen anywhere in this process, until a probe finds the device usable again.
+std::mutex lost_mutex;
+std::string lost_reason;
+
 }  // namespace
 
+void note_device_lost(const std::string& reason) noexcept {
+  try {
+    std::lock_guard lock(lost_mutex);
+    if (lost_reason.empty()) lost_reason = reason;
+  } catch (...) {  // a lock or a copy failing must not turn an error report into a crash
+  }
+}
+
 bool cuda_available(std::string* why) {
+  {
+    std::lock_guard lock(lost_mutex);
+    if (!lost_reason.empty()) {
+      // CUDA documents a sticky error as the end of CUDA in the process; the backend that saw
+      // it reset the device on the way out, which some drivers accept. Probe once more.
+      cudaGetLastError();
+      if (cudaSetDevice(0) == cudaSuccess && cudaFree(nullptr) == cudaSuccess) {
+        logger("engine.cuda")->info("the GPU works again after the reset");
+        lost_reason.clear();
+      } else {
+        cudaGetLastError();
+        if (why)
+          *why = "the GPU failed earlier in this process (" + lost_reason +
+                 ") and CUDA cannot use it again until Granule is restarted";
+        return false;
+      }
+    }
+  }
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {

@@ -30,13 +30,18 @@ inline bool is_sticky_error(cudaError_t status) {
   }
 }
 
+// Remembers, for the rest of the process, that a sticky error lost the device (the reason
+// given); cuda_available() then probes whether a reset brought it back (cuda_backend.cpp).
+void note_device_lost(const std::string& reason) noexcept;
+
 inline void check_cuda(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
   const std::string message =
       std::string("CUDA error in ") + what + ": " + cudaGetErrorString(status);
-  if (is_sticky_error(status))
-    throw DeviceLostError("the GPU stopped working (" + message +
-                          "); reload the model to reset it");
+  if (is_sticky_error(status)) {
+    note_device_lost(message);
+    throw DeviceLostError("the GPU stopped working (" + message + "); reload the model");
+  }
   throw DeviceError(message);
 }
 

@@ -77,9 +77,10 @@ void check_cu(CUresult r, const char* what) {
       std::string("CUDA driver error ") + std::to_string(static_cast<int>(r)) + " in " + what;
   // The driver's codes for the sticky errors equal the runtime's (700 is an illegal address
   // in both).
-  if (is_sticky_error(static_cast<cudaError_t>(r)))
-    throw DeviceLostError("the GPU stopped working (" + message +
-                          "); reload the model to reset it");
+  if (is_sticky_error(static_cast<cudaError_t>(r))) {
+    note_device_lost(message);
+    throw DeviceLostError("the GPU stopped working (" + message + "); reload the model");
+  }
   throw DeviceError(message);
 }
 
