@@ -27,6 +27,7 @@
 #include "kv_bench.h"
 #include "kv_space.h"
 #include "memory_manager.h"
+#include "runtime.h"
 #include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
@@ -92,18 +93,15 @@ class Bench {
     file_ = ModelFile::open(path);
     config_ = ModelConfig::from_gguf(*file_);
     weights_ = WeightTable::from_gguf(*file_, config_);
-    options_.context_length = context;
-    options_.max_sequences = max_batch;
-    options_.device = DeviceKind::Cuda;
-    memory_ = std::make_unique<MemoryManager>(uint64_t{1} << 40);
-    const BackendInit init{*file_, config_, weights_, *memory_, options_};
-    backend_ = std::make_unique<cuda::CudaBackend>(init);
-    KvGeometry g;
-    g.bytes_per_token = backend_->kv_bytes_per_token();
-    g.max_tokens = context;
-    g.slots = max_batch;
-    kv_ = std::make_unique<KvSpace>(backend_->make_kv_virtual_memory(), g, *memory_);
-    backend_->attach_kv(*kv_);
+    RuntimeOptions options;
+    options.device = DeviceKind::Cuda;
+    options.backend.vram_budget_bytes = uint64_t{1} << 40;  // the bench maps what it needs
+    options.context_length = context;
+    options.slots = max_batch;
+    options.kv_pool_granules = 0;
+    runtime_ = make_runtime(*file_, config_, weights_, options);
+    backend_ = &dynamic_cast<cuda::CudaBackend&>(*runtime_.backend);
+    kv_ = runtime_.kv.get();
   }
 
   const ModelConfig& config() const { return config_; }
@@ -168,10 +166,9 @@ class Bench {
   std::unique_ptr<ModelFile> file_;
   ModelConfig config_;
   WeightTable weights_;
-  EngineOptions options_;
-  std::unique_ptr<MemoryManager> memory_;
-  std::unique_ptr<cuda::CudaBackend> backend_;
-  std::unique_ptr<KvSpace> kv_;
+  Runtime runtime_;
+  cuda::CudaBackend* backend_ = nullptr;
+  KvSpace* kv_ = nullptr;
 };
 
 #endif  // GRANULE_HAVE_CUDA

@@ -2,13 +2,11 @@
 // cuda/): a batched forward pass over sequence slots whose KV lives in the engine's KvSpace.
 #pragma once
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/sampling.h"
@@ -28,13 +26,42 @@ struct BatchSequence {
   bool all_logits = false;  // logits for every token (teacher forcing), not only the last
 };
 
+// What a backend is told by whoever assembles the runtime (engine/src/runtime.h): the engine's
+// options that reach the device, and nothing of the engine's own.
+struct BackendOptions {
+  uint64_t vram_budget_bytes = 0;     // 0: the device's free memory minus a margin
+  bool cuda_graphs = true;            // capture and replay decode steps
+  int32_t cpu_threads = 0;            // 0: hardware concurrency
+  int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
+};
+
 // What a backend needs to build itself. All references outlive the backend.
 struct BackendInit {
   const ModelFile& file;
   const ModelConfig& config;
   const WeightTable& weights;
   MemoryManager& memory;  // charge every byte held on the device
-  const EngineOptions& options;
+  const BackendOptions& options;
+};
+
+// One step asked of a backend. Every span (and `logits`) stays valid until wait() returns.
+struct StepRequest {
+  std::span<const BatchSequence> batch;
+  // Device sampling (samples_on_device()): one token per sequence after its last token, with
+  // params[i], history[i] (recent tokens, oldest first, for the penalties) and draw_index[i]
+  // (the seeded draw: tokens generated so far, as the host Sampler counts them) for batch[i].
+  bool sample = false;
+  std::span<const SamplingParams> params;
+  std::span<const std::vector<int32_t>> history;
+  std::span<const uint64_t> draw_index;
+  // Without sampling: resized to rows × n_vocab, rows in batch order: one per sequence (after
+  // its last token), or tokens.size() rows for a sequence with all_logits.
+  std::vector<float>* logits = nullptr;
+};
+
+struct StepResult {
+  std::vector<int32_t> tokens;  // with sampling: one per sequence
+  int64_t logit_rows = 0;       // without: rows written to the request's logits
 };
 
 class Backend {
@@ -50,47 +77,49 @@ class Backend {
   // Bytes of one token's K and V over all layers, in the backend's KV element type
   // (f32 on the CPU, f16 on CUDA). Layout per token: [layer][K|V][kv_head][head_dim].
   virtual int64_t kv_bytes_per_token() const = 0;
-  // The address space the engine builds its KvSpace on (host VM or CUDA VMM).
+  // The address space the KvSpace is built on (host VM or CUDA VMM), its fences on the
+  // streams the backend's work runs on.
   virtual std::unique_ptr<VirtualMemory> make_kv_virtual_memory() = 0;
-  // Called once, after the engine has created the KvSpace, before any forward().
+  // Called once, after the KvSpace is created, before any launch().
   virtual void attach_kv(KvSpace& kv) = 0;
 
-  // Runs the batch. `logits` is resized to rows × n_vocab, rows in batch order: one row per
-  // sequence (after its last token), or tokens.size() rows for a sequence with all_logits.
-  // Returns the number of rows.
-  virtual int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) = 0;
-
-  // Device sampling. A backend that picks tokens where the logits are (the GPU) returns
-  // true and overrides forward_sample; the engine then calls it instead of forward() and
-  // downloads only token ids. It runs the batch like forward() and returns one token per
-  // sequence (after its last token): params[i], history[i] (recent tokens, oldest first,
-  // for the penalties) and draw_index[i] (the seeded draw: tokens generated so far, as the
-  // host Sampler counts them) belong to batch[i]. The engine ignores the token of a
+  // Whether the backend picks tokens where the logits are (the GPU): the engine then asks
+  // for sampled steps and downloads only token ids. The engine ignores the token of a
   // sequence whose prompt is not yet complete.
   virtual bool samples_on_device() const { return false; }
-  virtual std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
-                                              std::span<const SamplingParams> params,
-                                              const std::vector<std::vector<int32_t>>& history,
-                                              std::span<const uint64_t> draw_index);
+
+  // A step is launch(), then wait(). launch() queues the step on the device and returns as
+  // soon as it can (a backend that computes on the host may do all the work here); what the
+  // engine does before wait() (mapping the next step's KV, topping up the granule pool)
+  // overlaps the device's work. wait() returns once the step's results are on the host. One
+  // step at a time. Errors may come from either; after an error the step is over.
+  virtual void launch(const StepRequest& step) = 0;
+  virtual StepResult wait() = 0;
+
+  // launch() + wait() for callers with nothing to overlap (tests, benchmarks, logits_for).
+  int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+    StepRequest step;
+    step.batch = batch;
+    step.logits = &logits;
+    launch(step);
+    return wait().logit_rows;
+  }
+  std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
+                                      std::span<const SamplingParams> params,
+                                      std::span<const std::vector<int32_t>> history,
+                                      std::span<const uint64_t> draw_index) {
+    StepRequest step;
+    step.batch = batch;
+    step.sample = true;
+    step.params = params;
+    step.history = history;
+    step.draw_index = draw_index;
+    launch(step);
+    return wait().tokens;
+  }
 
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
-
-  // Host work for the time a step runs on the device (mapping the next step's KV, topping
-  // up the granule pool): the engine sets it before forward(). A backend that computes
-  // asynchronously runs it once the step is launched (run_step_overlap()); the engine runs
-  // it after forward() when the backend did not, so it runs once either way.
-  void set_step_overlap(std::function<void()> work) { step_overlap_ = std::move(work); }
-  // Runs the work set for this step unless it already ran; clears it.
-  void run_step_overlap() {
-    if (!step_overlap_) return;
-    std::function<void()> work = std::move(step_overlap_);
-    step_overlap_ = nullptr;
-    work();
-  }
-
- private:
-  std::function<void()> step_overlap_;
 };
 
 // The CPU reference backend (cpu/cpu_backend.cpp).

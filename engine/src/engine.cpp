@@ -5,15 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
-#include <map>
 
 #include "backend.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "kv_space.h"
-#include "memory_manager.h"
+#include "runtime.h"
 #include "scheduler.h"
+#include "sequence.h"
+#include "stop_check.h"
 
 namespace granule {
 
@@ -35,13 +35,6 @@ const char* finish_reason_name(FinishReason r) {
   return "unknown";
 }
 
-std::vector<int32_t> Backend::forward_sample(std::span<const BatchSequence> /*batch*/,
-                                             std::span<const SamplingParams> /*params*/,
-                                             const std::vector<std::vector<int32_t>>& /*history*/,
-                                             std::span<const uint64_t> /*draw_index*/) {
-  throw UsageError(name() + " does not sample on the device");
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -54,26 +47,6 @@ std::string mib_text(uint64_t bytes) { return std::to_string((bytes + (1u << 19)
 
 }  // namespace
 
-// One submitted request while it lives in the engine.
-struct ActiveSequence {
-  SequenceId id = 0;
-  std::vector<TokenId> tokens;  // prompt, then every sampled token
-  int64_t prompt_tokens = 0;
-  int64_t generated = 0;
-  SamplingParams params;
-  std::vector<std::string> stop_strings;
-  Sampler sampler;
-  TokenSink sink;
-  IncrementalDetokenizer detokenizer;
-  std::string unsent_text;  // decoded but held back: it may begin a stop string
-  Clock::time_point submitted;
-  Clock::time_point first_token;
-  bool cancel_requested = false;
-
-  ActiveSequence(const SamplingParams& p, const Tokenizer& tokenizer)
-      : params(p), sampler(p), detokenizer(tokenizer) {}
-};
-
 struct Engine::Impl {
   EngineOptions options;
   std::unique_ptr<ModelFile> file;
@@ -81,17 +54,23 @@ struct Engine::Impl {
   WeightTable weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
-  std::unique_ptr<MemoryManager> memory;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<KvSpace> kv;
-  std::unique_ptr<Scheduler> scheduler;
-  std::map<SequenceId, std::unique_ptr<ActiveSequence>> sequences;
+  Runtime runtime;  // ledger, backend, KV space
+  std::unique_ptr<MemoryManager>& memory = runtime.memory;
+  std::unique_ptr<Backend>& backend = runtime.backend;
+  std::unique_ptr<KvSpace>& kv = runtime.kv;
+  std::unique_ptr<Scheduler> scheduler;  // owns every Sequence
   SequenceId next_id = 1;
   bool in_step = false;
-  std::vector<float> logits;  // reused across steps
   // Set when the device failed for good (DeviceLostError): every conversation has ended with
   // it and new ones are refused until the engine is destroyed (which resets the device).
   std::string device_lost;
+
+  // The step being run: what the backend reads until wait() returns, reused across steps.
+  std::vector<BatchSequence> batch;
+  std::vector<SamplingParams> params;
+  std::vector<std::vector<int32_t>> history;
+  std::vector<uint64_t> draw_index;
+  std::vector<float> logits;
 
   // throughput
   uint64_t steps = 0;
@@ -100,60 +79,38 @@ struct Engine::Impl {
 
   std::shared_ptr<spdlog::logger> log = logger("engine");
 
-  void open_backend();
+  // Sinks run inside a step; a cancel they ask for waits until the step is over.
+  struct StepScope {
+    Impl& m;
+    explicit StepScope(Impl& impl) : m(impl) { m.in_step = true; }
+    ~StepScope();
+  };
+
   std::vector<TokenId> render_prompt(const Request& request) const;
-  void emit(ActiveSequence& seq, const std::string& text, int32_t token);
   void finish(SequenceId id, FinishReason reason, const std::string& error = {});
-  void take_token(ActiveSequence& seq, int32_t token);
+  void finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
+                       const std::string& error);
   void process_cancellations();
   void lose_device(const std::string& reason);
   void check_device() const {
     if (!device_lost.empty()) throw DeviceLostError(device_lost);
   }
+  // The steps of Engine::step().
+  bool plan(StepPlan& plan);
+  bool idle_step(const StepPlan& plan);
+  StepRequest step_request(const StepPlan& plan);
+  void prepare_next_step(const StepPlan& plan);
+  void take_results(const StepPlan& plan, const StepResult& result, Clock::time_point start);
+  void take_token(Sequence& seq, int32_t token);
 };
 
-void Engine::Impl::open_backend() {
-  // The budget is the user's, or unlimited until a backend that knows its device sets it.
-  memory = std::make_unique<MemoryManager>(options.vram_budget_bytes
-                                               ? options.vram_budget_bytes
-                                               : std::numeric_limits<uint64_t>::max() / 2);
-  const BackendInit init{*file, config, weights, *memory, options};
-#ifdef GRANULE_HAVE_CUDA
-  if (options.device != DeviceKind::Cpu) {
-    try {
-      backend = make_cuda_backend(init);
-    } catch (const DeviceError& e) {
-      if (options.device == DeviceKind::Cuda) throw;
-      // Expected on machines without an NVIDIA driver: one line at info level, so command-line
-      // errors stay one line on stderr; the device name says "CPU" either way.
-      log->info("no usable GPU ({}); running on the CPU", e.what());
-    }
+Engine::Impl::StepScope::~StepScope() {
+  m.in_step = false;
+  try {
+    m.process_cancellations();
+  } catch (const std::exception& e) {  // a sink threw while unwinding: keep the engine alive
+    m.log->error("a token sink threw during cancellation: {}", e.what());
   }
-#else
-  if (options.device == DeviceKind::Cuda) {
-    throw UnsupportedError("this build of Granule has no CUDA backend; choose the CPU device");
-  }
-#endif
-  if (!backend) {
-    backend = make_cpu_backend(init);
-    if (!options.vram_budget_bytes && backend->device_total_bytes()) {
-      memory->set_budget_bytes(backend->device_total_bytes());
-    }
-  }
-  if (options.wrap_backend) backend = options.wrap_backend(std::move(backend));
-  KvGeometry geometry;
-  geometry.bytes_per_token = backend->kv_bytes_per_token();
-  geometry.max_tokens = options.context_length;
-  geometry.slots = options.max_sequences;
-  kv = std::make_unique<KvSpace>(backend->make_kv_virtual_memory(), geometry, *memory);
-  backend->attach_kv(*kv);
-  const uint64_t pool =
-      options.kv_pool_granules < 0
-          ? default_kv_pool_granules(geometry, options.prefill_chunk_tokens, kv->granule_bytes())
-          : static_cast<uint64_t>(options.kv_pool_granules);
-  kv->set_pool_target(pool);
-  const uint64_t created = kv->refill_pool();
-  log->info("KV pool: {} of {} granules created ahead of need", created, pool);
 }
 
 Engine::Engine() : impl_(std::make_unique<Impl>()) {}
@@ -186,7 +143,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
     m.options.context_length = model_context;
   }
   if (m.options.prefill_chunk_tokens <= 0) m.options.prefill_chunk_tokens = 512;
-  m.open_backend();
+  m.runtime = make_runtime(*m.file, m.config, m.weights, RuntimeOptions::from(m.options));
   m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
   m.log->info("opened {} ({} layers, {} wide) on {}; context {} × {} slots",
               model_path.filename().string(), m.config.n_layer, m.config.n_embd, m.backend->name(),
@@ -233,94 +190,193 @@ SequenceId Engine::submit(Request request) {
         "the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
         std::to_string(m.options.context_length) + " allows; shorten the conversation");
   }
-  auto seq = std::make_unique<ActiveSequence>(request.sampling, *m.tokenizer);
-  seq->id = m.next_id++;
-  seq->prompt_tokens = static_cast<int64_t>(prompt.size());
-  seq->tokens = std::move(prompt);
+  auto seq = std::make_unique<Sequence>(m.next_id++, std::move(prompt), request.sampling);
+  seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);
   seq->stop_strings = request.sampling.stop_strings;
   if (!request.prompt_tokens && m.chat_template) {
     for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
   }
   seq->submitted = Clock::now();
-  m.scheduler->add(seq->id, seq->prompt_tokens);
-  const SequenceId id = seq->id;
-  m.sequences.emplace(id, std::move(seq));
-  return id;
+  return m.scheduler->add(std::move(seq)).id;
 }
 
 void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string& error) {
-  auto it = sequences.find(id);
-  if (it == sequences.end()) return;
-  std::unique_ptr<ActiveSequence> seq = std::move(it->second);
-  sequences.erase(it);
-  scheduler->remove(id);  // frees its slot and KV
+  // Taken out of the scheduler first: its slot and KV are free before the sink hears of it.
+  if (std::unique_ptr<Sequence> seq = scheduler->remove(id))
+    finish_sequence(std::move(seq), reason, error);
+}
+
+void Engine::Impl::finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
+                                   const std::string& error) {
   // What was held back for a possible stop string is real text after all.
   if (reason != FinishReason::StopString && reason != FinishReason::Cancelled &&
       reason != FinishReason::Error) {
-    std::string rest = seq->unsent_text + seq->detokenizer.flush();
-    if (!rest.empty() && seq->sink.on_token) seq->sink.on_token(id, rest, kNoToken);
+    std::string rest = seq->unsent_text + seq->detokenizer->flush();
+    if (!rest.empty() && seq->sink.on_token) seq->sink.on_token(seq->id, rest, kNoToken);
   }
-  if (seq->sink.on_finish) seq->sink.on_finish(id, reason, error);
+  if (seq->sink.on_finish) seq->sink.on_finish(seq->id, reason, error);
 }
 
 void Engine::cancel(SequenceId id) {
   Impl& m = *impl_;
-  auto it = m.sequences.find(id);
-  if (it == m.sequences.end()) return;  // already finished: nothing to do
+  Sequence* seq = m.scheduler->find(id);
+  if (!seq) return;  // already finished: nothing to do
   if (m.in_step) {
-    it->second->cancel_requested = true;  // a sink cancelled: finish after this step
+    seq->cancel_requested = true;  // a sink cancelled: finish after this step
   } else {
     m.finish(id, FinishReason::Cancelled);
   }
+}
+
+void Engine::Impl::process_cancellations() {
+  std::vector<SequenceId> cancelled;
+  for (const auto& [id, seq] : scheduler->sequences()) {
+    if (seq->cancel_requested) cancelled.push_back(id);
+  }
+  for (SequenceId id : cancelled) finish(id, FinishReason::Cancelled);
 }
 
 void Engine::Impl::lose_device(const std::string& reason) {
   if (device_lost.empty()) log->error("{}", reason);
   device_lost = reason;
   std::vector<SequenceId> ids;
-  for (const auto& [id, seq] : sequences) ids.push_back(id);
+  for (const auto& [id, seq] : scheduler->sequences()) ids.push_back(id);
   for (SequenceId id : ids) finish(id, FinishReason::Error, reason);
 }
 
-void Engine::Impl::process_cancellations() {
-  std::vector<SequenceId> cancelled;
-  for (const auto& [id, seq] : sequences) {
-    if (seq->cancel_requested) cancelled.push_back(id);
-  }
-  for (SequenceId id : cancelled) finish(id, FinishReason::Cancelled);
-}
-
-void Engine::Impl::emit(ActiveSequence& seq, const std::string& text, int32_t token) {
-  if (seq.sink.on_token) seq.sink.on_token(seq.id, text, token);
-}
-
-void Engine::Impl::take_token(ActiveSequence& seq, int32_t token) {
+void Engine::Impl::take_token(Sequence& seq, int32_t token) {
   if (seq.generated == 0) seq.first_token = Clock::now();
   ++seq.generated;
-  if (!seq.params.ignore_eos && tokenizer->is_end_of_generation(token)) {
-    finish(seq.id, FinishReason::Eos);
-    return;
+  const bool end = !seq.params.ignore_eos && tokenizer->is_end_of_generation(token);
+  if (!end) {
+    seq.tokens.push_back(token);
+    // Embedding tables padded past the vocabulary can produce ids without text.
+    if (static_cast<size_t>(token) < tokenizer->vocab_size())
+      seq.unsent_text += seq.detokenizer->push(token);
   }
-  seq.tokens.push_back(token);
-  scheduler->append_token(seq.id);
+  const StopDecision stop =
+      check_stop({end, seq.unsent_text, &seq.stop_strings, seq.generated, seq.params.max_tokens,
+                  static_cast<int64_t>(seq.tokens.size()), options.context_length});
+  if (!end && seq.sink.on_token)
+    seq.sink.on_token(seq.id, seq.unsent_text.substr(0, stop.send_bytes), token);
+  seq.unsent_text.erase(
+      0, stop.reason == FinishReason::StopString ? seq.unsent_text.size() : stop.send_bytes);
+  if (stop.reason != FinishReason::None) finish(seq.id, stop.reason);
+}
 
-  // Embedding tables padded past the vocabulary can produce ids without text.
-  if (static_cast<size_t>(token) < tokenizer->vocab_size())
-    seq.unsent_text += seq.detokenizer.push(token);
-  const size_t stop_at = find_stop_string(seq.unsent_text, seq.stop_strings);
-  if (stop_at != std::string::npos) {
-    emit(seq, seq.unsent_text.substr(0, stop_at), token);
-    finish(seq.id, FinishReason::StopString);
-    return;
+bool Engine::Impl::plan(StepPlan& plan) {
+  try {
+    plan = scheduler->next_step();
+  } catch (const DeviceLostError& e) {  // the driver failed while mapping: same as a step
+    lose_device(e.what());
+    return false;
   }
-  const size_t hold = stop_string_holdback(seq.unsent_text, seq.stop_strings);
-  emit(seq, seq.unsent_text.substr(0, seq.unsent_text.size() - hold), token);
-  seq.unsent_text.erase(0, seq.unsent_text.size() - hold);
+  for (OversizedSequence& o : plan.oversized) {
+    finish_sequence(std::move(o.sequence), FinishReason::Error,
+                    "the memory budget holds " + mib_text(o.capacity_bytes) +
+                        " of KV and this conversation needs " + mib_text(o.needed_bytes) + " for " +
+                        std::to_string(o.tokens) +
+                        " tokens; raise the budget or start a shorter conversation");
+  }
+  return true;
+}
 
-  const bool context_full = static_cast<int64_t>(seq.tokens.size()) >= options.context_length;
-  if (seq.generated >= seq.params.max_tokens || context_full) {
-    finish(seq.id, FinishReason::MaxTokens);
+bool Engine::Impl::idle_step(const StepPlan& plan) {
+  // KV cut while device work was still queued can wait for it now, at no cost to a step,
+  // rather than stay charged to chats that have ended.
+  try {
+    kv->reclaim(/*wait=*/true);
+  } catch (const Error& e) {
+    log->error("unmapping KV of ended chats: {}", e.what());
+  }
+  // Done, unless planning changed something the next step can build on.
+  return (!plan.oversized.empty() || !plan.preempted.empty()) && !scheduler->empty();
+}
+
+StepRequest Engine::Impl::step_request(const StepPlan& plan) {
+  batch.clear();
+  params.clear();
+  history.clear();
+  draw_index.clear();
+  for (const ScheduledWork& w : plan.work) {
+    const Sequence& seq = *scheduler->find(w.id);
+    batch.push_back({w.slot,
+                     std::span<const int32_t>(seq.tokens.data() + w.start_position,
+                                              static_cast<size_t>(w.count)),
+                     w.start_position, false});
+    if (!backend->samples_on_device()) continue;
+    params.push_back(seq.params);
+    const auto window = std::min<size_t>(
+        seq.tokens.size(), static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
+    history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window), seq.tokens.end());
+    draw_index.push_back(static_cast<uint64_t>(seq.generated));
+  }
+  StepRequest request;
+  request.batch = batch;
+  // Device sampling: one token per sequence comes back instead of the logits.
+  request.sample = backend->samples_on_device();
+  request.params = params;
+  request.history = history;
+  request.draw_index = draw_index;
+  request.logits = &logits;
+  return request;
+}
+
+void Engine::Impl::prepare_next_step(const StepPlan& plan) {
+  // While the device runs this step: map what the next step writes for every sequence this
+  // step gives a token (and that goes on), then top the granule pool up.
+  try {
+    for (const ScheduledWork& w : plan.work) {
+      if (!options.kv_map_ahead) break;
+      const Sequence* seq = scheduler->find(w.id);
+      if (!seq) continue;
+      const int64_t next = w.start_position + w.count;                 // where the next step writes
+      if (next != static_cast<int64_t>(seq->tokens.size())) continue;  // more to compute first
+      if (seq->generated + 1 >= seq->params.max_tokens || next + 1 > options.context_length)
+        continue;  // this step's token ends it
+      kv->map_ahead(w.slot, next + 1);
+    }
+    kv->refill_pool();
+  } catch (const std::exception& e) {
+    // The next step's own mapping tries again and reports what fails.
+    log->warn("mapping KV ahead of the next step: {}", e.what());
+  }
+}
+
+void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
+                                Clock::time_point start) {
+  const double elapsed = seconds_between(start, Clock::now());
+  int64_t prompt_tokens = 0, decode_tokens = 0;
+  for (const ScheduledWork& w : plan.work) (w.decode ? decode_tokens : prompt_tokens) += w.count;
+  // A mixed step's time is shared by token count.
+  const double total = static_cast<double>(prompt_tokens + decode_tokens);
+  prompt_seconds += elapsed * static_cast<double>(prompt_tokens) / total;
+  decode_seconds += elapsed * static_cast<double>(decode_tokens) / total;
+  prompt_tokens_done += static_cast<uint64_t>(prompt_tokens);
+  decode_tokens_done += static_cast<uint64_t>(decode_tokens);
+  ++steps;
+
+  scheduler->complete(plan);
+  const auto n_vocab = static_cast<size_t>(config.n_vocab);
+  const bool sampled_on_device = !result.tokens.empty();
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    Sequence* seq = scheduler->find(w.id);
+    if (!seq || seq->cancel_requested) continue;
+    // Only the step that computed the last known token predicts a new one.
+    if (seq->uncomputed_tokens() != 0) continue;
+    int32_t token = 0;
+    try {
+      token = sampled_on_device
+                  ? result.tokens.at(i)
+                  : seq->sampler.sample(
+                        std::span<const float>(logits.data() + i * n_vocab, n_vocab), seq->tokens);
+    } catch (const Error& e) {
+      finish(w.id, FinishReason::Error, e.what());
+      continue;
+    }
+    take_token(*seq, token);
   }
 }
 
@@ -335,150 +391,25 @@ bool Engine::step() {
   // and granule counts belong to this step.
   m.kv->reset_step_stats();
   StepPlan plan;
+  if (!m.plan(plan)) return false;
+  if (plan.work.empty()) return m.idle_step(plan);
+  Impl::StepScope scope(m);
   try {
-    plan = m.scheduler->next_step();
-  } catch (const DeviceLostError& e) {  // the driver failed while mapping: same as a step
-    m.lose_device(e.what());
-    return false;
-  }
-  // Sinks run inside the step; a cancel they ask for waits until the step is over, even
-  // when a sink throws.
-  struct StepScope {
-    Impl& m;
-    explicit StepScope(Impl& impl) : m(impl) { m.in_step = true; }
-    ~StepScope() {
-      m.in_step = false;
-      try {
-        m.process_cancellations();
-      } catch (const std::exception& e) {  // a sink threw while unwinding: keep the engine alive
-        m.log->error("a token sink threw during cancellation: {}", e.what());
-      }
-    }
-  } scope(m);
-  for (const OversizedSequence& o : plan.oversized) {
-    m.finish(o.id, FinishReason::Error,
-             "the memory budget holds " + mib_text(o.capacity_bytes) +
-                 " of KV and this conversation needs " + mib_text(o.needed_bytes) + " for " +
-                 std::to_string(o.tokens) +
-                 " tokens; raise the budget or start a shorter conversation");
-  }
-  const std::vector<ScheduledWork>& ran = plan.work;
-  // Nothing to run: done, unless planning changed something the next step can build on.
-  if (ran.empty()) {
-    // Idle: KV cut while device work was still queued can wait for it now, at no cost to a
-    // step, rather than stay charged to chats that have ended.
-    try {
-      m.kv->reclaim(/*wait=*/true);
-    } catch (const Error& e) {
-      m.log->error("unmapping KV of ended chats: {}", e.what());
-    }
-    return (!plan.oversized.empty() || !plan.preempted.empty()) && !m.sequences.empty();
-  }
-  std::vector<BatchSequence> batch;
-  batch.reserve(ran.size());
-  for (const ScheduledWork& w : ran) {
-    const ActiveSequence& seq = *m.sequences.at(w.id);
-    batch.push_back({w.slot,
-                     std::span<const int32_t>(seq.tokens.data() + w.start_position,
-                                              static_cast<size_t>(w.count)),
-                     w.start_position, false});
-  }
-
-  // While the device runs this step: map what the next step writes for every sequence this
-  // step gives a token (and that goes on), then top the granule pool up. A GPU backend runs
-  // this once the step is launched; otherwise it runs after forward().
-  m.backend->set_step_overlap([&m, &ran] {
-    try {
-      for (const ScheduledWork& w : ran) {
-        if (!m.options.kv_map_ahead) break;
-        const auto it = m.sequences.find(w.id);
-        if (it == m.sequences.end()) continue;
-        const ActiveSequence& seq = *it->second;
-        const int64_t next = w.start_position + w.count;  // where the next step writes
-        if (next != static_cast<int64_t>(seq.tokens.size())) continue;  // more prompt first
-        if (seq.generated + 1 >= seq.params.max_tokens || next + 1 > m.options.context_length)
-          continue;  // this step's token ends it
-        m.kv->map_ahead(w.slot, next + 1);
-      }
-      m.kv->refill_pool();
-    } catch (const std::exception& e) {
-      // The next step's own mapping tries again and reports what fails.
-      m.log->warn("mapping KV ahead of the next step: {}", e.what());
-    }
-  });
-  struct OverlapScope {  // the work refers to this step: never left set past it
-    Backend& backend;
-    ~OverlapScope() { backend.set_step_overlap(nullptr); }
-  } overlap_scope{*m.backend};
-
-  // Device sampling: one token per sequence comes back instead of the logits.
-  const bool device_sampling = m.backend->samples_on_device();
-  std::vector<int32_t> device_tokens;
-  const auto start = Clock::now();
-  try {
-    if (device_sampling) {
-      std::vector<SamplingParams> params;
-      std::vector<std::vector<int32_t>> history;
-      std::vector<uint64_t> draw_index;
-      for (const ScheduledWork& w : ran) {
-        const ActiveSequence& seq = *m.sequences.at(w.id);
-        params.push_back(seq.params);
-        const auto window = std::min<size_t>(
-            seq.tokens.size(), static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
-        history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window),
-                             seq.tokens.end());
-        draw_index.push_back(static_cast<uint64_t>(seq.generated));
-      }
-      device_tokens = m.backend->forward_sample(batch, params, history, draw_index);
-    } else {
-      m.backend->forward(batch, m.logits);
-    }
+    const auto start = Clock::now();
+    m.backend->launch(m.step_request(plan));
+    m.prepare_next_step(plan);  // host work while the device runs the step
+    m.take_results(plan, m.backend->wait(), start);
   } catch (const DeviceLostError& e) {
-    // The device can run nothing more: every conversation ends now, not only this batch.
-    m.lose_device(e.what());
+    m.lose_device(e.what());  // the device can run nothing more: every conversation ends
     return false;
   } catch (const Error& e) {
-    for (const ScheduledWork& w : ran) m.finish(w.id, FinishReason::Error, e.what());
-    return !m.sequences.empty();
+    for (const ScheduledWork& w : plan.work) m.finish(w.id, FinishReason::Error, e.what());
+    return !m.scheduler->empty();
   }
-  const double elapsed = seconds_between(start, Clock::now());
-  m.backend->run_step_overlap();  // when the backend did not (the CPU computes in forward())
-  int64_t prompt_tokens = 0, decode_tokens = 0;
-  for (const ScheduledWork& w : ran) (w.decode ? decode_tokens : prompt_tokens) += w.count;
-  // A mixed step's time is shared by token count.
-  const double total = static_cast<double>(prompt_tokens + decode_tokens);
-  m.prompt_seconds += elapsed * static_cast<double>(prompt_tokens) / total;
-  m.decode_seconds += elapsed * static_cast<double>(decode_tokens) / total;
-  m.prompt_tokens_done += static_cast<uint64_t>(prompt_tokens);
-  m.decode_tokens_done += static_cast<uint64_t>(decode_tokens);
-  ++m.steps;
-
-  const auto n_vocab = static_cast<size_t>(m.config.n_vocab);
-  for (size_t i = 0; i < ran.size(); ++i) {
-    const ScheduledWork& w = ran[i];
-    m.scheduler->advance(w.id, w.count);
-    auto it = m.sequences.find(w.id);
-    if (it == m.sequences.end()) continue;
-    ActiveSequence& seq = *it->second;
-    if (seq.cancel_requested) continue;
-    // Only the step that fed the last known token predicts a new one.
-    if (w.start_position + w.count != static_cast<int64_t>(seq.tokens.size())) continue;
-    int32_t token = 0;
-    try {
-      token = device_sampling
-                  ? device_tokens.at(i)
-                  : seq.sampler.sample(
-                        std::span<const float>(m.logits.data() + i * n_vocab, n_vocab), seq.tokens);
-    } catch (const Error& e) {
-      m.finish(w.id, FinishReason::Error, e.what());
-      continue;
-    }
-    m.take_token(seq, token);
-  }
-  return true;
+  return true;  // work ran: the caller reads this step's telemetry before the next
 }
 
-bool Engine::idle() const { return impl_->sequences.empty(); }
+bool Engine::idle() const { return impl_->scheduler->empty(); }
 
 const std::string& Engine::device_lost_reason() const { return impl_->device_lost; }
 
@@ -536,7 +467,7 @@ TelemetrySnapshot Engine::telemetry() const {
         ledger[static_cast<size_t>(c)];
   }
   const auto now = Clock::now();
-  for (const auto& [id, seq] : m.sequences) {
+  for (const auto& [id, seq] : m.scheduler->sequences()) {
     SequenceTelemetry t;
     t.id = id;
     t.tokens = static_cast<int64_t>(seq->tokens.size());

@@ -15,48 +15,53 @@ Scheduler::Scheduler(KvSpace& kv, int64_t prefill_chunk_tokens)
       prefill_chunk_tokens_(std::max<int64_t>(prefill_chunk_tokens, 1)),
       slot_used_(static_cast<size_t>(std::max(kv.geometry().slots, 1)), false) {}
 
-void Scheduler::add(SequenceId id, int64_t prompt_tokens) {
-  if (prompt_tokens <= 0) throw UsageError("a sequence needs at least one prompt token");
+Sequence& Scheduler::add(std::unique_ptr<Sequence> sequence) {
+  if (!sequence || sequence->tokens.empty())
+    throw UsageError("a sequence needs at least one prompt token");
+  const SequenceId id = sequence->id;
   if (sequences_.contains(id))
     throw UsageError("sequence " + std::to_string(id) + " is already queued");
   if (!sequences_.empty() && id < sequences_.rbegin()->first) {
     throw UsageError("sequence ids must grow with arrival");  // the order is the priority
   }
-  Entry e;
-  e.prompt_tokens = prompt_tokens;
-  e.known_tokens = prompt_tokens;
-  sequences_[id] = e;
+  sequence->slot = -1;
+  sequence->computed_tokens = 0;
+  Sequence& added = *sequences_.emplace(id, std::move(sequence)).first->second;
   waiting_.push_back(id);
+  return added;
 }
 
-std::optional<int32_t> Scheduler::remove(SequenceId id) {
+std::unique_ptr<Sequence> Scheduler::remove(SequenceId id) {
   auto it = sequences_.find(id);
-  if (it == sequences_.end()) return std::nullopt;
-  std::optional<int32_t> slot;
-  if (it->second.slot >= 0) {
-    slot = it->second.slot;
-    kv_.release(*slot);
-    slot_used_[static_cast<size_t>(*slot)] = false;
+  if (it == sequences_.end()) return nullptr;
+  std::unique_ptr<Sequence> sequence = std::move(it->second);
+  sequences_.erase(it);
+  if (sequence->running()) {
+    slot_used_[static_cast<size_t>(sequence->slot)] = false;
+    kv_.release(sequence->slot);
   } else {
     waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
   }
-  sequences_.erase(it);
-  return slot;
+  return sequence;
 }
 
-void Scheduler::advance(SequenceId id, int64_t tokens) {
-  Entry& e = sequences_.at(id);
-  e.kv_tokens = std::min(e.kv_tokens + tokens, e.known_tokens);
+void Scheduler::complete(const StepPlan& plan) {
+  for (const ScheduledWork& w : plan.work) {
+    Sequence* s = find(w.id);
+    if (!s || !s->running()) continue;  // removed, or preempted since
+    s->computed_tokens =
+        std::min(w.start_position + w.count, static_cast<int64_t>(s->tokens.size()));
+  }
 }
 
-void Scheduler::append_token(SequenceId id) { ++sequences_.at(id).known_tokens; }
-
-bool Scheduler::decoding(const Entry& e) const {
-  return e.slot >= 0 && e.kv_tokens >= e.prompt_tokens && e.kv_tokens + 1 == e.known_tokens;
+Sequence* Scheduler::find(SequenceId id) {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
 }
 
-bool Scheduler::prefilling(const Entry& e) const {
-  return e.slot >= 0 && e.kv_tokens < e.prompt_tokens;
+const Sequence* Scheduler::find(SequenceId id) const {
+  auto it = sequences_.find(id);
+  return it == sequences_.end() ? nullptr : it->second.get();
 }
 
 std::optional<int32_t> Scheduler::take_free_slot() {
@@ -75,58 +80,58 @@ uint64_t Scheduler::kv_capacity_bytes() const {
 
 uint64_t Scheduler::outstanding_prefill_bytes() const {
   uint64_t bytes = 0;
-  for (const auto& [id, e] : sequences_) {
-    if (!prefilling(e)) continue;
-    const uint64_t whole = kv_.bytes_for_tokens(e.prompt_tokens);
-    const uint64_t have = kv_.committed_bytes(e.slot);
+  for (const auto& [id, s] : sequences_) {
+    if (!prefilling(*s)) continue;
+    const uint64_t whole = kv_.bytes_for_tokens(static_cast<int64_t>(s->tokens.size()));
+    const uint64_t have = kv_.committed_bytes(s->slot);
     if (whole > have) bytes += whole - have;
   }
   return bytes;
 }
 
-bool Scheduler::admissible(const Entry& head) const {
+bool Scheduler::admissible(const Sequence& head) const {
+  const auto head_tokens = static_cast<int64_t>(head.tokens.size());
   const uint64_t available = kv_.budget_available_bytes();
   const uint64_t reserved = outstanding_prefill_bytes();
   if (running() == 0) {
-    // Nobody else will free memory: the head runs if its prompt fits at all (an oversized
+    // Nobody else will free memory: the head runs if its tokens fit at all (an oversized
     // one was caught before this).
-    return kv_.bytes_for_tokens(head.prompt_tokens) <= available;
+    return kv_.bytes_for_tokens(head_tokens) <= available;
   }
   // With others running, leave the head its look-ahead and the running chats one granule to
   // grow into, so admitting a chat does not preempt another on the very next step.
-  const uint64_t need = kv_.bytes_for_tokens(head.prompt_tokens + kv_.geometry().lookahead_tokens) +
-                        kv_.granule_bytes();
+  const uint64_t need =
+      kv_.bytes_for_tokens(head_tokens + kv_.geometry().lookahead_tokens) + kv_.granule_bytes();
   return reserved <= available && need <= available - reserved;
 }
 
 void Scheduler::preempt(SequenceId id, StepPlan& plan) {
-  Entry& e = sequences_.at(id);
-  kv_.release(e.slot);
-  slot_used_[static_cast<size_t>(e.slot)] = false;
-  e.slot = -1;
-  recomputed_tokens_ += static_cast<uint64_t>(e.kv_tokens);
-  e.kv_tokens = 0;
-  // Everything known so far is the new prompt: prefilling it again predicts the next token,
+  Sequence& s = *sequences_.at(id);
+  kv_.release(s.slot);
+  slot_used_[static_cast<size_t>(s.slot)] = false;
+  s.slot = -1;
+  recomputed_tokens_ += static_cast<uint64_t>(s.computed_tokens);
+  // Nothing is computed any more: computing every known token again predicts the next one,
   // exactly where the sequence stopped.
-  e.prompt_tokens = e.known_tokens;
-  ++e.preemptions;
+  s.computed_tokens = 0;
+  ++s.preemptions;
   ++preemptions_;
   // Sorted by arrival, so an older sequence is admitted again before any newer one.
   waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), id), id);
   std::erase_if(plan.work, [id](const ScheduledWork& w) { return w.id == id; });
   plan.preempted.push_back(id);
   logger("engine.scheduler")
-      ->debug("preempted sequence {} at {} tokens: the KV budget is full", id, e.known_tokens);
+      ->debug("preempted sequence {} at {} tokens: the KV budget is full", id, s.tokens.size());
 }
 
 bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
-  const int32_t slot = sequences_.at(id).slot;
+  const int32_t slot = sequences_.at(id)->slot;
   while (!kv_.map_through(slot, tokens)) {
     // The newest running sequence gives way; the oldest keeps its place, so every chat
     // eventually becomes the oldest and finishes.
     SequenceId newest = id;
     for (auto it = sequences_.rbegin(); it != sequences_.rend(); ++it) {
-      if (it->second.slot >= 0) {
+      if (it->second->running()) {
         newest = it->first;
         break;
       }
@@ -140,9 +145,9 @@ bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
       preempt(id, plan);
       return false;
     }
-    plan.oversized.push_back({id, tokens, kv_.bytes_for_tokens(tokens), kv_capacity_bytes()});
+    const uint64_t needed = kv_.bytes_for_tokens(tokens), capacity = kv_capacity_bytes();
     std::erase_if(plan.work, [id](const ScheduledWork& w) { return w.id == id; });
-    remove(id);
+    plan.oversized.push_back({id, tokens, needed, capacity, remove(id)});
     return false;
   }
   return true;
@@ -150,24 +155,24 @@ bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
 
 StepPlan Scheduler::next_step() {
   StepPlan plan;
-  // Running sequences first, oldest first: decodes, then the prompt chunks of those admitted
-  // earlier. A preemption while planning takes a sequence out of this snapshot's later turns.
+  // Running sequences first, oldest first: those with the one sampled token to compute, then
+  // the chunks of those with more. A preemption while planning takes a sequence out of this
+  // snapshot's later turns.
   std::vector<SequenceId> running_ids;
-  for (const auto& [id, e] : sequences_) {
-    if (e.slot >= 0) running_ids.push_back(id);
+  for (const auto& [id, s] : sequences_) {
+    if (s->running()) running_ids.push_back(id);
   }
   for (SequenceId id : running_ids) {
-    auto it = sequences_.find(id);
-    if (it == sequences_.end() || !decoding(it->second)) continue;
-    const Entry& e = it->second;
-    const ScheduledWork w{id, e.slot, e.kv_tokens, 1, true};
+    const Sequence* s = find(id);
+    if (!s || !decoding(*s)) continue;
+    const ScheduledWork w{id, s->slot, s->computed_tokens, 1, true};
     if (map_or_preempt(id, w.start_position + w.count, plan)) plan.work.push_back(w);
   }
   int64_t budget = prefill_chunk_tokens_;
   auto plan_chunk = [&](SequenceId id) {
-    const Entry& e = sequences_.at(id);
-    const int64_t count = std::min(e.prompt_tokens - e.kv_tokens, budget);
-    const ScheduledWork w{id, e.slot, e.kv_tokens, count, false};
+    const Sequence& s = *sequences_.at(id);
+    const int64_t count = std::min(s.uncomputed_tokens(), budget);
+    const ScheduledWork w{id, s.slot, s.computed_tokens, count, false};
     if (map_or_preempt(id, w.start_position + w.count, plan)) {
       plan.work.push_back(w);
       budget -= count;
@@ -175,18 +180,18 @@ StepPlan Scheduler::next_step() {
   };
   for (SequenceId id : running_ids) {
     if (budget == 0) break;
-    auto it = sequences_.find(id);
-    if (it != sequences_.end() && prefilling(it->second)) plan_chunk(id);
+    const Sequence* s = find(id);
+    if (s && prefilling(*s)) plan_chunk(id);
   }
 
   // Admission, in arrival order. A step that had to preempt admits nobody: memory is short.
   while (plan.preempted.empty() && budget > 0 && !waiting_.empty()) {
     const SequenceId head_id = waiting_.front();
-    Entry& head = sequences_.at(head_id);
-    const uint64_t need = kv_.bytes_for_tokens(head.prompt_tokens);
-    if (need > kv_capacity_bytes()) {
-      plan.oversized.push_back({head_id, head.prompt_tokens, need, kv_capacity_bytes()});
-      remove(head_id);
+    Sequence& head = *sequences_.at(head_id);
+    const auto head_tokens = static_cast<int64_t>(head.tokens.size());
+    const uint64_t need = kv_.bytes_for_tokens(head_tokens);
+    if (const uint64_t capacity = kv_capacity_bytes(); need > capacity) {
+      plan.oversized.push_back({head_id, head_tokens, need, capacity, remove(head_id)});
       continue;
     }
     if (!admissible(head)) break;
@@ -205,21 +210,21 @@ std::optional<int32_t> Scheduler::borrow_slot() { return take_free_slot(); }
 void Scheduler::return_slot(int32_t slot) { slot_used_.at(static_cast<size_t>(slot)) = false; }
 
 std::optional<int32_t> Scheduler::slot_of(SequenceId id) const {
-  auto it = sequences_.find(id);
-  if (it == sequences_.end() || it->second.slot < 0) return std::nullopt;
-  return it->second.slot;
+  const Sequence* s = find(id);
+  if (!s || !s->running()) return std::nullopt;
+  return s->slot;
 }
 
 bool Scheduler::contains(SequenceId id) const { return sequences_.contains(id); }
 
 bool Scheduler::is_waiting(SequenceId id) const {
-  auto it = sequences_.find(id);
-  return it != sequences_.end() && it->second.slot < 0;
+  const Sequence* s = find(id);
+  return s && !s->running();
 }
 
 int32_t Scheduler::preemptions_of(SequenceId id) const {
-  auto it = sequences_.find(id);
-  return it == sequences_.end() ? 0 : it->second.preemptions;
+  const Sequence* s = find(id);
+  return s ? s->preemptions : 0;
 }
 
 }  // namespace granule

@@ -7,22 +7,24 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
+
+#include "sequence.h"
 
 namespace granule {
 
 class KvSpace;
 
-using SequenceId = int64_t;
-
-// One sequence's share of a step: feed tokens [start_position, start_position + count).
+// One sequence's share of a step: compute tokens [start_position, start_position + count)
+// of its record, start_position being its computed_tokens.
 struct ScheduledWork {
   SequenceId id = 0;
   int32_t slot = 0;
   int64_t start_position = 0;
   int64_t count = 0;
-  bool decode = false;  // one generated token (else a prompt chunk)
+  bool decode = false;  // the one token sampled last (else a chunk of uncomputed tokens)
 };
 
 // A sequence the budget cannot hold even with every other chat's KV freed.
@@ -31,6 +33,7 @@ struct OversizedSequence {
   int64_t tokens = 0;           // what it needed KV for
   uint64_t needed_bytes = 0;    // that KV, in whole granules
   uint64_t capacity_bytes = 0;  // all the KV the budget can hold next to the rest of the ledger
+  std::unique_ptr<Sequence> sequence;  // its record, taken out of the scheduler: the caller ends it
 };
 
 // What one step runs, and what planning it did to the sequences.
@@ -47,24 +50,29 @@ class Scheduler {
   // budget of the MemoryManager that KvSpace charges.
   Scheduler(KvSpace& kv, int64_t prefill_chunk_tokens);
 
-  // Queues a sequence whose prompt has prompt_tokens tokens; it waits behind every earlier one.
-  void add(SequenceId id, int64_t prompt_tokens);
-  // Forgets a sequence (finished or cancelled) and frees its KV and slot. Returns the slot.
-  std::optional<int32_t> remove(SequenceId id);
-  // After a step: the sequence now has `tokens` more tokens in its KV.
-  void advance(SequenceId id, int64_t tokens);
-  // A sampled token was appended: the sequence has one more token to feed.
-  void append_token(SequenceId id);
+  // Takes a sequence (with at least one token, none computed); it waits behind every earlier
+  // one. Ids must grow with arrival: the order is the priority.
+  Sequence& add(std::unique_ptr<Sequence> sequence);
+  // Takes a sequence out (finished or cancelled), frees its KV and slot, and hands the record
+  // back; null when the id is unknown.
+  std::unique_ptr<Sequence> remove(SequenceId id);
+  // After the backend ran `plan`: the planned tokens are computed (their KV is in the slots).
+  void complete(const StepPlan& plan);
 
-  // Plans the next step, oldest sequence first. Every running sequence that is past its
-  // prompt decodes one token, and sequences in their prompt get chunks until
-  // prefill_chunk_tokens are spent; each item's KV is mapped as it is planned. When the
-  // budget refuses a mapping, the running sequence that arrived last is preempted (its KV
-  // freed, its prompt + generated tokens queued at the front to be prefilled again) until
-  // the mapping fits; a sequence alone in the budget that still does not fit is oversized.
-  // Then, unless this step preempted, waiting sequences are admitted in arrival order while
-  // a slot is free and the budget holds the head's prompt KV plus a margin; a head that
-  // does not fit blocks those behind it, so a long chat is never starved by short ones.
+  Sequence* find(SequenceId id);
+  const Sequence* find(SequenceId id) const;
+  // Every sequence, by arrival.
+  const std::map<SequenceId, std::unique_ptr<Sequence>>& sequences() const { return sequences_; }
+
+  // Plans the next step, oldest sequence first. Every running sequence with one uncomputed
+  // token (the one sampled last) computes it, and those with more (a prompt, or everything
+  // known after a preemption) get chunks until prefill_chunk_tokens are spent; each item's KV is
+  // mapped as it is planned. When the budget refuses a mapping, the running sequence that arrived
+  // last is preempted (its KV freed and nothing computed: it waits at the front to compute every
+  // token again) until the mapping fits; a sequence alone in the budget that still does not fit is
+  // oversized. Then, unless this step preempted, waiting sequences are admitted in arrival order
+  // while a slot is free and the budget holds the head's KV plus a margin; a head that does not fit
+  // blocks those behind it, so a long chat is never starved by short ones.
   StepPlan next_step();
 
   // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken.
@@ -83,16 +91,9 @@ class Scheduler {
   uint64_t recomputed_tokens() const { return recomputed_tokens_; }
 
  private:
-  struct Entry {
-    int32_t slot = -1;          // -1 while waiting
-    int64_t prompt_tokens = 0;  // to prefill before decoding: the prompt, or all known tokens
-                                // when re-admitted after a preemption
-    int64_t known_tokens = 0;   // prompt + sampled tokens
-    int64_t kv_tokens = 0;      // tokens already in KV
-    int32_t preemptions = 0;
-  };
-  bool decoding(const Entry& e) const;
-  bool prefilling(const Entry& e) const;
+  // One token left to compute: the sampled one (no prefill budget needed).
+  static bool decoding(const Sequence& s) { return s.running() && s.uncomputed_tokens() == 1; }
+  static bool prefilling(const Sequence& s) { return s.running() && s.uncomputed_tokens() > 1; }
   std::optional<int32_t> take_free_slot();
   // Maps the sequence's KV through `tokens`, preempting newer sequences (or, last, this one)
   // as the budget needs. Returns false when `id` itself was preempted or found oversized.
@@ -102,13 +103,13 @@ class Scheduler {
   uint64_t kv_capacity_bytes() const;
   // KV the running sequences still in their prompt will map before they decode.
   uint64_t outstanding_prefill_bytes() const;
-  bool admissible(const Entry& head) const;
+  bool admissible(const Sequence& head) const;
 
   KvSpace& kv_;
   int64_t prefill_chunk_tokens_;
   std::vector<bool> slot_used_;
-  std::map<SequenceId, Entry> sequences_;  // ordered by id = by arrival
-  std::deque<SequenceId> waiting_;         // in arrival order: preempted ones return to the front
+  std::map<SequenceId, std::unique_ptr<Sequence>> sequences_;  // ordered by id = by arrival
+  std::deque<SequenceId> waiting_;  // in arrival order: preempted ones return to the front
   uint64_t preemptions_ = 0;
   uint64_t recomputed_tokens_ = 0;
 };

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "backend.h"
+#include "runtime.h"
 #include "cpu/ops.h"
 #include "cpu/thread_pool.h"
 #include "granule/error.h"
@@ -219,28 +220,31 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-// A model, its CPU backend and a KvSpace with a few slots.
+// A model, its CPU backend and a KvSpace with a few slots (make_runtime, as the engine).
 struct LoadedModel {
   std::unique_ptr<ModelFile> file;
   ModelConfig config;
   WeightTable weights;
-  EngineOptions options;
-  MemoryManager memory{uint64_t{1} << 40};
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<KvSpace> kv;
+  Runtime runtime;
+  MemoryManager& memory;
+  std::unique_ptr<Backend>& backend = runtime.backend;
+  std::unique_ptr<KvSpace>& kv = runtime.kv;
 
-  explicit LoadedModel(const fs::path& path, int32_t slots = 4, int64_t context = 256) {
+  explicit LoadedModel(const fs::path& path, int32_t slots = 4, int64_t context = 256)
+      : runtime(load(path, slots, context)), memory(*runtime.memory) {}
+
+  Runtime load(const fs::path& path, int32_t slots, int64_t context) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
-    options.cpu_threads = 2;
-    backend = make_cpu_backend(BackendInit{*file, config, weights, memory, options});
-    KvGeometry g;
-    g.bytes_per_token = backend->kv_bytes_per_token();
-    g.max_tokens = context;
-    g.slots = slots;
-    kv = std::make_unique<KvSpace>(backend->make_kv_virtual_memory(), g, memory);
-    backend->attach_kv(*kv);
+    RuntimeOptions options;
+    options.device = DeviceKind::Cpu;
+    options.backend.cpu_threads = 2;
+    options.backend.vram_budget_bytes = uint64_t{1} << 40;
+    options.context_length = context;
+    options.slots = slots;
+    options.kv_pool_granules = 0;
+    return make_runtime(*file, config, weights, options);
   }
 
   // Runs tokens on a slot from start; returns one row per token (all_logits) or the last.

@@ -1,6 +1,6 @@
 // Tests of the Scheduler's policy on a KvSpace over host memory with a small budget (no
 // model): arrival-order admission that a head too big for the budget blocks, preemption of
-// the newest running sequence with its known tokens queued as its new prompt, and sequences
+// the newest running sequence, which then computes all its known tokens again, and sequences
 // the budget cannot hold alone reported as oversized. The expected plans follow from the
 // geometry by hand: 1 KiB of KV per token in 64 KiB granules is 64 tokens a granule.
 #include "scheduler.h"
@@ -42,30 +42,31 @@ struct Fixture {
     return g;
   }
 
-  // Does what the engine does after the backend ran the plan: the fed tokens are in KV, and
-  // an item that fed a sequence's last known token samples one more.
+  // Does what the engine does after the backend ran the plan: the planned tokens are
+  // computed, and a sequence with all its tokens computed samples one more (token 0).
   StepPlan step() {
     StepPlan plan = scheduler.next_step();
+    scheduler.complete(plan);
     for (const ScheduledWork& w : plan.work) {
-      scheduler.advance(w.id, w.count);
-      if (w.start_position + w.count == known.at(w.id)) {
-        scheduler.append_token(w.id);
-        ++known.at(w.id);
-      }
+      Sequence* s = scheduler.find(w.id);
+      if (s && s->uncomputed_tokens() == 0) s->tokens.push_back(0);
     }
     return plan;
   }
 
   void add(SequenceId id, int64_t prompt_tokens) {
-    scheduler.add(id, prompt_tokens);
-    known[id] = prompt_tokens;
+    scheduler.add(std::make_unique<Sequence>(
+        id, std::vector<TokenId>(static_cast<size_t>(prompt_tokens), 1), SamplingParams{}));
+  }
+
+  // Prompt + sampled tokens, as the sequence's record holds them.
+  int64_t known(SequenceId id) const {
+    return static_cast<int64_t>(scheduler.find(id)->tokens.size());
   }
 
   uint64_t committed_granules() const {
     return memory.bytes(MemoryCategory::KvCommitted) / kGranule;
   }
-
-  std::map<SequenceId, int64_t> known;  // prompt + sampled tokens, as the engine keeps them
 };
 
 std::vector<SequenceId> ids_of(const std::vector<ScheduledWork>& work) {
@@ -149,8 +150,8 @@ TEST(Scheduler, GrowthPreemptsTheNewestWhichLaterPrefillsAllItsTokens) {
   EXPECT_EQ(plan.work.front().id, 2);
   EXPECT_EQ(plan.work.front().start_position, 0);
   EXPECT_EQ(plan.work.front().count, 69);
-  EXPECT_FALSE(plan.work.front().decode);
-  EXPECT_EQ(f.known.at(2), 70);  // that prefill sampled the next token
+  EXPECT_FALSE(plan.work.front().decode);  // 69 uncomputed tokens: a chunk
+  EXPECT_EQ(f.known(2), 70);               // that prefill sampled the next token
   plan = f.step();
   EXPECT_TRUE(std::any_of(plan.work.begin(), plan.work.end(), [](const ScheduledWork& w) {
     return w.id == 2 && w.decode && w.start_position == 69;
@@ -208,11 +209,11 @@ TEST(Scheduler, RemovingWaitingAndRunningSequencesFreesTheirPlaces) {
   for (int i = 0; i < 9; ++i) f.step();  // 2 is preempted on the 9th decode (as above)
   ASSERT_TRUE(f.scheduler.is_waiting(2));
   ASSERT_EQ(f.scheduler.waiting(), 2u);
-  EXPECT_EQ(f.scheduler.remove(2), std::nullopt);  // waiting: no slot to return
-  EXPECT_EQ(f.scheduler.remove(3), std::nullopt);
+  EXPECT_NE(f.scheduler.remove(2), nullptr);  // waiting: its record comes back, no KV
+  EXPECT_NE(f.scheduler.remove(3), nullptr);
   EXPECT_EQ(f.scheduler.waiting(), 0u);
   EXPECT_EQ(f.committed_granules(), 3u);
-  EXPECT_TRUE(f.scheduler.remove(1).has_value());
+  EXPECT_NE(f.scheduler.remove(1), nullptr);
   EXPECT_EQ(f.committed_granules(), 0u);
   EXPECT_TRUE(f.scheduler.empty());
   EXPECT_TRUE(f.step().work.empty());

@@ -25,37 +25,33 @@
 #include "granule/synthetic_model.h"
 #include "kv_space.h"
 #include "memory_manager.h"
+#include "runtime.h"
 #include "support/test_files.h"
 
 namespace granule {
 namespace {
 
-// A backend with its own ledger and KV space over a model file.
+// A backend with its own ledger and KV space over a model file (make_runtime, as the engine).
 struct Rig {
   std::unique_ptr<ModelFile> file;
   ModelConfig config;
   WeightTable weights;
-  EngineOptions options;
-  std::unique_ptr<MemoryManager> memory;
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<KvSpace> kv;
+  Runtime runtime;
+  std::unique_ptr<MemoryManager>& memory = runtime.memory;
+  std::unique_ptr<Backend>& backend = runtime.backend;
+  std::unique_ptr<KvSpace>& kv = runtime.kv;
 
   Rig(const std::filesystem::path& path, bool gpu, int slots = 4, int64_t context = 512) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
+    RuntimeOptions options;
+    options.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
+    options.backend.vram_budget_bytes = uint64_t{1} << 40;
     options.context_length = context;
-    options.max_sequences = slots;
-    options.cpu_threads = 0;
-    memory = std::make_unique<MemoryManager>(uint64_t{1} << 40);
-    const BackendInit init{*file, config, weights, *memory, options};
-    backend = gpu ? make_cuda_backend(init) : make_cpu_backend(init);
-    KvGeometry g;
-    g.bytes_per_token = backend->kv_bytes_per_token();
-    g.max_tokens = context;
-    g.slots = slots;
-    kv = std::make_unique<KvSpace>(backend->make_kv_virtual_memory(), g, *memory);
-    backend->attach_kv(*kv);
+    options.slots = slots;
+    options.kv_pool_granules = 0;
+    runtime = make_runtime(*file, config, weights, options);
   }
 
   std::vector<float> run(std::vector<BatchSequence> batch) {

@@ -1,5 +1,5 @@
 // A Backend decorator for engine tests: passes every call to the backend the engine picked,
-// and throws a chosen error from the n-th forward pass (forward() or forward_sample()), the
+// and throws a chosen error from the n-th step's launch(), the
 // way the CUDA backend reports a failed kernel or copy: DeviceError for a failure the device
 // survives, DeviceLostError for a sticky one. Installed through EngineOptions::wrap_backend.
 #pragma once
@@ -16,7 +16,7 @@ class FaultInjectingBackend final : public Backend {
  public:
   enum class Fault { DeviceError, DeviceLost };
 
-  // Fails forward pass number `fail_at` (counting from 1) and, for DeviceLost, every pass after.
+  // Fails launch number `fail_at` (counting from 1) and, for DeviceLost, every launch after.
   FaultInjectingBackend(std::unique_ptr<Backend> inner, int fail_at, Fault fault)
       : inner_(std::move(inner)), fail_at_(fail_at), fault_(fault) {}
 
@@ -36,18 +36,12 @@ class FaultInjectingBackend final : public Backend {
     return inner_->make_kv_virtual_memory();
   }
   void attach_kv(KvSpace& kv) override { inner_->attach_kv(kv); }
-  int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) override {
-    maybe_fail();
-    return inner_->forward(batch, logits);
-  }
   bool samples_on_device() const override { return inner_->samples_on_device(); }
-  std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
-                                      std::span<const SamplingParams> params,
-                                      const std::vector<std::vector<int32_t>>& history,
-                                      std::span<const uint64_t> draw_index) override {
+  void launch(const StepRequest& step) override {
     maybe_fail();
-    return inner_->forward_sample(batch, params, history, draw_index);
+    inner_->launch(step);
   }
+  StepResult wait() override { return inner_->wait(); }
   void fill_telemetry(TelemetrySnapshot& snapshot) const override {
     inner_->fill_telemetry(snapshot);
   }

@@ -42,7 +42,7 @@ void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x
   int64_t total_rows = 0;
   for (const MatmulTarget& t : targets) total_rows += t.w->dims[1];
   pool.parallel_for(total_rows, [&](int64_t begin, int64_t end, int32_t) {
-    int64_t first = 0;   // global index of the current target's row 0
+    int64_t first = 0;  // global index of the current target's row 0
     for (const MatmulTarget& t : targets) {
       const int64_t rows = t.w->dims[1];
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + rows);
@@ -61,7 +61,7 @@ void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
   for (int64_t t = 0; t < n_tokens; ++t) add_in_place(y + t * n, bias.data(), n);
 }
 
-int32_t thread_count(const EngineOptions& options) {
+int32_t thread_count(const BackendOptions& options) {
   if (options.cpu_threads > 0) return options.cpu_threads;
   return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
 }
@@ -108,20 +108,22 @@ CpuBackend::CpuBackend(const BackendInit& init)
   memory_.charge(MemoryCategory::WeightsResident, charged_weight_bytes_);
 
   std::vector<float> freq_factors = to_f32(weights_.rope_freqs);
-  rope_frequencies_ =
-      rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
-                       freq_factors.empty() ? nullptr : freq_factors.data());
+  rope_frequencies_ = rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
+                                       freq_factors.empty() ? nullptr : freq_factors.data());
   output_norm_ = to_f32(weights_.output_norm);
   layers_.reserve(weights_.layers.size());
   for (const LayerWeights& l : weights_.layers) {
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
                        to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm)});
   }
-  logger("engine.cpu")->info("CPU backend: {} threads, {} layers, weights {} MiB", pool_.threads(),
-                             config_.n_layer, charged_weight_bytes_ >> 20);
+  logger("engine.cpu")
+      ->info("CPU backend: {} threads, {} layers, weights {} MiB", pool_.threads(), config_.n_layer,
+             charged_weight_bytes_ >> 20);
 }
 
-CpuBackend::~CpuBackend() { memory_.release(MemoryCategory::WeightsResident, charged_weight_bytes_); }
+CpuBackend::~CpuBackend() {
+  memory_.release(MemoryCategory::WeightsResident, charged_weight_bytes_);
+}
 
 std::string CpuBackend::name() const {
   return "CPU (" + std::to_string(pool_.threads()) + " threads)";
@@ -130,13 +132,12 @@ std::string CpuBackend::name() const {
 uint64_t CpuBackend::device_total_bytes() const {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
-                                    : 0;
+  return pages > 0 && page_size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+             : 0;
 }
 
-int64_t CpuBackend::kv_bytes_per_token() const {
-  return config_.kv_bytes_per_token(sizeof(float));
-}
+int64_t CpuBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(sizeof(float)); }
 
 std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
   return make_host_virtual_memory();
@@ -169,7 +170,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   for (int64_t t = 0; t < n_tokens; ++t) {
     float* q = s.q.data() + t * q_dim;
     float* k = s.k.data() + t * kv_dim;
-    if (c.qk_norm) {   // Qwen3: per-head RMSNorm of Q and K before the rotation
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm of Q and K before the rotation
       for (int64_t h = 0; h < c.n_head; ++h) {
         rms_norm(q + h * c.head_dim, lv.q_norm.data(), q + h * c.head_dim, c.head_dim, c.rms_eps);
       }
@@ -199,8 +200,8 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       const int64_t kv_head_offset = (h / group) * c.head_dim;
       attention_head(s.q.data() + t * q_dim + h * c.head_dim,
                      kv_at(slot, 0, layer, false) + kv_head_offset,
-                     kv_at(slot, 0, layer, true) + kv_head_offset, token_stride, length,
-                     c.head_dim, scores.data(), s.attn.data() + t * q_dim + h * c.head_dim);
+                     kv_at(slot, 0, layer, true) + kv_head_offset, token_stride, length, c.head_dim,
+                     scores.data(), s.attn.data() + t * q_dim + h * c.head_dim);
     }
   });
 
@@ -208,8 +209,24 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
 }
 
-int64_t CpuBackend::forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
-  if (!kv_) throw UsageError("CPU backend: forward() before attach_kv()");
+void CpuBackend::launch(const StepRequest& step) {
+  if (step.sample) throw UsageError(name() + " does not sample on the device");
+  if (!step.logits) throw UsageError("CPU backend: a step without sampling needs logits");
+  done_.reset();
+  StepResult result;
+  result.logit_rows = run(step.batch, *step.logits);
+  done_ = std::move(result);
+}
+
+StepResult CpuBackend::wait() {
+  if (!done_) throw UsageError("CPU backend: wait() without a launched step");
+  StepResult result = std::move(*done_);
+  done_.reset();
+  return result;
+}
+
+int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+  if (!kv_) throw UsageError("CPU backend: launch() before attach_kv()");
   const ModelConfig& c = config_;
   int64_t n_tokens = 0;
   int64_t n_rows = 0;

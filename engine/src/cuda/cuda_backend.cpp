@@ -99,7 +99,7 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
     init.memory.set_budget_bytes(free_bytes > margin ? free_bytes - margin : 0);
   }
   const int max_rows = static_cast<int>(
-      std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.prefill_chunk_tokens));
+      std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
   model_ = std::make_unique<CudaModel>(init, max_rows);
   logger("engine.cuda")
       ->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
@@ -166,7 +166,6 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   if (!decode || !options_.cuda_graphs) {
     if (decode) last_fallback_reason_ = "graphs disabled by the options";
     enqueue();
-    run_step_overlap();  // while the GPU runs the step
     return;
   }
   auto key = std::make_pair(n_rows, head);
@@ -197,133 +196,139 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
   }
   it->second.launch(m.stream());
   ++graph_replays_;
-  // Mapping the next step's KV and creating pool granules while the GPU runs this step
-  // keeps both off the time between steps (none of the driver's VMM calls waits for it).
-  run_step_overlap();
 }
 
-int64_t CudaBackend::forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
-  if (!kv_) throw UsageError("CUDA backend: forward() before attach_kv()");
-  std::vector<std::pair<size_t, size_t>> token_index;
+std::vector<kernels::DeviceSamplingParams> CudaBackend::device_params(size_t first,
+                                                                      size_t count) const {
+  const StepRequest& step = pending_.step;
+  std::vector<kernels::DeviceSamplingParams> out;
+  for (size_t s = first; s < first + count; ++s) {
+    const SamplingParams& p = step.params[s];
+    kernels::DeviceSamplingParams d;
+    d.temperature = p.temperature;
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+    d.repetition_penalty = p.repetition_penalty;
+    d.frequency_penalty = p.frequency_penalty;
+    d.presence_penalty = p.presence_penalty;
+    d.penalty_last_n = p.penalty_last_n;
+    d.seed = p.seed;
+    d.step = step.draw_index[s];
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> CudaBackend::histories(size_t first, size_t count) const {
+  const StepRequest& step = pending_.step;
+  std::vector<std::vector<int32_t>> out;
+  for (size_t s = first; s < first + count; ++s)
+    out.push_back(s < step.history.size() ? step.history[s] : std::vector<int32_t>{});
+  return out;
+}
+
+void CudaBackend::launch(const StepRequest& step) {
+  if (!kv_) throw UsageError("CUDA backend: launch() before attach_kv()");
+  pending_ = PendingStep{};
+  PendingStep& p = pending_;
+  if (step.sample) {
+    if (step.params.size() != step.batch.size() || step.draw_index.size() != step.batch.size())
+      throw UsageError("CUDA backend: a sampled step needs parameters for every sequence");
+  } else if (!step.logits) {
+    throw UsageError("CUDA backend: a step without sampling needs logits");
+  }
+  p.decode = step.batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
+  bool greedy = true;
   int64_t n_out = 0;
-  bool decode = batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const BatchSequence& seq = batch[s];
+  for (size_t s = 0; s < step.batch.size(); ++s) {
+    const BatchSequence& seq = step.batch[s];
     if (seq.tokens.empty()) throw UsageError("CUDA backend: a batch sequence has no tokens");
+    if (step.sample && seq.all_logits)
+      throw UsageError("CUDA backend: a sampled step takes no sequence with all_logits");
     for (size_t i = 0; i < seq.tokens.size(); ++i) {
       if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
         throw UsageError("token id " + std::to_string(seq.tokens[i]) +
                          " is outside the vocabulary of " + std::to_string(config_.n_vocab));
-      token_index.emplace_back(s, i);
+      p.token_index.emplace_back(s, i);
     }
     n_out += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
-    decode = decode && seq.tokens.size() == 1;
+    p.decode = p.decode && seq.tokens.size() == 1;
+    if (step.sample) greedy = greedy && is_greedy(step.params[s]);
   }
-  const int64_t n_vocab = config_.n_vocab;
-  logits.resize(static_cast<size_t>(n_out * n_vocab));
+  p.step = step;
+  p.head = !step.sample ? Head::Logits : greedy ? Head::Greedy : Head::Sample;
+  if (step.sample) {
+    p.result.tokens.resize(step.batch.size());
+  } else {
+    step.logits->resize(static_cast<size_t>(n_out * config_.n_vocab));
+    p.result.logit_rows = n_out;
+  }
+  p.active = true;
   CudaModel& m = *model_;
-  if (decode) {
-    m.upload(flatten(batch, 0, token_index.size(), &token_index));
-    run_step(static_cast<int>(batch.size()), true, Head::Logits);
-    m.copy_logits(static_cast<int>(batch.size()), logits.data());
-    return n_out;
+  const auto n = step.batch.size();
+  if (p.decode) {
+    // A decode step: one graph replay, queued; wait() downloads its tokens or logits.
+    m.upload(flatten(step.batch, 0, p.token_index.size(), &p.token_index));
+    if (p.head == Head::Sample) m.upload_sampling(device_params(0, n), histories(0, n));
+    run_step(static_cast<int>(n), true, p.head);
+    return;
   }
-  int64_t out_row = 0;
-  for (size_t first = 0; first < token_index.size(); first += static_cast<size_t>(m.max_rows())) {
-    const size_t count = std::min(token_index.size() - first, static_cast<size_t>(m.max_rows()));
-    const RowInputs in = flatten(batch, first, count, &token_index);
-    m.upload(in);
-    m.run_layers(static_cast<int>(count));
-    run_step_overlap();  // while the GPU runs the first chunk
-    const int n_logit_rows = static_cast<int>(in.logit_rows.size());
-    for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
-      const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
-      m.run_head(g, group);
-      m.copy_logits(group, logits.data() + out_row * n_vocab);
-      out_row += group;
-    }
-  }
-  return n_out;
+  // Chunked prefill: the first chunk's layers are queued here, the rest in wait().
+  p.first_chunk =
+      flatten(step.batch, 0, std::min(p.token_index.size(), static_cast<size_t>(m.max_rows())),
+              &p.token_index);
+  m.upload(p.first_chunk);
+  m.run_layers(static_cast<int>(p.first_chunk.tokens.size()));
 }
 
-std::vector<int32_t> CudaBackend::forward_sample(std::span<const BatchSequence> batch,
-                                                 std::span<const SamplingParams> params,
-                                                 const std::vector<std::vector<int32_t>>& history,
-                                                 std::span<const uint64_t> draw_index) {
-  if (!kv_) throw UsageError("CUDA backend: forward_sample() before attach_kv()");
-  if (params.size() != batch.size() || draw_index.size() != batch.size())
-    throw UsageError("CUDA backend: forward_sample() needs sampling parameters for every sequence");
-  std::vector<std::pair<size_t, size_t>> token_index;
-  bool decode = batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
-  bool greedy = true;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const BatchSequence& seq = batch[s];
-    if (seq.tokens.empty() || seq.all_logits)
-      throw UsageError(
-          "CUDA backend: forward_sample() takes sequences with tokens and without all_logits");
-    for (size_t i = 0; i < seq.tokens.size(); ++i) {
-      if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
-        throw UsageError("token id " + std::to_string(seq.tokens[i]) +
-                         " is outside the vocabulary of " + std::to_string(config_.n_vocab));
-      token_index.emplace_back(s, i);
-    }
-    decode = decode && seq.tokens.size() == 1;
-    greedy = greedy && is_greedy(params[s]);
-  }
-  auto device_params = [&](size_t first, size_t count) {
-    std::vector<kernels::DeviceSamplingParams> out;
-    for (size_t s = first; s < first + count; ++s) {
-      const SamplingParams& p = params[s];
-      kernels::DeviceSamplingParams d;
-      d.temperature = p.temperature;
-      d.top_k = p.top_k;
-      d.top_p = p.top_p;
-      d.min_p = p.min_p;
-      d.repetition_penalty = p.repetition_penalty;
-      d.frequency_penalty = p.frequency_penalty;
-      d.presence_penalty = p.presence_penalty;
-      d.penalty_last_n = p.penalty_last_n;
-      d.seed = p.seed;
-      d.step = draw_index[s];
-      out.push_back(d);
-    }
-    return out;
-  };
-  auto histories = [&](size_t first, size_t count) {
-    std::vector<std::vector<int32_t>> out;
-    for (size_t s = first; s < first + count; ++s)
-      out.push_back(s < history.size() ? history[s] : std::vector<int32_t>{});
-    return out;
-  };
-
-  std::vector<int32_t> tokens(batch.size());
+StepResult CudaBackend::wait() {
+  if (!pending_.active) throw UsageError("CUDA backend: wait() without a launched step");
+  struct Over {  // the step is over however wait() ends
+    PendingStep& p;
+    ~Over() { p.active = false; }
+  } over{pending_};
+  PendingStep& p = pending_;
   CudaModel& m = *model_;
-  const Head head = greedy ? Head::Greedy : Head::Sample;
-  if (decode) {
-    m.upload(flatten(batch, 0, token_index.size(), &token_index));
-    if (!greedy) m.upload_sampling(device_params(0, batch.size()), histories(0, batch.size()));
-    run_step(static_cast<int>(batch.size()), true, head);
-    m.copy_tokens(static_cast<int>(batch.size()), tokens.data());
-    return tokens;
+  const int64_t n_vocab = config_.n_vocab;
+  const size_t n = p.step.batch.size();
+  if (p.decode) {
+    if (p.head == Head::Logits) {
+      m.copy_logits(static_cast<int>(n), p.step.logits->data());
+    } else {
+      m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
+    }
+    return std::move(p.result);
   }
   size_t out_row = 0;
-  for (size_t first = 0; first < token_index.size(); first += static_cast<size_t>(m.max_rows())) {
-    const size_t count = std::min(token_index.size() - first, static_cast<size_t>(m.max_rows()));
-    const RowInputs in = flatten(batch, first, count, &token_index);
-    m.upload(in);
-    m.run_layers(static_cast<int>(count));
-    run_step_overlap();  // while the GPU runs the first chunk
+  const auto max_rows = static_cast<size_t>(m.max_rows());
+  for (size_t first = 0; first < p.token_index.size(); first += max_rows) {
+    const size_t count = std::min(p.token_index.size() - first, max_rows);
+    RowInputs in;
+    if (first == 0) {
+      in = std::move(p.first_chunk);  // its layers were queued by launch()
+    } else {
+      in = flatten(p.step.batch, first, count, &p.token_index);
+      m.upload(in);
+      m.run_layers(static_cast<int>(count));
+    }
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
       const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
       m.run_head(g, group);
-      if (!greedy) m.upload_sampling(device_params(out_row, group), histories(out_row, group));
-      m.sample(group, greedy);
-      m.copy_tokens(group, tokens.data() + out_row);
+      if (p.head == Head::Logits) {
+        m.copy_logits(group, p.step.logits->data() + static_cast<int64_t>(out_row) * n_vocab);
+      } else {
+        if (p.head == Head::Sample)
+          m.upload_sampling(device_params(out_row, static_cast<size_t>(group)),
+                            histories(out_row, static_cast<size_t>(group)));
+        m.sample(group, p.head == Head::Greedy);
+        m.copy_tokens(group, p.result.tokens.data() + out_row);
+      }
       out_row += static_cast<size_t>(group);
     }
   }
-  return tokens;
+  return std::move(p.result);
 }
 
 void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {

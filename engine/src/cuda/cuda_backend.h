@@ -30,18 +30,17 @@ class CudaBackend final : public Backend {
   int64_t kv_bytes_per_token() const override;
   std::unique_ptr<VirtualMemory> make_kv_virtual_memory() override;
   void attach_kv(KvSpace& kv) override;
-  int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) override;
   void fill_telemetry(TelemetrySnapshot& snapshot) const override;
 
-  // Runs the batch and picks one token per sequence (after its last token) on the device:
-  // params[i] and history[i] (recent tokens, oldest first, for the penalties; the last 256
-  // count) belong to batch[i]; draw_index[i] selects the seeded draw. Top-k keeps at most
-  // 256 candidates (top_k = 0 keeps the 256 most likely before top-p and min-p).
+  // Sampling on the device: one token per sequence (after its last token) comes back. The
+  // penalties see the last 256 tokens of each history; top-k keeps at most 256 candidates
+  // (top_k = 0 keeps the 256 most likely before top-p and min-p).
   bool samples_on_device() const override { return true; }
-  std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
-                                      std::span<const SamplingParams> params,
-                                      const std::vector<std::vector<int32_t>>& history,
-                                      std::span<const uint64_t> draw_index) override;
+  // launch() queues a decode step as one graph replay (captured on first use per batch size
+  // and head), or a prefill's first chunk of layers; wait() runs the rest of a prefill and
+  // downloads the tokens or logits.
+  void launch(const StepRequest& step) override;
+  StepResult wait() override;
 
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).
@@ -54,9 +53,23 @@ class CudaBackend final : public Backend {
   void run_step(int n_rows, bool decode, Head head);
   RowInputs flatten(std::span<const BatchSequence> batch, size_t first_token, size_t count,
                     std::vector<std::pair<size_t, size_t>>* token_index) const;
+  // The pending step's sampling parameters and histories of sequences [first, first + count).
+  std::vector<kernels::DeviceSamplingParams> device_params(size_t first, size_t count) const;
+  std::vector<std::vector<int32_t>> histories(size_t first, size_t count) const;
+
+  // The step between launch() and wait().
+  struct PendingStep {
+    bool active = false;
+    StepRequest step;
+    bool decode = false;
+    Head head = Head::Logits;
+    std::vector<std::pair<size_t, size_t>> token_index;  // (sequence, token) per row
+    RowInputs first_chunk;  // a prefill's first chunk, whose layers launch() queued
+    StepResult result;
+  };
 
   const ModelConfig& config_;
-  const EngineOptions& options_;
+  const BackendOptions& options_;
   int device_ = 0;
   std::string device_name_;
   uint64_t device_total_bytes_ = 0;
@@ -65,6 +78,7 @@ class CudaBackend final : public Backend {
   std::map<std::pair<int, Head>, CudaGraph> graphs_;
   uint64_t graph_replays_ = 0;
   std::string last_fallback_reason_;
+  PendingStep pending_;
 };
 
 }  // namespace granule::cuda
