@@ -388,7 +388,9 @@ TEST(GgufOpen, MissingFileAndDirectoryAreErrorsNamingThePath) {
 // Counts and names from the `gguf` Python package's GGUFReader on these files.
 TEST(GgufRealFiles, VocabOnlyFilesOpenWithTheirTokenArrays) {
   const fs::path dir = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer";
-  if (!fs::exists(dir)) GTEST_SKIP() << "no shared test data at " << dir;
+  if (!fs::exists(dir)) {
+    GTEST_SKIP() << dir << " is absent: `bash packaging/setup.sh testdata` fetches it";
+  }
   const std::map<std::string, std::pair<size_t, std::string>> expected = {
       {"ggml-vocab-gpt-2.gguf", {50257, "gpt2"}},
       {"ggml-vocab-llama-spm.gguf", {32000, "llama"}},
