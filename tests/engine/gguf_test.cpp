@@ -309,6 +309,11 @@ TEST_P(GgufTensorLayouts, EveryBlockTypeRoundTripsAtItsAlignedOffset) {
   EXPECT_EQ(model->find_tensor("absent"), nullptr);
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages), not as raw bytes.
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "GGUF v" << l.version << ", alignment " << l.alignment;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     VersionsAndAlignments, GgufTensorLayouts,
     ::testing::Values(Layout{3, 32}, Layout{2, 32}, Layout{3, 64}, Layout{2, 64}, Layout{3, 8},

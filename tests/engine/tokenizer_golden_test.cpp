@@ -91,6 +91,9 @@ TEST_P(LlamaCppVocabGolden, EncodesEveryStringLikeHuggingFaceAndDecodesBack) {
   }
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages): its file, not its bytes.
+void PrintTo(const VocabCase& c, std::ostream* os) { *os << c.file; }
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                          ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
