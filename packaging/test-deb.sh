@@ -1,18 +1,60 @@
 #!/usr/bin/env bash
 # Packaging test: build the .deb with CPack, install it into a clean Debian 12 root made by
 # debootstrap, run granule-cli --version and the window offscreen there for a few seconds,
-# then purge it and check nothing of it is left. Needs root and Debian's mirror.
+# then purge it and check nothing of it is left. Needs root and a Debian mirror: the one this
+# system's apt uses for bookworm (its apt sources), or GRANULE_DEB_MIRROR.
 #   usage: bash packaging/test-deb.sh [BUILD_DIR]        (default build/, made by setup.sh build)
 # Not part of ctest: it downloads a base system (~40 MB) and the package's dependencies.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 CACHE=${GRANULE_DEB_TEST_CACHE:-/var/cache/granule-deb-test}
-MIRROR=${GRANULE_DEB_MIRROR:-http://deb.debian.org/debian}
-CHROOT=$(mktemp -d /tmp/granule-deb-root.XXXXXX)
 
 say() { printf '\n==== %s  [%ds]\n' "$*" "$SECONDS"; }
 die() { printf 'test-deb.sh: error: %s\n' "$*" >&2; exit 1; }
+
+# The URIs of this system's `deb` sources for bookworm itself (not -updates or -security), in
+# the order apt reads them: one-line entries in sources.list and sources.list.d/*.list, then
+# deb822 stanzas in sources.list.d/*.sources (Types, URIs, Suites, Enabled).
+system_mirrors() {
+  local lists=() sources=()
+  shopt -s nullglob
+  [[ -f /etc/apt/sources.list ]] && lists+=(/etc/apt/sources.list)
+  lists+=(/etc/apt/sources.list.d/*.list)
+  sources=(/etc/apt/sources.list.d/*.sources)
+  shopt -u nullglob
+  if ((${#lists[@]} > 0)); then
+    awk '{ sub(/#.*/, "") }
+      $1 == "deb" {
+        i = 2
+        if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }  # skip [ options ]
+        if ($(i + 1) == "bookworm") print $i
+      }' "${lists[@]}"
+  fi
+  if ((${#sources[@]} > 0)); then
+    awk 'function flush() {
+           if ((" " types " ") ~ / deb / && tolower(enabled) != "no" && (" " suites " ") ~ / bookworm /) {
+             split(uris, u, " "); print u[1]
+           }
+           types = uris = suites = enabled = key = ""
+         }
+      FNR == 1 { flush() }
+      /^#/ { next }
+      /^[ \t]*$/ { flush(); next }
+      /^[ \t]/ { if (key == "uris") uris = uris " " $0; else if (key == "suites") suites = suites " " $0; next }
+      {
+        key = tolower(substr($0, 1, index($0, ":") - 1)); value = substr($0, index($0, ":") + 1)
+        if (key == "types") types = value; else if (key == "uris") uris = value
+        else if (key == "suites") suites = value; else if (key == "enabled") { enabled = value; gsub(/[ \t]/, "", enabled) }
+      }
+      END { flush() }' "${sources[@]}"
+  fi
+}
+
+MIRROR=${GRANULE_DEB_MIRROR:-$(system_mirrors | head -1)}
+[[ -n $MIRROR ]] ||
+  die "no bookworm source in this system's apt sources (/etc/apt/sources.list, /etc/apt/sources.list.d/): set GRANULE_DEB_MIRROR to a Debian mirror"
+CHROOT=$(mktemp -d /tmp/granule-deb-root.XXXXXX)
 cleanup() {
   for m in proc sys dev/pts dev; do umountpoint "$CHROOT/$m"; done
   rm -rf "$CHROOT"

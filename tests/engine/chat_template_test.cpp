@@ -92,6 +92,11 @@ TEST_P(ChatTemplateGolden, DetectsFamilyAndRendersEveryConversationAsTheJinjaDoe
   EXPECT_GT(compared, 0) << "no golden files for " << c.file;
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages): the template and its BOS.
+void PrintTo(const TemplateCase& c, std::ostream* os) {
+  *os << c.file << ".jinja, BOS \"" << c.bos_text << '"';
+}
+
 INSTANTIATE_TEST_SUITE_P(
     RealTemplates, ChatTemplateGolden,
     testing::Values(TemplateCase{"smollm2", TemplateFamily::ChatML, "<|im_start|>"},

@@ -416,6 +416,9 @@ TEST_P(ReferenceGoldenTest, LogitsAndGreedyMatchNumpyReference) {
   EXPECT_EQ(greedy, g.greedy) << c.name;
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages): its name, not its bytes.
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
+
 INSTANTIATE_TEST_SUITE_P(Synthetic, ReferenceGoldenTest, ::testing::ValuesIn(golden_cases()),
                          [](const auto& info) {
                            std::string n = info.param.name;

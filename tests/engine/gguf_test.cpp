@@ -309,6 +309,11 @@ TEST_P(GgufTensorLayouts, EveryBlockTypeRoundTripsAtItsAlignedOffset) {
   EXPECT_EQ(model->find_tensor("absent"), nullptr);
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages), not as raw bytes.
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << "GGUF v" << l.version << ", alignment " << l.alignment;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     VersionsAndAlignments, GgufTensorLayouts,
     ::testing::Values(Layout{3, 32}, Layout{2, 32}, Layout{3, 64}, Layout{2, 64}, Layout{3, 8},
@@ -388,7 +393,9 @@ TEST(GgufOpen, MissingFileAndDirectoryAreErrorsNamingThePath) {
 // Counts and names from the `gguf` Python package's GGUFReader on these files.
 TEST(GgufRealFiles, VocabOnlyFilesOpenWithTheirTokenArrays) {
   const fs::path dir = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer";
-  if (!fs::exists(dir)) GTEST_SKIP() << "no shared test data at " << dir;
+  if (!fs::exists(dir)) {
+    GTEST_SKIP() << dir << " is absent: `bash packaging/setup.sh testdata` fetches it";
+  }
   const std::map<std::string, std::pair<size_t, std::string>> expected = {
       {"ggml-vocab-gpt-2.gguf", {50257, "gpt2"}},
       {"ggml-vocab-llama-spm.gguf", {32000, "llama"}},

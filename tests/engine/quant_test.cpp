@@ -228,6 +228,11 @@ TEST_P(QuantRoundTrip, QuantiseThenDequantiseStaysWithinTheTypesErrorBound) {
   RecordProperty("relative_rms", std::to_string(relative_rms));
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages), not as raw bytes.
+void PrintTo(const ErrorBound& b, std::ostream* os) {
+  *os << tensor_type_info(b.type).name << ", relative RMS error at most " << b.max_relative_rms;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     AllTypes, QuantRoundTrip,
     ::testing::Values(ErrorBound{TensorType::F32, 0.0}, ErrorBound{TensorType::F16, 3e-4},
@@ -326,6 +331,14 @@ TEST_P(QuantBlockTypes, RowLengthThatIsNotAWholeBlockIsRejected) {
 }
 
 // (Element types, F32/F16/BF16, take rows of any length.)
+}  // namespace
+
+// A TensorType parameter shown by its name. In namespace granule, where gtest's
+// argument-dependent lookup finds it (not in the anonymous namespace).
+void PrintTo(TensorType type, std::ostream* os) { *os << tensor_type_info(type).name; }
+
+namespace {
+
 INSTANTIATE_TEST_SUITE_P(BlockTypes, QuantBlockTypes,
                          ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
                                            TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),

@@ -1,13 +1,14 @@
 // Golden tokenizations from independent tokenizers:
-// - llama.cpp's vocabulary test files in shared/testdata/tokenizer (GPT-2 byte-level BPE,
-//   Llama 2 and Phi-3 SentencePiece): the .out ids were made by the original Hugging Face
+// - llama.cpp's vocabulary test files in GRANULE_TESTDATA_DIR/tokenizer, the data folder
+//   `bash packaging/setup.sh testdata` fills (GPT-2 byte-level BPE, Llama 2 and Phi-3
+//   SentencePiece): the .out ids were made by the original Hugging Face
 //   tokenizers (no BOS, special tokens not parsed). Read the way llama.cpp's
 //   test-tokenizer-0 reads them: the .inp file split at "\n__ggml_vocab_test__\n", the .out
 //   file one line per string.
 // - The default model (SmolLM2, pre-tokenizer "smollm"): tests/data/tokenizer/
 //   smollm2_goldens.txt, made by tests/reference/make_smollm2_tokenizer_goldens.py with
 //   Hugging Face tokenizers from the GGUF's own vocabulary and merges.
-// Each test skips when its data is absent.
+// Each test skips, naming what is missing, when its data is absent.
 #include <gtest/gtest.h>
 
 #include "support/test_files.h"
@@ -57,7 +58,10 @@ class LlamaCppVocabGolden : public ::testing::TestWithParam<VocabCase> {};
 
 TEST_P(LlamaCppVocabGolden, EncodesEveryStringLikeHuggingFaceAndDecodesBack) {
   const fs::path vocab = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / GetParam().file;
-  if (!fs::exists(vocab)) GTEST_SKIP() << "no test vocabulary at " << vocab;
+  if (!fs::exists(vocab)) {
+    GTEST_SKIP() << "llama.cpp's tokenizer golden " << vocab
+                 << " is absent: `bash packaging/setup.sh testdata` fetches it";
+  }
   const auto file = ModelFile::open(vocab);
   const auto tokenizer = Tokenizer::from_gguf(*file);
 
@@ -87,6 +91,9 @@ TEST_P(LlamaCppVocabGolden, EncodesEveryStringLikeHuggingFaceAndDecodesBack) {
   }
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages): its file, not its bytes.
+void PrintTo(const VocabCase& c, std::ostream* os) { *os << c.file; }
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                          ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
@@ -104,7 +111,9 @@ using granule::test::unescape_golden;
 
 TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
   const fs::path model = default_model_path();
-  if (model.empty() || !fs::exists(model)) GTEST_SKIP() << "default model not found";
+  if (model.empty() || !fs::exists(model)) {
+    GTEST_SKIP() << "the default model is absent: `bash packaging/setup.sh model` fetches it";
+  }
   const auto file = ModelFile::open(model);
   const auto tokenizer = Tokenizer::from_gguf(*file);
   ASSERT_EQ(tokenizer->pre_name(), "smollm");
@@ -134,7 +143,9 @@ TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
 // text, EOG <|endoftext|> <|im_end|> and the FIM repository token <reponame>).
 TEST(SmolLM2Golden, SpecialTokensMatchWhatLlamaCppReports) {
   const fs::path model = default_model_path();
-  if (model.empty() || !fs::exists(model)) GTEST_SKIP() << "default model not found";
+  if (model.empty() || !fs::exists(model)) {
+    GTEST_SKIP() << "the default model is absent: `bash packaging/setup.sh model` fetches it";
+  }
   const auto file = ModelFile::open(model);
   const auto tokenizer = Tokenizer::from_gguf(*file);
   EXPECT_EQ(tokenizer->model_name(), "gpt2");

@@ -52,6 +52,11 @@ TEST_P(WeightSplit, DecodesToTheSameValuesAsTheGgufRow) {
   }
 }
 
+// How gtest shows a case (--gtest_list_tests, failure messages), not as raw bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << tensor_type_info(c.type).name << ", " << c.cols << " columns";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Types, WeightSplit,
     ::testing::Values(Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096},

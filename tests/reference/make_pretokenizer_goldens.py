@@ -10,8 +10,8 @@ Usage:  pip install tokenizers
 
 Output: one case per line, tab separated: the tokenizer.ggml.pre name, the text escaped
 (\\\\ \\n \\t \\r \\xHH; UTF-8 kept as is), the byte lengths of the words it splits into.
-The texts are llama.cpp's vocabulary test strings (when shared/testdata is present) and
-a few more.
+The texts are llama.cpp's vocabulary test strings (when `bash packaging/setup.sh testdata`
+has put them in the data folder) and a few more.
 """
 import os
 import sys
@@ -80,8 +80,8 @@ def escape(text):
 
 def main():
     texts = []
-    inp = os.path.join(os.path.dirname(__file__), "../../../shared/testdata/tokenizer/"
-                       "ggml-vocab-gpt-2.gguf.inp")
+    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    inp = os.path.join(data_home, "granule/testdata/tokenizer/ggml-vocab-gpt-2.gguf.inp")
     if len(sys.argv) > 1:
         inp = sys.argv[1]
     if os.path.exists(inp):

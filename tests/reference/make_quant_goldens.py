@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/quant/quant_goldens.bin: encoded blocks of every GGUF block type the
 engine supports with their decoded floats, and f32 inputs with their encodings, all
-produced by the `gguf` PyPI package (gguf.quants, an implementation independent of ours).
+produced by the `gguf` Python package (gguf.quants, an implementation independent of ours).
 quant_test.cpp compares the engine's dequantize_row / quantize_row with it bit for bit.
 
     pip install gguf numpy && python3 tests/reference/make_quant_goldens.py
