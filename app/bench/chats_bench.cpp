@@ -90,7 +90,7 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
   result.chats = n;
   result.prompt_tokens = o.prompt_tokens * n;
   RunProgress progress;
-  const uint64_t preemptions_before = engine.telemetry().preemptions;
+  const uint64_t preemptions_before = engine.telemetry().scheduler.preemptions;
   std::mt19937_64 random(o.seed);
   const auto start = Clock::now();
   for (int32_t i = 0; i < n; ++i) {
@@ -137,22 +137,23 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
       }
     }
     const TelemetrySnapshot t = engine.telemetry();
-    result.peak_kv_bytes = std::max(result.peak_kv_bytes, t.ledger.at("kv"));
+    result.peak_kv_bytes =
+        std::max(result.peak_kv_bytes, t.device.ledger_bytes(MemoryCategory::KvCommitted));
     ++result.steps;
-    result.granules_mapped += t.granules_mapped_last_step;
-    result.granules_created_in_step += t.granules_created_last_step;
-    result.mapping_us += t.mapping_us_last_step;
-    result.max_mapping_us = std::max(result.max_mapping_us, t.mapping_us_last_step);
-    result.refill_us += t.pool_refill_us_last_step;
-    result.granules_ahead += t.granules_mapped_ahead_last_step;
-    result.ahead_us += t.mapping_ahead_us_last_step;
+    result.granules_mapped += t.kv.last_granules_mapped;
+    result.granules_created_in_step += t.kv.last_granules_created;
+    result.mapping_us += t.kv.last_mapping_us;
+    result.max_mapping_us = std::max(result.max_mapping_us, t.kv.last_mapping_us);
+    result.refill_us += t.kv.last_refill_us;
+    result.granules_ahead += t.kv.last_ahead_granules;
+    result.ahead_us += t.kv.last_ahead_us;
   }
   const Window& window = full_batch.steps > 0 ? full_batch : after_prefill;
   result.full_batch_window = full_batch.steps > 0;
   result.decode_tokens = window.tokens;
   result.decode_seconds = window.seconds;
   result.decode_steps = window.steps;
-  result.preemptions = engine.telemetry().preemptions - preemptions_before;
+  result.preemptions = engine.telemetry().scheduler.preemptions - preemptions_before;
   result.errors = progress.errors;
   result.first_error = progress.first_error;
   return result;
@@ -199,7 +200,7 @@ void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::st
     std::printf("*: no step had every chat decoding; measured over every step after the prompts\n");
   }
   std::printf("\nKV mapping (pool of %llu pre-created granules%s):\n",
-              static_cast<unsigned long long>(engine.telemetry().kv_pool_target_granules),
+              static_cast<unsigned long long>(engine.telemetry().kv.pool_target_granules),
               o.kv_pool_granules < 0 ? ", sized by the engine" : "");
   std::printf("| %5s | %6s | %14s | %14s | %16s | %16s | %10s | %14s | %14s |\n", "chats", "steps",
               "mapped in step", "mapped ahead", "created in step", "map us/step mean", "map us max",

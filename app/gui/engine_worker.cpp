@@ -64,11 +64,9 @@ void EngineWorker::start() {
 
 void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint32 chats) {
   try {
-    const ModelInspection inspection =
-        granule::app::inspectModel(std::filesystem::path(path.toStdString()));
-    const FitReport fit = estimateFit(inspection, engineOptions(context_length, chats),
-                                      hostAvailableBytes(), /*gpu=*/false);
-    Q_EMIT modelInspected(inspection.info, fit);
+    const std::filesystem::path file(path.toStdString());
+    const FitEstimate fit = Engine::estimate(file, engineOptions(context_length, chats));
+    Q_EMIT modelInspected(modelInfo(file, fit), fit);
   } catch (const std::exception& e) {
     Q_EMIT inspectFailed(path, QString::fromUtf8(e.what()));
   }
@@ -257,55 +255,19 @@ void EngineWorker::emitTelemetry() {
 TelemetryFrame EngineWorker::makeFrame() const {
   TelemetryFrame frame;
   frame.time_s = static_cast<double>(clock_.elapsed()) / 1000.0;
-  frame.process_resident_bytes = processResidentBytes();
-  frame.host_total_bytes = hostTotalBytes();
-  frame.host_available_bytes = hostAvailableBytes();
+  frame.host = {processResidentBytes(), hostTotalBytes(), hostAvailableBytes()};
   if (!engine_) return frame;
-  TelemetrySnapshot snap;
   try {
-    snap = engine_->telemetry();
+    frame.engine = engine_->telemetry();
   } catch (const std::exception& e) {
     log()->warn("telemetry failed: {}", e.what());
     return frame;
   }
-  frame.gpu = snap.gpu;
-  frame.device = QString::fromStdString(snap.device);
-  frame.device_total_bytes = snap.device_total_bytes;
-  frame.budget_bytes = snap.budget_bytes;
-  for (const auto& [category, bytes] : snap.ledger) {
-    // Reserved KV is address space, not memory: reported apart from the stack.
-    if (category.find("reserved") != std::string::npos) {
-      frame.kv_reserved_bytes += bytes;
-      continue;
-    }
-    frame.ledger_bytes[ledgerCategoryIndex(category)] += bytes;
-  }
-  for (const SequenceTelemetry& s : snap.sequences) {
+  frame.has_engine = true;
+  for (const SequenceTelemetry& s : frame.engine.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
-    if (chat == chat_of_sequence_.end()) continue;
-    frame.chats.append({chat->second, s.tokens, s.kv_committed_bytes, s.kv_reserved_bytes,
-                        s.tokens_per_second, s.waiting, s.preemptions});
+    if (chat != chat_of_sequence_.end()) frame.chats.append({chat->second, s});
   }
-  frame.granules_mapped = snap.granules_mapped;
-  frame.waiting_chats = snap.waiting_sequences;
-  frame.preemptions = snap.preemptions;
-  frame.recomputed_tokens = snap.recomputed_tokens;
-  frame.granules_unmapped = snap.granules_unmapped;
-  frame.kv_pool_bytes = snap.kv_pool_bytes;
-  frame.granules_mapped_last_step = snap.granules_mapped_last_step;
-  frame.granules_created_last_step = snap.granules_created_last_step;
-  frame.mapping_us_last_step = snap.mapping_us_last_step;
-  frame.streamed_bytes_per_second = snap.streamed_bytes_per_second;
-  frame.streamed_bytes_total = snap.streamed_bytes_total;
-  frame.layers_resident = snap.layers_resident;
-  frame.layers_streamed = snap.layers_streamed;
-  for (int32_t bucket : snap.graph_buckets) frame.graph_buckets.append(bucket);
-  frame.segments_per_step = snap.segments_per_step;
-  frame.graph_replays = snap.graph_replays;
-  frame.graph_recaptures = snap.graph_recaptures;
-  frame.last_fallback_reason = QString::fromStdString(snap.last_fallback_reason);
-  frame.decode_tokens_per_second = snap.decode_tokens_per_second;
-  frame.steps = snap.steps;
   return frame;
 }
 

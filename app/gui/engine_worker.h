@@ -27,7 +27,8 @@ class EngineWorker : public QObject {
  public Q_SLOTS:
   // Starts the telemetry clock; call once the worker lives in its thread.
   void start();
-  // Reads the model's header and estimates the fit; emits modelInspected or inspectFailed.
+  // Asks the engine what the model needs (Engine::estimate); emits modelInspected or
+  // inspectFailed.
   void inspectModel(const QString& path, qint64 context_length, qint32 chats);
   // Opens the model (replacing a loaded one); emits loadProgress, then modelLoaded or loadFailed.
   void loadModel(const QString& path, qint64 context_length, qint32 chats);
@@ -39,7 +40,7 @@ class EngineWorker : public QObject {
   void shutdown();
 
  Q_SIGNALS:
-  void modelInspected(const granule::app::ModelInfo& info, const granule::app::FitReport& fit);
+  void modelInspected(const granule::app::ModelInfo& info, const granule::FitEstimate& fit);
   void inspectFailed(const QString& path, const QString& error);
   void loadProgress(double fraction, const QString& stage);
   void modelLoaded(const granule::app::ModelInfo& info);

@@ -33,7 +33,7 @@ EngineFactory granuleEngineFactory() {
     // Engine::open reports no progress of its own, so the stages are the steps around it:
     // reading the header is quick; opening maps the weights and reserves KV space.
     stage(0.1, QStringLiteral("Reading the model file"));
-    ModelInfo info = inspectModel(model).info;
+    ModelInfo info = modelInfo(model, Engine::estimate(model, options));
     stage(0.3, QStringLiteral("Loading weights and reserving KV space"));
     auto engine = Engine::open(model, options);
     info.device = QString::fromStdString(engine->device_name());

@@ -6,6 +6,8 @@
 #include <QLocale>
 #include <algorithm>
 
+#include "model_inspector.h"
+
 namespace granule::app {
 
 ModelController::ModelController(ErrorReporter& errors, QObject* parent)
@@ -77,6 +79,7 @@ void ModelController::cancelPreview() {
   if (status_ != Status::Previewing && status_ != Status::Inspecting) return;
   preview_info_ = {};
   fit_ = {};
+  fit_summary_.clear();
   Q_EMIT previewChanged();
   setStatus(restingStatus());
 }
@@ -96,11 +99,12 @@ void ModelController::refreshPreview() {
     Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_);
 }
 
-void ModelController::onModelInspected(const ModelInfo& info, const FitReport& fit) {
+void ModelController::onModelInspected(const ModelInfo& info, const FitEstimate& fit) {
   if (status_ != Status::Inspecting && status_ != Status::Previewing)
     return;  // cancelled meanwhile
   preview_info_ = info;
   fit_ = fit;
+  fit_summary_ = granule::app::fitSummary(fit);
   Q_EMIT previewChanged();
   setStatus(Status::Previewing);
 }

@@ -70,7 +70,7 @@ class ModelController : public QObject {
   QString previewName() const { return preview_info_.name; }
   QString previewPath() const { return preview_info_.path; }
   QString previewDetails() const;
-  QString fitSummary() const { return fit_.summary; }
+  QString fitSummary() const { return fit_summary_; }
   bool fits() const { return fit_.fits; }
   double fitWeightsBytes() const { return static_cast<double>(fit_.weights_bytes); }
   double fitKvBytes() const;
@@ -105,7 +105,7 @@ class ModelController : public QObject {
   void loadRequested(const QString& path, qint64 context_length, qint32 chats);
 
  public Q_SLOTS:
-  void onModelInspected(const granule::app::ModelInfo& info, const granule::app::FitReport& fit);
+  void onModelInspected(const granule::app::ModelInfo& info, const granule::FitEstimate& fit);
   void onInspectFailed(const QString& path, const QString& error);
   void onLoadProgress(double fraction, const QString& stage);
   void onModelLoaded(const granule::app::ModelInfo& info);
@@ -121,7 +121,8 @@ class ModelController : public QObject {
   Status status_ = Status::NoModel;
   ModelInfo loaded_;
   ModelInfo preview_info_;
-  FitReport fit_;
+  FitEstimate fit_;
+  QString fit_summary_;
   double load_progress_ = 0;
   QString load_stage_;
   QString default_model_path_;

@@ -1,5 +1,6 @@
-// Reads a GGUF file's header into ModelInfo and estimates whether it fits before loading
-// (the fit preview): weights, KV per token and workspace against the memory budget.
+// What the window shows about a model file before loading, from the engine's estimate
+// (granule::Engine::estimate: the app reads no GGUF itself) — the model's facts and the fit
+// preview's wording — and the host memory figures from /proc.
 #pragma once
 #include <filesystem>
 
@@ -8,18 +9,11 @@
 
 namespace granule::app {
 
-struct ModelInspection {
-  ModelInfo info;
-  quint64 weights_bytes = 0;
-  quint64 kv_bytes_per_token = 0;  // K+V over all layers, fp16
-};
+// The facts of the model at `path`, as the estimate read them.
+ModelInfo modelInfo(const std::filesystem::path& path, const FitEstimate& estimate);
 
-// Throws granule::Error (FormatError for a bad file) with a one-line message.
-ModelInspection inspectModel(const std::filesystem::path& path);
-
-// The fit preview for opening `inspection` with `options` when `budget_bytes` are free.
-FitReport estimateFit(const ModelInspection& inspection, const EngineOptions& options,
-                      quint64 budget_bytes, bool gpu);
+// One line for the fit dialog: fits, tight (how many tokens per chat fit), or does not fit.
+QString fitSummary(const FitEstimate& fit);
 
 // Host memory figures from /proc (0 when unavailable).
 quint64 hostAvailableBytes();

@@ -1,7 +1,5 @@
-// Telemetry history and current figures for the panels.
+// Telemetry history, the latest frame and the per-chat rows for the panels.
 #include "telemetry_model.h"
-
-#include <numeric>
 
 namespace granule::app {
 
@@ -20,31 +18,20 @@ QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
     case Qt::DisplayRole:
     case TitleRole:
       return title_of_ ? title_of_(chat.chat_id) : QString::number(chat.chat_id);
-    case TokensRole:
-      return chat.tokens;
-    case KvCommittedRole:
-      return static_cast<double>(chat.kv_committed_bytes);
-    case KvReservedRole:
-      return static_cast<double>(chat.kv_reserved_bytes);
-    case TokensPerSecondRole:
-      return chat.tokens_per_second;
     case HighlightedRole:
       return chat.chat_id == highlighted_chat_id_;
-    case WaitingRole:
-      return chat.waiting;
-    case PreemptionsRole:
-      return chat.preemptions;
+    case SequenceRole:
+      return sectionFields(chat.sequence);
     default:
       return {};
   }
 }
 
 QHash<int, QByteArray> TelemetryModel::roleNames() const {
-  return {{ChatIdRole, "chatId"},           {TitleRole, "title"},
-          {TokensRole, "tokens"},           {KvCommittedRole, "kvCommitted"},
-          {KvReservedRole, "kvReserved"},   {TokensPerSecondRole, "tokensPerSecond"},
-          {HighlightedRole, "highlighted"}, {WaitingRole, "waiting"},
-          {PreemptionsRole, "preemptions"}};
+  return {{ChatIdRole, "chatId"},
+          {TitleRole, "title"},
+          {HighlightedRole, "highlighted"},
+          {SequenceRole, "sequence"}};
 }
 
 void TelemetryModel::addFrame(const TelemetryFrame& frame) {
@@ -64,24 +51,14 @@ void TelemetryModel::addFrame(const TelemetryFrame& frame) {
 
 bool TelemetryModel::isWaiting(double chatId) const {
   for (const ChatTelemetry& chat : latest_.chats)
-    if (chat.waiting && static_cast<double>(chat.chat_id) == chatId) return true;
+    if (chat.sequence.waiting && static_cast<double>(chat.chat_id) == chatId) return true;
   return false;
-}
-
-double TelemetryModel::usedBytes() const {
-  return static_cast<double>(
-      std::accumulate(latest_.ledger_bytes.begin(), latest_.ledger_bytes.end(), quint64{0}));
-}
-
-QList<qreal> TelemetryModel::ledgerBytes() const {
-  QList<qreal> bytes;
-  for (quint64 b : latest_.ledger_bytes) bytes.append(static_cast<qreal>(b));
-  return bytes;
 }
 
 QStringList TelemetryModel::ledgerCategories() const {
   QStringList names;
-  for (const char* name : kLedgerCategories) names.append(QString::fromLatin1(name));
+  for (MemoryCategory c : stackedLedgerCategories())
+    names.append(detail::camelCase(memory_category_name(c)));
   return names;
 }
 

@@ -78,21 +78,20 @@ std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
   switch (metric_) {
     case Metric::Memory: {
       std::vector<double> values;
-      for (quint64 b : frame.ledger_bytes) values.push_back(static_cast<double>(b));
+      for (MemoryCategory c : stackedLedgerCategories())
+        values.push_back(static_cast<double>(frame.engine.device.ledger_bytes(c)));
       return values;
     }
-    case Metric::StreamedBytes:
-      return {frame.streamed_bytes_per_second};
     case Metric::DecodeTokens:
-      return {frame.decode_tokens_per_second};
+      return {frame.engine.throughput.decode_tokens_per_second};
     case Metric::ProcessMemory:
-      return {static_cast<double>(frame.process_resident_bytes)};
+      return {static_cast<double>(frame.host.process_resident_bytes)};
   }
   return {};
 }
 
 double TimeSeriesPlot::limitAt(const TelemetryFrame& frame) const {
-  return metric_ == Metric::Memory ? static_cast<double>(frame.budget_bytes) : 0.0;
+  return metric_ == Metric::Memory ? static_cast<double>(frame.engine.device.budget_bytes) : 0.0;
 }
 
 void TimeSeriesPlot::paint(QPainter* painter) {
@@ -137,8 +136,7 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   // over 200 MiB of use would flatten the stack into the axis.
   const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
   // Byte axes round in MiB (200 MiB, not 191 MiB); rates round in their own unit.
-  const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory ||
-                     metric_ == Metric::StreamedBytes;
+  const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory;
   const double unit = bytes ? 1024.0 * 1024.0 : 1.0;
   const double top =
       niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;

@@ -33,7 +33,6 @@ class TimeSeriesPlot : public QQuickPaintedItem {
  public:
   enum class Metric {
     Memory,         // ledger categories stacked, budget line
-    StreamedBytes,  // host-to-device bytes per second
     DecodeTokens,   // tokens per second over all chats
     ProcessMemory,  // the process's resident memory (host figure)
   };

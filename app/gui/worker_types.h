@@ -1,20 +1,30 @@
 // Plain values that cross between the GUI thread and the engine thread in queued signals:
-// model facts, fit preview, generation requests, token batches and telemetry frames.
+// model facts, the engine's fit preview, generation requests, token batches and telemetry
+// frames.
 #pragma once
+#include <QtQml/qqmlregistration.h>
+
 #include <QList>
 #include <QMetaType>
 #include <QString>
-#include <array>
-#include <cstddef>
+#include <QVariantList>
+#include <QVariantMap>
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "granule/engine.h"     // FitEstimate
+#include "granule/telemetry.h"  // TelemetrySnapshot
 
 namespace granule::app {
 
-// What the window says about a model file (from its GGUF header, before or after loading).
+// What the window says about a model file (from the engine's estimate, before or after
+// loading).
 struct ModelInfo {
   QString path;
-  QString name;           // general.name, or the file name
+  QString name;           // the model's name, or the file name
   QString architecture;   // "llama", "qwen2", ...
   QString block_type;     // dominant weight block type, "Q4_1"
   QString chat_template;  // "chatml", or "" when none was recognised
@@ -28,21 +38,6 @@ struct ModelInfo {
   qint64 vocab = 0;
   qint64 trained_context = 0;
   qint64 engine_context = 0;  // context per chat after loading
-};
-
-// The estimate shown before loading: what the weights and KV need against the budget.
-struct FitReport {
-  bool gpu = false;
-  QString budget_source;  // "host memory available" / "VRAM free"
-  quint64 budget_bytes = 0;
-  quint64 weights_bytes = 0;
-  quint64 kv_bytes_per_token = 0;
-  quint64 workspace_bytes = 0;
-  qint64 context_per_chat = 0;       // what the engine will be opened with
-  qint32 chats = 0;                  // sequence slots
-  qint64 max_context_that_fits = 0;  // for `chats` sequences at once, capped to the model's
-  bool fits = false;
-  QString summary;  // one line for the dialog
 };
 
 // Per-chat sampling settings (mirrors granule::SamplingParams, in Qt types).
@@ -83,59 +78,86 @@ struct GenerationResult {
   QString error;   // the engine's one-line message when end == Failed
 };
 
-// The memory ledger's categories in the order the panels stack them (bottom first).
-// "kv_pool" (granules created ahead of need, not mapped yet) sits on "kv" so the two greens
-// read as one KV band.
-inline constexpr std::array<const char*, 7> kLedgerCategories = {
-    "weights", "staging", "kv", "kv_pool", "workspace", "graphs", "other"};
+// Host figures from /proc, measured by the worker beside each engine snapshot.
+struct HostTelemetry {
+  quint64 process_resident_bytes = 0;
+  quint64 total_bytes = 0;
+  quint64 available_bytes = 0;
 
-// The slot of a ledger category in kLedgerCategories; a category the app does not know
-// counts as "other" (the last).
-size_t ledgerCategoryIndex(std::string_view category);
-
-struct ChatTelemetry {
-  qint64 chat_id = 0;
-  qint64 tokens = 0;
-  quint64 kv_committed_bytes = 0;
-  quint64 kv_reserved_bytes = 0;
-  double tokens_per_second = 0;
-  bool waiting = false;    // queued for memory (new, or preempted to be recomputed)
-  qint32 preemptions = 0;  // times its KV was freed for other chats
+  template <class F>
+  void for_each_field(F&& f) const {
+    f("process_resident_bytes", process_resident_bytes);
+    f("total_bytes", total_bytes);
+    f("available_bytes", available_bytes);
+  }
 };
 
-// One telemetry sample (~10 Hz): the engine's snapshot plus host-side figures.
+// One chat's row in the KV panel: the engine's figures for the chat's sequence.
+struct ChatTelemetry {
+  qint64 chat_id = 0;
+  SequenceTelemetry sequence;
+};
+
+// The ledger categories the panels stack, bottom first: those charged to the budget (all but
+// reserved address space), in the engine's order.
+const std::vector<MemoryCategory>& stackedLedgerCategories();
+
+namespace detail {
+QString camelCase(std::string_view snake);
+QVariant fieldValue(bool value);
+QVariant fieldValue(double value);
+QVariant fieldValue(const std::string& value);
+QVariant fieldValue(const std::vector<int32_t>& value);
+QVariant fieldValue(const Ledger& value);
+template <class T>
+requires std::is_integral_v<T> QVariant fieldValue(T value) {
+  return fieldValue(static_cast<double>(value));
+}
+}  // namespace detail
+
+// A section's fields by their for_each_field names in camelCase (pool_bytes: poolBytes):
+// numbers as doubles, text as strings, lists as lists, the ledger as bytes by category name.
+template <class Section>
+QVariantMap sectionFields(const Section& section) {
+  QVariantMap fields;
+  section.for_each_field([&fields](std::string_view name, const auto& value) {
+    fields.insert(detail::camelCase(name), detail::fieldValue(value));
+  });
+  return fields;
+}
+
+// One telemetry sample (~10 Hz): the engine's snapshot as the engine wrote it, the chats its
+// sequences belong to, and host figures. The same value goes from the worker to the model's
+// history and to QML, where each section reads as a map of its fields (frame.kv.poolBytes):
+// a metric the engine adds to a section reaches QML without code here. The sections are
+// QVariant (`var` in QML): their fields are the engine's to name, and qmllint would look a
+// declared QVariantMap's keys up as members of QVariantMap itself.
 struct TelemetryFrame {
-  double time_s = 0;  // seconds since the worker started
-  bool gpu = false;
-  QString device;
-  quint64 device_total_bytes = 0;
-  quint64 budget_bytes = 0;
-  std::array<quint64, kLedgerCategories.size()> ledger_bytes{};
-  quint64 kv_reserved_bytes = 0;  // virtual address space, not in the stack
-  QList<ChatTelemetry> chats;
-  quint64 granules_mapped = 0;
-  quint64 granules_unmapped = 0;
-  quint64 kv_pool_bytes = 0;  // granules created ahead of need, not mapped yet
-  quint64 granules_mapped_last_step = 0;
-  quint64 granules_created_last_step = 0;  // created on the mapping path: the pool ran dry
-  double mapping_us_last_step = 0;
-  qint32 waiting_chats = 0;       // chats the KV budget keeps waiting
-  quint64 preemptions = 0;        // cumulative
-  quint64 recomputed_tokens = 0;  // cumulative: prefilled again after a preemption
-  double streamed_bytes_per_second = 0;
-  quint64 streamed_bytes_total = 0;
-  qint32 layers_resident = 0;
-  qint32 layers_streamed = 0;
-  QList<qint32> graph_buckets;
-  qint32 segments_per_step = 0;
-  quint64 graph_replays = 0;
-  quint64 graph_recaptures = 0;
-  QString last_fallback_reason;
-  double decode_tokens_per_second = 0;
-  quint64 steps = 0;
-  quint64 process_resident_bytes = 0;  // host figures (/proc), shown on the CPU backend
-  quint64 host_total_bytes = 0;
-  quint64 host_available_bytes = 0;
+  Q_GADGET
+  QML_VALUE_TYPE(telemetryFrame)
+  Q_PROPERTY(bool hasEngine MEMBER has_engine)
+  Q_PROPERTY(QVariant device READ deviceFields)
+  Q_PROPERTY(QVariant kv READ kvFields)
+  Q_PROPERTY(QVariant scheduler READ schedulerFields)
+  Q_PROPERTY(QVariant graphs READ graphsFields)
+  Q_PROPERTY(QVariant streaming READ streamingFields)
+  Q_PROPERTY(QVariant throughput READ throughputFields)
+  Q_PROPERTY(QVariant host READ hostFields)
+
+ public:
+  double time_s = 0;        // seconds since the worker started
+  bool has_engine = false;  // a model is loaded and `engine` is its snapshot
+  TelemetrySnapshot engine;
+  QList<ChatTelemetry> chats;  // the snapshot's sequences that belong to chats
+  HostTelemetry host;
+
+  QVariantMap deviceFields() const { return sectionFields(engine.device); }
+  QVariantMap kvFields() const { return sectionFields(engine.kv); }
+  QVariantMap schedulerFields() const { return sectionFields(engine.scheduler); }
+  QVariantMap graphsFields() const { return sectionFields(engine.graphs); }
+  QVariantMap streamingFields() const { return sectionFields(engine.streaming); }
+  QVariantMap throughputFields() const { return sectionFields(engine.throughput); }
+  QVariantMap hostFields() const { return sectionFields(host); }
 };
 
 // Registers the types above for queued connections; call once before connecting.
@@ -144,7 +166,7 @@ void registerWorkerTypes();
 }  // namespace granule::app
 
 Q_DECLARE_METATYPE(granule::app::ModelInfo)
-Q_DECLARE_METATYPE(granule::app::FitReport)
+Q_DECLARE_METATYPE(granule::FitEstimate)
 Q_DECLARE_METATYPE(granule::app::GenerationRequest)
 Q_DECLARE_METATYPE(granule::app::GenerationResult)
 Q_DECLARE_METATYPE(granule::app::TelemetryFrame)

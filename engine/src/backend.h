@@ -122,13 +122,28 @@ class Backend {
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
 };
 
+// The KV element each backend stores (kv_bytes_per_token), also known before one is built.
+inline constexpr int64_t kCpuKvElementBytes = 4;   // f32
+inline constexpr int64_t kCudaKvElementBytes = 2;  // f16
+
 // The CPU reference backend (cpu/cpu_backend.cpp).
 std::unique_ptr<Backend> make_cpu_backend(const BackendInit& init);
+// Physical host memory: the CPU backend's device memory, and its budget when the options
+// give none. 0 when unknown.
+uint64_t host_memory_bytes();
 
 #ifdef GRANULE_HAVE_CUDA
 // The CUDA backend (cuda/, provided by the CUDA backend's host side). Throws DeviceError
 // when no usable GPU is present; Engine::open then falls back to the CPU for Device Auto.
 std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init);
+
+// The GPU the CUDA backend would run on, before one is built.
+struct CudaDeviceInfo {
+  std::string name;                   // "NVIDIA H200"
+  uint64_t default_budget_bytes = 0;  // the budget the backend sets when the options give none
+};
+// Throws DeviceError when no usable GPU is present (as make_cuda_backend does).
+CudaDeviceInfo probe_cuda_device();
 #endif
 
 }  // namespace granule

@@ -457,15 +457,25 @@ std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& t
 TelemetrySnapshot Engine::telemetry() const {
   const Impl& m = *impl_;
   TelemetrySnapshot s;
-  s.device = m.backend->name();
-  s.gpu = m.backend->is_gpu();
-  s.device_total_bytes = m.backend->device_total_bytes();
-  s.budget_bytes = m.memory->budget_bytes();
-  const auto ledger = m.memory->snapshot();
-  for (int c = 0; c < static_cast<int>(MemoryCategory::Count); ++c) {
-    s.ledger[std::string(memory_category_name(static_cast<MemoryCategory>(c)))] =
-        ledger[static_cast<size_t>(c)];
-  }
+  s.device.name = m.backend->name();
+  s.device.gpu = m.backend->is_gpu();
+  s.device.total_bytes = m.backend->device_total_bytes();
+  s.device.budget_bytes = m.memory->budget_bytes();
+  s.device.used_bytes = m.memory->used_bytes();
+  s.device.ledger = m.memory->snapshot();
+  s.kv = m.kv->stats();
+  s.scheduler.running = static_cast<int32_t>(m.scheduler->running());
+  s.scheduler.waiting = static_cast<int32_t>(m.scheduler->waiting());
+  s.scheduler.preemptions = m.scheduler->preemptions();
+  s.scheduler.recomputed_tokens = m.scheduler->recomputed_tokens();
+  s.streaming.layers_resident = static_cast<int32_t>(m.config.n_layer);
+  if (m.prompt_seconds > 0)
+    s.throughput.prompt_tokens_per_second =
+        static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;
+  if (m.decode_seconds > 0)
+    s.throughput.decode_tokens_per_second =
+        static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
+  s.throughput.steps = m.steps;
   const auto now = Clock::now();
   for (const auto& [id, seq] : m.scheduler->sequences()) {
     SequenceTelemetry t;
@@ -486,30 +496,6 @@ TelemetrySnapshot Engine::telemetry() const {
     }
     s.sequences.push_back(t);
   }
-  const KvStats kv = m.kv->stats();
-  s.granules_mapped = kv.granules_mapped;
-  s.granules_unmapped = kv.granules_unmapped;
-  s.mapping_us_last_step = kv.last_mapping_us;
-  s.granules_mapped_last_step = kv.last_granules_mapped;
-  s.granules_unmapped_last_step = kv.last_granules_unmapped;
-  s.kv_map_refusals = kv.map_refusals;
-  s.kv_committed_peak_bytes = kv.peak_committed_bytes;
-  s.kv_pool_bytes = kv.pool_bytes;
-  s.kv_pool_target_granules = kv.pool_target_granules;
-  s.granules_created_last_step = kv.last_granules_created;
-  s.pool_refill_us_last_step = kv.last_refill_us;
-  s.granules_mapped_ahead_last_step = kv.last_ahead_granules;
-  s.mapping_ahead_us_last_step = kv.last_ahead_us;
-  s.running_sequences = static_cast<int32_t>(m.scheduler->running());
-  s.waiting_sequences = static_cast<int32_t>(m.scheduler->waiting());
-  s.preemptions = m.scheduler->preemptions();
-  s.recomputed_tokens = m.scheduler->recomputed_tokens();
-  s.layers_resident = static_cast<int32_t>(m.config.n_layer);
-  if (m.prompt_seconds > 0)
-    s.prompt_tokens_per_second = static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;
-  if (m.decode_seconds > 0)
-    s.decode_tokens_per_second = static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
-  s.steps = m.steps;
   m.backend->fill_telemetry(s);
   return s;
 }

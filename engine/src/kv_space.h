@@ -10,6 +10,7 @@
 #include <span>
 #include <vector>
 
+#include "granule/telemetry.h"  // KvStats
 #include "memory_manager.h"
 
 namespace granule {
@@ -69,31 +70,7 @@ struct KvGeometry {
   int64_t lookahead_tokens = 16;  // mapped beyond the tokens a step writes
 };
 
-struct KvStats {
-  uint64_t granules_mapped = 0;         // cumulative
-  uint64_t granules_unmapped = 0;       // cumulative
-  double last_mapping_us = 0;           // time spent in map/unmap since the last reset_step_stats()
-  uint64_t last_granules_mapped = 0;    // since the last reset_step_stats()
-  uint64_t last_granules_unmapped = 0;  // since the last reset_step_stats()
-  uint64_t committed_bytes = 0;         // all slots, now
-  uint64_t peak_committed_bytes = 0;    // all slots, the most at any time
-  uint64_t reserved_bytes = 0;          // all slots, now
-  uint64_t map_refusals = 0;            // cumulative map_through() calls the budget refused
-  // The pool of created, unmapped granules (charged to KvPool).
-  uint64_t pool_bytes = 0;             // now
-  uint64_t pool_target_granules = 0;   // what refill_pool() tops it up to
-  uint64_t granules_from_pool = 0;     // cumulative granules mapped out of the pool
-  uint64_t granules_created = 0;       // cumulative VirtualMemory::create() calls
-  uint64_t last_granules_created = 0;  // since the last reset_step_stats(), inside map_through():
-                                       // created on the step's critical path (pool ran dry)
-  double last_refill_us = 0;           // time spent in refill_pool() since the last reset
-  uint64_t last_ahead_granules = 0;    // mapped by map_ahead() since the last reset
-  double last_ahead_us = 0;            // time spent in map_ahead() since the last reset
-  // Granules cut from slots whose unmap waits for the device work that may still touch them
-  // (VirtualMemory::fence). Their bytes stay in committed_bytes and KvCommitted until then.
-  uint64_t retiring_bytes = 0;   // now
-  uint64_t unmaps_deferred = 0;  // cumulative granules whose unmap waited for device work
-};
+// KvStats, the KV space's counters, is in granule/telemetry.h: the snapshot carries it as is.
 
 // The pool the engine keeps unless told otherwise: a prefill chunk's granules (its tokens
 // may belong to several chats) plus one per four slots, for decodes crossing into a new

@@ -7,20 +7,9 @@
 #include <mutex>
 #include <string_view>
 
-namespace granule {
+#include "granule/telemetry.h"  // MemoryCategory, memory_category_name(): the ledger is telemetry
 
-enum class MemoryCategory : int {
-  WeightsResident = 0,
-  WeightsStaging,
-  KvCommitted,
-  KvPool,        // physical KV granules created ahead of need, mapped nowhere yet
-  KvReservedVa,  // virtual address space only: reported, never charged to the budget
-  Workspace,
-  Graphs,
-  Other,
-  Count
-};
-std::string_view memory_category_name(MemoryCategory c);  // "weights", "staging", "kv", ...
+namespace granule {
 
 class MemoryManager {
  public:

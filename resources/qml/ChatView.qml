@@ -8,7 +8,7 @@ ListView {
     required property ChatController chats
     required property TelemetryModel telemetry
     // The open chat is queued behind the KV budget (its answer has not started).
-    readonly property bool waitingForMemory: telemetry.waitingChats > 0
+    readonly property bool waitingForMemory: telemetry.frame.scheduler.waiting > 0
                                              && telemetry.isWaiting(chats.currentChatId)
     // Follow the bottom unless the user scrolled up to read.
     property bool following: true

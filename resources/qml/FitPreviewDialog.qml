@@ -58,7 +58,7 @@ Dialog {
             columnSpacing: Theme.padding
             LegendItem { swatch: Theme.weights; name: qsTr("weights"); value: Units.bytes(dialog.model.fitWeightsBytes) }
             LegendItem { swatch: Theme.kv; name: qsTr("KV at full context"); value: Units.bytes(dialog.model.fitKvBytes) }
-            LegendItem { swatch: Theme.raised; name: qsTr("available"); value: Units.bytes(dialog.model.fitBudgetBytes) }
+            LegendItem { swatch: Theme.raised; name: qsTr("budget"); value: Units.bytes(dialog.model.fitBudgetBytes) }
         }
         Label {
             Layout.fillWidth: true

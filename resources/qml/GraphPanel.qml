@@ -8,9 +8,10 @@ import QtQuick.Layouts
 PanelFrame {
     id: panel
     required property TelemetryModel telemetry
+    readonly property telemetryFrame frame: telemetry.frame
 
     title: qsTr("Graphs · throughput")
-    figure: qsTr("%1 tok/s").arg(telemetry.decodeTokensPerSecond.toFixed(1))
+    figure: qsTr("%1 tok/s").arg(frame.throughput.decodeTokensPerSecond.toFixed(1))
 
     TimeSeriesPlot {
         id: plot
@@ -41,9 +42,9 @@ PanelFrame {
     Flow {
         Layout.fillWidth: true
         spacing: 4
-        visible: panel.telemetry.gpu
+        visible: panel.frame.device.gpu
         Repeater {
-            model: panel.telemetry.graphBuckets
+            model: panel.frame.graphs.buckets
             delegate: Rectangle {
                 required property int modelData
                 implicitWidth: bucketLabel.implicitWidth + 10
@@ -66,18 +67,18 @@ PanelFrame {
         wrapMode: Text.Wrap
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
-        text: panel.telemetry.gpu
-              ? qsTr("%1 segment(s)/step · %2 replays · %3 re-captures").arg(panel.telemetry.segmentsPerStep)
-                    .arg(panel.telemetry.graphReplays).arg(panel.telemetry.graphRecaptures)
+        text: panel.frame.device.gpu
+              ? qsTr("%1 segment(s)/step · %2 replays").arg(panel.frame.graphs.segmentsPerStep)
+                    .arg(panel.frame.graphs.replays)
               : qsTr("No GPU: CUDA graphs are off; the CPU backend runs each step eagerly. %1 steps so far.")
-                    .arg(panel.telemetry.steps)
+                    .arg(panel.frame.throughput.steps)
     }
     Label {
         Layout.fillWidth: true
-        visible: panel.telemetry.gpu && panel.telemetry.fallbackReason.length > 0
+        visible: panel.frame.device.gpu && panel.frame.graphs.lastFallbackReason.length > 0
         wrapMode: Text.Wrap
         color: Theme.warning
         font.pixelSize: Theme.smallFontSize
-        text: qsTr("Last eager step: %1").arg(panel.telemetry.fallbackReason)
+        text: qsTr("Last eager step: %1").arg(panel.frame.graphs.lastFallbackReason)
     }
 }

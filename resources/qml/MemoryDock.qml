@@ -44,7 +44,7 @@ Rectangle {
                 Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
             }
-            StreamingPanel {
+            HostMemoryPanel {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing

@@ -8,19 +8,28 @@ import QtQuick.Layouts
 PanelFrame {
     id: panel
     required property TelemetryModel telemetry
+    readonly property telemetryFrame frame: telemetry.frame
+    // Bytes of each stacked ledger category, in the panels' order.
+    readonly property list<real> ledgerBytes: {
+        const ledger = frame.device.ledger
+        const bytes = []
+        for (const key of telemetry.ledgerCategories)
+            bytes.push(ledger[key])
+        return bytes
+    }
 
-    title: telemetry.gpu ? qsTr("VRAM") : qsTr("Memory (host)")
-    figure: telemetry.hasEngine
-            ? qsTr("%1 / %2").arg(Units.bytes(telemetry.usedBytes)).arg(Units.bytes(telemetry.budgetBytes))
-            : Units.bytes(telemetry.processResidentBytes)
+    title: frame.device.gpu ? qsTr("VRAM") : qsTr("Memory (host)")
+    figure: frame.hasEngine
+            ? qsTr("%1 / %2").arg(Units.bytes(frame.device.usedBytes)).arg(Units.bytes(frame.device.budgetBytes))
+            : Units.bytes(frame.host.processResidentBytes)
 
     Label {
         Layout.fillWidth: true
-        visible: !panel.telemetry.gpu
+        visible: !panel.frame.device.gpu
         wrapMode: Text.Wrap
         color: Theme.warning
         font.pixelSize: Theme.smallFontSize
-        text: panel.telemetry.hasEngine
+        text: panel.frame.hasEngine
               ? qsTr("No GPU: the engine runs on the CPU; the ledger counts host memory.")
               : qsTr("No model loaded: showing the process's memory.")
     }
@@ -30,8 +39,8 @@ PanelFrame {
         Layout.fillWidth: true
         Layout.preferredHeight: Theme.plotHeight
         telemetry: panel.telemetry
-        metric: panel.telemetry.hasEngine ? TimeSeriesPlot.Memory : TimeSeriesPlot.ProcessMemory
-        seriesColors: panel.telemetry.hasEngine ? Theme.ledgerColors : [Theme.other]
+        metric: panel.frame.hasEngine ? TimeSeriesPlot.Memory : TimeSeriesPlot.ProcessMemory
+        seriesColors: panel.frame.hasEngine ? Theme.ledgerColors : [Theme.other]
         gridColor: Theme.gridLine
         labelColor: Theme.mutedText
         limitColor: Theme.budgetLine
@@ -47,8 +56,8 @@ PanelFrame {
             anchors.right: parent.right
             anchors.top: parent.top
             anchors.margins: 3
-            visible: panel.telemetry.hasEngine
-            text: plot.limitOnScale ? qsTr("- - budget") : qsTr("budget %1 ↑").arg(Units.bytes(panel.telemetry.budgetBytes))
+            visible: panel.frame.hasEngine
+            text: plot.limitOnScale ? qsTr("- - budget") : qsTr("budget %1 ↑").arg(Units.bytes(panel.frame.device.budgetBytes))
             color: Theme.budgetLine
             font.pixelSize: 10
         }
@@ -64,12 +73,12 @@ PanelFrame {
 
     GridLayout {
         Layout.fillWidth: true
-        visible: panel.telemetry.hasEngine
+        visible: panel.frame.hasEngine
         columns: 2
         columnSpacing: Theme.padding
         rowSpacing: 2
         Repeater {
-            model: panel.telemetry.ledgerBytes
+            model: panel.ledgerBytes
             delegate: LegendItem {
                 required property int index
                 required property double modelData
@@ -82,21 +91,24 @@ PanelFrame {
     }
 
     Label {
-        visible: panel.telemetry.hasEngine
+        visible: panel.frame.hasEngine
         text: qsTr("KV per chat — committed / reserved")
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }
     Repeater {
+        id: chatRows
         model: panel.telemetry
         delegate: ColumnLayout {
             id: chatRow
             required property string title
-            required property double kvCommitted
-            required property double kvReserved
             required property bool highlighted
-            required property bool waiting
-            required property int preemptions
+            // The engine's SequenceTelemetry of the chat, its fields in camelCase.
+            required property var sequence
+            readonly property double kvCommitted: sequence.kvCommittedBytes
+            readonly property double kvReserved: sequence.kvReservedBytes
+            readonly property bool waiting: sequence.waiting
+            readonly property int preemptions: sequence.preemptions
             Layout.fillWidth: true
             spacing: 2
             RowLayout {
@@ -147,7 +159,7 @@ PanelFrame {
         // shows the whole line.
         id: granuleRow
         Layout.fillWidth: true
-        visible: panel.telemetry.hasEngine
+        visible: panel.frame.hasEngine
         spacing: 0
         HoverHandler {
             id: granuleHover
@@ -163,18 +175,18 @@ PanelFrame {
             Layout.maximumWidth: Math.ceil(implicitWidth)
             elide: Text.ElideRight
             text: qsTr("granules: last step %1 in %2 µs")
-                      .arg(panel.telemetry.granulesMappedLastStep.toLocaleString(Qt.locale(), "f", 0))
-                      .arg(panel.telemetry.mappingUsLastStep.toLocaleString(
-                               Qt.locale(), "f", panel.telemetry.mappingUsLastStep > 0
-                                               && panel.telemetry.mappingUsLastStep < 10 ? 1 : 0))
+                      .arg(panel.frame.kv.lastGranulesMapped.toLocaleString(Qt.locale(), "f", 0))
+                      .arg(panel.frame.kv.lastMappingUs.toLocaleString(
+                               Qt.locale(), "f", panel.frame.kv.lastMappingUs > 0
+                                               && panel.frame.kv.lastMappingUs < 10 ? 1 : 0))
             color: Theme.mutedText
             font.pixelSize: Theme.smallFontSize
         }
         Label {
             id: createdLabel
-            visible: panel.telemetry.granulesCreatedLastStep > 0
+            visible: panel.frame.kv.lastGranulesCreated > 0
             text: qsTr(", %1 created").arg(
-                      panel.telemetry.granulesCreatedLastStep.toLocaleString(Qt.locale(), "f", 0))
+                      panel.frame.kv.lastGranulesCreated.toLocaleString(Qt.locale(), "f", 0))
             color: Theme.warning
             font.pixelSize: Theme.smallFontSize
         }
@@ -189,8 +201,8 @@ PanelFrame {
             Layout.preferredWidth: 0
             elide: Text.ElideRight
             text: qsTr(" · %1 mapped so far · pool %2")
-                      .arg(panel.telemetry.granulesMapped.toLocaleString(Qt.locale(), "f", 0))
-                      .arg(Units.bytes(panel.telemetry.kvPoolBytes))
+                      .arg(panel.frame.kv.granulesMapped.toLocaleString(Qt.locale(), "f", 0))
+                      .arg(Units.bytes(panel.frame.kv.poolBytes))
             color: Theme.mutedText
             font.pixelSize: Theme.smallFontSize
         }
@@ -198,19 +210,19 @@ PanelFrame {
     Label {
         // The scheduler's answer to a full KV budget: chats wait, or give their KV back and
         // are recomputed later — never an out-of-memory error.
-        visible: panel.telemetry.hasEngine
-                 && (panel.telemetry.waitingChats > 0 || panel.telemetry.preemptions > 0)
+        visible: panel.frame.hasEngine
+                 && (panel.frame.scheduler.waiting > 0 || panel.frame.scheduler.preemptions > 0)
         Layout.fillWidth: true
         wrapMode: Text.WordWrap
         text: qsTr("%1 waiting for memory · %2 preempted, %3 tokens recomputed")
-                  .arg(panel.telemetry.waitingChats)
-                  .arg(panel.telemetry.preemptions)
-                  .arg(panel.telemetry.recomputedTokens)
-        color: panel.telemetry.waitingChats > 0 ? Theme.warning : Theme.mutedText
+                  .arg(panel.frame.scheduler.waiting)
+                  .arg(panel.frame.scheduler.preemptions)
+                  .arg(panel.frame.scheduler.recomputedTokens)
+        color: panel.frame.scheduler.waiting > 0 ? Theme.warning : Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }
     Label {
-        visible: panel.telemetry.hasEngine && panel.telemetry.chatCount === 0
+        visible: panel.frame.hasEngine && chatRows.count === 0
         text: qsTr("No chat is holding KV right now.")
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize

@@ -51,7 +51,6 @@ QtObject {
     readonly property list<color> ledgerColors: [weights, staging, kv, kvPool, workspace, graphs, other]
     readonly property list<string> ledgerNames: ["weights", "staging", "KV", "KV pool", "workspace", "graphs", "other"]
     readonly property color budgetLine: dark ? "#ff6b6b" : "#d93636"
-    readonly property color streaming: "#a970ff"
     readonly property color throughput: "#27b376"
     readonly property color gridLine: dark ? "#33ffffff" : "#22000000"
 

@@ -1,6 +1,6 @@
 // QtTest for the GUI-thread pieces without QML: Markdown splitting, MessageModel,
-// ConversationListModel, TelemetryModel, the fit preview arithmetic and ChatStore
-// (migrations, WAL, round trips, search, undoable deletion).
+// ConversationListModel, TelemetryModel and its frame value, the fit preview's wording and
+// ChatStore (migrations, WAL, round trips, search, undoable deletion).
 #include <QSignalSpy>
 #include <QSqlDatabase>
 #include <QSqlQuery>
@@ -102,39 +102,45 @@ class ModelsTest : public QObject {
              true);
   }
 
-  void telemetryKeepsAMinuteAndSumsTheLedger() {
+  void telemetryKeepsAMinuteAndTheLatestFrame() {
     TelemetryModel model;
     model.setTitleLookup([](qint64 id) { return QStringLiteral("chat %1").arg(id); });
     for (int i = 0; i <= 700; ++i) {  // 70 s at 10 Hz
       TelemetryFrame f;
       f.time_s = i * 0.1;
-      f.budget_bytes = 1000;
-      f.ledger_bytes = {100, 0, static_cast<quint64>(i), 0, 10, 0, 0};
+      f.has_engine = true;
+      f.engine.device.budget_bytes = 1000;
+      f.engine.device.ledger[static_cast<size_t>(granule::MemoryCategory::KvCommitted)] =
+          static_cast<quint64>(i);
       if (i == 700) {
-        f.chats = {{5, 12, 4096, 1 << 20, 33.0}, {6, 0, 0, 1 << 20, 0.0, true, 2}};
-        f.waiting_chats = 1;
-        f.preemptions = 2;
-        f.recomputed_tokens = 140;
+        granule::SequenceTelemetry running;
+        running.kv_committed_bytes = 4096;
+        running.tokens_per_second = 33.0;
+        granule::SequenceTelemetry preempted;
+        preempted.waiting = true;
+        preempted.preemptions = 2;
+        f.chats = {{5, running}, {6, preempted}};
+        f.engine.scheduler.waiting = 1;
+        f.engine.scheduler.preemptions = 2;
       }
       model.addFrame(f);
     }
     // Frames older than 61 s before the newest are dropped.
     QVERIFY(model.history().front().time_s >= 70.0 - TelemetryModel::kHistorySeconds - 1.0 - 1e-9);
     QVERIFY(model.history().size() < 700);
-    QCOMPARE(model.usedBytes(), 100.0 + 700 + 10);
-    QCOMPARE(model.ledgerBytes().size(), 7);
-    QCOMPARE(model.ledgerCategories().at(2), QStringLiteral("kv"));
+    QCOMPARE(model.latest().engine.device.ledger_bytes(granule::MemoryCategory::KvCommitted), 700u);
     QCOMPARE(model.rowCount(), 2);
     QCOMPARE(model.data(model.index(0), TelemetryModel::TitleRole).toString(),
              QStringLiteral("chat 5"));
-    QCOMPARE(model.data(model.index(0), TelemetryModel::KvCommittedRole).toDouble(), 4096.0);
+    // Each row carries the engine's figures for the chat's sequence, named as in the engine.
+    const QVariantMap first = model.data(model.index(0), TelemetryModel::SequenceRole).toMap();
+    QCOMPARE(first.value("kvCommittedBytes").toDouble(), 4096.0);
+    QCOMPARE(first.value("tokensPerSecond").toDouble(), 33.0);
+    QCOMPARE(first.value("waiting").toBool(), false);
     // A chat the KV budget holds back: waiting, after two preemptions.
-    QCOMPARE(model.data(model.index(0), TelemetryModel::WaitingRole).toBool(), false);
-    QCOMPARE(model.data(model.index(1), TelemetryModel::WaitingRole).toBool(), true);
-    QCOMPARE(model.data(model.index(1), TelemetryModel::PreemptionsRole).toInt(), 2);
-    QCOMPARE(model.waitingChats(), 1);
-    QCOMPARE(model.preemptions(), 2.0);
-    QCOMPARE(model.recomputedTokens(), 140.0);
+    const QVariantMap second = model.data(model.index(1), TelemetryModel::SequenceRole).toMap();
+    QCOMPARE(second.value("waiting").toBool(), true);
+    QCOMPARE(second.value("preemptions").toInt(), 2);
     QVERIFY(model.isWaiting(6));
     QVERIFY(!model.isWaiting(5));
     model.setHighlightedChatId(5);
@@ -142,70 +148,81 @@ class ModelsTest : public QObject {
   }
 
   void ledgerCategoriesKeepTheKvPoolBesideKv() {
-    // The panels' colours and legend names are indexed in this order (Theme.qml).
+    // The panels stack in this order; Theme.qml's colours and legend names follow it.
     TelemetryModel model;
     QCOMPARE(model.ledgerCategories(),
-             (QStringList{"weights", "staging", "kv", "kv_pool", "workspace", "graphs", "other"}));
-    QCOMPARE(ledgerCategoryIndex("kv"), size_t{2});
-    QCOMPARE(ledgerCategoryIndex("kv_pool"), size_t{3});
-    QCOMPARE(ledgerCategoryIndex("workspace"), size_t{4});
-    QCOMPARE(ledgerCategoryIndex("something_new"), kLedgerCategories.size() - 1);  // "other"
+             (QStringList{"weights", "staging", "kv", "kvPool", "workspace", "graphs", "other"}));
   }
 
-  void telemetryCarriesTheGranulePool() {
+  void telemetryFrameIsOneValueWithEverySectionField() {
+    // QML reads the latest frame as one value: each section a map of the engine's fields in
+    // camelCase, with nothing listed in the app.
     TelemetryModel model;
     QSignalSpy updated(&model, &TelemetryModel::updated);
     TelemetryFrame f;
     f.time_s = 1.0;
-    f.budget_bytes = 1ull << 30;
-    f.ledger_bytes[ledgerCategoryIndex("kv")] = 6ull << 20;
-    f.ledger_bytes[ledgerCategoryIndex("kv_pool")] = 28ull << 20;
-    f.kv_pool_bytes = 28ull << 20;
-    f.granules_mapped = 1234;
-    f.granules_mapped_last_step = 3;
-    f.granules_created_last_step = 2;
-    f.mapping_us_last_step = 12.5;
+    f.has_engine = true;
+    f.engine.device.name = "CPU (2 threads)";
+    f.engine.device.budget_bytes = 1ull << 30;
+    f.engine.device.ledger[static_cast<size_t>(granule::MemoryCategory::KvCommitted)] = 6ull << 20;
+    f.engine.device.ledger[static_cast<size_t>(granule::MemoryCategory::KvPool)] = 28ull << 20;
+    f.engine.kv.pool_bytes = 28ull << 20;
+    f.engine.kv.granules_mapped = 1234;
+    f.engine.kv.last_granules_created = 2;
+    f.engine.kv.last_mapping_us = 12.5;
+    f.engine.graphs.buckets = {1, 2, 4};
+    f.engine.throughput.steps = 77;
+    f.host.process_resident_bytes = 5000;
     model.addFrame(f);
     QCOMPARE(updated.count(), 1);
-    QCOMPARE(model.ledgerBytes().at(3), double(28ull << 20));
-    QCOMPARE(model.ledgerBytes().last(), 0.0);               // not lumped into "other"
-    QCOMPARE(model.usedBytes(), double((6ull + 28) << 20));  // the pool counts as used
-    QCOMPARE(model.kvPoolBytes(), double(28ull << 20));
-    QCOMPARE(model.granulesMapped(), 1234.0);
-    QCOMPARE(model.granulesMappedLastStep(), 3.0);
-    QCOMPARE(model.granulesCreatedLastStep(), 2.0);
-    QCOMPARE(model.mappingUsLastStep(), 12.5);
-    // What QML reads.
-    QCOMPARE(model.property("kvPoolBytes").toDouble(), double(28ull << 20));
-    QCOMPARE(model.property("granulesMappedLastStep").toDouble(), 3.0);
-    QCOMPARE(model.property("granulesCreatedLastStep").toDouble(), 2.0);
-    QCOMPARE(model.property("mappingUsLastStep").toDouble(), 12.5);
+
+    const QVariant value = model.property("frame");
+    QVERIFY(value.canConvert<TelemetryFrame>());
+    const QMetaObject& meta = TelemetryFrame::staticMetaObject;
+    auto section = [&](const char* name) {
+      return meta.property(meta.indexOfProperty(name)).readOnGadget(value.constData()).toMap();
+    };
+    QCOMPARE(meta.property(meta.indexOfProperty("hasEngine")).readOnGadget(value.constData()),
+             QVariant(true));
+    QCOMPARE(section("kv").value("poolBytes").toDouble(), double(28ull << 20));
+    QCOMPARE(section("kv").value("granulesMapped").toDouble(), 1234.0);
+    QCOMPARE(section("kv").value("lastGranulesCreated").toDouble(), 2.0);
+    QCOMPARE(section("kv").value("lastMappingUs").toDouble(), 12.5);
+    // Every field of the section is there, the two the KV space adds next included.
+    QVERIFY(section("kv").contains("retiringBytes"));
+    QVERIFY(section("kv").contains("unmapsDeferred"));
+    QCOMPARE(section("device").value("name").toString(), QStringLiteral("CPU (2 threads)"));
+    const QVariantMap ledger = section("device").value("ledger").toMap();
+    QCOMPARE(ledger.value("kvPool").toDouble(), double(28ull << 20));
+    QCOMPARE(ledger.value("kv").toDouble(), double(6ull << 20));
+    QCOMPARE(ledger.value("other").toDouble(), 0.0);
+    QCOMPARE(section("graphs").value("buckets").toList(), (QVariantList{1, 2, 4}));
+    QCOMPARE(section("throughput").value("steps").toDouble(), 77.0);
+    QCOMPARE(section("host").value("processResidentBytes").toDouble(), 5000.0);
   }
 
-  void fitPreviewArithmetic() {
+  void fitPreviewWording() {
     QLocale::setDefault(QLocale(QLocale::English, QLocale::UnitedStates));  // "2,000"
-    // SmolLM2-135M-like: 30 layers, 3 KV heads of 64, fp16 K and V = 23,040 bytes per token.
-    ModelInspection m;
-    m.info.vocab = 49152;
-    m.info.trained_context = 8192;
-    m.weights_bytes = 100ull << 20;
-    m.kv_bytes_per_token = 30 * 2 * 3 * 64 * 2;
-    granule::EngineOptions options;
-    options.context_length = 4096;
-    options.max_sequences = 8;
-    const quint64 workspace = 49152ull * 4 * 8 + (64ull << 20);
-    const FitReport roomy = estimateFit(m, options, 8ull << 30, false);
-    QVERIFY(roomy.fits);
-    QCOMPARE(roomy.workspace_bytes, workspace);
-    QCOMPARE(roomy.max_context_that_fits, 8192);  // capped at the trained context
-    const quint64 budget = (100ull << 20) + workspace + 8 * 2000 * m.kv_bytes_per_token;
-    const FitReport tight = estimateFit(m, options, budget, false);
-    QVERIFY(!tight.fits);
-    QCOMPARE(tight.max_context_that_fits, 2000);
-    QVERIFY(tight.summary.contains(QStringLiteral("2,000")));
-    const FitReport none = estimateFit(m, options, 50ull << 20, false);
-    QCOMPARE(none.max_context_that_fits, 0);
-    QVERIFY(none.summary.startsWith(QStringLiteral("Does not fit")));
+    granule::FitEstimate fit;
+    fit.weights_bytes = 100ull << 20;
+    fit.workspace_bytes = 70ull << 20;
+    fit.kv_bytes_per_token = 30 * 2 * 3 * 64 * 4;
+    fit.budget_bytes = 8ull << 30;
+    fit.context_per_chat = 4096;
+    fit.chats = 8;
+    fit.max_context_per_chat = 8192;
+    fit.fits = true;
+    QVERIFY(fitSummary(fit).startsWith(QStringLiteral("Fits: weights 100 MiB")));
+    QVERIFY(fitSummary(fit).contains(QStringLiteral("8 chats × 4,096 tokens")));
+    QVERIFY(fitSummary(fit).contains(QStringLiteral("host memory")));
+    fit.fits = false;
+    fit.max_context_per_chat = 2000;
+    fit.gpu = true;
+    QVERIFY(fitSummary(fit).startsWith(QStringLiteral("Tight")));
+    QVERIFY(fitSummary(fit).contains(QStringLiteral("2,000")));
+    QVERIFY(fitSummary(fit).contains(QStringLiteral("VRAM budget")));
+    fit.max_context_per_chat = 0;
+    QVERIFY(fitSummary(fit).startsWith(QStringLiteral("Does not fit")));
   }
 
   void storeMigratesToTheCurrentSchemaWithWal() {

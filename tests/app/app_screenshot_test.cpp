@@ -154,8 +154,9 @@ class ScreenshotTest : public QObject {
     // 10 Hz from the engine thread between steps; a real model's CPU prefill steps can
     // take seconds on a loaded machine, and frames wait for them.
     QVERIFY(s->app.telemetry()->history().size() >= (real ? 1u : 10u));
-    QVERIFY(s->app.telemetry()->chatCount() == 2);
-    QVERIFY(real || s->app.telemetry()->kvPoolBytes() > 0);  // the granule line has a pool
+    QVERIFY(s->app.telemetry()->rowCount() == 2);
+    // The granule line has a pool.
+    QVERIFY(real || s->app.telemetry()->latest().engine.kv.pool_bytes > 0);
     save(s->window,
          real ? QStringLiteral("main-real-light.png") : QStringLiteral("main-light.png"));
     setTheme(*s, QStringLiteral("dark"));
@@ -191,13 +192,13 @@ class ScreenshotTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
     const qint64 second = askTwoChats(*s);
     TelemetryModel* telemetry = s->app.telemetry();
-    QTRY_COMPARE_WITH_TIMEOUT(telemetry->waitingChats(), 1, 5000);
-    QTRY_COMPARE_WITH_TIMEOUT(telemetry->chatCount(), 2, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(telemetry->latest().engine.scheduler.waiting, 1, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(telemetry->rowCount(), 2, 5000);
     int waiting_rows = 0;
-    for (int row = 0; row < telemetry->rowCount(); ++row)
-      waiting_rows += telemetry->data(telemetry->index(row), TelemetryModel::WaitingRole).toBool();
+    for (const ChatTelemetry& chat : telemetry->latest().chats)
+      waiting_rows += chat.sequence.waiting;
     QCOMPARE(waiting_rows, 1);
-    QTRY_VERIFY_WITH_TIMEOUT(telemetry->granulesCreatedLastStep() > 0, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(telemetry->latest().engine.kv.last_granules_created > 0, 5000);
     QTest::qWait(800);
     // It has not started.
     QVERIFY(s->app.chats()->messagesOf(second)->message(1).content.isEmpty());

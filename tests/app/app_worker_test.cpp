@@ -235,17 +235,21 @@ class WorkerTest : public QObject {
     const qsizetype frames = telemetry.count();
     QVERIFY2(frames >= 5 && frames <= 15, qPrintable(QString("%1 frames in 1 s").arg(frames)));
     const auto last = telemetry.last()[0].value<TelemetryFrame>();
-    QCOMPARE(last.ledger_bytes[0], 100ull << 20);  // weights
-    QVERIFY(last.ledger_bytes[2] > 0);             // kv grows with tokens
-    // The pool's granules have a slot of their own, not "other".
-    QCOMPARE(last.ledger_bytes[3], last.kv_pool_bytes);
-    QVERIFY(last.kv_pool_bytes > 0);
-    QCOMPARE(last.ledger_bytes[kLedgerCategories.size() - 1], 0ull);
-    QVERIFY(last.granules_mapped > 0);               // 64 KiB a token in 2 MiB granules
-    QCOMPARE(last.kv_reserved_bytes, 256ull << 20);  // apart from the stack
+    QVERIFY(last.has_engine);
+    const granule::DeviceTelemetry& device = last.engine.device;
+    using granule::MemoryCategory;
+    QCOMPARE(device.ledger_bytes(MemoryCategory::WeightsResident), 100ull << 20);
+    QVERIFY(device.ledger_bytes(MemoryCategory::KvCommitted) > 0);  // kv grows with tokens
+    // The pool's granules have a category of their own, not "other".
+    QCOMPARE(device.ledger_bytes(MemoryCategory::KvPool), last.engine.kv.pool_bytes);
+    QVERIFY(last.engine.kv.pool_bytes > 0);
+    QCOMPARE(device.ledger_bytes(MemoryCategory::Other), 0ull);
+    QVERIFY(last.engine.kv.granules_mapped > 0);  // 64 KiB a token in 2 MiB granules
+    QCOMPARE(device.ledger_bytes(MemoryCategory::KvReservedVa), 256ull << 20);
     QCOMPARE(last.chats.size(), 1);
     QCOMPARE(last.chats[0].chat_id, 9);  // mapped back to the chat
-    QVERIFY(last.process_resident_bytes > 0);
+    QCOMPARE(last.chats[0].sequence.id, last.engine.sequences.at(0).id);
+    QVERIFY(last.host.process_resident_bytes > 0);
     QVERIFY(last.time_s > telemetry.first()[0].value<TelemetryFrame>().time_s);
   }
 

@@ -123,15 +123,15 @@ class FakeInferenceEngine final : public InferenceEngine {
 
   TelemetrySnapshot telemetry() const override {
     TelemetrySnapshot s;
-    s.device = "CPU";
-    s.gpu = false;
-    s.budget_bytes = 1ull << 30;
+    s.device.name = "CPU";
+    s.device.gpu = false;
+    s.device.budget_bytes = 1ull << 30;
     quint64 kv = 0;
     int index = 0;
     for (const auto& [id, r] : running_) {
       SequenceTelemetry seq;
       seq.waiting = script_.max_running > 0 && index++ >= script_.max_running;
-      s.waiting_sequences += seq.waiting ? 1 : 0;
+      s.scheduler.waiting += seq.waiting ? 1 : 0;
       seq.id = id;
       seq.tokens = r.produced;
       seq.kv_committed_bytes = static_cast<quint64>(r.produced) * script_.kv_bytes_per_token;
@@ -139,20 +139,26 @@ class FakeInferenceEngine final : public InferenceEngine {
       kv += seq.kv_committed_bytes;
       s.sequences.push_back(seq);
     }
-    s.ledger = {{"weights", script_.weights_bytes},
-                {"kv", kv},
-                {"kv_pool", pool_granules_ * script_.granule_bytes},
-                {"workspace", 8ull << 20},
-                {"kv_reserved_va", script_.kv_reserved_per_sequence * running_.size()}};
-    s.granules_mapped = granules_mapped_;
-    s.granules_unmapped = granules_unmapped_;
-    s.granules_mapped_last_step = granules_mapped_last_step_;
-    s.granules_created_last_step = granules_created_last_step_;
-    s.mapping_us_last_step = mapping_us_last_step_;
-    s.kv_pool_bytes = pool_granules_ * script_.granule_bytes;
-    s.kv_pool_target_granules = script_.kv_pool_granules;
-    s.steps = static_cast<uint64_t>(steps_);
-    s.decode_tokens_per_second =
+    s.scheduler.running = static_cast<int32_t>(running_.size()) - s.scheduler.waiting;
+    auto ledger = [&s](MemoryCategory c) -> uint64_t& {
+      return s.device.ledger[static_cast<size_t>(c)];
+    };
+    ledger(MemoryCategory::WeightsResident) = script_.weights_bytes;
+    ledger(MemoryCategory::KvCommitted) = kv;
+    ledger(MemoryCategory::KvPool) = pool_granules_ * script_.granule_bytes;
+    ledger(MemoryCategory::Workspace) = 8ull << 20;
+    ledger(MemoryCategory::KvReservedVa) = script_.kv_reserved_per_sequence * running_.size();
+    for (MemoryCategory c : stackedLedgerCategories()) s.device.used_bytes += ledger(c);
+    s.kv.granules_mapped = granules_mapped_;
+    s.kv.granules_unmapped = granules_unmapped_;
+    s.kv.last_granules_mapped = granules_mapped_last_step_;
+    s.kv.last_granules_created = granules_created_last_step_;
+    s.kv.last_mapping_us = mapping_us_last_step_;
+    s.kv.committed_bytes = kv;
+    s.kv.pool_bytes = pool_granules_ * script_.granule_bytes;
+    s.kv.pool_target_granules = script_.kv_pool_granules;
+    s.throughput.steps = static_cast<uint64_t>(steps_);
+    s.throughput.decode_tokens_per_second =
         running_.empty() ? 0.0 : 50.0 * static_cast<double>(running_.size());
     return s;
   }

@@ -33,10 +33,14 @@ class QmlTestServices : public QObject {
                                       double budget_bytes) {
     TelemetryFrame f;
     f.time_s = time_s;
-    f.device = QStringLiteral("CPU");
-    f.budget_bytes = static_cast<quint64>(budget_bytes);
-    f.ledger_bytes[0] = static_cast<quint64>(weights_bytes);
-    f.ledger_bytes[2] = static_cast<quint64>(kv_bytes);
+    f.has_engine = true;
+    granule::DeviceTelemetry& device = f.engine.device;
+    device.name = "CPU";
+    device.budget_bytes = static_cast<quint64>(budget_bytes);
+    device.ledger[static_cast<size_t>(granule::MemoryCategory::WeightsResident)] =
+        static_cast<quint64>(weights_bytes);
+    device.ledger[static_cast<size_t>(granule::MemoryCategory::KvCommitted)] =
+        static_cast<quint64>(kv_bytes);
     app_.telemetry()->addFrame(f);
   }
 

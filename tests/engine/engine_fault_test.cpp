@@ -63,7 +63,7 @@ void run_to_idle(Engine& engine) {
   ASSERT_TRUE(engine.idle());
 }
 
-uint64_t kv_ledger(const Engine& engine) { return engine.telemetry().ledger.at("kv"); }
+uint64_t kv_ledger(const Engine& engine) { return engine.telemetry().device.ledger_bytes(MemoryCategory::KvCommitted); }
 
 TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");

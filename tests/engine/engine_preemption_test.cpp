@@ -112,19 +112,12 @@ std::vector<std::vector<int32_t>> tokens_alone(const fs::path& model,
   return tokens;
 }
 
-uint64_t physical_used(const TelemetrySnapshot& t) {
-  uint64_t used = 0;
-  for (const auto& [category, bytes] : t.ledger) {
-    if (category != "kv_reserved_va") used += bytes;
-  }
-  return used;
-}
-
 // What the engine holds besides KV: committed KV and the pool of pre-created granules are
 // both KV's room under the budget.
 uint64_t non_kv_bytes(const fs::path& model) {
   const TelemetrySnapshot t = Engine::open(model, cpu_options(8))->telemetry();
-  return physical_used(t) - t.ledger.at("kv") - t.ledger.at("kv_pool");
+  return t.device.used_bytes - t.device.ledger_bytes(MemoryCategory::KvCommitted) -
+         t.device.ledger_bytes(MemoryCategory::KvPool);
 }
 
 // Eight slots and a budget with room for `granules` granules of KV beside what the engine
@@ -165,13 +158,13 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
     ++steps;
     ASSERT_LT(steps, 20000);
     const TelemetrySnapshot t = engine->telemetry();
-    ASSERT_LE(physical_used(t), o.vram_budget_bytes) << "step " << steps;
-    most_kv = std::max(most_kv, t.ledger.at("kv"));
-    most_waiting = std::max(most_waiting, t.waiting_sequences);
-    ASSERT_EQ(static_cast<size_t>(t.running_sequences + t.waiting_sequences), t.sequences.size());
-    ASSERT_LE(t.running_sequences, o.max_sequences);
-    mapped_by_steps += t.granules_mapped_last_step + t.granules_mapped_ahead_last_step;
-    unmapped_by_steps += t.granules_unmapped_last_step;
+    ASSERT_LE(t.device.used_bytes, o.vram_budget_bytes) << "step " << steps;
+    most_kv = std::max(most_kv, t.device.ledger_bytes(MemoryCategory::KvCommitted));
+    most_waiting = std::max(most_waiting, t.scheduler.waiting);
+    ASSERT_EQ(static_cast<size_t>(t.scheduler.running + t.scheduler.waiting), t.sequences.size());
+    ASSERT_LE(t.scheduler.running, o.max_sequences);
+    mapped_by_steps += t.kv.last_granules_mapped + t.kv.last_ahead_granules;
+    unmapped_by_steps += t.kv.last_granules_unmapped;
     for (const SequenceTelemetry& s : t.sequences) {
       if (s.waiting) ASSERT_EQ(s.kv_committed_bytes, 0u) << "step " << steps;
       if (s.waiting && s.preemptions > 0) preempted_seen_waiting = true;
@@ -179,19 +172,19 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   }
   ASSERT_TRUE(engine->idle());
   const TelemetrySnapshot end = engine->telemetry();
-  EXPECT_GT(end.preemptions, 0u);
-  EXPECT_GT(end.recomputed_tokens, 0u);
-  EXPECT_GT(end.kv_map_refusals, 0u);
+  EXPECT_GT(end.scheduler.preemptions, 0u);
+  EXPECT_GT(end.scheduler.recomputed_tokens, 0u);
+  EXPECT_GT(end.kv.map_refusals, 0u);
   EXPECT_TRUE(preempted_seen_waiting);
   EXPECT_GE(most_waiting, 6);        // twelve chats, at most six granules
   EXPECT_EQ(most_kv, 6 * kGranule);  // the budget was used to the last granule
-  EXPECT_EQ(end.kv_committed_peak_bytes, most_kv);
-  EXPECT_EQ(end.ledger.at("kv"), 0u);
-  EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
+  EXPECT_EQ(end.kv.peak_committed_bytes, most_kv);
+  EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
+  EXPECT_EQ(end.kv.granules_mapped, end.kv.granules_unmapped);
   // Every map and unmap happened inside a step (or, mapping ahead, while it ran), so the
   // per-step counts add up to the totals.
-  EXPECT_EQ(mapped_by_steps, end.granules_mapped);
-  EXPECT_EQ(unmapped_by_steps, end.granules_unmapped);
+  EXPECT_EQ(mapped_by_steps, end.kv.granules_mapped);
+  EXPECT_EQ(unmapped_by_steps, end.kv.granules_unmapped);
   for (size_t i = 0; i < chats.size(); ++i) {
     const Output& o_i = out[ids[i]];
     EXPECT_EQ(o_i.finishes, 1) << "chat " << i;
@@ -199,7 +192,7 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
     EXPECT_EQ(o_i.tokens, alone[i]) << "chat " << i;
   }
   RecordProperty("steps", steps);
-  RecordProperty("preemptions", static_cast<int>(end.preemptions));
+  RecordProperty("preemptions", static_cast<int>(end.scheduler.preemptions));
 }
 
 // The case: seeded sampling with penalties survives preemption too: the recomputed prefill
@@ -223,7 +216,7 @@ TEST(EnginePreemption, SeededSamplingChatsGiveTheirAloneTokens) {
   for (int i = 0; i < 20000 && engine->step(); ++i) {
   }
   ASSERT_TRUE(engine->idle());
-  EXPECT_GT(engine->telemetry().preemptions, 0u);
+  EXPECT_GT(engine->telemetry().scheduler.preemptions, 0u);
   for (size_t i = 0; i < chats.size(); ++i) {
     EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens) << "chat " << i;
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
@@ -248,7 +241,7 @@ TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) 
   std::map<SequenceId, Output> out;
   const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
   for (int i = 0; i < 20000 && engine->step(); ++i) {
-    ASSERT_LE(physical_used(engine->telemetry()), o.vram_budget_bytes);
+    ASSERT_LE(engine->telemetry().device.used_bytes, o.vram_budget_bytes);
   }
   ASSERT_TRUE(engine->idle());
 
@@ -274,8 +267,8 @@ TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) 
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
   }
   const TelemetrySnapshot end = engine->telemetry();
-  EXPECT_GT(end.preemptions, 0u);
-  EXPECT_EQ(end.ledger.at("kv"), 0u);
+  EXPECT_GT(end.scheduler.preemptions, 0u);
+  EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
 }
 
 // The case: cancelling a chat that waits for admission and one that was preempted (waiting
@@ -320,7 +313,7 @@ TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
     EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens) << "chat " << i;
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
   }
-  EXPECT_EQ(engine->telemetry().ledger.at("kv"), 0u);
+  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
 }
 
 }  // namespace
@@ -348,27 +341,27 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
     auto engine = Engine::open(model.path, o);
     Run r;
     const TelemetrySnapshot opened = engine->telemetry();
-    r.pool_target = opened.kv_pool_target_granules;
-    EXPECT_EQ(opened.kv_pool_bytes, r.pool_target * kGranule);  // created at open
-    EXPECT_EQ(opened.ledger.at("kv_pool"), opened.kv_pool_bytes);
+    r.pool_target = opened.kv.pool_target_granules;
+    EXPECT_EQ(opened.kv.pool_bytes, r.pool_target * kGranule);  // created at open
+    EXPECT_EQ(opened.device.ledger_bytes(MemoryCategory::KvPool), opened.kv.pool_bytes);
     std::map<SequenceId, Output> out;
     const std::vector<SequenceId> ids = submit_all(*engine, chats, out);
     bool all_decoding = false;  // every chat has its first token: later steps only decode
     while (engine->step()) {
       const TelemetrySnapshot t = engine->telemetry();
-      r.mapped += t.granules_mapped_last_step + t.granules_mapped_ahead_last_step;
-      r.mapped_ahead += t.granules_mapped_ahead_last_step;
-      r.created_in_steps += t.granules_created_last_step;
-      if (all_decoding) r.mapped_in_decode_steps += t.granules_mapped_last_step;
-      r.most_pool = std::max(r.most_pool, t.kv_pool_bytes);
-      EXPECT_EQ(t.ledger.at("kv_pool"), t.kv_pool_bytes);
+      r.mapped += t.kv.last_granules_mapped + t.kv.last_ahead_granules;
+      r.mapped_ahead += t.kv.last_ahead_granules;
+      r.created_in_steps += t.kv.last_granules_created;
+      if (all_decoding) r.mapped_in_decode_steps += t.kv.last_granules_mapped;
+      r.most_pool = std::max(r.most_pool, t.kv.pool_bytes);
+      EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::KvPool), t.kv.pool_bytes);
       all_decoding = std::all_of(ids.begin(), ids.end(),
                                  [&](SequenceId id) { return !out[id].tokens.empty(); });
     }
     for (SequenceId id : ids) r.tokens.push_back(out[id].tokens);
     const TelemetrySnapshot end = engine->telemetry();
-    EXPECT_EQ(end.ledger.at("kv"), 0u);
-    EXPECT_EQ(end.kv_pool_bytes, r.pool_target * kGranule);  // refilled, never past the target
+    EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
+    EXPECT_EQ(end.kv.pool_bytes, r.pool_target * kGranule);  // refilled, never past the target
     return r;
   };
   const Run pooled = run(-1);

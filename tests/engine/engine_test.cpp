@@ -72,7 +72,9 @@ int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-uint64_t kv_committed(const Engine& engine) { return engine.telemetry().ledger.at("kv"); }
+uint64_t kv_committed(const Engine& engine) {
+  return engine.telemetry().device.ledger_bytes(MemoryCategory::KvCommitted);
+}
 
 // The case: greedy decode through the scheduler (prefill, then KV-cached steps) picks the
 // argmax of teacher-forced logits over prompt + generated tokens at every step.
@@ -200,7 +202,7 @@ TEST(Engine, SecondSequenceWaitsForKvBudget) {
   std::vector<int32_t> alone_a, alone_b;
   {
     auto engine = Engine::open(model.path, o);
-    weights = engine->telemetry().ledger.at("weights");
+    weights = engine->telemetry().device.ledger_bytes(MemoryCategory::WeightsResident);
     std::map<SequenceId, Output> out;
     SequenceId a = engine->submit(token_request({1, 2, 3, 4, 5}, 5, out));
     run_to_idle(*engine);
@@ -229,7 +231,8 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
   TempModel model(kv_heavy_spec(), "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 2048;
-  uint64_t weights = Engine::open(model.path, o)->telemetry().ledger.at("weights");
+  uint64_t weights =
+      Engine::open(model.path, o)->telemetry().device.ledger_bytes(MemoryCategory::WeightsResident);
   o.vram_budget_bytes = weights + (2u << 20) + 4096;
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
@@ -363,19 +366,19 @@ TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
   engine->submit(token_request({1, 2, 3, 4}, 5, out));
   engine->step();   // prefill + first token
   auto t = engine->telemetry();
-  EXPECT_EQ(t.device.substr(0, 3), "CPU");
-  EXPECT_FALSE(t.gpu);
+  EXPECT_EQ(t.device.name.substr(0, 3), "CPU");
+  EXPECT_FALSE(t.device.gpu);
   ASSERT_EQ(t.sequences.size(), 1u);
   EXPECT_EQ(t.sequences[0].kv_committed_bytes, 2u << 20);   // one granule
   EXPECT_GT(t.sequences[0].kv_reserved_bytes, 0u);
-  EXPECT_EQ(t.ledger.at("kv"), 2u << 20);
-  EXPECT_GT(t.ledger.at("weights"), 0u);
+  EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::KvCommitted), 2u << 20);
+  EXPECT_GT(t.device.ledger_bytes(MemoryCategory::WeightsResident), 0u);
   run_to_idle(*engine);
   t = engine->telemetry();
-  EXPECT_GT(t.prompt_tokens_per_second, 0);
-  EXPECT_GT(t.decode_tokens_per_second, 0);
-  EXPECT_EQ(t.steps, 5u);
-  EXPECT_GE(t.granules_unmapped, 1u);
+  EXPECT_GT(t.throughput.prompt_tokens_per_second, 0);
+  EXPECT_GT(t.throughput.decode_tokens_per_second, 0);
+  EXPECT_EQ(t.throughput.steps, 5u);
+  EXPECT_GE(t.kv.granules_unmapped, 1u);
 }
 
 // ---- the default model -----------------------------------------------------------------

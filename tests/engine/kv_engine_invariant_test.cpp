@@ -98,8 +98,8 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
   // What the engine reports after a step (or a cancel) must satisfy the invariant.
   auto check = [&](int step) {
     const TelemetrySnapshot t = engine->telemetry();
-    const uint64_t ledger_kv = t.ledger.at("kv");
-    const uint64_t granules_now = t.granules_mapped - t.granules_unmapped;
+    const uint64_t ledger_kv = t.device.ledger_bytes(MemoryCategory::KvCommitted);
+    const uint64_t granules_now = t.kv.granules_mapped - t.kv.granules_unmapped;
     if (granule == 0 && granules_now > 0) granule = ledger_kv / granules_now;
     if (granule != 0) ASSERT_EQ(ledger_kv, granules_now * granule) << "step " << step;
     uint64_t sum = 0;
@@ -167,10 +167,10 @@ TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
   ASSERT_TRUE(engine->idle()) << "still busy after " << step << " steps";
 
   const TelemetrySnapshot end = engine->telemetry();
-  EXPECT_EQ(end.ledger.at("kv"), 0u);
+  EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
   EXPECT_TRUE(end.sequences.empty());
-  EXPECT_GT(end.granules_mapped, 0u);
-  EXPECT_EQ(end.granules_mapped, end.granules_unmapped);
+  EXPECT_GT(end.kv.granules_mapped, 0u);
+  EXPECT_EQ(end.kv.granules_mapped, end.kv.granules_unmapped);
   EXPECT_EQ(granule, 2u << 20);  // the CPU backend's host granule
 
   int by_max_tokens = 0, by_cancel = 0;

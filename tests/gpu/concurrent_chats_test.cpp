@@ -102,14 +102,6 @@ Margin margin_of(const std::vector<float>& row) {
   return {gpu_test::top_two(row).margin, std::sqrt(sum_sq / static_cast<double>(row.size()))};
 }
 
-uint64_t physical_used(const TelemetrySnapshot& t) {
-  uint64_t used = 0;
-  for (const auto& [category, bytes] : t.ledger) {
-    if (category != "kv_reserved_va") used += bytes;
-  }
-  return used;
-}
-
 // Runs the chats alone, then together: on the same engine, or, with kv_budget_granules > 0,
 // on a second engine whose budget holds everything but KV plus that many 2 MiB granules, so
 // chats wait for admission and are preempted and recomputed as others grow (their answers
@@ -137,8 +129,9 @@ void expect_together_matches_alone(int chats, uint64_t kv_budget_granules = 0) {
   std::unique_ptr<Engine> pressed;
   if (kv_budget_granules > 0) {
     const TelemetrySnapshot idle = engine->telemetry();
-    options.vram_budget_bytes =
-        physical_used(idle) - idle.ledger.at("kv") + kv_budget_granules * (2ull << 20);
+    options.vram_budget_bytes = idle.device.used_bytes -
+                                idle.device.ledger_bytes(MemoryCategory::KvCommitted) +
+                                kv_budget_granules * (2ull << 20);
     pressed = Engine::open(smollm2_model_path(), options);
   }
   Engine& together_engine = pressed ? *pressed : *engine;
@@ -151,15 +144,15 @@ void expect_together_matches_alone(int chats, uint64_t kv_budget_granules = 0) {
   for (int step = 0; step < 100000 && together_engine.step(); ++step) {
     if (pressed) {
       const TelemetrySnapshot t = together_engine.telemetry();
-      ASSERT_LE(physical_used(t), options.vram_budget_bytes) << "step " << step;
-      most_waiting = std::max(most_waiting, t.waiting_sequences);
+      ASSERT_LE(t.device.used_bytes, options.vram_budget_bytes) << "step " << step;
+      most_waiting = std::max(most_waiting, t.scheduler.waiting);
     }
   }
   ASSERT_TRUE(together_engine.idle());
   const TelemetrySnapshot after = together_engine.telemetry();
-  EXPECT_EQ(after.ledger.at("kv"), 0u);
+  EXPECT_EQ(after.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
   // The budget must have bitten: chats waited for admission, or were preempted.
-  if (pressed) EXPECT_GT(after.preemptions + static_cast<uint64_t>(most_waiting), 0u);
+  if (pressed) EXPECT_GT(after.scheduler.preemptions + static_cast<uint64_t>(most_waiting), 0u);
 
   int identical = 0, near_ties = 0;
   for (int i = 0; i < chats; ++i) {
@@ -198,8 +191,8 @@ void expect_together_matches_alone(int chats, uint64_t kv_budget_granules = 0) {
                     ? " under a KV budget of " + std::to_string(kv_budget_granules) + " granules"
                     : std::string())
             << ": " << identical << " identical to their alone run, " << near_ties
-            << " diverged at a near-tie; preemptions " << after.preemptions
-            << ", tokens recomputed " << after.recomputed_tokens << ", most waiting "
+            << " diverged at a near-tie; preemptions " << after.scheduler.preemptions
+            << ", tokens recomputed " << after.scheduler.recomputed_tokens << ", most waiting "
             << most_waiting << "\n";
   ::testing::Test::RecordProperty("identical", identical);
   ::testing::Test::RecordProperty("near_ties", near_ties);

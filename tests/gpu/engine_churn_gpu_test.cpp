@@ -149,13 +149,13 @@ TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDevic
       EXPECT_EQ(static_cast<int32_t>(c.tokens.size()), c.max_tokens);
       ++regenerated;
     }
-    EXPECT_EQ(engine->telemetry().ledger.at("kv"), 0u) << "round " << round;
+    EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u) << "round " << round;
   }
   EXPECT_EQ(engine->device_lost_reason(), "");
   CUDA_OK(cudaDeviceSynchronize());
   std::cout << "[churn] " << ended << " chats ended, " << cancelled << " cancelled, " << regenerated
-            << " regenerated; granules mapped " << engine->telemetry().granules_mapped
-            << ", unmapped " << engine->telemetry().granules_unmapped << "\n";
+            << " regenerated; granules mapped " << engine->telemetry().kv.granules_mapped
+            << ", unmapped " << engine->telemetry().kv.granules_unmapped << "\n";
 }
 
 TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanBeReopened) {

@@ -62,6 +62,27 @@ struct Request {
   TokenSink sink;
 };
 
+// What opening a model with some options would need, read from the file alone (no weights
+// loaded, no backend built): the fit preview shown before loading.
+struct FitEstimate {
+  ModelConfig config;      // the model's shapes, names and trained context
+  std::string block_type;  // the block type holding the most weight bytes ("Q4_1")
+  uint64_t file_bytes = 0;
+  uint64_t parameters = 0;           // elements over all tensors
+  bool gpu = false;                  // the backend the options pick: CUDA, or the CPU
+  std::string device;                // "CPU", "CUDA NVIDIA H200"
+  int64_t kv_element_bytes = 0;      // 4 on the CPU (f32 KV), 2 on CUDA (f16)
+  uint64_t weights_bytes = 0;        // charged to the ledger at open
+  uint64_t kv_bytes_per_token = 0;   // K and V of every layer, in kv_element_bytes
+  uint64_t workspace_bytes = 0;      // an allowance: the logits of every slot plus scratch
+  uint64_t budget_bytes = 0;         // the options' budget, or the one the backend would set
+  int64_t context_per_chat = 0;      // the options' context, clamped to the model's as open() does
+  int32_t chats = 0;                 // sequence slots
+  int64_t kv_capacity_tokens = 0;    // KV tokens the budget holds beside weights and workspace
+  int64_t max_context_per_chat = 0;  // kv_capacity_tokens over the chats, capped at the model's
+  bool fits = false;                 // every chat at its full context
+};
+
 class Engine {
  public:
   // Opens and validates the model, builds the tokenizer and template, picks the backend
@@ -69,6 +90,13 @@ class Engine {
   static std::unique_ptr<Engine> open(const std::filesystem::path& model_path,
                                       const EngineOptions& options = {});
   ~Engine();
+  // The fit preview: reads the model's header and tensor table (as open() validates them)
+  // and sizes it for the backend `options` pick — Auto is CUDA when a GPU is usable, else
+  // the CPU. For Cuda with a budget in the options no GPU is needed (planning for one);
+  // without one the GPU's free memory sets it, and no usable GPU is a DeviceError (an
+  // UnsupportedError in a build without CUDA). Throws granule::Error like open().
+  static FitEstimate estimate(const std::filesystem::path& model_path,
+                              const EngineOptions& options = {});
 
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;

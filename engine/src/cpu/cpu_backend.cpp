@@ -129,15 +129,12 @@ std::string CpuBackend::name() const {
   return "CPU (" + std::to_string(pool_.threads()) + " threads)";
 }
 
-uint64_t CpuBackend::device_total_bytes() const {
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0
-             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
-             : 0;
-}
+uint64_t CpuBackend::device_total_bytes() const { return host_memory_bytes(); }
 
-int64_t CpuBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(sizeof(float)); }
+int64_t CpuBackend::kv_bytes_per_token() const {
+  static_assert(kCpuKvElementBytes == sizeof(float));
+  return config_.kv_bytes_per_token(kCpuKvElementBytes);
+}
 
 std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
   return make_host_virtual_memory();
@@ -299,6 +296,13 @@ namespace granule {
 
 std::unique_ptr<Backend> make_cpu_backend(const BackendInit& init) {
   return std::make_unique<cpu::CpuBackend>(init);
+}
+
+uint64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+                                    : 0;
 }
 
 }  // namespace granule

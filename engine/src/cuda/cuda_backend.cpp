@@ -2,6 +2,7 @@
 // replayed graphs, and the factory the engine calls.
 #include "cuda/cuda_backend.h"
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +18,12 @@ namespace granule::cuda {
 namespace {
 
 constexpr uint64_t kMinBudgetMarginBytes = 512ull << 20;
+
+// Default budget: what is free now, less a margin for the driver, cuBLAS and the display.
+uint64_t default_budget(size_t free_bytes, size_t total_bytes) {
+  const uint64_t margin = std::max<uint64_t>(kMinBudgetMarginBytes, total_bytes / 20);
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
 
 bool is_greedy(const SamplingParams& p) {
   return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
@@ -93,11 +100,8 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   size_t free_bytes = 0, total_bytes = 0;
   check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   device_total_bytes_ = total_bytes;
-  if (init.options.vram_budget_bytes == 0) {
-    // Default budget: what is free now, less a margin for the driver, cuBLAS and the display.
-    const uint64_t margin = std::max<uint64_t>(kMinBudgetMarginBytes, total_bytes / 20);
-    init.memory.set_budget_bytes(free_bytes > margin ? free_bytes - margin : 0);
-  }
+  if (init.options.vram_budget_bytes == 0)
+    init.memory.set_budget_bytes(default_budget(free_bytes, total_bytes));
   const int max_rows = static_cast<int>(
       std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
   model_ = std::make_unique<CudaModel>(init, max_rows);
@@ -125,7 +129,10 @@ CudaBackend::~CudaBackend() {
 
 std::string CudaBackend::name() const { return "CUDA " + device_name_; }
 
-int64_t CudaBackend::kv_bytes_per_token() const { return config_.kv_bytes_per_token(2); }
+int64_t CudaBackend::kv_bytes_per_token() const {
+  static_assert(kCudaKvElementBytes == sizeof(__half));
+  return config_.kv_bytes_per_token(kCudaKvElementBytes);
+}
 
 std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() {
   // Every kernel and copy that touches the KV runs on the model's stream: fences go there.
@@ -332,16 +339,16 @@ StepResult CudaBackend::wait() {
 }
 
 void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
-  snapshot.device = device_name_;
-  snapshot.gpu = true;
-  snapshot.graph_buckets.clear();
+  snapshot.device.name = device_name_;
+  snapshot.device.gpu = true;
+  GraphTelemetry& g = snapshot.graphs;
+  g.buckets.clear();
   for (const auto& [key, graph] : graphs_)
-    if (std::find(snapshot.graph_buckets.begin(), snapshot.graph_buckets.end(), key.first) ==
-        snapshot.graph_buckets.end())
-      snapshot.graph_buckets.push_back(key.first);
-  snapshot.graph_replays = graph_replays_;
-  snapshot.segments_per_step = options_.cuda_graphs ? 1 : 0;
-  snapshot.last_fallback_reason = last_fallback_reason_;
+    if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
+      g.buckets.push_back(key.first);
+  g.replays = graph_replays_;
+  g.segments_per_step = options_.cuda_graphs ? 1 : 0;
+  g.last_fallback_reason = last_fallback_reason_;
 }
 
 }  // namespace granule::cuda
@@ -350,6 +357,18 @@ namespace granule {
 
 std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init) {
   return std::make_unique<cuda::CudaBackend>(init);
+}
+
+CudaDeviceInfo probe_cuda_device() {
+  std::string why;
+  if (!cuda::cuda_available(&why)) throw DeviceError(why);
+  constexpr int kDevice = 0;  // the device CudaBackend runs on
+  cudaDeviceProp prop{};
+  cuda::check_cuda(cudaGetDeviceProperties(&prop, kDevice), "cudaGetDeviceProperties");
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check_cuda(cudaSetDevice(kDevice), "cudaSetDevice");
+  cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {prop.name, cuda::default_budget(free_bytes, total_bytes)};
 }
 
 }  // namespace granule
