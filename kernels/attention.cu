@@ -197,7 +197,8 @@ size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head
   return static_cast<size_t>(rows) * n_head * max_splits * (head_dim + 2);
 }
 
-cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
+cudaError_t launch_attention(const AttentionArgs& args, const KernelConfig& config,
+                             cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   if (args.n_kv <= 0 || args.n_head % args.n_kv != 0 || args.n_head / args.n_kv > kMaxGroup ||
       args.split_tokens <= 0 || args.max_splits <= 0 || !args.split_counters)
@@ -207,18 +208,18 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   cudaError_t status;
   switch (args.head_dim) {
     case 64:
-      status = launch_early(attention_split_kernel<2>, grid, dim3(threads), stream, args);
+      status = launch_early(attention_split_kernel<2>, grid, dim3(threads), config, stream, args);
       break;
     case 128:
-      status = launch_early(attention_split_kernel<4>, grid, dim3(threads), stream, args);
+      status = launch_early(attention_split_kernel<4>, grid, dim3(threads), config, stream, args);
       break;
     case 256:
-      status = launch_early(attention_split_kernel<8>, grid, dim3(threads), stream, args);
+      status = launch_early(attention_split_kernel<8>, grid, dim3(threads), config, stream, args);
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(status);
 }
 
 }  // namespace granule::kernels

@@ -38,6 +38,7 @@ struct AttentionArgs {
 size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head_dim);
 
 // head_dim 64, 128 or 256; n_head / n_kv at most 8.
-cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+cudaError_t launch_attention(const AttentionArgs& args, const KernelConfig& config,
+                             cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -1,5 +1,5 @@
 // Device helpers shared by every kernel family: warp reductions, half/bf16 loads, the
-// launch-check helper the launchers return through, and small integer helpers.
+// launch-check helper the launchers return through, early launch, and small integer helpers.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -10,14 +10,23 @@
 #include <type_traits>
 #include <utility>
 
+#include "kernel_config.h"
+
 namespace granule::kernels {
 
 constexpr int kWarpSize = 32;
 
 inline int ceil_div(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) / b); }
 
-// Launchers return this: the launch configuration error, if any (kernels never abort).
-inline cudaError_t launch_status() { return cudaGetLastError(); }
+// Launchers return this: the error of the launch call itself (`launched`, what
+// cudaLaunchKernelEx returned), else the error a <<<...>>> launch left behind, which only
+// cudaGetLastError() reports. Reading it also clears it, so a failed launch is reported once,
+// by the launcher that made it, and never surfaces in a later launcher's status. Kernels
+// never abort.
+inline cudaError_t launch_status(cudaError_t launched = cudaSuccess) {
+  const cudaError_t last = cudaGetLastError();
+  return launched != cudaSuccess ? launched : last;
+}
 
 // Splits `columns` batch columns into groups of 16, 8, 4, 2 and 1, largest first, and calls
 // launch(first_column, std::integral_constant<int, N>{}) for each group in order (one launch
@@ -113,27 +122,29 @@ __device__ __forceinline__ void allow_next_kernel() {
 }
 #endif  // __CUDACC__
 
-// Whether launch_early() asks for programmatic dependent launch: on devices of compute
-// capability 9.0 and later, unless GRANULE_PDL=0 (a switch to measure what it buys).
-bool early_launch_enabled();
+// Turns config.early_launch off unless the current device has compute capability 9.0 or
+// later (programmatic dependent launch needs it). Returns the device query's error, leaving
+// the config as it was and no error behind for cudaGetLastError().
+cudaError_t fit_to_device(KernelConfig& config);
 
 // Launches kernel<<<grid, block, 0, stream>>>(args...) so that it may start before the
-// previous kernel in the stream has finished (see wait_for_previous_kernel); an ordinary
-// launch where that is not enabled. Stream capture records it as a programmatic edge.
+// previous kernel in the stream has finished (see wait_for_previous_kernel) when
+// config.early_launch is on; an ordinary launch otherwise. Stream capture records it as a
+// programmatic edge. Returns cudaLaunchKernelEx's status.
 template <typename... Params, typename... Args>
-cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
-                         Args&&... args) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block,
+                         const KernelConfig& config, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = grid;
+  launch.blockDim = block;
+  launch.dynamicSmemBytes = 0;
+  launch.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = early_launch_enabled() ? 1 : 0;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  attribute[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
+  launch.attrs = attribute;
+  launch.numAttrs = 1;
+  return cudaLaunchKernelEx(&launch, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace granule::kernels

@@ -1,23 +1,20 @@
-// The switch behind launch_early(): programmatic dependent launch on sm_90 and later.
-#include <cstdlib>
-
+// fit_to_device(): whether the device can take launch_early()'s programmatic dependent
+// launch (compute capability 9.0 and later).
 #include "common.cuh"
 
 namespace granule::kernels {
 
-bool early_launch_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("GRANULE_PDL");
-    if (v && v[0] == '0') return false;
-    int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      cudaGetLastError();  // leave no sticky error behind for the caller's launch check
-      return false;
-    }
-    return major >= 9;
-  }();
-  return enabled;
+cudaError_t fit_to_device(KernelConfig& config) {
+  int device = 0, major = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status == cudaSuccess)
+    status = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // reported through the return value, not in a later launch's status
+    return status;
+  }
+  if (major < 9) config.early_launch = false;
+  return cudaSuccess;
 }
 
 }  // namespace granule::kernels

@@ -5,9 +5,6 @@
 // block (8 weights each), so a block's loads cover 32 consecutive GGUF blocks per row, and
 // 4-way int8 dot products against int8 activations keep a weight nibble under one
 // instruction. Other types: each thread decodes 8 consecutive elements to f32.
-#include <cstdlib>
-#include <string>
-
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
 #include "split_layout.h"
@@ -75,7 +72,7 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
 }
 
 // STEP (GGUF blocks copied per row per step) and ROWS (rows per thread block) have tuned
-// defaults; other shapes can be picked for batch 1 with GRANULE_MATVEC_SHAPE (see below).
+// defaults; other shapes can be picked for batch 1 with KernelConfig::matvec_shape.
 template <uint32_t TYPE, int NB, bool GATE_UP, int STEP = 64, int ROWS = rows_per_block(NB)>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
@@ -263,54 +260,44 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Batch-1 tuning switch for the Q4_0/Q4_1 kernels, read once: GRANULE_MATVEC_SHAPE = 64x4,
-// 128x4, 64x8, 64x2 or 32x4 (GGUF blocks per step x rows per block). Unset: 64x2, the best
-// of the sweep on the H200 (8B-shaped Q4_0, batch 1, ms per step: 64x2 3.06, 64x4 3.26,
-// 128x4 3.35, 64x8 4.41, 32x4 4.56; kernels/PERF_NOTES.md).
-int matvec_shape() {
-  static const int shape = [] {
-    const char* v = std::getenv("GRANULE_MATVEC_SHAPE");
-    const std::string s(v ? v : "64x2");
-    return s == "128x4" ? 1 : s == "64x8" ? 2 : s == "64x2" ? 3 : s == "32x4" ? 4 : 0;
-  }();
-  return shape;
-}
-
 template <uint32_t TYPE, int NB, int STEP, int ROWS>
-void launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                  const MatvecInput& in, int first_column, cudaStream_t stream) {
+cudaError_t launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                         const MatvecInput& in, int first_column, const KernelConfig& config,
+                         cudaStream_t stream) {
   const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
   if (gate_up)
-    launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), stream, tasks, in,
-                 first_column);
-  else
-    launch_early(matvec_kernel<TYPE, NB, false, STEP, ROWS>, grid, dim3(kThreads), stream, tasks,
-                 in, first_column);
+    return launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), config,
+                        stream, tasks, in, first_column);
+  return launch_early(matvec_kernel<TYPE, NB, false, STEP, ROWS>, grid, dim3(kThreads), config,
+                      stream, tasks, in, first_column);
 }
 
+// Batch 1 of Q4_0/Q4_1 takes KernelConfig::matvec_shape (STEP x ROWS); everything else the
+// tuned default (64 x rows_per_block). The defaults' numbers are in kernel_config.h.
 template <uint32_t TYPE, int NB>
-void launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                    const MatvecInput& in, int first_column, cudaStream_t stream) {
+cudaError_t launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+                           const MatvecInput& in, int first_column, const KernelConfig& config,
+                           cudaStream_t stream) {
   if constexpr (NB == 1 && (TYPE == kQ4_0 || TYPE == kQ4_1)) {
-    switch (matvec_shape()) {
-      case 1:
-        launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
-        return;
-      case 2:
-        launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
-        return;
-      case 3:
-        launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
-        return;
-      case 4:
-        launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
-        return;
-      default:
-        break;
+    switch (config.matvec_shape) {
+      case MatvecShape::k128x4:
+        return launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column,
+                                              config, stream);
+      case MatvecShape::k64x8:
+        return launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column,
+                                             config, stream);
+      case MatvecShape::k64x2:
+        return launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column,
+                                             config, stream);
+      case MatvecShape::k32x4:
+        return launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column,
+                                             config, stream);
+      case MatvecShape::k64x4:
+        break;  // the generic shape below: 64 x rows_per_block(1) = 64x4
     }
   }
-  launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in,
-                                                 first_column, stream);
+  return launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in,
+                                                        first_column, config, stream);
 }
 
 }  // namespace
@@ -320,7 +307,8 @@ bool matvec_reads_q8(uint32_t weight_type, bool split_layout) {
 }
 
 cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
-                          const MatvecInput& input, cudaStream_t stream) {
+                          const MatvecInput& input, const KernelConfig& config,
+                          cudaStream_t stream) {
   if (n_tasks < 1 || n_tasks > kMaxMatvecTasks || input.batch < 0) return cudaErrorInvalidValue;
   if (!is_supported_weight_type(weight_type)) return cudaErrorInvalidValue;
   if (input.n_in % block_elems(weight_type) != 0 || input.n_in % kQ8Block != 0)
@@ -329,8 +317,7 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
     if (tasks[i].split_layout != tasks[0].split_layout) return cudaErrorInvalidValue;
   if (tasks[0].split_layout) {
     if (!split::supports(weight_type)) return cudaErrorInvalidValue;
-    const cudaError_t status = launch_matvec_split(weight_type, tasks, n_tasks, input, stream);
-    return status != cudaSuccess ? status : launch_status();
+    return launch_status(launch_matvec_split(weight_type, tasks, n_tasks, input, config, stream));
   }
   MatvecTasks packed{};
   int max_rows = 0;
@@ -341,17 +328,16 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
+  cudaError_t status = cudaSuccess;
   const bool ok = dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
-    // launch_columns reports nothing: a failed launch shows in launch_status() below.
-    for_each_column_group(input.batch, [&](int first_column, auto columns) {
-      launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up, input,
-                                                     first_column, stream);
-      return cudaSuccess;
+    status = for_each_column_group(input.batch, [&](int first_column, auto columns) {
+      return launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up,
+                                                            input, first_column, config, stream);
     });
   });
   if (!ok) return cudaErrorInvalidValue;
-  return launch_status();
+  return launch_status(status);
 }
 
 }  // namespace granule::kernels

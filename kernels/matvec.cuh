@@ -37,14 +37,21 @@ constexpr int kMaxMatvecTasks = 3;
 // split-layout kernels always read int8 activations.
 bool matvec_reads_q8(uint32_t weight_type, bool split_layout = false);
 
-// Runs n_tasks (1..3) products of one weight type over the same input in one launch.
-// Returns cudaErrorInvalidValue for an unsupported type or shape. Split-layout tasks go to
-// launch_matvec_split, which is launched early (launch_early, common.cuh).
+// Runs n_tasks (1..3) products of one weight type over the same input in one launch (one
+// per column group of the batch). Returns cudaErrorInvalidValue for an unsupported type or
+// shape, else the first launch error (no later group is launched after one fails).
+// Split-layout tasks go to launch_matvec_split. Every kernel is launched early
+// (launch_early, common.cuh) when config.early_launch is on; config's batch-1 shapes pick
+// the Q4_0/Q4_1 kernels' tiling.
 cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
-                          const MatvecInput& input, cudaStream_t stream);
+                          const MatvecInput& input, const KernelConfig& config,
+                          cudaStream_t stream);
 
-// The split-layout kernels (matvec_split.cu): weight_type Q4_0, Q4_1, Q8_0 or Q6_K.
+// The split-layout kernels (matvec_split.cu): weight_type Q4_0, Q4_1, Q8_0 or Q6_K. Returns
+// the first launch's error as cudaLaunchKernelEx reported it (launch_matvec adds
+// launch_status()).
 cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
-                                const MatvecInput& input, cudaStream_t stream);
+                                const MatvecInput& input, const KernelConfig& config,
+                                cudaStream_t stream);
 
 }  // namespace granule::kernels

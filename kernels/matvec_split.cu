@@ -5,9 +5,6 @@
 // HBM without staging through shared memory. Activations are int8 blocks (ActivationQ8)
 // and meet the weights in 4-way int8 dot products. The weight loads of the first
 // sub-blocks are issued before waiting for the previous kernel (launch_early).
-#include <cstdlib>
-#include <string>
-
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
 #include "split_layout.h"
@@ -183,43 +180,31 @@ __global__ void __launch_bounds__(kThreads)
 // SwiGLU reads two matrices, so its warps take half the rows (registers).
 template <uint32_t TYPE, int NB, int R, int U>
 cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                         const MatvecInput& in, int first_column, cudaStream_t stream) {
+                         const MatvecInput& in, int first_column, const KernelConfig& config,
+                         cudaStream_t stream) {
   if (gate_up) {
     constexpr int kGateRows = R > 1 ? R / 2 : 1;
     return launch_early(split_matvec_kernel<TYPE, NB, kGateRows, U, true>,
                         dim3(ceil_div(max_rows, kWarps * kGateRows), n_tasks), dim3(kThreads),
-                        stream, tasks, in, first_column);
+                        config, stream, tasks, in, first_column);
   }
   return launch_early(split_matvec_kernel<TYPE, NB, R, U, false>,
-                      dim3(ceil_div(max_rows, kWarps * R), n_tasks), dim3(kThreads), stream, tasks,
-                      in, first_column);
-}
-
-// Batch-1 tuning switches for Q4_0/Q4_1, read once: GRANULE_SPLIT_SHAPE (rows of fewer than
-// 256 sub-blocks) and GRANULE_SPLIT_SHAPE_LONG (the others: the down projection) = RxU
-// (rows per warp x sub-blocks per lane per step): 1x2 (default), 1x4, 1x8 or 2x4. H200,
-// 8B-shaped Q4_0, ms per decode step with one shape for all: 1x2 1.94, 2x4 2.00, 1x4 2.02,
-// 1x8 2.35 (kernels/PERF_NOTES.md).
-int shape_from_env(const char* name) {
-  const char* v = std::getenv(name);
-  const std::string s(v ? v : "1x2");
-  return s == "1x4" ? 1 : s == "1x8" ? 2 : s == "2x4" ? 3 : 0;
-}
-
-int batch1_shape(int sub_blocks) {
-  static const int short_rows = shape_from_env("GRANULE_SPLIT_SHAPE");
-  static const int long_rows = shape_from_env("GRANULE_SPLIT_SHAPE_LONG");
-  return sub_blocks >= 256 ? long_rows : short_rows;
+                      dim3(ceil_div(max_rows, kWarps * R), n_tasks), dim3(kThreads), config, stream,
+                      tasks, in, first_column);
 }
 
 // Rows per warp grow with the batch so each activation load serves more weights; the
-// sub-blocks in flight per lane shrink to keep registers for the accumulators.
+// sub-blocks in flight per lane shrink to keep registers for the accumulators. Batch 1 of
+// Q4_0/Q4_1 takes KernelConfig's split shapes (RxU; split_shape_long for the rows of
+// kLongRowSubBlocks sub-blocks or more, the down projection); the numbers behind the
+// defaults are in kernel_config.h.
 template <uint32_t TYPE, int NB>
 cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                           const MatvecInput& in, int first_column, cudaStream_t stream) {
+                           const MatvecInput& in, int first_column, const KernelConfig& config,
+                           cudaStream_t stream) {
   auto go = [&](auto r, auto u) {
     return launch_shape<TYPE, NB, decltype(r)::value, decltype(u)::value>(
-        tasks, n_tasks, max_rows, gate_up, in, first_column, stream);
+        tasks, n_tasks, max_rows, gate_up, in, first_column, config, stream);
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
@@ -227,16 +212,18 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, b
   using Eight = std::integral_constant<int, 8>;
   if constexpr (NB == 1) {
     if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
-      switch (batch1_shape(in.n_in / kQ8Block)) {
-        case 1:
+      const bool long_rows = in.n_in / kQ8Block >= KernelConfig::kLongRowSubBlocks;
+      switch (long_rows ? config.split_shape_long : config.split_shape) {
+        case SplitShape::k1x4:
           return go(One{}, Four{});
-        case 2:
+        case SplitShape::k1x8:
           return go(One{}, Eight{});
-        case 3:
+        case SplitShape::k2x4:
           return go(Two{}, Four{});
-        default:
-          return go(One{}, Two{});
+        case SplitShape::k1x2:
+          break;
       }
+      return go(One{}, Two{});
     } else if constexpr (TYPE == kQ8_0) {
       return go(One{}, Two{});
     } else {
@@ -252,7 +239,8 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, b
 }  // namespace
 
 cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
-                                const MatvecInput& input, cudaStream_t stream) {
+                                const MatvecInput& input, const KernelConfig& config,
+                                cudaStream_t stream) {
   SplitTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;
@@ -267,7 +255,7 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_each_column_group(input.batch, [&](int first_column, auto columns) {
       return launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up,
-                                                            input, first_column, stream);
+                                                            input, first_column, config, stream);
     });
   };
   switch (weight_type) {

@@ -24,15 +24,14 @@ __global__ void convert_f32_to_f16_kernel(const float* __restrict__ x, int64_t c
 }  // namespace
 
 cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out,
-                               cudaStream_t stream) {
+                               const KernelConfig& config, cudaStream_t stream) {
   if (n % kQ8Block != 0) return cudaErrorInvalidValue;
   const int64_t n_blocks = static_cast<int64_t>(rows) * n / kQ8Block;
   if (n_blocks == 0) return cudaSuccess;
   constexpr int kThreads = 256;
-  const cudaError_t status =
-      launch_early(quantize_q8_kernel, dim3(ceil_div(n_blocks * kWarpSize, kThreads)),
-                   dim3(kThreads), stream, x, n_blocks, out);
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(launch_early(quantize_q8_kernel,
+                                    dim3(ceil_div(n_blocks * kWarpSize, kThreads)), dim3(kThreads),
+                                    config, stream, x, n_blocks, out));
 }
 
 cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,

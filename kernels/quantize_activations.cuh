@@ -12,7 +12,7 @@ namespace granule::kernels {
 
 // x: [rows][n] with n % 32 == 0.
 cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out,
-                               cudaStream_t stream);
+                               const KernelConfig& config, cudaStream_t stream);
 // count elements, f32 -> f16 (round to nearest).
 cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,
                                       cudaStream_t stream);

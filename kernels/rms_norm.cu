@@ -77,16 +77,16 @@ __global__ void __launch_bounds__(kMaxThreads)
 }  // namespace
 
 cudaError_t launch_rms_norm(const float* x, const float* weight, int rows, int n, float eps,
-                            RmsNormOutputs out, cudaStream_t stream, const int32_t* source_rows) {
+                            RmsNormOutputs out, const KernelConfig& config, cudaStream_t stream,
+                            const int32_t* source_rows) {
   if (rows <= 0) return cudaSuccess;
   const int n4 = n / 4;
   if (n % 4 != 0 || (out.q8.qs && n % kQ8Block != 0)) return cudaErrorInvalidValue;
   const int threads =
       std::min(kMaxThreads, std::max(kWarpSize, (n4 + kWarpSize - 1) / kWarpSize * kWarpSize));
   if (n4 > threads * kMaxVectorsPerThread) return cudaErrorInvalidValue;
-  const cudaError_t status = launch_early(rms_norm_kernel, dim3(rows), dim3(threads), stream, x,
-                                          weight, n, eps, out, source_rows);
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(launch_early(rms_norm_kernel, dim3(rows), dim3(threads), config, stream, x,
+                                    weight, n, eps, out, source_rows));
 }
 
 }  // namespace granule::kernels

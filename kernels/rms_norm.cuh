@@ -20,7 +20,7 @@ struct RmsNormOutputs {
 // output head can normalise only the rows whose logits are wanted. n must be a multiple of
 // 4 (of 32 for int8 output) and at most 16384.
 cudaError_t launch_rms_norm(const float* x, const float* weight, int rows, int n, float eps,
-                            RmsNormOutputs out, cudaStream_t stream,
+                            RmsNormOutputs out, const KernelConfig& config, cudaStream_t stream,
                             const int32_t* source_rows = nullptr);
 
 }  // namespace granule::kernels

@@ -98,25 +98,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
 
 }  // namespace
 
-cudaError_t launch_rope_kv(const RopeKvArgs& args, cudaStream_t stream) {
+cudaError_t launch_rope_kv(const RopeKvArgs& args, const KernelConfig& config,
+                           cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
   const dim3 grid(ceil_div(args.n_head + 2 * args.n_kv, kWarpsPerBlock), args.rows);
   const int threads = kWarpsPerBlock * kWarpSize;
   cudaError_t status;
   switch (args.head_dim) {
     case 64:
-      status = launch_early(rope_kv_kernel<2>, grid, dim3(threads), stream, args);
+      status = launch_early(rope_kv_kernel<2>, grid, dim3(threads), config, stream, args);
       break;
     case 128:
-      status = launch_early(rope_kv_kernel<4>, grid, dim3(threads), stream, args);
+      status = launch_early(rope_kv_kernel<4>, grid, dim3(threads), config, stream, args);
       break;
     case 256:
-      status = launch_early(rope_kv_kernel<8>, grid, dim3(threads), stream, args);
+      status = launch_early(rope_kv_kernel<8>, grid, dim3(threads), config, stream, args);
       break;
     default:
       return cudaErrorInvalidValue;
   }
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(status);
 }
 
 }  // namespace granule::kernels

@@ -35,6 +35,6 @@ struct RopeKvArgs {
 };
 
 // head_dim must be 64, 128 or 256.
-cudaError_t launch_rope_kv(const RopeKvArgs& args, cudaStream_t stream);
+cudaError_t launch_rope_kv(const RopeKvArgs& args, const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -274,13 +274,13 @@ cudaError_t launch_sampling(const SamplingArgs& args, cudaStream_t stream) {
 }
 
 cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
-                          int32_t* tokens, ArgmaxWorkspace workspace, cudaStream_t stream) {
+                          int32_t* tokens, ArgmaxWorkspace workspace, const KernelConfig& config,
+                          cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   if (n_vocab <= 0 || !workspace.best || !workspace.counters) return cudaErrorInvalidValue;
   const dim3 grid(ceil_div(n_vocab, kArgmaxChunk), rows);
-  const cudaError_t status = launch_early(argmax_chunk_kernel, grid, dim3(kArgmaxThreads), stream,
-                                          logits, logits_stride, n_vocab, tokens, workspace);
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(launch_early(argmax_chunk_kernel, grid, dim3(kArgmaxThreads), config, stream,
+                                    logits, logits_stride, n_vocab, tokens, workspace));
 }
 
 }  // namespace granule::kernels

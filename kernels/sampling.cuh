@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernel_config.h"
+
 namespace granule::kernels {
 
 constexpr int kMaxSamplingCandidates = 256;
@@ -56,6 +58,7 @@ struct ArgmaxWorkspace {
 // Argmax of each row (lowest id on ties), no penalties: the greedy fast path. The row is
 // split over many blocks; the last block of a row to finish writes its token.
 cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
-                          int32_t* tokens, ArgmaxWorkspace workspace, cudaStream_t stream);
+                          int32_t* tokens, ArgmaxWorkspace workspace, const KernelConfig& config,
+                          cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -37,11 +37,10 @@ cudaError_t launch_swiglu_to_f16(const float* gate, const float* up, int64_t cou
 }
 
 cudaError_t launch_swiglu_f32(const float* gate, const float* up, int64_t count, float* out,
-                              cudaStream_t stream) {
+                              const KernelConfig& config, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  const cudaError_t status = launch_early(swiglu_f32_kernel, dim3(grid_for(count)), dim3(kThreads),
-                                          stream, gate, up, count, out);
-  return status != cudaSuccess ? status : launch_status();
+  return launch_status(launch_early(swiglu_f32_kernel, dim3(grid_for(count)), dim3(kThreads),
+                                    config, stream, gate, up, count, out));
 }
 
 }  // namespace granule::kernels

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 
+#include "kernel_config.h"
+
 namespace granule::kernels {
 
 cudaError_t launch_swiglu_to_f16(const float* gate, const float* up, int64_t count, __half* out,
                                  cudaStream_t stream);
 // The same with an f32 result (decode, when gate and up have different block types).
 cudaError_t launch_swiglu_f32(const float* gate, const float* up, int64_t count, float* out,
-                              cudaStream_t stream);
+                              const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -38,6 +38,7 @@ class RopeKvKernel : public ::testing::TestWithParam<RopeCase> {};
 
 TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   const RopeCase rc = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(rc.head_dim + 2 * rc.neox + 4 * rc.bias + 8 * rc.qk_norm));
   const int n_head = 6, n_kv = 2, hd = rc.head_dim, rows = 5, layer = 1;
@@ -91,7 +92,7 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   a.slot_base = d_bases.get();
   a.token_stride = kv.token_stride();
   a.layer = layer;
-  CUDA_OK(kernels::launch_rope_kv(a, nullptr));
+  CUDA_OK(kernels::launch_rope_kv(a, config, nullptr));
 
   const std::vector<float> got_q = d_q.download();
   const std::vector<__half> got_kv = d_kv.download();
@@ -157,6 +158,7 @@ class AttentionKernel : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   const AttentionCase c = GetParam();
   const int rows = static_cast<int>(c.lengths.size());
   const int hd = c.head_dim, layer = 2;
@@ -217,11 +219,11 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   a.out_q8 = {d_qs.get(), d_ds.get()};  // the output also as int8 blocks
   DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   a.split_counters = d_counters.get();
-  CUDA_OK(kernels::launch_attention(a, nullptr));
+  CUDA_OK(kernels::launch_attention(a, config, nullptr));
   // A second launch on the same counters (they must be back at zero) gives the same result.
   const std::vector<float> first = d_out.download();
   d_out.poison();
-  CUDA_OK(kernels::launch_attention(a, nullptr));
+  CUDA_OK(kernels::launch_attention(a, config, nullptr));
   EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   const std::vector<float> got = d_out.download();
   const std::vector<int8_t> qs = d_qs.download();

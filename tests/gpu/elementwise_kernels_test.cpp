@@ -46,6 +46,7 @@ std::vector<float> halves_to_floats(const std::vector<__half>& h) {
 
 TEST(RmsNormKernel, MatchesCpuInEveryOutputFormat) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(3);
   for (int n : {64, 576, 4096, 1000 /* not a multiple of 32: no int8 output */}) {
     const int rows = 7;
@@ -65,7 +66,7 @@ TEST(RmsNormKernel, MatchesCpuInEveryOutputFormat) {
     out.f32 = d_y.get();
     out.f16 = d_h.get();
     if (n % 32 == 0) out.q8 = {d_qs.get(), d_ds.get()};
-    CUDA_OK(kernels::launch_rms_norm(d_x.get(), d_w.get(), rows, n, 1e-5f, out, nullptr));
+    CUDA_OK(kernels::launch_rms_norm(d_x.get(), d_w.get(), rows, n, 1e-5f, out, config, nullptr));
     const std::vector<float> y = d_y.download();
     const std::vector<float> h = halves_to_floats(d_h.download());
     for (size_t i = 0; i < y.size(); ++i) {
@@ -94,6 +95,7 @@ TEST(RmsNormKernel, MatchesCpuInEveryOutputFormat) {
 
 TEST(RmsNormKernel, SelectedSourceRows) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(4);
   const int n = 256, rows = 9;
   const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * n), rng);
@@ -104,7 +106,8 @@ TEST(RmsNormKernel, SelectedSourceRows) {
   d_y.poison();
   kernels::RmsNormOutputs out;
   out.f32 = d_y.get();
-  CUDA_OK(kernels::launch_rms_norm(d_x.get(), d_w.get(), 3, n, 1e-6f, out, nullptr, d_pick.get()));
+  CUDA_OK(kernels::launch_rms_norm(d_x.get(), d_w.get(), 3, n, 1e-6f, out, config, nullptr,
+                                   d_pick.get()));
   const std::vector<float> y = d_y.download();
   for (size_t r = 0; r < pick.size(); ++r) {
     std::vector<float> expected(n);
@@ -116,6 +119,7 @@ TEST(RmsNormKernel, SelectedSourceRows) {
 
 TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(5);
   const int rows = 3, n = 96;
   std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * n), rng, 10.0f);
@@ -126,7 +130,8 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
   DeviceArray<__half> d_h(x.size());
   d_qs.poison();
   d_h.poison();
-  CUDA_OK(kernels::launch_quantize_q8(d_x.get(), rows, n, {d_qs.get(), d_ds.get()}, nullptr));
+  CUDA_OK(
+      kernels::launch_quantize_q8(d_x.get(), rows, n, {d_qs.get(), d_ds.get()}, config, nullptr));
   CUDA_OK(kernels::launch_convert_f32_to_f16(d_x.get(), static_cast<int64_t>(x.size()), d_h.get(),
                                              nullptr));
   const std::vector<int8_t> qs = d_qs.download();
@@ -137,8 +142,9 @@ TEST(QuantizeActivationsKernel, Int8BlocksAndHalfConversion) {
     ASSERT_EQ(h[i], __half2float(__float2half_rn(x[i]))) << i;
   }
   EXPECT_EQ(ds[1].x, 0.0f);
-  EXPECT_EQ(kernels::launch_quantize_q8(d_x.get(), 1, 48, {d_qs.get(), d_ds.get()}, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      kernels::launch_quantize_q8(d_x.get(), 1, 48, {d_qs.get(), d_ds.get()}, config, nullptr),
+      cudaErrorInvalidValue);
 }
 
 TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
@@ -208,6 +214,7 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
 
 TEST(SwigluKernel, MatchesCpuSwiglu) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(9);
   const size_t n = 10007;
   const std::vector<float> g = gpu_test::random_floats(n, rng, 4.0f),
@@ -219,7 +226,7 @@ TEST(SwigluKernel, MatchesCpuSwiglu) {
   d_y.poison();
   d_h.poison();
   CUDA_OK(kernels::launch_swiglu_f32(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_y.get(),
-                                     nullptr));
+                                     config, nullptr));
   CUDA_OK(kernels::launch_swiglu_to_f16(d_g.get(), d_u.get(), static_cast<int64_t>(n), d_h.get(),
                                         nullptr));
   const std::vector<float> y = d_y.download();

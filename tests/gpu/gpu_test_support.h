@@ -1,6 +1,6 @@
-// Helpers for the GPU tests: skip without a GPU, device arrays with an RAII owner, poisoned
-// outputs (NaN bytes, so an element a kernel forgot to write fails every comparison),
-// seeded random inputs and the top-two margin of a logit row.
+// Helpers for the GPU tests: skip without a GPU, the kernel configuration, device arrays with
+// an RAII owner, poisoned outputs (NaN bytes, so an element a kernel forgot to write fails
+// every comparison), seeded random inputs and the top-two margin of a logit row.
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -11,6 +11,9 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "common.cuh"
+#include "kernel_config_env.h"
 
 namespace granule::gpu_test {
 
@@ -35,6 +38,16 @@ inline bool gpu_present(std::string* why) {
     if (!::granule::gpu_test::gpu_present(&granule_gpu_why))   \
       GTEST_SKIP() << "GPU test skipped: " << granule_gpu_why; \
   } while (0)
+
+// The kernel configuration the CUDA backend would run with here: the defaults with the
+// GRANULE_* environment overrides (so run_on_h200.sh's sweep reaches the kernel tests),
+// fitted to the device.
+inline kernels::KernelConfig kernel_config() {
+  kernels::KernelConfig config = kernel_config_from_environment();
+  const cudaError_t status = kernels::fit_to_device(config);
+  if (status != cudaSuccess) ADD_FAILURE() << "fit_to_device: " << cudaGetErrorString(status);
+  return config;
+}
 
 #define CUDA_OK(expr) \
   ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(cudaGetLastError())

@@ -5,7 +5,8 @@
 // rounding, plus, for the int8-activation types (Q4_0/Q4_1/Q8_0), the exact worst case of
 // rounding each activation to its block's int8 grid: sum |w_i| * amax(block of i) / 254.
 // Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (kernels/split_layout.h), whose
-// kernels always read int8 activations.
+// kernels always read int8 activations. The kernels run with the backend's configuration
+// (GRANULE_* overrides included); every batch-1 shape of KernelConfig also runs explicitly.
 #include <cmath>
 #include <random>
 
@@ -71,8 +72,8 @@ struct DeviceActivations {
     in.x = x.get();
     in.xq = {qs.get(), ds.get()};
   }
-  cudaError_t quantize() {
-    return kernels::launch_quantize_q8(x.get(), in.batch, in.n_in, in.xq, nullptr);
+  cudaError_t quantize(const kernels::KernelConfig& config) {
+    return kernels::launch_quantize_q8(x.get(), in.batch, in.n_in, in.xq, config, nullptr);
   }
 };
 
@@ -106,11 +107,8 @@ struct Case {
   bool split = false;
 };
 
-class MatvecKernel : public ::testing::TestWithParam<Case> {};
-
-TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
-  GRANULE_REQUIRE_GPU();
-  const Case c = GetParam();
+// One product of a random matrix against the CPU reference, launched with `config`.
+void expect_matvec_matches_cpu(const Case& c, const kernels::KernelConfig& config) {
   std::mt19937 rng(
       static_cast<uint32_t>(c.rows * 131 + c.cols * 7 + c.batch + static_cast<int>(c.type)));
   const Encoded w = encode(c.type, c.rows, c.cols, rng, c.split);
@@ -122,7 +120,7 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   DeviceArray<float> d_y(static_cast<size_t>(c.rows * c.batch));
   DeviceActivations act(x, c.batch, c.cols);
   d_y.poison();
-  if (reads_q8(c.type, c.split)) CUDA_OK(act.quantize());
+  if (reads_q8(c.type, c.split)) CUDA_OK(act.quantize(config));
   kernels::MatvecTask task;
   task.weight = d_w.get();
   task.row_bytes = w.device_row_bytes;
@@ -130,7 +128,7 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
   task.n_out = static_cast<int>(c.rows);
   task.y = d_y.get();
   task.y_stride = c.rows;
-  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, act.in, nullptr));
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), &task, 1, act.in, config, nullptr));
   const std::vector<float> got = d_y.download();
   const std::vector<double> bound =
       error_bounds(w, x, c.rows, c.cols, c.batch, reads_q8(c.type, c.split));
@@ -143,6 +141,13 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
     }
   }
   EXPECT_EQ(bad, 0);
+}
+
+class MatvecKernel : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
+  GRANULE_REQUIRE_GPU();
+  expect_matvec_matches_cpu(GetParam(), gpu_test::kernel_config());
 }
 
 std::vector<Case> cases() {
@@ -179,9 +184,40 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), case_name);
 
+// The batch-1 Q4_0/Q4_1 shapes KernelConfig offers, each set explicitly: the GGUF-layout
+// kernel's five, and the split-layout kernel's four on short rows (128 sub-blocks) and on
+// long rows (256, where split_shape_long takes over). 77 rows leave a partial block or warp
+// for every rows-per-block.
+TEST(MatvecKernelShapes, EveryBatch1ShapeMatchesCpu) {
+  GRANULE_REQUIRE_GPU();
+  using kernels::MatvecShape;
+  using kernels::SplitShape;
+  const kernels::KernelConfig device = gpu_test::kernel_config();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+    for (MatvecShape shape : {MatvecShape::k64x2, MatvecShape::k64x4, MatvecShape::k128x4,
+                              MatvecShape::k64x8, MatvecShape::k32x4}) {
+      kernels::KernelConfig config = device;
+      config.matvec_shape = shape;
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + describe(config));
+      expect_matvec_matches_cpu({type, 77, 4096, 1, false}, config);
+    }
+    for (SplitShape shape :
+         {SplitShape::k1x2, SplitShape::k1x4, SplitShape::k1x8, SplitShape::k2x4}) {
+      for (const int64_t cols : {4096, 8192}) {
+        kernels::KernelConfig config = device;
+        (cols == 4096 ? config.split_shape : config.split_shape_long) = shape;
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(cols) +
+                     " columns, " + describe(config));
+        expect_matvec_matches_cpu({type, 77, cols, 1, true}, config);
+      }
+    }
+  }
+}
+
 // Q, K and V in one launch (three matrices, three row counts), and the accumulate epilogue.
 TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(7);
   for (const bool split : {false, true})
     for (TensorType type : {TensorType::Q4_0, TensorType::Q6_K}) {
@@ -190,7 +226,7 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
       const int64_t rows[3] = {96, 33, 33};
       const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(batch * cols), rng);
       DeviceActivations act(x, batch, cols);
-      CUDA_OK(act.quantize());
+      CUDA_OK(act.quantize(config));
       std::vector<Encoded> w;
       std::vector<DeviceArray<uint8_t>> d_w;
       std::vector<DeviceArray<float>> d_y;
@@ -209,7 +245,8 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
         tasks[i].y_stride = rows[i];
         tasks[i].accumulate = i == 1;  // only K accumulates
       }
-      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, act.in, nullptr));
+      CUDA_OK(
+          kernels::launch_matvec(static_cast<uint32_t>(type), tasks, 3, act.in, config, nullptr));
       for (int i = 0; i < 3; ++i) {
         std::vector<float> expected(static_cast<size_t>(rows[i] * batch));
         cpu::matmul(type, w[i].bytes.data(), rows[i], cols, x.data(), batch, expected.data(),
@@ -230,6 +267,7 @@ TEST(MatvecKernelTasks, ThreeMatricesInOneLaunchAndAccumulate) {
 // Gate and up in one pass: y = silu(gate·x) * (up·x).
 TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(11);
   for (const bool split : {false, true})
     for (TensorType type :
@@ -248,7 +286,7 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
       DeviceArray<float> d_y(g.size());
       DeviceActivations act(x, batch, cols);
       d_y.poison();
-      CUDA_OK(act.quantize());
+      CUDA_OK(act.quantize(config));
       kernels::MatvecTask t;
       t.weight = d_gate.get();
       t.weight_up = d_up.get();
@@ -257,7 +295,7 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
       t.n_out = static_cast<int>(rows);
       t.y = d_y.get();
       t.y_stride = rows;
-      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, act.in, nullptr));
+      CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, act.in, config, nullptr));
       const std::vector<float> got = d_y.download();
       const std::vector<double> bg =
           error_bounds(gate, x, rows, cols, batch, reads_q8(type, split));
@@ -274,19 +312,23 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
 
 TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   kernels::MatvecTask t;
   t.n_out = 4;
   kernels::MatvecInput in;
   in.n_in = 64;
   in.batch = 1;
-  EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, nullptr), cudaErrorInvalidValue);
-  in.n_in = 48;  // not a multiple of 32
-  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, nullptr),
+  EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, config, nullptr),
             cudaErrorInvalidValue);
+  in.n_in = 48;  // not a multiple of 32
+  EXPECT_EQ(
+      kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, config, nullptr),
+      cudaErrorInvalidValue);
   in.n_in = 256;
   t.split_layout = true;  // no split layout for Q4_K
-  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_K), &t, 1, in, nullptr),
-            cudaErrorInvalidValue);
+  EXPECT_EQ(
+      kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_K), &t, 1, in, config, nullptr),
+      cudaErrorInvalidValue);
 }
 
 }  // namespace

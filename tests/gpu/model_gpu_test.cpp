@@ -23,6 +23,7 @@
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/synthetic_model.h"
+#include "kernel_config_env.h"
 #include "kv_space.h"
 #include "memory_manager.h"
 #include "runtime.h"
@@ -153,11 +154,8 @@ void expect_close(const Comparison& c, const std::string& what) {
 // 8-10% of the logits' RMS (16% at the 30-layer SmolLM2 shapes); bound 25%. The kernel
 // tests bound the int8 rounding exactly; here the greedy-agreement check is what matters.
 // Q6_K joins them when its weights are in the split layout (the default; its kernel reads
-// int8 activations too), unless GRANULE_SPLIT_WEIGHTS=0.
-bool split_weights_on() {
-  const char* v = std::getenv("GRANULE_SPLIT_WEIGHTS");
-  return !(v && v[0] == '0');
-}
+// int8 activations too), unless GRANULE_SPLIT_WEIGHTS=0 (read as the backend reads it).
+bool split_weights_on() { return kernel_config_from_environment().split_weights; }
 
 double tolerance_for(TensorType t) {
   switch (t) {

@@ -18,6 +18,7 @@ using gpu_test::DeviceArray;
 
 TEST(ArgmaxKernel, LowestIdWinsTies) {
   GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(1);
   const int n_vocab = 49152, rows = 4;
   std::vector<float> logits = gpu_test::random_floats(static_cast<size_t>(rows * n_vocab), rng);
@@ -33,7 +34,7 @@ TEST(ArgmaxKernel, LowestIdWinsTies) {
   for (int launch = 0; launch < 2; ++launch) {  // the scratch must be left ready for reuse
     d_tokens.poison();
     CUDA_OK(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_tokens.get(),
-                                   {d_best.get(), d_counters.get()}, nullptr));
+                                   {d_best.get(), d_counters.get()}, config, nullptr));
     EXPECT_EQ(d_tokens.download(), (std::vector<int32_t>{40000, 3, n_vocab - 1, 0}))
         << "launch " << launch;
   }

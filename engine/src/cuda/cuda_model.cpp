@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "attention.cuh"
@@ -14,6 +13,7 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
+#include "kernel_config_env.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
@@ -44,10 +44,22 @@ std::vector<float> to_f32(const TensorInfo* t) {
 
 void check_launch(cudaError_t status, const char* kernel) { check_cuda(status, kernel); }
 
+// The defaults with the environment's overrides (read here, once per model), as the
+// current device can run them.
+k::KernelConfig device_kernel_config() {
+  k::KernelConfig config = kernel_config_from_environment();
+  check_cuda(k::fit_to_device(config), "reading the device's compute capability");
+  logger("engine.cuda")->info("kernel configuration: {}", describe(config));
+  return config;
+}
+
 }  // namespace
 
 CudaModel::CudaModel(const BackendInit& init, int max_rows)
-    : config_(init.config), memory_(init.memory), max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
+    : config_(init.config),
+      kernel_config_(device_kernel_config()),
+      memory_(init.memory),
+      max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
@@ -61,16 +73,15 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
 
   // --- weights: every matrix in one buffer; Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row ----
   // (kernels/split_layout.h: same bytes, values first, so decode loads are 16-byte
-  // vectors), everything else byte for byte. GRANULE_SPLIT_WEIGHTS=0 keeps GGUF blocks.
+  // vectors), everything else byte for byte; KernelConfig::split_weights off keeps GGUF
+  // blocks (GRANULE_SPLIT_WEIGHTS=0).
   std::vector<const TensorInfo*> matrices = {w.token_embd};
   if (w.output && w.output != w.token_embd) matrices.push_back(w.output);
   for (const LayerWeights& l : w.layers)
     for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
       matrices.push_back(t);
-  const char* split_env = std::getenv("GRANULE_SPLIT_WEIGHTS");
-  const bool split_enabled = !(split_env && split_env[0] == '0');
   auto use_split = [&](const TensorInfo* t) {
-    return split_enabled && split_layout_fits(t->ggml_type, t->dims[0]);
+    return kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]);
   };
   auto device_bytes = [&](const TensorInfo* t) {
     return use_split(t)
@@ -280,7 +291,7 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
   else
     out.f32 = normed_.as<float>();
   check_launch(k::launch_rms_norm(x, weight, n_rows, static_cast<int>(config_.n_embd),
-                                  config_.rms_eps, out, stream_.get()),
+                                  config_.rms_eps, out, kernel_config_, stream_.get()),
                "rms_norm");
 }
 
@@ -308,7 +319,8 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
     in.batch = n_rows;
     in.x = x_f32;
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    check_launch(k::launch_matvec(mats[i].type, tasks, j - i, in, stream_.get()), "matvec");
+    check_launch(k::launch_matvec(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
+                 "matvec");
     i = j;
   }
 }
@@ -358,7 +370,7 @@ void CudaModel::attention(int layer, int n_rows) {
   r.slot_base = slot_bases_.as<__half* const>();
   r.token_stride = token_stride_halves_;
   r.layer = layer;
-  check_launch(k::launch_rope_kv(r, stream_.get()), "rope_kv");
+  check_launch(k::launch_rope_kv(r, kernel_config_, stream_.get()), "rope_kv");
 
   k::AttentionArgs a;
   a.q = q_.as<float>();
@@ -383,7 +395,7 @@ void CudaModel::attention(int layer, int n_rows) {
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
   if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-  check_launch(k::launch_attention(a, stream_.get()), "attention");
+  check_launch(k::launch_attention(a, kernel_config_, stream_.get()), "attention");
 }
 
 void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
@@ -399,7 +411,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
         out.f32 = normed_.as<float>();
     }
     check_launch(k::launch_rms_norm(hidden, l.attn_norm, n_rows, static_cast<int>(c.n_embd),
-                                    c.rms_eps, out, stream_.get()),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
                  "rms_norm");
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
@@ -419,7 +431,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
         out.f32 = normed_.as<float>();
     }
     check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
-                                    c.rms_eps, out, stream_.get()),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
                  "rms_norm");
   }
   float* h = gate_.as<float>();
@@ -437,19 +449,21 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     in.batch = n_rows;
     in.x = normed_.as<float>();
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    check_launch(k::launch_matvec(l.w_gate.type, &t, 1, in, stream_.get()), "matvec_swiglu");
+    check_launch(k::launch_matvec(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+                 "matvec_swiglu");
   } else {
     const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
     float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
     matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
     matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
-    check_launch(
-        k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h, stream_.get()),
-        "swiglu");
+    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
+                                      kernel_config_, stream_.get()),
+                 "swiglu");
   }
   if (k::matvec_reads_q8(l.w_down.type, l.w_down.split))
     check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
-                                       {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, stream_.get()),
+                                       {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                       stream_.get()),
                  "quantize_q8");
   matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
@@ -501,9 +515,10 @@ void CudaModel::run_head(int first_logit_row, int count) {
   else
     out.f32 = normed_.as<float>();
   const int32_t* rows = inputs_.as<int32_t>() + kLogitRows * max_rows_ + first_logit_row;
-  check_launch(k::launch_rms_norm(hidden_.as<float>(), output_norm_, count,
-                                  static_cast<int>(c.n_embd), c.rms_eps, out, stream_.get(), rows),
-               "rms_norm");
+  check_launch(
+      k::launch_rms_norm(hidden_.as<float>(), output_norm_, count, static_cast<int>(c.n_embd),
+                         c.rms_eps, out, kernel_config_, stream_.get(), rows),
+      "rms_norm");
   float* const logits_out[1] = {logits_.as<float>()};
   matvec(&output_, logits_out, 1, count, false, normed_.as<float>());
 }
@@ -538,9 +553,10 @@ void CudaModel::sample(int count, bool greedy) {
     k::ArgmaxWorkspace scratch;
     scratch.best = argmax_scratch_.as<unsigned long long>();
     scratch.counters = reinterpret_cast<int*>(scratch.best + max_rows_);
-    check_launch(k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab,
-                                  tokens_out_.as<int32_t>(), scratch, stream_.get()),
-                 "argmax");
+    check_launch(
+        k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab, tokens_out_.as<int32_t>(),
+                         scratch, kernel_config_, stream_.get()),
+        "argmax");
     return;
   }
   k::SamplingArgs a;

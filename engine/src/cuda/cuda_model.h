@@ -15,6 +15,7 @@
 #include "backend.h"
 #include "cuda/cublas_library.h"
 #include "cuda/device_memory.h"
+#include "kernel_config.h"
 #include "sampling.cuh"
 
 namespace granule::cuda {
@@ -48,9 +49,11 @@ struct RowInputs {
 
 class CudaModel {
  public:
-  // Uploads the weights (charged as WeightsResident) and sizes the workspace for runs of up to
-  // max_rows token rows. Throws DeviceError for a shape the kernels do not cover (head size
-  // other than 64/128/256, ...), so that Device Auto falls back to the CPU.
+  // Reads the kernel configuration (defaults with the GRANULE_* environment overrides,
+  // fitted to the device), uploads the weights (charged as WeightsResident) in the layout it
+  // names and sizes the workspace for runs of up to max_rows token rows. Throws DeviceError
+  // for a shape the kernels do not cover (head size other than 64/128/256, ...), so that
+  // Device Auto falls back to the CPU.
   CudaModel(const BackendInit& init, int max_rows);
   ~CudaModel();
 
@@ -84,6 +87,8 @@ class CudaModel {
   void copy_tokens(int count, int32_t* host) const;  // synchronises
 
   cudaStream_t stream() const { return stream_.get(); }
+  // What every launch of this model runs with; set at construction, never changed.
+  const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
   uint64_t weight_bytes() const { return weights_.bytes(); }
   // Bytes of weights one decode step reads (every layer matrix + the output head).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
@@ -98,6 +103,7 @@ class CudaModel {
   void gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate);
 
   const ModelConfig& config_;
+  const kernels::KernelConfig kernel_config_;
   MemoryManager& memory_;
   int max_rows_;
   CudaStream stream_;

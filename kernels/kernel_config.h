@@ -1,0 +1,35 @@
+// KernelConfig: every tuning knob of the CUDA kernels and the weight layout they read, with
+// its default. The CUDA backend fills one at start (the GRANULE_* environment overrides are
+// parsed in engine/src/kernel_config_env.cpp and listed in the README) and hands it to each
+// launcher that has a choice to make. Plain C++ (also compiled as CUDA C++17), so host code
+// and tests without a GPU share it.
+#pragma once
+
+namespace granule::kernels {
+
+// Batch-1 shape of the GGUF-layout Q4_0/Q4_1 matvec kernel: GGUF blocks copied per step x
+// rows per thread block. H200, 8B-shaped Q4_0, ms per decode step: 64x2 3.06, 64x4 3.26,
+// 128x4 3.35, 64x8 4.41, 32x4 4.56 (kernels/PERF_NOTES.md).
+enum class MatvecShape { k64x2, k64x4, k128x4, k64x8, k32x4 };
+
+// Batch-1 shape of the split-layout Q4_0/Q4_1 matvec kernel: rows per warp x sub-blocks per
+// lane per step. H200, 8B-shaped Q4_0, ms per decode step with one shape for all rows:
+// 1x2 1.94, 2x4 2.00, 1x4 2.02, 1x8 2.35 (kernels/PERF_NOTES.md).
+enum class SplitShape { k1x2, k1x4, k1x8, k2x4 };
+
+struct KernelConfig {
+  MatvecShape matvec_shape = MatvecShape::k64x2;
+  // Rows of fewer than kLongRowSubBlocks 32-element sub-blocks, and the others (the down
+  // projection's long rows).
+  SplitShape split_shape = SplitShape::k1x2;
+  SplitShape split_shape_long = SplitShape::k1x2;
+  static constexpr int kLongRowSubBlocks = 256;
+  // Programmatic dependent launch (launch_early, common.cuh): a kernel may start while the
+  // one before it finishes. Needs compute capability 9.0; fit_to_device() turns it off below.
+  bool early_launch = true;
+  // Q4_0/Q4_1/Q8_0/Q6_K weights re-laid out at upload (split_layout.h) rather than kept in
+  // GGUF blocks; the matvec kernels read whichever layout a matrix has.
+  bool split_weights = true;
+};
+
+}  // namespace granule::kernels

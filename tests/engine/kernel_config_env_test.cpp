@@ -1,0 +1,155 @@
+// The GRANULE_* kernel overrides (engine/src/kernel_config_env.cpp): each accepted value
+// sets its knob, a value a variable does not accept keeps the knob and warns in one line
+// naming the variable and the values it accepts, an empty value counts as unset, the process
+// environment is read through the same parser, and the README lists every variable.
+#include "kernel_config_env.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+namespace granule {
+namespace {
+
+using kernels::KernelConfig;
+using kernels::MatvecShape;
+using kernels::SplitShape;
+
+// An environment of its own, so the tests never depend on the process's.
+struct FakeEnvironment {
+  std::map<std::string, std::string> values;
+  EnvironmentLookup lookup() const {
+    return [this](const char* variable) -> const char* {
+      const auto it = values.find(variable);
+      return it == values.end() ? nullptr : it->second.c_str();
+    };
+  }
+};
+
+KernelConfig parse(const FakeEnvironment& env, std::vector<std::string>& warnings,
+                   KernelConfig config = {}) {
+  return apply_kernel_overrides(config, env.lookup(), warnings);
+}
+
+TEST(KernelConfigEnv, NothingSetGivesTheDefaults) {
+  std::vector<std::string> warnings;
+  const KernelConfig config = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(config.matvec_shape, MatvecShape::k64x2);
+  EXPECT_EQ(config.split_shape, SplitShape::k1x2);
+  EXPECT_EQ(config.split_shape_long, SplitShape::k1x2);
+  EXPECT_TRUE(config.early_launch);
+  EXPECT_TRUE(config.split_weights);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(describe(config),
+            "matvec 64x2, split 1x2 (long rows 1x2), early launch on, split weights on");
+}
+
+TEST(KernelConfigEnv, EveryAcceptedMatvecShapeSetsIt) {
+  const std::pair<const char*, MatvecShape> cases[] = {{"64x2", MatvecShape::k64x2},
+                                                       {"64x4", MatvecShape::k64x4},
+                                                       {"128x4", MatvecShape::k128x4},
+                                                       {"64x8", MatvecShape::k64x8},
+                                                       {"32x4", MatvecShape::k32x4}};
+  for (const auto& [value, shape] : cases) {
+    std::vector<std::string> warnings;
+    const KernelConfig config = parse({{{"GRANULE_MATVEC_SHAPE", value}}}, warnings);
+    EXPECT_EQ(config.matvec_shape, shape) << value;
+    EXPECT_TRUE(warnings.empty()) << value;
+  }
+}
+
+TEST(KernelConfigEnv, SplitShapesSetTheirOwnKindOfRow) {
+  const std::pair<const char*, SplitShape> cases[] = {{"1x2", SplitShape::k1x2},
+                                                      {"1x4", SplitShape::k1x4},
+                                                      {"1x8", SplitShape::k1x8},
+                                                      {"2x4", SplitShape::k2x4}};
+  for (const auto& [value, shape] : cases) {
+    std::vector<std::string> warnings;
+    const KernelConfig short_rows = parse({{{"GRANULE_SPLIT_SHAPE", value}}}, warnings);
+    EXPECT_EQ(short_rows.split_shape, shape) << value;
+    EXPECT_EQ(short_rows.split_shape_long, SplitShape::k1x2) << value;
+    const KernelConfig long_rows = parse({{{"GRANULE_SPLIT_SHAPE_LONG", value}}}, warnings);
+    EXPECT_EQ(long_rows.split_shape, SplitShape::k1x2) << value;
+    EXPECT_EQ(long_rows.split_shape_long, shape) << value;
+    EXPECT_TRUE(warnings.empty()) << value;
+  }
+}
+
+TEST(KernelConfigEnv, SwitchesTakeZeroAndOne) {
+  std::vector<std::string> warnings;
+  const KernelConfig off =
+      parse({{{"GRANULE_PDL", "0"}, {"GRANULE_SPLIT_WEIGHTS", "0"}}}, warnings);
+  EXPECT_FALSE(off.early_launch);
+  EXPECT_FALSE(off.split_weights);
+  EXPECT_EQ(describe(off),
+            "matvec 64x2, split 1x2 (long rows 1x2), early launch off, split weights off");
+  KernelConfig start;
+  start.early_launch = false;
+  start.split_weights = false;
+  const KernelConfig on =
+      parse({{{"GRANULE_PDL", "1"}, {"GRANULE_SPLIT_WEIGHTS", "1"}}}, warnings, start);
+  EXPECT_TRUE(on.early_launch);
+  EXPECT_TRUE(on.split_weights);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(KernelConfigEnv, ABadValueKeepsTheKnobAndWarnsOnceNamingTheAcceptedValues) {
+  std::vector<std::string> warnings;
+  KernelConfig start;
+  start.matvec_shape = MatvecShape::k128x4;  // kept as it was, not reset to the default
+  const KernelConfig config = parse({{{"GRANULE_MATVEC_SHAPE", "96x2"},
+                                      {"GRANULE_SPLIT_SHAPE_LONG", "2x4"},
+                                      {"GRANULE_PDL", "no"}}},
+                                    warnings, start);
+  EXPECT_EQ(config.matvec_shape, MatvecShape::k128x4);
+  EXPECT_TRUE(config.early_launch);
+  EXPECT_EQ(config.split_shape_long, SplitShape::k2x4);  // the good value beside them applies
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0],
+            "GRANULE_MATVEC_SHAPE=96x2 ignored (accepted: 64x2, 64x4, 128x4, 64x8, 32x4); "
+            "keeping 128x4");
+  EXPECT_EQ(warnings[1], "GRANULE_PDL=no ignored (accepted: 0, 1); keeping 1");
+  for (const std::string& w : warnings) EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+}
+
+TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
+  std::vector<std::string> warnings;
+  const KernelConfig config =
+      parse({{{"GRANULE_SPLIT_SHAPE", ""}, {"GRANULE_SPLIT_WEIGHTS", ""}}}, warnings);
+  EXPECT_EQ(config.split_shape, SplitShape::k1x2);
+  EXPECT_TRUE(config.split_weights);
+  EXPECT_TRUE(warnings.empty());
+}
+
+TEST(KernelConfigEnv, TheProcessEnvironmentGoesThroughTheSameParser) {
+  ASSERT_EQ(::setenv("GRANULE_SPLIT_SHAPE", "2x4", 1), 0);
+  ASSERT_EQ(::setenv("GRANULE_SPLIT_WEIGHTS", "0", 1), 0);
+  ASSERT_EQ(::setenv("GRANULE_MATVEC_SHAPE", "bogus", 1), 0);  // warns in the log, keeps 64x2
+  const KernelConfig config = kernel_config_from_environment();
+  ::unsetenv("GRANULE_SPLIT_SHAPE");
+  ::unsetenv("GRANULE_SPLIT_WEIGHTS");
+  ::unsetenv("GRANULE_MATVEC_SHAPE");
+  EXPECT_EQ(config.split_shape, SplitShape::k2x4);
+  EXPECT_FALSE(config.split_weights);
+  EXPECT_EQ(config.matvec_shape, MatvecShape::k64x2);
+  EXPECT_TRUE(kernel_config_from_environment().split_weights);  // read anew, nothing cached
+}
+
+TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
+  std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
+  ASSERT_TRUE(in) << "README.md not found";
+  std::stringstream text;
+  text << in.rdbuf();
+  ASSERT_EQ(kernel_override_variables().size(), 5u);
+  for (const char* variable : kernel_override_variables())
+    EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
+        << variable << " is missing from the README's table of overrides";
+}
+
+}  // namespace
+}  // namespace granule
