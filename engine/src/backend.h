@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "granule/model_config.h"
 #include "granule/sampling.h"
 #include "granule/telemetry.h"
+#include "kernel_config.h"
 #include "kv_space.h"
 #include "memory_manager.h"
 
@@ -33,6 +35,9 @@ struct BackendOptions {
   bool cuda_graphs = true;            // capture and replay decode steps
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
+  // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
+  // (engine/src/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
+  std::optional<kernels::KernelConfig> kernel_config;
 };
 
 // What a backend needs to build itself. All references outlive the backend.

@@ -184,7 +184,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
         if (i != 0 || injected || chat.tokens.size() != 4) return;
         // A kernel that reads and writes an address nothing maps: a sticky error.
         auto* bad = reinterpret_cast<float*>(uintptr_t{0x1000});
-        kernels::launch_swiglu_f32(bad, bad, 1 << 20, bad, nullptr);
+        kernels::launch_swiglu_f32(bad, bad, 1 << 20, bad, kernels::KernelConfig{}, nullptr);
         injected_status = cudaDeviceSynchronize();
         injected = true;
       });

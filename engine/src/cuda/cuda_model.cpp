@@ -44,10 +44,11 @@ std::vector<float> to_f32(const TensorInfo* t) {
 
 void check_launch(cudaError_t status, const char* kernel) { check_cuda(status, kernel); }
 
-// The defaults with the environment's overrides (read here, once per model), as the
-// current device can run them.
-k::KernelConfig device_kernel_config() {
-  k::KernelConfig config = kernel_config_from_environment();
+// The options' configuration, else the defaults with the environment's overrides (read here,
+// once per model), as the current device can run them.
+k::KernelConfig device_kernel_config(const BackendOptions& options) {
+  k::KernelConfig config =
+      options.kernel_config ? *options.kernel_config : kernel_config_from_environment();
   check_cuda(k::fit_to_device(config), "reading the device's compute capability");
   logger("engine.cuda")->info("kernel configuration: {}", describe(config));
   return config;
@@ -57,7 +58,7 @@ k::KernelConfig device_kernel_config() {
 
 CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
-      kernel_config_(device_kernel_config()),
+      kernel_config_(device_kernel_config(init.options)),
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
   const ModelConfig& c = config_;
