@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "granule/error.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "granule/tensor_type.h"
 
 namespace granule {

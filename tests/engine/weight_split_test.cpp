@@ -10,6 +10,7 @@
 
 #include "granule/error.h"
 #include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 #include "granule/tensor_type.h"
 
 namespace granule {

@@ -12,6 +12,7 @@
 #include "cpu/ops.h"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 #include "granule/tensor_type.h"
 #include "matvec.cuh"
 #include "quantize_activations.cuh"

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "granule/gguf.h"
+#include "granule/testkit/gguf_writer.h"
 #include "granule/tensor_type.h"
 
 namespace granule {

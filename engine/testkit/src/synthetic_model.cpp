@@ -1,7 +1,7 @@
 // Synthetic llama-family GGUF models: seeded uniform weights scaled by 1/sqrt(fan_in) so
 // activations stay near unit size at any depth, and a small byte-level BPE vocabulary
 // (specials, the 256 GPT-2 byte symbols, letter-pair merges, reserved fillers).
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "cpu/ops.h"
 #include "granule/error.h"
-#include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {

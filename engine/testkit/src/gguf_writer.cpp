@@ -1,13 +1,14 @@
 // GgufWriter: GGUF v2/v3 files with every metadata type and tensors encoded by the block
 // formats (or given raw), laid out at the file's alignment. Tests and tools make models with it.
+#include "granule/testkit/gguf_writer.h"
+
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
 #include "granule/error.h"
-#include "granule/gguf.h"
-#include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 #include "gguf_format.h"
 
 namespace granule {
