@@ -15,8 +15,8 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
-#include "granule/testkit/synthetic_model.h"
 #include "granule/testkit/kv_benchmark.h"
+#include "granule/testkit/synthetic_model.h"
 #include "kv_space.h"
 #include "memory_manager.h"
 

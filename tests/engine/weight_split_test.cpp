@@ -10,8 +10,8 @@
 
 #include "granule/error.h"
 #include "granule/quant.h"
-#include "granule/testkit/quantize.h"
 #include "granule/tensor_type.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {

@@ -49,13 +49,12 @@ uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | rounded);
 }
 
-
 uint16_t f32_to_bf16(float f) {
   const uint32_t bits = float_bits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
   return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
-
 
 // ---------------------------------------------------------------------------------------
 // Block encoding (ggml-quants.c quantize_row_*_ref).
@@ -96,8 +95,7 @@ void encode_block(const float* x, BlockQ4_1& b) {
   b.m = f32_to_fp16(min);
   for (int j = 0; j < kQK / 2; ++j) {
     const int lo = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
-    const int hi =
-        std::min(15, static_cast<int>((x[j + kQK / 2] - min) * id + 0.5f));
+    const int hi = std::min(15, static_cast<int>((x[j + kQK / 2] - min) * id + 0.5f));
     b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
   }
 }
@@ -202,7 +200,8 @@ void encode_k_scales(const float* x, int nmax, float rmin, int nstep, uint16_t& 
     for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
     const float av_x = std::sqrt(sum_x2 / 32);
     for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = fit_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, mins[j], rmin, 0.1f, nstep);
+    scales[j] =
+        fit_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, mins[j], rmin, 0.1f, nstep);
     max_scale = std::max(max_scale, scales[j]);
     max_min = std::max(max_min, mins[j]);
   }
@@ -224,7 +223,8 @@ void encode_k_scales(const float* x, int nmax, float rmin, int nstep, uint16_t& 
     if (d == 0) continue;
     const float dm = fp16_to_f32(dmin_out) * m;
     for (int ii = 0; ii < 32; ++ii)
-      L[32 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax));
+      L[32 * j + ii] =
+          static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax));
   }
 }
 
@@ -335,7 +335,8 @@ void encode_block(const float* x, BlockQ6_K& b) {
     const float d = fp16_to_f32(b.d) * b.scales[j];
     if (d == 0) continue;
     for (int ii = 0; ii < 16; ++ii)
-      L[16 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
+      L[16 * j + ii] =
+          static_cast<uint8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
   }
   uint8_t* ql = b.ql;
   uint8_t* qh = b.qh;
@@ -344,7 +345,8 @@ void encode_block(const float* x, BlockQ6_K& b) {
       const uint8_t q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
       ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
       ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-      qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      qh[l] =
+          static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
     }
     ql += 64;
     qh += 32;
@@ -359,7 +361,6 @@ void quantize_blocks(const float* src, void* dst, int64_t n) {
   auto* blocks = static_cast<Block*>(dst);
   for (int64_t i = 0; i < n / kElems; ++i) encode_block(src + i * kElems, blocks[i]);
 }
-
 
 }  // namespace
 
@@ -380,15 +381,21 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
       for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(src[i]);
       return;
     }
-    case TensorType::Q4_0: return quantize_blocks<BlockQ4_0, kQK>(src, dst, n);
-    case TensorType::Q4_1: return quantize_blocks<BlockQ4_1, kQK>(src, dst, n);
-    case TensorType::Q8_0: return quantize_blocks<BlockQ8_0, kQK>(src, dst, n);
-    case TensorType::Q4_K: return quantize_blocks<BlockQ4_K, kQK_K>(src, dst, n);
-    case TensorType::Q5_K: return quantize_blocks<BlockQ5_K, kQK_K>(src, dst, n);
-    case TensorType::Q6_K: return quantize_blocks<BlockQ6_K, kQK_K>(src, dst, n);
+    case TensorType::Q4_0:
+      return quantize_blocks<BlockQ4_0, kQK>(src, dst, n);
+    case TensorType::Q4_1:
+      return quantize_blocks<BlockQ4_1, kQK>(src, dst, n);
+    case TensorType::Q8_0:
+      return quantize_blocks<BlockQ8_0, kQK>(src, dst, n);
+    case TensorType::Q4_K:
+      return quantize_blocks<BlockQ4_K, kQK_K>(src, dst, n);
+    case TensorType::Q5_K:
+      return quantize_blocks<BlockQ5_K, kQK_K>(src, dst, n);
+    case TensorType::Q6_K:
+      return quantize_blocks<BlockQ6_K, kQK_K>(src, dst, n);
   }
-  throw UnsupportedError("cannot encode tensor type " + tensor_type_name(static_cast<uint32_t>(type)));
+  throw UnsupportedError("cannot encode tensor type " +
+                         tensor_type_name(static_cast<uint32_t>(type)));
 }
-
 
 }  // namespace granule

@@ -25,7 +25,7 @@ class GgufWriter {
   void add_raw_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
                       std::vector<uint8_t> bytes);
   std::vector<uint8_t> to_bytes() const;
-  void write(const std::filesystem::path& path) const;   // throws Error on I/O failure
+  void write(const std::filesystem::path& path) const;  // throws Error on I/O failure
 
  private:
   struct PendingTensor {
