@@ -8,8 +8,8 @@
 #include <cstdio>
 
 #include "granule/error.h"
-#include "granule/synthetic_model.h"
 #include "granule/tensor_type.h"
+#include "granule/testkit/synthetic_model.h"
 
 namespace granule {
 

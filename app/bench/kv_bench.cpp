@@ -15,8 +15,10 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
-#include "granule/synthetic_model.h"
-#include "kv_benchmark.h"
+#include "granule/testkit/kv_benchmark.h"
+#include "granule/testkit/synthetic_model.h"
+#include "kv_space.h"
+#include "memory_manager.h"
 
 #ifdef GRANULE_HAVE_CUDA
 #include <cuda_runtime.h>

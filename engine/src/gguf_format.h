@@ -1,5 +1,6 @@
-// GGUF wire-format facts shared by the reader (gguf.cpp) and the writer
-// (gguf_writer.cpp): magic, alignment key, dimension limit, block geometry, value types.
+// GGUF wire-format facts shared by the reader (gguf.cpp) and the testkit's writer
+// (engine/testkit/src/gguf_writer.cpp): magic, alignment key, dimension limit, block
+// geometry, value types.
 #pragma once
 #include <cstdint>
 #include <string>

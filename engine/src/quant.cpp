@@ -1,11 +1,9 @@
-// The GGUF block formats: fp16/bf16 conversion and per-type decode (bit-exact with
-// ggml-quants.c), encode (ggml's reference quantisers) and dot product.
+// The GGUF block formats: fp16/bf16 decoding and per-type decode (bit-exact with
+// ggml-quants.c) and dot product. Encoding is the testkit's (granule/testkit/quantize.h).
 #include "granule/quant.h"
 
-#include <algorithm>
 #include <array>
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -14,11 +12,10 @@
 namespace granule {
 
 // ---------------------------------------------------------------------------------------
-// fp16 and bf16
+// fp16 and bf16 to f32
 
 namespace {
 
-uint32_t float_bits(float f) { return std::bit_cast<uint32_t>(f); }
 float bits_float(uint32_t u) { return std::bit_cast<float>(u); }
 
 // Exact IEEE half -> single: normals and inf/nan re-biased bit by bit (a nan payload
@@ -50,38 +47,7 @@ const float* fp16_table() {
 
 float fp16_to_f32(uint16_t h) { return half_to_float(h); }
 
-uint16_t f32_to_fp16(float f) {
-  const uint32_t bits = float_bits(f);
-  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {
-    // NaN: keep the top payload bits and force it quiet so it cannot turn into inf.
-    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  }
-  // 65520 and above round to infinity (65504 is the largest half; 65520 is the tie,
-  // and the even neighbour is the overflow).
-  if (magnitude >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (magnitude < 0x38800000u) {
-    // Below the smallest normal half (2^-14): the result is a subnormal count of 2^-24
-    // steps. Scaling by 2^24 is exact, and rint rounds to nearest even; 1024 (the
-    // smallest normal's bit pattern) comes out right for values that round up to it.
-    const float steps = std::rint(bits_float(magnitude) * 16777216.0f);
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(steps));
-  }
-  // Normal: re-bias the exponent (127 -> 15) and round the 13 dropped mantissa bits to
-  // nearest even; a carry out of the mantissa correctly bumps the exponent.
-  const uint32_t rebiased = magnitude - (112u << 23);
-  const uint32_t rounded = (rebiased + 0xfffu + ((rebiased >> 13) & 1u)) >> 13;
-  return static_cast<uint16_t>(sign | rounded);
-}
-
 float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
-
-uint16_t f32_to_bf16(float f) {
-  const uint32_t bits = float_bits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
 
 // ---------------------------------------------------------------------------------------
 // Block decoding (ggml-quants.c dequantize_row_*): one block into 32 or 256 floats.
@@ -202,297 +168,6 @@ void decode_block(const BlockQ6_K& b, float* y) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Block encoding (ggml-quants.c quantize_row_*_ref).
-
-// Round half to even, as the float trick in ggml's nearest_int does.
-int nearest_int(float v) { return static_cast<int>(std::lrintf(v)); }
-
-void encode_block(const float* x, BlockQ4_0& b) {
-  // The signed value of largest magnitude maps to -8, so the grid uses all 16 levels.
-  float amax = 0, max = 0;
-  for (int j = 0; j < kQK; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  const float d = max / -8;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  b.d = f32_to_fp16(d);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
-    const int hi = std::min(15, static_cast<int>(x[j + kQK / 2] * id + 8.5f));
-    b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
-  }
-}
-
-void encode_block(const float* x, BlockQ4_1& b) {
-  float min = x[0], max = x[0];
-  for (int j = 1; j < kQK; ++j) {
-    min = std::min(min, x[j]);
-    max = std::max(max, x[j]);
-  }
-  const float d = (max - min) / 15;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  b.d = f32_to_fp16(d);
-  b.m = f32_to_fp16(min);
-  for (int j = 0; j < kQK / 2; ++j) {
-    const int lo = std::min(15, static_cast<int>((x[j] - min) * id + 0.5f));
-    const int hi =
-        std::min(15, static_cast<int>((x[j + kQK / 2] - min) * id + 0.5f));
-    b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
-  }
-}
-
-void encode_block(const float* x, BlockQ8_0& b) {
-  float amax = 0;
-  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-  const float d = amax / 127;
-  const float id = d != 0 ? 1.0f / d : 0.0f;
-  b.d = f32_to_fp16(d);
-  for (int j = 0; j < kQK; ++j) b.qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
-}
-
-// Fits x ≈ scale * L - min with L in [0, nmax] by weighted least squares, trying a few
-// grid stretches around the plain min/max fit (ggml's make_qkx2_quants). Returns the
-// scale and stores the (non-negative) min.
-float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
-                    float& the_min, float rmin, float rdelta, int nstep) {
-  float min = x[0], max = x[0];
-  float sum_w = 0, sum_x = 0;
-  for (int i = 0; i < n; ++i) {
-    min = std::min(min, x[i]);
-    max = std::max(max, x[i]);
-    sum_w += weights[i];
-    sum_x += weights[i] * x[i];
-  }
-  if (min > 0) min = 0;
-  if (max == min) {
-    std::fill(L, L + n, uint8_t{0});
-    the_min = -min;
-    return 0;
-  }
-  float iscale = nmax / (max - min);
-  float scale = 1 / iscale;
-  float best_error = 0;
-  for (int i = 0; i < n; ++i) {
-    L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax));
-    const float diff = scale * L[i] + min - x[i];
-    best_error += weights[i] * (diff * diff);
-  }
-  uint8_t trial[32];
-  for (int step = 0; step <= nstep; ++step) {
-    iscale = (rmin + rdelta * step + nmax) / (max - min);
-    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = std::clamp(nearest_int(iscale * (x[i] - min)), 0, nmax);
-      trial[i] = static_cast<uint8_t>(l);
-      sum_l += weights[i] * l;
-      sum_l2 += weights[i] * l * l;
-      sum_xl += weights[i] * l * x[i];
-    }
-    const float det = sum_w * sum_l2 - sum_l * sum_l;
-    if (det <= 0) continue;
-    float this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-    float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-    if (this_min > 0) {
-      this_min = 0;
-      this_scale = sum_xl / sum_l2;
-    }
-    float error = 0;
-    for (int i = 0; i < n; ++i) {
-      const float diff = this_scale * trial[i] + this_min - x[i];
-      error += weights[i] * (diff * diff);
-    }
-    if (error < best_error) {
-      std::copy(trial, trial + n, L);
-      best_error = error;
-      scale = this_scale;
-      min = this_min;
-    }
-  }
-  the_min = -min;
-  return scale;
-}
-
-// Packs six-bit scale/min pairs as scale_min_k4 reads them.
-void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
-  std::memset(q, 0, kScaleBytesK);
-  for (int j = 0; j < 8; ++j) {
-    if (j < 4) {
-      q[j] = ls[j];
-      q[j + 4] = lm[j];
-    } else {
-      q[j + 4] = static_cast<uint8_t>((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
-      q[j - 4] |= static_cast<uint8_t>((ls[j] >> 4) << 6);
-      q[j] |= static_cast<uint8_t>((lm[j] >> 4) << 6);
-    }
-  }
-}
-
-// The shared part of the Q4_K and Q5_K encoders: fits each sub-block of 32, quantises
-// the sub-block scales and mins to 6 bits against two fp16 super-scales, then re-derives
-// every level from the scales as the decoder will see them. Fills L[256] in [0, nmax].
-void encode_k_scales(const float* x, int nmax, float rmin, int nstep, uint16_t& d_out,
-                     uint16_t& dmin_out, uint8_t* scales_out, uint8_t* L) {
-  float weights[32], scales[8], mins[8];
-  float max_scale = 0, max_min = 0;
-  for (int j = 0; j < 8; ++j) {
-    // Weight each value by the sub-block's RMS plus its own magnitude: large values,
-    // which matter most to a matmul, are fitted more closely.
-    float sum_x2 = 0;
-    for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
-    const float av_x = std::sqrt(sum_x2 / 32);
-    for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
-    scales[j] = fit_scale_min(32, nmax, x + 32 * j, weights, L + 32 * j, mins[j], rmin, 0.1f, nstep);
-    max_scale = std::max(max_scale, scales[j]);
-    max_min = std::max(max_min, mins[j]);
-  }
-  const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-  const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
-  uint8_t ls[8], lm[8];
-  for (int j = 0; j < 8; ++j) {
-    ls[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_scale * scales[j])));
-    lm[j] = static_cast<uint8_t>(std::min(63, nearest_int(inv_min * mins[j])));
-  }
-  pack_scales_k4(ls, lm, scales_out);
-  d_out = f32_to_fp16(max_scale / 63.f);
-  dmin_out = f32_to_fp16(max_min / 63.f);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    scale_min_k4(j, scales_out, sc, m);
-    const float d = fp16_to_f32(d_out) * sc;
-    if (d == 0) continue;
-    const float dm = fp16_to_f32(dmin_out) * m;
-    for (int ii = 0; ii < 32; ++ii)
-      L[32 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + ii] + dm) / d), 0, nmax));
-  }
-}
-
-void encode_block(const float* x, BlockQ4_K& b) {
-  uint8_t L[kQK_K];
-  encode_k_scales(x, 15, -1.f, 20, b.d, b.dmin, b.scales, L);
-  uint8_t* q = b.qs;
-  for (int j = 0; j < kQK_K; j += 64) {
-    for (int l = 0; l < 32; ++l) q[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-    q += 32;
-  }
-}
-
-void encode_block(const float* x, BlockQ5_K& b) {
-  uint8_t L[kQK_K];
-  encode_k_scales(x, 31, -0.5f, 15, b.d, b.dmin, b.scales, L);
-  std::memset(b.qh, 0, sizeof b.qh);
-  uint8_t* ql = b.qs;
-  uint8_t bit1 = 1, bit2 = 2;
-  for (int n = 0; n < kQK_K; n += 64) {
-    for (int j = 0; j < 32; ++j) {
-      int l1 = L[n + j], l2 = L[n + j + 32];
-      if (l1 > 15) {
-        l1 -= 16;
-        b.qh[j] |= bit1;
-      }
-      if (l2 > 15) {
-        l2 -= 16;
-        b.qh[j] |= bit2;
-      }
-      ql[j] = static_cast<uint8_t>(l1 | (l2 << 4));
-    }
-    bit1 = static_cast<uint8_t>(bit1 << 2);
-    bit2 = static_cast<uint8_t>(bit2 << 2);
-    ql += 32;
-  }
-}
-
-constexpr float kGroupMaxEps = 1e-15f;
-
-// Symmetric fit x ≈ scale * (L - nmax) with L in [0, 2*nmax), weighted by x², trying
-// 18 stretches of the grid around the plain max fit (ggml's make_qx_quants, rmse_type 1).
-float fit_symmetric_scale(int n, int nmax, const float* x, uint8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (amax < kGroupMaxEps) {
-    std::fill(L, L + n, uint8_t{0});
-    return 0;
-  }
-  auto level = [&](float iscale, float v) {
-    return std::clamp(nearest_int(iscale * v), -nmax, nmax - 1);
-  };
-  float iscale = -nmax / max;
-  float sum_lx = 0, sum_l2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = level(iscale, x[i]);
-    L[i] = static_cast<uint8_t>(l + nmax);
-    const float w = x[i] * x[i];
-    sum_lx += w * x[i] * l;
-    sum_l2 += w * l * l;
-  }
-  float scale = sum_l2 != 0 ? sum_lx / sum_l2 : 0.0f;
-  float best = scale * sum_lx;
-  for (int step = -9; step <= 9; ++step) {
-    if (step == 0) continue;
-    iscale = -(nmax + 0.1f * step) / max;
-    sum_lx = sum_l2 = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = level(iscale, x[i]);
-      const float w = x[i] * x[i];
-      sum_lx += w * x[i] * l;
-      sum_l2 += w * l * l;
-    }
-    if (sum_l2 > 0 && sum_lx * sum_lx > best * sum_l2) {
-      for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nmax + level(iscale, x[i]));
-      scale = sum_lx / sum_l2;
-      best = scale * sum_lx;
-    }
-  }
-  return scale;
-}
-
-void encode_block(const float* x, BlockQ6_K& b) {
-  uint8_t L[kQK_K];
-  float scales[kQK_K / 16];
-  float max_scale = 0, max_abs_scale = 0;
-  for (int ib = 0; ib < kQK_K / 16; ++ib) {
-    scales[ib] = fit_symmetric_scale(16, 32, x + 16 * ib, L + 16 * ib);
-    if (std::fabs(scales[ib]) > max_abs_scale) {
-      max_abs_scale = std::fabs(scales[ib]);
-      max_scale = scales[ib];
-    }
-  }
-  if (max_abs_scale < kGroupMaxEps) {
-    std::memset(&b, 0, sizeof b);
-    return;
-  }
-  const float iscale = -128.f / max_scale;
-  b.d = f32_to_fp16(1 / iscale);
-  for (int ib = 0; ib < kQK_K / 16; ++ib)
-    b.scales[ib] = static_cast<int8_t>(std::min(127, nearest_int(iscale * scales[ib])));
-  for (int j = 0; j < kQK_K / 16; ++j) {
-    const float d = half_to_float(b.d) * b.scales[j];
-    if (d == 0) continue;
-    for (int ii = 0; ii < 16; ++ii)
-      L[16 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -32, 31) + 32);
-  }
-  uint8_t* ql = b.ql;
-  uint8_t* qh = b.qh;
-  for (int j = 0; j < kQK_K; j += 128) {
-    for (int l = 0; l < 32; ++l) {
-      const uint8_t q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
-      ql[l] = static_cast<uint8_t>((q1 & 0xF) | ((q3 & 0xF) << 4));
-      ql[l + 32] = static_cast<uint8_t>((q2 & 0xF) | ((q4 & 0xF) << 4));
-      qh[l] = static_cast<uint8_t>((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
-    }
-    ql += 64;
-    qh += 32;
-  }
-}
-
-// ---------------------------------------------------------------------------------------
 // Row drivers
 
 // Eight independent partial sums: float addition is not associative, so the compiler
@@ -517,12 +192,6 @@ template <typename Block, int kElems>
 void dequantize_blocks(const void* src, float* dst, int64_t n) {
   const auto* blocks = static_cast<const Block*>(src);
   for (int64_t i = 0; i < n / kElems; ++i) decode_block(blocks[i], dst + i * kElems);
-}
-
-template <typename Block, int kElems>
-void quantize_blocks(const float* src, void* dst, int64_t n) {
-  auto* blocks = static_cast<Block*>(dst);
-  for (int64_t i = 0; i < n / kElems; ++i) encode_block(src + i * kElems, blocks[i]);
 }
 
 // Decodes one block at a time into a buffer that stays in L1, then multiplies.
@@ -586,32 +255,6 @@ void dequantize_row(TensorType type, const void* src, float* dst, int64_t n) {
     case TensorType::Q6_K: return dequantize_blocks<BlockQ6_K, kQK_K>(src, dst, n);
   }
   throw UnsupportedError("cannot decode tensor type " + tensor_type_name(static_cast<uint32_t>(type)));
-}
-
-void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
-  check_row_length(type, n);
-  switch (type) {
-    case TensorType::F32:
-      std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-      return;
-    case TensorType::F16: {
-      auto* h = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_fp16(src[i]);
-      return;
-    }
-    case TensorType::BF16: {
-      auto* h = static_cast<uint16_t*>(dst);
-      for (int64_t i = 0; i < n; ++i) h[i] = f32_to_bf16(src[i]);
-      return;
-    }
-    case TensorType::Q4_0: return quantize_blocks<BlockQ4_0, kQK>(src, dst, n);
-    case TensorType::Q4_1: return quantize_blocks<BlockQ4_1, kQK>(src, dst, n);
-    case TensorType::Q8_0: return quantize_blocks<BlockQ8_0, kQK>(src, dst, n);
-    case TensorType::Q4_K: return quantize_blocks<BlockQ4_K, kQK_K>(src, dst, n);
-    case TensorType::Q5_K: return quantize_blocks<BlockQ5_K, kQK_K>(src, dst, n);
-    case TensorType::Q6_K: return quantize_blocks<BlockQ6_K, kQK_K>(src, dst, n);
-  }
-  throw UnsupportedError("cannot encode tensor type " + tensor_type_name(static_cast<uint32_t>(type)));
 }
 
 float dot_row(TensorType type, const void* row, const float* x, int64_t n) {

@@ -15,7 +15,7 @@
 
 #include "application.h"
 #include "fake_inference_engine.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 

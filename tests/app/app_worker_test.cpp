@@ -12,7 +12,7 @@
 #include "application.h"
 #include "engine_worker.h"
 #include "fake_inference_engine.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "model_controller.h"
 
 using namespace granule::app;

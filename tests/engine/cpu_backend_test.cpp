@@ -21,7 +21,8 @@
 #include "cpu/thread_pool.h"
 #include "granule/error.h"
 #include "granule/quant.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/quantize.h"
+#include "granule/testkit/synthetic_model.h"
 #include "kv_space.h"
 #include "memory_manager.h"
 

@@ -9,6 +9,7 @@
 
 #include "cpu/row_kernels.h"
 #include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule::cpu {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "granule/engine.h"
 #include "granule/error.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "support/fault_injecting_backend.h"
 #include "support/temp_model.h"
 

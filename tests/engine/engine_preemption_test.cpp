@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "granule/engine.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "support/temp_model.h"
 
 namespace granule {

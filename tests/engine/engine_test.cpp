@@ -15,7 +15,7 @@
 
 #include "granule/engine.h"
 #include "granule/error.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "support/temp_model.h"
 
 namespace granule {

@@ -16,6 +16,7 @@
 
 #include "granule/error.h"
 #include "granule/gguf.h"
+#include "granule/testkit/gguf_writer.h"
 
 namespace granule {
 namespace {

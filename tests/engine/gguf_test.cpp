@@ -21,6 +21,8 @@
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/quant.h"
+#include "granule/testkit/gguf_writer.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {

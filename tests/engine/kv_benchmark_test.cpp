@@ -2,7 +2,7 @@
 // the workload generator, each policy's accounting, and the comparison the benchmark reports.
 // Expected values are derived in the tests from the trace itself (an independent replay of
 // the bucket rule, the KvSpace rounding rule), not from recorded runs.
-#include "kv_benchmark.h"
+#include "granule/testkit/kv_benchmark.h"
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,8 @@
 #include <set>
 
 #include "granule/error.h"
+#include "kv_space.h"
+#include "memory_manager.h"
 
 namespace granule {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "granule/engine.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "kv_space.h"
 #include "support/temp_model.h"
 

@@ -16,7 +16,7 @@
 
 #include "granule/error.h"
 #include "granule/model_config.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 
 namespace granule {
 namespace {

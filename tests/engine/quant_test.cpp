@@ -14,6 +14,7 @@
 
 #include "granule/error.h"
 #include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {

@@ -17,6 +17,7 @@
 
 #include "granule/error.h"
 #include "granule/gguf.h"
+#include "granule/testkit/gguf_writer.h"
 
 namespace granule {
 namespace {

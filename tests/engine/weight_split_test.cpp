@@ -11,6 +11,7 @@
 #include "granule/error.h"
 #include "granule/quant.h"
 #include "granule/tensor_type.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {

@@ -11,6 +11,7 @@
 #include "dequantize.cuh"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"

@@ -20,7 +20,7 @@
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/error.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "swiglu.cuh"
 
 namespace granule {

@@ -14,6 +14,7 @@
 #include "gpu_test_support.h"
 #include "granule/quant.h"
 #include "granule/tensor_type.h"
+#include "granule/testkit/quantize.h"
 #include "matvec.cuh"
 #include "quantize_activations.cuh"
 #include "weight_split.h"

@@ -22,7 +22,7 @@
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 #include "kernel_config_env.h"
 #include "kv_space.h"
 #include "memory_manager.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <string_view>
 
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 
 namespace granule::test {
 

@@ -1,5 +1,5 @@
-// GGUF model files: a validating reader over mmap (ModelFile) and a writer (GgufWriter)
-// that tests and tools use to make models at any shape and block type.
+// GGUF model files: a validating reader over mmap (ModelFile) and the metadata values it
+// yields. The writer tests and tools make models with is granule/testkit/gguf_writer.h.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,7 +7,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -47,7 +46,7 @@ struct GgufValue {
   bool as_bool() const;
   const std::string& as_string() const;
 
-  // Constructors for the writer.
+  // Constructors, for code that builds metadata (the testkit's GgufWriter).
   static GgufValue u32(uint32_t v);
   static GgufValue i32(int32_t v);
   static GgufValue u64v(uint64_t v);
@@ -114,35 +113,6 @@ class ModelFile {
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
   friend class GgufParser;
-};
-
-// Writes GGUF v3 (or v2 when asked). Tensors are given as f32 values and quantised to the
-// requested type with the exact GGUF block layouts, or as raw bytes already encoded.
-class GgufWriter {
- public:
-  explicit GgufWriter(uint32_t version = 3, uint64_t alignment = 32);
-  void set(std::string key, GgufValue value);
-  // dims in GGUF order (dims[0] contiguous); values.size() == product of dims.
-  void add_tensor(std::string name, std::vector<int64_t> dims, TensorType type,
-                  std::span<const float> values);
-  void add_raw_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
-                      std::vector<uint8_t> bytes);
-  std::vector<uint8_t> to_bytes() const;
-  void write(const std::filesystem::path& path) const;   // throws Error on I/O failure
-
- private:
-  struct PendingTensor {
-    std::string name;
-    std::vector<int64_t> dims;
-    uint32_t ggml_type;
-    std::vector<uint8_t> bytes;
-  };
-  // Header, metadata, tensor table and the padding up to the data section.
-  std::vector<uint8_t> header_bytes() const;
-  uint32_t version_;
-  uint64_t alignment_;
-  std::vector<std::pair<std::string, GgufValue>> metadata_;
-  std::vector<PendingTensor> tensors_;
 };
 
 }  // namespace granule

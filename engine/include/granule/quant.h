@@ -1,6 +1,7 @@
 // The GGUF block formats, bit-exact: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K.
 // Block structs match ggml's layouts byte for byte; dequantisation is the reference the
-// CUDA kernels are checked against; quantisation is what the GGUF writer uses.
+// CUDA kernels are checked against. Encoding (f32 to these formats) is test-only and lives
+// in the testkit: granule/testkit/quantize.h.
 #pragma once
 #include <cstdint>
 #include <span>
@@ -10,9 +11,7 @@
 namespace granule {
 
 float fp16_to_f32(uint16_t h);
-uint16_t f32_to_fp16(float f);    // round to nearest even
 float bf16_to_f32(uint16_t h);
-uint16_t f32_to_bf16(float f);    // round to nearest even
 
 constexpr int kQK = 32;      // elements per block of Q4_0, Q4_1, Q8_0
 constexpr int kQK_K = 256;   // elements per super-block of the K quants
@@ -35,8 +34,6 @@ static_assert(sizeof(BlockQ6_K) == 210);
 // for F32, which GGUF's tensor alignment (32 by default) guarantees.
 // Decodes n elements (a multiple of the block size) starting at src into dst.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
-// Encodes n elements into dst (row_bytes(type, n) bytes), as ggml's reference quantiser.
-void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
 // Dot product of one encoded row with an f32 vector, accumulated in f32 (no decode buffer).
 float dot_row(TensorType type, const void* row, const float* x, int64_t n);
 

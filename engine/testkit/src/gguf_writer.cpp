@@ -1,14 +1,15 @@
 // GgufWriter: GGUF v2/v3 files with every metadata type and tensors encoded by the block
 // formats (or given raw), laid out at the file's alignment. Tests and tools make models with it.
+#include "granule/testkit/gguf_writer.h"
+
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 
-#include "granule/error.h"
-#include "granule/gguf.h"
-#include "granule/quant.h"
 #include "gguf_format.h"
+#include "granule/error.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 
@@ -48,26 +49,60 @@ void put_integer(ByteSink& out, GgufType type, int64_t signed_value, uint64_t un
                        " does not fit " + type_label(type));
   };
   switch (type) {
-    case GgufType::UINT8: check(unsigned_value <= UINT8_MAX); out.put<uint8_t>(static_cast<uint8_t>(unsigned_value)); break;
-    case GgufType::UINT16: check(unsigned_value <= UINT16_MAX); out.put<uint16_t>(static_cast<uint16_t>(unsigned_value)); break;
-    case GgufType::UINT32: check(unsigned_value <= UINT32_MAX); out.put<uint32_t>(static_cast<uint32_t>(unsigned_value)); break;
-    case GgufType::UINT64: out.put<uint64_t>(unsigned_value); break;
-    case GgufType::INT8: check(signed_value >= INT8_MIN && signed_value <= INT8_MAX); out.put<int8_t>(static_cast<int8_t>(signed_value)); break;
-    case GgufType::INT16: check(signed_value >= INT16_MIN && signed_value <= INT16_MAX); out.put<int16_t>(static_cast<int16_t>(signed_value)); break;
-    case GgufType::INT32: check(signed_value >= INT32_MIN && signed_value <= INT32_MAX); out.put<int32_t>(static_cast<int32_t>(signed_value)); break;
-    case GgufType::INT64: out.put<int64_t>(signed_value); break;
-    case GgufType::BOOL: check(signed_value == 0 || signed_value == 1); out.put<uint8_t>(static_cast<uint8_t>(signed_value)); break;
-    default: throw UsageError("GGUF key " + key + ": " + type_label(type) + " is not an integer type");
+    case GgufType::UINT8:
+      check(unsigned_value <= UINT8_MAX);
+      out.put<uint8_t>(static_cast<uint8_t>(unsigned_value));
+      break;
+    case GgufType::UINT16:
+      check(unsigned_value <= UINT16_MAX);
+      out.put<uint16_t>(static_cast<uint16_t>(unsigned_value));
+      break;
+    case GgufType::UINT32:
+      check(unsigned_value <= UINT32_MAX);
+      out.put<uint32_t>(static_cast<uint32_t>(unsigned_value));
+      break;
+    case GgufType::UINT64:
+      out.put<uint64_t>(unsigned_value);
+      break;
+    case GgufType::INT8:
+      check(signed_value >= INT8_MIN && signed_value <= INT8_MAX);
+      out.put<int8_t>(static_cast<int8_t>(signed_value));
+      break;
+    case GgufType::INT16:
+      check(signed_value >= INT16_MIN && signed_value <= INT16_MAX);
+      out.put<int16_t>(static_cast<int16_t>(signed_value));
+      break;
+    case GgufType::INT32:
+      check(signed_value >= INT32_MIN && signed_value <= INT32_MAX);
+      out.put<int32_t>(static_cast<int32_t>(signed_value));
+      break;
+    case GgufType::INT64:
+      out.put<int64_t>(signed_value);
+      break;
+    case GgufType::BOOL:
+      check(signed_value == 0 || signed_value == 1);
+      out.put<uint8_t>(static_cast<uint8_t>(signed_value));
+      break;
+    default:
+      throw UsageError("GGUF key " + key + ": " + type_label(type) + " is not an integer type");
   }
 }
 
 void put_value(ByteSink& out, const std::string& key, const GgufValue& v) {
   out.put<uint32_t>(static_cast<uint32_t>(v.type));
   switch (v.type) {
-    case GgufType::STRING: out.put_string(v.str); return;
-    case GgufType::FLOAT32: out.put<float>(static_cast<float>(v.f64)); return;
-    case GgufType::FLOAT64: out.put<double>(v.f64); return;
-    case GgufType::BOOL: out.put<uint8_t>(v.boolean ? 1 : 0); return;
+    case GgufType::STRING:
+      out.put_string(v.str);
+      return;
+    case GgufType::FLOAT32:
+      out.put<float>(static_cast<float>(v.f64));
+      return;
+    case GgufType::FLOAT64:
+      out.put<double>(v.f64);
+      return;
+    case GgufType::BOOL:
+      out.put<uint8_t>(v.boolean ? 1 : 0);
+      return;
     case GgufType::ARRAY: {
       out.put<uint32_t>(static_cast<uint32_t>(v.array_type));
       out.put<uint64_t>(v.array_size());
@@ -90,12 +125,14 @@ void put_value(ByteSink& out, const std::string& key, const GgufValue& v) {
 
 }  // namespace
 
-GgufWriter::GgufWriter(uint32_t version, uint64_t alignment) : version_(version), alignment_(alignment) {
+GgufWriter::GgufWriter(uint32_t version, uint64_t alignment)
+    : version_(version), alignment_(alignment) {
   if (version != 2 && version != 3)
     throw UsageError("GgufWriter writes GGUF version 2 or 3, not " + std::to_string(version));
   if (alignment == 0 || !std::has_single_bit(alignment) || alignment > UINT32_MAX)
     throw UsageError("GGUF alignment " + std::to_string(alignment) + " is not a power of two");
-  if (alignment != kDefaultAlignment) set(std::string(kAlignmentKey), GgufValue::u32(static_cast<uint32_t>(alignment)));
+  if (alignment != kDefaultAlignment)
+    set(std::string(kAlignmentKey), GgufValue::u32(static_cast<uint32_t>(alignment)));
 }
 
 void GgufWriter::set(std::string key, GgufValue value) {
@@ -154,8 +191,8 @@ void GgufWriter::add_raw_tensor(std::string name, std::vector<int64_t> dims, uin
       throw UsageError("tensor " + name + " row is not a multiple of the block size");
     const uint64_t expected = static_cast<uint64_t>(elements) / g->block_elems * g->block_bytes;
     if (bytes.size() != expected)
-      throw UsageError("tensor " + name + " has " + std::to_string(bytes.size()) + " bytes, expected " +
-                       std::to_string(expected));
+      throw UsageError("tensor " + name + " has " + std::to_string(bytes.size()) +
+                       " bytes, expected " + std::to_string(expected));
   }
   tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes)});
 }

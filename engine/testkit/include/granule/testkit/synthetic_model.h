@@ -8,31 +8,31 @@
 #include <string_view>
 #include <vector>
 
-#include "granule/gguf.h"
 #include "granule/tensor_type.h"
+#include "granule/testkit/gguf_writer.h"
 
 namespace granule {
 
 struct SyntheticModelSpec {
-  std::string architecture = "llama";   // "llama", "qwen2", "qwen3" (anything is written as is)
+  std::string architecture = "llama";  // "llama", "qwen2", "qwen3" (anything is written as is)
   std::string name = "synthetic";
   int64_t n_layer = 2;
   int64_t n_embd = 64;
   int64_t n_head = 4;
   int64_t n_head_kv = 2;
-  int64_t head_dim = 0;            // 0 = n_embd / n_head
+  int64_t head_dim = 0;  // 0 = n_embd / n_head
   int64_t n_ff = 128;
-  int64_t n_vocab = 384;           // at least kSyntheticMinVocab
+  int64_t n_vocab = 384;  // at least kSyntheticMinVocab
   int64_t context_length = 2048;
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
 
-  TensorType weight_type = TensorType::F32;   // the 2-D layer weights
+  TensorType weight_type = TensorType::F32;  // the 2-D layer weights
   TensorType embedding_type = TensorType::F32;
-  TensorType output_type = TensorType::F32;   // unused when tied
+  TensorType output_type = TensorType::F32;  // unused when tied
   bool tied_embeddings = false;
-  bool qkv_bias = false;           // Qwen2: blk.N.attn_{q,k,v}.bias
-  bool qk_norm = false;            // Qwen3: blk.N.attn_{q,k}_norm.weight
+  bool qkv_bias = false;  // Qwen2: blk.N.attn_{q,k,v}.bias
+  bool qk_norm = false;   // Qwen3: blk.N.attn_{q,k}_norm.weight
 
   // Llama 3 rope scaling, written the way llama.cpp's converter does: a rope_freqs.weight
   // tensor of per-frequency divisors (plus the rope.scaling.* keys, for readers).
@@ -63,8 +63,8 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec);
 void write_synthetic_model(const SyntheticModelSpec& spec, const std::filesystem::path& path);
 
 // The synthetic vocabulary's special tokens (ids are fixed).
-constexpr int32_t kSyntheticEndOfText = 0;   // "<|endoftext|>"
-constexpr int32_t kSyntheticImStart = 1;     // "<|im_start|>" (BOS)
-constexpr int32_t kSyntheticImEnd = 2;       // "<|im_end|>" (EOS)
+constexpr int32_t kSyntheticEndOfText = 0;  // "<|endoftext|>"
+constexpr int32_t kSyntheticImStart = 1;    // "<|im_start|>" (BOS)
+constexpr int32_t kSyntheticImEnd = 2;      // "<|im_end|>" (EOS)
 
 }  // namespace granule

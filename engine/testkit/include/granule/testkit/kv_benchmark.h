@@ -9,10 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "kv_space.h"
-#include "memory_manager.h"
-
 namespace granule {
+
+// The engine's address-space and ledger types (engine/src/kv_space.h, memory_manager.h):
+// declared here so the header needs no engine-internal include path; code that makes or
+// drives a policy includes kv_space.h itself.
+class VirtualMemory;
+class MemoryManager;
 
 // ---------------------------------------------------------------------------------------
 // The workload

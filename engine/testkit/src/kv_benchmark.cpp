@@ -1,6 +1,6 @@
 // The KV memory benchmark: the seeded chat workload, host memory for it, the KV policies
 // (full context, bucket growth freed or cached, granules) and the runner that replays a trace.
-#include "kv_benchmark.h"
+#include "granule/testkit/kv_benchmark.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,6 +18,8 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "kv_space.h"
+#include "memory_manager.h"
 
 namespace granule {
 namespace {

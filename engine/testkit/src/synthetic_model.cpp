@@ -1,7 +1,7 @@
 // Synthetic llama-family GGUF models: seeded uniform weights scaled by 1/sqrt(fan_in) so
 // activations stay near unit size at any depth, and a small byte-level BPE vocabulary
 // (specials, the 256 GPT-2 byte symbols, letter-pair merges, reserved fillers).
-#include "granule/synthetic_model.h"
+#include "granule/testkit/synthetic_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 
 #include "cpu/ops.h"
 #include "granule/error.h"
-#include "granule/quant.h"
+#include "granule/testkit/quantize.h"
 
 namespace granule {
 namespace {
@@ -28,7 +28,7 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 uint64_t hash_name(std::string_view name, uint64_t seed) {
-  uint64_t h = 1469598103934665603ull ^ seed;   // FNV-1a
+  uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a
   for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
   return h;
 }
@@ -48,7 +48,7 @@ void fill_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t 
     uint64_t state = tensor_key ^ (static_cast<uint64_t>(r) * 0xD6E8FEB86659FD93ull);
     float* row = out + (r - begin) * cols;
     for (int64_t c = 0; c < cols; ++c) {
-      const double unit = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;   // [0, 1)
+      const double unit = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;  // [0, 1)
       row[c] = dist.mean + dist.spread * static_cast<float>(2.0 * unit - 1.0);
     }
   }
@@ -172,7 +172,7 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   if (name == "tiny-qwen3") {
     s.architecture = "qwen3";
     s.qk_norm = true;
-    s.head_dim = 32;   // q width 128 differs from the hidden size, as in Qwen3
+    s.head_dim = 32;  // q width 128 differs from the hidden size, as in Qwen3
     s.rope_theta = 1000000.0f;
     s.rms_eps = 1e-6f;
     s.seed = 4;
@@ -273,7 +273,9 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   };
   // Uniform(-s, s) has standard deviation s / sqrt(3): s = sqrt(3 / fan_in) gives unit-size
   // outputs for unit-size inputs.
-  auto fan_in = [](int64_t n) { return Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n))}; };
+  auto fan_in = [](int64_t n) {
+    return Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n))};
+  };
   const Distribution norm{1.0f, 0.1f};
   // Embeddings at 2/sqrt(n_embd): a normed hidden state then gives logits of size ~2.
   const Distribution embedding{0.0f, 2.0f * std::sqrt(3.0f / static_cast<float>(spec.n_embd))};
@@ -295,7 +297,8 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     for (int64_t i = 0; i < head_dim / 2; ++i) {
       const double freq = std::pow(static_cast<double>(spec.rope_theta),
                                    -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      factors[static_cast<size_t>(i)] = static_cast<float>(cpu::llama3_frequency_divisor(freq, scaling));
+      factors[static_cast<size_t>(i)] =
+          static_cast<float>(cpu::llama3_frequency_divisor(freq, scaling));
     }
     w.add_tensor("rope_freqs.weight", {head_dim / 2}, TensorType::F32, factors);
   }
