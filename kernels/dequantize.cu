@@ -1,7 +1,7 @@
 // One thread per 8 elements: decode with the shared dequantize8 and store 16 or 32 bytes.
 #include "dequantize.cuh"
 #include "quant_blocks.cuh"
-#include "split_layout.h"
+#include "granule/split_layout.h"
 
 namespace granule::kernels {
 namespace {

@@ -7,7 +7,7 @@
 // instruction. Other types: each thread decodes 8 consecutive elements to f32.
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
-#include "split_layout.h"
+#include "granule/split_layout.h"
 
 namespace granule::kernels {
 namespace {

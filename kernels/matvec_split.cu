@@ -7,7 +7,7 @@
 // sub-blocks are issued before waiting for the previous kernel (launch_early).
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
-#include "split_layout.h"
+#include "granule/split_layout.h"
 
 namespace granule::kernels {
 namespace {

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "common.cuh"
+#include "granule/block_formats.h"
 
 namespace granule::kernels {
 
@@ -21,43 +22,16 @@ enum WeightType : uint32_t {
   kBF16 = 30,
 };
 
-constexpr int kQK = 32;
-constexpr int kQK_K = 256;
-
-struct BlockQ4_0 {
-  uint16_t d;
-  uint8_t qs[16];
-};
-struct BlockQ4_1 {
-  uint16_t d;
-  uint16_t m;
-  uint8_t qs[16];
-};
-struct BlockQ8_0 {
-  uint16_t d;
-  int8_t qs[32];
-};
-struct BlockQ4_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qs[128];
-};
-struct BlockQ5_K {
-  uint16_t d;
-  uint16_t dmin;
-  uint8_t scales[12];
-  uint8_t qh[32];
-  uint8_t qs[128];
-};
-struct BlockQ6_K {
-  uint8_t ql[128];
-  uint8_t qh[64];
-  int8_t scales[16];
-  uint16_t d;
-};
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+// The block structs (BlockQ4_0 ... BlockQ6_K) and kQK / kQK_K are the host's own, from
+// granule/block_formats.h: one table for both sides.
+using granule::BlockQ4_0;
+using granule::BlockQ4_1;
+using granule::BlockQ4_K;
+using granule::BlockQ5_K;
+using granule::BlockQ6_K;
+using granule::BlockQ8_0;
+using granule::kQK;
+using granule::kQK_K;
 
 // Elements per block and bytes per block; 0 for an unknown id.
 __host__ __device__ constexpr int block_elems(uint32_t type) {

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "backend.h"
+#include "runtime/backend.h"
 #include "bench_model.h"
 #include "chats_bench.h"
 #include "granule/error.h"
@@ -25,17 +25,17 @@
 #include "granule/log.h"
 #include "granule/model_config.h"
 #include "kv_bench.h"
-#include "kv_space.h"
-#include "memory_manager.h"
-#include "runtime.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+#include "runtime/runtime.h"
 #include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
-#include "cuda/device_memory.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device_memory.h"
 #endif
 
 namespace granule {

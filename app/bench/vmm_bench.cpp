@@ -18,16 +18,16 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 #ifdef GRANULE_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
-#include "cuda/cuda_vmm.h"
-#include "cuda/device_memory.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_vmm.h"
+#include "backends/cuda/device_memory.h"
 #endif
 
 namespace granule {

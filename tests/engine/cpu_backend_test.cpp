@@ -15,16 +15,17 @@
 #include <random>
 #include <sstream>
 
-#include "backend.h"
-#include "runtime.h"
-#include "cpu/ops.h"
-#include "cpu/thread_pool.h"
+#include "runtime/backend.h"
+#include "runtime/runtime.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
 #include "granule/error.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
 #include "granule/testkit/synthetic_model.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+#include "model/rope.h"
 
 namespace granule {
 namespace {
@@ -65,7 +66,7 @@ TEST(CpuOps, RmsNormMatchesDefinition) {
 
 TEST(CpuOps, RopeNormalRotatesInterleavedPairs) {
   const int64_t head_dim = 8;
-  auto freqs = cpu::rope_frequencies(head_dim, 10000.0f, RopeScaling{}, nullptr);
+  auto freqs = rope_frequencies(head_dim, 10000.0f, RopeScaling{}, nullptr);
   auto x = random_values(2 * head_dim, 5);
   auto y = x;
   const int64_t pos = 7;
@@ -82,7 +83,7 @@ TEST(CpuOps, RopeNormalRotatesInterleavedPairs) {
 
 TEST(CpuOps, RopeNeoXRotatesSplitHalves) {
   const int64_t head_dim = 8;
-  auto freqs = cpu::rope_frequencies(head_dim, 1e6f, RopeScaling{}, nullptr);
+  auto freqs = rope_frequencies(head_dim, 1e6f, RopeScaling{}, nullptr);
   auto x = random_values(head_dim, 6);
   auto y = x;
   const int64_t pos = 300;
@@ -96,7 +97,7 @@ TEST(CpuOps, RopeNeoXRotatesSplitHalves) {
 }
 
 TEST(CpuOps, RopeAtPositionZeroIsIdentity) {
-  auto freqs = cpu::rope_frequencies(16, 10000.0f, RopeScaling{}, nullptr);
+  auto freqs = rope_frequencies(16, 10000.0f, RopeScaling{}, nullptr);
   auto x = random_values(32, 7);
   auto y = x;
   cpu::rope(y.data(), 2, 16, 0, freqs.data(), RopeOrdering::Normal);
@@ -111,18 +112,18 @@ TEST(CpuOps, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
   s.high_freq_factor = 4.0f;
   s.original_context = 8192;
   // Wavelength 2π/f: below 8192/4 = 2048 untouched, above 8192 divided by 8, smooth between.
-  EXPECT_DOUBLE_EQ(cpu::llama3_frequency_divisor(2 * std::numbers::pi / 100.0, s), 1.0);
-  EXPECT_DOUBLE_EQ(cpu::llama3_frequency_divisor(2 * std::numbers::pi / 20000.0, s), 8.0);
+  EXPECT_DOUBLE_EQ(llama3_frequency_divisor(2 * std::numbers::pi / 100.0, s), 1.0);
+  EXPECT_DOUBLE_EQ(llama3_frequency_divisor(2 * std::numbers::pi / 20000.0, s), 8.0);
   // Wavelength 4096: smooth = (8192/4096 - 1) / 3 = 1/3 → divisor 1 / ((2/3)/8 + 1/3) = 2.4.
-  EXPECT_NEAR(cpu::llama3_frequency_divisor(2 * std::numbers::pi / 4096.0, s), 2.4, 1e-12);
+  EXPECT_NEAR(llama3_frequency_divisor(2 * std::numbers::pi / 4096.0, s), 2.4, 1e-12);
 
-  auto plain = cpu::rope_frequencies(128, 500000.0f, RopeScaling{}, nullptr);
-  auto scaled = cpu::rope_frequencies(128, 500000.0f, s, nullptr);
+  auto plain = rope_frequencies(128, 500000.0f, RopeScaling{}, nullptr);
+  auto scaled = rope_frequencies(128, 500000.0f, s, nullptr);
   EXPECT_DOUBLE_EQ(scaled.front(), plain.front());
   EXPECT_NEAR(scaled.back(), plain.back() / 8.0, 1e-18);
   // Given factors (rope_freqs.weight) win over the formula.
   std::vector<float> factors(64, 2.0f);
-  auto given = cpu::rope_frequencies(128, 500000.0f, s, factors.data());
+  auto given = rope_frequencies(128, 500000.0f, s, factors.data());
   EXPECT_NEAR(given[10], plain[10] / 2.0, 1e-15);
 }
 
@@ -130,8 +131,8 @@ TEST(CpuOps, LinearScalingDividesEveryFrequency) {
   RopeScaling s;
   s.type = "linear";
   s.factor = 4.0f;
-  auto plain = cpu::rope_frequencies(64, 10000.0f, RopeScaling{}, nullptr);
-  auto scaled = cpu::rope_frequencies(64, 10000.0f, s, nullptr);
+  auto plain = rope_frequencies(64, 10000.0f, RopeScaling{}, nullptr);
+  auto scaled = rope_frequencies(64, 10000.0f, s, nullptr);
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(scaled[i], plain[i] / 4.0, 1e-15);
 }
 

@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/row_kernels.h"
+#include "backends/cpu/row_kernels.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
 

@@ -13,8 +13,8 @@
 #include <set>
 
 #include "granule/error.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 namespace granule {
 namespace {

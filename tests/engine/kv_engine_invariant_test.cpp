@@ -12,7 +12,7 @@
 
 #include "granule/engine.h"
 #include "granule/testkit/synthetic_model.h"
-#include "kv_space.h"
+#include "memory/kv_space.h"
 #include "support/temp_model.h"
 
 namespace granule {

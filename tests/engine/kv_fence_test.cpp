@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "granule/error.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 namespace granule {
 namespace {

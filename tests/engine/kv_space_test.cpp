@@ -1,7 +1,7 @@
 // Tests for KvSpace over host virtual memory: granule commit and tail decommit, the ledger,
 // budget refusals, stable slot addresses, and a long randomized run that checks the
 // design's invariant (committed <= ceil(used / granule) * granule + look-ahead) every step.
-#include "kv_space.h"
+#include "memory/kv_space.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>

@@ -1,6 +1,6 @@
 // Tests for MemoryManager: the budget, the ledger by category, peak tracking, the error a
 // refused charge raises, and that reserved address space never counts.
-#include "memory_manager.h"
+#include "memory/memory_manager.h"
 
 #include <gtest/gtest.h>
 

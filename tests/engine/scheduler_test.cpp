@@ -3,7 +3,7 @@
 // the newest running sequence, which then computes all its known tokens again, and sequences
 // the budget cannot hold alone reported as oversized. The expected plans follow from the
 // geometry by hand: 1 KiB of KV per token in 64 KiB granules is 64 tokens a granule.
-#include "scheduler.h"
+#include "runtime/scheduler.h"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 namespace granule {
 namespace {

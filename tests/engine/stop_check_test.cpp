@@ -1,7 +1,7 @@
 // check_stop, the one rule for when a sequence ends after a sampled token and how much of
 // its decoded text goes out now: end of generation, stop strings (whole, across tokens, and
 // held back while they may still begin), and the max-tokens and context limits.
-#include "stop_check.h"
+#include "runtime/stop_check.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // each family's tokenizer.json pre-tokenizer) gives for llama.cpp's vocabulary test
 // strings and more; made by tests/reference/make_pretokenizer_goldens.py. This covers the
 // families with no test vocabulary here (Llama 3, Qwen 2, GPT-4o, Tekken, DeepSeek Coder).
-#include "tokenizer_pretokenize.h"
+#include "text/tokenizer_pretokenize.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // The split weight layout's host repacker: for every type it supports, GGUF rows re-laid
 // out and decoded back give exactly dequantize_row's values (the layout loses nothing and
 // puts every value where the kernels look), on row lengths with and without padding.
-#include "weight_split.h"
+#include "model/weight_split.h"
 
 #include <gtest/gtest.h>
 

@@ -8,9 +8,10 @@
 #include <random>
 
 #include "attention.cuh"
-#include "cpu/ops.h"
+#include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
 #include "rope_kv.cuh"
+#include "model/rope.h"
 
 namespace granule {
 namespace {
@@ -54,7 +55,7 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
                            bv = gpu_test::random_floats(kv_dim, rng);
   const std::vector<float> qn = gpu_test::random_floats(hd, rng),
                            kn = gpu_test::random_floats(hd, rng);
-  const std::vector<double> freqs = cpu::rope_frequencies(hd, 500000.0f, RopeScaling{}, nullptr);
+  const std::vector<double> freqs = rope_frequencies(hd, 500000.0f, RopeScaling{}, nullptr);
 
   DeviceArray<float> d_q(q), d_k(k), d_v(v), d_bq(bq), d_bk(bk), d_bv(bv), d_qn(qn), d_kn(kn);
   DeviceArray<double> d_freqs(freqs);

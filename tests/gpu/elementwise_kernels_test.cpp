@@ -1,13 +1,13 @@
 // RMSNorm (f32, f16 and int8 outputs, row selection), activation quantisation, weight
 // dequantisation to f16, embedding gather and SwiGLU against the CPU reference
 // (cpu/ops.h, dequantize_row) on fresh random inputs with poisoned outputs; the two weight
-// readers also on the split layout (kernels/split_layout.h) of the types that have it.
+// readers also on the split layout (engine/include/granule/split_layout.h) of the types that have it.
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <random>
 
-#include "cpu/ops.h"
+#include "backends/cpu/ops.h"
 #include "dequantize.cuh"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
@@ -15,7 +15,7 @@
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"
-#include "weight_split.h"
+#include "model/weight_split.h"
 
 namespace granule {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common.cuh"
-#include "kernel_config_env.h"
+#include "runtime/kernel_config_env.h"
 
 namespace granule::gpu_test {
 

@@ -19,10 +19,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cuda/cuda_vmm.h"
+#include "backends/cuda/cuda_vmm.h"
 #include "gpu_test_support.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 namespace granule {
 namespace {

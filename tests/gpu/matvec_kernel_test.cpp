@@ -4,20 +4,20 @@
 // Expected values: cpu::matmul in f32 on the same encoded weights. Error bound: f32
 // rounding, plus, for the int8-activation types (Q4_0/Q4_1/Q8_0), the exact worst case of
 // rounding each activation to its block's int8 grid: sum |w_i| * amax(block of i) / 254.
-// Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (kernels/split_layout.h), whose
+// Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (engine/include/granule/split_layout.h), whose
 // kernels always read int8 activations. The kernels run with the backend's configuration
 // (GRANULE_* overrides included); every batch-1 shape of KernelConfig also runs explicitly.
 #include <cmath>
 #include <random>
 
-#include "cpu/ops.h"
+#include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
 #include "quantize_activations.cuh"
-#include "weight_split.h"
+#include "model/weight_split.h"
 
 namespace granule {
 namespace {

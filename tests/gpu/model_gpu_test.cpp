@@ -16,17 +16,17 @@
 #include <memory>
 #include <random>
 
-#include "backend.h"
-#include "cuda/cuda_backend.h"
+#include "runtime/backend.h"
+#include "backends/cuda/cuda_backend.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
-#include "kernel_config_env.h"
-#include "kv_space.h"
-#include "memory_manager.h"
-#include "runtime.h"
+#include "runtime/kernel_config_env.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+#include "runtime/runtime.h"
 #include "support/test_files.h"
 
 namespace granule {

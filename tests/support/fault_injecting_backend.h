@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "backend.h"
+#include "runtime/backend.h"
 #include "granule/error.h"
 
 namespace granule::test {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "gguf_format.h"
+#include "model/gguf_format.h"
 #include "granule/error.h"
 #include "granule/testkit/quantize.h"
 

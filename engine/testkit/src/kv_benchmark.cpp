@@ -18,8 +18,8 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
-#include "kv_space.h"
-#include "memory_manager.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
 
 namespace granule {
 namespace {

@@ -171,7 +171,7 @@ float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8
   return scale;
 }
 
-// Packs six-bit scale/min pairs as the decoder's scale_min_k4 (engine/src/quant.cpp) reads them.
+// Packs six-bit scale/min pairs as the decoder's scale_min_k4 (engine/src/model/quant.cpp) reads them.
 void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
   std::memset(q, 0, kScaleBytesK);
   for (int j = 0; j < 8; ++j) {

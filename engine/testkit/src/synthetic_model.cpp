@@ -8,9 +8,9 @@
 #include <cstring>
 #include <thread>
 
-#include "cpu/ops.h"
 #include "granule/error.h"
 #include "granule/testkit/quantize.h"
+#include "model/rope.h"
 
 namespace granule {
 namespace {
@@ -298,7 +298,7 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
       const double freq = std::pow(static_cast<double>(spec.rope_theta),
                                    -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
       factors[static_cast<size_t>(i)] =
-          static_cast<float>(cpu::llama3_frequency_divisor(freq, scaling));
+          static_cast<float>(llama3_frequency_divisor(freq, scaling));
     }
     w.add_tensor("rope_freqs.weight", {head_dim / 2}, TensorType::F32, factors);
   }

@@ -11,7 +11,7 @@
 
 namespace granule {
 
-// The engine's address-space and ledger types (engine/src/kv_space.h, memory_manager.h):
+// The engine's address-space and ledger types (engine/src/memory/kv_space.h, memory_manager.h):
 // declared here so the header needs no engine-internal include path; code that makes or
 // drives a policy includes kv_space.h itself.
 class VirtualMemory;

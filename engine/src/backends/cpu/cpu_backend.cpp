@@ -1,0 +1,309 @@
+// CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
+// attention over [0, position], output, norm, SwiGLU FFN) → final norm → output head.
+#include "backends/cpu/cpu_backend.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <thread>
+
+#include "backends/cpu/ops.h"
+#include "granule/error.h"
+#include "granule/log.h"
+#include "granule/quant.h"
+#include "model/rope.h"
+
+namespace granule::cpu {
+namespace {
+
+std::vector<float> to_f32(const TensorInfo* t) {
+  if (!t) return {};
+  std::vector<float> out(static_cast<size_t>(t->elements()));
+  dequantize_row(static_cast<TensorType>(t->ggml_type), t->data, out.data(), t->elements());
+  return out;
+}
+
+TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
+
+// Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
+void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                   ThreadPool& pool) {
+  matmul(type_of(w), w->data, w->dims[1], w->dims[0], x, n_tokens, y, &pool);
+}
+
+// Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
+// threads split their rows together, and wait once instead of once per matrix.
+struct MatmulTarget {
+  const TensorInfo* w;
+  float* y;
+};
+void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
+                     ThreadPool& pool) {
+  int64_t total_rows = 0;
+  for (const MatmulTarget& t : targets) total_rows += t.w->dims[1];
+  pool.parallel_for(total_rows, [&](int64_t begin, int64_t end, int32_t) {
+    int64_t first = 0;  // global index of the current target's row 0
+    for (const MatmulTarget& t : targets) {
+      const int64_t rows = t.w->dims[1];
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + rows);
+      if (lo < hi) {
+        matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, rows, t.w->dims[0], x,
+                    n_tokens, t.y);
+      }
+      first += rows;
+    }
+  });
+}
+
+void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
+  if (bias.empty()) return;
+  const auto n = static_cast<int64_t>(bias.size());
+  for (int64_t t = 0; t < n_tokens; ++t) add_in_place(y + t * n, bias.data(), n);
+}
+
+int32_t thread_count(const BackendOptions& options) {
+  if (options.cpu_threads > 0) return options.cpu_threads;
+  return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+struct CpuBackend::LayerVectors {
+  std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+};
+
+struct CpuBackend::Scratch {
+  int64_t capacity_tokens = 0;
+  std::vector<int32_t> token_slot;
+  std::vector<int64_t> token_position;
+  std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
+
+  void reserve(const ModelConfig& c, int64_t tokens) {
+    if (tokens <= capacity_tokens) return;
+    capacity_tokens = tokens;
+    const auto t = static_cast<size_t>(tokens);
+    token_slot.resize(t);
+    token_position.resize(t);
+    x.resize(t * c.n_embd);
+    xn.resize(t * c.n_embd);
+    q.resize(t * c.n_head * c.head_dim);
+    k.resize(t * c.n_head_kv * c.head_dim);
+    v.resize(t * c.n_head_kv * c.head_dim);
+    attn.resize(t * c.n_head * c.head_dim);
+    proj.resize(t * c.n_embd);
+    gate.resize(t * c.n_ff);
+    up.resize(t * c.n_ff);
+    head_in.resize(t * c.n_embd);
+  }
+};
+
+CpuBackend::CpuBackend(const BackendInit& init)
+    : config_(init.config),
+      weights_(init.weights),
+      memory_(init.memory),
+      pool_(thread_count(init.options)),
+      scratch_(std::make_unique<Scratch>()) {
+  // The weights stay in the file mapping; on the CPU that mapping is the "device" copy.
+  charged_weight_bytes_ = weights_.total_bytes();
+  memory_.charge(MemoryCategory::WeightsResident, charged_weight_bytes_);
+
+  std::vector<float> freq_factors = to_f32(weights_.rope_freqs);
+  rope_frequencies_ = rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
+                                       freq_factors.empty() ? nullptr : freq_factors.data());
+  output_norm_ = to_f32(weights_.output_norm);
+  layers_.reserve(weights_.layers.size());
+  for (const LayerWeights& l : weights_.layers) {
+    layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
+                       to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm)});
+  }
+  logger("engine.cpu")
+      ->info("CPU backend: {} threads, {} layers, weights {} MiB", pool_.threads(), config_.n_layer,
+             charged_weight_bytes_ >> 20);
+}
+
+CpuBackend::~CpuBackend() {
+  memory_.release(MemoryCategory::WeightsResident, charged_weight_bytes_);
+}
+
+std::string CpuBackend::name() const {
+  return "CPU (" + std::to_string(pool_.threads()) + " threads)";
+}
+
+uint64_t CpuBackend::device_total_bytes() const { return host_memory_bytes(); }
+
+int64_t CpuBackend::kv_bytes_per_token() const {
+  static_assert(kCpuKvElementBytes == sizeof(float));
+  return config_.kv_bytes_per_token(kCpuKvElementBytes);
+}
+
+std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
+  return make_host_virtual_memory();
+}
+
+float* CpuBackend::kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const {
+  const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
+  uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
+  return reinterpret_cast<float*>(token) + layer * 2 * kv_dim + (value ? kv_dim : 0);
+}
+
+void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t q_dim = c.n_head * c.head_dim;
+  const int64_t kv_dim = c.n_head_kv * c.head_dim;
+
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    rms_norm(s.x.data() + t * c.n_embd, lv.attn_norm.data(), s.xn.data() + t * c.n_embd, c.n_embd,
+             c.rms_eps);
+  }
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
+                  n_tokens, pool_);
+  add_bias(s.q.data(), lv.bq, n_tokens);
+  add_bias(s.k.data(), lv.bk, n_tokens);
+  add_bias(s.v.data(), lv.bv, n_tokens);
+
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* q = s.q.data() + t * q_dim;
+    float* k = s.k.data() + t * kv_dim;
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm of Q and K before the rotation
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        rms_norm(q + h * c.head_dim, lv.q_norm.data(), q + h * c.head_dim, c.head_dim, c.rms_eps);
+      }
+      for (int64_t h = 0; h < c.n_head_kv; ++h) {
+        rms_norm(k + h * c.head_dim, lv.k_norm.data(), k + h * c.head_dim, c.head_dim, c.rms_eps);
+      }
+    }
+    const int64_t position = s.token_position[static_cast<size_t>(t)];
+    rope(q, c.n_head, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering);
+    rope(k, c.n_head_kv, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering);
+    const int32_t slot = s.token_slot[static_cast<size_t>(t)];
+    std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
+    std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
+  }
+
+  // Every (token, head) pair reads its sequence's KV over [0, position]: bounded reads.
+  const int64_t group = c.n_head / c.n_head_kv;
+  const int64_t token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
+  pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
+    thread_local std::vector<float> scores;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = i / c.n_head;
+      const int64_t h = i % c.n_head;
+      const int64_t length = s.token_position[static_cast<size_t>(t)] + 1;
+      if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
+      const int32_t slot = s.token_slot[static_cast<size_t>(t)];
+      const int64_t kv_head_offset = (h / group) * c.head_dim;
+      attention_head(s.q.data() + t * q_dim + h * c.head_dim,
+                     kv_at(slot, 0, layer, false) + kv_head_offset,
+                     kv_at(slot, 0, layer, true) + kv_head_offset, token_stride, length, c.head_dim,
+                     scores.data(), s.attn.data() + t * q_dim + h * c.head_dim);
+    }
+  });
+
+  matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
+  add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+}
+
+void CpuBackend::launch(const StepRequest& step) {
+  if (step.sample) throw UsageError(name() + " does not sample on the device");
+  if (!step.logits) throw UsageError("CPU backend: a step without sampling needs logits");
+  done_.reset();
+  StepResult result;
+  result.logit_rows = run(step.batch, *step.logits);
+  done_ = std::move(result);
+}
+
+StepResult CpuBackend::wait() {
+  if (!done_) throw UsageError("CPU backend: wait() without a launched step");
+  StepResult result = std::move(*done_);
+  done_.reset();
+  return result;
+}
+
+int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+  if (!kv_) throw UsageError("CPU backend: launch() before attach_kv()");
+  const ModelConfig& c = config_;
+  int64_t n_tokens = 0;
+  int64_t n_rows = 0;
+  for (const BatchSequence& seq : batch) {
+    if (seq.tokens.empty()) throw UsageError("CPU backend: a batch sequence has no tokens");
+    if (seq.slot < 0 || seq.slot >= kv_->geometry().slots) {
+      throw UsageError("CPU backend: slot " + std::to_string(seq.slot) + " does not exist");
+    }
+    if (seq.start_position < 0 ||
+        seq.start_position + static_cast<int64_t>(seq.tokens.size()) > kv_->geometry().max_tokens) {
+      throw CapacityError("CPU backend: positions past the context of " +
+                          std::to_string(kv_->geometry().max_tokens) + " tokens");
+    }
+    n_tokens += static_cast<int64_t>(seq.tokens.size());
+    n_rows += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
+  }
+  Scratch& s = *scratch_;
+  s.reserve(c, n_tokens);
+
+  int64_t t = 0;
+  for (const BatchSequence& seq : batch) {
+    for (size_t i = 0; i < seq.tokens.size(); ++i, ++t) {
+      const int32_t token = seq.tokens[i];
+      if (token < 0 || token >= c.n_vocab) {
+        throw UsageError("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                         std::to_string(c.n_vocab));
+      }
+      s.token_slot[static_cast<size_t>(t)] = seq.slot;
+      s.token_position[static_cast<size_t>(t)] = seq.start_position + static_cast<int64_t>(i);
+      embedding_row(type_of(weights_.token_embd), weights_.token_embd->data, c.n_embd, token,
+                    s.x.data() + t * c.n_embd);
+    }
+  }
+
+  for (int64_t layer = 0; layer < c.n_layer; ++layer) {
+    attention_layer(layer, n_tokens);
+    const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
+               c.rms_eps);
+    }
+    matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
+                    pool_);
+    swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+    add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+  }
+
+  // Final norm only for the rows whose logits are wanted, then the output head.
+  int64_t row = 0;
+  t = 0;
+  for (const BatchSequence& seq : batch) {
+    const auto count = static_cast<int64_t>(seq.tokens.size());
+    for (int64_t i = 0; i < count; ++i, ++t) {
+      if (!seq.all_logits && i != count - 1) continue;
+      rms_norm(s.x.data() + t * c.n_embd, output_norm_.data(), s.head_in.data() + row * c.n_embd,
+               c.n_embd, c.rms_eps);
+      ++row;
+    }
+  }
+  logits.resize(static_cast<size_t>(n_rows * c.n_vocab));
+  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_);
+  return n_rows;
+}
+
+}  // namespace granule::cpu
+
+namespace granule {
+
+std::unique_ptr<Backend> make_cpu_backend(const BackendInit& init) {
+  return std::make_unique<cpu::CpuBackend>(init);
+}
+
+uint64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+                                    : 0;
+}
+
+}  // namespace granule

@@ -1,0 +1,128 @@
+// The CPU reference operators (see ops.h): f32 math in a fixed order, threads over rows.
+#include "backends/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "backends/cpu/row_kernels.h"
+#include "backends/cpu/thread_pool.h"
+#include "granule/quant.h"
+
+namespace granule::cpu {
+
+float dot_f32(const float* a, const float* b, int64_t n) { return dot_f32_fast(a, b, n); }
+
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+  const float mean_square = dot_f32(x, x, n) / static_cast<float>(n);
+  const float scale = 1.0f / std::sqrt(mean_square + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
+          RopeOrdering ordering) {
+  const int64_t half = head_dim / 2;
+  // One position for every head: the angles are computed once. Small fixed buffer: head_dim
+  // of the llama family is at most 256.
+  constexpr int64_t kMaxHalf = 512;
+  float cosines[kMaxHalf], sines[kMaxHalf];
+  for (int64_t i = 0; i < half && i < kMaxHalf; ++i) {
+    const double angle = static_cast<double>(position) * frequencies[i];
+    cosines[i] = static_cast<float>(std::cos(angle));
+    sines[i] = static_cast<float>(std::sin(angle));
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (int64_t i = 0; i < half; ++i) {
+      const int64_t a = ordering == RopeOrdering::Normal ? 2 * i : i;
+      const int64_t b = ordering == RopeOrdering::Normal ? 2 * i + 1 : i + half;
+      const float x0 = v[a];
+      const float x1 = v[b];
+      v[a] = x0 * cosines[i] - x1 * sines[i];
+      v[b] = x0 * sines[i] + x1 * cosines[i];
+    }
+  }
+}
+
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
+                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y) {
+  const size_t stride = row_bytes(type, n_cols);
+  const auto* base = static_cast<const uint8_t*>(w);
+  // Each thread keeps one decode buffer for its life: no allocation per token.
+  thread_local std::vector<float> decoded;
+  if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
+    decoded.resize(static_cast<size_t>(n_cols));
+  }
+  // Tokens go in tiles small enough to stay in L2 across the rows; a row is decoded once
+  // per tile. Every output is the same dot whatever the tiling.
+  constexpr int64_t kTokenTile = 64;
+  for (int64_t tile = 0; tile < n_tokens; tile += kTokenTile) {
+    const int64_t tile_end = std::min(n_tokens, tile + kTokenTile);
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = base + static_cast<size_t>(r) * stride;
+      // One token (a decode step): decode and dot in one pass where a fused kernel exists.
+      if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
+      const float* values = reinterpret_cast<const float*>(row);
+      if (type != TensorType::F32) {
+        decode_row(type, row, decoded.data(), n_cols);
+        values = decoded.data();
+      }
+      for (int64_t t = tile; t < tile_end; ++t) {
+        y[t * n_rows + r] = dot_f32(values, x + t * n_cols, n_cols);
+      }
+    }
+  }
+}
+
+void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
+            int64_t n_tokens, float* y, ThreadPool* pool) {
+  auto rows = [&](int64_t begin, int64_t end, int32_t) {
+    matmul_rows(type, w, begin, end, n_rows, n_cols, x, n_tokens, y);
+  };
+  if (pool) {
+    pool->parallel_for(n_rows, rows);
+  } else {
+    rows(0, n_rows, 0);
+  }
+}
+
+void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
+                    int64_t length, int64_t head_dim, float* scores, float* out) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  float max_score = -INFINITY;
+  for (int64_t t = 0; t < length; ++t) {
+    scores[t] = dot_f32(q, k + t * token_stride, head_dim) * scale;
+    if (scores[t] > max_score) max_score = scores[t];
+  }
+  float sum = 0.0f;
+  for (int64_t t = 0; t < length; ++t) {
+    scores[t] = std::exp(scores[t] - max_score);
+    sum += scores[t];
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
+  for (int64_t t = 0; t < length; ++t) {
+    const float p = scores[t] * inv_sum;
+    const float* vt = v + t * token_stride;
+    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
+  }
+}
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out) {
+  const auto* row = static_cast<const uint8_t*>(table) +
+                    static_cast<size_t>(token) * row_bytes(type, n_embd);
+  dequantize_row(type, row, out, n_embd);
+}
+
+void add_in_place(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace granule::cpu

@@ -1,0 +1,54 @@
+// The CPU reference operators of the llama family, as plain functions over pointers and
+// sizes: the CPU backend composes them, and the CUDA kernel tests compare against them.
+// Everything accumulates in f32.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "granule/model_config.h"
+#include "granule/tensor_type.h"
+
+namespace granule::cpu {
+
+class ThreadPool;
+
+// Dot product of two f32 vectors, in one fixed summation order (row_kernels.h), so a
+// result never depends on how a batch was split or on the CPU's vector extensions.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// out[i] = x[i] / sqrt(mean(x²) + eps) * weight[i]. out may alias x.
+void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps);
+
+// Rotates n_heads vectors of head_dim (laid out one after another) in place at `position`.
+// Normal: pairs (x[2i], x[2i+1]) (ggml mode 0, llama); NeoX: pairs (x[i], x[i + head_dim/2]).
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position,
+          const double* frequencies, RopeOrdering ordering);
+
+// Rows [row_begin, row_end) of matmul() below, on the calling thread: the piece a caller
+// running several matmuls in one parallel loop hands each thread.
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
+                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y);
+
+// Y = X · Wᵀ for a weight matrix of n_rows rows of n_cols encoded elements (row r at
+// w + r * row_bytes(type, n_cols)) and n_tokens input vectors x[t * n_cols ...]:
+// y[t * n_rows + r] = dot(row r, x_t). Each row is decoded once (dequantize_row) and dotted
+// with every token (dot_f32); threads split the rows. pool may be null (one thread).
+void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
+            int64_t n_tokens, float* y, ThreadPool* pool);
+
+// One head of causal attention for one query: softmax(q·Kᵀ / sqrt(head_dim)) · V over
+// tokens [0, length). K of token t is at k + t * token_stride (floats), V likewise.
+// scores must hold `length` floats. out gets head_dim floats.
+void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
+                    int64_t length, int64_t head_dim, float* scores, float* out);
+
+// out[i] = silu(gate[i]) * up[i]. out may alias gate.
+void swiglu(const float* gate, const float* up, float* out, int64_t n);
+
+// Decodes row `token` of an embedding table of n_embd-wide rows into out.
+void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out);
+
+// x[i] += y[i].
+void add_in_place(float* x, const float* y, int64_t n);
+
+}  // namespace granule::cpu

@@ -1,0 +1,250 @@
+// Portable and AVX2 row kernels (see row_kernels.h). Dot products accumulate with fused
+// multiply-add (std::fma in the portable code), decoders multiply and add separately as
+// ggml's reference does, so every rounding step matches between the two.
+#include "backends/cpu/row_kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "granule/quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GRANULE_CPU_X86 1
+#endif
+
+namespace granule::cpu {
+
+float dot_f32_portable(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 32;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) acc[j] = std::fma(a[i + j], b[i + j], acc[j]);
+  }
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail = std::fma(a[i], b[i], tail);
+  return acc[0] + tail;
+}
+
+#ifdef GRANULE_CPU_X86
+namespace {
+
+__attribute__((target("avx2,fma,f16c"))) float horizontal_halving_sum(__m256 v) {
+  // lanes j += j+4, then j += j+2, then j += j+1: the portable halving order.
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  __m128 s4 = _mm_add_ps(lo, hi);
+  __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+  return _mm_cvtss_f32(s1);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+    acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), acc2);
+    acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), acc3);
+  }
+  // Lanes 0-15 += lanes 16-31, then 0-7 += 8-15, then within the register.
+  const __m256 s16a = _mm256_add_ps(acc0, acc2);
+  const __m256 s16b = _mm256_add_ps(acc1, acc3);
+  const float total = horizontal_halving_sum(_mm256_add_ps(s16a, s16b));
+  float tail = 0.0f;
+  for (; i < n; ++i) tail = std::fma(a[i], b[i], tail);
+  return total + tail;
+}
+
+// One fp16 scale to f32 in a register (exact, as fp16_to_f32, without the call).
+__attribute__((target("avx2,fma,f16c"))) inline __m256 broadcast_fp16(uint16_t h) {
+  return _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h))));
+}
+
+// Eight unsigned bytes to eight floats.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 u8x8_to_ps(__m128i bytes) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+}
+
+__attribute__((target("avx2,fma,f16c"))) void decode_q4_1_avx2(const BlockQ4_1* blocks, float* out, int64_t n) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const __m256 m = broadcast_fp16(blocks[b].m);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i lo = _mm_and_si128(q, low_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low_mask);
+    float* y = out + b * kQK;
+    _mm256_storeu_ps(y, _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(lo), d), m));
+    _mm256_storeu_ps(y + 8, _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), d), m));
+    _mm256_storeu_ps(y + 16, _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(hi), d), m));
+    _mm256_storeu_ps(y + 24, _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), d), m));
+  }
+}
+
+// Eight 4-bit values to (q - 8) · d, as ggml decodes Q4_0.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 q4_0x8_to_ps(__m128i bytes, __m256 d) {
+  const __m256i centred = _mm256_sub_epi32(_mm256_cvtepu8_epi32(bytes), _mm256_set1_epi32(8));
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(centred), d);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void decode_q4_0_avx2(const BlockQ4_0* blocks, float* out, int64_t n) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i lo = _mm_and_si128(q, low_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low_mask);
+    float* y = out + b * kQK;
+    _mm256_storeu_ps(y, q4_0x8_to_ps(lo, d));
+    _mm256_storeu_ps(y + 8, q4_0x8_to_ps(_mm_srli_si128(lo, 8), d));
+    _mm256_storeu_ps(y + 16, q4_0x8_to_ps(hi, d));
+    _mm256_storeu_ps(y + 24, q4_0x8_to_ps(_mm_srli_si128(hi, 8), d));
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void decode_q8_0_avx2(const BlockQ8_0* blocks, float* out, int64_t n) {
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const auto* q = reinterpret_cast<const uint8_t*>(blocks[b].qs);
+    float* y = out + b * kQK;
+    for (int k = 0; k < kQK; k += 8) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k));
+      _mm256_storeu_ps(y + k, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), d));
+    }
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) void decode_f16_avx2(const uint16_t* h, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  }
+  for (; i < n; ++i) out[i] = fp16_to_f32(h[i]);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void decode_bf16_avx2(const uint16_t* h, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
+  }
+  for (; i < n; ++i) out[i] = bf16_to_f32(h[i]);
+}
+
+// Decode-and-dot without the f32 row in between, for one token. Each block of 32 is one
+// 32-lane chunk of dot_f32_avx2 (values 0-7 in acc0, ..., 24-31 in acc3) and each value is
+// decoded with the same operations, so the result has the same bits as decode + dot.
+__attribute__((target("avx2,fma,f16c"))) float finish_dot(__m256 acc0, __m256 acc1, __m256 acc2, __m256 acc3) {
+  return horizontal_halving_sum(_mm256_add_ps(_mm256_add_ps(acc0, acc2), _mm256_add_ps(acc1, acc3))) + 0.0f;
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q4_1_avx2(const BlockQ4_1* blocks, const float* x, int64_t n) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const __m256 m = broadcast_fp16(blocks[b].m);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i lo = _mm_and_si128(q, low_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low_mask);
+    const float* xb = x + b * kQK;
+    const __m256 v0 = _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(lo), d), m);
+    const __m256 v1 = _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(_mm_srli_si128(lo, 8)), d), m);
+    const __m256 v2 = _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(hi), d), m);
+    const __m256 v3 = _mm256_add_ps(_mm256_mul_ps(u8x8_to_ps(_mm_srli_si128(hi, 8)), d), m);
+    acc0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(xb), acc0);
+    acc1 = _mm256_fmadd_ps(v1, _mm256_loadu_ps(xb + 8), acc1);
+    acc2 = _mm256_fmadd_ps(v2, _mm256_loadu_ps(xb + 16), acc2);
+    acc3 = _mm256_fmadd_ps(v3, _mm256_loadu_ps(xb + 24), acc3);
+  }
+  return finish_dot(acc0, acc1, acc2, acc3);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q4_0_avx2(const BlockQ4_0* blocks, const float* x, int64_t n) {
+  const __m128i low_mask = _mm_set1_epi8(0x0F);
+  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+  __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blocks[b].qs));
+    const __m128i lo = _mm_and_si128(q, low_mask);
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), low_mask);
+    const float* xb = x + b * kQK;
+    acc0 = _mm256_fmadd_ps(q4_0x8_to_ps(lo, d), _mm256_loadu_ps(xb), acc0);
+    acc1 = _mm256_fmadd_ps(q4_0x8_to_ps(_mm_srli_si128(lo, 8), d), _mm256_loadu_ps(xb + 8), acc1);
+    acc2 = _mm256_fmadd_ps(q4_0x8_to_ps(hi, d), _mm256_loadu_ps(xb + 16), acc2);
+    acc3 = _mm256_fmadd_ps(q4_0x8_to_ps(_mm_srli_si128(hi, 8), d), _mm256_loadu_ps(xb + 24), acc3);
+  }
+  return finish_dot(acc0, acc1, acc2, acc3);
+}
+
+__attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(const BlockQ8_0* blocks, const float* x, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const __m256 d = broadcast_fp16(blocks[b].d);
+    const auto* q = reinterpret_cast<const uint8_t*>(blocks[b].qs);
+    const float* xb = x + b * kQK;
+    for (int k = 0; k < 4; ++k) {
+      const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + 8 * k));
+      const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), d);
+      acc[k] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xb + 8 * k), acc[k]);
+    }
+  }
+  return finish_dot(acc[0], acc[1], acc[2], acc[3]);
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                        __builtin_cpu_supports("f16c");
+
+}  // namespace
+
+bool row_kernels_use_avx2() { return kHaveAvx2; }
+
+float dot_f32_fast(const float* a, const float* b, int64_t n) {
+  return kHaveAvx2 ? dot_f32_avx2(a, b, n) : dot_f32_portable(a, b, n);
+}
+
+bool dot_row_fused(TensorType type, const void* row, const float* x, int64_t n, float* result) {
+  if (!kHaveAvx2 || n % kQK != 0) return false;
+  switch (type) {
+    case TensorType::Q4_0: *result = dot_q4_0_avx2(static_cast<const BlockQ4_0*>(row), x, n); return true;
+    case TensorType::Q4_1: *result = dot_q4_1_avx2(static_cast<const BlockQ4_1*>(row), x, n); return true;
+    case TensorType::Q8_0: *result = dot_q8_0_avx2(static_cast<const BlockQ8_0*>(row), x, n); return true;
+    default: return false;
+  }
+}
+
+void decode_row(TensorType type, const void* row, float* out, int64_t n) {
+  if (kHaveAvx2 && n % kQK == 0) {
+    switch (type) {
+      case TensorType::Q4_0: return decode_q4_0_avx2(static_cast<const BlockQ4_0*>(row), out, n);
+      case TensorType::Q4_1: return decode_q4_1_avx2(static_cast<const BlockQ4_1*>(row), out, n);
+      case TensorType::Q8_0: return decode_q8_0_avx2(static_cast<const BlockQ8_0*>(row), out, n);
+      case TensorType::F16: return decode_f16_avx2(static_cast<const uint16_t*>(row), out, n);
+      case TensorType::BF16: return decode_bf16_avx2(static_cast<const uint16_t*>(row), out, n);
+      default: break;
+    }
+  }
+  dequantize_row(type, row, out, n);
+}
+
+#else   // not x86: the portable code only
+
+bool row_kernels_use_avx2() { return false; }
+float dot_f32_fast(const float* a, const float* b, int64_t n) { return dot_f32_portable(a, b, n); }
+bool dot_row_fused(TensorType, const void*, const float*, int64_t, float*) { return false; }
+void decode_row(TensorType type, const void* row, float* out, int64_t n) {
+  dequantize_row(type, row, out, n);
+}
+
+#endif
+
+}  // namespace granule::cpu

@@ -1,0 +1,374 @@
+// CudaBackend: batches flattened to token rows, chunked to the workspace, decode steps as
+// replayed graphs, and the factory the engine calls.
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <string>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_vmm.h"
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule::cuda {
+namespace {
+
+constexpr uint64_t kMinBudgetMarginBytes = 512ull << 20;
+
+// Default budget: what is free now, less a margin for the driver, cuBLAS and the display.
+uint64_t default_budget(size_t free_bytes, size_t total_bytes) {
+  const uint64_t margin = std::max<uint64_t>(kMinBudgetMarginBytes, total_bytes / 20);
+  return free_bytes > margin ? free_bytes - margin : 0;
+}
+
+bool is_greedy(const SamplingParams& p) {
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f;
+}
+
+// A sticky error seen anywhere in this process, until a probe finds the device usable again.
+std::mutex lost_mutex;
+std::string lost_reason;
+
+}  // namespace
+
+void note_device_lost(const std::string& reason) noexcept {
+  try {
+    std::lock_guard lock(lost_mutex);
+    if (lost_reason.empty()) lost_reason = reason;
+  } catch (...) {  // a lock or a copy failing must not turn an error report into a crash
+  }
+}
+
+bool cuda_available(std::string* why) {
+  {
+    std::lock_guard lock(lost_mutex);
+    if (!lost_reason.empty()) {
+      // CUDA documents a sticky error as the end of CUDA in the process; the backend that saw
+      // it reset the device on the way out, which some drivers accept. Probe once more.
+      cudaGetLastError();
+      if (cudaSetDevice(0) == cudaSuccess && cudaFree(nullptr) == cudaSuccess) {
+        logger("engine.cuda")->info("the GPU works again after the reset");
+        lost_reason.clear();
+      } else {
+        cudaGetLastError();
+        if (why)
+          *why = "the GPU failed earlier in this process (" + lost_reason +
+                 ") and CUDA cannot use it again until Granule is restarted";
+        return false;
+      }
+    }
+  }
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    if (why)
+      *why = std::string("no usable CUDA driver or GPU (") + cudaGetErrorString(status) + ")";
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA GPU found";
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = "cannot read the GPU's properties";
+    return false;
+  }
+  if (prop.major < 8) {
+    if (why)
+      *why = std::string(prop.name) + " has compute capability " + std::to_string(prop.major) +
+             "." + std::to_string(prop.minor) + "; Granule's CUDA backend needs 8.0 or newer";
+    return false;
+  }
+  return true;
+}
+
+CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), options_(init.options) {
+  std::string why;
+  if (!cuda_available(&why)) throw DeviceError(why);
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  cudaDeviceProp prop{};
+  check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+  device_name_ = prop.name;
+  size_t free_bytes = 0, total_bytes = 0;
+  check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  device_total_bytes_ = total_bytes;
+  if (init.options.vram_budget_bytes == 0)
+    init.memory.set_budget_bytes(default_budget(free_bytes, total_bytes));
+  const int max_rows = static_cast<int>(
+      std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
+  model_ = std::make_unique<CudaModel>(init, max_rows);
+  logger("engine.cuda")
+      ->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
+             init.memory.budget_bytes() >> 20);
+}
+
+CudaBackend::~CudaBackend() {
+  // Free everything first (teardown errors are logged), then, when a sticky error has lost
+  // the context, reset the device so the next engine in this process gets a fresh one. The
+  // engine destroys the KvSpace, and with it the KV's virtual memory, before the backend.
+  graphs_.clear();
+  model_.reset();
+  cudaGetLastError();
+  const cudaError_t status = cudaDeviceSynchronize();
+  if (is_sticky_error(status)) {
+    logger("engine.cuda")
+        ->warn("resetting the GPU after a lost context ({})", cudaGetErrorString(status));
+    const cudaError_t reset = cudaDeviceReset();
+    if (reset != cudaSuccess)
+      logger("engine.cuda")->error("cudaDeviceReset failed: {}", cudaGetErrorString(reset));
+  }
+}
+
+std::string CudaBackend::name() const { return "CUDA " + device_name_; }
+
+int64_t CudaBackend::kv_bytes_per_token() const {
+  static_assert(kCudaKvElementBytes == sizeof(__half));
+  return config_.kv_bytes_per_token(kCudaKvElementBytes);
+}
+
+std::unique_ptr<VirtualMemory> CudaBackend::make_kv_virtual_memory() {
+  // Every kernel and copy that touches the KV runs on the model's stream: fences go there.
+  return make_cuda_virtual_memory(device_, {model_->stream()});
+}
+
+void CudaBackend::attach_kv(KvSpace& kv) {
+  kv_ = &kv;
+  std::vector<uint8_t*> bases;
+  for (int32_t s = 0; s < kv.geometry().slots; ++s) bases.push_back(kv.slot_base(s));
+  model_->attach_kv(bases, kv.geometry().max_tokens);
+}
+
+RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t first_token,
+                               size_t count,
+                               std::vector<std::pair<size_t, size_t>>* token_index) const {
+  // token_index: the (sequence, token) of every flattened token; filled once by the caller.
+  RowInputs in;
+  for (size_t t = first_token; t < first_token + count; ++t) {
+    const auto [s, i] = (*token_index)[t];
+    const BatchSequence& seq = batch[s];
+    in.tokens.push_back(seq.tokens[i]);
+    in.positions.push_back(static_cast<int32_t>(seq.start_position + static_cast<int64_t>(i)));
+    in.slots.push_back(seq.slot);
+    if (seq.all_logits || i + 1 == seq.tokens.size())
+      in.logit_rows.push_back(static_cast<int32_t>(t - first_token));
+  }
+  return in;
+}
+
+void CudaBackend::run_step(int n_rows, bool decode, Head head) {
+  CudaModel& m = *model_;
+  auto enqueue = [&] {
+    m.run_layers(n_rows);
+    m.run_head(0, n_rows);
+    if (head != Head::Logits) m.sample(n_rows, head == Head::Greedy);
+  };
+  if (!decode || !options_.cuda_graphs) {
+    if (decode) last_fallback_reason_ = "graphs disabled by the options";
+    enqueue();
+    return;
+  }
+  auto key = std::make_pair(n_rows, head);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    cudaStream_t s = m.stream();
+    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
+               "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue();
+    } catch (...) {
+      cudaStreamEndCapture(s, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    if (status != cudaSuccess) {
+      cudaGraphDestroy(graph);
+      check_cuda(status, "cudaGraphInstantiate");
+    }
+    it = graphs_.emplace(key, CudaGraph(graph, exec)).first;
+    logger("engine.graph")
+        ->debug("captured the decode step for {} sequences ({} nodes)", n_rows,
+                it->second.node_count());
+  }
+  it->second.launch(m.stream());
+  ++graph_replays_;
+}
+
+std::vector<kernels::DeviceSamplingParams> CudaBackend::device_params(size_t first,
+                                                                      size_t count) const {
+  const StepRequest& step = pending_.step;
+  std::vector<kernels::DeviceSamplingParams> out;
+  for (size_t s = first; s < first + count; ++s) {
+    const SamplingParams& p = step.params[s];
+    kernels::DeviceSamplingParams d;
+    d.temperature = p.temperature;
+    d.top_k = p.top_k;
+    d.top_p = p.top_p;
+    d.min_p = p.min_p;
+    d.repetition_penalty = p.repetition_penalty;
+    d.frequency_penalty = p.frequency_penalty;
+    d.presence_penalty = p.presence_penalty;
+    d.penalty_last_n = p.penalty_last_n;
+    d.seed = p.seed;
+    d.step = step.draw_index[s];
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<std::vector<int32_t>> CudaBackend::histories(size_t first, size_t count) const {
+  const StepRequest& step = pending_.step;
+  std::vector<std::vector<int32_t>> out;
+  for (size_t s = first; s < first + count; ++s)
+    out.push_back(s < step.history.size() ? step.history[s] : std::vector<int32_t>{});
+  return out;
+}
+
+void CudaBackend::launch(const StepRequest& step) {
+  if (!kv_) throw UsageError("CUDA backend: launch() before attach_kv()");
+  pending_ = PendingStep{};
+  PendingStep& p = pending_;
+  if (step.sample) {
+    if (step.params.size() != step.batch.size() || step.draw_index.size() != step.batch.size())
+      throw UsageError("CUDA backend: a sampled step needs parameters for every sequence");
+  } else if (!step.logits) {
+    throw UsageError("CUDA backend: a step without sampling needs logits");
+  }
+  p.decode = step.batch.size() <= static_cast<size_t>(CudaModel::kMatvecMaxRows);
+  bool greedy = true;
+  int64_t n_out = 0;
+  for (size_t s = 0; s < step.batch.size(); ++s) {
+    const BatchSequence& seq = step.batch[s];
+    if (seq.tokens.empty()) throw UsageError("CUDA backend: a batch sequence has no tokens");
+    if (step.sample && seq.all_logits)
+      throw UsageError("CUDA backend: a sampled step takes no sequence with all_logits");
+    for (size_t i = 0; i < seq.tokens.size(); ++i) {
+      if (seq.tokens[i] < 0 || seq.tokens[i] >= config_.n_vocab)
+        throw UsageError("token id " + std::to_string(seq.tokens[i]) +
+                         " is outside the vocabulary of " + std::to_string(config_.n_vocab));
+      p.token_index.emplace_back(s, i);
+    }
+    n_out += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
+    p.decode = p.decode && seq.tokens.size() == 1;
+    if (step.sample) greedy = greedy && is_greedy(step.params[s]);
+  }
+  p.step = step;
+  p.head = !step.sample ? Head::Logits : greedy ? Head::Greedy : Head::Sample;
+  if (step.sample) {
+    p.result.tokens.resize(step.batch.size());
+  } else {
+    step.logits->resize(static_cast<size_t>(n_out * config_.n_vocab));
+    p.result.logit_rows = n_out;
+  }
+  p.active = true;
+  CudaModel& m = *model_;
+  const auto n = step.batch.size();
+  if (p.decode) {
+    // A decode step: one graph replay, queued; wait() downloads its tokens or logits.
+    m.upload(flatten(step.batch, 0, p.token_index.size(), &p.token_index));
+    if (p.head == Head::Sample) m.upload_sampling(device_params(0, n), histories(0, n));
+    run_step(static_cast<int>(n), true, p.head);
+    return;
+  }
+  // Chunked prefill: the first chunk's layers are queued here, the rest in wait().
+  p.first_chunk =
+      flatten(step.batch, 0, std::min(p.token_index.size(), static_cast<size_t>(m.max_rows())),
+              &p.token_index);
+  m.upload(p.first_chunk);
+  m.run_layers(static_cast<int>(p.first_chunk.tokens.size()));
+}
+
+StepResult CudaBackend::wait() {
+  if (!pending_.active) throw UsageError("CUDA backend: wait() without a launched step");
+  struct Over {  // the step is over however wait() ends
+    PendingStep& p;
+    ~Over() { p.active = false; }
+  } over{pending_};
+  PendingStep& p = pending_;
+  CudaModel& m = *model_;
+  const int64_t n_vocab = config_.n_vocab;
+  const size_t n = p.step.batch.size();
+  if (p.decode) {
+    if (p.head == Head::Logits) {
+      m.copy_logits(static_cast<int>(n), p.step.logits->data());
+    } else {
+      m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
+    }
+    return std::move(p.result);
+  }
+  size_t out_row = 0;
+  const auto max_rows = static_cast<size_t>(m.max_rows());
+  for (size_t first = 0; first < p.token_index.size(); first += max_rows) {
+    const size_t count = std::min(p.token_index.size() - first, max_rows);
+    RowInputs in;
+    if (first == 0) {
+      in = std::move(p.first_chunk);  // its layers were queued by launch()
+    } else {
+      in = flatten(p.step.batch, first, count, &p.token_index);
+      m.upload(in);
+      m.run_layers(static_cast<int>(count));
+    }
+    const int n_logit_rows = static_cast<int>(in.logit_rows.size());
+    for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
+      const int group = std::min(CudaModel::kLogitRowsPerPass, n_logit_rows - g);
+      m.run_head(g, group);
+      if (p.head == Head::Logits) {
+        m.copy_logits(group, p.step.logits->data() + static_cast<int64_t>(out_row) * n_vocab);
+      } else {
+        if (p.head == Head::Sample)
+          m.upload_sampling(device_params(out_row, static_cast<size_t>(group)),
+                            histories(out_row, static_cast<size_t>(group)));
+        m.sample(group, p.head == Head::Greedy);
+        m.copy_tokens(group, p.result.tokens.data() + out_row);
+      }
+      out_row += static_cast<size_t>(group);
+    }
+  }
+  return std::move(p.result);
+}
+
+void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
+  snapshot.device.name = device_name_;
+  snapshot.device.gpu = true;
+  GraphTelemetry& g = snapshot.graphs;
+  g.buckets.clear();
+  for (const auto& [key, graph] : graphs_)
+    if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
+      g.buckets.push_back(key.first);
+  g.replays = graph_replays_;
+  g.segments_per_step = options_.cuda_graphs ? 1 : 0;
+  g.last_fallback_reason = last_fallback_reason_;
+}
+
+}  // namespace granule::cuda
+
+namespace granule {
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init) {
+  return std::make_unique<cuda::CudaBackend>(init);
+}
+
+CudaDeviceInfo probe_cuda_device() {
+  std::string why;
+  if (!cuda::cuda_available(&why)) throw DeviceError(why);
+  constexpr int kDevice = 0;  // the device CudaBackend runs on
+  cudaDeviceProp prop{};
+  cuda::check_cuda(cudaGetDeviceProperties(&prop, kDevice), "cudaGetDeviceProperties");
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda::check_cuda(cudaSetDevice(kDevice), "cudaSetDevice");
+  cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return {prop.name, cuda::default_budget(free_bytes, total_bytes)};
+}
+
+}  // namespace granule

@@ -1,0 +1,592 @@
+// CudaModel: weight upload, workspace, and the per-layer kernel sequences of the two paths
+// (quantised matvec for up to 64 rows, dequantise + cuBLAS GEMM beyond).
+#include "backends/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attention.cuh"
+#include "backends/cuda/cuda_check.h"
+#include "dequantize.cuh"
+#include "granule/error.h"
+#include "granule/log.h"
+#include "granule/quant.h"
+#include "runtime/kernel_config_env.h"
+#include "matvec.cuh"
+#include "quant_blocks.cuh"
+#include "quantize_activations.cuh"
+#include "rms_norm.cuh"
+#include "rope_kv.cuh"
+#include "swiglu.cuh"
+#include "model/weight_split.h"
+#include "model/rope.h"
+
+namespace granule::cuda {
+namespace {
+
+namespace k = granule::kernels;
+
+constexpr size_t kAlign = 256;
+// The matvec kernels copy rows in 16-byte vectors and may read up to 15 bytes past a row.
+constexpr size_t kTensorSlackBytes = 16;
+constexpr int kDecodeSplitTokens = 64;
+constexpr int kPrefillSplitTokens = 1024;
+enum InputArray { kTokens = 0, kPositions, kSlots, kLengths, kLogitRows, kInputArrays };
+
+size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+std::vector<float> to_f32(const TensorInfo* t) {
+  std::vector<float> out(static_cast<size_t>(t->elements()));
+  dequantize_row(static_cast<TensorType>(t->ggml_type), t->data, out.data(), t->elements());
+  return out;
+}
+
+void check_launch(cudaError_t status, const char* kernel) { check_cuda(status, kernel); }
+
+// The options' configuration, else the defaults with the environment's overrides (read here,
+// once per model), as the current device can run them.
+k::KernelConfig device_kernel_config(const BackendOptions& options) {
+  k::KernelConfig config =
+      options.kernel_config ? *options.kernel_config : kernel_config_from_environment();
+  check_cuda(k::fit_to_device(config), "reading the device's compute capability");
+  logger("engine.cuda")->info("kernel configuration: {}", describe(config));
+  return config;
+}
+
+}  // namespace
+
+CudaModel::CudaModel(const BackendInit& init, int max_rows)
+    : config_(init.config),
+      kernel_config_(device_kernel_config(init.options)),
+      memory_(init.memory),
+      max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
+  const ModelConfig& c = config_;
+  const WeightTable& w = init.weights;
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " +
+                      std::to_string(c.head_dim));
+  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
+    throw DeviceError("the CUDA backend supports up to 8 query heads per KV head");
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
+    throw DeviceError(
+        "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
+
+  // --- weights: every matrix in one buffer; Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row ----
+  // (engine/include/granule/split_layout.h: same bytes, values first, so decode loads are 16-byte
+  // vectors), everything else byte for byte; KernelConfig::split_weights off keeps GGUF
+  // blocks (GRANULE_SPLIT_WEIGHTS=0).
+  std::vector<const TensorInfo*> matrices = {w.token_embd};
+  if (w.output && w.output != w.token_embd) matrices.push_back(w.output);
+  for (const LayerWeights& l : w.layers)
+    for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
+      matrices.push_back(t);
+  auto use_split = [&](const TensorInfo* t) {
+    return kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]);
+  };
+  auto device_bytes = [&](const TensorInfo* t) {
+    return use_split(t)
+               ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
+               : t->size_bytes;
+  };
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (const TensorInfo* t : matrices) {
+    if (!k::is_supported_weight_type(t->ggml_type))
+      throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " +
+                        tensor_type_name(t->ggml_type));
+    offsets.push_back(total);
+    total += align_up(device_bytes(t) + kTensorSlackBytes);
+  }
+  weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, total);
+  auto* base = weights_.as<uint8_t>();
+  auto device_matrix = [&](const TensorInfo* t) {
+    const size_t i =
+        static_cast<size_t>(std::find(matrices.begin(), matrices.end(), t) - matrices.begin());
+    DeviceMatrix m;
+    m.data = base + offsets[i];
+    m.type = t->ggml_type;
+    m.cols = t->dims[0];
+    m.rows = t->rows();
+    m.gguf_row_bytes =
+        static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
+    m.split = use_split(t);
+    m.row_bytes = m.split ? split_row_stride(m.type, m.cols) : m.gguf_row_bytes;
+    return m;
+  };
+  {
+    std::vector<uint8_t> staging;
+    constexpr size_t kStagingBytes = size_t{32} << 20;
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      const TensorInfo* t = matrices[i];
+      if (!use_split(t)) {
+        check_cuda(cudaMemcpy(base + offsets[i], t->data, t->size_bytes, cudaMemcpyHostToDevice),
+                   "uploading weights");
+        continue;
+      }
+      const DeviceMatrix m = device_matrix(t);
+      const int64_t rows_per_chunk =
+          std::max<int64_t>(1, static_cast<int64_t>(kStagingBytes) / m.row_bytes);
+      staging.resize(static_cast<size_t>(std::min(rows_per_chunk, m.rows) * m.row_bytes));
+      for (int64_t r = 0; r < m.rows; r += rows_per_chunk) {
+        const int64_t n = std::min(rows_per_chunk, m.rows - r);
+        split_rows(m.type, static_cast<const uint8_t*>(t->data) + r * m.gguf_row_bytes, n, m.cols,
+                   staging.data());
+        check_cuda(cudaMemcpy(base + offsets[i] + r * m.row_bytes, staging.data(),
+                              static_cast<size_t>(n * m.row_bytes), cudaMemcpyHostToDevice),
+                   "uploading weights");
+      }
+    }
+  }
+
+  // --- vectors: norms, biases and the rope frequencies as f32 ---------------------------
+  std::vector<float> vectors;
+  auto add_vector = [&](const TensorInfo* t) -> std::ptrdiff_t {
+    if (!t) return -1;
+    const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(vectors.size());
+    const std::vector<float> v = to_f32(t);
+    vectors.insert(vectors.end(), v.begin(), v.end());
+    vectors.resize(align_up(vectors.size() * sizeof(float)) / sizeof(float));
+    return at;
+  };
+  struct LayerVectorOffsets {
+    std::ptrdiff_t attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  };
+  std::vector<LayerVectorOffsets> layer_offsets;
+  for (const LayerWeights& l : w.layers)
+    layer_offsets.push_back({add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
+                             add_vector(l.bk), add_vector(l.bv), add_vector(l.q_norm),
+                             add_vector(l.k_norm)});
+  const std::ptrdiff_t output_norm_at = add_vector(w.output_norm);
+  std::vector<float> freq_factors = w.rope_freqs ? to_f32(w.rope_freqs) : std::vector<float>{};
+  const std::vector<double> frequencies =
+      rope_frequencies(c.head_dim, c.rope_theta, c.rope_scaling,
+                            freq_factors.empty() ? nullptr : freq_factors.data());
+  rope_frequencies_buffer_ =
+      DeviceBuffer(memory_, MemoryCategory::WeightsResident, frequencies.size() * sizeof(double));
+  check_cuda(cudaMemcpy(rope_frequencies_buffer_.get(), frequencies.data(),
+                        frequencies.size() * sizeof(double), cudaMemcpyHostToDevice),
+             "uploading rope frequencies");
+  vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, vectors.size() * sizeof(float));
+  check_cuda(cudaMemcpy(vectors_.get(), vectors.data(), vectors.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             "uploading norms");
+  const float* vbase = vectors_.as<float>();
+  auto vec = [&](std::ptrdiff_t at) { return at < 0 ? nullptr : vbase + at; };
+
+  token_embd_ = device_matrix(w.token_embd);
+  output_ = device_matrix(w.output ? w.output : w.token_embd);
+  output_norm_ = vec(output_norm_at);
+  rope_frequencies_ = rope_frequencies_buffer_.as<double>();
+  decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const LayerVectorOffsets& o = layer_offsets[i];
+    DeviceLayer d;
+    d.wq = device_matrix(l.wq);
+    d.wk = device_matrix(l.wk);
+    d.wv = device_matrix(l.wv);
+    d.wo = device_matrix(l.wo);
+    d.w_gate = device_matrix(l.w_gate);
+    d.w_up = device_matrix(l.w_up);
+    d.w_down = device_matrix(l.w_down);
+    d.attn_norm = vec(o.attn_norm);
+    d.ffn_norm = vec(o.ffn_norm);
+    d.bq = vec(o.bq);
+    d.bk = vec(o.bk);
+    d.bv = vec(o.bv);
+    d.q_norm = vec(o.q_norm);
+    d.k_norm = vec(o.k_norm);
+    for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down})
+      decode_weight_bytes_ += static_cast<uint64_t>(m->rows * m->gguf_row_bytes);
+    layers_.push_back(d);
+  }
+
+  // --- workspace ------------------------------------------------------------------------
+  const int64_t R = max_rows_;
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  widest_ = std::max({c.n_embd, q_dim, c.n_ff});
+  auto ws = [&](size_t bytes) { return DeviceBuffer(memory_, MemoryCategory::Workspace, bytes); };
+  inputs_ = ws(kInputArrays * R * sizeof(int32_t));
+  inputs_host_ = PinnedBuffer(kInputArrays * R * sizeof(int32_t));
+  hidden_ = ws(R * c.n_embd * sizeof(float));
+  normed_ = ws(R * widest_ * sizeof(float));
+  normed_f16_ = ws(R * widest_ * sizeof(__half));
+  q8_qs_ = ws(R * widest_);
+  q8_ds_ = ws(R * widest_ / 32 * sizeof(float2));
+  q_ = ws(R * q_dim * sizeof(float));
+  k_ = ws(R * kv_dim * sizeof(float));
+  v_ = ws(R * kv_dim * sizeof(float));
+  attn_ = ws(R * q_dim * sizeof(float));
+  gate_ = ws(R * c.n_ff * sizeof(float));
+  up_ = ws(R * c.n_ff * sizeof(float));
+  if (R > kMatvecMaxRows) {
+    int64_t largest = 0;
+    for (const DeviceLayer& l : layers_)
+      for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        largest = std::max(largest, m->rows * m->cols);
+    weight_f16_ = ws(largest * sizeof(__half));
+  }
+  logits_ = ws(static_cast<size_t>(kLogitRowsPerPass) * c.n_vocab * sizeof(float));
+  sampling_params_ = ws(R * sizeof(k::DeviceSamplingParams));
+  history_ = ws(R * history_capacity_ * sizeof(int32_t));
+  history_length_ = ws(R * sizeof(int32_t));
+  tokens_out_ = ws(R * sizeof(int32_t));
+  argmax_scratch_ = ws(R * (sizeof(unsigned long long) + sizeof(int)));
+  check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
+  sampling_host_ = PinnedBuffer(
+      R * (sizeof(k::DeviceSamplingParams) + (history_capacity_ + 1) * sizeof(int32_t)));
+  tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
+
+  logger("engine.cuda")
+      ->info("CUDA model: {} layers, weights {} MiB on the device, {} rows per run", c.n_layer,
+             total >> 20, R);
+}
+
+CudaModel::~CudaModel() = default;
+
+void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
+  const ModelConfig& c = config_;
+  token_stride_halves_ =
+      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
+  max_tokens_ = max_tokens;
+  slot_bases_ = DeviceBuffer(memory_, MemoryCategory::Workspace, slot_bases.size() * sizeof(void*));
+  check_cuda(cudaMemcpy(slot_bases_.get(), slot_bases.data(), slot_bases.size() * sizeof(void*),
+                        cudaMemcpyHostToDevice),
+             "uploading KV slot addresses");
+  const int decode_splits = k::ceil_div(max_tokens, kDecodeSplitTokens);
+  const int prefill_splits = k::ceil_div(max_tokens, kPrefillSplitTokens);
+  const size_t floats =
+      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
+                                             decode_splits, c.head_dim),
+               k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
+  attention_partial_ = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
+  const size_t counters = static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
+  attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
+  check_cuda(cudaMemset(attention_counters_.get(), 0, counters), "cudaMemset");
+}
+
+void CudaModel::upload(const RowInputs& in) {
+  const size_t n = in.tokens.size();
+  if (n > static_cast<size_t>(max_rows_) || in.logit_rows.size() > n)
+    throw UsageError("CUDA backend: a run of " + std::to_string(n) + " rows exceeds the workspace");
+  auto* host = inputs_host_.as<int32_t>();
+  const size_t R = static_cast<size_t>(max_rows_);
+  std::copy(in.tokens.begin(), in.tokens.end(), host + kTokens * R);
+  std::copy(in.positions.begin(), in.positions.end(), host + kPositions * R);
+  std::copy(in.slots.begin(), in.slots.end(), host + kSlots * R);
+  for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.positions[i] + 1;
+  std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
+  check_cuda(cudaMemcpyAsync(inputs_.get(), host, kInputArrays * R * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, stream_.get()),
+             "uploading step inputs");
+}
+
+void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows,
+                         bool f16) {
+  k::RmsNormOutputs out;
+  if (f16)
+    out.f16 = normed_f16_.as<__half>();
+  else if (k::matvec_reads_q8(w.type, w.split))
+    out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  else
+    out.f32 = normed_.as<float>();
+  check_launch(k::launch_rms_norm(x, weight, n_rows, static_cast<int>(config_.n_embd),
+                                  config_.rms_eps, out, kernel_config_, stream_.get()),
+               "rms_norm");
+}
+
+void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
+                       bool accumulate, const float* x_f32) {
+  // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
+  int i = 0;
+  while (i < count) {
+    int j = i;
+    k::MatvecTask tasks[k::kMaxMatvecTasks];
+    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
+           mats[j].split == mats[i].split) {
+      k::MatvecTask& t = tasks[j - i];
+      t.weight = mats[j].data;
+      t.row_bytes = mats[j].row_bytes;
+      t.n_out = static_cast<int>(mats[j].rows);
+      t.y = outs[j];
+      t.y_stride = mats[j].rows;
+      t.accumulate = accumulate;
+      t.split_layout = mats[j].split;
+      ++j;
+    }
+    k::MatvecInput in;
+    in.n_in = static_cast<int>(mats[i].cols);
+    in.batch = n_rows;
+    in.x = x_f32;
+    in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    check_launch(k::launch_matvec(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
+                 "matvec");
+    i = j;
+  }
+}
+
+void CudaModel::gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y,
+                     bool accumulate) {
+  if (!cublas_) {
+    cublas_ = std::make_unique<Cublas>(stream_.get());
+    logger("engine.cuda")->info("cuBLAS loaded from {}", Cublas::library_path());
+  }
+  check_launch(k::launch_dequantize_to_f16(w.type, w.data, w.rows, w.cols, w.row_bytes,
+                                           weight_f16_.as<__half>(), stream_.get(), w.split),
+               "dequantize_to_f16");
+  // Row-major Y[n_rows][w.rows] = X · Wᵀ, i.e. column-major Y (w.rows × n_rows) = Wᵀ(cm) · X(cm).
+  cublas_->gemm_f16_f32(CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n_rows,
+                        static_cast<int>(w.cols), 1.0f, weight_f16_.get(), static_cast<int>(w.cols),
+                        x, static_cast<int>(w.cols), accumulate ? 1.0f : 0.0f, y,
+                        static_cast<int>(w.rows));
+}
+
+void CudaModel::attention(int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  const int32_t* in = inputs_.as<int32_t>();
+  const int64_t R = max_rows_;
+  k::RopeKvArgs r;
+  r.q = q_.as<float>();
+  r.q_stride = c.n_head * c.head_dim;
+  r.k = k_.as<float>();
+  r.k_stride = c.n_head_kv * c.head_dim;
+  r.v = v_.as<float>();
+  r.v_stride = c.n_head_kv * c.head_dim;
+  const DeviceLayer& l = layers_[static_cast<size_t>(layer)];
+  r.q_bias = l.bq;
+  r.k_bias = l.bk;
+  r.v_bias = l.bv;
+  r.q_norm = l.q_norm;
+  r.k_norm = l.k_norm;
+  r.norm_eps = c.rms_eps;
+  r.frequencies = rope_frequencies_;
+  r.neox = c.rope_ordering == RopeOrdering::NeoX;
+  r.n_head = static_cast<int>(c.n_head);
+  r.n_kv = static_cast<int>(c.n_head_kv);
+  r.head_dim = static_cast<int>(c.head_dim);
+  r.rows = n_rows;
+  r.positions = in + kPositions * R;
+  r.slots = in + kSlots * R;
+  r.slot_base = slot_bases_.as<__half* const>();
+  r.token_stride = token_stride_halves_;
+  r.layer = layer;
+  check_launch(k::launch_rope_kv(r, kernel_config_, stream_.get()), "rope_kv");
+
+  k::AttentionArgs a;
+  a.q = q_.as<float>();
+  a.q_stride = r.q_stride;
+  a.out = attn_.as<float>();
+  a.out_stride = r.q_stride;
+  a.rows = n_rows;
+  a.n_head = r.n_head;
+  a.n_kv = r.n_kv;
+  a.head_dim = r.head_dim;
+  a.lengths = in + kLengths * R;
+  a.slots = r.slots;
+  a.slot_base = r.slot_base;
+  a.token_stride = token_stride_halves_;
+  a.layer = layer;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.split_tokens = n_rows <= kMatvecMaxRows ? kDecodeSplitTokens : kPrefillSplitTokens;
+  a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
+  a.partial = attention_partial_.as<float>();
+  a.split_counters = attention_counters_.as<int>();
+  // The output projection reads int8 blocks when its kernel does: the merge writes them.
+  const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
+  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
+    a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  check_launch(k::launch_attention(a, kernel_config_, stream_.get()), "attention");
+}
+
+void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  float* hidden = hidden_.as<float>();
+  // Attention block. Norm output in every format Q/K/V need.
+  {
+    k::RmsNormOutputs out;
+    for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv}) {
+      if (k::matvec_reads_q8(m->type, m->split))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
+    }
+    check_launch(k::launch_rms_norm(hidden, l.attn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
+                 "rms_norm");
+  }
+  const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
+  float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
+  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>());
+  attention(layer, n_rows);
+  float* const hidden_out[1] = {hidden};
+  matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
+
+  // Feed-forward block: SwiGLU fused into the gate/up product when both share a type.
+  {
+    k::RmsNormOutputs out;
+    for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
+      if (k::matvec_reads_q8(m->type, m->split))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
+    }
+    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
+                 "rms_norm");
+  }
+  float* h = gate_.as<float>();
+  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
+    k::MatvecTask t;
+    t.weight = l.w_gate.data;
+    t.weight_up = l.w_up.data;
+    t.row_bytes = l.w_gate.row_bytes;
+    t.split_layout = l.w_gate.split;
+    t.n_out = static_cast<int>(l.w_gate.rows);
+    t.y = h;
+    t.y_stride = l.w_gate.rows;
+    k::MatvecInput in;
+    in.n_in = static_cast<int>(c.n_embd);
+    in.batch = n_rows;
+    in.x = normed_.as<float>();
+    in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    check_launch(k::launch_matvec(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+                 "matvec_swiglu");
+  } else {
+    const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
+    float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
+    matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
+    matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
+    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
+                                      kernel_config_, stream_.get()),
+                 "swiglu");
+  }
+  if (k::matvec_reads_q8(l.w_down.type, l.w_down.split))
+    check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
+                                       {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                       stream_.get()),
+                 "quantize_q8");
+  matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
+}
+
+void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  float* hidden = hidden_.as<float>();
+  __half* x16 = normed_f16_.as<__half>();
+  norm_for(l.wq, hidden, l.attn_norm, n_rows, true);
+  gemm(l.wq, x16, n_rows, q_.as<float>(), false);
+  gemm(l.wk, x16, n_rows, k_.as<float>(), false);
+  gemm(l.wv, x16, n_rows, v_.as<float>(), false);
+  attention(layer, n_rows);
+  const int64_t q_dim = c.n_head * c.head_dim;
+  check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()),
+               "convert_f16");
+  gemm(l.wo, x16, n_rows, hidden, true);
+  norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
+  gemm(l.w_gate, x16, n_rows, gate_.as<float>(), false);
+  gemm(l.w_up, x16, n_rows, up_.as<float>(), false);
+  check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                       stream_.get()),
+               "swiglu");
+  gemm(l.w_down, x16, n_rows, hidden, true);
+}
+
+void CudaModel::run_layers(int n_rows) {
+  if (!attention_partial_.get()) throw UsageError("CUDA backend: run before attach_kv()");
+  const ModelConfig& c = config_;
+  const int32_t* in = inputs_.as<int32_t>();
+  check_launch(
+      k::launch_embedding_gather(token_embd_.type, token_embd_.data, token_embd_.row_bytes,
+                                 static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
+                                 n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split),
+      "embedding_gather");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (n_rows <= kMatvecMaxRows)
+      layer_matvec(layers_[i], static_cast<int>(i), n_rows);
+    else
+      layer_gemm(layers_[i], static_cast<int>(i), n_rows);
+  }
+}
+
+void CudaModel::run_head(int first_logit_row, int count) {
+  const ModelConfig& c = config_;
+  k::RmsNormOutputs out;
+  if (k::matvec_reads_q8(output_.type, output_.split))
+    out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  else
+    out.f32 = normed_.as<float>();
+  const int32_t* rows = inputs_.as<int32_t>() + kLogitRows * max_rows_ + first_logit_row;
+  check_launch(
+      k::launch_rms_norm(hidden_.as<float>(), output_norm_, count, static_cast<int>(c.n_embd),
+                         c.rms_eps, out, kernel_config_, stream_.get(), rows),
+      "rms_norm");
+  float* const logits_out[1] = {logits_.as<float>()};
+  matvec(&output_, logits_out, 1, count, false, normed_.as<float>());
+}
+
+void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>& params,
+                                const std::vector<std::vector<int32_t>>& histories) {
+  const size_t n = params.size();
+  auto* p = sampling_host_.as<kernels::DeviceSamplingParams>();
+  std::copy(params.begin(), params.end(), p);
+  auto* hist = reinterpret_cast<int32_t*>(p + max_rows_);
+  auto* lengths = hist + static_cast<size_t>(max_rows_) * history_capacity_;
+  for (size_t i = 0; i < n; ++i) {
+    const std::vector<int32_t>& h = i < histories.size() ? histories[i] : std::vector<int32_t>{};
+    const size_t keep = std::min(h.size(), static_cast<size_t>(history_capacity_));
+    std::copy(h.end() - static_cast<std::ptrdiff_t>(keep), h.end(), hist + i * history_capacity_);
+    lengths[i] = static_cast<int32_t>(keep);
+  }
+  cudaStream_t s = stream_.get();
+  check_cuda(cudaMemcpyAsync(sampling_params_.get(), p, n * sizeof(*p), cudaMemcpyHostToDevice, s),
+             "uploading sampling");
+  check_cuda(cudaMemcpyAsync(history_.get(), hist, n * history_capacity_ * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
+             "uploading history");
+  check_cuda(cudaMemcpyAsync(history_length_.get(), lengths, n * sizeof(int32_t),
+                             cudaMemcpyHostToDevice, s),
+             "uploading history");
+}
+
+void CudaModel::sample(int count, bool greedy) {
+  const int n_vocab = static_cast<int>(config_.n_vocab);
+  if (greedy) {
+    k::ArgmaxWorkspace scratch;
+    scratch.best = argmax_scratch_.as<unsigned long long>();
+    scratch.counters = reinterpret_cast<int*>(scratch.best + max_rows_);
+    check_launch(
+        k::launch_argmax(logits_.as<float>(), n_vocab, count, n_vocab, tokens_out_.as<int32_t>(),
+                         scratch, kernel_config_, stream_.get()),
+        "argmax");
+    return;
+  }
+  k::SamplingArgs a;
+  a.logits = logits_.as<float>();
+  a.logits_stride = n_vocab;
+  a.rows = count;
+  a.n_vocab = n_vocab;
+  a.params = sampling_params_.as<k::DeviceSamplingParams>();
+  a.history = history_.as<int32_t>();
+  a.history_stride = history_capacity_;
+  a.history_length = history_length_.as<int32_t>();
+  a.tokens = tokens_out_.as<int32_t>();
+  check_launch(k::launch_sampling(a, stream_.get()), "sampling");
+}
+
+void CudaModel::copy_logits(int count, float* host) const {
+  check_cuda(cudaMemcpyAsync(host, logits_.get(),
+                             static_cast<size_t>(count) * config_.n_vocab * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_.get()),
+             "downloading logits");
+  stream_.synchronize();
+}
+
+void CudaModel::copy_tokens(int count, int32_t* host) const {
+  check_cuda(cudaMemcpyAsync(tokens_host_.as<int32_t>(), tokens_out_.get(), count * sizeof(int32_t),
+                             cudaMemcpyDeviceToHost, stream_.get()),
+             "downloading tokens");
+  stream_.synchronize();
+  std::copy_n(tokens_host_.as<int32_t>(), count, host);
+}
+
+}  // namespace granule::cuda

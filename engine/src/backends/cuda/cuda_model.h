@@ -1,0 +1,139 @@
+// The llama family's forward pass on the GPU over "token rows": each row is one token of
+// some sequence (its slot, its position), so decode (one row per sequence), prefill (many
+// rows of one sequence) and mixed batches run the same code. Weights stay in their GGUF
+// block types on the device. A run reads every per-row input from fixed device buffers and
+// allocates nothing, so a decode step can be captured as a CUDA graph and replayed.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "runtime/backend.h"
+#include "backends/cuda/cublas_library.h"
+#include "backends/cuda/device_memory.h"
+#include "kernel_config.h"
+#include "sampling.cuh"
+
+namespace granule::cuda {
+
+// A 2-D weight on the device: rows of `cols` encoded elements.
+struct DeviceMatrix {
+  const void* data = nullptr;
+  uint32_t type = 0;
+  int64_t rows = 0, cols = 0;
+  int64_t row_bytes = 0;       // from one row to the next on the device
+  int64_t gguf_row_bytes = 0;  // the row's bytes as stored (what a decode step reads)
+  bool split = false;          // rows in engine/include/granule/split_layout.h's layout
+};
+
+struct DeviceLayer {
+  DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
+  const float* attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* bq = nullptr;
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+};
+
+// Inputs of one run, in host order; copied to the fixed device buffers by upload().
+struct RowInputs {
+  std::vector<int32_t> tokens, positions, slots;
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+};
+
+class CudaModel {
+ public:
+  // Reads the kernel configuration (defaults with the GRANULE_* environment overrides,
+  // fitted to the device), uploads the weights (charged as WeightsResident) in the layout it
+  // names and sizes the workspace for runs of up to max_rows token rows. Throws DeviceError
+  // for a shape the kernels do not cover (head size other than 64/128/256, ...), so that
+  // Device Auto falls back to the CPU.
+  CudaModel(const BackendInit& init, int max_rows);
+  ~CudaModel();
+
+  int max_rows() const { return max_rows_; }
+  // Rows at most this many take the quantised matrix-vector kernels (capturable); more take
+  // dequantise + cuBLAS GEMM.
+  static constexpr int kMatvecMaxRows = 64;
+  // Logit rows computed per head pass (logits buffer rows).
+  static constexpr int kLogitRowsPerPass = 64;
+
+  // Binds the KV slots (device addresses from the KvSpace) and sizes the attention workspace
+  // for contexts of max_tokens.
+  void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens);
+
+  // Copies one run's inputs to the fixed device buffers (async on the stream).
+  void upload(const RowInputs& in);
+  // The layers for rows [0, n_rows) of the uploaded inputs; then the head for logit rows
+  // [first, first + count) (count <= kLogitRowsPerPass) into logits(). Graph-capturable
+  // when n_rows <= kMatvecMaxRows.
+  void run_layers(int n_rows);
+  void run_head(int first_logit_row, int count);
+  // Picks a token per logit row of the last head pass (greedy when params is null), into
+  // the device token buffer; download with copy_tokens().
+  void sample(int count, bool greedy);
+  void upload_sampling(const std::vector<kernels::DeviceSamplingParams>& params,
+                       const std::vector<std::vector<int32_t>>& histories);
+
+  const float* logits() const { return logits_.as<float>(); }
+  int64_t n_vocab() const { return config_.n_vocab; }
+  void copy_logits(int count, float* host) const;    // synchronises
+  void copy_tokens(int count, int32_t* host) const;  // synchronises
+
+  cudaStream_t stream() const { return stream_.get(); }
+  // What every launch of this model runs with; set at construction, never changed.
+  const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
+  uint64_t weight_bytes() const { return weights_.bytes(); }
+  // Bytes of weights one decode step reads (every layer matrix + the output head).
+  uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
+
+ private:
+  void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
+  void layer_gemm(const DeviceLayer& l, int layer, int n_rows);
+  void attention(int layer, int n_rows);
+  void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
+  void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
+              const float* x_f32);
+  void gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate);
+
+  const ModelConfig& config_;
+  const kernels::KernelConfig kernel_config_;
+  MemoryManager& memory_;
+  int max_rows_;
+  CudaStream stream_;
+  std::unique_ptr<Cublas> cublas_;  // created on the first GEMM
+
+  DeviceBuffer weights_;  // every tensor, packed
+  DeviceBuffer vectors_;  // norms and biases as f32
+  DeviceBuffer rope_frequencies_buffer_;
+  std::vector<DeviceLayer> layers_;
+  DeviceMatrix token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  const double* rope_frequencies_ = nullptr;
+  uint64_t decode_weight_bytes_ = 0;
+
+  // Fixed per-run inputs: tokens, positions, slots, lengths, logit rows (max_rows each).
+  DeviceBuffer inputs_;
+  PinnedBuffer inputs_host_;
+  DeviceBuffer slot_bases_;
+  int64_t token_stride_halves_ = 0;
+  int64_t max_tokens_ = 0;
+
+  // Activations.
+  DeviceBuffer hidden_, normed_, normed_f16_, q8_qs_, q8_ds_, q_, k_, v_, attn_, gate_, up_;
+  DeviceBuffer attention_partial_, attention_counters_;
+  DeviceBuffer weight_f16_;  // one dequantised layer matrix for the GEMM path
+  DeviceBuffer logits_;
+  DeviceBuffer sampling_params_, history_, history_length_, tokens_out_, argmax_scratch_;
+  PinnedBuffer sampling_host_, tokens_host_;
+  int history_capacity_ = 256;
+  int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
+};
+
+}  // namespace granule::cuda

@@ -1,0 +1,139 @@
+// Split layout repacking: GGUF blocks → [quantised values][scales] per row, and back to f32.
+#include "model/weight_split.h"
+
+#include <cstring>
+
+#include "granule/error.h"
+#include "granule/quant.h"
+#include "granule/split_layout.h"
+
+namespace granule {
+namespace {
+
+namespace split = kernels::split;
+
+uint16_t load_u16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// One GGUF Q6_K block (ql[128], qh[64], scales[16], d) → the 6-bit value of each element.
+void q6k_values(const uint8_t* block, uint8_t q[256]) {
+  const uint8_t* ql = block;
+  const uint8_t* qh = block + 128;
+  for (int half = 0; half < 2; ++half) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t a = ql[64 * half + l], b = ql[64 * half + l + 32], h = qh[32 * half + l];
+      uint8_t* y = q + 128 * half;
+      y[l] = static_cast<uint8_t>((a & 0xF) | ((h & 3) << 4));
+      y[l + 32] = static_cast<uint8_t>((b & 0xF) | (((h >> 2) & 3) << 4));
+      y[l + 64] = static_cast<uint8_t>((a >> 4) | (((h >> 4) & 3) << 4));
+      y[l + 96] = static_cast<uint8_t>((b >> 4) | (((h >> 6) & 3) << 4));
+    }
+  }
+}
+
+void split_row(uint32_t type, const uint8_t* src, int64_t cols, uint8_t* dst) {
+  const int64_t n = cols / 32;
+  uint8_t* scales = dst + split::scales_offset(type, n);
+  if (type == split::kTypeQ6_K) {
+    uint8_t* qh = dst + split::q6k_qh_offset(n);
+    uint8_t* d = dst + split::q6k_d_offset(n);
+    for (int64_t k = 0; k < n / 8; ++k) {
+      const uint8_t* block = src + k * 210;
+      uint8_t q[256];
+      q6k_values(block, q);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t j = 8 * k + s;
+        const uint8_t* e = q + 32 * s;
+        for (int i = 0; i < 16; ++i)
+          dst[16 * j + i] = static_cast<uint8_t>((e[i] & 0xF) | ((e[i + 16] & 0xF) << 4));
+        for (int i = 0; i < 8; ++i)
+          qh[8 * j + i] = static_cast<uint8_t>((e[i] >> 4) | ((e[i + 8] >> 4) << 2) |
+                                               ((e[i + 16] >> 4) << 4) | ((e[i + 24] >> 4) << 6));
+        scales[2 * j] = block[192 + 2 * s];
+        scales[2 * j + 1] = block[192 + 2 * s + 1];
+      }
+      std::memcpy(d + 2 * k, block + 208, 2);
+    }
+    return;
+  }
+  const int64_t block = type == split::kTypeQ4_0 ? 18 : type == split::kTypeQ4_1 ? 20 : 34;
+  const int64_t scale_bytes = type == split::kTypeQ4_1 ? 4 : 2;
+  const int64_t qbytes = split::quant_bytes(type);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* b = src + j * block;
+    std::memcpy(scales + j * scale_bytes, b, static_cast<size_t>(scale_bytes));
+    std::memcpy(dst + j * qbytes, b + scale_bytes, static_cast<size_t>(qbytes));
+  }
+}
+
+}  // namespace
+
+bool split_layout_supported(uint32_t ggml_type) { return split::supports(ggml_type); }
+
+bool split_layout_fits(uint32_t ggml_type, int64_t cols) {
+  return split::supports(ggml_type) && cols % split::block_elements(ggml_type) == 0;
+}
+
+int64_t split_row_stride(uint32_t ggml_type, int64_t cols) {
+  return split::row_stride(ggml_type, cols);
+}
+
+void split_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int64_t cols,
+                uint8_t* dst) {
+  if (!split_layout_fits(ggml_type, cols))
+    throw UsageError("the split weight layout cannot hold this tensor type or row length");
+  const int64_t src_bytes = split::row_payload_bytes(ggml_type, cols);
+  const int64_t stride = split::row_stride(ggml_type, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* out = dst + r * stride;
+    std::memset(out + src_bytes, 0, static_cast<size_t>(stride - src_bytes));
+    split_row(ggml_type, gguf_rows + r * src_bytes, cols, out);
+  }
+}
+
+void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, float* out) {
+  const int64_t n = cols / 32;
+  const uint8_t* scales = row + split::scales_offset(ggml_type, n);
+  for (int64_t j = 0; j < n; ++j) {
+    float* y = out + 32 * j;
+    switch (ggml_type) {
+      case split::kTypeQ4_0:
+      case split::kTypeQ4_1: {
+        const bool has_min = ggml_type == split::kTypeQ4_1;
+        const float d = fp16_to_f32(load_u16(scales + j * (has_min ? 4 : 2)));
+        const float m = has_min ? fp16_to_f32(load_u16(scales + j * 4 + 2)) : 0.0f;
+        const float offset = has_min ? 0.0f : 8.0f;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t q = row[16 * j + i];
+          y[i] = (static_cast<float>(q & 0xF) - offset) * d + m;
+          y[i + 16] = (static_cast<float>(q >> 4) - offset) * d + m;
+        }
+        break;
+      }
+      case split::kTypeQ8_0: {
+        const float d = fp16_to_f32(load_u16(scales + 2 * j));
+        for (int i = 0; i < 32; ++i)
+          y[i] = static_cast<float>(static_cast<int8_t>(row[32 * j + i])) * d;
+        break;
+      }
+      case split::kTypeQ6_K: {
+        const uint8_t* qh = row + split::q6k_qh_offset(n);
+        const float d = fp16_to_f32(load_u16(row + split::q6k_d_offset(n) + 2 * (j / 8)));
+        for (int e = 0; e < 32; ++e) {
+          const int lo = e < 16 ? row[16 * j + e] & 0xF : row[16 * j + e - 16] >> 4;
+          const int hi = (qh[8 * j + e % 8] >> (2 * (e / 8))) & 3;
+          const int8_t sc = static_cast<int8_t>(scales[2 * j + e / 16]);
+          y[e] = d * static_cast<float>(sc) * static_cast<float>((lo | (hi << 4)) - 32);
+        }
+        break;
+      }
+      default:
+        throw UsageError("the split weight layout cannot hold this tensor type");
+    }
+  }
+}
+
+}  // namespace granule

@@ -1,0 +1,154 @@
+// The Backend interface every compute device implements (CPU reference in cpu/, CUDA in
+// cuda/): a batched forward pass over sequence slots whose KV lives in the engine's KvSpace.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "granule/sampling.h"
+#include "granule/telemetry.h"
+#include "kernel_config.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+
+namespace granule {
+
+// One sequence's share of a forward batch: `tokens` are appended to `slot` at positions
+// [start_position, start_position + tokens.size()). KV of [0, start_position) is already
+// in the slot; the engine has mapped the slot's KV through the new end before forward().
+struct BatchSequence {
+  int32_t slot = 0;
+  std::span<const int32_t> tokens;
+  int64_t start_position = 0;
+  bool all_logits = false;  // logits for every token (teacher forcing), not only the last
+};
+
+// What a backend is told by whoever assembles the runtime (engine/src/runtime/runtime.h): the engine's
+// options that reach the device, and nothing of the engine's own.
+struct BackendOptions {
+  uint64_t vram_budget_bytes = 0;     // 0: the device's free memory minus a margin
+  bool cuda_graphs = true;            // capture and replay decode steps
+  int32_t cpu_threads = 0;            // 0: hardware concurrency
+  int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
+  // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
+  // (engine/src/runtime/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
+  std::optional<kernels::KernelConfig> kernel_config;
+};
+
+// What a backend needs to build itself. All references outlive the backend.
+struct BackendInit {
+  const ModelFile& file;
+  const ModelConfig& config;
+  const WeightTable& weights;
+  MemoryManager& memory;  // charge every byte held on the device
+  const BackendOptions& options;
+};
+
+// One step asked of a backend. Every span (and `logits`) stays valid until wait() returns.
+struct StepRequest {
+  std::span<const BatchSequence> batch;
+  // Device sampling (samples_on_device()): one token per sequence after its last token, with
+  // params[i], history[i] (recent tokens, oldest first, for the penalties) and draw_index[i]
+  // (the seeded draw: tokens generated so far, as the host Sampler counts them) for batch[i].
+  bool sample = false;
+  std::span<const SamplingParams> params;
+  std::span<const std::vector<int32_t>> history;
+  std::span<const uint64_t> draw_index;
+  // Without sampling: resized to rows × n_vocab, rows in batch order: one per sequence (after
+  // its last token), or tokens.size() rows for a sequence with all_logits.
+  std::vector<float>* logits = nullptr;
+};
+
+struct StepResult {
+  std::vector<int32_t> tokens;  // with sampling: one per sequence
+  int64_t logit_rows = 0;       // without: rows written to the request's logits
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "CPU (2 threads)", "CUDA NVIDIA H200".
+  virtual std::string name() const = 0;
+  virtual bool is_gpu() const = 0;
+  // Physical memory of the device (telemetry); 0 when unknown.
+  virtual uint64_t device_total_bytes() const = 0;
+
+  // Bytes of one token's K and V over all layers, in the backend's KV element type
+  // (f32 on the CPU, f16 on CUDA). Layout per token: [layer][K|V][kv_head][head_dim].
+  virtual int64_t kv_bytes_per_token() const = 0;
+  // The address space the KvSpace is built on (host VM or CUDA VMM), its fences on the
+  // streams the backend's work runs on.
+  virtual std::unique_ptr<VirtualMemory> make_kv_virtual_memory() = 0;
+  // Called once, after the KvSpace is created, before any launch().
+  virtual void attach_kv(KvSpace& kv) = 0;
+
+  // Whether the backend picks tokens where the logits are (the GPU): the engine then asks
+  // for sampled steps and downloads only token ids. The engine ignores the token of a
+  // sequence whose prompt is not yet complete.
+  virtual bool samples_on_device() const { return false; }
+
+  // A step is launch(), then wait(). launch() queues the step on the device and returns as
+  // soon as it can (a backend that computes on the host may do all the work here); what the
+  // engine does before wait() (mapping the next step's KV, topping up the granule pool)
+  // overlaps the device's work. wait() returns once the step's results are on the host. One
+  // step at a time. Errors may come from either; after an error the step is over.
+  virtual void launch(const StepRequest& step) = 0;
+  virtual StepResult wait() = 0;
+
+  // launch() + wait() for callers with nothing to overlap (tests, benchmarks, logits_for).
+  int64_t forward(std::span<const BatchSequence> batch, std::vector<float>& logits) {
+    StepRequest step;
+    step.batch = batch;
+    step.logits = &logits;
+    launch(step);
+    return wait().logit_rows;
+  }
+  std::vector<int32_t> forward_sample(std::span<const BatchSequence> batch,
+                                      std::span<const SamplingParams> params,
+                                      std::span<const std::vector<int32_t>> history,
+                                      std::span<const uint64_t> draw_index) {
+    StepRequest step;
+    step.batch = batch;
+    step.sample = true;
+    step.params = params;
+    step.history = history;
+    step.draw_index = draw_index;
+    launch(step);
+    return wait().tokens;
+  }
+
+  // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
+  virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
+};
+
+// The KV element each backend stores (kv_bytes_per_token), also known before one is built.
+inline constexpr int64_t kCpuKvElementBytes = 4;   // f32
+inline constexpr int64_t kCudaKvElementBytes = 2;  // f16
+
+// The CPU reference backend (cpu/cpu_backend.cpp).
+std::unique_ptr<Backend> make_cpu_backend(const BackendInit& init);
+// Physical host memory: the CPU backend's device memory, and its budget when the options
+// give none. 0 when unknown.
+uint64_t host_memory_bytes();
+
+#ifdef GRANULE_HAVE_CUDA
+// The CUDA backend (cuda/, provided by the CUDA backend's host side). Throws DeviceError
+// when no usable GPU is present; Engine::open then falls back to the CPU for Device Auto.
+std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init);
+
+// The GPU the CUDA backend would run on, before one is built.
+struct CudaDeviceInfo {
+  std::string name;                   // "NVIDIA H200"
+  uint64_t default_budget_bytes = 0;  // the budget the backend sets when the options give none
+};
+// Throws DeviceError when no usable GPU is present (as make_cuda_backend does).
+CudaDeviceInfo probe_cuda_device();
+#endif
+
+}  // namespace granule

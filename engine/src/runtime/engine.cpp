@@ -1,0 +1,503 @@
+// Engine: opens a model (file, config, weights, tokenizer, template), picks the backend,
+// builds the KvSpace on it, and runs continuous batching: each step decodes every running
+// sequence, prefills prompt chunks, samples, detokenises and streams text to the sinks.
+#include "granule/engine.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "runtime/backend.h"
+#include "granule/error.h"
+#include "granule/log.h"
+#include "memory/kv_space.h"
+#include "runtime/runtime.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+#include "runtime/stop_check.h"
+
+namespace granule {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::None:
+      return "none";
+    case FinishReason::Eos:
+      return "eos";
+    case FinishReason::StopString:
+      return "stop";
+    case FinishReason::MaxTokens:
+      return "length";
+    case FinishReason::Cancelled:
+      return "cancelled";
+    case FinishReason::Error:
+      return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string mib_text(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20) + " MiB"; }
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineOptions options;
+  std::unique_ptr<ModelFile> file;
+  ModelConfig config;
+  WeightTable weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  Runtime runtime;  // ledger, backend, KV space
+  std::unique_ptr<MemoryManager>& memory = runtime.memory;
+  std::unique_ptr<Backend>& backend = runtime.backend;
+  std::unique_ptr<KvSpace>& kv = runtime.kv;
+  std::unique_ptr<Scheduler> scheduler;  // owns every Sequence
+  SequenceId next_id = 1;
+  bool in_step = false;
+  // Set when the device failed for good (DeviceLostError): every conversation has ended with
+  // it and new ones are refused until the engine is destroyed (which resets the device).
+  std::string device_lost;
+
+  // The step being run: what the backend reads until wait() returns, reused across steps.
+  std::vector<BatchSequence> batch;
+  std::vector<SamplingParams> params;
+  std::vector<std::vector<int32_t>> history;
+  std::vector<uint64_t> draw_index;
+  std::vector<float> logits;
+
+  // throughput
+  uint64_t steps = 0;
+  double prompt_seconds = 0, decode_seconds = 0;
+  uint64_t prompt_tokens_done = 0, decode_tokens_done = 0;
+
+  std::shared_ptr<spdlog::logger> log = logger("engine");
+
+  // Sinks run inside a step; a cancel they ask for waits until the step is over.
+  struct StepScope {
+    Impl& m;
+    explicit StepScope(Impl& impl) : m(impl) { m.in_step = true; }
+    ~StepScope();
+  };
+
+  std::vector<TokenId> render_prompt(const Request& request) const;
+  void finish(SequenceId id, FinishReason reason, const std::string& error = {});
+  void finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
+                       const std::string& error);
+  void process_cancellations();
+  void lose_device(const std::string& reason);
+  void check_device() const {
+    if (!device_lost.empty()) throw DeviceLostError(device_lost);
+  }
+  // The steps of Engine::step().
+  bool plan(StepPlan& plan);
+  bool idle_step(const StepPlan& plan);
+  StepRequest step_request(const StepPlan& plan);
+  void prepare_next_step(const StepPlan& plan);
+  void take_results(const StepPlan& plan, const StepResult& result, Clock::time_point start);
+  void take_token(Sequence& seq, int32_t token);
+};
+
+Engine::Impl::StepScope::~StepScope() {
+  m.in_step = false;
+  try {
+    m.process_cancellations();
+  } catch (const std::exception& e) {  // a sink threw while unwinding: keep the engine alive
+    m.log->error("a token sink threw during cancellation: {}", e.what());
+  }
+}
+
+Engine::Engine() : impl_(std::make_unique<Impl>()) {}
+Engine::~Engine() = default;
+
+std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
+                                     const EngineOptions& options) {
+  std::unique_ptr<Engine> engine(new Engine());
+  Impl& m = *engine->impl_;
+  m.options = options;
+  if (m.options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
+  m.file = ModelFile::open(model_path);
+  m.config = ModelConfig::from_gguf(*m.file);
+  m.weights = WeightTable::from_gguf(*m.file, m.config);
+  m.tokenizer = Tokenizer::from_gguf(*m.file);
+
+  if (!m.options.chat_template_override.empty()) {
+    m.chat_template = ChatTemplate::from_name(m.options.chat_template_override);
+  } else if (auto source = m.file->get_string("tokenizer.chat_template")) {
+    try {
+      m.chat_template = ChatTemplate::detect(*source);
+    } catch (const UnsupportedError& e) {
+      // Raw-token prompts still work; chat submissions say why they cannot.
+      m.log->warn("{}: {}", model_path.filename().string(), e.what());
+    }
+  }
+
+  const int64_t model_context = m.config.context_length;
+  if (m.options.context_length <= 0 || m.options.context_length > model_context) {
+    m.options.context_length = model_context;
+  }
+  if (m.options.prefill_chunk_tokens <= 0) m.options.prefill_chunk_tokens = 512;
+  m.runtime = make_runtime(*m.file, m.config, m.weights, RuntimeOptions::from(m.options));
+  m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
+  m.log->info("opened {} ({} layers, {} wide) on {}; context {} × {} slots",
+              model_path.filename().string(), m.config.n_layer, m.config.n_embd, m.backend->name(),
+              m.options.context_length, m.options.max_sequences);
+  return engine;
+}
+
+const ModelConfig& Engine::config() const { return impl_->config; }
+const Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
+const ChatTemplate* Engine::chat_template() const {
+  return impl_->chat_template ? &*impl_->chat_template : nullptr;
+}
+std::string Engine::device_name() const { return impl_->backend->name(); }
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
+  if (request.prompt_tokens) return *request.prompt_tokens;
+  if (request.messages.empty()) throw UsageError("a request needs messages or prompt tokens");
+  if (!chat_template) {
+    throw UnsupportedError(
+        "this model's chat template is not recognised; choose a template family in the "
+        "settings or send raw prompt tokens");
+  }
+  std::string bos_text;
+  if (auto bos = tokenizer->bos()) bos_text = tokenizer->token_text(*bos);
+  const std::string text = chat_template->render(request.messages, true, bos_text);
+  return tokenizer->encode(text, /*add_bos=*/false, /*parse_special=*/true);
+}
+
+SequenceId Engine::submit(Request request) {
+  Impl& m = *impl_;
+  m.check_device();
+  std::vector<TokenId> prompt = m.render_prompt(request);
+  if (prompt.empty()) throw UsageError("the prompt is empty");
+  for (TokenId t : prompt) {
+    if (t < 0 || t >= m.config.n_vocab) {
+      throw UsageError("prompt token " + std::to_string(t) + " is outside the vocabulary of " +
+                       std::to_string(m.config.n_vocab));
+    }
+  }
+  // The prompt and at least one generated token must fit the context.
+  if (static_cast<int64_t>(prompt.size()) + 1 > m.options.context_length) {
+    throw CapacityError(
+        "the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+        std::to_string(m.options.context_length) + " allows; shorten the conversation");
+  }
+  auto seq = std::make_unique<Sequence>(m.next_id++, std::move(prompt), request.sampling);
+  seq->detokenizer.emplace(*m.tokenizer);
+  seq->sink = std::move(request.sink);
+  seq->stop_strings = request.sampling.stop_strings;
+  if (!request.prompt_tokens && m.chat_template) {
+    for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
+  }
+  seq->submitted = Clock::now();
+  return m.scheduler->add(std::move(seq)).id;
+}
+
+void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string& error) {
+  // Taken out of the scheduler first: its slot and KV are free before the sink hears of it.
+  if (std::unique_ptr<Sequence> seq = scheduler->remove(id))
+    finish_sequence(std::move(seq), reason, error);
+}
+
+void Engine::Impl::finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
+                                   const std::string& error) {
+  // What was held back for a possible stop string is real text after all.
+  if (reason != FinishReason::StopString && reason != FinishReason::Cancelled &&
+      reason != FinishReason::Error) {
+    std::string rest = seq->unsent_text + seq->detokenizer->flush();
+    if (!rest.empty() && seq->sink.on_token) seq->sink.on_token(seq->id, rest, kNoToken);
+  }
+  if (seq->sink.on_finish) seq->sink.on_finish(seq->id, reason, error);
+}
+
+void Engine::cancel(SequenceId id) {
+  Impl& m = *impl_;
+  Sequence* seq = m.scheduler->find(id);
+  if (!seq) return;  // already finished: nothing to do
+  if (m.in_step) {
+    seq->cancel_requested = true;  // a sink cancelled: finish after this step
+  } else {
+    m.finish(id, FinishReason::Cancelled);
+  }
+}
+
+void Engine::Impl::process_cancellations() {
+  std::vector<SequenceId> cancelled;
+  for (const auto& [id, seq] : scheduler->sequences()) {
+    if (seq->cancel_requested) cancelled.push_back(id);
+  }
+  for (SequenceId id : cancelled) finish(id, FinishReason::Cancelled);
+}
+
+void Engine::Impl::lose_device(const std::string& reason) {
+  if (device_lost.empty()) log->error("{}", reason);
+  device_lost = reason;
+  std::vector<SequenceId> ids;
+  for (const auto& [id, seq] : scheduler->sequences()) ids.push_back(id);
+  for (SequenceId id : ids) finish(id, FinishReason::Error, reason);
+}
+
+void Engine::Impl::take_token(Sequence& seq, int32_t token) {
+  if (seq.generated == 0) seq.first_token = Clock::now();
+  ++seq.generated;
+  const bool end = !seq.params.ignore_eos && tokenizer->is_end_of_generation(token);
+  if (!end) {
+    seq.tokens.push_back(token);
+    // Embedding tables padded past the vocabulary can produce ids without text.
+    if (static_cast<size_t>(token) < tokenizer->vocab_size())
+      seq.unsent_text += seq.detokenizer->push(token);
+  }
+  const StopDecision stop =
+      check_stop({end, seq.unsent_text, &seq.stop_strings, seq.generated, seq.params.max_tokens,
+                  static_cast<int64_t>(seq.tokens.size()), options.context_length});
+  if (!end && seq.sink.on_token)
+    seq.sink.on_token(seq.id, seq.unsent_text.substr(0, stop.send_bytes), token);
+  seq.unsent_text.erase(
+      0, stop.reason == FinishReason::StopString ? seq.unsent_text.size() : stop.send_bytes);
+  if (stop.reason != FinishReason::None) finish(seq.id, stop.reason);
+}
+
+bool Engine::Impl::plan(StepPlan& plan) {
+  try {
+    plan = scheduler->next_step();
+  } catch (const DeviceLostError& e) {  // the driver failed while mapping: same as a step
+    lose_device(e.what());
+    return false;
+  }
+  for (OversizedSequence& o : plan.oversized) {
+    finish_sequence(std::move(o.sequence), FinishReason::Error,
+                    "the memory budget holds " + mib_text(o.capacity_bytes) +
+                        " of KV and this conversation needs " + mib_text(o.needed_bytes) + " for " +
+                        std::to_string(o.tokens) +
+                        " tokens; raise the budget or start a shorter conversation");
+  }
+  return true;
+}
+
+bool Engine::Impl::idle_step(const StepPlan& plan) {
+  // KV cut while device work was still queued can wait for it now, at no cost to a step,
+  // rather than stay charged to chats that have ended.
+  try {
+    kv->reclaim(/*wait=*/true);
+  } catch (const Error& e) {
+    log->error("unmapping KV of ended chats: {}", e.what());
+  }
+  // Done, unless planning changed something the next step can build on.
+  return (!plan.oversized.empty() || !plan.preempted.empty()) && !scheduler->empty();
+}
+
+StepRequest Engine::Impl::step_request(const StepPlan& plan) {
+  batch.clear();
+  params.clear();
+  history.clear();
+  draw_index.clear();
+  for (const ScheduledWork& w : plan.work) {
+    const Sequence& seq = *scheduler->find(w.id);
+    batch.push_back({w.slot,
+                     std::span<const int32_t>(seq.tokens.data() + w.start_position,
+                                              static_cast<size_t>(w.count)),
+                     w.start_position, false});
+    if (!backend->samples_on_device()) continue;
+    params.push_back(seq.params);
+    const auto window = std::min<size_t>(
+        seq.tokens.size(), static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
+    history.emplace_back(seq.tokens.end() - static_cast<std::ptrdiff_t>(window), seq.tokens.end());
+    draw_index.push_back(static_cast<uint64_t>(seq.generated));
+  }
+  StepRequest request;
+  request.batch = batch;
+  // Device sampling: one token per sequence comes back instead of the logits.
+  request.sample = backend->samples_on_device();
+  request.params = params;
+  request.history = history;
+  request.draw_index = draw_index;
+  request.logits = &logits;
+  return request;
+}
+
+void Engine::Impl::prepare_next_step(const StepPlan& plan) {
+  // While the device runs this step: map what the next step writes for every sequence this
+  // step gives a token (and that goes on), then top the granule pool up.
+  try {
+    for (const ScheduledWork& w : plan.work) {
+      if (!options.kv_map_ahead) break;
+      const Sequence* seq = scheduler->find(w.id);
+      if (!seq) continue;
+      const int64_t next = w.start_position + w.count;                 // where the next step writes
+      if (next != static_cast<int64_t>(seq->tokens.size())) continue;  // more to compute first
+      if (seq->generated + 1 >= seq->params.max_tokens || next + 1 > options.context_length)
+        continue;  // this step's token ends it
+      kv->map_ahead(w.slot, next + 1);
+    }
+    kv->refill_pool();
+  } catch (const std::exception& e) {
+    // The next step's own mapping tries again and reports what fails.
+    log->warn("mapping KV ahead of the next step: {}", e.what());
+  }
+}
+
+void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
+                                Clock::time_point start) {
+  const double elapsed = seconds_between(start, Clock::now());
+  int64_t prompt_tokens = 0, decode_tokens = 0;
+  for (const ScheduledWork& w : plan.work) (w.decode ? decode_tokens : prompt_tokens) += w.count;
+  // A mixed step's time is shared by token count.
+  const double total = static_cast<double>(prompt_tokens + decode_tokens);
+  prompt_seconds += elapsed * static_cast<double>(prompt_tokens) / total;
+  decode_seconds += elapsed * static_cast<double>(decode_tokens) / total;
+  prompt_tokens_done += static_cast<uint64_t>(prompt_tokens);
+  decode_tokens_done += static_cast<uint64_t>(decode_tokens);
+  ++steps;
+
+  scheduler->complete(plan);
+  const auto n_vocab = static_cast<size_t>(config.n_vocab);
+  const bool sampled_on_device = !result.tokens.empty();
+  for (size_t i = 0; i < plan.work.size(); ++i) {
+    const ScheduledWork& w = plan.work[i];
+    Sequence* seq = scheduler->find(w.id);
+    if (!seq || seq->cancel_requested) continue;
+    // Only the step that computed the last known token predicts a new one.
+    if (seq->uncomputed_tokens() != 0) continue;
+    int32_t token = 0;
+    try {
+      token = sampled_on_device
+                  ? result.tokens.at(i)
+                  : seq->sampler.sample(
+                        std::span<const float>(logits.data() + i * n_vocab, n_vocab), seq->tokens);
+    } catch (const Error& e) {
+      finish(w.id, FinishReason::Error, e.what());
+      continue;
+    }
+    take_token(*seq, token);
+  }
+}
+
+bool Engine::step() {
+  Impl& m = *impl_;
+  m.process_cancellations();
+  if (!m.device_lost.empty()) {  // nothing can run: whatever is left ends with the reason
+    m.lose_device(m.device_lost);
+    return false;
+  }
+  // Planning maps this step's KV (and frees that of preempted sequences): its mapping time
+  // and granule counts belong to this step.
+  m.kv->reset_step_stats();
+  StepPlan plan;
+  if (!m.plan(plan)) return false;
+  if (plan.work.empty()) return m.idle_step(plan);
+  Impl::StepScope scope(m);
+  try {
+    const auto start = Clock::now();
+    m.backend->launch(m.step_request(plan));
+    m.prepare_next_step(plan);  // host work while the device runs the step
+    m.take_results(plan, m.backend->wait(), start);
+  } catch (const DeviceLostError& e) {
+    m.lose_device(e.what());  // the device can run nothing more: every conversation ends
+    return false;
+  } catch (const Error& e) {
+    for (const ScheduledWork& w : plan.work) m.finish(w.id, FinishReason::Error, e.what());
+    return !m.scheduler->empty();
+  }
+  return true;  // work ran: the caller reads this step's telemetry before the next
+}
+
+bool Engine::idle() const { return impl_->scheduler->empty(); }
+
+const std::string& Engine::device_lost_reason() const { return impl_->device_lost; }
+
+std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& tokens) {
+  Impl& m = *impl_;
+  m.check_device();
+  if (tokens.empty()) throw UsageError("logits_for needs at least one token");
+  if (static_cast<int64_t>(tokens.size()) > m.options.context_length) {
+    throw CapacityError(std::to_string(tokens.size()) + " tokens do not fit the context of " +
+                        std::to_string(m.options.context_length));
+  }
+  auto slot = m.scheduler->borrow_slot();
+  if (!slot) throw CapacityError("every sequence slot is busy; wait for a conversation to finish");
+  struct SlotReturn {  // frees the slot and its KV however this ends
+    Impl& m;
+    int32_t slot;
+    ~SlotReturn() {
+      m.kv->release(slot);
+      m.scheduler->return_slot(slot);
+    }
+  } slot_return{m, *slot};
+
+  std::vector<std::vector<float>> rows;
+  const auto n_vocab = static_cast<size_t>(m.config.n_vocab);
+  const auto total = static_cast<int64_t>(tokens.size());
+  for (int64_t start = 0; start < total; start += m.options.prefill_chunk_tokens) {
+    const int64_t count = std::min(m.options.prefill_chunk_tokens, total - start);
+    if (!m.kv->map_through(*slot, start + count)) {
+      throw CapacityError("the memory budget cannot hold the KV of " + std::to_string(total) +
+                          " tokens");
+    }
+    const BatchSequence seq{
+        *slot, std::span<const int32_t>(tokens.data() + start, static_cast<size_t>(count)), start,
+        true};
+    std::vector<float> chunk;
+    m.backend->forward(std::span<const BatchSequence>(&seq, 1), chunk);
+    for (int64_t r = 0; r < count; ++r) {
+      rows.emplace_back(chunk.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
+                        chunk.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
+    }
+  }
+  return rows;
+}
+
+TelemetrySnapshot Engine::telemetry() const {
+  const Impl& m = *impl_;
+  TelemetrySnapshot s;
+  s.device.name = m.backend->name();
+  s.device.gpu = m.backend->is_gpu();
+  s.device.total_bytes = m.backend->device_total_bytes();
+  s.device.budget_bytes = m.memory->budget_bytes();
+  s.device.used_bytes = m.memory->used_bytes();
+  s.device.ledger = m.memory->snapshot();
+  s.kv = m.kv->stats();
+  s.scheduler.running = static_cast<int32_t>(m.scheduler->running());
+  s.scheduler.waiting = static_cast<int32_t>(m.scheduler->waiting());
+  s.scheduler.preemptions = m.scheduler->preemptions();
+  s.scheduler.recomputed_tokens = m.scheduler->recomputed_tokens();
+  s.streaming.layers_resident = static_cast<int32_t>(m.config.n_layer);
+  if (m.prompt_seconds > 0)
+    s.throughput.prompt_tokens_per_second =
+        static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;
+  if (m.decode_seconds > 0)
+    s.throughput.decode_tokens_per_second =
+        static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
+  s.throughput.steps = m.steps;
+  const auto now = Clock::now();
+  for (const auto& [id, seq] : m.scheduler->sequences()) {
+    SequenceTelemetry t;
+    t.id = id;
+    t.tokens = static_cast<int64_t>(seq->tokens.size());
+    if (auto slot = m.scheduler->slot_of(id)) {
+      t.kv_committed_bytes = m.kv->committed_bytes(*slot);
+      t.kv_reserved_bytes = m.kv->reserved_bytes(*slot);
+    }
+    t.waiting = m.scheduler->is_waiting(id);
+    t.preemptions = m.scheduler->preemptions_of(id);
+    if (seq->generated > 0) {
+      t.time_to_first_token_ms = seconds_between(seq->submitted, seq->first_token) * 1e3;
+      const double since_first = seconds_between(seq->first_token, now);
+      if (since_first > 0 && seq->generated > 1) {
+        t.tokens_per_second = static_cast<double>(seq->generated - 1) / since_first;
+      }
+    }
+    s.sequences.push_back(t);
+  }
+  m.backend->fill_telemetry(s);
+  return s;
+}
+
+}  // namespace granule

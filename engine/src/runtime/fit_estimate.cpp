@@ -1,0 +1,107 @@
+// Engine::estimate: what opening a model would need, from the file alone — the weights, the
+// KV per token in the element type of the backend the options pick (f32 on the CPU, f16 on
+// CUDA), a workspace allowance — against the budget that backend would set.
+#include <algorithm>
+#include <map>
+
+#include "runtime/backend.h"
+#include "granule/engine.h"
+#include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/tensor_type.h"
+
+namespace granule {
+namespace {
+
+// The block type holding the most bytes among 2-D weights: what people call the model's
+// quantisation ("Q4_1"), even though norms stay F32.
+std::string dominant_block_type(const ModelFile& file) {
+  std::map<uint32_t, uint64_t> bytes_by_type;
+  for (const TensorInfo& tensor : file.tensors())
+    if (tensor.dims.size() >= 2) bytes_by_type[tensor.ggml_type] += tensor.size_bytes;
+  if (bytes_by_type.empty()) return "unknown";
+  const auto top =
+      std::max_element(bytes_by_type.begin(), bytes_by_type.end(),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  return tensor_type_name(top->first);
+}
+
+// Beside weights and KV: the logits of every slot (f32 per vocabulary entry) and a fixed
+// allowance for activations and the backend's other scratch.
+uint64_t workspace_allowance(const ModelConfig& config, int32_t slots) {
+  constexpr uint64_t kScratchBytes = 64ull << 20;
+  return static_cast<uint64_t>(std::max<int64_t>(config.n_vocab, 0)) * sizeof(float) *
+             static_cast<uint64_t>(slots) +
+         kScratchBytes;
+}
+
+// The backend the options pick, as far as the estimate needs it.
+struct DeviceChoice {
+  bool gpu = false;
+  std::string name;
+  int64_t kv_element_bytes = 0;
+  uint64_t default_budget_bytes = 0;  // 0: unknown
+};
+
+DeviceChoice cpu_choice() { return {false, "CPU", kCpuKvElementBytes, host_memory_bytes()}; }
+
+DeviceChoice choose_device(const EngineOptions& options) {
+  if (options.device == DeviceKind::Cpu) return cpu_choice();
+  const bool budget_given = options.vram_budget_bytes > 0;
+#ifdef GRANULE_HAVE_CUDA
+  try {
+    const CudaDeviceInfo gpu = probe_cuda_device();
+    return {true, "CUDA " + gpu.name, kCudaKvElementBytes, gpu.default_budget_bytes};
+  } catch (const DeviceError&) {
+    if (options.device == DeviceKind::Auto) return cpu_choice();
+    if (!budget_given) throw;
+  }
+#else
+  if (options.device == DeviceKind::Auto) return cpu_choice();
+  if (!budget_given)
+    throw UnsupportedError(
+        "this build of Granule has no CUDA backend; choose the CPU device, or give a VRAM "
+        "budget to estimate for a GPU");
+#endif
+  return {true, "CUDA", kCudaKvElementBytes, 0};
+}
+
+}  // namespace
+
+FitEstimate Engine::estimate(const std::filesystem::path& model_path,
+                             const EngineOptions& options) {
+  if (options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
+  const auto file = ModelFile::open(model_path);
+  FitEstimate e;
+  e.config = ModelConfig::from_gguf(*file);
+  const WeightTable weights = WeightTable::from_gguf(*file, e.config);
+  e.block_type = dominant_block_type(*file);
+  e.file_bytes = file->file_size();
+  for (const TensorInfo& tensor : file->tensors())
+    e.parameters += static_cast<uint64_t>(tensor.elements());
+
+  const DeviceChoice device = choose_device(options);
+  e.gpu = device.gpu;
+  e.device = device.name;
+  e.kv_element_bytes = device.kv_element_bytes;
+  e.weights_bytes = weights.total_bytes();
+  e.kv_bytes_per_token = static_cast<uint64_t>(e.config.kv_bytes_per_token(e.kv_element_bytes));
+  e.chats = options.max_sequences;
+  e.workspace_bytes = workspace_allowance(e.config, e.chats);
+  e.budget_bytes =
+      options.vram_budget_bytes ? options.vram_budget_bytes : device.default_budget_bytes;
+
+  const int64_t trained = e.config.context_length;
+  e.context_per_chat = options.context_length <= 0 || options.context_length > trained
+                           ? trained
+                           : options.context_length;
+  const uint64_t fixed = e.weights_bytes + e.workspace_bytes;
+  if (e.budget_bytes > fixed && e.kv_bytes_per_token > 0) {
+    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - fixed) / e.kv_bytes_per_token);
+    e.max_context_per_chat = std::min(e.kv_capacity_tokens / e.chats, trained);
+  }
+  e.fits = e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
+  return e;
+}
+
+}  // namespace granule

@@ -1,0 +1,100 @@
+// Parses the GRANULE_* kernel overrides: each variable, the names it accepts and the knob
+// of KernelConfig it sets.
+#include "runtime/kernel_config_env.h"
+
+#include <cstdlib>
+#include <string_view>
+
+#include "granule/log.h"
+
+namespace granule {
+namespace {
+
+using kernels::KernelConfig;
+using kernels::MatvecShape;
+using kernels::SplitShape;
+
+constexpr const char* kMatvecShapeVariable = "GRANULE_MATVEC_SHAPE";
+constexpr const char* kSplitShapeVariable = "GRANULE_SPLIT_SHAPE";
+constexpr const char* kSplitShapeLongVariable = "GRANULE_SPLIT_SHAPE_LONG";
+constexpr const char* kEarlyLaunchVariable = "GRANULE_PDL";
+constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
+constexpr const char* kVariables[] = {kMatvecShapeVariable, kSplitShapeVariable,
+                                      kSplitShapeLongVariable, kEarlyLaunchVariable,
+                                      kSplitWeightsVariable};
+
+// A value a variable accepts and the knob setting it stands for.
+template <typename T>
+struct Choice {
+  std::string_view name;
+  T value;
+};
+
+constexpr Choice<MatvecShape> kMatvecShapes[] = {{"64x2", MatvecShape::k64x2},
+                                                 {"64x4", MatvecShape::k64x4},
+                                                 {"128x4", MatvecShape::k128x4},
+                                                 {"64x8", MatvecShape::k64x8},
+                                                 {"32x4", MatvecShape::k32x4}};
+constexpr Choice<SplitShape> kSplitShapes[] = {{"1x2", SplitShape::k1x2},
+                                               {"1x4", SplitShape::k1x4},
+                                               {"1x8", SplitShape::k1x8},
+                                               {"2x4", SplitShape::k2x4}};
+constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
+
+template <typename T, size_t N>
+std::string_view name_of(const Choice<T> (&choices)[N], T value) {
+  for (const Choice<T>& c : choices)
+    if (c.value == value) return c.name;
+  return "?";
+}
+
+// Sets `knob` from `variable` when it names one of `choices`; otherwise warns and keeps it.
+template <typename T, size_t N>
+void apply(const char* variable, const Choice<T> (&choices)[N], T& knob,
+           const EnvironmentLookup& lookup, std::vector<std::string>& warnings) {
+  const char* raw = lookup(variable);
+  if (!raw || !*raw) return;
+  const std::string_view value(raw);
+  for (const Choice<T>& c : choices) {
+    if (c.name == value) {
+      knob = c.value;
+      return;
+    }
+  }
+  std::string accepted;
+  for (const Choice<T>& c : choices) (accepted += accepted.empty() ? "" : ", ") += c.name;
+  warnings.push_back(std::string(variable) + "=" + std::string(value) + " ignored (accepted: " +
+                     accepted + "); keeping " + std::string(name_of(choices, knob)));
+}
+
+}  // namespace
+
+std::span<const char* const> kernel_override_variables() { return kVariables; }
+
+KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup& lookup,
+                                    std::vector<std::string>& warnings) {
+  apply(kMatvecShapeVariable, kMatvecShapes, config.matvec_shape, lookup, warnings);
+  apply(kSplitShapeVariable, kSplitShapes, config.split_shape, lookup, warnings);
+  apply(kSplitShapeLongVariable, kSplitShapes, config.split_shape_long, lookup, warnings);
+  apply(kEarlyLaunchVariable, kSwitch, config.early_launch, lookup, warnings);
+  apply(kSplitWeightsVariable, kSwitch, config.split_weights, lookup, warnings);
+  return config;
+}
+
+KernelConfig kernel_config_from_environment() {
+  std::vector<std::string> warnings;
+  const KernelConfig config = apply_kernel_overrides(
+      KernelConfig{}, [](const char* variable) { return std::getenv(variable); }, warnings);
+  for (const std::string& w : warnings) logger("engine.cuda")->warn("{}", w);
+  return config;
+}
+
+std::string describe(const KernelConfig& config) {
+  auto on_off = [](bool on) { return on ? "on" : "off"; };
+  return "matvec " + std::string(name_of(kMatvecShapes, config.matvec_shape)) + ", split " +
+         std::string(name_of(kSplitShapes, config.split_shape)) + " (long rows " +
+         std::string(name_of(kSplitShapes, config.split_shape_long)) + "), early launch " +
+         on_off(config.early_launch) + ", split weights " + on_off(config.split_weights);
+}
+
+}  // namespace granule

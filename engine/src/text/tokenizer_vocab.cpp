@@ -1,0 +1,294 @@
+// Reading tokenizer.ggml.* and the parts of tokenization both BPE kinds share: special
+// tokens in text, BOS, and which tokens end generation. Semantics follow llama.cpp's
+// llama-vocab.cpp unless a comment says otherwise.
+#include "text/tokenizer_vocab.h"
+
+#include <algorithm>
+#include <span>
+
+#include "granule/error.h"
+#include "granule/log.h"
+
+namespace granule::detail {
+namespace {
+
+std::string where(const ModelFile& file) { return file.path().filename().string() + ": "; }
+
+const std::vector<std::string>* string_array(const ModelFile& file, std::string_view key) {
+  const GgufValue* value = file.find(key);
+  if (value == nullptr) return nullptr;
+  if (value->type != GgufType::ARRAY || value->array_type != GgufType::STRING) {
+    throw FormatError(where(file) + std::string(key) + " is not an array of strings");
+  }
+  return &value->strings;
+}
+
+std::optional<TokenId> token_id(const ModelFile& file, std::string_view key, size_t n_tokens) {
+  const std::optional<int64_t> id = file.get_int(key);
+  if (!id) return std::nullopt;
+  if (*id < 0 || static_cast<uint64_t>(*id) >= n_tokens) {
+    logger("engine.tokenizer")
+        ->warn("{}{} = {} is outside the vocabulary ({} tokens); ignoring it", where(file), key,
+               *id, n_tokens);
+    return std::nullopt;
+  }
+  return static_cast<TokenId>(*id);
+}
+
+// Token texts llama.cpp recognises as end-of-turn when the file names no EOT id, in the
+// order they are preferred.
+constexpr std::string_view kEndOfTurnTexts[] = {
+    "<|eot_id|>",      "<|im_end|>", "<|end|>", "<end_of_turn>",         "<|endoftext|>",
+    "<|end_of_text|>", "<EOT>",      "_<EOT>",  "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+};
+
+constexpr std::string_view kEndOfMessageTexts[] = {"<|eom_id|>"};
+
+// Fill-in-the-middle tokens llama.cpp recognises by text (the first found of each kind).
+constexpr std::string_view kFimPadTexts[] = {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>",
+                                             "[PAD]"};
+constexpr std::string_view kFimRepoTexts[] = {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+                                              "<REPO>", "<reponame>"};
+constexpr std::string_view kFimSeparatorTexts[] = {"<|file_sep|>"};
+
+// Token texts that end generation wherever they appear in a vocabulary.
+constexpr std::string_view kEndOfGenerationTexts[] = {
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<｜end▁of▁sentence｜>",
+};
+
+}  // namespace
+
+Vocabulary read_vocabulary(const ModelFile& file) {
+  Vocabulary vocab;
+  vocab.file_name = file.path().filename().string();
+  vocab.model = file.get_string("tokenizer.ggml.model").value_or("");
+  if (vocab.model.empty()) {
+    throw FormatError(where(file) + "tokenizer.ggml.model is missing: the file has no tokenizer");
+  }
+  vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("");
+
+  const auto* tokens = string_array(file, "tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->empty()) {
+    throw FormatError(where(file) + "tokenizer.ggml.tokens is missing or empty");
+  }
+  vocab.tokens = *tokens;
+  const size_t n_tokens = vocab.tokens.size();
+
+  if (const GgufValue* scores = file.find("tokenizer.ggml.scores")) {
+    // Float scores as written by the converters; llama.cpp also accepts integers.
+    const bool floats = scores->floats.size() >= n_tokens;
+    if (scores->type != GgufType::ARRAY || (!floats && scores->ints.size() < n_tokens)) {
+      throw FormatError(where(file) + "tokenizer.ggml.scores is not an array of " +
+                        std::to_string(n_tokens) + " numbers");
+    }
+    vocab.scores.resize(n_tokens);
+    for (size_t i = 0; i < n_tokens; ++i) {
+      vocab.scores[i] =
+          floats ? static_cast<float>(scores->floats[i]) : static_cast<float>(scores->ints[i]);
+    }
+  }
+
+  vocab.types.assign(n_tokens, static_cast<int32_t>(TokenAttr::Normal));
+  if (const GgufValue* types = file.find("tokenizer.ggml.token_type")) {
+    if (types->type != GgufType::ARRAY || types->ints.size() < n_tokens) {
+      throw FormatError(where(file) + "tokenizer.ggml.token_type is not an array of " +
+                        std::to_string(n_tokens) + " integers");
+    }
+    for (size_t i = 0; i < n_tokens; ++i) {
+      const int64_t type = types->ints[i];
+      // An unknown type renders and matches like Undefined, as in llama.cpp.
+      vocab.types[i] = type >= 0 && type <= static_cast<int64_t>(TokenAttr::Byte)
+                           ? static_cast<int32_t>(type)
+                           : static_cast<int32_t>(TokenAttr::Undefined);
+    }
+  }
+
+  if (const auto* merges = string_array(file, "tokenizer.ggml.merges")) vocab.merges = *merges;
+
+  vocab.bos = token_id(file, "tokenizer.ggml.bos_token_id", n_tokens);
+  vocab.eos = token_id(file, "tokenizer.ggml.eos_token_id", n_tokens);
+  vocab.eot = token_id(file, "tokenizer.ggml.eot_token_id", n_tokens);
+  vocab.eom = token_id(file, "tokenizer.ggml.eom_token_id", n_tokens);
+  vocab.unk = token_id(file, "tokenizer.ggml.unknown_token_id", n_tokens);
+  vocab.pad = token_id(file, "tokenizer.ggml.padding_token_id", n_tokens);
+  vocab.add_bos = file.get_bool("tokenizer.ggml.add_bos_token");
+  vocab.add_eos = file.get_bool("tokenizer.ggml.add_eos_token");
+  vocab.add_space_prefix = file.get_bool("tokenizer.ggml.add_space_prefix");
+  return vocab;
+}
+
+VocabTokenizer::VocabTokenizer(Vocabulary& vocab, bool default_add_bos) {
+  model_ = vocab.model;
+  pre_ = vocab.pre;
+  tokens_ = std::move(vocab.tokens);
+  attrs_ = std::move(vocab.types);
+  bos_ = vocab.bos;
+  eos_ = vocab.eos;
+  eot_ = vocab.eot;
+  eom_ = vocab.eom;
+  unk_ = vocab.unk;
+  pad_ = vocab.pad;
+  add_bos_ = vocab.add_bos.value_or(default_add_bos);
+  add_eos_ = vocab.add_eos.value_or(false);
+
+  ids_by_text_.reserve(tokens_.size());
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    if (tokens_[i].empty()) continue;  // an empty token can never be matched
+    const auto [it, inserted] = ids_by_text_.emplace(tokens_[i], static_cast<TokenId>(i));
+    if (!inserted) {
+      logger("engine.tokenizer")
+          ->warn("token '{}' appears twice in the vocabulary (ids {} and {}); using {}", tokens_[i],
+                 it->second, i, it->second);
+    }
+  }
+
+  find_end_of_generation_tokens();
+
+  // llama.cpp's special-token cache: control, user-defined and unknown tokens.
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const auto id = static_cast<TokenId>(i);
+    if (tokens_[i].empty()) continue;
+    if (has_attr(id, TokenAttr::Control) || has_attr(id, TokenAttr::UserDefined) ||
+        has_attr(id, TokenAttr::Unknown)) {
+      specials_by_first_byte_[static_cast<uint8_t>(tokens_[i][0])].push_back(id);
+    }
+  }
+  for (auto& candidates : specials_by_first_byte_) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](TokenId a, TokenId b) {
+      return tokens_[static_cast<size_t>(a)].size() > tokens_[static_cast<size_t>(b)].size();
+    });
+  }
+}
+
+void VocabTokenizer::find_end_of_generation_tokens() {
+  // End tokens the converter did not label are found by text, as llama.cpp does, and made
+  // control tokens so that they never render as text and are matched only as specials.
+  auto mark_control = [&](TokenId id) {
+    if (!has_attr(id, TokenAttr::Control)) {
+      logger("engine.tokenizer")
+          ->debug("end token '{}' ({}) is not a control token; treating it as one",
+                  tokens_[static_cast<size_t>(id)], id);
+      attrs_[static_cast<size_t>(id)] = static_cast<int32_t>(TokenAttr::Control);
+    }
+  };
+  auto first_present = [&](std::span<const std::string_view> texts) -> std::optional<TokenId> {
+    for (std::string_view text : texts) {
+      if (auto id = lookup(text)) {
+        mark_control(*id);
+        return id;
+      }
+    }
+    return std::nullopt;
+  };
+  if (!eot_) eot_ = first_present(kEndOfTurnTexts);
+  if (!eom_) eom_ = first_present(kEndOfMessageTexts);
+
+  auto add = [&](std::optional<TokenId> id) {
+    if (id && std::find(eog_.begin(), eog_.end(), *id) == eog_.end()) eog_.push_back(*id);
+  };
+  add(eos_);
+  add(eot_);
+  add(eom_);
+  // Fill-in-the-middle padding and file / repository separators end generation too: a
+  // code model that emits one has left the text it was asked for.
+  add(first_present(kFimPadTexts));
+  add(first_present(kFimRepoTexts));
+  add(first_present(kFimSeparatorTexts));
+  for (std::string_view text : kEndOfGenerationTexts) {
+    if (auto id = lookup(text)) {
+      mark_control(*id);
+      add(id);
+    }
+  }
+  std::sort(eog_.begin(), eog_.end());
+}
+
+std::string VocabTokenizer::token_to_piece(TokenId id, bool render_special) const {
+  check_id(id);
+  const std::string& text = tokens_[static_cast<size_t>(id)];
+  switch (static_cast<TokenAttr>(attrs_[static_cast<size_t>(id)])) {
+    case TokenAttr::Normal:
+      return normal_piece(text);
+    case TokenAttr::UserDefined:
+      return text;
+    case TokenAttr::Control:
+    case TokenAttr::Unknown:
+      return render_special ? text : std::string();
+    case TokenAttr::Byte:
+      if (auto byte = byte_of_token(text)) return std::string(1, static_cast<char>(*byte));
+      return std::string();
+    default:  // unused and undefined tokens render nothing
+      return std::string();
+  }
+}
+
+void VocabTokenizer::check_id(TokenId id) const {
+  if (id < 0 || static_cast<size_t>(id) >= tokens_.size()) {
+    throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                     std::to_string(tokens_.size()) + " tokens)");
+  }
+}
+
+std::optional<uint8_t> VocabTokenizer::byte_of_token(std::string_view text) {
+  if (text.size() != 6 || !text.starts_with("<0x") || text[5] != '>') return std::nullopt;
+  auto hex_digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  const int high = hex_digit(text[3]);
+  const int low = hex_digit(text[4]);
+  if (high < 0 || low < 0) return std::nullopt;
+  return static_cast<uint8_t>(high * 16 + low);
+}
+
+std::optional<TokenId> VocabTokenizer::special_at(std::string_view text, size_t pos,
+                                                  bool parse_special) const {
+  const std::string_view rest = text.substr(pos);
+  for (TokenId id : specials_by_first_byte_[static_cast<uint8_t>(rest[0])]) {
+    if (!parse_special && !has_attr(id, TokenAttr::UserDefined)) continue;
+    if (rest.starts_with(tokens_[static_cast<size_t>(id)])) return id;
+  }
+  return std::nullopt;
+}
+
+std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_bos,
+                                            bool parse_special) const {
+  std::vector<TokenId> out;
+  out.reserve(text.size() / 3 + 2);
+  if (add_bos && bos_) out.push_back(*bos_);
+
+  // Special tokens are cut out first (leftmost, longest), as Hugging Face's added-token
+  // split does; user-defined tokens always, control and unknown ones only on request.
+  // The text between them goes to the model's BPE.
+  size_t plain_begin = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const std::optional<TokenId> special = special_at(text, pos, parse_special);
+    if (!special) {
+      ++pos;
+      continue;
+    }
+    if (pos > plain_begin) {
+      encode_plain(text.substr(plain_begin, pos - plain_begin), out);
+    }
+    out.push_back(*special);
+    pos += tokens_[static_cast<size_t>(*special)].size();
+    plain_begin = pos;
+  }
+  if (plain_begin < text.size()) encode_plain(text.substr(plain_begin), out);
+  return out;
+}
+
+}  // namespace granule::detail
