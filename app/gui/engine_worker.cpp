@@ -169,6 +169,13 @@ void EngineWorker::runStep() {
   const bool finishing = !finished_.empty();
   if (finishing || since_flush_.elapsed() >= kTokenFlushIntervalMs) flushTokens();
   deliverFinished();
+  // A lost device has ended every chat (each with the reason); the window hears it once, as
+  // an engine error that asks for a reload, and stays up.
+  if (const std::string lost = engine_->device_lost_reason();
+      !lost.empty() && !device_lost_reported_) {
+    device_lost_reported_ = true;
+    Q_EMIT engineError(QString::fromStdString(lost));
+  }
   if (more || !engine_->idle()) {
     scheduleStep();
   } else {
@@ -241,6 +248,7 @@ void EngineWorker::releaseEngine() {
   chat_of_sequence_.clear();
   pending_.clear();
   engine_.reset();
+  device_lost_reported_ = false;
   finished_.clear();
   if (!shut_down_)
     for (const auto& [chat, seq] : chats)

@@ -70,6 +70,7 @@ class EngineWorker : public QObject {
 
   EngineFactory factory_;
   std::unique_ptr<InferenceEngine> engine_;
+  bool device_lost_reported_ = false;  // the engine's lost device, told to the window once
   QTimer telemetry_timer_;
   QElapsedTimer clock_;
   QElapsedTimer since_flush_;

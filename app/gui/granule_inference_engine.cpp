@@ -18,6 +18,7 @@ class GranuleInferenceEngine final : public InferenceEngine {
   bool step() override { return engine_->step(); }
   bool idle() const override { return engine_->idle(); }
   TelemetrySnapshot telemetry() const override { return engine_->telemetry(); }
+  std::string device_lost_reason() const override { return engine_->device_lost_reason(); }
 
  private:
   std::unique_ptr<Engine> engine_;

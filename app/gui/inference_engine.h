@@ -21,6 +21,8 @@ class InferenceEngine {
   virtual bool step() = 0;
   virtual bool idle() const = 0;
   virtual TelemetrySnapshot telemetry() const = 0;
+  // Why the device stopped working for good (Engine::device_lost_reason), "" while it works.
+  virtual std::string device_lost_reason() const { return {}; }
 };
 
 // Opens a model (throws granule::Error); `stage` reports what loading is doing.

@@ -226,6 +226,35 @@ class WorkerTest : public QObject {
     QCOMPARE(finished[2][0].value<GenerationResult>().end, GenerationEnd::Finished);
   }
 
+  void lostDeviceEndsEveryChatTellsTheWindowOnceAndAReloadWorks() {
+    ThreadedWorker w(fakeEngineFactory({.lose_device_at_step = 2}));
+    w.load();
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QSignalSpy errors(w.worker, &EngineWorker::engineError);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 50));
+      wk->submit(request(2, 50));
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      QCOMPARE(r.end, GenerationEnd::Failed);
+      QVERIFY(r.error.contains(QStringLiteral("reload the model")));
+    }
+    QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 5000);
+    QVERIFY(errors[0][0].toString().contains(QStringLiteral("GPU stopped working")));
+    // New work is refused with the reason until the model is loaded again...
+    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 5000);
+    QVERIFY(finished[2][0].value<GenerationResult>().error.contains(QStringLiteral("reload")));
+    QCOMPARE(errors.count(), 1);  // told once
+    // ...and after a reload (a fresh engine: the real one resets the device) chats run again.
+    w.load();
+    w.call([wk = w.worker] { wk->submit(request(4, 2)); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 4, 5000);
+    QCOMPARE(finished[3][0].value<GenerationResult>().end, GenerationEnd::Finished);
+  }
+
   void telemetryArrivesAtAboutTenHertzWithTheLedger() {
     ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 5}));
     w.load();

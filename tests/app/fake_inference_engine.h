@@ -18,6 +18,9 @@ namespace granule::app::testing {
 struct FakeEngineScript {
   int step_delay_ms = 0;       // simulated compute per step
   int fail_at_step = -1;       // step() throws DeviceError at this step (0-based)
+  // At this step (0-based) the device is lost, as the real engine reports it: every chat ends
+  // with the reason, step() returns false, submit() throws DeviceLostError.
+  int lose_device_at_step = -1;
   bool refuse_submit = false;  // submit() throws CapacityError
   quint64 weights_bytes = 100ull << 20;
   quint64 kv_bytes_per_token = 64ull << 10;
@@ -61,6 +64,7 @@ class FakeInferenceEngine final : public InferenceEngine {
   }
 
   SequenceId submit(Request request) override {
+    if (!lost_.empty()) throw DeviceLostError(lost_);
     if (script_.refuse_submit)
       throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
     const SequenceId id = next_id_++;
@@ -79,6 +83,13 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (log_) log_->steps++;
     if (index == script_.fail_at_step)
       throw DeviceError("CUDA error: an illegal memory access was encountered");
+    if (index == script_.lose_device_at_step) {
+      lost_ = "the GPU stopped working (CUDA error in attention: an illegal memory access was "
+              "encountered); reload the model";
+      for (auto& [id, r] : running_) r.request.sink.on_finish(id, FinishReason::Error, lost_);
+      running_.clear();
+      return false;
+    }
     if (script_.step_delay_ms > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(script_.step_delay_ms));
     if (log_ && static_cast<int>(running_.size()) > log_->max_batch)
@@ -120,6 +131,7 @@ class FakeInferenceEngine final : public InferenceEngine {
   }
 
   bool idle() const override { return running_.empty(); }
+  std::string device_lost_reason() const override { return lost_; }
 
   TelemetrySnapshot telemetry() const override {
     TelemetrySnapshot s;
@@ -200,6 +212,7 @@ class FakeInferenceEngine final : public InferenceEngine {
   SequenceId next_id_ = 1;
   int steps_ = 0;
   quint64 tokens_done_ = 0;
+  std::string lost_;  // set when the scripted device is lost
 };
 
 // A factory for the worker that opens a FakeInferenceEngine, or throws FormatError for a
