@@ -177,6 +177,24 @@ TEST(KvFence, ASlotThatGrowsAgainTakesItsOwnRetiringGranulesBackWithoutMapping) 
   EXPECT_EQ(f.vm->violations(), 0u);
 }
 
+TEST(KvFence, ARefusedGrowthLeavesTheSlotAsItWasAndItsRetiringGranulesRetiring) {
+  Fixture f(4 * kGranule);
+  ASSERT_TRUE(f.kv.map_through(0, 150));  // 166 tokens: 3 granules
+  f.vm->queue(f.kv.slot_base(0), f.kv.slot_base(0) + 150 * 1000);
+  f.kv.truncate(0, 10);                   // 1 kept, 2 retiring behind the queued work
+  ASSERT_TRUE(f.kv.map_through(1, 10));   // the 4th granule of the budget
+  // 250 tokens need 4 granules: the 2 retiring ones come back, a 4th does not fit.
+  EXPECT_FALSE(f.kv.map_through(0, 250));
+  EXPECT_EQ(f.kv.committed_bytes(0), kGranule) << "a refusal changes nothing of the slot";
+  EXPECT_EQ(f.kv.stats().retiring_bytes, 2 * kGranule);
+  EXPECT_EQ(f.kv.stats().map_refusals, 1u);
+  EXPECT_EQ(f.memory.bytes(MemoryCategory::KvCommitted), 4 * kGranule);
+  f.vm->complete_all();
+  f.kv.reclaim();
+  EXPECT_EQ(f.memory.bytes(MemoryCategory::KvCommitted), 2 * kGranule);
+  EXPECT_EQ(f.vm->violations(), 0u);
+}
+
 TEST(KvFence, MemoryNeededNowWaitsForTheWorkBehindRetiringGranules) {
   Fixture f(5 * kGranule);  // one full slot
   ASSERT_TRUE(f.kv.map_through(0, 250));

@@ -106,7 +106,12 @@ torch.cuda.synchronize()" >/dev/null 2>&1 &
 # GPU-busy process; the engine churn test (chats that end, cancel, regenerate) beside a busy
 # process, 3 at once, and under compute-sanitizer. One summary file, failing logs appended.
 contention() {
-  local report=$OUT/contention.txt t=$build/tests/kv_space_gpu_test c=$build/tests/engine_churn_gpu_test
+  kv_contention
+  churn_contention
+}
+
+kv_contention() {
+  local report=$OUT/contention.txt t=$build/tests/kv_space_gpu_test
   : >"$report"
   for mode in alone busy; do
     [[ $mode == busy ]] && gpu_busy 150
@@ -126,6 +131,12 @@ contention() {
     done
     [[ $mode == busy ]] && kill "$busy_pid" 2>/dev/null
   done
+  { echo; cat "$report.detail" 2>/dev/null; cat "$report.fail" 2>/dev/null; } >>"$report"
+  rm -f "$report.detail" "$report.fail"
+}
+
+churn_contention() {
+  local report=$OUT/contention.txt t=$build/tests/kv_space_gpu_test c=$build/tests/engine_churn_gpu_test
   gpu_busy 400
   local pids=() pass=0 i
   for i in 1 2 3; do
@@ -152,6 +163,8 @@ contention() {
 
 case $what in
   contention) contention ;;
+  kv-contention) kv_contention ;;
+  build) ;;
   profile) profile ;;
   sweep)
     gpu_tests

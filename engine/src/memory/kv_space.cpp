@@ -315,6 +315,7 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
   uint64_t& have = committed_granules_[slot];
   uint64_t& mapped = mapped_granules_[slot];
   if (wanted <= have) return true;
+  const uint64_t have_before = have;  // a refusal below leaves the slot as it was
   if (mapped > have) {
     // The slot's own retiring granules serve again: still mapped and charged, and whatever
     // device work still touches them is ordered before the work that will use them.
@@ -343,6 +344,9 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
     target = required;
     if (target <= have) return true;
     if (!charge_for(target)) {
+      // Refused: the retiring granules taken back above retire again.
+      stats_.retiring_bytes += (have - have_before) * g;
+      have = have_before;
       if (ahead) return false;
       ++stats_.map_refusals;
       logger("engine.kv")
