@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "bench_model.h"
 #include "chats_bench.h"
 #include "granule/error.h"

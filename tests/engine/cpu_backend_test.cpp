@@ -15,7 +15,7 @@
 #include <random>
 #include <sstream>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "runtime/runtime.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"

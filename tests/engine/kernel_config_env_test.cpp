@@ -1,8 +1,8 @@
-// The GRANULE_* kernel overrides (engine/src/runtime/kernel_config_env.cpp): each accepted value
+// The GRANULE_* kernel overrides (engine/src/backends/kernel_config_env.cpp): each accepted value
 // sets its knob, a value a variable does not accept keeps the knob and warns in one line
 // naming the variable and the values it accepts, an empty value counts as unset, the process
 // environment is read through the same parser, and the README lists every variable.
-#include "runtime/kernel_config_env.h"
+#include "backends/kernel_config_env.h"
 
 #include <gtest/gtest.h>
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common.cuh"
-#include "runtime/kernel_config_env.h"
+#include "backends/kernel_config_env.h"
 
 namespace granule::gpu_test {
 

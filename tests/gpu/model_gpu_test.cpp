@@ -16,14 +16,14 @@
 #include <memory>
 #include <random>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
-#include "runtime/kernel_config_env.h"
+#include "backends/kernel_config_env.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"

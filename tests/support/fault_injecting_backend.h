@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "granule/error.h"
 
 namespace granule::test {

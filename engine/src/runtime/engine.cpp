@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "memory/kv_space.h"

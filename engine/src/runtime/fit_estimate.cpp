@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <map>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"

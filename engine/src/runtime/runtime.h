@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "granule/engine.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"

@@ -5,7 +5,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace granule::cpu {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
 #include "granule/sampling.h"

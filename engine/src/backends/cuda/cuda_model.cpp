@@ -12,7 +12,7 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
-#include "runtime/kernel_config_env.h"
+#include "backends/kernel_config_env.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"

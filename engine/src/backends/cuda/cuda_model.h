@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "runtime/backend.h"
+#include "backends/backend.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/device_memory.h"
 #include "kernel_config.h"

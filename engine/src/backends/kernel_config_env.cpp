@@ -1,6 +1,6 @@
 // Parses the GRANULE_* kernel overrides: each variable, the names it accepts and the knob
 // of KernelConfig it sets.
-#include "runtime/kernel_config_env.h"
+#include "backends/kernel_config_env.h"
 
 #include <cstdlib>
 #include <string_view>

@@ -36,7 +36,7 @@ struct BackendOptions {
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
   // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
-  // (engine/src/runtime/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
+  // (engine/src/backends/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
   std::optional<kernels::KernelConfig> kernel_config;
 };
 
