@@ -80,7 +80,25 @@ struct FitEstimate {
   int32_t chats = 0;                 // sequence slots
   int64_t kv_capacity_tokens = 0;    // KV tokens the budget holds beside weights and workspace
   int64_t max_context_per_chat = 0;  // kv_capacity_tokens over the chats, capped at the model's
-  bool fits = false;                 // every chat at its full context
+  bool fits = false;                 // every chat at its full context, with the plan below
+
+  // The placement plan (engine/src/memory/placement.h) for this budget: the layers that stay
+  // in device memory, those streamed from pinned host memory through the staging ring.
+  bool loads = false;               // the budget holds the minimum working set
+  uint64_t minimum_budget_bytes = 0;  // that working set: fixed weights, staging, workspace, KV
+  int32_t resident_layers = 0;
+  int32_t streamed_layers = 0;
+  std::vector<bool> layer_streamed;     // per layer
+  uint64_t resident_weight_bytes = 0;   // weights in device memory (embeddings, head, layers)
+  uint64_t streamed_bytes_per_pass = 0;  // copied host-to-device by every forward pass
+  uint64_t staging_bytes = 0;            // the staging ring
+  uint64_t kv_reserve_bytes = 0;         // KV the plan keeps free before it places layers
+  // Host-to-device bandwidth the PCIe bound uses: measured on this GPU when one is usable,
+  // else an assumed PCIe 4.0 x16 figure (h2d_measured false).
+  double h2d_bytes_per_second = 0;
+  bool h2d_measured = false;
+  // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams).
+  double pcie_tokens_per_second = 0;
 };
 
 class Engine {
@@ -128,6 +146,12 @@ class Engine {
   std::vector<std::vector<float>> logits_for(const std::vector<TokenId>& tokens);
 
   TelemetrySnapshot telemetry() const;
+
+  // Changes the VRAM budget of a running engine: the backend re-plans which layers stay
+  // resident (a counted re-plan; decode graphs are captured again). Call between steps.
+  // Throws CapacityError, leaving the budget as it was, when the new budget cannot hold the
+  // minimum working set plus the KV in use.
+  void set_vram_budget(uint64_t bytes);
 
  private:
   Engine();

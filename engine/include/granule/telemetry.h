@@ -1,8 +1,9 @@
 // The numbers the GUI panels show and the benchmarks print: one snapshot in sections, copied
-// out by Engine::telemetry(). Each section lists its fields by name in for_each_field(), right
-// below them, so a reader can take every field without naming it (the app hands them to QML
-// that way, in camelCase: pool_bytes becomes poolBytes). A new metric is a field and its line
-// in for_each_field here, the code that measures it, and whatever draws or prints it.
+// out by Engine::telemetry(). Each section lists its fields by name in fields(), right below
+// them; for_each_field() visits them, read-only or writable, so a reader takes every field
+// without naming it (the app hands them to QML that way, in camelCase: pool_bytes becomes
+// poolBytes; granule/telemetry_json.h writes and reads them as JSON). A new metric is a field
+// and its line in fields() here, the code that measures it, and whatever draws or prints it.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -46,12 +47,20 @@ struct DeviceTelemetry {
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("name", name);
-    f("gpu", gpu);
-    f("total_bytes", total_bytes);
-    f("budget_bytes", budget_bytes);
-    f("used_bytes", used_bytes);
-    f("ledger", ledger);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("name", s.name);
+    f("gpu", s.gpu);
+    f("total_bytes", s.total_bytes);
+    f("budget_bytes", s.budget_bytes);
+    f("used_bytes", s.used_bytes);
+    f("ledger", s.ledger);
   }
 };
 
@@ -83,25 +92,33 @@ struct KvStats {
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("granules_mapped", granules_mapped);
-    f("granules_unmapped", granules_unmapped);
-    f("last_mapping_us", last_mapping_us);
-    f("last_granules_mapped", last_granules_mapped);
-    f("last_granules_unmapped", last_granules_unmapped);
-    f("committed_bytes", committed_bytes);
-    f("peak_committed_bytes", peak_committed_bytes);
-    f("reserved_bytes", reserved_bytes);
-    f("map_refusals", map_refusals);
-    f("pool_bytes", pool_bytes);
-    f("pool_target_granules", pool_target_granules);
-    f("granules_from_pool", granules_from_pool);
-    f("granules_created", granules_created);
-    f("last_granules_created", last_granules_created);
-    f("last_refill_us", last_refill_us);
-    f("last_ahead_granules", last_ahead_granules);
-    f("last_ahead_us", last_ahead_us);
-    f("retiring_bytes", retiring_bytes);
-    f("unmaps_deferred", unmaps_deferred);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("granules_mapped", s.granules_mapped);
+    f("granules_unmapped", s.granules_unmapped);
+    f("last_mapping_us", s.last_mapping_us);
+    f("last_granules_mapped", s.last_granules_mapped);
+    f("last_granules_unmapped", s.last_granules_unmapped);
+    f("committed_bytes", s.committed_bytes);
+    f("peak_committed_bytes", s.peak_committed_bytes);
+    f("reserved_bytes", s.reserved_bytes);
+    f("map_refusals", s.map_refusals);
+    f("pool_bytes", s.pool_bytes);
+    f("pool_target_granules", s.pool_target_granules);
+    f("granules_from_pool", s.granules_from_pool);
+    f("granules_created", s.granules_created);
+    f("last_granules_created", s.last_granules_created);
+    f("last_refill_us", s.last_refill_us);
+    f("last_ahead_granules", s.last_ahead_granules);
+    f("last_ahead_us", s.last_ahead_us);
+    f("retiring_bytes", s.retiring_bytes);
+    f("unmaps_deferred", s.unmaps_deferred);
   }
 };
 
@@ -113,36 +130,102 @@ struct SchedulerTelemetry {
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("running", running);
-    f("waiting", waiting);
-    f("preemptions", preemptions);
-    f("recomputed_tokens", recomputed_tokens);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("running", s.running);
+    f("waiting", s.waiting);
+    f("preemptions", s.preemptions);
+    f("recomputed_tokens", s.recomputed_tokens);
   }
 };
 
-// CUDA graphs (the CUDA backend fills them; all zero on the CPU).
+// CUDA graphs (the CUDA backend fills them; all zero on the CPU). A decode step is captured
+// once per batch-size bucket (1, 2, 4, 8, ...; a batch pads to its bucket) and head kind.
 struct GraphTelemetry {
-  std::vector<int32_t> buckets;  // batch sizes with a captured decode graph
+  std::vector<int32_t> buckets;  // batch-size buckets with a captured decode graph
+  int32_t nodes = 0;             // nodes of the graph the last decode step replayed
+  // Host-issued units of the last decode step: graph launches, eager kernels, copies
+  // (the input upload and the token download count one each).
   int32_t segments_per_step = 0;
-  uint64_t replays = 0;
-  std::string last_fallback_reason;  // why the last eager step did not replay a graph
+  uint64_t replays = 0;      // cumulative decode-graph replays
+  uint64_t captures = 0;     // cumulative captures, first ones and re-captures
+  uint64_t recaptures = 0;   // cumulative captures of a bucket that had been captured before
+  std::string last_recapture_reason;  // why the last re-capture happened ("" when none yet)
+  uint64_t eager_steps = 0;           // cumulative decode steps run without a graph
+  std::string last_fallback_reason;   // why the last eager decode step did not replay a graph
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("buckets", buckets);
-    f("segments_per_step", segments_per_step);
-    f("replays", replays);
-    f("last_fallback_reason", last_fallback_reason);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("buckets", s.buckets);
+    f("nodes", s.nodes);
+    f("segments_per_step", s.segments_per_step);
+    f("replays", s.replays);
+    f("captures", s.captures);
+    f("recaptures", s.recaptures);
+    f("last_recapture_reason", s.last_recapture_reason);
+    f("eager_steps", s.eager_steps);
+    f("last_fallback_reason", s.last_fallback_reason);
   }
 };
 
-// Weight placement. Every layer is resident until weight streaming lands.
+// Weight placement and streaming: which layers stay in device memory and which are copied
+// from pinned host memory into a ring of staging slots for every forward pass.
 struct StreamingTelemetry {
   int32_t layers_resident = 0;
+  int32_t layers_streamed = 0;
+  std::vector<int32_t> layer_streamed;  // per layer, in order: 1 streamed, 0 resident
+  uint64_t resident_weight_bytes = 0;   // weights held in device memory
+  uint64_t streamed_bytes_per_pass = 0;  // host-to-device bytes one forward pass copies
+  int32_t staging_slots = 0;             // the ring's slots (0 when nothing streams)
+  uint64_t staging_bytes = 0;            // the ring's device bytes
+  // Share of the last step's wall time the copy engine was busy (copied bytes over the
+  // measured bandwidth, divided by the step's time), 0..1.
+  double staging_occupancy = 0;
+  uint64_t h2d_bytes = 0;                  // cumulative weight bytes copied host-to-device
+  double h2d_bytes_per_second = 0;         // over the last step
+  double h2d_bytes_per_token = 0;          // over the last step
+  double h2d_bandwidth_bytes_per_second = 0;  // pinned host-to-device, measured at load
+  uint64_t replans = 0;                       // cumulative changes of the placement
+  std::string last_replan_reason;
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("layers_resident", layers_resident);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("layers_resident", s.layers_resident);
+    f("layers_streamed", s.layers_streamed);
+    f("layer_streamed", s.layer_streamed);
+    f("resident_weight_bytes", s.resident_weight_bytes);
+    f("streamed_bytes_per_pass", s.streamed_bytes_per_pass);
+    f("staging_slots", s.staging_slots);
+    f("staging_bytes", s.staging_bytes);
+    f("staging_occupancy", s.staging_occupancy);
+    f("h2d_bytes", s.h2d_bytes);
+    f("h2d_bytes_per_second", s.h2d_bytes_per_second);
+    f("h2d_bytes_per_token", s.h2d_bytes_per_token);
+    f("h2d_bandwidth_bytes_per_second", s.h2d_bandwidth_bytes_per_second);
+    f("replans", s.replans);
+    f("last_replan_reason", s.last_replan_reason);
   }
 };
 
@@ -153,9 +236,17 @@ struct ThroughputTelemetry {
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("prompt_tokens_per_second", prompt_tokens_per_second);
-    f("decode_tokens_per_second", decode_tokens_per_second);
-    f("steps", steps);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("prompt_tokens_per_second", s.prompt_tokens_per_second);
+    f("decode_tokens_per_second", s.decode_tokens_per_second);
+    f("steps", s.steps);
   }
 };
 
@@ -171,14 +262,22 @@ struct SequenceTelemetry {
 
   template <class F>
   void for_each_field(F&& f) const {
-    f("id", id);
-    f("tokens", tokens);
-    f("kv_committed_bytes", kv_committed_bytes);
-    f("kv_reserved_bytes", kv_reserved_bytes);
-    f("tokens_per_second", tokens_per_second);
-    f("time_to_first_token_ms", time_to_first_token_ms);
-    f("waiting", waiting);
-    f("preemptions", preemptions);
+    fields(*this, f);
+  }
+  template <class F>
+  void for_each_field(F&& f) {
+    fields(*this, f);
+  }
+  template <class Self, class F>
+  static void fields(Self& s, F& f) {
+    f("id", s.id);
+    f("tokens", s.tokens);
+    f("kv_committed_bytes", s.kv_committed_bytes);
+    f("kv_reserved_bytes", s.kv_reserved_bytes);
+    f("tokens_per_second", s.tokens_per_second);
+    f("time_to_first_token_ms", s.time_to_first_token_ms);
+    f("waiting", s.waiting);
+    f("preemptions", s.preemptions);
   }
 };
 

@@ -32,6 +32,9 @@ struct BatchSequence {
 // options that reach the device, and nothing of the engine's own.
 struct BackendOptions {
   uint64_t vram_budget_bytes = 0;     // 0: the device's free memory minus a margin
+  // KV tokens the weight placement leaves room for at load (placement.h's
+  // default_kv_reserve_tokens of the engine's context); 0: none.
+  int64_t kv_reserve_tokens = 0;
   bool cuda_graphs = true;            // capture and replay decode steps
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
@@ -125,6 +128,16 @@ class Backend {
 
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
+
+  // Weight placement (engine/src/memory/placement.h), between steps only. make_room() moves
+  // resident layers to streaming until `bytes` more are free in the ledger, or nothing more
+  // can move; returns the bytes it freed (0 for a backend that keeps every weight where it
+  // is). rebalance() re-plans against the ledger's budget after it changed: layers move to
+  // streaming when the budget shrank, back to device memory when it grew. Throws
+  // CapacityError, changing nothing, when the budget cannot hold the minimum working set
+  // beside what the KV holds now.
+  virtual uint64_t make_room(uint64_t /*bytes*/, const std::string& /*reason*/) { return 0; }
+  virtual void rebalance(const std::string& /*reason*/) {}
 };
 
 // The KV element each backend stores (kv_bytes_per_token), also known before one is built.
@@ -146,6 +159,7 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendInit& init);
 struct CudaDeviceInfo {
   std::string name;                   // "NVIDIA H200"
   uint64_t default_budget_bytes = 0;  // the budget the backend sets when the options give none
+  double h2d_bytes_per_second = 0;    // pinned host-to-device copies, measured (64 MiB)
 };
 // Throws DeviceError when no usable GPU is present (as make_cuda_backend does).
 CudaDeviceInfo probe_cuda_device();

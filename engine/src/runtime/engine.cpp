@@ -454,6 +454,23 @@ std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& t
   return rows;
 }
 
+void Engine::set_vram_budget(uint64_t bytes) {
+  Impl& m = *impl_;
+  if (m.in_step) throw UsageError("set_vram_budget() inside a step");
+  if (bytes == 0) throw UsageError("a VRAM budget of 0 bytes");
+  const uint64_t before = m.memory->budget_bytes();
+  if (bytes == before) return;
+  m.memory->set_budget_bytes(bytes);
+  try {
+    m.backend->rebalance("the budget changed from " + std::to_string(before >> 20) + " to " +
+                         std::to_string(bytes >> 20) + " MiB");
+  } catch (...) {
+    m.memory->set_budget_bytes(before);
+    throw;
+  }
+  m.log->info("VRAM budget now {} MiB", bytes >> 20);
+}
+
 TelemetrySnapshot Engine::telemetry() const {
   const Impl& m = *impl_;
   TelemetrySnapshot s;
@@ -469,6 +486,7 @@ TelemetrySnapshot Engine::telemetry() const {
   s.scheduler.preemptions = m.scheduler->preemptions();
   s.scheduler.recomputed_tokens = m.scheduler->recomputed_tokens();
   s.streaming.layers_resident = static_cast<int32_t>(m.config.n_layer);
+  s.streaming.layer_streamed.assign(static_cast<size_t>(m.config.n_layer), 0);
   if (m.prompt_seconds > 0)
     s.throughput.prompt_tokens_per_second =
         static_cast<double>(m.prompt_tokens_done) / m.prompt_seconds;

@@ -5,6 +5,8 @@
 #include <map>
 
 #include "backends/backend.h"
+#include "backends/kernel_config_env.h"
+#include "memory/placement.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
@@ -41,9 +43,14 @@ struct DeviceChoice {
   std::string name;
   int64_t kv_element_bytes = 0;
   uint64_t default_budget_bytes = 0;  // 0: unknown
+  double h2d_bytes_per_second = 0;    // 0: not measured
 };
 
-DeviceChoice cpu_choice() { return {false, "CPU", kCpuKvElementBytes, host_memory_bytes()}; }
+DeviceChoice cpu_choice() { return {false, "CPU", kCpuKvElementBytes, host_memory_bytes(), 0}; }
+
+// PCIe 4.0 x16 as it carries pinned copies in practice: the bound's assumption when no GPU
+// was there to measure.
+constexpr double kAssumedH2dBytesPerSecond = 25e9;
 
 DeviceChoice choose_device(const EngineOptions& options) {
   if (options.device == DeviceKind::Cpu) return cpu_choice();
@@ -51,7 +58,8 @@ DeviceChoice choose_device(const EngineOptions& options) {
 #ifdef GRANULE_HAVE_CUDA
   try {
     const CudaDeviceInfo gpu = probe_cuda_device();
-    return {true, "CUDA " + gpu.name, kCudaKvElementBytes, gpu.default_budget_bytes};
+    return {true, "CUDA " + gpu.name, kCudaKvElementBytes, gpu.default_budget_bytes,
+            gpu.h2d_bytes_per_second};
   } catch (const DeviceError&) {
     if (options.device == DeviceKind::Auto) return cpu_choice();
     if (!budget_given) throw;
@@ -63,7 +71,7 @@ DeviceChoice choose_device(const EngineOptions& options) {
         "this build of Granule has no CUDA backend; choose the CPU device, or give a VRAM "
         "budget to estimate for a GPU");
 #endif
-  return {true, "CUDA", kCudaKvElementBytes, 0};
+  return {true, "CUDA", kCudaKvElementBytes, 0, 0};
 }
 
 }  // namespace
@@ -95,12 +103,44 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   e.context_per_chat = options.context_length <= 0 || options.context_length > trained
                            ? trained
                            : options.context_length;
-  const uint64_t fixed = e.weights_bytes + e.workspace_bytes;
-  if (e.budget_bytes > fixed && e.kv_bytes_per_token > 0) {
-    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - fixed) / e.kv_bytes_per_token);
+  const auto n_layer = static_cast<int32_t>(weights.layers.size());
+  uint64_t held = e.weights_bytes + e.workspace_bytes;  // the CPU holds every weight
+  e.resident_layers = n_layer;
+  e.layer_streamed.assign(static_cast<size_t>(n_layer), false);
+  e.resident_weight_bytes = e.weights_bytes;
+  e.loads = e.budget_bytes >= held;
+  e.minimum_budget_bytes = held;
+  if (e.gpu) {
+    // The CUDA backend's plan (cuda_model.cpp makes the same one at load).
+    PlacementInput in;
+    in.budget_bytes = e.budget_bytes;
+    in.weights = device_weight_sizes(weights, kernel_config_from_environment().split_weights);
+    in.workspace_bytes = e.workspace_bytes;
+    in.kv_reserve_bytes = e.kv_bytes_per_token *
+                          static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
+    const PlacementPlan plan = plan_placement(in);
+    e.loads = plan.loads;
+    e.minimum_budget_bytes = plan.minimum_budget_bytes;
+    e.resident_layers = plan.resident_layers;
+    e.streamed_layers = plan.streamed_layers;
+    e.layer_streamed = plan.layer_streamed;
+    e.resident_weight_bytes = plan.resident_weight_bytes;
+    e.streamed_bytes_per_pass = plan.streamed_bytes_per_pass;
+    e.staging_bytes = plan.staging_bytes;
+    e.kv_reserve_bytes = in.kv_reserve_bytes;
+    e.h2d_measured = device.h2d_bytes_per_second > 0;
+    e.h2d_bytes_per_second =
+        e.h2d_measured ? device.h2d_bytes_per_second : kAssumedH2dBytesPerSecond;
+    if (plan.streamed_bytes_per_pass > 0)
+      e.pcie_tokens_per_second =
+          e.h2d_bytes_per_second / static_cast<double>(plan.streamed_bytes_per_pass);
+    held = plan.device_bytes() + e.workspace_bytes;
+  }
+  if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {
+    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
     e.max_context_per_chat = std::min(e.kv_capacity_tokens / e.chats, trained);
   }
-  e.fits = e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
+  e.fits = e.loads && e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
   return e;
 }
 

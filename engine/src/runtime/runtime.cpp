@@ -5,6 +5,7 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "memory/placement.h"
 
 namespace granule {
 
@@ -15,6 +16,7 @@ RuntimeOptions RuntimeOptions::from(const EngineOptions& options) {
   r.backend.cuda_graphs = options.cuda_graphs;
   r.backend.cpu_threads = options.cpu_threads;
   r.backend.max_tokens_per_pass = options.prefill_chunk_tokens;
+  r.backend.kv_reserve_tokens = default_kv_reserve_tokens(options.context_length);
   r.context_length = options.context_length;
   r.slots = options.max_sequences;
   r.kv_pool_granules = options.kv_pool_granules;

@@ -18,6 +18,10 @@ namespace granule::cuda {
 // is not null, a one-line reason ("no CUDA driver", "no GPU", "compute capability 7.5 ...").
 bool cuda_available(std::string* why);
 
+// Pinned host-to-device copy bandwidth of the current device in bytes/s (0 when it cannot
+// be measured): the PCIe bound of weight streaming.
+double measure_h2d_bandwidth();
+
 class CudaBackend final : public Backend {
  public:
   // Throws DeviceError when no usable GPU is present (see cuda_available).
