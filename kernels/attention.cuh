@@ -20,7 +20,7 @@ struct AttentionArgs {
   float* out = nullptr;
   int64_t out_stride = 0;  // [rows][n_head * head_dim]
   int rows = 0, n_head = 0, n_kv = 0, head_dim = 0;
-  const int32_t* lengths = nullptr;  // [rows] visible tokens [0, length)
+  const int32_t* lengths = nullptr;  // [rows] visible tokens [0, length); 0: padding, no output
   const int32_t* slots = nullptr;    // [rows] index into slot_base
   __half* const* slot_base = nullptr;
   int64_t token_stride = 0;  // halves per token over all layers

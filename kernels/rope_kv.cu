@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
     kind = 2;
     h = head - a.n_head - a.n_kv;
   }
+  // A padding row (a decode graph's bucket wider than the batch) writes no KV.
+  if (kind != 0 && a.slots[row] < 0) return;
 
   const float* src = kind == 0   ? a.q + row * a.q_stride
                      : kind == 1 ? a.k + row * a.k_stride

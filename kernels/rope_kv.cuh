@@ -28,7 +28,7 @@ struct RopeKvArgs {
   int n_head = 0, n_kv = 0, head_dim = 0;
   int rows = 0;
   const int32_t* positions = nullptr;  // [rows] token position (also the KV row written)
-  const int32_t* slots = nullptr;      // [rows] index into slot_base
+  const int32_t* slots = nullptr;      // [rows] index into slot_base; < 0: padding, no KV write
   __half* const* slot_base = nullptr;  // per slot: the slot's KV base
   int64_t token_stride = 0;            // halves per token: n_layer * 2 * n_kv * head_dim
   int layer = 0;

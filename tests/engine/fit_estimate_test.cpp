@@ -49,10 +49,15 @@ TEST(FitEstimate, KvPerTokenOnTheCpuIsF32TwiceTheF16OfCuda) {
   // The rest does not depend on the backend.
   EXPECT_EQ(cpu.weights_bytes, cuda.weights_bytes);
   EXPECT_EQ(cpu.workspace_bytes, cuda.workspace_bytes);
-  // Twice the KV per token: fewer tokens in the same budget.
+  // Twice the KV per token: half the tokens in the same budget, up to what the CUDA upload
+  // layout adds to the weights (every matrix padded and 256-byte aligned on the device).
   const FitEstimate cpu_same_budget =
       Engine::estimate(model.path, options(DeviceKind::Cpu, 1ull << 30));
-  EXPECT_EQ(cpu_same_budget.kv_capacity_tokens, cuda.kv_capacity_tokens / 2);
+  ASSERT_GE(cuda.resident_weight_bytes, cuda.weights_bytes);
+  const auto layout_tokens =
+      static_cast<int64_t>((cuda.resident_weight_bytes - cuda.weights_bytes) /
+                           cuda.kv_bytes_per_token);
+  EXPECT_NEAR(cpu_same_budget.kv_capacity_tokens, cuda.kv_capacity_tokens / 2, layout_tokens + 1);
 }
 
 TEST(FitEstimate, MatchesWhatTheOpenedCpuEngineCharges) {

@@ -35,6 +35,7 @@ struct BackendOptions {
   // KV tokens the weight placement leaves room for at load (placement.h's
   // default_kv_reserve_tokens of the engine's context); 0: none.
   int64_t kv_reserve_tokens = 0;
+  int64_t context_length = 4096;  // tokens per sequence slot (sizes the attention scratch)
   bool cuda_graphs = true;            // capture and replay decode steps
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries

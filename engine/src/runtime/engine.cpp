@@ -145,6 +145,10 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
   if (m.options.prefill_chunk_tokens <= 0) m.options.prefill_chunk_tokens = 512;
   m.runtime = make_runtime(*m.file, m.config, m.weights, RuntimeOptions::from(m.options));
   m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
+  m.scheduler->set_pressure_relief([impl = &m](uint64_t bytes) {
+    return impl->backend->make_room(
+        bytes, "KV needed " + std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB more");
+  });
   m.log->info("opened {} ({} layers, {} wide) on {}; context {} × {} slots",
               model_path.filename().string(), m.config.n_layer, m.config.n_embd, m.backend->name(),
               m.options.context_length, m.options.max_sequences);

@@ -127,6 +127,12 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
 bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
   const int32_t slot = sequences_.at(id)->slot;
   while (!kv_.map_through(slot, tokens)) {
+    // Device memory held elsewhere first (weights that can stream), then KV of others.
+    if (relieve_) {
+      const uint64_t want = kv_.bytes_for_tokens(tokens + kv_.geometry().lookahead_tokens);
+      const uint64_t have = kv_.committed_bytes(slot) + kv_.budget_available_bytes();
+      if (relieve_(want > have ? want - have : kv_.granule_bytes()) > 0) continue;
+    }
     // The newest running sequence gives way; the oldest keeps its place, so every chat
     // eventually becomes the oldest and finishes.
     SequenceId newest = id;
@@ -190,9 +196,18 @@ StepPlan Scheduler::next_step() {
     Sequence& head = *sequences_.at(head_id);
     const auto head_tokens = static_cast<int64_t>(head.tokens.size());
     const uint64_t need = kv_.bytes_for_tokens(head_tokens);
+    if (relieve_ && need > kv_capacity_bytes()) relieve_(need - kv_capacity_bytes());
     if (const uint64_t capacity = kv_capacity_bytes(); need > capacity) {
       plan.oversized.push_back({head_id, head_tokens, need, capacity, remove(head_id)});
       continue;
+    }
+    if (!admissible(head) && relieve_) {
+      // What admission asks beyond what is free: the head's KV with its look-ahead, a granule
+      // for the running chats, and the prompts still being computed.
+      const uint64_t want = kv_.bytes_for_tokens(head_tokens + kv_.geometry().lookahead_tokens) +
+                            kv_.granule_bytes() + outstanding_prefill_bytes();
+      const uint64_t available = kv_.budget_available_bytes();
+      if (want > available) relieve_(want - available);
     }
     if (!admissible(head)) break;
     auto slot = take_free_slot();

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,13 @@ class Scheduler {
   // blocks those behind it, so a long chat is never starved by short ones.
   StepPlan next_step();
 
+  // What to try before preempting or refusing for want of KV: free `bytes` of device memory
+  // elsewhere (the CUDA backend moves resident layers to streaming) and say how much it freed.
+  // Unset, or returning 0: preemption as above.
+  void set_pressure_relief(std::function<uint64_t(uint64_t bytes)> relieve) {
+    relieve_ = std::move(relieve);
+  }
+
   // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken.
   std::optional<int32_t> borrow_slot();
   void return_slot(int32_t slot);
@@ -112,6 +120,7 @@ class Scheduler {
   std::deque<SequenceId> waiting_;  // in arrival order: preempted ones return to the front
   uint64_t preemptions_ = 0;
   uint64_t recomputed_tokens_ = 0;
+  std::function<uint64_t(uint64_t)> relieve_;
 };
 
 }  // namespace granule

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -14,6 +15,7 @@
 #include "backends/cuda/cuda_vmm.h"
 #include "granule/error.h"
 #include "granule/log.h"
+#include "memory/placement.h"
 
 namespace granule::cuda {
 namespace {
@@ -134,12 +136,15 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   device_total_bytes_ = total_bytes;
   if (init.options.vram_budget_bytes == 0)
     init.memory.set_budget_bytes(default_budget(free_bytes, total_bytes));
+  h2d_bandwidth_ = measure_h2d_bandwidth();
   const int max_rows = static_cast<int>(
       std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
   model_ = std::make_unique<CudaModel>(init, max_rows);
+  memory_ = &init.memory;
   logger("engine.cuda")
-      ->info("CUDA backend on {} ({} MiB), budget {} MiB", device_name_, total_bytes >> 20,
-             init.memory.budget_bytes() >> 20);
+      ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s",
+             device_name_, total_bytes >> 20, init.memory.budget_bytes() >> 20,
+             h2d_bandwidth_ / 1e9);
 }
 
 CudaBackend::~CudaBackend() {
@@ -195,7 +200,23 @@ RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t firs
   return in;
 }
 
-void CudaBackend::run_step(int n_rows, bool decode, Head head) {
+int CudaBackend::bucket_of(int n) {
+  int b = 1;
+  while (b < n) b *= 2;
+  return std::min(b, std::max(n, CudaModel::kMatvecMaxRows));
+}
+
+void CudaBackend::placement_changed(const std::string& reason) {
+  graphs_.clear();
+  recapture_reason_ = reason;
+  ++replans_;
+  last_replan_reason_ = reason;
+  logger("engine.cuda")
+      ->info("weight placement: {} resident, {} streamed ({})",
+             model_->streamer().resident_layers(), model_->streamer().streamed_layers(), reason);
+}
+
+uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   CudaModel& m = *model_;
   auto enqueue = [&] {
     m.run_layers(n_rows);
@@ -203,9 +224,13 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
     if (head != Head::Logits) m.sample(n_rows, head == Head::Greedy);
   };
   if (!decode || !options_.cuda_graphs) {
-    if (decode) last_fallback_reason_ = "graphs disabled by the options";
+    if (decode) {
+      last_fallback_reason_ = "graphs disabled by the options";
+      ++eager_steps_;
+    }
+    m.reset_host_operations();
     enqueue();
-    return;
+    return m.host_operations();
   }
   auto key = std::make_pair(n_rows, head);
   auto it = graphs_.find(key);
@@ -228,13 +253,20 @@ void CudaBackend::run_step(int n_rows, bool decode, Head head) {
       cudaGraphDestroy(graph);
       check_cuda(status, "cudaGraphInstantiate");
     }
-    it = graphs_.emplace(key, CudaGraph(graph, exec)).first;
-    logger("engine.graph")
-        ->debug("captured the decode step for {} sequences ({} nodes)", n_rows,
-                it->second.node_count());
+    it = graphs_.emplace(key, CapturedStep{CudaGraph(graph, exec), 0}).first;
+    ++graph_captures_;
+    if (captured_before_[key]++ > 0) {
+      ++graph_recaptures_;
+      last_recapture_reason_ = recapture_reason_.empty() ? "unknown" : recapture_reason_;
+    }
+    it->second.nodes = static_cast<int32_t>(it->second.graph.node_count());
+    logger("engine.graph")->debug("captured the decode step for {} rows ({} nodes)", n_rows,
+                                  it->second.nodes);
   }
-  it->second.launch(m.stream());
+  last_nodes_ = it->second.nodes;
+  it->second.graph.launch(m.stream());
   ++graph_replays_;
+  return 1;
 }
 
 std::vector<kernels::DeviceSamplingParams> CudaBackend::device_params(size_t first,
@@ -306,11 +338,31 @@ void CudaBackend::launch(const StepRequest& step) {
   p.active = true;
   CudaModel& m = *model_;
   const auto n = step.batch.size();
+  p.started = std::chrono::steady_clock::now();
+  const uint64_t pass_bytes = m.streamer().streamed_bytes_per_pass();
   if (p.decode) {
-    // A decode step: one graph replay, queued; wait() downloads its tokens or logits.
-    m.upload(flatten(step.batch, 0, p.token_index.size(), &p.token_index));
-    if (p.head == Head::Sample) m.upload_sampling(device_params(0, n), histories(0, n));
-    run_step(static_cast<int>(n), true, p.head);
+    // A decode step: one upload, one graph replay for the batch's bucket (padding rows have
+    // no slot: they write no KV and read none), queued; wait() downloads the batch's tokens
+    // or logits.
+    p.bucket = bucket_of(static_cast<int>(n));
+    RowInputs in = flatten(step.batch, 0, p.token_index.size(), &p.token_index);
+    for (int r = static_cast<int>(n); r < p.bucket; ++r) {
+      in.tokens.push_back(0);
+      in.positions.push_back(0);
+      in.slots.push_back(-1);
+      in.logit_rows.push_back(r);
+    }
+    m.upload(in);
+    if (p.head == Head::Sample) {
+      std::vector<kernels::DeviceSamplingParams> params = device_params(0, n);
+      std::vector<std::vector<int32_t>> history = histories(0, n);
+      params.resize(static_cast<size_t>(p.bucket));  // padding rows: defaults, no history
+      history.resize(static_cast<size_t>(p.bucket));
+      m.upload_sampling(params, history);
+    }
+    p.host_operations = static_cast<uint64_t>(m.flush_inputs());
+    p.host_operations += run_step(p.bucket, true, p.head);
+    p.h2d_bytes = pass_bytes;
     return;
   }
   // Chunked prefill: the first chunk's layers are queued here, the rest in wait().
@@ -318,7 +370,18 @@ void CudaBackend::launch(const StepRequest& step) {
       flatten(step.batch, 0, std::min(p.token_index.size(), static_cast<size_t>(m.max_rows())),
               &p.token_index);
   m.upload(p.first_chunk);
+  m.flush_inputs();
   m.run_layers(static_cast<int>(p.first_chunk.tokens.size()));
+  p.h2d_bytes = pass_bytes;
+}
+
+void CudaBackend::finish_step(const PendingStep& p) {
+  last_step_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - p.started).count();
+  last_step_h2d_bytes_ = p.h2d_bytes;
+  last_step_tokens_ = p.token_index.size();
+  h2d_bytes_ += p.h2d_bytes;
+  if (p.decode) last_segments_ = static_cast<int32_t>(p.host_operations + 1);  // + the download
 }
 
 StepResult CudaBackend::wait() {
@@ -337,6 +400,7 @@ StepResult CudaBackend::wait() {
     } else {
       m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
     }
+    finish_step(p);
     return std::move(p.result);
   }
   size_t out_row = 0;
@@ -349,7 +413,9 @@ StepResult CudaBackend::wait() {
     } else {
       in = flatten(p.step.batch, first, count, &p.token_index);
       m.upload(in);
+      m.flush_inputs();
       m.run_layers(static_cast<int>(count));
+      p.h2d_bytes += m.streamer().streamed_bytes_per_pass();
     }
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
@@ -358,15 +424,18 @@ StepResult CudaBackend::wait() {
       if (p.head == Head::Logits) {
         m.copy_logits(group, p.step.logits->data() + static_cast<int64_t>(out_row) * n_vocab);
       } else {
-        if (p.head == Head::Sample)
+        if (p.head == Head::Sample) {
           m.upload_sampling(device_params(out_row, static_cast<size_t>(group)),
                             histories(out_row, static_cast<size_t>(group)));
+          m.flush_inputs();
+        }
         m.sample(group, p.head == Head::Greedy);
         m.copy_tokens(group, p.result.tokens.data() + out_row);
       }
       out_row += static_cast<size_t>(group);
     }
   }
+  finish_step(p);
   return std::move(p.result);
 }
 
@@ -378,9 +447,70 @@ void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
   for (const auto& [key, graph] : graphs_)
     if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
       g.buckets.push_back(key.first);
+  std::sort(g.buckets.begin(), g.buckets.end());
+  g.nodes = last_nodes_;
+  g.segments_per_step = last_segments_;
   g.replays = graph_replays_;
-  g.segments_per_step = options_.cuda_graphs ? 1 : 0;
+  g.captures = graph_captures_;
+  g.recaptures = graph_recaptures_;
+  g.last_recapture_reason = last_recapture_reason_;
+  g.eager_steps = eager_steps_;
   g.last_fallback_reason = last_fallback_reason_;
+
+  const WeightStreamer& w = model_->streamer();
+  StreamingTelemetry& st = snapshot.streaming;
+  st.layers_resident = w.resident_layers();
+  st.layers_streamed = w.streamed_layers();
+  st.layer_streamed.assign(w.layers(), 0);
+  for (size_t i = 0; i < w.layers(); ++i) st.layer_streamed[i] = w.streamed(i) ? 1 : 0;
+  st.resident_weight_bytes = model_->weight_bytes();
+  st.streamed_bytes_per_pass = w.streamed_bytes_per_pass();
+  st.staging_slots = w.staging_slots();
+  st.staging_bytes = w.staging_bytes();
+  st.h2d_bytes = h2d_bytes_;
+  st.h2d_bandwidth_bytes_per_second = h2d_bandwidth_;
+  if (last_step_seconds_ > 0) {
+    st.h2d_bytes_per_second = static_cast<double>(last_step_h2d_bytes_) / last_step_seconds_;
+    if (h2d_bandwidth_ > 0)
+      st.staging_occupancy = std::min(1.0, st.h2d_bytes_per_second / h2d_bandwidth_);
+  }
+  if (last_step_tokens_ > 0)
+    st.h2d_bytes_per_token =
+        static_cast<double>(last_step_h2d_bytes_) / static_cast<double>(last_step_tokens_);
+  st.replans = replans_;
+  st.last_replan_reason = last_replan_reason_;
+}
+
+uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
+  if (pending_.active) throw UsageError("CUDA backend: make_room() during a step");
+  const WeightStreamer& w = model_->streamer();
+  const uint64_t before = w.resident_bytes() + w.staging_bytes();
+  // The fewest demotions that free `bytes`: trailing resident layers move to streaming.
+  for (int32_t cap = w.resident_layers() - 1; cap >= 0; --cap) {
+    const PlacementInput in =
+        model_->placement_input(std::numeric_limits<uint64_t>::max() / 4, cap, 0);
+    const PlacementPlan plan = plan_placement(in);
+    const uint64_t after = plan.device_bytes() - in.weights.fixed_bytes;
+    if (after + bytes > before) continue;
+    if (!model_->replan(plan)) return 0;
+    const uint64_t now = w.resident_bytes() + w.staging_bytes();
+    placement_changed(reason);
+    return before > now ? before - now : 0;
+  }
+  return 0;
+}
+
+void CudaBackend::rebalance(const std::string& reason) {
+  if (pending_.active) throw UsageError("CUDA backend: rebalance() during a step");
+  MemoryManager& memory = *memory_;
+  const uint64_t kv_in_use =
+      memory.bytes(MemoryCategory::KvCommitted) + memory.bytes(MemoryCategory::KvPool);
+  const PlacementInput in = model_->placement_input(
+      memory.budget_bytes(), -1, std::max(kv_in_use, model_->kv_reserve_bytes()));
+  const PlacementPlan plan = plan_placement(in);
+  if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
+  if (plan.layer_streamed == model_->streamer().plan().layer_streamed) return;
+  if (model_->replan(plan)) placement_changed(reason);
 }
 
 }  // namespace granule::cuda

@@ -2,6 +2,7 @@
 // running sequence one token) captured once per batch size as a CUDA graph and replayed,
 // and sampling on the device so that only token ids cross to the host.
 #pragma once
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +36,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<VirtualMemory> make_kv_virtual_memory() override;
   void attach_kv(KvSpace& kv) override;
   void fill_telemetry(TelemetrySnapshot& snapshot) const override;
+  uint64_t make_room(uint64_t bytes, const std::string& reason) override;
+  void rebalance(const std::string& reason) override;
 
   // Sampling on the device: one token per sequence (after its last token) comes back. The
   // penalties see the last 256 tokens of each history; top-k keeps at most 256 candidates
@@ -53,8 +56,16 @@ class CudaBackend final : public Backend {
  private:
   enum class Head { Logits, Greedy, Sample };
   // Runs the layers and the head for the uploaded rows: a graph replay for decode steps
-  // (captured on first use), else eagerly.
-  void run_step(int n_rows, bool decode, Head head);
+  // (captured on first use per bucket and head), else eagerly. Returns the host-issued
+  // operations (1 for a replay).
+  uint64_t run_step(int n_rows, bool decode, Head head);
+  // Records the finished step's time, copies and host-issued operations.
+  struct PendingStep;
+  void finish_step(const PendingStep& p);
+  // A placement change: every graph holds old weight addresses.
+  void placement_changed(const std::string& reason);
+  // The batch-size bucket a decode step of n sequences is captured for: the next power of two.
+  static int bucket_of(int n);
   RowInputs flatten(std::span<const BatchSequence> batch, size_t first_token, size_t count,
                     std::vector<std::pair<size_t, size_t>>* token_index) const;
   // The pending step's sampling parameters and histories of sequences [first, first + count).
@@ -70,6 +81,10 @@ class CudaBackend final : public Backend {
     std::vector<std::pair<size_t, size_t>> token_index;  // (sequence, token) per row
     RowInputs first_chunk;  // a prefill's first chunk, whose layers launch() queued
     StepResult result;
+    int bucket = 0;                 // decode: the rows the graph runs (padding after batch)
+    uint64_t host_operations = 0;   // decode: uploads, launches or replays, downloads
+    uint64_t h2d_bytes = 0;
+    std::chrono::steady_clock::time_point started;
   };
 
   const ModelConfig& config_;
@@ -79,9 +94,23 @@ class CudaBackend final : public Backend {
   uint64_t device_total_bytes_ = 0;
   std::unique_ptr<CudaModel> model_;
   KvSpace* kv_ = nullptr;
-  std::map<std::pair<int, Head>, CudaGraph> graphs_;
-  uint64_t graph_replays_ = 0;
+  MemoryManager* memory_ = nullptr;
+  struct CapturedStep {
+    CudaGraph graph;
+    int32_t nodes = 0;
+  };
+  std::map<std::pair<int, Head>, CapturedStep> graphs_;
+  std::map<std::pair<int, Head>, int> captured_before_;  // keys ever captured
+  uint64_t graph_replays_ = 0, graph_captures_ = 0, graph_recaptures_ = 0, eager_steps_ = 0;
+  int32_t last_nodes_ = 0, last_segments_ = 0;
+  std::string recapture_reason_, last_recapture_reason_;
   std::string last_fallback_reason_;
+  // Streaming.
+  double h2d_bandwidth_ = 0;  // measured at construction
+  uint64_t h2d_bytes_ = 0, replans_ = 0;
+  std::string last_replan_reason_;
+  double last_step_seconds_ = 0;
+  uint64_t last_step_h2d_bytes_ = 0, last_step_tokens_ = 0;
   PendingStep pending_;
 };
 

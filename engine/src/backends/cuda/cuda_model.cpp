@@ -21,6 +21,7 @@
 #include "swiglu.cuh"
 #include "model/weight_split.h"
 #include "model/rope.h"
+#include "memory/placement.h"
 
 namespace granule::cuda {
 namespace {
@@ -42,7 +43,6 @@ std::vector<float> to_f32(const TensorInfo* t) {
   return out;
 }
 
-void check_launch(cudaError_t status, const char* kernel) { check_cuda(status, kernel); }
 
 // The options' configuration, else the defaults with the environment's overrides (read here,
 // once per model), as the current device can run them.
@@ -72,15 +72,13 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     throw DeviceError(
         "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
 
-  // --- weights: every matrix in one buffer; Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row ----
-  // (engine/include/granule/split_layout.h: same bytes, values first, so decode loads are 16-byte
-  // vectors), everything else byte for byte; KernelConfig::split_weights off keeps GGUF
-  // blocks (GRANULE_SPLIT_WEIGHTS=0).
-  std::vector<const TensorInfo*> matrices = {w.token_embd};
-  if (w.output && w.output != w.token_embd) matrices.push_back(w.output);
-  for (const LayerWeights& l : w.layers)
-    for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
-      matrices.push_back(t);
+  // --- weights: Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (engine/include/granule/split_layout.h:
+  // same bytes, values first, so decode loads are 16-byte vectors), everything else byte for
+  // byte; KernelConfig::split_weights off keeps GGUF blocks (GRANULE_SPLIT_WEIGHTS=0). The
+  // embeddings and the head sit in one resident buffer; each layer's seven matrices form one
+  // blob (placement.h's layout) that the WeightStreamer keeps resident or streams.
+  std::vector<const TensorInfo*> fixed = {w.token_embd};
+  if (w.output && w.output != w.token_embd) fixed.push_back(w.output);
   auto use_split = [&](const TensorInfo* t) {
     return kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]);
   };
@@ -89,22 +87,14 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
                ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
                : t->size_bytes;
   };
-  std::vector<size_t> offsets;
-  size_t total = 0;
-  for (const TensorInfo* t : matrices) {
+  auto check_type = [&](const TensorInfo* t) {
     if (!k::is_supported_weight_type(t->ggml_type))
       throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " +
                         tensor_type_name(t->ggml_type));
-    offsets.push_back(total);
-    total += align_up(device_bytes(t) + kTensorSlackBytes);
-  }
-  weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, total);
-  auto* base = weights_.as<uint8_t>();
-  auto device_matrix = [&](const TensorInfo* t) {
-    const size_t i =
-        static_cast<size_t>(std::find(matrices.begin(), matrices.end(), t) - matrices.begin());
+  };
+  auto describe = [&](const TensorInfo* t, const uint8_t* data) {
     DeviceMatrix m;
-    m.data = base + offsets[i];
+    m.data = data;
     m.type = t->ggml_type;
     m.cols = t->dims[0];
     m.rows = t->rows();
@@ -114,29 +104,42 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     m.row_bytes = m.split ? split_row_stride(m.type, m.cols) : m.gguf_row_bytes;
     return m;
   };
-  {
-    std::vector<uint8_t> staging;
-    constexpr size_t kStagingBytes = size_t{32} << 20;
-    for (size_t i = 0; i < matrices.size(); ++i) {
-      const TensorInfo* t = matrices[i];
-      if (!use_split(t)) {
-        check_cuda(cudaMemcpy(base + offsets[i], t->data, t->size_bytes, cudaMemcpyHostToDevice),
-                   "uploading weights");
-        continue;
-      }
-      const DeviceMatrix m = device_matrix(t);
-      const int64_t rows_per_chunk =
-          std::max<int64_t>(1, static_cast<int64_t>(kStagingBytes) / m.row_bytes);
-      staging.resize(static_cast<size_t>(std::min(rows_per_chunk, m.rows) * m.row_bytes));
-      for (int64_t r = 0; r < m.rows; r += rows_per_chunk) {
-        const int64_t n = std::min(rows_per_chunk, m.rows - r);
-        split_rows(m.type, static_cast<const uint8_t*>(t->data) + r * m.gguf_row_bytes, n, m.cols,
-                   staging.data());
-        check_cuda(cudaMemcpy(base + offsets[i] + r * m.row_bytes, staging.data(),
-                              static_cast<size_t>(n * m.row_bytes), cudaMemcpyHostToDevice),
-                   "uploading weights");
-      }
+  // Writes a matrix in its device layout to host memory.
+  auto write_host = [&](const TensorInfo* t, uint8_t* dst) {
+    if (use_split(t))
+      split_rows(t->ggml_type, static_cast<const uint8_t*>(t->data), t->rows(), t->dims[0], dst);
+    else
+      std::memcpy(dst, t->data, t->size_bytes);
+  };
+  std::vector<size_t> fixed_offsets;
+  size_t fixed_total = 0;
+  for (const TensorInfo* t : fixed) {
+    check_type(t);
+    fixed_offsets.push_back(fixed_total);
+    fixed_total += align_up(device_bytes(t) + kTensorSlackBytes);
+  }
+  weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, fixed_total);
+  for (size_t i = 0; i < fixed.size(); ++i) {
+    PinnedBuffer blob(device_bytes(fixed[i]));
+    write_host(fixed[i], blob.as<uint8_t>());
+    check_cuda(cudaMemcpy(weights_.as<uint8_t>() + fixed_offsets[i], blob.as<uint8_t>(),
+                          blob.bytes(), cudaMemcpyHostToDevice),
+               "uploading weights");
+  }
+  std::vector<uint64_t> layer_bytes;
+  for (const LayerWeights& l : w.layers) {
+    LayerLayout layout;
+    const TensorInfo* mats[kLayerMatrices] = {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down};
+    size_t at = 0;
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      check_type(mats[m]);
+      layout.tensors[m] = mats[m];
+      layout.offsets[m] = at;
+      at += align_up(device_bytes(mats[m]) + kTensorSlackBytes);
     }
+    layout.bytes = at;
+    layer_layouts_.push_back(layout);
+    layer_bytes.push_back(at);
   }
 
   // --- vectors: norms, biases and the rope frequencies as f32 ---------------------------
@@ -174,22 +177,22 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   const float* vbase = vectors_.as<float>();
   auto vec = [&](std::ptrdiff_t at) { return at < 0 ? nullptr : vbase + at; };
 
-  token_embd_ = device_matrix(w.token_embd);
-  output_ = device_matrix(w.output ? w.output : w.token_embd);
+  token_embd_ = describe(w.token_embd, weights_.as<uint8_t>() + fixed_offsets[0]);
+  output_ = w.output && w.output != w.token_embd
+                ? describe(w.output, weights_.as<uint8_t>() + fixed_offsets[1])
+                : token_embd_;
   output_norm_ = vec(output_norm_at);
   rope_frequencies_ = rope_frequencies_buffer_.as<double>();
   decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
   for (size_t i = 0; i < w.layers.size(); ++i) {
-    const LayerWeights& l = w.layers[i];
     const LayerVectorOffsets& o = layer_offsets[i];
+    const LayerLayout& layout = layer_layouts_[i];
     DeviceLayer d;
-    d.wq = device_matrix(l.wq);
-    d.wk = device_matrix(l.wk);
-    d.wv = device_matrix(l.wv);
-    d.wo = device_matrix(l.wo);
-    d.w_gate = device_matrix(l.w_gate);
-    d.w_up = device_matrix(l.w_up);
-    d.w_down = device_matrix(l.w_down);
+    DeviceMatrix* mats[kLayerMatrices] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down};
+    for (int m = 0; m < kLayerMatrices; ++m) {
+      *mats[m] = describe(layout.tensors[m], nullptr);  // data: bind_layers()
+      decode_weight_bytes_ += static_cast<uint64_t>(mats[m]->rows * mats[m]->gguf_row_bytes);
+    }
     d.attn_norm = vec(o.attn_norm);
     d.ffn_norm = vec(o.ffn_norm);
     d.bq = vec(o.bq);
@@ -197,8 +200,6 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     d.bv = vec(o.bv);
     d.q_norm = vec(o.q_norm);
     d.k_norm = vec(o.k_norm);
-    for (const DeviceMatrix* m : {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down})
-      decode_weight_bytes_ += static_cast<uint64_t>(m->rows * m->gguf_row_bytes);
     layers_.push_back(d);
   }
 
@@ -207,8 +208,15 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   widest_ = std::max({c.n_embd, q_dim, c.n_ff});
   auto ws = [&](size_t bytes) { return DeviceBuffer(memory_, MemoryCategory::Workspace, bytes); };
-  inputs_ = ws(kInputArrays * R * sizeof(int32_t));
-  inputs_host_ = PinnedBuffer(kInputArrays * R * sizeof(int32_t));
+  // One region for everything a step sends (token rows, then sampling), so a decode step
+  // uploads with one copy: [inputs: kInputArrays x R int32][params: R][history lengths: R]
+  // [histories: R x history_capacity_ int32].
+  params_offset_ = align_up(kInputArrays * R * sizeof(int32_t));
+  lengths_offset_ = align_up(params_offset_ + R * sizeof(k::DeviceSamplingParams));
+  history_offset_ = align_up(lengths_offset_ + R * sizeof(int32_t));
+  const size_t step_in_bytes = history_offset_ + R * history_capacity_ * sizeof(int32_t);
+  inputs_ = ws(step_in_bytes);
+  inputs_host_ = PinnedBuffer(step_in_bytes);
   hidden_ = ws(R * c.n_embd * sizeof(float));
   normed_ = ws(R * widest_ * sizeof(float));
   normed_f16_ = ws(R * widest_ * sizeof(__half));
@@ -228,22 +236,92 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     weight_f16_ = ws(largest * sizeof(__half));
   }
   logits_ = ws(static_cast<size_t>(kLogitRowsPerPass) * c.n_vocab * sizeof(float));
-  sampling_params_ = ws(R * sizeof(k::DeviceSamplingParams));
-  history_ = ws(R * history_capacity_ * sizeof(int32_t));
-  history_length_ = ws(R * sizeof(int32_t));
   tokens_out_ = ws(R * sizeof(int32_t));
   argmax_scratch_ = ws(R * (sizeof(unsigned long long) + sizeof(int)));
   check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
-  sampling_host_ = PinnedBuffer(
-      R * (sizeof(k::DeviceSamplingParams) + (history_capacity_ + 1) * sizeof(int32_t)));
   tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
 
+  // Charged now, so that the plan sees it: the attention scratch attach_kv() sizes.
+  attention_scratch_bytes_ = attention_workspace_bytes(init.options.context_length);
+
+  // --- placement: the layers that fit stay resident, the rest stream ----------------------
+  streamer_ = std::make_unique<WeightStreamer>(
+      memory_, layer_bytes, [this](size_t layer, uint8_t* dst) {
+        const LayerLayout& layout = layer_layouts_[layer];
+        for (int m = 0; m < kLayerMatrices; ++m) {
+          const TensorInfo* t = layout.tensors[m];
+          if (kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]))
+            split_rows(t->ggml_type, static_cast<const uint8_t*>(t->data), t->rows(), t->dims[0],
+                       dst + layout.offsets[m]);
+          else
+            std::memcpy(dst + layout.offsets[m], t->data, t->size_bytes);
+        }
+      });
+  kv_reserve_bytes_ = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
+                                            c.kv_bytes_per_token(sizeof(__half)));
+  const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
+  const PlacementPlan plan = plan_placement(input);
+  if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
+  streamer_->apply(plan, stream_.get());
+  bind_layers();
   logger("engine.cuda")
-      ->info("CUDA model: {} layers, weights {} MiB on the device, {} rows per run", c.n_layer,
-             total >> 20, R);
+      ->info("CUDA model: {} layers ({} resident, {} streamed through {} staging slots), weights "
+             "{} MiB on the device, {} MiB streamed per pass, {} rows per run",
+             c.n_layer, streamer_->resident_layers(), streamer_->streamed_layers(),
+             streamer_->staging_slots(), (fixed_total + streamer_->resident_bytes()) >> 20,
+             streamer_->streamed_bytes_per_pass() >> 20, R);
+}
+
+size_t CudaModel::attention_workspace_bytes(int64_t max_tokens) const {
+  const ModelConfig& c = config_;
+  const int decode_splits = k::ceil_div(std::max<int64_t>(max_tokens, 1), kDecodeSplitTokens);
+  const int prefill_splits = k::ceil_div(std::max<int64_t>(max_tokens, 1), kPrefillSplitTokens);
+  const size_t floats =
+      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
+                                             decode_splits, c.head_dim),
+               k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
+  return floats * sizeof(float) + static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
+}
+
+PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
+                                          uint64_t kv_bytes) const {
+  PlacementInput in;
+  in.budget_bytes = budget;
+  in.weights.fixed_bytes = memory_.bytes(MemoryCategory::WeightsResident) -
+                           (streamer_ ? streamer_->resident_bytes() : 0);
+  in.weights.layer_bytes.clear();
+  for (const LayerLayout& l : layer_layouts_) in.weights.layer_bytes.push_back(l.bytes);
+  in.workspace_bytes = memory_.bytes(MemoryCategory::Workspace) + memory_.bytes(MemoryCategory::Graphs) +
+                       memory_.bytes(MemoryCategory::Other) +
+                       (attention_partial_.get() ? 0 : attention_scratch_bytes_);
+  in.kv_reserve_bytes = kv_bytes;
+  in.staging_slots = kStagingSlots;
+  in.max_resident_layers = max_resident;
+  return in;
+}
+
+void CudaModel::bind_layers() {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const uint8_t* base = streamer_->layer_base(i);
+    const LayerLayout& layout = layer_layouts_[i];
+    DeviceLayer& d = layers_[i];
+    DeviceMatrix* mats[kLayerMatrices] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down};
+    for (int m = 0; m < kLayerMatrices; ++m) mats[m]->data = base + layout.offsets[m];
+  }
+}
+
+bool CudaModel::replan(const PlacementPlan& plan) {
+  const bool moved = streamer_->apply(plan, stream_.get());
+  bind_layers();
+  return moved;
 }
 
 CudaModel::~CudaModel() = default;
+
+void CudaModel::check_launch(cudaError_t status, const char* kernel) {
+  check_cuda(status, kernel);
+  ++launches_;
+}
 
 void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
   const ModelConfig& c = config_;
@@ -260,6 +338,7 @@ void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_t
       std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
                                              decode_splits, c.head_dim),
                k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
+  attention_scratch_bytes_ = 0;  // charged from here on
   attention_partial_ = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
   const size_t counters = static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
   attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
@@ -275,11 +354,19 @@ void CudaModel::upload(const RowInputs& in) {
   std::copy(in.tokens.begin(), in.tokens.end(), host + kTokens * R);
   std::copy(in.positions.begin(), in.positions.end(), host + kPositions * R);
   std::copy(in.slots.begin(), in.slots.end(), host + kSlots * R);
-  for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.positions[i] + 1;
+  // A padding row (slot < 0) sees no KV: attention skips it, rope_kv writes nothing.
+  for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.slots[i] < 0 ? 0 : in.positions[i] + 1;
   std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
-  check_cuda(cudaMemcpyAsync(inputs_.get(), host, kInputArrays * R * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, stream_.get()),
+  dirty_end_ = std::max(dirty_end_, kInputArrays * R * sizeof(int32_t));
+}
+
+int CudaModel::flush_inputs() {
+  if (dirty_end_ == 0) return 0;
+  check_cuda(cudaMemcpyAsync(inputs_.get(), inputs_host_.as<uint8_t>(), dirty_end_, cudaMemcpyHostToDevice,
+                             stream_.get()),
              "uploading step inputs");
+  dirty_end_ = 0;
+  return 1;
 }
 
 void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows,
@@ -500,11 +587,14 @@ void CudaModel::run_layers(int n_rows) {
                                  static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
                                  n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split),
       "embedding_gather");
+  copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
+    streamer_->before_layer(i, stream_.get());
     if (n_rows <= kMatvecMaxRows)
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
     else
       layer_gemm(layers_[i], static_cast<int>(i), n_rows);
+    copies_ += streamer_->after_layer(i, stream_.get());
   }
 }
 
@@ -527,25 +617,20 @@ void CudaModel::run_head(int first_logit_row, int count) {
 void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>& params,
                                 const std::vector<std::vector<int32_t>>& histories) {
   const size_t n = params.size();
-  auto* p = sampling_host_.as<kernels::DeviceSamplingParams>();
-  std::copy(params.begin(), params.end(), p);
-  auto* hist = reinterpret_cast<int32_t*>(p + max_rows_);
-  auto* lengths = hist + static_cast<size_t>(max_rows_) * history_capacity_;
+  if (n > static_cast<size_t>(max_rows_))
+    throw UsageError("CUDA backend: sampling for more rows than the workspace holds");
+  auto* base = inputs_host_.as<uint8_t>();
+  std::copy(params.begin(), params.end(),
+            reinterpret_cast<kernels::DeviceSamplingParams*>(base + params_offset_));
+  auto* lengths = reinterpret_cast<int32_t*>(base + lengths_offset_);
+  auto* hist = reinterpret_cast<int32_t*>(base + history_offset_);
   for (size_t i = 0; i < n; ++i) {
     const std::vector<int32_t>& h = i < histories.size() ? histories[i] : std::vector<int32_t>{};
     const size_t keep = std::min(h.size(), static_cast<size_t>(history_capacity_));
     std::copy(h.end() - static_cast<std::ptrdiff_t>(keep), h.end(), hist + i * history_capacity_);
     lengths[i] = static_cast<int32_t>(keep);
   }
-  cudaStream_t s = stream_.get();
-  check_cuda(cudaMemcpyAsync(sampling_params_.get(), p, n * sizeof(*p), cudaMemcpyHostToDevice, s),
-             "uploading sampling");
-  check_cuda(cudaMemcpyAsync(history_.get(), hist, n * history_capacity_ * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, s),
-             "uploading history");
-  check_cuda(cudaMemcpyAsync(history_length_.get(), lengths, n * sizeof(int32_t),
-                             cudaMemcpyHostToDevice, s),
-             "uploading history");
+  dirty_end_ = std::max(dirty_end_, history_offset_ + n * history_capacity_ * sizeof(int32_t));
 }
 
 void CudaModel::sample(int count, bool greedy) {
@@ -565,10 +650,11 @@ void CudaModel::sample(int count, bool greedy) {
   a.logits_stride = n_vocab;
   a.rows = count;
   a.n_vocab = n_vocab;
-  a.params = sampling_params_.as<k::DeviceSamplingParams>();
-  a.history = history_.as<int32_t>();
+  auto* device_in = inputs_.as<uint8_t>();
+  a.params = reinterpret_cast<const k::DeviceSamplingParams*>(device_in + params_offset_);
+  a.history = reinterpret_cast<const int32_t*>(device_in + history_offset_);
   a.history_stride = history_capacity_;
-  a.history_length = history_length_.as<int32_t>();
+  a.history_length = reinterpret_cast<const int32_t*>(device_in + lengths_offset_);
   a.tokens = tokens_out_.as<int32_t>();
   check_launch(k::launch_sampling(a, stream_.get()), "sampling");
 }

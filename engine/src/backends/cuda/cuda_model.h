@@ -15,6 +15,8 @@
 #include "backends/backend.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/weight_streamer.h"
+#include "memory/placement.h"
 #include "kernel_config.h"
 #include "sampling.cuh"
 
@@ -58,6 +60,8 @@ class CudaModel {
   ~CudaModel();
 
   int max_rows() const { return max_rows_; }
+  // Staging slots of the ring when layers stream (placement.h).
+  static constexpr int kStagingSlots = 2;
   // Rows at most this many take the quantised matrix-vector kernels (capturable); more take
   // dequantise + cuBLAS GEMM.
   static constexpr int kMatvecMaxRows = 64;
@@ -68,8 +72,12 @@ class CudaModel {
   // for contexts of max_tokens.
   void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens);
 
-  // Copies one run's inputs to the fixed device buffers (async on the stream).
+  // Writes one run's inputs (upload) and sampling parameters (upload_sampling) to the pinned
+  // mirror of the fixed device buffers; flush_inputs() sends what was written in one async
+  // copy on the stream (returns the copies issued: 0 or 1). The caller flushes before the
+  // work that reads them, outside any capture.
   void upload(const RowInputs& in);
+  int flush_inputs();
   // The layers for rows [0, n_rows) of the uploaded inputs; then the head for logit rows
   // [first, first + count) (count <= kLogitRowsPerPass) into logits(). Graph-capturable
   // when n_rows <= kMatvecMaxRows.
@@ -89,7 +97,19 @@ class CudaModel {
   cudaStream_t stream() const { return stream_.get(); }
   // What every launch of this model runs with; set at construction, never changed.
   const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
-  uint64_t weight_bytes() const { return weights_.bytes(); }
+  uint64_t weight_bytes() const { return weights_.bytes() + streamer_->resident_bytes(); }
+  const WeightStreamer& streamer() const { return *streamer_; }
+  // The placement input for a budget, with the ledger's workspace and `kv_bytes` of KV kept
+  // free, at most max_resident layers resident (-1: no cap).
+  PlacementInput placement_input(uint64_t budget, int32_t max_resident, uint64_t kv_bytes) const;
+  uint64_t kv_reserve_bytes() const { return kv_reserve_bytes_; }
+  // Moves layers to a new plan (waits for the stream); true when any moved, which makes every
+  // captured graph stale.
+  bool replan(const PlacementPlan& plan);
+  // Host-issued operations since the last reset: eager kernel launches and weight copies
+  // (a launch while the stream is being captured counts too; callers reset around it).
+  uint64_t host_operations() const { return launches_ + copies_; }
+  void reset_host_operations() { launches_ = copies_ = 0; }
   // Bytes of weights one decode step reads (every layer matrix + the output head).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
 
@@ -101,6 +121,16 @@ class CudaModel {
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32);
   void gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate);
+  void check_launch(cudaError_t status, const char* kernel);
+  void bind_layers();
+  size_t attention_workspace_bytes(int64_t max_tokens) const;
+
+  static constexpr int kLayerMatrices = 7;  // wq, wk, wv, wo, w_gate, w_up, w_down
+  struct LayerLayout {
+    const TensorInfo* tensors[kLayerMatrices] = {};
+    size_t offsets[kLayerMatrices] = {};
+    size_t bytes = 0;
+  };
 
   const ModelConfig& config_;
   const kernels::KernelConfig kernel_config_;
@@ -109,7 +139,12 @@ class CudaModel {
   CudaStream stream_;
   std::unique_ptr<Cublas> cublas_;  // created on the first GEMM
 
-  DeviceBuffer weights_;  // every tensor, packed
+  DeviceBuffer weights_;  // embeddings and output head, packed
+  std::vector<LayerLayout> layer_layouts_;
+  std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
+  uint64_t kv_reserve_bytes_ = 0;
+  size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
+  uint64_t launches_ = 0, copies_ = 0;
   DeviceBuffer vectors_;  // norms and biases as f32
   DeviceBuffer rope_frequencies_buffer_;
   std::vector<DeviceLayer> layers_;
@@ -130,8 +165,10 @@ class CudaModel {
   DeviceBuffer attention_partial_, attention_counters_;
   DeviceBuffer weight_f16_;  // one dequantised layer matrix for the GEMM path
   DeviceBuffer logits_;
-  DeviceBuffer sampling_params_, history_, history_length_, tokens_out_, argmax_scratch_;
-  PinnedBuffer sampling_host_, tokens_host_;
+  DeviceBuffer tokens_out_, argmax_scratch_;
+  PinnedBuffer tokens_host_;
+  size_t params_offset_ = 0, lengths_offset_ = 0, history_offset_ = 0;  // in inputs_
+  size_t dirty_end_ = 0;  // host bytes of inputs_ written since the last flush
   int history_capacity_ = 256;
   int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
 };
