@@ -84,6 +84,8 @@ class KvSpace {
  public:
   // Reserves every slot's range at once; charges KvReservedVa. Throws CapacityError.
   KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryManager& memory);
+  // The ledger this space charges (and whose budget it maps against).
+  MemoryManager& memory() const { return memory_; }
   ~KvSpace();
   KvSpace(const KvSpace&) = delete;
   KvSpace& operator=(const KvSpace&) = delete;

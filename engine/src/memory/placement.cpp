@@ -78,18 +78,19 @@ PlacementPlan plan_placement(const PlacementInput& in) {
   const int32_t cap = in.max_resident_layers < 0 ? n : std::min(n, in.max_resident_layers);
   p.minimum_budget_bytes = base + (n > 0 ? static_cast<uint64_t>(std::min(slots, n)) * largest : 0);
 
-  uint64_t all = base;
-  for (uint64_t b : layers) all += b;
+  // The most resident layers (a prefix) whose bytes, with a ring for the rest sized to the
+  // largest streamed layer, fit the budget.
+  std::vector<uint64_t> prefix(static_cast<size_t>(n) + 1, 0), suffix_max(static_cast<size_t>(n) + 1, 0);
+  for (int32_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layers[static_cast<size_t>(i)];
+  for (int32_t i = n - 1; i >= 0; --i)
+    suffix_max[i] = std::max(suffix_max[i + 1], layers[static_cast<size_t>(i)]);
   int32_t resident = 0;
-  if (cap == n && all <= in.budget_bytes) {
-    resident = n;
-  } else {
-    // A ring sized to the largest layer, whichever stream: re-plans keep the same slots.
-    const uint64_t ring = static_cast<uint64_t>(std::min(slots, n)) * largest;
-    uint64_t used = base + ring;
-    while (resident < cap && used + layers[static_cast<size_t>(resident)] <= in.budget_bytes) {
-      used += layers[static_cast<size_t>(resident)];
-      ++resident;
+  for (int32_t r = cap; r >= 0; --r) {
+    const uint64_t ring =
+        static_cast<uint64_t>(std::min(slots, n - r)) * suffix_max[static_cast<size_t>(r)];
+    if (base + prefix[static_cast<size_t>(r)] + ring <= in.budget_bytes) {
+      resident = r;
+      break;
     }
   }
   p.layer_streamed.assign(static_cast<size_t>(n), false);
@@ -106,8 +107,8 @@ PlacementPlan plan_placement(const PlacementInput& in) {
   }
   if (p.streamed_layers > 0) {
     p.staging_slots = std::min(slots, p.streamed_layers);
-    p.staging_slot_bytes = largest;
-    p.staging_bytes = static_cast<uint64_t>(p.staging_slots) * largest;
+    p.staging_slot_bytes = suffix_max[static_cast<size_t>(resident)];
+    p.staging_bytes = static_cast<uint64_t>(p.staging_slots) * p.staging_slot_bytes;
   }
   p.loads = in.budget_bytes >= p.minimum_budget_bytes;
   const uint64_t held = p.device_bytes() + in.workspace_bytes;
