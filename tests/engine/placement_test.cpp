@@ -105,9 +105,9 @@ TEST(Placement, TheRingHasASlotPerStreamedLayerUpToTwoSizedToTheLargestStreamed)
   EXPECT_EQ(plan_placement(in).resident_layers, 4);
 }
 
-TEST(Placement, DefaultKvReserveIsOneChatsWindowOfAtMost4096Tokens) {
+TEST(Placement, DefaultKvReserveIsOneChatsFirstTurnOfAtMost1024Tokens) {
   EXPECT_EQ(default_kv_reserve_tokens(512), 512);
-  EXPECT_EQ(default_kv_reserve_tokens(8192), 4096);
+  EXPECT_EQ(default_kv_reserve_tokens(8192), 1024);
   EXPECT_EQ(default_kv_reserve_tokens(0), 0);
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <initializer_list>
 
 #include "granule/gguf.h"
 #include "model/weight_split.h"
@@ -63,8 +64,32 @@ DeviceWeightSizes device_weight_sizes(const WeightTable& w, bool split_weights) 
   return s;
 }
 
+uint64_t cuda_workspace_bytes(const ModelConfig& c, const WeightTable& weights, int64_t max_rows,
+                              int64_t context) {
+  constexpr int64_t kMatvecRows = 64, kLogitRows = 64, kHistory = 256, kParamsBytes = 64;
+  const int64_t R = std::max(max_rows, kMatvecRows);
+  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  const int64_t widest = std::max({c.n_embd, q_dim, c.n_ff});
+  int64_t floats = R * (c.n_embd + widest + 2 * q_dim + 2 * kv_dim + 2 * c.n_ff);
+  floats += kLogitRows * c.n_vocab;
+  int64_t bytes = floats * 4 + R * widest * 2 /* f16 */ + R * widest + R * widest / 32 * 8;
+  bytes += R * (5 * 4 + kParamsBytes + 4 + kHistory * 4 + 4 + 12);  // inputs, sampling, tokens
+  if (R > kMatvecRows) {
+    int64_t largest = 0;
+    for (const LayerWeights& l : weights.layers)
+      for (const TensorInfo* t : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
+        if (t) largest = std::max(largest, t->elements());
+    bytes += largest * 2;
+  }
+  // Split attention: partial (max, sum, head_dim values) per row, head and split.
+  const int64_t decode = kMatvecRows * c.n_head * ((context + 63) / 64) * (c.head_dim + 2);
+  const int64_t prefill = R * c.n_head * ((context + 1023) / 1024) * (c.head_dim + 2);
+  bytes += std::max(decode, prefill) * 4 + R * c.n_head_kv * 4;
+  return static_cast<uint64_t>(bytes);
+}
+
 int64_t default_kv_reserve_tokens(int64_t context_per_chat) {
-  constexpr int64_t kReserveTokens = 4096;
+  constexpr int64_t kReserveTokens = 1024;
   return std::clamp<int64_t>(context_per_chat, 0, kReserveTokens);
 }
 

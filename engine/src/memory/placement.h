@@ -51,10 +51,15 @@ struct PlacementPlan {
 
 PlacementPlan plan_placement(const PlacementInput& input);
 
-// The KV the plan keeps free at load: one chat's working window of min(context, 4096)
-// tokens. More chats or longer ones grow into the rest of the budget and, past it, move
+// The KV the plan keeps free at load: one chat's first turn, min(context, 1024) tokens. More chats or longer ones grow into the rest of the budget and, past it, move
 // layers to streaming (the engine's pressure path).
 int64_t default_kv_reserve_tokens(int64_t context_per_chat);
+
+// The CUDA backend's workspace for passes of up to max_rows token rows and contexts of
+// `context` tokens (cuda_model.cpp allocates these buffers): activations, the step's inputs,
+// 64 rows of logits, one dequantised matrix for the GEMM path, the attention scratch.
+uint64_t cuda_workspace_bytes(const ModelConfig& config, const WeightTable& weights,
+                              int64_t max_rows, int64_t context);
 
 // "the VRAM budget of 1.0 GiB is below the 1.3 GiB this model needs at least: 0.6 GiB of
 // embeddings and head, 0.2 GiB of staging for two streamed layers, ..."

@@ -111,7 +111,10 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   e.loads = e.budget_bytes >= held;
   e.minimum_budget_bytes = held;
   if (e.gpu) {
-    // The CUDA backend's plan (cuda_model.cpp makes the same one at load).
+    // The CUDA backend's plan (cuda_model.cpp makes the same one at load), with its workspace.
+    const int64_t rows = options.prefill_chunk_tokens > 0 ? options.prefill_chunk_tokens : 512;
+    e.workspace_bytes = cuda_workspace_bytes(e.config, weights, rows, e.context_per_chat);
+    held = e.weights_bytes + e.workspace_bytes;
     PlacementInput in;
     in.budget_bytes = e.budget_bytes;
     in.weights = device_weight_sizes(weights, kernel_config_from_environment().split_weights);
