@@ -131,7 +131,8 @@ std::string shortfall(const FitEstimate& e, const std::string& budget_source) {
          budget_argument(e.minimum_budget_bytes) + " or more, or a shorter --ctx";
 }
 
-// "the budget holds 1200 tokens per chat, less than the 4096 asked (--ctx)"
+// When it loads but the chats cannot all have their full context: "the budget leaves KV for
+// 1047 tokens per chat, less than the 4096 asked (--ctx); ..."
 std::string context_note(const FitEstimate& e) {
   if (!e.loads || e.fits) return "";
   return "the budget leaves KV for " + std::to_string(e.max_context_per_chat) +
@@ -169,9 +170,8 @@ void print_text(const FitOptions& options, const FitPreview& p) {
                            human_bytes(e.kv_bytes_per_token) + " per token)");
   field("max context/chat", std::to_string(e.max_context_per_chat) + " tokens");
   if (e.gpu) {
-    const std::string h2d =
-        format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
-        (e.h2d_measured ? " measured host-to-device" : " assumed (PCIe 4.0 x16), not measured");
+    const std::string h2d = "host-to-device " + format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
+                            (e.h2d_measured ? ", measured" : ", assumed: PCIe 4.0 x16");
     field("pcie bound", e.streamed_layers == 0 ? "none: nothing streams (" + h2d + ")"
                                                : format("%.1f", e.pcie_tokens_per_second) +
                                                      " tokens/s at batch 1 (" + h2d + ")");

@@ -96,7 +96,7 @@ if [[ $RC -eq 0 ]]; then pass; else fail "fit ${MIDDLE}B: exit $RC: $(cat "$ERR"
 expect_line "^layers: +$RESIDENT of 30 resident: layers 0-$((RESIDENT - 1)) resident, $RESIDENT-29 streamed\$" "middle budget"
 expect_line "^ +$MAP\$" "middle budget"
 expect_line "^verdict: +fits with streaming: $STREAMED of 30 layers streamed\$" "middle budget"
-expect_line '^pcie bound: +[0-9.]+ tokens/s at batch 1 \([0-9.]+ GB/s ' "middle budget"
+expect_line '^pcie bound: +[0-9.]+ tokens/s at batch 1 \(host-to-device [0-9.]+ GB/s, (measured|assumed: PCIe 4\.0 x16)\)$' "middle budget"
 expect_line '^staging: +[0-9.]+ (KiB|MiB)$' "middle budget"
 
 # Exactly the minimum loads with every layer streamed; a byte less does not.
@@ -115,6 +115,12 @@ if grep -q "does not load: the VRAM budget of 1.0 MiB (--vram-budget) is below t
 then pass; else fail "fit 1MiB message: $(cat "$ERR")"; fi
 expect_line '^minimum budget: +[0-9.]+ MiB \(every layer streamed\)$' "1MiB"
 if grep -q '^verdict:' "$OUT"; then fail "1MiB: a verdict on stdout besides the error"; else pass; fi
+
+# Four chats share the KV the middle budget leaves: it loads, with a note on the context.
+run_cli fit "$MODEL" --vram-budget "${MIDDLE}B" --chats 4
+if [[ $RC -eq 0 ]]; then pass; else fail "--chats 4: exit $RC: $(cat "$ERR")"; fi
+expect_line '^note: +the budget leaves KV for [0-9]+ tokens per chat, less than the 4096 asked \(--ctx\)' "--chats 4"
+expect_line "^verdict: +fits with streaming: [0-9]+ of 30 layers streamed\$" "--chats 4"
 
 # A shorter context keeps less KV free, so the same budget keeps more layers resident.
 run_cli fit "$MODEL" --vram-budget "${MIDDLE}B" --ctx 512 --json
