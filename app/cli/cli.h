@@ -21,6 +21,12 @@ Command add_info_command(CLI::App& parent);
 Command add_tokenize_command(CLI::App& parent);
 Command add_run_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
+Command add_fit_command(CLI::App& parent);
+
+// --vram-budget SIZE (byte_size.h: "6GiB", "6144MiB"; a bare number is MiB) into `bytes`,
+// left at 0 (the backend's default) when not given. A size it cannot read is a parse error:
+// "--vram-budget: '12XB' is not a size; write it like 6GiB or 6144MiB".
+CLI::Option* add_vram_budget_option(CLI::App& app, uint64_t& bytes);
 
 // The one stderr line for an error about `file`: "granule-cli: FILE: what", without
 // repeating the file when the message already starts with it, and with newlines folded.

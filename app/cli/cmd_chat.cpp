@@ -86,6 +86,7 @@ Command add_chat_command(CLI::App& parent) {
   auto options = std::make_shared<ChatOptions>();
   CLI::App* app = parent.add_subcommand("chat", "Chat with a model interactively (/reset, /exit)");
   add_generation_options(*app, options->generation);
+  add_vram_budget_option(*app, options->generation.vram_budget_bytes);
   return {app, [options] { return run_chat(*options); }, &options->generation.model};
 }
 

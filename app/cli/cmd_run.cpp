@@ -49,6 +49,7 @@ Command add_run_command(CLI::App& parent) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* app = parent.add_subcommand("run", "Generate one reply to a prompt");
   add_generation_options(*app, options->generation);
+  add_vram_budget_option(*app, options->generation.vram_budget_bytes);
   app->add_option("-p,--prompt", options->prompt, "The prompt")->required();
   app->add_flag("--raw", options->raw,
                 "Use the prompt as is (control tokens written as text are parsed), without the "

@@ -88,6 +88,7 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   engine_options.context_length = options.context;
   engine_options.max_sequences = 1;  // one conversation at a time
   engine_options.cpu_threads = options.threads;
+  engine_options.vram_budget_bytes = options.vram_budget_bytes;
   engine_options.chat_template_override = options.template_name;
   return Engine::open(options.model, engine_options);
 }

@@ -25,6 +25,8 @@ struct GenerationOptions {
   int64_t context = 4096;
   int32_t threads = 0;
   std::string device = "auto";
+  // --vram-budget (added by run and chat); 0: the backend's default
+  uint64_t vram_budget_bytes = 0;
   std::string template_name;  // "" = detect from the GGUF
   std::string system;
   bool quiet_stats = false;

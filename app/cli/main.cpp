@@ -1,10 +1,11 @@
-// granule-cli: model info, tokenizer, one-shot generation and chat from the terminal.
-// Every failure ends with exit code 1 and one line on stderr, never a signal.
+// granule-cli: model info, the fit preview, tokenizer, one-shot generation and chat from the
+// terminal. Every failure ends with exit code 1 and one line on stderr, never a signal.
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
+#include "byte_size.h"
 #include "cli.h"
 #include "granule/error.h"
 #include "granule/log.h"
@@ -35,6 +36,23 @@ std::string human_bytes(uint64_t bytes) {
   return text;
 }
 
+CLI::Option* add_vram_budget_option(CLI::App& app, uint64_t& bytes) {
+  constexpr const char* kName = "--vram-budget";
+  return app
+      .add_option_function<std::string>(
+          kName,
+          [&bytes](const std::string& text) {
+            try {
+              bytes = parse_byte_size(text);
+            } catch (const granule::Error& e) {
+              throw CLI::ValidationError(kName, e.what());
+            }
+          },
+          "Device memory the engine may use, e.g. 6GiB or 6144MiB (a bare number is MiB); "
+          "default: the GPU's free memory minus a margin")
+      ->type_name("SIZE");
+}
+
 }  // namespace granule::cli
 
 namespace {
@@ -57,7 +75,8 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", verbosity, "More log output on stderr (-v info, -vv debug)");
 
   std::vector<Command> commands = {add_info_command(app), add_tokenize_command(app),
-                                   add_run_command(app), add_chat_command(app)};
+                                   add_run_command(app), add_chat_command(app),
+                                   add_fit_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -4,7 +4,10 @@
 // clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "granule/engine.h"
 #include "granule/error.h"
@@ -46,18 +49,22 @@ TEST(FitEstimate, KvPerTokenOnTheCpuIsF32TwiceTheF16OfCuda) {
   EXPECT_EQ(cpu.kv_bytes_per_token, 128u * 4);
   EXPECT_EQ(cuda.kv_bytes_per_token, 128u * 2);
   EXPECT_EQ(cpu.kv_bytes_per_token, 2 * cuda.kv_bytes_per_token);
-  // The rest does not depend on the backend.
+  // The file's weights do not depend on the backend; the workspace does (the CUDA backend's
+  // buffers, sized as cuda_model.cpp allocates them, against the CPU's allowance).
   EXPECT_EQ(cpu.weights_bytes, cuda.weights_bytes);
-  EXPECT_EQ(cpu.workspace_bytes, cuda.workspace_bytes);
-  // Twice the KV per token: half the tokens in the same budget, up to what the CUDA upload
-  // layout adds to the weights (every matrix padded and 256-byte aligned on the device).
+  EXPECT_GT(cuda.workspace_bytes, 0u);
+  // Twice the KV per token: each side's capacity is its budget's rest over its KV per token;
+  // the GPU's plan holds its weights in the device layout (aligned, padded), a little larger.
   const FitEstimate cpu_same_budget =
       Engine::estimate(model.path, options(DeviceKind::Cpu, 1ull << 30));
-  ASSERT_GE(cuda.resident_weight_bytes, cuda.weights_bytes);
-  const auto layout_tokens =
-      static_cast<int64_t>((cuda.resident_weight_bytes - cuda.weights_bytes) /
-                           cuda.kv_bytes_per_token);
-  EXPECT_NEAR(cpu_same_budget.kv_capacity_tokens, cuda.kv_capacity_tokens / 2, layout_tokens + 1);
+  EXPECT_EQ(cpu_same_budget.kv_capacity_tokens,
+            static_cast<int64_t>(((1ull << 30) - cpu.weights_bytes - cpu.workspace_bytes) /
+                                 (2 * cuda.kv_bytes_per_token)));
+  EXPECT_EQ(
+      cuda.kv_capacity_tokens,
+      static_cast<int64_t>(((1ull << 30) - cuda.resident_weight_bytes - cuda.workspace_bytes) /
+                           cuda.kv_bytes_per_token));
+  EXPECT_GE(cuda.resident_weight_bytes, cuda.weights_bytes);
 }
 
 TEST(FitEstimate, MatchesWhatTheOpenedCpuEngineCharges) {
@@ -117,6 +124,152 @@ TEST(FitEstimate, BudgetArithmetic) {
   EngineOptions long_context = options(DeviceKind::Cpu, 1ull << 30);
   long_context.context_length = 1 << 20;
   EXPECT_EQ(Engine::estimate(model.path, long_context).context_per_chat, 4096);
+}
+
+// The placement plan for a GPU (planned here without one: a budget is given). Six layers of
+// the same size, so the staging ring is two of them and every budget step is one layer.
+SyntheticModelSpec six_layers() {
+  SyntheticModelSpec s = spec();
+  s.n_layer = 6;
+  return s;
+}
+
+// Every layer streamed or resident as a trailing run: resident from layer 0, then streamed.
+void expect_trailing_run(const FitEstimate& e) {
+  ASSERT_EQ(e.layer_streamed.size(), static_cast<size_t>(e.resident_layers + e.streamed_layers));
+  for (size_t i = 0; i < e.layer_streamed.size(); ++i)
+    EXPECT_EQ(e.layer_streamed[i], static_cast<int32_t>(i) >= e.resident_layers) << "layer " << i;
+}
+
+TEST(FitEstimate, APlanForAGpuNeedsNoGpu) {
+  const TempModel model(six_layers(), "granule_fit");
+  const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
+  EXPECT_TRUE(e.gpu);
+  EXPECT_TRUE(e.loads);
+  EXPECT_EQ(e.budget_bytes, 1ull << 30);
+  EXPECT_EQ(e.resident_layers, 6);
+  EXPECT_EQ(e.streamed_layers, 0);
+  EXPECT_EQ(e.layer_streamed, std::vector<bool>(6, false));
+  EXPECT_EQ(e.staging_bytes, 0u);
+  EXPECT_EQ(e.streamed_bytes_per_pass, 0u);
+  EXPECT_EQ(e.pcie_tokens_per_second, 0.0);  // nothing streams: no bound
+  EXPECT_GT(e.h2d_bytes_per_second, 0.0);
+  // One chat's working window of KV is kept free: min(context, 4096) tokens.
+  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 4096);
+}
+
+TEST(FitEstimate, StreamedLayersGrowAsTheBudgetShrinks) {
+  const TempModel model(six_layers(), "granule_fit");
+  const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
+  const uint64_t device_weights = roomy.resident_weight_bytes;  // every layer resident
+  // All resident: device weights, workspace and the KV reserve.
+  const uint64_t all_resident = device_weights + roomy.workspace_bytes + roomy.kv_reserve_bytes;
+  const uint64_t minimum = roomy.minimum_budget_bytes;
+  ASSERT_LT(minimum, all_resident);
+
+  const FitEstimate exact = Engine::estimate(model.path, options(DeviceKind::Cuda, all_resident));
+  EXPECT_EQ(exact.streamed_layers, 0);
+  const FitEstimate one_short =
+      Engine::estimate(model.path, options(DeviceKind::Cuda, all_resident - 1));
+  EXPECT_GT(one_short.streamed_layers, 0);
+
+  int32_t previous_streamed = 0;
+  uint64_t layer_bytes = 0;
+  const uint64_t step = (all_resident - minimum) / 24;
+  for (uint64_t budget = all_resident; budget >= minimum; budget -= step) {
+    SCOPED_TRACE("budget " + std::to_string(budget));
+    const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cuda, budget));
+    EXPECT_TRUE(e.loads);
+    EXPECT_EQ(e.minimum_budget_bytes, minimum);  // the minimum does not depend on the budget
+    EXPECT_EQ(e.resident_layers + e.streamed_layers, 6);
+    EXPECT_GE(e.streamed_layers, previous_streamed);
+    previous_streamed = e.streamed_layers;
+    expect_trailing_run(e);
+    // The weights are where they are: resident or streamed, never both, never lost.
+    EXPECT_EQ(e.resident_weight_bytes + e.streamed_bytes_per_pass, device_weights);
+    if (e.streamed_layers > 0) {
+      if (layer_bytes == 0) layer_bytes = e.streamed_bytes_per_pass / e.streamed_layers;
+      EXPECT_EQ(e.streamed_bytes_per_pass, layer_bytes * e.streamed_layers);
+      // A ring of two layers (one when only one streams).
+      EXPECT_EQ(e.staging_bytes, layer_bytes * std::min(e.streamed_layers, 2));
+      // The KV tokens the rest of the budget holds.
+      const uint64_t held = e.resident_weight_bytes + e.staging_bytes + e.workspace_bytes;
+      EXPECT_EQ(e.kv_capacity_tokens, static_cast<int64_t>((budget - held) / e.kv_bytes_per_token));
+      EXPECT_GE(e.kv_capacity_tokens * e.kv_bytes_per_token, e.kv_reserve_bytes);
+    }
+    if (budget < minimum + step) break;
+  }
+  EXPECT_EQ(previous_streamed, 6);  // the last budget is within a step of the minimum
+
+  // At the minimum every layer streams; a byte less does not load.
+  const FitEstimate at_minimum = Engine::estimate(model.path, options(DeviceKind::Cuda, minimum));
+  EXPECT_TRUE(at_minimum.loads);
+  EXPECT_EQ(at_minimum.streamed_layers, 6);
+  EXPECT_EQ(at_minimum.resident_layers, 0);
+  EXPECT_EQ(at_minimum.layer_streamed, std::vector<bool>(6, true));
+  // The minimum: fixed weights, a ring of two layers, workspace and the KV reserve.
+  EXPECT_EQ(minimum, at_minimum.resident_weight_bytes + 2 * layer_bytes +
+                         at_minimum.workspace_bytes + at_minimum.kv_reserve_bytes);
+  const FitEstimate below = Engine::estimate(model.path, options(DeviceKind::Cuda, minimum - 1));
+  EXPECT_FALSE(below.loads);
+  EXPECT_FALSE(below.fits);
+  EXPECT_EQ(below.minimum_budget_bytes, minimum);
+  EXPECT_FALSE(Engine::estimate(model.path, options(DeviceKind::Cuda, 1 << 20)).loads);
+}
+
+TEST(FitEstimate, PcieBoundIsBandwidthOverStreamedBytes) {
+  const TempModel model(six_layers(), "granule_fit");
+  const uint64_t minimum =
+      Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30)).minimum_budget_bytes;
+  const FitEstimate all = Engine::estimate(model.path, options(DeviceKind::Cuda, minimum));
+  ASSERT_EQ(all.streamed_layers, 6);
+  const uint64_t layer_bytes = all.streamed_bytes_per_pass / 6;
+  // Two layers more than the minimum: two resident, four streamed.
+  const FitEstimate some =
+      Engine::estimate(model.path, options(DeviceKind::Cuda, minimum + 2 * layer_bytes));
+  ASSERT_EQ(some.streamed_layers, 4);
+  for (const FitEstimate* e : {&all, &some}) {
+    EXPECT_GT(e->h2d_bytes_per_second, 0.0);
+    EXPECT_DOUBLE_EQ(e->pcie_tokens_per_second,
+                     e->h2d_bytes_per_second / static_cast<double>(e->streamed_bytes_per_pass));
+  }
+  // Fewer bytes streamed per token: a higher bound, in proportion.
+  EXPECT_DOUBLE_EQ(some.pcie_tokens_per_second / all.pcie_tokens_per_second, 6.0 / 4.0);
+  if (!all.h2d_measured) EXPECT_DOUBLE_EQ(all.h2d_bytes_per_second, 25e9);  // PCIe 4.0 x16
+}
+
+TEST(FitEstimate, AShorterContextKeepsMoreLayersResident) {
+  const TempModel model(six_layers(), "granule_fit");
+  const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
+  const uint64_t budget = roomy.minimum_budget_bytes + 1;  // every layer streamed at 4,096
+  EngineOptions short_context = options(DeviceKind::Cuda, budget);
+  short_context.context_length = 512;
+  const FitEstimate e = Engine::estimate(model.path, short_context);
+  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 512);
+  EXPECT_LT(e.minimum_budget_bytes, roomy.minimum_budget_bytes);
+  EXPECT_EQ(e.minimum_budget_bytes,
+            roomy.minimum_budget_bytes - roomy.kv_bytes_per_token * (4096 - 512));
+  EXPECT_GT(e.resident_layers,
+            Engine::estimate(model.path, options(DeviceKind::Cuda, budget)).resident_layers);
+  expect_trailing_run(e);
+}
+
+TEST(FitEstimate, TheCpuHoldsEveryLayerAndLoadsAboveWeightsAndWorkspace) {
+  const TempModel model(six_layers(), "granule_fit");
+  const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cpu, 1ull << 30));
+  const uint64_t minimum = roomy.weights_bytes + roomy.workspace_bytes;
+  EXPECT_EQ(roomy.minimum_budget_bytes, minimum);
+  for (uint64_t budget : {minimum, minimum - 1}) {
+    const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cpu, budget));
+    EXPECT_EQ(e.loads, budget >= minimum);
+    EXPECT_EQ(e.resident_layers, 6);
+    EXPECT_EQ(e.streamed_layers, 0);
+    EXPECT_EQ(e.layer_streamed, std::vector<bool>(6, false));
+    EXPECT_EQ(e.resident_weight_bytes, e.weights_bytes);
+    EXPECT_EQ(e.staging_bytes, 0u);
+    EXPECT_EQ(e.streamed_bytes_per_pass, 0u);
+    EXPECT_EQ(e.pcie_tokens_per_second, 0.0);
+  }
 }
 
 TEST(FitEstimate, BadInputIsAClearError) {

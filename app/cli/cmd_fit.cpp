@@ -1,0 +1,260 @@
+// `granule-cli fit MODEL`: the fit preview before loading — for a VRAM budget, which layers
+// stay resident and which stream from host memory, the KV it leaves, the PCIe bound on decode
+// speed, and whether the model loads at all. Engine::estimate computes it from the file alone.
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "granule/engine.h"
+#include "granule/error.h"
+
+namespace granule::cli {
+namespace {
+
+struct FitOptions {
+  std::filesystem::path model;
+  uint64_t vram_budget_bytes = 0;  // 0: the backend's default
+  int64_t context = 4096;
+  int32_t chats = 1;
+  std::string device = "auto";
+  bool json = false;
+};
+
+// The estimate and how it was asked for.
+struct FitPreview {
+  FitEstimate e;
+  bool planning_without_gpu = false;  // a budget, no device named, no GPU here: a GPU's plan
+  std::string budget_source;
+};
+
+DeviceKind device_kind(const std::string& name) {
+  if (name == "cpu") return DeviceKind::Cpu;
+  if (name == "cuda") return DeviceKind::Cuda;
+  return DeviceKind::Auto;
+}
+
+FitPreview make_preview(const FitOptions& options) {
+  EngineOptions engine_options;
+  engine_options.device = device_kind(options.device);
+  engine_options.context_length = options.context;
+  engine_options.max_sequences = options.chats;
+  engine_options.vram_budget_bytes = options.vram_budget_bytes;
+  FitPreview p;
+  p.e = Engine::estimate(options.model, engine_options);
+  // A budget asks what it would give on a GPU, even where none is usable.
+  if (!p.e.gpu && options.vram_budget_bytes > 0 && engine_options.device == DeviceKind::Auto) {
+    engine_options.device = DeviceKind::Cuda;
+    p.e = Engine::estimate(options.model, engine_options);
+    p.planning_without_gpu = true;
+  }
+  if (options.vram_budget_bytes > 0)
+    p.budget_source = "--vram-budget";
+  else if (p.e.gpu)
+    p.budget_source = "the GPU's free memory minus a margin";
+  else
+    p.budget_source = "host memory, the CPU backend's default";
+  return p;
+}
+
+// "layers 0-19 resident, 20-29 streamed"
+std::string layer_ranges(const std::vector<bool>& streamed) {
+  std::string text;
+  for (size_t first = 0; first < streamed.size();) {
+    size_t last = first;
+    while (last + 1 < streamed.size() && streamed[last + 1] == streamed[first]) ++last;
+    text += text.empty() ? "layers " : ", ";
+    text += std::to_string(first);
+    if (last > first) text += "-" + std::to_string(last);
+    text += streamed[first] ? " streamed" : " resident";
+    first = last + 1;
+  }
+  return text.empty() ? "no layers" : text;
+}
+
+// One character per layer: R resident, S streamed.
+std::string layer_bar(const std::vector<bool>& streamed) {
+  std::string bar;
+  for (bool s : streamed) bar += s ? 'S' : 'R';
+  return bar;
+}
+
+// "134.5M", "8.03B"
+std::string parameter_count(uint64_t n) {
+  char text[32];
+  if (n >= 1'000'000'000)
+    std::snprintf(text, sizeof text, "%.2fB", static_cast<double>(n) / 1e9);
+  else
+    std::snprintf(text, sizeof text, "%.1fM", static_cast<double>(n) / 1e6);
+  return text;
+}
+
+std::string format(const char* spec, double value) {
+  char text[64];
+  std::snprintf(text, sizeof text, spec, value);
+  return text;
+}
+
+int32_t layer_count(const FitEstimate& e) { return e.resident_layers + e.streamed_layers; }
+
+// The verdict when the model loads: all layers resident, or how many stream.
+std::string verdict(const FitEstimate& e) {
+  if (e.streamed_layers == 0) return "fits: all layers resident";
+  return "fits with streaming: " + std::to_string(e.streamed_layers) + " of " +
+         std::to_string(layer_count(e)) + " layers streamed";
+}
+
+// A --vram-budget argument at least `bytes`: whole MiB, rounded up ("188MiB").
+std::string budget_argument(uint64_t bytes) {
+  constexpr uint64_t kMiB = 1ull << 20;
+  return std::to_string((bytes + kMiB - 1) / kMiB) + "MiB";
+}
+
+// Why it does not load, naming the minimum budget and what to change.
+std::string shortfall(const FitEstimate& e, const std::string& budget_source) {
+  const std::string budget = human_bytes(e.budget_bytes);
+  const std::string minimum = human_bytes(e.minimum_budget_bytes);
+  if (!e.gpu) {
+    return "does not load: the " + budget + " budget (" + budget_source + ") is below the " +
+           minimum + " this model needs in host memory (weights and workspace)" +
+           (budget_source == "--vram-budget"
+                ? "; give --vram-budget " + budget_argument(e.minimum_budget_bytes) + " or more"
+                : "");
+  }
+  return "does not load: the VRAM budget of " + budget + " (" + budget_source +
+         ") is below the minimum of " + minimum +
+         " this model needs with every layer streamed (embeddings and head, a staging ring, "
+         "workspace and " +
+         human_bytes(e.kv_reserve_bytes) + " of KV); give --vram-budget " +
+         budget_argument(e.minimum_budget_bytes) + " or more, or a shorter --ctx";
+}
+
+// When it loads but the chats cannot all have their full context: "the budget leaves KV for
+// 1047 tokens per chat, less than the 4096 asked (--ctx); ..."
+std::string context_note(const FitEstimate& e) {
+  if (!e.loads || e.fits) return "";
+  return "the budget leaves KV for " + std::to_string(e.max_context_per_chat) +
+         " tokens per chat, less than the " + std::to_string(e.context_per_chat) +
+         " asked (--ctx); chats past that wait or are recomputed";
+}
+
+// "label:   value"; an empty label continues the line above.
+void field(const std::string& label, const std::string& value) {
+  std::printf("%-20s %s\n", label.empty() ? "" : (label + ":").c_str(), value.c_str());
+}
+
+void print_text(const FitOptions& options, const FitPreview& p) {
+  const FitEstimate& e = p.e;
+  const ModelConfig& c = e.config;
+  field("model", (c.name.empty() ? options.model.filename().string() : c.name) + " (" +
+                     c.architecture + ", " + parameter_count(e.parameters) + " parameters, " +
+                     e.block_type + ", " + human_bytes(e.file_bytes) + ")");
+  field("device",
+        e.device + (p.planning_without_gpu ? " (planning for a GPU: no GPU is usable here)" : ""));
+  field("budget", human_bytes(e.budget_bytes) + " (" + p.budget_source + ")");
+  field("context", std::to_string(e.context_per_chat) + " tokens per chat, " +
+                       std::to_string(e.chats) + (e.chats == 1 ? " chat" : " chats"));
+  field("minimum budget", human_bytes(e.minimum_budget_bytes) +
+                              (e.gpu ? " (every layer streamed)" : " (weights and workspace)"));
+  field("layers", std::to_string(e.resident_layers) + " of " + std::to_string(layer_count(e)) +
+                      " resident: " + layer_ranges(e.layer_streamed));
+  field("", layer_bar(e.layer_streamed));
+  field("resident weights", human_bytes(e.resident_weight_bytes));
+  if (e.gpu) {
+    field("staging", human_bytes(e.staging_bytes));
+    field("streamed per token", human_bytes(e.streamed_bytes_per_pass));
+  }
+  field("kv capacity", std::to_string(e.kv_capacity_tokens) + " tokens (" +
+                           human_bytes(e.kv_bytes_per_token) + " per token)");
+  field("max context/chat", std::to_string(e.max_context_per_chat) + " tokens");
+  if (e.gpu) {
+    const std::string h2d = "host-to-device " + format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
+                            (e.h2d_measured ? ", measured" : ", assumed: PCIe 4.0 x16");
+    field("pcie bound", e.streamed_layers == 0 ? "none: nothing streams (" + h2d + ")"
+                                               : format("%.1f", e.pcie_tokens_per_second) +
+                                                     " tokens/s at batch 1 (" + h2d + ")");
+  }
+  if (!e.loads) return;  // the verdict is the error line
+  if (const std::string note = context_note(e); !note.empty()) field("note", note);
+  field("verdict", verdict(e));
+}
+
+void print_json(const FitOptions& options, const FitPreview& p) {
+  const FitEstimate& e = p.e;
+  nlohmann::ordered_json j;
+  j["model"] = options.model.string();
+  j["name"] = e.config.name;
+  j["architecture"] = e.config.architecture;
+  j["parameters"] = e.parameters;
+  j["block_type"] = e.block_type;
+  j["file_bytes"] = e.file_bytes;
+  j["device"] = e.device;
+  j["gpu"] = e.gpu;
+  j["planning_without_gpu"] = p.planning_without_gpu;
+  j["budget_bytes"] = e.budget_bytes;
+  j["budget_source"] = p.budget_source;
+  j["context_per_chat"] = e.context_per_chat;
+  j["chats"] = e.chats;
+  j["loads"] = e.loads;
+  j["fits"] = e.fits;
+  j["minimum_budget_bytes"] = e.minimum_budget_bytes;
+  j["layers"] = layer_count(e);
+  j["resident_layers"] = e.resident_layers;
+  j["streamed_layers"] = e.streamed_layers;
+  j["layer_map"] = layer_bar(e.layer_streamed);
+  j["weights_bytes"] = e.weights_bytes;
+  j["resident_weight_bytes"] = e.resident_weight_bytes;
+  j["staging_bytes"] = e.staging_bytes;
+  j["streamed_bytes_per_token"] = e.streamed_bytes_per_pass;
+  j["workspace_bytes"] = e.workspace_bytes;
+  j["kv_reserve_bytes"] = e.kv_reserve_bytes;
+  j["kv_bytes_per_token"] = e.kv_bytes_per_token;
+  j["kv_capacity_tokens"] = e.kv_capacity_tokens;
+  j["max_context_per_chat"] = e.max_context_per_chat;
+  j["h2d_bytes_per_second"] = e.h2d_bytes_per_second;
+  j["h2d_measured"] = e.h2d_measured;
+  j["pcie_tokens_per_second"] = e.pcie_tokens_per_second;
+  j["verdict"] = e.loads ? verdict(e) : shortfall(e, p.budget_source);
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+int run_fit(const FitOptions& options) {
+  const FitPreview preview = make_preview(options);
+  if (options.json)
+    print_json(options, preview);
+  else
+    print_text(options, preview);
+  std::fflush(stdout);
+  // Exit status 1 and the one error line on stderr when it does not load.
+  if (!preview.e.loads) throw CapacityError(shortfall(preview.e, preview.budget_source));
+  return 0;
+}
+
+}  // namespace
+
+Command add_fit_command(CLI::App& parent) {
+  auto options = std::make_shared<FitOptions>();
+  CLI::App* app = parent.add_subcommand(
+      "fit",
+      "Preview how a model fits a VRAM budget: resident and streamed layers, KV room, the "
+      "PCIe bound on decode speed (exit status 1 when it does not load)");
+  app->add_option("model", options->model, "GGUF model file")->required();
+  add_vram_budget_option(*app, options->vram_budget_bytes);
+  app->add_option("-c,--ctx", options->context, "Context length per chat")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  app->add_option("--chats", options->chats, "Concurrent chats (sequence slots)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app->add_option("--device", options->device,
+                  "Plan for cpu, cuda or auto (auto with --vram-budget and no GPU here: plan "
+                  "for a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  app->add_flag("--json", options->json, "Print the preview as one JSON object");
+  return {app, [options] { return run_fit(*options); }, &options->model};
+}
+
+}  // namespace granule::cli
