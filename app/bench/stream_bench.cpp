@@ -167,6 +167,38 @@ double pcie_roofline(const Shape& shape, const TelemetrySnapshot& t, int64_t pre
   return static_cast<double>(tokens) / (static_cast<double>(passes) * pass_seconds);
 }
 
+// The warm-up and the tests on an open engine, into `row`.
+void run_tests(Engine& engine, BudgetRow& row, const std::vector<Shape>& shapes,
+               const StreamBenchOptions& o, TelemetryRecorder* telemetry) {
+  TelemetrySnapshot t = engine.telemetry();
+  std::mt19937_64 random(o.seed);
+  // Warm-up at batch 1 and at the full batch: first touches, library handles and the decode
+  // graphs of both buckets stay out of the figures.
+  for (int32_t chats : {1, o.batch}) {
+    run_shape(engine, {"warm-up", chats, std::min<int64_t>(o.short_prompt, 8), 4, false}, random,
+              telemetry);
+  }
+  for (const Shape& shape : shapes) {
+    const TelemetrySnapshot before = engine.telemetry();
+    ShapeResult r;
+    r.shape = shape;
+    r.measured = run_shape(engine, shape, random, telemetry);
+    t = engine.telemetry();
+    r.roofline_tokens_per_second = pcie_roofline(shape, t, o.prefill_chunk_tokens);
+    r.segments_per_step = t.graphs.segments_per_step;
+    r.recaptures = t.graphs.recaptures - before.graphs.recaptures;
+    r.preemptions = t.scheduler.preemptions - before.scheduler.preemptions;
+    row.results.push_back(std::move(r));
+  }
+  // A re-plan during the tests shows in the last snapshot.
+  row.streamed_bytes_per_pass = t.streaming.streamed_bytes_per_pass;
+  if (t.streaming.layers_resident + t.streaming.layers_streamed > 0) {
+    row.resident_layers = t.streaming.layers_resident;
+    row.streamed_layers = t.streaming.layers_streamed;
+  }
+  if (telemetry != nullptr) telemetry->record_now(engine.telemetry());
+}
+
 BudgetRow run_budget(const std::filesystem::path& path, EngineOptions options, int32_t percent,
                      uint64_t budget_bytes, const std::vector<Shape>& shapes,
                      const StreamBenchOptions& o, TelemetryRecorder* telemetry) {
@@ -192,32 +224,11 @@ BudgetRow run_budget(const std::filesystem::path& path, EngineOptions options, i
   row.streamed_bytes_per_pass = t.streaming.streamed_bytes_per_pass;
   row.h2d_bandwidth_bytes_per_second = t.streaming.h2d_bandwidth_bytes_per_second;
 
-  std::mt19937_64 random(o.seed);
-  // Warm-up at batch 1 and at the full batch: first touches, library handles and the decode
-  // graphs of both buckets stay out of the figures.
-  for (int32_t chats : {1, o.batch}) {
-    run_shape(*engine, {"warm-up", chats, std::min<int64_t>(o.short_prompt, 8), 4, false}, random,
-              telemetry);
+  try {
+    run_tests(*engine, row, shapes, o, telemetry);
+  } catch (const Error& e) {  // a refused request or a lost device: this budget's row says so
+    row.error = e.what();
   }
-  for (const Shape& shape : shapes) {
-    const TelemetrySnapshot before = engine->telemetry();
-    ShapeResult r;
-    r.shape = shape;
-    r.measured = run_shape(*engine, shape, random, telemetry);
-    t = engine->telemetry();
-    r.roofline_tokens_per_second = pcie_roofline(shape, t, o.prefill_chunk_tokens);
-    r.segments_per_step = t.graphs.segments_per_step;
-    r.recaptures = t.graphs.recaptures - before.graphs.recaptures;
-    r.preemptions = t.scheduler.preemptions - before.scheduler.preemptions;
-    row.results.push_back(std::move(r));
-  }
-  // A re-plan during the tests shows in the last snapshot.
-  row.streamed_bytes_per_pass = t.streaming.streamed_bytes_per_pass;
-  if (t.streaming.layers_resident + t.streaming.layers_streamed > 0) {
-    row.resident_layers = t.streaming.layers_resident;
-    row.streamed_layers = t.streaming.layers_streamed;
-  }
-  if (telemetry != nullptr) telemetry->record_now(engine->telemetry());
   return row;
 }
 
@@ -252,10 +263,6 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
   for (const BudgetRow& row : rows) {
     const std::string percent = std::to_string(row.percent) + "%";
     const std::string gib = fixed(static_cast<double>(row.budget_bytes) / kGiB, 2);
-    if (!row.error.empty()) {
-      std::printf("| %6s | %8s | error: %s\n", percent.c_str(), gib.c_str(), row.error.c_str());
-      continue;
-    }
     const std::string layers =
         std::to_string(row.resident_layers) + "/" + std::to_string(row.streamed_layers);
     for (const ShapeResult& r : row.results) {
@@ -271,6 +278,10 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
                   static_cast<unsigned long long>(r.preemptions));
       if (r.measured.errors > 0) std::printf(" error: %s", r.measured.first_error.c_str());
       std::printf("\n");
+    }
+    // The budget did not open, or a test failed after the rows above.
+    if (!row.error.empty()) {
+      std::printf("| %6s | %8s | error: %s\n", percent.c_str(), gib.c_str(), row.error.c_str());
     }
   }
   std::printf(
@@ -300,8 +311,8 @@ nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_nam
   j["budgets"] = nlohmann::json::array();
   for (const BudgetRow& row : rows) {
     nlohmann::json b{{"percent", row.percent}, {"budget_bytes", row.budget_bytes}};
-    if (!row.error.empty()) {
-      b["error"] = row.error;
+    if (!row.error.empty()) b["error"] = row.error;
+    if (!row.error.empty() && row.results.empty()) {
       j["budgets"].push_back(b);
       continue;
     }
