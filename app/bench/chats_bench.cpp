@@ -19,6 +19,7 @@
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/log.h"
+#include "granule/telemetry_json.h"
 
 namespace granule {
 namespace {
@@ -85,7 +86,8 @@ std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_6
 
 // Submits `n` chats together and steps the engine until idle. The decode window is the steps
 // that start with every chat past its prompt and none finished: all n chats decode in them.
-ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
+ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
+                      TelemetryRecorder* telemetry) {
   ChatsResult result;
   result.chats = n;
   result.prompt_tokens = o.prompt_tokens * n;
@@ -137,6 +139,7 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o) {
       }
     }
     const TelemetrySnapshot t = engine.telemetry();
+    if (telemetry != nullptr) telemetry->record(t);  // at most 10 frames a second
     result.peak_kv_bytes =
         std::max(result.peak_kv_bytes, t.device.ledger_bytes(MemoryCategory::KvCommitted));
     ++result.steps;
@@ -293,6 +296,8 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 20));
   command.add_flag("!--no-map-ahead", o.kv_map_ahead,
                    "map each step's KV before it runs instead of while the one before runs");
+  command.add_option("--telemetry-out", o.telemetry_out,
+                     "record the engine's telemetry to FILE as JSON lines");
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -303,6 +308,8 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     const std::filesystem::path path = bench_model_path(o.model_path, o.synthetic);
     const std::string model_name =
         o.synthetic.empty() ? path.filename().string() : "synthetic " + o.synthetic;
+    std::unique_ptr<TelemetryRecorder> telemetry;
+    if (!o.telemetry_out.empty()) telemetry = std::make_unique<TelemetryRecorder>(o.telemetry_out);
     EngineOptions options;
     options.device = device_kind(o.device);
     options.max_sequences = *std::max_element(o.chats.begin(), o.chats.end());
@@ -323,10 +330,14 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     ChatsBenchOptions warm_up = o;
     warm_up.prompt_tokens = std::min<int64_t>(o.prompt_tokens, 16);
     warm_up.generate_tokens = std::min(o.generate_tokens, 4);
-    run_chats(*engine, 1, warm_up);
+    run_chats(*engine, 1, warm_up, telemetry.get());
 
     std::vector<ChatsResult> results;
-    for (int32_t n : o.chats) results.push_back(run_chats(*engine, n, o));
+    for (int32_t n : o.chats) results.push_back(run_chats(*engine, n, o, telemetry.get()));
+    if (telemetry) {
+      telemetry->record_now(engine->telemetry());  // the final frame
+      telemetry->close();
+    }
     if (o.json) {
       print_json(o, *engine, model_name, results);
     } else {

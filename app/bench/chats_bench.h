@@ -25,6 +25,7 @@ struct ChatsBenchOptions {
   uint64_t seed = 1;
   int64_t kv_pool_granules = -1;  // the engine's KV pool: -1 sized by the engine, 0 off
   bool kv_map_ahead = true;       // map the next step's KV while a step runs
+  std::string telemetry_out;      // record the engine's telemetry here as JSON lines ("" = off)
   bool json = false;
 };
 

@@ -4,7 +4,8 @@
 // roofline (weight bytes read per step over the device-to-device bandwidth measured here).
 // `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h), and
 // `granule-bench chats` concurrent chats through the engine (chats_bench.h), and
-// `granule-bench vmm` what each KV granule operation costs (vmm_bench.h).
+// `granule-bench vmm` what each KV granule operation costs (vmm_bench.h), and
+// `granule-bench stream` throughput as the VRAM budget forces weight streaming (stream_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
+#include "stream_bench.h"
 #include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
@@ -202,10 +204,18 @@ int run(int argc, char** argv) {
   CLI::App* vmm = app.add_subcommand(
       "vmm", "time KV granule create / map / unmap / destroy, idle and with the GPU busy");
   add_vmm_bench_options(*vmm, vmm_options);
+  // `granule-bench stream`: throughput under shrinking VRAM budgets (stream_bench.h).
+  StreamBenchOptions stream_options;
+  CLI::App* stream =
+      app.add_subcommand("stream",
+                         "decode and prefill through the engine at VRAM budgets below the weights, "
+                         "beside the PCIe bound");
+  add_stream_bench_options(*stream, stream_options);
   CLI11_PARSE(app, argc, argv);
   if (kv->parsed()) return run_kv_benchmark(kv_options);
   if (chats->parsed()) return run_chats_benchmark(chats_options);
   if (vmm->parsed()) return run_vmm_benchmark(vmm_options);
+  if (stream->parsed()) return run_stream_benchmark(stream_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";

@@ -25,6 +25,14 @@ std::vector<ChatMessage> fresh_history(const GenerationOptions& options) {
 }
 
 int run_chat(const ChatOptions& options) {
+  // Opened before the model loads, so a bad path fails at once; its error names the file.
+  std::unique_ptr<TelemetryRecorder> telemetry;
+  try {
+    telemetry = open_telemetry(options.generation);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "granule-cli: %s\n", e.what());
+    return 1;
+  }
   const std::unique_ptr<Engine> engine = open_engine(options.generation);
   const ChatTemplate& tmpl = require_chat_template(*engine, options.generation);
   const bool interactive = isatty(STDIN_FILENO) != 0;
@@ -60,7 +68,7 @@ int run_chat(const ChatOptions& options) {
     const int64_t prompt_tokens = count_prompt_tokens(*engine, history);
     ReplyResult reply;
     try {
-      reply = stream_reply(*engine, std::move(request));
+      reply = stream_reply(*engine, std::move(request), telemetry.get());
     } catch (const CapacityError& e) {
       // The history outgrew the context: keep the chat alive and say how to go on.
       history.pop_back();

@@ -19,6 +19,14 @@ struct RunOptions {
 };
 
 int run_once(const RunOptions& options) {
+  // Opened before the model loads, so a bad path fails at once; its error names the file.
+  std::unique_ptr<TelemetryRecorder> telemetry;
+  try {
+    telemetry = open_telemetry(options.generation);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "granule-cli: %s\n", e.what());
+    return 1;
+  }
   const std::unique_ptr<Engine> engine = open_engine(options.generation);
   Request request;
   request.sampling = sampling_from(options.generation);
@@ -37,7 +45,7 @@ int run_once(const RunOptions& options) {
     request.sampling.stop_strings = tmpl.stop_strings();
     prompt_tokens = count_prompt_tokens(*engine, request.messages);
   }
-  const ReplyResult reply = stream_reply(*engine, std::move(request));
+  const ReplyResult reply = stream_reply(*engine, std::move(request), telemetry.get());
   if (reply.finish == FinishReason::Error) throw Error(reply.error);
   if (!options.generation.quiet_stats) print_speeds(reply, prompt_tokens);
   return 0;

@@ -80,6 +80,9 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
       ->check(CLI::IsMember(ChatTemplate::family_names()));
   app.add_option("--system", options.system, "System prompt");
   app.add_flag("--no-stats", options.quiet_stats, "Do not print the speeds after each reply");
+  app.add_option("--telemetry-out", options.telemetry_out,
+                 "Record the engine's telemetry to FILE as JSON lines (a frame after each step, "
+                 "at most 10 a second, and one at the end of each reply)");
 }
 
 std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
@@ -91,6 +94,11 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   engine_options.chat_template_override = options.template_name;
   return Engine::open(options.model, engine_options);
+}
+
+std::unique_ptr<TelemetryRecorder> open_telemetry(const GenerationOptions& options) {
+  if (options.telemetry_out.empty()) return nullptr;
+  return std::make_unique<TelemetryRecorder>(options.telemetry_out);
 }
 
 SamplingParams sampling_from(const GenerationOptions& options) {
@@ -115,7 +123,7 @@ const ChatTemplate& require_chat_template(const Engine& engine, const Generation
   return *tmpl;
 }
 
-ReplyResult stream_reply(Engine& engine, Request request) {
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry) {
   ReplyResult result;
   bool finished = false;
   Clock::time_point first_token_at{};
@@ -142,10 +150,12 @@ ReplyResult stream_reply(Engine& engine, Request request) {
       engine.cancel(id);
       cancel_sent = true;
     }
-    if (!engine.step() && !finished) {
-      throw Error("the engine went idle before the reply finished");
-    }
+    const bool stepped = engine.step();
+    // The snapshot is only taken when the recorder writes it (at most 10 a second).
+    if (telemetry != nullptr && telemetry->due()) telemetry->record(engine.telemetry());
+    if (!stepped && !finished) throw Error("the engine went idle before the reply finished");
   }
+  if (telemetry != nullptr) telemetry->record_now(engine.telemetry());
   if (result.generated_tokens > 0) {
     result.time_to_first_token_ms = ms_between(submitted_at, first_token_at);
     result.generation_ms = ms_between(first_token_at, last_token_at);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "granule/engine.h"
+#include "granule/telemetry_json.h"
 
 namespace granule::cli {
 
@@ -30,12 +31,16 @@ struct GenerationOptions {
   std::string template_name;  // "" = detect from the GGUF
   std::string system;
   bool quiet_stats = false;
+  std::filesystem::path telemetry_out;  // "" = no telemetry recording
 };
 
 // Adds the model argument and the options both commands take.
 void add_generation_options(CLI::App& app, GenerationOptions& options);
 
 std::unique_ptr<Engine> open_engine(const GenerationOptions& options);
+// The recorder for --telemetry-out, or null without it. Throws Error when the file cannot
+// be written (its message names the file, not the model).
+std::unique_ptr<TelemetryRecorder> open_telemetry(const GenerationOptions& options);
 SamplingParams sampling_from(const GenerationOptions& options);
 
 // The chat template the engine uses, or a UsageError telling the user how to pick one.
@@ -51,8 +56,10 @@ struct ReplyResult {
 };
 
 // Submits the request, writes the reply to stdout as it comes and steps the engine until
-// it ends. Ctrl-C (SIGINT) cancels the reply instead of ending the process.
-ReplyResult stream_reply(Engine& engine, Request request);
+// it ends. Ctrl-C (SIGINT) cancels the reply instead of ending the process. With a
+// recorder, a telemetry frame follows each step (throttled by the recorder) and one more
+// at the reply's end.
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry = nullptr);
 
 // "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr.
 void print_speeds(const ReplyResult& reply, int64_t prompt_tokens);

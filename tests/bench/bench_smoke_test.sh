@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # granule-bench's subcommands that run without a GPU, end to end: `chats` on the CPU backend
 # with a tiny synthetic model (exact token, KV and pool counts), `kv` on host memory (granules
-# copy nothing and never move a chat's KV), and `vmm` on host memory (every call timed).
+# copy nothing and never move a chat's KV), `vmm` on host memory (every call timed), and
+# `stream` on the CPU backend (nothing streams there: exact token counts, no PCIe bound, a
+# budget too small for the weights reported in its row while the next budget still runs).
 # Speed is not checked here.
 #   usage: bench_smoke_test.sh <granule-bench>
 set -euo pipefail
@@ -38,4 +40,23 @@ for call in create "map + access" unmap destroy; do
   grep -q "\"call\": \"$call\"" <<<"$vmm" || fail "vmm: no $call timing"
 done
 [[ $(grep -c '"calls": 8' <<<"$vmm") == 4 ]] || fail "vmm: each call should be timed 8 times"
-echo "bench smoke: chats, kv and vmm OK"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+stream=$("$bench" stream --device cpu --synthetic tiny --budgets 100 -n 8 -b 3 -p 24 --threads 2 \
+  --json --telemetry-out "$work/stream.jsonl" 2>/dev/null) || fail "granule-bench stream exited with $?"
+# 8 tokens per chat: the first from the prompt's step, 7 from steps in which every chat decodes.
+grep -A1 '"test": "tg8"' <<<"$stream" | grep -q '"tokens": 7,' || fail "stream: tg8 should decode 7 tokens"
+grep -A1 '"test": "decode"' <<<"$stream" | grep -q '"tokens": 21,' || fail "stream: 3 chats decode 21"
+grep -A1 '"test": "pp24"' <<<"$stream" | grep -q '"tokens": 24,' || fail "stream: pp24 is 24 tokens"
+grep -q '"streamed_layers": 0' <<<"$stream" || fail "stream: the CPU streams no layer"
+grep -q '"resident_layers": 2' <<<"$stream" || fail "stream: the tiny model's 2 layers are resident"
+[[ $(grep -c '"pcie_roofline_tokens_per_second": null' <<<"$stream") == 3 ]] || fail "stream: a PCIe bound without streaming"
+[[ $(grep -c '"errors": 0' <<<"$stream") == 3 ]] || fail "stream: a chat failed"
+frames=$(wc -l <"$work/stream.jsonl")
+[[ $frames -ge 2 && $(grep -c '^{"t":.*"streaming":{.*"sequences":\[' "$work/stream.jsonl") == "$frames" ]] \
+  || fail "stream: $frames telemetry lines, not all frames"
+table=$("$bench" stream --device cpu --synthetic smollm2-135m --budgets 10,100 -n 3 -b 2 -p 8 \
+  --threads 2 2>/dev/null) || fail "granule-bench stream (too small a budget) exited with $?"
+grep -Eq '^\| +10% \| .* \| error: .*weights' <<<"$table" || fail "stream: no error row for 10%"
+[[ $(grep -Ec '^\| +100% \| +[0-9.]+ \| +30/0 \|' <<<"$table") == 3 ]] || fail "stream: 100% after the error should run 3 tests"
+echo "bench smoke: chats, kv, vmm and stream OK"

@@ -1,0 +1,477 @@
+// granule/telemetry_json.h: telemetry frames written and read back as JSON lines (every field
+// of every section, through for_each_field), malformed lines refused with one line, unknown
+// keys ignored, missing keys kept at their defaults, and TelemetryRecorder's file and throttling.
+#include "granule/telemetry_json.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "granule/error.h"
+
+namespace granule {
+namespace {
+
+// ---------------------------------------------------------------------------------------
+// A snapshot flattened to "section.field" -> text, written independently of the code under
+// test (doubles in hex, strings byte by byte), so two snapshots compare field by field.
+
+template <class T>
+inline constexpr bool kIsVector = false;
+template <class T>
+inline constexpr bool kIsVector<std::vector<T>> = true;
+
+template <class T>
+std::string show(const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(value);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%a", static_cast<double>(value));
+    return text;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    std::string text = "\"";
+    for (unsigned char c : value) text += std::to_string(c) + " ";
+    return text + "\"";
+  } else {
+    static_assert(kIsVector<T> || std::is_same_v<T, Ledger>);
+    std::string text = "[";
+    for (const auto& item : value) text += show(item) + ",";
+    return text + "]";
+  }
+}
+
+using Flat = std::vector<std::pair<std::string, std::string>>;
+
+template <class Section>
+void flatten_section(const Section& section, const std::string& prefix, Flat& flat) {
+  section.for_each_field([&](std::string_view name, const auto& field) {
+    flat.emplace_back(prefix + "." + std::string(name), show(field));
+  });
+}
+
+Flat flatten(const TelemetrySnapshot& s) {
+  Flat flat;
+  flatten_section(s.device, "device", flat);
+  flatten_section(s.kv, "kv", flat);
+  flatten_section(s.scheduler, "scheduler", flat);
+  flatten_section(s.graphs, "graphs", flat);
+  flatten_section(s.streaming, "streaming", flat);
+  flatten_section(s.throughput, "throughput", flat);
+  flat.emplace_back("sequences", std::to_string(s.sequences.size()));
+  for (size_t i = 0; i < s.sequences.size(); ++i) {
+    flatten_section(s.sequences[i], "sequences[" + std::to_string(i) + "]", flat);
+  }
+  return flat;
+}
+
+void expect_same(const TelemetrySnapshot& expected, const TelemetrySnapshot& actual) {
+  const Flat a = flatten(expected), b = flatten(actual);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second, b[i].second) << "field " << a[i].first;
+  }
+}
+
+// Strings that need every kind of escape, and multi-byte UTF-8 that must pass unchanged.
+const std::string kAwkward =
+    "q\"uote\\back\nnl\ttab\x01\x1f\r/ caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80";
+
+// Gives every field of a section a value of its own, unlike its default and unlike the
+// other fields' (`n` counts the fields filled so far), without naming a field.
+struct Filler {
+  int n = 0;
+
+  template <class T>
+  void operator()(std::string_view, T& field) {
+    ++n;
+    fill(field);
+  }
+  template <class T>
+  void fill(T& field) {
+    if constexpr (std::is_same_v<T, bool>) {
+      field = true;  // every bool defaults to false
+    } else if constexpr (std::is_same_v<T, int32_t>) {
+      field = (n % 2 ? -1 : 1) * (100000 + n);
+    } else if constexpr (std::is_same_v<T, int64_t>) {
+      field = (int64_t{1} << 62) + 7 * n;
+    } else if constexpr (std::is_same_v<T, uint64_t>) {
+      field = (uint64_t{1} << 63) + 12345 + 2 * n;  // > 2^53: not exact in a double
+    } else if constexpr (std::is_same_v<T, double>) {
+      field = n / 3.0 + 1e-7;
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      field = kAwkward + std::to_string(n);
+    } else if constexpr (std::is_same_v<T, std::vector<int32_t>>) {
+      field = {n, -n, 0, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+    } else if constexpr (std::is_same_v<T, Ledger>) {
+      for (size_t c = 0; c < field.size(); ++c) field[c] = (uint64_t{1} << 60) + 1000 * n + c;
+    } else {
+      static_assert(!sizeof(T), "a field type this test does not fill");
+    }
+  }
+};
+
+TelemetrySnapshot filled_snapshot() {
+  TelemetrySnapshot s;
+  Filler filler;
+  s.device.for_each_field(filler);
+  s.kv.for_each_field(filler);
+  s.scheduler.for_each_field(filler);
+  s.graphs.for_each_field(filler);
+  s.streaming.for_each_field(filler);
+  s.throughput.for_each_field(filler);
+  for (int i = 0; i < 3; ++i) {
+    s.sequences.emplace_back();
+    s.sequences.back().for_each_field(filler);
+  }
+  return s;
+}
+
+TEST(TelemetryJson, RoundTripKeepsEveryFieldOfEverySection) {
+  const TelemetrySnapshot original = filled_snapshot();
+  // The fill reaches every field: none is left at its default.
+  TelemetrySnapshot defaults;
+  defaults.sequences.resize(3);
+  const Flat filled = flatten(original), untouched = flatten(defaults);
+  ASSERT_EQ(filled.size(), untouched.size());
+  for (size_t i = 0; i < filled.size(); ++i) {
+    if (filled[i].first == "sequences") continue;
+    EXPECT_NE(filled[i].second, untouched[i].second) << filled[i].first << " kept its default";
+  }
+
+  const std::string line = telemetry_to_json(original, 12.503);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << "a frame is one line";
+  double t = 0;
+  const TelemetrySnapshot back = telemetry_from_json(line, &t);
+  EXPECT_EQ(t, 12.503);
+  expect_same(original, back);
+
+  // A few fields by name, so a fault shared by writer and reader cannot hide.
+  EXPECT_EQ(back.device.name, original.device.name);
+  EXPECT_EQ(back.device.name.substr(0, kAwkward.size()), kAwkward);
+  EXPECT_EQ(back.streaming.h2d_bytes, original.streaming.h2d_bytes);
+  EXPECT_GT(back.streaming.h2d_bytes, uint64_t{1} << 53);
+  EXPECT_EQ(back.graphs.buckets, original.graphs.buckets);
+  EXPECT_EQ(back.device.ledger, original.device.ledger);
+  ASSERT_EQ(back.sequences.size(), 3u);
+  EXPECT_EQ(back.sequences[2].id, original.sequences[2].id);
+  EXPECT_NE(back.sequences[1].id, back.sequences[2].id);
+  // Writing what was read gives the same line.
+  EXPECT_EQ(telemetry_to_json(back, t), line);
+}
+
+TEST(TelemetryJson, WritesTheContractsShape) {
+  TelemetrySnapshot s;
+  s.device.ledger[static_cast<size_t>(MemoryCategory::KvPool)] = 9007199254740993ull;  // 2^53 + 1
+  s.kv.pool_bytes = 18446744073709551615ull;
+  s.scheduler.running = -3;
+  s.graphs.buckets = {1, 2, 4};
+  s.device.name = "a\"b\\c\nd\te\x02";
+  const std::string line = telemetry_to_json(s, 0.25);
+  EXPECT_EQ(line.rfind("{\"t\":0.25,\"device\":{", 0), 0u) << line;
+  for (const char* section :
+       {"\"kv\":{", "\"scheduler\":{", "\"graphs\":{", "\"streaming\":{", "\"throughput\":{"}) {
+    EXPECT_NE(line.find(section), std::string::npos) << section;
+  }
+  EXPECT_NE(line.find("\"sequences\":[]"), std::string::npos);
+  EXPECT_NE(line.find("\"pool_bytes\":18446744073709551615"), std::string::npos);
+  EXPECT_NE(line.find("\"kv_pool\":9007199254740993"), std::string::npos);
+  EXPECT_NE(line.find("\"weights\":0,\"staging\":0,\"kv\":0"), std::string::npos);
+  EXPECT_NE(line.find("\"running\":-3"), std::string::npos);
+  EXPECT_NE(line.find("\"buckets\":[1,2,4]"), std::string::npos);
+  EXPECT_NE(line.find(R"("name":"a\"b\\c\nd\te\u0002")"), std::string::npos) << line;
+  EXPECT_EQ(line.back(), '}');
+}
+
+TEST(TelemetryJson, NonFiniteDoublesAreWrittenAsZero) {
+  TelemetrySnapshot s;
+  s.throughput.decode_tokens_per_second = std::numeric_limits<double>::quiet_NaN();
+  s.throughput.prompt_tokens_per_second = std::numeric_limits<double>::infinity();
+  s.streaming.staging_occupancy = 0.5;
+  const std::string line = telemetry_to_json(s, std::numeric_limits<double>::infinity());
+  EXPECT_EQ(line.rfind("{\"t\":0,", 0), 0u);
+  const TelemetrySnapshot back = telemetry_from_json(line);
+  EXPECT_EQ(back.throughput.decode_tokens_per_second, 0);
+  EXPECT_EQ(back.throughput.prompt_tokens_per_second, 0);
+  EXPECT_EQ(back.streaming.staging_occupancy, 0.5);
+}
+
+TEST(TelemetryJson, InvalidUtf8IsReplacedSoTheLineStaysUtf8) {
+  TelemetrySnapshot s;
+  s.graphs.last_fallback_reason = "ok \xC3\xA9 bad \xFF \xC3 end";
+  const TelemetrySnapshot back = telemetry_from_json(telemetry_to_json(s, 0));
+  EXPECT_EQ(back.graphs.last_fallback_reason, "ok \xC3\xA9 bad \xEF\xBF\xBD \xEF\xBF\xBD end");
+}
+
+TEST(TelemetryJson, ReadsEscapesAWriterMayUse) {
+  const TelemetrySnapshot s =
+      telemetry_from_json(R"({"device":{"name":"\u00e9\u20ac\ud83d\ude00\/\b\f\r\ud800x"}})");
+  EXPECT_EQ(s.device.name, "\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80/\b\f\r\xEF\xBF\xBDx");
+}
+
+void expect_refused(const std::string& line, const std::string& message = "") {
+  try {
+    telemetry_from_json(line);
+    ADD_FAILURE() << "accepted: " << line;
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("telemetry frame: ", 0), 0u) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    if (!message.empty()) EXPECT_EQ(what, message) << "for " << line;
+  }
+}
+
+TEST(TelemetryJson, MalformedLinesAreRefusedWithOneLineSayingWhere) {
+  expect_refused(R"({"t":1 "device":{}})", "telemetry frame: expected ',' or '}' at byte 7");
+  expect_refused("", "telemetry frame: empty line");
+  expect_refused("  \n", "telemetry frame: empty line");
+  expect_refused("{", "telemetry frame: expected a string key at byte 1");
+  expect_refused(R"({"t":})", "telemetry frame: expected a value at byte 5");
+  expect_refused(R"({"t" 1})", "telemetry frame: expected ':' at byte 5");
+  expect_refused(R"({"t":1}x)", "telemetry frame: unexpected text after the frame at byte 7");
+  expect_refused(R"({"graphs":{"buckets":[1 2]}})",
+                 "telemetry frame: expected ',' or ']' at byte 24");
+  expect_refused(R"({"device":{"name":"abc}})", "telemetry frame: unterminated string at byte 18");
+  expect_refused(R"({"device":{"name":"a\qb"}})",
+                 "telemetry frame: bad escape in a string at byte 20");
+  expect_refused("{\"device\":{\"name\":\"a\x01\"}}");
+  expect_refused(R"({"device":{"name":"\u12"}})");
+  expect_refused(R"({"t":01})");
+  expect_refused(R"({"t":1.})");
+  expect_refused(R"({"t":-})");
+  expect_refused(R"({"t":1e})");
+  expect_refused("{\"t\":1,}");
+  expect_refused("[1,2]", "telemetry frame: expected an object at byte 0");
+  expect_refused("tru");
+  expect_refused(std::string(100, '[') + std::string(100, ']'));
+  // Values of the wrong kind for their field.
+  expect_refused(R"({"kv":{"committed_bytes":-1}})",
+                 "telemetry frame: kv.committed_bytes: expected an unsigned integer at byte 25");
+  expect_refused(R"({"kv":{"committed_bytes":"5"}})");
+  expect_refused(R"({"kv":{"committed_bytes":18446744073709551616}})");
+  expect_refused(R"({"scheduler":{"running":4294967296}})");
+  expect_refused(R"({"scheduler":{"running":1.5}})");
+  expect_refused(R"({"device":{"gpu":1}})");
+  expect_refused(R"({"device":[]})", "telemetry frame: device: expected an object at byte 10");
+  expect_refused(R"({"device":{"ledger":[1]}})");
+  expect_refused(R"({"device":{"ledger":{"kv":true}}})");
+  expect_refused(R"({"graphs":{"buckets":[1,2.5]}})");
+  expect_refused(R"({"sequences":{}})");
+  expect_refused(R"({"sequences":[1]})");
+  expect_refused(R"({"throughput":{"steps":true}})");
+  expect_refused(R"({"throughput":{"decode_tokens_per_second":1e999}})");
+  expect_refused(R"({"t":"now"})");
+  // A real frame cut short anywhere is refused, never half read.
+  const std::string line = telemetry_to_json(filled_snapshot(), 3.5);
+  for (size_t cut = 0; cut < line.size(); cut += 7) expect_refused(line.substr(0, cut));
+}
+
+TEST(TelemetryJson, UnknownKeysAreIgnored) {
+  const TelemetrySnapshot original = filled_snapshot();
+  std::string line = telemetry_to_json(original, 2.0);
+  // An unknown section with nested values at the front, unknown keys inside known sections,
+  // an unknown ledger category and an unknown key in a sequence.
+  line.insert(1, R"("future":{"a":[1,{"b":null}],"c":"x"},"version":3,)");
+  const auto insert_after = [&](const std::string& anchor, const std::string& text) {
+    const size_t at = line.find(anchor);
+    ASSERT_NE(at, std::string::npos) << anchor;
+    line.insert(at + anchor.size(), text);
+  };
+  insert_after("\"kv\":{", R"("new_counter":12,"new_list":[1,2],)");
+  insert_after("\"ledger\":{", R"("vram_of_tomorrow":5,)");
+  insert_after("\"sequences\":[{", R"("colour":"blue",)");
+  insert_after("\"streaming\":{", R"("h2d_bytes":"ignored?",)");  // shadowed by the later key
+  double t = 0;
+  const TelemetrySnapshot back = telemetry_from_json(line, &t);
+  EXPECT_EQ(t, 2.0);
+  expect_same(original, back);
+}
+
+TEST(TelemetryJson, MissingKeysAndNullsKeepDefaults) {
+  double t = 99;
+  const TelemetrySnapshot s = telemetry_from_json(
+      R"( {"kv":{"committed_bytes":5,"pool_bytes":null},"device":{"ledger":{"kv":7}},)"
+      R"("sequences":[{"id":4},{}]} )",
+      &t);
+  EXPECT_EQ(t, 0);
+  TelemetrySnapshot expected;
+  expected.kv.committed_bytes = 5;
+  expected.device.ledger[static_cast<size_t>(MemoryCategory::KvCommitted)] = 7;
+  expected.sequences.resize(2);
+  expected.sequences[0].id = 4;
+  expect_same(expected, s);
+  expect_same(TelemetrySnapshot{}, telemetry_from_json("{}"));
+  // Whole numbers written with a fraction or exponent are read as integers.
+  EXPECT_EQ(telemetry_from_json(R"({"kv":{"committed_bytes":2.0e3}})").kv.committed_bytes, 2000u);
+}
+
+// ---------------------------------------------------------------------------------------
+// TelemetryRecorder
+
+class TelemetryRecorderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("granule-telemetry-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+    path_ = dir_ / "frames.jsonl";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // The file's lines, each read back; fails the test on a line that does not parse.
+  std::vector<std::pair<double, TelemetrySnapshot>> frames() const {
+    std::ifstream in(path_, std::ios::binary);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(text.empty() || text.back() == '\n') << "the last line is not whole";
+    std::vector<std::pair<double, TelemetrySnapshot>> result;
+    size_t start = 0;
+    while (start < text.size()) {
+      const size_t end = text.find('\n', start);
+      double t = -1;
+      TelemetrySnapshot s = telemetry_from_json(text.substr(start, end - start), &t);
+      result.emplace_back(t, std::move(s));
+      start = end + 1;
+    }
+    return result;
+  }
+
+  static TelemetrySnapshot step_snapshot(uint64_t step) {
+    TelemetrySnapshot s;
+    s.throughput.steps = step;
+    s.device.name = "CPU (2 threads)";
+    return s;
+  }
+
+  std::filesystem::path dir_, path_;
+};
+
+TEST_F(TelemetryRecorderTest, EveryFrameIsOneParseableLineStampedFromTheStart) {
+  {
+    TelemetryRecorder recorder(path_, 0.0);
+    for (uint64_t i = 0; i < 5; ++i) {
+      EXPECT_TRUE(recorder.record(step_snapshot(i)));
+      EXPECT_EQ(recorder.frames_written(), i + 1);
+      // Written and flushed at once: readable while the recorder is open.
+      EXPECT_EQ(frames().size(), i + 1);
+    }
+  }
+  const auto read = frames();
+  ASSERT_EQ(read.size(), 5u);
+  double previous_t = 0;
+  for (size_t i = 0; i < read.size(); ++i) {
+    EXPECT_EQ(read[i].second.throughput.steps, i);
+    EXPECT_EQ(read[i].second.device.name, "CPU (2 threads)");
+    EXPECT_GE(read[i].first, previous_t);
+    previous_t = read[i].first;
+  }
+  EXPECT_LT(previous_t, 60.0);
+}
+
+TEST_F(TelemetryRecorderTest, ThrottlesAndWritesTheLastSkippedFrameAtClose) {
+  TelemetryRecorder recorder(path_, 3600.0);
+  EXPECT_TRUE(recorder.due());
+  EXPECT_TRUE(recorder.record(step_snapshot(0)));
+  EXPECT_FALSE(recorder.due());
+  for (uint64_t i = 1; i < 50; ++i) EXPECT_FALSE(recorder.record(step_snapshot(i)));
+  EXPECT_EQ(recorder.frames_written(), 1u);
+  EXPECT_EQ(frames().size(), 1u);
+  recorder.close();
+  const auto read = frames();
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[0].second.throughput.steps, 0u);
+  EXPECT_EQ(read[1].second.throughput.steps, 49u) << "the final frame is the last recorded";
+  EXPECT_GE(read[1].first, read[0].first);
+  recorder.close();  // a second close does nothing
+  EXPECT_EQ(frames().size(), 2u);
+  EXPECT_THROW(recorder.record(step_snapshot(50)), UsageError);
+}
+
+TEST_F(TelemetryRecorderTest, RecordNowWritesWhateverTheInterval) {
+  TelemetryRecorder recorder(path_, 3600.0);
+  recorder.record(step_snapshot(1));
+  recorder.record(step_snapshot(2));  // skipped, pending
+  recorder.record_now(step_snapshot(3));
+  recorder.close();  // the pending frame was superseded: nothing more
+  const auto read = frames();
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[1].second.throughput.steps, 3u);
+}
+
+TEST_F(TelemetryRecorderTest, DestructionWritesTheFinalFrame) {
+  {
+    TelemetryRecorder recorder(path_, 3600.0);
+    recorder.record(step_snapshot(1));
+    recorder.record(step_snapshot(7));
+  }
+  const auto read = frames();
+  ASSERT_EQ(read.size(), 2u);
+  EXPECT_EQ(read[1].second.throughput.steps, 7u);
+}
+
+TEST_F(TelemetryRecorderTest, CallingEveryStepWritesAtMostOneFramePerInterval) {
+  const double interval = 0.05;
+  TelemetryRecorder recorder(path_, interval);
+  const auto start = std::chrono::steady_clock::now();
+  uint64_t calls = 0;
+  while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(400)) {
+    recorder.record(step_snapshot(calls++));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  recorder.close();
+  const auto read = frames();
+  EXPECT_GT(calls, read.size());
+  EXPECT_GE(read.size(), 3u);
+  EXPECT_LE(static_cast<double>(read.size()), elapsed / interval + 2) << calls << " calls";
+  for (size_t i = 1; i + 1 < read.size(); ++i) {
+    EXPECT_GE(read[i].first - read[i - 1].first, interval * 0.999)
+        << "frames " << i - 1 << ", " << i;
+  }
+  EXPECT_EQ(read.back().second.throughput.steps, calls - 1);
+}
+
+TEST_F(TelemetryRecorderTest, AnUnwritablePathIsOneLineNamingIt) {
+  for (const std::filesystem::path& bad : {dir_ / "missing" / "frames.jsonl", dir_}) {
+    try {
+      TelemetryRecorder recorder(bad);
+      ADD_FAILURE() << "opened " << bad;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind("cannot write telemetry to " + bad.string() + ": ", 0), 0u) << what;
+      EXPECT_GT(what.size(), ("cannot write telemetry to " + bad.string() + ": ").size());
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+  }
+  if (::geteuid() != 0) {  // root writes anywhere
+    std::filesystem::permissions(
+        dir_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    try {
+      TelemetryRecorder recorder(dir_ / "frames.jsonl");
+      ADD_FAILURE() << "wrote into a read-only folder";
+    } catch (const Error& e) {
+      EXPECT_EQ(
+          std::string(e.what()),
+          "cannot write telemetry to " + (dir_ / "frames.jsonl").string() + ": Permission denied");
+    }
+    std::filesystem::permissions(dir_, std::filesystem::perms::owner_all);
+  }
+}
+
+}  // namespace
+}  // namespace granule
