@@ -154,8 +154,8 @@ TEST(FitEstimate, APlanForAGpuNeedsNoGpu) {
   EXPECT_EQ(e.streamed_bytes_per_pass, 0u);
   EXPECT_EQ(e.pcie_tokens_per_second, 0.0);  // nothing streams: no bound
   EXPECT_GT(e.h2d_bytes_per_second, 0.0);
-  // One chat's first turn of KV is kept free: min(context, 1024) tokens.
-  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 1024);
+  // One prefill chunk of KV is kept free: min(context, 512) tokens.
+  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 512);
 }
 
 TEST(FitEstimate, StreamedLayersGrowAsTheBudgetShrinks) {
@@ -243,14 +243,14 @@ TEST(FitEstimate, AShorterContextKeepsMoreLayersResident) {
   const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
   const uint64_t budget = roomy.minimum_budget_bytes + 1;  // every layer streamed at 4,096
   EngineOptions short_context = options(DeviceKind::Cuda, budget);
-  short_context.context_length = 512;
+  short_context.context_length = 256;
   const FitEstimate e = Engine::estimate(model.path, short_context);
-  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 512);
+  EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 256);
   EXPECT_LT(e.minimum_budget_bytes, roomy.minimum_budget_bytes);
-  // Less KV reserve (512 tokens, not 1,024) and a smaller attention scratch (the workspace).
+  // Less KV reserve (256 tokens, not 512) and a smaller attention scratch (the workspace).
   EXPECT_EQ(e.minimum_budget_bytes - e.workspace_bytes,
             roomy.minimum_budget_bytes - roomy.workspace_bytes -
-                roomy.kv_bytes_per_token * (1024 - 512));
+                roomy.kv_bytes_per_token * (512 - 256));
   EXPECT_LE(e.workspace_bytes, roomy.workspace_bytes);
   EXPECT_GT(e.resident_layers,
             Engine::estimate(model.path, options(DeviceKind::Cuda, budget)).resident_layers);

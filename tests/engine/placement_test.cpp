@@ -105,9 +105,10 @@ TEST(Placement, TheRingHasASlotPerStreamedLayerUpToTwoSizedToTheLargestStreamed)
   EXPECT_EQ(plan_placement(in).resident_layers, 4);
 }
 
-TEST(Placement, DefaultKvReserveIsOneChatsFirstTurnOfAtMost1024Tokens) {
+TEST(Placement, DefaultKvReserveIsOnePrefillChunkOfAtMost512Tokens) {
   EXPECT_EQ(default_kv_reserve_tokens(512), 512);
-  EXPECT_EQ(default_kv_reserve_tokens(8192), 1024);
+  EXPECT_EQ(default_kv_reserve_tokens(8192), 512);
+  EXPECT_EQ(default_kv_reserve_tokens(300), 300);
   EXPECT_EQ(default_kv_reserve_tokens(0), 0);
 }
 

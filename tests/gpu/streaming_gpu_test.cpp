@@ -110,14 +110,14 @@ std::vector<std::vector<int32_t>> generate(Engine& engine, int n, int max_tokens
 }
 
 // A budget that leaves about half of the layers' bytes out: what the all-resident engine
-// charged, plus the KV the plan keeps free (1,024 tokens of f16 KV), less a third of the
+// charged, plus the KV the plan keeps free (512 tokens of f16 KV), less a third of the
 // weights (the layers are two thirds of them in this model).
 uint64_t half_budget() {
   auto engine = Engine::open(model_path(), options());
   const TelemetrySnapshot t = engine->telemetry();
   EXPECT_EQ(t.streaming.layers_streamed, 0);
   const uint64_t weights = t.device.ledger_bytes(MemoryCategory::WeightsResident);
-  const auto kv_reserve = static_cast<uint64_t>(1024 * engine->config().kv_bytes_per_token(2));
+  const auto kv_reserve = static_cast<uint64_t>(512 * engine->config().kv_bytes_per_token(2));
   return t.device.used_bytes + kv_reserve - weights / 3;
 }
 

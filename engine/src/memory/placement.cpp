@@ -89,7 +89,7 @@ uint64_t cuda_workspace_bytes(const ModelConfig& c, const WeightTable& weights, 
 }
 
 int64_t default_kv_reserve_tokens(int64_t context_per_chat) {
-  constexpr int64_t kReserveTokens = 1024;
+  constexpr int64_t kReserveTokens = 512;
   return std::clamp<int64_t>(context_per_chat, 0, kReserveTokens);
 }
 

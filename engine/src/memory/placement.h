@@ -51,7 +51,8 @@ struct PlacementPlan {
 
 PlacementPlan plan_placement(const PlacementInput& input);
 
-// The KV the plan keeps free at load: one chat's first turn, min(context, 1024) tokens. More chats or longer ones grow into the rest of the budget and, past it, move
+// The KV the plan keeps free at load: one prefill chunk of one chat, min(context, 512)
+// tokens. More chats or longer ones grow into the rest of the budget and, past it, move
 // layers to streaming (the engine's pressure path).
 int64_t default_kv_reserve_tokens(int64_t context_per_chat);
 
