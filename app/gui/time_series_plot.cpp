@@ -86,12 +86,21 @@ std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
       return {frame.engine.throughput.decode_tokens_per_second};
     case Metric::ProcessMemory:
       return {static_cast<double>(frame.host.process_resident_bytes)};
+    case Metric::HostToDevice:
+      return {frame.engine.streaming.h2d_bytes_per_second};
   }
   return {};
 }
 
 double TimeSeriesPlot::limitAt(const TelemetryFrame& frame) const {
-  return metric_ == Metric::Memory ? static_cast<double>(frame.engine.device.budget_bytes) : 0.0;
+  switch (metric_) {
+    case Metric::Memory:
+      return static_cast<double>(frame.engine.device.budget_bytes);
+    case Metric::HostToDevice:
+      return frame.engine.streaming.h2d_bandwidth_bytes_per_second;
+    default:
+      return 0.0;
+  }
 }
 
 void TimeSeriesPlot::paint(QPainter* painter) {
@@ -137,13 +146,19 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
   // Byte axes round in MiB (200 MiB, not 191 MiB); rates round in their own unit.
   const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory;
-  const double unit = bytes ? 1024.0 * 1024.0 : 1.0;
+  const double unit = bytes                              ? 1024.0 * 1024.0
+                      : metric_ == Metric::HostToDevice ? 1e6  // MB/s, as the label reads
+                                                         : 1.0;
   const double top =
       niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;
-  if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_) {
+  const double limit_y =
+      limit_on_scale ? area.bottom() - std::clamp(limit / top, 0.0, 1.0) * area.height() : -1.0;
+  if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_ ||
+      limit_y != limit_y_) {
     scale_max_ = top;
     limit_on_scale_ = limit_on_scale;
     span_seconds_ = span;
+    limit_y_ = limit_y;
     Q_EMIT scaleMaxChanged();
   }
 
