@@ -29,7 +29,7 @@ bool savePng(const QImage& image, const QString& path) {
 }  // namespace
 
 QRect memoryDockRect(QQuickWindow* window) {
-  auto* dock = window->contentItem()->findChild<QQuickItem*>(QStringLiteral("memoryDock"));
+  auto* dock = window->findChild<QQuickItem*>(QStringLiteral("memoryDock"));
   if (!dock || !dock->isVisible()) return {};
   const QRectF scene = dock->mapRectToScene(QRectF(0, 0, dock->width(), dock->height()));
   const qreal dpr = window->effectiveDevicePixelRatio();

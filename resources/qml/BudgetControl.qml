@@ -14,12 +14,15 @@ ColumnLayout {
     property double automaticBytes: 0
     property double weightsBytes: 0
     property double minimumBytes: 0
-    // The device's memory, when known: the scale's end.
+    // The device's memory, when known: the scale ends there at most.
     property double deviceBytes: 0
     readonly property double stepBytes: 256 * 1024 * 1024
+    // Twice the model, so the region where layers start to stream fills the slider; the
+    // device's memory caps it (a 140 GiB scale would squeeze an 8 GiB model into its edge).
     readonly property double scaleBytes: {
-        const top = Math.max(control.deviceBytes, control.weightsBytes * 1.5, control.budgetBytes * 1.25,
-                             control.automaticBytes * 1.25, 4 * control.stepBytes)
+        let top = Math.max(control.weightsBytes * 2, control.minimumBytes * 2, 4 * control.stepBytes)
+        if (control.deviceBytes > 0) top = Math.min(top, control.deviceBytes)
+        top = Math.max(top, control.budgetBytes * 1.1, control.automaticBytes * 1.1)
         return Math.ceil(top / control.stepBytes) * control.stepBytes
     }
     // A new budget chosen (0 for automatic), when the handle is released.
@@ -104,8 +107,7 @@ ColumnLayout {
         Label {
             y: 6
             anchors.right: parent.right
-            visible: control.deviceBytes > 0
-            text: qsTr("device %1").arg(Units.bytes(control.deviceBytes))
+            text: Units.bytes(control.scaleBytes)
             color: Theme.mutedText
             font.pixelSize: 10
         }

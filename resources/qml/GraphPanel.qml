@@ -18,7 +18,7 @@ PanelFrame {
     TimeSeriesPlot {
         id: plot
         Layout.fillWidth: true
-        Layout.preferredHeight: Theme.plotHeight * 0.75
+        Layout.preferredHeight: Theme.plotHeight * 0.6
         telemetry: panel.telemetry
         metric: TimeSeriesPlot.DecodeTokens
         seriesColors: [Theme.throughput]

@@ -7,8 +7,8 @@ Item {
     // 1 streamed, 0 resident, per layer.
     property list<int> streamed
     readonly property int layerCount: streamed.length
-    readonly property real gap: layerCount > 0 && width / layerCount >= 5 ? 1 : 0
-    readonly property real cellWidth: layerCount > 0 ? (width - gap * (layerCount - 1)) / layerCount : 0
+    // A one-pixel gap between cells while they are wide enough to keep one.
+    readonly property int gap: layerCount > 0 && width / layerCount >= 5 ? 1 : 0
 
     implicitHeight: 14
 
@@ -19,24 +19,26 @@ Item {
         color: Theme.raised
         border.color: Theme.border
     }
-    Row {
-        anchors.fill: parent
-        spacing: strip.gap
-        Repeater {
-            // Each cell carries what it needs (a delegate reads no ids outside itself).
-            model: {
-                const cells = []
-                for (let i = 0; i < strip.layerCount; ++i)
-                    cells.push({ streamed: strip.streamed[i], width: strip.cellWidth })
-                return cells
+    Repeater {
+        // Cells on whole pixels, so every gap looks the same; each cell carries its own
+        // geometry (a delegate reads no ids outside itself).
+        model: {
+            const cells = []
+            const pitch = (strip.width + strip.gap) / Math.max(1, strip.layerCount)
+            for (let i = 0; i < strip.layerCount; ++i) {
+                const left = Math.round(i * pitch)
+                cells.push({ streamed: strip.streamed[i], x: left,
+                             width: Math.max(1, Math.round((i + 1) * pitch) - left - strip.gap) })
             }
-            delegate: Rectangle {
-                required property var modelData
-                width: modelData.width
-                height: parent ? parent.height : 0
-                radius: modelData.width >= 6 ? 2 : 0
-                color: modelData.streamed ? Theme.streamedLayer : Theme.residentLayer
-            }
+            return cells
+        }
+        delegate: Rectangle {
+            required property var modelData
+            x: modelData.x
+            width: modelData.width
+            height: parent ? parent.height : 0
+            radius: modelData.width >= 6 ? 2 : 0
+            color: modelData.streamed ? Theme.streamedLayer : Theme.residentLayer
         }
     }
 }

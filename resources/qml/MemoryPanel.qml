@@ -57,7 +57,7 @@ PanelFrame {
             // named at the top with an arrow instead of flattening the stack.
             anchors.right: parent.right
             anchors.rightMargin: 3
-            y: plot.limitOnScale ? Math.max(2, plot.limitY - height - 1) : 3
+            y: !plot.limitOnScale ? 3 : plot.limitY < height + 6 ? plot.limitY + 2 : plot.limitY - height - 1
             visible: panel.frame.hasEngine && panel.frame.device.budgetBytes > 0
             text: plot.limitOnScale ? qsTr("budget %1").arg(Units.bytes(panel.frame.device.budgetBytes))
                                     : qsTr("budget %1 ↑").arg(Units.bytes(panel.frame.device.budgetBytes))

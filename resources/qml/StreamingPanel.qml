@@ -39,7 +39,8 @@ PanelFrame {
             // The measured bandwidth: on its line when the plot reaches it, else above.
             anchors.right: parent.right
             anchors.rightMargin: 3
-            y: plot.limitOnScale ? Math.max(2, plot.limitY - height - 1) : 3
+            // Below the line when above it would run into the scale's label.
+            y: !plot.limitOnScale ? 3 : plot.limitY < height + 6 ? plot.limitY + 2 : plot.limitY - height - 1
             visible: panel.streaming.h2dBandwidthBytesPerSecond > 0
             text: plot.limitOnScale ? qsTr("PCIe %1").arg(Units.rate(panel.streaming.h2dBandwidthBytesPerSecond))
                                     : qsTr("PCIe %1 ↑").arg(Units.rate(panel.streaming.h2dBandwidthBytesPerSecond))
@@ -56,33 +57,26 @@ PanelFrame {
         }
     }
 
-    LayerStrip {
-        Layout.fillWidth: true
-        streamed: panel.streaming.layerStreamed
-    }
     RowLayout {
         Layout.fillWidth: true
         spacing: Theme.spacing
-        LegendItem {
-            swatch: Theme.residentLayer
-            name: qsTr("resident")
-            value: String(panel.streaming.layersResident)
-        }
-        LegendItem {
-            swatch: Theme.streamedLayer
-            name: qsTr("streamed")
-            value: String(panel.streaming.layersStreamed)
-        }
         Label {
             Layout.fillWidth: true
-            horizontalAlignment: Text.AlignRight
             elide: Text.ElideRight
             text: panel.layerCount === 0 ? qsTr("no layer plan")
                   : panel.layersStreamed === 0 ? qsTr("all %1 layers resident").arg(panel.layerCount)
-                  : qsTr("%1 of %2 layers streamed").arg(panel.layersStreamed).arg(panel.layerCount)
-            color: panel.layersStreamed > 0 ? Theme.text : Theme.mutedText
+                  : qsTr("%1 of %2 streamed").arg(panel.layersStreamed).arg(panel.layerCount)
+            color: Theme.text
             font.pixelSize: Theme.smallFontSize
         }
+        Rectangle { implicitWidth: 10; implicitHeight: 10; radius: 2; color: Theme.residentLayer }
+        Label { text: qsTr("resident"); color: Theme.mutedText; font.pixelSize: Theme.smallFontSize }
+        Rectangle { implicitWidth: 10; implicitHeight: 10; radius: 2; color: Theme.streamedLayer }
+        Label { text: qsTr("streamed"); color: Theme.mutedText; font.pixelSize: Theme.smallFontSize }
+    }
+    LayerStrip {
+        Layout.fillWidth: true
+        streamed: panel.streaming.layerStreamed
     }
 
     GridLayout {
@@ -102,13 +96,10 @@ PanelFrame {
         }
         StatRow {
             Layout.fillWidth: true
-            name: qsTr("resident")
-            value: Units.bytes(panel.streaming.residentWeightBytes)
-        }
-        StatRow {
-            Layout.fillWidth: true
-            name: qsTr("copied")
-            value: Units.bytes(panel.streaming.h2dBytes)
+            Layout.columnSpan: 2
+            name: qsTr("PCIe bandwidth, measured at load")
+            value: panel.streaming.h2dBandwidthBytesPerSecond > 0
+                   ? Units.rate(panel.streaming.h2dBandwidthBytesPerSecond) : qsTr("—")
         }
     }
 
@@ -143,19 +134,13 @@ PanelFrame {
             font.family: Theme.monoFamily
         }
     }
-    StatRow {
-        Layout.fillWidth: true
-        name: qsTr("PCIe host→device, measured at load")
-        value: panel.streaming.h2dBandwidthBytesPerSecond > 0
-               ? Units.rate(panel.streaming.h2dBandwidthBytesPerSecond) : qsTr("—")
-    }
     Label {
         Layout.fillWidth: true
         wrapMode: Text.Wrap
         color: panel.streaming.replans > 0 ? Theme.text : Theme.mutedText
         font.pixelSize: Theme.smallFontSize
         text: panel.streaming.replans > 0
-              ? qsTr("%n re-plan(s); last: %1", "", panel.streaming.replans).arg(panel.streaming.lastReplanReason)
-              : qsTr("No re-plan since loading.")
+              ? qsTr("Re-plans: %1 · last: %2").arg(panel.streaming.replans).arg(panel.streaming.lastReplanReason)
+              : qsTr("Re-plans: none since loading")
     }
 }
