@@ -101,14 +101,16 @@ bool Application::startReplay(const QString& frames_path, double speed, bool loo
   ReplayFrames recorded = readTelemetryFrames(frames_path);
   if (!recorded.ok()) {
     granule::logger("app")->error("replay: {}", recorded.error.toStdString());
-    errors_.report(recorded.error, QStringLiteral("No telemetry to replay; the window works as usual."));
+    errors_.report(recorded.error,
+                   QStringLiteral("No telemetry to replay; the window works as usual."));
     connectLiveTelemetry();
     return false;
   }
   granule::logger("app")->info("replaying {} frames from {} at {}x{}", recorded.frames.size(),
                                frames_path.toStdString(), speed, loop ? ", looping" : "");
   telemetry_.setReplaySource(QFileInfo(frames_path).fileName());
-  telemetry_.setTitleLookup([](qint64 sequence) { return QStringLiteral("sequence %1").arg(sequence); });
+  telemetry_.setTitleLookup(
+      [](qint64 sequence) { return QStringLiteral("sequence %1").arg(sequence); });
   replay_ = std::make_unique<TelemetryReplay>(std::move(recorded.frames), &telemetry_);
   replay_->start(speed, loop ? TelemetryReplay::AtEnd::Loop : TelemetryReplay::AtEnd::Hold);
   return true;

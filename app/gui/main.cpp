@@ -56,8 +56,7 @@ int main(int argc, char** argv) {
       QStringLiteral("path"));
   const QCommandLineOption screenshot_dock_option(
       QStringLiteral("screenshot-dock"),
-      QStringLiteral("With --screenshot: also save the memory dock alone"),
-      QStringLiteral("path"));
+      QStringLiteral("With --screenshot: also save the memory dock alone"), QStringLiteral("path"));
   const QCommandLineOption screenshot_after_option(
       QStringLiteral("screenshot-after-ms"),
       QStringLiteral("Delay before --screenshot (default 3000)"), QStringLiteral("ms"),

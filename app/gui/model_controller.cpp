@@ -84,9 +84,10 @@ void ModelController::onBudgetRefused(quint64 bytes, const QString& error) {
     vram_budget_bytes_ = budget_in_force_;
     Q_EMIT optionsChanged();
   }
-  errors_.report(error, budget_in_force_ > 0
-                            ? QStringLiteral("The budget stays at %1.").arg(formatBytes(budget_in_force_))
-                            : QStringLiteral("The budget stays as it was."));
+  errors_.report(error,
+                 budget_in_force_ > 0
+                     ? QStringLiteral("The budget stays at %1.").arg(formatBytes(budget_in_force_))
+                     : QStringLiteral("The budget stays as it was."));
 }
 
 void ModelController::preview(const QUrl& file) {

@@ -60,8 +60,8 @@ class ModelController : public QObject {
   Q_PROPERTY(int maxChats READ maxChats WRITE setMaxChats NOTIFY optionsChanged)
   // The VRAM budget in bytes, 0 for the engine's choice (free memory minus a margin). Passed
   // to every load; a change while a model is loaded is applied to it between steps.
-  Q_PROPERTY(double vramBudgetBytes READ vramBudgetBytes WRITE setVramBudgetBytes NOTIFY
-                 optionsChanged)
+  Q_PROPERTY(
+      double vramBudgetBytes READ vramBudgetBytes WRITE setVramBudgetBytes NOTIFY optionsChanged)
   // The loaded model's weights and the least budget its plan can run in (for the budget
   // control's scale); 0 before a model is loaded.
   Q_PROPERTY(double weightsBytes READ weightsBytes NOTIFY infoChanged)

@@ -23,7 +23,8 @@ struct FieldReader {
 
   bool present(std::string_view name, QJsonValue* value) const {
     if (!error.isEmpty()) return false;
-    const auto it = object.constFind(QLatin1String(name.data(), static_cast<qsizetype>(name.size())));
+    const auto it =
+        object.constFind(QLatin1String(name.data(), static_cast<qsizetype>(name.size())));
     if (it == object.constEnd()) return false;  // missing: the default stays
     *value = *it;
     return true;
@@ -58,7 +59,8 @@ struct FieldReader {
     field = v.toDouble();
   }
   template <class Int>
-  requires std::is_integral_v<Int> void operator()(std::string_view name, Int& field) {
+  requires std::is_integral_v<Int>
+  void operator()(std::string_view name, Int& field) {
     QJsonValue v;
     if (!present(name, &v)) return;
     if (!toInteger(v, &field)) return fail(name, "an integer in range");
@@ -88,7 +90,8 @@ struct FieldReader {
     const QJsonObject bytes = v.toObject();
     for (size_t c = 0; c < kMemoryCategoryCount; ++c) {
       const std::string_view key = memory_category_name(static_cast<MemoryCategory>(c));
-      const auto it = bytes.constFind(QLatin1String(key.data(), static_cast<qsizetype>(key.size())));
+      const auto it =
+          bytes.constFind(QLatin1String(key.data(), static_cast<qsizetype>(key.size())));
       if (it != bytes.constEnd() && !toInteger(*it, &field[c]))
         return fail(name, "an object of byte counts");
     }
@@ -109,15 +112,16 @@ QString readSection(const QJsonObject& frame, const char* key, Section& section)
 
 QString readFrame(const QJsonObject& object, TelemetryFrame& frame) {
   const auto t = object.constFind(QLatin1String("t"));
-  if (t == object.constEnd() || !t->isDouble()) return QStringLiteral("\"t\" is missing or not a number");
+  if (t == object.constEnd() || !t->isDouble())
+    return QStringLiteral("\"t\" is missing or not a number");
   frame.time_s = t->toDouble();
   frame.has_engine = true;
   TelemetrySnapshot& s = frame.engine;
-  for (const QString& e : {readSection(object, "device", s.device), readSection(object, "kv", s.kv),
-                           readSection(object, "scheduler", s.scheduler),
-                           readSection(object, "graphs", s.graphs),
-                           readSection(object, "streaming", s.streaming),
-                           readSection(object, "throughput", s.throughput)})
+  for (const QString& e :
+       {readSection(object, "device", s.device), readSection(object, "kv", s.kv),
+        readSection(object, "scheduler", s.scheduler), readSection(object, "graphs", s.graphs),
+        readSection(object, "streaming", s.streaming),
+        readSection(object, "throughput", s.throughput)})
     if (!e.isEmpty()) return e;
   const auto sequences = object.constFind(QLatin1String("sequences"));
   if (sequences != object.constEnd()) {
@@ -233,7 +237,8 @@ void TelemetryReplay::playDue() {
       // The next pass starts one frame interval after the last frame, so time never stands
       // still (the plots scroll on) and never goes back.
       const double span = frames_.back().time_s - first_t;
-      const double interval = frames_.size() > 1 ? span / static_cast<double>(frames_.size() - 1) : 0.1;
+      const double interval =
+          frames_.size() > 1 ? span / static_cast<double>(frames_.size() - 1) : 0.1;
       loop_offset_s_ += span + std::max(interval, 0.01);
       next_ = 0;
       Q_EMIT reachedEnd();

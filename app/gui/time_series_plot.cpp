@@ -155,9 +155,9 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   const double wanted = std::max(limit_on_scale ? highest_limit * 1.05 : 0.0, peak * 1.15);
   const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory;
   const double gib = 1024.0 * 1024.0 * 1024.0;
-  const double unit = bytes ? (wanted >= gib ? gib : 1024.0 * 1024.0)
+  const double unit = bytes                             ? (wanted >= gib ? gib : 1024.0 * 1024.0)
                       : metric_ == Metric::HostToDevice ? (wanted >= 1e9 ? 1e9 : 1e6)
-                                                         : 1.0;
+                                                        : 1.0;
   const double top = niceCeiling(wanted / unit) * unit;
   const double limit_y =
       limit_on_scale ? area.bottom() - std::clamp(limit / top, 0.0, 1.0) * area.height() : -1.0;

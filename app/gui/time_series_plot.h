@@ -38,7 +38,8 @@ class TimeSeriesPlot : public QQuickPaintedItem {
     Memory,         // ledger categories stacked, budget line
     DecodeTokens,   // tokens per second over all chats
     ProcessMemory,  // the process's resident memory (host figure)
-    HostToDevice,   // weight streaming's host-to-device bytes/s, the measured PCIe bandwidth as limit
+    HostToDevice,   // weight streaming's host-to-device bytes/s, the measured PCIe bandwidth as
+                    // limit
   };
   Q_ENUM(Metric)
 

@@ -37,8 +37,8 @@ struct ModelInfo {
   qint64 kv_heads = 0;
   qint64 vocab = 0;
   qint64 trained_context = 0;
-  qint64 engine_context = 0;  // context per chat after loading
-  quint64 weights_bytes = 0;  // the estimate's weights, resident and streamed
+  qint64 engine_context = 0;         // context per chat after loading
+  quint64 weights_bytes = 0;         // the estimate's weights, resident and streamed
   quint64 minimum_budget_bytes = 0;  // the least VRAM budget the placement plan runs in
 };
 

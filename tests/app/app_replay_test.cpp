@@ -169,9 +169,11 @@ class ReplayTest : public QObject {
              QStringLiteral("frames.jsonl line 2: not JSON (unterminated object)"));
     QCOMPARE(error(good + "[1, 2]\n"), QStringLiteral("frames.jsonl line 2: not a JSON object"));
     QCOMPARE(error("{\"t\": 1, \"streaming\": {\"layers_streamed\": 2.5}}\n"),
-             QStringLiteral("frames.jsonl line 1: streaming.layers_streamed is not an integer in range"));
+             QStringLiteral(
+                 "frames.jsonl line 1: streaming.layers_streamed is not an integer in range"));
     QCOMPARE(error("{\"t\": 1, \"streaming\": {\"layer_streamed\": [0, \"x\"]}}\n"),
-             QStringLiteral("frames.jsonl line 1: streaming.layer_streamed is not an array of integers"));
+             QStringLiteral(
+                 "frames.jsonl line 1: streaming.layer_streamed is not an array of integers"));
     QCOMPARE(error("{\"t\": 1, \"device\": {\"budget_bytes\": -4}}\n"),
              QStringLiteral("frames.jsonl line 1: device.budget_bytes is not an integer in range"));
     QCOMPARE(error("{\"t\": 1, \"graphs\": {\"last_recapture_reason\": 3}}\n"),

@@ -86,8 +86,8 @@ class ScreenshotTest : public QObject {
     qint64 trip_chat = 0;
   };
 
-  std::unique_ptr<Session> open(EngineFactory factory, const QString& db,
-                                const QString& model_path, const QString& replay_path = {}) {
+  std::unique_ptr<Session> open(EngineFactory factory, const QString& db, const QString& model_path,
+                                const QString& replay_path = {}) {
     auto s = std::make_unique<Session>(std::move(factory), db);
     s->trip_chat = seedChats(s->app.store());
     s->qml.addImportPath(QStringLiteral("qrc:/qt/qml"));

@@ -19,8 +19,8 @@
 namespace granule::app::testing {
 
 struct FakeEngineScript {
-  int step_delay_ms = 0;       // simulated compute per step
-  int fail_at_step = -1;       // step() throws DeviceError at this step (0-based)
+  int step_delay_ms = 0;  // simulated compute per step
+  int fail_at_step = -1;  // step() throws DeviceError at this step (0-based)
   // At this step (0-based) the device is lost, as the real engine reports it: every chat ends
   // with the reason, step() returns false, submit() throws DeviceLostError.
   int lose_device_at_step = -1;
@@ -38,7 +38,7 @@ struct FakeEngineScript {
   double map_us_per_granule = 12;     // mapping a pooled granule
   double create_us_per_granule = 60;  // creating one on the step's path (the pool ran dry)
   int32_t layers = 24;
-  quint64 budget_bytes = 1ull << 30;          // when the options name none
+  quint64 budget_bytes = 1ull << 30;           // when the options name none
   quint64 minimum_budget_bytes = 48ull << 20;  // set_vram_budget below this is refused
 };
 
@@ -95,8 +95,9 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (index == script_.fail_at_step)
       throw DeviceError("CUDA error: an illegal memory access was encountered");
     if (index == script_.lose_device_at_step) {
-      lost_ = "the GPU stopped working (CUDA error in attention: an illegal memory access was "
-              "encountered); reload the model";
+      lost_ =
+          "the GPU stopped working (CUDA error in attention: an illegal memory access was "
+          "encountered); reload the model";
       for (auto& [id, r] : running_) r.request.sink.on_finish(id, FinishReason::Error, lost_);
       running_.clear();
       return false;
@@ -161,7 +162,8 @@ class FakeInferenceEngine final : public InferenceEngine {
   int32_t streamedLayers() const {
     const double room = static_cast<double>(budget_bytes_) * 0.75 - (8ull << 20);
     const double per_layer = static_cast<double>(script_.weights_bytes) / script_.layers;
-    const int32_t fit = static_cast<int32_t>(std::clamp(room / per_layer, 0.0, 1.0 * script_.layers));
+    const int32_t fit =
+        static_cast<int32_t>(std::clamp(room / per_layer, 0.0, 1.0 * script_.layers));
     return script_.layers - fit;
   }
 

@@ -23,9 +23,8 @@ struct JsonFieldWriter {
   void operator()(std::string_view name, bool v) { out.insert(key(name), v); }
   void operator()(std::string_view name, double v) { out.insert(key(name), v); }
   template <class Int>
-  requires std::is_integral_v<Int> void operator()(std::string_view name, Int v) {
-    out.insert(key(name), static_cast<double>(v));
-  }
+  requires std::is_integral_v<Int>
+  void operator()(std::string_view name, Int v) { out.insert(key(name), static_cast<double>(v)); }
   void operator()(std::string_view name, const std::string& v) {
     out.insert(key(name), QString::fromStdString(v));
   }
@@ -88,7 +87,8 @@ inline QByteArray streamingSessionJsonl(double seconds, double hz, double replan
     const uint64_t resident = fixed_bytes + layer_bytes * static_cast<uint64_t>(layers - streamed);
     ledger[static_cast<size_t>(MemoryCategory::WeightsResident)] = resident;
     ledger[static_cast<size_t>(MemoryCategory::WeightsStaging)] = 2 * layer_bytes;
-    const uint64_t kv = std::min<uint64_t>(64 * mib + static_cast<uint64_t>(t * 40) * mib, 1400 * mib);
+    const uint64_t kv =
+        std::min<uint64_t>(64 * mib + static_cast<uint64_t>(t * 40) * mib, 1400 * mib);
     ledger[static_cast<size_t>(MemoryCategory::KvCommitted)] = kv;
     ledger[static_cast<size_t>(MemoryCategory::KvPool)] = 128 * mib;
     ledger[static_cast<size_t>(MemoryCategory::KvReservedVa)] = 32 * gib;
