@@ -31,12 +31,17 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       store_.setting(QStringLiteral("engine/context_length"), QStringLiteral("4096")).toInt();
   const int max_chats =
       store_.setting(QStringLiteral("engine/max_chats"), QStringLiteral("8")).toInt();
+  const double vram_budget =
+      store_.setting(QStringLiteral("engine/vram_budget_bytes"), QStringLiteral("0")).toDouble();
   model_.setContextLength(context);
   model_.setMaxChats(max_chats);
+  model_.setVramBudgetBytes(vram_budget);
   connect(&model_, &ModelController::optionsChanged, this, [this] {
     store_.setSetting(QStringLiteral("engine/context_length"),
                       QString::number(model_.contextLength()));
     store_.setSetting(QStringLiteral("engine/max_chats"), QString::number(model_.maxChats()));
+    store_.setSetting(QStringLiteral("engine/vram_budget_bytes"),
+                      QString::number(static_cast<quint64>(model_.vramBudgetBytes())));
   });
 }
 
@@ -48,6 +53,9 @@ void Application::connectWorker() {
   connect(&chats_, &ChatController::cancelRequested, worker_, &EngineWorker::cancel);
   connect(&model_, &ModelController::inspectRequested, worker_, &EngineWorker::inspectModel);
   connect(&model_, &ModelController::loadRequested, worker_, &EngineWorker::loadModel);
+  connect(&model_, &ModelController::vramBudgetRequested, worker_, &EngineWorker::setVramBudget);
+  connect(worker_, &EngineWorker::budgetApplied, &model_, &ModelController::onBudgetApplied);
+  connect(worker_, &EngineWorker::budgetRefused, &model_, &ModelController::onBudgetRefused);
   connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
   connect(worker_, &EngineWorker::generationFinished, &chats_,
           &ChatController::onGenerationFinished);
@@ -56,18 +64,22 @@ void Application::connectWorker() {
   connect(worker_, &EngineWorker::loadProgress, &model_, &ModelController::onLoadProgress);
   connect(worker_, &EngineWorker::modelLoaded, &model_, &ModelController::onModelLoaded);
   connect(worker_, &EngineWorker::loadFailed, &model_, &ModelController::onLoadFailed);
-  connect(worker_, &EngineWorker::telemetryUpdated, &telemetry_, &TelemetryModel::addFrame);
+  connectLiveTelemetry();
   connect(worker_, &EngineWorker::engineError, &errors_, [this](const QString& message) {
     errors_.report(message, QStringLiteral("Generation stopped; the chats are kept."));
   });
 }
 
-void Application::start(const QString& model_path) {
+void Application::startServices() {
   if (!store_.ok())
     errors_.report(store_.error(), QStringLiteral("Chats will not be saved this session."));
   chats_.loadFromStore();
   engine_thread_.start();
   QMetaObject::invokeMethod(worker_, &EngineWorker::start, Qt::QueuedConnection);
+}
+
+void Application::start(const QString& model_path) {
+  startServices();
 
   QString path = model_path;
   if (path.isEmpty()) {
@@ -82,6 +94,33 @@ void Application::start(const QString& model_path) {
   }
 }
 
+bool Application::startReplay(const QString& frames_path, double speed, bool loop) {
+  // The recording owns the panels: the worker's frames (no model, host figures) stay out.
+  disconnect(live_telemetry_);
+  startServices();
+  ReplayFrames recorded = readTelemetryFrames(frames_path);
+  if (!recorded.ok()) {
+    granule::logger("app")->error("replay: {}", recorded.error.toStdString());
+    errors_.report(recorded.error,
+                   QStringLiteral("No telemetry to replay; the window works as usual."));
+    connectLiveTelemetry();
+    return false;
+  }
+  granule::logger("app")->info("replaying {} frames from {} at {}x{}", recorded.frames.size(),
+                               frames_path.toStdString(), speed, loop ? ", looping" : "");
+  telemetry_.setReplaySource(QFileInfo(frames_path).fileName());
+  telemetry_.setTitleLookup(
+      [](qint64 sequence) { return QStringLiteral("sequence %1").arg(sequence); });
+  replay_ = std::make_unique<TelemetryReplay>(std::move(recorded.frames), &telemetry_);
+  replay_->start(speed, loop ? TelemetryReplay::AtEnd::Loop : TelemetryReplay::AtEnd::Hold);
+  return true;
+}
+
+void Application::connectLiveTelemetry() {
+  live_telemetry_ =
+      connect(worker_, &EngineWorker::telemetryUpdated, &telemetry_, &TelemetryModel::addFrame);
+}
+
 QVariantMap Application::windowProperties() {
   return {{QStringLiteral("chats"), QVariant::fromValue(&chats_)},
           {QStringLiteral("model"), QVariant::fromValue(&model_)},
@@ -92,6 +131,7 @@ QVariantMap Application::windowProperties() {
 
 void Application::shutdown() {
   if (!worker_) return;
+  if (replay_) replay_->stop();
   chats_.saveAll();
   if (engine_thread_.isRunning()) {
     // Blocking: returns once the step in progress (if any) ends and the engine is freed.

@@ -5,6 +5,7 @@
 #include <QObject>
 #include <QThread>
 #include <QVariantMap>
+#include <memory>
 
 #include "chat_controller.h"
 #include "chat_store.h"
@@ -13,6 +14,7 @@
 #include "inference_engine.h"
 #include "model_controller.h"
 #include "telemetry_model.h"
+#include "telemetry_replay.h"
 #include "window_settings.h"
 
 namespace granule::app {
@@ -27,6 +29,11 @@ class Application : public QObject {
   // Starts the engine thread, reads the chats and, when `model_path` (or else the last
   // model, or else the default model) exists, loads it.
   void start(const QString& model_path = {});
+  // Starts without a model and plays the telemetry frames recorded in `frames_path` (JSON
+  // lines) into the panels instead of the engine's; a file that cannot be read is a
+  // one-line error in the banner (and the log) and the window stays up. Returns whether it
+  // plays.
+  bool startReplay(const QString& frames_path, double speed = 1.0, bool loop = false);
   // Idempotent; after it no worker signal arrives and the engine is gone.
   void shutdown();
 
@@ -36,11 +43,15 @@ class Application : public QObject {
   ModelController* model() { return &model_; }
   TelemetryModel* telemetry() { return &telemetry_; }
   WindowSettings* windowSettings() { return &window_settings_; }
+  TelemetryReplay* replay() { return replay_.get(); }
   // Main.qml's required properties.
   QVariantMap windowProperties();
 
  private:
   void connectWorker();
+  // The chats, the engine thread and the worker's clock; no model.
+  void startServices();
+  void connectLiveTelemetry();
 
   ChatStore store_;
   ErrorReporter errors_;
@@ -48,6 +59,8 @@ class Application : public QObject {
   ModelController model_;
   TelemetryModel telemetry_;
   WindowSettings window_settings_;
+  std::unique_ptr<TelemetryReplay> replay_;
+  QMetaObject::Connection live_telemetry_;
   QThread engine_thread_;
   EngineWorker* worker_;  // lives on engine_thread_; deleted after the thread ends
 };

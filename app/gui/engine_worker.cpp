@@ -29,10 +29,11 @@ QString finishReasonText(FinishReason reason) {
   return QString::fromUtf8(finish_reason_name(reason));
 }
 
-EngineOptions engineOptions(qint64 context_length, qint32 chats) {
+EngineOptions engineOptions(qint64 context_length, qint32 chats, quint64 vram_budget_bytes) {
   EngineOptions options;
   options.context_length = context_length;
   options.max_sequences = chats;
+  options.vram_budget_bytes = vram_budget_bytes;
   // Short prefill chunks keep every step short, so a cancel, a new chat's first token and
   // closing the window never wait behind a long prompt (CPU steps are slow).
   options.prefill_chunk_tokens = 64;
@@ -62,29 +63,46 @@ void EngineWorker::start() {
   telemetry_timer_.start();
 }
 
-void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint32 chats) {
+void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint32 chats,
+                                quint64 vram_budget_bytes) {
   try {
     const std::filesystem::path file(path.toStdString());
-    const FitEstimate fit = Engine::estimate(file, engineOptions(context_length, chats));
+    const FitEstimate fit =
+        Engine::estimate(file, engineOptions(context_length, chats, vram_budget_bytes));
     Q_EMIT modelInspected(modelInfo(file, fit), fit);
   } catch (const std::exception& e) {
     Q_EMIT inspectFailed(path, QString::fromUtf8(e.what()));
   }
 }
 
-void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 chats) {
+void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 chats,
+                             quint64 vram_budget_bytes) {
   if (shut_down_) return;
   releaseEngine();
   log()->info("loading {}", path.toStdString());
   try {
     engine_ = factory_(
-        std::filesystem::path(path.toStdString()), engineOptions(context_length, chats),
+        std::filesystem::path(path.toStdString()),
+        engineOptions(context_length, chats, vram_budget_bytes),
         [this](double fraction, const QString& stage) { Q_EMIT loadProgress(fraction, stage); });
     Q_EMIT modelLoaded(engine_->info());
   } catch (const std::exception& e) {
     engine_.reset();
     log()->warn("loading {} failed: {}", path.toStdString(), e.what());
     Q_EMIT loadFailed(path, QString::fromUtf8(e.what()));
+  }
+}
+
+void EngineWorker::setVramBudget(quint64 bytes) {
+  // Queued slots run between steps (runStep is one event per step), as the engine requires.
+  if (shut_down_ || !engine_ || bytes == 0) return;
+  try {
+    engine_->set_vram_budget(bytes);
+    log()->info("VRAM budget set to {} MiB", bytes >> 20);
+    Q_EMIT budgetApplied(bytes);
+  } catch (const std::exception& e) {
+    log()->warn("VRAM budget of {} MiB refused: {}", bytes >> 20, e.what());
+    Q_EMIT budgetRefused(bytes, QString::fromUtf8(e.what()));
   }
 }
 

@@ -28,10 +28,15 @@ class EngineWorker : public QObject {
   // Starts the telemetry clock; call once the worker lives in its thread.
   void start();
   // Asks the engine what the model needs (Engine::estimate); emits modelInspected or
-  // inspectFailed.
-  void inspectModel(const QString& path, qint64 context_length, qint32 chats);
+  // inspectFailed. A budget of 0 lets the engine pick one (free memory minus a margin).
+  void inspectModel(const QString& path, qint64 context_length, qint32 chats,
+                    quint64 vram_budget_bytes = 0);
   // Opens the model (replacing a loaded one); emits loadProgress, then modelLoaded or loadFailed.
-  void loadModel(const QString& path, qint64 context_length, qint32 chats);
+  void loadModel(const QString& path, qint64 context_length, qint32 chats,
+                 quint64 vram_budget_bytes = 0);
+  // Changes the loaded engine's VRAM budget between steps (Engine::set_vram_budget); emits
+  // budgetApplied, or budgetRefused with the engine's one-line reason (the budget unchanged).
+  void setVramBudget(quint64 bytes);
   // Queues a chat's generation; one per chat (a new one replaces a running one).
   void submit(const granule::app::GenerationRequest& request);
   void cancel(qint64 chat_id);
@@ -45,6 +50,8 @@ class EngineWorker : public QObject {
   void loadProgress(double fraction, const QString& stage);
   void modelLoaded(const granule::app::ModelInfo& info);
   void loadFailed(const QString& path, const QString& error);
+  void budgetApplied(quint64 bytes);
+  void budgetRefused(quint64 bytes, const QString& error);
   void generationStarted(qint64 chat_id);
   void tokensArrived(const QList<granule::app::TokenChunk>& chunks);
   void generationFinished(const granule::app::GenerationResult& result);

@@ -19,6 +19,7 @@ class GranuleInferenceEngine final : public InferenceEngine {
   bool idle() const override { return engine_->idle(); }
   TelemetrySnapshot telemetry() const override { return engine_->telemetry(); }
   std::string device_lost_reason() const override { return engine_->device_lost_reason(); }
+  void set_vram_budget(uint64_t bytes) override { engine_->set_vram_budget(bytes); }
 
  private:
   std::unique_ptr<Engine> engine_;

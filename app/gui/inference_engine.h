@@ -23,6 +23,9 @@ class InferenceEngine {
   virtual TelemetrySnapshot telemetry() const = 0;
   // Why the device stopped working for good (Engine::device_lost_reason), "" while it works.
   virtual std::string device_lost_reason() const { return {}; }
+  // Engine::set_vram_budget: re-plans which layers stay resident, between steps. Throws
+  // granule::CapacityError (the budget unchanged) when `bytes` cannot hold the working set.
+  virtual void set_vram_budget(uint64_t bytes) = 0;
 };
 
 // Opens a model (throws granule::Error); `stage` reports what loading is doing.

@@ -7,11 +7,13 @@
 #include <QGuiApplication>
 #include <QQmlApplicationEngine>
 #include <QQuickStyle>
+#include <QQuickWindow>
 
 #include "app_log.h"
 #include "application.h"
 #include "granule/log.h"
 #include "quit_on_signal.h"
+#include "window_screenshot.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
@@ -38,8 +40,38 @@ int main(int argc, char** argv) {
                                         QStringLiteral("scheme"));
   const QCommandLineOption verbose_option(QStringLiteral("verbose"),
                                           QStringLiteral("Log at debug level"));
-  cli.addOptions({model_option, database_option, theme_option, verbose_option});
+  const QCommandLineOption replay_option(
+      QStringLiteral("replay"),
+      QStringLiteral("Show telemetry frames recorded as JSON lines instead of loading a model"),
+      QStringLiteral("frames.jsonl"));
+  const QCommandLineOption replay_speed_option(
+      QStringLiteral("replay-speed"), QStringLiteral("Replay this many times faster (default 1)"),
+      QStringLiteral("factor"), QStringLiteral("1"));
+  const QCommandLineOption replay_loop_option(
+      QStringLiteral("replay-loop"),
+      QStringLiteral("Start the replay again at its end (default: hold the last frame)"));
+  const QCommandLineOption screenshot_option(
+      QStringLiteral("screenshot"),
+      QStringLiteral("Save the window as a PNG after --screenshot-after-ms, then quit"),
+      QStringLiteral("path"));
+  const QCommandLineOption screenshot_dock_option(
+      QStringLiteral("screenshot-dock"),
+      QStringLiteral("With --screenshot: also save the memory dock alone"), QStringLiteral("path"));
+  const QCommandLineOption screenshot_after_option(
+      QStringLiteral("screenshot-after-ms"),
+      QStringLiteral("Delay before --screenshot (default 3000)"), QStringLiteral("ms"),
+      QStringLiteral("3000"));
+  cli.addOptions({model_option, database_option, theme_option, verbose_option, replay_option,
+                  replay_speed_option, replay_loop_option, screenshot_option,
+                  screenshot_dock_option, screenshot_after_option});
   cli.process(qt_app);
+  bool speed_ok = false;
+  const double replay_speed = cli.value(replay_speed_option).toDouble(&speed_ok);
+  if (!speed_ok || replay_speed <= 0) {
+    granule::logger("app")->error("--replay-speed wants a positive number, not '{}'",
+                                  cli.value(replay_speed_option).toStdString());
+    return 2;
+  }
   granule::set_log_level(cli.isSet(verbose_option) ? spdlog::level::debug : spdlog::level::info);
 
   // Fusion renders the same offscreen, under Xvfb and on a desktop; the Theme sets its palette.
@@ -60,7 +92,19 @@ int main(int argc, char** argv) {
     granule::logger("app")->error("the main window could not be created");
     return 1;
   }
-  granule_app.start(cli.value(model_option));
+  if (cli.isSet(replay_option)) {
+    // A file that cannot be replayed is one line on stderr (the log) and in the banner.
+    granule_app.startReplay(cli.value(replay_option), replay_speed, cli.isSet(replay_loop_option));
+  } else {
+    granule_app.start(cli.value(model_option));
+  }
+  if (cli.isSet(screenshot_option)) {
+    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    if (window)
+      granule::app::scheduleWindowScreenshot(
+          window, {cli.value(screenshot_option), cli.value(screenshot_dock_option),
+                   cli.value(screenshot_after_option).toInt(), true});
+  }
   const int rc = QGuiApplication::exec();
   // The window is closed (or SIGINT/SIGTERM came): save the chats and join the engine
   // thread before QML and Qt go.

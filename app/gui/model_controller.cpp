@@ -60,6 +60,36 @@ void ModelController::setMaxChats(int chats) {
   refreshPreview();
 }
 
+QList<int> ModelController::fitLayerStreamed() const {
+  QList<int> streamed;
+  for (bool s : fit_.layer_streamed) streamed.append(s ? 1 : 0);
+  return streamed;
+}
+
+void ModelController::setVramBudgetBytes(double bytes) {
+  const quint64 value = bytes > 0 ? static_cast<quint64>(bytes) : 0;
+  if (value == vram_budget_bytes_) return;
+  vram_budget_bytes_ = value;
+  Q_EMIT optionsChanged();
+  refreshPreview();
+  // "Auto" (0) cannot be applied to a running engine: it is the free memory at open.
+  if (status_ == Status::Ready && value > 0 && value != budget_in_force_)
+    Q_EMIT vramBudgetRequested(value);
+}
+
+void ModelController::onBudgetApplied(quint64 bytes) { budget_in_force_ = bytes; }
+
+void ModelController::onBudgetRefused(quint64 bytes, const QString& error) {
+  if (vram_budget_bytes_ == bytes) {
+    vram_budget_bytes_ = budget_in_force_;
+    Q_EMIT optionsChanged();
+  }
+  errors_.report(error,
+                 budget_in_force_ > 0
+                     ? QStringLiteral("The budget stays at %1.").arg(formatBytes(budget_in_force_))
+                     : QStringLiteral("The budget stays as it was."));
+}
+
 void ModelController::preview(const QUrl& file) {
   previewFile(file.isLocalFile() ? file.toLocalFile() : file.toString());
 }
@@ -67,7 +97,7 @@ void ModelController::preview(const QUrl& file) {
 void ModelController::previewFile(const QString& path) {
   if (status_ == Status::Loading) return;
   setStatus(Status::Inspecting);
-  Q_EMIT inspectRequested(path, context_length_, max_chats_);
+  Q_EMIT inspectRequested(path, context_length_, max_chats_, vram_budget_bytes_);
 }
 
 void ModelController::confirmLoad() {
@@ -90,13 +120,13 @@ void ModelController::load(const QString& path) {
   load_stage_ = QStringLiteral("Opening %1").arg(QFileInfo(path).fileName());
   Q_EMIT progressChanged();
   setStatus(Status::Loading);
-  Q_EMIT loadRequested(path, context_length_, max_chats_);
+  Q_EMIT loadRequested(path, context_length_, max_chats_, vram_budget_bytes_);
 }
 
 void ModelController::refreshPreview() {
   // The dialog stays open while the estimate for the new context or chat count comes back.
   if (status_ == Status::Previewing)
-    Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_);
+    Q_EMIT inspectRequested(preview_info_.path, context_length_, max_chats_, vram_budget_bytes_);
 }
 
 void ModelController::onModelInspected(const ModelInfo& info, const FitEstimate& fit) {
@@ -123,6 +153,7 @@ void ModelController::onLoadProgress(double fraction, const QString& stage) {
 
 void ModelController::onModelLoaded(const ModelInfo& info) {
   loaded_ = info;
+  budget_in_force_ = vram_budget_bytes_;
   preview_info_ = {};
   Q_EMIT infoChanged();
   Q_EMIT previewChanged();

@@ -38,12 +38,34 @@ class ModelController : public QObject {
   Q_PROPERTY(double fitWeightsBytes READ fitWeightsBytes NOTIFY previewChanged)
   Q_PROPERTY(double fitKvBytes READ fitKvBytes NOTIFY previewChanged)
   Q_PROPERTY(double fitBudgetBytes READ fitBudgetBytes NOTIFY previewChanged)
+  // The preview's placement plan: which layers stay in device memory, which stream.
+  Q_PROPERTY(bool fitGpu READ fitGpu NOTIFY previewChanged)
+  Q_PROPERTY(bool fitLoads READ fitLoads NOTIFY previewChanged)
+  Q_PROPERTY(double fitMinimumBudgetBytes READ fitMinimumBudgetBytes NOTIFY previewChanged)
+  Q_PROPERTY(int fitResidentLayers READ fitResidentLayers NOTIFY previewChanged)
+  Q_PROPERTY(int fitStreamedLayers READ fitStreamedLayers NOTIFY previewChanged)
+  Q_PROPERTY(QList<int> fitLayerStreamed READ fitLayerStreamed NOTIFY previewChanged)
+  Q_PROPERTY(double fitStreamedBytesPerPass READ fitStreamedBytesPerPass NOTIFY previewChanged)
+  Q_PROPERTY(double fitStagingBytes READ fitStagingBytes NOTIFY previewChanged)
+  Q_PROPERTY(double fitKvCapacityTokens READ fitKvCapacityTokens NOTIFY previewChanged)
+  Q_PROPERTY(double fitMaxContextPerChat READ fitMaxContextPerChat NOTIFY previewChanged)
+  Q_PROPERTY(double fitH2dBytesPerSecond READ fitH2dBytesPerSecond NOTIFY previewChanged)
+  Q_PROPERTY(bool fitH2dMeasured READ fitH2dMeasured NOTIFY previewChanged)
+  Q_PROPERTY(double fitPcieTokensPerSecond READ fitPcieTokensPerSecond NOTIFY previewChanged)
   Q_PROPERTY(double loadProgress READ loadProgress NOTIFY progressChanged)
   Q_PROPERTY(QString loadStage READ loadStage NOTIFY progressChanged)
   Q_PROPERTY(QString defaultModelPath READ defaultModelPath CONSTANT)
   Q_PROPERTY(bool defaultModelPresent READ defaultModelPresent CONSTANT)
   Q_PROPERTY(int contextLength READ contextLength WRITE setContextLength NOTIFY optionsChanged)
   Q_PROPERTY(int maxChats READ maxChats WRITE setMaxChats NOTIFY optionsChanged)
+  // The VRAM budget in bytes, 0 for the engine's choice (free memory minus a margin). Passed
+  // to every load; a change while a model is loaded is applied to it between steps.
+  Q_PROPERTY(
+      double vramBudgetBytes READ vramBudgetBytes WRITE setVramBudgetBytes NOTIFY optionsChanged)
+  // The loaded model's weights and the least budget its plan can run in (for the budget
+  // control's scale); 0 before a model is loaded.
+  Q_PROPERTY(double weightsBytes READ weightsBytes NOTIFY infoChanged)
+  Q_PROPERTY(double minimumBudgetBytes READ minimumBudgetBytes NOTIFY infoChanged)
 
  public:
   enum class Status { NoModel, Inspecting, Previewing, Loading, Ready };
@@ -75,6 +97,21 @@ class ModelController : public QObject {
   double fitWeightsBytes() const { return static_cast<double>(fit_.weights_bytes); }
   double fitKvBytes() const;
   double fitBudgetBytes() const { return static_cast<double>(fit_.budget_bytes); }
+  bool fitGpu() const { return fit_.gpu; }
+  bool fitLoads() const { return fit_.loads; }
+  double fitMinimumBudgetBytes() const { return static_cast<double>(fit_.minimum_budget_bytes); }
+  int fitResidentLayers() const { return fit_.resident_layers; }
+  int fitStreamedLayers() const { return fit_.streamed_layers; }
+  QList<int> fitLayerStreamed() const;
+  double fitStreamedBytesPerPass() const {
+    return static_cast<double>(fit_.streamed_bytes_per_pass);
+  }
+  double fitStagingBytes() const { return static_cast<double>(fit_.staging_bytes); }
+  double fitKvCapacityTokens() const { return static_cast<double>(fit_.kv_capacity_tokens); }
+  double fitMaxContextPerChat() const { return static_cast<double>(fit_.max_context_per_chat); }
+  double fitH2dBytesPerSecond() const { return fit_.h2d_bytes_per_second; }
+  bool fitH2dMeasured() const { return fit_.h2d_measured; }
+  double fitPcieTokensPerSecond() const { return fit_.pcie_tokens_per_second; }
   double loadProgress() const { return load_progress_; }
   QString loadStage() const { return load_stage_; }
   QString defaultModelPath() const { return default_model_path_; }
@@ -83,6 +120,10 @@ class ModelController : public QObject {
   void setContextLength(int tokens);
   int maxChats() const { return max_chats_; }
   void setMaxChats(int chats);
+  double vramBudgetBytes() const { return static_cast<double>(vram_budget_bytes_); }
+  void setVramBudgetBytes(double bytes);
+  double weightsBytes() const { return static_cast<double>(loaded_.weights_bytes); }
+  double minimumBudgetBytes() const { return static_cast<double>(loaded_.minimum_budget_bytes); }
 
   // Shows the fit preview for a file (from the file dialog's URL or a path).
   Q_INVOKABLE void preview(const QUrl& file);
@@ -101,8 +142,11 @@ class ModelController : public QObject {
   void optionsChanged();
   void modelLoadedFrom(const QString& path);
   // To the worker (queued).
-  void inspectRequested(const QString& path, qint64 context_length, qint32 chats);
-  void loadRequested(const QString& path, qint64 context_length, qint32 chats);
+  void inspectRequested(const QString& path, qint64 context_length, qint32 chats,
+                        quint64 vram_budget_bytes);
+  void loadRequested(const QString& path, qint64 context_length, qint32 chats,
+                     quint64 vram_budget_bytes);
+  void vramBudgetRequested(quint64 bytes);
 
  public Q_SLOTS:
   void onModelInspected(const granule::app::ModelInfo& info, const granule::FitEstimate& fit);
@@ -110,6 +154,10 @@ class ModelController : public QObject {
   void onLoadProgress(double fraction, const QString& stage);
   void onModelLoaded(const granule::app::ModelInfo& info);
   void onLoadFailed(const QString& path, const QString& error);
+  void onBudgetApplied(quint64 bytes);
+  // The engine kept its budget: the setting goes back to the one in force, and the banner
+  // shows the engine's reason.
+  void onBudgetRefused(quint64 bytes, const QString& error);
 
  private:
   void setStatus(Status status);
@@ -128,6 +176,8 @@ class ModelController : public QObject {
   QString default_model_path_;
   int context_length_ = 4096;
   int max_chats_ = 8;
+  quint64 vram_budget_bytes_ = 0;
+  quint64 budget_in_force_ = 0;  // what the loaded engine runs with (0: its own choice)
 };
 
 }  // namespace granule::app

@@ -40,6 +40,8 @@ ModelInfo modelInfo(const std::filesystem::path& path, const FitEstimate& estima
   info.kv_heads = c.n_head_kv;
   info.vocab = c.n_vocab;
   info.trained_context = c.context_length;
+  info.weights_bytes = estimate.weights_bytes;
+  info.minimum_budget_bytes = estimate.minimum_budget_bytes;
   return info;
 }
 

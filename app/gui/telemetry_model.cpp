@@ -62,6 +62,12 @@ QStringList TelemetryModel::ledgerCategories() const {
   return names;
 }
 
+void TelemetryModel::setReplaySource(const QString& name) {
+  if (name == replay_source_) return;
+  replay_source_ = name;
+  Q_EMIT replaySourceChanged();
+}
+
 void TelemetryModel::setHighlightedChatId(qint64 id) {
   if (id == highlighted_chat_id_) return;
   highlighted_chat_id_ = id;

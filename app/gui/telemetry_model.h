@@ -20,6 +20,8 @@ class TelemetryModel : public QAbstractListModel {
   // The keys of frame.device.ledger the panels stack, bottom first (Theme's ledger colours
   // and names follow this order).
   Q_PROPERTY(QStringList ledgerCategories READ ledgerCategories CONSTANT)
+  // The recording's file name while the panels replay one (granule --replay), else "".
+  Q_PROPERTY(QString replaySource READ replaySource NOTIFY replaySourceChanged)
   Q_PROPERTY(qint64 highlightedChatId READ highlightedChatId WRITE setHighlightedChatId NOTIFY
                  highlightedChatIdChanged)
 
@@ -50,18 +52,22 @@ class TelemetryModel : public QAbstractListModel {
   // Whether the KV budget holds this chat back in the latest frame (ids as numbers, as QML
   // sees them). Bindings that also read the frame re-evaluate with every frame.
   Q_INVOKABLE bool isWaiting(double chatId) const;
+  QString replaySource() const { return replay_source_; }
+  void setReplaySource(const QString& name);
   qint64 highlightedChatId() const { return highlighted_chat_id_; }
   void setHighlightedChatId(qint64 id);
 
  Q_SIGNALS:
   void updated();
   void highlightedChatIdChanged();
+  void replaySourceChanged();
 
  private:
   std::deque<TelemetryFrame> history_;
   TelemetryFrame latest_;
   std::function<QString(qint64)> title_of_;
   qint64 highlighted_chat_id_ = 0;
+  QString replay_source_;
 };
 
 }  // namespace granule::app

@@ -10,13 +10,14 @@
 namespace granule::app {
 namespace {
 
-// Rounds up to 1, 2 or 5 times a power of ten, so the axis top is a readable number.
+// Rounds up to a readable number (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 times a power of ten),
+// fine enough that the data fill most of the plot (10.5 GiB gets a 12 GiB axis, not 20).
 double niceCeiling(double value) {
   if (value <= 0) return 1;
   if (value < 1) return 1;  // nothing to show yet: a unit axis
   const double magnitude = std::pow(10.0, std::floor(std::log10(value)));
-  for (double step : {1.0, 2.0, 5.0, 10.0})
-    if (value <= step * magnitude) return step * magnitude;
+  for (double step : {1.0, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0})
+    if (value <= step * magnitude * (1 + 1e-12)) return step * magnitude;
   return 10 * magnitude;
 }
 
@@ -86,12 +87,21 @@ std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
       return {frame.engine.throughput.decode_tokens_per_second};
     case Metric::ProcessMemory:
       return {static_cast<double>(frame.host.process_resident_bytes)};
+    case Metric::HostToDevice:
+      return {frame.engine.streaming.h2d_bytes_per_second};
   }
   return {};
 }
 
 double TimeSeriesPlot::limitAt(const TelemetryFrame& frame) const {
-  return metric_ == Metric::Memory ? static_cast<double>(frame.engine.device.budget_bytes) : 0.0;
+  switch (metric_) {
+    case Metric::Memory:
+      return static_cast<double>(frame.engine.device.budget_bytes);
+    case Metric::HostToDevice:
+      return frame.engine.streaming.h2d_bandwidth_bytes_per_second;
+    default:
+      return 0.0;
+  }
 }
 
 void TimeSeriesPlot::paint(QPainter* painter) {
@@ -119,6 +129,8 @@ void TimeSeriesPlot::paint(QPainter* painter) {
 
   double peak = 0;
   const double limit = limitAt(history.back());
+  double highest_limit = limit;
+  std::vector<double> limits;  // per frame: a budget that changed shows as a step
   std::vector<std::vector<double>> stacks;
   std::vector<double> times;
   for (auto it = first; it != history.end(); ++it) {
@@ -129,21 +141,32 @@ void TimeSeriesPlot::paint(QPainter* painter) {
       v = total;  // cumulative: each series is drawn from the one below it
     }
     peak = std::max(peak, total);
+    limits.push_back(limitAt(*it));
+    highest_limit = std::max(highest_limit, limits.back());
     stacks.push_back(std::move(stack));
     times.push_back(it->time_s);
   }
   // The budget line is drawn only when it is within reach of the data; a 120 GiB budget
   // over 200 MiB of use would flatten the stack into the axis.
-  const bool limit_on_scale = limit > 0 && limit <= std::max(peak, 1.0) * 4;
+  const bool limit_on_scale = limit > 0 && highest_limit <= std::max(peak, 1.0) * 4;
   // Byte axes round in MiB (200 MiB, not 191 MiB); rates round in their own unit.
+  // Byte axes round in GiB from 1 GiB up, else in MiB (as Units.bytes labels them); rates
+  // in GB/s or MB/s (Units.rate); counts as they are.
+  const double wanted = std::max(limit_on_scale ? highest_limit * 1.05 : 0.0, peak * 1.15);
   const bool bytes = metric_ == Metric::Memory || metric_ == Metric::ProcessMemory;
-  const double unit = bytes ? 1024.0 * 1024.0 : 1.0;
-  const double top =
-      niceCeiling(std::max(limit_on_scale ? limit * 1.05 : 0.0, peak * 1.15) / unit) * unit;
-  if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double unit = bytes                             ? (wanted >= gib ? gib : 1024.0 * 1024.0)
+                      : metric_ == Metric::HostToDevice ? (wanted >= 1e9 ? 1e9 : 1e6)
+                                                        : 1.0;
+  const double top = niceCeiling(wanted / unit) * unit;
+  const double limit_y =
+      limit_on_scale ? area.bottom() - std::clamp(limit / top, 0.0, 1.0) * area.height() : -1.0;
+  if (top != scale_max_ || limit_on_scale != limit_on_scale_ || span != span_seconds_ ||
+      limit_y != limit_y_) {
     scale_max_ = top;
     limit_on_scale_ = limit_on_scale;
     span_seconds_ = span;
+    limit_y_ = limit_y;
     Q_EMIT scaleMaxChanged();
   }
 
@@ -183,10 +206,22 @@ void TimeSeriesPlot::paint(QPainter* painter) {
     painter->drawPath(line);
   }
   if (limit_on_scale) {
-    QPen pen(limit_color_, 1.5, Qt::DashLine);
-    painter->setPen(pen);
-    const double y = y_of(limit);
-    painter->drawLine(QPointF(area.left(), y), QPointF(area.right(), y));
+    // The limit over time, as steps (a budget changed between frames moves at that frame),
+    // carried to the right edge.
+    QPainterPath line;
+    for (size_t i = 0; i < limits.size(); ++i) {
+      const QPointF p(x_of(times[i]), y_of(limits[i]));
+      if (i == 0) {
+        line.moveTo(QPointF(area.left(), p.y()));
+      } else if (limits[i] != limits[i - 1]) {
+        line.lineTo(QPointF(p.x(), y_of(limits[i - 1])));
+      }
+      line.lineTo(p);
+    }
+    line.lineTo(QPointF(area.right(), y_of(limit)));
+    painter->setBrush(Qt::NoBrush);
+    painter->setPen(QPen(limit_color_, 1.5, Qt::DashLine));
+    painter->drawPath(line);
   }
 }
 

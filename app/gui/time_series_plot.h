@@ -29,12 +29,17 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   Q_PROPERTY(bool limitOnScale READ limitOnScale NOTIFY scaleMaxChanged)
   // Seconds the x axis spans after the last paint (grows to windowSeconds).
   Q_PROPERTY(double spanSeconds READ spanSeconds NOTIFY scaleMaxChanged)
+  // Where the limit line was drawn (pixels from the top) after the last paint; -1 when off
+  // the scale or absent. Lets QML put the line's label on the line.
+  Q_PROPERTY(double limitY READ limitY NOTIFY scaleMaxChanged)
 
  public:
   enum class Metric {
     Memory,         // ledger categories stacked, budget line
     DecodeTokens,   // tokens per second over all chats
     ProcessMemory,  // the process's resident memory (host figure)
+    HostToDevice,   // weight streaming's host-to-device bytes/s, the measured PCIe bandwidth as
+                    // limit
   };
   Q_ENUM(Metric)
 
@@ -60,6 +65,7 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   double scaleMax() const { return scale_max_; }
   bool limitOnScale() const { return limit_on_scale_; }
   double spanSeconds() const { return span_seconds_; }
+  double limitY() const { return limit_y_; }
 
  Q_SIGNALS:
   void telemetryChanged();
@@ -82,6 +88,7 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   double scale_max_ = 0;
   bool limit_on_scale_ = false;
   double span_seconds_ = 0;
+  double limit_y_ = -1;
 };
 
 }  // namespace granule::app

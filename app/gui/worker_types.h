@@ -37,7 +37,9 @@ struct ModelInfo {
   qint64 kv_heads = 0;
   qint64 vocab = 0;
   qint64 trained_context = 0;
-  qint64 engine_context = 0;  // context per chat after loading
+  qint64 engine_context = 0;         // context per chat after loading
+  quint64 weights_bytes = 0;         // the estimate's weights, resident and streamed
+  quint64 minimum_budget_bytes = 0;  // the least VRAM budget the placement plan runs in
 };
 
 // Per-chat sampling settings (mirrors granule::SamplingParams, in Qt types).
@@ -136,6 +138,7 @@ struct TelemetryFrame {
   Q_GADGET
   QML_VALUE_TYPE(telemetryFrame)
   Q_PROPERTY(bool hasEngine MEMBER has_engine)
+  Q_PROPERTY(double timeS MEMBER time_s)
   Q_PROPERTY(QVariant device READ deviceFields)
   Q_PROPERTY(QVariant kv READ kvFields)
   Q_PROPERTY(QVariant scheduler READ schedulerFields)

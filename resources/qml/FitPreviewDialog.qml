@@ -1,5 +1,7 @@
 // FitPreviewDialog: before a model loads, what it needs against the memory budget
-// (weights, KV at the configured context and chats) and whether it fits.
+// (weights, KV at the configured context and chats), whether it fits, and the placement
+// plan: the layers that stay resident and those streamed over PCIe, with the KV capacity
+// and the decode rate PCIe allows.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -67,6 +69,91 @@ Dialog {
             font.pixelSize: Theme.fontSize
             text: dialog.model.fitSummary
         }
+        // The placement plan for this budget.
+        ColumnLayout {
+            Layout.fillWidth: true
+            visible: dialog.model.fitResidentLayers + dialog.model.fitStreamedLayers > 0
+            spacing: 4
+            RowLayout {
+                Layout.fillWidth: true
+                LegendItem {
+                    swatch: Theme.residentLayer
+                    name: qsTr("resident")
+                    value: String(dialog.model.fitResidentLayers)
+                }
+                LegendItem {
+                    swatch: Theme.streamedLayer
+                    name: qsTr("streamed")
+                    value: String(dialog.model.fitStreamedLayers)
+                }
+                Label {
+                    Layout.fillWidth: true
+                    horizontalAlignment: Text.AlignRight
+                    text: dialog.model.fitStreamedLayers > 0
+                          ? qsTr("%1 of %2 layers stream from host memory")
+                                .arg(dialog.model.fitStreamedLayers)
+                                .arg(dialog.model.fitResidentLayers + dialog.model.fitStreamedLayers)
+                          : qsTr("every layer stays in device memory")
+                    color: Theme.text
+                    font.pixelSize: Theme.smallFontSize
+                }
+            }
+            LayerStrip {
+                Layout.fillWidth: true
+                streamed: dialog.model.fitLayerStreamed
+            }
+            GridLayout {
+                Layout.fillWidth: true
+                columns: 2
+                columnSpacing: Theme.padding
+                rowSpacing: 2
+                StatRow {
+                    Layout.fillWidth: true
+                    name: qsTr("KV capacity")
+                    value: qsTr("%1 tokens").arg(Units.count(dialog.model.fitKvCapacityTokens))
+                }
+                StatRow {
+                    Layout.fillWidth: true
+                    name: qsTr("per chat, at most")
+                    value: qsTr("%1 tokens").arg(Units.count(dialog.model.fitMaxContextPerChat))
+                }
+                StatRow {
+                    Layout.fillWidth: true
+                    visible: dialog.model.fitStreamedLayers > 0
+                    name: qsTr("streamed per token")
+                    value: Units.bytes(dialog.model.fitStreamedBytesPerPass)
+                }
+                StatRow {
+                    Layout.fillWidth: true
+                    visible: dialog.model.fitStreamedLayers > 0
+                    name: qsTr("staging ring")
+                    value: Units.bytes(dialog.model.fitStagingBytes)
+                }
+            }
+            Label {
+                // The PCIe bound: every decode step copies the streamed layers once.
+                Layout.fillWidth: true
+                visible: dialog.model.fitStreamedLayers > 0
+                wrapMode: Text.Wrap
+                color: Theme.text
+                font.pixelSize: Theme.smallFontSize
+                text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 per token over %3, %4).")
+                          .arg(dialog.model.fitPcieTokensPerSecond.toFixed(1))
+                          .arg(Units.bytes(dialog.model.fitStreamedBytesPerPass))
+                          .arg(Units.rate(dialog.model.fitH2dBytesPerSecond))
+                          .arg(dialog.model.fitH2dMeasured ? qsTr("measured") : qsTr("assumed PCIe 4.0 x16"))
+            }
+            Label {
+                Layout.fillWidth: true
+                visible: !dialog.model.fitLoads
+                wrapMode: Text.Wrap
+                color: Theme.errorText
+                font.pixelSize: Theme.smallFontSize
+                text: qsTr("The budget %1 is below the %2 this model needs at least (fixed weights, staging, workspace and KV).")
+                          .arg(Units.bytes(dialog.model.fitBudgetBytes))
+                          .arg(Units.bytes(dialog.model.fitMinimumBudgetBytes))
+            }
+        }
         RowLayout {
             spacing: Theme.spacing
             Label { text: qsTr("Context per chat"); color: Theme.text; font.pixelSize: Theme.smallFontSize }
@@ -85,6 +172,26 @@ Dialog {
                 editable: true
                 value: dialog.model.maxChats
                 onValueModified: dialog.model.maxChats = value
+            }
+        }
+        RowLayout {
+            Layout.fillWidth: true
+            visible: dialog.model.fitGpu
+            spacing: Theme.spacing
+            Label {
+                Layout.alignment: Qt.AlignTop
+                Layout.topMargin: 8
+                text: qsTr("VRAM budget")
+                color: Theme.text
+                font.pixelSize: Theme.smallFontSize
+            }
+            BudgetControl {
+                Layout.fillWidth: true
+                budgetBytes: dialog.model.vramBudgetBytes
+                automaticBytes: dialog.model.fitBudgetBytes
+                weightsBytes: dialog.model.fitWeightsBytes
+                minimumBytes: dialog.model.fitMinimumBudgetBytes
+                onChosen: bytes => dialog.model.vramBudgetBytes = bytes
             }
         }
     }

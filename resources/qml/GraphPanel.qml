@@ -1,5 +1,6 @@
-// GraphPanel: CUDA graph capture status (buckets, segments per step, replays, fallbacks)
-// and decode throughput over the last minute.
+// GraphPanel: CUDA graphs — the batch-size buckets captured, the replayed graph's nodes,
+// replays, captures and re-captures (with the last reason), segments per step, eager steps
+// (with the fallback reason) — and decode throughput over the last minute.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -9,6 +10,7 @@ PanelFrame {
     id: panel
     required property TelemetryModel telemetry
     readonly property telemetryFrame frame: telemetry.frame
+    readonly property var graphs: frame.graphs
 
     title: qsTr("Graphs · throughput")
     figure: qsTr("%1 tok/s").arg(frame.throughput.decodeTokensPerSecond.toFixed(1))
@@ -16,7 +18,7 @@ PanelFrame {
     TimeSeriesPlot {
         id: plot
         Layout.fillWidth: true
-        Layout.preferredHeight: Theme.plotHeight * 0.75
+        Layout.preferredHeight: Theme.plotHeight * 0.6
         telemetry: panel.telemetry
         metric: TimeSeriesPlot.DecodeTokens
         seriesColors: [Theme.throughput]
@@ -34,51 +36,111 @@ PanelFrame {
             anchors.right: parent.right
             anchors.bottom: parent.bottom
             anchors.margins: 3
-            text: qsTr("last %1 s").arg(Math.round(plot.spanSeconds))
+            text: qsTr("decode · last %1 s").arg(Math.round(plot.spanSeconds))
             color: Theme.mutedText
             font.pixelSize: 10
         }
     }
-    Flow {
+    RowLayout {
         Layout.fillWidth: true
-        spacing: 4
         visible: panel.frame.device.gpu
-        Repeater {
-            model: panel.frame.graphs.buckets
-            delegate: Rectangle {
-                required property int modelData
-                implicitWidth: bucketLabel.implicitWidth + 10
-                implicitHeight: bucketLabel.implicitHeight + 4
-                radius: 4
-                color: Theme.raised
-                border.color: Theme.throughput
-                Label {
-                    id: bucketLabel
-                    anchors.centerIn: parent
-                    text: "b" + parent.modelData + " ✓"
-                    color: Theme.text
-                    font.pixelSize: Theme.smallFontSize
+        spacing: 4
+        Label {
+            text: qsTr("buckets")
+            color: Theme.mutedText
+            font.pixelSize: Theme.smallFontSize
+        }
+        Flow {
+            Layout.fillWidth: true
+            spacing: 4
+            Repeater {
+                model: panel.graphs.buckets
+                delegate: Rectangle {
+                    required property int modelData
+                    implicitWidth: bucketLabel.implicitWidth + 10
+                    implicitHeight: bucketLabel.implicitHeight + 2
+                    radius: 4
+                    color: Theme.raised
+                    border.color: Theme.throughput
+                    Label {
+                        id: bucketLabel
+                        anchors.centerIn: parent
+                        text: "b" + parent.modelData + " ✓"
+                        color: Theme.text
+                        font.pixelSize: Theme.smallFontSize
+                    }
                 }
             }
+            Label {
+                visible: panel.graphs.buckets.length === 0
+                text: qsTr("none captured")
+                color: Theme.mutedText
+                font.pixelSize: Theme.smallFontSize
+            }
+        }
+    }
+    GridLayout {
+        Layout.fillWidth: true
+        visible: panel.frame.device.gpu
+        columns: 2
+        columnSpacing: Theme.padding
+        rowSpacing: 2
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("nodes")
+            value: Units.count(panel.graphs.nodes)
+        }
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("segments/step")
+            value: Units.count(panel.graphs.segmentsPerStep)
+            valueColor: panel.graphs.segmentsPerStep > 1 ? Theme.warning : Theme.text
+        }
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("replays")
+            value: Units.count(panel.graphs.replays)
+        }
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("captures")
+            value: Units.count(panel.graphs.captures)
+        }
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("re-captures")
+            value: Units.count(panel.graphs.recaptures)
+        }
+        StatRow {
+            Layout.fillWidth: true
+            name: qsTr("eager steps")
+            value: Units.count(panel.graphs.eagerSteps)
+            valueColor: panel.graphs.eagerSteps > 0 ? Theme.warning : Theme.text
         }
     }
     Label {
         Layout.fillWidth: true
+        visible: panel.frame.device.gpu && panel.graphs.lastRecaptureReason.length > 0
         wrapMode: Text.Wrap
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
-        text: panel.frame.device.gpu
-              ? qsTr("%1 segment(s)/step · %2 replays").arg(panel.frame.graphs.segmentsPerStep)
-                    .arg(panel.frame.graphs.replays)
-              : qsTr("No GPU: CUDA graphs are off; the CPU backend runs each step eagerly. %1 steps so far.")
-                    .arg(panel.frame.throughput.steps)
+        text: qsTr("Last re-capture: %1").arg(panel.graphs.lastRecaptureReason)
     }
     Label {
         Layout.fillWidth: true
-        visible: panel.frame.device.gpu && panel.frame.graphs.lastFallbackReason.length > 0
+        visible: panel.frame.device.gpu && panel.graphs.lastFallbackReason.length > 0
         wrapMode: Text.Wrap
         color: Theme.warning
         font.pixelSize: Theme.smallFontSize
-        text: qsTr("Last eager step: %1").arg(panel.frame.graphs.lastFallbackReason)
+        text: qsTr("Last eager step: %1").arg(panel.graphs.lastFallbackReason)
+    }
+    Label {
+        Layout.fillWidth: true
+        visible: !panel.frame.device.gpu
+        wrapMode: Text.Wrap
+        color: Theme.mutedText
+        font.pixelSize: Theme.smallFontSize
+        text: qsTr("No GPU: CUDA graphs are off; the CPU backend runs each step eagerly. %1 steps so far.")
+                  .arg(panel.frame.throughput.steps)
     }
 }

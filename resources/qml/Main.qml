@@ -112,7 +112,13 @@ ApplicationWindow {
         onAccepted: window.model.preview(selectedFile)
     }
     FitPreviewDialog { model: window.model }
-    SettingsDialog { id: settingsDialog; model: window.model; settings: window.settings }
+    SettingsDialog {
+        id: settingsDialog
+        objectName: "settingsDialog"
+        model: window.model
+        settings: window.settings
+        telemetry: window.telemetry
+    }
     ChatSettingsDrawer { id: chatSettings; objectName: "chatSettings"; height: window.height; chats: window.chats }
 
     Binding {

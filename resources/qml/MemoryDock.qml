@@ -7,9 +7,12 @@ import QtQuick.Layouts
 Rectangle {
     id: dock
     required property TelemetryModel telemetry
+    // Weight streaming is a GPU matter; on the CPU the middle panel shows host memory.
+    readonly property bool gpu: telemetry.frame.device.gpu
     property bool expanded: true
     signal toggled()
 
+    objectName: "memoryDock"
     implicitWidth: expanded ? Theme.dockWidth : 36
     color: Theme.window
 
@@ -29,6 +32,19 @@ Rectangle {
         ToolTip.visible: hovered
         ToolTip.text: dock.expanded ? qsTr("Hide the memory panels") : qsTr("Show the memory panels")
     }
+    Label {
+        // A recording plays in the panels (granule --replay), not the engine's live figures.
+        anchors.verticalCenter: toggle.verticalCenter
+        anchors.left: toggle.right
+        anchors.right: parent.right
+        anchors.rightMargin: Theme.spacing
+        visible: dock.expanded && dock.telemetry.replaySource.length > 0
+        elide: Text.ElideMiddle
+        text: qsTr("Replay of %1 · %2 s").arg(dock.telemetry.replaySource)
+                  .arg(dock.telemetry.frame.timeS.toFixed(1))
+        color: Theme.accent
+        font.pixelSize: Theme.smallFontSize
+    }
 
     ScrollView {
         anchors.fill: parent
@@ -44,10 +60,18 @@ Rectangle {
                 Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
             }
+            StreamingPanel {
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
+                visible: dock.gpu
+                telemetry: dock.telemetry
+            }
             HostMemoryPanel {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
+                visible: !dock.gpu
                 telemetry: dock.telemetry
             }
             GraphPanel {

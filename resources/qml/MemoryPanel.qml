@@ -53,13 +53,17 @@ PanelFrame {
             font.pixelSize: 10
         }
         Label {
+            // The budget's label sits on its dashed line; a budget far above the data is
+            // named at the top with an arrow instead of flattening the stack.
             anchors.right: parent.right
-            anchors.top: parent.top
-            anchors.margins: 3
-            visible: panel.frame.hasEngine
-            text: plot.limitOnScale ? qsTr("- - budget") : qsTr("budget %1 ↑").arg(Units.bytes(panel.frame.device.budgetBytes))
+            anchors.rightMargin: 3
+            y: !plot.limitOnScale ? 3 : plot.limitY < height + 6 ? plot.limitY + 2 : plot.limitY - height - 1
+            visible: panel.frame.hasEngine && panel.frame.device.budgetBytes > 0
+            text: plot.limitOnScale ? qsTr("budget %1").arg(Units.bytes(panel.frame.device.budgetBytes))
+                                    : qsTr("budget %1 ↑").arg(Units.bytes(panel.frame.device.budgetBytes))
             color: Theme.budgetLine
             font.pixelSize: 10
+            font.weight: Font.DemiBold
         }
         Label {
             anchors.right: parent.right

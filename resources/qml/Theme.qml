@@ -52,6 +52,11 @@ QtObject {
     readonly property list<string> ledgerNames: ["weights", "staging", "KV", "KV pool", "workspace", "graphs", "other"]
     readonly property color budgetLine: dark ? "#ff6b6b" : "#d93636"
     readonly property color throughput: "#27b376"
+    // Weight streaming: a layer kept in device memory reads as the weights, a streamed one
+    // as the staging ring it passes through; the measured PCIe bandwidth is the ceiling line.
+    readonly property color residentLayer: weights
+    readonly property color streamedLayer: staging
+    readonly property color pcieLine: dark ? "#f2c14e" : "#b07800"
     readonly property color gridLine: dark ? "#33ffffff" : "#22000000"
 
     // Sizes

@@ -2,6 +2,8 @@
 // moving, light and dark, the empty state and the fit preview — and saves PNGs under
 // the build directory (GRANULE_SCREENSHOT_DIR) as test artifacts. With
 // GRANULE_SCREENSHOT_MODEL=<gguf> the real engine runs that model instead of the script.
+// The replay case plays a recorded weight-streaming session (written here in the engine's
+// JSON-lines format) into the panels, as `granule --replay` does, and saves the dock too.
 #include <QtQml/qqmlextensionplugin.h>
 
 #include <QDir>
@@ -16,6 +18,8 @@
 #include "application.h"
 #include "fake_inference_engine.h"
 #include "granule/testkit/synthetic_model.h"
+#include "telemetry_json_writer.h"
+#include "window_screenshot.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
@@ -82,8 +86,8 @@ class ScreenshotTest : public QObject {
     qint64 trip_chat = 0;
   };
 
-  std::unique_ptr<Session> open(EngineFactory factory, const QString& db,
-                                const QString& model_path) {
+  std::unique_ptr<Session> open(EngineFactory factory, const QString& db, const QString& model_path,
+                                const QString& replay_path = {}) {
     auto s = std::make_unique<Session>(std::move(factory), db);
     s->trip_chat = seedChats(s->app.store());
     s->qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
@@ -91,7 +95,10 @@ class ScreenshotTest : public QObject {
     s->qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
     if (s->qml.rootObjects().isEmpty()) return nullptr;
     s->window = qobject_cast<QQuickWindow*>(s->qml.rootObjects().first());
-    s->app.start(model_path);
+    if (replay_path.isEmpty())
+      s->app.start(model_path);
+    else if (!s->app.startReplay(replay_path, 10.0, false))
+      return nullptr;
     return s;
   }
 
@@ -113,9 +120,19 @@ class ScreenshotTest : public QObject {
     QCOMPARE(s.app.windowSettings()->theme(), preference);
   }
 
-  void save(QQuickWindow* window, const QString& name) {
+  void save(QQuickWindow* window, const QString& name, bool dock_only = false) {
     QTest::qWait(150);  // let the scene graph catch up with the last changes
-    const QImage image = window->grabWindow();
+    QImage image = window->grabWindow();
+    if (dock_only) {
+      const QRect dock = memoryDockRect(window);
+      QVERIFY(!dock.isEmpty());
+      image = image.copy(dock);
+      QVERIFY(!image.isNull());
+      QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
+      QVERIFY(image.save(screenshotDir() + QLatin1Char('/') + name));
+      qInfo("saved %s", qPrintable(screenshotDir() + QLatin1Char('/') + name));
+      return;
+    }
     QVERIFY(!image.isNull());
     QCOMPARE(image.size(), window->size() * window->devicePixelRatio());
     QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
@@ -204,6 +221,41 @@ class ScreenshotTest : public QObject {
     QVERIFY(s->app.chats()->messagesOf(second)->message(1).content.isEmpty());
     save(s->window, QStringLiteral("kv-waiting-light.png"));
     s->app.shutdown();
+  }
+
+  // A recorded streaming session (30 s at 10 Hz, a re-plan to a smaller budget at 18 s)
+  // replayed ten times faster: the three panels with layers streamed, the host-to-device
+  // rate under the PCIe line, graph re-captures; then the budget control in the settings.
+  void replayOfAStreamingSession() {
+    QTemporaryDir dir;
+    const QString frames = screenshotDir() + QStringLiteral("/streaming_session.jsonl");
+    {
+      QFile file(frames);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write(testing::streamingSessionJsonl(30.0, 10.0, 18.0));
+    }
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {}, frames);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.replay()->finished(), 10000);
+    TelemetryModel* telemetry = s->app.telemetry();
+    QCOMPARE(telemetry->latest().engine.streaming.layers_streamed, 14);
+    QCOMPARE(telemetry->latest().engine.graphs.recaptures, 2u);
+    QVERIFY(telemetry->history().size() >= 300u);
+    QVERIFY(!s->app.model()->ready());
+    save(s->window, QStringLiteral("replay-light.png"));
+    save(s->window, QStringLiteral("replay-dock-light.png"), true);
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("replay-dark.png"));
+    save(s->window, QStringLiteral("replay-dock-dark.png"), true);
+    QObject* settings = s->window->findChild<QObject*>(QStringLiteral("settingsDialog"));
+    QVERIFY(settings);
+    QVERIFY(QMetaObject::invokeMethod(settings, "open"));
+    QTest::qWait(500);
+    save(s->window, QStringLiteral("settings-budget-dark.png"));
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
   }
 
   void emptyStateWithoutAModel() {

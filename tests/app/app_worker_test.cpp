@@ -306,6 +306,70 @@ class WorkerTest : public QObject {
     delete worker;
   }
 
+  // Engine::set_vram_budget through the worker: a smaller budget re-plans (layers stream),
+  // one below the working set comes back as the engine's reason and changes nothing.
+  void vramBudgetIsAppliedOrRefusedWithTheEnginesReason() {
+    FakeEngineLog log;
+    ThreadedWorker w(fakeEngineFactory({}, &log));
+    w.load();
+    QSignalSpy telemetry(w.worker, &EngineWorker::telemetryUpdated);
+    QSignalSpy applied(w.worker, &EngineWorker::budgetApplied);
+    QSignalSpy refused(w.worker, &EngineWorker::budgetRefused);
+    w.call([wk = w.worker] { wk->setVramBudget(64ull << 20); });
+    QTRY_COMPARE_WITH_TIMEOUT(applied.count(), 1, 5000);
+    QCOMPARE(applied[0][0].toULongLong(), 64ull << 20);
+    QCOMPARE(log.budget_changes.load(), 1);
+    const int frames_before = static_cast<int>(telemetry.count());
+    QTRY_VERIFY_WITH_TIMEOUT(telemetry.count() > frames_before, 2000);
+    const auto frame = telemetry.last()[0].value<TelemetryFrame>();
+    QCOMPARE(frame.engine.device.budget_bytes, 64ull << 20);
+    QVERIFY(frame.engine.streaming.layers_streamed > 0);
+    QCOMPARE(frame.engine.streaming.replans, 1u);
+    w.call([wk = w.worker] { wk->setVramBudget(16ull << 20); });
+    QTRY_COMPARE_WITH_TIMEOUT(refused.count(), 1, 5000);
+    QCOMPARE(refused[0][0].toULongLong(), 16ull << 20);
+    const QString reason = refused[0][1].toString();
+    QVERIFY2(reason.contains(QStringLiteral("minimum working set")), qPrintable(reason));
+    QVERIFY(!reason.contains(QLatin1Char('\n')));
+    QCOMPARE(log.budget_changes.load(), 1);
+    // The engine still generates.
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 5000);
+    QCOMPARE(finished[0][0].value<GenerationResult>().end, GenerationEnd::Finished);
+  }
+
+  // The budget setting: remembered across starts, passed as EngineOptions.vram_budget_bytes
+  // to the next load, applied to a loaded model at once; a refused one is the banner's line
+  // and the setting goes back to the budget in force.
+  void vramBudgetSettingPersistsReachesTheEngineAndRefusalsShowInTheBanner() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("granule.sqlite");
+    {
+      Application app(fakeEngineFactory(), db);
+      QCOMPARE(app.model()->vramBudgetBytes(), 0.0);  // automatic by default
+      app.model()->setVramBudgetBytes(512.0 * (1 << 20));
+    }
+    FakeEngineLog log;
+    Application app(fakeEngineFactory({}, &log), db);
+    QCOMPARE(app.model()->vramBudgetBytes(), 512.0 * (1 << 20));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    QCOMPARE(log.budget_at_open.load(), 512ull << 20);
+    app.model()->setVramBudgetBytes(64.0 * (1 << 20));
+    QTRY_COMPARE_WITH_TIMEOUT(log.budget_changes.load(), 1, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(app.telemetry()->latest().engine.streaming.layers_streamed > 0, 5000);
+    app.model()->setVramBudgetBytes(16.0 * (1 << 20));
+    QTRY_VERIFY_WITH_TIMEOUT(app.errors()->active(), 5000);
+    QVERIFY(app.errors()->message().contains(QStringLiteral("minimum working set")));
+    QCOMPARE(app.errors()->hint(), QStringLiteral("The budget stays at 64.0 MiB."));
+    QCOMPARE(app.model()->vramBudgetBytes(), 64.0 * (1 << 20));
+    QVERIFY(app.model()->ready());
+    QCOMPARE(app.store().setting(QStringLiteral("engine/vram_budget_bytes")),
+             QString::number(64ull << 20));
+    app.shutdown();
+  }
+
   void applicationSavesStreamingChatsAtShutdownAndRestoresThem() {
     QTemporaryDir dir;
     const QString db = dir.filePath("granule.sqlite");

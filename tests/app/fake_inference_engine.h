@@ -2,7 +2,10 @@
 // ("w0 ", "w1 ", …) per step, like the real engine's batching, with an optional delay per
 // step, a failing step, and a ledger that grows with the tokens. KV is mapped in granules
 // taken from a pool (refilled after each step); with the pool empty a step creates them.
+// A VRAM budget below the weights streams the layers that do not fit, as the engine's
+// placement plan does (set_vram_budget re-plans; below the minimum it is refused).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <map>
@@ -16,8 +19,8 @@
 namespace granule::app::testing {
 
 struct FakeEngineScript {
-  int step_delay_ms = 0;       // simulated compute per step
-  int fail_at_step = -1;       // step() throws DeviceError at this step (0-based)
+  int step_delay_ms = 0;  // simulated compute per step
+  int fail_at_step = -1;  // step() throws DeviceError at this step (0-based)
   // At this step (0-based) the device is lost, as the real engine reports it: every chat ends
   // with the reason, step() returns false, submit() throws DeviceLostError.
   int lose_device_at_step = -1;
@@ -34,6 +37,9 @@ struct FakeEngineScript {
   quint64 kv_pool_granules = 14;      // what the pool is topped up to; 0: every granule is created
   double map_us_per_granule = 12;     // mapping a pooled granule
   double create_us_per_granule = 60;  // creating one on the step's path (the pool ran dry)
+  int32_t layers = 24;
+  quint64 budget_bytes = 1ull << 30;           // when the options name none
+  quint64 minimum_budget_bytes = 48ull << 20;  // set_vram_budget below this is refused
 };
 
 // Observations the test reads after the worker is done with the engine.
@@ -42,12 +48,17 @@ struct FakeEngineLog {
   std::atomic<int> max_batch{0};  // most sequences advanced in one step
   std::atomic<int> submitted{0};
   std::atomic<int> destroyed{0};
+  std::atomic<quint64> budget_at_open{0};  // EngineOptions::vram_budget_bytes the factory got
+  std::atomic<int> budget_changes{0};      // set_vram_budget calls that were applied
 };
 
 class FakeInferenceEngine final : public InferenceEngine {
  public:
   FakeInferenceEngine(FakeEngineScript script, FakeEngineLog* log)
-      : script_(script), log_(log), pool_granules_(script.kv_pool_granules) {}
+      : script_(script),
+        log_(log),
+        pool_granules_(script.kv_pool_granules),
+        budget_bytes_(script.budget_bytes) {}
   ~FakeInferenceEngine() override {
     if (log_) log_->destroyed++;
   }
@@ -84,8 +95,9 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (index == script_.fail_at_step)
       throw DeviceError("CUDA error: an illegal memory access was encountered");
     if (index == script_.lose_device_at_step) {
-      lost_ = "the GPU stopped working (CUDA error in attention: an illegal memory access was "
-              "encountered); reload the model";
+      lost_ =
+          "the GPU stopped working (CUDA error in attention: an illegal memory access was "
+          "encountered); reload the model";
       for (auto& [id, r] : running_) r.request.sink.on_finish(id, FinishReason::Error, lost_);
       running_.clear();
       return false;
@@ -133,11 +145,33 @@ class FakeInferenceEngine final : public InferenceEngine {
   bool idle() const override { return running_.empty(); }
   std::string device_lost_reason() const override { return lost_; }
 
+  void set_vram_budget(uint64_t bytes) override {
+    if (bytes < script_.minimum_budget_bytes)
+      throw CapacityError("a VRAM budget of " + std::to_string(bytes >> 20) +
+                          " MiB cannot hold the minimum working set of " +
+                          std::to_string(script_.minimum_budget_bytes >> 20) + " MiB");
+    if (bytes == budget_bytes_) return;
+    budget_bytes_ = bytes;
+    ++replans_;
+    last_replan_reason_ = "the budget changed to " + std::to_string(bytes >> 20) + " MiB";
+    if (log_) log_->budget_changes++;
+  }
+
+  // Layers that fit beside the workspace and 1/4 of the budget kept for KV stay resident,
+  // the rest (from the last layer down) stream.
+  int32_t streamedLayers() const {
+    const double room = static_cast<double>(budget_bytes_) * 0.75 - (8ull << 20);
+    const double per_layer = static_cast<double>(script_.weights_bytes) / script_.layers;
+    const int32_t fit =
+        static_cast<int32_t>(std::clamp(room / per_layer, 0.0, 1.0 * script_.layers));
+    return script_.layers - fit;
+  }
+
   TelemetrySnapshot telemetry() const override {
     TelemetrySnapshot s;
     s.device.name = "CPU";
     s.device.gpu = false;
-    s.device.budget_bytes = 1ull << 30;
+    s.device.budget_bytes = budget_bytes_;
     quint64 kv = 0;
     int index = 0;
     for (const auto& [id, r] : running_) {
@@ -155,7 +189,21 @@ class FakeInferenceEngine final : public InferenceEngine {
     auto ledger = [&s](MemoryCategory c) -> uint64_t& {
       return s.device.ledger[static_cast<size_t>(c)];
     };
-    ledger(MemoryCategory::WeightsResident) = script_.weights_bytes;
+    const int32_t streamed = streamedLayers();
+    const quint64 layer_bytes = script_.weights_bytes / static_cast<quint64>(script_.layers);
+    s.streaming.layers_streamed = streamed;
+    s.streaming.layers_resident = script_.layers - streamed;
+    for (int32_t l = 0; l < script_.layers; ++l)
+      s.streaming.layer_streamed.push_back(l >= script_.layers - streamed ? 1 : 0);
+    s.streaming.resident_weight_bytes =
+        script_.weights_bytes - layer_bytes * static_cast<quint64>(streamed);
+    s.streaming.streamed_bytes_per_pass = layer_bytes * static_cast<quint64>(streamed);
+    s.streaming.staging_slots = streamed > 0 ? 2 : 0;
+    s.streaming.staging_bytes = streamed > 0 ? 2 * layer_bytes : 0;
+    s.streaming.replans = replans_;
+    s.streaming.last_replan_reason = last_replan_reason_;
+    ledger(MemoryCategory::WeightsResident) = s.streaming.resident_weight_bytes;
+    ledger(MemoryCategory::WeightsStaging) = s.streaming.staging_bytes;
     ledger(MemoryCategory::KvCommitted) = kv;
     ledger(MemoryCategory::KvPool) = pool_granules_ * script_.granule_bytes;
     ledger(MemoryCategory::Workspace) = 8ull << 20;
@@ -213,18 +261,24 @@ class FakeInferenceEngine final : public InferenceEngine {
   int steps_ = 0;
   quint64 tokens_done_ = 0;
   std::string lost_;  // set when the scripted device is lost
+  quint64 budget_bytes_;
+  uint64_t replans_ = 0;
+  std::string last_replan_reason_;
 };
 
 // A factory for the worker that opens a FakeInferenceEngine, or throws FormatError for a
 // path containing "broken".
 inline EngineFactory fakeEngineFactory(FakeEngineScript script = {}, FakeEngineLog* log = nullptr) {
-  return [script, log](const std::filesystem::path& path, const EngineOptions&,
+  return [script, log](const std::filesystem::path& path, const EngineOptions& options,
                        const std::function<void(double, const QString&)>& stage)
              -> std::unique_ptr<InferenceEngine> {
     stage(0.5, QStringLiteral("Loading"));
     if (path.string().find("broken") != std::string::npos)
       throw FormatError(path.string() + ": not a GGUF file (bad magic)");
-    return std::make_unique<FakeInferenceEngine>(script, log);
+    if (log) log->budget_at_open = options.vram_budget_bytes;
+    FakeEngineScript opened = script;
+    if (options.vram_budget_bytes > 0) opened.budget_bytes = options.vram_budget_bytes;
+    return std::make_unique<FakeInferenceEngine>(opened, log);
   };
 }
 
