@@ -1,6 +1,5 @@
-// Writes telemetry snapshots as JSON lines in the engine's recording format (the notes'
-// TELEMETRY_JSON: {"t": …, "device": {…}, …}), generically through each section's
-// for_each_field — for the app's tests, which replay what they wrote.
+// Telemetry recordings for the app's tests, written by the engine's recorder format
+// (granule/telemetry_json.h), which the tests then replay.
 #pragma once
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -12,56 +11,14 @@
 #include <vector>
 
 #include "granule/telemetry.h"
+#include "granule/telemetry_json.h"
 
 namespace granule::app::testing {
 
-struct JsonFieldWriter {
-  QJsonObject& out;
-  static QString key(std::string_view name) {
-    return QString::fromUtf8(name.data(), static_cast<qsizetype>(name.size()));
-  }
-  void operator()(std::string_view name, bool v) { out.insert(key(name), v); }
-  void operator()(std::string_view name, double v) { out.insert(key(name), v); }
-  template <class Int>
-  requires std::is_integral_v<Int>
-  void operator()(std::string_view name, Int v) { out.insert(key(name), static_cast<double>(v)); }
-  void operator()(std::string_view name, const std::string& v) {
-    out.insert(key(name), QString::fromStdString(v));
-  }
-  void operator()(std::string_view name, const std::vector<int32_t>& v) {
-    QJsonArray a;
-    for (int32_t x : v) a.append(x);
-    out.insert(key(name), a);
-  }
-  void operator()(std::string_view name, const Ledger& v) {
-    QJsonObject bytes;
-    for (size_t c = 0; c < v.size(); ++c)
-      bytes.insert(key(memory_category_name(static_cast<MemoryCategory>(c))),
-                   static_cast<double>(v[c]));
-    out.insert(key(name), bytes);
-  }
-};
-
-template <class Section>
-QJsonObject sectionJson(const Section& section) {
-  QJsonObject object;
-  section.for_each_field(JsonFieldWriter{object});
-  return object;
-}
-
+// The engine's own writer (granule/telemetry_json.h): what granule-cli and granule-bench
+// record is what the window's replay reads.
 inline QByteArray frameJsonLine(double t, const TelemetrySnapshot& s) {
-  QJsonObject frame;
-  frame.insert(QStringLiteral("t"), t);
-  frame.insert(QStringLiteral("device"), sectionJson(s.device));
-  frame.insert(QStringLiteral("kv"), sectionJson(s.kv));
-  frame.insert(QStringLiteral("scheduler"), sectionJson(s.scheduler));
-  frame.insert(QStringLiteral("graphs"), sectionJson(s.graphs));
-  frame.insert(QStringLiteral("streaming"), sectionJson(s.streaming));
-  frame.insert(QStringLiteral("throughput"), sectionJson(s.throughput));
-  QJsonArray sequences;
-  for (const SequenceTelemetry& q : s.sequences) sequences.append(sectionJson(q));
-  frame.insert(QStringLiteral("sequences"), sequences);
-  return QJsonDocument(frame).toJson(QJsonDocument::Compact) + '\n';
+  return QByteArray::fromStdString(telemetry_to_json(s, t)) + '\n';
 }
 
 // A streaming session on an H200-like device: 32 layers, the last ones streamed; after
