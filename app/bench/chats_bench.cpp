@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bench_model.h"
+#include "byte_size.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/log.h"
@@ -288,6 +289,8 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
       ->check(CLI::PositiveNumber);
   command.add_option("--budget-mib", o.budget_mib,
                      "memory budget in MiB (0 = the engine's default)");
+  command.add_option("--vram-budget", o.vram_budget,
+                     "memory budget as a size (6GiB, 6144MiB, 6.5GB; a bare number is MiB)");
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
   command.add_option("--seed", o.seed, "prompt seed");
   command
@@ -315,7 +318,8 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     options.max_sequences = *std::max_element(o.chats.begin(), o.chats.end());
     options.context_length = o.prompt_tokens + o.generate_tokens;
     options.prefill_chunk_tokens = o.prefill_chunk_tokens;
-    options.vram_budget_bytes = o.budget_mib << 20;
+    options.vram_budget_bytes =
+        o.vram_budget.empty() ? o.budget_mib << 20 : cli::parse_byte_size(o.vram_budget);
     options.cpu_threads = o.cpu_threads;
     options.kv_pool_granules = o.kv_pool_granules;
     options.kv_map_ahead = o.kv_map_ahead;

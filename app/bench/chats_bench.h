@@ -21,6 +21,7 @@ struct ChatsBenchOptions {
   std::string device = "auto";    // auto, cpu or cuda
   int64_t prefill_chunk_tokens = 512;
   uint64_t budget_mib = 0;  // 0 = the engine's default (the device's free memory)
+  std::string vram_budget;  // --vram-budget SIZE (granule-cli's reader); wins over budget_mib
   int32_t cpu_threads = 0;
   uint64_t seed = 1;
   int64_t kv_pool_granules = -1;  // the engine's KV pool: -1 sized by the engine, 0 off

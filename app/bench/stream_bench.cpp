@@ -396,13 +396,14 @@ int run_stream_benchmark(const StreamBenchOptions& o) {
     EngineOptions sizing = options;
     sizing.vram_budget_bytes = uint64_t{1} << 40;
     const FitEstimate fit = Engine::estimate(path, sizing);
-    uint64_t kv_bytes = fit.kv_reserve_bytes;
-    if (kv_bytes == 0) {
-      const int64_t tokens =
-          std::max<int64_t>(o.batch * (o.short_prompt + o.tokens), o.prompt_tokens + 1);
-      kv_bytes = fit.kv_bytes_per_token * static_cast<uint64_t>(tokens) +
-                 kHostGranuleBytes * static_cast<uint64_t>(o.batch);
-    }
+    // KV for the largest test (each chat rounded up by a granule), or the engine's reserve if
+    // larger: a 100% budget then holds every layer and the tests' KV, and smaller budgets
+    // differ only in the weights they leave out.
+    const int64_t kv_tokens =
+        std::max<int64_t>(o.batch * (o.short_prompt + o.tokens), o.prompt_tokens + 1);
+    const uint64_t kv_bytes =
+        std::max(fit.kv_reserve_bytes, fit.kv_bytes_per_token * static_cast<uint64_t>(kv_tokens) +
+                                           kHostGranuleBytes * static_cast<uint64_t>(o.batch));
     const uint64_t extras_bytes = fit.workspace_bytes + kv_bytes;
 
     const std::vector<Shape> shapes = {
