@@ -2,7 +2,7 @@
 # One device-machine call: configure and build the engine, tests and granule-bench with CUDA
 # (arch 90), run the GPU tests and the engine tests, then granule-bench on the default
 # model's shapes and on 8B-shaped Q4_0. Logs go under $OUT; a short summary is printed last.
-#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|quick|bench|sweep|profile|contention|all]
+#   usage (on the H200): bash tests/gpu/run_on_h200.sh [tests|gpu|quick|bench|sweep|profile|contention|stream|all]
 #   (default all). GRANULE_TARGETS limits what is built (default: everything).
 set -uo pipefail
 what=${1:-all}
@@ -161,7 +161,20 @@ churn_contention() {
   rm -f "$report.detail" "$report.fail"
 }
 
+# Weight streaming (issue 13): the streaming GPU tests, then granule-bench stream on the 8B
+# shape at 100/75/50/25% budgets with its telemetry recorded for the window's replay.
+stream() {
+  local start=$(date +%s)
+  timeout 300 "$build/tests/streaming_gpu_test" >"$OUT/streaming-gpu-test.txt" 2>&1
+  echo "streaming_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/streaming-gpu-test.txt" | tr '\n' ' ') ($(( $(date +%s) - start )) s)"
+  grep -E "budget|streamed|driver|pressure|FAILED|Failure" -A2 "$OUT/streaming-gpu-test.txt" | head -40
+  timeout 420 "$build/app/bench/granule-bench" stream --synthetic llama3-8b:Q4_0 \
+    --telemetry-out "$OUT/stream-frames.jsonl" >"$OUT/bench-stream-llama3-8b-Q4_0.txt" 2>&1
+  echo "bench stream: rc=$? ($(( $(date +%s) - start )) s)"
+}
+
 case $what in
+  stream) stream ;;
   contention) contention ;;
   kv-contention) kv_contention ;;
   build) ;;
