@@ -349,6 +349,7 @@ void CudaModel::upload(const RowInputs& in) {
   const size_t n = in.tokens.size();
   if (n > static_cast<size_t>(max_rows_) || in.logit_rows.size() > n)
     throw UsageError("CUDA backend: a run of " + std::to_string(n) + " rows exceeds the workspace");
+  if (dirty_end_ == 0) wait_for_inputs_sent();
   auto* host = inputs_host_.as<int32_t>();
   const size_t R = static_cast<size_t>(max_rows_);
   std::copy(in.tokens.begin(), in.tokens.end(), host + kTokens * R);
@@ -362,11 +363,18 @@ void CudaModel::upload(const RowInputs& in) {
 
 int CudaModel::flush_inputs() {
   if (dirty_end_ == 0) return 0;
-  check_cuda(cudaMemcpyAsync(inputs_.get(), inputs_host_.as<uint8_t>(), dirty_end_, cudaMemcpyHostToDevice,
-                             stream_.get()),
+  check_cuda(cudaMemcpyAsync(inputs_.get(), inputs_host_.as<uint8_t>(), dirty_end_,
+                             cudaMemcpyHostToDevice, stream_.get()),
              "uploading step inputs");
+  check_cuda(cudaEventRecord(inputs_sent_.get(), stream_.get()), "cudaEventRecord");
   dirty_end_ = 0;
   return 1;
+}
+
+void CudaModel::wait_for_inputs_sent() {
+  // The pinned mirror is rewritten only once the copy that reads it ran (a prefill of several
+  // chunks writes the next chunk's inputs while the last one may still be queued).
+  check_cuda(cudaEventSynchronize(inputs_sent_.get()), "cudaEventSynchronize");
 }
 
 void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows,
@@ -619,6 +627,7 @@ void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>
   const size_t n = params.size();
   if (n > static_cast<size_t>(max_rows_))
     throw UsageError("CUDA backend: sampling for more rows than the workspace holds");
+  if (dirty_end_ == 0) wait_for_inputs_sent();
   auto* base = inputs_host_.as<uint8_t>();
   std::copy(params.begin(), params.end(),
             reinterpret_cast<kernels::DeviceSamplingParams*>(base + params_offset_));

@@ -122,6 +122,7 @@ class CudaModel {
               const float* x_f32);
   void gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate);
   void check_launch(cudaError_t status, const char* kernel);
+  void wait_for_inputs_sent();
   void bind_layers();
   size_t attention_workspace_bytes(int64_t max_tokens) const;
 
@@ -169,6 +170,7 @@ class CudaModel {
   PinnedBuffer tokens_host_;
   size_t params_offset_ = 0, lengths_offset_ = 0, history_offset_ = 0;  // in inputs_
   size_t dirty_end_ = 0;  // host bytes of inputs_ written since the last flush
+  CudaEvent inputs_sent_;  // recorded behind the last flush's copy
   int history_capacity_ = 256;
   int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
 };
