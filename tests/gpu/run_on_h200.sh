@@ -165,7 +165,7 @@ churn_contention() {
 # shape at 100/75/50/25% budgets with its telemetry recorded for the window's replay.
 stream() {
   local start=$(date +%s)
-  timeout 300 "$build/tests/streaming_gpu_test" >"$OUT/streaming-gpu-test.txt" 2>&1
+  GRANULE_GPU_8B=1 timeout 300 "$build/tests/streaming_gpu_test" >"$OUT/streaming-gpu-test.txt" 2>&1
   echo "streaming_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/streaming-gpu-test.txt" | tr '\n' ' ') ($(( $(date +%s) - start )) s)"
   grep -E "budget|streamed|driver|pressure|FAILED|Failure" -A2 "$OUT/streaming-gpu-test.txt" | head -40
   timeout 420 "$build/app/bench/granule-bench" stream --synthetic llama3-8b:Q4_0 \

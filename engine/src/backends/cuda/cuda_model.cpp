@@ -72,6 +72,20 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     throw DeviceError(
         "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
 
+  // --- the minimum working set, before anything is allocated: a budget that cannot hold the
+  // embeddings, the head, a staging ring, the workspace and the KV reserve is one clear error.
+  {
+    PlacementInput in;
+    in.budget_bytes = memory_.budget_bytes();
+    in.weights = device_weight_sizes(w, kernel_config_.split_weights);
+    in.workspace_bytes = cuda_workspace_bytes(c, w, max_rows_, init.options.context_length);
+    in.kv_reserve_bytes = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
+                                                c.kv_bytes_per_token(sizeof(__half)));
+    in.staging_slots = kStagingSlots;
+    const PlacementPlan plan = plan_placement(in);
+    if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
+  }
+
   // --- weights: Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (engine/include/granule/split_layout.h:
   // same bytes, values first, so decode loads are 16-byte vectors), everything else byte for
   // byte; KernelConfig::split_weights off keeps GGUF blocks (GRANULE_SPLIT_WEIGHTS=0). The
