@@ -100,11 +100,25 @@ PanelFrame {
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }
-    Repeater {
+    // At most four chats' rows show at once (the list scrolls), so many concurrent chats do
+    // not push the streaming and graph panels out of the dock.
+    ListView {
         id: chatRows
+        readonly property real rowHeight: 28
+        Layout.fillWidth: true
+        Layout.preferredHeight: Math.min(contentHeight, 4.5 * rowHeight)
+        visible: count > 0
+        clip: true
+        interactive: contentHeight > height
+        boundsBehavior: Flickable.StopAtBounds
+        ScrollBar.vertical: ScrollBar {
+            policy: chatRows.contentHeight > chatRows.height ? ScrollBar.AlwaysOn : ScrollBar.AlwaysOff
+        }
         model: panel.telemetry
         delegate: ColumnLayout {
             id: chatRow
+            width: ListView.view ? ListView.view.width - 8 : 0
+            height: chatRows.rowHeight
             required property string title
             required property bool highlighted
             // The engine's SequenceTelemetry of the chat, its fields in camelCase.
@@ -113,7 +127,6 @@ PanelFrame {
             readonly property double kvReserved: sequence.kvReservedBytes
             readonly property bool waiting: sequence.waiting
             readonly property int preemptions: sequence.preemptions
-            Layout.fillWidth: true
             spacing: 2
             RowLayout {
                 Layout.fillWidth: true
