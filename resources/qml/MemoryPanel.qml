@@ -118,7 +118,7 @@ PanelFrame {
         delegate: ColumnLayout {
             id: chatRow
             width: ListView.view ? ListView.view.width - 8 : 0
-            height: chatRows.rowHeight
+            height: 28  // chatRows.rowHeight
             required property string title
             required property bool highlighted
             // The engine's SequenceTelemetry of the chat, its fields in camelCase.
