@@ -410,6 +410,45 @@ class WorkerTest : public QObject {
     QCOMPARE(chats->currentTitle(), QStringLiteral("Plan a trip"));
   }
 
+  // A chat database that is not one (text where SQLite expects its header): the app starts,
+  // the banner says so in one line naming the file with the hint that chats are not saved,
+  // the model loads, and at the end the file is byte for byte as it was (nothing migrated,
+  // written or truncated).
+  void corruptChatDatabaseAtStartIsOneLineAndTheFileIsKept() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("granule.sqlite");
+    QByteArray junk;
+    for (int i = 0; i < 256; ++i) junk += "my chats, but not a database\n";
+    {
+      QFile f(db);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(junk);
+    }
+    {
+      Application app(fakeEngineFactory(), db);
+      app.start(fakeModelFile(dir));
+      QVERIFY(app.errors()->active());
+      const QString message = app.errors()->message();
+      QVERIFY2(message.contains(db) && !message.contains(QLatin1Char('\n')), qPrintable(message));
+      QCOMPARE(app.errors()->hint(), QStringLiteral("Chats will not be saved this session."));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      ChatController* chats = app.chats();
+      chats->newChat();
+      chats->setMaxTokens(3);
+      chats->send(QStringLiteral("hello"));
+      QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+      // Known gap (ChatController, not the store): without a database a new chat cannot be
+      // created ("Could not save a new chat."), so nothing replies although the hint says the
+      // chats only go unsaved. XPASS once chats live in memory without a store.
+      QEXPECT_FAIL("", "ChatController needs the store to create a chat", Continue);
+      QCOMPARE(chats->messages()->count(), 2);
+      app.shutdown();
+    }
+    QFile f(db);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QVERIFY(f.readAll() == junk);
+  }
+
   void regenerateAndEditReplaceTheTail() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
