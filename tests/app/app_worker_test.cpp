@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QThread>
 #include <QtTest>
+#include <map>
 
 #include "application.h"
 #include "engine_worker.h"
@@ -224,6 +225,84 @@ class WorkerTest : public QObject {
     w.call([wk = w.worker] { wk->submit(request(5, 3)); });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 5000);
     QCOMPARE(finished[2][0].value<GenerationResult>().end, GenerationEnd::Finished);
+  }
+
+  // The engine's own route for a failed step (a forward pass or sampler error): the affected
+  // chat ends with on_finish(Error) and step() goes on. Only that chat fails, with the
+  // engine's message; the other finishes all its tokens; no engine-wide error is raised.
+  void engineReportedErrorFailsOnlyTheAffectedChat() {
+    FakeEngineScript script;
+    script.error_at_step = 2;
+    script.error_only_nth = 1;
+    ThreadedWorker w(fakeEngineFactory(script));
+    w.load();
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QSignalSpy errors(w.worker, &EngineWorker::engineError);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 10));
+      wk->submit(request(2, 10));
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
+    std::map<qint64, GenerationResult> results;
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      results[r.chat_id] = r;
+    }
+    QCOMPARE(results[1].end, GenerationEnd::Failed);
+    QCOMPARE(results[1].error, QString::fromStdString(script.error_message));
+    QCOMPARE(results[2].end, GenerationEnd::Finished);
+    QCOMPARE(joinedText(tokens, 1), expectedText(2));  // steps 0 and 1, then the failure
+    QCOMPARE(joinedText(tokens, 2), expectedText(10));
+    QCOMPARE(errors.count(), 0);
+  }
+
+  // The same route through the window: a reply that failed before its first token leaves the
+  // chat (the model's row and its empty row in SQLite are removed) and the banner shows the
+  // engine's message; one that failed after some text keeps that text, marked "error", in the
+  // model and in SQLite.
+  void failedReplyShowsInTheWindowAndAnEmptyOneLeavesSqlite() {
+    QTemporaryDir dir;
+    FakeEngineScript script;
+    script.error_at_step = 0;
+    {
+      Application app(fakeEngineFactory(script), dir.filePath("empty.sqlite"));
+      app.start(fakeModelFile(dir));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      ChatController* chats = app.chats();
+      const qint64 chat = chats->newChat();
+      chats->send(QStringLiteral("hello"));
+      QCOMPARE(chats->messages()->count(), 2);  // the user's and the reply being written
+      QCOMPARE(app.store().messages(chat).size(), 2);
+      QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+      QCOMPARE(chats->messages()->count(), 1);
+      QCOMPARE(chats->messages()->message(0).role, QStringLiteral("user"));
+      const auto stored = app.store().messages(chat);
+      QCOMPARE(stored.size(), 1);
+      QCOMPARE(stored[0].content, QStringLiteral("hello"));
+      QVERIFY(app.errors()->active());
+      QCOMPARE(app.errors()->message(), QString::fromStdString(script.error_message));
+      QCOMPARE(app.errors()->hint(),
+               QStringLiteral("The chat is kept; fix the cause and regenerate."));
+      app.shutdown();
+    }
+    script.error_at_step = 3;
+    Application app(fakeEngineFactory(script), dir.filePath("partial.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    const qint64 chat = chats->newChat();
+    chats->send(QStringLiteral("hello"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(chats->messages()->count(), 2);
+    QCOMPARE(chats->messages()->message(1).content, expectedText(3));
+    QCOMPARE(chats->messages()->message(1).finish_reason, QStringLiteral("error"));
+    const auto stored = app.store().messages(chat);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[1].content, expectedText(3));
+    QCOMPARE(stored[1].finish_reason, QStringLiteral("error"));
+    QCOMPARE(app.errors()->message(), QString::fromStdString(script.error_message));
+    app.shutdown();
   }
 
   void lostDeviceEndsEveryChatTellsTheWindowOnceAndAReloadWorks() {
