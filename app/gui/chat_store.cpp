@@ -112,12 +112,48 @@ ChatStore::ChatStore(const QString& path)
     log()->error("{}", error_.toStdString());
     return;
   }
-  // WAL: a crash mid-write loses at most the last transaction, and reads never block.
-  if (!exec(QStringLiteral("PRAGMA journal_mode=WAL")) ||
+  // A damaged file is refused before anything writes to it (the WAL switch, a migration), so
+  // it stays as it was for the user to rescue. WAL: a crash mid-write loses at most the last
+  // transaction, and reads never block.
+  if (!checkIntegrity() || !exec(QStringLiteral("PRAGMA journal_mode=WAL")) ||
       !exec(QStringLiteral("PRAGMA foreign_keys=ON")) || !migrate()) {
     if (error_.isEmpty()) error_ = QStringLiteral("Cannot prepare the chat database %1").arg(path);
+    // One line that names the file (exec()'s errors do not).
+    if (!error_.contains(path)) {
+      QString reason = error_;
+      reason.remove(QStringLiteral("Chat database error: "));
+      error_ = QStringLiteral("Cannot use the chat database %1: %2; the file is left as it is")
+                   .arg(path, reason);
+    }
+    error_.replace(QLatin1Char('\n'), QLatin1Char(' '));
     log()->error("{}", error_.toStdString());
+    // Closed, so nothing later in this session reads or writes the file.
+    QSqlDatabase::database(connection_, false).close();
   }
+}
+
+bool ChatStore::checkIntegrity() {
+  QSqlQuery q(QSqlDatabase::database(connection_));
+  if (!q.exec(QStringLiteral("PRAGMA quick_check"))) {
+    error_ = QStringLiteral("Chat database error: %1").arg(q.lastError().text());
+    return false;
+  }
+  // The report is lines ("*** in database main ***", "Page 5: ..."), in one row or several.
+  QStringList problems;
+  while (q.next()) {
+    for (const QString& line : q.value(0).toString().split(QLatin1Char('\n'))) {
+      const QString trimmed = line.trimmed();
+      if (!trimmed.isEmpty() && trimmed != QStringLiteral("ok") && !trimmed.startsWith("***"))
+        problems << trimmed;
+    }
+  }
+  if (problems.isEmpty()) return true;
+  error_ = QStringLiteral("Chat database error: the file is damaged (%1%2)")
+               .arg(problems.first(),
+                    problems.size() > 1
+                        ? QStringLiteral(" and %1 more problems").arg(problems.size() - 1)
+                        : QString());
+  return false;
 }
 
 ChatStore::~ChatStore() {

@@ -33,7 +33,8 @@ class ChatStore {
  public:
   static constexpr int kSchemaVersion = 2;
 
-  // Opens (creating the file and folders) and migrates; check ok() / error().
+  // Opens (creating the file and folders), checks the file is a sound database and migrates;
+  // check ok() / error(). When not ok the file is left untouched and closed for the session.
   explicit ChatStore(const QString& path);
   ~ChatStore();
   ChatStore(const ChatStore&) = delete;
@@ -70,6 +71,9 @@ class ChatStore {
   bool setSetting(const QString& key, const QString& value);
 
  private:
+  // PRAGMA quick_check (read-only): false, with error_ set, for a file that is not a sound
+  // SQLite database.
+  bool checkIntegrity();
   bool migrate();
   bool exec(const QString& sql);
   QString connection_;

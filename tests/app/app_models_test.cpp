@@ -385,6 +385,110 @@ class ModelsTest : public QObject {
     QCOMPARE(left.size(), 2);
     QCOMPARE(left.back().content, QStringLiteral("1"));
   }
+  // A migration that fails halfway (migration 2's ALTER TABLE runs, its CREATE INDEX fails on
+  // an index a v1 file already has): nothing of it stays, the file is still at schema 1 with
+  // its chat, and the error is one line.
+  void storeMigrationFailingHalfwayRollsBackAndKeepsTheFile() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("v1.sqlite");
+    {
+      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v1-clash");
+      db.setDatabaseName(path);
+      QVERIFY(db.open());
+      QSqlQuery q(db);
+      QVERIFY(q.exec(
+          "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
+          "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
+          "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)"));
+      QVERIFY(
+          q.exec("CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                 "conversation_id INTEGER NOT NULL, position INTEGER NOT NULL, role TEXT NOT "
+                 "NULL, content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, "
+                 "finish_reason TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL)"));
+      QVERIFY(q.exec("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"));
+      // The name migration 2 creates, taken already: its second statement fails.
+      QVERIFY(q.exec("CREATE INDEX messages_by_conversation ON messages(position)"));
+      QVERIFY(q.exec(
+          "INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)"));
+      QVERIFY(q.exec("PRAGMA user_version = 1"));
+      db.close();
+    }
+    QSqlDatabase::removeDatabase("v1-clash");
+    {
+      ChatStore store(path);
+      QVERIFY(!store.ok());
+      QVERIFY2(store.error().contains(QStringLiteral("messages_by_conversation")),
+               qPrintable(store.error()));
+      QVERIFY2(!store.error().contains(QLatin1Char('\n')), qPrintable(store.error()));
+      QVERIFY2(store.error().contains(path), qPrintable(store.error()));
+    }
+    QVERIFY(QFileInfo(path).size() > 0);
+    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v1-after");
+    db.setDatabaseName(path);
+    QVERIFY(db.open());
+    {
+      QSqlQuery q(db);
+      QVERIFY(q.exec("PRAGMA user_version") && q.next());
+      QCOMPARE(q.value(0).toInt(), 1);
+      QVERIFY(q.exec("SELECT title FROM conversations") && q.next());
+      QCOMPARE(q.value(0).toString(), QStringLiteral("kept"));
+      // The ALTER TABLE of the failed migration was rolled back with it.
+      QVERIFY(!q.exec("SELECT deleted_at FROM conversations"));
+    }
+    db.close();
+    db = {};
+    QSqlDatabase::removeDatabase("v1-after");
+  }
+
+  // Files that are not a chat database: text, and a real database with its pages overwritten.
+  // The store reports one line, is not ok, and leaves the file byte for byte as it was (no
+  // migration written into it, nothing truncated), so the user's chats can still be rescued.
+  void storeRefusesACorruptFileAndLeavesItAsItWas() {
+    QTemporaryDir dir;
+    const QString text = dir.filePath("text.sqlite");
+    {
+      QFile f(text);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      QByteArray junk;
+      for (int i = 0; i < 512; ++i) junk += "this is not a database\n";
+      f.write(junk);
+    }
+    const QString damaged = dir.filePath("damaged.sqlite");
+    {
+      ChatStore store(damaged);
+      QVERIFY(store.ok());
+      const qint64 c = store.createConversation({0, "kept", "", {}, 1, 1}).value();
+      for (int i = 0; i < 200; ++i)
+        store.insertMessage({0, c, i, "user", QString(300, QLatin1Char('a' + i % 26)), 0, "", 0});
+    }
+    {
+      // Checkpointed into the main file by the close; overwrite everything after the first
+      // page (the header stays valid, the b-tree pages do not).
+      QFile f(damaged);
+      QVERIFY(f.open(QIODevice::ReadWrite));
+      QVERIFY(f.size() > 16384);
+      f.seek(4096);
+      f.write(QByteArray(static_cast<int>(f.size()) - 4096, '\xA5'));
+    }
+    for (const QString& path : {text, damaged}) {
+      QFile before(path);
+      QVERIFY(before.open(QIODevice::ReadOnly));
+      const QByteArray bytes = before.readAll();
+      before.close();
+      {
+        ChatStore store(path);
+        QVERIFY2(!store.ok(), qPrintable(path));
+        QVERIFY2(!store.error().isEmpty() && !store.error().contains(QLatin1Char('\n')),
+                 qPrintable(store.error()));
+        QVERIFY2(store.error().contains(path), qPrintable(store.error()));
+        store.conversations();  // what the window asks at start: no crash, nothing written
+        store.setSetting(QStringLiteral("window/theme"), QStringLiteral("dark"));
+      }
+      QFile after(path);
+      QVERIFY(after.open(QIODevice::ReadOnly));
+      QVERIFY2(after.readAll() == bytes, qPrintable(path + " changed"));
+    }
+  }
 };
 
 QTEST_GUILESS_MAIN(ModelsTest)

@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QThread>
 #include <QtTest>
+#include <map>
 
 #include "application.h"
 #include "engine_worker.h"
@@ -226,6 +227,84 @@ class WorkerTest : public QObject {
     QCOMPARE(finished[2][0].value<GenerationResult>().end, GenerationEnd::Finished);
   }
 
+  // The engine's own route for a failed step (a forward pass or sampler error): the affected
+  // chat ends with on_finish(Error) and step() goes on. Only that chat fails, with the
+  // engine's message; the other finishes all its tokens; no engine-wide error is raised.
+  void engineReportedErrorFailsOnlyTheAffectedChat() {
+    FakeEngineScript script;
+    script.error_at_step = 2;
+    script.error_only_nth = 1;
+    ThreadedWorker w(fakeEngineFactory(script));
+    w.load();
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    QSignalSpy errors(w.worker, &EngineWorker::engineError);
+    w.call([wk = w.worker] {
+      wk->submit(request(1, 10));
+      wk->submit(request(2, 10));
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
+    std::map<qint64, GenerationResult> results;
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      results[r.chat_id] = r;
+    }
+    QCOMPARE(results[1].end, GenerationEnd::Failed);
+    QCOMPARE(results[1].error, QString::fromStdString(script.error_message));
+    QCOMPARE(results[2].end, GenerationEnd::Finished);
+    QCOMPARE(joinedText(tokens, 1), expectedText(2));  // steps 0 and 1, then the failure
+    QCOMPARE(joinedText(tokens, 2), expectedText(10));
+    QCOMPARE(errors.count(), 0);
+  }
+
+  // The same route through the window: a reply that failed before its first token leaves the
+  // chat (the model's row and its empty row in SQLite are removed) and the banner shows the
+  // engine's message; one that failed after some text keeps that text, marked "error", in the
+  // model and in SQLite.
+  void failedReplyShowsInTheWindowAndAnEmptyOneLeavesSqlite() {
+    QTemporaryDir dir;
+    FakeEngineScript script;
+    script.error_at_step = 0;
+    {
+      Application app(fakeEngineFactory(script), dir.filePath("empty.sqlite"));
+      app.start(fakeModelFile(dir));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      ChatController* chats = app.chats();
+      const qint64 chat = chats->newChat();
+      chats->send(QStringLiteral("hello"));
+      QCOMPARE(chats->messages()->count(), 2);  // the user's and the reply being written
+      QCOMPARE(app.store().messages(chat).size(), 2);
+      QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+      QCOMPARE(chats->messages()->count(), 1);
+      QCOMPARE(chats->messages()->message(0).role, QStringLiteral("user"));
+      const auto stored = app.store().messages(chat);
+      QCOMPARE(stored.size(), 1);
+      QCOMPARE(stored[0].content, QStringLiteral("hello"));
+      QVERIFY(app.errors()->active());
+      QCOMPARE(app.errors()->message(), QString::fromStdString(script.error_message));
+      QCOMPARE(app.errors()->hint(),
+               QStringLiteral("The chat is kept; fix the cause and regenerate."));
+      app.shutdown();
+    }
+    script.error_at_step = 3;
+    Application app(fakeEngineFactory(script), dir.filePath("partial.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    const qint64 chat = chats->newChat();
+    chats->send(QStringLiteral("hello"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(chats->messages()->count(), 2);
+    QCOMPARE(chats->messages()->message(1).content, expectedText(3));
+    QCOMPARE(chats->messages()->message(1).finish_reason, QStringLiteral("error"));
+    const auto stored = app.store().messages(chat);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[1].content, expectedText(3));
+    QCOMPARE(stored[1].finish_reason, QStringLiteral("error"));
+    QCOMPARE(app.errors()->message(), QString::fromStdString(script.error_message));
+    app.shutdown();
+  }
+
   void lostDeviceEndsEveryChatTellsTheWindowOnceAndAReloadWorks() {
     ThreadedWorker w(fakeEngineFactory({.lose_device_at_step = 2}));
     w.load();
@@ -260,9 +339,16 @@ class WorkerTest : public QObject {
     w.load();
     QSignalSpy telemetry(w.worker, &EngineWorker::telemetryUpdated);
     w.call([wk = w.worker] { wk->submit(request(9, 100000)); });
-    QTest::qWait(1000);
+    // An event wait, then the rate on the frames' own clock (the worker's), so a loaded machine
+    // that delays the test thread cannot skew it: at most ~10 a second (a coarse 100 ms timer
+    // may fire 5% early), and not starved by the steps running between frames.
+    QTRY_VERIFY_WITH_TIMEOUT(telemetry.count() >= 11, 20000);
     const qsizetype frames = telemetry.count();
-    QVERIFY2(frames >= 5 && frames <= 15, qPrintable(QString("%1 frames in 1 s").arg(frames)));
+    const double span = telemetry.last()[0].value<TelemetryFrame>().time_s -
+                        telemetry.first()[0].value<TelemetryFrame>().time_s;
+    const double hz = static_cast<double>(frames - 1) / span;
+    QVERIFY2(span > 0 && hz <= 11.0 && hz >= 2.0,
+             qPrintable(QString("%1 frames in %2 s: %3 Hz").arg(frames).arg(span).arg(hz)));
     const auto last = telemetry.last()[0].value<TelemetryFrame>();
     QVERIFY(last.has_engine);
     const granule::DeviceTelemetry& device = last.engine.device;
@@ -296,13 +382,21 @@ class WorkerTest : public QObject {
       worker->submit(request(2, 100000));
     });
     QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, 5000);
+    // Quick means it gets in between steps rather than waiting for 100000 tokens: counted in
+    // steps, not milliseconds (a loaded machine stretches both). At most the step running and
+    // the one queued (the worker queues one at a time) run after it is asked.
+    const int steps_before = log.steps.load();
     QElapsedTimer timer;
     timer.start();
     QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    const int steps_after = log.steps.load();
+    QCOMPARE(log.destroyed.load(), 1);  // the engine is gone when shutdown() returns
     thread.quit();
-    QVERIFY(thread.wait(1000));
-    QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("%1 ms").arg(timer.elapsed())));
-    QCOMPARE(log.destroyed.load(), 1);
+    QVERIFY(thread.wait(30000));
+    QVERIFY2(
+        steps_after - steps_before <= 2,
+        qPrintable(QString("%1 steps after shutdown was asked").arg(steps_after - steps_before)));
+    qInfo("shutdown took %lld ms", static_cast<long long>(timer.elapsed()));
     delete worker;
   }
 
@@ -375,7 +469,8 @@ class WorkerTest : public QObject {
     const QString db = dir.filePath("granule.sqlite");
     qint64 first = 0, second = 0;
     {
-      Application app(fakeEngineFactory({.step_delay_ms = 10}), db);
+      FakeEngineLog log;
+      Application app(fakeEngineFactory({.step_delay_ms = 10}, &log), db);
       app.start(fakeModelFile(dir));
       QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
       ChatController* chats = app.chats();
@@ -388,10 +483,13 @@ class WorkerTest : public QObject {
       QCOMPARE(chats->generatingCount(), 2);
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(first)->message(1).content.size() > 10, 5000);
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(second)->message(1).content.size() > 10, 5000);
-      QElapsedTimer timer;
-      timer.start();
+      // Quick: the engine is released between steps, not after the replies (counted in steps,
+      // as above; the worker queues one step at a time).
+      const int steps_before = log.steps.load();
       app.shutdown();
-      QVERIFY2(timer.elapsed() < 1000, qPrintable(QString("%1 ms").arg(timer.elapsed())));
+      QCOMPARE(log.destroyed.load(), 1);
+      QVERIFY2(log.steps.load() - steps_before <= 2,
+               qPrintable(QString("%1 steps after shutdown").arg(log.steps.load() - steps_before)));
     }
     Application app(fakeEngineFactory(), db);
     app.chats()->loadFromStore();
@@ -408,6 +506,45 @@ class WorkerTest : public QObject {
     QCOMPARE(chats->systemPrompt(), QStringLiteral("Answer in French."));
     QCOMPARE(chats->temperature(), 0.2);
     QCOMPARE(chats->currentTitle(), QStringLiteral("Plan a trip"));
+  }
+
+  // A chat database that is not one (text where SQLite expects its header): the app starts,
+  // the banner says so in one line naming the file with the hint that chats are not saved,
+  // the model loads, and at the end the file is byte for byte as it was (nothing migrated,
+  // written or truncated).
+  void corruptChatDatabaseAtStartIsOneLineAndTheFileIsKept() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("granule.sqlite");
+    QByteArray junk;
+    for (int i = 0; i < 256; ++i) junk += "my chats, but not a database\n";
+    {
+      QFile f(db);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(junk);
+    }
+    {
+      Application app(fakeEngineFactory(), db);
+      app.start(fakeModelFile(dir));
+      QVERIFY(app.errors()->active());
+      const QString message = app.errors()->message();
+      QVERIFY2(message.contains(db) && !message.contains(QLatin1Char('\n')), qPrintable(message));
+      QCOMPARE(app.errors()->hint(), QStringLiteral("Chats will not be saved this session."));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      ChatController* chats = app.chats();
+      chats->newChat();
+      chats->setMaxTokens(3);
+      chats->send(QStringLiteral("hello"));
+      QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+      // Known gap (ChatController, not the store): without a database a new chat cannot be
+      // created ("Could not save a new chat."), so nothing replies although the hint says the
+      // chats only go unsaved. XPASS once chats live in memory without a store.
+      QEXPECT_FAIL("", "ChatController needs the store to create a chat", Continue);
+      QCOMPARE(chats->messages()->count(), 2);
+      app.shutdown();
+    }
+    QFile f(db);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QVERIFY(f.readAll() == junk);
   }
 
   void regenerateAndEditReplaceTheTail() {

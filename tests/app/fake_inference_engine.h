@@ -1,6 +1,7 @@
 // A scripted InferenceEngine for the app's tests: every running sequence gets one token
 // ("w0 ", "w1 ", …) per step, like the real engine's batching, with an optional delay per
-// step, a failing step, and a ledger that grows with the tokens. KV is mapped in granules
+// step, a failing step (thrown, or reported the way the real engine reports one), and a
+// ledger that grows with the tokens. KV is mapped in granules
 // taken from a pool (refilled after each step); with the pool empty a step creates them.
 // A VRAM budget below the weights streams the layers that do not fit, as the engine's
 // placement plan does (set_vram_budget re-plans; below the minimum it is refused).
@@ -21,6 +22,13 @@ namespace granule::app::testing {
 struct FakeEngineScript {
   int step_delay_ms = 0;  // simulated compute per step
   int fail_at_step = -1;  // step() throws DeviceError at this step (0-based)
+  // At this step (0-based) the step's work fails the way Engine::step reports a failed forward
+  // pass or sampler: the affected sequences end with on_finish(Error, error_message) and step()
+  // returns normally (true while others remain); nothing throws. Affected: every sequence the
+  // step advances, or only the error_only_nth of them (1-based; 0 = all).
+  int error_at_step = -1;
+  int error_only_nth = 0;
+  std::string error_message = "CPU backend: the forward pass failed: cannot allocate 64.0 MiB";
   // At this step (0-based) the device is lost, as the real engine reports it: every chat ends
   // with the reason, step() returns false, submit() throws DeviceLostError.
   int lose_device_at_step = -1;
@@ -118,6 +126,14 @@ class FakeInferenceEngine final : public InferenceEngine {
         continue;
       }
       ++advanced;
+      if (index == script_.error_at_step && !r.cancelled &&
+          (script_.error_only_nth == 0 || script_.error_only_nth == advanced)) {
+        tokens_done_ += static_cast<quint64>(r.produced);
+        granules_unmapped_ += granulesFor(r.produced);
+        r.request.sink.on_finish(it->first, FinishReason::Error, script_.error_message);
+        it = running_.erase(it);
+        continue;
+      }
       if (r.cancelled) {
         end = FinishReason::Cancelled;
       } else {

@@ -1,12 +1,17 @@
 # granule-cli on files a user can get wrong: missing, not a file, empty, truncated and
 # bit-flipped GGUFs. Each must end with exit code 1 and one stderr line, never a signal;
-# a random flip the reader cannot notice (inside a string) may also succeed.
+# a random flip the reader cannot notice (inside a string) may also succeed. The corrupted
+# copies start from llama.cpp's llama-spm vocabulary when the testdata has it, else from the
+# tiny synthetic model; the checks that need a particular file say "SKIP: " when it is absent.
 source "$(dirname "$0")/cli_test_lib.sh"
 
 SOURCE="$VOCAB_DIR/ggml-vocab-llama-spm.gguf"
 if [[ ! -f $SOURCE ]]; then
-  echo "skip: $SOURCE is absent"
-  exit 77
+  SOURCE=$(synthetic_model)
+  if [[ -z $SOURCE ]]; then
+    skip_all "neither $VOCAB_DIR/ggml-vocab-llama-spm.gguf nor granule-test-model (third argument) to make a model to corrupt"
+  fi
+  skip_note "$VOCAB_DIR/ggml-vocab-llama-spm.gguf is absent: corrupting the tiny synthetic model instead"
 fi
 
 expect_clean_failure "missing file (info)" info "$WORK/no-such-model.gguf"
@@ -18,7 +23,11 @@ expect_clean_failure "a directory" info "$WORK"
 expect_clean_failure "empty file" info "$WORK/empty.gguf"
 echo "this is not a model" >"$WORK/text.gguf"
 expect_clean_failure "text file" tokenize "$WORK/text.gguf" hi
-expect_clean_failure "run on a vocabulary-only file" run "$SOURCE" -p hi -n 1
+if [[ -f $VOCAB_DIR/ggml-vocab-llama-spm.gguf ]]; then
+  expect_clean_failure "run on a vocabulary-only file" run "$VOCAB_DIR/ggml-vocab-llama-spm.gguf" -p hi -n 1
+else
+  skip_note "run on a vocabulary-only file: $VOCAB_DIR/ggml-vocab-llama-spm.gguf is absent"
+fi
 
 # Truncated copies: in the header, in the metadata, in the vocabulary arrays.
 size=$(stat -c %s "$SOURCE")
@@ -51,7 +60,8 @@ corrupt "first key length 2^40" 29 1
 corrupt "first key length 255" 24 255
 
 # Random single-bit flips over the first 4 KiB (header, keys, the start of the vocabulary):
-# whatever the reader makes of them, no crash and at most one line of complaint.
+# whatever the reader makes of them, no crash and at most one line of complaint (or a
+# success with only logged warnings).
 RANDOM=20261202
 for trial in $(seq 1 40); do
   offset=$((RANDOM % 4096))
@@ -64,7 +74,10 @@ for trial in $(seq 1 40); do
     [[ $command == tokenize ]] && args+=("Hello world")
     run_cli "${args[@]}"
     lines=$(wc -l <"$ERR")
-    if [[ ($RC -eq 0 && $lines -eq 0) || ($RC -eq 1 && $lines -eq 1) ]]; then
+    # A flip that leaves a valid but odd file (a token twice in the vocabulary) may load with
+    # logged warnings; anything else on stderr of a success is a failure.
+    warnings=$(grep -c '^\[[0-9:.]*\] \[engine\.[a-z_]*\] \[warning\] ' "$ERR")
+    if [[ ($RC -eq 0 && $lines -eq $warnings) || ($RC -eq 1 && $lines -eq 1) ]]; then
       pass
     else
       fail "bit $bit of byte $offset flipped ($command): exit $RC, $lines stderr lines: $(head -c 300 "$ERR")"
@@ -74,8 +87,11 @@ done
 
 # A valid file whose pre-tokenizer the engine does not know: tokenize refuses it by name.
 GPT2="$VOCAB_DIR/ggml-vocab-gpt-2.gguf"
-key_at=$(grep -boa 'tokenizer.ggml.pre' "$GPT2" | head -1 | cut -d: -f1)
-if [[ -n $key_at ]]; then
+key_at=""
+[[ -f $GPT2 ]] && key_at=$(grep -boa 'tokenizer.ggml.pre' "$GPT2" | head -1 | cut -d: -f1)
+if [[ ! -f $GPT2 ]]; then
+  skip_note "unknown pre-tokenizer: $GPT2 is absent"
+elif [[ -n $key_at ]]; then
   cp "$GPT2" "$WORK/unknown-pre.gguf"
   # key (18 bytes), value type (4), string length (8), then "gpt-2": make it "gpt-9".
   write_byte "$WORK/unknown-pre.gguf" $((key_at + 18 + 4 + 8 + 4)) 0x39
@@ -91,6 +107,8 @@ if [[ -n $MODEL ]]; then
   head -c 50000000 "$MODEL" >"$WORK/model-truncated.gguf"
   expect_clean_failure "default model truncated (info)" info "$WORK/model-truncated.gguf"
   expect_clean_failure "default model truncated (run)" run "$WORK/model-truncated.gguf" -p hi -n 1
+else
+  skip_note "the default model truncated inside its tensor data: the default model is absent"
 fi
 
 finish

@@ -1,8 +1,10 @@
 # Helpers shared by the granule-cli end-to-end scripts (sourced, not run by ctest).
-# Each script is run as: bash SCRIPT <granule-cli> <shared testdata dir>; exit 77 = skip.
+# Each script is run as: bash SCRIPT <granule-cli> <shared testdata dir> <granule-test-model>;
+# exit 77 = skip, and every skip (whole script or part) prints a line starting "SKIP: ".
 
-CLI=${1:?usage: bash SCRIPT <granule-cli> <testdata-dir>}
+CLI=${1:?usage: bash SCRIPT <granule-cli> <testdata-dir> [granule-test-model]}
 TESTDATA=${2:-}
+MODEL_WRITER=${3:-}
 VOCAB_DIR="$TESTDATA/tokenizer"
 if [[ ! -x $CLI ]]; then
   echo "FAIL: $CLI is not an executable"
@@ -23,6 +25,28 @@ default_model() {
     if [[ -n $m && -f $m ]]; then echo "$m"; return; fi
   done
 }
+
+# A real, loadable model for checks that must get past opening the file (so that only the
+# error under test can explain a failure): the default model when present, else the tiny
+# synthetic model granule-test-model writes (once per script). Prints "" when neither is
+# available.
+loadable_model() {
+  local m
+  m=$(default_model)
+  if [[ -n $m ]]; then echo "$m"; return; fi
+  synthetic_model
+}
+
+# The tiny synthetic model granule-test-model writes (once per script); "" without the writer.
+synthetic_model() {
+  if [[ ! -f $WORK/tiny.gguf && -n $MODEL_WRITER && -x $MODEL_WRITER ]]; then
+    "$MODEL_WRITER" "$WORK/tiny.gguf" >&2 || rm -f "$WORK/tiny.gguf"
+  fi
+  if [[ -f $WORK/tiny.gguf ]]; then echo "$WORK/tiny.gguf"; fi
+}
+
+skip_note() { echo "SKIP: $*"; }
+skip_all() { echo "SKIP: $*"; exit 77; }
 
 pass() { CHECKS=$((CHECKS + 1)); }
 fail() { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "FAIL: $*"; }
@@ -46,6 +70,14 @@ expect_clean_failure() {
   else
     fail "$what: exit $RC, $lines stderr lines: $(head -c 300 "$ERR")"
   fi
+}
+
+# expect_failure_saying WHAT PATTERN ARGS...: a clean failure (as above) whose one line
+# matches the extended regular expression PATTERN.
+expect_failure_saying() {
+  local what=$1 pattern=$2; shift 2
+  expect_clean_failure "$what" "$@"
+  if grep -Eq -- "$pattern" "$ERR"; then pass; else fail "$what: expected /$pattern/, got: $(head -c 300 "$ERR")"; fi
 }
 
 # expect_field NAME VALUE: the info output has "NAME:   VALUE" on a line.

@@ -34,7 +34,7 @@ grep -q "no-such-model.gguf" "$ERR" && pass || fail "the error does not name the
 
 MODEL=$(default_model)
 if [[ -z $MODEL ]]; then
-  echo "note: default model absent, its checks skipped"
+  skip_note "the checks on the default model: it is absent (\`bash packaging/setup.sh model\`)"
   finish
 fi
 

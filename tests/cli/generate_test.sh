@@ -5,8 +5,7 @@ source "$(dirname "$0")/cli_test_lib.sh"
 
 MODEL=$(default_model)
 if [[ -z $MODEL ]]; then
-  echo "skip: the default model is absent"
-  exit 77
+  skip_all "the default model is absent (\`bash packaging/setup.sh model\`)"
 fi
 SPEEDS='^prompt: [0-9]+ tokens, [0-9.]+ ms \([0-9.]+ tok/s\) \| generation: [0-9]+ tokens, [0-9.]+ ms \([0-9.]+ tok/s\) \| stop: [a-z]+$'
 
@@ -29,7 +28,7 @@ run_cli run "$MODEL" -p "Hi" -n 2 --temp 0 --template llama3 --system "Be brief.
 if [[ $RC -eq 0 ]]; then pass; else fail "run --template llama3: exit $RC: $(cat "$ERR")"; fi
 
 # A prompt longer than the context is refused with one line.
-expect_clean_failure "prompt longer than the context" run "$MODEL" -p "$(printf 'word %.0s' $(seq 1 300))" --ctx 64 -n 4
+expect_failure_saying "prompt longer than the context" "the prompt has [0-9]+ tokens, more than the context of 64" run "$MODEL" -p "$(printf 'word %.0s' $(seq 1 300))" --ctx 64 -n 4
 
 # Chat over stdin: two replies (the /reset in between), then /exit stops before "ignored".
 printf 'Hi!\n/reset\nHello!\n/exit\nignored\n' | "$CLI" chat "$MODEL" -n 3 --temp 0 >"$WORK/chat.out" 2>"$WORK/chat.err"

@@ -1,14 +1,36 @@
-# granule-cli info: the shared vocabulary-only GGUFs (no tensors) and, when present, the
-# default model (SmolLM2-135M-Instruct Q4_1: llama, 30 layers, hidden 576, vocab 49152).
+# granule-cli info: the tiny synthetic model, the shared vocabulary-only GGUFs (no tensors) and,
+# when present, the default model (SmolLM2-135M-Instruct Q4_1: llama, 30 layers, hidden 576, vocab 49152).
 source "$(dirname "$0")/cli_test_lib.sh"
 
 MODEL=$(default_model)
-if [[ ! -d $VOCAB_DIR && -z $MODEL ]]; then
-  echo "skip: neither $VOCAB_DIR nor the default model is present"
-  exit 77
+
+# The tiny synthetic model (always available): the values its spec sets (the testkit's "tiny").
+TINY=$(synthetic_model)
+if [[ -n $TINY ]]; then
+  run_cli info "$TINY"
+  if [[ $RC -eq 0 && ! -s $ERR ]]; then pass; else fail "info tiny synthetic model: exit $RC: $(cat "$ERR")"; fi
+  expect_field architecture llama
+  expect_field layers 2
+  expect_field hidden 64
+  expect_field heads 4
+  expect_field "kv heads" 2
+  expect_field "head dim" 16
+  expect_field feed-forward 128
+  expect_field vocab 384
+  expect_field "context length" 2048
+  expect_field "dominant type" F32
+  expect_field "bos id" 1
+  expect_field "eos id" 2
+  expect_field "chat template" chatml
+elif [[ ! -d $VOCAB_DIR && -z $MODEL ]]; then
+  skip_all "neither $VOCAB_DIR (\`bash packaging/setup.sh testdata\`), the default model (\`bash packaging/setup.sh model\`) nor granule-test-model (third argument) is present"
+else
+  skip_note "the tiny synthetic model's checks: granule-test-model (third argument) is absent"
 fi
 
-if [[ -d $VOCAB_DIR ]]; then
+if [[ ! -d $VOCAB_DIR ]]; then
+  skip_note "the vocabulary-only files' checks (gpt-2, llama-spm, phi-3): $VOCAB_DIR is absent (\`bash packaging/setup.sh testdata\`)"
+else
   # Expected values read from the files' metadata with the gguf Python package.
   run_cli info "$VOCAB_DIR/ggml-vocab-gpt-2.gguf"
   if [[ $RC -eq 0 ]]; then pass; else fail "info gpt-2 vocab: exit $RC: $(cat "$ERR")"; fi
@@ -50,7 +72,7 @@ if [[ -n $MODEL ]]; then
   expect_field "chat template" chatml
   expect_field "default system" '"You are a helpful AI assistant named SmolLM, trained by Hugging Face"'
 else
-  echo "note: default model absent, its checks skipped"
+  skip_note "the default model's checks: the default model is absent (\`bash packaging/setup.sh model\`)"
 fi
 
 finish

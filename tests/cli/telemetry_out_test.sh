@@ -5,12 +5,10 @@ source "$(dirname "$0")/cli_test_lib.sh"
 
 MODEL=$(default_model)
 if [[ -z $MODEL ]]; then
-  echo "skip: the default model is absent"
-  exit 77
+  skip_all "the default model is absent (\`bash packaging/setup.sh model\`)"
 fi
 if ! command -v python3 >/dev/null; then
-  echo "skip: python3 is absent (it reads the frames)"
-  exit 77
+  skip_all "python3 is absent (it reads the frames)"
 fi
 
 # check_frames FILE MIN_STEPS: every line parses as a JSON object with the sections and a

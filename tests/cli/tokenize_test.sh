@@ -5,8 +5,7 @@
 source "$(dirname "$0")/cli_test_lib.sh"
 
 if [[ ! -d $VOCAB_DIR ]]; then
-  echo "skip: $VOCAB_DIR is absent"
-  exit 77
+  skip_all "$VOCAB_DIR is absent (\`bash packaging/setup.sh testdata\`)"
 fi
 
 # Splits NAME.inp into INPUTS (strings end with a line "__ggml_vocab_test__").

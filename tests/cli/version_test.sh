@@ -14,13 +14,25 @@ fi
 run_cli run --help
 if [[ $RC -eq 0 ]] && grep -q -- '--temp' "$OUT" && grep -q -- '--raw' "$OUT"; then pass; else fail "run --help: exit $RC"; fi
 
-expect_clean_failure "no subcommand"
-expect_clean_failure "unknown subcommand" frobnicate
-expect_clean_failure "unknown option" info --no-such-option x.gguf
-expect_clean_failure "missing model argument" info
-expect_clean_failure "run without a prompt" run x.gguf
-expect_clean_failure "run with -n 0" run x.gguf -p hi -n 0
-expect_clean_failure "unknown device" run x.gguf -p hi --device tpu
-expect_clean_failure "unknown template name" run x.gguf -p hi --template vicuna
+# A bad command line: one line naming what is wrong. The model is a real, loadable file, so
+# only the error under test can explain the failure (a missing file would fail them all).
+MODEL=$(loadable_model)
+if [[ -z $MODEL ]]; then
+  fail "no loadable model: neither the default model nor granule-test-model (third argument)"
+  finish
+fi
+expect_failure_saying "no subcommand" 'A subcommand is required'
+# CLI11 does not name the unknown word here: what it says is that no subcommand was found.
+expect_failure_saying "unknown subcommand" 'A subcommand is required' frobnicate
+expect_failure_saying "unknown option" 'not expected: --no-such-option' info --no-such-option "$MODEL"
+expect_failure_saying "unknown option (run)" 'not expected: --no-such-option' run "$MODEL" -p hi --no-such-option
+expect_failure_saying "missing model argument" 'model is required' info
+expect_failure_saying "run without a prompt" '--prompt is required' run "$MODEL"
+expect_failure_saying "run with -n 0" '--max-tokens: Value 0 not in range 1 to 1048576' run "$MODEL" -p hi -n 0
+expect_failure_saying "unknown device" '--device: tpu not in \{cpu,cuda,auto\}' run "$MODEL" -p hi --device tpu
+expect_failure_saying "unknown template name" '--template: vicuna not in \{.*chatml.*\}' run "$MODEL" -p hi --template vicuna
+# The same options well formed do get past the command line (the file loads and replies).
+run_cli run "$MODEL" -p hi -n 1 --temp 0 --device cpu --template chatml --no-stats
+if [[ $RC -eq 0 ]]; then pass; else fail "the well-formed run: exit $RC: $(cat "$ERR")"; fi
 
 finish

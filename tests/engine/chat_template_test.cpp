@@ -8,8 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include "support/test_files.h"
-
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -21,6 +19,7 @@
 
 #include "granule/error.h"
 #include "granule/gguf.h"
+#include "support/test_files.h"
 
 namespace granule {
 namespace {
@@ -190,7 +189,8 @@ TEST(ChatTemplate, Llama31UsesTheTemplatesFixedDate) {
 TEST(ChatTemplate, DetectsTheTemplatesOfRealGgufFiles) {
   const std::filesystem::path phi3_vocab =
       std::filesystem::path(GRANULE_TESTDATA_DIR) / "tokenizer/ggml-vocab-phi-3.gguf";
-  if (!std::filesystem::exists(phi3_vocab)) GTEST_SKIP() << phi3_vocab << " is absent";
+  if (!std::filesystem::exists(phi3_vocab))
+    GTEST_SKIP() << phi3_vocab << " is absent: `bash packaging/setup.sh testdata` fetches it";
   const auto phi3 = ModelFile::open(phi3_vocab);
   const std::optional<std::string> source = phi3->get_string("tokenizer.chat_template");
   ASSERT_TRUE(source.has_value());
@@ -200,7 +200,9 @@ TEST(ChatTemplate, DetectsTheTemplatesOfRealGgufFiles) {
 
 TEST(ChatTemplate, DetectsTheDefaultModelsTemplateWithItsDefaultSystemPrompt) {
   const std::filesystem::path model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << "the default model is absent";
+  if (model.empty())
+    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
+                    "packaging/setup.sh model` fetches it";
   const auto file = ModelFile::open(model);
   const std::optional<std::string> source = file->get_string("tokenizer.chat_template");
   ASSERT_TRUE(source.has_value());

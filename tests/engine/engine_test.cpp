@@ -3,20 +3,21 @@
 // prefill, cancel mid-prefill freeing KV, stop strings, bad input; and on the default model
 // (when present) 32 greedy tokens and logits against the numpy reference's golden
 // (tests/data/reference/smollm2-135m-q4_1.chat.txt, made by make_default_model_golden.py).
-#include <gtest/gtest.h>
+#include "granule/engine.h"
 
-#include "support/test_files.h"
+#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 
-#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
 #include "support/temp_model.h"
+#include "support/test_files.h"
 
 namespace granule {
 namespace {
@@ -115,8 +116,8 @@ TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
     }
   }
   EngineOptions o = cpu_options();
-  o.max_sequences = 3;           // five requests, three slots: two wait
-  o.prefill_chunk_tokens = 4;    // prompts are chunked while others decode
+  o.max_sequences = 3;         // five requests, three slots: two wait
+  o.prefill_chunk_tokens = 4;  // prompts are chunked while others decode
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
   std::vector<SequenceId> ids;
@@ -138,7 +139,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   spec.n_layer = 4;
   spec.n_embd = 128;
   spec.n_head = 4;
-  spec.n_head_kv = 4;   // 4 KiB of f32 KV per token: a granule holds 512 tokens
+  spec.n_head_kv = 4;  // 4 KiB of f32 KV per token: a granule holds 512 tokens
   TempModel model(spec, "granule_engine");
   EngineOptions o = cpu_options();
   o.context_length = 2048;
@@ -148,7 +149,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   std::vector<TokenId> prompt(1500);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(3 + i % 300);
   SequenceId id = engine->submit(token_request(prompt, 4, out));
-  for (int i = 0; i < 10; ++i) engine->step();   // 640 of 1500 prompt tokens: two granules
+  for (int i = 0; i < 10; ++i) engine->step();  // 640 of 1500 prompt tokens: two granules
   const auto t = engine->telemetry();
   ASSERT_EQ(t.sequences.size(), 1u);
   EXPECT_GT(t.sequences[0].kv_committed_bytes, 2u << 20);
@@ -160,7 +161,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   EXPECT_EQ(kv_committed(*engine), 0u);
   EXPECT_TRUE(engine->idle());
   EXPECT_FALSE(engine->step());
-  engine->cancel(id);   // a second cancel of a finished sequence is harmless
+  engine->cancel(id);  // a second cancel of a finished sequence is harmless
   EXPECT_EQ(out[id].finishes, 1);
 }
 
@@ -183,7 +184,7 @@ TEST(Engine, CancelFromSinkFinishesAfterStep) {
   EXPECT_EQ(kv_committed(*engine), 0u);
 }
 
-SyntheticModelSpec kv_heavy_spec() {   // 4 KiB of f32 KV per token: 512 tokens a granule
+SyntheticModelSpec kv_heavy_spec() {  // 4 KiB of f32 KV per token: 512 tokens a granule
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.n_layer = 4;
   spec.n_embd = 128;
@@ -218,7 +219,7 @@ TEST(Engine, SecondSequenceWaitsForKvBudget) {
   SequenceId b = engine->submit(token_request({9, 8, 7}, 5, out));
   engine->step();
   EXPECT_EQ(out[a].tokens.size(), 1u);
-  EXPECT_TRUE(out[b].tokens.empty());   // no granule for b yet
+  EXPECT_TRUE(out[b].tokens.empty());  // no granule for b yet
   run_to_idle(*engine);
   EXPECT_EQ(out[a].tokens, alone_a);
   EXPECT_EQ(out[b].tokens, alone_b);
@@ -236,7 +237,8 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
   o.vram_budget_bytes = weights + (2u << 20) + 4096;
   auto engine = Engine::open(model.path, o);
   std::map<SequenceId, Output> out;
-  SequenceId id = engine->submit(token_request(std::vector<TokenId>(600, 5), 5, out));   // 2 granules
+  SequenceId id =
+      engine->submit(token_request(std::vector<TokenId>(600, 5), 5, out));  // 2 granules
   run_to_idle(*engine);
   EXPECT_EQ(out[id].reason, FinishReason::Error);
   EXPECT_NE(out[id].error.find("budget"), std::string::npos) << out[id].error;
@@ -305,12 +307,34 @@ TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
   // The rendered prompt starts with <|im_start|> as one special token.
   const auto t = engine->telemetry();
   ASSERT_EQ(t.sequences.size(), 1u);
-  const auto expected = engine->tokenizer().encode("<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n",
-                                                   false, true);
+  const auto expected = engine->tokenizer().encode(
+      "<|im_start|>user\nhi there<|im_end|>\n<|im_start|>assistant\n", false, true);
   EXPECT_EQ(expected.front(), kSyntheticImStart);
   EXPECT_EQ(t.sequences[0].tokens, static_cast<int64_t>(expected.size()));
   run_to_idle(*engine);
   EXPECT_EQ(out[id].finishes, 1);
+
+  // The ids, not just their count (the engine does not expose the rendered ids): the chat
+  // continues exactly as the hand-rendered ids do as a raw prompt, over 16 greedy tokens,
+  // while the same ids with one token changed (the "hi" of the user turn) continue otherwise,
+  // so the comparison can tell prompts apart on this model.
+  auto continuation = [&](std::optional<std::vector<TokenId>> raw) {
+    std::map<SequenceId, Output> o;
+    Request q = token_request(raw.value_or(std::vector<TokenId>{}), 16, o);
+    if (!raw) {
+      q.prompt_tokens.reset();
+      q.messages = {{"user", "hi there"}};
+    }
+    const SequenceId sid = engine->submit(std::move(q));
+    run_to_idle(*engine);
+    return o[sid].tokens;
+  };
+  const std::vector<int32_t> from_chat = continuation(std::nullopt);
+  ASSERT_EQ(from_chat.size(), 16u);
+  EXPECT_EQ(from_chat, continuation(expected));
+  std::vector<TokenId> altered = expected;
+  altered[expected.size() / 2] = altered[expected.size() / 2] == 100 ? 101 : 100;
+  EXPECT_NE(from_chat, continuation(altered)) << "the model cannot tell these prompts apart";
 }
 
 TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
@@ -324,7 +348,7 @@ TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
   chat.prompt_tokens.reset();
   chat.messages = {{"user", "hello"}};
   EXPECT_THROW(engine->submit(std::move(chat)), UnsupportedError);
-  EXPECT_NO_THROW(engine->submit(token_request({1, 2}, 2, out)));   // raw tokens still work
+  EXPECT_NO_THROW(engine->submit(token_request({1, 2}, 2, out)));  // raw tokens still work
 }
 
 TEST(Engine, UnsupportedArchitectureFailsOpenNamingIt) {
@@ -364,12 +388,12 @@ TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
   auto engine = Engine::open(model.path, cpu_options());
   std::map<SequenceId, Output> out;
   engine->submit(token_request({1, 2, 3, 4}, 5, out));
-  engine->step();   // prefill + first token
+  engine->step();  // prefill + first token
   auto t = engine->telemetry();
   EXPECT_EQ(t.device.name.substr(0, 3), "CPU");
   EXPECT_FALSE(t.device.gpu);
   ASSERT_EQ(t.sequences.size(), 1u);
-  EXPECT_EQ(t.sequences[0].kv_committed_bytes, 2u << 20);   // one granule
+  EXPECT_EQ(t.sequences[0].kv_committed_bytes, 2u << 20);  // one granule
   EXPECT_GT(t.sequences[0].kv_reserved_bytes, 0u);
   EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::KvCommitted), 2u << 20);
   EXPECT_GT(t.device.ledger_bytes(MemoryCategory::WeightsResident), 0u);
@@ -392,17 +416,22 @@ struct DefaultGolden {
 };
 
 DefaultGolden read_default_golden() {
-  std::ifstream in(fs::path(GRANULE_SOURCE_DIR) / "tests/data/reference/smollm2-135m-q4_1.chat.txt");
+  std::ifstream in(fs::path(GRANULE_SOURCE_DIR) /
+                   "tests/data/reference/smollm2-135m-q4_1.chat.txt");
   DefaultGolden g;
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream s(line);
     std::string key;
     s >> key;
-    if (key == "tokens") for (int32_t x; s >> x;) g.tokens.push_back(x);
-    if (key == "greedy") for (int32_t x; s >> x;) g.greedy.push_back(x);
-    if (key == "logit_ids") for (int32_t x; s >> x;) g.logit_ids.push_back(x);
-    if (key == "logit_values") for (float x; s >> x;) g.logit_values.push_back(x);
+    if (key == "tokens")
+      for (int32_t x; s >> x;) g.tokens.push_back(x);
+    if (key == "greedy")
+      for (int32_t x; s >> x;) g.greedy.push_back(x);
+    if (key == "logit_ids")
+      for (int32_t x; s >> x;) g.logit_ids.push_back(x);
+    if (key == "logit_values")
+      for (float x; s >> x;) g.logit_values.push_back(x);
     if (key == "logit_max_abs") s >> g.logit_max_abs;
   }
   return g;
@@ -413,7 +442,9 @@ DefaultGolden read_default_golden() {
 // reference's, and the last-position logits are within 1e-4 relative error.
 TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
   const fs::path path = default_model_path();
-  if (!fs::exists(path)) GTEST_SKIP() << "default model not found at " << path;
+  if (path.empty() || !fs::exists(path))
+    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
+                    "packaging/setup.sh model` fetches it";
   const DefaultGolden g = read_default_golden();
   ASSERT_EQ(g.greedy.size(), 32u);
   ASSERT_EQ(g.logit_ids.size(), g.logit_values.size());
@@ -437,7 +468,8 @@ TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
   const std::vector<float>& last = rows.back();
   double max_diff = 0;
   for (size_t i = 0; i < g.logit_ids.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(double(last[static_cast<size_t>(g.logit_ids[i])]) - g.logit_values[i]));
+    max_diff = std::max(
+        max_diff, std::abs(double(last[static_cast<size_t>(g.logit_ids[i])]) - g.logit_values[i]));
   }
   EXPECT_LE(max_diff / g.logit_max_abs, 1e-4);
   double max_abs = 0;

@@ -1,22 +1,21 @@
 // Tests of ModelConfig / WeightTable: every architecture's hyper-parameters and rope choice
 // read from synthetic GGUFs, the real default model's shape when present, and clear errors
 // for unsupported architectures, block types, missing keys and bad shapes.
+#include "granule/model_config.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
-#include "support/test_files.h"
-
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
 
-#include <unistd.h>
-
 #include "granule/error.h"
-#include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/test_files.h"
 
 namespace granule {
 namespace {
@@ -24,9 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 
 struct TempFile {
-  fs::path path = fs::temp_directory_path() /
-                  ("granule_model_config_" + std::to_string(::getpid()) + "_" +
-                   std::to_string(std::random_device{}()) + ".gguf");
+  fs::path path =
+      fs::temp_directory_path() / ("granule_model_config_" + std::to_string(::getpid()) + "_" +
+                                   std::to_string(std::random_device{}()) + ".gguf");
   ~TempFile() { fs::remove(path); }
 };
 
@@ -101,7 +100,7 @@ TEST(ModelConfig, Qwen3HasQkNormAndExplicitHeadDim) {
   Loaded m(SyntheticModelSpec::preset("tiny-qwen3"));
   EXPECT_EQ(m.config.rope_ordering, RopeOrdering::NeoX);
   EXPECT_TRUE(m.config.qk_norm);
-  EXPECT_EQ(m.config.head_dim, 32);   // key_length, not n_embd / n_head = 16
+  EXPECT_EQ(m.config.head_dim, 32);  // key_length, not n_embd / n_head = 16
   EXPECT_EQ(m.weights.layers[0].wq->dims, (std::vector<int64_t>{64, 128}));
   EXPECT_NE(m.weights.layers[0].k_norm, nullptr);
 }
@@ -143,7 +142,8 @@ void patch_tensor_type(std::vector<uint8_t>& bytes, const std::string& name, uin
   for (size_t i = 0; i + 8 + name.size() < bytes.size(); ++i) {
     uint64_t len;
     std::memcpy(&len, bytes.data() + i, 8);
-    if (len != name.size() || std::memcmp(bytes.data() + i + 8, name.data(), name.size()) != 0) continue;
+    if (len != name.size() || std::memcmp(bytes.data() + i + 8, name.data(), name.size()) != 0)
+      continue;
     size_t p = i + 8 + name.size();
     uint32_t n_dims;
     std::memcpy(&n_dims, bytes.data() + p, 4);
@@ -157,11 +157,12 @@ void patch_tensor_type(std::vector<uint8_t>& bytes, const std::string& name, uin
 TEST(ModelConfig, UnsupportedBlockTypeNamesTensorAndType) {
   auto spec = SyntheticModelSpec::preset("tiny");
   auto bytes = build_synthetic_model(spec).to_bytes();
-  patch_tensor_type(bytes, "blk.1.ffn_up.weight", 6);   // Q5_0: a real GGUF type we do not run
+  patch_tensor_type(bytes, "blk.1.ffn_up.weight", 6);  // Q5_0: a real GGUF type we do not run
   TempFile f;
   {
     std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
   std::string msg;
   try {
@@ -182,11 +183,12 @@ TEST(ModelConfig, MissingKeyIsNamed) {
   const std::string key = "llama.block_count";
   auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
   ASSERT_NE(it, bytes.end());
-  *(it + 6) = 'X';   // "llama.Xlock_count"
+  *(it + 6) = 'X';  // "llama.Xlock_count"
   TempFile f;
   {
     std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
   auto model = ModelFile::open(f.path);
   const std::string msg = error_message<FormatError>([&] { ModelConfig::from_gguf(*model); });
@@ -202,7 +204,8 @@ TEST(ModelConfig, WrongTensorShapeIsNamed) {
   writer.write(f.path);
   auto model = ModelFile::open(f.path);
   auto config = ModelConfig::from_gguf(*model);
-  const std::string msg = error_message<FormatError>([&] { WeightTable::from_gguf(*model, config); });
+  const std::string msg =
+      error_message<FormatError>([&] { WeightTable::from_gguf(*model, config); });
   EXPECT_NE(msg.find("blk.0.attn_k.weight"), std::string::npos) << msg;
 }
 
@@ -210,7 +213,9 @@ using granule::test::default_model_path;
 
 TEST(ModelConfig, DefaultModelShape) {
   const fs::path path = default_model_path();
-  if (!fs::exists(path)) GTEST_SKIP() << "default model not found at " << path;
+  if (path.empty() || !fs::exists(path))
+    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
+                    "packaging/setup.sh model` fetches it";
   auto model = ModelFile::open(path);
   auto c = ModelConfig::from_gguf(*model);
   EXPECT_EQ(c.architecture, "llama");

@@ -48,6 +48,13 @@ void expect_matches_distribution(const std::vector<int>& counts,
     const double e = expected[i] * draws;
     chi_square += (counts[i] - e) * (counts[i] - e) / e;
     ++categories;
+    // Each token on its own within 5 standard deviations of its binomial count (+1 for the
+    // counts' discreteness): the sum above spreads one token's error over the degrees of
+    // freedom, this does not (1 point of probability on a 40% token at 200,000 draws is 2,000
+    // counts, 9 deviations).
+    const double sd = std::sqrt(e * (1.0 - expected[i]));
+    EXPECT_LE(std::abs(counts[i] - e), 5 * sd + 1)
+        << "token " << i << ": " << counts[i] << " draws, expected " << e << " +- " << sd;
   }
   // For k - 1 degrees of freedom the statistic has mean k - 1 and deviation sqrt(2(k - 1));
   // the bound is far out (the seed is fixed, so this is about a gross mismatch, not luck).

@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <vector>
 
+#include "granule/error.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 
@@ -217,6 +219,112 @@ TEST(Scheduler, RemovingWaitingAndRunningSequencesFreesTheirPlaces) {
   EXPECT_EQ(f.committed_granules(), 0u);
   EXPECT_TRUE(f.scheduler.empty());
   EXPECT_TRUE(f.step().work.empty());
+}
+
+// One planned item, compared whole.
+struct Item {
+  SequenceId id;
+  int64_t start;
+  int64_t count;
+  bool decode;
+  bool operator==(const Item&) const = default;
+};
+
+std::vector<Item> items_of(const std::vector<ScheduledWork>& work) {
+  std::vector<Item> items;
+  for (const ScheduledWork& w : work) items.push_back({w.id, w.start_position, w.count, w.decode});
+  return items;
+}
+
+void PrintTo(const Item& i, std::ostream* os) {
+  *os << "{" << i.id << " @" << i.start << " x" << i.count << (i.decode ? " decode}" : " chunk}");
+}
+
+// The case: a step's prefill chunk budget (64) while another chat decodes. Decoding costs
+// none of it (1 gets its token every step); the oldest prefilling chat takes what it needs
+// first (2: all 64, then its last 36) and the rest goes to the next (3 is admitted in the
+// step 2 leaves 28 tokens of the budget, and gets them); a step whose budget is spent admits
+// nobody (3 waits in step 2). Worked out by hand from next_step()'s rules.
+TEST(Scheduler, PrefillChunkBudgetIsSharedOldestFirstWhileOthersDecode) {
+  Fixture f(/*granules=*/64, /*slots=*/4, /*prefill_chunk_tokens=*/64);
+  f.add(1, 10);
+  StepPlan plan = f.step();
+  EXPECT_EQ(items_of(plan.work), (std::vector<Item>{{1, 0, 10, false}}));
+  f.add(2, 100);
+  f.add(3, 100);
+
+  plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  EXPECT_EQ(items_of(plan.work), (std::vector<Item>{{1, 10, 1, true}, {2, 0, 64, false}}));
+  EXPECT_TRUE(f.scheduler.is_waiting(3));  // the budget was spent: no admission
+
+  plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{3});
+  EXPECT_EQ(items_of(plan.work),
+            (std::vector<Item>{{1, 11, 1, true}, {2, 64, 36, false}, {3, 0, 28, false}}));
+
+  plan = f.step();
+  EXPECT_EQ(items_of(plan.work),
+            (std::vector<Item>{{1, 12, 1, true}, {2, 100, 1, true}, {3, 28, 64, false}}));
+  plan = f.step();
+  EXPECT_EQ(items_of(plan.work),
+            (std::vector<Item>{{1, 13, 1, true}, {2, 101, 1, true}, {3, 92, 8, false}}));
+  plan = f.step();
+  EXPECT_EQ(items_of(plan.work),
+            (std::vector<Item>{{1, 14, 1, true}, {2, 102, 1, true}, {3, 100, 1, true}}));
+  EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: more sequences than slots with KV to spare. Those without a slot wait however long
+// the others run; a finished one's slot goes to the next in arrival order at the next step.
+TEST(Scheduler, SequencesBeyondTheSlotsWaitForAFreedSlot) {
+  Fixture f(/*granules=*/64, /*slots=*/2, /*prefill_chunk_tokens=*/512);
+  f.add(1, 10);
+  f.add(2, 10);
+  f.add(3, 10);
+  f.add(4, 10);
+  StepPlan plan = f.step();
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{1, 2}));
+  for (int i = 0; i < 20; ++i) {
+    plan = f.step();
+    ASSERT_TRUE(plan.admitted.empty()) << "decode " << i;
+    ASSERT_EQ(ids_of(plan.work), (std::vector<SequenceId>{1, 2})) << "decode " << i;
+  }
+  EXPECT_EQ(f.scheduler.waiting(), 2u);
+  EXPECT_EQ(f.scheduler.running(), 2u);
+  EXPECT_FALSE(f.scheduler.slot_of(3).has_value());
+  const int32_t freed = *f.scheduler.slot_of(1);
+  f.scheduler.remove(1);
+  plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{3});
+  EXPECT_EQ(f.scheduler.slot_of(3), freed);
+  EXPECT_TRUE(f.scheduler.is_waiting(4));
+  f.scheduler.remove(2);
+  f.scheduler.remove(3);
+  plan = f.step();
+  EXPECT_EQ(plan.admitted, std::vector<SequenceId>{4});
+  EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: add() refuses a null record, an empty prompt, an id already queued and an id
+// smaller than the last (the order is the priority), each with UsageError and nothing queued.
+TEST(Scheduler, AddRefusesBadSequencesWithUsageErrorAndQueuesNothing) {
+  Fixture f(/*granules=*/8, /*slots=*/2, /*prefill_chunk_tokens=*/64);
+  EXPECT_THROW(f.scheduler.add(nullptr), UsageError);
+  EXPECT_THROW(
+      f.scheduler.add(std::make_unique<Sequence>(1, std::vector<TokenId>{}, SamplingParams{})),
+      UsageError);
+  EXPECT_TRUE(f.scheduler.empty());
+  f.add(5, 10);
+  EXPECT_THROW(f.add(5, 10), UsageError);  // already queued
+  EXPECT_THROW(f.add(4, 10), UsageError);  // arrived "before" 5
+  EXPECT_EQ(f.scheduler.sequences().size(), 1u);
+  EXPECT_EQ(f.scheduler.waiting(), 1u);
+  EXPECT_EQ(f.known(5), 10);
+  f.add(6, 3);  // a later id is still taken
+  EXPECT_EQ(f.scheduler.waiting(), 2u);
+  const StepPlan plan = f.step();
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{5, 6}));
 }
 
 }  // namespace

@@ -5,11 +5,10 @@
 
 #include <gtest/gtest.h>
 
-#include "support/test_files.h"
-
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <random>
 #include <string>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/testkit/gguf_writer.h"
+#include "support/test_files.h"
 
 namespace granule {
 namespace {
@@ -437,7 +437,13 @@ std::vector<fs::path> real_vocabularies() {
   for (const fs::path& path :
        {testdata_vocab("ggml-vocab-gpt-2.gguf"), testdata_vocab("ggml-vocab-llama-spm.gguf"),
         testdata_vocab("ggml-vocab-phi-3.gguf"), default_model_path()}) {
-    if (!path.empty() && fs::exists(path)) found.push_back(path);
+    if (!path.empty() && fs::exists(path)) {
+      found.push_back(path);
+    } else {
+      // Printed, as the test goes on with the others (gtest cannot skip part of a test).
+      std::cout << "SKIP: vocabulary " << (path.empty() ? fs::path("(the default model)") : path)
+                << " is absent: `bash packaging/setup.sh testdata` / `model` fetches it\n";
+    }
   }
   return found;
 }
@@ -474,7 +480,10 @@ std::string random_text(std::mt19937& rng, size_t characters) {
 
 TEST(RealVocabularies, RandomUtf8RoundTripsAndStreamsWithoutPartialCharacters) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty()) GTEST_SKIP() << "no real vocabulary found";
+  if (vocabularies.empty())
+    GTEST_SKIP()
+        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
+        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
   for (const fs::path& path : vocabularies) {
     SCOPED_TRACE(path.filename().string());
     const auto file = ModelFile::open(path);
@@ -501,7 +510,10 @@ TEST(RealVocabularies, RandomUtf8RoundTripsAndStreamsWithoutPartialCharacters) {
 
 TEST(RealVocabularies, OneTokenizerEncodesFromSeveralThreadsAtOnce) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty()) GTEST_SKIP() << "no real vocabulary found";
+  if (vocabularies.empty())
+    GTEST_SKIP()
+        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
+        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
   const auto file = ModelFile::open(vocabularies.front());
   const auto tokenizer = Tokenizer::from_gguf(*file);
   std::mt19937 rng(7);
@@ -527,7 +539,8 @@ TEST(RealVocabularies, OneTokenizerEncodesFromSeveralThreadsAtOnce) {
 
 TEST(RealVocabularies, ByteLevelBpeKeepsInvalidUtf8Bytes) {
   const fs::path path = testdata_vocab("ggml-vocab-gpt-2.gguf");
-  if (!fs::exists(path)) GTEST_SKIP() << "no GPT-2 test vocabulary";
+  if (!fs::exists(path))
+    GTEST_SKIP() << path << " is absent: `bash packaging/setup.sh testdata` fetches it";
   const auto file = ModelFile::open(path);
   const auto tokenizer = Tokenizer::from_gguf(*file);
   const std::string text = "ok \xFF\xFE bad \xE2\x82 cut \xC3";
@@ -539,7 +552,10 @@ TEST(RealVocabularies, ByteLevelBpeKeepsInvalidUtf8Bytes) {
 // would take minutes here and trip the test's timeout. The time is printed.
 TEST(RealVocabularies, HundredKilobyteTextEncodesInOnePass) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty()) GTEST_SKIP() << "no real vocabulary found";
+  if (vocabularies.empty())
+    GTEST_SKIP()
+        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
+        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
   std::mt19937 rng(99);
   std::string text;
   while (text.size() < 60'000) text += random_text(rng, 200) + "\n\nThe quick brown fox. ";
