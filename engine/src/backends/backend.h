@@ -44,7 +44,9 @@ struct BackendOptions {
   std::optional<kernels::KernelConfig> kernel_config;
 };
 
-// What a backend needs to build itself. All references outlive the backend.
+// What a backend needs to build itself. file, config, weights and memory outlive the backend;
+// options lives only through the constructor (make_runtime builds it from the engine options):
+// a backend that needs it later keeps a copy.
 struct BackendInit {
   const ModelFile& file;
   const ModelConfig& config;

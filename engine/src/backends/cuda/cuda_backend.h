@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
   };
 
   const ModelConfig& config_;
-  const BackendOptions& options_;
+  const BackendOptions options_;  // a copy: the options the runtime was built from are gone after make_runtime
   int device_ = 0;
   std::string device_name_;
   uint64_t device_total_bytes_ = 0;
