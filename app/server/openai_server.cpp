@@ -116,6 +116,7 @@ struct OpenAiServer::Impl {
   std::atomic<uint64_t> total{0};
   std::atomic<uint64_t> rejected{0};
   std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stopping{false};  // stop() was called: requests in flight end now
   const int64_t started = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch())
                               .count();
@@ -378,7 +379,7 @@ struct OpenAiServer::Impl {
       running.usage.completion_tokens = channel.completion_tokens;
       if (channel.finished) return Wait::Finished;
     }
-    if (peer_closed(running.socket)) {
+    if (peer_closed(running.socket) || stopping.load()) {
       cancel(running);
       return Wait::ClientGone;
     }
@@ -387,6 +388,11 @@ struct OpenAiServer::Impl {
       return Wait::TimedOut;
     }
     return Wait::Going;
+  }
+
+  static ApiError stopping_error() {
+    return ApiError(503, "the server is shutting down; the request was cancelled", "server_error",
+                    "", "shutting_down");
   }
 
   ApiError finish_error(const Channel& channel) const {
@@ -404,6 +410,7 @@ struct OpenAiServer::Impl {
       text += piece;
       if (state == Wait::Finished) break;
       if (state == Wait::ClientGone) {
+        if (stopping) return send_error(res, stopping_error());
         granule::logger("server")->info("{}: the client left; cancelled", running.header.id);
         res.status = 499;  // nobody reads it
         return;
@@ -445,6 +452,12 @@ struct OpenAiServer::Impl {
           const Wait state = wait_for_news(r, std::chrono::milliseconds(100), piece);
           std::string out;
           if (!piece.empty()) out += sse_event(chunk_json(r.endpoint, r.header, piece, ""));
+          if (state == Wait::ClientGone && stopping) {
+            out += sse_event(error_json(stopping_error())) + "data: [DONE]\n\n";
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
+          }
           if (state == Wait::ClientGone) {
             granule::logger("server")->info("{}: the client left; cancelled", r.header.id);
             return false;
@@ -507,6 +520,9 @@ int OpenAiServer::bind() {
 
 bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
 
-void OpenAiServer::stop() { impl_->http.stop(); }
+void OpenAiServer::stop() {
+  impl_->stopping = true;
+  impl_->http.stop();
+}
 
 }  // namespace granule::server
