@@ -154,7 +154,9 @@ struct OpenAiServer::Impl {
     // pool has one per allowed request and some more for /health, /metrics and refusals.
     const size_t threads = static_cast<size_t>(options.max_requests) + 16;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    http.set_read_timeout(30);
+    // A client silent for 5 s in the middle of its request is dropped; that also bounds how
+    // long stop() waits for a handler thread stuck reading one.
+    http.set_read_timeout(5);
     http.set_write_timeout(30);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {

@@ -96,6 +96,12 @@ class Server:
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
+            # Say where it hangs when a debugger is at hand.
+            if subprocess.run(["which", "gdb"], capture_output=True).returncode == 0:
+                bt = subprocess.run(["gdb", "-batch", "-p", str(self.proc.pid), "-ex", "thread apply all bt"],
+                                    capture_output=True, text=True, timeout=120).stdout
+                frames = [l for l in bt.splitlines() if re.match(r"#\d+ ", l) and ("granule" in l or "httplib" in l)]
+                print("\n".join(frames[:80]))
             self.proc.kill()
             raise AssertionError("serve did not stop on SIGTERM within 20 s")
         check(self.proc.returncode == 0, f"serve exited with {self.proc.returncode}: {self.proc.stderr.read()[-500:]}")
@@ -266,12 +272,16 @@ def main():
             check(first_chunk_arrives(sock), "no first stream chunk")
         else:
             time.sleep(0.3)
+        steps_at_close = server.metrics()["granule_steps_total"]
         sock.close()
+        # Cancelled within a few steps, not after the ~450 its max_tokens allows (counted in
+        # engine steps, so a busy machine does not make it flaky).
         t0 = time.time()
-        m = server.wait_idle(seconds=3)
-        check(m["granule_chats_running"] == 0 and m["granule_kv_committed_bytes"] == 0,
-              f"a {'streamed' if stream else 'whole'} request whose client left still runs after "
-              f"{time.time() - t0:.1f} s: {m}")
+        m = server.wait_idle(seconds=30)
+        steps = m["granule_steps_total"] - steps_at_close
+        check(m["granule_chats_running"] == 0 and m["granule_kv_committed_bytes"] == 0 and steps < 100,
+              f"a {'streamed' if stream else 'whole'} request whose client left ran {steps:.0f} more steps "
+              f"({time.time() - t0:.1f} s): {m}")
     server.works("clients that went away")
 
     # Load: 64 concurrent streams all complete; afterwards nothing runs and no KV is committed.
@@ -286,7 +296,7 @@ def main():
     for text, finishes, usage in results:
         check(len(finishes) == 1 and finishes[0] in ("stop", "length") and usage is not None and
               1 <= usage.completion_tokens <= 6, f"a load-test stream ended badly: {finishes} {usage}")
-    m = server.wait_idle(seconds=5)
+    m = server.wait_idle(seconds=10)
     check(m["granule_chats_running"] == 0 and m["granule_chats_waiting"] == 0 and
           m["granule_kv_committed_bytes"] == 0 and m["granule_server_requests_active"] == 0,
           f"after the load test: {m}")
@@ -320,7 +330,7 @@ def main():
     expect_api_error(status, body, 503, "a third request with --max-requests 2")
     for sock in streams:
         sock.close()
-    deadline = time.time() + 5
+    deadline = time.time() + 15
     while True:
         status, _ = keyed.raw("POST", "/v1/chat/completions",
                               '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}',
