@@ -87,7 +87,13 @@ int serve(ServeOptions& options) {
   const int64_t context = engine->options().context_length;
   server::EngineLoop loop(std::move(engine));
   server::OpenAiServer http(loop, options.server);
-  const int port = http.bind();
+  int port = 0;
+  try {
+    port = http.bind();
+  } catch (const Error& e) {  // about the address, not the model: no file name in front
+    std::fprintf(stderr, "granule-cli: %s\n", e.what());
+    return 1;
+  }
   std::printf(
       "granule-cli serve: %s on %s, %d chats of %lld tokens, listening on http://%s:%d/v1\n",
       options.server.model_id.c_str(), device_name.c_str(), options.chats,
@@ -109,7 +115,7 @@ Command add_serve_command(CLI::App& parent) {
   GenerationOptions& g = options->generation;
   app->add_option("model", g.model, "GGUF model file")->required();
   app->add_option("--host", options->server.host,
-                  "Address to listen on (another than 127.0.0.1 "
+                  "Address to listen on (any other than 127.0.0.1 "
                   "exposes the model to the network)")
       ->capture_default_str();
   app->add_option("--port", options->server.port, "Port to listen on (0: any free port, printed)")
@@ -139,6 +145,7 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--max-body", options->max_body,
                   "Largest request body, e.g. 1MiB (a bare number is MiB); "
                   "larger ones get 413")
+      ->type_name("SIZE")
       ->capture_default_str()
       ->check([](const std::string& text) {
         try {
