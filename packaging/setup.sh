@@ -35,6 +35,11 @@ ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-lla
 967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326  ggml-vocab-phi-3.gguf
 ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-phi-3.gguf.inp
 ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi-3.gguf.out"
+# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
+# installed from the package index into its own folder (Debian's Python is externally
+# managed), which the tests put on PYTHONPATH.
+readonly PYTHON_DIR=$DATA_HOME/python
+readonly PYTHON_PACKAGES=(openai==3.51.0)
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -44,13 +49,14 @@ readonly JOBS
 # QtQuick.Dialogs' own FileDialog (used where no platform theme offers a native one) imports
 # Qt.labs.folderlistmodel, so that module is needed too.
 readonly PACKAGES=(
-  cmake ninja-build g++ pkg-config ca-certificates python3 python3-pip
+  cmake ninja-build g++ pkg-config ca-certificates python3 python3-pip curl
   qt6-base-dev qt6-declarative-dev qt6-declarative-dev-tools qml6-module-qtquick
   qml6-module-qtquick-controls qml6-module-qtquick-templates qml6-module-qtquick-layouts
   qml6-module-qtquick-window qml6-module-qtquick-shapes qml6-module-qtqml
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
   qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
   libspdlog-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
+  libcpp-httplib-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
 )
@@ -249,6 +255,27 @@ PY
   note "installed and verified: ${#names[@]} files in $dir"
 }
 
+# --- Python packages for the tests -------------------------------------------------------
+
+cmd_pydeps() {
+  section "Python packages for the tests (${PYTHON_PACKAGES[*]})"
+  if PYTHONPATH=$PYTHON_DIR python3 -c 'import openai' 2>/dev/null &&
+    [[ -f $PYTHON_DIR/.granule-packages && $(cat "$PYTHON_DIR/.granule-packages") == "${PYTHON_PACKAGES[*]}" ]]; then
+    note "present: $PYTHON_DIR"
+    return
+  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  note "installing ${PYTHON_PACKAGES[*]} from the package index into $PYTHON_DIR"
+  rm -rf "$PYTHON_DIR"
+  python3 -m pip install --disable-pip-version-check --no-cache-dir -q --target "$PYTHON_DIR" \
+    "${PYTHON_PACKAGES[@]}" 2>&1 | grep -v "dependency resolver\|dependency conflicts\|requires .* but you have\|Running pip as the 'root' user" ||
+    true
+  PYTHONPATH=$PYTHON_DIR python3 -c 'import openai' ||
+    die "could not install ${PYTHON_PACKAGES[*]}: is the package index reachable (or PIP_INDEX_URL set)?"
+  echo "${PYTHON_PACKAGES[*]}" >"$PYTHON_DIR/.granule-packages"
+}
+
 # --- run -----------------------------------------------------------------------------------
 
 cmd_run() {
@@ -308,6 +335,7 @@ cmd_test() {
   cmd_build
   cmd_model
   cmd_testdata
+  cmd_pydeps
   # Every check runs even when an earlier one fails, and the full test suite runs last so
   # that its summary line closes the output.
   local failed=()
@@ -329,9 +357,10 @@ usage: bash packaging/setup.sh COMMAND
   build     configure and build everything into build/ (CUDA when a toolkit is found)
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
+  pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
   run       deps, build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + build (everything) + model + testdata, then every test, and the GGUF
+  test      deps + build (everything) + model + testdata + pydeps, then every test, and the GGUF
             tests under ASan+UBSan
 EOF
 }
@@ -341,6 +370,7 @@ case ${1:-} in
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;
+  pydeps) cmd_pydeps ;;
   run) cmd_run ;;
   test) cmd_test ;;
   -h | --help | help) usage ;;

@@ -22,6 +22,9 @@ Command add_tokenize_command(CLI::App& parent);
 Command add_run_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
 Command add_fit_command(CLI::App& parent);
+#ifdef GRANULE_HAVE_SERVER
+Command add_serve_command(CLI::App& parent);  // cmd_serve.cpp, built when cpp-httplib is found
+#endif
 
 // --vram-budget SIZE (byte_size.h: "6GiB", "6144MiB"; a bare number is MiB) into `bytes`,
 // left at 0 (the backend's default) when not given. A size it cannot read is a parse error:

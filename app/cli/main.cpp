@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   std::vector<Command> commands = {add_info_command(app), add_tokenize_command(app),
                                    add_run_command(app), add_chat_command(app),
                                    add_fit_command(app)};
+#ifdef GRANULE_HAVE_SERVER
+  commands.push_back(add_serve_command(app));
+#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,298 @@
+// Parsing and checking OpenAI request bodies, and writing the response and error JSON.
+#include "openai_request.h"
+
+#include <cmath>
+#include <limits>
+
+namespace granule::server {
+namespace {
+
+using nlohmann::json;
+
+ApiError bad(const std::string& param, const std::string& message) {
+  return ApiError(400, message, "invalid_request_error", param);
+}
+
+const char* type_name(const json& value) {
+  switch (value.type()) {
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    default:
+      return "a number";
+  }
+}
+
+// The field's number, or nullopt when absent or null; a non-number or a value outside
+// [low, high] is a 400 naming the field.
+std::optional<double> number_field(const json& body, const char* name, double low, double high) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) {
+    throw bad(name, std::string("'") + name + "' must be a number, not " + type_name(*it));
+  }
+  const double value = it->get<double>();
+  if (!std::isfinite(value) || value < low || value > high) {
+    throw bad(name, std::string("'") + name + "' must be between " + json(low).dump() + " and " +
+                        json(high).dump() + ", not " + it->dump());
+  }
+  return value;
+}
+
+std::optional<int64_t> integer_field(const json& body, const char* name, int64_t low,
+                                     int64_t high) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) {
+    throw bad(name, std::string("'") + name + "' must be an integer, not " + type_name(*it));
+  }
+  if (it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(high)) {
+    throw bad(name, std::string("'") + name + "' must be at most " + std::to_string(high));
+  }
+  const int64_t value = it->get<int64_t>();
+  if (value < low || value > high) {
+    throw bad(name, std::string("'") + name + "' must be between " + std::to_string(low) + " and " +
+                        std::to_string(high) + ", not " + std::to_string(value));
+  }
+  return value;
+}
+
+std::optional<bool> bool_field(const json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) {
+    throw bad(name, std::string("'") + name + "' must be a boolean, not " + type_name(*it));
+  }
+  return it->get<bool>();
+}
+
+// A message's content: a string, or an array of {"type":"text","text":...} parts joined.
+std::string message_content(const json& content, size_t index) {
+  const std::string param = "messages[" + std::to_string(index) + "].content";
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array())
+    throw bad(param, "'" + param + "' must be a string or an array of parts");
+  std::string text;
+  for (const json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      throw bad(param,
+                "'" + param + "' may only hold text parts ({\"type\":\"text\",\"text\":...})");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+  const auto it = body.find("messages");
+  if (it == body.end()) throw bad("messages", "'messages' is required");
+  if (!it->is_array())
+    throw bad("messages", std::string("'messages' must be an array, not ") + type_name(*it));
+  if (it->empty()) throw bad("messages", "'messages' must hold at least one message");
+  std::vector<ChatMessage> messages;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& message = (*it)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object()) throw bad(param, "'" + param + "' must be an object");
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      throw bad(param + ".role", "'" + param + ".role' must be a string");
+    }
+    std::string role_name = role->get<std::string>();
+    if (role_name == "developer") role_name = "system";  // the newer name of the system role
+    if (role_name != "system" && role_name != "user" && role_name != "assistant") {
+      throw bad(param + ".role", "'" + param +
+                                     ".role' must be system, developer, user or "
+                                     "assistant, not '" +
+                                     role_name + "'");
+    }
+    const auto content = message.find("content");
+    messages.push_back({role_name, content == message.end() ? "" : message_content(*content, i)});
+  }
+  return messages;
+}
+
+std::string parse_prompt(const json& body) {
+  const auto it = body.find("prompt");
+  if (it == body.end()) throw bad("prompt", "'prompt' is required");
+  if (it->is_string()) return it->get<std::string>();
+  // A one-element array of strings is a single prompt; more would be several choices.
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return (*it)[0].get<std::string>();
+  if (it->is_array())
+    throw bad("prompt", "'prompt' must be one string (batches of prompts are not supported)");
+  throw bad("prompt", std::string("'prompt' must be a string, not ") + type_name(*it));
+}
+
+std::vector<std::string> parse_stop(const json& body) {
+  const auto it = body.find("stop");
+  if (it == body.end() || it->is_null()) return {};
+  if (it->is_string()) return {it->get<std::string>()};
+  if (!it->is_array())
+    throw bad("stop",
+              std::string("'stop' must be a string or an array of strings, not ") + type_name(*it));
+  constexpr size_t kMaxStops = 16;
+  if (it->size() > kMaxStops) throw bad("stop", "'stop' holds at most 16 strings");
+  std::vector<std::string> stops;
+  for (const json& stop : *it) {
+    if (!stop.is_string()) throw bad("stop", "'stop' must hold only strings");
+    stops.push_back(stop.get<std::string>());
+  }
+  return stops;
+}
+
+}  // namespace
+
+json error_json(const ApiError& error) {
+  return {{"error",
+           {{"message", error.what()},
+            {"type", error.type},
+            {"param", error.param.empty() ? json(nullptr) : json(error.param)},
+            {"code", error.code.empty() ? json(nullptr) : json(error.code)}}}};
+}
+
+ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
+                            const RequestLimits& limits) {
+  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  if (body.is_discarded()) throw bad("", "the request body is not valid JSON");
+  if (!body.is_object()) throw bad("", "the request body must be a JSON object");
+
+  ParsedRequest request;
+  request.endpoint = endpoint;
+  if (endpoint == Endpoint::ChatCompletions) {
+    request.messages = parse_messages(body);
+  } else {
+    request.prompt = parse_prompt(body);
+  }
+  if (const auto it = body.find("model"); it != body.end() && !it->is_null() && !it->is_string()) {
+    throw bad("model", std::string("'model' must be a string, not ") + type_name(*it));
+  }
+  if (auto n = integer_field(body, "n", 1, 1000); n && *n != 1) {
+    throw bad("n", "'n' must be 1: this server returns one choice per request");
+  }
+
+  SamplingParams& s = request.sampling;
+  // OpenAI's defaults: temperature 1 and top_p 1; top_k and min_p keep the engine's.
+  s.temperature = 1.0f;
+  s.top_p = 1.0f;
+  s.max_tokens = limits.default_max_tokens;
+  const auto cap = static_cast<int64_t>(limits.max_tokens_cap);
+  // max_completion_tokens is the newer name; it wins when both are given.
+  if (auto v = integer_field(body, "max_tokens", 1, cap)) s.max_tokens = static_cast<int32_t>(*v);
+  if (endpoint == Endpoint::ChatCompletions) {
+    if (auto v = integer_field(body, "max_completion_tokens", 1, cap))
+      s.max_tokens = static_cast<int32_t>(*v);
+  }
+  if (auto v = number_field(body, "temperature", 0, 2)) s.temperature = static_cast<float>(*v);
+  if (auto v = number_field(body, "top_p", 0, 1)) s.top_p = static_cast<float>(*v);
+  if (auto v = number_field(body, "presence_penalty", -2, 2))
+    s.presence_penalty = static_cast<float>(*v);
+  if (auto v = number_field(body, "frequency_penalty", -2, 2))
+    s.frequency_penalty = static_cast<float>(*v);
+  // Extensions llama-server also takes.
+  if (auto v = integer_field(body, "top_k", 0, 1 << 20)) s.top_k = static_cast<int32_t>(*v);
+  if (auto v = number_field(body, "min_p", 0, 1)) s.min_p = static_cast<float>(*v);
+  if (auto v = number_field(body, "repeat_penalty", 0.01, 100))
+    s.repetition_penalty = static_cast<float>(*v);
+  if (auto v = integer_field(body, "seed", std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max())) {
+    s.seed = static_cast<uint64_t>(*v);
+    request.seeded = true;
+  }
+  s.stop_strings = parse_stop(body);
+  request.stream = bool_field(body, "stream").value_or(false);
+  if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw bad("stream_options", "'stream_options' must be an object");
+    if (!request.stream)
+      throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    request.include_usage = bool_field(*it, "include_usage").value_or(false);
+  }
+  if (const auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != false) {
+    throw bad("logprobs", "'logprobs' is not supported yet: the engine gives no log-probabilities");
+  }
+  return request;
+}
+
+std::string openai_finish_reason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::Eos:
+    case FinishReason::StopString:
+      return "stop";
+    case FinishReason::MaxTokens:
+      return "length";
+    default:
+      return "";
+  }
+}
+
+json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+namespace {
+
+json base_json(const ResponseHeader& header, const char* object) {
+  return {
+      {"id", header.id}, {"object", object}, {"created", header.created}, {"model", header.model}};
+}
+
+json nullable(const std::string& text) { return text.empty() ? json(nullptr) : json(text); }
+
+}  // namespace
+
+json completion_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
+                     const std::string& finish_reason, const Usage& usage) {
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  json response = base_json(header, chat ? "chat.completion" : "text_completion");
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullable(finish_reason)}};
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  response["choices"] = json::array({choice});
+  response["usage"] = usage_json(usage);
+  return response;
+}
+
+json chunk_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
+                const std::string& finish_reason, bool role) {
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  json chunk = base_json(header, chat ? "chat.completion.chunk" : "text_completion");
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullable(finish_reason)}};
+  if (chat) {
+    json delta = json::object();
+    if (role) delta["role"] = "assistant";
+    if (role || !text.empty()) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  chunk["choices"] = json::array({choice});
+  return chunk;
+}
+
+json usage_chunk_json(Endpoint endpoint, const ResponseHeader& header, const Usage& usage) {
+  const bool chat = endpoint == Endpoint::ChatCompletions;
+  json chunk = base_json(header, chat ? "chat.completion.chunk" : "text_completion");
+  chunk["choices"] = json::array();
+  chunk["usage"] = usage_json(usage);
+  return chunk;
+}
+
+std::string sse_event(const json& data) {
+  // dump() replaces invalid UTF-8 rather than throwing: model text is valid, but be safe.
+  return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace granule::server

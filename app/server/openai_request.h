@@ -1,0 +1,90 @@
+// The OpenAI API's request and response bodies, without HTTP: a JSON body checked and turned
+// into what the engine takes (messages or a prompt, sampling), the OpenAI error JSON, and the
+// response and stream-chunk JSON. Pure functions, so they are tested without a server.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granule/chat_template.h"
+#include "granule/engine.h"
+#include "granule/sampling.h"
+
+namespace granule::server {
+
+// An error a client gets as {"error":{"message","type","param","code"}} with an HTTP status.
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string type = "invalid_request_error",
+           std::string param = "", std::string code = "")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
+        code(std::move(code)) {}
+  int status;
+  std::string type;
+  std::string param;  // "" is written as null
+  std::string code;   // "" is written as null
+};
+
+nlohmann::json error_json(const ApiError& error);
+
+enum class Endpoint { ChatCompletions, Completions };
+
+// A request as the engine will run it, with what the response needs to say about it.
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  std::vector<ChatMessage> messages;  // chat completions
+  std::string prompt;                 // completions: raw text, tokenized as is
+  SamplingParams sampling;
+  bool seeded = false;  // a seed was given (otherwise the server draws one)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+// Limits the server applies while parsing.
+struct RequestLimits {
+  int32_t max_tokens_cap = 1 << 20;  // the largest max_tokens accepted
+  int32_t default_max_tokens = 512;  // when the request gives none
+};
+
+// Parses a request body. Throws ApiError(400) for malformed JSON, a wrong type, a value out
+// of range or a field the server cannot honour (n > 1), naming the field in `param`.
+ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const RequestLimits& limits);
+
+// "stop" / "length" (the OpenAI names) for how a sequence ended; "" when it did not end
+// by itself (cancelled, error).
+std::string openai_finish_reason(FinishReason reason);
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& usage);
+
+// What every response and chunk of one request shares.
+struct ResponseHeader {
+  std::string id;  // "chatcmpl-7", "cmpl-7"
+  int64_t created = 0;
+  std::string model;
+};
+
+// A whole (non-streamed) response.
+nlohmann::json completion_json(Endpoint endpoint, const ResponseHeader& header,
+                               const std::string& text, const std::string& finish_reason,
+                               const Usage& usage);
+// A stream chunk carrying text (or, for chat, the assistant's role first with role = true),
+// or the last chunk with a finish reason (text empty). finish_reason "" is written as null.
+nlohmann::json chunk_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
+                          const std::string& finish_reason, bool role = false);
+// The chunk stream_options.include_usage asks for after the last: no choices, the usage.
+nlohmann::json usage_chunk_json(Endpoint endpoint, const ResponseHeader& header,
+                                const Usage& usage);
+// "data: {...}\n\n"
+std::string sse_event(const nlohmann::json& data);
+
+}  // namespace granule::server

@@ -1,0 +1,530 @@
+// The HTTP side of the OpenAI server: routes, auth, limits, the per-request channel between
+// the engine's sink and the handler thread, SSE streaming and cancellation on disconnect.
+#include "openai_server.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+#include "granule/error.h"
+#include "granule/log.h"
+#include "prometheus_metrics.h"
+
+namespace granule::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// What the engine thread's sink writes and the handler thread reads, for one request.
+struct Channel {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::string text;  // released by the engine, not yet sent to the client
+  int64_t completion_tokens = 0;
+  bool finished = false;
+  FinishReason reason = FinishReason::None;
+  std::string error;
+};
+
+int port_of(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET)
+    return ntohs(reinterpret_cast<const sockaddr_in&>(address).sin_port);
+  if (address.ss_family == AF_INET6)
+    return ntohs(reinterpret_cast<const sockaddr_in6&>(address).sin6_port);
+  return -1;
+}
+
+// The socket of the connection a request came on: httplib does not hand it to handlers, so
+// it is found among the process's descriptors by its two ports. -1 when not found.
+int find_connection_socket(const httplib::Request& request) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = -1;
+    try {
+      fd = std::stoi(entry.path().filename().string());
+    } catch (...) {
+      continue;
+    }
+    sockaddr_storage peer{}, local{};
+    socklen_t peer_length = sizeof peer, local_length = sizeof local;
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0) continue;
+    if (port_of(peer) != request.remote_port) continue;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0) continue;
+    if (port_of(local) == request.local_port) return fd;
+  }
+  return -1;
+}
+
+// True when the client has closed its side or the connection broke.
+bool peer_closed(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0;
+}
+
+std::string dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void send_error(httplib::Response& response, const ApiError& error) {
+  response.status = error.status;
+  response.set_content(dump(error_json(error)), "application/json");
+}
+
+// An engine error from submit() as the API error a client should see.
+ApiError api_error_from(const std::exception& e, std::string_view param) {
+  if (dynamic_cast<const CapacityError*>(&e)) {
+    return ApiError(400, e.what(), "invalid_request_error", std::string(param),
+                    "context_length_exceeded");
+  }
+  if (dynamic_cast<const UsageError*>(&e) || dynamic_cast<const UnsupportedError*>(&e)) {
+    return ApiError(400, e.what(), "invalid_request_error", std::string(param));
+  }
+  if (dynamic_cast<const DeviceLostError*>(&e)) {
+    return ApiError(503, e.what(), "server_error", "", "device_lost");
+  }
+  return ApiError(500, e.what(), "server_error");
+}
+
+}  // namespace
+
+struct OpenAiServer::Impl {
+  EngineExecutor& engine;
+  ServerOptions options;
+  httplib::Server http;
+  std::atomic<int64_t> active{0};
+  std::atomic<uint64_t> total{0};
+  std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<bool> stopping{false};  // stop() was called: requests in flight end now
+  const int64_t started = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+  std::mutex seed_mutex;
+  std::mt19937_64 seed_source{std::random_device{}()};
+
+  Impl(EngineExecutor& e, ServerOptions o) : engine(e), options(std::move(o)) { configure(); }
+
+  // Holds one of the --max-requests places while a completion runs.
+  struct Slot {
+    std::atomic<int64_t>* active = nullptr;
+    explicit Slot(std::atomic<int64_t>& a) : active(&a) {}
+    ~Slot() { active->fetch_sub(1); }
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+  };
+
+  // A submitted request: its channel, its id in the engine, what its responses say.
+  struct Running {
+    std::shared_ptr<Channel> channel = std::make_shared<Channel>();
+    SequenceId id = -1;
+    Usage usage;
+    ResponseHeader header;
+    Endpoint endpoint = Endpoint::ChatCompletions;
+    bool include_usage = false;
+    Clock::time_point deadline;
+    int socket = -1;
+    std::unique_ptr<Slot> slot;
+    bool cancel_sent = false;
+  };
+
+  void configure() {
+    http.set_payload_max_length(options.max_body_bytes);
+    // Every request in flight holds a handler thread while it waits or streams, so the
+    // pool has one per allowed request and some more for /health, /metrics and refusals.
+    const size_t threads = static_cast<size_t>(options.max_requests) + 16;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // A client silent for 5 s in the middle of its request is dropped; that also bounds how
+    // long stop() waits for a handler thread stuck reading one.
+    http.set_read_timeout(5);
+    http.set_write_timeout(30);
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!options.cors_origin.empty()) {
+        res.set_header("Access-Control-Allow-Origin", options.cors_origin);
+        res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        if (req.method == "OPTIONS") {
+          res.status = 204;
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      if (!options.api_key.empty() && req.path != "/health") {
+        const std::string given = req.get_header_value("Authorization");
+        if (!constant_time_equal(given, "Bearer " + options.api_key)) {
+          rejected.fetch_add(1);
+          send_error(res, ApiError(401,
+                                   given.empty()
+                                       ? "an API key is needed: send 'Authorization: Bearer KEY'"
+                                       : "the API key is not the one the server was started with",
+                                   "invalid_request_error", "", "invalid_api_key"));
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"status":"ok"})", "application/json");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      const json model = {{"id", options.model_id},
+                          {"object", "model"},
+                          {"created", started},
+                          {"owned_by", "granule"}};
+      res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}),
+                      "application/json");
+    });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      const TelemetrySnapshot telemetry = engine.call([](Engine& e) { return e.telemetry(); });
+      const ServerCounters counters{active.load(), total.load(), rejected.load()};
+      res.set_content(prometheus_metrics(telemetry, counters), "text/plain; version=0.0.4");
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(Endpoint::ChatCompletions, req, res);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      complete(Endpoint::Completions, req, res);
+    });
+
+    // Statuses httplib sets itself (404 no route, 413 body too large, 400 unreadable
+    // request) get the OpenAI error JSON too.
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (res.status == 404) {
+        send_error(res, ApiError(404, "no such endpoint: " + req.method + " " + req.path,
+                                 "invalid_request_error", "", "not_found"));
+      } else if (res.status == 413) {
+        rejected.fetch_add(1);
+        send_error(res, ApiError(413,
+                                 "the request body is larger than the server's limit of " +
+                                     std::to_string(options.max_body_bytes) + " bytes",
+                                 "invalid_request_error", "", "request_too_large"));
+      } else if (res.status >= 400 && res.status < 500) {
+        send_error(res, ApiError(res.status, "bad request", "invalid_request_error"));
+      } else {
+        send_error(res, ApiError(res.status, "server error", "server_error"));
+      }
+    });
+    http.set_exception_handler(
+        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+          std::string what = "unknown error";
+          try {
+            std::rethrow_exception(ep);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          granule::logger("server")->error("request failed: {}", what);
+          send_error(res, ApiError(500, what, "server_error"));
+        });
+  }
+
+  void complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+    ParsedRequest parsed;
+    try {
+      parsed = parse_request(endpoint, req.body, options.limits);
+    } catch (const ApiError& e) {
+      rejected.fetch_add(1);
+      return send_error(res, e);
+    }
+    if (active.fetch_add(1) >= options.max_requests) {
+      active.fetch_sub(1);
+      rejected.fetch_add(1);
+      res.set_header("Retry-After", "1");
+      return send_error(res,
+                        ApiError(503,
+                                 "the server is busy: " + std::to_string(options.max_requests) +
+                                     " requests are in flight (--max-requests); retry later",
+                                 "server_error", "", "server_busy"));
+    }
+    auto running = std::make_shared<Running>();
+    running->slot = std::make_unique<Slot>(active);
+    running->endpoint = endpoint;
+    running->include_usage = parsed.include_usage;
+    running->header.id =
+        std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") +
+        std::to_string(started) + "-" + std::to_string(next_id.fetch_add(1));
+    running->header.created = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+    running->header.model = options.model_id;
+    running->deadline = Clock::now() + std::chrono::seconds(options.request_timeout_s);
+    if (!parsed.seeded) {
+      std::lock_guard lock(seed_mutex);
+      parsed.sampling.seed = seed_source();
+    }
+
+    const bool stream_reply = parsed.stream;
+    try {
+      submit(*running, std::move(parsed));
+    } catch (const ApiError& e) {
+      rejected.fetch_add(1);
+      return send_error(res, e);
+    }
+    total.fetch_add(1);
+    running->socket = find_connection_socket(req);
+
+    if (stream_reply) {
+      stream(running, res);
+    } else {
+      respond_whole(*running, res);
+    }
+  }
+
+  // On the engine thread: build the engine's Request around the channel and submit it.
+  void submit(Running& running, ParsedRequest parsed) {
+    const Endpoint endpoint = parsed.endpoint;
+    std::shared_ptr<Channel> channel = running.channel;
+    struct Submitted {
+      SequenceId id;
+      int64_t prompt_tokens;
+    };
+    const char* param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+    try {
+      const Submitted submitted = engine.call([&, channel](Engine& e) -> Submitted {
+        Request request;
+        request.sampling = parsed.sampling;
+        int64_t prompt_tokens = 0;
+        const Tokenizer& tokenizer = e.tokenizer();
+        if (endpoint == Endpoint::Completions) {
+          // As `granule-cli run --raw`: the vocabulary's BOS habit, control tokens parsed.
+          request.prompt_tokens = tokenizer.encode(parsed.prompt, tokenizer.add_bos_by_default(),
+                                                   /*parse_special=*/true);
+          prompt_tokens = static_cast<int64_t>(request.prompt_tokens->size());
+        } else {
+          const ChatTemplate* tmpl = e.chat_template();
+          if (tmpl == nullptr) {
+            throw UnsupportedError(
+                "the model has no chat template the engine recognises: use /v1/completions, "
+                "or start the server with --template NAME");
+          }
+          // Counted as Engine::submit encodes it: BOS written by the template, control
+          // tokens parsed.
+          const std::string bos_text =
+              tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
+          const std::string prompt =
+              tmpl->render(parsed.messages, /*add_generation_prompt=*/true, bos_text);
+          prompt_tokens = static_cast<int64_t>(tokenizer.encode(prompt, false, true).size());
+          request.messages = std::move(parsed.messages);
+          // The template's end-of-turn markers end the reply, beside the client's stops.
+          for (const std::string& stop : tmpl->stop_strings())
+            request.sampling.stop_strings.push_back(stop);
+        }
+        request.sink.on_token = [channel](SequenceId, const std::string& text, int32_t token) {
+          {
+            std::lock_guard lock(channel->mutex);
+            channel->text += text;
+            if (token != kNoToken) ++channel->completion_tokens;
+          }
+          channel->changed.notify_all();
+        };
+        request.sink.on_finish = [channel](SequenceId, FinishReason reason,
+                                           const std::string& error) {
+          {
+            std::lock_guard lock(channel->mutex);
+            channel->finished = true;
+            channel->reason = reason;
+            channel->error = error;
+          }
+          channel->changed.notify_all();
+        };
+        const SequenceId id = e.submit(std::move(request));
+        return {id, prompt_tokens};
+      });
+      running.id = submitted.id;
+      running.usage.prompt_tokens = submitted.prompt_tokens;
+    } catch (const ApiError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw api_error_from(e, param);
+    }
+  }
+
+  void cancel(Running& running) {
+    if (running.cancel_sent) return;
+    running.cancel_sent = true;
+    engine.post([id = running.id](Engine& e) { e.cancel(id); });
+  }
+
+  // Waits up to `wait` for news on the channel; then reports whether the request must end
+  // early: the client left (cancelled) or the deadline passed (cancelled, timed_out).
+  enum class Wait { Going, Finished, ClientGone, TimedOut };
+  Wait wait_for_news(Running& running, std::chrono::milliseconds wait, std::string& text_out) {
+    Channel& channel = *running.channel;
+    {
+      std::unique_lock lock(channel.mutex);
+      channel.changed.wait_for(lock, wait,
+                               [&] { return channel.finished || !channel.text.empty(); });
+      text_out.swap(channel.text);
+      channel.text.clear();
+      running.usage.completion_tokens = channel.completion_tokens;
+      if (channel.finished) return Wait::Finished;
+    }
+    if (peer_closed(running.socket) || stopping.load()) {
+      cancel(running);
+      return Wait::ClientGone;
+    }
+    if (Clock::now() > running.deadline) {
+      cancel(running);
+      return Wait::TimedOut;
+    }
+    return Wait::Going;
+  }
+
+  static ApiError stopping_error() {
+    return ApiError(503, "the server is shutting down; the request was cancelled", "server_error",
+                    "", "shutting_down");
+  }
+
+  ApiError finish_error(const Channel& channel) const {
+    if (channel.reason == FinishReason::Error) {
+      return ApiError(500, channel.error.empty() ? "the engine failed" : channel.error,
+                      "server_error");
+    }
+    return ApiError(500, "the request was cancelled", "server_error", "", "cancelled");
+  }
+
+  void respond_whole(Running& running, httplib::Response& res) {
+    std::string text, piece;
+    for (;;) {
+      const Wait state = wait_for_news(running, std::chrono::milliseconds(100), piece);
+      text += piece;
+      if (state == Wait::Finished) break;
+      if (state == Wait::ClientGone) {
+        if (stopping) return send_error(res, stopping_error());
+        granule::logger("server")->info("{}: the client left; cancelled", running.header.id);
+        res.status = 499;  // nobody reads it
+        return;
+      }
+      if (state == Wait::TimedOut) {
+        return send_error(res, ApiError(503,
+                                        "the request ran past the server's time limit of " +
+                                            std::to_string(options.request_timeout_s) + " s",
+                                        "server_error", "", "timeout"));
+      }
+    }
+    const Channel& channel = *running.channel;
+    const std::string finish = openai_finish_reason(channel.reason);
+    if (finish.empty()) return send_error(res, finish_error(channel));
+    res.set_content(
+        dump(completion_json(running.endpoint, running.header, text, finish, running.usage)),
+        "application/json");
+  }
+
+  void stream(const std::shared_ptr<Running>& running, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-cache");
+    auto started_stream = std::make_shared<bool>(false);
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, running, started_stream](size_t, httplib::DataSink& sink) {
+          Running& r = *running;
+          if (!*started_stream) {
+            *started_stream = true;
+            // Chat streams open with the assistant's role, as OpenAI's do.
+            if (r.endpoint == Endpoint::ChatCompletions) {
+              const std::string first = sse_event(chunk_json(r.endpoint, r.header, "", "", true));
+              if (!sink.write(first.data(), first.size())) {
+                cancel(r);
+                return false;
+              }
+            }
+          }
+          std::string piece;
+          const Wait state = wait_for_news(r, std::chrono::milliseconds(100), piece);
+          std::string out;
+          if (!piece.empty()) out += sse_event(chunk_json(r.endpoint, r.header, piece, ""));
+          if (state == Wait::ClientGone && stopping) {
+            out += sse_event(error_json(stopping_error())) + "data: [DONE]\n\n";
+            sink.write(out.data(), out.size());
+            sink.done();
+            return true;
+          }
+          if (state == Wait::ClientGone) {
+            granule::logger("server")->info("{}: the client left; cancelled", r.header.id);
+            return false;
+          }
+          if (state == Wait::TimedOut) {
+            out +=
+                sse_event(error_json(ApiError(503, "the request ran past the server's time limit",
+                                              "server_error", "", "timeout")));
+            out += "data: [DONE]\n\n";
+          } else if (state == Wait::Finished) {
+            const std::string finish = openai_finish_reason(r.channel->reason);
+            if (finish.empty()) {
+              out += sse_event(error_json(finish_error(*r.channel)));
+            } else {
+              json last = chunk_json(r.endpoint, r.header, "", finish);
+              last["usage"] = usage_json(r.usage);  // usage in every response, streamed too
+              out += sse_event(last);
+              if (r.include_usage)
+                out += sse_event(usage_chunk_json(r.endpoint, r.header, r.usage));
+            }
+            out += "data: [DONE]\n\n";
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            cancel(r);
+            return false;
+          }
+          if (state != Wait::Going) sink.done();
+          return true;
+        },
+        [this, running](bool) {
+          // Ended, written out or broken: a sequence still running has nobody to read it.
+          bool finished;
+          {
+            std::lock_guard lock(running->channel->mutex);
+            finished = running->channel->finished;
+          }
+          if (!finished) cancel(*running);
+          running->slot.reset();
+        });
+  }
+};
+
+OpenAiServer::OpenAiServer(EngineExecutor& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {}
+
+OpenAiServer::~OpenAiServer() { stop(); }
+
+int OpenAiServer::bind() {
+  const ServerOptions& o = impl_->options;
+  int port = o.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port < 0) throw Error("cannot listen on " + o.host + ": no free port");
+  } else if (!impl_->http.bind_to_port(o.host, port)) {
+    throw Error("cannot listen on " + o.host + ":" + std::to_string(port) +
+                ": the address is in use or not this machine's (try another --port or --host)");
+  }
+  return port;
+}
+
+bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
+
+void OpenAiServer::stop() {
+  impl_->stopping = true;
+  impl_->http.stop();
+}
+
+}  // namespace granule::server

@@ -1,0 +1,63 @@
+// The Prometheus text exposition format, version 0.0.4: HELP and TYPE lines, then the sample.
+#include "prometheus_metrics.h"
+
+#include <cstdio>
+
+namespace granule::server {
+namespace {
+
+void metric(std::string& out, const char* name, const char* type, const char* help, double value) {
+  char number[64];
+  std::snprintf(number, sizeof number, "%.17g", value);
+  out += std::string("# HELP ") + name + " " + help + "\n";
+  out += std::string("# TYPE ") + name + " " + type + "\n";
+  out += std::string(name) + " " + number + "\n";
+}
+
+}  // namespace
+
+std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters& server) {
+  std::string out;
+  metric(out, "granule_decode_tokens_per_second", "gauge",
+         "Decode tokens per second over every decode so far.",
+         t.throughput.decode_tokens_per_second);
+  metric(out, "granule_prompt_tokens_per_second", "gauge",
+         "Prompt (prefill) tokens per second over every prefill so far.",
+         t.throughput.prompt_tokens_per_second);
+  metric(out, "granule_steps_total", "counter", "Engine steps.",
+         static_cast<double>(t.throughput.steps));
+  metric(out, "granule_chats_running", "gauge", "Sequences holding a slot and their KV.",
+         t.scheduler.running);
+  metric(out, "granule_chats_waiting", "gauge", "Sequences queued for a slot and KV.",
+         t.scheduler.waiting);
+  metric(out, "granule_preemptions_total", "counter",
+         "Sequences whose KV was freed to be recomputed.",
+         static_cast<double>(t.scheduler.preemptions));
+  metric(out, "granule_kv_committed_bytes", "gauge", "KV cache bytes committed, all sequences.",
+         static_cast<double>(t.kv.committed_bytes));
+  metric(out, "granule_kv_reserved_bytes", "gauge", "KV address space reserved, all sequences.",
+         static_cast<double>(t.kv.reserved_bytes));
+  metric(out, "granule_device_budget_bytes", "gauge", "Device memory the engine may use.",
+         static_cast<double>(t.device.budget_bytes));
+  metric(out, "granule_device_used_bytes", "gauge", "Device memory charged to the budget.",
+         static_cast<double>(t.device.used_bytes));
+  metric(out, "granule_h2d_streamed_bytes_total", "counter",
+         "Weight bytes streamed host-to-device.", static_cast<double>(t.streaming.h2d_bytes));
+  metric(out, "granule_layers_streamed", "gauge", "Layers streamed from host memory each pass.",
+         t.streaming.layers_streamed);
+  metric(out, "granule_graph_captures_total", "counter", "CUDA graph captures.",
+         static_cast<double>(t.graphs.captures));
+  metric(out, "granule_graph_recaptures_total", "counter",
+         "CUDA graph captures of a bucket captured before.",
+         static_cast<double>(t.graphs.recaptures));
+  metric(out, "granule_server_requests_active", "gauge", "Completions in flight.",
+         static_cast<double>(server.requests_active));
+  metric(out, "granule_server_requests_total", "counter", "Completions accepted.",
+         static_cast<double>(server.requests_total));
+  metric(out, "granule_server_requests_rejected_total", "counter",
+         "Completion requests refused before reaching the engine.",
+         static_cast<double>(server.requests_rejected));
+  return out;
+}
+
+}  // namespace granule::server

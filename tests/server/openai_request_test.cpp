@@ -1,0 +1,200 @@
+// The OpenAI request parsing, response JSON and /metrics text, without a server.
+#include "openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "prometheus_metrics.h"
+
+namespace granule::server {
+namespace {
+
+using nlohmann::json;
+
+ParsedRequest chat(const std::string& body, const RequestLimits& limits = {}) {
+  return parse_request(Endpoint::ChatCompletions, body, limits);
+}
+
+// The ApiError parse_request throws for a body, or a failed expectation when it throws none.
+ApiError chat_error(const std::string& body, Endpoint endpoint = Endpoint::ChatCompletions) {
+  try {
+    parse_request(endpoint, body, {});
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return ApiError(0, "");
+}
+
+TEST(OpenAiRequest, ChatMessagesWithRolesAndTextParts) {
+  const ParsedRequest r = chat(R"({"model":"x","messages":[
+      {"role":"developer","content":"Be brief."},
+      {"role":"user","content":[{"type":"text","text":"Hello, "},{"type":"text","text":"there"}]},
+      {"role":"assistant","content":"Hi."},
+      {"role":"user","content":"Bye"}]})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");  // developer is the newer name of system
+  EXPECT_EQ(r.messages[0].content, "Be brief.");
+  EXPECT_EQ(r.messages[1].role, "user");
+  EXPECT_EQ(r.messages[1].content, "Hello, there");
+  EXPECT_EQ(r.messages[2].role, "assistant");
+  EXPECT_FALSE(r.stream);
+  EXPECT_FALSE(r.seeded);
+}
+
+TEST(OpenAiRequest, DefaultsAreOpenAisWithTheServersMaxTokens) {
+  RequestLimits limits;
+  limits.default_max_tokens = 77;
+  const ParsedRequest r = chat(R"({"messages":[{"role":"user","content":"hi"}]})", limits);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_EQ(r.sampling.max_tokens, 77);
+  EXPECT_TRUE(r.sampling.stop_strings.empty());
+}
+
+TEST(OpenAiRequest, SamplingFieldsReachTheEngineParams) {
+  const ParsedRequest r = chat(R"({"messages":[{"role":"user","content":"hi"}],
+      "max_tokens":10,"max_completion_tokens":12,"temperature":0,"top_p":0.5,"seed":-3,
+      "presence_penalty":1.5,"frequency_penalty":-0.5,"top_k":5,"min_p":0.1,"repeat_penalty":1.1,
+      "stop":["\n\n","END"],"stream":true,"stream_options":{"include_usage":true},"n":1})");
+  EXPECT_EQ(r.sampling.max_tokens, 12);  // max_completion_tokens wins over max_tokens
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.0f);
+  EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
+  EXPECT_TRUE(r.seeded);
+  EXPECT_EQ(r.sampling.seed, static_cast<uint64_t>(int64_t{-3}));
+  EXPECT_FLOAT_EQ(r.sampling.presence_penalty, 1.5f);
+  EXPECT_FLOAT_EQ(r.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_FLOAT_EQ(r.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(r.sampling.stop_strings, (std::vector<std::string>{"\n\n", "END"}));
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+  EXPECT_EQ(
+      chat(R"({"messages":[{"role":"user","content":"hi"}],"stop":"X"})").sampling.stop_strings,
+      std::vector<std::string>{"X"});
+}
+
+TEST(OpenAiRequest, WrongTypesAndRangesAre400sNamingTheField) {
+  const std::string m = R"("messages":[{"role":"user","content":"hi"}])";
+  const struct {
+    std::string body;
+    std::string param;
+  } cases[] = {
+      {"{\"messages\": [", ""},  // malformed JSON
+      {"[1,2]", ""},
+      {R"({"messages":"hi"})", "messages"},
+      {R"({"messages":[]})", "messages"},
+      {R"({})", "messages"},
+      {R"({"messages":[{"role":"wizard","content":"hi"}]})", "messages[0].role"},
+      {R"({"messages":[{"content":"hi"}]})", "messages[0].role"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", "messages[0].content"},
+      {"{" + m + R"(,"temperature":"hot"})", "temperature"},
+      {"{" + m + R"(,"temperature":2.5})", "temperature"},
+      {"{" + m + R"(,"top_p":-0.1})", "top_p"},
+      {"{" + m + R"(,"max_tokens":0})", "max_tokens"},
+      {"{" + m + R"(,"max_tokens":2.5})", "max_tokens"},
+      {"{" + m + R"(,"max_tokens":"5"})", "max_tokens"},
+      {"{" + m + R"(,"max_completion_tokens":99999999999})", "max_completion_tokens"},
+      {"{" + m + R"(,"stop":5})", "stop"},
+      {"{" + m + R"(,"stop":["a",1]})", "stop"},
+      {"{" + m + R"(,"seed":"1"})", "seed"},
+      {"{" + m + R"(,"stream":"yes"})", "stream"},
+      {"{" + m + R"(,"stream_options":{"include_usage":true}})", "stream_options"},
+      {"{" + m + R"(,"n":2})", "n"},
+      {"{" + m + R"(,"model":3})", "model"},
+      {"{" + m + R"(,"presence_penalty":3})", "presence_penalty"},
+      {"{" + m + R"(,"logprobs":true})", "logprobs"},
+  };
+  for (const auto& c : cases) {
+    const ApiError e = chat_error(c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_EQ(e.type, "invalid_request_error") << c.body;
+    EXPECT_FALSE(std::string(e.what()).empty()) << c.body;
+  }
+}
+
+TEST(OpenAiRequest, CompletionsTakeOnePrompt) {
+  EXPECT_EQ(parse_request(Endpoint::Completions, R"({"prompt":"Once"})", {}).prompt, "Once");
+  EXPECT_EQ(parse_request(Endpoint::Completions, R"({"prompt":["Once"]})", {}).prompt, "Once");
+  EXPECT_EQ(chat_error(R"({"prompt":["a","b"]})", Endpoint::Completions).param, "prompt");
+  EXPECT_EQ(chat_error(R"({"prompt":7})", Endpoint::Completions).param, "prompt");
+  EXPECT_EQ(chat_error(R"({"messages":[]})", Endpoint::Completions).param, "prompt");
+}
+
+TEST(OpenAiRequest, ErrorJsonHasOpenAisShape) {
+  const json e =
+      error_json(ApiError(413, "too big", "invalid_request_error", "", "request_too_large"));
+  EXPECT_EQ(e["error"]["message"], "too big");
+  EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(e["error"]["param"].is_null());
+  EXPECT_EQ(e["error"]["code"], "request_too_large");
+}
+
+TEST(OpenAiResponse, FinishReasonsAreOpenAisNames) {
+  EXPECT_EQ(openai_finish_reason(FinishReason::Eos), "stop");
+  EXPECT_EQ(openai_finish_reason(FinishReason::StopString), "stop");
+  EXPECT_EQ(openai_finish_reason(FinishReason::MaxTokens), "length");
+  EXPECT_EQ(openai_finish_reason(FinishReason::Cancelled), "");
+  EXPECT_EQ(openai_finish_reason(FinishReason::Error), "");
+}
+
+TEST(OpenAiResponse, WholeResponsesAndChunks) {
+  const ResponseHeader h{"chatcmpl-1", 1700000000, "smol"};
+  const Usage usage{10, 5};
+  const json whole = completion_json(Endpoint::ChatCompletions, h, "Paris.", "stop", usage);
+  EXPECT_EQ(whole["object"], "chat.completion");
+  EXPECT_EQ(whole["model"], "smol");
+  EXPECT_EQ(whole["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "Paris.");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(whole["usage"]["total_tokens"], 15);
+
+  const json text = completion_json(Endpoint::Completions, h, " Paris", "length", usage);
+  EXPECT_EQ(text["object"], "text_completion");
+  EXPECT_EQ(text["choices"][0]["text"], " Paris");
+
+  const json first = chunk_json(Endpoint::ChatCompletions, h, "", "", /*role=*/true);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["choices"][0]["finish_reason"].is_null());
+  const json piece = chunk_json(Endpoint::ChatCompletions, h, "Par", "");
+  EXPECT_EQ(piece["choices"][0]["delta"]["content"], "Par");
+  EXPECT_FALSE(piece["choices"][0]["delta"].contains("role"));
+  const json last = chunk_json(Endpoint::ChatCompletions, h, "", "length");
+  EXPECT_TRUE(last["choices"][0]["delta"].empty());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length");
+  const json u = usage_chunk_json(Endpoint::ChatCompletions, h, usage);
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["completion_tokens"], 5);
+
+  const std::string event = sse_event(json{{"a", 1}});
+  EXPECT_EQ(event, "data: {\"a\":1}\n\n");
+  // Half a UTF-8 character is replaced, not thrown on.
+  EXPECT_NO_THROW(sse_event(json{{"t", std::string("\xe2\x82")}}));
+}
+
+TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
+  TelemetrySnapshot t;
+  t.throughput.decode_tokens_per_second = 12.5;
+  t.scheduler.running = 3;
+  t.scheduler.waiting = 2;
+  t.kv.committed_bytes = 4194304;
+  t.streaming.h2d_bytes = 1000;
+  t.graphs.recaptures = 7;
+  const std::string text = prometheus_metrics(t, ServerCounters{1, 9, 4});
+  for (const std::string line :
+       {"granule_decode_tokens_per_second 12.5\n", "granule_chats_running 3\n",
+        "granule_chats_waiting 2\n", "granule_kv_committed_bytes 4194304\n",
+        "granule_h2d_streamed_bytes_total 1000\n", "granule_graph_recaptures_total 7\n",
+        "granule_server_requests_active 1\n", "granule_server_requests_total 9\n",
+        "granule_server_requests_rejected_total 4\n", "# TYPE granule_kv_committed_bytes gauge\n",
+        "# TYPE granule_graph_recaptures_total counter\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+}
+
+}  // namespace
+}  // namespace granule::server
