@@ -151,7 +151,7 @@ TEST_F(StreamingGpu, HalfTheLayersStreamedGivesTheAllResidentGreedyTokens) {
   for (size_t i = 0; i < resident.size(); ++i) EXPECT_EQ(streamed[i], resident[i]) << "chat " << i;
 }
 
-TEST_F(StreamingGpu, LongGenerationWithStreamingNeverRecaptures) {
+TEST_F(StreamingGpu, LongGenerationWithStreamingRecapturesOnlyOnReplans) {
   GRANULE_REQUIRE_GPU();
   // Room for the 2,000 tokens' KV beside the streaming plan: the KV grows by many granules
   // without pressure (pressure re-plans, and re-captures, by design).
@@ -167,8 +167,15 @@ TEST_F(StreamingGpu, LongGenerationWithStreamingNeverRecaptures) {
             << segments << "\n";
   EXPECT_GT(t.streaming.layers_streamed, 0);
   EXPECT_GT(t.kv.granules_mapped, 4u);  // the KV grew by many granules
-  EXPECT_EQ(t.graphs.recaptures, 0u);
-  EXPECT_EQ(t.graphs.captures, 1u);  // bucket 1, greedy
+  // KV growth itself never re-captures: every re-capture follows a re-plan (the plan fills
+  // the budget with layers beyond its 512-token KV reserve, so growth past it moves a layer
+  // out: on the H200 one re-plan over the 2,000 tokens).
+  EXPECT_EQ(t.graphs.recaptures, t.streaming.replans);
+  EXPECT_LE(t.graphs.recaptures, 2u);
+  EXPECT_EQ(t.graphs.captures, t.graphs.recaptures + 1);  // bucket 1, greedy
+  if (t.graphs.recaptures > 0)
+    EXPECT_EQ(t.graphs.last_recapture_reason.rfind("KV needed", 0), 0u)
+        << t.graphs.last_recapture_reason;
   EXPECT_GE(t.graphs.replays, 1990u);
   EXPECT_LE(segments, 3);
 }
