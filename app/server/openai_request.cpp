@@ -121,14 +121,32 @@ std::vector<ChatMessage> parse_messages(const json& body) {
   return messages;
 }
 
-std::string parse_prompt(const json& body) {
+void parse_prompt(const json& body, ParsedRequest& request) {
   const auto it = body.find("prompt");
   if (it == body.end()) throw bad("prompt", "'prompt' is required");
-  if (it->is_string()) return it->get<std::string>();
+  if (it->is_string()) {
+    request.prompt = it->get<std::string>();
+    return;
+  }
+  // An array of token ids is one prompt, used as is (OpenAI's "array of integers").
+  if (it->is_array() && !it->empty() && (*it)[0].is_number()) {
+    for (const json& id : *it) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() > std::numeric_limits<int32_t>::max())
+        throw bad("prompt", "'prompt' as an array of token ids must hold only non-negative integers");
+      request.prompt_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+    }
+    return;
+  }
   // A one-element array of strings is a single prompt; more would be several choices.
-  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) return (*it)[0].get<std::string>();
+  if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) {
+    request.prompt = (*it)[0].get<std::string>();
+    return;
+  }
   if (it->is_array())
-    throw bad("prompt", "'prompt' must be one string (batches of prompts are not supported)");
+    throw bad("prompt",
+              "'prompt' must be one string or one array of token ids (batches of prompts are not "
+              "supported)");
   throw bad("prompt", std::string("'prompt' must be a string, not ") + type_name(*it));
 }
 
@@ -170,7 +188,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
   if (endpoint == Endpoint::ChatCompletions) {
     request.messages = parse_messages(body);
   } else {
-    request.prompt = parse_prompt(body);
+    parse_prompt(body, request);
   }
   if (const auto it = body.find("model"); it != body.end() && !it->is_null() && !it->is_string()) {
     throw bad("model", std::string("'model' must be a string, not ") + type_name(*it));
@@ -207,6 +225,8 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
     s.seed = static_cast<uint64_t>(*v);
     request.seeded = true;
   }
+  // llama-server's extension: keep generating past the end-of-text token (benchmarks).
+  if (auto v = bool_field(body, "ignore_eos")) s.ignore_eos = *v;
   s.stop_strings = parse_stop(body);
   request.stream = bool_field(body, "stream").value_or(false);
   if (const auto it = body.find("stream_options"); it != body.end() && !it->is_null()) {

@@ -39,7 +39,8 @@ enum class Endpoint { ChatCompletions, Completions };
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
   std::vector<ChatMessage> messages;  // chat completions
-  std::string prompt;                 // completions: raw text, tokenized as is
+  std::string prompt;                 // completions: raw text, tokenized as is, or
+  std::vector<int32_t> prompt_token_ids;  // completions: token ids (OpenAI's array of integers)
   SamplingParams sampling;
   bool seeded = false;  // a seed was given (otherwise the server draws one)
   bool stream = false;

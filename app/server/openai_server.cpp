@@ -309,8 +309,17 @@ struct OpenAiServer::Impl {
         const Tokenizer& tokenizer = e.tokenizer();
         if (endpoint == Endpoint::Completions) {
           // As `granule-cli run --raw`: the vocabulary's BOS habit, control tokens parsed.
-          request.prompt_tokens = tokenizer.encode(parsed.prompt, tokenizer.add_bos_by_default(),
-                                                   /*parse_special=*/true);
+          if (!parsed.prompt_token_ids.empty()) {
+            for (const int32_t id : parsed.prompt_token_ids) {
+              if (static_cast<size_t>(id) >= tokenizer.vocab_size())
+                throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                                 std::to_string(tokenizer.vocab_size()) + " tokens");
+            }
+            request.prompt_tokens = std::move(parsed.prompt_token_ids);
+          } else {
+            request.prompt_tokens = tokenizer.encode(
+                parsed.prompt, tokenizer.add_bos_by_default(), /*parse_special=*/true);
+          }
           prompt_tokens = static_cast<int64_t>(request.prompt_tokens->size());
         } else {
           const ChatTemplate* tmpl = e.chat_template();

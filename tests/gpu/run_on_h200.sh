@@ -173,7 +173,32 @@ stream() {
   echo "bench stream: rc=$? ($(( $(date +%s) - start )) s)"
 }
 
+# Issue 18: the OpenAI server against `granule-bench chats` on the same model and shapes: the
+# bench first (it writes the synthetic GGUF to the temp folder), then `granule-cli serve` on
+# that file with tests/server/loadgen.py at 8 and 32 concurrent streaming requests. Needs
+# cpp-httplib's single header staged in .gpu-deps/include (header-only build).
+serve_bench() {
+  local b="$build/app/bench/granule-bench" cli="$build/app/cli/granule-cli" spec=${1:-llama3-8b:Q4_0}
+  local file=/tmp/granule-bench-${spec/:/-}.gguf port=18080 vocab
+  timeout 240 "$b" chats --synthetic "$spec" -n 8,32 -p 128 -g 128 --device cuda >"$OUT/serve-vs-bench.txt" 2>&1
+  vocab=$("$cli" info "$file" 2>/dev/null | grep -ioE "vocab[^0-9]*[0-9]+" | grep -oE "[0-9]+" | head -1)
+  "$cli" serve "$file" --port $port --chats 32 -c 512 --device cuda -n 128 >/tmp/serve.log 2>&1 &
+  local pid=$!
+  python3 -c "import time,urllib.request as u
+for _ in range(90):
+  try: u.urlopen(\"http://127.0.0.1:$port/health\"); break
+  except Exception: time.sleep(1)"
+  { echo; echo "-- server (vocab ${vocab:-?}):"; head -2 /tmp/serve.log
+    timeout 240 python3 "$src/tests/server/loadgen.py" --port $port --vocab "${vocab:-32000}" \
+      --concurrency 8,32,64 --prompt-tokens 128 --max-tokens 128
+    echo "-- metrics after the load:"; python3 -c "import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:$port/metrics\").read().decode())" | grep -E "^granule_(kv|chats|sequences)" ; } \
+    >>"$OUT/serve-vs-bench.txt" 2>&1
+  kill $pid 2>/dev/null; wait $pid 2>/dev/null
+  cat "$OUT/serve-vs-bench.txt" | grep -vE "^(mapped|  )"
+}
+
 case $what in
+  serve) serve_bench "${2:-llama3-8b:Q4_0}" ;;
   stream) stream ;;
   contention) contention ;;
   kv-contention) kv_contention ;;

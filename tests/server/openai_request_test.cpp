@@ -121,6 +121,19 @@ TEST(OpenAiRequest, CompletionsTakeOnePrompt) {
   EXPECT_EQ(parse_request(Endpoint::Completions, R"({"prompt":["Once"]})", {}).prompt, "Once");
   EXPECT_EQ(chat_error(R"({"prompt":["a","b"]})", Endpoint::Completions).param, "prompt");
   EXPECT_EQ(chat_error(R"({"prompt":7})", Endpoint::Completions).param, "prompt");
+  // Token ids as OpenAI's array of integers: used as is.
+  const ParsedRequest ids = parse_request(Endpoint::Completions, R"({"prompt":[1,15,7]})", {});
+  EXPECT_TRUE(ids.prompt.empty());
+  EXPECT_EQ(ids.prompt_token_ids, (std::vector<int32_t>{1, 15, 7}));
+  EXPECT_EQ(chat_error(R"({"prompt":[1,-2]})", Endpoint::Completions).param, "prompt");
+  EXPECT_EQ(chat_error(R"({"prompt":[1,2.5]})", Endpoint::Completions).param, "prompt");
+  EXPECT_EQ(chat_error(R"({"prompt":[1,"a"]})", Endpoint::Completions).param, "prompt");
+  // llama-server's ignore_eos extension.
+  EXPECT_TRUE(parse_request(Endpoint::Completions, R"({"prompt":"a","ignore_eos":true})", {})
+                  .sampling.ignore_eos);
+  EXPECT_FALSE(parse_request(Endpoint::Completions, R"({"prompt":"a"})", {}).sampling.ignore_eos);
+  EXPECT_EQ(chat_error(R"({"prompt":"a","ignore_eos":1})", Endpoint::Completions).param,
+            "ignore_eos");
   EXPECT_EQ(chat_error(R"({"messages":[]})", Endpoint::Completions).param, "prompt");
 }
 

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Load a running `granule-cli serve` with N concurrent streaming completions (standard
+library only, so it runs where no package registry is reachable) and print the aggregate
+throughput the clients saw, measured like `granule-bench chats` measures the engine:
+
+  decode tokens/s   tokens that reached the clients while every stream was decoding (from the
+                    last stream's first chunk to the first stream's last chunk), over that
+                    window's length; a chunk counts as completion tokens / chunks of its stream
+  end-to-end tok/s  all completion tokens over the wall time from the first request sent to
+                    the last response ended (includes prefill and HTTP)
+
+Each request is a /v1/completions call with a prompt of random token ids (--prompt-tokens),
+greedy, `ignore_eos` (llama-server's extension, as the bench ignores EOS) and
+`max_tokens` = --max-tokens, so every request produces exactly that many tokens.
+
+usage: loadgen.py --port 8080 --vocab 128256 --concurrency 8,32 [--prompt-tokens 128]
+                  [--max-tokens 128] [--json]
+"""
+import argparse
+import http.client
+import json
+import random
+import sys
+import threading
+import time
+
+
+def one_request(host, port, body, out, index, barrier):
+    barrier.wait()
+    sent = time.perf_counter()
+    conn = http.client.HTTPConnection(host, port, timeout=600)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    first = last = None
+    chunks = []
+    usage = None
+    finish = None
+    error = None
+    if resp.status != 200:
+        error = f"HTTP {resp.status}: {resp.read()[:200]!r}"
+    else:
+        buf = b""
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            chunk = json.loads(data)
+            now = time.perf_counter()
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices", []):
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                if choice.get("text"):
+                    if first is None:
+                        first = now
+                    last = now
+                    chunks.append(now)
+            if "error" in chunk:
+                error = chunk["error"].get("message")
+    conn.close()
+    out[index] = {"sent": sent, "first": first, "last": last, "end": time.perf_counter(),
+                  "chunks": chunks,
+                  "usage": usage, "finish": finish, "error": error}
+
+
+def run(host, port, n, prompt_tokens, max_tokens, vocab, seed):
+    rng = random.Random(seed + n)
+    results = [None] * n
+    barrier = threading.Barrier(n)
+    threads = []
+    for i in range(n):
+        body = {"prompt": [rng.randrange(1, vocab) for _ in range(prompt_tokens)],
+                "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}, "ignore_eos": True}
+        t = threading.Thread(target=one_request, args=(host, port, body, results, i, barrier))
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join()
+    errors = [r["error"] for r in results if r["error"]]
+    completion = sum(r["usage"]["completion_tokens"] for r in results if r["usage"])
+    decode_rate = 0.0
+    ok = [r for r in results if r["usage"] and r["chunks"]]
+    if len(ok) == n:
+        begin = max(r["first"] for r in ok)
+        end = min(r["last"] for r in ok)
+        if end > begin:
+            tokens = 0.0
+            for r in ok:
+                inside = sum(1 for t in r["chunks"] if begin < t <= end)
+                tokens += inside * r["usage"]["completion_tokens"] / len(r["chunks"])
+            decode_rate = tokens / (end - begin)
+    wall = max(r["end"] for r in results) - min(r["sent"] for r in results)
+    ttft = sorted(r["first"] - r["sent"] for r in results if r["first"] is not None)
+    return {"concurrency": n, "requests_ok": n - len(errors), "errors": errors[:3],
+            "completion_tokens": completion, "wall_s": wall,
+            "end_to_end_tokens_per_s": completion / wall if wall > 0 else 0.0,
+            "decode_tokens_per_s": decode_rate,
+            "ttft_median_s": ttft[len(ttft) // 2] if ttft else None}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--vocab", type=int, required=True, help="token ids are drawn below this")
+    ap.add_argument("--concurrency", default="8,32")
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    rows = [run(args.host, args.port, int(n), args.prompt_tokens, args.max_tokens, args.vocab,
+                args.seed) for n in args.concurrency.split(",")]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print(f"{'requests':>8} {'ok':>4} {'decode tok/s':>13} {'end-to-end tok/s':>17} "
+              f"{'TTFT median':>12}")
+        for r in rows:
+            ttft = f"{r['ttft_median_s'] * 1000:.0f} ms" if r["ttft_median_s"] is not None else "-"
+            print(f"{r['concurrency']:>8} {r['requests_ok']:>4} {r['decode_tokens_per_s']:>13.1f} "
+                  f"{r['end_to_end_tokens_per_s']:>17.1f} {ttft:>12}")
+            for e in r["errors"]:
+                print("  error:", e)
+    return 0 if all(r["requests_ok"] == r["concurrency"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
