@@ -133,7 +133,8 @@ void parse_prompt(const json& body, ParsedRequest& request) {
     for (const json& id : *it) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
           id.get<int64_t>() > std::numeric_limits<int32_t>::max())
-        throw bad("prompt", "'prompt' as an array of token ids must hold only non-negative integers");
+        throw bad("prompt",
+                  "'prompt' as an array of token ids must hold only non-negative integers");
       request.prompt_token_ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
     }
     return;
@@ -235,10 +236,56 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
       throw bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     request.include_usage = bool_field(*it, "include_usage").value_or(false);
   }
-  if (const auto it = body.find("logprobs"); it != body.end() && !it->is_null() && *it != false) {
-    throw bad("logprobs", "'logprobs' is not supported yet: the engine gives no log-probabilities");
+  if (endpoint == Endpoint::ChatCompletions) {
+    const bool wanted = bool_field(body, "logprobs").value_or(false);
+    const auto top = integer_field(body, "top_logprobs", 0, kMaxTopLogprobs);
+    if (top && !wanted) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (wanted) request.top_logprobs = static_cast<int32_t>(top.value_or(0));
+  } else if (auto v = integer_field(body, "logprobs", 0, 5)) {
+    request.top_logprobs = static_cast<int32_t>(*v);
   }
   return request;
+}
+
+namespace {
+json bytes_json(const std::string& piece) {
+  json bytes = json::array();
+  for (const char c : piece) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+}  // namespace
+
+json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& tokens,
+                   int64_t text_offset) {
+  if (endpoint == Endpoint::ChatCompletions) {
+    json content = json::array();
+    for (const TokenLogprobs& t : tokens) {
+      json top = json::array();
+      for (const TokenLogprob& alt : t.top) {
+        top.push_back(
+            {{"token", alt.piece}, {"logprob", alt.logprob}, {"bytes", bytes_json(alt.piece)}});
+      }
+      content.push_back({{"token", t.chosen.piece},
+                         {"logprob", t.chosen.logprob},
+                         {"bytes", bytes_json(t.chosen.piece)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json pieces = json::array(), values = json::array(), top = json::array(), offsets = json::array();
+  for (const TokenLogprobs& t : tokens) {
+    pieces.push_back(t.chosen.piece);
+    values.push_back(t.chosen.logprob);
+    json alternatives = json::object();
+    for (const TokenLogprob& alt : t.top) alternatives[alt.piece] = alt.logprob;
+    top.push_back(alternatives);
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(t.chosen.piece.size());
+  }
+  return {{"tokens", pieces},
+          {"token_logprobs", values},
+          {"top_logprobs", top},
+          {"text_offset", offsets}};
 }
 
 std::string openai_finish_reason(FinishReason reason) {

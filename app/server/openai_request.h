@@ -45,6 +45,9 @@ struct ParsedRequest {
   bool seeded = false;  // a seed was given (otherwise the server draws one)
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // Log-probabilities: -1 none; else each token's with that many alternatives (chat:
+  // logprobs + top_logprobs 0..20; completions: logprobs 0..5, the legacy field).
+  int32_t top_logprobs = -1;
 };
 
 // Limits the server applies while parsing.
@@ -56,6 +59,12 @@ struct RequestLimits {
 // Parses a request body. Throws ApiError(400) for malformed JSON, a wrong type, a value out
 // of range or a field the server cannot honour (n > 1), naming the field in `param`.
 ParsedRequest parse_request(Endpoint endpoint, std::string_view body, const RequestLimits& limits);
+
+// The "logprobs" object of a choice for these tokens: chat's {"content":[{token, logprob,
+// bytes, top_logprobs}]}, or the legacy completions form {tokens, token_logprobs,
+// top_logprobs, text_offset} with offsets counted from text_offset (bytes of text before).
+nlohmann::json logprobs_json(Endpoint endpoint, const std::vector<TokenLogprobs>& tokens,
+                             int64_t text_offset = 0);
 
 // "stop" / "length" (the OpenAI names) for how a sequence ended; "" when it did not end
 // by itself (cancelled, error).

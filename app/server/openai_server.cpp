@@ -31,6 +31,7 @@ struct Channel {
   std::condition_variable changed;
   std::string text;  // released by the engine, not yet sent to the client
   int64_t completion_tokens = 0;
+  std::vector<TokenLogprobs> logprobs;  // of tokens not yet sent (when the request asked)
   bool finished = false;
   FinishReason reason = FinishReason::None;
   std::string error;
@@ -142,6 +143,8 @@ struct OpenAiServer::Impl {
     ResponseHeader header;
     Endpoint endpoint = Endpoint::ChatCompletions;
     bool include_usage = false;
+    bool logprobs = false;       // the request asked for log-probabilities
+    int64_t logprob_offset = 0;  // bytes of the tokens whose log-probs were sent (completions)
     Clock::time_point deadline;
     int socket = -1;
     std::unique_ptr<Slot> slot;
@@ -262,6 +265,7 @@ struct OpenAiServer::Impl {
     running->slot = std::make_unique<Slot>(active);
     running->endpoint = endpoint;
     running->include_usage = parsed.include_usage;
+    running->logprobs = parsed.top_logprobs >= 0;
     running->header.id =
         std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") +
         std::to_string(started) + "-" + std::to_string(next_id.fetch_add(1));
@@ -312,13 +316,14 @@ struct OpenAiServer::Impl {
           if (!parsed.prompt_token_ids.empty()) {
             for (const int32_t id : parsed.prompt_token_ids) {
               if (static_cast<size_t>(id) >= tokenizer.vocab_size())
-                throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                throw UsageError("token id " + std::to_string(id) +
+                                 " is outside the vocabulary of " +
                                  std::to_string(tokenizer.vocab_size()) + " tokens");
             }
             request.prompt_tokens = std::move(parsed.prompt_token_ids);
           } else {
-            request.prompt_tokens = tokenizer.encode(
-                parsed.prompt, tokenizer.add_bos_by_default(), /*parse_special=*/true);
+            request.prompt_tokens = tokenizer.encode(parsed.prompt, tokenizer.add_bos_by_default(),
+                                                     /*parse_special=*/true);
           }
           prompt_tokens = static_cast<int64_t>(request.prompt_tokens->size());
         } else {
@@ -348,6 +353,13 @@ struct OpenAiServer::Impl {
           }
           channel->changed.notify_all();
         };
+        request.top_logprobs = parsed.top_logprobs;
+        if (parsed.top_logprobs >= 0) {
+          request.sink.on_logprobs = [channel](SequenceId, const TokenLogprobs& lp) {
+            std::lock_guard lock(channel->mutex);
+            channel->logprobs.push_back(lp);
+          };
+        }
         request.sink.on_finish = [channel](SequenceId, FinishReason reason,
                                            const std::string& error) {
           {
@@ -379,7 +391,8 @@ struct OpenAiServer::Impl {
   // Waits up to `wait` for news on the channel; then reports whether the request must end
   // early: the client left (cancelled) or the deadline passed (cancelled, timed_out).
   enum class Wait { Going, Finished, ClientGone, TimedOut };
-  Wait wait_for_news(Running& running, std::chrono::milliseconds wait, std::string& text_out) {
+  Wait wait_for_news(Running& running, std::chrono::milliseconds wait, std::string& text_out,
+                     std::vector<TokenLogprobs>& logprobs_out) {
     Channel& channel = *running.channel;
     {
       std::unique_lock lock(channel.mutex);
@@ -387,6 +400,9 @@ struct OpenAiServer::Impl {
                                [&] { return channel.finished || !channel.text.empty(); });
       text_out.swap(channel.text);
       channel.text.clear();
+      logprobs_out.insert(logprobs_out.end(), std::make_move_iterator(channel.logprobs.begin()),
+                          std::make_move_iterator(channel.logprobs.end()));
+      channel.logprobs.clear();
       running.usage.completion_tokens = channel.completion_tokens;
       if (channel.finished) return Wait::Finished;
     }
@@ -416,8 +432,9 @@ struct OpenAiServer::Impl {
 
   void respond_whole(Running& running, httplib::Response& res) {
     std::string text, piece;
+    std::vector<TokenLogprobs> logprobs;
     for (;;) {
-      const Wait state = wait_for_news(running, std::chrono::milliseconds(100), piece);
+      const Wait state = wait_for_news(running, std::chrono::milliseconds(100), piece, logprobs);
       text += piece;
       if (state == Wait::Finished) break;
       if (state == Wait::ClientGone) {
@@ -436,9 +453,10 @@ struct OpenAiServer::Impl {
     const Channel& channel = *running.channel;
     const std::string finish = openai_finish_reason(channel.reason);
     if (finish.empty()) return send_error(res, finish_error(channel));
-    res.set_content(
-        dump(completion_json(running.endpoint, running.header, text, finish, running.usage)),
-        "application/json");
+    json response = completion_json(running.endpoint, running.header, text, finish, running.usage);
+    if (running.logprobs)
+      response["choices"][0]["logprobs"] = logprobs_json(running.endpoint, logprobs);
+    res.set_content(dump(response), "application/json");
   }
 
   void stream(const std::shared_ptr<Running>& running, httplib::Response& res) {
@@ -460,9 +478,19 @@ struct OpenAiServer::Impl {
             }
           }
           std::string piece;
-          const Wait state = wait_for_news(r, std::chrono::milliseconds(100), piece);
+          std::vector<TokenLogprobs> logprobs;
+          const Wait state = wait_for_news(r, std::chrono::milliseconds(100), piece, logprobs);
           std::string out;
-          if (!piece.empty()) out += sse_event(chunk_json(r.endpoint, r.header, piece, ""));
+          if (!piece.empty() || (r.logprobs && !logprobs.empty())) {
+            json chunk = chunk_json(r.endpoint, r.header, piece, "");
+            if (r.logprobs && !logprobs.empty()) {
+              chunk["choices"][0]["logprobs"] =
+                  logprobs_json(r.endpoint, logprobs, r.logprob_offset);
+              for (const TokenLogprobs& lp : logprobs)
+                r.logprob_offset += static_cast<int64_t>(lp.chosen.piece.size());
+            }
+            out += sse_event(chunk);
+          }
           if (state == Wait::ClientGone && stopping) {
             out += sse_event(error_json(stopping_error())) + "data: [DONE]\n\n";
             sink.write(out.data(), out.size());

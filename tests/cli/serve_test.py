@@ -216,6 +216,36 @@ def main():
     check(chat(client, story, **p).choices[0].message.content == chat(client, story, **p).choices[0].message.content,
           "penalties and top_p with a seed are not reproducible")
 
+    # Log-probabilities: one entry per generated token, the greedy token first among the
+    # alternatives, alternatives most likely first, text equal to the tokens' bytes; the same
+    # greedy text as without them.
+    r = chat(client, story, max_tokens=12, temperature=0, logprobs=True, top_logprobs=3)
+    content = r.choices[0].logprobs.content
+    check(len(content) == r.usage.completion_tokens,
+          f"{len(content)} log-probs for {r.usage.completion_tokens} tokens")
+    for t in content:
+        check(t.logprob <= 0 and len(t.top_logprobs) == 3, f"log-prob entry {t}")
+        check(t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6,
+              f"greedy token {t.token!r} is not the most likely {t.top_logprobs[0]}")
+        check(all(a.logprob >= b.logprob for a, b in zip(t.top_logprobs, t.top_logprobs[1:])),
+              f"alternatives out of order: {t.top_logprobs}")
+    check(bytes(b for t in content for b in t.bytes).decode("utf-8", "replace") == r.choices[0].message.content,
+          "the log-probs' tokens do not spell the answer")
+    check(r.choices[0].message.content == chat(client, story, max_tokens=12, temperature=0).choices[0].message.content,
+          "asking for log-probs changed the greedy text")
+    s_lp = []
+    for chunk in client.chat.completions.create(model="granule", messages=[{"role": "user", "content": story}],
+                                                max_tokens=12, temperature=0, stream=True, logprobs=True):
+        if chunk.choices and chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+            s_lp += [t.token for t in chunk.choices[0].logprobs.content]
+    check(s_lp == [t.token for t in content], f"streamed log-prob tokens {s_lp} != {[t.token for t in content]}")
+    legacy = client.completions.create(model="granule", prompt="Once upon a time", max_tokens=6,
+                                       temperature=0, logprobs=2)
+    lp = legacy.choices[0].logprobs
+    check(len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == legacy.usage.completion_tokens > 0 and
+          lp.text_offset[0] == 0 and all(len(a) == 2 for a in lp.top_logprobs),
+          f"legacy completions log-probs: {lp}")
+
     # An error through the client: a temperature that is not a number.
     try:
         chat(client, question, temperature="hot")

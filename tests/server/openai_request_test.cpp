@@ -105,7 +105,9 @@ TEST(OpenAiRequest, WrongTypesAndRangesAre400sNamingTheField) {
       {"{" + m + R"(,"n":2})", "n"},
       {"{" + m + R"(,"model":3})", "model"},
       {"{" + m + R"(,"presence_penalty":3})", "presence_penalty"},
-      {"{" + m + R"(,"logprobs":true})", "logprobs"},
+      {"{" + m + R"(,"logprobs":1})", "logprobs"},
+      {"{" + m + R"(,"top_logprobs":3})", "top_logprobs"},
+      {"{" + m + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
   };
   for (const auto& c : cases) {
     const ApiError e = chat_error(c.body);
@@ -128,6 +130,22 @@ TEST(OpenAiRequest, CompletionsTakeOnePrompt) {
   EXPECT_EQ(chat_error(R"({"prompt":[1,-2]})", Endpoint::Completions).param, "prompt");
   EXPECT_EQ(chat_error(R"({"prompt":[1,2.5]})", Endpoint::Completions).param, "prompt");
   EXPECT_EQ(chat_error(R"({"prompt":[1,"a"]})", Endpoint::Completions).param, "prompt");
+  // Log-probabilities: chat's logprobs + top_logprobs, completions' legacy integer.
+  const std::string chat_body = R"({"messages":[{"role":"user","content":"hi"}]})";
+  EXPECT_EQ(parse_request(Endpoint::ChatCompletions, chat_body, {}).top_logprobs, -1);
+  EXPECT_EQ(parse_request(Endpoint::ChatCompletions,
+                          R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true})", {})
+                .top_logprobs,
+            0);
+  EXPECT_EQ(parse_request(Endpoint::ChatCompletions,
+                          R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,)"
+                          R"("top_logprobs":4})",
+                          {})
+                .top_logprobs,
+            4);
+  EXPECT_EQ(parse_request(Endpoint::Completions, R"({"prompt":"a","logprobs":3})", {}).top_logprobs,
+            3);
+  EXPECT_EQ(chat_error(R"({"prompt":"a","logprobs":6})", Endpoint::Completions).param, "logprobs");
   // llama-server's ignore_eos extension.
   EXPECT_TRUE(parse_request(Endpoint::Completions, R"({"prompt":"a","ignore_eos":true})", {})
                   .sampling.ignore_eos);
@@ -209,5 +227,26 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
   }
 }
 
+}  // namespace
+}  // namespace granule::server
+
+namespace granule::server {
+namespace {
+TEST(OpenAiResponses, LogprobsInBothShapes) {
+  TokenLogprobs a{{7, "He", -0.25f}, {{7, "He", -0.25f}, {9, "A", -1.5f}}};
+  TokenLogprobs b{{3, "llo", -0.5f}, {{3, "llo", -0.5f}, {4, "\xe2", -2.0f}}};
+  const auto chat = logprobs_json(Endpoint::ChatCompletions, {a, b});
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "He");
+  EXPECT_FLOAT_EQ(chat["content"][1]["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(chat["content"][0]["bytes"], nlohmann::json::array({72, 101}));
+  EXPECT_EQ(chat["content"][1]["top_logprobs"][1]["bytes"], nlohmann::json::array({226}));
+  EXPECT_EQ(chat["content"][0]["top_logprobs"].size(), 2u);
+  const auto legacy = logprobs_json(Endpoint::Completions, {a, b}, 10);
+  EXPECT_EQ(legacy["tokens"], nlohmann::json::array({"He", "llo"}));
+  EXPECT_EQ(legacy["text_offset"], nlohmann::json::array({10, 12}));
+  EXPECT_FLOAT_EQ(legacy["top_logprobs"][0]["A"].get<float>(), -1.5f);
+  EXPECT_FLOAT_EQ(legacy["token_logprobs"][1].get<float>(), -0.5f);
+}
 }  // namespace
 }  // namespace granule::server

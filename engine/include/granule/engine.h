@@ -48,17 +48,38 @@ const char* finish_reason_name(FinishReason r);
 // back for a possible stop string, sent when the sequence ends.
 constexpr int32_t kNoToken = -1;
 
+// A token with its log-probability under the model: log-softmax of the raw logits (before
+// penalties, temperature and truncation, as OpenAI's API and llama-perplexity report them).
+struct TokenLogprob {
+  TokenId token = 0;
+  std::string piece;  // the token's bytes as decoding renders it (may be part of a character)
+  float logprob = 0;
+};
+// The log-probabilities of one generated token: the chosen one and the most likely ones.
+struct TokenLogprobs {
+  TokenLogprob chosen;
+  std::vector<TokenLogprob> top;  // Request::top_logprobs of them, most likely first
+};
+constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI's API
+
 // Receives a sequence's output on the engine thread. on_text gets complete UTF-8 text
 // (never half a character); on_finish is called exactly once per submitted sequence.
 struct TokenSink {
   std::function<void(SequenceId, const std::string& text, int32_t token)> on_token;
   std::function<void(SequenceId, FinishReason, const std::string& error)> on_finish;
+  // With Request::top_logprobs >= 0: called for every generated token, before its on_token
+  // (not for an end-of-generation token that ends the sequence, which is not output).
+  std::function<void(SequenceId, const TokenLogprobs&)> on_logprobs;
 };
 
 struct Request {
   std::vector<ChatMessage> messages;                  // rendered with the chat template, or
   std::optional<std::vector<TokenId>> prompt_tokens;  // a raw prompt, used as is
   SamplingParams sampling;
+  // -1: no log-probabilities; 0..kMaxTopLogprobs: each generated token's, with that many of
+  // the most likely tokens (sink.on_logprobs). Steps holding such a sequence sample on the
+  // host, since the logits must come back (the same tokens: both samplers draw alike).
+  int32_t top_logprobs = -1;
   TokenSink sink;
 };
 

@@ -41,6 +41,9 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
   int32_t sample(std::span<const float> logits, std::span<const int32_t> history);
+  // Puts the generator where it is after `draws` draws from the seed, so a sequence sampled
+  // on the device for some steps and on the host for others draws what either alone would.
+  void set_draw_index(uint64_t draws);
   const SamplingParams& params() const { return params_; }
 
  private:

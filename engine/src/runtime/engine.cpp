@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
+#include <span>
 
 #include "backends/backend.h"
 #include "granule/error.h"
@@ -102,6 +105,9 @@ struct Engine::Impl {
   void prepare_next_step(const StepPlan& plan);
   void take_results(const StepPlan& plan, const StepResult& result, Clock::time_point start);
   void take_token(Sequence& seq, int32_t token);
+  // Whether a step must bring its logits back to the host (a sequence asks for log-probs).
+  bool step_needs_logits(const StepPlan& plan) const;
+  TokenLogprobs logprobs_of(std::span<const float> row, int32_t token, int32_t top) const;
 };
 
 Engine::Impl::StepScope::~StepScope() {
@@ -182,6 +188,10 @@ SequenceId Engine::submit(Request request) {
   m.check_device();
   std::vector<TokenId> prompt = m.render_prompt(request);
   if (prompt.empty()) throw UsageError("the prompt is empty");
+  if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs) {
+    throw UsageError("top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) +
+                     " (or -1 for none), not " + std::to_string(request.top_logprobs));
+  }
   for (TokenId t : prompt) {
     if (t < 0 || t >= m.config.n_vocab) {
       throw UsageError("prompt token " + std::to_string(t) + " is outside the vocabulary of " +
@@ -197,6 +207,7 @@ SequenceId Engine::submit(Request request) {
   auto seq = std::make_unique<Sequence>(m.next_id++, std::move(prompt), request.sampling);
   seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);
+  seq->top_logprobs = request.top_logprobs;
   seq->stop_strings = request.sampling.stop_strings;
   if (!request.prompt_tokens && m.chat_template) {
     for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
@@ -298,7 +309,49 @@ bool Engine::Impl::idle_step(const StepPlan& plan) {
   return (!plan.oversized.empty() || !plan.preempted.empty()) && !scheduler->empty();
 }
 
+bool Engine::Impl::step_needs_logits(const StepPlan& plan) const {
+  for (const ScheduledWork& w : plan.work) {
+    const Sequence* seq = scheduler->find(w.id);
+    if (seq && seq->top_logprobs >= 0) return true;
+  }
+  return false;
+}
+
+TokenLogprobs Engine::Impl::logprobs_of(std::span<const float> row, int32_t token,
+                                        int32_t top) const {
+  // log-softmax in double: log p_i = x_i - max - log(sum exp(x_j - max)).
+  float max = -std::numeric_limits<float>::infinity();
+  for (float x : row) max = std::max(max, x);
+  double sum = 0;
+  for (float x : row) sum += std::exp(static_cast<double>(x) - max);
+  const double log_sum = std::log(sum) + max;
+  auto entry = [&](int32_t id) {
+    return TokenLogprob{
+        id, tokenizer->token_to_piece(id, /*render_special=*/true),
+        static_cast<float>(static_cast<double>(row[static_cast<size_t>(id)]) - log_sum)};
+  };
+  TokenLogprobs out;
+  out.chosen = entry(token);
+  if (top > 0) {
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const auto n = std::min<size_t>(static_cast<size_t>(top), ids.size());
+    // Most likely first; equal logits in id order, as the greedy sampler breaks ties.
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
+                      [&](int32_t a, int32_t b) {
+                        const float xa = row[static_cast<size_t>(a)],
+                                    xb = row[static_cast<size_t>(b)];
+                        return xa > xb || (xa == xb && a < b);
+                      });
+    for (size_t i = 0; i < n; ++i) out.top.push_back(entry(ids[i]));
+  }
+  return out;
+}
+
 StepRequest Engine::Impl::step_request(const StepPlan& plan) {
+  // Device sampling: one token per sequence comes back instead of the logits, unless a
+  // sequence of the step asks for log-probabilities.
+  const bool sample = backend->samples_on_device() && !step_needs_logits(plan);
   batch.clear();
   params.clear();
   history.clear();
@@ -309,7 +362,7 @@ StepRequest Engine::Impl::step_request(const StepPlan& plan) {
                      std::span<const int32_t>(seq.tokens.data() + w.start_position,
                                               static_cast<size_t>(w.count)),
                      w.start_position, false});
-    if (!backend->samples_on_device()) continue;
+    if (!sample) continue;
     params.push_back(seq.params);
     const auto window = std::min<size_t>(
         seq.tokens.size(), static_cast<size_t>(std::max(seq.params.penalty_last_n, 0)));
@@ -318,8 +371,7 @@ StepRequest Engine::Impl::step_request(const StepPlan& plan) {
   }
   StepRequest request;
   request.batch = batch;
-  // Device sampling: one token per sequence comes back instead of the logits.
-  request.sample = backend->samples_on_device();
+  request.sample = sample;
   request.params = params;
   request.history = history;
   request.draw_index = draw_index;
@@ -371,14 +423,24 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
     // Only the step that computed the last known token predicts a new one.
     if (seq->uncomputed_tokens() != 0) continue;
     int32_t token = 0;
+    const std::span<const float> row =
+        sampled_on_device ? std::span<const float>()
+                          : std::span<const float>(logits.data() + i * n_vocab, n_vocab);
     try {
-      token = sampled_on_device
-                  ? result.tokens.at(i)
-                  : seq->sampler.sample(
-                        std::span<const float>(logits.data() + i * n_vocab, n_vocab), seq->tokens);
+      if (sampled_on_device) {
+        token = result.tokens.at(i);
+      } else {
+        // Draw as the device would at this token, whichever sampled the earlier ones.
+        seq->sampler.set_draw_index(static_cast<uint64_t>(seq->generated));
+        token = seq->sampler.sample(row, seq->tokens);
+      }
     } catch (const Error& e) {
       finish(w.id, FinishReason::Error, e.what());
       continue;
+    }
+    const bool ends = !seq->params.ignore_eos && tokenizer->is_end_of_generation(token);
+    if (seq->top_logprobs >= 0 && !ends && seq->sink.on_logprobs && !row.empty()) {
+      seq->sink.on_logprobs(seq->id, logprobs_of(row, token, seq->top_logprobs));
     }
     take_token(*seq, token);
   }

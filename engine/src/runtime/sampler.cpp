@@ -63,6 +63,10 @@ size_t mass_bin(float log_weight) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), state_(params.seed) {}
 
+void Sampler::set_draw_index(uint64_t draws) {
+  state_ = params_.seed + draws * 0x9E3779B97F4A7C15ull;  // next_uniform's increment, draws times
+}
+
 double Sampler::next_uniform() {
   // splitmix64 (Steele, Lea and Flood 2014): full 2^64 period, passes BigCrush. Draw i
   // (from 0) hashes seed + (i + 1) * gamma and keeps the top 24 bits, exactly as the

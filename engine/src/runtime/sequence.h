@@ -44,6 +44,7 @@ struct Sequence {
   int64_t generated = 0;                  // tokens sampled (an end-of-generation one included)
   Sampler sampler;                        // the host's, where the backend does not sample
   bool cancel_requested = false;          // a sink asked during a step: ends after it
+  int32_t top_logprobs = -1;              // Request::top_logprobs
 
   // --- output
   TokenSink sink;
