@@ -197,7 +197,45 @@ for _ in range(90):
   cat "$OUT/serve-vs-bench.txt" | grep -vE "^(mapped|  )"
 }
 
+# Every test built from tests/gpu (its binaries are its ctest labels), with each failure's log.
+gpu_all_tests() {
+  local start=$(date +%s) labels
+  labels=$(ls "$src"/tests/gpu/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//' | paste -sd'|')
+  timeout 420 ctest --test-dir "$build" -L "$labels" -j4 --timeout 400 --output-on-failure \
+    >"$OUT/ctest-gpu.log" 2>&1
+  grep -h "\[gpu-vs-cpu\]\|\[oracle\]\|\[mma\]\|\[blocks\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
+  echo "all gpu tests: $(( $(date +%s) - start )) s: $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log")"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess)" "$OUT/ctest-gpu.log" | head -20
+}
+
+# Issue 15: batched decode and prefill with the tensor-core path on and off (GRANULE_MMA).
+mma_bench() {
+  local b="$build/app/bench/granule-bench"
+  for mma in 1 0; do
+    echo "-- GRANULE_MMA=$mma"
+    GRANULE_MMA=$mma timeout 200 "$b" --synthetic ${1:-llama3-8b:Q4_0} -p 512 -n 64 -b 1,4,8,16,32,64
+  done
+}
+
 case $what in
+  wave1)
+    gpu_all_tests
+    for t in "$build"/tests/*mma*_test; do
+      [[ -x $t ]] || continue
+      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" >/tmp/san.log 2>&1
+      echo "compute-sanitizer $(basename "$t"): exit $? $(grep -h 'ERROR SUMMARY' /tmp/san.log)"
+    done
+    mma_bench >"$OUT/bench-mma-llama3-8b.txt" 2>&1
+    grep -E "^--|pp512|tg|^\| *[0-9]" "$OUT/bench-mma-llama3-8b.txt" | head -40 ;;
+  wave2)
+    chats; grep -E "^\|" "$OUT/bench-chats.txt"
+    serve_bench
+    for type in ${GRANULE_TYPES:-}; do
+      echo "-- llama3-8b:$type"
+      timeout 120 "$build/app/bench/granule-bench" --synthetic "llama3-8b:$type" -p 512 -n 32 -b 8 2>&1 | grep -E "^\|"
+      rm -f /tmp/granule-bench-llama3-8b-$type.gguf
+    done >"$OUT/bench-types.txt" 2>&1
+    cat "$OUT/bench-types.txt" ;;
   serve) serve_bench "${2:-llama3-8b:Q4_0}" ;;
   stream) stream ;;
   contention) contention ;;
