@@ -1,11 +1,13 @@
 // Concurrent chats on the GPU through the Engine, at the default model's shapes (synthetic
-// SmolLM2-135M, Q4_1): 8 and 32 greedy chats of 5..300 prompt tokens run alone, one after
-// another, then all submitted together (32 also under a KV budget that forces preemption). Batching
-// changes the kernels' shapes and rounding, so a chat may leave its alone tokens only where the
-// alone run was a near-tie: the top-two margin of its logits (teacher-forced through
-// Engine::logits_for) at the first divergent position is within twice model_gpu_test's Q4_1 bound
-// (25% of the row's RMS; twice, as both runs may err by the bound in opposite directions).
-// Near-ties are counted and printed; any divergence at a clearer margin fails.
+// SmolLM2-135M, Q4_1): 8 and 32 greedy chats of 5..300 prompt tokens submitted together (32
+// also under a KV budget that must force preemption), prefills chunked among running decodes.
+// Every answer token is judged against the CPU oracle (the CPU backend rounding where the GPU
+// rounds, cpu_emulate_device_numerics): the chat's prompt and answer teacher-forced through
+// the oracle, each answer token must be the oracle's greedy choice at its position, or a
+// near-tie there (the oracle's best logit ahead of it by at most twice the bound
+// model_gpu_test.cpp derives), and near-ties are capped. Both engines run passes of at most 64
+// tokens (prefill_chunk_tokens), so the GPU takes the int8 matvec path for every row however
+// the chats are batched, and the oracle rounds every row the same way.
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,10 +27,17 @@
 namespace granule {
 namespace {
 
-// model_gpu_test.cpp's tolerance_for(TensorType::Q4_1): the logits' error bound relative to
-// the row's RMS (int8-rounded activations in the Q4_1 kernels, at the 30-layer shapes).
-constexpr double kQ4_1RelativeBound = 0.25;
+// model_gpu_test.cpp's bound, derived there: f32 summation order within 1e-3 of the logits'
+// spread; past it (an int8 rounding flip, expected at every position at 30 layers) twice the
+// oracle's own distance from the f32 reference in that row. A greedy disagreement beyond twice
+// the bound fails; near-ties at most kMaxNearTiesPer64Positions per 64 answer positions: twice
+// the rate a CPU stand-in for the GPU's summation order gave at these shapes (a 2e-7 relative
+// jitter of the normalised activations: 2 greedy disagreements in 64 teacher-forced rows).
+constexpr double kSummationTolerance = 1e-3;
+constexpr double kFlipFactor = 2.0;
+constexpr int kMaxNearTiesPer64Positions = 4;
 constexpr int32_t kAnswerTokens = 24;
+constexpr int64_t kPassTokens = 64;  // prefill_chunk_tokens: the GPU's matvec path only
 
 // One file per process: ctest runs each test of this suite in its own process, in parallel,
 // and each process's suite teardown removes its own file only.
@@ -85,139 +94,162 @@ Request greedy_request(const std::vector<TokenId>& prompt, std::map<SequenceId, 
   return r;
 }
 
-void run_to_idle(Engine& engine) {
-  for (int i = 0; i < 100000 && engine.step(); ++i) {
-  }
-  ASSERT_TRUE(engine.idle());
+EngineOptions engine_options(DeviceKind device, bool oracle) {
+  EngineOptions options;
+  options.device = device;
+  options.max_sequences = device == DeviceKind::Cuda ? 32 : 1;
+  options.context_length = 512;
+  options.prefill_chunk_tokens = kPassTokens;
+  options.cpu_emulate_device_numerics = oracle;
+  return options;
 }
 
-struct Margin {
-  double top_two = 0;  // best minus second-best logit
-  double rms = 0;
+double spread_of(const std::vector<float>& row) {
+  double sum = 0, sum_sq = 0;
+  for (float x : row) sum += x;
+  const double mean = sum / static_cast<double>(row.size());
+  for (float x : row) sum_sq += (x - mean) * (x - mean);
+  return std::sqrt(sum_sq / static_cast<double>(row.size()));
+}
+
+// max_i |(a_i - mean a) - (b_i - mean b)|.
+double centred_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ma += a[i];
+    mb += b[i];
+  }
+  ma /= static_cast<double>(a.size());
+  mb /= static_cast<double>(b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::fabs((a[i] - ma) - (b[i] - mb)));
+  return worst;
+}
+
+struct Verdict {
+  int positions = 0;
+  int near_ties = 0;
+  int mismatches = 0;
 };
 
-Margin margin_of(const std::vector<float>& row) {
-  double sum_sq = 0;
-  for (float x : row) sum_sq += static_cast<double>(x) * x;
-  return {gpu_test::top_two(row).margin, std::sqrt(sum_sq / static_cast<double>(row.size()))};
+// Teacher-forces prompt + answer through the oracle and judges every answer token.
+void judge_answer(Engine& oracle, Engine& reference, int chat, const std::vector<TokenId>& prompt,
+                  const std::vector<int32_t>& answer, Verdict& v) {
+  std::vector<TokenId> forced = prompt;
+  forced.insert(forced.end(), answer.begin(), answer.end() - 1);
+  const auto rows = oracle.logits_for(forced);
+  std::vector<std::vector<float>> reference_rows;  // the f32 reference's, when needed
+  for (size_t k = 0; k < answer.size(); ++k) {
+    ++v.positions;
+    const std::vector<float>& row = rows[prompt.size() - 1 + k];
+    const auto best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    if (answer[k] == best) continue;
+    if (reference_rows.empty()) reference_rows = reference.logits_for(forced);
+    const double spread = spread_of(row);
+    const double d_row = centred_error(row, reference_rows[prompt.size() - 1 + k]) / spread;
+    const double bound = kSummationTolerance + kFlipFactor * d_row;
+    const double behind =
+        (row[static_cast<size_t>(best)] - row[static_cast<size_t>(answer[k])]) / spread;
+    std::cout << "[concurrent-chats] chat " << chat << " (" << prompt.size()
+              << "-token prompt), answer token " << k << ": GPU " << answer[k] << ", oracle "
+              << best << ", behind by " << behind << " x spread (near-tie up to " << 2 * bound
+              << ")\n";
+    if (behind <= 2 * bound) {
+      ++v.near_ties;
+    } else {
+      ++v.mismatches;
+      ADD_FAILURE() << "chat " << chat << ", answer token " << k << ": the GPU's token is "
+                    << behind << " x spread behind the oracle's choice (bound " << 2 * bound << ")";
+    }
+  }
 }
 
-// Runs the chats alone, then together: on the same engine, or, with kv_budget_granules > 0,
-// on a second engine whose budget holds everything but KV plus that many 2 MiB granules, so
-// chats wait for admission and are preempted and recomputed as others grow (their answers
-// are longer then, so that running chats outgrow the spare granule admission keeps).
-void expect_together_matches_alone(int chats, uint64_t kv_budget_granules = 0) {
+// Runs the chats together on the GPU: on an engine with room for all, or, with
+// kv_budget_granules > 0, on one whose budget holds everything but KV plus that many 2 MiB
+// granules, so chats wait for admission and are preempted and recomputed as others grow
+// (their answers are longer then, so that running chats outgrow the spare granule admission
+// keeps). Every answer is then judged against the oracle.
+void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) {
   const int32_t answer_tokens = kv_budget_granules > 0 ? 5 * kAnswerTokens : kAnswerTokens;
-  EngineOptions options;
-  options.device = DeviceKind::Cuda;
-  options.max_sequences = 32;
-  options.context_length = 512;
+  EngineOptions options = engine_options(DeviceKind::Cuda, false);
   auto engine = Engine::open(smollm2_model_path(), options);
   ASSERT_NE(engine->device_name().find("CUDA"), std::string::npos) << engine->device_name();
+  auto oracle = Engine::open(smollm2_model_path(), engine_options(DeviceKind::Cpu, true));
+  auto reference = Engine::open(smollm2_model_path(), engine_options(DeviceKind::Cpu, false));
   const auto prompts = varied_prompts(chats, engine->config().n_vocab);
 
-  std::vector<std::vector<int32_t>> alone;
-  for (const auto& prompt : prompts) {
-    std::map<SequenceId, ChatOutput> out;
-    const SequenceId id = engine->submit(greedy_request(prompt, out, answer_tokens));
-    ASSERT_NO_FATAL_FAILURE(run_to_idle(*engine));
-    ASSERT_EQ(out[id].reason, FinishReason::MaxTokens) << out[id].error;
-    ASSERT_EQ(out[id].tokens.size(), static_cast<size_t>(answer_tokens));
-    alone.push_back(out[id].tokens);
-  }
-
-  std::unique_ptr<Engine> pressed;
   if (kv_budget_granules > 0) {
     const TelemetrySnapshot idle = engine->telemetry();
     options.vram_budget_bytes = idle.device.used_bytes -
                                 idle.device.ledger_bytes(MemoryCategory::KvCommitted) +
                                 kv_budget_granules * (2ull << 20);
-    pressed = Engine::open(smollm2_model_path(), options);
+    engine.reset();
+    engine = Engine::open(smollm2_model_path(), options);
   }
-  Engine& together_engine = pressed ? *pressed : *engine;
   std::map<SequenceId, ChatOutput> out;
   std::vector<SequenceId> ids;
-  for (const auto& prompt : prompts) {
-    ids.push_back(together_engine.submit(greedy_request(prompt, out, answer_tokens)));
-  }
+  for (const auto& prompt : prompts)
+    ids.push_back(engine->submit(greedy_request(prompt, out, answer_tokens)));
   int32_t most_waiting = 0;
-  for (int step = 0; step < 100000 && together_engine.step(); ++step) {
-    if (pressed) {
-      const TelemetrySnapshot t = together_engine.telemetry();
+  for (int step = 0; step < 100000 && engine->step(); ++step) {
+    if (kv_budget_granules > 0) {
+      const TelemetrySnapshot t = engine->telemetry();
       ASSERT_LE(t.device.used_bytes, options.vram_budget_bytes) << "step " << step;
       most_waiting = std::max(most_waiting, t.scheduler.waiting);
     }
   }
-  ASSERT_TRUE(together_engine.idle());
-  const TelemetrySnapshot after = together_engine.telemetry();
+  ASSERT_TRUE(engine->idle());
+  const TelemetrySnapshot after = engine->telemetry();
   EXPECT_EQ(after.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
-  // The budget must have bitten: chats waited for admission, or were preempted.
-  if (pressed) EXPECT_GT(after.scheduler.preemptions + static_cast<uint64_t>(most_waiting), 0u);
+  // The budget must have bitten: running chats were preempted (and recomputed), not only
+  // kept waiting.
+  if (kv_budget_granules > 0) {
+    EXPECT_GT(after.scheduler.preemptions, 0u) << "the small budget preempted no chat";
+    EXPECT_GT(after.scheduler.recomputed_tokens, 0u);
+  }
 
-  int identical = 0, near_ties = 0;
+  Verdict v;
   for (int i = 0; i < chats; ++i) {
     const ChatOutput& together = out[ids[static_cast<size_t>(i)]];
     ASSERT_EQ(together.reason, FinishReason::MaxTokens) << "chat " << i << ": " << together.error;
-    ASSERT_EQ(together.tokens.size(), alone[static_cast<size_t>(i)].size()) << "chat " << i;
-    const auto diverged = std::mismatch(together.tokens.begin(), together.tokens.end(),
-                                        alone[static_cast<size_t>(i)].begin());
-    if (diverged.first == together.tokens.end()) {
-      ++identical;
-      continue;
-    }
-    const auto k = static_cast<size_t>(diverged.first - together.tokens.begin());
-    // Row prompt+k-1 of the teacher-forced logits predicts answer token k.
-    std::vector<TokenId> forced = prompts[static_cast<size_t>(i)];
-    forced.insert(forced.end(), alone[static_cast<size_t>(i)].begin(),
-                  alone[static_cast<size_t>(i)].begin() + static_cast<std::ptrdiff_t>(k) + 1);
-    const auto rows = engine->logits_for(forced);
-    const Margin m = margin_of(rows[prompts[static_cast<size_t>(i)].size() - 1 + k]);
-    const double bound = 2 * kQ4_1RelativeBound * m.rms;
-    std::cout << "[concurrent-chats] " << chats << " chats" << (pressed ? " under a KV budget" : "")
-              << ": chat " << i << " (" << prompts[static_cast<size_t>(i)].size()
-              << "-token prompt) diverges at answer token " << k << ", alone " << *diverged.second
-              << " together " << *diverged.first << ", top-two margin " << m.top_two << " = "
-              << m.top_two / m.rms << " x RMS (bound " << 2 * kQ4_1RelativeBound << " x RMS)\n";
-    if (m.top_two <= bound) {
-      ++near_ties;
-    } else {
-      ADD_FAILURE() << "chat " << i << " diverges at answer token " << k
-                    << " where the alone run's margin " << m.top_two << " exceeds the bound "
-                    << bound;
-    }
+    ASSERT_EQ(together.tokens.size(), static_cast<size_t>(answer_tokens)) << "chat " << i;
+    judge_answer(*oracle, *reference, i, prompts[static_cast<size_t>(i)], together.tokens, v);
   }
+  const int cap = (v.positions + 63) / 64 * kMaxNearTiesPer64Positions;
   std::cout << "[concurrent-chats] " << chats << " chats on " << engine->device_name()
-            << (pressed
+            << (kv_budget_granules > 0
                     ? " under a KV budget of " + std::to_string(kv_budget_granules) + " granules"
                     : std::string())
-            << ": " << identical << " identical to their alone run, " << near_ties
-            << " diverged at a near-tie; preemptions " << after.scheduler.preemptions
-            << ", tokens recomputed " << after.scheduler.recomputed_tokens << ", most waiting "
-            << most_waiting << "\n";
-  ::testing::Test::RecordProperty("identical", identical);
-  ::testing::Test::RecordProperty("near_ties", near_ties);
+            << ": " << v.positions << " answer tokens judged against " << oracle->device_name()
+            << ", " << v.near_ties << " near-ties (cap " << cap << "), " << v.mismatches
+            << " mismatches; preemptions " << after.scheduler.preemptions << ", tokens recomputed "
+            << after.scheduler.recomputed_tokens << ", most waiting " << most_waiting << "\n";
+  EXPECT_EQ(v.mismatches, 0);
+  EXPECT_LE(v.near_ties, cap) << "more near-ties than summation order explains";
+  ::testing::Test::RecordProperty("near_ties", v.near_ties);
 }
 
-// The case: eight chats of 5..300 prompt tokens decode together as they decode alone.
-TEST_F(ConcurrentChatsGpu, EightChatsTogetherGiveTheirAloneTokensExceptAtNearTies) {
+// The case: eight chats of 5..300 prompt tokens decode together as the oracle decodes them.
+TEST_F(ConcurrentChatsGpu, EightChatsTogetherGiveTheOraclesTokensExceptAtNearTies) {
   GRANULE_REQUIRE_GPU();
-  expect_together_matches_alone(8);
+  expect_together_matches_oracle(8);
 }
 
 // The case: thirty-two chats (every slot) of 5..300 prompt tokens, prefills chunked among
-// running decodes, give their alone tokens.
-TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsTogetherGiveTheirAloneTokensExceptAtNearTies) {
+// running decodes, give the oracle's tokens.
+TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsTogetherGiveTheOraclesTokensExceptAtNearTies) {
   GRANULE_REQUIRE_GPU();
-  expect_together_matches_alone(32);
+  expect_together_matches_oracle(32);
 }
 
 // The case: thirty-two chats under a budget with room for 24 granules of KV (a third of what
-// they hold at their peak): they wait for admission and are preempted, their KV freed and
-// recomputed (through the prefill path, not the decode one), yet they give their alone
-// tokens except at near-ties; the budget is never passed and KV ends at zero.
-TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsUnderASmallKvBudgetGiveTheirAloneTokens) {
+// they hold at their peak): they wait for admission and are preempted (asserted), their KV
+// freed and recomputed, yet they give the oracle's tokens except at near-ties; the budget is
+// never passed and KV ends at zero.
+TEST_F(ConcurrentChatsGpu, ThirtyTwoChatsUnderASmallKvBudgetArePreemptedAndGiveTheOraclesTokens) {
   GRANULE_REQUIRE_GPU();
-  expect_together_matches_alone(32, /*kv_budget_granules=*/24);
+  expect_together_matches_oracle(32, /*kv_budget_granules=*/24);
 }
 
 }  // namespace

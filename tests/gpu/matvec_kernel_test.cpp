@@ -4,10 +4,14 @@
 // Expected values: cpu::matmul in f32 on the same encoded weights. Error bound: f32
 // rounding, plus, for the int8-activation types (Q4_0/Q4_1/Q8_0), the exact worst case of
 // rounding each activation to its block's int8 grid: sum |w_i| * amax(block of i) / 254.
+// The int8-activation kernels are also held to the CPU oracle's product (the activations
+// rounded through int8 blocks as launch_quantize_q8 rounds them: cpu::round_through_q8), within
+// f32 summation order alone: 1e-5 of sum |w_i x_i|.
 // Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (engine/include/granule/split_layout.h), whose
 // kernels always read int8 activations. The kernels run with the backend's configuration
 // (GRANULE_* overrides included); every batch-1 shape of KernelConfig also runs explicitly.
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "backends/cpu/ops.h"
@@ -16,8 +20,8 @@
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
-#include "quantize_activations.cuh"
 #include "model/weight_split.h"
+#include "quantize_activations.cuh"
 
 namespace granule {
 namespace {
@@ -142,6 +146,28 @@ void expect_matvec_matches_cpu(const Case& c, const kernels::KernelConfig& confi
     }
   }
   EXPECT_EQ(bad, 0);
+  if (!reads_q8(c.type, c.split)) return;
+  // Against the oracle: the same int8 activations, so only the summation order differs.
+  std::vector<float> rounded = x, oracle(expected.size());
+  for (int b = 0; b < c.batch; ++b)
+    cpu::round_through_q8(rounded.data() + b * c.cols, c.cols, cpu::Q8Rounding::Divide);
+  cpu::matmul(c.type, w.bytes.data(), c.rows, c.cols, rounded.data(), c.batch, oracle.data(),
+              nullptr);
+  const std::vector<double> f32_only = error_bounds(w, x, c.rows, c.cols, c.batch, false);
+  double worst = 0;
+  int off = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(static_cast<double>(got[i]) - oracle[i]);
+    worst = std::max(worst, err / f32_only[i]);
+    if (!(err <= f32_only[i]) && ++off <= 5)
+      ADD_FAILURE() << "element " << i << ": gpu " << got[i] << " oracle " << oracle[i] << " bound "
+                    << f32_only[i];
+  }
+  EXPECT_EQ(off, 0) << tensor_type_info(c.type).name << (c.split ? " split" : "")
+                    << ": not the int8 product the oracle computes";
+  std::cout << "[matvec-vs-oracle] " << tensor_type_info(c.type).name << (c.split ? " split " : " ")
+            << c.rows << "x" << c.cols << " batch " << c.batch << ": worst err / f32 bound "
+            << worst << "\n";
 }
 
 class MatvecKernel : public ::testing::TestWithParam<Case> {};

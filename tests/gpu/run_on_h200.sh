@@ -43,7 +43,8 @@ gpu_tests() {
   local start=$(date +%s)
   timeout 400 ctest --test-dir "$build" -L '_kernel_test|model_gpu_test|kernels_test|chats_test' -j4 --timeout 380 \
     --output-on-failure >"$OUT/ctest-gpu.log" 2>&1
-  grep -h "\[gpu-vs-cpu\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
+  grep -hE "\[(gpu-vs-oracle|per-type|matvec-vs-oracle|concurrent-chats)\]" \
+    "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-cpu.txt"
   echo "gpu tests: $(( $(date +%s) - start )) s"
 }
 
@@ -262,6 +263,6 @@ esac
 echo "== summary"
 grep -hE "tests passed|tests failed" "$OUT"/ctest-*.log 2>/dev/null
 grep -hE "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)" "$OUT"/ctest-*.log 2>/dev/null | head -30
-grep -E "decode steps|cuBLAS\)|batched|engine|real" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | sed -E 's/\[gpu-vs-cpu\] //; s/, worst err\/bound [0-9.e-]+//' | cut -c1-140
+grep -E "^\[per-type\]|\[concurrent-chats\] [0-9]+ chats" "$OUT/gpu-vs-cpu.txt" 2>/dev/null | cut -c1-200
 cat "$OUT/sweep.txt" 2>/dev/null
 for f in "$OUT"/bench-*.txt; do echo; echo "== $(basename "$f")"; grep -vE "^\s*[{}\"\]]|^\s+\"|writing|done in" "$f"; done

@@ -37,6 +37,9 @@ struct EngineOptions {
   std::string chat_template_override;  // a family name, or "" to detect from the GGUF
   // For tests: wraps the backend the engine picked (a fault-injecting decorator); empty: none.
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
+  // For tests: the CPU backend rounds activations, KV and GEMM operands where the CUDA
+  // backend does (an oracle for the GPU's logits); off: plain f32. Ignored on the GPU.
+  bool cpu_emulate_device_numerics = false;
 };
 
 using SequenceId = int64_t;

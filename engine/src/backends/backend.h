@@ -42,6 +42,11 @@ struct BackendOptions {
   // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
   // (engine/src/backends/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
   std::optional<kernels::KernelConfig> kernel_config;
+  // Test-only, CPU backend: round where the CUDA backend rounds (cpu_backend.h), so the CPU is
+  // an oracle for the GPU's numbers up to f32 summation order. Read with kernel_config (its
+  // split_weights decides which types read int8 activations) and max_tokens_per_pass (the
+  // GPU's chunking). Off: plain f32, the quality reference.
+  bool cpu_emulate_device_numerics = false;
 };
 
 // What a backend needs to build itself. file, config, weights and memory outlive the backend;

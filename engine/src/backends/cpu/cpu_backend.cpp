@@ -9,10 +9,12 @@
 #include <thread>
 
 #include "backends/cpu/ops.h"
+#include "backends/kernel_config_env.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
 #include "model/rope.h"
+#include "model/weight_split.h"
 
 namespace granule::cpu {
 namespace {
@@ -62,6 +64,10 @@ void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
   for (int64_t t = 0; t < n_tokens; ++t) add_in_place(y + t * n, bias.data(), n);
 }
 
+// CudaModel::kMatvecMaxRows: the most rows the CUDA backend runs through its matvec kernels;
+// a larger chunk goes through cuBLAS with f16 operands.
+constexpr int64_t kGpuMatvecMaxRows = 64;
+
 int32_t thread_count(const BackendOptions& options) {
   if (options.cpu_threads > 0) return options.cpu_threads;
   return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
@@ -78,6 +84,7 @@ struct CpuBackend::Scratch {
   std::vector<int32_t> token_slot;
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
+  std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
 
   void reserve(const ModelConfig& c, int64_t tokens) {
     if (tokens <= capacity_tokens) return;
@@ -103,7 +110,13 @@ CpuBackend::CpuBackend(const BackendInit& init)
       weights_(init.weights),
       memory_(init.memory),
       pool_(thread_count(init.options)),
-      scratch_(std::make_unique<Scratch>()) {
+      scratch_(std::make_unique<Scratch>()),
+      emulate_(init.options.cpu_emulate_device_numerics) {
+  if (emulate_) {
+    split_weights_ = init.options.kernel_config ? init.options.kernel_config->split_weights
+                                                : kernel_config_from_environment().split_weights;
+    chunk_rows_ = std::max(kGpuMatvecMaxRows, init.options.max_tokens_per_pass);
+  }
   // The weights stay in the file mapping; on the CPU that mapping is the "device" copy.
   charged_weight_bytes_ = weights_.total_bytes();
   memory_.charge(MemoryCategory::WeightsResident, charged_weight_bytes_);
@@ -127,7 +140,32 @@ CpuBackend::~CpuBackend() {
 }
 
 std::string CpuBackend::name() const {
-  return "CPU (" + std::to_string(pool_.threads()) + " threads)";
+  return "CPU (" + std::to_string(pool_.threads()) + " threads" +
+         (emulate_ ? ", CUDA rounding)" : ")");
+}
+
+bool CpuBackend::reads_q8(const TensorInfo* w) const {
+  const TensorType t = type_of(w);
+  if (t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0) return true;
+  return split_weights_ && split_layout_fits(w->ggml_type, w->dims[0]);
+}
+
+void CpuBackend::project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                         Input input) {
+  const int64_t cols = w->dims[0], rows = w->dims[1];
+  const Q8Rounding rule = input == Input::Norm ? Q8Rounding::MultiplyByInverse : Q8Rounding::Divide;
+  std::vector<float>& in = scratch_->rounded;
+  for (int64_t first = 0; first < n_tokens; first += chunk_rows_) {
+    const int64_t count = std::min(chunk_rows_, n_tokens - first);
+    const bool gemm = count > kGpuMatvecMaxRows;
+    in.assign(x + first * cols, x + (first + count) * cols);
+    if (gemm) {
+      round_through_f16(in.data(), count * cols);
+    } else if (reads_q8(w)) {
+      for (int64_t t = 0; t < count; ++t) round_through_q8(in.data() + t * cols, cols, rule);
+    }
+    matmul(type_of(w), w->data, rows, cols, in.data(), count, y + first * rows, &pool_, gemm);
+  }
 }
 
 uint64_t CpuBackend::device_total_bytes() const { return host_memory_bytes(); }
@@ -159,8 +197,14 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
              c.rms_eps);
   }
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                  n_tokens, pool_);
+  if (emulate_) {
+    project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm);
+    project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm);
+    project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm);
+  } else {
+    matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
+                    n_tokens, pool_);
+  }
   add_bias(s.q.data(), lv.bq, n_tokens);
   add_bias(s.k.data(), lv.bk, n_tokens);
   add_bias(s.v.data(), lv.bv, n_tokens);
@@ -182,6 +226,10 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
+    if (emulate_) {  // the CUDA KV holds f16
+      round_through_f16(kv_at(slot, position, layer, false), kv_dim);
+      round_through_f16(kv_at(slot, position, layer, true), kv_dim);
+    }
   }
 
   // Every (token, head) pair reads its sequence's KV over [0, position]: bounded reads.
@@ -203,7 +251,10 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     }
   });
 
-  matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
+  if (emulate_)
+    project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention);
+  else
+    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
 }
 
@@ -267,10 +318,18 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
     }
-    matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
-                    pool_);
+    if (emulate_) {
+      project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm);
+      project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm);
+    } else {
+      matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
+                      pool_);
+    }
     swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
-    matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+    if (emulate_)
+      project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu);
+    else
+      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
 
@@ -287,6 +346,11 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
   }
   logits.resize(static_cast<size_t>(n_rows * c.n_vocab));
+  // The head is a matvec on the GPU whatever the chunk: int8 input when its kernel reads it.
+  if (emulate_ && reads_q8(weights_.output)) {
+    for (int64_t r = 0; r < n_rows; ++r)
+      round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
+  }
   matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_);
   return n_rows;
 }
@@ -302,8 +366,9 @@ std::unique_ptr<Backend> make_cpu_backend(const BackendInit& init) {
 uint64_t host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page_size = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
-                                    : 0;
+  return pages > 0 && page_size > 0
+             ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size)
+             : 0;
 }
 
 }  // namespace granule

@@ -1,5 +1,19 @@
 // The CPU reference backend: the llama family's forward pass in f32 over the mapped weights,
-// KV in f32 inside the engine's KvSpace, threads over rows and heads. The oracle for the GPU.
+// KV in f32 inside the engine's KvSpace, threads over rows and heads. The quality reference.
+//
+// With BackendOptions::cpu_emulate_device_numerics it is the oracle for the CUDA backend
+// instead: it rounds exactly where cuda_model.cpp rounds, so the two differ only by f32
+// summation order (and approximate intrinsics: rsqrtf, expf):
+// - KV through f16 (the CUDA KV element).
+// - A chunk of <= 64 rows (decode, short prefill: the matvec kernels): the input of every
+//   matrix whose kernel reads int8 activations (kernels::matvec_reads_q8: Q4_0, Q4_1, Q8_0,
+//   and every split-layout type, Q6_K included, unless KernelConfig::split_weights is off)
+//   through int8 blocks of 32 (round_through_q8; the RMSNorm's rule before Q/K/V, gate/up
+//   and the head, quantize_block_of_warp's before the output projection and the down
+//   projection); other types (F32, F16, BF16, the K quants unsplit) read f32 activations.
+// - A chunk of > 64 rows (the cuBLAS path): every layer matrix dequantised to f16 and its
+//   input rounded to f16. The head is a matvec in both paths.
+// Chunks are the GPU's: max(64, max_tokens_per_pass) tokens of the batch in order.
 #pragma once
 #include <memory>
 #include <optional>
@@ -33,6 +47,13 @@ class CpuBackend final : public Backend {
   struct Scratch;       // activations, grown to the largest batch seen
 
   void attention_layer(int64_t layer, int64_t n_tokens);
+
+  // Where a matrix's input comes from: it decides the int8 rounding rule (ops.h Q8Rounding).
+  enum class Input { Norm, Attention, Swiglu };
+  // Emulating: y = x · Wᵀ with the CUDA backend's rounding of x and W for each chunk.
+  void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input);
+  // Whether the CUDA kernel for w reads int8 activations.
+  bool reads_q8(const TensorInfo* w) const;
   float* kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const;
 
   const ModelConfig& config_;
@@ -46,6 +67,10 @@ class CpuBackend final : public Backend {
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::unique_ptr<Scratch> scratch_;
+  // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
+  bool emulate_ = false;
+  bool split_weights_ = true;
+  int64_t chunk_rows_ = 512;
 };
 
 }  // namespace granule::cpu

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 
 #include "backends/cpu/row_kernels.h"
@@ -44,13 +45,13 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const d
   }
 }
 
-void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
-                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y) {
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end, int64_t n_rows,
+                 int64_t n_cols, const float* x, int64_t n_tokens, float* y, bool f16_weights) {
   const size_t stride = row_bytes(type, n_cols);
   const auto* base = static_cast<const uint8_t*>(w);
   // Each thread keeps one decode buffer for its life: no allocation per token.
   thread_local std::vector<float> decoded;
-  if (type != TensorType::F32 && decoded.size() < static_cast<size_t>(n_cols)) {
+  if ((type != TensorType::F32 || f16_weights) && decoded.size() < static_cast<size_t>(n_cols)) {
     decoded.resize(static_cast<size_t>(n_cols));
   }
   // Tokens go in tiles small enough to stay in L2 across the rows; a row is decoded once
@@ -61,10 +62,11 @@ void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = base + static_cast<size_t>(r) * stride;
       // One token (a decode step): decode and dot in one pass where a fused kernel exists.
-      if (n_tokens == 1 && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
+      if (n_tokens == 1 && !f16_weights && dot_row_fused(type, row, x, n_cols, &y[r])) continue;
       const float* values = reinterpret_cast<const float*>(row);
-      if (type != TensorType::F32) {
+      if (type != TensorType::F32 || f16_weights) {
         decode_row(type, row, decoded.data(), n_cols);
+        if (f16_weights) round_through_f16(decoded.data(), n_cols);
         values = decoded.data();
       }
       for (int64_t t = tile; t < tile_end; ++t) {
@@ -75,9 +77,9 @@ void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_
 }
 
 void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
-            int64_t n_tokens, float* y, ThreadPool* pool) {
+            int64_t n_tokens, float* y, ThreadPool* pool, bool f16_weights) {
   auto rows = [&](int64_t begin, int64_t end, int32_t) {
-    matmul_rows(type, w, begin, end, n_rows, n_cols, x, n_tokens, y);
+    matmul_rows(type, w, begin, end, n_rows, n_cols, x, n_tokens, y, f16_weights);
   };
   if (pool) {
     pool->parallel_for(n_rows, rows);
@@ -116,13 +118,55 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
 }
 
 void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out) {
-  const auto* row = static_cast<const uint8_t*>(table) +
-                    static_cast<size_t>(token) * row_bytes(type, n_embd);
+  const auto* row =
+      static_cast<const uint8_t*>(table) + static_cast<size_t>(token) * row_bytes(type, n_embd);
   dequantize_row(type, row, out, n_embd);
 }
 
 void add_in_place(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+float round_to_f16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  uint16_t h;
+  if (magnitude >= 0x7f800000u) {  // infinity, NaN (kept quiet)
+    h = static_cast<uint16_t>(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0u));
+  } else if (magnitude >= 0x477ff000u) {  // 65520 and above round past 65504: infinity
+    h = static_cast<uint16_t>(sign | 0x7c00u);
+  } else if (magnitude < 0x38800000u) {  // below 2^-14: a multiple of 2^-24 (exact scaling)
+    float a;
+    std::memcpy(&a, &magnitude, sizeof a);
+    h = static_cast<uint16_t>(sign | static_cast<uint32_t>(std::nearbyint(a * 16777216.0f)));
+  } else {  // normal: 23 mantissa bits to 10, ties to even; a carry moves into the exponent
+    const uint32_t rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+    h = static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+  }
+  return fp16_to_f32(h);
+}
+
+void round_through_f16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = round_to_f16(x[i]);
+}
+
+void round_through_q8(float* x, int64_t n, Q8Rounding rounding) {
+  constexpr int64_t kBlock = 32;
+  for (int64_t b = 0; b + kBlock <= n; b += kBlock) {
+    float* v = x + b;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f;
+    const float inverse = amax == 0.0f ? 0.0f : 1.0f / d;
+    for (int64_t i = 0; i < kBlock; ++i) {
+      float q = 0.0f;
+      if (amax != 0.0f)  // nearbyint: the default mode rounds to nearest, ties to even
+        q = std::nearbyint(rounding == Q8Rounding::Divide ? v[i] / d : v[i] * inverse);
+      v[i] = q * d;
+    }
+  }
 }
 
 }  // namespace granule::cpu

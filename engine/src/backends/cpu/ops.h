@@ -21,20 +21,23 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 
 // Rotates n_heads vectors of head_dim (laid out one after another) in place at `position`.
 // Normal: pairs (x[2i], x[2i+1]) (ggml mode 0, llama); NeoX: pairs (x[i], x[i + head_dim/2]).
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position,
-          const double* frequencies, RopeOrdering ordering);
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
+          RopeOrdering ordering);
 
 // Rows [row_begin, row_end) of matmul() below, on the calling thread: the piece a caller
 // running several matmuls in one parallel loop hands each thread.
-void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
-                 int64_t n_rows, int64_t n_cols, const float* x, int64_t n_tokens, float* y);
+void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end, int64_t n_rows,
+                 int64_t n_cols, const float* x, int64_t n_tokens, float* y,
+                 bool f16_weights = false);
 
 // Y = X · Wᵀ for a weight matrix of n_rows rows of n_cols encoded elements (row r at
 // w + r * row_bytes(type, n_cols)) and n_tokens input vectors x[t * n_cols ...]:
 // y[t * n_rows + r] = dot(row r, x_t). Each row is decoded once (dequantize_row) and dotted
 // with every token (dot_f32); threads split the rows. pool may be null (one thread).
+// f16_weights: each decoded weight is rounded to f16 first (the CUDA prefill path's
+// dequantise-to-f16 before cuBLAS; the CPU oracle only).
 void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, const float* x,
-            int64_t n_tokens, float* y, ThreadPool* pool);
+            int64_t n_tokens, float* y, ThreadPool* pool, bool f16_weights = false);
 
 // One head of causal attention for one query: softmax(q·Kᵀ / sqrt(head_dim)) · V over
 // tokens [0, length). K of token t is at k + t * token_stride (floats), V likewise.
@@ -50,5 +53,25 @@ void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t t
 
 // x[i] += y[i].
 void add_in_place(float* x, const float* y, int64_t n);
+
+// --- Rounding as the CUDA backend rounds (the CPU oracle of BackendOptions::
+// cpu_emulate_device_numerics). Each replaces values by what the GPU's kernels compute with.
+
+// f32 to the nearest f16 (ties to even; overflow to infinity, subnormals kept), back to f32:
+// __float2half_rn.
+float round_to_f16(float x);
+void round_through_f16(float* x, int64_t n);
+
+// How a kernel turns an activation into its int8 value q, with d = amax / 127 in f32 over
+// the 32-element block (amax = max |x|; q = 0 for a block of zeros) and rounding to nearest,
+// ties to even (__float2int_rn):
+//   MultiplyByInverse  q = rint(x * (1 / d))   the RMSNorm kernel's int8 output (rms_norm.cu)
+//   Divide             q = rint(x / d)         quantize_block_of_warp (activation_q8.cuh):
+//                                              the attention output and quantize_q8 (SwiGLU)
+enum class Q8Rounding { MultiplyByInverse, Divide };
+// Replaces each 32-element block of x (n a multiple of 32) by q * d, the value the int8
+// matvec kernels multiply with: dot(dequant(w), round_through_q8(a)) is their
+// d_w·d_a·Σ q_w·q_a (+ m_w·d_a·Σ q_a with a block minimum) up to f32 summation order.
+void round_through_q8(float* x, int64_t n, Q8Rounding rounding);
 
 }  // namespace granule::cpu

@@ -1,0 +1,381 @@
+// The CPU oracle for the GPU (BackendOptions::cpu_emulate_device_numerics): its rounding
+// operators against independent definitions (the testkit's f16 encoder, the int8 kernels'
+// integer formula d_w·d_a·Σ q_w·q_a), and the whole backend in that mode: it differs from the
+// plain f32 reference by the magnitude int8 activations cause, it chunks a batch as the
+// CUDA backend does, and the engine option reaches it.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "backends/backend.h"
+#include "backends/cpu/ops.h"
+#include "granule/block_formats.h"
+#include "granule/engine.h"
+#include "granule/quant.h"
+#include "granule/testkit/quantize.h"
+#include "granule/testkit/synthetic_model.h"
+#include "memory/kv_space.h"
+#include "runtime/runtime.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+float bits_to_float(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, sizeof f);
+  return f;
+}
+
+// ---- f16 ----------------------------------------------------------------------------------
+
+TEST(CpuOracleOps, RoundToF16MatchesTheTestkitEncoderOverTheF16Range) {
+  // Every f32 exponent from f16's subnormals to its largest finite values, random mantissas
+  // (the low 13 bits decide the rounding; half the samples are exact ties).
+  std::mt19937 gen(1);
+  int compared = 0;
+  for (uint32_t exponent = 103; exponent <= 142; ++exponent) {
+    for (int i = 0; i < 4000; ++i) {
+      uint32_t mantissa = gen() & 0x7fffffu;
+      if (i % 2) mantissa = (mantissa & ~0x1fffu) | 0x1000u;  // a tie
+      const uint32_t sign = (i % 4 < 2) ? 0u : 0x80000000u;
+      const float x = bits_to_float(sign | exponent << 23 | mantissa);
+      if (std::fabs(x) >= 65504.0f) continue;  // overflow: checked below
+      ASSERT_EQ(cpu::round_to_f16(x), fp16_to_f32(f32_to_fp16(x))) << x;
+#ifdef __FLT16_MAX__  // the compiler's own conversion, where it has _Float16
+      ASSERT_EQ(cpu::round_to_f16(x), static_cast<float>(static_cast<_Float16>(x))) << x;
+#endif
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 100000);
+}
+
+TEST(CpuOracleOps, RoundToF16TiesToEvenOverflowsAndSubnormals) {
+  EXPECT_EQ(cpu::round_to_f16(1.0f + 0x1p-11f), 1.0f);                // tie, even below
+  EXPECT_EQ(cpu::round_to_f16(1.0f + 3 * 0x1p-11f), 1.0f + 0x1p-9f);  // tie, even above
+  EXPECT_EQ(cpu::round_to_f16(1.0f + 0x1p-11f + 0x1p-20f), 1.0f + 0x1p-10f);
+  EXPECT_EQ(cpu::round_to_f16(65504.0f), 65504.0f);
+  EXPECT_EQ(cpu::round_to_f16(65519.0f), 65504.0f);
+  EXPECT_TRUE(std::isinf(cpu::round_to_f16(65520.0f)));  // the tie rounds to even: infinity
+  EXPECT_TRUE(std::isinf(cpu::round_to_f16(-1e6f)));
+  EXPECT_TRUE(std::isnan(cpu::round_to_f16(NAN)));
+  EXPECT_EQ(cpu::round_to_f16(0x1p-24f), 0x1p-24f);            // the smallest subnormal
+  EXPECT_EQ(cpu::round_to_f16(0x1p-25f), 0.0f);                // tie to even: zero
+  EXPECT_EQ(cpu::round_to_f16(3 * 0x1p-25f), 0x1p-23f);        // tie to even: two units
+  EXPECT_EQ(cpu::round_to_f16(1023.5f * 0x1p-24f), 0x1p-14f);  // carries into the normals
+  EXPECT_EQ(cpu::round_to_f16(-0.0f), 0.0f);
+  EXPECT_TRUE(std::signbit(cpu::round_to_f16(-0.0f)));
+}
+
+// ---- int8 blocks --------------------------------------------------------------------------
+
+TEST(CpuOracleOps, RoundThroughQ8KeepsInt8RepresentableBlocksExactly) {
+  // q·d with d a power of two and ±127 in every block: amax / 127 gives d back exactly, so
+  // both rules must return every value unchanged.
+  std::mt19937 gen(2);
+  std::uniform_int_distribution<int> q(-127, 127);
+  for (float d : {0x1p-7f, 0x1p-3f, 1.0f, 0x1p5f}) {
+    std::vector<float> x(256);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(q(gen)) * d;
+    for (size_t b = 0; b < x.size(); b += 32)
+      x[b + (b / 32) % 32] = (b % 64 ? -127.0f : 127.0f) * d;
+    std::fill(x.begin() + 224, x.end(), 0.0f);  // a block of zeros stays zeros
+    for (cpu::Q8Rounding rule : {cpu::Q8Rounding::MultiplyByInverse, cpu::Q8Rounding::Divide}) {
+      std::vector<float> y = x;
+      cpu::round_through_q8(y.data(), static_cast<int64_t>(y.size()), rule);
+      ASSERT_EQ(y, x) << "d " << d;
+    }
+  }
+}
+
+TEST(CpuOracleOps, RoundThroughQ8MovesEachValueAtMostHalfAStep) {
+  const std::vector<float> x = random_values(32 * 200, 3, 5.0f);
+  std::vector<float> y = x;
+  cpu::round_through_q8(y.data(), static_cast<int64_t>(y.size()), cpu::Q8Rounding::Divide);
+  double sum_sq_steps = 0;
+  int changed = 0;
+  for (size_t b = 0; b < x.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const double d = amax / 127.0;
+    for (size_t i = b; i < b + 32; ++i) {
+      const double q = y[i] / d;
+      EXPECT_NEAR(q, std::nearbyint(q), 1e-4) << "not an int8 multiple of the block's step";
+      EXPECT_LE(std::fabs(q), 127.0 + 1e-4);
+      const double err = (static_cast<double>(y[i]) - x[i]) / d;
+      EXPECT_LE(std::fabs(err), 0.5 + 1e-4);
+      sum_sq_steps += err * err;
+      changed += y[i] != x[i];
+    }
+  }
+  // Uniform rounding error: RMS 1/sqrt(12) = 0.289 of a step.
+  const double rms_steps = std::sqrt(sum_sq_steps / static_cast<double>(x.size()));
+  EXPECT_NEAR(rms_steps, 0.289, 0.03);
+  EXPECT_GT(changed, static_cast<int>(x.size()) * 9 / 10);
+}
+
+TEST(CpuOracleOps, TheTwoInt8RulesDifferOnSomeValues) {
+  // rint(x * (1/d)) and rint(x / d) part where x/d lies within an ulp of a half: the oracle
+  // follows each kernel's own rule rather than one of them.
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  int differ = 0;
+  for (int trial = 0; trial < 200000 && differ == 0; ++trial) {
+    std::vector<float> a(32), b;
+    for (float& v : a) v = dist(gen);
+    b = a;
+    cpu::round_through_q8(a.data(), 32, cpu::Q8Rounding::MultiplyByInverse);
+    cpu::round_through_q8(b.data(), 32, cpu::Q8Rounding::Divide);
+    differ += a != b;
+  }
+  EXPECT_GT(differ, 0);
+}
+
+// The int8 matvec kernels' arithmetic (matvec.cu), written out independently in double from
+// the blocks: d_w·d_a·Σ q_w·q_a per 32-block, + m_w·(d_a·Σ q_a) for Q4_1.
+double kernel_formula(TensorType type, const uint8_t* row, const float* a, int64_t n) {
+  double total = 0;
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* x = a + b * 32;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float inverse = amax == 0 ? 0 : 1.0f / d;
+    int qa[32], sum_qa = 0;
+    for (int i = 0; i < 32; ++i) sum_qa += qa[i] = static_cast<int>(std::nearbyint(x[i] * inverse));
+    int64_t dot = 0;
+    double dw = 0, mw = 0;
+    if (type == TensorType::Q8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+      for (int i = 0; i < 32; ++i) dot += blk->qs[i] * qa[i];
+      dw = fp16_to_f32(blk->d);
+    } else if (type == TensorType::Q4_0) {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+      for (int i = 0; i < 16; ++i)
+        dot += ((blk->qs[i] & 0xF) - 8) * qa[i] + ((blk->qs[i] >> 4) - 8) * qa[i + 16];
+      dw = fp16_to_f32(blk->d);
+    } else {
+      const auto* blk = reinterpret_cast<const BlockQ4_1*>(row) + b;
+      for (int i = 0; i < 16; ++i)
+        dot += (blk->qs[i] & 0xF) * qa[i] + (blk->qs[i] >> 4) * qa[i + 16];
+      dw = fp16_to_f32(blk->d);
+      mw = fp16_to_f32(blk->m);
+    }
+    total += dw * d * static_cast<double>(dot) + mw * d * sum_qa;
+  }
+  return total;
+}
+
+TEST(CpuOracleOps, OracleMatmulIsTheInt8KernelsProduct) {
+  const int64_t rows = 48, cols = 512;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1}) {
+    const std::vector<float> wf = random_values(static_cast<size_t>(rows * cols), 5, 0.5f);
+    std::vector<uint8_t> w(row_bytes(type, cols) * rows);
+    for (int64_t r = 0; r < rows; ++r)
+      quantize_row(type, wf.data() + r * cols, w.data() + r * row_bytes(type, cols), cols);
+    const std::vector<float> a = random_values(static_cast<size_t>(cols), 6, 3.0f);
+    std::vector<float> rounded = a, y_oracle(rows), y_exact(rows);
+    cpu::round_through_q8(rounded.data(), cols, cpu::Q8Rounding::MultiplyByInverse);
+    cpu::matmul(type, w.data(), rows, cols, rounded.data(), 1, y_oracle.data(), nullptr);
+    cpu::matmul(type, w.data(), rows, cols, a.data(), 1, y_exact.data(), nullptr);
+    double worst_oracle = 0, sum_sq_exact = 0, sum_sq_ref = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const double ref = kernel_formula(type, w.data() + r * row_bytes(type, cols), a.data(), cols);
+      // f32 summation over 512 products: relative 1e-5 of the terms' size is ample.
+      double scale = 0;
+      std::vector<float> dec(cols);
+      dequantize_row(type, w.data() + r * row_bytes(type, cols), dec.data(), cols);
+      for (int64_t i = 0; i < cols; ++i) scale += std::fabs(dec[i] * a[i]);
+      worst_oracle = std::max(worst_oracle, std::fabs(y_oracle[r] - ref) / scale);
+      sum_sq_exact += (y_exact[r] - ref) * (y_exact[r] - ref);
+      sum_sq_ref += ref * ref;
+    }
+    EXPECT_LT(worst_oracle, 1e-5) << tensor_type_info(type).name;
+    // Without the int8 rounding the product is off by the activations' rounding: each
+    // element moves up to half a step of amax/127, ~0.3% of the output's RMS for these sizes.
+    const double exact_relative = std::sqrt(sum_sq_exact / sum_sq_ref);
+    EXPECT_GT(exact_relative, 5e-4) << tensor_type_info(type).name;
+    EXPECT_LT(exact_relative, 2e-2) << tensor_type_info(type).name;
+    std::cout << "[oracle] " << tensor_type_info(type).name << ": oracle vs int8 formula "
+              << worst_oracle << " (of sum |w a|), f32 vs int8 formula " << exact_relative
+              << " (of RMS)\n";
+  }
+}
+
+TEST(CpuOracleOps, F16WeightsMatmulRoundsEachDecodedWeight) {
+  const int64_t rows = 8, cols = 64;
+  const std::vector<float> w = random_values(static_cast<size_t>(rows * cols), 7, 3.0f);
+  const std::vector<float> x = random_values(static_cast<size_t>(cols), 8);
+  std::vector<float> y(rows), y16(rows);
+  cpu::matmul(TensorType::F32, w.data(), rows, cols, x.data(), 1, y16.data(), nullptr, true);
+  std::vector<float> w16 = w;
+  cpu::round_through_f16(w16.data(), rows * cols);
+  ASSERT_NE(w16, w);
+  cpu::matmul(TensorType::F32, w16.data(), rows, cols, x.data(), 1, y.data(), nullptr);
+  EXPECT_EQ(y, y16);
+}
+
+// ---- the backend in oracle mode -----------------------------------------------------------
+
+struct Rig {
+  std::unique_ptr<ModelFile> file;
+  ModelConfig config;
+  WeightTable weights;
+  Runtime runtime;
+
+  Rig(const fs::path& path, bool emulate, int64_t max_tokens_per_pass = 512) {
+    file = ModelFile::open(path);
+    config = ModelConfig::from_gguf(*file);
+    weights = WeightTable::from_gguf(*file, config);
+    RuntimeOptions options;
+    options.device = DeviceKind::Cpu;
+    options.context_length = 256;
+    options.slots = 2;
+    options.kv_pool_granules = 0;
+    options.backend.cpu_threads = 2;
+    options.backend.max_tokens_per_pass = max_tokens_per_pass;
+    options.backend.cpu_emulate_device_numerics = emulate;
+    runtime = make_runtime(*file, config, weights, options);
+  }
+
+  std::vector<float> run(int32_t slot, std::span<const int32_t> tokens, int64_t start) {
+    if (!runtime.kv->map_through(slot, start + static_cast<int64_t>(tokens.size())))
+      throw std::runtime_error("KV map refused");
+    std::vector<float> logits;
+    const std::vector<BatchSequence> batch = {{slot, tokens, start, true}};
+    runtime.backend->forward(batch, logits);
+    return logits;
+  }
+};
+
+fs::path write_model(const std::string& name, TensorType type) {
+  SyntheticModelSpec s;
+  s.name = name;
+  s.n_layer = 2;
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_ff = 512;
+  s.n_vocab = 1000;
+  s.weight_type = s.embedding_type = s.output_type = type;
+  s.seed = 31;
+  const fs::path path = fs::temp_directory_path() /
+                        ("granule-oracle-" + name + "-" + std::to_string(::getpid()) + ".gguf");
+  write_synthetic_model(s, path);
+  return path;
+}
+
+std::vector<int32_t> random_tokens(int n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int32_t> dist(3, 999);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = dist(gen);
+  return t;
+}
+
+// max over rows of max|a - b| / std(a) (the spread, without the mean offset).
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < a.size(); ++r) {
+    double sum = 0, sum_sq = 0, err = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double v = a[r * vocab + i];
+      sum += v;
+      sum_sq += v * v;
+      err = std::max(err, std::fabs(v - b[r * vocab + i]));
+    }
+    const double mean = sum / vocab;
+    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
+  }
+  return worst;
+}
+
+TEST(CpuOracleBackend, Int8TypesDifferFromTheF32ReferenceByTheInt8Error) {
+  const fs::path path = write_model("q4_1", TensorType::Q4_1);
+  Rig exact(path, false), oracle(path, true);
+  EXPECT_NE(oracle.runtime.backend->name().find("CUDA rounding"), std::string::npos);
+  const std::vector<int32_t> tokens = random_tokens(40, 9);
+  const std::vector<float> a = exact.run(0, tokens, 0), b = oracle.run(0, tokens, 0);
+  const double rel = worst_relative(a, b, 1000);
+  std::cout << "[oracle] Q4_1 model, 40 rows: max |oracle - f32| / std " << rel << "\n";
+  // int8 activations (~0.3% per product) through 2 layers of random weights: percent-level,
+  // far above f32 noise (1e-6) and far below a broken computation (order 1).
+  EXPECT_GT(rel, 1e-3);
+  EXPECT_LT(rel, 0.3);
+  // Deterministic: the same step again in the other slot gives the same bits.
+  EXPECT_EQ(oracle.run(1, tokens, 0), b);
+  fs::remove(path);
+}
+
+TEST(CpuOracleBackend, F32ModelDiffersOnlyByTheF16Kv) {
+  // F32 weights read f32 activations in the matvec path: only the KV's f16 rounding remains.
+  const fs::path path = write_model("f32", TensorType::F32);
+  Rig exact(path, false), oracle(path, true);
+  const std::vector<int32_t> tokens = random_tokens(40, 10);
+  const std::vector<float> a = exact.run(0, tokens, 0), b = oracle.run(0, tokens, 0);
+  const double rel = worst_relative(a, b, 1000);
+  std::cout << "[oracle] F32 model, 40 rows: max |oracle - f32| / std " << rel << "\n";
+  EXPECT_GT(rel, 0.0);
+  EXPECT_LT(rel, 5e-3);  // f16 keeps 11 bits: 2^-12 per KV element
+  // Row 0 attends only to its own V: its K/V rounding enters once; still not exact.
+  fs::remove(path);
+}
+
+TEST(CpuOracleBackend, ChunksABatchAsTheCudaBackendDoes) {
+  // 150 tokens with 64 tokens per pass: the GPU runs chunks of 64, 64 and 22 rows, all through
+  // the int8 matvec kernels; the oracle must give exactly what three passes give.
+  const fs::path path = write_model("q8_0", TensorType::Q8_0);
+  Rig chunked(path, true, 64), separate(path, true, 64), one_gemm(path, true, 512);
+  const std::vector<int32_t> tokens = random_tokens(150, 11);
+  const std::vector<float> whole = chunked.run(0, tokens, 0);
+  std::vector<float> pieces;
+  for (int first = 0; first < 150; first += 64) {
+    const int count = std::min(64, 150 - first);
+    const std::vector<float> part =
+        separate.run(0, std::span<const int32_t>(tokens).subspan(first, count), first);
+    pieces.insert(pieces.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(whole, pieces);
+  // 512 per pass: one chunk of 150 rows, the cuBLAS path (f16 operands, no int8): different.
+  const std::vector<float> gemm = one_gemm.run(0, tokens, 0);
+  const double rel = worst_relative(whole, gemm, 1000);
+  std::cout << "[oracle] Q8_0 150 rows: int8 chunks vs one f16 GEMM chunk, max diff / std " << rel
+            << "\n";
+  EXPECT_GT(rel, 1e-4);
+  fs::remove(path);
+}
+
+TEST(CpuOracleBackend, EngineOptionReachesTheCpuBackend) {
+  const fs::path path = write_model("engine", TensorType::Q4_0);
+  EngineOptions options;
+  options.device = DeviceKind::Cpu;
+  options.context_length = 128;
+  options.cpu_threads = 2;
+  auto plain = Engine::open(path, options);
+  options.cpu_emulate_device_numerics = true;
+  auto oracle = Engine::open(path, options);
+  EXPECT_EQ(plain->device_name().find("CUDA rounding"), std::string::npos);
+  EXPECT_NE(oracle->device_name().find("CUDA rounding"), std::string::npos)
+      << oracle->device_name();
+  const std::vector<int32_t> tokens = random_tokens(12, 12);
+  EXPECT_NE(plain->logits_for(tokens), oracle->logits_for(tokens));
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace granule
