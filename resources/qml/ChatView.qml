@@ -8,6 +8,7 @@ import QtQuick.Layouts
 
 ListView {
     id: view
+    objectName: "chatView"
     required property ChatController chats
     required property TelemetryModel telemetry
     // Tokens of context each chat has (the loaded model's); 0 hides the meter.
