@@ -822,6 +822,41 @@ class WorkerTest : public QObject {
     QVERIFY(token_count > 0 && token_count <= 16);
   }
 
+  // Continue on the real engine: the prompt is the history with the assistant header and the
+  // reply so far (longer than the history alone), and the model writes on.
+  void realEngineContinuesAReply() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tiny.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
+    ThreadedWorker w(granuleEngineFactory());
+    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      GenerationRequest fresh = request(1, 4);
+      fresh.sampling.seed = 7;
+      wk->submit(fresh);
+      GenerationRequest more = fresh;
+      more.chat_id = 2;
+      more.messages.append(PromptMessage{"assistant", "Once upon a time there was"});
+      more.continue_last = true;
+      wk->submit(more);
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
+    std::map<qint64, GenerationResult> results;
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      results[r.chat_id] = r;
+    }
+    QVERIFY2(results[2].end == GenerationEnd::Finished, qPrintable(results[2].error));
+    QVERIFY(results[1].prompt_tokens > 0);
+    // The partial reply's tokens follow the same history and assistant header.
+    QVERIFY2(results[2].prompt_tokens > results[1].prompt_tokens,
+             qPrintable(
+                 QString("%1 vs %2").arg(results[2].prompt_tokens).arg(results[1].prompt_tokens)));
+  }
+
   void realEngineOnTheDefaultModel() {
     const QString path = defaultModelPath();
     if (path.isEmpty()) QSKIP("default model not present (SmolLM2-135M-Instruct.Q4_1.gguf)");
