@@ -32,6 +32,7 @@ ListView {
     header: Rectangle {
         id: header
         objectName: "chatHeader"
+        readonly property ChatView chat: ListView.view as ChatView
         z: 2
         width: ListView.view.width
         implicitHeight: headerRow.implicitHeight + 2 * Theme.spacing
@@ -46,20 +47,20 @@ ListView {
             Label {
                 Layout.fillWidth: true
                 elide: Text.ElideRight
-                text: view.chats.currentTitle
+                text: header.chat.chats.currentTitle
                 color: Theme.text
                 font.pixelSize: Theme.fontSize
                 font.weight: Font.DemiBold
             }
             // Tokens used / context: the last reply's prompt plus its tokens.
             ColumnLayout {
-                visible: view.contextLength > 0
+                visible: header.chat.contextLength > 0
                 spacing: 2
                 Label {
                     objectName: "contextMeterLabel"
                     Layout.alignment: Qt.AlignRight
-                    text: qsTr("%1 / %2 tokens").arg(view.contextTokens.toLocaleString(Qt.locale(), "f", 0))
-                                                .arg(view.contextLength.toLocaleString(Qt.locale(), "f", 0))
+                    text: qsTr("%1 / %2 tokens").arg(header.chat.contextTokens.toLocaleString(Qt.locale(), "f", 0))
+                                                .arg(header.chat.contextLength.toLocaleString(Qt.locale(), "f", 0))
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
                 }
@@ -69,8 +70,8 @@ ListView {
                     radius: 2
                     color: Theme.raised
                     Rectangle {
-                        readonly property real share: view.contextLength > 0
-                                                      ? Math.min(1, view.contextTokens / view.contextLength) : 0
+                        readonly property real share: header.chat.contextLength > 0
+                                                      ? Math.min(1, header.chat.contextTokens / header.chat.contextLength) : 0
                         width: parent.width * share
                         height: parent.height
                         radius: 2
@@ -87,11 +88,11 @@ ListView {
                     id: exportMenu
                     MenuItem {
                         text: qsTr("Export as Markdown…")
-                        onTriggered: view.openExport("markdown")
+                        onTriggered: header.chat.openExport("markdown")
                     }
                     MenuItem {
                         text: qsTr("Export as JSON…")
-                        onTriggered: view.openExport("json")
+                        onTriggered: header.chat.openExport("json")
                     }
                 }
             }

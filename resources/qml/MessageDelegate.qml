@@ -28,6 +28,16 @@ Item {
     property string waitingReason: ""
     // The last message of the chat (Continue is offered only there).
     property bool isLast: false
+    // Tokens, tokens/s and time to first token, those known.
+    readonly property string figures: {
+        let text = tokenCount > 0 ? qsTr("%1 tokens").arg(tokenCount) : ""
+        if (tokensPerSecond > 0)
+            text += (text.length > 0 ? " · " : "") + qsTr("%1 tok/s").arg(tokensPerSecond.toFixed(1))
+        if (timeToFirstTokenMs > 0)
+            text += (text.length > 0 ? " · " : "")
+                    + qsTr("first token %1 s").arg((timeToFirstTokenMs / 1000).toFixed(2))
+        return text
+    }
     readonly property string stopCaption: ({
         "eos": qsTr("end of text"), "stop": qsTr("stop string"), "length": qsTr("length limit"),
         "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error")
@@ -132,10 +142,7 @@ Item {
                           ? (message.waitingReason === "slot" ? qsTr("waiting for a free chat slot…")
                              : message.waitingReason === "memory" ? qsTr("waiting for memory…")
                              : qsTr("thinking…"))
-                        : [message.tokenCount > 0 ? qsTr("%1 tokens").arg(message.tokenCount) : "",
-                           message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "",
-                           message.timeToFirstTokenMs > 0 ? qsTr("first token %1 s").arg((message.timeToFirstTokenMs / 1000).toFixed(2)) : ""]
-                          .filter(s => s.length > 0).join(" · ")
+                        : message.figures
                 }
                 // Actions: always laid out (the row's height does not change), shown on hover.
                 Row {
