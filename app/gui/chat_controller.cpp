@@ -2,19 +2,45 @@
 #include "chat_controller.h"
 
 #include <QDateTime>
+#include <QFile>
+#include <QRegularExpression>
+#include <QSaveFile>
 #include <algorithm>
 
 namespace granule::app {
 namespace {
 
-// A title from the first words of the first message, cut at a word boundary.
+// Markdown's marks out of a line of text: headings, emphasis, code ticks, quotes, list
+// bullets, and links reduced to their text.
+QString plainText(QString text) {
+  static const QRegularExpression link(QStringLiteral("!?\\[([^\\]]*)\\]\\([^)]*\\)"));
+  static const QRegularExpression line_marks(
+      QStringLiteral("^\\s*(#{1,6}\\s+|>\\s*|[-*+]\\s+|\\d+[.)]\\s+)"),
+      QRegularExpression::MultilineOption);
+  static const QRegularExpression emphasis(QStringLiteral("(\\*{1,3}|_{2,3}|~~|`+)"));
+  // _word_ emphasis (not the underscores inside snake_case names).
+  static const QRegularExpression underscores(QStringLiteral("(^|\\W)_([^_\\s][^_]*)_(?=\\W|$)"));
+  text.replace(link, QStringLiteral("\\1"));
+  text.replace(underscores, QStringLiteral("\\1\\2"));
+  text.remove(line_marks);
+  text.remove(emphasis);
+  return text;
+}
+
+}  // namespace
+
+// A title from the first words of the first message (Markdown marks removed), cut at a word
+// boundary.
 QString titleFrom(const QString& text) {
-  const QString line = text.simplified();
+  QString line = plainText(text).simplified();
+  if (line.isEmpty()) line = text.simplified();
   constexpr qsizetype kMax = 40;
   if (line.size() <= kMax) return line;
   const qsizetype cut = line.lastIndexOf(QLatin1Char(' '), kMax);
   return line.left(cut > 10 ? cut : kMax) + QStringLiteral("…");
 }
+
+namespace {
 
 qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 
@@ -107,6 +133,18 @@ void ChatController::setSeed(double v) {
 }
 
 qint64 ChatController::newChat() {
+  // An empty "New chat" is reused rather than joined by another (Ctrl+N pressed twice).
+  for (int i = 0; i < conversations_.count(); ++i) {
+    const qint64 id = conversations_.idAt(i);
+    const StoredConversation* existing = conversations_.find(id);
+    if (!existing || existing->title != kDefaultTitle || generations_.count(id)) continue;
+    const MessageModel* loaded = messages_.count(id) ? messages_.at(id) : nullptr;
+    if (loaded ? loaded->count() == 0 : store_.allMessages(id).isEmpty()) {
+      if (!search_text_.isEmpty()) setSearchText({});
+      selectChat(id);
+      return id;
+    }
+  }
   StoredConversation c;
   c.title = kDefaultTitle;
   c.created_ms = c.updated_ms = nowMs();
@@ -195,8 +233,10 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
   m.role = QStringLiteral("user");
   m.content = content;
   m.created_ms = nowMs();
+  m.parent_id = model->count() > 0 ? model->message(model->count() - 1).id : 0;
   const auto id = store_.insertMessage(m);
   m.id = id.value_or(0);
+  if (m.id) m.version = m.version_count = static_cast<qint32>(store_.versionsOf(m.id).size());
   model->append(m);
   if (const StoredConversation* c = conversations_.find(chat_id); c && c->title == kDefaultTitle)
     renameChat(chat_id, titleFrom(content));
@@ -221,7 +261,7 @@ void ChatController::regenerate(int row) {
     return;
   }
   abandonGeneration(current_chat_id_);
-  store_.deleteMessagesFrom(current_chat_id_, row);
+  // The old version and its later turns stay in the store; the view shows the new branch.
   model->removeFrom(row);
   startGeneration(current_chat_id_);
 }
@@ -229,33 +269,113 @@ void ChatController::regenerate(int row) {
 void ChatController::editAndResend(int row, const QString& text) {
   MessageModel* model = messagesOf(current_chat_id_);
   if (!model || row < 0 || row >= model->count() ||
-      model->message(row).role != QLatin1String("user"))
+      model->message(row).role != QLatin1String("user") || text.trimmed().isEmpty())
     return;
+  if (!model_ready_) {
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
+    return;
+  }
   abandonGeneration(current_chat_id_);
-  store_.deleteMessagesFrom(current_chat_id_, row);
   model->removeFrom(row);
   sendTo(current_chat_id_, text);
+}
+
+void ChatController::switchVersion(int row, int delta) {
+  MessageModel* model = messagesOf(current_chat_id_);
+  if (!model || row < 0 || row >= model->count() || generations_.count(current_chat_id_)) return;
+  const QList<qint64> versions = store_.versionsOf(model->message(row).id);
+  const qsizetype at = versions.indexOf(model->message(row).id);
+  const qsizetype next = at + delta;
+  if (at < 0 || next < 0 || next >= versions.size()) return;
+  store_.setActiveVersion(versions[next]);
+  reloadMessages(current_chat_id_);
+}
+
+void ChatController::continueReply(int row) {
+  const qint64 chat_id = current_chat_id_;
+  MessageModel* model = messagesOf(chat_id);
+  if (!model || row != model->count() - 1 || generations_.count(chat_id) ||
+      model->message(row).role != QLatin1String("assistant") ||
+      model->message(row).finish_reason != QLatin1String("length"))
+    return;
+  if (!model_ready_) {
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
+    return;
+  }
+  GenerationRequest request = requestFor(chat_id);
+  request.continue_last = true;
+  model->resume(row);
+  Generation g;
+  g.row = row;
+  g.since_request.start();
+  generations_[chat_id] = g;
+  conversations_.setGenerating(chat_id, true);
+  Q_EMIT generatingChanged();
+  Q_EMIT generationRequested(request);
+}
+
+void ChatController::reloadMessages(qint64 chat_id) {
+  if (const auto it = messages_.find(chat_id); it != messages_.end())
+    it->second->setMessages(store_.messages(chat_id));
+}
+
+bool ChatController::exportChat(const QUrl& file, const QString& format) {
+  const StoredConversation* chat = conversations_.find(current_chat_id_);
+  if (!chat) return false;
+  const QString path = file.isLocalFile() ? file.toLocalFile() : file.toString();
+  const QList<StoredMessage> shown = store_.messages(current_chat_id_);
+  const QByteArray bytes = format == QLatin1String("json") ? chatToJson(*chat, shown)
+                                                           : chatToMarkdown(*chat, shown).toUtf8();
+  QSaveFile out(path);
+  if (!out.open(QIODevice::WriteOnly) || out.write(bytes) != bytes.size() || !out.commit()) {
+    errors_.report(
+        QStringLiteral("Could not export the chat to %1: %2").arg(path, out.errorString()),
+        QStringLiteral("Choose a folder you can write to."));
+    return false;
+  }
+  return true;
+}
+
+GenerationRequest ChatController::requestFor(qint64 chat_id) const {
+  GenerationRequest request;
+  request.chat_id = chat_id;
+  const StoredConversation* c = conversations_.find(chat_id);
+  const auto it = messages_.find(chat_id);
+  if (!c || it == messages_.end()) return request;
+  request.sampling = c->sampling;
+  if (!c->system_prompt.trimmed().isEmpty())
+    request.messages.append({QStringLiteral("system"), c->system_prompt});
+  for (const StoredMessage& m : it->second->messages())
+    request.messages.append({m.role, m.content});
+  return request;
 }
 
 void ChatController::startGeneration(qint64 chat_id) {
   MessageModel* model = messagesOf(chat_id);
   const StoredConversation* c = conversations_.find(chat_id);
   if (!model || !c) return;
-  GenerationRequest request;
-  request.chat_id = chat_id;
-  request.sampling = c->sampling;
-  if (!c->system_prompt.trimmed().isEmpty())
-    request.messages.append({QStringLiteral("system"), c->system_prompt});
-  for (const StoredMessage& m : model->messages()) request.messages.append({m.role, m.content});
+  const GenerationRequest request = requestFor(chat_id);
 
   StoredMessage reply;
   reply.conversation_id = chat_id;
   reply.position = model->count();
   reply.role = QStringLiteral("assistant");
   reply.created_ms = nowMs();
+  reply.parent_id = model->count() > 0 ? model->message(model->count() - 1).id : 0;
+  const auto id = store_.insertMessage(reply);
+  reply.id = id.value_or(0);
+  if (reply.id) {
+    const QList<qint64> versions = store_.versionsOf(reply.id);
+    reply.version = static_cast<qint32>(versions.size());
+    reply.version_count = reply.version;
+  }
   const int row = model->append(reply, /*generating=*/true);
-  model->setMessageId(row, store_.insertMessage(reply).value_or(0));
-  generations_[chat_id] = Generation{row, {}, false};
+  Generation g;
+  g.row = row;
+  g.since_request.start();
+  generations_[chat_id] = g;
   conversations_.setGenerating(chat_id, true);
   Q_EMIT generatingChanged();
   Q_EMIT generationRequested(request);
@@ -285,7 +405,12 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
     if (!g.has_text) {
       g.has_text = true;
       g.since_first.start();
+      // A continued reply keeps the time to first token of its first part.
+      if (model->message(g.row).time_to_first_token_ms <= 0)
+        model->setTimeToFirstToken(g.row,
+                                   static_cast<double>(g.since_request.nsecsElapsed()) / 1e6);
     }
+    model->setPromptTokens(g.row, chunk.prompt_tokens);
     model->appendText(g.row, chunk.text, chunk.tokens,
                       static_cast<double>(g.since_first.elapsed()) / 1000.0);
   }
@@ -299,10 +424,14 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   conversations_.setGenerating(result.chat_id, false);
   if (MessageModel* model = messagesOf(result.chat_id)) {
     model->finish(row, result.reason);
+    model->setPromptTokens(row, result.prompt_tokens);
     if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty()) {
-      // Nothing was written: keep the chat clean and say why in the banner.
-      store_.deleteMessagesFrom(result.chat_id, model->message(row).position);
-      model->removeFrom(row);
+      // Nothing was written: the empty reply goes (the banner says why) and the turn shows
+      // its previous version, if it had one.
+      if (store_.deleteLeafMessage(model->message(row).id))
+        model->setMessages(store_.messages(result.chat_id));
+      else
+        model->removeFrom(row);
     } else {
       store_.updateMessage(model->message(row));
     }

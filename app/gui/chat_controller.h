@@ -7,6 +7,7 @@
 
 #include <QElapsedTimer>
 #include <QObject>
+#include <QUrl>
 #include <functional>
 #include <map>
 #include <optional>
@@ -18,6 +19,9 @@
 #include "worker_types.h"
 
 namespace granule::app {
+
+// A chat's title from its first message: Markdown marks removed, cut at a word boundary.
+QString titleFrom(const QString& text);
 
 class ChatController : public QObject {
   Q_OBJECT
@@ -94,10 +98,21 @@ class ChatController : public QObject {
   Q_INVOKABLE void sendTo(qint64 chat_id, const QString& text);
   Q_INVOKABLE void stop();
   Q_INVOKABLE void stopChat(qint64 chat_id);
-  // Drops the assistant message at `row` (and what follows) and generates it again.
+  // Generates a new version of the assistant message at `row`; the old version and the
+  // turns after it stay in the store, one ‹ › away.
   Q_INVOKABLE void regenerate(int row);
-  // Replaces the user message at `row` with `text`, drops what follows, and resends.
+  // Sends `text` as a new version of the user message at `row` (the old version and its
+  // later turns are kept) and generates the answer.
   Q_INVOKABLE void editAndResend(int row, const QString& text);
+  // Shows the previous (delta -1) or next (+1) version of the turn at `row`, with the later
+  // turns of that version's branch. Not while the chat generates.
+  Q_INVOKABLE void switchVersion(int row, int delta);
+  // Continues the assistant message at `row` (the last one, cut at the length limit): the
+  // model goes on writing the same message.
+  Q_INVOKABLE void continueReply(int row);
+  // Writes the open chat (the branch shown) to `file` (a path or file: URL) as "markdown" or
+  // "json"; false, with the reason in the banner, when it cannot be written.
+  Q_INVOKABLE bool exportChat(const QUrl& file, const QString& format);
 
   // Writes streaming messages' text as it stands (shutdown): no chat loses what it shows.
   void saveAll();
@@ -119,14 +134,19 @@ class ChatController : public QObject {
 
  private:
   struct Generation {
-    int row = -1;               // the assistant message being written
-    QElapsedTimer since_first;  // tokens per second count from the first text
+    int row = -1;                 // the assistant message being written
+    QElapsedTimer since_request;  // time to first token
+    QElapsedTimer since_first;    // tokens per second count from the first text
     bool has_text = false;
   };
   const StoredConversation& current() const;
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
   // Adds an empty assistant message to the chat and asks the worker to fill it.
   void startGeneration(qint64 chat_id);
+  // The request for the chat's shown messages (system prompt first).
+  GenerationRequest requestFor(qint64 chat_id) const;
+  // Reads the chat's shown branch from the store again (after a version change).
+  void reloadMessages(qint64 chat_id);
   // Cancels a chat's running generation and closes its message now (before a new one).
   void abandonGeneration(qint64 chat_id);
 

@@ -5,6 +5,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QSqlDatabase>
@@ -12,6 +13,7 @@
 #include <QSqlQuery>
 #include <QUuid>
 #include <QVariant>
+#include <map>
 
 #include "granule/log.h"
 
@@ -52,6 +54,18 @@ const QList<Migration>& migrations() {
        {QStringLiteral("ALTER TABLE conversations ADD COLUMN deleted_at INTEGER"),
         QStringLiteral(
             "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)")}},
+      // 3: versions and branches (regenerate and edit keep the old turn), and per-reply
+      // figures. Existing chats become one branch: each message's parent is the one before.
+      {3,
+       {QStringLiteral("ALTER TABLE messages ADD COLUMN parent_id INTEGER"),
+        QStringLiteral("ALTER TABLE messages ADD COLUMN active INTEGER NOT NULL DEFAULT 1"),
+        QStringLiteral("ALTER TABLE messages ADD COLUMN ttft_ms REAL NOT NULL DEFAULT 0"),
+        QStringLiteral("ALTER TABLE messages ADD COLUMN token_count INTEGER NOT NULL DEFAULT 0"),
+        QStringLiteral("ALTER TABLE messages ADD COLUMN prompt_tokens INTEGER NOT NULL DEFAULT 0"),
+        QStringLiteral("UPDATE messages SET parent_id = (SELECT p.id FROM messages p WHERE "
+                       "p.conversation_id = messages.conversation_id AND "
+                       "p.position = messages.position - 1 ORDER BY p.id DESC LIMIT 1)"),
+        QStringLiteral("CREATE INDEX messages_by_parent ON messages(conversation_id, parent_id)")}},
   };
   return all;
 }
@@ -95,7 +109,20 @@ StoredMessage messageFrom(const QSqlQuery& q) {
   m.tokens_per_second = q.value(5).toDouble();
   m.finish_reason = q.value(6).toString();
   m.created_ms = q.value(7).toLongLong();
+  m.parent_id = q.value(8).toLongLong();
+  m.active = q.value(9).toInt() != 0;
+  m.time_to_first_token_ms = q.value(10).toDouble();
+  m.token_count = q.value(11).toInt();
+  m.prompt_tokens = q.value(12).toInt();
   return m;
+}
+
+const QString kMessageColumns = QStringLiteral(
+    "id, conversation_id, position, role, content, tokens_per_second, finish_reason, "
+    "created_at, parent_id, active, ttft_ms, token_count, prompt_tokens");
+
+QVariant parentValue(qint64 parent_id) {
+  return parent_id ? QVariant(parent_id) : QVariant(QMetaType::fromType<qint64>());
 }
 
 }  // namespace
@@ -274,26 +301,100 @@ bool ChatStore::purgeDeleted() {
   return exec(QStringLiteral("DELETE FROM conversations WHERE deleted_at IS NOT NULL"));
 }
 
-QList<StoredMessage> ChatStore::messages(qint64 conversation_id) const {
+QList<StoredMessage> ChatStore::allMessages(qint64 conversation_id) const {
   QList<StoredMessage> result;
   QSqlQuery q(QSqlDatabase::database(connection_));
-  q.prepare(
-      QStringLiteral("SELECT id, conversation_id, position, role, content, tokens_per_second, "
-                     "finish_reason, created_at FROM messages WHERE conversation_id = ? "
-                     "ORDER BY position"));
+  q.prepare(QStringLiteral("SELECT %1 FROM messages WHERE conversation_id = ? ORDER BY id")
+                .arg(kMessageColumns));
   q.addBindValue(conversation_id);
   q.exec();
   while (q.next()) result.append(messageFrom(q));
   return result;
 }
 
-std::optional<qint64> ChatStore::insertMessage(const StoredMessage& m) {
+QList<StoredMessage> ChatStore::messages(qint64 conversation_id) const {
+  const QList<StoredMessage> all = allMessages(conversation_id);
+  std::map<qint64, QList<const StoredMessage*>> children;  // by parent id, oldest first
+  for (const StoredMessage& m : all) children[m.parent_id].append(&m);
+  QList<StoredMessage> path;
+  qint64 parent = 0;
+  while (true) {
+    const auto it = children.find(parent);
+    if (it == children.end() || it->second.isEmpty()) break;
+    const QList<const StoredMessage*>& versions = it->second;
+    qsizetype chosen = versions.size() - 1;
+    for (qsizetype i = versions.size() - 1; i >= 0; --i)
+      if (versions[i]->active) {
+        chosen = i;
+        break;
+      }
+    StoredMessage m = *versions[chosen];
+    m.version = static_cast<qint32>(chosen + 1);
+    m.version_count = static_cast<qint32>(versions.size());
+    parent = m.id;
+    path.append(m);
+  }
+  return path;
+}
+
+QList<qint64> ChatStore::versionsOf(qint64 message_id) const {
+  QList<qint64> ids;
+  QSqlQuery q(QSqlDatabase::database(connection_));
+  q.prepare(QStringLiteral(
+      "SELECT s.id FROM messages s, messages m WHERE m.id = ? AND s.conversation_id = "
+      "m.conversation_id AND s.parent_id IS m.parent_id ORDER BY s.id"));
+  q.addBindValue(message_id);
+  q.exec();
+  while (q.next()) ids.append(q.value(0).toLongLong());
+  return ids;
+}
+
+bool ChatStore::setActiveVersion(qint64 message_id) {
+  QSqlDatabase db = QSqlDatabase::database(connection_);
+  db.transaction();
+  QSqlQuery q(db);
+  q.prepare(QStringLiteral(
+      "UPDATE messages SET active = (id = ?) WHERE id IN (SELECT s.id FROM messages s, "
+      "messages m WHERE m.id = ? AND s.conversation_id = m.conversation_id AND "
+      "s.parent_id IS m.parent_id)"));
+  q.addBindValue(message_id);
+  q.addBindValue(message_id);
+  if (!q.exec()) {
+    log()->error("choosing a version failed: {}", q.lastError().text().toStdString());
+    db.rollback();
+    return false;
+  }
+  return db.commit();
+}
+
+bool ChatStore::deleteLeafMessage(qint64 message_id) {
+  const QList<qint64> versions = versionsOf(message_id);
+  QSqlDatabase db = QSqlDatabase::database(connection_);
+  QSqlQuery q(db);
+  q.prepare(QStringLiteral(
+      "DELETE FROM messages WHERE id = ? AND NOT EXISTS (SELECT 1 FROM messages c WHERE "
+      "c.parent_id = messages.id)"));
+  q.addBindValue(message_id);
+  if (!q.exec() || q.numRowsAffected() != 1) return false;
+  for (qsizetype i = versions.size() - 1; i >= 0; --i)
+    if (versions[i] != message_id) return setActiveVersion(versions[i]);
+  return true;
+}
+
+std::optional<qint64> ChatStore::insertMessage(const StoredMessage& message) {
+  StoredMessage m = message;
+  // Without a parent, a later message follows the one before it on the shown branch.
+  if (m.parent_id == 0 && m.position > 0) {
+    const QList<StoredMessage> shown = messages(m.conversation_id);
+    if (shown.size() >= m.position) m.parent_id = shown[m.position - 1].id;
+  }
   QSqlDatabase db = QSqlDatabase::database(connection_);
   db.transaction();
   QSqlQuery q(db);
   q.prepare(
       QStringLiteral("INSERT INTO messages (conversation_id, position, role, content, "
-                     "tokens_per_second, finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"));
+                     "tokens_per_second, finish_reason, created_at, parent_id, active, ttft_ms, "
+                     "token_count, prompt_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   q.addBindValue(m.conversation_id);
   q.addBindValue(m.position);
   q.addBindValue(text(m.role));
@@ -301,16 +402,32 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& m) {
   q.addBindValue(m.tokens_per_second);
   q.addBindValue(text(m.finish_reason));
   q.addBindValue(m.created_ms ? m.created_ms : nowMs());
+  q.addBindValue(parentValue(m.parent_id));
+  q.addBindValue(m.active ? 1 : 0);
+  q.addBindValue(m.time_to_first_token_ms);
+  q.addBindValue(m.token_count);
+  q.addBindValue(m.prompt_tokens);
+  QSqlQuery siblings(db);
+  siblings.prepare(
+      QStringLiteral("UPDATE messages SET active = 0 WHERE conversation_id = ? AND parent_id IS ? "
+                     "AND id != ?"));
   QSqlQuery touch(db);
   touch.prepare(QStringLiteral("UPDATE conversations SET updated_at = ? WHERE id = ?"));
   touch.addBindValue(nowMs());
   touch.addBindValue(m.conversation_id);
-  if (!q.exec() || !touch.exec()) {
+  bool ok = q.exec();
+  const qint64 id = ok ? q.lastInsertId().toLongLong() : 0;
+  if (ok && m.active) {
+    siblings.addBindValue(m.conversation_id);
+    siblings.addBindValue(parentValue(m.parent_id));
+    siblings.addBindValue(id);
+    ok = siblings.exec();
+  }
+  if (!ok || !touch.exec()) {
     log()->error("saving a message failed: {}", q.lastError().text().toStdString());
     db.rollback();
     return std::nullopt;
   }
-  const qint64 id = q.lastInsertId().toLongLong();
   db.commit();
   return id;
 }
@@ -322,12 +439,15 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
   db.transaction();
   QSqlQuery q(db);
   q.prepare(
-      QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ? "
-                     "WHERE id = ?"));
+      QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ?, "
+                     "ttft_ms = ?, token_count = ?, prompt_tokens = ? WHERE id = ?"));
   for (const StoredMessage& m : messages) {
     q.addBindValue(text(m.content));
     q.addBindValue(m.tokens_per_second);
     q.addBindValue(text(m.finish_reason));
+    q.addBindValue(m.time_to_first_token_ms);
+    q.addBindValue(m.token_count);
+    q.addBindValue(m.prompt_tokens);
     q.addBindValue(m.id);
     if (!q.exec()) {
       log()->error("saving messages failed: {}", q.lastError().text().toStdString());
@@ -383,6 +503,50 @@ bool ChatStore::setSetting(const QString& key, const QString& value) {
   q.addBindValue(text(key));
   q.addBindValue(text(value));
   return q.exec();
+}
+
+QString chatToMarkdown(const StoredConversation& chat, const QList<StoredMessage>& messages) {
+  QString out = QStringLiteral("# %1\n\n").arg(chat.title);
+  if (!chat.system_prompt.trimmed().isEmpty())
+    out += QStringLiteral("**System:** %1\n\n").arg(chat.system_prompt.trimmed());
+  for (const StoredMessage& m : messages) {
+    const QString who = m.role == QLatin1String("user")        ? QStringLiteral("You")
+                        : m.role == QLatin1String("assistant") ? QStringLiteral("Model")
+                                                               : m.role;
+    out += QStringLiteral("## %1").arg(who);
+    if (m.version_count > 1)
+      out += QStringLiteral(" (version %1 of %2)").arg(m.version).arg(m.version_count);
+    out += QStringLiteral("\n\n") + m.content.trimmed() + QStringLiteral("\n\n");
+    if (m.role == QLatin1String("assistant") && !m.finish_reason.isEmpty())
+      out += QStringLiteral("*%1 tokens · stop: %2*\n\n").arg(m.token_count).arg(m.finish_reason);
+  }
+  return out;
+}
+
+QByteArray chatToJson(const StoredConversation& chat, const QList<StoredMessage>& messages) {
+  QJsonArray list;
+  for (const StoredMessage& m : messages) {
+    QJsonObject o{{"role", m.role},
+                  {"content", m.content},
+                  {"created_ms", m.created_ms},
+                  {"version", m.version},
+                  {"versions", m.version_count}};
+    if (m.role == QLatin1String("assistant")) {
+      o.insert("finish_reason", m.finish_reason);
+      o.insert("tokens", m.token_count);
+      o.insert("prompt_tokens", m.prompt_tokens);
+      o.insert("tokens_per_second", m.tokens_per_second);
+      o.insert("time_to_first_token_ms", m.time_to_first_token_ms);
+    }
+    list.append(o);
+  }
+  const QJsonObject root{
+      {"title", chat.title},
+      {"system_prompt", chat.system_prompt},
+      {"sampling", QJsonDocument::fromJson(samplingToJson(chat.sampling).toUtf8()).object()},
+      {"created_ms", chat.created_ms},
+      {"messages", list}};
+  return QJsonDocument(root).toJson(QJsonDocument::Indented);
 }
 
 }  // namespace granule::app

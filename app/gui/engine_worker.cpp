@@ -80,6 +80,7 @@ void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 
   if (shut_down_) return;
   releaseEngine();
   log()->info("loading {}", path.toStdString());
+  slots_ = chats;
   try {
     engine_ = factory_(
         std::filesystem::path(path.toStdString()),
@@ -120,6 +121,14 @@ void EngineWorker::submit(const GenerationRequest& request) {
   for (const PromptMessage& m : request.messages)
     engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
   engine_request.sampling = toSamplingParams(request.sampling);
+  // Session key (KV kept between turns): when the engine's Request gains one, the chat id
+  // goes here, so the chat's next turn reuses the KV of this one:
+  //   engine_request.session = request.chat_id;
+  std::string partial;
+  if (request.continue_last && !engine_request.messages.empty()) {
+    partial = engine_request.messages.back().content;
+    engine_request.messages.pop_back();
+  }
   // The sink runs inside engine_->step() on this thread: it only records, and runStep()
   // turns the records into signals once the step is over.
   engine_request.sink.on_token = [this](SequenceId seq, const std::string& text, int32_t token) {
@@ -128,17 +137,26 @@ void EngineWorker::submit(const GenerationRequest& request) {
     TokenChunk& chunk = pending_[chat->second];
     chunk.chat_id = chat->second;
     chunk.text += QString::fromStdString(text);
+    if (const auto prompt = prompt_tokens_.find(seq); prompt != prompt_tokens_.end())
+      chunk.prompt_tokens = prompt->second;
     // Text flushed at the end (held back for a stop string) comes without a token (-1).
-    if (token >= 0) chunk.tokens += 1;
+    if (token >= 0) {
+      chunk.tokens += 1;
+      ++generated_tokens_;
+    }
   };
   engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason,
                                          const std::string& error) {
     finished_.push_back({seq, reason, error});
   };
   try {
+    if (request.continue_last) engine_->prepare_continuation(engine_request, partial);
     const SequenceId seq = engine_->submit(std::move(engine_request));
     chat_of_sequence_[seq] = request.chat_id;
     sequence_of_chat_[request.chat_id] = seq;
+    // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.
+    for (const SequenceTelemetry& t : engine_->telemetry().sequences)
+      if (t.id == seq) prompt_tokens_[seq] = static_cast<qint32>(t.tokens);
   } catch (const std::exception& e) {
     refused.error = QString::fromUtf8(e.what());
     Q_EMIT generationFinished(refused);
@@ -221,6 +239,10 @@ void EngineWorker::deliverFinished() {
     result.chat_id = chat->second;
     result.reason = finishReasonText(f.reason);
     result.error = QString::fromStdString(f.error);
+    if (const auto prompt = prompt_tokens_.find(f.sequence); prompt != prompt_tokens_.end()) {
+      result.prompt_tokens = prompt->second;
+      prompt_tokens_.erase(prompt);
+    }
     result.end = f.reason == FinishReason::Cancelled ? GenerationEnd::Stopped
                  : f.reason == FinishReason::Error   ? GenerationEnd::Failed
                                                      : GenerationEnd::Finished;
@@ -247,6 +269,7 @@ void EngineWorker::failAll(const QString& message) {
   }
   sequence_of_chat_.clear();
   chat_of_sequence_.clear();
+  prompt_tokens_.clear();
   Q_EMIT engineError(message);
 }
 
@@ -264,6 +287,7 @@ void EngineWorker::releaseEngine() {
   // destroyed reaches the GUI.
   sequence_of_chat_.clear();
   chat_of_sequence_.clear();
+  prompt_tokens_.clear();
   pending_.clear();
   engine_.reset();
   device_lost_reported_ = false;
@@ -282,6 +306,8 @@ TelemetryFrame EngineWorker::makeFrame() const {
   TelemetryFrame frame;
   frame.time_s = static_cast<double>(clock_.elapsed()) / 1000.0;
   frame.host = {processResidentBytes(), hostTotalBytes(), hostAvailableBytes()};
+  frame.counts_tokens = true;
+  frame.generated_tokens = generated_tokens_;
   if (!engine_) return frame;
   try {
     frame.engine = engine_->telemetry();
@@ -290,9 +316,11 @@ TelemetryFrame EngineWorker::makeFrame() const {
     return frame;
   }
   frame.has_engine = true;
+  const bool slots_full = slots_ > 0 && frame.engine.scheduler.running >= slots_;
   for (const SequenceTelemetry& s : frame.engine.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
-    if (chat != chat_of_sequence_.end()) frame.chats.append({chat->second, s});
+    if (chat != chat_of_sequence_.end())
+      frame.chats.append({chat->second, s, s.waiting && slots_full});
   }
   return frame;
 }

@@ -1,6 +1,8 @@
 // InferenceEngine over the real granule::Engine, and the factory that opens it.
 #include <algorithm>
 
+#include "granule/chat_template.h"
+#include "granule/tokenizer.h"
 #include "inference_engine.h"
 #include "model_inspector.h"
 
@@ -20,6 +22,25 @@ class GranuleInferenceEngine final : public InferenceEngine {
   TelemetrySnapshot telemetry() const override { return engine_->telemetry(); }
   std::string device_lost_reason() const override { return engine_->device_lost_reason(); }
   void set_vram_budget(uint64_t bytes) override { engine_->set_vram_budget(bytes); }
+  void prepare_continuation(Request& request, const std::string& partial) const override {
+    const ChatTemplate* tmpl = engine_->chat_template();
+    if (!tmpl) {
+      throw UnsupportedError(
+          "this model's chat template is not recognised, so a reply cannot be continued");
+    }
+    const Tokenizer& tokenizer = engine_->tokenizer();
+    std::string bos_text;
+    if (auto bos = tokenizer.bos()) bos_text = tokenizer.token_text(*bos);
+    // The history with the assistant header, then the reply so far: the model's next token
+    // continues the reply. The reply's own text is not parsed for control tokens.
+    std::vector<TokenId> prompt =
+        tokenizer.encode(tmpl->render(request.messages, true, bos_text), false, true);
+    const std::vector<TokenId> reply = tokenizer.encode(partial, false, false);
+    prompt.insert(prompt.end(), reply.begin(), reply.end());
+    request.prompt_tokens = std::move(prompt);
+    for (const std::string& stop : tmpl->stop_strings())
+      request.sampling.stop_strings.push_back(stop);
+  }
 
  private:
   std::unique_ptr<Engine> engine_;

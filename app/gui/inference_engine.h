@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "granule/engine.h"
+#include "granule/error.h"
 #include "worker_types.h"
 
 namespace granule::app {
@@ -26,6 +27,14 @@ class InferenceEngine {
   // Engine::set_vram_budget: re-plans which layers stay resident, between steps. Throws
   // granule::CapacityError (the budget unchanged) when `bytes` cannot hold the working set.
   virtual void set_vram_budget(uint64_t bytes) = 0;
+  // Continue: turns `request` (its messages the history before a reply cut at the length
+  // limit) into a raw prompt that ends inside that reply with `partial`, so the model goes on
+  // writing it; the template's stop strings are added to the sampling. Throws granule::Error.
+  virtual void prepare_continuation(Request& request, const std::string& partial) const {
+    (void)request;
+    (void)partial;
+    throw UnsupportedError("this engine cannot continue a reply");
+  }
 };
 
 // Opens a model (throws granule::Error); `stage` reports what loading is doing.

@@ -31,17 +31,36 @@ QVariant MessageModel::data(const QModelIndex& index, int role) const {
     case FinishReasonRole:
       return row.stored.finish_reason;
     case TokenCountRole:
-      return row.tokens;
+      return row.stored.token_count;
+    case VersionRole:
+      return row.stored.version;
+    case VersionCountRole:
+      return row.stored.version_count;
+    case TimeToFirstTokenRole:
+      return row.stored.time_to_first_token_ms;
+    case PromptTokensRole:
+      return row.stored.prompt_tokens;
+    case ViewStartsHereRole:
+      return index.row() == view_start_row_;
     default:
       return {};
   }
 }
 
 QHash<int, QByteArray> MessageModel::roleNames() const {
-  return {{MessageIdRole, "messageId"},       {RoleNameRole, "role"},
-          {ContentRole, "content"},           {BlocksRole, "blocks"},
-          {GeneratingRole, "generating"},     {TokensPerSecondRole, "tokensPerSecond"},
-          {FinishReasonRole, "finishReason"}, {TokenCountRole, "tokenCount"}};
+  return {{MessageIdRole, "messageId"},
+          {RoleNameRole, "role"},
+          {ContentRole, "content"},
+          {BlocksRole, "blocks"},
+          {GeneratingRole, "generating"},
+          {TokensPerSecondRole, "tokensPerSecond"},
+          {FinishReasonRole, "finishReason"},
+          {TokenCountRole, "tokenCount"},
+          {VersionRole, "version"},
+          {VersionCountRole, "versionCount"},
+          {TimeToFirstTokenRole, "timeToFirstTokenMs"},
+          {PromptTokensRole, "promptTokens"},
+          {ViewStartsHereRole, "viewStartsHere"}};
 }
 
 void MessageModel::setMessages(const QList<StoredMessage>& messages) {
@@ -51,6 +70,7 @@ void MessageModel::setMessages(const QList<StoredMessage>& messages) {
     rows_.push_back({m, splitMarkdownCodeBlocks(m.content), false, 0, 0});
   endResetModel();
   Q_EMIT countChanged();
+  Q_EMIT contextTokensChanged();
 }
 
 QList<StoredMessage> MessageModel::messages() const {
@@ -62,9 +82,11 @@ QList<StoredMessage> MessageModel::messages() const {
 int MessageModel::append(const StoredMessage& message, bool generating) {
   const int row = count();
   beginInsertRows({}, row, row);
-  rows_.push_back({message, splitMarkdownCodeBlocks(message.content), generating, 0, 0});
+  rows_.push_back(
+      {message, splitMarkdownCodeBlocks(message.content), generating, message.token_count, 0});
   endInsertRows();
   Q_EMIT countChanged();
+  Q_EMIT contextTokensChanged();
   return row;
 }
 
@@ -80,13 +102,44 @@ void MessageModel::appendText(int row, const QString& text, int tokens, double e
   Row& r = rows_[static_cast<size_t>(row)];
   r.stored.content += text;
   r.blocks = splitMarkdownCodeBlocks(r.stored.content);
-  if (r.tokens == 0) r.first_chunk_tokens = tokens;
-  r.tokens += tokens;
+  const int streamed = r.stored.token_count - r.tokens_at_start;
+  if (streamed == 0) r.first_chunk_tokens = tokens;
+  r.stored.token_count += tokens;
   // The rate counts from the first text on, so the tokens that came with it are not in it;
   // under a quarter second the figure would be noise.
-  if (elapsed_s >= 0.25) r.stored.tokens_per_second = (r.tokens - r.first_chunk_tokens) / elapsed_s;
+  if (elapsed_s >= 0.25)
+    r.stored.tokens_per_second = (streamed + tokens - r.first_chunk_tokens) / elapsed_s;
   const QModelIndex i = index(row);
   Q_EMIT dataChanged(i, i, {ContentRole, BlocksRole, TokensPerSecondRole, TokenCountRole});
+  Q_EMIT contextTokensChanged();
+}
+
+void MessageModel::setTimeToFirstToken(int row, double ms) {
+  if (row < 0 || row >= count()) return;
+  rows_[static_cast<size_t>(row)].stored.time_to_first_token_ms = ms;
+  const QModelIndex i = index(row);
+  Q_EMIT dataChanged(i, i, {TimeToFirstTokenRole});
+}
+
+void MessageModel::setPromptTokens(int row, int tokens) {
+  if (row < 0 || row >= count() || tokens <= 0) return;
+  Row& r = rows_[static_cast<size_t>(row)];
+  if (r.stored.prompt_tokens == tokens) return;
+  r.stored.prompt_tokens = tokens;
+  const QModelIndex i = index(row);
+  Q_EMIT dataChanged(i, i, {PromptTokensRole});
+  Q_EMIT contextTokensChanged();
+}
+
+void MessageModel::resume(int row) {
+  if (row < 0 || row >= count()) return;
+  Row& r = rows_[static_cast<size_t>(row)];
+  r.generating = true;
+  r.tokens_at_start = r.stored.token_count;
+  r.first_chunk_tokens = 0;
+  r.stored.finish_reason.clear();
+  const QModelIndex i = index(row);
+  Q_EMIT dataChanged(i, i, {GeneratingRole, FinishReasonRole});
 }
 
 void MessageModel::finish(int row, const QString& finish_reason) {
@@ -98,12 +151,31 @@ void MessageModel::finish(int row, const QString& finish_reason) {
   Q_EMIT dataChanged(i, i, {GeneratingRole, FinishReasonRole});
 }
 
+int MessageModel::contextTokens() const {
+  for (int i = count() - 1; i >= 0; --i) {
+    const StoredMessage& m = rows_[static_cast<size_t>(i)].stored;
+    if (m.role == QLatin1String("assistant") && m.prompt_tokens > 0)
+      return m.prompt_tokens + m.token_count;
+  }
+  return 0;
+}
+
+void MessageModel::setViewStartRow(int row) {
+  if (row == view_start_row_) return;
+  const int old = view_start_row_;
+  view_start_row_ = row;
+  for (int r : {old, row})
+    if (r >= 0 && r < count()) Q_EMIT dataChanged(index(r), index(r), {ViewStartsHereRole});
+  Q_EMIT viewStartRowChanged();
+}
+
 void MessageModel::removeFrom(int row) {
   if (row < 0 || row >= count()) return;
   beginRemoveRows({}, row, count() - 1);
   rows_.erase(rows_.begin() + row, rows_.end());
   endRemoveRows();
   Q_EMIT countChanged();
+  Q_EMIT contextTokensChanged();
 }
 
 int MessageModel::generatingRow() const {

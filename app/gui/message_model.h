@@ -14,6 +14,12 @@ class MessageModel : public QAbstractListModel {
   QML_ELEMENT
   QML_UNCREATABLE("Messages come from ChatController")
   Q_PROPERTY(int count READ count NOTIFY countChanged)
+  // Tokens the chat's context holds after the last reply on this branch: its prompt plus
+  // its tokens (0 before any reply).
+  Q_PROPERTY(int contextTokens READ contextTokens NOTIFY contextTokensChanged)
+  // The row where the model's view begins (older messages were dropped from its context),
+  // or -1 when it sees the whole chat.
+  Q_PROPERTY(int viewStartRow READ viewStartRow WRITE setViewStartRow NOTIFY viewStartRowChanged)
 
  public:
   enum Role {
@@ -25,6 +31,11 @@ class MessageModel : public QAbstractListModel {
     TokensPerSecondRole,
     FinishReasonRole,
     TokenCountRole,
+    VersionRole,       // 1-based version of this turn
+    VersionCountRole,  // versions of this turn (regenerated answers, edited questions)
+    TimeToFirstTokenRole,
+    PromptTokensRole,
+    ViewStartsHereRole,  // the model's view begins at this message (see viewStartRow)
   };
   Q_ENUM(Role)
 
@@ -42,23 +53,33 @@ class MessageModel : public QAbstractListModel {
   void setMessageId(int row, qint64 id);
   // Streaming: adds text to the message at `row` and updates its tokens per second.
   void appendText(int row, const QString& text, int tokens, double elapsed_s);
+  void setTimeToFirstToken(int row, double ms);
+  void setPromptTokens(int row, int tokens);
+  // Continue: the finished message at `row` streams again (its text and tokens kept).
+  void resume(int row);
   void finish(int row, const QString& finish_reason);
+  int contextTokens() const;
+  int viewStartRow() const { return view_start_row_; }
+  void setViewStartRow(int row);
   void removeFrom(int row);
   // The row of the message being generated, or -1.
   int generatingRow() const;
 
  Q_SIGNALS:
   void countChanged();
+  void contextTokensChanged();
+  void viewStartRowChanged();
 
  private:
   struct Row {
     StoredMessage stored;
     QStringList blocks;
     bool generating = false;
-    int tokens = 0;
+    int tokens_at_start = 0;  // tokens the message had when this stream began (Continue)
     int first_chunk_tokens = 0;
   };
   std::vector<Row> rows_;
+  int view_start_row_ = -1;
 };
 
 }  // namespace granule::app

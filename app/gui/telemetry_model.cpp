@@ -34,7 +34,21 @@ QHash<int, QByteArray> TelemetryModel::roleNames() const {
           {SequenceRole, "sequence"}};
 }
 
-void TelemetryModel::addFrame(const TelemetryFrame& frame) {
+void TelemetryModel::addFrame(TelemetryFrame frame) {
+  if (frame.counts_tokens) {
+    // The oldest live frame inside the window (the newest before it when none is inside).
+    const TelemetryFrame* since = nullptr;
+    for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+      if (!it->counts_tokens || it->generated_tokens > frame.generated_tokens) break;
+      since = &*it;
+      if (it->time_s <= frame.time_s - kRateWindowSeconds) break;
+    }
+    double rate = 0;
+    if (since && frame.time_s > since->time_s)
+      rate = static_cast<double>(frame.generated_tokens - since->generated_tokens) /
+             (frame.time_s - since->time_s);
+    frame.engine.throughput.decode_tokens_per_second = rate;
+  }
   const bool rows_changed = frame.chats.size() != latest_.chats.size();
   if (rows_changed) beginResetModel();
   latest_ = frame;
@@ -53,6 +67,13 @@ bool TelemetryModel::isWaiting(double chatId) const {
   for (const ChatTelemetry& chat : latest_.chats)
     if (chat.sequence.waiting && static_cast<double>(chat.chat_id) == chatId) return true;
   return false;
+}
+
+QString TelemetryModel::waitingReason(double chatId) const {
+  for (const ChatTelemetry& chat : latest_.chats)
+    if (chat.sequence.waiting && static_cast<double>(chat.chat_id) == chatId)
+      return chat.waiting_for_slot ? QStringLiteral("slot") : QStringLiteral("memory");
+  return {};
 }
 
 QStringList TelemetryModel::ledgerCategories() const {

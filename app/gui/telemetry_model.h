@@ -22,11 +22,14 @@ class TelemetryModel : public QAbstractListModel {
   Q_PROPERTY(QStringList ledgerCategories READ ledgerCategories CONSTANT)
   // The recording's file name while the panels replay one (granule --replay), else "".
   Q_PROPERTY(QString replaySource READ replaySource NOTIFY replaySourceChanged)
+  // Decode tokens per second over the last kRateWindowSeconds (0 when nothing generates).
+  Q_PROPERTY(double recentTokensPerSecond READ recentTokensPerSecond NOTIFY updated)
   Q_PROPERTY(qint64 highlightedChatId READ highlightedChatId WRITE setHighlightedChatId NOTIFY
                  highlightedChatIdChanged)
 
  public:
   static constexpr double kHistorySeconds = 60.0;
+  static constexpr double kRateWindowSeconds = 3.0;
 
   enum Role {
     ChatIdRole = Qt::UserRole + 1,
@@ -44,7 +47,10 @@ class TelemetryModel : public QAbstractListModel {
 
   // Names chats in the per-chat rows.
   void setTitleLookup(std::function<QString(qint64)> title_of) { title_of_ = std::move(title_of); }
-  void addFrame(const TelemetryFrame& frame);
+  // Live frames (counts_tokens) get their throughput's decode_tokens_per_second replaced by
+  // the rate over the last kRateWindowSeconds, so the figure and the plot show now, not the
+  // engine's lifetime average; replayed frames keep what was recorded.
+  void addFrame(TelemetryFrame frame);
   const std::deque<TelemetryFrame>& history() const { return history_; }
   const TelemetryFrame& latest() const { return latest_; }
 
@@ -52,6 +58,12 @@ class TelemetryModel : public QAbstractListModel {
   // Whether the KV budget holds this chat back in the latest frame (ids as numbers, as QML
   // sees them). Bindings that also read the frame re-evaluate with every frame.
   Q_INVOKABLE bool isWaiting(double chatId) const;
+  // Why a chat waits in the latest frame: "slot" (every chat slot is taken), "memory" (a
+  // slot is free but the KV budget holds it back), or "" when it does not wait.
+  Q_INVOKABLE QString waitingReason(double chatId) const;
+  double recentTokensPerSecond() const {
+    return latest_.engine.throughput.decode_tokens_per_second;
+  }
   QString replaySource() const { return replay_source_; }
   void setReplaySource(const QString& name);
   qint64 highlightedChatId() const { return highlighted_chat_id_; }

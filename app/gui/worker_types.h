@@ -62,6 +62,9 @@ struct GenerationRequest {
   qint64 chat_id = 0;
   QList<PromptMessage> messages;
   SamplingSettings sampling;
+  // Continue: the last message is an assistant reply cut at the length limit; the model
+  // goes on writing it (no new turn).
+  bool continue_last = false;
 };
 
 // Text that arrived for one chat since the previous batch.
@@ -69,6 +72,7 @@ struct TokenChunk {
   qint64 chat_id = 0;
   QString text;
   qint32 tokens = 0;
+  qint32 prompt_tokens = 0;  // the request's prompt, as the engine tokenized it (0: unknown)
 };
 
 enum class GenerationEnd { Finished, Stopped, Failed };
@@ -76,8 +80,9 @@ enum class GenerationEnd { Finished, Stopped, Failed };
 struct GenerationResult {
   qint64 chat_id = 0;
   GenerationEnd end = GenerationEnd::Finished;
-  QString reason;  // engine's finish reason ("eos", "max_tokens", "cancelled", ...)
-  QString error;   // the engine's one-line message when end == Failed
+  QString reason;            // engine's finish reason ("eos", "max_tokens", "cancelled", ...)
+  QString error;             // the engine's one-line message when end == Failed
+  qint32 prompt_tokens = 0;  // the request's prompt (0: unknown)
 };
 
 // Host figures from /proc, measured by the worker beside each engine snapshot.
@@ -98,6 +103,9 @@ struct HostTelemetry {
 struct ChatTelemetry {
   qint64 chat_id = 0;
   SequenceTelemetry sequence;
+  // Waiting while every chat slot is taken (the engine runs as many chats as it has slots);
+  // a chat that waits with a slot free waits for memory (the KV budget holds it back).
+  bool waiting_for_slot = false;
 };
 
 // The ledger categories the panels stack, bottom first: those charged to the budget (all but
@@ -151,6 +159,10 @@ struct TelemetryFrame {
   double time_s = 0;        // seconds since the worker started
   bool has_engine = false;  // a model is loaded and `engine` is its snapshot
   TelemetrySnapshot engine;
+  // Tokens the worker has received from the engine since it started (live frames only; a
+  // replayed recording has none): the panels' recent tokens/s is its change over seconds.
+  bool counts_tokens = false;
+  quint64 generated_tokens = 0;
   QList<ChatTelemetry> chats;  // the snapshot's sequences that belong to chats
   HostTelemetry host;
 

@@ -39,6 +39,7 @@ ApplicationWindow {
     palette.toolTipText: Theme.text
 
     Shortcut { sequence: "Ctrl+N"; onActivated: window.chats.newChat() }
+    Shortcut { sequence: "Ctrl+Q"; context: Qt.ApplicationShortcut; onActivated: Qt.quit() }
     Shortcut { sequence: "Ctrl+F"; onActivated: sidebar.focusSearch() }
     Shortcut { sequence: "Ctrl+,"; onActivated: settingsDialog.open() }
     Shortcut { sequence: "Esc"; enabled: window.chats.currentGenerating; onActivated: window.chats.stop() }
@@ -80,6 +81,7 @@ ApplicationWindow {
                     visible: window.chats.messages.count > 0
                     chats: window.chats
                     telemetry: window.telemetry
+                    contextLength: window.model.contextPerChat
                 }
                 EmptyState {
                     anchors.fill: parent

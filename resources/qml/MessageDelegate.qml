@@ -1,6 +1,8 @@
 // MessageDelegate: one message — prose as Markdown, code blocks apart with a copy button;
 // the streaming message shows tokens/s; assistant messages can be regenerated, user
-// messages edited and resent (the actions show on hover, in the header row).
+// messages edited and resent (the actions show on hover, in the header row); a turn with
+// several versions shows ‹ 2/3 › to switch between them; each answer says why it stopped,
+// and one cut at the length limit can be continued.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -17,15 +19,59 @@ Item {
     required property double tokensPerSecond
     required property string finishReason
     required property int tokenCount
-    // The chat waits for KV memory: an unstarted answer says so instead of "thinking".
-    property bool waitingForMemory: false
+    required property int version
+    required property int versionCount
+    required property double timeToFirstTokenMs
+    required property bool viewStartsHere
+    // Why the chat waits ("slot", "memory", or ""): an unstarted answer says so instead of
+    // "thinking".
+    property string waitingReason: ""
+    // The last message of the chat (Continue is offered only there).
+    property bool isLast: false
+    // Tokens, tokens/s and time to first token, those known.
+    readonly property string figures: {
+        let text = tokenCount > 0 ? qsTr("%1 tokens").arg(tokenCount) : ""
+        if (tokensPerSecond > 0)
+            text += (text.length > 0 ? " · " : "") + qsTr("%1 tok/s").arg(tokensPerSecond.toFixed(1))
+        if (timeToFirstTokenMs > 0)
+            text += (text.length > 0 ? " · " : "")
+                    + qsTr("first token %1 s").arg((timeToFirstTokenMs / 1000).toFixed(2))
+        return text
+    }
+    readonly property string stopCaption: ({
+        "eos": qsTr("end of text"), "stop": qsTr("stop string"), "length": qsTr("length limit"),
+        "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error")
+    })[finishReason] ?? ""
     readonly property bool fromUser: role === "user"
     property bool editing: false
 
-    implicitHeight: bubble.implicitHeight
+    implicitHeight: bubble.implicitHeight + (viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0)
+
+    function startEditing() {
+        editing = true
+        editField.text = content
+        editField.forceActiveFocus()
+        editField.cursorPosition = editField.length
+    }
+
+    // "The model's view begins here": older messages are no longer in its context.
+    RowLayout {
+        id: viewMarker
+        visible: message.viewStartsHere
+        width: parent.width
+        spacing: Theme.spacing
+        Rectangle { Layout.fillWidth: true; implicitHeight: 1; color: Theme.border }
+        Label {
+            text: qsTr("the model's view begins here")
+            color: Theme.mutedText
+            font.pixelSize: Theme.smallFontSize
+        }
+        Rectangle { Layout.fillWidth: true; implicitHeight: 1; color: Theme.border }
+    }
 
     Rectangle {
         id: bubble
+        y: message.viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0
         anchors.right: message.fromUser ? parent.right : undefined
         anchors.left: message.fromUser ? undefined : parent.left
         width: message.fromUser && !message.editing
@@ -59,6 +105,33 @@ Item {
                     implicitWidth: 16
                     implicitHeight: 16
                 }
+                // ‹ 2/3 › between the versions of this turn.
+                Row {
+                    visible: message.versionCount > 1
+                    spacing: 0
+                    ToolButton {
+                        objectName: "previousVersion"
+                        text: "‹"
+                        enabled: message.version > 1 && !message.chats.currentGenerating
+                        implicitHeight: 22
+                        implicitWidth: 22
+                        onClicked: message.chats.switchVersion(message.index, -1)
+                    }
+                    Label {
+                        anchors.verticalCenter: parent.verticalCenter
+                        text: qsTr("%1/%2").arg(message.version).arg(message.versionCount)
+                        color: Theme.mutedText
+                        font.pixelSize: Theme.smallFontSize
+                    }
+                    ToolButton {
+                        objectName: "nextVersion"
+                        text: "›"
+                        enabled: message.version < message.versionCount && !message.chats.currentGenerating
+                        implicitHeight: 22
+                        implicitWidth: 22
+                        onClicked: message.chats.switchVersion(message.index, 1)
+                    }
+                }
                 Label {
                     Layout.fillWidth: true
                     color: Theme.mutedText
@@ -66,12 +139,10 @@ Item {
                     elide: Text.ElideRight
                     text: message.fromUser ? ""
                         : message.generating && message.tokenCount === 0
-                          ? (message.waitingForMemory ? qsTr("waiting for memory…") : qsTr("thinking…"))
-                        // Token counts exist for this session's messages; saved ones keep tok/s.
-                        : (message.tokenCount > 0 ? qsTr("%1 tokens · ").arg(message.tokenCount) : "")
-                          + (message.tokensPerSecond > 0 ? qsTr("%1 tok/s").arg(message.tokensPerSecond.toFixed(1)) : "")
-                          + (message.finishReason === "cancelled" ? qsTr(" · stopped")
-                             : message.finishReason === "interrupted" ? qsTr(" · interrupted") : "")
+                          ? (message.waitingReason === "slot" ? qsTr("waiting for a free chat slot…")
+                             : message.waitingReason === "memory" ? qsTr("waiting for memory…")
+                             : qsTr("thinking…"))
+                        : message.figures
                 }
                 // Actions: always laid out (the row's height does not change), shown on hover.
                 Row {
@@ -89,7 +160,7 @@ Item {
                         text: qsTr("Edit")
                         font.pixelSize: Theme.smallFontSize
                         implicitHeight: 22
-                        onClicked: message.editing = true
+                        onClicked: message.startEditing()
                     }
                     ToolButton {
                         visible: !message.fromUser
@@ -139,16 +210,47 @@ Item {
                 }
             }
 
+            // Why the answer stopped, and Continue for one cut at the length limit.
+            RowLayout {
+                Layout.fillWidth: true
+                visible: !message.fromUser && !message.generating && message.stopCaption.length > 0
+                spacing: Theme.spacing
+                Label {
+                    objectName: "stopCaption"
+                    text: message.stopCaption
+                    color: message.finishReason === "error" ? Theme.errorText : Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                    font.italic: true
+                }
+                ToolButton {
+                    objectName: "continueButton"
+                    visible: message.finishReason === "length" && message.isLast
+                    text: qsTr("Continue")
+                    font.pixelSize: Theme.smallFontSize
+                    implicitHeight: 22
+                    onClicked: message.chats.continueReply(message.index)
+                }
+                Item { Layout.fillWidth: true }
+            }
+
             // Edit and resend (user messages).
             ColumnLayout {
                 Layout.fillWidth: true
                 visible: message.editing
                 TextArea {
                     id: editField
+                    objectName: "editField"
                     Layout.fillWidth: true
                     wrapMode: TextEdit.Wrap
                     font.pixelSize: Theme.fontSize
-                    text: message.content
+                    color: Theme.text
+                    background: Rectangle {
+                        radius: Theme.radius
+                        color: Theme.surface
+                        border.width: editField.activeFocus ? 2 : 1
+                        border.color: editField.activeFocus ? Theme.accent : Theme.border
+                    }
+                    Keys.onEscapePressed: message.editing = false
                 }
                 RowLayout {
                     Layout.alignment: Qt.AlignRight

@@ -1,12 +1,16 @@
 // QtTest for the GUI-thread pieces without QML: Markdown splitting, MessageModel,
 // ConversationListModel, TelemetryModel and its frame value, the fit preview's wording and
 // ChatStore (migrations, WAL, round trips, search, undoable deletion).
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QSignalSpy>
 #include <QSqlDatabase>
 #include <QSqlQuery>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "chat_controller.h"
 #include "chat_store.h"
 #include "conversation_list_model.h"
 #include "markdown_blocks.h"
@@ -16,6 +20,53 @@
 #include "window_settings.h"
 
 using namespace granule::app;
+
+namespace {
+
+// A database as schema 2 left it (the shipped schema before versions), with one chat of two
+// turns; `extra` runs before the version is written (to plant a clash).
+void writeSchemaTwoDatabase(const QString& path, const QString& extra = {}) {
+  QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v2-writer");
+  db.setDatabaseName(path);
+  QVERIFY(db.open());
+  {
+    QSqlQuery q(db);
+    const char* statements[] = {
+        "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
+        "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
+        "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
+        "CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT "
+        "NULL REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL, role "
+        "TEXT NOT NULL, content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, "
+        "finish_reason TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL)",
+        "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        "ALTER TABLE conversations ADD COLUMN deleted_at INTEGER",
+        "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)",
+        "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Kyoto', 1, 2)",
+        "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Other', 1, 1)",
+        // Inserted out of id order across chats, as two chats written in turns are.
+        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+        "finish_reason, created_at) VALUES (1, 0, 'user', 'Plan a trip', 0, '', 10)",
+        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+        "finish_reason, created_at) VALUES (2, 0, 'user', 'Hi', 0, '', 11)",
+        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+        "finish_reason, created_at) VALUES (1, 1, 'assistant', 'Day 1: temples', 30.5, 'eos', 12)",
+        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+        "finish_reason, created_at) VALUES (1, 2, 'user', 'And day 2?', 0, '', 13)",
+        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+        "finish_reason, created_at) VALUES (1, 3, 'assistant', 'Day 2: markets', 28.0, "
+        "'length', 14)",
+    };
+    for (const char* sql : statements) QVERIFY2(q.exec(sql), sql);
+    if (!extra.isEmpty()) QVERIFY2(q.exec(extra), qPrintable(extra));
+    QVERIFY(q.exec("PRAGMA user_version = 2"));
+  }
+  db.close();
+  db = {};
+  QSqlDatabase::removeDatabase("v2-writer");
+}
+
+}  // namespace
 
 class ModelsTest : public QObject {
   Q_OBJECT
@@ -273,7 +324,7 @@ class ModelsTest : public QObject {
     QSqlDatabase::removeDatabase("v1");
     ChatStore store(path);
     QVERIFY2(store.ok(), qPrintable(store.error()));
-    QCOMPARE(store.schemaVersion(), 2);
+    QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
     const auto chats = store.conversations();
     QCOMPARE(chats.size(), 1);
     QCOMPARE(chats[0].title, QStringLiteral("kept"));
@@ -331,6 +382,247 @@ class ModelsTest : public QObject {
     QCOMPARE(messages[1].finish_reason, QStringLiteral("eos"));
     QCOMPARE(store.setting("model/last_path"), QStringLiteral("/n.gguf"));
     QCOMPARE(store.setting("missing", "fallback"), QStringLiteral("fallback"));
+  }
+
+  // Schema 2 to 3 on a file with real chats: every message keeps its text and figures, each
+  // chat becomes one branch (each message's parent the one before it), one version per turn.
+  void storeMigratesSchemaTwoChatsIntoBranches() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("v2.sqlite");
+    writeSchemaTwoDatabase(path);
+    ChatStore store(path);
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    QCOMPARE(store.schemaVersion(), 3);
+    const auto kyoto = store.messages(1);
+    QCOMPARE(kyoto.size(), 4);
+    QCOMPARE(kyoto[0].content, QStringLiteral("Plan a trip"));
+    QCOMPARE(kyoto[0].parent_id, 0);
+    for (int i = 1; i < 4; ++i) QCOMPARE(kyoto[i].parent_id, kyoto[i - 1].id);
+    for (const auto& m : kyoto) QCOMPARE(m.version_count, 1);
+    QCOMPARE(kyoto[1].tokens_per_second, 30.5);
+    QCOMPARE(kyoto[3].finish_reason, QStringLiteral("length"));
+    QCOMPARE(store.messages(2).size(), 1);
+    // New versions work on the migrated chat: a second answer to the first question.
+    StoredMessage again{0, 1, 1, "assistant", "Day 1: gardens", 0, "eos", 0};
+    again.parent_id = kyoto[0].id;
+    QVERIFY(store.insertMessage(again));
+    const auto branched = store.messages(1);
+    QCOMPARE(branched.size(), 2);  // the new answer has no later turns yet
+    QCOMPARE(branched[1].content, QStringLiteral("Day 1: gardens"));
+    QCOMPARE(branched[1].version, 2);
+    QCOMPARE(branched[1].version_count, 2);
+    QCOMPARE(store.allMessages(1).size(), 5);  // nothing deleted
+  }
+
+  // Migration 3 failing at its last statement (the index name is taken in this file): its
+  // ALTER TABLEs and the UPDATE are rolled back, the file stays at schema 2 with its chats.
+  void storeMigrationThreeFailingHalfwayRollsBack() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("v2-clash.sqlite");
+    writeSchemaTwoDatabase(path, "CREATE INDEX messages_by_parent ON messages(role)");
+    {
+      ChatStore store(path);
+      QVERIFY(!store.ok());
+      QVERIFY2(store.error().contains(QStringLiteral("messages_by_parent")),
+               qPrintable(store.error()));
+      QVERIFY2(store.error().contains(path), qPrintable(store.error()));
+    }
+    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v2-after");
+    db.setDatabaseName(path);
+    QVERIFY(db.open());
+    {
+      QSqlQuery q(db);
+      QVERIFY(q.exec("PRAGMA user_version") && q.next());
+      QCOMPARE(q.value(0).toInt(), 2);
+      QVERIFY(!q.exec("SELECT parent_id FROM messages"));  // ALTER rolled back
+      QVERIFY(!q.exec("SELECT token_count FROM messages"));
+      QVERIFY(q.exec("SELECT count(*) FROM messages") && q.next());
+      QCOMPARE(q.value(0).toInt(), 5);
+      QVERIFY(q.exec("PRAGMA integrity_check") && q.next());
+      QCOMPARE(q.value(0).toString(), QStringLiteral("ok"));
+    }
+    db.close();
+    db = {};
+    QSqlDatabase::removeDatabase("v2-after");
+    // The clash removed, the same file migrates.
+    {
+      QSqlDatabase fix = QSqlDatabase::addDatabase("QSQLITE", "v2-fix");
+      fix.setDatabaseName(path);
+      QVERIFY(fix.open());
+      QVERIFY(QSqlQuery(fix).exec("DROP INDEX messages_by_parent"));
+      fix.close();
+    }
+    QSqlDatabase::removeDatabase("v2-fix");
+    ChatStore store(path);
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    QCOMPARE(store.messages(1).size(), 4);
+  }
+
+  // Versions and branches: each version of a turn keeps its own later turns; choosing a
+  // version shows its branch; figures survive a reopen.
+  void storeKeepsVersionsWithTheirBranches() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("granule.sqlite");
+    qint64 c = 0, q1 = 0, a1 = 0, a2 = 0, q2 = 0;
+    {
+      ChatStore store(path);
+      c = store.createConversation({0, "x", "", {}, 1, 1}).value();
+      auto add = [&](qint64 parent, int position, const char* role, const char* text) {
+        StoredMessage m{0, c, position, role, text, 0, "", 0};
+        m.parent_id = parent;
+        return store.insertMessage(m).value();
+      };
+      q1 = add(0, 0, "user", "question");
+      a1 = add(q1, 1, "assistant", "answer one");
+      q2 = add(a1, 2, "user", "follow-up on one");
+      add(q2, 3, "assistant", "reply on one");
+      a2 = add(q1, 1, "assistant", "answer two");  // regenerated: the new branch shows
+      StoredMessage figures = store.messages(c)[1];
+      figures.token_count = 17;
+      figures.prompt_tokens = 23;
+      figures.time_to_first_token_ms = 145.5;
+      figures.finish_reason = "length";
+      QVERIFY(store.updateMessage(figures));
+    }
+    ChatStore store(path);
+    auto shown = store.messages(c);
+    QCOMPARE(shown.size(), 2);
+    QCOMPARE(shown[1].id, a2);
+    QCOMPARE(shown[1].version, 2);
+    QCOMPARE(shown[1].version_count, 2);
+    QCOMPARE(shown[1].token_count, 17);
+    QCOMPARE(shown[1].prompt_tokens, 23);
+    QCOMPARE(shown[1].time_to_first_token_ms, 145.5);
+    QCOMPARE(store.versionsOf(a2), (QList<qint64>{a1, a2}));
+    QVERIFY(store.setActiveVersion(a1));
+    shown = store.messages(c);
+    QCOMPARE(shown.size(), 4);  // version 1 with its own later turns
+    QCOMPARE(shown[1].version, 1);
+    QCOMPARE(shown[2].content, QStringLiteral("follow-up on one"));
+    QCOMPARE(shown[3].content, QStringLiteral("reply on one"));
+    // A message with later turns is not removed; a leaf is, and its sibling shows.
+    QVERIFY(!store.deleteLeafMessage(a1));
+    QVERIFY(store.setActiveVersion(a2));
+    QVERIFY(store.deleteLeafMessage(a2));
+    shown = store.messages(c);
+    QCOMPARE(shown.size(), 4);
+    QCOMPARE(shown[1].id, a1);
+    QCOMPARE(shown[1].version_count, 1);
+  }
+
+  void chatExportsAsMarkdownAndJson() {
+    StoredConversation chat{7, "Trip *plan*", "Be brief.", {}, 1, 2};
+    StoredMessage q{1, 7, 0, "user", "Plan a trip to Kyoto", 0, "", 100};
+    StoredMessage a{2,    7,        1,  "assistant", "Day 1: **Fushimi Inari**\n\n```\ncode\n```",
+                    41.5, "length", 200};
+    a.parent_id = 1;
+    a.token_count = 12;
+    a.prompt_tokens = 30;
+    a.time_to_first_token_ms = 88;
+    a.version = 2;
+    a.version_count = 3;
+    const QString md = chatToMarkdown(chat, {q, a});
+    QVERIFY(md.startsWith(QStringLiteral(
+        "# Trip *plan*\n\n**System:** Be brief.\n\n## You\n\nPlan a trip to Kyoto\n\n")));
+    QVERIFY2(md.contains(QStringLiteral(
+                 "## Model (version 2 of 3)\n\nDay 1: **Fushimi Inari**\n\n```\ncode\n```\n\n")),
+             qPrintable(md));
+    QVERIFY(md.contains(QStringLiteral("*12 tokens · stop: length*")));
+    const QJsonObject root = QJsonDocument::fromJson(chatToJson(chat, {q, a})).object();
+    QCOMPARE(root.value("title").toString(), QStringLiteral("Trip *plan*"));
+    QCOMPARE(root.value("system_prompt").toString(), QStringLiteral("Be brief."));
+    const QJsonArray messages = root.value("messages").toArray();
+    QCOMPARE(messages.size(), 2);
+    QCOMPARE(messages[0].toObject().value("role").toString(), QStringLiteral("user"));
+    QVERIFY(!messages[0].toObject().contains("finish_reason"));
+    const QJsonObject reply = messages[1].toObject();
+    QCOMPARE(reply.value("content").toString(), a.content);
+    QCOMPARE(reply.value("finish_reason").toString(), QStringLiteral("length"));
+    QCOMPARE(reply.value("tokens").toInt(), 12);
+    QCOMPARE(reply.value("prompt_tokens").toInt(), 30);
+    QCOMPARE(reply.value("time_to_first_token_ms").toDouble(), 88.0);
+    QCOMPARE(reply.value("versions").toInt(), 3);
+    QCOMPARE(root.value("sampling").toObject().value("temperature").toDouble(), 0.7);
+  }
+
+  void titlesDropMarkdownMarks() {
+    QCOMPARE(titleFrom(QStringLiteral("# **Explain** the `KV cache`")),
+             QStringLiteral("Explain the KV cache"));
+    QCOMPARE(titleFrom(QStringLiteral("> see [the docs](https://x.y/z) and _this_")),
+             QStringLiteral("see the docs and this"));
+    QCOMPARE(titleFrom(QStringLiteral("- item one\n- item two")),
+             QStringLiteral("item one item two"));
+    QCOMPARE(titleFrom(QStringLiteral("2 * 3 = ?")), QStringLiteral("2 3 = ?"));
+    QCOMPARE(titleFrom(QStringLiteral("**")), QStringLiteral("**"));  // nothing but marks: kept
+  }
+
+  // The throughput figure is the decode rate over the last seconds, from the worker's token
+  // count: it follows a burst and falls to 0 once nothing is generated.
+  void telemetryDecodeRateIsRecentAndZeroWhenIdle() {
+    TelemetryModel model;
+    quint64 tokens = 0;
+    auto frame = [&](double t) {
+      TelemetryFrame f;
+      f.time_s = t;
+      f.has_engine = true;
+      f.counts_tokens = true;
+      f.generated_tokens = tokens;
+      f.engine.throughput.decode_tokens_per_second = 31.7;  // the engine's lifetime average
+      model.addFrame(f);
+    };
+    for (int i = 0; i <= 50; ++i) {  // 5 s at 20 tok/s
+      frame(i * 0.1);
+      tokens += 2;
+    }
+    QVERIFY2(qAbs(model.recentTokensPerSecond() - 20.0) < 0.01,
+             qPrintable(QString::number(model.recentTokensPerSecond())));
+    for (int i = 51; i <= 60; ++i) frame(i * 0.1);  // idle for 1 s: 2 of the last 3 s busy
+    QVERIFY(model.recentTokensPerSecond() > 10 && model.recentTokensPerSecond() < 15);
+    for (int i = 61; i <= 90; ++i) frame(i * 0.1);  // idle for over 3 s
+    QCOMPARE(model.recentTokensPerSecond(), 0.0);
+    QCOMPARE(model.latest().engine.throughput.decode_tokens_per_second, 0.0);
+    QCOMPARE(model.history().back().engine.throughput.decode_tokens_per_second, 0.0);
+    // A replayed frame (no worker count) keeps what was recorded.
+    TelemetryFrame replayed;
+    replayed.time_s = 10;
+    replayed.engine.throughput.decode_tokens_per_second = 31.7;
+    model.addFrame(replayed);
+    QCOMPARE(model.recentTokensPerSecond(), 31.7);
+  }
+
+  void telemetrySaysWhyAChatWaits() {
+    TelemetryModel model;
+    TelemetryFrame f;
+    granule::SequenceTelemetry waiting, running;
+    waiting.waiting = true;
+    f.chats = {{1, waiting, true}, {2, waiting, false}, {3, running, false}};
+    model.addFrame(f);
+    QCOMPARE(model.waitingReason(1), QStringLiteral("slot"));
+    QCOMPARE(model.waitingReason(2), QStringLiteral("memory"));
+    QCOMPARE(model.waitingReason(3), QString());
+  }
+
+  void messageModelCountsContextAndMarksTheModelsView() {
+    MessageModel model;
+    StoredMessage q{1, 7, 0, "user", "hi", 0, "", 0};
+    StoredMessage a{2, 7, 1, "assistant", "hello", 0, "eos", 0};
+    a.prompt_tokens = 20;
+    a.token_count = 5;
+    model.setMessages({q, a});
+    QCOMPARE(model.contextTokens(), 25);
+    QCOMPARE(model.data(model.index(1), MessageModel::TokenCountRole).toInt(), 5);  // kept
+    StoredMessage next{0, 7, 2, "assistant", "", 0, "", 0};
+    const int row = model.append(next, true);
+    QCOMPARE(model.contextTokens(), 25);  // no prompt yet: the last known figure
+    model.setPromptTokens(row, 30);
+    model.appendText(row, "a b", 2, 0.1);
+    QCOMPARE(model.contextTokens(), 32);
+    QCOMPARE(model.data(model.index(1), MessageModel::ViewStartsHereRole).toBool(), false);
+    QSignalSpy changed(&model, &QAbstractItemModel::dataChanged);
+    model.setViewStartRow(1);
+    QCOMPARE(model.data(model.index(1), MessageModel::ViewStartsHereRole).toBool(), true);
+    QCOMPARE(model.data(model.index(0), MessageModel::ViewStartsHereRole).toBool(), false);
+    QCOMPARE(changed.count(), 1);
   }
 
   void storeSearchesTitlesAndTextAndUndoesDeletion() {

@@ -9,6 +9,7 @@
 #include <QDir>
 #include <QFile>
 #include <QQmlApplicationEngine>
+#include <QQuickItem>
 #include <QQuickStyle>
 #include <QQuickWindow>
 #include <QTemporaryDir>
@@ -199,6 +200,87 @@ class ScreenshotTest : public QObject {
     const auto stored = s->app.store().messages(kv_chat);
     QCOMPARE(stored.size(), 2);
     QVERIFY(!stored[1].content.isEmpty());
+  }
+
+  // An answer with three versions (‹ 2/3 ›), and a chat whose answers stopped for each
+  // reason (a caption under each; Continue on the one cut at the length limit), with the
+  // "model's view begins here" marker and the tokens / context meter in the chat header.
+  void versionsAndStopReasons() {
+    QTemporaryDir dir;
+    const QString model_path = dir.filePath("fake.gguf");
+    QFile(model_path).open(QIODevice::WriteOnly);
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), model_path);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
+    ChatStore& store = s->app.store();
+    auto add = [&](qint64 chat, qint64 parent, int position, const char* role, const QString& text,
+                   const char* reason, int tokens, int prompt) {
+      StoredMessage m{0, chat, position, role, text, tokens ? 31.4 : 0, reason, 3000};
+      m.parent_id = parent;
+      m.token_count = tokens;
+      m.prompt_tokens = prompt;
+      m.time_to_first_token_ms = tokens ? 180 + tokens : 0;
+      return store.insertMessage(m).value();
+    };
+    const qint64 stops =
+        store.createConversation({0, "Why answers stop", "", {}, 3000, 3000}).value();
+    qint64 parent = 0;
+    const std::pair<const char*, const char*> turns[] = {
+        {"eos", "A haiku about rain, please."},
+        {"stop", "Count to five."},
+        {"cancelled", "Write a long essay on tea."},
+        {"interrupted", "List every prime below 100."},
+        {"error", "Summarise the book."},
+        {"length", "Tell me a story about a lighthouse."}};
+    int position = 0, prompt = 40;
+    for (const auto& [reason, question] : turns) {
+      parent = add(stops, parent, position++, "user", question, "", 0, 0);
+      const QString answer =
+          QString(reason) == "error" ? QString()
+          : QString(reason) == "length"
+              ? QStringLiteral(
+                    "The keeper climbed the hundred steps each night, and the lamp "
+                    "turned over a sea that had")
+              : QStringLiteral(
+                    "Soft rain on the roof, / the kettle hums, the window fogs, / "
+                    "a slow afternoon.");
+      parent = add(stops, parent, position++, "assistant", answer, reason, 24, prompt);
+      prompt += 60;
+    }
+    const qint64 versions =
+        store.createConversation({0, "Three versions", "", {}, 4000, 4000}).value();
+    const qint64 q =
+        add(versions, 0, 0, "user", "Name a good first programming language.", "", 0, 0);
+    add(versions, q, 1, "assistant", "**Python**: readable, with batteries included.", "eos", 9,
+        30);
+    const qint64 second =
+        add(versions, q, 1, "assistant", "**Scratch** for children; then Python or JavaScript.",
+            "eos", 12, 30);
+    add(versions, q, 1, "assistant", "Whichever language your friends use.", "eos", 7, 30);
+    QVERIFY(store.setActiveVersion(second));
+
+    ChatController* chats = s->app.chats();
+    chats->loadFromStore();
+    chats->selectChat(versions);
+    QCOMPARE(chats->messages()->message(1).version, 2);
+    QCOMPARE(chats->messages()->message(1).version_count, 3);
+    save(s->window, QStringLiteral("versions-light.png"));
+    chats->switchVersion(1, 1);
+    QCOMPARE(chats->messages()->message(1).version, 3);
+    chats->selectChat(stops);
+    chats->messages()->setViewStartRow(2);
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("stop-reasons-light.png"));
+    // The top of the chat: end of text and stop string, and the view marker.
+    auto* view = s->window->findChild<QQuickItem*>(QStringLiteral("chatView"));
+    QVERIFY(view);
+    QMetaObject::invokeMethod(view, "positionViewAtBeginning");
+    view->setProperty("following", false);
+    save(s->window, QStringLiteral("stop-reasons-top-light.png"));
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("stop-reasons-dark.png"));
+    s->app.shutdown();
   }
 
   // A KV budget that holds one of two chats back: the memory panel marks it waiting and

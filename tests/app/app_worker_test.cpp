@@ -4,11 +4,15 @@
 // for the model; the last cases run the real engine on a synthetic model and on the
 // default model when present.
 #include <QElapsedTimer>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QThread>
 #include <QtTest>
 #include <map>
+#include <optional>
 
 #include "application.h"
 #include "engine_worker.h"
@@ -547,31 +551,219 @@ class WorkerTest : public QObject {
     QVERIFY(f.readAll() == junk);
   }
 
-  void regenerateAndEditReplaceTheTail() {
+  // Regenerate and edit add versions instead of deleting: ‹ › switches between them, and each
+  // version keeps its own later turns; the store holds every message.
+  void regenerateAndEditKeepVersionsWithTheirBranches() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
     app.start(fakeModelFile(dir));
     QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
     ChatController* chats = app.chats();
-    chats->newChat();
+    const qint64 chat = chats->newChat();
     chats->setMaxTokens(4);
     chats->send(QStringLiteral("first"));
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    chats->send(QStringLiteral("follow-up"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     MessageModel* messages = chats->messages();
-    QCOMPARE(messages->message(1).content, expectedText(4));
-    chats->regenerate(1);
+    QCOMPARE(messages->count(), 4);
+    const qint64 first_answer = messages->message(1).id;
+
+    chats->setMaxTokens(2);
+    chats->regenerate(1);  // the follow-up turn stays with version 1
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     QCOMPARE(messages->count(), 2);
-    QCOMPARE(messages->message(1).finish_reason, QStringLiteral("length"));
+    QCOMPARE(messages->message(1).content, expectedText(2));
+    QCOMPARE(messages->data(messages->index(1), MessageModel::VersionRole).toInt(), 2);
+    QCOMPARE(messages->data(messages->index(1), MessageModel::VersionCountRole).toInt(), 2);
+    chats->setMaxTokens(3);
+    chats->regenerate(1);
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(messages->message(1).version, 3);
+    QCOMPARE(messages->message(1).version_count, 3);
+
+    chats->switchVersion(1, -1);
+    QCOMPARE(messages->message(1).content, expectedText(2));
+    chats->switchVersion(1, -1);
+    QCOMPARE(messages->message(1).id, first_answer);
+    QCOMPARE(messages->count(), 4);  // version 1's later turns are back
+    QCOMPARE(messages->message(2).content, QStringLiteral("follow-up"));
+    chats->switchVersion(1, -1);  // no version 0
+    QCOMPARE(messages->message(1).id, first_answer);
+
+    chats->setMaxTokens(4);
     chats->editAndResend(0, QStringLiteral("second"));
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     QCOMPARE(messages->count(), 2);
     QCOMPARE(messages->message(0).content, QStringLiteral("second"));
-    const auto stored = app.store().messages(chats->currentChatId());
-    QCOMPARE(stored.size(), 2);
-    QCOMPARE(stored[0].content, QStringLiteral("second"));
-    QCOMPARE(stored[1].content, expectedText(4));
+    QCOMPARE(messages->message(0).version_count, 2);
+    QCOMPARE(messages->message(1).version_count, 1);
+    chats->switchVersion(0, -1);
+    QCOMPARE(messages->message(0).content, QStringLiteral("first"));
+    QCOMPARE(messages->count(), 4);
+    QCOMPARE(messages->message(1).version, 1);
+    QCOMPARE(messages->message(1).version_count, 3);
+    // Every message is still in the store: 2 questions, 3+1 answers, the follow-up and its answer.
+    QCOMPARE(app.store().allMessages(chat).size(), 8);
     app.shutdown();
+
+    // After a restart the chat opens on the version last shown.
+    Application again(fakeEngineFactory(), dir.filePath("granule.sqlite"));
+    again.chats()->loadFromStore();
+    MessageModel* reopened = again.chats()->messagesOf(chat);
+    QCOMPARE(reopened->count(), 4);
+    QCOMPARE(reopened->message(0).content, QStringLiteral("first"));
+    QCOMPARE(reopened->message(1).id, first_answer);
+  }
+
+  // A reply cut at the length limit says so, and Continue writes on in the same message.
+  void continueExtendsAReplyCutAtTheLengthLimit() {
+    QTemporaryDir dir;
+    Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    const qint64 chat = chats->newChat();
+    chats->setMaxTokens(3);
+    chats->send(QStringLiteral("tell me a story"));
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    MessageModel* messages = chats->messages();
+    QCOMPARE(messages->message(1).finish_reason, QStringLiteral("length"));
+    const qint64 id = messages->message(1).id;
+    const int prompt = messages->message(1).prompt_tokens;
+    QCOMPARE(prompt, 4 + 4);  // the fake's count: four words and four per message
+    QCOMPARE(messages->contextTokens(), prompt + 3);
+    chats->continueReply(0);  // not an assistant message: ignored
+    QCOMPARE(chats->generatingCount(), 0);
+    chats->continueReply(1);
+    QCOMPARE(chats->generatingCount(), 1);
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    QCOMPARE(messages->count(), 2);
+    QCOMPARE(messages->message(1).id, id);
+    QCOMPARE(messages->message(1).content, expectedText(3) + expectedText(3));
+    QCOMPARE(messages->message(1).token_count, 6);
+    // The continuation's prompt is the history and the reply so far (3 words).
+    QCOMPARE(messages->message(1).prompt_tokens, prompt + 3);
+    const auto stored = app.store().messages(chat);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[1].content, expectedText(3) + expectedText(3));
+    QCOMPARE(stored[1].token_count, 6);
+    app.shutdown();
+  }
+
+  // Tokens, prompt size and time to first token are stored with each reply and read back
+  // after a restart; a chat export writes the same figures.
+  void replyFiguresSurviveARestartAndExport() {
+    QTemporaryDir dir;
+    const QString db = dir.filePath("granule.sqlite");
+    qint64 chat = 0;
+    {
+      Application app(fakeEngineFactory({.step_delay_ms = 5}), db);
+      app.start(fakeModelFile(dir));
+      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      chat = app.chats()->newChat();
+      app.chats()->setMaxTokens(5);
+      app.chats()->send(QStringLiteral("# Hello **there**"));
+      QTRY_COMPARE_WITH_TIMEOUT(app.chats()->generatingCount(), 0, 5000);
+      QCOMPARE(app.chats()->currentTitle(), QStringLiteral("Hello there"));
+      QVERIFY(app.chats()->exportChat(QUrl::fromLocalFile(dir.filePath("chat.md")), "markdown"));
+      QVERIFY(app.chats()->exportChat(QUrl::fromLocalFile(dir.filePath("chat.json")), "json"));
+      QVERIFY(!app.chats()->exportChat(QUrl::fromLocalFile(dir.filePath("no/such/dir/x.md")),
+                                       "markdown"));
+      QVERIFY(app.errors()->message().contains(QStringLiteral("Could not export")));
+      app.shutdown();
+    }
+    Application app(fakeEngineFactory(), db);
+    app.chats()->loadFromStore();
+    const StoredMessage reply = app.chats()->messagesOf(chat)->message(1);
+    QCOMPARE(reply.token_count, 5);
+    QCOMPARE(reply.prompt_tokens, 4 + 3);  // "#", "Hello", "**there**"
+    QVERIFY(reply.time_to_first_token_ms > 0);
+    QCOMPARE(app.chats()
+                 ->messagesOf(chat)
+                 ->data(app.chats()->messagesOf(chat)->index(1), MessageModel::TokenCountRole)
+                 .toInt(),
+             5);
+    QFile md(dir.filePath("chat.md"));
+    QVERIFY(md.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(md.readAll());
+    QVERIFY2(text.contains(QStringLiteral("## You\n\n# Hello **there**")), qPrintable(text));
+    QVERIFY(text.contains(expectedText(5).trimmed()));
+    QFile json(dir.filePath("chat.json"));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    const QJsonObject root = QJsonDocument::fromJson(json.readAll()).object();
+    QCOMPARE(root.value("messages").toArray().size(), 2);
+    QCOMPARE(root.value("messages").toArray()[1].toObject().value("tokens").toInt(), 5);
+  }
+
+  // Ctrl+N on an empty "New chat" selects it instead of adding another.
+  void newChatReusesAnEmptyOne() {
+    QTemporaryDir dir;
+    Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    const qint64 a = chats->newChat();
+    QCOMPARE(chats->newChat(), a);
+    QCOMPARE(chats->newChat(), a);
+    QCOMPARE(chats->conversations()->count(), 1);
+    chats->setMaxTokens(2);
+    chats->send(QStringLiteral("hi"));
+    const qint64 b = chats->newChat();  // a has a message now
+    QVERIFY(b != a);
+    chats->selectChat(a);
+    QCOMPARE(chats->newChat(), b);
+    QCOMPARE(chats->conversations()->count(), 2);
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    app.shutdown();
+  }
+
+  // The worker counts the tokens it receives: the recent tokens/s follows a generation and
+  // is 0 once it is over.
+  void recentThroughputFollowsGenerationAndIsZeroWhenIdle() {
+    QTemporaryDir dir;
+    Application app(fakeEngineFactory({.step_delay_ms = 10}), dir.filePath("granule.sqlite"));
+    app.start(fakeModelFile(dir));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    ChatController* chats = app.chats();
+    chats->newChat();
+    chats->setMaxTokens(60);
+    chats->send(QStringLiteral("one"));
+    TelemetryModel* telemetry = app.telemetry();
+    QTRY_VERIFY_WITH_TIMEOUT(telemetry->recentTokensPerSecond() > 5, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(telemetry->recentTokensPerSecond(), 0.0, 6000);
+    app.shutdown();
+  }
+
+  // A chat held back while every slot is taken waits for a slot; one held back with a slot
+  // free waits for memory.
+  void waitingChatsSayWhetherForASlotOrForMemory() {
+    for (const int slot_count : {1, 8}) {
+      ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 10, .max_running = 1}));
+      QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+      w.call([wk = w.worker, slot_count] { wk->loadModel("/models/fake.gguf", 4096, slot_count); });
+      QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 5000);
+      // Frames land on this (the GUI) thread, as the window gets them.
+      std::optional<TelemetryFrame> latest;
+      QObject context;
+      connect(
+          w.worker, &EngineWorker::telemetryUpdated, &context,
+          [&latest](const TelemetryFrame& f) { latest = f; }, Qt::QueuedConnection);
+      w.call([wk = w.worker] {
+        wk->submit(request(1, 50));
+        wk->submit(request(2, 50));
+      });
+      auto waiting = [&](qint64 chat) -> std::optional<bool> {
+        if (!latest) return std::nullopt;
+        for (const ChatTelemetry& c : latest->chats)
+          if (c.chat_id == chat && c.sequence.waiting) return c.waiting_for_slot;
+        return std::nullopt;
+      };
+      QTRY_VERIFY_WITH_TIMEOUT(waiting(2).has_value(), 5000);
+      QCOMPARE(*waiting(2), slot_count == 1);
+      QVERIFY(!waiting(1).has_value());
+    }
   }
 
   void deleteCanBeUndoneAndSearchFilters() {
@@ -628,6 +820,41 @@ class WorkerTest : public QObject {
       for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) token_count += c.tokens;
     qInfo("synthetic model: %d tokens over two chats", token_count);
     QVERIFY(token_count > 0 && token_count <= 16);
+  }
+
+  // Continue on the real engine: the prompt is the history with the assistant header and the
+  // reply so far (longer than the history alone), and the model writes on.
+  void realEngineContinuesAReply() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tiny.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
+    ThreadedWorker w(granuleEngineFactory());
+    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    w.call([wk = w.worker] {
+      GenerationRequest fresh = request(1, 4);
+      fresh.sampling.seed = 7;
+      wk->submit(fresh);
+      GenerationRequest more = fresh;
+      more.chat_id = 2;
+      more.messages.append(PromptMessage{"assistant", "Once upon a time there was"});
+      more.continue_last = true;
+      wk->submit(more);
+    });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
+    std::map<qint64, GenerationResult> results;
+    for (const auto& args : finished) {
+      const auto r = args[0].value<GenerationResult>();
+      results[r.chat_id] = r;
+    }
+    QVERIFY2(results[2].end == GenerationEnd::Finished, qPrintable(results[2].error));
+    QVERIFY(results[1].prompt_tokens > 0);
+    // The partial reply's tokens follow the same history and assistant header.
+    QVERIFY2(results[2].prompt_tokens > results[1].prompt_tokens,
+             qPrintable(
+                 QString("%1 vs %2").arg(results[2].prompt_tokens).arg(results[1].prompt_tokens)));
   }
 
   void realEngineOnTheDefaultModel() {

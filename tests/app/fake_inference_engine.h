@@ -87,7 +87,8 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (script_.refuse_submit)
       throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
     const SequenceId id = next_id_++;
-    running_[id] = Running{std::move(request), 0, false};
+    const int prompt = promptTokens(request);
+    running_[id] = Running{std::move(request), 0, false, prompt};
     if (log_) log_->submitted++;
     return id;
   }
@@ -195,7 +196,7 @@ class FakeInferenceEngine final : public InferenceEngine {
       seq.waiting = script_.max_running > 0 && index++ >= script_.max_running;
       s.scheduler.waiting += seq.waiting ? 1 : 0;
       seq.id = id;
-      seq.tokens = r.produced;
+      seq.tokens = r.prompt + r.produced;
       seq.kv_committed_bytes = static_cast<quint64>(r.produced) * script_.kv_bytes_per_token;
       seq.kv_reserved_bytes = script_.kv_reserved_per_sequence;
       kv += seq.kv_committed_bytes;
@@ -244,7 +245,29 @@ class FakeInferenceEngine final : public InferenceEngine {
     Request request;
     int produced;
     bool cancelled;
+    int prompt;  // the prompt's tokens: its words, plus four per message for the template
   };
+  static int promptTokens(const Request& r) {
+    if (r.prompt_tokens) return static_cast<int>(r.prompt_tokens->size());
+    int tokens = 0;
+    for (const ChatMessage& m : r.messages)
+      tokens +=
+          4 +
+          static_cast<int>(
+              QString::fromStdString(m.content).split(QLatin1Char(' '), Qt::SkipEmptyParts).size());
+    return tokens;
+  }
+
+ public:
+  // Continue: the history's tokens and the partial reply's words, as one raw prompt.
+  void prepare_continuation(Request& request, const std::string& partial) const override {
+    const int history = promptTokens(request);
+    const int reply = static_cast<int>(
+        QString::fromStdString(partial).split(QLatin1Char(' '), Qt::SkipEmptyParts).size());
+    request.prompt_tokens = std::vector<TokenId>(static_cast<size_t>(history + reply), 7);
+  }
+
+ private:
   quint64 granulesFor(int tokens) const {
     const quint64 bytes = static_cast<quint64>(tokens) * script_.kv_bytes_per_token;
     return (bytes + script_.granule_bytes - 1) / script_.granule_bytes;

@@ -31,6 +31,49 @@ Item {
             tokensPerSecond: 12.5
             finishReason: "eos"
             tokenCount: 20
+            version: 1
+            versionCount: 1
+            timeToFirstTokenMs: 150
+            viewStartsHere: false
+        }
+    }
+    Component {
+        id: userMessageComponent
+        MessageDelegate {
+            width: 600
+            chats: Services.chats
+            index: 0
+            role: "user"
+            content: "first try"
+            blocks: ["first try"]
+            generating: false
+            tokensPerSecond: 0
+            finishReason: ""
+            tokenCount: 0
+            version: 2
+            versionCount: 3
+            timeToFirstTokenMs: 0
+            viewStartsHere: false
+        }
+    }
+    Component {
+        id: cutMessageComponent
+        MessageDelegate {
+            width: 600
+            chats: Services.chats
+            index: 1
+            role: "assistant"
+            content: "Once upon a time"
+            blocks: ["Once upon a time"]
+            generating: false
+            tokensPerSecond: 20
+            finishReason: "length"
+            tokenCount: 4
+            version: 1
+            versionCount: 1
+            timeToFirstTokenMs: 90
+            viewStartsHere: true
+            isLast: true
         }
     }
     Component {
@@ -96,6 +139,34 @@ Item {
             verify(code, "the odd part is a CodeBlock")
             compare(code.code, "let x = 1;")
             verify(message.implicitHeight > code.implicitHeight)
+        }
+
+        // Edit focuses the field, so typed keys land in it; the field has a visible border.
+        function test_editingFocusesTheFieldAndKeepsKeystrokes() {
+            const message = createTemporaryObject(userMessageComponent, root)
+            verify(message)
+            message.startEditing()
+            const field = findChild(message, "editField")
+            verify(field)
+            verify(field.visible)
+            verify(field.activeFocus)
+            keyClick("s")
+            keyClick("!")
+            compare(field.text, "first trys!")
+            verify(field.background.border.width >= 1)
+            verify(field.background.border.color !== field.background.color)
+            // The versions of the turn: ‹ 2/3 ›.
+            verify(findChild(message, "previousVersion").visible)
+            verify(findChild(message, "nextVersion").visible)
+        }
+
+        function test_stopReasonCaptionAndContinue() {
+            const done = createTemporaryObject(messageComponent, root)
+            compare(findChild(done, "stopCaption").text, "end of text")
+            verify(!findChild(done, "continueButton").visible)
+            const cut = createTemporaryObject(cutMessageComponent, root)
+            compare(findChild(cut, "stopCaption").text, "length limit")
+            verify(findChild(cut, "continueButton").visible)
         }
 
         function test_composerEnterSendsShiftEnterBreaksTheLine() {
