@@ -53,24 +53,14 @@ constexpr int32_t kMaxTokens = 1 << 20;
 void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("model", options.model, "GGUF model file")->required();
   app.add_option("-n,--max-tokens", options.max_tokens, "Most tokens to generate per reply")
-      ->check(CLI::Range(1, kMaxTokens))
+      ->check(integer_in(1, kMaxTokens))
       ->capture_default_str();
-  app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")
-      ->check(CLI::Range(0.0f, 100.0f));
-  app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")
-      ->check(CLI::Range(0, kMaxTokens));
-  app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")
-      ->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--min-p", options.min_p, "Drop tokens below this fraction of the best (0 = off)")
-      ->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--repeat-penalty", options.repeat_penalty, "Repetition penalty (1 = off)")
-      ->check(CLI::Range(0.01f, 100.0f));
-  app.add_option("--seed", options.seed, "Random seed (same seed and settings, same text)");
-  app.add_option("-c,--ctx", options.context, "Context length per sequence")
-      ->check(CLI::Range(int64_t{1}, int64_t{kMaxTokens}))
+  add_sampling_options(app, options.sampling);
+  app.add_option("-c,--ctx-size,--ctx", options.context, "Context length per sequence")
+      ->check(integer_in(1, kMaxTokens))
       ->capture_default_str();
   app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")
-      ->check(CLI::Range(0, 4096));
+      ->check(integer_in(0, 4096));
   app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
@@ -102,14 +92,8 @@ std::unique_ptr<TelemetryRecorder> open_telemetry(const GenerationOptions& optio
 }
 
 SamplingParams sampling_from(const GenerationOptions& options) {
-  SamplingParams params;
+  SamplingParams params = sampling_params(options.sampling);
   params.max_tokens = options.max_tokens;
-  if (options.temperature) params.temperature = *options.temperature;
-  if (options.top_k) params.top_k = *options.top_k;
-  if (options.top_p) params.top_p = *options.top_p;
-  if (options.min_p) params.min_p = *options.min_p;
-  if (options.repeat_penalty) params.repetition_penalty = *options.repeat_penalty;
-  if (options.seed) params.seed = *options.seed;
   return params;
 }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "granule/engine.h"
 #include "granule/telemetry_json.h"
 
@@ -17,12 +18,7 @@ namespace granule::cli {
 struct GenerationOptions {
   std::filesystem::path model;
   int32_t max_tokens = 512;
-  std::optional<float> temperature;
-  std::optional<int32_t> top_k;
-  std::optional<float> top_p;
-  std::optional<float> min_p;
-  std::optional<float> repeat_penalty;
-  std::optional<uint64_t> seed;
+  SamplingOptions sampling;  // cli.h: --preset, --temp, ..., --seed
   int64_t context = 4096;
   int32_t threads = 0;
   std::string device = "auto";

@@ -21,14 +21,14 @@ if [[ -z $MODEL ]]; then
   fail "no loadable model: neither the default model nor granule-test-model (third argument)"
   finish
 fi
-expect_failure_saying "no subcommand" 'A subcommand is required'
-# CLI11 does not name the unknown word here: what it says is that no subcommand was found.
-expect_failure_saying "unknown subcommand" 'A subcommand is required' frobnicate
-expect_failure_saying "unknown option" 'not expected: --no-such-option' info --no-such-option "$MODEL"
-expect_failure_saying "unknown option (run)" 'not expected: --no-such-option' run "$MODEL" -p hi --no-such-option
+# (usage_errors_test.sh checks the exact wording of each of these and more.)
+expect_failure_saying "no subcommand" '^granule-cli: no command given; commands: info, tokenize, run'
+expect_failure_saying "unknown subcommand" "^granule-cli: unknown command 'frobnicate'; commands: info," frobnicate
+expect_failure_saying "unknown option" '^granule-cli: unknown option --no-such-option$' info --no-such-option "$MODEL"
+expect_failure_saying "unknown option (run)" '^granule-cli: unknown option --no-such-option$' run "$MODEL" -p hi --no-such-option
 expect_failure_saying "missing model argument" 'model is required' info
 expect_failure_saying "run without a prompt" '--prompt is required' run "$MODEL"
-expect_failure_saying "run with -n 0" '--max-tokens: Value 0 not in range 1 to 1048576' run "$MODEL" -p hi -n 0
+expect_failure_saying "run with -n 0" '^granule-cli: -n/--max-tokens must be from 1 to 1048576, got 0$' run "$MODEL" -p hi -n 0
 expect_failure_saying "unknown device" '--device: tpu not in \{cpu,cuda,auto\}' run "$MODEL" -p hi --device tpu
 expect_failure_saying "unknown template name" '--template: vicuna not in \{.*chatml.*\}' run "$MODEL" -p hi --template vicuna
 # The same options well formed do get past the command line (the file loads and replies).

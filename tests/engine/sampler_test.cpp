@@ -402,5 +402,49 @@ TEST(StopStrings, StreamingWithTheHelpersSendsExactlyTheTextBeforeTheStop) {
   }
 }
 
+// The case: the named presets. "balanced" is exactly the defaults, every name maps back to
+// itself, greedy turns the penalty off, and an unknown name is a UsageError that lists them.
+TEST(SamplerPresets, NamesDefaultsAndUnknownName) {
+  const auto names = SamplingParams::preset_names();
+  ASSERT_EQ(names.size(), 4u);
+  EXPECT_EQ(names[0], "precise");
+  EXPECT_EQ(names[1], "balanced");
+  EXPECT_EQ(names[2], "creative");
+  EXPECT_EQ(names[3], "greedy");
+  EXPECT_EQ(SamplingParams::preset_name_of(SamplingParams{}), "balanced");
+  for (std::string_view name : names) {
+    EXPECT_EQ(SamplingParams::preset_name_of(SamplingParams::preset(name)), name);
+  }
+  const SamplingParams greedy = SamplingParams::preset("greedy");
+  EXPECT_EQ(greedy.temperature, 0.0f);
+  EXPECT_EQ(greedy.repetition_penalty, 1.0f);
+  EXPECT_GT(SamplingParams::preset("creative").temperature, SamplingParams{}.temperature);
+  EXPECT_LT(SamplingParams::preset("precise").temperature, SamplingParams{}.temperature);
+  SamplingParams changed;
+  changed.temperature = 0.5f;
+  EXPECT_EQ(SamplingParams::preset_name_of(changed), "");
+  try {
+    SamplingParams::preset("wild");
+    FAIL() << "no error for an unknown preset";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(),
+                 "unknown sampling preset 'wild'; presets: precise, balanced, creative, greedy");
+  }
+}
+
+// The case: the seed rule. The default seed is kRandomSeed, which resolve_seed replaces with
+// a fresh seed each time; every other seed, 0 included, is kept.
+TEST(SamplerSeed, RandomSeedIsResolvedAndFixedSeedsAreKept) {
+  EXPECT_EQ(SamplingParams{}.seed, kRandomSeed);
+  EXPECT_EQ(resolve_seed(0), 0u);
+  EXPECT_EQ(resolve_seed(42), 42u);
+  EXPECT_EQ(resolve_seed(kRandomSeed - 1), kRandomSeed - 1);
+  const uint64_t a = resolve_seed(kRandomSeed);
+  const uint64_t b = resolve_seed(kRandomSeed);
+  EXPECT_NE(a, kRandomSeed);
+  EXPECT_NE(b, kRandomSeed);
+  EXPECT_NE(a, b);  // equal with probability 2^-64
+}
+
 }  // namespace
 }  // namespace granule

@@ -204,6 +204,9 @@ SequenceId Engine::submit(Request request) {
         "the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
         std::to_string(m.options.context_length) + " allows; shorten the conversation");
   }
+  // kRandomSeed asks for a fresh seed; drawn once here, so a preempted and re-prefilled
+  // sequence keeps its draws.
+  request.sampling.seed = resolve_seed(request.sampling.seed);
   auto seq = std::make_unique<Sequence>(m.next_id++, std::move(prompt), request.sampling);
   seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);

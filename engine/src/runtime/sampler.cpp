@@ -1,8 +1,11 @@
 // The host sampler: penalties, top-k, temperature, top-p, min-p and a seeded draw, in
-// that order; also the stop-string helpers used while streaming text.
+// that order; the named presets and the random-seed rule; also the stop-string helpers
+// used while streaming text.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "granule/error.h"
@@ -59,7 +62,59 @@ size_t mass_bin(float log_weight) {
   return depth < static_cast<float>(kMassBins) ? static_cast<size_t>(depth) : kMassBins;
 }
 
+constexpr std::array<std::string_view, 4> kPresetNames = {"precise", "balanced", "creative",
+                                                          "greedy"};
+
+// Only the fields a preset decides; max_tokens, stops and the seed are the caller's.
+bool same_sampling(const SamplingParams& a, const SamplingParams& b) {
+  return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p &&
+         a.min_p == b.min_p && a.repetition_penalty == b.repetition_penalty &&
+         a.frequency_penalty == b.frequency_penalty && a.presence_penalty == b.presence_penalty &&
+         a.penalty_last_n == b.penalty_last_n;
+}
+
 }  // namespace
+
+SamplingParams SamplingParams::preset(std::string_view name) {
+  SamplingParams p;  // "balanced" is the defaults
+  if (name == "balanced") return p;
+  if (name == "precise") {
+    p.temperature = 0.3f;
+    p.top_p = 0.9f;
+    p.min_p = 0.1f;
+    return p;
+  }
+  if (name == "creative") {
+    p.temperature = 1.0f;
+    p.top_k = 100;
+    p.top_p = 0.98f;
+    return p;
+  }
+  if (name == "greedy") return greedy();
+  std::string names;
+  for (std::string_view n : kPresetNames) names += (names.empty() ? "" : ", ") + std::string(n);
+  throw UsageError("unknown sampling preset '" + std::string(name) + "'; presets: " + names);
+}
+
+std::span<const std::string_view> SamplingParams::preset_names() { return kPresetNames; }
+
+std::string_view SamplingParams::preset_name_of(const SamplingParams& params) {
+  for (std::string_view name : kPresetNames) {
+    if (same_sampling(params, preset(name))) return name;
+  }
+  return {};
+}
+
+uint64_t resolve_seed(uint64_t seed) {
+  if (seed != kRandomSeed) return seed;
+  // 64 bits from the entropy source; one draw per request, so no generator is kept.
+  std::random_device entropy;
+  uint64_t fresh = kRandomSeed;
+  while (fresh == kRandomSeed) {
+    fresh = (static_cast<uint64_t>(entropy()) << 32) ^ static_cast<uint64_t>(entropy());
+  }
+  return fresh;
+}
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), state_(params.seed) {}
 
