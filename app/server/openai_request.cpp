@@ -199,9 +199,11 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
   }
 
   SamplingParams& s = request.sampling;
-  // OpenAI's defaults: temperature 1 and top_p 1; top_k and min_p keep the engine's.
+  // OpenAI's defaults: temperature 1 and top_p 1; top_k and min_p keep the engine's. OpenAI's
+  // API has no repetition penalty (only presence/frequency): off unless repeat_penalty asks.
   s.temperature = 1.0f;
   s.top_p = 1.0f;
+  s.repetition_penalty = 1.0f;
   s.max_tokens = limits.default_max_tokens;
   const auto cap = static_cast<int64_t>(limits.max_tokens_cap);
   // max_completion_tokens is the newer name; it wins when both are given.

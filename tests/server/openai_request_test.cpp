@@ -49,6 +49,7 @@ TEST(OpenAiRequest, DefaultsAreOpenAisWithTheServersMaxTokens) {
   const ParsedRequest r = chat(R"({"messages":[{"role":"user","content":"hi"}]})", limits);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 1.0f);
+  EXPECT_FLOAT_EQ(r.sampling.repetition_penalty, 1.0f);  // OpenAI has none
   EXPECT_EQ(r.sampling.max_tokens, 77);
   EXPECT_TRUE(r.sampling.stop_strings.empty());
 }
