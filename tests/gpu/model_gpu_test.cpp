@@ -18,12 +18,12 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/kernel_config_env.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
-#include "backends/kernel_config_env.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
@@ -93,6 +93,15 @@ SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
     s.qk_norm = true;
     s.head_dim = 128;  // q width 512 differs from the hidden size, as in Qwen3
     s.n_head_kv = 1;
+  } else if (variant == "mixed") {
+    // Every newer block type in one model, as mixed_types_test runs it on the CPU.
+    s.embedding_type = TensorType::Q3_K;
+    s.output_type = TensorType::IQ4_XS;
+    s.tensor_types = {
+        {"attn_q.weight", TensorType::Q2_K},        {"attn_k.weight", TensorType::Q3_K},
+        {"attn_v.weight", TensorType::IQ4_NL},      {"attn_output.weight", TensorType::IQ4_XS},
+        {"ffn_gate.weight", TensorType::MXFP4},     {"ffn_up.weight", TensorType::Q5_1},
+        {"blk.1.ffn_down.weight", TensorType::Q2_K}};
   } else if (variant == "llama3") {
     s.llama3_rope_scaling = true;
     s.rope_theta = 500000.0f;
@@ -153,8 +162,9 @@ void expect_close(const Comparison& c, const std::string& what) {
 // MMVQ kernels do): about 0.4% per element, which these random-weight models amplify to
 // 8-10% of the logits' RMS (16% at the 30-layer SmolLM2 shapes); bound 25%. The kernel
 // tests bound the int8 rounding exactly; here the greedy-agreement check is what matters.
-// Q6_K joins them when its weights are in the split layout (the default; its kernel reads
-// int8 activations too), unless GRANULE_SPLIT_WEIGHTS=0 (read as the backend reads it).
+// Q6_K, Q5_0 and Q5_1 join them when their weights are in the split layout (the default; its
+// kernels read int8 activations too), unless GRANULE_SPLIT_WEIGHTS=0 (read as the backend
+// reads it).
 bool split_weights_on() { return kernel_config_from_environment().split_weights; }
 
 double tolerance_for(TensorType t) {
@@ -164,6 +174,8 @@ double tolerance_for(TensorType t) {
     case TensorType::Q8_0:
       return 0.25;
     case TensorType::Q6_K:
+    case TensorType::Q5_0:  // (and the "mixed" case, whose blk.0 ffn_down is Q5_0)
+    case TensorType::Q5_1:
       return split_weights_on() ? 0.25 : 0.02;
     default:
       return 0.02;
@@ -226,7 +238,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"llama", TensorType::Q4_0}, ModelCase{"llama", TensorType::Q4_1},
                       ModelCase{"llama", TensorType::Q4_K}, ModelCase{"llama", TensorType::Q5_K},
                       ModelCase{"llama", TensorType::Q6_K}, ModelCase{"qwen2", TensorType::Q8_0},
-                      ModelCase{"qwen3", TensorType::Q4_K}, ModelCase{"llama3", TensorType::Q4_0}),
+                      ModelCase{"qwen3", TensorType::Q4_K}, ModelCase{"llama3", TensorType::Q4_0},
+                      ModelCase{"llama", TensorType::Q5_0}, ModelCase{"llama", TensorType::Q5_1},
+                      ModelCase{"llama", TensorType::Q2_K}, ModelCase{"llama", TensorType::Q3_K},
+                      ModelCase{"llama", TensorType::IQ4_NL},
+                      ModelCase{"llama", TensorType::IQ4_XS}, ModelCase{"llama", TensorType::MXFP4},
+                      ModelCase{"qwen2", TensorType::Q5_0}, ModelCase{"mixed", TensorType::Q5_0}),
     [](const ::testing::TestParamInfo<ModelCase>& i) {
       return i.param.variant + "_" + std::string(tensor_type_info(i.param.type).name);
     });
