@@ -1,7 +1,7 @@
 // One thread per 8 elements: decode with the shared dequantize8 and store 16 or 32 bytes.
 #include "dequantize.cuh"
-#include "quant_blocks.cuh"
 #include "granule/split_layout.h"
+#include "quant_blocks.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -33,6 +33,26 @@ __device__ __forceinline__ void split_dequantize8(const uint8_t* row, int64_t n_
     }
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = static_cast<float>((q[i] >> shift) & 0xF) * d + m;
+  } else if constexpr (TYPE == kQ5_0 || TYPE == kQ5_1) {
+    const uint8_t* q = row + 16 * j + (e0 % 16);
+    const int shift = e0 < 16 ? 0 : 4;
+    uint32_t qh;
+    float d, m;
+    if constexpr (TYPE == kQ5_0) {
+      qh = reinterpret_cast<const uint32_t*>(scales)[j];
+      d = half_bits_to_float(reinterpret_cast<const uint16_t*>(row + split::q5_0_d_offset(n))[j]);
+      m = -16.0f * d;
+    } else {
+      const uint2 v = reinterpret_cast<const uint2*>(scales)[j];
+      qh = v.x;
+      d = half_bits_to_float(static_cast<uint16_t>(v.y));
+      m = half_bits_to_float(static_cast<uint16_t>(v.y >> 16));
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int value = ((q[i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4);
+      v[i] = static_cast<float>(value) * d + m;
+    }
   } else {  // Q6_K
     const uint8_t* qh = row + split::q6k_qh_offset(n) + 8 * j;
     const float d =

@@ -5,9 +5,9 @@
 // HBM without staging through shared memory. Activations are int8 blocks (ActivationQ8)
 // and meet the weights in 4-way int8 dot products. The weight loads of the first
 // sub-blocks are issued before waiting for the previous kernel (launch_early).
+#include "granule/split_layout.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
-#include "granule/split_layout.h"
 
 namespace granule::kernels {
 namespace {
@@ -23,8 +23,8 @@ struct SplitTasks {
 struct Payload {
   uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
   uint4 q2;     // Q8_0: the last 16
-  uint2 h;      // Q6_K: high bits
-  uint32_t s;   // f16 d (Q4_0, Q8_0); f16 d | f16 m << 16 (Q4_1); int8 scales (Q6_K)
+  uint2 h;      // Q6_K: high bits; Q5_0/Q5_1: h.x the fifth bits
+  uint32_t s;   // f16 d (Q4_0, Q5_0, Q8_0); f16 d | f16 m << 16 (Q4_1, Q5_1); int8 scales (Q6_K)
   uint32_t d6;  // Q6_K: the super-block's f16 d
 };
 
@@ -41,6 +41,12 @@ __device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, P
       p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 16 * n) + j);
     } else if constexpr (TYPE == kQ4_1) {
       p.s = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
+    } else if constexpr (TYPE == kQ5_0) {
+      p.h.x = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
+      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q5_0_d_offset(n)) + j);
+    } else if constexpr (TYPE == kQ5_1) {
+      p.h = __ldcs(reinterpret_cast<const uint2*>(row + 16 * n) + j);  // qh, d | m << 16
+      p.s = p.h.y;
     } else {  // Q6_K
       p.h = __ldcs(reinterpret_cast<const uint2*>(row + split::q6k_qh_offset(n)) + j);
       p.s =
@@ -74,6 +80,28 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     }
     const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
     if constexpr (TYPE == kQ4_0) return d * (ds.x * static_cast<float>(sumi) - 8.0f * ds.y);
+    return d * ds.x * static_cast<float>(sumi) +
+           half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
+  } else if constexpr (TYPE == kQ5_0 || TYPE == kQ5_1) {
+    // Q4's nibbles with bit e of qh moved to bit 4 of element e's byte.
+    const uint32_t qh = p.h.x;
+    int sumi = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t lo_bits = qh >> (4 * m), hi_bits = qh >> (16 + 4 * m);
+      const int lo =
+          (q[m] & 0x0F0F0F0F) |
+          static_cast<int>(((lo_bits << 4) & 0x10) | ((lo_bits << 11) & 0x1000) |
+                           ((lo_bits << 18) & 0x100000) | ((lo_bits << 25) & 0x10000000));
+      const int hi =
+          ((q[m] >> 4) & 0x0F0F0F0F) |
+          static_cast<int>(((hi_bits << 4) & 0x10) | ((hi_bits << 11) & 0x1000) |
+                           ((hi_bits << 18) & 0x100000) | ((hi_bits << 25) & 0x10000000));
+      sumi = __dp4a(lo, x[m], sumi);
+      sumi = __dp4a(hi, x[m + 4], sumi);
+    }
+    const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
+    if constexpr (TYPE == kQ5_0) return d * (ds.x * static_cast<float>(sumi) - 16.0f * ds.y);
     return d * ds.x * static_cast<float>(sumi) +
            half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
   } else {  // Q6_K: two 16-element halves with their own int8 scales
@@ -224,7 +252,7 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, b
           break;
       }
       return go(One{}, Two{});
-    } else if constexpr (TYPE == kQ8_0) {
+    } else if constexpr (TYPE == kQ8_0 || TYPE == kQ5_0 || TYPE == kQ5_1) {
       return go(One{}, Two{});
     } else {
       return go(One{}, Four{});
@@ -263,6 +291,10 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
       return run(std::integral_constant<uint32_t, kQ4_0>{});
     case kQ4_1:
       return run(std::integral_constant<uint32_t, kQ4_1>{});
+    case kQ5_0:
+      return run(std::integral_constant<uint32_t, kQ5_0>{});
+    case kQ5_1:
+      return run(std::integral_constant<uint32_t, kQ5_1>{});
     case kQ8_0:
       return run(std::integral_constant<uint32_t, kQ8_0>{});
     case kQ6_K:

@@ -15,18 +15,32 @@ enum WeightType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
+  kMXFP4 = 39,
 };
 
 // The block structs (BlockQ4_0 ... BlockQ6_K) and kQK / kQK_K are the host's own, from
 // granule/block_formats.h: one table for both sides.
+using granule::BlockIQ4_NL;
+using granule::BlockIQ4_XS;
+using granule::BlockMXFP4;
+using granule::BlockQ2_K;
+using granule::BlockQ3_K;
 using granule::BlockQ4_0;
 using granule::BlockQ4_1;
 using granule::BlockQ4_K;
+using granule::BlockQ5_0;
+using granule::BlockQ5_1;
 using granule::BlockQ5_K;
 using granule::BlockQ6_K;
 using granule::BlockQ8_0;
@@ -35,21 +49,66 @@ using granule::kQK_K;
 
 // Elements per block and bytes per block; 0 for an unknown id.
 __host__ __device__ constexpr int block_elems(uint32_t type) {
-  return type == kF32 || type == kF16 || type == kBF16     ? 1
-         : type == kQ4_0 || type == kQ4_1 || type == kQ8_0 ? kQK
-         : type == kQ4_K || type == kQ5_K || type == kQ6_K ? kQK_K
-                                                           : 0;
+  switch (type) {
+    case kF32:
+    case kF16:
+    case kBF16:
+      return 1;
+    case kQ4_0:
+    case kQ4_1:
+    case kQ5_0:
+    case kQ5_1:
+    case kQ8_0:
+    case kIQ4_NL:
+    case kMXFP4:
+      return kQK;
+    case kQ2_K:
+    case kQ3_K:
+    case kQ4_K:
+    case kQ5_K:
+    case kQ6_K:
+    case kIQ4_XS:
+      return kQK_K;
+    default:
+      return 0;
+  }
 }
 __host__ __device__ constexpr int block_bytes(uint32_t type) {
-  return type == kF32                    ? 4
-         : type == kF16 || type == kBF16 ? 2
-         : type == kQ4_0                 ? 18
-         : type == kQ4_1                 ? 20
-         : type == kQ8_0                 ? 34
-         : type == kQ4_K                 ? 144
-         : type == kQ5_K                 ? 176
-         : type == kQ6_K                 ? 210
-                                         : 0;
+  switch (type) {
+    case kF32:
+      return 4;
+    case kF16:
+    case kBF16:
+      return 2;
+    case kQ4_0:
+      return sizeof(BlockQ4_0);
+    case kQ4_1:
+      return sizeof(BlockQ4_1);
+    case kQ5_0:
+      return sizeof(BlockQ5_0);
+    case kQ5_1:
+      return sizeof(BlockQ5_1);
+    case kQ8_0:
+      return sizeof(BlockQ8_0);
+    case kQ2_K:
+      return sizeof(BlockQ2_K);
+    case kQ3_K:
+      return sizeof(BlockQ3_K);
+    case kQ4_K:
+      return sizeof(BlockQ4_K);
+    case kQ5_K:
+      return sizeof(BlockQ5_K);
+    case kQ6_K:
+      return sizeof(BlockQ6_K);
+    case kIQ4_NL:
+      return sizeof(BlockIQ4_NL);
+    case kIQ4_XS:
+      return sizeof(BlockIQ4_XS);
+    case kMXFP4:
+      return sizeof(BlockMXFP4);
+    default:
+      return 0;
+  }
 }
 inline bool is_supported_weight_type(uint32_t type) { return block_bytes(type) != 0; }
 
@@ -64,6 +123,32 @@ __device__ __forceinline__ void k_quant_scale_min(const uint8_t* scales, int sub
     scale = (scales[sub + 4] & 0x0F) | ((scales[sub - 4] >> 6) << 4);
     min = (scales[sub + 4] >> 4) | ((scales[sub] >> 6) << 4);
   }
+}
+
+// Entry i (0..15) of a table of 16 int8 levels packed little-endian into four words, by
+// selects rather than an indexed array (which would live in local memory).
+__device__ __forceinline__ int level16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i) {
+  const uint32_t low = (i & 4) ? w1 : w0, high = (i & 4) ? w3 : w2;
+  const uint32_t word = (i & 8) ? high : low;
+  return static_cast<int8_t>(word >> (8 * (i & 3)));
+}
+// granule::kIq4nlValues and granule::kMxfp4Values (block_formats.h), packed.
+__device__ __forceinline__ int iq4nl_level(int i) {
+  return level16(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u, i);
+}
+__device__ __forceinline__ int mxfp4_level(int i) {
+  return level16(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu, i);
+}
+// MXFP4's E8M0 scale halved, as ggml_e8m0_to_fp32_half (e 0 and 1 are subnormal).
+__device__ __forceinline__ float e8m0_to_float_half(uint32_t e) {
+  return __uint_as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
+}
+
+// Q3_K's six-bit scale j (0..15), biased by 32 (layout in block_formats.h).
+__device__ __forceinline__ int q3_k_scale(const uint8_t* scales, int j) {
+  const int low = (scales[j % 8] >> (4 * (j / 8))) & 0xF;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
 }
 
 // Decodes elements [8 * chunk, 8 * chunk + 8) of a row starting at `row` into out.
@@ -110,6 +195,75 @@ __device__ __forceinline__ void dequantize8(const uint8_t* row, int64_t chunk, f
 #pragma unroll
       for (int i = 0; i < 8; ++i) out[i] = d * ((b->qs[first + i] >> shift) & 0xF) + m;
     }
+  } else if constexpr (TYPE == kQ5_0 || TYPE == kQ5_1) {
+    // Q4_0/Q4_1's nibbles plus a fifth bit per element: bit e of qh (2-byte aligned).
+    using Block = std::conditional_t<TYPE == kQ5_0, BlockQ5_0, BlockQ5_1>;
+    const Block* b = reinterpret_cast<const Block*>(row) + chunk / 4;
+    const int e0 = 8 * static_cast<int>(chunk % 4);
+    const int shift = e0 >= 16 ? 4 : 0, first = e0 % 16;
+    const uint32_t qh = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(b->qh)[0]) |
+                        static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(b->qh)[1]) << 16;
+    const float d = half_bits_to_float(b->d);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int q = ((b->qs[first + i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4);
+      if constexpr (TYPE == kQ5_0)
+        out[i] = d * (q - 16);
+      else
+        out[i] = d * q + half_bits_to_float(b->m);
+    }
+  } else if constexpr (TYPE == kIQ4_NL || TYPE == kMXFP4) {
+    // Q4_0's nibble order, each nibble a level of a 16-entry table.
+    using Block = std::conditional_t<TYPE == kIQ4_NL, BlockIQ4_NL, BlockMXFP4>;
+    const Block* b = reinterpret_cast<const Block*>(row) + chunk / 4;
+    const int e0 = 8 * static_cast<int>(chunk % 4);
+    const int shift = e0 >= 16 ? 4 : 0, first = e0 % 16;
+    float d;
+    if constexpr (TYPE == kIQ4_NL)
+      d = half_bits_to_float(b->d);
+    else
+      d = e8m0_to_float_half(b->e);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int q = (b->qs[first + i] >> shift) & 0xF;
+      out[i] = d * (TYPE == kIQ4_NL ? iq4nl_level(q) : mxfp4_level(q));
+    }
+  } else if constexpr (TYPE == kQ2_K || TYPE == kQ3_K) {
+    // Each half of 128 elements reads 32 bytes of qs four times, two bits deeper each time;
+    // 16 sub-blocks of 16 with their own scale. Q3_K's third bit: bit (e / 32) of hmask[e % 32].
+    using Block = std::conditional_t<TYPE == kQ2_K, BlockQ2_K, BlockQ3_K>;
+    const Block* b = reinterpret_cast<const Block*>(row) + chunk / 32;
+    const int e0 = (chunk % 32) * 8;
+    const int half = e0 / 128, pass = (e0 % 128) / 32, l0 = e0 % 32;
+    const int sub = 8 * half + 2 * pass + l0 / 16;
+    const uint8_t* qs = b->qs + 32 * half + l0;
+    if constexpr (TYPE == kQ2_K) {
+      const uint8_t sc = b->scales[sub];
+      const float dl = half_bits_to_float(b->d) * (sc & 0xF);
+      const float ml = half_bits_to_float(b->dmin) * (sc >> 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = dl * ((qs[i] >> (2 * pass)) & 3) - ml;
+    } else {
+      const float dl = half_bits_to_float(b->d) * q3_k_scale(b->scales, sub);
+      const int bit = 4 * half + pass;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int low = (qs[i] >> (2 * pass)) & 3;
+        out[i] = dl * (low - (((b->hmask[l0 + i] >> bit) & 1) ? 0 : 4));
+      }
+    }
+  } else if constexpr (TYPE == kIQ4_XS) {
+    // 8 sub-blocks of 32, each 16 bytes of qs in IQ4_NL's nibble order.
+    const BlockIQ4_XS* b = reinterpret_cast<const BlockIQ4_XS*>(row) + chunk / 32;
+    const int e0 = (chunk % 32) * 8;
+    const int sub = e0 / 32, l0 = e0 % 32;
+    const int ls =
+        ((b->scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((b->scales_h >> (2 * sub)) & 3) << 4);
+    const float dl = half_bits_to_float(b->d) * (ls - 32);
+    const uint8_t* qs = b->qs + 16 * sub + l0 % 16;
+    const int shift = l0 >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = dl * iq4nl_level((qs[i] >> shift) & 0xF);
   } else if constexpr (TYPE == kQ8_0) {
     const BlockQ8_0* b = reinterpret_cast<const BlockQ8_0*>(row) + chunk / 4;
     const float d = half_bits_to_float(b->d);
@@ -192,6 +346,27 @@ inline bool dispatch_weight_type(uint32_t type, F&& f) {
       return true;
     case kQ6_K:
       f(std::integral_constant<uint32_t, kQ6_K>{});
+      return true;
+    case kQ5_0:
+      f(std::integral_constant<uint32_t, kQ5_0>{});
+      return true;
+    case kQ5_1:
+      f(std::integral_constant<uint32_t, kQ5_1>{});
+      return true;
+    case kQ2_K:
+      f(std::integral_constant<uint32_t, kQ2_K>{});
+      return true;
+    case kQ3_K:
+      f(std::integral_constant<uint32_t, kQ3_K>{});
+      return true;
+    case kIQ4_NL:
+      f(std::integral_constant<uint32_t, kIQ4_NL>{});
+      return true;
+    case kIQ4_XS:
+      f(std::integral_constant<uint32_t, kIQ4_XS>{});
+      return true;
+    case kMXFP4:
+      f(std::integral_constant<uint32_t, kMXFP4>{});
       return true;
     default:
       return false;

@@ -24,9 +24,11 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 
 TEST(CpuRowKernels, DecodeRowIsBitIdenticalToDequantizeRow) {
   const int64_t n = 1024;
-  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
-                          TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K,
-                          TensorType::Q6_K}) {
+  for (TensorType type :
+       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+        TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::Q5_0,
+        TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL,
+        TensorType::IQ4_XS, TensorType::MXFP4}) {
     auto values = random_values(n, 1);
     std::vector<uint8_t> row(row_bytes(type, n));
     quantize_row(type, values.data(), row.data(), n);
@@ -47,7 +49,8 @@ TEST(CpuRowKernels, FastDotIsBitIdenticalToPortableDot) {
     EXPECT_EQ(std::memcmp(&portable, &fast, sizeof(float)), 0) << "n=" << n;
     double exact = 0;
     for (int64_t i = 0; i < n; ++i) exact += double(a[i]) * b[i];
-    EXPECT_NEAR(portable, exact, 1e-5 * (1 + std::abs(exact)) * std::sqrt(double(n) + 1)) << "n=" << n;
+    EXPECT_NEAR(portable, exact, 1e-5 * (1 + std::abs(exact)) * std::sqrt(double(n) + 1))
+        << "n=" << n;
   }
   RecordProperty("avx2", row_kernels_use_avx2() ? "yes" : "no");
 }
@@ -56,8 +59,9 @@ TEST(CpuRowKernels, FusedDotIsBitIdenticalToDecodeThenDot) {
   const int64_t n = 576;
   auto x = random_values(n, 4);
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K,
-                          TensorType::F16}) {
-    const int64_t cols = type == TensorType::Q6_K ? 512 : n;
+                          TensorType::F16, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
+                          TensorType::IQ4_NL, TensorType::MXFP4}) {
+    const int64_t cols = tensor_type_info(type).block_elems == 256 ? 512 : n;
     auto values = random_values(cols, 5);
     std::vector<uint8_t> row(row_bytes(type, cols));
     quantize_row(type, values.data(), row.data(), cols);
@@ -67,7 +71,7 @@ TEST(CpuRowKernels, FusedDotIsBitIdenticalToDecodeThenDot) {
     float fused = 12345.0f;
     const bool handled = dot_row_fused(type, row.data(), x.data(), cols, &fused);
     if (!handled) {
-      EXPECT_EQ(fused, 12345.0f) << tensor_type_info(type).name;   // untouched
+      EXPECT_EQ(fused, 12345.0f) << tensor_type_info(type).name;  // untouched
       continue;
     }
     EXPECT_TRUE(type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q8_0);

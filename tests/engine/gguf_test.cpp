@@ -333,16 +333,16 @@ INSTANTIATE_TEST_SUITE_P(VersionsAndAlignments, GgufTensorLayouts,
                          });
 
 TEST(GgufTensors, RawTensorOfAnUnsupportedButKnownTypeOpens) {
-  // Q5_0 (id 6): the reader accepts it (the model loader names it); 32 elements, 22 bytes.
+  // IQ2_XXS (id 16): the reader accepts it (the model loader names it); 256 elements, 66 bytes.
   GgufWriter writer;
-  writer.add_raw_tensor("q5_0", {32, 2}, 6, std::vector<uint8_t>(44, 0x11));
+  writer.add_raw_tensor("iq2_xxs", {256, 2}, 16, std::vector<uint8_t>(132, 0x11));
   TempFile file;
   writer.write(file.path());
   const auto model = ModelFile::open(file.path());
   ASSERT_EQ(model->tensors().size(), 1u);
-  EXPECT_EQ(model->tensors()[0].size_bytes, 44u);
+  EXPECT_EQ(model->tensors()[0].size_bytes, 132u);
   EXPECT_FALSE(tensor_type_info(model->tensors()[0].ggml_type).has_value());
-  EXPECT_EQ(model->tensors()[0].data[43], 0x11);
+  EXPECT_EQ(model->tensors()[0].data[131], 0x11);
 }
 
 TEST(GgufWriter, RejectsInconsistentInput) {

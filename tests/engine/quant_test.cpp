@@ -1,7 +1,10 @@
 // Block formats: decoding and encoding against goldens from the independent `gguf`
 // Python package, fp16/bf16 edge cases, quantisation error bounds and dot_row.
+#include "granule/quant.h"
+
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -13,7 +16,6 @@
 #include <vector>
 
 #include "granule/error.h"
-#include "granule/quant.h"
 #include "granule/testkit/quantize.h"
 
 namespace granule {
@@ -34,7 +36,7 @@ float float_of(uint32_t u) {
 // One record of tests/data/quant/quant_goldens.bin, written by
 // tests/reference/make_quant_goldens.py with gguf.quants (see the script for the layout).
 struct GoldenRecord {
-  bool encode = false;   // false: bytes -> floats, true: floats -> bytes
+  bool encode = false;  // false: bytes -> floats, true: floats -> bytes
   uint32_t type_id = 0;
   std::vector<uint8_t> bytes;
   std::vector<float> floats;
@@ -58,8 +60,14 @@ std::vector<GoldenRecord> load_goldens() {
     r.type_id = u32();
     r.floats.resize(u32());
     r.bytes.resize(u32());
-    auto read_bytes = [&] { in.read(reinterpret_cast<char*>(r.bytes.data()), static_cast<std::streamsize>(r.bytes.size())); };
-    auto read_floats = [&] { in.read(reinterpret_cast<char*>(r.floats.data()), static_cast<std::streamsize>(r.floats.size() * 4)); };
+    auto read_bytes = [&] {
+      in.read(reinterpret_cast<char*>(r.bytes.data()),
+              static_cast<std::streamsize>(r.bytes.size()));
+    };
+    auto read_floats = [&] {
+      in.read(reinterpret_cast<char*>(r.floats.data()),
+              static_cast<std::streamsize>(r.floats.size() * 4));
+    };
     if (r.encode) {
       read_floats();
       read_bytes();
@@ -86,15 +94,23 @@ TEST(QuantGolden, DecodingMatchesGgufPythonBitForBit) {
     std::vector<float> out(r.floats.size());
     dequantize_row(type, r.bytes.data(), out.data(), n);
     int mismatches = 0;
-    for (size_t i = 0; i < out.size() && mismatches < 5; ++i) {
+    double max_abs_diff = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
       if (bits_of(out[i]) != bits_of(r.floats[i])) {
-        ++mismatches;
-        ADD_FAILURE() << type_name(r.type_id) << " element " << i << ": got " << out[i] << " expected "
-                      << r.floats[i];
+        if (std::isfinite(out[i]) && std::isfinite(r.floats[i]))
+          max_abs_diff = std::max(max_abs_diff, std::fabs(double(out[i]) - r.floats[i]));
+        if (++mismatches <= 5)
+          ADD_FAILURE() << type_name(r.type_id) << " element " << i << ": got " << out[i]
+                        << " expected " << r.floats[i];
       }
     }
+    RecordProperty(type_name(r.type_id) + "_" + std::to_string(decoded_types) + "_max_abs_diff",
+                   std::to_string(max_abs_diff) + " over " + std::to_string(out.size()) +
+                       " values, " + std::to_string(mismatches) + " differing bits");
   }
-  EXPECT_EQ(decoded_types, 8);  // Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K F16 BF16
+  // Q4_0 Q4_1 Q8_0 Q4_K Q5_K Q6_K F16 BF16, then Q5_0 Q5_1 Q2_K Q3_K IQ4_NL IQ4_XS MXFP4 and
+  // MXFP4 again with every E8M0 exponent.
+  EXPECT_EQ(decoded_types, 16);
 }
 
 TEST(QuantGolden, EncodingMatchesGgufPythonBitForBit) {
@@ -112,13 +128,13 @@ TEST(QuantGolden, EncodingMatchesGgufPythonBitForBit) {
     quantize_row(type, r.floats.data(), out.data(), n);
     for (size_t i = 0; i < out.size(); ++i) {
       if (out[i] != r.bytes[i]) {
-        ADD_FAILURE() << type_name(r.type_id) << " byte " << i << ": got " << int(out[i]) << " expected "
-                      << int(r.bytes[i]);
+        ADD_FAILURE() << type_name(r.type_id) << " byte " << i << ": got " << int(out[i])
+                      << " expected " << int(r.bytes[i]);
         break;
       }
     }
   }
-  EXPECT_EQ(encoded_types, 5);  // F16 BF16 Q4_0 Q4_1 Q8_0
+  EXPECT_EQ(encoded_types, 8);  // F16 BF16 Q4_0 Q4_1 Q8_0 Q5_0 Q5_1 MXFP4
 }
 
 TEST(Fp16, EveryHalfSurvivesTheRoundTripAndNanStaysNan) {
@@ -135,42 +151,42 @@ TEST(Fp16, EveryHalfSurvivesTheRoundTripAndNanStaysNan) {
 }
 
 TEST(Fp16, SubnormalsInfinityAndExactValues) {
-  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));        // smallest subnormal
-  EXPECT_EQ(fp16_to_f32(0x03ff), std::ldexp(1023.0f, -24));     // largest subnormal
-  EXPECT_EQ(fp16_to_f32(0x0400), std::ldexp(1.0f, -14));        // smallest normal
+  EXPECT_EQ(fp16_to_f32(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
+  EXPECT_EQ(fp16_to_f32(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
+  EXPECT_EQ(fp16_to_f32(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_EQ(fp16_to_f32(0x7bff), 65504.0f);
   EXPECT_EQ(fp16_to_f32(0x7c00), std::numeric_limits<float>::infinity());
   EXPECT_EQ(fp16_to_f32(0xfc00), -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(bits_of(fp16_to_f32(0x8000)), 0x80000000u);         // negative zero
+  EXPECT_EQ(bits_of(fp16_to_f32(0x8000)), 0x80000000u);  // negative zero
   EXPECT_EQ(fp16_to_f32(0x3c00), 1.0f);
   EXPECT_EQ(fp16_to_f32(0xc000), -2.0f);
 }
 
 TEST(Fp16, RoundsToNearestEven) {
-  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);       // tie, even is down
-  EXPECT_EQ(f32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);   // tie, even is up
+  EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie, even is down
+  EXPECT_EQ(f32_to_fp16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie, even is up
   EXPECT_EQ(f32_to_fp16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)), 0x3c01);
-  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);               // tie with zero
-  EXPECT_EQ(f32_to_fp16(std::ldexp(3.0f, -25)), 0x0002);               // 1.5 steps -> 2
+  EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -25)), 0x0000);                          // tie with zero
+  EXPECT_EQ(f32_to_fp16(std::ldexp(3.0f, -25)), 0x0002);                          // 1.5 steps -> 2
   EXPECT_EQ(f32_to_fp16(std::ldexp(1.0f, -14) - std::ldexp(1.0f, -26)), 0x0400);  // up to normal
   EXPECT_EQ(f32_to_fp16(65519.0f), 0x7bff);
-  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);                            // tie to infinity
+  EXPECT_EQ(f32_to_fp16(65520.0f), 0x7c00);  // tie to infinity
   EXPECT_EQ(f32_to_fp16(-1e9f), 0xfc00);
   EXPECT_EQ(f32_to_fp16(1e-30f), 0x0000);
   EXPECT_EQ(f32_to_fp16(-1e-30f), 0x8000);
   const uint16_t nan = f32_to_fp16(float_of(0x7f800001));  // signalling NaN, tiny payload
   EXPECT_EQ(nan & 0x7c00, 0x7c00);
-  EXPECT_NE(nan & 0x03ff, 0);                                          // stays NaN, not inf
+  EXPECT_NE(nan & 0x03ff, 0);  // stays NaN, not inf
 }
 
 TEST(Bf16, ConversionRoundsToNearestEvenAndKeepsNan) {
   EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
-  EXPECT_EQ(bf16_to_f32(0x0001), float_of(0x00010000));                // subnormal
+  EXPECT_EQ(bf16_to_f32(0x0001), float_of(0x00010000));  // subnormal
   EXPECT_EQ(bf16_to_f32(0xff80), -std::numeric_limits<float>::infinity());
-  EXPECT_EQ(f32_to_bf16(float_of(0x3f808000)), 0x3f80);                // tie, even down
-  EXPECT_EQ(f32_to_bf16(float_of(0x3f818000)), 0x3f82);                // tie, even up
-  EXPECT_EQ(f32_to_bf16(float_of(0x3f808001)), 0x3f81);                // above the tie
-  EXPECT_EQ(f32_to_bf16(float_of(0x7f7fffff)), 0x7f80);                // max float -> inf
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f808000)), 0x3f80);  // tie, even down
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f818000)), 0x3f82);  // tie, even up
+  EXPECT_EQ(f32_to_bf16(float_of(0x3f808001)), 0x3f81);  // above the tie
+  EXPECT_EQ(f32_to_bf16(float_of(0x7f7fffff)), 0x7f80);  // max float -> inf
   const uint16_t nan = f32_to_bf16(float_of(0x7f800001));
   EXPECT_TRUE(std::isnan(bf16_to_f32(nan)));
   for (uint32_t h = 0; h < 65536; ++h) {
@@ -191,6 +207,45 @@ TEST(BlockLayout, FieldOffsetsMatchGgml) {
   EXPECT_EQ(offsetof(BlockQ6_K, qh), 128u);
   EXPECT_EQ(offsetof(BlockQ6_K, scales), 192u);
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qh), 2u);
+  EXPECT_EQ(offsetof(BlockQ5_0, qs), 6u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qh), 4u);
+  EXPECT_EQ(offsetof(BlockQ5_1, qs), 8u);
+  EXPECT_EQ(offsetof(BlockQ2_K, qs), 16u);
+  EXPECT_EQ(offsetof(BlockQ2_K, d), 80u);
+  EXPECT_EQ(offsetof(BlockQ2_K, dmin), 82u);
+  EXPECT_EQ(offsetof(BlockQ3_K, qs), 32u);
+  EXPECT_EQ(offsetof(BlockQ3_K, scales), 96u);
+  EXPECT_EQ(offsetof(BlockQ3_K, d), 108u);
+  EXPECT_EQ(offsetof(BlockIQ4_NL, qs), 2u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, scales_h), 2u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, scales_l), 4u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, qs), 8u);
+  EXPECT_EQ(offsetof(BlockMXFP4, qs), 1u);
+}
+
+TEST(TensorTypes, GeometryMatchesGgmlForEveryType) {
+  // ggml.h's type ids with ggml-common.h's block sizes (gguf-py's GGML_QUANT_SIZES).
+  struct Expected {
+    uint32_t id;
+    const char* name;
+    uint32_t elems, bytes;
+  };
+  for (const Expected& e :
+       {Expected{6, "Q5_0", 32, 22}, Expected{7, "Q5_1", 32, 24}, Expected{10, "Q2_K", 256, 84},
+        Expected{11, "Q3_K", 256, 110}, Expected{20, "IQ4_NL", 32, 18},
+        Expected{23, "IQ4_XS", 256, 136}, Expected{39, "MXFP4", 32, 17},
+        Expected{2, "Q4_0", 32, 18}, Expected{14, "Q6_K", 256, 210}}) {
+    const auto info = tensor_type_info(e.id);
+    ASSERT_TRUE(info.has_value()) << e.name;
+    EXPECT_EQ(info->name, e.name);
+    EXPECT_EQ(static_cast<uint32_t>(info->type), e.id);
+    EXPECT_EQ(info->block_elems, e.elems) << e.name;
+    EXPECT_EQ(info->block_bytes, e.bytes) << e.name;
+    EXPECT_EQ(row_bytes(info->type, 4096), 4096 / e.elems * e.bytes) << e.name;
+  }
+  EXPECT_FALSE(tensor_type_info(16).has_value());  // IQ2_XXS: still not supported
+  EXPECT_EQ(tensor_type_name(16), "IQ2_XXS");
 }
 
 std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
@@ -209,7 +264,8 @@ struct ErrorBound {
 class QuantRoundTrip : public ::testing::TestWithParam<ErrorBound> {};
 
 // Bounds are ~1.3x the errors measured for these encoders on this data (F16 2.1e-4,
-// BF16 1.6e-3, Q8_0 5.3e-3, Q4_0 0.085, Q4_1 0.077, Q4_K 0.070, Q5_K 0.036, Q6_K 0.018),
+// BF16 1.6e-3, Q8_0 5.3e-3, Q4_0 0.085, Q4_1 0.077, Q4_K 0.070, Q5_K 0.036, Q6_K 0.018,
+// Q5_0 0.042, Q5_1 0.037, Q2_K 0.28, Q3_K 0.15, IQ4_NL 0.075, IQ4_XS 0.076, MXFP4 0.11),
 // in line with each grid's step size; a broken encoder lands far above them.
 TEST_P(QuantRoundTrip, QuantiseThenDequantiseStaysWithinTheTypesErrorBound) {
   const auto [type, bound] = GetParam();
@@ -240,7 +296,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ErrorBound{TensorType::BF16, 2.2e-3}, ErrorBound{TensorType::Q8_0, 7e-3},
                       ErrorBound{TensorType::Q4_0, 0.11}, ErrorBound{TensorType::Q4_1, 0.10},
                       ErrorBound{TensorType::Q4_K, 0.09}, ErrorBound{TensorType::Q5_K, 0.046},
-                      ErrorBound{TensorType::Q6_K, 0.023}),
+                      ErrorBound{TensorType::Q6_K, 0.023}, ErrorBound{TensorType::Q5_0, 0.055},
+                      ErrorBound{TensorType::Q5_1, 0.049}, ErrorBound{TensorType::Q2_K, 0.37},
+                      ErrorBound{TensorType::Q3_K, 0.2}, ErrorBound{TensorType::IQ4_NL, 0.098},
+                      ErrorBound{TensorType::IQ4_XS, 0.099}, ErrorBound{TensorType::MXFP4, 0.15}),
     [](const auto& info) { return std::string(tensor_type_info(info.param.type).name); });
 
 class QuantAllTypes : public ::testing::TestWithParam<TensorType> {};
@@ -296,8 +355,15 @@ TEST_P(QuantAllTypes, OffsetAndConstantRowsDecodeNearTheInput) {
       ref2 += (*x)[i] * double((*x)[i]);
     }
     // 0.08: Q4_0 is symmetric around zero, so data offset by 3 sigma spends half its
-    // levels on values that never occur (measured 0.058; the others stay below 0.03).
-    EXPECT_LE(std::sqrt(err2 / ref2), 0.08) << (x == &constant ? "constant" : "shifted");
+    // levels on values that never occur (measured 0.058; the other 4-bit and wider types
+    // stay below 0.03). The 2- and 3-bit K quants have a coarser grid (shifted: Q2_K 0.126,
+    // Q3_K 0.096), and MXFP4's power-of-two scale puts 1.25 halfway between two E2M1
+    // levels (constant: 0.2 exactly; shifted 0.104).
+    const double bound = type == TensorType::Q2_K    ? 0.16
+                         : type == TensorType::Q3_K  ? 0.125
+                         : type == TensorType::MXFP4 ? 0.201
+                                                     : 0.08;
+    EXPECT_LE(std::sqrt(err2 / ref2), bound) << (x == &constant ? "constant" : "shifted");
   }
 }
 
@@ -342,14 +408,21 @@ namespace {
 
 INSTANTIATE_TEST_SUITE_P(BlockTypes, QuantBlockTypes,
                          ::testing::Values(TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
-                         [](const auto& info) { return std::string(tensor_type_info(info.param).name); });
+                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                                           TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
+                                           TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                                           TensorType::MXFP4),
+                         [](const auto& info) {
+                           return std::string(tensor_type_info(info.param).name);
+                         });
 
-INSTANTIATE_TEST_SUITE_P(AllTypes, QuantAllTypes,
-                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
-                                           TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                                           TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K),
-                         [](const auto& info) { return std::string(tensor_type_info(info.param).name); });
+INSTANTIATE_TEST_SUITE_P(
+    AllTypes, QuantAllTypes,
+    ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
+                      TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K,
+                      TensorType::Q6_K, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K,
+                      TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4),
+    [](const auto& info) { return std::string(tensor_type_info(info.param).name); });
 
 TEST(DotRow, OddLengthElementRowsIncludeTheTail) {
   // F32/F16/BF16 rows have no blocks, so lengths that are not a multiple of the

@@ -63,14 +63,21 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096},
                       Case{TensorType::Q4_1, 576}, Case{TensorType::Q4_1, 1536},
                       Case{TensorType::Q8_0, 64}, Case{TensorType::Q8_0, 576},
-                      Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096}),
+                      Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096},
+                      Case{TensorType::Q5_0, 576}, Case{TensorType::Q5_0, 4096},
+                      Case{TensorType::Q5_0, 96}, Case{TensorType::Q5_1, 576},
+                      Case{TensorType::Q5_1, 1536}, Case{TensorType::Q5_1, 32}),
     [](const auto& info) {
       return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
              std::to_string(info.param.cols);
     });
 
-TEST(WeightSplitSupport, OnlyTheFourKernelTypesAndWholeBlocks) {
+TEST(WeightSplitSupport, OnlyTheSixKernelTypesAndWholeBlocks) {
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q6_K)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_0)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_1)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::IQ4_NL)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::MXFP4)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q4_K)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::F16)));
   std::vector<uint8_t> dst(4096);

@@ -1,7 +1,8 @@
 // RMSNorm (f32, f16 and int8 outputs, row selection), activation quantisation, weight
 // dequantisation to f16, embedding gather and SwiGLU against the CPU reference
 // (cpu/ops.h, dequantize_row) on fresh random inputs with poisoned outputs; the two weight
-// readers also on the split layout (engine/include/granule/split_layout.h) of the types that have it.
+// readers also on the split layout (engine/include/granule/split_layout.h) of the types that have
+// it.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -12,19 +13,21 @@
 #include "gpu_test_support.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
+#include "model/weight_split.h"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"
-#include "model/weight_split.h"
 
 namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
 
-const TensorType kAllTypes[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                                TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+const TensorType kAllTypes[] = {
+    TensorType::F32,  TensorType::F16,    TensorType::BF16,   TensorType::Q8_0,
+    TensorType::Q4_0, TensorType::Q4_1,   TensorType::Q4_K,   TensorType::Q5_K,
+    TensorType::Q6_K, TensorType::Q5_0,   TensorType::Q5_1,   TensorType::Q2_K,
+    TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
 
 // The GGUF rows re-laid out in the split layout when `split` (row_bytes becomes its stride).
 std::vector<uint8_t> device_rows(TensorType type, const std::vector<uint8_t>& gguf, int64_t rows,

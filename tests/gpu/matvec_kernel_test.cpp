@@ -179,9 +179,11 @@ TEST_P(MatvecKernel, MatchesCpuMatmulOnRandomWeights) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  const TensorType types[] = {TensorType::F32,  TensorType::F16,  TensorType::BF16,
-                              TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1,
-                              TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+  const TensorType types[] = {
+      TensorType::F32,  TensorType::F16,    TensorType::BF16,   TensorType::Q8_0,
+      TensorType::Q4_0, TensorType::Q4_1,   TensorType::Q4_K,   TensorType::Q5_K,
+      TensorType::Q6_K, TensorType::Q5_0,   TensorType::Q5_1,   TensorType::Q2_K,
+      TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
   for (TensorType t : types) {
     out.push_back({t, 1, 256, 1});
     out.push_back({t, 37, 768, 3});
@@ -191,7 +193,8 @@ std::vector<Case> cases() {
   }
   // The split layout: the same shapes, plus rows long enough for several pipelined steps
   // (14336 = 448 sub-blocks), fewer sub-blocks than lanes (576 = 18), and every batch group.
-  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K,
+                       TensorType::Q5_0, TensorType::Q5_1}) {
     for (Case c : {Case{t, 1, 256, 1}, Case{t, 37, 768, 3}, Case{t, 129, 512, 16},
                    Case{t, 300, 1536, 21}, Case{t, 61, 2816, 7}, Case{t, 70, 14336, 1},
                    Case{t, 517, 4096, 1}, Case{t, 45, 4608, 2}, Case{t, 23, 1024, 8}}) {

@@ -98,6 +98,15 @@ SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
     s.qk_norm = true;
     s.head_dim = 128;  // q width 512 differs from the hidden size, as in Qwen3
     s.n_head_kv = 1;
+  } else if (variant == "mixed") {
+    // Every newer block type in one model, as mixed_types_test runs it on the CPU.
+    s.embedding_type = TensorType::Q3_K;
+    s.output_type = TensorType::IQ4_XS;
+    s.tensor_types = {
+        {"attn_q.weight", TensorType::Q2_K},        {"attn_k.weight", TensorType::Q3_K},
+        {"attn_v.weight", TensorType::IQ4_NL},      {"attn_output.weight", TensorType::IQ4_XS},
+        {"ffn_gate.weight", TensorType::MXFP4},     {"ffn_up.weight", TensorType::Q5_1},
+        {"blk.1.ffn_down.weight", TensorType::Q2_K}};
   } else if (variant == "llama3") {
     s.llama3_rope_scaling = true;
     s.rope_theta = 500000.0f;
@@ -295,7 +304,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"llama", TensorType::Q4_0}, ModelCase{"llama", TensorType::Q4_1},
                       ModelCase{"llama", TensorType::Q4_K}, ModelCase{"llama", TensorType::Q5_K},
                       ModelCase{"llama", TensorType::Q6_K}, ModelCase{"qwen2", TensorType::Q8_0},
-                      ModelCase{"qwen3", TensorType::Q4_K}, ModelCase{"llama3", TensorType::Q4_0}),
+                      ModelCase{"qwen3", TensorType::Q4_K}, ModelCase{"llama3", TensorType::Q4_0},
+                      ModelCase{"llama", TensorType::Q5_0}, ModelCase{"llama", TensorType::Q5_1},
+                      ModelCase{"llama", TensorType::Q2_K}, ModelCase{"llama", TensorType::Q3_K},
+                      ModelCase{"llama", TensorType::IQ4_NL},
+                      ModelCase{"llama", TensorType::IQ4_XS}, ModelCase{"llama", TensorType::MXFP4},
+                      ModelCase{"qwen2", TensorType::Q5_0}, ModelCase{"mixed", TensorType::Q5_0}),
     [](const ::testing::TestParamInfo<ModelCase>& i) {
       return i.param.variant + "_" + std::string(tensor_type_info(i.param.type).name);
     });

@@ -12,6 +12,8 @@ trap 'rm -rf "$work"' EXIT
 # The comparison fails for missing goldens; exporting the models is what matters here.
 GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/cpu_backend_test" \
   --gtest_filter='Synthetic/ReferenceGoldenTest.*' >/dev/null || true
+GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/mixed_types_test" \
+  --gtest_filter='Files/MixedTypes.LogitsAndGreedyMatchNumpyReference/*' >/dev/null || true
 for model in "$work"/*.gguf; do
   name=$(basename "$model" .gguf)
   python3 "$here/llama_reference.py" "$model" --tokens "$(cat "$work/$name.tokens")" \

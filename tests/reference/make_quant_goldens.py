@@ -40,7 +40,8 @@ def random_blocks(qtype: T, n_blocks: int) -> np.ndarray:
     blocks = rng.integers(0, 256, (n_blocks, type_size), dtype=np.uint8)
     # Byte offsets of the fp16 fields in each block layout (ggml-common.h).
     half_fields = {T.Q4_0: [0], T.Q4_1: [0, 2], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2],
-                   T.Q6_K: [208]}[qtype]
+                   T.Q6_K: [208], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q2_K: [80, 82], T.Q3_K: [108],
+                   T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: []}[qtype]
     for off in half_fields:
         blocks[:, off:off + 2] = finite_halves(n_blocks)
     return blocks
@@ -95,6 +96,23 @@ encode_record(T.BF16, np.concatenate([bits, np.array([np.inf, -np.inf, 0.0, -0.0
 # Encoding with ggml's reference quantisers (gguf.quants is bit-exact with them for
 # these types): random rows, a row with an all-zero block and one with a constant block.
 for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+    x = rng.standard_normal(32 * 29).astype(np.float32) * 3
+    x[32:64] = 0
+    x[64:96] = 1.25
+    x[96:128] *= 1e-3
+    encode_record(qtype, x)
+
+# The block types added later, after the first ones so those records keep their bytes.
+for qtype, n_blocks in [(T.Q5_0, 37), (T.Q5_1, 37), (T.Q2_K, 9), (T.Q3_K, 9), (T.IQ4_NL, 37),
+                        (T.IQ4_XS, 9), (T.MXFP4, 37)]:
+    decode_record(qtype, random_blocks(qtype, n_blocks))
+# MXFP4's E8M0 scale byte: every exponent, including 0 and 1 (subnormal scales) and 255
+# (2^127: large levels overflow to infinity, as in ggml).
+mx = random_blocks(T.MXFP4, 256)
+mx[:, 0] = np.arange(256, dtype=np.uint8)
+with np.errstate(over="ignore"):
+    decode_record(T.MXFP4, mx)
+for qtype in (T.Q5_0, T.Q5_1, T.MXFP4):
     x = rng.standard_normal(32 * 29).astype(np.float32) * 3
     x[32:64] = 0
     x[64:96] = 1.25

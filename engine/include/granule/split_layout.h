@@ -1,8 +1,8 @@
-// The "split" weight layout the decode kernels read: each row of a Q4_0/Q4_1/Q8_0/Q6_K
-// matrix is re-laid out at upload so its quantised values come first, 16-byte aligned and
+// The "split" weight layout the decode kernels read: each row of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
+// Q6_K matrix is re-laid out at upload so its quantised values come first, 16-byte aligned and
 // contiguous, and its scales after them. The bytes per row are GGUF's (plus at most 15 of
 // padding to keep every row 16-byte aligned); only their order changes. GGUF blocks are
-// 18/20/34/210 bytes, so a warp cannot read them with 16-byte loads; this layout lets it.
+// 18/20/22/24/34/210 bytes, so a warp cannot read them with 16-byte loads; this layout lets it.
 // Plain C++ so the host repacker (engine/src/cuda/weight_split.cpp) and tests share it.
 #pragma once
 #include <cstdint>
@@ -19,15 +19,20 @@ namespace granule::kernels::split {
 //   Q4_0  [qs: n x 16 B][d: n x f16]           qs byte i of sub-block j: element i (low
 //                                              nibble), element i + 16 (high) — as GGUF
 //   Q4_1  [qs: n x 16 B][d, m: n x 2 f16]
+//   Q5_0  [qs: n x 16 B][qh: n x u32][d: n x f16]  qs as Q4_0; bit e of qh is element e's
+//                                              fifth bit
+//   Q5_1  [qs: n x 16 B][qh: u32, d: f16, m: f16 per sub-block, 8 B each]
 //   Q8_0  [qs: n x 32 B][d: n x f16]
 //   Q6_K  [ql: n x 16 B][qh: n x 8 B][scales: n x 2 int8][d: n / 8 x f16]
 //         6-bit q of element e of sub-block j (value = d * scale[e / 16] * (q - 32)):
 //         low 4 bits in ql byte e % 16 (low nibble for e < 16, high for e >= 16), high 2
 //         bits in qh byte e % 8 at bit 2 * (e / 8); scales[2j + h] covers elements 16h..16h+15.
-constexpr uint32_t kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ8_0 = 8, kTypeQ6_K = 14;
+constexpr uint32_t kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8,
+                   kTypeQ6_K = 14;
 
 GRANULE_HD constexpr bool supports(uint32_t type) {
-  return type == kTypeQ4_0 || type == kTypeQ4_1 || type == kTypeQ8_0 || type == kTypeQ6_K;
+  return type == kTypeQ4_0 || type == kTypeQ4_1 || type == kTypeQ5_0 || type == kTypeQ5_1 ||
+         type == kTypeQ8_0 || type == kTypeQ6_K;
 }
 // Elements a type's GGUF block holds (the row length must be a multiple).
 GRANULE_HD constexpr int64_t block_elements(uint32_t type) { return type == kTypeQ6_K ? 256 : 32; }
@@ -38,6 +43,8 @@ GRANULE_HD constexpr int64_t row_payload_bytes(uint32_t type, int64_t cols) {
   const int64_t n = cols / 32;
   return type == kTypeQ4_0   ? n * 18
          : type == kTypeQ4_1 ? n * 20
+         : type == kTypeQ5_0 ? n * 22
+         : type == kTypeQ5_1 ? n * 24
          : type == kTypeQ8_0 ? n * 34
          : type == kTypeQ6_K ? n * 26 + n / 8 * 2
                              : 0;
@@ -46,12 +53,13 @@ GRANULE_HD constexpr int64_t row_payload_bytes(uint32_t type, int64_t cols) {
 GRANULE_HD constexpr int64_t row_stride(uint32_t type, int64_t cols) {
   return (row_payload_bytes(type, cols) + 15) / 16 * 16;
 }
-// Offsets within a row of n sub-blocks.
+// Offsets within a row of n sub-blocks (Q5_0/Q5_1: where qh starts).
 GRANULE_HD constexpr int64_t scales_offset(uint32_t type, int64_t n) {
   return type == kTypeQ6_K ? n * 24 : n * quant_bytes(type);
 }
 GRANULE_HD constexpr int64_t q6k_qh_offset(int64_t n) { return n * 16; }
 GRANULE_HD constexpr int64_t q6k_d_offset(int64_t n) { return n * 26; }
+GRANULE_HD constexpr int64_t q5_0_d_offset(int64_t n) { return n * 20; }
 
 }  // namespace granule::kernels::split
 

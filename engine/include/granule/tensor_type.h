@@ -13,18 +13,25 @@ enum class TensorType : uint32_t {
   F16 = 1,
   Q4_0 = 2,
   Q4_1 = 3,
+  Q5_0 = 6,
+  Q5_1 = 7,
   Q8_0 = 8,
+  Q2_K = 10,
+  Q3_K = 11,
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  IQ4_NL = 20,
+  IQ4_XS = 23,
   BF16 = 30,
+  MXFP4 = 39,
 };
 
 struct TensorTypeInfo {
   TensorType type;
-  std::string_view name;   // "Q4_1"
-  uint32_t block_elems;    // elements per block (1 for F32/F16/BF16, 32, or 256)
-  uint32_t block_bytes;    // bytes per block
+  std::string_view name;  // "Q4_1"
+  uint32_t block_elems;   // elements per block (1 for F32/F16/BF16, 32, or 256)
+  uint32_t block_bytes;   // bytes per block
 };
 
 // Info for a supported type, or nullopt for an id the engine does not support

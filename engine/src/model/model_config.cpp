@@ -128,7 +128,8 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   const TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (!embd) throw FormatError(file_label(file) + ": missing tensor token_embd.weight");
   if (embd->dims.size() != 2 || embd->dims[0] != c.n_embd) {
-    throw FormatError(file_label(file) + ": token_embd.weight has the wrong shape for embedding_length " +
+    throw FormatError(file_label(file) +
+                      ": token_embd.weight has the wrong shape for embedding_length " +
                       std::to_string(c.n_embd));
   }
   c.n_vocab = embd->dims[1];
@@ -168,7 +169,7 @@ const TensorInfo* find_checked(const ModelFile& file, const std::string& name,
     throw UnsupportedError(file_label(file) + ": tensor " + name + " has block type " +
                            tensor_type_name(t->ggml_type) +
                            ", which is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-                           "Q4_K, Q5_K, Q6_K)");
+                           "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4)");
   }
   if (t->dims != dims) {
     throw FormatError(file_label(file) + ": tensor " + name + " has shape " + dims_text(t->dims) +

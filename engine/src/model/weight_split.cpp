@@ -59,6 +59,24 @@ void split_row(uint32_t type, const uint8_t* src, int64_t cols, uint8_t* dst) {
     }
     return;
   }
+  if (type == split::kTypeQ5_0 || type == split::kTypeQ5_1) {
+    // GGUF: d, (m,) qh[4], qs[16] → qs first; Q5_0's qh and d in two arrays, Q5_1's qh, d, m
+    // together (one 8-byte load on the device).
+    const bool has_min = type == split::kTypeQ5_1;
+    const int64_t block = has_min ? 24 : 22, scale_bytes = has_min ? 4 : 2;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* b = src + j * block;
+      std::memcpy(dst + 16 * j, b + scale_bytes + 4, 16);
+      if (has_min) {
+        std::memcpy(scales + 8 * j, b + 4, 4);
+        std::memcpy(scales + 8 * j + 4, b, 4);
+      } else {
+        std::memcpy(scales + 4 * j, b + 2, 4);
+        std::memcpy(dst + split::q5_0_d_offset(n) + 2 * j, b, 2);
+      }
+    }
+    return;
+  }
   const int64_t block = type == split::kTypeQ4_0 ? 18 : type == split::kTypeQ4_1 ? 20 : 34;
   const int64_t scale_bytes = type == split::kTypeQ4_1 ? 4 : 2;
   const int64_t qbytes = split::quant_bytes(type);
@@ -110,6 +128,24 @@ void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, 
           const uint8_t q = row[16 * j + i];
           y[i] = (static_cast<float>(q & 0xF) - offset) * d + m;
           y[i + 16] = (static_cast<float>(q >> 4) - offset) * d + m;
+        }
+        break;
+      }
+      case split::kTypeQ5_0:
+      case split::kTypeQ5_1: {
+        const bool has_min = ggml_type == split::kTypeQ5_1;
+        uint32_t qh;
+        std::memcpy(&qh, scales + j * (has_min ? 8 : 4), 4);
+        const float d = fp16_to_f32(has_min ? load_u16(scales + 8 * j + 4)
+                                            : load_u16(row + split::q5_0_d_offset(n) + 2 * j));
+        const float m = has_min ? fp16_to_f32(load_u16(scales + 8 * j + 6)) : 0.0f;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t q = row[16 * j + i];
+          const int q0 = (q & 0xF) | static_cast<int>(((qh >> i) & 1) << 4);
+          const int q1 = (q >> 4) | static_cast<int>(((qh >> (i + 16)) & 1) << 4);
+          // As dequantize_row: (q - 16) * d for Q5_0, q * d + m for Q5_1.
+          y[i] = has_min ? static_cast<float>(q0) * d + m : static_cast<float>(q0 - 16) * d;
+          y[i + 16] = has_min ? static_cast<float>(q1) * d + m : static_cast<float>(q1 - 16) * d;
         }
         break;
       }

@@ -1,11 +1,11 @@
-// Host side of the split weight layout (engine/include/granule/split_layout.h): re-laying GGUF rows out
-// for the device's decode kernels, and decoding a split row back (the layout's own check).
+// Host side of the split weight layout (engine/include/granule/split_layout.h): re-laying GGUF rows
+// out for the device's decode kernels, and decoding a split row back (the layout's own check).
 #pragma once
 #include <cstdint>
 
 namespace granule {
 
-// Q4_0, Q4_1, Q8_0 and Q6_K have a split layout; other types are uploaded as stored.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q6_K have a split layout; other types are uploaded as stored.
 bool split_layout_supported(uint32_t ggml_type);
 // Whether rows of `cols` elements of this type can be split: a supported type and whole
 // blocks per row (256 elements for Q6_K, 32 for the others). split_rows needs it.

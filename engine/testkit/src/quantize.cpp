@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "granule/error.h"
@@ -64,6 +65,9 @@ namespace {
 // Round half to even, as the float trick in ggml's nearest_int does.
 int nearest_int(float v) { return static_cast<int>(std::lrintf(v)); }
 
+// Groups whose largest magnitude is below this encode as zeros (ggml's GROUP_MAX_EPS).
+constexpr float kGroupMaxEps = 1e-15f;
+
 void encode_block(const float* x, BlockQ4_0& b) {
   // The signed value of largest magnitude maps to -8, so the grid uses all 16 levels.
   float amax = 0, max = 0;
@@ -98,6 +102,140 @@ void encode_block(const float* x, BlockQ4_1& b) {
     const int hi = std::min(15, static_cast<int>((x[j + kQK / 2] - min) * id + 0.5f));
     b.qs[j] = static_cast<uint8_t>(lo | (hi << 4));
   }
+}
+
+// Q5_0/Q5_1 as ggml's reference (and gguf.quants): Q4_0/Q4_1 with 32 levels, the fifth
+// bit of element j stored as bit j of qh.
+void pack_q5(const int* q, uint8_t* qs, uint8_t* qh) {
+  uint32_t high = 0;
+  for (int j = 0; j < kQK / 2; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + kQK / 2] & 0xF) << 4));
+    high |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+    high |= static_cast<uint32_t>((q[j + kQK / 2] >> 4) & 1) << (j + kQK / 2);
+  }
+  for (int k = 0; k < 4; ++k) qh[k] = static_cast<uint8_t>(high >> (8 * k));
+}
+
+void encode_block(const float* x, BlockQ5_0& b) {
+  float amax = 0, max = 0;
+  for (int j = 0; j < kQK; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -16;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  b.d = f32_to_fp16(d);
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>(x[j] * id + 16.5f));
+  pack_q5(q, b.qs, b.qh);
+}
+
+void encode_block(const float* x, BlockQ5_1& b) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < kQK; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 31;
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  b.d = f32_to_fp16(d);
+  b.m = f32_to_fp16(min);
+  int q[kQK];
+  for (int j = 0; j < kQK; ++j) q[j] = std::min(31, static_cast<int>((x[j] - min) * id + 0.5f));
+  pack_q5(q, b.qs, b.qh);
+}
+
+// The index of the level nearest to v (the first on a tie), over a table of 16 levels.
+int nearest_level(const int8_t* levels, float v) {
+  int best = 0;
+  float best_error = std::fabs(static_cast<float>(levels[0]) - v);
+  for (int i = 1; i < 16; ++i) {
+    const float error = std::fabs(static_cast<float>(levels[i]) - v);
+    if (error < best_error) {
+      best = i;
+      best_error = error;
+    }
+  }
+  return best;
+}
+
+// A scale for n values on the IQ4_NL grid: the largest value mapped to either end of the
+// grid, each level then refitted by least squares; the better of the two. Fills L with
+// level indices. Not ggml's search, but a valid (and close) encoding.
+float fit_iq4_scale(int n, const float* x, uint8_t* L) {
+  float amax = 0, max = 0;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::fill(L, L + n, uint8_t{8});  // level 1: decodes to d, and d is 0
+    return 0;
+  }
+  float best_scale = 0, best_error = std::numeric_limits<float>::max();
+  for (float end : {static_cast<float>(kIq4nlValues[0]), static_cast<float>(kIq4nlValues[15])}) {
+    const float d = max / end;
+    uint8_t trial[32];
+    float sum_xv = 0, sum_v2 = 0;
+    for (int i = 0; i < n; ++i) {
+      trial[i] = static_cast<uint8_t>(nearest_level(kIq4nlValues, x[i] / d));
+      const float v = kIq4nlValues[trial[i]];
+      sum_xv += x[i] * v;
+      sum_v2 += v * v;
+    }
+    const float scale = sum_v2 > 0 ? sum_xv / sum_v2 : d;
+    float error = 0;
+    for (int i = 0; i < n; ++i) {
+      const float diff = scale * kIq4nlValues[trial[i]] - x[i];
+      error += diff * diff;
+    }
+    if (error < best_error) {
+      best_error = error;
+      best_scale = scale;
+      std::copy(trial, trial + n, L);
+    }
+  }
+  return best_scale;
+}
+
+void encode_block(const float* x, BlockIQ4_NL& b) {
+  uint8_t L[kQK];
+  b.d = f32_to_fp16(fit_iq4_scale(kQK, x, L));
+  // Re-pick each level against the scale the decoder sees.
+  const float d = fp16_to_f32(b.d);
+  if (d != 0)
+    for (int j = 0; j < kQK; ++j)
+      L[j] = static_cast<uint8_t>(nearest_level(kIq4nlValues, x[j] / d));
+  for (int j = 0; j < kQK / 2; ++j) b.qs[j] = static_cast<uint8_t>(L[j] | (L[j + kQK / 2] << 4));
+}
+
+// MXFP4 as ggml's reference (and gguf.quants): a power-of-two scale from the largest
+// magnitude, each value to the nearest of the 16 FP4 levels.
+void encode_block(const float* x, BlockMXFP4& b) {
+  float amax = 0;
+  for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const int exponent = amax > 0 ? static_cast<int>(std::floor(std::log2(amax))) - 2 + 127 : 0;
+  b.e = static_cast<uint8_t>(std::clamp(exponent, 0, 254));
+  const float d =
+      std::bit_cast<float>(b.e < 2 ? 0x00200000u << b.e : static_cast<uint32_t>(b.e - 1) << 23);
+  uint8_t L[kQK];
+  for (int j = 0; j < kQK; ++j) {
+    int best = 0;
+    float best_error = std::fabs(d * static_cast<float>(kMxfp4Values[0]) - x[j]);
+    for (int i = 1; i < 16; ++i) {
+      const float error = std::fabs(d * static_cast<float>(kMxfp4Values[i]) - x[j]);
+      if (error < best_error) {
+        best = i;
+        best_error = error;
+      }
+    }
+    L[j] = static_cast<uint8_t>(best);
+  }
+  for (int j = 0; j < kQK / 2; ++j) b.qs[j] = static_cast<uint8_t>(L[j] | (L[j + kQK / 2] << 4));
 }
 
 void encode_block(const float* x, BlockQ8_0& b) {
@@ -171,7 +309,8 @@ float fit_scale_min(int n, int nmax, const float* x, const float* weights, uint8
   return scale;
 }
 
-// Packs six-bit scale/min pairs as the decoder's scale_min_k4 (engine/src/model/quant.cpp) reads them.
+// Packs six-bit scale/min pairs as the decoder's scale_min_k4 (engine/src/model/quant.cpp) reads
+// them.
 void pack_scales_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* q) {
   std::memset(q, 0, kScaleBytesK);
   for (int j = 0; j < 8; ++j) {
@@ -263,8 +402,6 @@ void encode_block(const float* x, BlockQ5_K& b) {
   }
 }
 
-constexpr float kGroupMaxEps = 1e-15f;
-
 // Symmetric fit x ≈ scale * (L - nmax) with L in [0, 2*nmax), weighted by x², trying
 // 18 stretches of the grid around the plain max fit (ggml's make_qx_quants, rmse_type 1).
 float fit_symmetric_scale(int n, int nmax, const float* x, uint8_t* L) {
@@ -353,6 +490,125 @@ void encode_block(const float* x, BlockQ6_K& b) {
   }
 }
 
+// Q2_K as ggml's reference lays it out: each sub-block of 16 fitted as scale * q - min
+// (q in 0..3), the scales and mins quantised to 4 bits against two fp16 super-scales.
+void encode_block(const float* x, BlockQ2_K& b) {
+  uint8_t L[kQK_K];
+  float scales[16], mins[16], weights[16];
+  float max_scale = 0, max_min = 0;
+  for (int j = 0; j < 16; ++j) {
+    for (int l = 0; l < 16; ++l) weights[l] = std::fabs(x[16 * j + l]);
+    scales[j] = fit_scale_min(16, 3, x + 16 * j, weights, L + 16 * j, mins[j], -0.5f, 0.1f, 15);
+    max_scale = std::max(max_scale, scales[j]);
+    max_min = std::max(max_min, mins[j]);
+  }
+  const float inv_scale = max_scale > 0 ? 15.f / max_scale : 0.f;
+  const float inv_min = max_min > 0 ? 15.f / max_min : 0.f;
+  for (int j = 0; j < 16; ++j) {
+    const int ls = std::min(15, nearest_int(inv_scale * scales[j]));
+    const int lm = std::min(15, nearest_int(inv_min * mins[j]));
+    b.scales[j] = static_cast<uint8_t>(ls | (lm << 4));
+  }
+  b.d = f32_to_fp16(max_scale / 15.f);
+  b.dmin = f32_to_fp16(max_min / 15.f);
+  for (int j = 0; j < 16; ++j) {
+    const float d = fp16_to_f32(b.d) * static_cast<float>(b.scales[j] & 0xF);
+    if (d == 0) continue;
+    const float dm = fp16_to_f32(b.dmin) * static_cast<float>(b.scales[j] >> 4);
+    for (int ii = 0; ii < 16; ++ii)
+      L[16 * j + ii] =
+          static_cast<uint8_t>(std::clamp(nearest_int((x[16 * j + ii] + dm) / d), 0, 3));
+  }
+  for (int j = 0; j < kQK_K; j += 128)
+    for (int l = 0; l < 32; ++l)
+      b.qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
+                                             (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+// Q3_K as ggml's reference lays it out: symmetric sub-blocks of 16 (q in -4..3), six-bit
+// signed sub-scales against one fp16 super-scale, the third bit of q in hmask.
+void encode_block(const float* x, BlockQ3_K& b) {
+  uint8_t L[kQK_K];
+  float scales[16];
+  float max_scale = 0, max_abs_scale = 0;
+  for (int j = 0; j < 16; ++j) {
+    scales[j] = fit_symmetric_scale(16, 4, x + 16 * j, L + 16 * j);
+    if (std::fabs(scales[j]) > max_abs_scale) {
+      max_abs_scale = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::memset(&b, 0, sizeof b);
+  if (max_abs_scale < kGroupMaxEps) {
+    // All zero: d = 0 decodes every value to 0 whatever the levels.
+    return;
+  }
+  const float iscale = -32.f / max_scale;
+  b.d = f32_to_fp16(1 / iscale);
+  int ls[16];
+  for (int j = 0; j < 16; ++j) {
+    ls[j] = std::clamp(nearest_int(iscale * scales[j]), -32, 31) + 32;
+    if (j < 8)
+      b.scales[j] = static_cast<uint8_t>(ls[j] & 0xF);
+    else
+      b.scales[j - 8] |= static_cast<uint8_t>((ls[j] & 0xF) << 4);
+    b.scales[8 + j % 4] |= static_cast<uint8_t>((ls[j] >> 4) << (2 * (j / 4)));
+  }
+  for (int j = 0; j < 16; ++j) {
+    const float d = fp16_to_f32(b.d) * static_cast<float>(ls[j] - 32);
+    if (d == 0) continue;
+    for (int ii = 0; ii < 16; ++ii)
+      L[16 * j + ii] = static_cast<uint8_t>(std::clamp(nearest_int(x[16 * j + ii] / d), -4, 3) + 4);
+  }
+  // Levels 4..7 keep their third bit in hmask (element e: byte e % 32, bit e / 32).
+  for (int e = 0; e < kQK_K; ++e) {
+    if (L[e] > 3) {
+      b.hmask[e % 32] |= static_cast<uint8_t>(1u << (e / 32));
+      L[e] = static_cast<uint8_t>(L[e] - 4);
+    }
+  }
+  for (int j = 0; j < kQK_K; j += 128)
+    for (int l = 0; l < 32; ++l)
+      b.qs[j / 4 + l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 2) |
+                                             (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
+// IQ4_XS: each sub-block of 32 fitted as IQ4_NL, the sub-scales quantised to six signed
+// bits against one fp16 super-scale, then every level re-picked against the final scale.
+void encode_block(const float* x, BlockIQ4_XS& b) {
+  uint8_t L[kQK_K];
+  float scales[8];
+  float max_scale = 0, max_abs_scale = 0;
+  for (int j = 0; j < 8; ++j) {
+    scales[j] = fit_iq4_scale(32, x + 32 * j, L + 32 * j);
+    if (std::fabs(scales[j]) > max_abs_scale) {
+      max_abs_scale = std::fabs(scales[j]);
+      max_scale = scales[j];
+    }
+  }
+  std::memset(&b, 0, sizeof b);
+  if (max_abs_scale < kGroupMaxEps) return;  // d = 0: every value decodes to 0
+  const float d = max_scale / -32.f;
+  b.d = f32_to_fp16(d);
+  const float id = 1 / d;
+  for (int j = 0; j < 8; ++j) {
+    const int ls = std::clamp(nearest_int(id * scales[j]), -32, 31) + 32;
+    b.scales_l[j / 2] |= static_cast<uint8_t>((ls & 0xF) << (4 * (j % 2)));
+    b.scales_h = static_cast<uint16_t>(b.scales_h | ((ls >> 4) << (2 * j)));
+    const float dl = fp16_to_f32(b.d) * static_cast<float>(ls - 32);
+    uint8_t* q = b.qs + 16 * j;
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t level =
+          dl != 0 ? static_cast<uint8_t>(nearest_level(kIq4nlValues, x[32 * j + l] / dl))
+                  : uint8_t{8};
+      if (l < 16)
+        q[l] = level;
+      else
+        q[l - 16] = static_cast<uint8_t>(q[l - 16] | (level << 4));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Row driver
 
@@ -393,6 +649,20 @@ void quantize_row(TensorType type, const float* src, void* dst, int64_t n) {
       return quantize_blocks<BlockQ5_K, kQK_K>(src, dst, n);
     case TensorType::Q6_K:
       return quantize_blocks<BlockQ6_K, kQK_K>(src, dst, n);
+    case TensorType::Q5_0:
+      return quantize_blocks<BlockQ5_0, kQK>(src, dst, n);
+    case TensorType::Q5_1:
+      return quantize_blocks<BlockQ5_1, kQK>(src, dst, n);
+    case TensorType::Q2_K:
+      return quantize_blocks<BlockQ2_K, kQK_K>(src, dst, n);
+    case TensorType::Q3_K:
+      return quantize_blocks<BlockQ3_K, kQK_K>(src, dst, n);
+    case TensorType::IQ4_NL:
+      return quantize_blocks<BlockIQ4_NL, kQK>(src, dst, n);
+    case TensorType::IQ4_XS:
+      return quantize_blocks<BlockIQ4_XS, kQK_K>(src, dst, n);
+    case TensorType::MXFP4:
+      return quantize_blocks<BlockMXFP4, kQK>(src, dst, n);
   }
   throw UnsupportedError("cannot encode tensor type " +
                          tensor_type_name(static_cast<uint32_t>(type)));

@@ -268,6 +268,12 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
 
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, TensorType type,
                     Distribution dist) {
+    for (const auto& o : spec.tensor_types) {
+      if (name.ends_with(o.suffix)) {
+        type = o.type;
+        break;
+      }
+    }
     auto bytes = make_tensor(name, spec.seed, dist, dims, type);
     w.add_raw_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(bytes));
   };
@@ -297,8 +303,7 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     for (int64_t i = 0; i < head_dim / 2; ++i) {
       const double freq = std::pow(static_cast<double>(spec.rope_theta),
                                    -2.0 * static_cast<double>(i) / static_cast<double>(head_dim));
-      factors[static_cast<size_t>(i)] =
-          static_cast<float>(llama3_frequency_divisor(freq, scaling));
+      factors[static_cast<size_t>(i)] = static_cast<float>(llama3_frequency_divisor(freq, scaling));
     }
     w.add_tensor("rope_freqs.weight", {head_dim / 2}, TensorType::F32, factors);
   }

@@ -31,6 +31,14 @@ struct SyntheticModelSpec {
   TensorType embedding_type = TensorType::F32;
   TensorType output_type = TensorType::F32;  // unused when tied
   bool tied_embeddings = false;
+  // Per-tensor block types over the three above, for files that mix types as llama-quantize
+  // writes them: a tensor whose name ends with `suffix` ("attn_q.weight",
+  // "blk.1.ffn_down.weight", "output.weight") takes `type`; the first match wins.
+  struct TypeOverride {
+    std::string suffix;
+    TensorType type;
+  };
+  std::vector<TypeOverride> tensor_types;
   bool qkv_bias = false;  // Qwen2: blk.N.attn_{q,k,v}.bias
   bool qk_norm = false;   // Qwen3: blk.N.attn_{q,k}_norm.weight
 

@@ -1,0 +1,264 @@
+// Files that mix block types as llama-quantize writes them (Q4_K_M's Q5_0/Q5_1 fallbacks for
+// rows that are not multiples of 256, Q6_K heads, and every newer block type in one model)
+// open and run on the CPU backend: logits and greedy tokens match the float64 numpy
+// reference run on the same file (weights dequantised by gguf.quants, independently of
+// Granule), and equal, bit for bit, an F32 copy of the file whose weights are Granule's own
+// dequantised values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "granule/quant.h"
+#include "granule/testkit/gguf_writer.h"
+#include "granule/testkit/synthetic_model.h"
+#include "memory/kv_space.h"
+#include "runtime/runtime.h"
+#include "support/temp_model.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+using T = TensorType;
+
+// A model file with its CPU backend and KV space (as the engine makes them).
+struct CpuModel {
+  std::unique_ptr<ModelFile> file;
+  ModelConfig config;
+  WeightTable weights;
+  Runtime runtime;
+
+  explicit CpuModel(const fs::path& path) : runtime(load(path)) {}
+
+  Runtime load(const fs::path& path) {
+    file = ModelFile::open(path);
+    config = ModelConfig::from_gguf(*file);
+    weights = WeightTable::from_gguf(*file, config);
+    RuntimeOptions options;
+    options.device = DeviceKind::Cpu;
+    options.backend.cpu_threads = 2;
+    options.backend.vram_budget_bytes = uint64_t{1} << 40;
+    options.context_length = 64;
+    options.slots = 1;
+    options.kv_pool_granules = 0;
+    return make_runtime(*file, config, weights, options);
+  }
+
+  std::vector<float> run(const std::vector<int32_t>& tokens, int64_t start, bool all_logits) {
+    EXPECT_TRUE(runtime.kv->map_through(0, start + static_cast<int64_t>(tokens.size())));
+    BatchSequence seq{0, tokens, start, all_logits};
+    std::vector<float> logits;
+    runtime.backend->forward(std::span<const BatchSequence>(&seq, 1), logits);
+    return logits;
+  }
+
+  // Teacher-forced logits of every prompt position, then `greedy` tokens decoded one step
+  // at a time.
+  std::pair<std::vector<float>, std::vector<int32_t>> prompt_and_greedy(
+      const std::vector<int32_t>& prompt, int greedy) {
+    std::vector<float> logits = run(prompt, 0, true);
+    const int64_t vocab = config.n_vocab;
+    std::vector<int32_t> tokens;
+    const float* last = logits.data() + logits.size() - static_cast<size_t>(vocab);
+    int32_t next = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
+    int64_t position = static_cast<int64_t>(prompt.size());
+    for (int i = 0; i < greedy; ++i) {
+      tokens.push_back(next);
+      const std::vector<float> row = run({next}, position++, false);
+      next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    }
+    return {std::move(logits), std::move(tokens)};
+  }
+};
+
+// tests/data/reference/<case>.txt, written by tests/reference/llama_reference.py.
+struct ReferenceGolden {
+  std::string model_fnv1a64;
+  std::vector<int32_t> tokens, greedy;
+  int64_t rows = 0, vocab = 0;
+  std::vector<float> logits;
+};
+
+ReferenceGolden read_golden(const fs::path& path) {
+  std::ifstream in(path);
+  ReferenceGolden g;
+  auto ints = [](const std::string& line) {
+    std::istringstream s(line);
+    std::string word;
+    s >> word;
+    std::vector<int32_t> v;
+    for (int32_t x; s >> x;) v.push_back(x);
+    return v;
+  };
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model_fnv1a64 ", 0) == 0) g.model_fnv1a64 = line.substr(14);
+    if (line.rfind("tokens ", 0) == 0) g.tokens = ints(line);
+    if (line.rfind("greedy ", 0) == 0) g.greedy = ints(line);
+    if (line.rfind("logits ", 0) == 0) {
+      std::istringstream s(line.substr(7));
+      s >> g.rows >> g.vocab;
+      g.logits.resize(static_cast<size_t>(g.rows * g.vocab));
+      for (auto& v : g.logits) in >> v;
+    }
+  }
+  return g;
+}
+
+std::string fnv1a64_hex(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t h = 0xCBF29CE484222325ull;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0)
+    for (std::streamsize i = 0; i < in.gcount(); ++i)
+      h = (h ^ static_cast<uint8_t>(buffer[i])) * 0x100000001B3ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+// Rows of 256 (the K quants' and IQ4_XS's block), 2 layers.
+SyntheticModelSpec wide_spec(uint64_t seed) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny");
+  s.n_embd = 256;
+  s.n_ff = 512;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.seed = seed;
+  return s;
+}
+
+struct MixCase {
+  std::string name;
+  SyntheticModelSpec spec;
+  std::set<TensorType> expected_types;  // the 2-D weight types the file must hold
+};
+
+std::vector<MixCase> mix_cases() {
+  // Q4_K_M as llama-quantize mixes it, with the fallbacks it takes for rows that are not
+  // multiples of 256 (Q5_0 for Q4_K, Q5_1 for Q5_K): here attn_q/attn_k and the gate/up
+  // products as if their rows were short, Q6_K for attn_v, blk.0's ffn_down and the head.
+  SyntheticModelSpec q4km = wide_spec(31);
+  q4km.weight_type = T::Q4_K;
+  q4km.embedding_type = T::Q4_K;
+  q4km.output_type = T::Q6_K;
+  q4km.tensor_types = {{"attn_q.weight", T::Q5_0}, {"attn_k.weight", T::Q5_0},
+                       {"attn_v.weight", T::Q6_K}, {"ffn_gate.weight", T::Q5_1},
+                       {"ffn_up.weight", T::Q5_1}, {"blk.0.ffn_down.weight", T::Q6_K}};
+  // Every newer block type in one forward pass, embeddings and head included.
+  SyntheticModelSpec newer = wide_spec(32);
+  newer.weight_type = T::Q5_0;
+  newer.embedding_type = T::Q3_K;
+  newer.output_type = T::IQ4_XS;
+  newer.tensor_types = {{"attn_q.weight", T::Q2_K},        {"attn_k.weight", T::Q3_K},
+                        {"attn_v.weight", T::IQ4_NL},      {"attn_output.weight", T::IQ4_XS},
+                        {"ffn_gate.weight", T::MXFP4},     {"ffn_up.weight", T::Q5_1},
+                        {"blk.1.ffn_down.weight", T::Q2_K}};
+  return {
+      {"mixed-q4_k_m", q4km, {T::Q4_K, T::Q5_0, T::Q5_1, T::Q6_K}},
+      {"mixed-newer-types",
+       newer,
+       {T::Q5_0, T::Q5_1, T::Q2_K, T::Q3_K, T::IQ4_NL, T::IQ4_XS, T::MXFP4}},
+  };
+}
+
+const std::vector<int32_t> kPrompt = {1, 45, 300, 7, 99, 256, 12, 3, 200, 150};
+constexpr int kGreedy = 8;
+
+// How gtest shows a case: its name, not its bytes.
+void PrintTo(const MixCase& c, std::ostream* os) { *os << c.name; }
+
+class MixedTypes : public ::testing::TestWithParam<MixCase> {};
+
+// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
+void write_f32_copy(const ModelFile& from, const fs::path& to) {
+  GgufWriter w;
+  for (const auto& [key, value] : from.metadata()) w.set(key, value);
+  for (const TensorInfo& t : from.tensors()) {
+    std::vector<float> values(static_cast<size_t>(t.elements()));
+    dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, values.data(), t.elements());
+    w.add_tensor(t.name, t.dims, T::F32, values);
+  }
+  w.write(to);
+}
+
+TEST_P(MixedTypes, OpensAndRunsLikeItsDequantisedF32Copy) {
+  const MixCase& c = GetParam();
+  test::TempModel mixed(c.spec, c.name);
+  CpuModel model(mixed.path);
+  std::set<TensorType> types;
+  for (const TensorInfo& t : model.file->tensors())
+    if (t.dims.size() == 2) types.insert(static_cast<TensorType>(t.ggml_type));
+  for (TensorType t : c.expected_types)
+    EXPECT_TRUE(types.count(t)) << c.name << " lacks " << tensor_type_info(t).name;
+
+  const fs::path f32_path = mixed.path.string() + ".f32.gguf";
+  write_f32_copy(*model.file, f32_path);
+  CpuModel f32(f32_path);
+  const auto [logits, greedy] = model.prompt_and_greedy(kPrompt, kGreedy);
+  const auto [f32_logits, f32_greedy] = f32.prompt_and_greedy(kPrompt, kGreedy);
+  fs::remove(f32_path);
+  // The same decoded weights through the same f32 products: the same bits.
+  ASSERT_EQ(logits.size(), f32_logits.size());
+  EXPECT_EQ(std::memcmp(logits.data(), f32_logits.data(), logits.size() * sizeof(float)), 0)
+      << c.name;
+  EXPECT_EQ(greedy, f32_greedy) << c.name;
+}
+
+TEST_P(MixedTypes, LogitsAndGreedyMatchNumpyReference) {
+  const MixCase& c = GetParam();
+  test::TempModel mixed(c.spec, c.name);
+  if (const char* export_dir = std::getenv("GRANULE_REFERENCE_EXPORT_DIR")) {
+    fs::copy_file(mixed.path, fs::path(export_dir) / (c.name + ".gguf"),
+                  fs::copy_options::overwrite_existing);
+    std::ofstream tokens(fs::path(export_dir) / (c.name + ".tokens"));
+    for (size_t i = 0; i < kPrompt.size(); ++i) tokens << (i ? "," : "") << kPrompt[i];
+  }
+  const fs::path golden_path =
+      fs::path(GRANULE_SOURCE_DIR) / "tests/data/reference" / (c.name + ".txt");
+  ASSERT_TRUE(fs::exists(golden_path))
+      << "missing golden " << golden_path << "; run tests/reference/make_cpu_goldens.sh";
+  const ReferenceGolden g = read_golden(golden_path);
+  ASSERT_EQ(g.tokens, kPrompt);
+  ASSERT_EQ(fnv1a64_hex(mixed.path), g.model_fnv1a64)
+      << c.name << ": the synthetic model's bytes changed (writer, quantiser or spec); "
+      << "regenerate the goldens with tests/reference/make_cpu_goldens.sh BUILD_DIR";
+
+  CpuModel model(mixed.path);
+  ASSERT_EQ(g.vocab, model.config.n_vocab);
+  const auto [logits, greedy] = model.prompt_and_greedy(kPrompt, kGreedy);
+  ASSERT_EQ(logits.size(), g.logits.size());
+  for (int64_t r = 0; r < g.rows; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t i = 0; i < g.vocab; ++i) {
+      const size_t k = static_cast<size_t>(r * g.vocab + i);
+      diff = std::max(diff, std::abs(double(logits[k]) - g.logits[k]));
+      scale = std::max(scale, std::abs(double(g.logits[k])));
+    }
+    // f32 products against a float64 reference on the same weights (as the other goldens).
+    EXPECT_LE(diff / scale, 1e-4) << c.name << " position " << r;
+  }
+  EXPECT_EQ(greedy, g.greedy) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, MixedTypes, ::testing::ValuesIn(mix_cases()), [](const auto& info) {
+  std::string name = info.param.name;
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+});
+
+}  // namespace
+}  // namespace granule
