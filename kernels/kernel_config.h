@@ -1,7 +1,7 @@
 // KernelConfig: every tuning knob of the CUDA kernels and the weight layout they read, with
 // its default. The CUDA backend fills one at start (the GRANULE_* environment overrides are
-// parsed in engine/src/backends/kernel_config_env.cpp and listed in the README) and hands it to each
-// launcher that has a choice to make. Plain C++ (also compiled as CUDA C++17), so host code
+// parsed in engine/src/backends/kernel_config_env.cpp and listed in the README) and hands it to
+// each launcher that has a choice to make. Plain C++ (also compiled as CUDA C++17), so host code
 // and tests without a GPU share it.
 #pragma once
 

@@ -45,7 +45,7 @@ struct Tile {
   static constexpr int kAccumulators = kMatrices * NT * 4;
   static constexpr int kReduceBytes = (WK - 1) * WM * kWarpSize * kAccumulators * 4;
   static constexpr int kSharedBytes =
-      kStages * kStageBytes > kReduceBytes ? kStages * kStageBytes : kReduceBytes;
+      kStages * kStageBytes > kReduceBytes ? kStages* kStageBytes : kReduceBytes;
   static_assert(kQuantRow % 16 == 0 && kActRow % 16 == 0 && kScaleRow % 16 == 0 &&
                     kActOffset % 16 == 0 && kDsOffset % 16 == 0 && kStageBytes % 16 == 0,
                 "cp.async writes 16-byte chunks");
@@ -75,7 +75,8 @@ __device__ __forceinline__ void wait_copies() {
 }
 
 // c = a (16x32 int8, row-major fragment) x b (32x8 int8, column-major fragment).
-__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4],
+                                       const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
       "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -103,9 +104,9 @@ __device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t*
     const int mr = c / kQuantChunks, chunk = c % kQuantChunks;
     const int row = min(row0 + mr % T::kRows, n_out - 1);
     const bool valid = first_block + chunk * 16 / T::kQuantBytes < n;
-    const uint8_t* src = (mr < T::kRows ? weights[0] : weights[T::kMatrices - 1]) + row * row_bytes +
-                         (valid ? static_cast<int64_t>(first_block) * T::kQuantBytes + chunk * 16
-                                : 0);
+    const uint8_t* src =
+        (mr < T::kRows ? weights[0] : weights[T::kMatrices - 1]) + row * row_bytes +
+        (valid ? static_cast<int64_t>(first_block) * T::kQuantBytes + chunk * 16 : 0);
     copy16(stage + mr * T::kQuantRow + chunk * 16, src, valid);
   }
 #pragma unroll
@@ -113,11 +114,11 @@ __device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t*
     const int mr = c / kScaleChunks, chunk = c % kScaleChunks;
     const int row = min(row0 + mr % T::kRows, n_out - 1);
     const bool valid = first_block + chunk * 16 / T::kScaleBytes < n;
-    const uint8_t* src = (mr < T::kRows ? weights[0] : weights[T::kMatrices - 1]) + row * row_bytes +
-                         (valid ? static_cast<int64_t>(n) * T::kQuantBytes +
-                                      static_cast<int64_t>(first_block) * T::kScaleBytes +
-                                      chunk * 16
-                                : 0);
+    const uint8_t* src =
+        (mr < T::kRows ? weights[0] : weights[T::kMatrices - 1]) + row * row_bytes +
+        (valid ? static_cast<int64_t>(n) * T::kQuantBytes +
+                     static_cast<int64_t>(first_block) * T::kScaleBytes + chunk * 16
+               : 0);
     copy16(stage + T::kScaleOffset + mr * T::kScaleRow + chunk * 16, src, valid);
   }
 }
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(kWarpSize* WM* WK)
   weights[0] = static_cast<const uint8_t*>(task.weight);
   if constexpr (GATE_UP) weights[1] = static_cast<const uint8_t*>(task.weight_up);
 
-  // Weights first: they do not depend on the previous kernel.
+    // Weights first: they do not depend on the previous kernel.
 #pragma unroll
   for (int s = 0; s < S - 1; ++s)
     if (s < stages)
@@ -214,9 +215,8 @@ __global__ void __launch_bounds__(kWarpSize* WM* WK)
       for (int m = 0; m < M; ++m) {
         const uint8_t* q =
             stage + (m * T::kRows + wm * 16 + g) * T::kQuantRow + sub * T::kQuantBytes + 4 * t;
-        const uint8_t* sc =
-            stage + T::kScaleOffset + (m * T::kRows + wm * 16 + g) * T::kScaleRow +
-            sub * T::kScaleBytes;
+        const uint8_t* sc = stage + T::kScaleOffset + (m * T::kRows + wm * 16 + g) * T::kScaleRow +
+                            sub * T::kScaleBytes;
         if constexpr (TYPE == kQ8_0) {
           a[m][0] = *reinterpret_cast<const uint32_t*>(q);
           a[m][1] = *reinterpret_cast<const uint32_t*>(q + 8 * T::kQuantRow);
@@ -244,7 +244,8 @@ __global__ void __launch_bounds__(kWarpSize* WM* WK)
       }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const uint8_t* x = stage + T::kActOffset + (nt * 8 + g) * T::kActRow + sub * kQ8Block + 4 * t;
+        const uint8_t* x =
+            stage + T::kActOffset + (nt * 8 + g) * T::kActRow + sub * kQ8Block + 4 * t;
         const uint32_t b[2] = {*reinterpret_cast<const uint32_t*>(x),
                                *reinterpret_cast<const uint32_t*>(x + 16)};
         // (d, d * sum) of columns 2t and 2t + 1 of this n-tile.
@@ -324,8 +325,8 @@ cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const 
   constexpr int WM = Shape<NT>::kWm, WK = Shape<NT>::kWk;
   using T = Tile<TYPE, NT, WM, WK, GATE_UP>;
   auto* kernel = mma_matvec_kernel<TYPE, NT, WM, WK, GATE_UP>;
-  const cudaError_t attribute = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
+  const cudaError_t attribute =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
   if (attribute != cudaSuccess) return attribute;
   cudaLaunchConfig_t launch{};
   launch.gridDim = dim3(ceil_div(max_rows, T::kRows), n_tasks, ceil_div(in.batch, T::kColumns));
@@ -343,9 +344,12 @@ cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const 
 template <uint32_t TYPE, bool GATE_UP>
 cudaError_t launch_type(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                         const KernelConfig& config, cudaStream_t stream) {
-  if (in.batch <= 8) return launch_tile<TYPE, 1, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
-  if (in.batch <= 16) return launch_tile<TYPE, 2, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
-  if (in.batch <= 32) return launch_tile<TYPE, 4, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  if (in.batch <= 8)
+    return launch_tile<TYPE, 1, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  if (in.batch <= 16)
+    return launch_tile<TYPE, 2, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  if (in.batch <= 32)
+    return launch_tile<TYPE, 4, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
   return launch_tile<TYPE, 8, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
 }
 
@@ -359,8 +363,7 @@ bool matvec_mma_fits_device() {
   // The code the current device would run: its compute capability and this build's
   // architectures both count (a build for sm_75 only has no int8 mma).
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, mma_matvec_kernel<kQ4_0, 1, 1, 4, false>) !=
-      cudaSuccess) {
+  if (cudaFuncGetAttributes(&attributes, mma_matvec_kernel<kQ4_0, 1, 1, 4, false>) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }

@@ -124,8 +124,8 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   EXPECT_EQ(defaults.mma_min_rows, 4);
   EXPECT_FALSE(defaults.mma_prefill);
   EXPECT_EQ(describe_mma(defaults), "int8 mma from 4 rows, prefill off");
-  const KernelConfig set = parse(
-      {{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
+  const KernelConfig set =
+      parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
   EXPECT_EQ(set.mma_min_rows, 16);
   EXPECT_TRUE(set.mma_prefill);
   EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on");

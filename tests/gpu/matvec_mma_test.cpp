@@ -7,6 +7,8 @@
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
 // row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
 // Q4_1's min terms counted on their own since the kernels add them separately).
+#include "matvec_mma.cuh"
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -17,7 +19,6 @@
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
-#include "matvec_mma.cuh"
 #include "model/weight_split.h"
 #include "quantize_activations.cuh"
 
@@ -144,8 +145,10 @@ struct Activations {
     for (int c = 0; c < batch; ++c)
       for (int64_t j = 0; j < n; ++j) {
         int sum = 0;
-        for (int i = 0; i < 32; ++i) sum += std::abs(host_qs[static_cast<size_t>(c * cols + j * 32 + i)]);
-        out[static_cast<size_t>(c * n + j)] = std::fabs(host_ds[static_cast<size_t>(c * n + j)].x) * sum;
+        for (int i = 0; i < 32; ++i)
+          sum += std::abs(host_qs[static_cast<size_t>(c * cols + j * 32 + i)]);
+        out[static_cast<size_t>(c * n + j)] =
+            std::fabs(host_ds[static_cast<size_t>(c * n + j)].x) * sum;
       }
     return out;
   }
@@ -281,8 +284,8 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
         const double v = got[static_cast<size_t>(c * s.rows + sampled[k])];
         const double bound = kSummationRelError * magnitude + 1e-30;
         if (!(std::fabs(v - reference) <= bound) && ++bad_reference <= 5)
-          ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": mma " << v
-                        << " reference " << reference << " bound " << bound;
+          ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": mma " << v << " reference "
+                        << reference << " bound " << bound;
       }
     }
     EXPECT_EQ(bad_reference, 0);
@@ -291,9 +294,8 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
 }
 
 // rows x columns: SmolLM2-135M's attention and feed-forward matrices, an 8B model's.
-constexpr std::pair<int64_t, int64_t> kModelShapes[] = {{576, 576},   {1536, 576},
-                                                        {576, 1536},  {4096, 4096},
-                                                        {14336, 4096}, {4096, 14336}};
+constexpr std::pair<int64_t, int64_t> kModelShapes[] = {{576, 576},   {1536, 576},   {576, 1536},
+                                                        {4096, 4096}, {14336, 4096}, {4096, 14336}};
 
 std::vector<Shape> shapes() {
   std::vector<Shape> out;
@@ -385,13 +387,15 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
       for (int c = 0; c < batch; ++c)
         for (int64_t r = 0; r < rows; ++r) {
           const size_t at = static_cast<size_t>(c * rows + r);
-          const double bg = 2 * kSummationRelError * magnitude_bound(gate_terms, blocks, cols / 32, r, c);
-          const double bu = 2 * kSummationRelError * magnitude_bound(up_terms, blocks, cols / 32, r, c);
+          const double bg =
+              2 * kSummationRelError * magnitude_bound(gate_terms, blocks, cols / 32, r, c);
+          const double bu =
+              2 * kSummationRelError * magnitude_bound(up_terms, blocks, cols / 32, r, c);
           const double gd = gv[at], ud = uv[at];
           const double expected = gd / (1.0 + std::exp(-gd)) * ud;
           // silu' lies within [-0.1, 1.1]; 1e-5 relative for the f32 silu itself.
-          const double bound = 1.1 * bg * (std::fabs(ud) + bu) +
-                               1.1 * (std::fabs(gd) + bg) * bu + 1e-5 * std::fabs(expected) + 1e-30;
+          const double bound = 1.1 * bg * (std::fabs(ud) + bu) + 1.1 * (std::fabs(gd) + bg) * bu +
+                               1e-5 * std::fabs(expected) + 1e-30;
           ASSERT_LE(std::fabs(got[at] - expected), bound) << "row " << r << " column " << c;
         }
     }
@@ -413,8 +417,8 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), config, nullptr),
             cudaErrorInvalidValue);
   t.split_layout = true;
-  EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
-                                       act.input(8), config, nullptr),
+  EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1, act.input(8),
+                                       config, nullptr),
             cudaErrorInvalidValue);
   kernels::MatvecInput odd = act.input(8);
   odd.n_in = 48;  // not whole sub-blocks

@@ -22,10 +22,9 @@ constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
 constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
 constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
-constexpr const char* kVariables[] = {kMatvecShapeVariable,  kSplitShapeVariable,
-                                      kSplitShapeLongVariable, kEarlyLaunchVariable,
-                                      kSplitWeightsVariable, kMmaVariable,
-                                      kMmaMinRowsVariable,   kMmaPrefillVariable};
+constexpr const char* kVariables[] = {
+    kMatvecShapeVariable,  kSplitShapeVariable, kSplitShapeLongVariable, kEarlyLaunchVariable,
+    kSplitWeightsVariable, kMmaVariable,        kMmaMinRowsVariable,     kMmaPrefillVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -91,8 +90,8 @@ void apply_count(const char* variable, int lowest, int highest, int& knob,
     return;
   }
   warnings.push_back(std::string(variable) + "=" + std::string(value) +
-                     " ignored (accepted: a whole number from " + std::to_string(lowest) +
-                     " to " + std::to_string(highest) + "); keeping " + std::to_string(knob));
+                     " ignored (accepted: a whole number from " + std::to_string(lowest) + " to " +
+                     std::to_string(highest) + "); keeping " + std::to_string(knob));
 }
 
 }  // namespace

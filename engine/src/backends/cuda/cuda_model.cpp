@@ -55,7 +55,8 @@ k::KernelConfig device_kernel_config(const BackendOptions& options) {
     config.mma = false;
     logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
   }
-  logger("engine.cuda")->info("kernel configuration: {}; {}", describe(config), describe_mma(config));
+  logger("engine.cuda")
+      ->info("kernel configuration: {}; {}", describe(config), describe_mma(config));
   return config;
 }
 
