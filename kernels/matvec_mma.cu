@@ -319,14 +319,34 @@ struct Shape {
   static constexpr int kWk = NT <= 4 ? 4 : 2;
 };
 
+// Lets the kernel use its shared memory (beyond 48 KB needs asking), once per process: the
+// first call comes from matvec_mma_fits_device() at backend start, so no launch made during
+// graph capture makes it. (One device: the attribute is not re-applied on a second one.)
+template <uint32_t TYPE, int NT, bool GATE_UP>
+cudaError_t allow_shared_bytes() {
+  constexpr int WM = Shape<NT>::kWm, WK = Shape<NT>::kWk;
+  static const cudaError_t status = cudaFuncSetAttribute(
+      mma_matvec_kernel<TYPE, NT, WM, WK, GATE_UP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      Tile<TYPE, NT, WM, WK, GATE_UP>::kSharedBytes);
+  return status;
+}
+
+template <uint32_t TYPE, bool GATE_UP>
+cudaError_t allow_shared_bytes_all_tiles() {
+  for (const cudaError_t status :
+       {allow_shared_bytes<TYPE, 1, GATE_UP>(), allow_shared_bytes<TYPE, 2, GATE_UP>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP>(), allow_shared_bytes<TYPE, 8, GATE_UP>()})
+    if (status != cudaSuccess) return status;
+  return cudaSuccess;
+}
+
 template <uint32_t TYPE, int NT, bool GATE_UP>
 cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                         const KernelConfig& config, cudaStream_t stream) {
   constexpr int WM = Shape<NT>::kWm, WK = Shape<NT>::kWk;
   using T = Tile<TYPE, NT, WM, WK, GATE_UP>;
   auto* kernel = mma_matvec_kernel<TYPE, NT, WM, WK, GATE_UP>;
-  const cudaError_t attribute =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSharedBytes);
+  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, GATE_UP>();
   if (attribute != cudaSuccess) return attribute;
   cudaLaunchConfig_t launch{};
   launch.gridDim = dim3(ceil_div(max_rows, T::kRows), n_tasks, ceil_div(in.batch, T::kColumns));
@@ -367,7 +387,18 @@ bool matvec_mma_fits_device() {
     cudaGetLastError();
     return false;
   }
-  return attributes.binaryVersion >= 80 && attributes.ptxVersion >= 80;
+  if (attributes.binaryVersion < 80 || attributes.ptxVersion < 80) return false;
+  for (const cudaError_t status :
+       {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
+        allow_shared_bytes_all_tiles<kQ4_1, false>(), allow_shared_bytes_all_tiles<kQ4_1, true>(),
+        allow_shared_bytes_all_tiles<kQ8_0, false>(),
+        allow_shared_bytes_all_tiles<kQ8_0, true>()}) {
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+  }
+  return true;
 }
 
 cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,

@@ -13,8 +13,9 @@ namespace granule::kernels {
 // True when launch_matvec_mma runs this weight type in this layout (split Q4_0/Q4_1/Q8_0).
 bool matvec_mma_supports(uint32_t weight_type, bool split_layout);
 
-// True when the current device has int8 mma (compute capability 8.0 or later); false, with
-// no error left behind, when the query fails.
+// True when the current device has int8 mma (compute capability 8.0 or later, and this build
+// has code for it); false, with no error left behind, when the query fails. Also lets every
+// kernel use its shared memory, so call it once before launching (and before any capture).
 bool matvec_mma_fits_device();
 
 // launch_matvec's contract (1..3 tasks of one type over the same input, accumulate and
