@@ -1,7 +1,7 @@
 // KernelConfig: every tuning knob of the CUDA kernels and the weight layout they read, with
 // its default. The CUDA backend fills one at start (the GRANULE_* environment overrides are
-// parsed in engine/src/backends/kernel_config_env.cpp and listed in the README) and hands it to each
-// launcher that has a choice to make. Plain C++ (also compiled as CUDA C++17), so host code
+// parsed in engine/src/backends/kernel_config_env.cpp and listed in the README) and hands it to
+// each launcher that has a choice to make. Plain C++ (also compiled as CUDA C++17), so host code
 // and tests without a GPU share it.
 #pragma once
 
@@ -30,6 +30,13 @@ struct KernelConfig {
   // Q4_0/Q4_1/Q8_0/Q6_K weights re-laid out at upload (split_layout.h) rather than kept in
   // GGUF blocks; the matvec kernels read whichever layout a matrix has.
   bool split_weights = true;
+  // Int8 tensor-core products (matvec_mma.cu, compute capability 8.0+) for split-layout
+  // Q4_0/Q4_1/Q8_0 matrices once a run has mma_min_rows rows; fewer take the dp4a kernels.
+  // Runs of more than 64 rows (prefill) take them only with mma_prefill, else dequantise +
+  // cuBLAS. The backend turns mma off on devices without it (matvec_mma_fits_device()).
+  bool mma = true;
+  int mma_min_rows = 4;
+  bool mma_prefill = false;
 };
 
 }  // namespace granule::kernels

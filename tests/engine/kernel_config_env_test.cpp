@@ -117,6 +117,29 @@ TEST(KernelConfigEnv, ABadValueKeepsTheKnobAndWarnsOnceNamingTheAcceptedValues) 
   for (const std::string& w : warnings) EXPECT_EQ(w.find('\n'), std::string::npos) << w;
 }
 
+TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_TRUE(defaults.mma);
+  EXPECT_EQ(defaults.mma_min_rows, 4);
+  EXPECT_FALSE(defaults.mma_prefill);
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 4 rows, prefill off");
+  const KernelConfig set =
+      parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
+  EXPECT_EQ(set.mma_min_rows, 16);
+  EXPECT_TRUE(set.mma_prefill);
+  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on");
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)), "int8 mma off");
+  EXPECT_TRUE(warnings.empty());
+  for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
+    std::vector<std::string> w;
+    EXPECT_EQ(parse({{{"GRANULE_MMA_MIN_ROWS", bad}}}, w, set).mma_min_rows, 16) << bad;
+    ASSERT_EQ(w.size(), 1u) << bad;
+    EXPECT_EQ(w[0], "GRANULE_MMA_MIN_ROWS=" + std::string(bad) +
+                        " ignored (accepted: a whole number from 1 to 1048576); keeping 16");
+  }
+}
+
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -145,7 +168,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 5u);
+  ASSERT_EQ(kernel_override_variables().size(), 8u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -19,9 +19,14 @@ constexpr const char* kSplitShapeVariable = "GRANULE_SPLIT_SHAPE";
 constexpr const char* kSplitShapeLongVariable = "GRANULE_SPLIT_SHAPE_LONG";
 constexpr const char* kEarlyLaunchVariable = "GRANULE_PDL";
 constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
-constexpr const char* kVariables[] = {kMatvecShapeVariable, kSplitShapeVariable,
-                                      kSplitShapeLongVariable, kEarlyLaunchVariable,
-                                      kSplitWeightsVariable};
+constexpr const char* kMmaVariable = "GRANULE_MMA";
+constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
+constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
+constexpr const char* kVariables[] = {
+    kMatvecShapeVariable,  kSplitShapeVariable, kSplitShapeLongVariable, kEarlyLaunchVariable,
+    kSplitWeightsVariable, kMmaVariable,        kMmaMinRowsVariable,     kMmaPrefillVariable};
+// GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
+constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
 // A value a variable accepts and the knob setting it stands for.
 template <typename T>
@@ -67,6 +72,28 @@ void apply(const char* variable, const Choice<T> (&choices)[N], T& knob,
                      accepted + "); keeping " + std::string(name_of(choices, knob)));
 }
 
+// Sets `knob` from `variable` when it is a whole number in [lowest, highest]; otherwise
+// warns and keeps it.
+void apply_count(const char* variable, int lowest, int highest, int& knob,
+                 const EnvironmentLookup& lookup, std::vector<std::string>& warnings) {
+  const char* raw = lookup(variable);
+  if (!raw || !*raw) return;
+  const std::string_view value(raw);
+  long long parsed = 0;
+  bool ok = value.size() <= 9;
+  for (const char c : value) {
+    ok = ok && c >= '0' && c <= '9';
+    parsed = parsed * 10 + (c - '0');
+  }
+  if (ok && parsed >= lowest && parsed <= highest) {
+    knob = static_cast<int>(parsed);
+    return;
+  }
+  warnings.push_back(std::string(variable) + "=" + std::string(value) +
+                     " ignored (accepted: a whole number from " + std::to_string(lowest) + " to " +
+                     std::to_string(highest) + "); keeping " + std::to_string(knob));
+}
+
 }  // namespace
 
 std::span<const char* const> kernel_override_variables() { return kVariables; }
@@ -78,6 +105,10 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kSplitShapeLongVariable, kSplitShapes, config.split_shape_long, lookup, warnings);
   apply(kEarlyLaunchVariable, kSwitch, config.early_launch, lookup, warnings);
   apply(kSplitWeightsVariable, kSwitch, config.split_weights, lookup, warnings);
+  apply(kMmaVariable, kSwitch, config.mma, lookup, warnings);
+  apply_count(kMmaMinRowsVariable, kMinRowsLowest, kMinRowsHighest, config.mma_min_rows, lookup,
+              warnings);
+  apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
   return config;
 }
 
@@ -95,6 +126,12 @@ std::string describe(const KernelConfig& config) {
          std::string(name_of(kSplitShapes, config.split_shape)) + " (long rows " +
          std::string(name_of(kSplitShapes, config.split_shape_long)) + "), early launch " +
          on_off(config.early_launch) + ", split weights " + on_off(config.split_weights);
+}
+
+std::string describe_mma(const KernelConfig& config) {
+  if (!config.mma) return "int8 mma off";
+  return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
+         (config.mma_prefill ? "on" : "off");
 }
 
 }  // namespace granule

@@ -32,4 +32,8 @@ kernels::KernelConfig kernel_config_from_environment();
 // weights on".
 std::string describe(const kernels::KernelConfig& config);
 
+// One line for the log on the int8 tensor-core products: "int8 mma from 4 rows, prefill off"
+// or "int8 mma off".
+std::string describe_mma(const kernels::KernelConfig& config);
+
 }  // namespace granule

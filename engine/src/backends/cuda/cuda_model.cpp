@@ -14,6 +14,7 @@
 #include "granule/quant.h"
 #include "backends/kernel_config_env.h"
 #include "matvec.cuh"
+#include "matvec_mma.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
@@ -50,8 +51,33 @@ k::KernelConfig device_kernel_config(const BackendOptions& options) {
   k::KernelConfig config =
       options.kernel_config ? *options.kernel_config : kernel_config_from_environment();
   check_cuda(k::fit_to_device(config), "reading the device's compute capability");
-  logger("engine.cuda")->info("kernel configuration: {}", describe(config));
+  if (config.mma && !k::matvec_mma_fits_device()) {
+    config.mma = false;
+    logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
+  }
+  logger("engine.cuda")
+      ->info("kernel configuration: {}; {}", describe(config), describe_mma(config));
   return config;
+}
+
+// A product's kernel: int8 tensor cores (matvec_mma.cu) for runs of mma_min_rows rows or more
+// where the type and layout allow, else launch_matvec's dp4a / f32 kernels.
+cudaError_t launch_product(uint32_t type, const k::MatvecTask* tasks, int n_tasks,
+                           const k::MatvecInput& in, const k::KernelConfig& config,
+                           cudaStream_t stream) {
+  if (config.mma && in.batch >= config.mma_min_rows &&
+      k::matvec_mma_supports(type, tasks[0].split_layout))
+    return k::launch_matvec_mma(type, tasks, n_tasks, in, config, stream);
+  return k::launch_matvec(type, tasks, n_tasks, in, config, stream);
+}
+
+// Whether a run of more than kMatvecMaxRows rows takes layer_matvec (int8 tensor-core
+// products) instead of layer_gemm: only with mma_prefill and when all seven matrices can.
+bool mma_prefill(const k::KernelConfig& config, const DeviceLayer& l) {
+  if (!config.mma || !config.mma_prefill) return false;
+  for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+    if (!k::matvec_mma_supports(m->type, m->split)) return false;
+  return true;
 }
 
 }  // namespace
@@ -429,7 +455,7 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
     in.batch = n_rows;
     in.x = x_f32;
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    check_launch(k::launch_matvec(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
+    check_launch(launch_product(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
                  "matvec");
     i = j;
   }
@@ -503,7 +529,8 @@ void CudaModel::attention(int layer, int n_rows) {
   a.split_counters = attention_counters_.as<int>();
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
+  if ((n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
+      k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(k::launch_attention(a, kernel_config_, stream_.get()), "attention");
 }
@@ -559,7 +586,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     in.batch = n_rows;
     in.x = normed_.as<float>();
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    check_launch(k::launch_matvec(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+    check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                  "matvec_swiglu");
   } else {
     const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
@@ -612,7 +639,7 @@ void CudaModel::run_layers(int n_rows) {
   copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     streamer_->before_layer(i, stream_.get());
-    if (n_rows <= kMatvecMaxRows)
+    if (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, layers_[i]))
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
     else
       layer_gemm(layers_[i], static_cast<int>(i), n_rows);

@@ -1,0 +1,431 @@
+// The int8 tensor-core products (kernels/matvec_mma.cu) against the split dp4a kernel
+// (launch_matvec) on every element and against a host double-precision reference from the
+// same int8 activations on a sample of rows: Q4_0, Q4_1 and Q8_0, the model shapes of
+// SmolLM2 and an 8B model, batches from 1 to 512 (one to eight 64-column tiles), the
+// three-matrix launch with accumulate, the fused SwiGLU epilogue, and what it refuses.
+// Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
+// f32; they differ only in summation order, so the bound is kSummationRelError of the
+// row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
+// Q4_1's min terms counted on their own since the kernels add them separately).
+#include "matvec_mma.cuh"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "gpu_test_support.h"
+#include "granule/block_formats.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "granule/testkit/quantize.h"
+#include "matvec.cuh"
+#include "model/weight_split.h"
+#include "quantize_activations.cuh"
+
+namespace granule {
+namespace {
+
+using gpu_test::DeviceArray;
+
+// f32 rounding of a sum of at most ~500 sub-block terms, each a few roundings: worst case
+// (n + 3) * 2^-24 of the magnitude, 3e-5 for 448 sub-blocks; 1e-4 leaves room and is still
+// far below what a wrong nibble, scale or column shows (~1e-2 of the magnitude).
+constexpr double kSummationRelError = 1e-4;
+constexpr int kMaxBatch = 512;
+constexpr uint32_t kPoisonBits = 0xFFFFFFFFu;
+
+// A random matrix in GGUF blocks and in the split layout the kernels read (with the 16
+// bytes of slack the model keeps after every tensor).
+struct Matrix {
+  TensorType type;
+  int64_t rows = 0, cols = 0;
+  int64_t gguf_row_bytes = 0, split_row_bytes = 0;
+  std::vector<uint8_t> gguf;
+  DeviceArray<uint8_t> device;
+
+  Matrix(TensorType t, int64_t n_rows, int64_t n_cols, std::vector<uint8_t> gguf_bytes)
+      : type(t),
+        rows(n_rows),
+        cols(n_cols),
+        gguf_row_bytes(static_cast<int64_t>(row_bytes(t, n_cols))),
+        split_row_bytes(split_row_stride(static_cast<uint32_t>(t), n_cols)),
+        gguf(std::move(gguf_bytes)),
+        device(split_of(t, n_rows, n_cols, gguf)) {}
+
+  static std::vector<uint8_t> split_of(TensorType t, int64_t n_rows, int64_t n_cols,
+                                       const std::vector<uint8_t>& gguf_bytes) {
+    const int64_t stride = split_row_stride(static_cast<uint32_t>(t), n_cols);
+    std::vector<uint8_t> split(static_cast<size_t>(n_rows * stride) + 16, 0xEE);
+    split_rows(static_cast<uint32_t>(t), gguf_bytes.data(), n_rows, n_cols, split.data());
+    return split;
+  }
+};
+
+Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t gguf_row_bytes = static_cast<int64_t>(row_bytes(type, cols));
+  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_row_bytes));
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    if (r % 7 == 3)  // a zero sub-block: d = 0
+      std::fill_n(row.begin() + (r / 7 % (cols / 32)) * 32, 32, 0.0f);
+    quantize_row(type, row.data(), gguf.data() + r * gguf_row_bytes, cols);
+  }
+  return Matrix(type, rows, cols, std::move(gguf));
+}
+
+// Row r's elements as exact doubles, and per element the magnitude the kernels' f32 sum
+// rounds against: |d q| + |min term| (Q4_0: q unsigned with a -8 d min term).
+void decode_row(const Matrix& m, int64_t r, std::vector<double>& value, std::vector<double>& term) {
+  const uint8_t* row = m.gguf.data() + r * m.gguf_row_bytes;
+  value.resize(static_cast<size_t>(m.cols));
+  term.resize(static_cast<size_t>(m.cols));
+  for (int64_t j = 0; j < m.cols / 32; ++j) {
+    for (int i = 0; i < 32; ++i) {
+      const size_t at = static_cast<size_t>(j * 32 + i);
+      if (m.type == TensorType::Q8_0) {
+        const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + j;
+        value[at] = static_cast<double>(fp16_to_f32(b->d)) * b->qs[i];
+        term[at] = std::fabs(value[at]);
+      } else if (m.type == TensorType::Q4_0) {
+        const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j;
+        const int q = i < 16 ? b->qs[i] & 0x0F : b->qs[i - 16] >> 4;
+        const double d = fp16_to_f32(b->d);
+        value[at] = d * (q - 8);
+        term[at] = std::fabs(d) * (q + 8);
+      } else {
+        const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + j;
+        const int q = i < 16 ? b->qs[i] & 0x0F : b->qs[i - 16] >> 4;
+        const double d = fp16_to_f32(b->d), mn = fp16_to_f32(b->m);
+        value[at] = d * q + mn;
+        term[at] = std::fabs(d) * q + std::fabs(mn);
+      }
+    }
+  }
+}
+
+// kMaxBatch rows of activations quantised on the device (launch_quantize_q8, the format
+// every product reads) and their int8 blocks on the host.
+struct Activations {
+  int64_t cols;
+  DeviceArray<float> x;
+  DeviceArray<int8_t> qs;
+  DeviceArray<float2> ds;
+  std::vector<int8_t> host_qs;
+  std::vector<float2> host_ds;
+  Activations(int64_t n_in, uint32_t seed, const kernels::KernelConfig& config)
+      : cols(n_in),
+        x(static_cast<size_t>(kMaxBatch * n_in)),
+        qs(static_cast<size_t>(kMaxBatch * n_in)),
+        ds(static_cast<size_t>(kMaxBatch * n_in / 32)) {
+    std::mt19937 rng(seed);
+    std::vector<float> host = gpu_test::random_floats(static_cast<size_t>(kMaxBatch * n_in), rng);
+    for (size_t i = 0; i < 64; ++i) host[i] = 0.0f;  // row 0's first two blocks: d = 0
+    x.upload(host);
+    if (kernels::launch_quantize_q8(x.get(), kMaxBatch, static_cast<int>(n_in),
+                                    {qs.get(), ds.get()}, config, nullptr) != cudaSuccess)
+      throw std::runtime_error("launch_quantize_q8 failed");
+    host_qs = qs.download();
+    host_ds = ds.download();
+  }
+  kernels::MatvecInput input(int batch) const {
+    kernels::MatvecInput in;
+    in.n_in = static_cast<int>(cols);
+    in.batch = batch;
+    in.x = x.get();
+    in.xq = {qs.get(), ds.get()};
+    return in;
+  }
+  // Per column c and sub-block j: sum over the block of |d * q|.
+  std::vector<double> block_magnitudes(int batch) const {
+    const int64_t n = cols / 32;
+    std::vector<double> out(static_cast<size_t>(batch * n));
+    for (int c = 0; c < batch; ++c)
+      for (int64_t j = 0; j < n; ++j) {
+        int sum = 0;
+        for (int i = 0; i < 32; ++i)
+          sum += std::abs(host_qs[static_cast<size_t>(c * cols + j * 32 + i)]);
+        out[static_cast<size_t>(c * n + j)] =
+            std::fabs(host_ds[static_cast<size_t>(c * n + j)].x) * sum;
+      }
+    return out;
+  }
+};
+
+// Per row and sub-block, the largest element term: with block_magnitudes, an upper bound of
+// every (row, column) magnitude at rows x sub-blocks x columns cost.
+std::vector<double> row_block_terms(const Matrix& m) {
+  const int64_t n = m.cols / 32;
+  std::vector<double> out(static_cast<size_t>(m.rows * n));
+  std::vector<double> value, term;
+  for (int64_t r = 0; r < m.rows; ++r) {
+    decode_row(m, r, value, term);
+    for (int64_t j = 0; j < n; ++j) {
+      double most = 0;
+      for (int i = 0; i < 32; ++i) most = std::max(most, term[static_cast<size_t>(j * 32 + i)]);
+      out[static_cast<size_t>(r * n + j)] = most;
+    }
+  }
+  return out;
+}
+
+double magnitude_bound(const std::vector<double>& terms, const std::vector<double>& blocks,
+                       int64_t n, int64_t r, int c) {
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j)
+    sum += terms[static_cast<size_t>(r * n + j)] * blocks[static_cast<size_t>(c * n + j)];
+  return sum;
+}
+
+// y for `batch` columns with one extra poisoned column after them, which no kernel may write.
+struct Output {
+  DeviceArray<float> y;
+  int64_t rows;
+  Output(int64_t n_rows, int batch) : y(static_cast<size_t>((batch + 1) * n_rows)), rows(n_rows) {
+    y.poison();
+  }
+};
+
+kernels::MatvecTask task_for(const Matrix& m, float* y) {
+  kernels::MatvecTask t;
+  t.weight = m.device.get();
+  t.row_bytes = m.split_row_bytes;
+  t.split_layout = true;
+  t.n_out = static_cast<int>(m.rows);
+  t.y = y;
+  t.y_stride = m.rows;
+  return t;
+}
+
+void expect_guard_column_untouched(const std::vector<float>& y, int64_t rows, int batch,
+                                   const char* kernel) {
+  int written = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint32_t bits;
+    std::memcpy(&bits, &y[static_cast<size_t>(batch * rows + r)], sizeof(bits));
+    written += bits != kPoisonBits;
+  }
+  EXPECT_EQ(written, 0) << kernel << " wrote " << written << " elements past the batch";
+}
+
+struct Shape {
+  TensorType type;
+  int64_t rows, cols;
+};
+
+class MatvecMma : public ::testing::TestWithParam<Shape> {};
+
+// Every batch size on one matrix: all elements against the dp4a kernel, sampled rows
+// (tile edges, a stride, the last rows) against the host reference.
+TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  const Shape s = GetParam();
+  const uint32_t type = static_cast<uint32_t>(s.type);
+  const Matrix w = make_matrix(s.type, s.rows, s.cols, static_cast<uint32_t>(s.rows * 3 + s.cols));
+  const Activations act(s.cols, static_cast<uint32_t>(s.cols + 17), config);
+  const std::vector<double> terms = row_block_terms(w);
+  const int64_t n = s.cols / 32;
+
+  std::vector<int64_t> sampled;
+  for (int64_t r = 0; r < std::min<int64_t>(s.rows, 70); ++r) sampled.push_back(r);
+  for (int64_t r = 70; r < s.rows; r += std::max<int64_t>(1, s.rows / 41)) sampled.push_back(r);
+  for (int64_t r = std::max<int64_t>(70, s.rows - 17); r < s.rows; ++r) sampled.push_back(r);
+  std::vector<std::vector<double>> values(sampled.size()), value_terms(sampled.size());
+  for (size_t k = 0; k < sampled.size(); ++k) decode_row(w, sampled[k], values[k], value_terms[k]);
+
+  for (const int batch : {1, 4, 8, 13, 32, 64, 100, 512}) {
+    SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
+                 std::to_string(s.cols) + " batch " + std::to_string(batch));
+    const kernels::MatvecInput in = act.input(batch);
+    Output mma(s.rows, batch), dp4a(s.rows, batch);
+    const kernels::MatvecTask mma_task = task_for(w, mma.y.get());
+    const kernels::MatvecTask dp4a_task = task_for(w, dp4a.y.get());
+    CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, config, nullptr));
+    CUDA_OK(kernels::launch_matvec(type, &dp4a_task, 1, in, config, nullptr));
+    const std::vector<float> got = mma.y.download(), want = dp4a.y.download();
+    expect_guard_column_untouched(got, s.rows, batch, "mma");
+    const std::vector<double> blocks = act.block_magnitudes(batch);
+
+    int bad = 0;
+    double worst = 0;  // largest |mma - dp4a| as a fraction of its bound
+    for (int c = 0; c < batch; ++c)
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const size_t at = static_cast<size_t>(c * s.rows + r);
+        const double bound =
+            2 * kSummationRelError * magnitude_bound(terms, blocks, n, r, c) + 1e-30;
+        const double error = std::fabs(static_cast<double>(got[at]) - want[at]);
+        worst = std::max(worst, error / bound);
+        if (!(error <= bound) && ++bad <= 5)
+          ADD_FAILURE() << "row " << r << " column " << c << ": mma " << got[at] << " dp4a "
+                        << want[at] << " bound " << bound;
+      }
+    EXPECT_EQ(bad, 0);
+
+    int bad_reference = 0;
+    for (int c = 0; c < batch; ++c) {
+      const int8_t* qa = act.host_qs.data() + static_cast<size_t>(c) * s.cols;
+      const float2* da = act.host_ds.data() + static_cast<size_t>(c) * n;
+      for (size_t k = 0; k < sampled.size(); ++k) {
+        double reference = 0, magnitude = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double dot = 0, mag = 0;
+          for (int i = 0; i < 32; ++i) {
+            const size_t e = static_cast<size_t>(j * 32 + i);
+            dot += values[k][e] * qa[e];
+            mag += value_terms[k][e] * std::abs(qa[e]);
+          }
+          reference += static_cast<double>(da[j].x) * dot;
+          magnitude += std::fabs(static_cast<double>(da[j].x)) * mag;
+        }
+        const double v = got[static_cast<size_t>(c * s.rows + sampled[k])];
+        const double bound = kSummationRelError * magnitude + 1e-30;
+        if (!(std::fabs(v - reference) <= bound) && ++bad_reference <= 5)
+          ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": mma " << v << " reference "
+                        << reference << " bound " << bound;
+      }
+    }
+    EXPECT_EQ(bad_reference, 0);
+    RecordProperty("worst_fraction_of_bound_b" + std::to_string(batch), std::to_string(worst));
+  }
+}
+
+// rows x columns: SmolLM2-135M's attention and feed-forward matrices, an 8B model's.
+constexpr std::pair<int64_t, int64_t> kModelShapes[] = {{576, 576},   {1536, 576},   {576, 1536},
+                                                        {4096, 4096}, {14336, 4096}, {4096, 14336}};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0})
+    for (const auto& [rows, cols] : kModelShapes) out.push_back({t, rows, cols});
+  // Odd shapes: a partial row tile, a partial pipeline stage (19 sub-blocks), one sub-block.
+  out.push_back({TensorType::Q4_0, 77, 608});
+  out.push_back({TensorType::Q4_1, 33, 32});
+  out.push_back({TensorType::Q8_0, 129, 608});
+  return out;
+}
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  return std::string(tensor_type_info(s.type).name) + "_" + std::to_string(s.rows) + "x" +
+         std::to_string(s.cols);
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecMma, ::testing::ValuesIn(shapes()), shape_name);
+
+// Q, K and V in one launch (three row counts), K accumulating into what y held.
+TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  std::mt19937 rng(5);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
+    const int64_t cols = 608, rows[3] = {200, 72, 40};
+    const Activations act(cols, 23, config);
+    std::vector<Matrix> w;
+    for (int i = 0; i < 3; ++i) w.push_back(make_matrix(type, rows[i], cols, 100 + i));
+    for (const int batch : {5, 64, 77}) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch));
+      const std::vector<double> blocks = act.block_magnitudes(batch);
+      std::vector<DeviceArray<float>> y_mma, y_dp4a;
+      std::vector<std::vector<float>> start;
+      kernels::MatvecTask mma_tasks[3], dp4a_tasks[3];
+      for (int i = 0; i < 3; ++i) {
+        start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
+        y_mma.emplace_back(start.back());
+        y_dp4a.emplace_back(start.back());
+        mma_tasks[i] = task_for(w[i], y_mma.back().get());
+        dp4a_tasks[i] = task_for(w[i], y_dp4a.back().get());
+        mma_tasks[i].accumulate = dp4a_tasks[i].accumulate = i == 1;
+      }
+      const uint32_t t = static_cast<uint32_t>(type);
+      CUDA_OK(kernels::launch_matvec_mma(t, mma_tasks, 3, act.input(batch), config, nullptr));
+      CUDA_OK(kernels::launch_matvec(t, dp4a_tasks, 3, act.input(batch), config, nullptr));
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<double> terms = row_block_terms(w[i]);
+        const std::vector<float> got = y_mma[i].download(), want = y_dp4a[i].download();
+        for (int c = 0; c < batch; ++c)
+          for (int64_t r = 0; r < rows[i]; ++r) {
+            const size_t at = static_cast<size_t>(c * rows[i] + r);
+            const double bound =
+                2 * kSummationRelError * magnitude_bound(terms, blocks, cols / 32, r, c) +
+                1e-6 * std::fabs(start[static_cast<size_t>(i)][at]) + 1e-30;
+            ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want[at]), bound)
+                << "matrix " << i << " row " << r << " column " << c;
+          }
+      }
+    }
+  }
+}
+
+// Gate and up in one pass: silu(gate x) * (up x), against the dp4a kernel's two products.
+TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
+    const int64_t rows = 300, cols = 1024;
+    const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
+    const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
+    const Activations act(cols, 29, config);
+    const uint32_t t = static_cast<uint32_t>(type);
+    for (const int batch : {4, 33, 100}) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch));
+      const std::vector<double> blocks = act.block_magnitudes(batch);
+      Output fused(rows, batch), g(rows, batch), u(rows, batch);
+      kernels::MatvecTask task = task_for(gate, fused.y.get());
+      task.weight_up = up.device.get();
+      const kernels::MatvecTask gt = task_for(gate, g.y.get()), ut = task_for(up, u.y.get());
+      CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), config, nullptr));
+      CUDA_OK(kernels::launch_matvec(t, &gt, 1, act.input(batch), config, nullptr));
+      CUDA_OK(kernels::launch_matvec(t, &ut, 1, act.input(batch), config, nullptr));
+      const std::vector<float> got = fused.y.download(), gv = g.y.download(), uv = u.y.download();
+      expect_guard_column_untouched(got, rows, batch, "fused mma");
+      for (int c = 0; c < batch; ++c)
+        for (int64_t r = 0; r < rows; ++r) {
+          const size_t at = static_cast<size_t>(c * rows + r);
+          const double bg =
+              2 * kSummationRelError * magnitude_bound(gate_terms, blocks, cols / 32, r, c);
+          const double bu =
+              2 * kSummationRelError * magnitude_bound(up_terms, blocks, cols / 32, r, c);
+          const double gd = gv[at], ud = uv[at];
+          const double expected = gd / (1.0 + std::exp(-gd)) * ud;
+          // silu' lies within [-0.1, 1.1]; 1e-5 relative for the f32 silu itself.
+          const double bound = 1.1 * bg * (std::fabs(ud) + bu) + 1.1 * (std::fabs(gd) + bg) * bu +
+                               1e-5 * std::fabs(expected) + 1e-30;
+          ASSERT_LE(std::fabs(got[at] - expected), bound) << "row " << r << " column " << c;
+        }
+    }
+  }
+}
+
+TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), true));
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), false));
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
+  const Activations act(64, 4, config);
+  Output y(16, 8);
+  kernels::MatvecTask t = task_for(w, y.y.get());
+  const uint32_t q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  t.split_layout = false;  // GGUF blocks
+  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), config, nullptr),
+            cudaErrorInvalidValue);
+  t.split_layout = true;
+  EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1, act.input(8),
+                                       config, nullptr),
+            cudaErrorInvalidValue);
+  kernels::MatvecInput odd = act.input(8);
+  odd.n_in = 48;  // not whole sub-blocks
+  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, config, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(0), config, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // a refusal leaves no error behind
+}
+
+}  // namespace
+}  // namespace granule
