@@ -216,18 +216,25 @@ mma_bench() {
     echo "-- GRANULE_MMA=$mma"
     GRANULE_MMA=$mma timeout 200 "$b" --synthetic ${1:-llama3-8b:Q4_0} -p 512 -n 64 -b 1,4,8,16,32,64
   done
+  echo "-- GRANULE_MMA=1 GRANULE_MMA_PREFILL=1"
+  GRANULE_MMA_PREFILL=1 timeout 100 "$b" --synthetic ${1:-llama3-8b:Q4_0} -p 512 -n 0 -b 1
 }
 
 case $what in
   wave1)
-    gpu_all_tests
-    for t in "$build"/tests/*mma*_test; do
-      [[ -x $t ]] || continue
-      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" >/tmp/san.log 2>&1
-      echo "compute-sanitizer $(basename "$t"): exit $? $(grep -h 'ERROR SUMMARY' /tmp/san.log)"
-    done
+    t=$build/tests/matvec_mma_kernel_test
+    timeout 120 "$t" >"$OUT/mma-test.txt" 2>&1
+    echo "matvec_mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/mma-test.txt" | tr '\n' ' ')"
+    grep -E "FAILED|Failure" "$OUT/mma-test.txt" | head -8
+    start=$(date +%s)
+    timeout ${GPU_TEST_TIMEOUT:-230} ctest --test-dir "$build" -j4 --timeout 220 --output-on-failure \
+      -L 'model_gpu_test|matvec_kernel_test|elementwise_kernels_test|attention_kernels_test|sampling_kernel_test|concurrent_chats_test' \
+      >"$OUT/ctest-gpu.log" 2>&1
+    echo "gpu tests ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log")"
+    grep -E "^\s+[0-9]+ - .*\(" "$OUT/ctest-gpu.log" | head -24
+    grep -h "\[per-type\]\|\[gpu-vs-oracle\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/gpu-vs-oracle.txt"
     mma_bench >"$OUT/bench-mma-llama3-8b.txt" 2>&1
-    grep -E "^--|pp512|tg|^\| *[0-9]" "$OUT/bench-mma-llama3-8b.txt" | head -40 ;;
+    grep -E "^--|^\|" "$OUT/bench-mma-llama3-8b.txt" | head -40 ;;
   wave2)
     chats; grep -E "^\|" "$OUT/bench-chats.txt"
     serve_bench
