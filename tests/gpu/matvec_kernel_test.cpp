@@ -348,7 +348,7 @@ TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
   kernels::MatvecInput in;
   in.n_in = 64;
   in.batch = 1;
-  EXPECT_EQ(kernels::launch_matvec(7 /* Q5_1 */, &t, 1, in, config, nullptr),
+  EXPECT_EQ(kernels::launch_matvec(16 /* IQ2_XXS */, &t, 1, in, config, nullptr),
             cudaErrorInvalidValue);
   in.n_in = 48;  // not a multiple of 32
   EXPECT_EQ(
