@@ -1,0 +1,7 @@
+// libFuzzer target: chat-template detection and rendering for every family (see harnesses.h).
+#include "harnesses.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  granule::fuzz::render_chat(data, size);
+  return 0;
+}

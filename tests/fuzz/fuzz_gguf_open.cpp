@@ -1,0 +1,7 @@
+// libFuzzer target: a GGUF file from bytes (see harnesses.h).
+#include "harnesses.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  granule::fuzz::open_gguf(data, size);
+  return 0;
+}
