@@ -100,7 +100,8 @@ void PrintTo(const VocabCase& c, std::ostream* os) { *os << c.file; }
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                          ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
-                                           VocabCase{"ggml-vocab-phi-3.gguf"}),
+                                           VocabCase{"ggml-vocab-phi-3.gguf"},
+                                           VocabCase{"ggml-vocab-deepseek-llm.gguf"}),
                          [](const auto& info) {
                            std::string name = info.param.file;
                            name = name.substr(11, name.size() - 11 - 5);  // ggml-vocab-X.gguf
@@ -200,6 +201,26 @@ TEST(Phi3Golden, OtherModelsKeepTheWhitespaceAfterSpecialTokens) {
   // The ids Granule gave before the rule, and llama.cpp gives for a model not named Phi-3.
   EXPECT_EQ(tokenizer->encode("<|user|>\nHello<|end|>\n<|assistant|>\n", false, true),
             (std::vector<TokenId>{32010, 29871, 13, 10994, 32007, 29871, 13, 32001, 29871, 13}));
+}
+
+// DeepSeek LLM beside U+2029, U+3000 and tabs, where llama.cpp and Hugging Face disagree:
+// for 'мир→\u2029 \n' llama.cpp gives 23665 14728 350 20535 185 ("\u2029 " one word, its
+// \s+$), Hugging Face 23665 14728 350 102 207 185 (the CJK split's U+0800-U+4E00 range takes
+// U+2029 out first). Hugging Face is the reference. Its vocabulary is llama.cpp's
+// ggml-vocab-deepseek-llm.gguf, which setup.sh does not fetch: the test skips without it.
+TEST(DeepSeekLlmGolden, WhitespaceBesideParagraphSeparatorsAndTabsLikeHuggingFace) {
+  const fs::path vocab =
+      fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-deepseek-llm.gguf";
+  if (!fs::exists(vocab)) {
+    GTEST_SKIP() << vocab << " is absent (llama.cpp's models/ folder has it)";
+  }
+  const auto file = ModelFile::open(vocab);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tokenizer->encode("\xD0\xBC\xD0\xB8\xD1\x80\xE2\x86\x92\xE2\x80\xA9 \n", false, false),
+            (std::vector<TokenId>{23665, 14728, 350, 102, 207, 185}));
+  EXPECT_GT(expect_goldens(*tokenizer, fs::path(GRANULE_SOURCE_DIR) /
+                                           "tests/data/tokenizer/deepseek_llm_goldens.txt"),
+            15u);
 }
 
 // The special ids llama.cpp reports when it loads SmolLM2 (BOS 1, EOS 2, EOT 2 found by
