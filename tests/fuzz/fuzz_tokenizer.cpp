@@ -6,6 +6,7 @@
 #include "harnesses.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  granule::fuzz::quiet_logs();
   const char* dir = std::getenv("GRANULE_TESTDATA_DIR");
   granule::fuzz::init_tokenizers(dir != nullptr ? dir : GRANULE_TESTDATA_DIR);
   return 0;

@@ -15,6 +15,7 @@
 #include "granule/chat_template.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
+#include "granule/log.h"
 #include "granule/model_config.h"
 #include "granule/testkit/gguf_writer.h"
 #include "granule/tokenizer.h"
@@ -54,6 +55,8 @@ class MemoryFile {
 };
 
 }  // namespace
+
+void quiet_logs() { set_log_level(spdlog::level::off); }
 
 void open_gguf(const uint8_t* data, size_t size) {
   static MemoryFile memory_file;

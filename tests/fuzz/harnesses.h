@@ -8,6 +8,10 @@
 
 namespace granule::fuzz {
 
+// Turns the engine's log off: a warning per input ("model names no pre-tokenizer") costs
+// the fuzzers time and buries their output.
+void quiet_logs();
+
 // Writes the bytes to a memory file and opens it as a GGUF (ModelFile::open), then reads
 // what loading a model reads from it: typed metadata, ModelConfig, the tokenizer, the chat
 // template.
