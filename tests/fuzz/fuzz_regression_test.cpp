@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
 #include "harnesses.h"
 
 namespace granule::fuzz {
@@ -100,6 +103,22 @@ INSTANTIATE_TEST_SUITE_P(Found, FuzzReproducer, ::testing::ValuesIn(reproducers(
                            }
                            return name;
                          });
+
+// Found by fuzz_gguf_open: a 17 KB file whose block_count is about 10^7 made the weight table
+// allocate 1.8 GB for its layers before finding blk.0 missing. Now a one-line FormatError.
+TEST(FuzzFound, HugeBlockCountIsAFormatErrorNotAnAllocation) {
+  const fs::path file =
+      kFuzzDir / "regressions" / "gguf_open" / "oom-block-count-sizes-layer-table";
+  const auto model = ModelFile::open(file);
+  const ModelConfig config = ModelConfig::from_gguf(*model);
+  try {
+    (void)WeightTable::from_gguf(*model, config);
+    FAIL() << "expected a FormatError";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("block_count"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace granule::fuzz
