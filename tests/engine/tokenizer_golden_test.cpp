@@ -8,10 +8,11 @@
 // - The default model (SmolLM2, pre-tokenizer "smollm"): tests/data/tokenizer/
 //   smollm2_goldens.txt, made by tests/reference/make_smollm2_tokenizer_goldens.py with
 //   Hugging Face tokenizers from the GGUF's own vocabulary and merges.
+// - Phi-3's special tokens and the whitespace after them (rstrip), over llama.cpp's Phi-3
+//   vocabulary: tests/data/tokenizer/phi3_goldens.txt, made by
+//   tests/reference/make_phi3_tokenizer_goldens.py with Hugging Face tokenizers.
 // Each test skips, naming what is missing, when its data is absent.
 #include <gtest/gtest.h>
-
-#include "support/test_files.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include "granule/gguf.h"
+#include "granule/testkit/gguf_writer.h"
 #include "granule/tokenizer.h"
+#include "support/test_files.h"
 
 namespace granule {
 namespace {
@@ -97,7 +100,8 @@ void PrintTo(const VocabCase& c, std::ostream* os) { *os << c.file; }
 INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                          ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
-                                           VocabCase{"ggml-vocab-phi-3.gguf"}),
+                                           VocabCase{"ggml-vocab-phi-3.gguf"},
+                                           VocabCase{"ggml-vocab-deepseek-llm.gguf"}),
                          [](const auto& info) {
                            std::string name = info.param.file;
                            name = name.substr(11, name.size() - 11 - 5);  // ggml-vocab-X.gguf
@@ -137,6 +141,86 @@ TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
     ++cases;
   }
   EXPECT_GT(cases, 50u);
+}
+
+// Reads a goldens file (parse_special, escaped text, ids; tab separated) and checks every
+// case; returns how many there were.
+size_t expect_goldens(const Tokenizer& tokenizer, const fs::path& goldens_path) {
+  std::ifstream goldens(goldens_path);
+  EXPECT_TRUE(goldens) << goldens_path << " is missing";
+  size_t cases = 0;
+  for (std::string line; std::getline(goldens, line);) {
+    const size_t tab1 = line.find('\t');
+    const size_t tab2 = line.find('\t', tab1 + 1);
+    EXPECT_NE(tab2, std::string::npos) << line;
+    if (tab2 == std::string::npos) continue;
+    const bool parse_special = line.substr(0, tab1) == "1";
+    const std::string text = unescape_golden(line.substr(tab1 + 1, tab2 - tab1 - 1));
+    const std::vector<TokenId> expected = parse_ids(line.substr(tab2 + 1));
+    const std::vector<TokenId> ids = tokenizer.encode(text, false, parse_special);
+    EXPECT_EQ(ids, expected) << "'" << text << "' parse_special=" << parse_special << "\n got      "
+                             << show(ids) << "\n expected " << show(expected);
+    ++cases;
+  }
+  return cases;
+}
+
+// Phi-3's tokenizer_config.json gives </s> and its chat tokens rstrip: the whitespace after
+// them is part of the token. The case: llama.cpp and Hugging Face give
+// 32010 15043 32007 32001 for '<|user|>\nHello<|end|>\n<|assistant|>\n'.
+TEST(Phi3Golden, SpecialTokensTakeTheWhitespaceAfterThemLikeHuggingFace) {
+  const fs::path vocab = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-phi-3.gguf";
+  if (!fs::exists(vocab)) {
+    GTEST_SKIP() << vocab << " is absent: `bash packaging/setup.sh testdata` fetches it";
+  }
+  const auto file = ModelFile::open(vocab);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tokenizer->encode("<|user|>\nHello<|end|>\n<|assistant|>\n", false, true),
+            (std::vector<TokenId>{32010, 15043, 32007, 32001}));
+  EXPECT_GT(expect_goldens(*tokenizer,
+                           fs::path(GRANULE_SOURCE_DIR) / "tests/data/tokenizer/phi3_goldens.txt"),
+            15u);
+}
+
+// The rule keys on the model's name, as llama.cpp's does: the same vocabulary under another
+// name keeps the whitespace (applying it to every SentencePiece model would change them all).
+TEST(Phi3Golden, OtherModelsKeepTheWhitespaceAfterSpecialTokens) {
+  const fs::path vocab = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-phi-3.gguf";
+  if (!fs::exists(vocab)) {
+    GTEST_SKIP() << vocab << " is absent: `bash packaging/setup.sh testdata` fetches it";
+  }
+  const auto phi3 = ModelFile::open(vocab);
+  GgufWriter writer;
+  for (const auto& [key, value] : phi3->metadata()) writer.set(key, value);
+  writer.set("general.name", GgufValue::string("Not A Phi Model"));
+  const fs::path renamed = fs::temp_directory_path() / "granule-phi3-renamed.gguf";
+  writer.write(renamed);
+  const auto file = ModelFile::open(renamed);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  fs::remove(renamed);
+  // The ids Granule gave before the rule, and llama.cpp gives for a model not named Phi-3.
+  EXPECT_EQ(tokenizer->encode("<|user|>\nHello<|end|>\n<|assistant|>\n", false, true),
+            (std::vector<TokenId>{32010, 29871, 13, 10994, 32007, 29871, 13, 32001, 29871, 13}));
+}
+
+// DeepSeek LLM beside U+2029, U+3000 and tabs, where llama.cpp and Hugging Face disagree:
+// for 'мир→\u2029 \n' llama.cpp gives 23665 14728 350 20535 185 ("\u2029 " one word, its
+// \s+$), Hugging Face 23665 14728 350 102 207 185 (the CJK split's U+0800-U+4E00 range takes
+// U+2029 out first). Hugging Face is the reference. Its vocabulary is llama.cpp's
+// ggml-vocab-deepseek-llm.gguf, which setup.sh does not fetch: the test skips without it.
+TEST(DeepSeekLlmGolden, WhitespaceBesideParagraphSeparatorsAndTabsLikeHuggingFace) {
+  const fs::path vocab =
+      fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-deepseek-llm.gguf";
+  if (!fs::exists(vocab)) {
+    GTEST_SKIP() << vocab << " is absent (llama.cpp's models/ folder has it)";
+  }
+  const auto file = ModelFile::open(vocab);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  EXPECT_EQ(tokenizer->encode("\xD0\xBC\xD0\xB8\xD1\x80\xE2\x86\x92\xE2\x80\xA9 \n", false, false),
+            (std::vector<TokenId>{23665, 14728, 350, 102, 207, 185}));
+  EXPECT_GT(expect_goldens(*tokenizer, fs::path(GRANULE_SOURCE_DIR) /
+                                           "tests/data/tokenizer/deepseek_llm_goldens.txt"),
+            15u);
 }
 
 // The special ids llama.cpp reports when it loads SmolLM2 (BOS 1, EOS 2, EOT 2 found by

@@ -194,6 +194,13 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
   w.output = c.tied_embeddings ? w.token_embd
                                : find_checked(file, "output.weight", {c.n_embd, c.n_vocab}, true);
   w.rope_freqs = find_checked(file, "rope_freqs.weight", {c.head_dim / 2}, false);
+  // Each layer has several tensors: a block_count past the tensor count is a bad file, caught
+  // before sizing the layer table by it (a fuzzed 17 KB file asked for 1.8 GB here).
+  if (static_cast<uint64_t>(c.n_layer) > file.tensors().size()) {
+    throw FormatError(file_label(file) + ": block_count " + std::to_string(c.n_layer) +
+                      " is more than the file's " + std::to_string(file.tensors().size()) +
+                      " tensors");
+  }
   w.layers.resize(static_cast<size_t>(c.n_layer));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

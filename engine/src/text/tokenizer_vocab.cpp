@@ -4,10 +4,12 @@
 #include "text/tokenizer_vocab.h"
 
 #include <algorithm>
+#include <cctype>
 #include <span>
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "text/tokenizer_utf8.h"
 
 namespace granule::detail {
 namespace {
@@ -76,6 +78,7 @@ Vocabulary read_vocabulary(const ModelFile& file) {
     throw FormatError(where(file) + "tokenizer.ggml.model is missing: the file has no tokenizer");
   }
   vocab.pre = file.get_string("tokenizer.ggml.pre").value_or("");
+  vocab.general_name = file.get_string("general.name").value_or("");
 
   const auto* tokens = string_array(file, "tokenizer.ggml.tokens");
   if (tokens == nullptr || tokens->empty()) {
@@ -168,7 +171,80 @@ VocabTokenizer::VocabTokenizer(Vocabulary& vocab, bool default_add_bos) {
       return tokens_[static_cast<size_t>(a)].size() > tokens_[static_cast<size_t>(b)].size();
     });
   }
+  set_strip_flags(vocab);
 }
+
+// Hugging Face's added tokens can take the whitespace on their left (lstrip) or right
+// (rstrip); GGUF has no field for it. llama.cpp sets the flags from the model's name and
+// pre-tokenizer (llama-vocab.cpp, "set attributes by model/tokenizer name"), and so does
+// this, with the same names:
+// - Phi-3 (general.name holds "phi-3" or "phi3"): every special token and </s> rstrip,
+//   except <unk>, <s> and <|endoftext|> — what Phi-3's tokenizer_config.json declares.
+// - Jina v2 (pre jina-v2-de/-es/-code): <mask> lstrip; ModernBERT: [MASK] lstrip.
+void VocabTokenizer::set_strip_flags(const Vocabulary& vocab) {
+  strip_.assign(tokens_.size(), 0);
+  std::string name = vocab.general_name;
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  auto set = [&](std::string_view text, uint8_t flags) {
+    if (auto id = lookup(text)) strip_[static_cast<size_t>(*id)] = flags;
+  };
+  if (vocab.pre == "jina-v2-de" || vocab.pre == "jina-v2-es" || vocab.pre == "jina-v2-code") {
+    set("<mask>", kStripLeft);
+  } else if (name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos) {
+    for (const auto& candidates : specials_by_first_byte_) {
+      for (TokenId id : candidates) strip_[static_cast<size_t>(id)] = kStripRight;
+    }
+    set("</s>", kStripRight);
+    for (std::string_view text : {"<unk>", "<s>", "<|endoftext|>"}) set(text, 0);
+  } else if (name.find("modern-bert") != std::string::npos) {
+    set("[MASK]", kStripLeft);
+  }
+}
+
+namespace {
+
+// Unicode White_Space (Rust's char::is_whitespace, which Hugging Face's lstrip/rstrip use;
+// llama.cpp strips ASCII whitespace only, so "<|end|>\u3000" differs there).
+bool is_unicode_whitespace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+// The length of the whitespace that starts text at pos.
+size_t whitespace_after(std::string_view text, size_t pos) {
+  size_t end = pos;
+  while (end < text.size()) {
+    const utf8::Step step = utf8::scan(text, end);
+    if (step.kind != utf8::Scan::Complete ||
+        !is_unicode_whitespace(utf8::decode_codepoint(text, end, step.length))) {
+      break;
+    }
+    end += step.length;
+  }
+  return end - pos;
+}
+
+// The length of the whitespace that ends text[begin, end).
+size_t whitespace_before(std::string_view text, size_t begin, size_t end) {
+  size_t start = end;
+  while (start > begin) {
+    size_t lead = start - 1;  // back to the lead byte of the character before `start`
+    while (lead > begin && start - lead < 4 && (static_cast<uint8_t>(text[lead]) & 0xC0) == 0x80) {
+      --lead;
+    }
+    const utf8::Step step = utf8::scan(text, lead);
+    if (step.kind != utf8::Scan::Complete || lead + step.length != start ||
+        !is_unicode_whitespace(utf8::decode_codepoint(text, lead, step.length))) {
+      break;
+    }
+    start = lead;
+  }
+  return end - start;
+}
+
+}  // namespace
 
 void VocabTokenizer::find_end_of_generation_tokens() {
   // End tokens the converter did not label are found by text, as llama.cpp does, and made
@@ -280,11 +356,15 @@ std::vector<TokenId> VocabTokenizer::encode(std::string_view text, bool add_bos,
       ++pos;
       continue;
     }
-    if (pos > plain_begin) {
-      encode_plain(text.substr(plain_begin, pos - plain_begin), out);
+    const uint8_t strip = strip_[static_cast<size_t>(*special)];
+    size_t plain_end = pos;
+    if (strip & kStripLeft) plain_end -= whitespace_before(text, plain_begin, pos);
+    if (plain_end > plain_begin) {
+      encode_plain(text.substr(plain_begin, plain_end - plain_begin), out);
     }
     out.push_back(*special);
     pos += tokens_[static_cast<size_t>(*special)].size();
+    if (strip & kStripRight) pos += whitespace_after(text, pos);
     plain_begin = pos;
   }
   if (plain_begin < text.size()) encode_plain(text.substr(plain_begin), out);

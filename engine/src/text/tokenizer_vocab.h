@@ -18,6 +18,7 @@ struct Vocabulary {
   std::string file_name;            // for error messages
   std::string model;                // tokenizer.ggml.model
   std::string pre;                  // tokenizer.ggml.pre
+  std::string general_name;         // general.name (some whitespace rules key on it)
   std::vector<std::string> tokens;  // tokenizer.ggml.tokens
   std::vector<float> scores;        // tokenizer.ggml.scores, empty when absent
   std::vector<int32_t> types;       // tokenizer.ggml.token_type, all Normal when absent
@@ -70,8 +71,14 @@ class VocabTokenizer : public Tokenizer {
   // unless parse_special.
   std::optional<TokenId> special_at(std::string_view text, size_t pos, bool parse_special) const;
 
+  // Which special tokens take the whitespace around them (see set_strip_flags).
+  void set_strip_flags(const Vocabulary& vocab);
+
   // Control, user-defined and unknown tokens by their first byte, longest text first.
   std::array<std::vector<TokenId>, 256> specials_by_first_byte_;
+  // Per token: kStripLeft / kStripRight (Hugging Face's added-token lstrip / rstrip).
+  static constexpr uint8_t kStripLeft = 1, kStripRight = 2;
+  std::vector<uint8_t> strip_;
 };
 
 }  // namespace granule::detail
