@@ -109,6 +109,7 @@ void ChatController::setSeed(double v) {
 qint64 ChatController::newChat() {
   StoredConversation c;
   c.title = kDefaultTitle;
+  c.sampling = default_sampling_;
   c.created_ms = c.updated_ms = nowMs();
   const auto id = store_.createConversation(c);
   if (!id) {

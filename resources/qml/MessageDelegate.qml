@@ -120,9 +120,11 @@ Item {
                         visible: !part.isCode
                         readOnly: true
                         selectByMouse: true
-                        textFormat: TextEdit.MarkdownText
+                        // Markdown rendered with the theme's link and inline-code colours,
+                        // line breaks kept (Markdown.html in markdown_blocks.h).
+                        textFormat: TextEdit.RichText
                         wrapMode: TextEdit.Wrap
-                        text: part.isCode ? "" : part.modelData
+                        text: part.isCode ? "" : Markdown.html(part.modelData, Theme.link, Theme.inlineCode, Theme.monoFamily)
                         color: Theme.text
                         selectionColor: Theme.selection
                         selectedTextColor: Theme.text
@@ -135,6 +137,7 @@ Item {
                         width: parent.width
                         visible: part.isCode
                         code: part.isCode ? part.modelData : ""
+                        language: part.isCode ? Markdown.codeLanguage(message.content, (part.index - 1) / 2) : ""
                     }
                 }
             }
