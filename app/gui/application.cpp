@@ -4,6 +4,7 @@
 #include <QFileInfo>
 
 #include "granule/log.h"
+#include "telemetry_idle_filter.h"
 
 namespace granule::app {
 
@@ -126,8 +127,18 @@ bool Application::startReplay(const QString& frames_path, double speed, bool loo
 }
 
 void Application::connectLiveTelemetry() {
+  // Only frames that change what the panels show: an idle window then repaints nothing.
   live_telemetry_ =
-      connect(worker_, &EngineWorker::telemetryUpdated, &telemetry_, &TelemetryModel::addFrame);
+      connect(worker_, &EngineWorker::telemetryUpdated, this, [this](const TelemetryFrame& frame) {
+        if (shown_frame_ && telemetryLooksTheSame(*shown_frame_, frame)) {
+          ++dropped_frames_;
+          return;
+        }
+        granule::logger("app")->debug("telemetry frame at {:.1f} s shown ({} dropped so far)",
+                                      frame.time_s, dropped_frames_);
+        shown_frame_ = frame;
+        telemetry_.addFrame(frame);
+      });
 }
 
 QVariantMap Application::windowProperties() {

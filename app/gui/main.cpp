@@ -8,6 +8,7 @@
 #include <QQmlApplicationEngine>
 #include <QQuickStyle>
 #include <QQuickWindow>
+#include <QStyleHints>
 #include <QTimer>
 
 #include "app_log.h"
@@ -79,6 +80,9 @@ int main(int argc, char** argv) {
   }
   granule::set_log_level(cli.isSet(verbose_option) ? spdlog::level::debug : spdlog::level::info);
 
+  // A blinking text cursor repaints the whole window twice a second, forever (on a software
+  // renderer ~7% of a core while idle): the cursor stays steady, as GTK's does after a while.
+  QGuiApplication::styleHints()->setCursorFlashTime(0);
   // Fusion renders the same offscreen, under Xvfb and on a desktop; the Theme sets its palette.
   QQuickStyle::setStyle(QStringLiteral("Fusion"));
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "granule/engine.h"
+#include "model_inspector.h"
 
 namespace granule::app {
 
@@ -67,7 +68,8 @@ QHash<int, QByteArray> ModelLibrary::roleNames() const {
           {ReadableRole, "readable"},
           {FitsRole, "fits"},
           {LoadsRole, "loads"},
-          {FitTextRole, "fitText"}};
+          {FitTextRole, "fitText"},
+          {DetailsRole, "details"}};
 }
 
 void ModelLibrary::setFolders(const QStringList& folders) {

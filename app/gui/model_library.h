@@ -32,6 +32,8 @@ class ModelLibrary : public QAbstractListModel {
   Q_PROPERTY(int count READ count NOTIFY countChanged)
   Q_PROPERTY(bool scanning READ scanning NOTIFY scanningChanged)
   Q_PROPERTY(QStringList folders READ folders NOTIFY foldersChanged)
+  // The folders as one line: "/a and /b".
+  Q_PROPERTY(QString foldersText READ foldersText NOTIFY foldersChanged)
 
  public:
   enum Role {
@@ -46,6 +48,7 @@ class ModelLibrary : public QAbstractListModel {
     FitsRole,
     LoadsRole,
     FitTextRole,
+    DetailsRole,  // "name.gguf · 93.8 MiB · Q4_1 · llama"
   };
 
   explicit ModelLibrary(QObject* parent = nullptr);
@@ -58,6 +61,7 @@ class ModelLibrary : public QAbstractListModel {
   int count() const { return static_cast<int>(models_.size()); }
   bool scanning() const { return scanning_; }
   QStringList folders() const { return folders_; }
+  QString foldersText() const { return folders_.join(QStringLiteral(" and ")); }
   void setFolders(const QStringList& folders);
   const std::vector<LocalModel>& models() const { return models_; }
 

@@ -127,7 +127,9 @@ QString WindowSettings::samplingPreset() const {
   return name.isEmpty() ? QStringLiteral("custom") : name;
 }
 
-QStringList WindowSettings::samplingPresets() const { return samplingPresetNames(); }
+QStringList WindowSettings::samplingPresets() const {
+  return samplingPresetNames() << QStringLiteral("custom");
+}
 
 void WindowSettings::applySamplingPreset(const QString& name) {
   if (const auto preset = granule::app::samplingPreset(name, sampling_)) setSampling(*preset);

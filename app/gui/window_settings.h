@@ -31,6 +31,7 @@ class WindowSettings : public QObject {
   Q_PROPERTY(int maxTokens READ maxTokens WRITE setMaxTokens NOTIFY samplingChanged)
   // The preset the values match ("precise", "balanced", "creative"), or "custom".
   Q_PROPERTY(QString samplingPreset READ samplingPreset NOTIFY samplingChanged)
+  // The presets' names and "custom", for the preset box.
   Q_PROPERTY(QStringList samplingPresets READ samplingPresets CONSTANT)
 
  public:

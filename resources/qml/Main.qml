@@ -39,9 +39,6 @@ ApplicationWindow {
     palette.toolTipText: Theme.text
     palette.link: Theme.link
 
-    // Every modal dialog dims the window behind it.
-    Overlay.modal: Rectangle { color: Theme.dim }
-
     Shortcut { sequence: "Ctrl+N"; onActivated: window.chats.newChat() }
     Shortcut { sequence: "Ctrl+F"; onActivated: sidebar.focusSearch() }
     Shortcut { sequence: "Ctrl+,"; onActivated: settingsDialog.open() }

@@ -1,6 +1,7 @@
 // MessageDelegate: one message — prose as Markdown, code blocks apart with a copy button;
 // the streaming message shows tokens/s; assistant messages can be regenerated, user
 // messages edited and resent (the actions show on hover, in the header row).
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls

@@ -1,23 +1,21 @@
 // ModelsPage: the GGUF files in the models folders — name, size, block type and how each
 // fits the memory budget at the configured context — with Load on each, the folder to
 // look in, and Open file… for a GGUF elsewhere (the dialog starts in the models folder).
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls
 import QtQuick.Dialogs
 import QtQuick.Layouts
 
-Dialog {
+GranuleDialog {
     id: page
     required property ModelController model
     signal openFileRequested()
 
     title: qsTr("Models")
-    modal: true
-    anchors.centerIn: parent
     width: Math.min(720, parent ? parent.width - 2 * Theme.spacingXLarge : 720)
     height: Math.min(560, parent ? parent.height - 2 * Theme.spacingXLarge : 560)
-    padding: Theme.spacingXLarge
     standardButtons: Dialog.Close
     onAboutToShow: page.model.refreshLibrary()
 
@@ -33,7 +31,7 @@ Dialog {
                 elide: Text.ElideMiddle
                 color: Theme.mutedText
                 font.pixelSize: Theme.smallFontSize
-                text: qsTr("Looking in %1").arg(page.model.library.folders.join(qsTr(" and ")))
+                text: qsTr("Looking in %1").arg(page.model.library.foldersText)
             }
             Button {
                 text: qsTr("Folder…")
@@ -73,6 +71,7 @@ Dialog {
                     required property double fileBytes
                     required property string blockType
                     required property string architecture
+                    required property string details
                     required property bool readable
                     required property bool fits
                     required property bool loads
@@ -103,8 +102,7 @@ Dialog {
                             Label {
                                 Layout.fillWidth: true
                                 elide: Text.ElideMiddle
-                                text: [row.fileName, Units.bytes(row.fileBytes), row.blockType, row.architecture]
-                                      .filter(s => s.length > 0).join("  ·  ")
+                                text: row.details
                                 color: Theme.mutedText
                                 font.pixelSize: Theme.smallFontSize
                             }

@@ -6,7 +6,7 @@ import Granule
 import QtQuick.Controls
 import QtQuick.Layouts
 
-Dialog {
+GranuleDialog {
     id: dialog
     required property ModelController model
     required property WindowSettings settings
@@ -16,12 +16,8 @@ Dialog {
     readonly property list<string> themes: ["system", "light", "dark"]
 
     title: qsTr("Settings")
-    modal: true
-    anchors.centerIn: parent
     width: Math.min(Theme.dialogWidth + 80, parent ? parent.width - 2 * Theme.spacingXLarge : 600)
     height: Math.min(implicitHeight, parent ? parent.height - 2 * Theme.spacingXLarge : 700)
-    padding: Theme.spacingXLarge
-    topPadding: Theme.spacingLarge
     standardButtons: Dialog.Close
 
     component SectionTitle: Label {
@@ -59,7 +55,7 @@ Dialog {
             columnSpacing: Theme.spacingLarge
             rowSpacing: Theme.padding
 
-            SectionTitle { text: qsTr("Appearance"); Layout.topMargin: 0 }
+            SectionTitle { text: qsTr("Appearance"); Layout.topMargin: Theme.spacing }
             Name { text: qsTr("Theme") }
             ComboBox {
                 objectName: "themeBox"
@@ -156,7 +152,7 @@ Dialog {
             ComboBox {
                 objectName: "presetBox"
                 Layout.fillWidth: true
-                model: dialog.settings.samplingPresets.concat(["custom"])
+                model: dialog.settings.samplingPresets
                 currentIndex: Math.max(0, model.indexOf(dialog.settings.samplingPreset))
                 onActivated: index => dialog.settings.applySamplingPreset(model[index])
             }

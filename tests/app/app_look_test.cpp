@@ -20,6 +20,7 @@
 #include "model_controller.h"
 #include "model_library.h"
 #include "sampling_presets.h"
+#include "telemetry_idle_filter.h"
 #include "window_settings.h"
 
 using namespace granule::app;
@@ -308,6 +309,32 @@ class LookTest : public QObject {
     QVERIFY(settings.maximized());
     settings.saveGeometry(0, 0, 300, 200, false);  // below the minimum: not kept
     QCOMPARE(settings.geometry(), QRect(40, 30, 1280, 800));
+  }
+
+  // --- the idle window -------------------------------------------------------------
+  void telemetryThatShowsNothingNewIsDropped() {
+    TelemetryFrame shown;
+    shown.time_s = 1.0;
+    shown.has_engine = true;
+    shown.engine.device.used_bytes = 100 << 20;
+    shown.host.total_bytes = 16ull << 30;
+    shown.host.available_bytes = 8ull << 30;
+    shown.host.process_resident_bytes = 300 << 20;
+    TelemetryFrame next = shown;
+    next.time_s = 1.1;                     // only time passed
+    next.host.available_bytes += 3 << 20;  // another program took 3 MiB
+    QVERIFY(telemetryLooksTheSame(shown, next));
+    next.host.available_bytes += 200 << 20;  // a visible change of free memory
+    QVERIFY(!telemetryLooksTheSame(shown, next));
+    next = shown;
+    next.engine.device.used_bytes += 2 << 20;  // the engine's ledger moved
+    QVERIFY(!telemetryLooksTheSame(shown, next));
+    next = shown;
+    next.chats.append(ChatTelemetry{7, {}});  // a chat started
+    QVERIFY(!telemetryLooksTheSame(shown, next));
+    next = shown;
+    next.has_engine = false;
+    QVERIFY(!telemetryLooksTheSame(shown, next));
   }
 
   // --- the model controller ----------------------------------------------------------
