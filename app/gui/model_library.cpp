@@ -52,6 +52,12 @@ QVariant ModelLibrary::data(const QModelIndex& index, int role) const {
       return m.loads;
     case FitTextRole:
       return m.fit_text;
+    case DetailsRole: {
+      QStringList parts{m.file_name, formatBytes(static_cast<quint64>(m.file_bytes))};
+      if (!m.block_type.isEmpty()) parts.append(m.block_type);
+      if (!m.architecture.isEmpty()) parts.append(m.architecture);
+      return parts.join(QStringLiteral("  ·  "));
+    }
     default:
       return {};
   }

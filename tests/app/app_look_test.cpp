@@ -428,6 +428,9 @@ class LookTest : public QObject {
     QVERIFY(!tiny.block_type.isEmpty());
     QVERIFY(tiny.file_bytes > 0);
     QVERIFY(tiny.loads);
+    const QString details = library.data(library.index(1), ModelLibrary::DetailsRole).toString();
+    QVERIFY2(details.startsWith("tiny.gguf  ·  ") && details.contains(tiny.block_type),
+             qPrintable(details));
     QVERIFY(!tiny.fit_text.isEmpty());
     const LocalModel& broken = library.models()[0];
     QVERIFY(!broken.readable);
