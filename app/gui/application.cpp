@@ -4,6 +4,7 @@
 #include <QFileInfo>
 
 #include "granule/log.h"
+#include "telemetry_idle_filter.h"
 
 namespace granule::app {
 
@@ -36,12 +37,20 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
   model_.setContextLength(context);
   model_.setMaxChats(max_chats);
   model_.setVramBudgetBytes(vram_budget);
+  model_.setCpuThreads(
+      store_.setting(QStringLiteral("engine/cpu_threads"), QStringLiteral("0")).toInt());
+  model_.setModelsFolder(store_.setting(QStringLiteral("model/folder")));
+  chats_.setDefaultSampling(window_settings_.sampling());
+  connect(&window_settings_, &WindowSettings::samplingChanged, this,
+          [this] { chats_.setDefaultSampling(window_settings_.sampling()); });
   connect(&model_, &ModelController::optionsChanged, this, [this] {
     store_.setSetting(QStringLiteral("engine/context_length"),
                       QString::number(model_.contextLength()));
     store_.setSetting(QStringLiteral("engine/max_chats"), QString::number(model_.maxChats()));
     store_.setSetting(QStringLiteral("engine/vram_budget_bytes"),
                       QString::number(static_cast<quint64>(model_.vramBudgetBytes())));
+    store_.setSetting(QStringLiteral("engine/cpu_threads"), QString::number(model_.cpuThreads()));
+    store_.setSetting(QStringLiteral("model/folder"), model_.modelsFolder());
   });
 }
 
@@ -54,6 +63,7 @@ void Application::connectWorker() {
   connect(&model_, &ModelController::inspectRequested, worker_, &EngineWorker::inspectModel);
   connect(&model_, &ModelController::loadRequested, worker_, &EngineWorker::loadModel);
   connect(&model_, &ModelController::vramBudgetRequested, worker_, &EngineWorker::setVramBudget);
+  connect(&model_, &ModelController::cpuThreadsRequested, worker_, &EngineWorker::setCpuThreads);
   connect(worker_, &EngineWorker::budgetApplied, &model_, &ModelController::onBudgetApplied);
   connect(worker_, &EngineWorker::budgetRefused, &model_, &ModelController::onBudgetRefused);
   connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
@@ -117,8 +127,18 @@ bool Application::startReplay(const QString& frames_path, double speed, bool loo
 }
 
 void Application::connectLiveTelemetry() {
+  // Only frames that change what the panels show: an idle window then repaints nothing.
   live_telemetry_ =
-      connect(worker_, &EngineWorker::telemetryUpdated, &telemetry_, &TelemetryModel::addFrame);
+      connect(worker_, &EngineWorker::telemetryUpdated, this, [this](const TelemetryFrame& frame) {
+        if (shown_frame_ && telemetryLooksTheSame(*shown_frame_, frame)) {
+          ++dropped_frames_;
+          return;
+        }
+        granule::logger("app")->debug("telemetry frame at {:.1f} s shown ({} dropped so far)",
+                                      frame.time_s, dropped_frames_);
+        shown_frame_ = frame;
+        telemetry_.addFrame(frame);
+      });
 }
 
 QVariantMap Application::windowProperties() {

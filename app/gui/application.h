@@ -6,6 +6,7 @@
 #include <QThread>
 #include <QVariantMap>
 #include <memory>
+#include <optional>
 
 #include "chat_controller.h"
 #include "chat_store.h"
@@ -44,6 +45,8 @@ class Application : public QObject {
   TelemetryModel* telemetry() { return &telemetry_; }
   WindowSettings* windowSettings() { return &window_settings_; }
   TelemetryReplay* replay() { return replay_.get(); }
+  // Telemetry frames not passed to the panels because they showed nothing new.
+  qint64 droppedTelemetryFrames() const { return dropped_frames_; }
   // Main.qml's required properties.
   QVariantMap windowProperties();
 
@@ -61,6 +64,8 @@ class Application : public QObject {
   WindowSettings window_settings_;
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
+  std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got
+  qint64 dropped_frames_ = 0;
   QThread engine_thread_;
   EngineWorker* worker_;  // lives on engine_thread_; deleted after the thread ends
 };

@@ -147,6 +147,7 @@ qint64 ChatController::newChat() {
   }
   StoredConversation c;
   c.title = kDefaultTitle;
+  c.sampling = default_sampling_;
   c.created_ms = c.updated_ms = nowMs();
   const auto id = store_.createConversation(c);
   if (!id) {

@@ -85,6 +85,9 @@ class ChatController : public QObject {
   double seed() const { return static_cast<double>(current().sampling.seed); }
   void setSeed(double v);
 
+  // What a new chat's sampling starts from (the settings' global defaults).
+  void setDefaultSampling(const SamplingSettings& sampling) { default_sampling_ = sampling; }
+
   // Reads the chats from the store; selects the newest.
   void loadFromStore();
 
@@ -160,6 +163,7 @@ class ChatController : public QObject {
   bool model_ready_ = false;
   QString search_text_;
   std::optional<StoredConversation> deleted_;
+  SamplingSettings default_sampling_;
 };
 
 }  // namespace granule::app

@@ -29,8 +29,10 @@ QString finishReasonText(FinishReason reason) {
   return QString::fromUtf8(finish_reason_name(reason));
 }
 
-EngineOptions engineOptions(qint64 context_length, qint32 chats, quint64 vram_budget_bytes) {
+EngineOptions engineOptions(qint64 context_length, qint32 chats, quint64 vram_budget_bytes,
+                            qint32 cpu_threads = 0) {
   EngineOptions options;
+  options.cpu_threads = cpu_threads;
   options.context_length = context_length;
   options.max_sequences = chats;
   options.vram_budget_bytes = vram_budget_bytes;
@@ -84,7 +86,7 @@ void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 
   try {
     engine_ = factory_(
         std::filesystem::path(path.toStdString()),
-        engineOptions(context_length, chats, vram_budget_bytes),
+        engineOptions(context_length, chats, vram_budget_bytes, cpu_threads_),
         [this](double fraction, const QString& stage) { Q_EMIT loadProgress(fraction, stage); });
     Q_EMIT modelLoaded(engine_->info());
   } catch (const std::exception& e) {

@@ -37,6 +37,8 @@ class EngineWorker : public QObject {
   // Changes the loaded engine's VRAM budget between steps (Engine::set_vram_budget); emits
   // budgetApplied, or budgetRefused with the engine's one-line reason (the budget unchanged).
   void setVramBudget(quint64 bytes);
+  // CPU threads for the next load (0: every core); a loaded engine keeps its own.
+  void setCpuThreads(qint32 threads) { cpu_threads_ = threads; }
   // Queues a chat's generation; one per chat (a new one replaces a running one).
   void submit(const granule::app::GenerationRequest& request);
   void cancel(qint64 chat_id);
@@ -83,6 +85,7 @@ class EngineWorker : public QObject {
   QElapsedTimer since_flush_;
   bool step_queued_ = false;
   bool shut_down_ = false;
+  qint32 cpu_threads_ = 0;
   std::map<SequenceId, qint64> chat_of_sequence_;
   std::map<qint64, SequenceId> sequence_of_chat_;
   std::map<SequenceId, qint32> prompt_tokens_;  // each running sequence's prompt length

@@ -11,7 +11,61 @@
 namespace granule::app {
 
 ModelController::ModelController(ErrorReporter& errors, QObject* parent)
-    : QObject(parent), errors_(errors), default_model_path_(findDefaultModelPath()) {}
+    : QObject(parent), errors_(errors), default_model_path_(findDefaultModelPath()) {
+  library_.setFolders({defaultModelsFolderPath()});
+}
+
+QString ModelController::defaultModelsFolderPath() {
+  QString data = qEnvironmentVariable("XDG_DATA_HOME");
+  if (data.isEmpty()) data = QDir::homePath() + QStringLiteral("/.local/share");
+  return data + QStringLiteral("/granule/models");
+}
+
+void ModelController::setModelsFolder(const QString& folder) {
+  const QString cleaned = folder.isEmpty() ? QString() : QDir::cleanPath(folder);
+  if (cleaned == models_folder_) return;
+  models_folder_ = cleaned;
+  QStringList folders{defaultModelsFolderPath()};
+  if (!models_folder_.isEmpty() && QDir(models_folder_) != QDir(folders.first()))
+    folders.append(models_folder_);
+  library_.setFolders(folders);
+  Q_EMIT optionsChanged();
+}
+
+void ModelController::setModelsFolderUrl(const QUrl& folder) {
+  setModelsFolder(folder.isLocalFile() ? folder.toLocalFile() : folder.toString());
+  refreshLibrary();
+}
+
+QUrl ModelController::modelsFolderUrl() const {
+  const QString folder = !models_folder_.isEmpty() && QDir(models_folder_).exists()
+                             ? models_folder_
+                             : defaultModelsFolderPath();
+  return QUrl::fromLocalFile(QDir(folder).exists() ? folder : QDir::homePath());
+}
+
+void ModelController::refreshLibrary() {
+  library_.refresh(context_length_, max_chats_, vram_budget_bytes_);
+}
+
+void ModelController::setCpuThreads(int threads) {
+  threads = std::clamp(threads, 0, 256);
+  if (threads == cpu_threads_) return;
+  cpu_threads_ = threads;
+  Q_EMIT cpuThreadsRequested(threads);
+  Q_EMIT optionsChanged();
+}
+
+bool ModelController::reloadNeeded() const {
+  if (loaded_.path.isEmpty()) return false;
+  return loaded_context_length_ != context_length_ || loaded_max_chats_ != max_chats_ ||
+         loaded_cpu_threads_ != cpu_threads_;
+}
+
+void ModelController::reload() {
+  if (loaded_.path.isEmpty() || status_ == Status::Loading) return;
+  load(loaded_.path);
+}
 
 QString ModelController::findDefaultModelPath() {
   const QString from_env = qEnvironmentVariable("GRANULE_DEFAULT_MODEL");
@@ -117,6 +171,9 @@ void ModelController::cancelPreview() {
 void ModelController::load(const QString& path) {
   if (status_ == Status::Loading) return;
   load_progress_ = 0;
+  loading_context_length_ = context_length_;
+  loading_max_chats_ = max_chats_;
+  loading_cpu_threads_ = cpu_threads_;
   load_stage_ = QStringLiteral("Opening %1").arg(QFileInfo(path).fileName());
   Q_EMIT progressChanged();
   setStatus(Status::Loading);
@@ -154,11 +211,15 @@ void ModelController::onLoadProgress(double fraction, const QString& stage) {
 void ModelController::onModelLoaded(const ModelInfo& info) {
   loaded_ = info;
   budget_in_force_ = vram_budget_bytes_;
+  loaded_context_length_ = loading_context_length_;
+  loaded_max_chats_ = loading_max_chats_;
+  loaded_cpu_threads_ = loading_cpu_threads_;
   preview_info_ = {};
   Q_EMIT infoChanged();
   Q_EMIT previewChanged();
   errors_.dismiss();
   setStatus(Status::Ready);
+  Q_EMIT optionsChanged();  // reloadNeeded
   Q_EMIT modelLoadedFrom(info.path);
 }
 

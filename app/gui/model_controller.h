@@ -8,6 +8,7 @@
 #include <QUrl>
 
 #include "error_reporter.h"
+#include "model_library.h"
 #include "worker_types.h"
 
 namespace granule::app {
@@ -66,6 +67,17 @@ class ModelController : public QObject {
   // control's scale); 0 before a model is loaded.
   Q_PROPERTY(double weightsBytes READ weightsBytes NOTIFY infoChanged)
   Q_PROPERTY(double minimumBudgetBytes READ minimumBudgetBytes NOTIFY infoChanged)
+  // CPU threads for the next load, 0 for every core.
+  Q_PROPERTY(int cpuThreads READ cpuThreads WRITE setCpuThreads NOTIFY optionsChanged)
+  // The loaded model runs with other context, chats or threads than the settings say: a
+  // reload applies them.
+  Q_PROPERTY(bool reloadNeeded READ reloadNeeded NOTIFY optionsChanged)
+  // The models page: the GGUF files in the default folder and the chosen one.
+  Q_PROPERTY(granule::app::ModelLibrary* library READ library CONSTANT)
+  Q_PROPERTY(QString defaultModelsFolder READ defaultModelsFolder CONSTANT)
+  Q_PROPERTY(QString modelsFolder READ modelsFolder WRITE setModelsFolder NOTIFY optionsChanged)
+  // Where the open dialog starts: the chosen models folder, else the default one.
+  Q_PROPERTY(QUrl modelsFolderUrl READ modelsFolderUrl NOTIFY optionsChanged)
 
  public:
   enum class Status { NoModel, Inspecting, Previewing, Loading, Ready };
@@ -77,7 +89,8 @@ class ModelController : public QObject {
   static QString findDefaultModelPath();
 
   Status status() const { return status_; }
-  bool ready() const { return status_ == Status::Ready; }
+  // A model is loaded and answers; previewing another file's fit leaves it so.
+  bool ready() const { return !loaded_.path.isEmpty() && status_ != Status::Loading; }
   QString modelName() const { return loaded_.name; }
   QString modelPath() const { return loaded_.path; }
   QString architecture() const { return loaded_.architecture; }
@@ -124,6 +137,15 @@ class ModelController : public QObject {
   void setVramBudgetBytes(double bytes);
   double weightsBytes() const { return static_cast<double>(loaded_.weights_bytes); }
   double minimumBudgetBytes() const { return static_cast<double>(loaded_.minimum_budget_bytes); }
+  int cpuThreads() const { return cpu_threads_; }
+  void setCpuThreads(int threads);
+  bool reloadNeeded() const;
+  ModelLibrary* library() { return &library_; }
+  static QString defaultModelsFolderPath();
+  QString defaultModelsFolder() const { return defaultModelsFolderPath(); }
+  QString modelsFolder() const { return models_folder_; }
+  void setModelsFolder(const QString& folder);
+  QUrl modelsFolderUrl() const;
 
   // Shows the fit preview for a file (from the file dialog's URL or a path).
   Q_INVOKABLE void preview(const QUrl& file);
@@ -133,6 +155,12 @@ class ModelController : public QObject {
   Q_INVOKABLE void cancelPreview();
   // Loads without a preview (the default or last model at start).
   Q_INVOKABLE void load(const QString& path);
+  // Loads the loaded model again with the settings' context, chats and threads.
+  Q_INVOKABLE void reload();
+  // Lists the models folders again, with fits for the current settings.
+  Q_INVOKABLE void refreshLibrary();
+  // A folder from the folder dialog (URL) or a path.
+  Q_INVOKABLE void setModelsFolderUrl(const QUrl& folder);
 
  Q_SIGNALS:
   void statusChanged();
@@ -147,6 +175,7 @@ class ModelController : public QObject {
   void loadRequested(const QString& path, qint64 context_length, qint32 chats,
                      quint64 vram_budget_bytes);
   void vramBudgetRequested(quint64 bytes);
+  void cpuThreadsRequested(qint32 threads);
 
  public Q_SLOTS:
   void onModelInspected(const granule::app::ModelInfo& info, const granule::FitEstimate& fit);
@@ -178,6 +207,16 @@ class ModelController : public QObject {
   int max_chats_ = 8;
   quint64 vram_budget_bytes_ = 0;
   quint64 budget_in_force_ = 0;  // what the loaded engine runs with (0: its own choice)
+  int cpu_threads_ = 0;
+  // The options the loaded model was loaded with (reloadNeeded compares them).
+  int loaded_context_length_ = 0;
+  int loaded_max_chats_ = 0;
+  int loaded_cpu_threads_ = 0;
+  int loading_context_length_ = 0;
+  int loading_max_chats_ = 0;
+  int loading_cpu_threads_ = 0;
+  QString models_folder_;
+  ModelLibrary library_;
 };
 
 }  // namespace granule::app

@@ -7,15 +7,13 @@ import Granule
 import QtQuick.Controls
 import QtQuick.Layouts
 
-Dialog {
+GranuleDialog {
     id: dialog
     required property ModelController model
 
     title: qsTr("Open %1?").arg(model.previewName)
-    modal: true
     visible: model.status === ModelController.Previewing
     width: Math.min(560, parent ? parent.width - 80 : 560)
-    anchors.centerIn: parent
     closePolicy: Popup.CloseOnEscape
     onRejected: model.cancelPreview()
     onAccepted: model.confirmLoad()

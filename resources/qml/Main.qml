@@ -37,11 +37,13 @@ ApplicationWindow {
     palette.dark: Theme.border
     palette.toolTipBase: Theme.raised
     palette.toolTipText: Theme.text
+    palette.link: Theme.link
 
     Shortcut { sequence: "Ctrl+N"; onActivated: window.chats.newChat() }
     Shortcut { sequence: "Ctrl+Q"; context: Qt.ApplicationShortcut; onActivated: Qt.quit() }
     Shortcut { sequence: "Ctrl+F"; onActivated: sidebar.focusSearch() }
     Shortcut { sequence: "Ctrl+,"; onActivated: settingsDialog.open() }
+    Shortcut { sequence: "Ctrl+M"; onActivated: modelsPage.open() }
     Shortcut { sequence: "Esc"; enabled: window.chats.currentGenerating; onActivated: window.chats.stop() }
 
     RowLayout {
@@ -51,7 +53,8 @@ ApplicationWindow {
         Sidebar {
             id: sidebar
             Layout.fillHeight: true
-            Layout.preferredWidth: Theme.sidebarWidth
+            // Narrower in a narrow window, so the conversation keeps its room.
+            Layout.preferredWidth: window.width < Theme.sidebarFoldWidth ? 220 : Theme.sidebarWidth
             chats: window.chats
             telemetry: window.telemetry
             onSettingsRequested: settingsDialog.open()
@@ -66,7 +69,7 @@ ApplicationWindow {
                 Layout.fillWidth: true
                 model: window.model
                 chats: window.chats
-                onOpenRequested: fileDialog.open()
+                onModelsRequested: modelsPage.open()
                 onChatSettingsRequested: chatSettings.open()
             }
             ErrorBanner {
@@ -88,7 +91,7 @@ ApplicationWindow {
                     visible: window.chats.messages.count === 0
                     chats: window.chats
                     model: window.model
-                    onOpenRequested: fileDialog.open()
+                    onOpenRequested: modelsPage.open()
                 }
             }
             Composer {
@@ -100,10 +103,23 @@ ApplicationWindow {
         }
 
         MemoryDock {
+            id: dock
+            // Below Theme.dockFoldWidth the dock folds to its strip; opening it there by hand
+            // lasts until the window is wide again (the remembered choice is for wide windows).
+            property bool openedWhileNarrow: false
+            readonly property bool narrow: window.width < Theme.dockFoldWidth
             Layout.fillHeight: true
             telemetry: window.telemetry
-            expanded: window.settings.dockExpanded
-            onToggled: window.settings.dockExpanded = !window.settings.dockExpanded
+            expanded: window.settings.dockExpanded && (!narrow || openedWhileNarrow)
+            onNarrowChanged: openedWhileNarrow = false
+            onToggled: {
+                if (narrow) {
+                    openedWhileNarrow = !expanded
+                    if (!window.settings.dockExpanded) window.settings.dockExpanded = true
+                } else {
+                    window.settings.dockExpanded = !window.settings.dockExpanded
+                }
+            }
         }
     }
 
@@ -111,7 +127,17 @@ ApplicationWindow {
         id: fileDialog
         title: qsTr("Open a GGUF model")
         nameFilters: [qsTr("GGUF models (*.gguf)"), qsTr("All files (*)")]
+        currentFolder: window.model.modelsFolderUrl
         onAccepted: window.model.preview(selectedFile)
+    }
+    ModelsPage {
+        id: modelsPage
+        objectName: "modelsPage"
+        model: window.model
+        onOpenFileRequested: {
+            close()
+            fileDialog.open()
+        }
     }
     FitPreviewDialog { model: window.model }
     SettingsDialog {
@@ -129,5 +155,17 @@ ApplicationWindow {
         value: window.settings.theme
     }
 
-    Component.onCompleted: composer.focusInput()
+    // The window opens where and as large as it was left (WindowSettings), and says so on close.
+    onClosing: window.settings.saveGeometry(x, y, width, height, visibility === Window.Maximized)
+    Component.onCompleted: {
+        const g = window.settings.geometry
+        if (g.width > 0 && g.height > 0) {
+            window.x = g.x
+            window.y = g.y
+            window.width = g.width
+            window.height = g.height
+        }
+        if (window.settings.maximized) window.visibility = Window.Maximized
+        composer.focusInput()
+    }
 }

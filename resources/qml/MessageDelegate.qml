@@ -3,6 +3,7 @@
 // messages edited and resent (the actions show on hover, in the header row); a turn with
 // several versions shows ‹ 2/3 › to switch between them; each answer says why it stopped,
 // and one cut at the length limit can be continued.
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -191,9 +192,11 @@ Item {
                         visible: !part.isCode
                         readOnly: true
                         selectByMouse: true
-                        textFormat: TextEdit.MarkdownText
+                        // Markdown rendered with the theme's link and inline-code colours,
+                        // line breaks kept (Markdown.html in markdown_blocks.h).
+                        textFormat: TextEdit.RichText
                         wrapMode: TextEdit.Wrap
-                        text: part.isCode ? "" : part.modelData
+                        text: part.isCode ? "" : Markdown.html(part.modelData, Theme.link, Theme.inlineCode, Theme.monoFamily)
                         color: Theme.text
                         selectionColor: Theme.selection
                         selectedTextColor: Theme.text
@@ -206,6 +209,7 @@ Item {
                         width: parent.width
                         visible: part.isCode
                         code: part.isCode ? part.modelData : ""
+                        language: part.isCode ? Markdown.codeLanguage(message.content, (part.index - 1) / 2) : ""
                     }
                 }
             }

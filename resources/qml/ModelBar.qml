@@ -1,5 +1,6 @@
-// ModelBar: the loaded model, its block type and device; the button to open another
-// GGUF; load progress while one loads.
+// ModelBar: the loaded model (its name elided with the full name in a tooltip), its block
+// type, device and context; the buttons to the models page and the chat's settings; load
+// progress while a model loads. Every control stays inside the bar at the minimum window.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -9,7 +10,7 @@ Rectangle {
     id: bar
     required property ModelController model
     required property ChatController chats
-    signal openRequested()
+    signal modelsRequested()
     signal chatSettingsRequested()
 
     implicitHeight: column.implicitHeight + 2 * Theme.spacing
@@ -18,35 +19,53 @@ Rectangle {
     ColumnLayout {
         id: column
         anchors.fill: parent
-        anchors.leftMargin: Theme.padding
+        anchors.leftMargin: Theme.spacingLarge
         anchors.rightMargin: Theme.padding
         anchors.topMargin: Theme.spacing
         anchors.bottomMargin: Theme.spacing
-        spacing: 4
+        spacing: Theme.spacingSmall
 
         RowLayout {
             spacing: Theme.spacing
             Layout.fillWidth: true
 
-            Label {
+            // Name over facts: both elide, so the buttons always keep their room.
+            ColumnLayout {
                 Layout.fillWidth: true
-                elide: Text.ElideRight
-                color: Theme.text
-                font.pixelSize: Theme.titleFontSize
-                font.weight: Font.DemiBold
-                text: bar.model.ready ? bar.model.modelName
-                    : bar.model.status === ModelController.Loading ? qsTr("Loading…")
-                    : qsTr("No model loaded")
-            }
-            Label {
-                visible: bar.model.ready
-                color: Theme.mutedText
-                font.pixelSize: Theme.fontSize
-                text: [bar.model.blockType, bar.model.device,
-                       qsTr("%1 tokens per chat").arg(bar.model.contextPerChat.toLocaleString(Qt.locale(), "f", 0))]
-                      .filter(s => s.length > 0).join("  ·  ")
+                Layout.minimumWidth: 80
+                spacing: 0
+                Label {
+                    id: nameLabel
+                    objectName: "modelName"
+                    Layout.fillWidth: true
+                    elide: Text.ElideRight
+                    color: Theme.text
+                    font.pixelSize: Theme.titleFontSize
+                    font.weight: Font.DemiBold
+                    text: bar.model.ready ? bar.model.modelName
+                        : bar.model.status === ModelController.Loading ? qsTr("Loading…")
+                        : qsTr("No model loaded")
+                    HoverHandler { id: nameHover }
+                    ToolTip.visible: nameHover.hovered && nameLabel.truncated
+                    ToolTip.text: bar.model.modelName + "\n" + bar.model.modelPath
+                }
+                Label {
+                    id: factsLabel
+                    Layout.fillWidth: true
+                    visible: bar.model.ready
+                    elide: Text.ElideRight
+                    color: Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                    text: [bar.model.blockType, bar.model.device,
+                           qsTr("%1 tokens per chat").arg(bar.model.contextPerChat.toLocaleString(Qt.locale(), "f", 0))]
+                          .filter(s => s.length > 0).join("  ·  ")
+                    HoverHandler { id: factsHover }
+                    ToolTip.visible: factsHover.hovered && factsLabel.truncated
+                    ToolTip.text: factsLabel.text
+                }
             }
             Button {
+                objectName: "chatSettingsButton"
                 text: qsTr("Chat settings")
                 visible: bar.chats.currentChatId !== 0
                 font.pixelSize: Theme.fontSize
@@ -55,10 +74,13 @@ Rectangle {
                 ToolTip.text: qsTr("System prompt and sampling for this chat")
             }
             Button {
-                text: qsTr("Open model…")
+                objectName: "modelsButton"
+                text: qsTr("Models…")
                 font.pixelSize: Theme.fontSize
                 enabled: bar.model.status !== ModelController.Loading
-                onClicked: bar.openRequested()
+                onClicked: bar.modelsRequested()
+                ToolTip.visible: hovered
+                ToolTip.text: qsTr("The models on disk, their fit, and opening another GGUF")
             }
         }
 
@@ -71,7 +93,8 @@ Rectangle {
                 from: 0
                 to: 1
                 value: bar.model.loadProgress
-                indeterminate: bar.model.loadProgress <= 0
+                // Indeterminate animates on every frame: only while loading.
+                indeterminate: visible && bar.model.loadProgress <= 0
             }
             Label {
                 color: Theme.mutedText

@@ -1,86 +1,222 @@
-// SettingsDialog: the theme, the engine's shape (context per chat, chats at once), which
-// apply the next time a model loads, and the VRAM budget, which a loaded model takes at once.
+// SettingsDialog: the theme; the engine — memory budget (VRAM on a GPU, host memory on the
+// CPU; a loaded model re-plans at once), threads, context per chat and chats at once, which
+// a Reload applies to the loaded model; and the default sampling new chats start from.
 import QtQuick
 import Granule
 import QtQuick.Controls
 import QtQuick.Layouts
 
-Dialog {
+GranuleDialog {
     id: dialog
     required property ModelController model
     required property WindowSettings settings
     required property TelemetryModel telemetry
     readonly property var streaming: telemetry.frame.streaming
+    readonly property bool gpu: telemetry.frame.device.gpu
+    readonly property list<string> themes: ["system", "light", "dark"]
 
     title: qsTr("Settings")
-    modal: true
-    anchors.centerIn: parent
-    width: 460
+    width: Math.min(Theme.dialogWidth + 80, parent ? parent.width - 2 * Theme.spacingXLarge : 600)
+    height: Math.min(implicitHeight, parent ? parent.height - 2 * Theme.spacingXLarge : 700)
     standardButtons: Dialog.Close
 
-    GridLayout {
+    component SectionTitle: Label {
+        Layout.columnSpan: 2
+        Layout.fillWidth: true
+        Layout.topMargin: Theme.spacingLarge
+        color: Theme.text
+        font.pixelSize: Theme.titleFontSize
+        font.weight: Font.DemiBold
+    }
+    component Note: Label {
+        Layout.columnSpan: 2
+        Layout.fillWidth: true
+        wrapMode: Text.Wrap
+        color: Theme.mutedText
+        font.pixelSize: Theme.smallFontSize
+    }
+    component Name: Label {
+        color: Theme.text
+        font.pixelSize: Theme.fontSize
+        Layout.preferredWidth: 150
+    }
+
+    ScrollView {
+        id: scroll
         anchors.fill: parent
-        columns: 2
-        columnSpacing: Theme.padding
-        rowSpacing: Theme.spacing
-        Label { text: qsTr("Theme"); color: Theme.text }
-        ComboBox {
-            Layout.fillWidth: true
-            model: ["system", "light", "dark"]
-            currentIndex: Math.max(0, indexOfValue(dialog.settings.theme))
-            onActivated: dialog.settings.theme = currentText
-        }
-        Label { text: qsTr("Context per chat"); color: Theme.text }
-        SpinBox {
-            Layout.fillWidth: true
-            from: 256
-            to: 131072
-            stepSize: 1024
-            editable: true
-            value: dialog.model.contextLength
-            onValueModified: dialog.model.contextLength = value
-        }
-        Label { text: qsTr("Chats at once"); color: Theme.text }
-        SpinBox {
-            Layout.fillWidth: true
-            from: 1
-            to: 64
-            editable: true
-            value: dialog.model.maxChats
-            onValueModified: dialog.model.maxChats = value
-        }
-        Label {
-            Layout.columnSpan: 2
-            Layout.fillWidth: true
-            wrapMode: Text.Wrap
-            color: Theme.mutedText
-            font.pixelSize: Theme.smallFontSize
-            text: qsTr("Context and chat count apply when a model is next loaded.")
-        }
-        Label {
-            Layout.alignment: Qt.AlignTop
-            Layout.topMargin: 8
-            text: qsTr("VRAM budget")
-            color: Theme.text
-        }
-        BudgetControl {
-            Layout.fillWidth: true
-            budgetBytes: dialog.model.vramBudgetBytes
-            automaticBytes: dialog.telemetry.frame.device.gpu ? dialog.telemetry.frame.device.budgetBytes : 0
-            // The loaded model's weights; without one (a replay), what the telemetry places.
-            weightsBytes: dialog.model.weightsBytes > 0 ? dialog.model.weightsBytes
-                          : dialog.streaming.residentWeightBytes + dialog.streaming.streamedBytesPerPass
-            minimumBytes: dialog.model.minimumBudgetBytes
-            deviceBytes: dialog.telemetry.frame.device.totalBytes
-            onChosen: bytes => dialog.model.vramBudgetBytes = bytes
-        }
-        Label {
-            Layout.columnSpan: 2
-            Layout.fillWidth: true
-            wrapMode: Text.Wrap
-            color: Theme.mutedText
-            font.pixelSize: Theme.smallFontSize
-            text: qsTr("Below the model's size, the layers that do not fit stay in host memory and are copied to the GPU for every token. A loaded model re-plans at once.")
+        contentWidth: availableWidth
+        implicitHeight: grid.implicitHeight
+        clip: true
+
+        GridLayout {
+            id: grid
+            width: scroll.availableWidth
+            columns: 2
+            columnSpacing: Theme.spacingLarge
+            rowSpacing: Theme.padding
+
+            SectionTitle { text: qsTr("Appearance"); Layout.topMargin: Theme.spacing }
+            Name { text: qsTr("Theme") }
+            ComboBox {
+                objectName: "themeBox"
+                Layout.fillWidth: true
+                model: [qsTr("Follow the system"), qsTr("Light"), qsTr("Dark")]
+                // The stored preference, not what "system" resolves to: dark shows Dark.
+                currentIndex: Math.max(0, dialog.themes.indexOf(dialog.settings.theme))
+                onActivated: index => dialog.settings.theme = dialog.themes[index]
+            }
+
+            SectionTitle { text: qsTr("Engine") }
+            Name {
+                Layout.alignment: Qt.AlignTop
+                Layout.topMargin: 6
+                text: dialog.gpu ? qsTr("VRAM budget") : qsTr("Memory budget")
+            }
+            BudgetControl {
+                Layout.fillWidth: true
+                budgetBytes: dialog.model.vramBudgetBytes
+                automaticBytes: dialog.telemetry.frame.device.budgetBytes
+                // The loaded model's weights; without one (a replay), what the telemetry places.
+                weightsBytes: dialog.model.weightsBytes > 0 ? dialog.model.weightsBytes
+                              : dialog.streaming.residentWeightBytes + dialog.streaming.streamedBytesPerPass
+                minimumBytes: dialog.model.minimumBudgetBytes
+                deviceBytes: dialog.telemetry.frame.device.totalBytes
+                onChosen: bytes => dialog.model.vramBudgetBytes = bytes
+            }
+            Note {
+                text: dialog.gpu
+                      ? qsTr("Below the model's size, the layers that do not fit stay in host memory and are copied to the GPU for every token. A loaded model re-plans at once.")
+                      : qsTr("No GPU: the budget caps the host memory the engine takes for weights and KV. A loaded model re-plans at once.")
+            }
+            Name { text: qsTr("CPU threads") }
+            SpinBox {
+                objectName: "threadsBox"
+                Layout.fillWidth: true
+                from: 0
+                to: 256
+                editable: true
+                value: dialog.model.cpuThreads
+                textFromValue: (v, locale) => v === 0 ? qsTr("all cores") : Number(v).toLocaleString(locale, "f", 0)
+                valueFromText: (text, locale) => text === qsTr("all cores") ? 0 : Number.fromLocaleString(locale, text)
+                onValueModified: dialog.model.cpuThreads = value
+            }
+            Name { text: qsTr("Context per chat") }
+            SpinBox {
+                objectName: "contextBox"
+                Layout.fillWidth: true
+                from: 256
+                to: 131072
+                stepSize: 1024
+                editable: true
+                value: dialog.model.contextLength
+                onValueModified: dialog.model.contextLength = value
+            }
+            Name { text: qsTr("Chats at once") }
+            SpinBox {
+                objectName: "chatsBox"
+                Layout.fillWidth: true
+                from: 1
+                to: 64
+                editable: true
+                value: dialog.model.maxChats
+                onValueModified: dialog.model.maxChats = value
+            }
+            RowLayout {
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                spacing: Theme.padding
+                Label {
+                    Layout.fillWidth: true
+                    wrapMode: Text.Wrap
+                    color: dialog.model.reloadNeeded ? Theme.warning : Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                    text: !dialog.model.ready ? qsTr("Threads, context and chats apply when a model loads.")
+                          : dialog.model.reloadNeeded ? qsTr("The loaded model runs with the old threads, context or chats: reload to apply them.")
+                          : qsTr("The loaded model runs with these settings.")
+                }
+                Button {
+                    objectName: "reloadButton"
+                    text: qsTr("Reload model")
+                    enabled: dialog.model.ready && dialog.model.status !== ModelController.Loading
+                    highlighted: dialog.model.reloadNeeded
+                    font.pixelSize: Theme.fontSize
+                    onClicked: dialog.model.reload()
+                }
+            }
+
+            SectionTitle { text: qsTr("Default sampling") }
+            Note {
+                text: qsTr("New chats start from these; each chat can change its own in Chat settings.")
+            }
+            Name { text: qsTr("Preset") }
+            ComboBox {
+                objectName: "presetBox"
+                Layout.fillWidth: true
+                model: dialog.settings.samplingPresets
+                currentIndex: Math.max(0, model.indexOf(dialog.settings.samplingPreset))
+                onActivated: index => dialog.settings.applySamplingPreset(model[index])
+            }
+            GridLayout {
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                columns: 2
+                columnSpacing: Theme.spacingLarge
+                rowSpacing: Theme.spacing
+                SettingSlider {
+                    name: qsTr("Temperature")
+                    Layout.leftMargin: 0
+                    from: 0; to: 2; stepSize: 0.05
+                    value: dialog.settings.temperature
+                    onMoved: dialog.settings.temperature = value
+                }
+                SettingSlider {
+                    name: qsTr("Top-p")
+                    Layout.rightMargin: 0
+                    from: 0; to: 1; stepSize: 0.01
+                    value: dialog.settings.topP
+                    onMoved: dialog.settings.topP = value
+                }
+                SettingSlider {
+                    name: qsTr("Top-k")
+                    Layout.leftMargin: 0
+                    from: 0; to: 200; stepSize: 1
+                    decimals: 0
+                    value: dialog.settings.topK
+                    onMoved: dialog.settings.topK = Math.round(value)
+                }
+                SettingSlider {
+                    name: qsTr("Min-p")
+                    Layout.rightMargin: 0
+                    from: 0; to: 0.5; stepSize: 0.01
+                    value: dialog.settings.minP
+                    onMoved: dialog.settings.minP = value
+                }
+                SettingSlider {
+                    name: qsTr("Repetition penalty")
+                    Layout.leftMargin: 0
+                    from: 1; to: 1.5; stepSize: 0.01
+                    value: dialog.settings.repetitionPenalty
+                    onMoved: dialog.settings.repetitionPenalty = value
+                }
+                ColumnLayout {
+                    Layout.fillWidth: true
+                    spacing: 0
+                    Label {
+                        text: qsTr("Max tokens per answer")
+                        color: Theme.mutedText
+                        font.pixelSize: Theme.smallFontSize
+                    }
+                    SpinBox {
+                        Layout.fillWidth: true
+                        from: 16
+                        to: 32768
+                        stepSize: 128
+                        editable: true
+                        value: dialog.settings.maxTokens
+                        onValueModified: dialog.settings.maxTokens = value
+                    }
+                }
+            }
         }
     }
 }

@@ -25,12 +25,17 @@ QtObject {
     readonly property color mutedText: dark ? "#9ba1aa" : "#5f6672"
     readonly property color accent: dark ? "#6e9dff" : "#2f62d6"
     readonly property color accentText: "#ffffff"
-    readonly property color link: accent
+    // Links: lighter than the accent on dark surfaces, so they read on navy and grey alike.
+    readonly property color link: dark ? "#8ab4ff" : "#1f57c3"
     // Messages
     readonly property color userBubble: dark ? "#233150" : "#e4ecfc"
     readonly property color assistantBubble: surface
     readonly property color codeBackground: dark ? "#0f1012" : "#f2f4f7"
     readonly property color codeText: dark ? "#d6dae0" : "#24292f"
+    readonly property color codeHeader: dark ? "#1a1c20" : "#e8ebf0"
+    readonly property color inlineCode: dark ? "#2e323a" : "#e8ebf0"
+    // Behind a modal dialog.
+    readonly property color dim: dark ? "#99000000" : "#66000000"
     // States
     readonly property color generating: dark ? "#4cc38a" : "#1f9d5c"
     readonly property color errorBackground: dark ? "#3a1e1f" : "#fdecec"
@@ -59,16 +64,25 @@ QtObject {
     readonly property color pcieLine: dark ? "#f2c14e" : "#b07800"
     readonly property color gridLine: dark ? "#33ffffff" : "#22000000"
 
-    // Sizes
+    // Spacing scale (4-pixel steps): every margin and gap in the window is one of these.
+    readonly property int spacingSmall: 4
     readonly property int spacing: 8
     readonly property int padding: 12
+    readonly property int spacingLarge: 16
+    readonly property int spacingXLarge: 24
     readonly property int radius: 8
+    // Below these window widths the memory dock, then the sidebar, fold away so the
+    // conversation and the model bar keep their room (the minimum window is 900 px).
+    readonly property int dockFoldWidth: 1180
+    readonly property int sidebarFoldWidth: 980
     readonly property int sidebarWidth: 260
     readonly property int dockWidth: 330
     readonly property int contentMaxWidth: 820
     readonly property int fontSize: 14
     readonly property int smallFontSize: 12
     readonly property int titleFontSize: 16
+    readonly property int headingFontSize: 20
+    readonly property int dialogWidth: 520
     readonly property int plotHeight: 96
     readonly property string monoFamily: "DejaVu Sans Mono"
 }
