@@ -184,9 +184,8 @@ void print_speeds(const ReplyResult& reply, int64_t prompt_tokens, const PromptI
                "prompt: %lld tokens%s, %.1f ms (%.1f tok/s) | generation: %lld tokens, %.1f ms "
                "(%.1f tok/s) | stop: %s\n",
                static_cast<long long>(prompt_tokens), reuse.c_str(), reply.time_to_first_token_ms,
-               prompt_rate,
-               static_cast<long long>(reply.generated_tokens), reply.generation_ms, decode_rate,
-               finish_reason_name(reply.finish));
+               prompt_rate, static_cast<long long>(reply.generated_tokens), reply.generation_ms,
+               decode_rate, finish_reason_name(reply.finish));
 }
 
 int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages) {

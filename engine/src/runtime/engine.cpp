@@ -215,7 +215,8 @@ std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
   }
   // Room kept for the reply: what the request may generate, at most a quarter of the context.
   int64_t reserve = request.reply_reserve_tokens;
-  if (reserve < 0) reserve = std::min<int64_t>(std::max(request.sampling.max_tokens, 1), context / 4);
+  if (reserve < 0)
+    reserve = std::min<int64_t>(std::max(request.sampling.max_tokens, 1), context / 4);
   reserve = std::clamp<int64_t>(reserve, 1, std::max<int64_t>(context - 1, 1));
   const auto fits = [&](const std::vector<TokenId>& p) {
     return static_cast<int64_t>(p.size()) + reserve <= context;
@@ -235,15 +236,16 @@ std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
     prompt = render_messages(kept);
   }
   if (too_long(prompt)) {
-    throw CapacityError("the last message" + std::string(system > 0 ? " with the system prompt" : "") +
-                        " has " + std::to_string(prompt.size()) +
-                        " tokens, more than the context of " + std::to_string(context) +
-                        " allows; shorten the message or raise the context");
+    throw CapacityError(
+        "the last message" + std::string(system > 0 ? " with the system prompt" : "") + " has " +
+        std::to_string(prompt.size()) + " tokens, more than the context of " +
+        std::to_string(context) + " allows; shorten the message or raise the context");
   }
   if (dropped > 0) {
-    log->info("left out the {} oldest messages: the conversation fits the context of {} in {} "
-              "tokens, {} kept for the reply",
-              dropped, context, prompt.size(), reserve);
+    log->info(
+        "left out the {} oldest messages: the conversation fits the context of {} in {} "
+        "tokens, {} kept for the reply",
+        dropped, context, prompt.size(), reserve);
   }
   return prompt;
 }

@@ -55,8 +55,9 @@ std::unique_ptr<Sequence> Scheduler::retire(SequenceId id) {
   if (!sequence->session.empty()) drop_kept(sequence->session);
   KeptKv kept;
   // Only computed tokens have KV: the token sampled last (or the end of generation) has none.
-  kept.tokens.assign(sequence->tokens.begin(),
-                     sequence->tokens.begin() + static_cast<std::ptrdiff_t>(sequence->computed_tokens));
+  kept.tokens.assign(
+      sequence->tokens.begin(),
+      sequence->tokens.begin() + static_cast<std::ptrdiff_t>(sequence->computed_tokens));
   kept.session = sequence->session;
   kept.slot = sequence->slot;
   kept.last_used = ++use_clock_;
@@ -132,8 +133,8 @@ bool Scheduler::evict_kept(int32_t spare) {
       host = {};
     }
   }
-  const auto it = std::find_if(kept_.begin(), kept_.end(),
-                               [slot](const KeptKv& k) { return k.slot == slot; });
+  const auto it =
+      std::find_if(kept_.begin(), kept_.end(), [slot](const KeptKv& k) { return k.slot == slot; });
   const auto index = static_cast<size_t>(it - kept_.begin());
   if (host.empty() && bytes > 0) {
     logger("engine.scheduler")
@@ -162,8 +163,8 @@ std::optional<Scheduler::KeptMatch> Scheduler::find_kept(const Sequence& head) c
     const KeptKv& k = kept_[i];
     const auto n = static_cast<int64_t>(std::min<size_t>(k.tokens.size(), head.tokens.size()));
     int64_t common = 0;
-    while (common < n && k.tokens[static_cast<size_t>(common)] ==
-                             head.tokens[static_cast<size_t>(common)])
+    while (common < n &&
+           k.tokens[static_cast<size_t>(common)] == head.tokens[static_cast<size_t>(common)])
       ++common;
     common = std::min(common, limit);
     if (common <= 0) continue;
