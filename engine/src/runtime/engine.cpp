@@ -236,10 +236,17 @@ std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
     prompt = render_messages(kept);
   }
   if (too_long(prompt)) {
+    // One message (a one-shot prompt) is a prompt to the user; more, a conversation whose
+    // last message is too long on its own.
+    const bool one_shot = request.messages.size() - system <= 1;
+    const std::string what =
+        one_shot ? std::string("the prompt")
+                 : std::string("the last message") + (system > 0 ? " with the system prompt" : "");
     throw CapacityError(
-        "the last message" + std::string(system > 0 ? " with the system prompt" : "") + " has " +
-        std::to_string(prompt.size()) + " tokens, more than the context of " +
-        std::to_string(context) + " allows; shorten the message or raise the context");
+        what + " has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+        std::to_string(context) + " allows; " +
+        (one_shot ? "use a shorter prompt or a longer context"
+                  : "shorten the message or start a new chat with a longer context"));
   }
   if (dropped > 0) {
     log->info(
