@@ -293,9 +293,11 @@ SequenceId Engine::submit(Request request) {
 
 void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string& error) {
   // Taken out of the scheduler first: its slot and KV are free (or kept for the chat's next
-  // turn) before the sink hears of it. After an error the KV is not trusted.
-  std::unique_ptr<Sequence> seq =
-      reason == FinishReason::Error ? scheduler->remove(id) : scheduler->retire(id);
+  // turn) before the sink hears of it. A reply that ended by itself keeps its KV; a cancelled
+  // one frees it at once (as cancel() promises), and after an error the KV is not trusted.
+  const bool ended = reason == FinishReason::Eos || reason == FinishReason::StopString ||
+                     reason == FinishReason::MaxTokens;
+  std::unique_ptr<Sequence> seq = ended ? scheduler->retire(id) : scheduler->remove(id);
   if (seq) finish_sequence(std::move(seq), reason, error);
 }
 
