@@ -323,6 +323,8 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     options.cpu_threads = o.cpu_threads;
     options.kv_pool_granules = o.kv_pool_granules;
     options.kv_map_ahead = o.kv_map_ahead;
+    // Every run measures chats computed from scratch: no KV kept from the run before.
+    options.kv_reuse = false;
     const std::unique_ptr<Engine> engine = Engine::open(path, options);
     if (engine->options().context_length < options.context_length) {
       throw UsageError("prompt + generated tokens (" + std::to_string(options.context_length) +

@@ -73,6 +73,9 @@ int serve(ServeOptions& options) {
   EngineOptions engine_options;
   engine_options.context_length = options.generation.context;
   engine_options.max_sequences = options.chats;
+  // Not yet for the server: /metrics does not report kept KV, and its clients expect the KV
+  // of an ended request to be freed.
+  engine_options.kv_reuse = false;
   engine_options.cpu_threads = options.generation.threads;
   engine_options.vram_budget_bytes = options.generation.vram_budget_bytes;
   engine_options.chat_template_override = options.generation.template_name;

@@ -83,6 +83,7 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   engine_options.cpu_threads = options.threads;
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   engine_options.chat_template_override = options.template_name;
+  engine_options.kv_reuse = options.kv_reuse;
   return Engine::open(options.model, engine_options);
 }
 
@@ -149,19 +150,26 @@ ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* tel
   return result;
 }
 
-void print_speeds(const ReplyResult& reply, int64_t prompt_tokens) {
+void print_speeds(const ReplyResult& reply, int64_t prompt_tokens, const PromptInfo* prompt) {
   // The first token's time covers the prompt's prefill; the rest are decode steps.
+  const int64_t computed = prompt ? prompt->computed_tokens : prompt_tokens;
   const double prompt_rate =
-      reply.time_to_first_token_ms > 0 ? prompt_tokens * 1000.0 / reply.time_to_first_token_ms : 0;
+      reply.time_to_first_token_ms > 0 ? computed * 1000.0 / reply.time_to_first_token_ms : 0;
   const int64_t decode_tokens = reply.generated_tokens > 1 ? reply.generated_tokens - 1 : 0;
   const double decode_rate =
       reply.generation_ms > 0 ? decode_tokens * 1000.0 / reply.generation_ms : 0;
+  std::string reuse;
+  if (prompt) {
+    prompt_tokens = prompt->prompt_tokens;
+    reuse = " (" + std::to_string(prompt->computed_tokens) + " new, " +
+            std::to_string(prompt->reused_tokens) + " reused)";
+  }
   std::fprintf(stderr,
-               "prompt: %lld tokens, %.1f ms (%.1f tok/s) | generation: %lld tokens, %.1f ms "
+               "prompt: %lld tokens%s, %.1f ms (%.1f tok/s) | generation: %lld tokens, %.1f ms "
                "(%.1f tok/s) | stop: %s\n",
-               static_cast<long long>(prompt_tokens), reply.time_to_first_token_ms, prompt_rate,
-               static_cast<long long>(reply.generated_tokens), reply.generation_ms, decode_rate,
-               finish_reason_name(reply.finish));
+               static_cast<long long>(prompt_tokens), reuse.c_str(), reply.time_to_first_token_ms,
+               prompt_rate, static_cast<long long>(reply.generated_tokens), reply.generation_ms,
+               decode_rate, finish_reason_name(reply.finish));
 }
 
 int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages) {

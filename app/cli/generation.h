@@ -28,6 +28,7 @@ struct GenerationOptions {
   std::string system;
   bool quiet_stats = false;
   std::filesystem::path telemetry_out;  // "" = no telemetry recording
+  bool kv_reuse = true;  // chat: keep a reply's KV for the next turn (--no-kv-reuse turns it off)
 };
 
 // Adds the model argument and the options both commands take.
@@ -57,8 +58,11 @@ struct ReplyResult {
 // at the reply's end.
 ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry = nullptr);
 
-// "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr.
-void print_speeds(const ReplyResult& reply, int64_t prompt_tokens);
+// "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr. With the
+// engine's PromptInfo (a chat turn) the prompt part counts and rates only the tokens computed:
+// "prompt: 155 tokens (12 new, 143 reused), 3.4 ms (3529.4 tok/s) | ...".
+void print_speeds(const ReplyResult& reply, int64_t prompt_tokens,
+                  const PromptInfo* prompt = nullptr);
 
 // The number of prompt tokens the engine sees for these messages (rendered with the
 // engine's template and encoded the way Engine::submit does).

@@ -7,7 +7,8 @@ MODEL=$(default_model)
 if [[ -z $MODEL ]]; then
   skip_all "the default model is absent (\`bash packaging/setup.sh model\`)"
 fi
-SPEEDS='^prompt: [0-9]+ tokens, [0-9.]+ ms \([0-9.]+ tok/s\) \| generation: [0-9]+ tokens, [0-9.]+ ms \([0-9.]+ tok/s\) \| stop: [a-z]+$'
+# chat adds the tokens computed and reused: "prompt: 96 tokens (18 new, 78 reused), ..."
+SPEEDS='^prompt: [0-9]+ tokens( \([0-9]+ new, [0-9]+ reused\))?, [0-9.]+ ms \([0-9.]+ tok/s\) \| generation: [0-9]+ tokens, [0-9.]+ ms \([0-9.]+ tok/s\) \| stop: [a-z]+$'
 
 # SmolLM2-135M-Instruct answers this greedily with "The capital of France is Paris."
 run_cli run "$MODEL" -p "What is the capital of France?" -n 12 --temp 0 --device cpu

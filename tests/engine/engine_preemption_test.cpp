@@ -171,6 +171,12 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
     }
   }
   ASSERT_TRUE(engine->idle());
+  // Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): that is all the
+  // KV left, and dropping it frees the rest.
+  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted),
+            engine->telemetry().scheduler.kept_kv_bytes);
+  const uint64_t unmapped_in_steps = engine->telemetry().kv.granules_unmapped;
+  engine->drop_kept_kv();
   const TelemetrySnapshot end = engine->telemetry();
   EXPECT_GT(end.scheduler.preemptions, 0u);
   EXPECT_GT(end.scheduler.recomputed_tokens, 0u);
@@ -184,7 +190,7 @@ TEST(EnginePreemption, ManyChatsOnASmallBudgetGiveTheirAloneTokens) {
   // Every map and unmap happened inside a step (or, mapping ahead, while it ran), so the
   // per-step counts add up to the totals.
   EXPECT_EQ(mapped_by_steps, end.kv.granules_mapped);
-  EXPECT_EQ(unmapped_by_steps, end.kv.granules_unmapped);
+  EXPECT_EQ(unmapped_by_steps, unmapped_in_steps);  // the kept KV was dropped after the steps
   for (size_t i = 0; i < chats.size(); ++i) {
     const Output& o_i = out[ids[i]];
     EXPECT_EQ(o_i.finishes, 1) << "chat " << i;
@@ -266,6 +272,11 @@ TEST(EnginePreemption, ChatTooLargeForTheBudgetAloneFailsOnceAndOthersContinue) 
         << "chat " << i << ": " << out[ids[i]].error;
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
   }
+  // Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): that is all the
+  // KV left, and dropping it frees the rest.
+  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted),
+            engine->telemetry().scheduler.kept_kv_bytes);
+  engine->drop_kept_kv();
   const TelemetrySnapshot end = engine->telemetry();
   EXPECT_GT(end.scheduler.preemptions, 0u);
   EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
@@ -313,6 +324,11 @@ TEST(EnginePreemption, CancellingWaitingAndPreemptedChatsFinishesThemOnce) {
     EXPECT_EQ(out[ids[i]].reason, FinishReason::MaxTokens) << "chat " << i;
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "chat " << i;
   }
+  // Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): that is all the
+  // KV left, and dropping it frees the rest.
+  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted),
+            engine->telemetry().scheduler.kept_kv_bytes);
+  engine->drop_kept_kv();
   EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
 }
 
@@ -359,6 +375,11 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
                                  [&](SequenceId id) { return !out[id].tokens.empty(); });
     }
     for (SequenceId id : ids) r.tokens.push_back(out[id].tokens);
+    // Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): that is all the
+    // KV left, and dropping it frees the rest.
+    EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted),
+              engine->telemetry().scheduler.kept_kv_bytes);
+    engine->drop_kept_kv();
     const TelemetrySnapshot end = engine->telemetry();
     EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
     EXPECT_EQ(end.kv.pool_bytes, r.pool_target * kGranule);  // refilled, never past the target

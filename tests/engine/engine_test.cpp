@@ -77,6 +77,14 @@ uint64_t kv_committed(const Engine& engine) {
   return engine.telemetry().device.ledger_bytes(MemoryCategory::KvCommitted);
 }
 
+// Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): once none runs,
+// that is all the KV committed; dropping it frees the rest. Returns what is left after.
+uint64_t kv_committed_after_dropping_kept(Engine& engine) {
+  EXPECT_EQ(kv_committed(engine), engine.telemetry().scheduler.kept_kv_bytes);
+  engine.drop_kept_kv();
+  return kv_committed(engine);
+}
+
 // The case: greedy decode through the scheduler (prefill, then KV-cached steps) picks the
 // argmax of teacher-forced logits over prompt + generated tokens at every step.
 TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
@@ -96,7 +104,7 @@ TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
   for (size_t i = 0; i < out[id].tokens.size(); ++i) {
     EXPECT_EQ(argmax(rows[prompt.size() - 1 + i]), out[id].tokens[i]) << "token " << i;
   }
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
 }
 
 // The case: four sequences batched together (different lengths, some waiting for a slot)
@@ -129,7 +137,7 @@ TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
     EXPECT_EQ(out[ids[i]].tokens, alone[i]) << "sequence " << i;
     EXPECT_EQ(out[ids[i]].finishes, 1);
   }
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
 }
 
 // The case: cancelling in the middle of a long chunked prefill finishes the sequence at once
@@ -158,7 +166,7 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   EXPECT_EQ(out[id].reason, FinishReason::Cancelled);
   EXPECT_EQ(out[id].finishes, 1);
   EXPECT_TRUE(out[id].tokens.empty());
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
   EXPECT_TRUE(engine->idle());
   EXPECT_FALSE(engine->step());
   engine->cancel(id);  // a second cancel of a finished sequence is harmless
@@ -181,7 +189,7 @@ TEST(Engine, CancelFromSinkFinishesAfterStep) {
   run_to_idle(*engine);
   EXPECT_EQ(out[id].tokens.size(), 3u);
   EXPECT_EQ(out[id].reason, FinishReason::Cancelled);
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
 }
 
 SyntheticModelSpec kv_heavy_spec() {  // 4 KiB of f32 KV per token: 512 tokens a granule
@@ -242,7 +250,7 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
   run_to_idle(*engine);
   EXPECT_EQ(out[id].reason, FinishReason::Error);
   EXPECT_NE(out[id].error.find("budget"), std::string::npos) << out[id].error;
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
 }
 
 TEST(Engine, PromptLongerThanContextIsCapacityError) {
@@ -291,7 +299,7 @@ TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
   run_to_idle(*engine);
   EXPECT_EQ(out[stopped].reason, FinishReason::StopString);
   EXPECT_EQ(out[stopped].text, expected);
-  EXPECT_EQ(kv_committed(*engine), 0u);
+  EXPECT_EQ(kv_committed_after_dropping_kept(*engine), 0u);
 }
 
 TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
@@ -402,7 +410,11 @@ TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
   EXPECT_GT(t.throughput.prompt_tokens_per_second, 0);
   EXPECT_GT(t.throughput.decode_tokens_per_second, 0);
   EXPECT_EQ(t.throughput.steps, 5u);
-  EXPECT_GE(t.kv.granules_unmapped, 1u);
+  // The finished chat's granule is kept for a next turn until the kept KV is dropped.
+  EXPECT_EQ(t.scheduler.kept_chats, 1);
+  EXPECT_EQ(t.scheduler.kept_kv_bytes, 2u << 20);
+  engine->drop_kept_kv();
+  EXPECT_GE(engine->telemetry().kv.granules_unmapped, 1u);
 }
 
 // ---- the default model -----------------------------------------------------------------

@@ -35,6 +35,13 @@ struct EngineOptions {
   // While a step runs on the device, map the KV the next step writes (off the step's path).
   bool kv_map_ahead = true;
   std::string chat_template_override;  // a family name, or "" to detect from the GGUF
+  // KV reuse across turns: a finished sequence's slot keeps its KV as an idle cached entry, and
+  // a later request whose prompt begins with the same tokens (or names the same session)
+  // computes only what follows. Idle entries give their KV back first under memory pressure
+  // and when slots run out, copied to host memory (up to kv_host_cache_bytes) where the backend
+  // can copy KV, else dropped. false: a finished sequence's KV is freed at once.
+  bool kv_reuse = true;
+  uint64_t kv_host_cache_bytes = 1ull << 30;  // host memory for swapped-out idle KV; 0: none
   // For tests: wraps the backend the engine picked (a fault-injecting decorator); empty: none.
   std::function<std::unique_ptr<Backend>(std::unique_ptr<Backend>)> wrap_backend;
   // For tests: the CPU backend rounds activations, KV and GEMM operands where the CUDA
@@ -67,12 +74,34 @@ constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI's API
 
 // Receives a sequence's output on the engine thread. on_text gets complete UTF-8 text
 // (never half a character); on_finish is called exactly once per submitted sequence.
+// What the engine made of a request's prompt, told once when the sequence first takes a slot
+// (before its first token): how much of it was computed and how much came from KV kept from
+// an earlier request (in the slot, or copied back from host memory).
+struct PromptInfo {
+  int64_t prompt_tokens = 0;      // the prompt as computed (after dropped messages)
+  int64_t reused_tokens = 0;      // whose KV was kept from an earlier request
+  int64_t computed_tokens = 0;    // prefilled for this request: prompt_tokens - reused_tokens
+  int64_t swapped_in_tokens = 0;  // of reused_tokens, copied back from host memory
+  // Messages left out at the start of the conversation (after the system messages) so that
+  // it fits the context (ContextOverflow::DropOldest): the model sees
+  // messages[system..., dropped_messages + system count, ...].
+  int32_t dropped_messages = 0;
+};
+
 struct TokenSink {
   std::function<void(SequenceId, const std::string& text, int32_t token)> on_token;
   std::function<void(SequenceId, FinishReason, const std::string& error)> on_finish;
   // With Request::top_logprobs >= 0: called for every generated token, before its on_token
   // (not for an end-of-generation token that ends the sequence, which is not output).
   std::function<void(SequenceId, const TokenLogprobs&)> on_logprobs;
+  std::function<void(SequenceId, const PromptInfo&)> on_prompt;  // optional
+};
+
+// What submit() does with a conversation whose prompt, plus room for the reply, is longer than
+// the context.
+enum class ContextOverflow {
+  DropOldest,  // leave out the oldest messages after the system ones until it fits
+  Stop,        // refuse it with a CapacityError
 };
 
 struct Request {
@@ -84,6 +113,15 @@ struct Request {
   // host, since the logits must come back (the same tokens: both samplers draw alike).
   int32_t top_logprobs = -1;
   TokenSink sink;
+  // The conversation this request continues (the app's chat id), or "": the KV an earlier
+  // request of the same session kept is preferred, and a finished sequence's kept KV is
+  // labelled with it. Without it, kept KV is found by the longest common prefix of tokens.
+  std::string session;
+  ContextOverflow context_overflow = ContextOverflow::DropOldest;
+  // Room for the reply that dropping keeps free: -1 is max_tokens capped at a quarter of the
+  // context. A prompt that fits only without the whole reserve is not dropped further than
+  // down to the last message.
+  int64_t reply_reserve_tokens = -1;
 };
 
 // What opening a model with some options would need, read from the file alone (no weights
@@ -147,8 +185,10 @@ class Engine {
   const EngineOptions& options() const;
 
   // Queues a request; returns its id. It waits (in arrival order) until a slot is free and
-  // the memory budget holds its prompt's KV. Throws CapacityError when the prompt does not
-  // fit the context, UsageError for an empty prompt. A conversation whose KV the budget
+  // the memory budget holds its prompt's KV. A conversation longer than the context drops its
+  // oldest messages (Request::context_overflow). Throws CapacityError when the prompt does not
+  // fit the context (a raw prompt, ContextOverflow::Stop, or a last message alone too long),
+  // UsageError for an empty prompt. A conversation whose KV the budget
   // cannot hold even alone ends with on_finish(Error, reason).
   SequenceId submit(Request request);
   // Cancels at any moment; the sink gets on_finish(Cancelled) in the next step() at the
@@ -170,6 +210,13 @@ class Engine {
   std::vector<std::vector<float>> logits_for(const std::vector<TokenId>& tokens);
 
   TelemetrySnapshot telemetry() const;
+
+  // KV kept from finished sequences (EngineOptions::kv_reuse): forget the entries of one
+  // session (a deleted chat), or every entry with "", freeing their memory at once.
+  void drop_kept_kv(const std::string& session = {});
+  // Tokens whose KV is kept for reuse now: in device memory, and copied to host memory.
+  int64_t kept_kv_tokens() const;
+  int64_t swapped_kv_tokens() const;
 
   // Changes the VRAM budget of a running engine: the backend re-plans which layers stay
   // resident (a counted re-plan; decode graphs are captured again). Call between steps.

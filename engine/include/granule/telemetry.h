@@ -127,6 +127,17 @@ struct SchedulerTelemetry {
   int32_t waiting = 0;             // queued for a slot and KV (new, or preempted)
   uint64_t preemptions = 0;        // cumulative: sequences whose KV was freed to be recomputed
   uint64_t recomputed_tokens = 0;  // cumulative: tokens prefilled again after a preemption
+  // KV kept from finished sequences for the next turn of their chat (EngineOptions::kv_reuse).
+  int32_t kept_chats = 0;             // idle entries whose KV stays in device memory, now
+  uint64_t kept_kv_bytes = 0;         // their committed KV, now
+  int32_t swapped_chats = 0;          // idle entries whose KV was copied to host memory, now
+  uint64_t swapped_kv_bytes = 0;      // that host memory, now
+  uint64_t prefix_reused_tokens = 0;  // cumulative: prompt tokens not computed, their KV kept
+  uint64_t kv_swap_outs = 0;          // cumulative: idle KV copied device-to-host
+  uint64_t kv_swap_out_bytes = 0;     // cumulative
+  uint64_t kv_swap_ins = 0;           // cumulative: idle KV copied back host-to-device
+  uint64_t kv_swap_in_bytes = 0;      // cumulative
+  uint64_t kept_kv_dropped = 0;       // cumulative: idle entries given up (recomputed if resumed)
 
   template <class F>
   void for_each_field(F&& f) const {
@@ -142,6 +153,16 @@ struct SchedulerTelemetry {
     f("waiting", s.waiting);
     f("preemptions", s.preemptions);
     f("recomputed_tokens", s.recomputed_tokens);
+    f("kept_chats", s.kept_chats);
+    f("kept_kv_bytes", s.kept_kv_bytes);
+    f("swapped_chats", s.swapped_chats);
+    f("swapped_kv_bytes", s.swapped_kv_bytes);
+    f("prefix_reused_tokens", s.prefix_reused_tokens);
+    f("kv_swap_outs", s.kv_swap_outs);
+    f("kv_swap_out_bytes", s.kv_swap_out_bytes);
+    f("kv_swap_ins", s.kv_swap_ins);
+    f("kv_swap_in_bytes", s.kv_swap_in_bytes);
+    f("kept_kv_dropped", s.kept_kv_dropped);
   }
 };
 

@@ -134,6 +134,18 @@ class Backend {
     return wait().tokens;
   }
 
+  // An idle chat's KV swapped to host memory and back (the engine's kept KV under pressure):
+  // copies the first `bytes` of a slot's KV ([0, tokens) in the token-major layout) to `host`,
+  // or from `host` into the slot, whose KV the engine has mapped through those bytes. Between
+  // steps only; returns once the copy is complete. Returns false, copying nothing, when the
+  // backend cannot copy KV (the engine then drops the KV and recomputes it when needed).
+  virtual bool copy_kv_to_host(int32_t /*slot*/, uint64_t /*bytes*/, void* /*host*/) {
+    return false;
+  }
+  virtual bool copy_kv_from_host(int32_t /*slot*/, const void* /*host*/, uint64_t /*bytes*/) {
+    return false;
+  }
+
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
 

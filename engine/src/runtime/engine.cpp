@@ -90,6 +90,11 @@ struct Engine::Impl {
   };
 
   std::vector<TokenId> render_prompt(const Request& request) const;
+  std::vector<TokenId> render_messages(const std::vector<ChatMessage>& messages) const;
+  // The conversation's prompt, its oldest messages dropped as the request's overflow policy
+  // says until it fits the context; `dropped` counts them.
+  std::vector<TokenId> fit_conversation(const Request& request, int32_t& dropped) const;
+  void report_prompts(const StepPlan& plan);
   void finish(SequenceId id, FinishReason reason, const std::string& error = {});
   void finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
                        const std::string& error);
@@ -151,6 +156,16 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
   if (m.options.prefill_chunk_tokens <= 0) m.options.prefill_chunk_tokens = 512;
   m.runtime = make_runtime(*m.file, m.config, m.weights, RuntimeOptions::from(m.options));
   m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
+  if (m.options.kv_reuse) {
+    KvCopier copier;
+    copier.to_host = [impl = &m](int32_t slot, uint64_t bytes, void* host) {
+      return impl->backend->copy_kv_to_host(slot, bytes, host);
+    };
+    copier.from_host = [impl = &m](int32_t slot, const void* host, uint64_t bytes) {
+      return impl->backend->copy_kv_from_host(slot, host, bytes);
+    };
+    m.scheduler->set_kv_reuse(true, m.options.kv_host_cache_bytes, std::move(copier));
+  }
   m.scheduler->set_pressure_relief([impl = &m](uint64_t bytes) {
     return impl->backend->make_room(
         bytes, "KV needed " + std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB more");
@@ -171,7 +186,11 @@ const EngineOptions& Engine::options() const { return impl_->options; }
 
 std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
   if (request.prompt_tokens) return *request.prompt_tokens;
-  if (request.messages.empty()) throw UsageError("a request needs messages or prompt tokens");
+  return render_messages(request.messages);
+}
+
+std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage>& messages) const {
+  if (messages.empty()) throw UsageError("a request needs messages or prompt tokens");
   if (!chat_template) {
     throw UnsupportedError(
         "this model's chat template is not recognised; choose a template family in the "
@@ -179,14 +198,77 @@ std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
   }
   std::string bos_text;
   if (auto bos = tokenizer->bos()) bos_text = tokenizer->token_text(*bos);
-  const std::string text = chat_template->render(request.messages, true, bos_text);
+  const std::string text = chat_template->render(messages, true, bos_text);
   return tokenizer->encode(text, /*add_bos=*/false, /*parse_special=*/true);
+}
+
+std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
+                                                    int32_t& dropped) const {
+  dropped = 0;
+  const int64_t context = options.context_length;
+  std::vector<TokenId> prompt = render_messages(request.messages);
+  const auto too_long = [context](const std::vector<TokenId>& p) {
+    // The prompt and at least one generated token must fit the context.
+    return static_cast<int64_t>(p.size()) + 1 > context;
+  };
+  if (request.context_overflow == ContextOverflow::Stop) {
+    if (too_long(prompt)) {
+      throw CapacityError("the conversation has " + std::to_string(prompt.size()) +
+                          " tokens, more than the context of " + std::to_string(context) +
+                          " allows; shorten the conversation or start a new one");
+    }
+    return prompt;
+  }
+  // Room kept for the reply: what the request may generate, at most a quarter of the context.
+  int64_t reserve = request.reply_reserve_tokens;
+  if (reserve < 0)
+    reserve = std::min<int64_t>(std::max(request.sampling.max_tokens, 1), context / 4);
+  reserve = std::clamp<int64_t>(reserve, 1, std::max<int64_t>(context - 1, 1));
+  const auto fits = [&](const std::vector<TokenId>& p) {
+    return static_cast<int64_t>(p.size()) + reserve <= context;
+  };
+  if (fits(prompt)) return prompt;
+  // The system messages at the start stay; the oldest turns after them go, a whole turn at a
+  // time (a conversation's first message after the system ones stays a user's), and never
+  // the last message.
+  size_t system = 0;
+  while (system < request.messages.size() && request.messages[system].role == "system") ++system;
+  std::vector<ChatMessage> kept = request.messages;
+  while (!fits(prompt) && kept.size() - system > 1) {
+    do {
+      kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(system));
+      ++dropped;
+    } while (kept.size() - system > 1 && kept[system].role != "user");
+    prompt = render_messages(kept);
+  }
+  if (too_long(prompt)) {
+    // One message (a one-shot prompt) is a prompt to the user; more, a conversation whose
+    // last message is too long on its own.
+    const bool one_shot = request.messages.size() - system <= 1;
+    const std::string what =
+        one_shot ? std::string("the prompt")
+                 : std::string("the last message") + (system > 0 ? " with the system prompt" : "");
+    throw CapacityError(
+        what + " has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
+        std::to_string(context) + " allows; " +
+        (one_shot ? "use a shorter prompt or a longer context"
+                  : "shorten the message or start a new chat with a longer context"));
+  }
+  if (dropped > 0) {
+    log->info(
+        "left out the {} oldest messages: the conversation fits the context of {} in {} "
+        "tokens, {} kept for the reply",
+        dropped, context, prompt.size(), reserve);
+  }
+  return prompt;
 }
 
 SequenceId Engine::submit(Request request) {
   Impl& m = *impl_;
   m.check_device();
-  std::vector<TokenId> prompt = m.render_prompt(request);
+  int32_t dropped = 0;
+  std::vector<TokenId> prompt =
+      request.prompt_tokens ? *request.prompt_tokens : m.fit_conversation(request, dropped);
   if (prompt.empty()) throw UsageError("the prompt is empty");
   if (request.top_logprobs < -1 || request.top_logprobs > kMaxTopLogprobs) {
     throw UsageError("top_logprobs must be between 0 and " + std::to_string(kMaxTopLogprobs) +
@@ -198,16 +280,20 @@ SequenceId Engine::submit(Request request) {
                        std::to_string(m.config.n_vocab));
     }
   }
-  // The prompt and at least one generated token must fit the context.
+  // The prompt and at least one generated token must fit the context (a conversation was
+  // fitted above).
   if (static_cast<int64_t>(prompt.size()) + 1 > m.options.context_length) {
-    throw CapacityError(
-        "the prompt has " + std::to_string(prompt.size()) + " tokens, more than the context of " +
-        std::to_string(m.options.context_length) + " allows; shorten the conversation");
+    throw CapacityError("the prompt has " + std::to_string(prompt.size()) +
+                        " tokens, more than the context of " +
+                        std::to_string(m.options.context_length) +
+                        " allows; use a shorter prompt or a longer context");
   }
   // kRandomSeed asks for a fresh seed; drawn once here, so a preempted and re-prefilled
   // sequence keeps its draws.
   request.sampling.seed = resolve_seed(request.sampling.seed);
   auto seq = std::make_unique<Sequence>(m.next_id++, std::move(prompt), request.sampling);
+  seq->session = std::move(request.session);
+  seq->dropped_messages = dropped;
   seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);
   seq->top_logprobs = request.top_logprobs;
@@ -220,9 +306,29 @@ SequenceId Engine::submit(Request request) {
 }
 
 void Engine::Impl::finish(SequenceId id, FinishReason reason, const std::string& error) {
-  // Taken out of the scheduler first: its slot and KV are free before the sink hears of it.
-  if (std::unique_ptr<Sequence> seq = scheduler->remove(id))
-    finish_sequence(std::move(seq), reason, error);
+  // Taken out of the scheduler first: its slot and KV are free (or kept for the chat's next
+  // turn) before the sink hears of it. A reply that ended by itself keeps its KV; a cancelled
+  // one frees it at once (as cancel() promises), and after an error the KV is not trusted.
+  const bool ended = reason == FinishReason::Eos || reason == FinishReason::StopString ||
+                     reason == FinishReason::MaxTokens;
+  std::unique_ptr<Sequence> seq = ended ? scheduler->retire(id) : scheduler->remove(id);
+  if (seq) finish_sequence(std::move(seq), reason, error);
+}
+
+void Engine::Impl::report_prompts(const StepPlan& plan) {
+  for (SequenceId id : plan.admitted) {
+    Sequence* seq = scheduler->find(id);
+    if (!seq || seq->admitted_once) continue;
+    seq->admitted_once = true;
+    if (!seq->sink.on_prompt) continue;
+    PromptInfo info;
+    info.prompt_tokens = seq->prompt_tokens;
+    info.reused_tokens = seq->reused_tokens;
+    info.computed_tokens = seq->prompt_tokens - seq->reused_tokens;
+    info.swapped_in_tokens = seq->swapped_in_tokens;
+    info.dropped_messages = seq->dropped_messages;
+    seq->sink.on_prompt(id, info);
+  }
 }
 
 void Engine::Impl::finish_sequence(std::unique_ptr<Sequence> seq, FinishReason reason,
@@ -261,6 +367,11 @@ void Engine::Impl::lose_device(const std::string& reason) {
   std::vector<SequenceId> ids;
   for (const auto& [id, seq] : scheduler->sequences()) ids.push_back(id);
   for (SequenceId id : ids) finish(id, FinishReason::Error, reason);
+  try {
+    scheduler->drop_kept({});  // nothing kept on a lost device can serve again
+  } catch (const Error& e) {
+    log->error("freeing kept KV on a lost device: {}", e.what());
+  }
 }
 
 void Engine::Impl::take_token(Sequence& seq, int32_t token) {
@@ -464,6 +575,7 @@ bool Engine::step() {
   if (plan.work.empty()) return m.idle_step(plan);
   Impl::StepScope scope(m);
   try {
+    m.report_prompts(plan);  // inside the step: a sink that cancels waits for its end
     const auto start = Clock::now();
     m.backend->launch(m.step_request(plan));
     m.prepare_next_step(plan);  // host work while the device runs the step
@@ -540,6 +652,25 @@ void Engine::set_vram_budget(uint64_t bytes) {
   m.log->info("VRAM budget now {} MiB", bytes >> 20);
 }
 
+void Engine::drop_kept_kv(const std::string& session) {
+  if (impl_->in_step) throw UsageError("drop_kept_kv() inside a step");
+  impl_->scheduler->drop_kept(session);
+}
+
+int64_t Engine::kept_kv_tokens() const {
+  int64_t tokens = 0;
+  for (const KeptKv& k : impl_->scheduler->kept())
+    if (!k.swapped()) tokens += static_cast<int64_t>(k.tokens.size());
+  return tokens;
+}
+
+int64_t Engine::swapped_kv_tokens() const {
+  int64_t tokens = 0;
+  for (const KeptKv& k : impl_->scheduler->kept())
+    if (k.swapped()) tokens += static_cast<int64_t>(k.tokens.size());
+  return tokens;
+}
+
 TelemetrySnapshot Engine::telemetry() const {
   const Impl& m = *impl_;
   TelemetrySnapshot s;
@@ -554,6 +685,21 @@ TelemetrySnapshot Engine::telemetry() const {
   s.scheduler.waiting = static_cast<int32_t>(m.scheduler->waiting());
   s.scheduler.preemptions = m.scheduler->preemptions();
   s.scheduler.recomputed_tokens = m.scheduler->recomputed_tokens();
+  for (const KeptKv& k : m.scheduler->kept()) {
+    if (k.swapped()) {
+      ++s.scheduler.swapped_chats;
+      s.scheduler.swapped_kv_bytes += k.host.size();
+    } else {
+      ++s.scheduler.kept_chats;
+      s.scheduler.kept_kv_bytes += m.kv->committed_bytes(k.slot);
+    }
+  }
+  s.scheduler.prefix_reused_tokens = m.scheduler->prefix_reused_tokens();
+  s.scheduler.kv_swap_outs = m.scheduler->swap_outs();
+  s.scheduler.kv_swap_out_bytes = m.scheduler->swap_out_bytes();
+  s.scheduler.kv_swap_ins = m.scheduler->swap_ins();
+  s.scheduler.kv_swap_in_bytes = m.scheduler->swap_in_bytes();
+  s.scheduler.kept_kv_dropped = m.scheduler->kept_dropped();
   s.streaming.layers_resident = static_cast<int32_t>(m.config.n_layer);
   s.streaming.layer_streamed.assign(static_cast<size_t>(m.config.n_layer), 0);
   if (m.prompt_seconds > 0)

@@ -45,6 +45,145 @@ std::unique_ptr<Sequence> Scheduler::remove(SequenceId id) {
   return sequence;
 }
 
+std::unique_ptr<Sequence> Scheduler::retire(SequenceId id) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end()) return nullptr;
+  if (!reuse_ || !it->second->running() || it->second->computed_tokens <= 0) return remove(id);
+  std::unique_ptr<Sequence> sequence = std::move(it->second);
+  sequences_.erase(it);
+  // An older entry of the same chat is stale: this one continues where it left off.
+  if (!sequence->session.empty()) drop_kept(sequence->session);
+  KeptKv kept;
+  // Only computed tokens have KV: the token sampled last (or the end of generation) has none.
+  kept.tokens.assign(
+      sequence->tokens.begin(),
+      sequence->tokens.begin() + static_cast<std::ptrdiff_t>(sequence->computed_tokens));
+  kept.session = sequence->session;
+  kept.slot = sequence->slot;
+  kept.last_used = ++use_clock_;
+  kv_.truncate(kept.slot, sequence->computed_tokens);  // the look-ahead goes back at once
+  kept_.push_back(std::move(kept));
+  return sequence;
+}
+
+void Scheduler::set_kv_reuse(bool on, uint64_t host_bytes, KvCopier copier) {
+  if (!on) drop_kept({});
+  reuse_ = on;
+  host_bytes_limit_ = host_bytes;
+  copier_ = std::move(copier);
+}
+
+void Scheduler::drop_kept(const std::string& session) {
+  for (size_t i = kept_.size(); i-- > 0;) {
+    if (session.empty() || kept_[i].session == session) erase_kept(i, false);
+  }
+}
+
+void Scheduler::erase_kept(size_t index, bool count_drop) {
+  KeptKv& kept = kept_.at(index);
+  if (!kept.swapped()) {
+    kv_.release(kept.slot);
+    slot_used_[static_cast<size_t>(kept.slot)] = false;
+  }
+  if (count_drop) ++kept_dropped_;
+  kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+uint64_t Scheduler::swapped_bytes() const {
+  uint64_t bytes = 0;
+  for (const KeptKv& k : kept_) bytes += k.host.size();
+  return bytes;
+}
+
+bool Scheduler::make_host_room(uint64_t bytes) {
+  if (bytes > host_bytes_limit_) return false;
+  while (swapped_bytes() + bytes > host_bytes_limit_) {
+    std::optional<size_t> oldest;
+    for (size_t i = 0; i < kept_.size(); ++i) {
+      if (kept_[i].swapped() && (!oldest || kept_[i].last_used < kept_[*oldest].last_used))
+        oldest = i;
+    }
+    if (!oldest) return false;
+    erase_kept(*oldest, true);
+  }
+  return true;
+}
+
+bool Scheduler::evict_kept(int32_t spare) {
+  std::optional<size_t> oldest;
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    const KeptKv& k = kept_[i];
+    if (k.swapped() || k.slot == spare) continue;
+    if (!oldest || k.last_used < kept_[*oldest].last_used) oldest = i;
+  }
+  if (!oldest) return false;
+  const int32_t slot = kept_[*oldest].slot;
+  const uint64_t bytes =
+      kept_[*oldest].tokens.size() * static_cast<uint64_t>(kv_.geometry().bytes_per_token);
+  std::vector<uint8_t> host;
+  // Making host room drops swapped entries only: this one stays, at a new index.
+  if (copier_.to_host && make_host_room(bytes)) {
+    try {
+      host.resize(bytes);
+      if (!copier_.to_host(slot, bytes, host.data())) host = {};
+    } catch (const DeviceLostError&) {
+      throw;
+    } catch (const std::exception& e) {
+      logger("engine.scheduler")->warn("copying idle KV to host memory: {}", e.what());
+      host = {};
+    }
+  }
+  const auto it =
+      std::find_if(kept_.begin(), kept_.end(), [slot](const KeptKv& k) { return k.slot == slot; });
+  const auto index = static_cast<size_t>(it - kept_.begin());
+  if (host.empty() && bytes > 0) {
+    logger("engine.scheduler")
+        ->debug("dropped the idle KV of {} tokens in slot {}", it->tokens.size(), slot);
+    erase_kept(index, true);
+    return true;
+  }
+  kv_.release(slot);
+  slot_used_[static_cast<size_t>(slot)] = false;
+  it->slot = -1;
+  it->host = std::move(host);
+  ++swap_outs_;
+  swap_out_bytes_ += bytes;
+  logger("engine.scheduler")
+      ->debug("swapped the idle KV of {} tokens in slot {} to host memory ({} bytes)",
+              it->tokens.size(), slot, bytes);
+  return true;
+}
+
+std::optional<Scheduler::KeptMatch> Scheduler::find_kept(const Sequence& head) const {
+  std::optional<KeptMatch> best;
+  bool best_same = false;
+  // At least one token stays to compute: its logits predict the first new token.
+  const auto limit = static_cast<int64_t>(head.tokens.size()) - 1;
+  for (size_t i = 0; i < kept_.size(); ++i) {
+    const KeptKv& k = kept_[i];
+    const auto n = static_cast<int64_t>(std::min<size_t>(k.tokens.size(), head.tokens.size()));
+    int64_t common = 0;
+    while (common < n &&
+           k.tokens[static_cast<size_t>(common)] == head.tokens[static_cast<size_t>(common)])
+      ++common;
+    common = std::min(common, limit);
+    if (common <= 0) continue;
+    const bool same = !head.session.empty() && k.session == head.session;
+    // Another chat's KV is taken only when none of it would be lost (it is a prefix of the
+    // head's prompt); KV kept without a session is anyone's.
+    if (!same && !k.session.empty() && common < static_cast<int64_t>(k.tokens.size())) continue;
+    const bool better = !best || common > best->tokens ||
+                        (common == best->tokens && same && !best_same) ||
+                        (common == best->tokens && same == best_same && !k.swapped() &&
+                         kept_[best->index].swapped());
+    if (better) {
+      best = KeptMatch{i, common};
+      best_same = same;
+    }
+  }
+  return best;
+}
+
 void Scheduler::complete(const StepPlan& plan) {
   for (const ScheduledWork& w : plan.work) {
     Sequence* s = find(w.id);
@@ -89,9 +228,9 @@ uint64_t Scheduler::outstanding_prefill_bytes() const {
   return bytes;
 }
 
-bool Scheduler::admissible(const Sequence& head) const {
+bool Scheduler::admissible(const Sequence& head, uint64_t held) const {
   const auto head_tokens = static_cast<int64_t>(head.tokens.size());
-  const uint64_t available = kv_.budget_available_bytes();
+  const uint64_t available = kv_.budget_available_bytes() + held;
   const uint64_t reserved = outstanding_prefill_bytes();
   if (running() == 0) {
     // Nobody else will free memory: the head runs if its tokens fit at all (an oversized
@@ -127,7 +266,9 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
 bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
   const int32_t slot = sequences_.at(id)->slot;
   while (!kv_.map_through(slot, tokens)) {
-    // Device memory held elsewhere first (weights that can stream), then KV of others.
+    // Idle chats' kept KV first (to host memory, or dropped), then device memory held
+    // elsewhere (weights that can stream), then KV of running chats.
+    if (evict_kept()) continue;
     if (relieve_) {
       const uint64_t want = kv_.bytes_for_tokens(tokens + kv_.geometry().lookahead_tokens);
       const uint64_t have = kv_.committed_bytes(slot) + kv_.budget_available_bytes();
@@ -195,24 +336,81 @@ StepPlan Scheduler::next_step() {
     const SequenceId head_id = waiting_.front();
     Sequence& head = *sequences_.at(head_id);
     const auto head_tokens = static_cast<int64_t>(head.tokens.size());
+    // KV kept in a slot for the head's first tokens: cut to what they share, it is the head's.
+    int32_t kept_slot = -1;
+    if (const auto match = reuse_ ? find_kept(head) : std::nullopt) {
+      KeptKv& k = kept_[match->index];
+      if (!k.swapped()) {
+        if (static_cast<int64_t>(k.tokens.size()) > match->tokens) {
+          kv_.truncate(k.slot, match->tokens);
+          k.tokens.resize(static_cast<size_t>(match->tokens));
+        }
+        kept_slot = k.slot;
+      }
+    }
+    const uint64_t held = kept_slot >= 0 ? kv_.committed_bytes(kept_slot) : 0;
     const uint64_t need = kv_.bytes_for_tokens(head_tokens);
     if (relieve_ && need > kv_capacity_bytes()) relieve_(need - kv_capacity_bytes());
     if (const uint64_t capacity = kv_capacity_bytes(); need > capacity) {
       plan.oversized.push_back({head_id, head_tokens, need, capacity, remove(head_id)});
       continue;
     }
-    if (!admissible(head) && relieve_) {
+    // Idle chats' kept KV gives way first, then weights that can stream.
+    while (!admissible(head, held) && evict_kept(kept_slot)) {
+    }
+    if (!admissible(head, held) && relieve_) {
       // What admission asks beyond what is free: the head's KV with its look-ahead, a granule
       // for the running chats, and the prompts still being computed.
       const uint64_t want = kv_.bytes_for_tokens(head_tokens + kv_.geometry().lookahead_tokens) +
                             kv_.granule_bytes() + outstanding_prefill_bytes();
-      const uint64_t available = kv_.budget_available_bytes();
+      const uint64_t available = kv_.budget_available_bytes() + held;
       if (want > available) relieve_(want - available);
     }
-    if (!admissible(head)) break;
-    auto slot = take_free_slot();
-    if (!slot) break;
-    head.slot = *slot;
+    if (!admissible(head, held)) break;
+
+    // The slot: the one keeping the head's KV, a free one, or one a kept entry gives up.
+    int32_t slot = kept_slot;
+    int64_t reused = 0, swapped_in = 0;
+    if (kept_slot >= 0) {
+      const auto it = std::find_if(kept_.begin(), kept_.end(),
+                                   [kept_slot](const KeptKv& k) { return k.slot == kept_slot; });
+      reused = static_cast<int64_t>(it->tokens.size());
+      kept_.erase(it);  // the slot and its KV now belong to the head
+    } else {
+      auto free_slot = take_free_slot();
+      if (!free_slot && evict_kept()) free_slot = take_free_slot();
+      if (!free_slot) break;
+      slot = *free_slot;
+      // KV swapped to host memory comes back instead of being computed again.
+      const auto match = reuse_ ? find_kept(head) : std::nullopt;
+      if (match && kept_[match->index].swapped()) {
+        const auto bytes = static_cast<uint64_t>(match->tokens) *
+                           static_cast<uint64_t>(kv_.geometry().bytes_per_token);
+        bool copied = false;
+        if (copier_.from_host && kv_.map_through(slot, match->tokens)) {
+          try {
+            copied = copier_.from_host(slot, kept_[match->index].host.data(), bytes);
+          } catch (const DeviceLostError&) {
+            throw;
+          } catch (const std::exception& e) {
+            logger("engine.scheduler")->warn("copying idle KV back from host memory: {}", e.what());
+          }
+        }
+        if (copied) {
+          reused = swapped_in = match->tokens;
+          ++swap_ins_;
+          swap_in_bytes_ += bytes;
+        }
+        erase_kept(match->index, !copied);
+      }
+    }
+    head.slot = slot;
+    head.computed_tokens = reused;
+    if (!head.admitted_once) {
+      head.reused_tokens = reused;
+      head.swapped_in_tokens = swapped_in;
+    }
+    prefix_reused_tokens_ += static_cast<uint64_t>(reused);
     waiting_.pop_front();
     plan.admitted.push_back(head_id);
     plan_chunk(head_id);
@@ -220,7 +418,11 @@ StepPlan Scheduler::next_step() {
   return plan;
 }
 
-std::optional<int32_t> Scheduler::borrow_slot() { return take_free_slot(); }
+std::optional<int32_t> Scheduler::borrow_slot() {
+  auto slot = take_free_slot();
+  if (!slot && evict_kept()) slot = take_free_slot();
+  return slot;
+}
 
 void Scheduler::return_slot(int32_t slot) { slot_used_.at(static_cast<size_t>(slot)) = false; }
 

@@ -3,6 +3,10 @@
 // budget — with the KV of that step mapped before it runs. A chat is admitted only when the
 // budget holds its prompt's KV; when running chats outgrow the budget, the newest is preempted
 // (its KV freed, recomputed later), and only a chat the budget cannot hold alone fails.
+// With KV reuse on, a finished sequence's slot keeps its KV as an idle kept entry: a later
+// sequence whose tokens begin the same way takes that slot and computes only the rest. Kept
+// entries give way first, before weights stream or running chats are preempted: their KV is
+// copied to host memory when a copier is set and the host allowance holds it, else dropped.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -10,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/sequence.h"
@@ -17,6 +22,23 @@
 namespace granule {
 
 class KvSpace;
+
+// Copies a slot's first `bytes` of KV to host memory and back (Backend::copy_kv_to_host and
+// copy_kv_from_host); false when the backend cannot.
+struct KvCopier {
+  std::function<bool(int32_t slot, uint64_t bytes, void* host)> to_host;
+  std::function<bool(int32_t slot, const void* host, uint64_t bytes)> from_host;
+};
+
+// An idle chat's KV, kept after its sequence finished for the next request that continues it.
+struct KeptKv {
+  std::vector<TokenId> tokens;  // whose KV is kept: positions [0, tokens.size())
+  std::string session;          // of the sequence that left it ("" none)
+  int32_t slot = -1;            // the slot holding it in device memory; -1 once swapped out
+  std::vector<uint8_t> host;    // swapped out: the KV of `tokens`, copied to host memory
+  uint64_t last_used = 0;       // larger is more recent: the least recent gives way first
+  bool swapped() const { return slot < 0; }
+};
 
 // One sequence's share of a step: compute tokens [start_position, start_position + count)
 // of its record, start_position being its computed_tokens.
@@ -57,6 +79,16 @@ class Scheduler {
   // Takes a sequence out (finished or cancelled), frees its KV and slot, and hands the record
   // back; null when the id is unknown.
   std::unique_ptr<Sequence> remove(SequenceId id);
+  // The same for a sequence that ended well: with KV reuse on, its slot keeps the KV of its
+  // computed tokens as a kept entry (labelled with its session) instead of freeing it.
+  std::unique_ptr<Sequence> retire(SequenceId id);
+
+  // KV reuse (off until set): keep finished sequences' KV, swapping it to at most
+  // `host_bytes` of host memory with `copier` (unset functions: drop instead).
+  void set_kv_reuse(bool on, uint64_t host_bytes, KvCopier copier = {});
+  // Drops the kept entries of `session`, or all of them for "", freeing their KV.
+  void drop_kept(const std::string& session);
+  const std::vector<KeptKv>& kept() const { return kept_; }
   // After the backend ran `plan`: the planned tokens are computed (their KV is in the slots).
   void complete(const StepPlan& plan);
 
@@ -83,7 +115,8 @@ class Scheduler {
     relieve_ = std::move(relieve);
   }
 
-  // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken.
+  // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken
+  // (kept entries give theirs up first).
   std::optional<int32_t> borrow_slot();
   void return_slot(int32_t slot);
 
@@ -97,6 +130,14 @@ class Scheduler {
   uint64_t preemptions() const { return preemptions_; }  // all sequences, cumulative
   // Tokens whose KV preemptions freed, to be prefilled again; cumulative.
   uint64_t recomputed_tokens() const { return recomputed_tokens_; }
+  // Kept KV, cumulative: prompt tokens reused, copies to and from host memory, entries dropped.
+  uint64_t prefix_reused_tokens() const { return prefix_reused_tokens_; }
+  uint64_t swap_outs() const { return swap_outs_; }
+  uint64_t swap_out_bytes() const { return swap_out_bytes_; }
+  uint64_t swap_ins() const { return swap_ins_; }
+  uint64_t swap_in_bytes() const { return swap_in_bytes_; }
+  uint64_t kept_dropped() const { return kept_dropped_; }
+  uint64_t swapped_bytes() const;  // host memory the swapped-out entries hold now
 
  private:
   // One token left to compute: the sampled one (no prefill budget needed).
@@ -111,7 +152,23 @@ class Scheduler {
   uint64_t kv_capacity_bytes() const;
   // KV the running sequences still in their prompt will map before they decode.
   uint64_t outstanding_prefill_bytes() const;
-  bool admissible(const Sequence& head) const;
+  // `held`: KV bytes already committed in the slot the head will take (its kept prefix).
+  bool admissible(const Sequence& head, uint64_t held) const;
+
+  // The kept entry whose KV the head should continue from, and how many of its tokens.
+  struct KeptMatch {
+    size_t index = 0;
+    int64_t tokens = 0;
+  };
+  std::optional<KeptMatch> find_kept(const Sequence& head) const;
+  // Gives up the least recently used kept entry in device memory other than the one in slot
+  // `spare` (swapped to host memory, or dropped); false when there is none.
+  bool evict_kept(int32_t spare = -1);
+  // Takes the entry out of the kept list, freeing its slot and KV (a swapped one: its copy).
+  void erase_kept(size_t index, bool count_drop);
+  // Fits `bytes` more into the host allowance by dropping the least recently used swapped
+  // entries; false when the allowance cannot hold them at all.
+  bool make_host_room(uint64_t bytes);
 
   KvSpace& kv_;
   int64_t prefill_chunk_tokens_;
@@ -121,6 +178,14 @@ class Scheduler {
   uint64_t preemptions_ = 0;
   uint64_t recomputed_tokens_ = 0;
   std::function<uint64_t(uint64_t)> relieve_;
+  // KV reuse.
+  bool reuse_ = false;
+  uint64_t host_bytes_limit_ = 0;
+  KvCopier copier_;
+  std::vector<KeptKv> kept_;
+  uint64_t use_clock_ = 0;
+  uint64_t prefix_reused_tokens_ = 0, swap_outs_ = 0, swap_out_bytes_ = 0, swap_ins_ = 0,
+           swap_in_bytes_ = 0, kept_dropped_ = 0;
 };
 
 }  // namespace granule

@@ -32,6 +32,13 @@ struct Sequence {
   int64_t computed_tokens = 0;  // the first tokens whose KV is in the slot
   int32_t slot = -1;            // -1 while waiting for a slot (new, or preempted)
   int32_t preemptions = 0;      // times its KV was freed to make room, to be recomputed
+  // KV reuse: the session it continues ("" none); at its first admission, the prompt tokens
+  // whose KV was kept from an earlier sequence (of them, copied back from host memory).
+  std::string session;
+  int64_t reused_tokens = 0;
+  int64_t swapped_in_tokens = 0;
+  bool admitted_once = false;
+  int32_t dropped_messages = 0;  // left out of the conversation to fit the context
 
   int64_t uncomputed_tokens() const {
     return static_cast<int64_t>(tokens.size()) - computed_tokens;

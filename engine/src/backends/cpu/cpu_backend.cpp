@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <initializer_list>
 #include <thread>
 
@@ -265,6 +266,18 @@ void CpuBackend::launch(const StepRequest& step) {
   StepResult result;
   result.logit_rows = run(step.batch, *step.logits);
   done_ = std::move(result);
+}
+
+bool CpuBackend::copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) {
+  if (!kv_) throw UsageError("CPU backend: copy_kv_to_host() before attach_kv()");
+  std::memcpy(host, kv_->slot_base(slot), bytes);
+  return true;
+}
+
+bool CpuBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) {
+  if (!kv_) throw UsageError("CPU backend: copy_kv_from_host() before attach_kv()");
+  std::memcpy(kv_->slot_base(slot), host, bytes);
+  return true;
 }
 
 StepResult CpuBackend::wait() {

@@ -38,6 +38,9 @@ class CpuBackend final : public Backend {
   // Computes the whole step in launch() (the host is the device); wait() hands it over.
   void launch(const StepRequest& step) override;
   StepResult wait() override;
+  // The KV is host memory already: a memcpy each way.
+  bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
+  bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
 
  private:
   // The forward pass: logits rows for the batch (see StepRequest::logits).

@@ -183,6 +183,29 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   model_->attach_kv(bases, kv.geometry().max_tokens);
 }
 
+bool CudaBackend::copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) {
+  if (!kv_) throw UsageError("CUDA backend: copy_kv_to_host() before attach_kv()");
+  if (bytes == 0) return true;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(
+      cudaMemcpyAsync(host, kv_->slot_base(slot), bytes, cudaMemcpyDeviceToHost, model_->stream()),
+      "copying idle KV to host memory");
+  check_cuda(cudaStreamSynchronize(model_->stream()), "copying idle KV to host memory");
+  return true;
+}
+
+bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) {
+  if (!kv_) throw UsageError("CUDA backend: copy_kv_from_host() before attach_kv()");
+  if (bytes == 0) return true;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(
+      cudaMemcpyAsync(kv_->slot_base(slot), host, bytes, cudaMemcpyHostToDevice, model_->stream()),
+      "copying idle KV back from host memory");
+  // The host buffer is freed once the copy returns: wait for it.
+  check_cuda(cudaStreamSynchronize(model_->stream()), "copying idle KV back from host memory");
+  return true;
+}
+
 RowInputs CudaBackend::flatten(std::span<const BatchSequence> batch, size_t first_token,
                                size_t count,
                                std::vector<std::pair<size_t, size_t>>* token_index) const {

@@ -48,6 +48,10 @@ class CudaBackend final : public Backend {
   // downloads the tokens or logits.
   void launch(const StepRequest& step) override;
   StepResult wait() override;
+  // Idle KV to and from host memory: a copy on the model's stream (where every kernel that
+  // touches KV runs, so it follows them), then a wait for it.
+  bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
+  bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
 
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).
