@@ -60,7 +60,7 @@ engine_tests() {
 chats() {
   local b="$build/app/bench/granule-bench"
   { timeout 120 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,8,32 -p 128 -g 128 --device cuda
-    timeout 180 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8,32 -p 128 -g 64 --device cuda; } \
+    timeout 180 "$b" chats --synthetic llama3-8b:Q4_0 -n 1 -p 128 -g 128 --device cuda; } \
     >"$OUT/bench-chats.txt" 2>&1
 }
 
@@ -236,14 +236,17 @@ case $what in
     mma_bench >"$OUT/bench-mma-llama3-8b.txt" 2>&1
     grep -E "^--|^\|" "$OUT/bench-mma-llama3-8b.txt" | head -40 ;;
   wave2)
-    chats; grep -E "^\|" "$OUT/bench-chats.txt"
-    serve_bench
-    for type in ${GRANULE_TYPES:-}; do
-      echo "-- llama3-8b:$type"
-      timeout 120 "$build/app/bench/granule-bench" --synthetic "llama3-8b:$type" -p 512 -n 32 -b 8 2>&1 | grep -E "^\|"
-      rm -f /tmp/granule-bench-llama3-8b-$type.gguf
-    done >"$OUT/bench-types.txt" 2>&1
-    cat "$OUT/bench-types.txt" ;;
+    start=$(date +%s)
+    timeout 150 ctest --test-dir "$build" -j4 --timeout 140 -L 'model_gpu_test|matvec_kernel_test' \
+      >"$OUT/ctest-gpu.log" 2>&1
+    echo "model + matvec tests ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log")"
+    grep -E "^\s+[0-9]+ - .*\(" "$OUT/ctest-gpu.log" | head -12
+    grep -h "\[per-type\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | sort -u >"$OUT/per-type.txt"
+    chats; grep -E "^\||^chats|^model" "$OUT/bench-chats.txt"
+    { timeout 150 "$build/app/bench/granule-bench" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda; } \
+      >"$OUT/bench-long.txt" 2>&1
+    grep -E "^\|" "$OUT/bench-long.txt"
+    serve_bench ;;
   serve) serve_bench "${2:-llama3-8b:Q4_0}" ;;
   stream) stream ;;
   contention) contention ;;
