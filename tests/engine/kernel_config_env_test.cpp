@@ -121,7 +121,7 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   std::vector<std::string> warnings;
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.mma);
-  EXPECT_EQ(defaults.mma_min_rows, 4);
+  EXPECT_EQ(defaults.mma_min_rows, 8);
   EXPECT_FALSE(defaults.mma_prefill);
   EXPECT_EQ(describe_mma(defaults), "int8 mma from 4 rows, prefill off");
   const KernelConfig set =
