@@ -412,6 +412,8 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
                                    static_cast<double>(g.since_request.nsecsElapsed()) / 1e6);
     }
     model->setPromptTokens(g.row, chunk.prompt_tokens);
+    // Turns the engine left out to fit the context: mark where the model's view begins.
+    model->setViewStartRow(chunk.dropped_messages > 0 ? chunk.dropped_messages : -1);
     model->appendText(g.row, chunk.text, chunk.tokens,
                       static_cast<double>(g.since_first.elapsed()) / 1000.0);
   }

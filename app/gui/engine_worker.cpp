@@ -123,9 +123,14 @@ void EngineWorker::submit(const GenerationRequest& request) {
   for (const PromptMessage& m : request.messages)
     engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
   engine_request.sampling = toSamplingParams(request.sampling);
-  // Session key (KV kept between turns): when the engine's Request gains one, the chat id
-  // goes here, so the chat's next turn reuses the KV of this one:
-  //   engine_request.session = request.chat_id;
+  // The chat is the session: the engine keeps its KV after the reply, and the next turn
+  // computes only its new tokens.
+  engine_request.session = "chat-" + std::to_string(request.chat_id);
+  engine_request.sink.on_prompt = [this](SequenceId seq, const PromptInfo& info) {
+    prompt_info_[seq] = info;
+    log()->debug("sequence {}: prompt {} tokens, {} reused, {} messages left out", seq,
+                 info.prompt_tokens, info.reused_tokens, info.dropped_messages);
+  };
   std::string partial;
   if (request.continue_last && !engine_request.messages.empty()) {
     partial = engine_request.messages.back().content;
@@ -141,6 +146,11 @@ void EngineWorker::submit(const GenerationRequest& request) {
     chunk.text += QString::fromStdString(text);
     if (const auto prompt = prompt_tokens_.find(seq); prompt != prompt_tokens_.end())
       chunk.prompt_tokens = prompt->second;
+    if (const auto info = prompt_info_.find(seq); info != prompt_info_.end()) {
+      chunk.prompt_tokens = static_cast<qint32>(info->second.prompt_tokens);
+      chunk.reused_tokens = static_cast<qint32>(info->second.reused_tokens);
+      chunk.dropped_messages = info->second.dropped_messages;
+    }
     // Text flushed at the end (held back for a stop string) comes without a token (-1).
     if (token >= 0) {
       chunk.tokens += 1;
@@ -244,6 +254,7 @@ void EngineWorker::deliverFinished() {
     if (const auto prompt = prompt_tokens_.find(f.sequence); prompt != prompt_tokens_.end()) {
       result.prompt_tokens = prompt->second;
       prompt_tokens_.erase(prompt);
+      prompt_info_.erase(f.sequence);
     }
     result.end = f.reason == FinishReason::Cancelled ? GenerationEnd::Stopped
                  : f.reason == FinishReason::Error   ? GenerationEnd::Failed
@@ -272,6 +283,7 @@ void EngineWorker::failAll(const QString& message) {
   sequence_of_chat_.clear();
   chat_of_sequence_.clear();
   prompt_tokens_.clear();
+  prompt_info_.clear();
   Q_EMIT engineError(message);
 }
 
@@ -290,6 +302,7 @@ void EngineWorker::releaseEngine() {
   sequence_of_chat_.clear();
   chat_of_sequence_.clear();
   prompt_tokens_.clear();
+  prompt_info_.clear();
   pending_.clear();
   engine_.reset();
   device_lost_reported_ = false;

@@ -88,8 +88,9 @@ class EngineWorker : public QObject {
   qint32 cpu_threads_ = 0;
   std::map<SequenceId, qint64> chat_of_sequence_;
   std::map<qint64, SequenceId> sequence_of_chat_;
-  std::map<SequenceId, qint32> prompt_tokens_;  // each running sequence's prompt length
-  std::map<qint64, TokenChunk> pending_;        // text not yet sent, by chat
+  std::map<SequenceId, qint32> prompt_tokens_;    // each running sequence's prompt length
+  std::map<SequenceId, PromptInfo> prompt_info_;  // what the engine made of each prompt
+  std::map<qint64, TokenChunk> pending_;          // text not yet sent, by chat
   quint64 generated_tokens_ = 0;
   qint32 slots_ = 0;  // chats the loaded engine runs at once (EngineOptions::max_sequences) //
                       // every token received, for the recent tokens/s

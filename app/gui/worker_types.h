@@ -73,6 +73,10 @@ struct TokenChunk {
   QString text;
   qint32 tokens = 0;
   qint32 prompt_tokens = 0;  // the request's prompt, as the engine tokenized it (0: unknown)
+  qint32 reused_tokens = 0;  // of them, read from KV the chat kept from its earlier turns
+  // Messages (after the system prompt) the engine left out so the conversation fits the
+  // context: the model's view begins at that row of the chat.
+  qint32 dropped_messages = 0;
 };
 
 enum class GenerationEnd { Finished, Stopped, Failed };

@@ -822,6 +822,47 @@ class WorkerTest : public QObject {
     QVERIFY(token_count > 0 && token_count <= 16);
   }
 
+  // A chat keeps its KV between turns on the real engine: the worker names the chat as the
+  // request's session, so the second turn reads the first turn's prompt from the kept KV.
+  void realEngineKeepsAChatsKvBetweenTurns() {
+    QTemporaryDir dir;
+    const QString path = dir.filePath("tiny.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
+    ThreadedWorker w(granuleEngineFactory());
+    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
+    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
+    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
+    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
+    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    GenerationRequest turn = request(5, 6);
+    turn.sampling.seed = 3;
+    w.call([wk = w.worker, turn] { wk->submit(turn); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
+    QString reply;
+    qint32 first_reused = -1;
+    for (const auto& args : tokens)
+      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) {
+        reply += c.text;
+        if (first_reused < 0) first_reused = c.reused_tokens;
+      }
+    QCOMPARE(first_reused, 0);
+    tokens.clear();
+    turn.messages.append(PromptMessage{"assistant", reply});
+    turn.messages.append(PromptMessage{"user", "and then?"});
+    w.call([wk = w.worker, turn] { wk->submit(turn); });
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
+    qint32 reused = -1, prompt = 0;
+    for (const auto& args : tokens)
+      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
+        if (reused < 0) {
+          reused = c.reused_tokens;
+          prompt = c.prompt_tokens;
+        }
+    qInfo("second turn: %d prompt tokens, %d reused", prompt, reused);
+    QVERIFY2(reused > 0 && reused < prompt,
+             qPrintable(QString("%1 of %2").arg(reused).arg(prompt)));
+  }
+
   // Continue on the real engine: the prompt is the history with the assistant header and the
   // reply so far (longer than the history alone), and the model writes on.
   void realEngineContinuesAReply() {
