@@ -130,7 +130,10 @@ void Application::connectLiveTelemetry() {
   // Only frames that change what the panels show: an idle window then repaints nothing.
   live_telemetry_ =
       connect(worker_, &EngineWorker::telemetryUpdated, this, [this](const TelemetryFrame& frame) {
-        if (shown_frame_ && telemetryLooksTheSame(*shown_frame_, frame)) {
+        // While the recent tokens/s shown is above 0, every frame is shown, so the rate
+        // decays to 0 once generation stops (it is computed from the frames themselves).
+        if (shown_frame_ && telemetry_.recentTokensPerSecond() == 0.0 &&
+            telemetryLooksTheSame(*shown_frame_, frame)) {
           ++dropped_frames_;
           return;
         }
