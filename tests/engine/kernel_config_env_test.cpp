@@ -123,7 +123,7 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   EXPECT_TRUE(defaults.mma);
   EXPECT_EQ(defaults.mma_min_rows, 8);
   EXPECT_FALSE(defaults.mma_prefill);
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 4 rows, prefill off");
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off");
   const KernelConfig set =
       parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
   EXPECT_EQ(set.mma_min_rows, 16);
