@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli.h"
 #include "generation.h"
 #include "granule/error.h"
@@ -16,7 +18,19 @@ struct RunOptions {
   GenerationOptions generation;
   std::string prompt;
   bool raw = false;
+  int32_t logprobs = -1;  // --logprobs N: JSON with each token's log-probability
 };
+
+nlohmann::json bytes_of(const std::string& piece) {
+  nlohmann::json bytes = nlohmann::json::array();
+  for (const char c : piece) bytes.push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  return bytes;
+}
+
+nlohmann::json logprob_json(const TokenLogprob& t) {
+  return {{"id", t.token}, {"token", t.piece}, {"bytes", bytes_of(t.piece)},
+          {"logprob", t.logprob}};
+}
 
 int run_once(const RunOptions& options) {
   // Opened before the model loads, so a bad path fails at once; its error names the file.
@@ -45,8 +59,30 @@ int run_once(const RunOptions& options) {
     request.sampling.stop_strings = tmpl.stop_strings();
     prompt_tokens = count_prompt_tokens(*engine, request.messages);
   }
-  const ReplyResult reply = stream_reply(*engine, std::move(request), telemetry.get());
+  // --logprobs: stdout is one JSON document (text, finish reason, every token's
+  // log-probability with the N most likely alternatives) instead of the streamed text.
+  const bool json_out = options.logprobs >= 0;
+  nlohmann::json tokens = nlohmann::json::array();
+  if (json_out) {
+    request.top_logprobs = options.logprobs;
+    request.sink.on_logprobs = [&tokens](SequenceId, const TokenLogprobs& lp) {
+      nlohmann::json entry = logprob_json(lp.chosen);
+      nlohmann::json top = nlohmann::json::array();
+      for (const TokenLogprob& alt : lp.top) top.push_back(logprob_json(alt));
+      entry["top_logprobs"] = top;
+      tokens.push_back(entry);
+    };
+  }
+  const ReplyResult reply =
+      stream_reply(*engine, std::move(request), telemetry.get(), /*echo=*/!json_out);
   if (reply.finish == FinishReason::Error) throw Error(reply.error);
+  if (json_out) {
+    const nlohmann::json out = {{"text", reply.text},
+                                {"finish_reason", finish_reason_name(reply.finish)},
+                                {"prompt_tokens", prompt_tokens},
+                                {"tokens", tokens}};
+    std::printf("%s\n", out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  }
   if (!options.generation.quiet_stats) print_speeds(reply, prompt_tokens);
   return 0;
 }
@@ -62,6 +98,10 @@ Command add_run_command(CLI::App& parent) {
   app->add_flag("--raw", options->raw,
                 "Use the prompt as is (control tokens written as text are parsed), without the "
                 "chat template");
+  app->add_option("--logprobs", options->logprobs,
+                  "Print JSON instead of the text: each token's log-probability and the N most "
+                  "likely tokens beside it (0-20)")
+      ->check(integer_in(0, kMaxTopLogprobs));
   return {app, [options] { return run_once(*options); }, &options->generation.model};
 }
 

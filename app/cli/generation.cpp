@@ -108,7 +108,8 @@ const ChatTemplate& require_chat_template(const Engine& engine, const Generation
   return *tmpl;
 }
 
-ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry) {
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry,
+                         bool echo) {
   ReplyResult result;
   bool finished = false;
   Clock::time_point first_token_at{};
@@ -117,6 +118,7 @@ ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* tel
     last_token_at = Clock::now();
     if (result.generated_tokens++ == 0) first_token_at = last_token_at;
     result.text += text;
+    if (!echo) return;
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   };

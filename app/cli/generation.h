@@ -56,7 +56,9 @@ struct ReplyResult {
 // it ends. Ctrl-C (SIGINT) cancels the reply instead of ending the process. With a
 // recorder, a telemetry frame follows each step (throttled by the recorder) and one more
 // at the reply's end.
-ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry = nullptr);
+// echo false: nothing is written to stdout (the caller prints the reply itself).
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry = nullptr,
+                         bool echo = true);
 
 // "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr. With the
 // engine's PromptInfo (a chat turn) the prompt part counts and rates only the tokens computed:
