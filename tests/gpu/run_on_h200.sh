@@ -190,6 +190,10 @@ for _ in range(90):
   try: u.urlopen(\"http://127.0.0.1:$port/health\"); break
   except Exception: time.sleep(1)"
   { echo; echo "-- server (vocab ${vocab:-?}):"; head -2 /tmp/serve.log
+    echo "-- cold: the fresh server's first 8 requests, no warm-up"
+    timeout 120 python3 "$src/tests/server/loadgen.py" --port $port --vocab "${vocab:-32000}" \
+      --concurrency 8 --prompt-tokens 128 --max-tokens 128 --no-warmup
+    echo "-- warm (one short untimed round per concurrency first, as the bench warms up)"
     timeout 240 python3 "$src/tests/server/loadgen.py" --port $port --vocab "${vocab:-32000}" \
       --concurrency 8,32,64 --prompt-tokens 128 --max-tokens 128
     echo "-- metrics after the load:"; python3 -c "import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:$port/metrics\").read().decode())" | grep -E "^granule_(kv|chats|sequences)" ; } \
@@ -220,7 +224,21 @@ mma_bench() {
   GRANULE_MMA_PREFILL=1 timeout 100 "$b" --synthetic ${1:-llama3-8b:Q4_0} -p 512 -n 0 -b 1
 }
 
+# Issue 17: decode and prefill speed per block type on the 8B shape (each type's synthetic
+# file is written first, then benched; one line per type appended as it finishes so that a
+# timeout still returns the types done).
+types_bench() {
+  local b="$build/app/bench/granule-bench" t
+  for t in ${GRANULE_TYPES:-Q5_0 Q5_1 Q2_K Q3_K IQ4_NL IQ4_XS MXFP4}; do
+    local s=$(date +%s)
+    timeout 200 "$b" --synthetic llama3-8b:$t -p 512 -n 32 -b 1,8 >"/tmp/types-$t.txt" 2>&1
+    { echo "-- llama3-8b:$t (rc $?, $(( $(date +%s) - s )) s)"; grep -E "^\|" "/tmp/types-$t.txt"; } >>"$OUT/bench-types.txt"
+    rm -f /tmp/granule-bench-llama3-8b-$t.gguf
+  done
+}
+
 case $what in
+  types) types_bench ;;
   wave1)
     t=$build/tests/matvec_mma_kernel_test
     timeout 120 "$t" >"$OUT/mma-test.txt" 2>&1

@@ -13,8 +13,13 @@ Each request is a /v1/completions call with a prompt of random token ids (--prom
 greedy, `ignore_eos` (llama-server's extension, as the bench ignores EOS) and
 `max_tokens` = --max-tokens, so every request produces exactly that many tokens.
 
+Before the measured runs, one short untimed round per concurrency (16-token prompts, 8 tokens
+each; --no-warmup skips it), as `granule-bench chats` warms its engine up before measuring: a
+fresh server's first requests otherwise pay cuBLAS start-up and the first capture of each
+batch size's decode graph inside the measured window.
+
 usage: loadgen.py --port 8080 --vocab 128256 --concurrency 8,32 [--prompt-tokens 128]
-                  [--max-tokens 128] [--json]
+                  [--max-tokens 128] [--no-warmup] [--json]
 """
 import argparse
 import http.client
@@ -117,9 +122,14 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--no-warmup", action="store_true", help="measure a cold server")
     args = ap.parse_args()
-    rows = [run(args.host, args.port, int(n), args.prompt_tokens, args.max_tokens, args.vocab,
-                args.seed) for n in args.concurrency.split(",")]
+    levels = [int(n) for n in args.concurrency.split(",")]
+    if not args.no_warmup:
+        for n in levels:
+            run(args.host, args.port, n, 16, 8, args.vocab, args.seed + 1000)
+    rows = [run(args.host, args.port, n, args.prompt_tokens, args.max_tokens, args.vocab,
+                args.seed) for n in levels]
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
