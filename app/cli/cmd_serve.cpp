@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@ struct ServeOptions {
   int32_t chats = 8;
   server::ServerOptions server;
   std::string max_body = "1MiB";
+  bool kv_reuse = true;
 };
 
 // Stops the server on SIGINT or SIGTERM. The signals are blocked in every thread (the
@@ -73,9 +75,10 @@ int serve(ServeOptions& options) {
   EngineOptions engine_options;
   engine_options.context_length = options.generation.context;
   engine_options.max_sequences = options.chats;
-  // Not yet for the server: /metrics does not report kept KV, and its clients expect the KV
-  // of an ended request to be freed.
-  engine_options.kv_reuse = false;
+  // Prompt caching: an ended request's KV stays (device, then host memory) for the next
+  // request that starts with the same tokens; /metrics reports it as kept, apart from the KV
+  // of running requests, and usage.prompt_tokens_details.cached_tokens says what was reused.
+  engine_options.kv_reuse = options.kv_reuse;
   engine_options.cpu_threads = options.generation.threads;
   engine_options.vram_budget_bytes = options.generation.vram_budget_bytes;
   engine_options.chat_template_override = options.generation.template_name;
@@ -169,6 +172,12 @@ Command add_serve_command(CLI::App& parent) {
   app->add_option("--cors", options->server.cors_origin,
                   "Allow browsers from ORIGIN (or *) to call the API; off by default")
       ->type_name("ORIGIN");
+  app->add_option("--kv-reuse", options->kv_reuse,
+                  "Keep an ended request's KV for the next request with the same prompt "
+                  "prefix (prompt caching): on or off")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, std::string>{{"on", "true"}, {"off", "false"}}, CLI::ignore_case))
+      ->default_str("on");
   g.max_tokens = 512;
   return {app, [options] { return serve(*options); }, &options->generation.model};
 }

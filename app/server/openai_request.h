@@ -38,8 +38,8 @@ enum class Endpoint { ChatCompletions, Completions };
 // A request as the engine will run it, with what the response needs to say about it.
 struct ParsedRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
-  std::vector<ChatMessage> messages;  // chat completions
-  std::string prompt;                 // completions: raw text, tokenized as is, or
+  std::vector<ChatMessage> messages;      // chat completions
+  std::string prompt;                     // completions: raw text, tokenized as is, or
   std::vector<int32_t> prompt_token_ids;  // completions: token ids (OpenAI's array of integers)
   SamplingParams sampling;
   bool seeded = false;  // a seed was given (otherwise the server draws one)
@@ -73,6 +73,7 @@ std::string openai_finish_reason(FinishReason reason);
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // of prompt_tokens, whose KV was kept from an earlier request
 };
 nlohmann::json usage_json(const Usage& usage);
 

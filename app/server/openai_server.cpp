@@ -31,6 +31,7 @@ struct Channel {
   std::condition_variable changed;
   std::string text;  // released by the engine, not yet sent to the client
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV was kept (PromptInfo::reused_tokens)
   std::vector<TokenLogprobs> logprobs;  // of tokens not yet sent (when the request asked)
   bool finished = false;
   FinishReason reason = FinishReason::None;
@@ -353,6 +354,10 @@ struct OpenAiServer::Impl {
           }
           channel->changed.notify_all();
         };
+        request.sink.on_prompt = [channel](SequenceId, const PromptInfo& info) {
+          std::lock_guard lock(channel->mutex);
+          channel->cached_tokens = info.reused_tokens;
+        };
         request.top_logprobs = parsed.top_logprobs;
         if (parsed.top_logprobs >= 0) {
           request.sink.on_logprobs = [channel](SequenceId, const TokenLogprobs& lp) {
@@ -404,6 +409,7 @@ struct OpenAiServer::Impl {
                           std::make_move_iterator(channel.logprobs.end()));
       channel.logprobs.clear();
       running.usage.completion_tokens = channel.completion_tokens;
+      running.usage.cached_tokens = channel.cached_tokens;
       if (channel.finished) return Wait::Finished;
     }
     if (peer_closed(running.socket) || stopping.load()) {

@@ -37,6 +37,32 @@ std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters&
          static_cast<double>(t.kv.committed_bytes));
   metric(out, "granule_kv_reserved_bytes", "gauge", "KV address space reserved, all sequences.",
          static_cast<double>(t.kv.reserved_bytes));
+  // KV reuse (prompt caching): a finished request's KV stays as an idle kept entry until a
+  // request with the same prompt prefix continues it, or memory or slots are needed.
+  const uint64_t kept = t.scheduler.kept_kv_bytes;
+  metric(out, "granule_kv_active_bytes", "gauge",
+         "KV cache bytes committed to running sequences (committed minus kept).",
+         static_cast<double>(t.kv.committed_bytes > kept ? t.kv.committed_bytes - kept : 0));
+  metric(out, "granule_kv_kept_bytes", "gauge",
+         "KV cache bytes kept in device memory from finished requests, for prompt reuse.",
+         static_cast<double>(kept));
+  metric(out, "granule_kv_kept_sequences", "gauge",
+         "Finished requests whose KV is kept in device memory.", t.scheduler.kept_chats);
+  metric(out, "granule_kv_swapped_bytes", "gauge",
+         "Host memory holding kept KV copied out of device memory.",
+         static_cast<double>(t.scheduler.swapped_kv_bytes));
+  metric(out, "granule_kv_swapped_sequences", "gauge",
+         "Finished requests whose kept KV is in host memory.", t.scheduler.swapped_chats);
+  metric(out, "granule_prompt_tokens_reused_total", "counter",
+         "Prompt tokens not computed because their KV was kept (prompt cache hits).",
+         static_cast<double>(t.scheduler.prefix_reused_tokens));
+  metric(out, "granule_kv_swap_outs_total", "counter", "Kept KV entries copied device-to-host.",
+         static_cast<double>(t.scheduler.kv_swap_outs));
+  metric(out, "granule_kv_swap_ins_total", "counter", "Kept KV entries copied back host-to-device.",
+         static_cast<double>(t.scheduler.kv_swap_ins));
+  metric(out, "granule_kv_kept_dropped_total", "counter",
+         "Kept KV entries given up for memory or slots.",
+         static_cast<double>(t.scheduler.kept_kv_dropped));
   metric(out, "granule_device_budget_bytes", "gauge", "Device memory the engine may use.",
          static_cast<double>(t.device.budget_bytes));
   metric(out, "granule_device_used_bytes", "gauge", "Device memory charged to the budget.",

@@ -74,12 +74,14 @@ class Server:
         return values
 
     def wait_idle(self, seconds=20):
-        """Waits until no request runs and no KV is committed; returns the last metrics."""
+        """Waits until no request runs and no running request holds KV (what stays committed is
+        kept for prompt reuse, and reported as kept); returns the last metrics."""
         deadline = time.time() + seconds
         while True:
             m = self.metrics()
             idle = (m["granule_chats_running"] == 0 and m["granule_chats_waiting"] == 0 and
-                    m["granule_kv_committed_bytes"] == 0 and m["granule_server_requests_active"] == 0)
+                    m["granule_kv_active_bytes"] == 0 and m["granule_server_requests_active"] == 0 and
+                    m["granule_kv_committed_bytes"] == m["granule_kv_kept_bytes"])
             if idle or time.time() > deadline:
                 return m
             time.sleep(0.1)
@@ -309,12 +311,42 @@ def main():
         t0 = time.time()
         m = server.wait_idle(seconds=30)
         steps = m["granule_steps_total"] - steps_at_close
-        check(m["granule_chats_running"] == 0 and m["granule_kv_committed_bytes"] == 0 and steps < 100,
+        check(m["granule_chats_running"] == 0 and m["granule_kv_active_bytes"] == 0 and steps < 100,
               f"a {'streamed' if stream else 'whole'} request whose client left ran {steps:.0f} more steps "
               f"({time.time() - t0:.1f} s): {m}")
     server.works("clients that went away")
 
-    # Load: 64 concurrent streams all complete; afterwards nothing runs and no KV is committed.
+    # Prompt caching: a conversation's next turn resends the whole history; the KV of the
+    # previous request is kept, so only the new turn is computed, and the answer is the same as
+    # a fresh computation (greedy) on a server that keeps nothing.
+    system = "You are a terse assistant who answers in one short sentence. " * 6
+    turn1 = [{"role": "system", "content": system}, {"role": "user", "content": "Name a colour."}]
+    r1 = client.chat.completions.create(model="any", messages=turn1, max_tokens=8, temperature=0)
+    turn2 = turn1 + [{"role": "assistant", "content": r1.choices[0].message.content},
+                     {"role": "user", "content": "And a fruit?"}]
+    before = server.metrics()["granule_prompt_tokens_reused_total"]
+    r2 = client.chat.completions.create(model="any", messages=turn2, max_tokens=8, temperature=0)
+    cached = r2.usage.prompt_tokens_details.cached_tokens
+    reused = server.metrics()["granule_prompt_tokens_reused_total"] - before
+    check(r1.usage.prompt_tokens_details.cached_tokens < r1.usage.prompt_tokens, f"first turn: {r1.usage}")
+    check(cached >= r1.usage.prompt_tokens - 2 and cached < r2.usage.prompt_tokens and reused == cached,
+          f"second turn reused {cached} of {r2.usage.prompt_tokens} prompt tokens (first turn "
+          f"{r1.usage.prompt_tokens}; /metrics counted {reused})")
+    m = server.wait_idle()
+    check(m["granule_kv_kept_sequences"] >= 1 and m["granule_kv_kept_bytes"] > 0, f"nothing kept: {m}")
+    fresh = Server("--kv-reuse", "off")
+    f2 = fresh.client().chat.completions.create(model="any", messages=turn2, max_tokens=8, temperature=0)
+    check(f2.choices[0].message.content == r2.choices[0].message.content and
+          f2.usage.prompt_tokens_details.cached_tokens == 0,
+          f"with the reused KV: {r2.choices[0].message.content!r}; computed afresh: "
+          f"{f2.choices[0].message.content!r} ({f2.usage})")
+    m = fresh.wait_idle()
+    check(m["granule_kv_committed_bytes"] == 0 and m["granule_kv_kept_bytes"] == 0,
+          f"--kv-reuse off keeps KV: {m}")
+    fresh.stop()
+
+    # Load: 64 concurrent streams all complete; afterwards nothing runs and the only KV
+    # committed is what is kept for prompt reuse.
     def one(i):
         text, finishes, usage, _ = stream_chat(server.client(), f"Tell me fact number {i} about the sea.",
                                                max_tokens=6, temperature=0.7, seed=i)
@@ -328,7 +360,8 @@ def main():
               1 <= usage.completion_tokens <= 6, f"a load-test stream ended badly: {finishes} {usage}")
     m = server.wait_idle(seconds=10)
     check(m["granule_chats_running"] == 0 and m["granule_chats_waiting"] == 0 and
-          m["granule_kv_committed_bytes"] == 0 and m["granule_server_requests_active"] == 0,
+          m["granule_kv_active_bytes"] == 0 and m["granule_server_requests_active"] == 0 and
+          m["granule_kv_committed_bytes"] == m["granule_kv_kept_bytes"],
           f"after the load test: {m}")
     check(m["granule_decode_tokens_per_second"] > 0 and m["granule_server_requests_total"] >= 64, f"{m}")
     tokens = sum(u.completion_tokens for _, _, u in results)

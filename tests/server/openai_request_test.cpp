@@ -214,6 +214,9 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
   t.scheduler.running = 3;
   t.scheduler.waiting = 2;
   t.kv.committed_bytes = 4194304;
+  t.scheduler.kept_chats = 1;
+  t.scheduler.kept_kv_bytes = 2097152;
+  t.scheduler.prefix_reused_tokens = 300;
   t.streaming.h2d_bytes = 1000;
   t.graphs.recaptures = 7;
   const std::string text = prometheus_metrics(t, ServerCounters{1, 9, 4});
@@ -223,7 +226,11 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
         "granule_h2d_streamed_bytes_total 1000\n", "granule_graph_recaptures_total 7\n",
         "granule_server_requests_active 1\n", "granule_server_requests_total 9\n",
         "granule_server_requests_rejected_total 4\n", "# TYPE granule_kv_committed_bytes gauge\n",
-        "# TYPE granule_graph_recaptures_total counter\n"}) {
+        "# TYPE granule_graph_recaptures_total counter\n",
+        // Kept KV (prompt caching) apart from the running requests' KV.
+        "granule_kv_active_bytes 2097152\n", "granule_kv_kept_bytes 2097152\n",
+        "granule_kv_kept_sequences 1\n", "granule_prompt_tokens_reused_total 300\n",
+        "# TYPE granule_prompt_tokens_reused_total counter\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
 }
