@@ -237,8 +237,35 @@ types_bench() {
   done
 }
 
+# Where a 512-token prefill of the 8B shape goes: per-kernel device time (Nsight Compute, clocks
+# left alone), summed by kernel name, largest first.
+profile_prefill() {
+  timeout 300 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
+    "$build/app/bench/granule-bench" --synthetic llama3-8b:Q4_0 -p 512 -n 0 -b 1 -r 1 >/tmp/ncu-prefill.txt 2>&1
+  echo "ncu rc=$?"
+  python3 - /tmp/ncu-prefill.txt <<'PY' | tee "$OUT/prefill-profile.txt"
+import re, sys
+rows, name = [], None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+    if m: name = m.group(1); calls = None; continue
+    m = re.match(r"^\s+Section: .*", line)
+    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+\d+\s+\S+\s+\S+\s+(\S+)", line)
+    if name and m2:
+        unit = m2.group(1); total = float(m2.group(2).replace(",", ""))
+        scale = {"ns": 1e-3, "usecond": 1, "us": 1, "msecond": 1e3, "ms": 1e3, "nsecond": 1e-3}.get(unit, 1)
+        rows.append((total * scale, name[:110])); name = None
+rows.sort(reverse=True)
+print(f"total {sum(r[0] for r in rows)/1e3:.2f} ms over {len(rows)} kernel names")
+for t, n in rows[:25]: print(f"{t/1e3:9.3f} ms  {n}")
+PY
+  grep -m3 -iE "error|==PROF==" /tmp/ncu-prefill.txt
+  head -c 3000000 /tmp/ncu-prefill.txt >"$OUT/ncu-prefill.txt"
+}
+
 case $what in
   types) types_bench ;;
+  profile-prefill) profile_prefill ;;
   wave1)
     t=$build/tests/matvec_mma_kernel_test
     timeout 120 "$t" >"$OUT/mma-test.txt" 2>&1
