@@ -1,6 +1,7 @@
 // Parsing and checking OpenAI request bodies, and writing the response and error JSON.
 #include "openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -309,6 +310,19 @@ json usage_json(const Usage& usage) {
           {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
+json timings_json(const Usage& usage) {
+  const int64_t n = usage.completion_tokens;
+  const double decode_s = usage.predicted_ms / 1000.0;
+  return {{"prompt_n", usage.prompt_tokens - usage.cached_tokens},
+          {"cache_n", usage.cached_tokens},
+          {"prompt_ms", std::max(usage.prompt_ms, 0.0)},
+          {"predicted_n", n},
+          {"predicted_ms", std::max(usage.predicted_ms, 0.0)},
+          // Intervals between tokens: the first token's time belongs to the prompt.
+          {"predicted_per_second",
+           n > 1 && decode_s > 0 ? static_cast<double>(n - 1) / decode_s : 0.0}};
+}
+
 namespace {
 
 json base_json(const ResponseHeader& header, const char* object) {
@@ -332,6 +346,7 @@ json completion_json(Endpoint endpoint, const ResponseHeader& header, const std:
   }
   response["choices"] = json::array({choice});
   response["usage"] = usage_json(usage);
+  if (usage.prompt_ms >= 0) response["timings"] = timings_json(usage);
   return response;
 }
 

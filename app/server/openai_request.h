@@ -74,8 +74,15 @@ struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // of prompt_tokens, whose KV was kept from an earlier request
+  // Server-side timing (negative: not known yet): from the request reaching the engine
+  // thread's queue to its first token (queue and prefill), and from its first token to its last.
+  double prompt_ms = -1;
+  double predicted_ms = -1;
 };
 nlohmann::json usage_json(const Usage& usage);
+// llama-server's `timings` object (prompt_n, cache_n, prompt_ms, predicted_n, predicted_ms,
+// predicted_per_second), sent beside `usage` in a finished response or final chunk.
+nlohmann::json timings_json(const Usage& usage);
 
 // What every response and chunk of one request shares.
 struct ResponseHeader {

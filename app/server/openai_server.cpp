@@ -32,6 +32,8 @@ struct Channel {
   std::string text;  // released by the engine, not yet sent to the client
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV was kept (PromptInfo::reused_tokens)
+  // When the request was handed to the engine thread, and its first and last tokens.
+  std::chrono::steady_clock::time_point submitted, first_token, last_token;
   std::vector<TokenLogprobs> logprobs;  // of tokens not yet sent (when the request asked)
   bool finished = false;
   FinishReason reason = FinishReason::None;
@@ -306,6 +308,7 @@ struct OpenAiServer::Impl {
       int64_t prompt_tokens;
     };
     const char* param = endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+    channel->submitted = std::chrono::steady_clock::now();
     try {
       const Submitted submitted = engine.call([&, channel](Engine& e) -> Submitted {
         Request request;
@@ -350,7 +353,10 @@ struct OpenAiServer::Impl {
           {
             std::lock_guard lock(channel->mutex);
             channel->text += text;
-            if (token != kNoToken) ++channel->completion_tokens;
+            if (token != kNoToken) {
+              channel->last_token = std::chrono::steady_clock::now();
+              if (channel->completion_tokens++ == 0) channel->first_token = channel->last_token;
+            }
           }
           channel->changed.notify_all();
         };
@@ -410,7 +416,15 @@ struct OpenAiServer::Impl {
       channel.logprobs.clear();
       running.usage.completion_tokens = channel.completion_tokens;
       running.usage.cached_tokens = channel.cached_tokens;
-      if (channel.finished) return Wait::Finished;
+      if (channel.completion_tokens > 0) {
+        using Ms = std::chrono::duration<double, std::milli>;
+        running.usage.prompt_ms = Ms(channel.first_token - channel.submitted).count();
+        running.usage.predicted_ms = Ms(channel.last_token - channel.first_token).count();
+      }
+      if (channel.finished) {
+        log_finished(running);
+        return Wait::Finished;
+      }
     }
     if (peer_closed(running.socket) || stopping.load()) {
       cancel(running);
@@ -421,6 +435,20 @@ struct OpenAiServer::Impl {
       return Wait::TimedOut;
     }
     return Wait::Going;
+  }
+
+  // One info line per finished request, as llama-server prints its timings.
+  static void log_finished(const Running& r) {
+    const Usage& u = r.usage;
+    const double rate = u.completion_tokens > 1 && u.predicted_ms > 0
+                            ? static_cast<double>(u.completion_tokens - 1) * 1000.0 / u.predicted_ms
+                            : 0.0;
+    granule::logger("server")->info(
+        "{}: {} prompt tokens ({} cached), first token after {:.0f} ms; {} tokens in {:.0f} ms "
+        "({:.1f} t/s), {}",
+        r.header.id, u.prompt_tokens, u.cached_tokens, std::max(u.prompt_ms, 0.0),
+        u.completion_tokens, std::max(u.predicted_ms, 0.0), rate,
+        finish_reason_name(r.channel->reason));
   }
 
   static ApiError stopping_error() {
@@ -519,6 +547,7 @@ struct OpenAiServer::Impl {
             } else {
               json last = chunk_json(r.endpoint, r.header, "", finish);
               last["usage"] = usage_json(r.usage);  // usage in every response, streamed too
+              if (r.usage.prompt_ms >= 0) last["timings"] = timings_json(r.usage);
               out += sse_event(last);
               if (r.include_usage)
                 out += sse_event(usage_chunk_json(r.endpoint, r.header, r.usage));

@@ -192,10 +192,10 @@ for _ in range(90):
   { echo; echo "-- server (vocab ${vocab:-?}):"; head -2 /tmp/serve.log
     echo "-- cold: the fresh server's first 8 requests, no warm-up"
     timeout 120 python3 "$src/tests/server/loadgen.py" --port $port --vocab "${vocab:-32000}" \
-      --concurrency 8 --prompt-tokens 128 --max-tokens 128 --no-warmup
+      --concurrency 8 --prompt-tokens 128 --max-tokens 128 --no-warmup --timeline
     echo "-- warm (one short untimed round per concurrency first, as the bench warms up)"
     timeout 240 python3 "$src/tests/server/loadgen.py" --port $port --vocab "${vocab:-32000}" \
-      --concurrency 8,32,64 --prompt-tokens 128 --max-tokens 128
+      --concurrency 8,32,64 --prompt-tokens 128 --max-tokens 128 --timeline
     echo "-- metrics after the load:"; python3 -c "import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:$port/metrics\").read().decode())" | grep -E "^granule_(kv|chats|sequences)" ; } \
     >>"$OUT/serve-vs-bench.txt" 2>&1
   kill $pid 2>/dev/null; wait $pid 2>/dev/null

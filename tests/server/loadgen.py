@@ -40,6 +40,7 @@ def one_request(host, port, body, out, index, barrier):
     first = last = None
     chunks = []
     usage = None
+    timings = None
     finish = None
     error = None
     if resp.status != 200:
@@ -60,6 +61,8 @@ def one_request(host, port, body, out, index, barrier):
             now = time.perf_counter()
             if chunk.get("usage"):
                 usage = chunk["usage"]
+            if chunk.get("timings"):
+                timings = chunk["timings"]
             for choice in chunk.get("choices", []):
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
@@ -73,7 +76,7 @@ def one_request(host, port, body, out, index, barrier):
     conn.close()
     out[index] = {"sent": sent, "first": first, "last": last, "end": time.perf_counter(),
                   "chunks": chunks,
-                  "usage": usage, "finish": finish, "error": error}
+                  "usage": usage, "timings": timings, "finish": finish, "error": error}
 
 
 def run(host, port, n, prompt_tokens, max_tokens, vocab, seed):
@@ -105,7 +108,13 @@ def run(host, port, n, prompt_tokens, max_tokens, vocab, seed):
             decode_rate = tokens / (end - begin)
     wall = max(r["end"] for r in results) - min(r["sent"] for r in results)
     ttft = sorted(r["first"] - r["sent"] for r in results if r["first"] is not None)
+    t0 = min(r["sent"] for r in results)
+    timeline = [{"sent_ms": (r["sent"] - t0) * 1e3,
+                 "first_ms": (r["first"] - t0) * 1e3 if r["first"] else None,
+                 "last_ms": (r["last"] - t0) * 1e3 if r["last"] else None,
+                 "chunks": len(r["chunks"]), "timings": r["timings"]} for r in results]
     return {"concurrency": n, "requests_ok": n - len(errors), "errors": errors[:3],
+            "timeline": sorted(timeline, key=lambda t: t["first_ms"] or 0),
             "completion_tokens": completion, "wall_s": wall,
             "end_to_end_tokens_per_s": completion / wall if wall > 0 else 0.0,
             "decode_tokens_per_s": decode_rate,
@@ -123,6 +132,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-warmup", action="store_true", help="measure a cold server")
+    ap.add_argument("--timeline", action="store_true",
+                    help="print every request's first and last chunk and the server's timings")
     args = ap.parse_args()
     levels = [int(n) for n in args.concurrency.split(",")]
     if not args.no_warmup:
@@ -141,6 +152,13 @@ def main():
                   f"{r['end_to_end_tokens_per_s']:>17.1f} {ttft:>12}")
             for e in r["errors"]:
                 print("  error:", e)
+            if args.timeline:
+                print("   sent ms  first ms   last ms  chunks  server: prompt ms  decode t/s")
+                for t in r["timeline"]:
+                    tm = t["timings"] or {}
+                    print(f"  {t['sent_ms']:8.1f}  {t['first_ms'] or -1:8.1f}  {t['last_ms'] or -1:8.1f}  "
+                          f"{t['chunks']:6d}  {tm.get('prompt_ms', -1):17.1f}  "
+                          f"{tm.get('predicted_per_second', -1):10.1f}")
     return 0 if all(r["requests_ok"] == r["concurrency"] for r in rows) else 1
 
 

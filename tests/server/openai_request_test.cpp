@@ -208,6 +208,26 @@ TEST(OpenAiResponse, WholeResponsesAndChunks) {
   EXPECT_NO_THROW(sse_event(json{{"t", std::string("\xe2\x82")}}));
 }
 
+TEST(Timings, LlamaServerFieldsFromTheServersClock) {
+  Usage u;
+  u.prompt_tokens = 100;
+  u.cached_tokens = 60;
+  u.completion_tokens = 11;
+  u.prompt_ms = 25.0;
+  u.predicted_ms = 200.0;
+  const json t = timings_json(u);
+  EXPECT_EQ(t["prompt_n"], 40);
+  EXPECT_EQ(t["cache_n"], 60);
+  EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 25.0);
+  EXPECT_EQ(t["predicted_n"], 11);
+  EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 50.0);  // 10 intervals in 0.2 s
+  // A finished response carries them beside usage once the server timed the request.
+  EXPECT_TRUE(completion_json(Endpoint::Completions, {}, "x", "length", u).contains("timings"));
+  EXPECT_FALSE(
+      completion_json(Endpoint::Completions, {}, "x", "length", Usage{}).contains("timings"));
+  EXPECT_EQ(usage_json(u)["prompt_tokens_details"]["cached_tokens"], 60);
+}
+
 TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
   TelemetrySnapshot t;
   t.throughput.decode_tokens_per_second = 12.5;
