@@ -119,6 +119,10 @@ struct OpenAiServer::Impl {
   std::atomic<int64_t> active{0};
   std::atomic<uint64_t> total{0};
   std::atomic<uint64_t> rejected{0};
+  // Tokens generated for every request (the engine's sinks count them; shared, as a sink may
+  // outlive this object while the engine thread winds down).
+  std::shared_ptr<std::atomic<uint64_t>> completion_tokens =
+      std::make_shared<std::atomic<uint64_t>>(0);
   std::atomic<uint64_t> next_id{1};
   std::atomic<bool> stopping{false};  // stop() was called: requests in flight end now
   const int64_t started = std::chrono::duration_cast<std::chrono::seconds>(
@@ -203,7 +207,8 @@ struct OpenAiServer::Impl {
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       const TelemetrySnapshot telemetry = engine.call([](Engine& e) { return e.telemetry(); });
-      const ServerCounters counters{active.load(), total.load(), rejected.load()};
+      const ServerCounters counters{active.load(), total.load(), rejected.load(),
+                                    completion_tokens->load()};
       res.set_content(prometheus_metrics(telemetry, counters), "text/plain; version=0.0.4");
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
@@ -349,7 +354,9 @@ struct OpenAiServer::Impl {
           for (const std::string& stop : tmpl->stop_strings())
             request.sampling.stop_strings.push_back(stop);
         }
-        request.sink.on_token = [channel](SequenceId, const std::string& text, int32_t token) {
+        request.sink.on_token = [channel, counted = completion_tokens](
+                                    SequenceId, const std::string& text, int32_t token) {
+          if (token != kNoToken) counted->fetch_add(1, std::memory_order_relaxed);
           {
             std::lock_guard lock(channel->mutex);
             channel->text += text;

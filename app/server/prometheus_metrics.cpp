@@ -83,6 +83,9 @@ std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters&
   metric(out, "granule_server_requests_rejected_total", "counter",
          "Completion requests refused before reaching the engine.",
          static_cast<double>(server.requests_rejected));
+  metric(out, "granule_server_completion_tokens_total", "counter",
+         "Tokens generated for completions (streamed or not).",
+         static_cast<double>(server.completion_tokens));
   return out;
 }
 

@@ -3,9 +3,14 @@
 library only, so it runs where no package registry is reachable) and print the aggregate
 throughput the clients saw, measured like `granule-bench chats` measures the engine:
 
-  decode tokens/s   tokens that reached the clients while every stream was decoding (from the
-                    last stream's first chunk to the first stream's last chunk), over that
-                    window's length; a chunk counts as completion tokens / chunks of its stream
+  decode tokens/s   tokens generated while every request was decoding, over that window's
+                    length: the window runs from the last request's first token to the first
+                    request's last token, as the server's `timings` place them (sent time +
+                    prompt_ms, + predicted_ms), and the tokens are the server's
+                    granule_server_completion_tokens_total counter, sampled from /metrics every
+                    20 ms in a side thread and interpolated at the window's ends. (Chunks are
+                    not counted: a token whose text is empty, e.g. a control token a synthetic
+                    model emits, sends none.)
   end-to-end tok/s  all completion tokens over the wall time from the first request sent to
                     the last response ended (includes prefill and HTTP)
 
@@ -79,8 +84,39 @@ def one_request(host, port, body, out, index, barrier):
                   "usage": usage, "timings": timings, "finish": finish, "error": error}
 
 
+def completion_tokens_total(host, port):
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    for line in text.splitlines():
+        if line.startswith("granule_server_completion_tokens_total "):
+            return float(line.split()[1])
+    return None
+
+
+def sample_counter(host, port, samples, stop):
+    """(time, tokens generated so far) every 20 ms until `stop` is set."""
+    while not stop.is_set():
+        value = completion_tokens_total(host, port)
+        if value is not None:
+            samples.append((time.perf_counter(), value))
+        time.sleep(0.02)
+
+
+def counter_at(samples, t):
+    """The counter at time t, interpolated between the samples around it."""
+    for (t0, v0), (t1, v1) in zip(samples, samples[1:]):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    return None
+
+
 def run(host, port, n, prompt_tokens, max_tokens, vocab, seed):
     rng = random.Random(seed + n)
+    samples, stop = [], threading.Event()
+    sampler = threading.Thread(target=sample_counter, args=(host, port, samples, stop))
+    sampler.start()
     results = [None] * n
     barrier = threading.Barrier(n)
     threads = []
@@ -93,28 +129,30 @@ def run(host, port, n, prompt_tokens, max_tokens, vocab, seed):
         threads.append(t)
     for t in threads:
         t.join()
+    stop.set()
+    sampler.join()
     errors = [r["error"] for r in results if r["error"]]
     completion = sum(r["usage"]["completion_tokens"] for r in results if r["usage"])
     decode_rate = 0.0
-    ok = [r for r in results if r["usage"] and r["chunks"]]
+    ok = [r for r in results if r["timings"] and r["timings"]["predicted_n"] > 1]
     if len(ok) == n:
-        begin = max(r["first"] for r in ok)
-        end = min(r["last"] for r in ok)
-        if end > begin:
-            tokens = 0.0
-            for r in ok:
-                inside = sum(1 for t in r["chunks"] if begin < t <= end)
-                tokens += inside * r["usage"]["completion_tokens"] / len(r["chunks"])
-            decode_rate = tokens / (end - begin)
+        first = [r["sent"] + r["timings"]["prompt_ms"] / 1e3 for r in ok]
+        last = [f + r["timings"]["predicted_ms"] / 1e3 for f, r in zip(first, ok)]
+        begin, end = max(first), min(last)
+        a, b = counter_at(samples, begin), counter_at(samples, end)
+        if end > begin and a is not None and b is not None:
+            decode_rate = (b - a) / (end - begin)
     wall = max(r["end"] for r in results) - min(r["sent"] for r in results)
-    ttft = sorted(r["first"] - r["sent"] for r in results if r["first"] is not None)
+    # Time to first token by the server's clock (queue + prefill): a first chunk may come later
+    # than the first token when the token has no text.
+    ttft = sorted(r["timings"]["prompt_ms"] / 1e3 for r in results if r["timings"])
     t0 = min(r["sent"] for r in results)
     timeline = [{"sent_ms": (r["sent"] - t0) * 1e3,
                  "first_ms": (r["first"] - t0) * 1e3 if r["first"] else None,
                  "last_ms": (r["last"] - t0) * 1e3 if r["last"] else None,
                  "chunks": len(r["chunks"]), "timings": r["timings"]} for r in results]
     return {"concurrency": n, "requests_ok": n - len(errors), "errors": errors[:3],
-            "timeline": sorted(timeline, key=lambda t: t["first_ms"] or 0),
+            "timeline": sorted(timeline, key=lambda t: (t["timings"] or {}).get("prompt_ms", 0)),
             "completion_tokens": completion, "wall_s": wall,
             "end_to_end_tokens_per_s": completion / wall if wall > 0 else 0.0,
             "decode_tokens_per_s": decode_rate,

@@ -239,13 +239,14 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
   t.scheduler.prefix_reused_tokens = 300;
   t.streaming.h2d_bytes = 1000;
   t.graphs.recaptures = 7;
-  const std::string text = prometheus_metrics(t, ServerCounters{1, 9, 4});
+  const std::string text = prometheus_metrics(t, ServerCounters{1, 9, 4, 777});
   for (const std::string line :
        {"granule_decode_tokens_per_second 12.5\n", "granule_chats_running 3\n",
         "granule_chats_waiting 2\n", "granule_kv_committed_bytes 4194304\n",
         "granule_h2d_streamed_bytes_total 1000\n", "granule_graph_recaptures_total 7\n",
         "granule_server_requests_active 1\n", "granule_server_requests_total 9\n",
-        "granule_server_requests_rejected_total 4\n", "# TYPE granule_kv_committed_bytes gauge\n",
+        "granule_server_requests_rejected_total 4\n",
+        "granule_server_completion_tokens_total 777\n", "# TYPE granule_kv_committed_bytes gauge\n",
         "# TYPE granule_graph_recaptures_total counter\n",
         // Kept KV (prompt caching) apart from the running requests' KV.
         "granule_kv_active_bytes 2097152\n", "granule_kv_kept_bytes 2097152\n",
