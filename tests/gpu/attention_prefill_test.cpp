@@ -330,6 +330,51 @@ void check_planned(const Shape& shape, const Batch& batch, int min_run, float q_
   check(p, tiles, others, what);
 }
 
+// --- the tile planner (host code: runs without a GPU) ----------------------------------------
+
+std::vector<std::pair<int, int>> plan(const Batch& b, int min_run, std::vector<int32_t>& others) {
+  std::vector<PrefillTile> tiles = {{99, 99}};  // cleared by the planner
+  others = {42};
+  kernels::plan_prefill_tiles(b.slots.data(), b.lengths.data(), b.rows(), min_run, tiles, others);
+  std::vector<std::pair<int, int>> out;
+  for (const PrefillTile& t : tiles) out.emplace_back(t.first_row, t.count);
+  return out;
+}
+
+TEST(FlashPrefillPlan, RunsOfOneSlotInBalancedTilesOthersForTheSplitKernel) {
+  using Tiles = std::vector<std::pair<int, int>>;
+  std::vector<int32_t> others;
+  Batch one;
+  one.add_run(3, 1, 1);
+  EXPECT_EQ(plan(one, 2, others), Tiles{});
+  EXPECT_EQ(others, std::vector<int32_t>{0});
+  EXPECT_EQ(plan(one, 1, others), (Tiles{{0, 1}}));
+  EXPECT_TRUE(others.empty());
+  Batch long_run;
+  long_run.add_run(0, 4001, 150);  // 150 rows: 3 tiles of 50
+  EXPECT_EQ(plan(long_run, 2, others), (Tiles{{0, 50}, {50, 50}, {100, 50}}));
+  Batch exact;
+  exact.add_run(1, 1, 128);  // 2 x 64
+  exact.add_run(2, 1, 129);  // 43 + 43 + 43
+  EXPECT_EQ(plan(exact, 2, others), (Tiles{{0, 64}, {64, 64}, {128, 43}, {171, 43}, {214, 43}}));
+  // Padding (length 0) ends a run and is in neither list; a slot's rows split by another
+  // slot's are two runs.
+  Batch mixed;
+  mixed.add_run(0, 10, 3);  // 0..2
+  mixed.add(-1, 0);         // 3
+  mixed.add_run(0, 13, 2);  // 4..5
+  mixed.add(5, 7);          // 6
+  mixed.add_run(0, 15, 1);  // 7
+  mixed.add(-1, 0);         // 8
+  EXPECT_EQ(plan(mixed, 2, others), (Tiles{{0, 3}, {4, 2}}));
+  EXPECT_EQ(others, (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ(plan(mixed, 3, others), (Tiles{{0, 3}}));
+  EXPECT_EQ(others, (std::vector<int32_t>{4, 5, 6, 7}));
+  Batch empty;
+  EXPECT_EQ(plan(empty, 2, others), Tiles{});
+  EXPECT_TRUE(others.empty());
+}
+
 // --- one sequence's prompt from position 0: rows of lengths 1..L ---------------------------
 
 struct PromptCase {
@@ -433,7 +478,7 @@ TEST_P(FlashPrefillBatch, HandMadeTilesWithZeroLengthsAndArbitraryLengths) {
   Batch z;
   for (int r = 0; r < 20; ++r) z.add(0, r == 7 ? 5 : 0);
   const Problem pz(GetParam(), z, 1.0f, 32);
-  check(pz, {{0, 5}, {8, 12}}, {}, "tiles of length-0 rows " + shape_name(GetParam()));
+  check(pz, {{0, 5}, {8, 12}}, {7}, "tiles of length-0 rows " + shape_name(GetParam()));
   check(pz, {}, {7}, "no tiles " + shape_name(GetParam()));
 }
 
