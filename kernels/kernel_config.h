@@ -37,6 +37,11 @@ struct KernelConfig {
   bool mma = true;
   int mma_min_rows = 8;  // H200, 8B Q4_0: at 4 rows mma 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
   bool mma_prefill = false;
+  // Runs of more than 64 rows (prefill) take the f16 tensor-core flash-attention kernel
+  // (attention_prefill.cu, compute capability 8.0+) for runs of rows of one sequence; single
+  // rows of other sequences in the same run keep the flash-decoding kernel (attention.cu).
+  // The backend turns it off on devices without it.
+  bool flash_prefill = true;
 };
 
 }  // namespace granule::kernels

@@ -140,6 +140,21 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   }
 }
 
+TEST(KernelConfigEnv, FlashPrefillSwitch) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_TRUE(defaults.flash_prefill);
+  EXPECT_EQ(describe_attention(defaults), "flash prefill on");
+  const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
+  EXPECT_FALSE(off.flash_prefill);
+  EXPECT_EQ(describe_attention(off), "flash prefill off");
+  EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_FLASH_PREFILL=yes ignored (accepted: 0, 1); keeping 0");
+}
+
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -168,7 +183,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 8u);
+  ASSERT_EQ(kernel_override_variables().size(), 9u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -22,9 +22,11 @@ constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
 constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
 constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
+constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,  kSplitShapeVariable, kSplitShapeLongVariable, kEarlyLaunchVariable,
-    kSplitWeightsVariable, kMmaVariable,        kMmaMinRowsVariable,     kMmaPrefillVariable};
+    kMatvecShapeVariable, kSplitShapeVariable,   kSplitShapeLongVariable,
+    kEarlyLaunchVariable, kSplitWeightsVariable, kMmaVariable,
+    kMmaMinRowsVariable,  kMmaPrefillVariable,   kFlashPrefillVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -109,6 +111,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kMmaMinRowsVariable, kMinRowsLowest, kMinRowsHighest, config.mma_min_rows, lookup,
               warnings);
   apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
+  apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   return config;
 }
 
@@ -132,6 +135,10 @@ std::string describe_mma(const KernelConfig& config) {
   if (!config.mma) return "int8 mma off";
   return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
          (config.mma_prefill ? "on" : "off");
+}
+
+std::string describe_attention(const KernelConfig& config) {
+  return std::string("flash prefill ") + (config.flash_prefill ? "on" : "off");
 }
 
 }  // namespace granule

@@ -36,4 +36,8 @@ std::string describe(const kernels::KernelConfig& config);
 // or "int8 mma off".
 std::string describe_mma(const kernels::KernelConfig& config);
 
+// One line for the log on the prefill attention kernel: "flash prefill on" or "flash prefill
+// off".
+std::string describe_attention(const kernels::KernelConfig& config);
+
 }  // namespace granule

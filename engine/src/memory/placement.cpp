@@ -73,7 +73,7 @@ uint64_t cuda_workspace_bytes(const ModelConfig& c, const WeightTable& weights, 
   int64_t floats = R * (c.n_embd + widest + 2 * q_dim + 2 * kv_dim + 2 * c.n_ff);
   floats += kLogitRows * c.n_vocab;
   int64_t bytes = floats * 4 + R * widest * 2 /* f16 */ + R * widest + R * widest / 32 * 8;
-  bytes += R * (5 * 4 + kParamsBytes + 4 + kHistory * 4 + 4 + 12);  // inputs, sampling, tokens
+  bytes += R * (8 * 4 + kParamsBytes + 4 + kHistory * 4 + 4 + 12);  // inputs, sampling, tokens
   if (R > kMatvecRows) {
     int64_t largest = 0;
     for (const LayerWeights& l : weights.layers)

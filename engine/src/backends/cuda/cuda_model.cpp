@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "attention.cuh"
+#include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "dequantize.cuh"
 #include "granule/error.h"
@@ -34,7 +35,22 @@ constexpr size_t kAlign = 256;
 constexpr size_t kTensorSlackBytes = 16;
 constexpr int kDecodeSplitTokens = 64;
 constexpr int kPrefillSplitTokens = 1024;
-enum InputArray { kTokens = 0, kPositions, kSlots, kLengths, kLogitRows, kInputArrays };
+// Per-row int32 arrays of the step inputs, R = max_rows_ each. kOtherLengths: the lengths of
+// the rows the flash-attention tiles leave to the split kernel (0 for rows in a tile);
+// kTiles: two arrays' room for up to R PrefillTiles.
+enum InputArray {
+  kTokens = 0,
+  kPositions,
+  kSlots,
+  kLengths,
+  kLogitRows,
+  kOtherLengths,
+  kTiles,
+  kInputArrays = kTiles + 2
+};
+// Runs of at least this many rows of one sequence take the flash-attention prefill kernel
+// (a run of 1 is a decode row: the split kernel spreads its tokens over many blocks).
+constexpr int kFlashMinRunRows = 2;
 
 size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -47,7 +63,7 @@ std::vector<float> to_f32(const TensorInfo* t) {
 
 // The options' configuration, else the defaults with the environment's overrides (read here,
 // once per model), as the current device can run them.
-k::KernelConfig device_kernel_config(const BackendOptions& options) {
+k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head_dim) {
   k::KernelConfig config =
       options.kernel_config ? *options.kernel_config : kernel_config_from_environment();
   check_cuda(k::fit_to_device(config), "reading the device's compute capability");
@@ -55,8 +71,17 @@ k::KernelConfig device_kernel_config(const BackendOptions& options) {
     config.mma = false;
     logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
   }
+  if (config.flash_prefill && !k::attention_prefill_fits_device(static_cast<int>(head_dim))) {
+    config.flash_prefill = false;
+    logger("engine.cuda")
+        ->info(
+            "flash prefill off: needs compute capability 8.0, code built for it and {} bytes "
+            "of shared memory per block for head size {}",
+            k::attention_prefill_shared_bytes(static_cast<int>(head_dim)), head_dim);
+  }
   logger("engine.cuda")
-      ->info("kernel configuration: {}; {}", describe(config), describe_mma(config));
+      ->info("kernel configuration: {}; {}; {}", describe(config), describe_mma(config),
+             describe_attention(config));
   return config;
 }
 
@@ -84,7 +109,7 @@ bool mma_prefill(const k::KernelConfig& config, const DeviceLayer& l) {
 
 CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
-      kernel_config_(device_kernel_config(init.options)),
+      kernel_config_(device_kernel_config(init.options, init.config.head_dim)),
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
   const ModelConfig& c = config_;
@@ -398,6 +423,25 @@ void CudaModel::upload(const RowInputs& in) {
   // A padding row (slot < 0) sees no KV: attention skips it, rope_kv writes nothing.
   for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.slots[i] < 0 ? 0 : in.positions[i] + 1;
   std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
+  // Flash-attention tiles for a run of more than kMatvecMaxRows rows (never graph-captured):
+  // each run of one sequence's rows in tiles of up to 64 rows; the other rows (decode rows of
+  // a mixed step) keep their lengths in kOtherLengths for the split kernel, tile rows get 0.
+  flash_rows_ = -1;
+  flash_tiles_ = flash_other_rows_ = 0;
+  if (kernel_config_.flash_prefill && n > static_cast<size_t>(kMatvecMaxRows)) {
+    const int rows = static_cast<int>(n);
+    const int32_t* lengths = host + kLengths * R;
+    k::plan_prefill_tiles(in.slots.data(), lengths, rows, kFlashMinRunRows, tile_plan_,
+                          other_rows_);
+    std::copy(tile_plan_.begin(), tile_plan_.end(),
+              reinterpret_cast<k::PrefillTile*>(host + kTiles * R));
+    int32_t* other = host + kOtherLengths * R;
+    std::fill(other, other + rows, 0);
+    for (const int32_t r : other_rows_) other[r] = lengths[r];
+    flash_rows_ = rows;
+    flash_tiles_ = static_cast<int>(tile_plan_.size());
+    flash_other_rows_ = static_cast<int>(other_rows_.size());
+  }
   dirty_end_ = std::max(dirty_end_, kInputArrays * R * sizeof(int32_t));
 }
 
@@ -532,7 +576,23 @@ void CudaModel::attention(int layer, int n_rows) {
   if ((n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
       k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
+  // split kernel takes every row), then the split kernel for the other rows only.
+  if (flash_tiles_ > 0 && n_rows == flash_rows_ && !a.out_q8.qs && !stream_capturing()) {
+    check_launch(
+        k::launch_attention_prefill(a, reinterpret_cast<const k::PrefillTile*>(in + kTiles * R),
+                                    flash_tiles_, kernel_config_, stream_.get()),
+        "attention_prefill");
+    if (flash_other_rows_ == 0) return;
+    a.lengths = in + kOtherLengths * R;
+  }
   check_launch(k::launch_attention(a, kernel_config_, stream_.get()), "attention");
+}
+
+bool CudaModel::stream_capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check_cuda(cudaStreamIsCapturing(stream_.get(), &status), "cudaStreamIsCapturing");
+  return status != cudaStreamCaptureStatusNone;
 }
 
 void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {

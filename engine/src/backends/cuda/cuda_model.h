@@ -17,6 +17,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/weight_streamer.h"
 #include "memory/placement.h"
+#include "attention_prefill.cuh"
 #include "kernel_config.h"
 #include "sampling.cuh"
 
@@ -117,6 +118,7 @@ class CudaModel {
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows);
   void attention(int layer, int n_rows);
+  bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32);
@@ -170,6 +172,11 @@ class CudaModel {
   PinnedBuffer tokens_host_;
   size_t params_offset_ = 0, lengths_offset_ = 0, history_offset_ = 0;  // in inputs_
   size_t dirty_end_ = 0;  // host bytes of inputs_ written since the last flush
+  // The flash-attention plan of the last upload(): for a run of flash_rows_ rows (-1: none),
+  // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
+  int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
+  std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
+  std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
   int history_capacity_ = 256;
   int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
