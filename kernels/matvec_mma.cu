@@ -853,6 +853,11 @@ bool matvec_mma_fits_device() {
   return true;
 }
 
+int matvec_mma_version(const KernelConfig& config) {
+  if (config.mma <= 0) return 0;
+  return config.mma >= 2 && v2::ready() ? 2 : 1;
+}
+
 cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                               const MatvecInput& input, const KernelConfig& config,
                               cudaStream_t stream) {
@@ -873,7 +878,7 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
     max_rows = std::max(max_rows, t.n_out);
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
-  const bool version2 = config.mma >= 2 && v2::ready();
+  const bool version2 = matvec_mma_version(config) == 2;
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     if (version2)
