@@ -34,7 +34,9 @@ struct KernelConfig {
   // Q4_0/Q4_1/Q8_0 matrices once a run has mma_min_rows rows; fewer take the dp4a kernels.
   // Runs of more than 64 rows (prefill) take them only with mma_prefill, else dequantise +
   // cuBLAS. The backend turns mma off on devices without it (matvec_mma_fits_device()).
-  bool mma = true;
+  // 0 off, 1 version 1 (block-wide shared-memory stages), 2 version 2 (warp-pipelined; a
+  // device without its shared memory runs version 1). kernels/PERF_NOTES.md compares them.
+  int mma = 1;
   int mma_min_rows = 8;  // H200, 8B Q4_0: at 4 rows mma 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
   bool mma_prefill = false;
   // Runs of more than 64 rows (prefill) take the f16 tensor-core flash-attention kernel

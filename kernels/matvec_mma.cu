@@ -373,6 +373,456 @@ cudaError_t launch_type(const MmaTasks& tasks, int n_tasks, int max_rows, const 
   return launch_tile<TYPE, 8, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
 }
 
+// ---------------------------------------------------------------------------------------
+// Version 2 (GRANULE_MMA=2): warp-pipelined. Every warp streams its own sub-blocks through a
+// private shared-memory ring filled by cp.async (weights and the activations of those
+// sub-blocks), waits with cp.async.wait_group + __syncwarp only, and loads its fragments with
+// ldmatrix; the block's warps split the sub-blocks of the same rows (stage i of warp w covers
+// sub-blocks (w + W i) * KS ..) and meet once, at the end, in a fixed-order shared-memory
+// reduction. No block barrier runs in the main loop. PERF_NOTES.md ("Version 2") has the
+// reasoning behind the sizes.
+namespace v2 {
+
+constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23 as f32 bits: ulp 1 in [2^23, 2^24)
+constexpr float kMagic = 12582912.0f;
+constexpr int kWarpBudget = 26 * 1024;  // ring bytes per warp: 4 warps = 104 KB, 2 blocks/SM
+constexpr int kWeightTiles = 2;         // 16-row weight tiles per warp (over gate and up)
+
+template <uint32_t TYPE, int NT, bool GATE_UP>
+struct Plan {
+  static constexpr int kMatrices = GATE_UP ? 2 : 1;
+  static constexpr int kRowTiles = kWeightTiles / kMatrices;  // per matrix
+  static constexpr int kRows = 16 * kRowTiles;                // output rows per block
+  static constexpr int kWeightRows = 16 * kWeightTiles;       // 32: one row per lane
+  static constexpr int kColumns = 8 * NT;
+  static constexpr int kKs = NT <= 2 ? 4 : 2;  // 32-element sub-blocks per stage
+  static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;
+  static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;
+  // Shared rows padded by 16 bytes: ldmatrix's 8 row addresses land in 8 different 16-byte
+  // bank groups (strides 48, 80, 144, 272 are all 16 mod 32 or odd multiples of 16 mod 128).
+  static constexpr int kWeightRow = kKs * kQuantBytes + 16;
+  static constexpr int kScaleRow = kKs * kScaleBytes;  // 4, 8, 16 bytes
+  static constexpr int kScaleCopy = kScaleRow < 16 ? kScaleRow : 16;
+  static constexpr int kActRow = kKs * kQ8Block + 16;
+  static constexpr int kScaleOffset = kWeightRows * kWeightRow;
+  static constexpr int kActOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kDsOffset = kActOffset + kColumns * kActRow;  // float2 [column][kKs]
+  static constexpr int kStageBytes = kDsOffset + kColumns * kKs * 8;
+  static constexpr int kStagesFit = kWarpBudget / kStageBytes;
+  static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kAccumulators = kWeightTiles * NT * 4;
+  // Per lane and stage: 16-byte weight chunks (one row each), activation chunks, scales.
+  static constexpr int kChunksPerRow = kKs * kQuantBytes / 16;     // 2, 4 or 8
+  static constexpr int kActChunksPerColumn = kKs * kQ8Block / 16;  // 4 or 8
+  static constexpr int kActChunks = kColumns * kActChunksPerColumn / kWarpSize;
+  static constexpr int kDsCopies = kColumns * kKs / kWarpSize;
+  static_assert(kStages >= 3, "at least two stages in flight while one is read");
+  static_assert(kScaleOffset % 16 == 0 && kActOffset % 16 == 0 && kDsOffset % 16 == 0 &&
+                    kStageBytes % 16 == 0 && kWeightRow % 16 == 0 && kActRow % 16 == 0,
+                "cp.async and ldmatrix want 16-byte aligned rows");
+  static_assert(kWarpSize % kChunksPerRow == 0 && kWarpSize % kActChunksPerColumn == 0 &&
+                    kWarpSize % kKs == 0 && kActChunks >= 1 && kDsCopies >= 1 &&
+                    kActChunks * kWarpSize == kColumns * kActChunksPerColumn &&
+                    kDsCopies * kWarpSize == kColumns * kKs,
+                "every lane copies the same number of chunks");
+  static_assert(kScaleRow % kScaleCopy == 0, "whole scale copies");
+  static_assert(NT == 1 || NT % 2 == 0, "activation fragments load two n-tiles at a time");
+};
+
+// Warps per block: 4 (two blocks per SM, so one block's ring fills while the other's
+// drains) when there are more blocks than SMs, else 8 (one block per SM, twice the bytes in
+// flight for the few blocks of a short matrix). SwiGLU's matrices always have many rows.
+template <bool GATE_UP>
+constexpr int kWideWarps = GATE_UP ? 4 : 8;
+
+template <int BYTES>
+__device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "r"(valid ? 16 : 0)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)),
+                 "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(p))
+               : "memory");
+}
+__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(p))
+               : "memory");
+}
+
+// c = a x b + 1.5 * 2^23 (as int32 bits): the f32 whose bits c holds is 1.5 * 2^23 + a x b
+// exactly (|a x b| < 2^22 for every type here), so one f32 subtraction converts it.
+__device__ __forceinline__ void mma_s8_magic(int (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%10, %10, %10, %10};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(kMagicBits));
+#else
+  __trap();  // the launcher refuses devices below compute capability 8.0
+#endif
+}
+
+// Row r (0..31) of the warp's weight rows: matrix r / kRows, row row0 + r % kRows (rows past
+// the matrix's end repeat its last row; they are read, never written).
+template <class P>
+__device__ __forceinline__ const uint8_t* weight_row(const MatvecTask& task, int row0, int r) {
+  const int row = min(row0 + r % P::kRows, task.n_out - 1);
+  const void* matrix = P::kMatrices == 2 && r >= P::kRows ? task.weight_up : task.weight;
+  return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
+}
+
+template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+__global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks, MatvecInput in) {
+  using P = Plan<TYPE, NT, GATE_UP>;
+  constexpr int S = P::kStages;
+  constexpr int KS = P::kKs;
+  constexpr int CPR = P::kChunksPerRow;
+  extern __shared__ __align__(16) uint8_t shared[];
+
+  const MatvecTask& task = tasks.t[blockIdx.y];
+  const int row0 = static_cast<int>(blockIdx.x) * P::kRows;
+  if (row0 >= task.n_out) return;  // the whole block leaves before any barrier
+  const int first_column = static_cast<int>(blockIdx.z) * P::kColumns;
+  const int n = in.n_in / kQ8Block;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int all_stages = (n + KS - 1) / KS;
+  const int stages = warp < all_stages ? (all_stages - warp + W - 1) / W : 0;
+  uint8_t* const ring = shared + warp * P::kWarpBytes;
+  auto first_block = [&](int s) { return (warp + W * s) * KS; };
+
+  // This lane's weight rows: chunk (lane % CPR) of rows lane / CPR + i * 32 / CPR, and the
+  // scales of row `lane`.
+  const uint8_t* rows[CPR];
+#pragma unroll
+  for (int i = 0; i < CPR; ++i)
+    rows[i] = weight_row<P>(task, row0, lane / CPR + i * (kWarpSize / CPR));
+  const uint8_t* const scale_row =
+      weight_row<P>(task, row0, lane) + static_cast<int64_t>(n) * P::kQuantBytes;
+  const int chunk = lane % CPR;
+  const int chunk_block = chunk * 16 / P::kQuantBytes;  // the sub-block of that chunk
+
+  auto load_weights = [&](int s) {
+    uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
+    const bool valid = first + chunk_block < n;
+#pragma unroll
+    for (int i = 0; i < CPR; ++i)
+      copy_async<16>(
+          stage + (lane / CPR + i * (kWarpSize / CPR)) * P::kWeightRow + chunk * 16,
+          valid ? rows[i] + static_cast<int64_t>(first) * P::kQuantBytes + chunk * 16 : rows[i],
+          valid);
+#pragma unroll
+    for (int k = 0; k < P::kScaleRow / P::kScaleCopy; ++k) {
+      const bool ok = first + k * P::kScaleCopy / P::kScaleBytes < n;
+      copy_async<P::kScaleCopy>(
+          stage + P::kScaleOffset + lane * P::kScaleRow + k * P::kScaleCopy,
+          ok ? scale_row + first * P::kScaleBytes + k * P::kScaleCopy : scale_row, ok);
+    }
+  };
+  auto load_activations = [&](int s) {
+    uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
+    constexpr int ACP = P::kActChunksPerColumn;
+#pragma unroll
+    for (int i = 0; i < P::kActChunks; ++i) {
+      const int column = lane / ACP + i * (kWarpSize / ACP), part = lane % ACP;
+      const bool valid = first_column + column < in.batch && first + part / 2 < n;
+      const int8_t* src = valid ? in.xq.qs + static_cast<int64_t>(first_column + column) * in.n_in +
+                                      static_cast<int64_t>(first) * kQ8Block + part * 16
+                                : in.xq.qs;
+      copy_async<16>(stage + P::kActOffset + column * P::kActRow + part * 16, src, valid);
+    }
+#pragma unroll
+    for (int i = 0; i < P::kDsCopies; ++i) {
+      const int column = lane / KS + i * (kWarpSize / KS), sub = lane % KS;
+      const bool valid = first_column + column < in.batch && first + sub < n;
+      const float2* src =
+          valid ? in.xq.ds + static_cast<int64_t>(first_column + column) * n + first + sub
+                : in.xq.ds;
+      copy_async<8>(stage + P::kDsOffset + (column * KS + sub) * 8, src, valid);
+    }
+  };
+
+  // Weights first: they do not depend on the previous kernel.
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    if (s < stages) load_weights(s);
+  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
+  allow_next_kernel();
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < stages) load_activations(s);
+    commit_copies();
+  }
+
+  const int g = lane / 4, t = lane % 4;  // the mma fragments' group and thread in group
+  float acc[kWeightTiles][NT][4];
+#pragma unroll
+  for (int m = 0; m < kWeightTiles; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+
+  for (int s = 0; s < stages; ++s) {
+    wait_copies<S - 2>();  // stage s landed (this lane's copies) ...
+    __syncwarp();          // ... for every lane; and every lane is done with stage s - 1
+    if (s + S - 1 < stages) {
+      load_weights(s + S - 1);  // into stage s - 1's slot
+      load_activations(s + S - 1);
+    }
+    commit_copies();
+
+    const uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
+#pragma unroll
+    for (int u = 0; u < KS; ++u) {
+      if (first + u >= n) break;  // warp-uniform: past the row's end
+      // Activation fragments of every n-tile: b0 = bytes 4t.. and b1 = 16 + 4t.. of column
+      // g's sub-block; and (d, d * sum) of columns 2t, 2t + 1.
+      uint32_t b[NT][2];
+      const uint8_t* act = stage + P::kActOffset + u * kQ8Block + ((lane / 8) % 2) * 16;
+      if constexpr (NT == 1) {
+        load_matrix_x2(b[0], act + (lane % 8) * P::kActRow);
+      } else {
+#pragma unroll
+        for (int pair = 0; pair < NT / 2; ++pair) {
+          uint32_t r[4];
+          load_matrix_x4(r, act + ((2 * pair + lane / 16) * 8 + lane % 8) * P::kActRow);
+          b[2 * pair][0] = r[0];
+          b[2 * pair][1] = r[1];
+          b[2 * pair + 1][0] = r[2];
+          b[2 * pair + 1][1] = r[3];
+        }
+      }
+      float da[NT][2], sa[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          const float2 ds = *reinterpret_cast<const float2*>(stage + P::kDsOffset +
+                                                             ((nt * 8 + 2 * t + p) * KS + u) * 8);
+          da[nt][p] = ds.x;
+          sa[nt][p] = TYPE == kQ4_0 ? -8.0f * ds.y : ds.y;  // Q4_0: q - 8 with q unsigned
+        }
+
+      // Weight fragments: a0 = row g bytes 4t.., a1 = row g + 8, a2/a3 the same rows' next
+      // 16 elements (Q4: the high nibbles of the same bytes, element i + 16 of byte i).
+      uint32_t a[kWeightTiles][4];
+      if constexpr (TYPE == kQ8_0) {
+#pragma unroll
+        for (int m = 0; m < kWeightTiles; ++m)
+          load_matrix_x4(a[m], stage + (m * 16 + lane % 16) * P::kWeightRow + u * P::kQuantBytes +
+                                   (lane / 16) * 16);
+      } else {
+        static_assert(kWeightTiles == 2, "one ldmatrix.x4 reads both weight tiles");
+        uint32_t r[4];  // tile 0 rows g, g + 8; tile 1 rows g, g + 8
+        load_matrix_x4(r, stage + lane * P::kWeightRow + u * P::kQuantBytes);
+#pragma unroll
+        for (int m = 0; m < kWeightTiles; ++m) {
+          const uint32_t lo = r[2 * m], hi = r[2 * m + 1];
+          a[m][0] = lo & 0x0F0F0F0Fu;
+          a[m][1] = hi & 0x0F0F0F0Fu;
+          a[m][2] = (lo >> 4) & 0x0F0F0F0Fu;
+          a[m][3] = (hi >> 4) & 0x0F0F0F0Fu;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kWeightTiles; ++m) {
+        float dw[2], mw[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* sc =
+              stage + P::kScaleOffset + (m * 16 + g + 8 * h) * P::kScaleRow + u * P::kScaleBytes;
+          dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
+          mw[h] =
+              TYPE == kQ4_1 ? half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2)) : 0.0f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          int c[4];
+          mma_s8_magic(c, a[m], b[nt][0], b[nt][1]);
+          // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float x = __int_as_float(c[i]) - kMagic;  // exact: the integer dot product
+            const int h = i / 2, p = i & 1;
+            if constexpr (TYPE == kQ4_0) {
+              acc[m][nt][i] = fmaf(dw[h], fmaf(da[nt][p], x, sa[nt][p]), acc[m][nt][i]);
+            } else if constexpr (TYPE == kQ4_1) {
+              acc[m][nt][i] = fmaf(mw[h], sa[nt][p], fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]));
+            } else {
+              acc[m][nt][i] = fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The W warps of the block add their partial sums (in a fixed order).
+  wait_copies<0>();
+  __syncthreads();  // every warp is done with its ring; the memory is reused
+  float* partial = reinterpret_cast<float*>(shared);
+  auto slot = [&](int k, int i) { return ((k - 1) * P::kAccumulators + i) * kWarpSize + lane; };
+  if (warp > 0) {
+#pragma unroll
+    for (int m = 0; m < kWeightTiles; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[slot(warp, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+  }
+  __syncthreads();
+  if (warp > 0) return;
+  for (int k = 1; k < W; ++k)
+#pragma unroll
+    for (int m = 0; m < kWeightTiles; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(k, (m * NT + nt) * 4 + i)];
+
+#pragma unroll
+  for (int m = 0; m < P::kRowTiles; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + m * 16 + g + (i / 2) * 8;
+        const int column = first_column + nt * 8 + 2 * t + (i & 1);
+        if (row >= task.n_out || column >= in.batch) continue;
+        float v = acc[m][nt][i];
+        if constexpr (GATE_UP) v = silu(v) * acc[P::kRowTiles + m][nt][i];
+        float* y = task.y + static_cast<int64_t>(column) * task.y_stride + row;
+        *y = task.accumulate ? *y + v : v;
+      }
+}
+
+template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+constexpr int kSharedBytes = [] {
+  using P = Plan<TYPE, NT, GATE_UP>;
+  constexpr int ring = W * P::kWarpBytes;
+  constexpr int reduce = (W - 1) * P::kAccumulators * kWarpSize * 4;
+  static_assert(reduce <= ring, "the partial sums reuse the rings");
+  return ring;
+}();
+
+template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+cudaError_t allow_shared_bytes() {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      mma_matvec_kernel<TYPE, NT, GATE_UP, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      kSharedBytes<TYPE, NT, GATE_UP, W>);
+  return status;
+}
+
+template <uint32_t TYPE, bool GATE_UP>
+cudaError_t allow_shared_bytes_all_tiles() {
+  constexpr int kW = kWideWarps<GATE_UP>;
+  for (const cudaError_t status :
+       {allow_shared_bytes<TYPE, 1, GATE_UP, 4>(), allow_shared_bytes<TYPE, 2, GATE_UP, 4>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, 4>(), allow_shared_bytes<TYPE, 8, GATE_UP, 4>(),
+        allow_shared_bytes<TYPE, 1, GATE_UP, kW>(), allow_shared_bytes<TYPE, 2, GATE_UP, kW>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, kW>(), allow_shared_bytes<TYPE, 8, GATE_UP, kW>()})
+    if (status != cudaSuccess) return status;
+  return cudaSuccess;
+}
+
+// Whether every version-2 kernel got its shared memory (a device with less than ~208 KB per
+// block cannot run the 8-warp shapes; the launcher then takes version 1). The first call
+// comes from matvec_mma_fits_device(), before any capture.
+bool ready() {
+  static const bool ok = [] {
+    for (const cudaError_t status :
+         {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
+          allow_shared_bytes_all_tiles<kQ4_1, false>(), allow_shared_bytes_all_tiles<kQ4_1, true>(),
+          allow_shared_bytes_all_tiles<kQ8_0, false>(),
+          allow_shared_bytes_all_tiles<kQ8_0, true>()}) {
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+    }
+    return true;
+  }();
+  return ok;
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;
+    }
+    return sms;
+  }();
+  return count;
+}
+
+template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
+                        const KernelConfig& config, cudaStream_t stream) {
+  using P = Plan<TYPE, NT, GATE_UP>;
+  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, GATE_UP, W>();
+  if (attribute != cudaSuccess) return attribute;
+  cudaLaunchConfig_t launch{};
+  launch.gridDim = dim3(ceil_div(max_rows, P::kRows), n_tasks, ceil_div(in.batch, P::kColumns));
+  launch.blockDim = dim3(kWarpSize * W);
+  launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, GATE_UP, W>;
+  launch.stream = stream;
+  cudaLaunchAttribute early[1];
+  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
+  launch.attrs = early;
+  launch.numAttrs = 1;
+  return cudaLaunchKernelEx(&launch, mma_matvec_kernel<TYPE, NT, GATE_UP, W>, tasks, in);
+}
+
+template <uint32_t TYPE, int NT, bool GATE_UP>
+cudaError_t launch_warps(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
+                         const KernelConfig& config, cudaStream_t stream) {
+  using P = Plan<TYPE, NT, GATE_UP>;
+  int64_t blocks = 0;  // that do any work
+  for (int i = 0; i < n_tasks; ++i) blocks += ceil_div(tasks.t[i].n_out, P::kRows);
+  blocks *= ceil_div(in.batch, P::kColumns);
+  if (blocks > multiprocessors())
+    return launch_tile<TYPE, NT, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
+  return launch_tile<TYPE, NT, GATE_UP, kWideWarps<GATE_UP>>(tasks, n_tasks, max_rows, in, config,
+                                                             stream);
+}
+
+template <uint32_t TYPE, bool GATE_UP>
+cudaError_t launch_type(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
+                        const KernelConfig& config, cudaStream_t stream) {
+  if (in.batch <= 8)
+    return launch_warps<TYPE, 1, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  if (in.batch <= 16)
+    return launch_warps<TYPE, 2, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  if (in.batch <= 32)
+    return launch_warps<TYPE, 4, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+  return launch_warps<TYPE, 8, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
+}
+
+}  // namespace v2
+
 }  // namespace
 
 bool matvec_mma_supports(uint32_t weight_type, bool split_layout) {
@@ -388,6 +838,8 @@ bool matvec_mma_fits_device() {
     return false;
   }
   if (attributes.binaryVersion < 80 || attributes.ptxVersion < 80) return false;
+  v2::ready();  // version 2's shared memory; without it launches take version 1
+  v2::multiprocessors();
   for (const cudaError_t status :
        {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
         allow_shared_bytes_all_tiles<kQ4_1, false>(), allow_shared_bytes_all_tiles<kQ4_1, true>(),
@@ -399,6 +851,11 @@ bool matvec_mma_fits_device() {
     }
   }
   return true;
+}
+
+int matvec_mma_version(const KernelConfig& config) {
+  if (config.mma <= 0) return 0;
+  return config.mma >= 2 && v2::ready() ? 2 : 1;
 }
 
 cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
@@ -421,8 +878,13 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
     max_rows = std::max(max_rows, t.n_out);
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
+  const bool version2 = matvec_mma_version(config) == 2;
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
+    if (version2)
+      return gate_up
+                 ? v2::launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
+                 : v2::launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
     return gate_up ? launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
                    : launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
   };

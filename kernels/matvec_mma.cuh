@@ -18,6 +18,11 @@ bool matvec_mma_supports(uint32_t weight_type, bool split_layout);
 // kernel use its shared memory, so call it once before launching (and before any capture).
 bool matvec_mma_fits_device();
 
+// The kernel version launch_matvec_mma runs under `config`: 0 (config.mma off), 1, or 2
+// (config.mma = 2 on a device that gives version 2 its shared memory; else version 1).
+// Call matvec_mma_fits_device() first.
+int matvec_mma_version(const KernelConfig& config);
+
 // launch_matvec's contract (1..3 tasks of one type over the same input, accumulate and
 // SwiGLU epilogues) for any batch: one launch covers every column, in tiles of up to 64.
 // Returns cudaErrorInvalidValue for an unsupported type, layout or shape, else the

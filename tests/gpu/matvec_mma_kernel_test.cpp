@@ -1,14 +1,13 @@
-// The int8 tensor-core products (kernels/matvec_mma.cu) against the split dp4a kernel
-// (launch_matvec) on every element and against a host double-precision reference from the
-// same int8 activations on a sample of rows: Q4_0, Q4_1 and Q8_0, the model shapes of
-// SmolLM2 and an 8B model, batches from 1 to 512 (one to eight 64-column tiles), the
+// The int8 tensor-core products (kernels/matvec_mma.cu, both kernel versions: 1 and the
+// warp-pipelined 2) against the split dp4a kernel (launch_matvec) on every element and
+// against a host double-precision reference from the same int8 activations on a sample of
+// rows: Q4_0, Q4_1 and Q8_0, the model shapes of SmolLM2 and an 8B model, odd row counts
+// and short rows, batches from 1 to 512 (odd ones, one to eight 64-column tiles), the
 // three-matrix launch with accumulate, the fused SwiGLU epilogue, and what it refuses.
 // Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
 // row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
 // Q4_1's min terms counted on their own since the kernels add them separately).
-#include "matvec_mma.cuh"
-
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -19,6 +18,7 @@
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
+#include "matvec_mma.cuh"
 #include "model/weight_split.h"
 #include "quantize_activations.cuh"
 
@@ -26,6 +26,19 @@ namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
+
+// Both kernel versions (KernelConfig::mma), each test runs every case with each.
+constexpr int kVersions[] = {1, 2};
+
+// `config` running version `version`; fails the test when the device would run another one
+// (version 2 needs compute capability 8.0 and ~208 KB of shared memory per block: every
+// H100/H200).
+kernels::KernelConfig with_version(kernels::KernelConfig config, int version) {
+  config.mma = version;
+  EXPECT_EQ(kernels::matvec_mma_version(config), version)
+      << "this device runs another mma kernel version than asked";
+  return config;
+}
 
 // f32 rounding of a sum of at most ~500 sub-block terms, each a few roundings: worst case
 // (n + 3) * 2^-24 of the magnitude, 3e-5 for 448 sub-blocks; 1e-4 leaves room and is still
@@ -237,40 +250,25 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
   std::vector<std::vector<double>> values(sampled.size()), value_terms(sampled.size());
   for (size_t k = 0; k < sampled.size(); ++k) decode_row(w, sampled[k], values[k], value_terms[k]);
 
-  for (const int batch : {1, 4, 8, 13, 32, 64, 100, 512}) {
-    SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
-                 std::to_string(s.cols) + " batch " + std::to_string(batch));
+  for (const int batch : {1, 4, 7, 8, 13, 32, 33, 64, 100, 512}) {
     const kernels::MatvecInput in = act.input(batch);
-    Output mma(s.rows, batch), dp4a(s.rows, batch);
-    const kernels::MatvecTask mma_task = task_for(w, mma.y.get());
+    Output dp4a(s.rows, batch);
     const kernels::MatvecTask dp4a_task = task_for(w, dp4a.y.get());
-    CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, config, nullptr));
     CUDA_OK(kernels::launch_matvec(type, &dp4a_task, 1, in, config, nullptr));
-    const std::vector<float> got = mma.y.download(), want = dp4a.y.download();
-    expect_guard_column_untouched(got, s.rows, batch, "mma");
+    const std::vector<float> want = dp4a.y.download();
     const std::vector<double> blocks = act.block_magnitudes(batch);
-
-    int bad = 0;
-    double worst = 0;  // largest |mma - dp4a| as a fraction of its bound
+    std::vector<double> bounds(static_cast<size_t>(batch * s.rows));  // against dp4a
     for (int c = 0; c < batch; ++c)
-      for (int64_t r = 0; r < s.rows; ++r) {
-        const size_t at = static_cast<size_t>(c * s.rows + r);
-        const double bound =
+      for (int64_t r = 0; r < s.rows; ++r)
+        bounds[static_cast<size_t>(c * s.rows + r)] =
             2 * kSummationRelError * magnitude_bound(terms, blocks, n, r, c) + 1e-30;
-        const double error = std::fabs(static_cast<double>(got[at]) - want[at]);
-        worst = std::max(worst, error / bound);
-        if (!(error <= bound) && ++bad <= 5)
-          ADD_FAILURE() << "row " << r << " column " << c << ": mma " << got[at] << " dp4a "
-                        << want[at] << " bound " << bound;
-      }
-    EXPECT_EQ(bad, 0);
-
-    int bad_reference = 0;
+    std::vector<double> reference(sampled.size() * static_cast<size_t>(batch)),
+        reference_bound(reference.size());
     for (int c = 0; c < batch; ++c) {
       const int8_t* qa = act.host_qs.data() + static_cast<size_t>(c) * s.cols;
       const float2* da = act.host_ds.data() + static_cast<size_t>(c) * n;
       for (size_t k = 0; k < sampled.size(); ++k) {
-        double reference = 0, magnitude = 0;
+        double sum = 0, magnitude = 0;
         for (int64_t j = 0; j < n; ++j) {
           double dot = 0, mag = 0;
           for (int i = 0; i < 32; ++i) {
@@ -278,18 +276,53 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
             dot += values[k][e] * qa[e];
             mag += value_terms[k][e] * std::abs(qa[e]);
           }
-          reference += static_cast<double>(da[j].x) * dot;
+          sum += static_cast<double>(da[j].x) * dot;
           magnitude += std::fabs(static_cast<double>(da[j].x)) * mag;
         }
-        const double v = got[static_cast<size_t>(c * s.rows + sampled[k])];
-        const double bound = kSummationRelError * magnitude + 1e-30;
-        if (!(std::fabs(v - reference) <= bound) && ++bad_reference <= 5)
-          ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": mma " << v << " reference "
-                        << reference << " bound " << bound;
+        reference[static_cast<size_t>(c) * sampled.size() + k] = sum;
+        reference_bound[static_cast<size_t>(c) * sampled.size() + k] =
+            kSummationRelError * magnitude + 1e-30;
       }
     }
-    EXPECT_EQ(bad_reference, 0);
-    RecordProperty("worst_fraction_of_bound_b" + std::to_string(batch), std::to_string(worst));
+
+    for (const int version : kVersions) {
+      SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
+                   std::to_string(s.cols) + " batch " + std::to_string(batch) + " version " +
+                   std::to_string(version));
+      const kernels::KernelConfig versioned = with_version(config, version);
+      Output mma(s.rows, batch);
+      const kernels::MatvecTask mma_task = task_for(w, mma.y.get());
+      CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, versioned, nullptr));
+      const std::vector<float> got = mma.y.download();
+      expect_guard_column_untouched(got, s.rows, batch, "mma");
+
+      int bad = 0;
+      double worst = 0;  // largest |mma - dp4a| as a fraction of its bound
+      for (int c = 0; c < batch; ++c)
+        for (int64_t r = 0; r < s.rows; ++r) {
+          const size_t at = static_cast<size_t>(c * s.rows + r);
+          const double error = std::fabs(static_cast<double>(got[at]) - want[at]);
+          worst = std::max(worst, error / bounds[at]);
+          if (!(error <= bounds[at]) && ++bad <= 5)
+            ADD_FAILURE() << "row " << r << " column " << c << ": mma " << got[at] << " dp4a "
+                          << want[at] << " bound " << bounds[at];
+        }
+      EXPECT_EQ(bad, 0);
+
+      int bad_reference = 0;
+      for (int c = 0; c < batch; ++c)
+        for (size_t k = 0; k < sampled.size(); ++k) {
+          const size_t at = static_cast<size_t>(c) * sampled.size() + k;
+          const double v = got[static_cast<size_t>(c * s.rows + sampled[k])];
+          if (!(std::fabs(v - reference[at]) <= reference_bound[at]) && ++bad_reference <= 5)
+            ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": mma " << v
+                          << " reference " << reference[at] << " bound " << reference_bound[at];
+        }
+      EXPECT_EQ(bad_reference, 0);
+      RecordProperty(
+          "worst_fraction_of_bound_v" + std::to_string(version) + "_b" + std::to_string(batch),
+          std::to_string(worst));
+    }
   }
 }
 
@@ -301,10 +334,17 @@ std::vector<Shape> shapes() {
   std::vector<Shape> out;
   for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0})
     for (const auto& [rows, cols] : kModelShapes) out.push_back({t, rows, cols});
-  // Odd shapes: a partial row tile, a partial pipeline stage (19 sub-blocks), one sub-block.
+  // Odd shapes: a partial row tile, a partial pipeline stage (19 sub-blocks), one sub-block;
+  // short rows of 2, 3 and 5 sub-blocks (fewer stages than warps); 37 sub-blocks (several
+  // stages per warp, the last one partial) on rows that end inside a 16-row tile.
   out.push_back({TensorType::Q4_0, 77, 608});
   out.push_back({TensorType::Q4_1, 33, 32});
   out.push_back({TensorType::Q8_0, 129, 608});
+  out.push_back({TensorType::Q8_0, 50, 64});
+  out.push_back({TensorType::Q4_0, 300, 96});
+  out.push_back({TensorType::Q4_1, 16, 160});
+  out.push_back({TensorType::Q4_0, 200, 1184});
+  out.push_back({TensorType::Q8_0, 1000, 1184});
   return out;
 }
 
@@ -327,8 +367,12 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
     const Activations act(cols, 23, config);
     std::vector<Matrix> w;
     for (int i = 0; i < 3; ++i) w.push_back(make_matrix(type, rows[i], cols, 100 + i));
-    for (const int batch : {5, 64, 77}) {
-      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch));
+    for (const auto& [batch, version] :
+         {std::pair{5, 1}, std::pair{64, 1}, std::pair{77, 1}, std::pair{5, 2}, std::pair{13, 2},
+          std::pair{33, 2}, std::pair{64, 2}, std::pair{77, 2}}) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
+                   " version " + std::to_string(version));
+      const kernels::KernelConfig versioned = with_version(config, version);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       std::vector<DeviceArray<float>> y_mma, y_dp4a;
       std::vector<std::vector<float>> start;
@@ -342,7 +386,7 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
         mma_tasks[i].accumulate = dp4a_tasks[i].accumulate = i == 1;
       }
       const uint32_t t = static_cast<uint32_t>(type);
-      CUDA_OK(kernels::launch_matvec_mma(t, mma_tasks, 3, act.input(batch), config, nullptr));
+      CUDA_OK(kernels::launch_matvec_mma(t, mma_tasks, 3, act.input(batch), versioned, nullptr));
       CUDA_OK(kernels::launch_matvec(t, dp4a_tasks, 3, act.input(batch), config, nullptr));
       for (int i = 0; i < 3; ++i) {
         const std::vector<double> terms = row_block_terms(w[i]);
@@ -372,14 +416,18 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
     const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
     const Activations act(cols, 29, config);
     const uint32_t t = static_cast<uint32_t>(type);
-    for (const int batch : {4, 33, 100}) {
-      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch));
+    for (const auto& [batch, version] :
+         {std::pair{4, 1}, std::pair{33, 1}, std::pair{100, 1}, std::pair{4, 2}, std::pair{8, 2},
+          std::pair{13, 2}, std::pair{33, 2}, std::pair{64, 2}, std::pair{100, 2}}) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
+                   " version " + std::to_string(version));
+      const kernels::KernelConfig versioned = with_version(config, version);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       Output fused(rows, batch), g(rows, batch), u(rows, batch);
       kernels::MatvecTask task = task_for(gate, fused.y.get());
       task.weight_up = up.device.get();
       const kernels::MatvecTask gt = task_for(gate, g.y.get()), ut = task_for(up, u.y.get());
-      CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), config, nullptr));
+      CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), versioned, nullptr));
       CUDA_OK(kernels::launch_matvec(t, &gt, 1, act.input(batch), config, nullptr));
       CUDA_OK(kernels::launch_matvec(t, &ut, 1, act.input(batch), config, nullptr));
       const std::vector<float> got = fused.y.download(), gv = g.y.download(), uv = u.y.download();
@@ -408,23 +456,33 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), true));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), false));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  kernels::KernelConfig off = config;
+  off.mma = 0;
+  EXPECT_EQ(kernels::matvec_mma_version(off), 0);
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
   const Activations act(64, 4, config);
-  Output y(16, 8);
-  kernels::MatvecTask t = task_for(w, y.y.get());
-  const uint32_t q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
-  t.split_layout = false;  // GGUF blocks
-  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), config, nullptr),
-            cudaErrorInvalidValue);
-  t.split_layout = true;
-  EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1, act.input(8),
-                                       config, nullptr),
-            cudaErrorInvalidValue);
-  kernels::MatvecInput odd = act.input(8);
-  odd.n_in = 48;  // not whole sub-blocks
-  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, config, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(0), config, nullptr), cudaSuccess);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // a refusal leaves no error behind
+  for (const int version : kVersions) {
+    SCOPED_TRACE("version " + std::to_string(version));
+    const kernels::KernelConfig versioned = with_version(config, version);
+    Output y(16, 8);
+    kernels::MatvecTask t = task_for(w, y.y.get());
+    const uint32_t q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+    t.split_layout = false;  // GGUF blocks
+    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), versioned, nullptr),
+              cudaErrorInvalidValue);
+    t.split_layout = true;
+    EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
+                                         act.input(8), versioned, nullptr),
+              cudaErrorInvalidValue);
+    kernels::MatvecInput odd = act.input(8);
+    odd.n_in = 48;  // not whole sub-blocks
+    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, versioned, nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(0), versioned, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // a refusal leaves no error behind
+  }
 }
 
 }  // namespace

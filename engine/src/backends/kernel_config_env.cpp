@@ -47,6 +47,7 @@ constexpr Choice<SplitShape> kSplitShapes[] = {{"1x2", SplitShape::k1x2},
                                                {"1x8", SplitShape::k1x8},
                                                {"2x4", SplitShape::k2x4}};
 constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
+constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -107,7 +108,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kSplitShapeLongVariable, kSplitShapes, config.split_shape_long, lookup, warnings);
   apply(kEarlyLaunchVariable, kSwitch, config.early_launch, lookup, warnings);
   apply(kSplitWeightsVariable, kSwitch, config.split_weights, lookup, warnings);
-  apply(kMmaVariable, kSwitch, config.mma, lookup, warnings);
+  apply(kMmaVariable, kMmaVersions, config.mma, lookup, warnings);
   apply_count(kMmaMinRowsVariable, kMinRowsLowest, kMinRowsHighest, config.mma_min_rows, lookup,
               warnings);
   apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
@@ -133,7 +134,10 @@ std::string describe(const KernelConfig& config) {
 
 std::string describe_mma(const KernelConfig& config) {
   if (!config.mma) return "int8 mma off";
-  return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
+  // The kernel version only when it is not the default one.
+  const std::string version =
+      config.mma != KernelConfig{}.mma ? " v" + std::to_string(config.mma) : "";
+  return "int8 mma" + version + " from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
          (config.mma_prefill ? "on" : "off");
 }
 

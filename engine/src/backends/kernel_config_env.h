@@ -33,7 +33,8 @@ kernels::KernelConfig kernel_config_from_environment();
 std::string describe(const kernels::KernelConfig& config);
 
 // One line for the log on the int8 tensor-core products: "int8 mma from 4 rows, prefill off"
-// or "int8 mma off".
+// or "int8 mma off"; "int8 mma v2 from ..." when GRANULE_MMA picks a version other than the
+// default.
 std::string describe_mma(const kernels::KernelConfig& config);
 
 // One line for the log on the prefill attention kernel: "flash prefill on" or "flash prefill
