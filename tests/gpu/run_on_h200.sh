@@ -263,7 +263,35 @@ PY
   head -c 3000000 /tmp/ncu-prefill.txt >"$OUT/ncu-prefill.txt"
 }
 
+# Issue 15's new kernels: the flash-attention prefill and the mma v2 kernel tests, the model
+# tests against the oracle (flash prefill on), then decode A/B (GRANULE_MMA=1 vs 2), pp512 and
+# an 8,000-token prompt with the flash prefill on and off.
+wave3() {
+  local b="$build/app/bench/granule-bench" t
+  for t in attention_prefill_test matvec_mma_kernel_test; do
+    timeout 120 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
+    echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.txt" | tr '\n' ' ')"
+    grep -E "^\[  FAILED|Failure|error" "$OUT/$t.txt" | head -6
+  done
+  timeout 150 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1
+  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model_gpu_test.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED" "$OUT/model_gpu_test.txt" | head -8
+  { for mma in 2 1; do
+      echo "-- GRANULE_MMA=$mma"
+      GRANULE_MMA=$mma timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 0 -b 1,8,16,32,64 | grep "^|"
+    done
+    for fl in 1 0; do
+      echo "-- GRANULE_FLASH_PREFILL=$fl, 8000-token prompt"
+      GRANULE_FLASH_PREFILL=$fl timeout 100 "$b" chats --synthetic llama3-8b:Q4_0 -n 1 -p 8000 -g 32 --device cuda | grep "^|"
+    done
+    echo "-- chats 8,32 (GRANULE_MMA=2)"
+    GRANULE_MMA=2 timeout 100 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda | grep "^|" | head -4
+  } >"$OUT/bench-wave3.txt" 2>&1
+  cat "$OUT/bench-wave3.txt"
+}
+
 case $what in
+  wave3) wave3 ;;
   types) types_bench ;;
   profile-prefill) profile_prefill ;;
   wave1)
