@@ -36,8 +36,10 @@ struct KernelConfig {
   // cuBLAS. The backend turns mma off on devices without it (matvec_mma_fits_device()).
   // 0 off, 1 version 1 (block-wide shared-memory stages), 2 version 2 (warp-pipelined; a
   // device without its shared memory runs version 1). kernels/PERF_NOTES.md compares them.
-  int mma = 1;
-  int mma_min_rows = 8;  // H200, 8B Q4_0: at 4 rows mma 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
+  // H200, 8B Q4_0 decode t/s, v2 / v1 / dp4a: 8 rows 2,296 / 1,645 / 1,611; 32 rows 4,162 /
+  // 3,072 / 1,605; 64 rows 5,003 / 3,820 / 1,592 (PERF_NOTES).
+  int mma = 2;
+  int mma_min_rows = 8;  // H200, 8B Q4_0: at 4 rows mma v1 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
   bool mma_prefill = false;
   // Runs of more than 64 rows (prefill) take the f16 tensor-core flash-attention kernel
   // (attention_prefill.cu, compute capability 8.0+) for runs of rows of one sequence; single

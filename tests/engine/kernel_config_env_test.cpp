@@ -130,6 +130,7 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   EXPECT_TRUE(set.mma_prefill);
   EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on");
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)), "int8 mma off");
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)), "int8 mma v1 from 8 rows, prefill off");
   EXPECT_TRUE(warnings.empty());
   for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
     std::vector<std::string> w;
