@@ -1,5 +1,6 @@
 // MemoryPanel: the memory ledger over the last minute as a stacked area by category,
-// the budget line, and each generating chat's KV (committed vs reserved).
+// the budget line, and each generating chat's KV (committed vs reserved), then that of each
+// request the window's OpenAI server runs, labelled API.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -96,7 +97,8 @@ PanelFrame {
 
     Label {
         visible: panel.frame.hasEngine
-        text: qsTr("KV per chat — committed / reserved")
+        text: panel.frame.apiRequests > 0 ? qsTr("KV per chat and API request — committed / reserved")
+                                          : qsTr("KV per chat — committed / reserved")
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }
@@ -121,6 +123,7 @@ PanelFrame {
             height: 28  // chatRows.rowHeight
             required property string title
             required property bool highlighted
+            required property bool api  // a request of the window's OpenAI server
             // The engine's SequenceTelemetry of the chat, its fields in camelCase.
             required property var sequence
             readonly property double kvCommitted: sequence.kvCommittedBytes
@@ -130,10 +133,26 @@ PanelFrame {
             spacing: 2
             RowLayout {
                 Layout.fillWidth: true
+                Rectangle {
+                    visible: chatRow.api
+                    implicitWidth: apiTag.implicitWidth + 8
+                    implicitHeight: apiTag.implicitHeight
+                    radius: 3
+                    color: Theme.raised
+                    border.color: Theme.border
+                    Label {
+                        id: apiTag
+                        anchors.centerIn: parent
+                        text: qsTr("API")
+                        color: Theme.mutedText
+                        font.pixelSize: 10
+                        font.weight: Font.DemiBold
+                    }
+                }
                 Label {
                     Layout.fillWidth: true
                     text: chatRow.title
-                    elide: Text.ElideRight
+                    elide: chatRow.api ? Text.ElideMiddle : Text.ElideRight
                     color: chatRow.highlighted ? Theme.accent : Theme.text
                     font.pixelSize: Theme.smallFontSize
                     font.weight: chatRow.highlighted ? Font.DemiBold : Font.Normal
