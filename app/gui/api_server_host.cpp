@@ -150,6 +150,7 @@ void ApiServerHost::stop() {
   // listen() returns once every handler thread has ended; a handler ends within its wait
   // (0.1 s) when it sees the server stopping, or within the read timeout for a stalled client.
   if (thread_.joinable()) thread_.join();
+  stopped_servers_tokens_ += server_->generated_tokens();
   server_.reset();
   queue_.reset();
   log()->info("API server stopped");
@@ -170,6 +171,14 @@ int ApiServerHost::runTasks(Engine& engine) {
   return static_cast<int>(tasks.size());
 #else
   (void)engine;
+  return 0;
+#endif
+}
+
+quint64 ApiServerHost::generatedTokens() const {
+#if GRANULE_WINDOW_SERVER
+  return stopped_servers_tokens_ + (server_ ? server_->generated_tokens() : 0);
+#else
   return 0;
 #endif
 }

@@ -46,6 +46,8 @@ class ApiServerHost {
   int runTasks(Engine& engine);
   // The completions in flight (without the engine's figures: the worker adds those).
   QList<ApiRequestTelemetry> requests() const;
+  // Tokens generated for API requests since this host was made, over every server it ran.
+  quint64 generatedTokens() const;
 
  private:
   class Queue;
@@ -54,6 +56,7 @@ class ApiServerHost {
   std::unique_ptr<server::OpenAiServer> server_;
   std::thread thread_;
   std::atomic<bool> listen_returned_{false};
+  quint64 stopped_servers_tokens_ = 0;  // generated under servers since stopped
 };
 
 }  // namespace granule::app

@@ -375,7 +375,8 @@ TelemetryFrame EngineWorker::makeFrame() const {
   frame.time_s = static_cast<double>(clock_.elapsed()) / 1000.0;
   frame.host = {processResidentBytes(), hostTotalBytes(), hostAvailableBytes()};
   frame.counts_tokens = true;
-  frame.generated_tokens = generated_tokens_;
+  // The chats' and the API's: both are the engine's decode throughput.
+  frame.generated_tokens = generated_tokens_ + api_server_.generatedTokens();
   if (!engine_) return frame;
   try {
     frame.engine = engine_->telemetry();

@@ -197,8 +197,9 @@ struct TelemetryFrame {
   double time_s = 0;        // seconds since the worker started
   bool has_engine = false;  // a model is loaded and `engine` is its snapshot
   TelemetrySnapshot engine;
-  // Tokens the worker has received from the engine since it started (live frames only; a
-  // replayed recording has none): the panels' recent tokens/s is its change over seconds.
+  // Tokens the engine has generated for the chats and the API server since the worker
+  // started (live frames only; a replayed recording has none): the panels' recent tokens/s is
+  // its change over seconds.
   bool counts_tokens = false;
   quint64 generated_tokens = 0;
   QList<ChatTelemetry> chats;  // the snapshot's sequences that belong to chats

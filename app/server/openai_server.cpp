@@ -650,6 +650,8 @@ bool OpenAiServer::listening() const { return impl_->http.is_running(); }
 
 std::vector<ServedRequest> OpenAiServer::requests() const { return impl_->requests(); }
 
+uint64_t OpenAiServer::generated_tokens() const { return impl_->completion_tokens->load(); }
+
 void OpenAiServer::stop() {
   impl_->stopping = true;
   impl_->http.stop();

@@ -57,6 +57,8 @@ class OpenAiServer {
 
   // The completions in flight now, oldest first. Callable from any thread.
   std::vector<ServedRequest> requests() const;
+  // Tokens generated for every request since the server was made (a window's tokens/s).
+  uint64_t generated_tokens() const;
 
  private:
   struct Impl;

@@ -41,7 +41,7 @@ ColumnLayout {
         }
         Label {
             visible: section.server.runningRequests > 0
-            text: section.server.runningRequests
+            text: section.server.runningRequests.toString()
             color: Theme.mutedText
             font.pixelSize: Theme.smallFontSize
         }
@@ -117,14 +117,24 @@ ColumnLayout {
                 Label {
                     Layout.fillWidth: true
                     elide: Text.ElideRight
-                    text: qsTr("%1%2 · %3 → %4 tok · KV %5")
+                    // The endpoint, prompt → generated tokens, the KV it holds.
+                    text: qsTr("%1 · %2 → %3 tok · KV %4")
                               .arg(row.endpoint === "chat" ? qsTr("chat") : qsTr("completion"))
-                              .arg(row.stream ? qsTr(", streamed") : "")
                               .arg(Units.count(row.promptTokens))
                               .arg(Units.count(row.completionTokens))
                               .arg(Units.bytes(row.kvCommittedBytes))
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
+                    HoverHandler {
+                        id: figuresHover
+                    }
+                    ToolTip.visible: figuresHover.hovered
+                    ToolTip.text: qsTr("%1 (%2): %3 prompt tokens, %4 generated, %5 of KV")
+                                      .arg(row.endpoint === "chat" ? "/v1/chat/completions" : "/v1/completions")
+                                      .arg(row.stream ? qsTr("streamed") : qsTr("one response"))
+                                      .arg(Units.count(row.promptTokens))
+                                      .arg(Units.count(row.completionTokens))
+                                      .arg(Units.bytes(row.kvCommittedBytes))
                 }
             }
         }

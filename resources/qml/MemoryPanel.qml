@@ -96,9 +96,13 @@ PanelFrame {
     }
 
     Label {
+        // Filling and eliding: a label wider than the dock would widen the panel.
+        Layout.fillWidth: true
+        Layout.preferredWidth: 0
+        elide: Text.ElideRight
         visible: panel.frame.hasEngine
-        text: panel.frame.apiRequests > 0 ? qsTr("KV per chat and API request — committed / reserved")
-                                          : qsTr("KV per chat — committed / reserved")
+        // API requests' rows are tagged API.
+        text: qsTr("KV per chat — committed / reserved")
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }

@@ -314,6 +314,8 @@ class ServeTest : public QObject {
     QVERIFY(r.body.contains("data: [DONE]"));
     QTRY_COMPARE_WITH_TIMEOUT(list->count(), 0, 5000);
     QTRY_COMPARE_WITH_TIMEOUT(kv->rowCount(), 0, 5000);
+    // The panels' token count includes the API's: 60 generated, no chat ran.
+    QTRY_COMPARE_WITH_TIMEOUT(kv->latest().generated_tokens, quint64{60}, 5000);
     QVERIFY(s.app.server()->statusText().endsWith(QStringLiteral("— idle")));
     s.app.shutdown();
   }
