@@ -84,7 +84,14 @@ void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint
 void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 chats,
                              quint64 vram_budget_bytes) {
   if (shut_down_) return;
-  releaseEngine();
+  const bool was_serving = api_server_.serving();
+  releaseEngine();  // stops the server first
+  if (was_serving) {
+    // The window says so while the next model loads; it serves that one once loaded.
+    serving_status_ = {
+        ServingStatus::State::Waiting, serve_settings_.host, serve_settings_.port, {}};
+    Q_EMIT servingChanged(serving_status_);
+  }
   log()->info("loading {}", path.toStdString());
   slots_ = chats;
   try {

@@ -240,6 +240,9 @@ class ServeTest : public QObject {
 
     ChatController* chats = s.app.chats();
     const qint64 chat = chats->newChat();
+    // Greedy, so the chat's length does not depend on a draw (it must outlast the request).
+    chats->setTemperature(0);
+    chats->setMaxTokens(2000);
     chats->send(QStringLiteral("Write a long story."));
     QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(chat)->message(1).content.size() > 0, 20000);
     auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions", body,
@@ -422,6 +425,32 @@ class ServeTest : public QObject {
     QCOMPARE(http(served, "GET", "/health").status, 200);
     app.shutdown();
     close(taken);
+  }
+
+  // Loading another model stops the server first (it waits while the model loads) and then
+  // serves the new one under its own name.
+  void loadingAnotherModelServesIt() {
+    ServingApp s(0);
+    QVERIFY2(s.port > 0, qPrintable(s.app.server()->statusText()));
+    QVERIFY(http(s.port, "GET", "/v1/models").body.contains("\"id\":\"tiny\""));
+    const QString other = s.dir.filePath(QStringLiteral("tiny-gqa.gguf"));
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny-gqa"),
+                                   other.toStdString());
+    QList<ApiServerController::State> states;
+    connect(s.app.server(), &ApiServerController::statusChanged, this,
+            [&states, &s] { states.append(s.app.server()->state()); });
+    s.app.model()->load(other);
+    QTRY_VERIFY_WITH_TIMEOUT(s.app.model()->ready() && s.app.model()->modelPath() == other &&
+                                 s.app.server()->state() == ApiServerController::State::Serving,
+                             30000);
+    QVERIFY(states.contains(ApiServerController::State::Waiting));
+    const int port = QUrl(s.app.server()->url()).port();
+    const HttpReply models = http(port, "GET", "/v1/models");
+    QCOMPARE(models.status, 200);
+    QVERIFY2(models.body.contains("\"id\":\"tiny-gqa\""), models.body.constData());
+    const auto reply = http(port, "POST", "/v1/chat/completions", chatBody("hi", 3));
+    QCOMPARE(reply.json()["usage"].toObject()["completion_tokens"].toInt(), 3);
+    s.app.shutdown();
   }
 
   // The API key: without it a completion is refused (401), with it answered; /health is open.
