@@ -109,8 +109,8 @@ ServingStatus ApiServerHost::start(const ServeSettings& settings, const std::str
     server_.reset();
     queue_.reset();
     return failed(settings,
-                  QStringLiteral("Cannot serve the API on %1:%2: the port is in use, or the "
-                                 "address is not one of this machine's.")
+                  QStringLiteral("Cannot serve the API on %1:%2: the port is in use or the "
+                                 "address is not this machine's.")
                       .arg(settings.host.trimmed())
                       .arg(settings.port));
   }
