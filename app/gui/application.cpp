@@ -14,6 +14,7 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       chats_(store_, errors_),
       model_(errors_),
       window_settings_(store_),
+      server_(store_, errors_),
       worker_(new EngineWorker(std::move(factory))) {
   registerWorkerTypes();
   engine_thread_.setObjectName(QStringLiteral("granule-engine"));
@@ -74,6 +75,10 @@ void Application::connectWorker() {
   connect(worker_, &EngineWorker::loadProgress, &model_, &ModelController::onLoadProgress);
   connect(worker_, &EngineWorker::modelLoaded, &model_, &ModelController::onModelLoaded);
   connect(worker_, &EngineWorker::loadFailed, &model_, &ModelController::onLoadFailed);
+  connect(&server_, &ApiServerController::servingRequested, worker_, &EngineWorker::setServing);
+  connect(worker_, &EngineWorker::servingChanged, &server_, &ApiServerController::onServingChanged);
+  // Every frame, not only those the panels show: the request list follows the server.
+  connect(worker_, &EngineWorker::telemetryUpdated, &server_, &ApiServerController::onTelemetry);
   connectLiveTelemetry();
   connect(worker_, &EngineWorker::engineError, &errors_, [this](const QString& message) {
     errors_.report(message, QStringLiteral("Generation stopped; the chats are kept."));
@@ -86,6 +91,8 @@ void Application::startServices() {
   chats_.loadFromStore();
   engine_thread_.start();
   QMetaObject::invokeMethod(worker_, &EngineWorker::start, Qt::QueuedConnection);
+  // Before any model loads, so a server that was left on serves the first model.
+  if (server_.enabled()) server_.apply();
 }
 
 void Application::start(const QString& model_path) {
@@ -149,7 +156,8 @@ QVariantMap Application::windowProperties() {
           {QStringLiteral("model"), QVariant::fromValue(&model_)},
           {QStringLiteral("telemetry"), QVariant::fromValue(&telemetry_)},
           {QStringLiteral("errors"), QVariant::fromValue(&errors_)},
-          {QStringLiteral("settings"), QVariant::fromValue(&window_settings_)}};
+          {QStringLiteral("settings"), QVariant::fromValue(&window_settings_)},
+          {QStringLiteral("server"), QVariant::fromValue(&server_)}};
 }
 
 void Application::shutdown() {

@@ -1,6 +1,7 @@
 // Application: the window's services wired together — the chat store, the controllers
 // and models on the GUI thread, and the EngineWorker on its own thread — with the fixed
-// shutdown order: save chats, stop and join the worker (which frees the engine), then Qt.
+// shutdown order: save chats, stop and join the worker (which stops the API server, then
+// frees the engine), then Qt.
 #pragma once
 #include <QObject>
 #include <QThread>
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 
+#include "api_server_controller.h"
 #include "chat_controller.h"
 #include "chat_store.h"
 #include "engine_worker.h"
@@ -44,6 +46,7 @@ class Application : public QObject {
   ModelController* model() { return &model_; }
   TelemetryModel* telemetry() { return &telemetry_; }
   WindowSettings* windowSettings() { return &window_settings_; }
+  ApiServerController* server() { return &server_; }
   TelemetryReplay* replay() { return replay_.get(); }
   // Telemetry frames not passed to the panels because they showed nothing new.
   qint64 droppedTelemetryFrames() const { return dropped_frames_; }
@@ -62,6 +65,7 @@ class Application : public QObject {
   ModelController model_;
   TelemetryModel telemetry_;
   WindowSettings window_settings_;
+  ApiServerController server_;
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
   std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got

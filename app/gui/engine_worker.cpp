@@ -45,7 +45,10 @@ EngineOptions engineOptions(qint64 context_length, qint32 chats, quint64 vram_bu
 }  // namespace
 
 EngineWorker::EngineWorker(EngineFactory factory, QObject* parent)
-    : QObject(parent), factory_(std::move(factory)) {
+    : QObject(parent), factory_(std::move(factory)), api_server_([this] {
+        // From a server thread: the tasks run on this worker's thread, between steps.
+        QMetaObject::invokeMethod(this, &EngineWorker::runServerTasks, Qt::QueuedConnection);
+      }) {
   registerWorkerTypes();
   telemetry_timer_.setParent(this);  // so it moves to the worker thread with us
   telemetry_timer_.setInterval(kTelemetryIntervalMs);
@@ -54,8 +57,9 @@ EngineWorker::EngineWorker(EngineFactory factory, QObject* parent)
 
 EngineWorker::~EngineWorker() {
   // Normally shutdown() already ran on the worker thread; this covers tests that own a
-  // worker without a thread.
+  // worker without a thread. The server goes first: its threads wake this object.
   shut_down_ = true;
+  api_server_.stop();
   engine_.reset();
 }
 
@@ -80,7 +84,14 @@ void EngineWorker::inspectModel(const QString& path, qint64 context_length, qint
 void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 chats,
                              quint64 vram_budget_bytes) {
   if (shut_down_) return;
-  releaseEngine();
+  const bool was_serving = api_server_.serving();
+  releaseEngine();  // stops the server first
+  if (was_serving) {
+    // The window says so while the next model loads; it serves that one once loaded.
+    serving_status_ = {
+        ServingStatus::State::Waiting, serve_settings_.host, serve_settings_.port, {}};
+    Q_EMIT servingChanged(serving_status_);
+  }
   log()->info("loading {}", path.toStdString());
   slots_ = chats;
   try {
@@ -88,12 +99,14 @@ void EngineWorker::loadModel(const QString& path, qint64 context_length, qint32 
         std::filesystem::path(path.toStdString()),
         engineOptions(context_length, chats, vram_budget_bytes, cpu_threads_),
         [this](double fraction, const QString& stage) { Q_EMIT loadProgress(fraction, stage); });
+    model_id_ = std::filesystem::path(path.toStdString()).stem().string();
     Q_EMIT modelLoaded(engine_->info());
   } catch (const std::exception& e) {
     engine_.reset();
     log()->warn("loading {} failed: {}", path.toStdString(), e.what());
     Q_EMIT loadFailed(path, QString::fromUtf8(e.what()));
   }
+  if (serve_settings_.enabled) applyServing();
 }
 
 void EngineWorker::setVramBudget(quint64 bytes) {
@@ -187,6 +200,51 @@ void EngineWorker::cancel(qint64 chat_id) {
     log()->warn("cancel of chat {} failed: {}", chat_id, e.what());
   }
   scheduleStep();  // the engine reports the cancellation from its next step
+}
+
+void EngineWorker::setServing(const ServeSettings& settings) {
+  if (shut_down_) return;
+  serve_settings_ = settings;
+  applyServing();
+}
+
+void EngineWorker::applyServing() {
+  stopServing();
+  ServingStatus status;
+  status.host = serve_settings_.host;
+  status.port = serve_settings_.port;
+  if (!serve_settings_.enabled) {
+    status.state = ServingStatus::State::Off;
+  } else if (!engine_) {
+    status.state = ServingStatus::State::Waiting;
+  } else if (!engine_->granuleEngine()) {
+    status.state = ServingStatus::State::Failed;
+    status.error = QStringLiteral("This engine cannot serve the API (it is not a granule engine).");
+  } else {
+    status = api_server_.start(serve_settings_, model_id_);
+  }
+  serving_status_ = status;
+  Q_EMIT servingChanged(status);
+}
+
+void EngineWorker::stopServing() {
+  if (!api_server_.serving()) return;
+  api_server_.stop();
+  if (!engine_) return;
+  // Its handlers are gone, and with them whoever read these sequences: free their KV.
+  try {
+    for (const SequenceTelemetry& s : engine_->telemetry().sequences)
+      if (!chat_of_sequence_.count(s.id)) engine_->cancel(s.id);
+  } catch (const std::exception& e) {
+    log()->warn("cancelling the API's requests failed: {}", e.what());
+  }
+  scheduleStep();
+}
+
+void EngineWorker::runServerTasks() {
+  if (shut_down_ || !engine_ || !engine_->granuleEngine()) return;
+  // A submit or cancel: the engine has work, chats or not.
+  if (api_server_.runTasks(*engine_->granuleEngine()) > 0 && !engine_->idle()) scheduleStep();
 }
 
 void EngineWorker::shutdown() {
@@ -288,6 +346,8 @@ void EngineWorker::failAll(const QString& message) {
 }
 
 void EngineWorker::releaseEngine() {
+  // The server before the engine: a handler must not reach an engine that is going.
+  stopServing();
   if (!engine_) return;
   const auto chats = sequence_of_chat_;
   for (const auto& [chat, seq] : chats) {
@@ -322,7 +382,8 @@ TelemetryFrame EngineWorker::makeFrame() const {
   frame.time_s = static_cast<double>(clock_.elapsed()) / 1000.0;
   frame.host = {processResidentBytes(), hostTotalBytes(), hostAvailableBytes()};
   frame.counts_tokens = true;
-  frame.generated_tokens = generated_tokens_;
+  // The chats' and the API's: both are the engine's decode throughput.
+  frame.generated_tokens = generated_tokens_ + api_server_.generatedTokens();
   if (!engine_) return frame;
   try {
     frame.engine = engine_->telemetry();
@@ -336,6 +397,16 @@ TelemetryFrame EngineWorker::makeFrame() const {
     const auto chat = chat_of_sequence_.find(s.id);
     if (chat != chat_of_sequence_.end())
       frame.chats.append({chat->second, s, s.waiting && slots_full});
+  }
+  if (api_server_.serving()) {
+    frame.api_requests = api_server_.requests();
+    for (ApiRequestTelemetry& request : frame.api_requests) {
+      for (const SequenceTelemetry& s : frame.engine.sequences) {
+        if (s.id != request.sequence.id) continue;
+        request.sequence = s;
+        if (s.waiting) request.state = QStringLiteral("waiting");
+      }
+    }
   }
   return frame;
 }

@@ -1,6 +1,8 @@
 // EngineWorker: the QObject that owns the inference engine on its own QThread. The GUI
 // reaches it only through queued signals carrying plain values (worker_types.h); it
 // batches every running chat into the engine's steps and streams text back at ~60 Hz.
+// When asked, it also serves the OpenAI API from the same engine (ApiServerHost): the
+// server's requests join the chats' steps and carry their own sinks.
 #pragma once
 #include <QElapsedTimer>
 #include <QObject>
@@ -9,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "api_server_host.h"
 #include "inference_engine.h"
 #include "worker_types.h"
 
@@ -42,6 +45,10 @@ class EngineWorker : public QObject {
   // Queues a chat's generation; one per chat (a new one replaces a running one).
   void submit(const granule::app::GenerationRequest& request);
   void cancel(qint64 chat_id);
+  // Serves the OpenAI API from the loaded engine (or stops serving); emits servingChanged.
+  // Kept across model loads: a new model is served once loaded, and the server is stopped
+  // before an engine goes.
+  void setServing(const granule::app::ServeSettings& settings);
   // Cancels everything, frees the engine and stops the timers; no signal follows it.
   // The application calls it with a blocking queued connection before quitting the thread.
   void shutdown();
@@ -60,6 +67,7 @@ class EngineWorker : public QObject {
   void telemetryUpdated(const granule::app::TelemetryFrame& frame);
   // An engine failure outside any one request (a failed step); generation stops.
   void engineError(const QString& message);
+  void servingChanged(const granule::app::ServingStatus& status);
 
  private:
   struct Finished {
@@ -70,6 +78,11 @@ class EngineWorker : public QObject {
 
   void scheduleStep();
   void runStep();
+  // Starts or stops the API server as serve_settings_ and the engine say.
+  void applyServing();
+  // Stops the API server and cancels the engine's sequences that were its requests.
+  void stopServing();
+  void runServerTasks();
   void flushTokens();
   void deliverFinished();
   void failAll(const QString& message);
@@ -95,6 +108,10 @@ class EngineWorker : public QObject {
   qint32 slots_ = 0;  // chats the loaded engine runs at once (EngineOptions::max_sequences) //
                       // every token received, for the recent tokens/s
   std::vector<Finished> finished_;
+  ServeSettings serve_settings_;
+  ServingStatus serving_status_;
+  std::string model_id_;  // the name the API lists: the model file's stem
+  ApiServerHost api_server_;
 };
 
 }  // namespace granule::app

@@ -22,6 +22,7 @@ class GranuleInferenceEngine final : public InferenceEngine {
   TelemetrySnapshot telemetry() const override { return engine_->telemetry(); }
   std::string device_lost_reason() const override { return engine_->device_lost_reason(); }
   void set_vram_budget(uint64_t bytes) override { engine_->set_vram_budget(bytes); }
+  Engine* granuleEngine() override { return engine_.get(); }
   void prepare_continuation(Request& request, const std::string& partial) const override {
     const ChatTemplate* tmpl = engine_->chat_template();
     if (!tmpl) {

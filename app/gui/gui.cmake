@@ -30,6 +30,11 @@ target_include_directories(granule_gui PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(granule_gui PUBLIC
   Qt6::Core Qt6::Gui Qt6::Quick Qt6::QuickControls2 Qt6::Sql granule::engine)
 target_compile_options(granule_gui PRIVATE -Wall -Wextra)
+# The window serves the OpenAI API from its engine (Settings) when the server library is built.
+if(TARGET granule_server)
+  target_link_libraries(granule_gui PUBLIC granule_server)
+  target_compile_definitions(granule_gui PRIVATE GRANULE_WINDOW_SERVER=1)
+endif()
 
 qt_add_executable(granule main.cpp)
 target_link_libraries(granule PRIVATE granule_gui granule_guiplugin)

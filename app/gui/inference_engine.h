@@ -35,6 +35,10 @@ class InferenceEngine {
     (void)partial;
     throw UnsupportedError("this engine cannot continue a reply");
   }
+  // The granule::Engine underneath, which the window's OpenAI server drives directly (on the
+  // engine thread); null for an engine that is not one (the tests' scripted engine), which
+  // then cannot serve the API.
+  virtual Engine* granuleEngine() { return nullptr; }
 };
 
 // Opens a model (throws granule::Error); `stage` reports what loading is doing.

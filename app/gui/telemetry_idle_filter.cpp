@@ -27,6 +27,15 @@ bool telemetryLooksTheSame(const TelemetryFrame& shown, const TelemetryFrame& ne
         sectionFields(shown.chats[i].sequence) != sectionFields(next.chats[i].sequence))
       return false;
   }
+  if (shown.api_requests.size() != next.api_requests.size()) return false;
+  for (qsizetype i = 0; i < shown.api_requests.size(); ++i) {
+    const ApiRequestTelemetry& a = shown.api_requests[i];
+    const ApiRequestTelemetry& b = next.api_requests[i];
+    if (a.request_id != b.request_id || a.state != b.state ||
+        a.completion_tokens != b.completion_tokens ||
+        sectionFields(a.sequence) != sectionFields(b.sequence))
+      return false;
+  }
   const double tolerance =
       host_tolerance * static_cast<double>(std::max(shown.host.total_bytes, next.host.total_bytes));
   return shown.host.total_bytes == next.host.total_bytes &&

@@ -6,11 +6,30 @@ namespace granule::app {
 TelemetryModel::TelemetryModel(QObject* parent) : QAbstractListModel(parent) {}
 
 int TelemetryModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : static_cast<int>(latest_.chats.size());
+  return parent.isValid() ? 0
+                          : static_cast<int>(latest_.chats.size() + latest_.api_requests.size());
 }
 
 QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
   if (!index.isValid() || index.row() >= rowCount()) return {};
+  if (index.row() >= chatRows()) {
+    const ApiRequestTelemetry& request = latest_.api_requests[index.row() - chatRows()];
+    switch (role) {
+      case ChatIdRole:
+        return qint64{0};
+      case Qt::DisplayRole:
+      case TitleRole:
+        return request.request_id;
+      case HighlightedRole:
+        return false;
+      case SequenceRole:
+        return sectionFields(request.sequence);
+      case ApiRole:
+        return true;
+      default:
+        return {};
+    }
+  }
   const ChatTelemetry& chat = latest_.chats[index.row()];
   switch (role) {
     case ChatIdRole:
@@ -22,6 +41,8 @@ QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
       return chat.chat_id == highlighted_chat_id_;
     case SequenceRole:
       return sectionFields(chat.sequence);
+    case ApiRole:
+      return false;
     default:
       return {};
   }
@@ -31,7 +52,8 @@ QHash<int, QByteArray> TelemetryModel::roleNames() const {
   return {{ChatIdRole, "chatId"},
           {TitleRole, "title"},
           {HighlightedRole, "highlighted"},
-          {SequenceRole, "sequence"}};
+          {SequenceRole, "sequence"},
+          {ApiRole, "api"}};
 }
 
 void TelemetryModel::addFrame(TelemetryFrame frame) {
@@ -49,12 +71,13 @@ void TelemetryModel::addFrame(TelemetryFrame frame) {
              (frame.time_s - since->time_s);
     frame.engine.throughput.decode_tokens_per_second = rate;
   }
-  const bool rows_changed = frame.chats.size() != latest_.chats.size();
+  const bool rows_changed = frame.chats.size() != latest_.chats.size() ||
+                            frame.api_requests.size() != latest_.api_requests.size();
   if (rows_changed) beginResetModel();
   latest_ = frame;
   if (rows_changed) {
     endResetModel();
-  } else if (!latest_.chats.isEmpty()) {
+  } else if (rowCount() > 0) {
     Q_EMIT dataChanged(index(0), index(rowCount() - 1));
   }
   history_.push_back(frame);

@@ -1,6 +1,7 @@
 // TelemetryModel: the live panels' data on the GUI thread — the latest telemetry frame as
 // one value (QML reads telemetry.frame.kv.poolBytes), the last ~60 s of frames for the plots,
-// and one row per generating chat (the engine's figures for its sequence) as a list model.
+// and one row per generating chat, then per request of the window's API server (the engine's
+// figures for its sequence), as a list model.
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
@@ -36,6 +37,7 @@ class TelemetryModel : public QAbstractListModel {
     TitleRole,
     HighlightedRole,
     SequenceRole,  // the engine's SequenceTelemetry as a map (kvCommittedBytes, waiting, ...)
+    ApiRole,       // the row is an API request (chatId 0; its title is the request's id)
   };
   Q_ENUM(Role)
 
@@ -75,6 +77,8 @@ class TelemetryModel : public QAbstractListModel {
   void replaySourceChanged();
 
  private:
+  int chatRows() const { return static_cast<int>(latest_.chats.size()); }
+
   std::deque<TelemetryFrame> history_;
   TelemetryFrame latest_;
   std::function<QString(qint64)> title_of_;

@@ -59,6 +59,8 @@ void registerWorkerTypes() {
   qRegisterMetaType<TelemetryFrame>();
   qRegisterMetaType<TokenChunk>();
   qRegisterMetaType<QList<TokenChunk>>();
+  qRegisterMetaType<ServeSettings>();
+  qRegisterMetaType<ServingStatus>();
 }
 
 }  // namespace granule::app

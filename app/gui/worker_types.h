@@ -112,6 +112,38 @@ struct ChatTelemetry {
   bool waiting_for_slot = false;
 };
 
+// One completion the window's OpenAI server is running, with the engine's figures for its
+// sequence: a row of the sidebar's "API requests" and of the KV panel.
+struct ApiRequestTelemetry {
+  QString request_id;  // the response's id, "chatcmpl-1733-4"
+  QString endpoint;    // "chat" (/v1/chat/completions) or "completions" (/v1/completions)
+  bool stream = false;
+  qint64 prompt_tokens = 0;
+  qint64 completion_tokens = 0;  // generated so far
+  // "waiting" (for a slot or memory), "prefill", "generating" or "finishing" (the engine is
+  // done, the response is being written).
+  QString state;
+  SequenceTelemetry sequence;  // only its id once the engine has let the sequence go
+};
+
+// The window's OpenAI server as the user set it (Settings, persisted).
+struct ServeSettings {
+  bool enabled = false;
+  QString host = QStringLiteral("127.0.0.1");
+  qint32 port = 8080;  // 0: any free port (the tests)
+  QString api_key;     // "": none needed
+};
+
+// What the worker made of ServeSettings.
+struct ServingStatus {
+  // Waiting: on, but no model is loaded (it serves once one is).
+  enum class State { Off, Waiting, Serving, Failed };
+  State state = State::Off;
+  QString host;
+  qint32 port = 0;  // the bound port while serving
+  QString error;    // one line, when Failed
+};
+
 // The ledger categories the panels stack, bottom first: those charged to the budget (all but
 // reserved address space), in the engine's order.
 const std::vector<MemoryCategory>& stackedLedgerCategories();
@@ -158,16 +190,21 @@ struct TelemetryFrame {
   Q_PROPERTY(QVariant streaming READ streamingFields)
   Q_PROPERTY(QVariant throughput READ throughputFields)
   Q_PROPERTY(QVariant host READ hostFields)
+  // Completions the window's OpenAI server runs now.
+  Q_PROPERTY(int apiRequests READ apiRequestCount)
 
  public:
   double time_s = 0;        // seconds since the worker started
   bool has_engine = false;  // a model is loaded and `engine` is its snapshot
   TelemetrySnapshot engine;
-  // Tokens the worker has received from the engine since it started (live frames only; a
-  // replayed recording has none): the panels' recent tokens/s is its change over seconds.
+  // Tokens the engine has generated for the chats and the API server since the worker
+  // started (live frames only; a replayed recording has none): the panels' recent tokens/s is
+  // its change over seconds.
   bool counts_tokens = false;
   quint64 generated_tokens = 0;
   QList<ChatTelemetry> chats;  // the snapshot's sequences that belong to chats
+  // The completions the window's OpenAI server runs (empty while it is off).
+  QList<ApiRequestTelemetry> api_requests;
   HostTelemetry host;
 
   QVariantMap deviceFields() const { return sectionFields(engine.device); }
@@ -177,6 +214,7 @@ struct TelemetryFrame {
   QVariantMap streamingFields() const { return sectionFields(engine.streaming); }
   QVariantMap throughputFields() const { return sectionFields(engine.throughput); }
   QVariantMap hostFields() const { return sectionFields(host); }
+  int apiRequestCount() const { return static_cast<int>(api_requests.size()); }
 };
 
 // Registers the types above for queued connections; call once before connecting.
@@ -190,3 +228,5 @@ Q_DECLARE_METATYPE(granule::app::GenerationRequest)
 Q_DECLARE_METATYPE(granule::app::GenerationResult)
 Q_DECLARE_METATYPE(granule::app::TelemetryFrame)
 Q_DECLARE_METATYPE(granule::app::TokenChunk)
+Q_DECLARE_METATYPE(granule::app::ServeSettings)
+Q_DECLARE_METATYPE(granule::app::ServingStatus)

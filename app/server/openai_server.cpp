@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 
@@ -156,9 +157,51 @@ struct OpenAiServer::Impl {
     int socket = -1;
     std::unique_ptr<Slot> slot;
     bool cancel_sent = false;
+    bool stream = false;
   };
 
+  // Submitted requests, for requests(): an entry lives as long as its Running (the handler's,
+  // or a stream's provider's), so an expired one has been answered.
+  mutable std::mutex listed_mutex;
+  mutable std::map<uint64_t, std::weak_ptr<const Running>> listed;
+  uint64_t next_listed = 0;
+
+  void list(const std::shared_ptr<Running>& running) {
+    std::lock_guard lock(listed_mutex);
+    listed.emplace(next_listed++, running);
+  }
+
+  std::vector<ServedRequest> requests() const {
+    std::vector<ServedRequest> out;
+    std::lock_guard lock(listed_mutex);
+    for (auto it = listed.begin(); it != listed.end();) {
+      const std::shared_ptr<const Running> running = it->second.lock();
+      if (!running) {
+        it = listed.erase(it);
+        continue;
+      }
+      // Written before the request was listed, and never after.
+      ServedRequest r{running->header.id, running->endpoint, running->id, running->stream,
+                      running->usage.prompt_tokens};
+      {
+        std::lock_guard channel_lock(running->channel->mutex);
+        r.completion_tokens = running->channel->completion_tokens;
+        r.finished = running->channel->finished;
+      }
+      out.push_back(std::move(r));
+      ++it;
+    }
+    return out;
+  }
+
   void configure() {
+    // httplib's default sets SO_REUSEPORT, with which a second server (another granule-cli
+    // serve, or a window serving) binds a port already served and the kernel splits the
+    // connections between them; SO_REUSEADDR alone makes that a bind error.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http.set_payload_max_length(options.max_body_bytes);
     // Every request in flight holds a handler thread while it waits or streams, so the
     // pool has one per allowed request and some more for /health, /metrics and refusals.
@@ -296,6 +339,8 @@ struct OpenAiServer::Impl {
     }
     total.fetch_add(1);
     running->socket = find_connection_socket(req);
+    running->stream = stream_reply;
+    list(running);
 
     if (stream_reply) {
       stream(running, res);
@@ -600,6 +645,12 @@ int OpenAiServer::bind() {
 }
 
 bool OpenAiServer::listen() { return impl_->http.listen_after_bind(); }
+
+bool OpenAiServer::listening() const { return impl_->http.is_running(); }
+
+std::vector<ServedRequest> OpenAiServer::requests() const { return impl_->requests(); }
+
+uint64_t OpenAiServer::generated_tokens() const { return impl_->completion_tokens->load(); }
 
 void OpenAiServer::stop() {
   impl_->stopping = true;

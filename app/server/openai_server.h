@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine_loop.h"
 #include "openai_request.h"
@@ -26,6 +27,18 @@ struct ServerOptions {
   RequestLimits limits;
 };
 
+// A completion in flight (submitted to the engine, its response not yet over), as a window
+// lists it beside its chats.
+struct ServedRequest {
+  std::string id;  // the response's id, "chatcmpl-1733-4"
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  SequenceId sequence = -1;  // the engine's id for it
+  bool stream = false;
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // generated so far
+  bool finished = false;          // the engine is done; the response is being written
+};
+
 class OpenAiServer {
  public:
   OpenAiServer(EngineExecutor& engine, ServerOptions options);
@@ -37,7 +50,15 @@ class OpenAiServer {
   int bind();
   // Serves until stop() (from any thread). Returns false when the server failed.
   bool listen();
+  // True while listen() accepts connections; stop() before that does not end a listen() that
+  // starts later, so a caller on another thread waits for this first.
+  bool listening() const;
   void stop();
+
+  // The completions in flight now, oldest first. Callable from any thread.
+  std::vector<ServedRequest> requests() const;
+  // Tokens generated for every request since the server was made (a window's tokens/s).
+  uint64_t generated_tokens() const;
 
  private:
   struct Impl;

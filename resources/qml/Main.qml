@@ -13,6 +13,7 @@ ApplicationWindow {
     required property TelemetryModel telemetry
     required property ErrorReporter errors
     required property WindowSettings settings
+    required property ApiServerController server
 
     width: 1400
     height: 860
@@ -57,6 +58,7 @@ ApplicationWindow {
             Layout.preferredWidth: window.width < Theme.sidebarFoldWidth ? 220 : Theme.sidebarWidth
             chats: window.chats
             telemetry: window.telemetry
+            server: window.server
             onSettingsRequested: settingsDialog.open()
         }
 
@@ -146,6 +148,7 @@ ApplicationWindow {
         model: window.model
         settings: window.settings
         telemetry: window.telemetry
+        server: window.server
     }
     ChatSettingsDrawer { id: chatSettings; objectName: "chatSettings"; height: window.height; chats: window.chats }
 

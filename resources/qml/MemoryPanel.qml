@@ -1,5 +1,6 @@
 // MemoryPanel: the memory ledger over the last minute as a stacked area by category,
-// the budget line, and each generating chat's KV (committed vs reserved).
+// the budget line, and each generating chat's KV (committed vs reserved), then that of each
+// request the window's OpenAI server runs, labelled API.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -95,7 +96,12 @@ PanelFrame {
     }
 
     Label {
+        // Filling and eliding: a label wider than the dock would widen the panel.
+        Layout.fillWidth: true
+        Layout.preferredWidth: 0
+        elide: Text.ElideRight
         visible: panel.frame.hasEngine
+        // API requests' rows are tagged API.
         text: qsTr("KV per chat — committed / reserved")
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
@@ -121,6 +127,7 @@ PanelFrame {
             height: 28  // chatRows.rowHeight
             required property string title
             required property bool highlighted
+            required property bool api  // a request of the window's OpenAI server
             // The engine's SequenceTelemetry of the chat, its fields in camelCase.
             required property var sequence
             readonly property double kvCommitted: sequence.kvCommittedBytes
@@ -130,10 +137,26 @@ PanelFrame {
             spacing: 2
             RowLayout {
                 Layout.fillWidth: true
+                Rectangle {
+                    visible: chatRow.api
+                    implicitWidth: apiTag.implicitWidth + 8
+                    implicitHeight: apiTag.implicitHeight
+                    radius: 3
+                    color: Theme.raised
+                    border.color: Theme.border
+                    Label {
+                        id: apiTag
+                        anchors.centerIn: parent
+                        text: qsTr("API")
+                        color: Theme.mutedText
+                        font.pixelSize: 10
+                        font.weight: Font.DemiBold
+                    }
+                }
                 Label {
                     Layout.fillWidth: true
                     text: chatRow.title
-                    elide: Text.ElideRight
+                    elide: chatRow.api ? Text.ElideMiddle : Text.ElideRight
                     color: chatRow.highlighted ? Theme.accent : Theme.text
                     font.pixelSize: Theme.smallFontSize
                     font.weight: chatRow.highlighted ? Font.DemiBold : Font.Normal

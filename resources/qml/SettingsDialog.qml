@@ -1,6 +1,7 @@
 // SettingsDialog: the theme; the engine — memory budget (VRAM on a GPU, host memory on the
 // CPU; a loaded model re-plans at once), threads, context per chat and chats at once, which
-// a Reload applies to the loaded model; and the default sampling new chats start from.
+// a Reload applies to the loaded model; the default sampling new chats start from; and the
+// switch that serves the OpenAI API from the window's engine.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -11,6 +12,7 @@ GranuleDialog {
     required property ModelController model
     required property WindowSettings settings
     required property TelemetryModel telemetry
+    required property ApiServerController server
     readonly property var streaming: telemetry.frame.streaming
     readonly property bool gpu: telemetry.frame.device.gpu
     readonly property list<string> themes: ["system", "light", "dark"]
@@ -216,6 +218,77 @@ GranuleDialog {
                         onValueModified: dialog.settings.maxTokens = value
                     }
                 }
+            }
+
+            SectionTitle { text: qsTr("OpenAI API server") }
+            Note {
+                text: qsTr("Serves /v1/chat/completions and /v1/completions from the loaded model. API requests and the window's chats decode together, in the same engine steps; they are listed in the sidebar.")
+            }
+            Name { text: qsTr("Serve the OpenAI API") }
+            Switch {
+                objectName: "serveSwitch"
+                checked: dialog.server.enabled
+                onToggled: dialog.server.enabled = checked
+            }
+            Name { text: qsTr("Address") }
+            RowLayout {
+                Layout.fillWidth: true
+                spacing: Theme.spacing
+                TextField {
+                    objectName: "serveHostField"
+                    Layout.fillWidth: true
+                    text: dialog.server.host
+                    font.pixelSize: Theme.fontSize
+                    onEditingFinished: dialog.server.host = text
+                }
+                Label {
+                    text: ":"
+                    color: Theme.text
+                    font.pixelSize: Theme.fontSize
+                }
+                SpinBox {
+                    objectName: "servePortBox"
+                    from: 1
+                    to: 65535
+                    editable: true
+                    value: dialog.server.port
+                    // A port reads without digit grouping.
+                    textFromValue: (v, locale) => v.toString()
+                    valueFromText: (text, locale) => parseInt(text)
+                    onValueModified: dialog.server.port = value
+                }
+            }
+            Label {
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                visible: dialog.server.hostExposed
+                wrapMode: Text.Wrap
+                color: Theme.warning
+                font.pixelSize: Theme.smallFontSize
+                text: qsTr("Not a loopback address: other computers on the network can use the model. Set an API key, or use 127.0.0.1.")
+            }
+            Name { text: qsTr("API key") }
+            TextField {
+                objectName: "serveKeyField"
+                Layout.fillWidth: true
+                text: dialog.server.apiKey
+                placeholderText: qsTr("none: any local client may connect")
+                echoMode: TextInput.PasswordEchoOnEdit
+                font.pixelSize: Theme.fontSize
+                onEditingFinished: dialog.server.apiKey = text
+            }
+            Label {
+                objectName: "serveStatus"
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                wrapMode: Text.Wrap
+                color: dialog.server.state === ApiServerController.Failed ? Theme.errorText : Theme.mutedText
+                font.pixelSize: Theme.smallFontSize
+                text: dialog.server.state === ApiServerController.Serving
+                      ? qsTr("%1. OpenAI clients use the base URL %2/v1%3.")
+                            .arg(dialog.server.statusText).arg(dialog.server.url)
+                            .arg(dialog.server.apiKey.length > 0 ? qsTr(" with the key") : "")
+                      : dialog.server.statusText
             }
         }
     }

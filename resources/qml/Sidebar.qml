@@ -1,5 +1,6 @@
 // Sidebar: new chat, search, the chats (newest first, a dot on those generating),
-// rename in place, delete with undo, and the settings button.
+// rename in place, delete with undo, the API server's requests while the window serves the
+// OpenAI API, and the settings button.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -9,6 +10,7 @@ Rectangle {
     id: sidebar
     required property ChatController chats
     required property TelemetryModel telemetry
+    required property ApiServerController server
     signal settingsRequested()
 
     function focusSearch() {
@@ -92,6 +94,12 @@ Rectangle {
                     onClicked: sidebar.chats.undoDelete()
                 }
             }
+        }
+
+        ApiRequestList {
+            Layout.fillWidth: true
+            visible: sidebar.server.state !== ApiServerController.Off
+            server: sidebar.server
         }
 
         Button {
