@@ -20,7 +20,7 @@ readonly MODEL_PATH=$MODELS_DIR/$MODEL_FILE
 # llama.cpp's tokenizer goldens (vocabulary-only GGUFs with test strings and the Hugging Face
 # tokenizers' ids) for tests/engine and tests/cli. The llama-cpp-python source distribution
 # on the package index carries llama.cpp's models/ folder under vendor/llama.cpp/models/;
-# 0.3.2's copies of these nine files are the ones the tests were written against.
+# 0.3.2's copies of these twelve files are the ones the tests were written against.
 readonly TESTDATA_SDIST=llama-cpp-python==0.3.2
 readonly TESTDATA_SDIST_SHA256=8fbf246a55a999f45015ed0d48f91b4ae04ae959827fac1cd6ac6ec65aed2e2f
 readonly TESTDATA_SDIST_MODELS=vendor/llama.cpp/models
@@ -34,7 +34,10 @@ ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-lla
 ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-llama-spm.gguf.out
 967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326  ggml-vocab-phi-3.gguf
 ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-phi-3.gguf.inp
-ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi-3.gguf.out"
+ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi-3.gguf.out
+867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76  ggml-vocab-deepseek-llm.gguf
+ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-deepseek-llm.gguf.inp
+a193491c3c71fc008e3fbc5528cc26a1946f91dc0ec25778a5bc790b017baae5  ggml-vocab-deepseek-llm.gguf.out"
 # The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.

@@ -207,7 +207,7 @@ TEST(Phi3Golden, OtherModelsKeepTheWhitespaceAfterSpecialTokens) {
 // for 'мир→\u2029 \n' llama.cpp gives 23665 14728 350 20535 185 ("\u2029 " one word, its
 // \s+$), Hugging Face 23665 14728 350 102 207 185 (the CJK split's U+0800-U+4E00 range takes
 // U+2029 out first). Hugging Face is the reference. Its vocabulary is llama.cpp's
-// ggml-vocab-deepseek-llm.gguf, which setup.sh does not fetch: the test skips without it.
+// ggml-vocab-deepseek-llm.gguf, which `setup.sh testdata` fetches with the other goldens.
 TEST(DeepSeekLlmGolden, WhitespaceBesideParagraphSeparatorsAndTabsLikeHuggingFace) {
   const fs::path vocab =
       fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-deepseek-llm.gguf";

@@ -294,6 +294,9 @@ wave3() {
 # tests under compute-sanitizer memcheck (a subset: sanitized kernels run ~100x slower), then
 # the server against the bench (serve_bench).
 wave4() {
+  timeout 60 "$build/tests/matvec_mma_kernel_test" >"$OUT/matvec_mma_kernel_test.txt" 2>&1
+  echo "matvec_mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/matvec_mma_kernel_test.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED" "$OUT/matvec_mma_kernel_test.txt" | head -8
   timeout 150 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1
   echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model_gpu_test.txt" | tr '\n' ' ')"
   grep -E "^\[  FAILED" "$OUT/model_gpu_test.txt" | head -8
@@ -303,8 +306,11 @@ wave4() {
     echo "attention_prefill_test under memcheck: exit $?"
     timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
       --gtest_filter='MatvecMmaTasks.*:*33x32:*77x608:*16x160:*50x64'
-    echo "matvec_mma_kernel_test under memcheck: exit $?"; } >"$OUT/memcheck.txt" 2>&1
-  grep -E "under memcheck|ERROR SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
+    echo "matvec_mma_kernel_test under memcheck: exit $?"
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
+      --gtest_filter='*Q4_0_77x608*:*Q6_K_333x256*:MatvecMmaTasks.*'
+    echo "matvec_mma_kernel_test under racecheck: exit $?"; } >"$OUT/memcheck.txt" 2>&1
+  grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
 }
 
 case $what in
