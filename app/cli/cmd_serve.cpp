@@ -28,6 +28,10 @@ struct ServeOptions {
   server::ServerOptions server;
   std::string max_body = "1MiB";
   bool kv_reuse = true;
+  // Host memory for kept KV evicted from the device. None by default, as llama-server keeps its
+  // prompt cache in its slots: under a load of one-off prompts every eviction would otherwise
+  // be a device-to-host copy on the engine thread, for KV nobody asks for again.
+  std::string kv_host_cache = "0";
 };
 
 // Stops the server on SIGINT or SIGTERM. The signals are blocked in every thread (the
@@ -65,6 +69,11 @@ class SignalStop {
   std::thread thread_;
 };
 
+// --kv-host-cache: a size, or 0 / off for none.
+uint64_t host_cache_bytes(const std::string& text) {
+  return text == "0" || text == "off" ? 0 : parse_byte_size(text);
+}
+
 int serve(ServeOptions& options) {
   // A client that hangs up mid-write must not end the process.
   signal(SIGPIPE, SIG_IGN);
@@ -79,6 +88,7 @@ int serve(ServeOptions& options) {
   // request that starts with the same tokens; /metrics reports it as kept, apart from the KV
   // of running requests, and usage.prompt_tokens_details.cached_tokens says what was reused.
   engine_options.kv_reuse = options.kv_reuse;
+  engine_options.kv_host_cache_bytes = host_cache_bytes(options.kv_host_cache);
   engine_options.cpu_threads = options.generation.threads;
   engine_options.vram_budget_bytes = options.generation.vram_budget_bytes;
   engine_options.chat_template_override = options.generation.template_name;
@@ -178,6 +188,19 @@ Command add_serve_command(CLI::App& parent) {
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, std::string>{{"on", "true"}, {"off", "false"}}, CLI::ignore_case))
       ->default_str("on");
+  app->add_option("--kv-host-cache", options->kv_host_cache,
+                  "Host memory for kept KV the device evicts, e.g. 2GiB (a bare number is MiB); "
+                  "0 drops it instead")
+      ->type_name("SIZE")
+      ->capture_default_str()
+      ->check([](const std::string& text) {
+        try {
+          host_cache_bytes(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      });
   g.max_tokens = 512;
   return {app, [options] { return serve(*options); }, &options->generation.model};
 }

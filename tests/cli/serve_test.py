@@ -364,6 +364,10 @@ def main():
           m["granule_kv_committed_bytes"] == m["granule_kv_kept_bytes"],
           f"after the load test: {m}")
     check(m["granule_decode_tokens_per_second"] > 0 and m["granule_server_requests_total"] >= 64, f"{m}")
+    # 64 prompts through 8 slots evict kept entries; without --kv-host-cache they are dropped,
+    # not copied to host memory.
+    check(m["granule_kv_kept_dropped_total"] > 0 and m["granule_kv_swapped_bytes"] == 0 and
+          m["granule_kv_swap_outs_total"] == 0, f"evictions under load: {m}")
     tokens = sum(u.completion_tokens for _, _, u in results)
     print(f"load: 64 streams, {tokens} tokens in {load_seconds:.1f} s")
     server.stop()
