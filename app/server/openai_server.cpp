@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "granule/error.h"
 #include "granule/log.h"
@@ -169,6 +170,17 @@ struct OpenAiServer::Impl {
   void list(const std::shared_ptr<Running>& running) {
     std::lock_guard lock(listed_mutex);
     listed.emplace(next_listed++, running);
+  }
+
+  // Wakes every request waiting for news (stop(): they answer with the shutdown error).
+  void wake_all() const {
+    std::lock_guard lock(listed_mutex);
+    for (const auto& [index, weak] : listed) {
+      if (const std::shared_ptr<const Running> running = weak.lock()) {
+        std::lock_guard channel_lock(running->channel->mutex);
+        running->channel->changed.notify_all();
+      }
+    }
   }
 
   std::vector<ServedRequest> requests() const {
@@ -459,8 +471,8 @@ struct OpenAiServer::Impl {
     Channel& channel = *running.channel;
     {
       std::unique_lock lock(channel.mutex);
-      channel.changed.wait_for(lock, wait,
-                               [&] { return channel.finished || !channel.text.empty(); });
+      channel.changed.wait_for(
+          lock, wait, [&] { return channel.finished || !channel.text.empty() || stopping.load(); });
       text_out.swap(channel.text);
       channel.text.clear();
       logprobs_out.insert(logprobs_out.end(), std::make_move_iterator(channel.logprobs.begin()),
@@ -654,6 +666,14 @@ uint64_t OpenAiServer::generated_tokens() const { return impl_->completion_token
 
 void OpenAiServer::stop() {
   impl_->stopping = true;
+  // The requests in flight end now, each with the shutdown error: wake them and give them a
+  // moment to send it, since httplib stops calling a stream's provider once it shuts down
+  // (the client would see the stream cut off instead). A stalled client does not hold this
+  // up for more than half a second.
+  impl_->wake_all();
+  const auto deadline = Clock::now() + std::chrono::milliseconds(500);
+  while (impl_->active.load() > 0 && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   impl_->http.stop();
 }
 
