@@ -405,7 +405,14 @@ struct Plan {
   static constexpr int kScaleCopy = kScaleRow < 16 ? kScaleRow : 16;
   static constexpr int kActRow = kKs * kQ8Block + 16;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
-  static constexpr int kActOffset = kScaleOffset + kWeightRows * kScaleRow;
+  // Q6_K (split_layout.h): the quantised bytes above are ql; the scale region holds the two
+  // int8 scales per sub-block; then qh (8 bytes per sub-block) and the super-block's f16 d
+  // (4 bytes: the aligned pair of d values holding it; a stage never crosses a super-block).
+  static constexpr bool kQ6 = TYPE == kQ6_K;
+  static constexpr int kQhRow = kQ6 ? kKs * 8 : 0;
+  static constexpr int kQhOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kD6Offset = kQhOffset + kWeightRows * kQhRow;
+  static constexpr int kActOffset = kD6Offset + (kQ6 ? kWeightRows * 4 : 0);
   static constexpr int kDsOffset = kActOffset + kColumns * kActRow;  // float2 [column][kKs]
   static constexpr int kStageBytes = kDsOffset + kColumns * kKs * 8;
   static constexpr int kStagesFit = kWarpBudget / kStageBytes;
@@ -428,6 +435,7 @@ struct Plan {
                 "every lane copies the same number of chunks");
   static_assert(kScaleRow % kScaleCopy == 0, "whole scale copies");
   static_assert(NT == 1 || NT % 2 == 0, "activation fragments load two n-tiles at a time");
+  static_assert(!kQ6 || (8 % kKs == 0 && kQhRow % 16 == 0), "Q6_K stages inside a super-block");
 };
 
 // Warps per block: 4 (two blocks per SM, so one block's ring fills while the other's
@@ -461,6 +469,27 @@ __device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const void* p) 
                : "=r"(r[0]), "=r"(r[1])
                : "r"(shared_address(p))
                : "memory");
+}
+
+// The same for k = 16 (Q6_K: each 16-element half of a sub-block has its own scale).
+__device__ __forceinline__ void mma_s8_k16_magic(int (&c)[4], uint32_t a0, uint32_t a1,
+                                                 uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+      "{%7, %7, %7, %7};\n"
+      : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b), "r"(kMagicBits));
+#else
+  __trap();
+#endif
+}
+
+// Q6_K's 6-bit values of four elements (low nibbles `low`, high 2 bits in bits 0-1 of each
+// byte of `high`) as int8 q - 32.
+__device__ __forceinline__ uint32_t q6_signed(uint32_t low, uint32_t high) {
+  const uint32_t v = (low & 0x0F0F0F0Fu) | ((high & 0x03030303u) << 4);  // 0..63 per byte
+  return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // bytewise v - 32, no borrows
 }
 
 // c = a x b + 1.5 * 2^23 (as int32 bits): the f32 whose bits c holds is 1.5 * 2^23 + a x b
@@ -512,8 +541,9 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks
 #pragma unroll
   for (int i = 0; i < CPR; ++i)
     rows[i] = weight_row<P>(task, row0, lane / CPR + i * (kWarpSize / CPR));
-  const uint8_t* const scale_row =
-      weight_row<P>(task, row0, lane) + static_cast<int64_t>(n) * P::kQuantBytes;
+  const uint8_t* const own_row = weight_row<P>(task, row0, lane);
+  const uint8_t* const scale_row = own_row + (P::kQ6 ? split::scales_offset(kQ6_K, n)
+                                                     : static_cast<int64_t>(n) * P::kQuantBytes);
   const int chunk = lane % CPR;
   const int chunk_block = chunk * 16 / P::kQuantBytes;  // the sub-block of that chunk
 
@@ -533,6 +563,17 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks
       copy_async<P::kScaleCopy>(
           stage + P::kScaleOffset + lane * P::kScaleRow + k * P::kScaleCopy,
           ok ? scale_row + first * P::kScaleBytes + k * P::kScaleCopy : scale_row, ok);
+    }
+    if constexpr (P::kQ6) {
+#pragma unroll
+      for (int k = 0; k < P::kQhRow / 16; ++k) {  // qh: 16 bytes = 2 sub-blocks per copy
+        const bool ok = first + 2 * k < n;
+        copy_async<16>(stage + P::kQhOffset + lane * P::kQhRow + 16 * k,
+                       ok ? own_row + split::q6k_qh_offset(n) + first * 8 + 16 * k : own_row, ok);
+      }
+      const bool ok = first < n;
+      copy_async<4>(stage + P::kD6Offset + lane * 4,
+                    ok ? own_row + split::q6k_d_offset(n) + ((first / 8) & ~1) * 2 : own_row, ok);
     }
   };
   auto load_activations = [&](int s) {
@@ -625,7 +666,10 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks
       // Weight fragments: a0 = row g bytes 4t.., a1 = row g + 8, a2/a3 the same rows' next
       // 16 elements (Q4: the high nibbles of the same bytes, element i + 16 of byte i).
       uint32_t a[kWeightTiles][4];
-      if constexpr (TYPE == kQ8_0) {
+      [[maybe_unused]] uint32_t ql[4];  // Q6_K: ql of tile 0 rows g, g + 8; tile 1 ...
+      if constexpr (P::kQ6) {
+        load_matrix_x4(ql, stage + lane * P::kWeightRow + u * P::kQuantBytes);
+      } else if constexpr (TYPE == kQ8_0) {
 #pragma unroll
         for (int m = 0; m < kWeightTiles; ++m)
           load_matrix_x4(a[m], stage + (m * 16 + lane % 16) * P::kWeightRow + u * P::kQuantBytes +
@@ -643,32 +687,70 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks
           a[m][3] = (hi >> 4) & 0x0F0F0F0Fu;
         }
       }
+      if constexpr (P::kQ6) {
 #pragma unroll
-      for (int m = 0; m < kWeightTiles; ++m) {
-        float dw[2], mw[2];
+        for (int m = 0; m < kWeightTiles; ++m) {
+          float dw[2], sc0[2], sc1[2];  // per row g, g + 8
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* sc =
-              stage + P::kScaleOffset + (m * 16 + g + 8 * h) * P::kScaleRow + u * P::kScaleBytes;
-          dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
-          mw[h] =
-              TYPE == kQ4_1 ? half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2)) : 0.0f;
+          for (int h = 0; h < 2; ++h) {
+            const int row = m * 16 + g + 8 * h;
+            // a[m] = {row g, row g + 8} of elements 4t.. (k16 mma 0) and 16 + 4t.. (mma 1).
+            // qh word t % 2 of the row's 8 bytes: element e's high bits at byte e % 8, bit
+            // 2 * (e / 8) — 2 * (t / 2) for elements 4t.., 4 + 2 * (t / 2) for 16 + 4t..
+            const uint32_t qh = *reinterpret_cast<const uint32_t*>(
+                stage + P::kQhOffset + row * P::kQhRow + u * 8 + 4 * (t % 2));
+            a[m][h] = q6_signed(ql[2 * m + h], qh >> (2 * (t / 2)));
+            a[m][2 + h] = q6_signed(ql[2 * m + h] >> 4, qh >> (4 + 2 * (t / 2)));
+            const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow + u * 2;
+            sc0[h] = static_cast<float>(static_cast<int8_t>(sc[0]));
+            sc1[h] = static_cast<float>(static_cast<int8_t>(sc[1]));
+            dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
+                stage + P::kD6Offset + row * 4 + 2 * ((first / 8) & 1)));
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            int c0[4], c1[4];
+            mma_s8_k16_magic(c0, a[m][0], a[m][1], b[nt][0]);
+            mma_s8_k16_magic(c1, a[m][2], a[m][3], b[nt][1]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int h = i / 2, p = i & 1;
+              // sc0 x0 + sc1 x1 is exact below 2^24 and otherwise rounded once, as the dp4a
+              // kernel's float(sc0 * sum0 + sc1 * sum1).
+              const float x = fmaf(sc1[h], __int_as_float(c1[i]) - kMagic,
+                                   sc0[h] * (__int_as_float(c0[i]) - kMagic));
+              acc[m][nt][i] = fmaf(dw[h] * da[nt][p], x, acc[m][nt][i]);
+            }
+          }
         }
+      } else {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          int c[4];
-          mma_s8_magic(c, a[m], b[nt][0], b[nt][1]);
-          // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+        for (int m = 0; m < kWeightTiles; ++m) {
+          float dw[2], mw[2];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float x = __int_as_float(c[i]) - kMagic;  // exact: the integer dot product
-            const int h = i / 2, p = i & 1;
-            if constexpr (TYPE == kQ4_0) {
-              acc[m][nt][i] = fmaf(dw[h], fmaf(da[nt][p], x, sa[nt][p]), acc[m][nt][i]);
-            } else if constexpr (TYPE == kQ4_1) {
-              acc[m][nt][i] = fmaf(mw[h], sa[nt][p], fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]));
-            } else {
-              acc[m][nt][i] = fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]);
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* sc =
+                stage + P::kScaleOffset + (m * 16 + g + 8 * h) * P::kScaleRow + u * P::kScaleBytes;
+            dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
+            mw[h] = TYPE == kQ4_1 ? half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2))
+                                  : 0.0f;
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            int c[4];
+            mma_s8_magic(c, a[m], b[nt][0], b[nt][1]);
+            // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float x = __int_as_float(c[i]) - kMagic;  // exact: the integer dot product
+              const int h = i / 2, p = i & 1;
+              if constexpr (TYPE == kQ4_0) {
+                acc[m][nt][i] = fmaf(dw[h], fmaf(da[nt][p], x, sa[nt][p]), acc[m][nt][i]);
+              } else if constexpr (TYPE == kQ4_1) {
+                acc[m][nt][i] = fmaf(mw[h], sa[nt][p], fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]));
+              } else {
+                acc[m][nt][i] = fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]);
+              }
             }
           }
         }
@@ -752,8 +834,9 @@ bool ready() {
     for (const cudaError_t status :
          {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
           allow_shared_bytes_all_tiles<kQ4_1, false>(), allow_shared_bytes_all_tiles<kQ4_1, true>(),
-          allow_shared_bytes_all_tiles<kQ8_0, false>(),
-          allow_shared_bytes_all_tiles<kQ8_0, true>()}) {
+          allow_shared_bytes_all_tiles<kQ8_0, false>(), allow_shared_bytes_all_tiles<kQ8_0, true>(),
+          allow_shared_bytes_all_tiles<kQ6_K, false>(),
+          allow_shared_bytes_all_tiles<kQ6_K, true>()}) {
       if (status != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -826,7 +909,8 @@ cudaError_t launch_type(const MmaTasks& tasks, int n_tasks, int max_rows, const 
 }  // namespace
 
 bool matvec_mma_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0);
+  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
+                          weight_type == kQ6_K);
 }
 
 bool matvec_mma_fits_device() {
@@ -863,7 +947,8 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
                               cudaStream_t stream) {
   if (n_tasks < 1 || n_tasks > kMaxMatvecTasks || input.n_in <= 0 || input.n_in % kQ8Block != 0 ||
       reinterpret_cast<uintptr_t>(input.xq.qs) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(input.xq.ds) % 8 != 0)
+      reinterpret_cast<uintptr_t>(input.xq.ds) % 8 != 0 ||
+      (weight_type == kQ6_K && input.n_in % 256 != 0))
     return cudaErrorInvalidValue;
   MmaTasks packed{};
   int max_rows = 0;
@@ -879,6 +964,12 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
   const bool version2 = matvec_mma_version(config) == 2;
+  if (weight_type == kQ6_K) {  // version 2 only; version 1 leaves it to the dp4a kernel
+    if (!version2) return launch_matvec(weight_type, tasks, n_tasks, input, config, stream);
+    return launch_status(
+        gate_up ? v2::launch_type<kQ6_K, true>(packed, n_tasks, max_rows, input, config, stream)
+                : v2::launch_type<kQ6_K, false>(packed, n_tasks, max_rows, input, config, stream));
+  }
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     if (version2)

@@ -1,9 +1,10 @@
 // The int8 tensor-core products (kernels/matvec_mma.cu, both kernel versions: 1 and the
 // warp-pipelined 2) against the split dp4a kernel (launch_matvec) on every element and
 // against a host double-precision reference from the same int8 activations on a sample of
-// rows: Q4_0, Q4_1 and Q8_0, the model shapes of SmolLM2 and an 8B model, odd row counts
-// and short rows, batches from 1 to 512 (odd ones, one to eight 64-column tiles), the
-// three-matrix launch with accumulate, the fused SwiGLU epilogue, and what it refuses.
+// rows: Q4_0, Q4_1, Q8_0 and Q6_K (whose version 1 is the dp4a kernel itself), the model
+// shapes of SmolLM2 and an 8B model, odd row counts and short rows, batches from 1 to 512
+// (odd ones, one to eight 64-column tiles), the three-matrix launch with accumulate, the
+// fused SwiGLU epilogue, and what it refuses.
 // Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
 // row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
@@ -95,6 +96,15 @@ void decode_row(const Matrix& m, int64_t r, std::vector<double>& value, std::vec
   const uint8_t* row = m.gguf.data() + r * m.gguf_row_bytes;
   value.resize(static_cast<size_t>(m.cols));
   term.resize(static_cast<size_t>(m.cols));
+  if (m.type == TensorType::Q6_K) {  // d * scale * (q - 32): no min term
+    std::vector<float> f32(static_cast<size_t>(m.cols));
+    dequantize_row(m.type, row, f32.data(), m.cols);
+    for (size_t i = 0; i < f32.size(); ++i) {
+      value[i] = f32[i];
+      term[i] = std::fabs(value[i]);
+    }
+    return;
+  }
   for (int64_t j = 0; j < m.cols / 32; ++j) {
     for (int i = 0; i < 32; ++i) {
       const size_t at = static_cast<size_t>(j * 32 + i);
@@ -345,6 +355,12 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_1, 16, 160});
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q8_0, 1000, 1184});
+  // Q6_K (version 2; version 1 hands it to the dp4a kernel): an 8B model's attention shape,
+  // one super-block per row, 5 and 56 super-blocks on row counts off the tiles.
+  out.push_back({TensorType::Q6_K, 4096, 4096});
+  out.push_back({TensorType::Q6_K, 333, 256});
+  out.push_back({TensorType::Q6_K, 1000, 1280});
+  out.push_back({TensorType::Q6_K, 150, 14336});
   return out;
 }
 
@@ -362,8 +378,8 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   std::mt19937 rng(5);
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
-    const int64_t cols = 608, rows[3] = {200, 72, 40};
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+    const int64_t cols = type == TensorType::Q6_K ? 768 : 608, rows[3] = {200, 72, 40};
     const Activations act(cols, 23, config);
     std::vector<Matrix> w;
     for (int i = 0; i < 3; ++i) w.push_back(make_matrix(type, rows[i], cols, 100 + i));
@@ -410,7 +426,7 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0}) {
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
     const int64_t rows = 300, cols = 1024;
     const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
     const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
@@ -455,7 +471,9 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), true));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_0), false));
-  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), false));
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   kernels::KernelConfig off = config;
   off.mma = 0;
@@ -472,9 +490,12 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
     EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), versioned, nullptr),
               cudaErrorInvalidValue);
     t.split_layout = true;
-    EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
+    EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q5_0), &t, 1,
                                          act.input(8), versioned, nullptr),
               cudaErrorInvalidValue);
+    EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
+                                         act.input(8), versioned, nullptr),
+              cudaErrorInvalidValue);  // 64 columns: not whole Q6_K super-blocks
     kernels::MatvecInput odd = act.input(8);
     odd.n_in = 48;  // not whole sub-blocks
     EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, versioned, nullptr),
