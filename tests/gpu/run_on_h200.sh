@@ -313,7 +313,46 @@ wave4() {
   grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
 }
 
+# Correctness and sanitizers for the kernels that are new since the last GPU tests (one call).
+wave5_tests() {
+  wave4_tests_only
+}
+wave4_tests_only() {
+  timeout 60 "$build/tests/matvec_mma_kernel_test" >"$OUT/matvec_mma_kernel_test.txt" 2>&1
+  echo "matvec_mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/matvec_mma_kernel_test.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED" "$OUT/matvec_mma_kernel_test.txt" | head -8
+  timeout 150 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1
+  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model_gpu_test.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED" "$OUT/model_gpu_test.txt" | head -8
+  { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/attention_prefill_test" \
+      --gtest_filter='*HandMadeTiles*:*MixedBatch*hd64_h8_kv1:*hd128_group4_len65'
+    echo "attention_prefill_test under memcheck: exit $?"
+    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
+      --gtest_filter='MatvecMmaTasks.*:*33x32:*77x608:*16x160:*50x64:*Q6_K_333x256*'
+    echo "matvec_mma_kernel_test under memcheck: exit $?"
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
+      --gtest_filter='*Q4_0_77x608*:*Q6_K_333x256*:MatvecMmaTasks.*'
+    echo "matvec_mma_kernel_test under racecheck: exit $?"
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/attention_prefill_test" \
+      --gtest_filter='*HandMadeTiles*:*hd128_group4_len65'
+    echo "attention_prefill_test under racecheck: exit $?"; } >"$OUT/memcheck.txt" 2>&1
+  grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
+}
+
+# Speed after the tests: decode by batch and pp512 on 8B, SmolLM2 batch 1 and 32 chats, then
+# the server against granule-bench chats at 8 and 32 (issue 18).
+wave5_bench() {
+  local b="$build/app/bench/granule-bench"
+  { timeout 150 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64
+    timeout 90 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32
+    timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,32 -p 128 -g 128 --device cuda; } >"$OUT/bench-wave5.txt" 2>&1
+  grep -E "^\|" "$OUT/bench-wave5.txt"
+  serve_bench
+}
+
 case $what in
+  wave5-tests) wave5_tests ;;
+  wave5-bench) wave5_bench ;;
   wave4) wave4 ;;
   wave3) wave3 ;;
   types) types_bench ;;
