@@ -350,7 +350,45 @@ wave5_bench() {
   serve_bench
 }
 
+# Per-kernel device time (Nsight Compute, gpu__time_duration only, clocks as they are) of
+# runs that each isolate one question; ncu_sum prints count, total and mean per kernel name.
+ncu_sum() {
+  python3 - "$1" <<'PY'
+import re, sys
+rows, name = {}, None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
+    if m: name = m.group(1); continue
+    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+(\d+)\s+\S+\s+\S+\s+(\S+)", line)
+    if name and m2:
+        unit = m2.group(1); n = int(m2.group(2)); total = float(m2.group(3).replace(",", ""))
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}.get(unit, 1)
+        r = rows.setdefault(name[:100], [0, 0.0]); r[0] += n; r[1] += total * scale; name = None
+out = sorted(rows.items(), key=lambda kv: -kv[1][1])
+print(f"total {sum(v[1] for _, v in out)/1e3:.3f} ms over {sum(v[0] for _, v in out)} launches")
+for k, (n, t) in out[:18]: print(f"{t/1e3:9.3f} ms {n:6d} x {t/max(n,1):8.1f} us  {k}")
+PY
+}
+profile_wave5() {
+  local b="$build/app/bench/granule-bench" n
+  for n in 32 8; do
+    timeout 150 ncu --clock-control none --launch-skip 1500 --launch-count 1000 --print-summary per-kernel \
+      --metrics gpu__time_duration.sum "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b $n >/tmp/ncu-b$n.txt 2>&1
+    echo "-- decode batch $n (launches 1500-2500 of the run; per step = total / steps)"; ncu_sum /tmp/ncu-b$n.txt
+  done
+  timeout 150 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
+    "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 0 -r 1 >/tmp/ncu-pp.txt 2>&1
+  echo "-- pp512 (two prefills: warm-up + 1)"; ncu_sum /tmp/ncu-pp.txt
+  timeout 200 ncu --clock-control none --print-summary per-kernel --metrics gpu__time_duration.sum \
+    -k regex:'attention|flash|prefill' "$b" chats --synthetic llama3-8b:Q4_0 -n 1 -p 8000 -g 16 --device cuda >/tmp/ncu-8k.txt 2>&1
+  echo "-- attention kernels, 1 chat: 8000-token prompt (16 chunks) + 16 decode steps"; ncu_sum /tmp/ncu-8k.txt
+  timeout 200 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda >"$OUT/bench-8k.txt" 2>&1
+  grep -E "^\|" "$OUT/bench-8k.txt" | head -5
+  for f in /tmp/ncu-b32.txt /tmp/ncu-b8.txt /tmp/ncu-pp.txt /tmp/ncu-8k.txt; do head -c 1500000 $f >"$OUT/$(basename $f)"; done
+}
+
 case $what in
+  profile-wave5) profile_wave5 ;;
   wave5-tests) wave5_tests ;;
   wave5-bench) wave5_bench ;;
   wave4) wave4 ;;
