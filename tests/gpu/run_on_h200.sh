@@ -357,13 +357,14 @@ ncu_sum() {
 import re, sys
 rows, name = {}, None
 for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)", line)
-    if m: name = m.group(1); continue
-    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+(\d+)\s+\S+\s+\S+\s+(\S+)", line)
+    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\).*Invocations (\d+)", line)
+    if m: name = m.group(1); n = int(m.group(2)); continue
+    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+\S+\s+\S+\s+(\S+)\s*$", line)
     if name and m2:
-        unit = m2.group(1); n = int(m2.group(2)); total = float(m2.group(3).replace(",", ""))
+        unit = m2.group(1); avg = float(m2.group(2).replace(",", ""))
         scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}.get(unit, 1)
-        r = rows.setdefault(name[:100], [0, 0.0]); r[0] += n; r[1] += total * scale; name = None
+        short = re.sub(r"\(.*", "", name)[:100]
+        r = rows.setdefault(short, [0, 0.0]); r[0] += n; r[1] += n * avg * scale; name = None
 out = sorted(rows.items(), key=lambda kv: -kv[1][1])
 print(f"total {sum(v[1] for _, v in out)/1e3:.3f} ms over {sum(v[0] for _, v in out)} launches")
 for k, (n, t) in out[:18]: print(f"{t/1e3:9.3f} ms {n:6d} x {t/max(n,1):8.1f} us  {k}")
