@@ -400,5 +400,46 @@ TEST(EngineKvPool, StepsMapPreCreatedGranulesAheadAndGiveTheSameTokens) {
   EXPECT_EQ(pooled.tokens, unpooled.tokens);
 }
 
+// A prompt of several chunks: while one chunk runs, the engine maps the next chunk's
+// granules, so after the first step no prefill step maps KV on its own path, and the tokens
+// are those of an engine that maps only inside the steps.
+TEST(EngineKvPool, LongPromptMapsTheNextChunkAhead) {
+  const TempModel model(kv_wide_spec(), "granule_preemption");
+  Chat chat;
+  chat.prompt.resize(470);  // five 96-token chunks
+  std::mt19937_64 random(7);
+  for (TokenId& t : chat.prompt) t = static_cast<TokenId>(3 + random() % 380);
+  chat.max_tokens = 4;
+  struct Run {
+    std::vector<int32_t> tokens;
+    uint64_t mapped_in_later_prefill_steps = 0, mapped_ahead = 0, mapped = 0;
+  };
+  auto run = [&](bool map_ahead) {
+    EngineOptions o = cpu_options(2);
+    o.kv_map_ahead = map_ahead;
+    auto engine = Engine::open(model.path, o);
+    std::map<SequenceId, Output> out;
+    const SequenceId id = engine->submit(chat_request(chat, out));
+    Run r;
+    for (int step = 0; engine->step(); ++step) {
+      const TelemetrySnapshot t = engine->telemetry();
+      const bool prefill = out[id].tokens.empty();
+      if (step > 0 && (prefill || out[id].tokens.size() == 1))
+        r.mapped_in_later_prefill_steps += t.kv.last_granules_mapped;
+      r.mapped_ahead += t.kv.last_ahead_granules;
+      r.mapped += t.kv.last_granules_mapped + t.kv.last_ahead_granules;
+    }
+    r.tokens = out[id].tokens;
+    return r;
+  };
+  const Run ahead = run(true), inline_only = run(false);
+  EXPECT_EQ(ahead.tokens.size(), 4u);
+  EXPECT_EQ(ahead.tokens, inline_only.tokens);
+  EXPECT_EQ(ahead.mapped_in_later_prefill_steps, 0u);
+  EXPECT_GT(inline_only.mapped_in_later_prefill_steps, 2u);  // what the steps did themselves
+  EXPECT_GE(ahead.mapped_ahead, inline_only.mapped_in_later_prefill_steps);
+  EXPECT_EQ(ahead.mapped, inline_only.mapped);  // the same granules, only mapped earlier
+}
+
 }  // namespace
 }  // namespace granule
