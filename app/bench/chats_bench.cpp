@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -88,7 +89,7 @@ std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_6
 // Submits `n` chats together and steps the engine until idle. The decode window is the steps
 // that start with every chat past its prompt and none finished: all n chats decode in them.
 ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
-                      TelemetryRecorder* telemetry) {
+                      TelemetryRecorder* telemetry, std::ostream* steps_out = nullptr) {
   ChatsResult result;
   result.chats = n;
   result.prompt_tokens = o.prompt_tokens * n;
@@ -143,6 +144,11 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
     if (telemetry != nullptr) telemetry->record(t);  // at most 10 frames a second
     result.peak_kv_bytes =
         std::max(result.peak_kv_bytes, t.device.ledger_bytes(MemoryCategory::KvCommitted));
+    if (steps_out != nullptr) {
+      *steps_out << n << ',' << result.steps << ',' << seconds_between(step_start, step_end) * 1e3
+                 << ',' << produced << ',' << progress.started << ',' << t.kv.last_mapping_us << ','
+                 << t.kv.last_ahead_us << ',' << t.kv.last_refill_us << '\n';
+    }
     ++result.steps;
     result.granules_mapped += t.kv.last_granules_mapped;
     result.granules_created_in_step += t.kv.last_granules_created;
@@ -301,6 +307,9 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
                    "map each step's KV before it runs instead of while the one before runs");
   command.add_option("--telemetry-out", o.telemetry_out,
                      "record the engine's telemetry to FILE as JSON lines");
+  command.add_option("--steps-out", o.steps_out,
+                     "write one CSV line per step to FILE (chats, step, ms, tokens produced, "
+                     "chats started, mapping us, ahead us, refill us)");
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -332,14 +341,25 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
                        std::to_string(engine->options().context_length));
     }
     // One short chat first, so one-time costs (first touches, library handles) stay out of
-    // the table.
+    // the table. Its prompt is a whole prefill chunk when the runs' prompts are that long:
+    // a chunk of many rows takes another path than a short prompt (on CUDA the cuBLAS GEMMs,
+    // whose library loads at their first use, and the flash-attention prefill).
     ChatsBenchOptions warm_up = o;
-    warm_up.prompt_tokens = std::min<int64_t>(o.prompt_tokens, 16);
+    warm_up.prompt_tokens =
+        std::min<int64_t>(o.prompt_tokens, engine->options().prefill_chunk_tokens);
     warm_up.generate_tokens = std::min(o.generate_tokens, 4);
     run_chats(*engine, 1, warm_up, telemetry.get());
 
     std::vector<ChatsResult> results;
-    for (int32_t n : o.chats) results.push_back(run_chats(*engine, n, o, telemetry.get()));
+    std::ofstream steps_file;
+    if (!o.steps_out.empty()) {
+      steps_file.open(o.steps_out);
+      if (!steps_file) throw UsageError("cannot write " + o.steps_out);
+      steps_file << "chats,step,ms,produced,started,mapping_us,ahead_us,refill_us\n";
+    }
+    for (int32_t n : o.chats)
+      results.push_back(
+          run_chats(*engine, n, o, telemetry.get(), steps_file.is_open() ? &steps_file : nullptr));
     if (telemetry) {
       telemetry->record_now(engine->telemetry());  // the final frame
       telemetry->close();

@@ -27,6 +27,7 @@ struct ChatsBenchOptions {
   int64_t kv_pool_granules = -1;  // the engine's KV pool: -1 sized by the engine, 0 off
   bool kv_map_ahead = true;       // map the next step's KV while a step runs
   std::string telemetry_out;      // record the engine's telemetry here as JSON lines ("" = off)
+  std::string steps_out;          // one CSV line per step here ("" = off)
   bool json = false;
 };
 

@@ -388,7 +388,31 @@ profile_wave5() {
   for f in /tmp/ncu-b32.txt /tmp/ncu-b8.txt /tmp/ncu-pp.txt /tmp/ncu-8k.txt; do head -c 1500000 $f >"$OUT/$(basename $f)"; done
 }
 
+# 8,000-token prompts: 1 and 8 chats with the default chunk (per-step CSV), then 1 chat with
+# 1024- and 2048-token chunks.
+long_prompts() {
+  local b="$build/app/bench/granule-bench"
+  { timeout 200 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda --steps-out "$OUT/steps-8k.csv"
+    for c in 1024 2048; do
+      echo "-- prefill chunk $c"
+      timeout 100 "$b" chats --synthetic llama3-8b:Q4_0 -n 1 -p 8000 -g 32 --device cuda --prefill-chunk $c
+    done; } >"$OUT/bench-long.txt" 2>&1
+  grep -E "^\| +[0-9]|^-- " "$OUT/bench-long.txt"
+  python3 - "$OUT/steps-8k.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+for n in sorted({r["chats"] for r in rows}, key=int):
+    rs = [r for r in rows if r["chats"] == n]
+    pre = [r for r in rs if int(r["started"]) < int(n)] + [next(r for r in rs if int(r["started"]) == int(n))]
+    print(f"chats {n}: {len(pre)} steps to the last first token, {sum(float(r['ms']) for r in pre):.1f} ms; "
+          f"first 3 steps ms {[round(float(r['ms']),1) for r in pre[:3]]}, later median "
+          f"{sorted(float(r['ms']) for r in pre[3:])[len(pre[3:])//2] if len(pre) > 3 else 0:.1f}, mapping us sum "
+          f"{sum(float(r['mapping_us']) for r in pre):.0f}")
+PY
+}
+
 case $what in
+  long) long_prompts ;;
   profile-wave5) profile_wave5 ;;
   wave5-tests) wave5_tests ;;
   wave5-bench) wave5_bench ;;
