@@ -411,7 +411,22 @@ for n in sorted({r["chats"] for r in rows}, key=int):
 PY
 }
 
+# Nsight Compute sections for the four int8 mma products of one 8B layer at 32 rows, and the
+# per-kernel time of SmolLM2 batch-1 decode steps (kernel time against the step's 0.59 ms).
+profile_mma32() {
+  local b="$build/app/bench/granule-bench"
+  timeout 150 ncu --clock-control none -k regex:mma_matvec --launch-skip 300 --launch-count 4 \
+    --section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+    --section ComputeWorkloadAnalysis --section LaunchStats \
+    "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 32 >"$OUT/ncu-mma32.txt" 2>&1
+  grep -E "mma_matvec_kernel|Duration|Memory Throughput|DRAM Throughput|L1/TEX Hit|L2 Hit|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issue Slots Busy|Stall|Warp Cycles Per Issued|L2 Cache Throughput|L1/TEX Cache Throughput|Mem Busy|Max Bandwidth|Executed Ipc A" "$OUT/ncu-mma32.txt" | head -90
+  timeout 100 ncu --clock-control none --launch-skip 3000 --launch-count 620 --print-summary per-kernel \
+    --metrics gpu__time_duration.sum "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 0 -b 1 >/tmp/ncu-smol.txt 2>&1
+  echo "-- SmolLM2 batch 1, 620 launches (about 2 steps)"; ncu_sum /tmp/ncu-smol.txt
+}
+
 case $what in
+  profile-mma32) profile_mma32 ;;
   long) long_prompts ;;
   profile-wave5) profile_wave5 ;;
   wave5-tests) wave5_tests ;;
