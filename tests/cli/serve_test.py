@@ -343,7 +343,6 @@ def main():
     m = fresh.wait_idle()
     check(m["granule_kv_committed_bytes"] == 0 and m["granule_kv_kept_bytes"] == 0,
           f"--kv-reuse off keeps KV: {m}")
-    fresh.stop()
 
     # Load: 64 concurrent streams all complete; afterwards nothing runs and the only KV
     # committed is what is kept for prompt reuse.
@@ -371,6 +370,18 @@ def main():
     tokens = sum(u.completion_tokens for _, _, u in results)
     print(f"load: 64 streams, {tokens} tokens in {load_seconds:.1f} s")
     server.stop()
+    # The same load on the server that keeps no KV: every byte of KV is given back.
+    fresh_client = fresh.client()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(lambda i: stream_chat(fresh_client, f"Fact {i} about rivers.", max_tokens=4,
+                                                      temperature=0.7, seed=i), range(64)))
+    for _, finishes, usage, _ in results:
+        check(len(finishes) == 1 and usage is not None, f"a load-test stream on --kv-reuse off: {finishes}")
+    m = fresh.wait_idle(seconds=10)
+    check(m["granule_kv_committed_bytes"] == 0 and m["granule_kv_active_bytes"] == 0 and
+          m["granule_chats_running"] == 0 and m["granule_server_requests_active"] == 0,
+          f"after 64 streams with --kv-reuse off, KV is still committed: {m}")
+    fresh.stop()
 
     # The API key, and --max-requests: the third concurrent request gets 503.
     keyed = Server("--api-key", "sekrit", "--max-requests", "2")
