@@ -425,7 +425,72 @@ profile_mma32() {
   echo "-- SmolLM2 batch 1, 620 launches (about 2 steps)"; ncu_sum /tmp/ncu-smol.txt
 }
 
+# Session 3's helpers' kernels: tests and sanitizers (wave6-tests), then the benches (wave6-bench).
+gtest_line() { echo "$1: rc=$2 $(grep -E '^\[  (PASSED|FAILED)|tests? ran' "$OUT/$1.txt" | tail -2 | tr '\n' ' ')"; grep -E "^\[  FAILED" "$OUT/$1.txt" | head -8; }
+wave6_tests() {
+  local t
+  for t in attention_kernels_test matvec_mma_kernel_test matvec_kernel_test elementwise_kernels_test attention_prefill_test; do
+    [[ -x $build/tests/$t ]] || { echo "$t: not built"; continue; }
+    timeout 120 "$build/tests/$t" >"$OUT/$t.txt" 2>&1; gtest_line $t $?
+  done
+  timeout 200 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1; gtest_line model_gpu_test $?
+  { timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/attention_kernels_test" ${WAVE6_ATTN_FILTER:+--gtest_filter=$WAVE6_ATTN_FILTER}
+    echo "attention_kernels_test under memcheck: exit $?"
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/attention_kernels_test" ${WAVE6_ATTN_FILTER:+--gtest_filter=$WAVE6_ATTN_FILTER}
+    echo "attention_kernels_test under racecheck: exit $?"
+    if [[ -n ${WAVE6_MMA_FILTER:-} ]]; then
+      timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" --gtest_filter="$WAVE6_MMA_FILTER"
+      echo "matvec_mma_kernel_test under memcheck: exit $?"
+    fi
+    if [[ -n ${WAVE6_SPLIT_FILTER:-} ]]; then
+      timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_kernel_test" --gtest_filter="$WAVE6_SPLIT_FILTER"
+      echo "matvec_kernel_test under memcheck: exit $?"
+    fi; } >"$OUT/memcheck.txt" 2>&1
+  grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.txt"
+}
+wave6_bench() {
+  local b="$build/app/bench/granule-bench" o
+  { for o in ${WAVE6_OCC:-1 2}; do
+      echo "-- GRANULE_MMA_OCC=$o"
+      GRANULE_MMA_OCC=$o timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 8,16,32,64
+      GRANULE_MMA_OCC=$o timeout 90 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda
+    done
+    for o in 0 1; do
+      echo "-- GRANULE_PREFILL_OVERLAP=$o"
+      GRANULE_PREFILL_OVERLAP=$o timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 32 -b 1 -r 5
+    done
+    echo "-- 8,000-token prompts"
+    timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 64 --device cuda
+    for t in ${WAVE6_TYPES:-Q4_K Q5_K}; do
+      echo "-- $t"; timeout 120 "$b" --synthetic llama3-8b:$t -p 512 -n 32 -b 1,8
+    done; } >"$OUT/bench-wave6.txt" 2>&1
+  grep -E "^\| +(synthetic|[0-9])|^-- " "$OUT/bench-wave6.txt"
+  local n
+  for n in 1 8; do
+    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'attention' \
+      "$b" chats --synthetic llama3-8b:Q4_0 -n $n -p 8000 -g $(( n == 1 ? 24 : 128 )) --device cuda >/tmp/ncu-8k$n.txt 2>&1
+    echo "-- attention kernels, $n chat(s) at 8,000 tokens: the 10 decode steps after the last prefill (320 launches)"
+    python3 - /tmp/ncu-8k$n.txt <<'PY'
+import re, sys
+launches, name = [], None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", line)
+    if m: name = m.group(1); continue
+    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+(\S+)\s*$", line)
+    if name and m2:
+        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}.get(m2.group(1), 1)
+        launches.append((re.sub(r"\(.*", "", name), float(m2.group(2).replace(",", "")) * scale)); name = None
+ends = [i for i, (n, _) in enumerate(launches) if "prefill" in n]
+last = launches[ends[-1] + 1:ends[-1] + 321] if ends else []
+print(f"{len(launches)} attention launches profiled; 320 after the last prefill launch: {sum(t for _, t in last)/10/1e3:.3f} ms per step, "
+      f"kernels {sorted(set(n for n, _ in last))}")
+PY
+  done
+}
+
 case $what in
+  wave6-tests) wave6_tests ;;
+  wave6-bench) wave6_bench ;;
   profile-mma32) profile_mma32 ;;
   long) long_prompts ;;
   profile-wave5) profile_wave5 ;;
