@@ -81,8 +81,8 @@ __device__ __forceinline__ float2 half2_bits(uint32_t w) {
 // Writes 4 consecutive output elements at `column` of `row` (and their int8 copy). Every lane
 // of the warp calls it (inactive lanes with active = false): 8 lanes hold one 32-element
 // int8 block (columns are multiples of 4 within a head, heads multiples of 32).
-__device__ __forceinline__ void write_output4(const AttentionArgs& a, int row, int column,
-                                              float4 v, bool active) {
+__device__ __forceinline__ void write_output4(const AttentionArgs& a, int row, int column, float4 v,
+                                              bool active) {
   const int64_t at = static_cast<int64_t>(row) * a.out_stride + column;
   if (active) *reinterpret_cast<float4*>(a.out + at) = v;
   if (!a.out_q8.qs) return;
@@ -107,7 +107,8 @@ __device__ __forceinline__ void write_output4(const AttentionArgs& a, int row, i
   packed.z = static_cast<signed char>(q[2]);
   packed.w = static_cast<signed char>(q[3]);
   *reinterpret_cast<char4*>(a.out_q8.qs + at) = packed;
-  if (threadIdx.x % 8 == 0) a.out_q8.ds[at / kQ8Block] = make_float2(d, d * static_cast<float>(sum));
+  if (threadIdx.x % 8 == 0)
+    a.out_q8.ds[at / kQ8Block] = make_float2(d, d * static_cast<float>(sum));
 }
 
 __device__ __forceinline__ float4 fma4(float w, float4 x, float4 acc) {
@@ -136,14 +137,14 @@ template <int EPL, int GP>
 __global__ void __launch_bounds__(kThreads)
     attention_split_kernel(AttentionArgs a, int target_splits) {
   constexpr int kHeadDim = EPL * kWarpSize;
-  constexpr int W = EPL / 2;                     // 32-bit words of K (or V) per lane per token
-  constexpr int T = GP == 8 ? 4 : 8;             // tokens per tile
-  constexpr int NV = T * GP;                     // scores per tile: 8, 16 or 32
-  constexpr int SH = 5 - log2_of(NV);            // lane >> SH: the score a lane ends with
-  constexpr int kTokenBit = SH + log2_of(GP);    // lanes of one head differ from this bit up
-  constexpr bool kPrefetch = EPL * GP <= 32;     // registers allow a second tile in flight
-  constexpr int kVecs = GP * kHeadDim / 4;       // float4 outputs of the group
-  constexpr int kChunk = 2 * kHeadDim;           // splits merged per pass
+  constexpr int W = EPL / 2;                   // 32-bit words of K (or V) per lane per token
+  constexpr int T = GP == 8 ? 4 : 8;           // tokens per tile
+  constexpr int NV = T * GP;                   // scores per tile: 8, 16 or 32
+  constexpr int SH = 5 - log2_of(NV);          // lane >> SH: the score a lane ends with
+  constexpr int kTokenBit = SH + log2_of(GP);  // lanes of one head differ from this bit up
+  constexpr bool kPrefetch = EPL * GP <= 32;   // registers allow a second tile in flight
+  constexpr int kVecs = GP * kHeadDim / 4;     // float4 outputs of the group
+  constexpr int kChunk = 2 * kHeadDim;         // splits merged per pass
   static_assert(2 * GP * kChunk <= kWarps * GP * kHeadDim, "merge weights reuse sm_acc");
 
   __shared__ __align__(16) float sm_acc[kWarps][GP][kHeadDim];
@@ -261,8 +262,7 @@ __global__ void __launch_bounds__(kThreads)
     const float p = __expf(score - m_new);
     float p_sum = p;
 #pragma unroll
-    for (int o = 16; o >= (1 << kTokenBit); o >>= 1)
-      p_sum += __shfl_xor_sync(kFullMask, p_sum, o);
+    for (int o = 16; o >= (1 << kTokenBit); o >>= 1) p_sum += __shfl_xor_sync(kFullMask, p_sum, o);
     l_own = l_own * correction + p_sum;
     m_own = m_new;
     if ((lane & ((1 << SH) - 1)) == 0) {
@@ -307,7 +307,8 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   const int n_vecs = group * kHeadDim / 4;
-  const int64_t split_base = (static_cast<int64_t>(row) * a.n_head + kv_head * group) * a.max_splits;
+  const int64_t split_base =
+      (static_cast<int64_t>(row) * a.n_head + kv_head * group) * a.max_splits;
   float* partial_acc = a.partial;  // [row][head][split][head_dim]
   float* partial_ml =
       a.partial + static_cast<int64_t>(a.rows) * a.n_head * a.max_splits * kHeadDim;  // [..][2]
@@ -356,8 +357,8 @@ __global__ void __launch_bounds__(kThreads)
   const int n = plan.count;
   // The largest m of each head: warp w takes heads w, w + 4.
   for (int g = warp; g < group; g += kWarps) {
-    const float2* ml =
-        reinterpret_cast<const float2*>(partial_ml) + split_base + static_cast<int64_t>(g) * a.max_splits;
+    const float2* ml = reinterpret_cast<const float2*>(partial_ml) + split_base +
+                       static_cast<int64_t>(g) * a.max_splits;
     float mx = -FLT_MAX;
     for (int sp = lane; sp < n; sp += kWarpSize) mx = fmaxf(mx, __ldcg(ml + sp).x);
     mx = warp_max(mx);
@@ -365,8 +366,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   // Per pass over kChunk splits: each split's weight exp(m - m_all) and weight * l in shared
   // memory (reusing sm_acc), then thread e sums its 4 elements over the chunk.
-  float* sm_w = &sm_acc[0][0][0];        // [GP][kChunk]
-  float* sm_wl = sm_w + GP * kChunk;     // [GP][kChunk]
+  float* sm_w = &sm_acc[0][0][0];     // [GP][kChunk]
+  float* sm_wl = sm_w + GP * kChunk;  // [GP][kChunk]
   constexpr int kVecsPerThread = (kVecs + kThreads - 1) / kThreads;
   float4 sum[kVecsPerThread];
   float sum_l[kVecsPerThread];
@@ -406,7 +407,8 @@ __global__ void __launch_bounds__(kThreads)
         float4 x[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
-          x[u] = __ldcg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(c + u) * kHeadDim));
+          x[u] =
+              __ldcg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(c + u) * kHeadDim));
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           sum[r] = fma4(w[c + u], x[u], sum[r]);
@@ -414,8 +416,9 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       for (; c < chunk; ++c) {
-        sum[r] = fma4(w[c], __ldcg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(c) * kHeadDim)),
-                      sum[r]);
+        sum[r] = fma4(
+            w[c], __ldcg(reinterpret_cast<const float4*>(src + static_cast<int64_t>(c) * kHeadDim)),
+            sum[r]);
         sum_l[r] += wl[c];
       }
     }
@@ -479,10 +482,11 @@ cudaError_t launch_attention(const AttentionArgs& args, const KernelConfig& conf
     return cudaErrorInvalidValue;
   const int group = args.n_head / args.n_kv;
   const dim3 grid(args.max_splits, args.n_kv, args.rows);
-  // Splits per (row, kv head) that give the whole grid about kBlocksPerSm blocks per SM.
+  // Splits per (row, kv head) that fill about kBlocksPerSm blocks per SM, rounded down so
+  // that the grid's active blocks fit in one wave.
   const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
   const int target_splits =
-      static_cast<int>(std::max<int64_t>(1, (multiprocessors() * kBlocksPerSm + pairs - 1) / pairs));
+      static_cast<int>(std::max<int64_t>(1, multiprocessors() * kBlocksPerSm / pairs));
   cudaError_t status;
   switch (args.head_dim) {
     case 64:
