@@ -5,8 +5,9 @@
 //
 // Split size, chosen on the device per row (the grid is fixed, lengths change every step):
 // at least split_tokens (the host's), larger when the grid would have more blocks than
-// target_splits per (row, kv head) (about kBlocksPerSm per SM in all), capped at
-// max(split_tokens, kMaxSplitTokens). Blocks past the row's split count return at once.
+// target_splits per (row, kv head) (the SMs' resident blocks in all, at most kBlocksPerSm
+// per SM), capped at max(split_tokens, kMaxSplitTokens). Blocks past the row's split count
+// return at once.
 //
 // Per tile, a warp computes the T x GP scores (GP: the group padded to 1, 2, 4 or 8) as
 // per-lane partial dot products, then sums all of them at once with a reduce-scatter over
@@ -30,8 +31,9 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kMaxGroup = 8;
-// Target resident blocks per SM for the whole grid (decode). Each block holds 4 warps with
-// two tiles of K and V in flight: 2-3 blocks per SM keep ~50 KB in flight per SM.
+// Most blocks per SM the split size aims for (fewer where registers allow fewer). Each block
+// holds 4 warps with two tiles of K and V in flight: 3 blocks keep ~96 KB in flight per SM
+// at head_dim 128.
 constexpr int kBlocksPerSm = 3;
 // Splits grow past the host's split_tokens up to this many tokens (prefill keeps its 1024).
 constexpr int kMaxSplitTokens = 1024;
@@ -451,21 +453,41 @@ int multiprocessors() {
   return count;
 }
 
-template <int EPL>
-cudaError_t launch_for_group(const AttentionArgs& args, int group, int target_splits, dim3 grid,
-                             const KernelConfig& config, cudaStream_t stream) {
-  const dim3 block(kThreads);
-  if (group == 1)
-    return launch_early(attention_split_kernel<EPL, 1>, grid, block, config, stream, args,
-                        target_splits);
-  if (group == 2)
-    return launch_early(attention_split_kernel<EPL, 2>, grid, block, config, stream, args,
-                        target_splits);
-  if (group <= 4)
-    return launch_early(attention_split_kernel<EPL, 4>, grid, block, config, stream, args,
-                        target_splits);
-  return launch_early(attention_split_kernel<EPL, 8>, grid, block, config, stream, args,
+// Blocks of attention_split_kernel<EPL, GP> one SM holds at once (registers), at most
+// kBlocksPerSm; queried once per instantiation.
+template <int EPL, int GP>
+int resident_blocks() {
+  static const int count = [] {
+    int blocks = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_split_kernel<EPL, GP>,
+                                                      kThreads, 0) != cudaSuccess) {
+      cudaGetLastError();
+      blocks = 2;
+    }
+    return std::clamp(blocks, 1, kBlocksPerSm);
+  }();
+  return count;
+}
+
+template <int EPL, int GP>
+cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
+  // Splits per (row, kv head) that fill the SMs once (rounded down: the grid's active blocks
+  // fit in one wave); rows beyond that keep the host's split size.
+  const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
+  const int target_splits = static_cast<int>(
+      std::max<int64_t>(1, multiprocessors() * resident_blocks<EPL, GP>() / pairs));
+  const dim3 grid(args.max_splits, args.n_kv, args.rows);
+  return launch_early(attention_split_kernel<EPL, GP>, grid, dim3(kThreads), config, stream, args,
                       target_splits);
+}
+
+template <int EPL>
+cudaError_t launch_for_group(const AttentionArgs& args, int group, const KernelConfig& config,
+                             cudaStream_t stream) {
+  if (group == 1) return launch_for<EPL, 1>(args, config, stream);
+  if (group == 2) return launch_for<EPL, 2>(args, config, stream);
+  if (group <= 4) return launch_for<EPL, 4>(args, config, stream);
+  return launch_for<EPL, 8>(args, config, stream);
 }
 
 }  // namespace
@@ -481,22 +503,16 @@ cudaError_t launch_attention(const AttentionArgs& args, const KernelConfig& conf
       args.split_tokens <= 0 || args.max_splits <= 0 || !args.split_counters)
     return cudaErrorInvalidValue;
   const int group = args.n_head / args.n_kv;
-  const dim3 grid(args.max_splits, args.n_kv, args.rows);
-  // Splits per (row, kv head) that fill about kBlocksPerSm blocks per SM, rounded down so
-  // that the grid's active blocks fit in one wave.
-  const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
-  const int target_splits =
-      static_cast<int>(std::max<int64_t>(1, multiprocessors() * kBlocksPerSm / pairs));
   cudaError_t status;
   switch (args.head_dim) {
     case 64:
-      status = launch_for_group<2>(args, group, target_splits, grid, config, stream);
+      status = launch_for_group<2>(args, group, config, stream);
       break;
     case 128:
-      status = launch_for_group<4>(args, group, target_splits, grid, config, stream);
+      status = launch_for_group<4>(args, group, config, stream);
       break;
     case 256:
-      status = launch_for_group<8>(args, group, target_splits, grid, config, stream);
+      status = launch_for_group<8>(args, group, config, stream);
       break;
     default:
       return cudaErrorInvalidValue;
