@@ -320,6 +320,9 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{128, 6, 1, 64, {4097, 1, 63}},       // group of 6 (padded to 8)
         AttentionCase{256, 6, 2, 64, {1000, 64}},          // group of 3 (padded to 4)
         AttentionCase{64, 32, 8, 1024, {8000, 2000, 1}},   // prefill split size, long row
+        // More splits than one merge pass takes (2 x head_dim = 128 at head_dim 64): on 132
+        // SMs, 129 splits of 32 tokens for the long row.
+        AttentionCase{64, 4, 1, 16, {4097, 300}},
         // max_splits far above what the rows need (a 32k-token workspace)
         AttentionCase{128, 32, 8, 64, {100, 8000, 1}, 32768}),
     [](const ::testing::TestParamInfo<AttentionCase>& i) {
