@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -332,6 +333,82 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(i.param.lengths.size()) + "_cap" + std::to_string(i.param.capacity) +
              "_" + std::to_string(i.index);
     });
+
+// Times the 8B decode shapes of issue 15 in the engine's KV layout (32 layers: consecutive
+// tokens of one layer are 128 KB apart) and prints µs per launch; every K and V element is the
+// same f16 value, so each output element must be exactly that value.
+TEST(AttentionKernelTiming, DecodeShapesOf8B) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_head = 32, n_kv = 8, hd = 128, n_layer = 32, layer = 31, capacity = 8192;
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
+  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
+  struct Shape {
+    int rows, length;
+  };
+  for (const Shape shape :
+       {Shape{1, 8000}, Shape{8, 8000}, Shape{8, 200}, Shape{32, 200}, Shape{1, 64}}) {
+    const int rows = shape.rows;
+    const int64_t slot_halves = token_stride * shape.length;
+    DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
+    ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
+              cudaSuccess);
+    std::vector<__half*> bases;
+    for (int r = 0; r < rows; ++r)
+      bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
+    std::vector<int32_t> slots(rows), lengths(rows, shape.length);
+    for (int r = 0; r < rows; ++r) slots[r] = r;
+    std::mt19937 rng(7);
+    const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
+    DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
+    DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
+    DeviceArray<__half*> d_bases(bases);
+    DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
+    kernels::AttentionArgs a;
+    a.q = d_q.get();
+    a.q_stride = q_dim;
+    a.out = d_out.get();
+    a.out_stride = q_dim;
+    a.rows = rows;
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = hd;
+    a.lengths = d_lengths.get();
+    a.slots = d_slots.get();
+    a.slot_base = d_bases.get();
+    a.token_stride = token_stride;
+    a.layer = layer;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.split_tokens = 64;  // the engine's decode split size
+    a.max_splits = (capacity + a.split_tokens - 1) / a.split_tokens;
+    DeviceArray<float> d_partial(
+        kernels::attention_workspace_floats(rows, n_head, a.max_splits, hd));
+    a.partial = d_partial.get();
+    DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    a.split_counters = d_counters.get();
+    for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+    cudaEvent_t begin, end;
+    ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+    const int launches = 50;
+    ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
+    for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+    ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+    float ms = 0.0f;
+    ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    const double us = 1e3 * ms / launches;
+    const double bytes = 2.0 * rows * shape.length * n_kv * hd * 2;
+    std::printf("[attention-timing] %2d rows x %5d tokens: %8.2f us per launch, %.2f TB/s of K+V\n",
+                rows, shape.length, us, bytes / (us * 1e-6) / 1e12);
+    EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    const std::vector<float> got = d_out.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows x " << shape.length << " at " << i;
+  }
+}
 
 }  // namespace
 }  // namespace granule
