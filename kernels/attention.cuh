@@ -26,9 +26,11 @@ struct AttentionArgs {
   int64_t token_stride = 0;  // halves per token over all layers
   int layer = 0;
   float scale = 1.0f;             // 1 / sqrt(head_dim)
-  int split_tokens = 128;         // tokens per split
+  int split_tokens = 128;         // fewest tokens per split (the kernel takes more per split
+                                  // when the grid has few rows; attention.cu)
   int max_splits = 1;             // ceil(longest possible length / split_tokens)
-  float* partial = nullptr;       // attention_workspace_floats(...) floats
+  float* partial = nullptr;       // attention_workspace_floats(rows, n_head, max_splits,
+                                  // head_dim) floats
   int* split_counters = nullptr;  // rows * n_kv ints, zero before the first launch;
                                   // each launch leaves them zero again
   ActivationQ8 out_q8;            // optional: the output also as int8 blocks (rows of

@@ -1,17 +1,20 @@
-// RoPE + KV write and split attention against the CPU reference: cpu::rope (with bias and
-// Qwen3 QK-norm through cpu::rms_norm), and cpu::attention_head over the same f16-rounded
-// K and V. KV outside what a kernel may touch is poisoned with NaN: a write out of place
-// or a read past a row's length shows up as NaN.
+// RoPE + KV write and split attention against CPU references: cpu::rope (with bias and
+// Qwen3 QK-norm through cpu::rms_norm), and attention in double precision over the same
+// f16-rounded K and V. KV outside what a kernel may touch is poisoned with NaN: a write out of
+// place or a read past a row's length (or in another layer) shows up as NaN.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
+#include <vector>
 
 #include "attention.cuh"
 #include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
-#include "rope_kv.cuh"
 #include "model/rope.h"
+#include "rope_kv.cuh"
 
 namespace granule {
 namespace {
@@ -153,7 +156,27 @@ INSTANTIATE_TEST_SUITE_P(
 struct AttentionCase {
   int head_dim, n_head, n_kv, split_tokens;
   std::vector<int32_t> lengths;
+  int capacity = 0;  // tokens the workspace is sized for (max_splits); 0: the longest length
 };
+
+// Row r's attention for query head h in double precision over the f16-rounded K and V.
+std::vector<double> reference_head(const float* q, const float* k0, const float* v0,
+                                   int64_t token_stride, int length, int hd) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<double> scores(static_cast<size_t>(length)), out(static_cast<size_t>(hd), 0.0);
+  double max_score = -INFINITY;
+  for (int t = 0; t < length; ++t) {
+    double s = 0.0;
+    for (int d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * k0[t * token_stride + d];
+    scores[t] = s * scale;
+    max_score = std::max(max_score, scores[t]);
+  }
+  double sum = 0.0;
+  for (int t = 0; t < length; ++t) sum += scores[t] = std::exp(scores[t] - max_score);
+  for (int t = 0; t < length; ++t)
+    for (int d = 0; d < hd; ++d) out[d] += scores[t] / sum * v0[t * token_stride + d];
+  return out;
+}
 
 class AttentionKernel : public ::testing::TestWithParam<AttentionCase> {};
 
@@ -162,35 +185,47 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const AttentionCase c = GetParam();
   const int rows = static_cast<int>(c.lengths.size());
-  const int hd = c.head_dim, layer = 2;
+  const int hd = c.head_dim, n_layer = 2, layer = 1;
   int max_len = 0;
   for (int32_t l : c.lengths) max_len = std::max(max_len, l);
-  const KvLayout kv{3, c.n_kv, hd, max_len + 8, rows};
+  // Each row has its own slot of length + 8 tokens, one after another.
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * c.n_kv * hd;
+  std::vector<int64_t> slot_start(static_cast<size_t>(rows) + 1, 0);
+  for (int s = 0; s < rows; ++s)
+    slot_start[s + 1] = slot_start[s] + (c.lengths[s] + 8) * token_stride;
+  auto at = [&](int slot, int token, int which, int head) {
+    return slot_start[slot] + token * token_stride +
+           (static_cast<int64_t>(layer) * 2 + which) * c.n_kv * hd + head * hd;
+  };
   std::mt19937 rng(static_cast<uint32_t>(hd * 31 + c.n_head * 7 + rows + max_len));
-  // Every row reads its own slot; KV past each length stays NaN.
-  std::vector<uint16_t> kv_bits(static_cast<size_t>(kv.slots * kv.slot_halves()), kPoisonHalf);
+  // Only the layer read gets values; other layers and KV past each length stay NaN.
+  std::vector<uint16_t> kv_bits(static_cast<size_t>(slot_start[rows]), kPoisonHalf);
   std::vector<float> kv_f32(kv_bits.size(), NAN);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int s = 0; s < rows; ++s)
     for (int t = 0; t < c.lengths[s]; ++t)
-      for (int l = 0; l < kv.n_layer; ++l)
-        for (int which = 0; which < 2; ++which)
-          for (int h = 0; h < c.n_kv; ++h)
-            for (int d = 0; d < hd; ++d) {
-              const int64_t at = kv.at(s, t, l, which, h) + d;
-              const __half x = __float2half_rn(dist(rng) * 2.0f);
-              kv_bits[at] = reinterpret_cast<const uint16_t&>(x);
-              kv_f32[at] = __half2float(x);
-            }
+      for (int which = 0; which < 2; ++which)
+        for (int h = 0; h < c.n_kv; ++h)
+          for (int d = 0; d < hd; ++d) {
+            const int64_t i = at(s, t, which, h) + d;
+            const __half x = __float2half_rn(dist(rng) * 2.0f);
+            kv_bits[i] = reinterpret_cast<const uint16_t&>(x);
+            kv_f32[i] = __half2float(x);
+          }
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * hd;
   const std::vector<float> q = gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng);
   DeviceArray<uint16_t> d_kv(kv_bits);
   std::vector<__half*> bases;
   for (int s = 0; s < rows; ++s)
-    bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + s * kv.slot_halves());
+    bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + slot_start[s]);
+  // Slots in reverse order: a row's slot is not its index.
   std::vector<int32_t> slots(rows);
-  for (int s = 0; s < rows; ++s) slots[s] = s;
-  DeviceArray<__half*> d_bases(bases);
+  std::vector<__half*> slot_bases(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) {
+    slots[r] = rows - 1 - r;
+    slot_bases[static_cast<size_t>(slots[r])] = bases[static_cast<size_t>(r)];
+  }
+  DeviceArray<__half*> d_bases(slot_bases);
   DeviceArray<int32_t> d_slots(slots), d_lengths(c.lengths);
   DeviceArray<float> d_q(q), d_out(static_cast<size_t>(rows * q_dim));
   d_out.poison();
@@ -206,11 +241,12 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   a.lengths = d_lengths.get();
   a.slots = d_slots.get();
   a.slot_base = d_bases.get();
-  a.token_stride = kv.token_stride();
+  a.token_stride = token_stride;
   a.layer = layer;
   a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   a.split_tokens = c.split_tokens;
-  a.max_splits = (kv.max_tokens + c.split_tokens - 1) / c.split_tokens;
+  const int capacity = std::max({c.capacity, max_len, 1});
+  a.max_splits = (capacity + c.split_tokens - 1) / c.split_tokens;
   DeviceArray<float> d_partial(
       kernels::attention_workspace_floats(rows, c.n_head, a.max_splits, hd));
   d_partial.poison();
@@ -223,6 +259,7 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   CUDA_OK(kernels::launch_attention(a, config, nullptr));
   // A second launch on the same counters (they must be back at zero) gives the same result.
   const std::vector<float> first = d_out.download();
+  EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   d_out.poison();
   CUDA_OK(kernels::launch_attention(a, config, nullptr));
   EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
@@ -230,23 +267,40 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   const std::vector<int8_t> qs = d_qs.download();
   const std::vector<float2> ds = d_ds.download();
   for (size_t i = 0; i < got.size(); ++i) {
+    const uint32_t bits = reinterpret_cast<const uint32_t&>(got[i]);
+    ASSERT_EQ(bits, reinterpret_cast<const uint32_t&>(first[i]))
+        << "second launch differs at " << i;
+    if (c.lengths[i / static_cast<size_t>(q_dim)] == 0) {
+      ASSERT_EQ(bits, 0xFFFFFFFFu) << "a row of length 0 was written at " << i;
+      continue;
+    }
     ASSERT_NEAR(qs[i] * ds[i / 32].x, got[i], 0.5001 * ds[i / 32].x + 1e-7) << "int8 output " << i;
-    ASSERT_EQ(got[i], first[i]) << "second launch differs at " << i;
   }
 
   const int group = c.n_head / c.n_kv;
-  std::vector<float> scores(static_cast<size_t>(max_len)), expected(static_cast<size_t>(hd));
   for (int r = 0; r < rows; ++r) {
+    if (c.lengths[r] == 0) continue;
     for (int h = 0; h < c.n_head; ++h) {
-      const float* k0 = kv_f32.data() + kv.at(r, 0, layer, 0, h / group);
-      const float* v0 = kv_f32.data() + kv.at(r, 0, layer, 1, h / group);
-      cpu::attention_head(q.data() + r * q_dim + h * hd, k0, v0, kv.token_stride(), c.lengths[r],
-                          hd, scores.data(), expected.data());
+      const float* k0 = kv_f32.data() + at(r, 0, 0, h / group);
+      const float* v0 = kv_f32.data() + at(r, 0, 1, h / group);
+      const std::vector<double> expected =
+          reference_head(q.data() + r * q_dim + h * hd, k0, v0, token_stride, c.lengths[r], hd);
       for (int d = 0; d < hd; ++d)
         ASSERT_NEAR(got[r * q_dim + h * hd + d], expected[d], 2e-5 * (1 + std::fabs(expected[d])))
             << "row " << r << " (length " << c.lengths[r] << ") head " << h << " element " << d;
     }
   }
+}
+
+// Lengths around the decode split size (64), long contexts (4097, 8000) and rows of length 0,
+// in batches of 1, 8 and 33 rows.
+std::vector<int32_t> mixed_lengths(int rows) {
+  const std::vector<int32_t> pattern = {8000, 1, 63, 64, 65, 1000, 4097, 0};
+  std::vector<int32_t> lengths;
+  for (int r = 0; r < rows; ++r)
+    lengths.push_back(r < static_cast<int>(pattern.size()) ? pattern[static_cast<size_t>(r)]
+                                                           : 1 + (r * 97) % 300);
+  return lengths;
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -256,11 +310,105 @@ INSTANTIATE_TEST_SUITE_P(
         AttentionCase{128, 32, 8, 128, {700, 1, 129}},          // Llama 3 8B heads
         AttentionCase{128, 8, 8, 1024, {1500, 3, 1024, 1025}},  // no GQA, prefill split size
         AttentionCase{64, 8, 1, 32, {33, 100, 31}},             // group of 8
-        AttentionCase{256, 4, 2, 128, {200, 17}}),
+        AttentionCase{256, 4, 2, 128, {200, 17}},
+        AttentionCase{128, 32, 8, 64, {8000}},             // 8B decode at 8k, one row
+        AttentionCase{128, 32, 8, 64, mixed_lengths(8)},   // 8B decode, 8 rows
+        AttentionCase{128, 32, 8, 64, mixed_lengths(33)},  // 8B decode, 33 rows
+        AttentionCase{64, 8, 8, 64, mixed_lengths(8)},     // group of 1
+        AttentionCase{64, 16, 4, 64, {4097, 0, 65}},       // group of 4
+        AttentionCase{256, 16, 2, 64, mixed_lengths(8)},   // group of 8
+        AttentionCase{128, 64, 8, 64, {8000, 65, 0, 1}},   // 70B heads, group of 8
+        AttentionCase{128, 6, 1, 64, {4097, 1, 63}},       // group of 6 (padded to 8)
+        AttentionCase{256, 6, 2, 64, {1000, 64}},          // group of 3 (padded to 4)
+        AttentionCase{64, 32, 8, 1024, {8000, 2000, 1}},   // prefill split size, long row
+        // More splits than one merge pass takes (2 x head_dim = 128 at head_dim 64): on 132
+        // SMs, 129 splits of 32 tokens for the long row.
+        AttentionCase{64, 4, 1, 16, {4097, 300}},
+        // max_splits far above what the rows need (a 32k-token workspace)
+        AttentionCase{128, 32, 8, 64, {100, 8000, 1}, 32768}),
     [](const ::testing::TestParamInfo<AttentionCase>& i) {
       return "hd" + std::to_string(i.param.head_dim) + "_h" + std::to_string(i.param.n_head) +
-             "_kv" + std::to_string(i.param.n_kv) + "_split" + std::to_string(i.param.split_tokens);
+             "_kv" + std::to_string(i.param.n_kv) + "_split" +
+             std::to_string(i.param.split_tokens) + "_rows" +
+             std::to_string(i.param.lengths.size()) + "_cap" + std::to_string(i.param.capacity) +
+             "_" + std::to_string(i.index);
     });
+
+// Times the 8B decode shapes of issue 15 in the engine's KV layout (32 layers: consecutive
+// tokens of one layer are 128 KB apart) and prints µs per launch; every K and V element is the
+// same f16 value, so each output element must be exactly that value.
+TEST(AttentionKernelTiming, DecodeShapesOf8B) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_head = 32, n_kv = 8, hd = 128, n_layer = 32, layer = 31, capacity = 8192;
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
+  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
+  struct Shape {
+    int rows, length;
+  };
+  for (const Shape shape :
+       {Shape{1, 8000}, Shape{8, 8000}, Shape{8, 200}, Shape{32, 200}, Shape{1, 64}}) {
+    const int rows = shape.rows;
+    const int64_t slot_halves = token_stride * shape.length;
+    DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
+    ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
+              cudaSuccess);
+    std::vector<__half*> bases;
+    for (int r = 0; r < rows; ++r)
+      bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
+    std::vector<int32_t> slots(rows), lengths(rows, shape.length);
+    for (int r = 0; r < rows; ++r) slots[r] = r;
+    std::mt19937 rng(7);
+    const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
+    DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
+    DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
+    DeviceArray<__half*> d_bases(bases);
+    DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
+    kernels::AttentionArgs a;
+    a.q = d_q.get();
+    a.q_stride = q_dim;
+    a.out = d_out.get();
+    a.out_stride = q_dim;
+    a.rows = rows;
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = hd;
+    a.lengths = d_lengths.get();
+    a.slots = d_slots.get();
+    a.slot_base = d_bases.get();
+    a.token_stride = token_stride;
+    a.layer = layer;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.split_tokens = 64;  // the engine's decode split size
+    a.max_splits = (capacity + a.split_tokens - 1) / a.split_tokens;
+    DeviceArray<float> d_partial(
+        kernels::attention_workspace_floats(rows, n_head, a.max_splits, hd));
+    a.partial = d_partial.get();
+    DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    a.split_counters = d_counters.get();
+    for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+    cudaEvent_t begin, end;
+    ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
+    ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+    const int launches = 50;
+    ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
+    for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+    ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+    float ms = 0.0f;
+    ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
+    cudaEventDestroy(begin);
+    cudaEventDestroy(end);
+    const double us = 1e3 * ms / launches;
+    const double bytes = 2.0 * rows * shape.length * n_kv * hd * 2;
+    std::printf("[attention-timing] %2d rows x %5d tokens: %8.2f us per launch, %.2f TB/s of K+V\n",
+                rows, shape.length, us, bytes / (us * 1e-6) / 1e12);
+    EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    const std::vector<float> got = d_out.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows x " << shape.length << " at " << i;
+  }
+}
 
 }  // namespace
 }  // namespace granule
