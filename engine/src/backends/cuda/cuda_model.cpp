@@ -85,6 +85,18 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   return config;
 }
 
+// The model's stream: at the device's greatest priority with the prefill overlap, so that when a
+// GEMM and the next matrix's dequantisation (on a stream of the default, least priority) become
+// ready together, the block scheduler places the GEMM's blocks first and the dequantisation
+// fills the SMs they leave (a small GEMM's, a wave's tail) instead of delaying the GEMM.
+int model_stream_priority(const k::KernelConfig& config) {
+  if (!config.prefill_overlap) return 0;
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+             "cudaDeviceGetStreamPriorityRange");
+  return greatest;
+}
+
 // A product's kernel: int8 tensor cores (matvec_mma.cu) for runs of mma_min_rows rows or more
 // where the type and layout allow, else launch_matvec's dp4a / f32 kernels.
 cudaError_t launch_product(uint32_t type, const k::MatvecTask* tasks, int n_tasks,
@@ -111,7 +123,8 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
       kernel_config_(device_kernel_config(init.options, init.config.head_dim)),
       memory_(init.memory),
-      max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
+      max_rows_(std::max(max_rows, kLogitRowsPerPass)),
+      stream_(model_stream_priority(kernel_config_)) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)

@@ -198,6 +198,7 @@ class CudaModel {
   // last reader of that scratch) and, for a streamed layer, before_layer()'s wait for the
   // layer's copy. GEMM g+1 waits for dequant_done_, so every dequantisation is joined back into
   // stream_ within its layer (before after_layer() frees a staging slot) and within the pass.
+  // stream_ then has the device's greatest priority, dequant_stream_ the least.
   std::unique_ptr<CudaStream> dequant_stream_;
   std::unique_ptr<CudaEvent> gemm_ready_, dequant_done_;
   bool overlap_pass_ = false;             // this run_layers() overlaps (eager GEMM path)
