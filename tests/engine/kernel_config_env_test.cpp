@@ -156,6 +156,23 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_EQ(warnings[0], "GRANULE_FLASH_PREFILL=yes ignored (accepted: 0, 1); keeping 0");
 }
 
+TEST(KernelConfigEnv, PrefillOverlapSwitch) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_TRUE(defaults.prefill_overlap);
+  EXPECT_EQ(describe_prefill_overlap(defaults), "prefill dequantisation overlap on");
+  const KernelConfig off = parse({{{"GRANULE_PREFILL_OVERLAP", "0"}}}, warnings);
+  EXPECT_FALSE(off.prefill_overlap);
+  EXPECT_TRUE(off.flash_prefill);  // the other switches keep their defaults
+  EXPECT_EQ(describe_prefill_overlap(off), "prefill dequantisation overlap off");
+  EXPECT_TRUE(parse({{{"GRANULE_PREFILL_OVERLAP", "1"}}}, warnings, off).prefill_overlap);
+  EXPECT_FALSE(parse({{{"GRANULE_PREFILL_OVERLAP", ""}}}, warnings, off).prefill_overlap);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{{"GRANULE_PREFILL_OVERLAP", "off"}}}, warnings, off).prefill_overlap);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_PREFILL_OVERLAP=off ignored (accepted: 0, 1); keeping 0");
+}
+
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -184,7 +201,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 9u);
+  ASSERT_EQ(kernel_override_variables().size(), 10u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

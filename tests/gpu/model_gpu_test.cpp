@@ -8,10 +8,13 @@
 // Each comparison prints its errors against the oracle and against the f32 reference, per
 // block type ("[per-type]" lines). Covered paths: prefill through the matvec kernels
 // (<= 64 rows), prefill through cuBLAS (> 64 rows), decode steps replayed from CUDA graphs,
-// batched decode of sequences at different lengths, and Engine::open on the GPU.
+// batched decode of sequences at different lengths, and Engine::open on the GPU. The prefill
+// overlap (the GEMM path's dequantisation on a second stream) is held to the one-stream path's
+// logits bit for bit, with layers resident and streamed, and to its budget rule.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -543,6 +546,153 @@ TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
   expect_close(compare_rows(flat(oracle->logits_for(tokens)), flat(cpu->logits_for(tokens)),
                             flat(gpu->logits_for(tokens)), gpu->config().n_vocab),
                "engine logits_for", kShallowInt8, "Q6_K engine-logits_for");
+  std::filesystem::remove(path);
+}
+
+// --- The prefill overlap (KernelConfig::prefill_overlap) ----------------------------------
+
+// A CUDA backend with the kernel configuration pinned (runs of more than 64 rows on the GEMM
+// path, the overlap on or off) and a budget; the attention scratch planned for the context the
+// KV space gets, so the ledger after make_runtime is what the placement planned for.
+struct OverlapRig {
+  std::unique_ptr<ModelFile> file;
+  ModelConfig config;
+  WeightTable weights;
+  Runtime runtime;
+
+  OverlapRig(const std::filesystem::path& path, bool overlap, uint64_t budget = uint64_t{1} << 40) {
+    file = ModelFile::open(path);
+    config = ModelConfig::from_gguf(*file);
+    weights = WeightTable::from_gguf(*file, config);
+    kernels::KernelConfig kc = gpu_test::kernel_config();
+    kc.mma_prefill = false;
+    kc.prefill_overlap = overlap;
+    RuntimeOptions options;
+    options.device = DeviceKind::Cuda;
+    options.backend.vram_budget_bytes = budget;
+    options.backend.kernel_config = kc;
+    options.backend.context_length = 512;
+    options.context_length = 512;
+    options.slots = 4;
+    options.kv_pool_granules = 0;
+    runtime = make_runtime(*file, config, weights, options);
+  }
+  cuda::CudaModel& model() { return dynamic_cast<cuda::CudaBackend&>(*runtime.backend).model(); }
+  uint64_t workspace_bytes() const { return runtime.memory->bytes(MemoryCategory::Workspace); }
+
+  std::vector<float> run(const std::vector<BatchSequence>& batch) {
+    for (const BatchSequence& s : batch)
+      if (!runtime.kv->map_through(s.slot,
+                                   s.start_position + static_cast<int64_t>(s.tokens.size())))
+        throw std::runtime_error("KV map refused");
+    std::vector<float> logits;
+    runtime.backend->forward(batch, logits);
+    return logits;
+  }
+};
+
+// Six Q4_0 layers: make_room() can then stream three of them through the two staging slots.
+SyntheticModelSpec overlap_spec() {
+  SyntheticModelSpec s = small_spec("llama", TensorType::Q4_0);
+  s.n_layer = 6;
+  return s;
+}
+
+// The second scratch holds the largest layer matrix in f16, as the first does.
+uint64_t overlap_scratch_bytes(const SyntheticModelSpec& s) {
+  return static_cast<uint64_t>(std::max(s.n_ff, s.n_embd) * s.n_embd) * sizeof(uint16_t);
+}
+
+size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
+  return differ;
+}
+
+// The overlap moves work between streams, not what it computes: the same dequantisation kernel
+// writes the same f16 matrix for the same cuBLAS GEMM, so every logit of a 150-row prompt, of its
+// second chunk (reading the KV of the first) and of a mixed 171-row step (two prompts and a
+// decode row) is bitwise that of the one-stream path; then again with the last three of the six
+// layers streamed (their dequantisations follow the copies into the staging ring, and a slot is
+// reused only after the dequantisations that read it). The one-stream run repeated first shows
+// the path is deterministic, so a difference can only come from the overlap's ordering.
+TEST(ModelGpuPrefillOverlap, LogitsAreBitwiseThoseOfTheOneStreamPath) {
+  GRANULE_REQUIRE_GPU();
+  const auto path = model_path("prefill-overlap");
+  const SyntheticModelSpec spec = overlap_spec();
+  write_synthetic_model(spec, path);
+  OverlapRig on(path, true), off(path, false);
+  ASSERT_TRUE(on.model().prefill_overlap());
+  ASSERT_FALSE(off.model().prefill_overlap());
+  EXPECT_EQ(on.workspace_bytes() - off.workspace_bytes(), overlap_scratch_bytes(spec))
+      << "the second f16 scratch is charged to the ledger as workspace";
+  const int64_t vocab = on.config.n_vocab;
+  const std::vector<int32_t> prompt = random_tokens(150, vocab, 21),
+                             more = random_tokens(130, vocab, 22),
+                             first = random_tokens(40, vocab, 23),
+                             decode = random_tokens(1, vocab, 24),
+                             a = random_tokens(100, vocab, 25), b = random_tokens(70, vocab, 26);
+  {
+    const std::vector<float> once = off.run({{0, prompt, 0, true}});
+    const std::vector<float> again = off.run({{0, prompt, 0, true}});
+    ASSERT_EQ(once.size(), again.size());
+    ASSERT_EQ(bitwise_differences(once, again), 0u)
+        << "the one-stream GEMM path is not deterministic: a bitwise comparison cannot hold";
+  }
+  auto expect_same = [&](const std::vector<BatchSequence>& step, const std::string& what) {
+    const std::vector<float> got_on = on.run(step), got_off = off.run(step);
+    ASSERT_EQ(got_on.size(), got_off.size()) << what;
+    ASSERT_FALSE(got_on.empty()) << what;
+    const size_t differ = bitwise_differences(got_on, got_off);
+    std::cout << "[prefill-overlap] " << what << ": " << got_on.size() / static_cast<size_t>(vocab)
+              << " rows, " << differ << " of " << got_on.size() << " logits differ\n";
+    EXPECT_EQ(differ, 0u) << what << ": logits differ from the one-stream path";
+  };
+  auto passes = [&](const std::string& placement) {
+    expect_same({{0, prompt, 0, true}}, placement + ": prompt 150");
+    expect_same({{0, more, 150, true}}, placement + ": its second chunk, 130 rows");
+    for (OverlapRig* r : {&on, &off}) r->run({{1, first, 0, false}});  // the matvec path
+    expect_same({{2, a, 0, true}, {1, decode, 40, true}, {3, b, 0, true}},
+                placement + ": mixed step, 171 rows");
+  };
+  passes("every layer resident");
+  for (OverlapRig* r : {&on, &off}) {
+    EXPECT_GT(r->runtime.backend->make_room(1, "test: stream the last layers"), 0u);
+    ASSERT_EQ(r->model().streamer().streamed_layers(), 3);
+  }
+  ASSERT_TRUE(on.model().prefill_overlap());
+  passes("3 of 6 layers streamed");
+  std::filesystem::remove(path);
+}
+
+// A budget that holds every layer with one scratch but not with two keeps one (the overlap
+// off, no layer streamed, no error); with room for the second, it is taken and charged.
+TEST(ModelGpuPrefillOverlap, ABudgetWithoutRoomForTheSecondScratchKeepsEveryLayerResident) {
+  GRANULE_REQUIRE_GPU();
+  const auto path = model_path("prefill-overlap-budget");
+  const SyntheticModelSpec spec = overlap_spec();
+  write_synthetic_model(spec, path);
+  const uint64_t scratch = overlap_scratch_bytes(spec);
+  uint64_t one_scratch_bytes = 0, one_scratch_workspace = 0;
+  {
+    OverlapRig off(path, false);
+    ASSERT_EQ(off.model().streamer().streamed_layers(), 0);
+    one_scratch_bytes = off.runtime.memory->used_bytes();
+    one_scratch_workspace = off.workspace_bytes();
+  }
+  {
+    OverlapRig tight(path, true, one_scratch_bytes + scratch / 2);
+    EXPECT_FALSE(tight.model().prefill_overlap());
+    EXPECT_EQ(tight.model().streamer().streamed_layers(), 0);
+    EXPECT_EQ(tight.workspace_bytes(), one_scratch_workspace);
+  }
+  {
+    OverlapRig roomy(path, true, one_scratch_bytes + 2 * scratch);
+    EXPECT_TRUE(roomy.model().prefill_overlap());
+    EXPECT_EQ(roomy.model().streamer().streamed_layers(), 0);
+    EXPECT_EQ(roomy.workspace_bytes(), one_scratch_workspace + scratch);
+  }
   std::filesystem::remove(path);
 }
 

@@ -23,10 +23,11 @@ constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
 constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
+constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable, kSplitShapeVariable,   kSplitShapeLongVariable,
-    kEarlyLaunchVariable, kSplitWeightsVariable, kMmaVariable,
-    kMmaMinRowsVariable,  kMmaPrefillVariable,   kFlashPrefillVariable};
+    kMatvecShapeVariable,  kSplitShapeVariable,    kSplitShapeLongVariable, kEarlyLaunchVariable,
+    kSplitWeightsVariable, kMmaVariable,           kMmaMinRowsVariable,     kMmaPrefillVariable,
+    kFlashPrefillVariable, kPrefillOverlapVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -113,6 +114,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
               warnings);
   apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
+  apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
   return config;
 }
 
@@ -143,6 +145,10 @@ std::string describe_mma(const KernelConfig& config) {
 
 std::string describe_attention(const KernelConfig& config) {
   return std::string("flash prefill ") + (config.flash_prefill ? "on" : "off");
+}
+
+std::string describe_prefill_overlap(const KernelConfig& config) {
+  return std::string("prefill dequantisation overlap ") + (config.prefill_overlap ? "on" : "off");
 }
 
 }  // namespace granule

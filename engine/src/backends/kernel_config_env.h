@@ -41,4 +41,8 @@ std::string describe_mma(const kernels::KernelConfig& config);
 // off".
 std::string describe_attention(const kernels::KernelConfig& config);
 
+// One line for the log on the GEMM path's dequantisation on a second stream: "prefill
+// dequantisation overlap on" or "... off".
+std::string describe_prefill_overlap(const kernels::KernelConfig& config);
+
 }  // namespace granule

@@ -80,9 +80,21 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
             k::attention_prefill_shared_bytes(static_cast<int>(head_dim)), head_dim);
   }
   logger("engine.cuda")
-      ->info("kernel configuration: {}; {}; {}", describe(config), describe_mma(config),
-             describe_attention(config));
+      ->info("kernel configuration: {}; {}; {}; {}", describe(config), describe_mma(config),
+             describe_attention(config), describe_prefill_overlap(config));
   return config;
+}
+
+// The model's stream: at the device's greatest priority with the prefill overlap, so that when a
+// GEMM and the next matrix's dequantisation (on a stream of the default, least priority) become
+// ready together, the block scheduler places the GEMM's blocks first and the dequantisation
+// fills the SMs they leave (a small GEMM's, a wave's tail) instead of delaying the GEMM.
+int model_stream_priority(const k::KernelConfig& config) {
+  if (!config.prefill_overlap) return 0;
+  int least = 0, greatest = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
+             "cudaDeviceGetStreamPriorityRange");
+  return greatest;
 }
 
 // A product's kernel: int8 tensor cores (matvec_mma.cu) for runs of mma_min_rows rows or more
@@ -111,7 +123,8 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
       kernel_config_(device_kernel_config(init.options, init.config.head_dim)),
       memory_(init.memory),
-      max_rows_(std::max(max_rows, kLogitRowsPerPass)) {
+      max_rows_(std::max(max_rows, kLogitRowsPerPass)),
+      stream_(model_stream_priority(kernel_config_)) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
@@ -298,7 +311,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
     for (const DeviceLayer& l : layers_)
       for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
         largest = std::max(largest, m->rows * m->cols);
-    weight_f16_ = ws(largest * sizeof(__half));
+    weight_f16_[0] = ws(largest * sizeof(__half));
   }
   logits_ = ws(static_cast<size_t>(kLogitRowsPerPass) * c.n_vocab * sizeof(float));
   tokens_out_ = ws(R * sizeof(int32_t));
@@ -308,6 +321,9 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
 
   // Charged now, so that the plan sees it: the attention scratch attach_kv() sizes.
   attention_scratch_bytes_ = attention_workspace_bytes(init.options.context_length);
+  kv_reserve_bytes_ = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
+                                            c.kv_bytes_per_token(sizeof(__half)));
+  add_prefill_overlap();
 
   // --- placement: the layers that fit stay resident, the rest stream ----------------------
   streamer_ = std::make_unique<WeightStreamer>(
@@ -322,8 +338,6 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
             std::memcpy(dst + layout.offsets[m], t->data, t->size_bytes);
         }
       });
-  kv_reserve_bytes_ = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
-                                            c.kv_bytes_per_token(sizeof(__half)));
   const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
   const PlacementPlan plan = plan_placement(input);
   if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
@@ -335,6 +349,46 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
              c.n_layer, streamer_->resident_layers(), streamer_->streamed_layers(),
              streamer_->staging_slots(), (fixed_total + streamer_->resident_bytes()) >> 20,
              streamer_->streamed_bytes_per_pass() >> 20, R);
+}
+
+// The prefill overlap's second f16 scratch (as large as the first), its stream and events. The
+// scratch is workspace, charged before the layers are placed, and taken only when the plan
+// keeps as many layers resident with it as without it: a layer moved to streaming costs every
+// pass a copy far longer than the dequantisation the overlap hides (and decode steps too).
+// Otherwise, or when the allocation is refused, the GEMM path keeps its one scratch.
+void CudaModel::add_prefill_overlap() {
+  if (!kernel_config_.prefill_overlap || !weight_f16_[0].get()) return;
+  const uint64_t extra = weight_f16_[0].bytes();
+  PlacementInput in = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
+  const PlacementPlan without = plan_placement(in);
+  if (!without.loads) return;  // the constructor reports the shortfall
+  in.workspace_bytes += extra;
+  const PlacementPlan with = plan_placement(in);
+  const auto log = logger("engine.cuda");
+  if (!with.loads || with.resident_layers < without.resident_layers) {
+    log->info(
+        "prefill dequantisation overlap off: its second f16 scratch ({} MiB) does not fit the "
+        "budget beside the resident layers",
+        extra >> 20);
+    return;
+  }
+  try {
+    weight_f16_[1] = DeviceBuffer(memory_, MemoryCategory::Workspace, extra);
+    dequant_stream_ = std::make_unique<CudaStream>();
+    gemm_ready_ = std::make_unique<CudaEvent>();
+    dequant_done_ = std::make_unique<CudaEvent>();
+  } catch (const DeviceLostError&) {
+    throw;
+  } catch (const Error& e) {  // the ledger or cudaMalloc refused: run with one scratch
+    weight_f16_[1].reset();
+    dequant_stream_.reset();
+    gemm_ready_.reset();
+    dequant_done_.reset();
+    static_cast<void>(cudaGetLastError());  // not left for the next launch's check
+    log->info("prefill dequantisation overlap off: {}", e.what());
+    return;
+  }
+  log->info("prefill dequantisation overlap on: a second f16 scratch of {} MiB", extra >> 20);
 }
 
 size_t CudaModel::attention_workspace_bytes(int64_t max_tokens) const {
@@ -505,20 +559,44 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
   }
 }
 
-void CudaModel::gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y,
-                     bool accumulate) {
+void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows,
+                     float* y, bool accumulate) {
   if (!cublas_) {
     cublas_ = std::make_unique<Cublas>(stream_.get());
     logger("engine.cuda")->info("cuBLAS loaded from {}", Cublas::library_path());
   }
-  check_launch(k::launch_dequantize_to_f16(w.type, w.data, w.rows, w.cols, w.row_bytes,
-                                           weight_f16_.as<__half>(), stream_.get(), w.split),
-               "dequantize_to_f16");
+  auto dequantize = [&](const DeviceMatrix& m, int buffer, cudaStream_t stream) {
+    check_launch(k::launch_dequantize_to_f16(m.type, m.data, m.rows, m.cols, m.row_bytes,
+                                             weight_f16_[buffer].as<__half>(), stream, m.split),
+                 "dequantize_to_f16");
+  };
+  int buffer = 0;
+  if (!overlap_pass_) {
+    dequantize(w, buffer, stream_.get());
+  } else {
+    // w was dequantised ahead into weight_f16_[f16_current_] (or, should another matrix have
+    // been, it is overwritten once that finished); else it is dequantised here, in order.
+    buffer = f16_current_;
+    if (staged_)
+      check_cuda(cudaStreamWaitEvent(stream_.get(), dequant_done_->get(), 0),
+                 "cudaStreamWaitEvent");
+    if (staged_ != &w) dequantize(w, buffer, stream_.get());
+    staged_ = nullptr;
+    f16_current_ = 1 - buffer;
+    if (next) {
+      check_cuda(cudaEventRecord(gemm_ready_->get(), stream_.get()), "cudaEventRecord");
+      check_cuda(cudaStreamWaitEvent(dequant_stream_->get(), gemm_ready_->get(), 0),
+                 "cudaStreamWaitEvent");
+      dequantize(*next, f16_current_, dequant_stream_->get());
+      check_cuda(cudaEventRecord(dequant_done_->get(), dequant_stream_->get()), "cudaEventRecord");
+      staged_ = next;
+    }
+  }
   // Row-major Y[n_rows][w.rows] = X · Wᵀ, i.e. column-major Y (w.rows × n_rows) = Wᵀ(cm) · X(cm).
   cublas_->gemm_f16_f32(CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(w.rows), n_rows,
-                        static_cast<int>(w.cols), 1.0f, weight_f16_.get(), static_cast<int>(w.cols),
-                        x, static_cast<int>(w.cols), accumulate ? 1.0f : 0.0f, y,
-                        static_cast<int>(w.rows));
+                        static_cast<int>(w.cols), 1.0f, weight_f16_[buffer].get(),
+                        static_cast<int>(w.cols), x, static_cast<int>(w.cols),
+                        accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
 }
 
 void CudaModel::attention(int layer, int n_rows) {
@@ -665,26 +743,27 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
 
-void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows) {
+void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
+                           const DeviceMatrix* next_wq) {
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
   __half* x16 = normed_f16_.as<__half>();
   norm_for(l.wq, hidden, l.attn_norm, n_rows, true);
-  gemm(l.wq, x16, n_rows, q_.as<float>(), false);
-  gemm(l.wk, x16, n_rows, k_.as<float>(), false);
-  gemm(l.wv, x16, n_rows, v_.as<float>(), false);
+  gemm(l.wq, &l.wk, x16, n_rows, q_.as<float>(), false);
+  gemm(l.wk, &l.wv, x16, n_rows, k_.as<float>(), false);
+  gemm(l.wv, &l.wo, x16, n_rows, v_.as<float>(), false);
   attention(layer, n_rows);
   const int64_t q_dim = c.n_head * c.head_dim;
   check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()),
                "convert_f16");
-  gemm(l.wo, x16, n_rows, hidden, true);
+  gemm(l.wo, &l.w_gate, x16, n_rows, hidden, true);
   norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
-  gemm(l.w_gate, x16, n_rows, gate_.as<float>(), false);
-  gemm(l.w_up, x16, n_rows, up_.as<float>(), false);
+  gemm(l.w_gate, &l.w_up, x16, n_rows, gate_.as<float>(), false);
+  gemm(l.w_up, &l.w_down, x16, n_rows, up_.as<float>(), false);
   check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
                                        stream_.get()),
                "swiglu");
-  gemm(l.w_down, x16, n_rows, hidden, true);
+  gemm(l.w_down, next_wq, x16, n_rows, hidden, true);
 }
 
 void CudaModel::run_layers(int n_rows) {
@@ -696,13 +775,31 @@ void CudaModel::run_layers(int n_rows) {
                                  static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
                                  n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split),
       "embedding_gather");
+  // The prefill overlap runs eagerly only: a captured step (a decode batch of more than 64
+  // rows) keeps the one-stream GEMM path. A pass that threw after a dequantisation ahead left
+  // it unjoined: stream_ waits for it before anything reuses its scratch.
+  if (staged_) {
+    check_cuda(cudaStreamWaitEvent(stream_.get(), dequant_done_->get(), 0), "cudaStreamWaitEvent");
+    staged_ = nullptr;
+  }
+  overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
+  auto takes_gemm = [&](size_t i) {
+    return n_rows > kMatvecMaxRows && !mma_prefill(kernel_config_, layers_[i]);
+  };
   copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     streamer_->before_layer(i, stream_.get());
-    if (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, layers_[i]))
+    if (!takes_gemm(i)) {
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
-    else
-      layer_gemm(layers_[i], static_cast<int>(i), n_rows);
+    } else {
+      // The next layer's first matrix is dequantised during this layer's last GEMM only when
+      // its weights are resident: a streamed layer's bytes are valid once before_layer() has
+      // waited for its copy, so its first dequantisation runs on stream_ after that wait.
+      const size_t n = i + 1;
+      const bool ahead =
+          overlap_pass_ && n < layers_.size() && takes_gemm(n) && !streamer_->streamed(n);
+      layer_gemm(layers_[i], static_cast<int>(i), n_rows, ahead ? &layers_[n].wq : nullptr);
+    }
     copies_ += streamer_->after_layer(i, stream_.get());
   }
 }

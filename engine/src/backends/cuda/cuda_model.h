@@ -113,16 +113,25 @@ class CudaModel {
   void reset_host_operations() { launches_ = copies_ = 0; }
   // Bytes of weights one decode step reads (every layer matrix + the output head).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
+  // Whether the GEMM path dequantises the next matrix on a second stream while the current
+  // one's GEMM runs (KernelConfig::prefill_overlap, and the budget held the second scratch).
+  bool prefill_overlap() const { return dequant_stream_ != nullptr; }
 
  private:
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
-  void layer_gemm(const DeviceLayer& l, int layer, int n_rows);
+  // `next_wq`: the next layer's first matrix when it takes layer_gemm too and its weights are
+  // resident (its dequantisation may start during this layer's last GEMM), else null.
+  void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
   void attention(int layer, int n_rows);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32);
-  void gemm(const DeviceMatrix& w, const __half* x, int n_rows, float* y, bool accumulate);
+  // Y = X · Wᵀ through an f16 copy of w. `next`: the matrix the following gemm() call takes,
+  // dequantised ahead on the dequant stream during this GEMM when the pass overlaps.
+  void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
+            bool accumulate);
+  void add_prefill_overlap();
   void check_launch(cudaError_t status, const char* kernel);
   void wait_for_inputs_sent();
   void bind_layers();
@@ -166,7 +175,9 @@ class CudaModel {
   // Activations.
   DeviceBuffer hidden_, normed_, normed_f16_, q8_qs_, q8_ds_, q_, k_, v_, attn_, gate_, up_;
   DeviceBuffer attention_partial_, attention_counters_;
-  DeviceBuffer weight_f16_;  // one dequantised layer matrix for the GEMM path
+  // Dequantised layer matrices for the GEMM path: [0] always (when max_rows > 64), [1] only
+  // with the prefill overlap.
+  DeviceBuffer weight_f16_[2];
   DeviceBuffer logits_;
   DeviceBuffer tokens_out_, argmax_scratch_;
   PinnedBuffer tokens_host_;
@@ -180,6 +191,19 @@ class CudaModel {
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
   int history_capacity_ = 256;
   int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
+
+  // The prefill overlap (null when off). gemm() g reads weight_f16_[f16_current_]; the
+  // dequantisation of matrix g+1 into the other scratch runs on dequant_stream_ after
+  // gemm_ready_, recorded on stream_ just before GEMM g is issued: so it follows GEMM g-1 (the
+  // last reader of that scratch) and, for a streamed layer, before_layer()'s wait for the
+  // layer's copy. GEMM g+1 waits for dequant_done_, so every dequantisation is joined back into
+  // stream_ within its layer (before after_layer() frees a staging slot) and within the pass.
+  // stream_ then has the device's greatest priority, dequant_stream_ the least.
+  std::unique_ptr<CudaStream> dequant_stream_;
+  std::unique_ptr<CudaEvent> gemm_ready_, dequant_done_;
+  bool overlap_pass_ = false;             // this run_layers() overlaps (eager GEMM path)
+  const DeviceMatrix* staged_ = nullptr;  // dequantised ahead into weight_f16_[f16_current_]
+  int f16_current_ = 0;
 };
 
 }  // namespace granule::cuda

@@ -70,8 +70,9 @@ void PinnedBuffer::reset() {
   bytes_ = 0;
 }
 
-CudaStream::CudaStream() {
-  check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+CudaStream::CudaStream(int priority) {
+  check_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority),
+             "cudaStreamCreate");
 }
 CudaStream::~CudaStream() {
   if (stream_) log_teardown_error(cudaStreamDestroy(stream_), "cudaStreamDestroy");

@@ -64,7 +64,9 @@ class PinnedBuffer {
 
 class CudaStream {
  public:
-  CudaStream();
+  // Non-blocking; `priority` as cudaStreamCreateWithPriority takes it (lower runs first; 0 is
+  // the default and the least).
+  explicit CudaStream(int priority = 0);
   ~CudaStream();
   CudaStream(const CudaStream&) = delete;
   CudaStream& operator=(const CudaStream&) = delete;
