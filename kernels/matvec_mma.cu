@@ -849,9 +849,17 @@ constexpr int kSharedBytes = [] {
 
 template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
 cudaError_t allow_shared_bytes() {
-  static const cudaError_t status = cudaFuncSetAttribute(
-      mma_matvec_kernel<TYPE, NT, GATE_UP, W, OCC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      kSharedBytes<TYPE, NT, GATE_UP, W, OCC>);
+  static const cudaError_t status = [] {
+    auto* kernel = mma_matvec_kernel<TYPE, NT, GATE_UP, W, OCC>;
+    const cudaError_t bytes =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSharedBytes<TYPE, NT, GATE_UP, W, OCC>);
+    if (OCC == 0 || bytes != cudaSuccess) return bytes;
+    // The variants' 3-4 blocks per SM want all of the SM's shared memory (a hint: the
+    // driver may otherwise pick a smaller carveout and fit fewer blocks).
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  }();
   return status;
 }
 
