@@ -39,7 +39,15 @@ struct KernelConfig {
   // H200, 8B Q4_0 decode t/s, v2 / v1 / dp4a: 8 rows 2,296 / 1,645 / 1,611; 32 rows 4,162 /
   // 3,072 / 1,605; 64 rows 5,003 / 3,820 / 1,592 (PERF_NOTES).
   int mma = 2;
-  int mma_min_rows = 8;  // H200, 8B Q4_0: at 4 rows mma v1 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
+  // Occupancy variant of version 2 for runs of 9-64 rows (matvec_mma.cu, Occupancy<>): 0 the
+  // kernel as measured (26 KB ring per warp, 2 blocks of 4 warps or 1 of 8 per SM); 1 a ring
+  // of up to 18.75 KB per warp, 3 blocks of 4 warps per SM (registers <= 168) or 12-warp
+  // blocks where a launch has no more blocks than SMs (wo, down); 2 up to 14 KB per warp, 4
+  // blocks of 4 warps (registers <= 128) or 16-warp blocks. 1 and 2 take 64 columns as two
+  // 32-column tiles. For a sweep on the device (issue 15: 8 warps per SM are latency-bound).
+  int mma_occupancy = 0;
+  int mma_min_rows =
+      8;  // H200, 8B Q4_0: at 4 rows mma v1 892 t/s vs dp4a 1,328; at 8, 1,684 vs 1,611
   bool mma_prefill = false;
   // Runs of more than 64 rows (prefill) take the f16 tensor-core flash-attention kernel
   // (attention_prefill.cu, compute capability 8.0+) for runs of rows of one sequence; single

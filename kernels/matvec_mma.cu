@@ -385,17 +385,33 @@ namespace v2 {
 
 constexpr uint32_t kMagicBits = 0x4B400000u;  // 1.5 * 2^23 as f32 bits: ulp 1 in [2^23, 2^24)
 constexpr float kMagic = 12582912.0f;
-constexpr int kWarpBudget = 26 * 1024;  // ring bytes per warp: 4 warps = 104 KB, 2 blocks/SM
-constexpr int kWeightTiles = 2;         // 16-row weight tiles per warp (over gate and up)
+constexpr int kWeightTiles = 2;              // 16-row weight tiles per warp (over gate and up)
+constexpr int kMaxBlockShared = 227 * 1024;  // opt-in shared memory per block, H100/H200
 
-template <uint32_t TYPE, int NT, bool GATE_UP>
+// Occupancy variants (KernelConfig::mma_occupancy; PERF_NOTES.md "Occupancy variants"): the
+// ring bytes per warp, the 4-warp blocks per SM the registers are capped for, and the warps
+// of a block where a launch has no more blocks than SMs. 0 is the kernel as measured: a 26 KB
+// ring (4 warps = 104 KB, 2 blocks per SM), no register cap, 8 warps. 1: 3 blocks of 4 warps
+// per SM (3 x (4 x 18.75 KB + 1 KB reserved) <= 228 KB; registers <= 168), 12 warps; 2: 4
+// blocks (4 x (4 x 14 KB + 1 KB) = 228 KB; registers <= 128), 16 warps. A ring holds at
+// least 3 stages: where 3 stages exceed the budget (Q4_1, Q8_0, Q6_K at 32 columns) fewer
+// blocks fit.
+template <int OCC>
+struct Occupancy {
+  static constexpr int kWarpBudget = OCC == 0 ? 26 * 1024 : OCC == 1 ? 19200 : 14 * 1024;
+  static constexpr int kBlocksPerSm = OCC == 0 ? 1 : OCC == 1 ? 3 : 4;
+  static constexpr int kWideWarps = OCC == 1 ? 12 : 16;
+};
+
+template <uint32_t TYPE, int NT, bool GATE_UP, int OCC = 0>
 struct Plan {
   static constexpr int kMatrices = GATE_UP ? 2 : 1;
   static constexpr int kRowTiles = kWeightTiles / kMatrices;  // per matrix
   static constexpr int kRows = 16 * kRowTiles;                // output rows per block
   static constexpr int kWeightRows = 16 * kWeightTiles;       // 32: one row per lane
   static constexpr int kColumns = 8 * NT;
-  static constexpr int kKs = NT <= 2 ? 4 : 2;  // 32-element sub-blocks per stage
+  // 32-element sub-blocks per stage (the variants' smaller rings want smaller stages).
+  static constexpr int kKs = NT == 1 || (NT == 2 && OCC == 0) ? 4 : 2;
   static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;
   static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;
   // Shared rows padded by 16 bytes: ldmatrix's 8 row addresses land in 8 different 16-byte
@@ -415,8 +431,11 @@ struct Plan {
   static constexpr int kActOffset = kD6Offset + (kQ6 ? kWeightRows * 4 : 0);
   static constexpr int kDsOffset = kActOffset + kColumns * kActRow;  // float2 [column][kKs]
   static constexpr int kStageBytes = kDsOffset + kColumns * kKs * 8;
-  static constexpr int kStagesFit = kWarpBudget / kStageBytes;
-  static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
+  static constexpr int kStagesFit = Occupancy<OCC>::kWarpBudget / kStageBytes;
+  static constexpr int kStagesFloor = OCC > 0 ? 3 : 0;  // variants: 3 even over the budget
+  static constexpr int kStages = kStagesFit > 6              ? 6
+                                 : kStagesFit < kStagesFloor ? kStagesFloor
+                                                             : kStagesFit;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kAccumulators = kWeightTiles * NT * 4;
   // Per lane and stage: 16-byte weight chunks (one row each), activation chunks, scales.
@@ -441,8 +460,28 @@ struct Plan {
 // Warps per block: 4 (two blocks per SM, so one block's ring fills while the other's
 // drains) when there are more blocks than SMs, else 8 (one block per SM, twice the bytes in
 // flight for the few blocks of a short matrix). SwiGLU's matrices always have many rows.
-template <bool GATE_UP>
-constexpr int kWideWarps = GATE_UP ? 4 : 8;
+// The variants: 12 or 16 warps (one block per SM), as many as the block's shared memory holds.
+template <uint32_t TYPE, int NT, bool GATE_UP, int OCC = 0>
+constexpr int kWideWarps = [] {
+  if (GATE_UP) return 4;
+  if (OCC == 0) return 8;
+  constexpr int fit = kMaxBlockShared / Plan<TYPE, NT, GATE_UP, OCC>::kWarpBytes;
+  return fit < Occupancy<OCC>::kWideWarps ? fit : Occupancy<OCC>::kWideWarps;
+}();
+
+// The blocks per SM a kernel's registers are capped for (__launch_bounds__): for the
+// variants' 4-warp blocks, Occupancy::kBlocksPerSm or as many as the SM's shared memory holds
+// (228 KB, 1 KB reserved per block), whichever is fewer; 1 (no cap beyond the block's own
+// size) for the variants' wide blocks; 0 for variant 0, which emits no .minnctapersm at all
+// (1 would: ptxas then allocates registers differently, up to 40 more, for 27 of its 48).
+constexpr int kSmShared = 228 * 1024;
+template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
+constexpr int kMinBlocks = [] {
+  if (OCC == 0) return 0;
+  if (W != 4) return 1;
+  constexpr int fit = kSmShared / (W * Plan<TYPE, NT, GATE_UP, OCC>::kWarpBytes + 1024);
+  return fit < Occupancy<OCC>::kBlocksPerSm ? fit : Occupancy<OCC>::kBlocksPerSm;
+}();
 
 template <int BYTES>
 __device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
@@ -516,9 +555,10 @@ __device__ __forceinline__ const uint8_t* weight_row(const MatvecTask& task, int
   return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
 }
 
-template <uint32_t TYPE, int NT, bool GATE_UP, int W>
-__global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks, MatvecInput in) {
-  using P = Plan<TYPE, NT, GATE_UP>;
+template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
+__global__ void __launch_bounds__(kWarpSize* W, (kMinBlocks<TYPE, NT, GATE_UP, W, OCC>))
+    mma_matvec_kernel(MmaTasks tasks, MatvecInput in) {
+  using P = Plan<TYPE, NT, GATE_UP, OCC>;
   constexpr int S = P::kStages;
   constexpr int KS = P::kKs;
   constexpr int CPR = P::kChunksPerRow;
@@ -797,31 +837,54 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_matvec_kernel(MmaTasks tasks
       }
 }
 
-template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
 constexpr int kSharedBytes = [] {
-  using P = Plan<TYPE, NT, GATE_UP>;
+  using P = Plan<TYPE, NT, GATE_UP, OCC>;
   constexpr int ring = W * P::kWarpBytes;
   constexpr int reduce = (W - 1) * P::kAccumulators * kWarpSize * 4;
   static_assert(reduce <= ring, "the partial sums reuse the rings");
+  static_assert(ring <= kMaxBlockShared, "the block's rings fit an H100/H200 block");
   return ring;
 }();
 
-template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
 cudaError_t allow_shared_bytes() {
-  static const cudaError_t status = cudaFuncSetAttribute(
-      mma_matvec_kernel<TYPE, NT, GATE_UP, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      kSharedBytes<TYPE, NT, GATE_UP, W>);
+  static const cudaError_t status = [] {
+    auto* kernel = mma_matvec_kernel<TYPE, NT, GATE_UP, W, OCC>;
+    const cudaError_t bytes =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSharedBytes<TYPE, NT, GATE_UP, W, OCC>);
+    if (OCC == 0 || bytes != cudaSuccess) return bytes;
+    // The variants' 3-4 blocks per SM want all of the SM's shared memory (a hint: the
+    // driver may otherwise pick a smaller carveout and fit fewer blocks).
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+  }();
   return status;
 }
 
 template <uint32_t TYPE, bool GATE_UP>
 cudaError_t allow_shared_bytes_all_tiles() {
-  constexpr int kW = kWideWarps<GATE_UP>;
+  constexpr int kW = kWideWarps<TYPE, 1, GATE_UP>;
   for (const cudaError_t status :
-       {allow_shared_bytes<TYPE, 1, GATE_UP, 4>(), allow_shared_bytes<TYPE, 2, GATE_UP, 4>(),
-        allow_shared_bytes<TYPE, 4, GATE_UP, 4>(), allow_shared_bytes<TYPE, 8, GATE_UP, 4>(),
-        allow_shared_bytes<TYPE, 1, GATE_UP, kW>(), allow_shared_bytes<TYPE, 2, GATE_UP, kW>(),
-        allow_shared_bytes<TYPE, 4, GATE_UP, kW>(), allow_shared_bytes<TYPE, 8, GATE_UP, kW>()})
+       {allow_shared_bytes<TYPE, 1, GATE_UP, 4, 0>(), allow_shared_bytes<TYPE, 2, GATE_UP, 4, 0>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, 4, 0>(), allow_shared_bytes<TYPE, 8, GATE_UP, 4, 0>(),
+        allow_shared_bytes<TYPE, 1, GATE_UP, kW, 0>(),
+        allow_shared_bytes<TYPE, 2, GATE_UP, kW, 0>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, kW, 0>(),
+        allow_shared_bytes<TYPE, 8, GATE_UP, kW, 0>()})
+    if (status != cudaSuccess) return status;
+  return cudaSuccess;
+}
+
+// The same for an occupancy variant's kernels (32-column tiles at most: NT 2 and 4).
+template <uint32_t TYPE, bool GATE_UP, int OCC>
+cudaError_t allow_shared_bytes_variant() {
+  for (const cudaError_t status :
+       {allow_shared_bytes<TYPE, 2, GATE_UP, 4, OCC>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, 4, OCC>(),
+        allow_shared_bytes<TYPE, 2, GATE_UP, kWideWarps<TYPE, 2, GATE_UP, OCC>, OCC>(),
+        allow_shared_bytes<TYPE, 4, GATE_UP, kWideWarps<TYPE, 4, GATE_UP, OCC>, OCC>()})
     if (status != cudaSuccess) return status;
   return cudaSuccess;
 }
@@ -847,6 +910,37 @@ bool ready() {
   return ok;
 }
 
+// Whether every kernel of occupancy variant OCC got its shared memory; without it the
+// launcher runs variant 0. First called from matvec_mma_fits_device(), before any capture.
+template <int OCC>
+bool variant_ready() {
+  static const bool ok = [] {
+    if (!ready()) return false;
+    for (const cudaError_t status : {allow_shared_bytes_variant<kQ4_0, false, OCC>(),
+                                     allow_shared_bytes_variant<kQ4_0, true, OCC>(),
+                                     allow_shared_bytes_variant<kQ4_1, false, OCC>(),
+                                     allow_shared_bytes_variant<kQ4_1, true, OCC>(),
+                                     allow_shared_bytes_variant<kQ8_0, false, OCC>(),
+                                     allow_shared_bytes_variant<kQ8_0, true, OCC>(),
+                                     allow_shared_bytes_variant<kQ6_K, false, OCC>(),
+                                     allow_shared_bytes_variant<kQ6_K, true, OCC>()}) {
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+      }
+    }
+    return true;
+  }();
+  return ok;
+}
+
+// The occupancy variant the launcher runs for `config` (version 2 assumed): 0, 1 or 2.
+int occupancy(const KernelConfig& config) {
+  if (config.mma_occupancy <= 0) return 0;
+  if (config.mma_occupancy == 1) return variant_ready<1>() ? 1 : 0;
+  return variant_ready<2>() ? 2 : 0;
+}
+
 int multiprocessors() {
   static const int count = [] {
     int device = 0, sms = 0;
@@ -860,41 +954,54 @@ int multiprocessors() {
   return count;
 }
 
-template <uint32_t TYPE, int NT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
 cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                         const KernelConfig& config, cudaStream_t stream) {
-  using P = Plan<TYPE, NT, GATE_UP>;
-  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, GATE_UP, W>();
+  using P = Plan<TYPE, NT, GATE_UP, OCC>;
+  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, GATE_UP, W, OCC>();
   if (attribute != cudaSuccess) return attribute;
   cudaLaunchConfig_t launch{};
   launch.gridDim = dim3(ceil_div(max_rows, P::kRows), n_tasks, ceil_div(in.batch, P::kColumns));
   launch.blockDim = dim3(kWarpSize * W);
-  launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, GATE_UP, W>;
+  launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, GATE_UP, W, OCC>;
   launch.stream = stream;
   cudaLaunchAttribute early[1];
   early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   early[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
   launch.attrs = early;
   launch.numAttrs = 1;
-  return cudaLaunchKernelEx(&launch, mma_matvec_kernel<TYPE, NT, GATE_UP, W>, tasks, in);
+  return cudaLaunchKernelEx(&launch, mma_matvec_kernel<TYPE, NT, GATE_UP, W, OCC>, tasks, in);
 }
 
-template <uint32_t TYPE, int NT, bool GATE_UP>
+template <uint32_t TYPE, int NT, bool GATE_UP, int OCC = 0>
 cudaError_t launch_warps(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                          const KernelConfig& config, cudaStream_t stream) {
-  using P = Plan<TYPE, NT, GATE_UP>;
+  using P = Plan<TYPE, NT, GATE_UP, OCC>;
   int64_t blocks = 0;  // that do any work
   for (int i = 0; i < n_tasks; ++i) blocks += ceil_div(tasks.t[i].n_out, P::kRows);
   blocks *= ceil_div(in.batch, P::kColumns);
   if (blocks > multiprocessors())
-    return launch_tile<TYPE, NT, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
-  return launch_tile<TYPE, NT, GATE_UP, kWideWarps<GATE_UP>>(tasks, n_tasks, max_rows, in, config,
-                                                             stream);
+    return launch_tile<TYPE, NT, GATE_UP, 4, OCC>(tasks, n_tasks, max_rows, in, config, stream);
+  return launch_tile<TYPE, NT, GATE_UP, kWideWarps<TYPE, NT, GATE_UP, OCC>, OCC>(
+      tasks, n_tasks, max_rows, in, config, stream);
 }
 
 template <uint32_t TYPE, bool GATE_UP>
 cudaError_t launch_type(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                         const KernelConfig& config, cudaStream_t stream) {
+  // An occupancy variant (9-64 columns): 16 columns in one tile, more in 32-column tiles
+  // (grid z).
+  if (in.batch > 8 && in.batch <= 64) {
+    const int occ = occupancy(config);
+    if (occ == 1)
+      return in.batch <= 16
+                 ? launch_warps<TYPE, 2, GATE_UP, 1>(tasks, n_tasks, max_rows, in, config, stream)
+                 : launch_warps<TYPE, 4, GATE_UP, 1>(tasks, n_tasks, max_rows, in, config, stream);
+    if (occ == 2)
+      return in.batch <= 16
+                 ? launch_warps<TYPE, 2, GATE_UP, 2>(tasks, n_tasks, max_rows, in, config, stream)
+                 : launch_warps<TYPE, 4, GATE_UP, 2>(tasks, n_tasks, max_rows, in, config, stream);
+  }
   if (in.batch <= 8)
     return launch_warps<TYPE, 1, GATE_UP>(tasks, n_tasks, max_rows, in, config, stream);
   if (in.batch <= 16)
@@ -922,7 +1029,9 @@ bool matvec_mma_fits_device() {
     return false;
   }
   if (attributes.binaryVersion < 80 || attributes.ptxVersion < 80) return false;
-  v2::ready();  // version 2's shared memory; without it launches take version 1
+  v2::ready();             // version 2's shared memory; without it launches take version 1
+  v2::variant_ready<1>();  // the occupancy variants'; without it launches take variant 0
+  v2::variant_ready<2>();
   v2::multiprocessors();
   for (const cudaError_t status :
        {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
@@ -940,6 +1049,10 @@ bool matvec_mma_fits_device() {
 int matvec_mma_version(const KernelConfig& config) {
   if (config.mma <= 0) return 0;
   return config.mma >= 2 && v2::ready() ? 2 : 1;
+}
+
+int matvec_mma_occupancy(const KernelConfig& config) {
+  return matvec_mma_version(config) == 2 ? v2::occupancy(config) : 0;
 }
 
 cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,

@@ -25,6 +25,12 @@ bool matvec_mma_fits_device();
 // Call matvec_mma_fits_device() first.
 int matvec_mma_version(const KernelConfig& config);
 
+// The occupancy variant of version 2 that launch_matvec_mma runs for 9-64 rows under
+// `config` (KernelConfig::mma_occupancy): 0 when the version is not 2, the variant is 0, or
+// the device did not give the variant's kernels their shared memory. Call
+// matvec_mma_fits_device() first.
+int matvec_mma_occupancy(const KernelConfig& config);
+
 // launch_matvec's contract (1..3 tasks of one type over the same input, accumulate and
 // SwiGLU epilogues) for any batch: one launch covers every column, in tiles of up to 64.
 // Returns cudaErrorInvalidValue for an unsupported type, layout or shape, else the

@@ -130,7 +130,8 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   EXPECT_TRUE(set.mma_prefill);
   EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on");
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)), "int8 mma off");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)), "int8 mma v1 from 8 rows, prefill off");
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)),
+            "int8 mma v1 from 8 rows, prefill off");
   EXPECT_TRUE(warnings.empty());
   for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
     std::vector<std::string> w;
@@ -139,6 +140,36 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
     EXPECT_EQ(w[0], "GRANULE_MMA_MIN_ROWS=" + std::string(bad) +
                         " ignored (accepted: a whole number from 1 to 1048576); keeping 16");
   }
+}
+
+TEST(KernelConfigEnv, MmaOccupancyVariants) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(defaults.mma_occupancy, 0);  // the kernel as measured
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off");
+  for (const int occupancy : {0, 1, 2}) {
+    const KernelConfig set =
+        parse({{{"GRANULE_MMA_OCC", std::to_string(occupancy)}}}, warnings, defaults);
+    EXPECT_EQ(set.mma_occupancy, occupancy);
+    EXPECT_EQ(set.mma, defaults.mma);  // the version is its own knob
+  }
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "2"}}}, warnings)),
+            "int8 mma from 8 rows, prefill off, occupancy 2");
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "1"}, {"GRANULE_MMA", "1"}}}, warnings)),
+            "int8 mma v1 from 8 rows, prefill off, occupancy 1");
+  KernelConfig start;
+  start.mma_occupancy = 1;
+  for (const char* bad : {"3", "-1", "one", " 2"}) {
+    std::vector<std::string> w;
+    EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", bad}}}, w, start).mma_occupancy, 1) << bad;
+    ASSERT_EQ(w.size(), 1u) << bad;
+    EXPECT_EQ(w[0],
+              "GRANULE_MMA_OCC=" + std::string(bad) + " ignored (accepted: 0, 1, 2); keeping 1");
+  }
+  std::vector<std::string> w;
+  EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", ""}}}, w, start).mma_occupancy, 1);  // unset
+  EXPECT_TRUE(w.empty());
 }
 
 TEST(KernelConfigEnv, FlashPrefillSwitch) {
@@ -201,7 +232,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 10u);
+  ASSERT_EQ(kernel_override_variables().size(), 11u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

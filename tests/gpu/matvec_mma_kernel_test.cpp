@@ -1,10 +1,11 @@
 // The int8 tensor-core products (kernels/matvec_mma.cu, both kernel versions: 1 and the
-// warp-pipelined 2) against the split dp4a kernel (launch_matvec) on every element and
-// against a host double-precision reference from the same int8 activations on a sample of
-// rows: Q4_0, Q4_1, Q8_0 and Q6_K (whose version 1 is the dp4a kernel itself), the model
-// shapes of SmolLM2 and an 8B model, odd row counts and short rows, batches from 1 to 512
-// (odd ones, one to eight 64-column tiles), the three-matrix launch with accumulate, the
-// fused SwiGLU epilogue, and what it refuses.
+// warp-pipelined 2, the latter also in each occupancy variant, KernelConfig::mma_occupancy)
+// against the split dp4a kernel (launch_matvec) on every element and against a host
+// double-precision reference from the same int8 activations on a sample of rows: Q4_0, Q4_1,
+// Q8_0 and Q6_K (whose version 1 is the dp4a kernel itself), the model shapes of SmolLM2 and
+// an 8B model, odd row counts and short rows, batches from 1 to 512 (odd ones, one to eight
+// 64-column tiles), the three-matrix launch with accumulate, the fused SwiGLU epilogue, and
+// what it refuses.
 // Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
 // row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
@@ -28,16 +29,27 @@ namespace {
 
 using gpu_test::DeviceArray;
 
-// Both kernel versions (KernelConfig::mma), each test runs every case with each.
-constexpr int kVersions[] = {1, 2};
+// A kernel version (KernelConfig::mma) and, for version 2, an occupancy variant
+// (KernelConfig::mma_occupancy: other ring sizes, stage sizes, register caps and block
+// shapes for 9-64 rows; the same sums in another order). Each test runs every case with each.
+struct Variant {
+  int version, occupancy;
+  std::string name() const {
+    return "version " + std::to_string(version) + " occupancy " + std::to_string(occupancy);
+  }
+};
+constexpr Variant kVariants[] = {{1, 0}, {2, 0}, {2, 1}, {2, 2}};
 
-// `config` running version `version`; fails the test when the device would run another one
-// (version 2 needs compute capability 8.0 and ~208 KB of shared memory per block: every
-// H100/H200).
-kernels::KernelConfig with_version(kernels::KernelConfig config, int version) {
-  config.mma = version;
-  EXPECT_EQ(kernels::matvec_mma_version(config), version)
+// `config` running `variant`; fails the test when the device would run another one (version
+// 2 and its variants need compute capability 8.0 and ~208 KB of shared memory per block:
+// every H100/H200).
+kernels::KernelConfig with_variant(kernels::KernelConfig config, Variant variant) {
+  config.mma = variant.version;
+  config.mma_occupancy = variant.occupancy;
+  EXPECT_EQ(kernels::matvec_mma_version(config), variant.version)
       << "this device runs another mma kernel version than asked";
+  EXPECT_EQ(kernels::matvec_mma_occupancy(config), variant.occupancy)
+      << "this device runs another occupancy variant than asked";
   return config;
 }
 
@@ -295,11 +307,11 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
       }
     }
 
-    for (const int version : kVersions) {
+    for (const Variant variant : kVariants) {
       SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
-                   std::to_string(s.cols) + " batch " + std::to_string(batch) + " version " +
-                   std::to_string(version));
-      const kernels::KernelConfig versioned = with_version(config, version);
+                   std::to_string(s.cols) + " batch " + std::to_string(batch) + " " +
+                   variant.name());
+      const kernels::KernelConfig versioned = with_variant(config, variant);
       Output mma(s.rows, batch);
       const kernels::MatvecTask mma_task = task_for(w, mma.y.get());
       CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, versioned, nullptr));
@@ -329,9 +341,9 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
                           << " reference " << reference[at] << " bound " << reference_bound[at];
         }
       EXPECT_EQ(bad_reference, 0);
-      RecordProperty(
-          "worst_fraction_of_bound_v" + std::to_string(version) + "_b" + std::to_string(batch),
-          std::to_string(worst));
+      RecordProperty("worst_fraction_of_bound_v" + std::to_string(variant.version) + "_o" +
+                         std::to_string(variant.occupancy) + "_b" + std::to_string(batch),
+                     std::to_string(worst));
     }
   }
 }
@@ -383,12 +395,15 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
     const Activations act(cols, 23, config);
     std::vector<Matrix> w;
     for (int i = 0; i < 3; ++i) w.push_back(make_matrix(type, rows[i], cols, 100 + i));
-    for (const auto& [batch, version] :
-         {std::pair{5, 1}, std::pair{64, 1}, std::pair{77, 1}, std::pair{5, 2}, std::pair{13, 2},
-          std::pair{33, 2}, std::pair{64, 2}, std::pair{77, 2}}) {
+    for (const auto& [batch, variant] :
+         {std::pair{5, kVariants[0]}, std::pair{64, kVariants[0]}, std::pair{77, kVariants[0]},
+          std::pair{5, kVariants[1]}, std::pair{13, kVariants[1]}, std::pair{33, kVariants[1]},
+          std::pair{64, kVariants[1]}, std::pair{77, kVariants[1]}, std::pair{13, kVariants[2]},
+          std::pair{33, kVariants[2]}, std::pair{64, kVariants[2]}, std::pair{13, kVariants[3]},
+          std::pair{33, kVariants[3]}, std::pair{64, kVariants[3]}}) {
       SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
-                   " version " + std::to_string(version));
-      const kernels::KernelConfig versioned = with_version(config, version);
+                   " " + variant.name());
+      const kernels::KernelConfig versioned = with_variant(config, variant);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       std::vector<DeviceArray<float>> y_mma, y_dp4a;
       std::vector<std::vector<float>> start;
@@ -432,12 +447,15 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
     const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
     const Activations act(cols, 29, config);
     const uint32_t t = static_cast<uint32_t>(type);
-    for (const auto& [batch, version] :
-         {std::pair{4, 1}, std::pair{33, 1}, std::pair{100, 1}, std::pair{4, 2}, std::pair{8, 2},
-          std::pair{13, 2}, std::pair{33, 2}, std::pair{64, 2}, std::pair{100, 2}}) {
+    for (const auto& [batch, variant] :
+         {std::pair{4, kVariants[0]}, std::pair{33, kVariants[0]}, std::pair{100, kVariants[0]},
+          std::pair{4, kVariants[1]}, std::pair{8, kVariants[1]}, std::pair{13, kVariants[1]},
+          std::pair{33, kVariants[1]}, std::pair{64, kVariants[1]}, std::pair{100, kVariants[1]},
+          std::pair{13, kVariants[2]}, std::pair{33, kVariants[2]}, std::pair{64, kVariants[2]},
+          std::pair{13, kVariants[3]}, std::pair{33, kVariants[3]}, std::pair{64, kVariants[3]}}) {
       SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
-                   " version " + std::to_string(version));
-      const kernels::KernelConfig versioned = with_version(config, version);
+                   " " + variant.name());
+      const kernels::KernelConfig versioned = with_variant(config, variant);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       Output fused(rows, batch), g(rows, batch), u(rows, batch);
       kernels::MatvecTask task = task_for(gate, fused.y.get());
@@ -478,11 +496,17 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   kernels::KernelConfig off = config;
   off.mma = 0;
   EXPECT_EQ(kernels::matvec_mma_version(off), 0);
+  off.mma_occupancy = 2;
+  EXPECT_EQ(kernels::matvec_mma_occupancy(off), 0);  // no variant without version 2
+  kernels::KernelConfig v1 = config;
+  v1.mma = 1;
+  v1.mma_occupancy = 1;
+  EXPECT_EQ(kernels::matvec_mma_occupancy(v1), 0);
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
   const Activations act(64, 4, config);
-  for (const int version : kVersions) {
-    SCOPED_TRACE("version " + std::to_string(version));
-    const kernels::KernelConfig versioned = with_version(config, version);
+  for (const Variant variant : kVariants) {
+    SCOPED_TRACE(variant.name());
+    const kernels::KernelConfig versioned = with_variant(config, variant);
     Output y(16, 8);
     kernels::MatvecTask t = task_for(w, y.y.get());
     const uint32_t q4_0 = static_cast<uint32_t>(TensorType::Q4_0);

@@ -22,12 +22,13 @@ constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
 constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
 constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
+constexpr const char* kMmaOccupancyVariable = "GRANULE_MMA_OCC";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,  kSplitShapeVariable,    kSplitShapeLongVariable, kEarlyLaunchVariable,
     kSplitWeightsVariable, kMmaVariable,           kMmaMinRowsVariable,     kMmaPrefillVariable,
-    kFlashPrefillVariable, kPrefillOverlapVariable};
+    kMmaOccupancyVariable, kFlashPrefillVariable,  kPrefillOverlapVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -49,6 +50,7 @@ constexpr Choice<SplitShape> kSplitShapes[] = {{"1x2", SplitShape::k1x2},
                                                {"2x4", SplitShape::k2x4}};
 constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
 constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
+constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -113,6 +115,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kMmaMinRowsVariable, kMinRowsLowest, kMinRowsHighest, config.mma_min_rows, lookup,
               warnings);
   apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
+  apply(kMmaOccupancyVariable, kMmaOccupancies, config.mma_occupancy, lookup, warnings);
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
   return config;
@@ -139,8 +142,11 @@ std::string describe_mma(const KernelConfig& config) {
   // The kernel version only when it is not the default one.
   const std::string version =
       config.mma != KernelConfig{}.mma ? " v" + std::to_string(config.mma) : "";
+  // The occupancy variant only when one is picked (version 2 runs it, 9-64 rows).
+  const std::string occupancy =
+      config.mma_occupancy ? ", occupancy " + std::to_string(config.mma_occupancy) : "";
   return "int8 mma" + version + " from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
-         (config.mma_prefill ? "on" : "off");
+         (config.mma_prefill ? "on" : "off") + occupancy;
 }
 
 std::string describe_attention(const KernelConfig& config) {
