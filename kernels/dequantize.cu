@@ -53,6 +53,24 @@ __device__ __forceinline__ void split_dequantize8(const uint8_t* row, int64_t n_
       const int value = ((q[i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4);
       v[i] = static_cast<float>(value) * d + m;
     }
+  } else if constexpr (TYPE == kQ4_K || TYPE == kQ5_K) {
+    // As dequantize8's Q4_K/Q5_K: (d * sc) * q - dmin * m.
+    const uint8_t* q = row + 16 * j + (e0 % 16);
+    const int shift = e0 < 16 ? 0 : 4;
+    const uint32_t dm =
+        reinterpret_cast<const uint32_t*>(row + split::kquant_d_offset(TYPE, n))[j / 8];
+    const uint16_t sm = reinterpret_cast<const uint16_t*>(scales)[j];
+    const float d = half_bits_to_float(static_cast<uint16_t>(dm)) * static_cast<float>(sm & 0xFF);
+    const float m =
+        half_bits_to_float(static_cast<uint16_t>(dm >> 16)) * static_cast<float>(sm >> 8);
+    uint32_t qh = 0;
+    if constexpr (TYPE == kQ5_K)
+      qh = reinterpret_cast<const uint32_t*>(row + split::q5k_qh_offset(n))[j];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int value = ((q[i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4);
+      v[i] = d * static_cast<float>(value) - m;
+    }
   } else {  // Q6_K
     const uint8_t* qh = row + split::q6k_qh_offset(n) + 8 * j;
     const float d =

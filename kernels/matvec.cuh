@@ -19,8 +19,8 @@ struct MatvecTask {
   float* y = nullptr;  // y[b * y_stride + o]
   int64_t y_stride = 0;
   bool accumulate = false;  // y += W x instead of y = W x
-  // Rows in split_layout.h's layout (Q4_0/Q4_1/Q8_0/Q6_K; row_bytes is then the split row
-  // stride) instead of GGUF blocks. Every task of a launch must agree.
+  // Rows in split_layout.h's layout (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K; row_bytes is then
+  // the split row stride) instead of GGUF blocks. Every task of a launch must agree.
   bool split_layout = false;
 };
 
@@ -47,9 +47,9 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
                           const MatvecInput& input, const KernelConfig& config,
                           cudaStream_t stream);
 
-// The split-layout kernels (matvec_split.cu): weight_type Q4_0, Q4_1, Q8_0 or Q6_K. Returns
-// the first launch's error as cudaLaunchKernelEx reported it (launch_matvec adds
-// launch_status()).
+// The split-layout kernels (matvec_split.cu): weight_type Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K,
+// Q5_K or Q6_K. Returns the first launch's error as cudaLaunchKernelEx reported it
+// (launch_matvec adds launch_status()).
 cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                 const MatvecInput& input, const KernelConfig& config,
                                 cudaStream_t stream);

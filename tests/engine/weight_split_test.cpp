@@ -1,15 +1,18 @@
 // The split weight layout's host repacker: for every type it supports, GGUF rows re-laid
 // out and decoded back give exactly dequantize_row's values (the layout loses nothing and
-// puts every value where the kernels look), on row lengths with and without padding.
+// puts every value where the kernels look), on row lengths with and without padding; the K
+// types also on rows of random bytes, so every scale, min and fifth bit takes both values.
 #include "model/weight_split.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 #include <vector>
 
 #include "granule/error.h"
 #include "granule/quant.h"
+#include "granule/split_layout.h"
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 
@@ -22,6 +25,32 @@ struct Case {
 };
 
 class WeightSplit : public ::testing::TestWithParam<Case> {};
+
+// Re-lays out the kRows GGUF rows in `gguf` and checks every decoded value and the padding.
+void expect_split_decodes_exactly(TensorType type, int64_t cols, const std::vector<uint8_t>& gguf,
+                                  int64_t rows) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  const int64_t gguf_row = static_cast<int64_t>(row_bytes(type, cols));
+  // Q4_K/Q5_K keep their scales and mins unpacked: 4 bytes more per 256 elements.
+  const int64_t extra = type == TensorType::Q4_K || type == TensorType::Q5_K ? cols / 256 * 4 : 0;
+  const int64_t payload = gguf_row + extra;
+  EXPECT_EQ(kernels::split::row_payload_bytes(id, cols), payload);
+  const int64_t stride = split_row_stride(id, cols);
+  EXPECT_EQ(stride % 16, 0);
+  EXPECT_GE(stride, payload);
+  EXPECT_LT(stride - payload, 16);
+  std::vector<uint8_t> split(static_cast<size_t>(rows * stride), 0xAB);
+  split_rows(id, gguf.data(), rows, cols, split.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> expected(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
+    dequantize_row(type, gguf.data() + r * gguf_row, expected.data(), cols);
+    dequantize_split_row(id, split.data() + r * stride, cols, got.data());
+    for (int64_t i = 0; i < cols; ++i)
+      ASSERT_EQ(got[i], expected[i]) << "row " << r << " element " << i;
+    for (int64_t pad = payload; pad < stride; ++pad)
+      EXPECT_EQ(split[r * stride + pad], 0) << "padding is zeroed";
+  }
+}
 
 TEST_P(WeightSplit, DecodesToTheSameValuesAsTheGgufRow) {
   const auto [type, cols] = GetParam();
@@ -36,21 +65,29 @@ TEST_P(WeightSplit, DecodesToTheSameValuesAsTheGgufRow) {
     for (float& v : values) v = normal(rng) * (r + 1) * 0.3f;
     quantize_row(type, values.data(), gguf.data() + r * gguf_row, cols);
   }
-  const int64_t stride = split_row_stride(id, cols);
-  EXPECT_EQ(stride % 16, 0);
-  EXPECT_GE(stride, gguf_row);
-  EXPECT_LT(stride - gguf_row, 16);
-  std::vector<uint8_t> split(static_cast<size_t>(kRows * stride), 0xAB);
-  split_rows(id, gguf.data(), kRows, cols, split.data());
-  for (int64_t r = 0; r < kRows; ++r) {
-    std::vector<float> expected(static_cast<size_t>(cols)), got(static_cast<size_t>(cols));
-    dequantize_row(type, gguf.data() + r * gguf_row, expected.data(), cols);
-    dequantize_split_row(id, split.data() + r * stride, cols, got.data());
-    for (int64_t i = 0; i < cols; ++i)
-      ASSERT_EQ(got[i], expected[i]) << "row " << r << " element " << i;
-    for (int64_t pad = gguf_row; pad < stride; ++pad)
-      EXPECT_EQ(split[r * stride + pad], 0) << "padding is zeroed";
+  expect_split_decodes_exactly(type, cols, gguf, kRows);
+}
+
+// Q4_K/Q5_K blocks of random bytes (the f16 d and dmin kept finite): every 6-bit scale and
+// min, nibble and fifth bit takes arbitrary values, which a quantiser's output need not show.
+class WeightSplitRandomBytes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(WeightSplitRandomBytes, KQuantRowsDecodeExactly) {
+  const auto [type, cols] = GetParam();
+  constexpr int64_t kRows = 3;
+  std::mt19937 rng(static_cast<uint32_t>(cols) * 7 + 1);
+  const int64_t gguf_row = static_cast<int64_t>(row_bytes(type, cols));
+  const int64_t block = type == TensorType::Q4_K ? 144 : 176;
+  std::vector<uint8_t> gguf(static_cast<size_t>(kRows * gguf_row));
+  for (uint8_t& b : gguf) b = static_cast<uint8_t>(rng());
+  for (size_t k = 0; k < gguf.size(); k += static_cast<size_t>(block)) {
+    for (int h = 0; h < 2; ++h) {  // d, dmin: sign, exponent 2^-8..2^-1, random mantissa
+      const uint16_t bits =
+          static_cast<uint16_t>(((rng() & 1) << 15) | ((7 + rng() % 8) << 10) | (rng() & 0x3FF));
+      std::memcpy(&gguf[k + 2 * static_cast<size_t>(h)], &bits, 2);
+    }
   }
+  expect_split_decodes_exactly(type, cols, gguf, kRows);
 }
 
 // How gtest shows a case (--gtest_list_tests, failure messages), not as raw bytes.
@@ -60,28 +97,44 @@ void PrintTo(const Case& c, std::ostream* os) {
 
 INSTANTIATE_TEST_SUITE_P(
     Types, WeightSplit,
-    ::testing::Values(Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096},
-                      Case{TensorType::Q4_1, 576}, Case{TensorType::Q4_1, 1536},
-                      Case{TensorType::Q8_0, 64}, Case{TensorType::Q8_0, 576},
-                      Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096},
-                      Case{TensorType::Q5_0, 576}, Case{TensorType::Q5_0, 4096},
-                      Case{TensorType::Q5_0, 96}, Case{TensorType::Q5_1, 576},
-                      Case{TensorType::Q5_1, 1536}, Case{TensorType::Q5_1, 32}),
+    ::testing::Values(
+        Case{TensorType::Q4_0, 576}, Case{TensorType::Q4_0, 4096}, Case{TensorType::Q4_1, 576},
+        Case{TensorType::Q4_1, 1536}, Case{TensorType::Q8_0, 64}, Case{TensorType::Q8_0, 576},
+        Case{TensorType::Q6_K, 256}, Case{TensorType::Q6_K, 4096}, Case{TensorType::Q5_0, 576},
+        Case{TensorType::Q5_0, 4096}, Case{TensorType::Q5_0, 96}, Case{TensorType::Q5_1, 576},
+        Case{TensorType::Q5_1, 1536}, Case{TensorType::Q5_1, 32}, Case{TensorType::Q4_K, 256},
+        Case{TensorType::Q4_K, 768}, Case{TensorType::Q4_K, 4096}, Case{TensorType::Q4_K, 2816},
+        Case{TensorType::Q5_K, 256}, Case{TensorType::Q5_K, 1280}, Case{TensorType::Q5_K, 4096},
+        Case{TensorType::Q5_K, 14336}),
     [](const auto& info) {
       return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
              std::to_string(info.param.cols);
     });
 
-TEST(WeightSplitSupport, OnlyTheSixKernelTypesAndWholeBlocks) {
+INSTANTIATE_TEST_SUITE_P(
+    KTypes, WeightSplitRandomBytes,
+    ::testing::Values(Case{TensorType::Q4_K, 256}, Case{TensorType::Q4_K, 2816},
+                      Case{TensorType::Q5_K, 768}, Case{TensorType::Q5_K, 4096}),
+    [](const auto& info) {
+      return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
+             std::to_string(info.param.cols);
+    });
+
+TEST(WeightSplitSupport, OnlyTheEightKernelTypesAndWholeBlocks) {
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q6_K)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q4_K)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_K)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_0)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_1)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::IQ4_NL)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::MXFP4)));
-  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q4_K)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q2_K)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q3_K)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::F16)));
   std::vector<uint8_t> dst(4096);
-  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q4_K), dst.data(), 1, 256, dst.data()),
+  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q3_K), dst.data(), 1, 256, dst.data()),
+               UsageError);
+  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q4_K), dst.data(), 1, 288, dst.data()),
                UsageError);
   EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q6_K), dst.data(), 1, 288, dst.data()),
                UsageError);
@@ -97,7 +150,11 @@ TEST(WeightSplitSupport, FitsOnlySupportedTypesWithWholeBlocksPerRow) {
   EXPECT_TRUE(fits(TensorType::Q6_K, 4096));
   EXPECT_FALSE(fits(TensorType::Q4_0, 48));   // not whole 32-element blocks
   EXPECT_FALSE(fits(TensorType::Q6_K, 288));  // whole 32-element blocks, not 256
-  EXPECT_FALSE(fits(TensorType::Q4_K, 256));  // no split layout for the type
+  EXPECT_TRUE(fits(TensorType::Q4_K, 256));
+  EXPECT_TRUE(fits(TensorType::Q5_K, 14336));
+  EXPECT_FALSE(fits(TensorType::Q4_K, 96));  // whole 32-element blocks, not 256
+  EXPECT_FALSE(fits(TensorType::Q5_K, 288));
+  EXPECT_FALSE(fits(TensorType::Q3_K, 256));  // no split layout for the type
   EXPECT_FALSE(fits(TensorType::F16, 4096));
 }
 

@@ -7,9 +7,10 @@
 // The int8-activation kernels are also held to the CPU oracle's product (the activations
 // rounded through int8 blocks as launch_quantize_q8 rounds them: cpu::round_through_q8), within
 // f32 summation order alone: 1e-5 of sum |w_i x_i|.
-// Q4_0/Q4_1/Q8_0/Q6_K run again on the split layout (engine/include/granule/split_layout.h), whose
-// kernels always read int8 activations. The kernels run with the backend's configuration
-// (GRANULE_* overrides included); every batch-1 shape of KernelConfig also runs explicitly.
+// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K run again on the split layout
+// (engine/include/granule/split_layout.h), whose kernels always read int8 activations. The
+// kernels run with the backend's configuration (GRANULE_* overrides included); every batch-1
+// shape of KernelConfig also runs explicitly.
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -17,6 +18,7 @@
 #include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
+#include "granule/split_layout.h"
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
@@ -194,14 +196,15 @@ std::vector<Case> cases() {
   // The split layout: the same shapes, plus rows long enough for several pipelined steps
   // (14336 = 448 sub-blocks), fewer sub-blocks than lanes (576 = 18), and every batch group.
   for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K,
-                       TensorType::Q5_0, TensorType::Q5_1}) {
+                       TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K}) {
     for (Case c : {Case{t, 1, 256, 1}, Case{t, 37, 768, 3}, Case{t, 129, 512, 16},
                    Case{t, 300, 1536, 21}, Case{t, 61, 2816, 7}, Case{t, 70, 14336, 1},
                    Case{t, 517, 4096, 1}, Case{t, 45, 4608, 2}, Case{t, 23, 1024, 8}}) {
       c.split = true;
       out.push_back(c);
     }
-    if (t != TensorType::Q6_K) out.push_back({t, 99, 576, 1, true});
+    if (kernels::split::block_elements(static_cast<uint32_t>(t)) == 32)
+      out.push_back({t, 99, 576, 1, true});
   }
   return out;
 }

@@ -111,6 +111,14 @@ SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
         {"attn_v.weight", TensorType::IQ4_NL},      {"attn_output.weight", TensorType::IQ4_XS},
         {"ffn_gate.weight", TensorType::MXFP4},     {"ffn_up.weight", TensorType::Q5_1},
         {"blk.1.ffn_down.weight", TensorType::Q2_K}};
+  } else if (variant == "q4_k_m") {
+    // A Q4_K_M file as llama.cpp's quantiser writes one: Q4_K layers and embeddings, Q6_K
+    // for attn_v, one ffn_down and the head, one Q5_K ffn_down (a _M mix's 5-bit fallback);
+    // every K type in the split layout together.
+    s.output_type = TensorType::Q6_K;
+    s.tensor_types = {{"attn_v.weight", TensorType::Q6_K},
+                      {"blk.0.ffn_down.weight", TensorType::Q6_K},
+                      {"blk.1.ffn_down.weight", TensorType::Q5_K}};
   } else if (variant == "llama3") {
     s.llama3_rope_scaling = true;
     s.rope_theta = 500000.0f;
@@ -336,6 +344,17 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"llama", TensorType::IQ4_NL},
                       ModelCase{"llama", TensorType::IQ4_XS}, ModelCase{"llama", TensorType::MXFP4},
                       ModelCase{"qwen2", TensorType::Q5_0}, ModelCase{"mixed", TensorType::Q5_0}),
+    [](const ::testing::TestParamInfo<ModelCase>& i) {
+      return i.param.variant + "_" + std::string(tensor_type_info(i.param.type).name);
+    });
+
+// Q4_K and Q5_K in the split layout (int8 dp4a decode, split f16 dequantise for the GEMM,
+// split embedding rows), beside the "llama" cases above: the Qwen2 shape (biases, tied
+// embeddings: the head reads the split embedding table) and a Q4_K_M-like mix.
+INSTANTIATE_TEST_SUITE_P(
+    KQuantSplit, ModelGpuVsCpu,
+    ::testing::Values(ModelCase{"qwen2", TensorType::Q4_K}, ModelCase{"qwen2", TensorType::Q5_K},
+                      ModelCase{"llama3", TensorType::Q5_K}, ModelCase{"q4_k_m", TensorType::Q4_K}),
     [](const ::testing::TestParamInfo<ModelCase>& i) {
       return i.param.variant + "_" + std::string(tensor_type_info(i.param.type).name);
     });

@@ -1,8 +1,11 @@
 // The "split" weight layout the decode kernels read: each row of a Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/
-// Q6_K matrix is re-laid out at upload so its quantised values come first, 16-byte aligned and
-// contiguous, and its scales after them. The bytes per row are GGUF's (plus at most 15 of
-// padding to keep every row 16-byte aligned); only their order changes. GGUF blocks are
-// 18/20/22/24/34/210 bytes, so a warp cannot read them with 16-byte loads; this layout lets it.
+// Q4_K/Q5_K/Q6_K matrix is re-laid out at upload so its quantised values come first, 16-byte
+// aligned and contiguous, and its scales after them. The bytes per row are GGUF's (plus at most
+// 15 of padding to keep every row 16-byte aligned); only their order changes — except Q4_K and
+// Q5_K, whose twelve bytes of packed 6-bit scales and mins become eight (scale, min) byte pairs:
+// 4 bytes more per 256 elements (148 / 180 instead of 144 / 176, under 3 %). GGUF blocks are
+// 18/20/22/24/34/144/176/210 bytes, so a warp cannot read them with 16-byte loads; this layout
+// lets it.
 // Plain C++ so the host repacker (engine/src/cuda/weight_split.cpp) and tests share it.
 #pragma once
 #include <cstdint>
@@ -15,7 +18,7 @@
 
 namespace granule::kernels::split {
 
-// Per row, with n = cols / 32 sub-blocks of 32 elements (and n / 8 super-blocks for Q6_K):
+// Per row, with n = cols / 32 sub-blocks of 32 elements (and n / 8 super-blocks for the K types):
 //   Q4_0  [qs: n x 16 B][d: n x f16]           qs byte i of sub-block j: element i (low
 //                                              nibble), element i + 16 (high) — as GGUF
 //   Q4_1  [qs: n x 16 B][d, m: n x 2 f16]
@@ -27,36 +30,58 @@ namespace granule::kernels::split {
 //         6-bit q of element e of sub-block j (value = d * scale[e / 16] * (q - 32)):
 //         low 4 bits in ql byte e % 16 (low nibble for e < 16, high for e >= 16), high 2
 //         bits in qh byte e % 8 at bit 2 * (e / 8); scales[2j + h] covers elements 16h..16h+15.
+//   Q4_K  [qs: n x 16 B][sc, m: n x 2 u8][d, dmin: n / 8 x 2 f16]
+//         qs as Q4_0 (GGUF keeps sub-blocks 2c and 2c + 1 in the low / high nibbles of the
+//         same 32 bytes; here each sub-block has its own 16); sc and m are the decoded 6-bit
+//         scale and min; value = d * sc * q - dmin * m with q the nibble (0..15).
+//   Q5_K  [qs: n x 16 B][qh: n x u32][sc, m: n x 2 u8][d, dmin: n / 8 x 2 f16]
+//         as Q4_K with bit e of qh the fifth bit of element e: q = nibble | bit << 4 (0..31).
 constexpr uint32_t kTypeQ4_0 = 2, kTypeQ4_1 = 3, kTypeQ5_0 = 6, kTypeQ5_1 = 7, kTypeQ8_0 = 8,
-                   kTypeQ6_K = 14;
+                   kTypeQ4_K = 12, kTypeQ5_K = 13, kTypeQ6_K = 14;
 
 GRANULE_HD constexpr bool supports(uint32_t type) {
   return type == kTypeQ4_0 || type == kTypeQ4_1 || type == kTypeQ5_0 || type == kTypeQ5_1 ||
-         type == kTypeQ8_0 || type == kTypeQ6_K;
+         type == kTypeQ8_0 || type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K;
+}
+GRANULE_HD constexpr bool is_k_type(uint32_t type) {
+  return type == kTypeQ4_K || type == kTypeQ5_K || type == kTypeQ6_K;
 }
 // Elements a type's GGUF block holds (the row length must be a multiple).
-GRANULE_HD constexpr int64_t block_elements(uint32_t type) { return type == kTypeQ6_K ? 256 : 32; }
+GRANULE_HD constexpr int64_t block_elements(uint32_t type) { return is_k_type(type) ? 256 : 32; }
 // Bytes of quantised values per 32-element sub-block, in the first region.
 GRANULE_HD constexpr int64_t quant_bytes(uint32_t type) { return type == kTypeQ8_0 ? 32 : 16; }
-// Payload bytes of a row of `cols` elements (the same as GGUF's row size).
-GRANULE_HD constexpr int64_t row_payload_bytes(uint32_t type, int64_t cols) {
+// Bytes of a GGUF row of `cols` elements (the repacker's input).
+GRANULE_HD constexpr int64_t gguf_row_bytes(uint32_t type, int64_t cols) {
   const int64_t n = cols / 32;
   return type == kTypeQ4_0   ? n * 18
          : type == kTypeQ4_1 ? n * 20
          : type == kTypeQ5_0 ? n * 22
          : type == kTypeQ5_1 ? n * 24
          : type == kTypeQ8_0 ? n * 34
-         : type == kTypeQ6_K ? n * 26 + n / 8 * 2
+         : type == kTypeQ4_K ? n / 8 * 144
+         : type == kTypeQ5_K ? n / 8 * 176
+         : type == kTypeQ6_K ? n / 8 * 210
                              : 0;
+}
+// Payload bytes of a split row of `cols` elements: GGUF's row size, plus 4 per super-block
+// for Q4_K and Q5_K (the unpacked scales and mins).
+GRANULE_HD constexpr int64_t row_payload_bytes(uint32_t type, int64_t cols) {
+  return gguf_row_bytes(type, cols) + (type == kTypeQ4_K || type == kTypeQ5_K ? cols / 256 * 4 : 0);
 }
 // Distance between rows: the payload rounded up to 16 bytes.
 GRANULE_HD constexpr int64_t row_stride(uint32_t type, int64_t cols) {
   return (row_payload_bytes(type, cols) + 15) / 16 * 16;
 }
-// Offsets within a row of n sub-blocks (Q5_0/Q5_1: where qh starts).
+// Offsets within a row of n sub-blocks (Q5_0/Q5_1: where qh starts; Q4_K/Q5_K: the (sc, m)
+// pairs).
 GRANULE_HD constexpr int64_t scales_offset(uint32_t type, int64_t n) {
-  return type == kTypeQ6_K ? n * 24 : n * quant_bytes(type);
+  return type == kTypeQ6_K ? n * 24 : type == kTypeQ5_K ? n * 20 : n * quant_bytes(type);
 }
+// Q4_K/Q5_K: where the super-blocks' (d, dmin) pairs start; Q5_K: where qh starts.
+GRANULE_HD constexpr int64_t kquant_d_offset(uint32_t type, int64_t n) {
+  return type == kTypeQ5_K ? n * 22 : n * 18;
+}
+GRANULE_HD constexpr int64_t q5k_qh_offset(int64_t n) { return n * 16; }
 GRANULE_HD constexpr int64_t q6k_qh_offset(int64_t n) { return n * 16; }
 GRANULE_HD constexpr int64_t q6k_d_offset(int64_t n) { return n * 26; }
 GRANULE_HD constexpr int64_t q5_0_d_offset(int64_t n) { return n * 20; }

@@ -34,9 +34,52 @@ void q6k_values(const uint8_t* block, uint8_t q[256]) {
   }
 }
 
+// The 6-bit scale and min of sub-block j (0..7) from a Q4_K/Q5_K block's 12 packed bytes
+// (as quant.cpp's CPU dequantiser reads them).
+void k_scale_min(const uint8_t* q, int j, uint8_t& scale, uint8_t& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    min = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
 void split_row(uint32_t type, const uint8_t* src, int64_t cols, uint8_t* dst) {
   const int64_t n = cols / 32;
   uint8_t* scales = dst + split::scales_offset(type, n);
+  if (type == split::kTypeQ4_K || type == split::kTypeQ5_K) {
+    // GGUF: d, dmin, scales[12], (qh[32],) qs[128]; qs byte l of pair c holds element l of
+    // sub-block 2c (low nibble) and of 2c + 1 (high); Q5_K's fifth bit of element l of
+    // sub-block s is bit s of qh[l].
+    const bool five = type == split::kTypeQ5_K;
+    const int64_t block = five ? 176 : 144;
+    uint8_t* qh_out = dst + split::q5k_qh_offset(n);
+    uint8_t* d_out = dst + split::kquant_d_offset(type, n);
+    for (int64_t k = 0; k < n / 8; ++k) {
+      const uint8_t* b = src + k * block;
+      const uint8_t* packed = b + 4;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t j = 8 * k + s;
+        const int shift = 4 * (s % 2);
+        uint8_t q[32];
+        for (int l = 0; l < 32; ++l) q[l] = (qs[32 * (s / 2) + l] >> shift) & 0xF;
+        for (int i = 0; i < 16; ++i)
+          dst[16 * j + i] = static_cast<uint8_t>(q[i] | (q[i + 16] << 4));
+        if (five) {
+          uint32_t bits = 0;
+          for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>((qh[l] >> s) & 1) << l;
+          std::memcpy(qh_out + 4 * j, &bits, 4);
+        }
+        k_scale_min(packed, s, scales[2 * j], scales[2 * j + 1]);
+      }
+      std::memcpy(d_out + 4 * k, b, 4);  // d, dmin
+    }
+    return;
+  }
   if (type == split::kTypeQ6_K) {
     uint8_t* qh = dst + split::q6k_qh_offset(n);
     uint8_t* d = dst + split::q6k_d_offset(n);
@@ -103,11 +146,12 @@ void split_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int6
                 uint8_t* dst) {
   if (!split_layout_fits(ggml_type, cols))
     throw UsageError("the split weight layout cannot hold this tensor type or row length");
-  const int64_t src_bytes = split::row_payload_bytes(ggml_type, cols);
+  const int64_t src_bytes = split::gguf_row_bytes(ggml_type, cols);
+  const int64_t payload = split::row_payload_bytes(ggml_type, cols);
   const int64_t stride = split::row_stride(ggml_type, cols);
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* out = dst + r * stride;
-    std::memset(out + src_bytes, 0, static_cast<size_t>(stride - src_bytes));
+    std::memset(out + payload, 0, static_cast<size_t>(stride - payload));
     split_row(ggml_type, gguf_rows + r * src_bytes, cols, out);
   }
 }
@@ -153,6 +197,24 @@ void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, 
         const float d = fp16_to_f32(load_u16(scales + 2 * j));
         for (int i = 0; i < 32; ++i)
           y[i] = static_cast<float>(static_cast<int8_t>(row[32 * j + i])) * d;
+        break;
+      }
+      case split::kTypeQ4_K:
+      case split::kTypeQ5_K: {
+        const bool five = ggml_type == split::kTypeQ5_K;
+        const uint8_t* dm = row + split::kquant_d_offset(ggml_type, n) + 4 * (j / 8);
+        const float d = fp16_to_f32(load_u16(dm)), dmin = fp16_to_f32(load_u16(dm + 2));
+        uint32_t qh = 0;
+        if (five) std::memcpy(&qh, row + split::q5k_qh_offset(n) + 4 * j, 4);
+        // As quant.cpp's decode_block: d * sc and dmin * m first, then d1 * q - m1.
+        const float d1 = d * scales[2 * j], m1 = dmin * scales[2 * j + 1];
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t q = row[16 * j + i];
+          const int q0 = (q & 0xF) + (((qh >> i) & 1) ? 16 : 0);
+          const int q1 = (q >> 4) + (((qh >> (i + 16)) & 1) ? 16 : 0);
+          y[i] = d1 * static_cast<float>(q0) - m1;
+          y[i + 16] = d1 * static_cast<float>(q1) - m1;
+        }
         break;
       }
       case split::kTypeQ6_K: {
