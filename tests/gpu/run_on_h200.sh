@@ -429,7 +429,7 @@ profile_mma32() {
 gtest_line() { echo "$1: rc=$2 $(grep -E '^\[  (PASSED|FAILED)|tests? ran' "$OUT/$1.txt" | tail -2 | tr '\n' ' ')"; grep -E "^\[  FAILED" "$OUT/$1.txt" | head -8; }
 wave6_tests() {
   local t
-  for t in attention_kernels_test matvec_mma_kernel_test matvec_kernel_test elementwise_kernels_test attention_prefill_test; do
+  for t in attention_kernels_test matvec_mma_kernel_test matvec_kernel_test elementwise_kernels_test attention_prefill_test streaming_gpu_test; do
     [[ -x $build/tests/$t ]] || { echo "$t: not built"; continue; }
     timeout 120 "$build/tests/$t" >"$OUT/$t.txt" 2>&1; gtest_line $t $?
   done
