@@ -358,9 +358,9 @@ TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
       kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, config, nullptr),
       cudaErrorInvalidValue);
   in.n_in = 256;
-  t.split_layout = true;  // no split layout for Q4_K
+  t.split_layout = true;  // no split layout for Q2_K
   EXPECT_EQ(
-      kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_K), &t, 1, in, config, nullptr),
+      kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q2_K), &t, 1, in, config, nullptr),
       cudaErrorInvalidValue);
 }
 

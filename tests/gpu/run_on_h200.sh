@@ -449,7 +449,12 @@ wave6_tests() {
   grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/memcheck.txt"
 }
 wave6_bench() {
-  local b="$build/app/bench/granule-bench" o
+  local b="$build/app/bench/granule-bench" o t
+  timeout 60 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1; gtest_line matvec_kernel_test $?
+  GRANULE_PREFILL_OVERLAP=0 timeout 100 "$build/tests/streaming_gpu_test" >/tmp/st0.txt 2>&1
+  echo "streaming_gpu_test with GRANULE_PREFILL_OVERLAP=0: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/st0.txt | tr '\n' ' ')"
+  timeout 60 "$build/tests/streaming_gpu_test" --gtest_filter='*ABudgetChanged*' >/tmp/st1.txt 2>&1
+  grep -B2 -A6 "Failure" /tmp/st1.txt | head -30
   { for o in ${WAVE6_OCC:-1 2}; do
       echo "-- GRANULE_MMA_OCC=$o"
       GRANULE_MMA_OCC=$o timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 8,16,32,64
@@ -460,32 +465,11 @@ wave6_bench() {
       GRANULE_PREFILL_OVERLAP=$o timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 32 -b 1 -r 5
     done
     echo "-- 8,000-token prompts"
-    timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 64 --device cuda
+    timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda
     for t in ${WAVE6_TYPES:-Q4_K Q5_K}; do
       echo "-- $t"; timeout 120 "$b" --synthetic llama3-8b:$t -p 512 -n 32 -b 1,8
     done; } >"$OUT/bench-wave6.txt" 2>&1
   grep -E "^\| +(synthetic|[0-9])|^-- " "$OUT/bench-wave6.txt"
-  local n
-  for n in 1 8; do
-    timeout 150 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'attention' \
-      "$b" chats --synthetic llama3-8b:Q4_0 -n $n -p 8000 -g $(( n == 1 ? 24 : 128 )) --device cuda >/tmp/ncu-8k$n.txt 2>&1
-    echo "-- attention kernels, $n chat(s) at 8,000 tokens: the 10 decode steps after the last prefill (320 launches)"
-    python3 - /tmp/ncu-8k$n.txt <<'PY'
-import re, sys
-launches, name = [], None
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"^\s{2}(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", line)
-    if m: name = m.group(1); continue
-    m2 = re.search(r"gpu__time_duration\.sum\s+(\S+)\s+(\S+)\s*$", line)
-    if name and m2:
-        scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1, "usecond": 1, "ms": 1e3, "msecond": 1e3}.get(m2.group(1), 1)
-        launches.append((re.sub(r"\(.*", "", name), float(m2.group(2).replace(",", "")) * scale)); name = None
-ends = [i for i, (n, _) in enumerate(launches) if "prefill" in n]
-last = launches[ends[-1] + 1:ends[-1] + 321] if ends else []
-print(f"{len(launches)} attention launches profiled; 320 after the last prefill launch: {sum(t for _, t in last)/10/1e3:.3f} ms per step, "
-      f"kernels {sorted(set(n for n, _ in last))}")
-PY
-  done
 }
 
 case $what in
