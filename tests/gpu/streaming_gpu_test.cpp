@@ -45,6 +45,11 @@ EngineOptions options(uint64_t budget = 0, int64_t context = 1024) {
   o.max_sequences = 8;
   o.context_length = context;
   o.vram_budget_bytes = budget;
+  // Every generate() computes its chats from scratch: with KV kept from an earlier run a
+  // repeated prompt's last token would go through the decode kernel instead of the prefill
+  // chunk, a different summation order, and a synthetic model's near-tied logits can then
+  // pick other tokens although nothing streamed differs.
+  o.kv_reuse = false;
   return o;
 }
 
