@@ -293,37 +293,13 @@ wave3() {
 # With the new defaults (mma v2, flash prefill): the model tests against the oracle, the kernel
 # tests under compute-sanitizer memcheck (a subset: sanitized kernels run ~100x slower), then
 # the server against the bench (serve_bench).
-wave4() {
-  timeout 60 "$build/tests/matvec_mma_kernel_test" >"$OUT/matvec_mma_kernel_test.txt" 2>&1
-  echo "matvec_mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/matvec_mma_kernel_test.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED" "$OUT/matvec_mma_kernel_test.txt" | head -8
-  timeout 150 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1
-  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model_gpu_test.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED" "$OUT/model_gpu_test.txt" | head -8
-  serve_bench
-  { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/attention_prefill_test" \
-      --gtest_filter='*HandMadeTiles*:*MixedBatch*hd64_h8_kv1:*hd128_group4_len65'
-    echo "attention_prefill_test under memcheck: exit $?"
-    timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
-      --gtest_filter='MatvecMmaTasks.*:*33x32:*77x608:*16x160:*50x64'
-    echo "matvec_mma_kernel_test under memcheck: exit $?"
-    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/tests/matvec_mma_kernel_test" \
-      --gtest_filter='*Q4_0_77x608*:*Q6_K_333x256*:MatvecMmaTasks.*'
-    echo "matvec_mma_kernel_test under racecheck: exit $?"; } >"$OUT/memcheck.txt" 2>&1
-  grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
-}
-
-# Correctness and sanitizers for the kernels that are new since the last GPU tests (one call).
-wave5_tests() {
-  wave4_tests_only
-}
-wave4_tests_only() {
-  timeout 60 "$build/tests/matvec_mma_kernel_test" >"$OUT/matvec_mma_kernel_test.txt" 2>&1
-  echo "matvec_mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/matvec_mma_kernel_test.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED" "$OUT/matvec_mma_kernel_test.txt" | head -8
-  timeout 150 "$build/tests/model_gpu_test" >"$OUT/model_gpu_test.txt" 2>&1
-  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model_gpu_test.txt" | tr '\n' ' ')"
-  grep -E "^\[  FAILED" "$OUT/model_gpu_test.txt" | head -8
+# The int8 mma and model tests, then memcheck/racecheck on the mma and flash-prefill kernels
+# (wave5-tests); wave4 adds the server against granule-bench chats.
+mma_model_tests() {
+  local t
+  for t in matvec_mma_kernel_test model_gpu_test; do
+    timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1; gtest_line $t $?
+  done
   { timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/attention_prefill_test" \
       --gtest_filter='*HandMadeTiles*:*MixedBatch*hd64_h8_kv1:*hd128_group4_len65'
     echo "attention_prefill_test under memcheck: exit $?"
@@ -337,6 +313,10 @@ wave4_tests_only() {
       --gtest_filter='*HandMadeTiles*:*hd128_group4_len65'
     echo "attention_prefill_test under racecheck: exit $?"; } >"$OUT/memcheck.txt" 2>&1
   grep -E "under (memcheck|racecheck)|ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)" "$OUT/memcheck.txt"
+}
+wave4() {
+  mma_model_tests
+  serve_bench
 }
 
 # Speed after the tests: decode by batch and pp512 on 8B, SmolLM2 batch 1 and 32 chats, then
@@ -478,7 +458,7 @@ case $what in
   profile-mma32) profile_mma32 ;;
   long) long_prompts ;;
   profile-wave5) profile_wave5 ;;
-  wave5-tests) wave5_tests ;;
+  wave5-tests) mma_model_tests ;;
   wave5-bench) wave5_bench ;;
   wave4) wave4 ;;
   wave3) wave3 ;;
