@@ -440,19 +440,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 132;
-    }
-    return sms;
-  }();
-  return count;
-}
-
 // Blocks of attention_split_kernel<EPL, GP> one SM holds at once (registers), at most
 // kBlocksPerSm; queried once per instantiation.
 template <int EPL, int GP>

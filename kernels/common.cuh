@@ -127,6 +127,10 @@ __device__ __forceinline__ void allow_next_kernel() {
 // the config as it was and no error behind for cudaGetLastError().
 cudaError_t fit_to_device(KernelConfig& config);
 
+// The current device's multiprocessor count, queried once per process (132, an H100/H200's,
+// if the query fails; the error is not left for a later launch's status).
+int multiprocessors();
+
 // Launches kernel<<<grid, block, 0, stream>>>(args...) so that it may start before the
 // previous kernel in the stream has finished (see wait_for_previous_kernel) when
 // config.early_launch is on; an ordinary launch otherwise. Stream capture records it as a

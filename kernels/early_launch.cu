@@ -1,5 +1,6 @@
 // fit_to_device(): whether the device can take launch_early()'s programmatic dependent
-// launch (compute capability 9.0 and later).
+// launch (compute capability 9.0 and later); multiprocessors(): the SM count launches size
+// their grids by.
 #include "common.cuh"
 
 namespace granule::kernels {
@@ -15,6 +16,19 @@ cudaError_t fit_to_device(KernelConfig& config) {
   }
   if (major < 9) config.early_launch = false;
   return cudaSuccess;
+}
+
+int multiprocessors() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+      cudaGetLastError();
+      return 132;
+    }
+    return sms;
+  }();
+  return count;
 }
 
 }  // namespace granule::kernels

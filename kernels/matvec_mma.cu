@@ -941,19 +941,6 @@ int occupancy(const KernelConfig& config) {
   return variant_ready<2>() ? 2 : 0;
 }
 
-int multiprocessors() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-      cudaGetLastError();
-      return 132;
-    }
-    return sms;
-  }();
-  return count;
-}
-
 template <uint32_t TYPE, int NT, bool GATE_UP, int W, int OCC>
 cudaError_t launch_tile(const MmaTasks& tasks, int n_tasks, int max_rows, const MatvecInput& in,
                         const KernelConfig& config, cudaStream_t stream) {
@@ -1032,7 +1019,7 @@ bool matvec_mma_fits_device() {
   v2::ready();             // version 2's shared memory; without it launches take version 1
   v2::variant_ready<1>();  // the occupancy variants'; without it launches take variant 0
   v2::variant_ready<2>();
-  v2::multiprocessors();
+  multiprocessors();
   for (const cudaError_t status :
        {allow_shared_bytes_all_tiles<kQ4_0, false>(), allow_shared_bytes_all_tiles<kQ4_0, true>(),
         allow_shared_bytes_all_tiles<kQ4_1, false>(), allow_shared_bytes_all_tiles<kQ4_1, true>(),
