@@ -19,11 +19,10 @@ struct L2PrefetchArgs {
   int ranges = 0;
 };
 
-// Issues cp.async.bulk.prefetch.L2 over every range (the whole 16-byte units inside it; a range
-// may start anywhere) and then waits for the kernel before it in the stream, so that under
-// early launch it neither delays the chain nor lets a later kernel overtake the earlier ones.
-// Reads nothing a kernel writes; changes no memory. A no-op on devices below compute
-// capability 9.0 (the instruction is Hopper's) and for empty ranges.
+// Issues prefetch.global.L2 for every 128-byte line of every range and then waits for the
+// kernel before it in the stream, so that under early launch a later kernel never overtakes
+// the earlier ones.
+// Reads nothing a kernel writes; changes no memory. A no-op for empty ranges.
 cudaError_t launch_l2_prefetch(const L2PrefetchArgs& args, const KernelConfig& config,
                                cudaStream_t stream);
 

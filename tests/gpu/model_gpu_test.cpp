@@ -704,16 +704,20 @@ TEST(ModelGpuL2Prefetch, DecodeLogitsAreBitwiseThoseWithoutIt) {
   ASSERT_EQ(off.model().kernel_config().l2_prefetch, 0);
   const int64_t vocab = on.config.n_vocab;
   auto passes = [&](const std::string& placement) {
+    // BatchSequence only points at its tokens: they live here.
+    std::vector<std::vector<int32_t>> prompts, tokens;
+    for (int slot = 0; slot < 4; ++slot)
+      prompts.push_back(random_tokens(20 + slot, vocab, 40 + slot));
     for (OverlapRig* r : {&on, &off})
-      for (int slot = 0; slot < 4; ++slot)
-        r->run({{slot, random_tokens(20 + slot, vocab, 40 + slot), 0, false}});
+      for (int slot = 0; slot < 4; ++slot) r->run({{slot, prompts[slot], 0, false}});
     int32_t length[4] = {20, 21, 22, 23};
     for (int step = 0; step < 3; ++step) {
-      std::vector<BatchSequence> one = {{0, random_tokens(1, vocab, 50 + step), length[0], true}};
+      tokens.clear();
+      for (int i = 0; i < 5; ++i) tokens.push_back(random_tokens(1, vocab, 50 + 5 * step + i));
+      const std::vector<BatchSequence> one = {{0, tokens[0], length[0], true}};
       std::vector<BatchSequence> four;
       for (int slot = 0; slot < 4; ++slot)
-        four.push_back({slot, random_tokens(1, vocab, 60 + 4 * step + slot),
-                        length[slot] + (slot == 0 ? 1 : 0), true});
+        four.push_back({slot, tokens[1 + slot], length[slot] + (slot == 0 ? 1 : 0), true});
       for (const auto& [batch, what] :
            {std::pair{one, std::string("1 row")}, std::pair{four, std::string("4 rows")}}) {
         const std::vector<float> got_on = on.run(batch), got_off = off.run(batch);
