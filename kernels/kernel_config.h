@@ -60,14 +60,6 @@ struct KernelConfig {
   // keeps one scratch and one stream when the budget cannot hold the second without moving a
   // layer to streaming. H200, 8B Q4_0, pp512: the dequantisation is 5.7 of 20.9 ms serial.
   bool prefill_overlap = true;
-  // L2 prefetch of the weights a decode step reads next (l2_prefetch.cu), for runs of at most
-  // l2_prefetch_max_rows rows, a mask: 1 the output projection, issued after Q/K/V so that it
-  // lands while RoPE and attention run; 2 the next layer's Q/K/V, issued before the down
-  // projection; 4 the first l2_prefetch_ffn_mb MiB of gate and of up, issued with 1. 0 off.
-  // Resident layers only (a streamed layer's copies already fill its slot).
-  int l2_prefetch = 0;
-  int l2_prefetch_ffn_mb = 8;
-  int l2_prefetch_max_rows = 8;
 };
 
 }  // namespace granule::kernels

@@ -204,28 +204,6 @@ TEST(KernelConfigEnv, PrefillOverlapSwitch) {
   EXPECT_EQ(warnings[0], "GRANULE_PREFILL_OVERLAP=off ignored (accepted: 0, 1); keeping 0");
 }
 
-TEST(KernelConfigEnv, L2PrefetchCounts) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(defaults.l2_prefetch, 0);
-  EXPECT_EQ(defaults.l2_prefetch_ffn_mb, 8);
-  EXPECT_EQ(defaults.l2_prefetch_max_rows, 8);
-  const KernelConfig set = parse({{{"GRANULE_L2_PREFETCH", "7"},
-                                   {"GRANULE_L2_PREFETCH_FFN_MB", "0"},
-                                   {"GRANULE_L2_PREFETCH_MAX_ROWS", "1"}}},
-                                 warnings);
-  EXPECT_EQ(set.l2_prefetch, 7);
-  EXPECT_EQ(set.l2_prefetch_ffn_mb, 0);
-  EXPECT_EQ(set.l2_prefetch_max_rows, 1);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_L2_PREFETCH", "8"}}}, warnings, set).l2_prefetch, 7);
-  EXPECT_EQ(parse({{{"GRANULE_L2_PREFETCH_MAX_ROWS", "0"}}}, warnings, set).l2_prefetch_max_rows,
-            1);
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_L2_PREFETCH=8 ignored (accepted: a whole number from 0 to 7); keeping 7");
-}
-
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -254,7 +232,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 14u);
+  ASSERT_EQ(kernel_override_variables().size(), 11u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -579,16 +579,13 @@ struct OverlapRig {
   WeightTable weights;
   Runtime runtime;
 
-  OverlapRig(const std::filesystem::path& path, bool overlap, uint64_t budget = uint64_t{1} << 40,
-             int l2_prefetch = 0) {
+  OverlapRig(const std::filesystem::path& path, bool overlap, uint64_t budget = uint64_t{1} << 40) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
     kernels::KernelConfig kc = gpu_test::kernel_config();
     kc.mma_prefill = false;
     kc.prefill_overlap = overlap;
-    kc.l2_prefetch = l2_prefetch;
-    kc.l2_prefetch_ffn_mb = 1;
     RuntimeOptions options;
     options.device = DeviceKind::Cuda;
     options.backend.vram_budget_bytes = budget;
@@ -684,58 +681,6 @@ TEST(ModelGpuPrefillOverlap, LogitsAreBitwiseThoseOfTheOneStreamPath) {
     ASSERT_EQ(r->model().streamer().streamed_layers(), 3);
   }
   ASSERT_TRUE(on.model().prefill_overlap());
-  passes("3 of 6 layers streamed");
-  std::filesystem::remove(path);
-}
-
-// --- L2 prefetch (KernelConfig::l2_prefetch) -------------------------------------------------
-
-// Prefetching weights into L2 changes when bytes arrive, never what is computed: decode steps of
-// 1 and 4 rows (graph-captured, the prefetch kernels inside the graph) give bitwise the logits
-// of the same steps without it, with every layer resident and with the last three streamed (a
-// streamed layer is not prefetched, nor is a resident layer whose successor streams).
-TEST(ModelGpuL2Prefetch, DecodeLogitsAreBitwiseThoseWithoutIt) {
-  GRANULE_REQUIRE_GPU();
-  const auto path = model_path("l2-prefetch");
-  const SyntheticModelSpec spec = overlap_spec();
-  write_synthetic_model(spec, path);
-  OverlapRig on(path, true, uint64_t{1} << 40, 7), off(path, true, uint64_t{1} << 40, 0);
-  ASSERT_EQ(on.model().kernel_config().l2_prefetch, 7);
-  ASSERT_EQ(off.model().kernel_config().l2_prefetch, 0);
-  const int64_t vocab = on.config.n_vocab;
-  auto passes = [&](const std::string& placement) {
-    // BatchSequence only points at its tokens: they live here.
-    std::vector<std::vector<int32_t>> prompts, tokens;
-    for (int slot = 0; slot < 4; ++slot)
-      prompts.push_back(random_tokens(20 + slot, vocab, 40 + slot));
-    for (OverlapRig* r : {&on, &off})
-      for (int slot = 0; slot < 4; ++slot) r->run({{slot, prompts[slot], 0, false}});
-    int32_t length[4] = {20, 21, 22, 23};
-    for (int step = 0; step < 3; ++step) {
-      tokens.clear();
-      for (int i = 0; i < 5; ++i) tokens.push_back(random_tokens(1, vocab, 50 + 5 * step + i));
-      const std::vector<BatchSequence> one = {{0, tokens[0], length[0], true}};
-      std::vector<BatchSequence> four;
-      for (int slot = 0; slot < 4; ++slot)
-        four.push_back({slot, tokens[1 + slot], length[slot] + (slot == 0 ? 1 : 0), true});
-      for (const auto& [batch, what] :
-           {std::pair{one, std::string("1 row")}, std::pair{four, std::string("4 rows")}}) {
-        const std::vector<float> got_on = on.run(batch), got_off = off.run(batch);
-        ASSERT_EQ(got_on.size(), got_off.size());
-        ASSERT_FALSE(got_on.empty());
-        const size_t differ = bitwise_differences(got_on, got_off);
-        std::cout << "[l2-prefetch] " << placement << ", step " << step << ", " << what << ": "
-                  << differ << " of " << got_on.size() << " logits differ\n";
-        EXPECT_EQ(differ, 0u) << placement << ", step " << step << ", " << what;
-      }
-      for (int slot = 0; slot < 4; ++slot) length[slot] += slot == 0 ? 2 : 1;
-    }
-  };
-  passes("every layer resident");
-  for (OverlapRig* r : {&on, &off}) {
-    EXPECT_GT(r->runtime.backend->make_room(1, "test: stream the last layers"), 0u);
-    ASSERT_EQ(r->model().streamer().streamed_layers(), 3);
-  }
   passes("3 of 6 layers streamed");
   std::filesystem::remove(path);
 }

@@ -452,30 +452,7 @@ wave6_bench() {
   grep -E "^\| +(synthetic|[0-9])|^-- " "$OUT/bench-wave6.txt"
 }
 
-# This session's L2 prefetch (GRANULE_L2_PREFETCH): its bitwise model test, then batch-1 decode
-# of both shapes over the masks (and the gate/up head sizes) against it off.
-wave7_l2() {
-  local b="$build/app/bench/granule-bench" m
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*L2Prefetch*:*PrefillOverlap*' >"$OUT/model_gpu_l2.txt" 2>&1
-  gtest_line model_gpu_l2 $?
-  grep "\[l2-prefetch\]" "$OUT/model_gpu_l2.txt" | head -4
-  { for m in ${WAVE7_MASKS:-0 1 2 3 7 0}; do
-      echo "-- GRANULE_L2_PREFETCH=$m"
-      GRANULE_L2_PREFETCH=$m timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 128 -b 1 -r 5
-    done
-    for f in ${WAVE7_FFN:-16 24}; do
-      echo "-- GRANULE_L2_PREFETCH=7 GRANULE_L2_PREFETCH_FFN_MB=$f"
-      GRANULE_L2_PREFETCH=7 GRANULE_L2_PREFETCH_FFN_MB=$f timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 128 -b 1 -r 5
-    done
-    for m in 0 3; do
-      echo "-- SmolLM2 GRANULE_L2_PREFETCH=$m"
-      GRANULE_L2_PREFETCH=$m timeout 90 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 128 -b 1 -r 5
-    done; } >"$OUT/bench-l2.txt" 2>&1
-  grep -E "^\| +(synthetic|[0-9])|^-- " "$OUT/bench-l2.txt"
-}
-
 case $what in
-  wave7-l2) wave7_l2 ;;
   wave6-tests) wave6_tests ;;
   wave6-bench) wave6_bench ;;
   profile-mma32) profile_mma32 ;;

@@ -25,14 +25,10 @@ constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
 constexpr const char* kMmaOccupancyVariable = "GRANULE_MMA_OCC";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
-constexpr const char* kL2PrefetchVariable = "GRANULE_L2_PREFETCH";
-constexpr const char* kL2PrefetchFfnVariable = "GRANULE_L2_PREFETCH_FFN_MB";
-constexpr const char* kL2PrefetchRowsVariable = "GRANULE_L2_PREFETCH_MAX_ROWS";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,  kSplitShapeVariable,    kSplitShapeLongVariable, kEarlyLaunchVariable,
     kSplitWeightsVariable, kMmaVariable,           kMmaMinRowsVariable,     kMmaPrefillVariable,
-    kMmaOccupancyVariable, kFlashPrefillVariable,  kPrefillOverlapVariable, kL2PrefetchVariable,
-    kL2PrefetchFfnVariable, kL2PrefetchRowsVariable};
+    kMmaOccupancyVariable, kFlashPrefillVariable,  kPrefillOverlapVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -122,9 +118,6 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kMmaOccupancyVariable, kMmaOccupancies, config.mma_occupancy, lookup, warnings);
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
-  apply_count(kL2PrefetchVariable, 0, 7, config.l2_prefetch, lookup, warnings);
-  apply_count(kL2PrefetchFfnVariable, 0, 256, config.l2_prefetch_ffn_mb, lookup, warnings);
-  apply_count(kL2PrefetchRowsVariable, 1, 64, config.l2_prefetch_max_rows, lookup, warnings);
   return config;
 }
 

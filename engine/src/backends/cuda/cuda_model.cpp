@@ -5,13 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "attention.cuh"
 #include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "dequantize.cuh"
-#include "l2_prefetch.cuh"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
@@ -694,25 +692,6 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
   matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>());
-  // L2 prefetch (KernelConfig::l2_prefetch): the output projection, and the head of gate and
-  // up, arrive while RoPE and attention run.
-  const bool prefetch = kernel_config_.l2_prefetch != 0 &&
-                        n_rows <= kernel_config_.l2_prefetch_max_rows &&
-                        !streamer_->streamed(static_cast<size_t>(layer));
-  if (prefetch && (kernel_config_.l2_prefetch & 1)) {
-    k::L2PrefetchArgs p;
-    auto add = [&](const DeviceMatrix& m, int64_t most) {
-      p.data[p.ranges] = m.data;
-      p.bytes[p.ranges++] = std::min(most, static_cast<int64_t>(m.rows) * m.row_bytes);
-    };
-    add(l.wo, std::numeric_limits<int64_t>::max());
-    if (kernel_config_.l2_prefetch & 4) {
-      const int64_t most = static_cast<int64_t>(kernel_config_.l2_prefetch_ffn_mb) << 20;
-      add(l.w_gate, most);
-      add(l.w_up, most);
-    }
-    check_launch(k::launch_l2_prefetch(p, kernel_config_, stream_.get()), "l2_prefetch");
-  }
   attention(layer, n_rows);
   float* const hidden_out[1] = {hidden};
   matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
@@ -761,17 +740,6 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                                        {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
                                        stream_.get()),
                  "quantize_q8");
-  // L2 prefetch: the next layer's Q/K/V beside the down projection, which leaves HBM room.
-  const size_t next = static_cast<size_t>(layer) + 1;
-  if (prefetch && (kernel_config_.l2_prefetch & 2) && next < layers_.size() &&
-      !streamer_->streamed(next)) {
-    k::L2PrefetchArgs p;
-    for (const DeviceMatrix* m : {&layers_[next].wq, &layers_[next].wk, &layers_[next].wv}) {
-      p.data[p.ranges] = m->data;
-      p.bytes[p.ranges++] = static_cast<int64_t>(m->rows) * m->row_bytes;
-    }
-    check_launch(k::launch_l2_prefetch(p, kernel_config_, stream_.get()), "l2_prefetch");
-  }
   matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
 
