@@ -60,6 +60,11 @@ struct KernelConfig {
   // keeps one scratch and one stream when the budget cannot hold the second without moving a
   // layer to streaming. H200, 8B Q4_0, pp512: the dequantisation is 5.7 of 20.9 ms serial.
   bool prefill_overlap = true;
+  // Decode runs of at least this many rows (and at most 64) take the f16 tensor-core products
+  // (matvec_f16mma.cu) where every matrix of the layer is split Q4_0/Q4_1: activations in f16,
+  // weights dequantised to f16 in registers, no per-block epilogue. 0 off. The backend turns it
+  // off on devices without f16 mma.
+  int f16_mma_min_rows = 0;
 };
 
 }  // namespace granule::kernels

@@ -204,6 +204,25 @@ TEST(KernelConfigEnv, PrefillOverlapSwitch) {
   EXPECT_EQ(warnings[0], "GRANULE_PREFILL_OVERLAP=off ignored (accepted: 0, 1); keeping 0");
 }
 
+TEST(KernelConfigEnv, F16MmaMinRows) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(defaults.f16_mma_min_rows, KernelConfig{}.f16_mma_min_rows);
+  const KernelConfig set = parse({{{"GRANULE_F16MMA_MIN_ROWS", "16"}}}, warnings);
+  EXPECT_EQ(set.f16_mma_min_rows, 16);
+  EXPECT_NE(describe_mma(set).find(", f16 mma from 16 rows"), std::string::npos)
+      << describe_mma(set);
+  const KernelConfig off = parse({{{"GRANULE_F16MMA_MIN_ROWS", "0"}}}, warnings, set);
+  EXPECT_EQ(off.f16_mma_min_rows, 0);
+  EXPECT_EQ(describe_mma(off).find("f16"), std::string::npos) << describe_mma(off);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_F16MMA_MIN_ROWS", "65"}}}, warnings, set).f16_mma_min_rows, 16);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(
+      warnings[0],
+      "GRANULE_F16MMA_MIN_ROWS=65 ignored (accepted: a whole number from 0 to 64); keeping 16");
+}
+
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -232,7 +251,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 11u);
+  ASSERT_EQ(kernel_override_variables().size(), 12u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -50,7 +50,7 @@ struct Rig {
 
   // gpu: the CUDA backend; else the CPU backend, as the oracle when `oracle`.
   Rig(const std::filesystem::path& path, bool gpu, int slots = 4, int64_t context = 512,
-      bool oracle = false) {
+      bool oracle = false, std::optional<kernels::KernelConfig> kernel_config = {}) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
@@ -61,6 +61,7 @@ struct Rig {
     options.slots = slots;
     options.kv_pool_granules = 0;
     options.backend.cpu_emulate_device_numerics = oracle;
+    options.backend.kernel_config = kernel_config;
     runtime = make_runtime(*file, config, weights, options);
   }
 
@@ -284,6 +285,13 @@ std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
+size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
+  return differ;
+}
+
 struct ModelCase {
   std::string variant;
   TensorType type;
@@ -390,6 +398,88 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
                "Q4_0 batched-decode");
   std::filesystem::remove(path);
 }
+
+// The f16 tensor-core products (KernelConfig::f16_mma_min_rows = 1: every run of at most 64
+// rows of split Q4_0/Q4_1 layers reads f16 activations and weights dequantised to f16 in
+// registers) against the oracle, which rounds as the int8 path does: the f16 path sits nearer
+// the f32 reference, so its distance to the oracle is the oracle's own int8 rounding, inside
+// the bound (twice that). A 64-row teacher-forced run, 1-row decode steps (graphs) and three
+// sequences at different lengths decoding together; the SmolLM2 shapes (30 layers, Q4_1,
+// 576 wide) too. The logits must differ from the int8 path's: the f16 path really ran.
+struct F16MmaCase {
+  std::string name;
+  SyntheticModelSpec spec;
+  Caps caps;
+};
+
+class ModelGpuF16Mma : public ::testing::TestWithParam<F16MmaCase> {};
+
+TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
+  GRANULE_REQUIRE_GPU();
+  const F16MmaCase& fc = GetParam();
+  const auto path = model_path("f16mma-" + fc.name);
+  write_synthetic_model(fc.spec, path);
+  kernels::KernelConfig f16 = gpu_test::kernel_config(), int8 = f16;
+  f16.f16_mma_min_rows = 1;
+  int8.f16_mma_min_rows = 0;
+  Rig cpu(path, false), oracle(path, false, 4, 512, true), gpu(path, true, 4, 512, false, f16),
+      gpu_int8(path, true, 4, 512, false, int8);
+  ASSERT_EQ(dynamic_cast<cuda::CudaBackend&>(*gpu.backend).model().kernel_config().f16_mma_min_rows,
+            1)
+      << "the device turned the f16 products off";
+  const int64_t vocab = cpu.config.n_vocab;
+
+  const std::vector<int32_t> tokens = random_tokens(64, vocab, 7);
+  const std::vector<float> got = gpu.run({{0, tokens, 0, true}});
+  expect_close(
+      compare_rows(oracle.run({{0, tokens, 0, true}}), cpu.run({{0, tokens, 0, true}}), got, vocab),
+      fc.name + " f16 mma, 64 rows", fc.caps, fc.name + " f16mma-64");
+  EXPECT_GT(bitwise_differences(got, gpu_int8.run({{0, tokens, 0, true}})), got.size() / 2)
+      << "the f16 and int8 paths gave the same logits: the f16 path did not run";
+
+  std::vector<float> stepped, want, ref;
+  for (size_t i = 0; i < 16; ++i) {
+    const std::span<const int32_t> one(&tokens[i], 1);
+    const std::vector<float> g = gpu.run({{1, one, static_cast<int64_t>(i), false}}),
+                             o = oracle.run({{1, one, static_cast<int64_t>(i), false}}),
+                             c = cpu.run({{1, one, static_cast<int64_t>(i), false}});
+    stepped.insert(stepped.end(), g.begin(), g.end());
+    want.insert(want.end(), o.begin(), o.end());
+    ref.insert(ref.end(), c.begin(), c.end());
+  }
+  expect_close(compare_rows(want, ref, stepped, vocab), fc.name + " f16 mma, decode steps", fc.caps,
+               fc.name + " f16mma-decode");
+
+  const int lengths[3] = {5, 40, 1};
+  std::vector<std::vector<int32_t>> prompts;
+  for (int s = 0; s < 3; ++s) {
+    prompts.push_back(random_tokens(lengths[s], vocab, 300 + s));
+    for (Rig* r : {&cpu, &oracle, &gpu}) r->run({{s + 1, prompts[s], 0, false}});
+  }
+  std::vector<float> b_ref, b_want, b_got;
+  for (int step = 0; step < 8; ++step) {
+    const std::vector<int32_t> next = random_tokens(3, vocab, 400 + step);
+    std::vector<BatchSequence> batch;
+    for (int s = 0; s < 3; ++s)
+      batch.push_back({s + 1, std::span<const int32_t>(&next[s], 1), lengths[s] + step, false});
+    const std::vector<float> c = cpu.run(batch), o = oracle.run(batch), g = gpu.run(batch);
+    b_ref.insert(b_ref.end(), c.begin(), c.end());
+    b_want.insert(b_want.end(), o.begin(), o.end());
+    b_got.insert(b_got.end(), g.begin(), g.end());
+  }
+  expect_close(compare_rows(b_want, b_ref, b_got, vocab), fc.name + " f16 mma, 3 sequences",
+               fc.caps, fc.name + " f16mma-batched");
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ModelGpuF16Mma,
+    ::testing::Values(
+        F16MmaCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+        F16MmaCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
+        F16MmaCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
+        F16MmaCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
+    [](const ::testing::TestParamInfo<F16MmaCase>& i) { return i.param.name; });
 
 // The default model's shapes: 30 layers, 576 wide, 9/3 heads, ff 1536, vocab 49152, Q4_1
 // layers, Q8_0 tied embeddings (the smollm2-135m preset). Deep: int8 flips at every position
@@ -620,13 +710,6 @@ SyntheticModelSpec overlap_spec() {
 // The second scratch holds the largest layer matrix in f16, as the first does.
 uint64_t overlap_scratch_bytes(const SyntheticModelSpec& s) {
   return static_cast<uint64_t>(std::max(s.n_ff, s.n_embd) * s.n_embd) * sizeof(uint16_t);
-}
-
-size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  size_t differ = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
-  return differ;
 }
 
 // The overlap moves work between streams, not what it computes: the same dequantisation kernel

@@ -25,10 +25,11 @@ constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
 constexpr const char* kMmaOccupancyVariable = "GRANULE_MMA_OCC";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
+constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,  kSplitShapeVariable,    kSplitShapeLongVariable, kEarlyLaunchVariable,
-    kSplitWeightsVariable, kMmaVariable,           kMmaMinRowsVariable,     kMmaPrefillVariable,
-    kMmaOccupancyVariable, kFlashPrefillVariable,  kPrefillOverlapVariable};
+    kMatvecShapeVariable,  kSplitShapeVariable,   kSplitShapeLongVariable, kEarlyLaunchVariable,
+    kSplitWeightsVariable, kMmaVariable,          kMmaMinRowsVariable,     kMmaPrefillVariable,
+    kMmaOccupancyVariable, kFlashPrefillVariable, kPrefillOverlapVariable, kF16MmaMinRowsVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -118,6 +119,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kMmaOccupancyVariable, kMmaOccupancies, config.mma_occupancy, lookup, warnings);
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
+  apply_count(kF16MmaMinRowsVariable, 0, 64, config.f16_mma_min_rows, lookup, warnings);
   return config;
 }
 
@@ -145,8 +147,12 @@ std::string describe_mma(const KernelConfig& config) {
   // The occupancy variant only when one is picked (version 2 runs it, 9-64 rows).
   const std::string occupancy =
       config.mma_occupancy ? ", occupancy " + std::to_string(config.mma_occupancy) : "";
+  const std::string f16 =
+      config.f16_mma_min_rows > 0
+          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
+          : "";
   return "int8 mma" + version + " from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
-         (config.mma_prefill ? "on" : "off") + occupancy;
+         (config.mma_prefill ? "on" : "off") + occupancy + f16;
 }
 
 std::string describe_attention(const KernelConfig& config) {

@@ -15,6 +15,7 @@
 #include "granule/quant.h"
 #include "backends/kernel_config_env.h"
 #include "matvec.cuh"
+#include "matvec_f16mma.cuh"
 #include "matvec_mma.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
@@ -70,6 +71,10 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   if (config.mma && !k::matvec_mma_fits_device()) {
     config.mma = false;
     logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
+  }
+  if (config.f16_mma_min_rows > 0 && !k::matvec_f16mma_fits_device()) {
+    config.f16_mma_min_rows = 0;
+    logger("engine.cuda")->info("f16 mma off: needs compute capability 8.0 and code built for it");
   }
   if (config.flash_prefill && !k::attention_prefill_fits_device(static_cast<int>(head_dim))) {
     config.flash_prefill = false;
@@ -599,7 +604,7 @@ void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __ha
                         accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
 }
 
-void CudaModel::attention(int layer, int n_rows) {
+void CudaModel::attention(int layer, int n_rows, bool q8_out) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
@@ -651,7 +656,7 @@ void CudaModel::attention(int layer, int n_rows) {
   a.split_counters = attention_counters_.as<int>();
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if ((n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
+  if (q8_out && (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
       k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
@@ -673,7 +678,97 @@ bool CudaModel::stream_capturing() const {
   return status != cudaStreamCaptureStatusNone;
 }
 
+bool CudaModel::takes_f16mma(const DeviceLayer& l, int n_rows) const {
+  const int least = kernel_config_.f16_mma_min_rows;
+  if (least <= 0 || n_rows < least || n_rows > kMatvecMaxRows) return false;
+  if (l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split) return false;
+  for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+    if (!k::matvec_f16mma_supports(m->type, m->split)) return false;
+  return true;
+}
+
+void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
+                       bool accumulate, int64_t n_in) {
+  // One launch per run of consecutive matrices of the same type, as matvec().
+  int i = 0;
+  while (i < count) {
+    int j = i;
+    k::MatvecTask tasks[k::kMaxMatvecTasks];
+    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
+           mats[j].split == mats[i].split) {
+      k::MatvecTask& t = tasks[j - i];
+      t.weight = mats[j].data;
+      t.row_bytes = mats[j].row_bytes;
+      t.n_out = static_cast<int>(mats[j].rows);
+      t.y = outs[j];
+      t.y_stride = mats[j].rows;
+      t.accumulate = accumulate;
+      t.split_layout = mats[j].split;
+      ++j;
+    }
+    k::MatvecInputF16 in;
+    in.n_in = static_cast<int>(n_in);
+    in.batch = n_rows;
+    in.x = normed_f16_.as<__half>();
+    check_launch(k::launch_matvec_f16mma(mats[i].type, tasks, j - i, in, kernel_config_,
+                                         stream_.get()),
+                 "matvec_f16mma");
+    i = j;
+  }
+}
+
+// The layer of layer_matvec with f16 activations: the norms write f16, attention's output and
+// SwiGLU's are converted to f16, and every product reads them (normed_f16_) on f16 tensor cores.
+void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  float* hidden = hidden_.as<float>();
+  __half* x16 = normed_f16_.as<__half>();
+  auto norm = [&](const float* weight) {
+    k::RmsNormOutputs out;
+    out.f16 = x16;
+    check_launch(k::launch_rms_norm(hidden, weight, n_rows, static_cast<int>(c.n_embd), c.rms_eps,
+                                    out, kernel_config_, stream_.get()),
+                 "rms_norm");
+  };
+  norm(l.attn_norm);
+  const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
+  float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
+  f16mma(qkv, qkv_out, 3, n_rows, false, c.n_embd);
+  attention(layer, n_rows, false);
+  const int64_t q_dim = c.n_head * c.head_dim;
+  check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16,
+                                            kernel_config_, stream_.get()),
+               "convert_f16");
+  float* const hidden_out[1] = {hidden};
+  f16mma(&l.wo, hidden_out, 1, n_rows, true, q_dim);
+
+  norm(l.ffn_norm);
+  float* h = gate_.as<float>();
+  k::MatvecTask t;
+  t.weight = l.w_gate.data;
+  t.weight_up = l.w_up.data;
+  t.row_bytes = l.w_gate.row_bytes;
+  t.split_layout = l.w_gate.split;
+  t.n_out = static_cast<int>(l.w_gate.rows);
+  t.y = h;
+  t.y_stride = l.w_gate.rows;
+  k::MatvecInputF16 in;
+  in.n_in = static_cast<int>(c.n_embd);
+  in.batch = n_rows;
+  in.x = x16;
+  check_launch(k::launch_matvec_f16mma(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+               "matvec_f16mma_swiglu");
+  check_launch(k::launch_convert_f32_to_f16(h, n_rows * c.n_ff, x16, kernel_config_,
+                                            stream_.get()),
+               "convert_f16");
+  f16mma(&l.w_down, hidden_out, 1, n_rows, true, c.n_ff);
+}
+
 void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
+  if (takes_f16mma(l, n_rows)) {
+    layer_f16mma(l, layer, n_rows);
+    return;
+  }
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
   // Attention block. Norm output in every format Q/K/V need.

@@ -119,10 +119,17 @@ class CudaModel {
 
  private:
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
+  // A decode run on the f16 tensor-core products (KernelConfig::f16_mma_min_rows): activations
+  // in f16, weights dequantised to f16 in the kernels' registers.
+  bool takes_f16mma(const DeviceLayer& l, int n_rows) const;
+  void layer_f16mma(const DeviceLayer& l, int layer, int n_rows);
+  void f16mma(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
+              int64_t n_in);
   // `next_wq`: the next layer's first matrix when it takes layer_gemm too and its weights are
   // resident (its dequantisation may start during this layer's last GEMM), else null.
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
-  void attention(int layer, int n_rows);
+  // `q8_out`: the merge also writes the int8 copy the output projection reads, where it does.
+  void attention(int layer, int n_rows, bool q8_out = true);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
