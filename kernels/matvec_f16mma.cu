@@ -162,11 +162,16 @@ __device__ __forceinline__ uint32_t as_bits(__half2 h) {
 __device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
   const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
   const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
-  o[0] = (p & 0x000F000Fu) | 0x64006400u;
+  o[0] = (p & 0x000F000Fu) | 0x64006400u;  // f16 1024 in both halves
   o[1] = (s & 0x000F000Fu) | 0x64006400u;
   o[2] = (p & 0x00F000F0u) | 0x64006400u;
   o[3] = (s & 0x00F000F0u) | 0x64006400u;
 }
+
+// f16x2 constants as bits (a conversion at run time would be an instruction each).
+constexpr uint32_t kHalf2_1024 = 0x64006400u, kHalf2_1032 = 0x64086408u;
+constexpr uint32_t kHalf2_Sixteenth = 0x2C002C00u;  // 1/16
+constexpr uint32_t kHalf2_Minus64 = 0xD400D400u, kHalf2_Minus72 = 0xD480D480u;
 
 // The weights of one word, dequantised: lo[0..1] the low-nibble pairs (k-step 0), hi[0..1]
 // the high-nibble pairs (k-step 1), each rounded to f16 once. d = (d, d); m = (m, m) (Q4_1).
@@ -175,20 +180,21 @@ __device__ __forceinline__ void dequantise(uint32_t w, __half2 d, __half2 m, uin
                                            uint32_t (&hi)[2]) {
   uint32_t o[4];
   unpack_nibbles(w, o);
-  const __half2 sixteenth = __float2half2_rn(0.0625f);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     if constexpr (TYPE == kQ4_0) {
       // (1024 + q) - 1032 = q - 8 and (1024 + 16 q) / 16 - 72 = q - 8, both exact; then one
       // rounding: (q - 8) * d.
-      const __half2 ql = __hsub2_rn(as_half2(o[i]), __float2half2_rn(1032.0f));
-      const __half2 qh = __hfma2(as_half2(o[2 + i]), sixteenth, __float2half2_rn(-72.0f));
+      const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(kHalf2_1032));
+      const __half2 qh =
+          __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(kHalf2_Minus72));
       lo[i] = as_bits(__hmul2_rn(ql, d));
       hi[i] = as_bits(__hmul2_rn(qh, d));
     } else {
       // q exact, then one rounding: q * d + m (fused).
-      const __half2 ql = __hsub2_rn(as_half2(o[i]), __float2half2_rn(1024.0f));
-      const __half2 qh = __hfma2(as_half2(o[2 + i]), sixteenth, __float2half2_rn(-64.0f));
+      const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(kHalf2_1024));
+      const __half2 qh =
+          __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(kHalf2_Minus64));
       lo[i] = as_bits(__hfma2(ql, d, m));
       hi[i] = as_bits(__hfma2(qh, d, m));
     }
