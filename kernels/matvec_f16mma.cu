@@ -162,7 +162,7 @@ __device__ __forceinline__ uint32_t as_bits(__half2 h) {
 __device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
   const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
   const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
-  o[0] = (p & 0x000F000Fu) | 0x64006400u;  // f16 1024 in both halves
+  o[0] = (p & 0x000F000Fu) | 0x64006400u;        // f16 1024 in both halves
   o[1] = (s & 0x000F000Fu) | 0x64006400u;
   o[2] = (p & 0x00F000F0u) | 0x64006400u;
   o[3] = (s & 0x00F000F0u) | 0x64006400u;
@@ -547,7 +547,6 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
   F16Tasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;
-  if (gate_up && n_tasks != 1) return cudaErrorInvalidValue;
   for (int i = 0; i < n_tasks; ++i) {
     const MatvecTask& t = tasks[i];
     if (!matvec_f16mma_supports(weight_type, t.split_layout) ||

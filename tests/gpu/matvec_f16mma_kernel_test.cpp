@@ -307,6 +307,11 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_1, 33, 64});
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q4_1, 1000, 1184});
+  // Block shapes (on a 132-SM device): the rows above take 32 rows per warp, in 8-warp blocks
+  // up to 132 blocks and 4-warp blocks above (4096 rows at 33-64 columns); 64 rows per warp
+  // take >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block.
+  out.push_back({TensorType::Q4_0, 40000, 128});
+  out.push_back({TensorType::Q4_1, 40000, 96});
   return out;
 }
 
@@ -406,12 +411,15 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   }
 }
 
-// Gate and up in one pass: silu(gate x) * (up x), on SmolLM2-sized and 8B-sized matrices.
+// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (32 rows per warp, 8-warp
+// blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B
+// model's (64 rows per warp).
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}}) {
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{300, 1024}, {3000, 256}, {14336, 4096}}) {
       const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
       const Activations act(cols, 29);
       const std::vector<int64_t> sampled = sampled_rows(rows);
@@ -486,9 +494,9 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   long_rows.n_in = 128;  // longer than the matrix's rows
   EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, long_rows, config, nullptr),
             cudaErrorInvalidValue);
-  kernels::MatvecTask two[2] = {t, t};
-  two[0].weight_up = two[1].weight_up = w.device.get();  // SwiGLU takes one task
-  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, two, 2, act.input(8), config, nullptr),
+  kernels::MatvecTask mixed[2] = {t, t};
+  mixed[1].weight_up = w.device.get();  // SwiGLU and a plain product in one launch
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, mixed, 2, act.input(8), config, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 0, act.input(8), config, nullptr),
             cudaErrorInvalidValue);
@@ -545,8 +553,8 @@ double time_launches(Launch&& launch) {
 
 // The four products of an 8B Q4_0 decode step (QKV, wo, gate+up, down) at 8-64 columns, f16
 // mma beside the int8 mma kernel (launch_matvec_mma under the same config, on the same
-// weights, with int8 activations): a probe to read on the device, it checks only that every
-// launch succeeds.
+// weights, with int8 activations): a probe to read on the device; it checks that every launch
+// succeeds and that both kernels' outputs agree within the int8 activations' rounding.
 TEST(MatvecF16MmaTiming, ShapesOf8B) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
@@ -600,12 +608,15 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
       in16.batch = columns;
       in16.x = x16.get();
       const int n_tasks = static_cast<int>(p.tasks.size());
+      CUDA_OK(cudaMemset(y.get(), 0, y.size() * sizeof(float)));
       const double f16_us = time_launches([&] {
         return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, config, nullptr);
       });
       ASSERT_GT(f16_us, 0) << p.name << " f16 mma launch failed";
+      const std::vector<float> f16_y = y.download();
       double int8_us = 0;
       if (int8) {
+        CUDA_OK(cudaMemset(y.get(), 0, y.size() * sizeof(float)));
         CUDA_OK(kernels::launch_quantize_q8(x32.get(), columns, static_cast<int>(p.cols),
                                             {qs.get(), ds.get()}, config, nullptr));
         kernels::MatvecInput in8;
@@ -617,6 +628,15 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
           return kernels::launch_matvec_mma(q4_0, p.tasks.data(), n_tasks, in8, config, nullptr);
         });
         ASSERT_GT(int8_us, 0) << p.name << " int8 mma launch failed";
+        // The same products: they differ by the int8 activations' rounding (~0.6 % of each
+        // output's spread), not by more.
+        const std::vector<float> int8_y = y.download();
+        double difference = 0, norm = 0;
+        for (size_t i = 0; i < f16_y.size(); ++i) {
+          difference += (static_cast<double>(f16_y[i]) - int8_y[i]) * (f16_y[i] - int8_y[i]);
+          norm += static_cast<double>(f16_y[i]) * f16_y[i];
+        }
+        EXPECT_LT(std::sqrt(difference / norm), 3e-2) << p.name << " " << columns << " columns";
       }
       std::printf(
           "[f16mma-timing] %-7s %2d columns: f16 mma %8.2f us (%.2f TB/s of weights), int8 mma "
