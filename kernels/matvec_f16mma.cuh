@@ -1,0 +1,37 @@
+// Batched products of split-layout Q4_0/Q4_1 weights with f16 activations on f16 tensor cores
+// (mma.sync m16n8k16, f32 accumulation): the weights are dequantised to f16 in registers, so
+// no per-sub-block epilogue runs (matvec_f16mma.cu; kernels/PERF_NOTES.md, "f16 mma").
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "matvec.cuh"  // MatvecTask, kMaxMatvecTasks, KernelConfig via kernel_config.h
+
+namespace granule::kernels {
+
+struct MatvecInputF16 {
+  int n_in = 0;   // multiple of 32
+  int batch = 0;  // columns, 1..64 (the launcher may tile; must be correct for any 1..64)
+  const __half* x = nullptr;  // [batch][n_in] f16 activations, row-contiguous, 16-byte aligned rows
+};
+
+// True when launch_matvec_f16mma runs this weight type in this layout (at least split Q4_0 and
+// split Q4_1).
+bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout);
+
+// True when the device has f16 mma.sync (cc >= 8.0) and the kernels got their shared memory
+// (call once before launching and before any stream capture; sets
+// cudaFuncAttributeMaxDynamicSharedMemorySize).
+bool matvec_f16mma_fits_device();
+
+// launch_matvec's contract: 1..3 tasks of one type over the same input in one launch;
+// task.accumulate (y += W x); task.weight_up != nullptr means fused SwiGLU: y = silu(W_gate x) *
+// (W_up x) (1 task). y[b * y_stride + o] as f32. Returns cudaErrorInvalidValue for an
+// unsupported type/layout/shape.
+cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
+                                 const MatvecInputF16& input, const KernelConfig& config,
+                                 cudaStream_t stream);
+
+}  // namespace granule::kernels

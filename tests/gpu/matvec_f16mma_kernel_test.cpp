@@ -1,0 +1,655 @@
+// The f16 tensor-core products over in-register dequantised Q4 weights (kernels/matvec_f16mma.cu)
+// against a host reference that rounds where the kernel is defined to round: each weight to f16
+// once (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m)), the f16 activations exact, the sum in double.
+// What is left is the f32 accumulation inside the mma and across warps; the bound for it is
+// kRelError of the row's magnitude (sum over elements of |w16 x|), and a test shows that one
+// weight off by one quantisation step lies outside it. Also against the unrounded dequantised
+// weights with the f16 rounding's own bound (2^-11 relative per weight). Shapes of SmolLM2 and
+// an 8B model, odd row counts and short rows, batches 1-64, the three-matrix launch with
+// accumulate, the fused SwiGLU epilogue, and what the launcher refuses. A timing probe prints
+// the 8B products beside the int8 mma kernel.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "gpu_test_support.h"
+#include "granule/block_formats.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "granule/testkit/quantize.h"
+#include "matvec.cuh"
+#include "matvec_f16mma.cuh"
+#include "matvec_mma.cuh"
+#include "model/weight_split.h"
+#include "quantize_activations.cuh"
+
+namespace granule {
+namespace {
+
+using gpu_test::DeviceArray;
+
+// The mma's f32 accumulation (products of f16 values are exact in f32; each k-step adds 16 of
+// them to the accumulator, rounded or truncated to f32) and the reduction of the block's warps.
+// Each rounding is relative to the partial sum, which for these random-sign inputs stays far
+// below the magnitude: measured errors are ~1e-7 of it. 2e-5 still separates a weight that
+// is one step off (d |x| ~ 1e-3 of the magnitude at 4096 elements; PinsOneWrongNibble).
+constexpr double kRelError = 2e-5;
+constexpr double kF16Rel = 1.0 / 2048;  // f16 rounding of a weight: half an ulp, 2^-11
+constexpr double kF16SubnormalStep = 1.0 / (1 << 24);  // absolute, below f16's normal range
+constexpr int kMaxBatch = 64;
+constexpr uint32_t kPoisonBits = 0xFFFFFFFFu;
+
+// Round to nearest even in f16, subnormals included (|v| below 65504).
+double round_to_f16(double v) {
+  if (v == 0) return v;
+  int e = 0;
+  std::frexp(v, &e);  // |v| in [2^(e-1), 2^e): 11 significant bits end at 2^(e-11)
+  const double quantum = std::ldexp(1.0, std::max(e - 11, -24));
+  return std::nearbyint(v / quantum) * quantum;
+}
+
+// A random matrix in GGUF blocks and in the split layout the kernels read (with 16 bytes of
+// slack after it, as the model keeps after every tensor).
+struct Matrix {
+  TensorType type;
+  int64_t rows = 0, cols = 0;
+  int64_t gguf_row_bytes = 0, split_row_bytes = 0;
+  std::vector<uint8_t> gguf;
+  DeviceArray<uint8_t> device;
+
+  Matrix(TensorType t, int64_t n_rows, int64_t n_cols, std::vector<uint8_t> gguf_bytes)
+      : type(t),
+        rows(n_rows),
+        cols(n_cols),
+        gguf_row_bytes(static_cast<int64_t>(row_bytes(t, n_cols))),
+        split_row_bytes(split_row_stride(static_cast<uint32_t>(t), n_cols)),
+        gguf(std::move(gguf_bytes)),
+        device(split_of(t, n_rows, n_cols, gguf)) {}
+
+  static std::vector<uint8_t> split_of(TensorType t, int64_t n_rows, int64_t n_cols,
+                                       const std::vector<uint8_t>& gguf_bytes) {
+    const int64_t stride = split_row_stride(static_cast<uint32_t>(t), n_cols);
+    std::vector<uint8_t> split(static_cast<size_t>(n_rows * stride) + 16, 0xEE);
+    split_rows(static_cast<uint32_t>(t), gguf_bytes.data(), n_rows, n_cols, split.data());
+    return split;
+  }
+
+  // Element i of row r: the quantised value, the scale and the min (Q4_0: q unsigned, min
+  // -8 d is applied in value()).
+  struct Element {
+    int q;
+    double d, m;
+  };
+  Element element(int64_t r, int64_t i) const {
+    const uint8_t* row = gguf.data() + r * gguf_row_bytes;
+    const int64_t j = i / 32, k = i % 32;
+    if (type == TensorType::Q4_0) {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j;
+      const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      return {q, fp16_to_f32(b->d), 0.0};
+    }
+    const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + j;
+    const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+    return {q, fp16_to_f32(b->d), fp16_to_f32(b->m)};
+  }
+  // The weight the kernel multiplies (f16-rounded once), and the exact one.
+  double rounded(const Element& e) const { return round_to_f16(exact(e)); }
+  double exact(const Element& e) const {
+    return type == TensorType::Q4_0 ? (e.q - 8) * e.d : e.q * e.d + e.m;
+  }
+};
+
+Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t gguf_row_bytes = static_cast<int64_t>(row_bytes(type, cols));
+  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_row_bytes));
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  std::vector<float> row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = dist(rng);
+    if (r % 7 == 3)  // a zero sub-block: d = 0
+      std::fill_n(row.begin() + (r / 7 % (cols / 32)) * 32, 32, 0.0f);
+    if (r % 11 == 5)  // a sub-block of tiny weights: f16 subnormal products
+      for (int i = 0; i < 32; ++i)
+        row[static_cast<size_t>((r / 11 % (cols / 32)) * 32 + i)] *= 1e-4f;
+    quantize_row(type, row.data(), gguf.data() + r * gguf_row_bytes, cols);
+  }
+  return Matrix(type, rows, cols, std::move(gguf));
+}
+
+// kMaxBatch rows of f16 activations (random normal; column 0's first sub-block zero).
+struct Activations {
+  int64_t cols;
+  std::vector<double> host;  // the exact f16 values
+  DeviceArray<uint16_t> device;
+  Activations(int64_t n_in, uint32_t seed)
+      : cols(n_in), device(static_cast<size_t>(kMaxBatch * n_in)) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> bits(static_cast<size_t>(kMaxBatch * n_in));
+    host.resize(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) {
+      bits[i] = i < 32 ? 0 : f32_to_fp16(dist(rng));
+      host[i] = fp16_to_f32(bits[i]);
+    }
+    device.upload(bits);
+  }
+  kernels::MatvecInputF16 input(int batch) const {
+    kernels::MatvecInputF16 in;
+    in.n_in = static_cast<int>(cols);
+    in.batch = batch;
+    in.x = reinterpret_cast<const __half*>(device.get());
+    return in;
+  }
+  const double* column(int c) const { return host.data() + static_cast<size_t>(c) * cols; }
+};
+
+// Row r's weights, rounded as the kernel rounds them and exact.
+struct RowWeights {
+  std::vector<double> rounded, exact;
+};
+RowWeights row_weights(const Matrix& m, int64_t r) {
+  RowWeights w;
+  w.rounded.resize(static_cast<size_t>(m.cols));
+  w.exact.resize(static_cast<size_t>(m.cols));
+  for (int64_t i = 0; i < m.cols; ++i) {
+    const Matrix::Element e = m.element(r, i);
+    w.rounded[static_cast<size_t>(i)] = m.rounded(e);
+    w.exact[static_cast<size_t>(i)] = m.exact(e);
+  }
+  return w;
+}
+
+// One output's reference: the sum with the kernel's weights and its bound, and the sum with
+// the exact weights and the bound against that (the f16 rounding of every weight on top).
+struct Reference {
+  double value = 0, bound = 0, exact = 0, exact_bound = 0;
+};
+Reference reference(const RowWeights& w, const double* x, int64_t cols) {
+  Reference ref;
+  double magnitude = 0, exact_magnitude = 0, x_sum = 0;
+  for (int64_t i = 0; i < cols; ++i) {
+    const size_t at = static_cast<size_t>(i);
+    ref.value += w.rounded[at] * x[i];
+    magnitude += std::fabs(w.rounded[at] * x[i]);
+    ref.exact += w.exact[at] * x[i];
+    exact_magnitude += std::fabs(w.exact[at] * x[i]);
+    x_sum += std::fabs(x[i]);
+  }
+  ref.bound = kRelError * magnitude + 1e-30;
+  ref.exact_bound = ref.bound + kF16Rel * exact_magnitude + kF16SubnormalStep * x_sum;
+  return ref;
+}
+
+// Rows to check against the host: all of the first 70, a stride through the rest, the last
+// 17 (every row for small matrices).
+std::vector<int64_t> sampled_rows(int64_t rows) {
+  std::vector<int64_t> out;
+  for (int64_t r = 0; r < std::min<int64_t>(rows, 70); ++r) out.push_back(r);
+  for (int64_t r = 70; r < rows; r += std::max<int64_t>(1, rows / 41)) out.push_back(r);
+  for (int64_t r = std::max<int64_t>(70, rows - 17); r < rows; ++r)
+    if (out.back() < r) out.push_back(r);
+  return out;
+}
+
+// y for `batch` columns with one extra poisoned column after them, which no kernel may write.
+struct Output {
+  DeviceArray<float> y;
+  int64_t rows;
+  Output(int64_t n_rows, int batch) : y(static_cast<size_t>((batch + 1) * n_rows)), rows(n_rows) {
+    y.poison();
+  }
+};
+
+kernels::MatvecTask task_for(const Matrix& m, float* y) {
+  kernels::MatvecTask t;
+  t.weight = m.device.get();
+  t.row_bytes = m.split_row_bytes;
+  t.split_layout = true;
+  t.n_out = static_cast<int>(m.rows);
+  t.y = y;
+  t.y_stride = m.rows;
+  return t;
+}
+
+// Every element of the batch written (not the NaN poison), none past it.
+void expect_written_exactly(const std::vector<float>& y, int64_t rows, int batch) {
+  int unwritten = 0, past = 0;
+  for (int64_t i = 0; i < batch * rows; ++i) unwritten += std::isnan(y[static_cast<size_t>(i)]);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint32_t bits;
+    std::memcpy(&bits, &y[static_cast<size_t>(batch * rows + r)], sizeof(bits));
+    past += bits != kPoisonBits;
+  }
+  EXPECT_EQ(unwritten, 0) << "elements of the batch left unwritten (or NaN)";
+  EXPECT_EQ(past, 0) << "elements written past the batch";
+}
+
+kernels::KernelConfig f16mma_config() {
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  return config;
+}
+
+#define REQUIRE_F16MMA()                     \
+  GRANULE_REQUIRE_GPU();                     \
+  if (!kernels::matvec_f16mma_fits_device()) \
+  GTEST_SKIP() << "no f16 mma.sync (compute capability 8.0) on this device or build"
+
+struct Shape {
+  TensorType type;
+  int64_t rows, cols;
+};
+
+class MatvecF16Mma : public ::testing::TestWithParam<Shape> {};
+
+// Every batch size on one matrix: sampled rows (tile edges, a stride, the last rows) against
+// the host reference, every element written.
+TEST_P(MatvecF16Mma, MatchesHostReference) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  const Shape s = GetParam();
+  const uint32_t type = static_cast<uint32_t>(s.type);
+  const Matrix w = make_matrix(s.type, s.rows, s.cols, static_cast<uint32_t>(s.rows * 3 + s.cols));
+  const Activations act(s.cols, static_cast<uint32_t>(s.cols + 17));
+  const std::vector<int64_t> rows = sampled_rows(s.rows);
+  std::vector<RowWeights> weights;
+  for (const int64_t r : rows) weights.push_back(row_weights(w, r));
+
+  for (const int batch : {1, 7, 16, 17, 32, 33, 64}) {
+    SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
+                 std::to_string(s.cols) + " batch " + std::to_string(batch));
+    Output out(s.rows, batch);
+    const kernels::MatvecTask task = task_for(w, out.y.get());
+    CUDA_OK(kernels::launch_matvec_f16mma(type, &task, 1, act.input(batch), config, nullptr));
+    const std::vector<float> got = out.y.download();
+    expect_written_exactly(got, s.rows, batch);
+    int bad = 0, bad_exact = 0;
+    double worst = 0;  // largest error as a fraction of its bound
+    for (int c = 0; c < batch; ++c)
+      for (size_t k = 0; k < rows.size(); ++k) {
+        const Reference ref = reference(weights[k], act.column(c), s.cols);
+        const double v = got[static_cast<size_t>(c * s.rows + rows[k])];
+        const double error = std::fabs(v - ref.value);
+        worst = std::max(worst, error / ref.bound);
+        if (!(error <= ref.bound) && ++bad <= 5)
+          ADD_FAILURE() << "row " << rows[k] << " column " << c << ": " << v << " reference "
+                        << ref.value << " bound " << ref.bound;
+        if (!(std::fabs(v - ref.exact) <= ref.exact_bound) && ++bad_exact <= 5)
+          ADD_FAILURE() << "row " << rows[k] << " column " << c << ": " << v << " exact "
+                        << ref.exact << " bound " << ref.exact_bound;
+      }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(bad_exact, 0);
+    RecordProperty("worst_fraction_of_bound_b" + std::to_string(batch), std::to_string(worst));
+  }
+}
+
+// rows x columns: SmolLM2-135M's (576 -> 1536, 1536 -> 576, 576 -> 192), an 8B model's
+// (4096 -> 4096, 4096 -> 1024, 14336 -> 4096; 4096 -> 14336 in the SwiGLU test).
+constexpr std::pair<int64_t, int64_t> kModelShapes[] = {{1536, 576},  {576, 1536},  {192, 576},
+                                                        {4096, 4096}, {1024, 4096}, {4096, 14336}};
+
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1})
+    for (const auto& [rows, cols] : kModelShapes) out.push_back({t, rows, cols});
+  // Odd row counts (partial row tiles), an odd number of sub-blocks (a partial stage, the
+  // scale copy reaching into the row padding), short rows of one and two sub-blocks (fewer
+  // stages than warps), 37 sub-blocks (several stages per warp, the last partial).
+  out.push_back({TensorType::Q4_0, 100, 608});
+  out.push_back({TensorType::Q4_1, 17, 608});
+  out.push_back({TensorType::Q4_0, 17, 32});
+  out.push_back({TensorType::Q4_1, 100, 32});
+  out.push_back({TensorType::Q4_0, 50, 64});
+  out.push_back({TensorType::Q4_1, 33, 64});
+  out.push_back({TensorType::Q4_0, 200, 1184});
+  out.push_back({TensorType::Q4_1, 1000, 1184});
+  // Block shapes (on a 132-SM device): the rows above take 32 rows per warp, in 8-warp blocks
+  // up to 132 blocks and 4-warp blocks above (4096 rows at 33-64 columns); 64 rows per warp
+  // take >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block.
+  out.push_back({TensorType::Q4_0, 40000, 128});
+  out.push_back({TensorType::Q4_1, 40000, 96});
+  return out;
+}
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  const Shape& s = info.param;
+  return std::string(tensor_type_info(s.type).name) + "_" + std::to_string(s.rows) + "x" +
+         std::to_string(s.cols);
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecF16Mma, ::testing::ValuesIn(shapes()), shape_name);
+
+// The bound is tight: the kernel's output lies inside it around the reference, and outside
+// it around the reference of a matrix with one weight one quantisation step off (the element
+// with the largest |d x| of the row, its nibble moved by one).
+TEST(MatvecF16MmaBound, PinsOneWrongNibble) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    const int64_t rows = 64, cols = 14336;  // the longest rows of an 8B model
+    const int batch = 32;
+    const Matrix w = make_matrix(type, rows, cols, 41);
+    const Activations act(cols, 43);
+    Output out(rows, batch);
+    const kernels::MatvecTask task = task_for(w, out.y.get());
+    CUDA_OK(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &task, 1, act.input(batch),
+                                          config, nullptr));
+    const std::vector<float> got = out.y.download();
+    double closest = INFINITY;  // smallest |error around the wrong reference| / bound
+    for (int64_t r = 0; r < rows; r += 9) {
+      const RowWeights weights = row_weights(w, r);
+      for (int c = 1; c < batch; c += 5) {
+        const double* x = act.column(c);
+        const Reference ref = reference(weights, x, cols);
+        const double v = got[static_cast<size_t>(c * rows + r)];
+        ASSERT_LE(std::fabs(v - ref.value), ref.bound) << "row " << r << " column " << c;
+        int64_t most = 0;
+        for (int64_t i = 1; i < cols; ++i)
+          if (std::fabs(w.element(r, i).d * x[i]) > std::fabs(w.element(r, most).d * x[most]))
+            most = i;
+        Matrix::Element e = w.element(r, most);
+        e.q = e.q < 15 ? e.q + 1 : e.q - 1;
+        const double wrong =
+            ref.value + (w.rounded(e) - weights.rounded[static_cast<size_t>(most)]) * x[most];
+        EXPECT_GT(std::fabs(v - wrong), ref.bound) << "row " << r << " column " << c;
+        closest = std::min(closest, std::fabs(v - wrong) / ref.bound);
+      }
+    }
+    RecordProperty("closest_wrong_over_bound_" + std::string(tensor_type_info(type).name),
+                   std::to_string(closest));
+  }
+}
+
+// Q, K and V in one launch (three row counts), K accumulating into what y held.
+TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  std::mt19937 rng(5);
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+    const int64_t cols = 608, rows[3] = {200, 72, 40};
+    const Activations act(cols, 23);
+    std::vector<Matrix> w;
+    std::vector<std::vector<RowWeights>> weights(3);
+    for (int i = 0; i < 3; ++i) {
+      w.push_back(make_matrix(type, rows[i], cols, 100 + i));
+      for (int64_t r = 0; r < rows[i]; ++r)
+        weights[static_cast<size_t>(i)].push_back(row_weights(w.back(), r));
+    }
+    for (const int batch : {1, 5, 13, 16, 33, 64}) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch));
+      std::vector<DeviceArray<float>> y;
+      std::vector<std::vector<float>> start;
+      kernels::MatvecTask tasks[3];
+      for (int i = 0; i < 3; ++i) {
+        start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
+        y.emplace_back(start.back());
+        tasks[i] = task_for(w[static_cast<size_t>(i)], y.back().get());
+        tasks[i].accumulate = i == 1;
+      }
+      CUDA_OK(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), tasks, 3, act.input(batch),
+                                            config, nullptr));
+      for (int i = 0; i < 3; ++i) {
+        const std::vector<float> got = y[static_cast<size_t>(i)].download();
+        for (int c = 0; c < batch; ++c)
+          for (int64_t r = 0; r < rows[i]; ++r) {
+            const size_t at = static_cast<size_t>(c * rows[i] + r);
+            const Reference ref = reference(weights[static_cast<size_t>(i)][static_cast<size_t>(r)],
+                                            act.column(c), cols);
+            const double before = start[static_cast<size_t>(i)][at];
+            const double want = ref.value + (i == 1 ? before : 0.0);
+            const double bound = ref.bound + (i == 1 ? 1e-6 * std::fabs(before) : 0.0);
+            ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want), bound)
+                << "matrix " << i << " row " << r << " column " << c;
+          }
+      }
+    }
+  }
+}
+
+// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (32 rows per warp, 8-warp
+// blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B
+// model's (64 rows per warp).
+TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{300, 1024}, {3000, 256}, {14336, 4096}}) {
+      const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
+      const Activations act(cols, 29);
+      const std::vector<int64_t> sampled = sampled_rows(rows);
+      std::vector<RowWeights> gw, uw;
+      for (const int64_t r : sampled) {
+        gw.push_back(row_weights(gate, r));
+        uw.push_back(row_weights(up, r));
+      }
+      for (const int batch : {1, 7, 16, 17, 32, 33, 64}) {
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + " batch " + std::to_string(batch));
+        Output fused(rows, batch);
+        kernels::MatvecTask task = task_for(gate, fused.y.get());
+        task.weight_up = up.device.get();
+        CUDA_OK(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &task, 1,
+                                              act.input(batch), config, nullptr));
+        const std::vector<float> got = fused.y.download();
+        expect_written_exactly(got, rows, batch);
+        int bad = 0;
+        for (int c = 0; c < batch; ++c)
+          for (size_t k = 0; k < sampled.size(); ++k) {
+            const Reference g = reference(gw[k], act.column(c), cols);
+            const Reference u = reference(uw[k], act.column(c), cols);
+            const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
+            // silu' lies within [-0.1, 1.1]; 1e-5 relative for the f32 silu itself.
+            const double bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
+                                 1.1 * (std::fabs(g.value) + g.bound) * u.bound +
+                                 1e-5 * std::fabs(expected) + 1e-30;
+            const double v = got[static_cast<size_t>(c) * static_cast<size_t>(rows) +
+                                 static_cast<size_t>(sampled[k])];
+            if (!(std::fabs(v - expected) <= bound) && ++bad <= 5)
+              ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": " << v << " expected "
+                            << expected << " bound " << bound;
+          }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+}
+
+TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
+  const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  EXPECT_TRUE(kernels::matvec_f16mma_supports(q4_0, true));
+  EXPECT_FALSE(kernels::matvec_f16mma_supports(q4_0, false));
+  EXPECT_TRUE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q4_1), true));
+  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q8_0), true));
+  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
+  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
+  const Activations act(64, 4);
+  Output y(16, 8);
+  kernels::MatvecTask t = task_for(w, y.y.get());
+  for (const auto type : {TensorType::Q8_0, TensorType::Q5_0, TensorType::Q6_K, TensorType::F16})
+    EXPECT_EQ(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &t, 1, act.input(8),
+                                            config, nullptr),
+              cudaErrorInvalidValue)
+        << tensor_type_info(type).name;
+  t.split_layout = false;  // GGUF blocks
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, act.input(8), config, nullptr),
+            cudaErrorInvalidValue);
+  t.split_layout = true;
+  kernels::MatvecInputF16 odd = act.input(8);
+  odd.n_in = 48;  // not whole sub-blocks
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, odd, config, nullptr),
+            cudaErrorInvalidValue);
+  kernels::MatvecInputF16 misaligned = act.input(8);
+  misaligned.x += 1;  // rows not 16-byte aligned
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, misaligned, config, nullptr),
+            cudaErrorInvalidValue);
+  kernels::MatvecInputF16 long_rows = act.input(8);
+  long_rows.n_in = 128;  // longer than the matrix's rows
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, long_rows, config, nullptr),
+            cudaErrorInvalidValue);
+  kernels::MatvecTask mixed[2] = {t, t};
+  mixed[1].weight_up = w.device.get();  // SwiGLU and a plain product in one launch
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, mixed, 2, act.input(8), config, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 0, act.input(8), config, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, act.input(0), config, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // a refusal leaves no error behind
+  const std::vector<float> untouched = y.y.download();
+  int written = 0;
+  for (const float v : untouched) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    written += bits != kPoisonBits;
+  }
+  EXPECT_EQ(written, 0) << "a refused launch wrote y";
+}
+
+// A split-layout Q4_0 matrix of random bytes (scales 0.01-0.02): timing only.
+DeviceArray<uint8_t> random_q4_0(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  const int64_t n = cols / 32, gguf_bytes = n * 18;
+  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_bytes));
+  for (size_t i = 0; i + 8 <= gguf.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&gguf[i], &v, 8);
+  }
+  for (int64_t b = 0; b < rows * n; ++b) {
+    const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>(b % 97) / 97.0f);
+    std::memcpy(&gguf[static_cast<size_t>(b * 18)], &d, 2);
+  }
+  const uint32_t type = static_cast<uint32_t>(TensorType::Q4_0);
+  std::vector<uint8_t> split(static_cast<size_t>(rows * split_row_stride(type, cols)) + 16, 0);
+  split_rows(type, gguf.data(), rows, cols, split.data());
+  return DeviceArray<uint8_t>(split);
+}
+
+// Microseconds per launch over 50 launches (after 3 warm-up launches).
+template <typename Launch>
+double time_launches(Launch&& launch) {
+  for (int i = 0; i < 3; ++i)
+    if (launch() != cudaSuccess) return -1;
+  cudaEvent_t begin, end;
+  cudaEventCreate(&begin);
+  cudaEventCreate(&end);
+  const int launches = 50;
+  cudaEventRecord(begin, nullptr);
+  cudaError_t status = cudaSuccess;
+  for (int i = 0; i < launches && status == cudaSuccess; ++i) status = launch();
+  cudaEventRecord(end, nullptr);
+  cudaEventSynchronize(end);
+  float ms = 0.0f;
+  cudaEventElapsedTime(&ms, begin, end);
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  return status == cudaSuccess ? 1e3 * ms / launches : -1;
+}
+
+// The four products of an 8B Q4_0 decode step (QKV, wo, gate+up, down) at 8-64 columns, f16
+// mma beside the int8 mma kernel (launch_matvec_mma under the same config, on the same
+// weights, with int8 activations): a probe to read on the device; it checks that every launch
+// succeeds and that both kernels' outputs agree within the int8 activations' rounding.
+TEST(MatvecF16MmaTiming, ShapesOf8B) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  const bool int8 = kernels::matvec_mma_fits_device();
+  const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  std::mt19937_64 rng(11);
+  const int64_t d = 4096, kv = 1024, ff = 14336;
+  const DeviceArray<uint8_t> wq = random_q4_0(d, d, rng), wk = random_q4_0(kv, d, rng),
+                             wv = random_q4_0(kv, d, rng), wo = random_q4_0(d, d, rng),
+                             gate = random_q4_0(ff, d, rng), up = random_q4_0(ff, d, rng),
+                             down = random_q4_0(d, ff, rng);
+  std::mt19937 frng(12);
+  DeviceArray<float> x32(gpu_test::random_floats(static_cast<size_t>(kMaxBatch * ff), frng));
+  DeviceArray<__half> x16(static_cast<size_t>(kMaxBatch * ff));
+  CUDA_OK(kernels::launch_convert_f32_to_f16(x32.get(), kMaxBatch * ff, x16.get(), nullptr));
+  DeviceArray<int8_t> qs(static_cast<size_t>(kMaxBatch * ff));
+  DeviceArray<float2> ds(static_cast<size_t>(kMaxBatch * ff / 32));
+  DeviceArray<float> y(static_cast<size_t>(kMaxBatch * ff));
+  auto task = [&](const DeviceArray<uint8_t>& m, int64_t rows, int64_t cols, float* out) {
+    kernels::MatvecTask t;
+    t.weight = m.get();
+    t.row_bytes = split_row_stride(q4_0, cols);
+    t.split_layout = true;
+    t.n_out = static_cast<int>(rows);
+    t.y = out;
+    t.y_stride = rows;
+    return t;
+  };
+  struct Product {
+    const char* name;
+    int64_t cols;  // n_in
+    std::vector<kernels::MatvecTask> tasks;
+    double bytes;
+  };
+  const double row_q4 = 18.0 / 32;
+  kernels::MatvecTask gate_up = task(gate, ff, d, y.get());
+  gate_up.weight_up = up.get();
+  const std::vector<Product> products = {
+      {"qkv",
+       d,
+       {task(wq, d, d, y.get()), task(wk, kv, d, y.get() + kMaxBatch * d),
+        task(wv, kv, d, y.get() + kMaxBatch * (d + kv))},
+       (d + 2 * kv) * d * row_q4},
+      {"wo", d, {task(wo, d, d, y.get())}, d * d * row_q4},
+      {"gate+up", d, {gate_up}, 2 * ff * d * row_q4},
+      {"down", ff, {task(down, d, ff, y.get())}, d * ff * row_q4}};
+  for (const int columns : {8, 16, 32, 64}) {
+    for (const Product& p : products) {
+      kernels::MatvecInputF16 in16;
+      in16.n_in = static_cast<int>(p.cols);
+      in16.batch = columns;
+      in16.x = x16.get();
+      const int n_tasks = static_cast<int>(p.tasks.size());
+      CUDA_OK(cudaMemset(y.get(), 0, y.size() * sizeof(float)));
+      const double f16_us = time_launches([&] {
+        return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, config, nullptr);
+      });
+      ASSERT_GT(f16_us, 0) << p.name << " f16 mma launch failed";
+      const std::vector<float> f16_y = y.download();
+      double int8_us = 0;
+      if (int8) {
+        CUDA_OK(cudaMemset(y.get(), 0, y.size() * sizeof(float)));
+        CUDA_OK(kernels::launch_quantize_q8(x32.get(), columns, static_cast<int>(p.cols),
+                                            {qs.get(), ds.get()}, config, nullptr));
+        kernels::MatvecInput in8;
+        in8.n_in = static_cast<int>(p.cols);
+        in8.batch = columns;
+        in8.x = x32.get();
+        in8.xq = {qs.get(), ds.get()};
+        int8_us = time_launches([&] {
+          return kernels::launch_matvec_mma(q4_0, p.tasks.data(), n_tasks, in8, config, nullptr);
+        });
+        ASSERT_GT(int8_us, 0) << p.name << " int8 mma launch failed";
+        // The same products: they differ by the int8 activations' rounding (~0.6 % of each
+        // output's spread), not by more.
+        const std::vector<float> int8_y = y.download();
+        double difference = 0, norm = 0;
+        for (size_t i = 0; i < f16_y.size(); ++i) {
+          difference += (static_cast<double>(f16_y[i]) - int8_y[i]) * (f16_y[i] - int8_y[i]);
+          norm += static_cast<double>(f16_y[i]) * f16_y[i];
+        }
+        EXPECT_LT(std::sqrt(difference / norm), 3e-2) << p.name << " " << columns << " columns";
+      }
+      std::printf(
+          "[f16mma-timing] %-7s %2d columns: f16 mma %8.2f us (%.2f TB/s of weights), int8 mma "
+          "%8.2f us\n",
+          p.name, columns, f16_us, p.bytes / (f16_us * 1e-6) / 1e12, int8_us);
+      RecordProperty(std::string(p.name) + "_" + std::to_string(columns) + "_f16_us",
+                     std::to_string(f16_us));
+      RecordProperty(std::string(p.name) + "_" + std::to_string(columns) + "_int8_us",
+                     std::to_string(int8_us));
+    }
+  }
+  CUDA_OK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+}  // namespace granule
