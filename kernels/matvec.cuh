@@ -3,6 +3,7 @@
 // B input vectors share one read of the weights. Optional epilogues: accumulate into y
 // (the residual add) and SwiGLU (y = silu(W_gate x) * (W_up x)).
 #pragma once
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +23,10 @@ struct MatvecTask {
   // Rows in split_layout.h's layout (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K; row_bytes is then
   // the split row stride) instead of GGUF blocks. Every task of a launch must agree.
   bool split_layout = false;
+  // launch_matvec_f16mma only: where set, the result goes here as f16 (y[b * y_stride + o]
+  // rounded to nearest) instead of to y; not with accumulate. The SwiGLU product writes the
+  // down projection's f16 input this way.
+  __half* y_f16 = nullptr;
 };
 
 struct MatvecInput {
