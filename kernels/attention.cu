@@ -80,13 +80,20 @@ __device__ __forceinline__ float2 half2_bits(uint32_t w) {
   return __half22float2(*reinterpret_cast<const __half2*>(&w));
 }
 
-// Writes 4 consecutive output elements at `column` of `row` (and their int8 copy). Every lane
-// of the warp calls it (inactive lanes with active = false): 8 lanes hold one 32-element
-// int8 block (columns are multiples of 4 within a head, heads multiples of 32).
+// Writes 4 consecutive output elements at `column` of `row` (and their f16 or int8 copy). Every
+// lane of the warp calls it (inactive lanes with active = false): 8 lanes hold one 32-element int8
+// block (columns are multiples of 4 within a head, heads multiples of 32).
 __device__ __forceinline__ void write_output4(const AttentionArgs& a, int row, int column, float4 v,
                                               bool active) {
   const int64_t at = static_cast<int64_t>(row) * a.out_stride + column;
   if (active) *reinterpret_cast<float4*>(a.out + at) = v;
+  if (active && a.out_f16) {
+    const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+    uint2 bits;
+    bits.x = *reinterpret_cast<const uint32_t*>(&lo);
+    bits.y = *reinterpret_cast<const uint32_t*>(&hi);
+    *reinterpret_cast<uint2*>(a.out_f16 + at) = bits;
+  }
   if (!a.out_q8.qs) return;
   float amax = active ? fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))) : 0.0f;
 #pragma unroll

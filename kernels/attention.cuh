@@ -35,6 +35,8 @@ struct AttentionArgs {
                                   // each launch leaves them zero again
   ActivationQ8 out_q8;            // optional: the output also as int8 blocks (rows of
                                   // out_stride elements), for the next matvec
+  __half* out_f16 = nullptr;      // optional: the output also as f16 (rows of out_stride), for
+                                  // the f16 tensor-core products (matvec_f16mma.cu)
 };
 
 size_t attention_workspace_floats(int rows, int n_head, int max_splits, int head_dim);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -254,6 +255,8 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
   a.out_q8 = {d_qs.get(), d_ds.get()};  // the output also as int8 blocks
+  DeviceArray<__half> d_f16(static_cast<size_t>(rows * q_dim));
+  a.out_f16 = d_f16.get();  // and as f16 (the f16 tensor-core products' input)
   DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
   a.split_counters = d_counters.get();
   CUDA_OK(kernels::launch_attention(a, config, nullptr));
@@ -266,6 +269,7 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   const std::vector<float> got = d_out.download();
   const std::vector<int8_t> qs = d_qs.download();
   const std::vector<float2> ds = d_ds.download();
+  const std::vector<__half> f16 = d_f16.download();
   for (size_t i = 0; i < got.size(); ++i) {
     const uint32_t bits = reinterpret_cast<const uint32_t&>(got[i]);
     ASSERT_EQ(bits, reinterpret_cast<const uint32_t&>(first[i]))
@@ -275,6 +279,9 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
       continue;
     }
     ASSERT_NEAR(qs[i] * ds[i / 32].x, got[i], 0.5001 * ds[i / 32].x + 1e-7) << "int8 output " << i;
+    const __half want16 = __float2half_rn(got[i]);
+    ASSERT_EQ(std::memcmp(&f16[i], &want16, sizeof(__half)), 0)
+        << "f16 output " << i << " is not the f32 output rounded to nearest";
   }
 
   const int group = c.n_head / c.n_kv;

@@ -604,7 +604,7 @@ void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __ha
                         accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
 }
 
-void CudaModel::attention(int layer, int n_rows, bool q8_out) {
+void CudaModel::attention(int layer, int n_rows, bool q8_out, __half* f16_out) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
@@ -654,6 +654,7 @@ void CudaModel::attention(int layer, int n_rows, bool q8_out) {
   a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
   a.partial = attention_partial_.as<float>();
   a.split_counters = attention_counters_.as<int>();
+  a.out_f16 = f16_out;
   // The output projection reads int8 blocks when its kernel does: the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
   if (q8_out && (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
@@ -661,7 +662,8 @@ void CudaModel::attention(int layer, int n_rows, bool q8_out) {
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
   // split kernel takes every row), then the split kernel for the other rows only.
-  if (flash_tiles_ > 0 && n_rows == flash_rows_ && !a.out_q8.qs && !stream_capturing()) {
+  if (flash_tiles_ > 0 && n_rows == flash_rows_ && !a.out_q8.qs && !a.out_f16 &&
+      !stream_capturing()) {
     check_launch(
         k::launch_attention_prefill(a, reinterpret_cast<const k::PrefillTile*>(in + kTiles * R),
                                     flash_tiles_, kernel_config_, stream_.get()),
@@ -734,11 +736,8 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
   f16mma(qkv, qkv_out, 3, n_rows, false, c.n_embd);
-  attention(layer, n_rows, false);
+  attention(layer, n_rows, false, x16);  // its output in f16 for the output projection
   const int64_t q_dim = c.n_head * c.head_dim;
-  check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16,
-                                            kernel_config_, stream_.get()),
-               "convert_f16");
   float* const hidden_out[1] = {hidden};
   f16mma(&l.wo, hidden_out, 1, n_rows, true, q_dim);
 
