@@ -456,24 +456,29 @@ wave6_bench() {
 # test, memcheck, the model tests against the oracle, then decode by batch and the chats bench
 # with the int8 products against f16 from WAVE7_MIN (default 16).
 wave7_f16() {
-  local b="$build/app/bench/granule-bench" r
-  timeout 150 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter='-*Timing*' >"$OUT/matvec_f16mma_kernel_test.txt" 2>&1
-  gtest_line matvec_f16mma_kernel_test $?
-  grep -B3 -A10 "Failure" "$OUT/matvec_f16mma_kernel_test.txt" | head -40
-  timeout 60 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter='*Timing*' 2>&1 | grep -E "timing|µs|us " | head -30
+  local b="$build/app/bench/granule-bench" r t
+  for t in matvec_f16mma_kernel_test attention_kernels_test; do
+    timeout 150 "$build/tests/$t" --gtest_filter='-*Timing*' >"$OUT/$t.txt" 2>&1; gtest_line $t $?
+    grep -B3 -A10 "Failure" "$OUT/$t.txt" | head -30
+  done
+  timeout 60 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter='*Timing*' 2>&1 | grep -E "timing" | head -24
   timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*F16Mma*' >"$OUT/model_gpu_f16.txt" 2>&1
   gtest_line model_gpu_f16 $?
-  grep "\[gpu-vs-oracle\]" "$OUT/model_gpu_f16.txt" | head -12
-  [[ ${WAVE7_MEMCHECK:-1} == 1 ]] && { timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter="${WAVE7_MC_FILTER:--*Timing*}" >"$OUT/memcheck-f16.txt" 2>&1
-    echo "matvec_f16mma_kernel_test under memcheck: exit $?"; grep -E "ERROR SUMMARY" "$OUT/memcheck-f16.txt"; }
-  { for r in 0 ${WAVE7_MIN:-16}; do
+  grep "\[gpu-vs-oracle\]" "$OUT/model_gpu_f16.txt" | cut -c1-200 | head -12
+  if [[ ${WAVE7_MEMCHECK:-1} == 1 ]]; then
+    for tool in memcheck racecheck; do
+      timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter="${WAVE7_MC_FILTER:--*Timing*}" >"/tmp/$tool-f16.txt" 2>&1
+      echo "matvec_f16mma_kernel_test under $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/$tool-f16.txt | head -2 | tr '\n' ' ')"
+    done
+  fi
+  { for r in 0 ${WAVE7_MIN:-1}; do
       echo "-- GRANULE_F16MMA_MIN_ROWS=$r"
-      GRANULE_F16MMA_MIN_ROWS=$r timeout 90 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 64 -b 8,16,32,64
+      GRANULE_F16MMA_MIN_ROWS=$r timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 64 -b ${WAVE7_BATCHES:-8,16,20,24,28,32,48,64}
       GRANULE_F16MMA_MIN_ROWS=$r timeout 120 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda
     done
-    echo "-- SmolLM2 32 chats, GRANULE_F16MMA_MIN_ROWS=${WAVE7_MIN:-16}"
-    GRANULE_F16MMA_MIN_ROWS=${WAVE7_MIN:-16} timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda; } >"$OUT/bench-f16.txt" 2>&1
-  grep -E "^\| +(synthetic|[0-9])|^-- " "$OUT/bench-f16.txt"
+    echo "-- SmolLM2 32 chats, GRANULE_F16MMA_MIN_ROWS=${WAVE7_MIN:-1}"
+    GRANULE_F16MMA_MIN_ROWS=${WAVE7_MIN:-1} timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda; } >"$OUT/bench-f16.txt" 2>&1
+  grep -E "^\| +synthetic|^\| +(8|32) +\||^-- " "$OUT/bench-f16.txt"
 }
 
 case $what in
