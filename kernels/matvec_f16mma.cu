@@ -490,20 +490,20 @@ cudaError_t allow_shared_bytes() {
   return status;
 }
 
-// The cluster shapes (64 rows per warp, 4-warp blocks, plain products at 9-64 columns): usable
+// The cluster shapes (64 weight rows per warp, 4-warp blocks, 9-64 columns): usable
 // when the kernel was built for compute capability 9.0 or later, the device has it, and a
 // cluster of C such blocks fits the device (cudaOccupancyMaxActiveClusters). Asked once per
 // process, from ready() (before any capture); false leaves no error behind.
-template <uint32_t TYPE, int NT, int C>
+template <uint32_t TYPE, int NT, bool GATE_UP, int C>
 bool cluster_fits() {
   static const bool ok = [] {
-    const auto kernel = f16mma_matvec_kernel<TYPE, NT, 4, false, 4, C>;
+    const auto kernel = f16mma_matvec_kernel<TYPE, NT, 4, GATE_UP, 4, C>;
     int device = 0, major = 0, clusters = 0;
     cudaFuncAttributes attributes{};
     cudaLaunchConfig_t launch{};
     launch.gridDim = dim3(C * 64);
     launch.blockDim = dim3(kWarpSize * 4);
-    launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, 4, false, 4, C>;
+    launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, 4, GATE_UP, 4, C>;
     cudaLaunchAttribute cluster[1];
     cluster[0].id = cudaLaunchAttributeClusterDimension;
     cluster[0].val.clusterDim.x = C;
@@ -516,7 +516,7 @@ bool cluster_fits() {
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
         major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
         attributes.binaryVersion >= 90 && attributes.ptxVersion >= 90 &&
-        allow_shared_bytes<TYPE, NT, 4, false, 4, C>() == cudaSuccess &&
+        allow_shared_bytes<TYPE, NT, 4, GATE_UP, 4, C>() == cudaSuccess &&
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch) == cudaSuccess && clusters > 0;
     if (!fits) cudaGetLastError();  // a refused query leaves nothing for a later launch
     return fits;
@@ -527,8 +527,10 @@ bool cluster_fits() {
 template <uint32_t TYPE>
 bool clusters_fit() {
   // Evaluated for every shape (each caches its answer); true when all fit.
-  const bool fit[] = {cluster_fits<TYPE, 2, 2>(), cluster_fits<TYPE, 2, 4>(),
-                      cluster_fits<TYPE, 4, 2>(), cluster_fits<TYPE, 4, 4>()};
+  const bool fit[] = {cluster_fits<TYPE, 2, false, 2>(), cluster_fits<TYPE, 2, false, 4>(),
+                      cluster_fits<TYPE, 4, false, 2>(), cluster_fits<TYPE, 4, false, 4>(),
+                      cluster_fits<TYPE, 2, true, 2>(),  cluster_fits<TYPE, 2, true, 4>(),
+                      cluster_fits<TYPE, 4, true, 2>(),  cluster_fits<TYPE, 4, true, 4>()};
   for (const bool f : fit)
     if (!f) return false;
   return true;
@@ -604,18 +606,34 @@ int64_t working_blocks(const F16Tasks& tasks, int n_tasks, int rows, int column_
   return blocks * column_tiles;
 }
 
-// 64 weight rows per warp (half the activation bytes per weight byte of 32 rows) where that
-// still gives at least two 4-warp blocks per SM (gate+up: 448 blocks at 32 columns); else 32
-// rows per warp, in 4-warp blocks when there are more blocks than SMs (QKV), else 8-warp
-// blocks (wo and down at up to 32 columns: 128 blocks).
-//
-// Plain products at 9-64 columns (wo, down, QKV) with fewer such blocks take 64 rows per warp
-// in clusters of C = 2 or 4 blocks that split the sub-blocks (where the device launches
-// clusters): half the activation bytes per weight byte of 32 rows at the same or a larger
-// block count. C: the one with the least work on the busiest SM, ceil(blocks / SMs) / blocks,
-// the smaller on a tie (8B, 32 columns: down and wo 64 row tiles -> C = 2, 128 blocks; QKV 96
-// row tiles -> C = 4, 384 blocks, 3 per SM where C = 2's 192 would put 2 on some SMs and 1 on
-// others).
+// How many blocks (1, 2 or 4; 2 and 4 where they fit) share each of `tiles` 64-row tiles:
+// the least work on the busiest SM, ceil(C tiles / SMs) / (C tiles); on a tie the larger C
+// where the smaller one gives at most one 4-warp block per SM (4 warps with 2 stages in flight
+// each hold ~16 KB of weights per SM in flight, about half what the DRAM bandwidth needs at
+// ~1 us latency; two blocks double it), else the smaller C (longer loops per warp, less to
+// add). 8B model on 132 SMs, 16-32 columns: down and wo 64 tiles -> 4 (256 blocks); QKV 96
+// -> 4 (384); gate+up 448 -> 2 (896 blocks: 7 on the busiest SM against 6.8 on average, where
+// 448 gives 4 against 3.4). 33-64 columns: down/wo 128 tiles -> 2, QKV 192 -> 2, gate+up 896
+// -> 1.
+int pick_cluster(int64_t tiles, int sms, bool fits2, bool fits4) {
+  int best = 1;
+  for (const int c : {2, 4}) {
+    if (!(c == 2 ? fits2 : fits4)) continue;
+    const int64_t busiest = (c * tiles + sms - 1) / sms;
+    const int64_t best_busiest = (best * tiles + sms - 1) / sms;
+    // busiest / (c tiles) against best_busiest / (best tiles), cross-multiplied.
+    const int64_t cost = busiest * best, best_cost = best_busiest * c;
+    if (cost < best_cost || (cost == best_cost && best * tiles <= sms)) best = c;
+  }
+  return best;
+}
+
+// Where the device runs clusters, 9-64 columns (two or four n-tiles): 64 weight rows per warp
+// (half the activation bytes per weight byte of 32 rows) in 4-warp blocks, the tiles split
+// over pick_cluster()'s C blocks. Else, and at 1-8 columns: 64 rows per warp where that still
+// gives at least two 4-warp blocks per SM (gate+up: 448 blocks at 32 columns); else 32 rows per
+// warp, in 4-warp blocks when there are more blocks than SMs (QKV), else 8-warp blocks (wo and
+// down at up to 32 columns: 128 blocks).
 template <uint32_t TYPE, int NT, bool GATE_UP>
 cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const MatvecInputF16& in,
                         const KernelConfig& config, cudaStream_t stream) {
@@ -623,17 +641,25 @@ cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const 
   const int sms = multiprocessors();
   const int64_t tiles64 =
       working_blocks(tasks, n_tasks, Plan<TYPE, NT, 4, GATE_UP>::kRows, column_tiles);
+  if constexpr (NT >= 2) {
+    const bool fits2 = cluster_fits<TYPE, NT, GATE_UP, 2>();
+    const bool fits4 = cluster_fits<TYPE, NT, GATE_UP, 4>();
+    if (fits2 || fits4) {
+      switch (pick_cluster(tiles64, sms, fits2, fits4)) {
+        case 4:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4, 4>(tasks, n_tasks, max_rows, in, config,
+                                                          stream);
+        case 2:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4, 2>(tasks, n_tasks, max_rows, in, config,
+                                                          stream);
+        default:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config,
+                                                       stream);
+      }
+    }
+  }
   if (tiles64 >= 2 * sms)
     return launch_shape<TYPE, NT, 4, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
-  if constexpr (!GATE_UP && NT >= 2) {
-    // Compare ceil(2 t / sms) / (2 t) with ceil(4 t / sms) / (4 t), cross-multiplied.
-    const int64_t busiest2 = (2 * tiles64 + sms - 1) / sms;
-    const int64_t busiest4 = (4 * tiles64 + sms - 1) / sms;
-    if (cluster_fits<TYPE, NT, 4>() && busiest4 < 2 * busiest2)
-      return launch_shape<TYPE, NT, 4, false, 4, 4>(tasks, n_tasks, max_rows, in, config, stream);
-    if (cluster_fits<TYPE, NT, 2>())
-      return launch_shape<TYPE, NT, 4, false, 4, 2>(tasks, n_tasks, max_rows, in, config, stream);
-  }
   if (working_blocks(tasks, n_tasks, Plan<TYPE, NT, 2, GATE_UP>::kRows, column_tiles) > sms)
     return launch_shape<TYPE, NT, 2, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
   return launch_shape<TYPE, NT, 2, GATE_UP, 8>(tasks, n_tasks, max_rows, in, config, stream);

@@ -309,11 +309,10 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q4_1, 1000, 1184});
   // Block shapes (on a 132-SM device): at 1-8 columns the rows above take 32 rows per warp, in
-  // 8-warp blocks up to 132 blocks and 4-warp blocks above; at 9-64 columns 64 rows per warp in
-  // clusters of 2 or 4 blocks (compute capability 9.0; elsewhere the 32-row shapes); 64 rows
-  // per warp without clusters where that gives >= 2 blocks per SM: 40,000 rows (625 blocks),
-  // with a partial last row block. The short rows above (1-2 sub-blocks) leave ranks of a
-  // cluster without a stage.
+  // 8-warp blocks up to 132 blocks and 4-warp blocks above, and 64 rows per warp where that
+  // gives >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block. At 9-64
+  // columns (compute capability 9.0) 64 rows per warp in clusters of 2 or 4 blocks; the short
+  // rows above (1-2 sub-blocks) leave ranks of a cluster without a stage.
   out.push_back({TensorType::Q4_0, 40000, 128});
   out.push_back({TensorType::Q4_1, 40000, 96});
   return out;
@@ -415,9 +414,11 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   }
 }
 
-// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (32 rows per warp, 8-warp
-// blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B
-// model's (64 rows per warp).
+// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (at 1-8 columns 32 rows
+// per warp, 8-warp blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device)
+// and the 8B model's (64 rows per warp). At 9-64 columns on compute capability 9.0 all three
+// take 64 rows per warp in clusters of 4 (small), 4 (3000 rows) and 2 blocks (8B, 16-32
+// columns), and one block (8B, 33-64 columns).
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
