@@ -22,11 +22,20 @@
 // fragment of column g is one 8-byte shared load of elements 4t..4t + 3 (b0, b1) — and
 // 16 + 4t.. for k-step 1.
 //
+// Thread-block clusters (sm_90): plain products at 9-64 columns with fewer than two 64-row
+// blocks per SM (an 8B model's wo, down and QKV) give each tile of 64 rows to a cluster of 2
+// or 4 blocks that split its sub-blocks; the ranks' sums meet in rank 0's shared memory
+// (distributed shared memory, two cluster barriers) and are added in rank order. Each block
+// reads 1/C of the tile's activations: the activation bytes per weight byte of 64 rows at the
+// block count of 32 (wo/down at 32 columns were bound by those L2 -> SM bytes).
+//
 // Numerics: w16 = f16_rn((q - 8) d) (Q4_0) or f16_rn(q d + m) (Q4_1), one rounding each (the
 // integer parts are exact in f16), times the f16 activation (exact in the mma), accumulated in
-// f32 by the tensor core and then across warps in f32.
+// f32 by the tensor core and then across warps (and cluster ranks) in f32, in a fixed order.
 //
 // Helpers copied from matvec_mma.cu's anonymous namespace (cp.async and ldmatrix wrappers).
+#include <cooperative_groups.h>
+
 #include <cstring>
 
 #include "granule/split_layout.h"
@@ -86,12 +95,13 @@ struct Plan {
                 "a stage's scales of a row are one 4- or 8-byte copy (alignment)");
 };
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W, int C = 1>
 constexpr int kSharedBytes = [] {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
   constexpr int ring = W * P::kWarpBytes;
   constexpr int reduce = (W - 1) * P::kAccumulators * kWarpSize * 4;
-  static_assert(reduce <= ring, "the partial sums reuse the rings");
+  constexpr int remote = (C - 1) * P::kAccumulators * kWarpSize * 4;  // rank 0's, per cluster
+  static_assert(reduce <= ring && remote <= ring, "the partial sums reuse the rings");
   static_assert(ring <= kMaxBlockShared, "the block's rings fit an H100/H200 block");
   return ring;
 }();
@@ -138,7 +148,7 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], u
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #else
-  __trap();  // matvec_f16mma_fits_device() refuses devices below compute capability 8.0
+  __trap();    // matvec_f16mma_fits_device() refuses devices below compute capability 8.0
 #endif
 }
 
@@ -210,24 +220,37 @@ __device__ __forceinline__ const uint8_t* weight_row(const MatvecTask& task, int
   return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
 }
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
+// C > 1: the C blocks of a thread-block cluster (adjacent in blockIdx.x, rank blockIdx.x % C)
+// share one tile of rows and columns and split its sub-blocks: warp w of rank r takes stages
+// r W + w, r W + w + C W, ...; each block adds its warps' sums as for C = 1, ranks 1..C-1 then
+// store theirs into rank 0's shared memory (distributed shared memory) and rank 0 adds them in
+// rank order and writes y. Half (C = 2) or a quarter of the activations per block, so a tile
+// of 64 rows (MT = 4) costs no more blocks than 32 rows did.
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W, int C = 1>
 __global__ void __launch_bounds__(kWarpSize* W, 1)
     f16mma_matvec_kernel(F16Tasks tasks, MatvecInputF16 in) {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
   constexpr int S = P::kStages;
+  static_assert(C == 1 || C == 2 || C == 4, "clusters of 1, 2 or 4 blocks");
   extern __shared__ __align__(16) uint8_t shared[];
 
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int column_tiles = (in.batch + P::kColumns - 1) / P::kColumns;
-  const int row0 = static_cast<int>(blockIdx.x) / column_tiles * P::kRows;
-  if (row0 >= task.n_out) return;  // the whole block leaves before any barrier
-  const int first_column = static_cast<int>(blockIdx.x) % column_tiles * P::kColumns;
+  const int tile = static_cast<int>(blockIdx.x) / C;  // the cluster's tile
+  const int rank = static_cast<int>(blockIdx.x) % C;  // = the block's rank in its cluster
+  const int row0 = tile / column_tiles * P::kRows;
+  if (row0 >= task.n_out) {      // the whole cluster leaves before any barrier
+    wait_for_previous_kernel();  // every block waits (the next kernel relies on the whole grid)
+    return;
+  }
+  const int first_column = tile % column_tiles * P::kColumns;
   const int n = in.n_in / 32;  // sub-blocks per row
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int all_stages = (n + kKs - 1) / kKs;
-  const int stages = warp < all_stages ? (all_stages - warp + W - 1) / W : 0;
+  const int k_warp = rank * W + warp;  // this warp's place among the cluster's C W warps
+  const int stages = k_warp < all_stages ? (all_stages - k_warp + C * W - 1) / (C * W) : 0;
   uint8_t* const ring = shared + warp * P::kWarpBytes;
-  auto first_block = [&](int s) { return (warp + W * s) * kKs; };
+  auto first_block = [&](int s) { return (k_warp + C * W * s) * kKs; };
 
   // This lane's copies: chunk lane % kKs of weight rows lane / kKs + i * (32 / kKs), and the
   // scales of rows lane + 32 i.
@@ -391,14 +414,48 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
           for (int i = 0; i < 4; ++i) partial[slot(warp, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
     }
     __syncthreads();
-    if (warp > 0) return;
-    for (int k = 1; k < W; ++k)
+    if (warp == 0)
+      for (int k = 1; k < W; ++k)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(k, (m * NT + nt) * 4 + i)];
+  }
+  if constexpr (C > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Every thread of every block takes part in both cluster barriers (none has left).
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    // 1: every block of the cluster is past its main loop and its own reduction (warp 0 holds
+    // the block's sums in registers), so rank 0's ring and partial sums are free.
+    cluster.sync();
+    float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
+    auto slot = [&](int r, int i) { return ((r - 1) * P::kAccumulators + i) * kWarpSize + lane; };
+    if (rank > 0 && warp == 0) {
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(k, (m * NT + nt) * 4 + i)];
+          for (int i = 0; i < 4; ++i) tiles[slot(rank, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+    }
+    cluster.sync();  // 2: the tiles landed in rank 0 (release/acquire at the barrier)
+    if (rank > 0 || warp > 0) return;
+    const float* local = reinterpret_cast<const float*>(shared);
+    for (int r = 1; r < C; ++r)  // in rank order: the same bits every run
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[m][nt][i] += local[slot(r, (m * NT + nt) * 4 + i)];
+#else
+    __trap();  // cluster_fits() refuses clusters below compute capability 9.0
+#endif
+  } else if (warp > 0) {
+    return;
   }
 
   // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
@@ -413,19 +470,70 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
         if (row >= task.n_out || column >= in.batch) continue;
         float v = acc[m][nt][i];
         if constexpr (GATE_UP) v = silu(v) * acc[P::kTilesPerMatrix + m][nt][i];
-        float* y = task.y + static_cast<int64_t>(column) * task.y_stride + row;
-        *y = task.accumulate ? *y + v : v;
+        const int64_t at = static_cast<int64_t>(column) * task.y_stride + row;
+        if (task.y_f16 != nullptr) {
+          task.y_f16[at] = __float2half_rn(v);  // never with accumulate (refused)
+        } else {
+          float* y = task.y + at;
+          *y = task.accumulate ? *y + v : v;
+        }
       }
 }
 
 // Lets a kernel use its shared memory (beyond 48 KB needs asking), once per process: the first
 // call comes from matvec_f16mma_fits_device(), before any capture.
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W, int C = 1>
 cudaError_t allow_shared_bytes() {
   static const cudaError_t status = cudaFuncSetAttribute(
-      f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      kSharedBytes<TYPE, NT, MT, GATE_UP, W>);
+      f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W, C>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes<TYPE, NT, MT, GATE_UP, W, C>);
   return status;
+}
+
+// The cluster shapes (64 weight rows per warp, 4-warp blocks, 9-64 columns): usable
+// when the kernel was built for compute capability 9.0 or later, the device has it, and a
+// cluster of C such blocks fits the device (cudaOccupancyMaxActiveClusters). Asked once per
+// process, from ready() (before any capture); false leaves no error behind.
+template <uint32_t TYPE, int NT, bool GATE_UP, int C>
+bool cluster_fits() {
+  static const bool ok = [] {
+    const auto kernel = f16mma_matvec_kernel<TYPE, NT, 4, GATE_UP, 4, C>;
+    int device = 0, major = 0, clusters = 0;
+    cudaFuncAttributes attributes{};
+    cudaLaunchConfig_t launch{};
+    launch.gridDim = dim3(C * 64);
+    launch.blockDim = dim3(kWarpSize * 4);
+    launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, 4, GATE_UP, 4, C>;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = C;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    launch.attrs = cluster;
+    launch.numAttrs = 1;
+    const bool fits =
+        cudaGetDevice(&device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+        attributes.binaryVersion >= 90 && attributes.ptxVersion >= 90 &&
+        allow_shared_bytes<TYPE, NT, 4, GATE_UP, 4, C>() == cudaSuccess &&
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch) == cudaSuccess && clusters > 0;
+    if (!fits) cudaGetLastError();  // a refused query leaves nothing for a later launch
+    return fits;
+  }();
+  return ok;
+}
+
+template <uint32_t TYPE>
+bool clusters_fit() {
+  // Evaluated for every shape (each caches its answer); true when all fit.
+  const bool fit[] = {cluster_fits<TYPE, 2, false, 2>(), cluster_fits<TYPE, 2, false, 4>(),
+                      cluster_fits<TYPE, 4, false, 2>(), cluster_fits<TYPE, 4, false, 4>(),
+                      cluster_fits<TYPE, 2, true, 2>(),  cluster_fits<TYPE, 2, true, 4>(),
+                      cluster_fits<TYPE, 4, true, 2>(),  cluster_fits<TYPE, 4, true, 4>()};
+  for (const bool f : fit)
+    if (!f) return false;
+  return true;
 }
 
 // The block shapes the launcher picks from (launch_shape): 64 weight rows per warp in 4-warp
@@ -458,29 +566,37 @@ bool ready() {
         return false;
       }
     }
+    clusters_fit<kQ4_0>();  // asks now, before any capture; the launches read the answers
+    clusters_fit<kQ4_1>();
     return true;
   }();
   return ok;
 }
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W, int C = 1>
 cudaError_t launch_shape(const F16Tasks& tasks, int n_tasks, int max_rows, const MatvecInputF16& in,
                          const KernelConfig& config, cudaStream_t stream) {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
-  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, MT, GATE_UP, W>();
+  const cudaError_t attribute = allow_shared_bytes<TYPE, NT, MT, GATE_UP, W, C>();
   if (attribute != cudaSuccess) return attribute;
-  // launch_early's attribute, with dynamic shared memory (launch_early passes none).
+  // launch_early's attribute, with dynamic shared memory (launch_early passes none), and the
+  // cluster's dimension (C blocks along x; the grid's x is a multiple of C).
   cudaLaunchConfig_t launch{};
-  launch.gridDim = dim3(ceil_div(max_rows, P::kRows) * ceil_div(in.batch, P::kColumns), n_tasks, 1);
+  launch.gridDim =
+      dim3(ceil_div(max_rows, P::kRows) * ceil_div(in.batch, P::kColumns) * C, n_tasks, 1);
   launch.blockDim = dim3(kWarpSize * W);
-  launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, MT, GATE_UP, W>;
+  launch.dynamicSmemBytes = kSharedBytes<TYPE, NT, MT, GATE_UP, W, C>;
   launch.stream = stream;
-  cudaLaunchAttribute early[1];
-  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
-  launch.attrs = early;
-  launch.numAttrs = 1;
-  return cudaLaunchKernelEx(&launch, f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W>, tasks, in);
+  cudaLaunchAttribute attributes[2];
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = C;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
+  launch.attrs = attributes;
+  launch.numAttrs = C > 1 ? 2 : 1;
+  return cudaLaunchKernelEx(&launch, f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W, C>, tasks, in);
 }
 
 // Blocks of a launch with `rows` output rows per block that have work.
@@ -490,16 +606,59 @@ int64_t working_blocks(const F16Tasks& tasks, int n_tasks, int rows, int column_
   return blocks * column_tiles;
 }
 
-// 64 weight rows per warp (half the activation bytes per weight byte of 32 rows) where that
-// still gives at least two 4-warp blocks per SM (gate+up: 448 blocks at 32 columns); else 32
-// rows per warp, in 4-warp blocks when there are more blocks than SMs (QKV), else 8-warp
-// blocks (wo and down at up to 32 columns: 128 blocks).
+// How many blocks (1, 2 or 4; 2 and 4 where they fit) share each of `tiles` 64-row tiles:
+// the least work on the busiest SM, ceil(C tiles / SMs) / (C tiles); on a tie the larger C
+// where the smaller one gives at most one 4-warp block per SM (4 warps with 2 stages in flight
+// each hold ~16 KB of weights per SM in flight, about half what the DRAM bandwidth needs at
+// ~1 us latency; two blocks double it), else the smaller C (longer loops per warp, less to
+// add). 8B model on 132 SMs, 16-32 columns: down and wo 64 tiles -> 4 (256 blocks); QKV 96
+// -> 4 (384); gate+up 448 -> 2 (896 blocks: 7 on the busiest SM against 6.8 on average, where
+// 448 gives 4 against 3.4). 33-64 columns: down/wo 128 tiles -> 2, QKV 192 -> 2, gate+up 896
+// -> 1.
+int pick_cluster(int64_t tiles, int sms, bool fits2, bool fits4) {
+  int best = 1;
+  for (const int c : {2, 4}) {
+    if (!(c == 2 ? fits2 : fits4)) continue;
+    const int64_t busiest = (c * tiles + sms - 1) / sms;
+    const int64_t best_busiest = (best * tiles + sms - 1) / sms;
+    // busiest / (c tiles) against best_busiest / (best tiles), cross-multiplied.
+    const int64_t cost = busiest * best, best_cost = best_busiest * c;
+    if (cost < best_cost || (cost == best_cost && best * tiles <= sms)) best = c;
+  }
+  return best;
+}
+
+// Where the device runs clusters, 9-64 columns (two or four n-tiles): 64 weight rows per warp
+// (half the activation bytes per weight byte of 32 rows) in 4-warp blocks, the tiles split
+// over pick_cluster()'s C blocks. Else, and at 1-8 columns: 64 rows per warp where that still
+// gives at least two 4-warp blocks per SM (gate+up: 448 blocks at 32 columns); else 32 rows per
+// warp, in 4-warp blocks when there are more blocks than SMs (QKV), else 8-warp blocks (wo and
+// down at up to 32 columns: 128 blocks).
 template <uint32_t TYPE, int NT, bool GATE_UP>
 cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const MatvecInputF16& in,
                         const KernelConfig& config, cudaStream_t stream) {
   const int column_tiles = ceil_div(in.batch, 8 * NT);
   const int sms = multiprocessors();
-  if (working_blocks(tasks, n_tasks, Plan<TYPE, NT, 4, GATE_UP>::kRows, column_tiles) >= 2 * sms)
+  const int64_t tiles64 =
+      working_blocks(tasks, n_tasks, Plan<TYPE, NT, 4, GATE_UP>::kRows, column_tiles);
+  if constexpr (NT >= 2) {
+    const bool fits2 = cluster_fits<TYPE, NT, GATE_UP, 2>();
+    const bool fits4 = cluster_fits<TYPE, NT, GATE_UP, 4>();
+    if (fits2 || fits4) {
+      switch (pick_cluster(tiles64, sms, fits2, fits4)) {
+        case 4:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4, 4>(tasks, n_tasks, max_rows, in, config,
+                                                          stream);
+        case 2:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4, 2>(tasks, n_tasks, max_rows, in, config,
+                                                          stream);
+        default:
+          return launch_shape<TYPE, NT, 4, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config,
+                                                       stream);
+      }
+    }
+  }
+  if (tiles64 >= 2 * sms)
     return launch_shape<TYPE, NT, 4, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
   if (working_blocks(tasks, n_tasks, Plan<TYPE, NT, 2, GATE_UP>::kRows, column_tiles) > sms)
     return launch_shape<TYPE, NT, 2, GATE_UP, 4>(tasks, n_tasks, max_rows, in, config, stream);
@@ -538,6 +697,8 @@ bool matvec_f16mma_fits_device() {
   return ready();
 }
 
+bool matvec_f16mma_clusters() { return ready() && clusters_fit<kQ4_0>() && clusters_fit<kQ4_1>(); }
+
 cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                  const MatvecInputF16& input, const KernelConfig& config,
                                  cudaStream_t stream) {
@@ -550,8 +711,8 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
   for (int i = 0; i < n_tasks; ++i) {
     const MatvecTask& t = tasks[i];
     if (!matvec_f16mma_supports(weight_type, t.split_layout) ||
-        (t.weight_up != nullptr) != gate_up || t.row_bytes % 16 != 0 ||
-        t.row_bytes < split::row_payload_bytes(weight_type, input.n_in) ||
+        (t.y_f16 != nullptr && t.accumulate) || (t.weight_up != nullptr) != gate_up ||
+        t.row_bytes % 16 != 0 || t.row_bytes < split::row_payload_bytes(weight_type, input.n_in) ||
         reinterpret_cast<uintptr_t>(t.weight) % 16 != 0 ||
         reinterpret_cast<uintptr_t>(t.weight_up) % 16 != 0 || t.n_out < 0)
       return cudaErrorInvalidValue;

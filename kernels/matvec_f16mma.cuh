@@ -26,10 +26,17 @@ bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout);
 // cudaFuncAttributeMaxDynamicSharedMemorySize).
 bool matvec_f16mma_fits_device();
 
+// True when plain (not SwiGLU) products at 9-64 columns run as thread-block clusters that split
+// each tile's sub-blocks (compute capability 9.0 in the build and the device, and the clusters
+// fit); else they take the one-block shapes. The results agree either way within the bound.
+bool matvec_f16mma_clusters();
+
 // launch_matvec's contract: 1..3 tasks of one type over the same input in one launch;
 // task.accumulate (y += W x); task.weight_up != nullptr means fused SwiGLU: y = silu(W_gate x) *
-// (W_up x) (1 task). y[b * y_stride + o] as f32. Returns cudaErrorInvalidValue for an
-// unsupported type/layout/shape.
+// (W_up x) (1 task). y[b * y_stride + o] as f32, or as f16 (rounded to nearest) to
+// task.y_f16[b * y_stride + o] where y_f16 is set (then y is not read; y_f16 with accumulate is
+// refused). Every launch gives the same bits for the same inputs (sums in a fixed order).
+// Returns cudaErrorInvalidValue for an unsupported type/layout/shape.
 cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                  const MatvecInputF16& input, const KernelConfig& config,
                                  cudaStream_t stream);

@@ -6,7 +6,8 @@
 // weight off by one quantisation step lies outside it. Also against the unrounded dequantised
 // weights with the f16 rounding's own bound (2^-11 relative per weight). Shapes of SmolLM2 and
 // an 8B model, odd row counts and short rows, batches 1-64, the three-matrix launch with
-// accumulate, the fused SwiGLU epilogue, and what the launcher refuses. A timing probe prints
+// accumulate, the fused SwiGLU epilogue (also with an f16 result), the thread-block cluster
+// shapes (the same bits on a second launch), and what the launcher refuses. A timing probe prints
 // the 8B products beside the int8 mma kernel.
 #include <cuda_fp16.h>
 
@@ -307,9 +308,11 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_1, 33, 64});
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q4_1, 1000, 1184});
-  // Block shapes (on a 132-SM device): the rows above take 32 rows per warp, in 8-warp blocks
-  // up to 132 blocks and 4-warp blocks above (4096 rows at 33-64 columns); 64 rows per warp
-  // take >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block.
+  // Block shapes (on a 132-SM device): at 1-8 columns the rows above take 32 rows per warp, in
+  // 8-warp blocks up to 132 blocks and 4-warp blocks above, and 64 rows per warp where that
+  // gives >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block. At 9-64
+  // columns (compute capability 9.0) 64 rows per warp in clusters of 2 or 4 blocks; the short
+  // rows above (1-2 sub-blocks) leave ranks of a cluster without a stage.
   out.push_back({TensorType::Q4_0, 40000, 128});
   out.push_back({TensorType::Q4_1, 40000, 96});
   return out;
@@ -411,9 +414,11 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   }
 }
 
-// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (32 rows per warp, 8-warp
-// blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B
-// model's (64 rows per warp).
+// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (at 1-8 columns 32 rows
+// per warp, 8-warp blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device)
+// and the 8B model's (64 rows per warp). At 9-64 columns on compute capability 9.0 all three
+// take 64 rows per warp in clusters of 4 (small), 4 (3000 rows) and 2 blocks (8B, 16-32
+// columns), and one block (8B, 33-64 columns).
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
@@ -459,6 +464,170 @@ TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
     }
 }
 
+// The thread-block cluster shapes (plain products at 9-64 columns on compute capability 9.0:
+// 64 rows per warp, the sub-blocks split over 2 or 4 blocks that add their sums through
+// distributed shared memory): an 8B model's wo and down with accumulate on, and its Q, K and V
+// in one launch (K accumulating), at 16, 17, 32, 33 and 64 columns. Sampled rows against the
+// host reference; a second launch from the same y gives the same bits (a fixed summation order).
+struct ClusterCase {
+  const char* name;
+  std::vector<std::pair<int64_t, int64_t>> matrices;  // rows x columns (n_in the same for all)
+  std::vector<bool> accumulate;
+};
+
+void check_cluster_case(TensorType type, const ClusterCase& cc, const kernels::KernelConfig& config,
+                        std::mt19937& rng) {
+  const int64_t cols = cc.matrices[0].second;
+  const Activations act(cols, static_cast<uint32_t>(cols + 5));
+  const size_t n = cc.matrices.size();
+  std::vector<Matrix> w;
+  std::vector<std::vector<int64_t>> sampled(n);
+  std::vector<std::vector<RowWeights>> weights(n);
+  for (size_t i = 0; i < n; ++i) {
+    w.push_back(make_matrix(type, cc.matrices[i].first, cols, static_cast<uint32_t>(300 + i)));
+    sampled[i] = sampled_rows(cc.matrices[i].first);
+    for (const int64_t r : sampled[i]) weights[i].push_back(row_weights(w.back(), r));
+  }
+  for (const int batch : {16, 17, 32, 33, 64}) {
+    SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + cc.name + " batch " +
+                 std::to_string(batch));
+    std::vector<std::vector<float>> start;
+    std::vector<DeviceArray<float>> y;
+    std::vector<kernels::MatvecTask> tasks;
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t rows = cc.matrices[i].first;
+      start.push_back(gpu_test::random_floats(static_cast<size_t>(rows * batch), rng));
+      y.emplace_back(start.back());
+      tasks.push_back(task_for(w[i], y.back().get()));
+      tasks.back().accumulate = cc.accumulate[i];
+    }
+    const uint32_t t = static_cast<uint32_t>(type);
+    const int count = static_cast<int>(n);
+    CUDA_OK(
+        kernels::launch_matvec_f16mma(t, tasks.data(), count, act.input(batch), config, nullptr));
+    std::vector<std::vector<float>> first;
+    for (size_t i = 0; i < n; ++i) {
+      first.push_back(y[i].download());
+      y[i].upload(start[i]);
+    }
+    CUDA_OK(
+        kernels::launch_matvec_f16mma(t, tasks.data(), count, act.input(batch), config, nullptr));
+    for (size_t i = 0; i < n; ++i) {
+      const std::vector<float> again = y[i].download();
+      EXPECT_EQ(std::memcmp(first[i].data(), again.data(), again.size() * sizeof(float)), 0)
+          << "matrix " << i << ": two launches gave different bits";
+      const int64_t rows = cc.matrices[i].first;
+      int bad = 0;
+      for (int c = 0; c < batch; ++c)
+        for (size_t k = 0; k < sampled[i].size(); ++k) {
+          const size_t at = static_cast<size_t>(c * rows + sampled[i][k]);
+          const Reference ref = reference(weights[i][k], act.column(c), cols);
+          const double before = cc.accumulate[i] ? start[i][at] : 0.0;
+          const double want = ref.value + before;
+          const double bound = ref.bound + 1e-6 * std::fabs(before);
+          const double v = first[i][at];
+          if (!(std::fabs(v - want) <= bound) && ++bad <= 5)
+            ADD_FAILURE() << "matrix " << i << " row " << sampled[i][k] << " column " << c << ": "
+                          << v << " want " << want << " bound " << bound;
+        }
+      EXPECT_EQ(bad, 0) << "matrix " << i;
+    }
+  }
+}
+
+TEST(MatvecF16MmaClusters, ShapesOf8BAccumulateAndRepeat) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  int device = 0, major = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  // On compute capability 9.0 and later (the H100/H200) these shapes must run as clusters.
+  if (major >= 9) EXPECT_TRUE(kernels::matvec_f16mma_clusters());
+  RecordProperty("clusters", kernels::matvec_f16mma_clusters() ? "yes" : "no");
+  std::mt19937 rng(77);
+  const ClusterCase cases[] = {
+      {"wo", {{4096, 4096}}, {true}},
+      {"down", {{4096, 14336}}, {true}},
+      {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
+  };
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+    for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
+}
+
+// Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
+double half_f16_ulp(double v) {
+  if (v == 0) return std::ldexp(1.0, -25);
+  int e = 0;
+  std::frexp(v, &e);
+  return std::ldexp(1.0, std::max(e - 12, -25));
+}
+
+// SwiGLU with the result in f16 (task.y_f16: the down projection's input): every element of
+// the batch written, nothing past it, y untouched (null), each value within the f32 bound of
+// FusedSwigluMatchesReference plus half an f16 ulp; and the same bits as the f32 result rounded.
+TEST(MatvecF16MmaTasks, FusedSwigluWritesF16) {
+  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}}) {
+      const Matrix gate = make_matrix(type, rows, cols, 17), up = make_matrix(type, rows, cols, 18);
+      const Activations act(cols, 31);
+      const std::vector<int64_t> sampled = sampled_rows(rows);
+      std::vector<RowWeights> gw, uw;
+      for (const int64_t r : sampled) {
+        gw.push_back(row_weights(gate, r));
+        uw.push_back(row_weights(up, r));
+      }
+      for (const int batch : {1, 16, 17, 32, 33, 64}) {
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + " batch " + std::to_string(batch));
+        DeviceArray<uint16_t> half_y(static_cast<size_t>((batch + 1) * rows));
+        half_y.poison();  // 0xFFFF: an f16 NaN
+        kernels::MatvecTask task = task_for(gate, nullptr);
+        task.weight_up = up.device.get();
+        task.y_f16 = reinterpret_cast<__half*>(half_y.get());
+        CUDA_OK(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &task, 1,
+                                              act.input(batch), config, nullptr));
+        const std::vector<uint16_t> bits = half_y.download();
+        // The f32 result of the same launch, to compare bits after rounding.
+        Output f32(rows, batch);
+        kernels::MatvecTask plain = task_for(gate, f32.y.get());
+        plain.weight_up = up.device.get();
+        CUDA_OK(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &plain, 1,
+                                              act.input(batch), config, nullptr));
+        const std::vector<float> wide = f32.y.download();
+        int unwritten = 0, past = 0, unequal = 0;
+        for (int64_t i = 0; i < batch * rows; ++i) {
+          const uint16_t b = bits[static_cast<size_t>(i)];
+          unwritten += b == 0xFFFFu;
+          unequal += b != f32_to_fp16(wide[static_cast<size_t>(i)]);
+        }
+        for (int64_t r = 0; r < rows; ++r)
+          past += bits[static_cast<size_t>(batch * rows + r)] != 0xFFFFu;
+        EXPECT_EQ(unwritten, 0) << "elements of the batch left unwritten";
+        EXPECT_EQ(past, 0) << "elements written past the batch";
+        EXPECT_EQ(unequal, 0) << "f16 results that are not the f32 results rounded to nearest";
+        int bad = 0;
+        for (int c = 0; c < batch; ++c)
+          for (size_t k = 0; k < sampled.size(); ++k) {
+            const Reference g = reference(gw[k], act.column(c), cols);
+            const Reference u = reference(uw[k], act.column(c), cols);
+            const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
+            const double f32_bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
+                                     1.1 * (std::fabs(g.value) + g.bound) * u.bound +
+                                     1e-5 * std::fabs(expected) + 1e-30;
+            const double bound = f32_bound + half_f16_ulp(std::fabs(expected) + f32_bound);
+            const double v = fp16_to_f32(bits[static_cast<size_t>(c) * static_cast<size_t>(rows) +
+                                              static_cast<size_t>(sampled[k])]);
+            if (!(std::fabs(v - expected) <= bound) && ++bad <= 5)
+              ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": " << v << " expected "
+                            << expected << " bound " << bound;
+          }
+        EXPECT_EQ(bad, 0);
+      }
+    }
+}
+
 TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
   EXPECT_TRUE(kernels::matvec_f16mma_supports(q4_0, true));
@@ -493,6 +662,12 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   kernels::MatvecInputF16 long_rows = act.input(8);
   long_rows.n_in = 128;  // longer than the matrix's rows
   EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, long_rows, config, nullptr),
+            cudaErrorInvalidValue);
+  DeviceArray<__half> half_out(16 * 8);
+  kernels::MatvecTask to_f16 = t;
+  to_f16.y_f16 = half_out.get();
+  to_f16.accumulate = true;  // an f16 result cannot accumulate
+  EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &to_f16, 1, act.input(8), config, nullptr),
             cudaErrorInvalidValue);
   kernels::MatvecTask mixed[2] = {t, t};
   mixed[1].weight_up = w.device.get();  // SwiGLU and a plain product in one launch
