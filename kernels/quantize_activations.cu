@@ -16,8 +16,6 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t n_blocks
 
 __global__ void convert_f32_to_f16_kernel(const float* __restrict__ x, int64_t count,
                                           __half* __restrict__ out) {
-  wait_for_previous_kernel();  // a no-op unless launched early
-  allow_next_kernel();
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = __float2half_rn(x[i]);
@@ -43,15 +41,6 @@ cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out
   const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(count, kThreads), 65536));
   convert_f32_to_f16_kernel<<<blocks, kThreads, 0, stream>>>(x, count, out);
   return launch_status();
-}
-
-cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,
-                                      const KernelConfig& config, cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
-  const int blocks = static_cast<int>(std::min<int64_t>(ceil_div(count, kThreads), 65536));
-  return launch_status(launch_early(convert_f32_to_f16_kernel, dim3(blocks), dim3(kThreads), config,
-                                    stream, x, count, out));
 }
 
 }  // namespace granule::kernels

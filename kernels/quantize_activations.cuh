@@ -1,6 +1,5 @@
 // Converts f32 activations for the next matrix product: to int8 blocks (decode's
-// quantised matrix-vector kernels) or to f16 (prefill's cuBLAS GEMMs, batched decode's f16
-// tensor-core products).
+// quantised matrix-vector kernels) or to f16 (prefill's cuBLAS GEMMs).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -17,9 +16,5 @@ cudaError_t launch_quantize_q8(const float* x, int rows, int n, ActivationQ8 out
 // count elements, f32 -> f16 (round to nearest).
 cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,
                                       cudaStream_t stream);
-// The same in a decode chain: may start while the kernel before it finishes
-// (config.early_launch, common.cuh).
-cudaError_t launch_convert_f32_to_f16(const float* x, int64_t count, __half* out,
-                                      const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

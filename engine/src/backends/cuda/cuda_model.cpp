@@ -690,7 +690,7 @@ bool CudaModel::takes_f16mma(const DeviceLayer& l, int n_rows) const {
 }
 
 void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
-                       bool accumulate, int64_t n_in) {
+                       bool accumulate, const __half* x, int64_t n_in) {
   // One launch per run of consecutive matrices of the same type, as matvec().
   int i = 0;
   while (i < count) {
@@ -711,7 +711,7 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
     k::MatvecInputF16 in;
     in.n_in = static_cast<int>(n_in);
     in.batch = n_rows;
-    in.x = normed_f16_.as<__half>();
+    in.x = x;
     check_launch(k::launch_matvec_f16mma(mats[i].type, tasks, j - i, in, kernel_config_,
                                          stream_.get()),
                  "matvec_f16mma");
@@ -719,8 +719,10 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
   }
 }
 
-// The layer of layer_matvec with f16 activations: the norms write f16, attention's output and
-// SwiGLU's are converted to f16, and every product reads them (normed_f16_) on f16 tensor cores.
+// The layer of layer_matvec with f16 activations: the norms and attention write f16 copies of
+// their outputs (normed_f16_), the SwiGLU product writes its result in f16 (into gate_, which
+// this path does not otherwise use: x16 is still its input), and every product reads f16 on the
+// tensor cores.
 void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
@@ -735,21 +737,21 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   norm(l.attn_norm);
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
-  f16mma(qkv, qkv_out, 3, n_rows, false, c.n_embd);
+  f16mma(qkv, qkv_out, 3, n_rows, false, x16, c.n_embd);
   attention(layer, n_rows, false, x16);  // its output in f16 for the output projection
   const int64_t q_dim = c.n_head * c.head_dim;
   float* const hidden_out[1] = {hidden};
-  f16mma(&l.wo, hidden_out, 1, n_rows, true, q_dim);
+  f16mma(&l.wo, hidden_out, 1, n_rows, true, x16, q_dim);
 
   norm(l.ffn_norm);
-  float* h = gate_.as<float>();
+  __half* h16 = reinterpret_cast<__half*>(gate_.as<float>());  // n_ff halves per row fit
   k::MatvecTask t;
   t.weight = l.w_gate.data;
   t.weight_up = l.w_up.data;
   t.row_bytes = l.w_gate.row_bytes;
   t.split_layout = l.w_gate.split;
   t.n_out = static_cast<int>(l.w_gate.rows);
-  t.y = h;
+  t.y_f16 = h16;
   t.y_stride = l.w_gate.rows;
   k::MatvecInputF16 in;
   in.n_in = static_cast<int>(c.n_embd);
@@ -757,10 +759,7 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   in.x = x16;
   check_launch(k::launch_matvec_f16mma(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                "matvec_f16mma_swiglu");
-  check_launch(k::launch_convert_f32_to_f16(h, n_rows * c.n_ff, x16, kernel_config_,
-                                            stream_.get()),
-               "convert_f16");
-  f16mma(&l.w_down, hidden_out, 1, n_rows, true, c.n_ff);
+  f16mma(&l.w_down, hidden_out, 1, n_rows, true, h16, c.n_ff);
 }
 
 void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {

@@ -124,7 +124,7 @@ class CudaModel {
   bool takes_f16mma(const DeviceLayer& l, int n_rows) const;
   void layer_f16mma(const DeviceLayer& l, int layer, int n_rows);
   void f16mma(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
-              int64_t n_in);
+              const __half* x, int64_t n_in);
   // `next_wq`: the next layer's first matrix when it takes layer_gemm too and its weights are
   // resident (its dequantisation may start during this layer's last GEMM), else null.
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
