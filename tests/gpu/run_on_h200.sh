@@ -481,7 +481,45 @@ wave7_f16() {
   grep -E "^\| +synthetic|^\| +(8|32) +\||^-- " "$OUT/bench-f16.txt"
 }
 
+# The f16 products' final round: kernel/attention tests and sanitizers, the GPU test suites
+# with the defaults, decode by batch, the chats bench (per-step CSV) and per-kernel times at 32
+# rows. Everything short goes to summary.txt as well.
+wave7_final() {
+  local b="$build/app/bench/granule-bench" t tool f=MatvecF16MmaClusters.*:MatvecF16MmaTasks.*
+  {
+  for t in matvec_f16mma_kernel_test attention_kernels_test; do
+    timeout 150 "$build/tests/$t" --gtest_filter='-*Timing*' >"/tmp/$t.txt" 2>&1; echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/$t.txt | tr '\n' ' ')"
+    grep -E "^\[  FAILED" /tmp/$t.txt | head -5
+  done
+  timeout 60 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter='*Timing*' 2>&1 | grep -E "timing" | head -24
+  for tool in memcheck racecheck synccheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter="$f" >"/tmp/$tool.txt" 2>&1
+    echo "matvec_f16mma_kernel_test ($f) under $tool: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/$tool.txt | head -1)"
+  done
+  start=$(date +%s)
+  timeout 260 ctest --test-dir "$build" -j3 --timeout 250 -L 'model_gpu_test|concurrent_chats_test|streaming_gpu_test|engine_churn_gpu_test|kv_space_gpu_test|sampling_kernel_test|elementwise_kernels_test|matvec_kernel_test|matvec_mma_kernel_test' >/tmp/ctest.log 2>&1
+  echo "GPU suites ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\(" /tmp/ctest.log | head -12
+  grep -h "\[gpu-vs-oracle\].*f16 mma" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | cut -c1-160 | head -4
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/ctest.log "$OUT/ctest.log"
+  { timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 64 -b ${WAVE7_BATCHES:-1,8,16,17,24,32,64}
+    timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv"
+    echo "-- SmolLM2"; timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda
+    timeout 90 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 64 -b 1,32; } >"$OUT/bench-final.txt" 2>&1
+  grep -E "^\| +synthetic|^\| +(8|32) +\||^-- " "$OUT/bench-final.txt" | tee -a "$OUT/summary.txt"
+  python3 - "$OUT/steps-chats.csv" <<'PY' | tee -a "$OUT/summary.txt"
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == "32" and int(r["started"]) == 32 and int(r["produced"]) == 32]
+ms = sorted(float(r["ms"]) for r in rows)
+if ms: print(f"chats 32 full-batch steps: {len(ms)}, median {ms[len(ms)//2]:.3f} ms, min {ms[0]:.3f}, max {ms[-1]:.3f}, mapping us mean {sum(float(r['mapping_us']) for r in rows)/len(rows):.1f}")
+PY
+  timeout 150 ncu --clock-control none --launch-skip 1500 --launch-count 1000 --print-summary per-kernel --metrics gpu__time_duration.sum "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 32 >/tmp/ncu32.txt 2>&1
+  echo "-- ncu, decode batch 32 (launches 1500-2500)" | tee -a "$OUT/summary.txt"; ncu_sum /tmp/ncu32.txt | tee -a "$OUT/summary.txt"
+}
+
 case $what in
+  wave7-final) wave7_final ;;
   wave7-f16) wave7_f16 ;;
   wave6-tests) wave6_tests ;;
   wave6-bench) wave6_bench ;;
