@@ -65,7 +65,12 @@ struct KernelConfig {
   // weights dequantised to f16 in registers, no per-block epilogue. 0 off. The backend turns it
   // off on devices without f16 mma. H200, 8B Q4_0, decode ms per step int8 / f16: 16 rows
   // 3.83 / 3.95, 20 rows 6.86 / 5.28, 32 rows 6.88 / 5.31, 64 rows 10.51 / 8.83 (PERF_NOTES).
-  int f16_mma_min_rows = 17;
+  // Off by default until the CPU oracle rounds as this path does (it emulates the int8
+  // activations): 17 is where it wins.
+  int f16_mma_min_rows = 0;
+  // The f16 products at 9-64 columns as 64-row tiles split over 2-4-block clusters (sm_90).
+  // Measured slower on the H200 (8B Q4_0, 32 rows: 7.35 ms per step against 5.31): off.
+  bool f16_mma_clusters = false;
 };
 
 }  // namespace granule::kernels

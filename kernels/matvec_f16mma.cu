@@ -644,7 +644,7 @@ cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const 
   if constexpr (NT >= 2) {
     const bool fits2 = cluster_fits<TYPE, NT, GATE_UP, 2>();
     const bool fits4 = cluster_fits<TYPE, NT, GATE_UP, 4>();
-    if (fits2 || fits4) {
+    if (config.f16_mma_clusters && (fits2 || fits4)) {
       switch (pick_cluster(tiles64, sms, fits2, fits4)) {
         case 4:
           return launch_shape<TYPE, NT, 4, GATE_UP, 4, 4>(tasks, n_tasks, max_rows, in, config,

@@ -216,6 +216,9 @@ TEST(KernelConfigEnv, F16MmaMinRows) {
   EXPECT_EQ(off.f16_mma_min_rows, 0);
   EXPECT_EQ(describe_mma(off).find("f16"), std::string::npos) << describe_mma(off);
   EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(defaults.f16_mma_clusters);
+  EXPECT_TRUE(parse({{{"GRANULE_F16MMA_CLUSTERS", "1"}}}, warnings).f16_mma_clusters);
+  EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(parse({{{"GRANULE_F16MMA_MIN_ROWS", "65"}}}, warnings, set).f16_mma_min_rows, 16);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(
@@ -251,7 +254,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 12u);
+  ASSERT_EQ(kernel_override_variables().size(), 13u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

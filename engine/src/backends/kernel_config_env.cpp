@@ -26,10 +26,12 @@ constexpr const char* kMmaOccupancyVariable = "GRANULE_MMA_OCC";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
+constexpr const char* kF16MmaClustersVariable = "GRANULE_F16MMA_CLUSTERS";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,  kSplitShapeVariable,   kSplitShapeLongVariable, kEarlyLaunchVariable,
-    kSplitWeightsVariable, kMmaVariable,          kMmaMinRowsVariable,     kMmaPrefillVariable,
-    kMmaOccupancyVariable, kFlashPrefillVariable, kPrefillOverlapVariable, kF16MmaMinRowsVariable};
+    kMatvecShapeVariable,   kSplitShapeVariable,   kSplitShapeLongVariable, kEarlyLaunchVariable,
+    kSplitWeightsVariable,  kMmaVariable,          kMmaMinRowsVariable,     kMmaPrefillVariable,
+    kMmaOccupancyVariable,  kFlashPrefillVariable, kPrefillOverlapVariable, kF16MmaMinRowsVariable,
+    kF16MmaClustersVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -120,6 +122,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
   apply_count(kF16MmaMinRowsVariable, 0, 64, config.f16_mma_min_rows, lookup, warnings);
+  apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
   return config;
 }
 
