@@ -33,11 +33,12 @@
 // integer parts are exact in f16), times the f16 activation (exact in the mma), accumulated in
 // f32 by the tensor core and then across warps (and cluster ranks) in f32, in a fixed order.
 //
-// Helpers copied from matvec_mma.cu's anonymous namespace (cp.async and ldmatrix wrappers).
+// The cp.async and ldmatrix wrappers are async_copy.cuh's, shared with matvec_mma.cu.
 #include <cooperative_groups.h>
 
 #include <cstring>
 
+#include "async_copy.cuh"
 #include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "quant_blocks.cuh"
@@ -105,39 +106,6 @@ constexpr int kSharedBytes = [] {
   static_assert(ring <= kMaxBlockShared, "the block's rings fit an H100/H200 block");
   return ring;
 }();
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Copies BYTES to shared memory, or writes zeros there when !valid (src is not read).
-template <int BYTES>
-__device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
-  if constexpr (BYTES == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0)
-                 : "memory");
-  }
-}
-__device__ __forceinline__ void commit_copies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-}
-
-__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
 
 // c += a (16x16 f16, row-major fragment) x b (16x8 f16, column-major fragment), f32.
 __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,

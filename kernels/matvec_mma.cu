@@ -11,6 +11,7 @@
 // in flight cost no registers. Batch columns past the batch are zero-filled, never read;
 // rows past a matrix's end repeat its last row and are never written. More than 64
 // columns (prefill) take further column tiles in grid z.
+#include "async_copy.cuh"
 #include "granule/split_layout.h"
 #include "matvec_mma.cuh"
 #include "quant_blocks.cuh"
@@ -52,28 +53,6 @@ struct Tile {
   static_assert(kStageBlocks % WK == 0, "each warp takes whole sub-blocks of a stage");
 };
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Copies 16 (or 8) bytes to shared memory, or writes zeros there when !valid (no read).
-__device__ __forceinline__ void copy16(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copy8(void* dst, const void* src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(shared_address(dst)),
-               "l"(src), "r"(valid ? 8 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void commit_copies() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
-}
-
 // c = a (16x32 int8, row-major fragment) x b (32x8 int8, column-major fragment).
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4],
                                        const uint32_t (&b)[2]) {
@@ -107,7 +86,7 @@ __device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t*
     const uint8_t* src =
         (mr < T::kRows ? weights[0] : weights[T::kMatrices - 1]) + row * row_bytes +
         (valid ? static_cast<int64_t>(first_block) * T::kQuantBytes + chunk * 16 : 0);
-    copy16(stage + mr * T::kQuantRow + chunk * 16, src, valid);
+    copy_async<16>(stage + mr * T::kQuantRow + chunk * 16, src, valid);
   }
 #pragma unroll
   for (int c = threadIdx.x; c < kAllScales; c += T::kThreads) {
@@ -119,7 +98,7 @@ __device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t*
         (valid ? static_cast<int64_t>(n) * T::kQuantBytes +
                      static_cast<int64_t>(first_block) * T::kScaleBytes + chunk * 16
                : 0);
-    copy16(stage + T::kScaleOffset + mr * T::kScaleRow + chunk * 16, src, valid);
+    copy_async<16>(stage + T::kScaleOffset + mr * T::kScaleRow + chunk * 16, src, valid);
   }
 }
 
@@ -136,7 +115,7 @@ __device__ __forceinline__ void load_activation_stage(uint8_t* stage, const Matv
     const int8_t* src = valid ? in.xq.qs + static_cast<int64_t>(first_column + column) * in.n_in +
                                     static_cast<int64_t>(first_block) * kQ8Block + chunk * 16
                               : in.xq.qs;
-    copy16(stage + T::kActOffset + column * T::kActRow + chunk * 16, src, valid);
+    copy_async<16>(stage + T::kActOffset + column * T::kActRow + chunk * 16, src, valid);
   }
 #pragma unroll
   for (int c = threadIdx.x; c < T::kColumns * kStageBlocks; c += T::kThreads) {
@@ -145,7 +124,7 @@ __device__ __forceinline__ void load_activation_stage(uint8_t* stage, const Matv
     const float2* src =
         valid ? in.xq.ds + static_cast<int64_t>(first_column + column) * n + first_block + sub
               : in.xq.ds;
-    copy8(stage + T::kDsOffset + (sub * T::kColumns + column) * 8, src, valid);
+    copy_async<8>(stage + T::kDsOffset + (sub * T::kColumns + column) * 8, src, valid);
   }
 }
 
@@ -482,33 +461,6 @@ constexpr int kMinBlocks = [] {
   constexpr int fit = kSmShared / (W * Plan<TYPE, NT, GATE_UP, OCC>::kWarpBytes + 1024);
   return fit < Occupancy<OCC>::kBlocksPerSm ? fit : Occupancy<OCC>::kBlocksPerSm;
 }();
-
-template <int BYTES>
-__device__ __forceinline__ void copy_async(void* dst, const void* src, bool valid) {
-  static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
-  if constexpr (BYTES == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "r"(valid ? 16 : 0)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(dst)),
-                 "l"(src), "n"(BYTES), "r"(valid ? BYTES : 0)
-                 : "memory");
-  }
-}
-
-__device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(p))
-               : "memory");
-}
-__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(shared_address(p))
-               : "memory");
-}
 
 // The same for k = 16 (Q6_K: each 16-element half of a sub-block has its own scale).
 __device__ __forceinline__ void mma_s8_k16_magic(int (&c)[4], uint32_t a0, uint32_t a1,

@@ -113,6 +113,26 @@ cudaError_t launch_product(uint32_t type, const k::MatvecTask* tasks, int n_task
   return k::launch_matvec(type, tasks, n_tasks, in, config, stream);
 }
 
+// The tasks of one launch: matrices i.. of one type and layout (at most kMaxMatvecTasks, as Q,
+// K and V usually are), each writing outs[m]. Returns the first matrix past them.
+int gather_tasks(const DeviceMatrix* mats, float* const* outs, int count, int i, bool accumulate,
+                 k::MatvecTask (&tasks)[k::kMaxMatvecTasks]) {
+  int j = i;
+  while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
+         mats[j].split == mats[i].split) {
+    k::MatvecTask& t = tasks[j - i];
+    t.weight = mats[j].data;
+    t.row_bytes = mats[j].row_bytes;
+    t.n_out = static_cast<int>(mats[j].rows);
+    t.y = outs[j];
+    t.y_stride = mats[j].rows;
+    t.accumulate = accumulate;
+    t.split_layout = mats[j].split;
+    ++j;
+  }
+  return j;
+}
+
 // Whether a run of more than kMatvecMaxRows rows takes layer_matvec (int8 tensor-core
 // products) instead of layer_gemm: only with mma_prefill and when all seven matrices can.
 bool mma_prefill(const k::KernelConfig& config, const DeviceLayer& l) {
@@ -539,20 +559,8 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
-    int j = i;
     k::MatvecTask tasks[k::kMaxMatvecTasks];
-    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
-           mats[j].split == mats[i].split) {
-      k::MatvecTask& t = tasks[j - i];
-      t.weight = mats[j].data;
-      t.row_bytes = mats[j].row_bytes;
-      t.n_out = static_cast<int>(mats[j].rows);
-      t.y = outs[j];
-      t.y_stride = mats[j].rows;
-      t.accumulate = accumulate;
-      t.split_layout = mats[j].split;
-      ++j;
-    }
+    const int j = gather_tasks(mats, outs, count, i, accumulate, tasks);
     k::MatvecInput in;
     in.n_in = static_cast<int>(mats[i].cols);
     in.batch = n_rows;
@@ -694,20 +702,8 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
   // One launch per run of consecutive matrices of the same type, as matvec().
   int i = 0;
   while (i < count) {
-    int j = i;
     k::MatvecTask tasks[k::kMaxMatvecTasks];
-    while (j < count && j - i < k::kMaxMatvecTasks && mats[j].type == mats[i].type &&
-           mats[j].split == mats[i].split) {
-      k::MatvecTask& t = tasks[j - i];
-      t.weight = mats[j].data;
-      t.row_bytes = mats[j].row_bytes;
-      t.n_out = static_cast<int>(mats[j].rows);
-      t.y = outs[j];
-      t.y_stride = mats[j].rows;
-      t.accumulate = accumulate;
-      t.split_layout = mats[j].split;
-      ++j;
-    }
+    const int j = gather_tasks(mats, outs, count, i, accumulate, tasks);
     k::MatvecInputF16 in;
     in.n_in = static_cast<int>(n_in);
     in.batch = n_rows;
