@@ -133,6 +133,19 @@ int gather_tasks(const DeviceMatrix* mats, float* const* outs, int count, int i,
   return j;
 }
 
+// The fused gate/up product with SwiGLU (gate and up of one type and layout); the caller
+// says where its result goes (y, or y_f16 on the f16 path).
+k::MatvecTask swiglu_task(const DeviceLayer& l) {
+  k::MatvecTask t;
+  t.weight = l.w_gate.data;
+  t.weight_up = l.w_up.data;
+  t.row_bytes = l.w_gate.row_bytes;
+  t.split_layout = l.w_gate.split;
+  t.n_out = static_cast<int>(l.w_gate.rows);
+  t.y_stride = l.w_gate.rows;
+  return t;
+}
+
 // Whether a run of more than kMatvecMaxRows rows takes layer_matvec (int8 tensor-core
 // products) instead of layer_gemm: only with mma_prefill and when all seven matrices can.
 bool mma_prefill(const k::KernelConfig& config, const DeviceLayer& l) {
@@ -741,14 +754,8 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
 
   norm(l.ffn_norm);
   __half* h16 = reinterpret_cast<__half*>(gate_.as<float>());  // n_ff halves per row fit
-  k::MatvecTask t;
-  t.weight = l.w_gate.data;
-  t.weight_up = l.w_up.data;
-  t.row_bytes = l.w_gate.row_bytes;
-  t.split_layout = l.w_gate.split;
-  t.n_out = static_cast<int>(l.w_gate.rows);
+  k::MatvecTask t = swiglu_task(l);
   t.y_f16 = h16;
-  t.y_stride = l.w_gate.rows;
   k::MatvecInputF16 in;
   in.n_in = static_cast<int>(c.n_embd);
   in.batch = n_rows;
@@ -800,14 +807,8 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   float* h = gate_.as<float>();
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
-    k::MatvecTask t;
-    t.weight = l.w_gate.data;
-    t.weight_up = l.w_up.data;
-    t.row_bytes = l.w_gate.row_bytes;
-    t.split_layout = l.w_gate.split;
-    t.n_out = static_cast<int>(l.w_gate.rows);
+    k::MatvecTask t = swiglu_task(l);
     t.y = h;
-    t.y_stride = l.w_gate.rows;
     k::MatvecInput in;
     in.n_in = static_cast<int>(c.n_embd);
     in.batch = n_rows;
