@@ -238,7 +238,8 @@ struct Rig {
   WeightTable weights;
   Runtime runtime;
 
-  Rig(const fs::path& path, bool emulate, int64_t max_tokens_per_pass = 512) {
+  Rig(const fs::path& path, bool emulate, int64_t max_tokens_per_pass = 512,
+      int f16_mma_min_rows = 0) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
@@ -250,6 +251,9 @@ struct Rig {
     options.backend.cpu_threads = 2;
     options.backend.max_tokens_per_pass = max_tokens_per_pass;
     options.backend.cpu_emulate_device_numerics = emulate;
+    kernels::KernelConfig kernels;
+    kernels.f16_mma_min_rows = f16_mma_min_rows;
+    options.backend.kernel_config = kernels;
     runtime = make_runtime(*file, config, weights, options);
   }
 
@@ -358,6 +362,35 @@ TEST(CpuOracleBackend, ChunksABatchAsTheCudaBackendDoes) {
             << "\n";
   EXPECT_GT(rel, 1e-4);
   fs::remove(path);
+}
+
+// KernelConfig::f16_mma_min_rows: runs of that many rows (up to 64) on layers of split
+// Q4_0/Q4_1 take f16 tensor-core products on the GPU, which round as the cuBLAS path does (f16
+// activations, each weight rounded to f16). The oracle follows: 128 tokens in two 64-row chunks
+// on that path are bitwise one 128-row GEMM chunk; a 16-row run (below 17) stays on the int8
+// rounding; and the f16 rounding sits nearer the f32 reference than the int8 one.
+TEST(CpuOracleBackend, F16ProductsRoundAsTheGemmPath) {
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+    const std::string name(tensor_type_info(type).name);
+    const fs::path path = write_model("f16mma-" + name, type);
+    Rig exact(path, false), int8(path, true, 64), f16(path, true, 64, 17),
+        one_gemm(path, true, 512);
+    const std::vector<int32_t> tokens = random_tokens(128, 12);
+    const std::vector<float> chunks = f16.run(0, tokens, 0);
+    EXPECT_EQ(chunks, one_gemm.run(0, tokens, 0)) << name << ": two f16 chunks vs one GEMM";
+    const std::span<const int32_t> first16 = std::span<const int32_t>(tokens).first(16);
+    EXPECT_EQ(f16.run(1, first16, 0), int8.run(1, first16, 0)) << name << ": 16 rows are int8";
+    const std::span<const int32_t> first40 = std::span<const int32_t>(tokens).first(40);
+    const std::vector<float> ref = exact.run(0, first40, 0), a = int8.run(0, first40, 0),
+                             b = f16.run(0, first40, 0);
+    const double int8_error = worst_relative(ref, a, 1000),
+                 f16_error = worst_relative(ref, b, 1000);
+    std::cout << "[oracle] " << name << " 40 rows, max |x - f32| / std: int8 rounding "
+              << int8_error << ", f16 rounding " << f16_error << "\n";
+    EXPECT_GT(f16_error, 0.0);
+    EXPECT_LT(f16_error, int8_error / 2) << name;
+    fs::remove(path);
+  }
 }
 
 TEST(CpuOracleBackend, EngineOptionReachesTheCpuBackend) {

@@ -114,9 +114,23 @@ CpuBackend::CpuBackend(const BackendInit& init)
       scratch_(std::make_unique<Scratch>()),
       emulate_(init.options.cpu_emulate_device_numerics) {
   if (emulate_) {
-    split_weights_ = init.options.kernel_config ? init.options.kernel_config->split_weights
-                                                : kernel_config_from_environment().split_weights;
+    const kernels::KernelConfig kernels =
+        init.options.kernel_config ? *init.options.kernel_config : kernel_config_from_environment();
+    split_weights_ = kernels.split_weights;
+    f16_min_rows_ = kernels.f16_mma_min_rows;
     chunk_rows_ = std::max(kGpuMatvecMaxRows, init.options.max_tokens_per_pass);
+    // cuda_model.cpp's takes_f16mma(): every matrix split Q4_0/Q4_1, gate and up alike.
+    auto f16_capable = [&](const TensorInfo* w) {
+      const TensorType t = type_of(w);
+      return (t == TensorType::Q4_0 || t == TensorType::Q4_1) && split_weights_ &&
+             split_layout_fits(w->ggml_type, w->dims[0]);
+    };
+    for (const LayerWeights& l : weights_.layers) {
+      bool f16 = type_of(l.w_gate) == type_of(l.w_up);
+      for (const TensorInfo* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
+        f16 = f16 && f16_capable(w);
+      f16_layers_.push_back(f16);
+    }
   }
   // The weights stay in the file mapping; on the CPU that mapping is the "device" copy.
   charged_weight_bytes_ = weights_.total_bytes();
@@ -152,20 +166,23 @@ bool CpuBackend::reads_q8(const TensorInfo* w) const {
 }
 
 void CpuBackend::project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                         Input input) {
+                         Input input, bool f16_layer) {
   const int64_t cols = w->dims[0], rows = w->dims[1];
   const Q8Rounding rule = input == Input::Norm ? Q8Rounding::MultiplyByInverse : Q8Rounding::Divide;
   std::vector<float>& in = scratch_->rounded;
   for (int64_t first = 0; first < n_tokens; first += chunk_rows_) {
     const int64_t count = std::min(chunk_rows_, n_tokens - first);
     const bool gemm = count > kGpuMatvecMaxRows;
+    // The cuBLAS path and the f16 tensor-core products round alike: f16 activations, each
+    // decoded weight rounded to f16 ((q - 8) d and q d + m are exact in f32), f32 sums.
+    const bool f16 = gemm || (f16_layer && f16_min_rows_ > 0 && count >= f16_min_rows_);
     in.assign(x + first * cols, x + (first + count) * cols);
-    if (gemm) {
+    if (f16) {
       round_through_f16(in.data(), count * cols);
     } else if (reads_q8(w)) {
       for (int64_t t = 0; t < count; ++t) round_through_q8(in.data() + t * cols, cols, rule);
     }
-    matmul(type_of(w), w->data, rows, cols, in.data(), count, y + first * rows, &pool_, gemm);
+    matmul(type_of(w), w->data, rows, cols, in.data(), count, y + first * rows, &pool_, f16);
   }
 }
 
@@ -198,10 +215,11 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
              c.rms_eps);
   }
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  const bool f16 = emulate_ && f16_layers_[static_cast<size_t>(layer)];
   if (emulate_) {
-    project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm);
-    project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm);
-    project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm);
+    project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm, f16);
+    project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm, f16);
+    project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, f16);
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
                     n_tokens, pool_);
@@ -253,7 +271,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   });
 
   if (emulate_)
-    project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention);
+    project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
     matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
@@ -331,16 +349,17 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
     }
+    const bool f16 = emulate_ && f16_layers_[static_cast<size_t>(layer)];
     if (emulate_) {
-      project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm);
-      project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm);
+      project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm, f16);
+      project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
     } else {
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
                       pool_);
     }
     swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
     if (emulate_)
-      project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu);
+      project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
       matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);

@@ -54,7 +54,9 @@ class CpuBackend final : public Backend {
   // Where a matrix's input comes from: it decides the int8 rounding rule (ops.h Q8Rounding).
   enum class Input { Norm, Attention, Swiglu };
   // Emulating: y = x · Wᵀ with the CUDA backend's rounding of x and W for each chunk.
-  void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input);
+  // `f16_layer`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
+  void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
+               bool f16_layer);
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
   float* kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const;
@@ -74,6 +76,11 @@ class CpuBackend final : public Backend {
   bool emulate_ = false;
   bool split_weights_ = true;
   int64_t chunk_rows_ = 512;
+  // KernelConfig::f16_mma_min_rows (0: off): runs of that many rows up to the matvec limit on
+  // layers whose seven matrices are split Q4_0/Q4_1 (gate and up alike) take f16 activations
+  // and weights rounded to f16, as the cuBLAS path does, on the GPU; per layer here.
+  int64_t f16_min_rows_ = 0;
+  std::vector<bool> f16_layers_;
 };
 
 }  // namespace granule::cpu
