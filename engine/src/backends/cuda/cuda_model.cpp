@@ -625,7 +625,7 @@ void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __ha
                         accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
 }
 
-void CudaModel::attention(int layer, int n_rows, bool q8_out, __half* f16_out) {
+void CudaModel::attention(int layer, int n_rows, __half* f16_out) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
@@ -676,9 +676,10 @@ void CudaModel::attention(int layer, int n_rows, bool q8_out, __half* f16_out) {
   a.partial = attention_partial_.as<float>();
   a.split_counters = attention_counters_.as<int>();
   a.out_f16 = f16_out;
-  // The output projection reads int8 blocks when its kernel does: the merge writes them.
+  // The output projection reads int8 blocks when its kernel does (it reads the f16 copy
+  // instead where there is one): the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (q8_out && (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
+  if (!f16_out && (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
       k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
@@ -735,24 +736,17 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
 void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
-  __half* x16 = normed_f16_.as<__half>();
-  auto norm = [&](const float* weight) {
-    k::RmsNormOutputs out;
-    out.f16 = x16;
-    check_launch(k::launch_rms_norm(hidden, weight, n_rows, static_cast<int>(c.n_embd), c.rms_eps,
-                                    out, kernel_config_, stream_.get()),
-                 "rms_norm");
-  };
-  norm(l.attn_norm);
+  __half* x16 = normed_f16_.as<__half>();  // what norm_for(..., true) writes
+  norm_for(l.wq, hidden, l.attn_norm, n_rows, true);
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
   f16mma(qkv, qkv_out, 3, n_rows, false, x16, c.n_embd);
-  attention(layer, n_rows, false, x16);  // its output in f16 for the output projection
+  attention(layer, n_rows, x16);  // its output in f16 for the output projection
   const int64_t q_dim = c.n_head * c.head_dim;
   float* const hidden_out[1] = {hidden};
   f16mma(&l.wo, hidden_out, 1, n_rows, true, x16, q_dim);
 
-  norm(l.ffn_norm);
+  norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
   __half* h16 = reinterpret_cast<__half*>(gate_.as<float>());  // n_ff halves per row fit
   k::MatvecTask t = swiglu_task(l);
   t.y_f16 = h16;

@@ -128,9 +128,9 @@ class CudaModel {
   // `next_wq`: the next layer's first matrix when it takes layer_gemm too and its weights are
   // resident (its dequantisation may start during this layer's last GEMM), else null.
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
-  // `q8_out`: the merge also writes the int8 copy the output projection reads, where it does;
-  // `f16_out`: an f16 copy (the f16 tensor-core path's input to the output projection).
-  void attention(int layer, int n_rows, bool q8_out = true, __half* f16_out = nullptr);
+  // `f16_out`: the output also in f16 there (the f16 tensor-core path's input to the output
+  // projection); without it, the int8 copy the output projection reads where its kernel does.
+  void attention(int layer, int n_rows, __half* f16_out = nullptr);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
