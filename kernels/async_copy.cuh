@@ -1,4 +1,5 @@
-// Shared-memory staging helpers of the tensor-core products (matvec_mma.cu, matvec_f16mma.cu):
+// Shared-memory staging helpers of the tensor-core kernels (matvec_mma.cu, matvec_f16mma.cu,
+// attention_prefill.cu):
 // cp.async copies from global memory (sm_80+), their commit groups, and ldmatrix loads.
 #pragma once
 #include <cuda_runtime.h>

@@ -14,6 +14,7 @@
 // two adjacent S C-fragments (tokens 16kk..16kk+7 and 16kk+8..16kk+15), rounded to f16.
 #include <cfloat>
 
+#include "async_copy.cuh"
 #include "attention_prefill.cuh"
 #include "common.cuh"
 
@@ -38,24 +39,8 @@ struct Layout {
 
 // The device helpers exist for sm_80+ only (the kernel's body is empty below that).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; zero-filled (nothing read) when !valid.
-__device__ __forceinline__ void copy_async_16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int N>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
+// cp.async copies and shared_address: async_copy.cuh. ldmatrix here takes precomputed shared
+// addresses (offsets are added to them in the loops).
 __device__ __forceinline__ void ldmatrix_x4(uint32_t address, uint32_t (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -165,13 +150,13 @@ __global__ void __launch_bounds__(kThreads)
       const int token = i / kChunks, column = (i % kChunks) * 8;
       const bool valid = kv0 + token < max_length;
       const int64_t at = (valid ? static_cast<int64_t>(kv0 + token) * a.token_stride : 0) + column;
-      copy_async_16(shared_address(k_dst + token * kStride + column), k_base + at, valid);
-      copy_async_16(shared_address(v_dst + token * kStride + column), v_base + at, valid);
+      copy_async<16>(k_dst + token * kStride + column, k_base + at, valid);
+      copy_async<16>(v_dst + token * kStride + column, v_base + at, valid);
     }
   };
   const int n_kv_tiles = (max_length + kKvTile - 1) / kKvTile;
   load_kv(0, 0);
-  copy_async_commit();
+  commit_copies();
 
   // Q tile: f32 -> f16 once, times scale·log2 e (the softmax runs in base 2); rows past the
   // tile's count are zeros.
@@ -209,10 +194,10 @@ __global__ void __launch_bounds__(kThreads)
     const int kv0 = it * kKvTile;
     if (it + 1 < n_kv_tiles) {
       load_kv((it + 1) % 2, kv0 + kKvTile);  // the stage read by iteration it - 1
-      copy_async_commit();
-      copy_async_wait<1>();  // this tile's group has landed (the next may still fly)
+      commit_copies();
+      wait_copies<1>();  // this tile's group has landed (the next may still fly)
     } else {
-      copy_async_wait<0>();
+      wait_copies<0>();
     }
     __syncthreads();  // every thread's copies (and, the first time, the Q tile) are visible
 
