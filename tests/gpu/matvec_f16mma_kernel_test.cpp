@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "gpu_test_support.h"
 #include "granule/block_formats.h"
@@ -183,6 +184,18 @@ Reference reference(const RowWeights& w, const double* x, int64_t cols) {
   ref.bound = kRelError * magnitude + 1e-30;
   ref.exact_bound = ref.bound + kF16Rel * exact_magnitude + kF16SubnormalStep * x_sum;
   return ref;
+}
+
+// silu(W_gate x) * (W_up x) from the two rows' references, and the bound of the kernel's f32
+// result around it: silu' lies within [-0.1, 1.1]; 1e-5 relative for the f32 silu itself.
+std::pair<double, double> swiglu_reference(const RowWeights& gate, const RowWeights& up,
+                                           const double* x, int64_t cols) {
+  const Reference g = reference(gate, x, cols), u = reference(up, x, cols);
+  const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
+  const double bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
+                       1.1 * (std::fabs(g.value) + g.bound) * u.bound + 1e-5 * std::fabs(expected) +
+                       1e-30;
+  return {expected, bound};
 }
 
 // Rows to check against the host: all of the first 70, a stride through the rest, the last
@@ -446,13 +459,7 @@ TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
         int bad = 0;
         for (int c = 0; c < batch; ++c)
           for (size_t k = 0; k < sampled.size(); ++k) {
-            const Reference g = reference(gw[k], act.column(c), cols);
-            const Reference u = reference(uw[k], act.column(c), cols);
-            const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
-            // silu' lies within [-0.1, 1.1]; 1e-5 relative for the f32 silu itself.
-            const double bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
-                                 1.1 * (std::fabs(g.value) + g.bound) * u.bound +
-                                 1e-5 * std::fabs(expected) + 1e-30;
+            const auto [expected, bound] = swiglu_reference(gw[k], uw[k], act.column(c), cols);
             const double v = got[static_cast<size_t>(c) * static_cast<size_t>(rows) +
                                  static_cast<size_t>(sampled[k])];
             if (!(std::fabs(v - expected) <= bound) && ++bad <= 5)
@@ -611,12 +618,7 @@ TEST(MatvecF16MmaTasks, FusedSwigluWritesF16) {
         int bad = 0;
         for (int c = 0; c < batch; ++c)
           for (size_t k = 0; k < sampled.size(); ++k) {
-            const Reference g = reference(gw[k], act.column(c), cols);
-            const Reference u = reference(uw[k], act.column(c), cols);
-            const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
-            const double f32_bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
-                                     1.1 * (std::fabs(g.value) + g.bound) * u.bound +
-                                     1e-5 * std::fabs(expected) + 1e-30;
+            const auto [expected, f32_bound] = swiglu_reference(gw[k], uw[k], act.column(c), cols);
             const double bound = f32_bound + half_f16_ulp(std::fabs(expected) + f32_bound);
             const double v = fp16_to_f32(bits[static_cast<size_t>(c) * static_cast<size_t>(rows) +
                                               static_cast<size_t>(sampled[k])]);
