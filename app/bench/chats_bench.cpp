@@ -147,7 +147,10 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
     if (steps_out != nullptr) {
       *steps_out << n << ',' << result.steps << ',' << seconds_between(step_start, step_end) * 1e3
                  << ',' << produced << ',' << progress.started << ',' << t.kv.last_mapping_us << ','
-                 << t.kv.last_ahead_us << ',' << t.kv.last_refill_us << '\n';
+                 << t.kv.last_ahead_us << ',' << t.kv.last_refill_us << ','
+                 << t.throughput.last_plan_us << ',' << t.throughput.last_launch_us << ','
+                 << t.throughput.last_overlap_us << ',' << t.throughput.last_wait_us << ','
+                 << t.throughput.last_results_us << '\n';
     }
     ++result.steps;
     result.granules_mapped += t.kv.last_granules_mapped;
@@ -309,7 +312,8 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
                      "record the engine's telemetry to FILE as JSON lines");
   command.add_option("--steps-out", o.steps_out,
                      "write one CSV line per step to FILE (chats, step, ms, tokens produced, "
-                     "chats started, mapping us, ahead us, refill us)");
+                     "chats started, mapping us, ahead us, refill us, then the host phases: plan, "
+                     "launch, overlap, wait and results us)");
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -355,7 +359,8 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     if (!o.steps_out.empty()) {
       steps_file.open(o.steps_out);
       if (!steps_file) throw UsageError("cannot write " + o.steps_out);
-      steps_file << "chats,step,ms,produced,started,mapping_us,ahead_us,refill_us\n";
+      steps_file << "chats,step,ms,produced,started,mapping_us,ahead_us,refill_us,"
+                    "plan_us,launch_us,overlap_us,wait_us,results_us\n";
     }
     for (int32_t n : o.chats)
       results.push_back(

@@ -120,11 +120,19 @@ class Bench {
     return seconds_since(start);
   }
 
-  // Seconds per decode step for `batch` sequences after a 1-token prompt each, greedy, the
-  // sampled token fed back as the next input (median of `steps` steps after warm-up).
-  double decode_step_seconds(int batch, int steps) {
+  // Seconds per decode step for `batch` sequences after a prompt of `depth` tokens each (none:
+  // a 1-token start), greedy, the sampled token fed back as the next input (median of `steps`
+  // steps after warm-up).
+  double decode_step_seconds(int batch, int steps, int depth = 0) {
     std::vector<int32_t> current = random_tokens(batch, 2);
-    std::vector<int64_t> position(static_cast<size_t>(batch), 0);
+    std::vector<int64_t> position(static_cast<size_t>(batch), depth);
+    if (depth > 0) {
+      const std::vector<int32_t> prompt = random_tokens(depth, 3);
+      for (int s = 0; s < batch; ++s) {
+        map(s, depth);
+        step({{s, prompt, 0, false}});
+      }
+    }
     std::vector<double> times;
     for (int i = 0; i < steps + 3; ++i) {
       std::vector<BatchSequence> b;
@@ -178,7 +186,7 @@ class Bench {
 int run(int argc, char** argv) {
   CLI::App app{"granule-bench: prompt processing, generation and batched decode on the GPU"};
   std::string model_path, synthetic;
-  int pp = 512, tg = 128, repetitions = 3;
+  int pp = 512, tg = 128, repetitions = 3, depth = 0;
   std::vector<int> batches = {1, 2, 4, 8, 16, 32};
   bool json = false;
   app.add_option("-m,--model", model_path, "GGUF model file");
@@ -187,6 +195,9 @@ int run(int argc, char** argv) {
   app.add_option("-p,--pp", pp, "prompt tokens for the prefill test (0 = skip)");
   app.add_option("-n,--tg", tg, "generated tokens for the generation test (0 = skip)");
   app.add_option("-b,--batches", batches, "batch sizes for batched decode")->delimiter(',');
+  app.add_option("-d,--depth", depth,
+                 "tokens of context each sequence holds before the generation and decode tests")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", repetitions, "repetitions of the prefill test");
   app.add_flag("--json", json, "print JSON instead of the table");
   // `granule-bench kv`: the KV memory policies benchmark (kv_bench.h).
@@ -235,7 +246,7 @@ int run(int argc, char** argv) {
       synthetic.empty() ? std::filesystem::path(model_path) : synthetic_bench_model(synthetic);
   const int max_batch = std::max(1, *std::max_element(batches.begin(), batches.end()));
   const double bandwidth_gbs = measure_bandwidth_gbs();
-  Bench bench(path, max_batch, std::max<int64_t>(pp, tg) + 64);
+  Bench bench(path, max_batch, std::max<int64_t>(pp, int64_t{tg} + depth) + 64);
   const double weight_bytes = static_cast<double>(bench.decode_weight_bytes());
   const double roofline_step_s = weight_bytes / (bandwidth_gbs * 1e9);
 
@@ -248,13 +259,15 @@ int run(int argc, char** argv) {
     const double s = t[t.size() / 2];
     results.push_back({"pp" + std::to_string(pp), 1, pp / s, s * 1e3, -1});
   }
+  const std::string at_depth = depth > 0 ? "@d" + std::to_string(depth) : "";
   if (tg > 0) {
-    const double s = bench.decode_step_seconds(1, tg);
-    results.push_back({"tg" + std::to_string(tg), 1, 1.0 / s, s * 1e3, roofline_step_s / s});
+    const double s = bench.decode_step_seconds(1, tg, depth);
+    results.push_back(
+        {"tg" + std::to_string(tg) + at_depth, 1, 1.0 / s, s * 1e3, roofline_step_s / s});
   }
   for (int b : batches) {
-    const double s = bench.decode_step_seconds(b, 32);
-    results.push_back({"decode", b, b / s, s * 1e3, roofline_step_s / s});
+    const double s = bench.decode_step_seconds(b, 32, depth);
+    results.push_back({"decode" + at_depth, b, b / s, s * 1e3, roofline_step_s / s});
   }
 
   const std::string model_name =

@@ -518,7 +518,52 @@ PY
   echo "-- ncu, decode batch 32 (launches 1500-2500)" | tee -a "$OUT/summary.txt"; ncu_sum /tmp/ncu32.txt | tee -a "$OUT/summary.txt"
 }
 
+# Session 5: the f16 products from 17 rows (GRANULE_F16MMA_MIN_ROWS=17, what the default would
+# be) through the kernel test, memcheck and the GPU suites whose oracles read the same variable
+# (one test process at a time where the ledger is compared with the driver), then the decode
+# sweep at depth 0 and 160 and the chats bench with the host phases of every step.
+wave8() {
+  local b="$build/app/bench/granule-bench" min=${WAVE8_MIN:-17}
+  {
+  timeout 150 "$build/tests/matvec_f16mma_kernel_test" --gtest_filter='-*Timing*' >/tmp/f16.txt 2>&1
+  echo "matvec_f16mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/f16.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED" /tmp/f16.txt | head -5
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/matvec_f16mma_kernel_test" \
+    --gtest_filter='MatvecF16MmaTasks.*:MatvecF16MmaBound.*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck (MatvecF16MmaTasks.*, Bound): exit $? $(grep -E 'ERROR SUMMARY' /tmp/memcheck.txt | head -1)"
+  start=$(date +%s)
+  GRANULE_F16MMA_MIN_ROWS=$min timeout 300 ctest --test-dir "$build" -j2 --timeout 250 \
+    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
+  echo "GPU suites, min rows $min, -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  GRANULE_F16MMA_MIN_ROWS=$min timeout 200 ctest --test-dir "$build" -j1 --timeout 190 -L 'streaming_gpu_test' >/tmp/ctest-stream.log 2>&1
+  echo "streaming_gpu_test, min rows $min, -j1: $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+  grep -h "\[gpu-vs-oracle\]" "$build"/Testing/Temporary/LastTest.log 2>/dev/null | cut -c1-170 | head -3
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+  { for d in 0 160; do
+      GRANULE_F16MMA_MIN_ROWS=$min timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d $d -b 1,16,17,32,64
+    done
+    GRANULE_F16MMA_MIN_ROWS=$min timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv"
+    echo "-- SmolLM2"; GRANULE_F16MMA_MIN_ROWS=$min timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda
+  } >"$OUT/bench.txt" 2>&1
+  grep -E "^\| +synthetic|^\| +(8|32) +\||^-- " "$OUT/bench.txt" | tee -a "$OUT/summary.txt"
+  python3 - "$OUT/steps-chats.csv" <<'PY' | tee -a "$OUT/summary.txt"
+import csv, sys
+rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == "32" and int(r["started"]) == 32 and int(r["produced"]) == 32]
+if rows:
+    med = lambda k: sorted(float(r[k]) for r in rows)[len(rows) // 2]
+    print(f"chats 32 full-batch steps: {len(rows)}; medians ms {med('ms'):.3f}; host us: plan {med('plan_us'):.1f}, launch {med('launch_us'):.1f}, "
+          f"overlap {med('overlap_us'):.1f}, wait {med('wait_us'):.1f}, results {med('results_us'):.1f}; mapping {med('mapping_us'):.1f}")
+PY
+  GRANULE_F16MMA_MIN_ROWS=$min timeout 150 ncu --clock-control none -k regex:attention --launch-skip 2000 --launch-count 64 --print-summary per-kernel \
+    --metrics gpu__time_duration.sum "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 64 --device cuda >/tmp/ncu-attn.txt 2>&1
+  echo "-- ncu, attention in chats 32 (launches 2000-2064 of the attention kernels)" | tee -a "$OUT/summary.txt"; ncu_sum /tmp/ncu-attn.txt | tee -a "$OUT/summary.txt"
+}
+
 case $what in
+  wave8) wave8 ;;
   wave7-final) wave7_final ;;
   wave7-f16) wave7_f16 ;;
   wave6-tests) wave6_tests ;;

@@ -174,9 +174,9 @@ struct GraphTelemetry {
   // Host-issued units of the last decode step: graph launches, eager kernels, copies
   // (the input upload and the token download count one each).
   int32_t segments_per_step = 0;
-  uint64_t replays = 0;      // cumulative decode-graph replays
-  uint64_t captures = 0;     // cumulative captures, first ones and re-captures
-  uint64_t recaptures = 0;   // cumulative captures of a bucket that had been captured before
+  uint64_t replays = 0;     // cumulative decode-graph replays
+  uint64_t captures = 0;    // cumulative captures, first ones and re-captures
+  uint64_t recaptures = 0;  // cumulative captures of a bucket that had been captured before
   std::string last_recapture_reason;  // why the last re-capture happened ("" when none yet)
   uint64_t eager_steps = 0;           // cumulative decode steps run without a graph
   std::string last_fallback_reason;   // why the last eager decode step did not replay a graph
@@ -208,17 +208,17 @@ struct GraphTelemetry {
 struct StreamingTelemetry {
   int32_t layers_resident = 0;
   int32_t layers_streamed = 0;
-  std::vector<int32_t> layer_streamed;  // per layer, in order: 1 streamed, 0 resident
-  uint64_t resident_weight_bytes = 0;   // weights held in device memory
+  std::vector<int32_t> layer_streamed;   // per layer, in order: 1 streamed, 0 resident
+  uint64_t resident_weight_bytes = 0;    // weights held in device memory
   uint64_t streamed_bytes_per_pass = 0;  // host-to-device bytes one forward pass copies
   int32_t staging_slots = 0;             // the ring's slots (0 when nothing streams)
   uint64_t staging_bytes = 0;            // the ring's device bytes
   // Share of the last step's wall time the copy engine was busy (copied bytes over the
   // measured bandwidth, divided by the step's time), 0..1.
   double staging_occupancy = 0;
-  uint64_t h2d_bytes = 0;                  // cumulative weight bytes copied host-to-device
-  double h2d_bytes_per_second = 0;         // over the last step
-  double h2d_bytes_per_token = 0;          // over the last step
+  uint64_t h2d_bytes = 0;                     // cumulative weight bytes copied host-to-device
+  double h2d_bytes_per_second = 0;            // over the last step
+  double h2d_bytes_per_token = 0;             // over the last step
   double h2d_bandwidth_bytes_per_second = 0;  // pinned host-to-device, measured at load
   uint64_t replans = 0;                       // cumulative changes of the placement
   std::string last_replan_reason;
@@ -254,6 +254,15 @@ struct ThroughputTelemetry {
   double prompt_tokens_per_second = 0;  // over every prefill so far
   double decode_tokens_per_second = 0;  // over every decode so far
   uint64_t steps = 0;
+  // Where the last step's time went on the host, in microseconds: planning it (scheduling, KV
+  // mapping, the prompt reports), queueing it on the device (inputs, graph launch), the work
+  // done while it runs (mapping ahead), blocked waiting for its end, then taking its tokens
+  // (sampling on the host where it does, stop checks, the sinks).
+  double last_plan_us = 0;
+  double last_launch_us = 0;
+  double last_overlap_us = 0;
+  double last_wait_us = 0;
+  double last_results_us = 0;
 
   template <class F>
   void for_each_field(F&& f) const {
@@ -268,6 +277,11 @@ struct ThroughputTelemetry {
     f("prompt_tokens_per_second", s.prompt_tokens_per_second);
     f("decode_tokens_per_second", s.decode_tokens_per_second);
     f("steps", s.steps);
+    f("last_plan_us", s.last_plan_us);
+    f("last_launch_us", s.last_launch_us);
+    f("last_overlap_us", s.last_overlap_us);
+    f("last_wait_us", s.last_wait_us);
+    f("last_results_us", s.last_results_us);
   }
 };
 

@@ -79,6 +79,8 @@ struct Engine::Impl {
   uint64_t steps = 0;
   double prompt_seconds = 0, decode_seconds = 0;
   uint64_t prompt_tokens_done = 0, decode_tokens_done = 0;
+  // The last step's host phases (ThroughputTelemetry::last_*_us).
+  double plan_us = 0, launch_us = 0, overlap_us = 0, wait_us = 0, results_us = 0;
 
   std::shared_ptr<spdlog::logger> log = logger("engine");
 
@@ -578,6 +580,7 @@ bool Engine::step() {
   // Planning maps this step's KV (and frees that of preempted sequences): its mapping time
   // and granule counts belong to this step.
   m.kv->reset_step_stats();
+  const auto planning = Clock::now();
   StepPlan plan;
   if (!m.plan(plan)) return false;
   if (plan.work.empty()) return m.idle_step(plan);
@@ -586,8 +589,17 @@ bool Engine::step() {
     m.report_prompts(plan);  // inside the step: a sink that cancels waits for its end
     const auto start = Clock::now();
     m.backend->launch(m.step_request(plan));
+    const auto launched = Clock::now();
     m.prepare_next_step(plan);  // host work while the device runs the step
-    m.take_results(plan, m.backend->wait(), start);
+    const auto waiting = Clock::now();
+    const StepResult result = m.backend->wait();
+    const auto done = Clock::now();
+    m.take_results(plan, result, start);
+    m.plan_us = seconds_between(planning, start) * 1e6;
+    m.launch_us = seconds_between(start, launched) * 1e6;
+    m.overlap_us = seconds_between(launched, waiting) * 1e6;
+    m.wait_us = seconds_between(waiting, done) * 1e6;
+    m.results_us = seconds_between(done, Clock::now()) * 1e6;
   } catch (const DeviceLostError& e) {
     m.lose_device(e.what());  // the device can run nothing more: every conversation ends
     return false;
@@ -717,6 +729,11 @@ TelemetrySnapshot Engine::telemetry() const {
     s.throughput.decode_tokens_per_second =
         static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
   s.throughput.steps = m.steps;
+  s.throughput.last_plan_us = m.plan_us;
+  s.throughput.last_launch_us = m.launch_us;
+  s.throughput.last_overlap_us = m.overlap_us;
+  s.throughput.last_wait_us = m.wait_us;
+  s.throughput.last_results_us = m.results_us;
   const auto now = Clock::now();
   for (const auto& [id, seq] : m.scheduler->sequences()) {
     SequenceTelemetry t;
