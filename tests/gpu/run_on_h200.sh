@@ -562,7 +562,23 @@ PY
   echo "-- ncu, attention in chats 32 (launches 2000-2064 of the attention kernels)" | tee -a "$OUT/summary.txt"; ncu_sum /tmp/ncu-attn.txt | tee -a "$OUT/summary.txt"
 }
 
+# What the GPU suites say where they fail with the f16 products from 17 rows.
+wave8_diag() {
+  local min=${WAVE8_MIN:-17} t
+  export GRANULE_F16MMA_MIN_ROWS=$min
+  {
+  timeout 120 "$build/tests/engine_churn_gpu_test" --gtest_filter='*ChatsThatEnd*' >/tmp/churn.txt 2>&1
+  echo "churn: rc=$?"; grep -E "Failure|Expected|Which is|error|Error|  Actual|FAILED" /tmp/churn.txt | head -20
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='ModelGpuBatch.*:*VsCpu*Q4_0*:*VsCpu*Q4_1*:*SmolLM2Shapes*:*F16Mma*' >/tmp/model.txt 2>&1
+  echo "model_gpu_test: rc=$?"; grep -E "\[gpu-vs-oracle\]|FAILED|Failure" /tmp/model.txt | cut -c1-260 | head -40
+  timeout 200 "$build/tests/concurrent_chats_test" --gtest_filter='*EightChats*' >/tmp/chats.txt 2>&1
+  echo "concurrent_chats_test (8): rc=$?"; grep -E "\[concurrent-chats\]|FAILED|Failure" /tmp/chats.txt | cut -c1-220 | head -30
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/churn.txt /tmp/model.txt /tmp/chats.txt "$OUT/"
+}
+
 case $what in
+  wave8-diag) wave8_diag ;;
   wave8) wave8 ;;
   wave7-final) wave7_final ;;
   wave7-f16) wave7_f16 ;;
