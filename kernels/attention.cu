@@ -5,9 +5,9 @@
 //
 // Split size, chosen on the device per row (the grid is fixed, lengths change every step):
 // at least split_tokens (the host's), larger when the grid would have more blocks than
-// target_splits per (row, kv head) (the SMs' resident blocks in all, at most kBlocksPerSm
-// per SM), capped at max(split_tokens, kMaxSplitTokens). Blocks past the row's split count
-// return at once.
+// target_splits per (row, kv head) (KernelConfig::attention_blocks_per_sm per SM, at most
+// what an SM holds), capped at max(split_tokens, kMaxSplitTokens). The grid has the most
+// splits that rule can give; blocks past the row's own split count return at once.
 //
 // Per tile, a warp computes the T x GP scores (GP: the group padded to 1, 2, 4 or 8) as
 // per-lane partial dot products, then sums all of them at once with a reduce-scatter over
@@ -31,10 +31,6 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kMaxGroup = 8;
-// Most blocks per SM the split size aims for (fewer where registers allow fewer). Each block
-// holds 4 warps with two tiles of K and V in flight: 3 blocks keep ~96 KB in flight per SM
-// at head_dim 128.
-constexpr int kBlocksPerSm = 3;
 // Splits grow past the host's split_tokens up to this many tokens (prefill keeps its 1024).
 constexpr int kMaxSplitTokens = 1024;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -447,8 +443,8 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Blocks of attention_split_kernel<EPL, GP> one SM holds at once (registers), at most
-// kBlocksPerSm; queried once per instantiation.
+// Blocks of attention_split_kernel<EPL, GP> one SM holds at once (registers); queried once
+// per instantiation.
 template <int EPL, int GP>
 int resident_blocks() {
   static const int count = [] {
@@ -458,19 +454,29 @@ int resident_blocks() {
       cudaGetLastError();
       blocks = 2;
     }
-    return std::clamp(blocks, 1, kBlocksPerSm);
+    return std::max(blocks, 1);
   }();
   return count;
 }
 
 template <int EPL, int GP>
 cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
-  // Splits per (row, kv head) that fill the SMs once (rounded down: the grid's active blocks
-  // fit in one wave); rows beyond that keep the host's split size.
+  // Splits per (row, kv head) that fill the SMs once with attention_blocks_per_sm blocks each
+  // (at most what an SM holds; rounded down: the active blocks fit in one wave); rows beyond
+  // that keep the host's split size.
   const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
-  const int target_splits = static_cast<int>(
-      std::max<int64_t>(1, multiprocessors() * resident_blocks<EPL, GP>() / pairs));
-  const dim3 grid(args.max_splits, args.n_kv, args.rows);
+  const int per_sm = std::clamp(config.attention_blocks_per_sm, 1, resident_blocks<EPL, GP>());
+  const int target_splits =
+      static_cast<int>(std::max<int64_t>(1, multiprocessors() * per_sm / pairs));
+  // The grid holds the most splits plan_splits() can give a row of up to max_splits x
+  // split_tokens tokens: target_splits, or more where the split size reaches its cap. The
+  // rest of max_splits would be blocks that return at once (a 32-row step at an 8k context:
+  // 128 x 8 x 32 blocks for 8 x 8 x 32 that can have work).
+  const int64_t longest = static_cast<int64_t>(args.max_splits) * args.split_tokens;
+  const int cap_tokens = std::max(args.split_tokens, kMaxSplitTokens);
+  const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
+                  args.rows);
   return launch_early(attention_split_kernel<EPL, GP>, grid, dim3(kThreads), config, stream, args,
                       target_splits);
 }

@@ -71,6 +71,10 @@ struct KernelConfig {
   // The f16 products at 9-64 columns as 64-row tiles split over 2-4-block clusters (sm_90).
   // Measured slower on the H200 (8B Q4_0, 32 rows: 7.35 ms per step against 5.31): off.
   bool f16_mma_clusters = false;
+  // Decode attention (attention.cu) splits a sequence's length until its blocks fill the SMs
+  // this many times over (at most the blocks an SM can hold): more splits, more blocks in
+  // flight per short sequence, and a merge pass per (row, KV head).
+  int attention_blocks_per_sm = 3;
 };
 
 }  // namespace granule::kernels

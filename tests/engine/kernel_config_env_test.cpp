@@ -176,10 +176,10 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   std::vector<std::string> warnings;
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.flash_prefill);
-  EXPECT_EQ(describe_attention(defaults), "flash prefill on");
+  EXPECT_EQ(describe_attention(defaults), "flash prefill on, decode splits for 3 blocks per SM");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
-  EXPECT_EQ(describe_attention(off), "flash prefill off");
+  EXPECT_EQ(describe_attention(off), "flash prefill off, decode splits for 3 blocks per SM");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -226,6 +226,22 @@ TEST(KernelConfigEnv, F16MmaMinRows) {
       "GRANULE_F16MMA_MIN_ROWS=65 ignored (accepted: a whole number from 0 to 64); keeping 16");
 }
 
+TEST(KernelConfigEnv, AttentionBlocksPerSm) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_blocks_per_sm, 3);
+  const KernelConfig set = parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "8"}}}, warnings);
+  EXPECT_EQ(set.attention_blocks_per_sm, 8);
+  EXPECT_NE(describe_attention(set).find("decode splits for 8 blocks per SM"), std::string::npos)
+      << describe_attention(set);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "0"}}}, warnings, set).attention_blocks_per_sm,
+            8);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "GRANULE_ATTN_BLOCKS_PER_SM=0 ignored (accepted: a whole number from 1 to 32); "
+            "keeping 8");
+}
+
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
   std::vector<std::string> warnings;
   const KernelConfig config =
@@ -254,7 +270,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 13u);
+  ASSERT_EQ(kernel_override_variables().size(), 14u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

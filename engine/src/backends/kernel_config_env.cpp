@@ -27,11 +27,13 @@ constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
 constexpr const char* kF16MmaClustersVariable = "GRANULE_F16MMA_CLUSTERS";
+constexpr const char* kAttentionBlocksVariable = "GRANULE_ATTN_BLOCKS_PER_SM";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,   kSplitShapeVariable,   kSplitShapeLongVariable, kEarlyLaunchVariable,
-    kSplitWeightsVariable,  kMmaVariable,          kMmaMinRowsVariable,     kMmaPrefillVariable,
-    kMmaOccupancyVariable,  kFlashPrefillVariable, kPrefillOverlapVariable, kF16MmaMinRowsVariable,
-    kF16MmaClustersVariable};
+    kMatvecShapeVariable,    kSplitShapeVariable,     kSplitShapeLongVariable,
+    kEarlyLaunchVariable,    kSplitWeightsVariable,   kMmaVariable,
+    kMmaMinRowsVariable,     kMmaPrefillVariable,     kMmaOccupancyVariable,
+    kFlashPrefillVariable,   kPrefillOverlapVariable, kF16MmaMinRowsVariable,
+    kF16MmaClustersVariable, kAttentionBlocksVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -123,6 +125,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
   apply_count(kF16MmaMinRowsVariable, 0, 64, config.f16_mma_min_rows, lookup, warnings);
   apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
+  apply_count(kAttentionBlocksVariable, 1, 32, config.attention_blocks_per_sm, lookup, warnings);
   return config;
 }
 
@@ -159,7 +162,8 @@ std::string describe_mma(const KernelConfig& config) {
 }
 
 std::string describe_attention(const KernelConfig& config) {
-  return std::string("flash prefill ") + (config.flash_prefill ? "on" : "off");
+  return std::string("flash prefill ") + (config.flash_prefill ? "on" : "off") +
+         ", decode splits for " + std::to_string(config.attention_blocks_per_sm) + " blocks per SM";
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {
