@@ -575,6 +575,17 @@ wave8_diag() {
   echo "concurrent_chats_test (8): rc=$?"; grep -E "\[concurrent-chats\]|FAILED|Failure" /tmp/chats.txt | cut -c1-220 | head -30
   } 2>&1 | tee "$OUT/summary.txt"
   cp /tmp/churn.txt /tmp/model.txt /tmp/chats.txt "$OUT/"
+  local b="$build/app/bench/granule-bench" a
+  {
+  timeout 150 "$build/tests/attention_kernels_test" >/tmp/attn.txt 2>&1
+  echo "attention_kernels_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/attn.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|attention-timing" /tmp/attn.txt | head -12
+  for a in 3 6 12; do
+    echo "-- GRANULE_ATTN_BLOCKS_PER_SM=$a"
+    GRANULE_ATTN_BLOCKS_PER_SM=$a timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 1,8,32 | grep -E "^\| +synthetic"
+  done
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
+  } 2>&1 | tee -a "$OUT/summary.txt"
 }
 
 case $what in
