@@ -5,9 +5,9 @@
 //
 // Split size, chosen on the device per row (the grid is fixed, lengths change every step):
 // at least split_tokens (the host's), larger when the grid would have more blocks than
-// target_splits per (row, kv head) (KernelConfig::attention_blocks_per_sm per SM, at most
-// what an SM holds), capped at max(split_tokens, kMaxSplitTokens). The grid has the most
-// splits that rule can give; blocks past the row's own split count return at once.
+// target_splits per (row, kv head) (KernelConfig::attention_blocks_per_sm per SM), capped at
+// max(split_tokens, kMaxSplitTokens). The grid has the most splits that rule can give; blocks past
+// the row's own split count return at once.
 //
 // Per tile, a warp computes the T x GP scores (GP: the group padded to 1, 2, 4 or 8) as
 // per-lane partial dot products, then sums all of them at once with a reduce-scatter over
@@ -443,29 +443,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Blocks of attention_split_kernel<EPL, GP> one SM holds at once (registers); queried once
-// per instantiation.
-template <int EPL, int GP>
-int resident_blocks() {
-  static const int count = [] {
-    int blocks = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, attention_split_kernel<EPL, GP>,
-                                                      kThreads, 0) != cudaSuccess) {
-      cudaGetLastError();
-      blocks = 2;
-    }
-    return std::max(blocks, 1);
-  }();
-  return count;
-}
-
 template <int EPL, int GP>
 cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
-  // Splits per (row, kv head) that fill the SMs once with attention_blocks_per_sm blocks each
-  // (at most what an SM holds; rounded down: the active blocks fit in one wave); rows beyond
-  // that keep the host's split size.
+  // Splits per (row, kv head) that give every SM attention_blocks_per_sm blocks (rounded
+  // down); rows beyond that keep the host's split size. Past what an SM holds at once (about
+  // 3 blocks) the rest wait for a second wave.
   const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
-  const int per_sm = std::clamp(config.attention_blocks_per_sm, 1, resident_blocks<EPL, GP>());
+  const int per_sm = std::max(config.attention_blocks_per_sm, 1);
   const int target_splits =
       static_cast<int>(std::max<int64_t>(1, multiprocessors() * per_sm / pairs));
   // The grid holds the most splits plan_splits() can give a row of up to max_splits x

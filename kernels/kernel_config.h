@@ -65,15 +65,15 @@ struct KernelConfig {
   // weights dequantised to f16 in registers, no per-block epilogue. 0 off. The backend turns it
   // off on devices without f16 mma. H200, 8B Q4_0, decode ms per step int8 / f16: 16 rows
   // 3.83 / 3.95, 20 rows 6.86 / 5.28, 32 rows 6.88 / 5.31, 64 rows 10.51 / 8.83 (PERF_NOTES).
-  // Off by default until the CPU oracle rounds as this path does (it emulates the int8
-  // activations): 17 is where it wins.
-  int f16_mma_min_rows = 0;
+  // 17 is where they win (16 columns still fit the int8 kernels' 16-column tiles). The CPU
+  // oracle rounds such runs as this path does (cpu_backend.cpp).
+  int f16_mma_min_rows = 17;
   // The f16 products at 9-64 columns as 64-row tiles split over 2-4-block clusters (sm_90).
   // Measured slower on the H200 (8B Q4_0, 32 rows: 7.35 ms per step against 5.31): off.
   bool f16_mma_clusters = false;
   // Decode attention (attention.cu) splits a sequence's length until its blocks fill the SMs
-  // this many times over (at most the blocks an SM can hold): more splits, more blocks in
-  // flight per short sequence, and a merge pass per (row, KV head).
+  // this many times over: more splits, shorter chains per block for short sequences, and a
+  // merge pass per (row, KV head).
   int attention_blocks_per_sm = 3;
 };
 

@@ -120,7 +120,8 @@ TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDevic
       });
     }
     run_to_idle(*engine);
-    // Regenerate every third answer: the same prompt again, after its KV was released.
+    // Regenerate every third answer: the same prompt again, after its chat ended (its KV
+    // kept for reuse, or given up for a slot).
     std::vector<Chat> again;
     for (size_t i = 2; i < chats.size(); i += 3) {
       Chat c;
@@ -149,8 +150,14 @@ TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDevic
       EXPECT_EQ(static_cast<int32_t>(c.tokens.size()), c.max_tokens);
       ++regenerated;
     }
-    EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u) << "round " << round;
+    // What stays committed is the KV kept for a next turn (EngineOptions::kv_reuse) of the
+    // chats that ended, and nothing else.
+    const TelemetrySnapshot t = engine->telemetry();
+    EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::KvCommitted), t.scheduler.kept_kv_bytes)
+        << "round " << round;
   }
+  engine->drop_kept_kv();
+  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
   EXPECT_EQ(engine->device_lost_reason(), "");
   CUDA_OK(cudaDeviceSynchronize());
   std::cout << "[churn] " << ended << " chats ended, " << cancelled << " cancelled, " << regenerated

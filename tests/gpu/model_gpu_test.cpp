@@ -401,8 +401,14 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
     want.insert(want.end(), o.begin(), o.end());
     got.insert(got.end(), g.begin(), g.end());
   }
-  expect_close(compare_rows(want, ref, got, vocab), "batched decode (3 sequences)", kShallow,
-               "Q4_0 batched-decode");
+  // The 40-token prompt takes the f16 products where they are on for 40 rows: their f16
+  // roundings flip far more often than int8 blocks do (each flip is an f16 step, not an int8
+  // one), so, as for the int8 types, the share of rows past the summation tolerance is not
+  // capped; the bound per row still holds.
+  const int f16_from = kernel_config_from_environment().f16_mma_min_rows;
+  const bool f16_prompt = f16_from > 0 && f16_from <= lengths[1];
+  expect_close(compare_rows(want, ref, got, vocab), "batched decode (3 sequences)",
+               f16_prompt ? kShallowInt8 : kShallow, "Q4_0 batched-decode");
   std::filesystem::remove(path);
 }
 
