@@ -123,15 +123,16 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   EXPECT_TRUE(defaults.mma);
   EXPECT_EQ(defaults.mma_min_rows, 8);
   EXPECT_FALSE(defaults.mma_prefill);
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off");
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
   const KernelConfig set =
       parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
   EXPECT_EQ(set.mma_min_rows, 16);
   EXPECT_TRUE(set.mma_prefill);
-  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)), "int8 mma off");
+  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on, f16 mma from 17 rows");
+  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)),
+            "int8 mma off, f16 mma from 17 rows");
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off");
+            "int8 mma v1 from 8 rows, prefill off, f16 mma from 17 rows");
   EXPECT_TRUE(warnings.empty());
   for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
     std::vector<std::string> w;
@@ -146,7 +147,7 @@ TEST(KernelConfigEnv, MmaOccupancyVariants) {
   std::vector<std::string> warnings;
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_EQ(defaults.mma_occupancy, 0);  // the kernel as measured
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off");
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
   for (const int occupancy : {0, 1, 2}) {
     const KernelConfig set =
         parse({{{"GRANULE_MMA_OCC", std::to_string(occupancy)}}}, warnings, defaults);
@@ -155,9 +156,9 @@ TEST(KernelConfigEnv, MmaOccupancyVariants) {
   }
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "2"}}}, warnings)),
-            "int8 mma from 8 rows, prefill off, occupancy 2");
+            "int8 mma from 8 rows, prefill off, occupancy 2, f16 mma from 17 rows");
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "1"}, {"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off, occupancy 1");
+            "int8 mma v1 from 8 rows, prefill off, occupancy 1, f16 mma from 17 rows");
   KernelConfig start;
   start.mma_occupancy = 1;
   for (const char* bad : {"3", "-1", "one", " 2"}) {

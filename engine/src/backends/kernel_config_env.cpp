@@ -146,17 +146,17 @@ std::string describe(const KernelConfig& config) {
 }
 
 std::string describe_mma(const KernelConfig& config) {
-  if (!config.mma) return "int8 mma off";
+  const std::string f16 =
+      config.f16_mma_min_rows > 0
+          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
+          : "";
+  if (!config.mma) return "int8 mma off" + f16;
   // The kernel version only when it is not the default one.
   const std::string version =
       config.mma != KernelConfig{}.mma ? " v" + std::to_string(config.mma) : "";
   // The occupancy variant only when one is picked (version 2 runs it, 9-64 rows).
   const std::string occupancy =
       config.mma_occupancy ? ", occupancy " + std::to_string(config.mma_occupancy) : "";
-  const std::string f16 =
-      config.f16_mma_min_rows > 0
-          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
-          : "";
   return "int8 mma" + version + " from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
          (config.mma_prefill ? "on" : "off") + occupancy + f16;
 }
