@@ -588,7 +588,41 @@ wave8_diag() {
   } 2>&1 | tee -a "$OUT/summary.txt"
 }
 
+# Session 5, the defaults (f16 products from 17 rows): the GPU suites (the ledger-reading ones
+# one process at a time), the attention split sweep at depth 160 and the chats bench.
+wave8_final() {
+  local b="$build/app/bench/granule-bench" a t
+  {
+  for t in attention_kernels_test matvec_f16mma_kernel_test; do
+    timeout 150 "$build/tests/$t" --gtest_filter='-*Timing*' >"/tmp/$t.txt" 2>&1; echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/$t.txt | tr '\n' ' ')"
+  done
+  start=$(date +%s)
+  timeout 300 ctest --test-dir "$build" -j2 --timeout 250 --output-on-failure \
+    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
+  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  grep -E "^\[concurrent-chats\] [0-9]+ chats|^\[churn\]" /tmp/ctest.log | cut -c1-200
+  timeout 200 ctest --test-dir "$build" -j1 --timeout 190 --output-on-failure -L 'streaming_gpu_test|kv_space_gpu_test' >/tmp/ctest-stream.log 2>&1
+  echo "streaming + kv space suites -j1: $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+  {
+  for a in 3 6 12; do
+    echo "-- GRANULE_ATTN_BLOCKS_PER_SM=$a"
+    GRANULE_ATTN_BLOCKS_PER_SM=$a timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 1,8,32 | grep -E "^\| +synthetic"
+  done
+  echo "-- defaults"
+  timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 64 -b 1,8,16,17,32,64 | grep -E "^\| +synthetic"
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
+  echo "-- SmolLM2"
+  timeout 90 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
+  timeout 90 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 64 -b 1,32 | grep -E "^\| +synthetic"
+  } 2>&1 | tee -a "$OUT/summary.txt"
+}
+
 case $what in
+  wave8-final) wave8_final ;;
   wave8-diag) wave8_diag ;;
   wave8) wave8 ;;
   wave7-final) wave7_final ;;
