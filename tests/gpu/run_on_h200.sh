@@ -621,7 +621,29 @@ wave8_final() {
   } 2>&1 | tee -a "$OUT/summary.txt"
 }
 
+# Session 5: 8-warp decode attention blocks (GRANULE_ATTN_WARPS=8) against 4, and the chats
+# bench with its graphs captured in the warm-up.
+wave8_attn() {
+  local b="$build/app/bench/granule-bench" w
+  {
+  GRANULE_ATTN_WARPS=8 timeout 150 "$build/tests/attention_kernels_test" >/tmp/attn8.txt 2>&1
+  echo "attention_kernels_test, 8 warps: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/attn8.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|attention-timing" /tmp/attn8.txt | head -8
+  GRANULE_ATTN_WARPS=8 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/attention_kernels_test" \
+    --gtest_filter='-*Timing*' >/tmp/memcheck.txt 2>&1
+  echo "attention_kernels_test under memcheck, 8 warps: exit $? $(grep -E 'ERROR SUMMARY' /tmp/memcheck.txt | head -1)"
+  for w in 4 8; do
+    echo "-- GRANULE_ATTN_WARPS=$w"
+    GRANULE_ATTN_WARPS=$w timeout 120 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 1,8,32 | grep -E "^\| +synthetic"
+    GRANULE_ATTN_WARPS=$w timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-w$w.csv" | grep -E "^\| +(8|32) +\|"
+  done
+  GRANULE_ATTN_WARPS=8 timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 64 --device cuda | grep -E "^\| +(1|8) +\|"
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 64 --device cuda | grep -E "^\| +(1|8) +\|"
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave8-attn) wave8_attn ;;
   wave8-final) wave8_final ;;
   wave8-diag) wave8_diag ;;
   wave8) wave8 ;;
