@@ -447,7 +447,7 @@ __global__ void __launch_bounds__(NW* kWarpSize)
 template <int EPL, int GP>
 cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
   // More warps per block: fewer tiles in turn per warp for the same split (its chain of
-  // dependent shuffles and loads), no more blocks. Head size 256 with groups of 8 keeps 4.
+  // dependent shuffles and loads), no more blocks.
   const bool eight = config.attention_warps == 8;
   // Splits per (row, kv head) that give every SM attention_blocks_per_sm blocks (rounded
   // down); rows beyond that keep the host's split size. Past what an SM holds at once (about
@@ -465,11 +465,9 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
                   args.rows);
-  if constexpr (EPL * GP <= 32) {  // 8 warps' shared accumulators fit 48 KB
-    if (eight)
-      return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
-                          stream, args, target_splits);
-  }
+  if (eight)
+    return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
+                        stream, args, target_splits);
   return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
                       args, target_splits);
 }
