@@ -28,6 +28,8 @@
 namespace granule::kernels {
 namespace {
 
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kMaxGroup = 8;
 // Splits grow past the host's split_tokens up to this many tokens (prefill keeps its 1024).
 constexpr int kMaxSplitTokens = 1024;
@@ -136,12 +138,9 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[NV], int lane) {
 }
 
 // EPL: head dimensions per lane (head_dim / 32). GP: the GQA group padded to a power of 2.
-// NW: warps per block (KernelConfig::attention_warps).
-template <int EPL, int GP, int NW>
-__global__ void __launch_bounds__(NW* kWarpSize)
+template <int EPL, int GP>
+__global__ void __launch_bounds__(kThreads)
     attention_split_kernel(AttentionArgs a, int target_splits) {
-  constexpr int kWarps = NW;
-  constexpr int kThreads = NW * kWarpSize;
   constexpr int kHeadDim = EPL * kWarpSize;
   constexpr int W = EPL / 2;                   // 32-bit words of K (or V) per lane per token
   constexpr int T = GP == 8 ? 4 : 8;           // tokens per tile
@@ -446,9 +445,6 @@ __global__ void __launch_bounds__(NW* kWarpSize)
 
 template <int EPL, int GP>
 cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
-  // More warps per block: fewer tiles in turn per warp for the same split (its chain of
-  // dependent shuffles and loads), no more blocks.
-  const bool eight = config.attention_warps == 8;
   // Splits per (row, kv head) that give every SM attention_blocks_per_sm blocks (rounded
   // down); rows beyond that keep the host's split size. Past what an SM holds at once (about
   // 3 blocks) the rest wait for a second wave.
@@ -465,11 +461,8 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
                   args.rows);
-  if (eight)
-    return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
-                        stream, args, target_splits);
-  return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
-                      args, target_splits);
+  return launch_early(attention_split_kernel<EPL, GP>, grid, dim3(kThreads), config, stream, args,
+                      target_splits);
 }
 
 template <int EPL>

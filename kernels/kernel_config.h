@@ -75,8 +75,6 @@ struct KernelConfig {
   // this many times over: more splits, shorter chains per block for short sequences, and a
   // merge pass per (row, KV head).
   int attention_blocks_per_sm = 3;
-  // Warps per decode attention block, 4 or 8: they take the split's tiles of tokens in turn.
-  int attention_warps = 4;
 };
 
 }  // namespace granule::kernels
