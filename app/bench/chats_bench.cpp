@@ -150,7 +150,7 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
                  << t.kv.last_ahead_us << ',' << t.kv.last_refill_us << ','
                  << t.throughput.last_plan_us << ',' << t.throughput.last_launch_us << ','
                  << t.throughput.last_overlap_us << ',' << t.throughput.last_wait_us << ','
-                 << t.throughput.last_results_us << '\n';
+                 << t.throughput.last_results_us << ',' << t.graphs.captures << '\n';
     }
     ++result.steps;
     result.granules_mapped += t.kv.last_granules_mapped;
@@ -313,7 +313,7 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
   command.add_option("--steps-out", o.steps_out,
                      "write one CSV line per step to FILE (chats, step, ms, tokens produced, "
                      "chats started, mapping us, ahead us, refill us, then the host phases: plan, "
-                     "launch, overlap, wait and results us)");
+                     "launch, overlap, wait and results us; decode graphs captured so far)");
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -356,9 +356,11 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     // Then every measured number of chats once with short prompts, so the decode step of
     // that batch is captured as a CUDA graph (a one-time 20-30 ms for an 8B model) before its
     // run rather than inside its decode window.
+    // Enough tokens that all of them decode together in some step even when their prompts
+    // are admitted over several steps.
     ChatsBenchOptions warm_batch = o;
     warm_batch.prompt_tokens = std::min<int64_t>(o.prompt_tokens, 8);
-    warm_batch.generate_tokens = std::min(o.generate_tokens, 3);
+    warm_batch.generate_tokens = std::min(o.generate_tokens, 16);
     for (int32_t n : o.chats)
       if (n > 1) run_chats(*engine, n, warm_batch, telemetry.get());
 
@@ -368,7 +370,7 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
       steps_file.open(o.steps_out);
       if (!steps_file) throw UsageError("cannot write " + o.steps_out);
       steps_file << "chats,step,ms,produced,started,mapping_us,ahead_us,refill_us,"
-                    "plan_us,launch_us,overlap_us,wait_us,results_us\n";
+                    "plan_us,launch_us,overlap_us,wait_us,results_us,graph_captures\n";
     }
     for (int32_t n : o.chats)
       results.push_back(
