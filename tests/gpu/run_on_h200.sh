@@ -642,7 +642,36 @@ wave8_attn() {
   } 2>&1 | tee "$OUT/summary.txt"
 }
 
+# Session 5, last call: the defaults through every bench of issue 15, then the int8 mma
+# threshold below 8 rows and the decode attention's stall reasons at 32 rows x 160 tokens.
+wave8_last() {
+  local b="$build/app/bench/granule-bench"
+  {
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
+  python3 - "$OUT/steps-chats.csv" <<'PY'
+import csv, sys
+for n in ("8", "32"):
+    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == n and r["started"] == n and r["produced"] == n]
+    ms = sorted(float(r["ms"]) for r in rows)
+    print(f"chats {n}: {len(ms)} full-batch steps, median {ms[len(ms)//2]:.3f} ms, max {ms[-1]:.3f}, graph captures {rows[0]['graph_captures']} -> {rows[-1]['graph_captures']}")
+PY
+  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64 | grep -E "^\| +synthetic"
+  echo "-- SmolLM2"
+  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
+  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
+  echo "-- 8,000-token prompts"
+  timeout 120 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda | grep -E "^\| +(1|8) +\|"
+  echo "-- GRANULE_MMA_MIN_ROWS=1"
+  GRANULE_MMA_MIN_ROWS=1 timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1,2,4 | grep -E "^\| +synthetic"
+  timeout 60 ncu --clock-control none --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
+    -k regex:attention_split --launch-skip 40 --launch-count 1 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 32 >/tmp/ncu-attn.txt 2>&1
+  grep -E "attention_split|Duration|Stall|Warp Cycles Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Block Limit" /tmp/ncu-attn.txt | head -40
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/ncu-attn.txt "$OUT/" 2>/dev/null
+}
+
 case $what in
+  wave8-last) wave8_last ;;
   wave8-attn) wave8_attn ;;
   wave8-final) wave8_final ;;
   wave8-diag) wave8_diag ;;
