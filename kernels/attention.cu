@@ -28,8 +28,6 @@
 namespace granule::kernels {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kMaxGroup = 8;
 // Splits grow past the host's split_tokens up to this many tokens (prefill keeps its 1024).
 constexpr int kMaxSplitTokens = 1024;
@@ -138,18 +136,23 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[NV], int lane) {
 }
 
 // EPL: head dimensions per lane (head_dim / 32). GP: the GQA group padded to a power of 2.
-template <int EPL, int GP>
-__global__ void __launch_bounds__(kThreads)
+// NW: warps per block (KernelConfig::attention_warps). 8-warp blocks hold one tile of K and V
+// per warp (no second tile in flight) so that two of them fit an SM's registers: 16 warps per
+// SM where a grid of one split per (row, KV head) gives each SM about two blocks.
+template <int EPL, int GP, int NW>
+__global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     attention_split_kernel(AttentionArgs a, int target_splits) {
+  constexpr int kWarps = NW;
+  constexpr int kThreads = NW * kWarpSize;
   constexpr int kHeadDim = EPL * kWarpSize;
   constexpr int W = EPL / 2;                   // 32-bit words of K (or V) per lane per token
   constexpr int T = GP == 8 ? 4 : 8;           // tokens per tile
   constexpr int NV = T * GP;                   // scores per tile: 8, 16 or 32
   constexpr int SH = 5 - log2_of(NV);          // lane >> SH: the score a lane ends with
   constexpr int kTokenBit = SH + log2_of(GP);  // lanes of one head differ from this bit up
-  constexpr bool kPrefetch = EPL * GP <= 32;   // registers allow a second tile in flight
-  constexpr int kVecs = GP * kHeadDim / 4;     // float4 outputs of the group
-  constexpr int kChunk = 2 * kHeadDim;         // splits merged per pass
+  constexpr bool kPrefetch = NW == 4 && EPL * GP <= 32;  // registers allow a second tile
+  constexpr int kVecs = GP * kHeadDim / 4;               // float4 outputs of the group
+  constexpr int kChunk = 2 * kHeadDim;                   // splits merged per pass
   static_assert(2 * GP * kChunk <= kWarps * GP * kHeadDim, "merge weights reuse sm_acc");
 
   __shared__ __align__(16) float sm_acc[kWarps][GP][kHeadDim];
@@ -449,6 +452,11 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   // down); rows beyond that keep the host's split size. Past what an SM holds at once (about
   // 3 blocks) the rest wait for a second wave.
   const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
+  // More warps per block where the (row, KV head) pairs alone fill the SMs (no room for
+  // splits): fewer tiles in turn per warp, no more blocks. 0 chooses that way; head size 256
+  // with groups of 8 keeps 4 (8 warps' accumulators would pass 48 KB of shared memory).
+  const bool eight =
+      config.attention_warps == 8 || (config.attention_warps == 0 && pairs >= multiprocessors());
   const int per_sm = std::max(config.attention_blocks_per_sm, 1);
   const int target_splits =
       static_cast<int>(std::max<int64_t>(1, multiprocessors() * per_sm / pairs));
@@ -461,8 +469,13 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
                   args.rows);
-  return launch_early(attention_split_kernel<EPL, GP>, grid, dim3(kThreads), config, stream, args,
-                      target_splits);
+  if constexpr (EPL * GP <= 32) {  // 8 warps' shared accumulators fit 48 KB
+    if (eight)
+      return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
+                          stream, args, target_splits);
+  }
+  return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
+                      args, target_splits);
 }
 
 template <int EPL>

@@ -75,6 +75,9 @@ struct KernelConfig {
   // this many times over: more splits, shorter chains per block for short sequences, and a
   // merge pass per (row, KV head).
   int attention_blocks_per_sm = 3;
+  // Warps per decode attention block: 4, 8, or 0 for 8 where the rows' (row, KV head) pairs
+  // alone fill the SMs and 4 elsewhere. The warps take a split's tiles of tokens in turn.
+  int attention_warps = 4;
 };
 
 }  // namespace granule::kernels

@@ -177,10 +177,12 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   std::vector<std::string> warnings;
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.flash_prefill);
-  EXPECT_EQ(describe_attention(defaults), "flash prefill on, decode splits for 3 blocks per SM");
+  EXPECT_EQ(describe_attention(defaults),
+            "flash prefill on, decode splits for 3 blocks per SM of 4 warps");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
-  EXPECT_EQ(describe_attention(off), "flash prefill off, decode splits for 3 blocks per SM");
+  EXPECT_EQ(describe_attention(off),
+            "flash prefill off, decode splits for 3 blocks per SM of 4 warps");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -234,7 +236,17 @@ TEST(KernelConfigEnv, AttentionBlocksPerSm) {
   EXPECT_EQ(set.attention_blocks_per_sm, 8);
   EXPECT_NE(describe_attention(set).find("decode splits for 8 blocks per SM"), std::string::npos)
       << describe_attention(set);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_warps, 4);
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "8"}}}, warnings).attention_warps, 8);
+  const KernelConfig automatic = parse({{{"GRANULE_ATTN_WARPS", "auto"}}}, warnings);
+  EXPECT_EQ(automatic.attention_warps, 0);
+  EXPECT_NE(describe_attention(automatic).find("of 4 or 8 warps"), std::string::npos)
+      << describe_attention(automatic);
   EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "6"}}}, warnings).attention_warps, 4);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_ATTN_WARPS=6 ignored (accepted: auto, 4, 8); keeping 4");
+  warnings.clear();
   EXPECT_EQ(parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "0"}}}, warnings, set).attention_blocks_per_sm,
             8);
   ASSERT_EQ(warnings.size(), 1u);
@@ -271,7 +283,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 14u);
+  ASSERT_EQ(kernel_override_variables().size(), 15u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

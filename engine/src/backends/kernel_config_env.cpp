@@ -28,12 +28,13 @@ constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
 constexpr const char* kF16MmaClustersVariable = "GRANULE_F16MMA_CLUSTERS";
 constexpr const char* kAttentionBlocksVariable = "GRANULE_ATTN_BLOCKS_PER_SM";
+constexpr const char* kAttentionWarpsVariable = "GRANULE_ATTN_WARPS";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,    kSplitShapeVariable,     kSplitShapeLongVariable,
-    kEarlyLaunchVariable,    kSplitWeightsVariable,   kMmaVariable,
-    kMmaMinRowsVariable,     kMmaPrefillVariable,     kMmaOccupancyVariable,
-    kFlashPrefillVariable,   kPrefillOverlapVariable, kF16MmaMinRowsVariable,
-    kF16MmaClustersVariable, kAttentionBlocksVariable};
+    kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
+    kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
+    kMmaMinRowsVariable,     kMmaPrefillVariable,      kMmaOccupancyVariable,
+    kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
+    kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -56,6 +57,7 @@ constexpr Choice<SplitShape> kSplitShapes[] = {{"1x2", SplitShape::k1x2},
 constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
 constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
+constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -126,6 +128,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kF16MmaMinRowsVariable, 0, 64, config.f16_mma_min_rows, lookup, warnings);
   apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
   apply_count(kAttentionBlocksVariable, 1, 32, config.attention_blocks_per_sm, lookup, warnings);
+  apply(kAttentionWarpsVariable, kAttentionWarps, config.attention_warps, lookup, warnings);
   return config;
 }
 
