@@ -166,7 +166,10 @@ std::string describe_mma(const KernelConfig& config) {
 
 std::string describe_attention(const KernelConfig& config) {
   return std::string("flash prefill ") + (config.flash_prefill ? "on" : "off") +
-         ", decode splits for " + std::to_string(config.attention_blocks_per_sm) + " blocks per SM";
+         ", decode splits for " + std::to_string(config.attention_blocks_per_sm) +
+         " blocks per SM of " +
+         (config.attention_warps ? std::to_string(config.attention_warps) : std::string("4 or 8")) +
+         " warps";
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {
