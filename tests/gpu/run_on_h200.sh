@@ -670,7 +670,22 @@ PY
   cp /tmp/ncu-attn.txt "$OUT/" 2>/dev/null
 }
 
+# Session 5: 8-warp decode attention blocks with one tile each and two blocks per SM, against
+# the 4-warp default (GRANULE_ATTN_WARPS=auto takes them where the pairs fill the SMs).
+wave8_warps() {
+  local b="$build/app/bench/granule-bench" w
+  GRANULE_ATTN_WARPS=8 timeout 60 "$build/tests/attention_kernels_test" >/tmp/attn8.txt 2>&1
+  echo "attention_kernels_test, 8 warps: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/attn8.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|attention-timing" /tmp/attn8.txt | head -6
+  for w in 4 auto; do
+    echo "-- GRANULE_ATTN_WARPS=$w"
+    GRANULE_ATTN_WARPS=$w timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 1,8,32 | grep -E "^\| +synthetic"
+    GRANULE_ATTN_WARPS=$w timeout 60 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
+  done
+}
+
 case $what in
+  wave8-warps) wave8_warps ;;
   wave8-last) wave8_last ;;
   wave8-attn) wave8_attn ;;
   wave8-final) wave8_final ;;
