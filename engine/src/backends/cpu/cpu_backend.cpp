@@ -215,7 +215,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
              c.rms_eps);
   }
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  const bool f16 = emulate_ && f16_layers_[static_cast<size_t>(layer)];
+  const bool f16 = f16_layer(layer);
   if (emulate_) {
     project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm, f16);
     project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm, f16);
@@ -349,7 +349,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
     }
-    const bool f16 = emulate_ && f16_layers_[static_cast<size_t>(layer)];
+    const bool f16 = f16_layer(layer);
     if (emulate_) {
       project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm, f16);
       project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);

@@ -59,6 +59,10 @@ class CpuBackend final : public Backend {
                bool f16_layer);
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
+  // Emulating, and the layer's matrices can take the f16 tensor-core products.
+  bool f16_layer(int64_t layer) const {
+    return emulate_ && f16_layers_[static_cast<size_t>(layer)];
+  }
   float* kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const;
 
   const ModelConfig& config_;
