@@ -166,7 +166,7 @@ bool CpuBackend::reads_q8(const TensorInfo* w) const {
 }
 
 void CpuBackend::project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                         Input input, bool f16_layer) {
+                         Input input, bool f16_capable) {
   const int64_t cols = w->dims[0], rows = w->dims[1];
   const Q8Rounding rule = input == Input::Norm ? Q8Rounding::MultiplyByInverse : Q8Rounding::Divide;
   std::vector<float>& in = scratch_->rounded;
@@ -175,7 +175,7 @@ void CpuBackend::project(const TensorInfo* w, const float* x, int64_t n_tokens, 
     const bool gemm = count > kGpuMatvecMaxRows;
     // The cuBLAS path and the f16 tensor-core products round alike: f16 activations, each
     // decoded weight rounded to f16 ((q - 8) d and q d + m are exact in f32), f32 sums.
-    const bool f16 = gemm || (f16_layer && f16_min_rows_ > 0 && count >= f16_min_rows_);
+    const bool f16 = gemm || (f16_capable && f16_min_rows_ > 0 && count >= f16_min_rows_);
     in.assign(x + first * cols, x + (first + count) * cols);
     if (f16) {
       round_through_f16(in.data(), count * cols);

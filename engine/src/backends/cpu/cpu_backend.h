@@ -54,9 +54,9 @@ class CpuBackend final : public Backend {
   // Where a matrix's input comes from: it decides the int8 rounding rule (ops.h Q8Rounding).
   enum class Input { Norm, Attention, Swiglu };
   // Emulating: y = x · Wᵀ with the CUDA backend's rounding of x and W for each chunk.
-  // `f16_layer`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
+  // `f16_capable`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
   void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
-               bool f16_layer);
+               bool f16_capable);
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
   // Emulating, and the layer's matrices can take the f16 tensor-core products.
