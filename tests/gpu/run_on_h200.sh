@@ -684,7 +684,26 @@ wave8_warps() {
   done
 }
 
+# Session 6, first call: the 8-warp attention (wave8_warps), the f16 products' timing probe, and
+# Nsight Compute on the f16 kernel at 32 columns (QKV, wo, gate+up, down: launches 424, 477,
+# 530, 583 of the probe's f16mma launches) to see whether L2 -> SM activation bytes bind.
+wave9_probe() {
+  wave8_warps
+  local t="$build/tests/matvec_f16mma_kernel_test" skip name
+  timeout 60 "$t" --gtest_filter='MatvecF16MmaTiming.*' >"$OUT/f16-timing.txt" 2>&1
+  grep "f16mma-timing" "$OUT/f16-timing.txt"
+  for skip in 424:qkv 477:wo 530:gateup 583:down; do
+    name=${skip#*:}
+    timeout 120 ncu --clock-control none --kernel-name regex:f16mma_matvec --launch-skip ${skip%:*} --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section LaunchStats --section ComputeWorkloadAnalysis "$t" --gtest_filter='MatvecF16MmaTiming.*' >/tmp/ncu-$name.txt 2>&1
+    cat /tmp/ncu-$name.txt >>"$OUT/ncu-f16-32.txt"
+    echo "-- $name: $(grep -E "Duration|DRAM Throughput|L2 Cache Throughput|L1/TEX Cache Throughput|Achieved Occupancy" /tmp/ncu-$name.txt | sed -E 's/ +/ /g' | tr '\n' ';')"
+  done
+}
+
 case $what in
+  wave9-probe) wave9_probe ;;
   wave8-warps) wave8_warps ;;
   wave8-last) wave8_last ;;
   wave8-attn) wave8_attn ;;
