@@ -71,13 +71,21 @@ struct KernelConfig {
   // The f16 products at 9-64 columns as 64-row tiles split over 2-4-block clusters (sm_90).
   // Measured slower on the H200 (8B Q4_0, 32 rows: 7.35 ms per step against 5.31): off.
   bool f16_mma_clusters = false;
+  // The f16 products at 17-64 columns in the shared-activation shapes (matvec_f16mma.cu: a
+  // block's warps split the rows and read one copy of each stage's activations), for the SwiGLU
+  // gate+up product and for the plain ones (QKV, wo, down): 0 round 1's shapes, 1-6 the
+  // shapes (MT, WR, WK) (2, 4, 1), (4, 2, 1), (2, 2, 2), (4, 2, 2), (2, 4, 2), (2, 2, 4).
+  int f16_mma_shared_gate_up = 0;
+  int f16_mma_shared_plain = 0;
   // Decode attention (attention.cu) splits a sequence's length until its blocks fill the SMs
   // this many times over: more splits, shorter chains per block for short sequences, and a
   // merge pass per (row, KV head).
   int attention_blocks_per_sm = 3;
   // Warps per decode attention block: 4, 8, or 0 for 8 where the rows' (row, KV head) pairs
   // alone fill the SMs and 4 elsewhere. The warps take a split's tiles of tokens in turn.
-  int attention_warps = 4;
+  // H200, 8B Q4_0 at 160 tokens of context, ms per step 4 / auto: 1 row 1.854 / 1.842, 8 rows
+  // 3.371 / 3.351, 32 rows 5.804 / 5.727; 32 chats 5,473 / 5,501 t/s (PERF_NOTES, session 6).
+  int attention_warps = 0;
 };
 
 }  // namespace granule::kernels

@@ -188,6 +188,112 @@ __device__ __forceinline__ const uint8_t* weight_row(const MatvecTask& task, int
   return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
 }
 
+// One pipeline stage of one warp: kKs sub-blocks (from `first`, of n per row) of the warp's
+// kWeightRows weight rows (at `weights`, kWeightRow bytes apart; their scales at `scales`,
+// kScaleRow apart) times the column tile's activations (at `act`, kActRow apart), into acc.
+template <class P, uint32_t TYPE, int NT, int MT>
+__device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const uint8_t* weights,
+                                               const uint8_t* scales, const uint8_t* act,
+                                               int first, int n, int lane) {
+  const int g = lane / 4, t = lane % 4;  // the mma fragments' group and thread in group
+  // The stage's scales of rows m * 16 + g + 8 h: both sub-blocks' d (and m) in one load.
+  uint32_t scale[MT][2][P::kScaleWords];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* p = scales + (m * 16 + g + 8 * h) * P::kScaleRow;
+      if constexpr (TYPE == kQ4_1) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        scale[m][h][0] = v.x;
+        scale[m][h][1] = v.y;
+      } else {
+        scale[m][h][0] = *reinterpret_cast<const uint32_t*>(p);
+      }
+    }
+#pragma unroll
+  for (int u = 0; u < kKs; ++u) {
+    if (first + u >= n) break;  // warp-uniform: past the row's end
+    // Activation fragments of every n-tile: column g, elements 4t..4t + 3 (k-step 0) and
+    // 16 + 4t.. (k-step 1) of sub-block u.
+    uint32_t b[NT][2][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint8_t* x = act + (nt * 8 + g) * P::kActRow + u * 64 + 8 * t;
+      const uint2 k0 = *reinterpret_cast<const uint2*>(x);
+      const uint2 k1 = *reinterpret_cast<const uint2*>(x + 32);
+      b[nt][0][0] = k0.x;
+      b[nt][0][1] = k0.y;
+      b[nt][1][0] = k1.x;
+      b[nt][1][1] = k1.y;
+    }
+    // Weight words: ldmatrix.x4 over 32 rows gives rows g, g + 8 of two m-tiles.
+    uint32_t words[MT][2];
+#pragma unroll
+    for (int half = 0; half < MT / 2; ++half) {
+      uint32_t r[4];
+      load_matrix_x4(r, weights + (half * 32 + lane) * P::kWeightRow + u * 16);
+      words[2 * half][0] = r[0];
+      words[2 * half][1] = r[1];
+      words[2 * half + 1][0] = r[2];
+      words[2 * half + 1][1] = r[3];
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+      uint32_t lo[2][2], hi[2][2];  // [row g, g + 8][pair]
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        __half2 d, mn;
+        if constexpr (TYPE == kQ4_1) {
+          const __half2 dm = as_half2(scale[m][h][u]);  // (d, m) of sub-block u
+          d = __low2half2(dm);
+          mn = __high2half2(dm);
+        } else {
+          const __half2 dd = as_half2(scale[m][h][0]);  // (d of sub-block 0, of 1)
+          d = u == 0 ? __low2half2(dd) : __high2half2(dd);
+          mn = d;  // unused
+        }
+        dequantise<TYPE>(words[m][h], d, mn, lo[h], hi[h]);
+      }
+      const uint32_t a0[4] = {lo[0][0], lo[1][0], lo[0][1], lo[1][1]};
+      const uint32_t a1[4] = {hi[0][0], hi[1][0], hi[0][1], hi[1][1]};
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mma_f16(acc[m][nt], a0, b[nt][0][0], b[nt][0][1]);
+        mma_f16(acc[m][nt], a1, b[nt][1][0], b[nt][1][1]);
+      }
+    }
+  }
+}
+
+// The epilogue: the tile's sums (rows row0.., columns first_column..) to y (or y_f16); SwiGLU
+// takes silu(gate) * up from the first and second halves of the m-tiles.
+template <class P, int NT, int MT, bool GATE_UP>
+__device__ __forceinline__ void store_tile(const float (&acc)[MT][NT][4], const MatvecTask& task,
+                                           int row0, int first_column, int batch, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+#pragma unroll
+  for (int m = 0; m < P::kTilesPerMatrix; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + m * 16 + g + (i / 2) * 8;
+        const int column = first_column + nt * 8 + 2 * t + (i & 1);
+        if (row >= task.n_out || column >= batch) continue;
+        float v = acc[m][nt][i];
+        if constexpr (GATE_UP) v = silu(v) * acc[P::kTilesPerMatrix + m][nt][i];
+        const int64_t at = static_cast<int64_t>(column) * task.y_stride + row;
+        if (task.y_f16 != nullptr) {
+          task.y_f16[at] = __float2half_rn(v);  // never with accumulate (refused)
+        } else {
+          float* y = task.y + at;
+          *y = task.accumulate ? *y + v : v;
+        }
+      }
+}
+
 // C > 1: the C blocks of a thread-block cluster (adjacent in blockIdx.x, rank blockIdx.x % C)
 // share one tile of rows and columns and split its sub-blocks: warp w of rank r takes stages
 // r W + w, r W + w + C W, ...; each block adds its warps' sums as for C = 1, ranks 1..C-1 then
@@ -277,7 +383,6 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     commit_copies();
   }
 
-  const int g = lane / 4, t = lane % 4;  // the mma fragments' group and thread in group
   float acc[MT][NT][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
@@ -296,75 +401,8 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     commit_copies();
 
     const uint8_t* stage = ring + (s % S) * P::kStageBytes;
-    const int first = first_block(s);
-    // The stage's scales of rows m * 16 + g + 8 h: both sub-blocks' d (and m) in one load.
-    uint32_t scale[MT][2][P::kScaleWords];
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint8_t* p = stage + P::kScaleOffset + (m * 16 + g + 8 * h) * P::kScaleRow;
-        if constexpr (TYPE == kQ4_1) {
-          const uint2 v = *reinterpret_cast<const uint2*>(p);
-          scale[m][h][0] = v.x;
-          scale[m][h][1] = v.y;
-        } else {
-          scale[m][h][0] = *reinterpret_cast<const uint32_t*>(p);
-        }
-      }
-#pragma unroll
-    for (int u = 0; u < kKs; ++u) {
-      if (first + u >= n) break;  // warp-uniform: past the row's end
-      // Activation fragments of every n-tile: column g, elements 4t..4t + 3 (k-step 0) and
-      // 16 + 4t.. (k-step 1) of sub-block u.
-      uint32_t b[NT][2][2];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const uint8_t* x = stage + P::kActOffset + (nt * 8 + g) * P::kActRow + u * 64 + 8 * t;
-        const uint2 k0 = *reinterpret_cast<const uint2*>(x);
-        const uint2 k1 = *reinterpret_cast<const uint2*>(x + 32);
-        b[nt][0][0] = k0.x;
-        b[nt][0][1] = k0.y;
-        b[nt][1][0] = k1.x;
-        b[nt][1][1] = k1.y;
-      }
-      // Weight words: ldmatrix.x4 over 32 rows gives rows g, g + 8 of two m-tiles.
-      uint32_t words[MT][2];
-#pragma unroll
-      for (int half = 0; half < MT / 2; ++half) {
-        uint32_t r[4];
-        load_matrix_x4(r, stage + (half * 32 + lane) * P::kWeightRow + u * 16);
-        words[2 * half][0] = r[0];
-        words[2 * half][1] = r[1];
-        words[2 * half + 1][0] = r[2];
-        words[2 * half + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        uint32_t lo[2][2], hi[2][2];  // [row g, g + 8][pair]
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          __half2 d, mn;
-          if constexpr (TYPE == kQ4_1) {
-            const __half2 dm = as_half2(scale[m][h][u]);  // (d, m) of sub-block u
-            d = __low2half2(dm);
-            mn = __high2half2(dm);
-          } else {
-            const __half2 dd = as_half2(scale[m][h][0]);  // (d of sub-block 0, of 1)
-            d = u == 0 ? __low2half2(dd) : __high2half2(dd);
-            mn = d;  // unused
-          }
-          dequantise<TYPE>(words[m][h], d, mn, lo[h], hi[h]);
-        }
-        const uint32_t a0[4] = {lo[0][0], lo[1][0], lo[0][1], lo[1][1]};
-        const uint32_t a1[4] = {hi[0][0], hi[1][0], hi[0][1], hi[1][1]};
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          mma_f16(acc[m][nt], a0, b[nt][0][0], b[nt][0][1]);
-          mma_f16(acc[m][nt], a1, b[nt][1][0], b[nt][1][1]);
-        }
-      }
-    }
+    multiply_stage<P, TYPE, NT, MT>(acc, stage, stage + P::kScaleOffset, stage + P::kActOffset,
+                                    first_block(s), n, lane);
   }
 
   // The W warps of the block add their partial sums (in a fixed order).
@@ -426,26 +464,175 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     return;
   }
 
-  // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+  store_tile<P, NT, MT, GATE_UP>(acc, task, row0, first_column, in.batch, lane);
+}
+
+// Shared-activation shapes (KernelConfig::f16_mma_shared; 17-64 columns, NT = 4). A block's
+// warps form WK groups of WR warps; warp (r, k) owns weight rows r (MT m-tiles each, the block
+// WR * kRows output rows) and group k takes stages k, k + WK, ... of the sub-blocks. The WR
+// warps of a group read one copy of each stage's activations from shared memory, which the
+// whole group fills (cp.async) and meets on a named barrier per stage, so a stage's activation
+// bytes from L2 serve WR times the weight rows of the one-warp ring above (round 1 brings 1.8
+// activation bytes per weight byte at 64 rows x 32 columns; WR = 2 halves that), and the
+// activations' share of the shared memory, which limited round 1 to 8 warps per SM, shrinks.
+// The WK groups' sums meet at the end as round 1's warps do (group order: deterministic).
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+struct SharedPlan {
+  using P = Plan<TYPE, NT, MT, GATE_UP>;
+  static constexpr int kStages = 4;
+  static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
+  static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
+  static constexpr int kStageBytes = kActStage + WR * kWarpStage;
+  static constexpr int kGroupBytes = kStages * kStageBytes;
+  static constexpr int kRing = WK * kGroupBytes;
+  static constexpr int kReduce = (WK - 1) * WR * P::kAccumulators * kWarpSize * 4;
+  static constexpr int kShared = kRing > kReduce ? kRing : kReduce;
+  static constexpr int kGroupThreads = WR * kWarpSize;
+  static constexpr int kActChunks = P::kColumns * P::kActChunksPerColumn;  // 16 B each
+  static constexpr int kActCopies = (kActChunks + kGroupThreads - 1) / kGroupThreads;
+  static_assert(kActStage % 16 == 0 && kWarpStage % 16 == 0, "16-byte aligned stages");
+  static_assert(kShared <= kMaxBlockShared, "the block's rings fit an H100/H200 block");
+  static_assert(WK <= 15, "named barriers 1..15");
+};
+
+// The WR warps of group k: every thread of the group arrives (named barrier 1 + k).
+template <int WR, int WK>
+__device__ __forceinline__ void group_barrier(int k) {
+  if constexpr (WK == 1) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(1 + k), "r"(WR * kWarpSize) : "memory");
+  }
+}
+
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+__global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
+    f16mma_shared_kernel(F16Tasks tasks, MatvecInputF16 in) {
+  using P = Plan<TYPE, NT, MT, GATE_UP>;
+  using SP = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>;
+  constexpr int S = SP::kStages;
+  extern __shared__ __align__(16) uint8_t shared[];
+
+  const MatvecTask& task = tasks.t[blockIdx.y];
+  const int column_tiles = (in.batch + P::kColumns - 1) / P::kColumns;
+  const int block_row0 = static_cast<int>(blockIdx.x) / column_tiles * (WR * P::kRows);
+  if (block_row0 >= task.n_out) {  // uniform over the block: it leaves before any barrier
+    wait_for_previous_kernel();    // every block waits (the next kernel relies on the grid)
+    return;
+  }
+  const int first_column = static_cast<int>(blockIdx.x) % column_tiles * P::kColumns;
+  const int n = in.n_in / 32;  // sub-blocks per row
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int r = warp % WR, k = warp / WR;  // rows r, stages k, k + WK, ...
+  const int row0 = block_row0 + r * P::kRows;  // may lie past n_out: read clamped, not stored
+  const int group_thread = r * kWarpSize + lane;
+  const int all_stages = (n + kKs - 1) / kKs;
+  const int stages = k < all_stages ? (all_stages - k + WK - 1) / WK : 0;  // uniform in group
+  uint8_t* const ring = shared + k * SP::kGroupBytes;
+  auto stage_at = [&](int s) { return ring + (s % S) * SP::kStageBytes; };
+  auto warp_at = [&](int s) { return stage_at(s) + SP::kActStage + r * SP::kWarpStage; };
+  auto first_block = [&](int s) { return (k + WK * s) * kKs; };
+
+  const uint8_t* rows[P::kWeightCopies];
 #pragma unroll
-  for (int m = 0; m < P::kTilesPerMatrix; ++m)
+  for (int i = 0; i < P::kWeightCopies; ++i)
+    rows[i] = weight_row<P>(task, row0, lane / kKs + i * (kWarpSize / kKs));
+  const uint8_t* scale_rows[P::kScaleCopies];
+#pragma unroll
+  for (int i = 0; i < P::kScaleCopies; ++i)
+    scale_rows[i] = weight_row<P>(task, row0, lane + i * kWarpSize) + static_cast<int64_t>(n) * 16;
+  const int chunk = lane % kKs;
+
+  auto load_weights = [&](int s) {  // this warp's rows, as round 1's ring
+    uint8_t* stage = warp_at(s);
+    const int first = first_block(s);
+    const bool valid = first + chunk < n;
+#pragma unroll
+    for (int i = 0; i < P::kWeightCopies; ++i)
+      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
+    const bool ok = first < n;  // the scale overread stays in the row padding (round 1)
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<P::kScaleRow>(
+          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+  };
+  auto load_activations = [&](int s) {  // the group's one copy, spread over its threads
+    uint8_t* stage = stage_at(s);
+    const int first = first_block(s);
+    constexpr int ACP = P::kActChunksPerColumn;
+#pragma unroll
+    for (int i = 0; i < SP::kActCopies; ++i) {
+      const int c = group_thread + i * SP::kGroupThreads;
+      if (SP::kActChunks % SP::kGroupThreads != 0 && c >= SP::kActChunks) break;
+      const int column = c / ACP, part = c % ACP;
+      const bool valid = first_column + column < in.batch && first + part / 4 < n;
+      const __half* src = valid ? in.x + static_cast<int64_t>(first_column + column) * in.n_in +
+                                      static_cast<int64_t>(first) * 32 + part * 8
+                                : in.x;
+      copy_async<16>(stage + column * P::kActRow + part * 16, src, valid);
+    }
+  };
+
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s)
+    if (s < stages) load_weights(s);
+  wait_for_previous_kernel();
+  allow_next_kernel();
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < stages) load_activations(s);
+    commit_copies();
+  }
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int row = row0 + m * 16 + g + (i / 2) * 8;
-        const int column = first_column + nt * 8 + 2 * t + (i & 1);
-        if (row >= task.n_out || column >= in.batch) continue;
-        float v = acc[m][nt][i];
-        if constexpr (GATE_UP) v = silu(v) * acc[P::kTilesPerMatrix + m][nt][i];
-        const int64_t at = static_cast<int64_t>(column) * task.y_stride + row;
-        if (task.y_f16 != nullptr) {
-          task.y_f16[at] = __float2half_rn(v);  // never with accumulate (refused)
-        } else {
-          float* y = task.y + at;
-          *y = task.accumulate ? *y + v : v;
-        }
-      }
+      for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+
+  for (int s = 0; s < stages; ++s) {
+    wait_copies<S - 2>();   // stage s landed (this thread's copies) ...
+    group_barrier<WR, WK>(k);  // ... for the group; and the group is done with stage s - 1
+    if (s + S - 1 < stages) {
+      load_weights(s + S - 1);  // into stage s - 1's slot
+      load_activations(s + S - 1);
+    }
+    commit_copies();
+    const uint8_t* w = warp_at(s);
+    multiply_stage<P, TYPE, NT, MT>(acc, w, w + P::kScaleOffset, stage_at(s), first_block(s), n,
+                                    lane);
+  }
+
+  if constexpr (WK > 1) {  // the groups' sums, added in group order by group 0's warps
+    wait_copies<0>();
+    __syncthreads();  // every group is done with its ring; the memory is reused
+    float* partial = reinterpret_cast<float*>(shared);
+    auto slot = [&](int kk, int i) {
+      return (((kk - 1) * WR + r) * P::kAccumulators + i) * kWarpSize + lane;
+    };
+    if (k > 0) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) partial[slot(k, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+    }
+    __syncthreads();
+    if (k > 0) return;
+    for (int kk = 1; kk < WK; ++kk)
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(kk, (m * NT + nt) * 4 + i)];
+  }
+  store_tile<P, NT, MT, GATE_UP>(acc, task, row0, first_column, in.batch, lane);
 }
 
 // Lets a kernel use its shared memory (beyond 48 KB needs asking), once per process: the first
@@ -504,6 +691,29 @@ bool clusters_fit() {
   return true;
 }
 
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+cudaError_t allow_shared_kernel_bytes() {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      f16mma_shared_kernel<TYPE, NT, MT, GATE_UP, WR, WK>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize,
+      SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>::kShared);
+  return status;
+}
+
+// The shared-activation shapes by KernelConfig::f16_mma_shared_* (1-6; 0: round 1's), as
+// (MT, WR, WK): 1 (2, 4, 1), 2 (4, 2, 1), 3 (2, 2, 2), 4 (4, 2, 2), 5 (2, 4, 2), 6 (2, 2, 4).
+template <uint32_t TYPE, bool GATE_UP>
+cudaError_t allow_shared_variants() {
+  for (const cudaError_t status : {allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 4, 1>(),
+                                   allow_shared_kernel_bytes<TYPE, 4, 4, GATE_UP, 2, 1>(),
+                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 2, 2>(),
+                                   allow_shared_kernel_bytes<TYPE, 4, 4, GATE_UP, 2, 2>(),
+                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 4, 2>(),
+                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 2, 4>()})
+    if (status != cudaSuccess) return status;
+  return cudaSuccess;
+}
+
 // The block shapes the launcher picks from (launch_shape): 64 weight rows per warp in 4-warp
 // blocks, 32 rows in 4-warp or 8-warp blocks.
 template <uint32_t TYPE, int NT, bool GATE_UP>
@@ -528,7 +738,9 @@ bool ready() {
   static const bool ok = [] {
     for (const cudaError_t status :
          {allow_shared_bytes_tiles<kQ4_0, false>(), allow_shared_bytes_tiles<kQ4_0, true>(),
-          allow_shared_bytes_tiles<kQ4_1, false>(), allow_shared_bytes_tiles<kQ4_1, true>()}) {
+          allow_shared_bytes_tiles<kQ4_1, false>(), allow_shared_bytes_tiles<kQ4_1, true>(),
+          allow_shared_variants<kQ4_0, false>(), allow_shared_variants<kQ4_0, true>(),
+          allow_shared_variants<kQ4_1, false>(), allow_shared_variants<kQ4_1, true>()}) {
       if (status != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -565,6 +777,48 @@ cudaError_t launch_shape(const F16Tasks& tasks, int n_tasks, int max_rows, const
   launch.attrs = attributes;
   launch.numAttrs = C > 1 ? 2 : 1;
   return cudaLaunchKernelEx(&launch, f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W, C>, tasks, in);
+}
+
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+cudaError_t launch_shared(const F16Tasks& tasks, int n_tasks, int max_rows,
+                          const MatvecInputF16& in, const KernelConfig& config,
+                          cudaStream_t stream) {
+  using P = Plan<TYPE, NT, MT, GATE_UP>;
+  const cudaError_t attribute = allow_shared_kernel_bytes<TYPE, NT, MT, GATE_UP, WR, WK>();
+  if (attribute != cudaSuccess) return attribute;
+  cudaLaunchConfig_t launch{};
+  launch.gridDim =
+      dim3(ceil_div(max_rows, WR * P::kRows) * ceil_div(in.batch, P::kColumns), n_tasks, 1);
+  launch.blockDim = dim3(kWarpSize * WR * WK);
+  launch.dynamicSmemBytes = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>::kShared;
+  launch.stream = stream;
+  cudaLaunchAttribute attributes[1];
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
+  launch.attrs = attributes;
+  launch.numAttrs = 1;
+  return cudaLaunchKernelEx(&launch, f16mma_shared_kernel<TYPE, NT, MT, GATE_UP, WR, WK>, tasks,
+                            in);
+}
+
+template <uint32_t TYPE, bool GATE_UP>
+cudaError_t launch_shared_variant(int variant, const F16Tasks& tasks, int n_tasks, int max_rows,
+                                  const MatvecInputF16& in, const KernelConfig& config,
+                                  cudaStream_t stream) {
+  switch (variant) {
+    case 1:
+      return launch_shared<TYPE, 4, 2, GATE_UP, 4, 1>(tasks, n_tasks, max_rows, in, config, stream);
+    case 2:
+      return launch_shared<TYPE, 4, 4, GATE_UP, 2, 1>(tasks, n_tasks, max_rows, in, config, stream);
+    case 3:
+      return launch_shared<TYPE, 4, 2, GATE_UP, 2, 2>(tasks, n_tasks, max_rows, in, config, stream);
+    case 4:
+      return launch_shared<TYPE, 4, 4, GATE_UP, 2, 2>(tasks, n_tasks, max_rows, in, config, stream);
+    case 5:
+      return launch_shared<TYPE, 4, 2, GATE_UP, 4, 2>(tasks, n_tasks, max_rows, in, config, stream);
+    default:
+      return launch_shared<TYPE, 4, 2, GATE_UP, 2, 4>(tasks, n_tasks, max_rows, in, config, stream);
+  }
 }
 
 // Blocks of a launch with `rows` output rows per block that have work.
@@ -609,6 +863,12 @@ cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const 
   const int sms = multiprocessors();
   const int64_t tiles64 =
       working_blocks(tasks, n_tasks, Plan<TYPE, NT, 4, GATE_UP>::kRows, column_tiles);
+  if constexpr (NT == 4) {
+    const int variant = GATE_UP ? config.f16_mma_shared_gate_up : config.f16_mma_shared_plain;
+    if (variant > 0)
+      return launch_shared_variant<TYPE, GATE_UP>(variant, tasks, n_tasks, max_rows, in, config,
+                                                  stream);
+  }
   if constexpr (NT >= 2) {
     const bool fits2 = cluster_fits<TYPE, NT, GATE_UP, 2>();
     const bool fits4 = cluster_fits<TYPE, NT, GATE_UP, 4>();

@@ -236,16 +236,17 @@ TEST(KernelConfigEnv, AttentionBlocksPerSm) {
   EXPECT_EQ(set.attention_blocks_per_sm, 8);
   EXPECT_NE(describe_attention(set).find("decode splits for 8 blocks per SM"), std::string::npos)
       << describe_attention(set);
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_warps, 4);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_warps, 0);  // auto
   EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "8"}}}, warnings).attention_warps, 8);
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "4"}}}, warnings).attention_warps, 4);
   const KernelConfig automatic = parse({{{"GRANULE_ATTN_WARPS", "auto"}}}, warnings);
   EXPECT_EQ(automatic.attention_warps, 0);
   EXPECT_NE(describe_attention(automatic).find("of 4 or 8 warps"), std::string::npos)
       << describe_attention(automatic);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "6"}}}, warnings).attention_warps, 4);
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "6"}}}, warnings).attention_warps, 0);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_ATTN_WARPS=6 ignored (accepted: auto, 4, 8); keeping 4");
+  EXPECT_EQ(warnings[0], "GRANULE_ATTN_WARPS=6 ignored (accepted: auto, 4, 8); keeping auto");
   warnings.clear();
   EXPECT_EQ(parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "0"}}}, warnings, set).attention_blocks_per_sm,
             8);
@@ -278,12 +279,29 @@ TEST(KernelConfigEnv, TheProcessEnvironmentGoesThroughTheSameParser) {
   EXPECT_TRUE(kernel_config_from_environment().split_weights);  // read anew, nothing cached
 }
 
+TEST(KernelConfigEnv, F16MmaSharedShapes) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_gate_up, 0);
+  const KernelConfig set = parse(
+      {{{"GRANULE_F16MMA_SHARED_GATEUP", "1"}, {"GRANULE_F16MMA_SHARED_PLAIN", "6"}}}, warnings);
+  EXPECT_EQ(set.f16_mma_shared_gate_up, 1);
+  EXPECT_EQ(set.f16_mma_shared_plain, 6);
+  EXPECT_NE(describe_mma(set).find("shared-activation shapes 1/6"), std::string::npos)
+      << describe_mma(set);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_F16MMA_SHARED_PLAIN", "7"}}}, warnings).f16_mma_shared_plain, 0);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "GRANULE_F16MMA_SHARED_PLAIN=7 ignored (accepted: a whole number from 0 to 6); "
+            "keeping 0");
+}
+
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 15u);
+  ASSERT_EQ(kernel_override_variables().size(), 17u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

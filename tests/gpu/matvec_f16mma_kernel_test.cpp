@@ -432,12 +432,10 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
 // and the 8B model's (64 rows per warp). At 9-64 columns on compute capability 9.0 all three
 // take 64 rows per warp in clusters of 4 (small), 4 (3000 rows) and 2 blocks (8B, 16-32
 // columns), and one block (8B, 33-64 columns).
-TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
-  REQUIRE_F16MMA();
-  const kernels::KernelConfig config = f16mma_config();
+void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int> batches,
+                  std::initializer_list<std::pair<int64_t, int64_t>> matrices) {
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const auto& [rows, cols] :
-         {std::pair<int64_t, int64_t>{300, 1024}, {3000, 256}, {14336, 4096}}) {
+    for (const auto& [rows, cols] : matrices) {
       const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
       const Activations act(cols, 29);
       const std::vector<int64_t> sampled = sampled_rows(rows);
@@ -446,7 +444,7 @@ TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
         gw.push_back(row_weights(gate, r));
         uw.push_back(row_weights(up, r));
       }
-      for (const int batch : {1, 7, 16, 17, 32, 33, 64}) {
+      for (const int batch : batches) {
         SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(rows) + "x" +
                      std::to_string(cols) + " batch " + std::to_string(batch));
         Output fused(rows, batch);
@@ -469,6 +467,11 @@ TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
         EXPECT_EQ(bad, 0);
       }
     }
+}
+
+TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
+  REQUIRE_F16MMA();
+  check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64}, {{300, 1024}, {3000, 256}, {14336, 4096}});
 }
 
 // The thread-block cluster shapes (plain products at 9-64 columns on compute capability 9.0:
@@ -560,6 +563,33 @@ TEST(MatvecF16MmaClusters, ShapesOf8BAccumulateAndRepeat) {
   };
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
     for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
+}
+
+// The shared-activation shapes (KernelConfig::f16_mma_shared_*, 17-64 columns): a block's
+// warps split the rows and read one copy of each stage's activations; WK groups of warps split
+// the sub-blocks. Every shape 1-6 on the 8B model's products (plain with accumulate and three
+// tasks, the same bits on a second launch; SwiGLU), on rows that end inside a block and on rows
+// of one and two sub-blocks (groups without a stage).
+TEST(MatvecF16MmaShared, EveryShapeMatchesHostReference) {
+  REQUIRE_F16MMA();
+  std::mt19937 rng(78);
+  const ClusterCase cases[] = {
+      {"wo", {{4096, 4096}}, {true}},
+      {"down", {{4096, 14336}}, {true}},
+      {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
+      {"odd", {{100, 608}, {17, 608}}, {false, true}},
+      {"short", {{50, 64}, {33, 64}}, {true, false}},
+      {"one", {{40, 32}}, {false}},
+  };
+  for (int variant = 1; variant <= 6; ++variant) {
+    SCOPED_TRACE("shape " + std::to_string(variant));
+    kernels::KernelConfig config = f16mma_config();
+    config.f16_mma_shared_plain = variant;
+    config.f16_mma_shared_gate_up = variant;
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+      for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
+    check_swiglu(config, {17, 32, 64}, {{300, 1024}, {33, 64}, {14336, 4096}});
+  }
 }
 
 // Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
@@ -829,6 +859,26 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
                      std::to_string(int8_us));
     }
   }
+  // The shared-activation shapes (f16_mma_shared_*), the same products at 32 and 64 columns.
+  for (int variant = 1; variant <= 6; ++variant)
+    for (const int columns : {32, 64})
+      for (const Product& p : products) {
+        kernels::KernelConfig shared = config;
+        shared.f16_mma_shared_plain = variant;
+        shared.f16_mma_shared_gate_up = variant;
+        kernels::MatvecInputF16 in16;
+        in16.n_in = static_cast<int>(p.cols);
+        in16.batch = columns;
+        in16.x = x16.get();
+        const int n_tasks = static_cast<int>(p.tasks.size());
+        const double us = time_launches([&] {
+          return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, shared,
+                                               nullptr);
+        });
+        ASSERT_GT(us, 0) << p.name << " shape " << variant << " launch failed";
+        std::printf("[f16mma-shared] shape %d %-7s %2d columns: %8.2f us (%.2f TB/s of weights)\n",
+                    variant, p.name, columns, us, p.bytes / (us * 1e-6) / 1e12);
+      }
   CUDA_OK(cudaDeviceSynchronize());
 }
 

@@ -702,7 +702,48 @@ wave9_probe() {
   done
 }
 
+# Session 6, second call: the shared-activation f16 shapes (KernelConfig::f16_mma_shared_*):
+# correctness (kernel test, memcheck on the new test), the timing sweep, then the engine with
+# the fastest gate+up and plain shapes at 32 columns (model tests against the oracle, benches).
+wave9_shared() {
+  local t="$build/tests/matvec_f16mma_kernel_test" b="$build/app/bench/granule-bench"
+  timeout 150 "$t" >"$OUT/f16-test.txt" 2>&1
+  echo "matvec_f16mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/f16-test.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED|Failure" "$OUT/f16-test.txt" | head -8
+  grep "f16mma-timing.*32 columns" "$OUT/f16-test.txt"
+  grep "f16mma-shared.*32 columns" "$OUT/f16-test.txt"
+  read -r G P < <(python3 - "$OUT/f16-test.txt" <<'PY'
+import re, sys
+base, shared = {}, {}
+for line in open(sys.argv[1]):
+    m = re.search(r"\[f16mma-timing\] (\S+)\s+32 columns: f16 mma\s+([\d.]+)", line)
+    if m: base[m.group(1)] = float(m.group(2))
+    m = re.search(r"\[f16mma-shared\] shape (\d) (\S+)\s+32 columns:\s+([\d.]+)", line)
+    if m: shared.setdefault(int(m.group(1)), {})[m.group(2)] = float(m.group(3))
+plain = lambda d: sum(d.get(k, 1e9) for k in ("qkv", "wo", "down"))
+g = min([0] + list(shared), key=lambda v: base.get("gate+up", 1e9) if v == 0 else shared[v].get("gate+up", 1e9))
+p = min([0] + list(shared), key=lambda v: plain(base) if v == 0 else plain(shared[v]))
+print(g, p)
+PY
+)
+  echo "fastest at 32 columns: gate+up shape ${G:-0}, plain shape ${P:-0}"
+  timeout 150 compute-sanitizer --tool memcheck "$t" --gtest_filter='MatvecF16MmaShared.*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck MatvecF16MmaShared: rc=$? $(grep -E 'ERROR SUMMARY' /tmp/memcheck.txt | tail -1)"
+  export GRANULE_F16MMA_SHARED_GATEUP=${G:-0} GRANULE_F16MMA_SHARED_PLAIN=${P:-0}
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*F16Mma*:*Batch*' >"$OUT/model-f16.txt" 2>&1
+  echo "model_gpu_test F16/Batch with shapes $G/$P: rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/model-f16.txt" | tr '\n' ' ')"
+  grep -E "^\[  FAILED" "$OUT/model-f16.txt" | head -5
+  for gp in "0 0" "$G $P"; do
+    read -r g p <<<"$gp"
+    echo "-- shapes gate+up $g, plain $p"
+    GRANULE_F16MMA_SHARED_GATEUP=$g GRANULE_F16MMA_SHARED_PLAIN=$p timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -d 160 -b 32,64 | grep -E "^\| +synthetic"
+    GRANULE_F16MMA_SHARED_GATEUP=$g GRANULE_F16MMA_SHARED_PLAIN=$p timeout 60 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
+  done
+  GRANULE_F16MMA_SHARED_GATEUP=$G GRANULE_F16MMA_SHARED_PLAIN=$P timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
+}
+
 case $what in
+  wave9-shared) wave9_shared ;;
   wave9-probe) wave9_probe ;;
   wave8-warps) wave8_warps ;;
   wave8-last) wave8_last ;;

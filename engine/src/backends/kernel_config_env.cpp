@@ -29,12 +29,15 @@ constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
 constexpr const char* kF16MmaClustersVariable = "GRANULE_F16MMA_CLUSTERS";
 constexpr const char* kAttentionBlocksVariable = "GRANULE_ATTN_BLOCKS_PER_SM";
 constexpr const char* kAttentionWarpsVariable = "GRANULE_ATTN_WARPS";
+constexpr const char* kF16MmaSharedGateUpVariable = "GRANULE_F16MMA_SHARED_GATEUP";
+constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
     kMmaMinRowsVariable,     kMmaPrefillVariable,      kMmaOccupancyVariable,
     kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
-    kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable};
+    kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
+    kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -129,6 +132,8 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
   apply_count(kAttentionBlocksVariable, 1, 32, config.attention_blocks_per_sm, lookup, warnings);
   apply(kAttentionWarpsVariable, kAttentionWarps, config.attention_warps, lookup, warnings);
+  apply_count(kF16MmaSharedGateUpVariable, 0, 6, config.f16_mma_shared_gate_up, lookup, warnings);
+  apply_count(kF16MmaSharedPlainVariable, 0, 6, config.f16_mma_shared_plain, lookup, warnings);
   return config;
 }
 
@@ -151,7 +156,12 @@ std::string describe(const KernelConfig& config) {
 std::string describe_mma(const KernelConfig& config) {
   const std::string f16 =
       config.f16_mma_min_rows > 0
-          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
+          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows" +
+                (config.f16_mma_shared_gate_up || config.f16_mma_shared_plain
+                     ? " (shared-activation shapes " +
+                           std::to_string(config.f16_mma_shared_gate_up) + "/" +
+                           std::to_string(config.f16_mma_shared_plain) + ")"
+                     : "")
           : "";
   if (!config.mma) return "int8 mma off" + f16;
   // The kernel version only when it is not the default one.
