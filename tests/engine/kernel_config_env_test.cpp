@@ -178,11 +178,11 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.flash_prefill);
   EXPECT_EQ(describe_attention(defaults),
-            "flash prefill on, decode splits for 3 blocks per SM of 4 warps");
+            "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
-            "flash prefill off, decode splits for 3 blocks per SM of 4 warps");
+            "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -281,7 +281,8 @@ TEST(KernelConfigEnv, TheProcessEnvironmentGoesThroughTheSameParser) {
 
 TEST(KernelConfigEnv, F16MmaSharedShapes) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_gate_up, 0);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_gate_up, 5);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_plain, 0);
   const KernelConfig set = parse(
       {{{"GRANULE_F16MMA_SHARED_GATEUP", "1"}, {"GRANULE_F16MMA_SHARED_PLAIN", "6"}}}, warnings);
   EXPECT_EQ(set.f16_mma_shared_gate_up, 1);

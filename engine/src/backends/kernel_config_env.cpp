@@ -157,7 +157,8 @@ std::string describe_mma(const KernelConfig& config) {
   const std::string f16 =
       config.f16_mma_min_rows > 0
           ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows" +
-                (config.f16_mma_shared_gate_up || config.f16_mma_shared_plain
+                (config.f16_mma_shared_gate_up != KernelConfig{}.f16_mma_shared_gate_up ||
+                         config.f16_mma_shared_plain != KernelConfig{}.f16_mma_shared_plain
                      ? " (shared-activation shapes " +
                            std::to_string(config.f16_mma_shared_gate_up) + "/" +
                            std::to_string(config.f16_mma_shared_plain) + ")"
