@@ -742,7 +742,56 @@ PY
   GRANULE_F16MMA_SHARED_GATEUP=$G GRANULE_F16MMA_SHARED_PLAIN=$P timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
 }
 
+# Session 6, the defaults at the end (gate+up in shared shape 5, attention warps auto): the
+# kernel tests, memcheck on the new shapes and on the 8-warp attention, the engine suites
+# against the CPU oracle (wave9-tests); issue 15's numbers (wave9-bench).
+wave9_tests() {
+  local t
+  {
+  for t in attention_kernels_test matvec_f16mma_kernel_test; do
+    timeout 100 "$build/tests/$t" --gtest_filter='-*Timing*' >"/tmp/$t.txt" 2>&1; echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/$t.txt | tr '\n' ' ')"
+    grep -E "^\[  FAILED" /tmp/$t.txt | head -5
+  done
+  GRANULE_ATTN_WARPS=8 timeout 90 compute-sanitizer --tool memcheck "$build/tests/attention_kernels_test" \
+    --gtest_filter='-*Timing*' >/tmp/memcheck-attn.txt 2>&1
+  echo "memcheck attention, 8 warps: rc=$? $(grep -E 'ERROR SUMMARY' /tmp/memcheck-attn.txt | tail -1)"
+  start=$(date +%s)
+  timeout 230 ctest --test-dir "$build" -j2 --timeout 220 --output-on-failure \
+    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
+  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  grep -E "^\[concurrent-chats\] [0-9]+ chats|^\[churn\]" /tmp/ctest.log | cut -c1-200
+  start=$(date +%s)
+  timeout 150 ctest --test-dir "$build" -j1 --timeout 140 --output-on-failure -L 'streaming_gpu_test|kv_space_gpu_test' >/tmp/ctest-stream.log 2>&1
+  echo "streaming + kv space suites -j1 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
+wave9_bench() {
+  local b="$build/app/bench/granule-bench"
+  {
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
+  python3 - "$OUT/steps-chats.csv" <<'PY'
+import csv, sys
+for n in ("8", "32"):
+    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == n and r["started"] == n and r["produced"] == n]
+    ms = sorted(float(r["ms"]) for r in rows)
+    print(f"chats {n}: {len(ms)} full-batch steps, median {ms[len(ms)//2]:.3f} ms, max {ms[-1]:.3f}, graph captures {rows[0]['graph_captures']} -> {rows[-1]['graph_captures']}")
+PY
+  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64 | grep -E "^\| +synthetic"
+  echo "-- SmolLM2"
+  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
+  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
+  echo "-- 8,000-token prompts"
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda | grep -E "^\| +(1|8) +\|"
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave9-tests) wave9_tests ;;
+  wave9-bench) wave9_bench ;;
   wave9-shared) wave9_shared ;;
   wave9-probe) wave9_probe ;;
   wave8-warps) wave8_warps ;;
