@@ -789,7 +789,31 @@ PY
   } 2>&1 | tee "$OUT/summary.txt"
 }
 
+# Session 6: where the f16 products at 32 rows stall (bench step, 4 consecutive f16 launches:
+# QKV, wo, gate+up in shape 5, down), for the next round.
+wave9_stalls() {
+  local b="$build/app/bench/granule-bench"
+  timeout 200 ncu --clock-control none -k regex:f16mma --launch-skip 400 --launch-count 4 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 32 >/tmp/ncu-stalls.txt 2>&1
+  echo "ncu rc=$?"
+  cp /tmp/ncu-stalls.txt "$OUT/"
+  python3 - /tmp/ncu-stalls.txt <<'PY'
+import re, sys
+name = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"^\s{2}(?:void )?(\S.*?)\((?:granule|unnamed|\w).*\) \((\d+), (\d+), (\d+)\)x\((\d+)", line)
+    if m: print("==", m.group(1)[-80:], "grid", m.group(2), "block", m.group(5)); continue
+    m = re.search(r"(Duration|DRAM Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per Thread|Issue Slots Busy)\s+\S+\s+([\d.,]+)$", line)
+    if m: print("  ", m.group(1), m.group(2)); continue
+    m = re.search(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio\s+\S*\s+([\d.]+)$", line)
+    if m and float(m.group(2)) >= 0.1: print("   stall", m.group(1), m.group(2))
+PY
+}
+
 case $what in
+  wave9-stalls) wave9_stalls ;;
   wave9-tests) wave9_tests ;;
   wave9-bench) wave9_bench ;;
   wave9-shared) wave9_shared ;;
