@@ -73,8 +73,11 @@ struct KernelConfig {
   bool f16_mma_clusters = false;
   // The f16 products at 17-64 columns in the shared-activation shapes (matvec_f16mma.cu: a
   // block's warps split the rows and read one copy of each stage's activations), for the SwiGLU
-  // gate+up product and for the plain ones (QKV, wo, down): 0 round 1's shapes, 1-6 the
-  // shapes (MT, WR, WK) (2, 4, 1), (4, 2, 1), (2, 2, 2), (4, 2, 2), (2, 4, 2), (2, 2, 4).
+  // gate+up product and for the plain ones (QKV, wo, down): 0 round 1's shapes, 1-9 the
+  // shapes (MT, WR, WK; stages 4) (2, 4, 1), (4, 2, 1), (2, 2, 2), (4, 2, 2), (2, 4, 2),
+  // (2, 2, 4), and (2, 2, 2) split over clusters of 4 blocks (7), with 3 stages (8), over 8
+  // blocks with 3 stages (9). A shape the device cannot run (clusters below compute
+  // capability 9.0) falls back to round 1's.
   // H200, 8B Q4_0, 32 columns, µs per launch (round 1 / the best shape): gate+up 57.9 / 49.6
   // (shape 5), QKV 20.1 / 19.3 (6), wo 12.5 / 18.6 (6), down 30.8 / 53.6 (6): the plain products
   // of 4096 rows have too few row blocks to share activations, so they keep round 1's shapes.

@@ -476,23 +476,26 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
 // activation bytes per weight byte at 64 rows x 32 columns; WR = 2 halves that), and the
 // activations' share of the shared memory, which limited round 1 to 8 warps per SM, shrinks.
 // The WK groups' sums meet at the end as round 1's warps do (group order: deterministic).
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK, int S = 4, int C = 1>
 struct SharedPlan {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
-  static constexpr int kStages = 4;
+  static constexpr int kStages = S;
   static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
   static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
   static constexpr int kStageBytes = kActStage + WR * kWarpStage;
   static constexpr int kGroupBytes = kStages * kStageBytes;
   static constexpr int kRing = WK * kGroupBytes;
   static constexpr int kReduce = (WK - 1) * WR * P::kAccumulators * kWarpSize * 4;
-  static constexpr int kShared = kRing > kReduce ? kRing : kReduce;
+  static constexpr int kRemote = (C - 1) * WR * P::kAccumulators * kWarpSize * 4;  // rank 0's
+  static constexpr int kLargest = kReduce > kRemote ? kReduce : kRemote;
+  static constexpr int kShared = kRing > kLargest ? kRing : kLargest;
   static constexpr int kGroupThreads = WR * kWarpSize;
   static constexpr int kActChunks = P::kColumns * P::kActChunksPerColumn;  // 16 B each
   static constexpr int kActCopies = (kActChunks + kGroupThreads - 1) / kGroupThreads;
   static_assert(kActStage % 16 == 0 && kWarpStage % 16 == 0, "16-byte aligned stages");
   static_assert(kShared <= kMaxBlockShared, "the block's rings fit an H100/H200 block");
   static_assert(WK <= 15, "named barriers 1..15");
+  static_assert(S >= 3 && (C == 1 || C == 2 || C == 4 || C == 8), "3+ stages, clusters of 1-8");
 };
 
 // The WR warps of group k: every thread of the group arrives (named barrier 1 + k).
@@ -505,33 +508,43 @@ __device__ __forceinline__ void group_barrier(int k) {
   }
 }
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+//
+// C > 1: the C blocks of a thread-block cluster (adjacent in blockIdx.x) share one tile and
+// split its stages (group k of rank q takes stages q WK + k, q WK + k + C WK, ...); after the
+// groups' sums meet in each block, ranks 1..C-1 store theirs into rank 0's shared memory and
+// rank 0 adds them in rank order (round 1's cluster scheme). More blocks for the same tiles:
+// products of few rows get C times the warps.
+template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK, int S = 4, int C = 1>
 __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
     f16mma_shared_kernel(F16Tasks tasks, MatvecInputF16 in) {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
-  using SP = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>;
-  constexpr int S = SP::kStages;
+  using SP = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK, S, C>;
+  static_assert(SP::kStages == S);
   extern __shared__ __align__(16) uint8_t shared[];
 
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int column_tiles = (in.batch + P::kColumns - 1) / P::kColumns;
-  const int block_row0 = static_cast<int>(blockIdx.x) / column_tiles * (WR * P::kRows);
-  if (block_row0 >= task.n_out) {  // uniform over the block: it leaves before any barrier
+  const int tile = static_cast<int>(blockIdx.x) / C;  // the cluster's tile
+  const int rank = static_cast<int>(blockIdx.x) % C;  // = the block's rank in its cluster
+  const int block_row0 = tile / column_tiles * (WR * P::kRows);
+  if (block_row0 >= task.n_out) {  // uniform over the cluster: it leaves before any barrier
     wait_for_previous_kernel();    // every block waits (the next kernel relies on the grid)
     return;
   }
-  const int first_column = static_cast<int>(blockIdx.x) % column_tiles * P::kColumns;
+  const int first_column = tile % column_tiles * P::kColumns;
   const int n = in.n_in / 32;  // sub-blocks per row
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int r = warp % WR, k = warp / WR;  // rows r, stages k, k + WK, ...
   const int row0 = block_row0 + r * P::kRows;  // may lie past n_out: read clamped, not stored
   const int group_thread = r * kWarpSize + lane;
   const int all_stages = (n + kKs - 1) / kKs;
-  const int stages = k < all_stages ? (all_stages - k + WK - 1) / WK : 0;  // uniform in group
+  const int k_place = rank * WK + k;  // the group's place among the cluster's C WK groups
+  const int stages =                  // uniform in the group
+      k_place < all_stages ? (all_stages - k_place + C * WK - 1) / (C * WK) : 0;
   uint8_t* const ring = shared + k * SP::kGroupBytes;
   auto stage_at = [&](int s) { return ring + (s % S) * SP::kStageBytes; };
   auto warp_at = [&](int s) { return stage_at(s) + SP::kActStage + r * SP::kWarpStage; };
-  auto first_block = [&](int s) { return (k + WK * s) * kKs; };
+  auto first_block = [&](int s) { return (k_place + C * WK * s) * kKs; };
 
   const uint8_t* rows[P::kWeightCopies];
 #pragma unroll
@@ -623,14 +636,53 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
           for (int i = 0; i < 4; ++i) partial[slot(k, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
     }
     __syncthreads();
-    if (k > 0) return;
-    for (int kk = 1; kk < WK; ++kk)
+    if (k == 0)
+      for (int kk = 1; kk < WK; ++kk)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              acc[m][nt][i] += partial[slot(kk, (m * NT + nt) * 4 + i)];
+    if constexpr (C == 1) {
+      if (k > 0) return;
+    }
+  }
+  if constexpr (C > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Every thread of every block of the cluster takes part in both barriers.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    if constexpr (WK == 1) wait_copies<0>();
+    // 1: every block is past its main loop and its groups' sum (group 0 holds it in
+    // registers), so rank 0's shared memory is free.
+    cluster.sync();
+    float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
+    auto slot = [&](int q, int i) {
+      return (((q - 1) * WR + r) * P::kAccumulators + i) * kWarpSize + lane;
+    };
+    if (rank > 0 && k == 0) {
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(kk, (m * NT + nt) * 4 + i)];
+          for (int i = 0; i < 4; ++i) tiles[slot(rank, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+    }
+    cluster.sync();  // 2: the sums landed in rank 0 (release/acquire at the barrier)
+    if (rank > 0 || k > 0) return;
+    const float* local = reinterpret_cast<const float*>(shared);
+    for (int q = 1; q < C; ++q)  // in rank order: the same bits every run
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[m][nt][i] += local[slot(q, (m * NT + nt) * 4 + i)];
+#else
+    __trap();  // the launcher runs clusters on compute capability 9.0 and later only
+#endif
   }
   store_tile<P, NT, MT, GATE_UP>(acc, task, row0, first_column, in.batch, lane);
 }
@@ -691,27 +743,100 @@ bool clusters_fit() {
   return true;
 }
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+// The shared-activation shapes by KernelConfig::f16_mma_shared_* (1-9; 0: round 1's), as
+// (MT, WR, WK, stages, cluster blocks).
+template <int MT_, int WR_, int WK_, int S_, int C_>
+struct SharedShape {
+  static constexpr int MT = MT_, WR = WR_, WK = WK_, S = S_, C = C_;
+};
+constexpr int kSharedShapes = 9;
+
+template <class F>
+auto with_shared_shape(int variant, F&& f) {
+  switch (variant) {
+    case 1: return f(SharedShape<2, 4, 1, 4, 1>{});
+    case 2: return f(SharedShape<4, 2, 1, 4, 1>{});
+    case 3: return f(SharedShape<2, 2, 2, 4, 1>{});
+    case 4: return f(SharedShape<4, 2, 2, 4, 1>{});
+    case 5: return f(SharedShape<2, 4, 2, 4, 1>{});
+    case 6: return f(SharedShape<2, 2, 4, 4, 1>{});
+    case 7: return f(SharedShape<2, 2, 2, 4, 4>{});
+    case 8: return f(SharedShape<2, 2, 2, 3, 4>{});
+    default: return f(SharedShape<2, 2, 2, 3, 8>{});
+  }
+}
+
+template <uint32_t TYPE, bool GATE_UP, class SH>
+constexpr auto shared_kernel() {
+  return f16mma_shared_kernel<TYPE, 4, SH::MT, GATE_UP, SH::WR, SH::WK, SH::S, SH::C>;
+}
+template <uint32_t TYPE, bool GATE_UP, class SH>
+constexpr int shared_kernel_bytes() {
+  return SharedPlan<TYPE, 4, SH::MT, GATE_UP, SH::WR, SH::WK, SH::S, SH::C>::kShared;
+}
+
+template <uint32_t TYPE, bool GATE_UP, class SH>
 cudaError_t allow_shared_kernel_bytes() {
-  static const cudaError_t status = cudaFuncSetAttribute(
-      f16mma_shared_kernel<TYPE, NT, MT, GATE_UP, WR, WK>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize,
-      SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>::kShared);
+  static const cudaError_t status =
+      cudaFuncSetAttribute(shared_kernel<TYPE, GATE_UP, SH>(),
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           shared_kernel_bytes<TYPE, GATE_UP, SH>());
   return status;
 }
 
-// The shared-activation shapes by KernelConfig::f16_mma_shared_* (1-6; 0: round 1's), as
-// (MT, WR, WK): 1 (2, 4, 1), 2 (4, 2, 1), 3 (2, 2, 2), 4 (4, 2, 2), 5 (2, 4, 2), 6 (2, 2, 4).
+// A shape runs where its shared memory was granted and, for clusters, where the kernel was built
+// for and runs on compute capability 9.0 or later and a cluster of its blocks fits
+// (cudaOccupancyMaxActiveClusters). Asked once per shape from ready(), before any capture.
+template <uint32_t TYPE, bool GATE_UP, class SH>
+bool shared_shape_fits() {
+  static const bool ok = [] {
+    if (allow_shared_kernel_bytes<TYPE, GATE_UP, SH>() != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if constexpr (SH::C == 1) {
+      return true;
+    } else {
+      int device = 0, major = 0, clusters = 0;
+      cudaFuncAttributes attributes{};
+      cudaLaunchConfig_t launch{};
+      launch.gridDim = dim3(SH::C * 64);
+      launch.blockDim = dim3(kWarpSize * SH::WR * SH::WK);
+      launch.dynamicSmemBytes = shared_kernel_bytes<TYPE, GATE_UP, SH>();
+      cudaLaunchAttribute cluster[1];
+      cluster[0].id = cudaLaunchAttributeClusterDimension;
+      cluster[0].val.clusterDim.x = SH::C;
+      cluster[0].val.clusterDim.y = 1;
+      cluster[0].val.clusterDim.z = 1;
+      launch.attrs = cluster;
+      launch.numAttrs = 1;
+      const auto kernel = shared_kernel<TYPE, GATE_UP, SH>();
+      const bool fits =
+          cudaGetDevice(&device) == cudaSuccess &&
+          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) ==
+              cudaSuccess &&
+          major >= 9 && cudaFuncGetAttributes(&attributes, kernel) == cudaSuccess &&
+          attributes.binaryVersion >= 90 && attributes.ptxVersion >= 90 &&
+          cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch) == cudaSuccess &&
+          clusters > 0;
+      if (!fits) cudaGetLastError();
+      return fits;
+    }
+  }();
+  return ok;
+}
+
 template <uint32_t TYPE, bool GATE_UP>
-cudaError_t allow_shared_variants() {
-  for (const cudaError_t status : {allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 4, 1>(),
-                                   allow_shared_kernel_bytes<TYPE, 4, 4, GATE_UP, 2, 1>(),
-                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 2, 2>(),
-                                   allow_shared_kernel_bytes<TYPE, 4, 4, GATE_UP, 2, 2>(),
-                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 4, 2>(),
-                                   allow_shared_kernel_bytes<TYPE, 4, 2, GATE_UP, 2, 4>()})
-    if (status != cudaSuccess) return status;
-  return cudaSuccess;
+bool shared_variant_fits(int variant) {
+  return variant >= 1 && variant <= kSharedShapes &&
+         with_shared_shape(variant, [](auto shape) {
+           return shared_shape_fits<TYPE, GATE_UP, decltype(shape)>();
+         });
+}
+
+template <uint32_t TYPE, bool GATE_UP>
+void ask_shared_variants() {
+  for (int v = 1; v <= kSharedShapes; ++v) shared_variant_fits<TYPE, GATE_UP>(v);
 }
 
 // The block shapes the launcher picks from (launch_shape): 64 weight rows per warp in 4-warp
@@ -738,9 +863,7 @@ bool ready() {
   static const bool ok = [] {
     for (const cudaError_t status :
          {allow_shared_bytes_tiles<kQ4_0, false>(), allow_shared_bytes_tiles<kQ4_0, true>(),
-          allow_shared_bytes_tiles<kQ4_1, false>(), allow_shared_bytes_tiles<kQ4_1, true>(),
-          allow_shared_variants<kQ4_0, false>(), allow_shared_variants<kQ4_0, true>(),
-          allow_shared_variants<kQ4_1, false>(), allow_shared_variants<kQ4_1, true>()}) {
+          allow_shared_bytes_tiles<kQ4_1, false>(), allow_shared_bytes_tiles<kQ4_1, true>()}) {
       if (status != cudaSuccess) {
         cudaGetLastError();
         return false;
@@ -748,6 +871,10 @@ bool ready() {
     }
     clusters_fit<kQ4_0>();  // asks now, before any capture; the launches read the answers
     clusters_fit<kQ4_1>();
+    ask_shared_variants<kQ4_0, false>();
+    ask_shared_variants<kQ4_0, true>();
+    ask_shared_variants<kQ4_1, false>();
+    ask_shared_variants<kQ4_1, true>();
     return true;
   }();
   return ok;
@@ -779,46 +906,40 @@ cudaError_t launch_shape(const F16Tasks& tasks, int n_tasks, int max_rows, const
   return cudaLaunchKernelEx(&launch, f16mma_matvec_kernel<TYPE, NT, MT, GATE_UP, W, C>, tasks, in);
 }
 
-template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int WR, int WK>
+template <uint32_t TYPE, bool GATE_UP, class SH>
 cudaError_t launch_shared(const F16Tasks& tasks, int n_tasks, int max_rows,
                           const MatvecInputF16& in, const KernelConfig& config,
                           cudaStream_t stream) {
-  using P = Plan<TYPE, NT, MT, GATE_UP>;
-  const cudaError_t attribute = allow_shared_kernel_bytes<TYPE, NT, MT, GATE_UP, WR, WK>();
+  using P = Plan<TYPE, 4, SH::MT, GATE_UP>;
+  const cudaError_t attribute = allow_shared_kernel_bytes<TYPE, GATE_UP, SH>();
   if (attribute != cudaSuccess) return attribute;
   cudaLaunchConfig_t launch{};
-  launch.gridDim =
-      dim3(ceil_div(max_rows, WR * P::kRows) * ceil_div(in.batch, P::kColumns), n_tasks, 1);
-  launch.blockDim = dim3(kWarpSize * WR * WK);
-  launch.dynamicSmemBytes = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK>::kShared;
+  launch.gridDim = dim3(ceil_div(max_rows, SH::WR * P::kRows) * ceil_div(in.batch, P::kColumns) *
+                            SH::C,
+                        n_tasks, 1);
+  launch.blockDim = dim3(kWarpSize * SH::WR * SH::WK);
+  launch.dynamicSmemBytes = shared_kernel_bytes<TYPE, GATE_UP, SH>();
   launch.stream = stream;
-  cudaLaunchAttribute attributes[1];
+  cudaLaunchAttribute attributes[2];
   attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attributes[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim.x = SH::C;
+  attributes[1].val.clusterDim.y = 1;
+  attributes[1].val.clusterDim.z = 1;
   launch.attrs = attributes;
-  launch.numAttrs = 1;
-  return cudaLaunchKernelEx(&launch, f16mma_shared_kernel<TYPE, NT, MT, GATE_UP, WR, WK>, tasks,
-                            in);
+  launch.numAttrs = SH::C > 1 ? 2 : 1;
+  return cudaLaunchKernelEx(&launch, shared_kernel<TYPE, GATE_UP, SH>(), tasks, in);
 }
 
 template <uint32_t TYPE, bool GATE_UP>
 cudaError_t launch_shared_variant(int variant, const F16Tasks& tasks, int n_tasks, int max_rows,
                                   const MatvecInputF16& in, const KernelConfig& config,
                                   cudaStream_t stream) {
-  switch (variant) {
-    case 1:
-      return launch_shared<TYPE, 4, 2, GATE_UP, 4, 1>(tasks, n_tasks, max_rows, in, config, stream);
-    case 2:
-      return launch_shared<TYPE, 4, 4, GATE_UP, 2, 1>(tasks, n_tasks, max_rows, in, config, stream);
-    case 3:
-      return launch_shared<TYPE, 4, 2, GATE_UP, 2, 2>(tasks, n_tasks, max_rows, in, config, stream);
-    case 4:
-      return launch_shared<TYPE, 4, 4, GATE_UP, 2, 2>(tasks, n_tasks, max_rows, in, config, stream);
-    case 5:
-      return launch_shared<TYPE, 4, 2, GATE_UP, 4, 2>(tasks, n_tasks, max_rows, in, config, stream);
-    default:
-      return launch_shared<TYPE, 4, 2, GATE_UP, 2, 4>(tasks, n_tasks, max_rows, in, config, stream);
-  }
+  return with_shared_shape(variant, [&](auto shape) {
+    return launch_shared<TYPE, GATE_UP, decltype(shape)>(tasks, n_tasks, max_rows, in, config,
+                                                         stream);
+  });
 }
 
 // Blocks of a launch with `rows` output rows per block that have work.
@@ -865,7 +986,7 @@ cudaError_t launch_tile(const F16Tasks& tasks, int n_tasks, int max_rows, const 
       working_blocks(tasks, n_tasks, Plan<TYPE, NT, 4, GATE_UP>::kRows, column_tiles);
   if constexpr (NT == 4) {
     const int variant = GATE_UP ? config.f16_mma_shared_gate_up : config.f16_mma_shared_plain;
-    if (variant > 0)
+    if (variant > 0 && shared_variant_fits<TYPE, GATE_UP>(variant))
       return launch_shared_variant<TYPE, GATE_UP>(variant, tasks, n_tasks, max_rows, in, config,
                                                   stream);
   }

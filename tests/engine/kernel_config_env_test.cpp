@@ -290,10 +290,10 @@ TEST(KernelConfigEnv, F16MmaSharedShapes) {
   EXPECT_NE(describe_mma(set).find("shared-activation shapes 1/6"), std::string::npos)
       << describe_mma(set);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_F16MMA_SHARED_PLAIN", "7"}}}, warnings).f16_mma_shared_plain, 0);
+  EXPECT_EQ(parse({{{"GRANULE_F16MMA_SHARED_PLAIN", "10"}}}, warnings).f16_mma_shared_plain, 0);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0],
-            "GRANULE_F16MMA_SHARED_PLAIN=7 ignored (accepted: a whole number from 0 to 6); "
+            "GRANULE_F16MMA_SHARED_PLAIN=10 ignored (accepted: a whole number from 0 to 9); "
             "keeping 0");
 }
 

@@ -567,10 +567,12 @@ TEST(MatvecF16MmaClusters, ShapesOf8BAccumulateAndRepeat) {
 
 // The shared-activation shapes (KernelConfig::f16_mma_shared_*, 17-64 columns): a block's
 // warps split the rows and read one copy of each stage's activations; WK groups of warps split
-// the sub-blocks. Every shape 1-6 on the 8B model's products (plain with accumulate and three
+// the sub-blocks; 7-9 split a tile over a thread-block cluster. Every shape 1-9 on the 8B model's products (plain with accumulate and three
 // tasks, the same bits on a second launch; SwiGLU), on rows that end inside a block and on rows
 // of one and two sub-blocks (groups without a stage).
-TEST(MatvecF16MmaShared, EveryShapeMatchesHostReference) {
+class MatvecF16MmaShared : public ::testing::TestWithParam<int> {};
+
+TEST_P(MatvecF16MmaShared, MatchesHostReference) {
   REQUIRE_F16MMA();
   std::mt19937 rng(78);
   const ClusterCase cases[] = {
@@ -581,16 +583,18 @@ TEST(MatvecF16MmaShared, EveryShapeMatchesHostReference) {
       {"short", {{50, 64}, {33, 64}}, {true, false}},
       {"one", {{40, 32}}, {false}},
   };
-  for (int variant = 1; variant <= 6; ++variant) {
-    SCOPED_TRACE("shape " + std::to_string(variant));
-    kernels::KernelConfig config = f16mma_config();
-    config.f16_mma_shared_plain = variant;
-    config.f16_mma_shared_gate_up = variant;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-      for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
-    check_swiglu(config, {17, 32, 64}, {{300, 1024}, {33, 64}, {14336, 4096}});
-  }
+  kernels::KernelConfig config = f16mma_config();
+  config.f16_mma_shared_plain = GetParam();
+  config.f16_mma_shared_gate_up = GetParam();
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+    for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
+  check_swiglu(config, {17, 32, 64}, {{300, 1024}, {33, 64}, {14336, 4096}});
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MatvecF16MmaShared, ::testing::Range(1, 10),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "shape" + std::to_string(info.param);
+                         });
 
 // Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
 double half_f16_ulp(double v) {
@@ -860,7 +864,7 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
     }
   }
   // The shared-activation shapes (f16_mma_shared_*), the same products at 32 and 64 columns.
-  for (int variant = 1; variant <= 6; ++variant)
+  for (int variant = 1; variant <= 9; ++variant)
     for (const int columns : {32, 64})
       for (const Product& p : products) {
         kernels::KernelConfig shared = config;

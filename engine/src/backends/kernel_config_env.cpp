@@ -132,8 +132,8 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
   apply_count(kAttentionBlocksVariable, 1, 32, config.attention_blocks_per_sm, lookup, warnings);
   apply(kAttentionWarpsVariable, kAttentionWarps, config.attention_warps, lookup, warnings);
-  apply_count(kF16MmaSharedGateUpVariable, 0, 6, config.f16_mma_shared_gate_up, lookup, warnings);
-  apply_count(kF16MmaSharedPlainVariable, 0, 6, config.f16_mma_shared_plain, lookup, warnings);
+  apply_count(kF16MmaSharedGateUpVariable, 0, 9, config.f16_mma_shared_gate_up, lookup, warnings);
+  apply_count(kF16MmaSharedPlainVariable, 0, 9, config.f16_mma_shared_plain, lookup, warnings);
   return config;
 }
 
