@@ -727,7 +727,7 @@ print(g, p)
 PY
 )
   echo "fastest at 32 columns: gate+up shape ${G:-0}, plain shape ${P:-0}"
-  timeout 150 compute-sanitizer --tool memcheck "$t" --gtest_filter='*MatvecF16MmaShared*shape[789]' >/tmp/memcheck.txt 2>&1
+  timeout 150 compute-sanitizer --tool memcheck "$t" --gtest_filter='*MatvecF16MmaShared*shape7:*MatvecF16MmaShared*shape8:*MatvecF16MmaShared*shape9' >/tmp/memcheck.txt 2>&1
   echo "memcheck MatvecF16MmaShared shapes 7-9: rc=$? $(grep -E 'ERROR SUMMARY' /tmp/memcheck.txt | tail -1)"
   export GRANULE_F16MMA_SHARED_GATEUP=${G:-0} GRANULE_F16MMA_SHARED_PLAIN=${P:-0}
   timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*F16Mma*:*Batch*' >"$OUT/model-f16.txt" 2>&1
@@ -812,7 +812,26 @@ for line in open(sys.argv[1], errors="replace"):
 PY
 }
 
+# Session 6, last call: memcheck on the default shared shape (5) and a cluster shape (8), the
+# engine suites against the CPU oracle with the defaults, and the 32-chat number once more.
+wave9_check() {
+  local t="$build/tests/matvec_f16mma_kernel_test" b="$build/app/bench/granule-bench"
+  {
+  timeout 200 compute-sanitizer --tool memcheck "$t" \
+    --gtest_filter='*MatvecF16MmaShared*shape5:*MatvecF16MmaShared*shape8' >/tmp/memcheck.txt 2>&1
+  echo "memcheck MatvecF16MmaShared shapes 5, 8: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  start=$(date +%s)
+  timeout 150 ctest --test-dir "$build" -j2 --timeout 140 --output-on-failure \
+    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
+  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  timeout 60 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/ctest.log "$OUT/"
+}
+
 case $what in
+  wave9-check) wave9_check ;;
   wave9-stalls) wave9_stalls ;;
   wave9-tests) wave9_tests ;;
   wave9-bench) wave9_bench ;;
