@@ -266,6 +266,31 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
   }
 }
 
+// A warp's sums to / from a buffer of partial sums (shared memory, or another block's through
+// distributed shared memory): accumulator i of lane l at [(first + i) * 32 + l].
+template <int MT, int NT>
+__device__ __forceinline__ void put_sums(float* buffer, const float (&acc)[MT][NT][4], int first,
+                                         int lane) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        buffer[(first + (m * NT + nt) * 4 + i) * kWarpSize + lane] = acc[m][nt][i];
+}
+template <int MT, int NT>
+__device__ __forceinline__ void add_sums(float (&acc)[MT][NT][4], const float* buffer, int first,
+                                         int lane) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        acc[m][nt][i] += buffer[(first + (m * NT + nt) * 4 + i) * kWarpSize + lane];
+}
+
 // The epilogue: the tile's sums (rows row0.., columns first_column..) to y (or y_f16); SwiGLU
 // takes silu(gate) * up from the first and second halves of the m-tiles.
 template <class P, int NT, int MT, bool GATE_UP>
@@ -410,24 +435,14 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     wait_copies<0>();
     __syncthreads();  // every warp is done with its ring; the memory is reused
     float* partial = reinterpret_cast<float*>(shared);
-    auto slot = [&](int k, int i) { return ((k - 1) * P::kAccumulators + i) * kWarpSize + lane; };
+    auto slot = [](int k) { return (k - 1) * P::kAccumulators; };
     if (warp > 0) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) partial[slot(warp, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+      put_sums(partial, acc, slot(warp), lane);
     }
     __syncthreads();
     if (warp == 0)
       for (int k = 1; k < W; ++k)
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) acc[m][nt][i] += partial[slot(k, (m * NT + nt) * 4 + i)];
+        add_sums(acc, partial, slot(k), lane);
   }
   if constexpr (C > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -438,25 +453,15 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     // the block's sums in registers), so rank 0's ring and partial sums are free.
     cluster.sync();
     float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
-    auto slot = [&](int r, int i) { return ((r - 1) * P::kAccumulators + i) * kWarpSize + lane; };
+    auto slot = [](int r) { return (r - 1) * P::kAccumulators; };
     if (rank > 0 && warp == 0) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) tiles[slot(rank, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+      put_sums(tiles, acc, slot(rank), lane);
     }
     cluster.sync();  // 2: the tiles landed in rank 0 (release/acquire at the barrier)
     if (rank > 0 || warp > 0) return;
     const float* local = reinterpret_cast<const float*>(shared);
     for (int r = 1; r < C; ++r)  // in rank order: the same bits every run
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[m][nt][i] += local[slot(r, (m * NT + nt) * 4 + i)];
+      add_sums(acc, local, slot(r), lane);
 #else
     __trap();  // cluster_fits() refuses clusters below compute capability 9.0
 #endif
@@ -624,27 +629,14 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
     wait_copies<0>();
     __syncthreads();  // every group is done with its ring; the memory is reused
     float* partial = reinterpret_cast<float*>(shared);
-    auto slot = [&](int kk, int i) {
-      return (((kk - 1) * WR + r) * P::kAccumulators + i) * kWarpSize + lane;
-    };
+    auto slot = [&](int kk) { return ((kk - 1) * WR + r) * P::kAccumulators; };
     if (k > 0) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) partial[slot(k, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+      put_sums(partial, acc, slot(k), lane);
     }
     __syncthreads();
     if (k == 0)
       for (int kk = 1; kk < WK; ++kk)
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-              acc[m][nt][i] += partial[slot(kk, (m * NT + nt) * 4 + i)];
+        add_sums(acc, partial, slot(kk), lane);
     if constexpr (C == 1) {
       if (k > 0) return;
     }
@@ -659,27 +651,15 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
     // registers), so rank 0's shared memory is free.
     cluster.sync();
     float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
-    auto slot = [&](int q, int i) {
-      return (((q - 1) * WR + r) * P::kAccumulators + i) * kWarpSize + lane;
-    };
+    auto slot = [&](int q) { return ((q - 1) * WR + r) * P::kAccumulators; };
     if (rank > 0 && k == 0) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) tiles[slot(rank, (m * NT + nt) * 4 + i)] = acc[m][nt][i];
+      put_sums(tiles, acc, slot(rank), lane);
     }
     cluster.sync();  // 2: the sums landed in rank 0 (release/acquire at the barrier)
     if (rank > 0 || k > 0) return;
     const float* local = reinterpret_cast<const float*>(shared);
     for (int q = 1; q < C; ++q)  // in rank order: the same bits every run
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) acc[m][nt][i] += local[slot(q, (m * NT + nt) * 4 + i)];
+      add_sums(acc, local, slot(q), lane);
 #else
     __trap();  // the launcher runs clusters on compute capability 9.0 and later only
 #endif
