@@ -830,7 +830,22 @@ wave9_check() {
   cp /tmp/ctest.log "$OUT/"
 }
 
+# Session 6, after the copy helpers were shared between the kernels: the f16 kernel test, its
+# timing probe, the 32-chat number.
+wave9_recheck() {
+  local t="$build/tests/matvec_f16mma_kernel_test" b="$build/app/bench/granule-bench"
+  {
+  timeout 200 "$t" >/tmp/f16-test.txt 2>&1
+  echo "matvec_f16mma_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/f16-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED" /tmp/f16-test.txt | head -5
+  grep -E "f16mma-timing.*32 columns|f16mma-shared\] shape 5 .*32 columns" /tmp/f16-test.txt
+  timeout 60 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/f16-test.txt "$OUT/"
+}
+
 case $what in
+  wave9-recheck) wave9_recheck ;;
   wave9-check) wave9_check ;;
   wave9-stalls) wave9_stalls ;;
   wave9-tests) wave9_tests ;;
