@@ -188,59 +188,6 @@ __device__ __forceinline__ const uint8_t* weight_row(const MatvecTask& task, int
   return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
 }
 
-// One lane's share of a warp's weight copies: chunk lane % kKs of weight rows lane / kKs +
-// i * (32 / kKs), and the scales of rows lane + 32 i, for the stage of sub-blocks first.. into
-// `stage` (rows kWeightRow apart, their scales from kScaleOffset).
-template <class P>
-struct WeightCopies {
-  const uint8_t* rows[P::kWeightCopies];
-  const uint8_t* scale_rows[P::kScaleCopies];
-  int n, lane;
-
-  __device__ __forceinline__ WeightCopies(const MatvecTask& task, int row0, int n_, int lane_)
-      : n(n_), lane(lane_) {
-#pragma unroll
-    for (int i = 0; i < P::kWeightCopies; ++i)
-      rows[i] = weight_row<P>(task, row0, lane / kKs + i * (kWarpSize / kKs));
-#pragma unroll
-    for (int i = 0; i < P::kScaleCopies; ++i)
-      scale_rows[i] =
-          weight_row<P>(task, row0, lane + i * kWarpSize) + static_cast<int64_t>(n) * 16;
-  }
-
-  __device__ __forceinline__ void copy(uint8_t* stage, int first) const {
-    const int chunk = lane % kKs;
-    const bool valid = first + chunk < n;
-#pragma unroll
-    for (int i = 0; i < P::kWeightCopies; ++i)
-      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
-                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
-    // The stage's scales of a row in one copy: when only its first sub-block lies inside the
-    // row, the copy reads at most 2 (Q4_0) or 4 (Q4_1) bytes past the scales, inside the row's
-    // 16-byte stride padding (the payload is 18 n or 20 n bytes with n odd then).
-    const bool ok = first < n;
-#pragma unroll
-    for (int i = 0; i < P::kScaleCopies; ++i)
-      copy_async<P::kScaleRow>(
-          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
-          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
-  }
-};
-
-// 16-byte chunk `part` (of kActChunksPerColumn) of column `column` of the tile's activations
-// for the stage of sub-blocks first.. into `act` (columns kActRow apart); zeros past the batch
-// and past the row's end.
-template <class P>
-__device__ __forceinline__ void copy_activations(uint8_t* act, const MatvecInputF16& in,
-                                                 int first_column, int column, int part,
-                                                 int first, int n) {
-  const bool valid = first_column + column < in.batch && first + part / 4 < n;
-  const __half* src = valid ? in.x + static_cast<int64_t>(first_column + column) * in.n_in +
-                                  static_cast<int64_t>(first) * 32 + part * 8
-                            : in.x;
-  copy_async<16>(act + column * P::kActRow + part * 16, src, valid);
-}
-
 // One pipeline stage of one warp: kKs sub-blocks (from `first`, of n per row) of the warp's
 // kWeightRows weight rows (at `weights`, kWeightRow bytes apart; their scales at `scales`,
 // kScaleRow apart) times the column tile's activations (at `act`, kActRow apart), into acc.
@@ -404,17 +351,49 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
   uint8_t* const ring = shared + warp * P::kWarpBytes;
   auto first_block = [&](int s) { return (k_warp + C * W * s) * kKs; };
 
-  const WeightCopies<P> weights(task, row0, n, lane);
+  // This lane's copies: chunk lane % kKs of weight rows lane / kKs + i * (32 / kKs), and the
+  // scales of rows lane + 32 i.
+  const uint8_t* rows[P::kWeightCopies];
+#pragma unroll
+  for (int i = 0; i < P::kWeightCopies; ++i)
+    rows[i] = weight_row<P>(task, row0, lane / kKs + i * (kWarpSize / kKs));
+  const uint8_t* scale_rows[P::kScaleCopies];
+#pragma unroll
+  for (int i = 0; i < P::kScaleCopies; ++i)
+    scale_rows[i] = weight_row<P>(task, row0, lane + i * kWarpSize) + static_cast<int64_t>(n) * 16;
+  const int chunk = lane % kKs;
+
   auto load_weights = [&](int s) {
-    weights.copy(ring + (s % S) * P::kStageBytes, first_block(s));
+    uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
+    const bool valid = first + chunk < n;
+#pragma unroll
+    for (int i = 0; i < P::kWeightCopies; ++i)
+      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
+    // The stage's scales of a row in one copy: when only its first sub-block lies inside the
+    // row, the copy reads at most 2 (Q4_0) or 4 (Q4_1) bytes past the scales, inside the row's
+    // 16-byte stride padding (the payload is 18 n or 20 n bytes with n odd then).
+    const bool ok = first < n;
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<P::kScaleRow>(
+          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
   };
   auto load_activations = [&](int s) {
-    uint8_t* act = ring + (s % S) * P::kStageBytes + P::kActOffset;
+    uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
     constexpr int ACP = P::kActChunksPerColumn;
 #pragma unroll
-    for (int i = 0; i < P::kActCopies; ++i)
-      copy_activations<P>(act, in, first_column, lane / ACP + i * (kWarpSize / ACP), lane % ACP,
-                          first_block(s), n);
+    for (int i = 0; i < P::kActCopies; ++i) {
+      const int column = lane / ACP + i * (kWarpSize / ACP), part = lane % ACP;
+      const bool valid = first_column + column < in.batch && first + part / 4 < n;
+      const __half* src = valid ? in.x + static_cast<int64_t>(first_column + column) * in.n_in +
+                                      static_cast<int64_t>(first) * 32 + part * 8
+                                : in.x;
+      copy_async<16>(stage + P::kActOffset + column * P::kActRow + part * 16, src, valid);
+    }
   };
 
   // Weights first: they do not depend on the previous kernel.
@@ -572,15 +551,45 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
   auto warp_at = [&](int s) { return stage_at(s) + SP::kActStage + r * SP::kWarpStage; };
   auto first_block = [&](int s) { return (k_place + C * WK * s) * kKs; };
 
-  const WeightCopies<P> weights(task, row0, n, lane);
-  auto load_weights = [&](int s) { weights.copy(warp_at(s), first_block(s)); };  // own rows
+  const uint8_t* rows[P::kWeightCopies];
+#pragma unroll
+  for (int i = 0; i < P::kWeightCopies; ++i)
+    rows[i] = weight_row<P>(task, row0, lane / kKs + i * (kWarpSize / kKs));
+  const uint8_t* scale_rows[P::kScaleCopies];
+#pragma unroll
+  for (int i = 0; i < P::kScaleCopies; ++i)
+    scale_rows[i] = weight_row<P>(task, row0, lane + i * kWarpSize) + static_cast<int64_t>(n) * 16;
+  const int chunk = lane % kKs;
+
+  auto load_weights = [&](int s) {  // this warp's rows, as round 1's ring
+    uint8_t* stage = warp_at(s);
+    const int first = first_block(s);
+    const bool valid = first + chunk < n;
+#pragma unroll
+    for (int i = 0; i < P::kWeightCopies; ++i)
+      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
+    const bool ok = first < n;  // the scale overread stays in the row padding (round 1)
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<P::kScaleRow>(
+          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+  };
   auto load_activations = [&](int s) {  // the group's one copy, spread over its threads
+    uint8_t* stage = stage_at(s);
+    const int first = first_block(s);
     constexpr int ACP = P::kActChunksPerColumn;
 #pragma unroll
     for (int i = 0; i < SP::kActCopies; ++i) {
       const int c = group_thread + i * SP::kGroupThreads;
       if (SP::kActChunks % SP::kGroupThreads != 0 && c >= SP::kActChunks) break;
-      copy_activations<P>(stage_at(s), in, first_column, c / ACP, c % ACP, first_block(s), n);
+      const int column = c / ACP, part = c % ACP;
+      const bool valid = first_column + column < in.batch && first + part / 4 < n;
+      const __half* src = valid ? in.x + static_cast<int64_t>(first_column + column) * in.n_in +
+                                      static_cast<int64_t>(first) * 32 + part * 8
+                                : in.x;
+      copy_async<16>(stage + column * P::kActRow + part * 16, src, valid);
     }
   };
 
