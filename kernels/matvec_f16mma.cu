@@ -29,6 +29,14 @@
 // reads 1/C of the tile's activations: the activation bytes per weight byte of 64 rows at the
 // block count of 32 (wo/down at 32 columns were bound by those L2 -> SM bytes).
 //
+// Shared-activation shapes (f16mma_shared_kernel, KernelConfig::f16_mma_shared_*; 17-64
+// columns): a block's warps split the rows instead of the sub-blocks, in WK groups that split
+// the sub-blocks, and each group reads one copy of a stage's activations (filled by all its
+// threads, a named barrier per stage), so more warps fit an SM and each activation byte from L2
+// serves WR warps' rows. The SwiGLU product of an 8B model takes shape 5 (H200, 32 columns:
+// 49.6 us against round 1's 57.9); products of 4,096 rows keep round 1 (too few row tiles).
+// Shapes 7-9 also split a tile over a thread-block cluster (measured slower; PERF_NOTES).
+//
 // Numerics: w16 = f16_rn((q - 8) d) (Q4_0) or f16_rn(q d + m) (Q4_1), one rounding each (the
 // integer parts are exact in f16), times the f16 activation (exact in the mma), accumulated in
 // f32 by the tensor core and then across warps (and cluster ranks) in f32, in a fixed order.

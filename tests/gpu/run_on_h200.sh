@@ -721,7 +721,9 @@ for line in open(sys.argv[1]):
     m = re.search(r"\[f16mma-shared\] shape (\d) (\S+)\s+32 columns:\s+([\d.]+)", line)
     if m: shared.setdefault(int(m.group(1)), {})[m.group(2)] = float(m.group(3))
 plain = lambda d: sum(d.get(k, 1e9) for k in ("qkv", "wo", "down"))
-g = min([0] + list(shared), key=lambda v: base.get("gate+up", 1e9) if v == 0 else shared[v].get("gate+up", 1e9))
+# The probe's default line runs the default shapes (gate+up: shape 5 since session 6), so the
+# pick is among the shapes themselves, with round 1 (0) for the plain products only.
+g = min(shared, key=lambda v: shared[v].get("gate+up", 1e9)) if shared else 5
 p = min([0] + list(shared), key=lambda v: plain(base) if v == 0 else plain(shared[v]))
 print(g, p)
 PY
