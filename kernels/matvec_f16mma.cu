@@ -299,6 +299,48 @@ __device__ __forceinline__ void add_sums(float (&acc)[MT][NT][4], const float* b
         acc[m][nt][i] += buffer[(first + (m * NT + nt) * 4 + i) * kWarpSize + lane];
 }
 
+// The N warps (or groups) of a block that split the sub-blocks add their sums: index 0 ends
+// with the total, adding 1..N-1 in order (deterministic). Index j > 0 keeps its sums at the
+// first accumulator slot(j) of the (reused) ring.
+template <int N, int MT, int NT, class Slot>
+__device__ __forceinline__ void gather_block_sums(float (&acc)[MT][NT][4], uint8_t* shared,
+                                                  int index, Slot slot, int lane) {
+  wait_copies<0>();
+  __syncthreads();  // every warp is done with its ring; the memory is reused
+  float* partial = reinterpret_cast<float*>(shared);
+  if (index > 0) put_sums(partial, acc, slot(index), lane);
+  __syncthreads();
+  if (index == 0)
+    for (int j = 1; j < N; ++j) add_sums(acc, partial, slot(j), lane);
+}
+
+// The C blocks of a cluster that split a tile's sub-blocks add their sums: the `holder` warps
+// of ranks 1..C-1 store theirs into rank 0's shared memory (distributed shared memory, from
+// accumulator slot(rank)) and rank 0's holders add them in rank order (the same bits every
+// run). Every thread of every block of the cluster calls it (both barriers). True for the
+// threads that hold the tile's total (rank 0's holders).
+template <int C, int MT, int NT, class Slot>
+__device__ __forceinline__ bool gather_cluster_sums(float (&acc)[MT][NT][4], uint8_t* shared,
+                                                    int rank, bool holder, Slot slot, int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  // 1: every block is past its main loop and its own sum (the holders keep it in registers),
+  // so rank 0's ring and partial sums are free.
+  cluster.sync();
+  float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
+  if (rank > 0 && holder) put_sums(tiles, acc, slot(rank), lane);
+  cluster.sync();  // 2: the sums landed in rank 0 (release/acquire at the barrier)
+  if (rank > 0 || !holder) return false;
+  const float* local = reinterpret_cast<const float*>(shared);
+  for (int q = 1; q < C; ++q) add_sums(acc, local, slot(q), lane);
+  return true;
+#else
+  __trap();  // the launchers run clusters on compute capability 9.0 and later only
+  return false;
+#endif
+}
+
 // The epilogue: the tile's sums (rows row0.., columns first_column..) to y (or y_f16); SwiGLU
 // takes silu(gate) * up from the first and second halves of the m-tiles.
 template <class P, int NT, int MT, bool GATE_UP>
@@ -438,41 +480,11 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
                                     first_block(s), n, lane);
   }
 
-  // The W warps of the block add their partial sums (in a fixed order).
-  if constexpr (W > 1) {
-    wait_copies<0>();
-    __syncthreads();  // every warp is done with its ring; the memory is reused
-    float* partial = reinterpret_cast<float*>(shared);
-    auto slot = [](int k) { return (k - 1) * P::kAccumulators; };
-    if (warp > 0) {
-      put_sums(partial, acc, slot(warp), lane);
-    }
-    __syncthreads();
-    if (warp == 0)
-      for (int k = 1; k < W; ++k)
-        add_sums(acc, partial, slot(k), lane);
-  }
+  // The W warps of the block add their partial sums (in a fixed order), then the C blocks.
+  auto slot = [](int j) { return (j - 1) * P::kAccumulators; };
+  if constexpr (W > 1) gather_block_sums<W>(acc, shared, warp, slot, lane);
   if constexpr (C > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Every thread of every block takes part in both cluster barriers (none has left).
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    // 1: every block of the cluster is past its main loop and its own reduction (warp 0 holds
-    // the block's sums in registers), so rank 0's ring and partial sums are free.
-    cluster.sync();
-    float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
-    auto slot = [](int r) { return (r - 1) * P::kAccumulators; };
-    if (rank > 0 && warp == 0) {
-      put_sums(tiles, acc, slot(rank), lane);
-    }
-    cluster.sync();  // 2: the tiles landed in rank 0 (release/acquire at the barrier)
-    if (rank > 0 || warp > 0) return;
-    const float* local = reinterpret_cast<const float*>(shared);
-    for (int r = 1; r < C; ++r)  // in rank order: the same bits every run
-      add_sums(acc, local, slot(r), lane);
-#else
-    __trap();  // cluster_fits() refuses clusters below compute capability 9.0
-#endif
+    if (!gather_cluster_sums<C>(acc, shared, rank, warp == 0, slot, lane)) return;
   } else if (warp > 0) {
     return;
   }
@@ -521,7 +533,6 @@ __device__ __forceinline__ void group_barrier(int k) {
   }
 }
 
-//
 // C > 1: the C blocks of a thread-block cluster (adjacent in blockIdx.x) share one tile and
 // split its stages (group k of rank q takes stages q WK + k, q WK + k + C WK, ...); after the
 // groups' sums meet in each block, ranks 1..C-1 store theirs into rank 0's shared memory and
@@ -532,7 +543,6 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
     f16mma_shared_kernel(F16Tasks tasks, MatvecInputF16 in) {
   using P = Plan<TYPE, NT, MT, GATE_UP>;
   using SP = SharedPlan<TYPE, NT, MT, GATE_UP, WR, WK, S, C>;
-  static_assert(SP::kStages == S);
   extern __shared__ __align__(16) uint8_t shared[];
 
   const MatvecTask& task = tasks.t[blockIdx.y];
@@ -633,44 +643,15 @@ __global__ void __launch_bounds__(kWarpSize* WR* WK, 1)
                                     lane);
   }
 
-  if constexpr (WK > 1) {  // the groups' sums, added in group order by group 0's warps
-    wait_copies<0>();
-    __syncthreads();  // every group is done with its ring; the memory is reused
-    float* partial = reinterpret_cast<float*>(shared);
-    auto slot = [&](int kk) { return ((kk - 1) * WR + r) * P::kAccumulators; };
-    if (k > 0) {
-      put_sums(partial, acc, slot(k), lane);
-    }
-    __syncthreads();
-    if (k == 0)
-      for (int kk = 1; kk < WK; ++kk)
-        add_sums(acc, partial, slot(kk), lane);
-    if constexpr (C == 1) {
-      if (k > 0) return;
-    }
-  }
+  // The WK groups' sums, added in group order by group 0's warps; then the C blocks'. Warp
+  // (r, k) keeps its sums from accumulator ((k - 1) WR + r) on (k: group, or cluster rank).
+  auto slot = [&](int j) { return ((j - 1) * WR + r) * P::kAccumulators; };
+  if constexpr (WK > 1) gather_block_sums<WK>(acc, shared, k, slot, lane);
   if constexpr (C > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Every thread of every block of the cluster takes part in both barriers.
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
     if constexpr (WK == 1) wait_copies<0>();
-    // 1: every block is past its main loop and its groups' sum (group 0 holds it in
-    // registers), so rank 0's shared memory is free.
-    cluster.sync();
-    float* tiles = cluster.map_shared_rank(reinterpret_cast<float*>(shared), 0);
-    auto slot = [&](int q) { return ((q - 1) * WR + r) * P::kAccumulators; };
-    if (rank > 0 && k == 0) {
-      put_sums(tiles, acc, slot(rank), lane);
-    }
-    cluster.sync();  // 2: the sums landed in rank 0 (release/acquire at the barrier)
-    if (rank > 0 || k > 0) return;
-    const float* local = reinterpret_cast<const float*>(shared);
-    for (int q = 1; q < C; ++q)  // in rank order: the same bits every run
-      add_sums(acc, local, slot(q), lane);
-#else
-    __trap();  // the launcher runs clusters on compute capability 9.0 and later only
-#endif
+    if (!gather_cluster_sums<C>(acc, shared, rank, k == 0, slot, lane)) return;
+  } else if constexpr (WK > 1) {
+    if (k > 0) return;
   }
   store_tile<P, NT, MT, GATE_UP>(acc, task, row0, first_column, in.batch, lane);
 }
