@@ -427,11 +427,8 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   }
 }
 
-// Gate and up in one pass: silu(gate x) * (up x), on a small matrix (at 1-8 columns 32 rows
-// per warp, 8-warp blocks), 3000 rows (32 rows per warp in 4-warp blocks on a 132-SM device)
-// and the 8B model's (64 rows per warp). At 9-64 columns on compute capability 9.0 all three
-// take 64 rows per warp in clusters of 4 (small), 4 (3000 rows) and 2 blocks (8B, 16-32
-// columns), and one block (8B, 33-64 columns).
+// Gate and up in one pass, silu(gate x) * (up x), under `config`: sampled rows of each
+// rows x columns matrix pair against the host reference at each batch, every element written.
 void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int> batches,
                   std::initializer_list<std::pair<int64_t, int64_t>> matrices) {
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
@@ -469,9 +466,13 @@ void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int
     }
 }
 
+// With the defaults: a small matrix (at 1-8 columns 32 rows per warp, 8-warp blocks), 3000 rows
+// (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B model's (64 rows per warp);
+// at 17-64 columns all three take the shared-activation shape of f16_mma_shared_gate_up.
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
-  check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64}, {{300, 1024}, {3000, 256}, {14336, 4096}});
+  check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64},
+               {{300, 1024}, {3000, 256}, {14336, 4096}});
 }
 
 // The thread-block cluster shapes (plain products at 9-64 columns on compute capability 9.0:
@@ -567,9 +568,10 @@ TEST(MatvecF16MmaClusters, ShapesOf8BAccumulateAndRepeat) {
 
 // The shared-activation shapes (KernelConfig::f16_mma_shared_*, 17-64 columns): a block's
 // warps split the rows and read one copy of each stage's activations; WK groups of warps split
-// the sub-blocks; 7-9 split a tile over a thread-block cluster. Every shape 1-9 on the 8B model's products (plain with accumulate and three
-// tasks, the same bits on a second launch; SwiGLU), on rows that end inside a block and on rows
-// of one and two sub-blocks (groups without a stage).
+// the sub-blocks; 7-9 split a tile over a thread-block cluster. Every shape 1-9 on the 8B
+// model's products (plain with accumulate and three tasks, the same bits on a second launch;
+// SwiGLU), on rows that end inside a block and on rows of one and two sub-blocks (groups
+// without a stage).
 class MatvecF16MmaShared : public ::testing::TestWithParam<int> {};
 
 TEST_P(MatvecF16MmaShared, MatchesHostReference) {
@@ -816,17 +818,21 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
       {"wo", d, {task(wo, d, d, y.get())}, d * d * row_q4},
       {"gate+up", d, {gate_up}, 2 * ff * d * row_q4},
       {"down", ff, {task(down, d, ff, y.get())}, d * ff * row_q4}};
+  // Microseconds per f16 launch of product p at `columns` columns under config c.
+  auto time_f16 = [&](const Product& p, int columns, const kernels::KernelConfig& c) {
+    kernels::MatvecInputF16 in16;
+    in16.n_in = static_cast<int>(p.cols);
+    in16.batch = columns;
+    in16.x = x16.get();
+    const int n_tasks = static_cast<int>(p.tasks.size());
+    return time_launches([&] {
+      return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, c, nullptr);
+    });
+  };
   for (const int columns : {8, 16, 32, 64}) {
     for (const Product& p : products) {
-      kernels::MatvecInputF16 in16;
-      in16.n_in = static_cast<int>(p.cols);
-      in16.batch = columns;
-      in16.x = x16.get();
-      const int n_tasks = static_cast<int>(p.tasks.size());
       CUDA_OK(cudaMemset(y.get(), 0, y.size() * sizeof(float)));
-      const double f16_us = time_launches([&] {
-        return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, config, nullptr);
-      });
+      const double f16_us = time_f16(p, columns, config);
       ASSERT_GT(f16_us, 0) << p.name << " f16 mma launch failed";
       const std::vector<float> f16_y = y.download();
       double int8_us = 0;
@@ -840,7 +846,8 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
         in8.x = x32.get();
         in8.xq = {qs.get(), ds.get()};
         int8_us = time_launches([&] {
-          return kernels::launch_matvec_mma(q4_0, p.tasks.data(), n_tasks, in8, config, nullptr);
+          return kernels::launch_matvec_mma(q4_0, p.tasks.data(), static_cast<int>(p.tasks.size()),
+                                            in8, config, nullptr);
         });
         ASSERT_GT(int8_us, 0) << p.name << " int8 mma launch failed";
         // The same products: they differ by the int8 activations' rounding (~0.6 % of each
@@ -870,15 +877,7 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
         kernels::KernelConfig shared = config;
         shared.f16_mma_shared_plain = variant;
         shared.f16_mma_shared_gate_up = variant;
-        kernels::MatvecInputF16 in16;
-        in16.n_in = static_cast<int>(p.cols);
-        in16.batch = columns;
-        in16.x = x16.get();
-        const int n_tasks = static_cast<int>(p.tasks.size());
-        const double us = time_launches([&] {
-          return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, shared,
-                                               nullptr);
-        });
+        const double us = time_f16(p, columns, shared);
         ASSERT_GT(us, 0) << p.name << " shape " << variant << " launch failed";
         std::printf("[f16mma-shared] shape %d %-7s %2d columns: %8.2f us (%.2f TB/s of weights)\n",
                     variant, p.name, columns, us, p.bytes / (us * 1e-6) / 1e12);
