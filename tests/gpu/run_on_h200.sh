@@ -588,6 +588,45 @@ wave8_diag() {
   } 2>&1 | tee -a "$OUT/summary.txt"
 }
 
+# The engine suites against the CPU oracle, two at a time (model, concurrent chats, churn;
+# log /tmp/ctest.log), and the ones that read the driver's memory figures one at a time
+# (streaming, KV space; /tmp/ctest-stream.log). $1: seconds for the ctest run, $2 for each test.
+model_suites() {
+  local start=$(date +%s)
+  timeout "$1" ctest --test-dir "$build" -j2 --timeout "$2" --output-on-failure \
+    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
+  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  grep -E "^\[concurrent-chats\] [0-9]+ chats|^\[churn\]" /tmp/ctest.log | cut -c1-200
+}
+memory_suites() {
+  local start=$(date +%s)
+  timeout "$1" ctest --test-dir "$build" -j1 --timeout "$2" --output-on-failure \
+    -L 'streaming_gpu_test|kv_space_gpu_test' >/tmp/ctest-stream.log 2>&1
+  echo "streaming + kv space suites -j1 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
+  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+}
+
+# Issue 15's numbers: 8 and 32 chats (with the full-batch steps of the CSV), decode by batch and
+# pp512, the SmolLM2 shapes, 8,000-token prompts.
+issue15_numbers() {
+  local b="$build/app/bench/granule-bench"
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
+  python3 - "$OUT/steps-chats.csv" <<'PY'
+import csv, sys
+for n in ("8", "32"):
+    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == n and r["started"] == n and r["produced"] == n]
+    ms = sorted(float(r["ms"]) for r in rows)
+    print(f"chats {n}: {len(ms)} full-batch steps, median {ms[len(ms)//2]:.3f} ms, max {ms[-1]:.3f}, graph captures {rows[0]['graph_captures']} -> {rows[-1]['graph_captures']}")
+PY
+  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64 | grep -E "^\| +synthetic"
+  echo "-- SmolLM2"
+  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
+  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
+  echo "-- 8,000-token prompts"
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda | grep -E "^\| +(1|8) +\|"
+}
+
 # Session 5, the defaults (f16 products from 17 rows): the GPU suites (the ledger-reading ones
 # one process at a time), the attention split sweep at depth 160 and the chats bench.
 wave8_final() {
@@ -596,15 +635,8 @@ wave8_final() {
   for t in attention_kernels_test matvec_f16mma_kernel_test; do
     timeout 150 "$build/tests/$t" --gtest_filter='-*Timing*' >"/tmp/$t.txt" 2>&1; echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/$t.txt | tr '\n' ' ')"
   done
-  start=$(date +%s)
-  timeout 300 ctest --test-dir "$build" -j2 --timeout 250 --output-on-failure \
-    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
-  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
-  grep -E "^\[concurrent-chats\] [0-9]+ chats|^\[churn\]" /tmp/ctest.log | cut -c1-200
-  timeout 200 ctest --test-dir "$build" -j1 --timeout 190 --output-on-failure -L 'streaming_gpu_test|kv_space_gpu_test' >/tmp/ctest-stream.log 2>&1
-  echo "streaming + kv space suites -j1: $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+  model_suites 300 250
+  memory_suites 200 190
   } 2>&1 | tee "$OUT/summary.txt"
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
   {
@@ -647,20 +679,7 @@ wave8_attn() {
 wave8_last() {
   local b="$build/app/bench/granule-bench"
   {
-  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
-  python3 - "$OUT/steps-chats.csv" <<'PY'
-import csv, sys
-for n in ("8", "32"):
-    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == n and r["started"] == n and r["produced"] == n]
-    ms = sorted(float(r["ms"]) for r in rows)
-    print(f"chats {n}: {len(ms)} full-batch steps, median {ms[len(ms)//2]:.3f} ms, max {ms[-1]:.3f}, graph captures {rows[0]['graph_captures']} -> {rows[-1]['graph_captures']}")
-PY
-  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64 | grep -E "^\| +synthetic"
-  echo "-- SmolLM2"
-  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
-  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
-  echo "-- 8,000-token prompts"
-  timeout 120 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda | grep -E "^\| +(1|8) +\|"
+  issue15_numbers
   echo "-- GRANULE_MMA_MIN_ROWS=1"
   GRANULE_MMA_MIN_ROWS=1 timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1,2,4 | grep -E "^\| +synthetic"
   timeout 60 ncu --clock-control none --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
@@ -757,38 +776,14 @@ wave9_tests() {
   GRANULE_ATTN_WARPS=8 timeout 90 compute-sanitizer --tool memcheck "$build/tests/attention_kernels_test" \
     --gtest_filter='-*Timing*' >/tmp/memcheck-attn.txt 2>&1
   echo "memcheck attention, 8 warps: rc=$? $(grep -E 'ERROR SUMMARY' /tmp/memcheck-attn.txt | tail -1)"
-  start=$(date +%s)
-  timeout 230 ctest --test-dir "$build" -j2 --timeout 220 --output-on-failure \
-    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
-  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
-  grep -E "^\[concurrent-chats\] [0-9]+ chats|^\[churn\]" /tmp/ctest.log | cut -c1-200
-  start=$(date +%s)
-  timeout 150 ctest --test-dir "$build" -j1 --timeout 140 --output-on-failure -L 'streaming_gpu_test|kv_space_gpu_test' >/tmp/ctest-stream.log 2>&1
-  echo "streaming + kv space suites -j1 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest-stream.log)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest-stream.log | head -6
+  model_suites 230 220
+  memory_suites 150 140
   } 2>&1 | tee "$OUT/summary.txt"
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
 wave9_bench() {
-  local b="$build/app/bench/granule-bench"
-  {
-  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda --steps-out "$OUT/steps-chats.csv" | grep -E "^\| +(8|32) +\|"
-  python3 - "$OUT/steps-chats.csv" <<'PY'
-import csv, sys
-for n in ("8", "32"):
-    rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["chats"] == n and r["started"] == n and r["produced"] == n]
-    ms = sorted(float(r["ms"]) for r in rows)
-    print(f"chats {n}: {len(ms)} full-batch steps, median {ms[len(ms)//2]:.3f} ms, max {ms[-1]:.3f}, graph captures {rows[0]['graph_captures']} -> {rows[-1]['graph_captures']}")
-PY
-  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,16,32,64 | grep -E "^\| +synthetic"
-  echo "-- SmolLM2"
-  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|"
-  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
-  echo "-- 8,000-token prompts"
-  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 1,8 -p 8000 -g 128 --device cuda | grep -E "^\| +(1|8) +\|"
-  } 2>&1 | tee "$OUT/summary.txt"
+  issue15_numbers 2>&1 | tee "$OUT/summary.txt"
 }
 
 # Session 6: where the f16 products at 32 rows stall (bench step, 4 consecutive f16 launches:
@@ -822,11 +817,7 @@ wave9_check() {
   timeout 200 compute-sanitizer --tool memcheck "$t" \
     --gtest_filter='*MatvecF16MmaShared*shape5:*MatvecF16MmaShared*shape8' >/tmp/memcheck.txt 2>&1
   echo "memcheck MatvecF16MmaShared shapes 5, 8: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
-  start=$(date +%s)
-  timeout 150 ctest --test-dir "$build" -j2 --timeout 140 --output-on-failure \
-    -L 'model_gpu_test|concurrent_chats_test|engine_churn_gpu_test' >/tmp/ctest.log 2>&1
-  echo "model, chats, churn suites -j2 ($(( $(date +%s) - start )) s): $(grep -E 'tests passed|tests failed' /tmp/ctest.log)"
-  grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess|Exception)" /tmp/ctest.log | head -12
+  model_suites 150 140
   timeout 60 "$b" chats --synthetic llama3-8b:Q4_0 -n 32 -p 128 -g 128 --device cuda | grep -E "^\| +32 +\|" | head -1
   } 2>&1 | tee "$OUT/summary.txt"
   cp /tmp/ctest.log "$OUT/"
