@@ -93,6 +93,15 @@ struct KernelConfig {
   // H200, 8B Q4_0 at 160 tokens of context, ms per step 4 / auto: 1 row 1.854 / 1.842, 8 rows
   // 3.371 / 3.351, 32 rows 5.804 / 5.727; 32 chats 5,473 / 5,501 t/s (PERF_NOTES, session 6).
   int attention_warps = 0;
+  // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
+  // RMSNorm's input over in the epilogue of the product before it (the output projection and
+  // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product
+  // applies the 1/rms), which drops the two norm kernels of a layer but the first one; 2 also
+  // quantises the SwiGLU result in the gate/up epilogue where its 32-row blocks fit one wave
+  // on the SMs (no quantisation kernel). 0 off. H200, ms per batch-1 step, 8B Q4_0 / SmolLM2
+  // shapes: off 1.694 / 0.484, norms 1.626 / 0.466, norms and the SwiGLU quantisation at every
+  // size 1.728 / 0.450 (PERF_NOTES, session 7).
+  int decode_fusion = 2;
 };
 
 }  // namespace granule::kernels

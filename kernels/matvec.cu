@@ -322,8 +322,10 @@ cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_t
   MatvecTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;
+  if (input.norm_sum_squares) return cudaErrorInvalidValue;  // the split kernels' fusion only
   for (int i = 0; i < n_tasks; ++i) {
-    if ((tasks[i].weight_up != nullptr) != gate_up) return cudaErrorInvalidValue;
+    if ((tasks[i].weight_up != nullptr) != gate_up || tasks[i].y_q8.qs)
+      return cudaErrorInvalidValue;
     packed.t[i] = tasks[i];
     max_rows = std::max(max_rows, tasks[i].n_out);
   }

@@ -27,6 +27,14 @@ struct MatvecTask {
   // rounded to nearest) instead of to y; not with accumulate. The SwiGLU product writes the
   // down projection's f16 input this way.
   __half* y_f16 = nullptr;
+  // Split-layout batch-1 launches only (launch_matvec_split): where y_q8.qs is set, each block
+  // of 32 results (after accumulate and SwiGLU; n_out a multiple of 32) leaves also as one int8
+  // block there, the next product's input. With norm_weight, what is quantised is y·w, the
+  // next RMSNorm without its 1/rms, and sum_squares[o / 32] gets Σ y² over the block: the next
+  // launch's MatvecInput::norm_sum_squares, from which it applies the 1/rms itself.
+  ActivationQ8 y_q8;
+  const float* norm_weight = nullptr;
+  float* sum_squares = nullptr;
 };
 
 struct MatvecInput {
@@ -34,6 +42,11 @@ struct MatvecInput {
   int batch = 0;
   const float* x = nullptr;  // [batch][n_in], read for F32/F16/BF16 and the K quants
   ActivationQ8 xq;           // [batch][n_in] int8 blocks, read for Q4_0/Q4_1/Q8_0
+  // Split-layout batch-1 launches only: xq holds an RMSNorm's y·w without its 1/rms (the
+  // product before wrote it, MatvecTask::y_q8); every result is multiplied by
+  // rsqrt(Σ norm_sum_squares[0 .. n_in / 32) / n_in + norm_eps).
+  const float* norm_sum_squares = nullptr;
+  float norm_eps = 0.0f;
 };
 
 constexpr int kMaxMatvecTasks = 3;

@@ -1028,7 +1028,7 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
   const bool gate_up = tasks[0].weight_up != nullptr;
   for (int i = 0; i < n_tasks; ++i) {
     const MatvecTask& t = tasks[i];
-    if (!matvec_f16mma_supports(weight_type, t.split_layout) ||
+    if (!matvec_f16mma_supports(weight_type, t.split_layout) || t.y_q8.qs ||
         (t.y_f16 != nullptr && t.accumulate) || (t.weight_up != nullptr) != gate_up ||
         t.row_bytes % 16 != 0 || t.row_bytes < split::row_payload_bytes(weight_type, input.n_in) ||
         reinterpret_cast<uintptr_t>(t.weight) % 16 != 0 ||

@@ -1000,8 +1000,10 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
   if (n_tasks < 1 || n_tasks > kMaxMatvecTasks || input.n_in <= 0 || input.n_in % kQ8Block != 0 ||
       reinterpret_cast<uintptr_t>(input.xq.qs) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(input.xq.ds) % 8 != 0 ||
-      (weight_type == kQ6_K && input.n_in % 256 != 0))
+      (weight_type == kQ6_K && input.n_in % 256 != 0) || input.norm_sum_squares)
     return cudaErrorInvalidValue;
+  for (int i = 0; i < n_tasks; ++i)
+    if (tasks[i].y_q8.qs) return cudaErrorInvalidValue;  // the split kernels' batch-1 fusion only
   MmaTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;

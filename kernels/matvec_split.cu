@@ -13,7 +13,9 @@ namespace granule::kernels {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpSize;
+// Batch-1 launches whose results also leave as int8 blocks (MatvecTask::y_q8) take blocks of
+// 32 warps of one row each, so that a block holds a whole 32-row block of the result.
+constexpr int kRowBlockWarps = kQ8Block;
 
 struct SplitTasks {
   MatvecTask t[kMaxMatvecTasks];
@@ -146,14 +148,46 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
   }
 }
 
-template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP>
-__global__ void __launch_bounds__(kThreads)
+// The RMSNorm scale 1/rms of a batch-1 input whose int8 blocks hold y·w without it
+// (MatvecInput::norm_sum_squares), else 1. Every lane of the warp gets the same value.
+__device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
+  if (!in.norm_sum_squares) return 1.0f;
+  const int lane = threadIdx.x % kWarpSize;
+  float sum = 0.0f;
+  for (int i = lane; i < in.n_in / kQ8Block; i += kWarpSize) sum += in.norm_sum_squares[i];
+  return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
+}
+
+// Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (after accumulate and
+// SwiGLU) leave also as one int8 block of task.y_q8, of y·norm_weight where there is one, with
+// Σ y² of the block in task.sum_squares. Called by every thread of the block.
+__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, float y) {
+  __shared__ float block_y[kRowBlockWarps];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (lane == 0) block_y[warp] = y;
+  __syncthreads();
+  if (warp != 0) return;
+  const int o = static_cast<int>(blockIdx.x) * kQ8Block + lane;
+  const float v = block_y[lane];
+  quantize_block_of_warp(task.norm_weight ? v * task.norm_weight[o] : v,
+                         task.y_q8.qs + o - lane, task.y_q8.ds + blockIdx.x);
+  if (task.sum_squares) {
+    const float sum = warp_sum(v * v);
+    if (lane == 0) task.sum_squares[blockIdx.x] = sum;
+  }
+}
+
+template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W>
+__global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
   constexpr int M = GATE_UP ? 2 : 1;
+  constexpr bool kRowBlocks = W == kRowBlockWarps && R == 1 && NB == 1;
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int row0 = (static_cast<int>(blockIdx.x) * kWarps + warp) * R;
-  if (row0 >= task.n_out) return;  // whole warps leave; nothing below synchronises the block
+  const int row0 = (static_cast<int>(blockIdx.x) * W + warp) * R;
+  // Whole warps leave; only quantize_row_block synchronises the block, and its launches
+  // have whole blocks of rows (n_out a multiple of 32), so there whole blocks leave.
+  if (row0 >= task.n_out) return;
   const int n = in.n_in / kQ8Block;
 
   const uint8_t* rows[M * R];
@@ -176,6 +210,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
   allow_next_kernel();
+  const float scale = input_norm_scale(in);
 
   float acc[M * R][NB];
 #pragma unroll
@@ -216,34 +251,47 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < U; ++u) cur[mr][u] = next[mr][u];
   }
 
+  float last = 0.0f;  // kRowBlocks: the row's result, on lane 0
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      float v = warp_sum(acc[r][b]);
-      if constexpr (GATE_UP) v = silu(v) * warp_sum(acc[R + r][b]);
+      float v = warp_sum(acc[r][b]) * scale;
+      if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[R + r][b]) * scale);
       if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
-        *y = task.accumulate ? *y + v : v;
+        last = task.accumulate ? *y + v : v;
+        *y = last;
       }
     }
   }
+  if constexpr (kRowBlocks) {
+    if (task.y_q8.qs) quantize_row_block(task, last);
+  }
 }
 
-// SwiGLU reads two matrices, so its warps take half the rows (registers).
+// SwiGLU reads two matrices, so its warps take half the rows (registers). Launches with
+// int8 results (row_blocks) take one-row warps in blocks of kRowBlockWarps.
 template <uint32_t TYPE, int NB, int R, int U>
 cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                         const MatvecInput& in, int first_column, const KernelConfig& config,
-                         cudaStream_t stream) {
+                         bool row_blocks, const MatvecInput& in, int first_column,
+                         const KernelConfig& config, cudaStream_t stream) {
+  auto go = [&](auto kernel, int warps, int rows_per_warp) {
+    return launch_early(kernel, dim3(ceil_div(max_rows, warps * rows_per_warp), n_tasks),
+                        dim3(warps * kWarpSize), config, stream, tasks, in, first_column);
+  };
+  if constexpr (NB == 1) {
+    if (row_blocks) {
+      if (gate_up)
+        return go(split_matvec_kernel<TYPE, 1, 1, U, true, kRowBlockWarps>, kRowBlockWarps, 1);
+      return go(split_matvec_kernel<TYPE, 1, 1, U, false, kRowBlockWarps>, kRowBlockWarps, 1);
+    }
+  }
   if (gate_up) {
     constexpr int kGateRows = R > 1 ? R / 2 : 1;
-    return launch_early(split_matvec_kernel<TYPE, NB, kGateRows, U, true>,
-                        dim3(ceil_div(max_rows, kWarps * kGateRows), n_tasks), dim3(kThreads),
-                        config, stream, tasks, in, first_column);
+    return go(split_matvec_kernel<TYPE, NB, kGateRows, U, true, kWarps>, kWarps, kGateRows);
   }
-  return launch_early(split_matvec_kernel<TYPE, NB, R, U, false>,
-                      dim3(ceil_div(max_rows, kWarps * R), n_tasks), dim3(kThreads), config, stream,
-                      tasks, in, first_column);
+  return go(split_matvec_kernel<TYPE, NB, R, U, false, kWarps>, kWarps, R);
 }
 
 // Rows per warp grow with the batch so each activation load serves more weights; the
@@ -253,11 +301,11 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, boo
 // defaults are in kernel_config.h.
 template <uint32_t TYPE, int NB>
 cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                           const MatvecInput& in, int first_column, const KernelConfig& config,
-                           cudaStream_t stream) {
+                           bool row_blocks, const MatvecInput& in, int first_column,
+                           const KernelConfig& config, cudaStream_t stream) {
   auto go = [&](auto r, auto u) {
     return launch_shape<TYPE, NB, decltype(r)::value, decltype(u)::value>(
-        tasks, n_tasks, max_rows, gate_up, in, first_column, config, stream);
+        tasks, n_tasks, max_rows, gate_up, row_blocks, in, first_column, config, stream);
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
@@ -298,18 +346,26 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
   SplitTasks packed{};
   int max_rows = 0;
   const bool gate_up = tasks[0].weight_up != nullptr;
+  bool row_blocks = false;
   for (int i = 0; i < n_tasks; ++i) {
     if ((tasks[i].weight_up != nullptr) != gate_up || tasks[i].row_bytes % 16 != 0)
       return cudaErrorInvalidValue;
+    // int8 results: batch 1, whole 32-row blocks; norm_weight and sum_squares with them only.
+    if (tasks[i].y_q8.qs && (input.batch != 1 || tasks[i].n_out % kQ8Block != 0))
+      return cudaErrorInvalidValue;
+    if (!tasks[i].y_q8.qs && (tasks[i].norm_weight || tasks[i].sum_squares))
+      return cudaErrorInvalidValue;
+    row_blocks = row_blocks || tasks[i].y_q8.qs;
     packed.t[i] = tasks[i];
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
+  if (input.norm_sum_squares && input.batch != 1) return cudaErrorInvalidValue;
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_each_column_group(input.batch, [&](int first_column, auto columns) {
-      return launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, max_rows, gate_up,
-                                                            input, first_column, config, stream);
+      return launch_columns<TYPE, decltype(columns)::value>(
+          packed, n_tasks, max_rows, gate_up, row_blocks, input, first_column, config, stream);
     });
   };
   switch (weight_type) {

@@ -343,6 +343,162 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
     }
 }
 
+// The batch-1 norm hand-over (KernelConfig::decode_fusion): a product whose 32-row blocks also
+// leave as int8 blocks of y·w with Σ y² per block (MatvecTask::y_q8, norm_weight, sum_squares),
+// then a product reading them that applies the RMSNorm's 1/rms (MatvecInput::norm_sum_squares),
+// and the gate/up product quantising its SwiGLU result. Each against the CPU on the GPU's own
+// y: the int8 blocks within half a step of y·w, the sums to f32 rounding, the products within
+// the int8 rounding bound of their (normed) inputs.
+TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  std::mt19937 rng(23);
+  constexpr float kEps = 1e-5f;
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
+                          TensorType::Q6_K}) {
+    const std::string name(tensor_type_info(type).name);
+    const int64_t rows = 256, cols = 512, next_rows = 64;  // the next product reads 256 wide
+    const Encoded a = encode(type, rows, cols, rng, true);
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
+    const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows), rng);
+    std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(rows), rng);
+    for (float& w : norm_weight) w = 0.5f + std::fabs(w);
+    std::vector<float> ax(static_cast<size_t>(rows));
+    cpu::matmul(type, a.bytes.data(), rows, cols, x.data(), 1, ax.data(), nullptr);
+
+    DeviceArray<uint8_t> d_a(a.device_bytes);
+    DeviceArray<float> d_y(h0), d_w(norm_weight), d_sums(static_cast<size_t>(rows / 32));
+    DeviceArray<int8_t> d_qs(static_cast<size_t>(rows));
+    DeviceArray<float2> d_ds(static_cast<size_t>(rows / 32));
+    DeviceActivations act(x, 1, cols);
+    CUDA_OK(act.quantize(config));
+    kernels::MatvecTask t;
+    t.weight = d_a.get();
+    t.row_bytes = a.device_row_bytes;
+    t.split_layout = true;
+    t.n_out = static_cast<int>(rows);
+    t.y = d_y.get();
+    t.y_stride = rows;
+    t.accumulate = true;
+    t.y_q8 = {d_qs.get(), d_ds.get()};
+    t.norm_weight = d_w.get();
+    t.sum_squares = d_sums.get();
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, act.in, config, nullptr));
+    const std::vector<float> y = d_y.download(), sums = d_sums.download();
+    const std::vector<int8_t> qs = d_qs.download();
+    const std::vector<float2> ds = d_ds.download();
+    const std::vector<double> bound = error_bounds(a, x, rows, cols, 1, true);
+    for (int64_t r = 0; r < rows; ++r)
+      ASSERT_LE(std::fabs(y[r] - (h0[r] + ax[r])), bound[r]) << name << " row " << r;
+    for (int64_t b = 0; b < rows / 32; ++b) {
+      double sum_sq = 0, amax = 0;
+      int sum_q = 0;
+      for (int i = 0; i < 32; ++i) {
+        sum_sq += static_cast<double>(y[b * 32 + i]) * y[b * 32 + i];
+        amax = std::max(amax, std::fabs(static_cast<double>(y[b * 32 + i]) * norm_weight[b * 32 + i]));
+        sum_q += qs[b * 32 + i];
+      }
+      EXPECT_NEAR(sums[b], sum_sq, 1e-5 * sum_sq + 1e-12) << name << " block " << b;
+      EXPECT_NEAR(ds[b].x, amax / 127, 1e-6 * amax) << name << " block " << b;
+      EXPECT_NEAR(ds[b].y, ds[b].x * sum_q, 1e-5 * std::fabs(ds[b].y) + 1e-9) << name;
+      for (int i = 0; i < 32; ++i) {
+        const double want = static_cast<double>(y[b * 32 + i]) * norm_weight[b * 32 + i];
+        ASSERT_LE(std::fabs(qs[b * 32 + i] * ds[b].x - want), 0.501 * ds[b].x + 1e-9)
+            << name << " element " << b * 32 + i;
+      }
+    }
+
+    // The next product reads those blocks and applies 1/rms; and a gate/up pair that also
+    // quantises its SwiGLU result.
+    double mean_sq = 0;
+    for (const float v : y) mean_sq += static_cast<double>(v) * v;
+    const double inv_rms = 1.0 / std::sqrt(mean_sq / rows + kEps);
+    std::vector<float> normed(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      normed[i] = static_cast<float>(y[i] * norm_weight[i] * inv_rms);
+    const Encoded gate = encode(type, next_rows, rows, rng, true),
+                  up = encode(type, next_rows, rows, rng, true);
+    std::vector<float> g(static_cast<size_t>(next_rows)), u(g.size()), want(g.size());
+    cpu::matmul(type, gate.bytes.data(), next_rows, rows, normed.data(), 1, g.data(), nullptr);
+    cpu::matmul(type, up.bytes.data(), next_rows, rows, normed.data(), 1, u.data(), nullptr);
+    cpu::swiglu(g.data(), u.data(), want.data(), next_rows);
+    DeviceArray<uint8_t> d_gate(gate.device_bytes), d_up(up.device_bytes);
+    DeviceArray<float> d_g(g.size()), d_h(g.size());
+    DeviceArray<int8_t> d_hq(g.size());
+    DeviceArray<float2> d_hd(g.size() / 32);
+    kernels::MatvecInput in;
+    in.n_in = static_cast<int>(rows);
+    in.batch = 1;
+    in.xq = {d_qs.get(), d_ds.get()};
+    in.norm_sum_squares = d_sums.get();
+    in.norm_eps = kEps;
+    kernels::MatvecTask plain;
+    plain.weight = d_gate.get();
+    plain.row_bytes = gate.device_row_bytes;
+    plain.split_layout = true;
+    plain.n_out = static_cast<int>(next_rows);
+    plain.y = d_g.get();
+    plain.y_stride = next_rows;
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &plain, 1, in, config, nullptr));
+    kernels::MatvecTask swiglu = plain;
+    swiglu.weight_up = d_up.get();
+    swiglu.y = d_h.get();
+    swiglu.y_q8 = {d_hq.get(), d_hd.get()};
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &swiglu, 1, in, config, nullptr));
+    const std::vector<float> got_g = d_g.download(), got_h = d_h.download();
+    const std::vector<int8_t> hq = d_hq.download();
+    const std::vector<float2> hd = d_hd.download();
+    const std::vector<double> bg = error_bounds(gate, normed, next_rows, rows, 1, true);
+    const std::vector<double> bu = error_bounds(up, normed, next_rows, rows, 1, true);
+    for (int64_t r = 0; r < next_rows; ++r) {
+      ASSERT_LE(std::fabs(got_g[r] - g[r]), 1.01 * bg[r] + 1e-5 * std::fabs(g[r]))
+          << name << " normed input, row " << r;
+      const double bound_h = 1.1 * bg[r] * (std::fabs(u[r]) + bu[r]) +
+                             std::fabs(g[r]) * bu[r] * 1.1 + 1e-4 * std::fabs(want[r]) + 1e-5;
+      ASSERT_LE(std::fabs(got_h[r] - want[r]), bound_h) << name << " SwiGLU row " << r;
+      ASSERT_LE(std::fabs(hq[r] * hd[r / 32].x - got_h[r]), 0.501 * hd[r / 32].x + 1e-9)
+          << name << " SwiGLU int8 element " << r;
+    }
+  }
+}
+
+// Launches the hand-over cannot serve are refused: more than one column, rows that do not
+// fill whole 32-row blocks, a norm weight without int8 results, GGUF-layout weights.
+TEST(MatvecKernelTasks, Batch1NormHandOverRefusesOtherShapes) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  DeviceArray<uint8_t> w(std::vector<uint8_t>(64 * 1024, 0));
+  DeviceArray<float> y(std::vector<float>(256, 0.0f)), sums(std::vector<float>(8, 1.0f));
+  DeviceArray<int8_t> qs(std::vector<int8_t>(512, 0));
+  DeviceArray<float2> ds(std::vector<float2>(16, float2{0, 0}));
+  kernels::MatvecTask t;
+  t.weight = w.get();
+  t.row_bytes = split_row_stride(static_cast<uint32_t>(TensorType::Q4_0), 256);
+  t.split_layout = true;
+  t.n_out = 64;
+  t.y = y.get();
+  t.y_stride = 64;
+  t.y_q8 = {qs.get(), ds.get()};
+  kernels::MatvecInput in;
+  in.n_in = 256;
+  in.batch = 2;
+  in.xq = {qs.get(), ds.get()};
+  const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  in.batch = 1;
+  t.n_out = 40;
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  t.n_out = 64;
+  t.y_q8 = {};
+  t.norm_weight = y.get();
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  t.norm_weight = nullptr;
+  t.split_layout = false;
+  in.norm_sum_squares = sums.get();
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
 TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();

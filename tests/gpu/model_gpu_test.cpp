@@ -494,6 +494,63 @@ INSTANTIATE_TEST_SUITE_P(
         F16MmaCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
     [](const ::testing::TestParamInfo<F16MmaCase>& i) { return i.param.name; });
 
+// The batch-1 fusion (KernelConfig::decode_fusion): the output and down projections hand the
+// next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
+// product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
+// small models). One-row decode steps (graphs) with each setting
+// against the oracle's own steps; the fused logits must differ from the unfused ones (the fused
+// kernels ran) and two passes over the same positions must give the same bits.
+struct FusionCase {
+  std::string name;
+  SyntheticModelSpec spec;
+  Caps caps;
+};
+
+class ModelGpuDecodeFusion : public ::testing::TestWithParam<FusionCase> {};
+
+TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
+  GRANULE_REQUIRE_GPU();
+  const FusionCase& fc = GetParam();
+  const auto path = model_path("fusion-" + fc.name);
+  write_synthetic_model(fc.spec, path);
+  Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true);
+  const int64_t vocab = cpu.config.n_vocab;
+  const std::vector<int32_t> tokens = random_tokens(24, vocab, 11);
+  const std::vector<float> ref = run_steps(cpu, 0, tokens), want = run_steps(oracle, 0, tokens);
+  std::vector<float> unfused, previous;
+  for (const int fusion : {0, 1, 2}) {
+    kernels::KernelConfig kc = gpu_test::kernel_config();
+    kc.decode_fusion = fusion;
+    Rig gpu(path, true, 2, 256, false, kc);
+    const std::vector<float> got = run_steps(gpu, 0, tokens);
+    expect_close(compare_rows(want, ref, got, vocab),
+                 fc.name + " decode steps, fusion " + std::to_string(fusion), fc.caps,
+                 fc.name + " fusion-" + std::to_string(fusion));
+    EXPECT_EQ(bitwise_differences(got, run_steps(gpu, 1, tokens)), 0u)
+        << "fusion " << fusion << ": a second pass gave other bits";
+    if (fusion == 0)
+      unfused = got;
+    else
+      EXPECT_GT(bitwise_differences(got, unfused), 0u)
+          << "fusion " << fusion << " gave the unfused logits bit for bit: it did not run";
+    if (fusion > 0)
+      std::cout << "[fusion] " << fc.name << ": fusion " << fusion << " differs from " << fusion - 1
+                << " in " << bitwise_differences(got, previous) << " of " << got.size()
+                << " logits\n";
+    previous = got;
+  }
+  std::filesystem::remove(path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, ModelGpuDecodeFusion,
+    ::testing::Values(FusionCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+                      FusionCase{"qwen3_Q4_K", small_spec("qwen3", TensorType::Q4_K), kShallowInt8},
+                      FusionCase{"qwen2_Q8_0", small_spec("qwen2", TensorType::Q8_0), kShallowInt8},
+                      FusionCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
+                                 kDeep}),
+    [](const ::testing::TestParamInfo<FusionCase>& i) { return i.param.name; });
+
 // The default model's shapes: 30 layers, 576 wide, 9/3 heads, ff 1536, vocab 49152, Q4_1
 // layers, Q8_0 tied embeddings (the smollm2-135m preset). Deep: int8 flips at every position
 // (no cap on flip rows; see the bound's derivation).

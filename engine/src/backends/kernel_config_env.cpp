@@ -31,13 +31,14 @@ constexpr const char* kAttentionBlocksVariable = "GRANULE_ATTN_BLOCKS_PER_SM";
 constexpr const char* kAttentionWarpsVariable = "GRANULE_ATTN_WARPS";
 constexpr const char* kF16MmaSharedGateUpVariable = "GRANULE_F16MMA_SHARED_GATEUP";
 constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN";
+constexpr const char* kDecodeFusionVariable = "GRANULE_DECODE_FUSION";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
     kMmaMinRowsVariable,     kMmaPrefillVariable,      kMmaOccupancyVariable,
     kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
-    kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable};
+    kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -61,6 +62,7 @@ constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
 constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
+constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -134,6 +136,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kAttentionWarpsVariable, kAttentionWarps, config.attention_warps, lookup, warnings);
   apply_count(kF16MmaSharedGateUpVariable, 0, 9, config.f16_mma_shared_gate_up, lookup, warnings);
   apply_count(kF16MmaSharedPlainVariable, 0, 9, config.f16_mma_shared_plain, lookup, warnings);
+  apply(kDecodeFusionVariable, kDecodeFusions, config.decode_fusion, lookup, warnings);
   return config;
 }
 
@@ -180,7 +183,7 @@ std::string describe_attention(const KernelConfig& config) {
          ", decode splits for " + std::to_string(config.attention_blocks_per_sm) +
          " blocks per SM of " +
          (config.attention_warps ? std::to_string(config.attention_warps) : std::string("4 or 8")) +
-         " warps";
+         " warps, batch-1 fusion " + std::to_string(config.decode_fusion);
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {

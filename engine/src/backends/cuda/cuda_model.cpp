@@ -568,7 +568,7 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
 }
 
 void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
-                       bool accumulate, const float* x_f32) {
+                       bool accumulate, const float* x_f32, bool normed_input) {
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
@@ -579,10 +579,59 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
     in.batch = n_rows;
     in.x = x_f32;
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    if (normed_input) {
+      in.xq = fusion_q8();
+      in.norm_sum_squares = fusion_sums();
+      in.norm_eps = config_.rms_eps;
+    }
     check_launch(launch_product(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
                  "matvec");
     i = j;
   }
+}
+
+bool CudaModel::fusion_fits() const {
+  const k::KernelConfig& kc = kernel_config_;
+  if (kc.decode_fusion <= 0) return false;
+  for (const DeviceLayer& l : layers_) {
+    if (takes_f16mma(l, 1) || l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split)
+      return false;
+    for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      // One row must take the split kernels (launch_product), which read int8 blocks.
+      if (!m->split) return false;
+      if (kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(m->type, m->split)) return false;
+    }
+  }
+  return true;
+}
+
+k::ActivationQ8 CudaModel::fusion_q8() const {
+  return {q8_qs_.as<int8_t>() + widest_, q8_ds_.as<float2>() + widest_ / k::kQ8Block};
+}
+
+float* CudaModel::fusion_sums() const {
+  return reinterpret_cast<float*>(q8_ds_.as<float2>() + 2 * (widest_ / k::kQ8Block));
+}
+
+void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
+                                  bool normed_input) {
+  k::MatvecTask tasks[k::kMaxMatvecTasks];
+  float* const outs[1] = {y};
+  gather_tasks(&w, outs, 1, 0, true, tasks);
+  tasks[0].y_q8 = fusion_q8();
+  tasks[0].norm_weight = norm_weight;
+  tasks[0].sum_squares = fusion_sums();
+  k::MatvecInput in;
+  in.n_in = static_cast<int>(w.cols);
+  in.batch = 1;
+  in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  if (normed_input) {
+    in.xq = fusion_q8();
+    in.norm_sum_squares = fusion_sums();
+    in.norm_eps = config_.rms_eps;
+  }
+  check_launch(launch_product(w.type, tasks, 1, in, kernel_config_, stream_.get()),
+               "matvec_normed_out");
 }
 
 void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows,
@@ -766,8 +815,13 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
+  // With the batch-1 fusion the previous layer's down projection wrote this layer's first norm
+  // input, and the output projection writes the second one's.
+  const bool fused = fused_pass_ && n_rows == 1;
+  const bool normed_by_down = fused && layer > 0;
+  const bool last = static_cast<size_t>(layer) + 1 == layers_.size();
   // Attention block. Norm output in every format Q/K/V need.
-  {
+  if (!normed_by_down) {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv}) {
       if (k::matvec_reads_q8(m->type, m->split))
@@ -781,13 +835,16 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
-  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>());
+  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down);
   attention(layer, n_rows);
   float* const hidden_out[1] = {hidden};
-  matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
+  if (fused)
+    matvec_normed_out(l.wo, hidden, l.ffn_norm, false);
+  else
+    matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
 
   // Feed-forward block: SwiGLU fused into the gate/up product when both share a type.
-  {
+  if (!fused) {
     k::RmsNormOutputs out;
     for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
       if (k::matvec_reads_q8(m->type, m->split))
@@ -800,6 +857,11 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                  "rms_norm");
   }
   float* h = gate_.as<float>();
+  // The gate/up product quantises its result where its 32-row blocks of 32 warps run in one
+  // wave (SmolLM2: 48 blocks); more (an 8B model's 448) leave SMs idle behind each block's
+  // slowest warp, and the quantisation kernel costs less than that.
+  const bool quantized_by_swiglu = fused && kernel_config_.decode_fusion >= 2 &&
+                                   c.n_ff / k::kQ8Block <= k::multiprocessors();
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
     k::MatvecTask t = swiglu_task(l);
     t.y = h;
@@ -808,6 +870,12 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     in.batch = n_rows;
     in.x = normed_.as<float>();
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    if (fused) {
+      in.xq = fusion_q8();
+      in.norm_sum_squares = fusion_sums();
+      in.norm_eps = c.rms_eps;
+    }
+    if (quantized_by_swiglu) t.y_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
     check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                  "matvec_swiglu");
   } else {
@@ -819,12 +887,15 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                                       kernel_config_, stream_.get()),
                  "swiglu");
   }
-  if (k::matvec_reads_q8(l.w_down.type, l.w_down.split))
+  if (k::matvec_reads_q8(l.w_down.type, l.w_down.split) && !quantized_by_swiglu)
     check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
                                        {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
                                        stream_.get()),
                  "quantize_q8");
-  matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
+  if (fused && !last)
+    matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm, false);
+  else
+    matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
 
 void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
@@ -867,6 +938,7 @@ void CudaModel::run_layers(int n_rows) {
     staged_ = nullptr;
   }
   overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
+  fused_pass_ = n_rows == 1 && fusion_fits();
   auto takes_gemm = [&](size_t i) {
     return n_rows > kMatvecMaxRows && !mma_prefill(kernel_config_, layers_[i]);
   };

@@ -133,8 +133,19 @@ class CudaModel {
   void attention(int layer, int n_rows, __half* f16_out = nullptr);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
+  // `normed_input`: the batch-1 fusion's input (fusion_q8(), scaled by the 1/rms its sums give).
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
-              const float* x_f32);
+              const float* x_f32, bool normed_input = false);
+  // Batch-1 fusion (KernelConfig::decode_fusion): whether every layer qualifies, and where the
+  // products' epilogues leave the next RMSNorm's input: int8 blocks of y·w in row 1 of the
+  // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
+  // does not otherwise use.
+  bool fusion_fits() const;
+  kernels::ActivationQ8 fusion_q8() const;
+  float* fusion_sums() const;
+  // y += w · x (x: the int8 activations), its result also as fusion_q8() of y·norm_weight.
+  void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
+                         bool normed_input);
   // Y = X · Wᵀ through an f16 copy of w. `next`: the matrix the following gemm() call takes,
   // dequantised ahead on the dequant stream during this GEMM when the pass overlaps.
   void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
@@ -194,6 +205,7 @@ class CudaModel {
   // The flash-attention plan of the last upload(): for a run of flash_rows_ rows (-1: none),
   // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
+  bool fused_pass_ = false;  // run_layers: a one-row pass with the batch-1 fusion
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
