@@ -98,10 +98,11 @@ struct KernelConfig {
   // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product
   // applies the 1/rms), which drops the two norm kernels of a layer but the first one; 2 also
   // quantises the SwiGLU result in the gate/up epilogue where its 32-row blocks fit one wave
-  // on the SMs (no quantisation kernel). 0 off. H200, ms per batch-1 step, 8B Q4_0 / SmolLM2
-  // shapes: off 1.694 / 0.484, norms 1.626 / 0.466, norms and the SwiGLU quantisation at every
-  // size 1.728 / 0.450 (PERF_NOTES, session 7).
-  int decode_fusion = 2;
+  // on the SMs (no quantisation kernel); 3 also does RoPE and the K/V write in the Q/K/V
+  // product's epilogue for models with adjacent rotation pairs and no per-head Q/K norm (no
+  // rope_kv kernel). 0 off. H200, ms per batch-1 step, 8B Q4_0 / SmolLM2 shapes: off 1.691 /
+  // 0.483, 1: 1.629 / 0.468, 2: 1.630 / 0.449 (PERF_NOTES, session 7).
+  int decode_fusion = 3;
 };
 
 }  // namespace granule::kernels

@@ -35,6 +35,24 @@ struct MatvecTask {
   ActivationQ8 y_q8;
   const float* norm_weight = nullptr;
   float* sum_squares = nullptr;
+  // With MatvecInput::rope: which part of Q/K/V this task's rows are (1 Q, 2 K, 3 V), and
+  // their bias (Qwen2), added before the rotation. 0: none.
+  int rope_part = 0;
+  const float* bias = nullptr;
+};
+
+// Split-layout batch-1 launches only: rope_kv's work for the step's one row in the Q/K/V
+// product's epilogue, for models whose rotation pairs are adjacent elements (not NeoX) and
+// without per-head Q/K norms: Q rows rotated into y, K rows rotated and V rows as they are
+// into the row's KV at its position, as f16 (rope_kv.cuh has the layout). The rows of a pair
+// meet in one thread block.
+struct RowRope {
+  const int32_t* positions = nullptr;  // [1]: the row's position; null: no RoPE here
+  const int32_t* slots = nullptr;      // [1]: its slot; < 0: a padding row, no KV write
+  __half* const* slot_base = nullptr;
+  const double* frequencies = nullptr;  // head_dim / 2
+  int64_t token_stride = 0;             // halves per token over all layers
+  int layer = 0, n_kv = 0, head_dim = 0;
 };
 
 struct MatvecInput {
@@ -47,6 +65,7 @@ struct MatvecInput {
   // rsqrt(Σ norm_sum_squares[0 .. n_in / 32) / n_in + norm_eps).
   const float* norm_sum_squares = nullptr;
   float norm_eps = 0.0f;
+  RowRope rope;
 };
 
 constexpr int kMaxMatvecTasks = 3;

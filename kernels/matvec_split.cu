@@ -8,6 +8,7 @@
 #include "granule/split_layout.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
+#include "rope_kv.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -177,6 +178,46 @@ __device__ __forceinline__ void quantize_row_block(const MatvecTask& task, float
   }
 }
 
+// RowRope in the epilogue of a batch-1 block of W * R rows of one Q/K/V task (whole blocks of
+// rows: head sizes are multiples of it), `y` each row's result on the lane that wrote it: the
+// rows meet in shared memory and thread i takes the pair of rows 2i, 2i + 1, as rope_kv_kernel
+// would (same rotation, same roundings). Called by every thread of the block.
+template <int ROWS>
+__device__ __forceinline__ void rope_rows(const MatvecTask& task, const RowRope& rope,
+                                          int first_row, int index, bool holds, float y) {
+  __shared__ float block_y[ROWS];
+  if (holds) block_y[index] = y;
+  __syncthreads();
+  const int i = threadIdx.x;
+  if (i >= ROWS / 2) return;
+  const int row = first_row + 2 * i;
+  float x0 = block_y[2 * i], x1 = block_y[2 * i + 1];
+  if (task.bias) {
+    x0 += task.bias[row];
+    x1 += task.bias[row + 1];
+  }
+  const int32_t pos = rope.positions[0];
+  if (task.rope_part != 3) {
+    float sn, cs;
+    rope_rotation(pos, rope.frequencies[(row % rope.head_dim) / 2], &sn, &cs);
+    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+    x0 = r0;
+    x1 = r1;
+  }
+  if (task.rope_part == 1) {
+    task.y[row] = x0;
+    task.y[row + 1] = x1;
+    return;
+  }
+  if (rope.slots[0] < 0) return;
+  __half* dst = rope.slot_base[rope.slots[0]] + pos * rope.token_stride +
+                (static_cast<int64_t>(rope.layer) * 2 + (task.rope_part - 2)) * rope.n_kv *
+                    rope.head_dim +
+                row;
+  dst[0] = __float2half_rn(x0);
+  dst[1] = __float2half_rn(x1);
+}
+
 template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W>
 __global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
@@ -252,6 +293,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
   }
 
   float last = 0.0f;  // kRowBlocks: the row's result, on lane 0
+  float mine = 0.0f;  // NB == 1: the result of row r on lane r
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -262,11 +304,17 @@ __global__ void __launch_bounds__(W * kWarpSize)
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
         last = task.accumulate ? *y + v : v;
         *y = last;
+        mine = last;
       }
     }
   }
   if constexpr (kRowBlocks) {
     if (task.y_q8.qs) quantize_row_block(task, last);
+  }
+  if constexpr (NB == 1 && !GATE_UP && W * R <= kWarpSize * 2) {
+    if (task.rope_part)
+      rope_rows<W * R>(task, in.rope, static_cast<int>(blockIdx.x) * W * R, warp * R + lane,
+                       lane < R, mine);
   }
 }
 
@@ -360,6 +408,19 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
   if (input.norm_sum_squares && input.batch != 1) return cudaErrorInvalidValue;
+  // RoPE in the epilogue: batch 1, the one-row-per-warp blocks, pairs inside a head, whole
+  // blocks of rows (row_blocks launches quantise instead).
+  const bool long_rows = input.n_in / kQ8Block >= KernelConfig::kLongRowSubBlocks;
+  const bool two_rows = (weight_type == kQ4_0 || weight_type == kQ4_1) &&
+                        (long_rows ? config.split_shape_long : config.split_shape) == SplitShape::k2x4;
+  const int block_rows = kWarps * (two_rows ? 2 : 1);  // launch_columns' batch-1 shape
+  for (int i = 0; i < n_tasks; ++i) {
+    const MatvecTask& t = tasks[i];
+    if (!t.rope_part) continue;
+    if (!input.rope.positions || input.batch != 1 || gate_up || row_blocks || t.rope_part > 3 ||
+        t.accumulate || t.n_out % block_rows != 0 || input.rope.head_dim % block_rows != 0)
+      return cudaErrorInvalidValue;
+  }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;

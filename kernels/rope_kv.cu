@@ -8,14 +8,6 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 
-// sin and cos of position * frequency: the angle is formed and reduced in double, so a
-// position in the thousands loses no precision, then evaluated in float.
-__device__ __forceinline__ void rotation(int32_t position, double frequency, float* s, float* c) {
-  constexpr double kTwoPi = 6.283185307179586476925286766559;
-  const double angle = fmod(static_cast<double>(position) * frequency, kTwoPi);
-  sincosf(static_cast<float>(angle), s, c);
-}
-
 template <int EPL>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(RopeKvArgs a) {
   wait_for_previous_kernel();
@@ -71,14 +63,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
       for (int j = 0; j < EPL; ++j) {
         const float partner = __shfl_xor_sync(0xffffffffu, x[j], 16);
         float s, c;
-        rotation(pos, a.frequencies[(d0 + j) % (hd / 2)], &s, &c);
+        rope_rotation(pos, a.frequencies[(d0 + j) % (hd / 2)], &s, &c);
         x[j] = first_half ? x[j] * c - partner * s : partner * s + x[j] * c;
       }
     } else {
 #pragma unroll
       for (int j = 0; j < EPL; j += 2) {
         float s, c;
-        rotation(pos, a.frequencies[(d0 + j) / 2], &s, &c);
+        rope_rotation(pos, a.frequencies[(d0 + j) / 2], &s, &c);
         const float x0 = x[j], x1 = x[j + 1];
         x[j] = x0 * c - x1 * s;
         x[j + 1] = x0 * s + x1 * c;

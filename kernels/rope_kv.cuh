@@ -37,4 +37,16 @@ struct RopeKvArgs {
 // head_dim must be 64, 128 or 256.
 cudaError_t launch_rope_kv(const RopeKvArgs& args, const KernelConfig& config, cudaStream_t stream);
 
+#ifdef __CUDACC__
+// sin and cos of position * frequency: the angle is formed and reduced in double, so a
+// position in the thousands loses no precision, then evaluated in float. rope_kv_kernel and
+// the batch-1 Q/K/V product's epilogue (matvec_split.cu) rotate with it.
+__device__ __forceinline__ void rope_rotation(int32_t position, double frequency, float* s,
+                                              float* c) {
+  constexpr double kTwoPi = 6.283185307179586476925286766559;
+  const double angle = fmod(static_cast<double>(position) * frequency, kTwoPi);
+  sincosf(static_cast<float>(angle), s, c);
+}
+#endif  // __CUDACC__
+
 }  // namespace granule::kernels

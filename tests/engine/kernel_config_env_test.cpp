@@ -179,12 +179,12 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_TRUE(defaults.flash_prefill);
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 2");
+            "fusion 3");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 2");
+            "fusion 3");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -301,17 +301,18 @@ TEST(KernelConfigEnv, F16MmaSharedShapes) {
 
 TEST(KernelConfigEnv, DecodeFusion) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).decode_fusion, 2);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).decode_fusion, 3);
   const KernelConfig off = parse({{{"GRANULE_DECODE_FUSION", "0"}}}, warnings);
   EXPECT_EQ(off.decode_fusion, 0);
   EXPECT_NE(describe_attention(off).find("batch-1 fusion 0"), std::string::npos)
       << describe_attention(off);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "1"}}}, warnings).decode_fusion, 1);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
+  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "3"}}}, warnings, off).decode_fusion, 0);
+  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings, off).decode_fusion, 0);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=3 ignored (accepted: 0, 1, 2); keeping 0");
+  EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=4 ignored (accepted: 0, 1, 2, 3); keeping 0");
 }
 
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {

@@ -24,6 +24,7 @@
 #include "matvec.cuh"
 #include "model/weight_split.h"
 #include "quantize_activations.cuh"
+#include "rope_kv.cuh"
 
 namespace granule {
 namespace {
@@ -459,6 +460,114 @@ TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
       ASSERT_LE(std::fabs(hq[r] * hd[r / 32].x - got_h[r]), 0.501 * hd[r / 32].x + 1e-9)
           << name << " SwiGLU int8 element " << r;
     }
+  }
+}
+
+// RoPE and the K/V write in the batch-1 Q/K/V product's epilogue (k::RowRope) against the same
+// product followed by rope_kv_kernel: q and the whole KV buffer, with biases, at a position in
+// the middle of a two-layer KV, for each batch-1 split shape of Q4_0 and for Q8_0.
+TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
+  GRANULE_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  constexpr int kHeads = 4, kKv = 2, kHeadDim = 64, kLayers = 2, kTokens = 48, kLayer = 1;
+  constexpr int64_t kIn = 256, kPos = 37;
+  const int64_t token_stride = int64_t{kLayers} * 2 * kKv * kHeadDim;
+  std::vector<double> freqs(kHeadDim / 2);
+  for (int i = 0; i < kHeadDim / 2; ++i) freqs[i] = std::pow(10000.0, -2.0 * i / kHeadDim);
+  for (const auto& [type, shape] :
+       {std::pair{TensorType::Q4_0, kernels::SplitShape::k1x2},
+        std::pair{TensorType::Q4_0, kernels::SplitShape::k2x4},
+        std::pair{TensorType::Q4_0, kernels::SplitShape::k1x4},
+        std::pair{TensorType::Q8_0, kernels::SplitShape::k1x2}}) {
+    kernels::KernelConfig config = gpu_test::kernel_config();
+    config.split_shape = shape;
+    const int64_t rows[3] = {kHeads * kHeadDim, kKv * kHeadDim, kKv * kHeadDim};
+    std::vector<Encoded> w;
+    std::vector<DeviceArray<uint8_t>> d_w;
+    std::vector<DeviceArray<float>> d_bias;
+    for (int m = 0; m < 3; ++m) {
+      w.push_back(encode(type, rows[m], kIn, rng, true));
+      d_w.emplace_back(w.back().device_bytes);
+      d_bias.emplace_back(gpu_test::random_floats(static_cast<size_t>(rows[m]), rng, 0.1f));
+    }
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(kIn), rng);
+    DeviceActivations act(x, 1, kIn);
+    CUDA_OK(act.quantize(config));
+    const std::vector<__half> kv_init(static_cast<size_t>(kTokens * token_stride), __float2half(0.25f));
+    DeviceArray<__half> kv_a(kv_init), kv_b(kv_init);
+    const DeviceArray<double> d_freqs(freqs);
+    const DeviceArray<int32_t> d_pos(std::vector<int32_t>{kPos}), d_slot(std::vector<int32_t>{0});
+    const DeviceArray<__half*> base_a(std::vector<__half*>{kv_a.get()}),
+        base_b(std::vector<__half*>{kv_b.get()});
+    std::vector<DeviceArray<float>> out_a, out_b;
+    for (int m = 0; m < 3; ++m) {
+      out_a.emplace_back(static_cast<size_t>(rows[m]));
+      out_b.emplace_back(static_cast<size_t>(rows[m]));
+    }
+    auto tasks_for = [&](std::vector<DeviceArray<float>>& out, bool rope) {
+      std::vector<kernels::MatvecTask> t(3);
+      for (int m = 0; m < 3; ++m) {
+        t[m].weight = d_w[m].get();
+        t[m].row_bytes = w[m].device_row_bytes;
+        t[m].split_layout = true;
+        t[m].n_out = static_cast<int>(rows[m]);
+        t[m].y = out[m].get();
+        t[m].y_stride = rows[m];
+        if (rope) {
+          t[m].rope_part = m + 1;
+          t[m].bias = d_bias[m].get();
+        }
+      }
+      return t;
+    };
+    // A: the epilogue.
+    kernels::MatvecInput in = act.in;
+    in.rope = {d_pos.get(), d_slot.get(), base_a.get(), d_freqs.get(), token_stride, kLayer, kKv,
+               kHeadDim};
+    std::vector<kernels::MatvecTask> ta = tasks_for(out_a, true);
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), ta.data(), 3, in, config, nullptr));
+    // B: the product, then rope_kv.
+    std::vector<kernels::MatvecTask> tb = tasks_for(out_b, false);
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tb.data(), 3, act.in, config, nullptr));
+    kernels::RopeKvArgs r;
+    r.q = out_b[0].get();
+    r.q_stride = rows[0];
+    r.k = out_b[1].get();
+    r.k_stride = rows[1];
+    r.v = out_b[2].get();
+    r.v_stride = rows[2];
+    r.q_bias = d_bias[0].get();
+    r.k_bias = d_bias[1].get();
+    r.v_bias = d_bias[2].get();
+    r.frequencies = d_freqs.get();
+    r.n_head = kHeads;
+    r.n_kv = kKv;
+    r.head_dim = kHeadDim;
+    r.rows = 1;
+    r.positions = d_pos.get();
+    r.slots = d_slot.get();
+    r.slot_base = base_b.get();
+    r.token_stride = token_stride;
+    r.layer = kLayer;
+    CUDA_OK(kernels::launch_rope_kv(r, config, nullptr));
+    const std::vector<float> qa = out_a[0].download(), qb = out_b[0].download();
+    const std::vector<__half> ka = kv_a.download(), kb = kv_b.download();
+    size_t q_bits = 0, kv_bits = 0;
+    for (size_t i = 0; i < qa.size(); ++i) {
+      q_bits += std::memcmp(&qa[i], &qb[i], sizeof(float)) != 0;
+      ASSERT_LE(std::fabs(qa[i] - qb[i]), 1e-6f * std::fabs(qb[i]) + 1e-7f) << "q element " << i;
+    }
+    for (size_t i = 0; i < ka.size(); ++i) {
+      const float a = __half2float(ka[i]), b = __half2float(kb[i]);
+      kv_bits += std::memcmp(&ka[i], &kb[i], sizeof(__half)) != 0;
+      ASSERT_LE(std::fabs(a - b), 1e-3f * std::fabs(b) + 1e-7f) << "KV half " << i;
+    }
+    size_t written = 0;
+    for (size_t i = 0; i < ka.size(); ++i) written += __half2float(ka[i]) != 0.25f;
+    EXPECT_GE(written, static_cast<size_t>(2 * kKv * kHeadDim) - 4) << "the token's K and V";
+    std::cout << "[rope-epilogue] " << tensor_type_info(type).name << " shape "
+              << static_cast<int>(shape) << ": q differs bitwise in " << q_bits << " of "
+              << qa.size() << ", KV in " << kv_bits << " of " << ka.size() << " halves\n";
   }
 }
 

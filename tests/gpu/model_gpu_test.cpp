@@ -497,7 +497,9 @@ INSTANTIATE_TEST_SUITE_P(
 // The batch-1 fusion (KernelConfig::decode_fusion): the output and down projections hand the
 // next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
 // product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
-// small models). One-row decode steps (graphs) with each setting
+// small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
+// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there). One-row
+// decode steps (graphs) with each setting
 // against the oracle's own steps; the fused logits must differ from the unfused ones (the fused
 // kernels ran) and two passes over the same positions must give the same bits.
 struct FusionCase {
@@ -518,7 +520,7 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   const std::vector<int32_t> tokens = random_tokens(24, vocab, 11);
   const std::vector<float> ref = run_steps(cpu, 0, tokens), want = run_steps(oracle, 0, tokens);
   std::vector<float> unfused, previous;
-  for (const int fusion : {0, 1, 2}) {
+  for (const int fusion : {0, 1, 2, 3}) {
     kernels::KernelConfig kc = gpu_test::kernel_config();
     kc.decode_fusion = fusion;
     Rig gpu(path, true, 2, 256, false, kc);

@@ -959,7 +959,35 @@ wave14_tests() {
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
+# Session 7, last call: RoPE and the K/V write in the batch-1 Q/K/V epilogue (fusion 3): the
+# matvec kernel test (against rope_kv, the norm hand-over), the model tests per fusion level,
+# the engine suites with the defaults, batch-1 decode at fusion 2 and 3, issue 15's numbers.
+wave15() {
+  local b="$build/app/bench/granule-bench" m f
+  {
+  timeout 120 "$build/tests/matvec_kernel_test" >/tmp/matvec-test.txt 2>&1
+  echo "matvec_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/matvec-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|rope-epilogue" /tmp/matvec-test.txt | head -8
+  timeout 120 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*RopeEpilogue*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck rope epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|^\[fusion\].*fusion 3" /tmp/model-test.txt | head -8
+  model_suites 200 190
+  memory_suites 100 90
+  for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+    for f in 2 3 2 3; do
+      echo "-- $m fusion $f: $(GRANULE_DECODE_FUSION=$f timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms; ", $4, $6, $7}')"
+    done
+  done
+  issue15_numbers
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+  cp /tmp/model-test.txt /tmp/matvec-test.txt "$OUT/"
+}
+
 case $what in
+  wave15) wave15 ;;
   wave14-tests) wave14_tests ;;
   wave14-bench) issue15_numbers 2>&1 | tee "$OUT/summary.txt" ;;
   wave13) wave13 ;;

@@ -568,13 +568,31 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
 }
 
 void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
-                       bool accumulate, const float* x_f32, bool normed_input) {
+                       bool accumulate, const float* x_f32, bool normed_input,
+                       const DeviceLayer* rope_layer) {
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
     k::MatvecTask tasks[k::kMaxMatvecTasks];
     const int j = gather_tasks(mats, outs, count, i, accumulate, tasks);
     k::MatvecInput in;
+    if (rope_layer) {  // mats are Q, K, V: rope_kv's work in the epilogue
+      const int64_t R = max_rows_;
+      const int32_t* inputs = inputs_.as<int32_t>();
+      in.rope.positions = inputs + kPositions * R;
+      in.rope.slots = inputs + kSlots * R;
+      in.rope.slot_base = slot_bases_.as<__half* const>();
+      in.rope.frequencies = rope_frequencies_;
+      in.rope.token_stride = token_stride_halves_;
+      in.rope.layer = static_cast<int>(rope_layer - layers_.data());
+      in.rope.n_kv = static_cast<int>(config_.n_head_kv);
+      in.rope.head_dim = static_cast<int>(config_.head_dim);
+      const float* biases[3] = {rope_layer->bq, rope_layer->bk, rope_layer->bv};
+      for (int m = i; m < j; ++m) {
+        tasks[m - i].rope_part = m + 1;
+        tasks[m - i].bias = biases[m];
+      }
+    }
     in.n_in = static_cast<int>(mats[i].cols);
     in.batch = n_rows;
     in.x = x_f32;
@@ -674,7 +692,7 @@ void CudaModel::gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __ha
                         accumulate ? 1.0f : 0.0f, y, static_cast<int>(w.rows));
 }
 
-void CudaModel::attention(int layer, int n_rows, __half* f16_out) {
+void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
@@ -703,7 +721,7 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out) {
   r.slot_base = slot_bases_.as<__half* const>();
   r.token_stride = token_stride_halves_;
   r.layer = layer;
-  check_launch(k::launch_rope_kv(r, kernel_config_, stream_.get()), "rope_kv");
+  if (!roped) check_launch(k::launch_rope_kv(r, kernel_config_, stream_.get()), "rope_kv");
 
   k::AttentionArgs a;
   a.q = q_.as<float>();
@@ -835,8 +853,11 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
-  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down);
-  attention(layer, n_rows);
+  const bool rope_in_qkv = fused && kernel_config_.decode_fusion >= 3 &&
+                          config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
+  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
+         rope_in_qkv ? &l : nullptr);
+  attention(layer, n_rows, nullptr, rope_in_qkv);
   float* const hidden_out[1] = {hidden};
   if (fused)
     matvec_normed_out(l.wo, hidden, l.ffn_norm, false);

@@ -130,12 +130,16 @@ class CudaModel {
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
   // `f16_out`: the output also in f16 there (the f16 tensor-core path's input to the output
   // projection); without it, the int8 copy the output projection reads where its kernel does.
-  void attention(int layer, int n_rows, __half* f16_out = nullptr);
+  // `roped`: the Q/K/V product did rope_kv's work (batch-1 fusion), so no rope_kv launch.
+  void attention(int layer, int n_rows, __half* f16_out = nullptr, bool roped = false);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
   // `normed_input`: the batch-1 fusion's input (fusion_q8(), scaled by the 1/rms its sums give).
+  // `rope_layer`: mats are that layer's Q, K, V (in that order) and a one-row epilogue does
+  // rope_kv's work (k::RowRope).
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
-              const float* x_f32, bool normed_input = false);
+              const float* x_f32, bool normed_input = false,
+              const DeviceLayer* rope_layer = nullptr);
   // Batch-1 fusion (KernelConfig::decode_fusion): whether every layer qualifies, and where the
   // products' epilogues leave the next RMSNorm's input: int8 blocks of y·w in row 1 of the
   // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
