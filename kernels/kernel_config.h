@@ -101,7 +101,8 @@ struct KernelConfig {
   // on the SMs (no quantisation kernel); 3 also does RoPE and the K/V write in the Q/K/V
   // product's epilogue for models with adjacent rotation pairs and no per-head Q/K norm (no
   // rope_kv kernel). 0 off. H200, ms per batch-1 step, 8B Q4_0 / SmolLM2 shapes: off 1.691 /
-  // 0.483, 1: 1.629 / 0.468, 2: 1.630 / 0.449 (PERF_NOTES, session 7).
+  // 0.483, 1: 1.629 / 0.468, 2: 1.630 / 0.449 (one call), 2 against 3 in another: 1.637-1.647
+  // / 0.460 against 1.604-1.628 / 0.438-0.440 (PERF_NOTES, session 7).
   int decode_fusion = 3;
 };
 

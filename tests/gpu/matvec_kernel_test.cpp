@@ -66,6 +66,19 @@ bool reads_q8(TensorType t, bool split = false) {
 }
 bool has_split(TensorType t) { return split_layout_supported(static_cast<uint32_t>(t)); }
 
+// A one-matrix task over split-layout weights w (encoded as e) writing rows results to y.
+kernels::MatvecTask split_task(const DeviceArray<uint8_t>& w, const Encoded& e, int64_t rows,
+                               float* y) {
+  kernels::MatvecTask t;
+  t.weight = w.get();
+  t.row_bytes = e.device_row_bytes;
+  t.split_layout = true;
+  t.n_out = static_cast<int>(rows);
+  t.y = y;
+  t.y_stride = rows;
+  return t;
+}
+
 // A batch of activations on the device as the matvec kernels take them: x in f32 and room
 // for its int8 blocks, which quantize() fills for the kernels that read those.
 struct DeviceActivations {
@@ -373,13 +386,7 @@ TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
     DeviceArray<float2> d_ds(static_cast<size_t>(rows / 32));
     DeviceActivations act(x, 1, cols);
     CUDA_OK(act.quantize(config));
-    kernels::MatvecTask t;
-    t.weight = d_a.get();
-    t.row_bytes = a.device_row_bytes;
-    t.split_layout = true;
-    t.n_out = static_cast<int>(rows);
-    t.y = d_y.get();
-    t.y_stride = rows;
+    kernels::MatvecTask t = split_task(d_a, a, rows, d_y.get());
     t.accumulate = true;
     t.y_q8 = {d_qs.get(), d_ds.get()};
     t.norm_weight = d_w.get();
@@ -433,13 +440,7 @@ TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
     in.xq = {d_qs.get(), d_ds.get()};
     in.norm_sum_squares = d_sums.get();
     in.norm_eps = kEps;
-    kernels::MatvecTask plain;
-    plain.weight = d_gate.get();
-    plain.row_bytes = gate.device_row_bytes;
-    plain.split_layout = true;
-    plain.n_out = static_cast<int>(next_rows);
-    plain.y = d_g.get();
-    plain.y_stride = next_rows;
+    const kernels::MatvecTask plain = split_task(d_gate, gate, next_rows, d_g.get());
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &plain, 1, in, config, nullptr));
     kernels::MatvecTask swiglu = plain;
     swiglu.weight_up = d_up.get();
@@ -507,12 +508,7 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
     auto tasks_for = [&](std::vector<DeviceArray<float>>& out, bool rope) {
       std::vector<kernels::MatvecTask> t(3);
       for (int m = 0; m < 3; ++m) {
-        t[m].weight = d_w[m].get();
-        t[m].row_bytes = w[m].device_row_bytes;
-        t[m].split_layout = true;
-        t[m].n_out = static_cast<int>(rows[m]);
-        t[m].y = out[m].get();
-        t[m].y_stride = rows[m];
+        t[m] = split_task(d_w[m], w[m], rows[m], out[m].get());
         if (rope) {
           t[m].rope_part = m + 1;
           t[m].bias = d_bias[m].get();
