@@ -18,8 +18,12 @@ constexpr int kWarps = 4;
 // 32 warps of one row each, so that a block holds a whole 32-row block of the result.
 constexpr int kRowBlockWarps = kQ8Block;
 
+// A launch's tasks share one row of blocks: task i takes blocks [first_block[i],
+// first_block[i + 1]), so no block is launched past a shorter task's rows (K and V beside Q).
 struct SplitTasks {
   MatvecTask t[kMaxMatvecTasks];
+  int first_block[kMaxMatvecTasks + 1] = {};
+  int n_tasks = 0;
 };
 
 // One row's sub-block as loaded; each type uses some of the fields.
@@ -162,19 +166,19 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
 // Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (after accumulate and
 // SwiGLU) leave also as one int8 block of task.y_q8, of y·norm_weight where there is one, with
 // Σ y² of the block in task.sum_squares. Called by every thread of the block.
-__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, float y) {
+__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int block, float y) {
   __shared__ float block_y[kRowBlockWarps];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (lane == 0) block_y[warp] = y;
   __syncthreads();
   if (warp != 0) return;
-  const int o = static_cast<int>(blockIdx.x) * kQ8Block + lane;
+  const int o = block * kQ8Block + lane;
   const float v = block_y[lane];
   quantize_block_of_warp(task.norm_weight ? v * task.norm_weight[o] : v,
-                         task.y_q8.qs + o - lane, task.y_q8.ds + blockIdx.x);
+                         task.y_q8.qs + o - lane, task.y_q8.ds + block);
   if (task.sum_squares) {
     const float sum = warp_sum(v * v);
-    if (lane == 0) task.sum_squares[blockIdx.x] = sum;
+    if (lane == 0) task.sum_squares[block] = sum;
   }
 }
 
@@ -223,9 +227,12 @@ __global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
   constexpr int M = GATE_UP ? 2 : 1;
   constexpr bool kRowBlocks = W == kRowBlockWarps && R == 1 && NB == 1;
-  const MatvecTask& task = tasks.t[blockIdx.y];
+  int ti = 0;
+  while (ti + 1 < tasks.n_tasks && static_cast<int>(blockIdx.x) >= tasks.first_block[ti + 1]) ++ti;
+  const MatvecTask& task = tasks.t[ti];
+  const int block = static_cast<int>(blockIdx.x) - tasks.first_block[ti];  // within the task
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int row0 = (static_cast<int>(blockIdx.x) * W + warp) * R;
+  const int row0 = (block * W + warp) * R;
   // Whole warps leave; only quantize_row_block synchronises the block, and its launches
   // have whole blocks of rows (n_out a multiple of 32), so there whole blocks leave.
   if (row0 >= task.n_out) return;
@@ -309,11 +316,11 @@ __global__ void __launch_bounds__(W * kWarpSize)
     }
   }
   if constexpr (kRowBlocks) {
-    if (task.y_q8.qs) quantize_row_block(task, last);
+    if (task.y_q8.qs) quantize_row_block(task, block, last);
   }
   if constexpr (NB == 1 && !GATE_UP && W * R <= kWarpSize * 2) {
     if (task.rope_part)
-      rope_rows<W * R>(task, in.rope, static_cast<int>(blockIdx.x) * W * R, warp * R + lane,
+      rope_rows<W * R>(task, in.rope, block * W * R, warp * R + lane,
                        lane < R, mine);
   }
 }
@@ -321,12 +328,17 @@ __global__ void __launch_bounds__(W * kWarpSize)
 // SwiGLU reads two matrices, so its warps take half the rows (registers). Launches with
 // int8 results (row_blocks) take one-row warps in blocks of kRowBlockWarps.
 template <uint32_t TYPE, int NB, int R, int U>
-cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                          bool row_blocks, const MatvecInput& in, int first_column,
                          const KernelConfig& config, cudaStream_t stream) {
   auto go = [&](auto kernel, int warps, int rows_per_warp) {
-    return launch_early(kernel, dim3(ceil_div(max_rows, warps * rows_per_warp), n_tasks),
-                        dim3(warps * kWarpSize), config, stream, tasks, in, first_column);
+    SplitTasks placed = tasks;
+    placed.n_tasks = n_tasks;
+    for (int i = 0; i < n_tasks; ++i)
+      placed.first_block[i + 1] =
+          placed.first_block[i] + ceil_div(tasks.t[i].n_out, warps * rows_per_warp);
+    return launch_early(kernel, dim3(placed.first_block[n_tasks]), dim3(warps * kWarpSize),
+                        config, stream, placed, in, first_column);
   };
   if constexpr (NB == 1) {
     if (row_blocks) {
@@ -348,12 +360,12 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, int max_rows, boo
 // kLongRowSubBlocks sub-blocks or more, the down projection); the numbers behind the
 // defaults are in kernel_config.h.
 template <uint32_t TYPE, int NB>
-cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, int max_rows, bool gate_up,
+cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
                            bool row_blocks, const MatvecInput& in, int first_column,
                            const KernelConfig& config, cudaStream_t stream) {
   auto go = [&](auto r, auto u) {
     return launch_shape<TYPE, NB, decltype(r)::value, decltype(u)::value>(
-        tasks, n_tasks, max_rows, gate_up, row_blocks, in, first_column, config, stream);
+        tasks, n_tasks, gate_up, row_blocks, in, first_column, config, stream);
   };
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
@@ -426,7 +438,7 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_each_column_group(input.batch, [&](int first_column, auto columns) {
       return launch_columns<TYPE, decltype(columns)::value>(
-          packed, n_tasks, max_rows, gate_up, row_blocks, input, first_column, config, stream);
+          packed, n_tasks, gate_up, row_blocks, input, first_column, config, stream);
     });
   };
   switch (weight_type) {

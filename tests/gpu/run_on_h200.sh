@@ -986,7 +986,24 @@ wave15() {
   cp /tmp/model-test.txt /tmp/matvec-test.txt "$OUT/"
 }
 
+# Session 7, after the split kernels' tasks took consecutive blocks (no block launched past K's
+# and V's rows): the matvec kernel test, the model tests, the engine suites, batch 1 and 4.
+wave16() {
+  local b="$build/app/bench/granule-bench" m
+  {
+  timeout 120 "$build/tests/matvec_kernel_test" >/tmp/matvec-test.txt 2>&1
+  echo "matvec_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/matvec-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|rope-epilogue" /tmp/matvec-test.txt | head -8
+  model_suites 200 190
+  for m in llama3-8b:Q4_0 smollm2-135m:Q4_1 llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+    echo "-- $m: $(timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1,4 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s b%s %s t/s %s ms; ", $4, $5, $6, $7}')"
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/ctest.log /tmp/matvec-test.txt "$OUT/"
+}
+
 case $what in
+  wave16) wave16 ;;
   wave15) wave15 ;;
   wave14-tests) wave14_tests ;;
   wave14-bench) issue15_numbers 2>&1 | tee "$OUT/summary.txt" ;;
