@@ -631,8 +631,7 @@ float* CudaModel::fusion_sums() const {
   return reinterpret_cast<float*>(q8_ds_.as<float2>() + 2 * (widest_ / k::kQ8Block));
 }
 
-void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
-                                  bool normed_input) {
+void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight) {
   k::MatvecTask tasks[k::kMaxMatvecTasks];
   float* const outs[1] = {y};
   gather_tasks(&w, outs, 1, 0, true, tasks);
@@ -643,11 +642,6 @@ void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* 
   in.n_in = static_cast<int>(w.cols);
   in.batch = 1;
   in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-  if (normed_input) {
-    in.xq = fusion_q8();
-    in.norm_sum_squares = fusion_sums();
-    in.norm_eps = config_.rms_eps;
-  }
   check_launch(launch_product(w.type, tasks, 1, in, kernel_config_, stream_.get()),
                "matvec_normed_out");
 }
@@ -860,7 +854,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   attention(layer, n_rows, nullptr, rope_in_qkv);
   float* const hidden_out[1] = {hidden};
   if (fused)
-    matvec_normed_out(l.wo, hidden, l.ffn_norm, false);
+    matvec_normed_out(l.wo, hidden, l.ffn_norm);
   else
     matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
 
@@ -914,7 +908,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                                        stream_.get()),
                  "quantize_q8");
   if (fused && !last)
-    matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm, false);
+    matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm);
   else
     matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }

@@ -147,9 +147,9 @@ class CudaModel {
   bool fusion_fits() const;
   kernels::ActivationQ8 fusion_q8() const;
   float* fusion_sums() const;
-  // y += w · x (x: the int8 activations), its result also as fusion_q8() of y·norm_weight.
-  void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
-                         bool normed_input);
+  // One row: y += w · x (x: the int8 activations), its result also as fusion_q8() of
+  // y·norm_weight, with the sums of squares in fusion_sums().
+  void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight);
   // Y = X · Wᵀ through an f16 copy of w. `next`: the matrix the following gemm() call takes,
   // dequantised ahead on the dequant stream during this GEMM when the pass overlaps.
   void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
