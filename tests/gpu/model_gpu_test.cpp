@@ -419,17 +419,19 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
 // the bound (twice that). A 64-row teacher-forced run, 1-row decode steps (graphs) and three
 // sequences at different lengths decoding together; the SmolLM2 shapes (30 layers, Q4_1,
 // 576 wide) too. The logits must differ from the int8 path's: the f16 path really ran.
-struct F16MmaCase {
+// A model case of the parametrised suites below: its name, spec and the caps it is held to.
+struct SpecCase {
   std::string name;
   SyntheticModelSpec spec;
   Caps caps;
 };
+std::string spec_case_name(const ::testing::TestParamInfo<SpecCase>& i) { return i.param.name; }
 
-class ModelGpuF16Mma : public ::testing::TestWithParam<F16MmaCase> {};
+class ModelGpuF16Mma : public ::testing::TestWithParam<SpecCase> {};
 
 TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
   GRANULE_REQUIRE_GPU();
-  const F16MmaCase& fc = GetParam();
+  const SpecCase& fc = GetParam();
   const auto path = model_path("f16mma-" + fc.name);
   write_synthetic_model(fc.spec, path);
   kernels::KernelConfig f16 = gpu_test::kernel_config(), int8 = f16;
@@ -488,31 +490,26 @@ TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelGpuF16Mma,
     ::testing::Values(
-        F16MmaCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
-        F16MmaCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
-        F16MmaCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
-        F16MmaCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
-    [](const ::testing::TestParamInfo<F16MmaCase>& i) { return i.param.name; });
+        SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+        SpecCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
+        SpecCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
+        SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
+    spec_case_name);
 
 // The batch-1 fusion (KernelConfig::decode_fusion): the output and down projections hand the
 // next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
 // product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
 // small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
 // shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there). One-row
-// decode steps (graphs) with each setting
-// against the oracle's own steps; the fused logits must differ from the unfused ones (the fused
-// kernels ran) and two passes over the same positions must give the same bits.
-struct FusionCase {
-  std::string name;
-  SyntheticModelSpec spec;
-  Caps caps;
-};
+// decode steps (graphs) with each setting against the oracle's own steps; the fused logits
+// must differ from the unfused ones (the fused kernels ran) and two passes over the same
+// positions must give the same bits.
 
-class ModelGpuDecodeFusion : public ::testing::TestWithParam<FusionCase> {};
+class ModelGpuDecodeFusion : public ::testing::TestWithParam<SpecCase> {};
 
 TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   GRANULE_REQUIRE_GPU();
-  const FusionCase& fc = GetParam();
+  const SpecCase& fc = GetParam();
   const auto path = model_path("fusion-" + fc.name);
   write_synthetic_model(fc.spec, path);
   Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true);
@@ -546,12 +543,12 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelGpuDecodeFusion,
-    ::testing::Values(FusionCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
-                      FusionCase{"qwen3_Q4_K", small_spec("qwen3", TensorType::Q4_K), kShallowInt8},
-                      FusionCase{"qwen2_Q8_0", small_spec("qwen2", TensorType::Q8_0), kShallowInt8},
-                      FusionCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
+    ::testing::Values(SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+                      SpecCase{"qwen3_Q4_K", small_spec("qwen3", TensorType::Q4_K), kShallowInt8},
+                      SpecCase{"qwen2_Q8_0", small_spec("qwen2", TensorType::Q8_0), kShallowInt8},
+                      SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
                                  kDeep}),
-    [](const ::testing::TestParamInfo<FusionCase>& i) { return i.param.name; });
+    spec_case_name);
 
 // The default model's shapes: 30 layers, 576 wide, 9/3 heads, ff 1536, vocab 49152, Q4_1
 // layers, Q8_0 tied embeddings (the smollm2-135m preset). Deep: int8 flips at every position
