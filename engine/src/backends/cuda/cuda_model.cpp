@@ -597,11 +597,7 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
     in.batch = n_rows;
     in.x = x_f32;
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    if (normed_input) {
-      in.xq = fusion_q8();
-      in.norm_sum_squares = fusion_sums();
-      in.norm_eps = config_.rms_eps;
-    }
+    if (normed_input) read_handed_over_norm(in);
     check_launch(launch_product(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
                  "matvec");
     i = j;
@@ -629,6 +625,12 @@ k::ActivationQ8 CudaModel::fusion_q8() const {
 
 float* CudaModel::fusion_sums() const {
   return reinterpret_cast<float*>(q8_ds_.as<float2>() + 2 * (widest_ / k::kQ8Block));
+}
+
+void CudaModel::read_handed_over_norm(k::MatvecInput& in) const {
+  in.xq = fusion_q8();
+  in.norm_sum_squares = fusion_sums();
+  in.norm_eps = config_.rms_eps;
 }
 
 void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight) {
@@ -885,11 +887,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     in.batch = n_rows;
     in.x = normed_.as<float>();
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    if (fused) {
-      in.xq = fusion_q8();
-      in.norm_sum_squares = fusion_sums();
-      in.norm_eps = c.rms_eps;
-    }
+    if (fused) read_handed_over_norm(in);
     if (quantized_by_swiglu) t.y_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
     check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                  "matvec_swiglu");

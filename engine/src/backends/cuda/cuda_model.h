@@ -19,6 +19,7 @@
 #include "memory/placement.h"
 #include "attention_prefill.cuh"
 #include "kernel_config.h"
+#include "matvec.cuh"
 #include "sampling.cuh"
 
 namespace granule::cuda {
@@ -134,7 +135,7 @@ class CudaModel {
   void attention(int layer, int n_rows, __half* f16_out = nullptr, bool roped = false);
   bool stream_capturing() const;
   void norm_for(const DeviceMatrix& w, const float* x, const float* weight, int n_rows, bool f16);
-  // `normed_input`: the batch-1 fusion's input (fusion_q8(), scaled by the 1/rms its sums give).
+  // `normed_input`: the batch-1 fusion's input (read_handed_over_norm()).
   // `rope_layer`: mats are that layer's Q, K, V (in that order) and a one-row epilogue does
   // rope_kv's work (k::RowRope).
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
@@ -147,6 +148,9 @@ class CudaModel {
   bool fusion_fits() const;
   kernels::ActivationQ8 fusion_q8() const;
   float* fusion_sums() const;
+  // `in` reads the RMSNorm input the product before handed over (fusion_q8(), 1/rms from
+  // fusion_sums()).
+  void read_handed_over_norm(kernels::MatvecInput& in) const;
   // One row: y += w · x (x: the int8 activations), its result also as fusion_q8() of
   // y·norm_weight, with the sums of squares in fusion_sums().
   void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight);
