@@ -332,11 +332,16 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                          bool row_blocks, const MatvecInput& in, int first_column,
                          const KernelConfig& config, cudaStream_t stream) {
   auto go = [&](auto kernel, int warps, int rows_per_warp) {
+    const int block_rows = warps * rows_per_warp;
     SplitTasks placed = tasks;
     placed.n_tasks = n_tasks;
-    for (int i = 0; i < n_tasks; ++i)
-      placed.first_block[i + 1] =
-          placed.first_block[i] + ceil_div(tasks.t[i].n_out, warps * rows_per_warp);
+    for (int i = 0; i < n_tasks; ++i) {
+      // RoPE in the epilogue: a rotation pair, and a head, never straddle two blocks.
+      if (tasks.t[i].rope_part &&
+          (tasks.t[i].n_out % block_rows != 0 || in.rope.head_dim % block_rows != 0))
+        return cudaErrorInvalidValue;
+      placed.first_block[i + 1] = placed.first_block[i] + ceil_div(tasks.t[i].n_out, block_rows);
+    }
     return launch_early(kernel, dim3(placed.first_block[n_tasks]), dim3(warps * kWarpSize),
                         config, stream, placed, in, first_column);
   };
@@ -420,17 +425,12 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
   if (input.norm_sum_squares && input.batch != 1) return cudaErrorInvalidValue;
-  // RoPE in the epilogue: batch 1, the one-row-per-warp blocks, pairs inside a head, whole
-  // blocks of rows (row_blocks launches quantise instead).
-  const bool long_rows = input.n_in / kQ8Block >= KernelConfig::kLongRowSubBlocks;
-  const bool two_rows = (weight_type == kQ4_0 || weight_type == kQ4_1) &&
-                        (long_rows ? config.split_shape_long : config.split_shape) == SplitShape::k2x4;
-  const int block_rows = kWarps * (two_rows ? 2 : 1);  // launch_columns' batch-1 shape
+  // RoPE in the epilogue: batch 1, plain products writing y (row_blocks launches quantise
+  // instead); launch_shape checks that the blocks hold whole pairs.
   for (int i = 0; i < n_tasks; ++i) {
     const MatvecTask& t = tasks[i];
-    if (!t.rope_part) continue;
-    if (!input.rope.positions || input.batch != 1 || gate_up || row_blocks || t.rope_part > 3 ||
-        t.accumulate || t.n_out % block_rows != 0 || input.rope.head_dim % block_rows != 0)
+    if (t.rope_part && (!input.rope.positions || input.batch != 1 || gate_up || row_blocks ||
+                        t.rope_part > 3 || t.accumulate))
       return cudaErrorInvalidValue;
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
