@@ -837,120 +837,17 @@ wave9_recheck() {
   cp /tmp/f16-test.txt "$OUT/"
 }
 
-# Session 7: the batch-1 fusion (GRANULE_DECODE_FUSION 0/1/2): the model tests against the
-# oracle with it, then batch-1 decode of both shapes with each setting.
-wave10() {
-  local b="$build/app/bench/granule-bench" f
-  {
-  timeout 240 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*:*ModelGpuVsCpu*:*SmolLM2Shapes*:*ModelGpuBatch*' \
-    >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test (fusion, vs cpu, smollm2 shapes, batch): rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED" /tmp/model-test.txt | head -8
-  grep -E "fusion-[012]" /tmp/model-test.txt | grep per-type | head -12
-  for f in 0 1 2 0 2; do
-    echo "-- GRANULE_DECODE_FUSION=$f"
-    GRANULE_DECODE_FUSION=$f timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1 | grep -E "^\| +synthetic"
-    GRANULE_DECODE_FUSION=$f timeout 40 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1 | grep -E "^\| +synthetic"
-  done
-  } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/model-test.txt "$OUT/"
-}
-
-# Session 7, second call: fusion levels 0-3 (RoPE inside decode attention at 2, the SwiGLU
-# quantisation where gate/up runs in one wave at 3): kernel and model tests, batch-1 decode of
-# both shapes per level, and one 8B batch-1 layer's kernels under Nsight Compute (warm caches).
-wave11() {
-  local b="$build/app/bench/granule-bench" f t
-  {
-  for t in attention_kernels_test elementwise_kernels_test; do
-    timeout 100 "$build/tests/$t" --gtest_filter='-*Timing*' >"/tmp/$t.txt" 2>&1; echo "$t: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/$t.txt | tr '\n' ' ')"
-    grep -E "^\[  FAILED" /tmp/$t.txt | head -5
-  done
-  timeout 240 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*:*ModelGpuVsCpu*:*SmolLM2Shapes*:*ModelGpuBatch*:*EngineOnCuda*' \
-    >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED" /tmp/model-test.txt | head -8
-  grep -E "^\[fusion\]" /tmp/model-test.txt | head -12
-  for f in 0 1 2 3 2 3; do
-    echo "-- GRANULE_DECODE_FUSION=$f"
-    GRANULE_DECODE_FUSION=$f timeout 60 "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 64 -b 1 | grep -E "^\| +synthetic"
-    GRANULE_DECODE_FUSION=$f timeout 40 "$b" --synthetic smollm2-135m:Q4_1 -p 0 -n 64 -b 1 | grep -E "^\| +synthetic"
-  done
-  } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/model-test.txt "$OUT/"
-  timeout 150 ncu --cache-control none --clock-control none --launch-skip 3000 --launch-count 14 \
-    --section SpeedOfLight "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1 >/tmp/ncu-b1.txt 2>&1
-  echo "ncu rc=$?" | tee -a "$OUT/summary.txt"
-  cp /tmp/ncu-b1.txt "$OUT/"
-  python3 - /tmp/ncu-b1.txt <<'PY' | tee -a "$OUT/summary.txt"
-import re, sys
-name = None
-for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"^\s{2}(?:void )?(\S.*?)\((?:granule|unnamed|\w).*\) \((\d+), (\d+), (\d+)\)x\((\d+)", line)
-    if m: name = m.group(1)[-60:] + " grid " + m.group(2) + "x" + m.group(3) + " block " + m.group(5); continue
-    m = re.search(r"(Duration|DRAM Throughput)\s+\S+\s+([\d.,]+)$", line)
-    if m and name: print(name, m.group(1), m.group(2))
-PY
-}
-
-# Session 7, third call: batch-1 decode by fusion level and attention warps (4, 8, 16), at the
-# bench's short context and after 1,000 tokens; attention kernel tests with 8 and 16 warps;
-# the batch-1 attention kernel under Nsight Compute with 4 and 8 warps.
-wave12() {
-  local b="$build/app/bench/granule-bench" f w t
-  {
-  for w in 8 16; do
-    GRANULE_ATTN_WARPS=$w timeout 100 "$build/tests/attention_kernels_test" --gtest_filter='-*Timing*' >/tmp/attn-$w.txt 2>&1
-    echo "attention_kernels_test, $w warps: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/attn-$w.txt | tr '\n' ' ')"
-  done
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
-    for f in 0 1 2; do
-      for w in auto 8 16; do
-        echo "-- $m fusion $f warps $w: $(GRANULE_DECODE_FUSION=$f GRANULE_ATTN_WARPS=$w timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s ms; ", $4, $7}')"
-      done
-    done
-    for w in auto 8 16; do
-      echo "-- $m depth 1000, fusion 2, warps $w: $(GRANULE_ATTN_WARPS=$w timeout 60 "$b" --synthetic $m -p 0 -n 0 -d 1000 -b 1 | grep -E "^\| +synthetic" | awk -F'|' '{printf "%s %s ms; ", $4, $7}')"
-    done
-  done
-  } 2>&1 | tee "$OUT/summary.txt"
-  for w in 4 8; do
-    GRANULE_ATTN_WARPS=$w timeout 100 ncu --cache-control none --clock-control none -k regex:attention_split --launch-skip 200 --launch-count 2 \
-      --section SpeedOfLight "$b" --synthetic llama3-8b:Q4_0 -p 0 -n 0 -b 1 >/tmp/ncu-attn-$w.txt 2>&1
-    echo "ncu attention, $w warps: $(grep -E '^    (Duration|SM Active Cycles)' /tmp/ncu-attn-$w.txt | tr -s ' ' | tr '\n' ';')" | tee -a "$OUT/summary.txt"
-  done
-}
-
-# Session 7, fourth call: the split kernels request their first two steps before the PDL wait;
-# model tests, then batch 1 and 4 of both shapes with the batch-1 split shapes 1x2 (default),
-# 1x4 and 2x4 for the short rows.
-wave13() {
-  local b="$build/app/bench/granule-bench" m sh
-  {
-  timeout 240 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*:*ModelGpuVsCpu*:*SmolLM2Shapes*:*ModelGpuBatch*' \
-    >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED" /tmp/model-test.txt | head -8
-  for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
-    for sh in 1x2 1x4 2x4 1x2; do
-      echo "-- $m split shape $sh: $(GRANULE_SPLIT_SHAPE=$sh timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1,4 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s b%s %s ms; ", $4, $5, $7}')"
-    done
-  done
-  } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/model-test.txt "$OUT/"
-}
-
+# Session 7's experiments (wave10-wave13) measured settings that were since removed or
+# renumbered (RoPE in attention, 16-warp attention, two steps before the PDL wait, fusion levels
+# 0-2 of that time); they are in this script at commit 269e59a. The modes below run the code as
+# it stands.
 # Session 7, with the final defaults (batch-1 fusion 2): the matvec kernel test (the norm
 # hand-over included) and memcheck on the hand-over, the engine suites against the CPU oracle
 # (wave14-tests); issue 15's numbers (wave14-bench).
 wave14_tests() {
   local t="$build/tests/matvec_kernel_test"
   {
-  timeout 120 "$t" >/tmp/matvec-test.txt 2>&1
-  echo "matvec_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/matvec-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED" /tmp/matvec-test.txt | head -5
+  timeout 120 "$t" >"$OUT/matvec_kernel_test.txt" 2>&1; gtest_line matvec_kernel_test $?
   timeout 120 compute-sanitizer --tool memcheck "$t" --gtest_filter='*HandOver*' >/tmp/memcheck.txt 2>&1
   echo "memcheck hand-over: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
   model_suites 210 200
@@ -965,9 +862,9 @@ wave14_tests() {
 wave15() {
   local b="$build/app/bench/granule-bench" m f
   {
-  timeout 120 "$build/tests/matvec_kernel_test" >/tmp/matvec-test.txt 2>&1
-  echo "matvec_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/matvec-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED|rope-epilogue" /tmp/matvec-test.txt | head -8
+  timeout 120 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  grep -E "rope-epilogue" "$OUT/matvec_kernel_test.txt"
   timeout 120 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*RopeEpilogue*' >/tmp/memcheck.txt 2>&1
   echo "memcheck rope epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
   timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
@@ -983,7 +880,7 @@ wave15() {
   issue15_numbers
   } 2>&1 | tee "$OUT/summary.txt"
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
-  cp /tmp/model-test.txt /tmp/matvec-test.txt "$OUT/"
+  cp /tmp/model-test.txt "$OUT/"
 }
 
 # Session 7, after the split kernels' tasks took consecutive blocks (no block launched past K's
@@ -991,15 +888,15 @@ wave15() {
 wave16() {
   local b="$build/app/bench/granule-bench" m
   {
-  timeout 120 "$build/tests/matvec_kernel_test" >/tmp/matvec-test.txt 2>&1
-  echo "matvec_kernel_test: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/matvec-test.txt | tr '\n' ' ')"
-  grep -E "^\[  FAILED|rope-epilogue" /tmp/matvec-test.txt | head -8
+  timeout 120 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  grep -E "rope-epilogue" "$OUT/matvec_kernel_test.txt"
   model_suites 200 190
   for m in llama3-8b:Q4_0 smollm2-135m:Q4_1 llama3-8b:Q4_0 smollm2-135m:Q4_1; do
     echo "-- $m: $(timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1,4 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s b%s %s t/s %s ms; ", $4, $5, $6, $7}')"
   done
   } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/ctest.log /tmp/matvec-test.txt "$OUT/"
+  cp /tmp/ctest.log "$OUT/"
 }
 
 case $what in
@@ -1007,10 +904,6 @@ case $what in
   wave15) wave15 ;;
   wave14-tests) wave14_tests ;;
   wave14-bench) issue15_numbers 2>&1 | tee "$OUT/summary.txt" ;;
-  wave13) wave13 ;;
-  wave12) wave12 ;;
-  wave11) wave11 ;;
-  wave10) wave10 ;;
   wave9-recheck) wave9_recheck ;;
   wave9-check) wave9_check ;;
   wave9-stalls) wave9_stalls ;;
