@@ -104,6 +104,15 @@ struct KernelConfig {
   // 0.483, 1: 1.629 / 0.468, 2: 1.630 / 0.449 (one call), 2 against 3 in another: 1.637-1.647
   // / 0.460 against 1.604-1.628 / 0.438-0.440 (PERF_NOTES, session 7).
   int decode_fusion = 3;
+  // Batch-1 split-layout products in warps that stay for the whole launch (matvec_split.cu,
+  // split_rows_kernel): a grid of the blocks the SMs hold at once, warp w taking rows w,
+  // w + warps, ... with the next row's first weights requested while it finishes the current
+  // one, instead of a block per 4 rows. Plain products only (with the fusion: the 8B model's
+  // gate/up, and the output head); those with int8 results or RoPE in the epilogue keep their
+  // blocks. Same sums to the bit. 0 off. H200, ms per batch-1 step against 0, same call:
+  // 8B Q4_0 1.595 / 1.607 against 1.603 / 1.606; SmolLM2 shapes 0.427 / 0.426 against 0.433 /
+  // 0.434, tg64 0.447-0.448 against 0.452-0.454 (PERF_NOTES, session 8).
+  int split_rows = 1;
 };
 
 }  // namespace granule::kernels

@@ -325,6 +325,104 @@ __global__ void __launch_bounds__(W * kWarpSize)
   }
 }
 
+// Batch 1 in warps that stay (KernelConfig::split_rows): the grid is what the SMs hold at
+// once, the launch's rows are its tasks' rows laid end to end (SplitTasks::first_block counts
+// rows here), and warp w of the grid takes rows w, w + warps, ... Within a row a lane adds its
+// sub-blocks in the order split_matvec_kernel does, whatever U, so each sum is that kernel's
+// to the bit; across rows the last step requests the next row's first sub-blocks, so a warp's
+// loads do not drain between rows and no block is launched per few rows. Plain tasks only:
+// those with int8 results (their 32-row blocks meet in a 32-warp block) or RoPE in the
+// epilogue (the rows of a pair meet in a block) keep split_matvec_kernel. Counting rows into
+// their 32-row blocks through per-block atomic counters instead was measured slower (a
+// __threadfence per row also waits for the next row's loads in flight: kernels/PERF_NOTES.md).
+template <uint32_t TYPE, int U, bool GATE_UP>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    split_rows_kernel(SplitTasks tasks, MatvecInput in) {
+  constexpr int M = GATE_UP ? 2 : 1;
+  constexpr int kPerStep = U * kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int total = tasks.first_block[tasks.n_tasks];
+  const int stride = static_cast<int>(gridDim.x) * kWarps;
+  int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  if (g >= total) return;
+  const int n = in.n_in / kQ8Block;
+  const int steps = (n + kPerStep - 1) / kPerStep;
+  auto task_of = [&](int row) {
+    int ti = 0;
+    while (ti + 1 < tasks.n_tasks && row >= tasks.first_block[ti + 1]) ++ti;
+    return ti;
+  };
+  auto load_step = [&](int row, int s, Payload(&p)[M][U]) {
+    const int ti = task_of(row);
+    const MatvecTask& t = tasks.t[ti];
+    const int64_t offset = static_cast<int64_t>(row - tasks.first_block[ti]) * t.row_bytes;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const uint8_t* base = static_cast<const uint8_t*>(m == 0 ? t.weight : t.weight_up) + offset;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = s * kPerStep + u * kWarpSize + lane;
+        if (j < n) load_payload<TYPE>(base, n, j, p[m][u]);
+      }
+    }
+  };
+
+  Payload cur[M][U], next[M][U];
+  load_step(g, 0, cur);
+  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
+  allow_next_kernel();
+  const float scale = input_norm_scale(in);
+  for (; g < total; g += stride) {
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int s = 0; s < steps; ++s) {
+      if (s + 1 < steps)
+        load_step(g, s + 1, next);
+      else if (g + stride < total)
+        load_step(g + stride, 0, next);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const int j = s * kPerStep + u * kWarpSize + lane;
+        if (j >= n) break;
+        const int4* xp = reinterpret_cast<const int4*>(in.xq.qs) + 2 * j;
+        const int4 xa = xp[0], xb = xp[1];
+        const float2 ds = in.xq.ds[j];
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m] += dot_payload<TYPE>(cur[m][u], xa, xb, ds);
+      }
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
+    }
+    const int ti = task_of(g);
+    const MatvecTask& task = tasks.t[ti];
+    const int r = g - tasks.first_block[ti];
+    float v = warp_sum(acc[0]) * scale;
+    if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[M - 1]) * scale);
+    if (lane == 0) {
+      float* y = task.y + r;
+      *y = task.accumulate ? *y + v : v;
+    }
+  }
+}
+
+// Blocks of split_rows_kernel the SMs hold at once (queried once per kernel).
+template <uint32_t TYPE, int U, bool GATE_UP>
+int resident_row_blocks() {
+  static const int blocks = [] {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, split_rows_kernel<TYPE, U, GATE_UP>, kWarps * kWarpSize, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm = 1;
+    }
+    return std::max(per_sm, 1) * multiprocessors();
+  }();
+  return blocks;
+}
+
 // SwiGLU reads two matrices, so its warps take half the rows (registers). Launches with
 // int8 results (row_blocks) take one-row warps in blocks of kRowBlockWarps.
 template <uint32_t TYPE, int NB, int R, int U>
@@ -346,6 +444,24 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                         config, stream, placed, in, first_column);
   };
   if constexpr (NB == 1) {
+    // Warps that stay: every task's rows end to end, first_block counting rows. Runs of one
+    // row only (not the last column of a larger batch's groups).
+    bool stay = config.split_rows && !row_blocks && in.batch == 1;
+    for (int i = 0; i < n_tasks; ++i) stay = stay && !tasks.t[i].rope_part;
+    if (stay) {
+      SplitTasks placed = tasks;
+      placed.n_tasks = n_tasks;
+      for (int i = 0; i < n_tasks; ++i)
+        placed.first_block[i + 1] = placed.first_block[i] + tasks.t[i].n_out;
+      auto rows = [&](auto kernel, int resident) {
+        const int blocks = std::min(ceil_div(placed.first_block[n_tasks], kWarps), resident);
+        return launch_early(kernel, dim3(blocks), dim3(kWarps * kWarpSize), config, stream,
+                            placed, in);
+      };
+      if (gate_up)
+        return rows(split_rows_kernel<TYPE, U, true>, resident_row_blocks<TYPE, U, true>());
+      return rows(split_rows_kernel<TYPE, U, false>, resident_row_blocks<TYPE, U, false>());
+    }
     if (row_blocks) {
       if (gate_up)
         return go(split_matvec_kernel<TYPE, 1, 1, U, true, kRowBlockWarps>, kRowBlockWarps, 1);

@@ -179,12 +179,14 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_TRUE(defaults.flash_prefill);
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 3");
+            "fusion 3, staying warps " +
+                std::to_string(KernelConfig{}.split_rows));
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 3");
+            "fusion 3, staying warps " +
+                std::to_string(KernelConfig{}.split_rows));
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -308,11 +310,26 @@ TEST(KernelConfigEnv, DecodeFusion) {
       << describe_attention(off);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "1"}}}, warnings).decode_fusion, 1);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
+  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "3"}}}, warnings).decode_fusion, 3);
+  EXPECT_TRUE(warnings.empty());
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings, off).decode_fusion, 0);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=4 ignored (accepted: 0, 1, 2, 3); keeping 0");
+}
+
+TEST(KernelConfigEnv, SplitRows) {
+  std::vector<std::string> warnings;
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).split_rows, KernelConfig{}.split_rows);
+  const KernelConfig one = parse({{{"GRANULE_SPLIT_ROWS", "1"}}}, warnings);
+  EXPECT_EQ(one.split_rows, 1);
+  EXPECT_NE(describe_attention(one).find("staying warps 1"), std::string::npos)
+      << describe_attention(one);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "0"}}}, warnings).split_rows, 0);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings, one).split_rows, 1);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=2 ignored (accepted: 0, 1); keeping 1");
 }
 
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
@@ -320,7 +337,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 18u);
+  ASSERT_EQ(kernel_override_variables().size(), 19u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

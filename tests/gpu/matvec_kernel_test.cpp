@@ -569,6 +569,108 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
 
 // Launches the hand-over cannot serve are refused: more than one column, rows that do not
 // fill whole 32-row blocks, a norm weight without int8 results, GGUF-layout weights.
+// Batch 1 in warps that stay (KernelConfig::split_rows): every warp takes several rows here
+// (more rows than the SMs hold warps), and each product must give split_matvec_kernel's
+// sums to the bit: three plain tasks end to end; the gate/up product over a handed-over norm;
+// the residual add. And the norm's 1/rms over 256 sums (8,192 wide), in both kernels.
+TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
+  GRANULE_REQUIRE_GPU();
+  kernels::KernelConfig blocks = gpu_test::kernel_config();
+  blocks.split_rows = 0;
+  kernels::KernelConfig staying = blocks;
+  staying.split_rows = 1;
+  std::mt19937 rng(29);
+  constexpr int64_t cols = 256;
+  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
+  DeviceActivations act(x, 1, cols);
+  CUDA_OK(act.quantize(blocks));
+  std::vector<float> sums_host(cols / 32);
+  for (float& v : sums_host) v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
+  DeviceArray<float> d_sums_in(sums_host);
+  kernels::MatvecInput normed = act.in;
+  normed.norm_sum_squares = d_sums_in.get();
+  normed.norm_eps = 1e-5f;
+  auto run = [&](TensorType type, const kernels::KernelConfig& config,
+                 const kernels::MatvecTask* t, int n, const kernels::MatvecInput& in) {
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), t, n, in, config, nullptr));
+  };
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
+                          TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+    if (!has_split(type)) continue;
+    const std::string name(tensor_type_info(type).name);
+    // Three plain tasks, 8,192 rows in all.
+    const int64_t rows[3] = {6144, 1024, 1024};
+    std::vector<Encoded> w;
+    std::vector<DeviceArray<uint8_t>> d_w;
+    for (int64_t r : rows) {
+      w.push_back(encode(type, r, cols, rng, true));
+      d_w.emplace_back(w.back().device_bytes);
+    }
+    std::vector<float> got[2][3];
+    for (int mode = 0; mode < 2; ++mode) {
+      std::vector<DeviceArray<float>> out;
+      kernels::MatvecTask t[3];
+      for (int m = 0; m < 3; ++m) {
+        out.emplace_back(static_cast<size_t>(rows[m]));
+        t[m] = split_task(d_w[m], w[m], rows[m], out[m].get());
+      }
+      run(type, mode ? staying : blocks, t, 3, act.in);
+      for (int m = 0; m < 3; ++m) got[mode][m] = out[m].download();
+    }
+    for (int m = 0; m < 3; ++m)
+      EXPECT_EQ(got[0][m], got[1][m]) << name << " plain task " << m;
+
+    // Gate/up over a handed-over norm, and the residual add, over the first matrix's rows.
+    const Encoded up = encode(type, rows[0], cols, rng, true);
+    DeviceArray<uint8_t> d_up(up.device_bytes);
+    const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
+    std::vector<float> result[2][2];
+    for (int mode = 0; mode < 2; ++mode) {
+      for (int kind = 0; kind < 2; ++kind) {
+        DeviceArray<float> y(h0);
+        kernels::MatvecTask t = split_task(d_w[0], w[0], rows[0], y.get());
+        t.weight_up = kind == 0 ? d_up.get() : nullptr;
+        t.accumulate = kind == 1;
+        run(type, mode ? staying : blocks, &t, 1, kind == 0 ? normed : act.in);
+        result[mode][kind] = y.download();
+      }
+    }
+    EXPECT_EQ(result[0][0], result[1][0]) << name << " SwiGLU over the handed-over norm";
+    EXPECT_EQ(result[0][1], result[1][1]) << name << " residual add";
+  }
+
+  // The 1/rms over 256 sums (8 per lane): a product over the normed input is the plain one
+  // times rsqrt(Σ sums / n + eps).
+  constexpr int64_t wide = 8192, few = 64;
+  const std::vector<float> xw = gpu_test::random_floats(static_cast<size_t>(wide), rng);
+  DeviceActivations wide_act(xw, 1, wide);
+  CUDA_OK(wide_act.quantize(blocks));
+  std::vector<float> wide_sums(wide / 32);
+  double total = 0;
+  for (float& v : wide_sums) {
+    v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
+    total += v;
+  }
+  DeviceArray<float> d_wide_sums(wide_sums);
+  const double want_scale = 1.0 / std::sqrt(total / wide + 1e-5);
+  const Encoded wq = encode(TensorType::Q4_0, few, wide, rng, true);
+  DeviceArray<uint8_t> d_wq(wq.device_bytes);
+  for (const kernels::KernelConfig& config : {blocks, staying}) {
+    DeviceArray<float> plain_y(static_cast<size_t>(few)), normed_y(static_cast<size_t>(few));
+    kernels::MatvecTask t = split_task(d_wq, wq, few, plain_y.get());
+    run(TensorType::Q4_0, config, &t, 1, wide_act.in);
+    kernels::MatvecInput in = wide_act.in;
+    in.norm_sum_squares = d_wide_sums.get();
+    in.norm_eps = 1e-5f;
+    t.y = normed_y.get();
+    run(TensorType::Q4_0, config, &t, 1, in);
+    const std::vector<float> p = plain_y.download(), q = normed_y.download();
+    for (int64_t r = 0; r < few; ++r)
+      ASSERT_NEAR(q[r], p[r] * want_scale, 2e-5 * std::fabs(p[r] * want_scale) + 1e-12)
+          << "split_rows " << config.split_rows << " row " << r;
+  }
+}
+
 TEST(MatvecKernelTasks, Batch1NormHandOverRefusesOtherShapes) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();

@@ -500,12 +500,23 @@ INSTANTIATE_TEST_SUITE_P(
 // next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
 // product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
 // small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
-// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there). One-row
+// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there); a wide
+// feed-forward (8B-like: more 32-row blocks than SMs) keeps the quantisation kernel. One-row
 // decode steps (graphs) with each setting against the oracle's own steps; the fused logits
 // must differ from the unfused ones (the fused kernels ran) and two passes over the same
-// positions must give the same bits.
+// positions must give the same bits. Then the products in warps that stay
+// (KernelConfig::split_rows) must not change a bit, unfused and fully fused.
 
 class ModelGpuDecodeFusion : public ::testing::TestWithParam<SpecCase> {};
+
+// A feed-forward wider than the SMs hold 32-row blocks of 32 warps at once (8,192: 256 blocks),
+// as an 8B model's: the gate/up product does not quantise its result (fusion 2 keeps the
+// quantisation kernel), and its product takes the warps that stay under split_rows.
+SyntheticModelSpec wide_ff_spec() {
+  SyntheticModelSpec s = small_spec("llama", TensorType::Q4_0);
+  s.n_ff = 8192;
+  return s;
+}
 
 TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   GRANULE_REQUIRE_GPU();
@@ -538,6 +549,16 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
                 << " logits\n";
     previous = got;
   }
+  // Warps that stay (KernelConfig::split_rows): the same sums, so the same bits, without the
+  // fusion and with all of it.
+  for (const int fusion : {0, 3}) {
+    kernels::KernelConfig kc = gpu_test::kernel_config();
+    kc.decode_fusion = fusion;
+    kc.split_rows = 1 - kernels::KernelConfig{}.split_rows;  // whichever the default is not
+    Rig gpu(path, true, 2, 256, false, kc);
+    EXPECT_EQ(bitwise_differences(run_steps(gpu, 0, tokens), fusion ? previous : unfused), 0u)
+        << "fusion " << fusion << ", split_rows " << kc.split_rows << " changed the logits";
+  }
   std::filesystem::remove(path);
 }
 
@@ -547,7 +568,8 @@ INSTANTIATE_TEST_SUITE_P(
                       SpecCase{"qwen3_Q4_K", small_spec("qwen3", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"qwen2_Q8_0", small_spec("qwen2", TensorType::Q8_0), kShallowInt8},
                       SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
-                                 kDeep}),
+                                 kDeep},
+                      SpecCase{"llama_Q4_0_wide_ff", wide_ff_spec(), kShallowInt8}),
     spec_case_name);
 
 // The default model's shapes: 30 layers, 576 wide, 9/3 heads, ff 1536, vocab 49152, Q4_1

@@ -899,7 +899,73 @@ wave16() {
   cp /tmp/ctest.log "$OUT/"
 }
 
+# Session 8: batch-1 products in warps that stay (GRANULE_SPLIT_ROWS). wave17: the matvec
+# kernel test (bitwise against the block kernels), memcheck on it, the fusion model tests
+# (bitwise per split_rows). Its first call also benched a split_rows 2 (32-row blocks meeting
+# through counters), and a second call (wave18, on a tree with the norm sums loaded beside the
+# first activations and a fusion level 4) alternated those with ab-old/; both were measured
+# slower and removed before any commit (kernels/PERF_NOTES.md, session 8).
+wave17() {
+  local b="$build/app/bench/granule-bench" m r
+  {
+  timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*StayingWarps*:*HandOver*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck staying warps + hand-over: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|split_rows" /tmp/model-test.txt | head -8
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
+}
+b1_line() {  # b1_line BENCH MODEL: the decode and tg64 rows of a batch-1 run
+  timeout 60 "$1" --synthetic "$2" -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms; ", $4, $6, $7}'
+}
+# granule-bench of ab-old/ (an untracked snapshot of an earlier head, `git archive REV`), for
+# an A/B within one call.
+build_old_bench() {
+  cmake -S "$root/ab-old" -B "$root/build-gpu-old" -G Ninja -DGRANULE_BUILD_APP=OFF -DGRANULE_WITH_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DGRANULE_DEPS_DIR="$root/.gpu-deps" >/tmp/configure-old.log 2>&1
+  ninja -C "$root/build-gpu-old" -j16 granule-bench >/tmp/build-old.log 2>&1 || tail -20 /tmp/build-old.log
+}
+
+# Session 8, split_rows 1 by default: the matvec and fusion tests, batch 1 against ab-old/
+# (2f28505), the model, chats, churn, streaming and KV-space suites.
+wave19() {
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" m rep
+  build_old_bench
+  wave17
+  {
+  for rep in 1 2; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      echo "-- $m old (2f28505): $(b1_line "$ob" $m)"
+      echo "-- $m rows 0: $(GRANULE_SPLIT_ROWS=0 b1_line "$b" $m)"
+      echo "-- $m rows 1 (default): $(b1_line "$b" $m)"
+    done
+  done
+  model_suites 200 190
+  memory_suites 100 90
+  } 2>&1 | tee -a "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
+# Session 8, last call: wave19 found the staying warps taking the one-column group of a larger
+# batch (first_column ignored); with them kept to runs of one row: the kernel and fusion tests,
+# the engine suites, then issue 15's numbers with the final defaults.
+wave20() {
+  wave17
+  {
+  model_suites 200 190
+  memory_suites 100 90
+  issue15_numbers
+  } 2>&1 | tee -a "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
 case $what in
+  wave20) wave20 ;;
+  wave19) wave19 ;;
+  wave17) wave17 ;;
   wave16) wave16 ;;
   wave15) wave15 ;;
   wave14-tests) wave14_tests ;;
