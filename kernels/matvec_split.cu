@@ -163,23 +163,29 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
   return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
 }
 
-// Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (after accumulate and
-// SwiGLU) leave also as one int8 block of task.y_q8, of y·norm_weight where there is one, with
-// Σ y² of the block in task.sum_squares. Called by every thread of the block.
-__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int block, float y) {
-  __shared__ float block_y[kRowBlockWarps];
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  if (lane == 0) block_y[warp] = y;
-  __syncthreads();
-  if (warp != 0) return;
+// A warp's 32 results of the task's 32-row block `block` (y of row block * 32 + lane on each
+// lane, after accumulate and SwiGLU) as one int8 block of task.y_q8, of y·norm_weight where
+// there is one, with Σ y² of the block in task.sum_squares.
+__device__ __forceinline__ void quantize_result_block(const MatvecTask& task, int block, float v) {
+  const int lane = threadIdx.x % kWarpSize;
   const int o = block * kQ8Block + lane;
-  const float v = block_y[lane];
   quantize_block_of_warp(task.norm_weight ? v * task.norm_weight[o] : v,
                          task.y_q8.qs + o - lane, task.y_q8.ds + block);
   if (task.sum_squares) {
     const float sum = warp_sum(v * v);
     if (lane == 0) task.sum_squares[block] = sum;
   }
+}
+
+// Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (the row's on lane 0 of
+// its warp) meet in shared memory and warp 0 quantises them. Called by every thread.
+__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int block, float y) {
+  __shared__ float block_y[kRowBlockWarps];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  if (lane == 0) block_y[warp] = y;
+  __syncthreads();
+  if (warp != 0) return;
+  quantize_result_block(task, block, block_y[lane]);
 }
 
 // RowRope in the epilogue of a batch-1 block of W * R rows of one Q/K/V task (whole blocks of
@@ -325,87 +331,142 @@ __global__ void __launch_bounds__(W * kWarpSize)
   }
 }
 
+// The warps-that-stay kernels' weight requests: row `row` of the launch's rows (its tasks'
+// rows laid end to end, SplitTasks::first_block counting rows), sub-blocks of step s.
+template <uint32_t TYPE, int U, int M>
+__device__ __forceinline__ void load_row_step(const SplitTasks& tasks, int n, int row, int s,
+                                              Payload (&p)[M][U]) {
+  constexpr int kPerStep = U * kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  int ti = 0;
+  while (ti + 1 < tasks.n_tasks && row >= tasks.first_block[ti + 1]) ++ti;
+  const MatvecTask& t = tasks.t[ti];
+  const int64_t offset = static_cast<int64_t>(row - tasks.first_block[ti]) * t.row_bytes;
+#pragma unroll
+  for (int m = 0; m < M; ++m) {
+    const uint8_t* base = static_cast<const uint8_t*>(m == 0 ? t.weight : t.weight_up) + offset;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = s * kPerStep + u * kWarpSize + lane;
+      if (j < n) load_payload<TYPE>(base, n, j, p[m][u]);
+    }
+  }
+}
+
+// One row's per-lane sums acc[M] (one row of batch 1): `cur` holds the row's first step,
+// already requested; the rest of the row is requested a step ahead, and after its last step
+// next_row's first (where next_row >= 0) is requested into `cur` for the next call. A lane
+// adds its sub-blocks in the order split_matvec_kernel does, whatever U.
+template <uint32_t TYPE, int U, int M>
+__device__ __forceinline__ void row_sums(const SplitTasks& tasks, const MatvecInput& in, int row,
+                                         int next_row, Payload (&cur)[M][U], float (&acc)[M]) {
+  constexpr int kPerStep = U * kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, n = in.n_in / kQ8Block;
+  const int steps = (n + kPerStep - 1) / kPerStep;
+  Payload next[M][U];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+  for (int s = 0; s < steps; ++s) {
+    if (s + 1 < steps)
+      load_row_step<TYPE, U, M>(tasks, n, row, s + 1, next);
+    else if (next_row >= 0)
+      load_row_step<TYPE, U, M>(tasks, n, next_row, 0, next);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = s * kPerStep + u * kWarpSize + lane;
+      if (j >= n) break;
+      const int4* xp = reinterpret_cast<const int4*>(in.xq.qs) + 2 * j;
+      const int4 xa = xp[0], xb = xp[1];
+      const float2 ds = in.xq.ds[j];
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[m] += dot_payload<TYPE>(cur[m][u], xa, xb, ds);
+    }
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
+  }
+}
+
+// A row's result from its sums (after the warp's sums, the scale, SwiGLU), stored by lane 0
+// (after accumulate), which returns it; the other lanes return 0.
+template <bool GATE_UP>
+__device__ __forceinline__ float finish_row(const MatvecTask& task, int r, const float* acc,
+                                            float scale) {
+  float v = warp_sum(acc[0]) * scale;
+  if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[1]) * scale);
+  if (threadIdx.x % kWarpSize != 0) return 0.0f;
+  float* y = task.y + r;
+  v = task.accumulate ? *y + v : v;
+  *y = v;
+  return v;
+}
+
 // Batch 1 in warps that stay (KernelConfig::split_rows): the grid is what the SMs hold at
-// once, the launch's rows are its tasks' rows laid end to end (SplitTasks::first_block counts
-// rows here), and warp w of the grid takes rows w, w + warps, ... Within a row a lane adds its
-// sub-blocks in the order split_matvec_kernel does, whatever U, so each sum is that kernel's
-// to the bit; across rows the last step requests the next row's first sub-blocks, so a warp's
-// loads do not drain between rows and no block is launched per few rows. Plain tasks only:
-// those with int8 results (their 32-row blocks meet in a 32-warp block) or RoPE in the
-// epilogue (the rows of a pair meet in a block) keep split_matvec_kernel. Counting rows into
-// their 32-row blocks through per-block atomic counters instead was measured slower (a
-// __threadfence per row also waits for the next row's loads in flight: kernels/PERF_NOTES.md).
+// once and warp w of the grid takes rows w, w + warps, ... of the launch's rows, requesting the
+// next row's first weights before finishing the current one (row_sums), so a warp's loads do
+// not drain between rows and no block is launched per few rows. Each sum is
+// split_matvec_kernel's to the bit. Plain tasks only: those with int8 results take
+// split_owned_kernel or 32-warp blocks, those with RoPE in the epilogue (the rows of a pair
+// meet in a block) split_matvec_kernel. Counting rows into their 32-row blocks through
+// per-block atomic counters instead was measured slower (a __threadfence per row also waits
+// for the next row's loads in flight: kernels/PERF_NOTES.md, session 8).
 template <uint32_t TYPE, int U, bool GATE_UP>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     split_rows_kernel(SplitTasks tasks, MatvecInput in) {
   constexpr int M = GATE_UP ? 2 : 1;
-  constexpr int kPerStep = U * kWarpSize;
-  const int lane = threadIdx.x % kWarpSize;
   const int total = tasks.first_block[tasks.n_tasks];
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
   if (g >= total) return;
-  const int n = in.n_in / kQ8Block;
-  const int steps = (n + kPerStep - 1) / kPerStep;
-  auto task_of = [&](int row) {
-    int ti = 0;
-    while (ti + 1 < tasks.n_tasks && row >= tasks.first_block[ti + 1]) ++ti;
-    return ti;
-  };
-  auto load_step = [&](int row, int s, Payload(&p)[M][U]) {
-    const int ti = task_of(row);
-    const MatvecTask& t = tasks.t[ti];
-    const int64_t offset = static_cast<int64_t>(row - tasks.first_block[ti]) * t.row_bytes;
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-      const uint8_t* base = static_cast<const uint8_t*>(m == 0 ? t.weight : t.weight_up) + offset;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int j = s * kPerStep + u * kWarpSize + lane;
-        if (j < n) load_payload<TYPE>(base, n, j, p[m][u]);
-      }
-    }
-  };
-
-  Payload cur[M][U], next[M][U];
-  load_step(g, 0, cur);
+  Payload cur[M][U];
+  load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, g, 0, cur);
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
   allow_next_kernel();
   const float scale = input_norm_scale(in);
   for (; g < total; g += stride) {
     float acc[M];
-#pragma unroll
-    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-    for (int s = 0; s < steps; ++s) {
-      if (s + 1 < steps)
-        load_step(g, s + 1, next);
-      else if (g + stride < total)
-        load_step(g + stride, 0, next);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int j = s * kPerStep + u * kWarpSize + lane;
-        if (j >= n) break;
-        const int4* xp = reinterpret_cast<const int4*>(in.xq.qs) + 2 * j;
-        const int4 xa = xp[0], xb = xp[1];
-        const float2 ds = in.xq.ds[j];
-#pragma unroll
-        for (int m = 0; m < M; ++m) acc[m] += dot_payload<TYPE>(cur[m][u], xa, xb, ds);
-      }
-#pragma unroll
-      for (int m = 0; m < M; ++m)
-#pragma unroll
-        for (int u = 0; u < U; ++u) cur[m][u] = next[m][u];
-    }
-    const int ti = task_of(g);
-    const MatvecTask& task = tasks.t[ti];
-    const int r = g - tasks.first_block[ti];
-    float v = warp_sum(acc[0]) * scale;
-    if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[M - 1]) * scale);
-    if (lane == 0) {
-      float* y = task.y + r;
-      *y = task.accumulate ? *y + v : v;
-    }
+    row_sums<TYPE, U, M>(tasks, in, g, g + stride < total ? g + stride : -1, cur, acc);
+    int ti = 0;
+    while (ti + 1 < tasks.n_tasks && g >= tasks.first_block[ti + 1]) ++ti;
+    finish_row<GATE_UP>(tasks.t[ti], g - tasks.first_block[ti], acc, scale);
   }
+}
+
+// Batch 1, one task with int8 results (MatvecTask::y_q8) of more 32-row blocks than the SMs
+// hold 32-warp blocks at once (an 8B model's SwiGLU product under the fusion; KernelConfig::
+// split_rows 2): a block of WB warps owns one 32-row block, warp w taking its rows w, w + WB,
+// ... in turn as split_rows_kernel's warps do (row_sums), and the 32 results meet in shared
+// memory for the quantisation. With WB = 8 (at most 64 registers: 4 blocks per SM) every block
+// of an 8B model's 448 is resident at once, so no SM waits for a second wave, and the SwiGLU
+// result leaves as int8 blocks without the quantisation kernel. (WB = 4, 8 rows per warp, was
+// measured 10 % slower per step than the quantisation kernel: PERF_NOTES, session 8.)
+constexpr int kOwnerWarps = 8, kOwnerBlocksPerSm = 4;
+template <uint32_t TYPE, int U, bool GATE_UP, int WB>
+__global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
+    split_owned_kernel(SplitTasks tasks, MatvecInput in) {
+  constexpr int M = GATE_UP ? 2 : 1;
+  constexpr int kRowsPerWarp = kQ8Block / WB;
+  __shared__ float block_y[kQ8Block];
+  const MatvecTask& task = tasks.t[0];
+  const int block = static_cast<int>(blockIdx.x);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int first = block * kQ8Block + warp;  // rows first, first + WB, ...
+  Payload cur[M][U];
+  load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, first, 0, cur);
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const float scale = input_norm_scale(in);
+#pragma unroll 1
+  for (int k = 0; k < kRowsPerWarp; ++k) {
+    const int row = first + k * WB;
+    float acc[M];
+    row_sums<TYPE, U, M>(tasks, in, row, k + 1 < kRowsPerWarp ? row + WB : -1, cur, acc);
+    const float y = finish_row<GATE_UP>(task, row, acc, scale);
+    if (lane == 0) block_y[row - block * kQ8Block] = y;
+  }
+  __syncthreads();
+  if (warp == 0) quantize_result_block(task, block, block_y[lane]);
 }
 
 // Blocks of split_rows_kernel the SMs hold at once (queried once per kernel).
@@ -461,6 +522,19 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
       if (gate_up)
         return rows(split_rows_kernel<TYPE, U, true>, resident_row_blocks<TYPE, U, true>());
       return rows(split_rows_kernel<TYPE, U, false>, resident_row_blocks<TYPE, U, false>());
+    }
+    // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave.
+    if (row_blocks && config.split_rows >= 2 && in.batch == 1 && n_tasks == 1 &&
+        tasks.t[0].n_out / kQ8Block > multiprocessors()) {
+      SplitTasks placed = tasks;
+      placed.n_tasks = 1;
+      placed.first_block[1] = tasks.t[0].n_out;
+      auto owned = [&](auto kernel, int warps) {
+        return launch_early(kernel, dim3(tasks.t[0].n_out / kQ8Block), dim3(warps * kWarpSize),
+                            config, stream, placed, in);
+      };
+      return gate_up ? owned(split_owned_kernel<TYPE, U, true, kOwnerWarps>, kOwnerWarps)
+                     : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
     }
     if (row_blocks) {
       if (gate_up)

@@ -326,10 +326,11 @@ TEST(KernelConfigEnv, SplitRows) {
   EXPECT_NE(describe_attention(one).find("staying warps 1"), std::string::npos)
       << describe_attention(one);
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "0"}}}, warnings).split_rows, 0);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings).split_rows, 2);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings, one).split_rows, 1);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "3"}}}, warnings, one).split_rows, 1);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=2 ignored (accepted: 0, 1); keeping 1");
+  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=3 ignored (accepted: 0, 1, 2); keeping 1");
 }
 
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {

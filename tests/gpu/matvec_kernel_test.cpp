@@ -572,7 +572,9 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
 // Batch 1 in warps that stay (KernelConfig::split_rows): every warp takes several rows here
 // (more rows than the SMs hold warps), and each product must give split_matvec_kernel's
 // sums to the bit: three plain tasks end to end; the gate/up product over a handed-over norm;
-// the residual add. And the norm's 1/rms over 256 sums (8,192 wide), in both kernels.
+// the residual add; the same two with int8 results over 256 32-row blocks in blocks that own
+// a 32-row block each (split_rows 2). And the norm's 1/rms over 256 sums (8,192 wide), in
+// both kernels.
 TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
   GRANULE_REQUIRE_GPU();
   kernels::KernelConfig blocks = gpu_test::kernel_config();
@@ -637,6 +639,52 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
     }
     EXPECT_EQ(result[0][0], result[1][0]) << name << " SwiGLU over the handed-over norm";
     EXPECT_EQ(result[0][1], result[1][1]) << name << " residual add";
+
+    // With int8 results over 256 32-row blocks (more than the SMs): 32-warp blocks (0) against
+    // blocks of 8 warps that own a 32-row block each (2). The SwiGLU product with its result
+    // quantised, and the residual add with the norm hand-over.
+    std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
+    DeviceArray<float> d_norm_weight(norm_weight);
+    struct Handed {
+      std::vector<float> y, sums;
+      std::vector<int8_t> qs;
+      std::vector<float2> ds;
+    } handed[2][2];
+    for (int mode = 0; mode < 2; ++mode) {
+      kernels::KernelConfig config = blocks;
+      config.split_rows = mode == 0 ? 0 : 2;
+      for (int kind = 0; kind < 2; ++kind) {
+        DeviceArray<float> y(h0), sums(static_cast<size_t>(rows[0] / 32));
+        DeviceArray<int8_t> qs(static_cast<size_t>(rows[0]));
+        DeviceArray<float2> ds(static_cast<size_t>(rows[0] / 32));
+        kernels::MatvecTask t = split_task(d_w[0], w[0], rows[0], y.get());
+        t.y_q8 = {qs.get(), ds.get()};
+        if (kind == 0) {
+          t.weight_up = d_up.get();
+        } else {
+          t.accumulate = true;
+          t.norm_weight = d_norm_weight.get();
+          t.sum_squares = sums.get();
+        }
+        run(type, config, &t, 1, kind == 0 ? normed : act.in);
+        handed[mode][kind] = {y.download(), kind ? sums.download() : std::vector<float>{},
+                              qs.download(), ds.download()};
+      }
+    }
+    {
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::string what =
+            name + (kind ? " hand-over" : " quantised SwiGLU") + ", split_rows 2";
+        const Handed &a = handed[0][kind], &b = handed[1][kind];
+        EXPECT_EQ(a.y, b.y) << what << ": y";
+        EXPECT_EQ(a.sums, b.sums) << what << ": sums";
+        EXPECT_EQ(a.qs, b.qs) << what << ": int8 blocks";
+        ASSERT_EQ(a.ds.size(), b.ds.size());
+        for (size_t i = 0; i < a.ds.size(); ++i)
+          ASSERT_TRUE(a.ds[i].x == b.ds[i].x && a.ds[i].y == b.ds[i].y)
+              << what << ": scales of block " << i;
+      }
+    }
   }
 
   // The 1/rms over 256 sums (8 per lane): a product over the normed input is the plain one

@@ -962,7 +962,40 @@ wave20() {
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
+# Session 8: blocks that own a 32-row block (the 8B model's SwiGLU product quantises its own
+# result) against GRANULE_SPLIT_ROWS=1: the kernel and fusion tests, batch 1 three times each,
+# then the engine suites with whichever gave the lowest median 8B step. When it ran, 2 named
+# 4-warp owner blocks (since removed: slower) and 3 the 8-warp ones that are now 2.
+wave21() {
+  local b="$build/app/bench/granule-bench" rep r best
+  wave17
+  {
+  for rep in 1 2 3; do
+    for r in 1 2; do
+      echo "-- llama3-8b:Q4_0 rows $r: $(GRANULE_SPLIT_ROWS=$r b1_line "$b" llama3-8b:Q4_0)"
+    done
+  done
+  for r in 1 2; do echo "-- smollm2-135m:Q4_1 rows $r: $(GRANULE_SPLIT_ROWS=$r b1_line "$b" smollm2-135m:Q4_1)"; done
+  } 2>&1 | tee -a "$OUT/summary.txt"
+  best=$(python3 - "$OUT/summary.txt" <<'PY'
+import re, sys, statistics
+ms = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"-- llama3-8b:Q4_0 rows (\d): .*decode\s+[\d.]+\s+t/s\s+([\d.]+)\s+ms", line)
+    if m: ms.setdefault(m.group(1), []).append(float(m.group(2)))
+print(min(ms, key=lambda k: statistics.median(ms[k])) if ms else "1")
+PY
+)
+  {
+  echo "engine suites with GRANULE_SPLIT_ROWS=$best"
+  GRANULE_SPLIT_ROWS=$best model_suites 200 190
+  GRANULE_SPLIT_ROWS=$best memory_suites 100 90
+  } 2>&1 | tee -a "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
 case $what in
+  wave21) wave21 ;;
   wave20) wave20 ;;
   wave19) wave19 ;;
   wave17) wave17 ;;
