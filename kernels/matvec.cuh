@@ -74,6 +74,13 @@ constexpr int kMaxMatvecTasks = 3;
 // split-layout kernels always read int8 activations.
 bool matvec_reads_q8(uint32_t weight_type, bool split_layout = false);
 
+// True when KernelConfig::split_rows 2 gives a split-layout batch-1 product of this type with
+// int8 results whose 32-row blocks outnumber the SMs blocks that own one 32-row block each
+// (matvec_split.cu, split_owned_kernel): Q4_0 and Q4_1, whose kernels keep within the 64
+// registers without spilling. The other types' SwiGLU results are quantised by a kernel at
+// that size (the owner blocks of Q8_0, Q5_K and Q6_K spill 88-716 bytes; not measured).
+bool matvec_owns_row_blocks(uint32_t weight_type);
+
 // Runs n_tasks (1..3) products of one weight type over the same input in one launch (one
 // per column group of the batch). Returns cudaErrorInvalidValue for an unsupported type or
 // shape, else the first launch error (no later group is launched after one fails).

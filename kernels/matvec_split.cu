@@ -523,18 +523,21 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
         return rows(split_rows_kernel<TYPE, U, true>, resident_row_blocks<TYPE, U, true>());
       return rows(split_rows_kernel<TYPE, U, false>, resident_row_blocks<TYPE, U, false>());
     }
-    // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave.
-    if (row_blocks && config.split_rows >= 2 && in.batch == 1 && n_tasks == 1 &&
-        tasks.t[0].n_out / kQ8Block > multiprocessors()) {
-      SplitTasks placed = tasks;
-      placed.n_tasks = 1;
-      placed.first_block[1] = tasks.t[0].n_out;
-      auto owned = [&](auto kernel, int warps) {
-        return launch_early(kernel, dim3(tasks.t[0].n_out / kQ8Block), dim3(warps * kWarpSize),
-                            config, stream, placed, in);
-      };
-      return gate_up ? owned(split_owned_kernel<TYPE, U, true, kOwnerWarps>, kOwnerWarps)
-                     : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
+    // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave
+    // (matvec_owns_row_blocks: Q4_0 and Q4_1).
+    if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+      if (row_blocks && config.split_rows >= 2 && in.batch == 1 && n_tasks == 1 &&
+          tasks.t[0].n_out / kQ8Block > multiprocessors()) {
+        SplitTasks placed = tasks;
+        placed.n_tasks = 1;
+        placed.first_block[1] = tasks.t[0].n_out;
+        auto owned = [&](auto kernel, int warps) {
+          return launch_early(kernel, dim3(tasks.t[0].n_out / kQ8Block),
+                              dim3(warps * kWarpSize), config, stream, placed, in);
+        };
+        return gate_up ? owned(split_owned_kernel<TYPE, U, true, kOwnerWarps>, kOwnerWarps)
+                       : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
+      }
     }
     if (row_blocks) {
       if (gate_up)
@@ -594,6 +597,10 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
 }
 
 }  // namespace
+
+bool matvec_owns_row_blocks(uint32_t weight_type) {
+  return weight_type == kQ4_0 || weight_type == kQ4_1;
+}
 
 cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                 const MatvecInput& input, const KernelConfig& config,

@@ -641,7 +641,8 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
     EXPECT_EQ(result[0][1], result[1][1]) << name << " residual add";
 
     // With int8 results over 256 32-row blocks (more than the SMs): 32-warp blocks (0) against
-    // blocks of 8 warps that own a 32-row block each (2). The SwiGLU product with its result
+    // blocks of 8 warps that own a 32-row block each (2; Q4_0 and Q4_1, the other types keep
+    // the 32-warp blocks, matvec_owns_row_blocks). The SwiGLU product with its result
     // quantised, and the residual add with the norm hand-over.
     std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
     DeviceArray<float> d_norm_weight(norm_weight);

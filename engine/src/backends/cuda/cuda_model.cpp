@@ -877,10 +877,11 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   // The gate/up product quantises its result where its 32-row blocks of 32 warps run in one
   // wave (SmolLM2: 48 blocks); more (an 8B model's 448) leave SMs idle behind each block's
   // slowest warp, and the quantisation kernel costs less than that, unless smaller blocks
-  // own the 32-row blocks (split_rows 2: split_owned_kernel).
+  // own the 32-row blocks (split_rows 2: split_owned_kernel, Q4_0 and Q4_1).
   const bool quantized_by_swiglu =
       fused && kernel_config_.decode_fusion >= 2 &&
-      (c.n_ff / k::kQ8Block <= k::multiprocessors() || kernel_config_.split_rows >= 2);
+      (c.n_ff / k::kQ8Block <= k::multiprocessors() ||
+       (kernel_config_.split_rows >= 2 && k::matvec_owns_row_blocks(l.w_gate.type)));
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
     k::MatvecTask t = swiglu_task(l);
     t.y = h;
