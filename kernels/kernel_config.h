@@ -112,11 +112,11 @@ struct KernelConfig {
   // keep their blocks. 2 also gives a product with int8 results whose 32-row blocks outnumber
   // the SMs (the 8B model's gate/up under decode_fusion 2+; Q4_0 and Q4_1) blocks of 8 such
   // warps that own one 32-row block each and quantise it (split_owned_kernel), so the SwiGLU
-  // result needs no quantisation kernel at any size. Same sums to the bit. 0 off. H200, 8B Q4_0, ms per
-  // batch-1 step, same calls: 1 against 0: 1.595 / 1.607 against 1.603 / 1.606 (SmolLM2 tg64
-  // 0.447-0.448 against 0.452-0.454); 2 against 1: 1.616 / 1.617 / 1.620 against 1.666 /
-  // 1.663 / 1.663, and 1.618 / 1.598 / 1.606 against 1.664 / 1.650 / 1.647 (PERF_NOTES,
-  // session 8).
+  // result needs no quantisation kernel at any size. Same sums to the bit. 0 off. H200, 8B
+  // Q4_0, ms per batch-1 step, same calls: 1 against 0: 1.595 / 1.607 against 1.603 / 1.606
+  // (SmolLM2 tg64 0.447-0.448 against 0.452-0.454); 2 against 1: 1.616 / 1.617 / 1.620
+  // against 1.666 / 1.663 / 1.663, and 1.618 / 1.598 / 1.606 against 1.664 / 1.650 / 1.647
+  // (PERF_NOTES, session 8).
   int split_rows = 2;
 };
 

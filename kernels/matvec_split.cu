@@ -26,6 +26,16 @@ struct SplitTasks {
   int n_tasks = 0;
 };
 
+// The task that unit i (a block, or a row where first_block counts rows) belongs to.
+__device__ __forceinline__ int task_of(const SplitTasks& tasks, int i) {
+  int ti = 0;
+  while (ti + 1 < tasks.n_tasks && i >= tasks.first_block[ti + 1]) ++ti;
+  return ti;
+}
+
+// The types whose owner blocks (split_owned_kernel) keep within 64 registers without spilling.
+constexpr bool owns_row_blocks(uint32_t type) { return type == kQ4_0 || type == kQ4_1; }
+
 // One row's sub-block as loaded; each type uses some of the fields.
 struct Payload {
   uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
@@ -233,8 +243,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
   constexpr int M = GATE_UP ? 2 : 1;
   constexpr bool kRowBlocks = W == kRowBlockWarps && R == 1 && NB == 1;
-  int ti = 0;
-  while (ti + 1 < tasks.n_tasks && static_cast<int>(blockIdx.x) >= tasks.first_block[ti + 1]) ++ti;
+  const int ti = task_of(tasks, static_cast<int>(blockIdx.x));
   const MatvecTask& task = tasks.t[ti];
   const int block = static_cast<int>(blockIdx.x) - tasks.first_block[ti];  // within the task
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -338,8 +347,7 @@ __device__ __forceinline__ void load_row_step(const SplitTasks& tasks, int n, in
                                               Payload (&p)[M][U]) {
   constexpr int kPerStep = U * kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
-  int ti = 0;
-  while (ti + 1 < tasks.n_tasks && row >= tasks.first_block[ti + 1]) ++ti;
+  const int ti = task_of(tasks, row);
   const MatvecTask& t = tasks.t[ti];
   const int64_t offset = static_cast<int64_t>(row - tasks.first_block[ti]) * t.row_bytes;
 #pragma unroll
@@ -427,8 +435,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (; g < total; g += stride) {
     float acc[M];
     row_sums<TYPE, U, M>(tasks, in, g, g + stride < total ? g + stride : -1, cur, acc);
-    int ti = 0;
-    while (ti + 1 < tasks.n_tasks && g >= tasks.first_block[ti + 1]) ++ti;
+    const int ti = task_of(tasks, g);
     finish_row<GATE_UP>(tasks.t[ti], g - tasks.first_block[ti], acc, scale);
   }
 }
@@ -505,16 +512,20 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                         config, stream, placed, in, first_column);
   };
   if constexpr (NB == 1) {
-    // Warps that stay: every task's rows end to end, first_block counting rows. Runs of one
-    // row only (not the last column of a larger batch's groups).
-    bool stay = config.split_rows && !row_blocks && in.batch == 1;
-    for (int i = 0; i < n_tasks; ++i) stay = stay && !tasks.t[i].rope_part;
-    if (stay) {
+    // The kernels of warps that stay: every task's rows end to end, first_block counting rows.
+    // Runs of one row only (not the last column of a larger batch's groups).
+    auto by_rows = [&] {
       SplitTasks placed = tasks;
       placed.n_tasks = n_tasks;
       for (int i = 0; i < n_tasks; ++i)
         placed.first_block[i + 1] = placed.first_block[i] + tasks.t[i].n_out;
+      return placed;
+    };
+    bool stay = config.split_rows && !row_blocks && in.batch == 1;
+    for (int i = 0; i < n_tasks; ++i) stay = stay && !tasks.t[i].rope_part;
+    if (stay) {
       auto rows = [&](auto kernel, int resident) {
+        const SplitTasks placed = by_rows();
         const int blocks = std::min(ceil_div(placed.first_block[n_tasks], kWarps), resident);
         return launch_early(kernel, dim3(blocks), dim3(kWarps * kWarpSize), config, stream,
                             placed, in);
@@ -523,17 +534,13 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
         return rows(split_rows_kernel<TYPE, U, true>, resident_row_blocks<TYPE, U, true>());
       return rows(split_rows_kernel<TYPE, U, false>, resident_row_blocks<TYPE, U, false>());
     }
-    // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave
-    // (matvec_owns_row_blocks: Q4_0 and Q4_1).
-    if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+    // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave.
+    if constexpr (owns_row_blocks(TYPE)) {
       if (row_blocks && config.split_rows >= 2 && in.batch == 1 && n_tasks == 1 &&
           tasks.t[0].n_out / kQ8Block > multiprocessors()) {
-        SplitTasks placed = tasks;
-        placed.n_tasks = 1;
-        placed.first_block[1] = tasks.t[0].n_out;
         auto owned = [&](auto kernel, int warps) {
           return launch_early(kernel, dim3(tasks.t[0].n_out / kQ8Block),
-                              dim3(warps * kWarpSize), config, stream, placed, in);
+                              dim3(warps * kWarpSize), config, stream, by_rows(), in);
         };
         return gate_up ? owned(split_owned_kernel<TYPE, U, true, kOwnerWarps>, kOwnerWarps)
                        : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
@@ -598,9 +605,7 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
 
 }  // namespace
 
-bool matvec_owns_row_blocks(uint32_t weight_type) {
-  return weight_type == kQ4_0 || weight_type == kQ4_1;
-}
+bool matvec_owns_row_blocks(uint32_t weight_type) { return owns_row_blocks(weight_type); }
 
 cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                 const MatvecInput& input, const KernelConfig& config,

@@ -312,7 +312,6 @@ TEST(KernelConfigEnv, DecodeFusion) {
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "3"}}}, warnings).decode_fusion, 3);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings, off).decode_fusion, 0);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=4 ignored (accepted: 0, 1, 2, 3); keeping 0");

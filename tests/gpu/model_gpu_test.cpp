@@ -501,7 +501,8 @@ INSTANTIATE_TEST_SUITE_P(
 // product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
 // small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
 // shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there); a wide
-// feed-forward (8B-like: more 32-row blocks than SMs) keeps the quantisation kernel. One-row
+// feed-forward (8B-like: more 32-row blocks than SMs) quantises it only in owner blocks
+// (split_rows 2, wide_ff_spec), else keeps the quantisation kernel. One-row
 // decode steps (graphs) with each setting against the oracle's own steps; the fused logits
 // must differ from the unfused ones (the fused kernels ran) and two passes over the same
 // positions must give the same bits. Then the products in warps that stay

@@ -906,7 +906,6 @@ wave16() {
 # first activations and a fusion level 4) alternated those with ab-old/; both were measured
 # slower and removed before any commit (kernels/PERF_NOTES.md, session 8).
 wave17() {
-  local b="$build/app/bench/granule-bench" m r
   {
   timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
