@@ -5,7 +5,8 @@
 // `granule-bench kv` runs the KV memory policies benchmark instead (kv_bench.h), and
 // `granule-bench chats` concurrent chats through the engine (chats_bench.h), and
 // `granule-bench vmm` what each KV granule operation costs (vmm_bench.h), and
-// `granule-bench stream` throughput as the VRAM budget forces weight streaming (stream_bench.h).
+// `granule-bench stream` throughput as the VRAM budget forces weight streaming (stream_bench.h),
+// and `granule-bench sync` what a phase boundary costs on the device (sync_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -30,6 +31,7 @@
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
 #include "stream_bench.h"
+#include "sync_bench.h"
 #include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
@@ -222,11 +224,17 @@ int run(int argc, char** argv) {
                          "decode and prefill through the engine at VRAM budgets below the weights, "
                          "beside the PCIe bound");
   add_stream_bench_options(*stream, stream_options);
+  // `granule-bench sync`: what a phase boundary costs, launches against grid barriers.
+  SyncBenchOptions sync_options;
+  CLI::App* sync = app.add_subcommand(
+      "sync", "time a dependent phase boundary: kernels in a graph against a grid barrier");
+  add_sync_bench_options(*sync, sync_options);
   CLI11_PARSE(app, argc, argv);
   if (kv->parsed()) return run_kv_benchmark(kv_options);
   if (chats->parsed()) return run_chats_benchmark(chats_options);
   if (vmm->parsed()) return run_vmm_benchmark(vmm_options);
   if (stream->parsed()) return run_stream_benchmark(stream_options);
+  if (sync->parsed()) return run_sync_benchmark(sync_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";

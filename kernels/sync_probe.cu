@@ -1,0 +1,67 @@
+// granule-bench sync's kernels (sync_probe.cuh): the same dependent step as a kernel per step
+// or as phases of one kernel separated by grid barriers.
+#include "common.cuh"
+#include "grid_sync.cuh"
+#include "sync_probe.cuh"
+
+namespace granule::kernels {
+namespace {
+
+// Block i's value of the step: block (7i + 1) mod blocks's value of the step before, plus 1.
+__device__ __forceinline__ void probe_step(const float* from, float* to) {
+  if (threadIdx.x == 0) {
+    const unsigned source = (blockIdx.x * 7u + 1u) % gridDim.x;
+    to[blockIdx.x] = __ldcg(from + source) + 1.0f;
+  }
+}
+
+__global__ void chain_step_kernel(const float* from, float* to) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  probe_step(from, to);
+}
+
+template <bool BACKOFF>
+__global__ void barrier_steps_kernel(float* a, float* b, unsigned long long* counter,
+                                     int phases) {
+  wait_for_previous_kernel();
+  for (int p = 0; p < phases; ++p) {
+    if (p > 0) grid_barrier<BACKOFF>(counter);
+    probe_step(p % 2 ? b : a, p % 2 ? a : b);
+  }
+}
+
+}  // namespace
+
+int sync_probe_resident_blocks(int threads) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, barrier_steps_kernel<false>, threads,
+                                                    0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return per_sm * multiprocessors();
+}
+
+cudaError_t launch_sync_probe(SyncProbe kind, int blocks, int threads, int phases,
+                              const SyncProbeBuffers& buffers, const KernelConfig& config,
+                              cudaStream_t stream) {
+  if (blocks <= 0 || phases <= 0) return cudaErrorInvalidValue;
+  if (kind == SyncProbe::kChain) {
+    for (int p = 0; p < phases; ++p) {
+      const cudaError_t status =
+          launch_early(chain_step_kernel, dim3(blocks), dim3(threads), config, stream,
+                       static_cast<const float*>(p % 2 ? buffers.b : buffers.a),
+                       p % 2 ? buffers.a : buffers.b);
+      if (status != cudaSuccess) return status;
+    }
+    return cudaSuccess;
+  }
+  if (blocks > sync_probe_resident_blocks(threads)) return cudaErrorInvalidValue;
+  auto kernel = kind == SyncProbe::kBarrier ? barrier_steps_kernel<false>
+                                            : barrier_steps_kernel<true>;
+  return launch_early(kernel, dim3(blocks), dim3(threads), config, stream, buffers.a, buffers.b,
+                      buffers.counter, phases);
+}
+
+}  // namespace granule::kernels
