@@ -567,8 +567,6 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
   }
 }
 
-// Launches the hand-over cannot serve are refused: more than one column, rows that do not
-// fill whole 32-row blocks, a norm weight without int8 results, GGUF-layout weights.
 // Batch 1 in warps that stay (KernelConfig::split_rows): every warp takes several rows here
 // (more rows than the SMs hold warps), and each product must give split_matvec_kernel's
 // sums to the bit: three plain tasks end to end; the gate/up product over a handed-over norm;
@@ -720,6 +718,89 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
   }
 }
 
+// The L2 prefetch of the next launch's weights (MatvecInput::next) in every batch-1 kernel that
+// takes it: 4-warp blocks (split_rows 0), warps that stay (1), owner blocks with int8 results
+// (2), 32-warp blocks with the hand-over; three ranges whose sizes are not multiples of the
+// warps' 256-byte shares, over more bytes than warps. The results must be those without it to
+// the bit. Ranges the kernels cannot take are refused: four, a size or base off 16 bytes, more
+// than one column.
+TEST(MatvecKernelTasks, Batch1L2PrefetchKeepsResultsAndRefusesBadRanges) {
+  GRANULE_REQUIRE_GPU();
+  std::mt19937 rng(31);
+  constexpr int64_t cols = 256, rows = 8192;
+  const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
+  DeviceActivations act(x, 1, cols);
+  CUDA_OK(act.quantize(gpu_test::kernel_config()));
+  const Encoded w = encode(TensorType::Q4_0, rows, cols, rng, true);
+  DeviceArray<uint8_t> d_w(w.device_bytes);
+  DeviceArray<uint8_t> other(std::vector<uint8_t>(3 << 20, 1));
+  const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows), rng);
+  std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(rows), rng);
+  DeviceArray<float> d_norm_weight(norm_weight);
+  kernels::WeightPrefetch next;
+  next.n = 3;
+  next.base[0] = other.get();
+  next.bytes[0] = (1 << 20) + 48;
+  next.base[1] = other.get() + (3 << 19);
+  next.bytes[1] = 16;
+  next.base[2] = d_w.get();
+  next.bytes[2] = static_cast<int64_t>(w.device_bytes.size() / 16 * 16);
+  for (int mode = 0; mode < 3; ++mode) {
+    for (const bool handed : {false, true}) {
+      if (handed && mode == 1) continue;  // warps that stay take plain products only
+      kernels::KernelConfig config = gpu_test::kernel_config();
+      config.split_rows = mode;
+      std::vector<float> got[2], sums[2];
+      std::vector<int8_t> qs[2];
+      for (int with = 0; with < 2; ++with) {
+        DeviceArray<float> y(h0), d_sums(static_cast<size_t>(rows / 32));
+        DeviceArray<int8_t> d_qs(static_cast<size_t>(rows));
+        DeviceArray<float2> d_ds(static_cast<size_t>(rows / 32));
+        kernels::MatvecTask t = split_task(d_w, w, rows, y.get());
+        t.accumulate = true;
+        if (handed) {
+          t.y_q8 = {d_qs.get(), d_ds.get()};
+          t.norm_weight = d_norm_weight.get();
+          t.sum_squares = d_sums.get();
+        }
+        kernels::MatvecInput in = act.in;
+        if (with) in.next = next;
+        CUDA_OK(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr));
+        got[with] = y.download();
+        if (handed) {
+          sums[with] = d_sums.download();
+          qs[with] = d_qs.download();
+        }
+      }
+      const std::string what =
+          "split_rows " + std::to_string(mode) + (handed ? ", hand-over" : ", plain");
+      EXPECT_EQ(got[0], got[1]) << what << ": y";
+      EXPECT_EQ(sums[0], sums[1]) << what << ": sums";
+      EXPECT_EQ(qs[0], qs[1]) << what << ": int8 blocks";
+    }
+  }
+  DeviceArray<float> y(h0);
+  kernels::MatvecTask t = split_task(d_w, w, rows, y.get());
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  kernels::MatvecInput in = act.in;
+  in.next = next;
+  in.next.n = 4;
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  in.next = next;
+  in.next.bytes[1] = 24;
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  in.next = next;
+  in.next.base[1] = other.get() + 8;
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  in.next = next;
+  in.batch = 2;
+  EXPECT_EQ(kernels::launch_matvec(q4_0, &t, 1, in, config, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}
+
+// Launches the hand-over cannot serve are refused: more than one column, rows that do not
+// fill whole 32-row blocks, a norm weight without int8 results, GGUF-layout weights.
 TEST(MatvecKernelTasks, Batch1NormHandOverRefusesOtherShapes) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();

@@ -993,7 +993,54 @@ PY
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
+# Session 9: what a phase boundary costs (granule-bench sync: kernels in a graph with and without
+# PDL against a grid barrier), beside batch 1 with and without PDL on the same machine.
+wave22() {
+  local b="$build/app/bench/granule-bench" m
+  {
+  timeout 120 "$b" sync
+  for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+    echo "-- $m: $(b1_line "$b" $m)"
+    echo "-- $m PDL off: $(GRANULE_PDL=0 b1_line "$b" $m)"
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
+# Session 9: the L2 prefetch of the next product's weights (GRANULE_L2_PREFETCH): the kernel test
+# (bitwise, refusals) and memcheck on it, the fusion model tests, batch 1 alternated 0 / 1.
+wave23() {
+  local b="$build/app/bench/granule-bench" rep p m
+  {
+  timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*L2Prefetch*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck L2 prefetch: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|l2_prefetch" /tmp/model-test.txt | head -8
+  for rep in 1 2 3; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      for p in 0 1; do echo "-- $m prefetch $p: $(GRANULE_L2_PREFETCH=$p b1_line "$b" $m)"; done
+    done
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
+}
+
+# Session 9: the prefetch before the warps' own loads (2) beside after their rows (1) and none.
+wave24() {
+  local b="$build/app/bench/granule-bench" rep p m
+  for rep in 1 2; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      for p in 0 1 2; do echo "-- $m prefetch $p: $(GRANULE_L2_PREFETCH=$p b1_line "$b" $m)"; done
+    done
+  done 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave24) wave24 ;;
+  wave23) wave23 ;;
+  wave22) wave22 ;;
   wave21) wave21 ;;
   wave20) wave20 ;;
   wave19) wave19 ;;
