@@ -118,13 +118,6 @@ struct KernelConfig {
   // against 1.666 / 1.663 / 1.663, and 1.618 / 1.598 / 1.606 against 1.664 / 1.650 / 1.647
   // (PERF_NOTES, session 8).
   int split_rows = 2;
-  // Batch-1 decode under the fusion: each split-layout product requests the next product's
-  // weights into L2 once its warps' rows are done (MatvecInput::next, sm_90's bulk prefetch),
-  // where they are at most kL2PrefetchMaxBytes: Q/K/V prefetch the output projection over
-  // the attention kernel between them (which leaves HBM nearly idle), the down projection the
-  // next layer's Q/K/V, and so on. Same results (only where bytes come from). Off: 0.
-  int l2_prefetch = 0;  // 1: once the warp's rows are done; 2: before its first loads
-  static constexpr long long kL2PrefetchMaxBytes = 16ll << 20;
 };
 
 }  // namespace granule::kernels

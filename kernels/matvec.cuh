@@ -55,19 +55,6 @@ struct RowRope {
   int layer = 0, n_kv = 0, head_dim = 0;
 };
 
-// Split-layout batch-1 launches only (launch_matvec_split): byte ranges of the weights the next
-// launch reads (its matrices, each rows x row_bytes: 16-byte aligned, multiples of 16), which
-// this launch's warps request into L2 once their own rows are done, each warp its share of the
-// ranges laid end to end, so that the next product finds them there while the kernels between
-// (attention) leave HBM idle (KernelConfig::l2_prefetch). n = 0: none.
-struct WeightPrefetch {
-  static constexpr int kMaxRanges = 3;
-  const void* base[kMaxRanges] = {};
-  int64_t bytes[kMaxRanges] = {};
-  int n = 0;
-  bool at_start = false;  // before the warp's own first weight loads, else after its rows
-};
-
 struct MatvecInput {
   int n_in = 0;
   int batch = 0;
@@ -79,7 +66,6 @@ struct MatvecInput {
   const float* norm_sum_squares = nullptr;
   float norm_eps = 0.0f;
   RowRope rope;
-  WeightPrefetch next;
 };
 
 constexpr int kMaxMatvecTasks = 3;

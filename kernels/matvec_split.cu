@@ -36,38 +36,6 @@ __device__ __forceinline__ int task_of(const SplitTasks& tasks, int i) {
 // The types whose owner blocks (split_owned_kernel) keep within 64 registers without spilling.
 constexpr bool owns_row_blocks(uint32_t type) { return type == kQ4_0 || type == kQ4_1; }
 
-// Requests bytes at p (16-byte aligned, a multiple of 16) into L2 (sm_90's bulk prefetch; a
-// no-op before it): no registers wait for them.
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
-// This warp's share of the next launch's weights (WeightPrefetch: the launch's warps take
-// 256-byte multiples of the ranges laid end to end in order; under 2 GiB in all, which
-// launch_matvec_split checks), requested into L2 by lane 0.
-__device__ __forceinline__ void prefetch_next_weights(const WeightPrefetch& next) {
-  if (next.n == 0 || threadIdx.x % kWarpSize != 0) return;
-  constexpr uint32_t kPiece = 16384;  // bytes per bulk prefetch
-  uint32_t total = 0;
-  for (int i = 0; i < next.n; ++i) total += static_cast<uint32_t>(next.bytes[i]);
-  const uint32_t warps_per_block = blockDim.x / kWarpSize;
-  const uint32_t warps = gridDim.x * warps_per_block;
-  const uint32_t warp = blockIdx.x * warps_per_block + threadIdx.x / kWarpSize;
-  const uint32_t share = ((total + warps - 1) / warps + 255) & ~255u;
-  const uint64_t begin = static_cast<uint64_t>(warp) * share;
-  if (begin >= total) return;
-  const uint32_t end = static_cast<uint32_t>(begin + share < total ? begin + share : total);
-  uint32_t offset = 0;
-  for (int i = 0; i < next.n; offset += static_cast<uint32_t>(next.bytes[i]), ++i) {
-    const uint32_t lo = max(static_cast<uint32_t>(begin), offset);
-    const uint32_t hi = min(end, offset + static_cast<uint32_t>(next.bytes[i]));
-    for (uint32_t a = lo; a < hi; a += kPiece)
-      prefetch_l2(static_cast<const uint8_t*>(next.base[i]) + (a - offset), min(kPiece, hi - a));
-  }
-}
-
 // One row's sub-block as loaded; each type uses some of the fields.
 struct Payload {
   uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
@@ -280,15 +248,9 @@ __global__ void __launch_bounds__(W * kWarpSize)
   const int block = static_cast<int>(blockIdx.x) - tasks.first_block[ti];  // within the task
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int row0 = (block * W + warp) * R;
-  if constexpr (NB == 1 && !(kRowBlocks && GATE_UP))
-    if (in.next.at_start) prefetch_next_weights(in.next);
   // Whole warps leave; only quantize_row_block synchronises the block, and its launches
   // have whole blocks of rows (n_out a multiple of 32), so there whole blocks leave.
-  if (row0 >= task.n_out) {
-    if constexpr (NB == 1 && !(kRowBlocks && GATE_UP))
-      if (!in.next.at_start) prefetch_next_weights(in.next);
-    return;
-  }
+  if (row0 >= task.n_out) return;
   const int n = in.n_in / kQ8Block;
 
   const uint8_t* rows[M * R];
@@ -368,9 +330,6 @@ __global__ void __launch_bounds__(W * kWarpSize)
       }
     }
   }
-  // (Not the 32-warp SwiGLU blocks: at their 64 registers it spills 24 bytes more.)
-  if constexpr (NB == 1 && !(kRowBlocks && GATE_UP))
-    if (!in.next.at_start) prefetch_next_weights(in.next);
   if constexpr (kRowBlocks) {
     if (task.y_q8.qs) quantize_row_block(task, block, last);
   }
@@ -467,11 +426,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int total = tasks.first_block[tasks.n_tasks];
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
-  if (in.next.at_start) prefetch_next_weights(in.next);
-  if (g >= total) {
-    if (!in.next.at_start) prefetch_next_weights(in.next);
-    return;
-  }
+  if (g >= total) return;
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, g, 0, cur);
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
@@ -483,7 +438,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     const int ti = task_of(tasks, g);
     finish_row<GATE_UP>(tasks.t[ti], g - tasks.first_block[ti], acc, scale);
   }
-  if (!in.next.at_start) prefetch_next_weights(in.next);
 }
 
 // Batch 1, one task with int8 results (MatvecTask::y_q8) of more 32-row blocks than the SMs
@@ -505,7 +459,6 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
   const int block = static_cast<int>(blockIdx.x);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int first = block * kQ8Block + warp;  // rows first, first + WB, ...
-  if (in.next.at_start) prefetch_next_weights(in.next);
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, first, 0, cur);
   wait_for_previous_kernel();
@@ -519,7 +472,6 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
     const float y = finish_row<GATE_UP>(task, row, acc, scale);
     if (lane == 0) block_y[row - block * kQ8Block] = y;
   }
-  if (!in.next.at_start) prefetch_next_weights(in.next);
   __syncthreads();
   if (warp == 0) quantize_result_block(task, block, block_y[lane]);
 }
@@ -675,18 +627,6 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
     max_rows = std::max(max_rows, tasks[i].n_out);
   }
   if (input.norm_sum_squares && input.batch != 1) return cudaErrorInvalidValue;
-  // The L2 prefetch of the next launch's weights: batch 1, whole 16-byte pieces.
-  const WeightPrefetch& next = input.next;
-  if (next.n < 0 || next.n > WeightPrefetch::kMaxRanges || (next.n && input.batch != 1))
-    return cudaErrorInvalidValue;
-  int64_t prefetch_bytes = 0;
-  for (int i = 0; i < next.n; ++i) {
-    if (next.bytes[i] < 0 || next.bytes[i] % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(next.base[i]) % 16 != 0)
-      return cudaErrorInvalidValue;
-    prefetch_bytes += next.bytes[i];
-  }
-  if (prefetch_bytes >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   // RoPE in the epilogue: batch 1, plain products writing y (row_blocks launches quantise
   // instead); launch_shape checks that the blocks hold whole pairs.
   for (int i = 0; i < n_tasks; ++i) {

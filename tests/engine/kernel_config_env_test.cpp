@@ -180,15 +180,13 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
             "fusion 3, staying warps " +
-                std::to_string(KernelConfig{}.split_rows) + ", L2 prefetch " +
-                std::to_string(KernelConfig{}.l2_prefetch));
+                std::to_string(KernelConfig{}.split_rows));
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
             "fusion 3, staying warps " +
-                std::to_string(KernelConfig{}.split_rows) + ", L2 prefetch " +
-                std::to_string(KernelConfig{}.l2_prefetch));
+                std::to_string(KernelConfig{}.split_rows));
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -334,27 +332,12 @@ TEST(KernelConfigEnv, SplitRows) {
   EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=3 ignored (accepted: 0, 1, 2); keeping 1");
 }
 
-TEST(KernelConfigEnv, L2Prefetch) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).l2_prefetch, KernelConfig{}.l2_prefetch);
-  const KernelConfig one = parse({{{"GRANULE_L2_PREFETCH", "1"}}}, warnings);
-  EXPECT_EQ(one.l2_prefetch, 1);
-  EXPECT_NE(describe_attention(one).find("L2 prefetch 1"), std::string::npos)
-      << describe_attention(one);
-  EXPECT_EQ(parse({{{"GRANULE_L2_PREFETCH", "0"}}}, warnings).l2_prefetch, 0);
-  EXPECT_EQ(parse({{{"GRANULE_L2_PREFETCH", "2"}}}, warnings).l2_prefetch, 2);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_L2_PREFETCH", "3"}}}, warnings, one).l2_prefetch, 1);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_L2_PREFETCH=3 ignored (accepted: 0, 1, 2); keeping 1");
-}
-
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 20u);
+  ASSERT_EQ(kernel_override_variables().size(), 19u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -33,7 +33,6 @@ constexpr const char* kF16MmaSharedGateUpVariable = "GRANULE_F16MMA_SHARED_GATEU
 constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN";
 constexpr const char* kDecodeFusionVariable = "GRANULE_DECODE_FUSION";
 constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
-constexpr const char* kL2PrefetchVariable = "GRANULE_L2_PREFETCH";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
@@ -41,7 +40,7 @@ constexpr const char* kVariables[] = {
     kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
-    kSplitRowsVariable,      kL2PrefetchVariable};
+    kSplitRowsVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -67,7 +66,6 @@ constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}};
-constexpr Choice<int> kL2PrefetchModes[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -143,7 +141,6 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kF16MmaSharedPlainVariable, 0, 9, config.f16_mma_shared_plain, lookup, warnings);
   apply(kDecodeFusionVariable, kDecodeFusions, config.decode_fusion, lookup, warnings);
   apply(kSplitRowsVariable, kSplitRowsModes, config.split_rows, lookup, warnings);
-  apply(kL2PrefetchVariable, kL2PrefetchModes, config.l2_prefetch, lookup, warnings);
   return config;
 }
 
@@ -191,7 +188,7 @@ std::string describe_attention(const KernelConfig& config) {
          " blocks per SM of " +
          (config.attention_warps ? std::to_string(config.attention_warps) : std::string("4 or 8")) +
          " warps, batch-1 fusion " + std::to_string(config.decode_fusion) + ", staying warps " +
-         std::to_string(config.split_rows) + ", L2 prefetch " + std::to_string(config.l2_prefetch);
+         std::to_string(config.split_rows);
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {

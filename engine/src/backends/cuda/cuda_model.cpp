@@ -569,7 +569,7 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
 
 void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
                        bool accumulate, const float* x_f32, bool normed_input,
-                       const DeviceLayer* rope_layer, const k::WeightPrefetch& next) {
+                       const DeviceLayer* rope_layer) {
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
@@ -598,7 +598,6 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
     in.x = x_f32;
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
     if (normed_input) read_handed_over_norm(in);
-    if (j == count) in.next = next;
     check_launch(launch_product(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
                  "matvec");
     i = j;
@@ -634,22 +633,7 @@ void CudaModel::read_handed_over_norm(k::MatvecInput& in) const {
   in.norm_eps = config_.rms_eps;
 }
 
-k::WeightPrefetch CudaModel::prefetch_of(std::initializer_list<const DeviceMatrix*> mats) const {
-  k::WeightPrefetch next;
-  if (!kernel_config_.l2_prefetch || mats.size() > k::WeightPrefetch::kMaxRanges) return next;
-  int64_t total = 0;
-  for (const DeviceMatrix* m : mats) {
-    if (!m->split || m->row_bytes % 16 != 0) return {};
-    next.base[next.n] = m->data;
-    next.bytes[next.n++] = m->rows * m->row_bytes;
-    next.at_start = kernel_config_.l2_prefetch == 2;
-    total += m->rows * m->row_bytes;
-  }
-  return total <= k::KernelConfig::kL2PrefetchMaxBytes ? next : k::WeightPrefetch{};
-}
-
-void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
-                                  const k::WeightPrefetch& next) {
+void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight) {
   k::MatvecTask tasks[k::kMaxMatvecTasks];
   float* const outs[1] = {y};
   gather_tasks(&w, outs, 1, 0, true, tasks);
@@ -660,7 +644,6 @@ void CudaModel::matvec_normed_out(const DeviceMatrix& w, float* y, const float* 
   in.n_in = static_cast<int>(w.cols);
   in.batch = 1;
   in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-  in.next = next;
   check_launch(launch_product(w.type, tasks, 1, in, kernel_config_, stream_.get()),
                "matvec_normed_out");
 }
@@ -868,14 +851,12 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
   const bool rope_in_qkv = fused && kernel_config_.decode_fusion >= 3 &&
                           config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
-  // Batch-1 fusion: each product requests the next one's weights into L2 where they fit
-  // (prefetch_of); Q/K/V's request for the output projection runs over the attention kernel.
   matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
-         rope_in_qkv ? &l : nullptr, fused ? prefetch_of({&l.wo}) : k::WeightPrefetch{});
+         rope_in_qkv ? &l : nullptr);
   attention(layer, n_rows, nullptr, rope_in_qkv);
   float* const hidden_out[1] = {hidden};
   if (fused)
-    matvec_normed_out(l.wo, hidden, l.ffn_norm, prefetch_of({&l.w_gate, &l.w_up}));
+    matvec_normed_out(l.wo, hidden, l.ffn_norm);
   else
     matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
 
@@ -911,7 +892,6 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
     if (fused) read_handed_over_norm(in);
     if (quantized_by_swiglu) t.y_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    if (fused) in.next = prefetch_of({&l.w_down});
     check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                  "matvec_swiglu");
   } else {
@@ -928,12 +908,10 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                                        {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
                                        stream_.get()),
                  "quantize_q8");
-  if (fused && !last) {
-    const DeviceLayer& n = layers_[static_cast<size_t>(layer) + 1];
-    matvec_normed_out(l.w_down, hidden, n.attn_norm, prefetch_of({&n.wq, &n.wk, &n.wv}));
-  } else {
+  if (fused && !last)
+    matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm);
+  else
     matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
-  }
 }
 
 void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,

@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -139,13 +138,9 @@ class CudaModel {
   // `normed_input`: the batch-1 fusion's input (read_handed_over_norm()).
   // `rope_layer`: mats are that layer's Q, K, V (in that order) and a one-row epilogue does
   // rope_kv's work (k::RowRope).
-  // `next`: the next product's weights, for the last launch to request into L2.
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32, bool normed_input = false,
-              const DeviceLayer* rope_layer = nullptr, const kernels::WeightPrefetch& next = {});
-  // The batch-1 fusion's L2 prefetch of mats (KernelConfig::l2_prefetch): all of them where
-  // they are split-layout and at most kL2PrefetchMaxBytes together, else none.
-  kernels::WeightPrefetch prefetch_of(std::initializer_list<const DeviceMatrix*> mats) const;
+              const DeviceLayer* rope_layer = nullptr);
   // Batch-1 fusion (KernelConfig::decode_fusion): whether every layer qualifies, and where the
   // products' epilogues leave the next RMSNorm's input: int8 blocks of y·w in row 1 of the
   // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
@@ -158,8 +153,7 @@ class CudaModel {
   void read_handed_over_norm(kernels::MatvecInput& in) const;
   // One row: y += w · x (x: the int8 activations), its result also as fusion_q8() of
   // y·norm_weight, with the sums of squares in fusion_sums().
-  void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight,
-                         const kernels::WeightPrefetch& next = {});
+  void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight);
   // Y = X · Wᵀ through an f16 copy of w. `next`: the matrix the following gemm() call takes,
   // dequantised ahead on the dequant stream during this GEMM when the pass overlaps.
   void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
