@@ -162,13 +162,17 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   __shared__ float sm_mall[GP];
   __shared__ bool is_last;
 
-  wait_for_previous_kernel();
-  allow_next_kernel();
+  // The row's length and slot are step inputs the host wrote before the step's first kernel,
+  // and the slots' KV bases are set at attach: the plan and the KV address are formed before
+  // waiting for the previous kernel (which writes q and this token's K and V).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
   const int length = a.lengths[row];
   if (length <= 0) return;
   const SplitPlan plan = plan_splits(length, a.split_tokens, a.max_splits, target_splits);
   if (split >= plan.count) return;
+  const __half* slot_kv = a.slot_base[a.slots[row]];
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int start = split * plan.tokens;
   const int end = min(length, start + plan.tokens);
   const int group = a.n_head / a.n_kv;
@@ -191,9 +195,8 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   const int my_i = lane >> SH, my_t = my_i / GP, my_g = my_i % GP;
   float m_own = -FLT_MAX, l_own = 0.0f;
 
-  const __half* base = a.slot_base[a.slots[row]] +
-                       static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim + kv_head * kHeadDim +
-                       d0;
+  const __half* base = slot_kv + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
+                       kv_head * kHeadDim + d0;
   const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
   auto load_tile = [&](int t0, uint32_t(&kr)[T][W], uint32_t(&vr)[T][W]) {
 #pragma unroll

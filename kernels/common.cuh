@@ -107,7 +107,9 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x));
 // Programmatic dependent launch (sm_90+; no-ops elsewhere). A kernel launched with
 // launch_early() may start while the kernel before it still runs; it must call
 // wait_for_previous_kernel() before touching anything that kernel (or any earlier one)
-// writes or reads — before that it may only read immutable data such as weights.
+// writes or reads — before that it may only read data no kernel of the step writes: weights,
+// and the step's inputs the host copied in before the step's first kernel (positions,
+// lengths, slots) or at attach (the slots' KV bases).
 // allow_next_kernel() lets such a dependent start as soon as every block of this kernel
 // has called it (it never weakens the dependent's wait).
 __device__ __forceinline__ void wait_for_previous_kernel() {

@@ -198,13 +198,47 @@ __device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int b
   quantize_result_block(task, block, block_y[lane]);
 }
 
+// What thread i of a RoPE epilogue (rope_rows) needs besides the two results, for the pair of
+// rows first_row + 2i, first_row + 2i + 1 of its task: the rotation at the row's position, the
+// pair's bias, and for K and V the pair's place in the row's KV (null: a padding row, no
+// write). None depends on an earlier kernel (frequencies and biases are weights; the position,
+// the slot and the slots' KV bases are step inputs the host wrote before the step's first
+// kernel), so the kernel forms it before waiting for the previous one, off the step's chain.
+struct PairRotation {
+  float sn = 0.0f, cs = 1.0f, b0 = 0.0f, b1 = 0.0f;
+  __half* kv = nullptr;
+};
+
+template <int ROWS>
+__device__ __forceinline__ PairRotation pair_rotation(const MatvecTask& task, const RowRope& rope,
+                                                      int first_row) {
+  PairRotation p;
+  const int i = threadIdx.x;
+  if (!task.rope_part || i >= ROWS / 2) return p;
+  const int row = first_row + 2 * i;
+  if (task.bias) {
+    p.b0 = task.bias[row];
+    p.b1 = task.bias[row + 1];
+  }
+  const int32_t pos = rope.positions[0];
+  if (task.rope_part != 3)
+    rope_rotation(pos, rope.frequencies[(row % rope.head_dim) / 2], &p.sn, &p.cs);
+  if (task.rope_part != 1 && rope.slots[0] >= 0)
+    p.kv = rope.slot_base[rope.slots[0]] + pos * rope.token_stride +
+           (static_cast<int64_t>(rope.layer) * 2 + (task.rope_part - 2)) * rope.n_kv *
+               rope.head_dim +
+           row;
+  return p;
+}
+
 // RowRope in the epilogue of a batch-1 block of W * R rows of one Q/K/V task (whole blocks of
 // rows: head sizes are multiples of it), `y` each row's result on the lane that wrote it: the
-// rows meet in shared memory and thread i takes the pair of rows 2i, 2i + 1, as rope_kv_kernel
-// would (same rotation, same roundings). Called by every thread of the block.
+// rows meet in shared memory and thread i takes the pair of rows 2i, 2i + 1 with its
+// pair_rotation(), as rope_kv_kernel would (same rotation, same roundings). Called by every
+// thread of the block.
 template <int ROWS>
-__device__ __forceinline__ void rope_rows(const MatvecTask& task, const RowRope& rope,
-                                          int first_row, int index, bool holds, float y) {
+__device__ __forceinline__ void rope_rows(const MatvecTask& task, int first_row, int index,
+                                          bool holds, float y, const PairRotation& p) {
   __shared__ float block_y[ROWS];
   if (holds) block_y[index] = y;
   __syncthreads();
@@ -213,14 +247,11 @@ __device__ __forceinline__ void rope_rows(const MatvecTask& task, const RowRope&
   const int row = first_row + 2 * i;
   float x0 = block_y[2 * i], x1 = block_y[2 * i + 1];
   if (task.bias) {
-    x0 += task.bias[row];
-    x1 += task.bias[row + 1];
+    x0 += p.b0;
+    x1 += p.b1;
   }
-  const int32_t pos = rope.positions[0];
   if (task.rope_part != 3) {
-    float sn, cs;
-    rope_rotation(pos, rope.frequencies[(row % rope.head_dim) / 2], &sn, &cs);
-    const float r0 = x0 * cs - x1 * sn, r1 = x0 * sn + x1 * cs;
+    const float r0 = x0 * p.cs - x1 * p.sn, r1 = x0 * p.sn + x1 * p.cs;
     x0 = r0;
     x1 = r1;
   }
@@ -229,13 +260,9 @@ __device__ __forceinline__ void rope_rows(const MatvecTask& task, const RowRope&
     task.y[row + 1] = x1;
     return;
   }
-  if (rope.slots[0] < 0) return;
-  __half* dst = rope.slot_base[rope.slots[0]] + pos * rope.token_stride +
-                (static_cast<int64_t>(rope.layer) * 2 + (task.rope_part - 2)) * rope.n_kv *
-                    rope.head_dim +
-                row;
-  dst[0] = __float2half_rn(x0);
-  dst[1] = __float2half_rn(x1);
+  if (!p.kv) return;
+  p.kv[0] = __float2half_rn(x0);
+  p.kv[1] = __float2half_rn(x1);
 }
 
 template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W>
@@ -271,6 +298,11 @@ __global__ void __launch_bounds__(W * kWarpSize)
       const int j = u * kWarpSize + lane;
       if (j < n) load_payload<TYPE>(rows[mr], n, j, cur[mr][u]);
     }
+  // RoPE epilogues: plain one-column products in small blocks (launches with int8 results,
+  // the 32-warp blocks, never carry RoPE: launch_matvec_split refuses them).
+  constexpr bool kRopeEpilogue = NB == 1 && !GATE_UP && !kRowBlocks && W * R <= kWarpSize * 2;
+  PairRotation rotation;
+  if constexpr (kRopeEpilogue) rotation = pair_rotation<W * R>(task, in.rope, block * W * R);
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
   allow_next_kernel();
   const float scale = input_norm_scale(in);
@@ -333,10 +365,9 @@ __global__ void __launch_bounds__(W * kWarpSize)
   if constexpr (kRowBlocks) {
     if (task.y_q8.qs) quantize_row_block(task, block, last);
   }
-  if constexpr (NB == 1 && !GATE_UP && W * R <= kWarpSize * 2) {
+  if constexpr (kRopeEpilogue) {
     if (task.rope_part)
-      rope_rows<W * R>(task, in.rope, block * W * R, warp * R + lane,
-                       lane < R, mine);
+      rope_rows<W * R>(task, block * W * R, warp * R + lane, lane < R, mine, rotation);
   }
 }
 

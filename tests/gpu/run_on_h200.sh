@@ -1037,7 +1037,66 @@ wave24() {
   done 2>&1 | tee "$OUT/summary.txt"
 }
 
+# Session 9: the RoPE epilogue's rotation formed before the PDL wait. The RoPE kernel tests and
+# memcheck on them, the fusion model tests, batch 1 alternated with ab-old/ (7df4bc6), then the
+# model, chats, churn, streaming and KV-space suites.
+wave25() {
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m
+  build_old_bench
+  {
+  timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*Rope*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck RoPE epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  for rep in 1 2 3; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      echo "-- $m old (7df4bc6): $(b1_line "$ob" $m)"
+      echo "-- $m new: $(b1_line "$b" $m)"
+    done
+  done
+  model_suites 200 190
+  memory_suites 100 90
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
+# Session 9, last call: also the RoPE epilogue's KV address and the decode attention's plan and
+# KV address formed before the PDL wait. Kernel tests (matvec, attention, flash prefill) and
+# memcheck, the fusion model tests, batch 1 alternated with ab-old/ (7df4bc6), the engine
+# suites, then issue 15's numbers.
+wave26() {
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m t
+  build_old_bench
+  {
+  for t in matvec_kernel_test attention_kernels_test attention_prefill_test; do
+    timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
+    gtest_line $t $?
+  done
+  timeout 200 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*Rope*' >/tmp/memcheck.txt 2>&1
+  echo "memcheck RoPE epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
+  timeout 200 compute-sanitizer --tool memcheck "$build/tests/attention_kernels_test" >/tmp/memcheck-attn.txt 2>&1
+  echo "memcheck attention: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck-attn.txt | tr '\n' ' ')"
+  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  for rep in 1 2; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      echo "-- $m old (7df4bc6): $(b1_line "$ob" $m)"
+      echo "-- $m new: $(b1_line "$b" $m)"
+    done
+  done
+  model_suites 200 190
+  memory_suites 100 90
+  issue15_numbers
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+}
+
 case $what in
+  wave26) wave26 ;;
+  wave25) wave25 ;;
   wave24) wave24 ;;
   wave23) wave23 ;;
   wave22) wave22 ;;
