@@ -173,14 +173,21 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
   return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
 }
 
+// The next RMSNorm's weight of row block * 32 + lane where the task hands a norm over (a
+// weight: the kernels read it before waiting for the previous kernel), else 1.
+__device__ __forceinline__ float result_norm_weight(const MatvecTask& task, int block) {
+  return task.norm_weight ? task.norm_weight[block * kQ8Block + threadIdx.x % kWarpSize] : 1.0f;
+}
+
 // A warp's 32 results of the task's 32-row block `block` (y of row block * 32 + lane on each
 // lane, after accumulate and SwiGLU) as one int8 block of task.y_q8, of y·norm_weight where
-// there is one, with Σ y² of the block in task.sum_squares.
-__device__ __forceinline__ void quantize_result_block(const MatvecTask& task, int block, float v) {
+// there is one (`w`, result_norm_weight()), with Σ y² of the block in task.sum_squares.
+__device__ __forceinline__ void quantize_result_block(const MatvecTask& task, int block, float v,
+                                                      float w) {
   const int lane = threadIdx.x % kWarpSize;
   const int o = block * kQ8Block + lane;
-  quantize_block_of_warp(task.norm_weight ? v * task.norm_weight[o] : v,
-                         task.y_q8.qs + o - lane, task.y_q8.ds + block);
+  quantize_block_of_warp(task.norm_weight ? v * w : v, task.y_q8.qs + o - lane,
+                         task.y_q8.ds + block);
   if (task.sum_squares) {
     const float sum = warp_sum(v * v);
     if (lane == 0) task.sum_squares[block] = sum;
@@ -188,14 +195,16 @@ __device__ __forceinline__ void quantize_result_block(const MatvecTask& task, in
 }
 
 // Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (the row's on lane 0 of
-// its warp) meet in shared memory and warp 0 quantises them. Called by every thread.
-__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int block, float y) {
+// its warp) meet in shared memory and warp 0 quantises them (w: warp 0's lanes'
+// result_norm_weight()). Called by every thread.
+__device__ __forceinline__ void quantize_row_block(const MatvecTask& task, int block, float y,
+                                                   float w) {
   __shared__ float block_y[kRowBlockWarps];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   if (lane == 0) block_y[warp] = y;
   __syncthreads();
   if (warp != 0) return;
-  quantize_result_block(task, block, block_y[lane]);
+  quantize_result_block(task, block, block_y[lane], w);
 }
 
 // What thread i of a RoPE epilogue (rope_rows) needs besides the two results, for the pair of
@@ -303,8 +312,20 @@ __global__ void __launch_bounds__(W * kWarpSize)
   constexpr bool kRopeEpilogue = NB == 1 && !GATE_UP && !kRowBlocks && W * R <= kWarpSize * 2;
   PairRotation rotation;
   if constexpr (kRopeEpilogue) rotation = pair_rotation<W * R>(task, in.rope, block * W * R);
+  // Plain products with int8 results (the output and down projections' hand-over): warp 0's
+  // lanes' next-norm weights, requested now. (The SwiGLU kernels keep their registers: they
+  // read it in the epilogue, as they have no norm to hand over in the fused step.)
+  float norm_w = 1.0f;
+  if constexpr (kRowBlocks && !GATE_UP)
+    if (warp == 0 && task.y_q8.qs) norm_w = result_norm_weight(task, block);
   wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
   allow_next_kernel();
+  // One row, one column: the residual this row adds to is requested now, so its round trip
+  // overlaps the row's sums instead of following them.
+  float residual = 0.0f;
+  if constexpr (NB == 1 && R == 1 && !GATE_UP)
+    if (task.accumulate && lane == 0)
+      residual = task.y[static_cast<int64_t>(first_column) * task.y_stride + row0];
   const float scale = input_norm_scale(in);
 
   float acc[M * R][NB];
@@ -356,14 +377,20 @@ __global__ void __launch_bounds__(W * kWarpSize)
       if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[R + r][b]) * scale);
       if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
-        last = task.accumulate ? *y + v : v;
+        if constexpr (NB == 1 && R == 1 && !GATE_UP)
+          last = task.accumulate ? residual + v : v;
+        else
+          last = task.accumulate ? *y + v : v;
         *y = last;
         mine = last;
       }
     }
   }
   if constexpr (kRowBlocks) {
-    if (task.y_q8.qs) quantize_row_block(task, block, last);
+    if (task.y_q8.qs) {
+      if constexpr (GATE_UP) norm_w = warp == 0 ? result_norm_weight(task, block) : 1.0f;
+      quantize_row_block(task, block, last, norm_w);
+    }
   }
   if constexpr (kRopeEpilogue) {
     if (task.rope_part)
@@ -492,6 +519,9 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
   const int first = block * kQ8Block + warp;  // rows first, first + WB, ...
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, first, 0, cur);
+  float norm_w = 1.0f;  // as in split_matvec_kernel: plain products request it now
+  if constexpr (!GATE_UP)
+    if (warp == 0) norm_w = result_norm_weight(task, block);
   wait_for_previous_kernel();
   allow_next_kernel();
   const float scale = input_norm_scale(in);
@@ -504,7 +534,10 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
     if (lane == 0) block_y[row - block * kQ8Block] = y;
   }
   __syncthreads();
-  if (warp == 0) quantize_result_block(task, block, block_y[lane]);
+  if (warp == 0) {
+    if constexpr (GATE_UP) norm_w = result_norm_weight(task, block);
+    quantize_result_block(task, block, block_y[lane], norm_w);
+  }
 }
 
 // Blocks of split_rows_kernel the SMs hold at once (queried once per kernel).

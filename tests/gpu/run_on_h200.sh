@@ -1094,7 +1094,28 @@ wave26() {
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
+# Session 9: also the hand-over's norm weights requested before the PDL wait and the residual
+# right after it. The hand-over, staying-warp and RoPE kernel tests, the fusion model tests,
+# batch 1 alternated with ab-old/ (c5f6e90). (The last device seconds of the session.)
+wave27() {
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m
+  ninja -C "$root/build-gpu-old" -j16 granule-bench >/dev/null 2>&1 || build_old_bench
+  {
+  timeout 100 "$build/tests/matvec_kernel_test" --gtest_filter='*HandOver*:*StayingWarps*:*Rope*:*Tasks*' >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  timeout 120 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  for rep in 1 2; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      echo "-- $m old (c5f6e90): $(b1_line "$ob" $m)"
+      echo "-- $m new: $(b1_line "$b" $m)"
+    done
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave27) wave27 ;;
   wave26) wave26 ;;
   wave25) wave25 ;;
   wave24) wave24 ;;
