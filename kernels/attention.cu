@@ -164,12 +164,18 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
 
   // The row's length and slot are step inputs the host wrote before the step's first kernel,
   // and the slots' KV bases are set at attach: the plan and the KV address are formed before
-  // waiting for the previous kernel (which writes q and this token's K and V).
+  // waiting for the previous kernel (which writes q and this token's K and V). A block with no
+  // tokens still waits before it leaves, so that the grid never completes before the kernel
+  // it follows (a later kernel's wait covers both only through this one's).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
   const int length = a.lengths[row];
-  if (length <= 0) return;
-  const SplitPlan plan = plan_splits(length, a.split_tokens, a.max_splits, target_splits);
-  if (split >= plan.count) return;
+  const SplitPlan plan = length > 0
+                             ? plan_splits(length, a.split_tokens, a.max_splits, target_splits)
+                             : SplitPlan{0, 0};
+  if (split >= plan.count) {
+    wait_for_previous_kernel();
+    return;
+  }
   const __half* slot_kv = a.slot_base[a.slots[row]];
   wait_for_previous_kernel();
   allow_next_kernel();
