@@ -322,8 +322,9 @@ __global__ void __launch_bounds__(W * kWarpSize)
   allow_next_kernel();
   // One row, one column: the residual this row adds to is requested now, so its round trip
   // overlaps the row's sums instead of following them.
+  constexpr bool kEarlyResidual = NB == 1 && R == 1 && !GATE_UP;
   float residual = 0.0f;
-  if constexpr (NB == 1 && R == 1 && !GATE_UP)
+  if constexpr (kEarlyResidual)
     if (task.accumulate && lane == 0)
       residual = task.y[static_cast<int64_t>(first_column) * task.y_stride + row0];
   const float scale = input_norm_scale(in);
@@ -377,7 +378,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
       if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[R + r][b]) * scale);
       if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
-        if constexpr (NB == 1 && R == 1 && !GATE_UP)
+        if constexpr (kEarlyResidual)
           last = task.accumulate ? residual + v : v;
         else
           last = task.accumulate ? *y + v : v;

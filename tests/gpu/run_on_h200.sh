@@ -909,16 +909,35 @@ wave17() {
   {
   timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
-  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*StayingWarps*:*HandOver*' >/tmp/memcheck.txt 2>&1
-  echo "memcheck staying warps + hand-over: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  memcheck_line "staying warps + hand-over" /tmp/memcheck.txt 150 matvec_kernel_test '*StayingWarps*:*HandOver*'
+  fusion_line 200
   grep -E "^\[  FAILED|split_rows" /tmp/model-test.txt | head -8
   } 2>&1 | tee "$OUT/summary.txt"
   cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
 }
 b1_line() {  # b1_line BENCH MODEL: the decode and tg64 rows of a batch-1 run
   timeout 60 "$1" --synthetic "$2" -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms; ", $4, $6, $7}'
+}
+# memcheck_line LABEL LOG SECONDS TEST [FILTER]: the test binary under compute-sanitizer
+# memcheck (log in LOG), summarised in one line.
+memcheck_line() {
+  timeout "$3" compute-sanitizer --tool memcheck "$build/tests/$4" ${5:+--gtest_filter="$5"} >"$2" 2>&1
+  echo "memcheck $1: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ')"
+}
+# fusion_line SECONDS: the batch-1 fusion model tests (log in /tmp/model-test.txt), one line.
+fusion_line() {
+  timeout "$1" "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+}
+# ab_b1 REPS OLD_BENCH OLD_LABEL NEW_BENCH: batch 1 of both shapes, old and new alternated.
+ab_b1() {
+  local rep m
+  for rep in $(seq "$1"); do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
+      echo "-- $m old ($3): $(b1_line "$2" $m)"
+      echo "-- $m new: $(b1_line "$4" $m)"
+    done
+  done
 }
 # granule-bench of ab-old/ (an untracked snapshot of an earlier head, `git archive REV`), for
 # an A/B within one call.
@@ -1013,10 +1032,8 @@ wave23() {
   {
   timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
-  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*L2Prefetch*' >/tmp/memcheck.txt 2>&1
-  echo "memcheck L2 prefetch: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  memcheck_line "L2 prefetch" /tmp/memcheck.txt 150 matvec_kernel_test '*L2Prefetch*'
+  fusion_line 200
   grep -E "^\[  FAILED|l2_prefetch" /tmp/model-test.txt | head -8
   for rep in 1 2 3; do
     for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
@@ -1041,21 +1058,14 @@ wave24() {
 # memcheck on them, the fusion model tests, batch 1 alternated with ab-old/ (7df4bc6), then the
 # model, chats, churn, streaming and KV-space suites.
 wave25() {
-  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench"
   build_old_bench
   {
   timeout 150 "$build/tests/matvec_kernel_test" >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
-  timeout 150 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*Rope*' >/tmp/memcheck.txt 2>&1
-  echo "memcheck RoPE epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  for rep in 1 2 3; do
-    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
-      echo "-- $m old (7df4bc6): $(b1_line "$ob" $m)"
-      echo "-- $m new: $(b1_line "$b" $m)"
-    done
-  done
+  memcheck_line "RoPE epilogue" /tmp/memcheck.txt 150 matvec_kernel_test '*Rope*'
+  fusion_line 200
+  ab_b1 3 "$ob" 7df4bc6 "$b"
   model_suites 200 190
   memory_suites 100 90
   } 2>&1 | tee "$OUT/summary.txt"
@@ -1068,25 +1078,17 @@ wave25() {
 # memcheck, the fusion model tests, batch 1 alternated with ab-old/ (7df4bc6), the engine
 # suites, then issue 15's numbers.
 wave26() {
-  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m t
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" t
   build_old_bench
   {
   for t in matvec_kernel_test attention_kernels_test attention_prefill_test; do
     timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
     gtest_line $t $?
   done
-  timeout 200 compute-sanitizer --tool memcheck "$build/tests/matvec_kernel_test" --gtest_filter='*Rope*' >/tmp/memcheck.txt 2>&1
-  echo "memcheck RoPE epilogue: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck.txt | tr '\n' ' ')"
-  timeout 200 compute-sanitizer --tool memcheck "$build/tests/attention_kernels_test" >/tmp/memcheck-attn.txt 2>&1
-  echo "memcheck attention: rc=$? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/memcheck-attn.txt | tr '\n' ' ')"
-  timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  for rep in 1 2; do
-    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
-      echo "-- $m old (7df4bc6): $(b1_line "$ob" $m)"
-      echo "-- $m new: $(b1_line "$b" $m)"
-    done
-  done
+  memcheck_line "RoPE epilogue" /tmp/memcheck.txt 200 matvec_kernel_test '*Rope*'
+  memcheck_line attention /tmp/memcheck-attn.txt 200 attention_kernels_test
+  fusion_line 200
+  ab_b1 2 "$ob" 7df4bc6 "$b"
   model_suites 200 190
   memory_suites 100 90
   issue15_numbers
@@ -1098,19 +1100,13 @@ wave26() {
 # right after it. The hand-over, staying-warp and RoPE kernel tests, the fusion model tests,
 # batch 1 alternated with ab-old/ (c5f6e90). (The last device seconds of the session.)
 wave27() {
-  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" rep m
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench"
   ninja -C "$root/build-gpu-old" -j16 granule-bench >/dev/null 2>&1 || build_old_bench
   {
   timeout 100 "$build/tests/matvec_kernel_test" --gtest_filter='*HandOver*:*StayingWarps*:*Rope*:*Tasks*' >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
-  timeout 120 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  for rep in 1 2; do
-    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
-      echo "-- $m old (c5f6e90): $(b1_line "$ob" $m)"
-      echo "-- $m new: $(b1_line "$b" $m)"
-    done
-  done
+  fusion_line 120
+  ab_b1 2 "$ob" c5f6e90 "$b"
   } 2>&1 | tee "$OUT/summary.txt"
 }
 
