@@ -874,7 +874,7 @@ wave15() {
   memory_suites 100 90
   for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do
     for f in 2 3 2 3; do
-      echo "-- $m fusion $f: $(GRANULE_DECODE_FUSION=$f timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms; ", $4, $6, $7}')"
+      echo "-- $m fusion $f: $(GRANULE_DECODE_FUSION=$f timeout 60 "$b" --synthetic $m -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms (device %s ms); ", $4, $6, $7, $9}')"
     done
   done
   issue15_numbers
@@ -916,7 +916,7 @@ wave17() {
   cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
 }
 b1_line() {  # b1_line BENCH MODEL: the decode and tg64 rows of a batch-1 run
-  timeout 60 "$1" --synthetic "$2" -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms; ", $4, $6, $7}'
+  timeout 60 "$1" --synthetic "$2" -p 512 -n 64 -b 1 | grep -E "^\| +synthetic" | grep -v pp512 | awk -F'|' '{printf "%s %s t/s %s ms (device %s ms); ", $4, $6, $7, $9}'
 }
 # memcheck_line LABEL LOG SECONDS TEST [FILTER]: the test binary under compute-sanitizer
 # memcheck (log in LOG), summarised in one line.
@@ -1110,7 +1110,36 @@ wave27() {
   } 2>&1 | tee "$OUT/summary.txt"
 }
 
+# Session 10, first call: the full kernel and engine tests at a9803f5 (9c011a1 and 64fc232 had
+# only the hand-over and fusion tests on the device), batch 1 with the device's own step time
+# beside the wall time (granule-bench's new column), and where a SmolLM2 batch-1 step goes per
+# kernel (Nsight Compute, caches as they are: 4 steps after 1,500 launches of warm-up).
+wave28() {
+  local b="$build/app/bench/granule-bench" t rep m
+  {
+  for t in matvec_kernel_test attention_kernels_test attention_prefill_test; do
+    timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
+    gtest_line $t $?
+  done
+  memcheck_line "RoPE, hand-over" /tmp/memcheck.txt 200 matvec_kernel_test '*Rope*:*HandOver*:*StayingWarps*'
+  memcheck_line attention /tmp/memcheck-attn.txt 200 attention_kernels_test
+  fusion_line 200
+  for rep in 1 2; do
+    for m in llama3-8b:Q4_0 smollm2-135m:Q4_1; do echo "-- $m: $(b1_line "$b" $m)"; done
+  done
+  timeout 150 ncu --clock-control none --cache-control none --launch-skip 1500 --launch-count 616 \
+    --print-summary per-kernel --metrics gpu__time_duration.sum "$b" --synthetic smollm2-135m:Q4_1 \
+    -p 0 -n 0 -b 1 >/tmp/ncu-smol.txt 2>&1
+  echo "-- SmolLM2 batch 1, 4 steps (ncu rc=$?)"; ncu_sum /tmp/ncu-smol.txt
+  model_suites 200 190
+  memory_suites 100 90
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+  head -c 2000000 /tmp/ncu-smol.txt >"$OUT/ncu-smol.txt"
+}
+
 case $what in
+  wave28) wave28 ;;
   wave27) wave27 ;;
   wave26) wave26 ;;
   wave25) wave25 ;;

@@ -292,6 +292,20 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   return 1;
 }
 
+double CudaBackend::replay_seconds(int rows, int replays) {
+  const auto it = graphs_.find({bucket_of(rows), Head::Greedy});
+  if (it == graphs_.end() || replays <= 0 || pending_.active) return -1;
+  cudaStream_t s = model_->stream();
+  CudaEvent start, stop;
+  check_cuda(cudaEventRecord(start.get(), s), "cudaEventRecord");
+  for (int i = 0; i < replays; ++i) it->second.graph.launch(s);
+  check_cuda(cudaEventRecord(stop.get(), s), "cudaEventRecord");
+  check_cuda(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
+  float ms = 0;
+  check_cuda(cudaEventElapsedTime(&ms, start.get(), stop.get()), "cudaEventElapsedTime");
+  return static_cast<double>(ms) * 1e-3 / replays;
+}
+
 std::vector<kernels::DeviceSamplingParams> CudaBackend::device_params(size_t first,
                                                                       size_t count) const {
   const StepRequest& step = pending_.step;

@@ -56,6 +56,12 @@ class CudaBackend final : public Backend {
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).
   uint64_t decode_weight_bytes() const { return model_->decode_weight_bytes(); }
+  // The device's own time per decode step for `rows` sequences: the greedy decode graph of
+  // that batch's bucket, captured by an earlier step, replayed `replays` times back to back
+  // (the last step's inputs again: the same KV writes) between two events, in seconds per
+  // replay. What a step costs beyond it is the host's: upload, replay call, download, wait.
+  // -1 where no such graph is captured. Benchmarks only.
+  double replay_seconds(int rows, int replays);
 
  private:
   enum class Head { Logits, Greedy, Sample };
