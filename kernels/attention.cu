@@ -153,6 +153,8 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   constexpr bool kPrefetch = NW == 4 && EPL * GP <= 32;  // registers allow a second tile
   constexpr int kVecs = GP * kHeadDim / 4;               // float4 outputs of the group
   constexpr int kChunk = 2 * kHeadDim;                   // splits merged per pass
+  constexpr int kQuickMerge = 8;  // splits the last block merges in one round trip
+  constexpr int kVecsPerThreadQuick = (kVecs + kThreads - 1) / kThreads;
   static_assert(2 * GP * kChunk <= kWarps * GP * kHeadDim, "merge weights reuse sm_acc");
 
   __shared__ __align__(16) float sm_acc[kWarps][GP][kHeadDim];
@@ -372,6 +374,49 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   __threadfence();
 
   const int n = plan.count;
+  if (n <= kQuickMerge) {
+    // Up to kQuickMerge splits (a row of up to 512 tokens at the host's 64 per split): each
+    // thread requests all of its vector's partials and its head's (m, l) at once, one round
+    // trip instead of three and no barrier, then merges in the order of the general path below
+    // (the same m_all, the same weights, the splits in turn), so the output is the same to
+    // the bit.
+#pragma unroll
+    for (int r = 0; r < kVecsPerThreadQuick; ++r) {
+      const int e0 = warp * kWarpSize + r * kThreads;  // whole warps call write_output4
+      if (e0 >= n_vecs) break;
+      const int e = e0 + lane;
+      const bool active = e < n_vecs;
+      const int g = active ? e / (kHeadDim / 4) : 0, d = (e % (kHeadDim / 4)) * 4;
+      const int64_t first = split_base + static_cast<int64_t>(g) * a.max_splits;
+      float4 x[kQuickMerge];
+      float2 ml[kQuickMerge];
+#pragma unroll
+      for (int c = 0; c < kQuickMerge; ++c) {
+        if (c < n) {
+          ml[c] = __ldcg(reinterpret_cast<const float2*>(partial_ml) + first + c);
+          x[c] = __ldcg(reinterpret_cast<const float4*>(partial_acc + (first + c) * kHeadDim + d));
+        }
+      }
+      float m_all = -FLT_MAX;
+#pragma unroll
+      for (int c = 0; c < kQuickMerge; ++c)
+        if (c < n) m_all = fmaxf(m_all, ml[c].x);
+      float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float sum_l = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kQuickMerge; ++c) {
+        if (c < n) {
+          const float w = __expf(ml[c].x - m_all);
+          sum = fma4(w, x[c], sum);
+          sum_l += __fmul_rn(w, ml[c].y);  // rounded as the general path's stored w * l
+        }
+      }
+      const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+      write_output4(a, row, (kv_head * group + g) * kHeadDim + d,
+                    make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv), active);
+    }
+    return;
+  }
   // The largest m of each head: warp w takes heads w, w + 4.
   for (int g = warp; g < group; g += kWarps) {
     const float2* ml = reinterpret_cast<const float2*>(partial_ml) + split_base +
