@@ -1,5 +1,7 @@
 // One thread per 8 elements: decode with the shared dequantize8 and store 16 or 32 bytes.
 #include "dequantize.cuh"
+
+#include "activation_q8.cuh"
 #include "granule/split_layout.h"
 #include "quant_blocks.cuh"
 
@@ -117,11 +119,53 @@ __global__ void dequantize_to_f16_kernel(const uint8_t* __restrict__ weight, int
   }
 }
 
+// The hand-over of one 32-element block held by 4 consecutive lanes (8 elements each, v):
+// quantised as quantize_block_of_warp does (amax / 127, v·w / d rounded), Σ y² beside it.
+__device__ __forceinline__ void hand_over_block(const float (&v)[8], const NormHandOver& h,
+                                                int chunk) {
+  const int lane = threadIdx.x % kWarpSize;
+  const unsigned group = 0xFu << (lane & ~3);  // the block's 4 lanes (whole groups run)
+  const float4* w4 = reinterpret_cast<const float4*>(h.weight) + 2 * chunk;
+  const float4 wa = w4[0], wb = w4[1];
+  const float w[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+  float y[8], amax = 0.0f, sum_sq = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    y[k] = v[k] * w[k];
+    amax = fmaxf(amax, fabsf(y[k]));
+    sum_sq = fmaf(v[k], v[k], sum_sq);
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    amax = fmaxf(amax, __shfl_xor_sync(group, amax, off));
+    sum_sq += __shfl_xor_sync(group, sum_sq, off);
+  }
+  const float d = amax / 127.0f;
+  int q[8], sum = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    q[k] = amax == 0.0f ? 0 : __float2int_rn(y[k] / d);
+    sum += q[k];
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) sum += __shfl_xor_sync(group, sum, off);
+  uint2 packed;
+  packed.x = (static_cast<uint32_t>(q[0]) & 0xFF) | ((static_cast<uint32_t>(q[1]) & 0xFF) << 8) |
+             ((static_cast<uint32_t>(q[2]) & 0xFF) << 16) | (static_cast<uint32_t>(q[3]) << 24);
+  packed.y = (static_cast<uint32_t>(q[4]) & 0xFF) | ((static_cast<uint32_t>(q[5]) & 0xFF) << 8) |
+             ((static_cast<uint32_t>(q[6]) & 0xFF) << 16) | (static_cast<uint32_t>(q[7]) << 24);
+  reinterpret_cast<uint2*>(h.qs)[chunk] = packed;
+  if (lane % 4 == 0) {
+    h.ds[chunk / 4] = make_float2(d, d * static_cast<float>(sum));
+    h.sums[chunk / 4] = sum_sq;
+  }
+}
+
 template <uint32_t TYPE>
 __global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64_t row_bytes,
                                         int n_embd, int64_t n_vocab, bool split_layout,
                                         const int32_t* __restrict__ tokens,
-                                        float* __restrict__ out) {
+                                        float* __restrict__ out, NormHandOver hand_over) {
   wait_for_previous_kernel();
   allow_next_kernel();
   const int t = blockIdx.x;
@@ -134,6 +178,7 @@ __global__ void embedding_gather_kernel(const uint8_t* __restrict__ table, int64
     float4* d = reinterpret_cast<float4*>(dst) + 2 * chunk;
     d[0] = make_float4(v[0], v[1], v[2], v[3]);
     d[1] = make_float4(v[4], v[5], v[6], v[7]);
+    if (hand_over.qs) hand_over_block(v, hand_over, chunk);
   }
 }
 
@@ -160,15 +205,20 @@ cudaError_t launch_dequantize_to_f16(uint32_t weight_type, const void* weight, i
 cudaError_t launch_embedding_gather(uint32_t weight_type, const void* table, int64_t row_bytes,
                                     int n_embd, int64_t n_vocab, const int32_t* tokens,
                                     int n_tokens, float* out, cudaStream_t stream,
-                                    bool split_layout) {
+                                    bool split_layout, const NormHandOver* hand_over) {
   if (n_embd % 8 != 0 || block_elems(weight_type) == 0 || n_embd % block_elems(weight_type) != 0)
     return cudaErrorInvalidValue;
+  if (hand_over && (n_tokens != 1 || n_embd % kQ8Block != 0 || !hand_over->weight ||
+                    !hand_over->qs || !hand_over->ds || !hand_over->sums))
+    return cudaErrorInvalidValue;
+  const NormHandOver h = hand_over ? *hand_over : NormHandOver{};
   if (split_layout && !split::supports(weight_type)) return cudaErrorInvalidValue;
   if (n_tokens == 0) return cudaSuccess;
   const bool ok = dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     embedding_gather_kernel<TYPE><<<n_tokens, 128, 0, stream>>>(
-        static_cast<const uint8_t*>(table), row_bytes, n_embd, n_vocab, split_layout, tokens, out);
+        static_cast<const uint8_t*>(table), row_bytes, n_embd, n_vocab, split_layout, tokens, out,
+        h);
   });
   return ok ? launch_status() : cudaErrorInvalidValue;
 }

@@ -102,8 +102,10 @@ struct KernelConfig {
   // product's epilogue for models with adjacent rotation pairs and no per-head Q/K norm (no
   // rope_kv kernel). 0 off. H200, ms per batch-1 step, 8B Q4_0 / SmolLM2 shapes: off 1.691 /
   // 0.483, 1: 1.629 / 0.468, 2: 1.630 / 0.449 (one call), 2 against 3 in another: 1.637-1.647
-  // / 0.460 against 1.604-1.628 / 0.438-0.440 (PERF_NOTES, session 7).
-  int decode_fusion = 3;
+  // / 0.460 against 1.604-1.628 / 0.438-0.440 (PERF_NOTES, session 7). 4 also hands the
+  // step's first norm over from the embedding gather and the output norm from the last down
+  // projection, where the output head takes the split kernels: no norm kernel left in the step.
+  int decode_fusion = 4;
   // Batch-1 split-layout products in warps that stay for the whole launch (matvec_split.cu,
   // split_rows_kernel): a grid of the blocks the SMs hold at once, warp w taking rows w,
   // w + warps, ... with the next row's first weights requested while it finishes the current
@@ -116,8 +118,11 @@ struct KernelConfig {
   // Q4_0, ms per batch-1 step, same calls: 1 against 0: 1.595 / 1.607 against 1.603 / 1.606
   // (SmolLM2 tg64 0.447-0.448 against 0.452-0.454); 2 against 1: 1.616 / 1.617 / 1.620
   // against 1.666 / 1.663 / 1.663, and 1.618 / 1.598 / 1.606 against 1.664 / 1.650 / 1.647
-  // (PERF_NOTES, session 8).
-  int split_rows = 2;
+  // (PERF_NOTES, session 8). 3 also takes the plain products whose rows fit two 32-lane steps
+  // (at most 2,048 wide: a SmolLM2-sized model's output head and last down projection) in
+  // split_rows_short_kernel, whose warps keep 4 (one step) or 2 (two steps) rows' weights in
+  // flight and read their activations once; the same sums to the bit.
+  int split_rows = 3;
 };
 
 }  // namespace granule::kernels

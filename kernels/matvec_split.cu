@@ -186,12 +186,11 @@ __device__ __forceinline__ void quantize_result_block(const MatvecTask& task, in
                                                       float w) {
   const int lane = threadIdx.x % kWarpSize;
   const int o = block * kQ8Block + lane;
+  // Σ y² first: its shuffles do not wait for the quantisation's reductions.
+  const float sum = task.sum_squares ? warp_sum(v * v) : 0.0f;
   quantize_block_of_warp(task.norm_weight ? v * w : v, task.y_q8.qs + o - lane,
                          task.y_q8.ds + block);
-  if (task.sum_squares) {
-    const float sum = warp_sum(v * v);
-    if (lane == 0) task.sum_squares[block] = sum;
-  }
+  if (task.sum_squares && lane == 0) task.sum_squares[block] = sum;
 }
 
 // Block of kRowBlockWarps one-row warps, batch 1: its 32 results y (the row's on lane 0 of
@@ -499,6 +498,54 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   }
 }
 
+// split_rows_kernel for plain rows of one step (n <= U * 32 sub-blocks: the output head and the
+// last down projection of a SmolLM2-sized model, 576 and 1,536 wide): a warp keeps the weights
+// of D rows in flight instead of one row's (a 576-wide Q4_1 row is 360 bytes, on 18 of the 32
+// lanes), and reads its lane's activations, the same for every row, once. A lane adds its
+// sub-blocks in increasing order as row_sums does, so each sum is split_rows_kernel's to the bit.
+template <uint32_t TYPE, int U, int D>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    split_rows_short_kernel(SplitTasks tasks, MatvecInput in) {
+  const int total = tasks.first_block[tasks.n_tasks];
+  const int stride = static_cast<int>(gridDim.x) * kWarps;
+  const int lane = threadIdx.x % kWarpSize, n = in.n_in / kQ8Block;
+  int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  if (g >= total) return;
+  Payload p[D][1][U];
+#pragma unroll
+  for (int d = 0; d < D; ++d)
+    if (g + d * stride < total) load_row_step<TYPE, U, 1>(tasks, n, g + d * stride, 0, p[d]);
+  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
+  allow_next_kernel();
+  int4 xa[U], xb[U];
+  float2 ds[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int j = min(u * kWarpSize + lane, n - 1);  // lanes past n load a copy, never used
+    const int4* xp = reinterpret_cast<const int4*>(in.xq.qs) + 2 * j;
+    xa[u] = xp[0];
+    xb[u] = xp[1];
+    ds[u] = in.xq.ds[j];
+  }
+  const float scale = input_norm_scale(in);
+  for (; g < total; g += D * stride) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      const int row = g + d * stride;
+      if (row >= total) break;
+      float acc = 0.0f;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u * kWarpSize + lane >= n) break;
+        acc += dot_payload<TYPE>(p[d][0][u], xa[u], xb[u], ds[u]);
+      }
+      if (row + D * stride < total) load_row_step<TYPE, U, 1>(tasks, n, row + D * stride, 0, p[d]);
+      const int ti = task_of(tasks, row);
+      finish_row<false>(tasks.t[ti], row - tasks.first_block[ti], &acc, scale);
+    }
+  }
+}
+
 // Batch 1, one task with int8 results (MatvecTask::y_q8) of more 32-row blocks than the SMs
 // hold 32-warp blocks at once (an 8B model's SwiGLU product under the fusion; KernelConfig::
 // split_rows 2): a block of WB warps owns one 32-row block, warp w taking its rows w, w + WB,
@@ -541,13 +588,13 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
   }
 }
 
-// Blocks of split_rows_kernel the SMs hold at once (queried once per kernel).
-template <uint32_t TYPE, int U, bool GATE_UP>
+// Blocks of a warps-that-stay kernel the SMs hold at once (queried once per kernel).
+template <auto KERNEL>
 int resident_row_blocks() {
   static const int blocks = [] {
     int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, split_rows_kernel<TYPE, U, GATE_UP>, kWarps * kWarpSize, 0) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, kWarps * kWarpSize, 0) !=
+        cudaSuccess) {
       (void)cudaGetLastError();
       per_sm = 1;
     }
@@ -596,8 +643,18 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                             placed, in);
       };
       if (gate_up)
-        return rows(split_rows_kernel<TYPE, U, true>, resident_row_blocks<TYPE, U, true>());
-      return rows(split_rows_kernel<TYPE, U, false>, resident_row_blocks<TYPE, U, false>());
+        return rows(split_rows_kernel<TYPE, U, true>,
+                    resident_row_blocks<split_rows_kernel<TYPE, U, true>>());
+      // Rows of at most two 32-lane steps: more rows in flight per warp.
+      const int n = in.n_in / kQ8Block;
+      if (config.split_rows >= 3 && n <= kWarpSize)
+        return rows(split_rows_short_kernel<TYPE, 1, 4>,
+                    resident_row_blocks<split_rows_short_kernel<TYPE, 1, 4>>());
+      if (config.split_rows >= 3 && n <= 2 * kWarpSize)
+        return rows(split_rows_short_kernel<TYPE, 2, 2>,
+                    resident_row_blocks<split_rows_short_kernel<TYPE, 2, 2>>());
+      return rows(split_rows_kernel<TYPE, U, false>,
+                  resident_row_blocks<split_rows_kernel<TYPE, U, false>>());
     }
     // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave.
     if constexpr (owns_row_blocks(TYPE)) {

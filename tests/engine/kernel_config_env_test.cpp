@@ -179,13 +179,13 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_TRUE(defaults.flash_prefill);
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 3, staying warps " +
+            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
                 std::to_string(KernelConfig{}.split_rows));
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion 3, staying warps " +
+            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
                 std::to_string(KernelConfig{}.split_rows));
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
@@ -303,7 +303,7 @@ TEST(KernelConfigEnv, F16MmaSharedShapes) {
 
 TEST(KernelConfigEnv, DecodeFusion) {
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).decode_fusion, 3);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).decode_fusion, 4);
   const KernelConfig off = parse({{{"GRANULE_DECODE_FUSION", "0"}}}, warnings);
   EXPECT_EQ(off.decode_fusion, 0);
   EXPECT_NE(describe_attention(off).find("batch-1 fusion 0"), std::string::npos)
@@ -311,10 +311,11 @@ TEST(KernelConfigEnv, DecodeFusion) {
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "1"}}}, warnings).decode_fusion, 1);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
   EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "3"}}}, warnings).decode_fusion, 3);
+  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings).decode_fusion, 4);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings, off).decode_fusion, 0);
+  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "5"}}}, warnings, off).decode_fusion, 0);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=4 ignored (accepted: 0, 1, 2, 3); keeping 0");
+  EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=5 ignored (accepted: 0, 1, 2, 3, 4); keeping 0");
 }
 
 TEST(KernelConfigEnv, SplitRows) {
@@ -326,10 +327,11 @@ TEST(KernelConfigEnv, SplitRows) {
       << describe_attention(one);
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "0"}}}, warnings).split_rows, 0);
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings).split_rows, 2);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "3"}}}, warnings).split_rows, 3);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "3"}}}, warnings, one).split_rows, 1);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "4"}}}, warnings, one).split_rows, 1);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=3 ignored (accepted: 0, 1, 2); keeping 1");
+  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=4 ignored (accepted: 0, 1, 2, 3); keeping 1");
 }
 
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {

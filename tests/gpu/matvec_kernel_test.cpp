@@ -718,6 +718,68 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
   }
 }
 
+// Batch 1, plain rows of at most two 32-lane steps (split_rows 3: split_rows_short_kernel, the
+// output head of a SmolLM2-sized model): D rows in flight per warp and the lane's activations
+// read once must give the block kernels' sums to the bit. Widths at and below one step (576,
+// 1,024) and two (1,536, 2,048), three tasks of more rows than the grid's warps (so each warp
+// walks several rounds of D rows, and the last round is partial), the residual add, and the
+// product over a handed-over norm.
+TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
+  GRANULE_REQUIRE_GPU();
+  kernels::KernelConfig blocks = gpu_test::kernel_config();
+  blocks.split_rows = 0;
+  kernels::KernelConfig short_rows = blocks;
+  short_rows.split_rows = 3;
+  std::mt19937 rng(31);
+  for (int64_t cols : {576, 1024, 1536, 2048}) {
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
+    DeviceActivations act(x, 1, cols);
+    CUDA_OK(act.quantize(blocks));
+    std::vector<float> sums_host(static_cast<size_t>(cols / 32));
+    for (float& v : sums_host) v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
+    DeviceArray<float> d_sums(sums_host);
+    kernels::MatvecInput normed = act.in;
+    normed.norm_sum_squares = d_sums.get();
+    normed.norm_eps = 1e-5f;
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                            TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                            TensorType::Q5_K, TensorType::Q6_K}) {
+      if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
+      const std::string name =
+          std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
+      const int64_t rows[3] = {49152, 1000, 77};
+      std::vector<Encoded> w;
+      std::vector<DeviceArray<uint8_t>> d_w;
+      for (int64_t r : rows) {
+        w.push_back(encode(type, r, cols, rng, true));
+        d_w.emplace_back(w.back().device_bytes);
+      }
+      const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
+      // kind 0: three plain tasks; 1: the residual add; 2: over the handed-over norm.
+      std::vector<float> got[2][3][3];
+      for (int mode = 0; mode < 2; ++mode) {
+        const kernels::KernelConfig& config = mode ? short_rows : blocks;
+        for (int kind = 0; kind < 3; ++kind) {
+          std::vector<DeviceArray<float>> out;
+          kernels::MatvecTask t[3];
+          const int n_tasks = kind == 0 ? 3 : 1;
+          for (int m = 0; m < n_tasks; ++m) {
+            out.emplace_back(m == 0 ? h0 : std::vector<float>(static_cast<size_t>(rows[m])));
+            t[m] = split_task(d_w[m], w[m], rows[m], out[m].get());
+            t[m].accumulate = kind == 1;
+          }
+          CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), t, n_tasks,
+                                         kind == 2 ? normed : act.in, config, nullptr));
+          for (int m = 0; m < n_tasks; ++m) got[mode][kind][m] = out[m].download();
+        }
+      }
+      for (int m = 0; m < 3; ++m) EXPECT_EQ(got[0][0][m], got[1][0][m]) << name << " task " << m;
+      EXPECT_EQ(got[0][1][0], got[1][1][0]) << name << " residual add";
+      EXPECT_EQ(got[0][2][0], got[1][2][0]) << name << " over the handed-over norm";
+    }
+  }
+}
+
 // Launches the hand-over cannot serve are refused: more than one column, rows that do not
 // fill whole 32-row blocks, a norm weight without int8 results, GGUF-layout weights.
 TEST(MatvecKernelTasks, Batch1NormHandOverRefusesOtherShapes) {

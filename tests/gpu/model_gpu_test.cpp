@@ -500,7 +500,8 @@ INSTANTIATE_TEST_SUITE_P(
 // next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
 // product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
 // small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
-// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there); a wide
+// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there), the
+// embedding gather and the last down projection hand the first and the output norm over (4); a wide
 // feed-forward (8B-like: more 32-row blocks than SMs) quantises it only in owner blocks
 // (split_rows 2, wide_ff_spec), else keeps the quantisation kernel. One-row
 // decode steps (graphs) with each setting against the oracle's own steps; the fused logits
@@ -529,7 +530,7 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   const std::vector<int32_t> tokens = random_tokens(24, vocab, 11);
   const std::vector<float> ref = run_steps(cpu, 0, tokens), want = run_steps(oracle, 0, tokens);
   std::vector<float> unfused, previous;
-  for (const int fusion : {0, 1, 2, 3}) {
+  for (const int fusion : {0, 1, 2, 3, 4}) {
     kernels::KernelConfig kc = gpu_test::kernel_config();
     kc.decode_fusion = fusion;
     Rig gpu(path, true, 2, 256, false, kc);
@@ -552,8 +553,8 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   }
   // Warps that stay (KernelConfig::split_rows): the same sums, so the same bits, without the
   // fusion and with all of it.
-  for (const int fusion : {0, 3}) {
-    for (const int rows : {0, 1, 2}) {
+  for (const int fusion : {0, 4}) {
+    for (const int rows : {0, 1, 2, 3}) {
       if (rows == kernels::KernelConfig{}.split_rows) continue;  // the runs above
       kernels::KernelConfig kc = gpu_test::kernel_config();
       kc.decode_fusion = fusion;

@@ -619,6 +619,13 @@ bool CudaModel::fusion_fits() const {
   return true;
 }
 
+bool CudaModel::head_takes_hand_over() const {
+  const k::KernelConfig& kc = kernel_config_;
+  return kc.decode_fusion >= 4 && output_.split &&
+         k::matvec_reads_q8(output_.type, output_.split) &&
+         !(kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(output_.type, output_.split));
+}
+
 k::ActivationQ8 CudaModel::fusion_q8() const {
   return {q8_qs_.as<int8_t>() + widest_, q8_ds_.as<float2>() + widest_ / k::kQ8Block};
 }
@@ -832,7 +839,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   // With the batch-1 fusion the previous layer's down projection wrote this layer's first norm
   // input, and the output projection writes the second one's.
   const bool fused = fused_pass_ && n_rows == 1;
-  const bool normed_by_down = fused && layer > 0;
+  const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_);  // or by the gather
   const bool last = static_cast<size_t>(layer) + 1 == layers_.size();
   // Attention block. Norm output in every format Q/K/V need.
   if (!normed_by_down) {
@@ -910,6 +917,8 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                  "quantize_q8");
   if (fused && !last)
     matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm);
+  else if (fused && edge_norms_fused_)
+    matvec_normed_out(l.w_down, hidden, output_norm_);
   else
     matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
@@ -941,10 +950,20 @@ void CudaModel::run_layers(int n_rows) {
   if (!attention_partial_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
+  fused_pass_ = n_rows == 1 && fusion_fits();
+  edge_norms_fused_ = fused_pass_ && head_takes_hand_over();
+  k::NormHandOver first_norm;
+  if (edge_norms_fused_) {
+    first_norm.weight = layers_[0].attn_norm;
+    first_norm.qs = fusion_q8().qs;
+    first_norm.ds = fusion_q8().ds;
+    first_norm.sums = fusion_sums();
+  }
   check_launch(
       k::launch_embedding_gather(token_embd_.type, token_embd_.data, token_embd_.row_bytes,
                                  static_cast<int>(c.n_embd), c.n_vocab, in + kTokens * max_rows_,
-                                 n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split),
+                                 n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split,
+                                 edge_norms_fused_ ? &first_norm : nullptr),
       "embedding_gather");
   // The prefill overlap runs eagerly only: a captured step (a decode batch of more than 64
   // rows) keeps the one-stream GEMM path. A pass that threw after a dequantisation ahead left
@@ -954,7 +973,6 @@ void CudaModel::run_layers(int n_rows) {
     staged_ = nullptr;
   }
   overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
-  fused_pass_ = n_rows == 1 && fusion_fits();
   auto takes_gemm = [&](size_t i) {
     return n_rows > kMatvecMaxRows && !mma_prefill(kernel_config_, layers_[i]);
   };
@@ -978,6 +996,12 @@ void CudaModel::run_layers(int n_rows) {
 
 void CudaModel::run_head(int first_logit_row, int count) {
   const ModelConfig& c = config_;
+  if (edge_norms_fused_ && first_logit_row == 0 && count == 1) {
+    // The last down projection handed the output norm's input over (one row: row 0).
+    float* const logits_out[1] = {logits_.as<float>()};
+    matvec(&output_, logits_out, 1, 1, false, nullptr, true);
+    return;
+  }
   k::RmsNormOutputs out;
   if (k::matvec_reads_q8(output_.type, output_.split))
     out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};

@@ -146,6 +146,10 @@ class CudaModel {
   // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
   // does not otherwise use.
   bool fusion_fits() const;
+  // decode_fusion 4 on a fused pass: the embedding gather hands the first norm's input over
+  // and the last down projection the output norm's, where the output head takes the split
+  // kernels (split layout, no mma at one row): no norm kernel left in the step.
+  bool head_takes_hand_over() const;
   kernels::ActivationQ8 fusion_q8() const;
   float* fusion_sums() const;
   // `in` reads the RMSNorm input the product before handed over (fusion_q8(), 1/rms from
@@ -214,6 +218,7 @@ class CudaModel {
   // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
   bool fused_pass_ = false;  // run_layers: a one-row pass with the batch-1 fusion
+  bool edge_norms_fused_ = false;  // run_layers: decode_fusion 4 (head_takes_hand_over())
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
