@@ -121,7 +121,11 @@ struct KernelConfig {
   // (PERF_NOTES, session 8). 3 also takes the plain products whose rows fit two 32-lane steps
   // (at most 2,048 wide: a SmolLM2-sized model's output head and last down projection) in
   // split_rows_short_kernel, whose warps keep 4 (one step) or 2 (two steps) rows' weights in
-  // flight and read their activations once; the same sums to the bit.
+  // flight and read their activations once; the same sums to the bit. H200, SmolLM2 shapes, ms
+  // per batch-1 step, 2 against 3: 0.365 / 0.364 against 0.356 / 0.359 (PERF_NOTES, session 10).
+  // 4 (not the default: built and tested here, not yet run on a device) also runs the
+  // Q4_0/Q4_1 one-row products of at most 32 sub-blocks (576 wide) at one sub-block per lane
+  // and step: at two, the 32-warp SwiGLU kernel spills 48 bytes of payloads it never loads.
   int split_rows = 3;
 };
 

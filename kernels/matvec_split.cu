@@ -700,6 +700,12 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
   using Eight = std::integral_constant<int, 8>;
   if constexpr (NB == 1) {
     if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
+      // Rows of at most 32 sub-blocks (a SmolLM2-sized model's 576-wide products) are one
+      // 32-lane step at any U: U = 1 holds no payloads that are never loaded (the 32-warp
+      // SwiGLU kernel spills 48 bytes at U = 2, none at 1). A lane's sub-blocks are added in
+      // the same order at any U, so the sums are the same to the bit. split_rows 4 only: not
+      // yet run on a device (KernelConfig::split_rows).
+      if (config.split_rows >= 4 && in.n_in / kQ8Block <= kWarpSize) return go(One{}, One{});
       const bool long_rows = in.n_in / kQ8Block >= KernelConfig::kLongRowSubBlocks;
       switch (long_rows ? config.split_shape_long : config.split_shape) {
         case SplitShape::k1x4:

@@ -328,10 +328,11 @@ TEST(KernelConfigEnv, SplitRows) {
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "0"}}}, warnings).split_rows, 0);
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings).split_rows, 2);
   EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "3"}}}, warnings).split_rows, 3);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "4"}}}, warnings).split_rows, 4);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "4"}}}, warnings, one).split_rows, 1);
+  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "5"}}}, warnings, one).split_rows, 1);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=4 ignored (accepted: 0, 1, 2, 3); keeping 1");
+  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=5 ignored (accepted: 0, 1, 2, 3, 4); keeping 1");
 }
 
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {

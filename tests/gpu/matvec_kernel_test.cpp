@@ -723,13 +723,16 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
 // read once must give the block kernels' sums to the bit. Widths at and below one step (576,
 // 1,024) and two (1,536, 2,048), three tasks of more rows than the grid's warps (so each warp
 // walks several rounds of D rows, and the last round is partial), the residual add, and the
-// product over a handed-over norm.
+// product over a handed-over norm. And the products with int8 results at those widths, which
+// split_rows 4 runs at one sub-block per lane and step where a row has at most 32 (Q4_0, Q4_1).
 TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
   GRANULE_REQUIRE_GPU();
   kernels::KernelConfig blocks = gpu_test::kernel_config();
   blocks.split_rows = 0;
   kernels::KernelConfig short_rows = blocks;
   short_rows.split_rows = 3;
+  kernels::KernelConfig one_step = blocks;  // also one sub-block per lane and step
+  one_step.split_rows = 4;
   std::mt19937 rng(31);
   for (int64_t cols : {576, 1024, 1536, 2048}) {
     const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
@@ -776,6 +779,52 @@ TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
       for (int m = 0; m < 3; ++m) EXPECT_EQ(got[0][0][m], got[1][0][m]) << name << " task " << m;
       EXPECT_EQ(got[0][1][0], got[1][1][0]) << name << " residual add";
       EXPECT_EQ(got[0][2][0], got[1][2][0]) << name << " over the handed-over norm";
+
+      // The products with int8 results (32-warp blocks; at most 32 sub-blocks, split_rows 4
+      // takes one sub-block per lane and step): the hand-over with the residual add, and the
+      // SwiGLU product over the handed-over norm, quantised. 1,024 rows.
+      constexpr int64_t kRows = 1024;
+      const Encoded up = encode(type, kRows, cols, rng, true);
+      DeviceArray<uint8_t> d_up(up.device_bytes);
+      DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(kRows), rng));
+      struct Out {
+        std::vector<float> y, sums;
+        std::vector<int8_t> qs;
+        std::vector<float2> ds;
+      } handed[2][2];
+      for (int mode = 0; mode < 2; ++mode) {
+        for (int kind = 0; kind < 2; ++kind) {
+          DeviceArray<float> y(std::vector<float>(h0.begin(), h0.begin() + kRows));
+          DeviceArray<float> sums(static_cast<size_t>(kRows / 32));
+          DeviceArray<int8_t> qs(static_cast<size_t>(kRows));
+          DeviceArray<float2> ds(static_cast<size_t>(kRows / 32));
+          kernels::MatvecTask t = split_task(d_w[0], w[0], kRows, y.get());
+          t.y_q8 = {qs.get(), ds.get()};
+          if (kind == 0) {
+            t.accumulate = true;
+            t.norm_weight = d_norm_weight.get();
+            t.sum_squares = sums.get();
+          } else {
+            t.weight_up = d_up.get();
+          }
+          CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1,
+                                         kind == 0 ? act.in : normed, mode ? one_step : blocks,
+                                         nullptr));
+          handed[mode][kind] = {y.download(), kind == 0 ? sums.download() : std::vector<float>{},
+                                qs.download(), ds.download()};
+        }
+      }
+      for (int kind = 0; kind < 2; ++kind) {
+        const std::string what = name + (kind == 0 ? " hand-over" : " quantised SwiGLU");
+        const Out &a = handed[0][kind], &b = handed[1][kind];
+        EXPECT_EQ(a.y, b.y) << what << ": y";
+        EXPECT_EQ(a.sums, b.sums) << what << ": sums";
+        EXPECT_EQ(a.qs, b.qs) << what << ": int8 blocks";
+        ASSERT_EQ(a.ds.size(), b.ds.size());
+        for (size_t i = 0; i < a.ds.size(); ++i)
+          ASSERT_TRUE(a.ds[i].x == b.ds[i].x && a.ds[i].y == b.ds[i].y)
+              << what << ": scales of block " << i;
+      }
     }
   }
 }

@@ -554,7 +554,7 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   // Warps that stay (KernelConfig::split_rows): the same sums, so the same bits, without the
   // fusion and with all of it.
   for (const int fusion : {0, 4}) {
-    for (const int rows : {0, 1, 2, 3}) {
+    for (const int rows : {0, 1, 2, 3, 4}) {
       if (rows == kernels::KernelConfig{}.split_rows) continue;  // the runs above
       kernels::KernelConfig kc = gpu_test::kernel_config();
       kc.decode_fusion = fusion;

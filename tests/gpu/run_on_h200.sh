@@ -1190,7 +1190,35 @@ wave29() {
   cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/"
 }
 
+# Session 10's last call (the machine stopped answering; nothing came back, so this is what the
+# next session should run first): split_rows 4 runs the one-row products of at most 32
+# sub-blocks at U = 1 (no spill in the 32-warp SwiGLU kernel): the staying-warp, short-row,
+# hand-over and RoPE kernel tests and the fusion model tests, batch 1 with split_rows 3 against
+# 4 and decode attention in 4 (auto) against 8 warps, the engine suites, issue 15's numbers.
+wave30() {
+  local b="$build/app/bench/granule-bench" rep d
+  {
+  timeout 100 "$build/tests/matvec_kernel_test" --gtest_filter='*HandOver*:*StayingWarps*:*ShortRows*:*Rope*:*Tasks*' >"$OUT/matvec_kernel_test.txt" 2>&1
+  gtest_line matvec_kernel_test $?
+  fusion_line 150
+  for rep in 1 2; do
+    echo "-- smollm2-135m:Q4_1 split_rows 3: $(bd_line "$b" smollm2-135m:Q4_1 0)"
+    echo "-- smollm2-135m:Q4_1 split_rows 4: $(GRANULE_SPLIT_ROWS=4 bd_line "$b" smollm2-135m:Q4_1 0)"
+  done
+  for d in 0 448; do
+    echo "-- smollm2-135m:Q4_1 depth $d attention warps 8: $(GRANULE_ATTN_WARPS=8 bd_line "$b" smollm2-135m:Q4_1 $d)"
+    echo "-- smollm2-135m:Q4_1 depth $d attention warps auto: $(bd_line "$b" smollm2-135m:Q4_1 $d)"
+  done
+  model_suites 150 140
+  memory_suites 60 50
+  issue15_numbers
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
+  cp /tmp/model-test.txt "$OUT/"
+}
+
 case $what in
+  wave30) wave30 ;;
   wave29) wave29 ;;
   wave28) wave28 ;;
   wave27) wave27 ;;

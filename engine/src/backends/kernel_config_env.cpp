@@ -65,7 +65,7 @@ constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
-constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
+constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
