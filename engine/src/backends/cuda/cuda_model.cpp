@@ -837,7 +837,8 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   const ModelConfig& c = config_;
   float* hidden = hidden_.as<float>();
   // With the batch-1 fusion the previous layer's down projection wrote this layer's first norm
-  // input, and the output projection writes the second one's.
+  // input (layer 0's: the embedding gather, at fusion 4), and the output projection writes the
+  // second one's; at fusion 4 the last down projection writes the output norm's.
   const bool fused = fused_pass_ && n_rows == 1;
   const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_);  // or by the gather
   const bool last = static_cast<size_t>(layer) + 1 == layers_.size();
