@@ -567,6 +567,50 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
   }
 }
 
+// A batch-1 product with int8 results (MatvecTask::y_q8) over the first `rows` rows of w,
+// starting from y0: the SwiGLU product with `up` over the handed-over norm (`normed`), or the
+// residual add handing the next norm over (norm_weight, the sums) over `plain`. Its y, sums,
+// int8 blocks and scales.
+struct Int8Results {
+  std::vector<float> y, sums;
+  std::vector<int8_t> qs;
+  std::vector<float2> ds;
+};
+Int8Results run_int8_product(TensorType type, const kernels::KernelConfig& config, bool swiglu,
+                             const DeviceArray<uint8_t>& d_w, const Encoded& w,
+                             const DeviceArray<uint8_t>& d_up, const float* norm_weight,
+                             int64_t rows, const std::vector<float>& y0,
+                             const kernels::MatvecInput& plain, const kernels::MatvecInput& normed) {
+  DeviceArray<float> y(std::vector<float>(y0.begin(), y0.begin() + rows));
+  DeviceArray<float> sums(static_cast<size_t>(rows / 32));
+  DeviceArray<int8_t> qs(static_cast<size_t>(rows));
+  DeviceArray<float2> ds(static_cast<size_t>(rows / 32));
+  kernels::MatvecTask t = split_task(d_w, w, rows, y.get());
+  t.y_q8 = {qs.get(), ds.get()};
+  if (swiglu) {
+    t.weight_up = d_up.get();
+  } else {
+    t.accumulate = true;
+    t.norm_weight = norm_weight;
+    t.sum_squares = sums.get();
+  }
+  EXPECT_EQ(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, swiglu ? normed : plain,
+                                   config, nullptr),
+            cudaSuccess);
+  return {y.download(), swiglu ? std::vector<float>{} : sums.download(), qs.download(),
+          ds.download()};
+}
+
+void expect_same_int8_results(const Int8Results& a, const Int8Results& b, const std::string& what) {
+  EXPECT_EQ(a.y, b.y) << what << ": y";
+  EXPECT_EQ(a.sums, b.sums) << what << ": sums";
+  EXPECT_EQ(a.qs, b.qs) << what << ": int8 blocks";
+  ASSERT_EQ(a.ds.size(), b.ds.size());
+  for (size_t i = 0; i < a.ds.size(); ++i)
+    ASSERT_TRUE(a.ds[i].x == b.ds[i].x && a.ds[i].y == b.ds[i].y)
+        << what << ": scales of block " << i;
+}
+
 // Batch 1 in warps that stay (KernelConfig::split_rows): every warp takes several rows here
 // (more rows than the SMs hold warps), and each product must give split_matvec_kernel's
 // sums to the bit: three plain tasks end to end; the gate/up product over a handed-over norm;
@@ -642,47 +686,17 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
     // blocks of 8 warps that own a 32-row block each (2; Q4_0 and Q4_1, the other types keep
     // the 32-warp blocks, matvec_owns_row_blocks). The SwiGLU product with its result
     // quantised, and the residual add with the norm hand-over.
-    std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
-    DeviceArray<float> d_norm_weight(norm_weight);
-    struct Handed {
-      std::vector<float> y, sums;
-      std::vector<int8_t> qs;
-      std::vector<float2> ds;
-    } handed[2][2];
-    for (int mode = 0; mode < 2; ++mode) {
-      kernels::KernelConfig config = blocks;
-      config.split_rows = mode == 0 ? 0 : 2;
-      for (int kind = 0; kind < 2; ++kind) {
-        DeviceArray<float> y(h0), sums(static_cast<size_t>(rows[0] / 32));
-        DeviceArray<int8_t> qs(static_cast<size_t>(rows[0]));
-        DeviceArray<float2> ds(static_cast<size_t>(rows[0] / 32));
-        kernels::MatvecTask t = split_task(d_w[0], w[0], rows[0], y.get());
-        t.y_q8 = {qs.get(), ds.get()};
-        if (kind == 0) {
-          t.weight_up = d_up.get();
-        } else {
-          t.accumulate = true;
-          t.norm_weight = d_norm_weight.get();
-          t.sum_squares = sums.get();
-        }
-        run(type, config, &t, 1, kind == 0 ? normed : act.in);
-        handed[mode][kind] = {y.download(), kind ? sums.download() : std::vector<float>{},
-                              qs.download(), ds.download()};
-      }
-    }
-    {
-      for (int kind = 0; kind < 2; ++kind) {
-        const std::string what =
-            name + (kind ? " hand-over" : " quantised SwiGLU") + ", split_rows 2";
-        const Handed &a = handed[0][kind], &b = handed[1][kind];
-        EXPECT_EQ(a.y, b.y) << what << ": y";
-        EXPECT_EQ(a.sums, b.sums) << what << ": sums";
-        EXPECT_EQ(a.qs, b.qs) << what << ": int8 blocks";
-        ASSERT_EQ(a.ds.size(), b.ds.size());
-        for (size_t i = 0; i < a.ds.size(); ++i)
-          ASSERT_TRUE(a.ds[i].x == b.ds[i].x && a.ds[i].y == b.ds[i].y)
-              << what << ": scales of block " << i;
-      }
+    DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(rows[0]), rng));
+    kernels::KernelConfig owners = blocks;
+    owners.split_rows = 2;
+    for (const bool swiglu : {true, false}) {
+      auto product = [&](const kernels::KernelConfig& config) {
+        return run_int8_product(type, config, swiglu, d_w[0], w[0], d_up, d_norm_weight.get(),
+                                rows[0], h0, act.in, normed);
+      };
+      expect_same_int8_results(product(blocks), product(owners),
+                               name + (swiglu ? " quantised SwiGLU" : " hand-over") +
+                                   ", split_rows 2");
     }
   }
 
@@ -787,43 +801,13 @@ TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
       const Encoded up = encode(type, kRows, cols, rng, true);
       DeviceArray<uint8_t> d_up(up.device_bytes);
       DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(kRows), rng));
-      struct Out {
-        std::vector<float> y, sums;
-        std::vector<int8_t> qs;
-        std::vector<float2> ds;
-      } handed[2][2];
-      for (int mode = 0; mode < 2; ++mode) {
-        for (int kind = 0; kind < 2; ++kind) {
-          DeviceArray<float> y(std::vector<float>(h0.begin(), h0.begin() + kRows));
-          DeviceArray<float> sums(static_cast<size_t>(kRows / 32));
-          DeviceArray<int8_t> qs(static_cast<size_t>(kRows));
-          DeviceArray<float2> ds(static_cast<size_t>(kRows / 32));
-          kernels::MatvecTask t = split_task(d_w[0], w[0], kRows, y.get());
-          t.y_q8 = {qs.get(), ds.get()};
-          if (kind == 0) {
-            t.accumulate = true;
-            t.norm_weight = d_norm_weight.get();
-            t.sum_squares = sums.get();
-          } else {
-            t.weight_up = d_up.get();
-          }
-          CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1,
-                                         kind == 0 ? act.in : normed, mode ? one_step : blocks,
-                                         nullptr));
-          handed[mode][kind] = {y.download(), kind == 0 ? sums.download() : std::vector<float>{},
-                                qs.download(), ds.download()};
-        }
-      }
-      for (int kind = 0; kind < 2; ++kind) {
-        const std::string what = name + (kind == 0 ? " hand-over" : " quantised SwiGLU");
-        const Out &a = handed[0][kind], &b = handed[1][kind];
-        EXPECT_EQ(a.y, b.y) << what << ": y";
-        EXPECT_EQ(a.sums, b.sums) << what << ": sums";
-        EXPECT_EQ(a.qs, b.qs) << what << ": int8 blocks";
-        ASSERT_EQ(a.ds.size(), b.ds.size());
-        for (size_t i = 0; i < a.ds.size(); ++i)
-          ASSERT_TRUE(a.ds[i].x == b.ds[i].x && a.ds[i].y == b.ds[i].y)
-              << what << ": scales of block " << i;
+      for (const bool swiglu : {false, true}) {
+        auto product = [&](const kernels::KernelConfig& config) {
+          return run_int8_product(type, config, swiglu, d_w[0], w[0], d_up, d_norm_weight.get(),
+                                  kRows, h0, act.in, normed);
+        };
+        expect_same_int8_results(product(blocks), product(one_step),
+                                 name + (swiglu ? " quantised SwiGLU" : " hand-over"));
       }
     }
   }
