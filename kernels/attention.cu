@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   constexpr int kVecs = GP * kHeadDim / 4;               // float4 outputs of the group
   constexpr int kChunk = 2 * kHeadDim;                   // splits merged per pass
   constexpr int kQuickMerge = 8;  // splits the last block merges in one round trip
-  constexpr int kVecsPerThreadQuick = (kVecs + kThreads - 1) / kThreads;
+  constexpr int kVecsPerThread = (kVecs + kThreads - 1) / kThreads;  // in the last block's merge
   static_assert(2 * GP * kChunk <= kWarps * GP * kHeadDim, "merge weights reuse sm_acc");
 
   __shared__ __align__(16) float sm_acc[kWarps][GP][kHeadDim];
@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     // (the same m_all, the same weights, the splits in turn), so the output is the same to
     // the bit.
 #pragma unroll
-    for (int r = 0; r < kVecsPerThreadQuick; ++r) {
+    for (int r = 0; r < kVecsPerThread; ++r) {
       const int e0 = warp * kWarpSize + r * kThreads;  // whole warps call write_output4
       if (e0 >= n_vecs) break;
       const int e = e0 + lane;
@@ -430,7 +430,6 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   // memory (reusing sm_acc), then thread e sums its 4 elements over the chunk.
   float* sm_w = &sm_acc[0][0][0];     // [GP][kChunk]
   float* sm_wl = sm_w + GP * kChunk;  // [GP][kChunk]
-  constexpr int kVecsPerThread = (kVecs + kThreads - 1) / kThreads;
   float4 sum[kVecsPerThread];
   float sum_l[kVecsPerThread];
 #pragma unroll

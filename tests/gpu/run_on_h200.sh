@@ -407,6 +407,15 @@ profile_mma32() {
 
 # Session 3's helpers' kernels: tests and sanitizers (wave6-tests), then the benches (wave6-bench).
 gtest_line() { echo "$1: rc=$2 $(grep -E '^\[  (PASSED|FAILED)|tests? ran' "$OUT/$1.txt" | tail -2 | tr '\n' ' ')"; grep -E "^\[  FAILED" "$OUT/$1.txt" | head -8; }
+# gtest_lines SECONDS TEST...: each test binary in turn (log in $OUT/TEST.txt), one gtest_line each.
+gtest_lines() {
+  local seconds=$1 t
+  shift
+  for t in "$@"; do
+    timeout "$seconds" "$build/tests/$t" >"$OUT/$t.txt" 2>&1
+    gtest_line "$t" $?
+  done
+}
 wave6_tests() {
   local t
   for t in attention_kernels_test matvec_mma_kernel_test matvec_kernel_test elementwise_kernels_test attention_prefill_test streaming_gpu_test; do
@@ -1080,13 +1089,10 @@ wave25() {
 # memcheck, the fusion model tests, batch 1 alternated with ab-old/ (7df4bc6), the engine
 # suites, then issue 15's numbers.
 wave26() {
-  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench" t
+  local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench"
   build_old_bench
   {
-  for t in matvec_kernel_test attention_kernels_test attention_prefill_test; do
-    timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
-    gtest_line $t $?
-  done
+  gtest_lines 150 matvec_kernel_test attention_kernels_test attention_prefill_test
   memcheck_line "RoPE epilogue" /tmp/memcheck.txt 200 matvec_kernel_test '*Rope*'
   memcheck_line attention /tmp/memcheck-attn.txt 200 attention_kernels_test
   fusion_line 200
@@ -1117,12 +1123,9 @@ wave27() {
 # beside the wall time (granule-bench's new column), and where a SmolLM2 batch-1 step goes per
 # kernel (Nsight Compute, caches as they are: 4 steps after 1,500 launches of warm-up).
 wave28() {
-  local b="$build/app/bench/granule-bench" t rep m
+  local b="$build/app/bench/granule-bench" rep m
   {
-  for t in matvec_kernel_test attention_kernels_test attention_prefill_test; do
-    timeout 150 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
-    gtest_line $t $?
-  done
+  gtest_lines 150 matvec_kernel_test attention_kernels_test attention_prefill_test
   memcheck_line "RoPE, hand-over" /tmp/memcheck.txt 200 matvec_kernel_test '*Rope*:*HandOver*:*StayingWarps*'
   memcheck_line attention /tmp/memcheck-attn.txt 200 attention_kernels_test
   fusion_line 200
@@ -1155,13 +1158,10 @@ bd_line() {  # bd_line BENCH MODEL DEPTH: the batch-1 decode row after DEPTH tok
 }
 wave29() {
   local b="$build/app/bench/granule-bench" ob="$root/build-gpu-old/app/bench/granule-bench"
-  local mask rep m d t
+  local mask rep m d
   build_old_bench
   {
-  for t in matvec_kernel_test attention_kernels_test; do
-    timeout 200 "$build/tests/$t" >"$OUT/$t.txt" 2>&1
-    gtest_line $t $?
-  done
+  gtest_lines 200 matvec_kernel_test attention_kernels_test
   memcheck_line "short rows, hand-over" /tmp/memcheck.txt 200 matvec_kernel_test '*ShortRows*:*HandOver*'
   memcheck_line attention /tmp/memcheck-attn.txt 200 attention_kernels_test
   fusion_line 200
