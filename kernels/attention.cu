@@ -141,7 +141,7 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[NV], int lane) {
 // SM where a grid of one split per (row, KV head) gives each SM about two blocks.
 template <int EPL, int GP, int NW>
 __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
-    attention_split_kernel(AttentionArgs a, int target_splits) {
+    attention_split_kernel(AttentionArgs a, int target_splits, int early) {
   constexpr int kWarps = NW;
   constexpr int kThreads = NW * kWarpSize;
   constexpr int kHeadDim = EPL * kWarpSize;
@@ -168,24 +168,66 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   // and the slots' KV bases are set at attach: the plan and the KV address are formed before
   // waiting for the previous kernel (which writes q and this token's K and V). A block with no
   // tokens still waits before it leaves, so that the grid never completes before the kernel
-  // it follows (a later kernel's wait covers both only through this one's).
+  // it follows (a later kernel's wait covers both only through this one's); with `early` bit
+  // 1 only block 0 of the grid does, which is enough for that (KernelConfig::attention_early).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
   const int length = a.lengths[row];
   const SplitPlan plan = length > 0
                              ? plan_splits(length, a.split_tokens, a.max_splits, target_splits)
                              : SplitPlan{0, 0};
   if (split >= plan.count) {
+    if ((early & 1) && (split | kv_head | row) != 0) return;
     wait_for_previous_kernel();
     return;
   }
   const __half* slot_kv = a.slot_base[a.slots[row]];
-  wait_for_previous_kernel();
-  allow_next_kernel();
   const int start = split * plan.tokens;
   const int end = min(length, start + plan.tokens);
   const int group = a.n_head / a.n_kv;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int d0 = lane * EPL;
+
+  const __half* base = slot_kv + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
+                       kv_head * kHeadDim + d0;
+  const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
+  auto load_token = [&](int token, uint32_t(&kr)[W], uint32_t(&vr)[W]) {
+    const __half* kp = base + static_cast<int64_t>(token) * a.token_stride;
+    load_raw<EPL>(kp, kr);
+    load_raw<EPL>(kp + v_offset, vr);
+  };
+  auto load_tile = [&](int t0, uint32_t(&kr)[T][W], uint32_t(&vr)[T][W]) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (t0 + t < end) {
+        load_token(t0 + t, kr[t], vr[t]);
+      } else {
+#pragma unroll
+        for (int w = 0; w < W; ++w) kr[t][w] = vr[t][w] = 0u;  // never read past the length
+      }
+    }
+  };
+
+  // A warp's first tile: the tokens below `settled` before the wait, the rest after it. A
+  // row's new tokens in this step (written by the kernels before this one) are at most the
+  // launch's rows and end its length, so tokens below length - rows were written by earlier
+  // steps, whose kernels have all completed (`early` bit 2; without it, every token after).
+  const int n_tiles = (end - start + T - 1) / T;
+  const int settled = (early & 2) ? max(start, min(end, length - a.rows)) : start;
+  const int first_t0 = start + warp * T;
+  uint32_t kn[T][W], vn[T][W];
+  if (warp < n_tiles) {
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      if (first_t0 + t < settled) {
+        load_token(first_t0 + t, kn[t], vn[t]);
+      } else {
+#pragma unroll
+        for (int w = 0; w < W; ++w) kn[t][w] = vn[t][w] = 0u;  // never read past the length
+      }
+    }
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
 
   float q[GP][EPL], acc[GP][EPL];
 #pragma unroll
@@ -198,31 +240,16 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
                     : 0.0f;
     }
   }
+  if (warp < n_tiles) {
+#pragma unroll
+    for (int t = 0; t < T; ++t)
+      if (first_t0 + t >= settled && first_t0 + t < end) load_token(first_t0 + t, kn[t], vn[t]);
+  }
   // This lane's score in a tile: token my_t, head my_g; it keeps that head's running max and
   // sum (every lane of a head holds the same values).
   const int my_i = lane >> SH, my_t = my_i / GP, my_g = my_i % GP;
   float m_own = -FLT_MAX, l_own = 0.0f;
 
-  const __half* base = slot_kv + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
-                       kv_head * kHeadDim + d0;
-  const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
-  auto load_tile = [&](int t0, uint32_t(&kr)[T][W], uint32_t(&vr)[T][W]) {
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (t0 + t < end) {
-        const __half* kp = base + static_cast<int64_t>(t0 + t) * a.token_stride;
-        load_raw<EPL>(kp, kr[t]);
-        load_raw<EPL>(kp + v_offset, vr[t]);
-      } else {
-#pragma unroll
-        for (int w = 0; w < W; ++w) kr[t][w] = vr[t][w] = 0u;  // never read past the length
-      }
-    }
-  };
-
-  const int n_tiles = (end - start + T - 1) / T;
-  uint32_t kn[T][W], vn[T][W];
-  if (warp < n_tiles) load_tile(start + warp * T, kn, vn);
   for (int tile = warp; tile < n_tiles; tile += kWarps) {
     const int t0 = start + tile * T;
     uint32_t kc[T][W], vc[T][W];
@@ -525,10 +552,10 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   if constexpr (EPL * GP <= 32) {  // 8 warps' shared accumulators fit 48 KB
     if (eight)
       return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
-                          stream, args, target_splits);
+                          stream, args, target_splits, config.attention_early);
   }
   return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
-                      args, target_splits);
+                      args, target_splits, config.attention_early);
 }
 
 template <int EPL>

@@ -93,6 +93,14 @@ struct KernelConfig {
   // H200, 8B Q4_0 at 160 tokens of context, ms per step 4 / auto: 1 row 1.854 / 1.842, 8 rows
   // 3.371 / 3.351, 32 rows 5.804 / 5.727; 32 chats 5,473 / 5,501 t/s (PERF_NOTES, session 6).
   int attention_warps = 0;
+  // What decode attention (attention.cu) does before its PDL wait, a bit mask (not yet measured
+  // on a device; 0 until it is): 1, blocks with no tokens leave at once instead of waiting for
+  // the previous kernel (block 0 of the grid always waits, so the grid still cannot complete
+  // before the kernel it follows); 2, each warp requests its first tile's K and V for the
+  // tokens that earlier steps wrote (below length - rows: a row's new tokens in this step are
+  // at most the launch's rows, all at the end of its length), so only q and the newest tokens
+  // are read after the wait. The same output to the bit.
+  int attention_early = 0;
   // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
   // RMSNorm's input over in the epilogue of the product before it (the output projection and
   // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product

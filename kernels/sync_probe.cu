@@ -1,11 +1,18 @@
 // granule-bench sync's kernels (sync_probe.cuh): the same dependent step as a kernel per step
-// or as phases of one kernel separated by grid barriers.
+// or as phases of one kernel separated by grid barriers; and a writer that finishes late, for
+// the tests of what kernels read before their PDL wait.
 #include "common.cuh"
 #include "grid_sync.cuh"
 #include "sync_probe.cuh"
 
 namespace granule::kernels {
 namespace {
+
+__device__ __forceinline__ uint64_t global_nanoseconds() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // Block i's value of the step: block (7i + 1) mod blocks's value of the step before, plus 1.
 __device__ __forceinline__ void probe_step(const float* from, float* to) {
@@ -31,7 +38,30 @@ __global__ void barrier_steps_kernel(float* a, float* b, unsigned long long* cou
   }
 }
 
+__global__ void late_copy_kernel(uint32_t* dst, const uint32_t* src, size_t words,
+                                 unsigned delay_ns) {
+  allow_next_kernel();
+  wait_for_previous_kernel();
+  if (threadIdx.x == 0) {
+    const uint64_t start = global_nanoseconds();
+    while (global_nanoseconds() - start < delay_ns) {
+    }
+  }
+  __syncthreads();
+  for (size_t i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
+}
+
 }  // namespace
+
+cudaError_t launch_late_copy(void* dst, const void* src, size_t bytes, unsigned delay_ns,
+                             const KernelConfig& config, cudaStream_t stream) {
+  if (bytes % 4 != 0 || reinterpret_cast<uintptr_t>(dst) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(src) % 4 != 0)
+    return cudaErrorInvalidValue;
+  return launch_early(late_copy_kernel, dim3(1), dim3(256), config, stream,
+                      static_cast<uint32_t*>(dst), static_cast<const uint32_t*>(src), bytes / 4,
+                      delay_ns);
+}
 
 int sync_probe_resident_blocks(int threads) {
   int per_sm = 0;

@@ -28,4 +28,11 @@ cudaError_t launch_sync_probe(SyncProbe kind, int blocks, int threads, int phase
                               const SyncProbeBuffers& buffers, const KernelConfig& config,
                               cudaStream_t stream);
 
+// A writer that finishes late, for tests of what a kernel launched early reads before its PDL
+// wait: it lets the next kernel start at once, waits for the kernel before it, spins for
+// `delay_ns` of the device's clock, and only then copies `bytes` (a multiple of 4, both
+// pointers 4-byte aligned) from src to dst. One block; launched as launch_early launches.
+cudaError_t launch_late_copy(void* dst, const void* src, size_t bytes, unsigned delay_ns,
+                             const KernelConfig& config, cudaStream_t stream);
+
 }  // namespace granule::kernels

@@ -335,12 +335,30 @@ TEST(KernelConfigEnv, SplitRows) {
   EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=5 ignored (accepted: 0, 1, 2, 3, 4); keeping 1");
 }
 
+TEST(KernelConfigEnv, AttentionEarly) {
+  std::vector<std::string> warnings;
+  const KernelConfig none = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(none.attention_early, 0);
+  EXPECT_EQ(describe_attention(none).find("attention early"), std::string::npos)
+      << describe_attention(none);
+  const KernelConfig both = parse({{{"GRANULE_ATTN_EARLY", "3"}}}, warnings);
+  EXPECT_EQ(both.attention_early, 3);
+  EXPECT_NE(describe_attention(both).find("attention early 3"), std::string::npos)
+      << describe_attention(both);
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "1"}}}, warnings).attention_early, 1);
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "2"}}}, warnings).attention_early, 2);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "4"}}}, warnings, both).attention_early, 3);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_ATTN_EARLY=4 ignored (accepted: 0, 1, 2, 3); keeping 3");
+}
+
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 19u);
+  ASSERT_EQ(kernel_override_variables().size(), 20u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -16,6 +16,7 @@
 #include "gpu_test_support.h"
 #include "model/rope.h"
 #include "rope_kv.cuh"
+#include "sync_probe.cuh"
 
 namespace granule {
 namespace {
@@ -340,6 +341,116 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(i.param.lengths.size()) + "_cap" + std::to_string(i.param.capacity) +
              "_" + std::to_string(i.index);
     });
+
+// KernelConfig::attention_early: the output is the same to the bit at every setting, and the
+// tokens the step's own kernels write are read after the PDL wait. A late writer
+// (launch_late_copy: it lets the next kernel start at once and copies after 50 µs) puts each
+// slot's newest tokens in place just before the attention launch; until then they hold NaN, so
+// a request for one of them issued before the wait would show up in the output. Two steps:
+// decode rows of their own slots (each row's newest token written late), and the four rows of
+// one sequence's run (its last four tokens written late, each row seeing up to its own).
+struct LateStep {
+  std::vector<int32_t> lengths, slots;
+  int late_tokens;
+};
+
+TEST(AttentionEarlyRequests, SameBitsAndTheStepsTokensAfterTheWait) {
+  GRANULE_REQUIRE_GPU();
+  const int hd = 64, n_head = 9, n_kv = 3, n_layer = 2, layer = 1, capacity = 512;
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
+  const int64_t slot_halves = token_stride * capacity;
+  const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
+  for (const LateStep& step : {LateStep{{35, 1, 448, 64}, {0, 1, 2, 3}, 1},
+                               LateStep{{61, 62, 63, 64}, {0, 0, 0, 0}, 4}}) {
+    SCOPED_TRACE("rows of lengths " + std::to_string(step.lengths[0]) + ".." +
+                 std::to_string(step.lengths.back()));
+    const int rows = static_cast<int>(step.lengths.size());
+    const int n_slots = *std::max_element(step.slots.begin(), step.slots.end()) + 1;
+    std::vector<int> slot_length(static_cast<size_t>(n_slots), 0);
+    for (int r = 0; r < rows; ++r)
+      slot_length[step.slots[r]] = std::max(slot_length[step.slots[r]], step.lengths[r]);
+    std::mt19937 rng(static_cast<uint32_t>(rows * 131 + step.late_tokens));
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<uint16_t> full(static_cast<size_t>(n_slots * slot_halves), kPoisonHalf);
+    for (int s = 0; s < n_slots; ++s)
+      for (int64_t i = 0; i < slot_length[s] * token_stride; ++i) {
+        const __half x = __float2half_rn(dist(rng) * 2.0f);
+        full[static_cast<size_t>(s * slot_halves + i)] = reinterpret_cast<const uint16_t&>(x);
+      }
+    // Each slot's last late_tokens tokens (all layers: one contiguous range) come late.
+    std::vector<uint16_t> early_kv = full;
+    std::vector<int64_t> late_at;
+    std::vector<DeviceArray<uint16_t>> late_values;
+    const int64_t late_halves = step.late_tokens * token_stride;
+    for (int s = 0; s < n_slots; ++s) {
+      const int64_t at = s * slot_halves + (slot_length[s] - step.late_tokens) * token_stride;
+      late_at.push_back(at);
+      late_values.emplace_back(
+          std::vector<uint16_t>(full.begin() + at, full.begin() + at + late_halves));
+      std::fill(early_kv.begin() + at, early_kv.begin() + at + late_halves, kPoisonHalf);
+    }
+    DeviceArray<uint16_t> d_kv(full);
+    std::vector<__half*> bases;
+    for (int s = 0; s < n_slots; ++s)
+      bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + s * slot_halves);
+    DeviceArray<__half*> d_bases(bases);
+    DeviceArray<int32_t> d_slots(step.slots), d_lengths(step.lengths);
+    DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
+    DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
+    kernels::AttentionArgs a;
+    a.q = d_q.get();
+    a.q_stride = q_dim;
+    a.out = d_out.get();
+    a.out_stride = q_dim;
+    a.rows = rows;
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = hd;
+    a.lengths = d_lengths.get();
+    a.slots = d_slots.get();
+    a.slot_base = d_bases.get();
+    a.token_stride = token_stride;
+    a.layer = layer;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.split_tokens = 64;  // the engine's decode split size
+    a.max_splits = capacity / a.split_tokens;
+    DeviceArray<float> d_partial(
+        kernels::attention_workspace_floats(rows, n_head, a.max_splits, hd));
+    a.partial = d_partial.get();
+    DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
+    DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
+    a.out_q8 = {d_qs.get(), d_ds.get()};
+    DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    a.split_counters = d_counters.get();
+
+    kernels::KernelConfig config = gpu_test::kernel_config();
+    config.attention_early = 0;
+    d_out.poison();
+    CUDA_OK(kernels::launch_attention(a, config, nullptr));
+    const std::vector<float> want = d_out.download();
+    const std::vector<int8_t> want_qs = d_qs.download();
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_FALSE(std::isnan(want[i])) << i;
+    for (int early = 0; early <= 3; ++early) {
+      SCOPED_TRACE("attention_early " + std::to_string(early));
+      config.attention_early = early;
+      d_kv.upload(early_kv);
+      d_out.poison();
+      for (int s = 0; s < n_slots; ++s)
+        CUDA_OK(kernels::launch_late_copy(reinterpret_cast<uint16_t*>(d_kv.get()) + late_at[s],
+                                          late_values[s].get(), late_halves * 2, 50000, config,
+                                          nullptr));
+      CUDA_OK(kernels::launch_attention(a, config, nullptr));
+      const std::vector<float> got = d_out.download();
+      EXPECT_EQ(d_qs.download(), want_qs);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(reinterpret_cast<const uint32_t&>(got[i]),
+                  reinterpret_cast<const uint32_t&>(want[i]))
+            << "row " << i / q_dim << " element " << i % q_dim << ": " << got[i] << " against "
+            << want[i];
+      EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    }
+  }
+}
 
 // Times the 8B decode shapes of issue 15 in the engine's KV layout (32 layers: consecutive
 // tokens of one layer are 128 KB apart) and prints µs per launch; every K and V element is the

@@ -33,6 +33,7 @@ constexpr const char* kF16MmaSharedGateUpVariable = "GRANULE_F16MMA_SHARED_GATEU
 constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN";
 constexpr const char* kDecodeFusionVariable = "GRANULE_DECODE_FUSION";
 constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
+constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
@@ -40,7 +41,7 @@ constexpr const char* kVariables[] = {
     kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
-    kSplitRowsVariable};
+    kSplitRowsVariable,      kAttentionEarlyVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -66,6 +67,7 @@ constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
+constexpr Choice<int> kAttentionEarlyModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -141,6 +143,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kF16MmaSharedPlainVariable, 0, 9, config.f16_mma_shared_plain, lookup, warnings);
   apply(kDecodeFusionVariable, kDecodeFusions, config.decode_fusion, lookup, warnings);
   apply(kSplitRowsVariable, kSplitRowsModes, config.split_rows, lookup, warnings);
+  apply(kAttentionEarlyVariable, kAttentionEarlyModes, config.attention_early, lookup, warnings);
   return config;
 }
 
@@ -188,7 +191,9 @@ std::string describe_attention(const KernelConfig& config) {
          " blocks per SM of " +
          (config.attention_warps ? std::to_string(config.attention_warps) : std::string("4 or 8")) +
          " warps, batch-1 fusion " + std::to_string(config.decode_fusion) + ", staying warps " +
-         std::to_string(config.split_rows);
+         std::to_string(config.split_rows) +
+         (config.attention_early ? ", attention early " + std::to_string(config.attention_early)
+                                 : std::string());
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {
