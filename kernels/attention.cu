@@ -171,6 +171,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   // it follows (a later kernel's wait covers both only through this one's); with `early` bit
   // 1 only block 0 of the grid does, which is enough for that (KernelConfig::attention_early).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
+  if (early & 4) allow_next_kernel();  // KernelConfig::early_trigger 2
   const int length = a.lengths[row];
   const SplitPlan plan = length > 0
                              ? plan_splits(length, a.split_tokens, a.max_splits, target_splits)
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     }
   }
   wait_for_previous_kernel();
-  allow_next_kernel();
+  if (!(early & 4)) allow_next_kernel();
 
   float q[GP][EPL], acc[GP][EPL];
 #pragma unroll
@@ -549,13 +550,17 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
                   args.rows);
+  // attention_early's bits 1 and 2; 4: let the next kernel start before the wait (one-row
+  // steps under KernelConfig::early_trigger 2).
+  const int early =
+      (config.attention_early & 3) | (args.rows == 1 && config.early_trigger >= 2 ? 4 : 0);
   if constexpr (EPL * GP <= 32) {  // 8 warps' shared accumulators fit 48 KB
     if (eight)
       return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
-                          stream, args, target_splits, config.attention_early);
+                          stream, args, target_splits, early);
   }
   return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
-                      args, target_splits, config.attention_early);
+                      args, target_splits, early);
 }
 
 template <int EPL>

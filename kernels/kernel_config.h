@@ -101,6 +101,21 @@ struct KernelConfig {
   // at most the launch's rows, all at the end of its length), so only q and the newest tokens
   // are read after the wait. The same output to the bit.
   int attention_early = 0;
+  // Where batch-1 kernels let the next kernel start (griddepcontrol.launch_dependents), which
+  // lets it request its weights that much earlier; the next kernel's wait still waits for this
+  // one to complete, and every block of this one still waits for the kernel before it, so the
+  // order of the step is unchanged (not yet measured on a device; 0 until it is): 0 after their
+  // wait; 1 before it for the one-row split products with int8 results (under the fusion the
+  // output, gate/up and down projections), so that the gate/up product and the next layer's
+  // Q/K/V, whose kernels before them are short, start during the long ones before those; 2
+  // also every other one-row split product (Q/K/V, the head) and decode attention.
+  int early_trigger = 0;
+  // Batch-1 split products whose input hands its RMSNorm's 1/rms over (decode_fusion): each
+  // lane requests its share of the input's sums of squares with the activations and reduces
+  // them once its dot products are done, instead of reducing them first (whose warp sum keeps
+  // the activation loads behind it: two L2 round trips in a row after the wait, ptxas sm_90).
+  // The same sums in the same order, so the same bits (not yet measured on a device).
+  bool late_norm = false;
   // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
   // RMSNorm's input over in the epilogue of the product before it (the output projection and
   // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product

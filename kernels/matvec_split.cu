@@ -24,7 +24,18 @@ struct SplitTasks {
   MatvecTask t[kMaxMatvecTasks];
   int first_block[kMaxMatvecTasks + 1] = {};
   int n_tasks = 0;
+  bool trigger_first = false;  // KernelConfig::early_trigger: allow the next kernel at once
 };
+
+// The next kernel may start as soon as every block of this one is resident where the launch
+// asks for it (it still waits for this one to complete), else once this one's wait is over.
+__device__ __forceinline__ void allow_next_first(const SplitTasks& tasks) {
+  if (tasks.trigger_first) allow_next_kernel();
+}
+__device__ __forceinline__ void wait_then_allow_next(const SplitTasks& tasks) {
+  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
+  if (!tasks.trigger_first) allow_next_kernel();
+}
 
 // The task that unit i (a block, or a row where first_block counts rows) belongs to.
 __device__ __forceinline__ int task_of(const SplitTasks& tasks, int i) {
@@ -173,6 +184,42 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
   return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
 }
 
+// KernelConfig::late_norm: a lane's first K sums of squares of the input's blocks, requested
+// right after the wait, before the activations and beside them, and only added once the
+// products are done (input_norm_scale(in, part)): input_norm_scale() above reduces them before
+// the products start, and its warp sum is a wall the compiler does not move the activation
+// loads above (two L2 round trips one after the other on the chain instead of one).
+template <int K>
+struct NormPart {
+  float v[K];
+};
+
+template <int K>
+__device__ __forceinline__ NormPart<K> request_norm_part(const MatvecInput& in) {
+  NormPart<K> p;
+  const int lane = threadIdx.x % kWarpSize, blocks = in.n_in / kQ8Block;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = lane + k * kWarpSize;
+    p.v[k] = in.norm_sum_squares && i < blocks ? in.norm_sum_squares[i] : 0.0f;
+  }
+  return p;
+}
+
+// input_norm_scale(in) from the part requested before: the same sum in the same order, so the
+// same bits.
+template <int K>
+__device__ __forceinline__ float input_norm_scale(const MatvecInput& in, const NormPart<K>& p) {
+  if (!in.norm_sum_squares) return 1.0f;
+  const int lane = threadIdx.x % kWarpSize, blocks = in.n_in / kQ8Block;
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+    if (lane + k * kWarpSize < blocks) sum += p.v[k];
+  for (int i = lane + K * kWarpSize; i < blocks; i += kWarpSize) sum += in.norm_sum_squares[i];
+  return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
+}
+
 // The next RMSNorm's weight of row block * 32 + lane where the task hands a norm over (a
 // weight: the kernels read it before waiting for the previous kernel), else 1.
 __device__ __forceinline__ float result_norm_weight(const MatvecTask& task, int block) {
@@ -273,11 +320,16 @@ __device__ __forceinline__ void rope_rows(const MatvecTask& task, int first_row,
   p.kv[1] = __float2half_rn(x1);
 }
 
-template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W>
+// LATE_NORM (batch 1; KernelConfig::late_norm): the input norm's sums requested beside the
+// activations and reduced after the products (request_norm_part).
+template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W, bool LATE_NORM = false>
 __global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
   constexpr int M = GATE_UP ? 2 : 1;
   constexpr bool kRowBlocks = W == kRowBlockWarps && R == 1 && NB == 1;
+  constexpr int kNormPart = kRowBlocks ? 1 : 4;  // registers (request_norm_part)
+  static_assert(!LATE_NORM || NB == 1, "a batch has no input norm to apply");
+  allow_next_first(tasks);
   const int ti = task_of(tasks, static_cast<int>(blockIdx.x));
   const MatvecTask& task = tasks.t[ti];
   const int block = static_cast<int>(blockIdx.x) - tasks.first_block[ti];  // within the task
@@ -317,8 +369,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
   float norm_w = 1.0f;
   if constexpr (kRowBlocks && !GATE_UP)
     if (warp == 0 && task.y_q8.qs) norm_w = result_norm_weight(task, block);
-  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
-  allow_next_kernel();
+  wait_then_allow_next(tasks);
   // One row, one column: the residual this row adds to is requested now, so its round trip
   // overlaps the row's sums instead of following them.
   constexpr bool kEarlyResidual = NB == 1 && R == 1 && !GATE_UP;
@@ -326,7 +377,12 @@ __global__ void __launch_bounds__(W * kWarpSize)
   if constexpr (kEarlyResidual)
     if (task.accumulate && lane == 0)
       residual = task.y[static_cast<int64_t>(first_column) * task.y_stride + row0];
-  const float scale = input_norm_scale(in);
+  float scale = 1.0f;
+  NormPart<kNormPart> norm_part;
+  if constexpr (LATE_NORM)
+    norm_part = request_norm_part<kNormPart>(in);
+  else
+    scale = input_norm_scale(in);
 
   float acc[M * R][NB];
 #pragma unroll
@@ -367,6 +423,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
       for (int u = 0; u < U; ++u) cur[mr][u] = next[mr][u];
   }
 
+  if constexpr (LATE_NORM) scale = input_norm_scale(in, norm_part);
   float last = 0.0f;  // kRowBlocks: the row's result, on lane 0
   float mine = 0.0f;  // NB == 1: the result of row r on lane r
 #pragma unroll
@@ -484,11 +541,11 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int total = tasks.first_block[tasks.n_tasks];
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  allow_next_first(tasks);
   if (g >= total) return;
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, g, 0, cur);
-  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
-  allow_next_kernel();
+  wait_then_allow_next(tasks);
   const float scale = input_norm_scale(in);
   for (; g < total; g += stride) {
     float acc[M];
@@ -510,13 +567,13 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   const int lane = threadIdx.x % kWarpSize, n = in.n_in / kQ8Block;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  allow_next_first(tasks);
   if (g >= total) return;
   Payload p[D][1][U];
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (g + d * stride < total) load_row_step<TYPE, U, 1>(tasks, n, g + d * stride, 0, p[d]);
-  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
-  allow_next_kernel();
+  wait_then_allow_next(tasks);
   int4 xa[U], xb[U];
   float2 ds[U];
 #pragma unroll
@@ -565,13 +622,13 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
   const int block = static_cast<int>(blockIdx.x);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int first = block * kQ8Block + warp;  // rows first, first + WB, ...
+  allow_next_first(tasks);
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, first, 0, cur);
   float norm_w = 1.0f;  // as in split_matvec_kernel: plain products request it now
   if constexpr (!GATE_UP)
     if (warp == 0) norm_w = result_norm_weight(task, block);
-  wait_for_previous_kernel();
-  allow_next_kernel();
+  wait_then_allow_next(tasks);
   const float scale = input_norm_scale(in);
 #pragma unroll 1
   for (int k = 0; k < kRowsPerWarp; ++k) {
@@ -668,11 +725,21 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                        : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
       }
     }
+    // KernelConfig::late_norm, where the input has a norm to apply.
+    const bool late_norm = config.late_norm && in.norm_sum_squares;
     if (row_blocks) {
       if (gate_up)
-        return go(split_matvec_kernel<TYPE, 1, 1, U, true, kRowBlockWarps>, kRowBlockWarps, 1);
-      return go(split_matvec_kernel<TYPE, 1, 1, U, false, kRowBlockWarps>, kRowBlockWarps, 1);
+        return late_norm
+                   ? go(split_matvec_kernel<TYPE, 1, 1, U, true, kRowBlockWarps, true>,
+                        kRowBlockWarps, 1)
+                   : go(split_matvec_kernel<TYPE, 1, 1, U, true, kRowBlockWarps>, kRowBlockWarps, 1);
+      return late_norm
+                 ? go(split_matvec_kernel<TYPE, 1, 1, U, false, kRowBlockWarps, true>,
+                      kRowBlockWarps, 1)
+                 : go(split_matvec_kernel<TYPE, 1, 1, U, false, kRowBlockWarps>, kRowBlockWarps, 1);
     }
+    if (late_norm && !gate_up)  // the Q/K/V product (RoPE in its epilogue)
+      return go(split_matvec_kernel<TYPE, 1, R, U, false, kWarps, true>, kWarps, R);
   }
   if (gate_up) {
     constexpr int kGateRows = R > 1 ? R / 2 : 1;
@@ -764,6 +831,8 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
       return cudaErrorInvalidValue;
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
+  packed.trigger_first = input.batch == 1 && (config.early_trigger >= 2 ||
+                                              (config.early_trigger == 1 && row_blocks));
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_each_column_group(input.batch, [&](int first_column, auto columns) {

@@ -353,12 +353,44 @@ TEST(KernelConfigEnv, AttentionEarly) {
   EXPECT_EQ(warnings[0], "GRANULE_ATTN_EARLY=4 ignored (accepted: 0, 1, 2, 3); keeping 3");
 }
 
+TEST(KernelConfigEnv, EarlyTrigger) {
+  std::vector<std::string> warnings;
+  const KernelConfig none = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(none.early_trigger, 0);
+  EXPECT_EQ(describe_attention(none).find("early trigger"), std::string::npos)
+      << describe_attention(none);
+  const KernelConfig all = parse({{{"GRANULE_EARLY_TRIGGER", "2"}}}, warnings);
+  EXPECT_EQ(all.early_trigger, 2);
+  EXPECT_NE(describe_attention(all).find("early trigger 2"), std::string::npos)
+      << describe_attention(all);
+  EXPECT_EQ(parse({{{"GRANULE_EARLY_TRIGGER", "1"}}}, warnings).early_trigger, 1);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_EARLY_TRIGGER", "3"}}}, warnings, all).early_trigger, 2);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_EARLY_TRIGGER=3 ignored (accepted: 0, 1, 2); keeping 2");
+}
+
+TEST(KernelConfigEnv, LateNorm) {
+  std::vector<std::string> warnings;
+  const KernelConfig off = parse(FakeEnvironment{}, warnings);
+  EXPECT_FALSE(off.late_norm);
+  EXPECT_EQ(describe_attention(off).find("late norm"), std::string::npos)
+      << describe_attention(off);
+  const KernelConfig on = parse({{{"GRANULE_LATE_NORM", "1"}}}, warnings);
+  EXPECT_TRUE(on.late_norm);
+  EXPECT_NE(describe_attention(on).find("late norm"), std::string::npos) << describe_attention(on);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_TRUE(parse({{{"GRANULE_LATE_NORM", "yes"}}}, warnings, on).late_norm);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_LATE_NORM=yes ignored (accepted: 0, 1); keeping 1");
+}
+
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 20u);
+  ASSERT_EQ(kernel_override_variables().size(), 22u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -98,6 +98,32 @@ struct DeviceActivations {
   }
 };
 
+// Random batch-1 activations of `cols` elements, quantised (`act.in`), and the same input with a
+// handed-over RMSNorm to apply (`normed`: random sums of squares per 32-element block).
+struct NormedActivations {
+  DeviceActivations act;
+  DeviceArray<float> sums;
+  kernels::MatvecInput normed;
+  NormedActivations(int64_t cols, std::mt19937& rng, const kernels::KernelConfig& config)
+      : act(gpu_test::random_floats(static_cast<size_t>(cols), rng), 1, cols),
+        sums(random_sums(cols / 32, rng)) {
+    EXPECT_EQ(act.quantize(config), cudaSuccess);
+    normed = act.in;
+    normed.norm_sum_squares = sums.get();
+    normed.norm_eps = 1e-5f;
+  }
+  static std::vector<float> random_sums(int64_t n, std::mt19937& rng) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
+    return v;
+  }
+};
+
+// The types with a split layout, which the batch-1 split kernels run.
+constexpr TensorType kSplitTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                      TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
+                                      TensorType::Q5_K, TensorType::Q6_K};
+
 // Per (column, row): the bound on |gpu - reference|.
 std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows,
                                  int64_t cols, int batch, bool q8) {
@@ -625,21 +651,14 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
   staying.split_rows = 1;
   std::mt19937 rng(29);
   constexpr int64_t cols = 256;
-  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
-  DeviceActivations act(x, 1, cols);
-  CUDA_OK(act.quantize(blocks));
-  std::vector<float> sums_host(cols / 32);
-  for (float& v : sums_host) v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
-  DeviceArray<float> d_sums_in(sums_host);
-  kernels::MatvecInput normed = act.in;
-  normed.norm_sum_squares = d_sums_in.get();
-  normed.norm_eps = 1e-5f;
+  NormedActivations input(cols, rng, blocks);
+  const DeviceActivations& act = input.act;
+  const kernels::MatvecInput& normed = input.normed;
   auto run = [&](TensorType type, const kernels::KernelConfig& config,
                  const kernels::MatvecTask* t, int n, const kernels::MatvecInput& in) {
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), t, n, in, config, nullptr));
   };
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                          TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  for (TensorType type : kSplitTypes) {
     if (!has_split(type)) continue;
     const std::string name(tensor_type_info(type).name);
     // Three plain tasks, 8,192 rows in all.
@@ -749,18 +768,10 @@ TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
   one_step.split_rows = 4;
   std::mt19937 rng(31);
   for (int64_t cols : {576, 1024, 1536, 2048}) {
-    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
-    DeviceActivations act(x, 1, cols);
-    CUDA_OK(act.quantize(blocks));
-    std::vector<float> sums_host(static_cast<size_t>(cols / 32));
-    for (float& v : sums_host) v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
-    DeviceArray<float> d_sums(sums_host);
-    kernels::MatvecInput normed = act.in;
-    normed.norm_sum_squares = d_sums.get();
-    normed.norm_eps = 1e-5f;
-    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
-                            TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
-                            TensorType::Q5_K, TensorType::Q6_K}) {
+    NormedActivations input(cols, rng, blocks);
+    const DeviceActivations& act = input.act;
+    const kernels::MatvecInput& normed = input.normed;
+    for (TensorType type : kSplitTypes) {
       if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
       const std::string name =
           std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
@@ -809,6 +820,51 @@ TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
         expect_same_int8_results(product(blocks), product(one_step),
                                  name + (swiglu ? " quantised SwiGLU" : " hand-over"));
       }
+    }
+  }
+}
+
+// KernelConfig::late_norm: a batch-1 product over a handed-over norm requests each lane's sums
+// of squares beside the activations and adds them after its dot products, in the same order, so
+// every result is the same to the bit: the plain block kernel (split_rows 0: the Q/K/V product's
+// kernel, whose RoPE epilogue the RoPE test covers) and the SwiGLU product with int8 results
+// (32-warp blocks), at widths of one lane's sum (576, SmolLM2), four (4,096, 8B) and eight
+// (8,192: past the sums requested early, the rest after).
+TEST(MatvecKernelTasks, Batch1LateNormMatchesBitwise) {
+  GRANULE_REQUIRE_GPU();
+  kernels::KernelConfig first = gpu_test::kernel_config();
+  first.split_rows = 0;
+  first.late_norm = false;
+  kernels::KernelConfig late = first;
+  late.late_norm = true;
+  std::mt19937 rng(37);
+  for (int64_t cols : {576, 4096, 8192}) {
+    NormedActivations input(cols, rng, first);
+    const kernels::MatvecInput& normed = input.normed;
+    for (TensorType type : kSplitTypes) {
+      if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
+      const std::string name =
+          std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
+      constexpr int64_t kRows = 1024;
+      const Encoded w = encode(type, kRows, cols, rng, true);
+      const Encoded up = encode(type, kRows, cols, rng, true);
+      DeviceArray<uint8_t> d_w(w.device_bytes), d_up(up.device_bytes);
+      const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(kRows), rng);
+      std::vector<float> plain[2];
+      for (int mode = 0; mode < 2; ++mode) {
+        DeviceArray<float> y(static_cast<size_t>(kRows));
+        kernels::MatvecTask t = split_task(d_w, w, kRows, y.get());
+        CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, normed,
+                                       mode ? late : first, nullptr));
+        plain[mode] = y.download();
+      }
+      EXPECT_EQ(plain[0], plain[1]) << name << " plain product over the handed-over norm";
+      for (float v : plain[1]) ASSERT_TRUE(std::isfinite(v)) << name;
+      auto product = [&](const kernels::KernelConfig& config) {
+        return run_int8_product(type, config, true, d_w, w, d_up, nullptr, kRows, h0,
+                                input.act.in, normed);
+      };
+      expect_same_int8_results(product(first), product(late), name + " quantised SwiGLU");
     }
   }
 }

@@ -34,6 +34,8 @@ constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN"
 constexpr const char* kDecodeFusionVariable = "GRANULE_DECODE_FUSION";
 constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
 constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
+constexpr const char* kEarlyTriggerVariable = "GRANULE_EARLY_TRIGGER";
+constexpr const char* kLateNormVariable = "GRANULE_LATE_NORM";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
@@ -41,7 +43,8 @@ constexpr const char* kVariables[] = {
     kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
-    kSplitRowsVariable,      kAttentionEarlyVariable};
+    kSplitRowsVariable,      kAttentionEarlyVariable, kEarlyTriggerVariable,
+    kLateNormVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -68,6 +71,7 @@ constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kAttentionEarlyModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
+constexpr Choice<int> kEarlyTriggerModes[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -144,6 +148,8 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kDecodeFusionVariable, kDecodeFusions, config.decode_fusion, lookup, warnings);
   apply(kSplitRowsVariable, kSplitRowsModes, config.split_rows, lookup, warnings);
   apply(kAttentionEarlyVariable, kAttentionEarlyModes, config.attention_early, lookup, warnings);
+  apply(kEarlyTriggerVariable, kEarlyTriggerModes, config.early_trigger, lookup, warnings);
+  apply(kLateNormVariable, kSwitch, config.late_norm, lookup, warnings);
   return config;
 }
 
@@ -193,7 +199,10 @@ std::string describe_attention(const KernelConfig& config) {
          " warps, batch-1 fusion " + std::to_string(config.decode_fusion) + ", staying warps " +
          std::to_string(config.split_rows) +
          (config.attention_early ? ", attention early " + std::to_string(config.attention_early)
-                                 : std::string());
+                                 : std::string()) +
+         (config.early_trigger ? ", early trigger " + std::to_string(config.early_trigger)
+                               : std::string()) +
+         (config.late_norm ? ", late norm" : "");
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {
