@@ -1226,8 +1226,10 @@ wave30() {
 #   GRANULE_ATTN_EARLY=3     idle attention blocks leave at once; earlier steps' K/V before the wait
 #   GRANULE_EARLY_TRIGGER=1|2  the next kernel may start before this one's wait
 # The kernel tests with every knob on (bitwise against the defaults where the tests compare),
-# memcheck, the fusion model tests with every knob on, then batch 1 on both shapes per knob,
-# alternated, at depth 0 and 448. Then the engine suites with every knob on.
+# batch 1 per knob (SmolLM2 shapes; the 8B with all four), alternated, at depth 0 and 448, then
+# the fusion model tests with every knob on and memcheck on the late-writer attention test.
+# Build with GRANULE_TARGETS="attention_kernels_test matvec_kernel_test model_gpu_test
+# granule-bench". wave32 then runs the engine suites and issue 15's numbers.
 knob_all="GRANULE_SPLIT_ROWS=4 GRANULE_LATE_NORM=1 GRANULE_ATTN_EARLY=3 GRANULE_EARLY_TRIGGER=2"
 # knob_line LABEL "VAR=VALUE ..." MODEL DEPTH: bd_line under those variables (empty: defaults).
 knob_line() {
@@ -1236,17 +1238,13 @@ knob_line() {
 wave31() {
   local b="$build/app/bench/granule-bench" rep
   {
-  env $knob_all timeout 150 "$build/tests/attention_kernels_test" --gtest_filter='-*Timing*' \
+  env $knob_all timeout 120 "$build/tests/attention_kernels_test" --gtest_filter='-*Timing*' \
     >"$OUT/attention_kernels_test.txt" 2>&1
   gtest_line attention_kernels_test $?
-  env $knob_all timeout 200 "$build/tests/matvec_kernel_test" \
+  env $knob_all timeout 150 "$build/tests/matvec_kernel_test" \
     --gtest_filter='*HandOver*:*StayingWarps*:*ShortRows*:*Rope*:*Tasks*:*LateNorm*' \
     >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
-  ( export $knob_all; memcheck_line_env )
-  env $knob_all timeout 150 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' \
-    >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion, every knob on: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
   for rep in 1 2; do
     knob_line defaults "" smollm2-135m:Q4_1 0
     knob_line "split_rows 4" "GRANULE_SPLIT_ROWS=4" smollm2-135m:Q4_1 0
@@ -1260,20 +1258,19 @@ wave31() {
   done
   for rep in 1 2; do
     knob_line defaults "" llama3-8b:Q4_0 0
-    knob_line "late norm" "GRANULE_LATE_NORM=1" llama3-8b:Q4_0 0
     knob_line "all four" "$knob_all" llama3-8b:Q4_0 0
   done
   knob_line defaults "" smollm2-135m:Q4_1 448
   knob_line "attention early 3" "GRANULE_ATTN_EARLY=3" smollm2-135m:Q4_1 448
   knob_line "all four" "$knob_all" smollm2-135m:Q4_1 448
+  env $knob_all timeout 150 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' \
+    >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion, every knob on: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  ( export $knob_all
+    memcheck_line "attention, late writer" /tmp/memcheck.txt 60 attention_kernels_test \
+      '*AttentionEarlyRequests*' )
   } 2>&1 | tee "$OUT/summary.txt"
   cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/" 2>/dev/null
-}
-# memcheck over the new tests, under whatever GRANULE_* variables the caller set.
-memcheck_line_env() {
-  memcheck_line "late norm + attention early" /tmp/memcheck.txt 200 matvec_kernel_test '*LateNorm*'
-  memcheck_line "attention, late writer" /tmp/memcheck-attn.txt 100 attention_kernels_test \
-    '*AttentionEarlyRequests*'
 }
 # The second call: the engine suites and issue 15's numbers under the caller's GRANULE_* variables
 # (or the defaults once the winners of wave31 are made the defaults).
