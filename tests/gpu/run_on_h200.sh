@@ -1262,6 +1262,7 @@ wave31() {
   done
   knob_line defaults "" smollm2-135m:Q4_1 448
   knob_line "attention early 3" "GRANULE_ATTN_EARLY=3" smollm2-135m:Q4_1 448
+  knob_line "attention warps 8" "GRANULE_ATTN_WARPS=8" smollm2-135m:Q4_1 448
   knob_line "all four" "$knob_all" smollm2-135m:Q4_1 448
   env $knob_all timeout 150 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' \
     >/tmp/model-test.txt 2>&1
