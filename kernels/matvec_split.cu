@@ -186,9 +186,10 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
 
 // KernelConfig::late_norm: a lane's first K sums of squares of the input's blocks, requested
 // right after the wait, before the activations and beside them, and only added once the
-// products are done (input_norm_scale(in, part)): input_norm_scale() above reduces them before
-// the products start, and its warp sum is a wall the compiler does not move the activation
-// loads above (two L2 round trips one after the other on the chain instead of one).
+// products are done (norm_lane_sum, reduced with the rows' sums): input_norm_scale() above
+// reduces them before the products start, and its warp sum is a wall the compiler does not
+// move the activation loads above (two L2 round trips one after the other on the chain instead
+// of one).
 template <int K>
 struct NormPart {
   float v[K];
@@ -206,18 +207,30 @@ __device__ __forceinline__ NormPart<K> request_norm_part(const MatvecInput& in) 
   return p;
 }
 
-// input_norm_scale(in) from the part requested before: the same sum in the same order, so the
-// same bits.
+// The lane's sum of squares of input_norm_scale(in), from the part requested before: the same
+// sum in the same order (the input has a norm to apply).
+// The parts past a lane's blocks hold +0, which adds nothing to sums of squares (never -0), and
+// 0 + x is x, so no condition and no add is needed for the first: an add on the first part
+// right after its load (where the compiler put `0 + part` when it was conditional) stalls the
+// warp for the load before it requests its activations (ptxas sm_90).
 template <int K>
-__device__ __forceinline__ float input_norm_scale(const MatvecInput& in, const NormPart<K>& p) {
-  if (!in.norm_sum_squares) return 1.0f;
+__device__ __forceinline__ float norm_lane_sum(const MatvecInput& in, const NormPart<K>& p) {
   const int lane = threadIdx.x % kWarpSize, blocks = in.n_in / kQ8Block;
-  float sum = 0.0f;
+  float sum = p.v[0];
 #pragma unroll
-  for (int k = 0; k < K; ++k)
-    if (lane + k * kWarpSize < blocks) sum += p.v[k];
+  for (int k = 1; k < K; ++k) sum += p.v[k];
   for (int i = lane + K * kWarpSize; i < blocks; i += kWarpSize) sum += in.norm_sum_squares[i];
-  return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
+  return sum;
+}
+
+// warp_sum() of N values at once: the same butterflies, interleaved, so the same bits for each
+// and one chain of five shuffle latencies instead of N.
+template <int N>
+__device__ __forceinline__ void warp_sums(float (&v)[N]) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1)
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
 }
 
 // The next RMSNorm's weight of row block * 32 + lane where the task hands a norm over (a
@@ -423,15 +436,27 @@ __global__ void __launch_bounds__(W * kWarpSize)
       for (int u = 0; u < U; ++u) cur[mr][u] = next[mr][u];
   }
 
-  if constexpr (LATE_NORM) scale = input_norm_scale(in, norm_part);
+  // LATE_NORM (NB == 1): the rows' sums and the norm's in one set of butterflies, then the
+  // 1/rms as input_norm_scale() forms it; else each row's warp sum below.
+  if constexpr (LATE_NORM) {
+    float sums[M * R + 1];
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr) sums[mr] = acc[mr][0];
+    sums[M * R] = norm_lane_sum(in, norm_part);
+    warp_sums(sums);
+#pragma unroll
+    for (int mr = 0; mr < M * R; ++mr) acc[mr][0] = sums[mr];
+    scale = rsqrtf(sums[M * R] / static_cast<float>(in.n_in) + in.norm_eps);
+  }
+  auto row_sum = [&](int mr, int b) { return LATE_NORM ? acc[mr][b] : warp_sum(acc[mr][b]); };
   float last = 0.0f;  // kRowBlocks: the row's result, on lane 0
   float mine = 0.0f;  // NB == 1: the result of row r on lane r
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      float v = warp_sum(acc[r][b]) * scale;
-      if constexpr (GATE_UP) v = silu(v) * (warp_sum(acc[R + r][b]) * scale);
+      float v = row_sum(r, b) * scale;
+      if constexpr (GATE_UP) v = silu(v) * (row_sum(R + r, b) * scale);
       if (lane == (r * NB + b) % kWarpSize && row0 + r < task.n_out) {
         float* y = task.y + static_cast<int64_t>(first_column + b) * task.y_stride + row0 + r;
         if constexpr (kEarlyResidual)
