@@ -9,9 +9,14 @@
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
 #include "rope_kv.cuh"
+#include "split_dot.cuh"
 
 namespace granule::kernels {
 namespace {
+
+using split_dot::dot_payload;
+using split_dot::load_payload;
+using split_dot::Payload;
 
 constexpr int kWarps = 4;
 // Batch-1 launches whose results also leave as int8 blocks (MatvecTask::y_q8) take blocks of
@@ -46,133 +51,6 @@ __device__ __forceinline__ int task_of(const SplitTasks& tasks, int i) {
 
 // The types whose owner blocks (split_owned_kernel) keep within 64 registers without spilling.
 constexpr bool owns_row_blocks(uint32_t type) { return type == kQ4_0 || type == kQ4_1; }
-
-// One row's sub-block as loaded; each type uses some of the fields.
-struct Payload {
-  uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
-  uint4 q2;     // Q8_0: the last 16
-  uint2 h;      // Q6_K: high bits; Q5_0/Q5_1/Q5_K: h.x the fifth bits
-  uint32_t s;   // f16 d (Q4_0, Q5_0, Q8_0); f16 d | f16 m << 16 (Q4_1, Q5_1); int8 scales (Q6_K);
-                // u8 sc | u8 m << 8 (Q4_K, Q5_K)
-  uint32_t d6;  // Q6_K: the super-block's f16 d; Q4_K/Q5_K: f16 d | f16 dmin << 16
-};
-
-template <uint32_t TYPE>
-__device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, Payload& p) {
-  if constexpr (TYPE == kQ8_0) {
-    const uint4* q = reinterpret_cast<const uint4*>(row) + 2 * j;
-    p.q = __ldcs(q);
-    p.q2 = __ldcs(q + 1);
-    p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 32 * n) + j);
-  } else {
-    p.q = __ldcs(reinterpret_cast<const uint4*>(row) + j);
-    if constexpr (TYPE == kQ4_0) {
-      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 16 * n) + j);
-    } else if constexpr (TYPE == kQ4_1) {
-      p.s = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
-    } else if constexpr (TYPE == kQ5_0) {
-      p.h.x = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
-      p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q5_0_d_offset(n)) + j);
-    } else if constexpr (TYPE == kQ5_1) {
-      p.h = __ldcs(reinterpret_cast<const uint2*>(row + 16 * n) + j);  // qh, d | m << 16
-      p.s = p.h.y;
-    } else if constexpr (TYPE == kQ4_K || TYPE == kQ5_K) {
-      if constexpr (TYPE == kQ5_K)
-        p.h.x = __ldcs(reinterpret_cast<const unsigned int*>(row + split::q5k_qh_offset(n)) + j);
-      p.s =
-          __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
-      p.d6 = __ldcs(reinterpret_cast<const unsigned int*>(row + split::kquant_d_offset(TYPE, n)) +
-                    j / 8);
-    } else {  // Q6_K
-      p.h = __ldcs(reinterpret_cast<const uint2*>(row + split::q6k_qh_offset(n)) + j);
-      p.s =
-          __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
-      p.d6 = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q6k_d_offset(n)) + j / 8);
-    }
-  }
-}
-
-// Q4_K/Q5_K: a sub-block's Σ d_a·q·a = (d * sc) * d_a * Σ q·a - (dmin * m) * (d_a * Σ a), with
-// sumi = Σ q·a over the unsigned q.
-__device__ __forceinline__ float k_quant_dot(const Payload& p, int sumi, float2 ds) {
-  const float d = half_bits_to_float(static_cast<uint16_t>(p.d6)) * static_cast<float>(p.s & 0xFF);
-  const float m =
-      half_bits_to_float(static_cast<uint16_t>(p.d6 >> 16)) * static_cast<float>((p.s >> 8) & 0xFF);
-  return d * ds.x * static_cast<float>(sumi) - m * ds.y;
-}
-
-// The sub-block's dot product with 32 int8 activations xa (elements 0..15) and xb (16..31)
-// whose block scales are ds = (d, d * sum of the int8 values).
-template <uint32_t TYPE>
-__device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, const int4& xb,
-                                             float2 ds) {
-  const int q[4] = {static_cast<int>(p.q.x), static_cast<int>(p.q.y), static_cast<int>(p.q.z),
-                    static_cast<int>(p.q.w)};
-  const int x[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-  if constexpr (TYPE == kQ8_0) {
-    const int q2[4] = {static_cast<int>(p.q2.x), static_cast<int>(p.q2.y), static_cast<int>(p.q2.z),
-                       static_cast<int>(p.q2.w)};
-    int sumi = 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) sumi = __dp4a(q2[m], x[m + 4], __dp4a(q[m], x[m], sumi));
-    return half_bits_to_float(static_cast<uint16_t>(p.s)) * ds.x * static_cast<float>(sumi);
-  } else if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
-    int sumi = 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      sumi = __dp4a(q[m] & 0x0F0F0F0F, x[m], sumi);
-      sumi = __dp4a((q[m] >> 4) & 0x0F0F0F0F, x[m + 4], sumi);
-    }
-    const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
-    if constexpr (TYPE == kQ4_0) return d * (ds.x * static_cast<float>(sumi) - 8.0f * ds.y);
-    return d * ds.x * static_cast<float>(sumi) +
-           half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
-  } else if constexpr (TYPE == kQ5_0 || TYPE == kQ5_1 || TYPE == kQ5_K) {
-    // Q4's nibbles with bit e of qh moved to bit 4 of element e's byte: one multiply spreads
-    // a nibble of qh, bit k to bit 4 of byte k (the shifted copies at k + 7i never overlap).
-    // Fewer live values than four shifts and masks, with which the 16-column Q5_K SwiGLU
-    // kernel spilled 4 bytes (ptxas -v, sm_90).
-    const uint32_t qh = p.h.x;
-    int sumi = 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const uint32_t lo_bits = (qh >> (4 * m)) & 0xF, hi_bits = (qh >> (16 + 4 * m)) & 0xF;
-      const int lo =
-          (q[m] & 0x0F0F0F0F) | static_cast<int>(((lo_bits * 0x00204081u) & 0x01010101u) << 4);
-      const int hi = ((q[m] >> 4) & 0x0F0F0F0F) |
-                     static_cast<int>(((hi_bits * 0x00204081u) & 0x01010101u) << 4);
-      sumi = __dp4a(lo, x[m], sumi);
-      sumi = __dp4a(hi, x[m + 4], sumi);
-    }
-    if constexpr (TYPE == kQ5_K) return k_quant_dot(p, sumi, ds);
-    const float d = half_bits_to_float(static_cast<uint16_t>(p.s));
-    if constexpr (TYPE == kQ5_0) return d * (ds.x * static_cast<float>(sumi) - 16.0f * ds.y);
-    return d * ds.x * static_cast<float>(sumi) +
-           half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
-  } else if constexpr (TYPE == kQ4_K) {
-    int sumi = 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      sumi = __dp4a(q[m] & 0x0F0F0F0F, x[m], sumi);
-      sumi = __dp4a((q[m] >> 4) & 0x0F0F0F0F, x[m + 4], sumi);
-    }
-    return k_quant_dot(p, sumi, ds);
-  } else {  // Q6_K: two 16-element halves with their own int8 scales
-    const int h[2] = {static_cast<int>(p.h.x), static_cast<int>(p.h.y)};
-    int sum_half[2] = {0, 0};
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const int low = (m < 4 ? q[m] : q[m - 4] >> 4) & 0x0F0F0F0F;
-      const int high = (h[m & 1] >> (2 * (m >> 1))) & 0x03030303;
-      const int v =
-          static_cast<int>(__vsub4(static_cast<unsigned>(low | (high << 4)), 0x20202020u));
-      sum_half[m / 4] = __dp4a(v, x[m], sum_half[m / 4]);
-    }
-    const int sc0 = static_cast<int8_t>(p.s & 0xFF), sc1 = static_cast<int8_t>((p.s >> 8) & 0xFF);
-    return half_bits_to_float(static_cast<uint16_t>(p.d6)) * ds.x *
-           static_cast<float>(sc0 * sum_half[0] + sc1 * sum_half[1]);
-  }
-}
 
 // The RMSNorm scale 1/rms of a batch-1 input whose int8 blocks hold y·w without it
 // (MatvecInput::norm_sum_squares), else 1. Every lane of the warp gets the same value.
@@ -221,16 +99,6 @@ __device__ __forceinline__ float norm_lane_sum(const MatvecInput& in, const Norm
   for (int k = 1; k < K; ++k) sum += p.v[k];
   for (int i = lane + K * kWarpSize; i < blocks; i += kWarpSize) sum += in.norm_sum_squares[i];
   return sum;
-}
-
-// warp_sum() of N values at once: the same butterflies, interleaved, so the same bits for each
-// and one chain of five shuffle latencies instead of N.
-template <int N>
-__device__ __forceinline__ void warp_sums(float (&v)[N]) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-#pragma unroll
-    for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
 }
 
 // The next RMSNorm's weight of row block * 32 + lane where the task hands a norm over (a
