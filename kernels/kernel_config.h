@@ -116,6 +116,13 @@ struct KernelConfig {
   // the activation loads behind it: two L2 round trips in a row after the wait, ptxas sm_90).
   // The same sums in the same order, so the same bits (not yet measured on a device).
   bool late_norm = false;
+  // One-row decode steps of small models whose row has at most this many tokens run each
+  // layer's Q/K/V product and attention as one kernel of one block per KV head
+  // (kernels/qkv_attention.cuh: Q4_0/Q4_1 Q/K/V of one type, head size 64, groups up to 4, rows
+  // up to 1,024 wide, adjacent RoPE pairs, decode_fusion 3+ with the input norm handed over),
+  // capped by what the kernel's shared memory holds (~380 tokens for SmolLM2-135M); longer rows
+  // keep the two kernels, in a graph of their own. 0 off (not yet run on a device).
+  int qkv_attention = 0;
   // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
   // RMSNorm's input over in the epilogue of the product before it (the output projection and
   // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product

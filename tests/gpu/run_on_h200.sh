@@ -1225,11 +1225,13 @@ wave30() {
 #                            after the products (ptxas: one L2 round trip after the wait, not two)
 #   GRANULE_ATTN_EARLY=3     idle attention blocks leave at once; earlier steps' K/V before the wait
 #   GRANULE_EARLY_TRIGGER=1|2  the next kernel may start before this one's wait
-# The kernel tests with every knob on (bitwise against the defaults where the tests compare),
-# batch 1 per knob (SmolLM2 shapes; the 8B with all four), alternated, at depth 0 and 448, then
-# the fusion model tests with every knob on and memcheck on the late-writer attention test.
-# Build with GRANULE_TARGETS="attention_kernels_test matvec_kernel_test model_gpu_test
-# granule-bench". wave32 then runs the engine suites and issue 15's numbers.
+# wave31: the kernel tests with every knob on (bitwise against the defaults where the tests
+# compare), the fused Q/K/V + attention kernel's test (GRANULE_QKV_ATTENTION, experimental) and
+# memcheck on it and on the late-writer attention test, the fusion model tests with every knob
+# on (and the fused kernel's against the oracle), and batch 1 with and without them. Build with
+# GRANULE_TARGETS="attention_kernels_test matvec_kernel_test qkv_attention_test model_gpu_test
+# granule-bench". wave31b sweeps the knobs one by one; wave32 runs the engine suites and issue
+# 15's numbers.
 knob_all="GRANULE_SPLIT_ROWS=4 GRANULE_LATE_NORM=1 GRANULE_ATTN_EARLY=3 GRANULE_EARLY_TRIGGER=2"
 # knob_line LABEL "VAR=VALUE ..." MODEL DEPTH: bd_line under those variables (empty: defaults).
 knob_line() {
@@ -1245,6 +1247,30 @@ wave31() {
     --gtest_filter='*HandOver*:*StayingWarps*:*ShortRows*:*Rope*:*Tasks*:*LateNorm*' \
     >"$OUT/matvec_kernel_test.txt" 2>&1
   gtest_line matvec_kernel_test $?
+  gtest_lines 120 qkv_attention_test
+  memcheck_line "fused Q/K/V + attention" /tmp/memcheck-qkv.txt 150 qkv_attention_test \
+    'Shapes/QkvAttentionKernel.*/Q4_1_576*'
+  ( export $knob_all
+    memcheck_line "attention, late writer" /tmp/memcheck.txt 60 attention_kernels_test \
+      '*AttentionEarlyRequests*' )
+  env $knob_all timeout 200 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' \
+    >/tmp/model-test.txt 2>&1
+  echo "model_gpu_test fusion (and fused Q/K/V), every knob on: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
+  grep -E "^\[  FAILED|^\[fused-qkv\]" /tmp/model-test.txt | head -8
+  for rep in 1 2; do
+    knob_line defaults "" smollm2-135m:Q4_1 0
+    knob_line "all four" "$knob_all" smollm2-135m:Q4_1 0
+    knob_line "all four + fused Q/K/V" "$knob_all GRANULE_QKV_ATTENTION=1024" smollm2-135m:Q4_1 0
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+  cp /tmp/model-test.txt /tmp/memcheck.txt /tmp/memcheck-qkv.txt "$OUT/" 2>/dev/null
+}
+# The knob sweep (after wave31): batch 1 per knob on the SmolLM2 shapes, alternated; the 8B with
+# all four; after 300 tokens (the fused kernel's shared memory holds about 380 for SmolLM2) and
+# 448 (past it: the two kernels again, in their own graph).
+wave31b() {
+  local b="$build/app/bench/granule-bench" rep
+  {
   for rep in 1 2; do
     knob_line defaults "" smollm2-135m:Q4_1 0
     knob_line "split_rows 4" "GRANULE_SPLIT_ROWS=4" smollm2-135m:Q4_1 0
@@ -1253,6 +1279,7 @@ wave31() {
     knob_line "early trigger 1" "GRANULE_EARLY_TRIGGER=1" smollm2-135m:Q4_1 0
     knob_line "early trigger 2" "GRANULE_EARLY_TRIGGER=2" smollm2-135m:Q4_1 0
     knob_line "attention warps 8" "GRANULE_ATTN_WARPS=8" smollm2-135m:Q4_1 0
+    knob_line "fused Q/K/V" "GRANULE_QKV_ATTENTION=1024" smollm2-135m:Q4_1 0
     knob_line "all four" "$knob_all" smollm2-135m:Q4_1 0
     knob_line "all four, attention warps 8" "$knob_all GRANULE_ATTN_WARPS=8" smollm2-135m:Q4_1 0
   done
@@ -1260,18 +1287,13 @@ wave31() {
     knob_line defaults "" llama3-8b:Q4_0 0
     knob_line "all four" "$knob_all" llama3-8b:Q4_0 0
   done
-  knob_line defaults "" smollm2-135m:Q4_1 448
-  knob_line "attention early 3" "GRANULE_ATTN_EARLY=3" smollm2-135m:Q4_1 448
-  knob_line "attention warps 8" "GRANULE_ATTN_WARPS=8" smollm2-135m:Q4_1 448
-  knob_line "all four" "$knob_all" smollm2-135m:Q4_1 448
-  env $knob_all timeout 150 "$build/tests/model_gpu_test" --gtest_filter='*DecodeFusion*' \
-    >/tmp/model-test.txt 2>&1
-  echo "model_gpu_test fusion, every knob on: rc=$? $(grep -E '^\[  (PASSED|FAILED)' /tmp/model-test.txt | tr '\n' ' ')"
-  ( export $knob_all
-    memcheck_line "attention, late writer" /tmp/memcheck.txt 60 attention_kernels_test \
-      '*AttentionEarlyRequests*' )
+  for d in 300 448; do
+    knob_line defaults "" smollm2-135m:Q4_1 $d
+    knob_line "attention early 3" "GRANULE_ATTN_EARLY=3" smollm2-135m:Q4_1 $d
+    knob_line "attention warps 8" "GRANULE_ATTN_WARPS=8" smollm2-135m:Q4_1 $d
+    knob_line "all four + fused Q/K/V" "$knob_all GRANULE_QKV_ATTENTION=1024" smollm2-135m:Q4_1 $d
+  done
   } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/model-test.txt /tmp/memcheck.txt "$OUT/" 2>/dev/null
 }
 # The second call: the engine suites and issue 15's numbers under the caller's GRANULE_* variables
 # (or the defaults once the winners of wave31 are made the defaults).
@@ -1286,6 +1308,7 @@ wave32() {
 
 case $what in
   wave32) wave32 ;;
+  wave31b) wave31b ;;
   wave31) wave31 ;;
   wave30) wave30 ;;
   wave29) wave29 ;;

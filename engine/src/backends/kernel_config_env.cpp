@@ -36,6 +36,7 @@ constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
 constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
 constexpr const char* kEarlyTriggerVariable = "GRANULE_EARLY_TRIGGER";
 constexpr const char* kLateNormVariable = "GRANULE_LATE_NORM";
+constexpr const char* kQkvAttentionVariable = "GRANULE_QKV_ATTENTION";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
@@ -44,7 +45,7 @@ constexpr const char* kVariables[] = {
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
     kSplitRowsVariable,      kAttentionEarlyVariable, kEarlyTriggerVariable,
-    kLateNormVariable};
+    kLateNormVariable,       kQkvAttentionVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -150,6 +151,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kAttentionEarlyVariable, kAttentionEarlyModes, config.attention_early, lookup, warnings);
   apply(kEarlyTriggerVariable, kEarlyTriggerModes, config.early_trigger, lookup, warnings);
   apply(kLateNormVariable, kSwitch, config.late_norm, lookup, warnings);
+  apply_count(kQkvAttentionVariable, 0, 1024, config.qkv_attention, lookup, warnings);
   return config;
 }
 
@@ -202,7 +204,10 @@ std::string describe_attention(const KernelConfig& config) {
                                  : std::string()) +
          (config.early_trigger ? ", early trigger " + std::to_string(config.early_trigger)
                                : std::string()) +
-         (config.late_norm ? ", late norm" : "");
+         (config.late_norm ? ", late norm" : "") +
+         (config.qkv_attention
+              ? ", Q/K/V with attention up to " + std::to_string(config.qkv_attention) + " tokens"
+              : std::string());
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {
