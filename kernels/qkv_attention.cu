@@ -294,16 +294,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (lane == 0) a.out_q8.ds[at / kQ8Block] = make_float2(scale_q, scale_q * static_cast<float>(sum));
 }
 
+int shared_memory_per_block();
+
+// Lets the kernel use all of a block's shared memory, once per process: the first call comes
+// from qkv_attention_max_tokens(), which the engine asks before it captures a step (the
+// attribute is not set during a capture).
+template <uint32_t TYPE, int GP>
+cudaError_t allow_shared_bytes() {
+  static const cudaError_t status = cudaFuncSetAttribute(
+      qkv_attention_kernel<TYPE, GP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      shared_memory_per_block());
+  return status;
+}
+
+// allow_shared_bytes() for the instantiation a launch of this type and padded group takes.
+cudaError_t allow_shared_bytes_for(uint32_t type, int gp) {
+  if (type == kQ4_0)
+    return gp == 1 ? allow_shared_bytes<kQ4_0, 1>()
+                   : gp == 2 ? allow_shared_bytes<kQ4_0, 2>() : allow_shared_bytes<kQ4_0, 4>();
+  return gp == 1 ? allow_shared_bytes<kQ4_1, 1>()
+                 : gp == 2 ? allow_shared_bytes<kQ4_1, 2>() : allow_shared_bytes<kQ4_1, 4>();
+}
+
 template <uint32_t TYPE, int GP>
 cudaError_t launch_for(const QkvAttentionArgs& args, int max_tokens, const KernelConfig& config,
                        cudaStream_t stream) {
+  const cudaError_t allowed = allow_shared_bytes<TYPE, GP>();
+  if (allowed != cudaSuccess) return allowed;
   const int group = args.n_head / args.n_kv;
   const Layout lay = layout_of((group + 2) * kHeadDim, args.row_bytes, max_tokens, GP);
-  auto kernel = qkv_attention_kernel<TYPE, GP>;
-  cudaError_t status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(lay.total));
-  if (status != cudaSuccess) return status;
-  return launch_early_shared(kernel, dim3(args.n_kv), dim3(kThreads),
+  return launch_early_shared(qkv_attention_kernel<TYPE, GP>, dim3(args.n_kv), dim3(kThreads),
                              static_cast<size_t>(lay.total), config, stream, args, max_tokens);
 }
 
@@ -335,6 +355,10 @@ int qkv_attention_max_tokens(uint32_t weight_type, int n_in, int64_t row_bytes, 
   const int64_t per_token = kTokenHalves * 2 + gp * 4;
   const int64_t room = shared_memory_per_block() - fixed;
   if (room < 2 * per_token) return 0;
+  if (allow_shared_bytes_for(weight_type, gp) != cudaSuccess) {
+    cudaGetLastError();  // reported as "not taken", not in a later launch's status
+    return 0;
+  }
   return static_cast<int>(std::min<int64_t>(kThreads, room / per_token));
 }
 

@@ -45,7 +45,9 @@ struct QkvAttentionArgs {
 
 // The longest row (tokens) launch_qkv_attention takes for these shapes on this device, or 0
 // where it cannot run them (type other than Q4_0/Q4_1, head_dim other than 64, a group of more
-// than 4, rows wider than 1,024, or weight rows that leave shared memory too little room).
+// than 4, rows wider than 1,024, or weight rows that leave shared memory too little room). Its
+// first call for a type and group also lets that kernel use all of a block's shared memory:
+// make it before capturing a launch into a graph.
 int qkv_attention_max_tokens(uint32_t weight_type, int n_in, int64_t row_bytes, int n_head,
                              int n_kv, int head_dim);
 
