@@ -1250,6 +1250,9 @@ wave31() {
   gtest_lines 120 qkv_attention_test
   memcheck_line "fused Q/K/V + attention" /tmp/memcheck-qkv.txt 150 qkv_attention_test \
     'Shapes/QkvAttentionKernel.*/Q4_1_576*'
+  timeout 150 compute-sanitizer --tool racecheck "$build/tests/qkv_attention_test" \
+    --gtest_filter='Shapes/QkvAttentionKernel.*/Q4_1_576*' >/tmp/racecheck-qkv.txt 2>&1
+  echo "racecheck fused Q/K/V + attention: rc=$? $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|^\[  (PASSED|FAILED)' /tmp/racecheck-qkv.txt | tr '\n' ' ')"
   ( export $knob_all
     memcheck_line "attention, late writer" /tmp/memcheck.txt 60 attention_kernels_test \
       '*AttentionEarlyRequests*' )
@@ -1263,7 +1266,8 @@ wave31() {
     knob_line "all four + fused Q/K/V" "$knob_all GRANULE_QKV_ATTENTION=1024" smollm2-135m:Q4_1 0
   done
   } 2>&1 | tee "$OUT/summary.txt"
-  cp /tmp/model-test.txt /tmp/memcheck.txt /tmp/memcheck-qkv.txt "$OUT/" 2>/dev/null
+  cp /tmp/model-test.txt /tmp/memcheck.txt /tmp/memcheck-qkv.txt /tmp/racecheck-qkv.txt "$OUT/" \
+    2>/dev/null
 }
 # The knob sweep (after wave31): batch 1 per knob on the SmolLM2 shapes, alternated; the 8B with
 # all four; after 300 tokens (the fused kernel's shared memory holds about 380 for SmolLM2) and
