@@ -10,12 +10,11 @@
 // - attention over [0, length) from shared memory: a thread per token for the group's scores,
 //   block-wide max and sum per head, P·V by (token range, head, dimension), the output and its
 //   int8 blocks written as launch_attention writes them.
-#include "qkv_attention.cuh"
-
 #include <cfloat>
 
 #include "async_copy.cuh"
 #include "common.cuh"
+#include "qkv_attention.cuh"
 #include "quant_blocks.cuh"
 #include "rope_kv.cuh"
 #include "split_dot.cuh"
@@ -150,8 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = warp * per_warp + k;
     if (k >= per_warp) continue;
     const float* b = c < q_rows ? a.bq : c < q_rows + kHeadDim ? a.bk : a.bv;
-    const int row = c < q_rows ? h * q_rows + c
-                               : h * kHeadDim + (c - q_rows) % kHeadDim;
+    const int row = c < q_rows ? h * q_rows + c : h * kHeadDim + (c - q_rows) % kHeadDim;
     if (b) bias[k] = b[row];
   }
 #pragma unroll
@@ -191,10 +189,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   sums[kMaxRowsPerWarp] = norm_part;
   warp_sums(sums);
-  const float scale = a.in.norm_sum_squares
-                          ? rsqrtf(sums[kMaxRowsPerWarp] / static_cast<float>(a.in.n_in) +
-                                   a.in.norm_eps)
-                          : 1.0f;
+  const float scale =
+      a.in.norm_sum_squares
+          ? rsqrtf(sums[kMaxRowsPerWarp] / static_cast<float>(a.in.n_in) + a.in.norm_eps)
+          : 1.0f;
   const int newest = length - 1;
 #pragma unroll
   for (int i = 0; i < kMaxRowsPerWarp / 2; ++i) {
@@ -291,7 +289,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int qv = amax != 0.0f ? __float2int_rn(y / scale_q) : 0;
   const int sum = warp_sum_int(qv);
   a.out_q8.qs[at] = static_cast<int8_t>(qv);
-  if (lane == 0) a.out_q8.ds[at / kQ8Block] = make_float2(scale_q, scale_q * static_cast<float>(sum));
+  if (lane == 0)
+    a.out_q8.ds[at / kQ8Block] = make_float2(scale_q, scale_q * static_cast<float>(sum));
 }
 
 int shared_memory_per_block();
@@ -301,19 +300,21 @@ int shared_memory_per_block();
 // attribute is not set during a capture).
 template <uint32_t TYPE, int GP>
 cudaError_t allow_shared_bytes() {
-  static const cudaError_t status = cudaFuncSetAttribute(
-      qkv_attention_kernel<TYPE, GP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      shared_memory_per_block());
+  static const cudaError_t status =
+      cudaFuncSetAttribute(qkv_attention_kernel<TYPE, GP>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, shared_memory_per_block());
   return status;
 }
 
 // allow_shared_bytes() for the instantiation a launch of this type and padded group takes.
 cudaError_t allow_shared_bytes_for(uint32_t type, int gp) {
   if (type == kQ4_0)
-    return gp == 1 ? allow_shared_bytes<kQ4_0, 1>()
-                   : gp == 2 ? allow_shared_bytes<kQ4_0, 2>() : allow_shared_bytes<kQ4_0, 4>();
-  return gp == 1 ? allow_shared_bytes<kQ4_1, 1>()
-                 : gp == 2 ? allow_shared_bytes<kQ4_1, 2>() : allow_shared_bytes<kQ4_1, 4>();
+    return gp == 1   ? allow_shared_bytes<kQ4_0, 1>()
+           : gp == 2 ? allow_shared_bytes<kQ4_0, 2>()
+                     : allow_shared_bytes<kQ4_0, 4>();
+  return gp == 1   ? allow_shared_bytes<kQ4_1, 1>()
+         : gp == 2 ? allow_shared_bytes<kQ4_1, 2>()
+                   : allow_shared_bytes<kQ4_1, 4>();
 }
 
 template <uint32_t TYPE, int GP>
@@ -362,10 +363,10 @@ int qkv_attention_max_tokens(uint32_t weight_type, int n_in, int64_t row_bytes, 
   return static_cast<int>(std::min<int64_t>(kThreads, room / per_token));
 }
 
-cudaError_t launch_qkv_attention(uint32_t weight_type, const QkvAttentionArgs& args,
-                                 int max_tokens, const KernelConfig& config, cudaStream_t stream) {
-  const int limit = qkv_attention_max_tokens(weight_type, args.in.n_in, args.row_bytes,
-                                             args.n_head, args.n_kv, args.head_dim);
+cudaError_t launch_qkv_attention(uint32_t weight_type, const QkvAttentionArgs& args, int max_tokens,
+                                 const KernelConfig& config, cudaStream_t stream) {
+  const int limit = qkv_attention_max_tokens(weight_type, args.in.n_in, args.row_bytes, args.n_head,
+                                             args.n_kv, args.head_dim);
   if (limit == 0 || max_tokens <= 0 || max_tokens > limit || args.in.batch != 1)
     return cudaErrorInvalidValue;
   const int gp = padded_group(args.n_head / args.n_kv);

@@ -54,7 +54,7 @@ int qkv_attention_max_tokens(uint32_t weight_type, int n_in, int64_t row_bytes, 
 // Launches the fused kernel (one block per KV head, launch_early); cudaErrorInvalidValue where
 // qkv_attention_max_tokens() is 0 or below max_tokens. Rows longer than max_tokens must not be
 // passed (the K/V staging is sized for max_tokens).
-cudaError_t launch_qkv_attention(uint32_t weight_type, const QkvAttentionArgs& args,
-                                 int max_tokens, const KernelConfig& config, cudaStream_t stream);
+cudaError_t launch_qkv_attention(uint32_t weight_type, const QkvAttentionArgs& args, int max_tokens,
+                                 const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

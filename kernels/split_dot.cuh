@@ -135,4 +135,3 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
 }
 
 }  // namespace granule::kernels::split_dot
-

@@ -6,6 +6,8 @@
 // to half a step; KV outside the new token must stay as it was, and tokens past the length are
 // NaN, so a read beyond it shows. SmolLM2's heads (9 / 3, 576 wide) and groups of 1, 2 and 4,
 // with and without the handed-over norm and biases, at lengths from 1 to the kernel's limit.
+#include "qkv_attention.cuh"
+
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -21,7 +23,6 @@
 #include "granule/testkit/quantize.h"
 #include "matvec.cuh"
 #include "model/weight_split.h"
-#include "qkv_attention.cuh"
 #include "quantize_activations.cuh"
 
 namespace granule {
@@ -66,8 +67,8 @@ TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
   DeviceArray<uint8_t> wq(split_weights(c.type, q_dim, c.n_in, rng, &stride));
   DeviceArray<uint8_t> wk(split_weights(c.type, kv_dim, c.n_in, rng, &stride));
   DeviceArray<uint8_t> wv(split_weights(c.type, kv_dim, c.n_in, rng, &stride));
-  const int limit = kernels::qkv_attention_max_tokens(static_cast<uint32_t>(c.type), c.n_in,
-                                                      stride, c.n_head, c.n_kv, kHeadDim);
+  const int limit = kernels::qkv_attention_max_tokens(static_cast<uint32_t>(c.type), c.n_in, stride,
+                                                      c.n_head, c.n_kv, kHeadDim);
   ASSERT_GT(limit, 64) << "the fused kernel should take these shapes";
   const int max_tokens = std::min(limit, 384);
 
@@ -76,8 +77,8 @@ TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
   DeviceArray<float> d_x(x);
   DeviceArray<int8_t> d_qs(static_cast<size_t>(c.n_in));
   DeviceArray<float2> d_ds(static_cast<size_t>(c.n_in / 32));
-  CUDA_OK(kernels::launch_quantize_q8(d_x.get(), 1, c.n_in, {d_qs.get(), d_ds.get()}, config,
-                                      nullptr));
+  CUDA_OK(
+      kernels::launch_quantize_q8(d_x.get(), 1, c.n_in, {d_qs.get(), d_ds.get()}, config, nullptr));
   std::vector<float> sums(static_cast<size_t>(c.n_in / 32));
   for (float& v : sums) v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
   DeviceArray<float> d_sums(sums);
@@ -229,26 +230,26 @@ TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
       ASSERT_NEAR(qs[i] * ds[i / 32].x, got[i], 0.5001f * ds[i / 32].x + 1e-7f)
           << "int8 output " << i;
     }
-    std::printf("[qkv-attention] %s %d/%d heads, %d wide%s%s, length %d: new K/V bits differ in "
-                "%d of %lld\n",
-                std::string(tensor_type_info(c.type).name).c_str(), c.n_head, c.n_kv, c.n_in,
-                c.norm ? ", norm" : "",
-                c.bias ? ", bias" : "", length, differing, static_cast<long long>(2 * kv_dim));
+    std::printf(
+        "[qkv-attention] %s %d/%d heads, %d wide%s%s, length %d: new K/V bits differ in "
+        "%d of %lld\n",
+        std::string(tensor_type_info(c.type).name).c_str(), c.n_head, c.n_kv, c.n_in,
+        c.norm ? ", norm" : "", c.bias ? ", bias" : "", length, differing,
+        static_cast<long long>(2 * kv_dim));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, QkvAttentionKernel,
-    ::testing::Values(FusedCase{TensorType::Q4_1, 576, 9, 3, true, false},   // SmolLM2-135M
+    ::testing::Values(FusedCase{TensorType::Q4_1, 576, 9, 3, true, false},  // SmolLM2-135M
                       FusedCase{TensorType::Q4_0, 576, 9, 3, false, true},
-                      FusedCase{TensorType::Q4_1, 1024, 8, 8, true, true},   // group of 1
-                      FusedCase{TensorType::Q4_0, 512, 4, 2, true, false},   // group of 2
+                      FusedCase{TensorType::Q4_1, 1024, 8, 8, true, true},    // group of 1
+                      FusedCase{TensorType::Q4_0, 512, 4, 2, true, false},    // group of 2
                       FusedCase{TensorType::Q4_1, 512, 16, 4, true, false}),  // group of 4
     [](const ::testing::TestParamInfo<FusedCase>& i) {
-      return std::string(tensor_type_info(i.param.type).name) + "_" +
-             std::to_string(i.param.n_in) + "_h" + std::to_string(i.param.n_head) + "_kv" +
-             std::to_string(i.param.n_kv) + (i.param.norm ? "_norm" : "") +
-             (i.param.bias ? "_bias" : "");
+      return std::string(tensor_type_info(i.param.type).name) + "_" + std::to_string(i.param.n_in) +
+             "_h" + std::to_string(i.param.n_head) + "_kv" + std::to_string(i.param.n_kv) +
+             (i.param.norm ? "_norm" : "") + (i.param.bias ? "_bias" : "");
     });
 
 // Shapes the kernel does not take are refused before anything is launched.
@@ -259,8 +260,8 @@ TEST(QkvAttentionKernelLimits, RefusesOtherShapes) {
                                              split_row_stride(static_cast<uint32_t>(t), n_in),
                                              n_head, n_kv, hd);
   };
-  EXPECT_GT(limit(TensorType::Q4_1, 576, 9, 3, 64), 256);  // SmolLM2-135M: at least 256 tokens
-  EXPECT_EQ(limit(TensorType::Q8_0, 576, 9, 3, 64), 0);    // type
+  EXPECT_GT(limit(TensorType::Q4_1, 576, 9, 3, 64), 256);   // SmolLM2-135M: at least 256 tokens
+  EXPECT_EQ(limit(TensorType::Q8_0, 576, 9, 3, 64), 0);     // type
   EXPECT_EQ(limit(TensorType::Q4_0, 4096, 32, 8, 128), 0);  // head size, width
   EXPECT_EQ(limit(TensorType::Q4_0, 2048, 32, 4, 64), 0);   // wider than 1,024
   EXPECT_EQ(limit(TensorType::Q4_0, 896, 14, 2, 64), 0);    // a group of 7

@@ -627,21 +627,37 @@ int CudaModel::fused_attention_tokens() const {
   const k::KernelConfig& kc = kernel_config_;
   const ModelConfig& c = config_;
   int tokens = 0;
-  if (kc.qkv_attention > 0 && kc.decode_fusion >= 3 && c.rope_ordering != RopeOrdering::NeoX &&
-      fusion_fits()) {
-    tokens = kc.qkv_attention;
-    for (const DeviceLayer& l : layers_) {
-      const bool one_type = l.wk.type == l.wq.type && l.wv.type == l.wq.type &&
-                            l.wk.row_bytes == l.wq.row_bytes && l.wv.row_bytes == l.wq.row_bytes;
-      const int limit =
-          one_type && !l.q_norm && !l.k_norm
-              ? k::qkv_attention_max_tokens(l.wq.type, static_cast<int>(l.wq.cols),
-                                            l.wq.row_bytes, static_cast<int>(c.n_head),
-                                            static_cast<int>(c.n_head_kv),
-                                            static_cast<int>(c.head_dim))
-              : 0;
-      tokens = std::min(tokens, limit);
+  if (kc.qkv_attention > 0) {
+    const char* why = nullptr;  // why the requested kernel is off
+    if (kc.decode_fusion < 3) {
+      why = "it needs the batch-1 fusion at level 3 or more";
+    } else if (c.rope_ordering == RopeOrdering::NeoX) {
+      why = "the model rotates NeoX pairs";
+    } else if (!fusion_fits()) {
+      why = "the model's layers do not take the batch-1 fusion";
+    } else {
+      tokens = kc.qkv_attention;
+      for (const DeviceLayer& l : layers_) {
+        const bool one_type = l.wk.type == l.wq.type && l.wv.type == l.wq.type &&
+                              l.wk.row_bytes == l.wq.row_bytes && l.wv.row_bytes == l.wq.row_bytes;
+        const int limit =
+            one_type && !l.q_norm && !l.k_norm
+                ? k::qkv_attention_max_tokens(l.wq.type, static_cast<int>(l.wq.cols),
+                                              l.wq.row_bytes, static_cast<int>(c.n_head),
+                                              static_cast<int>(c.n_head_kv),
+                                              static_cast<int>(c.head_dim))
+                : 0;
+        tokens = std::min(tokens, limit);
+      }
+      if (tokens == 0)
+        why = "a layer's Q/K/V are not Q4_0/Q4_1 of one type with heads of 64, at most 4 heads "
+              "per KV head, at most 1,024 wide and no Q/K norm";
     }
+    if (why)
+      logger("engine.cuda")->info("fused Q/K/V + attention off: {}", why);
+    else
+      logger("engine.cuda")->info("fused Q/K/V + attention for one-row steps of up to {} tokens",
+                                  tokens);
   }
   fused_attention_tokens_ = tokens;
   return tokens;
