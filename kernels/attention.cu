@@ -196,10 +196,11 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     load_raw<EPL>(kp, kr);
     load_raw<EPL>(kp + v_offset, vr);
   };
-  auto load_tile = [&](int t0, uint32_t(&kr)[T][W], uint32_t(&vr)[T][W]) {
+  // Tokens t0 .. t0 + T - 1 below `limit` (the split's end, or `settled` below), zeros past it.
+  auto load_tile = [&](int t0, uint32_t(&kr)[T][W], uint32_t(&vr)[T][W], int limit) {
 #pragma unroll
     for (int t = 0; t < T; ++t) {
-      if (t0 + t < end) {
+      if (t0 + t < limit) {
         load_token(t0 + t, kr[t], vr[t]);
       } else {
 #pragma unroll
@@ -216,17 +217,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   const int settled = (early & 2) ? max(start, min(end, length - a.rows)) : start;
   const int first_t0 = start + warp * T;
   uint32_t kn[T][W], vn[T][W];
-  if (warp < n_tiles) {
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-      if (first_t0 + t < settled) {
-        load_token(first_t0 + t, kn[t], vn[t]);
-      } else {
-#pragma unroll
-        for (int w = 0; w < W; ++w) kn[t][w] = vn[t][w] = 0u;  // never read past the length
-      }
-    }
-  }
+  if (warp < n_tiles) load_tile(first_t0, kn, vn, settled);
   wait_for_previous_kernel();
   if (!(early & 4)) allow_next_kernel();
 
@@ -262,9 +253,9 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
           kc[t][w] = kn[t][w];
           vc[t][w] = vn[t][w];
         }
-      if (tile + kWarps < n_tiles) load_tile(t0 + kWarps * T, kn, vn);
+      if (tile + kWarps < n_tiles) load_tile(t0 + kWarps * T, kn, vn, end);
     } else {
-      if (tile != warp) load_tile(t0, kn, vn);
+      if (tile != warp) load_tile(t0, kn, vn, end);
 #pragma unroll
       for (int t = 0; t < T; ++t)
 #pragma unroll

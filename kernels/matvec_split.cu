@@ -59,7 +59,7 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
   const int lane = threadIdx.x % kWarpSize;
   float sum = 0.0f;
   for (int i = lane; i < in.n_in / kQ8Block; i += kWarpSize) sum += in.norm_sum_squares[i];
-  return rsqrtf(warp_sum(sum) / static_cast<float>(in.n_in) + in.norm_eps);
+  return split_dot::norm_scale(in, warp_sum(sum));
 }
 
 // KernelConfig::late_norm: a lane's first K sums of squares of the input's blocks, requested
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
     warp_sums(sums);
 #pragma unroll
     for (int mr = 0; mr < M * R; ++mr) acc[mr][0] = sums[mr];
-    scale = rsqrtf(sums[M * R] / static_cast<float>(in.n_in) + in.norm_eps);
+    scale = split_dot::norm_scale(in, sums[M * R]);
   }
   auto row_sum = [&](int mr, int b) { return LATE_NORM ? acc[mr][b] : warp_sum(acc[mr][b]); };
   float last = 0.0f;  // kRowBlocks: the row's result, on lane 0

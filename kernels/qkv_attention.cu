@@ -190,9 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   sums[kMaxRowsPerWarp] = norm_part;
   warp_sums(sums);
   const float scale =
-      a.in.norm_sum_squares
-          ? rsqrtf(sums[kMaxRowsPerWarp] / static_cast<float>(a.in.n_in) + a.in.norm_eps)
-          : 1.0f;
+      a.in.norm_sum_squares ? split_dot::norm_scale(a.in, sums[kMaxRowsPerWarp]) : 1.0f;
   const int newest = length - 1;
 #pragma unroll
   for (int i = 0; i < kMaxRowsPerWarp / 2; ++i) {
@@ -283,14 +281,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t at = static_cast<int64_t>(h) * group * kHeadDim + tid;
   a.out[at] = y;
   if (!a.out_q8.qs) return;
-  // As attention.cu's write_output4: the largest |y| of the 32-element block, d = amax / 127.
-  const float amax = warp_max(fabsf(y));
-  const float scale_q = amax / 127.0f;
-  const int qv = amax != 0.0f ? __float2int_rn(y / scale_q) : 0;
-  const int sum = warp_sum_int(qv);
-  a.out_q8.qs[at] = static_cast<int8_t>(qv);
-  if (lane == 0)
-    a.out_q8.ds[at / kQ8Block] = make_float2(scale_q, scale_q * static_cast<float>(sum));
+  // Whole warps hold whole 32-element blocks (at is lane-aligned): the quantisation every
+  // int8 hand-over uses, as attention.cu's write_output4 rounds it (d = amax / 127, y / d).
+  quantize_block_of_warp(y, a.out_q8.qs + at - lane, a.out_q8.ds + at / kQ8Block);
 }
 
 int shared_memory_per_block();

@@ -1,8 +1,10 @@
 // The split-layout rows' sub-blocks (split_layout.h) as the batch-1 kernels read them: one
 // 32-element sub-block of a row per lane (Payload, load_payload) and its dot product with 32
-// int8 activations (dot_payload). Shared by matvec_split.cu and qkv_attention.cu.
+// int8 activations (dot_payload), and the handed-over RMSNorm's 1/rms (norm_scale). Shared by
+// matvec_split.cu and qkv_attention.cu.
 #pragma once
 #include "granule/split_layout.h"
+#include "matvec.cuh"
 #include "quant_blocks.cuh"
 
 namespace granule::kernels::split_dot {
@@ -132,6 +134,13 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     return half_bits_to_float(static_cast<uint16_t>(p.d6)) * ds.x *
            static_cast<float>(sc0 * sum_half[0] + sc1 * sum_half[1]);
   }
+}
+
+// The 1/rms of a batch-1 input whose int8 blocks hold y·w without it (MatvecInput::
+// norm_sum_squares), from Σ y² over all of it (the warp's sum of the blocks' sums): one formula
+// for every kernel that applies it, so they agree to the bit.
+__device__ __forceinline__ float norm_scale(const MatvecInput& in, float sum_squares) {
+  return rsqrtf(sum_squares / static_cast<float>(in.n_in) + in.norm_eps);
 }
 
 }  // namespace granule::kernels::split_dot
