@@ -515,8 +515,8 @@ void CudaModel::upload(const RowInputs& in) {
   std::copy(in.slots.begin(), in.slots.end(), host + kSlots * R);
   // A padding row (slot < 0) sees no KV: attention skips it, rope_kv writes nothing.
   for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.slots[i] < 0 ? 0 : in.positions[i] + 1;
-  short_context_ = n == 1 && in.slots[0] >= 0 && fused_attention_tokens() > 0 &&
-                   in.positions[0] + 1 <= fused_attention_tokens();
+  // One row within the fused Q/K/V + attention kernel's reach (0 when it is off).
+  short_context_ = n == 1 && in.slots[0] >= 0 && in.positions[0] + 1 <= fused_attention_tokens();
   std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
   // Flash-attention tiles for a run of more than kMatvecMaxRows rows (never graph-captured):
   // each run of one sequence's rows in tiles of up to 64 rows; the other rows (decode rows of
