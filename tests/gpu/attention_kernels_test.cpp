@@ -14,6 +14,7 @@
 #include "attention.cuh"
 #include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
+#include "kernel_test_inputs.h"
 #include "model/rope.h"
 #include "rope_kv.cuh"
 #include "sync_probe.cuh"
@@ -231,35 +232,18 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   DeviceArray<int32_t> d_slots(slots), d_lengths(c.lengths);
   DeviceArray<float> d_q(q), d_out(static_cast<size_t>(rows * q_dim));
   d_out.poison();
-  kernels::AttentionArgs a;
-  a.q = d_q.get();
-  a.q_stride = q_dim;
-  a.out = d_out.get();
-  a.out_stride = q_dim;
-  a.rows = rows;
-  a.n_head = c.n_head;
-  a.n_kv = c.n_kv;
-  a.head_dim = hd;
-  a.lengths = d_lengths.get();
-  a.slots = d_slots.get();
-  a.slot_base = d_bases.get();
-  a.token_stride = token_stride;
-  a.layer = layer;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  a.split_tokens = c.split_tokens;
-  const int capacity = std::max({c.capacity, max_len, 1});
-  a.max_splits = (capacity + c.split_tokens - 1) / c.split_tokens;
-  DeviceArray<float> d_partial(
-      kernels::attention_workspace_floats(rows, c.n_head, a.max_splits, hd));
-  d_partial.poison();
-  a.partial = d_partial.get();
+  gpu_test::SplitAttention split(
+      gpu_test::attention_args(d_q.get(), d_out.get(), rows, c.n_head, c.n_kv, hd,
+                               d_lengths.get(), d_slots.get(), d_bases.get(), token_stride, layer),
+      c.split_tokens, std::max({c.capacity, max_len, 1}));
+  split.partial.poison();
+  kernels::AttentionArgs& a = split.args;
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
   a.out_q8 = {d_qs.get(), d_ds.get()};  // the output also as int8 blocks
   DeviceArray<__half> d_f16(static_cast<size_t>(rows * q_dim));
   a.out_f16 = d_f16.get();  // and as f16 (the f16 tensor-core products' input)
-  DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * c.n_kv), 0));
-  a.split_counters = d_counters.get();
+  DeviceArray<int>& d_counters = split.counters;
   CUDA_OK(kernels::launch_attention(a, config, nullptr));
   // A second launch on the same counters (they must be back at zero) gives the same result.
   const std::vector<float> first = d_out.download();
@@ -397,31 +381,15 @@ TEST(AttentionEarlyRequests, SameBitsAndTheStepsTokensAfterTheWait) {
     DeviceArray<int32_t> d_slots(step.slots), d_lengths(step.lengths);
     DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
     DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
-    kernels::AttentionArgs a;
-    a.q = d_q.get();
-    a.q_stride = q_dim;
-    a.out = d_out.get();
-    a.out_stride = q_dim;
-    a.rows = rows;
-    a.n_head = n_head;
-    a.n_kv = n_kv;
-    a.head_dim = hd;
-    a.lengths = d_lengths.get();
-    a.slots = d_slots.get();
-    a.slot_base = d_bases.get();
-    a.token_stride = token_stride;
-    a.layer = layer;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    a.split_tokens = 64;  // the engine's decode split size
-    a.max_splits = capacity / a.split_tokens;
-    DeviceArray<float> d_partial(
-        kernels::attention_workspace_floats(rows, n_head, a.max_splits, hd));
-    a.partial = d_partial.get();
+    gpu_test::SplitAttention split(
+        gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
+                                 d_slots.get(), d_bases.get(), token_stride, layer),
+        64, capacity);  // the engine's decode split size
+    kernels::AttentionArgs& a = split.args;
     DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
     DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
     a.out_q8 = {d_qs.get(), d_ds.get()};
-    DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
-    a.split_counters = d_counters.get();
+    DeviceArray<int>& d_counters = split.counters;
 
     kernels::KernelConfig config = gpu_test::kernel_config();
     config.attention_early = 0;
@@ -482,28 +450,12 @@ TEST(AttentionKernelTiming, DecodeShapesOf8B) {
     DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
     DeviceArray<__half*> d_bases(bases);
     DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
-    kernels::AttentionArgs a;
-    a.q = d_q.get();
-    a.q_stride = q_dim;
-    a.out = d_out.get();
-    a.out_stride = q_dim;
-    a.rows = rows;
-    a.n_head = n_head;
-    a.n_kv = n_kv;
-    a.head_dim = hd;
-    a.lengths = d_lengths.get();
-    a.slots = d_slots.get();
-    a.slot_base = d_bases.get();
-    a.token_stride = token_stride;
-    a.layer = layer;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    a.split_tokens = 64;  // the engine's decode split size
-    a.max_splits = (capacity + a.split_tokens - 1) / a.split_tokens;
-    DeviceArray<float> d_partial(
-        kernels::attention_workspace_floats(rows, n_head, a.max_splits, hd));
-    a.partial = d_partial.get();
-    DeviceArray<int> d_counters(std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
-    a.split_counters = d_counters.get();
+    gpu_test::SplitAttention split(
+        gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
+                                 d_slots.get(), d_bases.get(), token_stride, layer),
+        64, capacity);  // the engine's decode split size
+    const kernels::AttentionArgs& a = split.args;
+    DeviceArray<int>& d_counters = split.counters;
     for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
     cudaEvent_t begin, end;
     ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);

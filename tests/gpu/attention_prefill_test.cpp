@@ -35,6 +35,7 @@
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
+#include "kernel_test_inputs.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
@@ -148,36 +149,17 @@ class Problem {
   const Batch& batch() const { return batch_; }
 
   kernels::AttentionArgs args(float* out, const int32_t* lengths) const {
-    kernels::AttentionArgs a;
-    a.q = d_q_->get();
-    a.q_stride = q_dim();
-    a.out = out;
-    a.out_stride = q_dim();
-    a.rows = rows();
-    a.n_head = shape_.n_head;
-    a.n_kv = shape_.n_kv;
-    a.head_dim = shape_.head_dim;
-    a.lengths = lengths ? lengths : d_lengths_->get();
-    a.slots = d_slots_->get();
-    a.slot_base = d_bases_->get();
-    a.token_stride = kv_.token_stride();
-    a.layer = kLayer;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
-    return a;
+    return gpu_test::attention_args(d_q_->get(), out, rows(), shape_.n_head, shape_.n_kv,
+                                    shape_.head_dim, lengths ? lengths : d_lengths_->get(),
+                                    d_slots_->get(), d_bases_->get(), kv_.token_stride(), kLayer);
   }
 
   // The split kernel (attention.cu) into `out` for every row of `lengths` (default: the
   // batch's) with a length > 0, at the prefill split size the backend uses.
   void run_split(float* out, const int32_t* lengths = nullptr) const {
-    kernels::AttentionArgs a = args(out, lengths);
-    a.split_tokens = 1024;
-    a.max_splits = (kv_.max_tokens + a.split_tokens - 1) / a.split_tokens;
-    DeviceArray<float> partial(
-        kernels::attention_workspace_floats(rows(), shape_.n_head, a.max_splits, shape_.head_dim));
-    DeviceArray<int> counters(std::vector<int>(static_cast<size_t>(rows() * shape_.n_kv), 0));
-    a.partial = partial.get();
-    a.split_counters = counters.get();
-    ASSERT_EQ(kernels::launch_attention(a, gpu_test::kernel_config(), nullptr), cudaSuccess);
+    const gpu_test::SplitAttention split(args(out, lengths), 1024, kv_.max_tokens);
+    ASSERT_EQ(kernels::launch_attention(split.args, gpu_test::kernel_config(), nullptr),
+              cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
 

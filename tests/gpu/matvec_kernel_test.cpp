@@ -21,6 +21,7 @@
 #include "granule/split_layout.h"
 #include "granule/tensor_type.h"
 #include "granule/testkit/quantize.h"
+#include "kernel_test_inputs.h"
 #include "matvec.cuh"
 #include "model/weight_split.h"
 #include "quantize_activations.cuh"
@@ -30,36 +31,8 @@ namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
-
-struct Encoded {
-  std::vector<uint8_t> bytes;
-  std::vector<float> decoded;  // what the kernel must see
-  int64_t row_bytes = 0;
-  std::vector<uint8_t> device_bytes;  // bytes (or, split, the split rows) + 16 bytes of slack
-  int64_t device_row_bytes = 0;
-};
-
-Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng, bool split = false) {
-  Encoded e;
-  e.row_bytes = static_cast<int64_t>(row_bytes(type, cols));
-  // 16 bytes of slack: the kernels copy rows in 16-byte vectors (the model keeps the same).
-  e.bytes.resize(static_cast<size_t>(rows * e.row_bytes) + 16);
-  e.decoded.resize(static_cast<size_t>(rows * cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> values = gpu_test::random_floats(static_cast<size_t>(cols), rng, 0.5f);
-    quantize_row(type, values.data(), e.bytes.data() + r * e.row_bytes, cols);
-    dequantize_row(type, e.bytes.data() + r * e.row_bytes, e.decoded.data() + r * cols, cols);
-  }
-  if (split) {
-    e.device_row_bytes = split_row_stride(static_cast<uint32_t>(type), cols);
-    e.device_bytes.assign(static_cast<size_t>(rows * e.device_row_bytes) + 16, 0xEE);
-    split_rows(static_cast<uint32_t>(type), e.bytes.data(), rows, cols, e.device_bytes.data());
-  } else {
-    e.device_row_bytes = e.row_bytes;
-    e.device_bytes = e.bytes;
-  }
-  return e;
-}
+using gpu_test::encode;
+using gpu_test::Encoded;
 
 bool reads_q8(TensorType t, bool split = false) {
   return kernels::matvec_reads_q8(static_cast<uint32_t>(t), split);

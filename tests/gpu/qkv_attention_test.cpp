@@ -20,7 +20,7 @@
 #include "attention.cuh"
 #include "gpu_test_support.h"
 #include "granule/tensor_type.h"
-#include "granule/testkit/quantize.h"
+#include "kernel_test_inputs.h"
 #include "matvec.cuh"
 #include "model/weight_split.h"
 #include "quantize_activations.cuh"
@@ -39,21 +39,6 @@ struct FusedCase {
   bool norm, bias;
 };
 
-// rows x cols random weights quantised to `type`, in the split layout.
-std::vector<uint8_t> split_weights(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng,
-                                   int64_t* stride) {
-  const int64_t gguf_bytes = static_cast<int64_t>(row_bytes(type, cols));
-  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_bytes));
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(cols), rng, 0.5f);
-    quantize_row(type, v.data(), gguf.data() + r * gguf_bytes, cols);
-  }
-  *stride = split_row_stride(static_cast<uint32_t>(type), cols);
-  std::vector<uint8_t> split(static_cast<size_t>(rows * *stride) + 16, 0);
-  split_rows(static_cast<uint32_t>(type), gguf.data(), rows, cols, split.data());
-  return split;
-}
-
 class QkvAttentionKernel : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
@@ -63,10 +48,10 @@ TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
   std::mt19937 rng(static_cast<uint32_t>(c.n_in * 7 + c.n_head * 3 + c.n_kv + c.norm + 2 * c.bias));
   const int64_t q_dim = static_cast<int64_t>(c.n_head) * kHeadDim;
   const int64_t kv_dim = static_cast<int64_t>(c.n_kv) * kHeadDim;
-  int64_t stride = 0;
-  DeviceArray<uint8_t> wq(split_weights(c.type, q_dim, c.n_in, rng, &stride));
-  DeviceArray<uint8_t> wk(split_weights(c.type, kv_dim, c.n_in, rng, &stride));
-  DeviceArray<uint8_t> wv(split_weights(c.type, kv_dim, c.n_in, rng, &stride));
+  DeviceArray<uint8_t> wq(gpu_test::encode(c.type, q_dim, c.n_in, rng, true).device_bytes);
+  DeviceArray<uint8_t> wk(gpu_test::encode(c.type, kv_dim, c.n_in, rng, true).device_bytes);
+  DeviceArray<uint8_t> wv(gpu_test::encode(c.type, kv_dim, c.n_in, rng, true).device_bytes);
+  const int64_t stride = split_row_stride(static_cast<uint32_t>(c.type), c.n_in);
   const int limit = kernels::qkv_attention_max_tokens(static_cast<uint32_t>(c.type), c.n_in, stride,
                                                       c.n_head, c.n_kv, kHeadDim);
   ASSERT_GT(limit, 64) << "the fused kernel should take these shapes";
@@ -145,28 +130,12 @@ TEST_P(QkvAttentionKernel, MatchesTheProductAndAttentionKernels) {
         t[m].bias = c.bias ? biases[m] : nullptr;
       }
       CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(c.type), t, 3, pin, config, nullptr));
-      kernels::AttentionArgs a;
-      a.q = d_q.get();
-      a.q_stride = q_dim;
-      a.out = out_pair.get();
-      a.out_stride = q_dim;
-      a.rows = 1;
-      a.n_head = c.n_head;
-      a.n_kv = c.n_kv;
-      a.head_dim = kHeadDim;
-      a.lengths = d_lengths.get();
-      a.slots = d_slots.get();
-      a.slot_base = d_base_pair.get();
-      a.token_stride = token_stride;
-      a.layer = kLayer;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-      a.split_tokens = 64;
-      a.max_splits = (max_tokens + 63) / 64;
-      DeviceArray<float> partial(
-          kernels::attention_workspace_floats(1, c.n_head, a.max_splits, kHeadDim));
-      a.partial = partial.get();
-      DeviceArray<int> counters(std::vector<int>(static_cast<size_t>(c.n_kv), 0));
-      a.split_counters = counters.get();
+      gpu_test::SplitAttention split(
+          gpu_test::attention_args(d_q.get(), out_pair.get(), 1, c.n_head, c.n_kv, kHeadDim,
+                                   d_lengths.get(), d_slots.get(), d_base_pair.get(), token_stride,
+                                   kLayer),
+          64, max_tokens);  // the engine's decode split size
+      kernels::AttentionArgs& a = split.args;
       a.out_q8 = {q8_pair.get(), ds_pair.get()};
       CUDA_OK(kernels::launch_attention(a, config, nullptr));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
