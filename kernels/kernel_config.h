@@ -100,7 +100,7 @@ struct KernelConfig {
   // tokens that earlier steps wrote (below length - rows: a row's new tokens in this step are
   // at most the launch's rows, all at the end of its length), so only q and the newest tokens
   // are read after the wait. The same output to the bit.
-  int attention_early = 0;
+  int attention_early = 3;
   // Where batch-1 kernels let the next kernel start (griddepcontrol.launch_dependents), which
   // lets it request its weights that much earlier; the next kernel's wait still waits for this
   // one to complete, and every block of this one still waits for the kernel before it, so the
@@ -115,7 +115,7 @@ struct KernelConfig {
   // them once its dot products are done, instead of reducing them first (whose warp sum keeps
   // the activation loads behind it: two L2 round trips in a row after the wait, ptxas sm_90).
   // The same sums in the same order, so the same bits (not yet measured on a device).
-  bool late_norm = false;
+  bool late_norm = true;
   // One-row decode steps of small models whose row has at most this many tokens run each
   // layer's Q/K/V product and attention as one kernel of one block per KV head
   // (kernels/qkv_attention.cuh: Q4_0/Q4_1 Q/K/V of one type, head size 64, groups up to 4, rows
@@ -123,6 +123,11 @@ struct KernelConfig {
   // capped by what the kernel's shared memory holds (~380 tokens for SmolLM2-135M); longer rows
   // keep the two kernels, in a graph of their own. 0 off (not yet run on a device).
   int qkv_attention = 0;
+  // Decode steps whose graph carries its own copies: the step's inputs from the pinned mirror
+  // at the graph's start and the sampled tokens back at its end, instead of a copy queued
+  // before the replay and another after it (two fewer operations the device waits for between
+  // the host's calls). Greedy and sampled heads; the logits head downloads as before.
+  bool graph_io = true;
   // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
   // RMSNorm's input over in the epilogue of the product before it (the output projection and
   // the down projection quantise y·w of their 32-row blocks and write Σ y²; the next product
@@ -156,7 +161,7 @@ struct KernelConfig {
   // 4 (not the default: built and tested here, not yet run on a device) also runs the
   // Q4_0/Q4_1 one-row products of at most 32 sub-blocks (576 wide) at one sub-block per lane
   // and step: at two, the 32-warp SwiGLU kernel spills 48 bytes of payloads it never loads.
-  int split_rows = 3;
+  int split_rows = 4;
 };
 
 }  // namespace granule::kernels

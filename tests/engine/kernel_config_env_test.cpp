@@ -180,13 +180,15 @@ TEST(KernelConfigEnv, FlashPrefillSwitch) {
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
             "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
-                std::to_string(KernelConfig{}.split_rows));
+                std::to_string(KernelConfig{}.split_rows) +
+                ", attention early 3, late norm, step copies in the graph");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
             "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
-                std::to_string(KernelConfig{}.split_rows));
+                std::to_string(KernelConfig{}.split_rows) +
+                ", attention early 3, late norm, step copies in the graph");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
   EXPECT_TRUE(warnings.empty());
   EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
@@ -337,7 +339,8 @@ TEST(KernelConfigEnv, SplitRows) {
 
 TEST(KernelConfigEnv, AttentionEarly) {
   std::vector<std::string> warnings;
-  const KernelConfig none = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_early, 3);
+  const KernelConfig none = parse({{{"GRANULE_ATTN_EARLY", "0"}}}, warnings);
   EXPECT_EQ(none.attention_early, 0);
   EXPECT_EQ(describe_attention(none).find("attention early"), std::string::npos)
       << describe_attention(none);
@@ -372,7 +375,8 @@ TEST(KernelConfigEnv, EarlyTrigger) {
 
 TEST(KernelConfigEnv, LateNorm) {
   std::vector<std::string> warnings;
-  const KernelConfig off = parse(FakeEnvironment{}, warnings);
+  EXPECT_TRUE(parse(FakeEnvironment{}, warnings).late_norm);
+  const KernelConfig off = parse({{{"GRANULE_LATE_NORM", "0"}}}, warnings);
   EXPECT_FALSE(off.late_norm);
   EXPECT_EQ(describe_attention(off).find("late norm"), std::string::npos)
       << describe_attention(off);
@@ -402,12 +406,28 @@ TEST(KernelConfigEnv, QkvAttention) {
             "keeping 256");
 }
 
+TEST(KernelConfigEnv, GraphIo) {
+  std::vector<std::string> warnings;
+  EXPECT_TRUE(parse(FakeEnvironment{}, warnings).graph_io);
+  const KernelConfig off = parse({{{"GRANULE_GRAPH_IO", "0"}}}, warnings);
+  EXPECT_FALSE(off.graph_io);
+  EXPECT_EQ(describe_attention(off).find("step copies in the graph"), std::string::npos);
+  const KernelConfig on = parse({{{"GRANULE_GRAPH_IO", "1"}}}, warnings);
+  EXPECT_TRUE(on.graph_io);
+  EXPECT_NE(describe_attention(on).find("step copies in the graph"), std::string::npos)
+      << describe_attention(on);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_FALSE(parse({{{"GRANULE_GRAPH_IO", "on"}}}, warnings, off).graph_io);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_GRAPH_IO=on ignored (accepted: 0, 1); keeping 0");
+}
+
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 23u);
+  ASSERT_EQ(kernel_override_variables().size(), 24u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -773,6 +773,60 @@ TEST(ModelGpuSampling, GreedyForwardSampleMatchesLogitsArgmax) {
   EXPECT_EQ(token[0], best);
 }
 
+// KernelConfig::graph_io: decode graphs that copy their own inputs and tokens give the tokens of
+// the copies queued around the replay, greedy and sampled (penalties over the history, seeded
+// draws), at 1 and 3 rows (bucket 4: a padding row), each step's tokens fed back.
+TEST(ModelGpuSampling, StepCopiesInTheGraphGiveTheSameTokens) {
+  GRANULE_REQUIRE_GPU();
+  const auto path = model_path("graph-io");
+  write_synthetic_model(small_spec("llama", TensorType::Q4_0), path);
+  kernels::KernelConfig with = gpu_test::kernel_config(), without = with;
+  with.graph_io = true;
+  without.graph_io = false;
+  SamplingParams sampled;  // the defaults: temperature, top-k/p, min-p, repetition penalty
+  sampled.seed = 5;
+  for (const SamplingParams& params : {SamplingParams::greedy(), sampled}) {
+    for (const int rows : {1, 3}) {
+      std::vector<std::vector<int32_t>> answers;
+      for (const kernels::KernelConfig& kc : {without, with}) {
+        Rig gpu(path, true, 4, 512, false, kc);
+        ASSERT_EQ(dynamic_cast<cuda::CudaBackend&>(*gpu.backend).model().kernel_config().graph_io,
+                  kc.graph_io);
+        std::vector<std::vector<int32_t>> history(static_cast<size_t>(rows));
+        std::vector<int32_t> current(static_cast<size_t>(rows));
+        for (int s = 0; s < rows; ++s) {
+          history[s] = random_tokens(6, gpu.config.n_vocab, 30 + static_cast<uint32_t>(s));
+          gpu.run({{s, std::span<const int32_t>(history[s].data(), 5), 0, false}});
+          current[s] = history[s][5];
+        }
+        std::vector<int32_t> produced;
+        for (int step = 0; step < 12; ++step) {
+          std::vector<BatchSequence> batch;
+          for (int s = 0; s < rows; ++s) {
+            const int64_t position = 5 + step;
+            ASSERT_TRUE(gpu.kv->map_through(s, position + 1));
+            batch.push_back({s, std::span<const int32_t>(&current[s], 1), position, false});
+          }
+          const std::vector<SamplingParams> p(static_cast<size_t>(rows), params);
+          const std::vector<uint64_t> draws(static_cast<size_t>(rows), static_cast<uint64_t>(step));
+          const std::vector<int32_t> next = gpu.backend->forward_sample(batch, p, history, draws);
+          ASSERT_EQ(next.size(), static_cast<size_t>(rows));
+          for (int s = 0; s < rows; ++s) {
+            ASSERT_GE(next[s], 0);
+            ASSERT_LT(next[s], gpu.config.n_vocab);
+            current[s] = next[s];
+            history[s].push_back(next[s]);
+            produced.push_back(next[s]);
+          }
+        }
+        answers.push_back(produced);
+      }
+      EXPECT_EQ(answers[0], answers[1]) << (params.temperature > 0 ? "sampled" : "greedy")
+                                        << ", " << rows << " rows";
+    }
+  }
+}
+
 // Engine::open picks the GPU and its teacher-forced logits match the oracle engine's.
 TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
   GRANULE_REQUIRE_GPU();

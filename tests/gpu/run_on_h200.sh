@@ -1302,15 +1302,62 @@ wave31b() {
 # The second call: the engine suites and issue 15's numbers under the caller's GRANULE_* variables
 # (or the defaults once the winners of wave31 are made the defaults).
 wave32() {
+  local b="$build/app/bench/granule-bench" rep
   {
   model_suites 200 190
   memory_suites 80 70
   issue15_numbers
+  # Session 12's defaults (split rows 4, late norm, attention early 3, step copies in the graph)
+  # against session 11's and against themselves without the graph's copies, alternated.
+  for rep in 1 2 3; do
+    knob_line "defaults (session 12)" "" smollm2-135m:Q4_1 0
+    knob_line "session 11 defaults" "GRANULE_SPLIT_ROWS=3 GRANULE_LATE_NORM=0 GRANULE_ATTN_EARLY=0 GRANULE_GRAPH_IO=0" smollm2-135m:Q4_1 0
+    knob_line "graph io off" "GRANULE_GRAPH_IO=0" smollm2-135m:Q4_1 0
+  done
   } 2>&1 | tee "$OUT/summary.txt"
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log"
 }
 
+# Session 12. wave31 (all tests passed, memcheck and racecheck clean): the four knobs together
+# 2,963-2,970 t/s against 2,855-2,866 for the defaults; the fused Q/K/V + attention kernel
+# 2,219-2,243 (1,716 alone). wave31b: each knob alone within noise of the defaults, the early
+# trigger alone slower (2,767-2,825). wave33: the step's copies inside the decode graph
+# (GRANULE_GRAPH_IO=1) with and without the knobs, the knobs without the early trigger, and the
+# model and chats suites with the step copies in the graph. Build with GRANULE_TARGETS=
+# "model_gpu_test concurrent_chats_test granule-bench".
+knob3="GRANULE_SPLIT_ROWS=4 GRANULE_LATE_NORM=1 GRANULE_ATTN_EARLY=3"
+wave33() {
+  local b="$build/app/bench/granule-bench" rep
+  {
+  env $knob_all GRANULE_GRAPH_IO=1 timeout 200 "$build/tests/model_gpu_test" \
+    --gtest_filter='*Sampling*:*Engine*:*Batch*:*DecodeFusion.One*:*DefaultShapes*' \
+    >"$OUT/model_gpu_test.txt" 2>&1
+  gtest_line model_gpu_test $?
+  env $knob_all GRANULE_GRAPH_IO=1 timeout 200 "$build/tests/concurrent_chats_test" \
+    >"$OUT/concurrent_chats_test.txt" 2>&1
+  gtest_line concurrent_chats_test $?
+  for rep in 1 2; do
+    knob_line defaults "" smollm2-135m:Q4_1 0
+    knob_line "graph io" "GRANULE_GRAPH_IO=1" smollm2-135m:Q4_1 0
+    knob_line "three (no early trigger)" "$knob3" smollm2-135m:Q4_1 0
+    knob_line "three + early trigger 1" "$knob3 GRANULE_EARLY_TRIGGER=1" smollm2-135m:Q4_1 0
+    knob_line "all four" "$knob_all" smollm2-135m:Q4_1 0
+    knob_line "three + graph io" "$knob3 GRANULE_GRAPH_IO=1" smollm2-135m:Q4_1 0
+    knob_line "all four + graph io" "$knob_all GRANULE_GRAPH_IO=1" smollm2-135m:Q4_1 0
+  done
+  for rep in 1 2; do
+    knob_line defaults "" llama3-8b:Q4_0 0
+    knob_line "all four + graph io" "$knob_all GRANULE_GRAPH_IO=1" llama3-8b:Q4_0 0
+  done
+  for rep in 1 2; do
+    echo "-- chats smollm2 32, defaults: $(timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,32 -p 128 -g 128 --device cuda | grep -E '^\| +(1|32) +\|' | tr '\n' ' ')"
+    echo "-- chats smollm2 32, all four + graph io: $(export $knob_all GRANULE_GRAPH_IO=1; timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,32 -p 128 -g 128 --device cuda | grep -E '^\| +(1|32) +\|' | tr '\n' ' ')"
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave33) wave33 ;;
   wave32) wave32 ;;
   wave31b) wave31b ;;
   wave31) wave31 ;;

@@ -241,10 +241,15 @@ void CudaBackend::placement_changed(const std::string& reason) {
 
 uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   CudaModel& m = *model_;
+  // KernelConfig::graph_io: a decode graph copies its own inputs and tokens (launch() leaves
+  // them to it, wait() only reads the tokens).
+  const bool graph_io = graph_carries_io(decode, head);
   auto enqueue = [&] {
+    if (graph_io) m.queue_step_inputs(n_rows, head == Head::Sample);
     m.run_layers(n_rows);
     m.run_head(0, n_rows);
     if (head != Head::Logits) m.sample(n_rows, head == Head::Greedy);
+    if (graph_io) m.queue_token_download(n_rows);
   };
   if (!decode || !options_.cuda_graphs) {
     if (decode) {
@@ -288,6 +293,7 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   }
   last_nodes_ = it->second.nodes;
   it->second.graph.launch(m.stream());
+  if (graph_io) m.inputs_sent_with_step();
   ++graph_replays_;
   return 1;
 }
@@ -397,7 +403,8 @@ void CudaBackend::launch(const StepRequest& step) {
       history.resize(static_cast<size_t>(p.bucket));
       m.upload_sampling(params, history);
     }
-    p.host_operations = static_cast<uint64_t>(m.flush_inputs());
+    p.graph_io = graph_carries_io(true, p.head);
+    p.host_operations = p.graph_io ? 0 : static_cast<uint64_t>(m.flush_inputs());
     p.host_operations += run_step(p.bucket, true, p.head);
     p.h2d_bytes = pass_bytes;
     return;
@@ -434,6 +441,8 @@ StepResult CudaBackend::wait() {
   if (p.decode) {
     if (p.head == Head::Logits) {
       m.copy_logits(static_cast<int>(n), p.step.logits->data());
+    } else if (p.graph_io) {
+      m.read_tokens(static_cast<int>(n), p.result.tokens.data());
     } else {
       m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
     }

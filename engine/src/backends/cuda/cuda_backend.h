@@ -70,6 +70,12 @@ class CudaBackend final : public Backend {
   // (captured on first use per bucket and head), else eagerly. Returns the host-issued
   // operations (1 for a replay).
   uint64_t run_step(int n_rows, bool decode, Head head);
+  // Whether that step's graph copies its own inputs and tokens (KernelConfig::graph_io: a
+  // captured decode step with a token head).
+  bool graph_carries_io(bool decode, Head head) const {
+    return decode && options_.cuda_graphs && head != Head::Logits &&
+           model_->kernel_config().graph_io;
+  }
   // Records the finished step's time, copies and host-issued operations.
   struct PendingStep;
   void finish_step(const PendingStep& p);
@@ -93,6 +99,7 @@ class CudaBackend final : public Backend {
     RowInputs first_chunk;  // a prefill's first chunk, whose layers launch() queued
     StepResult result;
     int bucket = 0;                 // decode: the rows the graph runs (padding after batch)
+    bool graph_io = false;          // decode: the graph copies inputs and tokens (graph_carries_io)
     uint64_t host_operations = 0;   // decode: uploads, launches or replays, downloads
     uint64_t h2d_bytes = 0;
     std::chrono::steady_clock::time_point started;

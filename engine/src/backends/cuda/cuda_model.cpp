@@ -550,6 +550,46 @@ int CudaModel::flush_inputs() {
   return 1;
 }
 
+void CudaModel::queue_step_inputs(int rows, bool sampling) {
+  // The arrays a decode step reads (tokens through logit rows; no flash-attention plan) as
+  // one strided copy of their first `rows` entries.
+  const size_t pitch = static_cast<size_t>(max_rows_) * sizeof(int32_t);
+  const size_t width = static_cast<size_t>(rows) * sizeof(int32_t);
+  check_cuda(cudaMemcpy2DAsync(inputs_.get(), pitch, inputs_host_.as<uint8_t>(), pitch, width,
+                               kOtherLengths, cudaMemcpyHostToDevice, stream_.get()),
+             "queueing the step's inputs");
+  ++copies_;
+  if (!sampling) return;
+  auto copy = [&](size_t offset, size_t bytes) {
+    auto* device = inputs_.as<uint8_t>() + offset;
+    check_cuda(cudaMemcpyAsync(device, inputs_host_.as<uint8_t>() + offset, bytes,
+                               cudaMemcpyHostToDevice, stream_.get()),
+               "queueing the step's sampling inputs");
+    ++copies_;
+  };
+  copy(params_offset_, static_cast<size_t>(rows) * sizeof(k::DeviceSamplingParams));
+  copy(lengths_offset_, width);
+  copy(history_offset_, static_cast<size_t>(rows) * history_capacity_ * sizeof(int32_t));
+}
+
+void CudaModel::queue_token_download(int rows) {
+  check_cuda(cudaMemcpyAsync(tokens_host_.as<int32_t>(), tokens_out_.get(),
+                             static_cast<size_t>(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                             stream_.get()),
+             "queueing the token download");
+  ++copies_;
+}
+
+void CudaModel::inputs_sent_with_step() {
+  check_cuda(cudaEventRecord(inputs_sent_.get(), stream_.get()), "cudaEventRecord");
+  dirty_end_ = 0;
+}
+
+void CudaModel::read_tokens(int count, int32_t* host) const {
+  stream_.synchronize();
+  std::copy_n(tokens_host_.as<int32_t>(), count, host);
+}
+
 void CudaModel::wait_for_inputs_sent() {
   // The pinned mirror is rewritten only once the copy that reads it ran (a prefill of several
   // chunks writes the next chunk's inputs while the last one may still be queued).

@@ -95,6 +95,16 @@ class CudaModel {
   int64_t n_vocab() const { return config_.n_vocab; }
   void copy_logits(int count, float* host) const;    // synchronises
   void copy_tokens(int count, int32_t* host) const;  // synchronises
+  // KernelConfig::graph_io, for a decode step's graph: queue_step_inputs() copies the first
+  // `rows` of each input array (and of the sampling parameters and histories when `sampling`)
+  // from the pinned mirror, in place of flush_inputs(); queue_token_download() copies `rows`
+  // sampled tokens to the pinned token buffer. Both are captured with the step. After the
+  // replay, inputs_sent_with_step() marks the mirror sent (rewritable once the step ran) and
+  // read_tokens() waits for the step and reads the tokens.
+  void queue_step_inputs(int rows, bool sampling);
+  void queue_token_download(int rows);
+  void inputs_sent_with_step();
+  void read_tokens(int count, int32_t* host) const;  // synchronises
 
   cudaStream_t stream() const { return stream_.get(); }
   // What every launch of this model runs with; set at construction, never changed.
