@@ -93,28 +93,34 @@ struct KernelConfig {
   // H200, 8B Q4_0 at 160 tokens of context, ms per step 4 / auto: 1 row 1.854 / 1.842, 8 rows
   // 3.371 / 3.351, 32 rows 5.804 / 5.727; 32 chats 5,473 / 5,501 t/s (PERF_NOTES, session 6).
   int attention_warps = 0;
-  // What decode attention (attention.cu) does before its PDL wait, a bit mask (not yet measured
-  // on a device; 0 until it is): 1, blocks with no tokens leave at once instead of waiting for
+  // What decode attention (attention.cu) does before its PDL wait, a bit mask: 1, blocks with no tokens leave at once instead of waiting for
   // the previous kernel (block 0 of the grid always waits, so the grid still cannot complete
   // before the kernel it follows); 2, each warp requests its first tile's K and V for the
   // tokens that earlier steps wrote (below length - rows: a row's new tokens in this step are
   // at most the launch's rows, all at the end of its length), so only q and the newest tokens
-  // are read after the wait. The same output to the bit.
+  // are read after the wait. The same output to the bit. H200, SmolLM2 shapes, batch 1, t/s:
+  // 3 alone 2,882-2,898 against 2,839-2,893 for 0 at depth 0, 2,382 against 2,343 at depth 300
+  // (session 12, wave31b); it is part of the three knobs that cross 3,000 together (split_rows).
   int attention_early = 3;
   // Where batch-1 kernels let the next kernel start (griddepcontrol.launch_dependents), which
   // lets it request its weights that much earlier; the next kernel's wait still waits for this
   // one to complete, and every block of this one still waits for the kernel before it, so the
-  // order of the step is unchanged (not yet measured on a device; 0 until it is): 0 after their
-  // wait; 1 before it for the one-row split products with int8 results (under the fusion the
+  // order of the step is unchanged: 0 after their wait; 1 before it for the one-row split products with int8 results (under the fusion the
   // output, gate/up and down projections), so that the gate/up product and the next layer's
   // Q/K/V, whose kernels before them are short, start during the long ones before those; 2
-  // also every other one-row split product (Q/K/V, the head) and decode attention.
+  // also every other one-row split product (Q/K/V, the head) and decode attention. Measured
+  // slower, so 0: H200, SmolLM2 shapes, batch 1, t/s: alone 1: 2,772-2,825, 2: 2,767-2,769
+  // against 2,839-2,893 (wave31b); beside the other three, 1: 2,987-3,006 and 2: 2,909-2,915
+  // against 3,006-3,020 without it (session 12, wave33). The next kernel's early weight loads
+  // compete with the running kernel's for the same HBM, which is the bound of both.
   int early_trigger = 0;
   // Batch-1 split products whose input hands its RMSNorm's 1/rms over (decode_fusion): each
   // lane requests its share of the input's sums of squares with the activations and reduces
   // them once its dot products are done, instead of reducing them first (whose warp sum keeps
   // the activation loads behind it: two L2 round trips in a row after the wait, ptxas sm_90).
-  // The same sums in the same order, so the same bits (not yet measured on a device).
+  // The same sums in the same order, so the same bits. H200, SmolLM2 shapes, batch 1: within
+  // noise alone (2,883-2,889 t/s against 2,839-2,893, wave31b), part of the three that cross
+  // 3,000 together (split_rows, session 12).
   bool late_norm = true;
   // One-row decode steps of small models whose row has at most this many tokens run each
   // layer's Q/K/V product and attention as one kernel of one block per KV head
@@ -126,7 +132,10 @@ struct KernelConfig {
   // Decode steps whose graph carries its own copies: the step's inputs from the pinned mirror
   // at the graph's start and the sampled tokens back at its end, instead of a copy queued
   // before the replay and another after it (two fewer operations the device waits for between
-  // the host's calls). Greedy and sampled heads; the logits head downloads as before.
+  // the host's calls). Greedy and sampled heads; the logits head downloads as before. H200,
+  // SmolLM2 shapes, batch 1, t/s, same call: 3,002 / 3,062 with it against 3,006 / 3,020
+  // without (the other defaults on), 2,811 / 2,850 against 2,807 / 2,812 (session 11's
+  // defaults): no loss, up to +1.4 % (session 12, wave33).
   bool graph_io = true;
   // Batch-1 decode with every layer matrix split and read as int8 blocks: 1 hands each
   // RMSNorm's input over in the epilogue of the product before it (the output projection and
@@ -158,9 +167,12 @@ struct KernelConfig {
   // split_rows_short_kernel, whose warps keep 4 (one step) or 2 (two steps) rows' weights in
   // flight and read their activations once; the same sums to the bit. H200, SmolLM2 shapes, ms
   // per batch-1 step, 2 against 3: 0.365 / 0.364 against 0.356 / 0.359 (PERF_NOTES, session 10).
-  // 4 (not the default: built and tested here, not yet run on a device) also runs the
-  // Q4_0/Q4_1 one-row products of at most 32 sub-blocks (576 wide) at one sub-block per lane
-  // and step: at two, the 32-warp SwiGLU kernel spills 48 bytes of payloads it never loads.
+  // 4 also runs the Q4_0/Q4_1 one-row products of at most 32 sub-blocks (576 wide) at one
+  // sub-block per lane and step: at two, the 32-warp SwiGLU kernel spills 48 bytes of payloads
+  // it never loads. H200, SmolLM2 shapes, batch 1, t/s: 4 alone 2,841-2,898 against 2,839-2,893
+  // (wave31b, within noise); 4 with late_norm and attention_early 3: 3,006 / 3,020 against
+  // 2,807 / 2,812 for session 11's defaults in the same call (session 12, wave33); 8B Q4_0
+  // unchanged (660.8-664.2 against 665.1-665.6 with the early trigger also on).
   int split_rows = 4;
 };
 
