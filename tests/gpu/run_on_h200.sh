@@ -1357,7 +1357,32 @@ wave33() {
   } 2>&1 | tee "$OUT/summary.txt"
 }
 
+# Session 12's last call (the device time left held one): issue 15's numbers at the new
+# defaults without the 8,000-token prompts (not changed by them), the before/after lines, then
+# the engine suites. Build with GRANULE_TARGETS="model_gpu_test concurrent_chats_test
+# engine_churn_gpu_test streaming_gpu_test kv_space_gpu_test granule-bench".
+wave34() {
+  local b="$build/app/bench/granule-bench" rep
+  {
+  timeout 150 "$b" chats --synthetic llama3-8b:Q4_0 -n 8,32 -p 128 -g 128 --device cuda | grep -E "^\| +(8|32) +\|"
+  timeout 100 "$b" --synthetic llama3-8b:Q4_0 -p 512 -n 64 -b 1,8,32 | grep -E "^\| +synthetic"
+  echo "-- SmolLM2"
+  timeout 60 "$b" chats --synthetic smollm2-135m:Q4_1 -n 1,32 -p 128 -g 128 --device cuda | grep -E "^\| +(1|32) +\|"
+  timeout 60 "$b" --synthetic smollm2-135m:Q4_1 -p 512 -n 64 -b 1,32 | grep -E "^\| +synthetic"
+  for rep in 1 2; do
+    knob_line "defaults (session 12)" "" smollm2-135m:Q4_1 0
+    knob_line "session 11 defaults" "GRANULE_SPLIT_ROWS=3 GRANULE_LATE_NORM=0 GRANULE_ATTN_EARLY=0 GRANULE_GRAPH_IO=0" smollm2-135m:Q4_1 0
+  done
+  knob_line "defaults (session 12)" "" smollm2-135m:Q4_1 448
+  knob_line "session 11 defaults" "GRANULE_SPLIT_ROWS=3 GRANULE_LATE_NORM=0 GRANULE_ATTN_EARLY=0 GRANULE_GRAPH_IO=0" smollm2-135m:Q4_1 448
+  model_suites 170 160
+  memory_suites 70 60
+  } 2>&1 | tee "$OUT/summary.txt"
+  cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log" 2>/dev/null
+}
+
 case $what in
+  wave34) wave34 ;;
   wave33) wave33 ;;
   wave32) wave32 ;;
   wave31b) wave31b ;;
