@@ -116,13 +116,6 @@ struct KernelConfig {
   // the activation loads behind it: two L2 round trips in a row after the wait, ptxas sm_90).
   // The same sums in the same order, so the same bits (not yet measured on a device).
   bool late_norm = true;
-  // One-row decode steps of small models whose row has at most this many tokens run each
-  // layer's Q/K/V product and attention as one kernel of one block per KV head
-  // (kernels/qkv_attention.cuh: Q4_0/Q4_1 Q/K/V of one type, head size 64, groups up to 4, rows
-  // up to 1,024 wide, adjacent RoPE pairs, decode_fusion 3+ with the input norm handed over),
-  // capped by what the kernel's shared memory holds (~380 tokens for SmolLM2-135M); longer rows
-  // keep the two kernels, in a graph of their own. 0 off (not yet run on a device).
-  int qkv_attention = 0;
   // Decode steps whose graph carries its own copies: the step's inputs from the pinned mirror
   // at the graph's start and the sampled tokens back at its end, instead of a copy queued
   // before the replay and another after it (two fewer operations the device waits for between
