@@ -122,13 +122,6 @@ struct KernelConfig {
   // noise alone (2,883-2,889 t/s against 2,839-2,893, wave31b), part of the three that cross
   // 3,000 together (split_rows, session 12).
   bool late_norm = true;
-  // One-row decode steps of small models whose row has at most this many tokens run each
-  // layer's Q/K/V product and attention as one kernel of one block per KV head
-  // (kernels/qkv_attention.cuh: Q4_0/Q4_1 Q/K/V of one type, head size 64, groups up to 4, rows
-  // up to 1,024 wide, adjacent RoPE pairs, decode_fusion 3+ with the input norm handed over),
-  // capped by what the kernel's shared memory holds (~380 tokens for SmolLM2-135M); longer rows
-  // keep the two kernels, in a graph of their own. 0 off (not yet run on a device).
-  int qkv_attention = 0;
   // Decode steps whose graph carries its own copies: the step's inputs from the pinned mirror
   // at the graph's start and the sampled tokens back at its end, instead of a copy queued
   // before the replay and another after it (two fewer operations the device waits for between

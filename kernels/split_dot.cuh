@@ -1,7 +1,7 @@
 // The split-layout rows' sub-blocks (split_layout.h) as the batch-1 kernels read them: one
 // 32-element sub-block of a row per lane (Payload, load_payload) and its dot product with 32
-// int8 activations (dot_payload), and the handed-over RMSNorm's 1/rms (norm_scale). Shared by
-// matvec_split.cu and qkv_attention.cu.
+// int8 activations (dot_payload), and the handed-over RMSNorm's 1/rms (norm_scale). Used by
+// matvec_split.cu.
 #pragma once
 #include "granule/split_layout.h"
 #include "matvec.cuh"

@@ -389,23 +389,6 @@ TEST(KernelConfigEnv, LateNorm) {
   EXPECT_EQ(warnings[0], "GRANULE_LATE_NORM=yes ignored (accepted: 0, 1); keeping 1");
 }
 
-TEST(KernelConfigEnv, QkvAttention) {
-  std::vector<std::string> warnings;
-  const KernelConfig off = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(off.qkv_attention, 0);
-  EXPECT_EQ(describe_attention(off).find("Q/K/V with attention"), std::string::npos);
-  const KernelConfig on = parse({{{"GRANULE_QKV_ATTENTION", "256"}}}, warnings);
-  EXPECT_EQ(on.qkv_attention, 256);
-  EXPECT_NE(describe_attention(on).find("Q/K/V with attention up to 256 tokens"), std::string::npos)
-      << describe_attention(on);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_QKV_ATTENTION", "2000"}}}, warnings, on).qkv_attention, 256);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_QKV_ATTENTION=2000 ignored (accepted: a whole number from 0 to 1024); "
-            "keeping 256");
-}
-
 TEST(KernelConfigEnv, GraphIo) {
   std::vector<std::string> warnings;
   EXPECT_TRUE(parse(FakeEnvironment{}, warnings).graph_io);
@@ -427,7 +410,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 24u);
+  ASSERT_EQ(kernel_override_variables().size(), 23u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -36,7 +36,6 @@ constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
 constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
 constexpr const char* kEarlyTriggerVariable = "GRANULE_EARLY_TRIGGER";
 constexpr const char* kLateNormVariable = "GRANULE_LATE_NORM";
-constexpr const char* kQkvAttentionVariable = "GRANULE_QKV_ATTENTION";
 constexpr const char* kGraphIoVariable = "GRANULE_GRAPH_IO";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
@@ -46,7 +45,7 @@ constexpr const char* kVariables[] = {
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
     kSplitRowsVariable,      kAttentionEarlyVariable, kEarlyTriggerVariable,
-    kLateNormVariable,       kQkvAttentionVariable,    kGraphIoVariable};
+    kLateNormVariable,       kGraphIoVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -152,7 +151,6 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kAttentionEarlyVariable, kAttentionEarlyModes, config.attention_early, lookup, warnings);
   apply(kEarlyTriggerVariable, kEarlyTriggerModes, config.early_trigger, lookup, warnings);
   apply(kLateNormVariable, kSwitch, config.late_norm, lookup, warnings);
-  apply_count(kQkvAttentionVariable, 0, 1024, config.qkv_attention, lookup, warnings);
   apply(kGraphIoVariable, kSwitch, config.graph_io, lookup, warnings);
   return config;
 }
@@ -207,9 +205,6 @@ std::string describe_attention(const KernelConfig& config) {
          (config.early_trigger ? ", early trigger " + std::to_string(config.early_trigger)
                                : std::string()) +
          (config.late_norm ? ", late norm" : "") +
-         (config.qkv_attention
-              ? ", Q/K/V with attention up to " + std::to_string(config.qkv_attention) + " tokens"
-              : std::string()) +
          (config.graph_io ? ", step copies in the graph" : "");
 }
 

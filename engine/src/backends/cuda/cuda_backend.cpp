@@ -260,7 +260,7 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
     enqueue();
     return m.host_operations();
   }
-  const GraphKey key{n_rows, head, m.short_context()};
+  auto key = std::make_pair(n_rows, head);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     cudaStream_t s = m.stream();
@@ -299,7 +299,7 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
 }
 
 double CudaBackend::replay_seconds(int rows, int replays) {
-  const auto it = graphs_.find({bucket_of(rows), Head::Greedy, model_->short_context()});
+  const auto it = graphs_.find({bucket_of(rows), Head::Greedy});
   if (it == graphs_.end() || replays <= 0 || pending_.active) return -1;
   cudaStream_t s = model_->stream();
   CudaEvent start, stop;
@@ -491,8 +491,8 @@ void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
   GraphTelemetry& g = snapshot.graphs;
   g.buckets.clear();
   for (const auto& [key, graph] : graphs_)
-    if (std::find(g.buckets.begin(), g.buckets.end(), std::get<0>(key)) == g.buckets.end())
-      g.buckets.push_back(std::get<0>(key));
+    if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
+      g.buckets.push_back(key.first);
   std::sort(g.buckets.begin(), g.buckets.end());
   g.nodes = last_nodes_;
   g.segments_per_step = last_segments_;

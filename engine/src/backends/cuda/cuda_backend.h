@@ -6,7 +6,6 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backends/backend.h"
@@ -117,11 +116,8 @@ class CudaBackend final : public Backend {
     CudaGraph graph;
     int32_t nodes = 0;
   };
-  // Keyed by rows, head and CudaModel::short_context() (a one-row step short enough for the
-  // fused Q/K/V and attention kernel).
-  using GraphKey = std::tuple<int, Head, bool>;
-  std::map<GraphKey, CapturedStep> graphs_;
-  std::map<GraphKey, int> captured_before_;  // keys ever captured
+  std::map<std::pair<int, Head>, CapturedStep> graphs_;
+  std::map<std::pair<int, Head>, int> captured_before_;  // keys ever captured
   uint64_t graph_replays_ = 0, graph_captures_ = 0, graph_recaptures_ = 0, eager_steps_ = 0;
   int32_t last_nodes_ = 0, last_segments_ = 0;
   std::string recapture_reason_, last_recapture_reason_;

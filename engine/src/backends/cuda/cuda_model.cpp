@@ -17,7 +17,6 @@
 #include "matvec.cuh"
 #include "matvec_f16mma.cuh"
 #include "matvec_mma.cuh"
-#include "qkv_attention.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
@@ -515,8 +514,6 @@ void CudaModel::upload(const RowInputs& in) {
   std::copy(in.slots.begin(), in.slots.end(), host + kSlots * R);
   // A padding row (slot < 0) sees no KV: attention skips it, rope_kv writes nothing.
   for (size_t i = 0; i < n; ++i) host[kLengths * R + i] = in.slots[i] < 0 ? 0 : in.positions[i] + 1;
-  // One row within the fused Q/K/V + attention kernel's reach (0 when it is off).
-  short_context_ = n == 1 && in.slots[0] >= 0 && in.positions[0] + 1 <= fused_attention_tokens();
   std::copy(in.logit_rows.begin(), in.logit_rows.end(), host + kLogitRows * R);
   // Flash-attention tiles for a run of more than kMatvecMaxRows rows (never graph-captured):
   // each run of one sequence's rows in tiles of up to 64 rows; the other rows (decode rows of
@@ -660,82 +657,6 @@ bool CudaModel::fusion_fits() const {
     }
   }
   return true;
-}
-
-int CudaModel::fused_attention_tokens() const {
-  if (fused_attention_tokens_ >= 0) return fused_attention_tokens_;
-  const k::KernelConfig& kc = kernel_config_;
-  const ModelConfig& c = config_;
-  int tokens = 0;
-  if (kc.qkv_attention > 0) {
-    const char* why = nullptr;  // why the requested kernel is off
-    if (kc.decode_fusion < 3) {
-      why = "it needs the batch-1 fusion at level 3 or more";
-    } else if (c.rope_ordering == RopeOrdering::NeoX) {
-      why = "the model rotates NeoX pairs";
-    } else if (!fusion_fits()) {
-      why = "the model's layers do not take the batch-1 fusion";
-    } else {
-      tokens = kc.qkv_attention;
-      for (const DeviceLayer& l : layers_) {
-        const bool one_type = l.wk.type == l.wq.type && l.wv.type == l.wq.type &&
-                              l.wk.row_bytes == l.wq.row_bytes && l.wv.row_bytes == l.wq.row_bytes;
-        const int limit =
-            one_type && !l.q_norm && !l.k_norm
-                ? k::qkv_attention_max_tokens(l.wq.type, static_cast<int>(l.wq.cols),
-                                              l.wq.row_bytes, static_cast<int>(c.n_head),
-                                              static_cast<int>(c.n_head_kv),
-                                              static_cast<int>(c.head_dim))
-                : 0;
-        tokens = std::min(tokens, limit);
-      }
-      if (tokens == 0)
-        why = "a layer's Q/K/V are not Q4_0/Q4_1 of one type with heads of 64, at most 4 heads "
-              "per KV head, at most 1,024 wide and no Q/K norm";
-    }
-    if (why)
-      logger("engine.cuda")->info("fused Q/K/V + attention off: {}", why);
-    else
-      logger("engine.cuda")->info("fused Q/K/V + attention for one-row steps of up to {} tokens",
-                                  tokens);
-  }
-  fused_attention_tokens_ = tokens;
-  return tokens;
-}
-
-void CudaModel::qkv_attention(const DeviceLayer& l, int layer) {
-  const ModelConfig& c = config_;
-  const int32_t* inputs = inputs_.as<int32_t>();
-  const int64_t R = max_rows_;
-  k::QkvAttentionArgs a;
-  a.wq = l.wq.data;
-  a.wk = l.wk.data;
-  a.wv = l.wv.data;
-  a.row_bytes = l.wq.row_bytes;
-  a.bq = l.bq;
-  a.bk = l.bk;
-  a.bv = l.bv;
-  a.in.n_in = static_cast<int>(l.wq.cols);
-  a.in.batch = 1;
-  read_handed_over_norm(a.in);
-  a.rope.positions = inputs + kPositions * R;
-  a.rope.slots = inputs + kSlots * R;
-  a.rope.slot_base = slot_bases_.as<__half* const>();
-  a.rope.frequencies = rope_frequencies_;
-  a.rope.token_stride = token_stride_halves_;
-  a.rope.layer = layer;
-  a.rope.n_kv = static_cast<int>(c.n_head_kv);
-  a.rope.head_dim = static_cast<int>(c.head_dim);
-  a.lengths = inputs + kLengths * R;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  a.n_head = static_cast<int>(c.n_head);
-  a.n_kv = static_cast<int>(c.n_head_kv);
-  a.head_dim = static_cast<int>(c.head_dim);
-  a.out = attn_.as<float>();
-  a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};  // the output projection's input
-  check_launch(k::launch_qkv_attention(l.wq.type, a, fused_attention_tokens(), kernel_config_,
-                                       stream_.get()),
-               "qkv_attention");
 }
 
 bool CudaModel::head_takes_hand_over() const {
@@ -978,15 +899,9 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
   const bool rope_in_qkv = fused && kernel_config_.decode_fusion >= 3 &&
                           config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
-  // A short one-row pass: both in one kernel, where the input was handed over (its int8
-  // blocks are not where the kernel writes the attention's).
-  if (rope_in_qkv && normed_by_down && short_context_) {
-    qkv_attention(l, layer);
-  } else {
-    matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
-           rope_in_qkv ? &l : nullptr);
-    attention(layer, n_rows, nullptr, rope_in_qkv);
-  }
+  matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
+         rope_in_qkv ? &l : nullptr);
+  attention(layer, n_rows, nullptr, rope_in_qkv);
   float* const hidden_out[1] = {hidden};
   if (fused)
     matvec_normed_out(l.wo, hidden, l.ffn_norm);

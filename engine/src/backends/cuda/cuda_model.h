@@ -109,13 +109,6 @@ class CudaModel {
   cudaStream_t stream() const { return stream_.get(); }
   // What every launch of this model runs with; set at construction, never changed.
   const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
-  // KernelConfig::qkv_attention: the longest row of a one-row step whose layers run the Q/K/V
-  // product and attention as one kernel (kernels/qkv_attention.cuh); 0 where the configuration
-  // or the model rules it out. Computed once.
-  int fused_attention_tokens() const;
-  // Whether the last upload() was one row of at most fused_attention_tokens() tokens: its pass
-  // takes the fused kernel. Part of the backend's graph key.
-  bool short_context() const { return short_context_; }
   uint64_t weight_bytes() const { return weights_.bytes() + streamer_->resident_bytes(); }
   const WeightStreamer& streamer() const { return *streamer_; }
   // The placement input for a budget, with the ledger's workspace and `kv_bytes` of KV kept
@@ -175,9 +168,6 @@ class CudaModel {
   // One row: y += w · x (x: the int8 activations), its result also as fusion_q8() of
   // y·norm_weight, with the sums of squares in fusion_sums().
   void matvec_normed_out(const DeviceMatrix& w, float* y, const float* norm_weight);
-  // A short one-row pass (short_context()): the layer's Q/K/V product and attention as one
-  // kernel, over the input the product before handed over.
-  void qkv_attention(const DeviceLayer& l, int layer);
   // Y = X · Wᵀ through an f16 copy of w. `next`: the matrix the following gemm() call takes,
   // dequantised ahead on the dequant stream during this GEMM when the pass overlaps.
   void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
@@ -239,8 +229,6 @@ class CudaModel {
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
   bool fused_pass_ = false;  // run_layers: a one-row pass with the batch-1 fusion
   bool edge_norms_fused_ = false;  // run_layers: decode_fusion 4 (head_takes_hand_over())
-  mutable int fused_attention_tokens_ = -1;  // fused_attention_tokens(), once known
-  bool short_context_ = false;               // upload(): short_context()
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
