@@ -93,6 +93,11 @@ struct KernelConfig {
   // H200, 8B Q4_0 at 160 tokens of context, ms per step 4 / auto: 1 row 1.854 / 1.842, 8 rows
   // 3.371 / 3.351, 32 rows 5.804 / 5.727; 32 chats 5,473 / 5,501 t/s (PERF_NOTES, session 6).
   int attention_warps = 0;
+  // The tokens a split of one-row decode attention starts from (the kernel makes splits larger
+  // only where the grid would outgrow attention_blocks_per_sm): past one split a row's KV heads
+  // need the merge, a fence, a ticket and the last block's second pass. 64, 128, 256, 512 or
+  // 1024; more rows keep 64.
+  int one_row_split_tokens = 64;
   // What decode attention (attention.cu) does before its PDL wait, a bit mask: 1, blocks with no tokens leave at once instead of waiting for
   // the previous kernel (block 0 of the grid always waits, so the grid still cannot complete
   // before the kernel it follows); 2, each warp requests its first tile's K and V for the

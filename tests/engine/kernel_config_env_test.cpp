@@ -405,12 +405,30 @@ TEST(KernelConfigEnv, GraphIo) {
   EXPECT_EQ(warnings[0], "GRANULE_GRAPH_IO=on ignored (accepted: 0, 1); keeping 0");
 }
 
+TEST(KernelConfigEnv, OneRowSplitTokens) {
+  std::vector<std::string> warnings;
+  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
+  EXPECT_EQ(defaults.one_row_split_tokens, 64);
+  EXPECT_EQ(describe_attention(defaults).find("one-row splits"), std::string::npos);
+  const KernelConfig wide = parse({{{"GRANULE_ATTN_SPLIT_ONE_ROW", "256"}}}, warnings);
+  EXPECT_EQ(wide.one_row_split_tokens, 256);
+  EXPECT_NE(describe_attention(wide).find("one-row splits of 256 tokens"), std::string::npos)
+      << describe_attention(wide);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(parse({{{"GRANULE_ATTN_SPLIT_ONE_ROW", "100"}}}, warnings, wide).one_row_split_tokens,
+            256);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0],
+            "GRANULE_ATTN_SPLIT_ONE_ROW=100 ignored (accepted: 64, 128, 256, 512, 1024); keeping "
+            "256");
+}
+
 TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 23u);
+  ASSERT_EQ(kernel_override_variables().size(), 24u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -1371,7 +1371,30 @@ wave34() {
   cat /tmp/ctest.log /tmp/ctest-stream.log >"$OUT/ctest.log" 2>/dev/null
 }
 
+# wave35: the one-row attention split size (GRANULE_ATTN_SPLIT_ONE_ROW) at the session-12
+# defaults: the model tests against the oracle with wide splits, then batch 1 by depth. Build
+# with GRANULE_TARGETS="model_gpu_test granule-bench".
+wave35() {
+  local b="$build/app/bench/granule-bench" d t
+  {
+  for t in 256 1024; do
+    GRANULE_ATTN_SPLIT_ONE_ROW=$t timeout 150 "$build/tests/model_gpu_test" \
+      --gtest_filter='*DecodeFusion.One*:*Batch*:*DefaultShapes*:*Sampling*' >"$OUT/model_gpu_test-$t.txt" 2>&1
+    gtest_line "model_gpu_test-$t" $?
+  done
+  for d in 0 100 300 1000; do
+    for t in 64 128 256 512 1024; do
+      knob_line "split $t" "GRANULE_ATTN_SPLIT_ONE_ROW=$t" smollm2-135m:Q4_1 $d
+    done
+  done
+  for t in 64 256; do
+    knob_line "split $t" "GRANULE_ATTN_SPLIT_ONE_ROW=$t" llama3-8b:Q4_0 448
+  done
+  } 2>&1 | tee "$OUT/summary.txt"
+}
+
 case $what in
+  wave35) wave35 ;;
   wave34) wave34 ;;
   wave33) wave33 ;;
   wave32) wave32 ;;

@@ -37,6 +37,7 @@ constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
 constexpr const char* kEarlyTriggerVariable = "GRANULE_EARLY_TRIGGER";
 constexpr const char* kLateNormVariable = "GRANULE_LATE_NORM";
 constexpr const char* kGraphIoVariable = "GRANULE_GRAPH_IO";
+constexpr const char* kOneRowSplitVariable = "GRANULE_ATTN_SPLIT_ONE_ROW";
 constexpr const char* kVariables[] = {
     kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
     kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
@@ -45,7 +46,7 @@ constexpr const char* kVariables[] = {
     kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
     kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
     kSplitRowsVariable,      kAttentionEarlyVariable, kEarlyTriggerVariable,
-    kLateNormVariable,       kGraphIoVariable};
+    kLateNormVariable,       kGraphIoVariable, kOneRowSplitVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -73,6 +74,8 @@ constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kAttentionEarlyModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
 constexpr Choice<int> kEarlyTriggerModes[] = {{"0", 0}, {"1", 1}, {"2", 2}};
+constexpr Choice<int> kOneRowSplits[] = {
+    {"64", 64}, {"128", 128}, {"256", 256}, {"512", 512}, {"1024", 1024}};
 
 template <typename T, size_t N>
 std::string_view name_of(const Choice<T> (&choices)[N], T value) {
@@ -152,6 +155,7 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kEarlyTriggerVariable, kEarlyTriggerModes, config.early_trigger, lookup, warnings);
   apply(kLateNormVariable, kSwitch, config.late_norm, lookup, warnings);
   apply(kGraphIoVariable, kSwitch, config.graph_io, lookup, warnings);
+  apply(kOneRowSplitVariable, kOneRowSplits, config.one_row_split_tokens, lookup, warnings);
   return config;
 }
 
@@ -205,7 +209,10 @@ std::string describe_attention(const KernelConfig& config) {
          (config.early_trigger ? ", early trigger " + std::to_string(config.early_trigger)
                                : std::string()) +
          (config.late_norm ? ", late norm" : "") +
-         (config.graph_io ? ", step copies in the graph" : "");
+         (config.graph_io ? ", step copies in the graph" : "") +
+         (config.one_row_split_tokens != KernelConfig{}.one_row_split_tokens
+              ? ", one-row splits of " + std::to_string(config.one_row_split_tokens) + " tokens"
+              : std::string());
 }
 
 std::string describe_prefill_overlap(const KernelConfig& config) {

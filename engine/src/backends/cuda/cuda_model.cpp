@@ -781,7 +781,9 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.token_stride = token_stride_halves_;
   a.layer = layer;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  a.split_tokens = n_rows <= kMatvecMaxRows ? kDecodeSplitTokens : kPrefillSplitTokens;
+  a.split_tokens = n_rows == 1                ? kernel_config_.one_row_split_tokens
+                   : n_rows <= kMatvecMaxRows ? kDecodeSplitTokens
+                                              : kPrefillSplitTokens;
   a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
   a.partial = attention_partial_.as<float>();
   a.split_counters = attention_counters_.as<int>();
