@@ -1377,13 +1377,13 @@ wave34() {
 wave35() {
   local b="$build/app/bench/granule-bench" d t
   {
-  for t in 256 1024; do
+  for t in 1024; do
     GRANULE_ATTN_SPLIT_ONE_ROW=$t timeout 150 "$build/tests/model_gpu_test" \
       --gtest_filter='*DecodeFusion.One*:*Batch*:*DefaultShapes*:*Sampling*' >"$OUT/model_gpu_test-$t.txt" 2>&1
     gtest_line "model_gpu_test-$t" $?
   done
   for d in 0 100 300 1000; do
-    for t in 64 128 256 512 1024; do
+    for t in 64 128 256 1024; do
       knob_line "split $t" "GRANULE_ATTN_SPLIT_ONE_ROW=$t" smollm2-135m:Q4_1 $d
     done
   done
