@@ -74,6 +74,7 @@ constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kAttentionEarlyModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}};
 constexpr Choice<int> kEarlyTriggerModes[] = {{"0", 0}, {"1", 1}, {"2", 2}};
+// None below 64: the attention workspace holds the splits of 64 tokens (cuda_model.cpp).
 constexpr Choice<int> kOneRowSplits[] = {
     {"64", 64}, {"128", 128}, {"256", 256}, {"512", 512}, {"1024", 1024}};
 

@@ -293,7 +293,7 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   }
   last_nodes_ = it->second.nodes;
   it->second.graph.launch(m.stream());
-  if (graph_io) m.inputs_sent_with_step();
+  if (graph_io) m.mark_inputs_sent();
   ++graph_replays_;
   return 1;
 }
@@ -403,8 +403,8 @@ void CudaBackend::launch(const StepRequest& step) {
       history.resize(static_cast<size_t>(p.bucket));
       m.upload_sampling(params, history);
     }
-    p.graph_io = graph_carries_io(true, p.head);
-    p.host_operations = p.graph_io ? 0 : static_cast<uint64_t>(m.flush_inputs());
+    p.host_operations =
+        graph_carries_io(true, p.head) ? 0 : static_cast<uint64_t>(m.flush_inputs());
     p.host_operations += run_step(p.bucket, true, p.head);
     p.h2d_bytes = pass_bytes;
     return;
@@ -441,7 +441,7 @@ StepResult CudaBackend::wait() {
   if (p.decode) {
     if (p.head == Head::Logits) {
       m.copy_logits(static_cast<int>(n), p.step.logits->data());
-    } else if (p.graph_io) {
+    } else if (graph_carries_io(true, p.head)) {
       m.read_tokens(static_cast<int>(n), p.result.tokens.data());
     } else {
       m.copy_tokens(static_cast<int>(n), p.result.tokens.data());

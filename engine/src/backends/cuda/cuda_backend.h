@@ -98,7 +98,6 @@ class CudaBackend final : public Backend {
     RowInputs first_chunk;  // a prefill's first chunk, whose layers launch() queued
     StepResult result;
     int bucket = 0;                 // decode: the rows the graph runs (padding after batch)
-    bool graph_io = false;          // decode: the graph copies inputs and tokens (graph_carries_io)
     uint64_t host_operations = 0;   // decode: uploads, launches or replays, downloads
     uint64_t h2d_bytes = 0;
     std::chrono::steady_clock::time_point started;

@@ -542,8 +542,7 @@ int CudaModel::flush_inputs() {
   check_cuda(cudaMemcpyAsync(inputs_.get(), inputs_host_.as<uint8_t>(), dirty_end_,
                              cudaMemcpyHostToDevice, stream_.get()),
              "uploading step inputs");
-  check_cuda(cudaEventRecord(inputs_sent_.get(), stream_.get()), "cudaEventRecord");
-  dirty_end_ = 0;
+  mark_inputs_sent();
   return 1;
 }
 
@@ -555,29 +554,26 @@ void CudaModel::queue_step_inputs(int rows, bool sampling) {
   check_cuda(cudaMemcpy2DAsync(inputs_.get(), pitch, inputs_host_.as<uint8_t>(), pitch, width,
                                kOtherLengths, cudaMemcpyHostToDevice, stream_.get()),
              "queueing the step's inputs");
-  ++copies_;
   if (!sampling) return;
   auto copy = [&](size_t offset, size_t bytes) {
     auto* device = inputs_.as<uint8_t>() + offset;
     check_cuda(cudaMemcpyAsync(device, inputs_host_.as<uint8_t>() + offset, bytes,
                                cudaMemcpyHostToDevice, stream_.get()),
                "queueing the step's sampling inputs");
-    ++copies_;
   };
   copy(params_offset_, static_cast<size_t>(rows) * sizeof(k::DeviceSamplingParams));
   copy(lengths_offset_, width);
   copy(history_offset_, static_cast<size_t>(rows) * history_capacity_ * sizeof(int32_t));
 }
 
-void CudaModel::queue_token_download(int rows) {
+void CudaModel::queue_token_download(int rows) const {
   check_cuda(cudaMemcpyAsync(tokens_host_.as<int32_t>(), tokens_out_.get(),
                              static_cast<size_t>(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                              stream_.get()),
-             "queueing the token download");
-  ++copies_;
+             "downloading tokens");
 }
 
-void CudaModel::inputs_sent_with_step() {
+void CudaModel::mark_inputs_sent() {
   check_cuda(cudaEventRecord(inputs_sent_.get(), stream_.get()), "cudaEventRecord");
   dirty_end_ = 0;
 }
@@ -1114,11 +1110,8 @@ void CudaModel::copy_logits(int count, float* host) const {
 }
 
 void CudaModel::copy_tokens(int count, int32_t* host) const {
-  check_cuda(cudaMemcpyAsync(tokens_host_.as<int32_t>(), tokens_out_.get(), count * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, stream_.get()),
-             "downloading tokens");
-  stream_.synchronize();
-  std::copy_n(tokens_host_.as<int32_t>(), count, host);
+  queue_token_download(count);
+  read_tokens(count, host);
 }
 
 }  // namespace granule::cuda

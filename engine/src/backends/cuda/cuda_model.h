@@ -99,11 +99,12 @@ class CudaModel {
   // `rows` of each input array (and of the sampling parameters and histories when `sampling`)
   // from the pinned mirror, in place of flush_inputs(); queue_token_download() copies `rows`
   // sampled tokens to the pinned token buffer. Both are captured with the step. After the
-  // replay, inputs_sent_with_step() marks the mirror sent (rewritable once the step ran) and
-  // read_tokens() waits for the step and reads the tokens.
+  // replay, mark_inputs_sent() marks the mirror sent (rewritable once what is queued ran; the
+  // end of flush_inputs() too) and read_tokens() waits for the step and reads the tokens
+  // (copy_tokens() is the download and the read).
   void queue_step_inputs(int rows, bool sampling);
-  void queue_token_download(int rows);
-  void inputs_sent_with_step();
+  void queue_token_download(int rows) const;
+  void mark_inputs_sent();
   void read_tokens(int count, int32_t* host) const;  // synchronises
 
   cudaStream_t stream() const { return stream_.get(); }
