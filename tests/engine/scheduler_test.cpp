@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <ostream>
@@ -456,6 +457,50 @@ TEST(SchedulerPressure, LongGenerationAtATightBudgetRePlansOnceAheadAndThenNever
   EXPECT_EQ(weights.replans, 1);
   EXPECT_EQ(weights.asked.size(), 1u);
   EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: KV swapped to host memory comes back as part of the plan. Planning maps the slot
+// and hands the host copy over (StepPlan::swap_ins) for the engine to queue ahead of the step;
+// nothing is copied while planning, and the counters count it.
+TEST(SchedulerPressure, SwappedKvComesBackAsACopyThePlanCarries) {
+  Fixture f(/*granules=*/8, /*slots=*/1, /*prefill_chunk_tokens=*/512);
+  int copies_out = 0;
+  KvCopier copier;
+  copier.to_host = [&copies_out](int32_t, uint64_t bytes, void* host) {
+    std::memset(host, 0xab, bytes);
+    ++copies_out;
+    return true;
+  };
+  f.scheduler.set_kv_reuse(true, 1ull << 30, copier);
+  SamplingParams one_token;
+  one_token.max_tokens = 1;
+  f.scheduler.add(std::make_unique<Sequence>(1, std::vector<TokenId>(60, 7), one_token));
+  f.step();
+  f.scheduler.retire(1);
+  f.add(2, 30);  // the only slot: 1's KV goes to host memory
+  StepPlan plan = f.step();
+  ASSERT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  EXPECT_TRUE(plan.swap_ins.empty());
+  ASSERT_EQ(copies_out, 1);
+  ASSERT_TRUE(f.scheduler.kept().at(0).swapped());
+  f.scheduler.remove(2);
+
+  std::vector<TokenId> prompt(60, 7);
+  prompt.insert(prompt.end(), 10, 2);  // 1's tokens, then more
+  f.scheduler.add(std::make_unique<Sequence>(3, prompt, SamplingParams{}));
+  plan = f.step();
+  ASSERT_EQ(plan.admitted, std::vector<SequenceId>{3});
+  ASSERT_EQ(plan.swap_ins.size(), 1u);
+  const KvSwapIn& in = plan.swap_ins[0];
+  EXPECT_EQ(in.id, 3);
+  EXPECT_EQ(in.slot, *f.scheduler.slot_of(3));
+  ASSERT_EQ(in.host.size(), 60u * 1024u);
+  EXPECT_EQ(in.host.front(), 0xab);
+  EXPECT_EQ(in.host.back(), 0xab);
+  EXPECT_EQ(items_of(plan.work), (std::vector<Item>{{3, 60, 10, false}}));
+  EXPECT_EQ(f.scheduler.swap_ins(), 1u);
+  EXPECT_EQ(f.scheduler.swap_in_bytes(), 60u * 1024u);
+  EXPECT_TRUE(f.scheduler.kept().empty());
 }
 
 }  // namespace

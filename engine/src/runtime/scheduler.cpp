@@ -218,37 +218,36 @@ uint64_t Scheduler::kv_capacity_bytes() const {
 }
 
 int64_t Scheduler::horizon_tokens(const Sequence& s) const {
-  // The same at every step of a generation (each sampled token is one fewer to come), so what
-  // was planned for it once stays enough.
   const int64_t remaining = std::max<int64_t>(s.params.max_tokens - s.generated, 1);
-  return std::min(
-      static_cast<int64_t>(s.tokens.size()) + remaining - 1 + kv_.geometry().lookahead_tokens,
-      kv_.geometry().max_tokens);
+  return std::min(static_cast<int64_t>(s.tokens.size()) + remaining - 1, kv_.geometry().max_tokens);
 }
 
 Scheduler::Demand Scheduler::demand(const Sequence* head, uint64_t held) const {
   const auto beyond = [](uint64_t want, uint64_t have) { return want > have ? want - have : 0; };
+  const int64_t lookahead = kv_.geometry().lookahead_tokens;
   Demand d;
+  // One chat's share: `now` bytes for this step, KV through its `last` token at the end of its
+  // generation, and the look-ahead past that, in a slot holding `have`.
+  const auto add = [&](uint64_t now, int64_t last, uint64_t have) {
+    d.now += beyond(now, have);
+    d.end += beyond(std::max(now, kv_.bytes_for_tokens(last)), have);
+    d.planned += beyond(std::max(now, kv_.bytes_for_tokens(last + lookahead)), have);
+  };
   for (const auto& [id, s] : sequences_) {
     if (!s->running()) continue;
-    const uint64_t have = kv_.committed_bytes(s->slot);
     const auto known = static_cast<int64_t>(s->tokens.size());
-    d.now += beyond(kv_.bytes_for_tokens(known), have);
-    d.ahead += beyond(kv_.bytes_for_tokens(std::max(known, horizon_tokens(*s))), have);
+    add(kv_.bytes_for_tokens(known), horizon_tokens(*s), kv_.committed_bytes(s->slot));
   }
   if (head) {
     const auto tokens = static_cast<int64_t>(head->tokens.size());
     // Alone, the head runs if its tokens fit at all (nobody else will free memory). With others
     // running, it gets its look-ahead and they one granule to grow into, so admitting a chat
     // does not preempt another on the very next step.
-    const uint64_t need =
-        running() == 0
-            ? kv_.bytes_for_tokens(tokens)
-            : kv_.bytes_for_tokens(tokens + kv_.geometry().lookahead_tokens) + kv_.granule_bytes();
-    d.now += beyond(need, held);
-    d.ahead += beyond(std::max(need, kv_.bytes_for_tokens(horizon_tokens(*head))), held);
+    const uint64_t need = running() == 0
+                              ? kv_.bytes_for_tokens(tokens)
+                              : kv_.bytes_for_tokens(tokens + lookahead) + kv_.granule_bytes();
+    add(need, horizon_tokens(*head), held);
   }
-  d.ahead = std::max(d.ahead, d.now);
   return d;
 }
 
@@ -264,12 +263,12 @@ bool Scheduler::relieve(const Demand& d, int32_t spare) {
   while (d.now > kv_.budget_available_bytes() && evict_kept(spare)) {
   }
   if (relieve_) {
-    // Then weights, once for the whole demand planned ahead: what neither free memory nor the
-    // kept KV left can cover. A backend that cannot free that much frees nothing; then only
-    // what the step needs now.
+    // Then weights, once for the whole demand to the end of the chats' generation: what
+    // neither free memory nor the kept KV left can cover, with the look-ahead. A backend that
+    // cannot free that much frees nothing; then only what the step needs now.
     const uint64_t available = kv_.budget_available_bytes();
     const uint64_t reclaimable = available + kept_device_bytes(spare);
-    const bool moved = d.ahead > reclaimable && relieve_(d.ahead - reclaimable) > 0;
+    const bool moved = d.end > reclaimable && relieve_(d.planned - reclaimable) > 0;
     if (!moved && d.now > available) relieve_(d.now - available);
   }
   return d.now <= kv_.budget_available_bytes();
@@ -342,7 +341,7 @@ StepPlan Scheduler::next_step() {
   // move re-captures the decode graphs).
   if (relieve_ && running() > 0) {
     const Demand d = demand();
-    if (d.ahead > kv_.budget_available_bytes()) relieve(d);
+    if (d.end > kv_.budget_available_bytes()) relieve(d);
   }
   // Running sequences first, oldest first: those with the one sampled token to compute, then
   // the chunks of those with more. A preemption while planning takes a sequence out of this

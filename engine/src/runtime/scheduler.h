@@ -171,22 +171,26 @@ class Scheduler {
   // The KV a step asks for beyond what the slots hold. `now`: what it cannot run without —
   // every running chat's known tokens (this step's decode token and the prompt still to
   // compute) and, with a head, the head's prompt with its look-ahead and a granule for the
-  // running chats' growth. `ahead`: that, with every chat's KV grown to the end of its
-  // generation (horizon_tokens): the look-ahead the weights are planned for.
+  // running chats' growth. `end`: that, with every chat's KV grown to the end of its
+  // generation (horizon_tokens). `planned`: `end` with each chat's look-ahead past its last
+  // token, the room a re-plan makes (so the look-ahead mapped near the end never asks again).
   struct Demand {
     uint64_t now = 0;
-    uint64_t ahead = 0;
+    uint64_t end = 0;
+    uint64_t planned = 0;
   };
   // The one formula. `held`: bytes already committed in the slot the head will take (a kept
   // prefix of its prompt).
   Demand demand(const Sequence* head = nullptr, uint64_t held = 0) const;
-  // The KV tokens a sequence may still map: its known tokens, all it may sample but the last
-  // (whose KV is never computed) and the look-ahead mapped past them, within the slot.
+  // The last KV token a sequence may still write: its known tokens and all it may sample but
+  // the last (whose KV is never computed), within the slot. The same at every step of its
+  // generation, so room planned for it once stays enough.
   int64_t horizon_tokens(const Sequence& s) const;
   // The pressure policy, the one place memory is freed for KV: kept KV gives way (all but the
-  // entry in slot `spare`) while `d.now` does not fit; then weights move in one re-plan for
-  // `d.ahead` beyond what is free and what kept KV can still give, or, when the backend cannot
-  // free that much, for `d.now`. Returns whether `d.now` fits; preemption is the caller's.
+  // entry in slot `spare`) while `d.now` does not fit; then, when `d.end` is more than what is
+  // free and what kept KV can still give, weights move in one re-plan for `d.planned` beyond
+  // that, or, when the backend cannot free that much, for `d.now`. Returns whether `d.now`
+  // fits; preemption is the caller's.
   bool relieve(const Demand& d, int32_t spare = -1);
   // Bytes the kept entries in device memory hold, the one in slot `spare` left out.
   uint64_t kept_device_bytes(int32_t spare) const;
