@@ -157,11 +157,13 @@ class Backend {
   // demand), and returns the bytes it freed; when even streaming every layer would not free
   // `bytes` it moves nothing and returns 0 (as a backend that keeps every weight where it is
   // does). rebalance() re-plans against the ledger's budget after it changed: layers move to
-  // streaming when the budget shrank, back to device memory when it grew. Throws
-  // CapacityError, changing nothing, when the budget cannot hold the minimum working set
-  // beside what the KV holds now.
+  // streaming when the budget shrank, back to device memory when it grew, leaving free what the
+  // KV holds now plus `kv_growth_bytes` (what the scheduler planned the running chats' KV to
+  // grow by) where the budget allows, so layers that come back are not sent out again at the
+  // next step. Throws CapacityError, changing nothing, when the budget cannot hold the minimum
+  // working set beside what the KV holds now.
   virtual uint64_t make_room(uint64_t /*bytes*/, const std::string& /*reason*/) { return 0; }
-  virtual void rebalance(const std::string& /*reason*/) {}
+  virtual void rebalance(const std::string& /*reason*/, uint64_t /*kv_growth_bytes*/) {}
 };
 
 // The KV element each backend stores (kv_bytes_per_token), also known before one is built.

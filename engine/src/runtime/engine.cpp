@@ -698,7 +698,8 @@ void Engine::set_vram_budget(uint64_t bytes) {
   m.memory->set_budget_bytes(bytes);
   try {
     m.backend->rebalance("the budget changed from " + std::to_string(before >> 20) + " to " +
-                         std::to_string(bytes >> 20) + " MiB");
+                             std::to_string(bytes >> 20) + " MiB",
+                         m.scheduler->planned_kv_growth_bytes());
   } catch (...) {
     m.memory->set_budget_bytes(before);
     throw;

@@ -131,6 +131,10 @@ class Scheduler {
     relieve_ = std::move(relieve);
   }
 
+  // What the running chats' KV is planned to grow by, to the end of their generation with the
+  // look-ahead: the room a weight re-plan (Backend::rebalance) leaves free beside the KV.
+  uint64_t planned_kv_growth_bytes() const { return demand().planned; }
+
   // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken
   // (kept entries give theirs up first).
   std::optional<int32_t> borrow_slot();
@@ -182,9 +186,9 @@ class Scheduler {
   // The one formula. `held`: bytes already committed in the slot the head will take (a kept
   // prefix of its prompt).
   Demand demand(const Sequence* head = nullptr, uint64_t held = 0) const;
-  // The last KV token a sequence may still write: its known tokens and all it may sample but
-  // the last (whose KV is never computed), within the slot. The same at every step of its
-  // generation, so room planned for it once stays enough.
+  // The most tokens whose KV a sequence will hold: its known tokens and all it may still
+  // sample but the last (whose KV is never computed), within the slot. The same at every step
+  // of its generation, so room planned for it once stays enough.
   int64_t horizon_tokens(const Sequence& s) const;
   // The pressure policy, the one place memory is freed for KV: kept KV gives way (all but the
   // entry in slot `spare`) while `d.now` does not fit; then, when `d.end` is more than what is

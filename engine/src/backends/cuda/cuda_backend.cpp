@@ -548,14 +548,20 @@ uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
   return 0;
 }
 
-void CudaBackend::rebalance(const std::string& reason) {
+void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes) {
   if (pending_.active) throw UsageError("CUDA backend: rebalance() during a step");
   MemoryManager& memory = *memory_;
   const uint64_t kv_in_use =
       memory.bytes(MemoryCategory::KvCommitted) + memory.bytes(MemoryCategory::KvPool);
-  const PlacementInput in = model_->placement_input(
-      memory.budget_bytes(), -1, std::max(kv_in_use, model_->kv_reserve_bytes()));
-  const PlacementPlan plan = plan_placement(in);
+  const auto plan_for = [&](uint64_t kv_bytes) {
+    const PlacementInput in = model_->placement_input(
+        memory.budget_bytes(), -1, std::max(kv_bytes, model_->kv_reserve_bytes()));
+    return std::make_pair(in, plan_placement(in));
+  };
+  // Room for the KV planned ahead where the budget allows it, else for what the KV holds now.
+  auto planned = plan_for(kv_in_use + kv_growth_bytes);
+  if (!planned.second.loads) planned = plan_for(kv_in_use);
+  const auto& [in, plan] = planned;
   if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
   if (plan.layer_streamed == model_->streamer().plan().layer_streamed) return;
   if (model_->replan(plan)) placement_changed(reason);
