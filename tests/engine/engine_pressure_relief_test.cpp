@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -176,6 +177,9 @@ TEST(EnginePressureRelief, LayersMoveOutBeforeAnyChatIsPreempted) {
   EXPECT_EQ(engine->telemetry().streaming.layers_streamed, 0);
   std::vector<Output> relieved;
   const TelemetrySnapshot t = run_all(*engine, relieved);
+  std::cout << "twelve chats: " << t.streaming.layers_streamed << " of " << kLayers
+            << " layers streamed in " << t.streaming.replans << " re-plans, "
+            << t.scheduler.preemptions << " preemptions\n";
   EXPECT_EQ(t.scheduler.preemptions, 0u);
   EXPECT_GT(t.streaming.layers_streamed, 0);
   EXPECT_LT(t.streaming.layers_streamed, kLayers);  // only what the KV needed

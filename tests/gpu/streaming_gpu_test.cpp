@@ -61,9 +61,10 @@ struct Chat {
   std::string error;
 };
 
-void submit(Engine& engine, Chat& chat) {
+void submit(Engine& engine, Chat& chat, const std::string& session = {}) {
   Request r;
   r.prompt_tokens = chat.prompt;
+  r.session = session;
   r.sampling = SamplingParams::greedy();
   r.sampling.max_tokens = chat.max_tokens;
   r.sampling.ignore_eos = true;
@@ -186,6 +187,47 @@ TEST_F(StreamingGpu, LongGenerationAtAStreamingBudgetNeverRecaptures) {
         << t.streaming.last_replan_reason;
   EXPECT_GE(t.graphs.replays, 1990u);
   EXPECT_LE(segments, 3);
+}
+
+// Kept KV swapped to host memory and copied back: the copy back is queued on the device ahead
+// of the step that reads it (the scheduler no longer copies while planning). A chat's second
+// turn after another chat took the only slot gives the tokens of the same turn on an engine
+// that kept the KV on the device: the copied-back KV is the KV it had.
+TEST_F(StreamingGpu, KvSwappedToHostAndQueuedBackGivesTheTokensOfKvKeptOnTheDevice) {
+  GRANULE_REQUIRE_GPU();
+  auto second_turn = [](int32_t slots, TelemetrySnapshot* t) {
+    EngineOptions o = options();
+    o.kv_reuse = true;
+    o.max_sequences = slots;
+    auto engine = Engine::open(model_path(), o);
+    std::vector<Chat> cs = chats(engine->config().n_vocab, 2, 24);
+    Chat& a = cs[1];  // 150 tokens: its KV spans granules
+    auto turn = [&](Chat& c, const std::string& session) {
+      submit(*engine, c, session);
+      run(*engine);
+      EXPECT_EQ(c.reason, FinishReason::MaxTokens) << c.error;
+    };
+    turn(a, "a");
+    turn(cs[0], "b");  // with one slot, a's KV goes to host memory
+    Chat a2;
+    a2.prompt = a.prompt;
+    a2.prompt.insert(a2.prompt.end(), a.tokens.begin(), a.tokens.end());
+    a2.prompt.insert(a2.prompt.end(), cs[0].prompt.begin(), cs[0].prompt.end());
+    a2.max_tokens = 24;
+    turn(a2, "a");
+    *t = engine->telemetry();
+    return a2.tokens;
+  };
+  TelemetrySnapshot kept, swapped;
+  const auto on_device = second_turn(2, &kept);
+  const auto copied_back = second_turn(1, &swapped);
+  std::cout << "swap-outs " << swapped.scheduler.kv_swap_outs << ", swap-ins "
+            << swapped.scheduler.kv_swap_ins << " (" << (swapped.scheduler.kv_swap_in_bytes >> 10)
+            << " KiB)\n";
+  EXPECT_EQ(kept.scheduler.kv_swap_ins, 0u);
+  EXPECT_EQ(swapped.scheduler.kv_swap_ins, 1u);
+  EXPECT_GT(swapped.scheduler.kv_swap_in_bytes, 0u);
+  EXPECT_EQ(copied_back, on_device);
 }
 
 TEST_F(StreamingGpu, BudgetBelowTheWorkingSetIsAClearErrorAtLoad) {
