@@ -301,13 +301,15 @@ bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
   const int32_t slot = sequences_.at(id)->slot;
   bool relieved = false;
   while (!kv_.map_through(slot, tokens)) {
-    // The pressure policy frees what it can for the step's whole demand, once: kept KV, then
-    // weights. What is still short is taken from running chats.
+    // The pressure policy frees what it can for the step's whole demand: kept KV, then
+    // weights. What is still short is taken from running chats, one at a time, each smaller
+    // demand offered to the policy again (weights may cover what is left).
     if (!relieved) {
       relieved = true;
       relieve(demand());
       continue;
     }
+    relieved = false;
     // The newest running sequence gives way; the oldest keeps its place, so every chat
     // eventually becomes the oldest and finishes.
     SequenceId newest = id;
