@@ -3,10 +3,12 @@
 // resident layers to streaming), and only preempts when nothing more can be freed. Here a
 // CPU-backend decorator holds "weights" on the ledger that it can give up in whole layers,
 // as the CUDA backend does: twelve chats that preempt each other on the bare budget run with
-// no preemption, give their alone tokens, and the layers given up are what the KV needed.
+// no preemption, give their alone tokens, and the layers given up are what the KV needed; and
+// a long generation re-plans once, ahead of its growth, and never again.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <random>
@@ -56,13 +58,13 @@ class LayeredBackend final : public Backend {
     inner_->fill_telemetry(s);
     s.streaming.layers_resident = static_cast<int32_t>(resident_);
     s.streaming.layers_streamed = static_cast<int32_t>(kLayers - resident_);
-    s.streaming.replans = asks_;
+    s.streaming.replans = replans_;
     s.streaming.last_replan_reason = last_reason_;
   }
   uint64_t make_room(uint64_t bytes, const std::string& reason) override {
-    ++asks_;
     const uint64_t layers = (bytes + kLayerBytes - 1) / kLayerBytes;
     if (layers > resident_) return 0;  // cannot free that much: preempting is the way
+    ++replans_;                        // one re-plan, however many layers move
     resident_ -= layers;
     memory_->release(MemoryCategory::WeightsResident, layers * kLayerBytes);
     last_reason_ = reason;
@@ -73,7 +75,7 @@ class LayeredBackend final : public Backend {
   std::unique_ptr<Backend> inner_;
   MemoryManager* memory_ = nullptr;
   uint64_t resident_ = 0;
-  uint64_t asks_ = 0;
+  uint64_t replans_ = 0;
   std::string last_reason_;
 };
 
@@ -175,6 +177,9 @@ TEST(EnginePressureRelief, LayersMoveOutBeforeAnyChatIsPreempted) {
   EXPECT_EQ(engine->telemetry().streaming.layers_streamed, 0);
   std::vector<Output> relieved;
   const TelemetrySnapshot t = run_all(*engine, relieved);
+  std::cout << "twelve chats: " << t.streaming.layers_streamed << " of " << kLayers
+            << " layers streamed in " << t.streaming.replans << " re-plans, "
+            << t.scheduler.preemptions << " preemptions\n";
   EXPECT_EQ(t.scheduler.preemptions, 0u);
   EXPECT_GT(t.streaming.layers_streamed, 0);
   EXPECT_LT(t.streaming.layers_streamed, kLayers);  // only what the KV needed
@@ -187,6 +192,61 @@ TEST(EnginePressureRelief, LayersMoveOutBeforeAnyChatIsPreempted) {
     EXPECT_EQ(relieved[i].tokens, unlimited[i].tokens) << "chat " << i;
     EXPECT_EQ(bare[i].tokens, unlimited[i].tokens) << "chat " << i;
   }
+}
+
+// The case: one chat generating 440 tokens on a budget with room for about a quarter of their
+// KV. Planned ahead, the first decode step moves the layers that the whole generation needs in
+// one re-plan, and nothing re-plans after it (on a GPU each re-plan re-captures the graphs).
+TEST(EnginePressureRelief, LongGenerationRePlansOnceAheadAndThenNever) {
+  const test::TempModel model(kv_wide_spec(), "granule_relief_long");
+  uint64_t base = 0;
+  std::vector<int32_t> unlimited;
+  Request r;
+  r.prompt_tokens = prompts().front();
+  r.prompt_tokens->resize(20);
+  r.sampling = SamplingParams::greedy();
+  r.sampling.max_tokens = 440;
+  r.sampling.ignore_eos = true;
+  auto submit = [&r](Engine& engine, std::vector<int32_t>& tokens) {
+    Request copy = r;
+    copy.sink.on_token = [&tokens](SequenceId, const std::string&, int32_t token) {
+      if (token != kNoToken) tokens.push_back(token);
+    };
+    engine.submit(std::move(copy));
+  };
+  {
+    auto engine = Engine::open(model.path, cpu_options(0));
+    const TelemetrySnapshot t = engine->telemetry();
+    base = t.device.used_bytes - t.device.ledger_bytes(MemoryCategory::KvPool);
+    submit(*engine, unlimited);
+    while (engine->step()) {
+    }
+  }
+  ASSERT_EQ(unlimited.size(), 440u);
+
+  EngineOptions o = cpu_options(base + kLayers * kLayerBytes + 4 * kGranule);
+  o.wrap_backend = [](std::unique_ptr<Backend> inner) -> std::unique_ptr<Backend> {
+    return std::make_unique<LayeredBackend>(std::move(inner));
+  };
+  auto engine = Engine::open(model.path, o);
+  std::vector<int32_t> tokens;
+  submit(*engine, tokens);
+  std::vector<uint64_t> replans;  // after each step
+  while (engine->step()) {
+    const TelemetrySnapshot t = engine->telemetry();
+    EXPECT_LE(t.device.used_bytes, t.device.budget_bytes);
+    replans.push_back(t.streaming.replans);
+  }
+  const TelemetrySnapshot t = engine->telemetry();
+  ASSERT_GE(replans.size(), 2u);
+  EXPECT_EQ(replans[0], 0u);  // the prompt's step: its KV fits
+  EXPECT_EQ(replans[1], 1u);  // the first decode step planned the rest
+  EXPECT_EQ(t.streaming.replans, 1u);
+  // The 459 tokens' KV (and the look-ahead) is 8 granules, 4 of them free at the start: one
+  // 8 MiB layer covers the rest.
+  EXPECT_EQ(t.streaming.layers_streamed, 1);
+  EXPECT_EQ(t.scheduler.preemptions, 0u);
+  EXPECT_EQ(tokens, unlimited);
 }
 
 }  // namespace

@@ -2,15 +2,19 @@
 // model): arrival-order admission that a head too big for the budget blocks, preemption of
 // the newest running sequence, which then computes all its known tokens again, and sequences
 // the budget cannot hold alone reported as oversized. The expected plans follow from the
-// geometry by hand: 1 KiB of KV per token in 64 KiB granules is 64 tokens a granule.
+// geometry by hand: 1 KiB of KV per token in 64 KiB granules is 64 tokens a granule. Also the
+// pressure policy: kept KV, then weights (a relief that gives up whole layers), then preemption,
+// sized for the step's whole demand and planned ahead of the running chats' growth.
 #include "runtime/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "granule/error.h"
@@ -51,14 +55,19 @@ struct Fixture {
     scheduler.complete(plan);
     for (const ScheduledWork& w : plan.work) {
       Sequence* s = scheduler.find(w.id);
-      if (s && s->uncomputed_tokens() == 0) s->tokens.push_back(0);
+      if (s && s->uncomputed_tokens() == 0) {
+        s->tokens.push_back(0);
+        ++s->generated;
+      }
     }
     return plan;
   }
 
-  void add(SequenceId id, int64_t prompt_tokens) {
+  void add(SequenceId id, int64_t prompt_tokens, int32_t max_tokens = SamplingParams{}.max_tokens) {
+    SamplingParams params;
+    params.max_tokens = max_tokens;
     scheduler.add(std::make_unique<Sequence>(
-        id, std::vector<TokenId>(static_cast<size_t>(prompt_tokens), 1), SamplingParams{}));
+        id, std::vector<TokenId>(static_cast<size_t>(prompt_tokens), 1), params));
   }
 
   // Prompt + sampled tokens, as the sequence's record holds them.
@@ -325,6 +334,173 @@ TEST(Scheduler, AddRefusesBadSequencesWithUsageErrorAndQueuesNothing) {
   EXPECT_EQ(f.scheduler.waiting(), 2u);
   const StepPlan plan = f.step();
   EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{5, 6}));
+}
+
+// The weights step of the pressure policy as the CUDA backend takes it: `layers` layers of one
+// granule each, charged to the ledger; a relief gives up the fewest whole layers that free what
+// it asks, in one re-plan, or none at all when every layer would not be enough.
+struct LayerRelief {
+  MemoryManager& memory;
+  uint64_t resident;
+  std::vector<uint64_t> asked;  // the granules each call asked for
+  int replans = 0;
+  std::vector<std::string>* events = nullptr;
+
+  LayerRelief(Fixture& f, uint64_t layers) : memory(f.memory), resident(layers) {
+    memory.charge(MemoryCategory::WeightsResident, layers * kGranule);
+    f.scheduler.set_pressure_relief([this](uint64_t bytes) { return relieve(bytes); });
+  }
+  uint64_t relieve(uint64_t bytes) {
+    const uint64_t layers = (bytes + kGranule - 1) / kGranule;
+    asked.push_back(layers);
+    if (layers > resident) return 0;
+    resident -= layers;
+    memory.release(MemoryCategory::WeightsResident, layers * kGranule);
+    ++replans;
+    if (events) events->push_back("weights");
+    return layers * kGranule;
+  }
+};
+
+// The case: one pressure policy frees memory in one order. Idle KV (a finished chat's kept
+// entry) leaves first, swapped to host memory; weights move next; running chats are preempted
+// only once no layer is left to move. Budget: 3 granules of KV and 2 one-granule layers.
+TEST(SchedulerPressure, IdleKvGivesWayFirstThenWeightsThenRunningChats) {
+  Fixture f(/*granules=*/5, /*slots=*/4, /*prefill_chunk_tokens=*/512);
+  std::vector<std::string> events;
+  KvCopier copier;
+  copier.to_host = [&events](int32_t, uint64_t, void*) {
+    events.push_back("idle kv");
+    return true;
+  };
+  f.scheduler.set_kv_reuse(true, 1ull << 30, copier);
+  LayerRelief weights(f, 2);
+  weights.events = &events;
+  SamplingParams one_token;
+  one_token.max_tokens = 1;
+  // Tokens none of the later prompts begins with: its KV serves none of them.
+  f.scheduler.add(std::make_unique<Sequence>(1, std::vector<TokenId>(60, 7), one_token));
+  f.step();
+  f.scheduler.retire(1);  // its 60 tokens' KV stays in its slot: one granule
+  ASSERT_EQ(f.scheduler.kept().size(), 1u);
+  ASSERT_EQ(f.committed_granules(), 1u);
+  f.add(2, 100, /*max_tokens=*/1000);  // grows through the slot's 8 granules
+  f.add(3, 10, /*max_tokens=*/1000);   // newer: the one preempted
+  std::vector<SequenceId> preempted;
+  for (int i = 0; i < 400 && preempted.empty(); ++i) {
+    const StepPlan plan = f.step();
+    for (SequenceId id : plan.preempted) {
+      events.push_back("preempt");
+      preempted.push_back(id);
+    }
+    ASSERT_TRUE(plan.oversized.empty());
+  }
+  ASSERT_EQ(preempted, std::vector<SequenceId>{3});
+  // 3's admission needed its granule and one for 2 to grow into: the kept entry gave its
+  // granule, a layer the other. 2's growth took the second layer, then 3's KV.
+  EXPECT_EQ(events, (std::vector<std::string>{"idle kv", "weights", "weights", "preempt"}));
+  EXPECT_EQ(f.scheduler.swap_outs(), 1u);
+  EXPECT_EQ(weights.resident, 0u);
+  // Every call asked for the whole demand first: the running chats' KV to the end of their
+  // generation (2's slot, 8 granules, and 3's), refused, and then what the step needed.
+  ASSERT_GE(weights.asked.size(), 2u);
+  EXPECT_GT(weights.asked.front(), 2u);
+}
+
+// The case: a step whose chats all need more KV at once (two running chats growing to the end
+// of their generation, and a third admitted) is relieved by one call for all of it, which moves
+// every layer needed in one re-plan; nothing re-plans again however long they run.
+TEST(SchedulerPressure, OneReliefFreesTheWholeStepsDemandInOneRePlan) {
+  Fixture f(/*granules=*/3 + 16, /*slots=*/4, /*prefill_chunk_tokens=*/512);
+  LayerRelief weights(f, 16);
+  // Each: 60 prompt tokens and 99 more KV tokens (the 100th sampled has none): 3 granules.
+  f.add(1, 60, /*max_tokens=*/100);
+  f.add(2, 60, /*max_tokens=*/100);
+  f.add(3, 60, /*max_tokens=*/100);
+  StepPlan plan = f.step();
+  EXPECT_EQ(plan.admitted, (std::vector<SequenceId>{1, 2, 3}));
+  // 3's admission found 1 granule free of the 3: the one call asked for all three chats'
+  // 9 granules less the 2 mapped and the 1 free.
+  EXPECT_EQ(weights.asked, std::vector<uint64_t>{6});
+  EXPECT_EQ(weights.replans, 1);
+  for (int i = 0; i < 99; ++i) {
+    plan = f.step();
+    ASSERT_TRUE(plan.preempted.empty()) << "step " << i;
+    ASSERT_EQ(plan.work.size(), 3u) << "step " << i;
+  }
+  EXPECT_EQ(f.known(1), 160);
+  EXPECT_EQ(f.committed_granules(), 9u);
+  EXPECT_EQ(weights.replans, 1);
+  EXPECT_EQ(weights.asked.size(), 1u);  // planned ahead: no step asked again
+  EXPECT_EQ(weights.resident, 10u);     // only what the KV needed moved
+  EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: a long generation at a tight budget. The first decode step sees that the chat's
+// remaining tokens will not fit and re-plans once with room for all of them; then the chat runs
+// to its end without another re-plan (each would re-capture the GPU's decode graphs).
+TEST(SchedulerPressure, LongGenerationAtATightBudgetRePlansOnceAheadAndThenNever) {
+  Fixture f(/*granules=*/2 + 10, /*slots=*/2, /*prefill_chunk_tokens=*/512);
+  LayerRelief weights(f, 10);
+  f.add(1, 10, /*max_tokens=*/480);  // KV of 489 tokens at most: 8 granules
+  StepPlan plan = f.step();          // the prompt: 1 granule, no pressure yet
+  EXPECT_EQ(weights.replans, 0);
+  plan = f.step();  // the first decode: planned ahead
+  EXPECT_EQ(weights.replans, 1);
+  EXPECT_EQ(weights.asked, std::vector<uint64_t>{6});  // 8 granules less the 1 mapped, 1 free
+  for (int i = 0; i < 478; ++i) {
+    plan = f.step();
+    ASSERT_EQ(plan.work.size(), 1u) << "step " << i;
+  }
+  EXPECT_EQ(f.known(1), 10 + 480);
+  EXPECT_EQ(f.committed_granules(), 8u);
+  EXPECT_EQ(weights.replans, 1);
+  EXPECT_EQ(weights.asked.size(), 1u);
+  EXPECT_EQ(f.scheduler.preemptions(), 0u);
+}
+
+// The case: KV swapped to host memory comes back as part of the plan. Planning maps the slot
+// and hands the host copy over (StepPlan::swap_ins) for the engine to queue ahead of the step;
+// nothing is copied while planning, and the counters count it.
+TEST(SchedulerPressure, SwappedKvComesBackAsACopyThePlanCarries) {
+  Fixture f(/*granules=*/8, /*slots=*/1, /*prefill_chunk_tokens=*/512);
+  int copies_out = 0;
+  KvCopier copier;
+  copier.to_host = [&copies_out](int32_t, uint64_t bytes, void* host) {
+    std::memset(host, 0xab, bytes);
+    ++copies_out;
+    return true;
+  };
+  f.scheduler.set_kv_reuse(true, 1ull << 30, copier);
+  SamplingParams one_token;
+  one_token.max_tokens = 1;
+  f.scheduler.add(std::make_unique<Sequence>(1, std::vector<TokenId>(60, 7), one_token));
+  f.step();
+  f.scheduler.retire(1);
+  f.add(2, 30);  // the only slot: 1's KV goes to host memory
+  StepPlan plan = f.step();
+  ASSERT_EQ(plan.admitted, std::vector<SequenceId>{2});
+  EXPECT_TRUE(plan.swap_ins.empty());
+  ASSERT_EQ(copies_out, 1);
+  ASSERT_TRUE(f.scheduler.kept().at(0).swapped());
+  f.scheduler.remove(2);
+
+  std::vector<TokenId> prompt(60, 7);
+  prompt.insert(prompt.end(), 10, 2);  // 1's tokens, then more
+  f.scheduler.add(std::make_unique<Sequence>(3, prompt, SamplingParams{}));
+  plan = f.step();
+  ASSERT_EQ(plan.admitted, std::vector<SequenceId>{3});
+  ASSERT_EQ(plan.swap_ins.size(), 1u);
+  const KvSwapIn& in = plan.swap_ins[0];
+  EXPECT_EQ(in.id, 3);
+  EXPECT_EQ(in.slot, *f.scheduler.slot_of(3));
+  ASSERT_EQ(in.host.size(), 60u * 1024u);
+  EXPECT_EQ(in.host.front(), 0xab);
+  EXPECT_EQ(in.host.back(), 0xab);
+  EXPECT_EQ(items_of(plan.work), (std::vector<Item>{{3, 60, 10, false}}));
+  EXPECT_EQ(f.scheduler.swap_ins(), 1u);
+  EXPECT_EQ(f.scheduler.swap_in_bytes(), 60u * 1024u);
+  EXPECT_TRUE(f.scheduler.kept().empty());
 }
 
 }  // namespace

@@ -137,8 +137,10 @@ class Backend {
   // An idle chat's KV swapped to host memory and back (the engine's kept KV under pressure):
   // copies the first `bytes` of a slot's KV ([0, tokens) in the token-major layout) to `host`,
   // or from `host` into the slot, whose KV the engine has mapped through those bytes. Between
-  // steps only; returns once the copy is complete. Returns false, copying nothing, when the
-  // backend cannot copy KV (the engine then drops the KV and recomputes it when needed).
+  // steps only. To host: returns once the copy is complete. From host: queues the copy ahead of
+  // the next launch(), which reads it, and returns without waiting for it; `host` stays valid
+  // until that step's wait() has returned. Return false, copying nothing, when the backend
+  // cannot copy KV (the engine then drops the KV and recomputes it when needed).
   virtual bool copy_kv_to_host(int32_t /*slot*/, uint64_t /*bytes*/, void* /*host*/) {
     return false;
   }
@@ -149,15 +151,19 @@ class Backend {
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
 
-  // Weight placement (engine/src/memory/placement.h), between steps only. make_room() moves
-  // resident layers to streaming until `bytes` more are free in the ledger, or nothing more
-  // can move; returns the bytes it freed (0 for a backend that keeps every weight where it
-  // is). rebalance() re-plans against the ledger's budget after it changed: layers move to
-  // streaming when the budget shrank, back to device memory when it grew. Throws
-  // CapacityError, changing nothing, when the budget cannot hold the minimum working set
-  // beside what the KV holds now.
+  // Weight placement (engine/src/memory/placement.h), between steps only. make_room() frees at
+  // least `bytes` in the ledger in one re-plan, moving the fewest trailing resident layers to
+  // streaming that free them (the scheduler's pressure policy asks once for a step's whole
+  // demand), and returns the bytes it freed; when even streaming every layer would not free
+  // `bytes` it moves nothing and returns 0 (as a backend that keeps every weight where it is
+  // does). rebalance() re-plans against the ledger's budget after it changed: layers move to
+  // streaming when the budget shrank, back to device memory when it grew, leaving free what the
+  // KV holds now plus `kv_growth_bytes` (what the scheduler planned the running chats' KV to
+  // grow by) where the budget allows, so layers that come back are not sent out again at the
+  // next step. Throws CapacityError, changing nothing, when the budget cannot hold the minimum
+  // working set beside what the KV holds now.
   virtual uint64_t make_room(uint64_t /*bytes*/, const std::string& /*reason*/) { return 0; }
-  virtual void rebalance(const std::string& /*reason*/) {}
+  virtual void rebalance(const std::string& /*reason*/, uint64_t /*kv_growth_bytes*/) {}
 };
 
 // The KV element each backend stores (kv_bytes_per_token), also known before one is built.

@@ -74,6 +74,9 @@ struct Engine::Impl {
   std::vector<std::vector<int32_t>> history;
   std::vector<uint64_t> draw_index;
   std::vector<float> logits;
+  // KV coming back from host memory (StepPlan::swap_ins): its copies are queued on the device
+  // ahead of the step, so the buffers live until the step has been waited for.
+  std::vector<std::vector<uint8_t>> swap_in_buffers;
 
   // throughput
   uint64_t steps = 0;
@@ -107,6 +110,7 @@ struct Engine::Impl {
   }
   // The steps of Engine::step().
   bool plan(StepPlan& plan);
+  void queue_swap_ins(StepPlan& plan);
   bool idle_step(const StepPlan& plan);
   StepRequest step_request(const StepPlan& plan);
   void prepare_next_step(const StepPlan& plan);
@@ -162,9 +166,6 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
     KvCopier copier;
     copier.to_host = [impl = &m](int32_t slot, uint64_t bytes, void* host) {
       return impl->backend->copy_kv_to_host(slot, bytes, host);
-    };
-    copier.from_host = [impl = &m](int32_t slot, const void* host, uint64_t bytes) {
-      return impl->backend->copy_kv_from_host(slot, host, bytes);
     };
     m.scheduler->set_kv_reuse(true, m.options.kv_host_cache_bytes, std::move(copier));
   }
@@ -410,7 +411,39 @@ bool Engine::Impl::plan(StepPlan& plan) {
                         std::to_string(o.tokens) +
                         " tokens; raise the budget or start a shorter conversation");
   }
+  try {
+    queue_swap_ins(plan);
+  } catch (const DeviceLostError& e) {
+    lose_device(e.what());
+    return false;
+  }
   return true;
+}
+
+void Engine::Impl::queue_swap_ins(StepPlan& plan) {
+  // Between steps, after planning: each copy is queued on the device ahead of the step that
+  // reads the KV, and nothing here waits for it. The previous step's buffers are free now.
+  swap_in_buffers.clear();
+  for (KvSwapIn& in : plan.swap_ins) {
+    if (scheduler->slot_of(in.id) != in.slot) continue;  // preempted or ended while planning
+    std::string error;
+    try {
+      if (!backend->copy_kv_from_host(in.slot, in.host.data(), in.host.size()))
+        error = "the backend cannot copy KV back from host memory";
+    } catch (const DeviceLostError&) {
+      throw;
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (error.empty()) {
+      swap_in_buffers.push_back(std::move(in.host));
+      continue;
+    }
+    // Its first tokens' KV is not in the slot: the chat cannot go on from it.
+    std::erase_if(plan.work, [&](const ScheduledWork& w) { return w.id == in.id; });
+    finish(in.id, FinishReason::Error, "copying the chat's KV back from host memory: " + error);
+  }
+  plan.swap_ins.clear();
 }
 
 bool Engine::Impl::idle_step(const StepPlan& plan) {
@@ -593,6 +626,7 @@ bool Engine::step() {
     m.prepare_next_step(plan);  // host work while the device runs the step
     const auto waiting = Clock::now();
     const StepResult result = m.backend->wait();
+    m.swap_in_buffers.clear();  // their copies ran before the step
     const auto done = Clock::now();
     m.take_results(plan, result, start);
     m.plan_us = seconds_between(planning, start) * 1e6;
@@ -664,7 +698,8 @@ void Engine::set_vram_budget(uint64_t bytes) {
   m.memory->set_budget_bytes(bytes);
   try {
     m.backend->rebalance("the budget changed from " + std::to_string(before >> 20) + " to " +
-                         std::to_string(bytes >> 20) + " MiB");
+                             std::to_string(bytes >> 20) + " MiB",
+                         m.scheduler->planned_kv_growth_bytes());
   } catch (...) {
     m.memory->set_budget_bytes(before);
     throw;

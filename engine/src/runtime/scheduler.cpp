@@ -217,31 +217,65 @@ uint64_t Scheduler::kv_capacity_bytes() const {
   return kv_.budget_available_bytes() + kv_.stats().committed_bytes;
 }
 
-uint64_t Scheduler::outstanding_prefill_bytes() const {
-  uint64_t bytes = 0;
+int64_t Scheduler::horizon_tokens(const Sequence& s) const {
+  const int64_t remaining = std::max<int64_t>(s.params.max_tokens - s.generated, 1);
+  return std::min(static_cast<int64_t>(s.tokens.size()) + remaining - 1, kv_.geometry().max_tokens);
+}
+
+Scheduler::Demand Scheduler::demand(const Sequence* head, uint64_t held) const {
+  const auto beyond = [](uint64_t want, uint64_t have) { return want > have ? want - have : 0; };
+  const int64_t lookahead = kv_.geometry().lookahead_tokens;
+  Demand d;
+  // One chat's share: `now` bytes for this step, KV through its `last` token at the end of its
+  // generation, and the look-ahead past that, in a slot holding `have`.
+  const auto add = [&](uint64_t now, int64_t last, uint64_t have) {
+    d.now += beyond(now, have);
+    d.end += beyond(std::max(now, kv_.bytes_for_tokens(last)), have);
+    d.planned += beyond(std::max(now, kv_.bytes_for_tokens(last + lookahead)), have);
+  };
   for (const auto& [id, s] : sequences_) {
-    if (!prefilling(*s)) continue;
-    const uint64_t whole = kv_.bytes_for_tokens(static_cast<int64_t>(s->tokens.size()));
-    const uint64_t have = kv_.committed_bytes(s->slot);
-    if (whole > have) bytes += whole - have;
+    if (!s->running()) continue;
+    const auto known = static_cast<int64_t>(s->tokens.size());
+    add(kv_.bytes_for_tokens(known), horizon_tokens(*s), kv_.committed_bytes(s->slot));
   }
+  if (head) {
+    const auto tokens = static_cast<int64_t>(head->tokens.size());
+    // Alone, the head runs if its tokens fit at all (nobody else will free memory). With others
+    // running, it gets its look-ahead and they one granule to grow into, so admitting a chat
+    // does not preempt another on the very next step.
+    const uint64_t need = running() == 0
+                              ? kv_.bytes_for_tokens(tokens)
+                              : kv_.bytes_for_tokens(tokens + lookahead) + kv_.granule_bytes();
+    add(need, horizon_tokens(*head), held);
+  }
+  return d;
+}
+
+uint64_t Scheduler::kept_device_bytes(int32_t spare) const {
+  uint64_t bytes = 0;
+  for (const KeptKv& k : kept_)
+    if (!k.swapped() && k.slot != spare) bytes += kv_.committed_bytes(k.slot);
   return bytes;
 }
 
-bool Scheduler::admissible(const Sequence& head, uint64_t held) const {
-  const auto head_tokens = static_cast<int64_t>(head.tokens.size());
-  const uint64_t available = kv_.budget_available_bytes() + held;
-  const uint64_t reserved = outstanding_prefill_bytes();
-  if (running() == 0) {
-    // Nobody else will free memory: the head runs if its tokens fit at all (an oversized
-    // one was caught before this).
-    return kv_.bytes_for_tokens(head_tokens) <= available;
+bool Scheduler::relieve(const Demand& d, int32_t spare) {
+  // Idle chats' kept KV first (to host memory, or dropped), for what the step needs now.
+  while (d.now > kv_.budget_available_bytes() && evict_kept(spare)) {
   }
-  // With others running, leave the head its look-ahead and the running chats one granule to
-  // grow into, so admitting a chat does not preempt another on the very next step.
-  const uint64_t need =
-      kv_.bytes_for_tokens(head_tokens + kv_.geometry().lookahead_tokens) + kv_.granule_bytes();
-  return reserved <= available && need <= available - reserved;
+  if (relieve_) {
+    // Then weights, once for the whole demand to the end of the chats' generation: what
+    // neither free memory nor the kept KV left can cover, with the look-ahead. A backend that
+    // cannot free that much frees nothing; then only what the step needs now.
+    const uint64_t available = kv_.budget_available_bytes();
+    const uint64_t reclaimable = available + kept_device_bytes(spare);
+    const bool moved = d.end > reclaimable && relieve_(d.planned - reclaimable) > 0;
+    if (!moved && d.now > available) relieve_(d.now - available);
+  }
+  return d.now <= kv_.budget_available_bytes();
+}
+
+bool Scheduler::admissible(const Sequence& head, uint64_t held) const {
+  return demand(&head, held).now <= kv_.budget_available_bytes();
 }
 
 void Scheduler::preempt(SequenceId id, StepPlan& plan) {
@@ -265,15 +299,17 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
 
 bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
   const int32_t slot = sequences_.at(id)->slot;
+  bool relieved = false;
   while (!kv_.map_through(slot, tokens)) {
-    // Idle chats' kept KV first (to host memory, or dropped), then device memory held
-    // elsewhere (weights that can stream), then KV of running chats.
-    if (evict_kept()) continue;
-    if (relieve_) {
-      const uint64_t want = kv_.bytes_for_tokens(tokens + kv_.geometry().lookahead_tokens);
-      const uint64_t have = kv_.committed_bytes(slot) + kv_.budget_available_bytes();
-      if (relieve_(want > have ? want - have : kv_.granule_bytes()) > 0) continue;
+    // The pressure policy frees what it can for the step's whole demand: kept KV, then
+    // weights. What is still short is taken from running chats, one at a time, each smaller
+    // demand offered to the policy again (weights may cover what is left).
+    if (!relieved) {
+      relieved = true;
+      relieve(demand());
+      continue;
     }
+    relieved = false;
     // The newest running sequence gives way; the oldest keeps its place, so every chat
     // eventually becomes the oldest and finishes.
     SequenceId newest = id;
@@ -302,6 +338,13 @@ bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
 
 StepPlan Scheduler::next_step() {
   StepPlan plan;
+  // Planned ahead: when the budget would not hold what the running chats may still generate,
+  // the weights move now, once, rather than a few layers at a time as each chat grows (each
+  // move re-captures the decode graphs).
+  if (relieve_ && running() > 0) {
+    const Demand d = demand();
+    if (d.end > kv_.budget_available_bytes()) relieve(d);
+  }
   // Running sequences first, oldest first: those with the one sampled token to compute, then
   // the chunks of those with more. A preemption while planning takes a sequence out of this
   // snapshot's later turns.
@@ -349,22 +392,14 @@ StepPlan Scheduler::next_step() {
       }
     }
     const uint64_t held = kept_slot >= 0 ? kv_.committed_bytes(kept_slot) : 0;
+    // Admission's share of the pressure policy: kept KV, then weights, for the head's KV (the
+    // whole of it, for one too large for the budget however much the others free).
+    if (const Demand d = demand(&head, held); d.now > kv_.budget_available_bytes())
+      relieve(d, kept_slot);
     const uint64_t need = kv_.bytes_for_tokens(head_tokens);
-    if (relieve_ && need > kv_capacity_bytes()) relieve_(need - kv_capacity_bytes());
     if (const uint64_t capacity = kv_capacity_bytes(); need > capacity) {
       plan.oversized.push_back({head_id, head_tokens, need, capacity, remove(head_id)});
       continue;
-    }
-    // Idle chats' kept KV gives way first, then weights that can stream.
-    while (!admissible(head, held) && evict_kept(kept_slot)) {
-    }
-    if (!admissible(head, held) && relieve_) {
-      // What admission asks beyond what is free: the head's KV with its look-ahead, a granule
-      // for the running chats, and the prompts still being computed.
-      const uint64_t want = kv_.bytes_for_tokens(head_tokens + kv_.geometry().lookahead_tokens) +
-                            kv_.granule_bytes() + outstanding_prefill_bytes();
-      const uint64_t available = kv_.budget_available_bytes() + held;
-      if (want > available) relieve_(want - available);
     }
     if (!admissible(head, held)) break;
 
@@ -381,27 +416,22 @@ StepPlan Scheduler::next_step() {
       if (!free_slot && evict_kept()) free_slot = take_free_slot();
       if (!free_slot) break;
       slot = *free_slot;
-      // KV swapped to host memory comes back instead of being computed again.
+      // KV swapped to host memory comes back instead of being computed again: the plan
+      // carries the copy, queued ahead of the step (planning never waits for it).
       const auto match = reuse_ ? find_kept(head) : std::nullopt;
       if (match && kept_[match->index].swapped()) {
+        KeptKv& k = kept_[match->index];
         const auto bytes = static_cast<uint64_t>(match->tokens) *
                            static_cast<uint64_t>(kv_.geometry().bytes_per_token);
-        bool copied = false;
-        if (copier_.from_host && kv_.map_through(slot, match->tokens)) {
-          try {
-            copied = copier_.from_host(slot, kept_[match->index].host.data(), bytes);
-          } catch (const DeviceLostError&) {
-            throw;
-          } catch (const std::exception& e) {
-            logger("engine.scheduler")->warn("copying idle KV back from host memory: {}", e.what());
-          }
-        }
-        if (copied) {
+        const bool mapped = kv_.map_through(slot, match->tokens);
+        if (mapped) {
+          k.host.resize(bytes);  // the head's share of the chat's KV
+          plan.swap_ins.push_back({head_id, slot, std::move(k.host)});
           reused = swapped_in = match->tokens;
           ++swap_ins_;
           swap_in_bytes_ += bytes;
         }
-        erase_kept(match->index, !copied);
+        erase_kept(match->index, !mapped);
       }
     }
     head.slot = slot;

@@ -4,9 +4,12 @@
 // budget holds its prompt's KV; when running chats outgrow the budget, the newest is preempted
 // (its KV freed, recomputed later), and only a chat the budget cannot hold alone fails.
 // With KV reuse on, a finished sequence's slot keeps its KV as an idle kept entry: a later
-// sequence whose tokens begin the same way takes that slot and computes only the rest. Kept
-// entries give way first, before weights stream or running chats are preempted: their KV is
-// copied to host memory when a copier is set and the host allowance holds it, else dropped.
+// sequence whose tokens begin the same way takes that slot and computes only the rest.
+// Memory pressure is one policy (relieve()): for the step's whole demand, kept entries give
+// way first (their KV copied to host memory when a copier is set and the host allowance holds
+// it, else dropped), then weights move to streaming (the pressure relief), then running chats
+// are preempted; the weights move once, planned ahead for the running chats' remaining
+// generation, so a long generation re-plans (and re-captures) at most once.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -23,11 +26,11 @@ namespace granule {
 
 class KvSpace;
 
-// Copies a slot's first `bytes` of KV to host memory and back (Backend::copy_kv_to_host and
-// copy_kv_from_host); false when the backend cannot.
+// Copies a slot's first `bytes` of KV to host memory (Backend::copy_kv_to_host); false when
+// the backend cannot. The copy back is not the scheduler's: a plan lists it (StepPlan::swap_ins)
+// and the engine queues it before the step that reads it.
 struct KvCopier {
   std::function<bool(int32_t slot, uint64_t bytes, void* host)> to_host;
-  std::function<bool(int32_t slot, const void* host, uint64_t bytes)> from_host;
 };
 
 // An idle chat's KV, kept after its sequence finished for the next request that continues it.
@@ -59,9 +62,19 @@ struct OversizedSequence {
   std::unique_ptr<Sequence> sequence;  // its record, taken out of the scheduler: the caller ends it
 };
 
+// KV swapped to host memory that comes back for a chat admitted this step: the slot is mapped
+// through host.size() bytes (its first tokens, token-major), and the engine queues the copy
+// (Backend::copy_kv_from_host) ahead of the step, which reads it.
+struct KvSwapIn {
+  SequenceId id = 0;
+  int32_t slot = -1;
+  std::vector<uint8_t> host;
+};
+
 // What one step runs, and what planning it did to the sequences.
 struct StepPlan {
   std::vector<ScheduledWork> work;           // KV already mapped through each item's end
+  std::vector<KvSwapIn> swap_ins;            // to copy into their slots before `work` runs
   std::vector<SequenceId> preempted;         // KV freed; back at the front of the waiting queue
   std::vector<OversizedSequence> oversized;  // removed from the scheduler: the caller fails them
   std::vector<SequenceId> admitted;          // took a slot this step (a preempted one: re-admitted)
@@ -97,23 +110,30 @@ class Scheduler {
   // Every sequence, by arrival.
   const std::map<SequenceId, std::unique_ptr<Sequence>>& sequences() const { return sequences_; }
 
-  // Plans the next step, oldest sequence first. Every running sequence with one uncomputed
-  // token (the one sampled last) computes it, and those with more (a prompt, or everything
-  // known after a preemption) get chunks until prefill_chunk_tokens are spent; each item's KV is
-  // mapped as it is planned. When the budget refuses a mapping, the running sequence that arrived
-  // last is preempted (its KV freed and nothing computed: it waits at the front to compute every
-  // token again) until the mapping fits; a sequence alone in the budget that still does not fit is
-  // oversized. Then, unless this step preempted, waiting sequences are admitted in arrival order
-  // while a slot is free and the budget holds the head's KV plus a margin; a head that does not fit
-  // blocks those behind it, so a long chat is never starved by short ones.
+  // Plans the next step, oldest sequence first. First the pressure policy plans ahead: when the
+  // budget would not hold what the running chats may still generate, weights move once for all
+  // of it. Every running sequence with one uncomputed token (the one sampled last) computes it,
+  // and those with more (a prompt, or everything known after a preemption) get chunks until
+  // prefill_chunk_tokens are spent; each item's KV is mapped as it is planned. When the budget
+  // refuses a mapping, the policy frees memory for the step's whole demand, and then the running
+  // sequence that arrived last is preempted (its KV freed and nothing computed: it waits at the
+  // front to compute every token again) until the mapping fits; a sequence alone in the budget
+  // that still does not fit is oversized. Then, unless this step preempted, waiting sequences
+  // are admitted in arrival order while a slot is free and the budget holds the head's KV plus a
+  // margin; a head that does not fit blocks those behind it, so a long chat is never starved by
+  // short ones.
   StepPlan next_step();
 
-  // What to try before preempting or refusing for want of KV: free `bytes` of device memory
-  // elsewhere (the CUDA backend moves resident layers to streaming) and say how much it freed.
-  // Unset, or returning 0: preemption as above.
+  // The weights step of the pressure policy: free `bytes` of device memory elsewhere (the CUDA
+  // backend moves resident layers to streaming, all in one re-plan) and say how much it freed;
+  // 0 when it cannot free that much (then it frees nothing). Unset: kept KV, then preemption.
   void set_pressure_relief(std::function<uint64_t(uint64_t bytes)> relieve) {
     relieve_ = std::move(relieve);
   }
+
+  // What the running chats' KV is planned to grow by, to the end of their generation with the
+  // look-ahead: the room a weight re-plan (Backend::rebalance) leaves free beside the KV.
+  uint64_t planned_kv_growth_bytes() const { return demand().planned; }
 
   // A slot outside the scheduler's use (teacher-forced logits); nullopt when all are taken
   // (kept entries give theirs up first).
@@ -144,15 +164,41 @@ class Scheduler {
   static bool decoding(const Sequence& s) { return s.running() && s.uncomputed_tokens() == 1; }
   static bool prefilling(const Sequence& s) { return s.running() && s.uncomputed_tokens() > 1; }
   std::optional<int32_t> take_free_slot();
-  // Maps the sequence's KV through `tokens`, preempting newer sequences (or, last, this one)
-  // as the budget needs. Returns false when `id` itself was preempted or found oversized.
+  // Maps the sequence's KV through `tokens`, relieving pressure and then preempting newer
+  // sequences (or, last, this one) as the budget needs. Returns false when `id` itself was
+  // preempted or found oversized.
   bool map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan);
   void preempt(SequenceId id, StepPlan& plan);
   // KV the budget could hold if every sequence's KV were freed.
   uint64_t kv_capacity_bytes() const;
-  // KV the running sequences still in their prompt will map before they decode.
-  uint64_t outstanding_prefill_bytes() const;
-  // `held`: KV bytes already committed in the slot the head will take (its kept prefix).
+
+  // The KV a step asks for beyond what the slots hold. `now`: what it cannot run without —
+  // every running chat's known tokens (this step's decode token and the prompt still to
+  // compute) and, with a head, the head's prompt with its look-ahead and a granule for the
+  // running chats' growth. `end`: that, with every chat's KV grown to the end of its
+  // generation (horizon_tokens). `planned`: `end` with each chat's look-ahead past its last
+  // token, the room a re-plan makes (so the look-ahead mapped near the end never asks again).
+  struct Demand {
+    uint64_t now = 0;
+    uint64_t end = 0;
+    uint64_t planned = 0;
+  };
+  // The one formula. `held`: bytes already committed in the slot the head will take (a kept
+  // prefix of its prompt).
+  Demand demand(const Sequence* head = nullptr, uint64_t held = 0) const;
+  // The most tokens whose KV a sequence will hold: its known tokens and all it may still
+  // sample but the last (whose KV is never computed), within the slot. The same at every step
+  // of its generation, so room planned for it once stays enough.
+  int64_t horizon_tokens(const Sequence& s) const;
+  // The pressure policy, the one place memory is freed for KV: kept KV gives way (all but the
+  // entry in slot `spare`) while `d.now` does not fit; then, when `d.end` is more than what is
+  // free and what kept KV can still give, weights move in one re-plan for `d.planned` beyond
+  // that, or, when the backend cannot free that much, for `d.now`. Returns whether `d.now`
+  // fits; preemption is the caller's.
+  bool relieve(const Demand& d, int32_t spare = -1);
+  // Bytes the kept entries in device memory hold, the one in slot `spare` left out.
+  uint64_t kept_device_bytes(int32_t spare) const;
+  // Whether the budget holds the head's admission demand (`held` as for demand()).
   bool admissible(const Sequence& head, uint64_t held) const;
 
   // The kept entry whose KV the head should continue from, and how many of its tokens.

@@ -198,11 +198,11 @@ bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t byt
   if (!kv_) throw UsageError("CUDA backend: copy_kv_from_host() before attach_kv()");
   if (bytes == 0) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  // Queued on the stream the step runs on, so it lands before the step reads the KV; the
+  // engine keeps `host` until that step has been waited for.
   check_cuda(
       cudaMemcpyAsync(kv_->slot_base(slot), host, bytes, cudaMemcpyHostToDevice, model_->stream()),
       "copying idle KV back from host memory");
-  // The host buffer is freed once the copy returns: wait for it.
-  check_cuda(cudaStreamSynchronize(model_->stream()), "copying idle KV back from host memory");
   return true;
 }
 
@@ -531,7 +531,9 @@ uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
   if (pending_.active) throw UsageError("CUDA backend: make_room() during a step");
   const WeightStreamer& w = model_->streamer();
   const uint64_t before = w.resident_bytes() + w.staging_bytes();
-  // The fewest demotions that free `bytes`: trailing resident layers move to streaming.
+  // The fewest demotions that free `bytes`, in one re-plan: the most resident layers (from the
+  // first) whose weights and staging leave them free, several layers at once for a large
+  // demand. All or nothing: when no plan frees `bytes`, nothing moves.
   for (int32_t cap = w.resident_layers() - 1; cap >= 0; --cap) {
     const PlacementInput in =
         model_->placement_input(std::numeric_limits<uint64_t>::max() / 4, cap, 0);
@@ -546,14 +548,20 @@ uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
   return 0;
 }
 
-void CudaBackend::rebalance(const std::string& reason) {
+void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes) {
   if (pending_.active) throw UsageError("CUDA backend: rebalance() during a step");
   MemoryManager& memory = *memory_;
   const uint64_t kv_in_use =
       memory.bytes(MemoryCategory::KvCommitted) + memory.bytes(MemoryCategory::KvPool);
-  const PlacementInput in = model_->placement_input(
-      memory.budget_bytes(), -1, std::max(kv_in_use, model_->kv_reserve_bytes()));
-  const PlacementPlan plan = plan_placement(in);
+  const auto plan_for = [&](uint64_t kv_bytes) {
+    const PlacementInput in = model_->placement_input(
+        memory.budget_bytes(), -1, std::max(kv_bytes, model_->kv_reserve_bytes()));
+    return std::make_pair(in, plan_placement(in));
+  };
+  // Room for the KV planned ahead where the budget allows it, else for what the KV holds now.
+  auto planned = plan_for(kv_in_use + kv_growth_bytes);
+  if (!planned.second.loads) planned = plan_for(kv_in_use);
+  const auto& [in, plan] = planned;
   if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
   if (plan.layer_streamed == model_->streamer().plan().layer_streamed) return;
   if (model_->replan(plan)) placement_changed(reason);

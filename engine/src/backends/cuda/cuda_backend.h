@@ -37,7 +37,7 @@ class CudaBackend final : public Backend {
   void attach_kv(KvSpace& kv) override;
   void fill_telemetry(TelemetrySnapshot& snapshot) const override;
   uint64_t make_room(uint64_t bytes, const std::string& reason) override;
-  void rebalance(const std::string& reason) override;
+  void rebalance(const std::string& reason, uint64_t kv_growth_bytes) override;
 
   // Sampling on the device: one token per sequence (after its last token) comes back. The
   // penalties see the last 256 tokens of each history; top-k keeps at most 256 candidates
