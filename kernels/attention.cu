@@ -5,7 +5,7 @@
 //
 // Split size, chosen on the device per row (the grid is fixed, lengths change every step):
 // at least split_tokens (the host's), larger when the grid would have more blocks than
-// target_splits per (row, kv head) (KernelConfig::attention_blocks_per_sm per SM), capped at
+// target_splits per (row, kv head) (kBlocksPerSm per SM), capped at
 // max(split_tokens, kMaxSplitTokens). The grid has the most splits that rule can give; blocks past
 // the row's own split count return at once.
 //
@@ -32,6 +32,9 @@ constexpr int kMaxGroup = 8;
 // Splits grow past the host's split_tokens up to this many tokens (prefill keeps its 1024).
 constexpr int kMaxSplitTokens = 1024;
 constexpr unsigned kFullMask = 0xffffffffu;
+// Splits a sequence's length until its blocks fill every SM this many times over: more splits,
+// shorter chains per block for short sequences, and a merge pass per (row, KV head).
+constexpr int kBlocksPerSm = 3;
 
 constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
 
@@ -72,6 +75,17 @@ __device__ __forceinline__ void load_raw(const __half* p, uint32_t (&w)[EPL / 2]
 
 __device__ __forceinline__ float2 half2_bits(uint32_t w) {
   return __half22float2(*reinterpret_cast<const __half2*>(&w));
+}
+
+// A lane's W words of one token's K or V as 2W floats.
+template <int W>
+__device__ __forceinline__ void unpack_halves(const uint32_t (&w)[W], float (&f)[2 * W]) {
+#pragma unroll
+  for (int i = 0; i < W; ++i) {
+    const float2 h = half2_bits(w[i]);
+    f[2 * i] = h.x;
+    f[2 * i + 1] = h.y;
+  }
 }
 
 // Writes 4 consecutive output elements at `column` of `row` (and their f16 or int8 copy). Every
@@ -136,12 +150,12 @@ __device__ __forceinline__ void reduce_scatter(float (&s)[NV], int lane) {
 }
 
 // EPL: head dimensions per lane (head_dim / 32). GP: the GQA group padded to a power of 2.
-// NW: warps per block (KernelConfig::attention_warps). 8-warp blocks hold one tile of K and V
-// per warp (no second tile in flight) so that two of them fit an SM's registers: 16 warps per
-// SM where a grid of one split per (row, KV head) gives each SM about two blocks.
+// NW: warps per block (launch_for). 8-warp blocks hold one tile of K and V per warp (no second
+// tile in flight) so that two of them fit an SM's registers: 16 warps per SM where a grid of
+// one split per (row, KV head) gives each SM about two blocks.
 template <int EPL, int GP, int NW>
 __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
-    attention_split_kernel(AttentionArgs a, int target_splits, int early) {
+    attention_split_kernel(AttentionArgs a, int target_splits) {
   constexpr int kWarps = NW;
   constexpr int kThreads = NW * kWarpSize;
   constexpr int kHeadDim = EPL * kWarpSize;
@@ -166,18 +180,17 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
 
   // The row's length and slot are step inputs the host wrote before the step's first kernel,
   // and the slots' KV bases are set at attach: the plan and the KV address are formed before
-  // waiting for the previous kernel (which writes q and this token's K and V). A block with no
-  // tokens still waits before it leaves, so that the grid never completes before the kernel
-  // it follows (a later kernel's wait covers both only through this one's); with `early` bit
-  // 1 only block 0 of the grid does, which is enough for that (KernelConfig::attention_early).
+  // waiting for the previous kernel (which writes q and this token's K and V). Blocks with no
+  // tokens leave at once, but block 0 of the grid always waits, so that the grid never
+  // completes before the kernel it follows (a later kernel's wait covers both only through
+  // this one's).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
-  if (early & 4) allow_next_kernel();  // KernelConfig::early_trigger 2
   const int length = a.lengths[row];
   const SplitPlan plan = length > 0
                              ? plan_splits(length, a.split_tokens, a.max_splits, target_splits)
                              : SplitPlan{0, 0};
   if (split >= plan.count) {
-    if ((early & 1) && (split | kv_head | row) != 0) return;
+    if ((split | kv_head | row) != 0) return;
     wait_for_previous_kernel();
     return;
   }
@@ -212,14 +225,14 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   // A warp's first tile: the tokens below `settled` before the wait, the rest after it. A
   // row's new tokens in this step (written by the kernels before this one) are at most the
   // launch's rows and end its length, so tokens below length - rows were written by earlier
-  // steps, whose kernels have all completed (`early` bit 2; without it, every token after).
+  // steps, whose kernels have all completed.
   const int n_tiles = (end - start + T - 1) / T;
-  const int settled = (early & 2) ? max(start, min(end, length - a.rows)) : start;
+  const int settled = max(start, min(end, length - a.rows));
   const int first_t0 = start + warp * T;
   uint32_t kn[T][W], vn[T][W];
   if (warp < n_tiles) load_tile(first_t0, kn, vn, settled);
   wait_for_previous_kernel();
-  if (!(early & 4)) allow_next_kernel();
+  allow_next_kernel();
 
   float q[GP][EPL], acc[GP][EPL];
 #pragma unroll
@@ -270,12 +283,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       float kf[EPL];
-#pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const float2 f = half2_bits(kc[t][w]);
-        kf[2 * w] = f.x;
-        kf[2 * w + 1] = f.y;
-      }
+      unpack_halves<W>(kc[t], kf);
 #pragma unroll
       for (int g = 0; g < GP; ++g) {
         float x = 0.0f;
@@ -317,12 +325,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
 #pragma unroll
     for (int t = 0; t < T; ++t) {
       float vf[EPL];
-#pragma unroll
-      for (int w = 0; w < W; ++w) {
-        const float2 f = half2_bits(vc[t][w]);
-        vf[2 * w] = f.x;
-        vf[2 * w + 1] = f.y;
-      }
+      unpack_halves<W>(vc[t], vf);
 #pragma unroll
       for (int g = 0; g < GP; ++g) {
         const float pt = sm_p[warp][t * GP + g];
@@ -520,18 +523,17 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
 
 template <int EPL, int GP>
 cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cudaStream_t stream) {
-  // Splits per (row, kv head) that give every SM attention_blocks_per_sm blocks (rounded
+  // Splits per (row, kv head) that give every SM kBlocksPerSm blocks (rounded
   // down); rows beyond that keep the host's split size. Past what an SM holds at once (about
   // 3 blocks) the rest wait for a second wave.
   const int64_t pairs = static_cast<int64_t>(args.rows) * args.n_kv;
   // More warps per block where the (row, KV head) pairs alone fill the SMs (no room for
-  // splits): fewer tiles in turn per warp, no more blocks. 0 chooses that way; head size 256
-  // with groups of 8 keeps 4 (8 warps' accumulators would pass 48 KB of shared memory).
-  const bool eight =
-      config.attention_warps == 8 || (config.attention_warps == 0 && pairs >= multiprocessors());
-  const int per_sm = std::max(config.attention_blocks_per_sm, 1);
+  // splits): fewer tiles in turn per warp, no more blocks (H200, 8B Q4_0 at 160 tokens of
+  // context, ms per step 4 warps / this: 32 rows 5.804 / 5.727). Head size 256 with groups of
+  // 8 keeps 4 (8 warps' accumulators would pass 48 KB of shared memory).
+  const bool eight = pairs >= multiprocessors();
   const int target_splits =
-      static_cast<int>(std::max<int64_t>(1, multiprocessors() * per_sm / pairs));
+      static_cast<int>(std::max<int64_t>(1, multiprocessors() * kBlocksPerSm / pairs));
   // The grid holds the most splits plan_splits() can give a row of up to max_splits x
   // split_tokens tokens: target_splits, or more where the split size reaches its cap. The
   // rest of max_splits would be blocks that return at once (a 32-row step at an 8k context:
@@ -541,17 +543,13 @@ cudaError_t launch_for(const AttentionArgs& args, const KernelConfig& config, cu
   const int64_t splits = std::max<int64_t>(target_splits, (longest + cap_tokens - 1) / cap_tokens);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(args.max_splits, splits)), args.n_kv,
                   args.rows);
-  // attention_early's bits 1 and 2; 4: let the next kernel start before the wait (one-row
-  // steps under KernelConfig::early_trigger 2).
-  const int early =
-      (config.attention_early & 3) | (args.rows == 1 && config.early_trigger >= 2 ? 4 : 0);
   if constexpr (EPL * GP <= 32) {  // 8 warps' shared accumulators fit 48 KB
     if (eight)
       return launch_early(attention_split_kernel<EPL, GP, 8>, grid, dim3(8 * kWarpSize), config,
-                          stream, args, target_splits, early);
+                          stream, args, target_splits);
   }
   return launch_early(attention_split_kernel<EPL, GP, 4>, grid, dim3(4 * kWarpSize), config, stream,
-                      args, target_splits, early);
+                      args, target_splits);
 }
 
 template <int EPL>

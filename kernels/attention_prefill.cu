@@ -69,18 +69,6 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-__device__ __forceinline__ int warp_max_int(int v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = max(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-__device__ __forceinline__ int warp_min_int(int v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
 // Reductions over the 4 lanes of a quad (the lanes holding one row of a C fragment).
 __device__ __forceinline__ float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));

@@ -52,10 +52,17 @@ cudaError_t for_each_column_group(int columns, Launch&& launch) {
 }
 
 #ifdef __CUDACC__
-__device__ __forceinline__ float warp_sum(float v) {
+// v combined over the warp by op in butterflies of lane distance 16, 8, 4, 2, 1: every lane gets
+// the result.
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+__device__ __forceinline__ float warp_sum(float v) {
+  return warp_reduce(v, [](float a, float b) { return a + b; });
 }
 
 // warp_sum() of N values at once: the same butterflies, interleaved, so the same bits for each
@@ -69,16 +76,16 @@ __device__ __forceinline__ void warp_sums(float (&v)[N]) {
 }
 
 __device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
+  return warp_reduce(v, [](float a, float b) { return fmaxf(a, b); });
 }
-
 __device__ __forceinline__ int warp_sum_int(int v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+  return warp_reduce(v, [](int a, int b) { return a + b; });
+}
+__device__ __forceinline__ int warp_max_int(int v) {
+  return warp_reduce(v, [](int a, int b) { return max(a, b); });
+}
+__device__ __forceinline__ int warp_min_int(int v) {
+  return warp_reduce(v, [](int a, int b) { return min(a, b); });
 }
 
 // Sums v over a whole block (blockDim.x a multiple of 32, at most 1024); every thread

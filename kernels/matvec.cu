@@ -71,14 +71,17 @@ __device__ __forceinline__ float dot_part_q8(const uint8_t* row, int ib, int par
   }
 }
 
-// STEP (GGUF blocks copied per row per step) and ROWS (rows per thread block) have tuned
-// defaults; other shapes can be picked for batch 1 with KernelConfig::matvec_shape.
-template <uint32_t TYPE, int NB, bool GATE_UP, int STEP = 64, int ROWS = rows_per_block(NB)>
+// Batch 1 of Q4_0/Q4_1 takes 2 rows per block (H200, 8B-shaped Q4_0, ms per decode step: 2
+// rows 3.06 against 3.26 for 4; kernels/README.md); everything else rows_per_block().
+template <uint32_t TYPE, int NB>
+constexpr int kRows = NB == 1 && (TYPE == kQ4_0 || TYPE == kQ4_1) ? 2 : rows_per_block(NB);
+
+template <uint32_t TYPE, int NB, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads)
     matvec_kernel(MatvecTasks tasks, MatvecInput in, int first_column) {
   wait_for_previous_kernel();
   allow_next_kernel();
-  constexpr int R = ROWS;
+  constexpr int R = kRows<TYPE, NB>;
   const MatvecTask& task = tasks.t[blockIdx.y];
   const int first_row = blockIdx.x * R;
   if (first_row >= task.n_out) return;  // the whole block leaves together
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(kThreads)
     // one is consumed. The copy may read up to 15 bytes past a row's end (the model keeps
     // slack after every tensor).
     constexpr int kBlockBytes = block_bytes(TYPE);
-    constexpr int kStepBlocks = STEP;
+    constexpr int kStepBlocks = 64;
     constexpr int kStageVectors = (kStepBlocks * kBlockBytes + 31) / 16 + 1;
     constexpr int kVectorsPerThread = (kStageVectors + kThreads - 1) / kThreads;
     constexpr int M = GATE_UP ? 2 : 1;
@@ -123,7 +126,8 @@ __global__ void __launch_bounds__(kThreads)
       skew = static_cast<int>(reinterpret_cast<uintptr_t>(begin) - aligned);
       count = (skew + bytes + 15) / 16;
     };
-    auto fetch = [&](int s) {
+    // Calls f(mr, k, v, first) for each vector v of step s this thread copies (its k-th of row mr).
+    auto each_vector = [&](int s, auto&& f) {
 #pragma unroll
       for (int mr = 0; mr < M * R; ++mr) {
         if (mr % R >= rows_here) continue;
@@ -133,26 +137,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < kVectorsPerThread; ++k) {
           const int v = threadIdx.x + k * kThreads;
-          if (v < count) fetched[mr][k] = first[v];
+          if (v < count) f(mr, k, v, first);
         }
       }
+    };
+    auto fetch = [&](int s) {
+      each_vector(s, [&](int mr, int k, int v, const uint4* first) { fetched[mr][k] = first[v]; });
     };
 
     fetch(0);
     for (int s = 0; s < n_steps; ++s) {
       const int buf = s & 1;
-#pragma unroll
-      for (int mr = 0; mr < M * R; ++mr) {
-        if (mr % R >= rows_here) continue;
-        const uint4* first;
-        int count, skew;
-        span_of(mr, s, first, count, skew);
-#pragma unroll
-        for (int k = 0; k < kVectorsPerThread; ++k) {
-          const int v = threadIdx.x + k * kThreads;
-          if (v < count) stage[buf][mr][v] = fetched[mr][k];
-        }
-      }
+      each_vector(s,
+                  [&](int mr, int k, int v, const uint4*) { stage[buf][mr][v] = fetched[mr][k]; });
       __syncthreads();
       if (s + 1 < n_steps) fetch(s + 1);
       const int step_blocks = min(kStepBlocks, n_blocks - s * kStepBlocks);
@@ -260,44 +257,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <uint32_t TYPE, int NB, int STEP, int ROWS>
-cudaError_t launch_shape(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
-                         const MatvecInput& in, int first_column, const KernelConfig& config,
-                         cudaStream_t stream) {
-  const dim3 grid(ceil_div(max_rows, ROWS), n_tasks);
-  if (gate_up)
-    return launch_early(matvec_kernel<TYPE, NB, true, STEP, ROWS>, grid, dim3(kThreads), config,
-                        stream, tasks, in, first_column);
-  return launch_early(matvec_kernel<TYPE, NB, false, STEP, ROWS>, grid, dim3(kThreads), config,
-                      stream, tasks, in, first_column);
-}
-
-// Batch 1 of Q4_0/Q4_1 takes KernelConfig::matvec_shape (STEP x ROWS); everything else the
-// tuned default (64 x rows_per_block). The defaults' numbers are in kernel_config.h.
 template <uint32_t TYPE, int NB>
 cudaError_t launch_columns(const MatvecTasks& tasks, int n_tasks, int max_rows, bool gate_up,
                            const MatvecInput& in, int first_column, const KernelConfig& config,
                            cudaStream_t stream) {
-  if constexpr (NB == 1 && (TYPE == kQ4_0 || TYPE == kQ4_1)) {
-    switch (config.matvec_shape) {
-      case MatvecShape::k128x4:
-        return launch_shape<TYPE, NB, 128, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column,
-                                              config, stream);
-      case MatvecShape::k64x8:
-        return launch_shape<TYPE, NB, 64, 8>(tasks, n_tasks, max_rows, gate_up, in, first_column,
-                                             config, stream);
-      case MatvecShape::k64x2:
-        return launch_shape<TYPE, NB, 64, 2>(tasks, n_tasks, max_rows, gate_up, in, first_column,
-                                             config, stream);
-      case MatvecShape::k32x4:
-        return launch_shape<TYPE, NB, 32, 4>(tasks, n_tasks, max_rows, gate_up, in, first_column,
-                                             config, stream);
-      case MatvecShape::k64x4:
-        break;  // the generic shape below: 64 x rows_per_block(1) = 64x4
-    }
-  }
-  return launch_shape<TYPE, NB, 64, rows_per_block(NB)>(tasks, n_tasks, max_rows, gate_up, in,
-                                                        first_column, config, stream);
+  const dim3 grid(ceil_div(max_rows, kRows<TYPE, NB>), n_tasks);
+  if (gate_up)
+    return launch_early(matvec_kernel<TYPE, NB, true>, grid, dim3(kThreads), config, stream, tasks,
+                        in, first_column);
+  return launch_early(matvec_kernel<TYPE, NB, false>, grid, dim3(kThreads), config, stream, tasks,
+                      in, first_column);
 }
 
 }  // namespace

@@ -74,8 +74,8 @@ constexpr int kMaxMatvecTasks = 3;
 // split-layout kernels always read int8 activations.
 bool matvec_reads_q8(uint32_t weight_type, bool split_layout = false);
 
-// True when KernelConfig::split_rows 2 gives a split-layout batch-1 product of this type with
-// int8 results whose 32-row blocks outnumber the SMs blocks that own one 32-row block each
+// True when a split-layout batch-1 product of this type with int8 results whose 32-row
+// blocks outnumber the SMs takes blocks that own one 32-row block each
 // (matvec_split.cu, split_owned_kernel): Q4_0 and Q4_1, whose kernels keep within the 64
 // registers without spilling. The other types' SwiGLU results are quantised by a kernel at
 // that size (the owner blocks of Q8_0, Q5_K and Q6_K spill 88-716 bytes; not measured).
@@ -85,8 +85,7 @@ bool matvec_owns_row_blocks(uint32_t weight_type);
 // per column group of the batch). Returns cudaErrorInvalidValue for an unsupported type or
 // shape, else the first launch error (no later group is launched after one fails).
 // Split-layout tasks go to launch_matvec_split. Every kernel is launched early
-// (launch_early, common.cuh) when config.early_launch is on; config's batch-1 shapes pick
-// the Q4_0/Q4_1 kernels' tiling.
+// (launch_early, common.cuh) when config.early_launch is on.
 cudaError_t launch_matvec(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                           const MatvecInput& input, const KernelConfig& config,
                           cudaStream_t stream);

@@ -29,17 +29,14 @@ struct SplitTasks {
   MatvecTask t[kMaxMatvecTasks];
   int first_block[kMaxMatvecTasks + 1] = {};
   int n_tasks = 0;
-  bool trigger_first = false;  // KernelConfig::early_trigger: allow the next kernel at once
 };
 
-// The next kernel may start as soon as every block of this one is resident where the launch
-// asks for it (it still waits for this one to complete), else once this one's wait is over.
-__device__ __forceinline__ void allow_next_first(const SplitTasks& tasks) {
-  if (tasks.trigger_first) allow_next_kernel();
-}
-__device__ __forceinline__ void wait_then_allow_next(const SplitTasks& tasks) {
-  wait_for_previous_kernel();  // the activations (and y) belong to earlier kernels
-  if (!tasks.trigger_first) allow_next_kernel();
+// The activations (and y) belong to earlier kernels; the next kernel may start once this
+// one's wait is over. (Letting it start before the wait, so that it requests its weights
+// during this one, was measured slower: kernels/README.md, "Tried and rejected".)
+__device__ __forceinline__ void wait_then_allow_next() {
+  wait_for_previous_kernel();
+  allow_next_kernel();
 }
 
 // The task that unit i (a block, or a row where first_block counts rows) belongs to.
@@ -62,9 +59,9 @@ __device__ __forceinline__ float input_norm_scale(const MatvecInput& in) {
   return split_dot::norm_scale(in, warp_sum(sum));
 }
 
-// KernelConfig::late_norm: a lane's first K sums of squares of the input's blocks, requested
-// right after the wait, before the activations and beside them, and only added once the
-// products are done (norm_lane_sum, reduced with the rows' sums): input_norm_scale() above
+// The late norm (split_matvec_kernel's LATE_NORM): a lane's first K sums of squares of the input's
+// blocks, requested right after the wait, before the activations and beside them, and only added
+// once the products are done (norm_lane_sum, reduced with the rows' sums): input_norm_scale() above
 // reduces them before the products start, and its warp sum is a wall the compiler does not
 // move the activation loads above (two L2 round trips one after the other on the chain instead
 // of one).
@@ -201,8 +198,9 @@ __device__ __forceinline__ void rope_rows(const MatvecTask& task, int first_row,
   p.kv[1] = __float2half_rn(x1);
 }
 
-// LATE_NORM (batch 1; KernelConfig::late_norm): the input norm's sums requested beside the
-// activations and reduced after the products (request_norm_part).
+// LATE_NORM (batch 1, an input with a norm to apply): the input norm's sums requested beside
+// the activations and reduced after the products (request_norm_part); the same bits as
+// input_norm_scale() before them, one L2 round trip fewer on the step's chain.
 template <uint32_t TYPE, int NB, int R, int U, bool GATE_UP, int W, bool LATE_NORM = false>
 __global__ void __launch_bounds__(W * kWarpSize)
     split_matvec_kernel(SplitTasks tasks, MatvecInput in, int first_column) {
@@ -210,7 +208,6 @@ __global__ void __launch_bounds__(W * kWarpSize)
   constexpr bool kRowBlocks = W == kRowBlockWarps && R == 1 && NB == 1;
   constexpr int kNormPart = kRowBlocks ? 1 : 4;  // registers (request_norm_part)
   static_assert(!LATE_NORM || NB == 1, "a batch has no input norm to apply");
-  allow_next_first(tasks);
   const int ti = task_of(tasks, static_cast<int>(blockIdx.x));
   const MatvecTask& task = tasks.t[ti];
   const int block = static_cast<int>(blockIdx.x) - tasks.first_block[ti];  // within the task
@@ -250,7 +247,7 @@ __global__ void __launch_bounds__(W * kWarpSize)
   float norm_w = 1.0f;
   if constexpr (kRowBlocks && !GATE_UP)
     if (warp == 0 && task.y_q8.qs) norm_w = result_norm_weight(task, block);
-  wait_then_allow_next(tasks);
+  wait_then_allow_next();
   // One row, one column: the residual this row adds to is requested now, so its round trip
   // overlaps the row's sums instead of following them.
   constexpr bool kEarlyResidual = NB == 1 && R == 1 && !GATE_UP;
@@ -418,15 +415,15 @@ __device__ __forceinline__ float finish_row(const MatvecTask& task, int r, const
   return v;
 }
 
-// Batch 1 in warps that stay (KernelConfig::split_rows): the grid is what the SMs hold at
-// once and warp w of the grid takes rows w, w + warps, ... of the launch's rows, requesting the
-// next row's first weights before finishing the current one (row_sums), so a warp's loads do
-// not drain between rows and no block is launched per few rows. Each sum is
+// Batch 1 in warps that stay: the grid is what the SMs hold at once and warp w of the grid
+// takes rows w, w + warps, ... of the launch's rows, requesting the next row's first weights
+// before finishing the current one (row_sums), so a warp's loads do not drain between rows
+// and no block is launched per few rows. Each sum is
 // split_matvec_kernel's to the bit. Plain tasks only: those with int8 results take
 // split_owned_kernel or 32-warp blocks, those with RoPE in the epilogue (the rows of a pair
 // meet in a block) split_matvec_kernel. Counting rows into their 32-row blocks through
 // per-block atomic counters instead was measured slower (a __threadfence per row also waits
-// for the next row's loads in flight: kernels/PERF_NOTES.md, session 8).
+// for the next row's loads in flight: kernels/README.md).
 template <uint32_t TYPE, int U, bool GATE_UP>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     split_rows_kernel(SplitTasks tasks, MatvecInput in) {
@@ -434,11 +431,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int total = tasks.first_block[tasks.n_tasks];
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
-  allow_next_first(tasks);
   if (g >= total) return;
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, g, 0, cur);
-  wait_then_allow_next(tasks);
+  wait_then_allow_next();
   const float scale = input_norm_scale(in);
   for (; g < total; g += stride) {
     float acc[M];
@@ -460,13 +456,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   const int lane = threadIdx.x % kWarpSize, n = in.n_in / kQ8Block;
   int g = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kWarpSize;
-  allow_next_first(tasks);
   if (g >= total) return;
   Payload p[D][1][U];
 #pragma unroll
   for (int d = 0; d < D; ++d)
     if (g + d * stride < total) load_row_step<TYPE, U, 1>(tasks, n, g + d * stride, 0, p[d]);
-  wait_then_allow_next(tasks);
+  wait_then_allow_next();
   int4 xa[U], xb[U];
   float2 ds[U];
 #pragma unroll
@@ -497,13 +492,13 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 }
 
 // Batch 1, one task with int8 results (MatvecTask::y_q8) of more 32-row blocks than the SMs
-// hold 32-warp blocks at once (an 8B model's SwiGLU product under the fusion; KernelConfig::
-// split_rows 2): a block of WB warps owns one 32-row block, warp w taking its rows w, w + WB,
-// ... in turn as split_rows_kernel's warps do (row_sums), and the 32 results meet in shared
-// memory for the quantisation. With WB = 8 (at most 64 registers: 4 blocks per SM) every block
+// hold 32-warp blocks at once (an 8B model's SwiGLU product under the fusion): a block of WB
+// warps owns one 32-row block, warp w taking its rows w, w + WB, ... in turn as
+// split_rows_kernel's warps do (row_sums), and the 32 results meet in shared memory for the
+// quantisation. With WB = 8 (at most 64 registers: 4 blocks per SM) every block
 // of an 8B model's 448 is resident at once, so no SM waits for a second wave, and the SwiGLU
 // result leaves as int8 blocks without the quantisation kernel. (WB = 4, 8 rows per warp, was
-// measured 10 % slower per step than the quantisation kernel: PERF_NOTES, session 8.)
+// measured 10 % slower per step than the quantisation kernel: kernels/README.md.)
 constexpr int kOwnerWarps = 8, kOwnerBlocksPerSm = 4;
 template <uint32_t TYPE, int U, bool GATE_UP, int WB>
 __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
@@ -515,13 +510,12 @@ __global__ void __launch_bounds__(WB* kWarpSize, kOwnerBlocksPerSm)
   const int block = static_cast<int>(blockIdx.x);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int first = block * kQ8Block + warp;  // rows first, first + WB, ...
-  allow_next_first(tasks);
   Payload cur[M][U];
   load_row_step<TYPE, U, M>(tasks, in.n_in / kQ8Block, first, 0, cur);
   float norm_w = 1.0f;  // as in split_matvec_kernel: plain products request it now
   if constexpr (!GATE_UP)
     if (warp == 0) norm_w = result_norm_weight(task, block);
-  wait_then_allow_next(tasks);
+  wait_then_allow_next();
   const float scale = input_norm_scale(in);
 #pragma unroll 1
   for (int k = 0; k < kRowsPerWarp; ++k) {
@@ -583,7 +577,7 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
         placed.first_block[i + 1] = placed.first_block[i] + tasks.t[i].n_out;
       return placed;
     };
-    bool stay = config.split_rows && !row_blocks && in.batch == 1;
+    bool stay = !row_blocks && in.batch == 1;
     for (int i = 0; i < n_tasks; ++i) stay = stay && !tasks.t[i].rope_part;
     if (stay) {
       auto rows = [&](auto kernel, int resident) {
@@ -597,10 +591,10 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                     resident_row_blocks<split_rows_kernel<TYPE, U, true>>());
       // Rows of at most two 32-lane steps: more rows in flight per warp.
       const int n = in.n_in / kQ8Block;
-      if (config.split_rows >= 3 && n <= kWarpSize)
+      if (n <= kWarpSize)
         return rows(split_rows_short_kernel<TYPE, 1, 4>,
                     resident_row_blocks<split_rows_short_kernel<TYPE, 1, 4>>());
-      if (config.split_rows >= 3 && n <= 2 * kWarpSize)
+      if (n <= 2 * kWarpSize)
         return rows(split_rows_short_kernel<TYPE, 2, 2>,
                     resident_row_blocks<split_rows_short_kernel<TYPE, 2, 2>>());
       return rows(split_rows_kernel<TYPE, U, false>,
@@ -608,7 +602,7 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
     }
     // Blocks that own a 32-row block each, where 32-warp blocks would take more than a wave.
     if constexpr (owns_row_blocks(TYPE)) {
-      if (row_blocks && config.split_rows >= 2 && in.batch == 1 && n_tasks == 1 &&
+      if (row_blocks && in.batch == 1 && n_tasks == 1 &&
           tasks.t[0].n_out / kQ8Block > multiprocessors()) {
         auto owned = [&](auto kernel, int warps) {
           return launch_early(kernel, dim3(tasks.t[0].n_out / kQ8Block),
@@ -618,8 +612,8 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
                        : owned(split_owned_kernel<TYPE, U, false, kOwnerWarps>, kOwnerWarps);
       }
     }
-    // KernelConfig::late_norm, where the input has a norm to apply.
-    const bool late_norm = config.late_norm && in.norm_sum_squares;
+    // The late norm (LATE_NORM), where the input has a norm to apply.
+    const bool late_norm = in.norm_sum_squares != nullptr;
     if (row_blocks) {
       if (gate_up)
         return late_norm
@@ -642,10 +636,9 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
 }
 
 // Rows per warp grow with the batch so each activation load serves more weights; the
-// sub-blocks in flight per lane shrink to keep registers for the accumulators. Batch 1 of
-// Q4_0/Q4_1 takes KernelConfig's split shapes (RxU; split_shape_long for the rows of
-// kLongRowSubBlocks sub-blocks or more, the down projection); the numbers behind the
-// defaults are in kernel_config.h.
+// sub-blocks in flight per lane shrink to keep registers for the accumulators. Batch 1: one
+// row per warp, two sub-blocks per lane (H200, 8B-shaped Q4_0, ms per decode step: 1x2 1.94,
+// 2x4 2.00, 1x4 2.02, 1x8 2.35), four for Q6_K.
 template <uint32_t TYPE, int NB>
 cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
                            bool row_blocks, const MatvecInput& in, int first_column,
@@ -657,33 +650,17 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
   using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
   using Four = std::integral_constant<int, 4>;
-  using Eight = std::integral_constant<int, 8>;
   if constexpr (NB == 1) {
-    if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1) {
-      // Rows of at most 32 sub-blocks (a SmolLM2-sized model's 576-wide products) are one
-      // 32-lane step at any U: U = 1 holds no payloads that are never loaded (the 32-warp
-      // SwiGLU kernel spills 48 bytes at U = 2, none at 1). A lane's sub-blocks are added in
-      // the same order at any U, so the sums are the same to the bit. split_rows 4 only: not
-      // yet run on a device (KernelConfig::split_rows).
-      if (config.split_rows >= 4 && in.n_in / kQ8Block <= kWarpSize) return go(One{}, One{});
-      const bool long_rows = in.n_in / kQ8Block >= KernelConfig::kLongRowSubBlocks;
-      switch (long_rows ? config.split_shape_long : config.split_shape) {
-        case SplitShape::k1x4:
-          return go(One{}, Four{});
-        case SplitShape::k1x8:
-          return go(One{}, Eight{});
-        case SplitShape::k2x4:
-          return go(Two{}, Four{});
-        case SplitShape::k1x2:
-          break;
-      }
-      return go(One{}, Two{});
-    } else if constexpr (TYPE == kQ8_0 || TYPE == kQ5_0 || TYPE == kQ5_1 || TYPE == kQ4_K ||
-                         TYPE == kQ5_K) {
-      return go(One{}, Two{});
-    } else {
+    // Q4_0/Q4_1 rows of at most 32 sub-blocks (a SmolLM2-sized model's 576-wide products) are
+    // one 32-lane step at any U: U = 1 holds no payloads that are never loaded (the 32-warp
+    // SwiGLU kernel spills 48 bytes at U = 2, none at 1). A lane's sub-blocks are added in the
+    // same order at any U, so the sums are the same to the bit.
+    if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1)
+      if (in.n_in / kQ8Block <= kWarpSize) return go(One{}, One{});
+    if constexpr (TYPE == kQ6_K)
       return go(One{}, Four{});
-    }
+    else
+      return go(One{}, Two{});
   } else if constexpr (NB <= 4) {
     return go(Two{}, Two{});
   } else {
@@ -724,35 +701,17 @@ cudaError_t launch_matvec_split(uint32_t weight_type, const MatvecTask* tasks, i
       return cudaErrorInvalidValue;
   }
   if (input.batch == 0 || max_rows == 0) return cudaSuccess;
-  packed.trigger_first = input.batch == 1 && (config.early_trigger >= 2 ||
-                                              (config.early_trigger == 1 && row_blocks));
-  auto run = [&](auto type_tag) -> cudaError_t {
+  cudaError_t status = cudaErrorInvalidValue;
+  dispatch_weight_type(weight_type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
-    return for_each_column_group(input.batch, [&](int first_column, auto columns) {
-      return launch_columns<TYPE, decltype(columns)::value>(
-          packed, n_tasks, gate_up, row_blocks, input, first_column, config, stream);
-    });
-  };
-  switch (weight_type) {
-    case kQ4_0:
-      return run(std::integral_constant<uint32_t, kQ4_0>{});
-    case kQ4_1:
-      return run(std::integral_constant<uint32_t, kQ4_1>{});
-    case kQ5_0:
-      return run(std::integral_constant<uint32_t, kQ5_0>{});
-    case kQ5_1:
-      return run(std::integral_constant<uint32_t, kQ5_1>{});
-    case kQ8_0:
-      return run(std::integral_constant<uint32_t, kQ8_0>{});
-    case kQ4_K:
-      return run(std::integral_constant<uint32_t, kQ4_K>{});
-    case kQ5_K:
-      return run(std::integral_constant<uint32_t, kQ5_K>{});
-    case kQ6_K:
-      return run(std::integral_constant<uint32_t, kQ6_K>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
+    if constexpr (split::supports(TYPE)) {
+      status = for_each_column_group(input.batch, [&](int first_column, auto columns) {
+        return launch_columns<TYPE, decltype(columns)::value>(packed, n_tasks, gate_up, row_blocks,
+                                                              input, first_column, config, stream);
+      });
+    }
+  });
+  return status;
 }
 
 }  // namespace granule::kernels

@@ -16,6 +16,19 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// The warp's largest (v, idx), the lowest index among equal values, on every lane.
+__device__ __forceinline__ void warp_argmax(float& v, int& idx) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+    if (ov > v || (ov == v && oi < idx)) {
+      v = ov;
+      idx = oi;
+    }
+  }
+}
+
 // Block-wide argmax with the lowest index winning ties. scratch: 32 floats + 32 ints.
 __device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, float& best_val,
                              int& best_idx) {
@@ -26,15 +39,7 @@ __device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, fl
       v = x[i];
       idx = i;
     }  // strided: first hit per thread is its lowest index
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-    if (ov > v || (ov == v && oi < idx)) {
-      v = ov;
-      idx = oi;
-    }
-  }
+  warp_argmax(v, idx);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   __syncthreads();
   if (lane == 0) {
@@ -46,15 +51,7 @@ __device__ void block_argmax(const float* x, int n, float* s_val, int* s_idx, fl
     const int n_warps = blockDim.x / kWarpSize;
     v = lane < n_warps ? s_val[lane] : -FLT_MAX;
     idx = lane < n_warps ? s_idx[lane] : n;
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-      const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-      if (ov > v || (ov == v && oi < idx)) {
-        v = ov;
-        idx = oi;
-      }
-    }
+    warp_argmax(v, idx);
     if (lane == 0) {
       s_val[0] = v;
       s_idx[0] = idx;

@@ -1,7 +1,8 @@
 // The GRANULE_* kernel overrides (engine/src/backends/kernel_config_env.cpp): each accepted value
-// sets its knob, a value a variable does not accept keeps the knob and warns in one line
-// naming the variable and the values it accepts, an empty value counts as unset, the process
-// environment is read through the same parser, and the README lists every variable.
+// sets its knob, a value a variable does not accept keeps the knob and warns in one line naming
+// the variable and the values it accepts, an empty value counts as unset, the process
+// environment is read through the same parser, and kernels/README.md's table lists exactly the
+// variables read.
 #include "backends/kernel_config_env.h"
 
 #include <gtest/gtest.h>
@@ -9,16 +10,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <sstream>
+#include <set>
 #include <string>
 
 namespace granule {
 namespace {
 
 using kernels::KernelConfig;
-using kernels::MatvecShape;
-using kernels::SplitShape;
 
 // An environment of its own, so the tests never depend on the process's.
 struct FakeEnvironment {
@@ -36,402 +36,196 @@ KernelConfig parse(const FakeEnvironment& env, std::vector<std::string>& warning
   return apply_kernel_overrides(config, env.lookup(), warnings);
 }
 
+// The switches: each variable and the knob it sets.
+struct Switch {
+  const char* variable;
+  std::function<bool(const KernelConfig&)> get;
+  std::function<void(KernelConfig&, bool)> set;
+};
+const Switch kSwitches[] = {
+    {"GRANULE_PDL", [](const KernelConfig& c) { return c.early_launch; },
+     [](KernelConfig& c, bool on) { c.early_launch = on; }},
+    {"GRANULE_SPLIT_WEIGHTS", [](const KernelConfig& c) { return c.split_weights; },
+     [](KernelConfig& c, bool on) { c.split_weights = on; }},
+    {"GRANULE_MMA", [](const KernelConfig& c) { return static_cast<bool>(c.mma); },
+     [](KernelConfig& c, bool on) { c.mma = on ? KernelConfig{}.mma : decltype(c.mma){}; }},
+    {"GRANULE_FLASH_PREFILL", [](const KernelConfig& c) { return c.flash_prefill; },
+     [](KernelConfig& c, bool on) { c.flash_prefill = on; }},
+};
+
+// The row thresholds: each variable, its knob and its range.
+struct Count {
+  const char* variable;
+  int KernelConfig::*knob;
+  int lowest, highest;
+};
+const Count kCounts[] = {{"GRANULE_MMA_MIN_ROWS", &KernelConfig::mma_min_rows, 1, 1 << 20},
+                         {"GRANULE_F16MMA_MIN_ROWS", &KernelConfig::f16_mma_min_rows, 0, 64}};
+
 TEST(KernelConfigEnv, NothingSetGivesTheDefaults) {
   std::vector<std::string> warnings;
   const KernelConfig config = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(config.matvec_shape, MatvecShape::k64x2);
-  EXPECT_EQ(config.split_shape, SplitShape::k1x2);
-  EXPECT_EQ(config.split_shape_long, SplitShape::k1x2);
   EXPECT_TRUE(config.early_launch);
   EXPECT_TRUE(config.split_weights);
+  EXPECT_TRUE(config.mma);
+  EXPECT_EQ(config.mma_min_rows, 8);
+  EXPECT_EQ(config.f16_mma_min_rows, 17);
+  EXPECT_TRUE(config.flash_prefill);
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(describe(config),
-            "matvec 64x2, split 1x2 (long rows 1x2), early launch on, split weights on");
-}
-
-TEST(KernelConfigEnv, EveryAcceptedMatvecShapeSetsIt) {
-  const std::pair<const char*, MatvecShape> cases[] = {{"64x2", MatvecShape::k64x2},
-                                                       {"64x4", MatvecShape::k64x4},
-                                                       {"128x4", MatvecShape::k128x4},
-                                                       {"64x8", MatvecShape::k64x8},
-                                                       {"32x4", MatvecShape::k32x4}};
-  for (const auto& [value, shape] : cases) {
-    std::vector<std::string> warnings;
-    const KernelConfig config = parse({{{"GRANULE_MATVEC_SHAPE", value}}}, warnings);
-    EXPECT_EQ(config.matvec_shape, shape) << value;
-    EXPECT_TRUE(warnings.empty()) << value;
-  }
-}
-
-TEST(KernelConfigEnv, SplitShapesSetTheirOwnKindOfRow) {
-  const std::pair<const char*, SplitShape> cases[] = {{"1x2", SplitShape::k1x2},
-                                                      {"1x4", SplitShape::k1x4},
-                                                      {"1x8", SplitShape::k1x8},
-                                                      {"2x4", SplitShape::k2x4}};
-  for (const auto& [value, shape] : cases) {
-    std::vector<std::string> warnings;
-    const KernelConfig short_rows = parse({{{"GRANULE_SPLIT_SHAPE", value}}}, warnings);
-    EXPECT_EQ(short_rows.split_shape, shape) << value;
-    EXPECT_EQ(short_rows.split_shape_long, SplitShape::k1x2) << value;
-    const KernelConfig long_rows = parse({{{"GRANULE_SPLIT_SHAPE_LONG", value}}}, warnings);
-    EXPECT_EQ(long_rows.split_shape, SplitShape::k1x2) << value;
-    EXPECT_EQ(long_rows.split_shape_long, shape) << value;
-    EXPECT_TRUE(warnings.empty()) << value;
-  }
+  EXPECT_EQ(describe(config), "early launch on, split weights on");
+  EXPECT_EQ(describe_mma(config), "int8 mma from 8 rows, f16 mma from 17 rows");
+  EXPECT_EQ(describe_attention(config), "flash prefill on");
 }
 
 TEST(KernelConfigEnv, SwitchesTakeZeroAndOne) {
+  for (const Switch& s : kSwitches) {
+    std::vector<std::string> warnings;
+    const KernelConfig off = parse({{{s.variable, "0"}}}, warnings);
+    EXPECT_FALSE(s.get(off)) << s.variable;
+    KernelConfig start;
+    s.set(start, false);
+    const KernelConfig on = parse({{{s.variable, "1"}}}, warnings, start);
+    EXPECT_TRUE(s.get(on)) << s.variable;
+    EXPECT_TRUE(warnings.empty()) << s.variable;
+    // Only its own knob moves.
+    KernelConfig want;
+    s.set(want, false);
+    EXPECT_EQ(describe(off) + describe_mma(off) + describe_attention(off),
+              describe(want) + describe_mma(want) + describe_attention(want))
+        << s.variable;
+  }
   std::vector<std::string> warnings;
-  const KernelConfig off =
-      parse({{{"GRANULE_PDL", "0"}, {"GRANULE_SPLIT_WEIGHTS", "0"}}}, warnings);
-  EXPECT_FALSE(off.early_launch);
-  EXPECT_FALSE(off.split_weights);
-  EXPECT_EQ(describe(off),
-            "matvec 64x2, split 1x2 (long rows 1x2), early launch off, split weights off");
-  KernelConfig start;
-  start.early_launch = false;
-  start.split_weights = false;
-  const KernelConfig on =
-      parse({{{"GRANULE_PDL", "1"}, {"GRANULE_SPLIT_WEIGHTS", "1"}}}, warnings, start);
-  EXPECT_TRUE(on.early_launch);
-  EXPECT_TRUE(on.split_weights);
+  const KernelConfig off = parse({{{"GRANULE_PDL", "0"},
+                                   {"GRANULE_SPLIT_WEIGHTS", "0"},
+                                   {"GRANULE_MMA", "0"},
+                                   {"GRANULE_FLASH_PREFILL", "0"},
+                                   {"GRANULE_F16MMA_MIN_ROWS", "0"}}},
+                                 warnings);
+  EXPECT_EQ(describe(off), "early launch off, split weights off");
+  EXPECT_EQ(describe_mma(off), "int8 mma off");
+  EXPECT_EQ(describe_attention(off), "flash prefill off");
+  // GRANULE_MMA=1 over a config with the products on keeps them as they are.
+  EXPECT_EQ(parse({{{"GRANULE_MMA", "1"}}}, warnings).mma, KernelConfig{}.mma);
   EXPECT_TRUE(warnings.empty());
+}
+
+TEST(KernelConfigEnv, CountsTakeWholeNumbersInTheirRange) {
+  for (const Count& c : kCounts) {
+    for (const int value : {c.lowest, c.lowest + 1, 16, c.highest}) {
+      std::vector<std::string> warnings;
+      const KernelConfig config = parse({{{c.variable, std::to_string(value)}}}, warnings);
+      EXPECT_EQ(config.*c.knob, value) << c.variable;
+      EXPECT_TRUE(warnings.empty()) << c.variable << "=" << value;
+    }
+  }
+  std::vector<std::string> warnings;
+  const KernelConfig set =
+      parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_F16MMA_MIN_ROWS", "32"}}}, warnings);
+  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, f16 mma from 32 rows");
 }
 
 TEST(KernelConfigEnv, ABadValueKeepsTheKnobAndWarnsOnceNamingTheAcceptedValues) {
-  std::vector<std::string> warnings;
-  KernelConfig start;
-  start.matvec_shape = MatvecShape::k128x4;  // kept as it was, not reset to the default
-  const KernelConfig config = parse({{{"GRANULE_MATVEC_SHAPE", "96x2"},
-                                      {"GRANULE_SPLIT_SHAPE_LONG", "2x4"},
-                                      {"GRANULE_PDL", "no"}}},
-                                    warnings, start);
-  EXPECT_EQ(config.matvec_shape, MatvecShape::k128x4);
-  EXPECT_TRUE(config.early_launch);
-  EXPECT_EQ(config.split_shape_long, SplitShape::k2x4);  // the good value beside them applies
-  ASSERT_EQ(warnings.size(), 2u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_MATVEC_SHAPE=96x2 ignored (accepted: 64x2, 64x4, 128x4, 64x8, 32x4); "
-            "keeping 128x4");
-  EXPECT_EQ(warnings[1], "GRANULE_PDL=no ignored (accepted: 0, 1); keeping 1");
-  for (const std::string& w : warnings) EXPECT_EQ(w.find('\n'), std::string::npos) << w;
-}
-
-TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_TRUE(defaults.mma);
-  EXPECT_EQ(defaults.mma_min_rows, 8);
-  EXPECT_FALSE(defaults.mma_prefill);
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
-  const KernelConfig set =
-      parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
-  EXPECT_EQ(set.mma_min_rows, 16);
-  EXPECT_TRUE(set.mma_prefill);
-  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on, f16 mma from 17 rows");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)),
-            "int8 mma off, f16 mma from 17 rows");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off, f16 mma from 17 rows");
-  EXPECT_TRUE(warnings.empty());
-  for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
-    std::vector<std::string> w;
-    EXPECT_EQ(parse({{{"GRANULE_MMA_MIN_ROWS", bad}}}, w, set).mma_min_rows, 16) << bad;
-    ASSERT_EQ(w.size(), 1u) << bad;
-    EXPECT_EQ(w[0], "GRANULE_MMA_MIN_ROWS=" + std::string(bad) +
-                        " ignored (accepted: a whole number from 1 to 1048576); keeping 16");
+  for (const Switch& s : kSwitches) {
+    for (const char* bad : {"no", "2", "on", " 1", "01"}) {
+      std::vector<std::string> warnings;
+      KernelConfig start;
+      s.set(start, false);  // kept as it was, not reset to the default
+      const KernelConfig config =
+          parse({{{s.variable, bad}, {"GRANULE_MMA_MIN_ROWS", "12"}}}, warnings, start);
+      EXPECT_FALSE(s.get(config)) << s.variable << "=" << bad;
+      EXPECT_EQ(config.mma_min_rows, 12);  // the good value beside it applies
+      ASSERT_EQ(warnings.size(), 1u) << s.variable << "=" << bad;
+      EXPECT_EQ(warnings[0],
+                std::string(s.variable) + "=" + bad + " ignored (accepted: 0, 1); keeping 0");
+    }
   }
-}
-
-TEST(KernelConfigEnv, MmaOccupancyVariants) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(defaults.mma_occupancy, 0);  // the kernel as measured
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
-  for (const int occupancy : {0, 1, 2}) {
-    const KernelConfig set =
-        parse({{{"GRANULE_MMA_OCC", std::to_string(occupancy)}}}, warnings, defaults);
-    EXPECT_EQ(set.mma_occupancy, occupancy);
-    EXPECT_EQ(set.mma, defaults.mma);  // the version is its own knob
+  for (const Count& c : kCounts) {
+    for (const std::string& bad :
+         {std::to_string(c.lowest - 1), std::to_string(c.highest + 1), std::string("8x"),
+          std::string("99999999999"), std::string(" 4"), std::string("-3")}) {
+      std::vector<std::string> warnings;
+      KernelConfig start;
+      start.*c.knob = 9;
+      EXPECT_EQ(parse({{{c.variable, bad}}}, warnings, start).*c.knob, 9) << c.variable << bad;
+      ASSERT_EQ(warnings.size(), 1u) << c.variable << "=" << bad;
+      EXPECT_EQ(warnings[0],
+                std::string(c.variable) + "=" + bad + " ignored (accepted: a whole number from " +
+                    std::to_string(c.lowest) + " to " + std::to_string(c.highest) + "); keeping 9");
+      EXPECT_EQ(warnings[0].find('\n'), std::string::npos);
+    }
   }
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "2"}}}, warnings)),
-            "int8 mma from 8 rows, prefill off, occupancy 2, f16 mma from 17 rows");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "1"}, {"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off, occupancy 1, f16 mma from 17 rows");
-  KernelConfig start;
-  start.mma_occupancy = 1;
-  for (const char* bad : {"3", "-1", "one", " 2"}) {
-    std::vector<std::string> w;
-    EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", bad}}}, w, start).mma_occupancy, 1) << bad;
-    ASSERT_EQ(w.size(), 1u) << bad;
-    EXPECT_EQ(w[0],
-              "GRANULE_MMA_OCC=" + std::string(bad) + " ignored (accepted: 0, 1, 2); keeping 1");
-  }
-  std::vector<std::string> w;
-  EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", ""}}}, w, start).mma_occupancy, 1);  // unset
-  EXPECT_TRUE(w.empty());
-}
-
-TEST(KernelConfigEnv, FlashPrefillSwitch) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_TRUE(defaults.flash_prefill);
-  EXPECT_EQ(describe_attention(defaults),
-            "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
-                std::to_string(KernelConfig{}.split_rows) +
-                ", attention early 3, late norm, step copies in the graph");
-  const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
-  EXPECT_FALSE(off.flash_prefill);
-  EXPECT_EQ(describe_attention(off),
-            "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
-                std::to_string(KernelConfig{}.split_rows) +
-                ", attention early 3, late norm, step copies in the graph");
-  EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{{"GRANULE_FLASH_PREFILL", "yes"}}}, warnings, off).flash_prefill);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_FLASH_PREFILL=yes ignored (accepted: 0, 1); keeping 0");
-}
-
-TEST(KernelConfigEnv, PrefillOverlapSwitch) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_TRUE(defaults.prefill_overlap);
-  EXPECT_EQ(describe_prefill_overlap(defaults), "prefill dequantisation overlap on");
-  const KernelConfig off = parse({{{"GRANULE_PREFILL_OVERLAP", "0"}}}, warnings);
-  EXPECT_FALSE(off.prefill_overlap);
-  EXPECT_TRUE(off.flash_prefill);  // the other switches keep their defaults
-  EXPECT_EQ(describe_prefill_overlap(off), "prefill dequantisation overlap off");
-  EXPECT_TRUE(parse({{{"GRANULE_PREFILL_OVERLAP", "1"}}}, warnings, off).prefill_overlap);
-  EXPECT_FALSE(parse({{{"GRANULE_PREFILL_OVERLAP", ""}}}, warnings, off).prefill_overlap);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{{"GRANULE_PREFILL_OVERLAP", "off"}}}, warnings, off).prefill_overlap);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_PREFILL_OVERLAP=off ignored (accepted: 0, 1); keeping 0");
-}
-
-TEST(KernelConfigEnv, F16MmaMinRows) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(defaults.f16_mma_min_rows, KernelConfig{}.f16_mma_min_rows);
-  const KernelConfig set = parse({{{"GRANULE_F16MMA_MIN_ROWS", "16"}}}, warnings);
-  EXPECT_EQ(set.f16_mma_min_rows, 16);
-  EXPECT_NE(describe_mma(set).find(", f16 mma from 16 rows"), std::string::npos)
-      << describe_mma(set);
-  const KernelConfig off = parse({{{"GRANULE_F16MMA_MIN_ROWS", "0"}}}, warnings, set);
-  EXPECT_EQ(off.f16_mma_min_rows, 0);
-  EXPECT_EQ(describe_mma(off).find("f16"), std::string::npos) << describe_mma(off);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(defaults.f16_mma_clusters);
-  EXPECT_TRUE(parse({{{"GRANULE_F16MMA_CLUSTERS", "1"}}}, warnings).f16_mma_clusters);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_F16MMA_MIN_ROWS", "65"}}}, warnings, set).f16_mma_min_rows, 16);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(
-      warnings[0],
-      "GRANULE_F16MMA_MIN_ROWS=65 ignored (accepted: a whole number from 0 to 64); keeping 16");
-}
-
-TEST(KernelConfigEnv, AttentionBlocksPerSm) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_blocks_per_sm, 3);
-  const KernelConfig set = parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "8"}}}, warnings);
-  EXPECT_EQ(set.attention_blocks_per_sm, 8);
-  EXPECT_NE(describe_attention(set).find("decode splits for 8 blocks per SM"), std::string::npos)
-      << describe_attention(set);
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_warps, 0);  // auto
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "8"}}}, warnings).attention_warps, 8);
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "4"}}}, warnings).attention_warps, 4);
-  const KernelConfig automatic = parse({{{"GRANULE_ATTN_WARPS", "auto"}}}, warnings);
-  EXPECT_EQ(automatic.attention_warps, 0);
-  EXPECT_NE(describe_attention(automatic).find("of 4 or 8 warps"), std::string::npos)
-      << describe_attention(automatic);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_WARPS", "6"}}}, warnings).attention_warps, 0);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_ATTN_WARPS=6 ignored (accepted: auto, 4, 8); keeping auto");
-  warnings.clear();
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_BLOCKS_PER_SM", "0"}}}, warnings, set).attention_blocks_per_sm,
-            8);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_ATTN_BLOCKS_PER_SM=0 ignored (accepted: a whole number from 1 to 32); "
-            "keeping 8");
 }
 
 TEST(KernelConfigEnv, AnEmptyValueCountsAsUnset) {
+  FakeEnvironment env;
+  for (const char* variable : kernel_override_variables()) env.values[variable] = "";
+  KernelConfig start;
+  start.early_launch = start.split_weights = start.flash_prefill = false;
+  start.mma_min_rows = 3;
+  start.f16_mma_min_rows = 0;
   std::vector<std::string> warnings;
-  const KernelConfig config =
-      parse({{{"GRANULE_SPLIT_SHAPE", ""}, {"GRANULE_SPLIT_WEIGHTS", ""}}}, warnings);
-  EXPECT_EQ(config.split_shape, SplitShape::k1x2);
-  EXPECT_TRUE(config.split_weights);
+  const KernelConfig config = parse(env, warnings, start);
+  EXPECT_FALSE(config.early_launch || config.split_weights || config.flash_prefill);
+  EXPECT_EQ(config.mma, KernelConfig{}.mma);
+  EXPECT_EQ(config.mma_min_rows, 3);
+  EXPECT_EQ(config.f16_mma_min_rows, 0);
   EXPECT_TRUE(warnings.empty());
 }
 
 TEST(KernelConfigEnv, TheProcessEnvironmentGoesThroughTheSameParser) {
-  ASSERT_EQ(::setenv("GRANULE_SPLIT_SHAPE", "2x4", 1), 0);
+  ASSERT_EQ(::setenv("GRANULE_MMA_MIN_ROWS", "24", 1), 0);
   ASSERT_EQ(::setenv("GRANULE_SPLIT_WEIGHTS", "0", 1), 0);
-  ASSERT_EQ(::setenv("GRANULE_MATVEC_SHAPE", "bogus", 1), 0);  // warns in the log, keeps 64x2
+  ASSERT_EQ(::setenv("GRANULE_PDL", "bogus", 1), 0);  // warns in the log, keeps 1
   const KernelConfig config = kernel_config_from_environment();
-  ::unsetenv("GRANULE_SPLIT_SHAPE");
+  ::unsetenv("GRANULE_MMA_MIN_ROWS");
   ::unsetenv("GRANULE_SPLIT_WEIGHTS");
-  ::unsetenv("GRANULE_MATVEC_SHAPE");
-  EXPECT_EQ(config.split_shape, SplitShape::k2x4);
+  ::unsetenv("GRANULE_PDL");
+  EXPECT_EQ(config.mma_min_rows, 24);
   EXPECT_FALSE(config.split_weights);
-  EXPECT_EQ(config.matvec_shape, MatvecShape::k64x2);
+  EXPECT_TRUE(config.early_launch);
   EXPECT_TRUE(kernel_config_from_environment().split_weights);  // read anew, nothing cached
 }
 
-TEST(KernelConfigEnv, F16MmaSharedShapes) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_gate_up, 5);
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_plain, 0);
-  const KernelConfig set = parse(
-      {{{"GRANULE_F16MMA_SHARED_GATEUP", "1"}, {"GRANULE_F16MMA_SHARED_PLAIN", "6"}}}, warnings);
-  EXPECT_EQ(set.f16_mma_shared_gate_up, 1);
-  EXPECT_EQ(set.f16_mma_shared_plain, 6);
-  EXPECT_NE(describe_mma(set).find("shared-activation shapes 1/6"), std::string::npos)
-      << describe_mma(set);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_F16MMA_SHARED_PLAIN", "10"}}}, warnings).f16_mma_shared_plain, 0);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_F16MMA_SHARED_PLAIN=10 ignored (accepted: a whole number from 0 to 9); "
-            "keeping 0");
+// The knobs of kernels/README.md's table ("| `GRANULE_...` | values | default | reason |" rows)
+// are exactly the variables read, and there are at most six (the product reads at most eight).
+TEST(KernelConfigEnv, TheKernelsReadmeTableListsExactlyTheVariablesRead) {
+  std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "kernels" / "README.md");
+  ASSERT_TRUE(in) << "kernels/README.md not found";
+  std::set<std::string> table;
+  for (std::string line; std::getline(in, line);) {
+    const std::string start = "| `GRANULE_";
+    if (line.rfind(start, 0) != 0) continue;
+    const size_t end = line.find('`', 3);
+    ASSERT_NE(end, std::string::npos) << line;
+    table.insert(line.substr(3, end - 3));
+  }
+  const std::set<std::string> read(kernel_override_variables().begin(),
+                                   kernel_override_variables().end());
+  EXPECT_EQ(read.size(), kernel_override_variables().size()) << "a variable listed twice";
+  EXPECT_LE(read.size(), 6u);
+  EXPECT_EQ(table, read);
+  EXPECT_EQ(read, (std::set<std::string>{"GRANULE_PDL", "GRANULE_SPLIT_WEIGHTS", "GRANULE_MMA",
+                                         "GRANULE_MMA_MIN_ROWS", "GRANULE_F16MMA_MIN_ROWS",
+                                         "GRANULE_FLASH_PREFILL"}));
 }
 
-TEST(KernelConfigEnv, DecodeFusion) {
+// The variables of the knobs measured and removed are no longer read: setting them changes
+// nothing and warns nothing.
+TEST(KernelConfigEnv, RemovedVariablesAreNotRead) {
+  FakeEnvironment env;
+  for (const char* variable :
+       {"GRANULE_MATVEC_SHAPE", "GRANULE_SPLIT_SHAPE", "GRANULE_SPLIT_SHAPE_LONG",
+        "GRANULE_PREFILL_OVERLAP", "GRANULE_ATTN_BLOCKS_PER_SM", "GRANULE_ATTN_WARPS",
+        "GRANULE_DECODE_FUSION", "GRANULE_SPLIT_ROWS", "GRANULE_ATTN_EARLY",
+        "GRANULE_EARLY_TRIGGER", "GRANULE_LATE_NORM", "GRANULE_GRAPH_IO",
+        "GRANULE_ATTN_SPLIT_ONE_ROW"})
+    env.values[variable] = "0";
   std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).decode_fusion, 4);
-  const KernelConfig off = parse({{{"GRANULE_DECODE_FUSION", "0"}}}, warnings);
-  EXPECT_EQ(off.decode_fusion, 0);
-  EXPECT_NE(describe_attention(off).find("batch-1 fusion 0"), std::string::npos)
-      << describe_attention(off);
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "1"}}}, warnings).decode_fusion, 1);
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "2"}}}, warnings).decode_fusion, 2);
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "3"}}}, warnings).decode_fusion, 3);
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "4"}}}, warnings).decode_fusion, 4);
+  const KernelConfig config = parse(env, warnings);
+  EXPECT_EQ(
+      describe(config) + describe_mma(config) + describe_attention(config),
+      describe(KernelConfig{}) + describe_mma(KernelConfig{}) + describe_attention(KernelConfig{}));
   EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_DECODE_FUSION", "5"}}}, warnings, off).decode_fusion, 0);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_DECODE_FUSION=5 ignored (accepted: 0, 1, 2, 3, 4); keeping 0");
-}
-
-TEST(KernelConfigEnv, SplitRows) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).split_rows, KernelConfig{}.split_rows);
-  const KernelConfig one = parse({{{"GRANULE_SPLIT_ROWS", "1"}}}, warnings);
-  EXPECT_EQ(one.split_rows, 1);
-  EXPECT_NE(describe_attention(one).find("staying warps 1"), std::string::npos)
-      << describe_attention(one);
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "0"}}}, warnings).split_rows, 0);
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "2"}}}, warnings).split_rows, 2);
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "3"}}}, warnings).split_rows, 3);
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "4"}}}, warnings).split_rows, 4);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_SPLIT_ROWS", "5"}}}, warnings, one).split_rows, 1);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_SPLIT_ROWS=5 ignored (accepted: 0, 1, 2, 3, 4); keeping 1");
-}
-
-TEST(KernelConfigEnv, AttentionEarly) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).attention_early, 3);
-  const KernelConfig none = parse({{{"GRANULE_ATTN_EARLY", "0"}}}, warnings);
-  EXPECT_EQ(none.attention_early, 0);
-  EXPECT_EQ(describe_attention(none).find("attention early"), std::string::npos)
-      << describe_attention(none);
-  const KernelConfig both = parse({{{"GRANULE_ATTN_EARLY", "3"}}}, warnings);
-  EXPECT_EQ(both.attention_early, 3);
-  EXPECT_NE(describe_attention(both).find("attention early 3"), std::string::npos)
-      << describe_attention(both);
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "1"}}}, warnings).attention_early, 1);
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "2"}}}, warnings).attention_early, 2);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_EARLY", "4"}}}, warnings, both).attention_early, 3);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_ATTN_EARLY=4 ignored (accepted: 0, 1, 2, 3); keeping 3");
-}
-
-TEST(KernelConfigEnv, EarlyTrigger) {
-  std::vector<std::string> warnings;
-  const KernelConfig none = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(none.early_trigger, 0);
-  EXPECT_EQ(describe_attention(none).find("early trigger"), std::string::npos)
-      << describe_attention(none);
-  const KernelConfig all = parse({{{"GRANULE_EARLY_TRIGGER", "2"}}}, warnings);
-  EXPECT_EQ(all.early_trigger, 2);
-  EXPECT_NE(describe_attention(all).find("early trigger 2"), std::string::npos)
-      << describe_attention(all);
-  EXPECT_EQ(parse({{{"GRANULE_EARLY_TRIGGER", "1"}}}, warnings).early_trigger, 1);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_EARLY_TRIGGER", "3"}}}, warnings, all).early_trigger, 2);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_EARLY_TRIGGER=3 ignored (accepted: 0, 1, 2); keeping 2");
-}
-
-TEST(KernelConfigEnv, LateNorm) {
-  std::vector<std::string> warnings;
-  EXPECT_TRUE(parse(FakeEnvironment{}, warnings).late_norm);
-  const KernelConfig off = parse({{{"GRANULE_LATE_NORM", "0"}}}, warnings);
-  EXPECT_FALSE(off.late_norm);
-  EXPECT_EQ(describe_attention(off).find("late norm"), std::string::npos)
-      << describe_attention(off);
-  const KernelConfig on = parse({{{"GRANULE_LATE_NORM", "1"}}}, warnings);
-  EXPECT_TRUE(on.late_norm);
-  EXPECT_NE(describe_attention(on).find("late norm"), std::string::npos) << describe_attention(on);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_TRUE(parse({{{"GRANULE_LATE_NORM", "yes"}}}, warnings, on).late_norm);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_LATE_NORM=yes ignored (accepted: 0, 1); keeping 1");
-}
-
-TEST(KernelConfigEnv, GraphIo) {
-  std::vector<std::string> warnings;
-  EXPECT_TRUE(parse(FakeEnvironment{}, warnings).graph_io);
-  const KernelConfig off = parse({{{"GRANULE_GRAPH_IO", "0"}}}, warnings);
-  EXPECT_FALSE(off.graph_io);
-  EXPECT_EQ(describe_attention(off).find("step copies in the graph"), std::string::npos);
-  const KernelConfig on = parse({{{"GRANULE_GRAPH_IO", "1"}}}, warnings);
-  EXPECT_TRUE(on.graph_io);
-  EXPECT_NE(describe_attention(on).find("step copies in the graph"), std::string::npos)
-      << describe_attention(on);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(parse({{{"GRANULE_GRAPH_IO", "on"}}}, warnings, off).graph_io);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0], "GRANULE_GRAPH_IO=on ignored (accepted: 0, 1); keeping 0");
-}
-
-TEST(KernelConfigEnv, OneRowSplitTokens) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(defaults.one_row_split_tokens, 64);
-  EXPECT_EQ(describe_attention(defaults).find("one-row splits"), std::string::npos);
-  const KernelConfig wide = parse({{{"GRANULE_ATTN_SPLIT_ONE_ROW", "256"}}}, warnings);
-  EXPECT_EQ(wide.one_row_split_tokens, 256);
-  EXPECT_NE(describe_attention(wide).find("one-row splits of 256 tokens"), std::string::npos)
-      << describe_attention(wide);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_ATTN_SPLIT_ONE_ROW", "100"}}}, warnings, wide).one_row_split_tokens,
-            256);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_ATTN_SPLIT_ONE_ROW=100 ignored (accepted: 64, 128, 256, 512, 1024); keeping "
-            "256");
-}
-
-TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
-  std::ifstream in(std::filesystem::path(GRANULE_SOURCE_DIR) / "README.md");
-  ASSERT_TRUE(in) << "README.md not found";
-  std::stringstream text;
-  text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 24u);
-  for (const char* variable : kernel_override_variables())
-    EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
-        << variable << " is missing from the README's table of overrides";
 }
 
 }  // namespace

@@ -44,20 +44,11 @@ namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
+using gpu_test::kPoisonHalf;
+using gpu_test::KvLayout;
 using kernels::PrefillTile;
 
-constexpr uint16_t kPoisonHalf = 0xFFFF;  // NaN
 constexpr double kBound = 2e-3;           // of max|V|, per element
-
-struct KvLayout {
-  int n_layer, n_kv, head_dim, max_tokens, slots;
-  int64_t token_stride() const { return static_cast<int64_t>(n_layer) * 2 * n_kv * head_dim; }
-  int64_t slot_halves() const { return token_stride() * max_tokens; }
-  int64_t at(int slot, int token, int layer, int kv, int head) const {
-    return slot * slot_halves() + token * token_stride() +
-           (static_cast<int64_t>(layer) * 2 + kv) * n_kv * head_dim + head * head_dim;
-  }
-};
 
 struct Shape {
   int head_dim, n_head, n_kv;

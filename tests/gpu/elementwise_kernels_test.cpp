@@ -12,8 +12,7 @@
 #include "dequantize.cuh"
 #include "gpu_test_support.h"
 #include "granule/quant.h"
-#include "granule/testkit/quantize.h"
-#include "model/weight_split.h"
+#include "kernel_test_inputs.h"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"
@@ -28,19 +27,6 @@ const TensorType kAllTypes[] = {
     TensorType::Q4_0, TensorType::Q4_1,   TensorType::Q4_K,   TensorType::Q5_K,
     TensorType::Q6_K, TensorType::Q5_0,   TensorType::Q5_1,   TensorType::Q2_K,
     TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
-
-// The GGUF rows re-laid out in the split layout when `split` (row_bytes becomes its stride).
-std::vector<uint8_t> device_rows(TensorType type, const std::vector<uint8_t>& gguf, int64_t rows,
-                                 int64_t cols, bool split, int64_t& row_bytes_out) {
-  if (!split) {
-    row_bytes_out = static_cast<int64_t>(row_bytes(type, cols));
-    return gguf;
-  }
-  row_bytes_out = split_row_stride(static_cast<uint32_t>(type), cols);
-  std::vector<uint8_t> out(static_cast<size_t>(rows * row_bytes_out));
-  split_rows(static_cast<uint32_t>(type), gguf.data(), rows, cols, out.data());
-  return out;
-}
 
 std::vector<float> halves_to_floats(const std::vector<__half>& h) {
   std::vector<float> f(h.size());
@@ -158,20 +144,13 @@ TEST(DequantizeKernel, EveryTypeToHalfMatchesDequantizeRow) {
     for (TensorType type : kAllTypes) {
       if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
       const int64_t rows = 13, cols = 512;
-      const int64_t rb = static_cast<int64_t>(row_bytes(type, cols));
-      std::vector<uint8_t> bytes(static_cast<size_t>(rows * rb));
-      std::vector<float> expected(static_cast<size_t>(rows * cols));
-      for (int64_t r = 0; r < rows; ++r) {
-        const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(cols), rng);
-        quantize_row(type, v.data(), bytes.data() + r * rb, cols);
-        dequantize_row(type, bytes.data() + r * rb, expected.data() + r * cols, cols);
-      }
-      int64_t stride = 0;
-      DeviceArray<uint8_t> d_w(device_rows(type, bytes, rows, cols, split, stride));
+      const gpu_test::Encoded w = gpu_test::encode(type, rows, cols, rng, split);
+      const std::vector<float>& expected = w.decoded;
+      DeviceArray<uint8_t> d_w(w.device_bytes);
       DeviceArray<__half> d_out(expected.size());
       d_out.poison();
       CUDA_OK(kernels::launch_dequantize_to_f16(static_cast<uint32_t>(type), d_w.get(), rows, cols,
-                                                stride, d_out.get(), nullptr, split));
+                                                w.device_row_bytes, d_out.get(), nullptr, split));
       const std::vector<float> got = halves_to_floats(d_out.download());
       for (size_t i = 0; i < got.size(); ++i)
         // The device may fuse d * q + m into one FMA: allow one f16 rounding step.
@@ -187,15 +166,10 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
     for (TensorType type : kAllTypes) {
       if (split && !split_layout_supported(static_cast<uint32_t>(type))) continue;
       const int64_t vocab = 50, n_embd = 768;
-      const int64_t rb = static_cast<int64_t>(row_bytes(type, n_embd));
-      std::vector<uint8_t> table(static_cast<size_t>(vocab * rb));
-      for (int64_t r = 0; r < vocab; ++r) {
-        const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(n_embd), rng);
-        quantize_row(type, v.data(), table.data() + r * rb, n_embd);
-      }
+      const gpu_test::Encoded table = gpu_test::encode(type, vocab, n_embd, rng, split);
       const std::vector<int32_t> tokens = {49, 0, 17, 17, 3, 50 /* out of range: zeros */};
-      int64_t stride = 0;
-      DeviceArray<uint8_t> d_table(device_rows(type, table, vocab, n_embd, split, stride));
+      const int64_t stride = table.device_row_bytes;
+      DeviceArray<uint8_t> d_table(table.device_bytes);
       DeviceArray<int32_t> d_tokens(tokens);
       DeviceArray<float> d_out(tokens.size() * n_embd);
       d_out.poison();
@@ -206,7 +180,7 @@ TEST(EmbeddingGatherKernel, EveryTypeMatchesCpuEmbeddingRow) {
       for (size_t t = 0; t < tokens.size(); ++t) {
         std::vector<float> expected(static_cast<size_t>(n_embd), 0.0f);
         if (tokens[t] < vocab)
-          cpu::embedding_row(type, table.data(), n_embd, tokens[t], expected.data());
+          cpu::embedding_row(type, table.bytes.data(), n_embd, tokens[t], expected.data());
         for (int64_t i = 0; i < n_embd; ++i)
           ASSERT_NEAR(got[t * n_embd + i], expected[static_cast<size_t>(i)],
                       1e-6 * (std::fabs(expected[static_cast<size_t>(i)]) + 1.0f))

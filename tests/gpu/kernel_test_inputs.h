@@ -51,6 +51,21 @@ inline Encoded encode(TensorType type, int64_t rows, int64_t cols, std::mt19937&
   return e;
 }
 
+// An f16 NaN: KV outside what a kernel may touch is poisoned with it.
+constexpr uint16_t kPoisonHalf = 0xFFFF;
+
+// The engine's KV layout: per slot, max_tokens tokens of all layers' K then V (n_kv heads of
+// head_dim halves each); at() is the first half of one head.
+struct KvLayout {
+  int n_layer, n_kv, head_dim, max_tokens, slots;
+  int64_t token_stride() const { return static_cast<int64_t>(n_layer) * 2 * n_kv * head_dim; }
+  int64_t slot_halves() const { return token_stride() * max_tokens; }
+  int64_t at(int slot, int token, int layer, int kv, int head) const {
+    return slot * slot_halves() + token * token_stride() +
+           (static_cast<int64_t>(layer) * 2 + kv) * n_kv * head_dim + head * head_dim;
+  }
+};
+
 // The attention kernels' arguments for `rows` rows of q ([rows][n_head * head_dim]) into out
 // (the same layout) over KV in the engine's layout (token_stride halves per token, `layer` of
 // them), scaled by 1/sqrt(head_dim). The split size, workspace and extra outputs are left to

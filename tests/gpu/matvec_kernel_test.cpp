@@ -9,11 +9,11 @@
 // f32 summation order alone: 1e-5 of sum |w_i x_i|.
 // Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K run again on the split layout
 // (engine/include/granule/split_layout.h), whose kernels always read int8 activations. The
-// kernels run with the backend's configuration (GRANULE_* overrides included); every batch-1
-// shape of KernelConfig also runs explicitly.
+// kernels run with the backend's configuration (GRANULE_* overrides included).
 #include <cmath>
 #include <iostream>
 #include <random>
+#include <tuple>
 
 #include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
@@ -230,33 +230,15 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatvecKernel, ::testing::ValuesIn(cases()), case_name);
 
-// The batch-1 Q4_0/Q4_1 shapes KernelConfig offers, each set explicitly: the GGUF-layout
-// kernel's five, and the split-layout kernel's four on short rows (128 sub-blocks) and on
-// long rows (256, where split_shape_long takes over). 77 rows leave a partial block or warp
-// for every rows-per-block.
-TEST(MatvecKernelShapes, EveryBatch1ShapeMatchesCpu) {
+// Batch-1 Q4_0/Q4_1 over 77 rows, which leave a partial block (GGUF layout: 2 rows per block)
+// or warp, on rows of 128 and 256 sub-blocks.
+TEST(MatvecKernelShapes, Batch1Q4PartialBlocksMatchCpu) {
   GRANULE_REQUIRE_GPU();
-  using kernels::MatvecShape;
-  using kernels::SplitShape;
-  const kernels::KernelConfig device = gpu_test::kernel_config();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
-    for (MatvecShape shape : {MatvecShape::k64x2, MatvecShape::k64x4, MatvecShape::k128x4,
-                              MatvecShape::k64x8, MatvecShape::k32x4}) {
-      kernels::KernelConfig config = device;
-      config.matvec_shape = shape;
-      SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + describe(config));
-      expect_matvec_matches_cpu({type, 77, 4096, 1, false}, config);
-    }
-    for (SplitShape shape :
-         {SplitShape::k1x2, SplitShape::k1x4, SplitShape::k1x8, SplitShape::k2x4}) {
-      for (const int64_t cols : {4096, 8192}) {
-        kernels::KernelConfig config = device;
-        (cols == 4096 ? config.split_shape : config.split_shape_long) = shape;
-        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(cols) +
-                     " columns, " + describe(config));
-        expect_matvec_matches_cpu({type, 77, cols, 1, true}, config);
-      }
-    }
+    expect_matvec_matches_cpu({type, 77, 4096, 1, false}, config);
+    for (const int64_t cols : {4096, 8192})
+      expect_matvec_matches_cpu({type, 77, cols, 1, true}, config);
   }
 }
 
@@ -356,12 +338,12 @@ TEST(MatvecKernelTasks, FusedSwigluMatchesCpuSwiglu) {
     }
 }
 
-// The batch-1 norm hand-over (KernelConfig::decode_fusion): a product whose 32-row blocks also
-// leave as int8 blocks of y·w with Σ y² per block (MatvecTask::y_q8, norm_weight, sum_squares),
-// then a product reading them that applies the RMSNorm's 1/rms (MatvecInput::norm_sum_squares),
-// and the gate/up product quantising its SwiGLU result. Each against the CPU on the GPU's own
-// y: the int8 blocks within half a step of y·w, the sums to f32 rounding, the products within
-// the int8 rounding bound of their (normed) inputs.
+// The batch-1 norm hand-over (the decode fusion, kernels/README.md): a product whose 32-row blocks
+// also leave as int8 blocks of y·w with Σ y² per block (MatvecTask::y_q8, norm_weight,
+// sum_squares), then a product reading them that applies the RMSNorm's 1/rms
+// (MatvecInput::norm_sum_squares), and the gate/up product quantising its SwiGLU result. Each
+// against the CPU on the GPU's own y: the int8 blocks within half a step of y·w, the sums to f32
+// rounding, the products within the int8 rounding bound of their (normed) inputs.
 TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
@@ -465,22 +447,23 @@ TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
 
 // RoPE and the K/V write in the batch-1 Q/K/V product's epilogue (k::RowRope) against the same
 // product followed by rope_kv_kernel: q and the whole KV buffer, with biases, at a position in
-// the middle of a two-layer KV, for each batch-1 split shape of Q4_0 and for Q8_0.
+// the middle of a two-layer KV, for Q4_0 and Q8_0, 256 and 8,192 wide (one sub-block per lane,
+// and eight), plain and over a handed-over norm: the epilogue's kernel reduces the norm's sums
+// after its dot products (the late norm), the plain product's kernel before them (warps that
+// stay), in the same order, so q before the rotation is the same.
 TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(31);
   constexpr int kHeads = 4, kKv = 2, kHeadDim = 64, kLayers = 2, kTokens = 48, kLayer = 1;
-  constexpr int64_t kIn = 256, kPos = 37;
+  constexpr int64_t kPos = 37;
   const int64_t token_stride = int64_t{kLayers} * 2 * kKv * kHeadDim;
   std::vector<double> freqs(kHeadDim / 2);
   for (int i = 0; i < kHeadDim / 2; ++i) freqs[i] = std::pow(10000.0, -2.0 * i / kHeadDim);
-  for (const auto& [type, shape] :
-       {std::pair{TensorType::Q4_0, kernels::SplitShape::k1x2},
-        std::pair{TensorType::Q4_0, kernels::SplitShape::k2x4},
-        std::pair{TensorType::Q4_0, kernels::SplitShape::k1x4},
-        std::pair{TensorType::Q8_0, kernels::SplitShape::k1x2}}) {
-    kernels::KernelConfig config = gpu_test::kernel_config();
-    config.split_shape = shape;
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  for (const auto& [type, kIn, normed] : {std::tuple{TensorType::Q4_0, int64_t{256}, false},
+                                          std::tuple{TensorType::Q4_0, int64_t{8192}, true},
+                                          std::tuple{TensorType::Q8_0, int64_t{256}, true},
+                                          std::tuple{TensorType::Q8_0, int64_t{8192}, false}}) {
     const int64_t rows[3] = {kHeads * kHeadDim, kKv * kHeadDim, kKv * kHeadDim};
     std::vector<Encoded> w;
     std::vector<DeviceArray<uint8_t>> d_w;
@@ -490,9 +473,8 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
       d_w.emplace_back(w.back().device_bytes);
       d_bias.emplace_back(gpu_test::random_floats(static_cast<size_t>(rows[m]), rng, 0.1f));
     }
-    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(kIn), rng);
-    DeviceActivations act(x, 1, kIn);
-    CUDA_OK(act.quantize(config));
+    const NormedActivations input(kIn, rng, config);
+    const kernels::MatvecInput& product_in = normed ? input.normed : input.act.in;
     const std::vector<__half> kv_init(static_cast<size_t>(kTokens * token_stride), __float2half(0.25f));
     DeviceArray<__half> kv_a(kv_init), kv_b(kv_init);
     const DeviceArray<double> d_freqs(freqs);
@@ -516,14 +498,15 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
       return t;
     };
     // A: the epilogue.
-    kernels::MatvecInput in = act.in;
+    kernels::MatvecInput in = product_in;
     in.rope = {d_pos.get(), d_slot.get(), base_a.get(), d_freqs.get(), token_stride, kLayer, kKv,
                kHeadDim};
     std::vector<kernels::MatvecTask> ta = tasks_for(out_a, true);
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), ta.data(), 3, in, config, nullptr));
     // B: the product, then rope_kv.
     std::vector<kernels::MatvecTask> tb = tasks_for(out_b, false);
-    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tb.data(), 3, act.in, config, nullptr));
+    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tb.data(), 3, product_in, config,
+                                   nullptr));
     kernels::RopeKvArgs r;
     r.q = out_b[0].get();
     r.q_stride = rows[0];
@@ -560,8 +543,8 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
     size_t written = 0;
     for (size_t i = 0; i < ka.size(); ++i) written += __half2float(ka[i]) != 0.25f;
     EXPECT_GE(written, static_cast<size_t>(2 * kKv * kHeadDim) - 4) << "the token's K and V";
-    std::cout << "[rope-epilogue] " << tensor_type_info(type).name << " shape "
-              << static_cast<int>(shape) << ": q differs bitwise in " << q_bits << " of "
+    std::cout << "[rope-epilogue] " << tensor_type_info(type).name << " " << kIn << " wide"
+              << (normed ? ", normed" : "") << ": q differs bitwise in " << q_bits << " of "
               << qa.size() << ", KV in " << kv_bits << " of " << ka.size() << " halves\n";
   }
 }
@@ -610,234 +593,158 @@ void expect_same_int8_results(const Int8Results& a, const Int8Results& b, const 
         << what << ": scales of block " << i;
 }
 
-// Batch 1 in warps that stay (KernelConfig::split_rows): every warp takes several rows here
-// (more rows than the SMs hold warps), and each product must give split_matvec_kernel's
-// sums to the bit: three plain tasks end to end; the gate/up product over a handed-over norm;
-// the residual add; the same two with int8 results over 256 32-row blocks in blocks that own
-// a 32-row block each (split_rows 2). And the norm's 1/rms over 256 sums (8,192 wide), in
-// both kernels.
-TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelsBitwise) {
-  GRANULE_REQUIRE_GPU();
-  kernels::KernelConfig blocks = gpu_test::kernel_config();
-  blocks.split_rows = 0;
-  kernels::KernelConfig staying = blocks;
-  staying.split_rows = 1;
-  std::mt19937 rng(29);
-  constexpr int64_t cols = 256;
-  NormedActivations input(cols, rng, blocks);
-  const DeviceActivations& act = input.act;
-  const kernels::MatvecInput& normed = input.normed;
-  auto run = [&](TensorType type, const kernels::KernelConfig& config,
-                 const kernels::MatvecTask* t, int n, const kernels::MatvecInput& in) {
-    CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), t, n, in, config, nullptr));
-  };
-  for (TensorType type : kSplitTypes) {
-    if (!has_split(type)) continue;
-    const std::string name(tensor_type_info(type).name);
-    // Three plain tasks, 8,192 rows in all.
-    const int64_t rows[3] = {6144, 1024, 1024};
-    std::vector<Encoded> w;
-    std::vector<DeviceArray<uint8_t>> d_w;
-    for (int64_t r : rows) {
-      w.push_back(encode(type, r, cols, rng, true));
-      d_w.emplace_back(w.back().device_bytes);
-    }
-    std::vector<float> got[2][3];
-    for (int mode = 0; mode < 2; ++mode) {
-      std::vector<DeviceArray<float>> out;
-      kernels::MatvecTask t[3];
-      for (int m = 0; m < 3; ++m) {
-        out.emplace_back(static_cast<size_t>(rows[m]));
-        t[m] = split_task(d_w[m], w[m], rows[m], out[m].get());
-      }
-      run(type, mode ? staying : blocks, t, 3, act.in);
-      for (int m = 0; m < 3; ++m) got[mode][m] = out[m].download();
-    }
-    for (int m = 0; m < 3; ++m)
-      EXPECT_EQ(got[0][m], got[1][m]) << name << " plain task " << m;
+// The rows [0, rows) of an Int8Results of more rows.
+Int8Results first_rows(Int8Results r, int64_t rows) {
+  r.y.resize(static_cast<size_t>(rows));
+  if (!r.sums.empty()) r.sums.resize(static_cast<size_t>(rows / 32));
+  r.qs.resize(static_cast<size_t>(rows));
+  r.ds.resize(static_cast<size_t>(rows / 32));
+  return r;
+}
 
-    // Gate/up over a handed-over norm, and the residual add, over the first matrix's rows.
-    const Encoded up = encode(type, rows[0], cols, rng, true);
-    DeviceArray<uint8_t> d_up(up.device_bytes);
-    const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
-    std::vector<float> result[2][2];
-    for (int mode = 0; mode < 2; ++mode) {
-      for (int kind = 0; kind < 2; ++kind) {
-        DeviceArray<float> y(h0);
-        kernels::MatvecTask t = split_task(d_w[0], w[0], rows[0], y.get());
-        t.weight_up = kind == 0 ? d_up.get() : nullptr;
-        t.accumulate = kind == 1;
-        run(type, mode ? staying : blocks, &t, 1, kind == 0 ? normed : act.in);
-        result[mode][kind] = y.download();
-      }
-    }
-    EXPECT_EQ(result[0][0], result[1][0]) << name << " SwiGLU over the handed-over norm";
-    EXPECT_EQ(result[0][1], result[1][1]) << name << " residual add";
-
-    // With int8 results over 256 32-row blocks (more than the SMs): 32-warp blocks (0) against
-    // blocks of 8 warps that own a 32-row block each (2; Q4_0 and Q4_1, the other types keep
-    // the 32-warp blocks, matvec_owns_row_blocks). The SwiGLU product with its result
-    // quantised, and the residual add with the norm hand-over.
-    DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(rows[0]), rng));
-    kernels::KernelConfig owners = blocks;
-    owners.split_rows = 2;
-    for (const bool swiglu : {true, false}) {
-      auto product = [&](const kernels::KernelConfig& config) {
-        return run_int8_product(type, config, swiglu, d_w[0], w[0], d_up, d_norm_weight.get(),
-                                rows[0], h0, act.in, normed);
-      };
-      expect_same_int8_results(product(blocks), product(owners),
-                               name + (swiglu ? " quantised SwiGLU" : " hand-over") +
-                                   ", split_rows 2");
-    }
+// Runs `tasks` (y of n_out rows each) over the batch-1 input x, and again with x as the last
+// column of a three-column launch, whose column groups are 2 + 1: the group of one takes the
+// block kernel (split_matvec_kernel), which batch 1 takes only for RoPE or int8 results. A
+// lane adds its sub-blocks in the same order in both, so every result must be the same to the
+// bit. y0: each task's starting y (the residual the accumulating ones add to).
+void expect_batch1_matches_block_kernel(TensorType type, std::vector<kernels::MatvecTask> tasks,
+                                        const std::vector<std::vector<float>>& y0,
+                                        const std::vector<float>& x, std::mt19937& rng,
+                                        const kernels::KernelConfig& config,
+                                        const std::string& what) {
+  const int64_t cols = static_cast<int64_t>(x.size());
+  std::vector<float> x3 = gpu_test::random_floats(static_cast<size_t>(2 * cols), rng);
+  x3.insert(x3.end(), x.begin(), x.end());
+  DeviceActivations one(x, 1, cols), three(x3, 3, cols);
+  CUDA_OK(one.quantize(config));
+  CUDA_OK(three.quantize(config));
+  std::vector<DeviceArray<float>> y1, y3;
+  for (size_t m = 0; m < tasks.size(); ++m) {
+    std::vector<float> tail(2 * y0[m].size(), 0.0f);
+    tail.insert(tail.end(), y0[m].begin(), y0[m].end());
+    y1.emplace_back(y0[m]);
+    y3.emplace_back(tail);
   }
-
-  // The 1/rms over 256 sums (8 per lane): a product over the normed input is the plain one
-  // times rsqrt(Σ sums / n + eps).
-  constexpr int64_t wide = 8192, few = 64;
-  const std::vector<float> xw = gpu_test::random_floats(static_cast<size_t>(wide), rng);
-  DeviceActivations wide_act(xw, 1, wide);
-  CUDA_OK(wide_act.quantize(blocks));
-  std::vector<float> wide_sums(wide / 32);
-  double total = 0;
-  for (float& v : wide_sums) {
-    v = 0.25f + std::fabs(gpu_test::random_floats(1, rng)[0]);
-    total += v;
-  }
-  DeviceArray<float> d_wide_sums(wide_sums);
-  const double want_scale = 1.0 / std::sqrt(total / wide + 1e-5);
-  const Encoded wq = encode(TensorType::Q4_0, few, wide, rng, true);
-  DeviceArray<uint8_t> d_wq(wq.device_bytes);
-  for (const kernels::KernelConfig& config : {blocks, staying}) {
-    DeviceArray<float> plain_y(static_cast<size_t>(few)), normed_y(static_cast<size_t>(few));
-    kernels::MatvecTask t = split_task(d_wq, wq, few, plain_y.get());
-    run(TensorType::Q4_0, config, &t, 1, wide_act.in);
-    kernels::MatvecInput in = wide_act.in;
-    in.norm_sum_squares = d_wide_sums.get();
-    in.norm_eps = 1e-5f;
-    t.y = normed_y.get();
-    run(TensorType::Q4_0, config, &t, 1, in);
-    const std::vector<float> p = plain_y.download(), q = normed_y.download();
-    for (int64_t r = 0; r < few; ++r)
-      ASSERT_NEAR(q[r], p[r] * want_scale, 2e-5 * std::fabs(p[r] * want_scale) + 1e-12)
-          << "split_rows " << config.split_rows << " row " << r;
+  const int n = static_cast<int>(tasks.size());
+  for (int m = 0; m < n; ++m) tasks[m].y = y1[m].get();
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks.data(), n, one.in, config,
+                                 nullptr));
+  for (int m = 0; m < n; ++m) tasks[m].y = y3[m].get();
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), tasks.data(), n, three.in, config,
+                                 nullptr));
+  for (int m = 0; m < n; ++m) {
+    const std::vector<float> batch3 = y3[m].download();
+    EXPECT_EQ(
+        y1[m].download(),
+        std::vector<float>(batch3.end() - static_cast<std::ptrdiff_t>(y0[m].size()), batch3.end()))
+        << what << ", task " << m;
   }
 }
 
-// Batch 1, plain rows of at most two 32-lane steps (split_rows 3: split_rows_short_kernel, the
-// output head of a SmolLM2-sized model): D rows in flight per warp and the lane's activations
-// read once must give the block kernels' sums to the bit. Widths at and below one step (576,
-// 1,024) and two (1,536, 2,048), three tasks of more rows than the grid's warps (so each warp
-// walks several rounds of D rows, and the last round is partial), the residual add, and the
-// product over a handed-over norm. And the products with int8 results at those widths, which
-// split_rows 4 runs at one sub-block per lane and step where a row has at most 32 (Q4_0, Q4_1).
-TEST(MatvecKernelTasks, Batch1ShortRowsMatchTheBlockKernelsBitwise) {
+// A batch-1 product over a handed-over norm is the plain product times rsqrt(Σ sums / n +
+// eps): `rows` rows of a Q4_0 matrix `cols` wide, random sums.
+void expect_norm_scale(int64_t cols, int64_t rows, std::mt19937& rng,
+                       const kernels::KernelConfig& config) {
+  const NormedActivations input(cols, rng, config);
+  double total = 0;
+  for (const float v : input.sums.download()) total += v;
+  const double want_scale = 1.0 / std::sqrt(total / cols + 1e-5);
+  const Encoded w = encode(TensorType::Q4_0, rows, cols, rng, true);
+  DeviceArray<uint8_t> d_w(w.device_bytes);
+  DeviceArray<float> plain_y(static_cast<size_t>(rows)), normed_y(static_cast<size_t>(rows));
+  kernels::MatvecTask t = split_task(d_w, w, rows, plain_y.get());
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_0), &t, 1, input.act.in,
+                                 config, nullptr));
+  t.y = normed_y.get();
+  CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q4_0), &t, 1, input.normed,
+                                 config, nullptr));
+  const std::vector<float> p = plain_y.download(), q = normed_y.download();
+  for (int64_t r = 0; r < rows; ++r)
+    ASSERT_NEAR(q[r], p[r] * want_scale, 2e-5 * std::fabs(p[r] * want_scale) + 1e-12)
+        << cols << " wide, row " << r;
+}
+
+// Batch 1 of plain split products in warps that stay: 2,560 wide (80 sub-blocks) in
+// split_rows_kernel, rows at most two 32-lane steps wide (576 to 2,048) in
+// split_rows_short_kernel (D rows' weights in flight per warp, the lane's activations read
+// once). More rows than the grid has warps, so each warp walks several rows (or rounds of D
+// rows, the last one partial). Three tasks end to end, the residual add and the SwiGLU product
+// must give the block kernel's sums to the bit; the product over a handed-over norm is the
+// plain one times the norm's 1/rms.
+TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelBitwise) {
   GRANULE_REQUIRE_GPU();
-  kernels::KernelConfig blocks = gpu_test::kernel_config();
-  blocks.split_rows = 0;
-  kernels::KernelConfig short_rows = blocks;
-  short_rows.split_rows = 3;
-  kernels::KernelConfig one_step = blocks;  // also one sub-block per lane and step
-  one_step.split_rows = 4;
-  std::mt19937 rng(31);
-  for (int64_t cols : {576, 1024, 1536, 2048}) {
-    NormedActivations input(cols, rng, blocks);
-    const DeviceActivations& act = input.act;
-    const kernels::MatvecInput& normed = input.normed;
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  std::mt19937 rng(29);
+  for (const int64_t cols : {2560, 576, 1024, 1536, 2048}) {
+    const int64_t rows[3] = {cols > 2048 ? 16384 : 49152, 1000, 77};
+    const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
     for (TensorType type : kSplitTypes) {
       if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
       const std::string name =
           std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
-      const int64_t rows[3] = {49152, 1000, 77};
       std::vector<Encoded> w;
       std::vector<DeviceArray<uint8_t>> d_w;
       for (int64_t r : rows) {
         w.push_back(encode(type, r, cols, rng, true));
         d_w.emplace_back(w.back().device_bytes);
       }
+      std::vector<kernels::MatvecTask> plain;
+      std::vector<std::vector<float>> zeros;
+      for (int m = 0; m < 3; ++m) {
+        plain.push_back(split_task(d_w[m], w[m], rows[m], nullptr));
+        zeros.emplace_back(static_cast<size_t>(rows[m]), 0.0f);
+      }
+      expect_batch1_matches_block_kernel(type, plain, zeros, x, rng, config, name + " plain");
+      kernels::MatvecTask residual = plain[0];
+      residual.accumulate = true;
       const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(rows[0]), rng);
-      // kind 0: three plain tasks; 1: the residual add; 2: over the handed-over norm.
-      std::vector<float> got[2][3][3];
-      for (int mode = 0; mode < 2; ++mode) {
-        const kernels::KernelConfig& config = mode ? short_rows : blocks;
-        for (int kind = 0; kind < 3; ++kind) {
-          std::vector<DeviceArray<float>> out;
-          kernels::MatvecTask t[3];
-          const int n_tasks = kind == 0 ? 3 : 1;
-          for (int m = 0; m < n_tasks; ++m) {
-            out.emplace_back(m == 0 ? h0 : std::vector<float>(static_cast<size_t>(rows[m])));
-            t[m] = split_task(d_w[m], w[m], rows[m], out[m].get());
-            t[m].accumulate = kind == 1;
-          }
-          CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), t, n_tasks,
-                                         kind == 2 ? normed : act.in, config, nullptr));
-          for (int m = 0; m < n_tasks; ++m) got[mode][kind][m] = out[m].download();
-        }
-      }
-      for (int m = 0; m < 3; ++m) EXPECT_EQ(got[0][0][m], got[1][0][m]) << name << " task " << m;
-      EXPECT_EQ(got[0][1][0], got[1][1][0]) << name << " residual add";
-      EXPECT_EQ(got[0][2][0], got[1][2][0]) << name << " over the handed-over norm";
-
-      // The products with int8 results (32-warp blocks; at most 32 sub-blocks, split_rows 4
-      // takes one sub-block per lane and step): the hand-over with the residual add, and the
-      // SwiGLU product over the handed-over norm, quantised. 1,024 rows.
-      constexpr int64_t kRows = 1024;
-      const Encoded up = encode(type, kRows, cols, rng, true);
-      DeviceArray<uint8_t> d_up(up.device_bytes);
-      DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(kRows), rng));
-      for (const bool swiglu : {false, true}) {
-        auto product = [&](const kernels::KernelConfig& config) {
-          return run_int8_product(type, config, swiglu, d_w[0], w[0], d_up, d_norm_weight.get(),
-                                  kRows, h0, act.in, normed);
-        };
-        expect_same_int8_results(product(blocks), product(one_step),
-                                 name + (swiglu ? " quantised SwiGLU" : " hand-over"));
-      }
+      expect_batch1_matches_block_kernel(type, {residual}, {h0}, x, rng, config,
+                                         name + " residual add");
+      kernels::MatvecTask swiglu = plain[1];
+      swiglu.weight_up = d_w[0].get();  // the first task's first rows as the up matrix
+      expect_batch1_matches_block_kernel(type, {swiglu}, {zeros[1]}, x, rng, config,
+                                         name + " SwiGLU");
     }
+    expect_norm_scale(cols, 1000, rng, config);
   }
+  expect_norm_scale(8192, 64, rng, config);  // 256 sums, 8 per lane
 }
 
-// KernelConfig::late_norm: a batch-1 product over a handed-over norm requests each lane's sums
-// of squares beside the activations and adds them after its dot products, in the same order, so
-// every result is the same to the bit: the plain block kernel (split_rows 0: the Q/K/V product's
-// kernel, whose RoPE epilogue the RoPE test covers) and the SwiGLU product with int8 results
-// (32-warp blocks), at widths of one lane's sum (576, SmolLM2), four (4,096, 8B) and eight
-// (8,192: past the sums requested early, the rest after).
-TEST(MatvecKernelTasks, Batch1LateNormMatchesBitwise) {
+// Batch-1 products with int8 results (the fusion's hand-overs) over more 32-row blocks than
+// the SMs hold 32-warp blocks take blocks of 8 warps that each own a 32-row block (Q4_0 and
+// Q4_1; matvec_owns_row_blocks): their first 1,024 rows must be the 32-warp blocks' own
+// results of a 1,024-row launch to the bit. The SwiGLU product quantised over a handed-over
+// norm (whose 1/rms the 32-warp blocks reduce after their dot products and the owner blocks
+// before, in the same order), and the residual add handing the next norm over; 256 to 4,096
+// wide.
+TEST(MatvecKernelTasks, Batch1OwnerBlocksMatchThe32WarpBlocksBitwise) {
   GRANULE_REQUIRE_GPU();
-  kernels::KernelConfig first = gpu_test::kernel_config();
-  first.split_rows = 0;
-  first.late_norm = false;
-  kernels::KernelConfig late = first;
-  late.late_norm = true;
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  constexpr int64_t kFew = 1024;  // 32 blocks: fewer than any such device's SMs
+  const int64_t many = 32 * static_cast<int64_t>(sms + 4);
   std::mt19937 rng(37);
-  for (int64_t cols : {576, 4096, 8192}) {
-    NormedActivations input(cols, rng, first);
-    const kernels::MatvecInput& normed = input.normed;
-    for (TensorType type : kSplitTypes) {
-      if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
+  for (const int64_t cols : {256, 576, 4096}) {
+    NormedActivations input(cols, rng, config);
+    for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+      ASSERT_TRUE(kernels::matvec_owns_row_blocks(static_cast<uint32_t>(type)));
       const std::string name =
           std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
-      constexpr int64_t kRows = 1024;
-      const Encoded w = encode(type, kRows, cols, rng, true);
-      const Encoded up = encode(type, kRows, cols, rng, true);
+      const Encoded w = encode(type, many, cols, rng, true),
+                    up = encode(type, many, cols, rng, true);
       DeviceArray<uint8_t> d_w(w.device_bytes), d_up(up.device_bytes);
-      const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(kRows), rng);
-      std::vector<float> plain[2];
-      for (int mode = 0; mode < 2; ++mode) {
-        DeviceArray<float> y(static_cast<size_t>(kRows));
-        kernels::MatvecTask t = split_task(d_w, w, kRows, y.get());
-        CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), &t, 1, normed,
-                                       mode ? late : first, nullptr));
-        plain[mode] = y.download();
+      DeviceArray<float> d_norm_weight(gpu_test::random_floats(static_cast<size_t>(many), rng));
+      const std::vector<float> h0 = gpu_test::random_floats(static_cast<size_t>(many), rng);
+      for (const bool swiglu : {true, false}) {
+        auto product = [&](int64_t rows) {
+          return run_int8_product(type, config, swiglu, d_w, w, d_up, d_norm_weight.get(), rows, h0,
+                                  input.act.in, input.normed);
+        };
+        expect_same_int8_results(product(kFew), first_rows(product(many), kFew),
+                                 name + (swiglu ? " quantised SwiGLU" : " hand-over"));
       }
-      EXPECT_EQ(plain[0], plain[1]) << name << " plain product over the handed-over norm";
-      for (float v : plain[1]) ASSERT_TRUE(std::isfinite(v)) << name;
-      auto product = [&](const kernels::KernelConfig& config) {
-        return run_int8_product(type, config, true, d_w, w, d_up, nullptr, kRows, h0,
-                                input.act.in, normed);
-      };
-      expect_same_int8_results(product(first), product(late), name + " quantised SwiGLU");
     }
   }
 }

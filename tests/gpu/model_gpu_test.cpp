@@ -50,7 +50,8 @@ struct Rig {
 
   // gpu: the CUDA backend; else the CPU backend, as the oracle when `oracle`.
   Rig(const std::filesystem::path& path, bool gpu, int slots = 4, int64_t context = 512,
-      bool oracle = false, std::optional<kernels::KernelConfig> kernel_config = {}) {
+      bool oracle = false, std::optional<kernels::KernelConfig> kernel_config = {},
+      bool cuda_graphs = true) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
@@ -62,6 +63,7 @@ struct Rig {
     options.kv_pool_granules = 0;
     options.backend.cpu_emulate_device_numerics = oracle;
     options.backend.kernel_config = kernel_config;
+    options.backend.cuda_graphs = cuda_graphs;
     runtime = make_runtime(*file, config, weights, options);
   }
 
@@ -496,24 +498,22 @@ INSTANTIATE_TEST_SUITE_P(
         SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
     spec_case_name);
 
-// The batch-1 fusion (KernelConfig::decode_fusion): the output and down projections hand the
-// next RMSNorm's input over as int8 blocks of y·w with the sums of squares (1), the gate/up
-// product quantises its SwiGLU result where it runs in one wave (2: the SmolLM2 shapes, the
-// small models), the Q/K/V product does RoPE and the K/V write (3: llama and the SmolLM2
-// shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv, so 3 is 2 there), the
-// embedding gather and the last down projection hand the first and the output norm over (4); a wide
-// feed-forward (8B-like: more 32-row blocks than SMs) quantises it only in owner blocks
-// (split_rows 2, wide_ff_spec), else keeps the quantisation kernel. One-row
-// decode steps (graphs) with each setting against the oracle's own steps; the fused logits
-// must differ from the unfused ones (the fused kernels ran) and two passes over the same
-// positions must give the same bits. Then the products in warps that stay
-// (KernelConfig::split_rows) must not change a bit, unfused and fully fused.
+// The batch-1 fusion (kernels/README.md): the output and down projections hand the next
+// RMSNorm's input over as int8 blocks of y·w with the sums of squares, the gate/up product
+// quantises its SwiGLU result (where it runs in one wave: the small models, the SmolLM2 shapes;
+// a wide feed-forward, 8B-like with more 32-row blocks than SMs, in blocks that own a 32-row
+// block each, wide_ff_spec), the Q/K/V product does RoPE and the K/V write (llama and the
+// SmolLM2 shapes; Qwen2's NeoX pairs and Qwen3's Q/K norms keep rope_kv), and the embedding
+// gather and the last down projection hand the first and the output norm over. One-row decode
+// steps (graphs) against the oracle's own steps; two passes over the same positions must give
+// the same bits, and the step's graph must hold only the fused kernels: the gather, per layer
+// Q/K/V (+ rope_kv), attention, the output projection, gate/up and down, and the head.
 
 class ModelGpuDecodeFusion : public ::testing::TestWithParam<SpecCase> {};
 
 // A feed-forward wider than the SMs hold 32-row blocks of 32 warps at once (8,192: 256 blocks),
-// as an 8B model's: the gate/up product quantises its result only in blocks that own a 32-row
-// block each (split_rows 2); else fusion 2 keeps the quantisation kernel.
+// as an 8B model's: the gate/up product quantises its result in blocks that own a 32-row block
+// each.
 SyntheticModelSpec wide_ff_spec() {
   SyntheticModelSpec s = small_spec("llama", TensorType::Q4_0);
   s.n_ff = 8192;
@@ -525,45 +525,20 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   const SpecCase& fc = GetParam();
   const auto path = model_path("fusion-" + fc.name);
   write_synthetic_model(fc.spec, path);
-  Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true);
+  Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true), gpu(path, true, 2, 256);
   const int64_t vocab = cpu.config.n_vocab;
   const std::vector<int32_t> tokens = random_tokens(24, vocab, 11);
   const std::vector<float> ref = run_steps(cpu, 0, tokens), want = run_steps(oracle, 0, tokens);
-  std::vector<float> unfused, previous;
-  for (const int fusion : {0, 1, 2, 3, 4}) {
-    kernels::KernelConfig kc = gpu_test::kernel_config();
-    kc.decode_fusion = fusion;
-    Rig gpu(path, true, 2, 256, false, kc);
-    const std::vector<float> got = run_steps(gpu, 0, tokens);
-    expect_close(compare_rows(want, ref, got, vocab),
-                 fc.name + " decode steps, fusion " + std::to_string(fusion), fc.caps,
-                 fc.name + " fusion-" + std::to_string(fusion));
-    EXPECT_EQ(bitwise_differences(got, run_steps(gpu, 1, tokens)), 0u)
-        << "fusion " << fusion << ": a second pass gave other bits";
-    if (fusion == 0)
-      unfused = got;
-    else
-      EXPECT_GT(bitwise_differences(got, unfused), 0u)
-          << "fusion " << fusion << " gave the unfused logits bit for bit: it did not run";
-    if (fusion > 0)
-      std::cout << "[fusion] " << fc.name << ": fusion " << fusion << " differs from " << fusion - 1
-                << " in " << bitwise_differences(got, previous) << " of " << got.size()
-                << " logits\n";
-    previous = got;
-  }
-  // Warps that stay (KernelConfig::split_rows): the same sums, so the same bits, without the
-  // fusion and with all of it.
-  for (const int fusion : {0, 4}) {
-    for (const int rows : {0, 1, 2, 3, 4}) {
-      if (rows == kernels::KernelConfig{}.split_rows) continue;  // the runs above
-      kernels::KernelConfig kc = gpu_test::kernel_config();
-      kc.decode_fusion = fusion;
-      kc.split_rows = rows;
-      Rig gpu(path, true, 2, 256, false, kc);
-      EXPECT_EQ(bitwise_differences(run_steps(gpu, 0, tokens), fusion ? previous : unfused), 0u)
-          << "fusion " << fusion << ", split_rows " << rows << " changed the logits";
-    }
-  }
+  const std::vector<float> got = run_steps(gpu, 0, tokens);
+  expect_close(compare_rows(want, ref, got, vocab), fc.name + " decode steps, fused", fc.caps,
+               fc.name + " fused");
+  EXPECT_EQ(bitwise_differences(got, run_steps(gpu, 1, tokens)), 0u)
+      << "a second pass gave other bits";
+  TelemetrySnapshot snapshot;
+  gpu.backend->fill_telemetry(snapshot);
+  const bool rope_kv = gpu.config.rope_ordering == RopeOrdering::NeoX || gpu.config.qk_norm;
+  EXPECT_EQ(snapshot.graphs.nodes, 2 + gpu.config.n_layer * (rope_kv ? 6 : 5))
+      << "the one-row step's graph holds kernels the fusion leaves out";
   std::filesystem::remove(path);
 }
 
@@ -733,25 +708,21 @@ TEST(ModelGpuSampling, GreedyForwardSampleMatchesLogitsArgmax) {
   EXPECT_EQ(token[0], best);
 }
 
-// KernelConfig::graph_io: decode graphs that copy their own inputs and tokens give the tokens of
-// the copies queued around the replay, greedy and sampled (penalties over the history, seeded
-// draws), at 1 and 3 rows (bucket 4: a padding row), each step's tokens fed back.
+// Decode graphs with a token head copy their own inputs and tokens: they give the tokens of
+// eager steps, whose copies are queued around the kernels, greedy and sampled (penalties over
+// the history, seeded draws), at 1 and 3 rows (bucket 4: a padding row), each step's tokens fed
+// back.
 TEST(ModelGpuSampling, StepCopiesInTheGraphGiveTheSameTokens) {
   GRANULE_REQUIRE_GPU();
   const auto path = model_path("graph-io");
   write_synthetic_model(small_spec("llama", TensorType::Q4_0), path);
-  kernels::KernelConfig with = gpu_test::kernel_config(), without = with;
-  with.graph_io = true;
-  without.graph_io = false;
   SamplingParams sampled;  // the defaults: temperature, top-k/p, min-p, repetition penalty
   sampled.seed = 5;
   for (const SamplingParams& params : {SamplingParams::greedy(), sampled}) {
     for (const int rows : {1, 3}) {
       std::vector<std::vector<int32_t>> answers;
-      for (const kernels::KernelConfig& kc : {without, with}) {
-        Rig gpu(path, true, 4, 512, false, kc);
-        ASSERT_EQ(dynamic_cast<cuda::CudaBackend&>(*gpu.backend).model().kernel_config().graph_io,
-                  kc.graph_io);
+      for (const bool graphs : {false, true}) {
+        Rig gpu(path, true, 4, 512, false, {}, graphs);
         std::vector<std::vector<int32_t>> history(static_cast<size_t>(rows));
         std::vector<int32_t> current(static_cast<size_t>(rows));
         for (int s = 0; s < rows; ++s) {
@@ -802,28 +773,24 @@ TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
   std::filesystem::remove(path);
 }
 
-// --- The prefill overlap (KernelConfig::prefill_overlap) ----------------------------------
+// --- The prefill overlap ------------------------------------------------------------------
 
-// A CUDA backend with the kernel configuration pinned (runs of more than 64 rows on the GEMM
-// path, the overlap on or off) and a budget; the attention scratch planned for the context the
-// KV space gets, so the ledger after make_runtime is what the placement planned for.
+// A CUDA backend under a budget (runs of more than 64 rows on the GEMM path, whose overlap takes
+// a second f16 scratch where the budget holds it); the attention scratch planned for the context
+// the KV space gets, so the ledger after make_runtime is what the placement planned for.
 struct OverlapRig {
   std::unique_ptr<ModelFile> file;
   ModelConfig config;
   WeightTable weights;
   Runtime runtime;
 
-  OverlapRig(const std::filesystem::path& path, bool overlap, uint64_t budget = uint64_t{1} << 40) {
+  explicit OverlapRig(const std::filesystem::path& path, uint64_t budget = uint64_t{1} << 40) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
-    kernels::KernelConfig kc = gpu_test::kernel_config();
-    kc.mma_prefill = false;
-    kc.prefill_overlap = overlap;
     RuntimeOptions options;
     options.device = DeviceKind::Cuda;
     options.backend.vram_budget_bytes = budget;
-    options.backend.kernel_config = kc;
     options.backend.context_length = 512;
     options.context_length = 512;
     options.slots = 4;
@@ -862,13 +829,17 @@ uint64_t overlap_scratch_bytes(const SyntheticModelSpec& s) {
 // decode row) is bitwise that of the one-stream path; then again with the last three of the six
 // layers streamed (their dequantisations follow the copies into the staging ring, and a slot is
 // reused only after the dequantisations that read it). The one-stream run repeated first shows
-// the path is deterministic, so a difference can only come from the overlap's ordering.
+// the path is deterministic, so a difference can only come from the overlap's ordering. The
+// one-stream rig is built under a budget without room for the second scratch (the overlap's
+// bytes less half of it), then given the other rig's budget for its KV.
 TEST(ModelGpuPrefillOverlap, LogitsAreBitwiseThoseOfTheOneStreamPath) {
   GRANULE_REQUIRE_GPU();
   const auto path = model_path("prefill-overlap");
   const SyntheticModelSpec spec = overlap_spec();
   write_synthetic_model(spec, path);
-  OverlapRig on(path, true), off(path, false);
+  OverlapRig on(path);
+  OverlapRig off(path, on.runtime.memory->used_bytes() - overlap_scratch_bytes(spec) / 2);
+  off.runtime.memory->set_budget_bytes(on.runtime.memory->budget_bytes());
   ASSERT_TRUE(on.model().prefill_overlap());
   ASSERT_FALSE(off.model().prefill_overlap());
   EXPECT_EQ(on.workspace_bytes() - off.workspace_bytes(), overlap_scratch_bytes(spec))
@@ -922,19 +893,20 @@ TEST(ModelGpuPrefillOverlap, ABudgetWithoutRoomForTheSecondScratchKeepsEveryLaye
   const uint64_t scratch = overlap_scratch_bytes(spec);
   uint64_t one_scratch_bytes = 0, one_scratch_workspace = 0;
   {
-    OverlapRig off(path, false);
-    ASSERT_EQ(off.model().streamer().streamed_layers(), 0);
-    one_scratch_bytes = off.runtime.memory->used_bytes();
-    one_scratch_workspace = off.workspace_bytes();
+    OverlapRig unlimited(path);
+    ASSERT_TRUE(unlimited.model().prefill_overlap());
+    ASSERT_EQ(unlimited.model().streamer().streamed_layers(), 0);
+    one_scratch_bytes = unlimited.runtime.memory->used_bytes() - scratch;
+    one_scratch_workspace = unlimited.workspace_bytes() - scratch;
   }
   {
-    OverlapRig tight(path, true, one_scratch_bytes + scratch / 2);
+    OverlapRig tight(path, one_scratch_bytes + scratch / 2);
     EXPECT_FALSE(tight.model().prefill_overlap());
     EXPECT_EQ(tight.model().streamer().streamed_layers(), 0);
     EXPECT_EQ(tight.workspace_bytes(), one_scratch_workspace);
   }
   {
-    OverlapRig roomy(path, true, one_scratch_bytes + 2 * scratch);
+    OverlapRig roomy(path, one_scratch_bytes + 2 * scratch);
     EXPECT_TRUE(roomy.model().prefill_overlap());
     EXPECT_EQ(roomy.model().streamer().streamed_layers(), 0);
     EXPECT_EQ(roomy.workspace_bytes(), one_scratch_workspace + scratch);

@@ -41,6 +41,34 @@ TEST(ArgmaxKernel, LowestIdWinsTies) {
   EXPECT_EQ(d_counters.download(), std::vector<int>(rows, 0));
 }
 
+// launch_sampling over rows of n_vocab logits, one DeviceSamplingParams per row, and the rows'
+// histories (history_stride apart; none where empty): the token of each row.
+std::vector<int32_t> sample_on_gpu(const std::vector<float>& logits, int n_vocab,
+                                   const std::vector<kernels::DeviceSamplingParams>& params,
+                                   const std::vector<int32_t>& history = {}, int history_stride = 0,
+                                   const std::vector<int32_t>& history_length = {}) {
+  const int rows = static_cast<int>(params.size());
+  DeviceArray<float> d_logits(logits);
+  DeviceArray<kernels::DeviceSamplingParams> d_params(params);
+  DeviceArray<int32_t> d_history(history.empty() ? std::vector<int32_t>(1, 0) : history);
+  DeviceArray<int32_t> d_length(history_length.empty() ? std::vector<int32_t>(rows, 0)
+                                                       : history_length);
+  DeviceArray<int32_t> d_tokens(rows);
+  d_tokens.poison();
+  kernels::SamplingArgs a;
+  a.logits = d_logits.get();
+  a.logits_stride = n_vocab;
+  a.rows = rows;
+  a.n_vocab = n_vocab;
+  a.params = d_params.get();
+  a.history = d_history.get();
+  a.history_stride = history_stride;
+  a.history_length = d_length.get();
+  a.tokens = d_tokens.get();
+  EXPECT_EQ(kernels::launch_sampling(a, nullptr), cudaSuccess);
+  return d_tokens.download();
+}
+
 TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {
   GRANULE_REQUIRE_GPU();
   std::mt19937 rng(2);
@@ -77,22 +105,8 @@ TEST(SamplingKernel, GreedyWithPenaltiesMatchesHostSampler) {
     std::copy(history[r].begin(), history[r].end(), history_flat.begin() + r * history_stride);
     history_length[r] = static_cast<int32_t>(history[r].size());
   }
-  DeviceArray<float> d_logits(logits);
-  DeviceArray<kernels::DeviceSamplingParams> d_params(params);
-  DeviceArray<int32_t> d_history(history_flat), d_length(history_length), d_tokens(rows);
-  d_tokens.poison();
-  kernels::SamplingArgs a;
-  a.logits = d_logits.get();
-  a.logits_stride = n_vocab;
-  a.rows = rows;
-  a.n_vocab = n_vocab;
-  a.params = d_params.get();
-  a.history = d_history.get();
-  a.history_stride = history_stride;
-  a.history_length = d_length.get();
-  a.tokens = d_tokens.get();
-  CUDA_OK(kernels::launch_sampling(a, nullptr));
-  EXPECT_EQ(d_tokens.download(), expected);
+  EXPECT_EQ(sample_on_gpu(logits, n_vocab, params, history_flat, history_stride, history_length),
+            expected);
 }
 
 // The distribution after top-k, temperature, top-p and min-p, computed independently.
@@ -146,22 +160,7 @@ TEST(SamplingKernel, DrawsFollowTheFilteredDistribution) {
       logits.insert(logits.end(), base.begin(), base.end());
       params[r].step = static_cast<uint64_t>(r);
     }
-    DeviceArray<float> d_logits(logits);
-    DeviceArray<kernels::DeviceSamplingParams> d_params(params);
-    DeviceArray<int32_t> d_history(1), d_length(std::vector<int32_t>(rows, 0)), d_tokens(rows);
-    d_tokens.poison();
-    kernels::SamplingArgs a;
-    a.logits = d_logits.get();
-    a.logits_stride = n_vocab;
-    a.rows = rows;
-    a.n_vocab = n_vocab;
-    a.params = d_params.get();
-    a.history = d_history.get();
-    a.history_stride = 0;
-    a.history_length = d_length.get();
-    a.tokens = d_tokens.get();
-    CUDA_OK(kernels::launch_sampling(a, nullptr));
-    const std::vector<int32_t> tokens = d_tokens.download();
+    const std::vector<int32_t> tokens = sample_on_gpu(logits, n_vocab, params);
     const std::vector<double> dist = filtered_distribution(base, p);
     std::vector<int> counts(n_vocab, 0);
     for (int32_t t : tokens) {
@@ -192,20 +191,7 @@ TEST(SamplingKernel, SameSeedAndStepGiveTheSameToken) {
   p.seed = 99;
   std::vector<kernels::DeviceSamplingParams> params(rows, p);
   params[2].step = params[3].step = 17;
-  DeviceArray<float> d_logits(logits);
-  DeviceArray<kernels::DeviceSamplingParams> d_params(params);
-  DeviceArray<int32_t> d_history(1), d_length(std::vector<int32_t>(rows, 0)), d_tokens(rows);
-  kernels::SamplingArgs a;
-  a.logits = d_logits.get();
-  a.logits_stride = n_vocab;
-  a.rows = rows;
-  a.n_vocab = n_vocab;
-  a.params = d_params.get();
-  a.history = d_history.get();
-  a.history_length = d_length.get();
-  a.tokens = d_tokens.get();
-  CUDA_OK(kernels::launch_sampling(a, nullptr));
-  const std::vector<int32_t> t = d_tokens.download();
+  const std::vector<int32_t> t = sample_on_gpu(logits, n_vocab, params);
   EXPECT_EQ(t[0], t[1]);
   EXPECT_EQ(t[2], t[3]);
 }

@@ -1,5 +1,5 @@
 // The GRANULE_* environment overrides of the kernel configuration (kernels/kernel_config.h),
-// parsed in this one place and listed in the README. Plain C++, in every build, so the
+// parsed in this one place and listed in kernels/README.md. Plain C++, in every build, so the
 // parsing is tested without a GPU; the CUDA backend reads the environment once, at start.
 #pragma once
 #include <functional>
@@ -11,7 +11,7 @@
 
 namespace granule {
 
-// Every variable apply_kernel_overrides() reads, in the README's order.
+// Every variable apply_kernel_overrides() reads, in the order of kernels/README.md's table.
 std::span<const char* const> kernel_override_variables();
 
 // Returns a variable's value, or null when it is not set.
@@ -28,21 +28,15 @@ kernels::KernelConfig apply_kernel_overrides(kernels::KernelConfig config,
 // engine.cuda log.
 kernels::KernelConfig kernel_config_from_environment();
 
-// One line for the log: "matvec 64x2, split 1x2 (long rows 1x2), early launch on, split
-// weights on".
+// One line for the log: "early launch on, split weights on".
 std::string describe(const kernels::KernelConfig& config);
 
-// One line for the log on the int8 tensor-core products: "int8 mma from 4 rows, prefill off"
-// or "int8 mma off"; "int8 mma v2 from ..." when GRANULE_MMA picks a version other than the
-// default; ", occupancy 1" at the end when GRANULE_MMA_OCC picks a variant.
+// One line for the log on the tensor-core products: "int8 mma from 8 rows, f16 mma from 17
+// rows", "int8 mma off" (and the f16 part only when those are on).
 std::string describe_mma(const kernels::KernelConfig& config);
 
 // One line for the log on the prefill attention kernel: "flash prefill on" or "flash prefill
 // off".
 std::string describe_attention(const kernels::KernelConfig& config);
-
-// One line for the log on the GEMM path's dequantisation on a second stream: "prefill
-// dequantisation overlap on" or "... off".
-std::string describe_prefill_overlap(const kernels::KernelConfig& config);
 
 }  // namespace granule

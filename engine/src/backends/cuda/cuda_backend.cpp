@@ -241,7 +241,7 @@ void CudaBackend::placement_changed(const std::string& reason) {
 
 uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   CudaModel& m = *model_;
-  // KernelConfig::graph_io: a decode graph copies its own inputs and tokens (launch() leaves
+  // A decode graph with a token head copies its own inputs and tokens (launch() leaves
   // them to it, wait() only reads the tokens).
   const bool graph_io = graph_carries_io(decode, head);
   auto enqueue = [&] {

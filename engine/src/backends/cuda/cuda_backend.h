@@ -69,11 +69,10 @@ class CudaBackend final : public Backend {
   // (captured on first use per bucket and head), else eagerly. Returns the host-issued
   // operations (1 for a replay).
   uint64_t run_step(int n_rows, bool decode, Head head);
-  // Whether that step's graph copies its own inputs and tokens (KernelConfig::graph_io: a
-  // captured decode step with a token head).
+  // Whether that step's graph copies its own inputs and tokens: a captured decode step with a
+  // token head (the logits head downloads its logits after the replay).
   bool graph_carries_io(bool decode, Head head) const {
-    return decode && options_.cuda_graphs && head != Head::Logits &&
-           model_->kernel_config().graph_io;
+    return decode && options_.cuda_graphs && head != Head::Logits;
   }
   // Records the finished step's time, copies and host-issued operations.
   struct PendingStep;

@@ -85,17 +85,16 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
             k::attention_prefill_shared_bytes(static_cast<int>(head_dim)), head_dim);
   }
   logger("engine.cuda")
-      ->info("kernel configuration: {}; {}; {}; {}", describe(config), describe_mma(config),
-             describe_attention(config), describe_prefill_overlap(config));
+      ->info("kernel configuration: {}; {}; {}", describe(config), describe_mma(config),
+             describe_attention(config));
   return config;
 }
 
-// The model's stream: at the device's greatest priority with the prefill overlap, so that when a
+// The model's stream: at the device's greatest priority for the prefill overlap, so that when a
 // GEMM and the next matrix's dequantisation (on a stream of the default, least priority) become
 // ready together, the block scheduler places the GEMM's blocks first and the dequantisation
 // fills the SMs they leave (a small GEMM's, a wave's tail) instead of delaying the GEMM.
-int model_stream_priority(const k::KernelConfig& config) {
-  if (!config.prefill_overlap) return 0;
+int model_stream_priority() {
   int least = 0, greatest = 0;
   check_cuda(cudaDeviceGetStreamPriorityRange(&least, &greatest),
              "cudaDeviceGetStreamPriorityRange");
@@ -162,7 +161,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
       kernel_config_(device_kernel_config(init.options, init.config.head_dim)),
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)),
-      stream_(model_stream_priority(kernel_config_)) {
+      stream_(model_stream_priority()) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
@@ -395,7 +394,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
 // pass a copy far longer than the dequantisation the overlap hides (and decode steps too).
 // Otherwise, or when the allocation is refused, the GEMM path keeps its one scratch.
 void CudaModel::add_prefill_overlap() {
-  if (!kernel_config_.prefill_overlap || !weight_f16_[0].get()) return;
+  if (!weight_f16_[0].get()) return;
   const uint64_t extra = weight_f16_[0].bytes();
   PlacementInput in = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
   const PlacementPlan without = plan_placement(in);
@@ -642,7 +641,6 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
 
 bool CudaModel::fusion_fits() const {
   const k::KernelConfig& kc = kernel_config_;
-  if (kc.decode_fusion <= 0) return false;
   for (const DeviceLayer& l : layers_) {
     if (takes_f16mma(l, 1) || l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split)
       return false;
@@ -657,8 +655,7 @@ bool CudaModel::fusion_fits() const {
 
 bool CudaModel::head_takes_hand_over() const {
   const k::KernelConfig& kc = kernel_config_;
-  return kc.decode_fusion >= 4 && output_.split &&
-         k::matvec_reads_q8(output_.type, output_.split) &&
+  return output_.split && k::matvec_reads_q8(output_.type, output_.split) &&
          !(kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(output_.type, output_.split));
 }
 
@@ -777,9 +774,7 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.token_stride = token_stride_halves_;
   a.layer = layer;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  a.split_tokens = n_rows == 1                ? kernel_config_.one_row_split_tokens
-                   : n_rows <= kMatvecMaxRows ? kDecodeSplitTokens
-                                              : kPrefillSplitTokens;
+  a.split_tokens = n_rows <= kMatvecMaxRows ? kDecodeSplitTokens : kPrefillSplitTokens;
   a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
   a.partial = attention_partial_.as<float>();
   a.split_counters = attention_counters_.as<int>();
@@ -895,8 +890,8 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
-  const bool rope_in_qkv = fused && kernel_config_.decode_fusion >= 3 &&
-                          config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
+  const bool rope_in_qkv =
+      fused && config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
   matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
          rope_in_qkv ? &l : nullptr);
   attention(layer, n_rows, nullptr, rope_in_qkv);
@@ -923,11 +918,9 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   // The gate/up product quantises its result where its 32-row blocks of 32 warps run in one
   // wave (SmolLM2: 48 blocks); more (an 8B model's 448) leave SMs idle behind each block's
   // slowest warp, and the quantisation kernel costs less than that, unless smaller blocks
-  // own the 32-row blocks (split_rows 2: split_owned_kernel, Q4_0 and Q4_1).
-  const bool quantized_by_swiglu =
-      fused && kernel_config_.decode_fusion >= 2 &&
-      (c.n_ff / k::kQ8Block <= k::multiprocessors() ||
-       (kernel_config_.split_rows >= 2 && k::matvec_owns_row_blocks(l.w_gate.type)));
+  // own the 32-row blocks (split_owned_kernel, Q4_0 and Q4_1).
+  const bool quantized_by_swiglu = fused && (c.n_ff / k::kQ8Block <= k::multiprocessors() ||
+                                             k::matvec_owns_row_blocks(l.w_gate.type));
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
     k::MatvecTask t = swiglu_task(l);
     t.y = h;

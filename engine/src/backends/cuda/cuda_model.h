@@ -95,7 +95,7 @@ class CudaModel {
   int64_t n_vocab() const { return config_.n_vocab; }
   void copy_logits(int count, float* host) const;    // synchronises
   void copy_tokens(int count, int32_t* host) const;  // synchronises
-  // KernelConfig::graph_io, for a decode step's graph: queue_step_inputs() copies the first
+  // For a decode step's graph with a token head: queue_step_inputs() copies the first
   // `rows` of each input array (and of the sampling parameters and histories when `sampling`)
   // from the pinned mirror, in place of flush_inputs(); queue_token_download() copies `rows`
   // sampled tokens to the pinned token buffer. Both are captured with the step. After the
@@ -126,7 +126,7 @@ class CudaModel {
   // Bytes of weights one decode step reads (every layer matrix + the output head).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
   // Whether the GEMM path dequantises the next matrix on a second stream while the current
-  // one's GEMM runs (KernelConfig::prefill_overlap, and the budget held the second scratch).
+  // one's GEMM runs (the budget held the second scratch).
   bool prefill_overlap() const { return dequant_stream_ != nullptr; }
 
  private:
@@ -152,12 +152,12 @@ class CudaModel {
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32, bool normed_input = false,
               const DeviceLayer* rope_layer = nullptr);
-  // Batch-1 fusion (KernelConfig::decode_fusion): whether every layer qualifies, and where the
+  // Batch-1 fusion (kernels/README.md): whether every layer qualifies, and where the
   // products' epilogues leave the next RMSNorm's input: int8 blocks of y·w in row 1 of the
   // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
   // does not otherwise use.
   bool fusion_fits() const;
-  // decode_fusion 4 on a fused pass: the embedding gather hands the first norm's input over
+  // On a fused pass: the embedding gather hands the first norm's input over
   // and the last down projection the output norm's, where the output head takes the split
   // kernels (split layout, no mma at one row): no norm kernel left in the step.
   bool head_takes_hand_over() const;
@@ -229,7 +229,7 @@ class CudaModel {
   // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
   bool fused_pass_ = false;  // run_layers: a one-row pass with the batch-1 fusion
-  bool edge_norms_fused_ = false;  // run_layers: decode_fusion 4 (head_takes_hand_over())
+  bool edge_norms_fused_ = false;  // run_layers: head_takes_hand_over() on a fused pass
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy

@@ -3,7 +3,7 @@
 # kernels/) for sm_90, disassembles it and prints, for every kernel whose mangled name contains
 # PATTERN, the instructions from ACQBULK (griddepcontrol.wait) on that load, shuffle, reduce,
 # synchronise, take a special function or store: the order in which a kernel's chain waits.
-#   usage: bash tests/gpu/sass_after_wait.sh kernels/matvec_split.cu 'split_matvec_kernelILj3ELi1ELi1ELi2ELb1ELi32' [LINES]
+#   usage: bash dev/cuda/sass_after_wait.sh kernels/matvec_split.cu 'split_matvec_kernelILj3ELi1ELi1ELi2ELb1ELi32' [LINES]
 # cuobjdump (and the nvdisasm it calls) are not part of the CUDA toolkit installed here; the
 # script takes them from the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (pip
 # download) into ~/.cache/granule-sass when they are missing.
