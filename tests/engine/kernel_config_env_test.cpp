@@ -122,18 +122,21 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.mma);
   EXPECT_EQ(defaults.mma_min_rows, 8);
-  EXPECT_FALSE(defaults.mma_prefill);
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
-  const KernelConfig set =
-      parse({{{"GRANULE_MMA_MIN_ROWS", "16"}, {"GRANULE_MMA_PREFILL", "1"}}}, warnings);
+  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, f16 mma from 17 rows");
+  const KernelConfig set = parse({{{"GRANULE_MMA_MIN_ROWS", "16"}}}, warnings);
   EXPECT_EQ(set.mma_min_rows, 16);
-  EXPECT_TRUE(set.mma_prefill);
-  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, prefill on, f16 mma from 17 rows");
+  EXPECT_EQ(describe_mma(set), "int8 mma from 16 rows, f16 mma from 17 rows");
+  EXPECT_FALSE(parse({{{"GRANULE_MMA", "0"}}}, warnings).mma);
   EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "0"}}}, warnings)),
             "int8 mma off, f16 mma from 17 rows");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off, f16 mma from 17 rows");
+  EXPECT_TRUE(parse({{{"GRANULE_MMA", "1"}}}, warnings).mma);
   EXPECT_TRUE(warnings.empty());
+  // The kernel is the device's choice now: the old version numbers are refused.
+  KernelConfig off;
+  off.mma = false;
+  EXPECT_FALSE(parse({{{"GRANULE_MMA", "2"}}}, warnings, off).mma);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], "GRANULE_MMA=2 ignored (accepted: 0, 1); keeping 0");
   for (const char* bad : {"0", "-3", "8x", "99999999999", " 4"}) {
     std::vector<std::string> w;
     EXPECT_EQ(parse({{{"GRANULE_MMA_MIN_ROWS", bad}}}, w, set).mma_min_rows, 16) << bad;
@@ -143,50 +146,22 @@ TEST(KernelConfigEnv, MmaSwitchesAndTheirRowThreshold) {
   }
 }
 
-TEST(KernelConfigEnv, MmaOccupancyVariants) {
-  std::vector<std::string> warnings;
-  const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
-  EXPECT_EQ(defaults.mma_occupancy, 0);  // the kernel as measured
-  EXPECT_EQ(describe_mma(defaults), "int8 mma from 8 rows, prefill off, f16 mma from 17 rows");
-  for (const int occupancy : {0, 1, 2}) {
-    const KernelConfig set =
-        parse({{{"GRANULE_MMA_OCC", std::to_string(occupancy)}}}, warnings, defaults);
-    EXPECT_EQ(set.mma_occupancy, occupancy);
-    EXPECT_EQ(set.mma, defaults.mma);  // the version is its own knob
-  }
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "2"}}}, warnings)),
-            "int8 mma from 8 rows, prefill off, occupancy 2, f16 mma from 17 rows");
-  EXPECT_EQ(describe_mma(parse({{{"GRANULE_MMA_OCC", "1"}, {"GRANULE_MMA", "1"}}}, warnings)),
-            "int8 mma v1 from 8 rows, prefill off, occupancy 1, f16 mma from 17 rows");
-  KernelConfig start;
-  start.mma_occupancy = 1;
-  for (const char* bad : {"3", "-1", "one", " 2"}) {
-    std::vector<std::string> w;
-    EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", bad}}}, w, start).mma_occupancy, 1) << bad;
-    ASSERT_EQ(w.size(), 1u) << bad;
-    EXPECT_EQ(w[0],
-              "GRANULE_MMA_OCC=" + std::string(bad) + " ignored (accepted: 0, 1, 2); keeping 1");
-  }
-  std::vector<std::string> w;
-  EXPECT_EQ(parse({{{"GRANULE_MMA_OCC", ""}}}, w, start).mma_occupancy, 1);  // unset
-  EXPECT_TRUE(w.empty());
-}
-
 TEST(KernelConfigEnv, FlashPrefillSwitch) {
   std::vector<std::string> warnings;
   const KernelConfig defaults = parse(FakeEnvironment{}, warnings);
   EXPECT_TRUE(defaults.flash_prefill);
   EXPECT_EQ(describe_attention(defaults),
             "flash prefill on, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
+            "fusion " +
+                std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
                 std::to_string(KernelConfig{}.split_rows) +
                 ", attention early 3, late norm, step copies in the graph");
   const KernelConfig off = parse({{{"GRANULE_FLASH_PREFILL", "0"}}}, warnings);
   EXPECT_FALSE(off.flash_prefill);
   EXPECT_EQ(describe_attention(off),
             "flash prefill off, decode splits for 3 blocks per SM of 4 or 8 warps, batch-1 "
-            "fusion " + std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
+            "fusion " +
+                std::to_string(KernelConfig{}.decode_fusion) + ", staying warps " +
                 std::to_string(KernelConfig{}.split_rows) +
                 ", attention early 3, late norm, step copies in the graph");
   EXPECT_TRUE(parse({{{"GRANULE_FLASH_PREFILL", "1"}}}, warnings, off).flash_prefill);
@@ -224,9 +199,6 @@ TEST(KernelConfigEnv, F16MmaMinRows) {
   const KernelConfig off = parse({{{"GRANULE_F16MMA_MIN_ROWS", "0"}}}, warnings, set);
   EXPECT_EQ(off.f16_mma_min_rows, 0);
   EXPECT_EQ(describe_mma(off).find("f16"), std::string::npos) << describe_mma(off);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_FALSE(defaults.f16_mma_clusters);
-  EXPECT_TRUE(parse({{{"GRANULE_F16MMA_CLUSTERS", "1"}}}, warnings).f16_mma_clusters);
   EXPECT_TRUE(warnings.empty());
   EXPECT_EQ(parse({{{"GRANULE_F16MMA_MIN_ROWS", "65"}}}, warnings, set).f16_mma_min_rows, 16);
   ASSERT_EQ(warnings.size(), 1u);
@@ -283,24 +255,6 @@ TEST(KernelConfigEnv, TheProcessEnvironmentGoesThroughTheSameParser) {
   EXPECT_FALSE(config.split_weights);
   EXPECT_EQ(config.matvec_shape, MatvecShape::k64x2);
   EXPECT_TRUE(kernel_config_from_environment().split_weights);  // read anew, nothing cached
-}
-
-TEST(KernelConfigEnv, F16MmaSharedShapes) {
-  std::vector<std::string> warnings;
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_gate_up, 5);
-  EXPECT_EQ(parse(FakeEnvironment{}, warnings).f16_mma_shared_plain, 0);
-  const KernelConfig set = parse(
-      {{{"GRANULE_F16MMA_SHARED_GATEUP", "1"}, {"GRANULE_F16MMA_SHARED_PLAIN", "6"}}}, warnings);
-  EXPECT_EQ(set.f16_mma_shared_gate_up, 1);
-  EXPECT_EQ(set.f16_mma_shared_plain, 6);
-  EXPECT_NE(describe_mma(set).find("shared-activation shapes 1/6"), std::string::npos)
-      << describe_mma(set);
-  EXPECT_TRUE(warnings.empty());
-  EXPECT_EQ(parse({{{"GRANULE_F16MMA_SHARED_PLAIN", "10"}}}, warnings).f16_mma_shared_plain, 0);
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0],
-            "GRANULE_F16MMA_SHARED_PLAIN=10 ignored (accepted: a whole number from 0 to 9); "
-            "keeping 0");
 }
 
 TEST(KernelConfigEnv, DecodeFusion) {
@@ -428,7 +382,7 @@ TEST(KernelConfigEnv, TheReadmeListsEveryVariable) {
   ASSERT_TRUE(in) << "README.md not found";
   std::stringstream text;
   text << in.rdbuf();
-  ASSERT_EQ(kernel_override_variables().size(), 24u);
+  ASSERT_EQ(kernel_override_variables().size(), 19u);
   for (const char* variable : kernel_override_variables())
     EXPECT_NE(text.str().find("`" + std::string(variable) + "`"), std::string::npos)
         << variable << " is missing from the README's table of overrides";

@@ -818,7 +818,6 @@ struct OverlapRig {
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
     kernels::KernelConfig kc = gpu_test::kernel_config();
-    kc.mma_prefill = false;
     kc.prefill_overlap = overlap;
     RuntimeOptions options;
     options.device = DeviceKind::Cuda;

@@ -21,16 +21,11 @@ constexpr const char* kEarlyLaunchVariable = "GRANULE_PDL";
 constexpr const char* kSplitWeightsVariable = "GRANULE_SPLIT_WEIGHTS";
 constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
-constexpr const char* kMmaPrefillVariable = "GRANULE_MMA_PREFILL";
-constexpr const char* kMmaOccupancyVariable = "GRANULE_MMA_OCC";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
 constexpr const char* kPrefillOverlapVariable = "GRANULE_PREFILL_OVERLAP";
 constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
-constexpr const char* kF16MmaClustersVariable = "GRANULE_F16MMA_CLUSTERS";
 constexpr const char* kAttentionBlocksVariable = "GRANULE_ATTN_BLOCKS_PER_SM";
 constexpr const char* kAttentionWarpsVariable = "GRANULE_ATTN_WARPS";
-constexpr const char* kF16MmaSharedGateUpVariable = "GRANULE_F16MMA_SHARED_GATEUP";
-constexpr const char* kF16MmaSharedPlainVariable = "GRANULE_F16MMA_SHARED_PLAIN";
 constexpr const char* kDecodeFusionVariable = "GRANULE_DECODE_FUSION";
 constexpr const char* kSplitRowsVariable = "GRANULE_SPLIT_ROWS";
 constexpr const char* kAttentionEarlyVariable = "GRANULE_ATTN_EARLY";
@@ -39,14 +34,13 @@ constexpr const char* kLateNormVariable = "GRANULE_LATE_NORM";
 constexpr const char* kGraphIoVariable = "GRANULE_GRAPH_IO";
 constexpr const char* kOneRowSplitVariable = "GRANULE_ATTN_SPLIT_ONE_ROW";
 constexpr const char* kVariables[] = {
-    kMatvecShapeVariable,    kSplitShapeVariable,      kSplitShapeLongVariable,
-    kEarlyLaunchVariable,    kSplitWeightsVariable,    kMmaVariable,
-    kMmaMinRowsVariable,     kMmaPrefillVariable,      kMmaOccupancyVariable,
-    kFlashPrefillVariable,   kPrefillOverlapVariable,  kF16MmaMinRowsVariable,
-    kF16MmaClustersVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
-    kF16MmaSharedGateUpVariable, kF16MmaSharedPlainVariable, kDecodeFusionVariable,
-    kSplitRowsVariable,      kAttentionEarlyVariable, kEarlyTriggerVariable,
-    kLateNormVariable,       kGraphIoVariable, kOneRowSplitVariable};
+    kMatvecShapeVariable,   kSplitShapeVariable,      kSplitShapeLongVariable,
+    kEarlyLaunchVariable,   kSplitWeightsVariable,    kMmaVariable,
+    kMmaMinRowsVariable,    kFlashPrefillVariable,    kPrefillOverlapVariable,
+    kF16MmaMinRowsVariable, kAttentionBlocksVariable, kAttentionWarpsVariable,
+    kDecodeFusionVariable,  kSplitRowsVariable,       kAttentionEarlyVariable,
+    kEarlyTriggerVariable,  kLateNormVariable,        kGraphIoVariable,
+    kOneRowSplitVariable};
 // GRANULE_MMA_MIN_ROWS: a whole number of rows in this range.
 constexpr int kMinRowsLowest = 1, kMinRowsHighest = 1 << 20;
 
@@ -67,8 +61,6 @@ constexpr Choice<SplitShape> kSplitShapes[] = {{"1x2", SplitShape::k1x2},
                                                {"1x8", SplitShape::k1x8},
                                                {"2x4", SplitShape::k2x4}};
 constexpr Choice<bool> kSwitch[] = {{"0", false}, {"1", true}};
-constexpr Choice<int> kMmaVersions[] = {{"0", 0}, {"1", 1}, {"2", 2}};
-constexpr Choice<int> kMmaOccupancies[] = {{"0", 0}, {"1", 1}, {"2", 2}};
 constexpr Choice<int> kAttentionWarps[] = {{"auto", 0}, {"4", 4}, {"8", 8}};
 constexpr Choice<int> kDecodeFusions[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
 constexpr Choice<int> kSplitRowsModes[] = {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}};
@@ -137,19 +129,14 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply(kSplitShapeLongVariable, kSplitShapes, config.split_shape_long, lookup, warnings);
   apply(kEarlyLaunchVariable, kSwitch, config.early_launch, lookup, warnings);
   apply(kSplitWeightsVariable, kSwitch, config.split_weights, lookup, warnings);
-  apply(kMmaVariable, kMmaVersions, config.mma, lookup, warnings);
+  apply(kMmaVariable, kSwitch, config.mma, lookup, warnings);
   apply_count(kMmaMinRowsVariable, kMinRowsLowest, kMinRowsHighest, config.mma_min_rows, lookup,
               warnings);
-  apply(kMmaPrefillVariable, kSwitch, config.mma_prefill, lookup, warnings);
-  apply(kMmaOccupancyVariable, kMmaOccupancies, config.mma_occupancy, lookup, warnings);
   apply(kFlashPrefillVariable, kSwitch, config.flash_prefill, lookup, warnings);
   apply(kPrefillOverlapVariable, kSwitch, config.prefill_overlap, lookup, warnings);
   apply_count(kF16MmaMinRowsVariable, 0, 64, config.f16_mma_min_rows, lookup, warnings);
-  apply(kF16MmaClustersVariable, kSwitch, config.f16_mma_clusters, lookup, warnings);
   apply_count(kAttentionBlocksVariable, 1, 32, config.attention_blocks_per_sm, lookup, warnings);
   apply(kAttentionWarpsVariable, kAttentionWarps, config.attention_warps, lookup, warnings);
-  apply_count(kF16MmaSharedGateUpVariable, 0, 9, config.f16_mma_shared_gate_up, lookup, warnings);
-  apply_count(kF16MmaSharedPlainVariable, 0, 9, config.f16_mma_shared_plain, lookup, warnings);
   apply(kDecodeFusionVariable, kDecodeFusions, config.decode_fusion, lookup, warnings);
   apply(kSplitRowsVariable, kSplitRowsModes, config.split_rows, lookup, warnings);
   apply(kAttentionEarlyVariable, kAttentionEarlyModes, config.attention_early, lookup, warnings);
@@ -179,23 +166,10 @@ std::string describe(const KernelConfig& config) {
 std::string describe_mma(const KernelConfig& config) {
   const std::string f16 =
       config.f16_mma_min_rows > 0
-          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows" +
-                (config.f16_mma_shared_gate_up != KernelConfig{}.f16_mma_shared_gate_up ||
-                         config.f16_mma_shared_plain != KernelConfig{}.f16_mma_shared_plain
-                     ? " (shared-activation shapes " +
-                           std::to_string(config.f16_mma_shared_gate_up) + "/" +
-                           std::to_string(config.f16_mma_shared_plain) + ")"
-                     : "")
+          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
           : "";
   if (!config.mma) return "int8 mma off" + f16;
-  // The kernel version only when it is not the default one.
-  const std::string version =
-      config.mma != KernelConfig{}.mma ? " v" + std::to_string(config.mma) : "";
-  // The occupancy variant only when one is picked (version 2 runs it, 9-64 rows).
-  const std::string occupancy =
-      config.mma_occupancy ? ", occupancy " + std::to_string(config.mma_occupancy) : "";
-  return "int8 mma" + version + " from " + std::to_string(config.mma_min_rows) + " rows, prefill " +
-         (config.mma_prefill ? "on" : "off") + occupancy + f16;
+  return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows" + f16;
 }
 
 std::string describe_attention(const KernelConfig& config) {

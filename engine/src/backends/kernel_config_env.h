@@ -32,9 +32,8 @@ kernels::KernelConfig kernel_config_from_environment();
 // weights on".
 std::string describe(const kernels::KernelConfig& config);
 
-// One line for the log on the int8 tensor-core products: "int8 mma from 4 rows, prefill off"
-// or "int8 mma off"; "int8 mma v2 from ..." when GRANULE_MMA picks a version other than the
-// default; ", occupancy 1" at the end when GRANULE_MMA_OCC picks a variant.
+// One line for the log on the tensor-core products: "int8 mma from 8 rows, f16 mma from 17
+// rows", "int8 mma off, f16 mma from 17 rows", "int8 mma from 8 rows" (f16 off).
 std::string describe_mma(const kernels::KernelConfig& config);
 
 // One line for the log on the prefill attention kernel: "flash prefill on" or "flash prefill
