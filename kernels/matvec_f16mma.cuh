@@ -1,6 +1,6 @@
 // Batched products of split-layout Q4_0/Q4_1 weights with f16 activations on f16 tensor cores
 // (mma.sync m16n8k16, f32 accumulation): the weights are dequantised to f16 in registers, so
-// no per-sub-block epilogue runs (matvec_f16mma.cu; kernels/PERF_NOTES.md, "f16 mma").
+// no per-sub-block epilogue runs (matvec_f16mma.cu; kernels/README.md).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -25,11 +25,6 @@ bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout);
 // (call once before launching and before any stream capture; sets
 // cudaFuncAttributeMaxDynamicSharedMemorySize).
 bool matvec_f16mma_fits_device();
-
-// True when plain (not SwiGLU) products at 9-64 columns run as thread-block clusters that split
-// each tile's sub-blocks (compute capability 9.0 in the build and the device, and the clusters
-// fit); else they take the one-block shapes. The results agree either way within the bound.
-bool matvec_f16mma_clusters();
 
 // launch_matvec's contract: 1..3 tasks of one type over the same input in one launch;
 // task.accumulate (y += W x); task.weight_up != nullptr means fused SwiGLU: y = silu(W_gate x) *

@@ -6,9 +6,10 @@
 // weight off by one quantisation step lies outside it. Also against the unrounded dequantised
 // weights with the f16 rounding's own bound (2^-11 relative per weight). Shapes of SmolLM2 and
 // an 8B model, odd row counts and short rows, batches 1-64, the three-matrix launch with
-// accumulate, the fused SwiGLU epilogue (also with an f16 result), the thread-block cluster
-// shapes (the same bits on a second launch), and what the launcher refuses. A timing probe prints
-// the 8B products beside the int8 mma kernel.
+// accumulate, the 8B model's products with accumulate (the same bits on a second launch), the
+// fused SwiGLU epilogue (also with an f16 result; at 17-64 columns the shared-activation shape),
+// and what the launcher refuses. A timing probe prints the 8B products beside the int8 mma
+// kernel.
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -17,21 +18,22 @@
 #include <random>
 #include <utility>
 
-#include "gpu_test_support.h"
 #include "granule/block_formats.h"
-#include "granule/quant.h"
-#include "granule/tensor_type.h"
-#include "granule/testkit/quantize.h"
-#include "matvec.cuh"
 #include "matvec_f16mma.cuh"
 #include "matvec_mma.cuh"
-#include "model/weight_split.h"
+#include "mma_test_matrix.h"
 #include "quantize_activations.cuh"
 
 namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
+using mma_test::kPoisonBits;
+using mma_test::Matrix;
+using mma_test::Output;
+using mma_test::Shape;
+using mma_test::shape_name;
+using mma_test::task_for;
 
 // The mma's f32 accumulation (products of f16 values are exact in f32; each k-step adds 16 of
 // them to the accumulator, rounded or truncated to f32) and the reduction of the block's warps.
@@ -42,7 +44,6 @@ constexpr double kRelError = 2e-5;
 constexpr double kF16Rel = 1.0 / 2048;  // f16 rounding of a weight: half an ulp, 2^-11
 constexpr double kF16SubnormalStep = 1.0 / (1 << 24);  // absolute, below f16's normal range
 constexpr int kMaxBatch = 64;
-constexpr uint32_t kPoisonBits = 0xFFFFFFFFu;
 
 // Round to nearest even in f16, subnormals included (|v| below 65504).
 double round_to_f16(double v) {
@@ -53,73 +54,33 @@ double round_to_f16(double v) {
   return std::nearbyint(v / quantum) * quantum;
 }
 
-// A random matrix in GGUF blocks and in the split layout the kernels read (with 16 bytes of
-// slack after it, as the model keeps after every tensor).
-struct Matrix {
-  TensorType type;
-  int64_t rows = 0, cols = 0;
-  int64_t gguf_row_bytes = 0, split_row_bytes = 0;
-  std::vector<uint8_t> gguf;
-  DeviceArray<uint8_t> device;
-
-  Matrix(TensorType t, int64_t n_rows, int64_t n_cols, std::vector<uint8_t> gguf_bytes)
-      : type(t),
-        rows(n_rows),
-        cols(n_cols),
-        gguf_row_bytes(static_cast<int64_t>(row_bytes(t, n_cols))),
-        split_row_bytes(split_row_stride(static_cast<uint32_t>(t), n_cols)),
-        gguf(std::move(gguf_bytes)),
-        device(split_of(t, n_rows, n_cols, gguf)) {}
-
-  static std::vector<uint8_t> split_of(TensorType t, int64_t n_rows, int64_t n_cols,
-                                       const std::vector<uint8_t>& gguf_bytes) {
-    const int64_t stride = split_row_stride(static_cast<uint32_t>(t), n_cols);
-    std::vector<uint8_t> split(static_cast<size_t>(n_rows * stride) + 16, 0xEE);
-    split_rows(static_cast<uint32_t>(t), gguf_bytes.data(), n_rows, n_cols, split.data());
-    return split;
-  }
-
-  // Element i of row r: the quantised value, the scale and the min (Q4_0: q unsigned, min
-  // -8 d is applied in value()).
-  struct Element {
-    int q;
-    double d, m;
-  };
-  Element element(int64_t r, int64_t i) const {
-    const uint8_t* row = gguf.data() + r * gguf_row_bytes;
-    const int64_t j = i / 32, k = i % 32;
-    if (type == TensorType::Q4_0) {
-      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j;
-      const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
-      return {q, fp16_to_f32(b->d), 0.0};
-    }
-    const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + j;
-    const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
-    return {q, fp16_to_f32(b->d), fp16_to_f32(b->m)};
-  }
-  // The weight the kernel multiplies (f16-rounded once), and the exact one.
-  double rounded(const Element& e) const { return round_to_f16(exact(e)); }
-  double exact(const Element& e) const {
-    return type == TensorType::Q4_0 ? (e.q - 8) * e.d : e.q * e.d + e.m;
-  }
+// Element i of row r of a Q4_0/Q4_1 matrix: the quantised value, the scale and the min (Q4_0:
+// q unsigned, min -8 d is applied in exact()).
+struct Element {
+  int q;
+  double d, m;
 };
-
-Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t gguf_row_bytes = static_cast<int64_t>(row_bytes(type, cols));
-  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_row_bytes));
-  std::normal_distribution<float> dist(0.0f, 0.5f);
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : row) v = dist(rng);
-    if (r % 7 == 3)  // a zero sub-block: d = 0
-      std::fill_n(row.begin() + (r / 7 % (cols / 32)) * 32, 32, 0.0f);
-    if (r % 11 == 5)  // a sub-block of tiny weights: f16 subnormal products
-      for (int i = 0; i < 32; ++i)
-        row[static_cast<size_t>((r / 11 % (cols / 32)) * 32 + i)] *= 1e-4f;
-    quantize_row(type, row.data(), gguf.data() + r * gguf_row_bytes, cols);
+Element element(const Matrix& w, int64_t r, int64_t i) {
+  const uint8_t* row = w.gguf.data() + r * w.gguf_row_bytes;
+  const int64_t j = i / 32, k = i % 32;
+  if (w.type == TensorType::Q4_0) {
+    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j;
+    const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+    return {q, fp16_to_f32(b->d), 0.0};
   }
-  return Matrix(type, rows, cols, std::move(gguf));
+  const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + j;
+  const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+  return {q, fp16_to_f32(b->d), fp16_to_f32(b->m)};
+}
+// The weight the kernel multiplies (f16-rounded once), and the exact one.
+double exact(const Matrix& w, const Element& e) {
+  return w.type == TensorType::Q4_0 ? (e.q - 8) * e.d : e.q * e.d + e.m;
+}
+double rounded(const Matrix& w, const Element& e) { return round_to_f16(exact(w, e)); }
+
+// Matrices with sub-blocks of tiny weights (f16 subnormal products) among the rows.
+Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
+  return mma_test::make_matrix(type, rows, cols, seed, true);
 }
 
 // kMaxBatch rows of f16 activations (random normal; column 0's first sub-block zero).
@@ -158,9 +119,9 @@ RowWeights row_weights(const Matrix& m, int64_t r) {
   w.rounded.resize(static_cast<size_t>(m.cols));
   w.exact.resize(static_cast<size_t>(m.cols));
   for (int64_t i = 0; i < m.cols; ++i) {
-    const Matrix::Element e = m.element(r, i);
-    w.rounded[static_cast<size_t>(i)] = m.rounded(e);
-    w.exact[static_cast<size_t>(i)] = m.exact(e);
+    const Element e = element(m, r, i);
+    w.rounded[static_cast<size_t>(i)] = rounded(m, e);
+    w.exact[static_cast<size_t>(i)] = exact(m, e);
   }
   return w;
 }
@@ -209,35 +170,11 @@ std::vector<int64_t> sampled_rows(int64_t rows) {
   return out;
 }
 
-// y for `batch` columns with one extra poisoned column after them, which no kernel may write.
-struct Output {
-  DeviceArray<float> y;
-  int64_t rows;
-  Output(int64_t n_rows, int batch) : y(static_cast<size_t>((batch + 1) * n_rows)), rows(n_rows) {
-    y.poison();
-  }
-};
-
-kernels::MatvecTask task_for(const Matrix& m, float* y) {
-  kernels::MatvecTask t;
-  t.weight = m.device.get();
-  t.row_bytes = m.split_row_bytes;
-  t.split_layout = true;
-  t.n_out = static_cast<int>(m.rows);
-  t.y = y;
-  t.y_stride = m.rows;
-  return t;
-}
-
 // Every element of the batch written (not the NaN poison), none past it.
 void expect_written_exactly(const std::vector<float>& y, int64_t rows, int batch) {
   int unwritten = 0, past = 0;
   for (int64_t i = 0; i < batch * rows; ++i) unwritten += std::isnan(y[static_cast<size_t>(i)]);
-  for (int64_t r = 0; r < rows; ++r) {
-    uint32_t bits;
-    std::memcpy(&bits, &y[static_cast<size_t>(batch * rows + r)], sizeof(bits));
-    past += bits != kPoisonBits;
-  }
+  past = mma_test::written_past(y, rows, batch);
   EXPECT_EQ(unwritten, 0) << "elements of the batch left unwritten (or NaN)";
   EXPECT_EQ(past, 0) << "elements written past the batch";
 }
@@ -251,11 +188,6 @@ kernels::KernelConfig f16mma_config() {
   GRANULE_REQUIRE_GPU();                     \
   if (!kernels::matvec_f16mma_fits_device()) \
   GTEST_SKIP() << "no f16 mma.sync (compute capability 8.0) on this device or build"
-
-struct Shape {
-  TensorType type;
-  int64_t rows, cols;
-};
 
 class MatvecF16Mma : public ::testing::TestWithParam<Shape> {};
 
@@ -321,20 +253,12 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_1, 33, 64});
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q4_1, 1000, 1184});
-  // Block shapes (on a 132-SM device): at 1-8 columns the rows above take 32 rows per warp, in
-  // 8-warp blocks up to 132 blocks and 4-warp blocks above, and 64 rows per warp where that
-  // gives >= 2 blocks per SM: 40,000 rows (625 blocks), with a partial last row block. At 9-64
-  // columns (compute capability 9.0) 64 rows per warp in clusters of 2 or 4 blocks; the short
-  // rows above (1-2 sub-blocks) leave ranks of a cluster without a stage.
+  // Block shapes (on a 132-SM device): the rows above take 32 rows per warp, in 8-warp blocks
+  // up to 132 blocks and 4-warp blocks above, and 64 rows per warp where that gives >= 2 blocks
+  // per SM: 40,000 rows (625 blocks), with a partial last row block.
   out.push_back({TensorType::Q4_0, 40000, 128});
   out.push_back({TensorType::Q4_1, 40000, 96});
   return out;
-}
-
-std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
-  const Shape& s = info.param;
-  return std::string(tensor_type_info(s.type).name) + "_" + std::to_string(s.rows) + "x" +
-         std::to_string(s.cols);
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecF16Mma, ::testing::ValuesIn(shapes()), shape_name);
@@ -366,12 +290,12 @@ TEST(MatvecF16MmaBound, PinsOneWrongNibble) {
         ASSERT_LE(std::fabs(v - ref.value), ref.bound) << "row " << r << " column " << c;
         int64_t most = 0;
         for (int64_t i = 1; i < cols; ++i)
-          if (std::fabs(w.element(r, i).d * x[i]) > std::fabs(w.element(r, most).d * x[most]))
+          if (std::fabs(element(w, r, i).d * x[i]) > std::fabs(element(w, r, most).d * x[most]))
             most = i;
-        Matrix::Element e = w.element(r, most);
+        Element e = element(w, r, most);
         e.q = e.q < 15 ? e.q + 1 : e.q - 1;
         const double wrong =
-            ref.value + (w.rounded(e) - weights.rounded[static_cast<size_t>(most)]) * x[most];
+            ref.value + (rounded(w, e) - weights.rounded[static_cast<size_t>(most)]) * x[most];
         EXPECT_GT(std::fabs(v - wrong), ref.bound) << "row " << r << " column " << c;
         closest = std::min(closest, std::fabs(v - wrong) / ref.bound);
       }
@@ -466,28 +390,27 @@ void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int
     }
 }
 
-// With the defaults: a small matrix (at 1-8 columns 32 rows per warp, 8-warp blocks), 3000 rows
-// (32 rows per warp in 4-warp blocks on a 132-SM device) and the 8B model's (64 rows per warp);
-// at 17-64 columns all three take the shared-activation shape of f16_mma_shared_gate_up.
+// A small matrix (at 1-16 columns 32 rows per warp, 8-warp blocks), 3000 rows (32 rows per
+// warp in 4-warp blocks on a 132-SM device), the 8B model's (64 rows per warp), and rows of two
+// sub-blocks; at 17-64 columns all four take the shared-activation shape (rows of two
+// sub-blocks: a group of warps without a stage).
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64},
-               {{300, 1024}, {3000, 256}, {14336, 4096}});
+               {{300, 1024}, {3000, 256}, {14336, 4096}, {33, 64}});
 }
 
-// The thread-block cluster shapes (plain products at 9-64 columns on compute capability 9.0:
-// 64 rows per warp, the sub-blocks split over 2 or 4 blocks that add their sums through
-// distributed shared memory): an 8B model's wo and down with accumulate on, and its Q, K and V
-// in one launch (K accumulating), at 16, 17, 32, 33 and 64 columns. Sampled rows against the
-// host reference; a second launch from the same y gives the same bits (a fixed summation order).
-struct ClusterCase {
+// Plain products in one launch, some accumulating, at 16, 17, 32, 33 and 64 columns: sampled
+// rows against the host reference; a second launch from the same y gives the same bits (a fixed
+// summation order).
+struct ProductCase {
   const char* name;
   std::vector<std::pair<int64_t, int64_t>> matrices;  // rows x columns (n_in the same for all)
   std::vector<bool> accumulate;
 };
 
-void check_cluster_case(TensorType type, const ClusterCase& cc, const kernels::KernelConfig& config,
-                        std::mt19937& rng) {
+void check_case(TensorType type, const ProductCase& cc, const kernels::KernelConfig& config,
+                std::mt19937& rng) {
   const int64_t cols = cc.matrices[0].second;
   const Activations act(cols, static_cast<uint32_t>(cols + 5));
   const size_t n = cc.matrices.size();
@@ -546,38 +469,14 @@ void check_cluster_case(TensorType type, const ClusterCase& cc, const kernels::K
   }
 }
 
-TEST(MatvecF16MmaClusters, ShapesOf8BAccumulateAndRepeat) {
+// An 8B model's wo and down with accumulate on and its Q, K and V in one launch (K
+// accumulating); rows that end inside a block; rows of two sub-blocks and of one (warps without
+// a stage).
+TEST(MatvecF16MmaTasks, ShapesOf8BAccumulateAndRepeat) {
   REQUIRE_F16MMA();
-  kernels::KernelConfig config = f16mma_config();
-  config.f16_mma_clusters = true;  // off by default (slower on the H200); this test runs them
-  int device = 0, major = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  // On compute capability 9.0 and later (the H100/H200) these shapes must run as clusters.
-  if (major >= 9) EXPECT_TRUE(kernels::matvec_f16mma_clusters());
-  RecordProperty("clusters", kernels::matvec_f16mma_clusters() ? "yes" : "no");
-  std::mt19937 rng(77);
-  const ClusterCase cases[] = {
-      {"wo", {{4096, 4096}}, {true}},
-      {"down", {{4096, 14336}}, {true}},
-      {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
-  };
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
-}
-
-// The shared-activation shapes (KernelConfig::f16_mma_shared_*, 17-64 columns): a block's
-// warps split the rows and read one copy of each stage's activations; WK groups of warps split
-// the sub-blocks; 7-9 split a tile over a thread-block cluster. Every shape 1-9 on the 8B
-// model's products (plain with accumulate and three tasks, the same bits on a second launch;
-// SwiGLU), on rows that end inside a block and on rows of one and two sub-blocks (groups
-// without a stage).
-class MatvecF16MmaShared : public ::testing::TestWithParam<int> {};
-
-TEST_P(MatvecF16MmaShared, MatchesHostReference) {
-  REQUIRE_F16MMA();
+  const kernels::KernelConfig config = f16mma_config();
   std::mt19937 rng(78);
-  const ClusterCase cases[] = {
+  const ProductCase cases[] = {
       {"wo", {{4096, 4096}}, {true}},
       {"down", {{4096, 14336}}, {true}},
       {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
@@ -585,18 +484,9 @@ TEST_P(MatvecF16MmaShared, MatchesHostReference) {
       {"short", {{50, 64}, {33, 64}}, {true, false}},
       {"one", {{40, 32}}, {false}},
   };
-  kernels::KernelConfig config = f16mma_config();
-  config.f16_mma_shared_plain = GetParam();
-  config.f16_mma_shared_gate_up = GetParam();
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const ClusterCase& cc : cases) check_cluster_case(type, cc, config, rng);
-  check_swiglu(config, {17, 32, 64}, {{300, 1024}, {33, 64}, {14336, 4096}});
+    for (const ProductCase& cc : cases) check_case(type, cc, config, rng);
 }
-
-INSTANTIATE_TEST_SUITE_P(Shapes, MatvecF16MmaShared, ::testing::Range(1, 10),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return "shape" + std::to_string(info.param);
-                         });
 
 // Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
 double half_f16_ulp(double v) {
@@ -774,9 +664,6 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
   const kernels::KernelConfig config = f16mma_config();
   const bool int8 = kernels::matvec_mma_fits_device();
   const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
-  // 9-64 columns run as thread-block clusters where the device can and the config asks.
-  std::printf("[f16mma-timing] clusters %s\n",
-              kernels::matvec_f16mma_clusters() && config.f16_mma_clusters ? "on" : "off");
   std::mt19937_64 rng(11);
   const int64_t d = 4096, kv = 1024, ff = 14336;
   const DeviceArray<uint8_t> wq = random_q4_0(d, d, rng), wk = random_q4_0(kv, d, rng),
@@ -870,18 +757,6 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
                      std::to_string(int8_us));
     }
   }
-  // The shared-activation shapes (f16_mma_shared_*), the same products at 32 and 64 columns.
-  for (int variant = 1; variant <= 9; ++variant)
-    for (const int columns : {32, 64})
-      for (const Product& p : products) {
-        kernels::KernelConfig shared = config;
-        shared.f16_mma_shared_plain = variant;
-        shared.f16_mma_shared_gate_up = variant;
-        const double us = time_f16(p, columns, shared);
-        ASSERT_GT(us, 0) << p.name << " shape " << variant << " launch failed";
-        std::printf("[f16mma-shared] shape %d %-7s %2d columns: %8.2f us (%.2f TB/s of weights)\n",
-                    variant, p.name, columns, us, p.bytes / (us * 1e-6) / 1e12);
-      }
   CUDA_OK(cudaDeviceSynchronize());
 }
 

@@ -1,11 +1,11 @@
-// The int8 tensor-core products (kernels/matvec_mma.cu, both kernel versions: 1 and the
-// warp-pipelined 2, the latter also in each occupancy variant, KernelConfig::mma_occupancy)
+// The int8 tensor-core products (kernels/matvec_mma.cu, both kernels: the warp-pipelined one
+// an H100/H200 runs and the block-staged one of devices with less shared memory per block)
 // against the split dp4a kernel (launch_matvec) on every element and against a host
 // double-precision reference from the same int8 activations on a sample of rows: Q4_0, Q4_1,
-// Q8_0 and Q6_K (whose version 1 is the dp4a kernel itself), the model shapes of SmolLM2 and
-// an 8B model, odd row counts and short rows, batches from 1 to 512 (odd ones, one to eight
-// 64-column tiles), the three-matrix launch with accumulate, the fused SwiGLU epilogue, and
-// what it refuses.
+// Q8_0 and Q6_K (which the block-staged kernel hands to the dp4a kernel itself), the model
+// shapes of SmolLM2 and an 8B model, odd row counts and short rows, batches from 1 to 512 (odd
+// ones, one to eight 64-column tiles), the three-matrix launch with accumulate, the fused SwiGLU
+// epilogue, and what it refuses.
 // Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
 // row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
@@ -14,43 +14,40 @@
 #include <cstring>
 #include <random>
 
-#include "gpu_test_support.h"
 #include "granule/block_formats.h"
-#include "granule/quant.h"
-#include "granule/tensor_type.h"
-#include "granule/testkit/quantize.h"
-#include "matvec.cuh"
 #include "matvec_mma.cuh"
-#include "model/weight_split.h"
+#include "mma_test_matrix.h"
 #include "quantize_activations.cuh"
 
 namespace granule {
 namespace {
 
 using gpu_test::DeviceArray;
+using mma_test::make_matrix;
+using mma_test::Matrix;
+using mma_test::Output;
+using mma_test::Shape;
+using mma_test::shape_name;
+using mma_test::task_for;
 
-// A kernel version (KernelConfig::mma) and, for version 2, an occupancy variant
-// (KernelConfig::mma_occupancy: other ring sizes, stage sizes, register caps and block
-// shapes for 9-64 rows; the same sums in another order). Each test runs every case with each.
+// A kernel of launch_matvec_mma: the device's (the warp-pipelined one on an H100/H200) or the
+// block-staged one. Each test runs every case with each.
 struct Variant {
-  int version, occupancy;
+  kernels::MmaKernel kernel;
   std::string name() const {
-    return "version " + std::to_string(version) + " occupancy " + std::to_string(occupancy);
+    return kernel == kernels::MmaKernel::kDevice ? "device kernel" : "block-staged kernel";
   }
 };
-constexpr Variant kVariants[] = {{1, 0}, {2, 0}, {2, 1}, {2, 2}};
+constexpr Variant kVariants[] = {{kernels::MmaKernel::kBlockStaged}, {kernels::MmaKernel::kDevice}};
 
-// `config` running `variant`; fails the test when the device would run another one (version
-// 2 and its variants need compute capability 8.0 and ~208 KB of shared memory per block:
-// every H100/H200).
-kernels::KernelConfig with_variant(kernels::KernelConfig config, Variant variant) {
-  config.mma = variant.version;
-  config.mma_occupancy = variant.occupancy;
-  EXPECT_EQ(kernels::matvec_mma_version(config), variant.version)
-      << "this device runs another mma kernel version than asked";
-  EXPECT_EQ(kernels::matvec_mma_occupancy(config), variant.occupancy)
-      << "this device runs another occupancy variant than asked";
-  return config;
+// Fails the test where the device would run the block-staged kernel for kDevice although it is
+// an H100/H200 (compute capability 9.0: ~227 KB of shared memory per block, what the
+// warp-pipelined kernel needs).
+void expect_device_kernel() {
+  int device = 0, major = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  if (major == 9) EXPECT_EQ(kernels::matvec_mma_device_kernel(), 2);
 }
 
 // f32 rounding of a sum of at most ~500 sub-block terms, each a few roundings: worst case
@@ -58,49 +55,6 @@ kernels::KernelConfig with_variant(kernels::KernelConfig config, Variant variant
 // far below what a wrong nibble, scale or column shows (~1e-2 of the magnitude).
 constexpr double kSummationRelError = 1e-4;
 constexpr int kMaxBatch = 512;
-constexpr uint32_t kPoisonBits = 0xFFFFFFFFu;
-
-// A random matrix in GGUF blocks and in the split layout the kernels read (with the 16
-// bytes of slack the model keeps after every tensor).
-struct Matrix {
-  TensorType type;
-  int64_t rows = 0, cols = 0;
-  int64_t gguf_row_bytes = 0, split_row_bytes = 0;
-  std::vector<uint8_t> gguf;
-  DeviceArray<uint8_t> device;
-
-  Matrix(TensorType t, int64_t n_rows, int64_t n_cols, std::vector<uint8_t> gguf_bytes)
-      : type(t),
-        rows(n_rows),
-        cols(n_cols),
-        gguf_row_bytes(static_cast<int64_t>(row_bytes(t, n_cols))),
-        split_row_bytes(split_row_stride(static_cast<uint32_t>(t), n_cols)),
-        gguf(std::move(gguf_bytes)),
-        device(split_of(t, n_rows, n_cols, gguf)) {}
-
-  static std::vector<uint8_t> split_of(TensorType t, int64_t n_rows, int64_t n_cols,
-                                       const std::vector<uint8_t>& gguf_bytes) {
-    const int64_t stride = split_row_stride(static_cast<uint32_t>(t), n_cols);
-    std::vector<uint8_t> split(static_cast<size_t>(n_rows * stride) + 16, 0xEE);
-    split_rows(static_cast<uint32_t>(t), gguf_bytes.data(), n_rows, n_cols, split.data());
-    return split;
-  }
-};
-
-Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const int64_t gguf_row_bytes = static_cast<int64_t>(row_bytes(type, cols));
-  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_row_bytes));
-  std::normal_distribution<float> dist(0.0f, 0.5f);
-  std::vector<float> row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : row) v = dist(rng);
-    if (r % 7 == 3)  // a zero sub-block: d = 0
-      std::fill_n(row.begin() + (r / 7 % (cols / 32)) * 32, 32, 0.0f);
-    quantize_row(type, row.data(), gguf.data() + r * gguf_row_bytes, cols);
-  }
-  return Matrix(type, rows, cols, std::move(gguf));
-}
 
 // Row r's elements as exact doubles, and per element the magnitude the kernels' f32 sum
 // rounds against: |d q| + |min term| (Q4_0: q unsigned with a -8 d min term).
@@ -214,41 +168,11 @@ double magnitude_bound(const std::vector<double>& terms, const std::vector<doubl
   return sum;
 }
 
-// y for `batch` columns with one extra poisoned column after them, which no kernel may write.
-struct Output {
-  DeviceArray<float> y;
-  int64_t rows;
-  Output(int64_t n_rows, int batch) : y(static_cast<size_t>((batch + 1) * n_rows)), rows(n_rows) {
-    y.poison();
-  }
-};
-
-kernels::MatvecTask task_for(const Matrix& m, float* y) {
-  kernels::MatvecTask t;
-  t.weight = m.device.get();
-  t.row_bytes = m.split_row_bytes;
-  t.split_layout = true;
-  t.n_out = static_cast<int>(m.rows);
-  t.y = y;
-  t.y_stride = m.rows;
-  return t;
-}
-
 void expect_guard_column_untouched(const std::vector<float>& y, int64_t rows, int batch,
                                    const char* kernel) {
-  int written = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    uint32_t bits;
-    std::memcpy(&bits, &y[static_cast<size_t>(batch * rows + r)], sizeof(bits));
-    written += bits != kPoisonBits;
-  }
+  const int written = mma_test::written_past(y, rows, batch);
   EXPECT_EQ(written, 0) << kernel << " wrote " << written << " elements past the batch";
 }
-
-struct Shape {
-  TensorType type;
-  int64_t rows, cols;
-};
 
 class MatvecMma : public ::testing::TestWithParam<Shape> {};
 
@@ -258,6 +182,7 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  expect_device_kernel();
   const Shape s = GetParam();
   const uint32_t type = static_cast<uint32_t>(s.type);
   const Matrix w = make_matrix(s.type, s.rows, s.cols, static_cast<uint32_t>(s.rows * 3 + s.cols));
@@ -311,10 +236,9 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
       SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
                    std::to_string(s.cols) + " batch " + std::to_string(batch) + " " +
                    variant.name());
-      const kernels::KernelConfig versioned = with_variant(config, variant);
       Output mma(s.rows, batch);
       const kernels::MatvecTask mma_task = task_for(w, mma.y.get());
-      CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, versioned, nullptr));
+      CUDA_OK(kernels::launch_matvec_mma(type, &mma_task, 1, in, config, nullptr, variant.kernel));
       const std::vector<float> got = mma.y.download();
       expect_guard_column_untouched(got, s.rows, batch, "mma");
 
@@ -341,8 +265,9 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
                           << " reference " << reference[at] << " bound " << reference_bound[at];
         }
       EXPECT_EQ(bad_reference, 0);
-      RecordProperty("worst_fraction_of_bound_v" + std::to_string(variant.version) + "_o" +
-                         std::to_string(variant.occupancy) + "_b" + std::to_string(batch),
+      RecordProperty(std::string("worst_fraction_of_bound_") +
+                         (variant.kernel == kernels::MmaKernel::kDevice ? "device" : "staged") +
+                         "_b" + std::to_string(batch),
                      std::to_string(worst));
     }
   }
@@ -367,19 +292,13 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q4_1, 16, 160});
   out.push_back({TensorType::Q4_0, 200, 1184});
   out.push_back({TensorType::Q8_0, 1000, 1184});
-  // Q6_K (version 2; version 1 hands it to the dp4a kernel): an 8B model's attention shape,
+  // Q6_K (the block-staged kernel hands it to the dp4a kernel): an 8B model's attention shape,
   // one super-block per row, 5 and 56 super-blocks on row counts off the tiles.
   out.push_back({TensorType::Q6_K, 4096, 4096});
   out.push_back({TensorType::Q6_K, 333, 256});
   out.push_back({TensorType::Q6_K, 1000, 1280});
   out.push_back({TensorType::Q6_K, 150, 14336});
   return out;
-}
-
-std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
-  const Shape& s = info.param;
-  return std::string(tensor_type_info(s.type).name) + "_" + std::to_string(s.rows) + "x" +
-         std::to_string(s.cols);
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecMma, ::testing::ValuesIn(shapes()), shape_name);
@@ -398,12 +317,9 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
     for (const auto& [batch, variant] :
          {std::pair{5, kVariants[0]}, std::pair{64, kVariants[0]}, std::pair{77, kVariants[0]},
           std::pair{5, kVariants[1]}, std::pair{13, kVariants[1]}, std::pair{33, kVariants[1]},
-          std::pair{64, kVariants[1]}, std::pair{77, kVariants[1]}, std::pair{13, kVariants[2]},
-          std::pair{33, kVariants[2]}, std::pair{64, kVariants[2]}, std::pair{13, kVariants[3]},
-          std::pair{33, kVariants[3]}, std::pair{64, kVariants[3]}}) {
+          std::pair{64, kVariants[1]}, std::pair{77, kVariants[1]}}) {
       SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
                    " " + variant.name());
-      const kernels::KernelConfig versioned = with_variant(config, variant);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       std::vector<DeviceArray<float>> y_mma, y_dp4a;
       std::vector<std::vector<float>> start;
@@ -417,7 +333,8 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
         mma_tasks[i].accumulate = dp4a_tasks[i].accumulate = i == 1;
       }
       const uint32_t t = static_cast<uint32_t>(type);
-      CUDA_OK(kernels::launch_matvec_mma(t, mma_tasks, 3, act.input(batch), versioned, nullptr));
+      CUDA_OK(kernels::launch_matvec_mma(t, mma_tasks, 3, act.input(batch), config, nullptr,
+                                         variant.kernel));
       CUDA_OK(kernels::launch_matvec(t, dp4a_tasks, 3, act.input(batch), config, nullptr));
       for (int i = 0; i < 3; ++i) {
         const std::vector<double> terms = row_block_terms(w[i]);
@@ -450,18 +367,16 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
     for (const auto& [batch, variant] :
          {std::pair{4, kVariants[0]}, std::pair{33, kVariants[0]}, std::pair{100, kVariants[0]},
           std::pair{4, kVariants[1]}, std::pair{8, kVariants[1]}, std::pair{13, kVariants[1]},
-          std::pair{33, kVariants[1]}, std::pair{64, kVariants[1]}, std::pair{100, kVariants[1]},
-          std::pair{13, kVariants[2]}, std::pair{33, kVariants[2]}, std::pair{64, kVariants[2]},
-          std::pair{13, kVariants[3]}, std::pair{33, kVariants[3]}, std::pair{64, kVariants[3]}}) {
+          std::pair{33, kVariants[1]}, std::pair{64, kVariants[1]}, std::pair{100, kVariants[1]}}) {
       SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
                    " " + variant.name());
-      const kernels::KernelConfig versioned = with_variant(config, variant);
       const std::vector<double> blocks = act.block_magnitudes(batch);
       Output fused(rows, batch), g(rows, batch), u(rows, batch);
       kernels::MatvecTask task = task_for(gate, fused.y.get());
       task.weight_up = up.device.get();
       const kernels::MatvecTask gt = task_for(gate, g.y.get()), ut = task_for(up, u.y.get());
-      CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), versioned, nullptr));
+      CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), config, nullptr,
+                                         variant.kernel));
       CUDA_OK(kernels::launch_matvec(t, &gt, 1, act.input(batch), config, nullptr));
       CUDA_OK(kernels::launch_matvec(t, &ut, 1, act.input(batch), config, nullptr));
       const std::vector<float> got = fused.y.download(), gv = g.y.download(), uv = u.y.download();
@@ -493,39 +408,32 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), false));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
-  kernels::KernelConfig off = config;
-  off.mma = 0;
-  EXPECT_EQ(kernels::matvec_mma_version(off), 0);
-  off.mma_occupancy = 2;
-  EXPECT_EQ(kernels::matvec_mma_occupancy(off), 0);  // no variant without version 2
-  kernels::KernelConfig v1 = config;
-  v1.mma = 1;
-  v1.mma_occupancy = 1;
-  EXPECT_EQ(kernels::matvec_mma_occupancy(v1), 0);
+  expect_device_kernel();
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
   const Activations act(64, 4, config);
   for (const Variant variant : kVariants) {
     SCOPED_TRACE(variant.name());
-    const kernels::KernelConfig versioned = with_variant(config, variant);
     Output y(16, 8);
     kernels::MatvecTask t = task_for(w, y.y.get());
     const uint32_t q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
     t.split_layout = false;  // GGUF blocks
-    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), versioned, nullptr),
-              cudaErrorInvalidValue);
+    EXPECT_EQ(
+        kernels::launch_matvec_mma(q4_0, &t, 1, act.input(8), config, nullptr, variant.kernel),
+        cudaErrorInvalidValue);
     t.split_layout = true;
     EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q5_0), &t, 1,
-                                         act.input(8), versioned, nullptr),
+                                         act.input(8), config, nullptr, variant.kernel),
               cudaErrorInvalidValue);
     EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
-                                         act.input(8), versioned, nullptr),
+                                         act.input(8), config, nullptr, variant.kernel),
               cudaErrorInvalidValue);  // 64 columns: not whole Q6_K super-blocks
     kernels::MatvecInput odd = act.input(8);
     odd.n_in = 48;  // not whole sub-blocks
-    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, versioned, nullptr),
+    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, config, nullptr, variant.kernel),
               cudaErrorInvalidValue);
-    EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, act.input(0), versioned, nullptr),
-              cudaSuccess);
+    EXPECT_EQ(
+        kernels::launch_matvec_mma(q4_0, &t, 1, act.input(0), config, nullptr, variant.kernel),
+        cudaSuccess);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // a refusal leaves no error behind
   }
 }

@@ -71,6 +71,10 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   if (config.mma && !k::matvec_mma_fits_device()) {
     config.mma = false;
     logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
+  } else if (config.mma && k::matvec_mma_device_kernel() == 1) {
+    logger("engine.cuda")
+        ->info("int8 mma: the block-staged kernel (the warp-pipelined one needs ~208 KB of shared "
+               "memory per block)");
   }
   if (config.f16_mma_min_rows > 0 && !k::matvec_f16mma_fits_device()) {
     config.f16_mma_min_rows = 0;
@@ -143,15 +147,6 @@ k::MatvecTask swiglu_task(const DeviceLayer& l) {
   t.n_out = static_cast<int>(l.w_gate.rows);
   t.y_stride = l.w_gate.rows;
   return t;
-}
-
-// Whether a run of more than kMatvecMaxRows rows takes layer_matvec (int8 tensor-core
-// products) instead of layer_gemm: only with mma_prefill and when all seven matrices can.
-bool mma_prefill(const k::KernelConfig& config, const DeviceLayer& l) {
-  if (!config.mma || !config.mma_prefill) return false;
-  for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-    if (!k::matvec_mma_supports(m->type, m->split)) return false;
-  return true;
 }
 
 }  // namespace
@@ -782,8 +777,7 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   // The output projection reads int8 blocks when its kernel does (it reads the f16 copy
   // instead where there is one): the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (!f16_out && (n_rows <= kMatvecMaxRows || mma_prefill(kernel_config_, l)) &&
-      k::matvec_reads_q8(wo.type, wo.split))
+  if (!f16_out && n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
   // split kernel takes every row), then the split kernel for the other rows only.
@@ -1005,9 +999,7 @@ void CudaModel::run_layers(int n_rows) {
     staged_ = nullptr;
   }
   overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
-  auto takes_gemm = [&](size_t i) {
-    return n_rows > kMatvecMaxRows && !mma_prefill(kernel_config_, layers_[i]);
-  };
+  auto takes_gemm = [&](size_t) { return n_rows > kMatvecMaxRows; };
   copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     streamer_->before_layer(i, stream_.get());
