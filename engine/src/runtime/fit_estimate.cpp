@@ -126,12 +126,13 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
     in.workspace_bytes = workspace.total();
     in.kv_reserve_bytes = e.kv_bytes_per_token *
                           static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
+    // The plan and its minimum without the prefill overlap's second f16 scratch; the model
+    // takes that scratch only where it keeps the same layers resident.
+    const PlacementPlan plan = plan_placement(in);
     if (kernels.prefill_overlap && workspace.overlap_bytes > 0 &&
         overlap_scratch_fits(in, workspace.overlap_bytes))
       in.workspace_bytes += workspace.overlap_bytes;
     e.workspace_bytes = in.workspace_bytes;
-    held = e.weights_bytes + e.workspace_bytes;
-    const PlacementPlan plan = plan_placement(in);
     e.loads = plan.loads;
     e.minimum_budget_bytes = plan.minimum_budget_bytes;
     e.resident_layers = plan.resident_layers;

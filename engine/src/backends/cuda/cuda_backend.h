@@ -11,7 +11,6 @@
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/graph_cache.h"
-#include "granule/sampling.h"
 
 namespace granule::cuda {
 
