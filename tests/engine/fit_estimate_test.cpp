@@ -1,18 +1,31 @@
 // Tests of Engine::estimate, the fit preview from the file alone: KV per token in the element
 // type of the backend the options pick (f32 on the CPU, twice the f16 of CUDA), the same
-// weights and KV reservation the opened engine then charges, the budget arithmetic, and
-// clear errors.
+// weights and KV reservation the opened engine then charges, the GPU plan made from the
+// weight-layout table and the workspace list CudaModel allocates from, the budget arithmetic,
+// the host-to-device bandwidth measured at most once however often it is asked, and clear
+// errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backends/kernel_config_env.h"
+#include "backends/measured_once.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
+#include "memory/placement.h"
+#include "memory/weight_layout.h"
+#include "memory/workspace_layout.h"
 #include "support/temp_model.h"
+#ifdef GRANULE_HAVE_CUDA
+#include "backends/cuda/h2d_bandwidth.h"
+#endif
 
 namespace granule {
 namespace {
@@ -35,6 +48,20 @@ EngineOptions options(DeviceKind device, uint64_t budget = 0) {
   o.max_sequences = 3;
   o.vram_budget_bytes = budget;
   return o;
+}
+
+// The CUDA backend's tables for a model file: its weight layout, and the workspace list for
+// the options' prefill chunk (512 rows), `context` and chats.
+WeightLayout layout_of(const std::filesystem::path& path) {
+  const auto file = ModelFile::open(path);
+  const ModelConfig config = ModelConfig::from_gguf(*file);
+  return weight_layout(config, WeightTable::from_gguf(*file, config),
+                       kernel_config_from_environment().split_weights);
+}
+
+CudaWorkspace workspace_of(const std::filesystem::path& path, int64_t context) {
+  const auto file = ModelFile::open(path);
+  return cuda_workspace(ModelConfig::from_gguf(*file), layout_of(path), 512, context, 3);
 }
 
 TEST(FitEstimate, KvPerTokenOnTheCpuIsF32TwiceTheF16OfCuda) {
@@ -65,6 +92,73 @@ TEST(FitEstimate, KvPerTokenOnTheCpuIsF32TwiceTheF16OfCuda) {
       static_cast<int64_t>(((1ull << 30) - cuda.resident_weight_bytes - cuda.workspace_bytes) /
                            cuda.kv_bytes_per_token));
   EXPECT_GE(cuda.resident_weight_bytes, cuda.weights_bytes);
+}
+
+TEST(FitEstimate, TheGpuPlanIsTheWeightLayoutAndTheWorkspaceListCudaModelAllocates) {
+  SyntheticModelSpec q4 = spec();
+  q4.weight_type = TensorType::Q4_0;  // split rows where the kernels read them
+  const TempModel model(q4, "granule_fit");
+  const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
+  const kernels::KernelConfig kernels = kernel_config_from_environment();
+  const DeviceWeightSizes sizes = layout_of(model.path).sizes();
+  const CudaWorkspace workspace = workspace_of(model.path, 4096);
+  EXPECT_EQ(e.resident_layers, 2);
+  EXPECT_EQ(e.resident_weight_bytes, sizes.total());
+  // 1 GiB is roomy: the model takes the prefill overlap's second f16 scratch where it is on.
+  EXPECT_EQ(e.workspace_bytes,
+            workspace.total() + (kernels.prefill_overlap ? workspace.overlap_bytes : 0));
+  // The minimum is the plan's without that scratch: fixed weights, a ring of two of the
+  // largest layer, the workspace and 512 tokens of f16 KV.
+  const uint64_t largest = std::max(sizes.layer_bytes[0], sizes.layer_bytes[1]);
+  EXPECT_EQ(e.kv_reserve_bytes, 512 * e.kv_bytes_per_token);
+  EXPECT_EQ(e.minimum_budget_bytes,
+            sizes.fixed_bytes + 2 * largest + workspace.total() + e.kv_reserve_bytes);
+  // At that minimum (which, with two layers of one size, holds both resident instead of a
+  // ring of two) the overlap's scratch does not fit, and is left out.
+  const FitEstimate tight =
+      Engine::estimate(model.path, options(DeviceKind::Cuda, e.minimum_budget_bytes));
+  EXPECT_TRUE(tight.loads);
+  EXPECT_EQ(tight.resident_layers, 2);
+  EXPECT_EQ(tight.workspace_bytes, workspace.total());
+  EXPECT_FALSE(
+      Engine::estimate(model.path, options(DeviceKind::Cuda, e.minimum_budget_bytes - 1)).loads);
+}
+
+TEST(FitEstimate, TheBandwidthCacheMeasuresOnceHoweverOftenAndFromHoweverManyThreads) {
+  MeasuredOnce cache;
+  std::atomic<int> calls{0};
+  auto measure = [&] {
+    ++calls;
+    return 55e9;
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) threads.emplace_back([&] { EXPECT_EQ(cache.get(measure), 55e9); });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(cache.get(measure), 55e9);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(cache.measurements(), 1u);
+  // A measurement that throws caches nothing: the next one runs.
+  MeasuredOnce failing;
+  EXPECT_FALSE(failing.cached());
+  EXPECT_THROW(failing.get([]() -> double { throw std::runtime_error("no device"); }),
+               std::runtime_error);
+  EXPECT_FALSE(failing.cached());
+  EXPECT_EQ(failing.get([] { return 1.0; }), 1.0);
+  EXPECT_EQ(failing.measurements(), 2u);
+}
+
+TEST(FitEstimate, RepeatedEstimatesDoNotMeasureTheBandwidthAgain) {
+  const TempModel model(spec(), "granule_fit");
+  std::vector<double> bandwidths;
+  for (int i = 0; i < 4; ++i) {
+    const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Auto, 1ull << 30));
+    bandwidths.push_back(e.h2d_bytes_per_second);
+  }
+  EXPECT_EQ(std::count(bandwidths.begin(), bandwidths.end(), bandwidths[0]), 4);
+#ifdef GRANULE_HAVE_CUDA
+  // With a GPU the first estimate measured (through a ledger); without one none did.
+  EXPECT_LE(cuda::h2d_bandwidth_cache().measurements(), 1u);
+#endif
 }
 
 TEST(FitEstimate, MatchesWhatTheOpenedCpuEngineCharges) {
@@ -162,13 +256,17 @@ TEST(FitEstimate, StreamedLayersGrowAsTheBudgetShrinks) {
   const TempModel model(six_layers(), "granule_fit");
   const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
   const uint64_t device_weights = roomy.resident_weight_bytes;  // every layer resident
-  // All resident: device weights, workspace and the KV reserve.
-  const uint64_t all_resident = device_weights + roomy.workspace_bytes + roomy.kv_reserve_bytes;
+  // All resident: device weights, workspace and the KV reserve. (A roomy budget also holds the
+  // prefill overlap's second scratch, which the model drops before it would stream a layer.)
+  const uint64_t workspace = workspace_of(model.path, 4096).total();
+  EXPECT_GE(roomy.workspace_bytes, workspace);
+  const uint64_t all_resident = device_weights + workspace + roomy.kv_reserve_bytes;
   const uint64_t minimum = roomy.minimum_budget_bytes;
   ASSERT_LT(minimum, all_resident);
 
   const FitEstimate exact = Engine::estimate(model.path, options(DeviceKind::Cuda, all_resident));
   EXPECT_EQ(exact.streamed_layers, 0);
+  EXPECT_EQ(exact.workspace_bytes, workspace);
   const FitEstimate one_short =
       Engine::estimate(model.path, options(DeviceKind::Cuda, all_resident - 1));
   EXPECT_GT(one_short.streamed_layers, 0);
@@ -247,10 +345,11 @@ TEST(FitEstimate, AShorterContextKeepsMoreLayersResident) {
   const FitEstimate e = Engine::estimate(model.path, short_context);
   EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 256);
   EXPECT_LT(e.minimum_budget_bytes, roomy.minimum_budget_bytes);
-  // Less KV reserve (256 tokens, not 512) and a smaller attention scratch (the workspace).
-  EXPECT_EQ(e.minimum_budget_bytes - e.workspace_bytes,
-            roomy.minimum_budget_bytes - roomy.workspace_bytes -
-                roomy.kv_bytes_per_token * (512 - 256));
+  // Less KV reserve (256 tokens, not 512) and a smaller attention scratch (the workspace list
+  // at 256 tokens against 4,096).
+  EXPECT_EQ(roomy.minimum_budget_bytes - e.minimum_budget_bytes,
+            roomy.kv_bytes_per_token * (512 - 256) + workspace_of(model.path, 4096).total() -
+                workspace_of(model.path, 256).total());
   EXPECT_LE(e.workspace_bytes, roomy.workspace_bytes);
   EXPECT_GT(e.resident_layers,
             Engine::estimate(model.path, options(DeviceKind::Cuda, budget)).resident_layers);

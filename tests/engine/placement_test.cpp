@@ -1,12 +1,25 @@
 // The placement plan's arithmetic (engine/src/memory/placement.h): everything resident when it
 // fits; otherwise a resident prefix of layers beside a ring of staging slots sized to the
 // largest layer and the trailing layers streamed; the minimum working set; a cap from
-// pressure; the shortfall message.
+// pressure; the shortfall message; when the prefill overlap's scratch is taken. And the tables
+// the plan is fed from: the weight layout (memory/weight_layout.h) and the CUDA workspace list
+// (memory/workspace_layout.h).
 #include "memory/placement.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <numeric>
+#include <set>
+#include <string>
+
+#include "granule/gguf.h"
+#include "memory/weight_layout.h"
+#include "memory/workspace_layout.h"
+#include "model/weight_split.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
@@ -105,11 +118,177 @@ TEST(Placement, TheRingHasASlotPerStreamedLayerUpToTwoSizedToTheLargestStreamed)
   EXPECT_EQ(plan_placement(in).resident_layers, 4);
 }
 
+TEST(Placement, TheOverlapScratchIsTakenOnlyWhereTheSameLayersStayResident) {
+  // 650 MiB holds everything with 0 MiB to spare; 700 MiB leaves 50 MiB.
+  EXPECT_FALSE(overlap_scratch_fits(input(650), 1));
+  EXPECT_TRUE(overlap_scratch_fits(input(700), 50 * MiB));
+  EXPECT_FALSE(overlap_scratch_fits(input(700), 50 * MiB + 1));
+  // Streaming either way: 600 MiB keeps 7 layers; 20 MiB more workspace would cost one.
+  EXPECT_TRUE(overlap_scratch_fits(input(600), 0));
+  EXPECT_FALSE(overlap_scratch_fits(input(600), 20 * MiB));
+  EXPECT_FALSE(overlap_scratch_fits(input(249), 0));  // does not load at all
+}
+
 TEST(Placement, DefaultKvReserveIsOnePrefillChunkOfAtMost512Tokens) {
   EXPECT_EQ(default_kv_reserve_tokens(512), 512);
   EXPECT_EQ(default_kv_reserve_tokens(8192), 512);
   EXPECT_EQ(default_kv_reserve_tokens(300), 300);
   EXPECT_EQ(default_kv_reserve_tokens(0), 0);
+}
+
+// "tiny" (2 layers, 64 wide, ff 128, 4/2 heads of 16, vocab 384, untied) with Q4_0 layers.
+struct TinyModel {
+  test::TempModel file{spec(), "placement-layout"};
+  std::unique_ptr<ModelFile> gguf = ModelFile::open(file.path);
+  ModelConfig config = ModelConfig::from_gguf(*gguf);
+  WeightTable weights = WeightTable::from_gguf(*gguf, config);
+
+  static SyntheticModelSpec spec() {
+    SyntheticModelSpec s = SyntheticModelSpec::preset("tiny");
+    s.weight_type = TensorType::Q4_0;
+    return s;
+  }
+};
+
+TEST(WeightLayout, EveryMatrixIsAlignedPaddedAndSplitWhereTheKernelsReadSplitRows) {
+  const TinyModel m;
+  const WeightLayout split = weight_layout(m.config, m.weights, true);
+  const WeightLayout gguf = weight_layout(m.config, m.weights, false);
+  ASSERT_EQ(split.layers.size(), 2u);
+  for (const WeightLayout* layout : {&split, &gguf}) {
+    for (const LayerWeightLayout& l : layout->layers) {
+      uint64_t at = 0;
+      for (const MatrixLayout& x : l.matrices) {
+        EXPECT_EQ(x.offset, at);
+        EXPECT_EQ(x.offset % 256, 0u);
+        EXPECT_EQ(x.padded_bytes, (x.bytes + 16 + 255) / 256 * 256);
+        EXPECT_EQ(x.bytes, static_cast<uint64_t>(x.rows * x.row_bytes));
+        at += x.padded_bytes;
+      }
+      EXPECT_EQ(l.bytes, at);
+    }
+  }
+  // wq: 64 rows of 64 Q4_0 elements, 36 bytes as stored; split rows are 48 bytes apart.
+  const MatrixLayout& wq = split.layers[0].matrices[0];
+  EXPECT_TRUE(wq.split);
+  EXPECT_EQ(wq.gguf_row_bytes, 36);
+  EXPECT_EQ(wq.row_bytes, split_row_stride(wq.tensor->ggml_type, 64));
+  EXPECT_EQ(wq.row_bytes, 48);
+  EXPECT_EQ(wq.bytes, 3072u);
+  EXPECT_EQ(wq.padded_bytes, 3328u);
+  const MatrixLayout& wq_gguf = gguf.layers[0].matrices[0];
+  EXPECT_FALSE(wq_gguf.split);
+  EXPECT_EQ(wq_gguf.bytes, 2304u);  // 64 x 36, as stored
+  EXPECT_EQ(wq_gguf.padded_bytes, 2560u);
+  // F32 embeddings and head: no split layout, 384 x 64 x 4 bytes each (+ slack, aligned).
+  ASSERT_EQ(split.fixed.size(), 2u);
+  EXPECT_FALSE(split.fixed[0].split);
+  EXPECT_EQ(split.fixed[1].offset, 98560u);
+  EXPECT_EQ(split.fixed_matrix_bytes, 2 * 98560u);
+  // Norms (64 floats, one aligned 256-byte run each): two per layer, then the output norm.
+  EXPECT_EQ(split.layers[0].vectors[0], 0);
+  EXPECT_EQ(split.layers[0].vectors[1], 64);
+  EXPECT_EQ(split.layers[1].vectors[0], 128);
+  EXPECT_EQ(split.layers[0].vectors[2], -1);  // no Q bias
+  EXPECT_EQ(split.output_norm_vector, 256);
+  EXPECT_EQ(split.vector_floats, 320u);
+  EXPECT_EQ(split.rope_bytes, 8u * 8u);  // head_dim 16: 8 frequencies as doubles
+  EXPECT_EQ(split.largest_layer_matrix_elements, 64 * 128);
+}
+
+TEST(WeightLayout, ThePlanSizesAreTheTablesTotals) {
+  const TinyModel m;
+  const WeightLayout layout = weight_layout(m.config, m.weights, true);
+  const DeviceWeightSizes sizes = layout.sizes();
+  EXPECT_EQ(sizes.fixed_bytes,
+            layout.fixed_matrix_bytes + layout.vector_floats * sizeof(float) + layout.rope_bytes);
+  EXPECT_EQ(sizes.fixed_bytes, 2 * 98560u + 320 * 4 + 64);
+  ASSERT_EQ(sizes.layer_bytes.size(), layout.layers.size());
+  uint64_t layers = 0;
+  for (size_t i = 0; i < layout.layers.size(); ++i) {
+    EXPECT_EQ(sizes.layer_bytes[i], layout.layers[i].bytes);
+    layers += layout.layers[i].bytes;
+  }
+  EXPECT_EQ(sizes.total(), sizes.fixed_bytes + layers);
+  // A plan over them holds exactly the table's bytes.
+  PlacementInput in;
+  in.weights = sizes;
+  in.budget_bytes = sizes.total();
+  const PlacementPlan all = plan_placement(in);
+  EXPECT_EQ(all.resident_layers, 2);
+  EXPECT_EQ(all.resident_weight_bytes, sizes.total());
+  in.max_resident_layers = 0;  // every layer through the ring
+  const PlacementPlan streamed = plan_placement(in);
+  EXPECT_EQ(streamed.staging_bytes, 2 * std::max(layout.layers[0].bytes, layout.layers[1].bytes));
+  EXPECT_EQ(streamed.resident_layers, 0);
+  EXPECT_EQ(streamed.streamed_bytes_per_pass, layers);
+  EXPECT_EQ(streamed.resident_weight_bytes, sizes.fixed_bytes);
+}
+
+TEST(WeightLayout, ALayerBlobHoldsItsMatricesInTheirDeviceLayout) {
+  const TinyModel m;
+  for (bool split : {true, false}) {
+    const WeightLayout layout = weight_layout(m.config, m.weights, split);
+    const LayerWeightLayout& l = layout.layers[1];
+    std::vector<uint8_t> blob(l.bytes, 0xAB);
+    l.write(blob.data());
+    for (const MatrixLayout& x : l.matrices) {
+      std::vector<uint8_t> expected(x.bytes);
+      if (split)
+        split_rows(x.tensor->ggml_type, x.tensor->data, x.rows, x.cols, expected.data());
+      else
+        std::memcpy(expected.data(), x.tensor->data, x.bytes);
+      EXPECT_EQ(std::memcmp(blob.data() + x.offset, expected.data(), x.bytes), 0)
+          << x.tensor->name << (split ? " split" : " as stored");
+    }
+  }
+}
+
+TEST(CudaWorkspace, TheListNamesEveryBufferOnceAndSumsThem) {
+  const TinyModel m;
+  const WeightLayout layout = weight_layout(m.config, m.weights, true);
+  const CudaWorkspace w = cuda_workspace(m.config, layout, 512, 4096, 3);
+  std::set<std::string> names;
+  uint64_t total = 0;
+  for (const auto* list : {&w.buffers, &w.attention})
+    for (const WorkspaceBuffer& b : *list) {
+      EXPECT_TRUE(names.insert(std::string(b.name)).second) << b.name;
+      EXPECT_EQ(w.bytes(b.name), b.bytes);
+      total += b.bytes;
+    }
+  EXPECT_EQ(w.total(), total);
+  EXPECT_EQ(w.load_bytes() + w.attention_bytes(), total);
+  EXPECT_EQ(w.bytes("no such buffer"), 0u);
+  // Beyond 64 rows the GEMM path's f16 scratch: the largest layer matrix; the overlap's second
+  // scratch is as large.
+  EXPECT_EQ(w.bytes("weight_f16"), 64u * 128u * 2u);
+  EXPECT_EQ(w.overlap_bytes, w.bytes("weight_f16"));
+  EXPECT_EQ(w.bytes("slot_bases"), 3u * 8u);
+  EXPECT_EQ(w.bytes("hidden"), 512u * 64u * 4u);
+  EXPECT_EQ(w.bytes("logits"), 64u * 384u * 4u);
+}
+
+TEST(CudaWorkspace, SixtyFourRowsNeedNoGemmScratchAndTheInputsAreOneAlignedRegion) {
+  const TinyModel m;
+  const WeightLayout layout = weight_layout(m.config, m.weights, true);
+  const CudaWorkspace w = cuda_workspace(m.config, layout, 16, 1000, 0);
+  EXPECT_EQ(w.rows, 64);  // never fewer than the matvec path's 64
+  EXPECT_EQ(w.bytes("weight_f16"), 0u);
+  EXPECT_EQ(w.overlap_bytes, 0u);
+  EXPECT_EQ(w.bytes("slot_bases"), 0u);
+  // [8 x 64 int32][64 x 48-byte sampling parameters][64 int32][64 x 256 int32], each aligned.
+  EXPECT_EQ(w.params_offset, 2048u);
+  EXPECT_EQ(w.lengths_offset, 5120u);
+  EXPECT_EQ(w.history_offset, 5376u);
+  EXPECT_EQ(w.bytes("inputs"), 5376u + 64u * 256u * 4u);
+  // Attention: decode rows in splits of 64 tokens (16 of them for 1000) beat prefill's one:
+  // 64 rows x 4 heads x 16 splits x (16 + 2) floats; counters: 64 rows x 2 KV heads.
+  EXPECT_EQ(w.bytes("attention_partial"), 64u * 4u * 16u * 18u * 4u);
+  EXPECT_EQ(w.bytes("attention_counters"), 64u * 2u * 4u);
+  // A longer context needs more scratch, nothing else changes.
+  const CudaWorkspace longer = cuda_workspace(m.config, layout, 16, 8000, 0);
+  EXPECT_GT(longer.attention_bytes(), w.attention_bytes());
+  EXPECT_EQ(longer.load_bytes(), w.load_bytes());
 }
 
 }  // namespace

@@ -9,18 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "granule/model_config.h"
-
 namespace granule {
 
 // Bytes each part of a model takes on the device, in the layout the CUDA backend uploads
-// (split rows where the kernels read them, every matrix padded and aligned).
+// (split rows where the kernels read them, every matrix padded and aligned): what
+// WeightLayout::sizes() (weight_layout.h) gives.
 struct DeviceWeightSizes {
-  uint64_t fixed_bytes = 0;               // embeddings, output head, norms, rope table
-  std::vector<uint64_t> layer_bytes;      // each layer's seven matrices, packed
+  uint64_t fixed_bytes = 0;           // embeddings, output head, norms, rope table
+  std::vector<uint64_t> layer_bytes;  // each layer's seven matrices, packed
   uint64_t total() const;
 };
-DeviceWeightSizes device_weight_sizes(const WeightTable& weights, bool split_weights);
 
 struct PlacementInput {
   uint64_t budget_bytes = 0;
@@ -56,11 +54,10 @@ PlacementPlan plan_placement(const PlacementInput& input);
 // layers to streaming (the engine's pressure path).
 int64_t default_kv_reserve_tokens(int64_t context_per_chat);
 
-// The CUDA backend's workspace for passes of up to max_rows token rows and contexts of
-// `context` tokens (cuda_model.cpp allocates these buffers): activations, the step's inputs,
-// 64 rows of logits, one dequantised matrix for the GEMM path, the attention scratch.
-uint64_t cuda_workspace_bytes(const ModelConfig& config, const WeightTable& weights,
-                              int64_t max_rows, int64_t context);
+// Whether the prefill overlap's second f16 scratch (`extra_bytes` more workspace) is taken:
+// only when the plan keeps as many layers resident with it as without it (a layer moved to
+// streaming costs every pass a copy far longer than the dequantisation the overlap hides).
+bool overlap_scratch_fits(PlacementInput input, uint64_t extra_bytes);
 
 // "the VRAM budget of 1.0 GiB is below the 1.3 GiB this model needs at least: 0.6 GiB of
 // embeddings and head, 0.2 GiB of staging for two streamed layers, ..."

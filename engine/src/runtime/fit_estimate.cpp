@@ -7,6 +7,8 @@
 #include "backends/backend.h"
 #include "backends/kernel_config_env.h"
 #include "memory/placement.h"
+#include "memory/weight_layout.h"
+#include "memory/workspace_layout.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
@@ -111,17 +113,26 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   e.loads = e.budget_bytes >= held;
   e.minimum_budget_bytes = held;
   if (e.gpu) {
-    // The CUDA backend's plan (cuda_model.cpp makes the same one at load), with its workspace.
+    // The CUDA backend's plan (CudaModel makes the same one at load) from the same weight
+    // layout and workspace list, with the prefill overlap's scratch where the model takes it.
     const int64_t rows = options.prefill_chunk_tokens > 0 ? options.prefill_chunk_tokens : 512;
-    e.workspace_bytes = cuda_workspace_bytes(e.config, weights, rows, e.context_per_chat);
-    held = e.weights_bytes + e.workspace_bytes;
+    const kernels::KernelConfig kernels = kernel_config_from_environment();
+    const WeightLayout layout = weight_layout(e.config, weights, kernels.split_weights);
+    const CudaWorkspace workspace =
+        cuda_workspace(e.config, layout, rows, e.context_per_chat, e.chats);
     PlacementInput in;
     in.budget_bytes = e.budget_bytes;
-    in.weights = device_weight_sizes(weights, kernel_config_from_environment().split_weights);
-    in.workspace_bytes = e.workspace_bytes;
+    in.weights = layout.sizes();
+    in.workspace_bytes = workspace.total();
     in.kv_reserve_bytes = e.kv_bytes_per_token *
                           static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
+    // The plan and its minimum without the prefill overlap's second f16 scratch; the model
+    // takes that scratch only where it keeps the same layers resident.
     const PlacementPlan plan = plan_placement(in);
+    if (workspace.overlap_bytes > 0 &&
+        overlap_scratch_fits(in, workspace.overlap_bytes))
+      in.workspace_bytes += workspace.overlap_bytes;
+    e.workspace_bytes = in.workspace_bytes;
     e.loads = plan.loads;
     e.minimum_budget_bytes = plan.minimum_budget_bytes;
     e.resident_layers = plan.resident_layers;

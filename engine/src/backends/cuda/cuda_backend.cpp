@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <limits>
-#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_vmm.h"
+#include "backends/cuda/h2d_bandwidth.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "memory/placement.h"
@@ -38,37 +38,6 @@ std::mutex lost_mutex;
 std::string lost_reason;
 
 }  // namespace
-
-double measure_h2d_bandwidth() {
-  // 64 MiB from pinned memory, best of three after a warm-up: what one streamed layer's copy
-  // sees. Temporary buffers, freed before anything is charged to the ledger.
-  constexpr size_t kBytes = size_t{64} << 20;
-  void* host = nullptr;
-  void* device = nullptr;
-  cudaEvent_t start = nullptr, stop = nullptr;
-  double best = 0;
-  if (cudaHostAlloc(&host, kBytes, cudaHostAllocDefault) == cudaSuccess &&
-      cudaMalloc(&device, kBytes) == cudaSuccess && cudaEventCreate(&start) == cudaSuccess &&
-      cudaEventCreate(&stop) == cudaSuccess) {
-    std::memset(host, 1, kBytes);
-    for (int i = 0; i < 4; ++i) {
-      cudaEventRecord(start, nullptr);
-      cudaMemcpyAsync(device, host, kBytes, cudaMemcpyHostToDevice, nullptr);
-      cudaEventRecord(stop, nullptr);
-      float ms = 0;
-      if (cudaEventSynchronize(stop) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)
-        break;
-      if (i > 0 && ms > 0) best = std::max(best, static_cast<double>(kBytes) / (ms * 1e-3));
-    }
-  }
-  if (start) cudaEventDestroy(start);
-  if (stop) cudaEventDestroy(stop);
-  if (device) cudaFree(device);
-  if (host) cudaFreeHost(host);
-  cudaGetLastError();
-  return best;
-}
 
 void note_device_lost(const std::string& reason) noexcept {
   try {
@@ -136,7 +105,7 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   device_total_bytes_ = total_bytes;
   if (init.options.vram_budget_bytes == 0)
     init.memory.set_budget_bytes(default_budget(free_bytes, total_bytes));
-  h2d_bandwidth_ = measure_h2d_bandwidth();
+  h2d_bandwidth_ = h2d_bandwidth(init.memory);  // the first engine measures; later ones reuse it
   const int max_rows = static_cast<int>(
       std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
   model_ = std::make_unique<CudaModel>(init, max_rows);
@@ -230,8 +199,7 @@ int CudaBackend::bucket_of(int n) {
 }
 
 void CudaBackend::placement_changed(const std::string& reason) {
-  graphs_.clear();
-  recapture_reason_ = reason;
+  graphs_.invalidate(reason);
   ++replans_;
   last_replan_reason_ = reason;
   logger("engine.cuda")
@@ -252,59 +220,25 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
     if (graph_io) m.queue_token_download(n_rows);
   };
   if (!decode || !options_.cuda_graphs) {
-    if (decode) {
-      last_fallback_reason_ = "graphs disabled by the options";
-      ++eager_steps_;
-    }
+    if (decode) graphs_.count_eager("graphs disabled by the options");
     m.reset_host_operations();
     enqueue();
     return m.host_operations();
   }
-  auto key = std::make_pair(n_rows, head);
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
-    cudaStream_t s = m.stream();
-    check_cuda(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal),
-               "cudaStreamBeginCapture");
-    cudaGraph_t graph = nullptr;
-    try {
-      enqueue();
-    } catch (...) {
-      cudaStreamEndCapture(s, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    check_cuda(cudaStreamEndCapture(s, &graph), "cudaStreamEndCapture");
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
-    if (status != cudaSuccess) {
-      cudaGraphDestroy(graph);
-      check_cuda(status, "cudaGraphInstantiate");
-    }
-    it = graphs_.emplace(key, CapturedStep{CudaGraph(graph, exec), 0}).first;
-    ++graph_captures_;
-    if (captured_before_[key]++ > 0) {
-      ++graph_recaptures_;
-      last_recapture_reason_ = recapture_reason_.empty() ? "unknown" : recapture_reason_;
-    }
-    it->second.nodes = static_cast<int32_t>(it->second.graph.node_count());
-    logger("engine.graph")->debug("captured the decode step for {} rows ({} nodes)", n_rows,
-                                  it->second.nodes);
-  }
-  last_nodes_ = it->second.nodes;
-  it->second.graph.launch(m.stream());
+  const GraphCache::Key key{n_rows, head};
+  if (!graphs_.find(key)) graphs_.capture(key, m.stream(), enqueue);
+  graphs_.replay(key, m.stream());
   if (graph_io) m.mark_inputs_sent();
-  ++graph_replays_;
   return 1;
 }
 
 double CudaBackend::replay_seconds(int rows, int replays) {
-  const auto it = graphs_.find({bucket_of(rows), Head::Greedy});
-  if (it == graphs_.end() || replays <= 0 || pending_.active) return -1;
+  const CudaGraph* graph = graphs_.find({bucket_of(rows), Head::Greedy});
+  if (!graph || replays <= 0 || pending_.active) return -1;
   cudaStream_t s = model_->stream();
   CudaEvent start, stop;
   check_cuda(cudaEventRecord(start.get(), s), "cudaEventRecord");
-  for (int i = 0; i < replays; ++i) it->second.graph.launch(s);
+  for (int i = 0; i < replays; ++i) graph->launch(s);
   check_cuda(cudaEventRecord(stop.get(), s), "cudaEventRecord");
   check_cuda(cudaEventSynchronize(stop.get()), "cudaEventSynchronize");
   float ms = 0;
@@ -488,20 +422,8 @@ StepResult CudaBackend::wait() {
 void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
   snapshot.device.name = device_name_;
   snapshot.device.gpu = true;
-  GraphTelemetry& g = snapshot.graphs;
-  g.buckets.clear();
-  for (const auto& [key, graph] : graphs_)
-    if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
-      g.buckets.push_back(key.first);
-  std::sort(g.buckets.begin(), g.buckets.end());
-  g.nodes = last_nodes_;
-  g.segments_per_step = last_segments_;
-  g.replays = graph_replays_;
-  g.captures = graph_captures_;
-  g.recaptures = graph_recaptures_;
-  g.last_recapture_reason = last_recapture_reason_;
-  g.eager_steps = eager_steps_;
-  g.last_fallback_reason = last_fallback_reason_;
+  graphs_.fill_telemetry(snapshot.graphs);
+  snapshot.graphs.segments_per_step = last_segments_;
 
   const WeightStreamer& w = model_->streamer();
   StreamingTelemetry& st = snapshot.streaming;
@@ -584,7 +506,11 @@ CudaDeviceInfo probe_cuda_device() {
   size_t free_bytes = 0, total_bytes = 0;
   cuda::check_cuda(cudaSetDevice(kDevice), "cudaSetDevice");
   cuda::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-  return {prop.name, cuda::default_budget(free_bytes, total_bytes), cuda::measure_h2d_bandwidth()};
+  const uint64_t budget = cuda::default_budget(free_bytes, total_bytes);
+  // The bandwidth an engine (or an earlier probe) measured in this process; only the first
+  // probe before any engine measures, through a ledger of the default budget.
+  MemoryManager ledger(budget, total_bytes);
+  return {prop.name, budget, cuda::h2d_bandwidth(ledger)};
 }
 
 }  // namespace granule

@@ -3,7 +3,6 @@
 // and sampling on the device so that only token ids cross to the host.
 #pragma once
 #include <chrono>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,17 +10,13 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
-#include "granule/sampling.h"
+#include "backends/cuda/graph_cache.h"
 
 namespace granule::cuda {
 
 // True when a CUDA device this build can run on is present; otherwise false and, when why
 // is not null, a one-line reason ("no CUDA driver", "no GPU", "compute capability 7.5 ...").
 bool cuda_available(std::string* why);
-
-// Pinned host-to-device copy bandwidth of the current device in bytes/s (0 when it cannot
-// be measured): the PCIe bound of weight streaming.
-double measure_h2d_bandwidth();
 
 class CudaBackend final : public Backend {
  public:
@@ -64,7 +59,7 @@ class CudaBackend final : public Backend {
   double replay_seconds(int rows, int replays);
 
  private:
-  enum class Head { Logits, Greedy, Sample };
+  using Head = StepHead;
   // Runs the layers and the head for the uploaded rows: a graph replay for decode steps
   // (captured on first use per bucket and head), else eagerly. Returns the host-issued
   // operations (1 for a replay).
@@ -110,18 +105,10 @@ class CudaBackend final : public Backend {
   std::unique_ptr<CudaModel> model_;
   KvSpace* kv_ = nullptr;
   MemoryManager* memory_ = nullptr;
-  struct CapturedStep {
-    CudaGraph graph;
-    int32_t nodes = 0;
-  };
-  std::map<std::pair<int, Head>, CapturedStep> graphs_;
-  std::map<std::pair<int, Head>, int> captured_before_;  // keys ever captured
-  uint64_t graph_replays_ = 0, graph_captures_ = 0, graph_recaptures_ = 0, eager_steps_ = 0;
-  int32_t last_nodes_ = 0, last_segments_ = 0;
-  std::string recapture_reason_, last_recapture_reason_;
-  std::string last_fallback_reason_;
+  GraphCache graphs_;
+  int32_t last_segments_ = 0;
   // Streaming.
-  double h2d_bandwidth_ = 0;  // measured at construction
+  double h2d_bandwidth_ = 0;  // measured once per process (h2d_bandwidth.h)
   uint64_t h2d_bytes_ = 0, replans_ = 0;
   std::string last_replan_reason_;
   double last_step_seconds_ = 0;

@@ -1,10 +1,10 @@
-// CudaModel: weight upload, workspace, and the per-layer kernel sequences of the two paths
-// (quantised matvec for up to 64 rows, dequantise + cuBLAS GEMM beyond).
+// CudaModel's kernel sequences: the step's inputs, the per-layer kernels of the two paths
+// (quantised matvec for up to 64 rows, dequantise + cuBLAS GEMM beyond), the head and sampling.
+// The weights' upload, the workspace and the placement are in cuda_weights.cpp.
 #include "backends/cuda/cuda_model.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "attention.cuh"
 #include "attention_prefill.cuh"
@@ -12,7 +12,6 @@
 #include "dequantize.cuh"
 #include "granule/error.h"
 #include "granule/log.h"
-#include "granule/quant.h"
 #include "backends/kernel_config_env.h"
 #include "matvec.cuh"
 #include "matvec_f16mma.cuh"
@@ -22,20 +21,12 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "swiglu.cuh"
-#include "model/weight_split.h"
-#include "model/rope.h"
-#include "memory/placement.h"
 
 namespace granule::cuda {
 namespace {
 
 namespace k = granule::kernels;
 
-constexpr size_t kAlign = 256;
-// The matvec kernels copy rows in 16-byte vectors and may read up to 15 bytes past a row.
-constexpr size_t kTensorSlackBytes = 16;
-constexpr int kDecodeSplitTokens = 64;
-constexpr int kPrefillSplitTokens = 1024;
 // Per-row int32 arrays of the step inputs, R = max_rows_ each. kOtherLengths: the lengths of
 // the rows the flash-attention tiles leave to the split kernel (0 for rows in a tile);
 // kTiles: two arrays' room for up to R PrefillTiles.
@@ -49,18 +40,10 @@ enum InputArray {
   kTiles,
   kInputArrays = kTiles + 2
 };
+static_assert(kInputArrays == workspace::kInputArrays);
 // Runs of at least this many rows of one sequence take the flash-attention prefill kernel
 // (a run of 1 is a decode row: the split kernel spreads its tokens over many blocks).
 constexpr int kFlashMinRunRows = 2;
-
-size_t align_up(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-std::vector<float> to_f32(const TensorInfo* t) {
-  std::vector<float> out(static_cast<size_t>(t->elements()));
-  dequantize_row(static_cast<TensorType>(t->ggml_type), t->data, out.data(), t->elements());
-  return out;
-}
-
 
 // The options' configuration, else the defaults with the environment's overrides (read here,
 // once per model), as the current device can run them.
@@ -157,314 +140,7 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)),
       stream_(model_stream_priority()) {
-  const ModelConfig& c = config_;
-  const WeightTable& w = init.weights;
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
-    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " +
-                      std::to_string(c.head_dim));
-  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
-    throw DeviceError("the CUDA backend supports up to 8 query heads per KV head");
-  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
-    throw DeviceError(
-        "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
-
-  // --- the minimum working set, before anything is allocated: a budget that cannot hold the
-  // embeddings, the head, a staging ring, the workspace and the KV reserve is one clear error.
-  {
-    PlacementInput in;
-    in.budget_bytes = memory_.budget_bytes();
-    in.weights = device_weight_sizes(w, kernel_config_.split_weights);
-    in.workspace_bytes = cuda_workspace_bytes(c, w, max_rows_, init.options.context_length);
-    in.kv_reserve_bytes = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
-                                                c.kv_bytes_per_token(sizeof(__half)));
-    in.staging_slots = kStagingSlots;
-    const PlacementPlan plan = plan_placement(in);
-    if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
-  }
-
-  // --- weights: Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (engine/include/granule/split_layout.h:
-  // same bytes, values first, so decode loads are 16-byte vectors), everything else byte for
-  // byte; KernelConfig::split_weights off keeps GGUF blocks (GRANULE_SPLIT_WEIGHTS=0). The
-  // embeddings and the head sit in one resident buffer; each layer's seven matrices form one
-  // blob (placement.h's layout) that the WeightStreamer keeps resident or streams.
-  std::vector<const TensorInfo*> fixed = {w.token_embd};
-  if (w.output && w.output != w.token_embd) fixed.push_back(w.output);
-  auto use_split = [&](const TensorInfo* t) {
-    return kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]);
-  };
-  auto device_bytes = [&](const TensorInfo* t) {
-    return use_split(t)
-               ? static_cast<size_t>(split_row_stride(t->ggml_type, t->dims[0]) * t->rows())
-               : t->size_bytes;
-  };
-  auto check_type = [&](const TensorInfo* t) {
-    if (!k::is_supported_weight_type(t->ggml_type))
-      throw DeviceError("the CUDA backend cannot run tensor " + t->name + " of type " +
-                        tensor_type_name(t->ggml_type));
-  };
-  auto describe = [&](const TensorInfo* t, const uint8_t* data) {
-    DeviceMatrix m;
-    m.data = data;
-    m.type = t->ggml_type;
-    m.cols = t->dims[0];
-    m.rows = t->rows();
-    m.gguf_row_bytes =
-        static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
-    m.split = use_split(t);
-    m.row_bytes = m.split ? split_row_stride(m.type, m.cols) : m.gguf_row_bytes;
-    return m;
-  };
-  // Writes a matrix in its device layout to host memory.
-  auto write_host = [&](const TensorInfo* t, uint8_t* dst) {
-    if (use_split(t))
-      split_rows(t->ggml_type, static_cast<const uint8_t*>(t->data), t->rows(), t->dims[0], dst);
-    else
-      std::memcpy(dst, t->data, t->size_bytes);
-  };
-  std::vector<size_t> fixed_offsets;
-  size_t fixed_total = 0;
-  for (const TensorInfo* t : fixed) {
-    check_type(t);
-    fixed_offsets.push_back(fixed_total);
-    fixed_total += align_up(device_bytes(t) + kTensorSlackBytes);
-  }
-  weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, fixed_total);
-  for (size_t i = 0; i < fixed.size(); ++i) {
-    PinnedBuffer blob(device_bytes(fixed[i]));
-    write_host(fixed[i], blob.as<uint8_t>());
-    check_cuda(cudaMemcpy(weights_.as<uint8_t>() + fixed_offsets[i], blob.as<uint8_t>(),
-                          blob.bytes(), cudaMemcpyHostToDevice),
-               "uploading weights");
-  }
-  std::vector<uint64_t> layer_bytes;
-  for (const LayerWeights& l : w.layers) {
-    LayerLayout layout;
-    const TensorInfo* mats[kLayerMatrices] = {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down};
-    size_t at = 0;
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      check_type(mats[m]);
-      layout.tensors[m] = mats[m];
-      layout.offsets[m] = at;
-      at += align_up(device_bytes(mats[m]) + kTensorSlackBytes);
-    }
-    layout.bytes = at;
-    layer_layouts_.push_back(layout);
-    layer_bytes.push_back(at);
-  }
-
-  // --- vectors: norms, biases and the rope frequencies as f32 ---------------------------
-  std::vector<float> vectors;
-  auto add_vector = [&](const TensorInfo* t) -> std::ptrdiff_t {
-    if (!t) return -1;
-    const std::ptrdiff_t at = static_cast<std::ptrdiff_t>(vectors.size());
-    const std::vector<float> v = to_f32(t);
-    vectors.insert(vectors.end(), v.begin(), v.end());
-    vectors.resize(align_up(vectors.size() * sizeof(float)) / sizeof(float));
-    return at;
-  };
-  struct LayerVectorOffsets {
-    std::ptrdiff_t attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-  };
-  std::vector<LayerVectorOffsets> layer_offsets;
-  for (const LayerWeights& l : w.layers)
-    layer_offsets.push_back({add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
-                             add_vector(l.bk), add_vector(l.bv), add_vector(l.q_norm),
-                             add_vector(l.k_norm)});
-  const std::ptrdiff_t output_norm_at = add_vector(w.output_norm);
-  std::vector<float> freq_factors = w.rope_freqs ? to_f32(w.rope_freqs) : std::vector<float>{};
-  const std::vector<double> frequencies =
-      rope_frequencies(c.head_dim, c.rope_theta, c.rope_scaling,
-                            freq_factors.empty() ? nullptr : freq_factors.data());
-  rope_frequencies_buffer_ =
-      DeviceBuffer(memory_, MemoryCategory::WeightsResident, frequencies.size() * sizeof(double));
-  check_cuda(cudaMemcpy(rope_frequencies_buffer_.get(), frequencies.data(),
-                        frequencies.size() * sizeof(double), cudaMemcpyHostToDevice),
-             "uploading rope frequencies");
-  vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, vectors.size() * sizeof(float));
-  check_cuda(cudaMemcpy(vectors_.get(), vectors.data(), vectors.size() * sizeof(float),
-                        cudaMemcpyHostToDevice),
-             "uploading norms");
-  const float* vbase = vectors_.as<float>();
-  auto vec = [&](std::ptrdiff_t at) { return at < 0 ? nullptr : vbase + at; };
-
-  token_embd_ = describe(w.token_embd, weights_.as<uint8_t>() + fixed_offsets[0]);
-  output_ = w.output && w.output != w.token_embd
-                ? describe(w.output, weights_.as<uint8_t>() + fixed_offsets[1])
-                : token_embd_;
-  output_norm_ = vec(output_norm_at);
-  rope_frequencies_ = rope_frequencies_buffer_.as<double>();
-  decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
-  for (size_t i = 0; i < w.layers.size(); ++i) {
-    const LayerVectorOffsets& o = layer_offsets[i];
-    const LayerLayout& layout = layer_layouts_[i];
-    DeviceLayer d;
-    DeviceMatrix* mats[kLayerMatrices] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down};
-    for (int m = 0; m < kLayerMatrices; ++m) {
-      *mats[m] = describe(layout.tensors[m], nullptr);  // data: bind_layers()
-      decode_weight_bytes_ += static_cast<uint64_t>(mats[m]->rows * mats[m]->gguf_row_bytes);
-    }
-    d.attn_norm = vec(o.attn_norm);
-    d.ffn_norm = vec(o.ffn_norm);
-    d.bq = vec(o.bq);
-    d.bk = vec(o.bk);
-    d.bv = vec(o.bv);
-    d.q_norm = vec(o.q_norm);
-    d.k_norm = vec(o.k_norm);
-    layers_.push_back(d);
-  }
-
-  // --- workspace ------------------------------------------------------------------------
-  const int64_t R = max_rows_;
-  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
-  widest_ = std::max({c.n_embd, q_dim, c.n_ff});
-  auto ws = [&](size_t bytes) { return DeviceBuffer(memory_, MemoryCategory::Workspace, bytes); };
-  // One region for everything a step sends (token rows, then sampling), so a decode step
-  // uploads with one copy: [inputs: kInputArrays x R int32][params: R][history lengths: R]
-  // [histories: R x history_capacity_ int32].
-  params_offset_ = align_up(kInputArrays * R * sizeof(int32_t));
-  lengths_offset_ = align_up(params_offset_ + R * sizeof(k::DeviceSamplingParams));
-  history_offset_ = align_up(lengths_offset_ + R * sizeof(int32_t));
-  const size_t step_in_bytes = history_offset_ + R * history_capacity_ * sizeof(int32_t);
-  inputs_ = ws(step_in_bytes);
-  inputs_host_ = PinnedBuffer(step_in_bytes);
-  hidden_ = ws(R * c.n_embd * sizeof(float));
-  normed_ = ws(R * widest_ * sizeof(float));
-  normed_f16_ = ws(R * widest_ * sizeof(__half));
-  q8_qs_ = ws(R * widest_);
-  q8_ds_ = ws(R * widest_ / 32 * sizeof(float2));
-  q_ = ws(R * q_dim * sizeof(float));
-  k_ = ws(R * kv_dim * sizeof(float));
-  v_ = ws(R * kv_dim * sizeof(float));
-  attn_ = ws(R * q_dim * sizeof(float));
-  gate_ = ws(R * c.n_ff * sizeof(float));
-  up_ = ws(R * c.n_ff * sizeof(float));
-  if (R > kMatvecMaxRows) {
-    int64_t largest = 0;
-    for (const DeviceLayer& l : layers_)
-      for (const DeviceMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
-        largest = std::max(largest, m->rows * m->cols);
-    weight_f16_[0] = ws(largest * sizeof(__half));
-  }
-  logits_ = ws(static_cast<size_t>(kLogitRowsPerPass) * c.n_vocab * sizeof(float));
-  tokens_out_ = ws(R * sizeof(int32_t));
-  argmax_scratch_ = ws(R * (sizeof(unsigned long long) + sizeof(int)));
-  check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
-  tokens_host_ = PinnedBuffer(R * sizeof(int32_t));
-
-  // Charged now, so that the plan sees it: the attention scratch attach_kv() sizes.
-  attention_scratch_bytes_ = attention_workspace_bytes(init.options.context_length);
-  kv_reserve_bytes_ = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
-                                            c.kv_bytes_per_token(sizeof(__half)));
-  add_prefill_overlap();
-
-  // --- placement: the layers that fit stay resident, the rest stream ----------------------
-  streamer_ = std::make_unique<WeightStreamer>(
-      memory_, layer_bytes, [this](size_t layer, uint8_t* dst) {
-        const LayerLayout& layout = layer_layouts_[layer];
-        for (int m = 0; m < kLayerMatrices; ++m) {
-          const TensorInfo* t = layout.tensors[m];
-          if (kernel_config_.split_weights && split_layout_fits(t->ggml_type, t->dims[0]))
-            split_rows(t->ggml_type, static_cast<const uint8_t*>(t->data), t->rows(), t->dims[0],
-                       dst + layout.offsets[m]);
-          else
-            std::memcpy(dst + layout.offsets[m], t->data, t->size_bytes);
-        }
-      });
-  const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
-  const PlacementPlan plan = plan_placement(input);
-  if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
-  streamer_->apply(plan, stream_.get());
-  bind_layers();
-  logger("engine.cuda")
-      ->info("CUDA model: {} layers ({} resident, {} streamed through {} staging slots), weights "
-             "{} MiB on the device, {} MiB streamed per pass, {} rows per run",
-             c.n_layer, streamer_->resident_layers(), streamer_->streamed_layers(),
-             streamer_->staging_slots(), (fixed_total + streamer_->resident_bytes()) >> 20,
-             streamer_->streamed_bytes_per_pass() >> 20, R);
-}
-
-// The prefill overlap's second f16 scratch (as large as the first), its stream and events. The
-// scratch is workspace, charged before the layers are placed, and taken only when the plan
-// keeps as many layers resident with it as without it: a layer moved to streaming costs every
-// pass a copy far longer than the dequantisation the overlap hides (and decode steps too).
-// Otherwise, or when the allocation is refused, the GEMM path keeps its one scratch.
-void CudaModel::add_prefill_overlap() {
-  if (!weight_f16_[0].get()) return;
-  const uint64_t extra = weight_f16_[0].bytes();
-  PlacementInput in = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
-  const PlacementPlan without = plan_placement(in);
-  if (!without.loads) return;  // the constructor reports the shortfall
-  in.workspace_bytes += extra;
-  const PlacementPlan with = plan_placement(in);
-  const auto log = logger("engine.cuda");
-  if (!with.loads || with.resident_layers < without.resident_layers) {
-    log->info(
-        "prefill dequantisation overlap off: its second f16 scratch ({} MiB) does not fit the "
-        "budget beside the resident layers",
-        extra >> 20);
-    return;
-  }
-  try {
-    weight_f16_[1] = DeviceBuffer(memory_, MemoryCategory::Workspace, extra);
-    dequant_stream_ = std::make_unique<CudaStream>();
-    gemm_ready_ = std::make_unique<CudaEvent>();
-    dequant_done_ = std::make_unique<CudaEvent>();
-  } catch (const DeviceLostError&) {
-    throw;
-  } catch (const Error& e) {  // the ledger or cudaMalloc refused: run with one scratch
-    weight_f16_[1].reset();
-    dequant_stream_.reset();
-    gemm_ready_.reset();
-    dequant_done_.reset();
-    static_cast<void>(cudaGetLastError());  // not left for the next launch's check
-    log->info("prefill dequantisation overlap off: {}", e.what());
-    return;
-  }
-  log->info("prefill dequantisation overlap on: a second f16 scratch of {} MiB", extra >> 20);
-}
-
-size_t CudaModel::attention_workspace_bytes(int64_t max_tokens) const {
-  const ModelConfig& c = config_;
-  const int decode_splits = k::ceil_div(std::max<int64_t>(max_tokens, 1), kDecodeSplitTokens);
-  const int prefill_splits = k::ceil_div(std::max<int64_t>(max_tokens, 1), kPrefillSplitTokens);
-  const size_t floats =
-      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
-                                             decode_splits, c.head_dim),
-               k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
-  return floats * sizeof(float) + static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
-}
-
-PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
-                                          uint64_t kv_bytes) const {
-  PlacementInput in;
-  in.budget_bytes = budget;
-  in.weights.fixed_bytes = memory_.bytes(MemoryCategory::WeightsResident) -
-                           (streamer_ ? streamer_->resident_bytes() : 0);
-  in.weights.layer_bytes.clear();
-  for (const LayerLayout& l : layer_layouts_) in.weights.layer_bytes.push_back(l.bytes);
-  in.workspace_bytes = memory_.bytes(MemoryCategory::Workspace) + memory_.bytes(MemoryCategory::Graphs) +
-                       memory_.bytes(MemoryCategory::Other) +
-                       (attention_partial_.get() ? 0 : attention_scratch_bytes_);
-  in.kv_reserve_bytes = kv_bytes;
-  in.staging_slots = kStagingSlots;
-  in.max_resident_layers = max_resident;
-  return in;
-}
-
-void CudaModel::bind_layers() {
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const uint8_t* base = streamer_->layer_base(i);
-    const LayerLayout& layout = layer_layouts_[i];
-    DeviceLayer& d = layers_[i];
-    DeviceMatrix* mats[kLayerMatrices] = {&d.wq, &d.wk, &d.wv, &d.wo, &d.w_gate, &d.w_up, &d.w_down};
-    for (int m = 0; m < kLayerMatrices; ++m) mats[m]->data = base + layout.offsets[m];
-  }
-}
-
-bool CudaModel::replan(const PlacementPlan& plan) {
-  const bool moved = streamer_->apply(plan, stream_.get());
-  bind_layers();
-  return moved;
+  load(init);
 }
 
 CudaModel::~CudaModel() = default;
@@ -472,28 +148,6 @@ CudaModel::~CudaModel() = default;
 void CudaModel::check_launch(cudaError_t status, const char* kernel) {
   check_cuda(status, kernel);
   ++launches_;
-}
-
-void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
-  const ModelConfig& c = config_;
-  token_stride_halves_ =
-      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
-  max_tokens_ = max_tokens;
-  slot_bases_ = DeviceBuffer(memory_, MemoryCategory::Workspace, slot_bases.size() * sizeof(void*));
-  check_cuda(cudaMemcpy(slot_bases_.get(), slot_bases.data(), slot_bases.size() * sizeof(void*),
-                        cudaMemcpyHostToDevice),
-             "uploading KV slot addresses");
-  const int decode_splits = k::ceil_div(max_tokens, kDecodeSplitTokens);
-  const int prefill_splits = k::ceil_div(max_tokens, kPrefillSplitTokens);
-  const size_t floats =
-      std::max(k::attention_workspace_floats(std::min(max_rows_, kMatvecMaxRows), c.n_head,
-                                             decode_splits, c.head_dim),
-               k::attention_workspace_floats(max_rows_, c.n_head, prefill_splits, c.head_dim));
-  attention_scratch_bytes_ = 0;  // charged from here on
-  attention_partial_ = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
-  const size_t counters = static_cast<size_t>(max_rows_) * c.n_head_kv * sizeof(int);
-  attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
-  check_cuda(cudaMemset(attention_counters_.get(), 0, counters), "cudaMemset");
 }
 
 void CudaModel::upload(const RowInputs& in) {

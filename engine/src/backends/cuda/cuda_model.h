@@ -17,6 +17,8 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/weight_streamer.h"
 #include "memory/placement.h"
+#include "memory/weight_layout.h"
+#include "memory/workspace_layout.h"
 #include "attention_prefill.cuh"
 #include "kernel_config.h"
 #include "matvec.cuh"
@@ -176,15 +178,12 @@ class CudaModel {
   void add_prefill_overlap();
   void check_launch(cudaError_t status, const char* kernel);
   void wait_for_inputs_sent();
+  // cuda_weights.cpp: the constructor's work after the kernel configuration and the stream,
+  // the weights' upload, the workspace's allocation and the layers' device addresses.
+  void load(const BackendInit& init);
+  void upload_weights(const WeightTable& weights);
+  void allocate_workspace();
   void bind_layers();
-  size_t attention_workspace_bytes(int64_t max_tokens) const;
-
-  static constexpr int kLayerMatrices = 7;  // wq, wk, wv, wo, w_gate, w_up, w_down
-  struct LayerLayout {
-    const TensorInfo* tensors[kLayerMatrices] = {};
-    size_t offsets[kLayerMatrices] = {};
-    size_t bytes = 0;
-  };
 
   const ModelConfig& config_;
   const kernels::KernelConfig kernel_config_;
@@ -193,8 +192,9 @@ class CudaModel {
   CudaStream stream_;
   std::unique_ptr<Cublas> cublas_;  // created on the first GEMM
 
+  WeightLayout layout_;       // where every weight sits (before streamer_, which reads it)
+  CudaWorkspace workspace_;   // the buffers below, sized for contexts of the options' length
   DeviceBuffer weights_;  // embeddings and output head, packed
-  std::vector<LayerLayout> layer_layouts_;
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
@@ -233,7 +233,7 @@ class CudaModel {
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;
   CudaEvent inputs_sent_;  // recorded behind the last flush's copy
-  int history_capacity_ = 256;
+  int history_capacity_ = static_cast<int>(workspace::kHistoryTokens);
   int64_t widest_ = 0;  // max(n_embd, q_dim, n_ff)
 
   // The prefill overlap (null when off). gemm() g reads weight_f16_[f16_current_]; the

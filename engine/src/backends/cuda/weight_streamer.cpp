@@ -10,11 +10,10 @@
 
 namespace granule::cuda {
 
-WeightStreamer::WeightStreamer(MemoryManager& memory, std::vector<uint64_t> layer_bytes,
-                               FillLayer fill)
+WeightStreamer::WeightStreamer(MemoryManager& memory, const WeightLayout& layout)
     : memory_(memory),
-      layer_bytes_(std::move(layer_bytes)),
-      fill_(std::move(fill)),
+      layout_(layout),
+      layer_bytes_(layout.sizes().layer_bytes),
       resident_(layer_bytes_.size()),
       host_(layer_bytes_.size()),
       ordinal_(layer_bytes_.size(), -1) {}
@@ -28,7 +27,7 @@ WeightStreamer::~WeightStreamer() {
 void WeightStreamer::upload_resident(size_t layer) {
   // Through a pinned blob, so the copy runs at full speed; freed right after.
   PinnedBuffer blob(layer_bytes_[layer]);
-  fill_(layer, blob.as<uint8_t>());
+  layout_.layers[layer].write(blob.as<uint8_t>());
   check_cuda(cudaMemcpy(resident_[layer].get(), blob.as<uint8_t>(), layer_bytes_[layer],
                         cudaMemcpyHostToDevice),
              "uploading weights");
@@ -53,7 +52,7 @@ bool WeightStreamer::apply(const PlacementPlan& plan, cudaStream_t compute) {
                  "moving a layer to host memory");
       resident_[i].reset();
     } else {
-      fill_(i, blob.as<uint8_t>());
+      layout_.layers[i].write(blob.as<uint8_t>());
     }
     host_[i] = std::move(blob);
     changed = true;

@@ -1,15 +1,14 @@
 // WeightStreamer: where each layer's weights live on the CUDA backend, and the copies that
-// bring streamed layers in. A layer is one blob (its seven matrices in the upload layout,
-// placement.h's layer sizes); a resident layer's blob has its own device buffer, a streamed
-// layer's blob sits in pinned host memory and is copied, for every forward pass, into one of
-// a ring of device staging slots. The copies run on a copy stream and are ordered with the
+// bring streamed layers in. A layer is one blob (its seven matrices in the upload layout:
+// memory/weight_layout.h's LayerWeightLayout); a resident layer's blob has its own device
+// buffer, a streamed layer's blob sits in pinned host memory and is copied, for every forward
+// pass, into one of a ring of device staging slots. The copies run on a copy stream and are ordered with the
 // compute stream by events only (fork, per-layer "copied" and "slot free", join), so the
 // same calls work eagerly and inside a stream capture: a decode graph holds its copies.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,15 +16,14 @@
 #include "backends/cuda/device_memory.h"
 #include "memory/memory_manager.h"
 #include "memory/placement.h"
+#include "memory/weight_layout.h"
 
 namespace granule::cuda {
 
 class WeightStreamer {
  public:
-  // Writes layer `layer`'s blob (layer_bytes[layer] bytes, upload layout) to host memory.
-  using FillLayer = std::function<void(size_t layer, uint8_t* dst)>;
-
-  WeightStreamer(MemoryManager& memory, std::vector<uint64_t> layer_bytes, FillLayer fill);
+  // The layers of `layout` (which outlives the streamer), none placed until apply().
+  WeightStreamer(MemoryManager& memory, const WeightLayout& layout);
   ~WeightStreamer();
 
   // Moves layers to match `plan` (made for these layer sizes): demotions first (device →
@@ -63,13 +61,13 @@ class WeightStreamer {
   void upload_resident(size_t layer);
 
   MemoryManager& memory_;
+  const WeightLayout& layout_;
   std::vector<uint64_t> layer_bytes_;
-  FillLayer fill_;
   PlacementPlan plan_;
-  std::vector<DeviceBuffer> resident_;   // per layer; empty when streamed
-  std::vector<PinnedBuffer> host_;       // per layer; empty when resident
-  std::vector<int32_t> ordinal_;         // per layer: index among the streamed, or -1
-  std::vector<size_t> order_;            // streamed layers, ascending
+  std::vector<DeviceBuffer> resident_;  // per layer; empty when streamed
+  std::vector<PinnedBuffer> host_;      // per layer; empty when resident
+  std::vector<int32_t> ordinal_;        // per layer: index among the streamed, or -1
+  std::vector<size_t> order_;           // streamed layers, ascending
   uint64_t streamed_bytes_ = 0;
   DeviceBuffer staging_;
   int32_t slots_ = 0;

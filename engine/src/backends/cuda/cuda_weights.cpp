@@ -1,0 +1,314 @@
+// CudaModel's memory: the weights uploaded in the layout memory/weight_layout.h names, the
+// workspace memory/workspace_layout.h lists, the placement of the layers (resident or streamed)
+// and the KV binding. The kernel sequences that read them are in cuda_model.cpp.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_model.h"
+#include "granule/error.h"
+#include "granule/log.h"
+#include "granule/quant.h"
+#include "memory/placement.h"
+#include "model/rope.h"
+#include "quant_blocks.cuh"  // is_supported_weight_type
+
+namespace granule::cuda {
+namespace {
+
+namespace k = granule::kernels;
+
+// workspace_layout.h sizes these without CUDA's headers.
+static_assert(sizeof(k::DeviceSamplingParams) == workspace::kSamplingParamsBytes);
+static_assert(k::kQ8Block == workspace::kQ8Block);
+static_assert(sizeof(float2) == 2 * sizeof(float) && sizeof(__half) == 2);
+static_assert(CudaModel::kMatvecMaxRows == workspace::kMatvecMaxRows);
+static_assert(CudaModel::kLogitRowsPerPass == workspace::kLogitRows);
+
+std::vector<float> to_f32(const TensorInfo* t) {
+  std::vector<float> out(static_cast<size_t>(t->elements()));
+  dequantize_row(static_cast<TensorType>(t->ggml_type), t->data, out.data(), t->elements());
+  return out;
+}
+
+DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
+  DeviceMatrix d;
+  d.data = data;
+  d.type = m.tensor->ggml_type;
+  d.rows = m.rows;
+  d.cols = m.cols;
+  d.row_bytes = m.row_bytes;
+  d.gguf_row_bytes = m.gguf_row_bytes;
+  d.split = m.split;
+  return d;
+}
+
+void check_type(const MatrixLayout& m) {
+  if (!k::is_supported_weight_type(m.tensor->ggml_type))
+    throw DeviceError("the CUDA backend cannot run tensor " + m.tensor->name + " of type " +
+                      tensor_type_name(m.tensor->ggml_type));
+}
+
+}  // namespace
+
+void CudaModel::load(const BackendInit& init) {
+  const ModelConfig& c = config_;
+  const WeightTable& w = init.weights;
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " +
+                      std::to_string(c.head_dim));
+  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
+    throw DeviceError("the CUDA backend supports up to 8 query heads per KV head");
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
+    throw DeviceError(
+        "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
+
+  // Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (granule/split_layout.h: same bytes, values
+  // first, so decode loads are 16-byte vectors), everything else byte for byte;
+  // KernelConfig::split_weights off keeps GGUF blocks (GRANULE_SPLIT_WEIGHTS=0).
+  layout_ = weight_layout(c, w, kernel_config_.split_weights);
+  workspace_ = cuda_workspace(c, layout_, max_rows_, init.options.context_length, 0);
+  kv_reserve_bytes_ = static_cast<uint64_t>(std::max<int64_t>(init.options.kv_reserve_tokens, 0) *
+                                            c.kv_bytes_per_token(sizeof(__half)));
+
+  // The minimum working set, before anything is allocated: a budget that cannot hold the
+  // embeddings, the head, a staging ring, the workspace and the KV reserve is one clear error.
+  {
+    PlacementInput in;
+    in.budget_bytes = memory_.budget_bytes();
+    in.weights = layout_.sizes();
+    in.workspace_bytes = workspace_.total();
+    in.kv_reserve_bytes = kv_reserve_bytes_;
+    in.staging_slots = kStagingSlots;
+    const PlacementPlan plan = plan_placement(in);
+    if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
+  }
+  upload_weights(w);
+  allocate_workspace();
+  // Charged now, so that the plan sees it: the attention scratch attach_kv() allocates.
+  attention_scratch_bytes_ = workspace_.attention_bytes();
+  add_prefill_overlap();
+
+  // Placement: the layers that fit stay resident, the rest stream. Each layer's seven
+  // matrices are one blob (the layout's LayerWeightLayout) that the WeightStreamer keeps
+  // resident or streams.
+  streamer_ = std::make_unique<WeightStreamer>(memory_, layout_);
+  const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
+  const PlacementPlan plan = plan_placement(input);
+  if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
+  streamer_->apply(plan, stream_.get());
+  bind_layers();
+  logger("engine.cuda")
+      ->info(
+          "CUDA model: {} layers ({} resident, {} streamed through {} staging slots), weights "
+          "{} MiB on the device, {} MiB streamed per pass, {} rows per run",
+          c.n_layer, streamer_->resident_layers(), streamer_->streamed_layers(),
+          streamer_->staging_slots(),
+          (layout_.fixed_matrix_bytes + streamer_->resident_bytes()) >> 20,
+          streamer_->streamed_bytes_per_pass() >> 20, max_rows_);
+}
+
+// The embeddings and the head in one resident buffer, then the norms, biases and rope
+// frequencies as f32 / f64; each layer's matrices are described here and bound to their blob
+// by bind_layers().
+void CudaModel::upload_weights(const WeightTable& w) {
+  for (const MatrixLayout& m : layout_.fixed) check_type(m);
+  for (const LayerWeightLayout& l : layout_.layers)
+    for (const MatrixLayout& m : l.matrices) check_type(m);
+  weights_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, layout_.fixed_matrix_bytes);
+  for (const MatrixLayout& m : layout_.fixed) {
+    PinnedBuffer blob(m.bytes);
+    m.write(blob.as<uint8_t>());
+    check_cuda(cudaMemcpy(weights_.as<uint8_t>() + m.offset, blob.as<uint8_t>(), blob.bytes(),
+                          cudaMemcpyHostToDevice),
+               "uploading weights");
+  }
+
+  std::vector<float> vectors(layout_.vector_floats, 0.0f);
+  auto add_vector = [&](const TensorInfo* t, int64_t at) {
+    if (!t) return;
+    const std::vector<float> v = to_f32(t);
+    std::copy(v.begin(), v.end(), vectors.begin() + at);
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const auto& at = layout_.layers[i].vectors;
+    const TensorInfo* tensors[] = {l.attn_norm, l.ffn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm};
+    for (size_t v = 0; v < at.size(); ++v) add_vector(tensors[v], at[v]);
+  }
+  add_vector(w.output_norm, layout_.output_norm_vector);
+  std::vector<float> freq_factors = w.rope_freqs ? to_f32(w.rope_freqs) : std::vector<float>{};
+  const std::vector<double> frequencies =
+      rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
+                       freq_factors.empty() ? nullptr : freq_factors.data());
+  if (frequencies.size() * sizeof(double) != layout_.rope_bytes)
+    throw UsageError("the rope table's size differs from the weight layout's");
+  rope_frequencies_buffer_ =
+      DeviceBuffer(memory_, MemoryCategory::WeightsResident, layout_.rope_bytes);
+  check_cuda(cudaMemcpy(rope_frequencies_buffer_.get(), frequencies.data(), layout_.rope_bytes,
+                        cudaMemcpyHostToDevice),
+             "uploading rope frequencies");
+  vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, vectors.size() * sizeof(float));
+  check_cuda(cudaMemcpy(vectors_.get(), vectors.data(), vectors.size() * sizeof(float),
+                        cudaMemcpyHostToDevice),
+             "uploading norms");
+  const float* vbase = vectors_.as<float>();
+  auto vec = [&](int64_t at) { return at < 0 ? nullptr : vbase + at; };
+
+  token_embd_ = describe(layout_.fixed[0], weights_.as<uint8_t>() + layout_.fixed[0].offset);
+  output_ = layout_.fixed.size() > 1
+                ? describe(layout_.fixed[1], weights_.as<uint8_t>() + layout_.fixed[1].offset)
+                : token_embd_;
+  output_norm_ = vec(layout_.output_norm_vector);
+  rope_frequencies_ = rope_frequencies_buffer_.as<double>();
+  decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
+  for (const LayerWeightLayout& l : layout_.layers) {
+    DeviceLayer d;
+    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {&d.wq,     &d.wk,   &d.wv,    &d.wo,
+                                                        &d.w_gate, &d.w_up, &d.w_down};
+    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
+      *mats[m] = describe(l.matrices[static_cast<size_t>(m)], nullptr);  // data: bind_layers()
+      decode_weight_bytes_ += static_cast<uint64_t>(mats[m]->rows * mats[m]->gguf_row_bytes);
+    }
+    d.attn_norm = vec(l.vectors[0]);
+    d.ffn_norm = vec(l.vectors[1]);
+    d.bq = vec(l.vectors[2]);
+    d.bk = vec(l.vectors[3]);
+    d.bv = vec(l.vectors[4]);
+    d.q_norm = vec(l.vectors[5]);
+    d.k_norm = vec(l.vectors[6]);
+    layers_.push_back(d);
+  }
+}
+
+// The workspace_ list's load-time buffers, in its order.
+void CudaModel::allocate_workspace() {
+  widest_ = workspace_.widest;
+  params_offset_ = workspace_.params_offset;
+  lengths_offset_ = workspace_.lengths_offset;
+  history_offset_ = workspace_.history_offset;
+  DeviceBuffer* targets[] = {&inputs_,
+                             &hidden_,
+                             &normed_,
+                             &normed_f16_,
+                             &q8_qs_,
+                             &q8_ds_,
+                             &q_,
+                             &k_,
+                             &v_,
+                             &attn_,
+                             &gate_,
+                             &up_,
+                             &weight_f16_[0],
+                             &logits_,
+                             &tokens_out_,
+                             &argmax_scratch_};
+  const std::string_view names[] = {"inputs",     "hidden", "normed",     "normed_f16",
+                                    "q8_qs",      "q8_ds",  "q",          "k",
+                                    "v",          "attn",   "gate",       "up",
+                                    "weight_f16", "logits", "tokens_out", "argmax_scratch"};
+  static_assert(std::size(targets) == std::size(names));
+  size_t next = 0;
+  for (const WorkspaceBuffer& b : workspace_.buffers) {
+    while (next < std::size(names) && names[next] != b.name) ++next;
+    if (next == std::size(names))
+      throw UsageError("CUDA model: no buffer for workspace entry " + std::string(b.name));
+    *targets[next++] = DeviceBuffer(memory_, MemoryCategory::Workspace, b.bytes);
+  }
+  inputs_host_ = PinnedBuffer(inputs_.bytes());
+  check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
+  tokens_host_ = PinnedBuffer(tokens_out_.bytes());
+}
+
+// The prefill overlap's second f16 scratch (as large as the first), its stream and events. The
+// scratch is workspace, charged before the layers are placed, and taken only when the plan
+// keeps as many layers resident with it as without it (placement.h's overlap_scratch_fits).
+// Otherwise, or when the allocation is refused, the GEMM path keeps its one scratch.
+void CudaModel::add_prefill_overlap() {
+  if (!weight_f16_[0].get()) return;
+  const uint64_t extra = workspace_.overlap_bytes;
+  const PlacementInput in = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
+  if (!plan_placement(in).loads) return;  // the constructor reports the shortfall
+  const auto log = logger("engine.cuda");
+  if (!overlap_scratch_fits(in, extra)) {
+    log->info(
+        "prefill dequantisation overlap off: its second f16 scratch ({} MiB) does not fit the "
+        "budget beside the resident layers",
+        extra >> 20);
+    return;
+  }
+  try {
+    weight_f16_[1] = DeviceBuffer(memory_, MemoryCategory::Workspace, extra);
+    dequant_stream_ = std::make_unique<CudaStream>();
+    gemm_ready_ = std::make_unique<CudaEvent>();
+    dequant_done_ = std::make_unique<CudaEvent>();
+  } catch (const DeviceLostError&) {
+    throw;
+  } catch (const Error& e) {  // the ledger or cudaMalloc refused: run with one scratch
+    weight_f16_[1].reset();
+    dequant_stream_.reset();
+    gemm_ready_.reset();
+    dequant_done_.reset();
+    static_cast<void>(cudaGetLastError());  // not left for the next launch's check
+    log->info("prefill dequantisation overlap off: {}", e.what());
+    return;
+  }
+  log->info("prefill dequantisation overlap on: a second f16 scratch of {} MiB", extra >> 20);
+}
+
+PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
+                                          uint64_t kv_bytes) const {
+  PlacementInput in;
+  in.budget_bytes = budget;
+  in.weights.fixed_bytes = memory_.bytes(MemoryCategory::WeightsResident) -
+                           (streamer_ ? streamer_->resident_bytes() : 0);
+  for (const LayerWeightLayout& l : layout_.layers) in.weights.layer_bytes.push_back(l.bytes);
+  in.workspace_bytes = memory_.bytes(MemoryCategory::Workspace) +
+                       memory_.bytes(MemoryCategory::Graphs) +
+                       memory_.bytes(MemoryCategory::Other) +
+                       (attention_partial_.get() ? 0 : attention_scratch_bytes_);
+  in.kv_reserve_bytes = kv_bytes;
+  in.staging_slots = kStagingSlots;
+  in.max_resident_layers = max_resident;
+  return in;
+}
+
+void CudaModel::bind_layers() {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const uint8_t* base = streamer_->layer_base(i);
+    const LayerWeightLayout& layout = layout_.layers[i];
+    DeviceLayer& d = layers_[i];
+    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {&d.wq,     &d.wk,   &d.wv,    &d.wo,
+                                                        &d.w_gate, &d.w_up, &d.w_down};
+    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)
+      mats[m]->data = base + layout.matrices[static_cast<size_t>(m)].offset;
+  }
+}
+
+bool CudaModel::replan(const PlacementPlan& plan) {
+  const bool moved = streamer_->apply(plan, stream_.get());
+  bind_layers();
+  return moved;
+}
+
+void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
+  const ModelConfig& c = config_;
+  token_stride_halves_ =
+      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
+  max_tokens_ = max_tokens;
+  const CudaWorkspace ws =
+      cuda_workspace(c, layout_, max_rows_, max_tokens, static_cast<int64_t>(slot_bases.size()));
+  slot_bases_ = DeviceBuffer(memory_, MemoryCategory::Workspace, ws.bytes("slot_bases"));
+  check_cuda(cudaMemcpy(slot_bases_.get(), slot_bases.data(), slot_bases.size() * sizeof(void*),
+                        cudaMemcpyHostToDevice),
+             "uploading KV slot addresses");
+  attention_scratch_bytes_ = 0;  // charged from here on
+  attention_partial_ =
+      DeviceBuffer(memory_, MemoryCategory::Workspace, ws.bytes("attention_partial"));
+  const size_t counters = ws.bytes("attention_counters");
+  attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
+  check_cuda(cudaMemset(attention_counters_.get(), 0, counters), "cudaMemset");
+}
+
+}  // namespace granule::cuda

@@ -1,0 +1,84 @@
+// weight_layout: the one table of where every weight sits on the device, and how it is written.
+#include "memory/weight_layout.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "granule/tensor_type.h"
+#include "model/weight_split.h"
+
+namespace granule {
+namespace {
+
+MatrixLayout matrix_layout(const TensorInfo* t, bool split_weights, uint64_t offset) {
+  MatrixLayout m;
+  m.tensor = t;
+  m.offset = offset;
+  m.cols = t->dims[0];
+  m.rows = t->rows();
+  m.gguf_row_bytes = static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
+  m.split = split_weights && split_layout_fits(t->ggml_type, m.cols);
+  m.row_bytes = m.split ? split_row_stride(t->ggml_type, m.cols) : m.gguf_row_bytes;
+  m.bytes = m.split ? static_cast<uint64_t>(m.row_bytes * m.rows) : t->size_bytes;
+  m.padded_bytes = WeightLayout::align_up(m.bytes + WeightLayout::kTensorSlackBytes);
+  return m;
+}
+
+}  // namespace
+
+void MatrixLayout::write(uint8_t* dst) const {
+  if (split)
+    split_rows(tensor->ggml_type, tensor->data, rows, cols, dst);
+  else
+    std::memcpy(dst, tensor->data, tensor->size_bytes);
+}
+
+void LayerWeightLayout::write(uint8_t* dst) const {
+  for (const MatrixLayout& m : matrices) m.write(dst + m.offset);
+}
+
+DeviceWeightSizes WeightLayout::sizes() const {
+  DeviceWeightSizes s;
+  s.fixed_bytes = fixed_bytes();
+  for (const LayerWeightLayout& l : layers) s.layer_bytes.push_back(l.bytes);
+  return s;
+}
+
+WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool split_weights) {
+  WeightLayout out;
+  std::vector<const TensorInfo*> fixed = {w.token_embd};
+  if (w.output && w.output != w.token_embd) fixed.push_back(w.output);
+  for (const TensorInfo* t : fixed) {
+    out.fixed.push_back(matrix_layout(t, split_weights, out.fixed_matrix_bytes));
+    out.fixed_matrix_bytes += out.fixed.back().padded_bytes;
+  }
+  // Norms and biases, each from an aligned offset in one f32 buffer.
+  auto add_vector = [&](const TensorInfo* t) -> int64_t {
+    if (!t) return -1;
+    const auto at = static_cast<int64_t>(out.vector_floats);
+    out.vector_floats +=
+        WeightLayout::align_up(static_cast<uint64_t>(t->elements()) * sizeof(float)) /
+        sizeof(float);
+    return at;
+  };
+  for (const LayerWeights& l : w.layers) {
+    LayerWeightLayout layer;
+    const TensorInfo* mats[LayerWeightLayout::kMatrices] = {l.wq,     l.wk,   l.wv,    l.wo,
+                                                            l.w_gate, l.w_up, l.w_down};
+    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
+      layer.matrices[static_cast<size_t>(m)] = matrix_layout(mats[m], split_weights, layer.bytes);
+      layer.bytes += layer.matrices[static_cast<size_t>(m)].padded_bytes;
+      out.largest_layer_matrix_elements =
+          std::max(out.largest_layer_matrix_elements, mats[m]->elements());
+    }
+    layer.vectors = {add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
+                     add_vector(l.bk),        add_vector(l.bv),       add_vector(l.q_norm),
+                     add_vector(l.k_norm)};
+    out.layers.push_back(layer);
+  }
+  out.output_norm_vector = add_vector(w.output_norm);
+  out.rope_bytes = static_cast<uint64_t>(config.head_dim / 2) * sizeof(double);
+  return out;
+}
+
+}  // namespace granule
