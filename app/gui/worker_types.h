@@ -95,11 +95,11 @@ struct HostTelemetry {
   quint64 total_bytes = 0;
   quint64 available_bytes = 0;
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    f("process_resident_bytes", process_resident_bytes);
-    f("total_bytes", total_bytes);
-    f("available_bytes", available_bytes);
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("process_resident_bytes", s.process_resident_bytes);
+    f("total_bytes", s.total_bytes);
+    f("available_bytes", s.available_bytes);
   }
 };
 
@@ -166,7 +166,7 @@ requires std::is_integral_v<T> QVariant fieldValue(T value) {
 template <class Section>
 QVariantMap sectionFields(const Section& section) {
   QVariantMap fields;
-  section.for_each_field([&fields](std::string_view name, const auto& value) {
+  for_each_field(section, [&fields](std::string_view name, const auto& value) {
     fields.insert(detail::camelCase(name), detail::fieldValue(value));
   });
   return fields;
