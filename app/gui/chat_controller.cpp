@@ -47,7 +47,16 @@ qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 }  // namespace
 
 ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject* parent)
-    : QObject(parent), store_(store), errors_(errors) {}
+    : QObject(parent),
+      store_(store),
+      errors_(errors),
+      sampling_editor_([this]() -> const SamplingSettings& { return current().sampling; },
+                       [this](const SamplingSettings& sampling) {
+                         updateCurrent([&](StoredConversation& c) { c.sampling = sampling; });
+                       }) {
+  connect(this, &ChatController::settingsChanged, &sampling_editor_, &SamplingEditor::changed);
+  connect(this, &ChatController::currentChatChanged, &sampling_editor_, &SamplingEditor::changed);
+}
 
 void ChatController::loadFromStore() {
   store_.purgeDeleted();  // deletions not undone last session
@@ -108,30 +117,6 @@ void ChatController::setSearchText(const QString& text) {
 void ChatController::setSystemPrompt(const QString& prompt) {
   updateCurrent([&](StoredConversation& c) { c.system_prompt = prompt; });
 }
-void ChatController::setTemperature(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.temperature = std::max(0.0, v); });
-}
-void ChatController::setTopP(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.top_p = std::clamp(v, 0.0, 1.0); });
-}
-void ChatController::setMinP(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.min_p = std::clamp(v, 0.0, 1.0); });
-}
-void ChatController::setTopK(int v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.top_k = std::max(0, v); });
-}
-void ChatController::setRepetitionPenalty(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.repetition_penalty = std::max(0.0, v); });
-}
-void ChatController::setMaxTokens(int v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.max_tokens = std::max(1, v); });
-}
-void ChatController::setSeed(double v) {
-  updateCurrent([&](StoredConversation& c) {
-    c.sampling.seed = static_cast<quint64>(std::clamp(v, 0.0, 9.0e15));
-  });
-}
-
 qint64 ChatController::newChat() {
   // An empty "New chat" is reused rather than joined by another (Ctrl+N pressed twice).
   for (int i = 0; i < conversations_.count(); ++i) {

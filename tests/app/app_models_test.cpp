@@ -43,7 +43,9 @@ void writeSchemaTwoDatabase(const QString& path, const QString& extra = {}) {
         "ALTER TABLE conversations ADD COLUMN deleted_at INTEGER",
         "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)",
         "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Kyoto', 1, 2)",
-        "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Other', 1, 1)",
+        // Saved when seed 0 meant "a new seed per reply" (migration 4 keeps that meaning).
+        "INSERT INTO conversations (title, sampling_json, created_at, updated_at) VALUES "
+        "('Other', '{\"seed\":\"0\",\"temperature\":0.5}', 1, 1)",
         // Inserted out of id order across chats, as two chats written in turns are.
         "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
         "finish_reason, created_at) VALUES (1, 0, 'user', 'Plan a trip', 0, '', 10)",
@@ -360,6 +362,10 @@ class ModelsTest : public QObject {
       c.sampling.top_k = 12;
       c.sampling.seed = 18446744073709551557ull;  // needs all 64 bits
       chat_id = store.createConversation(c).value();
+      StoredConversation zero;  // seed 0 is a seed like any other
+      zero.title = "Seed zero";
+      zero.sampling.seed = 0;
+      QVERIFY(store.createConversation(zero).has_value());
       QVERIFY(store.insertMessage({0, chat_id, 0, "user", "Plan a trip to Kyoto", 0, "", 0}));
       const qint64 reply = store.insertMessage({0, chat_id, 1, "assistant", "", 0, "", 0}).value();
       QVERIFY(store.updateMessage(
@@ -369,12 +375,19 @@ class ModelsTest : public QObject {
     }
     ChatStore store(path);
     const auto chats = store.conversations();
-    QCOMPARE(chats.size(), 1);
-    QCOMPARE(chats[0].title, QStringLiteral("Trip plan"));
-    QCOMPARE(chats[0].system_prompt, QStringLiteral("Be brief."));
-    QCOMPARE(chats[0].sampling.temperature, 0.3);
-    QCOMPARE(chats[0].sampling.top_k, 12);
-    QCOMPARE(chats[0].sampling.seed, 18446744073709551557ull);
+    QCOMPARE(chats.size(), 2);
+    const auto zero = std::find_if(chats.begin(), chats.end(), [](const StoredConversation& c) {
+      return c.title == "Seed zero";
+    });
+    QVERIFY(zero != chats.end());
+    QCOMPARE(zero->sampling.seed, quint64{0});
+    const StoredConversation& trip = *std::find_if(
+        chats.begin(), chats.end(), [&](const StoredConversation& c) { return c.id == chat_id; });
+    QCOMPARE(trip.title, QStringLiteral("Trip plan"));
+    QCOMPARE(trip.system_prompt, QStringLiteral("Be brief."));
+    QCOMPARE(trip.sampling.temperature, 0.3);
+    QCOMPARE(trip.sampling.top_k, 12);
+    QCOMPARE(trip.sampling.seed, 18446744073709551557ull);
     const auto messages = store.messages(chat_id);
     QCOMPARE(messages.size(), 2);
     QCOMPARE(messages[1].content, QStringLiteral("Day 1: **Fushimi Inari**"));
@@ -392,7 +405,11 @@ class ModelsTest : public QObject {
     writeSchemaTwoDatabase(path);
     ChatStore store(path);
     QVERIFY2(store.ok(), qPrintable(store.error()));
-    QCOMPARE(store.schemaVersion(), 3);
+    QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
+    for (const StoredConversation& c : store.conversations()) {
+      QCOMPARE(c.sampling.seed, kRandomSeed);  // none saved, or the old "0 = random"
+      if (c.title == QLatin1String("Other")) QCOMPARE(c.sampling.temperature, 0.5);
+    }
     const auto kyoto = store.messages(1);
     QCOMPARE(kyoto.size(), 4);
     QCOMPARE(kyoto[0].content, QStringLiteral("Plan a trip"));

@@ -108,10 +108,10 @@ class ScreenshotTest : public QObject {
   qint64 askTwoChats(Session& s) {
     ChatController* chats = s.app.chats();
     chats->selectChat(s.trip_chat);
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
     const qint64 kv_chat = chats->newChat();
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
     return kv_chat;
   }
@@ -395,8 +395,8 @@ class ScreenshotTest : public QObject {
     chats->selectChat(s->trip_chat);
     chats->setSystemPrompt(
         QStringLiteral("You are a concise travel planner. Answer with a day-by-day list."));
-    chats->setTemperature(0.4);
-    chats->setMaxTokens(768);
+    chats->samplingEditor()->setTemperature(0.4);
+    chats->samplingEditor()->setMaxTokens(768);
     QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
     QVERIFY(drawer);
     QVERIFY(QMetaObject::invokeMethod(drawer, "open"));

@@ -241,8 +241,8 @@ class ServeTest : public QObject {
     ChatController* chats = s.app.chats();
     const qint64 chat = chats->newChat();
     // Greedy, so the chat's length does not depend on a draw (it must outlast the request).
-    chats->setTemperature(0);
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setTemperature(0);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Write a long story."));
     QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(chat)->message(1).content.size() > 0, 20000);
     auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions", body,

@@ -482,7 +482,7 @@ class WorkerTest : public QObject {
       chats->send(QStringLiteral("Explain the KV cache"));
       second = chats->newChat();
       chats->setSystemPrompt(QStringLiteral("Answer in French."));
-      chats->setTemperature(0.2);
+      chats->samplingEditor()->setTemperature(0.2);
       chats->send(QStringLiteral("Plan a trip"));
       QCOMPARE(chats->generatingCount(), 2);
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(first)->message(1).content.size() > 10, 5000);
@@ -508,7 +508,7 @@ class WorkerTest : public QObject {
     }
     chats->selectChat(second);
     QCOMPARE(chats->systemPrompt(), QStringLiteral("Answer in French."));
-    QCOMPARE(chats->temperature(), 0.2);
+    QCOMPARE(chats->samplingEditor()->temperature(), 0.2);
     QCOMPARE(chats->currentTitle(), QStringLiteral("Plan a trip"));
   }
 
@@ -536,7 +536,7 @@ class WorkerTest : public QObject {
       QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
       ChatController* chats = app.chats();
       chats->newChat();
-      chats->setMaxTokens(3);
+      chats->samplingEditor()->setMaxTokens(3);
       chats->send(QStringLiteral("hello"));
       QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
       // Known gap (ChatController, not the store): without a database a new chat cannot be
@@ -560,7 +560,7 @@ class WorkerTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
     ChatController* chats = app.chats();
     const qint64 chat = chats->newChat();
-    chats->setMaxTokens(4);
+    chats->samplingEditor()->setMaxTokens(4);
     chats->send(QStringLiteral("first"));
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     chats->send(QStringLiteral("follow-up"));
@@ -569,14 +569,14 @@ class WorkerTest : public QObject {
     QCOMPARE(messages->count(), 4);
     const qint64 first_answer = messages->message(1).id;
 
-    chats->setMaxTokens(2);
+    chats->samplingEditor()->setMaxTokens(2);
     chats->regenerate(1);  // the follow-up turn stays with version 1
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     QCOMPARE(messages->count(), 2);
     QCOMPARE(messages->message(1).content, expectedText(2));
     QCOMPARE(messages->data(messages->index(1), MessageModel::VersionRole).toInt(), 2);
     QCOMPARE(messages->data(messages->index(1), MessageModel::VersionCountRole).toInt(), 2);
-    chats->setMaxTokens(3);
+    chats->samplingEditor()->setMaxTokens(3);
     chats->regenerate(1);
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     QCOMPARE(messages->message(1).version, 3);
@@ -591,7 +591,7 @@ class WorkerTest : public QObject {
     chats->switchVersion(1, -1);  // no version 0
     QCOMPARE(messages->message(1).id, first_answer);
 
-    chats->setMaxTokens(4);
+    chats->samplingEditor()->setMaxTokens(4);
     chats->editAndResend(0, QStringLiteral("second"));
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     QCOMPARE(messages->count(), 2);
@@ -624,7 +624,7 @@ class WorkerTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
     ChatController* chats = app.chats();
     const qint64 chat = chats->newChat();
-    chats->setMaxTokens(3);
+    chats->samplingEditor()->setMaxTokens(3);
     chats->send(QStringLiteral("tell me a story"));
     QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
     MessageModel* messages = chats->messages();
@@ -662,7 +662,7 @@ class WorkerTest : public QObject {
       app.start(fakeModelFile(dir));
       QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
       chat = app.chats()->newChat();
-      app.chats()->setMaxTokens(5);
+      app.chats()->samplingEditor()->setMaxTokens(5);
       app.chats()->send(QStringLiteral("# Hello **there**"));
       QTRY_COMPARE_WITH_TIMEOUT(app.chats()->generatingCount(), 0, 5000);
       QCOMPARE(app.chats()->currentTitle(), QStringLiteral("Hello there"));
@@ -707,7 +707,7 @@ class WorkerTest : public QObject {
     QCOMPARE(chats->newChat(), a);
     QCOMPARE(chats->newChat(), a);
     QCOMPARE(chats->conversations()->count(), 1);
-    chats->setMaxTokens(2);
+    chats->samplingEditor()->setMaxTokens(2);
     chats->send(QStringLiteral("hi"));
     const qint64 b = chats->newChat();  // a has a message now
     QVERIFY(b != a);
@@ -727,7 +727,7 @@ class WorkerTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
     ChatController* chats = app.chats();
     chats->newChat();
-    chats->setMaxTokens(60);
+    chats->samplingEditor()->setMaxTokens(60);
     chats->send(QStringLiteral("one"));
     TelemetryModel* telemetry = app.telemetry();
     QTRY_VERIFY_WITH_TIMEOUT(telemetry->recentTokensPerSecond() > 5, 5000);
