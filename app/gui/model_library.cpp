@@ -13,7 +13,8 @@
 
 namespace granule::app {
 
-ModelLibrary::ModelLibrary(QObject* parent) : QAbstractListModel(parent) {}
+// No display role: a library row is shown through its roles.
+ModelLibrary::ModelLibrary(QObject* parent) : ListModel(Qt::DisplayRole, parent) {}
 
 ModelLibrary::~ModelLibrary() {
   if (thread_) {
@@ -22,13 +23,8 @@ ModelLibrary::~ModelLibrary() {
   }
 }
 
-int ModelLibrary::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : count();
-}
-
-QVariant ModelLibrary::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= count()) return {};
-  const LocalModel& m = models_[static_cast<size_t>(index.row())];
+QVariant ModelLibrary::value(int row, int role) const {
+  const LocalModel& m = models_[static_cast<size_t>(row)];
   switch (role) {
     case PathRole:
       return m.path;
@@ -61,21 +57,6 @@ QVariant ModelLibrary::data(const QModelIndex& index, int role) const {
     default:
       return {};
   }
-}
-
-QHash<int, QByteArray> ModelLibrary::roleNames() const {
-  return {{PathRole, "path"},
-          {NameRole, "name"},
-          {FileNameRole, "fileName"},
-          {FileBytesRole, "fileBytes"},
-          {BlockTypeRole, "blockType"},
-          {ArchitectureRole, "architecture"},
-          {ParametersRole, "parameters"},
-          {ReadableRole, "readable"},
-          {FitsRole, "fits"},
-          {LoadsRole, "loads"},
-          {FitTextRole, "fitText"},
-          {DetailsRole, "details"}};
 }
 
 void ModelLibrary::setFolders(const QStringList& folders) {

@@ -124,7 +124,10 @@ class ModelsTest : public QObject {
     QCOMPARE(model.data(i, MessageModel::FinishReasonRole).toString(), QStringLiteral("eos"));
     model.removeFrom(1);
     QCOMPARE(model.count(), 1);
-    QCOMPARE(model.roleNames().value(MessageModel::RoleNameRole), QByteArray("role"));
+    QCOMPARE(model.roleNames().value(MessageModel::SpeakerRole), QByteArray("speaker"));
+    QCOMPARE(model.roleNames().value(MessageModel::TimeToFirstTokenMsRole),
+             QByteArray("timeToFirstTokenMs"));
+    QCOMPARE(model.roleNames().size(), 13);
   }
 
   void conversationListOrdersFiltersAndRestores() {
