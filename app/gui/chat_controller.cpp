@@ -207,11 +207,7 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
   const QString content = text.trimmed();
   MessageModel* model = messagesOf(chat_id);
   if (content.isEmpty() || !model) return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(chat_id);
   StoredMessage m;
   m.conversation_id = chat_id;
@@ -241,11 +237,7 @@ void ChatController::regenerate(int row) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("assistant"))
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(current_chat_id_);
   // The old version and its later turns stay in the store; the view shows the new branch.
   model->removeFrom(row);
@@ -257,11 +249,7 @@ void ChatController::editAndResend(int row, const QString& text) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("user") || text.trimmed().isEmpty())
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(current_chat_id_);
   model->removeFrom(row);
   sendTo(current_chat_id_, text);
@@ -285,21 +273,11 @@ void ChatController::continueReply(int row) {
       model->message(row).role != QLatin1String("assistant") ||
       model->message(row).finish_reason != QLatin1String("length"))
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   GenerationRequest request = requestFor(chat_id);
   request.continue_last = true;
   model->resume(row);
-  Generation g;
-  g.row = row;
-  g.since_request.start();
-  generations_[chat_id] = g;
-  conversations_.setGenerating(chat_id, true);
-  Q_EMIT generatingChanged();
-  Q_EMIT generationRequested(request);
+  requestGeneration(chat_id, row, request);
 }
 
 void ChatController::reloadMessages(qint64 chat_id) {
@@ -358,6 +336,17 @@ void ChatController::startGeneration(qint64 chat_id) {
     reply.version_count = reply.version;
   }
   const int row = model->append(reply, /*generating=*/true);
+  requestGeneration(chat_id, row, request);
+}
+
+bool ChatController::modelReadyOrReport() {
+  if (!model_ready_)
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
+  return model_ready_;
+}
+
+void ChatController::requestGeneration(qint64 chat_id, int row, const GenerationRequest& request) {
   Generation g;
   g.row = row;
   g.since_request.start();

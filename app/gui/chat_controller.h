@@ -127,6 +127,10 @@ class ChatController : public QObject {
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
   // Adds an empty assistant message to the chat and asks the worker to fill it.
   void startGeneration(qint64 chat_id);
+  // Whether a model is loaded; when not, says so in the error banner.
+  bool modelReadyOrReport();
+  // Marks the chat generating into the message at `row` and sends the request to the worker.
+  void requestGeneration(qint64 chat_id, int row, const GenerationRequest& request);
   // The request for the chat's shown messages (system prompt first).
   GenerationRequest requestFor(qint64 chat_id) const;
   // Reads the chat's shown branch from the store again (after a version change).

@@ -79,14 +79,20 @@ QStringList ModelLibrary::findModelFiles(const QStringList& folders) {
   return files;
 }
 
-LocalModel ModelLibrary::inspect(const QString& path, qint64 context_length, qint32 chats,
-                                 quint64 vram_budget_bytes) {
+// What the file system says about a model file: its path, names and size.
+LocalModel ModelLibrary::fileFacts(const QString& path) {
   LocalModel m;
   const QFileInfo file(path);
   m.path = path;
   m.file_name = file.fileName();
   m.name = file.completeBaseName();
   m.file_bytes = file.size();
+  return m;
+}
+
+LocalModel ModelLibrary::inspect(const QString& path, qint64 context_length, qint32 chats,
+                                 quint64 vram_budget_bytes) {
+  LocalModel m = fileFacts(path);
   try {
     EngineOptions options;
     options.context_length = context_length;
@@ -123,12 +129,7 @@ void ModelLibrary::refresh(qint64 context_length, qint32 chats, quint64 vram_bud
   beginResetModel();
   models_.clear();
   for (const QString& path : files) {
-    LocalModel m;
-    const QFileInfo file(path);
-    m.path = path;
-    m.file_name = file.fileName();
-    m.name = file.completeBaseName();
-    m.file_bytes = file.size();
+    LocalModel m = fileFacts(path);
     m.fit_text = QStringLiteral("reading…");
     models_.push_back(m);
   }

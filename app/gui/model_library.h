@@ -67,6 +67,8 @@ class ModelLibrary : public ListModel {
 
   // The GGUF files directly in `folders`, sorted by name, without duplicates.
   static QStringList findModelFiles(const QStringList& folders);
+  // A file's path, names and size (the rest unknown yet).
+  static LocalModel fileFacts(const QString& path);
   // Reads one file's facts and fit (blocking; the helper thread calls it).
   static LocalModel inspect(const QString& path, qint64 context_length, qint32 chats,
                             quint64 vram_budget_bytes);
