@@ -53,7 +53,7 @@ constexpr int32_t kMaxTokens = 1 << 20;
 void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("model", options.model, "GGUF model file")->required();
   app.add_option("-n,--max-tokens", options.max_tokens, "Most tokens to generate per reply")
-      ->check(integer_in(1, kMaxTokens))
+      ->check(integer_in(kSamplingRanges.max_tokens.min, kSamplingRanges.max_tokens.max))
       ->capture_default_str();
   add_sampling_options(app, options.sampling);
   app.add_option("-c,--ctx-size,--ctx", options.context, "Context length per sequence")
@@ -108,8 +108,7 @@ const ChatTemplate& require_chat_template(const Engine& engine, const Generation
   return *tmpl;
 }
 
-ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry,
-                         bool echo) {
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry, bool echo) {
   ReplyResult result;
   bool finished = false;
   Clock::time_point first_token_at{};

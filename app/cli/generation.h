@@ -17,7 +17,7 @@ namespace granule::cli {
 
 struct GenerationOptions {
   std::filesystem::path model;
-  int32_t max_tokens = 512;
+  int32_t max_tokens = kSamplingRanges.max_tokens.default_value;
   SamplingOptions sampling;  // cli.h: --preset, --temp, ..., --seed
   int64_t context = 4096;
   int32_t threads = 0;

@@ -80,33 +80,46 @@ CLI::Validator number_in(double min, double max) {
       std::string());
 }
 
+namespace {
+
+// A sampling option's check: the engine's range for the field (granule/sampling.h), which
+// the server and the window use too.
+CLI::Validator in_range(const SamplingRange<double>& range) {
+  return number_in(range.min, range.max);
+}
+CLI::Validator in_range(const SamplingRange<int32_t>& range) {
+  return integer_in(range.min, range.max);
+}
+
+}  // namespace
+
 void add_sampling_options(CLI::App& app, SamplingOptions& options) {
-  const SamplingParams defaults = SamplingParams::preset("balanced");
+  const SamplingRanges& r = kSamplingRanges;
   std::vector<std::string> names(SamplingParams::preset_names().begin(),
                                  SamplingParams::preset_names().end());
   app.add_option("--preset", options.preset, preset_help())
       ->check(CLI::IsMember(names))
       ->capture_default_str();
   app.add_option("--temp", options.temperature, "Sampling temperature (0 = greedy)")
-      ->check(number_in(0, 100))
-      ->default_str(format_number(defaults.temperature));
+      ->check(in_range(r.temperature))
+      ->default_str(format_number(r.temperature.default_value));
   app.add_option("--top-k", options.top_k, "Keep the k most likely tokens (0 = off)")
-      ->check(integer_in(0, 1 << 20))
-      ->default_str(std::to_string(defaults.top_k));
+      ->check(in_range(r.top_k))
+      ->default_str(std::to_string(r.top_k.default_value));
   app.add_option("--top-p", options.top_p, "Nucleus sampling mass (1 = off)")
-      ->check(number_in(0, 1))
-      ->default_str(format_number(defaults.top_p));
+      ->check(in_range(r.top_p))
+      ->default_str(format_number(r.top_p.default_value));
   app.add_option("--min-p", options.min_p, "Drop tokens below this fraction of the best (0 = off)")
-      ->check(number_in(0, 1))
-      ->default_str(format_number(defaults.min_p));
+      ->check(in_range(r.min_p))
+      ->default_str(format_number(r.min_p.default_value));
   app.add_option("--repeat-penalty", options.repeat_penalty,
                  "Penalty on tokens seen in the last --repeat-last-n tokens (1 = off)")
-      ->check(number_in(0.01, 100))
-      ->default_str(format_number(defaults.repetition_penalty));
+      ->check(in_range(r.repetition_penalty))
+      ->default_str(format_number(r.repetition_penalty.default_value));
   app.add_option("--repeat-last-n", options.repeat_last_n,
                  "How many recent tokens the repeat penalty looks at (-1 = all)")
-      ->check(integer_in(-1, 1 << 20))
-      ->default_str(std::to_string(defaults.penalty_last_n));
+      ->check(in_range(r.penalty_last_n))
+      ->default_str(std::to_string(r.penalty_last_n.default_value));
   app.add_option("--seed", options.seed,
                  "Seed of the sampler: the same seed, prompt and settings give the same text "
                  "(0 is a seed too); by default a new random seed per reply, printed with -v")

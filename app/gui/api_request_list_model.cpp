@@ -3,17 +3,11 @@
 
 namespace granule::app {
 
-ApiRequestListModel::ApiRequestListModel(QObject* parent) : QAbstractListModel(parent) {}
+ApiRequestListModel::ApiRequestListModel(QObject* parent) : ListModel(RequestIdRole, parent) {}
 
-int ApiRequestListModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : count();
-}
-
-QVariant ApiRequestListModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= rowCount()) return {};
-  const ApiRequestTelemetry& r = rows_[index.row()];
+QVariant ApiRequestListModel::value(int row, int role) const {
+  const ApiRequestTelemetry& r = rows_[row];
   switch (role) {
-    case Qt::DisplayRole:
     case RequestIdRole:
       return r.request_id;
     case EndpointRole:
@@ -24,7 +18,7 @@ QVariant ApiRequestListModel::data(const QModelIndex& index, int role) const {
       return static_cast<double>(r.prompt_tokens);
     case CompletionTokensRole:
       return static_cast<double>(r.completion_tokens);
-    case StateRole:
+    case RequestStateRole:
       return r.state;
     case KvCommittedBytesRole:
       return static_cast<double>(r.sequence.kv_committed_bytes);
@@ -33,17 +27,6 @@ QVariant ApiRequestListModel::data(const QModelIndex& index, int role) const {
     default:
       return {};
   }
-}
-
-QHash<int, QByteArray> ApiRequestListModel::roleNames() const {
-  return {{RequestIdRole, "requestId"},
-          {EndpointRole, "endpoint"},
-          {StreamRole, "stream"},
-          {PromptTokensRole, "promptTokens"},
-          {CompletionTokensRole, "completionTokens"},
-          {StateRole, "requestState"},
-          {KvCommittedBytesRole, "kvCommittedBytes"},
-          {KvReservedBytesRole, "kvReservedBytes"}};
 }
 
 void ApiRequestListModel::setRequests(const QList<ApiRequestTelemetry>& requests) {

@@ -3,17 +3,15 @@
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
-#include <QAbstractListModel>
-
+#include "list_model.h"
 #include "worker_types.h"
 
 namespace granule::app {
 
-class ApiRequestListModel : public QAbstractListModel {
+class ApiRequestListModel : public ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("API requests come from the window's server")
-  Q_PROPERTY(int count READ count NOTIFY countChanged)
 
  public:
   enum Role {
@@ -22,7 +20,7 @@ class ApiRequestListModel : public QAbstractListModel {
     StreamRole,
     PromptTokensRole,
     CompletionTokensRole,
-    StateRole,  // "waiting", "prefill", "generating", "finishing"
+    RequestStateRole,  // "waiting", "prefill", "generating", "finishing"
     KvCommittedBytesRole,
     KvReservedBytesRole,
   };
@@ -30,20 +28,16 @@ class ApiRequestListModel : public QAbstractListModel {
 
   explicit ApiRequestListModel(QObject* parent = nullptr);
 
-  int rowCount(const QModelIndex& parent = {}) const override;
-  QVariant data(const QModelIndex& index, int role) const override;
-  QHash<int, QByteArray> roleNames() const override;
-  int count() const { return static_cast<int>(rows_.size()); }
   const QList<ApiRequestTelemetry>& rows() const { return rows_; }
 
   // The frame's requests: rows whose ids are unchanged are updated in place (no reset, so
   // the list does not flicker at 10 Hz).
   void setRequests(const QList<ApiRequestTelemetry>& requests);
 
- Q_SIGNALS:
-  void countChanged();
-
  private:
+  int itemCount() const override { return static_cast<int>(rows_.size()); }
+  QVariant value(int row, int role) const override;
+
   QList<ApiRequestTelemetry> rows_;
 };
 

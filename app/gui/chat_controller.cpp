@@ -47,7 +47,16 @@ qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 }  // namespace
 
 ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject* parent)
-    : QObject(parent), store_(store), errors_(errors) {}
+    : QObject(parent),
+      store_(store),
+      errors_(errors),
+      sampling_editor_([this]() -> const SamplingSettings& { return current().sampling; },
+                       [this](const SamplingSettings& sampling) {
+                         updateCurrent([&](StoredConversation& c) { c.sampling = sampling; });
+                       }) {
+  connect(this, &ChatController::settingsChanged, &sampling_editor_, &SamplingEditor::changed);
+  connect(this, &ChatController::currentChatChanged, &sampling_editor_, &SamplingEditor::changed);
+}
 
 void ChatController::loadFromStore() {
   store_.purgeDeleted();  // deletions not undone last session
@@ -108,30 +117,6 @@ void ChatController::setSearchText(const QString& text) {
 void ChatController::setSystemPrompt(const QString& prompt) {
   updateCurrent([&](StoredConversation& c) { c.system_prompt = prompt; });
 }
-void ChatController::setTemperature(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.temperature = std::max(0.0, v); });
-}
-void ChatController::setTopP(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.top_p = std::clamp(v, 0.0, 1.0); });
-}
-void ChatController::setMinP(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.min_p = std::clamp(v, 0.0, 1.0); });
-}
-void ChatController::setTopK(int v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.top_k = std::max(0, v); });
-}
-void ChatController::setRepetitionPenalty(double v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.repetition_penalty = std::max(0.0, v); });
-}
-void ChatController::setMaxTokens(int v) {
-  updateCurrent([&](StoredConversation& c) { c.sampling.max_tokens = std::max(1, v); });
-}
-void ChatController::setSeed(double v) {
-  updateCurrent([&](StoredConversation& c) {
-    c.sampling.seed = static_cast<quint64>(std::clamp(v, 0.0, 9.0e15));
-  });
-}
-
 qint64 ChatController::newChat() {
   // An empty "New chat" is reused rather than joined by another (Ctrl+N pressed twice).
   for (int i = 0; i < conversations_.count(); ++i) {
@@ -222,11 +207,7 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
   const QString content = text.trimmed();
   MessageModel* model = messagesOf(chat_id);
   if (content.isEmpty() || !model) return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(chat_id);
   StoredMessage m;
   m.conversation_id = chat_id;
@@ -256,11 +237,7 @@ void ChatController::regenerate(int row) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("assistant"))
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(current_chat_id_);
   // The old version and its later turns stay in the store; the view shows the new branch.
   model->removeFrom(row);
@@ -272,11 +249,7 @@ void ChatController::editAndResend(int row, const QString& text) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("user") || text.trimmed().isEmpty())
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   abandonGeneration(current_chat_id_);
   model->removeFrom(row);
   sendTo(current_chat_id_, text);
@@ -300,21 +273,11 @@ void ChatController::continueReply(int row) {
       model->message(row).role != QLatin1String("assistant") ||
       model->message(row).finish_reason != QLatin1String("length"))
     return;
-  if (!model_ready_) {
-    errors_.report(QStringLiteral("No model is loaded."),
-                   QStringLiteral("Open a GGUF model first."));
-    return;
-  }
+  if (!modelReadyOrReport()) return;
   GenerationRequest request = requestFor(chat_id);
   request.continue_last = true;
   model->resume(row);
-  Generation g;
-  g.row = row;
-  g.since_request.start();
-  generations_[chat_id] = g;
-  conversations_.setGenerating(chat_id, true);
-  Q_EMIT generatingChanged();
-  Q_EMIT generationRequested(request);
+  requestGeneration(chat_id, row, request);
 }
 
 void ChatController::reloadMessages(qint64 chat_id) {
@@ -373,6 +336,17 @@ void ChatController::startGeneration(qint64 chat_id) {
     reply.version_count = reply.version;
   }
   const int row = model->append(reply, /*generating=*/true);
+  requestGeneration(chat_id, row, request);
+}
+
+bool ChatController::modelReadyOrReport() {
+  if (!model_ready_)
+    errors_.report(QStringLiteral("No model is loaded."),
+                   QStringLiteral("Open a GGUF model first."));
+  return model_ready_;
+}
+
+void ChatController::requestGeneration(qint64 chat_id, int row, const GenerationRequest& request) {
   Generation g;
   g.row = row;
   g.since_request.start();

@@ -16,6 +16,7 @@
 #include "conversation_list_model.h"
 #include "error_reporter.h"
 #include "message_model.h"
+#include "sampling_editor.h"
 #include "worker_types.h"
 
 namespace granule::app {
@@ -39,14 +40,7 @@ class ChatController : public QObject {
   Q_PROPERTY(QString deletedTitle READ deletedTitle NOTIFY undoChanged)
   // The open chat's settings.
   Q_PROPERTY(QString systemPrompt READ systemPrompt WRITE setSystemPrompt NOTIFY settingsChanged)
-  Q_PROPERTY(double temperature READ temperature WRITE setTemperature NOTIFY settingsChanged)
-  Q_PROPERTY(double topP READ topP WRITE setTopP NOTIFY settingsChanged)
-  Q_PROPERTY(double minP READ minP WRITE setMinP NOTIFY settingsChanged)
-  Q_PROPERTY(int topK READ topK WRITE setTopK NOTIFY settingsChanged)
-  Q_PROPERTY(double repetitionPenalty READ repetitionPenalty WRITE setRepetitionPenalty NOTIFY
-                 settingsChanged)
-  Q_PROPERTY(int maxTokens READ maxTokens WRITE setMaxTokens NOTIFY settingsChanged)
-  Q_PROPERTY(double seed READ seed WRITE setSeed NOTIFY settingsChanged)
+  Q_PROPERTY(granule::app::SamplingEditor* sampling READ samplingEditor CONSTANT)
 
  public:
   static inline const QString kDefaultTitle = QStringLiteral("New chat");
@@ -69,21 +63,8 @@ class ChatController : public QObject {
 
   QString systemPrompt() const { return current().system_prompt; }
   void setSystemPrompt(const QString& prompt);
-  double temperature() const { return current().sampling.temperature; }
-  void setTemperature(double v);
-  double topP() const { return current().sampling.top_p; }
-  void setTopP(double v);
-  double minP() const { return current().sampling.min_p; }
-  void setMinP(double v);
-  int topK() const { return current().sampling.top_k; }
-  void setTopK(int v);
-  double repetitionPenalty() const { return current().sampling.repetition_penalty; }
-  void setRepetitionPenalty(double v);
-  int maxTokens() const { return current().sampling.max_tokens; }
-  void setMaxTokens(int v);
-  // A double for QML: seeds typed in the window stay below 2^53.
-  double seed() const { return static_cast<double>(current().sampling.seed); }
-  void setSeed(double v);
+  // The open chat's sampling, clamped to the engine's ranges.
+  SamplingEditor* samplingEditor() { return &sampling_editor_; }
 
   // What a new chat's sampling starts from (the settings' global defaults).
   void setDefaultSampling(const SamplingSettings& sampling) { default_sampling_ = sampling; }
@@ -146,6 +127,10 @@ class ChatController : public QObject {
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
   // Adds an empty assistant message to the chat and asks the worker to fill it.
   void startGeneration(qint64 chat_id);
+  // Whether a model is loaded; when not, says so in the error banner.
+  bool modelReadyOrReport();
+  // Marks the chat generating into the message at `row` and sends the request to the worker.
+  void requestGeneration(qint64 chat_id, int row, const GenerationRequest& request);
   // The request for the chat's shown messages (system prompt first).
   GenerationRequest requestFor(qint64 chat_id) const;
   // Reads the chat's shown branch from the store again (after a version change).
@@ -164,6 +149,7 @@ class ChatController : public QObject {
   QString search_text_;
   std::optional<StoredConversation> deleted_;
   SamplingSettings default_sampling_;
+  SamplingEditor sampling_editor_;
 };
 
 }  // namespace granule::app

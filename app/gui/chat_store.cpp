@@ -16,6 +16,7 @@
 #include <map>
 
 #include "granule/log.h"
+#include "sampling_presets.h"
 
 namespace granule::app {
 namespace {
@@ -66,6 +67,11 @@ const QList<Migration>& migrations() {
                        "p.conversation_id = messages.conversation_id AND "
                        "p.position = messages.position - 1 ORDER BY p.id DESC LIMIT 1)"),
         QStringLiteral("CREATE INDEX messages_by_parent ON messages(conversation_id, parent_id)")}},
+      // 4: seed 0 is a seed like any other (the engine's rule); chats saved when 0 meant "a
+      // new seed per reply" keep meaning that.
+      {4,
+       {QStringLiteral("UPDATE conversations SET sampling_json = "
+                       "replace(sampling_json, '\"seed\":\"0\"', '\"seed\":\"random\"')")}},
   };
   return all;
 }
@@ -77,7 +83,8 @@ QString samplingToJson(const SamplingSettings& s) {
                       {"min_p", s.min_p},
                       {"repetition_penalty", s.repetition_penalty},
                       {"max_tokens", s.max_tokens},
-                      {"seed", QString::number(s.seed)}};  // JSON numbers lose 64-bit seeds
+                      // Text: JSON numbers lose 64-bit seeds. "random" for kRandomSeed.
+                      {"seed", seedText(s.seed)}};
   return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
 }
 
@@ -90,7 +97,7 @@ SamplingSettings samplingFromJson(const QString& json) {
   s.min_p = o.value("min_p").toDouble(s.min_p);
   s.repetition_penalty = o.value("repetition_penalty").toDouble(s.repetition_penalty);
   s.max_tokens = o.value("max_tokens").toInt(s.max_tokens);
-  s.seed = o.value("seed").toString().toULongLong();
+  s.seed = seedFromText(o.value("seed").toString()).value_or(kRandomSeed);
   return s;
 }
 

@@ -42,7 +42,7 @@ struct StoredMessage {
 
 class ChatStore {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
 
   // Opens (creating the file and folders), checks the file is a sound database and migrates;
   // check ok() / error(). When not ok the file is left untouched and closed for the session.

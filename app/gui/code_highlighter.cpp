@@ -13,15 +13,86 @@ QSet<QString> words(const char* list) {
   return set;
 }
 
-CodeLanguage cLike(const char* name, const char* keywords, const char* types) {
+enum CommentStyle { kCLike, kHash, kHashAtWordStart, kNone };
+
+// One row per language: the info strings that name it (its canonical name first), how its
+// comments start, whether it has Python's triple-quoted strings, its keywords and its types.
+struct LanguageRow {
+  const char* names;
+  CommentStyle comments;
+  bool triple_quotes;
+  const char* keywords;
+  const char* types;
+};
+
+constexpr LanguageRow kLanguages[] = {
+    {"cpp c c++ cc cxx h hpp cuda cu", kCLike, false,
+     "alignas alignof auto break case catch class const consteval constexpr constinit "
+     "const_cast continue co_await co_return co_yield decltype default delete do "
+     "dynamic_cast else enum explicit export extern for friend goto if inline mutable "
+     "namespace new noexcept operator private protected public register "
+     "reinterpret_cast return sizeof static static_assert static_cast struct switch "
+     "template this throw try typedef typeid typename union using virtual volatile "
+     "while #include #define #pragma #if #ifdef #ifndef #endif #else #elif",
+     "bool char char8_t char16_t char32_t double float int long short signed unsigned "
+     "void wchar_t size_t int8_t int16_t int32_t int64_t uint8_t uint16_t uint32_t "
+     "uint64_t true false nullptr NULL std"},
+    {"python py python3", kHash, true,
+     "and as assert async await break class continue def del elif else except finally "
+     "for from global if import in is lambda nonlocal not or pass raise return try "
+     "while with yield match case",
+     "True False None self int float str bool list dict set tuple bytes object print "
+     "len range"},
+    {"javascript js jsx typescript ts tsx mjs node", kCLike, false,
+     "abstract as async await break case catch class const continue debugger default "
+     "delete do else enum export extends finally for from function get if implements "
+     "import in instanceof interface let new of private protected public readonly "
+     "return set static super switch this throw try type typeof var void while with "
+     "yield",
+     "true false null undefined NaN Infinity number string boolean any unknown never "
+     "object console"},
+    {"rust rs", kCLike, false,
+     "as async await break const continue crate dyn else enum extern fn for if impl in "
+     "let loop match mod move mut pub ref return self Self static struct super trait "
+     "type unsafe use where while macro_rules",
+     "true false i8 i16 i32 i64 i128 isize u8 u16 u32 u64 u128 usize f32 f64 bool char "
+     "str String Vec Option Some None Result Ok Err Box"},
+    {"go golang", kCLike, false,
+     "break case chan const continue default defer else fallthrough for func go goto "
+     "if import interface map package range return select struct switch type var",
+     "true false nil iota bool byte complex64 complex128 error float32 float64 int "
+     "int8 int16 int32 int64 rune string uint uint8 uint16 uint32 uint64 uintptr make "
+     "len cap append new panic"},
+    {"java kotlin", kCLike, false,
+     "abstract assert break case catch class const continue default do else enum "
+     "extends final finally for goto if implements import instanceof interface native "
+     "new package private protected public record return static strictfp super switch "
+     "synchronized this throw throws transient try var void volatile while",
+     "true false null boolean byte char double float int long short String Object "
+     "Integer List Map"},
+    {"bash sh shell zsh console shellsession", kHashAtWordStart, false,
+     "if then else elif fi for while until do done case esac in function return local "
+     "export readonly declare select break continue exit",
+     "echo cd ls cat grep sed awk printf read set unset source sudo apt-get cmake make "
+     "git true false"},
+    {"json jsonc json5", kNone, false, "", "true false null"},
+};
+
+CodeLanguage languageOf(const LanguageRow& row) {
   CodeLanguage l;
   l.known = true;
-  l.name = QString::fromLatin1(name);
-  l.keywords = words(keywords);
-  l.types = words(types);
-  l.line_comment = QStringLiteral("//");
-  l.block_open = QStringLiteral("/*");
-  l.block_close = QStringLiteral("*/");
+  l.name = QString::fromLatin1(row.names).section(QLatin1Char(' '), 0, 0);
+  l.keywords = words(row.keywords);
+  l.types = words(row.types);
+  if (row.comments == kCLike) {
+    l.line_comment = QStringLiteral("//");
+    l.block_open = QStringLiteral("/*");
+    l.block_close = QStringLiteral("*/");
+  } else if (row.comments != kNone) {
+    l.line_comment = QStringLiteral("#");
+    l.hash_needs_space = row.comments == kHashAtWordStart;
+  }
+  l.triple_quotes = row.triple_quotes;
   return l;
 }
 
@@ -33,95 +104,9 @@ bool isIdentifierPart(QChar c) { return c.isLetterOrNumber() || c == QLatin1Char
 CodeLanguage codeLanguageFor(const QString& info) {
   // The info string's first word names the language ("python title=x.py" → python).
   const QString name = info.trimmed().section(QLatin1Char(' '), 0, 0).toLower();
-  if (name == u"c" || name == u"cpp" || name == u"c++" || name == u"cc" || name == u"cxx" ||
-      name == u"h" || name == u"hpp" || name == u"cuda" || name == u"cu") {
-    return cLike("cpp",
-                 "alignas alignof auto break case catch class const consteval constexpr "
-                 "constinit const_cast continue co_await co_return co_yield decltype default "
-                 "delete do dynamic_cast else enum explicit export extern for friend goto if "
-                 "inline mutable namespace new noexcept operator private protected public "
-                 "register reinterpret_cast return sizeof static static_assert static_cast "
-                 "struct switch template this throw try typedef typeid typename union using "
-                 "virtual volatile while #include #define #pragma #if #ifdef #ifndef #endif "
-                 "#else #elif",
-                 "bool char char8_t char16_t char32_t double float int long short signed "
-                 "unsigned void wchar_t size_t int8_t int16_t int32_t int64_t uint8_t uint16_t "
-                 "uint32_t uint64_t true false nullptr NULL std");
-  }
-  if (name == u"python" || name == u"py" || name == u"python3") {
-    CodeLanguage l;
-    l.known = true;
-    l.name = QStringLiteral("python");
-    l.keywords = words(
-        "and as assert async await break class continue def del elif else except finally "
-        "for from global if import in is lambda nonlocal not or pass raise return try while "
-        "with yield match case");
-    l.types = words(
-        "True False None self int float str bool list dict set tuple bytes object print len "
-        "range");
-    l.line_comment = QStringLiteral("#");
-    l.triple_quotes = true;
-    return l;
-  }
-  if (name == u"javascript" || name == u"js" || name == u"jsx" || name == u"typescript" ||
-      name == u"ts" || name == u"tsx" || name == u"mjs" || name == u"node") {
-    return cLike("javascript",
-                 "abstract as async await break case catch class const continue debugger "
-                 "default delete do else enum export extends finally for from function get if "
-                 "implements import in instanceof interface let new of private protected public "
-                 "readonly return set static super switch this throw try type typeof var void "
-                 "while with yield",
-                 "true false null undefined NaN Infinity number string boolean any unknown "
-                 "never object console");
-  }
-  if (name == u"rust" || name == u"rs") {
-    return cLike("rust",
-                 "as async await break const continue crate dyn else enum extern fn for if impl "
-                 "in let loop match mod move mut pub ref return self Self static struct super "
-                 "trait type unsafe use where while macro_rules",
-                 "true false i8 i16 i32 i64 i128 isize u8 u16 u32 u64 u128 usize f32 f64 bool "
-                 "char str String Vec Option Some None Result Ok Err Box");
-  }
-  if (name == u"go" || name == u"golang") {
-    return cLike("go",
-                 "break case chan const continue default defer else fallthrough for func go "
-                 "goto if import interface map package range return select struct switch type "
-                 "var",
-                 "true false nil iota bool byte complex64 complex128 error float32 float64 int "
-                 "int8 int16 int32 int64 rune string uint uint8 uint16 uint32 uint64 uintptr "
-                 "make len cap append new panic");
-  }
-  if (name == u"java" || name == u"kotlin") {
-    return cLike("java",
-                 "abstract assert break case catch class const continue default do else enum "
-                 "extends final finally for goto if implements import instanceof interface "
-                 "native new package private protected public record return static strictfp "
-                 "super switch synchronized this throw throws transient try var void volatile "
-                 "while",
-                 "true false null boolean byte char double float int long short String Object "
-                 "Integer List Map");
-  }
-  if (name == u"bash" || name == u"sh" || name == u"shell" || name == u"zsh" ||
-      name == u"console" || name == u"shellsession") {
-    CodeLanguage l;
-    l.known = true;
-    l.name = QStringLiteral("bash");
-    l.keywords = words(
-        "if then else elif fi for while until do done case esac in function return local "
-        "export readonly declare select break continue exit");
-    l.types = words(
-        "echo cd ls cat grep sed awk printf read set unset source sudo apt-get cmake make git "
-        "true false");
-    l.line_comment = QStringLiteral("#");
-    l.hash_needs_space = true;
-    return l;
-  }
-  if (name == u"json" || name == u"jsonc" || name == u"json5") {
-    CodeLanguage l;
-    l.known = true;
-    l.name = QStringLiteral("json");
-    l.types = words("true false null");
-    return l;
+  for (const LanguageRow& row : kLanguages) {
+    if (QString::fromLatin1(row.names).split(QLatin1Char(' ')).contains(name))
+      return languageOf(row);
   }
   CodeLanguage unknown;
   unknown.name = name;

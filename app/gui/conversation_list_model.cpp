@@ -6,19 +6,13 @@
 
 namespace granule::app {
 
-ConversationListModel::ConversationListModel(QObject* parent) : QAbstractListModel(parent) {}
+ConversationListModel::ConversationListModel(QObject* parent) : ListModel(TitleRole, parent) {}
 
-int ConversationListModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : count();
-}
-
-QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= count()) return {};
-  const Entry& e = all_[visible_[index.row()]];
+QVariant ConversationListModel::value(int row, int role) const {
+  const Entry& e = all_[visible_[row]];
   switch (role) {
     case ChatIdRole:
       return e.conversation.id;
-    case Qt::DisplayRole:
     case TitleRole:
       return e.conversation.title;
     case GeneratingRole:
@@ -28,13 +22,6 @@ QVariant ConversationListModel::data(const QModelIndex& index, int role) const {
     default:
       return {};
   }
-}
-
-QHash<int, QByteArray> ConversationListModel::roleNames() const {
-  return {{ChatIdRole, "chatId"},
-          {TitleRole, "title"},
-          {GeneratingRole, "generating"},
-          {UpdatedRole, "updated"}};
 }
 
 void ConversationListModel::setConversations(const QList<StoredConversation>& conversations) {

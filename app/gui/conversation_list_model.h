@@ -3,18 +3,17 @@
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
-#include <QAbstractListModel>
 #include <optional>
 
 #include "chat_store.h"
+#include "list_model.h"
 
 namespace granule::app {
 
-class ConversationListModel : public QAbstractListModel {
+class ConversationListModel : public ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Chats come from ChatController")
-  Q_PROPERTY(int count READ count NOTIFY countChanged)
   Q_PROPERTY(int totalCount READ totalCount NOTIFY countChanged)
 
  public:
@@ -23,10 +22,6 @@ class ConversationListModel : public QAbstractListModel {
 
   explicit ConversationListModel(QObject* parent = nullptr);
 
-  int rowCount(const QModelIndex& parent = {}) const override;
-  QVariant data(const QModelIndex& index, int role) const override;
-  QHash<int, QByteArray> roleNames() const override;
-  int count() const { return static_cast<int>(visible_.size()); }
   int totalCount() const { return static_cast<int>(all_.size()); }
 
   void setConversations(const QList<StoredConversation>& conversations);
@@ -49,14 +44,13 @@ class ConversationListModel : public QAbstractListModel {
   Q_INVOKABLE int rowOf(qint64 id) const;
   Q_INVOKABLE qint64 idAt(int row) const;
 
- Q_SIGNALS:
-  void countChanged();
-
  private:
   struct Entry {
     StoredConversation conversation;
     bool generating = false;
   };
+  int itemCount() const override { return static_cast<int>(visible_.size()); }
+  QVariant value(int row, int role) const override;
   void rebuildVisible();
   qsizetype indexInAll(qint64 id) const;
 

@@ -1,29 +1,15 @@
 // The engine thread's side: requests in, coalesced text and telemetry out.
 #include "engine_worker.h"
 
-#include <QRandomGenerator>
-
 #include "granule/error.h"
 #include "granule/log.h"
 #include "model_inspector.h"
+#include "sampling_presets.h"
 
 namespace granule::app {
 namespace {
 
 std::shared_ptr<spdlog::logger> log() { return granule::logger("app.worker"); }
-
-SamplingParams toSamplingParams(const SamplingSettings& s) {
-  SamplingParams p;
-  p.temperature = static_cast<float>(s.temperature);
-  p.top_k = s.top_k;
-  p.top_p = static_cast<float>(s.top_p);
-  p.min_p = static_cast<float>(s.min_p);
-  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
-  p.max_tokens = s.max_tokens;
-  // Seed 0 means "surprise me": each regeneration should give a different answer.
-  p.seed = s.seed != 0 ? s.seed : QRandomGenerator::global()->generate64();
-  return p;
-}
 
 QString finishReasonText(FinishReason reason) {
   return QString::fromUtf8(finish_reason_name(reason));

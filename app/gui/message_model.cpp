@@ -5,62 +5,40 @@
 
 namespace granule::app {
 
-MessageModel::MessageModel(QObject* parent) : QAbstractListModel(parent) {}
+MessageModel::MessageModel(QObject* parent) : ListModel(ContentRole, parent) {}
 
-int MessageModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : count();
-}
-
-QVariant MessageModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= count()) return {};
-  const Row& row = rows_[static_cast<size_t>(index.row())];
+QVariant MessageModel::value(int row, int role) const {
+  const StoredMessage& m = rows_[static_cast<size_t>(row)].stored;
   switch (role) {
     case MessageIdRole:
-      return row.stored.id;
-    case RoleNameRole:
-      return row.stored.role;
-    case Qt::DisplayRole:
+      return m.id;
+    case SpeakerRole:
+      return m.role;
     case ContentRole:
-      return row.stored.content;
+      return m.content;
     case BlocksRole:
-      return row.blocks;
+      return rows_[static_cast<size_t>(row)].blocks;
     case GeneratingRole:
-      return row.generating;
+      return rows_[static_cast<size_t>(row)].generating;
     case TokensPerSecondRole:
-      return row.stored.tokens_per_second;
+      return m.tokens_per_second;
     case FinishReasonRole:
-      return row.stored.finish_reason;
+      return m.finish_reason;
     case TokenCountRole:
-      return row.stored.token_count;
+      return m.token_count;
     case VersionRole:
-      return row.stored.version;
+      return m.version;
     case VersionCountRole:
-      return row.stored.version_count;
-    case TimeToFirstTokenRole:
-      return row.stored.time_to_first_token_ms;
+      return m.version_count;
+    case TimeToFirstTokenMsRole:
+      return m.time_to_first_token_ms;
     case PromptTokensRole:
-      return row.stored.prompt_tokens;
+      return m.prompt_tokens;
     case ViewStartsHereRole:
-      return index.row() == view_start_row_;
+      return row == view_start_row_;
     default:
       return {};
   }
-}
-
-QHash<int, QByteArray> MessageModel::roleNames() const {
-  return {{MessageIdRole, "messageId"},
-          {RoleNameRole, "role"},
-          {ContentRole, "content"},
-          {BlocksRole, "blocks"},
-          {GeneratingRole, "generating"},
-          {TokensPerSecondRole, "tokensPerSecond"},
-          {FinishReasonRole, "finishReason"},
-          {TokenCountRole, "tokenCount"},
-          {VersionRole, "version"},
-          {VersionCountRole, "versionCount"},
-          {TimeToFirstTokenRole, "timeToFirstTokenMs"},
-          {PromptTokensRole, "promptTokens"},
-          {ViewStartsHereRole, "viewStartsHere"}};
 }
 
 void MessageModel::setMessages(const QList<StoredMessage>& messages) {
@@ -118,7 +96,7 @@ void MessageModel::setTimeToFirstToken(int row, double ms) {
   if (row < 0 || row >= count()) return;
   rows_[static_cast<size_t>(row)].stored.time_to_first_token_ms = ms;
   const QModelIndex i = index(row);
-  Q_EMIT dataChanged(i, i, {TimeToFirstTokenRole});
+  Q_EMIT dataChanged(i, i, {TimeToFirstTokenMsRole});
 }
 
 void MessageModel::setPromptTokens(int row, int tokens) {

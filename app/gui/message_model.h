@@ -3,17 +3,15 @@
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
-#include <QAbstractListModel>
-
 #include "chat_store.h"
+#include "list_model.h"
 
 namespace granule::app {
 
-class MessageModel : public QAbstractListModel {
+class MessageModel : public ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Messages come from ChatController")
-  Q_PROPERTY(int count READ count NOTIFY countChanged)
   // Tokens the chat's context holds after the last reply on this branch: its prompt plus
   // its tokens (0 before any reply).
   Q_PROPERTY(int contextTokens READ contextTokens NOTIFY contextTokensChanged)
@@ -24,7 +22,7 @@ class MessageModel : public QAbstractListModel {
  public:
   enum Role {
     MessageIdRole = Qt::UserRole + 1,
-    RoleNameRole,  // "user", "assistant", "system"
+    SpeakerRole,  // the message's role: "user", "assistant", "system"
     ContentRole,
     BlocksRole,  // splitMarkdownCodeBlocks(content)
     GeneratingRole,
@@ -33,18 +31,13 @@ class MessageModel : public QAbstractListModel {
     TokenCountRole,
     VersionRole,       // 1-based version of this turn
     VersionCountRole,  // versions of this turn (regenerated answers, edited questions)
-    TimeToFirstTokenRole,
+    TimeToFirstTokenMsRole,
     PromptTokensRole,
     ViewStartsHereRole,  // the model's view begins at this message (see viewStartRow)
   };
   Q_ENUM(Role)
 
   explicit MessageModel(QObject* parent = nullptr);
-
-  int rowCount(const QModelIndex& parent = {}) const override;
-  QVariant data(const QModelIndex& index, int role) const override;
-  QHash<int, QByteArray> roleNames() const override;
-  int count() const { return static_cast<int>(rows_.size()); }
 
   void setMessages(const QList<StoredMessage>& messages);
   const StoredMessage& message(int row) const { return rows_.at(row).stored; }
@@ -66,7 +59,6 @@ class MessageModel : public QAbstractListModel {
   int generatingRow() const;
 
  Q_SIGNALS:
-  void countChanged();
   void contextTokensChanged();
   void viewStartRowChanged();
 
@@ -78,6 +70,9 @@ class MessageModel : public QAbstractListModel {
     int tokens_at_start = 0;  // tokens the message had when this stream began (Continue)
     int first_chunk_tokens = 0;
   };
+  int itemCount() const override { return static_cast<int>(rows_.size()); }
+  QVariant value(int row, int role) const override;
+
   std::vector<Row> rows_;
   int view_start_row_ = -1;
 };

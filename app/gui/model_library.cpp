@@ -13,7 +13,8 @@
 
 namespace granule::app {
 
-ModelLibrary::ModelLibrary(QObject* parent) : QAbstractListModel(parent) {}
+// No display role: a library row is shown through its roles.
+ModelLibrary::ModelLibrary(QObject* parent) : ListModel(Qt::DisplayRole, parent) {}
 
 ModelLibrary::~ModelLibrary() {
   if (thread_) {
@@ -22,13 +23,8 @@ ModelLibrary::~ModelLibrary() {
   }
 }
 
-int ModelLibrary::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0 : count();
-}
-
-QVariant ModelLibrary::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= count()) return {};
-  const LocalModel& m = models_[static_cast<size_t>(index.row())];
+QVariant ModelLibrary::value(int row, int role) const {
+  const LocalModel& m = models_[static_cast<size_t>(row)];
   switch (role) {
     case PathRole:
       return m.path;
@@ -63,21 +59,6 @@ QVariant ModelLibrary::data(const QModelIndex& index, int role) const {
   }
 }
 
-QHash<int, QByteArray> ModelLibrary::roleNames() const {
-  return {{PathRole, "path"},
-          {NameRole, "name"},
-          {FileNameRole, "fileName"},
-          {FileBytesRole, "fileBytes"},
-          {BlockTypeRole, "blockType"},
-          {ArchitectureRole, "architecture"},
-          {ParametersRole, "parameters"},
-          {ReadableRole, "readable"},
-          {FitsRole, "fits"},
-          {LoadsRole, "loads"},
-          {FitTextRole, "fitText"},
-          {DetailsRole, "details"}};
-}
-
 void ModelLibrary::setFolders(const QStringList& folders) {
   if (folders == folders_) return;
   folders_ = folders;
@@ -98,14 +79,20 @@ QStringList ModelLibrary::findModelFiles(const QStringList& folders) {
   return files;
 }
 
-LocalModel ModelLibrary::inspect(const QString& path, qint64 context_length, qint32 chats,
-                                 quint64 vram_budget_bytes) {
+// What the file system says about a model file: its path, names and size.
+LocalModel ModelLibrary::fileFacts(const QString& path) {
   LocalModel m;
   const QFileInfo file(path);
   m.path = path;
   m.file_name = file.fileName();
   m.name = file.completeBaseName();
   m.file_bytes = file.size();
+  return m;
+}
+
+LocalModel ModelLibrary::inspect(const QString& path, qint64 context_length, qint32 chats,
+                                 quint64 vram_budget_bytes) {
+  LocalModel m = fileFacts(path);
   try {
     EngineOptions options;
     options.context_length = context_length;
@@ -142,12 +129,7 @@ void ModelLibrary::refresh(qint64 context_length, qint32 chats, quint64 vram_bud
   beginResetModel();
   models_.clear();
   for (const QString& path : files) {
-    LocalModel m;
-    const QFileInfo file(path);
-    m.path = path;
-    m.file_name = file.fileName();
-    m.name = file.completeBaseName();
-    m.file_bytes = file.size();
+    LocalModel m = fileFacts(path);
     m.fit_text = QStringLiteral("reading…");
     models_.push_back(m);
   }

@@ -5,9 +5,10 @@
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
-#include <QAbstractListModel>
 #include <QStringList>
 #include <vector>
+
+#include "list_model.h"
 
 namespace granule::app {
 
@@ -25,11 +26,10 @@ struct LocalModel {
   QString fit_text;  // "fits", "7 of 30 layers streamed", "does not load", or the error
 };
 
-class ModelLibrary : public QAbstractListModel {
+class ModelLibrary : public ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Owned by the ModelController")
-  Q_PROPERTY(int count READ count NOTIFY countChanged)
   Q_PROPERTY(bool scanning READ scanning NOTIFY scanningChanged)
   Q_PROPERTY(QStringList folders READ folders NOTIFY foldersChanged)
   // The folders as one line: "/a and /b".
@@ -50,15 +50,11 @@ class ModelLibrary : public QAbstractListModel {
     FitTextRole,
     DetailsRole,  // "name.gguf · 93.8 MiB · Q4_1 · llama"
   };
+  Q_ENUM(Role)
 
   explicit ModelLibrary(QObject* parent = nullptr);
   ~ModelLibrary() override;
 
-  int rowCount(const QModelIndex& parent = {}) const override;
-  QVariant data(const QModelIndex& index, int role) const override;
-  QHash<int, QByteArray> roleNames() const override;
-
-  int count() const { return static_cast<int>(models_.size()); }
   bool scanning() const { return scanning_; }
   QStringList folders() const { return folders_; }
   QString foldersText() const { return folders_.join(QStringLiteral(" and ")); }
@@ -71,16 +67,19 @@ class ModelLibrary : public QAbstractListModel {
 
   // The GGUF files directly in `folders`, sorted by name, without duplicates.
   static QStringList findModelFiles(const QStringList& folders);
+  // A file's path, names and size (the rest unknown yet).
+  static LocalModel fileFacts(const QString& path);
   // Reads one file's facts and fit (blocking; the helper thread calls it).
   static LocalModel inspect(const QString& path, qint64 context_length, qint32 chats,
                             quint64 vram_budget_bytes);
 
  Q_SIGNALS:
-  void countChanged();
   void scanningChanged();
   void foldersChanged();
 
  private:
+  int itemCount() const override { return static_cast<int>(models_.size()); }
+  QVariant value(int row, int role) const override;
   void onInspected(quint64 generation, const LocalModel& model);
   void onScanDone(quint64 generation);
 

@@ -1,59 +1,66 @@
-// The presets' values. A repetition penalty above 1 keeps small models out of loops
-// (the default SmolLM2 repeats one sentence at 1.0 and writes a coherent story at 1.1).
+// Presets, conversions and seed text over the engine's tables. Preset values are doubles in
+// the engine's table, so the window shows and stores 0.3 where the engine runs 0.3f.
 #include "sampling_presets.h"
-
-#include <cmath>
 
 namespace granule::app {
 namespace {
 
-struct Preset {
-  const char* name;
-  double temperature;
-  qint32 top_k;
-  double top_p;
-  double min_p;
-  double repetition_penalty;
-};
+const SamplingPreset* findPreset(const QString& name) {
+  for (const SamplingPreset& p : kSamplingPresets)
+    if (name == QLatin1String(p.name.data(), static_cast<qsizetype>(p.name.size()))) return &p;
+  return nullptr;
+}
 
-constexpr Preset kPresets[] = {
-    {"precise", 0.2, 20, 0.90, 0.10, 1.10},
-    {"balanced", 0.7, 40, 0.95, 0.05, 1.10},
-    {"creative", 1.0, 100, 0.98, 0.02, 1.05},
-};
-
-bool near(double a, double b) { return std::abs(a - b) < 1e-6; }
+const QString kRandomSeedText = QStringLiteral("random");
 
 }  // namespace
 
 QStringList samplingPresetNames() {
   QStringList names;
-  for (const Preset& p : kPresets) names.append(QString::fromLatin1(p.name));
+  for (const SamplingPreset& p : kSamplingPresets)
+    names.append(QString::fromLatin1(p.name.data(), static_cast<qsizetype>(p.name.size())));
   return names;
 }
 
 std::optional<SamplingSettings> samplingPreset(const QString& name, SamplingSettings base) {
-  for (const Preset& p : kPresets) {
-    if (name != QLatin1String(p.name)) continue;
-    base.temperature = p.temperature;
-    base.top_k = p.top_k;
-    base.top_p = p.top_p;
-    base.min_p = p.min_p;
-    base.repetition_penalty = p.repetition_penalty;
-    return base;
-  }
-  return std::nullopt;
+  const SamplingPreset* p = findPreset(name);
+  if (!p) return std::nullopt;
+  base.temperature = p->temperature;
+  base.top_k = p->top_k;
+  base.top_p = p->top_p;
+  base.min_p = p->min_p;
+  base.repetition_penalty = p->repetition_penalty;
+  return base;
 }
 
 QString matchingSamplingPreset(const SamplingSettings& s) {
-  for (const Preset& p : kPresets) {
-    if (near(s.temperature, p.temperature) && s.top_k == p.top_k && near(s.top_p, p.top_p) &&
-        near(s.min_p, p.min_p) && near(s.repetition_penalty, p.repetition_penalty))
-      return QString::fromLatin1(p.name);
-  }
-  return {};
+  const std::string_view name = SamplingParams::preset_name_of(toSamplingParams(s));
+  return QString::fromLatin1(name.data(), static_cast<qsizetype>(name.size()));
 }
 
-SamplingSettings defaultSamplingSettings() { return *samplingPreset(QStringLiteral("balanced")); }
+SamplingParams toSamplingParams(const SamplingSettings& s) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(s.temperature);
+  p.top_k = s.top_k;
+  p.top_p = static_cast<float>(s.top_p);
+  p.min_p = static_cast<float>(s.min_p);
+  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  p.max_tokens = s.max_tokens;
+  p.seed = s.seed;
+  return p;
+}
+
+QString seedText(quint64 seed) {
+  return seed == kRandomSeed ? kRandomSeedText : QString::number(seed);
+}
+
+std::optional<quint64> seedFromText(const QString& text) {
+  const QString t = text.trimmed();
+  if (t.isEmpty() || t.compare(kRandomSeedText, Qt::CaseInsensitive) == 0) return kRandomSeed;
+  bool ok = false;
+  const quint64 seed = t.toULongLong(&ok);
+  if (!ok || seed == kRandomSeed) return std::nullopt;
+  return seed;
+}
 
 }  // namespace granule::app

@@ -3,57 +3,28 @@
 
 namespace granule::app {
 
-TelemetryModel::TelemetryModel(QObject* parent) : QAbstractListModel(parent) {}
+TelemetryModel::TelemetryModel(QObject* parent) : ListModel(TitleRole, parent) {}
 
-int TelemetryModel::rowCount(const QModelIndex& parent) const {
-  return parent.isValid() ? 0
-                          : static_cast<int>(latest_.chats.size() + latest_.api_requests.size());
-}
-
-QVariant TelemetryModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= rowCount()) return {};
-  if (index.row() >= chatRows()) {
-    const ApiRequestTelemetry& request = latest_.api_requests[index.row() - chatRows()];
-    switch (role) {
-      case ChatIdRole:
-        return qint64{0};
-      case Qt::DisplayRole:
-      case TitleRole:
-        return request.request_id;
-      case HighlightedRole:
-        return false;
-      case SequenceRole:
-        return sectionFields(request.sequence);
-      case ApiRole:
-        return true;
-      default:
-        return {};
-    }
-  }
-  const ChatTelemetry& chat = latest_.chats[index.row()];
+QVariant TelemetryModel::value(int row, int role) const {
+  // The chats' rows, then the API requests' (chat id 0, titled by the request's id).
+  const bool api = row >= chatRows();
+  const ApiRequestTelemetry* request = api ? &latest_.api_requests[row - chatRows()] : nullptr;
+  const qint64 chat_id = api ? 0 : latest_.chats[row].chat_id;
   switch (role) {
     case ChatIdRole:
-      return chat.chat_id;
-    case Qt::DisplayRole:
+      return chat_id;
     case TitleRole:
-      return title_of_ ? title_of_(chat.chat_id) : QString::number(chat.chat_id);
+      if (api) return request->request_id;
+      return title_of_ ? title_of_(chat_id) : QString::number(chat_id);
     case HighlightedRole:
-      return chat.chat_id == highlighted_chat_id_;
+      return !api && chat_id == highlighted_chat_id_;
     case SequenceRole:
-      return sectionFields(chat.sequence);
+      return sectionFields(api ? request->sequence : latest_.chats[row].sequence);
     case ApiRole:
-      return false;
+      return api;
     default:
       return {};
   }
-}
-
-QHash<int, QByteArray> TelemetryModel::roleNames() const {
-  return {{ChatIdRole, "chatId"},
-          {TitleRole, "title"},
-          {HighlightedRole, "highlighted"},
-          {SequenceRole, "sequence"},
-          {ApiRole, "api"}};
 }
 
 void TelemetryModel::addFrame(TelemetryFrame frame) {
@@ -77,6 +48,7 @@ void TelemetryModel::addFrame(TelemetryFrame frame) {
   latest_ = frame;
   if (rows_changed) {
     endResetModel();
+    Q_EMIT countChanged();
   } else if (rowCount() > 0) {
     Q_EMIT dataChanged(index(0), index(rowCount() - 1));
   }

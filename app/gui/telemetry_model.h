@@ -5,15 +5,15 @@
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
-#include <QAbstractListModel>
 #include <deque>
 #include <functional>
 
+#include "list_model.h"
 #include "worker_types.h"
 
 namespace granule::app {
 
-class TelemetryModel : public QAbstractListModel {
+class TelemetryModel : public ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Telemetry comes from the engine worker")
@@ -42,10 +42,6 @@ class TelemetryModel : public QAbstractListModel {
   Q_ENUM(Role)
 
   explicit TelemetryModel(QObject* parent = nullptr);
-
-  int rowCount(const QModelIndex& parent = {}) const override;
-  QVariant data(const QModelIndex& index, int role) const override;
-  QHash<int, QByteArray> roleNames() const override;
 
   // Names chats in the per-chat rows.
   void setTitleLookup(std::function<QString(qint64)> title_of) { title_of_ = std::move(title_of); }
@@ -77,6 +73,10 @@ class TelemetryModel : public QAbstractListModel {
   void replaySourceChanged();
 
  private:
+  int itemCount() const override {
+    return static_cast<int>(latest_.chats.size() + latest_.api_requests.size());
+  }
+  QVariant value(int row, int role) const override;
   int chatRows() const { return static_cast<int>(latest_.chats.size()); }
 
   std::deque<TelemetryFrame> history_;

@@ -106,7 +106,7 @@ QString readSection(const QJsonObject& frame, const char* key, Section& section)
   if (!it->isObject()) return QStringLiteral("%1 is not an object").arg(QLatin1String(key));
   const QJsonObject object = it->toObject();
   FieldReader reader{object, QLatin1String(key), {}};
-  section.for_each_field(reader);
+  for_each_field(section, reader);
   return reader.error;
 }
 
@@ -131,7 +131,7 @@ QString readFrame(const QJsonObject& object, TelemetryFrame& frame) {
       const QJsonObject fields = item.toObject();
       SequenceTelemetry sequence;
       FieldReader reader{fields, QStringLiteral("sequences[]"), {}};
-      sequence.for_each_field(reader);
+      for_each_field(sequence, reader);
       if (!reader.error.isEmpty()) return reader.error;
       s.sequences.push_back(sequence);
       // A recording knows no chats: each sequence stands for one, under its own id.

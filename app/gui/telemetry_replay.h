@@ -1,6 +1,6 @@
 // Telemetry replay: reads frames recorded as JSON lines (the engine's writer, see
 // TELEMETRY_JSON in the notes: one {"t": …, "device": {…}, …} object a line) into
-// TelemetryFrames, filling each section generically through its writable for_each_field, and
+// TelemetryFrames, filling each section generically through for_each_field (writable), and
 // plays them into a TelemetryModel at their recorded pace, so the window's panels show a run
 // recorded elsewhere (the H200) without a model loaded here.
 #pragma once

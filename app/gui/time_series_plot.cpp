@@ -39,40 +39,16 @@ void TimeSeriesPlot::setTelemetry(TelemetryModel* telemetry) {
   update();
 }
 
-void TimeSeriesPlot::setMetric(Metric metric) {
-  if (metric_ == metric) return;
-  metric_ = metric;
-  Q_EMIT appearanceChanged();
-}
-
+void TimeSeriesPlot::setMetric(Metric metric) { setAppearance(metric_, metric); }
 void TimeSeriesPlot::setSeriesColors(const QList<QColor>& colors) {
-  if (series_colors_ == colors) return;
-  series_colors_ = colors;
-  Q_EMIT appearanceChanged();
+  setAppearance(series_colors_, colors);
 }
-
-void TimeSeriesPlot::setGridColor(const QColor& c) {
-  if (grid_color_ == c) return;
-  grid_color_ = c;
-  Q_EMIT appearanceChanged();
-}
-
-void TimeSeriesPlot::setLabelColor(const QColor& c) {
-  if (label_color_ == c) return;
-  label_color_ = c;
-  Q_EMIT appearanceChanged();
-}
-
-void TimeSeriesPlot::setLimitColor(const QColor& c) {
-  if (limit_color_ == c) return;
-  limit_color_ = c;
-  Q_EMIT appearanceChanged();
-}
+void TimeSeriesPlot::setGridColor(const QColor& c) { setAppearance(grid_color_, c); }
+void TimeSeriesPlot::setLabelColor(const QColor& c) { setAppearance(label_color_, c); }
+void TimeSeriesPlot::setLimitColor(const QColor& c) { setAppearance(limit_color_, c); }
 
 void TimeSeriesPlot::setWindowSeconds(double s) {
-  if (window_seconds_ == s || s <= 0) return;
-  window_seconds_ = s;
-  Q_EMIT appearanceChanged();
+  if (s > 0) setAppearance(window_seconds_, s);
 }
 
 std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {

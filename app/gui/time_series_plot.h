@@ -73,6 +73,14 @@ class TimeSeriesPlot : public QQuickPaintedItem {
   void scaleMaxChanged();
 
  private:
+  // Sets a member that changes how the plot looks, and repaints when it changed.
+  template <class T>
+  void setAppearance(T& member, const T& value) {
+    if (member == value) return;
+    member = value;
+    Q_EMIT appearanceChanged();
+  }
+
   // The values stacked at one frame, bottom first (one entry for single-series metrics).
   std::vector<double> stackAt(const TelemetryFrame& frame) const;
   double limitAt(const TelemetryFrame& frame) const;

@@ -11,7 +11,7 @@ const QString kThemeKey = QStringLiteral("window/theme");
 const QString kDockKey = QStringLiteral("window/dock_expanded");
 const QString kGeometryKey = QStringLiteral("window/geometry");  // "x y width height"
 const QString kMaximizedKey = QStringLiteral("window/maximized");
-const QString kSamplingKey = QStringLiteral("sampling/defaults");  // "t k p minp rep max"
+const QString kSamplingKey = QStringLiteral("sampling/defaults");
 constexpr int kMinimumWidth = 900;
 constexpr int kMinimumHeight = 560;
 
@@ -28,19 +28,18 @@ QRect parseGeometry(const QString& text) {
   return QRect(v[0], v[1], v[2], v[3]);
 }
 
+// "t k p minp rep max seed"; a value from before seeds were kept has no seed (random).
 SamplingSettings parseSampling(const QString& text) {
-  SamplingSettings s = defaultSamplingSettings();
   const QStringList parts = text.split(QLatin1Char(' '), Qt::SkipEmptyParts);
-  if (parts.size() != 6) return s;
+  if (parts.size() != 6 && parts.size() != 7) return {};
   bool ok[6];
-  const SamplingSettings read{parts[0].toDouble(&ok[0]),
-                              parts[1].toInt(&ok[1]),
-                              parts[2].toDouble(&ok[2]),
-                              parts[3].toDouble(&ok[3]),
-                              parts[4].toDouble(&ok[4]),
-                              parts[5].toInt(&ok[5]),
-                              0};
-  return std::all_of(std::begin(ok), std::end(ok), [](bool b) { return b; }) ? read : s;
+  SamplingSettings read{parts[0].toDouble(&ok[0]), parts[1].toInt(&ok[1]),
+                        parts[2].toDouble(&ok[2]), parts[3].toDouble(&ok[3]),
+                        parts[4].toDouble(&ok[4]), parts[5].toInt(&ok[5])};
+  const std::optional<quint64> seed = parts.size() == 7 ? seedFromText(parts[6]) : kRandomSeed;
+  if (!seed || !std::all_of(std::begin(ok), std::end(ok), [](bool b) { return b; })) return {};
+  read.seed = *seed;
+  return read;
 }
 }  // namespace
 
@@ -51,7 +50,11 @@ WindowSettings::WindowSettings(ChatStore& store, QObject* parent)
       dock_expanded_(store.setting(kDockKey, QStringLiteral("1")) == QLatin1String("1")),
       geometry_(parseGeometry(store.setting(kGeometryKey))),
       maximized_(store.setting(kMaximizedKey, QStringLiteral("0")) == QLatin1String("1")),
-      sampling_(parseSampling(store.setting(kSamplingKey))) {}
+      sampling_(parseSampling(store.setting(kSamplingKey))),
+      sampling_editor_([this]() -> const SamplingSettings& { return sampling_; },
+                       [this](const SamplingSettings& s) { setSampling(s); }) {
+  connect(this, &WindowSettings::samplingChanged, &sampling_editor_, &SamplingEditor::changed);
+}
 
 void WindowSettings::setTheme(const QString& theme) {
   if (theme == theme_ || !QStringList{"system", "light", "dark"}.contains(theme)) return;
@@ -81,58 +84,15 @@ void WindowSettings::saveGeometry(int x, int y, int width, int height, bool maxi
 
 void WindowSettings::setSampling(const SamplingSettings& s) {
   sampling_ = s;
-  store_.setSetting(kSamplingKey, QStringLiteral("%1 %2 %3 %4 %5 %6")
+  store_.setSetting(kSamplingKey, QStringLiteral("%1 %2 %3 %4 %5 %6 %7")
                                       .arg(s.temperature)
                                       .arg(s.top_k)
                                       .arg(s.top_p)
                                       .arg(s.min_p)
                                       .arg(s.repetition_penalty)
-                                      .arg(s.max_tokens));
+                                      .arg(s.max_tokens)
+                                      .arg(seedText(s.seed)));
   Q_EMIT samplingChanged();
-}
-
-void WindowSettings::setTemperature(double v) {
-  SamplingSettings s = sampling_;
-  s.temperature = std::clamp(v, 0.0, 2.0);
-  if (s.temperature != sampling_.temperature) setSampling(s);
-}
-void WindowSettings::setTopP(double v) {
-  SamplingSettings s = sampling_;
-  s.top_p = std::clamp(v, 0.0, 1.0);
-  if (s.top_p != sampling_.top_p) setSampling(s);
-}
-void WindowSettings::setTopK(int v) {
-  SamplingSettings s = sampling_;
-  s.top_k = std::clamp(v, 0, 1000);
-  if (s.top_k != sampling_.top_k) setSampling(s);
-}
-void WindowSettings::setMinP(double v) {
-  SamplingSettings s = sampling_;
-  s.min_p = std::clamp(v, 0.0, 1.0);
-  if (s.min_p != sampling_.min_p) setSampling(s);
-}
-void WindowSettings::setRepetitionPenalty(double v) {
-  SamplingSettings s = sampling_;
-  s.repetition_penalty = std::clamp(v, 0.5, 2.0);
-  if (s.repetition_penalty != sampling_.repetition_penalty) setSampling(s);
-}
-void WindowSettings::setMaxTokens(int v) {
-  SamplingSettings s = sampling_;
-  s.max_tokens = std::clamp(v, 1, 1 << 20);
-  if (s.max_tokens != sampling_.max_tokens) setSampling(s);
-}
-
-QString WindowSettings::samplingPreset() const {
-  const QString name = matchingSamplingPreset(sampling_);
-  return name.isEmpty() ? QStringLiteral("custom") : name;
-}
-
-QStringList WindowSettings::samplingPresets() const {
-  return samplingPresetNames() << QStringLiteral("custom");
-}
-
-void WindowSettings::applySamplingPreset(const QString& name) {
-  if (const auto preset = granule::app::samplingPreset(name, sampling_)) setSampling(*preset);
 }
 
 }  // namespace granule::app

@@ -8,6 +8,7 @@
 #include <QRect>
 
 #include "chat_store.h"
+#include "sampling_editor.h"
 #include "worker_types.h"
 
 namespace granule::app {
@@ -22,17 +23,7 @@ class WindowSettings : public QObject {
   Q_PROPERTY(QRect geometry READ geometry NOTIFY geometryChanged)
   Q_PROPERTY(bool maximized READ maximized NOTIFY geometryChanged)
   // Global default sampling: new chats start from these (a chat's drawer overrides them).
-  Q_PROPERTY(double temperature READ temperature WRITE setTemperature NOTIFY samplingChanged)
-  Q_PROPERTY(double topP READ topP WRITE setTopP NOTIFY samplingChanged)
-  Q_PROPERTY(int topK READ topK WRITE setTopK NOTIFY samplingChanged)
-  Q_PROPERTY(double minP READ minP WRITE setMinP NOTIFY samplingChanged)
-  Q_PROPERTY(double repetitionPenalty READ repetitionPenalty WRITE setRepetitionPenalty NOTIFY
-                 samplingChanged)
-  Q_PROPERTY(int maxTokens READ maxTokens WRITE setMaxTokens NOTIFY samplingChanged)
-  // The preset the values match ("precise", "balanced", "creative"), or "custom".
-  Q_PROPERTY(QString samplingPreset READ samplingPreset NOTIFY samplingChanged)
-  // The presets' names and "custom", for the preset box.
-  Q_PROPERTY(QStringList samplingPresets READ samplingPresets CONSTANT)
+  Q_PROPERTY(granule::app::SamplingEditor* sampling READ samplingEditor CONSTANT)
 
  public:
   explicit WindowSettings(ChatStore& store, QObject* parent = nullptr);
@@ -49,21 +40,7 @@ class WindowSettings : public QObject {
   Q_INVOKABLE void saveGeometry(int x, int y, int width, int height, bool maximized);
 
   const SamplingSettings& sampling() const { return sampling_; }
-  double temperature() const { return sampling_.temperature; }
-  void setTemperature(double v);
-  double topP() const { return sampling_.top_p; }
-  void setTopP(double v);
-  int topK() const { return sampling_.top_k; }
-  void setTopK(int v);
-  double minP() const { return sampling_.min_p; }
-  void setMinP(double v);
-  double repetitionPenalty() const { return sampling_.repetition_penalty; }
-  void setRepetitionPenalty(double v);
-  int maxTokens() const { return sampling_.max_tokens; }
-  void setMaxTokens(int v);
-  QString samplingPreset() const;
-  QStringList samplingPresets() const;
-  Q_INVOKABLE void applySamplingPreset(const QString& name);
+  SamplingEditor* samplingEditor() { return &sampling_editor_; }
 
  Q_SIGNALS:
   void themeChanged();
@@ -80,6 +57,7 @@ class WindowSettings : public QObject {
   QRect geometry_;
   bool maximized_ = false;
   SamplingSettings sampling_;
+  SamplingEditor sampling_editor_;
 };
 
 }  // namespace granule::app

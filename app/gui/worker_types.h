@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "granule/engine.h"     // FitEstimate
+#include "granule/sampling.h"   // kSamplingRanges, kRandomSeed
 #include "granule/telemetry.h"  // TelemetrySnapshot
 
 namespace granule::app {
@@ -42,15 +43,16 @@ struct ModelInfo {
   quint64 minimum_budget_bytes = 0;  // the least VRAM budget the placement plan runs in
 };
 
-// Per-chat sampling settings (mirrors granule::SamplingParams, in Qt types).
+// Per-chat sampling settings: the fields of granule::SamplingParams the window lets a user
+// set, in Qt types, with the engine's defaults (kSamplingRanges, the "balanced" preset).
 struct SamplingSettings {
-  double temperature = 0.7;
-  qint32 top_k = 40;
-  double top_p = 0.95;
-  double min_p = 0.05;
-  double repetition_penalty = 1.0;
-  qint32 max_tokens = 512;
-  quint64 seed = 0;  // 0: a new seed per generation
+  double temperature = kSamplingRanges.temperature.default_value;
+  qint32 top_k = kSamplingRanges.top_k.default_value;
+  double top_p = kSamplingRanges.top_p.default_value;
+  double min_p = kSamplingRanges.min_p.default_value;
+  double repetition_penalty = kSamplingRanges.repetition_penalty.default_value;
+  qint32 max_tokens = kSamplingRanges.max_tokens.default_value;
+  quint64 seed = kRandomSeed;  // kRandomSeed: a new seed per reply; 0 is a seed like any other
 };
 
 struct PromptMessage {
@@ -95,11 +97,11 @@ struct HostTelemetry {
   quint64 total_bytes = 0;
   quint64 available_bytes = 0;
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    f("process_resident_bytes", process_resident_bytes);
-    f("total_bytes", total_bytes);
-    f("available_bytes", available_bytes);
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("process_resident_bytes", s.process_resident_bytes);
+    f("total_bytes", s.total_bytes);
+    f("available_bytes", s.available_bytes);
   }
 };
 
@@ -166,7 +168,7 @@ requires std::is_integral_v<T> QVariant fieldValue(T value) {
 template <class Section>
 QVariantMap sectionFields(const Section& section) {
   QVariantMap fields;
-  section.for_each_field([&fields](std::string_view name, const auto& value) {
+  for_each_field(section, [&fields](std::string_view name, const auto& value) {
     fields.insert(detail::camelCase(name), detail::fieldValue(value));
   });
   return fields;

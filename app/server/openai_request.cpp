@@ -65,6 +65,19 @@ std::optional<int64_t> integer_field(const json& body, const char* name, int64_t
   return value;
 }
 
+// A sampling field checked against the engine's range for it (granule/sampling.h), the one
+// the CLI and the window use.
+std::optional<float> sampling_field(const json& body, const char* name,
+                                    const SamplingRange<double>& range) {
+  const auto v = number_field(body, name, range.min, range.max);
+  return v ? std::optional(static_cast<float>(*v)) : std::nullopt;
+}
+std::optional<int32_t> sampling_field(const json& body, const char* name,
+                                      const SamplingRange<int32_t>& range) {
+  const auto v = integer_field(body, name, range.min, range.max);
+  return v ? std::optional(static_cast<int32_t>(*v)) : std::nullopt;
+}
+
 std::optional<bool> bool_field(const json& body, const char* name) {
   const auto it = body.find(name);
   if (it == body.end() || it->is_null()) return std::nullopt;
@@ -206,24 +219,26 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
   s.top_p = 1.0f;
   s.repetition_penalty = 1.0f;
   s.max_tokens = limits.default_max_tokens;
-  const auto cap = static_cast<int64_t>(limits.max_tokens_cap);
+  const SamplingRanges& r = kSamplingRanges;
+  const auto cap = std::min<int64_t>(limits.max_tokens_cap, r.max_tokens.max);
   // max_completion_tokens is the newer name; it wins when both are given.
-  if (auto v = integer_field(body, "max_tokens", 1, cap)) s.max_tokens = static_cast<int32_t>(*v);
+  if (auto v = integer_field(body, "max_tokens", r.max_tokens.min, cap))
+    s.max_tokens = static_cast<int32_t>(*v);
   if (endpoint == Endpoint::ChatCompletions) {
-    if (auto v = integer_field(body, "max_completion_tokens", 1, cap))
+    if (auto v = integer_field(body, "max_completion_tokens", r.max_tokens.min, cap))
       s.max_tokens = static_cast<int32_t>(*v);
   }
-  if (auto v = number_field(body, "temperature", 0, 2)) s.temperature = static_cast<float>(*v);
-  if (auto v = number_field(body, "top_p", 0, 1)) s.top_p = static_cast<float>(*v);
-  if (auto v = number_field(body, "presence_penalty", -2, 2))
-    s.presence_penalty = static_cast<float>(*v);
-  if (auto v = number_field(body, "frequency_penalty", -2, 2))
-    s.frequency_penalty = static_cast<float>(*v);
+  if (auto v = sampling_field(body, "temperature", r.temperature)) s.temperature = *v;
+  if (auto v = sampling_field(body, "top_p", r.top_p)) s.top_p = *v;
+  if (auto v = sampling_field(body, "presence_penalty", r.presence_penalty))
+    s.presence_penalty = *v;
+  if (auto v = sampling_field(body, "frequency_penalty", r.frequency_penalty))
+    s.frequency_penalty = *v;
   // Extensions llama-server also takes.
-  if (auto v = integer_field(body, "top_k", 0, 1 << 20)) s.top_k = static_cast<int32_t>(*v);
-  if (auto v = number_field(body, "min_p", 0, 1)) s.min_p = static_cast<float>(*v);
-  if (auto v = number_field(body, "repeat_penalty", 0.01, 100))
-    s.repetition_penalty = static_cast<float>(*v);
+  if (auto v = sampling_field(body, "top_k", r.top_k)) s.top_k = *v;
+  if (auto v = sampling_field(body, "min_p", r.min_p)) s.min_p = *v;
+  if (auto v = sampling_field(body, "repeat_penalty", r.repetition_penalty))
+    s.repetition_penalty = *v;
   if (auto v = integer_field(body, "seed", std::numeric_limits<int64_t>::min(),
                              std::numeric_limits<int64_t>::max())) {
     s.seed = static_cast<uint64_t>(*v);

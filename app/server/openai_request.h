@@ -52,8 +52,8 @@ struct ParsedRequest {
 
 // Limits the server applies while parsing.
 struct RequestLimits {
-  int32_t max_tokens_cap = 1 << 20;  // the largest max_tokens accepted
-  int32_t default_max_tokens = 512;  // when the request gives none
+  int32_t max_tokens_cap = kSamplingRanges.max_tokens.max;  // the largest max_tokens accepted
+  int32_t default_max_tokens = kSamplingRanges.max_tokens.default_value;  // none given
 };
 
 // Parses a request body. Throws ApiError(400) for malformed JSON, a wrong type, a value out

@@ -47,50 +47,28 @@ Drawer {
                 text: drawer.chats.systemPrompt
                 onEditingFinished: drawer.chats.systemPrompt = text
             }
-            SettingSlider {
-                name: qsTr("Temperature"); from: 0; to: 2; stepSize: 0.05; decimals: 2
-                value: drawer.chats.temperature
-                onMoved: drawer.chats.temperature = value
-            }
-            SettingSlider {
-                name: qsTr("Top-p"); from: 0; to: 1; stepSize: 0.01; decimals: 2
-                value: drawer.chats.topP
-                onMoved: drawer.chats.topP = value
-            }
-            SettingSlider {
-                name: qsTr("Min-p"); from: 0; to: 0.5; stepSize: 0.01; decimals: 2
-                value: drawer.chats.minP
-                onMoved: drawer.chats.minP = value
-            }
-            SettingSlider {
-                name: qsTr("Top-k"); from: 0; to: 200; stepSize: 1; decimals: 0
-                value: drawer.chats.topK
-                onMoved: drawer.chats.topK = Math.round(value)
-            }
-            SettingSlider {
-                name: qsTr("Repetition penalty"); from: 1; to: 2; stepSize: 0.01; decimals: 2
-                value: drawer.chats.repetitionPenalty
-                onMoved: drawer.chats.repetitionPenalty = value
-            }
-            SettingSlider {
-                name: qsTr("Max tokens"); from: 16; to: 4096; stepSize: 16; decimals: 0
-                value: drawer.chats.maxTokens
-                onMoved: drawer.chats.maxTokens = Math.round(value)
-            }
+            SettingSlider { name: qsTr("Temperature"); editor: drawer.chats.sampling; field: "temperature" }
+            SettingSlider { name: qsTr("Top-p"); editor: drawer.chats.sampling; field: "topP" }
+            SettingSlider { name: qsTr("Min-p"); editor: drawer.chats.sampling; field: "minP" }
+            SettingSlider { name: qsTr("Top-k"); editor: drawer.chats.sampling; field: "topK" }
+            SettingSlider { name: qsTr("Repetition penalty"); editor: drawer.chats.sampling; field: "repetitionPenalty" }
+            SettingSlider { name: qsTr("Max tokens"); editor: drawer.chats.sampling; field: "maxTokens" }
             RowLayout {
                 Layout.leftMargin: Theme.padding
                 Layout.rightMargin: Theme.padding
                 Label {
                     Layout.fillWidth: true
-                    text: qsTr("Seed (0 = random)")
+                    text: qsTr("Seed")
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
                 }
                 TextField {
                     implicitWidth: 140
-                    text: drawer.chats.seed.toString()
-                    validator: RegularExpressionValidator { regularExpression: /[0-9]{1,15}/ }
-                    onEditingFinished: drawer.chats.seed = parseInt(text || "0")
+                    // "random": a new seed per reply; a number, 0 included, repeats its text.
+                    text: drawer.chats.sampling.seed
+                    placeholderText: "random"
+                    validator: RegularExpressionValidator { regularExpression: /random|[0-9]{1,20}/ }
+                    onEditingFinished: drawer.chats.sampling.seed = text
                 }
             }
         }

@@ -13,7 +13,7 @@ Item {
     id: message
     required property ChatController chats
     required property int index
-    required property string role
+    required property string speaker  // the message's role: "user", "assistant", "system"
     required property string content
     required property list<string> blocks
     required property bool generating
@@ -43,7 +43,7 @@ Item {
         "eos": qsTr("end of text"), "stop": qsTr("stop string"), "length": qsTr("length limit"),
         "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error")
     })[finishReason] ?? ""
-    readonly property bool fromUser: role === "user"
+    readonly property bool fromUser: speaker === "user"
     property bool editing: false
 
     implicitHeight: bubble.implicitHeight + (viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0)

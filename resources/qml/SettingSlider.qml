@@ -1,17 +1,17 @@
-// SettingSlider: a named slider with its value, for the chat settings.
+// SettingSlider: a named slider with its value for one field of a SamplingEditor; the span,
+// step and clamping come from the editor (the engine's ranges).
 import QtQuick
 import QtQuick.Controls
 import QtQuick.Layouts
+import Granule
 
 ColumnLayout {
     id: setting
     property string name
-    property alias from: slider.from
-    property alias to: slider.to
-    property alias stepSize: slider.stepSize
-    property alias value: slider.value
-    property int decimals: 2
-    signal moved()
+    required property SamplingEditor editor
+    // The editor's property: "temperature", "topP", "topK", "minP", "repetitionPenalty", "maxTokens".
+    required property string field
+    readonly property bool integral: editor.sliderStep(field) >= 1
 
     Layout.fillWidth: true
     Layout.leftMargin: Theme.padding
@@ -26,7 +26,7 @@ ColumnLayout {
             font.pixelSize: Theme.smallFontSize
         }
         Label {
-            text: slider.value.toFixed(setting.decimals)
+            text: slider.value.toFixed(setting.integral ? 0 : 2)
             color: Theme.text
             font.pixelSize: Theme.smallFontSize
             font.family: Theme.monoFamily
@@ -35,6 +35,10 @@ ColumnLayout {
     Slider {
         id: slider
         Layout.fillWidth: true
-        onMoved: setting.moved()
+        from: setting.editor.sliderFrom(setting.field)
+        to: setting.editor.sliderTo(setting.field)
+        stepSize: setting.editor.sliderStep(setting.field)
+        value: setting.editor[setting.field]
+        onMoved: setting.editor[setting.field] = setting.integral ? Math.round(value) : value
     }
 }

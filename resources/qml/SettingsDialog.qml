@@ -154,9 +154,9 @@ GranuleDialog {
             ComboBox {
                 objectName: "presetBox"
                 Layout.fillWidth: true
-                model: dialog.settings.samplingPresets
-                currentIndex: Math.max(0, model.indexOf(dialog.settings.samplingPreset))
-                onActivated: index => dialog.settings.applySamplingPreset(model[index])
+                model: dialog.settings.sampling.presets
+                currentIndex: Math.max(0, model.indexOf(dialog.settings.sampling.preset))
+                onActivated: index => dialog.settings.sampling.applyPreset(model[index])
             }
             GridLayout {
                 Layout.columnSpan: 2
@@ -165,40 +165,24 @@ GranuleDialog {
                 columnSpacing: Theme.spacingLarge
                 rowSpacing: Theme.spacing
                 SettingSlider {
-                    name: qsTr("Temperature")
+                    name: qsTr("Temperature"); editor: dialog.settings.sampling; field: "temperature"
                     Layout.leftMargin: 0
-                    from: 0; to: 2; stepSize: 0.05
-                    value: dialog.settings.temperature
-                    onMoved: dialog.settings.temperature = value
                 }
                 SettingSlider {
-                    name: qsTr("Top-p")
+                    name: qsTr("Top-p"); editor: dialog.settings.sampling; field: "topP"
                     Layout.rightMargin: 0
-                    from: 0; to: 1; stepSize: 0.01
-                    value: dialog.settings.topP
-                    onMoved: dialog.settings.topP = value
                 }
                 SettingSlider {
-                    name: qsTr("Top-k")
+                    name: qsTr("Top-k"); editor: dialog.settings.sampling; field: "topK"
                     Layout.leftMargin: 0
-                    from: 0; to: 200; stepSize: 1
-                    decimals: 0
-                    value: dialog.settings.topK
-                    onMoved: dialog.settings.topK = Math.round(value)
                 }
                 SettingSlider {
-                    name: qsTr("Min-p")
+                    name: qsTr("Min-p"); editor: dialog.settings.sampling; field: "minP"
                     Layout.rightMargin: 0
-                    from: 0; to: 0.5; stepSize: 0.01
-                    value: dialog.settings.minP
-                    onMoved: dialog.settings.minP = value
                 }
                 SettingSlider {
-                    name: qsTr("Repetition penalty")
+                    name: qsTr("Repetition penalty"); editor: dialog.settings.sampling; field: "repetitionPenalty"
                     Layout.leftMargin: 0
-                    from: 1; to: 1.5; stepSize: 0.01
-                    value: dialog.settings.repetitionPenalty
-                    onMoved: dialog.settings.repetitionPenalty = value
                 }
                 ColumnLayout {
                     Layout.fillWidth: true
@@ -210,12 +194,12 @@ GranuleDialog {
                     }
                     SpinBox {
                         Layout.fillWidth: true
-                        from: 16
-                        to: 32768
+                        from: dialog.settings.sampling.sliderFrom("maxTokens")
+                        to: dialog.settings.sampling.sliderTo("maxTokens")
                         stepSize: 128
                         editable: true
-                        value: dialog.settings.maxTokens
-                        onValueModified: dialog.settings.maxTokens = value
+                        value: dialog.settings.sampling.maxTokens
+                        onValueModified: dialog.settings.sampling.maxTokens = value
                     }
                 }
             }

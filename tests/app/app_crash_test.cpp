@@ -33,7 +33,7 @@ int runChild(const QString& db, const QString& model) {
   QObject::connect(app.model(), &ModelController::statusChanged, [&] {
     if (app.model()->ready() && turn == 0) {
       chats->newChat();
-      chats->setMaxTokens(400);
+      chats->samplingEditor()->setMaxTokens(400);
       send();
     }
   });

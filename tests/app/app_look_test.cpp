@@ -13,12 +13,14 @@
 #include <QTextList>
 #include <QtTest>
 
+#include "chat_controller.h"
 #include "code_highlighter.h"
 #include "error_reporter.h"
 #include "granule/testkit/synthetic_model.h"
 #include "markdown_blocks.h"
 #include "model_controller.h"
 #include "model_library.h"
+#include "sampling_editor.h"
 #include "sampling_presets.h"
 #include "telemetry_idle_filter.h"
 #include "window_settings.h"
@@ -268,18 +270,99 @@ class LookTest : public QObject {
   }
 
   // --- sampling defaults and presets -------------------------------------------------
-  void presetsHaveTheirNamesAndValues() {
-    QCOMPARE(samplingPresetNames(), (QStringList{"precise", "balanced", "creative"}));
+  // The window's presets are the engine's (granule/sampling.h): the same names in the same
+  // order, and each preset's values the engine's row; a preset keeps the answer length.
+  void presetsAreTheEnginesPresets() {
+    QStringList engine_names;
+    for (std::string_view name : granule::SamplingParams::preset_names())
+      engine_names << QString::fromLatin1(name.data(), static_cast<qsizetype>(name.size()));
+    QCOMPARE(samplingPresetNames(), engine_names);
+    QCOMPARE(samplingPresetNames(), (QStringList{"precise", "balanced", "creative", "greedy"}));
     SamplingSettings base;
     base.max_tokens = 1000;
-    const SamplingSettings precise = *samplingPreset("precise", base);
-    const SamplingSettings creative = *samplingPreset("creative", base);
-    QVERIFY(precise.temperature < creative.temperature);
-    QCOMPARE(precise.max_tokens, 1000);  // a preset keeps the answer length
+    base.seed = 0;
+    for (const granule::SamplingPreset& row : granule::kSamplingPresets) {
+      const QString name =
+          QString::fromLatin1(row.name.data(), static_cast<qsizetype>(row.name.size()));
+      const SamplingSettings s = *samplingPreset(name, base);
+      QCOMPARE(s.temperature, row.temperature);
+      QCOMPARE(s.top_k, row.top_k);
+      QCOMPARE(s.top_p, row.top_p);
+      QCOMPARE(s.min_p, row.min_p);
+      QCOMPARE(s.repetition_penalty, row.repetition_penalty);
+      QCOMPARE(s.max_tokens, 1000);
+      QCOMPARE(s.seed, quint64{0});
+      QCOMPARE(matchingSamplingPreset(s), name);
+      const granule::SamplingParams engine = granule::SamplingParams::preset(row.name);
+      const granule::SamplingParams window = toSamplingParams(s);
+      QCOMPARE(window.temperature, engine.temperature);
+      QCOMPARE(window.top_p, engine.top_p);
+      QCOMPARE(window.min_p, engine.min_p);
+      QCOMPARE(window.repetition_penalty, engine.repetition_penalty);
+    }
     QVERIFY(!samplingPreset("wild").has_value());
-    QCOMPARE(matchingSamplingPreset(creative), QStringLiteral("creative"));
-    // The default does not loop on small models: a repetition penalty above 1.
-    QVERIFY(defaultSamplingSettings().repetition_penalty > 1.0);
+    // A new chat's defaults are the engine's defaults: "balanced", a random seed.
+    QCOMPARE(matchingSamplingPreset(SamplingSettings{}), QStringLiteral("balanced"));
+    QCOMPARE(SamplingSettings{}.seed, granule::kRandomSeed);
+    QCOMPARE(toSamplingParams(SamplingSettings{}).seed, granule::kRandomSeed);
+  }
+
+  // Seeds as the window reads and writes them: "random" is kRandomSeed, 0 is a seed.
+  void seedTextFollowsTheEnginesRule() {
+    QCOMPARE(seedText(granule::kRandomSeed), QStringLiteral("random"));
+    QCOMPARE(seedText(0), QStringLiteral("0"));
+    QCOMPARE(seedFromText("0"), std::optional<quint64>(0));
+    QCOMPARE(seedFromText(" random "), std::optional<quint64>(granule::kRandomSeed));
+    QCOMPARE(seedFromText(""), std::optional<quint64>(granule::kRandomSeed));
+    QCOMPARE(seedFromText("18446744073709551614"), std::optional<quint64>(18446744073709551614ull));
+    QVERIFY(!seedFromText("18446744073709551615").has_value());  // kRandomSeed is not typed
+    QVERIFY(!seedFromText("-1").has_value());
+    QVERIFY(!seedFromText("12ab").has_value());
+  }
+
+  // WindowSettings and ChatController clamp through the same editor to the engine's ranges.
+  void samplingEditorsClampToTheEnginesRanges() {
+    QTemporaryDir dir;
+    ChatStore store(dir.filePath("granule.sqlite"));
+    ErrorReporter errors;
+    WindowSettings settings(store);
+    ChatController chats(store, errors);
+    chats.newChat();
+    const granule::SamplingRanges& r = granule::kSamplingRanges;
+    for (SamplingEditor* e : {settings.samplingEditor(), chats.samplingEditor()}) {
+      e->setTemperature(99);
+      QCOMPARE(e->temperature(), r.temperature.max);
+      e->setTemperature(-1);
+      QCOMPARE(e->temperature(), r.temperature.min);
+      e->setTopP(2);
+      QCOMPARE(e->topP(), r.top_p.max);
+      e->setMinP(-1);
+      QCOMPARE(e->minP(), r.min_p.min);
+      e->setTopK(1 << 30);
+      QCOMPARE(e->topK(), r.top_k.max);
+      e->setTopK(-5);
+      QCOMPARE(e->topK(), r.top_k.min);
+      e->setRepetitionPenalty(0);
+      QCOMPARE(e->repetitionPenalty(), r.repetition_penalty.min);
+      e->setRepetitionPenalty(1000);
+      QCOMPARE(e->repetitionPenalty(), r.repetition_penalty.max);
+      e->setMaxTokens(0);
+      QCOMPARE(e->maxTokens(), r.max_tokens.min);
+      e->setMaxTokens(1 << 30);
+      QCOMPARE(e->maxTokens(), r.max_tokens.max);
+      e->setSeed("0");
+      QCOMPARE(e->seed(), QStringLiteral("0"));
+      e->setSeed("not a seed");  // ignored
+      QCOMPARE(e->seed(), QStringLiteral("0"));
+      e->setSeed("random");
+      QCOMPARE(e->seed(), QStringLiteral("random"));
+      QCOMPARE(e->presets(), samplingPresetNames() << QStringLiteral("custom"));
+      for (const QString field :
+           {"temperature", "topP", "topK", "minP", "repetitionPenalty", "maxTokens"}) {
+        QVERIFY2(e->sliderFrom(field) < e->sliderTo(field), qPrintable(field));
+        QVERIFY2(e->sliderStep(field) > 0, qPrintable(field));
+      }
+    }
   }
 
   void windowSettingsKeepDefaultSamplingAndGeometry() {
@@ -288,27 +371,39 @@ class LookTest : public QObject {
     {
       ChatStore store(path);
       WindowSettings settings(store);
-      QCOMPARE(settings.samplingPreset(), QStringLiteral("balanced"));
+      SamplingEditor& sampling = *settings.samplingEditor();
+      QCOMPARE(sampling.preset(), QStringLiteral("balanced"));
+      QCOMPARE(sampling.seed(), QStringLiteral("random"));
       QVERIFY(settings.geometry().isEmpty());  // nothing remembered yet
       QSignalSpy changed(&settings, &WindowSettings::samplingChanged);
-      settings.applySamplingPreset("precise");
-      QCOMPARE(settings.samplingPreset(), QStringLiteral("precise"));
-      settings.setMaxTokens(1024);
-      QCOMPARE(settings.samplingPreset(), QStringLiteral("precise"));  // length is no part of it
-      settings.setTemperature(0.33);
-      QCOMPARE(settings.samplingPreset(), QStringLiteral("custom"));
-      QCOMPARE(changed.count(), 3);
+      QSignalSpy editor_changed(&sampling, &SamplingEditor::changed);
+      sampling.applyPreset("precise");
+      QCOMPARE(sampling.preset(), QStringLiteral("precise"));
+      sampling.setMaxTokens(1024);
+      QCOMPARE(sampling.preset(), QStringLiteral("precise"));  // length is no part of it
+      sampling.setTemperature(0.33);
+      QCOMPARE(sampling.preset(), QStringLiteral("custom"));
+      sampling.setSeed("0");
+      QCOMPARE(changed.count(), 4);
+      QCOMPARE(editor_changed.count(), 4);
       settings.saveGeometry(40, 30, 1280, 800, false);
       settings.saveGeometry(0, 0, 2560, 1440, true);  // maximised: the normal size stays
     }
     ChatStore store(path);
     WindowSettings settings(store);
-    QCOMPARE(settings.temperature(), 0.33);
-    QCOMPARE(settings.maxTokens(), 1024);
+    QCOMPARE(settings.sampling().temperature, 0.33);
+    QCOMPARE(settings.sampling().max_tokens, 1024);
+    QCOMPARE(settings.sampling().seed, quint64{0});  // seed 0 round-trips as 0, not "random"
+    QCOMPARE(settings.samplingEditor()->seed(), QStringLiteral("0"));
     QCOMPARE(settings.geometry(), QRect(40, 30, 1280, 800));
     QVERIFY(settings.maximized());
     settings.saveGeometry(0, 0, 300, 200, false);  // below the minimum: not kept
     QCOMPARE(settings.geometry(), QRect(40, 30, 1280, 800));
+    // A value saved before seeds were kept ("t k p minp rep max") reads with a random seed.
+    store.setSetting("sampling/defaults", "0.5 20 0.9 0.1 1.2 300");
+    WindowSettings older(store);
+    QCOMPARE(older.sampling().temperature, 0.5);
+    QCOMPARE(older.sampling().seed, granule::kRandomSeed);
   }
 
   // --- the idle window -------------------------------------------------------------

@@ -23,15 +23,25 @@ using namespace granule::app;
 
 namespace {
 
-// A database as schema 2 left it (the shipped schema before versions), with one chat of two
-// turns; `extra` runs before the version is written (to plant a clash).
-void writeSchemaTwoDatabase(const QString& path, const QString& extra = {}) {
-  QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v2-writer");
-  db.setDatabaseName(path);
-  QVERIFY(db.open());
+// Runs `check` with a query on the database file at `path`, over a connection of its own
+// that is closed and removed afterwards (a ChatStore keeps its own).
+template <class Check>
+void onDatabase(const QString& path, Check check) {
   {
+    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "direct");
+    db.setDatabaseName(path);
+    QVERIFY(db.open());
     QSqlQuery q(db);
-    const char* statements[] = {
+    check(q);
+  }
+  QSqlDatabase::removeDatabase("direct");
+}
+
+// A database as an older build left it: migration 1's tables, then `statements`, at schema
+// `version` (the tests write the later migrations' statements they need).
+void writeOldDatabase(const QString& path, int version, const QStringList& statements) {
+  onDatabase(path, [&](QSqlQuery& q) {
+    const QStringList schema_one = {
         "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
         "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
         "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)",
@@ -39,32 +49,40 @@ void writeSchemaTwoDatabase(const QString& path, const QString& extra = {}) {
         "NULL REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL, role "
         "TEXT NOT NULL, content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, "
         "finish_reason TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL)",
-        "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-        "ALTER TABLE conversations ADD COLUMN deleted_at INTEGER",
-        "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)",
-        "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Kyoto', 1, 2)",
-        "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Other', 1, 1)",
-        // Inserted out of id order across chats, as two chats written in turns are.
-        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
-        "finish_reason, created_at) VALUES (1, 0, 'user', 'Plan a trip', 0, '', 10)",
-        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
-        "finish_reason, created_at) VALUES (2, 0, 'user', 'Hi', 0, '', 11)",
-        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
-        "finish_reason, created_at) VALUES (1, 1, 'assistant', 'Day 1: temples', 30.5, 'eos', 12)",
-        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
-        "finish_reason, created_at) VALUES (1, 2, 'user', 'And day 2?', 0, '', 13)",
-        "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
-        "finish_reason, created_at) VALUES (1, 3, 'assistant', 'Day 2: markets', 28.0, "
-        "'length', 14)",
-    };
-    for (const char* sql : statements) QVERIFY2(q.exec(sql), sql);
-    if (!extra.isEmpty()) QVERIFY2(q.exec(extra), qPrintable(extra));
-    QVERIFY(q.exec("PRAGMA user_version = 2"));
-  }
-  db.close();
-  db = {};
-  QSqlDatabase::removeDatabase("v2-writer");
+        "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"};
+    for (const QString& sql : schema_one + statements) QVERIFY2(q.exec(sql), qPrintable(sql));
+    QVERIFY(q.exec(QStringLiteral("PRAGMA user_version = %1").arg(version)));
+  });
 }
+
+// A database as schema 2 left it (the shipped schema before versions), with one chat of two
+// turns; `extra` runs before the version is written (to plant a clash).
+void writeSchemaTwoDatabase(const QString& path, const QString& extra = {}) {
+  QStringList statements = {
+      "ALTER TABLE conversations ADD COLUMN deleted_at INTEGER",
+      "CREATE INDEX messages_by_conversation ON messages(conversation_id, position)",
+      "INSERT INTO conversations (title, created_at, updated_at) VALUES ('Kyoto', 1, 2)",
+      // Saved when seed 0 meant "a new seed per reply" (migration 4 keeps that meaning).
+      "INSERT INTO conversations (title, sampling_json, created_at, updated_at) VALUES "
+      "('Other', '{\"seed\":\"0\",\"temperature\":0.5}', 1, 1)",
+      // Inserted out of id order across chats, as two chats written in turns are.
+      "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+      "finish_reason, created_at) VALUES (1, 0, 'user', 'Plan a trip', 0, '', 10)",
+      "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+      "finish_reason, created_at) VALUES (2, 0, 'user', 'Hi', 0, '', 11)",
+      "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+      "finish_reason, created_at) VALUES (1, 1, 'assistant', 'Day 1: temples', 30.5, 'eos', 12)",
+      "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+      "finish_reason, created_at) VALUES (1, 2, 'user', 'And day 2?', 0, '', 13)",
+      "INSERT INTO messages (conversation_id, position, role, content, tokens_per_second, "
+      "finish_reason, created_at) VALUES (1, 3, 'assistant', 'Day 2: markets', 28.0, "
+      "'length', 14)"};
+  if (!extra.isEmpty()) statements.append(extra);
+  writeOldDatabase(path, 2, statements);
+}
+
+const QString kInsertKeptChat = QStringLiteral(
+    "INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)");
 
 }  // namespace
 
@@ -122,7 +140,10 @@ class ModelsTest : public QObject {
     QCOMPARE(model.data(i, MessageModel::FinishReasonRole).toString(), QStringLiteral("eos"));
     model.removeFrom(1);
     QCOMPARE(model.count(), 1);
-    QCOMPARE(model.roleNames().value(MessageModel::RoleNameRole), QByteArray("role"));
+    QCOMPARE(model.roleNames().value(MessageModel::SpeakerRole), QByteArray("speaker"));
+    QCOMPARE(model.roleNames().value(MessageModel::TimeToFirstTokenMsRole),
+             QByteArray("timeToFirstTokenMs"));
+    QCOMPARE(model.roleNames().size(), 13);
   }
 
   void conversationListOrdersFiltersAndRestores() {
@@ -281,47 +302,16 @@ class ModelsTest : public QObject {
     ChatStore store(dir.filePath("sub/granule.sqlite"));
     QVERIFY2(store.ok(), qPrintable(store.error()));
     QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
-    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "wal-check");
-    db.setDatabaseName(dir.filePath("sub/granule.sqlite"));
-    QVERIFY(db.open());
-    {
-      QSqlQuery q(db);
+    onDatabase(dir.filePath("sub/granule.sqlite"), [](QSqlQuery& q) {
       QVERIFY(q.exec("PRAGMA journal_mode") && q.next());
       QCOMPARE(q.value(0).toString(), QStringLiteral("wal"));
-    }
-    db.close();
-    db = {};
-    QSqlDatabase::removeDatabase("wal-check");
+    });
   }
 
   void storeUpgradesASchemaOneDatabase() {
     QTemporaryDir dir;
     const QString path = dir.filePath("v1.sqlite");
-    {
-      // A database as migration 1 left it, with a chat in it.
-      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v1");
-      db.setDatabaseName(path);
-      QVERIFY(db.open());
-      QSqlQuery q(db);
-      QVERIFY(q.exec(
-          "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
-          "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
-          "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)"));
-      QVERIFY(
-          q.exec("CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id "
-                 "INTEGER NOT NULL "
-                 "REFERENCES conversations(id) ON DELETE CASCADE, position INTEGER NOT NULL, role "
-                 "TEXT NOT NULL, "
-                 "content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, finish_reason "
-                 "TEXT NOT NULL "
-                 "DEFAULT '', created_at INTEGER NOT NULL)"));
-      QVERIFY(q.exec("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"));
-      QVERIFY(q.exec(
-          "INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)"));
-      QVERIFY(q.exec("PRAGMA user_version = 1"));
-      db.close();
-    }
-    QSqlDatabase::removeDatabase("v1");
+    writeOldDatabase(path, 1, {kInsertKeptChat});  // as migration 1 left it, with a chat
     ChatStore store(path);
     QVERIFY2(store.ok(), qPrintable(store.error()));
     QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
@@ -334,14 +324,7 @@ class ModelsTest : public QObject {
   void storeRefusesANewerSchema() {
     QTemporaryDir dir;
     const QString path = dir.filePath("future.sqlite");
-    {
-      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "future");
-      db.setDatabaseName(path);
-      QVERIFY(db.open());
-      QSqlQuery(db).exec("PRAGMA user_version = 99");
-      db.close();
-    }
-    QSqlDatabase::removeDatabase("future");
+    onDatabase(path, [](QSqlQuery& q) { QVERIFY(q.exec("PRAGMA user_version = 99")); });
     ChatStore store(path);
     QVERIFY(!store.ok());
     QVERIFY(store.error().contains(QStringLiteral("newer Granule")));
@@ -360,6 +343,10 @@ class ModelsTest : public QObject {
       c.sampling.top_k = 12;
       c.sampling.seed = 18446744073709551557ull;  // needs all 64 bits
       chat_id = store.createConversation(c).value();
+      StoredConversation zero;  // seed 0 is a seed like any other
+      zero.title = "Seed zero";
+      zero.sampling.seed = 0;
+      QVERIFY(store.createConversation(zero).has_value());
       QVERIFY(store.insertMessage({0, chat_id, 0, "user", "Plan a trip to Kyoto", 0, "", 0}));
       const qint64 reply = store.insertMessage({0, chat_id, 1, "assistant", "", 0, "", 0}).value();
       QVERIFY(store.updateMessage(
@@ -369,12 +356,19 @@ class ModelsTest : public QObject {
     }
     ChatStore store(path);
     const auto chats = store.conversations();
-    QCOMPARE(chats.size(), 1);
-    QCOMPARE(chats[0].title, QStringLiteral("Trip plan"));
-    QCOMPARE(chats[0].system_prompt, QStringLiteral("Be brief."));
-    QCOMPARE(chats[0].sampling.temperature, 0.3);
-    QCOMPARE(chats[0].sampling.top_k, 12);
-    QCOMPARE(chats[0].sampling.seed, 18446744073709551557ull);
+    QCOMPARE(chats.size(), 2);
+    const auto zero = std::find_if(chats.begin(), chats.end(), [](const StoredConversation& c) {
+      return c.title == "Seed zero";
+    });
+    QVERIFY(zero != chats.end());
+    QCOMPARE(zero->sampling.seed, quint64{0});
+    const StoredConversation& trip = *std::find_if(
+        chats.begin(), chats.end(), [&](const StoredConversation& c) { return c.id == chat_id; });
+    QCOMPARE(trip.title, QStringLiteral("Trip plan"));
+    QCOMPARE(trip.system_prompt, QStringLiteral("Be brief."));
+    QCOMPARE(trip.sampling.temperature, 0.3);
+    QCOMPARE(trip.sampling.top_k, 12);
+    QCOMPARE(trip.sampling.seed, 18446744073709551557ull);
     const auto messages = store.messages(chat_id);
     QCOMPARE(messages.size(), 2);
     QCOMPARE(messages[1].content, QStringLiteral("Day 1: **Fushimi Inari**"));
@@ -392,7 +386,11 @@ class ModelsTest : public QObject {
     writeSchemaTwoDatabase(path);
     ChatStore store(path);
     QVERIFY2(store.ok(), qPrintable(store.error()));
-    QCOMPARE(store.schemaVersion(), 3);
+    QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
+    for (const StoredConversation& c : store.conversations()) {
+      QCOMPARE(c.sampling.seed, kRandomSeed);  // none saved, or the old "0 = random"
+      if (c.title == QLatin1String("Other")) QCOMPARE(c.sampling.temperature, 0.5);
+    }
     const auto kyoto = store.messages(1);
     QCOMPARE(kyoto.size(), 4);
     QCOMPARE(kyoto[0].content, QStringLiteral("Plan a trip"));
@@ -427,11 +425,7 @@ class ModelsTest : public QObject {
                qPrintable(store.error()));
       QVERIFY2(store.error().contains(path), qPrintable(store.error()));
     }
-    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v2-after");
-    db.setDatabaseName(path);
-    QVERIFY(db.open());
-    {
-      QSqlQuery q(db);
+    onDatabase(path, [](QSqlQuery& q) {
       QVERIFY(q.exec("PRAGMA user_version") && q.next());
       QCOMPARE(q.value(0).toInt(), 2);
       QVERIFY(!q.exec("SELECT parent_id FROM messages"));  // ALTER rolled back
@@ -440,19 +434,9 @@ class ModelsTest : public QObject {
       QCOMPARE(q.value(0).toInt(), 5);
       QVERIFY(q.exec("PRAGMA integrity_check") && q.next());
       QCOMPARE(q.value(0).toString(), QStringLiteral("ok"));
-    }
-    db.close();
-    db = {};
-    QSqlDatabase::removeDatabase("v2-after");
+    });
     // The clash removed, the same file migrates.
-    {
-      QSqlDatabase fix = QSqlDatabase::addDatabase("QSQLITE", "v2-fix");
-      fix.setDatabaseName(path);
-      QVERIFY(fix.open());
-      QVERIFY(QSqlQuery(fix).exec("DROP INDEX messages_by_parent"));
-      fix.close();
-    }
-    QSqlDatabase::removeDatabase("v2-fix");
+    onDatabase(path, [](QSqlQuery& q) { QVERIFY(q.exec("DROP INDEX messages_by_parent")); });
     ChatStore store(path);
     QVERIFY2(store.ok(), qPrintable(store.error()));
     QCOMPARE(store.messages(1).size(), 4);
@@ -683,29 +667,9 @@ class ModelsTest : public QObject {
   void storeMigrationFailingHalfwayRollsBackAndKeepsTheFile() {
     QTemporaryDir dir;
     const QString path = dir.filePath("v1.sqlite");
-    {
-      QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v1-clash");
-      db.setDatabaseName(path);
-      QVERIFY(db.open());
-      QSqlQuery q(db);
-      QVERIFY(q.exec(
-          "CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, "
-          "system_prompt TEXT NOT NULL DEFAULT '', sampling_json TEXT NOT NULL DEFAULT '{}', "
-          "created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL)"));
-      QVERIFY(
-          q.exec("CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, "
-                 "conversation_id INTEGER NOT NULL, position INTEGER NOT NULL, role TEXT NOT "
-                 "NULL, content TEXT NOT NULL, tokens_per_second REAL NOT NULL DEFAULT 0, "
-                 "finish_reason TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL)"));
-      QVERIFY(q.exec("CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)"));
-      // The name migration 2 creates, taken already: its second statement fails.
-      QVERIFY(q.exec("CREATE INDEX messages_by_conversation ON messages(position)"));
-      QVERIFY(q.exec(
-          "INSERT INTO conversations (title, created_at, updated_at) VALUES ('kept', 1, 1)"));
-      QVERIFY(q.exec("PRAGMA user_version = 1"));
-      db.close();
-    }
-    QSqlDatabase::removeDatabase("v1-clash");
+    // The name migration 2 creates, taken already: its second statement fails.
+    writeOldDatabase(
+        path, 1, {"CREATE INDEX messages_by_conversation ON messages(position)", kInsertKeptChat});
     {
       ChatStore store(path);
       QVERIFY(!store.ok());
@@ -715,21 +679,14 @@ class ModelsTest : public QObject {
       QVERIFY2(store.error().contains(path), qPrintable(store.error()));
     }
     QVERIFY(QFileInfo(path).size() > 0);
-    QSqlDatabase db = QSqlDatabase::addDatabase("QSQLITE", "v1-after");
-    db.setDatabaseName(path);
-    QVERIFY(db.open());
-    {
-      QSqlQuery q(db);
+    onDatabase(path, [](QSqlQuery& q) {
       QVERIFY(q.exec("PRAGMA user_version") && q.next());
       QCOMPARE(q.value(0).toInt(), 1);
       QVERIFY(q.exec("SELECT title FROM conversations") && q.next());
       QCOMPARE(q.value(0).toString(), QStringLiteral("kept"));
       // The ALTER TABLE of the failed migration was rolled back with it.
       QVERIFY(!q.exec("SELECT deleted_at FROM conversations"));
-    }
-    db.close();
-    db = {};
-    QSqlDatabase::removeDatabase("v1-after");
+    });
   }
 
   // Files that are not a chat database: text, and a real database with its pages overwritten.

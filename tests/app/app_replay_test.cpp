@@ -110,6 +110,51 @@ class ReplayTest : public QObject {
     QCOMPARE(again, jsonl);
   }
 
+  // The replay is the one reader of the engine's frames (the engine's own reader is gone):
+  // keys it does not know are ignored and missing keys keep their defaults, so an older or
+  // newer recording replays; a real frame cut short anywhere is refused, never half read.
+  void unknownKeysAreIgnoredAndCutFramesRefused() {
+    QByteArray line = testing::streamingSessionJsonl(0.0, 1.0, 1.0);  // one frame
+    const ReplayFrames plain = parseTelemetryFrames(line, QStringLiteral("plain"));
+    QVERIFY2(plain.ok(), qPrintable(plain.error));
+    QByteArray extended = line;
+    extended.insert(1, R"("future":{"a":[1,{"b":null}],"c":"x"},"version":3,)");
+    const auto insertAfter = [&](const QByteArray& anchor, const QByteArray& text) {
+      const qsizetype at = extended.indexOf(anchor);
+      QVERIFY2(at >= 0, anchor.constData());
+      extended.insert(at + anchor.size(), text);
+    };
+    insertAfter("\"kv\":{", R"("new_counter":12,"new_list":[1,2],)");
+    insertAfter("\"ledger\":{", R"("vram_of_tomorrow":5,)");
+    insertAfter("\"sequences\":[{", R"("colour":"blue",)");
+    const ReplayFrames read = parseTelemetryFrames(extended, QStringLiteral("extended"));
+    QVERIFY2(read.ok(), qPrintable(read.error));
+    QCOMPARE(read.frames.size(), 1u);
+    QCOMPARE(testing::frameJsonLine(read.frames[0].time_s, read.frames[0].engine), line);
+
+    const ReplayFrames sparse = parseTelemetryFrames(
+        R"({"t":0,"kv":{"committed_bytes":5},"device":{"ledger":{"kv":7}},"sequences":[{"id":4},{}]})"
+        "\n",
+        QStringLiteral("sparse"));
+    QVERIFY2(sparse.ok(), qPrintable(sparse.error));
+    const TelemetrySnapshot& s = sparse.frames[0].engine;
+    QCOMPARE(s.kv.committed_bytes, 5u);
+    QCOMPARE(s.kv.pool_bytes, 0u);
+    QCOMPARE(s.device.ledger_bytes(MemoryCategory::KvCommitted), 7u);
+    QCOMPARE(s.device.ledger_bytes(MemoryCategory::WeightsResident), 0u);
+    QCOMPARE(s.sequences.size(), 2u);
+    QCOMPARE(s.sequences[0].id, 4);
+    QCOMPARE(s.sequences[1].tokens, 0);
+
+    const QByteArray frame = line.chopped(1);  // without its newline
+    for (qsizetype cut = 1; cut < frame.size(); cut += 7) {
+      const ReplayFrames broken =
+          parseTelemetryFrames(frame.left(cut) + '\n', QStringLiteral("cut.jsonl"));
+      QVERIFY2(!broken.ok(), qPrintable(QStringLiteral("cut at %1 read").arg(cut)));
+      QVERIFY(broken.error.startsWith(QStringLiteral("cut.jsonl line 1: ")));
+    }
+  }
+
   void replayFeedsTheModelAtTheRecordedPaceAndHoldsTheLastFrame() {
     TelemetryModel model;
     TelemetryReplay replay(readTelemetryFrames(handWrittenFrames()).frames, &model);

@@ -102,16 +102,27 @@ class ScreenshotTest : public QObject {
       return nullptr;
     return s;
   }
+  // open() on an empty model file in `dir` (the scripted engine reads nothing), once the
+  // model is ready; nullptr when the window does not load or the model is not ready in time.
+  std::unique_ptr<Session> openOnFakeModel(const QTemporaryDir& dir, EngineFactory factory,
+                                           int ready_within_ms = 10000) {
+    const QString model_path = dir.filePath("fake.gguf");
+    QFile(model_path).open(QIODevice::WriteOnly);
+    auto s = open(std::move(factory), dir.filePath("granule.sqlite"), model_path);
+    if (!s || !QTest::qWaitFor([&] { return s->app.model()->ready(); }, ready_within_ms))
+      return nullptr;
+    return s;
+  }
 
   // The two chats both window tests show: the seeded trip chat asked again, and a new chat
   // about the KV cache (returned). Both answers may run 2000 tokens.
   qint64 askTwoChats(Session& s) {
     ChatController* chats = s.app.chats();
     chats->selectChat(s.trip_chat);
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
     const qint64 kv_chat = chats->newChat();
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Explain the KV cache, with a small code example."));
     return kv_chat;
   }
@@ -207,11 +218,8 @@ class ScreenshotTest : public QObject {
   // "model's view begins here" marker and the tokens / context meter in the chat header.
   void versionsAndStopReasons() {
     QTemporaryDir dir;
-    const QString model_path = dir.filePath("fake.gguf");
-    QFile(model_path).open(QIODevice::WriteOnly);
-    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), model_path);
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory(), 60000);
     QVERIFY(s);
-    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
     ChatStore& store = s->app.store();
     auto add = [&](qint64 chat, qint64 parent, int position, const char* role, const QString& text,
                    const char* reason, int tokens, int prompt) {
@@ -288,17 +296,14 @@ class ScreenshotTest : public QObject {
   // step creates the granule it maps (a granule a token here) and the panel says so.
   void aChatWaitingForMemory() {
     QTemporaryDir dir;
-    const QString model_path = dir.filePath("fake.gguf");
-    QFile(model_path).open(QIODevice::WriteOnly);
     testing::FakeEngineScript script;
     script.step_delay_ms = 45;
     script.reply_words = replyWords();
     script.max_running = 1;
     script.kv_pool_granules = 0;
     script.granule_bytes = script.kv_bytes_per_token;
-    auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory(script), 60000);
     QVERIFY(s);
-    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 60000);
     const qint64 second = askTwoChats(*s);
     TelemetryModel* telemetry = s->app.telemetry();
     QTRY_COMPARE_WITH_TIMEOUT(telemetry->latest().engine.scheduler.waiting, 1, 5000);
@@ -386,17 +391,14 @@ class ScreenshotTest : public QObject {
 
   void chatSettingsDrawerShowsTheChatsSettings() {
     QTemporaryDir dir;
-    const QString model_path = dir.filePath("fake.gguf");
-    QFile(model_path).open(QIODevice::WriteOnly);
-    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), model_path);
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory());
     QVERIFY(s);
-    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
     ChatController* chats = s->app.chats();
     chats->selectChat(s->trip_chat);
     chats->setSystemPrompt(
         QStringLiteral("You are a concise travel planner. Answer with a day-by-day list."));
-    chats->setTemperature(0.4);
-    chats->setMaxTokens(768);
+    chats->samplingEditor()->setTemperature(0.4);
+    chats->samplingEditor()->setMaxTokens(768);
     QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
     QVERIFY(drawer);
     QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
@@ -410,11 +412,8 @@ class ScreenshotTest : public QObject {
     QTemporaryDir dir;
     testing::FakeEngineScript script;
     script.fail_at_step = 2;
-    const QString model_path = dir.filePath("fake.gguf");
-    QFile(model_path).open(QIODevice::WriteOnly);
-    auto s = open(testing::fakeEngineFactory(script), dir.filePath("granule.sqlite"), model_path);
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory(script));
     QVERIFY(s);
-    QTRY_VERIFY_WITH_TIMEOUT(s->app.model()->ready(), 10000);
     s->app.chats()->newChat();
     s->app.chats()->send(QStringLiteral("Hello"));
     QTRY_VERIFY_WITH_TIMEOUT(s->app.errors()->active(), 5000);

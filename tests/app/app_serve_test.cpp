@@ -209,6 +209,11 @@ struct ServingApp {
     app.start(model);
     port = servingPort(app);
   }
+  // POSTs a chat completion on another thread (the GUI thread must run for the engine).
+  std::future<HttpReply> postChat(const QByteArray& body, const QByteArray& api_key = {}) const {
+    return std::async(std::launch::async, http, port, "POST", "/v1/chat/completions", body,
+                      api_key);
+  }
   QTemporaryDir dir;
   QString model;
   Application app;
@@ -241,12 +246,11 @@ class ServeTest : public QObject {
     ChatController* chats = s.app.chats();
     const qint64 chat = chats->newChat();
     // Greedy, so the chat's length does not depend on a draw (it must outlast the request).
-    chats->setTemperature(0);
-    chats->setMaxTokens(2000);
+    chats->samplingEditor()->setTemperature(0);
+    chats->samplingEditor()->setMaxTokens(2000);
     chats->send(QStringLiteral("Write a long story."));
     QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(chat)->message(1).content.size() > 0, 20000);
-    auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions", body,
-                            QByteArray());
+    auto reply = s.postChat(body);
     // Both in one frame: the engine runs two sequences, one the chat's, one the request's.
     bool seen_together = false;
     QElapsedTimer timer;
@@ -286,8 +290,7 @@ class ServeTest : public QObject {
   void apiRequestIsListedWhileRunningAndLeavesAfter() {
     ServingApp s(15);
     QVERIFY2(s.port > 0, qPrintable(s.app.server()->statusText()));
-    auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions",
-                            chatBody(QStringLiteral("Count to fifty."), 60, true), QByteArray());
+    auto reply = s.postChat(chatBody(QStringLiteral("Count to fifty."), 60, true));
     ApiRequestListModel* list = s.app.server()->requests();
     QTRY_VERIFY_WITH_TIMEOUT(list->count() == 1 && list->rows()[0].completion_tokens > 2, 30000);
     const ApiRequestTelemetry row = list->rows()[0];
@@ -328,8 +331,7 @@ class ServeTest : public QObject {
   void servingOffClosesThePortAndEndsTheRequest() {
     ServingApp s(15);
     QVERIFY2(s.port > 0, qPrintable(s.app.server()->statusText()));
-    auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions",
-                            chatBody(QStringLiteral("Go on and on."), 2000), QByteArray());
+    auto reply = s.postChat(chatBody(QStringLiteral("Go on and on."), 2000));
     QTRY_VERIFY_WITH_TIMEOUT(s.app.server()->runningRequests() == 1, 30000);
     s.app.server()->setEnabled(false);
     QCOMPARE(s.app.server()->state(), ApiServerController::State::Off);
@@ -355,8 +357,7 @@ class ServeTest : public QObject {
   void quittingMidRequestDoesNotHang() {
     ServingApp s(15);
     QVERIFY2(s.port > 0, qPrintable(s.app.server()->statusText()));
-    auto reply = std::async(std::launch::async, http, s.port, "POST", "/v1/chat/completions",
-                            chatBody(QStringLiteral("Never stop."), 2000, true), QByteArray());
+    auto reply = s.postChat(chatBody(QStringLiteral("Never stop."), 2000, true));
     QTRY_VERIFY_WITH_TIMEOUT(s.app.server()->runningRequests() == 1, 30000);
     QElapsedTimer timer;
     timer.start();

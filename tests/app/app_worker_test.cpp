@@ -54,21 +54,70 @@ struct ThreadedWorker {
   void call(F f) {
     QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection);
   }
-  void load() {
+  // Loads `path` and waits until it loads or fails: "" when it loaded (its facts in `info`),
+  // else the load error ("timed out" when neither came within `within_ms`).
+  QString loadFile(const QString& path, qint64 context, qint32 chats, int within_ms,
+                   ModelInfo* info = nullptr) {
     QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
-    call([w = worker] { w->loadModel("/models/fake.gguf", 4096, 8); });
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 5000);
+    QSignalSpy failed(worker, &EngineWorker::loadFailed);
+    call([w = worker, path, context, chats] { w->loadModel(path, context, chats); });
+    if (!QTest::qWaitFor([&] { return loaded.count() + failed.count() > 0; }, within_ms))
+      return QStringLiteral("timed out");
+    if (!failed.isEmpty()) return failed[0][1].toString();
+    if (info) *info = loaded[0][0].value<ModelInfo>();
+    return {};
+  }
+  // The scripted engine's model.
+  void load() { QCOMPARE(loadFile("/models/fake.gguf", 4096, 8, 5000), QString()); }
+  // Submits request(chat, max_tokens) for each pair, in one call on the worker's thread.
+  void submit(QList<std::pair<qint64, int>> chats) {
+    call([wk = worker, chats] {
+      for (const auto& [chat, max_tokens] : chats) wk->submit(request(chat, max_tokens));
+    });
   }
   QThread thread;
   EngineWorker* worker;
+  // What the tests watch, recording from the start.
+  struct Spies {
+    QSignalSpy tokens;
+    QSignalSpy finished;
+    QSignalSpy errors;
+  } spies{{worker, &EngineWorker::tokensArrived},
+          {worker, &EngineWorker::generationFinished},
+          {worker, &EngineWorker::engineError}};
 };
+
+// The results a finished spy holds, in order, and by chat.
+QList<GenerationResult> results(const QSignalSpy& finished) {
+  QList<GenerationResult> all;
+  for (const QList<QVariant>& args : finished) all.append(args[0].value<GenerationResult>());
+  return all;
+}
+std::map<qint64, GenerationResult> resultsByChat(const QSignalSpy& finished) {
+  std::map<qint64, GenerationResult> by_chat;
+  for (const GenerationResult& r : results(finished)) by_chat[r.chat_id] = r;
+  return by_chat;
+}
+
+// Every token chunk the spy saw, in order.
+QList<TokenChunk> chunks(const QSignalSpy& tokens) {
+  QList<TokenChunk> all;
+  for (const QList<QVariant>& args : tokens) all.append(args[0].value<QList<TokenChunk>>());
+  return all;
+}
 
 QString joinedText(const QSignalSpy& spy, qint64 chat) {
   QString text;
-  for (const QList<QVariant>& args : spy)
-    for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
-      if (c.chat_id == chat) text += c.text;
+  for (const TokenChunk& c : chunks(spy))
+    if (c.chat_id == chat) text += c.text;
   return text;
+}
+
+// A synthetic "tiny" model for the real engine, written into `dir`.
+QString writeTinyModel(const QTemporaryDir& dir) {
+  const QString path = dir.filePath("tiny.gguf");
+  granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
+  return path;
 }
 
 QString expectedText(int tokens) {
@@ -83,6 +132,21 @@ QString fakeModelFile(const QTemporaryDir& dir) {
   QFile file(path);
   file.open(QIODevice::WriteOnly);
   return path;
+}
+
+// Starts the application on an existing (empty) model file and waits until it is ready.
+void startWithFakeModel(Application& app, const QTemporaryDir& dir) {
+  app.start(fakeModelFile(dir));
+  QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+}
+
+// Does `action` on the chats, with replies of max_tokens (kept when 0), and waits until
+// nothing generates.
+template <class Action>
+void replyTo(ChatController* chats, int max_tokens, Action action) {
+  if (max_tokens > 0) chats->samplingEditor()->setMaxTokens(max_tokens);
+  action();
+  QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
 }
 
 QString defaultModelPath() {
@@ -102,10 +166,9 @@ class WorkerTest : public QObject {
     FakeEngineLog log;
     ThreadedWorker w(fakeEngineFactory({}, &log));
     w.load();
+    auto& [tokens, finished, errors] = w.spies;
     QSignalSpy started(w.worker, &EngineWorker::generationStarted);
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    w.call([wk = w.worker] { wk->submit(request(7, 40)); });
+    w.submit({{7, 40}});
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
     QCOMPARE(started.count(), 1);
     QCOMPARE(started[0][0].toLongLong(), 7);
@@ -122,11 +185,10 @@ class WorkerTest : public QObject {
     // it is about 25. Allow a wide margin for a loaded machine, but far below one per token.
     ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 1}));
     w.load();
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    auto& [tokens, finished, errors] = w.spies;
     QElapsedTimer timer;
     timer.start();
-    w.call([wk = w.worker] { wk->submit(request(1, 400)); });
+    w.submit({{1, 400}});
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 20000);
     const double seconds = timer.elapsed() / 1000.0;
     QCOMPARE(joinedText(tokens, 1), expectedText(400));
@@ -139,12 +201,8 @@ class WorkerTest : public QObject {
     FakeEngineLog log;
     ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 2}, &log));
     w.load();
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    w.call([wk = w.worker] {
-      wk->submit(request(1, 30));
-      wk->submit(request(2, 30));
-    });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{1, 30}, {2, 30}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 10000);
     QCOMPARE(log.max_batch.load(), 2);  // both advanced in one step
     QVERIFY(log.steps.load() <= 31);    // not 60: they shared the steps
@@ -155,20 +213,12 @@ class WorkerTest : public QObject {
   void cancelStopsAChatAndLeavesTheOther() {
     ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 5}));
     w.load();
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    w.call([wk = w.worker] {
-      wk->submit(request(1, 100000));
-      wk->submit(request(2, 20));
-    });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{1, 100000}, {2, 20}});
     QTRY_VERIFY_WITH_TIMEOUT(tokens.count() > 0, 5000);
     w.call([wk = w.worker] { wk->cancel(1); });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 10000);
-    QMap<qint64, GenerationResult> by_chat;
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
-      by_chat[r.chat_id] = r;
-    }
+    auto by_chat = resultsByChat(finished);
     QCOMPARE(by_chat[1].end, GenerationEnd::Stopped);
     QCOMPARE(by_chat[1].reason, QStringLiteral("cancelled"));
     QCOMPARE(by_chat[2].end, GenerationEnd::Finished);
@@ -177,8 +227,8 @@ class WorkerTest : public QObject {
 
   void submitWithoutAModelFailsWithAMessage() {
     ThreadedWorker w(fakeEngineFactory());
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{3, 5}});
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
     const auto r = finished[0][0].value<GenerationResult>();
     QCOMPARE(r.end, GenerationEnd::Failed);
@@ -188,9 +238,8 @@ class WorkerTest : public QObject {
   void refusedSubmitFailsThatChatOnly() {
     ThreadedWorker w(fakeEngineFactory({.refuse_submit = true}));
     w.load();
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    QSignalSpy errors(w.worker, &EngineWorker::engineError);
-    w.call([wk = w.worker] { wk->submit(request(4, 5)); });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{4, 5}});
     QTRY_VERIFY_WITH_TIMEOUT(finished.count() > 0, 5000);
     const auto r = finished[0][0].value<GenerationResult>();
     QCOMPARE(r.end, GenerationEnd::Failed);
@@ -212,21 +261,16 @@ class WorkerTest : public QObject {
   void failingStepReportsAnEngineErrorAndEndsTheChats() {
     ThreadedWorker w(fakeEngineFactory({.fail_at_step = 3}));
     w.load();
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    QSignalSpy errors(w.worker, &EngineWorker::engineError);
-    w.call([wk = w.worker] {
-      wk->submit(request(1, 50));
-      wk->submit(request(2, 50));
-    });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{1, 50}, {2, 50}});
     QTRY_VERIFY_WITH_TIMEOUT(errors.count() > 0, 5000);
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
+    for (const GenerationResult& r : results(finished)) {
       QCOMPARE(r.end, GenerationEnd::Failed);
       QVERIFY(r.error.contains(QStringLiteral("illegal memory access")));
     }
     // The worker stays usable: the next request runs (the fake fails only step 3).
-    w.call([wk = w.worker] { wk->submit(request(5, 3)); });
+    w.submit({{5, 3}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 5000);
     QCOMPARE(finished[2][0].value<GenerationResult>().end, GenerationEnd::Finished);
   }
@@ -240,22 +284,13 @@ class WorkerTest : public QObject {
     script.error_only_nth = 1;
     ThreadedWorker w(fakeEngineFactory(script));
     w.load();
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    QSignalSpy errors(w.worker, &EngineWorker::engineError);
-    w.call([wk = w.worker] {
-      wk->submit(request(1, 10));
-      wk->submit(request(2, 10));
-    });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{1, 10}, {2, 10}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
-    std::map<qint64, GenerationResult> results;
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
-      results[r.chat_id] = r;
-    }
-    QCOMPARE(results[1].end, GenerationEnd::Failed);
-    QCOMPARE(results[1].error, QString::fromStdString(script.error_message));
-    QCOMPARE(results[2].end, GenerationEnd::Finished);
+    auto by_chat = resultsByChat(finished);
+    QCOMPARE(by_chat[1].end, GenerationEnd::Failed);
+    QCOMPARE(by_chat[1].error, QString::fromStdString(script.error_message));
+    QCOMPARE(by_chat[2].end, GenerationEnd::Finished);
     QCOMPARE(joinedText(tokens, 1), expectedText(2));  // steps 0 and 1, then the failure
     QCOMPARE(joinedText(tokens, 2), expectedText(10));
     QCOMPARE(errors.count(), 0);
@@ -271,8 +306,7 @@ class WorkerTest : public QObject {
     script.error_at_step = 0;
     {
       Application app(fakeEngineFactory(script), dir.filePath("empty.sqlite"));
-      app.start(fakeModelFile(dir));
-      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      startWithFakeModel(app, dir);
       ChatController* chats = app.chats();
       const qint64 chat = chats->newChat();
       chats->send(QStringLiteral("hello"));
@@ -292,12 +326,10 @@ class WorkerTest : public QObject {
     }
     script.error_at_step = 3;
     Application app(fakeEngineFactory(script), dir.filePath("partial.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     const qint64 chat = chats->newChat();
-    chats->send(QStringLiteral("hello"));
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 0, [&] { chats->send(QStringLiteral("hello")); });
     QCOMPARE(chats->messages()->count(), 2);
     QCOMPARE(chats->messages()->message(1).content, expectedText(3));
     QCOMPARE(chats->messages()->message(1).finish_reason, QStringLiteral("error"));
@@ -312,28 +344,23 @@ class WorkerTest : public QObject {
   void lostDeviceEndsEveryChatTellsTheWindowOnceAndAReloadWorks() {
     ThreadedWorker w(fakeEngineFactory({.lose_device_at_step = 2}));
     w.load();
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    QSignalSpy errors(w.worker, &EngineWorker::engineError);
-    w.call([wk = w.worker] {
-      wk->submit(request(1, 50));
-      wk->submit(request(2, 50));
-    });
+    auto& [tokens, finished, errors] = w.spies;
+    w.submit({{1, 50}, {2, 50}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 5000);
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
+    for (const GenerationResult& r : results(finished)) {
       QCOMPARE(r.end, GenerationEnd::Failed);
       QVERIFY(r.error.contains(QStringLiteral("reload the model")));
     }
     QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 5000);
     QVERIFY(errors[0][0].toString().contains(QStringLiteral("GPU stopped working")));
     // New work is refused with the reason until the model is loaded again...
-    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    w.submit({{3, 5}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 3, 5000);
     QVERIFY(finished[2][0].value<GenerationResult>().error.contains(QStringLiteral("reload")));
     QCOMPARE(errors.count(), 1);  // told once
     // ...and after a reload (a fresh engine: the real one resets the device) chats run again.
     w.load();
-    w.call([wk = w.worker] { wk->submit(request(4, 2)); });
+    w.submit({{4, 2}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 4, 5000);
     QCOMPARE(finished[3][0].value<GenerationResult>().end, GenerationEnd::Finished);
   }
@@ -342,7 +369,7 @@ class WorkerTest : public QObject {
     ThreadedWorker w(fakeEngineFactory({.step_delay_ms = 5}));
     w.load();
     QSignalSpy telemetry(w.worker, &EngineWorker::telemetryUpdated);
-    w.call([wk = w.worker] { wk->submit(request(9, 100000)); });
+    w.submit({{9, 100000}});
     // An event wait, then the rate on the frames' own clock (the worker's), so a loaded machine
     // that delays the test thread cannot skew it: at most ~10 a second (a coarse 100 ms timer
     // may fire 5% early), and not starved by the steps running between frames.
@@ -410,6 +437,7 @@ class WorkerTest : public QObject {
     FakeEngineLog log;
     ThreadedWorker w(fakeEngineFactory({}, &log));
     w.load();
+    auto& [tokens, finished, errors] = w.spies;
     QSignalSpy telemetry(w.worker, &EngineWorker::telemetryUpdated);
     QSignalSpy applied(w.worker, &EngineWorker::budgetApplied);
     QSignalSpy refused(w.worker, &EngineWorker::budgetRefused);
@@ -431,8 +459,7 @@ class WorkerTest : public QObject {
     QVERIFY(!reason.contains(QLatin1Char('\n')));
     QCOMPARE(log.budget_changes.load(), 1);
     // The engine still generates.
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
-    w.call([wk = w.worker] { wk->submit(request(3, 5)); });
+    w.submit({{3, 5}});
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 5000);
     QCOMPARE(finished[0][0].value<GenerationResult>().end, GenerationEnd::Finished);
   }
@@ -451,8 +478,7 @@ class WorkerTest : public QObject {
     FakeEngineLog log;
     Application app(fakeEngineFactory({}, &log), db);
     QCOMPARE(app.model()->vramBudgetBytes(), 512.0 * (1 << 20));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     QCOMPARE(log.budget_at_open.load(), 512ull << 20);
     app.model()->setVramBudgetBytes(64.0 * (1 << 20));
     QTRY_COMPARE_WITH_TIMEOUT(log.budget_changes.load(), 1, 5000);
@@ -475,14 +501,13 @@ class WorkerTest : public QObject {
     {
       FakeEngineLog log;
       Application app(fakeEngineFactory({.step_delay_ms = 10}, &log), db);
-      app.start(fakeModelFile(dir));
-      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      startWithFakeModel(app, dir);
       ChatController* chats = app.chats();
       first = chats->newChat();
       chats->send(QStringLiteral("Explain the KV cache"));
       second = chats->newChat();
       chats->setSystemPrompt(QStringLiteral("Answer in French."));
-      chats->setTemperature(0.2);
+      chats->samplingEditor()->setTemperature(0.2);
       chats->send(QStringLiteral("Plan a trip"));
       QCOMPARE(chats->generatingCount(), 2);
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(first)->message(1).content.size() > 10, 5000);
@@ -508,7 +533,7 @@ class WorkerTest : public QObject {
     }
     chats->selectChat(second);
     QCOMPARE(chats->systemPrompt(), QStringLiteral("Answer in French."));
-    QCOMPARE(chats->temperature(), 0.2);
+    QCOMPARE(chats->samplingEditor()->temperature(), 0.2);
     QCOMPARE(chats->currentTitle(), QStringLiteral("Plan a trip"));
   }
 
@@ -536,9 +561,7 @@ class WorkerTest : public QObject {
       QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
       ChatController* chats = app.chats();
       chats->newChat();
-      chats->setMaxTokens(3);
-      chats->send(QStringLiteral("hello"));
-      QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+      replyTo(chats, 3, [&] { chats->send(QStringLiteral("hello")); });
       // Known gap (ChatController, not the store): without a database a new chat cannot be
       // created ("Could not save a new chat."), so nothing replies although the hint says the
       // chats only go unsaved. XPASS once chats live in memory without a store.
@@ -556,29 +579,21 @@ class WorkerTest : public QObject {
   void regenerateAndEditKeepVersionsWithTheirBranches() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     const qint64 chat = chats->newChat();
-    chats->setMaxTokens(4);
-    chats->send(QStringLiteral("first"));
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
-    chats->send(QStringLiteral("follow-up"));
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 4, [&] { chats->send(QStringLiteral("first")); });
+    replyTo(chats, 0, [&] { chats->send(QStringLiteral("follow-up")); });
     MessageModel* messages = chats->messages();
     QCOMPARE(messages->count(), 4);
     const qint64 first_answer = messages->message(1).id;
 
-    chats->setMaxTokens(2);
-    chats->regenerate(1);  // the follow-up turn stays with version 1
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 2, [&] { chats->regenerate(1); });  // the follow-up turn stays with version 1
     QCOMPARE(messages->count(), 2);
     QCOMPARE(messages->message(1).content, expectedText(2));
     QCOMPARE(messages->data(messages->index(1), MessageModel::VersionRole).toInt(), 2);
     QCOMPARE(messages->data(messages->index(1), MessageModel::VersionCountRole).toInt(), 2);
-    chats->setMaxTokens(3);
-    chats->regenerate(1);
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 3, [&] { chats->regenerate(1); });
     QCOMPARE(messages->message(1).version, 3);
     QCOMPARE(messages->message(1).version_count, 3);
 
@@ -591,9 +606,7 @@ class WorkerTest : public QObject {
     chats->switchVersion(1, -1);  // no version 0
     QCOMPARE(messages->message(1).id, first_answer);
 
-    chats->setMaxTokens(4);
-    chats->editAndResend(0, QStringLiteral("second"));
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 4, [&] { chats->editAndResend(0, QStringLiteral("second")); });
     QCOMPARE(messages->count(), 2);
     QCOMPARE(messages->message(0).content, QStringLiteral("second"));
     QCOMPARE(messages->message(0).version_count, 2);
@@ -620,13 +633,10 @@ class WorkerTest : public QObject {
   void continueExtendsAReplyCutAtTheLengthLimit() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     const qint64 chat = chats->newChat();
-    chats->setMaxTokens(3);
-    chats->send(QStringLiteral("tell me a story"));
-    QTRY_COMPARE_WITH_TIMEOUT(chats->generatingCount(), 0, 5000);
+    replyTo(chats, 3, [&] { chats->send(QStringLiteral("tell me a story")); });
     MessageModel* messages = chats->messages();
     QCOMPARE(messages->message(1).finish_reason, QStringLiteral("length"));
     const qint64 id = messages->message(1).id;
@@ -659,10 +669,9 @@ class WorkerTest : public QObject {
     qint64 chat = 0;
     {
       Application app(fakeEngineFactory({.step_delay_ms = 5}), db);
-      app.start(fakeModelFile(dir));
-      QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+      startWithFakeModel(app, dir);
       chat = app.chats()->newChat();
-      app.chats()->setMaxTokens(5);
+      app.chats()->samplingEditor()->setMaxTokens(5);
       app.chats()->send(QStringLiteral("# Hello **there**"));
       QTRY_COMPARE_WITH_TIMEOUT(app.chats()->generatingCount(), 0, 5000);
       QCOMPARE(app.chats()->currentTitle(), QStringLiteral("Hello there"));
@@ -700,14 +709,13 @@ class WorkerTest : public QObject {
   void newChatReusesAnEmptyOne() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     const qint64 a = chats->newChat();
     QCOMPARE(chats->newChat(), a);
     QCOMPARE(chats->newChat(), a);
     QCOMPARE(chats->conversations()->count(), 1);
-    chats->setMaxTokens(2);
+    chats->samplingEditor()->setMaxTokens(2);
     chats->send(QStringLiteral("hi"));
     const qint64 b = chats->newChat();  // a has a message now
     QVERIFY(b != a);
@@ -723,11 +731,10 @@ class WorkerTest : public QObject {
   void recentThroughputFollowsGenerationAndIsZeroWhenIdle() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory({.step_delay_ms = 10}), dir.filePath("granule.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     chats->newChat();
-    chats->setMaxTokens(60);
+    chats->samplingEditor()->setMaxTokens(60);
     chats->send(QStringLiteral("one"));
     TelemetryModel* telemetry = app.telemetry();
     QTRY_VERIFY_WITH_TIMEOUT(telemetry->recentTokensPerSecond() > 5, 5000);
@@ -769,8 +776,7 @@ class WorkerTest : public QObject {
   void deleteCanBeUndoneAndSearchFilters() {
     QTemporaryDir dir;
     Application app(fakeEngineFactory(), dir.filePath("granule.sqlite"));
-    app.start(fakeModelFile(dir));
-    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 5000);
+    startWithFakeModel(app, dir);
     ChatController* chats = app.chats();
     const qint64 a = chats->newChat();
     chats->renameChat(a, QStringLiteral("Recipes"));
@@ -792,17 +798,11 @@ class WorkerTest : public QObject {
 
   void realEngineGeneratesOnASyntheticModel() {
     QTemporaryDir dir;
-    const QString path = dir.filePath("tiny.gguf");
-    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
     ThreadedWorker w(granuleEngineFactory());
-    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
-    QSignalSpy failed(w.worker, &EngineWorker::loadFailed);
-    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, 20000);
-    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed[0][1].toString()));
-    QCOMPARE(loaded[0][0].value<ModelInfo>().layers, 2);
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    auto& [tokens, finished, errors] = w.spies;
+    ModelInfo info;
+    QCOMPARE(w.loadFile(writeTinyModel(dir), 256, 2, 20000, &info), QString());
+    QCOMPARE(info.layers, 2);
     w.call([wk = w.worker] {
       GenerationRequest r = request(1, 8);
       r.sampling.seed = 42;
@@ -811,13 +811,11 @@ class WorkerTest : public QObject {
       wk->submit(r);
     });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
+    for (const GenerationResult& r : results(finished)) {
       QVERIFY2(r.end == GenerationEnd::Finished, qPrintable(r.error));
     }
     int token_count = 0;
-    for (const auto& args : tokens)
-      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) token_count += c.tokens;
+    for (const TokenChunk& c : chunks(tokens)) token_count += c.tokens;
     qInfo("synthetic model: %d tokens over two chats", token_count);
     QVERIFY(token_count > 0 && token_count <= 16);
   }
@@ -826,25 +824,19 @@ class WorkerTest : public QObject {
   // request's session, so the second turn reads the first turn's prompt from the kept KV.
   void realEngineKeepsAChatsKvBetweenTurns() {
     QTemporaryDir dir;
-    const QString path = dir.filePath("tiny.gguf");
-    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
     ThreadedWorker w(granuleEngineFactory());
-    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
-    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    auto& [tokens, finished, errors] = w.spies;
+    QCOMPARE(w.loadFile(writeTinyModel(dir), 256, 2, 20000), QString());
     GenerationRequest turn = request(5, 6);
     turn.sampling.seed = 3;
     w.call([wk = w.worker, turn] { wk->submit(turn); });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
     QString reply;
     qint32 first_reused = -1;
-    for (const auto& args : tokens)
-      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) {
-        reply += c.text;
-        if (first_reused < 0) first_reused = c.reused_tokens;
-      }
+    for (const TokenChunk& c : chunks(tokens)) {
+      reply += c.text;
+      if (first_reused < 0) first_reused = c.reused_tokens;
+    }
     QCOMPARE(first_reused, 0);
     tokens.clear();
     turn.messages.append(PromptMessage{"assistant", reply});
@@ -852,12 +844,11 @@ class WorkerTest : public QObject {
     w.call([wk = w.worker, turn] { wk->submit(turn); });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
     qint32 reused = -1, prompt = 0;
-    for (const auto& args : tokens)
-      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
-        if (reused < 0) {
-          reused = c.reused_tokens;
-          prompt = c.prompt_tokens;
-        }
+    for (const TokenChunk& c : chunks(tokens))
+      if (reused < 0) {
+        reused = c.reused_tokens;
+        prompt = c.prompt_tokens;
+      }
     qInfo("second turn: %d prompt tokens, %d reused", prompt, reused);
     QVERIFY2(reused > 0 && reused < prompt,
              qPrintable(QString("%1 of %2").arg(reused).arg(prompt)));
@@ -867,13 +858,9 @@ class WorkerTest : public QObject {
   // reply so far (longer than the history alone), and the model writes on.
   void realEngineContinuesAReply() {
     QTemporaryDir dir;
-    const QString path = dir.filePath("tiny.gguf");
-    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"), path.toStdString());
     ThreadedWorker w(granuleEngineFactory());
-    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
-    w.call([wk = w.worker, path] { wk->loadModel(path, 256, 2); });
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() > 0, 20000);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
+    auto& [tokens, finished, errors] = w.spies;
+    QCOMPARE(w.loadFile(writeTinyModel(dir), 256, 2, 20000), QString());
     w.call([wk = w.worker] {
       GenerationRequest fresh = request(1, 4);
       fresh.sampling.seed = 7;
@@ -885,33 +872,24 @@ class WorkerTest : public QObject {
       wk->submit(more);
     });
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 2, 30000);
-    std::map<qint64, GenerationResult> results;
-    for (const auto& args : finished) {
-      const auto r = args[0].value<GenerationResult>();
-      results[r.chat_id] = r;
-    }
-    QVERIFY2(results[2].end == GenerationEnd::Finished, qPrintable(results[2].error));
-    QVERIFY(results[1].prompt_tokens > 0);
+    auto by_chat = resultsByChat(finished);
+    QVERIFY2(by_chat[2].end == GenerationEnd::Finished, qPrintable(by_chat[2].error));
+    QVERIFY(by_chat[1].prompt_tokens > 0);
     // The partial reply's tokens follow the same history and assistant header.
-    QVERIFY2(results[2].prompt_tokens > results[1].prompt_tokens,
+    QVERIFY2(by_chat[2].prompt_tokens > by_chat[1].prompt_tokens,
              qPrintable(
-                 QString("%1 vs %2").arg(results[2].prompt_tokens).arg(results[1].prompt_tokens)));
+                 QString("%1 vs %2").arg(by_chat[2].prompt_tokens).arg(by_chat[1].prompt_tokens)));
   }
 
   void realEngineOnTheDefaultModel() {
     const QString path = defaultModelPath();
     if (path.isEmpty()) QSKIP("default model not present (SmolLM2-135M-Instruct.Q4_1.gguf)");
     ThreadedWorker w(granuleEngineFactory());
-    QSignalSpy loaded(w.worker, &EngineWorker::modelLoaded);
-    QSignalSpy failed(w.worker, &EngineWorker::loadFailed);
-    w.call([wk = w.worker, path] { wk->loadModel(path, 1024, 2); });
-    QTRY_VERIFY_WITH_TIMEOUT(loaded.count() + failed.count() > 0, 60000);
-    QVERIFY2(failed.isEmpty(), failed.isEmpty() ? "" : qPrintable(failed[0][1].toString()));
-    const auto info = loaded[0][0].value<ModelInfo>();
+    auto& [tokens, finished, errors] = w.spies;
+    ModelInfo info;
+    QCOMPARE(w.loadFile(path, 1024, 2, 60000, &info), QString());
     QCOMPARE(info.layers, 30);
     QCOMPARE(info.block_type, QStringLiteral("Q4_1"));
-    QSignalSpy tokens(w.worker, &EngineWorker::tokensArrived);
-    QSignalSpy finished(w.worker, &EngineWorker::generationFinished);
     w.call([wk = w.worker] {
       GenerationRequest r;
       r.chat_id = 1;

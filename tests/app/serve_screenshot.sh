@@ -2,32 +2,13 @@
 # The window serving the OpenAI API under Xvfb, one streamed API request running, saved as a
 # PNG of the window (and one of the settings dialog's server section):
 #   tests/app/serve_screenshot.sh MODEL.gguf OUTDIR
-# GRANULE_BIN names the binary (default: build-cpu/app/gui/granule of this checkout). A
-# throwaway database and XDG dirs are used; the server listens on a free loopback port.
+# GRANULE_BIN names the binary (screenshot_lib.sh). A throwaway database and XDG dirs are
+# used; the server listens on a free loopback port.
 set -euo pipefail
 
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 MODEL.gguf OUTDIR" >&2
-  exit 2
-fi
-model=$(realpath "$1")
-outdir=$2
-root=$(cd "$(dirname "$0")/../.." && pwd)
-bin=${GRANULE_BIN:-$root/build-cpu/app/gui/granule}
-[[ -x $bin ]] || { echo "$0: $bin is not built (cmake --build build-cpu --target granule)" >&2; exit 1; }
-command -v xvfb-run >/dev/null || { echo "$0: xvfb-run is missing (apt-get install xvfb xauth)" >&2; exit 1; }
-mkdir -p "$outdir"
-outdir=$(realpath "$outdir")
-
-scratch=$(mktemp -d)
-pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  rm -rf "$scratch"
-}
-trap cleanup EXIT
-export XDG_CONFIG_HOME=$scratch/config XDG_DATA_HOME=$scratch/data XDG_CACHE_HOME=$scratch/cache
-export GRANULE_DEFAULT_MODEL=$scratch/no-model.gguf
+source "$(dirname "$0")/screenshot_lib.sh"
+screenshot_setup MODEL.gguf "$@"
+model=$input
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
 shoot() {  # shoot NAME [--screenshot-open settings]

@@ -42,6 +42,20 @@ expect_message "--temp not a number" \
   "granule-cli: --temp expects a number, got 'hot'" run "$M" -p hi --temp hot
 expect_message "--top-p out of range" \
   "granule-cli: --top-p must be from 0 to 1, got 2" run "$M" -p hi --top-p 2
+# Every sampling option's range is the engine's (kSamplingRanges in granule/sampling.h), as
+# the server's and the window's are.
+expect_message "--temp past the engine's range" \
+  "granule-cli: --temp must be from 0 to 2, got 2.01" run "$M" -p hi --temp 2.01
+expect_message "--top-k past the engine's range" \
+  "granule-cli: --top-k must be from 0 to 1048576, got 1048577" run "$M" -p hi --top-k 1048577
+expect_message "--min-p past the engine's range" \
+  "granule-cli: --min-p must be from 0 to 1, got 1.5" run "$M" -p hi --min-p 1.5
+expect_message "--repeat-penalty below the engine's range" \
+  "granule-cli: --repeat-penalty must be from 0.01 to 100, got 0" run "$M" -p hi --repeat-penalty 0
+expect_message "--repeat-last-n below the engine's range" \
+  "granule-cli: --repeat-last-n must be from -1 to 1048576, got -2" run "$M" -p hi --repeat-last-n -2
+expect_message "-n below the engine's range" \
+  "granule-cli: -n/--max-tokens must be from 1 to 1048576, got 0" run "$M" -p hi -n 0
 expect_message "-n not a number" \
   "granule-cli: -n/--max-tokens expects an integer, got 'ten'" run "$M" -p hi -n ten
 expect_message "--seed negative" \

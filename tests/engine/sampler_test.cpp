@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 #include <random>
 #include <string>
@@ -430,6 +431,62 @@ TEST(SamplerPresets, NamesDefaultsAndUnknownName) {
     EXPECT_STREQ(e.what(),
                  "unknown sampling preset 'wild'; presets: precise, balanced, creative, greedy");
   }
+}
+
+// The case: the preset table and the range table are one source. Each preset's values are
+// its row of kSamplingPresets (the same floats as before the table: precise 0.3/0.9/0.1,
+// creative 1.0/100/0.98), every preset lies inside the ranges, and a default SamplingParams
+// holds each range's default.
+TEST(SamplerPresets, PresetsAndDefaultsComeFromTheTables) {
+  ASSERT_EQ(std::size(kSamplingPresets), SamplingParams::preset_names().size());
+  for (const SamplingPreset& row : kSamplingPresets) {
+    const SamplingParams p = SamplingParams::preset(row.name);
+    EXPECT_EQ(p.temperature, static_cast<float>(row.temperature)) << row.name;
+    EXPECT_EQ(p.top_k, row.top_k) << row.name;
+    EXPECT_EQ(p.top_p, static_cast<float>(row.top_p)) << row.name;
+    EXPECT_EQ(p.min_p, static_cast<float>(row.min_p)) << row.name;
+    EXPECT_EQ(p.repetition_penalty, static_cast<float>(row.repetition_penalty)) << row.name;
+    EXPECT_TRUE(kSamplingRanges.temperature.contains(row.temperature)) << row.name;
+    EXPECT_TRUE(kSamplingRanges.top_k.contains(row.top_k)) << row.name;
+    EXPECT_TRUE(kSamplingRanges.top_p.contains(row.top_p)) << row.name;
+    EXPECT_TRUE(kSamplingRanges.min_p.contains(row.min_p)) << row.name;
+    EXPECT_TRUE(kSamplingRanges.repetition_penalty.contains(row.repetition_penalty)) << row.name;
+  }
+  const SamplingParams precise = SamplingParams::preset("precise");
+  EXPECT_EQ(precise.temperature, 0.3f);
+  EXPECT_EQ(precise.top_k, 40);
+  EXPECT_EQ(precise.top_p, 0.9f);
+  EXPECT_EQ(precise.min_p, 0.1f);
+  EXPECT_EQ(precise.repetition_penalty, 1.1f);
+  const SamplingParams creative = SamplingParams::preset("creative");
+  EXPECT_EQ(creative.temperature, 1.0f);
+  EXPECT_EQ(creative.top_k, 100);
+  EXPECT_EQ(creative.top_p, 0.98f);
+  EXPECT_EQ(creative.min_p, 0.05f);
+  const SamplingParams d;
+  EXPECT_EQ(d.temperature, 0.7f);
+  EXPECT_EQ(d.top_k, kSamplingRanges.top_k.default_value);
+  EXPECT_EQ(d.top_p, 0.95f);
+  EXPECT_EQ(d.min_p, 0.05f);
+  EXPECT_EQ(d.repetition_penalty, 1.1f);
+  EXPECT_EQ(d.frequency_penalty, 0.0f);
+  EXPECT_EQ(d.presence_penalty, 0.0f);
+  EXPECT_EQ(d.penalty_last_n, kSamplingRanges.penalty_last_n.default_value);
+  EXPECT_EQ(d.max_tokens, kSamplingRanges.max_tokens.default_value);
+  const SamplingParams greedy = SamplingParams::greedy();
+  EXPECT_EQ(greedy.seed, 0u);
+  EXPECT_EQ(SamplingParams::preset_name_of(greedy), "greedy");
+}
+
+// The case: a range clamps and says what it contains, ends included.
+TEST(SamplerPresets, RangesClampAndContain) {
+  constexpr SamplingRange<double> r = kSamplingRanges.temperature;
+  static_assert(r.clamp(-1.0) == r.min && r.clamp(99.0) == r.max && r.clamp(0.5) == 0.5);
+  EXPECT_TRUE(r.contains(r.min));
+  EXPECT_TRUE(r.contains(r.max));
+  EXPECT_FALSE(r.contains(r.max + 0.001));
+  EXPECT_EQ(kSamplingRanges.top_k.clamp(-3), 0);
+  EXPECT_EQ(kSamplingRanges.max_tokens.clamp(0), 1);
 }
 
 // The case: the seed rule. The default seed is kRandomSeed, which resolve_seed replaces with

@@ -77,6 +77,36 @@ TEST(OpenAiRequest, SamplingFieldsReachTheEngineParams) {
       std::vector<std::string>{"X"});
 }
 
+// The case: every sampling field's accepted values are the engine's range for it
+// (kSamplingRanges, which the CLI and the window use too): both ends are taken, a step past
+// either is a 400 naming the field.
+TEST(OpenAiRequest, SamplingRangesAreTheEngines) {
+  const auto body = [](const std::string& field, const json& value) {
+    json b = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    b[field] = value;
+    return b.dump();
+  };
+  const auto check = [&](const std::string& field, const auto& range, auto step) {
+    EXPECT_NO_THROW(chat(body(field, range.min))) << field;
+    EXPECT_NO_THROW(chat(body(field, range.max))) << field;
+    EXPECT_EQ(chat_error(body(field, range.min - step)).param, field);
+    EXPECT_EQ(chat_error(body(field, range.max + step)).param, field);
+  };
+  const SamplingRanges& r = kSamplingRanges;
+  check("temperature", r.temperature, 0.01);
+  check("top_p", r.top_p, 0.01);
+  check("min_p", r.min_p, 0.01);
+  check("repeat_penalty", r.repetition_penalty, 0.001);
+  check("presence_penalty", r.presence_penalty, 0.01);
+  check("frequency_penalty", r.frequency_penalty, 0.01);
+  check("top_k", r.top_k, 1);
+  check("max_tokens", r.max_tokens, 1);
+  EXPECT_EQ(chat(body("temperature", r.temperature.max)).sampling.temperature,
+            static_cast<float>(r.temperature.max));
+  EXPECT_EQ(RequestLimits{}.max_tokens_cap, r.max_tokens.max);
+  EXPECT_EQ(RequestLimits{}.default_max_tokens, r.max_tokens.default_value);
+}
+
 TEST(OpenAiRequest, WrongTypesAndRangesAre400sNamingTheField) {
   const std::string m = R"("messages":[{"role":"user","content":"hi"}])";
   const struct {

@@ -15,41 +15,93 @@ namespace granule {
 // seed and repeats its text. The CLI, the server and the window share this one rule.
 inline constexpr uint64_t kRandomSeed = std::numeric_limits<uint64_t>::max();
 
+// The valid values of one sampling field and its default. The CLI and the server refuse a
+// value outside [min, max]; the window clamps to it.
+template <class T>
+struct SamplingRange {
+  T min;
+  T max;
+  T default_value;
+  constexpr T clamp(T v) const { return v < min ? min : (max < v ? max : v); }
+  constexpr bool contains(T v) const { return min <= v && v <= max; }
+};
+
+// The one table of sampling fields a user sets: each one's range and default. The defaults
+// are the "balanced" preset. The repetition penalty is on by default: with it off the default
+// model (SmolLM2-135M) loops on one sentence within a 512-token story; 1.1 over the last 64
+// tokens is what Ollama ships (llama.cpp's own default is off). Temperature and the
+// frequency/presence penalties end where OpenAI's API ends them.
+struct SamplingRanges {
+  SamplingRange<double> temperature{0.0, 2.0, 0.7};            // 0 = greedy
+  SamplingRange<int32_t> top_k{0, 1 << 20, 40};                // 0 = off
+  SamplingRange<double> top_p{0.0, 1.0, 0.95};                 // 1 = off
+  SamplingRange<double> min_p{0.0, 1.0, 0.05};                 // 0 = off
+  SamplingRange<double> repetition_penalty{0.01, 100.0, 1.1};  // 1 = off
+  SamplingRange<double> frequency_penalty{-2.0, 2.0, 0.0};
+  SamplingRange<double> presence_penalty{-2.0, 2.0, 0.0};
+  SamplingRange<int32_t> penalty_last_n{-1, 1 << 20, 64};  // -1 = all
+  SamplingRange<int32_t> max_tokens{1, 1 << 20, 512};
+};
+inline constexpr SamplingRanges kSamplingRanges{};
+
+// A named starting point, shown to users by name (CLI --preset, the window's settings): the
+// sampling fields it sets. The penalties' window, max_tokens, stops and the seed stay the
+// caller's.
+struct SamplingPreset {
+  std::string_view name;
+  double temperature;
+  int32_t top_k;
+  double top_p;
+  double min_p;
+  double repetition_penalty;
+};
+
+namespace detail {
+// "balanced" is the defaults; the others say how they differ from it.
+inline constexpr SamplingPreset kBalancedPreset{"balanced",
+                                                kSamplingRanges.temperature.default_value,
+                                                kSamplingRanges.top_k.default_value,
+                                                kSamplingRanges.top_p.default_value,
+                                                kSamplingRanges.min_p.default_value,
+                                                kSamplingRanges.repetition_penalty.default_value};
+}  // namespace detail
+
+// The one table of presets, in the order users see them: "precise" (low temperature, for
+// facts and code), "balanced" (the defaults), "creative" (higher temperature, wider nucleus)
+// and "greedy" (the most likely token every step, no penalty).
+inline constexpr SamplingPreset kSamplingPresets[] = {
+    {"precise", 0.3, detail::kBalancedPreset.top_k, 0.9, 0.1,
+     detail::kBalancedPreset.repetition_penalty},
+    detail::kBalancedPreset,
+    {"creative", 1.0, 100, 0.98, detail::kBalancedPreset.min_p,
+     detail::kBalancedPreset.repetition_penalty},
+    {"greedy", 0.0, 0, 1.0, 0.0, 1.0},
+};
+
 struct SamplingParams {
-  // The defaults are the "balanced" preset. The repetition penalty is on by default: with it
-  // off the default model (SmolLM2-135M) loops on one sentence within a 512-token story; 1.1
-  // over the last 64 tokens is what Ollama ships (llama.cpp's own default is off).
-  float temperature = 0.7f;         // 0 = greedy
-  int32_t top_k = 40;               // 0 = off
-  float top_p = 0.95f;              // 1 = off
-  float min_p = 0.05f;              // 0 = off
-  float repetition_penalty = 1.1f;  // 1 = off (llama.cpp semantics, over the last penalty_last_n)
-  float frequency_penalty = 0.0f;
-  float presence_penalty = 0.0f;
-  int32_t penalty_last_n = 64;  // tokens the penalties look back over; -1 = all
+  // Defaults from kSamplingRanges (the "balanced" preset).
+  float temperature = static_cast<float>(kSamplingRanges.temperature.default_value);
+  int32_t top_k = kSamplingRanges.top_k.default_value;
+  float top_p = static_cast<float>(kSamplingRanges.top_p.default_value);
+  float min_p = static_cast<float>(kSamplingRanges.min_p.default_value);
+  // llama.cpp semantics, over the last penalty_last_n tokens.
+  float repetition_penalty = static_cast<float>(kSamplingRanges.repetition_penalty.default_value);
+  float frequency_penalty = static_cast<float>(kSamplingRanges.frequency_penalty.default_value);
+  float presence_penalty = static_cast<float>(kSamplingRanges.presence_penalty.default_value);
+  int32_t penalty_last_n = kSamplingRanges.penalty_last_n.default_value;  // tokens looked back
   uint64_t seed = kRandomSeed;  // same seed, same prompt, same params -> same tokens
-  int32_t max_tokens = 512;
+  int32_t max_tokens = kSamplingRanges.max_tokens.default_value;
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;
 
-  // The most likely token every step, on the raw logits (no penalties), seed 0.
-  static SamplingParams greedy() {
-    SamplingParams p;
-    p.temperature = 0.0f;
-    p.top_k = 0;
-    p.top_p = 1.0f;
-    p.min_p = 0.0f;
-    p.repetition_penalty = 1.0f;
-    p.seed = 0;
-    return p;
-  }
+  // The "greedy" preset with seed 0.
+  static SamplingParams greedy();
 
-  // Named starting points, shown to users by name (CLI --preset, the window's settings):
-  // "precise" (low temperature, for facts and code), "balanced" (the defaults), "creative"
-  // (higher temperature, wider nucleus) and "greedy". Only the sampling fields differ from
-  // a default SamplingParams. Throws UsageError naming the presets for an unknown name.
+  // A default SamplingParams with the preset's fields. Throws UsageError naming the presets
+  // for an unknown name.
   static SamplingParams preset(std::string_view name);
-  // The preset names, in the order above.
+  static SamplingParams preset(const SamplingPreset& preset);
+  // The preset names, in kSamplingPresets' order.
   static std::span<const std::string_view> preset_names();
   // The preset name whose sampling fields equal these, or "" for none.
   static std::string_view preset_name_of(const SamplingParams& params);

@@ -1,18 +1,27 @@
 // The numbers the GUI panels show and the benchmarks print: one snapshot in sections, copied
 // out by Engine::telemetry(). Each section lists its fields by name in fields(), right below
-// them; for_each_field() visits them, read-only or writable, so a reader takes every field
-// without naming it (the app hands them to QML that way, in camelCase: pool_bytes becomes
-// poolBytes; granule/telemetry_json.h writes and reads them as JSON). A new metric is a field
-// and its line in fields() here, the code that measures it, and whatever draws or prints it.
+// them; for_each_field(section, f) visits them, read-only or writable as the section is, so a
+// reader takes every field without naming it (the app hands them to QML that way, in
+// camelCase: pool_bytes becomes poolBytes; granule/telemetry_json.h writes them as JSON). A
+// new metric is a field and its line in fields() here, the code that measures it, and
+// whatever draws or prints it.
 #pragma once
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace granule {
+
+// Calls f(name, field) for each field of a section (a struct with a static fields(self, f)),
+// in the order fields() lists them; the fields are const when the section is.
+template <class Section, class F>
+void for_each_field(Section& section, F&& f) {
+  std::remove_const_t<Section>::fields(section, f);
+}
 
 // The memory ledger's categories. The physical ones stack in this order in the panels
 // (bottom first); KvReservedVa is address space, reported but never charged to the budget.
@@ -45,16 +54,8 @@ struct DeviceTelemetry {
 
   uint64_t ledger_bytes(MemoryCategory c) const { return ledger[static_cast<size_t>(c)]; }
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("name", s.name);
     f("gpu", s.gpu);
     f("total_bytes", s.total_bytes);
@@ -90,16 +91,8 @@ struct KvStats {
       0;  // unmapped from slots, waiting for the device work that may touch them
   uint64_t unmaps_deferred = 0;  // cumulative granules whose unmap waited for device work
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("granules_mapped", s.granules_mapped);
     f("granules_unmapped", s.granules_unmapped);
     f("last_mapping_us", s.last_mapping_us);
@@ -139,16 +132,8 @@ struct SchedulerTelemetry {
   uint64_t kv_swap_in_bytes = 0;      // cumulative
   uint64_t kept_kv_dropped = 0;       // cumulative: idle entries given up (recomputed if resumed)
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("running", s.running);
     f("waiting", s.waiting);
     f("preemptions", s.preemptions);
@@ -181,16 +166,8 @@ struct GraphTelemetry {
   uint64_t eager_steps = 0;           // cumulative decode steps run without a graph
   std::string last_fallback_reason;   // why the last eager decode step did not replay a graph
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("buckets", s.buckets);
     f("nodes", s.nodes);
     f("segments_per_step", s.segments_per_step);
@@ -223,16 +200,8 @@ struct StreamingTelemetry {
   uint64_t replans = 0;                       // cumulative changes of the placement
   std::string last_replan_reason;
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("layers_resident", s.layers_resident);
     f("layers_streamed", s.layers_streamed);
     f("layer_streamed", s.layer_streamed);
@@ -264,16 +233,8 @@ struct ThroughputTelemetry {
   double last_wait_us = 0;
   double last_results_us = 0;
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("prompt_tokens_per_second", s.prompt_tokens_per_second);
     f("decode_tokens_per_second", s.decode_tokens_per_second);
     f("steps", s.steps);
@@ -295,16 +256,8 @@ struct SequenceTelemetry {
   bool waiting = false;     // queued for a slot and KV (new, or preempted)
   int32_t preemptions = 0;  // times its KV was freed to make room, to be recomputed
 
-  template <class F>
-  void for_each_field(F&& f) const {
-    fields(*this, f);
-  }
-  template <class F>
-  void for_each_field(F&& f) {
-    fields(*this, f);
-  }
   template <class Self, class F>
-  static void fields(Self& s, F& f) {
+  static void fields(Self& s, F&& f) {
     f("id", s.id);
     f("tokens", s.tokens);
     f("kv_committed_bytes", s.kv_committed_bytes);

@@ -1,7 +1,7 @@
 // Telemetry snapshots as JSON lines, the recording format the window replays (one frame a
-// line, described in TELEMETRY_JSON.md): the writer, the reader, and TelemetryRecorder, which
-// appends throttled frames to a file. Fields are written and read through each section's
-// for_each_field, so a field added to telemetry.h needs no code here.
+// line): the writer, and TelemetryRecorder, which appends throttled frames to a file. Fields
+// are written through for_each_field, so a field added to telemetry.h needs no code here.
+// The engine writes frames only; the window's replay (app/gui/telemetry_replay.h) reads them.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <optional>
 #include <string>
-#include <string_view>
 
 #include "granule/telemetry.h"
 
@@ -20,13 +19,6 @@ namespace granule {
 // Integers are written exactly, doubles in their shortest round-trip form (non-finite as 0),
 // strings as UTF-8 with control characters escaped (invalid UTF-8 bytes become U+FFFD).
 std::string telemetry_to_json(const TelemetrySnapshot& snapshot, double t_seconds);
-
-// Reads one frame. Keys it does not know are ignored, missing keys (and null values) keep
-// the defaults, so an older recording reads in a newer build. Throws UsageError with one
-// line naming the problem ("telemetry frame: expected ',' or '}' at byte 57", byte offsets
-// counted from 0) for text that is not JSON or a value of the wrong kind for its field.
-// `t_seconds`, when given, receives "t" (0 when absent).
-TelemetrySnapshot telemetry_from_json(std::string_view line, double* t_seconds = nullptr);
 
 // Appends frames to a file, one line each, flushed as written so a reader (or a crash)
 // sees every frame whole. Time "t" counts from the recorder's construction on a steady

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -62,8 +63,12 @@ size_t mass_bin(float log_weight) {
   return depth < static_cast<float>(kMassBins) ? static_cast<size_t>(depth) : kMassBins;
 }
 
-constexpr std::array<std::string_view, 4> kPresetNames = {"precise", "balanced", "creative",
-                                                          "greedy"};
+constexpr size_t kPresetCount = std::size(kSamplingPresets);
+constexpr std::array<std::string_view, kPresetCount> kPresetNames = [] {
+  std::array<std::string_view, kPresetCount> names;
+  for (size_t i = 0; i < kPresetCount; ++i) names[i] = kSamplingPresets[i].name;
+  return names;
+}();
 
 // Only the fields a preset decides; max_tokens, stops and the seed are the caller's.
 bool same_sampling(const SamplingParams& a, const SamplingParams& b) {
@@ -75,32 +80,36 @@ bool same_sampling(const SamplingParams& a, const SamplingParams& b) {
 
 }  // namespace
 
+SamplingParams SamplingParams::preset(const SamplingPreset& preset) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(preset.temperature);
+  p.top_k = preset.top_k;
+  p.top_p = static_cast<float>(preset.top_p);
+  p.min_p = static_cast<float>(preset.min_p);
+  p.repetition_penalty = static_cast<float>(preset.repetition_penalty);
+  return p;
+}
+
 SamplingParams SamplingParams::preset(std::string_view name) {
-  SamplingParams p;  // "balanced" is the defaults
-  if (name == "balanced") return p;
-  if (name == "precise") {
-    p.temperature = 0.3f;
-    p.top_p = 0.9f;
-    p.min_p = 0.1f;
-    return p;
+  for (const SamplingPreset& p : kSamplingPresets) {
+    if (p.name == name) return preset(p);
   }
-  if (name == "creative") {
-    p.temperature = 1.0f;
-    p.top_k = 100;
-    p.top_p = 0.98f;
-    return p;
-  }
-  if (name == "greedy") return greedy();
   std::string names;
   for (std::string_view n : kPresetNames) names += (names.empty() ? "" : ", ") + std::string(n);
   throw UsageError("unknown sampling preset '" + std::string(name) + "'; presets: " + names);
 }
 
+SamplingParams SamplingParams::greedy() {
+  SamplingParams p = preset("greedy");
+  p.seed = 0;
+  return p;
+}
+
 std::span<const std::string_view> SamplingParams::preset_names() { return kPresetNames; }
 
 std::string_view SamplingParams::preset_name_of(const SamplingParams& params) {
-  for (std::string_view name : kPresetNames) {
-    if (same_sampling(params, preset(name))) return name;
+  for (const SamplingPreset& p : kSamplingPresets) {
+    if (same_sampling(params, preset(p))) return p.name;
   }
   return {};
 }

@@ -24,7 +24,7 @@ Item {
             width: 600
             chats: Services.chats
             index: 0
-            role: "assistant"
+            speaker: "assistant"
             content: "Intro\n```\nlet x = 1;\n```\nOutro"
             blocks: ["Intro", "let x = 1;", "Outro"]
             generating: false
@@ -43,7 +43,7 @@ Item {
             width: 600
             chats: Services.chats
             index: 0
-            role: "user"
+            speaker: "user"
             content: "first try"
             blocks: ["first try"]
             generating: false
@@ -62,7 +62,7 @@ Item {
             width: 600
             chats: Services.chats
             index: 1
-            role: "assistant"
+            speaker: "assistant"
             content: "Once upon a time"
             blocks: ["Once upon a time"]
             generating: false

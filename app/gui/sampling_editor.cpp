@@ -1,0 +1,77 @@
+// The editor's seed text, presets and slider spans.
+#include "sampling_editor.h"
+
+#include "sampling_presets.h"
+
+namespace granule::app {
+namespace {
+
+struct SliderSpan {
+  const char* field;
+  double from;
+  double to;
+  double step;
+};
+
+// Inside kSamplingRanges (checked below); the full range where it is a usable slider.
+constexpr SliderSpan kSliderSpans[] = {
+    {"temperature", kSamplingRanges.temperature.min, kSamplingRanges.temperature.max, 0.05},
+    {"topP", kSamplingRanges.top_p.min, kSamplingRanges.top_p.max, 0.01},
+    {"topK", kSamplingRanges.top_k.min, 200, 1},
+    {"minP", kSamplingRanges.min_p.min, 0.5, 0.01},
+    {"repetitionPenalty", 1.0, 2.0, 0.01},
+    {"maxTokens", 16, 8192, 16},
+};
+static_assert(kSamplingRanges.top_k.contains(200) && kSamplingRanges.min_p.contains(0.5) &&
+              kSamplingRanges.repetition_penalty.contains(1.0) &&
+              kSamplingRanges.repetition_penalty.contains(2.0) &&
+              kSamplingRanges.max_tokens.contains(16) && kSamplingRanges.max_tokens.contains(8192));
+
+const SliderSpan* span(const QString& field) {
+  for (const SliderSpan& s : kSliderSpans)
+    if (field == QLatin1String(s.field)) return &s;
+  return nullptr;
+}
+
+}  // namespace
+
+SamplingEditor::SamplingEditor(Read read, Write write, QObject* parent)
+    : QObject(parent), read_(std::move(read)), write_(std::move(write)) {}
+
+QString SamplingEditor::seed() const { return seedText(settings().seed); }
+
+void SamplingEditor::setSeed(const QString& text) {
+  const std::optional<quint64> seed = seedFromText(text);
+  if (!seed || *seed == settings().seed) return;
+  SamplingSettings s = settings();
+  s.seed = *seed;
+  write_(s);
+}
+
+QString SamplingEditor::preset() const {
+  const QString name = matchingSamplingPreset(settings());
+  return name.isEmpty() ? QStringLiteral("custom") : name;
+}
+
+QStringList SamplingEditor::presets() const {
+  return samplingPresetNames() << QStringLiteral("custom");
+}
+
+void SamplingEditor::applyPreset(const QString& name) {
+  if (const auto preset = samplingPreset(name, settings())) write_(*preset);
+}
+
+double SamplingEditor::sliderFrom(const QString& field) const {
+  const SliderSpan* s = span(field);
+  return s ? s->from : 0;
+}
+double SamplingEditor::sliderTo(const QString& field) const {
+  const SliderSpan* s = span(field);
+  return s ? s->to : 0;
+}
+double SamplingEditor::sliderStep(const QString& field) const {
+  const SliderSpan* s = span(field);
+  return s ? s->step : 0;
+}
+
+}  // namespace granule::app
