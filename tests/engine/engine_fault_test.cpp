@@ -22,11 +22,7 @@ using test::run_to_idle;
 using test::TempModel;
 
 EngineOptions options_with_fault(int fail_at, FaultInjectingBackend::Fault fault) {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 128;
-  o.max_sequences = 3;
+  EngineOptions o = test::cpu_engine_options(128, 3);
   o.wrap_backend = FaultInjectingBackend::wrap(fail_at, fault);
   return o;
 }

@@ -27,11 +27,7 @@ using test::TempModel;
 using test::tokens_alone;
 
 EngineOptions cpu_options(int32_t max_sequences) {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 512;
-  o.max_sequences = max_sequences;
+  EngineOptions o = test::cpu_engine_options(512, max_sequences);
   o.prefill_chunk_tokens = 32;
   return o;
 }

@@ -31,14 +31,7 @@ using test::kv_committed_after_dropping_kept;
 using test::run_to_idle;
 using test::TempModel;
 
-EngineOptions cpu_options() {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 256;
-  o.max_sequences = 4;
-  return o;
-}
+EngineOptions cpu_options() { return test::cpu_engine_options(256, 4); }
 
 int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
@@ -413,9 +406,7 @@ DefaultGolden read_default_golden() {
 // reference's, and the last-position logits are within 1e-4 relative error.
 TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
   const fs::path path = default_model_path();
-  if (path.empty() || !fs::exists(path))
-    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
-                    "packaging/setup.sh model` fetches it";
+  if (path.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   const DefaultGolden g = read_default_golden();
   ASSERT_EQ(g.greedy.size(), 32u);
   ASSERT_EQ(g.logit_ids.size(), g.logit_values.size());

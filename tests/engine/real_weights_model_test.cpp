@@ -19,6 +19,7 @@
 #include "granule/model_config.h"
 #include "granule/testkit/first_layers.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "support/temp_model.h"
 #include "support/test_files.h"
 
@@ -85,11 +86,7 @@ void expect_finite(const std::vector<std::vector<float>>& rows, const std::strin
 }
 
 std::unique_ptr<Engine> open_cpu(const fs::path& path, bool oracle) {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 256;
-  o.max_sequences = 1;
+  EngineOptions o = test::cpu_engine_options(256, 1);
   o.cpu_emulate_device_numerics = oracle;
   return Engine::open(path, o);
 }

@@ -26,13 +26,22 @@ TokenSink sink_for(Select select) {
   };
   sink.on_prompt = [select](SequenceId id, const PromptInfo& info) {
     Output& out = select(id);
-    out.prompt = info;
+    out.prompt_info = info;
     ++out.prompts;
   };
   return sink;
 }
 
 }  // namespace
+
+EngineOptions cpu_engine_options(int64_t context_length, int32_t chats) {
+  EngineOptions o;
+  o.device = DeviceKind::Cpu;
+  o.cpu_threads = 2;
+  o.context_length = context_length;
+  o.max_sequences = chats;
+  return o;
+}
 
 TokenSink sink_into(Output& out) {
   return sink_for([&out](SequenceId) -> Output& { return out; });

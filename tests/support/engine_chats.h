@@ -11,6 +11,10 @@
 
 namespace granule::test {
 
+// The CPU engine the engine tests open: 2 threads, `context_length` tokens a chat, `chats`
+// slots; the rest at the engine's defaults.
+EngineOptions cpu_engine_options(int64_t context_length, int32_t chats);
+
 // What a sink saw for one sequence.
 struct Output {
   std::vector<int32_t> tokens;  // generated tokens (text released without one is not counted)
@@ -18,8 +22,8 @@ struct Output {
   FinishReason reason = FinishReason::None;
   int finishes = 0;
   std::string error;
-  int prompts = 0;    // on_prompt calls
-  PromptInfo prompt;  // what the last one said
+  int prompts = 0;         // on_prompt calls
+  PromptInfo prompt_info;  // what the last one said
 };
 using Outputs = std::map<SequenceId, Output>;
 
@@ -36,6 +40,7 @@ struct Chat {
 };
 
 // The chat's request (sampling.max_tokens and ignore_eos set), without a sink or with one.
+// prompt_tokens is set even when the prompt is empty: a request of messages resets it.
 Request chat_request(const Chat& chat);
 Request chat_request(const Chat& chat, Output& out);
 Request chat_request(const Chat& chat, Outputs& outputs);

@@ -35,18 +35,22 @@ std::string unescape_golden(const std::string& text) {
       out += text[i];
       continue;
     }
-    const char kind = text[++i];
-    if (kind == 'n') {
-      out += '\n';
-    } else if (kind == 't') {
-      out += '\t';
-    } else if (kind == 'r') {
-      out += '\r';
-    } else if (kind == 'x') {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += kind;
+    switch (const char kind = text[++i]; kind) {
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'x':
+        out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+        break;
+      default:
+        out += kind;  // \\ and any other escaped character: itself
     }
   }
   return out;

@@ -10,6 +10,10 @@ namespace granule::test {
 // $GRANULE_DEFAULT_MODEL, then $XDG_DATA_HOME/granule/models/, then
 // ~/.local/share/granule/models/. An empty path when it is in none of them; tests skip then.
 std::filesystem::path default_model_path();
+// What a test that needs it says when it skips.
+inline constexpr const char* kNoDefaultModel =
+    "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash packaging/setup.sh model` "
+    "fetches it";
 
 // The default model's first kRealWeightsLayers layers with its real embeddings, head and
 // tokenizer, which `setup.sh realweights` (part of `setup.sh test`) writes into the test data
