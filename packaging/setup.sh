@@ -2,7 +2,7 @@
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, the default model (and for the tests llama.cpp's tokenizer goldens), then the app or
 # the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|build|model|testdata|run|test
+#   usage: bash packaging/setup.sh deps|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -25,6 +25,12 @@ readonly TESTDATA_SDIST=llama-cpp-python==0.3.2
 readonly TESTDATA_SDIST_SHA256=8fbf246a55a999f45015ed0d48f91b4ae04ae959827fac1cd6ac6ec65aed2e2f
 readonly TESTDATA_SDIST_MODELS=vendor/llama.cpp/models
 readonly TESTDATA_DIR=$DATA_HOME/testdata
+# The default model's first layers with its real embeddings, head and tokenizer, written by
+# the testkit's granule-first-layers for the real-weights tests (tests/gpu/model_gpu_test.cpp,
+# tests/engine/real_weights_model_test.cpp): 3 of its 30 layers make 38.5 MB, small enough
+# to travel with a checkout to a GPU machine (under 40 MB). The tests look for this name.
+readonly REAL_WEIGHTS_LAYERS=3
+readonly REAL_WEIGHTS_PATH=$TESTDATA_DIR/smollm2-135m-first-$REAL_WEIGHTS_LAYERS.gguf
 readonly TESTDATA_SHA256SUMS="\
 cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac  ggml-vocab-gpt-2.gguf
 ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-gpt-2.gguf.inp
@@ -258,6 +264,33 @@ PY
   note "installed and verified: ${#names[@]} files in $dir"
 }
 
+# --- real-weights test model --------------------------------------------------------------
+
+cmd_realweights() {
+  section "Real-weights test model (the default model's first $REAL_WEIGHTS_LAYERS layers)"
+  # Written from the verified default model, renamed into place only when complete: a file
+  # present is done.
+  if [[ -f $REAL_WEIGHTS_PATH ]]; then
+    note "present: $REAL_WEIGHTS_PATH"
+    return
+  fi
+  [[ -f $MODEL_PATH ]] || die "the default model is missing: run 'bash packaging/setup.sh model' first"
+  local tool=$ROOT/build/engine/testkit/granule-first-layers
+  if [[ ! -x $tool ]]; then
+    configure
+    cmake --build --preset default -j "$JOBS" --target granule-first-layers ||
+      die "the build of granule-first-layers failed (see above)"
+  fi
+  mkdir -p "$TESTDATA_DIR"
+  local partial=$REAL_WEIGHTS_PATH.partial
+  "$tool" "$MODEL_PATH" "$REAL_WEIGHTS_LAYERS" "$partial" || {
+    rm -f "$partial"
+    die "granule-first-layers could not write $REAL_WEIGHTS_PATH"
+  }
+  mv -f "$partial" "$REAL_WEIGHTS_PATH"
+  note "written: $REAL_WEIGHTS_PATH"
+}
+
 # --- Python packages for the tests -------------------------------------------------------
 
 cmd_pydeps() {
@@ -337,6 +370,7 @@ cmd_test() {
   cmd_deps
   cmd_build
   cmd_model
+  cmd_realweights
   cmd_testdata
   cmd_pydeps
   # Every check runs even when an earlier one fails, and the full test suite runs last so
@@ -360,11 +394,14 @@ usage: bash packaging/setup.sh COMMAND
   build     configure and build everything into build/ (CUDA when a toolkit is found)
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
+  realweights
+            write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
+            $REAL_WEIGHTS_PATH
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
   run       deps, build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + build (everything) + model + testdata + pydeps, then every test, and the GGUF
-            tests under ASan+UBSan
+  test      deps + build (everything) + model + realweights + testdata + pydeps, then every
+            test, and the GGUF tests under ASan+UBSan
 EOF
 }
 
@@ -373,6 +410,7 @@ case ${1:-} in
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;
+  realweights) cmd_realweights ;;
   pydeps) cmd_pydeps ;;
   run) cmd_run ;;
   test) cmd_test ;;

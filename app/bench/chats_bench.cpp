@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_chats.h"
 #include "bench_model.h"
 #include "byte_size.h"
 #include "granule/engine.h"
@@ -59,33 +60,6 @@ struct ChatsResult {
   }
 };
 
-// What the sinks saw, for all chats of one run.
-struct RunProgress {
-  int32_t started = 0;  // chats with their first token
-  int32_t finished = 0;
-  int64_t generated = 0;  // tokens, all chats
-  int32_t errors = 0;
-  std::string first_error;
-};
-
-DeviceKind device_kind(const std::string& name) {
-  if (name == "cpu") return DeviceKind::Cpu;
-  if (name == "cuda") return DeviceKind::Cuda;
-  if (name == "auto") return DeviceKind::Auto;
-  throw UsageError("unknown device '" + name + "' (auto, cpu or cuda)");
-}
-
-// Random prompt ids above the first three (the specials of the synthetic vocabulary).
-std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_64& random) {
-  const int64_t first = std::min<int64_t>(3, vocab - 1);
-  std::vector<TokenId> prompt(static_cast<size_t>(tokens));
-  for (TokenId& t : prompt) {
-    t = static_cast<TokenId>(first +
-                             static_cast<int64_t>(random() % static_cast<uint64_t>(vocab - first)));
-  }
-  return prompt;
-}
-
 // Submits `n` chats together and steps the engine until idle. The decode window is the steps
 // that start with every chat past its prompt and none finished: all n chats decode in them.
 ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
@@ -93,29 +67,11 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
   ChatsResult result;
   result.chats = n;
   result.prompt_tokens = o.prompt_tokens * n;
-  RunProgress progress;
+  ChatsProgress progress;
   const uint64_t preemptions_before = engine.telemetry().scheduler.preemptions;
   std::mt19937_64 random(o.seed);
   const auto start = Clock::now();
-  for (int32_t i = 0; i < n; ++i) {
-    Request r;
-    r.prompt_tokens = random_prompt(o.prompt_tokens, engine.config().n_vocab, random);
-    r.sampling = SamplingParams::greedy();
-    r.sampling.max_tokens = o.generate_tokens;
-    r.sampling.ignore_eos = true;
-    r.sink.on_token = [&progress, first = true](SequenceId, const std::string&,
-                                                int32_t token) mutable {
-      if (token == kNoToken) return;
-      ++progress.generated;
-      if (first) ++progress.started;
-      first = false;
-    };
-    r.sink.on_finish = [&progress](SequenceId, FinishReason reason, const std::string& error) {
-      ++progress.finished;
-      if (reason == FinishReason::Error && progress.errors++ == 0) progress.first_error = error;
-    };
-    engine.submit(std::move(r));
-  }
+  submit_random_chats(engine, n, o.prompt_tokens, o.generate_tokens, random, progress);
 
   struct Window {
     int64_t tokens = 0, steps = 0;

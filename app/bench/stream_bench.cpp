@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_chats.h"
 #include "bench_model.h"
 #include "granule/engine.h"
 #include "granule/error.h"
@@ -34,24 +35,6 @@ constexpr uint64_t kHostGranuleBytes = 2ull << 20;
 
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-DeviceKind device_kind(const std::string& name) {
-  if (name == "cpu") return DeviceKind::Cpu;
-  if (name == "cuda") return DeviceKind::Cuda;
-  if (name == "auto") return DeviceKind::Auto;
-  throw UsageError("unknown device '" + name + "' (auto, cpu or cuda)");
-}
-
-// Random prompt ids above the first three (the specials of the synthetic vocabulary).
-std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_64& random) {
-  const int64_t first = std::min<int64_t>(3, vocab - 1);
-  std::vector<TokenId> prompt(static_cast<size_t>(tokens));
-  for (TokenId& t : prompt) {
-    t = static_cast<TokenId>(first +
-                             static_cast<int64_t>(random() % static_cast<uint64_t>(vocab - first)));
-  }
-  return prompt;
 }
 
 // One test's shape: `chats` chats submitted together, each `prompt` random tokens long,
@@ -80,30 +63,8 @@ struct Measured {
 // every prompt token over the steps until the last chat has its first token.
 Measured run_shape(Engine& engine, const Shape& shape, std::mt19937_64& random,
                    TelemetryRecorder* telemetry) {
-  struct Progress {
-    int32_t started = 0, finished = 0, errors = 0;
-    int64_t generated = 0;
-    std::string first_error;
-  } progress;
-  for (int32_t i = 0; i < shape.chats; ++i) {
-    Request r;
-    r.prompt_tokens = random_prompt(shape.prompt, engine.config().n_vocab, random);
-    r.sampling = SamplingParams::greedy();
-    r.sampling.max_tokens = shape.generate;
-    r.sampling.ignore_eos = true;
-    r.sink.on_token = [&progress, first = true](SequenceId, const std::string&,
-                                                int32_t token) mutable {
-      if (token == kNoToken) return;
-      ++progress.generated;
-      if (first) ++progress.started;
-      first = false;
-    };
-    r.sink.on_finish = [&progress](SequenceId, FinishReason reason, const std::string& error) {
-      ++progress.finished;
-      if (reason == FinishReason::Error && progress.errors++ == 0) progress.first_error = error;
-    };
-    engine.submit(std::move(r));
-  }
+  ChatsProgress progress;
+  submit_random_chats(engine, shape.chats, shape.prompt, shape.generate, random, progress);
   Measured m;
   bool more = true;
   while (more) {

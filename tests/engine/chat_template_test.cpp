@@ -200,9 +200,7 @@ TEST(ChatTemplate, DetectsTheTemplatesOfRealGgufFiles) {
 
 TEST(ChatTemplate, DetectsTheDefaultModelsTemplateWithItsDefaultSystemPrompt) {
   const std::filesystem::path model = default_model_path();
-  if (model.empty())
-    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
-                    "packaging/setup.sh model` fetches it";
+  if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   const auto file = ModelFile::open(model);
   const std::optional<std::string> source = file->get_string("tokenizer.chat_template");
   ASSERT_TRUE(source.has_value());

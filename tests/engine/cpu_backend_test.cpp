@@ -3,12 +3,12 @@
 // reference (tests/reference/llama_reference.py; regenerate with
 // tests/reference/make_cpu_goldens.sh BUILD_DIR).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <numbers>
@@ -16,7 +16,6 @@
 #include <sstream>
 
 #include "backends/backend.h"
-#include "runtime/runtime.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
 #include "granule/error.h"
@@ -26,19 +25,15 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "model/rope.h"
+#include "runtime/runtime.h"
+#include "support/reference_golden.h"
 
 namespace granule {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(gen);
-  return v;
-}
+using test::random_values;
+using test::ReferenceGolden;
 
 // ---- ops -------------------------------------------------------------------------------
 
@@ -137,7 +132,7 @@ TEST(CpuOps, LinearScalingDividesEveryFrequency) {
 }
 
 TEST(CpuOps, AttentionHeadIsSoftmaxWeightedValues) {
-  const int64_t head_dim = 16, length = 9, stride = 40;   // stride > head_dim: token-major KV
+  const int64_t head_dim = 16, length = 9, stride = 40;  // stride > head_dim: token-major KV
   auto q = random_values(head_dim, 8);
   auto kv = random_values(static_cast<size_t>(length * stride), 9);
   const float* k = kv.data();
@@ -165,16 +160,17 @@ TEST(CpuOps, SwigluIsSiluTimesUp) {
   auto u = random_values(50, 11);
   std::vector<float> out(50);
   cpu::swiglu(g.data(), u.data(), out.data(), 50);
-  for (int i = 0; i < 50; ++i) EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_NEAR(out[i], g[i] / (1 + std::exp(-double(g[i]))) * u[i], 1e-5);
 }
 
 // matmul over every block type equals decoding the rows and summing in double.
 TEST(CpuOps, MatmulOverEveryBlockTypeMatchesDecodedRows) {
   const int64_t rows = 37, cols = 512, tokens = 3;
   cpu::ThreadPool pool(3);
-  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0,
-                          TensorType::Q4_0, TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K,
-                          TensorType::Q6_K}) {
+  for (TensorType type :
+       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0, TensorType::Q4_0,
+        TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     auto w = random_values(static_cast<size_t>(rows * cols), 12);
     std::vector<uint8_t> encoded(row_bytes(type, cols) * rows);
     for (int64_t r = 0; r < rows; ++r) {
@@ -264,53 +260,6 @@ int32_t argmax(const float* row, int64_t n) {
   return static_cast<int32_t>(std::max_element(row, row + n) - row);
 }
 
-struct ReferenceGolden {
-  std::string model_fnv1a64;   // hex digest of the file the reference ran
-  std::vector<int32_t> tokens, greedy;
-  int64_t rows = 0, vocab = 0;
-  std::vector<float> logits;
-};
-
-ReferenceGolden read_golden(const fs::path& path) {
-  std::ifstream in(path);
-  ReferenceGolden g;
-  std::string line;
-  auto ints = [](const std::string& l) {
-    std::istringstream s(l);
-    std::string word;
-    s >> word;
-    std::vector<int32_t> v;
-    for (int32_t x; s >> x;) v.push_back(x);
-    return v;
-  };
-  while (std::getline(in, line)) {
-    if (line.rfind("model_fnv1a64 ", 0) == 0) g.model_fnv1a64 = line.substr(14);
-    if (line.rfind("tokens ", 0) == 0) g.tokens = ints(line);
-    if (line.rfind("greedy ", 0) == 0) g.greedy = ints(line);
-    if (line.rfind("logits ", 0) == 0) {
-      std::istringstream s(line.substr(7));
-      s >> g.rows >> g.vocab;
-      g.logits.resize(static_cast<size_t>(g.rows * g.vocab));
-      for (auto& v : g.logits) in >> v;
-    }
-  }
-  return g;
-}
-
-std::string fnv1a64_hex(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint64_t h = 0xCBF29CE484222325ull;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    for (std::streamsize i = 0; i < in.gcount(); ++i) {
-      h = (h ^ static_cast<uint8_t>(buffer[i])) * 0x100000001B3ull;
-    }
-  }
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
-
 // max |a - b| / max |b|: the error relative to the size of the reference logits.
 double relative_error(const float* a, const float* b, size_t n) {
   double diff = 0, scale = 0;
@@ -334,7 +283,7 @@ SyntheticModelSpec with_types(SyntheticModelSpec s, TensorType weights, TensorTy
   return s;
 }
 
-SyntheticModelSpec wide(SyntheticModelSpec s) {   // rows of 256: the K-quants' block
+SyntheticModelSpec wide(SyntheticModelSpec s) {  // rows of 256: the K-quants' block
   s.n_embd = 256;
   s.n_ff = 512;
   s.n_head = 4;
@@ -345,10 +294,11 @@ SyntheticModelSpec wide(SyntheticModelSpec s) {   // rows of 256: the K-quants' 
 std::vector<GoldenCase> golden_cases() {
   using T = TensorType;
   const auto tiny = SyntheticModelSpec::preset("tiny");
-  SyntheticModelSpec llama3 = with_types(SyntheticModelSpec::preset("tiny-gqa"), T::Q8_0, T::Q8_0, T::Q8_0);
+  SyntheticModelSpec llama3 =
+      with_types(SyntheticModelSpec::preset("tiny-gqa"), T::Q8_0, T::Q8_0, T::Q8_0);
   llama3.llama3_rope_scaling = true;
   llama3.rope_theta = 500000.0f;
-  llama3.rope_original_context = 64;   // short, so the scaled band covers this head size
+  llama3.rope_original_context = 64;  // short, so the scaled band covers this head size
   llama3.seed = 7;
   SyntheticModelSpec mistral = SyntheticModelSpec::preset("tiny");
   mistral.architecture = "mistral";
@@ -358,12 +308,18 @@ std::vector<GoldenCase> golden_cases() {
       {"tiny-f16", with_types(tiny, T::F16, T::F16, T::F16)},
       {"tiny-q8_0", with_types(tiny, T::Q8_0, T::Q8_0, T::Q8_0)},
       {"tiny-q4_0", with_types(tiny, T::Q4_0, T::Q8_0, T::Q4_0)},
-      {"tiny-q4_1-tied", [&] { auto s = with_types(tiny, T::Q4_1, T::Q8_0, T::Q8_0); s.tied_embeddings = true; return s; }()},
+      {"tiny-q4_1-tied",
+       [&] {
+         auto s = with_types(tiny, T::Q4_1, T::Q8_0, T::Q8_0);
+         s.tied_embeddings = true;
+         return s;
+       }()},
       {"wide-kquants", with_types(wide(tiny), T::Q4_K, T::Q6_K, T::Q5_K)},
       {"wide-bf16-q6k", with_types(wide(tiny), T::Q6_K, T::BF16, T::BF16)},
       {"gqa-q8_0", with_types(SyntheticModelSpec::preset("tiny-gqa"), T::Q8_0, T::F32, T::Q8_0)},
       {"qwen2-bias", SyntheticModelSpec::preset("tiny-qwen2")},
-      {"qwen3-qknorm", with_types(SyntheticModelSpec::preset("tiny-qwen3"), T::Q8_0, T::F16, T::F32)},
+      {"qwen3-qknorm",
+       with_types(SyntheticModelSpec::preset("tiny-qwen3"), T::Q8_0, T::F16, T::F32)},
       {"llama3-scaling", llama3},
       {"mistral", mistral},
   };
@@ -381,21 +337,8 @@ TEST_P(ReferenceGoldenTest, LogitsAndGreedyMatchNumpyReference) {
   TempDir dir;
   fs::path model = dir.path / (c.name + ".gguf");
   write_synthetic_model(c.spec, model);
-  if (const char* export_dir = std::getenv("GRANULE_REFERENCE_EXPORT_DIR")) {
-    fs::copy_file(model, fs::path(export_dir) / model.filename(), fs::copy_options::overwrite_existing);
-    std::ofstream tokens(fs::path(export_dir) / (c.name + ".tokens"));
-    for (size_t i = 0; i < kGoldenTokens.size(); ++i) tokens << (i ? "," : "") << kGoldenTokens[i];
-  }
-  const fs::path golden_path = fs::path(GRANULE_SOURCE_DIR) / "tests/data/reference" / (c.name + ".txt");
-  ASSERT_TRUE(fs::exists(golden_path)) << "missing golden " << golden_path
-                                       << "; run tests/reference/make_cpu_goldens.sh";
-  ReferenceGolden g = read_golden(golden_path);
-  ASSERT_EQ(g.tokens, kGoldenTokens);
-  // The golden is only meaningful for the same bytes: a changed writer or quantiser makes
-  // a different model, and the goldens must be made again.
-  ASSERT_EQ(fnv1a64_hex(model), g.model_fnv1a64)
-      << c.name << ": the synthetic model's bytes changed (GGUF writer, quantiser or spec); "
-      << "regenerate the goldens with tests/reference/make_cpu_goldens.sh BUILD_DIR";
+  ReferenceGolden g;
+  ASSERT_NO_FATAL_FAILURE(test::load_reference_golden(c.name, model, kGoldenTokens, g));
 
   LoadedModel m(model);
   ASSERT_EQ(g.vocab, m.config.n_vocab);
@@ -424,7 +367,8 @@ void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.name; }
 INSTANTIATE_TEST_SUITE_P(Synthetic, ReferenceGoldenTest, ::testing::ValuesIn(golden_cases()),
                          [](const auto& info) {
                            std::string n = info.param.name;
-                           for (auto& ch : n) if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
 
@@ -434,11 +378,13 @@ TEST(CpuBackend, BatchedSequencesEqualEachAlone) {
   TempDir dir;
   fs::path model = dir.path / "gqa.gguf";
   write_synthetic_model(with_types(SyntheticModelSpec::preset("tiny-gqa"), TensorType::Q4_1,
-                                   TensorType::Q8_0, TensorType::Q8_0), model);
-  const std::vector<std::vector<int32_t>> prompts = {{5, 9, 200, 17}, {300, 4}, {8, 8, 8, 60, 61, 62, 63}};
+                                   TensorType::Q8_0, TensorType::Q8_0),
+                        model);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 9, 200, 17}, {300, 4}, {8, 8, 8, 60, 61, 62, 63}};
 
   LoadedModel alone(model);
-  std::vector<std::vector<float>> alone_rows;   // per sequence: prefill row, then 3 decodes
+  std::vector<std::vector<float>> alone_rows;  // per sequence: prefill row, then 3 decodes
   std::vector<std::vector<int32_t>> decode_inputs(prompts.size());
   for (size_t s = 0; s < prompts.size(); ++s) {
     auto row = alone.run(static_cast<int32_t>(s), prompts[s], 0, false);
@@ -474,7 +420,8 @@ TEST(CpuBackend, BatchedSequencesEqualEachAlone) {
     batch.clear();
     for (size_t s = 0; s < prompts.size(); ++s) {
       step_tokens[s][0] = decode_inputs[s][static_cast<size_t>(step)];
-      batch.push_back({slots[s], step_tokens[s], static_cast<int64_t>(prompts[s].size()) + step, false});
+      batch.push_back(
+          {slots[s], step_tokens[s], static_cast<int64_t>(prompts[s].size()) + step, false});
     }
     batched.backend->forward(batch, logits);
   }
@@ -490,7 +437,8 @@ TEST(CpuBackend, ChunkedPrefillEqualsWholePrompt) {
   auto whole = m.run(0, prompt, 0, true);
   std::vector<float> chunked;
   for (size_t start = 0; start < prompt.size(); start += 4) {
-    std::vector<int32_t> part(prompt.begin() + start, prompt.begin() + std::min(start + 4, prompt.size()));
+    std::vector<int32_t> part(prompt.begin() + start,
+                              prompt.begin() + std::min(start + 4, prompt.size()));
     auto rows = m.run(1, part, static_cast<int64_t>(start), true);
     chunked.insert(chunked.end(), rows.begin(), rows.end());
   }
@@ -517,7 +465,7 @@ TEST(CpuBackend, RejectsPositionsPastTheContextAndUnknownSlots) {
   LoadedModel m(model, /*slots=*/2, /*context=*/8);
   std::vector<int32_t> tokens = {1, 2, 3};
   std::vector<float> logits;
-  BatchSequence past{0, tokens, 6, false};   // positions 6..8 of a context of 8
+  BatchSequence past{0, tokens, 6, false};  // positions 6..8 of a context of 8
   EXPECT_THROW(m.backend->forward(std::span<const BatchSequence>(&past, 1), logits), CapacityError);
   BatchSequence no_slot{2, tokens, 0, false};
   EXPECT_THROW(m.backend->forward(std::span<const BatchSequence>(&no_slot, 1), logits), UsageError);

@@ -21,19 +21,13 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "runtime/runtime.h"
+#include "support/reference_golden.h"
 
 namespace granule {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+using test::random_values;
 
 float bits_to_float(uint32_t b) {
   float f;
@@ -268,14 +262,8 @@ struct Rig {
 };
 
 fs::path write_model(const std::string& name, TensorType type) {
-  SyntheticModelSpec s;
+  SyntheticModelSpec s = SyntheticModelSpec::preset("small-256");
   s.name = name;
-  s.n_layer = 2;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.n_ff = 512;
-  s.n_vocab = 1000;
   s.weight_type = s.embedding_type = s.output_type = type;
   s.seed = 31;
   const fs::path path = fs::temp_directory_path() /

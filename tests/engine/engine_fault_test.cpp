@@ -10,6 +10,7 @@
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "support/fault_injecting_backend.h"
 #include "support/temp_model.h"
 
@@ -17,60 +18,17 @@ namespace granule {
 namespace {
 
 using test::FaultInjectingBackend;
+using test::run_to_idle;
 using test::TempModel;
 
-struct Output {
-  int tokens = 0;
-  FinishReason reason = FinishReason::None;
-  int finishes = 0;
-  std::string error;
-};
-
 EngineOptions options_with_fault(int fail_at, FaultInjectingBackend::Fault fault) {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 128;
-  o.max_sequences = 3;
+  EngineOptions o = test::cpu_engine_options(128, 3);
   o.wrap_backend = FaultInjectingBackend::wrap(fail_at, fault);
   return o;
 }
 
-SequenceId submit(Engine& engine, std::map<SequenceId, Output>& outputs, int32_t max_tokens) {
-  Request r;
-  r.prompt_tokens = std::vector<TokenId>{1, 5, 9, 13, 17, 21};
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&outputs](SequenceId id, const std::string&, int32_t token) {
-    if (token != kNoToken) ++outputs[id].tokens;
-  };
-  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
-    outputs[id].reason = reason;
-    outputs[id].error = error;
-    ++outputs[id].finishes;
-  };
-  return engine.submit(std::move(r));
-}
-
-// Steps until idle; step() must never throw, whatever the device does.
-void run_to_idle(Engine& engine) {
-  for (int i = 0; i < 2000; ++i) {
-    bool more = false;
-    ASSERT_NO_THROW(more = engine.step());
-    if (!more) break;
-  }
-  ASSERT_TRUE(engine.idle());
-}
-
-uint64_t kv_ledger(const Engine& engine) { return engine.telemetry().device.ledger_bytes(MemoryCategory::KvCommitted); }
-
-// Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): once none runs,
-// that is all the KV committed; dropping it frees the rest. Returns what is left after.
-uint64_t kv_ledger_after_dropping_kept(Engine& engine) {
-  EXPECT_EQ(kv_ledger(engine), engine.telemetry().scheduler.kept_kv_bytes);
-  engine.drop_kept_kv();
-  return kv_ledger(engine);
+SequenceId submit(Engine& engine, test::Outputs& outputs, int32_t max_tokens) {
+  return engine.submit(test::chat_request({{1, 5, 9, 13, 17, 21}, max_tokens}, outputs));
 }
 
 TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
@@ -78,7 +36,7 @@ TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
   // Pass 1 prefills the three running chats, passes 2-4 decode: pass 4 fails mid-generation.
   auto engine =
       Engine::open(model.path, options_with_fault(4, FaultInjectingBackend::Fault::DeviceError));
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   std::vector<SequenceId> running;
   for (int i = 0; i < 3; ++i) running.push_back(submit(*engine, out, 20));
   const SequenceId waiting = submit(*engine, out, 20);  // no slot: waits for one
@@ -87,22 +45,22 @@ TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
     EXPECT_EQ(out[id].finishes, 1);
     EXPECT_EQ(out[id].reason, FinishReason::Error) << "chat " << id;
     EXPECT_NE(out[id].error.find("illegal memory access"), std::string::npos) << out[id].error;
-    EXPECT_GE(out[id].tokens, 2) << "the error came mid-generation";
-    EXPECT_LT(out[id].tokens, 20);
+    EXPECT_GE(out[id].tokens.size(), 2u) << "the error came mid-generation";
+    EXPECT_LT(out[id].tokens.size(), 20u);
   }
   EXPECT_EQ(out[waiting].reason, FinishReason::MaxTokens) << "the chat that was not in the batch";
-  EXPECT_EQ(out[waiting].tokens, 20);
-  EXPECT_EQ(kv_ledger_after_dropping_kept(*engine), 0u) << "every chat's KV is freed";
+  EXPECT_EQ(out[waiting].tokens.size(), 20u);
+  EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u) << "every chat's KV is freed";
   // The engine takes new work.
   const SequenceId after = submit(*engine, out, 5);
   run_to_idle(*engine);
   EXPECT_EQ(out[after].reason, FinishReason::MaxTokens);
-  EXPECT_EQ(out[after].tokens, 5);
+  EXPECT_EQ(out[after].tokens.size(), 5u);
 }
 
 TEST(EngineFault, ALostDeviceEndsEveryChatRefusesNewOnesAndAReopenedEngineWorks) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   std::vector<SequenceId> ids;
   {
     auto engine =
@@ -114,34 +72,34 @@ TEST(EngineFault, ALostDeviceEndsEveryChatRefusesNewOnesAndAReopenedEngineWorks)
       EXPECT_EQ(out[id].reason, FinishReason::Error) << "chat " << id;
       EXPECT_NE(out[id].error.find("reload the model"), std::string::npos) << out[id].error;
     }
-    EXPECT_GT(out[ids[0]].tokens, 0) << "the error came mid-generation";
-    EXPECT_EQ(out[ids[3]].tokens, 0) << "the waiting chat ended without running";
-    EXPECT_EQ(kv_ledger_after_dropping_kept(*engine), 0u);
+    EXPECT_GT(out[ids[0]].tokens.size(), 0u) << "the error came mid-generation";
+    EXPECT_EQ(out[ids[3]].tokens.size(), 0u) << "the waiting chat ended without running";
+    EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u);
     EXPECT_FALSE(engine->step());
-    std::map<SequenceId, Output> refused;
+    test::Outputs refused;
     EXPECT_THROW(submit(*engine, refused, 5), DeviceLostError);
     EXPECT_TRUE(refused.empty()) << "a refused request gets no callbacks";
     EXPECT_THROW(engine->logits_for({1, 2, 3}), DeviceLostError);
   }  // destroying the engine after a lost device is clean
   auto reopened =
       Engine::open(model.path, options_with_fault(1000, FaultInjectingBackend::Fault::DeviceLost));
-  std::map<SequenceId, Output> fresh;  // ids start again in a new engine
+  test::Outputs fresh;  // ids start again in a new engine
   const SequenceId id = submit(*reopened, fresh, 8);
   run_to_idle(*reopened);
   EXPECT_EQ(fresh[id].reason, FinishReason::MaxTokens);
-  EXPECT_EQ(fresh[id].tokens, 8);
+  EXPECT_EQ(fresh[id].tokens.size(), 8u);
 }
 
 TEST(EngineFault, ALostDeviceDuringPrefillEndsTheChatsBeforeAnyToken) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
   auto engine =
       Engine::open(model.path, options_with_fault(1, FaultInjectingBackend::Fault::DeviceLost));
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   const SequenceId a = submit(*engine, out, 10), b = submit(*engine, out, 10);
   run_to_idle(*engine);
   for (SequenceId id : {a, b}) {
     EXPECT_EQ(out[id].reason, FinishReason::Error);
-    EXPECT_EQ(out[id].tokens, 0);
+    EXPECT_EQ(out[id].tokens.size(), 0u);
     EXPECT_EQ(out[id].finishes, 1);
   }
 }

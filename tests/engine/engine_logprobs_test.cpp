@@ -11,6 +11,7 @@
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "support/temp_model.h"
 
 namespace granule {
@@ -24,14 +25,7 @@ struct Generated {
   FinishReason reason = FinishReason::None;
 };
 
-EngineOptions cpu_options() {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 128;
-  o.max_sequences = 2;
-  return o;
-}
+EngineOptions cpu_options() { return test::cpu_engine_options(128, 2); }
 
 const std::vector<TokenId> kPrompt{1, 5, 9, 13, 17, 21};
 

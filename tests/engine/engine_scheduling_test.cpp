@@ -14,51 +14,22 @@
 
 #include "granule/engine.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "support/temp_model.h"
 
 namespace granule {
 namespace {
 
 namespace fs = std::filesystem;
+using test::Chat;
+using test::chat_request;
 using test::TempModel;
+using test::tokens_alone;
 
 EngineOptions cpu_options(int32_t max_sequences) {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 512;
-  o.max_sequences = max_sequences;
+  EngineOptions o = test::cpu_engine_options(512, max_sequences);
   o.prefill_chunk_tokens = 32;
   return o;
-}
-
-struct Output {
-  std::vector<int32_t> tokens;
-  FinishReason reason = FinishReason::None;
-  int finishes = 0;
-  std::string error;
-};
-
-struct Chat {
-  std::vector<TokenId> prompt;
-  int32_t max_tokens = 0;
-};
-
-Request chat_request(const Chat& chat, std::map<SequenceId, Output>& outputs) {
-  Request r;
-  r.prompt_tokens = chat.prompt;
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = chat.max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&outputs](SequenceId id, const std::string&, int32_t token) {
-    if (token != kNoToken) outputs[id].tokens.push_back(token);
-  };
-  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
-    outputs[id].reason = reason;
-    outputs[id].error = error;
-    ++outputs[id].finishes;
-  };
-  return r;
 }
 
 Chat random_chat(std::mt19937_64& random, int64_t prompt_tokens, int32_t max_tokens) {
@@ -67,21 +38,6 @@ Chat random_chat(std::mt19937_64& random, int64_t prompt_tokens, int32_t max_tok
   for (TokenId& t : c.prompt) t = static_cast<TokenId>(3 + random() % 381);
   c.max_tokens = max_tokens;
   return c;
-}
-
-// Each chat alone on a one-slot engine: the reference tokens.
-std::vector<std::vector<int32_t>> tokens_alone(const fs::path& model,
-                                               const std::vector<Chat>& chats) {
-  auto engine = Engine::open(model, cpu_options(1));
-  std::vector<std::vector<int32_t>> tokens;
-  for (const Chat& c : chats) {
-    std::map<SequenceId, Output> out;
-    const SequenceId id = engine->submit(chat_request(c, out));
-    while (engine->step()) {
-    }
-    tokens.push_back(out[id].tokens);
-  }
-  return tokens;
 }
 
 int running(const Engine& engine) {
@@ -105,10 +61,10 @@ TEST(EngineScheduling, MoreChatsThanSlotsWaitAndAllFinishWithTheirTokensAlone) {
   for (int i = 0; i < 5; ++i) {
     chats.push_back(random_chat(random, 10 + 17 * i, 6 + 3 * i));
   }
-  const auto alone = tokens_alone(model.path, chats);
+  const auto alone = tokens_alone(model.path, chats, cpu_options(1));
 
   auto engine = Engine::open(model.path, cpu_options(2));
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   std::vector<SequenceId> ids;
   for (const Chat& c : chats) ids.push_back(engine->submit(chat_request(c, out)));
   ASSERT_TRUE(engine->step());
@@ -142,10 +98,10 @@ TEST(EngineScheduling, CancelDuringPrefillWhileOthersDecodeLeavesTheirTokensAsAl
   std::mt19937_64 random(23);
   const std::vector<Chat> chats = {random_chat(random, 20, 40), random_chat(random, 27, 40),
                                    random_chat(random, 300, 10)};
-  const auto alone = tokens_alone(model.path, {chats[0], chats[1]});
+  const auto alone = tokens_alone(model.path, {chats[0], chats[1]}, cpu_options(1));
 
   auto engine = Engine::open(model.path, cpu_options(4));
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   const SequenceId a = engine->submit(chat_request(chats[0], out));
   const SequenceId b = engine->submit(chat_request(chats[1], out));
   for (int i = 0; i < 20 && (out[a].tokens.empty() || out[b].tokens.empty()); ++i) engine->step();

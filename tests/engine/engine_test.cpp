@@ -16,6 +16,7 @@
 
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "support/temp_model.h"
 #include "support/test_files.h"
 
@@ -24,65 +25,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+using test::chat_request;
+using test::kv_committed;
+using test::kv_committed_after_dropping_kept;
+using test::run_to_idle;
 using test::TempModel;
 
-EngineOptions cpu_options() {
-  EngineOptions o;
-  o.device = DeviceKind::Cpu;
-  o.cpu_threads = 2;
-  o.context_length = 256;
-  o.max_sequences = 4;
-  return o;
-}
-
-// What a sink saw for one sequence.
-struct Output {
-  std::vector<int32_t> tokens;
-  std::string text;
-  FinishReason reason = FinishReason::None;
-  int finishes = 0;
-  std::string error;
-};
-
-Request token_request(std::vector<TokenId> prompt, int32_t max_tokens,
-                      std::map<SequenceId, Output>& outputs) {
-  Request r;
-  r.prompt_tokens = std::move(prompt);
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&outputs](SequenceId id, const std::string& text, int32_t token) {
-    if (token != kNoToken) outputs[id].tokens.push_back(token);
-    outputs[id].text += text;
-  };
-  r.sink.on_finish = [&outputs](SequenceId id, FinishReason reason, const std::string& error) {
-    outputs[id].reason = reason;
-    outputs[id].error = error;
-    ++outputs[id].finishes;
-  };
-  return r;
-}
-
-void run_to_idle(Engine& engine, int max_steps = 10000) {
-  for (int i = 0; i < max_steps && engine.step(); ++i) {
-  }
-  ASSERT_TRUE(engine.idle());
-}
+EngineOptions cpu_options() { return test::cpu_engine_options(256, 4); }
 
 int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-}
-
-uint64_t kv_committed(const Engine& engine) {
-  return engine.telemetry().device.ledger_bytes(MemoryCategory::KvCommitted);
-}
-
-// Chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): once none runs,
-// that is all the KV committed; dropping it frees the rest. Returns what is left after.
-uint64_t kv_committed_after_dropping_kept(Engine& engine) {
-  EXPECT_EQ(kv_committed(engine), engine.telemetry().scheduler.kept_kv_bytes);
-  engine.drop_kept_kv();
-  return kv_committed(engine);
 }
 
 // The case: greedy decode through the scheduler (prefill, then KV-cached steps) picks the
@@ -90,9 +42,9 @@ uint64_t kv_committed_after_dropping_kept(Engine& engine) {
 TEST(Engine, GreedyGenerationMatchesTeacherForcedLogits) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   const std::vector<TokenId> prompt = {1, 40, 41, 42, 300, 5};
-  SequenceId id = engine->submit(token_request(prompt, 10, out));
+  SequenceId id = engine->submit(chat_request({prompt, 10}, out));
   run_to_idle(*engine);
   ASSERT_EQ(out[id].tokens.size(), 10u);
   EXPECT_EQ(out[id].reason, FinishReason::MaxTokens);
@@ -117,8 +69,8 @@ TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
   {
     auto engine = Engine::open(model.path, cpu_options());
     for (const auto& p : prompts) {
-      std::map<SequenceId, Output> out;
-      SequenceId id = engine->submit(token_request(p, 6, out));
+      test::Outputs out;
+      SequenceId id = engine->submit(chat_request({p, 6}, out));
       run_to_idle(*engine);
       alone.push_back(out[id].tokens);
     }
@@ -127,9 +79,9 @@ TEST(Engine, ConcurrentSequencesEqualSequentialOnes) {
   o.max_sequences = 3;         // five requests, three slots: two wait
   o.prefill_chunk_tokens = 4;  // prompts are chunked while others decode
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   std::vector<SequenceId> ids;
-  for (const auto& p : prompts) ids.push_back(engine->submit(token_request(p, 6, out)));
+  for (const auto& p : prompts) ids.push_back(engine->submit(chat_request({p, 6}, out)));
   engine->step();
   EXPECT_EQ(engine->telemetry().sequences.size(), prompts.size());
   run_to_idle(*engine);
@@ -153,10 +105,10 @@ TEST(Engine, CancelMidPrefillFreesKv) {
   o.context_length = 2048;
   o.prefill_chunk_tokens = 64;
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   std::vector<TokenId> prompt(1500);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(3 + i % 300);
-  SequenceId id = engine->submit(token_request(prompt, 4, out));
+  SequenceId id = engine->submit(chat_request({prompt, 4}, out));
   for (int i = 0; i < 10; ++i) engine->step();  // 640 of 1500 prompt tokens: two granules
   const auto t = engine->telemetry();
   ASSERT_EQ(t.sequences.size(), 1u);
@@ -177,8 +129,8 @@ TEST(Engine, CancelMidPrefillFreesKv) {
 TEST(Engine, CancelFromSinkFinishesAfterStep) {
   TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
-  std::map<SequenceId, Output> out;
-  Request r = token_request({1, 2, 3}, 50, out);
+  test::Outputs out;
+  Request r = chat_request({{1, 2, 3}, 50}, out);
   Engine* e = engine.get();
   auto base = r.sink.on_token;
   r.sink.on_token = [&, base, e](SequenceId id, const std::string& text, int32_t token) {
@@ -212,19 +164,19 @@ TEST(Engine, SecondSequenceWaitsForKvBudget) {
   {
     auto engine = Engine::open(model.path, o);
     weights = engine->telemetry().device.ledger_bytes(MemoryCategory::WeightsResident);
-    std::map<SequenceId, Output> out;
-    SequenceId a = engine->submit(token_request({1, 2, 3, 4, 5}, 5, out));
+    test::Outputs out;
+    SequenceId a = engine->submit(chat_request({{1, 2, 3, 4, 5}, 5}, out));
     run_to_idle(*engine);
-    SequenceId b = engine->submit(token_request({9, 8, 7}, 5, out));
+    SequenceId b = engine->submit(chat_request({{9, 8, 7}, 5}, out));
     run_to_idle(*engine);
     alone_a = out[a].tokens;
     alone_b = out[b].tokens;
   }
   o.vram_budget_bytes = weights + (2u << 20) + 4096;
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
-  SequenceId a = engine->submit(token_request({1, 2, 3, 4, 5}, 5, out));
-  SequenceId b = engine->submit(token_request({9, 8, 7}, 5, out));
+  test::Outputs out;
+  SequenceId a = engine->submit(chat_request({{1, 2, 3, 4, 5}, 5}, out));
+  SequenceId b = engine->submit(chat_request({{9, 8, 7}, 5}, out));
   engine->step();
   EXPECT_EQ(out[a].tokens.size(), 1u);
   EXPECT_TRUE(out[b].tokens.empty());  // no granule for b yet
@@ -244,9 +196,9 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
       Engine::open(model.path, o)->telemetry().device.ledger_bytes(MemoryCategory::WeightsResident);
   o.vram_budget_bytes = weights + (2u << 20) + 4096;
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
+  test::Outputs out;
   SequenceId id =
-      engine->submit(token_request(std::vector<TokenId>(600, 5), 5, out));  // 2 granules
+      engine->submit(chat_request({std::vector<TokenId>(600, 5), 5}, out));  // 2 granules
   run_to_idle(*engine);
   EXPECT_EQ(out[id].reason, FinishReason::Error);
   EXPECT_NE(out[id].error.find("budget"), std::string::npos) << out[id].error;
@@ -258,11 +210,11 @@ TEST(Engine, PromptLongerThanContextIsCapacityError) {
   EngineOptions o = cpu_options();
   o.context_length = 16;
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
-  EXPECT_THROW(engine->submit(token_request(std::vector<TokenId>(16, 5), 4, out)), CapacityError);
-  EXPECT_NO_THROW(engine->submit(token_request(std::vector<TokenId>(15, 5), 4, out)));
+  test::Outputs out;
+  EXPECT_THROW(engine->submit(chat_request({std::vector<TokenId>(16, 5), 4}, out)), CapacityError);
+  EXPECT_NO_THROW(engine->submit(chat_request({std::vector<TokenId>(15, 5), 4}, out)));
   EXPECT_THROW(engine->logits_for(std::vector<TokenId>(17, 5)), CapacityError);
-  EXPECT_THROW(engine->submit(token_request({}, 4, out)), UsageError);
+  EXPECT_THROW(engine->submit(chat_request({{}, 4}, out)), UsageError);
 }
 
 // The case: generation stops at the context's end with MaxTokens, never writing past it.
@@ -271,8 +223,8 @@ TEST(Engine, GenerationStopsAtContextEnd) {
   EngineOptions o = cpu_options();
   o.context_length = 12;
   auto engine = Engine::open(model.path, o);
-  std::map<SequenceId, Output> out;
-  SequenceId id = engine->submit(token_request({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 100, out));
+  test::Outputs out;
+  SequenceId id = engine->submit(chat_request({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 100}, out));
   run_to_idle(*engine);
   EXPECT_EQ(out[id].tokens.size(), 2u);
   EXPECT_EQ(out[id].reason, FinishReason::MaxTokens);
@@ -283,8 +235,8 @@ TEST(Engine, GenerationStopsAtContextEnd) {
 TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
-  std::map<SequenceId, Output> free_run;
-  SequenceId id = engine->submit(token_request({1, 300, 200, 100}, 12, free_run));
+  test::Outputs free_run;
+  SequenceId id = engine->submit(chat_request({{1, 300, 200, 100}, 12}, free_run));
   run_to_idle(*engine);
   const std::string full = free_run[id].text;
   ASSERT_GE(full.size(), 4u) << "the synthetic model should produce some text";
@@ -292,8 +244,8 @@ TEST(Engine, StopStringEndsSequenceAndIsNotSent) {
   const std::string stop = full.substr(full.size() / 2, 2);
   const std::string expected = full.substr(0, full.find(stop));
 
-  std::map<SequenceId, Output> out;
-  Request r = token_request({1, 300, 200, 100}, 12, out);
+  test::Outputs out;
+  Request r = chat_request({{1, 300, 200, 100}, 12}, out);
   r.sampling.stop_strings = {stop};
   SequenceId stopped = engine->submit(std::move(r));
   run_to_idle(*engine);
@@ -307,8 +259,8 @@ TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
   auto engine = Engine::open(model.path, cpu_options());
   ASSERT_NE(engine->chat_template(), nullptr);
   EXPECT_EQ(engine->chat_template()->family(), TemplateFamily::ChatML);
-  std::map<SequenceId, Output> out;
-  Request r = token_request({}, 3, out);
+  test::Outputs out;
+  Request r = chat_request({{}, 3}, out);
   r.prompt_tokens.reset();
   r.messages = {{"user", "hi there"}};
   SequenceId id = engine->submit(std::move(r));
@@ -327,8 +279,8 @@ TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
   // while the same ids with one token changed (the "hi" of the user turn) continue otherwise,
   // so the comparison can tell prompts apart on this model.
   auto continuation = [&](std::optional<std::vector<TokenId>> raw) {
-    std::map<SequenceId, Output> o;
-    Request q = token_request(raw.value_or(std::vector<TokenId>{}), 16, o);
+    test::Outputs o;
+    Request q = chat_request({raw.value_or(std::vector<TokenId>{}), 16}, o);
     if (!raw) {
       q.prompt_tokens.reset();
       q.messages = {{"user", "hi there"}};
@@ -351,12 +303,12 @@ TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
   TempModel model(spec, "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
   EXPECT_EQ(engine->chat_template(), nullptr);
-  std::map<SequenceId, Output> out;
-  Request chat = token_request({}, 3, out);
+  test::Outputs out;
+  Request chat = chat_request({{}, 3}, out);
   chat.prompt_tokens.reset();
   chat.messages = {{"user", "hello"}};
   EXPECT_THROW(engine->submit(std::move(chat)), UnsupportedError);
-  EXPECT_NO_THROW(engine->submit(token_request({1, 2}, 2, out)));  // raw tokens still work
+  EXPECT_NO_THROW(engine->submit(chat_request({{1, 2}, 2}, out)));  // raw tokens still work
 }
 
 TEST(Engine, UnsupportedArchitectureFailsOpenNamingIt) {
@@ -394,8 +346,8 @@ TEST(Engine, CudaDeviceWithoutCudaBuildIsUnsupported) {
 TEST(Engine, TelemetryReportsKvWhileRunningAndThroughput) {
   TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
   auto engine = Engine::open(model.path, cpu_options());
-  std::map<SequenceId, Output> out;
-  engine->submit(token_request({1, 2, 3, 4}, 5, out));
+  test::Outputs out;
+  engine->submit(chat_request({{1, 2, 3, 4}, 5}, out));
   engine->step();  // prefill + first token
   auto t = engine->telemetry();
   EXPECT_EQ(t.device.name.substr(0, 3), "CPU");
@@ -454,9 +406,7 @@ DefaultGolden read_default_golden() {
 // reference's, and the last-position logits are within 1e-4 relative error.
 TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
   const fs::path path = default_model_path();
-  if (path.empty() || !fs::exists(path))
-    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
-                    "packaging/setup.sh model` fetches it";
+  if (path.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   const DefaultGolden g = read_default_golden();
   ASSERT_EQ(g.greedy.size(), 32u);
   ASSERT_EQ(g.logit_ids.size(), g.logit_values.size());
@@ -465,8 +415,8 @@ TEST(EngineDefaultModel, Greedy32AndLogitsMatchNumpyReference) {
   o.context_length = 512;
   auto engine = Engine::open(path, o);
 
-  std::map<SequenceId, Output> out;
-  Request chat = token_request({}, 32, out);
+  test::Outputs out;
+  Request chat = chat_request({{}, 32}, out);
   chat.prompt_tokens.reset();
   chat.messages = {{"user", "What is the capital of France?"}};
   chat.sampling.stop_strings.clear();

@@ -13,6 +13,7 @@
 #include "granule/engine.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
+#include "support/engine_chats.h"
 #include "support/temp_model.h"
 
 namespace granule {
@@ -26,16 +27,9 @@ using test::TempModel;
 // type) is 8 KiB a token, so a 2 MiB host granule holds 256 tokens and a 1024-token
 // context spans four of them.
 SyntheticModelSpec wide_kv_spec() {
-  SyntheticModelSpec s;
+  SyntheticModelSpec s = SyntheticModelSpec::preset("kv-wide");
   s.n_layer = 2;
-  s.n_embd = 64;
-  s.n_head = 8;
-  s.n_head_kv = 8;
   s.head_dim = 64;
-  s.n_ff = 128;
-  s.n_vocab = 384;
-  s.context_length = 1024;
-  s.seed = 11;
   return s;
 }
 
@@ -49,11 +43,7 @@ struct SequenceRecord {
 
 TEST(KvEngineInvariant, RandomChatsKeepCommittedWithinOneGranulePlusLookahead) {
   const TempModel model(wide_kv_spec(), "granule_kv_invariant");
-  EngineOptions options;
-  options.device = DeviceKind::Cpu;
-  options.cpu_threads = 2;
-  options.context_length = 1024;
-  options.max_sequences = 4;
+  EngineOptions options = test::cpu_engine_options(1024, 4);
   options.prefill_chunk_tokens = 64;  // prompts take several steps: cancels land mid-prefill
   auto engine = Engine::open(model.path, options);
 

@@ -27,12 +27,14 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "runtime/runtime.h"
+#include "support/reference_golden.h"
 #include "support/temp_model.h"
 
 namespace granule {
 namespace {
 
 namespace fs = std::filesystem;
+using test::ReferenceGolden;
 using T = TensorType;
 
 // A model file with its CPU backend and KV space (as the engine makes them).
@@ -84,51 +86,6 @@ struct CpuModel {
     return {std::move(logits), std::move(tokens)};
   }
 };
-
-// tests/data/reference/<case>.txt, written by tests/reference/llama_reference.py.
-struct ReferenceGolden {
-  std::string model_fnv1a64;
-  std::vector<int32_t> tokens, greedy;
-  int64_t rows = 0, vocab = 0;
-  std::vector<float> logits;
-};
-
-ReferenceGolden read_golden(const fs::path& path) {
-  std::ifstream in(path);
-  ReferenceGolden g;
-  auto ints = [](const std::string& line) {
-    std::istringstream s(line);
-    std::string word;
-    s >> word;
-    std::vector<int32_t> v;
-    for (int32_t x; s >> x;) v.push_back(x);
-    return v;
-  };
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model_fnv1a64 ", 0) == 0) g.model_fnv1a64 = line.substr(14);
-    if (line.rfind("tokens ", 0) == 0) g.tokens = ints(line);
-    if (line.rfind("greedy ", 0) == 0) g.greedy = ints(line);
-    if (line.rfind("logits ", 0) == 0) {
-      std::istringstream s(line.substr(7));
-      s >> g.rows >> g.vocab;
-      g.logits.resize(static_cast<size_t>(g.rows * g.vocab));
-      for (auto& v : g.logits) in >> v;
-    }
-  }
-  return g;
-}
-
-std::string fnv1a64_hex(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  uint64_t h = 0xCBF29CE484222325ull;
-  char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0)
-    for (std::streamsize i = 0; i < in.gcount(); ++i)
-      h = (h ^ static_cast<uint8_t>(buffer[i])) * 0x100000001B3ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-  return hex;
-}
 
 // Rows of 256 (the K quants' and IQ4_XS's block), 2 layers.
 SyntheticModelSpec wide_spec(uint64_t seed) {
@@ -221,21 +178,8 @@ TEST_P(MixedTypes, OpensAndRunsLikeItsDequantisedF32Copy) {
 TEST_P(MixedTypes, LogitsAndGreedyMatchNumpyReference) {
   const MixCase& c = GetParam();
   test::TempModel mixed(c.spec, c.name);
-  if (const char* export_dir = std::getenv("GRANULE_REFERENCE_EXPORT_DIR")) {
-    fs::copy_file(mixed.path, fs::path(export_dir) / (c.name + ".gguf"),
-                  fs::copy_options::overwrite_existing);
-    std::ofstream tokens(fs::path(export_dir) / (c.name + ".tokens"));
-    for (size_t i = 0; i < kPrompt.size(); ++i) tokens << (i ? "," : "") << kPrompt[i];
-  }
-  const fs::path golden_path =
-      fs::path(GRANULE_SOURCE_DIR) / "tests/data/reference" / (c.name + ".txt");
-  ASSERT_TRUE(fs::exists(golden_path))
-      << "missing golden " << golden_path << "; run tests/reference/make_cpu_goldens.sh";
-  const ReferenceGolden g = read_golden(golden_path);
-  ASSERT_EQ(g.tokens, kPrompt);
-  ASSERT_EQ(fnv1a64_hex(mixed.path), g.model_fnv1a64)
-      << c.name << ": the synthetic model's bytes changed (writer, quantiser or spec); "
-      << "regenerate the goldens with tests/reference/make_cpu_goldens.sh BUILD_DIR";
+  ReferenceGolden g;
+  ASSERT_NO_FATAL_FAILURE(test::load_reference_golden(c.name, mixed.path, kPrompt, g));
 
   CpuModel model(mixed.path);
   ASSERT_EQ(g.vocab, model.config.n_vocab);

@@ -215,9 +215,7 @@ using granule::test::default_model_path;
 
 TEST(ModelConfig, DefaultModelShape) {
   const fs::path path = default_model_path();
-  if (path.empty() || !fs::exists(path))
-    GTEST_SKIP() << "the default model (SmolLM2-135M-Instruct Q4_1) is absent: `bash "
-                    "packaging/setup.sh model` fetches it";
+  if (path.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   auto model = ModelFile::open(path);
   auto c = ModelConfig::from_gguf(*model);
   EXPECT_EQ(c.architecture, "llama");

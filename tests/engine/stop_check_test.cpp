@@ -14,14 +14,8 @@ namespace {
 StopInputs inputs(std::string_view text, const std::vector<std::string>* stops,
                   int64_t generated = 1, int64_t max_tokens = 100, int64_t tokens = 10,
                   int64_t context = 256) {
-  StopInputs in;
-  in.unsent_text = text;
-  in.stop_strings = stops;
-  in.generated = generated;
-  in.max_tokens = max_tokens;
-  in.tokens = tokens;
-  in.context_length = context;
-  return in;
+  // StopInputs' fields in order: end_of_generation, the text, the stops, the counts.
+  return {false, text, stops, generated, max_tokens, tokens, context};
 }
 
 TEST(StopCheck, EndOfGenerationEndsAndSendsNothingOfItsOwn) {

@@ -115,9 +115,7 @@ using granule::test::unescape_golden;
 
 TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
   const fs::path model = default_model_path();
-  if (model.empty() || !fs::exists(model)) {
-    GTEST_SKIP() << "the default model is absent: `bash packaging/setup.sh model` fetches it";
-  }
+  if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   const auto file = ModelFile::open(model);
   const auto tokenizer = Tokenizer::from_gguf(*file);
   ASSERT_EQ(tokenizer->pre_name(), "smollm");
@@ -227,9 +225,7 @@ TEST(DeepSeekLlmGolden, WhitespaceBesideParagraphSeparatorsAndTabsLikeHuggingFac
 // text, EOG <|endoftext|> <|im_end|> and the FIM repository token <reponame>).
 TEST(SmolLM2Golden, SpecialTokensMatchWhatLlamaCppReports) {
   const fs::path model = default_model_path();
-  if (model.empty() || !fs::exists(model)) {
-    GTEST_SKIP() << "the default model is absent: `bash packaging/setup.sh model` fetches it";
-  }
+  if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
   const auto file = ModelFile::open(model);
   const auto tokenizer = Tokenizer::from_gguf(*file);
   EXPECT_EQ(tokenizer->model_name(), "gpt2");

@@ -16,8 +16,10 @@
 
 #include "granule/error.h"
 #include "granule/gguf.h"
+#include "granule/testkit/byte_level.h"
 #include "granule/testkit/gguf_writer.h"
 #include "support/test_files.h"
+#include "text/tokenizer_utf8.h"
 
 namespace granule {
 namespace {
@@ -25,27 +27,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kByte = 6;
-
-// GPT-2's byte stand-in characters, written out from its definition (printable Latin-1
-// bytes are themselves; the rest get U+0100, U+0101, ... in byte order).
-std::string gpt2_char(int byte) {
-  int code_point = byte;
-  const auto printable = [](int b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  };
-  if (!printable(byte)) {
-    code_point = 256;
-    for (int b = 0; b < byte; ++b) code_point += printable(b) ? 0 : 1;
-  }
-  std::string out;
-  if (code_point < 0x80) {
-    out += static_cast<char>(code_point);
-  } else {
-    out += static_cast<char>(0xC0 | (code_point >> 6));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
-  }
-  return out;
-}
 
 struct VocabSpec {
   std::string model = "gpt2";
@@ -90,7 +71,7 @@ class TinyVocab : public ::testing::Test {
   // A byte-level vocabulary: the 256 byte characters (ids 0..255), then `more`.
   static VocabSpec byte_level(std::vector<std::string> more, std::vector<std::string> merges) {
     VocabSpec spec;
-    for (int byte = 0; byte < 256; ++byte) spec.tokens.push_back(gpt2_char(byte));
+    for (int byte = 0; byte < 256; ++byte) spec.tokens.push_back(gpt2_byte_symbol(byte));
     for (auto& token : more) spec.tokens.push_back(std::move(token));
     spec.merges = std::move(merges);
     return spec;
@@ -162,7 +143,7 @@ TEST_F(TinyVocab, BpeMergesChainAndPreferTheLeftmostOfEqualPairs) {
 }
 
 TEST_F(TinyVocab, BpeMapsSpacesAndBytesThroughGpt2Characters) {
-  const std::string space = gpt2_char(' ');  // "Ġ"
+  const std::string space = gpt2_byte_symbol(' ');  // "Ġ"
   auto tokenizer = build(byte_level({space + "a"}, {space + " a"}));
   const TokenId space_a = id_of(*tokenizer, space + "a");
   // The GPT-2 split keeps the space with the word after it.
@@ -459,21 +440,7 @@ std::string random_text(std::mt19937& rng, size_t characters) {
   for (size_t i = 0; i < characters; ++i) {
     const auto& range = ranges[rng() % ranges.size()];
     const uint32_t cp = range.first + rng() % (range.second - range.first + 1);
-    if (cp < 0x80) {
-      text += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      text += static_cast<char>(0xC0 | (cp >> 6));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      text += static_cast<char>(0xE0 | (cp >> 12));
-      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      text += static_cast<char>(0xF0 | (cp >> 18));
-      text += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      text += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      text += static_cast<char>(0x80 | (cp & 0x3F));
-    }
+    utf8::append_codepoint(text, cp);
   }
   return text;
 }

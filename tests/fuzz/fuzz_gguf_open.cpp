@@ -1,12 +1,4 @@
 // libFuzzer target: a GGUF file from bytes (see harnesses.h).
 #include "harnesses.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  granule::fuzz::quiet_logs();
-  return 0;
-}
-
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  granule::fuzz::open_gguf(data, size);
-  return 0;
-}
+GRANULE_FUZZ_TARGET(granule::fuzz::open_gguf)

@@ -17,6 +17,7 @@
 #include "granule/gguf.h"
 #include "granule/log.h"
 #include "granule/model_config.h"
+#include "granule/testkit/byte_level.h"
 #include "granule/testkit/gguf_writer.h"
 #include "granule/tokenizer.h"
 
@@ -117,31 +118,10 @@ constexpr const char* kPreTokenizers[] = {
     "deepseek-llm", "deepseek-coder", "gpt-4o",    "tekken", "bloom", "viking",
 };
 
-// GPT-2's byte stand-in characters (printable Latin-1 bytes are themselves; the rest get
-// U+0100, U+0101, ... in byte order).
-std::string gpt2_char(int byte) {
-  const auto printable = [](int b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  };
-  int code_point = byte;
-  if (!printable(byte)) {
-    code_point = 256;
-    for (int b = 0; b < byte; ++b) code_point += printable(b) ? 0 : 1;
-  }
-  std::string out;
-  if (code_point < 0x80) {
-    out += static_cast<char>(code_point);
-  } else {
-    out += static_cast<char>(0xC0 | (code_point >> 6));
-    out += static_cast<char>(0x80 | (code_point & 0x3F));
-  }
-  return out;
-}
-
 // Without the test data: 256 byte tokens, a few merges and two special tokens.
 GgufWriter small_byte_vocab() {
   std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_char(b));
+  for (int b = 0; b < 256; ++b) tokens.push_back(gpt2_byte_symbol(b));
   std::vector<std::string> merges = {"h e", "l l", "he ll", "Ġ w", "o r", "Ġw or", "1 2"};
   for (const std::string& merge : merges) {
     std::string merged = merge;

@@ -30,3 +30,15 @@ void tokenize(const uint8_t* data, size_t size);
 void render_chat(const uint8_t* data, size_t size);
 
 }  // namespace granule::fuzz
+
+// A libFuzzer target (fuzz_*.cpp) that quiets the log once and hands every input to
+// `harness`, one of the bodies above.
+#define GRANULE_FUZZ_TARGET(harness)                                        \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) {                      \
+    granule::fuzz::quiet_logs();                                            \
+    return 0;                                                               \
+  }                                                                         \
+  extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) { \
+    harness(data, size);                                                    \
+    return 0;                                                               \
+  }

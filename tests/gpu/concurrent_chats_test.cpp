@@ -26,6 +26,7 @@
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 
 namespace granule {
 namespace {
@@ -42,23 +43,8 @@ constexpr int kMaxNearTiesPer64Positions = 4;
 constexpr int32_t kAnswerTokens = 24;
 constexpr int64_t kPassTokens = 64;  // prefill_chunk_tokens: the GPU's matvec path only
 
-// One file per process: ctest runs each test of this suite in its own process, in parallel,
-// and each process's suite teardown removes its own file only.
-std::filesystem::path smollm2_model_path() {
-  return std::filesystem::temp_directory_path() /
-         ("granule-gpu-test-concurrent-smollm2-135m-" + std::to_string(getpid()) + ".gguf");
-}
-
 // The synthetic default model, written once for the suite (per process).
-class ConcurrentChatsGpu : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    std::string why;
-    if (!gpu_test::gpu_present(&why)) return;  // each test skips
-    write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), smollm2_model_path());
-  }
-  static void TearDownTestSuite() { std::filesystem::remove(smollm2_model_path()); }
-};
+class ConcurrentChatsGpu : public gpu_test::SmolLM2ShapesSuite {};
 
 // Prompt lengths spread evenly over 5..300, random ids past the specials, seeded per chat.
 std::vector<std::vector<TokenId>> varied_prompts(int chats, int64_t vocab) {
@@ -72,29 +58,6 @@ std::vector<std::vector<TokenId>> varied_prompts(int chats, int64_t vocab) {
     prompts.push_back(std::move(p));
   }
   return prompts;
-}
-
-struct ChatOutput {
-  std::vector<int32_t> tokens;
-  FinishReason reason = FinishReason::None;
-  std::string error;
-};
-
-Request greedy_request(const std::vector<TokenId>& prompt, std::map<SequenceId, ChatOutput>& out,
-                       int32_t answer_tokens) {
-  Request r;
-  r.prompt_tokens = prompt;
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = answer_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&out](SequenceId id, const std::string&, int32_t token) {
-    if (token != kNoToken) out[id].tokens.push_back(token);
-  };
-  r.sink.on_finish = [&out](SequenceId id, FinishReason reason, const std::string& error) {
-    out[id].reason = reason;
-    out[id].error = error;
-  };
-  return r;
 }
 
 EngineOptions engine_options(DeviceKind device, bool oracle) {
@@ -176,10 +139,12 @@ void judge_answer(Engine& oracle, Engine& reference, int chat, const std::vector
 void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) {
   const int32_t answer_tokens = kv_budget_granules > 0 ? 5 * kAnswerTokens : kAnswerTokens;
   EngineOptions options = engine_options(DeviceKind::Cuda, false);
-  auto engine = Engine::open(smollm2_model_path(), options);
+  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), options);
   ASSERT_NE(engine->device_name().find("CUDA"), std::string::npos) << engine->device_name();
-  auto oracle = Engine::open(smollm2_model_path(), engine_options(DeviceKind::Cpu, true));
-  auto reference = Engine::open(smollm2_model_path(), engine_options(DeviceKind::Cpu, false));
+  auto oracle =
+      Engine::open(gpu_test::smollm2_shapes_path(), engine_options(DeviceKind::Cpu, true));
+  auto reference =
+      Engine::open(gpu_test::smollm2_shapes_path(), engine_options(DeviceKind::Cpu, false));
   const auto prompts = varied_prompts(chats, engine->config().n_vocab);
 
   if (kv_budget_granules > 0) {
@@ -188,12 +153,12 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
                                 idle.device.ledger_bytes(MemoryCategory::KvCommitted) +
                                 kv_budget_granules * (2ull << 20);
     engine.reset();
-    engine = Engine::open(smollm2_model_path(), options);
+    engine = Engine::open(gpu_test::smollm2_shapes_path(), options);
   }
-  std::map<SequenceId, ChatOutput> out;
+  test::Outputs out;
   std::vector<SequenceId> ids;
   for (const auto& prompt : prompts)
-    ids.push_back(engine->submit(greedy_request(prompt, out, answer_tokens)));
+    ids.push_back(engine->submit(test::chat_request({prompt, answer_tokens}, out)));
   int32_t most_waiting = 0;
   for (int step = 0; step < 100000 && engine->step(); ++step) {
     if (kv_budget_granules > 0) {
@@ -206,9 +171,7 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
   // The chats that ended keep their KV for a next turn (EngineOptions::kv_reuse): that is all
   // the committed KV left, and dropping it leaves none.
   const TelemetrySnapshot after = engine->telemetry();
-  EXPECT_EQ(after.device.ledger_bytes(MemoryCategory::KvCommitted), after.scheduler.kept_kv_bytes);
-  engine->drop_kept_kv();
-  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
+  EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u);
   // The budget must have bitten: running chats were preempted (and recomputed), not only
   // kept waiting.
   if (kv_budget_granules > 0) {
@@ -218,7 +181,7 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
 
   Verdict v;
   for (int i = 0; i < chats; ++i) {
-    const ChatOutput& together = out[ids[static_cast<size_t>(i)]];
+    const test::Output& together = out[ids[static_cast<size_t>(i)]];
     ASSERT_EQ(together.reason, FinishReason::MaxTokens) << "chat " << i << ": " << together.error;
     ASSERT_EQ(together.tokens.size(), static_cast<size_t>(answer_tokens)) << "chat " << i;
     judge_answer(*oracle, *reference, i, prompts[static_cast<size_t>(i)], together.tokens, v);

@@ -21,25 +21,15 @@
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/testkit/synthetic_model.h"
+#include "support/engine_chats.h"
 #include "swiglu.cuh"
 
 namespace granule {
 namespace {
 
-std::filesystem::path model_path() {
-  return std::filesystem::temp_directory_path() /
-         ("granule-gpu-test-churn-" + std::to_string(getpid()) + ".gguf");
-}
+using test::run_to_idle;
 
-class EngineChurnGpu : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    std::string why;
-    if (!gpu_test::gpu_present(&why)) return;
-    write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), model_path());
-  }
-  static void TearDownTestSuite() { std::filesystem::remove(model_path()); }
-};
+class EngineChurnGpu : public gpu_test::SmolLM2ShapesSuite {};
 
 EngineOptions cuda_options() {
   EngineOptions o;
@@ -49,33 +39,22 @@ EngineOptions cuda_options() {
   return o;
 }
 
-struct Chat {
-  std::vector<TokenId> prompt;
-  int32_t max_tokens = 0;
+// A chat of these tests with what its sink saw, and when it cancels itself.
+struct Chat : test::Chat, test::Output {
   int cancel_after = -1;  // tokens; -1: runs to its end
-  std::vector<int32_t> tokens;
-  FinishReason reason = FinishReason::None;
-  int finishes = 0;
-  std::string error;
 };
 
+// Submits `chat`, its sink filling it; `on_token` runs after each generated token.
 SequenceId submit(Engine& engine, Chat& chat,
                   std::function<void(SequenceId, Chat&)> on_token = {}) {
-  Request r;
-  r.prompt_tokens = chat.prompt;
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = chat.max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&chat, on_token](SequenceId id, const std::string&, int32_t token) {
-    if (token == kNoToken) return;
-    chat.tokens.push_back(token);
-    if (on_token) on_token(id, chat);
-  };
-  r.sink.on_finish = [&chat](SequenceId, FinishReason reason, const std::string& error) {
-    chat.reason = reason;
-    chat.error = error;
-    ++chat.finishes;
-  };
+  Request r = test::chat_request(chat, static_cast<test::Output&>(chat));
+  if (on_token) {
+    r.sink.on_token = [&chat, on_token, base = r.sink.on_token](
+                          SequenceId id, const std::string& text, int32_t token) {
+      base(id, text, token);
+      if (token != kNoToken) on_token(id, chat);
+    };
+  }
   return engine.submit(std::move(r));
 }
 
@@ -86,18 +65,9 @@ std::vector<TokenId> random_prompt(std::mt19937& rng, int length, int64_t vocab)
   return p;
 }
 
-void run_to_idle(Engine& engine) {
-  for (int i = 0; i < 100000; ++i) {
-    bool more = false;
-    ASSERT_NO_THROW(more = engine.step());
-    if (!more) break;
-  }
-  ASSERT_TRUE(engine.idle());
-}
-
 TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDeviceHealthy) {
   GRANULE_REQUIRE_GPU();
-  auto engine = Engine::open(model_path(), cuda_options());
+  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
   const int64_t vocab = engine->config().n_vocab;
   std::mt19937 rng(20261203);
   int ended = 0, cancelled = 0, regenerated = 0;
@@ -156,8 +126,7 @@ TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDevic
     EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::KvCommitted), t.scheduler.kept_kv_bytes)
         << "round " << round;
   }
-  engine->drop_kept_kv();
-  EXPECT_EQ(engine->telemetry().device.ledger_bytes(MemoryCategory::KvCommitted), 0u);
+  EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u);
   EXPECT_EQ(engine->device_lost_reason(), "");
   CUDA_OK(cudaDeviceSynchronize());
   std::cout << "[churn] " << ended << " chats ended, " << cancelled << " cancelled, " << regenerated
@@ -170,7 +139,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
   std::mt19937 rng(7);
   Chat reference;
   {
-    auto engine = Engine::open(model_path(), cuda_options());
+    auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
     reference.prompt = random_prompt(rng, 40, engine->config().n_vocab);
     reference.max_tokens = 16;
     submit(*engine, reference);
@@ -178,7 +147,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
     ASSERT_EQ(reference.reason, FinishReason::MaxTokens) << reference.error;
   }
   {
-    auto engine = Engine::open(model_path(), cuda_options());
+    auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
     std::vector<Chat> chats(6);
     bool injected = false;
     cudaError_t injected_status = cudaSuccess;
@@ -217,7 +186,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
   // reason; asking for the GPU explicitly then says to restart.
   EngineOptions automatic = cuda_options();
   automatic.device = DeviceKind::Auto;
-  auto engine = Engine::open(model_path(), automatic);
+  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), automatic);
   Chat after;
   after.prompt = reference.prompt;
   after.max_tokens = reference.max_tokens;
@@ -231,7 +200,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
     EXPECT_EQ(after.tokens, reference.tokens) << "the reset GPU answers as before the fault";
   } else {
     try {
-      Engine::open(model_path(), cuda_options());
+      Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
       ADD_FAILURE() << "the GPU did not come back, yet opening on it worked";
     } catch (const DeviceError& e) {
       std::cout << "[fault] opening on the GPU: " << e.what() << "\n";

@@ -1,19 +1,23 @@
 // Helpers for the GPU tests: skip without a GPU, the kernel configuration, device arrays with
 // an RAII owner, poisoned outputs (NaN bytes, so an element a kernel forgot to write fails
-// every comparison), seeded random inputs and the top-two margin of a logit row.
+// every comparison), seeded random inputs, the top-two margin of a logit row, and a suite
+// over the synthetic model at the default model's shapes.
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
-#include "common.cuh"
 #include "backends/kernel_config_env.h"
+#include "common.cuh"
+#include "granule/testkit/synthetic_model.h"
 
 namespace granule::gpu_test {
 
@@ -121,5 +125,25 @@ inline TopTwo top_two(std::span<const float> row) {
   }
   return {best, static_cast<double>(row[static_cast<size_t>(best)]) - second};
 }
+
+// The synthetic model at the default model's shapes (the smollm2-135m preset), one file per
+// process: ctest runs each test of a suite in its own process, in parallel, and each
+// process's suite teardown removes its own file.
+inline std::filesystem::path smollm2_shapes_path() {
+  return std::filesystem::temp_directory_path() /
+         ("granule-gpu-test-smollm2-135m-" + std::to_string(getpid()) + ".gguf");
+}
+
+// A suite over that model, written once for the suite when a GPU is present (else each test
+// skips).
+class SmolLM2ShapesSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string why;
+    if (gpu_present(&why))
+      write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), smollm2_shapes_path());
+  }
+  static void TearDownTestSuite() { std::filesystem::remove(smollm2_shapes_path()); }
+};
 
 }  // namespace granule::gpu_test

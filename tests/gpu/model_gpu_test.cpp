@@ -1,12 +1,13 @@
 // The whole forward pass, CUDA backend against the CPU oracle (the CPU backend rounding where
 // the GPU rounds: cpu_emulate_device_numerics) and against the plain f32 CPU reference, on
 // synthetic models (the project's writer, seeded weights) at small shapes for every block type
-// and architecture variant, at the default model's shapes (SmolLM2-135M, Q4_1) and on the real
-// default model. Teacher-forced over 64 positions. Every row's error against the oracle must
-// lie within a bound derived from the arithmetic (compare_rows below); the greedy token must
-// agree with the oracle's, a disagreement excused only as a near-tie, and near-ties are capped.
-// Each comparison prints its errors against the oracle and against the f32 reference, per
-// block type ("[per-type]" lines). Covered paths: prefill through the matvec kernels
+// and architecture variant, at the default model's shapes (SmolLM2-135M, Q4_1) and on real
+// weights (the default model's first 3 layers, which `setup.sh realweights` writes, and the
+// whole default model where it is installed). Teacher-forced over 64 positions. Every row's error
+// against the oracle must lie within a bound derived from the arithmetic (compare_rows below); the
+// greedy token must agree with the oracle's, a disagreement excused only as a near-tie, and
+// near-ties are capped. Each comparison prints its errors against the oracle and against the f32
+// reference, per block type ("[per-type]" lines). Covered paths: prefill through the matvec kernels
 // (<= 64 rows), prefill through cuBLAS (> 64 rows), decode steps replayed from CUDA graphs,
 // batched decode of sequences at different lengths, and Engine::open on the GPU. The prefill
 // overlap (the GEMM path's dequantisation on a second stream) is held to the one-stream path's
@@ -33,10 +34,22 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
+#include "support/engine_chats.h"
 #include "support/test_files.h"
 
 namespace granule {
 namespace {
+
+// One forward pass of `batch` (the KV mapped through each sequence's last token first): the
+// logits of the rows it asks for.
+std::vector<float> forward(Runtime& runtime, const std::vector<BatchSequence>& batch) {
+  for (const BatchSequence& s : batch)
+    if (!runtime.kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())))
+      throw std::runtime_error("KV map refused");
+  std::vector<float> logits;
+  runtime.backend->forward(batch, logits);
+  return logits;
+}
 
 // A backend with its own ledger and KV space over a model file (make_runtime, as the engine).
 struct Rig {
@@ -67,13 +80,8 @@ struct Rig {
     runtime = make_runtime(*file, config, weights, options);
   }
 
-  std::vector<float> run(std::vector<BatchSequence> batch) {
-    for (const BatchSequence& s : batch)
-      if (!kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())))
-        throw std::runtime_error("KV map refused");
-    std::vector<float> logits;
-    backend->forward(batch, logits);
-    return logits;
+  std::vector<float> run(const std::vector<BatchSequence>& batch) {
+    return forward(runtime, batch);
   }
 };
 
@@ -83,14 +91,8 @@ std::filesystem::path model_path(const std::string& name) {
 
 // Small shapes the GPU kernels support (head size 64 or 128, widths multiples of 256).
 SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
-  SyntheticModelSpec s;
+  SyntheticModelSpec s = SyntheticModelSpec::preset("small-256");
   s.name = variant;
-  s.n_layer = 2;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.n_ff = 512;
-  s.n_vocab = 1000;
   s.weight_type = type;
   s.embedding_type = type;
   s.output_type = type;
@@ -299,6 +301,37 @@ std::vector<float> run_steps(Rig& rig, int32_t slot, const std::vector<int32_t>&
   return rows;
 }
 
+// The CPU reference's, the oracle's and the GPU's logits of the same runs, row after row.
+struct Rows3 {
+  std::vector<float> ref, want, got;
+};
+
+// Three sequences at different lengths decoding together: prompts of kBatchLengths tokens
+// (seeded prompt_seed + s) prefilled into slots first_slot.. on each rig, then `steps` decode
+// steps of one token each for all three in one batch (seeded step_seed + step).
+constexpr int kBatchLengths[3] = {5, 40, 1};
+Rows3 batched_decode(Rig& cpu, Rig& oracle, Rig& gpu, int first_slot, int steps,
+                     uint32_t prompt_seed, uint32_t step_seed) {
+  const int64_t vocab = cpu.config.n_vocab;
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<int32_t> prompt = random_tokens(kBatchLengths[s], vocab, prompt_seed + s);
+    for (Rig* r : {&cpu, &oracle, &gpu}) r->run({{first_slot + s, prompt, 0, false}});
+  }
+  Rows3 rows;
+  for (int step = 0; step < steps; ++step) {
+    const std::vector<int32_t> next = random_tokens(3, vocab, step_seed + step);
+    std::vector<BatchSequence> batch;
+    for (int s = 0; s < 3; ++s)
+      batch.push_back(
+          {first_slot + s, std::span<const int32_t>(&next[s], 1), kBatchLengths[s] + step, false});
+    const std::vector<float> c = cpu.run(batch), o = oracle.run(batch), g = gpu.run(batch);
+    rows.ref.insert(rows.ref.end(), c.begin(), c.end());
+    rows.want.insert(rows.want.end(), o.begin(), o.end());
+    rows.got.insert(rows.got.end(), g.begin(), g.end());
+  }
+  return rows;
+}
+
 size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>& b) {
   size_t differ = 0;
   for (size_t i = 0; i < a.size(); ++i)
@@ -384,32 +417,14 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
   write_synthetic_model(small_spec("llama", TensorType::Q4_0), path);
   Rig cpu(path, false), oracle(path, false, 4, 512, true), gpu(path, true);
   const int64_t vocab = cpu.config.n_vocab;
-  const int lengths[3] = {5, 40, 1};
-  std::vector<std::vector<int32_t>> prompts;
-  for (int s = 0; s < 3; ++s) {
-    prompts.push_back(random_tokens(lengths[s], vocab, 100 + s));
-    cpu.run({{s, prompts[s], 0, false}});
-    oracle.run({{s, prompts[s], 0, false}});
-    gpu.run({{s, prompts[s], 0, false}});
-  }
-  std::vector<float> ref, want, got;
-  for (int step = 0; step < 12; ++step) {
-    const std::vector<int32_t> next = random_tokens(3, vocab, 200 + step);
-    std::vector<BatchSequence> batch;
-    for (int s = 0; s < 3; ++s)
-      batch.push_back({s, std::span<const int32_t>(&next[s], 1), lengths[s] + step, false});
-    const std::vector<float> c = cpu.run(batch), o = oracle.run(batch), g = gpu.run(batch);
-    ref.insert(ref.end(), c.begin(), c.end());
-    want.insert(want.end(), o.begin(), o.end());
-    got.insert(got.end(), g.begin(), g.end());
-  }
+  const Rows3 rows = batched_decode(cpu, oracle, gpu, 0, 12, 100, 200);
   // The 40-token prompt takes the f16 products where they are on for 40 rows: their f16
   // roundings flip far more often than int8 blocks do (each flip is an f16 step, not an int8
   // one), so, as for the int8 types, the share of rows past the summation tolerance is not
   // capped; the bound per row still holds.
   const int f16_from = kernel_config_from_environment().f16_mma_min_rows;
-  const bool f16_prompt = f16_from > 0 && f16_from <= lengths[1];
-  expect_close(compare_rows(want, ref, got, vocab), "batched decode (3 sequences)",
+  const bool f16_prompt = f16_from > 0 && f16_from <= kBatchLengths[1];
+  expect_close(compare_rows(rows.want, rows.ref, rows.got, vocab), "batched decode (3 sequences)",
                f16_prompt ? kShallowInt8 : kShallow, "Q4_0 batched-decode");
   std::filesystem::remove(path);
 }
@@ -467,35 +482,19 @@ TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
   expect_close(compare_rows(want, ref, stepped, vocab), fc.name + " f16 mma, decode steps", fc.caps,
                fc.name + " f16mma-decode");
 
-  const int lengths[3] = {5, 40, 1};
-  std::vector<std::vector<int32_t>> prompts;
-  for (int s = 0; s < 3; ++s) {
-    prompts.push_back(random_tokens(lengths[s], vocab, 300 + s));
-    for (Rig* r : {&cpu, &oracle, &gpu}) r->run({{s + 1, prompts[s], 0, false}});
-  }
-  std::vector<float> b_ref, b_want, b_got;
-  for (int step = 0; step < 8; ++step) {
-    const std::vector<int32_t> next = random_tokens(3, vocab, 400 + step);
-    std::vector<BatchSequence> batch;
-    for (int s = 0; s < 3; ++s)
-      batch.push_back({s + 1, std::span<const int32_t>(&next[s], 1), lengths[s] + step, false});
-    const std::vector<float> c = cpu.run(batch), o = oracle.run(batch), g = gpu.run(batch);
-    b_ref.insert(b_ref.end(), c.begin(), c.end());
-    b_want.insert(b_want.end(), o.begin(), o.end());
-    b_got.insert(b_got.end(), g.begin(), g.end());
-  }
-  expect_close(compare_rows(b_want, b_ref, b_got, vocab), fc.name + " f16 mma, 3 sequences",
-               fc.caps, fc.name + " f16mma-batched");
+  const Rows3 batched = batched_decode(cpu, oracle, gpu, 1, 8, 300, 400);
+  expect_close(compare_rows(batched.want, batched.ref, batched.got, vocab),
+               fc.name + " f16 mma, 3 sequences", fc.caps, fc.name + " f16mma-batched");
   std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelGpuF16Mma,
-    ::testing::Values(
-        SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
-        SpecCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
-        SpecCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
-        SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
+    ::testing::Values(SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+                      SpecCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
+                      SpecCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
+                      SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
+                               kDeep}),
     spec_case_name);
 
 // The batch-1 fusion (kernels/README.md): the output and down projections hand the next
@@ -547,8 +546,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
                       SpecCase{"qwen3_Q4_K", small_spec("qwen3", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"qwen2_Q8_0", small_spec("qwen2", TensorType::Q8_0), kShallowInt8},
-                      SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
-                                 kDeep},
+                      SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep},
                       SpecCase{"llama_Q4_0_wide_ff", wide_ff_spec(), kShallowInt8}),
     spec_case_name);
 
@@ -586,14 +584,36 @@ std::vector<float> flat(const std::vector<std::vector<float>>& rows) {
   return out;
 }
 
-// The real default model (SmolLM2-135M-Instruct Q4_1), when it is installed: 64 positions of
-// English text teacher-forced through the engine on the GPU, the oracle and the CPU.
-TEST(ModelGpuDefaultModel, RealSmolLM2TeacherForced64Positions) {
-  GRANULE_REQUIRE_GPU();
-  const std::filesystem::path path = test::default_model_path();
-  if (path.empty()) GTEST_SKIP() << "the default model is not installed (setup.sh model)";
-  auto gpu = open_engine(path, DeviceKind::Cuda), cpu = open_engine(path, DeviceKind::Cpu),
-       oracle = open_engine(path, DeviceKind::Cpu, true);
+// --- Real weights ----------------------------------------------------------------------
+// The default model's first layers (test::kRealWeightsLayers: 3) with its real embeddings, head
+// and tokenizer (38.5 MB,
+// written by `setup.sh realweights` into the test data folder: small enough to travel to a GPU
+// machine), and the whole default model (SmolLM2-135M-Instruct Q4_1, 30 layers) where it is
+// installed: real activations, Q4_1 layers (int8 flips at most positions: no cap on flip rows,
+// as kShallowInt8 and kDeep say) and Q8_0 tied embeddings.
+struct RealModel {
+  std::string name;
+  std::function<std::filesystem::path()> path;  // empty when the file is not there
+  std::string missing;                          // how to get it
+  Caps caps;
+};
+
+class ModelGpuRealWeights : public ::testing::TestWithParam<RealModel> {
+ protected:
+  void SetUp() override {
+    GRANULE_REQUIRE_GPU();
+    path_ = GetParam().path();
+    if (path_.empty()) GTEST_SKIP() << GetParam().name << " is not there: " << GetParam().missing;
+  }
+  std::filesystem::path path_;
+};
+
+// 64 positions of English text teacher-forced through the engine on the GPU, the oracle and
+// the CPU.
+TEST_P(ModelGpuRealWeights, TeacherForced64PositionsMatchTheOracle) {
+  const RealModel& model = GetParam();
+  auto gpu = open_engine(path_, DeviceKind::Cuda), cpu = open_engine(path_, DeviceKind::Cpu),
+       oracle = open_engine(path_, DeviceKind::Cpu, true);
   const std::string text =
       "The history of the printing press begins in the fifteenth century, when Johannes "
       "Gutenberg combined movable metal type, oil-based ink and a wooden screw press. Within "
@@ -606,55 +626,32 @@ TEST(ModelGpuDefaultModel, RealSmolLM2TeacherForced64Positions) {
   tokens.resize(64);
   expect_close(compare_rows(flat(oracle->logits_for(tokens)), flat(cpu->logits_for(tokens)),
                             flat(gpu->logits_for(tokens)), gpu->config().n_vocab),
-               "real SmolLM2-135M-Instruct Q4_1 logits_for 64", kDeep,
-               "Q4_1+Q8_0 real-smollm2 prefill-64");
+               "real SmolLM2-135M-Instruct Q4_1, " + model.name + ", logits_for 64", model.caps,
+               "Q4_1+Q8_0 real-smollm2-" + model.name + " prefill-64");
 }
 
-struct Answer {
-  std::vector<int32_t> tokens;
-  FinishReason reason = FinishReason::None;
-  std::string error;
-};
-
-Answer greedy_answer(Engine& engine, const std::vector<int32_t>& prompt, int32_t max_tokens) {
-  Answer a;
-  Request r;
-  r.prompt_tokens = prompt;
-  r.sampling = SamplingParams::greedy();
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.ignore_eos = true;
-  r.sink.on_token = [&](SequenceId, const std::string&, int32_t t) {
-    if (t != kNoToken) a.tokens.push_back(t);
-  };
-  r.sink.on_finish = [&](SequenceId, FinishReason reason, const std::string& error) {
-    a.reason = reason;
-    a.error = error;
-  };
-  engine.submit(std::move(r));
-  for (int i = 0; i < 1000 && engine.step(); ++i) {
-  }
-  return a;
-}
-
-// The real default model answering a chat question greedily through the engine, 32 tokens
-// with EOS ignored: the GPU must give all 32 and finish at the token limit, and its tokens must
-// be the oracle's; a divergence is excused only where the oracle's top-two margin at that
-// position is within twice the row's bound (compare_rows' bound, relative to the spread of the
-// logits, not to an RMS that includes their mean). The f32 reference's answer is reported.
-TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesTheOracle) {
-  GRANULE_REQUIRE_GPU();
-  const std::filesystem::path path = test::default_model_path();
-  if (path.empty()) GTEST_SKIP() << "the default model is not installed (setup.sh model)";
+// A chat question answered greedily through the engine, 32 tokens with EOS ignored: the GPU
+// must give all 32 and finish at the token limit, and its tokens must be the oracle's; a
+// divergence is excused only where the oracle's top-two margin at that position is within
+// twice the row's bound (compare_rows' bound, relative to the spread of the logits, not to an
+// RMS that includes their mean). The f32 reference's answer is reported.
+TEST_P(ModelGpuRealWeights, GreedyAnswerMatchesTheOracle) {
+  const RealModel& model = GetParam();
   constexpr int32_t kTokens = 32;
-  auto gpu = open_engine(path, DeviceKind::Cuda), cpu = open_engine(path, DeviceKind::Cpu),
-       oracle = open_engine(path, DeviceKind::Cpu, true);
+  auto gpu = open_engine(path_, DeviceKind::Cuda), cpu = open_engine(path_, DeviceKind::Cpu),
+       oracle = open_engine(path_, DeviceKind::Cpu, true);
   const std::vector<int32_t> prompt = cpu->tokenizer().encode(
       "<|im_start|>user\nWhat is the capital of France? Answer in one sentence.<|im_end|>\n"
       "<|im_start|>assistant\n",
       false, true);
-  const Answer on_gpu = greedy_answer(*gpu, prompt, kTokens);
-  const Answer on_oracle = greedy_answer(*oracle, prompt, kTokens);
-  const Answer on_cpu = greedy_answer(*cpu, prompt, kTokens);
+  auto greedy_answer = [&prompt](Engine& engine) {
+    test::Output out;
+    engine.submit(test::chat_request({prompt, kTokens}, out));
+    test::run_to_idle(engine);
+    return out;
+  };
+  const test::Output on_gpu = greedy_answer(*gpu), on_oracle = greedy_answer(*oracle),
+                     on_cpu = greedy_answer(*cpu);
   ASSERT_EQ(on_gpu.reason, FinishReason::MaxTokens) << "GPU: " << on_gpu.error;
   ASSERT_EQ(on_gpu.tokens.size(), static_cast<size_t>(kTokens));
   ASSERT_EQ(on_oracle.reason, FinishReason::MaxTokens) << "oracle: " << on_oracle.error;
@@ -665,7 +662,7 @@ TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesTheOracle) {
                                a.begin());
   };
   const size_t common = common_prefix(on_gpu.tokens, on_oracle.tokens);
-  std::cout << "[gpu-vs-oracle] real SmolLM2 greedy answer, " << kTokens
+  std::cout << "[gpu-vs-oracle] real SmolLM2 " << model.name << " greedy answer, " << kTokens
             << " tokens: GPU and oracle identical for " << common << ", GPU and f32 reference for "
             << common_prefix(on_gpu.tokens, on_cpu.tokens) << " (\""
             << gpu->tokenizer().decode(on_gpu.tokens) << "\")\n";
@@ -686,6 +683,17 @@ TEST(ModelGpuDefaultModel, RealSmolLM2GreedyAnswerMatchesTheOracle) {
         << "the answers diverge where the oracle's choice is clear";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    SmolLM2, ModelGpuRealWeights,
+    ::testing::Values(RealModel{"first_" + std::to_string(test::kRealWeightsLayers) + "_layers",
+                                test::real_weights_model_path,
+                                "write it with 'bash packaging/setup.sh realweights' (into " +
+                                    std::string(GRANULE_TESTDATA_DIR) + ")",
+                                kShallowInt8},
+                      RealModel{"all_30_layers", test::default_model_path,
+                                "the default model is not installed (setup.sh model)", kDeep}),
+    [](const ::testing::TestParamInfo<RealModel>& i) { return i.param.name; });
 
 // Device sampling through the backend: greedy picks the argmax of the logits forward()
 // returns for the same step.
@@ -752,8 +760,8 @@ TEST(ModelGpuSampling, StepCopiesInTheGraphGiveTheSameTokens) {
         }
         answers.push_back(produced);
       }
-      EXPECT_EQ(answers[0], answers[1]) << (params.temperature > 0 ? "sampled" : "greedy")
-                                        << ", " << rows << " rows";
+      EXPECT_EQ(answers[0], answers[1])
+          << (params.temperature > 0 ? "sampled" : "greedy") << ", " << rows << " rows";
     }
   }
 }
@@ -801,13 +809,7 @@ struct OverlapRig {
   uint64_t workspace_bytes() const { return runtime.memory->bytes(MemoryCategory::Workspace); }
 
   std::vector<float> run(const std::vector<BatchSequence>& batch) {
-    for (const BatchSequence& s : batch)
-      if (!runtime.kv->map_through(s.slot,
-                                   s.start_position + static_cast<int64_t>(s.tokens.size())))
-        throw std::runtime_error("KV map refused");
-    std::vector<float> logits;
-    runtime.backend->forward(batch, logits);
-    return logits;
+    return forward(runtime, batch);
   }
 };
 

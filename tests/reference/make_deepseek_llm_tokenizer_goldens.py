@@ -23,10 +23,10 @@ Output: as make_smollm2_tokenizer_goldens.py (parse_special, escaped text, ids; 
 """
 import importlib.util
 import os
-import sys
 
-import gguf
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+
+from golden_text import escape, vocab_test_fields
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("pre", os.path.join(HERE, "make_pretokenizer_goldens.py"))
@@ -43,10 +43,7 @@ CASES = [
 
 
 def main():
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        data_home, "granule/testdata/tokenizer/ggml-vocab-deepseek-llm.gguf")
-    fields = gguf.GGUFReader(path).fields
+    path, fields = vocab_test_fields("ggml-vocab-deepseek-llm.gguf")
 
     def array(name):
         field = fields[name]
@@ -71,7 +68,7 @@ def main():
         assert got == [int(x) for x in line.split()], (text, got, line)
     for text in CASES:
         ids = tok.encode(text, add_special_tokens=False).ids
-        print("0\t%s\t%s" % (pre.escape(text), " ".join(map(str, ids))))
+        print("0\t%s\t%s" % (escape(text), " ".join(map(str, ids))))
 
 
 if __name__ == "__main__":

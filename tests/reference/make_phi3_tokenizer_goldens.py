@@ -23,11 +23,10 @@ Usage:  pip install tokenizers gguf numpy
 Output: as make_smollm2_tokenizer_goldens.py: parse_special (0/1), the escaped text, the
 ids (no BOS), tab separated.
 """
-import os
-import sys
 
-import gguf
 from tokenizers import AddedToken, Tokenizer, models, normalizers
+
+from golden_text import escape, vocab_test_fields
 
 CASES = [
     (1, "<|user|>\nHello<|end|>\n<|assistant|>\n"),
@@ -45,24 +44,8 @@ CASES = [
 ]
 
 
-def escape(text):
-    named = {0x5C: b"\\\\", 0x0A: b"\\n", 0x09: b"\\t", 0x0D: b"\\r"}
-    out = bytearray()
-    for byte in text.encode("utf-8"):
-        if byte in named:
-            out += named[byte]
-        elif byte < 0x20 or byte == 0x7F:
-            out += b"\\x%02x" % byte
-        else:
-            out.append(byte)
-    return out.decode("utf-8")
-
-
 def main():
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        data_home, "granule/testdata/tokenizer/ggml-vocab-phi-3.gguf")
-    fields = gguf.GGUFReader(path).fields
+    path, fields = vocab_test_fields("ggml-vocab-phi-3.gguf")
 
     def array(name):
         field = fields[name]

@@ -18,6 +18,8 @@ import sys
 
 from tokenizers import Regex, pre_tokenizers as P
 
+from golden_text import escape, vocab_test_file
+
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
@@ -90,23 +92,9 @@ EXTRA = [
 ]
 
 
-def escape(text):
-    named = {0x5C: b"\\\\", 0x0A: b"\\n", 0x09: b"\\t", 0x0D: b"\\r"}
-    out = bytearray()
-    for byte in text.encode("utf-8"):
-        if byte in named:
-            out += named[byte]
-        elif byte < 0x20 or byte == 0x7F:
-            out += b"\\x%02x" % byte
-        else:
-            out.append(byte)
-    return out.decode("utf-8")
-
-
 def main():
     texts = []
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    inp = os.path.join(data_home, "granule/testdata/tokenizer/ggml-vocab-gpt-2.gguf.inp")
+    inp = vocab_test_file("ggml-vocab-gpt-2.gguf.inp")
     if len(sys.argv) > 1:
         inp = sys.argv[1]
     if os.path.exists(inp):

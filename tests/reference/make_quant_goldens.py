@@ -95,12 +95,16 @@ encode_record(T.BF16, np.concatenate([bits, np.array([np.inf, -np.inf, 0.0, -0.0
 
 # Encoding with ggml's reference quantisers (gguf.quants is bit-exact with them for
 # these types): random rows, a row with an all-zero block and one with a constant block.
-for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+def encode_spread_record(qtype):
     x = rng.standard_normal(32 * 29).astype(np.float32) * 3
     x[32:64] = 0
     x[64:96] = 1.25
     x[96:128] *= 1e-3
     encode_record(qtype, x)
+
+
+for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+    encode_spread_record(qtype)
 
 # The block types added later, after the first ones so those records keep their bytes.
 for qtype, n_blocks in [(T.Q5_0, 37), (T.Q5_1, 37), (T.Q2_K, 9), (T.Q3_K, 9), (T.IQ4_NL, 37),
@@ -113,11 +117,7 @@ mx[:, 0] = np.arange(256, dtype=np.uint8)
 with np.errstate(over="ignore"):
     decode_record(T.MXFP4, mx)
 for qtype in (T.Q5_0, T.Q5_1, T.MXFP4):
-    x = rng.standard_normal(32 * 29).astype(np.float32) * 3
-    x[32:64] = 0
-    x[64:96] = 1.25
-    x[96:128] *= 1e-3
-    encode_record(qtype, x)
+    encode_spread_record(qtype)
 
 with OUT.open("wb") as f:
     f.write(b"GQGD")

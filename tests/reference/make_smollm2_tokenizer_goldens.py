@@ -26,6 +26,8 @@ import sys
 import gguf
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from golden_text import escape
+
 CASES = [
     # whitespace
     (0, ""), (0, " "), (0, "  "), (0, "   "), (0, "\t"), (0, "\n"), (0, "\n\n"), (0, "\t\n"),
@@ -56,19 +58,6 @@ CASES = [
     (1, "<|endoftext|>"), (1, "<|im_start|><|im_end|>"), (1, "a<|im_start|>b"),
     (1, "<|im_start <|im_end|"), (1, " <|im_end|> "),
 ]
-
-
-def escape(text):
-    named = {0x5C: b"\\\\", 0x0A: b"\\n", 0x09: b"\\t", 0x0D: b"\\r"}
-    out = bytearray()
-    for byte in text.encode("utf-8"):
-        if byte in named:
-            out += named[byte]
-        elif byte < 0x20 or byte == 0x7F:
-            out += b"\\x%02x" % byte
-        else:
-            out.append(byte)
-    return out.decode("utf-8")
 
 
 def build(reader, with_specials):

@@ -1,7 +1,8 @@
-// Where tests find the default model, and the golden files' escaping.
+// Where tests find the default model and its first layers, and the golden files' escaping.
 #include "support/test_files.h"
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace granule::test {
@@ -12,11 +13,19 @@ std::filesystem::path default_model_path() {
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("GRANULE_DEFAULT_MODEL")) candidates.emplace_back(env);
   if (const char* xdg = std::getenv("XDG_DATA_HOME")) candidates.push_back(xdg / relative);
-  if (const char* home = std::getenv("HOME")) candidates.push_back(fs::path(home) / ".local/share" / relative);
+  if (const char* home = std::getenv("HOME"))
+    candidates.push_back(fs::path(home) / ".local/share" / relative);
   for (const auto& path : candidates) {
     if (fs::is_regular_file(path)) return path;
   }
   return {};
+}
+
+std::filesystem::path real_weights_model_path() {
+  const std::filesystem::path path =
+      std::filesystem::path(GRANULE_TESTDATA_DIR) /
+      ("smollm2-135m-first-" + std::to_string(kRealWeightsLayers) + ".gguf");
+  return std::filesystem::is_regular_file(path) ? path : std::filesystem::path();
 }
 
 std::string unescape_golden(const std::string& text) {
@@ -26,18 +35,22 @@ std::string unescape_golden(const std::string& text) {
       out += text[i];
       continue;
     }
-    const char kind = text[++i];
-    if (kind == 'n') {
-      out += '\n';
-    } else if (kind == 't') {
-      out += '\t';
-    } else if (kind == 'r') {
-      out += '\r';
-    } else if (kind == 'x') {
-      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-      i += 2;
-    } else {
-      out += kind;
+    switch (const char kind = text[++i]; kind) {
+      case 'n':
+        out += '\n';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 'x':
+        out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+        i += 2;
+        break;
+      default:
+        out += kind;  // \\ and any other escaped character: itself
     }
   }
   return out;

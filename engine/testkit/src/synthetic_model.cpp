@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "granule/error.h"
+#include "granule/testkit/byte_level.h"
 #include "granule/testkit/quantize.h"
 #include "model/rope.h"
 
@@ -87,30 +88,6 @@ std::vector<uint8_t> make_tensor(std::string_view name, uint64_t seed, Distribut
   return bytes;
 }
 
-// GPT-2's byte-to-symbol table: printable bytes stand for themselves, the others are
-// shifted to code points from 256 up, so every byte has a visible one-character token.
-std::string byte_symbol(int byte) {
-  auto printable = [](int b) {
-    return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-  };
-  uint32_t cp = static_cast<uint32_t>(byte);
-  if (!printable(byte)) {
-    uint32_t shifted = 0;
-    for (int b = 0; b < byte; ++b) {
-      if (!printable(b)) ++shifted;
-    }
-    cp = 256 + shifted;
-  }
-  std::string out;
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return out;
-}
-
 struct Vocabulary {
   std::vector<std::string> tokens;
   std::vector<int64_t> types;
@@ -126,9 +103,9 @@ Vocabulary make_vocabulary(int64_t n_vocab) {
   add("<|endoftext|>", 3);
   add("<|im_start|>", 3);
   add("<|im_end|>", 3);
-  for (int b = 0; b < 256; ++b) add(byte_symbol(b), 1);
+  for (int b = 0; b < 256; ++b) add(gpt2_byte_symbol(b), 1);
   // Merges: "Ġ" + letter (a space before a word), then letter pairs.
-  const std::string space = byte_symbol(' ');
+  const std::string space = gpt2_byte_symbol(' ');
   std::vector<std::pair<std::string, std::string>> pairs;
   for (char a = 'a'; a <= 'z'; ++a) pairs.emplace_back(space, std::string(1, a));
   for (char a = 'a'; a <= 'z'; ++a) {
@@ -178,6 +155,21 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.seed = 4;
     return s;
   }
+  if (name == "kv-wide") {  // narrow to compute, wide in KV: 32 KiB a token at f32
+    s.n_layer = 4;
+    s.n_head = s.n_head_kv = 8;
+    s.head_dim = 128;
+    s.context_length = 1024;
+    s.seed = 11;
+    return s;
+  }
+  if (name == "small-256") {  // the smallest shapes the GPU kernels run
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.n_ff = 512;
+    s.n_vocab = 1000;
+    return s;
+  }
   if (name == "smollm2-135m") {
     s.n_layer = 30;
     s.n_embd = 576;
@@ -211,7 +203,8 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny", "tiny-gqa", "tiny-qwen2", "tiny-qwen3", "smollm2-135m", "llama3-8b"};
+  return {"tiny",    "tiny-gqa",  "tiny-qwen2",   "tiny-qwen3",
+          "kv-wide", "small-256", "smollm2-135m", "llama3-8b"};
 }
 
 GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {

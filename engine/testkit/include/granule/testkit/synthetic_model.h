@@ -55,7 +55,10 @@ struct SyntheticModelSpec {
   std::string chat_template;
 
   // Named shapes: "tiny" (2 layers, 64 wide), "tiny-gqa", "tiny-qwen2", "tiny-qwen3",
-  // "smollm2-135m" (30 layers, 576, 9/3 heads, ff 1536, vocab 49152, tied, ctx 8192, theta 1e5),
+  // "kv-wide" (4 layers, 64 wide, 8/8 heads of 128, ctx 1024: 32 KiB of f32 KV a token),
+  // "small-256" (2 layers, 256 wide, 4/2 heads of 64, ff 512, vocab 1000: the smallest shapes
+  // the GPU kernels run), "smollm2-135m" (30 layers, 576, 9/3 heads, ff 1536, vocab 49152,
+  // tied, ctx 8192, theta 1e5),
   // "llama3-8b" (32 layers, 4096, 32/8, ff 14336, vocab 128256, theta 5e5, llama3 scaling).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
