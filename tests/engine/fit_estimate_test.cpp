@@ -99,14 +99,12 @@ TEST(FitEstimate, TheGpuPlanIsTheWeightLayoutAndTheWorkspaceListCudaModelAllocat
   q4.weight_type = TensorType::Q4_0;  // split rows where the kernels read them
   const TempModel model(q4, "granule_fit");
   const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
-  const kernels::KernelConfig kernels = kernel_config_from_environment();
   const DeviceWeightSizes sizes = layout_of(model.path).sizes();
   const CudaWorkspace workspace = workspace_of(model.path, 4096);
   EXPECT_EQ(e.resident_layers, 2);
   EXPECT_EQ(e.resident_weight_bytes, sizes.total());
-  // 1 GiB is roomy: the model takes the prefill overlap's second f16 scratch where it is on.
-  EXPECT_EQ(e.workspace_bytes,
-            workspace.total() + (kernels.prefill_overlap ? workspace.overlap_bytes : 0));
+  // 1 GiB is roomy: the model takes the prefill overlap's second f16 scratch.
+  EXPECT_EQ(e.workspace_bytes, workspace.total() + workspace.overlap_bytes);
   // The minimum is the plan's without that scratch: fixed weights, a ring of two of the
   // largest layer, the workspace and 512 tokens of f16 KV.
   const uint64_t largest = std::max(sizes.layer_bytes[0], sizes.layer_bytes[1]);
