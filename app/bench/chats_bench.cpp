@@ -275,7 +275,6 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
 
 int run_chats_benchmark(const ChatsBenchOptions& o) {
   try {
-    set_log_level(spdlog::level::warn);
     if (o.chats.empty()) throw UsageError("give at least one number of chats");
     const std::filesystem::path path = bench_model_path(o.model_path, o.synthetic);
     const std::string model_name =

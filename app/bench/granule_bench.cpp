@@ -241,6 +241,7 @@ int run(int argc, char** argv) {
       "sync", "time a dependent phase boundary: kernels in a graph against a grid barrier");
   add_sync_bench_options(*sync, sync_options);
   CLI11_PARSE(app, argc, argv);
+  set_log_level(spdlog::level::warn);  // every subcommand: the engine's warnings and errors only
   if (kv->parsed()) return run_kv_benchmark(kv_options);
   if (chats->parsed()) return run_chats_benchmark(chats_options);
   if (vmm->parsed()) return run_vmm_benchmark(vmm_options);
@@ -251,7 +252,6 @@ int run(int argc, char** argv) {
   std::cerr << "granule-bench: this build has no CUDA backend\n";
   return 1;
 #else
-  set_log_level(spdlog::level::warn);
   std::string why;
   if (!cuda::cuda_available(&why)) {
     std::cerr << "granule-bench: " << why << "\n";

@@ -245,7 +245,6 @@ void add_kv_bench_options(CLI::App& command, KvBenchOptions& o) {
 
 int run_kv_benchmark(const KvBenchOptions& o) {
   try {
-    set_log_level(spdlog::level::warn);
     const int64_t bytes_per_token =
         o.bytes_per_token > 0 ? o.bytes_per_token : fp16_kv_bytes_per_token(o.model);
 

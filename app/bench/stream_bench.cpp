@@ -336,7 +336,6 @@ void add_stream_bench_options(CLI::App& command, StreamBenchOptions& o) {
 
 int run_stream_benchmark(const StreamBenchOptions& o) {
   try {
-    set_log_level(spdlog::level::warn);
     if (o.budgets.empty()) throw UsageError("give at least one budget");
     const std::string synthetic =
         o.model_path.empty() && o.synthetic.empty() ? kDefaultModel : o.synthetic;

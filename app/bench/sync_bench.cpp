@@ -108,7 +108,6 @@ int run_sync_benchmark(const SyncBenchOptions& o) {
   return 1;
 #else
   try {
-    set_log_level(spdlog::level::warn);
     std::string why;
     if (!cuda::cuda_available(&why)) throw DeviceError(why);
     cudaDeviceProp prop{};

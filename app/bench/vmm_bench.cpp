@@ -137,7 +137,6 @@ void add_vmm_bench_options(CLI::App& command, VmmBenchOptions& o) {
 
 int run_vmm_benchmark(const VmmBenchOptions& o) {
   try {
-    set_log_level(spdlog::level::warn);
     std::unique_ptr<VirtualMemory> vm;
     std::string device = "host memory";
     if (o.device == "cuda") {

@@ -26,6 +26,7 @@
 #include "memory/memory_manager.h"
 #include "model/rope.h"
 #include "runtime/runtime.h"
+#include "support/model_runtime.h"
 #include "support/reference_golden.h"
 
 namespace granule {
@@ -219,41 +220,11 @@ struct TempDir {
 };
 
 // A model, its CPU backend and a KvSpace with a few slots (make_runtime, as the engine).
-struct LoadedModel {
-  std::unique_ptr<ModelFile> file;
-  ModelConfig config;
-  WeightTable weights;
-  Runtime runtime;
-  MemoryManager& memory;
-  std::unique_ptr<Backend>& backend = runtime.backend;
-  std::unique_ptr<KvSpace>& kv = runtime.kv;
+struct LoadedModel : test::ModelRuntime {
+  MemoryManager& memory = *runtime.memory;
 
   explicit LoadedModel(const fs::path& path, int32_t slots = 4, int64_t context = 256)
-      : runtime(load(path, slots, context)), memory(*runtime.memory) {}
-
-  Runtime load(const fs::path& path, int32_t slots, int64_t context) {
-    file = ModelFile::open(path);
-    config = ModelConfig::from_gguf(*file);
-    weights = WeightTable::from_gguf(*file, config);
-    RuntimeOptions options;
-    options.device = DeviceKind::Cpu;
-    options.backend.cpu_threads = 2;
-    options.backend.vram_budget_bytes = uint64_t{1} << 40;
-    options.context_length = context;
-    options.slots = slots;
-    options.kv_pool_granules = 0;
-    return make_runtime(*file, config, weights, options);
-  }
-
-  // Runs tokens on a slot from start; returns one row per token (all_logits) or the last.
-  std::vector<float> run(int32_t slot, const std::vector<int32_t>& tokens, int64_t start,
-                         bool all_logits) {
-    EXPECT_TRUE(kv->map_through(slot, start + static_cast<int64_t>(tokens.size())));
-    BatchSequence seq{slot, tokens, start, all_logits};
-    std::vector<float> logits;
-    backend->forward(std::span<const BatchSequence>(&seq, 1), logits);
-    return logits;
-  }
+      : ModelRuntime(path, test::cpu_runtime_options(slots, context)) {}
 };
 
 int32_t argmax(const float* row, int64_t n) {
@@ -274,14 +245,6 @@ struct GoldenCase {
   std::string name;
   SyntheticModelSpec spec;
 };
-
-SyntheticModelSpec with_types(SyntheticModelSpec s, TensorType weights, TensorType embedding,
-                              TensorType output) {
-  s.weight_type = weights;
-  s.embedding_type = embedding;
-  s.output_type = output;
-  return s;
-}
 
 SyntheticModelSpec wide(SyntheticModelSpec s) {  // rows of 256: the K-quants' block
   s.n_embd = 256;

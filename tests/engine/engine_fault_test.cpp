@@ -31,6 +31,15 @@ SequenceId submit(Engine& engine, test::Outputs& outputs, int32_t max_tokens) {
   return engine.submit(test::chat_request({{1, 5, 9, 13, 17, 21}, max_tokens}, outputs));
 }
 
+// A new chat on `engine` runs to its max_tokens.
+void expect_a_whole_answer(Engine& engine, int32_t max_tokens) {
+  test::Outputs out;
+  const SequenceId id = submit(engine, out, max_tokens);
+  run_to_idle(engine);
+  EXPECT_EQ(out[id].reason, FinishReason::MaxTokens);
+  EXPECT_EQ(out[id].tokens.size(), static_cast<size_t>(max_tokens));
+}
+
 TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
   TempModel model(SyntheticModelSpec::preset("tiny-gqa"), "granule_fault");
   // Pass 1 prefills the three running chats, passes 2-4 decode: pass 4 fails mid-generation.
@@ -52,10 +61,7 @@ TEST(EngineFault, AnErrorTheDeviceSurvivesEndsTheBatchAndTheEngineGoesOn) {
   EXPECT_EQ(out[waiting].tokens.size(), 20u);
   EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u) << "every chat's KV is freed";
   // The engine takes new work.
-  const SequenceId after = submit(*engine, out, 5);
-  run_to_idle(*engine);
-  EXPECT_EQ(out[after].reason, FinishReason::MaxTokens);
-  EXPECT_EQ(out[after].tokens.size(), 5u);
+  expect_a_whole_answer(*engine, 5);
 }
 
 TEST(EngineFault, ALostDeviceEndsEveryChatRefusesNewOnesAndAReopenedEngineWorks) {
@@ -83,11 +89,7 @@ TEST(EngineFault, ALostDeviceEndsEveryChatRefusesNewOnesAndAReopenedEngineWorks)
   }  // destroying the engine after a lost device is clean
   auto reopened =
       Engine::open(model.path, options_with_fault(1000, FaultInjectingBackend::Fault::DeviceLost));
-  test::Outputs fresh;  // ids start again in a new engine
-  const SequenceId id = submit(*reopened, fresh, 8);
-  run_to_idle(*reopened);
-  EXPECT_EQ(fresh[id].reason, FinishReason::MaxTokens);
-  EXPECT_EQ(fresh[id].tokens.size(), 8u);
+  expect_a_whole_answer(*reopened, 8);
 }
 
 TEST(EngineFault, ALostDeviceDuringPrefillEndsTheChatsBeforeAnyToken) {

@@ -31,7 +31,7 @@ using test::kv_committed_after_dropping_kept;
 using test::run_to_idle;
 using test::TempModel;
 
-EngineOptions cpu_options() { return test::cpu_engine_options(256, 4); }
+EngineOptions cpu_options(int64_t context = 256) { return test::cpu_engine_options(context, 4); }
 
 int32_t argmax(const std::vector<float>& row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
@@ -207,9 +207,7 @@ TEST(Engine, SequenceLargerThanKvBudgetFailsClearly) {
 
 TEST(Engine, PromptLongerThanContextIsCapacityError) {
   TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
-  EngineOptions o = cpu_options();
-  o.context_length = 16;
-  auto engine = Engine::open(model.path, o);
+  auto engine = Engine::open(model.path, cpu_options(16));
   test::Outputs out;
   EXPECT_THROW(engine->submit(chat_request({std::vector<TokenId>(16, 5), 4}, out)), CapacityError);
   EXPECT_NO_THROW(engine->submit(chat_request({std::vector<TokenId>(15, 5), 4}, out)));
@@ -220,9 +218,7 @@ TEST(Engine, PromptLongerThanContextIsCapacityError) {
 // The case: generation stops at the context's end with MaxTokens, never writing past it.
 TEST(Engine, GenerationStopsAtContextEnd) {
   TempModel model(SyntheticModelSpec::preset("tiny"), "granule_engine");
-  EngineOptions o = cpu_options();
-  o.context_length = 12;
-  auto engine = Engine::open(model.path, o);
+  auto engine = Engine::open(model.path, cpu_options(12));
   test::Outputs out;
   SequenceId id = engine->submit(chat_request({{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 100}, out));
   run_to_idle(*engine);
@@ -327,9 +323,7 @@ TEST(Engine, ContextIsClampedToTheModels) {
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.context_length = 64;
   TempModel model(spec, "granule_engine");
-  EngineOptions o = cpu_options();
-  o.context_length = 100000;
-  auto engine = Engine::open(model.path, o);
+  auto engine = Engine::open(model.path, cpu_options(100000));
   EXPECT_EQ(engine->options().context_length, 64);
   EXPECT_NE(engine->device_name().find("CPU"), std::string::npos);
 }

@@ -26,23 +26,21 @@ constexpr int64_t kContext = 2048;        // a multiple of a granule's tokens
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 KvWorkloadOptions small_workload(uint64_t seed = 7) {
-  KvWorkloadOptions o;
-  o.chats = 8;
-  o.max_turns = 5;
-  o.seed = seed;
-  o.max_context_tokens = kContext;
-  o.prefill_chunk_tokens = 128;
-  o.arrival_window_steps = 40;
-  o.prompt_max_tokens = 600;
-  o.answer_max_tokens = 300;
-  o.answer_min_tokens = 20;
-  o.think_min_steps = 2;
-  o.think_max_steps = 10;
   // More regenerations and edits than a real user makes, so a small trace has several.
-  o.regenerate_probability = 0.25;
-  o.edit_probability = 0.2;
-  o.end_probability = 0.15;
-  return o;
+  return {.chats = 8,
+          .max_turns = 5,
+          .seed = seed,
+          .max_context_tokens = kContext,
+          .prefill_chunk_tokens = 128,
+          .arrival_window_steps = 40,
+          .prompt_max_tokens = 600,
+          .answer_min_tokens = 20,
+          .answer_max_tokens = 300,
+          .think_min_steps = 2,
+          .think_max_steps = 10,
+          .regenerate_probability = 0.25,
+          .edit_probability = 0.2,
+          .end_probability = 0.15};
 }
 
 KvPolicyShape small_shape() {

@@ -27,6 +27,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "runtime/runtime.h"
+#include "support/model_runtime.h"
 #include "support/reference_golden.h"
 #include "support/temp_model.h"
 
@@ -38,34 +39,11 @@ using test::ReferenceGolden;
 using T = TensorType;
 
 // A model file with its CPU backend and KV space (as the engine makes them).
-struct CpuModel {
-  std::unique_ptr<ModelFile> file;
-  ModelConfig config;
-  WeightTable weights;
-  Runtime runtime;
-
-  explicit CpuModel(const fs::path& path) : runtime(load(path)) {}
-
-  Runtime load(const fs::path& path) {
-    file = ModelFile::open(path);
-    config = ModelConfig::from_gguf(*file);
-    weights = WeightTable::from_gguf(*file, config);
-    RuntimeOptions options;
-    options.device = DeviceKind::Cpu;
-    options.backend.cpu_threads = 2;
-    options.backend.vram_budget_bytes = uint64_t{1} << 40;
-    options.context_length = 64;
-    options.slots = 1;
-    options.kv_pool_granules = 0;
-    return make_runtime(*file, config, weights, options);
-  }
+struct CpuModel : test::ModelRuntime {
+  explicit CpuModel(const fs::path& path) : ModelRuntime(path, test::cpu_runtime_options(1, 64)) {}
 
   std::vector<float> run(const std::vector<int32_t>& tokens, int64_t start, bool all_logits) {
-    EXPECT_TRUE(runtime.kv->map_through(0, start + static_cast<int64_t>(tokens.size())));
-    BatchSequence seq{0, tokens, start, all_logits};
-    std::vector<float> logits;
-    runtime.backend->forward(std::span<const BatchSequence>(&seq, 1), logits);
-    return logits;
+    return ModelRuntime::run(0, tokens, start, all_logits);
   }
 
   // Teacher-forced logits of every prompt position, then `greedy` tokens decoded one step
@@ -92,8 +70,7 @@ SyntheticModelSpec wide_spec(uint64_t seed) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny");
   s.n_embd = 256;
   s.n_ff = 512;
-  s.n_head = 4;
-  s.n_head_kv = 2;
+  s.n_head = 4;  // over tiny's 2 KV heads
   s.seed = seed;
   return s;
 }
@@ -108,18 +85,12 @@ std::vector<MixCase> mix_cases() {
   // Q4_K_M as llama-quantize mixes it, with the fallbacks it takes for rows that are not
   // multiples of 256 (Q5_0 for Q4_K, Q5_1 for Q5_K): here attn_q/attn_k and the gate/up
   // products as if their rows were short, Q6_K for attn_v, blk.0's ffn_down and the head.
-  SyntheticModelSpec q4km = wide_spec(31);
-  q4km.weight_type = T::Q4_K;
-  q4km.embedding_type = T::Q4_K;
-  q4km.output_type = T::Q6_K;
+  SyntheticModelSpec q4km = with_types(wide_spec(31), T::Q4_K, T::Q4_K, T::Q6_K);
   q4km.tensor_types = {{"attn_q.weight", T::Q5_0}, {"attn_k.weight", T::Q5_0},
                        {"attn_v.weight", T::Q6_K}, {"ffn_gate.weight", T::Q5_1},
                        {"ffn_up.weight", T::Q5_1}, {"blk.0.ffn_down.weight", T::Q6_K}};
   // Every newer block type in one forward pass, embeddings and head included.
-  SyntheticModelSpec newer = wide_spec(32);
-  newer.weight_type = T::Q5_0;
-  newer.embedding_type = T::Q3_K;
-  newer.output_type = T::IQ4_XS;
+  SyntheticModelSpec newer = with_types(wide_spec(32), T::Q5_0, T::Q3_K, T::IQ4_XS);
   newer.tensor_types = {{"attn_q.weight", T::Q2_K},        {"attn_k.weight", T::Q3_K},
                         {"attn_v.weight", T::IQ4_NL},      {"attn_output.weight", T::IQ4_XS},
                         {"ffn_gate.weight", T::MXFP4},     {"ffn_up.weight", T::Q5_1},

@@ -256,6 +256,31 @@ std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
   return v;
 }
 
+// A row quantised to `type`, and such a row of `n` values decoded.
+std::vector<uint8_t> encode(TensorType type, const std::vector<float>& x) {
+  const auto n = static_cast<int64_t>(x.size());
+  std::vector<uint8_t> encoded(row_bytes(type, n));
+  quantize_row(type, x.data(), encoded.data(), n);
+  return encoded;
+}
+std::vector<float> decode(TensorType type, const std::vector<uint8_t>& encoded, int64_t n) {
+  std::vector<float> decoded(n);
+  dequantize_row(type, encoded.data(), decoded.data(), n);
+  return decoded;
+}
+
+// `x` quantised to `type` and decoded again: the RMS of the error relative to the RMS of x.
+double round_trip_relative_rms(TensorType type, const std::vector<float>& x) {
+  const auto n = static_cast<int64_t>(x.size());
+  const std::vector<float> decoded = decode(type, encode(type, x), n);
+  double err2 = 0, ref2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    err2 += (decoded[i] - x[i]) * double(decoded[i] - x[i]);
+    ref2 += x[i] * double(x[i]);
+  }
+  return std::sqrt(err2 / ref2);
+}
+
 struct ErrorBound {
   TensorType type;
   double max_relative_rms;  // RMS(decoded - x) / RMS(x) on unit Gaussian data
@@ -270,17 +295,7 @@ class QuantRoundTrip : public ::testing::TestWithParam<ErrorBound> {};
 TEST_P(QuantRoundTrip, QuantiseThenDequantiseStaysWithinTheTypesErrorBound) {
   const auto [type, bound] = GetParam();
   const int64_t n = 256 * 24;
-  const auto x = gaussian(n, 7);
-  std::vector<uint8_t> encoded(row_bytes(type, n));
-  quantize_row(type, x.data(), encoded.data(), n);
-  std::vector<float> decoded(n);
-  dequantize_row(type, encoded.data(), decoded.data(), n);
-  double err2 = 0, ref2 = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    err2 += (decoded[i] - x[i]) * double(decoded[i] - x[i]);
-    ref2 += x[i] * double(x[i]);
-  }
-  const double relative_rms = std::sqrt(err2 / ref2);
+  const double relative_rms = round_trip_relative_rms(type, gaussian(n, 7));
   EXPECT_LE(relative_rms, bound) << tensor_type_name(static_cast<uint32_t>(type));
   RecordProperty("relative_rms", std::to_string(relative_rms));
 }
@@ -321,18 +336,8 @@ TEST_P(QuantAllTypes, TinyAndLargeScalesDecodeNearTheInput) {
   const TensorType type = GetParam();
   for (float sigma : {1e-3f, 1e3f}) {
     const int64_t n = 512;
-    const auto x = gaussian(n, 11, sigma);
-    std::vector<uint8_t> encoded(row_bytes(type, n));
-    quantize_row(type, x.data(), encoded.data(), n);
-    std::vector<float> decoded(n);
-    dequantize_row(type, encoded.data(), decoded.data(), n);
-    double err2 = 0, ref2 = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      err2 += (decoded[i] - x[i]) * double(decoded[i] - x[i]);
-      ref2 += x[i] * double(x[i]);
-    }
     // Subnormal scales carry fewer bits, hence the looser bound than above.
-    EXPECT_LE(std::sqrt(err2 / ref2), 0.3) << "sigma " << sigma;
+    EXPECT_LE(round_trip_relative_rms(type, gaussian(n, 11, sigma)), 0.3) << "sigma " << sigma;
   }
 }
 
@@ -345,15 +350,6 @@ TEST_P(QuantAllTypes, OffsetAndConstantRowsDecodeNearTheInput) {
   for (auto& v : shifted) v += 3.0f;
   const std::vector<float> constant(n, -1.25f);
   for (const std::vector<float>* x : {&std::as_const(shifted), &constant}) {
-    std::vector<uint8_t> encoded(row_bytes(type, n));
-    quantize_row(type, x->data(), encoded.data(), n);
-    std::vector<float> decoded(n);
-    dequantize_row(type, encoded.data(), decoded.data(), n);
-    double err2 = 0, ref2 = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      err2 += (decoded[i] - (*x)[i]) * double(decoded[i] - (*x)[i]);
-      ref2 += (*x)[i] * double((*x)[i]);
-    }
     // 0.08: Q4_0 is symmetric around zero, so data offset by 3 sigma spends half its
     // levels on values that never occur (measured 0.058; the other 4-bit and wider types
     // stay below 0.03). The 2- and 3-bit K quants have a coarser grid (shifted: Q2_K 0.126,
@@ -363,7 +359,8 @@ TEST_P(QuantAllTypes, OffsetAndConstantRowsDecodeNearTheInput) {
                          : type == TensorType::Q3_K  ? 0.125
                          : type == TensorType::MXFP4 ? 0.201
                                                      : 0.08;
-    EXPECT_LE(std::sqrt(err2 / ref2), bound) << (x == &constant ? "constant" : "shifted");
+    EXPECT_LE(round_trip_relative_rms(type, *x), bound)
+        << (x == &constant ? "constant" : "shifted");
   }
 }
 
@@ -372,10 +369,8 @@ TEST_P(QuantAllTypes, DotRowEqualsDequantiseThenDot) {
   const int64_t n = 256 * 5;
   const auto w = gaussian(n, 3);
   const auto x = gaussian(n, 4);
-  std::vector<uint8_t> encoded(row_bytes(type, n));
-  quantize_row(type, w.data(), encoded.data(), n);
-  std::vector<float> decoded(n);
-  dequantize_row(type, encoded.data(), decoded.data(), n);
+  const std::vector<uint8_t> encoded = encode(type, w);
+  const std::vector<float> decoded = decode(type, encoded, n);
   double expected = 0, magnitude = 0;
   for (int64_t i = 0; i < n; ++i) {
     expected += double(decoded[i]) * x[i];

@@ -113,11 +113,18 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
 
 using granule::test::unescape_golden;
 
-TEST(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
-  const fs::path model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
-  const auto file = ModelFile::open(model);
-  const auto tokenizer = Tokenizer::from_gguf(*file);
+// The default model's tokenizer (the test skips without the model).
+class SmolLM2Golden : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const fs::path model = default_model_path();
+    if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
+    tokenizer = Tokenizer::from_gguf(*ModelFile::open(model));
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+TEST_F(SmolLM2Golden, MatchesHuggingFaceTokenizersOnTrickyStrings) {
   ASSERT_EQ(tokenizer->pre_name(), "smollm");
 
   std::ifstream goldens(fs::path(GRANULE_SOURCE_DIR) / "tests/data/tokenizer/smollm2_goldens.txt");
@@ -223,11 +230,7 @@ TEST(DeepSeekLlmGolden, WhitespaceBesideParagraphSeparatorsAndTabsLikeHuggingFac
 
 // The special ids llama.cpp reports when it loads SmolLM2 (BOS 1, EOS 2, EOT 2 found by
 // text, EOG <|endoftext|> <|im_end|> and the FIM repository token <reponame>).
-TEST(SmolLM2Golden, SpecialTokensMatchWhatLlamaCppReports) {
-  const fs::path model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << test::kNoDefaultModel;
-  const auto file = ModelFile::open(model);
-  const auto tokenizer = Tokenizer::from_gguf(*file);
+TEST_F(SmolLM2Golden, SpecialTokensMatchWhatLlamaCppReports) {
   EXPECT_EQ(tokenizer->model_name(), "gpt2");
   EXPECT_EQ(tokenizer->vocab_size(), 49152u);
   EXPECT_EQ(tokenizer->bos(), 1);

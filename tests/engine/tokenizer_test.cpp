@@ -158,21 +158,19 @@ TEST_F(TinyVocab, BpeMapsSpacesAndBytesThroughGpt2Characters) {
 
 TEST_F(TinyVocab, BpeRejectsUnknownModelAndPreTokenizerByName) {
   auto spec = byte_level({}, {"a b"});
+  auto expect_refused = [this](const VocabSpec& s, const std::string& name) {
+    try {
+      build(s);
+      ADD_FAILURE() << "an unknown name was accepted: " << name;
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  };
   spec.pre = "no-such-pre";
-  try {
-    build(spec);
-    FAIL() << "an unknown pre-tokenizer was accepted";
-  } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("no-such-pre"), std::string::npos) << e.what();
-  }
+  expect_refused(spec, "no-such-pre");  // an unknown pre-tokenizer
   spec.pre = "gpt2";
   spec.model = "bert";
-  try {
-    build(spec);
-    FAIL() << "an unknown tokenizer model was accepted";
-  } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("bert"), std::string::npos) << e.what();
-  }
+  expect_refused(spec, "bert");  // an unknown tokenizer model
 }
 
 TEST_F(TinyVocab, MissingVocabularyPartsAreFormatErrors) {
@@ -445,12 +443,13 @@ std::string random_text(std::mt19937& rng, size_t characters) {
   return text;
 }
 
+constexpr const char* kNoRealVocabulary =
+    "no real vocabulary found (llama.cpp's goldens in " GRANULE_TESTDATA_DIR
+    "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
+
 TEST(RealVocabularies, RandomUtf8RoundTripsAndStreamsWithoutPartialCharacters) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty())
-    GTEST_SKIP()
-        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
-        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
+  if (vocabularies.empty()) GTEST_SKIP() << kNoRealVocabulary;
   for (const fs::path& path : vocabularies) {
     SCOPED_TRACE(path.filename().string());
     const auto file = ModelFile::open(path);
@@ -477,10 +476,7 @@ TEST(RealVocabularies, RandomUtf8RoundTripsAndStreamsWithoutPartialCharacters) {
 
 TEST(RealVocabularies, OneTokenizerEncodesFromSeveralThreadsAtOnce) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty())
-    GTEST_SKIP()
-        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
-        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
+  if (vocabularies.empty()) GTEST_SKIP() << kNoRealVocabulary;
   const auto file = ModelFile::open(vocabularies.front());
   const auto tokenizer = Tokenizer::from_gguf(*file);
   std::mt19937 rng(7);
@@ -519,10 +515,7 @@ TEST(RealVocabularies, ByteLevelBpeKeepsInvalidUtf8Bytes) {
 // would take minutes here and trip the test's timeout. The time is printed.
 TEST(RealVocabularies, HundredKilobyteTextEncodesInOnePass) {
   const auto vocabularies = real_vocabularies();
-  if (vocabularies.empty())
-    GTEST_SKIP()
-        << "no real vocabulary found (llama.cpp's goldens in " << GRANULE_TESTDATA_DIR
-        << "/tokenizer, the default model): `bash packaging/setup.sh testdata model` fetches them";
+  if (vocabularies.empty()) GTEST_SKIP() << kNoRealVocabulary;
   std::mt19937 rng(99);
   std::string text;
   while (text.size() < 60'000) text += random_text(rng, 200) + "\n\nThe quick brown fox. ";

@@ -139,12 +139,12 @@ void judge_answer(Engine& oracle, Engine& reference, int chat, const std::vector
 void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) {
   const int32_t answer_tokens = kv_budget_granules > 0 ? 5 * kAnswerTokens : kAnswerTokens;
   EngineOptions options = engine_options(DeviceKind::Cuda, false);
-  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), options);
+  auto engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), options);
   ASSERT_NE(engine->device_name().find("CUDA"), std::string::npos) << engine->device_name();
-  auto oracle =
-      Engine::open(gpu_test::smollm2_shapes_path(), engine_options(DeviceKind::Cpu, true));
-  auto reference =
-      Engine::open(gpu_test::smollm2_shapes_path(), engine_options(DeviceKind::Cpu, false));
+  auto oracle = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(),
+                             engine_options(DeviceKind::Cpu, true));
+  auto reference = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(),
+                                engine_options(DeviceKind::Cpu, false));
   const auto prompts = varied_prompts(chats, engine->config().n_vocab);
 
   if (kv_budget_granules > 0) {
@@ -153,7 +153,7 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
                                 idle.device.ledger_bytes(MemoryCategory::KvCommitted) +
                                 kv_budget_granules * (2ull << 20);
     engine.reset();
-    engine = Engine::open(gpu_test::smollm2_shapes_path(), options);
+    engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), options);
   }
   test::Outputs out;
   std::vector<SequenceId> ids;

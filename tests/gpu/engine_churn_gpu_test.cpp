@@ -67,7 +67,7 @@ std::vector<TokenId> random_prompt(std::mt19937& rng, int length, int64_t vocab)
 
 TEST_F(EngineChurnGpu, ChatsThatEndCancelAndRegenerateKeepTheKvLedgerAndTheDeviceHealthy) {
   GRANULE_REQUIRE_GPU();
-  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
+  auto engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), cuda_options());
   const int64_t vocab = engine->config().n_vocab;
   std::mt19937 rng(20261203);
   int ended = 0, cancelled = 0, regenerated = 0;
@@ -139,7 +139,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
   std::mt19937 rng(7);
   Chat reference;
   {
-    auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
+    auto engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), cuda_options());
     reference.prompt = random_prompt(rng, 40, engine->config().n_vocab);
     reference.max_tokens = 16;
     submit(*engine, reference);
@@ -147,7 +147,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
     ASSERT_EQ(reference.reason, FinishReason::MaxTokens) << reference.error;
   }
   {
-    auto engine = Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
+    auto engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), cuda_options());
     std::vector<Chat> chats(6);
     bool injected = false;
     cudaError_t injected_status = cudaSuccess;
@@ -186,7 +186,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
   // reason; asking for the GPU explicitly then says to restart.
   EngineOptions automatic = cuda_options();
   automatic.device = DeviceKind::Auto;
-  auto engine = Engine::open(gpu_test::smollm2_shapes_path(), automatic);
+  auto engine = Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), automatic);
   Chat after;
   after.prompt = reference.prompt;
   after.max_tokens = reference.max_tokens;
@@ -200,7 +200,7 @@ TEST_F(EngineChurnGpu, AStickyCudaErrorMidGenerationEndsEveryChatAndTheModelCanB
     EXPECT_EQ(after.tokens, reference.tokens) << "the reset GPU answers as before the fault";
   } else {
     try {
-      Engine::open(gpu_test::smollm2_shapes_path(), cuda_options());
+      Engine::open(gpu_test::SmolLM2ShapesSuite::model_path(), cuda_options());
       ADD_FAILURE() << "the GPU did not come back, yet opening on it worked";
     } catch (const DeviceError& e) {
       std::cout << "[fault] opening on the GPU: " << e.what() << "\n";

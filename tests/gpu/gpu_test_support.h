@@ -126,24 +126,22 @@ inline TopTwo top_two(std::span<const float> row) {
   return {best, static_cast<double>(row[static_cast<size_t>(best)]) - second};
 }
 
-// The synthetic model at the default model's shapes (the smollm2-135m preset), one file per
-// process: ctest runs each test of a suite in its own process, in parallel, and each
-// process's suite teardown removes its own file.
-inline std::filesystem::path smollm2_shapes_path() {
-  return std::filesystem::temp_directory_path() /
-         ("granule-gpu-test-smollm2-135m-" + std::to_string(getpid()) + ".gguf");
-}
-
-// A suite over that model, written once for the suite when a GPU is present (else each test
-// skips).
+// A suite over the synthetic model at the default model's shapes (the smollm2-135m preset),
+// written once for the suite when a GPU is present (else each test skips) and removed after.
 class SmolLM2ShapesSuite : public ::testing::Test {
+ public:
+  // One file per process: ctest runs each test of a suite in its own process, in parallel.
+  static std::filesystem::path model_path() {
+    return std::filesystem::temp_directory_path() /
+           ("granule-gpu-test-smollm2-135m-" + std::to_string(getpid()) + ".gguf");
+  }
+
  protected:
   static void SetUpTestSuite() {
-    std::string why;
-    if (gpu_present(&why))
-      write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), smollm2_shapes_path());
+    if (std::string why; gpu_present(&why))
+      write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), model_path());
   }
-  static void TearDownTestSuite() { std::filesystem::remove(smollm2_shapes_path()); }
+  static void TearDownTestSuite() { std::filesystem::remove(model_path()); }
 };
 
 }  // namespace granule::gpu_test

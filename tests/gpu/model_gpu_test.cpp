@@ -35,6 +35,8 @@
 #include "memory/memory_manager.h"
 #include "runtime/runtime.h"
 #include "support/engine_chats.h"
+#include "support/model_runtime.h"
+#include "support/temp_model.h"
 #include "support/test_files.h"
 
 namespace granule {
@@ -43,31 +45,29 @@ namespace {
 // One forward pass of `batch` (the KV mapped through each sequence's last token first): the
 // logits of the rows it asks for.
 std::vector<float> forward(Runtime& runtime, const std::vector<BatchSequence>& batch) {
-  for (const BatchSequence& s : batch)
-    if (!runtime.kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())))
-      throw std::runtime_error("KV map refused");
+  const bool mapped = std::all_of(batch.begin(), batch.end(), [&](const BatchSequence& s) {
+    return runtime.kv->map_through(s.slot,
+                                   s.start_position + static_cast<int64_t>(s.tokens.size()));
+  });
+  if (!mapped) throw std::runtime_error("KV map refused");
   std::vector<float> logits;
   runtime.backend->forward(batch, logits);
   return logits;
 }
 
 // A backend with its own ledger and KV space over a model file (make_runtime, as the engine).
-struct Rig {
-  std::unique_ptr<ModelFile> file;
-  ModelConfig config;
-  WeightTable weights;
-  Runtime runtime;
+struct Rig : test::ModelRuntime {
   std::unique_ptr<MemoryManager>& memory = runtime.memory;
-  std::unique_ptr<Backend>& backend = runtime.backend;
-  std::unique_ptr<KvSpace>& kv = runtime.kv;
 
   // gpu: the CUDA backend; else the CPU backend, as the oracle when `oracle`.
   Rig(const std::filesystem::path& path, bool gpu, int slots = 4, int64_t context = 512,
       bool oracle = false, std::optional<kernels::KernelConfig> kernel_config = {},
-      bool cuda_graphs = true) {
-    file = ModelFile::open(path);
-    config = ModelConfig::from_gguf(*file);
-    weights = WeightTable::from_gguf(*file, config);
+      bool cuda_graphs = true)
+      : ModelRuntime(path, options(gpu, slots, context, oracle, kernel_config, cuda_graphs)) {}
+
+  static RuntimeOptions options(bool gpu, int slots, int64_t context, bool oracle,
+                                std::optional<kernels::KernelConfig> kernel_config,
+                                bool cuda_graphs) {
     RuntimeOptions options;
     options.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
     options.backend.vram_budget_bytes = uint64_t{1} << 40;
@@ -77,17 +77,13 @@ struct Rig {
     options.backend.cpu_emulate_device_numerics = oracle;
     options.backend.kernel_config = kernel_config;
     options.backend.cuda_graphs = cuda_graphs;
-    runtime = make_runtime(*file, config, weights, options);
+    return options;
   }
 
   std::vector<float> run(const std::vector<BatchSequence>& batch) {
     return forward(runtime, batch);
   }
 };
-
-std::filesystem::path model_path(const std::string& name) {
-  return std::filesystem::temp_directory_path() / ("granule-gpu-test-" + name + ".gguf");
-}
 
 // Small shapes the GPU kernels support (head size 64 or 128, widths multiples of 256).
 SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
@@ -351,8 +347,8 @@ TEST_P(ModelGpuVsCpu, TeacherForcedPrefillDecodeAndGemmPathsMatchTheOracle) {
   const ModelCase mc = GetParam();
   const std::string type(tensor_type_info(mc.type).name);
   const std::string name = mc.variant + "-" + type;
-  const auto path = model_path(name);
-  write_synthetic_model(small_spec(mc.variant, mc.type), path);
+  const test::TempModel model(small_spec(mc.variant, mc.type), "granule-gpu-test-" + name);
+  const std::filesystem::path& path = model.path;
   Rig cpu(path, false), oracle(path, false, 4, 512, true), gpu(path, true);
   const int64_t vocab = cpu.config.n_vocab;
 
@@ -378,7 +374,6 @@ TEST_P(ModelGpuVsCpu, TeacherForcedPrefillDecodeAndGemmPathsMatchTheOracle) {
       compare_rows(oracle.run({{2, long_tokens, 0, true}}), cpu.run({{2, long_tokens, 0, true}}),
                    gpu.run({{2, long_tokens, 0, true}}), vocab),
       name + " prefill 150 (cuBLAS)", kShallowGemm, type + " prefill-150-cublas");
-  std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -413,8 +408,8 @@ INSTANTIATE_TEST_SUITE_P(
 // CPU reference doing the same batches.
 TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("batch");
-  write_synthetic_model(small_spec("llama", TensorType::Q4_0), path);
+  const test::TempModel model(small_spec("llama", TensorType::Q4_0), "granule-gpu-test-batch");
+  const std::filesystem::path& path = model.path;
   Rig cpu(path, false), oracle(path, false, 4, 512, true), gpu(path, true);
   const int64_t vocab = cpu.config.n_vocab;
   const Rows3 rows = batched_decode(cpu, oracle, gpu, 0, 12, 100, 200);
@@ -426,7 +421,6 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
   const bool f16_prompt = f16_from > 0 && f16_from <= kBatchLengths[1];
   expect_close(compare_rows(rows.want, rows.ref, rows.got, vocab), "batched decode (3 sequences)",
                f16_prompt ? kShallowInt8 : kShallow, "Q4_0 batched-decode");
-  std::filesystem::remove(path);
 }
 
 // The f16 tensor-core products (KernelConfig::f16_mma_min_rows = 1: every run of at most 64
@@ -449,8 +443,8 @@ class ModelGpuF16Mma : public ::testing::TestWithParam<SpecCase> {};
 TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
   GRANULE_REQUIRE_GPU();
   const SpecCase& fc = GetParam();
-  const auto path = model_path("f16mma-" + fc.name);
-  write_synthetic_model(fc.spec, path);
+  const test::TempModel model(fc.spec, "granule-gpu-test-f16mma-" + fc.name);
+  const std::filesystem::path& path = model.path;
   kernels::KernelConfig f16 = gpu_test::kernel_config(), int8 = f16;
   f16.f16_mma_min_rows = 1;
   int8.f16_mma_min_rows = 0;
@@ -485,7 +479,6 @@ TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
   const Rows3 batched = batched_decode(cpu, oracle, gpu, 1, 8, 300, 400);
   expect_close(compare_rows(batched.want, batched.ref, batched.got, vocab),
                fc.name + " f16 mma, 3 sequences", fc.caps, fc.name + " f16mma-batched");
-  std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -522,8 +515,8 @@ SyntheticModelSpec wide_ff_spec() {
 TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   GRANULE_REQUIRE_GPU();
   const SpecCase& fc = GetParam();
-  const auto path = model_path("fusion-" + fc.name);
-  write_synthetic_model(fc.spec, path);
+  const test::TempModel model(fc.spec, "granule-gpu-test-fusion-" + fc.name);
+  const std::filesystem::path& path = model.path;
   Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true), gpu(path, true, 2, 256);
   const int64_t vocab = cpu.config.n_vocab;
   const std::vector<int32_t> tokens = random_tokens(24, vocab, 11);
@@ -538,7 +531,6 @@ TEST_P(ModelGpuDecodeFusion, OneRowStepsMatchTheOracle) {
   const bool rope_kv = gpu.config.rope_ordering == RopeOrdering::NeoX || gpu.config.qk_norm;
   EXPECT_EQ(snapshot.graphs.nodes, 2 + gpu.config.n_layer * (rope_kv ? 6 : 5))
       << "the one-row step's graph holds kernels the fusion leaves out";
-  std::filesystem::remove(path);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -555,8 +547,9 @@ INSTANTIATE_TEST_SUITE_P(
 // (no cap on flip rows; see the bound's derivation).
 TEST(ModelGpuDefaultShapes, SmolLM2ShapesTeacherForced64Positions) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("smollm2-135m");
-  write_synthetic_model(SyntheticModelSpec::preset("smollm2-135m"), path);
+  const test::TempModel model(SyntheticModelSpec::preset("smollm2-135m"),
+                              "granule-gpu-test-smollm2-135m");
+  const std::filesystem::path& path = model.path;
   Rig cpu(path, false, 2, 256), oracle(path, false, 2, 256, true), gpu(path, true, 2, 256);
   const int64_t vocab = cpu.config.n_vocab;
   const std::vector<int32_t> tokens = random_tokens(64, vocab, 7);
@@ -566,7 +559,6 @@ TEST(ModelGpuDefaultShapes, SmolLM2ShapesTeacherForced64Positions) {
                "smollm2-135m shapes prefill 64", kDeep, "Q4_1+Q8_0 smollm2-shapes prefill-64");
   expect_close(compare_rows(run_steps(oracle, 1, tokens), ref, run_steps(gpu, 1, tokens), vocab),
                "smollm2-135m shapes decode steps", kDeep, "Q4_1+Q8_0 smollm2-shapes decode");
-  std::filesystem::remove(path);
 }
 
 std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, DeviceKind device,
@@ -597,6 +589,9 @@ struct RealModel {
   std::string missing;                          // how to get it
   Caps caps;
 };
+
+// How gtest shows a case: its name.
+void PrintTo(const RealModel& m, std::ostream* os) { *os << m.name; }
 
 class ModelGpuRealWeights : public ::testing::TestWithParam<RealModel> {
  protected:
@@ -699,8 +694,8 @@ INSTANTIATE_TEST_SUITE_P(
 // returns for the same step.
 TEST(ModelGpuSampling, GreedyForwardSampleMatchesLogitsArgmax) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("sample");
-  write_synthetic_model(small_spec("llama", TensorType::Q4_K), path);
+  const test::TempModel model(small_spec("llama", TensorType::Q4_K), "granule-gpu-test-sample");
+  const std::filesystem::path& path = model.path;
   Rig gpu(path, true);
   auto& cuda = dynamic_cast<cuda::CudaBackend&>(*gpu.backend);
   const std::vector<int32_t> prompt = random_tokens(10, gpu.config.n_vocab, 9);
@@ -722,8 +717,8 @@ TEST(ModelGpuSampling, GreedyForwardSampleMatchesLogitsArgmax) {
 // back.
 TEST(ModelGpuSampling, StepCopiesInTheGraphGiveTheSameTokens) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("graph-io");
-  write_synthetic_model(small_spec("llama", TensorType::Q4_0), path);
+  const test::TempModel model(small_spec("llama", TensorType::Q4_0), "granule-gpu-test-graph-io");
+  const std::filesystem::path& path = model.path;
   SamplingParams sampled;  // the defaults: temperature, top-k/p, min-p, repetition penalty
   sampled.seed = 5;
   for (const SamplingParams& params : {SamplingParams::greedy(), sampled}) {
@@ -769,8 +764,8 @@ TEST(ModelGpuSampling, StepCopiesInTheGraphGiveTheSameTokens) {
 // Engine::open picks the GPU and its teacher-forced logits match the oracle engine's.
 TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("engine");
-  write_synthetic_model(small_spec("llama", TensorType::Q6_K), path);
+  const test::TempModel model(small_spec("llama", TensorType::Q6_K), "granule-gpu-test-engine");
+  const std::filesystem::path& path = model.path;
   auto gpu = open_engine(path, DeviceKind::Cuda), cpu = open_engine(path, DeviceKind::Cpu),
        oracle = open_engine(path, DeviceKind::Cpu, true);
   EXPECT_NE(gpu->device_name().find("CUDA"), std::string::npos) << gpu->device_name();
@@ -778,7 +773,6 @@ TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
   expect_close(compare_rows(flat(oracle->logits_for(tokens)), flat(cpu->logits_for(tokens)),
                             flat(gpu->logits_for(tokens)), gpu->config().n_vocab),
                "engine logits_for", kShallowInt8, "Q6_K engine-logits_for");
-  std::filesystem::remove(path);
 }
 
 // --- The prefill overlap ------------------------------------------------------------------
@@ -786,16 +780,11 @@ TEST(ModelGpuEngine, EngineOnCudaMatchesTheOracleEngine) {
 // A CUDA backend under a budget (runs of more than 64 rows on the GEMM path, whose overlap takes
 // a second f16 scratch where the budget holds it); the attention scratch planned for the context
 // the KV space gets, so the ledger after make_runtime is what the placement planned for.
-struct OverlapRig {
-  std::unique_ptr<ModelFile> file;
-  ModelConfig config;
-  WeightTable weights;
-  Runtime runtime;
+struct OverlapRig : test::ModelRuntime {
+  explicit OverlapRig(const std::filesystem::path& path, uint64_t budget = uint64_t{1} << 40)
+      : ModelRuntime(path, options(budget)) {}
 
-  explicit OverlapRig(const std::filesystem::path& path, uint64_t budget = uint64_t{1} << 40) {
-    file = ModelFile::open(path);
-    config = ModelConfig::from_gguf(*file);
-    weights = WeightTable::from_gguf(*file, config);
+  static RuntimeOptions options(uint64_t budget) {
     RuntimeOptions options;
     options.device = DeviceKind::Cuda;
     options.backend.vram_budget_bytes = budget;
@@ -803,7 +792,7 @@ struct OverlapRig {
     options.context_length = 512;
     options.slots = 4;
     options.kv_pool_granules = 0;
-    runtime = make_runtime(*file, config, weights, options);
+    return options;
   }
   cuda::CudaModel& model() { return dynamic_cast<cuda::CudaBackend&>(*runtime.backend).model(); }
   uint64_t workspace_bytes() const { return runtime.memory->bytes(MemoryCategory::Workspace); }
@@ -836,9 +825,9 @@ uint64_t overlap_scratch_bytes(const SyntheticModelSpec& s) {
 // bytes less half of it), then given the other rig's budget for its KV.
 TEST(ModelGpuPrefillOverlap, LogitsAreBitwiseThoseOfTheOneStreamPath) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("prefill-overlap");
   const SyntheticModelSpec spec = overlap_spec();
-  write_synthetic_model(spec, path);
+  const test::TempModel model(spec, "granule-gpu-test-prefill-overlap");
+  const std::filesystem::path& path = model.path;
   OverlapRig on(path);
   OverlapRig off(path, on.runtime.memory->used_bytes() - overlap_scratch_bytes(spec) / 2);
   off.runtime.memory->set_budget_bytes(on.runtime.memory->budget_bytes());
@@ -882,16 +871,15 @@ TEST(ModelGpuPrefillOverlap, LogitsAreBitwiseThoseOfTheOneStreamPath) {
   }
   ASSERT_TRUE(on.model().prefill_overlap());
   passes("3 of 6 layers streamed");
-  std::filesystem::remove(path);
 }
 
 // A budget that holds every layer with one scratch but not with two keeps one (the overlap
 // off, no layer streamed, no error); with room for the second, it is taken and charged.
 TEST(ModelGpuPrefillOverlap, ABudgetWithoutRoomForTheSecondScratchKeepsEveryLayerResident) {
   GRANULE_REQUIRE_GPU();
-  const auto path = model_path("prefill-overlap-budget");
   const SyntheticModelSpec spec = overlap_spec();
-  write_synthetic_model(spec, path);
+  const test::TempModel model(spec, "granule-gpu-test-prefill-overlap-budget");
+  const std::filesystem::path& path = model.path;
   const uint64_t scratch = overlap_scratch_bytes(spec);
   uint64_t one_scratch_bytes = 0, one_scratch_workspace = 0;
   {
@@ -913,7 +901,6 @@ TEST(ModelGpuPrefillOverlap, ABudgetWithoutRoomForTheSecondScratchKeepsEveryLaye
     EXPECT_EQ(roomy.model().streamer().streamed_layers(), 0);
     EXPECT_EQ(roomy.workspace_bytes(), one_scratch_workspace + scratch);
   }
-  std::filesystem::remove(path);
 }
 
 }  // namespace

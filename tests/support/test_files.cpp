@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace granule::test {
@@ -35,23 +36,15 @@ std::string unescape_golden(const std::string& text) {
       out += text[i];
       continue;
     }
-    switch (const char kind = text[++i]; kind) {
-      case 'n':
-        out += '\n';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 'x':
-        out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
-        i += 2;
-        break;
-      default:
-        out += kind;  // \\ and any other escaped character: itself
+    const char kind = text[++i];
+    if (kind == 'x') {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+      continue;
     }
+    // \n \t \r name their characters; \\ and any other escaped character stands for itself.
+    const size_t named = std::string_view("ntr").find(kind);
+    out += named == std::string_view::npos ? kind : "\n\t\r"[named];
   }
   return out;
 }

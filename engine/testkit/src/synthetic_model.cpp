@@ -131,8 +131,7 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   if (name == "tiny-gqa") {
     s.n_layer = 3;
     s.n_embd = 96;
-    s.n_head = 6;
-    s.n_head_kv = 2;
+    s.n_head = 6;  // over the default 2 KV heads
     s.n_ff = 160;
     s.seed = 2;
     return s;
@@ -200,6 +199,14 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     return s;
   }
   throw UsageError("unknown synthetic model preset '" + std::string(name) + "'");
+}
+
+SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, TensorType embedding,
+                              TensorType output) {
+  spec.weight_type = weights;
+  spec.embedding_type = embedding;
+  spec.output_type = output;
+  return spec;
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {

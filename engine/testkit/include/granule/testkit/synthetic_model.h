@@ -65,6 +65,10 @@ struct SyntheticModelSpec {
   static std::vector<std::string> preset_names();
 };
 
+// `spec` with its layer weights, embeddings and output head in these block types.
+SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, TensorType embedding,
+                              TensorType output);
+
 // Smallest vocabulary the synthetic tokenizer needs (specials + 256 bytes + merges).
 constexpr int64_t kSyntheticMinVocab = 320;
 

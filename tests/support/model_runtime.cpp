@@ -1,0 +1,40 @@
+// ModelRuntime: a model file with its backend and KV space, set up as the engine sets them up.
+#include "support/model_runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <span>
+
+#include "backends/backend.h"
+#include "memory/kv_space.h"
+
+namespace granule::test {
+
+ModelRuntime::ModelRuntime(const std::filesystem::path& path, const RuntimeOptions& options) {
+  file = ModelFile::open(path);
+  config = ModelConfig::from_gguf(*file);
+  weights = WeightTable::from_gguf(*file, config);
+  runtime = make_runtime(*file, config, weights, options);
+}
+
+std::vector<float> ModelRuntime::run(int32_t slot, const std::vector<int32_t>& tokens,
+                                     int64_t start, bool all_logits) {
+  EXPECT_TRUE(kv->map_through(slot, start + static_cast<int64_t>(tokens.size())));
+  BatchSequence seq{slot, tokens, start, all_logits};
+  std::vector<float> logits;
+  backend->forward(std::span<const BatchSequence>(&seq, 1), logits);
+  return logits;
+}
+
+RuntimeOptions cpu_runtime_options(int32_t slots, int64_t context) {
+  RuntimeOptions options;
+  options.device = DeviceKind::Cpu;
+  options.backend.cpu_threads = 2;
+  options.backend.vram_budget_bytes = uint64_t{1} << 40;
+  options.context_length = context;
+  options.slots = slots;
+  options.kv_pool_granules = 0;
+  return options;
+}
+
+}  // namespace granule::test

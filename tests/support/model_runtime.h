@@ -1,0 +1,35 @@
+// A model file with the runtime the engine makes for it (make_runtime): its own ledger,
+// backend and KV space, for the tests that drive a backend directly.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "runtime/runtime.h"
+
+namespace granule::test {
+
+struct ModelRuntime {
+  std::unique_ptr<ModelFile> file;
+  ModelConfig config;
+  WeightTable weights;
+  Runtime runtime;
+  std::unique_ptr<Backend>& backend = runtime.backend;
+  std::unique_ptr<KvSpace>& kv = runtime.kv;
+
+  ModelRuntime(const std::filesystem::path& path, const RuntimeOptions& options);
+
+  // `tokens` on `slot` from `start`, the KV mapped through them first (a refusal fails the
+  // test): one row of logits per token (all_logits) or the last token's.
+  std::vector<float> run(int32_t slot, const std::vector<int32_t>& tokens, int64_t start,
+                         bool all_logits);
+};
+
+// The CPU backend with 2 threads: `slots` sequences of `context` tokens, a budget that never
+// binds and no pre-created KV granules.
+RuntimeOptions cpu_runtime_options(int32_t slots, int64_t context);
+
+}  // namespace granule::test
