@@ -68,9 +68,9 @@ class CudaModel {
   static constexpr int kStagingSlots = 2;
   // Rows at most this many take the quantised matrix-vector kernels (capturable); more take
   // dequantise + cuBLAS GEMM.
-  static constexpr int kMatvecMaxRows = 64;
+  static constexpr int kMatvecMaxRows = static_cast<int>(workspace::kMatvecMaxRows);
   // Logit rows computed per head pass (logits buffer rows).
-  static constexpr int kLogitRowsPerPass = 64;
+  static constexpr int kLogitRowsPerPass = static_cast<int>(workspace::kLogitRows);
 
   // Binds the KV slots (device addresses from the KvSpace) and sizes the attention workspace
   // for contexts of max_tokens.

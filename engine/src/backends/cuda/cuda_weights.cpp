@@ -23,8 +23,6 @@ namespace k = granule::kernels;
 static_assert(sizeof(k::DeviceSamplingParams) == workspace::kSamplingParamsBytes);
 static_assert(k::kQ8Block == workspace::kQ8Block);
 static_assert(sizeof(float2) == 2 * sizeof(float) && sizeof(__half) == 2);
-static_assert(CudaModel::kMatvecMaxRows == workspace::kMatvecMaxRows);
-static_assert(CudaModel::kLogitRowsPerPass == workspace::kLogitRows);
 
 std::vector<float> to_f32(const TensorInfo* t) {
   std::vector<float> out(static_cast<size_t>(t->elements()));
