@@ -36,17 +36,15 @@ std::filesystem::path model_path() {
 // embeddings and a Q6_K head: every matrix in the split layout, the head apart from the
 // embeddings.
 SyntheticModelSpec spec() {
-  SyntheticModelSpec s;
-  s.n_layer = 8;
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.n_ff = 512;
-  s.n_vocab = 2048;
-  s.weight_type = TensorType::Q4_0;
-  s.embedding_type = TensorType::Q8_0;
-  s.output_type = TensorType::Q6_K;
-  return s;
+  return {.n_layer = 8,
+          .n_embd = 256,
+          .n_head = 4,
+          .n_head_kv = 2,
+          .n_ff = 512,
+          .n_vocab = 2048,
+          .weight_type = TensorType::Q4_0,
+          .embedding_type = TensorType::Q8_0,
+          .output_type = TensorType::Q6_K};
 }
 
 class LedgerEstimateGpu : public ::testing::Test {
@@ -60,12 +58,10 @@ class LedgerEstimateGpu : public ::testing::Test {
 };
 
 EngineOptions options(uint64_t budget) {
-  EngineOptions o;
-  o.device = DeviceKind::Cuda;
-  o.max_sequences = 4;
-  o.context_length = 1024;
-  o.vram_budget_bytes = budget;
-  return o;
+  return {.device = DeviceKind::Cuda,
+          .context_length = 1024,
+          .max_sequences = 4,
+          .vram_budget_bytes = budget};
 }
 
 uint64_t ledger(const TelemetrySnapshot& t, MemoryCategory c) { return t.device.ledger_bytes(c); }
@@ -110,16 +106,14 @@ void expect_ledger_matches(const FitEstimate& e, const TelemetrySnapshot& t) {
 
 // Decode steps (captured graphs) and a 150-token prompt (the GEMM path, cuBLAS).
 void generate(Engine& engine) {
+  SamplingParams greedy = SamplingParams::greedy();
+  greedy.max_tokens = 16;
+  greedy.ignore_eos = true;
   std::vector<TokenId> prompt(150);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<TokenId>(3 + i * 7 % 2000);
-  for (int chat = 0; chat < 2; ++chat) {
-    Request r;
-    r.prompt_tokens = chat == 0 ? prompt : std::vector<TokenId>(prompt.begin(), prompt.begin() + 9);
-    r.sampling = SamplingParams::greedy();
-    r.sampling.max_tokens = 16;
-    r.sampling.ignore_eos = true;
-    engine.submit(std::move(r));
-  }
+  engine.submit({.prompt_tokens = prompt, .sampling = greedy});
+  prompt.resize(9);
+  engine.submit({.prompt_tokens = prompt, .sampling = greedy});
   for (int i = 0; i < 10000 && engine.step(); ++i) {
   }
   EXPECT_TRUE(engine.idle());

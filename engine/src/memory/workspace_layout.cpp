@@ -8,9 +8,7 @@
 namespace granule {
 namespace {
 
-uint64_t align_up(uint64_t bytes) {
-  return (bytes + workspace::kAlignBytes - 1) / workspace::kAlignBytes * workspace::kAlignBytes;
-}
+uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

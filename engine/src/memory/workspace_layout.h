@@ -28,7 +28,6 @@ constexpr int64_t kInputArrays = 8;
 constexpr int64_t kHistoryTokens = 256;       // recent tokens per row the penalties see
 constexpr int64_t kSamplingParamsBytes = 48;  // sizeof(kernels::DeviceSamplingParams)
 constexpr int64_t kQ8Block = 32;              // int8 activation block (one float2 scale each)
-constexpr uint64_t kAlignBytes = 256;         // the step-input region's sub-arrays
 }  // namespace workspace
 
 struct WorkspaceBuffer {
@@ -40,7 +39,8 @@ struct CudaWorkspace {
   int64_t rows = 0;    // max(rows asked, kMatvecMaxRows)
   int64_t widest = 0;  // max(n_embd, n_head * head_dim, n_ff)
   // Within the "inputs" buffer: [inputs: kInputArrays x rows int32][sampling parameters]
-  // [history lengths][histories: rows x kHistoryTokens int32], each part aligned.
+  // [history lengths][histories: rows x kHistoryTokens int32], each part aligned as the
+  // weights are (WeightLayout::kAlignBytes).
   uint64_t params_offset = 0, lengths_offset = 0, history_offset = 0;
   // Allocated at load, in this order (charged to the ledger's Workspace category).
   std::vector<WorkspaceBuffer> buffers;

@@ -6,13 +6,13 @@
 
 #include "backends/backend.h"
 #include "backends/kernel_config_env.h"
-#include "memory/placement.h"
-#include "memory/weight_layout.h"
-#include "memory/workspace_layout.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/tensor_type.h"
+#include "memory/placement.h"
+#include "memory/weight_layout.h"
+#include "memory/workspace_layout.h"
 
 namespace granule {
 namespace {
@@ -124,8 +124,8 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
     in.budget_bytes = e.budget_bytes;
     in.weights = layout.sizes();
     in.workspace_bytes = workspace.total();
-    in.kv_reserve_bytes = e.kv_bytes_per_token *
-                          static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
+    in.kv_reserve_bytes =
+        e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
     // The plan and its minimum without the prefill overlap's second f16 scratch; the model
     // takes that scratch only where it keeps the same layers resident.
     const PlacementPlan plan = plan_placement(in);

@@ -68,9 +68,9 @@ class CudaModel {
   static constexpr int kStagingSlots = 2;
   // Rows at most this many take the quantised matrix-vector kernels (capturable); more take
   // dequantise + cuBLAS GEMM.
-  static constexpr int kMatvecMaxRows = 64;
+  static constexpr int kMatvecMaxRows = static_cast<int>(workspace::kMatvecMaxRows);
   // Logit rows computed per head pass (logits buffer rows).
-  static constexpr int kLogitRowsPerPass = 64;
+  static constexpr int kLogitRowsPerPass = static_cast<int>(workspace::kLogitRows);
 
   // Binds the KV slots (device addresses from the KvSpace) and sizes the attention workspace
   // for contexts of max_tokens.
@@ -192,9 +192,9 @@ class CudaModel {
   CudaStream stream_;
   std::unique_ptr<Cublas> cublas_;  // created on the first GEMM
 
-  WeightLayout layout_;       // where every weight sits (before streamer_, which reads it)
-  CudaWorkspace workspace_;   // the buffers below, sized for contexts of the options' length
-  DeviceBuffer weights_;  // embeddings and output head, packed
+  WeightLayout layout_;      // where every weight sits (before streamer_, which reads it)
+  CudaWorkspace workspace_;  // the buffers below, sized for contexts of the options' length
+  DeviceBuffer weights_;     // embeddings and output head, packed
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it

@@ -23,8 +23,6 @@ namespace k = granule::kernels;
 static_assert(sizeof(k::DeviceSamplingParams) == workspace::kSamplingParamsBytes);
 static_assert(k::kQ8Block == workspace::kQ8Block);
 static_assert(sizeof(float2) == 2 * sizeof(float) && sizeof(__half) == 2);
-static_assert(CudaModel::kMatvecMaxRows == workspace::kMatvecMaxRows);
-static_assert(CudaModel::kLogitRowsPerPass == workspace::kLogitRows);
 
 std::vector<float> to_f32(const TensorInfo* t) {
   std::vector<float> out(static_cast<size_t>(t->elements()));
@@ -33,15 +31,13 @@ std::vector<float> to_f32(const TensorInfo* t) {
 }
 
 DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
-  DeviceMatrix d;
-  d.data = data;
-  d.type = m.tensor->ggml_type;
-  d.rows = m.rows;
-  d.cols = m.cols;
-  d.row_bytes = m.row_bytes;
-  d.gguf_row_bytes = m.gguf_row_bytes;
-  d.split = m.split;
-  return d;
+  return {.data = data,
+          .type = m.tensor->ggml_type,
+          .rows = m.rows,
+          .cols = m.cols,
+          .row_bytes = m.row_bytes,
+          .gguf_row_bytes = m.gguf_row_bytes,
+          .split = m.split};
 }
 
 void check_type(const MatrixLayout& m) {

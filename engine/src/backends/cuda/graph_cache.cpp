@@ -10,9 +10,9 @@ namespace granule::cuda {
 
 void GraphCache::replay(Key key, cudaStream_t stream) {
   const CapturedStep& step = graphs_.at(key);
-  last_nodes_ = step.nodes;
+  counts_.nodes = step.nodes;
   step.graph.launch(stream);
-  ++replays_;
+  ++counts_.replays;
 }
 
 void GraphCache::capture(Key key, cudaStream_t s, const std::function<void()>& enqueue) {
@@ -33,10 +33,10 @@ void GraphCache::capture(Key key, cudaStream_t s, const std::function<void()>& e
     check_cuda(status, "cudaGraphInstantiate");
   }
   const auto it = graphs_.emplace(key, CapturedStep{CudaGraph(graph, exec), 0}).first;
-  ++captures_;
+  ++counts_.captures;
   if (captured_before_[key]++ > 0) {
-    ++recaptures_;
-    last_recapture_reason_ = recapture_reason_.empty() ? "unknown" : recapture_reason_;
+    ++counts_.recaptures;
+    counts_.last_recapture_reason = recapture_reason_.empty() ? "unknown" : recapture_reason_;
   }
   it->second.nodes = static_cast<int32_t>(it->second.graph.node_count());
   logger("engine.graph")
@@ -54,23 +54,16 @@ void GraphCache::invalidate(const std::string& reason) {
 }
 
 void GraphCache::count_eager(const std::string& reason) {
-  last_fallback_reason_ = reason;
-  ++eager_steps_;
+  counts_.last_fallback_reason = reason;
+  ++counts_.eager_steps;
 }
 
 void GraphCache::fill_telemetry(GraphTelemetry& g) const {
-  g.buckets.clear();
+  g = counts_;
   for (const auto& [key, graph] : graphs_)
     if (std::find(g.buckets.begin(), g.buckets.end(), key.first) == g.buckets.end())
       g.buckets.push_back(key.first);
   std::sort(g.buckets.begin(), g.buckets.end());
-  g.nodes = last_nodes_;
-  g.replays = replays_;
-  g.captures = captures_;
-  g.recaptures = recaptures_;
-  g.last_recapture_reason = last_recapture_reason_;
-  g.eager_steps = eager_steps_;
-  g.last_fallback_reason = last_fallback_reason_;
 }
 
 }  // namespace granule::cuda

@@ -36,6 +36,7 @@ class GraphCache {
   // A decode step ran eagerly instead of as a replay.
   void count_eager(const std::string& reason);
   void clear() { graphs_.clear(); }
+  // Every graph field but segments_per_step (the backend's).
   void fill_telemetry(GraphTelemetry& g) const;
 
  private:
@@ -45,10 +46,9 @@ class GraphCache {
   };
   std::map<Key, CapturedStep> graphs_;
   std::map<Key, int> captured_before_;  // keys ever captured
-  uint64_t replays_ = 0, captures_ = 0, recaptures_ = 0, eager_steps_ = 0;
-  int32_t last_nodes_ = 0;
-  std::string recapture_reason_, last_recapture_reason_;
-  std::string last_fallback_reason_;
+  std::string recapture_reason_;        // why the graphs were last dropped
+  // The counts and reasons the telemetry reports (buckets filled from graphs_ on the way out).
+  GraphTelemetry counts_;
 };
 
 }  // namespace granule::cuda
