@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   for (int tile = warp; tile < n_tiles; tile += kWarps) {
     const int t0 = start + tile * T;
     uint32_t kc[T][W], vc[T][W];
-    if constexpr (kPrefetch) {
+    auto take_loaded = [&] {  // the tile in kn, vn becomes the current one
 #pragma unroll
       for (int t = 0; t < T; ++t)
 #pragma unroll
@@ -266,16 +266,13 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
           kc[t][w] = kn[t][w];
           vc[t][w] = vn[t][w];
         }
+    };
+    if constexpr (kPrefetch) {
+      take_loaded();
       if (tile + kWarps < n_tiles) load_tile(t0 + kWarps * T, kn, vn, end);
     } else {
       if (tile != warp) load_tile(t0, kn, vn, end);
-#pragma unroll
-      for (int t = 0; t < T; ++t)
-#pragma unroll
-        for (int w = 0; w < W; ++w) {
-          kc[t][w] = kn[t][w];
-          vc[t][w] = vn[t][w];
-        }
+      take_loaded();
     }
 
     // Partial dot products of this lane's head dimensions, score index t * GP + g.

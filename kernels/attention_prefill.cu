@@ -321,17 +321,9 @@ cudaError_t launch_for(const AttentionArgs& args, const PrefillTile* tiles, int 
   const size_t bytes = Layout<D>::kBytes;
   cudaError_t status = allow_shared_bytes<D>();
   if (status != cudaSuccess) return status;
-  cudaLaunchConfig_t launch{};
-  launch.gridDim = dim3(static_cast<unsigned>(args.n_head), static_cast<unsigned>(n_tiles));
-  launch.blockDim = dim3(kThreads);
-  launch.dynamicSmemBytes = bytes;
-  launch.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
-  launch.attrs = attribute;
-  launch.numAttrs = 1;
-  status = cudaLaunchKernelEx(&launch, kernel, args, tiles, n_tiles);
+  status = launch_early_shared(
+      kernel, dim3(static_cast<unsigned>(args.n_head), static_cast<unsigned>(n_tiles)),
+      dim3(kThreads), bytes, config, stream, args, tiles, n_tiles);
   return launch_status(status);
 }
 

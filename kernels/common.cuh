@@ -150,17 +150,18 @@ cudaError_t fit_to_device(KernelConfig& config);
 // if the query fails; the error is not left for a later launch's status).
 int multiprocessors();
 
-// Launches kernel<<<grid, block, 0, stream>>>(args...) so that it may start before the
-// previous kernel in the stream has finished (see wait_for_previous_kernel) when
+// Launches kernel<<<grid, block, shared_bytes, stream>>>(args...) so that it may start before
+// the previous kernel in the stream has finished (see wait_for_previous_kernel) when
 // config.early_launch is on; an ordinary launch otherwise. Stream capture records it as a
 // programmatic edge. Returns cudaLaunchKernelEx's status.
 template <typename... Params, typename... Args>
-cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block,
-                         const KernelConfig& config, cudaStream_t stream, Args&&... args) {
+cudaError_t launch_early_shared(void (*kernel)(Params...), dim3 grid, dim3 block,
+                                size_t shared_bytes, const KernelConfig& config,
+                                cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t launch{};
   launch.gridDim = grid;
   launch.blockDim = block;
-  launch.dynamicSmemBytes = 0;
+  launch.dynamicSmemBytes = shared_bytes;
   launch.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -168,6 +169,13 @@ cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block,
   launch.attrs = attribute;
   launch.numAttrs = 1;
   return cudaLaunchKernelEx(&launch, kernel, std::forward<Args>(args)...);
+}
+
+// launch_early_shared() without dynamic shared memory.
+template <typename... Params, typename... Args>
+cudaError_t launch_early(void (*kernel)(Params...), dim3 grid, dim3 block,
+                         const KernelConfig& config, cudaStream_t stream, Args&&... args) {
+  return launch_early_shared(kernel, grid, block, 0, config, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace granule::kernels

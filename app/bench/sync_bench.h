@@ -2,7 +2,7 @@
 // dependent step as a chain of kernels in a CUDA graph (with and without programmatic
 // dependent launch) and as phases of one kernel separated by a grid-wide barrier — for grids
 // of 1, 2 and 4 blocks per SM. It decides whether a persistent batch-1 layer kernel (barriers
-// instead of launches, kernels/PERF_NOTES.md) can win before one is written.
+// instead of launches, kernels/README.md, "Tried and rejected") can win before one is written.
 #pragma once
 #include <cstdint>
 
