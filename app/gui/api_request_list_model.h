@@ -8,7 +8,7 @@
 
 namespace granule::app {
 
-class ApiRequestListModel : public ListModel {
+class ApiRequestListModel : public granule::app::ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("API requests come from the window's server")

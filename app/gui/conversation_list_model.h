@@ -10,7 +10,7 @@
 
 namespace granule::app {
 
-class ConversationListModel : public ListModel {
+class ConversationListModel : public granule::app::ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Chats come from ChatController")

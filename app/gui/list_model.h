@@ -1,7 +1,9 @@
 // ListModel: what the window's list models share. The count QML binds to, rowCount, data()
 // for valid rows only (Qt::DisplayRole answered as the model's display role), and role names
 // made from the subclass's Role enum (Q_ENUM): ChatIdRole is "chatId", so no model writes a
-// second table of its roles' names.
+// second table of its roles' names. Subclasses name it granule::app::ListModel in full: Qt
+// 6.4's qmltyperegistrar looks a base class up by the name as written, and qmllint then sees
+// the inherited count.
 #pragma once
 #include <QtQml/qqmlregistration.h>
 

@@ -8,7 +8,7 @@
 
 namespace granule::app {
 
-class MessageModel : public ListModel {
+class MessageModel : public granule::app::ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Messages come from ChatController")

@@ -26,7 +26,7 @@ struct LocalModel {
   QString fit_text;  // "fits", "7 of 30 layers streamed", "does not load", or the error
 };
 
-class ModelLibrary : public ListModel {
+class ModelLibrary : public granule::app::ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Owned by the ModelController")

@@ -39,12 +39,9 @@ QString matchingSamplingPreset(const SamplingSettings& s) {
 }
 
 SamplingParams toSamplingParams(const SamplingSettings& s) {
-  SamplingParams p;
-  p.temperature = static_cast<float>(s.temperature);
-  p.top_k = s.top_k;
-  p.top_p = static_cast<float>(s.top_p);
-  p.min_p = static_cast<float>(s.min_p);
-  p.repetition_penalty = static_cast<float>(s.repetition_penalty);
+  // The window's sampling fields are a preset's fields: the engine converts them.
+  SamplingParams p = SamplingParams::preset(
+      SamplingPreset{"", s.temperature, s.top_k, s.top_p, s.min_p, s.repetition_penalty});
   p.max_tokens = s.max_tokens;
   p.seed = s.seed;
   return p;

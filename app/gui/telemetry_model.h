@@ -13,7 +13,7 @@
 
 namespace granule::app {
 
-class TelemetryModel : public ListModel {
+class TelemetryModel : public granule::app::ListModel {
   Q_OBJECT
   QML_ELEMENT
   QML_UNCREATABLE("Telemetry comes from the engine worker")

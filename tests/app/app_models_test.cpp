@@ -388,7 +388,7 @@ class ModelsTest : public QObject {
     QVERIFY2(store.ok(), qPrintable(store.error()));
     QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
     for (const StoredConversation& c : store.conversations()) {
-      QCOMPARE(c.sampling.seed, kRandomSeed);  // none saved, or the old "0 = random"
+      QCOMPARE(c.sampling.seed, granule::kRandomSeed);  // none saved, or the old "0 = random"
       if (c.title == QLatin1String("Other")) QCOMPARE(c.sampling.temperature, 0.5);
     }
     const auto kyoto = store.messages(1);

@@ -137,7 +137,7 @@ class ReplayTest : public QObject {
         "\n",
         QStringLiteral("sparse"));
     QVERIFY2(sparse.ok(), qPrintable(sparse.error));
-    const TelemetrySnapshot& s = sparse.frames[0].engine;
+    const granule::TelemetrySnapshot& s = sparse.frames[0].engine;
     QCOMPARE(s.kv.committed_bytes, 5u);
     QCOMPARE(s.kv.pool_bytes, 0u);
     QCOMPARE(s.device.ledger_bytes(MemoryCategory::KvCommitted), 7u);
