@@ -20,12 +20,12 @@ constexpr SliderSpan kSliderSpans[] = {
     {"topK", kSamplingRanges.top_k.min, 200, 1},
     {"minP", kSamplingRanges.min_p.min, 0.5, 0.01},
     {"repetitionPenalty", 1.0, 2.0, 0.01},
-    {"maxTokens", 16, 8192, 16},
+    {"maxTokens", 16, 32768, 16},
 };
 static_assert(kSamplingRanges.top_k.contains(200) && kSamplingRanges.min_p.contains(0.5) &&
               kSamplingRanges.repetition_penalty.contains(1.0) &&
               kSamplingRanges.repetition_penalty.contains(2.0) &&
-              kSamplingRanges.max_tokens.contains(16) && kSamplingRanges.max_tokens.contains(8192));
+              kSamplingRanges.max_tokens.contains(16) && kSamplingRanges.max_tokens.contains(32768));
 
 const SliderSpan* span(const QString& field) {
   for (const SliderSpan& s : kSliderSpans)
