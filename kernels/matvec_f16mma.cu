@@ -174,14 +174,14 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
   }
 }
 
-// A warp's copies of one stage: its weight rows (chunk lane % kKs of rows lane / kKs +
-// i * 32 / kKs, from rows[i]) and their scales (rows lane + 32 i, from scale_rows[i]), to
-// `stage` (weights at 0, scales at kScaleOffset).
+// A warp's copies of one stage (f16mma_gate_up_kernel's; f16mma_matvec_kernel has them
+// written out): its weight rows (chunk = lane % kKs of rows lane / kKs + i * 32 / kKs, from
+// rows[i]) and their scales (rows lane + 32 i, from scale_rows[i]), to `stage` (weights at 0,
+// scales at kScaleOffset).
 template <class P>
 __device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t* const* rows,
                                                   const uint8_t* const* scale_rows, int first,
-                                                  int n, int lane) {
-  const int chunk = lane % kKs;
+                                                  int n, int lane, int chunk) {
   const bool valid = first + chunk < n;
 #pragma unroll
   for (int i = 0; i < P::kWeightCopies; ++i)
@@ -263,9 +263,23 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
   const uint8_t* rows[P::kWeightCopies];
   const uint8_t* scale_rows[P::kScaleCopies];
   own_rows<P>(task, row0, n, lane, rows, scale_rows);
+  const int chunk = lane % kKs;
+  // load_weight_stage's copies written out: through the helper the compiler orders this
+  // kernel's instructions otherwise, and ptxas gives some shapes up to 7 registers more or less.
   auto load_weights = [&](int s) {
-    load_weight_stage<P>(ring + (s % S) * P::kStageBytes, rows, scale_rows, first_block(s), n,
-                         lane);
+    uint8_t* stage = ring + (s % S) * P::kStageBytes;
+    const int first = first_block(s);
+    const bool valid = first + chunk < n;
+#pragma unroll
+    for (int i = 0; i < P::kWeightCopies; ++i)
+      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
+    const bool ok = first < n;  // the scale copy's overread stays in the row padding
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<P::kScaleRow>(
+          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
   };
   auto load_activations = [&](int s) {
     load_activation_stage<P, kWarpSize, P::kActOffset>(ring + (s % S) * P::kStageBytes, in,
@@ -276,8 +290,15 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
   float acc[MT][NT][4];
   mma::zero(acc);
   for (int s = 0; s < stages; ++s) {
-    mma::advance_ring<S>(
-        s, stages, [] { __syncwarp(); }, load_weights, load_activations);
+    // mma::advance_ring's step written out, as in matvec_mma.cu's warp-pipelined kernel (the
+    // compiler orders the kernel's instructions otherwise through the helper).
+    wait_copies<S - 2>();  // stage s landed (this lane's copies) ...
+    __syncwarp();          // ... for every lane; and every lane is done with stage s - 1
+    if (s + S - 1 < stages) {
+      load_weights(s + S - 1);  // into stage s - 1's slot
+      load_activations(s + S - 1);
+    }
+    commit_copies();
     const uint8_t* stage = ring + (s % S) * P::kStageBytes;
     multiply_stage<P, TYPE, NT, MT>(acc, stage, stage + P::kScaleOffset, stage + P::kActOffset,
                                     first_block(s), n, lane);
@@ -352,8 +373,9 @@ __global__ void __launch_bounds__(kWarpSize* GateUpShape::WR* GateUpShape::WK, 1
   const uint8_t* rows[P::kWeightCopies];
   const uint8_t* scale_rows[P::kScaleCopies];
   own_rows<P>(task, row0, n, lane, rows, scale_rows);
+  const int chunk = lane % kKs;
   auto load_weights = [&](int s) {  // this warp's rows, as f16mma_matvec_kernel's ring
-    load_weight_stage<P>(warp_at(s), rows, scale_rows, first_block(s), n, lane);
+    load_weight_stage<P>(warp_at(s), rows, scale_rows, first_block(s), n, lane, chunk);
   };
   auto load_activations = [&](int s) {  // the group's one copy, spread over its threads
     load_activation_stage<P, SP::kGroupThreads, 0>(stage_at(s), in, first_column, first_block(s), n,

@@ -440,8 +440,15 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
   mma::zero(acc);
 
   for (int s = 0; s < stages; ++s) {
-    mma::advance_ring<S>(
-        s, stages, [] { __syncwarp(); }, load_weights, load_activations);
+    // mma::advance_ring's step written out: through the helper the compiler orders 19 of these
+    // kernels' instructions otherwise (Q6_K at 16 columns: 2 more registers).
+    wait_copies<S - 2>();  // stage s landed (this lane's copies) ...
+    __syncwarp();          // ... for every lane; and every lane is done with stage s - 1
+    if (s + S - 1 < stages) {
+      load_weights(s + S - 1);  // into stage s - 1's slot
+      load_activations(s + S - 1);
+    }
+    commit_copies();
     const uint8_t* stage = ring + (s % S) * P::kStageBytes;
     const int first = first_block(s);
 #pragma unroll
