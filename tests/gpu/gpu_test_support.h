@@ -44,7 +44,7 @@ inline bool gpu_present(std::string* why) {
   } while (0)
 
 // The kernel configuration the CUDA backend would run with here: the defaults with the
-// GRANULE_* environment overrides (so run_on_h200.sh's sweep reaches the kernel tests),
+// GRANULE_* environment overrides (so a knob set in front of run_on_h200.sh reaches the kernel tests),
 // fitted to the device.
 inline kernels::KernelConfig kernel_config() {
   kernels::KernelConfig config = kernel_config_from_environment();

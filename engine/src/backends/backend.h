@@ -40,7 +40,7 @@ struct BackendOptions {
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
   // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
-  // (engine/src/backends/kernel_config_env.cpp, listed in the README). Tests and benchmarks pin one.
+  // (engine/src/backends/kernel_config_env.cpp, listed in kernels/README.md). Tests and benchmarks pin one.
   std::optional<kernels::KernelConfig> kernel_config;
   // Test-only, CPU backend: round where the CUDA backend rounds (cpu_backend.h), so the CPU is
   // an oracle for the GPU's numbers up to f32 summation order. Read with kernel_config (its
@@ -189,6 +189,10 @@ struct CudaDeviceInfo {
 };
 // Throws DeviceError when no usable GPU is present (as make_cuda_backend does).
 CudaDeviceInfo probe_cuda_device();
+// Why the CUDA backend cannot run this model's shapes or tensor types (head size, group size,
+// widths, block types), or empty when it can: the check make_cuda_backend() makes at load, so
+// the fit preview for Device Auto picks what Engine::open picks.
+std::string cuda_model_refusal(const ModelConfig& config, const WeightTable& weights);
 #endif
 
 }  // namespace granule

@@ -90,7 +90,13 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   for (const TensorInfo& tensor : file->tensors())
     e.parameters += static_cast<uint64_t>(tensor.elements());
 
-  const DeviceChoice device = choose_device(options);
+  DeviceChoice device = choose_device(options);
+#ifdef GRANULE_HAVE_CUDA
+  // Auto runs on the CPU where the CUDA backend refuses the model (Engine::open's fallback).
+  if (device.gpu && options.device == DeviceKind::Auto &&
+      !cuda_model_refusal(e.config, weights).empty())
+    device = cpu_choice();
+#endif
   e.gpu = device.gpu;
   e.device = device.name;
   e.kv_element_bytes = device.kv_element_bytes;

@@ -40,10 +40,26 @@ DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
           .split = m.split};
 }
 
+std::string type_refusal(const MatrixLayout& m) {
+  if (k::is_supported_weight_type(m.tensor->ggml_type)) return {};
+  return "the CUDA backend cannot run tensor " + m.tensor->name + " of type " +
+         tensor_type_name(m.tensor->ggml_type);
+}
+
 void check_type(const MatrixLayout& m) {
-  if (!k::is_supported_weight_type(m.tensor->ggml_type))
-    throw DeviceError("the CUDA backend cannot run tensor " + m.tensor->name + " of type " +
-                      tensor_type_name(m.tensor->ggml_type));
+  if (const std::string why = type_refusal(m); !why.empty()) throw DeviceError(why);
+}
+
+// What the kernels do not cover in the model's shapes, or empty.
+std::string shape_refusal(const ModelConfig& c) {
+  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
+    return "the CUDA backend supports head sizes 64, 128 and 256, not " +
+           std::to_string(c.head_dim);
+  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
+    return "the CUDA backend supports up to 8 query heads per KV head";
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
+    return "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32";
+  return {};
 }
 
 }  // namespace
@@ -51,14 +67,7 @@ void check_type(const MatrixLayout& m) {
 void CudaModel::load(const BackendInit& init) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
-    throw DeviceError("the CUDA backend supports head sizes 64, 128 and 256, not " +
-                      std::to_string(c.head_dim));
-  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
-    throw DeviceError("the CUDA backend supports up to 8 query heads per KV head");
-  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
-    throw DeviceError(
-        "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32");
+  if (const std::string why = shape_refusal(c); !why.empty()) throw DeviceError(why);
 
   // Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (granule/split_layout.h: same bytes, values
   // first, so decode loads are 16-byte vectors), everything else byte for byte;
@@ -308,3 +317,18 @@ void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_t
 }
 
 }  // namespace granule::cuda
+
+namespace granule {
+
+std::string cuda_model_refusal(const ModelConfig& config, const WeightTable& weights) {
+  if (std::string why = cuda::shape_refusal(config); !why.empty()) return why;
+  const WeightLayout layout = weight_layout(config, weights, false);
+  for (const MatrixLayout& m : layout.fixed)
+    if (std::string why = cuda::type_refusal(m); !why.empty()) return why;
+  for (const LayerWeightLayout& l : layout.layers)
+    for (const MatrixLayout& m : l.matrices)
+      if (std::string why = cuda::type_refusal(m); !why.empty()) return why;
+  return {};
+}
+
+}  // namespace granule
