@@ -135,8 +135,7 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
     // The plan and its minimum without the prefill overlap's second f16 scratch; the model
     // takes that scratch only where it keeps the same layers resident.
     const PlacementPlan plan = plan_placement(in);
-    if (workspace.overlap_bytes > 0 &&
-        overlap_scratch_fits(in, workspace.overlap_bytes))
+    if (workspace.overlap_bytes > 0 && overlap_scratch_fits(in, workspace.overlap_bytes))
       in.workspace_bytes += workspace.overlap_bytes;
     e.workspace_bytes = in.workspace_bytes;
     e.loads = plan.loads;
