@@ -291,24 +291,13 @@ cudaError_t allow_shared_bytes() {
 }
 
 // KERNEL<<<grid, block, BYTES, stream>>>(tasks, in) after allow_shared_bytes, with
-// programmatic dependent launch as config.early_launch says (launch_early, with dynamic shared
-// memory).
+// programmatic dependent launch as config.early_launch says (launch_early_shared).
 template <auto KERNEL, int BYTES, class Input>
 cudaError_t launch(dim3 grid, dim3 block, const Tasks& tasks, const Input& in,
                    const KernelConfig& config, cudaStream_t stream) {
   const cudaError_t attribute = allow_shared_bytes<KERNEL, BYTES>();
   if (attribute != cudaSuccess) return attribute;
-  cudaLaunchConfig_t launch{};
-  launch.gridDim = grid;
-  launch.blockDim = block;
-  launch.dynamicSmemBytes = BYTES;
-  launch.stream = stream;
-  cudaLaunchAttribute early[1];
-  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early[0].val.programmaticStreamSerializationAllowed = config.early_launch ? 1 : 0;
-  launch.attrs = early;
-  launch.numAttrs = 1;
-  return cudaLaunchKernelEx(&launch, KERNEL, tasks, in);
+  return launch_early_shared(KERNEL, grid, block, BYTES, config, stream, tasks, in);
 }
 
 // The first of `statuses` that is not cudaSuccess (each was evaluated), else cudaSuccess.
