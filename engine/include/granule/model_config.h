@@ -1,5 +1,7 @@
 // The llama family's hyper-parameters and weight table, read from GGUF metadata:
-// Llama 2/3 (with Llama 3 rope scaling), Mistral, SmolLM2, Qwen2 (QKV bias), Qwen3 (QK-norm).
+// Llama 2/3 (with Llama 3 rope scaling), Mistral, SmolLM2, Qwen2 (QKV bias), Qwen3 (QK-norm),
+// and the mixtures of experts: Mixtral (`llama` with experts), Qwen3 MoE (`qwen3moe`) and
+// gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,11 +14,32 @@ namespace granule {
 enum class RopeOrdering { Normal, NeoX };   // interleaved pairs (llama) / split halves (qwen)
 
 struct RopeScaling {
-  std::string type = "none";   // "none", "linear", "llama3"
+  std::string type = "none";   // "none", "linear", "llama3", "yarn"
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int64_t original_context = 8192;
+  // YaRN (gpt-oss): ramp between beta_fast and beta_slow rotations, magnitude scale.
+  float yarn_beta_fast = 32.0f;
+  float yarn_beta_slow = 1.0f;
+};
+
+// How the router's logits become the chosen experts' weights (llama.cpp's
+// expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen k only).
+enum class ExpertGating { Softmax, Sigmoid, SoftmaxOfTopK };
+
+// The feed-forward activation: SwiGLU (silu(gate) * up), or gpt-oss's clamped form
+// (gate clamped above at 7, up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1)).
+enum class FfnActivation { Swiglu, SwigluClamped };
+
+struct ExpertConfig {
+  int64_t n_expert = 0;        // 0: a dense model
+  int64_t n_expert_used = 0;   // top-k
+  int64_t n_ff_exp = 0;        // one expert's feed-forward width
+  int64_t n_ff_shexp = 0;      // the shared expert's width (0: none)
+  ExpertGating gating = ExpertGating::Softmax;
+  bool normalize_weights = false;  // the chosen k weights divided by their sum
+  float weights_scale = 1.0f;      // then multiplied by this
 };
 
 struct ModelConfig {
@@ -38,6 +61,20 @@ struct ModelConfig {
   bool qk_norm = false;       // Qwen3
   bool tied_embeddings = false;  // no output.weight: the output head is token_embd
   uint32_t dominant_type = 0;    // the most common block type among 2-D weights (ggml id)
+  ExpertConfig moe;              // n_expert > 0: every layer's FFN is a mixture of experts
+  FfnActivation activation = FfnActivation::Swiglu;
+  bool attn_sinks = false;       // gpt-oss: a learned per-head logit joins each softmax
+  bool attn_output_bias = false; // gpt-oss: attn_output.bias
+  // Sliding-window attention: layers with swa_layers[i] attend to the last `sliding_window`
+  // positions only (gpt-oss: every other layer, window 128); empty when no layer slides.
+  int64_t sliding_window = 0;
+  std::vector<bool> swa_layers;
+
+  bool is_moe() const { return moe.n_expert > 0; }
+  bool layer_slides(int64_t layer) const {
+    return sliding_window > 0 && static_cast<size_t>(layer) < swa_layers.size() &&
+           swa_layers[static_cast<size_t>(layer)];
+  }
 
   // Bytes of K+V per token over all layers at the given element size (2 for fp16).
   int64_t kv_bytes_per_token(int64_t elem_bytes) const {
@@ -65,6 +102,26 @@ struct LayerWeights {
   const TensorInfo* w_gate = nullptr;
   const TensorInfo* w_up = nullptr;
   const TensorInfo* w_down = nullptr;
+  // Attention extras (gpt-oss): output bias, per-head sink logits.
+  const TensorInfo* bo = nullptr;
+  const TensorInfo* attn_sinks = nullptr;
+  // Mixture of experts (w_gate/w_up/w_down stay null). 3-D tensors in GGUF order:
+  // gate/up [n_embd, n_ff_exp, n_expert], down [n_ff_exp, n_embd, n_expert]; expert e's
+  // matrix is the e-th contiguous slab of size_bytes / n_expert.
+  const TensorInfo* router = nullptr;         // ffn_gate_inp [n_embd, n_expert]
+  const TensorInfo* router_bias = nullptr;    // ffn_gate_inp.bias [n_expert] (gpt-oss)
+  const TensorInfo* gate_exps = nullptr;
+  const TensorInfo* up_exps = nullptr;
+  const TensorInfo* down_exps = nullptr;
+  const TensorInfo* gate_exps_bias = nullptr;  // [n_ff_exp, n_expert] (gpt-oss)
+  const TensorInfo* up_exps_bias = nullptr;    // [n_ff_exp, n_expert]
+  const TensorInfo* down_exps_bias = nullptr;  // [n_embd, n_expert]
+  // A shared expert every token takes (Qwen2-MoE style; absent in Qwen3 MoE and gpt-oss),
+  // with its optional sigmoid gate ffn_gate_inp_shexp [n_embd].
+  const TensorInfo* gate_shexp = nullptr;
+  const TensorInfo* up_shexp = nullptr;
+  const TensorInfo* down_shexp = nullptr;
+  const TensorInfo* shexp_gate = nullptr;
 };
 
 struct WeightTable {
