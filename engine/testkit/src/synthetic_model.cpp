@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
+#include <memory>
 
 #include "granule/error.h"
 #include "granule/testkit/byte_level.h"
@@ -55,38 +55,63 @@ void fill_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t 
   }
 }
 
-// Generates and encodes a tensor (dims in GGUF order) on all cores.
-std::vector<uint8_t> make_tensor(std::string_view name, uint64_t seed, Distribution dist,
-                                 const std::vector<int64_t>& dims, TensorType type) {
-  const int64_t cols = dims[0];
-  int64_t rows = 1;
-  for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+// Encodes rows [first, first + count) of a tensor of `cols` columns from its seeded values.
+void encode_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t cols,
+                 TensorType type, int64_t first, int64_t count, uint8_t* out) {
   const size_t stride = row_bytes(type, cols);
-  std::vector<uint8_t> bytes(stride * static_cast<size_t>(rows));
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, rows);
-  auto work = [&](int64_t part) {
-    const int64_t begin = rows * part / threads;
-    const int64_t end = rows * (part + 1) / threads;
-    std::vector<float> values(static_cast<size_t>(cols));
-    for (int64_t r = begin; r < end; ++r) {
-      fill_rows(name, seed, dist, cols, r, r + 1, values.data());
-      uint8_t* dst = bytes.data() + static_cast<size_t>(r) * stride;
-      if (type == TensorType::F32) {
-        std::memcpy(dst, values.data(), stride);
-      } else {
-        quantize_row(type, values.data(), dst, cols);
+  std::vector<float> values(static_cast<size_t>(cols));
+  for (int64_t r = first; r < first + count; ++r) {
+    fill_rows(name, seed, dist, cols, r, r + 1, values.data());
+    uint8_t* dst = out + static_cast<size_t>(r - first) * stride;
+    if (type == TensorType::F32) {
+      std::memcpy(dst, values.data(), stride);
+    } else {
+      quantize_row(type, values.data(), dst, cols);
+    }
+  }
+}
+
+// random_blocks: a pool of encoded pieces of rows (`piece_elems` elements, whole blocks, a
+// divisor of the row) quantised once from the tensor's distribution; each piece of each row
+// is then a pool entry picked by a hash of (tensor, row, piece). Valid blocks of the right
+// magnitude at memory speed, independent of how rows are sliced.
+class RandomBlockPool {
+ public:
+  static constexpr int64_t kEntries = 4096;
+  RandomBlockPool(std::string_view name, uint64_t seed, Distribution dist, int64_t cols,
+                  TensorType type)
+      : key_(hash_name(name, seed ^ 0x5EEDB10Cull)), cols_(cols) {
+    const int64_t block = tensor_type_info(type).block_elems;
+    piece_elems_ = block;
+    for (int64_t m = block; m <= 512 && m <= cols; m += block)
+      if (cols % m == 0) piece_elems_ = m;
+    piece_bytes_ = row_bytes(type, piece_elems_);
+    pool_.resize(static_cast<size_t>(kEntries) * piece_bytes_);
+    std::vector<uint8_t> row(row_bytes(type, piece_elems_));
+    for (int64_t e = 0; e < kEntries; ++e) {
+      encode_rows(std::string(name) + "#pool", seed, dist, piece_elems_, type, e, 1, row.data());
+      std::memcpy(pool_.data() + static_cast<size_t>(e) * piece_bytes_, row.data(), piece_bytes_);
+    }
+  }
+  void rows(int64_t first, int64_t count, uint8_t* out) const {
+    const int64_t pieces = cols_ / piece_elems_;
+    for (int64_t r = first; r < first + count; ++r) {
+      uint64_t state = key_ ^ (static_cast<uint64_t>(r) * 0xD6E8FEB86659FD93ull);
+      for (int64_t p = 0; p < pieces; ++p) {
+        const uint64_t pick = splitmix64(state) % kEntries;
+        std::memcpy(out, pool_.data() + pick * piece_bytes_, piece_bytes_);
+        out += piece_bytes_;
       }
     }
-  };
-  if (threads <= 1 || rows * cols < (1 << 16)) {
-    for (int64_t p = 0; p < threads; ++p) work(p);
-  } else {
-    std::vector<std::thread> pool;
-    for (int64_t p = 0; p < threads; ++p) pool.emplace_back(work, p);
-    for (auto& t : pool) t.join();
   }
-  return bytes;
-}
+
+ private:
+  uint64_t key_;
+  int64_t cols_;
+  int64_t piece_elems_ = 0;
+  size_t piece_bytes_ = 0;
+  std::vector<uint8_t> pool_;
+};
 
 struct Vocabulary {
   std::vector<std::string> tokens;
@@ -120,6 +145,19 @@ Vocabulary make_vocabulary(int64_t n_vocab) {
     add("<|reserved_" + std::to_string(i) + "|>", 5);
   }
   return v;
+}
+
+// gpt-oss's attention and norms as its converter writes them: QKV and output biases, sinks,
+// sliding windows on alternate layers, YaRN 32 (rope_original_context set by the caller), rope
+// base 150000; its mixture of experts has router and expert biases.
+void gpt_oss_attention(SyntheticModelSpec& s) {
+  s.architecture = "gpt-oss";
+  s.qkv_bias = true;
+  s.attn_sinks = true;
+  s.attn_output_bias = true;
+  s.yarn_rope_scaling = true;
+  s.rope_scaling_factor = 32.0f;
+  s.rope_theta = 150000.0f;
 }
 
 }  // namespace
@@ -238,6 +276,16 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   w.set(a + "attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(spec.n_head_kv)));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_eps));
   w.set(a + "rope.freq_base", GgufValue::f32(spec.rope_theta));
+  if (spec.sliding_window > 0) {
+    w.set(a + "attention.sliding_window",
+          GgufValue::u32(static_cast<uint32_t>(spec.sliding_window)));
+  }
+  if (spec.yarn_rope_scaling) {
+    w.set(a + "rope.scaling.type", GgufValue::string("yarn"));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
+    w.set(a + "rope.scaling.original_context_length",
+          GgufValue::u32(static_cast<uint32_t>(spec.rope_original_context)));
+  }
   w.set(a + "rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(head_dim)));
   if (head_dim * spec.n_head != spec.n_embd) {
     w.set(a + "attention.key_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
@@ -266,6 +314,9 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   w.set("tokenizer.chat_template",
         GgufValue::string(spec.chat_template.empty() ? kChatMlTemplate : spec.chat_template));
 
+  // Tensors are made when the file is written (GgufWriter::add_generated_tensor), so a model
+  // larger than memory can be written; random_blocks draws the large ones from a block pool.
+  constexpr uint64_t kRandomBlocksMinBytes = 1ull << 20;
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, TensorType type,
                     Distribution dist) {
     for (const auto& o : spec.tensor_types) {
@@ -274,8 +325,23 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
         break;
       }
     }
-    auto bytes = make_tensor(name, spec.seed, dist, dims, type);
-    w.add_raw_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(bytes));
+    const int64_t cols = dims[0];
+    int64_t rows = 1;
+    for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+    const uint64_t seed = spec.seed;
+    GgufWriter::RowGenerator generate;
+    if (spec.random_blocks &&
+        row_bytes(type, cols) * static_cast<uint64_t>(rows) >= kRandomBlocksMinBytes) {
+      auto pool = std::make_shared<RandomBlockPool>(name, seed, dist, cols, type);
+      generate = [pool](int64_t first, int64_t count, uint8_t* out) {
+        pool->rows(first, count, out);
+      };
+    } else {
+      generate = [name, seed, dist, cols, type](int64_t first, int64_t count, uint8_t* out) {
+        encode_rows(name, seed, dist, cols, type, first, count, out);
+      };
+    }
+    w.add_generated_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(generate));
   };
   // Uniform(-s, s) has standard deviation s / sqrt(3): s = sqrt(3 / fan_in) gives unit-size
   // outputs for unit-size inputs.
@@ -316,6 +382,12 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     tensor(p + "attn_k.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_v.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_output.weight", {q_dim, spec.n_embd}, t, fan_in(q_dim));
+    if (spec.attn_output_bias) {
+      tensor(p + "attn_output.bias", {spec.n_embd}, TensorType::F32, Distribution{0.0f, 0.5f});
+    }
+    if (spec.attn_sinks) {  // sink logits of the size of the scores, so they take real mass
+      tensor(p + "attn_sinks.weight", {spec.n_head}, TensorType::F32, Distribution{0.0f, 2.0f});
+    }
     if (spec.qkv_bias) {
       const Distribution bias{0.0f, 0.5f};
       tensor(p + "attn_q.bias", {q_dim}, TensorType::F32, bias);
