@@ -55,13 +55,18 @@ void fill_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t 
   }
 }
 
-// Encodes rows [first, first + count) of a tensor of `cols` columns from its seeded values.
+// Encodes rows [first, first + count) of a tensor of `cols` columns from its seeded values,
+// row r multiplied by row_scale[r] when row_scale is not empty.
 void encode_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t cols,
-                 TensorType type, int64_t first, int64_t count, uint8_t* out) {
+                 TensorType type, int64_t first, int64_t count, uint8_t* out,
+                 const std::vector<float>& row_scale = {}) {
   const size_t stride = row_bytes(type, cols);
   std::vector<float> values(static_cast<size_t>(cols));
   for (int64_t r = first; r < first + count; ++r) {
     fill_rows(name, seed, dist, cols, r, r + 1, values.data());
+    if (!row_scale.empty()) {
+      for (float& v : values) v *= row_scale[static_cast<size_t>(r)];
+    }
     uint8_t* dst = out + static_cast<size_t>(r - first) * stride;
     if (type == TensorType::F32) {
       std::memcpy(dst, values.data(), stride);
@@ -147,6 +152,25 @@ Vocabulary make_vocabulary(int64_t n_vocab) {
   return v;
 }
 
+// llama-quantize's Q4_K_M for a mixture of experts: Q4_K everywhere, Q6_K for the output head
+// and, in the layers its use_more_bits() picks (the first and last eighth, and every third
+// between), for attn_v and ffn_down_exps; the router stays F32.
+void q4_k_m_like(SyntheticModelSpec& s) {
+  s.weight_type = TensorType::Q4_K;
+  s.expert_type = TensorType::Q4_K;
+  s.embedding_type = TensorType::Q4_K;
+  s.output_type = TensorType::Q6_K;
+  s.router_type = TensorType::F32;
+  const int64_t n = s.n_layer;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
+      s.tensor_types.push_back({p + "ffn_down_exps.weight", TensorType::Q6_K});
+    }
+  }
+}
+
 // gpt-oss's attention and norms as its converter writes them: QKV and output biases, sinks,
 // sliding windows on alternate layers, YaRN 32 (rope_original_context set by the caller), rope
 // base 150000; its mixture of experts has router and expert biases.
@@ -158,6 +182,7 @@ void gpt_oss_attention(SyntheticModelSpec& s) {
   s.yarn_rope_scaling = true;
   s.rope_scaling_factor = 32.0f;
   s.rope_theta = 150000.0f;
+  s.expert_biases = true;
 }
 
 }  // namespace
@@ -166,6 +191,45 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   SyntheticModelSpec s;
   s.name = std::string(name);
   if (name == "tiny") return s;
+  if (name == "tiny-gpt-oss" || name == "tiny-gpt-oss-mxfp4") {
+    gpt_oss_attention(s);
+    s.n_layer = 3;  // sliding, full, sliding
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 32;  // q width 128 over a hidden size of 64, as gpt-oss's 4096 over 2880
+    s.sliding_window = 8;
+    s.rope_original_context = 128;
+    s.context_length = 128 * 32;
+    s.n_expert = 8;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 64;
+    s.n_ff = 64;
+    if (name == "tiny-gpt-oss-mxfp4") s.expert_type = TensorType::MXFP4;
+    s.seed = 31;
+    return s;
+  }
+  if (name == "gpt-oss-20b") {
+    gpt_oss_attention(s);
+    s.n_layer = 24;
+    s.n_embd = 2880;
+    s.n_head = 64;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.n_ff = 2880;
+    s.n_vocab = 201088;
+    s.context_length = 131072;
+    s.sliding_window = 128;
+    s.rope_original_context = 4096;
+    s.n_expert = 32;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 2880;
+    s.weight_type = TensorType::Q8_0;
+    s.embedding_type = TensorType::Q8_0;
+    s.output_type = TensorType::Q8_0;
+    s.expert_type = TensorType::MXFP4;
+    s.router_type = TensorType::F32;
+    return s;
+  }
   if (name == "tiny-gqa") {
     s.n_layer = 3;
     s.n_embd = 96;
@@ -236,6 +300,58 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.output_type = TensorType::Q6_K;
     return s;
   }
+  if (name == "tiny-qwen3moe") {
+    s.architecture = "qwen3moe";
+    s.qk_norm = true;
+    s.head_dim = 32;
+    s.rope_theta = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+    s.seed = 21;
+    return s;
+  }
+  if (name == "tiny-mixtral") {
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.rope_theta = 1000000.0f;
+    s.seed = 22;
+    return s;
+  }
+  if (name == "qwen3-30b-a3b") {
+    s.architecture = "qwen3moe";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_ff = 6144;
+    s.n_vocab = 151936;
+    s.context_length = 40960;
+    s.rope_theta = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.qk_norm = true;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    q4_k_m_like(s);
+    return s;
+  }
+  if (name == "mixtral-8x7b") {
+    s.n_layer = 32;
+    s.n_embd = 4096;
+    s.n_head = 32;
+    s.n_head_kv = 8;
+    s.n_ff = 14336;
+    s.n_vocab = 32000;
+    s.context_length = 32768;
+    s.rope_theta = 1000000.0f;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    q4_k_m_like(s);
+    return s;
+  }
   throw UsageError("unknown synthetic model preset '" + std::string(name) + "'");
 }
 
@@ -248,9 +364,67 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",    "tiny-gqa",  "tiny-qwen2",   "tiny-qwen3",
-          "kv-wide", "small-256", "smollm2-135m", "llama3-8b"};
+  return {"tiny",          "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
+          "small-256",     "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
+          "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b"};
 }
+
+namespace {
+
+// router_skew: router row e scaled by (1 + rank(e))^(-skew / 2), rank a per-layer permutation
+// of the experts (seeded by the layer's name). On typical hidden states a row's logits are
+// about Gaussian with a spread in proportion to its scale, so top-k picks the wide rows more
+// often: popularity falls with rank like a power law (tests/engine/cpu_gptoss_test.cpp
+// measures it). Empty (no scaling) when the skew is 0.
+std::vector<float> router_row_scales(const SyntheticModelSpec& spec, const std::string& layer) {
+  if (spec.router_skew <= 0.0f) return {};
+  const auto n = static_cast<size_t>(spec.n_expert);
+  std::vector<size_t> by_rank(n);
+  for (size_t i = 0; i < n; ++i) by_rank[i] = i;
+  uint64_t state = hash_name(layer + "router_rank", spec.seed);
+  for (size_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+    std::swap(by_rank[i], by_rank[splitmix64(state) % (i + 1)]);
+  }
+  std::vector<float> scales(n);
+  for (size_t rank = 0; rank < n; ++rank) {
+    scales[by_rank[rank]] = std::pow(1.0f + static_cast<float>(rank), -0.5f * spec.router_skew);
+  }
+  return scales;
+}
+
+// One MoE layer's FFN tensors, through the writer's `tensor(name, dims, type, distribution)`.
+template <typename AddTensor>
+void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, int64_t n_ff_exp,
+                        AddTensor&& tensor) {
+  auto fan_in = [](int64_t n, float scale = 1.0f) {
+    return Distribution{0.0f, scale * std::sqrt(3.0f / static_cast<float>(n))};
+  };
+  const int64_t d = spec.n_embd, e = spec.n_expert;
+  const bool gpt_oss = spec.architecture == "gpt-oss";
+  tensor(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, TensorType::F32,
+         Distribution{1.0f, 0.1f});
+  tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale),
+         router_row_scales(spec, p));
+  const TensorType t = spec.expert_type;
+  tensor(p + "ffn_gate_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
+  tensor(p + "ffn_up_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
+  tensor(p + "ffn_down_exps.weight", {n_ff_exp, d, e}, t, fan_in(n_ff_exp));
+  if (spec.expert_biases) {
+    const Distribution bias{0.0f, 0.5f};
+    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, bias);
+    tensor(p + "ffn_gate_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
+    tensor(p + "ffn_up_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
+    tensor(p + "ffn_down_exps.bias", {d, e}, TensorType::F32, bias);
+  }
+  if (spec.n_ff_shexp > 0) {
+    tensor(p + "ffn_gate_shexp.weight", {d, spec.n_ff_shexp}, spec.weight_type, fan_in(d));
+    tensor(p + "ffn_up_shexp.weight", {d, spec.n_ff_shexp}, spec.weight_type, fan_in(d));
+    tensor(p + "ffn_down_shexp.weight", {spec.n_ff_shexp, d}, spec.weight_type,
+           fan_in(spec.n_ff_shexp));
+  }
+}
+
+}  // namespace
 
 GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   if (spec.n_vocab < kSyntheticMinVocab) {
@@ -292,6 +466,28 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     w.set(a + "attention.value_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
   }
   w.set(a + "vocab_size", GgufValue::u32(static_cast<uint32_t>(spec.n_vocab)));
+  const bool moe = spec.n_expert > 0;
+  const int64_t n_ff_exp = spec.n_ff_exp > 0 ? spec.n_ff_exp : spec.n_ff;
+  if (moe) {
+    if (spec.n_expert_used <= 0 || spec.n_expert_used > spec.n_expert)
+      throw UsageError("synthetic model: n_expert_used must be in [1, n_expert]");
+    if (spec.architecture == "llama" && n_ff_exp != spec.n_ff)
+      throw UsageError("synthetic model: Mixtral-style experts are n_ff wide");
+    w.set(a + "expert_count", GgufValue::u32(static_cast<uint32_t>(spec.n_expert)));
+    w.set(a + "expert_used_count", GgufValue::u32(static_cast<uint32_t>(spec.n_expert_used)));
+    if (spec.architecture != "llama")
+      w.set(a + "expert_feed_forward_length", GgufValue::u32(static_cast<uint32_t>(n_ff_exp)));
+    if (spec.n_ff_shexp > 0)
+      w.set(a + "expert_shared_feed_forward_length",
+            GgufValue::u32(static_cast<uint32_t>(spec.n_ff_shexp)));
+    if (spec.expert_gating_func >= 0)
+      w.set(a + "expert_gating_func",
+            GgufValue::u32(static_cast<uint32_t>(spec.expert_gating_func)));
+    if (spec.expert_weights_norm >= 0)
+      w.set(a + "expert_weights_norm", GgufValue::boolean_value(spec.expert_weights_norm != 0));
+    if (spec.expert_weights_scale >= 0.0f)
+      w.set(a + "expert_weights_scale", GgufValue::f32(spec.expert_weights_scale));
+  }
   if (spec.llama3_rope_scaling) {
     w.set(a + "rope.scaling.type", GgufValue::string("llama3"));
     w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
@@ -318,7 +514,7 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   // larger than memory can be written; random_blocks draws the large ones from a block pool.
   constexpr uint64_t kRandomBlocksMinBytes = 1ull << 20;
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, TensorType type,
-                    Distribution dist) {
+                    Distribution dist, std::vector<float> row_scale = {}) {
     for (const auto& o : spec.tensor_types) {
       if (name.ends_with(o.suffix)) {
         type = o.type;
@@ -330,15 +526,17 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
     const uint64_t seed = spec.seed;
     GgufWriter::RowGenerator generate;
-    if (spec.random_blocks &&
+    // Scaled rows (a skewed router) keep their structure: always from seeded values.
+    if (spec.random_blocks && row_scale.empty() &&
         row_bytes(type, cols) * static_cast<uint64_t>(rows) >= kRandomBlocksMinBytes) {
       auto pool = std::make_shared<RandomBlockPool>(name, seed, dist, cols, type);
       generate = [pool](int64_t first, int64_t count, uint8_t* out) {
         pool->rows(first, count, out);
       };
     } else {
-      generate = [name, seed, dist, cols, type](int64_t first, int64_t count, uint8_t* out) {
-        encode_rows(name, seed, dist, cols, type, first, count, out);
+      generate = [name, seed, dist, cols, type, row_scale = std::move(row_scale)](
+                     int64_t first, int64_t count, uint8_t* out) {
+        encode_rows(name, seed, dist, cols, type, first, count, out, row_scale);
       };
     }
     w.add_generated_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(generate));
@@ -397,6 +595,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     if (spec.qk_norm) {
       tensor(p + "attn_q_norm.weight", {head_dim}, TensorType::F32, norm);
       tensor(p + "attn_k_norm.weight", {head_dim}, TensorType::F32, norm);
+    }
+    if (moe) {
+      add_expert_tensors(spec, p, n_ff_exp, tensor);
+      continue;
     }
     tensor(p + "ffn_norm.weight", {spec.n_embd}, TensorType::F32, norm);
     tensor(p + "ffn_gate.weight", {spec.n_embd, spec.n_ff}, t, fan_in(spec.n_embd));
