@@ -411,7 +411,9 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
   tensor(p + "ffn_down_exps.weight", {n_ff_exp, d, e}, t, fan_in(n_ff_exp));
   if (spec.expert_biases) {
     const Distribution bias{0.0f, 0.5f};
-    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, bias);
+    // Small beside the logits' unit spread: a router bias decides popularity, and
+    // router_skew 0 should route about uniformly.
+    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, Distribution{0.0f, 0.1f});
     tensor(p + "ffn_gate_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
     tensor(p + "ffn_up_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
     tensor(p + "ffn_down_exps.bias", {d, e}, TensorType::F32, bias);
