@@ -211,6 +211,206 @@ TEST(ModelConfig, WrongTensorShapeIsNamed) {
   EXPECT_NE(msg.find("blk.0.attn_k.weight"), std::string::npos) << msg;
 }
 
+// ---- mixtures of experts (issue 36) --------------------------------------------------------
+
+uint64_t file_tensor_bytes(const ModelFile& file) {
+  uint64_t total = 0;
+  for (const TensorInfo& t : file.tensors()) total += t.size_bytes;
+  return total;
+}
+
+TEST(ModelConfigMoe, Qwen3MoeReadsExpertsAndSoftmaxNormalisedGating) {
+  Loaded m(SyntheticModelSpec::preset("tiny-qwen3moe"));
+  const ModelConfig& c = m.config;
+  ASSERT_TRUE(c.is_moe());
+  EXPECT_EQ(c.moe.n_expert, 8);
+  EXPECT_EQ(c.moe.n_expert_used, 2);
+  EXPECT_EQ(c.moe.n_ff_exp, 32);
+  EXPECT_EQ(c.moe.n_ff_shexp, 0);
+  EXPECT_EQ(c.moe.gating, ExpertGating::Softmax);
+  EXPECT_TRUE(c.moe.normalize_weights);
+  EXPECT_EQ(c.moe.weights_scale, 1.0f);
+  EXPECT_EQ(c.activation, FfnActivation::Swiglu);
+  EXPECT_EQ(c.rope_ordering, RopeOrdering::NeoX);
+  EXPECT_TRUE(c.qk_norm);
+  for (const LayerWeights& l : m.weights.layers) {
+    EXPECT_EQ(l.w_gate, nullptr);
+    EXPECT_EQ(l.w_up, nullptr);
+    EXPECT_EQ(l.w_down, nullptr);
+    ASSERT_NE(l.router, nullptr);
+    ASSERT_NE(l.gate_exps, nullptr);
+    EXPECT_EQ(l.down_exps->dims, (std::vector<int64_t>{32, 64, 8}));
+    EXPECT_EQ(l.router_bias, nullptr);
+    EXPECT_EQ(l.gate_exps_bias, nullptr);
+  }
+}
+
+TEST(ModelConfigMoe, MixtralIsLlamaWithExpertsAsWideAsTheFfn) {
+  Loaded m(SyntheticModelSpec::preset("tiny-mixtral"));
+  const ModelConfig& c = m.config;
+  ASSERT_TRUE(c.is_moe());
+  EXPECT_EQ(c.architecture, "llama");
+  EXPECT_EQ(c.moe.n_expert, 4);
+  EXPECT_EQ(c.moe.n_ff_exp, c.n_ff);
+  EXPECT_EQ(c.moe.gating, ExpertGating::Softmax);
+  EXPECT_TRUE(c.moe.normalize_weights);
+  EXPECT_EQ(c.rope_ordering, RopeOrdering::Normal);
+}
+
+TEST(ModelConfigMoe, GptOssExpertPartHasBiasesTopKSoftmaxAndClampedSwiglu) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen3moe");
+  spec.architecture = "gpt-oss";
+  spec.qk_norm = false;
+  spec.expert_biases = true;
+  Loaded m(spec);
+  const ModelConfig& c = m.config;
+  ASSERT_TRUE(c.is_moe());
+  EXPECT_EQ(c.moe.gating, ExpertGating::SoftmaxOfTopK);
+  EXPECT_FALSE(c.moe.normalize_weights);
+  EXPECT_EQ(c.activation, FfnActivation::SwigluClamped);
+  const LayerWeights& l = m.weights.layers[1];
+  ASSERT_NE(l.ffn_norm, nullptr);
+  EXPECT_EQ(l.ffn_norm->name, "blk.1.post_attention_norm.weight");
+  ASSERT_NE(l.router_bias, nullptr);
+  ASSERT_NE(l.gate_exps_bias, nullptr);
+  ASSERT_NE(l.up_exps_bias, nullptr);
+  ASSERT_NE(l.down_exps_bias, nullptr);
+  EXPECT_EQ(l.down_exps_bias->dims, (std::vector<int64_t>{64, 8}));
+}
+
+TEST(ModelConfigMoe, GatingKeysAreReadAsLlamaCppReadsThem) {
+  // llama.cpp's qwen3moe graph fixes softmax and normalisation in code; the keys are ignored.
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen3moe");
+  spec.expert_gating_func = 2;
+  spec.expert_weights_norm = 0;
+  spec.expert_weights_scale = 2.5f;
+  Loaded m(spec);
+  EXPECT_EQ(m.config.moe.gating, ExpertGating::Softmax);
+  EXPECT_TRUE(m.config.moe.normalize_weights);
+  EXPECT_EQ(m.config.moe.weights_scale, 1.0f);
+}
+
+TEST(ModelConfigMoe, Qwen3MoeExpertWidthDefaultsToFfOverTopK) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen3moe");
+  spec.n_ff = 64;  // 2 × the experts' 32
+  auto bytes = build_synthetic_model(spec).to_bytes();
+  const std::string key = "qwen3moe.expert_feed_forward_length";
+  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  ASSERT_NE(it, bytes.end());
+  *(it + 9) = 'X';  // "qwen3moe.Xxpert_feed_forward_length": absent
+  TempFile f;
+  {
+    std::ofstream out(f.path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  auto model = ModelFile::open(f.path);
+  const ModelConfig c = ModelConfig::from_gguf(*model);
+  EXPECT_EQ(c.moe.n_ff_exp, 32);
+  EXPECT_NO_THROW(WeightTable::from_gguf(*model, c));
+}
+
+TEST(ModelConfigMoe, TopKAboveTheExpertCountIsAnError) {
+  auto writer = build_synthetic_model(SyntheticModelSpec::preset("tiny-qwen3moe"));
+  writer.set("qwen3moe.expert_used_count", GgufValue::u32(9));
+  TempFile f;
+  writer.write(f.path);
+  auto model = ModelFile::open(f.path);
+  const std::string msg = error_message<FormatError>([&] { ModelConfig::from_gguf(*model); });
+  EXPECT_NE(msg.find("expert_used_count 9"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("expert_count 8"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigMoe, MissingExpertCountIsNamed) {
+  auto bytes = build_synthetic_model(SyntheticModelSpec::preset("tiny-qwen3moe")).to_bytes();
+  const std::string key = "qwen3moe.expert_count";
+  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  ASSERT_NE(it, bytes.end());
+  *(it + 9) = 'X';
+  TempFile f;
+  {
+    std::ofstream out(f.path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
+  }
+  auto model = ModelFile::open(f.path);
+  const std::string msg = error_message<FormatError>([&] { ModelConfig::from_gguf(*model); });
+  EXPECT_NE(msg.find("qwen3moe.expert_count"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigMoe, ExpertTensorOfTheWrongShapeIsNamed) {
+  // The header says 6 experts, the tensors hold 8.
+  auto writer = build_synthetic_model(SyntheticModelSpec::preset("tiny-mixtral"));
+  writer.set("llama.expert_count", GgufValue::u32(6));
+  TempFile f;
+  writer.write(f.path);
+  auto model = ModelFile::open(f.path);
+  auto config = ModelConfig::from_gguf(*model);
+  const std::string msg =
+      error_message<FormatError>([&] { WeightTable::from_gguf(*model, config); });
+  EXPECT_NE(msg.find("blk.0.ffn_gate_inp.weight"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigMoe, BlockQuantisedRouterIsRefused) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen3moe");
+  spec.router_type = TensorType::Q4_0;
+  TempFile f;
+  write_synthetic_model(spec, f.path);
+  auto model = ModelFile::open(f.path);
+  auto config = ModelConfig::from_gguf(*model);
+  const std::string msg =
+      error_message<UnsupportedError>([&] { WeightTable::from_gguf(*model, config); });
+  EXPECT_NE(msg.find("ffn_gate_inp.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Q4_0"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigMoe, ExpertsOnADenseOnlyArchitectureAreRefused) {
+  auto writer = build_synthetic_model(SyntheticModelSpec::preset("tiny-qwen3"));
+  writer.set("qwen3.expert_count", GgufValue::u32(8));
+  TempFile f;
+  writer.write(f.path);
+  auto model = ModelFile::open(f.path);
+  const std::string msg = error_message<UnsupportedError>([&] { ModelConfig::from_gguf(*model); });
+  EXPECT_NE(msg.find("qwen3"), std::string::npos) << msg;
+}
+
+TEST(ModelConfigMoe, WeightBytesCountEveryExpert) {
+  for (const char* name : {"tiny-qwen3moe", "tiny-mixtral"}) {
+    Loaded m(SyntheticModelSpec::preset(name));
+    EXPECT_EQ(m.weights.total_bytes(), file_tensor_bytes(*m.model)) << name;
+    uint64_t layer0 = 0;
+    for (const TensorInfo& t : m.model->tensors())
+      if (t.name.rfind("blk.0.", 0) == 0) layer0 += t.size_bytes;
+    EXPECT_EQ(m.weights.layer_bytes(0), layer0) << name;
+  }
+}
+
+TEST(ModelConfigMoe, RealShapePresetsDescribeTheModels) {
+  const SyntheticModelSpec q = SyntheticModelSpec::preset("qwen3-30b-a3b");
+  EXPECT_EQ(q.architecture, "qwen3moe");
+  EXPECT_EQ(q.n_layer, 48);
+  EXPECT_EQ(q.n_embd, 2048);
+  EXPECT_EQ(q.n_head, 32);
+  EXPECT_EQ(q.n_head_kv, 4);
+  EXPECT_EQ(q.head_dim, 128);
+  EXPECT_EQ(q.n_expert, 128);
+  EXPECT_EQ(q.n_expert_used, 8);
+  EXPECT_EQ(q.n_ff_exp, 768);
+  EXPECT_EQ(q.n_vocab, 151936);
+  EXPECT_EQ(q.expert_type, TensorType::Q4_K);
+  EXPECT_EQ(q.router_type, TensorType::F32);
+  const auto down_q6 = std::count_if(q.tensor_types.begin(), q.tensor_types.end(), [](auto& o) {
+    return o.suffix.ends_with("ffn_down_exps.weight") && o.type == TensorType::Q6_K;
+  });
+  EXPECT_GT(down_q6, 0);
+  EXPECT_LT(down_q6, 48);
+  const SyntheticModelSpec x = SyntheticModelSpec::preset("mixtral-8x7b");
+  EXPECT_EQ(x.architecture, "llama");
+  EXPECT_EQ(x.n_expert, 8);
+  EXPECT_EQ(x.n_expert_used, 2);
+  EXPECT_EQ(x.n_ff, 14336);
+}
+
 using granule::test::default_model_path;
 
 TEST(ModelConfig, DefaultModelShape) {

@@ -8,12 +8,13 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "granule/tensor_type.h"
 
 namespace granule {
 namespace {
 
-constexpr std::array<std::string_view, 4> kSupportedArchitectures = {"llama", "mistral", "qwen2",
-                                                                     "qwen3"};
+constexpr std::array<std::string_view, 6> kSupportedArchitectures = {
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss"};
 
 std::string file_label(const ModelFile& file) { return file.path().filename().string(); }
 
@@ -46,6 +47,77 @@ std::string supported_list() {
   return out;
 }
 
+// Rope over split halves (llama.cpp's LLAMA_ROPE_TYPE_NEOX); llama and Mistral GGUFs carry Q/K
+// permuted by the converter into interleaved pairs.
+bool neox_rope(const std::string& arch) {
+  return arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gpt-oss";
+}
+
+// Architectures whose every layer is a mixture of experts; `llama` is one when it has experts
+// (Mixtral).
+bool is_moe_architecture(const ModelFile& file, const std::string& arch) {
+  return arch == "qwen3moe" || arch == "gpt-oss" ||
+         (arch == "llama" && optional_int(file, arch + ".expert_count", 0) > 0);
+}
+
+// The router and expert hyper-parameters, as llama.cpp's loader and graph take them
+// (src/models/{llama,qwen3moe,openai-moe}.cpp, build_moe_ffn in src/llama-graph.cpp). The
+// gating, the normalisation and the scale are fixed per architecture there: the files'
+// expert_gating_func / expert_weights_norm / expert_weights_scale keys are not read for these
+// three, so they are not read here either (a file that sets them runs as llama.cpp runs it).
+//   llama (Mixtral): softmax, top-k renormalised; experts FFN width = feed_forward_length
+//   qwen3moe:        softmax, top-k renormalised; expert_feed_forward_length
+//                    (absent: feed_forward_length / expert_used_count)
+//   gpt-oss:         softmax over the top-k logits, router and expert biases, clamped SwiGLU
+void read_expert_config(const ModelFile& file, ModelConfig& c) {
+  const std::string a = c.architecture + ".";
+  if (!is_moe_architecture(file, c.architecture)) {
+    if (optional_int(file, a + "expert_count", 0) > 0) {
+      throw UnsupportedError(file_label(file) + ": architecture '" + c.architecture +
+                             "' with experts is not supported");
+    }
+    return;
+  }
+  ExpertConfig& m = c.moe;
+  m.n_expert = require_int(file, a + "expert_count");
+  m.n_expert_used = require_int(file, a + "expert_used_count");
+  if (m.n_expert_used > m.n_expert) {
+    throw FormatError(file_label(file) + ": expert_used_count " + std::to_string(m.n_expert_used) +
+                      " is more than expert_count " + std::to_string(m.n_expert));
+  }
+  if (c.architecture == "llama") {
+    if (c.n_ff <= 0)
+      throw FormatError(file_label(file) + ": missing metadata key " + a + "feed_forward_length");
+    m.n_ff_exp = c.n_ff;
+    m.gating = ExpertGating::Softmax;
+    m.normalize_weights = true;
+  } else if (c.architecture == "qwen3moe") {
+    m.n_ff_exp = optional_int(file, a + "expert_feed_forward_length", 0);
+    if (m.n_ff_exp == 0) {
+      if (c.n_ff <= 0) {
+        throw FormatError(file_label(file) + ": missing metadata key " + a +
+                          "expert_feed_forward_length");
+      }
+      m.n_ff_exp = c.n_ff / m.n_expert_used;
+    }
+    m.gating = ExpertGating::Softmax;
+    m.normalize_weights = true;
+  } else {  // gpt-oss
+    m.n_ff_exp = require_int(file, a + "expert_feed_forward_length");
+    m.gating = ExpertGating::SoftmaxOfTopK;
+    m.normalize_weights = false;
+    c.activation = FfnActivation::SwigluClamped;
+  }
+  if (m.n_ff_exp <= 0) {
+    throw FormatError(file_label(file) + ": expert feed-forward width " +
+                      std::to_string(m.n_ff_exp) + " must be positive");
+  }
+  m.weights_scale = 1.0f;
+  m.n_ff_shexp = 0;  // none of these architectures has a shared expert in llama.cpp's graphs
+  // The dense width is only a hint for MoE models; the scratch of a dense FFN is not used.
+  if (c.n_ff <= 0) c.n_ff = m.n_ff_exp;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
@@ -63,7 +135,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
 
   c.n_layer = require_int(file, a + "block_count");
   c.n_embd = require_int(file, a + "embedding_length");
-  c.n_ff = require_int(file, a + "feed_forward_length");
+  // A mixture of experts may leave out the dense width (llama.cpp reads it as optional).
+  c.n_ff = is_moe_architecture(file, c.architecture)
+               ? optional_int(file, a + "feed_forward_length", 0)
+               : require_int(file, a + "feed_forward_length");
   c.n_head = require_int(file, a + "attention.head_count");
   c.n_head_kv = optional_int(file, a + "attention.head_count_kv", c.n_head);
   c.context_length = optional_int(file, a + "context_length", 2048);
@@ -99,8 +174,7 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   c.rope_theta = optional_float(file, a + "rope.freq_base", 10000.0f);
   // Llama and Mistral GGUFs carry Q/K permuted by the converter into interleaved pairs;
   // Qwen keeps the Hugging Face split-halves rotation.
-  c.rope_ordering = (c.architecture == "qwen2" || c.architecture == "qwen3") ? RopeOrdering::NeoX
-                                                                             : RopeOrdering::Normal;
+  c.rope_ordering = neox_rope(c.architecture) ? RopeOrdering::NeoX : RopeOrdering::Normal;
 
   // Rope scaling: explicit keys, and Llama 3's per-frequency factors in rope_freqs.weight.
   auto scaling_type = file.get_string(a + "rope.scaling.type");
@@ -120,6 +194,8 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   if (s.type == "linear" && s.factor <= 0) {
     throw FormatError(file_label(file) + ": rope.scaling.factor must be positive");
   }
+
+  read_expert_config(file, c);
 
   c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
@@ -183,6 +259,58 @@ const TensorInfo* find_checked(const ModelFile& file, const std::string& name,
   return t;
 }
 
+void find_dense_ffn_tensors(const ModelFile& file, const ModelConfig& c, const std::string& p,
+                            LayerWeights& l) {
+  l.ffn_norm = find_checked(file, p + "ffn_norm.weight", {c.n_embd}, true);
+  l.w_gate = find_checked(file, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, true);
+  l.w_up = find_checked(file, p + "ffn_up.weight", {c.n_embd, c.n_ff}, true);
+  l.w_down = find_checked(file, p + "ffn_down.weight", {c.n_ff, c.n_embd}, true);
+}
+
+// A layer's router and experts: 3-D tensors [cols, rows, n_expert], expert e the e-th slab.
+// gpt-oss names its FFN norm post_attention_norm (llama.cpp's LLM_TENSOR_ATTN_POST_NORM, applied
+// where the others apply ffn_norm) and has biases on the router and on every expert matrix.
+void find_expert_tensors(const ModelFile& file, const ModelConfig& c, const std::string& p,
+                         LayerWeights& l) {
+  const ExpertConfig& m = c.moe;
+  const bool gpt_oss = c.architecture == "gpt-oss";
+  l.ffn_norm = find_checked(file, p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"),
+                            {c.n_embd}, true);
+  l.router = find_checked(file, p + "ffn_gate_inp.weight", {c.n_embd, m.n_expert}, true);
+  l.gate_exps =
+      find_checked(file, p + "ffn_gate_exps.weight", {c.n_embd, m.n_ff_exp, m.n_expert}, true);
+  l.up_exps =
+      find_checked(file, p + "ffn_up_exps.weight", {c.n_embd, m.n_ff_exp, m.n_expert}, true);
+  l.down_exps =
+      find_checked(file, p + "ffn_down_exps.weight", {m.n_ff_exp, c.n_embd, m.n_expert}, true);
+  l.router_bias = find_checked(file, p + "ffn_gate_inp.bias", {m.n_expert}, gpt_oss);
+  l.gate_exps_bias =
+      find_checked(file, p + "ffn_gate_exps.bias", {m.n_ff_exp, m.n_expert}, gpt_oss);
+  l.up_exps_bias = find_checked(file, p + "ffn_up_exps.bias", {m.n_ff_exp, m.n_expert}, gpt_oss);
+  l.down_exps_bias = find_checked(file, p + "ffn_down_exps.bias", {c.n_embd, m.n_expert}, gpt_oss);
+  if (!gpt_oss) {  // llama.cpp's llama and qwen3moe graphs take no biases: a file with them
+    for (const TensorInfo* t : {l.router_bias, l.gate_exps_bias, l.up_exps_bias, l.down_exps_bias})
+      if (t)
+        throw UnsupportedError(file_label(file) + ": tensor " + t->name +
+                               " is not supported for architecture " + c.architecture);
+  }
+  // The router is read in f32 on every backend; a block-quantised router is refused so that
+  // routing never depends on activation rounding.
+  const auto router_type = static_cast<TensorType>(l.router->ggml_type);
+  if (router_type != TensorType::F32 && router_type != TensorType::F16 &&
+      router_type != TensorType::BF16 && router_type != TensorType::Q8_0) {
+    throw UnsupportedError(file_label(file) + ": tensor " + l.router->name + " has block type " +
+                           tensor_type_name(l.router->ggml_type) +
+                           "; expert routers are supported in F32, F16, BF16 and Q8_0");
+  }
+  for (const TensorInfo* t : {l.router_bias, l.gate_exps_bias, l.up_exps_bias, l.down_exps_bias}) {
+    if (t && t->ggml_type != static_cast<uint32_t>(TensorType::F32)) {
+      throw UnsupportedError(file_label(file) + ": bias " + t->name + " must be F32, is " +
+                             tensor_type_name(t->ggml_type));
+    }
+  }
+}
+
 }  // namespace
 
 WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) {
@@ -215,13 +343,28 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
     l.bv = find_checked(file, p + "attn_v.bias", {kv_dim}, c.qkv_bias);
     l.q_norm = find_checked(file, p + "attn_q_norm.weight", {c.head_dim}, c.qk_norm);
     l.k_norm = find_checked(file, p + "attn_k_norm.weight", {c.head_dim}, c.qk_norm);
-    l.ffn_norm = find_checked(file, p + "ffn_norm.weight", {c.n_embd}, true);
-    l.w_gate = find_checked(file, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, true);
-    l.w_up = find_checked(file, p + "ffn_up.weight", {c.n_embd, c.n_ff}, true);
-    l.w_down = find_checked(file, p + "ffn_down.weight", {c.n_ff, c.n_embd}, true);
+    if (c.is_moe())
+      find_expert_tensors(file, c, p, l);
+    else
+      find_dense_ffn_tensors(file, c, p, l);
   }
   return w;
 }
+
+namespace {
+
+// Bytes of a layer's router, experts (all of them, with their biases) and shared expert.
+uint64_t expert_layer_bytes(const LayerWeights& l) {
+  uint64_t total = 0;
+  for (const TensorInfo* t :
+       {l.router, l.router_bias, l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
+        l.up_exps_bias, l.down_exps_bias, l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate}) {
+    if (t) total += t->size_bytes;
+  }
+  return total;
+}
+
+}  // namespace
 
 uint64_t WeightTable::layer_bytes(size_t layer) const {
   const LayerWeights& l = layers.at(layer);
@@ -230,6 +373,7 @@ uint64_t WeightTable::layer_bytes(size_t layer) const {
                               l.k_norm, l.ffn_norm, l.w_gate, l.w_up, l.w_down}) {
     if (t) total += t->size_bytes;
   }
+  total += expert_layer_bytes(l);
   return total;
 }
 

@@ -122,6 +122,25 @@ Vocabulary make_vocabulary(int64_t n_vocab) {
   return v;
 }
 
+// llama-quantize's Q4_K_M for a mixture of experts: Q4_K everywhere, Q6_K for the output head
+// and, in the layers its use_more_bits() picks (the first and last eighth, and every third
+// between), for attn_v and ffn_down_exps; the router stays F32.
+void q4_k_m_like(SyntheticModelSpec& s) {
+  s.weight_type = TensorType::Q4_K;
+  s.expert_type = TensorType::Q4_K;
+  s.embedding_type = TensorType::Q4_K;
+  s.output_type = TensorType::Q6_K;
+  s.router_type = TensorType::F32;
+  const int64_t n = s.n_layer;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
+      const std::string p = "blk." + std::to_string(i) + ".";
+      s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
+      s.tensor_types.push_back({p + "ffn_down_exps.weight", TensorType::Q6_K});
+    }
+  }
+}
+
 }  // namespace
 
 SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
@@ -198,6 +217,58 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.output_type = TensorType::Q6_K;
     return s;
   }
+  if (name == "tiny-qwen3moe") {
+    s.architecture = "qwen3moe";
+    s.qk_norm = true;
+    s.head_dim = 32;
+    s.rope_theta = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    s.n_ff_exp = 32;
+    s.seed = 21;
+    return s;
+  }
+  if (name == "tiny-mixtral") {
+    s.n_expert = 4;
+    s.n_expert_used = 2;
+    s.rope_theta = 1000000.0f;
+    s.seed = 22;
+    return s;
+  }
+  if (name == "qwen3-30b-a3b") {
+    s.architecture = "qwen3moe";
+    s.n_layer = 48;
+    s.n_embd = 2048;
+    s.n_head = 32;
+    s.n_head_kv = 4;
+    s.head_dim = 128;
+    s.n_ff = 6144;
+    s.n_vocab = 151936;
+    s.context_length = 40960;
+    s.rope_theta = 1000000.0f;
+    s.rms_eps = 1e-6f;
+    s.qk_norm = true;
+    s.n_expert = 128;
+    s.n_expert_used = 8;
+    s.n_ff_exp = 768;
+    q4_k_m_like(s);
+    return s;
+  }
+  if (name == "mixtral-8x7b") {
+    s.n_layer = 32;
+    s.n_embd = 4096;
+    s.n_head = 32;
+    s.n_head_kv = 8;
+    s.n_ff = 14336;
+    s.n_vocab = 32000;
+    s.context_length = 32768;
+    s.rope_theta = 1000000.0f;
+    s.n_expert = 8;
+    s.n_expert_used = 2;
+    q4_k_m_like(s);
+    return s;
+  }
   throw UsageError("unknown synthetic model preset '" + std::string(name) + "'");
 }
 
@@ -210,9 +281,45 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",    "tiny-gqa",  "tiny-qwen2",   "tiny-qwen3",
-          "kv-wide", "small-256", "smollm2-135m", "llama3-8b"};
+  return {"tiny",          "tiny-gqa",     "tiny-qwen2",    "tiny-qwen3",
+          "kv-wide",       "small-256",    "smollm2-135m",  "llama3-8b",
+          "tiny-qwen3moe", "tiny-mixtral", "qwen3-30b-a3b", "mixtral-8x7b"};
 }
+
+namespace {
+
+// One MoE layer's FFN tensors, through the writer's `tensor(name, dims, type, distribution)`.
+template <typename AddTensor>
+void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, int64_t n_ff_exp,
+                        AddTensor&& tensor) {
+  auto fan_in = [](int64_t n, float scale = 1.0f) {
+    return Distribution{0.0f, scale * std::sqrt(3.0f / static_cast<float>(n))};
+  };
+  const int64_t d = spec.n_embd, e = spec.n_expert;
+  const bool gpt_oss = spec.architecture == "gpt-oss";
+  tensor(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, TensorType::F32,
+         Distribution{1.0f, 0.1f});
+  tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale));
+  const TensorType t = spec.expert_type;
+  tensor(p + "ffn_gate_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
+  tensor(p + "ffn_up_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
+  tensor(p + "ffn_down_exps.weight", {n_ff_exp, d, e}, t, fan_in(n_ff_exp));
+  if (spec.expert_biases) {
+    const Distribution bias{0.0f, 0.5f};
+    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, bias);
+    tensor(p + "ffn_gate_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
+    tensor(p + "ffn_up_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
+    tensor(p + "ffn_down_exps.bias", {d, e}, TensorType::F32, bias);
+  }
+  if (spec.n_ff_shexp > 0) {
+    tensor(p + "ffn_gate_shexp.weight", {d, spec.n_ff_shexp}, spec.weight_type, fan_in(d));
+    tensor(p + "ffn_up_shexp.weight", {d, spec.n_ff_shexp}, spec.weight_type, fan_in(d));
+    tensor(p + "ffn_down_shexp.weight", {spec.n_ff_shexp, d}, spec.weight_type,
+           fan_in(spec.n_ff_shexp));
+  }
+}
+
+}  // namespace
 
 GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   if (spec.n_vocab < kSyntheticMinVocab) {
@@ -244,6 +351,28 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     w.set(a + "attention.value_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
   }
   w.set(a + "vocab_size", GgufValue::u32(static_cast<uint32_t>(spec.n_vocab)));
+  const bool moe = spec.n_expert > 0;
+  const int64_t n_ff_exp = spec.n_ff_exp > 0 ? spec.n_ff_exp : spec.n_ff;
+  if (moe) {
+    if (spec.n_expert_used <= 0 || spec.n_expert_used > spec.n_expert)
+      throw UsageError("synthetic model: n_expert_used must be in [1, n_expert]");
+    if (spec.architecture == "llama" && n_ff_exp != spec.n_ff)
+      throw UsageError("synthetic model: Mixtral-style experts are n_ff wide");
+    w.set(a + "expert_count", GgufValue::u32(static_cast<uint32_t>(spec.n_expert)));
+    w.set(a + "expert_used_count", GgufValue::u32(static_cast<uint32_t>(spec.n_expert_used)));
+    if (spec.architecture != "llama")
+      w.set(a + "expert_feed_forward_length", GgufValue::u32(static_cast<uint32_t>(n_ff_exp)));
+    if (spec.n_ff_shexp > 0)
+      w.set(a + "expert_shared_feed_forward_length",
+            GgufValue::u32(static_cast<uint32_t>(spec.n_ff_shexp)));
+    if (spec.expert_gating_func >= 0)
+      w.set(a + "expert_gating_func",
+            GgufValue::u32(static_cast<uint32_t>(spec.expert_gating_func)));
+    if (spec.expert_weights_norm >= 0)
+      w.set(a + "expert_weights_norm", GgufValue::boolean_value(spec.expert_weights_norm != 0));
+    if (spec.expert_weights_scale >= 0.0f)
+      w.set(a + "expert_weights_scale", GgufValue::f32(spec.expert_weights_scale));
+  }
   if (spec.llama3_rope_scaling) {
     w.set(a + "rope.scaling.type", GgufValue::string("llama3"));
     w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
@@ -325,6 +454,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     if (spec.qk_norm) {
       tensor(p + "attn_q_norm.weight", {head_dim}, TensorType::F32, norm);
       tensor(p + "attn_k_norm.weight", {head_dim}, TensorType::F32, norm);
+    }
+    if (moe) {
+      add_expert_tensors(spec, p, n_ff_exp, tensor);
+      continue;
     }
     tensor(p + "ffn_norm.weight", {spec.n_embd}, TensorType::F32, norm);
     tensor(p + "ffn_gate.weight", {spec.n_embd, spec.n_ff}, t, fan_in(spec.n_embd));

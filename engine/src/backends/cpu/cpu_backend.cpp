@@ -1,5 +1,6 @@
 // CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
-// attention over [0, position], output, norm, SwiGLU FFN) → final norm → output head.
+// attention over [0, position], output, norm, SwiGLU FFN or mixture of experts (moe_ffn.h)) →
+// final norm → output head.
 #include "backends/cpu/cpu_backend.h"
 
 #include <unistd.h>
@@ -126,7 +127,12 @@ CpuBackend::CpuBackend(const BackendInit& init)
              split_layout_fits(w->ggml_type, w->dims[0]);
     };
     for (const LayerWeights& l : weights_.layers) {
-      bool f16 = type_of(l.w_gate) == type_of(l.w_up);
+      // An expert layer's attention keeps the int8/f32 rules (its FFN has no dense matrices).
+      bool f16 = l.w_gate && type_of(l.w_gate) == type_of(l.w_up);
+      if (!f16) {
+        f16_layers_.push_back(false);
+        continue;
+      }
       for (const TensorInfo* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down})
         f16 = f16 && f16_capable(w);
       f16_layers_.push_back(f16);
@@ -144,6 +150,7 @@ CpuBackend::CpuBackend(const BackendInit& init)
   for (const LayerWeights& l : weights_.layers) {
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
                        to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm)});
+    if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
       ->info("CPU backend: {} threads, {} layers, weights {} MiB", pool_.threads(), config_.n_layer,
@@ -348,6 +355,12 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     for (int64_t i = 0; i < n_tokens; ++i) {
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
+    }
+    if (config_.is_moe()) {
+      moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
+                                            {.emulate_device = emulate_}, nullptr);
+      add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+      continue;
     }
     const bool f16 = f16_layer(layer);
     if (emulate_) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace granule::cpu {
@@ -75,6 +76,7 @@ class CpuBackend final : public Backend {
   std::vector<double> rope_frequencies_;
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
+  std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts
   std::unique_ptr<Scratch> scratch_;
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;

@@ -117,6 +117,45 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha,
+                    float limit) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = g / (1.0f + std::exp(alpha * -g)) * (u + 1.0f);
+  }
+}
+
+void top_k(const float* values, int64_t n, int64_t k, int32_t* indices) {
+  // k is small (at most a few dozen): a selection pass per slot, each taking the first
+  // (lowest-index) maximum among those not taken yet.
+  thread_local std::vector<uint8_t> taken;
+  taken.assign(static_cast<size_t>(n), 0);
+  for (int64_t slot = 0; slot < k; ++slot) {
+    int64_t best = -1;
+    for (int64_t i = 0; i < n; ++i) {
+      if (taken[static_cast<size_t>(i)]) continue;
+      if (best < 0 || values[i] > values[best] ||
+          (std::isnan(values[best]) && !std::isnan(values[i])))
+        best = i;
+    }
+    taken[static_cast<size_t>(best)] = 1;
+    indices[slot] = static_cast<int32_t>(best);
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float max_value = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max_value = std::max(max_value, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_value);
+    sum += static_cast<double>(x[i]);
+  }
+  const auto inverse = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inverse;
+}
+
 void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out) {
   const auto* row =
       static_cast<const uint8_t*>(table) + static_cast<size_t>(token) * row_bytes(type, n_embd);

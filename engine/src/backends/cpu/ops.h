@@ -48,6 +48,20 @@ void attention_head(const float* q, const float* k, const float* v, int64_t toke
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);
 
+// gpt-oss's clamped SwiGLU (llama.cpp's swiglu_oai, alpha 1.702, limit 7):
+// g = min(gate, limit), u = clamp(up, -limit, limit), out = g * sigmoid(alpha g) * (u + 1).
+// out may alias gate.
+void swiglu_clamped(const float* gate, const float* up, float* out, int64_t n, float alpha = 1.702f,
+                    float limit = 7.0f);
+
+// The indices of the k largest of values[0, n), largest first; equal values in ascending index
+// order (the lower index wins a tie). NaN never wins over a number. k <= n.
+void top_k(const float* values, int64_t n, int64_t k, int32_t* indices);
+
+// In place over n values: exp(x - max) / sum (llama.cpp's soft_max: f32 exponentials, a
+// double sum, scaled by its f32 inverse).
+void softmax(float* x, int64_t n);
+
 // Decodes row `token` of an embedding table of n_embd-wide rows into out.
 void embedding_row(TensorType type, const void* table, int64_t n_embd, int64_t token, float* out);
 

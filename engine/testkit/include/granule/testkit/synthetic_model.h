@@ -50,6 +50,29 @@ struct SyntheticModelSpec {
   float rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;
 
+  // A mixture of experts when n_expert > 0: every layer's FFN is n_expert SwiGLU experts with
+  // a router, written as llama.cpp's converter writes them (blk.N.ffn_gate_inp.weight
+  // [n_embd, n_expert], blk.N.ffn_{gate,up,down}_exps.weight 3-D [cols, rows, n_expert],
+  // {arch}.expert_count / expert_used_count / expert_feed_forward_length). Architectures:
+  // "qwen3moe", "llama" (Mixtral: the experts' width is n_ff; n_ff_exp must be 0 or n_ff),
+  // "gpt-oss" (its FFN norm is blk.N.post_attention_norm.weight).
+  int64_t n_expert = 0;
+  int64_t n_expert_used = 0;
+  int64_t n_ff_exp = 0;    // one expert's width; 0: n_ff
+  int64_t n_ff_shexp = 0;  // > 0: a shared expert blk.N.ffn_{gate,up,down}_shexp.weight
+  TensorType expert_type = TensorType::F32;  // the expert matrices (tensor_types override it)
+  TensorType router_type = TensorType::F32;
+  // gpt-oss: blk.N.ffn_gate_inp.bias and blk.N.ffn_{gate,up,down}_exps.bias.
+  bool expert_biases = false;
+  // The routers' logit scale: weights uniform(-s, s) with s = router_scale * sqrt(3 / n_embd),
+  // so logits have standard deviation about router_scale for unit-size inputs.
+  float router_scale = 1.0f;
+  // Gating keys, written only when >= 0 (llama.cpp's graphs for the architectures above fix
+  // the gating in code and do not read them).
+  int32_t expert_gating_func = -1;   // 1 softmax, 2 sigmoid
+  int32_t expert_weights_norm = -1;  // 0 or 1
+  float expert_weights_scale = -1.0f;
+
   uint64_t seed = 1;
   // tokenizer.chat_template; the default is a ChatML template.
   std::string chat_template;
@@ -60,6 +83,11 @@ struct SyntheticModelSpec {
   // the GPU kernels run), "smollm2-135m" (30 layers, 576, 9/3 heads, ff 1536, vocab 49152,
   // tied, ctx 8192, theta 1e5),
   // "llama3-8b" (32 layers, 4096, 32/8, ff 14336, vocab 128256, theta 5e5, llama3 scaling).
+  // Mixtures of experts: "tiny-qwen3moe" (2 layers, 64 wide, 8 experts of 32, top 2, QK-norm),
+  // "tiny-mixtral" (`llama`, 2 layers, 64 wide, 4 experts of 128, top 2), "qwen3-30b-a3b"
+  // (48 layers, 2048, 32/4 heads of 128, 128 experts of 768, top 8, vocab 151936, a
+  // Q4_K_M-like mix: Q4_K with Q6_K down/V projections in llama-quantize's layers, F32 router),
+  // "mixtral-8x7b" (32 layers, 4096, 32/8, 8 experts of 14336, top 2, vocab 32000, the same mix).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();

@@ -1,0 +1,60 @@
+// The CPU reference's mixture-of-experts feed-forward: router, top-k gating and the chosen
+// experts' SwiGLU FFNs (contract of issue 36; llama.cpp's build_moe_ffn is the arbiter), plus
+// the shared expert where a layer has one. Reads only the chosen experts' slabs.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "granule/model_config.h"
+
+namespace granule::cpu {
+
+class ThreadPool;
+
+// How one layer's expert FFN runs for a batch of tokens.
+struct MoeFfnOptions {
+  // Round as the CUDA expert kernels do (BackendOptions::cpu_emulate_device_numerics): the
+  // router in f32 on unrounded input; a quantised expert matrix (anything but F32/F16/BF16)
+  // reads its input through int8 blocks of 32 (gate/up: MultiplyByInverse, down: Divide).
+  bool emulate_device = false;
+};
+
+// One token's routing: the chosen experts in top-k order and their final weights.
+struct ExpertRoute {
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+// Routing of one token from its router logits (n_expert values, router bias already added):
+// gating, top-k (descending, ties to the lower index), normalisation and scale of `moe`.
+void route_token(const ExpertConfig& moe, float* logits, int32_t* experts, float* weights);
+
+// The expert FFN of one layer: out[t] = Σ_k w_k · down_e(act(gate_e · x_t, up_e · x_t)) (+ the
+// shared expert) for the n_tokens normed inputs xn[t * n_embd ...], accumulated in f32 in top-k
+// order. routed_counts (n_expert entries, may be null) gains one per (token, chosen expert).
+class MoeFfn {
+ public:
+  MoeFfn(const ModelConfig& config, const LayerWeights& layer);
+
+  void run(const float* xn, int64_t n_tokens, float* out, ThreadPool& pool,
+           const MoeFfnOptions& options, uint32_t* routed_counts);
+
+ private:
+  void run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool& pool,
+                 const MoeFfnOptions& options, uint32_t* routed_counts);
+
+  const ModelConfig& config_;
+  const LayerWeights& layer_;
+  // The small tensors as f32 (empty when absent).
+  std::vector<float> router_bias_, gate_bias_, up_bias_, down_bias_, shexp_gate_;
+  // Scratch, grown to the largest chunk.
+  std::vector<float> logits_, rounded_norm_, rounded_inverse_;
+  std::vector<int32_t> chosen_;
+  std::vector<float> chosen_weight_;
+  std::vector<int32_t> pair_token_, pair_of_choice_;
+  std::vector<int64_t> expert_first_, expert_count_;
+  std::vector<float> gathered_gate_in_, gathered_up_in_, gate_, up_, hidden_, down_;
+  std::vector<float> shexp_gate_out_, shexp_up_out_, shexp_down_out_;
+};
+
+}  // namespace granule::cpu

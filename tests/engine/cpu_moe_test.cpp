@@ -1,0 +1,646 @@
+// Mixtures of experts on the CPU reference backend (issue 36): the routing ops; one layer's
+// expert FFN (MoeFfn) against a direct double-precision evaluation for every gating, the
+// gpt-oss biases and clamped SwiGLU, the shared expert, and the device rounding contract; whole
+// synthetic Qwen3-MoE and Mixtral files against llama.cpp's CPU logits and greedy tokens
+// (tests/data/reference/<case>.txt, from tests/reference/make_llama_cpp_goldens.sh); and files
+// with Q4_K, Q8_0 and MXFP4 experts: bit for bit their dequantised F32 copy, and the emulated
+// device numerics within the int8 error of the f32 reference.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/moe_ffn.h"
+#include "backends/cpu/ops.h"
+#include "backends/cpu/thread_pool.h"
+#include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "granule/quant.h"
+#include "granule/testkit/gguf_writer.h"
+#include "granule/testkit/quantize.h"
+#include "granule/testkit/synthetic_model.h"
+#include "support/model_runtime.h"
+#include "support/reference_golden.h"
+#include "support/temp_model.h"
+
+namespace granule {
+namespace {
+
+namespace fs = std::filesystem;
+using T = TensorType;
+using test::random_values;
+
+// ---- ops ----------------------------------------------------------------------------------
+
+TEST(CpuMoeOps, TopKIsDescendingWithTiesToTheLowerIndex) {
+  const std::vector<float> v = {0.5f, 2.0f, -1.0f, 2.0f, 0.5f, 3.0f, NAN, 0.5f};
+  std::vector<int32_t> idx(5);
+  cpu::top_k(v.data(), static_cast<int64_t>(v.size()), 5, idx.data());
+  EXPECT_EQ(idx, (std::vector<int32_t>{5, 1, 3, 0, 4}));
+  std::vector<int32_t> all(8);
+  cpu::top_k(v.data(), 8, 8, all.data());
+  EXPECT_EQ(all.back(), 6) << "NaN is chosen last";
+}
+
+TEST(CpuMoeOps, SwigluClampedMatchesGptOssDefinition) {
+  const std::vector<float> gate = {-9.0f, -1.0f, 0.0f, 0.5f, 6.9f, 7.0f, 12.0f, 3.0f};
+  const std::vector<float> up = {0.3f, 9.0f, -8.0f, 1.0f, -7.5f, 2.0f, 0.0f, -6.0f};
+  std::vector<float> out(gate.size());
+  cpu::swiglu_clamped(gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size()));
+  for (size_t i = 0; i < gate.size(); ++i) {
+    const double g = std::min<double>(gate[i], 7.0);
+    const double u = std::clamp<double>(up[i], -7.0, 7.0);
+    const double expected = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+    EXPECT_NEAR(out[i], expected, 1e-5 * std::max(1.0, std::fabs(expected))) << i;
+  }
+}
+
+TEST(CpuMoeOps, SoftmaxSumsToOne) {
+  std::vector<float> x = random_values(37, 5, 6.0f);
+  const std::vector<float> in = x;
+  cpu::softmax(x.data(), 37);
+  double z = 0;
+  for (float v : in) z += std::exp(static_cast<double>(v));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], std::exp(in[i]) / z, 1e-6);
+}
+
+// ---- one layer against a double-precision evaluation ------------------------------------
+
+// A tensor built in memory: values encoded to `type` (GGUF dims order).
+struct OwnedTensor {
+  std::vector<uint8_t> bytes;
+  TensorInfo info;
+  OwnedTensor(std::string name, std::vector<int64_t> dims, T type, const std::vector<float>& v) {
+    const int64_t cols = dims[0];
+    const int64_t rows = static_cast<int64_t>(v.size()) / cols;
+    const size_t stride = row_bytes(type, cols);
+    bytes.resize(stride * static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      if (type == T::F32)
+        std::memcpy(bytes.data() + r * stride, v.data() + r * cols, stride);
+      else
+        quantize_row(type, v.data() + r * cols, bytes.data() + r * stride, cols);
+    }
+    info.name = std::move(name);
+    info.dims = std::move(dims);
+    info.ggml_type = static_cast<uint32_t>(type);
+    info.size_bytes = bytes.size();
+    info.data = bytes.data();
+  }
+  // The values the kernels see: the encoded tensor decoded.
+  std::vector<float> decoded() const {
+    std::vector<float> out(static_cast<size_t>(info.elements()));
+    dequantize_row(static_cast<T>(info.ggml_type), info.data, out.data(), info.elements());
+    return out;
+  }
+};
+
+struct LayerCase {
+  std::string name;
+  ExpertConfig moe;
+  FfnActivation activation = FfnActivation::Swiglu;
+  int64_t n_embd = 64;
+  int64_t n_tokens = 7;
+  T gate_type = T::F32, up_type = T::F32, down_type = T::F32;
+  bool biases = false;
+  int64_t n_ff_shexp = 0;
+  bool shexp_gate = false;
+  float weight_scale = 1.0f;  // expert weights' spread (large: the clamp engages)
+  bool emulate = false;
+  // max |out - reference| / max |reference|: f32 summation error, or, where an int8-rounded
+  // hidden vector (a quantised down matrix, emulating) is compared, one int8 step of a value
+  // that f32 and double put on either side of a rounding boundary.
+  double tolerance = 2e-5;
+};
+
+struct Layer {
+  ModelConfig config;
+  std::vector<std::unique_ptr<OwnedTensor>> owned;
+  LayerWeights weights;
+
+  const TensorInfo* add(std::string name, std::vector<int64_t> dims, T type, float scale,
+                        uint32_t seed) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    owned.push_back(
+        std::make_unique<OwnedTensor>(std::move(name), std::move(dims), type,
+                                      random_values(static_cast<size_t>(n), seed, scale)));
+    return &owned.back()->info;
+  }
+  std::vector<float> values(const TensorInfo* t) const {
+    for (const auto& o : owned)
+      if (&o->info == t) return o->decoded();
+    return {};
+  }
+};
+
+std::unique_ptr<Layer> make_layer(const LayerCase& c) {
+  auto layer = std::make_unique<Layer>();
+  ModelConfig& cfg = layer->config;
+  cfg.n_embd = c.n_embd;
+  cfg.moe = c.moe;
+  cfg.activation = c.activation;
+  const int64_t d = c.n_embd, f = c.moe.n_ff_exp, e = c.moe.n_expert;
+  const float in_scale = std::sqrt(3.0f / static_cast<float>(d));
+  LayerWeights& w = layer->weights;
+  w.router = layer->add("router", {d, e}, T::F32, 2.0f * in_scale, 11);
+  w.gate_exps = layer->add("gate", {d, f, e}, c.gate_type, c.weight_scale * in_scale, 12);
+  w.up_exps = layer->add("up", {d, f, e}, c.up_type, c.weight_scale * in_scale, 13);
+  w.down_exps = layer->add("down", {f, d, e}, c.down_type, std::sqrt(3.0f / f), 14);
+  if (c.biases) {
+    w.router_bias = layer->add("router_b", {e}, T::F32, 0.5f, 15);
+    w.gate_exps_bias = layer->add("gate_b", {f, e}, T::F32, 0.5f, 16);
+    w.up_exps_bias = layer->add("up_b", {f, e}, T::F32, 0.5f, 17);
+    w.down_exps_bias = layer->add("down_b", {d, e}, T::F32, 0.5f, 18);
+  }
+  if (c.n_ff_shexp > 0) {
+    w.gate_shexp = layer->add("gate_sh", {d, c.n_ff_shexp}, c.gate_type, in_scale, 19);
+    w.up_shexp = layer->add("up_sh", {d, c.n_ff_shexp}, c.up_type, in_scale, 20);
+    w.down_shexp = layer->add("down_sh", {c.n_ff_shexp, d}, c.down_type,
+                              std::sqrt(3.0f / static_cast<float>(c.n_ff_shexp)), 21);
+    if (c.shexp_gate) w.shexp_gate = layer->add("shexp_gate", {d}, T::F32, in_scale, 22);
+  }
+  return layer;
+}
+
+bool is_quantised(const TensorInfo* t) {
+  const auto type = static_cast<T>(t->ggml_type);
+  return type != T::F32 && type != T::F16 && type != T::BF16;
+}
+
+// The contract of issue 36 evaluated directly, in double, over the decoded weights; the
+// device rounding (int8 inputs of quantised expert matrices) applied with round_through_q8
+// when emulating.
+std::vector<float> reference_moe(const Layer& l, const LayerCase& c, const std::vector<float>& x,
+                                 std::vector<uint32_t>& counts) {
+  const ExpertConfig& m = c.moe;
+  const int64_t d = c.n_embd, f = m.n_ff_exp, n_expert = m.n_expert, k = m.n_expert_used;
+  const LayerWeights& w = l.weights;
+  const auto router = l.values(w.router), gate = l.values(w.gate_exps), up = l.values(w.up_exps),
+             down = l.values(w.down_exps), router_b = l.values(w.router_bias),
+             gate_b = l.values(w.gate_exps_bias), up_b = l.values(w.up_exps_bias),
+             down_b = l.values(w.down_exps_bias);
+  auto matvec = [](const float* mat, int64_t rows, int64_t cols, const std::vector<float>& in) {
+    std::vector<double> y(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (int64_t i = 0; i < cols; ++i) s += static_cast<double>(mat[r * cols + i]) * in[i];
+      y[r] = s;
+    }
+    return y;
+  };
+  auto rounded = [&](std::vector<float> v, bool quantised, cpu::Q8Rounding rule) {
+    if (c.emulate && quantised)
+      cpu::round_through_q8(v.data(), static_cast<int64_t>(v.size()), rule);
+    return v;
+  };
+  auto act = [&](double g, double u, bool clamped) {
+    if (!clamped) return g / (1.0 + std::exp(-g)) * u;
+    g = std::min(g, 7.0);
+    u = std::clamp(u, -7.0, 7.0);
+    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+  };
+  std::vector<float> out(x.size());
+  counts.assign(static_cast<size_t>(n_expert), 0);
+  for (int64_t t = 0; t < c.n_tokens; ++t) {
+    const std::vector<float> xt(x.begin() + t * d, x.begin() + (t + 1) * d);
+    std::vector<double> logits = matvec(router.data(), n_expert, d, xt);
+    for (int64_t e = 0; e < n_expert; ++e) logits[e] += router_b.empty() ? 0.0 : router_b[e];
+    std::vector<double> p = logits;
+    if (m.gating == ExpertGating::Softmax) {
+      const double mx = *std::max_element(p.begin(), p.end());
+      double z = 0;
+      for (double& v : p) z += (v = std::exp(v - mx));
+      for (double& v : p) v /= z;
+    } else if (m.gating == ExpertGating::Sigmoid) {
+      for (double& v : p) v = 1.0 / (1.0 + std::exp(-v));
+    }
+    std::vector<int32_t> order(static_cast<size_t>(n_expert));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    std::vector<double> wk(static_cast<size_t>(k));
+    for (int64_t i = 0; i < k; ++i) wk[i] = p[order[i]];
+    if (m.gating == ExpertGating::SoftmaxOfTopK) {
+      double z = 0;
+      for (double& v : wk) z += (v = std::exp(v - p[order[0]]));
+      for (double& v : wk) v /= z;
+    }
+    if (m.normalize_weights) {
+      const double z = std::accumulate(wk.begin(), wk.end(), 0.0);
+      for (double& v : wk) v /= z;
+    }
+    for (double& v : wk) v *= m.weights_scale;
+    std::vector<double> acc(static_cast<size_t>(d), 0.0);
+    const std::vector<float> x_gate =
+        rounded(xt, is_quantised(w.gate_exps), cpu::Q8Rounding::MultiplyByInverse);
+    const std::vector<float> x_up =
+        rounded(xt, is_quantised(w.up_exps), cpu::Q8Rounding::MultiplyByInverse);
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t e = order[i];
+      ++counts[e];
+      std::vector<double> g = matvec(gate.data() + e * f * d, f, d, x_gate);
+      std::vector<double> u = matvec(up.data() + e * f * d, f, d, x_up);
+      std::vector<float> h(static_cast<size_t>(f));
+      for (int64_t j = 0; j < f; ++j) {
+        const double gb = gate_b.empty() ? 0.0 : gate_b[e * f + j];
+        const double ub = up_b.empty() ? 0.0 : up_b[e * f + j];
+        h[j] = static_cast<float>(
+            act(g[j] + gb, u[j] + ub, c.activation == FfnActivation::SwigluClamped));
+      }
+      h = rounded(h, is_quantised(w.down_exps), cpu::Q8Rounding::Divide);
+      std::vector<double> y = matvec(down.data() + e * d * f, d, f, h);
+      for (int64_t j = 0; j < d; ++j)
+        acc[j] += wk[i] * (y[j] + (down_b.empty() ? 0.0 : down_b[e * d + j]));
+    }
+    if (w.gate_shexp) {
+      const int64_t fs = w.gate_shexp->dims[1];
+      const auto gs = l.values(w.gate_shexp), us = l.values(w.up_shexp),
+                 ds = l.values(w.down_shexp);
+      const auto gi =
+          matvec(gs.data(), fs, d,
+                 rounded(xt, is_quantised(w.gate_shexp), cpu::Q8Rounding::MultiplyByInverse));
+      const auto ui =
+          matvec(us.data(), fs, d,
+                 rounded(xt, is_quantised(w.up_shexp), cpu::Q8Rounding::MultiplyByInverse));
+      std::vector<float> h(static_cast<size_t>(fs));
+      for (int64_t j = 0; j < fs; ++j) h[j] = static_cast<float>(act(gi[j], ui[j], false));
+      h = rounded(h, is_quantised(w.down_shexp), cpu::Q8Rounding::Divide);
+      const auto y = matvec(ds.data(), d, fs, h);
+      double scale = 1.0;
+      if (w.shexp_gate) {
+        const auto sg = l.values(w.shexp_gate);
+        double s = 0;
+        for (int64_t j = 0; j < d; ++j) s += static_cast<double>(sg[j]) * xt[j];
+        scale = 1.0 / (1.0 + std::exp(-s));
+      }
+      for (int64_t j = 0; j < d; ++j) acc[j] += y[j] * scale;
+    }
+    for (int64_t j = 0; j < d; ++j) out[t * d + j] = static_cast<float>(acc[j]);
+  }
+  return out;
+}
+
+ExpertConfig expert_config(int64_t n_expert, int64_t k, int64_t n_ff_exp, ExpertGating gating,
+                           bool normalize, float scale = 1.0f) {
+  ExpertConfig m;
+  m.n_expert = n_expert;
+  m.n_expert_used = k;
+  m.n_ff_exp = n_ff_exp;
+  m.gating = gating;
+  m.normalize_weights = normalize;
+  m.weights_scale = scale;
+  return m;
+}
+
+std::vector<LayerCase> layer_cases() {
+  std::vector<LayerCase> cases;
+  {
+    LayerCase c{.name = "qwen3moe_softmax_normalised",
+                .moe = expert_config(8, 2, 32, ExpertGating::Softmax, true)};
+    cases.push_back(c);
+  }
+  {
+    LayerCase c{.name = "gpt_oss_topk_softmax_biases_clamped",
+                .moe = expert_config(6, 3, 64, ExpertGating::SoftmaxOfTopK, false),
+                .activation = FfnActivation::SwigluClamped,
+                .biases = true,
+                .weight_scale = 6.0f};
+    cases.push_back(c);
+  }
+  {
+    LayerCase c{.name = "sigmoid_scaled_shared_expert",
+                .moe = expert_config(16, 4, 32, ExpertGating::Sigmoid, true, 2.5f),
+                .n_ff_shexp = 96,
+                .shexp_gate = true};
+    cases.push_back(c);
+  }
+  {
+    LayerCase c{.name = "one_token_top1_unnormalised",
+                .moe = expert_config(4, 1, 32, ExpertGating::Softmax, false),
+                .n_tokens = 1};
+    cases.push_back(c);
+  }
+  {  // more tokens than a chunk of the expert loop (64)
+    LayerCase c{.name = "prefill_150_tokens",
+                .moe = expert_config(8, 2, 32, ExpertGating::Softmax, true),
+                .n_tokens = 150};
+    cases.push_back(c);
+  }
+  {  // the device rounding contract: int8 inputs of quantised gate/up, f32 router
+    LayerCase c{.name = "emulated_mxfp4_q8_0_gate_up",
+                .moe = expert_config(8, 2, 256, ExpertGating::Softmax, true),
+                .gate_type = T::MXFP4,
+                .up_type = T::Q8_0,
+                .down_type = T::F16,
+                .n_ff_shexp = 256,
+                .emulate = true};
+    cases.push_back(c);
+  }
+  {  // and of a quantised down projection (Divide)
+    LayerCase c{.name = "emulated_q4_k_down",
+                .moe = expert_config(8, 2, 256, ExpertGating::Softmax, true),
+                .gate_type = T::Q8_0,
+                .up_type = T::Q8_0,
+                .down_type = T::Q4_K,
+                .n_ff_shexp = 256,
+                .emulate = true,
+                .tolerance = 3e-3};
+    cases.push_back(c);
+  }
+  {  // float experts read f32 activations even when emulating
+    LayerCase c{.name = "emulated_f16_experts_unrounded",
+                .moe = expert_config(8, 2, 32, ExpertGating::Softmax, true),
+                .gate_type = T::F16,
+                .up_type = T::F16,
+                .down_type = T::BF16,
+                .emulate = true};
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+class MoeLayer : public ::testing::TestWithParam<LayerCase> {};
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
+
+// The case: MoeFfn's output equals the contract evaluated in double over the same weights,
+// within f32 summation error, and its routing counts are the reference's.
+TEST_P(MoeLayer, MatchesTheContractEvaluatedInDouble) {
+  const LayerCase& c = GetParam();
+  auto layer = make_layer(c);
+  const std::vector<float> x = random_values(static_cast<size_t>(c.n_tokens * c.n_embd), 3, 1.7f);
+  std::vector<uint32_t> expected_counts;
+  const std::vector<float> expected = reference_moe(*layer, c, x, expected_counts);
+
+  cpu::ThreadPool pool(2);
+  cpu::MoeFfn ffn(layer->config, layer->weights);
+  std::vector<float> out(x.size());
+  std::vector<uint32_t> counts(static_cast<size_t>(c.moe.n_expert), 0);
+  ffn.run(x.data(), c.n_tokens, out.data(), pool, {.emulate_device = c.emulate}, counts.data());
+  EXPECT_EQ(counts, expected_counts);
+  double worst = 0, norm = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - expected[i]));
+    norm = std::max(norm, std::fabs(static_cast<double>(expected[i])));
+  }
+  EXPECT_GT(norm, 0.1);
+  EXPECT_LE(worst / norm, c.tolerance) << c.name;
+  // Batch-invariant: each token alone gives the same bits.
+  for (int64_t t = 0; t < c.n_tokens; t += std::max<int64_t>(1, c.n_tokens / 5)) {
+    std::vector<float> alone(static_cast<size_t>(c.n_embd));
+    ffn.run(x.data() + t * c.n_embd, 1, alone.data(), pool, {.emulate_device = c.emulate}, nullptr);
+    EXPECT_EQ(std::memcmp(alone.data(), out.data() + t * c.n_embd, alone.size() * sizeof(float)), 0)
+        << c.name << " token " << t;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MoeLayer, ::testing::ValuesIn(layer_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The case: the emulated rounding is really applied (a quantised expert layer differs from its
+// f32 evaluation by the int8 error), and float experts are not rounded at all.
+TEST(MoeLayerRounding, EmulationChangesQuantisedExpertsOnly) {
+  for (const bool quantised : {true, false}) {
+    LayerCase c{.name = "x",
+                .moe = expert_config(8, 2, 256, ExpertGating::Softmax, true),
+                .gate_type = quantised ? T::Q8_0 : T::F32,
+                .up_type = quantised ? T::Q8_0 : T::F32,
+                .down_type = quantised ? T::Q8_0 : T::F32};
+    auto layer = make_layer(c);
+    const std::vector<float> x = random_values(static_cast<size_t>(c.n_tokens * c.n_embd), 4);
+    cpu::ThreadPool pool(2);
+    cpu::MoeFfn ffn(layer->config, layer->weights);
+    std::vector<float> exact(x.size()), emulated(x.size());
+    ffn.run(x.data(), c.n_tokens, exact.data(), pool, {.emulate_device = false}, nullptr);
+    ffn.run(x.data(), c.n_tokens, emulated.data(), pool, {.emulate_device = true}, nullptr);
+    double worst = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::fabs(exact[i] - emulated[i])));
+    if (quantised) {
+      EXPECT_GT(worst, 1e-5);
+      EXPECT_LT(worst, 0.05);
+    } else {
+      EXPECT_EQ(worst, 0.0);
+    }
+  }
+}
+
+// ---- whole models against llama.cpp -------------------------------------------------------
+
+struct ModelCase {
+  std::string name;
+  SyntheticModelSpec spec;
+};
+
+std::vector<ModelCase> llama_cpp_cases() {
+  SyntheticModelSpec wide = SyntheticModelSpec::preset("tiny-qwen3moe");
+  wide.n_expert = 16;
+  wide.n_expert_used = 4;
+  wide.router_scale = 2.0f;
+  wide.n_layer = 3;
+  wide.seed = 23;
+  return {
+      {"tiny-qwen3moe", SyntheticModelSpec::preset("tiny-qwen3moe")},
+      {"tiny-mixtral", SyntheticModelSpec::preset("tiny-mixtral")},
+      {"qwen3moe-16x4", wide},
+  };
+}
+
+const std::vector<int32_t> kPrompt = {1, 45, 300, 7, 99, 256, 12, 3, 200, 150};
+constexpr int kGreedy = 8;
+
+int32_t argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+struct CpuModel : test::ModelRuntime {
+  CpuModel(const fs::path& path, bool emulate = false) : ModelRuntime(path, options(emulate)) {}
+  static RuntimeOptions options(bool emulate) {
+    RuntimeOptions o = test::cpu_runtime_options(2, 64);
+    o.backend.cpu_emulate_device_numerics = emulate;
+    return o;
+  }
+  std::pair<std::vector<float>, std::vector<int32_t>> prompt_and_greedy(
+      const std::vector<int32_t>& prompt, int greedy) {
+    std::vector<float> logits = run(0, prompt, 0, true);
+    const int64_t vocab = config.n_vocab;
+    std::vector<int32_t> tokens;
+    int32_t next = argmax(logits.data() + logits.size() - static_cast<size_t>(vocab), vocab);
+    auto position = static_cast<int64_t>(prompt.size());
+    for (int i = 0; i < greedy; ++i) {
+      tokens.push_back(next);
+      const std::vector<float> row = run(0, {next}, position++, false);
+      next = argmax(row.data(), vocab);
+    }
+    return {std::move(logits), std::move(tokens)};
+  }
+};
+
+class LlamaCppGolden : public ::testing::TestWithParam<ModelCase> {};
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
+
+// The case: llama.cpp's CPU (F32 KV, flash attention off) on the same file: the teacher-forced
+// logits at every prompt position within f32 tolerance, and the 8 greedy tokens identical.
+TEST_P(LlamaCppGolden, LogitsAndGreedyMatchLlamaCpp) {
+  const ModelCase& c = GetParam();
+  test::TempModel file(c.spec, c.name);
+  const fs::path& model = file.path;
+  test::ReferenceGolden g;
+  ASSERT_NO_FATAL_FAILURE(test::load_reference_golden(c.name, model, kPrompt, g));
+  CpuModel m(model);
+  ASSERT_TRUE(m.config.is_moe());
+  ASSERT_EQ(g.vocab, m.config.n_vocab);
+  const auto [logits, greedy] = m.prompt_and_greedy(g.tokens, kGreedy);
+  ASSERT_EQ(logits.size(), g.logits.size());
+  double worst = 0;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t v = 0; v < g.vocab; ++v) {
+      const size_t i = static_cast<size_t>(r * g.vocab + v);
+      diff = std::max(diff, static_cast<double>(std::fabs(logits[i] - g.logits[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(g.logits[i])));
+    }
+    worst = std::max(worst, diff);
+    EXPECT_LE(diff / scale, 1e-4) << c.name << " position " << r;
+  }
+  std::cout << "[llama.cpp] " << c.name << ": max |logit - llama.cpp| " << worst
+            << ", greedy identical: " << (greedy == g.greedy ? "yes" : "no") << "\n";
+  EXPECT_EQ(greedy, g.greedy) << c.name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Synthetic, LlamaCppGolden, ::testing::ValuesIn(llama_cpp_cases()),
+                         [](const auto& info) {
+                           std::string n = info.param.name;
+                           for (auto& ch : n)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return n;
+                         });
+
+// ---- quantised experts ----------------------------------------------------------------------
+
+struct QuantCase {
+  std::string name;
+  SyntheticModelSpec spec;
+};
+
+// Rows of 256 (the K quants' block) for Mixtral- and Qwen3-MoE-style files.
+std::vector<QuantCase> quant_cases() {
+  std::vector<QuantCase> out;
+  for (const std::string base : {"tiny-mixtral", "tiny-qwen3moe"}) {
+    for (const T type : {T::Q4_K, T::Q8_0, T::MXFP4}) {
+      SyntheticModelSpec s = SyntheticModelSpec::preset(base);
+      s.n_embd = 256;
+      s.n_head = 4;
+      s.head_dim = base == "tiny-qwen3moe" ? 64 : 0;
+      if (base == "tiny-mixtral")
+        s.n_ff = 256;
+      else
+        s.n_ff_exp = 256;
+      s.expert_type = type;
+      s.weight_type = type == T::Q4_K ? T::Q4_K : T::Q8_0;
+      s.embedding_type = T::Q8_0;
+      s.output_type = T::Q6_K;
+      if (type == T::Q4_K) s.tensor_types = {{"blk.0.ffn_down_exps.weight", T::Q6_K}};
+      std::string name = base + "-" + std::string(tensor_type_info(type).name);
+      for (auto& ch : name)
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      out.push_back({name, s});
+    }
+  }
+  return out;
+}
+
+class QuantisedExperts : public ::testing::TestWithParam<QuantCase> {};
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
+
+// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
+void write_f32_copy(const ModelFile& from, const fs::path& to) {
+  GgufWriter w;
+  for (const auto& [key, value] : from.metadata()) w.set(key, value);
+  for (const TensorInfo& t : from.tensors()) {
+    std::vector<float> values(static_cast<size_t>(t.elements()));
+    dequantize_row(static_cast<T>(t.ggml_type), t.data, values.data(), t.elements());
+    w.add_tensor(t.name, t.dims, T::F32, values);
+  }
+  w.write(to);
+}
+
+// The case: a file with quantised experts runs, bit for bit, as its F32 copy holding Granule's
+// own decoded values (each expert's slab found and decoded in place).
+TEST_P(QuantisedExperts, RunLikeTheirDequantisedF32Copy) {
+  const QuantCase& c = GetParam();
+  test::TempModel file(c.spec, c.name);
+  CpuModel model(file.path);
+  const fs::path f32_path = file.path.string() + ".f32.gguf";
+  write_f32_copy(*model.file, f32_path);
+  CpuModel f32(f32_path);
+  const auto [logits, greedy] = model.prompt_and_greedy(kPrompt, kGreedy);
+  const auto [f32_logits, f32_greedy] = f32.prompt_and_greedy(kPrompt, kGreedy);
+  fs::remove(f32_path);
+  ASSERT_EQ(logits.size(), f32_logits.size());
+  EXPECT_EQ(std::memcmp(logits.data(), f32_logits.data(), logits.size() * sizeof(float)), 0);
+  EXPECT_EQ(greedy, f32_greedy);
+}
+
+// max over rows of max|a - b| / std(a).
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < a.size(); ++r) {
+    double sum = 0, sum_sq = 0, err = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double v = a[r * vocab + i];
+      sum += v;
+      sum_sq += v * v;
+      err = std::max(err, std::fabs(v - b[r * vocab + i]));
+    }
+    const double mean = sum / vocab;
+    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
+  }
+  return worst;
+}
+
+// The case: the CUDA oracle (emulated device numerics) differs from the f32 reference by the
+// int8 activations' error only: percent-level, not zero, not order one.
+TEST_P(QuantisedExperts, EmulatedNumericsWithinTheInt8Error) {
+  const QuantCase& c = GetParam();
+  test::TempModel file(c.spec, c.name);
+  CpuModel exact(file.path), oracle(file.path, true);
+  const std::vector<float> a = exact.run(0, kPrompt, 0, true);
+  const std::vector<float> b = oracle.run(0, kPrompt, 0, true);
+  const double rel = worst_relative(a, b, exact.config.n_vocab);
+  std::cout << "[oracle] " << c.name << ": max |oracle - f32| / std " << rel << "\n";
+  EXPECT_GT(rel, 1e-4);
+  EXPECT_LT(rel, 0.3);
+  EXPECT_EQ(oracle.run(1, kPrompt, 0, true), b) << "deterministic";
+}
+
+INSTANTIATE_TEST_SUITE_P(Files, QuantisedExperts, ::testing::ValuesIn(quant_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The case: several sequences in one batch give the logits each gives alone (experts grouped
+// across the batch change no bits).
+TEST(CpuMoeBackend, BatchedSequencesEqualEachAlone) {
+  test::TempModel file(SyntheticModelSpec::preset("tiny-qwen3moe"), "moe-batch");
+  CpuModel batched(file.path), alone(file.path);
+  const std::vector<int32_t> a = {1, 45, 300, 7, 99}, b = {1, 260, 261, 262};
+  ASSERT_TRUE(batched.kv->map_through(0, 5));
+  ASSERT_TRUE(batched.kv->map_through(1, 4));
+  std::vector<float> logits;
+  const std::vector<BatchSequence> batch = {{0, a, 0, true}, {1, b, 0, true}};
+  batched.backend->forward(batch, logits);
+  const std::vector<float> la = alone.run(0, a, 0, true);
+  const std::vector<float> lb = alone.run(1, b, 0, true);
+  std::vector<float> expected = la;
+  expected.insert(expected.end(), lb.begin(), lb.end());
+  ASSERT_EQ(logits.size(), expected.size());
+  EXPECT_EQ(std::memcmp(logits.data(), expected.data(), logits.size() * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace granule
