@@ -89,13 +89,16 @@ __global__ void __launch_bounds__(kThreads)
     float mx = -INFINITY;
     for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, l[e]);
     mx = warp_max(mx);
-    float sum = 0.0f;
+    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
     for (int e = lane; e < n; e += kWarpSize) {
       p[e] = expf(l[e] - mx);
       sum += p[e];
     }
-    sum = warp_sum(sum);
-    for (int e = lane; e < n; e += kWarpSize) p[e] = p[e] / sum;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inverse = static_cast<float>(1.0 / sum);
+    for (int e = lane; e < n; e += kWarpSize) p[e] *= inverse;
   } else if (routing.gating == MoeGating::Sigmoid) {
     for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-l[e]));
   } else {
@@ -130,20 +133,23 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) taken[be] = 1;
     __syncwarp();
   }
-  // The weights, each sum taken in top-k order (as the CPU reference adds them).
+  // The weights as the CPU reference computes them: sums in double in top-k order, softmax as a
+  // multiply by the f32 inverse, the normalising sum clamped to the smallest normal f16
+  // (llama.cpp), a scale of 0 meaning none.
   float w = mine_v;
   auto ordered_sum = [&](float v) {
-    float s = 0.0f;
-    for (int j = 0; j < k; ++j) s += __shfl_sync(0xffffffffu, v, j);
+    double s = 0.0;
+    for (int j = 0; j < k; ++j) s += static_cast<double>(__shfl_sync(0xffffffffu, v, j));
     return s;
   };
   if (routing.gating == MoeGating::SoftmaxOfTopK) {
     const float top = __shfl_sync(0xffffffffu, mine_v, 0);
     const float ev = lane < k ? expf(mine_v - top) : 0.0f;
-    w = ev / ordered_sum(ev);
+    w = ev * static_cast<float>(1.0 / ordered_sum(ev));
   }
-  if (routing.normalize) w = w / ordered_sum(lane < k ? w : 0.0f);
-  w *= routing.scale;
+  if (routing.normalize)
+    w = w / fmaxf(static_cast<float>(ordered_sum(lane < k ? w : 0.0f)), 6.103515625e-5f);
+  if (routing.scale != 0.0f) w *= routing.scale;
   if (lane >= k) return;
   ids[static_cast<int64_t>(row) * k + lane] = mine_e;
   weights[static_cast<int64_t>(row) * k + lane] = w;

@@ -615,10 +615,10 @@ void CudaModel::moe_ffn(const DeviceLayer& l, int layer, int n_rows) {
   k::RmsNormOutputs out;
   out.f32 = normed_.as<float>();
   out.q8 = xq;
-  check_launch(k::launch_rms_norm(hidden_.as<float>(), l.ffn_norm, n_rows,
-                                  static_cast<int>(config_.n_embd), config_.rms_eps, out,
-                                  kernel_config_, stream_.get()),
-               "rms_norm");
+  check_launch(
+      k::launch_rms_norm(hidden_.as<float>(), l.ffn_norm, n_rows, static_cast<int>(config_.n_embd),
+                         config_.rms_eps, out, kernel_config_, stream_.get()),
+      "rms_norm");
   moe_->forward(layer, n_rows, normed_.as<float>(), xq, inputs_.as<int32_t>() + kSlots * max_rows_,
                 hidden_.as<float>(), kernel_config_, stream_.get(), &launches_);
 }

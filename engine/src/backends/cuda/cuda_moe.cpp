@@ -93,6 +93,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
       n_ff_(c.moe.n_ff_exp),
       max_rows_(max_rows) {
   if (const std::string why = refusal(c, w); !why.empty()) throw DeviceError(why);
+  const uint64_t used_before = memory_.used_bytes();
   routing_.n_expert = static_cast<int>(n_expert_);
   routing_.n_used = static_cast<int>(n_used_);
   routing_.gating = static_cast<k::MoeGating>(static_cast<int>(c.moe.gating));
@@ -131,8 +132,10 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   tables_ = ws(n_counts * 3 * sizeof(void*));
   tables_host_ = PinnedBuffer(tables_.bytes());
 
+  // The routers, biases and workspace come out of the experts' budget.
+  const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(w, expert_budget);
+  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0);
   write_tables(stream);
   check_cuda(cudaStreamSynchronize(stream), "uploading the expert tables");
   logger("engine.cuda")
@@ -401,6 +404,12 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
     }
   }
   out.tokens += choices / static_cast<uint64_t>(n_used_ * n_layer_);
+}
+
+uint64_t CudaMoe::expert_image_bytes() const {
+  return layer_offset_.empty()
+             ? 0
+             : layer_offset_.back() + stride_.back() * static_cast<uint64_t>(n_expert_);
 }
 
 uint64_t CudaMoe::device_weight_bytes() const {

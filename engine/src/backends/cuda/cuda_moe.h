@@ -87,6 +87,10 @@ class CudaMoe {
 
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
+  // Bytes of every expert of every layer as laid out here (each matrix 256-byte aligned), and
+  // of one cache slot (the largest expert of any layer).
+  uint64_t expert_image_bytes() const;
+  uint64_t slot_bytes() const { return slot_bytes_; }
 
  private:
   void upload_routers(const WeightTable& weights);

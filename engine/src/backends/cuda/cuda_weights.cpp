@@ -52,7 +52,6 @@ void check_type(const MatrixLayout& m) {
 
 // What the kernels do not cover in the model's shapes, or empty.
 std::string shape_refusal(const ModelConfig& c) {
-  if (c.is_moe()) return "the CUDA backend does not run mixture-of-experts models yet";
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     return "the CUDA backend supports head sizes 64, 128 and 256, not " +
            std::to_string(c.head_dim);
@@ -110,11 +109,12 @@ void CudaModel::load(const BackendInit& init) {
   streamer_->apply(plan, stream_.get());
   bind_layers();
   if (c.is_moe()) {
-    // The experts take what the layers and the KV reserve leave: all of them in VRAM where that
-    // holds them, else a device cache of what fits (cuda_moe.h).
+    // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
+    // reserve leave: all of them in VRAM where that holds them, else a device cache of what fits
+    // (cuda_moe.h). Their workspace comes out of it first.
+    const uint64_t keep = kv_reserve_bytes_ + attention_scratch_bytes_;
     const uint64_t left = memory_.available_bytes();
-    moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_,
-                                     left > kv_reserve_bytes_ ? left - kv_reserve_bytes_ : 0,
+    moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_, left > keep ? left - keep : 0,
                                      stream_.get());
   }
   logger("engine.cuda")
