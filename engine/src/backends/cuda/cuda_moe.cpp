@@ -127,7 +127,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   n_tiles_ = ws(sizeof(int32_t));
   const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
   counts_ = ws(n_counts * sizeof(int32_t));
-  check_cuda(cudaMemset(counts_.get(), 0, counts_.bytes()), "cudaMemset");
+  check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
   counts_host_.assign(n_counts, 0);
   tables_ = ws(n_counts * 3 * sizeof(void*));
   tables_host_ = PinnedBuffer(tables_.bytes());
