@@ -130,7 +130,8 @@ class CudaModel {
   // (a launch while the stream is being captured counts too; callers reset around it).
   uint64_t host_operations() const { return launches_ + copies_; }
   void reset_host_operations() { launches_ = copies_ = 0; }
-  // Bytes of weights one decode step reads (every layer matrix + the output head).
+  // Bytes of weights one decode step reads (every layer matrix + the output head; with experts,
+  // the routers and one row's n_expert_used experts per layer).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
   // Whether the GEMM path dequantises the next matrix on a second stream while the current
   // one's GEMM runs (the budget held the second scratch).

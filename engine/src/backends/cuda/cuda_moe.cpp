@@ -412,6 +412,16 @@ uint64_t CudaMoe::expert_image_bytes() const {
              : layer_offset_.back() + stride_.back() * static_cast<uint64_t>(n_expert_);
 }
 
+uint64_t CudaMoe::row_read_bytes() const {
+  uint64_t bytes = 0;
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const Layer& d = layers_[static_cast<size_t>(l)];
+    bytes += static_cast<uint64_t>(d.router_row_bytes * n_expert_) +
+             static_cast<uint64_t>(n_used_) * expert_bytes_[static_cast<size_t>(l)];
+  }
+  return bytes;
+}
+
 uint64_t CudaMoe::device_weight_bytes() const {
   return routers_.bytes() + vectors_.bytes() + experts_.bytes();
 }

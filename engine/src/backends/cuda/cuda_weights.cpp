@@ -116,6 +116,7 @@ void CudaModel::load(const BackendInit& init) {
     const uint64_t left = memory_.available_bytes();
     moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_, left > keep ? left - keep : 0,
                                      stream_.get());
+    decode_weight_bytes_ += moe_->row_read_bytes();  // a batch-1 step's routers and experts
   }
   logger("engine.cuda")
       ->info(
