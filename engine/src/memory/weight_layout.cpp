@@ -14,6 +14,7 @@ MatrixLayout matrix_layout(const TensorInfo* t, bool split_weights, uint64_t off
   MatrixLayout m;
   m.tensor = t;
   m.offset = offset;
+  if (!t) return m;  // absent (a mixture-of-experts layer's dense FFN): no bytes
   m.cols = t->dims[0];
   m.rows = t->rows();
   m.gguf_row_bytes = static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
@@ -27,6 +28,7 @@ MatrixLayout matrix_layout(const TensorInfo* t, bool split_weights, uint64_t off
 }  // namespace
 
 void MatrixLayout::write(uint8_t* dst) const {
+  if (!tensor) return;
   if (split)
     split_rows(tensor->ggml_type, tensor->data, rows, cols, dst);
   else
@@ -68,8 +70,9 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
       layer.matrices[static_cast<size_t>(m)] = matrix_layout(mats[m], split_weights, layer.bytes);
       layer.bytes += layer.matrices[static_cast<size_t>(m)].padded_bytes;
-      out.largest_layer_matrix_elements =
-          std::max(out.largest_layer_matrix_elements, mats[m]->elements());
+      if (mats[m])
+        out.largest_layer_matrix_elements =
+            std::max(out.largest_layer_matrix_elements, mats[m]->elements());
     }
     layer.vectors = {add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
                      add_vector(l.bk),        add_vector(l.bv),       add_vector(l.q_norm),

@@ -454,6 +454,7 @@ bool CudaModel::stream_capturing() const {
 }
 
 bool CudaModel::takes_f16mma(const DeviceLayer& l, int n_rows) const {
+  if (moe_) return false;  // the expert kernels: one path at every row count
   const int least = kernel_config_.f16_mma_min_rows;
   if (least <= 0 || n_rows < least || n_rows > kMatvecMaxRows) return false;
   if (l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split) return false;
@@ -549,6 +550,10 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   else
     matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
 
+  if (moe_) {
+    moe_ffn(l, layer, n_rows);
+    return;
+  }
   // Feed-forward block: SwiGLU fused into the gate/up product when both share a type.
   if (!fused) {
     k::RmsNormOutputs out;
@@ -603,6 +608,21 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
 }
 
+void CudaModel::moe_ffn(const DeviceLayer& l, int layer, int n_rows) {
+  // The router reads the norm's f32 output, quantised experts its int8 blocks (the RMSNorm
+  // kernel's rounding: the contract's MultiplyByInverse).
+  const k::ActivationQ8 xq{q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  k::RmsNormOutputs out;
+  out.f32 = normed_.as<float>();
+  out.q8 = xq;
+  check_launch(
+      k::launch_rms_norm(hidden_.as<float>(), l.ffn_norm, n_rows, static_cast<int>(config_.n_embd),
+                         config_.rms_eps, out, kernel_config_, stream_.get()),
+      "rms_norm");
+  moe_->forward(layer, n_rows, normed_.as<float>(), xq, inputs_.as<int32_t>() + kSlots * max_rows_,
+                hidden_.as<float>(), kernel_config_, stream_.get(), &launches_);
+}
+
 void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
                            const DeviceMatrix* next_wq) {
   const ModelConfig& c = config_;
@@ -616,7 +636,11 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
   const int64_t q_dim = c.n_head * c.head_dim;
   check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()),
                "convert_f16");
-  gemm(l.wo, &l.w_gate, x16, n_rows, hidden, true);
+  gemm(l.wo, moe_ ? next_wq : &l.w_gate, x16, n_rows, hidden, true);
+  if (moe_) {
+    moe_ffn(l, layer, n_rows);
+    return;
+  }
   norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
   gemm(l.w_gate, &l.w_up, x16, n_rows, gate_.as<float>(), false);
   gemm(l.w_up, &l.w_down, x16, n_rows, up_.as<float>(), false);

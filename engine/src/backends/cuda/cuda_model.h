@@ -14,6 +14,7 @@
 
 #include "backends/backend.h"
 #include "backends/cuda/cublas_library.h"
+#include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/weight_streamer.h"
 #include "memory/placement.h"
@@ -112,7 +113,11 @@ class CudaModel {
   cudaStream_t stream() const { return stream_.get(); }
   // What every launch of this model runs with; set at construction, never changed.
   const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
-  uint64_t weight_bytes() const { return weights_.bytes() + streamer_->resident_bytes(); }
+  uint64_t weight_bytes() const {
+    return weights_.bytes() + streamer_->resident_bytes() + (moe_ ? moe_->device_weight_bytes() : 0);
+  }
+  // A mixture-of-experts model's routers and experts (cuda_moe.h); null for a dense model.
+  CudaMoe* moe() const { return moe_.get(); }
   const WeightStreamer& streamer() const { return *streamer_; }
   // The placement input for a budget, with the ledger's workspace and `kv_bytes` of KV kept
   // free, at most max_resident layers resident (-1: no cap).
@@ -125,7 +130,8 @@ class CudaModel {
   // (a launch while the stream is being captured counts too; callers reset around it).
   uint64_t host_operations() const { return launches_ + copies_; }
   void reset_host_operations() { launches_ = copies_ = 0; }
-  // Bytes of weights one decode step reads (every layer matrix + the output head).
+  // Bytes of weights one decode step reads (every layer matrix + the output head; with experts,
+  // the routers and one row's n_expert_used experts per layer).
   uint64_t decode_weight_bytes() const { return decode_weight_bytes_; }
   // Whether the GEMM path dequantises the next matrix on a second stream while the current
   // one's GEMM runs (the budget held the second scratch).
@@ -133,6 +139,9 @@ class CudaModel {
 
  private:
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
+  // A mixture-of-experts layer's FFN block: the FFN norm (f32 and int8 outputs), then
+  // CudaMoe::forward adding the experts' weighted sum to hidden.
+  void moe_ffn(const DeviceLayer& l, int layer, int n_rows);
   // A decode run on the f16 tensor-core products (KernelConfig::f16_mma_min_rows): activations
   // in f16, weights dequantised to f16 in the kernels' registers.
   bool takes_f16mma(const DeviceLayer& l, int n_rows) const;
@@ -196,6 +205,7 @@ class CudaModel {
   CudaWorkspace workspace_;  // the buffers below, sized for contexts of the options' length
   DeviceBuffer weights_;     // embeddings and output head, packed
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
+  std::unique_ptr<CudaMoe> moe_;              // the experts of a mixture-of-experts model
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
   uint64_t launches_ = 0, copies_ = 0;

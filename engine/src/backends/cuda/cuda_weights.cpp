@@ -32,7 +32,7 @@ std::vector<float> to_f32(const TensorInfo* t) {
 
 DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
   return {.data = data,
-          .type = m.tensor->ggml_type,
+          .type = m.tensor ? m.tensor->ggml_type : 0,
           .rows = m.rows,
           .cols = m.cols,
           .row_bytes = m.row_bytes,
@@ -41,7 +41,7 @@ DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
 }
 
 std::string type_refusal(const MatrixLayout& m) {
-  if (k::is_supported_weight_type(m.tensor->ggml_type)) return {};
+  if (!m.tensor || k::is_supported_weight_type(m.tensor->ggml_type)) return {};
   return "the CUDA backend cannot run tensor " + m.tensor->name + " of type " +
          tensor_type_name(m.tensor->ggml_type);
 }
@@ -52,7 +52,6 @@ void check_type(const MatrixLayout& m) {
 
 // What the kernels do not cover in the model's shapes, or empty.
 std::string shape_refusal(const ModelConfig& c) {
-  if (c.is_moe()) return "the CUDA backend does not run mixture-of-experts models yet";
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     return "the CUDA backend supports head sizes 64, 128 and 256, not " +
            std::to_string(c.head_dim);
@@ -60,6 +59,8 @@ std::string shape_refusal(const ModelConfig& c) {
     return "the CUDA backend supports up to 8 query heads per KV head";
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
     return "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32";
+  if (c.attn_sinks || c.attn_output_bias || c.sliding_window > 0 || c.rope_scaling.type == "yarn")
+    return "the CUDA backend does not run gpt-oss attention (sinks, sliding window, YaRN) yet";
   return {};
 }
 
@@ -69,6 +70,8 @@ void CudaModel::load(const BackendInit& init) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
   if (const std::string why = shape_refusal(c); !why.empty()) throw DeviceError(why);
+  if (c.is_moe())
+    if (const std::string why = CudaMoe::refusal(c, w); !why.empty()) throw DeviceError(why);
 
   // Q4_0/Q4_1/Q8_0/Q6_K re-laid out per row (granule/split_layout.h: same bytes, values
   // first, so decode loads are 16-byte vectors), everything else byte for byte;
@@ -105,6 +108,16 @@ void CudaModel::load(const BackendInit& init) {
   if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
   streamer_->apply(plan, stream_.get());
   bind_layers();
+  if (c.is_moe()) {
+    // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
+    // reserve leave: all of them in VRAM where that holds them, else a device cache of what fits
+    // (cuda_moe.h). Their workspace comes out of it first.
+    const uint64_t keep = kv_reserve_bytes_ + attention_scratch_bytes_;
+    const uint64_t left = memory_.available_bytes();
+    moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_, left > keep ? left - keep : 0,
+                                     stream_.get());
+    decode_weight_bytes_ += moe_->row_read_bytes();  // a batch-1 step's routers and experts
+  }
   logger("engine.cuda")
       ->info(
           "CUDA model: {} layers ({} resident, {} streamed through {} staging slots), weights "
@@ -323,12 +336,15 @@ namespace granule {
 
 std::string cuda_model_refusal(const ModelConfig& config, const WeightTable& weights) {
   if (std::string why = cuda::shape_refusal(config); !why.empty()) return why;
+  if (config.is_moe())
+    if (std::string why = cuda::CudaMoe::refusal(config, weights); !why.empty()) return why;
   const WeightLayout layout = weight_layout(config, weights, false);
   for (const MatrixLayout& m : layout.fixed)
     if (std::string why = cuda::type_refusal(m); !why.empty()) return why;
   for (const LayerWeightLayout& l : layout.layers)
     for (const MatrixLayout& m : l.matrices)
-      if (std::string why = cuda::type_refusal(m); !why.empty()) return why;
+      if (m.tensor)
+        if (std::string why = cuda::type_refusal(m); !why.empty()) return why;
   return {};
 }
 

@@ -1,0 +1,477 @@
+// CudaMoe: the routers and experts of a mixture-of-experts model on the GPU, the expert
+// residency (VRAM, or mapped host memory with a device cache) and one MoE layer's kernels.
+#include "backends/cuda/cuda_moe.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "backends/cuda/cuda_check.h"
+#include "granule/error.h"
+#include "granule/log.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "memory/weight_layout.h"
+#include "quant_blocks.cuh"
+#include "quantize_activations.cuh"
+
+namespace granule::cuda {
+namespace {
+
+namespace k = granule::kernels;
+
+// Runs of at most this many rows take the per-pair expert kernels; more are grouped by expert
+// first (one weight read per tile of pairs). Both give the same bits per pair.
+constexpr int kPerPairMaxRows = 4;
+
+uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
+
+std::vector<float> to_f32(const TensorInfo* t) {
+  std::vector<float> out(static_cast<size_t>(t->elements()));
+  dequantize_row(static_cast<TensorType>(t->ggml_type), t->data, out.data(), t->elements());
+  return out;
+}
+
+// One expert's slab of a 3-D expert tensor.
+uint64_t slab_bytes(const TensorInfo* t, int64_t n_expert) {
+  return t->size_bytes / static_cast<uint64_t>(n_expert);
+}
+
+int64_t tensor_row_bytes(const TensorInfo* t) {
+  return static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), t->dims[0]));
+}
+
+}  // namespace
+
+CudaMoe::HostImage::~HostImage() {
+  if (host) {
+    const cudaError_t status = cudaFreeHost(host);
+    if (status != cudaSuccess)
+      logger("engine.cuda")->error("cudaFreeHost: {}", cudaGetErrorString(status));
+  }
+}
+
+std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
+  const ExpertConfig& m = c.moe;
+  if (m.n_expert > k::kMoeMaxExperts)
+    return "the CUDA backend runs up to " + std::to_string(k::kMoeMaxExperts) + " experts, not " +
+           std::to_string(m.n_expert);
+  if (m.n_expert_used < 1 || m.n_expert_used > k::kMoeMaxUsed || m.n_expert_used > m.n_expert)
+    return "the CUDA backend runs 1 to " + std::to_string(k::kMoeMaxUsed) +
+           " experts per token, not " + std::to_string(m.n_expert_used);
+  if (m.n_ff_exp % k::kQ8Block != 0)
+    return "the CUDA backend needs an expert feed-forward size that is a multiple of 32";
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    const std::string at = "layer " + std::to_string(i) + ": ";
+    if (l.gate_shexp || l.up_shexp || l.down_shexp)
+      return at + "the CUDA backend does not run shared experts yet";
+    if (!l.router || !l.gate_exps || !l.up_exps || !l.down_exps)
+      return at + "a mixture-of-experts layer without its router or expert tensors";
+    for (const TensorInfo* t : {l.router, l.gate_exps, l.up_exps, l.down_exps}) {
+      if (!k::moe_supports(t->ggml_type))
+        return "the CUDA backend cannot run tensor " + t->name + " of type " +
+               tensor_type_name(t->ggml_type);
+      if (t->dims[0] % k::block_elems(t->ggml_type) != 0)
+        return "tensor " + t->name + ": rows not a whole number of blocks";
+    }
+    if (l.gate_exps->ggml_type != l.up_exps->ggml_type)
+      return at + "the CUDA backend needs expert gate and up matrices of one type (" +
+             tensor_type_name(l.gate_exps->ggml_type) + " and " +
+             tensor_type_name(l.up_exps->ggml_type) + ")";
+  }
+  return {};
+}
+
+CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
+                 uint64_t expert_budget, cudaStream_t stream)
+    : memory_(memory),
+      n_layer_(c.n_layer),
+      n_expert_(c.moe.n_expert),
+      n_used_(c.moe.n_expert_used),
+      n_embd_(c.n_embd),
+      n_ff_(c.moe.n_ff_exp),
+      max_rows_(max_rows) {
+  if (const std::string why = refusal(c, w); !why.empty()) throw DeviceError(why);
+  const uint64_t used_before = memory_.used_bytes();
+  routing_.n_expert = static_cast<int>(n_expert_);
+  routing_.n_used = static_cast<int>(n_used_);
+  routing_.gating = static_cast<k::MoeGating>(static_cast<int>(c.moe.gating));
+  routing_.normalize = c.moe.normalize_weights;
+  routing_.scale = c.moe.weights_scale;
+  activation_ = static_cast<k::MoeActivation>(static_cast<int>(c.activation));
+  static_assert(static_cast<int>(ExpertGating::SoftmaxOfTopK) ==
+                static_cast<int>(k::MoeGating::SoftmaxOfTopK));
+  static_assert(static_cast<int>(FfnActivation::SwigluClamped) ==
+                static_cast<int>(k::MoeActivation::SwigluClamped));
+
+  layers_.resize(static_cast<size_t>(n_layer_));
+  upload_routers(w);
+
+  // Workspace for runs of max_rows rows.
+  const size_t rows = static_cast<size_t>(max_rows_);
+  const size_t pairs = rows * static_cast<size_t>(n_used_);
+  const size_t ff = static_cast<size_t>(n_ff_), embd = static_cast<size_t>(n_embd_);
+  auto ws = [&](size_t bytes) { return DeviceBuffer(memory_, MemoryCategory::Workspace, bytes); };
+  logits_ = ws(rows * static_cast<size_t>(n_expert_) * sizeof(float));
+  ids_ = ws(pairs * sizeof(int32_t));
+  weights_ = ws(pairs * sizeof(float));
+  h_ = ws(pairs * ff * sizeof(float));
+  hq_qs_ = ws(pairs * ff);
+  hq_ds_ = ws(pairs * ff / k::kQ8Block * sizeof(float2));
+  y_ = ws(pairs * embd * sizeof(float));
+  order_ = ws(pairs * sizeof(int32_t));
+  tiles_ = ws(
+      static_cast<size_t>(k::moe_max_tiles(static_cast<int>(pairs), static_cast<int>(n_expert_))) *
+      sizeof(k::MoeTile));
+  n_tiles_ = ws(sizeof(int32_t));
+  const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
+  counts_ = ws(n_counts * sizeof(int32_t));
+  check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
+  counts_host_.assign(n_counts, 0);
+  tables_ = ws(n_counts * 3 * sizeof(void*));
+  tables_host_ = PinnedBuffer(tables_.bytes());
+
+  // The routers, biases and workspace come out of the experts' budget.
+  const uint64_t taken = memory_.used_bytes() - used_before;
+  const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
+  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0);
+  write_tables(stream);
+  check_cuda(cudaStreamSynchronize(stream), "uploading the expert tables");
+  logger("engine.cuda")
+      ->info(
+          "CUDA experts: {} layers x {} experts (top {}), {}; {} MiB of expert weights on the "
+          "device",
+          n_layer_, n_expert_, n_used_,
+          all_resident_ ? std::string("all resident")
+                        : std::to_string(slots_) + " device slots, the rest in host memory",
+          (memory_.bytes(MemoryCategory::WeightsResident) - charged) >> 20);
+}
+
+void CudaMoe::upload_routers(const WeightTable& w) {
+  // Routers in one buffer (GGUF blocks, each 256-byte aligned), biases as f32 in another.
+  uint64_t router_bytes = 0;
+  std::vector<uint64_t> router_at;
+  size_t floats = 0;
+  auto vector_room = [&](const TensorInfo* t) {
+    if (!t) return;
+    floats += align_up(static_cast<uint64_t>(t->elements()) * sizeof(float)) / sizeof(float);
+  };
+  for (const LayerWeights& l : w.layers) {
+    router_at.push_back(router_bytes);
+    router_bytes += align_up(l.router->size_bytes + WeightLayout::kTensorSlackBytes);
+    vector_room(l.router_bias);
+    vector_room(l.gate_exps_bias);
+    vector_room(l.up_exps_bias);
+    vector_room(l.down_exps_bias);
+  }
+  routers_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, router_bytes);
+  std::vector<float> vectors(floats, 0.0f);
+  size_t next = 0;
+  std::vector<std::array<int64_t, 4>> vector_at;
+  auto add_vector = [&](const TensorInfo* t) -> int64_t {
+    if (!t) return -1;
+    const std::vector<float> v = to_f32(t);
+    std::copy(v.begin(), v.end(), vectors.begin() + static_cast<std::ptrdiff_t>(next));
+    const auto at = static_cast<int64_t>(next);
+    next += align_up(v.size() * sizeof(float)) / sizeof(float);
+    return at;
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    check_cuda(cudaMemcpy(routers_.as<uint8_t>() + router_at[i], l.router->data,
+                          l.router->size_bytes, cudaMemcpyHostToDevice),
+               "uploading routers");
+    vector_at.push_back({add_vector(l.router_bias), add_vector(l.gate_exps_bias),
+                         add_vector(l.up_exps_bias), add_vector(l.down_exps_bias)});
+  }
+  if (floats > 0) {
+    vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, floats * sizeof(float));
+    check_cuda(
+        cudaMemcpy(vectors_.get(), vectors.data(), floats * sizeof(float), cudaMemcpyHostToDevice),
+        "uploading expert biases");
+  }
+  auto vec = [&](int64_t at) -> const float* {
+    return at < 0 ? nullptr : vectors_.as<const float>() + at;
+  };
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    Layer& d = layers_[i];
+    d.router = routers_.as<uint8_t>() + router_at[i];
+    d.router_type = l.router->ggml_type;
+    d.router_row_bytes = tensor_row_bytes(l.router);
+    d.router_bias = vec(vector_at[i][0]);
+    d.gate = {.table = nullptr,
+              .type = l.gate_exps->ggml_type,
+              .row_bytes = tensor_row_bytes(l.gate_exps),
+              .bias = vec(vector_at[i][1])};
+    d.up = {.table = nullptr,
+            .type = l.up_exps->ggml_type,
+            .row_bytes = tensor_row_bytes(l.up_exps),
+            .bias = vec(vector_at[i][2])};
+    d.down = {.table = nullptr,
+              .type = l.down_exps->ggml_type,
+              .row_bytes = tensor_row_bytes(l.down_exps),
+              .bias = vec(vector_at[i][3])};
+    const uint64_t gate = slab_bytes(l.gate_exps, n_expert_), up = slab_bytes(l.up_exps, n_expert_),
+                   down = slab_bytes(l.down_exps, n_expert_);
+    d.offsets[0] = 0;
+    d.offsets[1] = align_up(gate + WeightLayout::kTensorSlackBytes);
+    d.offsets[2] = d.offsets[1] + align_up(up + WeightLayout::kTensorSlackBytes);
+    stride_.push_back(d.offsets[2] + align_up(down + WeightLayout::kTensorSlackBytes));
+    expert_bytes_.push_back(gate + up + down);
+  }
+}
+
+void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget) {
+  uint64_t image = 0;
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    layer_offset_.push_back(image);
+    image += stride_[static_cast<size_t>(l)] * static_cast<uint64_t>(n_expert_);
+  }
+  slot_bytes_ = *std::max_element(stride_.begin(), stride_.end());
+  const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
+  resident_.assign(n, 0);
+  slot_of_.assign(n, -1);
+  // Writes expert e of layer l (gate, up, down slabs at their offsets) to dst with `copy`.
+  auto each_slab = [&](auto&& copy) {
+    for (int64_t l = 0; l < n_layer_; ++l) {
+      const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
+      const TensorInfo* mats[3] = {lw.gate_exps, lw.up_exps, lw.down_exps};
+      for (int64_t e = 0; e < n_expert_; ++e)
+        for (int m = 0; m < 3; ++m) {
+          const uint64_t bytes = slab_bytes(mats[m], n_expert_);
+          copy(image_offset(l, e) + layers_[static_cast<size_t>(l)].offsets[m],
+               mats[m]->data + static_cast<uint64_t>(e) * bytes, bytes);
+        }
+    }
+  };
+  all_resident_ = image <= expert_budget;
+  if (all_resident_) {
+    experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, image);
+    each_slab([&](uint64_t at, const uint8_t* src, uint64_t bytes) {
+      check_cuda(cudaMemcpy(experts_.as<uint8_t>() + at, src, bytes, cudaMemcpyHostToDevice),
+                 "uploading experts");
+    });
+    std::fill(resident_.begin(), resident_.end(), uint8_t{1});
+    return;
+  }
+  // Mapped pinned host memory for every expert; a device cache of the slots the budget holds.
+  check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
+             "cudaHostAlloc (experts in host memory)");
+  host_.bytes = image;
+  void* device = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device, host_.host, 0), "cudaHostGetDevicePointer");
+  host_.device = static_cast<const uint8_t*>(device);
+  each_slab([&](uint64_t at, const uint8_t* src, uint64_t bytes) {
+    std::memcpy(static_cast<uint8_t*>(host_.host) + at, src, bytes);
+  });
+  slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
+  slot_owner_.assign(static_cast<size_t>(slots_), -1);
+  if (slots_ > 0)
+    experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident,
+                            static_cast<size_t>(slots_) * slot_bytes_);
+  // The cache filled by the default placement (copies queued on the default stream, finished
+  // before the constructor returns).
+  const std::vector<uint8_t> first = default_placement();
+  for (size_t i = 0, s = 0; i < n; ++i) {
+    if (!first[i]) continue;
+    const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
+    check_cuda(cudaMemcpy(experts_.as<uint8_t>() + s * slot_bytes_,
+                          static_cast<uint8_t*>(host_.host) + image_offset(l, e),
+                          stride_[static_cast<size_t>(l)], cudaMemcpyHostToDevice),
+               "filling the expert cache");
+    slot_of_[i] = static_cast<int64_t>(s);
+    slot_owner_[s] = static_cast<int64_t>(i);
+    resident_[i] = 1;
+    ++s;
+  }
+}
+
+std::vector<uint8_t> CudaMoe::default_placement() const {
+  const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
+  std::vector<uint8_t> out(n, 0);
+  if (all_resident_) {
+    std::fill(out.begin(), out.end(), uint8_t{1});
+    return out;
+  }
+  // slots_ over the layers: each gets slots_ / n_layer, the first slots_ % n_layer one more.
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const int64_t take = slots_ / n_layer_ + (l < slots_ % n_layer_ ? 1 : 0);
+    for (int64_t e = 0; e < std::min(take, n_expert_); ++e)
+      out[static_cast<size_t>(l * n_expert_ + e)] = 1;
+  }
+  return out;
+}
+
+void CudaMoe::write_tables(cudaStream_t stream) {
+  // The pinned mirror is rewritten only once its last copy ran (apply() synchronises first).
+  auto* host = tables_host_.as<const void*>();
+  auto* device = tables_.as<const void*>();
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    Layer& d = layers_[static_cast<size_t>(l)];
+    for (int m = 0; m < 3; ++m) {
+      const size_t row = static_cast<size_t>((l * 3 + m) * n_expert_);
+      for (int64_t e = 0; e < n_expert_; ++e) {
+        const size_t i = static_cast<size_t>(l * n_expert_ + e);
+        const uint8_t* base;
+        if (all_resident_)
+          base = experts_.as<uint8_t>() + image_offset(l, e);
+        else if (slot_of_[i] >= 0)
+          base = experts_.as<uint8_t>() + static_cast<uint64_t>(slot_of_[i]) * slot_bytes_;
+        else
+          base = host_.device + image_offset(l, e);
+        host[row + static_cast<size_t>(e)] = base + d.offsets[m];
+      }
+      k::MoeMatrix& mat = m == 0 ? d.gate : m == 1 ? d.up : d.down;
+      mat.table = device + row;
+    }
+  }
+  check_cuda(cudaMemcpyAsync(tables_.get(), tables_host_.as<uint8_t>(), tables_.bytes(),
+                             cudaMemcpyHostToDevice, stream),
+             "uploading the expert tables");
+}
+
+int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
+  if (resident.size() != n)
+    throw UsageError("expert placement of " + std::to_string(resident.size()) +
+                     " entries for a model of " + std::to_string(n) + " experts");
+  if (all_resident_) {
+    if (std::any_of(resident.begin(), resident.end(), [](uint8_t r) { return r == 0; }))
+      throw UsageError("every expert is resident: a placement cannot move any to host memory");
+    return 0;
+  }
+  const auto wanted = static_cast<int64_t>(
+      std::count_if(resident.begin(), resident.end(), [](uint8_t r) { return r != 0; }));
+  if (wanted > slots_)
+    throw UsageError("expert placement of " + std::to_string(wanted) + " resident experts for " +
+                     std::to_string(slots_) + " device slots");
+  // The table mirror's last copy has run once the stream is idle.
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  for (size_t i = 0; i < n; ++i)
+    if (!resident[i] && slot_of_[i] >= 0) {
+      slot_owner_[static_cast<size_t>(slot_of_[i])] = -1;
+      slot_of_[i] = -1;
+      resident_[i] = 0;
+    }
+  int copied = 0;
+  size_t free_slot = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!resident[i] || slot_of_[i] >= 0) continue;
+    while (slot_owner_[free_slot] >= 0) ++free_slot;  // one exists: wanted <= slots_
+    const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
+    // Queued behind every step already on the stream, so no kernel still reads the slot's
+    // previous expert when it is overwritten.
+    check_cuda(cudaMemcpyAsync(experts_.as<uint8_t>() + free_slot * slot_bytes_,
+                               static_cast<uint8_t*>(host_.host) + image_offset(l, e),
+                               stride_[static_cast<size_t>(l)], cudaMemcpyHostToDevice, stream),
+               "copying an expert into the device cache");
+    slot_owner_[free_slot] = static_cast<int64_t>(i);
+    slot_of_[i] = static_cast<int64_t>(free_slot);
+    resident_[i] = 1;
+    ++copied;
+  }
+  write_tables(stream);
+  return copied;
+}
+
+void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
+  if (out.routed.size() != n) {
+    out.n_layer = static_cast<int32_t>(n_layer_);
+    out.n_expert = static_cast<int32_t>(n_expert_);
+    out.routed.assign(n, 0);
+    out.streamed.assign(n, 0);
+  }
+  check_cuda(cudaMemcpyAsync(counts_host_.data(), counts_.get(), counts_.bytes(),
+                             cudaMemcpyDeviceToHost, stream),
+             "downloading routing counts");
+  check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  out.resident = resident_;
+  uint64_t choices = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<uint32_t>(counts_host_[i]);
+    out.routed[i] += c;
+    choices += c;
+    if (resident_[i]) {
+      out.hits += c;
+    } else {
+      out.streamed[i] += c;
+      out.misses += c;
+      out.bytes_streamed += c * expert_bytes_[i / static_cast<size_t>(n_expert_)];
+    }
+  }
+  out.tokens += choices / static_cast<uint64_t>(n_used_ * n_layer_);
+}
+
+uint64_t CudaMoe::expert_image_bytes() const {
+  return layer_offset_.empty()
+             ? 0
+             : layer_offset_.back() + stride_.back() * static_cast<uint64_t>(n_expert_);
+}
+
+uint64_t CudaMoe::row_read_bytes() const {
+  uint64_t bytes = 0;
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const Layer& d = layers_[static_cast<size_t>(l)];
+    bytes += static_cast<uint64_t>(d.router_row_bytes * n_expert_) +
+             static_cast<uint64_t>(n_used_) * expert_bytes_[static_cast<size_t>(l)];
+  }
+  return bytes;
+}
+
+uint64_t CudaMoe::device_weight_bytes() const {
+  return routers_.bytes() + vectors_.bytes() + experts_.bytes();
+}
+
+void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8 xq,
+                      const int32_t* slots, float* hidden, const k::KernelConfig& config,
+                      cudaStream_t stream, uint64_t* launches) {
+  if (n_rows <= 0) return;
+  if (n_rows > max_rows_) throw UsageError("CUDA experts: a run exceeds the workspace");
+  const Layer& d = layers_[static_cast<size_t>(layer)];
+  auto check = [&](cudaError_t status, const char* what) {
+    check_cuda(status, what);
+    if (launches) ++*launches;
+  };
+  const int n_expert = static_cast<int>(n_expert_), n_used = static_cast<int>(n_used_);
+  const int n_embd = static_cast<int>(n_embd_), n_ff = static_cast<int>(n_ff_);
+  const int pairs = n_rows * n_used;
+  check(k::launch_moe_router(d.router_type, d.router, d.router_row_bytes, n_expert, n_embd, x_f32,
+                             n_rows, d.router_bias, logits_.as<float>(), config, stream),
+        "moe_router");
+  check(k::launch_moe_topk(logits_.as<float>(), n_rows, routing_, ids_.as<int32_t>(),
+                           weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots,
+                           config, stream),
+        "moe_topk");
+  k::MoeInput in;
+  in.n_in = n_embd;
+  in.pairs = pairs;
+  in.n_used = n_used;
+  in.n_expert = n_expert;
+  in.x = x_f32;
+  in.xq = xq;
+  in.ids = ids_.as<int32_t>();
+  if (n_rows > kPerPairMaxRows) {
+    in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>()};
+    check(k::launch_moe_group(ids_.as<int32_t>(), pairs, n_expert, in.groups, config, stream),
+          "moe_group");
+  }
+  check(k::launch_moe_gate_up(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config, stream),
+        "moe_gate_up");
+  k::MoeInput down = in;
+  down.n_in = n_ff;
+  down.x = h_.as<float>();
+  down.xq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
+  if (k::moe_reads_q8(d.down.type))
+    check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, down.xq, config, stream),
+          "quantize_q8");
+  check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
+  check(k::launch_moe_combine(y_.as<float>(), weights_.as<float>(), n_rows, n_used, n_embd, hidden,
+                              config, stream),
+        "moe_combine");
+}
+
+}  // namespace granule::cuda

@@ -1,0 +1,149 @@
+// A mixture-of-experts model's feed-forward layers on the GPU (issue 36): the routers, the
+// experts' weights and where each expert lives, and the kernel sequence of one MoE layer
+// (kernels/moe.cuh). Every expert matrix is reached through a device pointer table per layer
+// ([3][n_expert]: gate, up, down), so the captured decode graph never changes when experts
+// move:
+//   - all experts fit the budget: they are uploaded once to VRAM (charged as resident weights)
+//     and the tables point there;
+//   - otherwise every expert's bytes live in mapped pinned host memory and the device holds a
+//     cache of as many expert slots as the budget allows (also charged as resident weights);
+//     an expert's table entry points at its cache slot or at its host-mapped address (the
+//     kernels then read it over PCIe). apply() changes which experts are cached, between
+//     steps, by copying the newly cached ones into free slots and rewriting the tables on the
+//     model's stream.
+// Routing counts accumulate on the device ([n_layer][n_expert] int32, inside the graph);
+// collect() reads and clears them between steps.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/device_memory.h"
+#include "granule/model_config.h"
+#include "kernel_config.h"
+#include "moe.cuh"
+
+namespace granule::cuda {
+
+// The expert counts since the last collect(), in the shape of the contract's ExpertTelemetry
+// (engine/include/granule/telemetry.h once the expert-plan helper lands it).
+struct MoeStats {
+  int32_t n_layer = 0, n_expert = 0;
+  std::vector<uint8_t> resident;   // [layer * n_expert + e]: in VRAM (a cache slot or uploaded)
+  std::vector<uint32_t> routed;    // (token, expert) choices
+  std::vector<uint32_t> streamed;  // of those, served from host memory
+  uint64_t hits = 0, misses = 0;   // choices served from VRAM / from host memory
+  // Expert bytes read over PCIe: each host-served choice counted as one read of the expert's
+  // gate, up and down matrices (an upper bound: a grouped launch reads an expert once per tile
+  // of up to kMoeTilePairs pairs).
+  uint64_t bytes_streamed = 0;
+  uint64_t tokens = 0;  // rows routed (choices / n_expert_used)
+};
+
+class CudaMoe {
+ public:
+  // What the expert kernels do not cover in this model, or empty: expert block types, gate and
+  // up of different types, shapes, a shared expert.
+  static std::string refusal(const ModelConfig& config, const WeightTable& weights);
+
+  // Uploads the routers and expert biases (resident), then the experts: all to VRAM where
+  // `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
+  // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
+  // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
+  CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
+          int max_rows, uint64_t expert_budget, cudaStream_t stream);
+
+  // One MoE feed-forward block for rows [0, n_rows): x_f32 / xq are the FFN norm's output (f32
+  // and int8 blocks rounded as the RMSNorm kernel rounds), slots the rows' KV slots (padding
+  // rows, slot < 0, are not counted), hidden gets the experts' weighted sum added.
+  // Graph-capturable: every launch reads fixed buffers.
+  void forward(int layer, int n_rows, const float* x_f32, kernels::ActivationQ8 xq,
+               const int32_t* slots, float* hidden, const kernels::KernelConfig& config,
+               cudaStream_t stream, uint64_t* launches);
+
+  int64_t n_layer() const { return n_layer_; }
+  int64_t n_expert() const { return n_expert_; }
+  bool all_resident() const { return all_resident_; }
+  // Device expert slots (0 when every expert is uploaded).
+  int64_t cache_slots() const { return slots_; }
+  // One expert's gate + up + down bytes in `layer` (biases excluded: always resident).
+  uint64_t expert_bytes(int64_t layer) const { return expert_bytes_[static_cast<size_t>(layer)]; }
+  // [layer * n_expert + e]: whether the expert is read from VRAM.
+  const std::vector<uint8_t>& resident() const { return resident_; }
+  // A placement of up to cache_slots() experts spread evenly over the layers (the lowest
+  // indices of each), for the start and until a policy decides.
+  std::vector<uint8_t> default_placement() const;
+  // Makes exactly the experts marked in `resident` ([n_layer * n_expert]) cached: frees the
+  // slots of those no longer marked, copies the newly marked ones into free slots and rewrites
+  // the tables, all queued on `stream` after the work already there (call between steps;
+  // captured graphs stay valid). Throws UsageError for a wrong size, more experts than slots,
+  // or any change when all are resident. Returns the experts copied.
+  int apply(const std::vector<uint8_t>& resident, cudaStream_t stream);
+  // Adds the routing counts since the last collect() to `out` (sized on first use), then clears
+  // them on the device. Synchronises the stream.
+  void collect(MoeStats& out, cudaStream_t stream);
+
+  // Device bytes of weights this holds (routers, biases, experts or the cache).
+  uint64_t device_weight_bytes() const;
+  // Bytes of every expert of every layer as laid out here (each matrix 256-byte aligned), and
+  // of one cache slot (the largest expert of any layer).
+  uint64_t expert_image_bytes() const;
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  // Weight bytes one row reads per step: every router, and n_expert_used experts per layer.
+  uint64_t row_read_bytes() const;
+
+ private:
+  void upload_routers(const WeightTable& weights);
+  void upload_experts(const WeightTable& weights, uint64_t expert_budget);
+  void write_tables(cudaStream_t stream);
+  // Where expert e of `layer` sits in the packed expert image (all-resident buffer or host copy).
+  uint64_t image_offset(int64_t layer, int64_t e) const {
+    return layer_offset_[static_cast<size_t>(layer)] +
+           static_cast<uint64_t>(e) * stride_[static_cast<size_t>(layer)];
+  }
+
+  struct Layer {
+    const void* router = nullptr;
+    uint32_t router_type = 0;
+    int64_t router_row_bytes = 0;
+    const float* router_bias = nullptr;
+    kernels::MoeMatrix gate, up, down;  // tables filled by write_tables()
+    uint64_t offsets[3] = {0, 0, 0};    // of gate, up, down inside an expert's image
+  };
+
+  MemoryManager& memory_;
+  int64_t n_layer_ = 0, n_expert_ = 0, n_used_ = 0, n_embd_ = 0, n_ff_ = 0;
+  kernels::MoeRouting routing_;
+  kernels::MoeActivation activation_ = kernels::MoeActivation::Swiglu;
+  int max_rows_ = 0;
+  std::vector<Layer> layers_;
+  std::vector<uint64_t> expert_bytes_, stride_, layer_offset_;
+  bool all_resident_ = true;
+  int64_t slots_ = 0;
+  uint64_t slot_bytes_ = 0;
+  std::vector<uint8_t> resident_;
+  std::vector<int64_t> slot_of_;     // [layer * n_expert + e]: its cache slot, -1 none
+  std::vector<int64_t> slot_owner_;  // [slot]: layer * n_expert + e, -1 free
+
+  DeviceBuffer routers_, vectors_;
+  DeviceBuffer experts_;  // all resident: the packed expert image; else the cache slots
+  struct HostImage {      // mapped pinned host memory: the packed expert image when streaming
+    void* host = nullptr;
+    const uint8_t* device = nullptr;
+    size_t bytes = 0;
+    HostImage() = default;
+    HostImage(const HostImage&) = delete;
+    HostImage& operator=(const HostImage&) = delete;
+    ~HostImage();
+  } host_;
+  DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
+  PinnedBuffer tables_host_;
+  DeviceBuffer counts_;  // [n_layer][n_expert] int32
+  std::vector<int32_t> counts_host_;
+  // Workspace.
+  DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
+};
+
+}  // namespace granule::cuda

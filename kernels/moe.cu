@@ -1,0 +1,488 @@
+// Mixture-of-experts kernels (moe.cuh). The expert products are one kernel family: a block of
+// 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it, splits
+// the input length over its 128 threads in chunks of 8 elements, decodes each weight chunk
+// once (dequantize8) for all the tile's pairs, and sums each pair's products in the same order
+// whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the grouped
+// launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
+#include <cmath>
+
+#include "moe.cuh"
+#include "quant_blocks.cuh"
+
+namespace granule::kernels {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kRouterRows = 8;  // token rows per router block (one weight read serves them)
+constexpr int kGroupThreads = 1024;
+
+template <uint32_t TYPE>
+constexpr bool kReadsQ8 = TYPE != kF32&& TYPE != kF16&& TYPE != kBF16;
+
+// ---- router ----
+
+template <uint32_t TYPE>
+__global__ void __launch_bounds__(kThreads)
+    moe_router_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_expert, int n_in,
+                      const float* __restrict__ x, int rows, const float* __restrict__ bias,
+                      float* __restrict__ logits) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int e = blockIdx.x * kWarps + warp;
+  const int r0 = blockIdx.y * kRouterRows;
+  if (e >= n_expert) return;  // whole warps; no block-wide barrier follows
+  const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
+  float acc[kRouterRows];
+#pragma unroll
+  for (int b = 0; b < kRouterRows; ++b) acc[b] = 0.0f;
+  const int n_chunks = n_in / 8;
+  for (int c = lane; c < n_chunks; c += kWarpSize) {
+    float wv[8];
+    dequantize8<TYPE>(row, c, wv);
+#pragma unroll
+    for (int b = 0; b < kRouterRows; ++b) {
+      if (r0 + b >= rows) break;
+      const float4* xp =
+          reinterpret_cast<const float4*>(x + static_cast<int64_t>(r0 + b) * n_in) + 2 * c;
+      const float4 x0 = xp[0], x1 = xp[1];
+      const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[b] = fmaf(wv[i], xv[i], acc[b]);
+    }
+  }
+  warp_sums(acc);
+  if (lane != 0) return;
+  const float add = bias ? bias[e] : 0.0f;
+#pragma unroll
+  for (int b = 0; b < kRouterRows; ++b)
+    if (r0 + b < rows) logits[static_cast<int64_t>(r0 + b) * n_expert + e] = acc[b] + add;
+}
+
+// ---- gating and top-k: one warp per row ----
+
+// (value, index) ordering of the top-k: larger value first, ties to the lower index; an index
+// of n (none yet) loses to everything.
+__device__ __forceinline__ bool better(float v, int e, float bv, int be, int n) {
+  if (e >= n) return false;
+  if (be >= n) return true;
+  return v > bv || (v == bv && e < be);
+}
+
+__global__ void __launch_bounds__(kThreads)
+    moe_topk_kernel(const float* __restrict__ logits, int rows, MoeRouting routing,
+                    int32_t* __restrict__ ids, float* __restrict__ weights,
+                    int32_t* __restrict__ counts, const int32_t* __restrict__ slots) {
+  __shared__ float p_all[kWarps][kMoeMaxExperts];
+  __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.x * kWarps + warp;
+  if (row >= rows) return;
+  const int n = routing.n_expert, k = routing.n_used;
+  float* p = p_all[warp];
+  uint8_t* taken = taken_all[warp];
+  const float* l = logits + static_cast<int64_t>(row) * n;
+  if (routing.gating == MoeGating::Softmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, l[e]);
+    mx = warp_max(mx);
+    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
+    for (int e = lane; e < n; e += kWarpSize) {
+      p[e] = expf(l[e] - mx);
+      sum += p[e];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inverse = static_cast<float>(1.0 / sum);
+    for (int e = lane; e < n; e += kWarpSize) p[e] *= inverse;
+  } else if (routing.gating == MoeGating::Sigmoid) {
+    for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-l[e]));
+  } else {
+    for (int e = lane; e < n; e += kWarpSize) p[e] = l[e];
+  }
+  for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
+  __syncwarp();
+  // Lane j keeps choice j.
+  float mine_v = 0.0f;
+  int mine_e = 0;
+  for (int j = 0; j < k; ++j) {
+    float bv = -INFINITY;
+    int be = n;
+    for (int e = lane; e < n; e += kWarpSize)
+      if (!taken[e] && better(p[e], e, bv, be, n)) {
+        bv = p[e];
+        be = e;
+      }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
+      const int oe = __shfl_xor_sync(0xffffffffu, be, offset);
+      if (better(ov, oe, bv, be, n)) {
+        bv = ov;
+        be = oe;
+      }
+    }
+    if (lane == j) {
+      mine_v = bv;
+      mine_e = be;
+    }
+    if (lane == 0) taken[be] = 1;
+    __syncwarp();
+  }
+  // The weights as the CPU reference computes them: sums in double in top-k order, softmax as a
+  // multiply by the f32 inverse, the normalising sum clamped to the smallest normal f16
+  // (llama.cpp), a scale of 0 meaning none.
+  float w = mine_v;
+  auto ordered_sum = [&](float v) {
+    double s = 0.0;
+    for (int j = 0; j < k; ++j) s += static_cast<double>(__shfl_sync(0xffffffffu, v, j));
+    return s;
+  };
+  if (routing.gating == MoeGating::SoftmaxOfTopK) {
+    const float top = __shfl_sync(0xffffffffu, mine_v, 0);
+    const float ev = lane < k ? expf(mine_v - top) : 0.0f;
+    w = ev * static_cast<float>(1.0 / ordered_sum(ev));
+  }
+  if (routing.normalize)
+    w = w / fmaxf(static_cast<float>(ordered_sum(lane < k ? w : 0.0f)), 6.103515625e-5f);
+  if (routing.scale != 0.0f) w *= routing.scale;
+  if (lane >= k) return;
+  ids[static_cast<int64_t>(row) * k + lane] = mine_e;
+  weights[static_cast<int64_t>(row) * k + lane] = w;
+  if (counts && (!slots || slots[row] >= 0)) atomicAdd(counts + mine_e, 1);
+}
+
+// ---- grouping: one block, a stable counting sort ----
+
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_group_kernel(const int32_t* __restrict__ ids, int pairs, int n_expert, MoeGroups g) {
+  __shared__ int count[kMoeMaxExperts], start[kMoeMaxExperts], tile_start[kMoeMaxExperts];
+  __shared__ int cursor[kMoeMaxExperts];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  for (int e = tid; e < n_expert; e += kGroupThreads) count[e] = 0;
+  __syncthreads();
+  for (int p = tid; p < pairs; p += kGroupThreads) atomicAdd(&count[ids[p]], 1);
+  __syncthreads();
+  if (tid == 0) {
+    int s = 0, t = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      start[e] = s;
+      tile_start[e] = t;
+      s += count[e];
+      t += (count[e] + kMoeTilePairs - 1) / kMoeTilePairs;
+    }
+    *g.n_tiles = t;
+  }
+  __syncthreads();
+  for (int e = tid; e < n_expert; e += kGroupThreads) {
+    cursor[e] = start[e];
+    for (int i = 0; i * kMoeTilePairs < count[e]; ++i) {
+      MoeTile tile;
+      tile.expert = e;
+      tile.first = start[e] + i * kMoeTilePairs;
+      tile.count = min(kMoeTilePairs, count[e] - i * kMoeTilePairs);
+      g.tiles[tile_start[e] + i] = tile;
+    }
+  }
+  __syncthreads();
+  // Pairs in ascending order: chunk by chunk, warp by warp, each lane placed after the lanes
+  // before it with the same expert.
+  const unsigned lower = (1u << lane) - 1u;
+  for (int base = 0; base < pairs; base += kGroupThreads) {
+    const int p = base + tid;
+    const int e = p < pairs ? ids[p] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & lower);
+    for (int w = 0; w < kGroupThreads / kWarpSize; ++w) {
+      if (warp == w && e >= 0) {
+        const int at = cursor[e] + rank;
+        g.order[at] = p;
+      }
+      __syncwarp();
+      if (warp == w && e >= 0 && rank == 0) cursor[e] += __popc(peers);
+      __syncthreads();
+    }
+  }
+}
+
+// ---- expert products ----
+
+struct MoeProduct {
+  MoeMatrix a, b;  // b: up (gate/up launches only)
+  MoeActivation act = MoeActivation::Swiglu;
+  int n_out = 0;
+  MoeInput in;
+  float* out = nullptr;
+};
+
+__device__ __forceinline__ float activate(MoeActivation act, float g, float u) {
+  if (act == MoeActivation::SwigluClamped) {
+    g = fminf(g, 7.0f);
+    u = fminf(fmaxf(u, -7.0f), 7.0f);
+    return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
+  }
+  return g / (1.0f + expf(-g)) * u;
+}
+
+template <uint32_t TYPE, bool GATE_UP, int NB, int R>
+__global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const MoeInput& in = P.in;
+  const bool grouped = in.groups.tiles != nullptr;
+  int expert, first, count;
+  if (grouped) {
+    if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;
+    const MoeTile tile = in.groups.tiles[blockIdx.y];
+    expert = tile.expert;
+    first = tile.first;
+    count = tile.count;
+  } else {
+    expert = in.ids[blockIdx.y];
+    first = blockIdx.y;
+    count = 1;
+  }
+  const int first_row = blockIdx.x * R;
+  if (first_row >= P.n_out) return;  // the whole block
+  const int rows_here = min(R, P.n_out - first_row);
+  int pair[NB];
+  int64_t x_row[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b) {
+    pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
+    x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
+  }
+  const int64_t row_bytes = P.a.row_bytes;
+  const uint8_t* w = static_cast<const uint8_t*>(P.a.table[expert]) + first_row * row_bytes;
+  const uint8_t* w_up =
+      GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
+
+  float acc[R][NB], acc_up[R][NB];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
+
+  const int n_in = in.n_in, n_chunks = n_in / 8;
+#pragma unroll 1
+  for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
+    float xv[NB][8];
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      if (b >= count) break;
+      if constexpr (kReadsQ8<TYPE>) {
+        const int2 q = *reinterpret_cast<const int2*>(in.xq.qs + x_row[b] * n_in + 8 * c);
+        const float d = in.xq.ds[x_row[b] * (n_in / kQ8Block) + c / 4].x;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          xv[b][i] = static_cast<float>(static_cast<int8_t>(q.x >> (8 * i))) * d;
+          xv[b][4 + i] = static_cast<float>(static_cast<int8_t>(q.y >> (8 * i))) * d;
+        }
+      } else {
+        const float4* xp = reinterpret_cast<const float4*>(in.x + x_row[b] * n_in) + 2 * c;
+        const float4 x0 = xp[0], x1 = xp[1];
+        xv[b][0] = x0.x;
+        xv[b][1] = x0.y;
+        xv[b][2] = x0.z;
+        xv[b][3] = x0.w;
+        xv[b][4] = x1.x;
+        xv[b][5] = x1.y;
+        xv[b][6] = x1.z;
+        xv[b][7] = x1.w;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= rows_here) break;
+      float wv[8], uv[8];
+      dequantize8<TYPE>(w + r * row_bytes, c, wv);
+      if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * row_bytes, c, uv);
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (b >= count) break;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
+          if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
+        }
+      }
+    }
+  }
+
+  constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
+  __shared__ float partial[kWarps][kSlots];
+  __shared__ int pair_of[NB];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int b = 0; b < NB; ++b) pair_of[b] = pair[b];
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) {
+      const float v = warp_sum(acc[r][b]);
+      if (lane == 0) partial[warp][r * NB + b] = v;
+      if constexpr (GATE_UP) {
+        const float u = warp_sum(acc_up[r][b]);
+        if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
+      }
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < R * NB; i += kThreads) {
+    const int r = i / NB, b = i % NB;
+    if (r >= rows_here || b >= count) continue;
+    const int o = first_row + r;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) v += partial[k][i];
+    if (P.a.bias) v += P.a.bias[static_cast<int64_t>(expert) * P.n_out + o];
+    if constexpr (GATE_UP) {
+      float u = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) u += partial[k][R * NB + i];
+      if (P.b.bias) u += P.b.bias[static_cast<int64_t>(expert) * P.n_out + o];
+      v = activate(P.act, v, u);
+    }
+    P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
+  }
+}
+
+__global__ void moe_combine_kernel(const float* __restrict__ y, const float* __restrict__ weights,
+                                   int rows, int n_used, int n, float* __restrict__ hidden) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(rows) * n) return;
+  const int64_t r = i / n, o = i % n;
+  float acc = 0.0f;
+  for (int j = 0; j < n_used; ++j) {
+    const int64_t p = r * n_used + j;
+    acc = __fadd_rn(acc, __fmul_rn(weights[p], y[p * n + o]));
+  }
+  hidden[i] = __fadd_rn(hidden[i], acc);
+}
+
+template <bool GATE_UP>
+cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cudaStream_t stream) {
+  const MoeInput& in = P.in;
+  if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
+  if (!moe_supports(P.a.type) ||
+      (GATE_UP && (P.b.type != P.a.type || P.b.row_bytes != P.a.row_bytes)))
+    return cudaErrorInvalidValue;
+  if (in.n_in % kQ8Block != 0 || in.n_in % block_elems(P.a.type) != 0 || in.n_used <= 0)
+    return cudaErrorInvalidValue;
+  const bool grouped = in.groups.tiles != nullptr;
+  if (!grouped && !in.ids) return cudaErrorInvalidValue;
+  if (moe_reads_q8(P.a.type) ? !in.xq.qs : !in.x) return cudaErrorInvalidValue;
+  if (grouped && (in.n_expert <= 0 || in.n_expert > kMoeMaxExperts)) return cudaErrorInvalidValue;
+  const int tiles = grouped ? moe_max_tiles(in.pairs, in.n_expert) : in.pairs;
+  if (tiles > 65535) return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(P.a.type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    if (grouped) {
+      constexpr int R = 2;
+      status = launch_early(moe_product_kernel<TYPE, GATE_UP, kMoeTilePairs, R>,
+                            dim3(ceil_div(P.n_out, R), tiles), dim3(kThreads), config, stream, P);
+    } else {
+      constexpr int R = 4;
+      status = launch_early(moe_product_kernel<TYPE, GATE_UP, 1, R>,
+                            dim3(ceil_div(P.n_out, R), tiles), dim3(kThreads), config, stream, P);
+    }
+  });
+  return launch_status(status);
+}
+
+}  // namespace
+
+bool moe_supports(uint32_t type) { return is_supported_weight_type(type); }
+bool moe_reads_q8(uint32_t type) { return type != kF32 && type != kF16 && type != kBF16; }
+
+int moe_max_tiles(int pairs, int n_expert) {
+  // Σ_e ceil(c_e / P) <= Σ_e (c_e / P) + (experts with a pair), those at most min(pairs, n).
+  return ceil_div(pairs, kMoeTilePairs) + std::min(pairs, n_expert);
+}
+
+cudaError_t launch_moe_router(uint32_t type, const void* router, int64_t row_bytes, int n_expert,
+                              int n_in, const float* x, int rows, const float* bias, float* logits,
+                              const KernelConfig& config, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (!is_supported_weight_type(type) || n_in % kQ8Block != 0 || n_in % block_elems(type) != 0 ||
+      n_expert <= 0)
+    return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    status = launch_early(moe_router_kernel<TYPE>,
+                          dim3(ceil_div(n_expert, kWarps), ceil_div(rows, kRouterRows)),
+                          dim3(kThreads), config, stream, static_cast<const uint8_t*>(router),
+                          row_bytes, n_expert, n_in, x, rows, bias, logits);
+  });
+  return launch_status(status);
+}
+
+cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& routing, int32_t* ids,
+                            float* weights, int32_t* counts, const int32_t* slots,
+                            const KernelConfig& config, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (routing.n_expert <= 0 || routing.n_expert > kMoeMaxExperts || routing.n_used <= 0 ||
+      routing.n_used > kMoeMaxUsed || routing.n_used > routing.n_expert)
+    return cudaErrorInvalidValue;
+  return launch_status(launch_early(moe_topk_kernel, dim3(ceil_div(rows, kWarps)), dim3(kThreads),
+                                    config, stream, logits, rows, routing, ids, weights, counts,
+                                    slots));
+}
+
+cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGroups groups,
+                             const KernelConfig& config, cudaStream_t stream) {
+  if (pairs <= 0) return cudaSuccess;
+  if (n_expert <= 0 || n_expert > kMoeMaxExperts || !groups.order || !groups.tiles ||
+      !groups.n_tiles)
+    return cudaErrorInvalidValue;
+  return launch_status(launch_early(moe_group_kernel, dim3(1), dim3(kGroupThreads), config, stream,
+                                    ids, pairs, n_expert, groups));
+}
+
+cudaError_t launch_moe_gate_up(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                               int n_out, const MoeInput& in, float* h, const KernelConfig& config,
+                               cudaStream_t stream) {
+  MoeProduct P;
+  P.a = gate;
+  P.b = up;
+  P.act = act;
+  P.n_out = n_out;
+  P.in = in;
+  P.in.per_pair_input = false;
+  P.out = h;
+  return launch_product<true>(P, config, stream);
+}
+
+cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                            const KernelConfig& config, cudaStream_t stream) {
+  MoeProduct P;
+  P.a = down;
+  P.n_out = n_out;
+  P.in = in;
+  P.in.per_pair_input = true;
+  P.out = y;
+  return launch_product<false>(P, config, stream);
+}
+
+cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,
+                               float* hidden, const KernelConfig& config, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(rows) * n;
+  if (total <= 0) return cudaSuccess;
+  constexpr int kCombineThreads = 256;
+  return launch_status(launch_early(moe_combine_kernel, dim3(ceil_div(total, kCombineThreads)),
+                                    dim3(kCombineThreads), config, stream, y, weights, rows, n_used,
+                                    n, hidden));
+}
+
+}  // namespace granule::kernels

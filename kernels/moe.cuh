@@ -1,0 +1,113 @@
+// Mixture-of-experts feed-forward kernels (issue 36): the router's logits, gating and top-k
+// with the routing counts, the grouping of (row, k) pairs by expert, the experts' gate/up
+// product with the activation, the down product, and the weighted sum into the residual.
+// Every expert matrix is read through a device pointer table (one pointer per expert), so an
+// expert may sit in VRAM or in mapped pinned host memory, and moves between steps by
+// rewriting the table: nothing here depends on where an expert is, and a captured graph stays
+// valid. The same kernels run at every row count (the CPU oracle's device-numerics emulation
+// relies on it): a (row, k) pair's result does not depend on which other pairs share its launch.
+//
+// Rounding (the contract of issue 36): the router reads f32 x; gate/up of a quantised expert
+// (any type but F32/F16/BF16) read x through int8 blocks of 32 (the RMSNorm kernel's
+// MultiplyByInverse rounding), down reads the activation through int8 blocks with
+// quantize_q8's Divide rounding; F32/F16/BF16 experts read f32. Weights are decoded to f32
+// (dequantize8) and meet the activations in f32 fused multiply-adds.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "activation_q8.cuh"
+
+namespace granule::kernels {
+
+// ModelConfig's ExpertGating and FfnActivation, in the same order.
+enum class MoeGating : int { Softmax = 0, Sigmoid = 1, SoftmaxOfTopK = 2 };
+enum class MoeActivation : int { Swiglu = 0, SwigluClamped = 1 };
+
+constexpr int kMoeMaxExperts = 1024;
+constexpr int kMoeMaxUsed = 32;
+// (row, k) pairs per tile of the grouped kernels: one read of an expert's weight rows serves
+// up to this many pairs routed to it.
+constexpr int kMoeTilePairs = 8;
+
+struct MoeRouting {
+  int n_expert = 0, n_used = 0;
+  MoeGating gating = MoeGating::Softmax;
+  bool normalize = false;  // the k weights divided by their sum
+  float scale = 1.0f;      // then multiplied by this
+};
+
+// True for the types the expert kernels read (every GGUF block type dequantize8 decodes).
+bool moe_supports(uint32_t type);
+// True where the expert's input goes through int8 blocks (every type but F32/F16/BF16).
+bool moe_reads_q8(uint32_t type);
+
+// logits[r * n_expert + e] = router_e · x[r] (+ bias[e]) in f32, router rows in GGUF blocks of
+// `type` (row_bytes apart); x: [rows][n_in] f32, n_in a multiple of 32.
+cudaError_t launch_moe_router(uint32_t type, const void* router, int64_t row_bytes, int n_expert,
+                              int n_in, const float* x, int rows, const float* bias, float* logits,
+                              const KernelConfig& config, cudaStream_t stream);
+
+// Gating and top-k per row (descending, ties to the lower expert index), then normalisation
+// and scale: ids[r * n_used + j] and weights[r * n_used + j] in top-k order. counts[e] (one
+// layer's row of the [n_layer][n_expert] counts) gets one per choice of a row whose slot is
+// >= 0 (slots null: every row); counts null: none.
+cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& routing, int32_t* ids,
+                            float* weights, int32_t* counts, const int32_t* slots,
+                            const KernelConfig& config, cudaStream_t stream);
+
+// A run of up to kMoeTilePairs pairs routed to one expert: order[first .. first + count).
+struct MoeTile {
+  int32_t expert = 0, first = 0, count = 0, pad = 0;
+};
+struct MoeGroups {
+  int32_t* order = nullptr;    // [pairs]: pair indices grouped by expert, ascending within one
+  MoeTile* tiles = nullptr;    // [moe_max_tiles(pairs, n_expert)]
+  int32_t* n_tiles = nullptr;  // [1]: tiles written
+};
+// The most tiles `pairs` pairs over n_expert experts can take (the grid of a grouped launch).
+int moe_max_tiles(int pairs, int n_expert);
+// Counting sort of the pairs by expert (stable, so deterministic) and their tiles.
+cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGroups groups,
+                             const KernelConfig& config, cudaStream_t stream);
+
+// One matrix of every expert of a layer: table[e] is expert e's matrix (rows of row_bytes in
+// GGUF blocks of `type`, device or mapped host memory); bias: [n_expert][n_out] f32 or null.
+struct MoeMatrix {
+  const void* const* table = nullptr;
+  uint32_t type = 0;
+  int64_t row_bytes = 0;
+  const float* bias = nullptr;
+};
+
+// What the expert products read. Without groups (groups.tiles null) a launch takes one pair
+// per block column: pair p's expert is ids[p]. With groups, launch_moe_group's tiles.
+struct MoeInput {
+  int n_in = 0;
+  int pairs = 0;  // rows * n_used
+  int n_used = 0;
+  int n_expert = 0;          // sizes the grouped launch's grid
+  const float* x = nullptr;  // f32 input, for F32/F16/BF16 experts
+  ActivationQ8 xq;           // int8 input, for the others
+  // The input's row of pair p: p (the down product reads each pair's own activation) or
+  // p / n_used (gate/up read the token's row).
+  bool per_pair_input = false;
+  const int32_t* ids = nullptr;
+  MoeGroups groups;
+};
+
+// h[p * n_out + o] = act(gate_e[o] · x + bg, up_e[o] · x + bu) for each pair p, e its expert.
+// gate and up must share a type and row length.
+cudaError_t launch_moe_gate_up(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                               int n_out, const MoeInput& in, float* h, const KernelConfig& config,
+                               cudaStream_t stream);
+// y[p * n_out + o] = down_e[o] · h_p + bd for each pair p.
+cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                            const KernelConfig& config, cudaStream_t stream);
+// hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
+// f32 in top-k order before the residual add.
+cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,
+                               float* hidden, const KernelConfig& config, cudaStream_t stream);
+
+}  // namespace granule::kernels

@@ -1,0 +1,484 @@
+// The mixture-of-experts kernels (kernels/moe.cuh) against CPU loops over the dequantised
+// weights, stage by stage, each stage fed the GPU's output of the stage before (so every bound
+// is the stage's own f32 summation order, not an inherited routing or rounding flip):
+//   router logits   vs Σ w·x in double, within 1e-5 of Σ |w·x|;
+//   gating + top-k  vs the contract's math over the GPU's logits: the same experts in the same
+//                   order, weights within 1e-6 relative; routing counts = the ids' histogram
+//                   over rows whose slot is >= 0;
+//   gate/up         vs act(gate·x + bg, up·x + bu) in double over x rounded through int8 blocks
+//                   (MultiplyByInverse, as the RMSNorm kernel rounds) for quantised experts, f32
+//                   x for F32/F16/BF16, within the propagated 1e-5 bound;
+//   down            vs down·round_through_q8(h, Divide) (+ bd) in double over the GPU's h;
+//   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit.
+// Every expert block type, rows 1, 8, 64 and 300 (the per-pair kernels at 1, the grouped ones
+// beyond), every gating kind, the clamped SwiGLU with expert biases, experts read through
+// pointer tables of which half point into mapped pinned host memory, and the per-pair and
+// grouped launches giving the same bits for every pair.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "backends/cpu/moe_ffn.h"
+#include "backends/cpu/ops.h"
+#include "gpu_test_support.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "kernel_test_inputs.h"
+#include "moe.cuh"
+#include "quantize_activations.cuh"
+
+namespace granule {
+namespace {
+
+namespace k = kernels;
+using gpu_test::DeviceArray;
+using gpu_test::encode;
+using gpu_test::Encoded;
+
+// Mapped pinned host memory holding a copy of some bytes (experts "in host memory").
+struct HostMapped {
+  void* host = nullptr;
+  const uint8_t* device = nullptr;
+  explicit HostMapped(const std::vector<uint8_t>& bytes) {
+    if (cudaHostAlloc(&host, bytes.size(), cudaHostAllocMapped) != cudaSuccess)
+      throw std::runtime_error("cudaHostAlloc failed");
+    std::memcpy(host, bytes.data(), bytes.size());
+    void* d = nullptr;
+    if (cudaHostGetDevicePointer(&d, host, 0) != cudaSuccess)
+      throw std::runtime_error("cudaHostGetDevicePointer failed");
+    device = static_cast<const uint8_t*>(d);
+  }
+  ~HostMapped() { cudaFreeHost(host); }
+  HostMapped(const HostMapped&) = delete;
+  HostMapped& operator=(const HostMapped&) = delete;
+};
+
+// One matrix of every expert (n_expert slabs of rows x cols), on the device and in mapped host
+// memory, with a pointer table whose odd experts point into the host copy.
+struct ExpertMatrix {
+  TensorType type_;
+  Encoded enc;
+  int64_t rows = 0, cols = 0;
+  DeviceArray<uint8_t> device;
+  HostMapped host;
+  DeviceArray<const void*> table;
+  std::vector<float> bias;  // [n_expert][rows], empty: none
+  DeviceArray<float> bias_device;
+  ExpertMatrix(TensorType type, int n_expert, int64_t rows_, int64_t cols_, bool with_bias,
+               std::mt19937& rng)
+      : type_(type),
+        enc(encode(type, n_expert * rows_, cols_, rng)),
+        rows(rows_),
+        cols(cols_),
+        device(enc.bytes),
+        host(enc.bytes),
+        table(static_cast<size_t>(n_expert)),
+        bias(with_bias ? gpu_test::random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
+                       : std::vector<float>{}),
+        bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
+    std::vector<const void*> t(static_cast<size_t>(n_expert));
+    const int64_t slab = rows * enc.row_bytes;
+    for (int e = 0; e < n_expert; ++e)
+      t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * slab;
+    table.upload(t);
+  }
+  k::MoeMatrix view() const {
+    return {.table = table.get(),
+            .type = static_cast<uint32_t>(type_),
+            .row_bytes = enc.row_bytes,
+            .bias = bias.empty() ? nullptr : bias_device.get()};
+  }
+  // Row o of expert e, decoded.
+  const float* row(int e, int64_t o) const { return enc.decoded.data() + (e * rows + o) * cols; }
+};
+
+// x rounded through int8 blocks of 32 by `rule`, as qs/ds the kernels read, and its values.
+struct Q8Host {
+  std::vector<int8_t> qs;
+  std::vector<float2> ds;
+  std::vector<float> values;
+};
+Q8Host quantize_host(const std::vector<float>& x, cpu::Q8Rounding rule) {
+  Q8Host q;
+  q.qs.resize(x.size());
+  q.values = x;
+  cpu::round_through_q8(q.values.data(), static_cast<int64_t>(x.size()), rule);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    int sum = 0;
+    for (size_t i = 0; i < 32; ++i) {
+      const int v = amax == 0.0f ? 0 : static_cast<int>(std::lrint(q.values[b * 32 + i] / d));
+      q.qs[b * 32 + i] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    q.ds.push_back(make_float2(d, d * static_cast<float>(sum)));
+  }
+  return q;
+}
+
+double activate(k::MoeActivation act, double g, double u) {
+  if (act == k::MoeActivation::SwigluClamped) {
+    g = std::min(g, 7.0);
+    u = std::clamp(u, -7.0, 7.0);
+    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+  }
+  return g / (1.0 + std::exp(-g)) * u;
+}
+
+struct Case {
+  TensorType expert_type = TensorType::Q4_K;
+  TensorType down_type = TensorType::Q4_K;
+  TensorType router_type = TensorType::F32;
+  k::MoeGating gating = k::MoeGating::Softmax;
+  k::MoeActivation act = k::MoeActivation::Swiglu;
+  bool normalize = true;
+  float scale = 1.0f;
+  bool biases = false;
+  int n_expert = 16, n_used = 4;
+  int64_t n_embd = 512, n_ff = 256;
+};
+
+// The contract's routing over one row of logits: the CPU reference's own (route_token).
+void route_row(const float* l, const Case& c, int32_t* ids, float* w) {
+  ExpertConfig moe;
+  moe.n_expert = c.n_expert;
+  moe.n_expert_used = c.n_used;
+  moe.gating = static_cast<ExpertGating>(static_cast<int>(c.gating));
+  moe.normalize_weights = c.normalize;
+  moe.weights_scale = c.scale;
+  std::vector<float> row(l, l + c.n_expert);
+  cpu::route_token(moe, row.data(), ids, w);
+}
+
+// The whole chain for `rows` rows of one Case, each stage checked against the CPU.
+void run_case(const Case& c, int rows, uint32_t seed) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + ", experts " +
+               tensor_type_name(static_cast<uint32_t>(c.expert_type)) + "/" +
+               tensor_type_name(static_cast<uint32_t>(c.down_type)) + ", router " +
+               tensor_type_name(static_cast<uint32_t>(c.router_type)) + ", gating " +
+               std::to_string(static_cast<int>(c.gating)));
+  std::mt19937 rng(seed);
+  const k::KernelConfig config = gpu_test::kernel_config();
+  const int n_expert = c.n_expert, K = c.n_used, pairs = rows * K;
+  const int64_t E = c.n_embd, F = c.n_ff;
+  const Encoded router = encode(c.router_type, n_expert, E, rng);
+  const std::vector<float> router_bias =
+      c.biases ? gpu_test::random_floats(static_cast<size_t>(n_expert), rng, 0.5f)
+               : std::vector<float>{};
+  ExpertMatrix gate(c.expert_type, n_expert, F, E, c.biases, rng);
+  ExpertMatrix up(c.expert_type, n_expert, F, E, c.biases, rng);
+  ExpertMatrix down(c.down_type, n_expert, E, F, c.biases, rng);
+
+  // The FFN norm's output: f32 and int8 blocks (MultiplyByInverse).
+  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
+  const Q8Host xq = quantize_host(x, cpu::Q8Rounding::MultiplyByInverse);
+  DeviceArray<float> x_d(x);
+  DeviceArray<int8_t> xqs_d(xq.qs);
+  DeviceArray<float2> xds_d(xq.ds);
+  std::vector<int32_t> slots(static_cast<size_t>(rows));
+  for (int r = 0; r < rows; ++r) slots[static_cast<size_t>(r)] = r % 5 == 3 ? -1 : r;  // padding
+  DeviceArray<int32_t> slots_d(slots);
+
+  // Router.
+  DeviceArray<uint8_t> router_d(router.bytes);
+  DeviceArray<float> router_bias_d(router_bias.empty() ? std::vector<float>{0.0f} : router_bias);
+  DeviceArray<float> logits_d(static_cast<size_t>(rows * n_expert));
+  logits_d.poison();
+  ASSERT_EQ(k::launch_moe_router(static_cast<uint32_t>(c.router_type), router_d.get(),
+                                 router.row_bytes, n_expert, static_cast<int>(E), x_d.get(), rows,
+                                 router_bias.empty() ? nullptr : router_bias_d.get(),
+                                 logits_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<float> logits = logits_d.download();
+  for (int r = 0; r < rows; ++r)
+    for (int e = 0; e < n_expert; ++e) {
+      double ref = router_bias.empty() ? 0.0 : router_bias[static_cast<size_t>(e)], mag = 0.0;
+      for (int64_t i = 0; i < E; ++i) {
+        const double t = static_cast<double>(router.decoded[static_cast<size_t>(e * E + i)]) *
+                         x[static_cast<size_t>(r * E + i)];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      ASSERT_NEAR(logits[static_cast<size_t>(r * n_expert + e)], ref, 1e-5 * mag + 1e-6)
+          << "router row " << r << " expert " << e;
+    }
+
+  // Gating and top-k over the GPU's logits.
+  k::MoeRouting routing{.n_expert = n_expert,
+                        .n_used = K,
+                        .gating = c.gating,
+                        .normalize = c.normalize,
+                        .scale = c.scale};
+  DeviceArray<int32_t> ids_d(static_cast<size_t>(pairs)), counts_d(static_cast<size_t>(n_expert));
+  DeviceArray<float> w_d(static_cast<size_t>(pairs));
+  ids_d.poison();
+  w_d.poison();
+  CUDA_OK(cudaMemset(counts_d.get(), 0, counts_d.size() * sizeof(int32_t)));
+  ASSERT_EQ(k::launch_moe_topk(logits_d.get(), rows, routing, ids_d.get(), w_d.get(),
+                               counts_d.get(), slots_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<int32_t> ids = ids_d.download(), counts = counts_d.download();
+  const std::vector<float> weights = w_d.download();
+  std::vector<int32_t> histogram(static_cast<size_t>(n_expert), 0);
+  for (int r = 0; r < rows; ++r) {
+    int32_t ref_ids[k::kMoeMaxUsed];
+    float ref_w[k::kMoeMaxUsed];
+    route_row(logits.data() + static_cast<size_t>(r) * n_expert, c, ref_ids, ref_w);
+    for (int j = 0; j < K; ++j) {
+      const size_t p = static_cast<size_t>(r * K + j);
+      ASSERT_EQ(ids[p], ref_ids[j]) << "row " << r << " choice " << j;
+      ASSERT_NEAR(weights[p], ref_w[j], 2e-6 * std::fabs(ref_w[j]) + 1e-7)
+          << "row " << r << " choice " << j;
+      if (slots[static_cast<size_t>(r)] >= 0) ++histogram[static_cast<size_t>(ids[p])];
+    }
+  }
+  EXPECT_EQ(counts, histogram);
+
+  // Grouping (stable by expert) when the run is grouped.
+  const bool grouped = rows > 1;
+  const int max_tiles = k::moe_max_tiles(pairs, n_expert);
+  DeviceArray<int32_t> order_d(static_cast<size_t>(pairs)), n_tiles_d(1);
+  DeviceArray<k::MoeTile> tiles_d(static_cast<size_t>(max_tiles));
+  const k::MoeGroups groups{order_d.get(), tiles_d.get(), n_tiles_d.get()};
+  if (grouped) {
+    ASSERT_EQ(k::launch_moe_group(ids_d.get(), pairs, n_expert, groups, config, nullptr),
+              cudaSuccess);
+    std::vector<int32_t> ref_order(static_cast<size_t>(pairs));
+    std::iota(ref_order.begin(), ref_order.end(), 0);
+    std::stable_sort(ref_order.begin(), ref_order.end(), [&](int a, int b) {
+      return ids[static_cast<size_t>(a)] < ids[static_cast<size_t>(b)];
+    });
+    ASSERT_EQ(order_d.download(), ref_order);
+    const std::vector<k::MoeTile> tiles = tiles_d.download();
+    const int n_tiles = n_tiles_d.download()[0];
+    ASSERT_LE(n_tiles, max_tiles);
+    int covered = 0;
+    for (int t = 0; t < n_tiles; ++t) {
+      const k::MoeTile& tile = tiles[static_cast<size_t>(t)];
+      ASSERT_EQ(tile.first, covered);
+      ASSERT_GE(tile.count, 1);
+      ASSERT_LE(tile.count, k::kMoeTilePairs);
+      for (int i = 0; i < tile.count; ++i)
+        ASSERT_EQ(ids[static_cast<size_t>(ref_order[static_cast<size_t>(tile.first + i)])],
+                  tile.expert);
+      covered += tile.count;
+    }
+    ASSERT_EQ(covered, pairs);
+  }
+
+  // Gate/up with the activation.
+  k::MoeInput in;
+  in.n_in = static_cast<int>(E);
+  in.pairs = pairs;
+  in.n_used = K;
+  in.n_expert = n_expert;
+  in.x = x_d.get();
+  in.xq = {xqs_d.get(), xds_d.get()};
+  in.ids = ids_d.get();
+  if (grouped) in.groups = groups;
+  DeviceArray<float> h_d(static_cast<size_t>(pairs * F));
+  h_d.poison();
+  ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), c.act, static_cast<int>(F), in, h_d.get(),
+                                  config, nullptr),
+            cudaSuccess);
+  const std::vector<float> h = h_d.download();
+  const bool q8_in = k::moe_reads_q8(static_cast<uint32_t>(c.expert_type));
+  const std::vector<float>& xin = q8_in ? xq.values : x;
+  for (int p = 0; p < pairs; ++p) {
+    const int r = p / K, e = ids[static_cast<size_t>(p)];
+    for (int64_t o = 0; o < F; ++o) {
+      double g = gate.bias.empty() ? 0.0 : gate.bias[static_cast<size_t>(e * F + o)];
+      double u = up.bias.empty() ? 0.0 : up.bias[static_cast<size_t>(e * F + o)];
+      double gm = 0.0, um = 0.0;
+      for (int64_t i = 0; i < E; ++i) {
+        const double xi = xin[static_cast<size_t>(r * E + i)];
+        g += gate.row(e, o)[i] * xi;
+        u += up.row(e, o)[i] * xi;
+        gm += std::fabs(gate.row(e, o)[i] * xi);
+        um += std::fabs(up.row(e, o)[i] * xi);
+      }
+      const double ref = activate(c.act, g, u);
+      const double bound =
+          2.0 * (1e-5 * gm * (std::fabs(u) + 1.0) + 1e-5 * um * (std::fabs(g) + 1.0)) + 1e-6;
+      ASSERT_NEAR(h[static_cast<size_t>(p * F + o)], ref, bound) << "pair " << p << " row " << o;
+    }
+  }
+
+  // Down over the GPU's h, rounded through int8 (Divide) where quantised.
+  const bool q8_down = k::moe_reads_q8(static_cast<uint32_t>(c.down_type));
+  DeviceArray<int8_t> hqs_d(static_cast<size_t>(pairs * F));
+  DeviceArray<float2> hds_d(static_cast<size_t>(pairs * F / 32));
+  if (q8_down)
+    ASSERT_EQ(k::launch_quantize_q8(h_d.get(), pairs, static_cast<int>(F),
+                                    {hqs_d.get(), hds_d.get()}, config, nullptr),
+              cudaSuccess);
+  std::vector<float> hin = h;
+  if (q8_down)
+    cpu::round_through_q8(hin.data(), static_cast<int64_t>(hin.size()), cpu::Q8Rounding::Divide);
+  k::MoeInput din = in;
+  din.n_in = static_cast<int>(F);
+  din.x = h_d.get();
+  din.xq = {hqs_d.get(), hds_d.get()};
+  DeviceArray<float> y_d(static_cast<size_t>(pairs * E));
+  y_d.poison();
+  ASSERT_EQ(k::launch_moe_down(down.view(), static_cast<int>(E), din, y_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<float> y = y_d.download();
+  for (int p = 0; p < pairs; ++p) {
+    const int e = ids[static_cast<size_t>(p)];
+    for (int64_t o = 0; o < E; ++o) {
+      double ref = down.bias.empty() ? 0.0 : down.bias[static_cast<size_t>(e * E + o)], mag = 0.0;
+      for (int64_t i = 0; i < F; ++i) {
+        const double t =
+            down.row(e, o)[i] * static_cast<double>(hin[static_cast<size_t>(p * F + i)]);
+        ref += t;
+        mag += std::fabs(t);
+      }
+      ASSERT_NEAR(y[static_cast<size_t>(p * E + o)], ref, 1e-5 * mag + 1e-6)
+          << "pair " << p << " row " << o;
+    }
+  }
+
+  // The per-pair launch gives every pair the grouped launch's bits.
+  if (grouped) {
+    k::MoeInput single = in;
+    single.groups = {};
+    DeviceArray<float> h1(static_cast<size_t>(pairs * F)), y1(static_cast<size_t>(pairs * E));
+    ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), c.act, static_cast<int>(F), single,
+                                    h1.get(), config, nullptr),
+              cudaSuccess);
+    k::MoeInput dsingle = din;
+    dsingle.groups = {};
+    ASSERT_EQ(
+        k::launch_moe_down(down.view(), static_cast<int>(E), dsingle, y1.get(), config, nullptr),
+        cudaSuccess);
+    EXPECT_EQ(h1.download(), h) << "gate/up: per-pair and grouped launches differ";
+    EXPECT_EQ(y1.download(), y) << "down: per-pair and grouped launches differ";
+  }
+
+  // Combine into the residual: the same f32 operations in the same order.
+  const std::vector<float> residual =
+      gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
+  DeviceArray<float> hidden_d(residual);
+  ASSERT_EQ(k::launch_moe_combine(y_d.get(), w_d.get(), rows, K, static_cast<int>(E),
+                                  hidden_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<float> hidden = hidden_d.download();
+  for (int r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < E; ++o) {
+      float acc = 0.0f;
+      for (int j = 0; j < K; ++j) {
+        const size_t p = static_cast<size_t>(r * K + j);
+        const float t = weights[p] * y[p * static_cast<size_t>(E) + static_cast<size_t>(o)];
+        acc = acc + t;
+      }
+      const float ref = residual[static_cast<size_t>(r * E + o)] + acc;
+      ASSERT_EQ(hidden[static_cast<size_t>(r * E + o)], ref) << "row " << r << " element " << o;
+    }
+}
+
+const int kRows[] = {1, 8, 64, 300};
+
+class MoeExpertTypes : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(MoeExpertTypes, EveryStageMatchesTheCpu) {
+  GRANULE_REQUIRE_GPU();
+  Case c;
+  c.expert_type = c.down_type = GetParam();
+  for (const int rows : kRows) {
+    run_case(c, rows, 1234u + static_cast<uint32_t>(rows));
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeExpertTypes,
+                         ::testing::Values(TensorType::F32, TensorType::F16, TensorType::BF16,
+                                           TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                           TensorType::Q5_1, TensorType::Q8_0, TensorType::Q2_K,
+                                           TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                                           TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                                           TensorType::MXFP4),
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                           std::string name = tensor_type_name(static_cast<uint32_t>(info.param));
+                           std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+                           return name;
+                         });
+
+TEST(MoeKernels, GatingKinds) {
+  GRANULE_REQUIRE_GPU();
+  for (const k::MoeGating gating :
+       {k::MoeGating::Softmax, k::MoeGating::Sigmoid, k::MoeGating::SoftmaxOfTopK}) {
+    Case c;
+    c.gating = gating;
+    c.normalize = gating != k::MoeGating::SoftmaxOfTopK;
+    c.scale = gating == k::MoeGating::Sigmoid ? 2.5f : 1.0f;
+    for (const int rows : kRows) {
+      run_case(c, rows, 77u + static_cast<uint32_t>(rows));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// gpt-oss's expert block: MXFP4 experts, router bias, expert biases, the clamped SwiGLU,
+// softmax over the top 4 of 32.
+TEST(MoeKernels, GptOssExperts) {
+  GRANULE_REQUIRE_GPU();
+  Case c;
+  c.expert_type = c.down_type = TensorType::MXFP4;
+  c.gating = k::MoeGating::SoftmaxOfTopK;
+  c.normalize = false;
+  c.act = k::MoeActivation::SwigluClamped;
+  c.biases = true;
+  c.n_expert = 32;
+  c.n_embd = 384;
+  c.n_ff = 384;
+  for (const int rows : kRows) {
+    run_case(c, rows, 9u + static_cast<uint32_t>(rows));
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Mixed expert types (a Q4_K_M-like layer: gate/up Q4_K, down Q6_K), routers of each type the
+// models carry, top-8 of 128.
+TEST(MoeKernels, MixedTypesAndRouters) {
+  GRANULE_REQUIRE_GPU();
+  for (const TensorType router :
+       {TensorType::F32, TensorType::F16, TensorType::BF16, TensorType::Q8_0}) {
+    Case c;
+    c.expert_type = TensorType::Q4_K;
+    c.down_type = TensorType::Q6_K;
+    c.router_type = router;
+    c.n_expert = 128;
+    c.n_used = 8;
+    for (const int rows : {1, 64}) {
+      run_case(c, rows, 5u + static_cast<uint32_t>(rows));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST(MoeKernels, RefusesWhatTheyDoNotCover) {
+  GRANULE_REQUIRE_GPU();
+  const k::KernelConfig config = gpu_test::kernel_config();
+  k::MoeRouting too_many{.n_expert = k::kMoeMaxExperts + 1, .n_used = 2};
+  EXPECT_EQ(
+      k::launch_moe_topk(nullptr, 1, too_many, nullptr, nullptr, nullptr, nullptr, config, nullptr),
+      cudaErrorInvalidValue);
+  k::MoeRouting k_over_n{.n_expert = 4, .n_used = 5};
+  EXPECT_EQ(
+      k::launch_moe_topk(nullptr, 1, k_over_n, nullptr, nullptr, nullptr, nullptr, config, nullptr),
+      cudaErrorInvalidValue);
+  k::MoeMatrix bad{.table = nullptr, .type = 99, .row_bytes = 0, .bias = nullptr};
+  k::MoeInput in;
+  in.n_in = 64;
+  in.pairs = 1;
+  in.n_used = 1;
+  EXPECT_EQ(k::launch_moe_down(bad, 32, in, nullptr, config, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace granule
