@@ -19,6 +19,7 @@
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
+#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -640,6 +641,46 @@ TEST(CpuMoeBackend, BatchedSequencesEqualEachAlone) {
   expected.insert(expected.end(), lb.begin(), lb.end());
   ASSERT_EQ(logits.size(), expected.size());
   EXPECT_EQ(std::memcmp(logits.data(), expected.data(), logits.size() * sizeof(float)), 0);
+}
+
+// The case: Device Auto opens a mixture of experts on the CPU on every machine (the CUDA
+// backend refuses it for now, so on a GPU machine this is the fallback), its fit estimate
+// counts every expert's bytes, and an estimate for the CUDA backend is a clear error.
+TEST(CpuMoeEngine, AutoRunsOnTheCpuAndTheEstimateCountsEveryExpert) {
+  test::TempModel file(SyntheticModelSpec::preset("tiny-mixtral"), "moe-engine");
+  EngineOptions options;
+  options.device = DeviceKind::Auto;
+  options.context_length = 64;
+  options.max_sequences = 2;
+  options.cpu_threads = 2;
+  std::unique_ptr<Engine> engine;
+  ASSERT_NO_THROW(engine = Engine::open(file.path, options));
+  EXPECT_EQ(engine->device_name().rfind("CPU", 0), 0u) << engine->device_name();
+  const std::vector<int32_t> tokens = {1, 45, 300, 7};
+  const auto logits = engine->logits_for(tokens);
+  ASSERT_EQ(logits.size(), tokens.size());
+  CpuModel direct(file.path);
+  const std::vector<float> expected = direct.run(0, tokens, 0, true);
+  const auto vocab = static_cast<size_t>(direct.config.n_vocab);
+  for (size_t r = 0; r < tokens.size(); ++r)
+    EXPECT_EQ(logits[r],
+              std::vector<float>(expected.begin() + r * vocab, expected.begin() + (r + 1) * vocab));
+
+  const FitEstimate fit = Engine::estimate(file.path, options);
+  EXPECT_FALSE(fit.gpu);
+  uint64_t tensor_bytes = 0;
+  for (const TensorInfo& t : direct.file->tensors()) tensor_bytes += t.size_bytes;
+  EXPECT_EQ(fit.weights_bytes, tensor_bytes);
+
+  options.device = DeviceKind::Cuda;
+  options.vram_budget_bytes = uint64_t{8} << 30;
+  std::string message;
+  try {
+    Engine::estimate(file.path, options);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
 }
 
 }  // namespace
