@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -719,6 +720,26 @@ TEST(CpuMoeEngine, AutoRunsOnTheCpuAndTheEstimateCountsEveryExpert) {
     message = e.what();
   }
   EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
+
+#ifdef GRANULE_HAVE_CUDA
+  // With a usable GPU, asking for CUDA is the CUDA backend's refusal (a DeviceError, which is
+  // what lets Auto fall back); without one it is the no-GPU DeviceError.
+  bool gpu = true;
+  try {
+    probe_cuda_device();
+  } catch (const DeviceError&) {
+    gpu = false;
+  }
+  options.vram_budget_bytes = 0;
+  message.clear();
+  try {
+    Engine::open(file.path, options);
+  } catch (const DeviceError& e) {
+    message = e.what();
+  }
+  EXPECT_FALSE(message.empty()) << "DeviceKind::Cuda opened a mixture of experts";
+  if (gpu) EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
+#endif
 }
 
 }  // namespace
