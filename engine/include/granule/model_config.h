@@ -1,8 +1,11 @@
 // The llama family's hyper-parameters and weight table, read from GGUF metadata:
 // Llama 2/3 (with Llama 3 rope scaling), Mistral, SmolLM2, Qwen2 (QKV bias), Qwen3 (QK-norm),
 // and the mixtures of experts: Mixtral (`llama` with experts), Qwen3 MoE (`qwen3moe`) and
-// gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts).
+// gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts);
+// and the Qwen3.5 hybrids (`qwen35`, `qwen35moe`): Gated DeltaNet linear-attention layers with a
+// recurrent state among gated full-attention layers.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -45,6 +48,26 @@ struct ExpertConfig {
   float weights_scale = 1.0f;      // then multiplied by this
 };
 
+// Qwen3.5's Gated DeltaNet (linear attention) layers, as llama.cpp reads them
+// (src/models/qwen35.cpp, delta-net-base.cpp): an input projection to conv_channels() (Q, K, V
+// side by side), a causal depthwise convolution of conv_kernel taps over time (its last
+// conv_kernel - 1 inputs are the conv state), SiLU, L2-normed Q and K, and per value head the
+// gated delta rule over a state_size x state_size matrix (the delta state).
+struct DeltaNetConfig {
+  int64_t conv_kernel = 0;  // ssm.conv_kernel (d_conv)
+  int64_t state_size = 0;   // ssm.state_size: a head's key (and value) width
+  int64_t n_k_heads = 0;    // ssm.group_count
+  int64_t n_v_heads = 0;    // ssm.time_step_rank
+  int64_t inner_size = 0;   // ssm.inner_size: n_v_heads * state_size
+
+  int64_t key_dim() const { return n_k_heads * state_size; }
+  int64_t value_dim() const { return inner_size; }
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
+  // Floats of one layer's recurrent state for one sequence.
+  int64_t conv_state_floats() const { return (conv_kernel - 1) * conv_channels(); }
+  int64_t delta_state_floats() const { return n_v_heads * state_size * state_size; }
+};
+
 struct ModelConfig {
   std::string architecture;   // general.architecture: "llama", "qwen2", "qwen3", ...
   std::string name;           // general.name when present
@@ -73,7 +96,29 @@ struct ModelConfig {
   int64_t sliding_window = 0;
   std::vector<bool> swa_layers;
 
+  // Qwen3.5 (`qwen35`, `qwen35moe`): recurrent_layers[i] marks a Gated DeltaNet layer (no KV);
+  // the others are full attention whose Q projection carries a per-head output gate
+  // (attn_output_gate: Q and gate interleaved per head, the gate's sigmoid multiplies the
+  // attention output), rotated over the first rope_dims of each head only, with the
+  // interleaved multi-section rope (rope_sections; text positions rotate every section but a
+  // fourth one). The FFN norm is post_attention_norm.
+  DeltaNetConfig delta_net;
+  std::vector<bool> recurrent_layers;
+  bool attn_output_gate = false;
+  int64_t rope_dims = 0;  // rope.dimension_count (0: head_dim)
+  std::array<int32_t, 4> rope_sections = {0, 0, 0, 0};
+
   bool is_moe() const { return moe.n_expert > 0; }
+  bool is_hybrid() const { return !recurrent_layers.empty(); }
+  bool layer_recurrent(int64_t layer) const {
+    return static_cast<size_t>(layer) < recurrent_layers.size() &&
+           recurrent_layers[static_cast<size_t>(layer)];
+  }
+  // Layers that keep KV (every layer but the recurrent ones), and a layer's index among them.
+  int64_t n_kv_layers() const;
+  int64_t kv_layer_index(int64_t layer) const;
+  // Bytes of one sequence's recurrent state over all recurrent layers (conv + delta, f32).
+  int64_t recurrent_state_bytes() const;
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && static_cast<size_t>(layer) < swa_layers.size() &&
            swa_layers[static_cast<size_t>(layer)];
@@ -81,7 +126,7 @@ struct ModelConfig {
 
   // Bytes of K+V per token over all layers at the given element size (2 for fp16).
   int64_t kv_bytes_per_token(int64_t elem_bytes) const {
-    return n_layer * 2 * n_head_kv * head_dim * elem_bytes;
+    return n_kv_layers() * 2 * n_head_kv * head_dim * elem_bytes;
   }
 
   // Reads and checks the config; throws UnsupportedError for an architecture outside the
@@ -108,6 +153,16 @@ struct LayerWeights {
   // Attention extras (gpt-oss): output bias, per-head sink logits.
   const TensorInfo* bo = nullptr;
   const TensorInfo* attn_sinks = nullptr;
+  // Qwen3.5 Gated DeltaNet layers (wq..wo stay null; ffn_norm is post_attention_norm).
+  const TensorInfo* ssm_in = nullptr;      // attn_qkv [n_embd, conv_channels]
+  const TensorInfo* ssm_z = nullptr;       // attn_gate [n_embd, value_dim]
+  const TensorInfo* ssm_conv1d = nullptr;  // [conv_kernel, conv_channels]
+  const TensorInfo* ssm_dt = nullptr;      // ssm_dt.bias [n_v_heads]
+  const TensorInfo* ssm_a = nullptr;       // [n_v_heads]: -exp(A_log)
+  const TensorInfo* ssm_beta = nullptr;    // [n_embd, n_v_heads]
+  const TensorInfo* ssm_alpha = nullptr;   // [n_embd, n_v_heads]
+  const TensorInfo* ssm_norm = nullptr;    // [state_size]
+  const TensorInfo* ssm_out = nullptr;     // [value_dim, n_embd]
   // Mixture of experts (w_gate/w_up/w_down stay null). 3-D tensors in GGUF order:
   // gate/up [n_embd, n_ff_exp, n_expert], down [n_ff_exp, n_embd, n_expert]; expert e's
   // matrix is the e-th contiguous slab of size_bytes / n_expert.

@@ -34,10 +34,12 @@ enum class MemoryCategory : int {
   Workspace,
   Graphs,
   Other,
+  RecurrentState,  // recurrent layers' state slots (Qwen3.5's Gated DeltaNet), one per sequence
   Count
 };
 inline constexpr size_t kMemoryCategoryCount = static_cast<size_t>(MemoryCategory::Count);
-// "weights", "staging", "kv", "kv_pool", "kv_reserved_va", "workspace", "graphs", "other".
+// "weights", "staging", "kv", "kv_pool", "kv_reserved_va", "workspace", "graphs", "other",
+// "recurrent_state".
 std::string_view memory_category_name(MemoryCategory c);
 
 // Bytes by MemoryCategory, indexed by the enum.

@@ -70,6 +70,8 @@ std::string_view memory_category_name(MemoryCategory c) {
       return "graphs";
     case MemoryCategory::Other:
       return "other";
+    case MemoryCategory::RecurrentState:
+      return "recurrent_state";
     case MemoryCategory::Count:
       break;
   }

@@ -13,8 +13,10 @@
 namespace granule {
 namespace {
 
-constexpr std::array<std::string_view, 6> kSupportedArchitectures = {
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss"};
+constexpr std::array<std::string_view, 8> kSupportedArchitectures = {
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "qwen35", "qwen35moe"};
+
+bool is_qwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwen35moe"; }
 
 std::string file_label(const ModelFile& file) { return file.path().filename().string(); }
 
@@ -110,13 +112,14 @@ void read_attention_keys(const ModelFile& file, ModelConfig& c) {
 // Rope over split halves (llama.cpp's LLAMA_ROPE_TYPE_NEOX); llama and Mistral GGUFs carry Q/K
 // permuted by the converter into interleaved pairs.
 bool neox_rope(const std::string& arch) {
-  return arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gpt-oss";
+  return arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" || arch == "gpt-oss" ||
+         is_qwen35(arch);
 }
 
 // Architectures whose every layer is a mixture of experts; `llama` is one when it has experts
 // (Mixtral).
 bool is_moe_architecture(const ModelFile& file, const std::string& arch) {
-  return arch == "qwen3moe" || arch == "gpt-oss" ||
+  return arch == "qwen3moe" || arch == "gpt-oss" || arch == "qwen35moe" ||
          (arch == "llama" && optional_int(file, arch + ".expert_count", 0) > 0);
 }
 
@@ -151,8 +154,20 @@ void read_expert_config(const ModelFile& file, ModelConfig& c) {
     m.n_ff_exp = c.n_ff;
     m.gating = ExpertGating::Softmax;
     m.normalize_weights = true;
-  } else if (c.architecture == "qwen3moe") {
-    m.n_ff_exp = optional_int(file, a + "expert_feed_forward_length", 0);
+  } else if (c.architecture == "qwen3moe" || c.architecture == "qwen35moe") {
+    // qwen35moe may give the experts' width per layer (llama.cpp's get_key_or_arr): one width
+    // for every layer is what the FFN here runs.
+    if (const GgufValue* v = file.find(a + "expert_feed_forward_length");
+        v && v->type == GgufType::ARRAY) {
+      if (v->ints.empty() || std::any_of(v->ints.begin(), v->ints.end(),
+                                         [&](int64_t w) { return w != v->ints.front(); })) {
+        throw UnsupportedError(file_label(file) + ": " + a +
+                               "expert_feed_forward_length differs between layers");
+      }
+      m.n_ff_exp = v->ints.front();
+    } else {
+      m.n_ff_exp = optional_int(file, a + "expert_feed_forward_length", 0);
+    }
     if (m.n_ff_exp == 0) {
       if (c.n_ff <= 0) {
         throw FormatError(file_label(file) + ": missing metadata key " + a +
@@ -173,12 +188,114 @@ void read_expert_config(const ModelFile& file, ModelConfig& c) {
                       std::to_string(m.n_ff_exp) + " must be positive");
   }
   m.weights_scale = 1.0f;
-  m.n_ff_shexp = 0;  // none of these architectures has a shared expert in llama.cpp's graphs
+  // Only qwen35moe has a shared expert (required there, sigmoid-gated by ffn_gate_inp_shexp):
+  // expert_shared_feed_forward_length, else feed_forward_length.
+  m.n_ff_shexp = 0;
+  if (c.architecture == "qwen35moe") {
+    m.n_ff_shexp = optional_int(file, a + "expert_shared_feed_forward_length", c.n_ff);
+    if (m.n_ff_shexp <= 0) {
+      throw FormatError(file_label(file) + ": missing metadata key " + a +
+                        "expert_shared_feed_forward_length");
+    }
+  }
   // The dense width is only a hint for MoE models; the scratch of a dense FFN is not used.
   if (c.n_ff <= 0) c.n_ff = m.n_ff_exp;
 }
 
+// Qwen3.5's hybrid layout, as llama.cpp's qwen35 / qwen35moe loaders read it: the Gated
+// DeltaNet sizes (ssm.*), which layers are recurrent (attention.recurrent_layers, a bool per
+// layer, else every full_attention_interval-th layer (default 4) is full attention), the
+// multi-section rope (rope.dimension_sections, required) over the first rope.dimension_count
+// dimensions, and nextn_predict_layers: multi-token-prediction blocks after the trunk, which
+// the main pass does not run (they are not read here).
+void read_qwen35_keys(const ModelFile& file, ModelConfig& c) {
+  const std::string a = c.architecture + ".";
+  const int64_t nextn = optional_int(file, a + "nextn_predict_layers", 0);
+  const int64_t n_layer_all = c.n_layer;
+  if (nextn < 0 || nextn >= n_layer_all) {
+    throw FormatError(file_label(file) + ": " + a + "nextn_predict_layers " +
+                      std::to_string(nextn) + " leaves no trunk layers");
+  }
+  c.n_layer = n_layer_all - nextn;
+
+  DeltaNetConfig& d = c.delta_net;
+  d.conv_kernel = require_int(file, a + "ssm.conv_kernel");
+  d.inner_size = require_int(file, a + "ssm.inner_size");
+  d.state_size = require_int(file, a + "ssm.state_size");
+  d.n_v_heads = require_int(file, a + "ssm.time_step_rank");
+  d.n_k_heads = require_int(file, a + "ssm.group_count");
+  if (d.inner_size != d.n_v_heads * d.state_size) {
+    throw FormatError(file_label(file) + ": ssm.inner_size " + std::to_string(d.inner_size) +
+                      " is not ssm.time_step_rank x ssm.state_size (value heads as wide as keys)");
+  }
+  if (d.n_v_heads % d.n_k_heads != 0) {
+    throw FormatError(file_label(file) + ": ssm.time_step_rank " + std::to_string(d.n_v_heads) +
+                      " is not a multiple of ssm.group_count " + std::to_string(d.n_k_heads));
+  }
+  if (d.conv_kernel < 2) {
+    throw FormatError(file_label(file) + ": ssm.conv_kernel must be at least 2");
+  }
+
+  c.recurrent_layers.assign(static_cast<size_t>(c.n_layer), false);
+  const GgufValue* pattern = file.find(a + "attention.recurrent_layers");
+  if (pattern && pattern->type == GgufType::ARRAY) {
+    if (pattern->array_size() != static_cast<size_t>(n_layer_all) ||
+        pattern->ints.size() != pattern->array_size()) {
+      throw FormatError(file_label(file) + ": " + a +
+                        "attention.recurrent_layers must hold one bool per layer");
+    }
+    for (size_t i = 0; i < c.recurrent_layers.size(); ++i)
+      c.recurrent_layers[i] = pattern->ints[i] != 0;
+  } else {
+    const int64_t interval = optional_int(file, a + "full_attention_interval", 4);
+    if (interval <= 0) {
+      throw FormatError(file_label(file) + ": " + a + "full_attention_interval must be positive");
+    }
+    for (int64_t i = 0; i < c.n_layer; ++i)
+      c.recurrent_layers[static_cast<size_t>(i)] = (i + 1) % interval != 0;
+  }
+
+  c.attn_output_gate = true;
+  const GgufValue* sections = file.find(a + "rope.dimension_sections");
+  if (!sections || sections->type != GgufType::ARRAY || sections->ints.size() < 4) {
+    throw FormatError(file_label(file) + ": missing metadata key " + a +
+                      "rope.dimension_sections (4 integers)");
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    if (sections->ints[i] < 0) {
+      throw FormatError(file_label(file) + ": " + a + "rope.dimension_sections is negative");
+    }
+    c.rope_sections[i] = static_cast<int32_t>(sections->ints[i]);
+    total += sections->ints[i];
+  }
+  if (c.rope_dims <= 0 || c.rope_dims > c.head_dim || c.rope_dims % 2 != 0) {
+    throw FormatError(file_label(file) + ": rope.dimension_count " + std::to_string(c.rope_dims) +
+                      " must be even and at most the head dimension " + std::to_string(c.head_dim));
+  }
+  if (total <= 0 || total > c.rope_dims / 2) {
+    throw FormatError(file_label(file) + ": rope.dimension_sections must sum to between 1 and " +
+                      std::to_string(c.rope_dims / 2) + " pairs");
+  }
+}
+
 }  // namespace
+
+int64_t ModelConfig::n_kv_layers() const {
+  if (recurrent_layers.empty()) return n_layer;
+  return std::count(recurrent_layers.begin(), recurrent_layers.end(), false);
+}
+
+int64_t ModelConfig::kv_layer_index(int64_t layer) const {
+  if (recurrent_layers.empty()) return layer;
+  return std::count(recurrent_layers.begin(), recurrent_layers.begin() + layer, false);
+}
+
+int64_t ModelConfig::recurrent_state_bytes() const {
+  const int64_t n = std::count(recurrent_layers.begin(), recurrent_layers.end(), true);
+  return n * (delta_net.conv_state_floats() + delta_net.delta_state_floats()) *
+         static_cast<int64_t>(sizeof(float));
+}
 
 ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   ModelConfig c;
@@ -225,7 +342,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
                       " is odd; rope needs pairs");
   }
   const int64_t rope_dims = optional_int(file, a + "rope.dimension_count", c.head_dim);
-  if (rope_dims != c.head_dim) {
+  c.rope_dims = rope_dims;
+  if (is_qwen35(c.architecture)) {
+    read_qwen35_keys(file, c);
+  } else if (rope_dims != c.head_dim) {
     throw UnsupportedError(file_label(file) + ": partial rotary embeddings (rope.dimension_count " +
                            std::to_string(rope_dims) + " of head dimension " +
                            std::to_string(c.head_dim) + ") are not supported");
@@ -253,6 +373,11 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   if (file.find_tensor("rope_freqs.weight")) s.type = "llama3";
   if (s.type == "linear" && s.factor <= 0) {
     throw FormatError(file_label(file) + ": rope.scaling.factor must be positive");
+  }
+
+  if (is_qwen35(c.architecture) && s.type != "none") {
+    throw UnsupportedError(file_label(file) + ": rope scaling '" + s.type +
+                           "' is not supported for " + c.architecture);
   }
 
   read_expert_config(file, c);
@@ -336,8 +461,9 @@ void find_expert_tensors(const ModelFile& file, const ModelConfig& c, const std:
                          LayerWeights& l) {
   const ExpertConfig& m = c.moe;
   const bool gpt_oss = c.architecture == "gpt-oss";
-  l.ffn_norm = find_checked(file, p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"),
-                            {c.n_embd}, true);
+  const bool post_norm = gpt_oss || c.architecture == "qwen35moe";
+  l.ffn_norm = find_checked(
+      file, p + (post_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {c.n_embd}, true);
   l.router = find_checked(file, p + "ffn_gate_inp.weight", {c.n_embd, m.n_expert}, true);
   l.gate_exps =
       find_checked(file, p + "ffn_gate_exps.weight", {c.n_embd, m.n_ff_exp, m.n_expert}, true);
@@ -373,6 +499,55 @@ void find_expert_tensors(const ModelFile& file, const ModelConfig& c, const std:
   }
 }
 
+// A Qwen3.5 layer as llama.cpp's qwen35 / qwen35moe loaders name it: attn_norm, then either a
+// Gated DeltaNet block (attn_qkv, attn_gate, ssm_*) or full attention whose attn_q holds Q and
+// its gate per head (2 x n_head x head_dim) with Q/K norms; post_attention_norm before the FFN
+// (held as ffn_norm), a dense SwiGLU FFN or experts with a gated shared expert.
+void find_qwen35_layer(const ModelFile& file, const ModelConfig& c, int64_t layer,
+                       const std::string& p, LayerWeights& l) {
+  const int64_t q_dim = c.n_head * c.head_dim;
+  const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  l.attn_norm = find_checked(file, p + "attn_norm.weight", {c.n_embd}, true);
+  if (c.layer_recurrent(layer)) {
+    const DeltaNetConfig& d = c.delta_net;
+    l.ssm_in = find_checked(file, p + "attn_qkv.weight", {c.n_embd, d.conv_channels()}, true);
+    l.ssm_z = find_checked(file, p + "attn_gate.weight", {c.n_embd, d.value_dim()}, true);
+    l.ssm_conv1d =
+        find_checked(file, p + "ssm_conv1d.weight", {d.conv_kernel, d.conv_channels()}, true);
+    l.ssm_dt = find_checked(file, p + "ssm_dt.bias", {d.n_v_heads}, true);
+    l.ssm_a = find_checked(file, p + "ssm_a", {d.n_v_heads}, true);
+    l.ssm_beta = find_checked(file, p + "ssm_beta.weight", {c.n_embd, d.n_v_heads}, true);
+    l.ssm_alpha = find_checked(file, p + "ssm_alpha.weight", {c.n_embd, d.n_v_heads}, true);
+    l.ssm_norm = find_checked(file, p + "ssm_norm.weight", {d.state_size}, true);
+    l.ssm_out = find_checked(file, p + "ssm_out.weight", {d.value_dim(), c.n_embd}, true);
+  } else {
+    if (file.find_tensor(p + "attn_qkv.weight")) {
+      throw UnsupportedError(file_label(file) + ": tensor " + p +
+                             "attn_qkv.weight (fused Q/K/V of a full-attention layer) is not "
+                             "supported; separate attn_q/attn_k/attn_v are");
+    }
+    l.wq = find_checked(file, p + "attn_q.weight", {c.n_embd, 2 * q_dim}, true);
+    l.wk = find_checked(file, p + "attn_k.weight", {c.n_embd, kv_dim}, true);
+    l.wv = find_checked(file, p + "attn_v.weight", {c.n_embd, kv_dim}, true);
+    l.wo = find_checked(file, p + "attn_output.weight", {q_dim, c.n_embd}, true);
+    l.q_norm = find_checked(file, p + "attn_q_norm.weight", {c.head_dim}, true);
+    l.k_norm = find_checked(file, p + "attn_k_norm.weight", {c.head_dim}, true);
+  }
+  if (!c.is_moe()) {
+    l.ffn_norm = find_checked(file, p + "post_attention_norm.weight", {c.n_embd}, true);
+    l.w_gate = find_checked(file, p + "ffn_gate.weight", {c.n_embd, c.n_ff}, true);
+    l.w_up = find_checked(file, p + "ffn_up.weight", {c.n_embd, c.n_ff}, true);
+    l.w_down = find_checked(file, p + "ffn_down.weight", {c.n_ff, c.n_embd}, true);
+    return;
+  }
+  find_expert_tensors(file, c, p, l);
+  const int64_t fs = c.moe.n_ff_shexp;
+  l.gate_shexp = find_checked(file, p + "ffn_gate_shexp.weight", {c.n_embd, fs}, true);
+  l.up_shexp = find_checked(file, p + "ffn_up_shexp.weight", {c.n_embd, fs}, true);
+  l.down_shexp = find_checked(file, p + "ffn_down_shexp.weight", {fs, c.n_embd}, true);
+  l.shexp_gate = find_checked(file, p + "ffn_gate_inp_shexp.weight", {c.n_embd}, true);
+}
+
 }  // namespace
 
 WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) {
@@ -395,6 +570,10 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    if (c.is_hybrid()) {
+      find_qwen35_layer(file, c, i, p, l);
+      continue;
+    }
     l.attn_norm = find_checked(file, p + "attn_norm.weight", {c.n_embd}, true);
     l.wq = find_checked(file, p + "attn_q.weight", {c.n_embd, q_dim}, true);
     l.wk = find_checked(file, p + "attn_k.weight", {c.n_embd, kv_dim}, true);
@@ -434,8 +613,10 @@ uint64_t WeightTable::layer_bytes(size_t layer) const {
   const LayerWeights& l = layers.at(layer);
   uint64_t total = 0;
   for (const TensorInfo* t :
-       {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.bo,
-        l.attn_sinks, l.ffn_norm, l.w_gate, l.w_up, l.w_down}) {
+       {l.attn_norm, l.wq,        l.wk,       l.wv,     l.wo,         l.bq,       l.bk,
+        l.bv,        l.q_norm,    l.k_norm,   l.bo,     l.attn_sinks, l.ffn_norm, l.w_gate,
+        l.w_up,      l.w_down,    l.ssm_in,   l.ssm_z,  l.ssm_conv1d, l.ssm_dt,   l.ssm_a,
+        l.ssm_beta,  l.ssm_alpha, l.ssm_norm, l.ssm_out}) {
     if (t) total += t->size_bytes;
   }
   total += expert_layer_bytes(l);

@@ -352,6 +352,50 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     q4_k_m_like(s);
     return s;
   }
+  if (name == "tiny-qwen35" || name == "tiny-qwen35moe") {
+    s.architecture = name == "tiny-qwen35" ? "qwen35" : "qwen35moe";
+    s.n_layer = 5;  // delta, delta, delta, attention, delta
+    s.head_dim = 32;
+    s.rope_dims = 16;
+    s.rope_sections = {3, 3, 2, 0};
+    s.rope_theta = 10000000.0f;
+    s.rms_eps = 1e-6f;
+    if (name == "tiny-qwen35moe") {
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 32;
+      s.n_ff_shexp = 48;
+    }
+    s.seed = name == "tiny-qwen35" ? 35 : 36;
+    return s;
+  }
+  if (name == "qwen35-9b") {
+    // Qwen3.5-9B's text model as llama.cpp's loader reads it (qwen35.cpp: 32 layers and a
+    // width other than 2560 make the 9B), with the sizes its GGUF carries: 4096 wide, ff 12288,
+    // 16/4 heads of 256, rope over 64 dimensions in sections 11/11/10/0, base 1e7, DeltaNet
+    // state 128, conv 4, 32 value heads (time_step_rank) over 16 key heads (group_count),
+    // full attention every 4th layer, vocab 248320, context 262144, eps 1e-6.
+    s.architecture = "qwen35";
+    s.n_layer = 32;
+    s.n_embd = 4096;
+    s.n_head = 16;
+    s.n_head_kv = 4;
+    s.head_dim = 256;
+    s.n_ff = 12288;
+    s.n_vocab = 248320;
+    s.context_length = 262144;
+    s.rope_theta = 10000000.0f;
+    s.rms_eps = 1e-6f;
+    s.rope_dims = 64;
+    s.rope_sections = {11, 11, 10, 0};
+    s.ssm_state_size = 128;
+    s.ssm_n_k_heads = 16;
+    s.ssm_n_v_heads = 32;
+    s.weight_type = TensorType::Q4_K;
+    s.embedding_type = TensorType::Q4_K;
+    s.output_type = TensorType::Q6_K;
+    return s;
+  }
   throw UsageError("unknown synthetic model preset '" + std::string(name) + "'");
 }
 
@@ -364,9 +408,10 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",          "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
-          "small-256",     "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
-          "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b"};
+  return {"tiny",          "tiny-gqa",       "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
+          "small-256",     "smollm2-135m",   "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
+          "qwen3-30b-a3b", "mixtral-8x7b",   "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b",
+          "tiny-qwen35",   "tiny-qwen35moe", "qwen35-9b"};
 }
 
 namespace {
@@ -401,7 +446,8 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
   };
   const int64_t d = spec.n_embd, e = spec.n_expert;
   const bool gpt_oss = spec.architecture == "gpt-oss";
-  tensor(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, TensorType::F32,
+  const bool post_norm = gpt_oss || spec.architecture == "qwen35moe";
+  tensor(p + (post_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, TensorType::F32,
          Distribution{1.0f, 0.1f});
   tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale),
          router_row_scales(spec, p));
@@ -423,6 +469,8 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
     tensor(p + "ffn_up_shexp.weight", {d, spec.n_ff_shexp}, spec.weight_type, fan_in(d));
     tensor(p + "ffn_down_shexp.weight", {spec.n_ff_shexp, d}, spec.weight_type,
            fan_in(spec.n_ff_shexp));
+    if (spec.architecture == "qwen35moe")  // the shared expert's sigmoid gate
+      tensor(p + "ffn_gate_inp_shexp.weight", {d}, TensorType::F32, fan_in(d));
   }
 }
 
@@ -432,6 +480,13 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   if (spec.n_vocab < kSyntheticMinVocab) {
     throw UsageError("synthetic model vocabulary must hold at least " +
                      std::to_string(kSyntheticMinVocab) + " tokens");
+  }
+  if ((spec.architecture == "qwen35" || spec.architecture == "qwen35moe") &&
+      (spec.full_attention_interval <= 0 || spec.ssm_n_k_heads <= 0 ||
+       spec.ssm_n_v_heads % spec.ssm_n_k_heads != 0)) {
+    throw UsageError(
+        "synthetic model: a Qwen3.5 spec needs a positive full_attention_interval "
+        "and value heads a multiple of key heads");
   }
   if (spec.n_head <= 0 || spec.n_head_kv <= 0 || spec.n_head % spec.n_head_kv != 0) {
     throw UsageError("synthetic model: n_head must be a positive multiple of n_head_kv");
@@ -462,8 +517,25 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     w.set(a + "rope.scaling.original_context_length",
           GgufValue::u32(static_cast<uint32_t>(spec.rope_original_context)));
   }
-  w.set(a + "rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(head_dim)));
-  if (head_dim * spec.n_head != spec.n_embd) {
+  const bool qwen35 = spec.architecture == "qwen35" || spec.architecture == "qwen35moe";
+  const int64_t rope_dims = spec.rope_dims > 0 ? spec.rope_dims : head_dim;
+  w.set(a + "rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(rope_dims)));
+  const int64_t ssm_key_dim = spec.ssm_n_k_heads * spec.ssm_state_size;
+  const int64_t ssm_value_dim = spec.ssm_n_v_heads * spec.ssm_state_size;
+  const int64_t ssm_channels = 2 * ssm_key_dim + ssm_value_dim;
+  if (qwen35) {
+    w.set(a + "ssm.conv_kernel", GgufValue::u32(static_cast<uint32_t>(spec.ssm_conv_kernel)));
+    w.set(a + "ssm.state_size", GgufValue::u32(static_cast<uint32_t>(spec.ssm_state_size)));
+    w.set(a + "ssm.group_count", GgufValue::u32(static_cast<uint32_t>(spec.ssm_n_k_heads)));
+    w.set(a + "ssm.time_step_rank", GgufValue::u32(static_cast<uint32_t>(spec.ssm_n_v_heads)));
+    w.set(a + "ssm.inner_size", GgufValue::u32(static_cast<uint32_t>(ssm_value_dim)));
+    w.set(a + "full_attention_interval",
+          GgufValue::u32(static_cast<uint32_t>(spec.full_attention_interval)));
+    std::vector<int64_t> sections = spec.rope_sections;
+    sections.resize(4, 0);
+    w.set(a + "rope.dimension_sections", GgufValue::int_array(GgufType::INT32, sections));
+  }
+  if (head_dim * spec.n_head != spec.n_embd || qwen35) {
     w.set(a + "attention.key_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
     w.set(a + "attention.value_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
   }
@@ -578,6 +650,38 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const TensorType t = spec.weight_type;
     tensor(p + "attn_norm.weight", {spec.n_embd}, TensorType::F32, norm);
+    if (qwen35) {
+      if ((i + 1) % spec.full_attention_interval != 0) {  // Gated DeltaNet
+        const int64_t nv = spec.ssm_n_v_heads;
+        tensor(p + "attn_qkv.weight", {spec.n_embd, ssm_channels}, t, fan_in(spec.n_embd));
+        tensor(p + "attn_gate.weight", {spec.n_embd, ssm_value_dim}, t, fan_in(spec.n_embd));
+        tensor(p + "ssm_conv1d.weight", {spec.ssm_conv_kernel, ssm_channels}, TensorType::F32,
+               fan_in(spec.ssm_conv_kernel));
+        tensor(p + "ssm_dt.bias", {nv}, TensorType::F32, Distribution{0.0f, 1.0f});
+        // a = -exp(A_log): decays exp(softplus(.) * a) spread over (0, 1).
+        tensor(p + "ssm_a", {nv}, TensorType::F32, Distribution{-1.0f, 0.6f});
+        tensor(p + "ssm_beta.weight", {spec.n_embd, nv}, t, fan_in(spec.n_embd));
+        tensor(p + "ssm_alpha.weight", {spec.n_embd, nv}, t, fan_in(spec.n_embd));
+        tensor(p + "ssm_norm.weight", {spec.ssm_state_size}, TensorType::F32, norm);
+        tensor(p + "ssm_out.weight", {ssm_value_dim, spec.n_embd}, t, fan_in(ssm_value_dim));
+      } else {  // full attention: Q and its output gate per head, QK norms
+        tensor(p + "attn_q.weight", {spec.n_embd, 2 * q_dim}, t, fan_in(spec.n_embd));
+        tensor(p + "attn_k.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
+        tensor(p + "attn_v.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
+        tensor(p + "attn_output.weight", {q_dim, spec.n_embd}, t, fan_in(q_dim));
+        tensor(p + "attn_q_norm.weight", {head_dim}, TensorType::F32, norm);
+        tensor(p + "attn_k_norm.weight", {head_dim}, TensorType::F32, norm);
+      }
+      if (moe) {
+        add_expert_tensors(spec, p, n_ff_exp, tensor);
+      } else {
+        tensor(p + "post_attention_norm.weight", {spec.n_embd}, TensorType::F32, norm);
+        tensor(p + "ffn_gate.weight", {spec.n_embd, spec.n_ff}, t, fan_in(spec.n_embd));
+        tensor(p + "ffn_up.weight", {spec.n_embd, spec.n_ff}, t, fan_in(spec.n_embd));
+        tensor(p + "ffn_down.weight", {spec.n_ff, spec.n_embd}, t, fan_in(spec.n_ff));
+      }
+      continue;
+    }
     tensor(p + "attn_q.weight", {spec.n_embd, q_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_k.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_v.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));

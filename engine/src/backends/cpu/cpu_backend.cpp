@@ -116,6 +116,13 @@ CpuBackend::CpuBackend(const BackendInit& init)
       pool_(thread_count(init.options)),
       scratch_(std::make_unique<Scratch>()),
       emulate_(init.options.cpu_emulate_device_numerics) {
+  if (config_.is_hybrid()) {
+    if (emulate_) {
+      throw UnsupportedError("CPU backend: the CUDA backend's rounding of " + config_.architecture +
+                             " models is not defined (no GPU part yet)");
+    }
+    hybrid_ = std::make_unique<HybridLayers>(config_, weights_);
+  }
   if (emulate_) {
     const kernels::KernelConfig kernels =
         init.options.kernel_config ? *init.options.kernel_config : kernel_config_from_environment();
@@ -163,6 +170,17 @@ CpuBackend::CpuBackend(const BackendInit& init)
 
 CpuBackend::~CpuBackend() {
   memory_.release(MemoryCategory::WeightsResident, charged_weight_bytes_);
+  memory_.release(MemoryCategory::RecurrentState, charged_state_bytes_);
+}
+
+void CpuBackend::attach_kv(KvSpace& kv) {
+  kv_ = &kv;
+  if (!hybrid_) return;
+  memory_.release(MemoryCategory::RecurrentState, charged_state_bytes_);
+  charged_state_bytes_ = 0;
+  hybrid_->resize(kv.geometry().slots);
+  charged_state_bytes_ = hybrid_->bytes();
+  memory_.charge(MemoryCategory::RecurrentState, charged_state_bytes_);
 }
 
 std::string CpuBackend::name() const {
@@ -211,7 +229,8 @@ std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
 float* CpuBackend::kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const {
   const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
   uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
-  return reinterpret_cast<float*>(token) + layer * 2 * kv_dim + (value ? kv_dim : 0);
+  return reinterpret_cast<float*>(token) + config_.kv_layer_index(layer) * 2 * kv_dim +
+         (value ? kv_dim : 0);
 }
 
 void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
@@ -360,8 +379,37 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
   }
 
+  std::vector<SequenceSpan> spans;
+  if (hybrid_) {
+    int64_t first = 0;
+    for (const BatchSequence& seq : batch) {
+      const auto count = static_cast<int64_t>(seq.tokens.size());
+      spans.push_back({seq.slot, first, count, seq.start_position});
+      first += count;
+    }
+    hybrid_->begin_step(spans);
+  }
+  // Hybrid layers take KV by their index among the attention layers (kv_layer_index).
+  const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t kv_layer, bool value) {
+    const int64_t kv_dim = c.n_head_kv * c.head_dim;
+    uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
+    return reinterpret_cast<float*>(token) + kv_layer * 2 * kv_dim + (value ? kv_dim : 0);
+  };
+  const int64_t kv_token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
+
   for (int64_t layer = 0; layer < c.n_layer; ++layer) {
-    attention_layer(layer, n_tokens);
+    if (hybrid_) {
+      const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+      for (int64_t i = 0; i < n_tokens; ++i) {
+        rms_norm(s.x.data() + i * c.n_embd, lv.attn_norm.data(), s.xn.data() + i * c.n_embd,
+                 c.n_embd, c.rms_eps);
+      }
+      hybrid_->run(layer, s.xn.data(), n_tokens, spans, s.token_position.data(),
+                   s.token_slot.data(), kv_address, kv_token_stride, s.proj.data(), pool_);
+      add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+    } else {
+      attention_layer(layer, n_tokens);
+    }
     const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
     const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
     for (int64_t i = 0; i < n_tokens; ++i) {
@@ -389,6 +437,8 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
+
+  if (hybrid_) hybrid_->end_step(spans);
 
   // Final norm only for the rows whose logits are wanted, then the output head.
   int64_t row = 0;

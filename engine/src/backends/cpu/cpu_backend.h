@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/delta_net.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 
@@ -37,7 +38,9 @@ class CpuBackend final : public Backend {
   uint64_t device_total_bytes() const override;
   int64_t kv_bytes_per_token() const override;
   std::unique_ptr<VirtualMemory> make_kv_virtual_memory() override;
-  void attach_kv(KvSpace& kv) override { kv_ = &kv; }
+  // Also sizes a hybrid model's recurrent state: one slot per KV slot (MemoryCategory::
+  // RecurrentState).
+  void attach_kv(KvSpace& kv) override;
   // Computes the whole step in launch() (the host is the device); wait() hands it over.
   void launch(const StepRequest& step) override;
   StepResult wait() override;
@@ -80,6 +83,8 @@ class CpuBackend final : public Backend {
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts
+  std::unique_ptr<HybridLayers> hybrid_;      // Qwen3.5: the mixers and the recurrent state
+  uint64_t charged_state_bytes_ = 0;
   std::unique_ptr<Scratch> scratch_;
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;

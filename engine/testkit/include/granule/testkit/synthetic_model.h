@@ -82,6 +82,20 @@ struct SyntheticModelSpec {
   int32_t expert_weights_norm = -1;  // 0 or 1
   float expert_weights_scale = -1.0f;
 
+  // Qwen3.5 hybrids (architecture "qwen35" / "qwen35moe"), written as llama.cpp's converter
+  // writes them: {arch}.ssm.{conv_kernel, state_size, group_count, time_step_rank, inner_size},
+  // full_attention_interval (every interval-th layer is full attention, the others Gated
+  // DeltaNet), rope.dimension_count = rope_dims (partial rope) and rope.dimension_sections;
+  // blk.N.post_attention_norm before the FFN; qwen35moe's shared expert (n_ff_shexp) with its
+  // gate blk.N.ffn_gate_inp_shexp.weight.
+  int64_t ssm_conv_kernel = 4;
+  int64_t ssm_state_size = 16;
+  int64_t ssm_n_k_heads = 2;
+  int64_t ssm_n_v_heads = 4;
+  int64_t full_attention_interval = 4;
+  int64_t rope_dims = 0;  // 0: head_dim
+  std::vector<int64_t> rope_sections = {0, 0, 0, 0};
+
   uint64_t seed = 1;
   // tokenizer.chat_template; the default is a ChatML template.
   std::string chat_template;
@@ -113,6 +127,11 @@ struct SyntheticModelSpec {
   // MXFP4 experts), "gpt-oss-20b" (24 layers, 2880, 64/8 heads of 64, 32 experts of 2880,
   // top 4, vocab 201088, window 128, YaRN 32 / 4096, theta 150000; MXFP4 experts, Q8_0
   // attention, embeddings and head, F32 router, norms, biases and sinks).
+  // Qwen3.5: "tiny-qwen35" (F32, 5 layers: delta, delta, delta, attention, delta; 64 wide,
+  // 4/2 heads of 32 with rope over 16 in sections 3/3/2; DeltaNet 2 key / 4 value heads of 16,
+  // conv 4), "tiny-qwen35moe" (the same with 8 experts of 32, top 2, and a shared expert of
+  // 48), "qwen35-9b" (32 layers, 4096, 16/4 heads of 256, rope 64 in 11/11/10, theta 1e7,
+  // DeltaNet 16 key / 32 value heads of 128, ff 12288, vocab 248320; Q4_K-like mix).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
