@@ -223,7 +223,8 @@ class ModelsTest : public QObject {
     // The panels stack in this order; Theme.qml's colours and legend names follow it.
     TelemetryModel model;
     QCOMPARE(model.ledgerCategories(),
-             (QStringList{"weights", "staging", "kv", "kvPool", "workspace", "graphs", "other"}));
+             (QStringList{"weights", "staging", "kv", "kvPool", "workspace", "graphs", "other",
+                          "recurrentState"}));
   }
 
   void telemetryFrameIsOneValueWithEverySectionField() {

@@ -24,6 +24,8 @@
 #include "granule/testkit/gguf_writer.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/memory_manager.h"
+#include "granule/engine.h"
+#include "support/engine_chats.h"
 #include "support/model_runtime.h"
 #include "support/reference_golden.h"
 #include "support/temp_model.h"
@@ -251,6 +253,63 @@ INSTANTIATE_TEST_SUITE_P(Synthetic, Qwen35State, ::testing::Values("tiny-qwen35"
                              if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                            return n;
                          });
+
+// ---- the engine: a turn resumes the state snapshot its chat left -------------------------
+
+std::vector<TokenId> pseudo_random_tokens(size_t n, uint32_t seed) {
+  std::vector<TokenId> t(n);
+  uint32_t x = seed;
+  for (TokenId& v : t) {
+    x = x * 1664525u + 1013904223u;
+    v = static_cast<TokenId>(3 + (x >> 8) % 380);
+  }
+  return t;
+}
+
+std::vector<int32_t> engine_tokens(Engine& engine, const std::vector<TokenId>& prompt,
+                                   int32_t max_tokens, PromptInfo* info = nullptr) {
+  test::Output out;
+  engine.submit(test::chat_request({prompt, max_tokens}, out));
+  test::run_to_idle(engine);
+  EXPECT_EQ(out.reason, FinishReason::MaxTokens) << out.error;
+  if (info) *info = out.prompt_info;
+  return out.tokens;
+}
+
+EngineOptions engine_options(bool reuse) {
+  EngineOptions o = test::cpu_engine_options(512, 2);
+  o.prefill_chunk_tokens = 16;  // prompts in several chunks: the state carries between them
+  o.kv_reuse = reuse;
+  return o;
+}
+
+// Turn 2 continues turn 1: it resumes from the state turn 1 left in its slot (reusing every
+// computed token) and gives the greedy tokens of a fresh prefill. A turn that diverges inside
+// the kept tokens cannot resume the state (it covers all of them) and recomputes from the start.
+TEST_P(Qwen35State, ANextTurnResumesTheSnapshotOrRecomputes) {
+  test::TempModel model(SyntheticModelSpec::preset(GetParam()), "qwen35-turns");
+  auto engine = Engine::open(model.path, engine_options(true));
+  auto fresh = Engine::open(model.path, engine_options(false));
+  const std::vector<TokenId> p1 = pseudo_random_tokens(40, 1);
+  PromptInfo info;
+  const std::vector<int32_t> t1 = engine_tokens(*engine, p1, 12, &info);
+  EXPECT_EQ(info.reused_tokens, 0);
+  EXPECT_EQ(t1, engine_tokens(*fresh, p1, 12));
+
+  std::vector<TokenId> p2 = p1;
+  p2.insert(p2.end(), t1.begin(), t1.end());
+  const std::vector<TokenId> more = pseudo_random_tokens(21, 2);
+  p2.insert(p2.end(), more.begin(), more.end());
+  const std::vector<int32_t> t2 = engine_tokens(*engine, p2, 12, &info);
+  EXPECT_EQ(info.reused_tokens, 40 + 11);
+  EXPECT_EQ(t2, engine_tokens(*fresh, p2, 12));
+
+  std::vector<TokenId> p3(p2.begin(), p2.begin() + 30);
+  p3.push_back(p2[30] == 5 ? 6 : 5);
+  const std::vector<int32_t> t3 = engine_tokens(*engine, p3, 12, &info);
+  EXPECT_EQ(info.reused_tokens, 0);
+  EXPECT_EQ(t3, engine_tokens(*fresh, p3, 12));
+}
 
 // ---- whole models against llama.cpp -------------------------------------------------------
 

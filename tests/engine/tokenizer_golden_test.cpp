@@ -101,7 +101,8 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                          ::testing::Values(VocabCase{"ggml-vocab-gpt-2.gguf"},
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
                                            VocabCase{"ggml-vocab-phi-3.gguf"},
-                                           VocabCase{"ggml-vocab-deepseek-llm.gguf"}),
+                                           VocabCase{"ggml-vocab-deepseek-llm.gguf"},
+                                           VocabCase{"ggml-vocab-qwen35.gguf"}),
                          [](const auto& info) {
                            std::string name = info.param.file;
                            name = name.substr(11, name.size() - 11 - 5);  // ggml-vocab-X.gguf

@@ -135,7 +135,10 @@ struct FitEstimate {
   std::string device;                // "CPU", "CUDA NVIDIA H200"
   int64_t kv_element_bytes = 0;      // 4 on the CPU (f32 KV), 2 on CUDA (f16)
   uint64_t weights_bytes = 0;        // charged to the ledger at open
-  uint64_t kv_bytes_per_token = 0;   // K and V of every layer, in kv_element_bytes
+  uint64_t kv_bytes_per_token = 0;   // K and V of every attention layer, in kv_element_bytes
+  // Recurrent layers' state (Qwen3.5's Gated DeltaNet), one slot per chat: `chats` of them
+  // are held beside the weights, whatever the context.
+  uint64_t recurrent_state_bytes_per_chat = 0;
   uint64_t workspace_bytes = 0;      // an allowance: the logits of every slot plus scratch
   uint64_t budget_bytes = 0;         // the options' budget, or the one the backend would set
   int64_t context_per_chat = 0;      // the options' context, clamped to the model's as open() does

@@ -168,6 +168,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
       return impl->backend->copy_kv_to_host(slot, bytes, host);
     };
     m.scheduler->set_kv_reuse(true, m.options.kv_host_cache_bytes, std::move(copier));
+    m.scheduler->set_recurrent_state(m.config.is_hybrid());
   }
   m.scheduler->set_pressure_relief([impl = &m](uint64_t bytes) {
     return impl->backend->make_room(

@@ -101,6 +101,9 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   if (device.gpu && e.config.is_moe())
     throw UnsupportedError("the CUDA backend does not run mixture-of-experts models yet; "
                            "choose the CPU device");
+  if (device.gpu && e.config.is_hybrid())
+    throw UnsupportedError("the CUDA backend does not run " + e.config.architecture +
+                           " (Gated DeltaNet) models yet; choose the CPU device");
   e.gpu = device.gpu;
   e.device = device.name;
   e.kv_element_bytes = device.kv_element_bytes;
@@ -108,6 +111,7 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   e.kv_bytes_per_token = static_cast<uint64_t>(e.config.kv_bytes_per_token(e.kv_element_bytes));
   e.chats = options.max_sequences;
   e.workspace_bytes = workspace_allowance(e.config, e.chats);
+  e.recurrent_state_bytes_per_chat = static_cast<uint64_t>(e.config.recurrent_state_bytes());
   e.budget_bytes =
       options.vram_budget_bytes ? options.vram_budget_bytes : device.default_budget_bytes;
 
@@ -116,7 +120,9 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
                            ? trained
                            : options.context_length;
   const auto n_layer = static_cast<int32_t>(weights.layers.size());
-  uint64_t held = e.weights_bytes + e.workspace_bytes;  // the CPU holds every weight
+  // The CPU holds every weight; the recurrent state slots are allocated with the KV space.
+  uint64_t held = e.weights_bytes + e.workspace_bytes +
+                  e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
   e.resident_layers = n_layer;
   e.layer_streamed.assign(static_cast<size_t>(n_layer), false);
   e.resident_weight_bytes = e.weights_bytes;

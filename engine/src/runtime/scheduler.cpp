@@ -122,7 +122,7 @@ bool Scheduler::evict_kept(int32_t spare) {
       kept_[*oldest].tokens.size() * static_cast<uint64_t>(kv_.geometry().bytes_per_token);
   std::vector<uint8_t> host;
   // Making host room drops swapped entries only: this one stays, at a new index.
-  if (copier_.to_host && make_host_room(bytes)) {
+  if (copier_.to_host && !recurrent_ && make_host_room(bytes)) {
     try {
       host.resize(bytes);
       if (!copier_.to_host(slot, bytes, host.data())) host = {};
@@ -168,6 +168,8 @@ std::optional<Scheduler::KeptMatch> Scheduler::find_kept(const Sequence& head) c
       ++common;
     common = std::min(common, limit);
     if (common <= 0) continue;
+    // The recurrent state covers the kept tokens, all of them, and lives in the slot only.
+    if (recurrent_ && (k.swapped() || common < static_cast<int64_t>(k.tokens.size()))) continue;
     const bool same = !head.session.empty() && k.session == head.session;
     // Another chat's KV is taken only when none of it would be lost (it is a prefix of the
     // head's prompt); KV kept without a session is anyone's.

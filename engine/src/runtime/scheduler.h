@@ -99,6 +99,12 @@ class Scheduler {
   // KV reuse (off until set): keep finished sequences' KV, swapping it to at most
   // `host_bytes` of host memory with `copier` (unset functions: drop instead).
   void set_kv_reuse(bool on, uint64_t host_bytes, KvCopier copier = {});
+  // A model with recurrent layers (Qwen3.5): each slot's recurrent state covers exactly its
+  // computed tokens, a snapshot that stays in the slot when a sequence retires. A kept entry is
+  // then reused only whole (the head continues from the snapshot's length; a shorter match
+  // recomputes from the start), and idle KV is dropped rather than swapped to host memory (the
+  // state does not go with it).
+  void set_recurrent_state(bool on) { recurrent_ = on; }
   // Drops the kept entries of `session`, or all of them for "", freeing their KV.
   void drop_kept(const std::string& session);
   const std::vector<KeptKv>& kept() const { return kept_; }
@@ -226,6 +232,7 @@ class Scheduler {
   std::function<uint64_t(uint64_t)> relieve_;
   // KV reuse.
   bool reuse_ = false;
+  bool recurrent_ = false;
   uint64_t host_bytes_limit_ = 0;
   KvCopier copier_;
   std::vector<KeptKv> kept_;

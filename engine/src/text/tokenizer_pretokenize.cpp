@@ -30,6 +30,12 @@ constexpr const char* kQwen2 =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
     R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen 3.5: Qwen 2's split with combining marks (\p{M}) inside letter runs, as its
+// tokenizer.json writes it (llama.cpp's LLAMA_VOCAB_PRE_TYPE_QWEN35).
+constexpr const char* kQwen35 =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|)"
+    R"(\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // GPT-4o (o200k): words split at case changes, contractions attached.
 constexpr const char* kGpt4o =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+)"
@@ -122,6 +128,7 @@ PreTokenizerSpec pre_tokenizer_spec(std::string_view name) {
   if (is_one_of(name, {"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "hunyuan"})) {
     return {{kQwen2}};
   }
+  if (name == "qwen35") return {{kQwen35}};
   if (is_one_of(name, {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
                        "minerva-7b"})) {
     return {{kEachDigit, kGpt2}};

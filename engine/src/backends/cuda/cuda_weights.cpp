@@ -52,6 +52,9 @@ void check_type(const MatrixLayout& m) {
 
 // What the kernels do not cover in the model's shapes, or empty.
 std::string shape_refusal(const ModelConfig& c) {
+  if (c.is_hybrid())
+    return "the CUDA backend does not run " + c.architecture +
+           " (Gated DeltaNet layers with a recurrent state) yet";
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     return "the CUDA backend supports head sizes 64, 128 and 256, not " +
            std::to_string(c.head_dim);
