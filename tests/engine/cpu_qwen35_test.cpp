@@ -12,19 +12,20 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/delta_net.h"
 #include "backends/cpu/thread_pool.h"
+#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/testkit/gguf_writer.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/memory_manager.h"
-#include "granule/engine.h"
 #include "support/engine_chats.h"
 #include "support/model_runtime.h"
 #include "support/reference_golden.h"
@@ -309,6 +310,54 @@ TEST_P(Qwen35State, ANextTurnResumesTheSnapshotOrRecomputes) {
   const std::vector<int32_t> t3 = engine_tokens(*engine, p3, 12, &info);
   EXPECT_EQ(info.reused_tokens, 0);
   EXPECT_EQ(t3, engine_tokens(*fresh, p3, 12));
+}
+
+// Twelve chats on eight slots with room for four granules of KV beside what the engine holds
+// (its recurrent state slots among it): chats wait and running ones are preempted (recompute:
+// the state restarts from nothing with the KV); each still gives its alone tokens.
+TEST(Qwen35Engine, PreemptedChatsRecomputeTheirStateAndGiveTheirAloneTokens) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen35");
+  spec.n_layer = 6;  // delta and attention by turns: 3 x 8 KiB of f32 KV a token
+  spec.full_attention_interval = 2;
+  spec.n_head = spec.n_head_kv = 8;
+  spec.head_dim = 128;
+  spec.rope_dims = 32;
+  spec.rope_sections = {6, 5, 5, 0};
+  spec.context_length = 512;
+  test::TempModel model(spec, "qwen35-preempt");
+  std::mt19937_64 random(20261205);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(random() % static_cast<uint64_t>(hi - lo + 1));
+  };
+  std::vector<test::Chat> chats(12);
+  for (test::Chat& c : chats) {
+    c.prompt.resize(static_cast<size_t>(uniform(5, 200)));
+    for (TokenId& t : c.prompt) t = static_cast<TokenId>(uniform(3, 383));
+    c.max_tokens = static_cast<int32_t>(uniform(40, 120));
+  }
+  EngineOptions options = test::cpu_engine_options(512, 8);
+  options.prefill_chunk_tokens = 96;
+  const auto alone = test::tokens_alone(model.path, chats, options);
+
+  const TelemetrySnapshot idle = Engine::open(model.path, options)->telemetry();
+  const uint64_t state = idle.device.ledger_bytes(MemoryCategory::RecurrentState);
+  EXPECT_GT(state, 0u);
+  options.vram_budget_bytes = idle.device.used_bytes -
+                              idle.device.ledger_bytes(MemoryCategory::KvCommitted) -
+                              idle.device.ledger_bytes(MemoryCategory::KvPool) + 4 * (2ull << 20);
+  auto engine = Engine::open(model.path, options);
+  test::Outputs out;
+  std::vector<SequenceId> ids;
+  for (const test::Chat& c : chats) ids.push_back(engine->submit(test::chat_request(c, out)));
+  test::run_to_idle(*engine);
+  const TelemetrySnapshot end = engine->telemetry();
+  EXPECT_GT(end.scheduler.preemptions, 0u);
+  EXPECT_EQ(end.device.ledger_bytes(MemoryCategory::RecurrentState), state);
+  for (size_t i = 0; i < chats.size(); ++i) {
+    const test::Output& o = out[ids[i]];
+    EXPECT_EQ(o.reason, FinishReason::MaxTokens) << "chat " << i << ": " << o.error;
+    EXPECT_EQ(o.tokens, alone[i]) << "chat " << i;
+  }
 }
 
 // ---- whole models against llama.cpp -------------------------------------------------------

@@ -50,8 +50,7 @@ TEST_P(Qwen35Refusal, DeviceCudaThrowsAndAutoRunsOnTheCpu) {
   EXPECT_EQ(automatic.run(0, prompt, 0, false), cpu.run(0, prompt, 0, false));
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, Qwen35Refusal,
-                         ::testing::Values("tiny-qwen35", "tiny-qwen35moe"),
+INSTANTIATE_TEST_SUITE_P(Presets, Qwen35Refusal, ::testing::Values("tiny-qwen35", "tiny-qwen35moe"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (auto& ch : n)
