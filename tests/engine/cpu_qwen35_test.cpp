@@ -312,6 +312,46 @@ TEST_P(Qwen35State, ANextTurnResumesTheSnapshotOrRecomputes) {
   EXPECT_EQ(t3, engine_tokens(*fresh, p3, 12));
 }
 
+// One slot: chat b takes chat a's slot, so a's kept KV goes to host memory with its recurrent
+// state; a's next turn brings both back and continues from the snapshot exactly as a fresh
+// prefill. Without a host allowance the KV and the state are dropped and recomputed.
+TEST_P(Qwen35State, SwappedOutStateComesBackWithItsKv) {
+  test::TempModel model(SyntheticModelSpec::preset(GetParam()), "qwen35-swap");
+  EngineOptions o = engine_options(true);
+  o.max_sequences = 1;
+  auto engine = Engine::open(model.path, o);
+  auto fresh = Engine::open(model.path, engine_options(false));
+  const std::vector<TokenId> pa = pseudo_random_tokens(40, 21);
+  const std::vector<int32_t> a1 = engine_tokens(*engine, pa, 12);
+  PromptInfo info;
+  engine_tokens(*engine, pseudo_random_tokens(30, 22), 6, &info);
+  EXPECT_EQ(info.reused_tokens, 0);
+  TelemetrySnapshot t = engine->telemetry();
+  EXPECT_EQ(t.scheduler.kv_swap_outs, 1u);
+  const ModelConfig config = ModelConfig::from_gguf(*ModelFile::open(model.path));
+  const uint64_t kv_bytes = (40u + 11u) * static_cast<uint64_t>(config.kv_bytes_per_token(4));
+  const auto state = static_cast<uint64_t>(t.device.ledger_bytes(MemoryCategory::RecurrentState));
+  EXPECT_EQ(t.scheduler.swapped_kv_bytes, kv_bytes + state) << "the state went with the KV";
+
+  std::vector<TokenId> pa2 = pa;
+  pa2.insert(pa2.end(), a1.begin(), a1.end());
+  const std::vector<TokenId> more = pseudo_random_tokens(17, 23);
+  pa2.insert(pa2.end(), more.begin(), more.end());
+  const std::vector<int32_t> a2 = engine_tokens(*engine, pa2, 12, &info);
+  EXPECT_EQ(info.reused_tokens, 40 + 11);
+  EXPECT_EQ(info.swapped_in_tokens, 40 + 11);
+  EXPECT_EQ(engine->telemetry().scheduler.kv_swap_ins, 1u);
+  EXPECT_EQ(a2, engine_tokens(*fresh, pa2, 12));
+
+  o.kv_host_cache_bytes = 0;
+  auto dropping = Engine::open(model.path, o);
+  engine_tokens(*dropping, pa, 12);
+  engine_tokens(*dropping, pseudo_random_tokens(30, 22), 6);
+  EXPECT_EQ(engine_tokens(*dropping, pa2, 12, &info), a2);
+  EXPECT_EQ(info.reused_tokens, 0);
+  EXPECT_EQ(dropping->telemetry().scheduler.kv_swap_outs, 0u);
+}
+
 // Twelve chats on eight slots with room for four granules of KV beside what the engine holds
 // (its recurrent state slots among it): chats wait and running ones are preempted (recompute:
 // the state restarts from nothing with the KV); each still gives its alone tokens.

@@ -147,6 +147,15 @@ class Backend {
   virtual bool copy_kv_from_host(int32_t /*slot*/, const void* /*host*/, uint64_t /*bytes*/) {
     return false;
   }
+  // Models with recurrent layers (Qwen3.5): the bytes of one slot's recurrent state (0 for
+  // others), which goes to host memory with the slot's KV and comes back with it, as the KV
+  // copies do (ordered with the steps). copy_state_from_host() also says how many tokens
+  // the state covers, so that the next step continues it. False: the backend cannot copy it.
+  virtual uint64_t recurrent_state_bytes() const { return 0; }
+  virtual bool copy_state_to_host(int32_t /*slot*/, void* /*host*/) { return false; }
+  virtual bool copy_state_from_host(int32_t /*slot*/, const void* /*host*/, int64_t /*tokens*/) {
+    return false;
+  }
 
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}

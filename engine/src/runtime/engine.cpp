@@ -167,6 +167,12 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
     copier.to_host = [impl = &m](int32_t slot, uint64_t bytes, void* host) {
       return impl->backend->copy_kv_to_host(slot, bytes, host);
     };
+    if (const uint64_t state = m.backend->recurrent_state_bytes(); state > 0) {
+      copier.state_bytes = state;
+      copier.state_to_host = [impl = &m](int32_t slot, void* host) {
+        return impl->backend->copy_state_to_host(slot, host);
+      };
+    }
     m.scheduler->set_kv_reuse(true, m.options.kv_host_cache_bytes, std::move(copier));
     m.scheduler->set_recurrent_state(m.config.is_hybrid());
   }
@@ -429,8 +435,12 @@ void Engine::Impl::queue_swap_ins(StepPlan& plan) {
     if (scheduler->slot_of(in.id) != in.slot) continue;  // preempted or ended while planning
     std::string error;
     try {
-      if (!backend->copy_kv_from_host(in.slot, in.host.data(), in.host.size()))
+      const uint64_t kv_bytes = in.host.size() - in.state_bytes;
+      if (!backend->copy_kv_from_host(in.slot, in.host.data(), kv_bytes))
         error = "the backend cannot copy KV back from host memory";
+      else if (in.state_bytes > 0 &&
+               !backend->copy_state_from_host(in.slot, in.host.data() + kv_bytes, in.tokens))
+        error = "the backend cannot copy the recurrent state back from host memory";
     } catch (const DeviceLostError&) {
       throw;
     } catch (const Error& e) {

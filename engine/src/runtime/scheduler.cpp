@@ -121,11 +121,16 @@ bool Scheduler::evict_kept(int32_t spare) {
   const uint64_t bytes =
       kept_[*oldest].tokens.size() * static_cast<uint64_t>(kv_.geometry().bytes_per_token);
   std::vector<uint8_t> host;
+  // A recurrent model's state goes with its KV, or nothing goes.
+  const uint64_t state = recurrent_ ? copier_.state_bytes : 0;
+  const bool copies = copier_.to_host && (!recurrent_ || (state > 0 && copier_.state_to_host));
   // Making host room drops swapped entries only: this one stays, at a new index.
-  if (copier_.to_host && !recurrent_ && make_host_room(bytes)) {
+  if (copies && make_host_room(bytes + state)) {
     try {
-      host.resize(bytes);
-      if (!copier_.to_host(slot, bytes, host.data())) host = {};
+      host.resize(bytes + state);
+      if (!copier_.to_host(slot, bytes, host.data()) ||
+          (state > 0 && !copier_.state_to_host(slot, host.data() + bytes)))
+        host = {};
     } catch (const DeviceLostError&) {
       throw;
     } catch (const std::exception& e) {
@@ -168,8 +173,8 @@ std::optional<Scheduler::KeptMatch> Scheduler::find_kept(const Sequence& head) c
       ++common;
     common = std::min(common, limit);
     if (common <= 0) continue;
-    // The recurrent state covers the kept tokens, all of them, and lives in the slot only.
-    if (recurrent_ && (k.swapped() || common < static_cast<int64_t>(k.tokens.size()))) continue;
+    // The recurrent state covers the kept tokens, all of them: it is reused whole or not at all.
+    if (recurrent_ && common < static_cast<int64_t>(k.tokens.size())) continue;
     const bool same = !head.session.empty() && k.session == head.session;
     // Another chat's KV is taken only when none of it would be lost (it is a prefix of the
     // head's prompt); KV kept without a session is anyone's.
@@ -427,8 +432,10 @@ StepPlan Scheduler::next_step() {
                            static_cast<uint64_t>(kv_.geometry().bytes_per_token);
         const bool mapped = kv_.map_through(slot, match->tokens);
         if (mapped) {
-          k.host.resize(bytes);  // the head's share of the chat's KV
-          plan.swap_ins.push_back({head_id, slot, std::move(k.host)});
+          // The head's share of the chat's KV (all of it, and the state, when recurrent).
+          const uint64_t state = recurrent_ ? copier_.state_bytes : 0;
+          k.host.resize(bytes + state);
+          plan.swap_ins.push_back({head_id, slot, std::move(k.host), state, match->tokens});
           reused = swapped_in = match->tokens;
           ++swap_ins_;
           swap_in_bytes_ += bytes;

@@ -31,6 +31,10 @@ class KvSpace;
 // and the engine queues it before the step that reads it.
 struct KvCopier {
   std::function<bool(int32_t slot, uint64_t bytes, void* host)> to_host;
+  // A model with recurrent layers: each slot's state (state_bytes of it) goes to host memory
+  // after its KV, in the same buffer (KeptKv::host ends with it).
+  uint64_t state_bytes = 0;
+  std::function<bool(int32_t slot, void* host)> state_to_host;
 };
 
 // An idle chat's KV, kept after its sequence finished for the next request that continues it.
@@ -39,6 +43,7 @@ struct KeptKv {
   std::string session;          // of the sequence that left it ("" none)
   int32_t slot = -1;            // the slot holding it in device memory; -1 once swapped out
   std::vector<uint8_t> host;    // swapped out: the KV of `tokens`, copied to host memory
+                                // (then the recurrent state, for a model with one)
   uint64_t last_used = 0;       // larger is more recent: the least recent gives way first
   bool swapped() const { return slot < 0; }
 };
@@ -69,6 +74,8 @@ struct KvSwapIn {
   SequenceId id = 0;
   int32_t slot = -1;
   std::vector<uint8_t> host;
+  uint64_t state_bytes = 0;  // the recurrent state at the end of `host`, for `tokens` tokens
+  int64_t tokens = 0;
 };
 
 // What one step runs, and what planning it did to the sequences.
@@ -102,8 +109,8 @@ class Scheduler {
   // A model with recurrent layers (Qwen3.5): each slot's recurrent state covers exactly its
   // computed tokens, a snapshot that stays in the slot when a sequence retires. A kept entry is
   // then reused only whole (the head continues from the snapshot's length; a shorter match
-  // recomputes from the start), and idle KV is dropped rather than swapped to host memory (the
-  // state does not go with it).
+  // recomputes from the start); idle KV goes to host memory with its state (KvCopier's
+  // state_to_host), or is dropped when the copier has none.
   void set_recurrent_state(bool on) { recurrent_ = on; }
   // Drops the kept entries of `session`, or all of them for "", freeing their KV.
   void drop_kept(const std::string& session);

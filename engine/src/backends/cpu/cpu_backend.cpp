@@ -336,6 +336,22 @@ bool CpuBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t byte
   return true;
 }
 
+bool CpuBackend::copy_state_to_host(int32_t slot, void* host) {
+  if (!hybrid_) return false;
+  if (slot < 0 || slot >= hybrid_->slots())
+    throw UsageError("CPU backend: slot " + std::to_string(slot) + " does not exist");
+  std::memcpy(host, hybrid_->state(slot), hybrid_->state_bytes());
+  return true;
+}
+
+bool CpuBackend::copy_state_from_host(int32_t slot, const void* host, int64_t tokens) {
+  if (!hybrid_) return false;
+  if (slot < 0 || slot >= hybrid_->slots())
+    throw UsageError("CPU backend: slot " + std::to_string(slot) + " does not exist");
+  hybrid_->restore(slot, static_cast<const float*>(host), tokens);
+  return true;
+}
+
 StepResult CpuBackend::wait() {
   if (!done_) throw UsageError("CPU backend: wait() without a launched step");
   StepResult result = std::move(*done_);

@@ -47,6 +47,10 @@ class CpuBackend final : public Backend {
   // The KV is host memory already: a memcpy each way.
   bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
   bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
+  // A hybrid model's recurrent state: a memcpy each way (HybridLayers).
+  uint64_t recurrent_state_bytes() const override { return hybrid_ ? hybrid_->state_bytes() : 0; }
+  bool copy_state_to_host(int32_t slot, void* host) override;
+  bool copy_state_from_host(int32_t slot, const void* host, int64_t tokens) override;
 
  private:
   // The forward pass: logits rows for the batch (see StepRequest::logits).
