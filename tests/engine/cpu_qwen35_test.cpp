@@ -352,6 +352,22 @@ TEST_P(Qwen35State, SwappedOutStateComesBackWithItsKv) {
   EXPECT_EQ(dropping->telemetry().scheduler.kv_swap_outs, 0u);
 }
 
+// The fit preview holds a recurrent state slot per chat beside the weights, and KV for the
+// attention layers only; Device Cuda is refused while the CUDA backend cannot run the model.
+TEST(Qwen35Engine, FitEstimateCountsTheStateSlotsAndAttentionKvOnly) {
+  test::TempModel model(SyntheticModelSpec::preset("tiny-qwen35"), "qwen35-fit");
+  EngineOptions o = test::cpu_engine_options(256, 4);
+  const FitEstimate e = Engine::estimate(model.path, o);
+  EXPECT_EQ(e.recurrent_state_bytes_per_chat,
+            static_cast<uint64_t>(e.config.recurrent_state_bytes()));
+  EXPECT_EQ(e.kv_bytes_per_token, 1u * 2u * 2u * 32u * 4u);
+  EXPECT_EQ(e.minimum_budget_bytes,
+            e.weights_bytes + e.workspace_bytes + 4 * e.recurrent_state_bytes_per_chat);
+  o.device = DeviceKind::Cuda;
+  o.vram_budget_bytes = 1ull << 30;
+  EXPECT_THROW(Engine::estimate(model.path, o), Error);
+}
+
 // Twelve chats on eight slots with room for four granules of KV beside what the engine holds
 // (its recurrent state slots among it): chats wait and running ones are preempted (recompute:
 // the state restarts from nothing with the KV); each still gives its alone tokens.
