@@ -215,13 +215,17 @@ void HybridLayers::begin_step(std::span<const SequenceSpan> sequences) {
     if (s.slot < 0 || s.slot >= slots()) {
       throw UsageError("recurrent state: slot " + std::to_string(s.slot) + " does not exist");
     }
-    if (s.start_position == 0) {
-      reset(s.slot);
-    } else if (s.start_position != length(s.slot)) {
-      throw UsageError("recurrent state: slot " + std::to_string(s.slot) + " covers " +
-                       std::to_string(length(s.slot)) + " tokens, the step continues at position " +
-                       std::to_string(s.start_position));
+    if (s.start_position != 0 && s.start_position != length(s.slot)) {
+      const int64_t covered = length(s.slot);
+      throw UsageError("recurrent state: slot " + std::to_string(s.slot) +
+                       (covered < 0 ? std::string(" holds the state of a step that failed")
+                                    : " covers " + std::to_string(covered) + " tokens") +
+                       ", the step continues at position " + std::to_string(s.start_position));
     }
+  }
+  for (const SequenceSpan& s : sequences) {
+    if (s.start_position == 0) reset(s.slot);
+    lengths_[sz(s.slot)] = -1;  // in flight
   }
 }
 

@@ -84,7 +84,9 @@ class HybridLayers {
   void reset(int32_t slot);
 
   // Checks that every sequence continues its slot's state (a start at position 0 resets it);
-  // throws UsageError naming the mismatch otherwise. Call before running a step.
+  // throws UsageError naming the mismatch otherwise, changing nothing. Call before running a
+  // step. Until end_step() the slots cover no length: a step that fails half way leaves
+  // states nothing may continue (only a new start at position 0).
   void begin_step(std::span<const SequenceSpan> sequences);
   // After the step's last layer: each slot's state now covers its sequences' tokens too.
   void end_step(std::span<const SequenceSpan> sequences);
