@@ -8,12 +8,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -158,6 +162,26 @@ TEST(GptOssConfig, RealShapePreset) {
   EXPECT_EQ(s.expert_type, T::MXFP4);
   EXPECT_TRUE(s.attn_sinks && s.attn_output_bias && s.qkv_bias && s.expert_biases);
 }
+
+#ifdef GRANULE_HAVE_CUDA
+// The case: until the CUDA backend runs gpt-oss's attention, it refuses such a file (so Device
+// Auto runs it on the CPU), and a dense model with YaRN scaling as well.
+TEST(GptOssConfig, CudaBackendRefusesWhatItDoesNotRun) {
+  Loaded oss(SyntheticModelSpec::preset("tiny-gpt-oss"));
+  EXPECT_FALSE(cuda_model_refusal(oss.config, oss.weights).empty());
+  SyntheticModelSpec dense = SyntheticModelSpec::preset("small-256");
+  dense.architecture = "qwen2";
+  dense.yarn_rope_scaling = true;
+  dense.rope_scaling_factor = 4.0f;
+  dense.rope_original_context = 512;
+  Loaded yarn(dense);
+  EXPECT_EQ(yarn.config.rope_scaling.type, "yarn");
+  EXPECT_NE(cuda_model_refusal(yarn.config, yarn.weights).find("YaRN"), std::string::npos);
+  dense.yarn_rope_scaling = false;
+  Loaded plain(dense);
+  EXPECT_EQ(cuda_model_refusal(plain.config, plain.weights), "");
+}
+#endif
 
 // ---- rope -----------------------------------------------------------------------------------
 
@@ -535,6 +559,70 @@ TEST(RouterSkew, UniformAndZipfLikeRoutingCounts) {
       }
     }
   }
+}
+
+// ---- the writer's random-block mode (granule-write-model) ------------------------------------
+
+// Root mean square of a tensor's decoded values.
+double tensor_rms(const TensorInfo& t) {
+  std::vector<float> v(static_cast<size_t>(t.elements()));
+  dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, v.data(), t.elements());
+  double sum = 0;
+  for (float x : v) {
+    EXPECT_TRUE(std::isfinite(x)) << t.name;
+    sum += static_cast<double>(x) * x;
+  }
+  return std::sqrt(sum / static_cast<double>(v.size()));
+}
+
+// The case: random_blocks writes the same tensors, types and shapes as the seeded writer, its
+// large tensors decode to finite values of the same size (RMS within 5%) but other values, the
+// bytes do not depend on how write() slices rows among threads (write() and to_bytes() agree),
+// and the file runs: finite logits on the CPU.
+TEST(RandomBlocks, ValidBlocksOfTheSeededMagnitude) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss-mxfp4");
+  spec.n_embd = 256;
+  spec.n_ff_exp = 512;
+  spec.n_expert = 32;
+  spec.n_vocab = 4096;
+  spec.embedding_type = T::Q8_0;
+  spec.output_type = T::Q6_K;
+  spec.n_layer = 2;
+  test::TempModel seeded(spec, "seeded");
+  spec.random_blocks = true;
+  test::TempModel random(spec, "random");
+  EXPECT_EQ(build_synthetic_model(spec).to_bytes().size(), fs::file_size(random.path));
+  {
+    const std::vector<uint8_t> bytes = build_synthetic_model(spec).to_bytes();
+    std::ifstream in(random.path, std::ios::binary);
+    const std::vector<uint8_t> on_disk((std::istreambuf_iterator<char>(in)),
+                                       std::istreambuf_iterator<char>());
+    EXPECT_TRUE(bytes == on_disk) << "write() and to_bytes() differ";
+  }
+  auto a = ModelFile::open(seeded.path);
+  auto b = ModelFile::open(random.path);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  int large = 0;
+  for (size_t i = 0; i < a->tensors().size(); ++i) {
+    const TensorInfo& ta = a->tensors()[i];
+    const TensorInfo& tb = b->tensors()[i];
+    ASSERT_EQ(ta.name, tb.name);
+    EXPECT_EQ(ta.dims, tb.dims) << ta.name;
+    EXPECT_EQ(ta.ggml_type, tb.ggml_type) << ta.name;
+    const bool same = std::memcmp(ta.data, tb.data, ta.size_bytes) == 0;
+    if (ta.size_bytes < (1u << 20)) {
+      EXPECT_TRUE(same) << ta.name << ": small tensors keep their seeded values";
+      continue;
+    }
+    ++large;
+    EXPECT_FALSE(same) << ta.name;
+    const double ra = tensor_rms(ta), rb = tensor_rms(tb);
+    EXPECT_NEAR(rb / ra, 1.0, 0.05) << ta.name;
+  }
+  EXPECT_GE(large, 3) << "the test covers large tensors (experts, embeddings, head)";
+  CpuModel m(random.path);
+  const std::vector<float> logits = m.run(0, {1, 2, 3, 4}, 0, false);
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 
 }  // namespace
