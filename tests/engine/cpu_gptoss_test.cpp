@@ -391,10 +391,19 @@ struct ModelCase {
 // the device rounding contract (int8 expert inputs too); the two int8 roundings still differ
 // (f16 block scale and Divide for down in the contract), and a near-tie in the router can
 // flip an expert: a looser bound, the greedy tokens identical.
+// And YaRN alone on a dense Qwen2 file (factor 4 over an original context of 16, so the ramp
+// spans several pairs), which llama.cpp scales as it scales gpt-oss.
 std::vector<ModelCase> llama_cpp_cases() {
+  SyntheticModelSpec yarn = SyntheticModelSpec::preset("tiny-qwen2");
+  yarn.yarn_rope_scaling = true;
+  yarn.rope_scaling_factor = 4.0f;
+  yarn.rope_original_context = 16;
+  yarn.rope_theta = 10000.0f;
+  yarn.seed = 32;
   return {
       {"tiny-gpt-oss", SyntheticModelSpec::preset("tiny-gpt-oss"), 1e-4},
       {"tiny-gpt-oss-mxfp4", SyntheticModelSpec::preset("tiny-gpt-oss-mxfp4"), 5e-2, true},
+      {"tiny-qwen2-yarn", yarn, 1e-4},
   };
 }
 
