@@ -1,6 +1,7 @@
 // gpt-oss on the CPU reference backend (issue 36): its attention config read from GGUF (sinks,
 // output bias, sliding-window layers and their pattern, YaRN), YaRN's rope against ggml's
-// formula, the sink in the softmax, the window in a whole forward pass; whole synthetic gpt-oss
+// formula, the sink in the softmax, the window in a whole forward pass, Device Auto on the CPU
+// while CUDA refuses gpt-oss's attention; whole synthetic gpt-oss
 // files against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt, from
 // tests/reference/make_llama_cpp_goldens.sh); and the synthetic writer's router skew, measured
 // as routing counts per expert on the CPU.
@@ -21,6 +22,7 @@
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
+#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -375,6 +377,56 @@ TEST(GptOssAttention, DecodeMatchesPrefillPastTheWindow) {
           << "position " << p;
     }
   }
+}
+
+// The case: the engine opens a gpt-oss file with Device Auto on the CPU (CUDA refuses its
+// attention), with the CPU backend's logits; Device Cuda is a DeviceError — where a GPU is
+// present, the CUDA backend's refusal (head size 64 here, so that the head-size check passes).
+TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss");
+  spec.head_dim = 64;
+  test::TempModel file(spec, "gptoss-engine");
+  EngineOptions options;
+  options.device = DeviceKind::Auto;
+  options.context_length = 64;
+  options.max_sequences = 2;
+  options.cpu_threads = 2;
+  std::unique_ptr<Engine> engine;
+  ASSERT_NO_THROW(engine = Engine::open(file.path, options));
+  EXPECT_EQ(engine->device_name().rfind("CPU", 0), 0u) << engine->device_name();
+  const std::vector<int32_t> tokens = {1, 45, 300, 7, 99, 256, 12, 3, 200, 150, 17, 64};
+  const auto logits = engine->logits_for(tokens);
+  ASSERT_EQ(logits.size(), tokens.size());
+  CpuModel direct(file.path);
+  const std::vector<float> expected = direct.run(0, tokens, 0, true);
+  const auto vocab = static_cast<size_t>(direct.config.n_vocab);
+  for (size_t r = 0; r < tokens.size(); ++r)
+    EXPECT_EQ(logits[r],
+              std::vector<float>(expected.begin() + r * vocab, expected.begin() + (r + 1) * vocab));
+  engine.reset();
+
+  options.device = DeviceKind::Cuda;
+  std::string message;
+  try {
+    Engine::open(file.path, options);
+  } catch (const DeviceError& e) {
+    message = e.what();
+  }
+  EXPECT_FALSE(message.empty()) << "DeviceKind::Cuda opened gpt-oss";
+#ifdef GRANULE_HAVE_CUDA
+  bool gpu = true;
+  try {
+    probe_cuda_device();
+  } catch (const DeviceError&) {
+    gpu = false;
+  }
+  // The MoE refusal comes first until the CUDA experts land; then the attention's.
+  if (gpu) {
+    EXPECT_TRUE(message.find("sinks") != std::string::npos ||
+                message.find("mixture-of-experts") != std::string::npos)
+        << message;
+  }
+#endif
 }
 
 // ---- whole files against llama.cpp ----------------------------------------------------------
