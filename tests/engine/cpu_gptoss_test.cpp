@@ -1,10 +1,10 @@
 // gpt-oss on the CPU reference backend (issue 36): its attention config read from GGUF (sinks,
 // output bias, sliding-window layers and their pattern, YaRN), YaRN's rope against ggml's
 // formula, the sink in the softmax, the window in a whole forward pass, Device Auto on the CPU
-// while CUDA refuses gpt-oss's attention; whole synthetic gpt-oss
-// files against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt, from
-// tests/reference/make_llama_cpp_goldens.sh); and the synthetic writer's router skew, measured
-// as routing counts per expert on the CPU.
+// while CUDA refuses gpt-oss's attention; whole synthetic gpt-oss files (and YaRN on a dense
+// Qwen2 file) against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt,
+// from tests/reference/make_llama_cpp_goldens.sh); the synthetic writer's router skew, measured
+// as routing counts per expert on the CPU; and its random-block mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
