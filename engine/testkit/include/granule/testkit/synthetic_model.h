@@ -91,7 +91,7 @@ struct SyntheticModelSpec {
   // by (1 + r)^(-s/2), so that on typical hidden states expert popularity falls with rank
   // like a power law (Zipf-like; its measured shape is in cpu_gptoss_test.cpp).
   float router_skew = 0.0f;
-  // Large tensors (1 MiB and more) are written from a pool of valid encoded pieces drawn at
+  // Tensors of 64 KiB and more are written from a pool of valid encoded pieces drawn at
   // random instead of quantising seeded values one by one: same block type and value
   // distribution, about memory speed, for the multi-GB real shapes (granule-write-model).
   // Reproducible for a seed, but different values from the seeded ones.
