@@ -1,12 +1,13 @@
 // Mixture-of-experts kernels (moe.cuh). The expert products are one kernel family: a block of
 // 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it, splits
 // the input length over its 128 threads in chunks of 8 elements, decodes each weight chunk
-// once (dequantize8) for all the tile's pairs, and sums each pair's products in the same order
-// whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the grouped
-// launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
+// once (int8 + scale for dp4a, or f32) for all the tile's pairs, and sums each pair's products in
+// the same order whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the
+// grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
 #include <cmath>
 
 #include "moe.cuh"
+#include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 
 namespace granule::kernels {
@@ -270,21 +271,52 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
     for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
 
   const int n_in = in.n_in, n_chunks = n_in / 8;
+  if constexpr (kReadsQ8<TYPE>) {
+    // Int8 activations meet each chunk's int8 weights in two dp4a (moe_unpack.cuh):
+    // w·x = d_x · (scale · Σ q·x_q + offset · Σ x_q).
+    constexpr bool kOffset = moe_unpack::has_offset(TYPE);
 #pragma unroll 1
-  for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
-    float xv[NB][8];
+    for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
+      int xa[NB], xb[NB], xs[NB];
+      float xd[NB];
 #pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      if (b >= count) break;
-      if constexpr (kReadsQ8<TYPE>) {
+      for (int b = 0; b < NB; ++b) {
+        if (b >= count) break;
         const int2 q = *reinterpret_cast<const int2*>(in.xq.qs + x_row[b] * n_in + 8 * c);
-        const float d = in.xq.ds[x_row[b] * (n_in / kQ8Block) + c / 4].x;
+        xa[b] = q.x;
+        xb[b] = q.y;
+        xd[b] = in.xq.ds[x_row[b] * (n_in / kQ8Block) + c / 4].x;
+        xs[b] = kOffset ? __dp4a(0x01010101, q.y, __dp4a(0x01010101, q.x, 0)) : 0;
+      }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xv[b][i] = static_cast<float>(static_cast<int8_t>(q.x >> (8 * i))) * d;
-          xv[b][4 + i] = static_cast<float>(static_cast<int8_t>(q.y >> (8 * i))) * d;
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        const moe_unpack::Chunk8 wg = moe_unpack::unpack8<TYPE>(w + r * row_bytes, c);
+        moe_unpack::Chunk8 wu;
+        if constexpr (GATE_UP) wu = moe_unpack::unpack8<TYPE>(w_up + r * row_bytes, c);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          if (b >= count) break;
+          const int sg = __dp4a(wg.hi, xb[b], __dp4a(wg.lo, xa[b], 0));
+          float vg = wg.scale * static_cast<float>(sg);
+          if constexpr (kOffset) vg = fmaf(wg.offset, static_cast<float>(xs[b]), vg);
+          acc[r][b] = fmaf(xd[b], vg, acc[r][b]);
+          if constexpr (GATE_UP) {
+            const int su = __dp4a(wu.hi, xb[b], __dp4a(wu.lo, xa[b], 0));
+            float vu = wu.scale * static_cast<float>(su);
+            if constexpr (kOffset) vu = fmaf(wu.offset, static_cast<float>(xs[b]), vu);
+            acc_up[r][b] = fmaf(xd[b], vu, acc_up[r][b]);
+          }
         }
-      } else {
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
+      float xv[NB][8];
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (b >= count) break;
         const float4* xp = reinterpret_cast<const float4*>(in.x + x_row[b] * n_in) + 2 * c;
         const float4 x0 = xp[0], x1 = xp[1];
         xv[b][0] = x0.x;
@@ -296,20 +328,20 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
         xv[b][6] = x1.z;
         xv[b][7] = x1.w;
       }
-    }
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows_here) break;
-      float wv[8], uv[8];
-      dequantize8<TYPE>(w + r * row_bytes, c, wv);
-      if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * row_bytes, c, uv);
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        float wv[8], uv[8];
+        dequantize8<TYPE>(w + r * row_bytes, c, wv);
+        if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * row_bytes, c, uv);
 #pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        if (b >= count) break;
+        for (int b = 0; b < NB; ++b) {
+          if (b >= count) break;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
-          if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
+          for (int i = 0; i < 8; ++i) {
+            acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
+            if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
+          }
         }
       }
     }

@@ -10,8 +10,10 @@
 // Rounding (the contract of issue 36): the router reads f32 x; gate/up of a quantised expert
 // (any type but F32/F16/BF16) read x through int8 blocks of 32 (the RMSNorm kernel's
 // MultiplyByInverse rounding), down reads the activation through int8 blocks with
-// quantize_q8's Divide rounding; F32/F16/BF16 experts read f32. Weights are decoded to f32
-// (dequantize8) and meet the activations in f32 fused multiply-adds.
+// quantize_q8's Divide rounding; F32/F16/BF16 experts read f32. A quantised weight chunk of 8
+// is unpacked to int8 with one scale and offset (moe_unpack.cuh) and meets the int8 activations
+// in dp4a; float weights are decoded to f32 (dequantize8) and meet f32 activations in fused
+// multiply-adds.
 #pragma once
 #include <cuda_runtime.h>
 
