@@ -16,9 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
+#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -620,6 +622,44 @@ TEST_P(QuantisedExperts, EmulatedNumericsWithinTheInt8Error) {
   EXPECT_EQ(oracle.run(1, kPrompt, 0, true), b) << "deterministic";
 }
 
+// The case: llama.cpp on the same file (its CPU products quantise activations to 8 bits for
+// quantised weights) stays within that rounding's error of the f32 reference, as the CUDA
+// oracle does; greedy tokens are printed, not compared (random models have near-tied logits).
+TEST_P(QuantisedExperts, WithinActivationRoundingOfLlamaCpp) {
+  const QuantCase& c = GetParam();
+  test::TempModel file(c.spec, c.name);
+  test::ReferenceGolden g;
+  ASSERT_NO_FATAL_FAILURE(test::load_reference_golden("moe-" + c.name, file.path, kPrompt, g));
+  CpuModel exact(file.path), oracle(file.path, true);
+  const auto [a, greedy] = exact.prompt_and_greedy(kPrompt, kGreedy);
+  const auto [b, oracle_greedy] = oracle.prompt_and_greedy(kPrompt, kGreedy);
+  ASSERT_EQ(a.size(), g.logits.size());
+  const double rel = worst_relative(a, g.logits, g.vocab);
+  const double rel_oracle = worst_relative(b, g.logits, g.vocab);
+  auto agree = [&](const std::vector<int32_t>& t) {
+    size_t n = 0;
+    while (n < t.size() && n < g.greedy.size() && t[n] == g.greedy[n]) ++n;
+    return n;
+  };
+  std::cout << "[llama.cpp] " << c.name << ": max |f32 - llama.cpp| / std " << rel
+            << ", |oracle - llama.cpp| / std " << rel_oracle << "; greedy prefix agreeing "
+            << agree(greedy) << "/8 (f32), " << agree(oracle_greedy) << "/8 (oracle)\n";
+  // A token whose k-th and (k+1)-th experts nearly tie may route differently under either
+  // rounding: its row then differs by order one. Most rows must be within the rounding error.
+  int64_t close_rows = 0;
+  for (int64_t r = 0; r < g.rows; ++r) {
+    const size_t off = static_cast<size_t>(r * g.vocab);
+    const std::vector<float> ra(a.begin() + off, a.begin() + off + g.vocab);
+    const std::vector<float> rg(g.logits.begin() + off, g.logits.begin() + off + g.vocab);
+    const double row_rel = worst_relative(ra, rg, g.vocab);
+    if (row_rel < 0.2)
+      ++close_rows;
+    else
+      std::cout << "  row " << r << ": " << row_rel << "\n";
+  }
+  EXPECT_GE(close_rows, g.rows - 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Files, QuantisedExperts, ::testing::ValuesIn(quant_cases()),
                          [](const auto& info) { return info.param.name; });
 
@@ -640,6 +680,66 @@ TEST(CpuMoeBackend, BatchedSequencesEqualEachAlone) {
   expected.insert(expected.end(), lb.begin(), lb.end());
   ASSERT_EQ(logits.size(), expected.size());
   EXPECT_EQ(std::memcmp(logits.data(), expected.data(), logits.size() * sizeof(float)), 0);
+}
+
+// The case: Device Auto opens a mixture of experts on the CPU on every machine (the CUDA
+// backend refuses it for now, so on a GPU machine this is the fallback), its fit estimate
+// counts every expert's bytes, and an estimate for the CUDA backend is a clear error.
+TEST(CpuMoeEngine, AutoRunsOnTheCpuAndTheEstimateCountsEveryExpert) {
+  test::TempModel file(SyntheticModelSpec::preset("tiny-mixtral"), "moe-engine");
+  EngineOptions options;
+  options.device = DeviceKind::Auto;
+  options.context_length = 64;
+  options.max_sequences = 2;
+  options.cpu_threads = 2;
+  std::unique_ptr<Engine> engine;
+  ASSERT_NO_THROW(engine = Engine::open(file.path, options));
+  EXPECT_EQ(engine->device_name().rfind("CPU", 0), 0u) << engine->device_name();
+  const std::vector<int32_t> tokens = {1, 45, 300, 7};
+  const auto logits = engine->logits_for(tokens);
+  ASSERT_EQ(logits.size(), tokens.size());
+  CpuModel direct(file.path);
+  const std::vector<float> expected = direct.run(0, tokens, 0, true);
+  const auto vocab = static_cast<size_t>(direct.config.n_vocab);
+  for (size_t r = 0; r < tokens.size(); ++r)
+    EXPECT_EQ(logits[r],
+              std::vector<float>(expected.begin() + r * vocab, expected.begin() + (r + 1) * vocab));
+
+  const FitEstimate fit = Engine::estimate(file.path, options);
+  EXPECT_FALSE(fit.gpu);
+  uint64_t tensor_bytes = 0;
+  for (const TensorInfo& t : direct.file->tensors()) tensor_bytes += t.size_bytes;
+  EXPECT_EQ(fit.weights_bytes, tensor_bytes);
+
+  options.device = DeviceKind::Cuda;
+  options.vram_budget_bytes = uint64_t{8} << 30;
+  std::string message;
+  try {
+    Engine::estimate(file.path, options);
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
+
+#ifdef GRANULE_HAVE_CUDA
+  // With a usable GPU, asking for CUDA is the CUDA backend's refusal (a DeviceError, which is
+  // what lets Auto fall back); without one it is the no-GPU DeviceError.
+  bool gpu = true;
+  try {
+    probe_cuda_device();
+  } catch (const DeviceError&) {
+    gpu = false;
+  }
+  options.vram_budget_bytes = 0;
+  message.clear();
+  try {
+    Engine::open(file.path, options);
+  } catch (const DeviceError& e) {
+    message = e.what();
+  }
+  EXPECT_FALSE(message.empty()) << "DeviceKind::Cuda opened a mixture of experts";
+  if (gpu) EXPECT_NE(message.find("mixture-of-experts"), std::string::npos) << message;
+#endif
 }
 
 }  // namespace

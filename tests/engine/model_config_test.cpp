@@ -404,6 +404,27 @@ TEST(ModelConfigMoe, RealShapePresetsDescribeTheModels) {
   });
   EXPECT_GT(down_q6, 0);
   EXPECT_LT(down_q6, 48);
+  // The mix written and read back, on a copy small enough to write here (8 layers, 4 experts
+  // of 256, 256 wide).
+  SyntheticModelSpec small = q;
+  small.n_layer = 8;
+  small.n_expert = 4;
+  small.n_expert_used = 2;
+  small.n_vocab = 1000;
+  small.n_embd = 256;
+  small.n_head = 2;
+  small.n_head_kv = 1;
+  small.n_ff_exp = 256;
+  small.tensor_types.clear();  // llama-quantize's use_more_bits() layers of 8: 0, 3, 6, 7
+  for (int64_t i : {0, 3, 6, 7})
+    small.tensor_types.push_back(
+        {"blk." + std::to_string(i) + ".ffn_down_exps.weight", TensorType::Q6_K});
+  Loaded m(small);
+  EXPECT_EQ(m.config.moe.n_ff_exp, 256);
+  EXPECT_EQ(m.config.dominant_type, static_cast<uint32_t>(TensorType::Q4_K));
+  EXPECT_EQ(m.weights.layers[3].down_exps->ggml_type, static_cast<uint32_t>(TensorType::Q6_K));
+  EXPECT_EQ(m.weights.layers[4].down_exps->ggml_type, static_cast<uint32_t>(TensorType::Q4_K));
+  EXPECT_EQ(m.weights.layers[4].router->ggml_type, static_cast<uint32_t>(TensorType::F32));
   const SyntheticModelSpec x = SyntheticModelSpec::preset("mixtral-8x7b");
   EXPECT_EQ(x.architecture, "llama");
   EXPECT_EQ(x.n_expert, 8);

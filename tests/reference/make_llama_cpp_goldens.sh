@@ -19,7 +19,7 @@ cc -O2 -std=c11 -I"$source_dir/include" -I"$source_dir/ggml/include" \
   -Wl,-rpath,"$lib_dir" -o "$work/llama_cpp_logits"
 # The comparison fails for missing goldens; exporting the models is what matters here.
 GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/cpu_moe_test" \
-  --gtest_filter='Synthetic/LlamaCppGolden.*' >/dev/null || true
+  --gtest_filter='Synthetic/LlamaCppGolden.*:Files/QuantisedExperts.WithinActivationRoundingOfLlamaCpp/*' >/dev/null || true
 for model in "$work"/*.gguf; do
   name=$(basename "$model" .gguf)
   "$work/llama_cpp_logits" "$model" "$(cat "$work/$name.tokens")" 8 "$out/$name.txt"

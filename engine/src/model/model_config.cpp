@@ -212,7 +212,8 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
 
   std::map<uint32_t, int64_t> type_counts;
   for (const auto& t : file.tensors()) {
-    if (t.dims.size() == 2) ++type_counts[t.ggml_type];
+    // Matrices, the experts' 3-D tensors too (a gpt-oss file is MXFP4 for its experts).
+    if (t.dims.size() >= 2) ++type_counts[t.ggml_type];
   }
   int64_t best = -1;
   for (auto [type, count] : type_counts) {

@@ -101,8 +101,9 @@ struct CpuBackend::Scratch {
     v.resize(t * c.n_head_kv * c.head_dim);
     attn.resize(t * c.n_head * c.head_dim);
     proj.resize(t * c.n_embd);
-    gate.resize(t * c.n_ff);
-    up.resize(t * c.n_ff);
+    const auto ff = static_cast<size_t>(c.is_moe() ? 0 : c.n_ff);  // MoeFfn has its own
+    gate.resize(t * ff);
+    up.resize(t * ff);
     head_in.resize(t * c.n_embd);
   }
 };

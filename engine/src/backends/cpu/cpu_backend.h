@@ -14,6 +14,8 @@
 // - A chunk of > 64 rows (the cuBLAS path): every layer matrix dequantised to f16 and its
 //   input rounded to f16. The head is a matvec in both paths.
 // Chunks are the GPU's: max(64, max_tokens_per_pass) tokens of the batch in order.
+// - Mixture-of-experts layers (moe_ffn.h): the router in f32; a quantised expert matrix reads
+//   int8 inputs at every row count (experts never take the f16 path); attention as above.
 #pragma once
 #include <memory>
 #include <optional>
