@@ -62,6 +62,38 @@ class Ranking {
 
 }  // namespace
 
+ExpertFootprint expert_footprint(const ModelConfig& config, const WeightTable& w) {
+  ExpertFootprint f;
+  const auto add = [](uint64_t& sum, const TensorInfo* t) {
+    if (t) sum += t->size_bytes;
+  };
+  add(f.always_resident_bytes, w.token_embd);
+  add(f.always_resident_bytes, w.output_norm);
+  add(f.always_resident_bytes, w.rope_freqs);
+  if (w.output != w.token_embd) add(f.always_resident_bytes, w.output);
+  const auto n_expert = static_cast<uint64_t>(std::max<int64_t>(config.moe.n_expert, 1));
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorInfo* t :
+         {l.attn_norm,  l.wq,       l.wk,         l.wv,         l.wo,       l.bq,
+          l.bk,         l.bv,       l.q_norm,     l.k_norm,     l.ffn_norm, l.w_gate,
+          l.w_up,       l.w_down,   l.bo,         l.attn_sinks, l.router,   l.router_bias,
+          l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate})
+      add(f.always_resident_bytes, t);
+    uint64_t experts = 0;  // this layer's, all of them
+    for (const TensorInfo* t :
+         {l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias, l.up_exps_bias, l.down_exps_bias})
+      add(experts, t);
+    if (!config.is_moe()) {
+      f.always_resident_bytes += experts;
+      continue;
+    }
+    f.experts_bytes += experts;
+    f.layer_expert_bytes.push_back(experts / n_expert);
+    f.expert_bytes = std::max(f.expert_bytes, experts / n_expert);
+  }
+  return f;
+}
+
 int64_t ExpertPlacement::resident_count() const {
   return std::count_if(resident.begin(), resident.end(), [](uint8_t r) { return r != 0; });
 }

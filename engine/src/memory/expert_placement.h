@@ -9,7 +9,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "granule/model_config.h"
+
 namespace granule {
+
+// A mixture-of-experts model's weights as the expert plan splits them, in the file's bytes.
+struct ExpertFootprint {
+  // Resident whatever the plan: embeddings, output head and norm, and per layer attention,
+  // norms, the router and the shared expert.
+  uint64_t always_resident_bytes = 0;
+  std::vector<uint64_t> layer_expert_bytes;  // one expert of each layer: gate + up + down + biases
+  uint64_t expert_bytes = 0;                 // the largest of them (what a plan sizes by)
+  uint64_t experts_bytes = 0;                // every expert of every layer
+  uint64_t total() const { return always_resident_bytes + experts_bytes; }
+};
+// For a dense model every byte is always resident and there are no experts.
+ExpertFootprint expert_footprint(const ModelConfig& config, const WeightTable& weights);
 
 struct ExpertPlacementInput {
   int64_t n_layer = 0, n_expert = 0;
