@@ -15,11 +15,13 @@
 // counts: every (token, expert) choice of a real row counted once, hits and misses by residency.
 // gpt-oss attention and shared experts are refused with a one-line error.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <memory>
 #include <random>
 #include <span>
+#include <thread>
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -88,6 +90,11 @@ struct Rig : test::ModelRuntime {
   }
   cuda::CudaBackend& cuda() { return dynamic_cast<cuda::CudaBackend&>(*backend); }
   cuda::CudaMoe& moe() { return *cuda().model().moe(); }
+  ExpertTelemetry experts() {
+    ExpertTelemetry t;
+    backend->collect_expert_telemetry(t);
+    return t;
+  }
   GraphTelemetry graphs() {
     TelemetrySnapshot t;
     backend->fill_telemetry(t);
@@ -251,23 +258,28 @@ SyntheticModelSpec streaming_spec(TensorType experts) {
 
 class MoeStreamingGpu : public ::testing::TestWithParam<TensorType> {};
 
+// KV room kept free beside the experts (64 MiB of tokens), the same in every run of a file.
+int64_t reserve_tokens_for(const std::filesystem::path& path) {
+  auto file = ModelFile::open(path);
+  return (int64_t{64} << 20) / ModelConfig::from_gguf(*file).kv_bytes_per_token(2);
+}
+// What the all-resident run of `resident` used, less half of its experts, plus the KV reserve it
+// kept free: a budget that leaves about half of the experts in host memory.
+uint64_t half_expert_budget(Rig& resident) {
+  return resident.runtime.memory->used_bytes() - resident.moe().expert_image_bytes() / 2 +
+         resident.cuda().model().kv_reserve_bytes();
+}
+
 // About half of the experts in host memory: the same logits to the bit as all resident, before
 // and after placement changes between steps, the decode graph replayed without a re-capture.
 TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   GRANULE_REQUIRE_GPU();
   test::TempModel model(streaming_spec(GetParam()), "moe-stream");
-  // KV room kept free beside the experts (64 MiB of tokens), the same in both runs.
-  const int64_t kv_per_token = [&] {
-    auto file = ModelFile::open(model.path);
-    return ModelConfig::from_gguf(*file).kv_bytes_per_token(2);
-  }();
-  const int64_t reserve_tokens = (int64_t{64} << 20) / kv_per_token;
+  const int64_t reserve_tokens = reserve_tokens_for(model.path);
   Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
   ASSERT_TRUE(resident.moe().all_resident());
   const uint64_t image = resident.moe().expert_image_bytes();
-  const uint64_t used = resident.runtime.memory->used_bytes();
-  // What the all-resident run used, less half of the experts, plus the KV reserve it kept free.
-  const uint64_t budget = used - image / 2 + resident.cuda().model().kv_reserve_bytes();
+  const uint64_t budget = half_expert_budget(resident);
   Rig streaming(model.path, options(true, false, budget, reserve_tokens));
   cuda::CudaMoe& moe = streaming.moe();
   const int64_t total = moe.n_layer() * moe.n_expert();
@@ -298,9 +310,8 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   }
   const std::vector<int32_t> next = random_tokens(12, vocab, 8);
   uint64_t captures_after_first = 0;
-  cuda::MoeStats stats;
-  moe.collect(stats, streaming.cuda().model().stream());  // clears the prefill's counts
-  stats = {};
+  static_cast<void>(streaming.experts());  // the prefill's counts
+  ExpertTelemetry stats;
   for (int i = 0; i < 12; ++i) {
     const std::span<const int32_t> token(&next[static_cast<size_t>(i)], 1);
     EXPECT_EQ(streaming.step({{0, token, 40 + i, false}}),
@@ -308,8 +319,9 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
         << "decode step " << i;
     if (i == 0) captures_after_first = streaming.graphs().captures;
     if (i % 4 == 3) {
-      // Between steps: count what was routed, then move experts.
-      moe.collect(stats, streaming.cuda().model().stream());
+      // Between steps: count what was routed (the backend's telemetry interval), then move
+      // experts by hand (the backend's own re-plan may move them too: the logits never change).
+      stats.add_interval(streaming.experts());
       const std::vector<uint8_t>& p = placements[static_cast<size_t>((i / 4 + 1) % 3)];
       moe.apply(p, streaming.cuda().model().stream());
       EXPECT_EQ(moe.resident(), p);
@@ -329,6 +341,8 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   for (uint32_t c : stats.streamed) streamed += c;
   EXPECT_EQ(streamed, stats.misses);
   EXPECT_EQ(stats.bytes_streamed, stats.misses * moe.expert_bytes(0));
+  EXPECT_EQ(stats.n_layer, moe.n_layer());
+  EXPECT_EQ(stats.expert_bytes, moe.expert_bytes(0));
   std::cout << "[moe-streaming] hits " << stats.hits << ", misses " << stats.misses << ", "
             << (stats.bytes_streamed >> 10) << " KiB read over PCIe\n";
 
@@ -345,6 +359,56 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   const int32_t last = 5;
   EXPECT_EQ(streaming.step({{0, std::span<const int32_t>(&last, 1), 52, false}}),
             resident.step({{0, std::span<const int32_t>(&last, 1), 52, false}}));
+}
+
+// The backend's own re-plan (at most every 0.5 s, from launch()): once the routing counts of a
+// prompt and a few decode steps are in, the experts they route to are promoted into the device
+// cache, and the decode steps after it are served from VRAM at least as often as before. The
+// inputs are seeded and the GPU's results deterministic, so the outcome is too.
+TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(streaming_spec(GetParam()), "moe-replan");
+  const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  uint64_t budget = 0;
+  {
+    Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
+    budget = half_expert_budget(resident);
+  }
+  Rig rig(model.path, options(true, false, budget, reserve_tokens));
+  cuda::CudaMoe& moe = rig.moe();
+  ASSERT_FALSE(moe.all_resident());
+  const int64_t vocab = rig.config.n_vocab;
+  const std::vector<int32_t> prompt = random_tokens(48, vocab, 21);
+  const std::vector<int32_t> next = random_tokens(1, vocab, 22);
+  int64_t position = 0;
+  auto decode = [&](int steps) {
+    for (int i = 0; i < steps; ++i)
+      rig.step({{0, std::span<const int32_t>(next.data(), 1), position++, false}});
+  };
+  rig.step({{0, prompt, 0, false}});
+  position = 48;
+  decode(8);
+  const ExpertTelemetry before = rig.experts();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  decode(1);  // its launch re-plans from the counts so far
+  static_cast<void>(rig.experts());
+  decode(8);
+  const ExpertTelemetry after = rig.experts();
+  auto hit_rate = [](const ExpertTelemetry& t) {
+    return static_cast<double>(t.hits) /
+           static_cast<double>(std::max<uint64_t>(1, t.hits + t.misses));
+  };
+  std::cout << "[moe-replan] hit rate before " << hit_rate(before) << " (" << before.misses
+            << " misses), after " << hit_rate(after) << " (" << after.misses << " misses), "
+            << moe.promotions() << " promoted, " << moe.demotions() << " demoted, "
+            << moe.cache_slots() << " slots\n";
+  if (before.misses > 0) EXPECT_GT(moe.promotions(), 0u);
+  EXPECT_EQ(moe.promotions(), moe.demotions());  // the cache was full and stays full
+  int64_t resident = 0;
+  for (uint8_t r : moe.resident()) resident += r;
+  EXPECT_EQ(resident, moe.cache_slots());
+  EXPECT_GE(hit_rate(after), hit_rate(before));
+  EXPECT_EQ(rig.graphs().recaptures, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,

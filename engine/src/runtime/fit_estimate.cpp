@@ -167,10 +167,6 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
       !cuda_model_refusal(e.config, weights).empty())
     device = cpu_choice();
 #endif
-  // The CUDA weight layout has no expert tensors yet (issue 36: the CUDA helper adds them).
-  if (device.gpu && e.config.is_moe())
-    throw UnsupportedError("the CUDA backend does not run mixture-of-experts models yet; "
-                           "choose the CPU device");
   e.gpu = device.gpu;
   e.device = device.name;
   e.kv_element_bytes = device.kv_element_bytes;

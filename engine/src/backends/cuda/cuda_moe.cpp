@@ -354,6 +354,7 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
       slot_owner_[static_cast<size_t>(slot_of_[i])] = -1;
       slot_of_[i] = -1;
       resident_[i] = 0;
+      ++demotions_;
     }
   int copied = 0;
   size_t free_slot = 0;
@@ -372,6 +373,7 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
     resident_[i] = 1;
     ++copied;
   }
+  promotions_ += static_cast<uint64_t>(copied);
   write_tables(stream);
   return copied;
 }
@@ -410,6 +412,10 @@ uint64_t CudaMoe::expert_image_bytes() const {
   return layer_offset_.empty()
              ? 0
              : layer_offset_.back() + stride_.back() * static_cast<uint64_t>(n_expert_);
+}
+
+uint64_t CudaMoe::max_expert_bytes() const {
+  return *std::max_element(expert_bytes_.begin(), expert_bytes_.end());
 }
 
 uint64_t CudaMoe::row_read_bytes() const {

@@ -84,6 +84,13 @@ class CudaMoe {
   // Adds the routing counts since the last collect() to `out` (sized on first use), then clears
   // them on the device. Synchronises the stream.
   void collect(MoeStats& out, cudaStream_t stream);
+  // The counts the last collect() read ([n_layer][n_expert]).
+  const std::vector<int32_t>& last_counts() const { return counts_host_; }
+  // Experts copied into / released from device slots by apply() since construction.
+  uint64_t promotions() const { return promotions_; }
+  uint64_t demotions() const { return demotions_; }
+  // The largest expert_bytes() of any layer.
+  uint64_t max_expert_bytes() const;
 
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
@@ -126,6 +133,7 @@ class CudaMoe {
   std::vector<uint8_t> resident_;
   std::vector<int64_t> slot_of_;     // [layer * n_expert + e]: its cache slot, -1 none
   std::vector<int64_t> slot_owner_;  // [slot]: layer * n_expert + e, -1 free
+  uint64_t promotions_ = 0, demotions_ = 0;
 
   DeviceBuffer routers_, vectors_;
   DeviceBuffer experts_;  // all resident: the packed expert image; else the cache slots
