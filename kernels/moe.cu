@@ -231,45 +231,18 @@ __device__ __forceinline__ float activate(MoeActivation act, float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
+// This thread's share of R weight rows (w, and w_up for gate/up) dotted with up to NB inputs
+// (rows x_row[b] of the input, b < count): the chunk loop every expert product runs, so the
+// per-pair, grouped and fused launches sum each pair's products identically.
 template <uint32_t TYPE, bool GATE_UP, int NB, int R>
-__global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  const MoeInput& in = P.in;
-  const bool grouped = in.groups.tiles != nullptr;
-  int expert, first, count;
-  if (grouped) {
-    if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;
-    const MoeTile tile = in.groups.tiles[blockIdx.y];
-    expert = tile.expert;
-    first = tile.first;
-    count = tile.count;
-  } else {
-    expert = in.ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
-  }
-  const int first_row = blockIdx.x * R;
-  if (first_row >= P.n_out) return;  // the whole block
-  const int rows_here = min(R, P.n_out - first_row);
-  int pair[NB];
-  int64_t x_row[NB];
-#pragma unroll
-  for (int b = 0; b < NB; ++b) {
-    pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
-    x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
-  }
-  const int64_t row_bytes = P.a.row_bytes;
-  const uint8_t* w = static_cast<const uint8_t*>(P.a.table[expert]) + first_row * row_bytes;
-  const uint8_t* w_up =
-      GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
-
-  float acc[R][NB], acc_up[R][NB];
+__device__ __forceinline__ void accumulate(const uint8_t* w, const uint8_t* w_up, int64_t row_bytes,
+                                           int rows_here, const MoeInput& in,
+                                           const int64_t (&x_row)[NB], int count,
+                                           float (&acc)[R][NB], float (&acc_up)[R][NB]) {
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
-
   const int n_in = in.n_in, n_chunks = n_in / 8;
   if constexpr (kReadsQ8<TYPE>) {
     // Int8 activations meet each chunk's int8 weights in two dp4a (moe_unpack.cuh):
@@ -346,6 +319,43 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
       }
     }
   }
+}
+
+template <uint32_t TYPE, bool GATE_UP, int NB, int R>
+__global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const MoeInput& in = P.in;
+  const bool grouped = in.groups.tiles != nullptr;
+  int expert, first, count;
+  if (grouped) {
+    if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;
+    const MoeTile tile = in.groups.tiles[blockIdx.y];
+    expert = tile.expert;
+    first = tile.first;
+    count = tile.count;
+  } else {
+    expert = in.ids[blockIdx.y];
+    first = blockIdx.y;
+    count = 1;
+  }
+  const int first_row = blockIdx.x * R;
+  if (first_row >= P.n_out) return;  // the whole block
+  const int rows_here = min(R, P.n_out - first_row);
+  int pair[NB];
+  int64_t x_row[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b) {
+    pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
+    x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
+  }
+  const int64_t row_bytes = P.a.row_bytes;
+  const uint8_t* w = static_cast<const uint8_t*>(P.a.table[expert]) + first_row * row_bytes;
+  const uint8_t* w_up =
+      GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
+
+  float acc[R][NB], acc_up[R][NB];
+  accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
 
   constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
   __shared__ float partial[kWarps][kSlots];
@@ -383,6 +393,52 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
       v = activate(P.act, v, u);
     }
     P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
+  }
+}
+
+// The per-pair down product fused with the weighted sum into the residual (small runs): a block
+// owns R output rows of one token row and takes its n_used pairs in top-k order, each pair's
+// dot summed as moe_product_kernel sums it (its bias included) and added as moe_combine_kernel
+// adds it, so the result has the unfused launches' bits.
+template <uint32_t TYPE, int R>
+__global__ void __launch_bounds__(kThreads)
+    moe_down_combine_kernel(MoeMatrix down, int n_out, MoeInput in,
+                            const float* __restrict__ weights, float* __restrict__ hidden) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int row = blockIdx.y;
+  const int first_row = blockIdx.x * R;
+  if (first_row >= n_out) return;  // the whole block
+  const int rows_here = min(R, n_out - first_row);
+  __shared__ float partial[kWarps][R];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float out = 0.0f;  // thread i < rows_here: output row first_row + i
+  for (int j = 0; j < in.n_used; ++j) {
+    const int p = row * in.n_used + j;
+    const int expert = in.ids[p];
+    const int64_t x_row[1] = {p};
+    const uint8_t* w = static_cast<const uint8_t*>(down.table[expert]) + first_row * down.row_bytes;
+    float acc[R][1], unused[R][1];
+    accumulate<TYPE, false, 1, R>(w, nullptr, down.row_bytes, rows_here, in, x_row, 1, acc, unused);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[r][0]);
+      if (lane == 0) partial[warp][r] = v;
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < rows_here) {
+      const int i = threadIdx.x;
+      float v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) v += partial[k][i];
+      if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first_row + i];
+      out = __fadd_rn(out, __fmul_rn(weights[p], v));
+    }
+    __syncthreads();  // partial is rewritten by the next pair
+  }
+  if (static_cast<int>(threadIdx.x) < rows_here) {
+    float* h = hidden + static_cast<int64_t>(row) * n_out + first_row + threadIdx.x;
+    *h = __fadd_rn(*h, out);
   }
 }
 
@@ -505,6 +561,27 @@ cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in
   P.in.per_pair_input = true;
   P.out = y;
   return launch_product<false>(P, config, stream);
+}
+
+cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                    const float* weights, float* hidden, const KernelConfig& config,
+                                    cudaStream_t stream) {
+  if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
+  if (!moe_supports(down.type) || in.n_in % kQ8Block != 0 ||
+      in.n_in % block_elems(down.type) != 0 || in.n_used <= 0 || in.pairs % in.n_used != 0 ||
+      !in.ids || in.groups.tiles)
+    return cudaErrorInvalidValue;
+  if (moe_reads_q8(down.type) ? !in.xq.qs : !in.x) return cudaErrorInvalidValue;
+  const int rows = in.pairs / in.n_used;
+  if (rows > 65535) return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(down.type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    constexpr int R = 4;
+    status = launch_early(moe_down_combine_kernel<TYPE, R>, dim3(ceil_div(n_out, R), rows),
+                          dim3(kThreads), config, stream, down, n_out, in, weights, hidden);
+  });
+  return launch_status(status);
 }
 
 cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,

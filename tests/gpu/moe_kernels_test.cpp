@@ -9,7 +9,8 @@
 //                   (MultiplyByInverse, as the RMSNorm kernel rounds) for quantised experts, f32
 //                   x for F32/F16/BF16, within the propagated 1e-5 bound;
 //   down            vs down·round_through_q8(h, Divide) (+ bd) in double over the GPU's h;
-//   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit.
+//   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit;
+//                   the fused per-pair down + combine launch gives the same bits.
 // Every expert block type, rows 1, 8, 64 and 300 (the per-pair kernels at 1, the grouped ones
 // beyond), every gating kind, the clamped SwiGLU with expert biases, experts read through
 // pointer tables of which half point into mapped pinned host memory, and the per-pair and
@@ -371,6 +372,16 @@ void run_case(const Case& c, int rows, uint32_t seed) {
                                   hidden_d.get(), config, nullptr),
             cudaSuccess);
   const std::vector<float> hidden = hidden_d.download();
+  // The fused per-pair down + combine: the same bits as the two launches.
+  {
+    k::MoeInput fused = din;
+    fused.groups = {};
+    DeviceArray<float> fused_d(residual);
+    ASSERT_EQ(k::launch_moe_down_combine(down.view(), static_cast<int>(E), fused, w_d.get(),
+                                         fused_d.get(), config, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(fused_d.download(), hidden) << "fused down + combine differs from down, combine";
+  }
   for (int r = 0; r < rows; ++r)
     for (int64_t o = 0; o < E; ++o) {
       float acc = 0.0f;

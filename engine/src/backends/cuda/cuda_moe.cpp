@@ -474,6 +474,12 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   if (k::moe_reads_q8(d.down.type))
     check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, down.xq, config, stream),
           "quantize_q8");
+  if (!down.groups.tiles) {  // one launch for the down product and the weighted sum
+    check(k::launch_moe_down_combine(d.down, n_embd, down, weights_.as<float>(), hidden, config,
+                                     stream),
+          "moe_down_combine");
+    return;
+  }
   check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
   check(k::launch_moe_combine(y_.as<float>(), weights_.as<float>(), n_rows, n_used, n_embd, hidden,
                               config, stream),
