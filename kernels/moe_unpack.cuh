@@ -63,6 +63,41 @@ GRANULE_MOE_HD uint16_t load_u16(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
+// Four bytes, little-endian, at a 2-byte aligned address (two 16-bit loads on the device).
+GRANULE_MOE_HD uint32_t load_u32_a2(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  const uint16_t* p16 = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(p16[0]) | (static_cast<uint32_t>(p16[1]) << 16);
+#else
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
+         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+#endif
+}
+// Eight bytes at an 8-byte aligned address, as two little-endian words.
+GRANULE_MOE_HD void load_u64_a8(const uint8_t* p, uint32_t& lo, uint32_t& hi) {
+#if defined(__CUDA_ARCH__)
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  lo = v.x;
+  hi = v.y;
+#else
+  lo = load_u32_a2(p);
+  hi = load_u32_a2(p + 4);
+#endif
+}
+// Per byte of bytes in 0..15: the signed byte b - 8 (no borrow crosses bytes).
+GRANULE_MOE_HD uint32_t minus8(uint32_t v) { return (v + 0x78787878u) ^ 0x80808080u; }
+// Per byte of bytes in 0..63: the signed byte b - 32.
+GRANULE_MOE_HD uint32_t minus32(uint32_t v) { return (v + 0x60606060u) ^ 0x80808080u; }
+
+GRANULE_MOE_HD Chunk8 words(uint32_t lo, uint32_t hi, float scale, float offset) {
+  Chunk8 c;
+  c.lo = static_cast<int>(lo);
+  c.hi = static_cast<int>(hi);
+  c.scale = scale;
+  c.offset = offset;
+  return c;
+}
+
 // Entry i (0..15) of 16 int8 levels packed little-endian into four words (no indexed array,
 // which would live in local memory on the device).
 GRANULE_MOE_HD int level16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i) {
@@ -125,10 +160,15 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
     const uint8_t* b = row + (c / 4) * kBytes;
     const int part = static_cast<int>(c % 4);
     const int shift = part >= 2 ? 4 : 0, first = (part % 2) * 8;
-    const uint8_t* qs = b + (TYPE == 2 ? 2 : 4);
-    for (int i = 0; i < 8; ++i) q[i] = ((qs[first + i] >> shift) & 0xF) - (TYPE == 2 ? 8 : 0);
+    const uint8_t* qs = b + (TYPE == 2 ? 2 : 4) + first;
+    uint32_t lo = (load_u32_a2(qs) >> shift) & 0x0F0F0F0Fu;
+    uint32_t hi = (load_u32_a2(qs + 4) >> shift) & 0x0F0F0F0Fu;
+    if constexpr (TYPE == 2) {
+      lo = minus8(lo);
+      hi = minus8(hi);
+    }
     const float d = half_to_float(load_u16(b));
-    return pack(q, d, TYPE == 2 ? 0.0f : half_to_float(load_u16(b + 2)));
+    return words(lo, hi, d, TYPE == 2 ? 0.0f : half_to_float(load_u16(b + 2)));
   } else if constexpr (TYPE == 6 || TYPE == 7) {  // Q5_0, Q5_1
     constexpr int kBytes = TYPE == 6 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
     constexpr int kQh = TYPE == 6 ? 2 : 4;
@@ -156,9 +196,8 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
     return pack(q, TYPE == 20 ? half_to_float(load_u16(b)) : e8m0_half(b[0]), 0.0f);
   } else if constexpr (TYPE == 8) {  // Q8_0
     const uint8_t* b = row + (c / 4) * sizeof(BlockQ8_0);
-    const int first = static_cast<int>(c % 4) * 8;
-    for (int i = 0; i < 8; ++i) q[i] = static_cast<int8_t>(b[2 + first + i]);
-    return pack(q, half_to_float(load_u16(b)), 0.0f);
+    const uint8_t* qs = b + 2 + static_cast<int>(c % 4) * 8;
+    return words(load_u32_a2(qs), load_u32_a2(qs + 4), half_to_float(load_u16(b)), 0.0f);
   } else if constexpr (TYPE == 10 || TYPE == 11) {  // Q2_K, Q3_K
     using Block = std::conditional_t<TYPE == 10, BlockQ2_K, BlockQ3_K>;
     const Block* b = reinterpret_cast<const Block*>(row) + c / 32;
@@ -193,13 +232,19 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
     const int sub = e0 / 32, l0 = e0 % 32;
     int scale, min;
     k_scale_min(b->scales, sub, scale, min);
-    const uint8_t* qs = b->qs + 32 * (sub / 2) + l0;
+    // Blocks of 144 / 176 bytes: these 8 bytes are 8-byte aligned.
     const int shift = (sub % 2) * 4;
-    for (int i = 0; i < 8; ++i) {
-      q[i] = (qs[i] >> shift) & 0xF;
-      if constexpr (TYPE == 13) q[i] |= ((b->qh[l0 + i] >> sub) & 1) << 4;
+    uint32_t lo, hi;
+    load_u64_a8(b->qs + 32 * (sub / 2) + l0, lo, hi);
+    lo = (lo >> shift) & 0x0F0F0F0Fu;
+    hi = (hi >> shift) & 0x0F0F0F0Fu;
+    if constexpr (TYPE == 13) {
+      uint32_t qh_lo, qh_hi;
+      load_u64_a8(b->qh + l0, qh_lo, qh_hi);
+      lo |= ((qh_lo >> sub) & 0x01010101u) << 4;
+      hi |= ((qh_hi >> sub) & 0x01010101u) << 4;
     }
-    return pack(q, half_to_float(b->d) * scale, -(half_to_float(b->dmin) * min));
+    return words(lo, hi, half_to_float(b->d) * scale, -(half_to_float(b->dmin) * min));
   } else if constexpr (TYPE == 14) {  // Q6_K
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + c / 32;
     const int e0 = static_cast<int>(c % 32) * 8;
@@ -207,9 +252,12 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
     const uint8_t* ql = b->ql + 64 * half + (quarter % 2) * 32 + l0;
     const uint8_t* qh = b->qh + 32 * half + l0;
     const int ql_shift = quarter >= 2 ? 4 : 0, qh_shift = 2 * quarter;
-    for (int i = 0; i < 8; ++i)
-      q[i] = (((ql[i] >> ql_shift) & 0xF) | (((qh[i] >> qh_shift) & 3) << 4)) - 32;
-    return pack(q, half_to_float(b->d) * b->scales[8 * half + l0 / 16 + 2 * quarter], 0.0f);
+    // Blocks of 210 bytes: 2-byte loads.
+    const uint32_t lo = minus32(((load_u32_a2(ql) >> ql_shift) & 0x0F0F0F0Fu) |
+                                (((load_u32_a2(qh) >> qh_shift) & 0x03030303u) << 4));
+    const uint32_t hi = minus32(((load_u32_a2(ql + 4) >> ql_shift) & 0x0F0F0F0Fu) |
+                                (((load_u32_a2(qh + 4) >> qh_shift) & 0x03030303u) << 4));
+    return words(lo, hi, half_to_float(b->d) * b->scales[8 * half + l0 / 16 + 2 * quarter], 0.0f);
   } else {
     static_assert(TYPE == 2, "unpack8: a type without int8 chunks");
     return {};
