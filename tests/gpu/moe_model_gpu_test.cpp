@@ -26,6 +26,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_moe.h"
+#include "backends/cuda/device_memory.h"
 #include "gpu_test_support.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
@@ -34,6 +35,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
+#include "rms_norm.cuh"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -419,6 +421,74 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
                            return name;
                          });
+
+// CudaMoe on its own over the streaming file: all experts in VRAM, half of them in host memory
+// read from the registered model file, and half in a pinned copy give the same bits for runs of
+// 1 and 24 rows (per pair, grouped), before and after a placement change.
+TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-residency");
+  auto file = ModelFile::open(model.path);
+  const ModelConfig config = ModelConfig::from_gguf(*file);
+  const WeightTable weights = WeightTable::from_gguf(*file, config);
+  MemoryManager memory(uint64_t{1} << 40);
+  cuda::CudaStream stream;
+  const kernels::KernelConfig kc = gpu_test::kernel_config();
+  constexpr int kMaxRows = 32;
+  cuda::CudaMoe vram(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
+  ASSERT_TRUE(vram.all_resident());
+  const uint64_t half = vram.expert_image_bytes() / 2;
+  cuda::CudaMoe mapped(config, weights, memory, kMaxRows, half, stream.get(), true);
+  cuda::CudaMoe copied(config, weights, memory, kMaxRows, half, stream.get(), false);
+  ASSERT_FALSE(mapped.all_resident());
+  ASSERT_GT(mapped.cache_slots(), 0);
+  EXPECT_TRUE(mapped.reads_file_mapping())
+      << "the model file could not be registered (the log says why)";
+  EXPECT_FALSE(copied.reads_file_mapping());
+
+  const int64_t n = config.n_embd;
+  std::mt19937 rng(5);
+  const std::vector<float> x =
+      gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
+  const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+  const std::vector<float> residual =
+      gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
+  gpu_test::DeviceArray<float> x_d(x), ones_d(ones), normed(x.size());
+  gpu_test::DeviceArray<int8_t> qs(x.size());
+  gpu_test::DeviceArray<float2> ds(x.size() / 32);
+  std::vector<int32_t> slot_ids(kMaxRows);
+  for (int r = 0; r < kMaxRows; ++r) slot_ids[static_cast<size_t>(r)] = r;
+  gpu_test::DeviceArray<int32_t> slots(slot_ids);
+  kernels::RmsNormOutputs out;
+  out.f32 = normed.get();
+  out.q8 = {qs.get(), ds.get()};
+  ASSERT_EQ(kernels::launch_rms_norm(x_d.get(), ones_d.get(), kMaxRows, static_cast<int>(n),
+                                     config.rms_eps, out, kc, stream.get()),
+            cudaSuccess);
+  auto run = [&](cuda::CudaMoe& moe, int rows, int layer) {
+    gpu_test::DeviceArray<float> hidden(residual);
+    moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(), kc,
+                stream.get(), nullptr);
+    stream.synchronize();
+    return hidden.download();
+  };
+  for (int round = 0; round < 2; ++round) {
+    for (const int rows : {1, 24})
+      for (int layer = 0; layer < config.n_layer; ++layer) {
+        const std::vector<float> want = run(vram, rows, layer);
+        EXPECT_EQ(run(mapped, rows, layer), want)
+            << "file mapping, rows " << rows << ", round " << round;
+        EXPECT_EQ(run(copied, rows, layer), want)
+            << "pinned copy, rows " << rows << ", round " << round;
+      }
+    // Move the cache to the other experts: the last cache_slots() of them.
+    const int64_t total = mapped.n_layer() * mapped.n_expert();
+    std::vector<uint8_t> p(static_cast<size_t>(total), 0);
+    for (int64_t i = 0; i < mapped.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
+    mapped.apply(p, stream.get());
+    copied.apply(p, stream.get());
+  }
+}
 
 // What the CUDA backend does not run yet is refused in one line (Device Auto then takes the
 // CPU): gpt-oss attention and shared experts. Needs no GPU.
