@@ -1,8 +1,10 @@
 #!/bin/sh
 # Regenerates tests/data/reference/<case>.txt for the mixture-of-experts cases of
-# tests/engine/cpu_moe_test.cpp from llama.cpp's CPU backend: the C++ test writes each
-# synthetic model (fixed seeds) and its prompt, llama_cpp_logits.c (built here against
-# libllama) runs them with an F32 KV cache and flash attention off.
+# tests/engine/cpu_moe_test.cpp and cpu_gptoss_test.cpp from llama.cpp's CPU backend: the
+# C++ tests write each synthetic model (fixed seeds) and its prompt, llama_cpp_logits.c (built
+# here against libllama) runs them with an F32 KV cache and flash attention off. The files with
+# quantised experts (cpu_moe_test's QuantisedExperts) are compared within the 8-bit activation
+# rounding llama.cpp's CPU products apply.
 #   sh tests/reference/make_llama_cpp_goldens.sh BUILD_DIR LLAMA_CPP_SOURCE LLAMA_CPP_LIB_DIR
 # LLAMA_CPP_SOURCE: the llama.cpp tree (include/llama.h, ggml/include); LLAMA_CPP_LIB_DIR: the
 # folder of its built libllama.so and libggml*.so (CPU build, GGML_NATIVE off).
@@ -18,8 +20,11 @@ cc -O2 -std=c11 -I"$source_dir/include" -I"$source_dir/ggml/include" \
   "$here/llama_cpp_logits.c" -L"$lib_dir" -lllama -lggml -lggml-base \
   -Wl,-rpath,"$lib_dir" -o "$work/llama_cpp_logits"
 # The comparison fails for missing goldens; exporting the models is what matters here.
-GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/cpu_moe_test" \
-  --gtest_filter='Synthetic/LlamaCppGolden.*:Files/QuantisedExperts.WithinActivationRoundingOfLlamaCpp/*' >/dev/null || true
+for test in cpu_moe_test cpu_gptoss_test; do
+  GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/$test" \
+    --gtest_filter='Synthetic/LlamaCppGolden.*:Files/QuantisedExperts.WithinActivationRoundingOfLlamaCpp/*' \
+    >/dev/null || true
+done
 for model in "$work"/*.gguf; do
   name=$(basename "$model" .gguf)
   "$work/llama_cpp_logits" "$model" "$(cat "$work/$name.tokens")" 8 "$out/$name.txt"

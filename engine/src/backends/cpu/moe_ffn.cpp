@@ -113,7 +113,8 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
   expert_count_.assign(sz(n_expert), 0);
   for (int64_t p = 0; p < pairs; ++p) ++expert_count_[sz(chosen_[sz(p)])];
   expert_first_.assign(sz(n_expert), 0);
-  std::vector<int32_t> active;
+  std::vector<int32_t>& active = active_;
+  active.clear();
   for (int64_t e = 0, next = 0; e < n_expert; ++e) {
     expert_first_[sz(e)] = next;
     next += expert_count_[sz(e)];
@@ -123,7 +124,8 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
   pair_token_.resize(sz(pairs));
   pair_of_choice_.resize(sz(pairs));
   {
-    std::vector<int64_t> fill(expert_first_);
+    std::vector<int64_t>& fill = fill_;
+    fill = expert_first_;
     for (int64_t t = 0; t < n_tokens; ++t) {
       for (int64_t i = 0; i < k; ++i) {
         const int64_t p = fill[sz(chosen_[sz(t * k + i)])]++;

@@ -52,7 +52,8 @@ class MoeFfn {
   std::vector<int32_t> chosen_;
   std::vector<float> chosen_weight_;
   std::vector<int32_t> pair_token_, pair_of_choice_;
-  std::vector<int64_t> expert_first_, expert_count_;
+  std::vector<int64_t> expert_first_, expert_count_, fill_;
+  std::vector<int32_t> active_;  // the experts chosen at least once in the chunk
   std::vector<float> gathered_gate_in_, gathered_up_in_, gate_, up_, hidden_, down_;
   std::vector<float> shexp_gate_out_, shexp_up_out_, shexp_down_out_;
 };
