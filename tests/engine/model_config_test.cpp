@@ -262,6 +262,7 @@ TEST(ModelConfigMoe, GptOssExpertPartHasBiasesTopKSoftmaxAndClampedSwiglu) {
   spec.architecture = "gpt-oss";
   spec.qk_norm = false;
   spec.expert_biases = true;
+  spec.sliding_window = 8;  // required for gpt-oss, as llama.cpp requires it
   Loaded m(spec);
   const ModelConfig& c = m.config;
   ASSERT_TRUE(c.is_moe());

@@ -22,6 +22,9 @@ struct RopeScaling {
   // YaRN (gpt-oss): ramp between beta_fast and beta_slow rotations, magnitude scale.
   float yarn_beta_fast = 32.0f;
   float yarn_beta_slow = 1.0f;
+  // rope.scaling.attn_factor: a further multiplier of the rotated Q and K (llama.cpp's
+  // rope_attn_factor; 1 in every file seen so far).
+  float attn_factor = 1.0f;
 };
 
 // How the router's logits become the chosen experts' weights (llama.cpp's

@@ -47,6 +47,66 @@ std::string supported_list() {
   return out;
 }
 
+// gpt-oss's attention, as llama.cpp reads it (src/models/openai-moe.cpp, llama-hparams.cpp,
+// llama-context.cpp): NeoX rotation, YaRN, learned sinks, an output bias, and sliding-window
+// layers — `sliding_window_pattern` as a per-layer bool array or a period n (layer i slides
+// when i % n < n - 1; gpt-oss's default period 2 makes the even layers slide).
+void read_attention_keys(const ModelFile& file, ModelConfig& c) {
+  const std::string a = c.architecture + ".";
+  const bool gpt_oss = c.architecture == "gpt-oss";
+
+  RopeScaling& s = c.rope_scaling;
+  if (s.type == "yarn") {
+    // llama.cpp's default original context is the trained one; the beta keys are not read
+    // for gpt-oss (its 32 / 1 defaults apply), so they are not read here either.
+    s.original_context =
+        optional_int(file, a + "rope.scaling.original_context_length", c.context_length);
+    s.attn_factor = optional_float(file, a + "rope.scaling.attn_factor", 1.0f);
+    if (s.factor <= 0 || s.original_context <= 0) {
+      throw FormatError(file_label(file) +
+                        ": yarn rope scaling needs a positive factor and original context length");
+    }
+  }
+
+  c.attn_sinks = file.find_tensor("blk.0.attn_sinks.weight") != nullptr;
+  c.attn_output_bias = file.find_tensor("blk.0.attn_output.bias") != nullptr;
+
+  const int64_t window = optional_int(file, a + "attention.sliding_window", 0);
+  if (gpt_oss && window <= 0) {
+    throw FormatError(file_label(file) + ": missing or non-positive metadata key " + a +
+                      "attention.sliding_window");
+  }
+  if (window <= 0) return;
+  // Only gpt-oss is known to slide here; other families' windows (Mistral v0.1's 4096 on
+  // every layer) keep today's full attention, as before.
+  if (!gpt_oss) return;
+  if (auto base_swa = file.get_float(a + "rope.freq_base_swa");
+      base_swa && static_cast<float>(*base_swa) != c.rope_theta) {
+    throw UnsupportedError(file_label(file) + ": a separate rope base for sliding-window layers (" +
+                           a + "rope.freq_base_swa) is not supported");
+  }
+  c.sliding_window = window;
+  c.swa_layers.assign(static_cast<size_t>(c.n_layer), false);
+  const GgufValue* pattern = file.find(a + "attention.sliding_window_pattern");
+  if (pattern && pattern->type == GgufType::ARRAY) {
+    if (pattern->array_size() != static_cast<size_t>(c.n_layer) ||
+        (pattern->array_type != GgufType::BOOL && pattern->ints.size() != pattern->array_size())) {
+      throw FormatError(file_label(file) + ": " + a +
+                        "attention.sliding_window_pattern must hold one bool per layer");
+    }
+    for (size_t i = 0; i < c.swa_layers.size(); ++i) c.swa_layers[i] = pattern->ints[i] != 0;
+    return;
+  }
+  const int64_t period = pattern ? pattern->as_int() : 2;
+  if (period < 0) {
+    throw FormatError(file_label(file) + ": " + a +
+                      "attention.sliding_window_pattern must not be negative");
+  }
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    c.swa_layers[static_cast<size_t>(i)] = period == 0 || i % period < period - 1;
+  }
+}
+
 // Rope over split halves (llama.cpp's LLAMA_ROPE_TYPE_NEOX); llama and Mistral GGUFs carry Q/K
 // permuted by the converter into interleaved pairs.
 bool neox_rope(const std::string& arch) {
@@ -184,9 +244,9 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   s.low_freq_factor = optional_float(file, a + "rope.scaling.low_freq_factor", 1.0f);
   s.high_freq_factor = optional_float(file, a + "rope.scaling.high_freq_factor", 4.0f);
   if (scaling_type && *scaling_type != "none") {
-    if (*scaling_type != "linear" && *scaling_type != "llama3") {
+    if (*scaling_type != "linear" && *scaling_type != "llama3" && *scaling_type != "yarn") {
       throw UnsupportedError(file_label(file) + ": rope scaling '" + *scaling_type +
-                             "' is not supported (supported: none, linear, llama3)");
+                             "' is not supported (supported: none, linear, llama3, yarn)");
     }
     s.type = *scaling_type;
   }
@@ -200,6 +260,7 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
+  read_attention_keys(file, c);
 
   const TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (!embd) throw FormatError(file_label(file) + ": missing tensor token_embd.weight");
@@ -344,6 +405,8 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
     l.bv = find_checked(file, p + "attn_v.bias", {kv_dim}, c.qkv_bias);
     l.q_norm = find_checked(file, p + "attn_q_norm.weight", {c.head_dim}, c.qk_norm);
     l.k_norm = find_checked(file, p + "attn_k_norm.weight", {c.head_dim}, c.qk_norm);
+    l.bo = find_checked(file, p + "attn_output.bias", {c.n_embd}, c.attn_output_bias);
+    l.attn_sinks = find_checked(file, p + "attn_sinks.weight", {c.n_head}, c.attn_sinks);
     if (c.is_moe())
       find_expert_tensors(file, c, p, l);
     else
@@ -370,8 +433,9 @@ uint64_t expert_layer_bytes(const LayerWeights& l) {
 uint64_t WeightTable::layer_bytes(size_t layer) const {
   const LayerWeights& l = layers.at(layer);
   uint64_t total = 0;
-  for (const TensorInfo* t : {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm,
-                              l.k_norm, l.ffn_norm, l.w_gate, l.w_up, l.w_down}) {
+  for (const TensorInfo* t :
+       {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.bo,
+        l.attn_sinks, l.ffn_norm, l.w_gate, l.w_up, l.w_down}) {
     if (t) total += t->size_bytes;
   }
   total += expert_layer_bytes(l);

@@ -2,14 +2,16 @@
 // formats (or given raw), laid out at the file's alignment. Tests and tools make models with it.
 #include "granule/testkit/gguf_writer.h"
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
-#include "model/gguf_format.h"
 #include "granule/error.h"
 #include "granule/testkit/quantize.h"
+#include "model/gguf_format.h"
 
 namespace granule {
 
@@ -194,7 +196,42 @@ void GgufWriter::add_raw_tensor(std::string name, std::vector<int64_t> dims, uin
       throw UsageError("tensor " + name + " has " + std::to_string(bytes.size()) +
                        " bytes, expected " + std::to_string(expected));
   }
-  tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes)});
+  const uint64_t size = bytes.size();
+  tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes), {}, size, 0});
+}
+
+void GgufWriter::add_generated_tensor(std::string name, std::vector<int64_t> dims,
+                                      uint32_t ggml_type, RowGenerator generate) {
+  const int64_t elements = checked_elements(name, dims);
+  for (const auto& t : tensors_)
+    if (t.name == name) throw UsageError("tensor " + name + " added twice");
+  const BlockGeometry* g = block_geometry(ggml_type);
+  if (!g) throw UsageError("tensor " + name + ": a generated tensor needs a known block type");
+  if (dims[0] % g->block_elems != 0)
+    throw UsageError("tensor " + name + " row is not a multiple of the block size");
+  const uint64_t row = static_cast<uint64_t>(dims[0]) / g->block_elems * g->block_bytes;
+  const uint64_t size = static_cast<uint64_t>(elements) / g->block_elems * g->block_bytes;
+  tensors_.push_back(
+      {std::move(name), std::move(dims), ggml_type, {}, std::move(generate), size, row});
+}
+
+void GgufWriter::generate_rows(const PendingTensor& t, int64_t first_row, int64_t rows,
+                               uint8_t* out, int threads) {
+  // Small slices on one thread: starting threads would cost more than the rows.
+  const auto bytes = static_cast<uint64_t>(rows) * t.row_bytes;
+  const int64_t parts = bytes < (256u << 10) ? 1 : std::clamp<int64_t>(threads, 1, rows);
+  if (parts == 1) {
+    t.generate(first_row, rows, out);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int64_t p = 0; p < parts; ++p) {
+    const int64_t begin = rows * p / parts, end = rows * (p + 1) / parts;
+    pool.emplace_back([&t, first_row, begin, end, out] {
+      t.generate(first_row + begin, end - begin, out + static_cast<uint64_t>(begin) * t.row_bytes);
+    });
+  }
+  for (auto& thread : pool) thread.join();
 }
 
 std::vector<uint8_t> GgufWriter::header_bytes() const {
@@ -214,7 +251,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
     for (int64_t d : t.dims) out.put<uint64_t>(static_cast<uint64_t>(d));
     out.put<uint32_t>(t.ggml_type);
     out.put<uint64_t>(offset);
-    offset += padding_after(t.bytes.size(), alignment_) + t.bytes.size();
+    offset += padding_after(t.size_bytes, alignment_) + t.size_bytes;
   }
   out.pad_to(alignment_);
   return std::move(out.bytes);
@@ -222,9 +259,17 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
 
 std::vector<uint8_t> GgufWriter::to_bytes() const {
   std::vector<uint8_t> bytes = header_bytes();
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (const auto& t : tensors_) {
-    bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
-    bytes.resize(bytes.size() + padding_after(t.bytes.size(), alignment_), 0);
+    if (t.generate) {
+      const size_t at = bytes.size();
+      bytes.resize(at + t.size_bytes);
+      generate_rows(t, 0, static_cast<int64_t>(t.size_bytes / t.row_bytes), bytes.data() + at,
+                    threads);
+    } else {
+      bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+    }
+    bytes.resize(bytes.size() + padding_after(t.size_bytes, alignment_), 0);
   }
   return bytes;
 }
@@ -240,9 +285,25 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   const std::vector<uint8_t> header = header_bytes();
   put(header.data(), header.size());
   const std::vector<uint8_t> zeros(alignment_, 0);
+  // Generated tensors go through a buffer of about 64 MiB, filled on every core.
+  constexpr uint64_t kSliceBytes = 64ull << 20;
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<uint8_t> slice;
   for (const auto& t : tensors_) {
-    put(t.bytes.data(), t.bytes.size());
-    put(zeros.data(), padding_after(t.bytes.size(), alignment_));
+    if (t.generate) {
+      const auto rows = static_cast<int64_t>(t.size_bytes / t.row_bytes);
+      const auto slice_rows =
+          static_cast<int64_t>(std::max<uint64_t>(1, kSliceBytes / t.row_bytes));
+      for (int64_t first = 0; first < rows && file; first += slice_rows) {
+        const int64_t count = std::min(slice_rows, rows - first);
+        slice.resize(static_cast<size_t>(count) * t.row_bytes);
+        generate_rows(t, first, count, slice.data(), threads);
+        put(slice.data(), slice.size());
+      }
+    } else {
+      put(t.bytes.data(), t.bytes.size());
+    }
+    put(zeros.data(), padding_after(t.size_bytes, alignment_));
   }
   file.close();
   if (!file) throw Error(path.string() + ": write failed: " + std::strerror(errno));

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
+#include <map>
+#include <memory>
+#include <tuple>
 
 #include "granule/error.h"
 #include "granule/testkit/byte_level.h"
@@ -55,38 +57,65 @@ void fill_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t 
   }
 }
 
-// Generates and encodes a tensor (dims in GGUF order) on all cores.
-std::vector<uint8_t> make_tensor(std::string_view name, uint64_t seed, Distribution dist,
-                                 const std::vector<int64_t>& dims, TensorType type) {
-  const int64_t cols = dims[0];
-  int64_t rows = 1;
-  for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+// Encodes rows [first, first + count) of a tensor of `cols` columns from its seeded values,
+// row r multiplied by row_scale[r] when row_scale is not empty.
+void encode_rows(std::string_view name, uint64_t seed, Distribution dist, int64_t cols,
+                 TensorType type, int64_t first, int64_t count, uint8_t* out,
+                 const std::vector<float>& row_scale = {}) {
   const size_t stride = row_bytes(type, cols);
-  std::vector<uint8_t> bytes(stride * static_cast<size_t>(rows));
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, rows);
-  auto work = [&](int64_t part) {
-    const int64_t begin = rows * part / threads;
-    const int64_t end = rows * (part + 1) / threads;
-    std::vector<float> values(static_cast<size_t>(cols));
-    for (int64_t r = begin; r < end; ++r) {
-      fill_rows(name, seed, dist, cols, r, r + 1, values.data());
-      uint8_t* dst = bytes.data() + static_cast<size_t>(r) * stride;
-      if (type == TensorType::F32) {
-        std::memcpy(dst, values.data(), stride);
-      } else {
-        quantize_row(type, values.data(), dst, cols);
+  std::vector<float> values(static_cast<size_t>(cols));
+  for (int64_t r = first; r < first + count; ++r) {
+    fill_rows(name, seed, dist, cols, r, r + 1, values.data());
+    if (!row_scale.empty()) {
+      for (float& v : values) v *= row_scale[static_cast<size_t>(r)];
+    }
+    uint8_t* dst = out + static_cast<size_t>(r - first) * stride;
+    if (type == TensorType::F32) {
+      std::memcpy(dst, values.data(), stride);
+    } else {
+      quantize_row(type, values.data(), dst, cols);
+    }
+  }
+}
+
+// random_blocks: a pool of encoded pieces of rows (`piece_elems` elements, whole blocks, a
+// divisor of the row) quantised once from a distribution; every piece of every row of a
+// tensor is then a pool entry picked by a hash of (tensor, row, piece). Valid blocks of the
+// right magnitude at memory speed, independent of how rows are sliced. Tensors of one block
+// type, row length and distribution share a pool (the real shapes have a few dozen such
+// tensors per kind: quantising a pool is the slow part).
+struct BlockPool {
+  static constexpr int64_t kEntries = 2048;
+  int64_t piece_elems = 0;
+  size_t piece_bytes = 0;
+  std::vector<uint8_t> bytes;
+
+  BlockPool(uint64_t seed, Distribution dist, int64_t cols, TensorType type) {
+    const int64_t block = tensor_type_info(type).block_elems;
+    piece_elems = block;
+    for (int64_t m = block; m <= 512 && m <= cols; m += block)
+      if (cols % m == 0) piece_elems = m;
+    piece_bytes = row_bytes(type, piece_elems);
+    bytes.resize(static_cast<size_t>(kEntries) * piece_bytes);
+    const std::string name = "block pool " + std::to_string(static_cast<int>(type)) + " " +
+                             std::to_string(cols) + " " + std::to_string(dist.mean) + " " +
+                             std::to_string(dist.spread);
+    encode_rows(name, seed, dist, piece_elems, type, 0, kEntries, bytes.data());
+  }
+
+  // Rows [first, first + count) of a tensor of `cols` columns keyed by `key`.
+  void rows(uint64_t key, int64_t cols, int64_t first, int64_t count, uint8_t* out) const {
+    const int64_t pieces = cols / piece_elems;
+    for (int64_t r = first; r < first + count; ++r) {
+      uint64_t state = key ^ (static_cast<uint64_t>(r) * 0xD6E8FEB86659FD93ull);
+      for (int64_t p = 0; p < pieces; ++p) {
+        const uint64_t pick = splitmix64(state) % kEntries;
+        std::memcpy(out, bytes.data() + pick * piece_bytes, piece_bytes);
+        out += piece_bytes;
       }
     }
-  };
-  if (threads <= 1 || rows * cols < (1 << 16)) {
-    for (int64_t p = 0; p < threads; ++p) work(p);
-  } else {
-    std::vector<std::thread> pool;
-    for (int64_t p = 0; p < threads; ++p) pool.emplace_back(work, p);
-    for (auto& t : pool) t.join();
   }
-  return bytes;
-}
+};
 
 struct Vocabulary {
   std::vector<std::string> tokens;
@@ -141,12 +170,65 @@ void q4_k_m_like(SyntheticModelSpec& s) {
   }
 }
 
+// gpt-oss's attention and norms as its converter writes them: QKV and output biases, sinks,
+// sliding windows on alternate layers, YaRN 32 (rope_original_context set by the caller), rope
+// base 150000; its mixture of experts has router and expert biases.
+void gpt_oss_attention(SyntheticModelSpec& s) {
+  s.architecture = "gpt-oss";
+  s.qkv_bias = true;
+  s.attn_sinks = true;
+  s.attn_output_bias = true;
+  s.yarn_rope_scaling = true;
+  s.rope_scaling_factor = 32.0f;
+  s.rope_theta = 150000.0f;
+  s.expert_biases = true;
+}
+
 }  // namespace
 
 SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   SyntheticModelSpec s;
   s.name = std::string(name);
   if (name == "tiny") return s;
+  if (name == "tiny-gpt-oss" || name == "tiny-gpt-oss-mxfp4") {
+    gpt_oss_attention(s);
+    s.n_layer = 3;  // sliding, full, sliding
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 32;  // q width 128 over a hidden size of 64, as gpt-oss's 4096 over 2880
+    s.sliding_window = 8;
+    s.rope_original_context = 128;
+    s.context_length = 128 * 32;
+    s.n_expert = 8;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 64;
+    s.n_ff = 64;
+    if (name == "tiny-gpt-oss-mxfp4") s.expert_type = TensorType::MXFP4;
+    s.seed = 31;
+    return s;
+  }
+  if (name == "gpt-oss-20b") {
+    gpt_oss_attention(s);
+    s.n_layer = 24;
+    s.n_embd = 2880;
+    s.n_head = 64;
+    s.n_head_kv = 8;
+    s.head_dim = 64;
+    s.n_ff = 2880;
+    s.n_vocab = 201088;
+    s.context_length = 131072;
+    s.sliding_window = 128;
+    s.rope_original_context = 4096;
+    s.n_expert = 32;
+    s.n_expert_used = 4;
+    s.n_ff_exp = 2880;
+    s.weight_type = TensorType::Q8_0;
+    s.embedding_type = TensorType::Q8_0;
+    s.output_type = TensorType::Q8_0;
+    s.expert_type = TensorType::MXFP4;
+    s.router_type = TensorType::F32;
+    return s;
+  }
   if (name == "tiny-gqa") {
     s.n_layer = 3;
     s.n_embd = 96;
@@ -281,12 +363,33 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",          "tiny-gqa",     "tiny-qwen2",    "tiny-qwen3",
-          "kv-wide",       "small-256",    "smollm2-135m",  "llama3-8b",
-          "tiny-qwen3moe", "tiny-mixtral", "qwen3-30b-a3b", "mixtral-8x7b"};
+  return {"tiny",          "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
+          "small-256",     "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
+          "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b"};
 }
 
 namespace {
+
+// router_skew: router row e scaled by (1 + rank(e))^(-skew / 2), rank a per-layer permutation
+// of the experts (seeded by the layer's name). On typical hidden states a row's logits are
+// about Gaussian with a spread in proportion to its scale, so top-k picks the wide rows more
+// often: popularity falls with rank like a power law (tests/engine/cpu_gptoss_test.cpp
+// measures it). Empty (no scaling) when the skew is 0.
+std::vector<float> router_row_scales(const SyntheticModelSpec& spec, const std::string& layer) {
+  if (spec.router_skew <= 0.0f) return {};
+  const auto n = static_cast<size_t>(spec.n_expert);
+  std::vector<size_t> by_rank(n);
+  for (size_t i = 0; i < n; ++i) by_rank[i] = i;
+  uint64_t state = hash_name(layer + "router_rank", spec.seed);
+  for (size_t i = n - 1; i > 0; --i) {  // Fisher-Yates
+    std::swap(by_rank[i], by_rank[splitmix64(state) % (i + 1)]);
+  }
+  std::vector<float> scales(n);
+  for (size_t rank = 0; rank < n; ++rank) {
+    scales[by_rank[rank]] = std::pow(1.0f + static_cast<float>(rank), -0.5f * spec.router_skew);
+  }
+  return scales;
+}
 
 // One MoE layer's FFN tensors, through the writer's `tensor(name, dims, type, distribution)`.
 template <typename AddTensor>
@@ -299,14 +402,17 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
   const bool gpt_oss = spec.architecture == "gpt-oss";
   tensor(p + (gpt_oss ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, TensorType::F32,
          Distribution{1.0f, 0.1f});
-  tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale));
+  tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale),
+         router_row_scales(spec, p));
   const TensorType t = spec.expert_type;
   tensor(p + "ffn_gate_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
   tensor(p + "ffn_up_exps.weight", {d, n_ff_exp, e}, t, fan_in(d));
   tensor(p + "ffn_down_exps.weight", {n_ff_exp, d, e}, t, fan_in(n_ff_exp));
   if (spec.expert_biases) {
     const Distribution bias{0.0f, 0.5f};
-    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, bias);
+    // Small beside the logits' unit spread: a router bias decides popularity, and
+    // router_skew 0 should route about uniformly.
+    tensor(p + "ffn_gate_inp.bias", {e}, TensorType::F32, Distribution{0.0f, 0.1f});
     tensor(p + "ffn_gate_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
     tensor(p + "ffn_up_exps.bias", {n_ff_exp, e}, TensorType::F32, bias);
     tensor(p + "ffn_down_exps.bias", {d, e}, TensorType::F32, bias);
@@ -345,6 +451,16 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   w.set(a + "attention.head_count_kv", GgufValue::u32(static_cast<uint32_t>(spec.n_head_kv)));
   w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(spec.rms_eps));
   w.set(a + "rope.freq_base", GgufValue::f32(spec.rope_theta));
+  if (spec.sliding_window > 0) {
+    w.set(a + "attention.sliding_window",
+          GgufValue::u32(static_cast<uint32_t>(spec.sliding_window)));
+  }
+  if (spec.yarn_rope_scaling) {
+    w.set(a + "rope.scaling.type", GgufValue::string("yarn"));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
+    w.set(a + "rope.scaling.original_context_length",
+          GgufValue::u32(static_cast<uint32_t>(spec.rope_original_context)));
+  }
   w.set(a + "rope.dimension_count", GgufValue::u32(static_cast<uint32_t>(head_dim)));
   if (head_dim * spec.n_head != spec.n_embd) {
     w.set(a + "attention.key_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
@@ -395,16 +511,39 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   w.set("tokenizer.chat_template",
         GgufValue::string(spec.chat_template.empty() ? kChatMlTemplate : spec.chat_template));
 
+  // Tensors are made when the file is written (GgufWriter::add_generated_tensor), so a model
+  // larger than memory can be written; random_blocks draws the large ones from a block pool.
+  constexpr uint64_t kRandomBlocksMinBytes = 64ull << 10;
+  std::map<std::tuple<int, int64_t, float, float>, std::shared_ptr<const BlockPool>> pools;
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, TensorType type,
-                    Distribution dist) {
+                    Distribution dist, std::vector<float> row_scale = {}) {
     for (const auto& o : spec.tensor_types) {
       if (name.ends_with(o.suffix)) {
         type = o.type;
         break;
       }
     }
-    auto bytes = make_tensor(name, spec.seed, dist, dims, type);
-    w.add_raw_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(bytes));
+    const int64_t cols = dims[0];
+    int64_t rows = 1;
+    for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];
+    const uint64_t seed = spec.seed;
+    GgufWriter::RowGenerator generate;
+    // Scaled rows (a skewed router) keep their structure: always from seeded values.
+    if (spec.random_blocks && row_scale.empty() &&
+        row_bytes(type, cols) * static_cast<uint64_t>(rows) >= kRandomBlocksMinBytes) {
+      auto& pool = pools[{static_cast<int>(type), cols, dist.mean, dist.spread}];
+      if (!pool) pool = std::make_shared<const BlockPool>(seed, dist, cols, type);
+      const uint64_t key = hash_name(name, seed ^ 0x5EEDB10Cull);
+      generate = [pool, key, cols](int64_t first, int64_t count, uint8_t* out) {
+        pool->rows(key, cols, first, count, out);
+      };
+    } else {
+      generate = [name, seed, dist, cols, type, row_scale = std::move(row_scale)](
+                     int64_t first, int64_t count, uint8_t* out) {
+        encode_rows(name, seed, dist, cols, type, first, count, out, row_scale);
+      };
+    }
+    w.add_generated_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(generate));
   };
   // Uniform(-s, s) has standard deviation s / sqrt(3): s = sqrt(3 / fan_in) gives unit-size
   // outputs for unit-size inputs.
@@ -445,6 +584,12 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     tensor(p + "attn_k.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_v.weight", {spec.n_embd, kv_dim}, t, fan_in(spec.n_embd));
     tensor(p + "attn_output.weight", {q_dim, spec.n_embd}, t, fan_in(q_dim));
+    if (spec.attn_output_bias) {
+      tensor(p + "attn_output.bias", {spec.n_embd}, TensorType::F32, Distribution{0.0f, 0.5f});
+    }
+    if (spec.attn_sinks) {  // sink logits of the size of the scores, so they take real mass
+      tensor(p + "attn_sinks.weight", {spec.n_head}, TensorType::F32, Distribution{0.0f, 2.0f});
+    }
     if (spec.qkv_bias) {
       const Distribution bias{0.0f, 0.5f};
       tensor(p + "attn_q.bias", {q_dim}, TensorType::F32, bias);

@@ -1,6 +1,6 @@
 // CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
-// attention over [0, position], output, norm, SwiGLU FFN or mixture of experts (moe_ffn.h)) →
-// final norm → output head.
+// attention over [0, position] or its sliding window [+sinks], output [+bias], norm, SwiGLU
+// FFN or mixture of experts (moe_ffn.h)) → final norm → output head.
 #include "backends/cpu/cpu_backend.h"
 
 #include <unistd.h>
@@ -79,6 +79,7 @@ int32_t thread_count(const BackendOptions& options) {
 
 struct CpuBackend::LayerVectors {
   std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
+  std::vector<float> bo, attn_sinks;  // gpt-oss: output bias, per-head sink logits
 };
 
 struct CpuBackend::Scratch {
@@ -146,11 +147,13 @@ CpuBackend::CpuBackend(const BackendInit& init)
   std::vector<float> freq_factors = to_f32(weights_.rope_freqs);
   rope_frequencies_ = rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
                                        freq_factors.empty() ? nullptr : freq_factors.data());
+  rope_magnitude_ = rope_magnitude(config_.rope_scaling);
   output_norm_ = to_f32(weights_.output_norm);
   layers_.reserve(weights_.layers.size());
   for (const LayerWeights& l : weights_.layers) {
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
-                       to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm)});
+                       to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm), to_f32(l.bo),
+                       to_f32(l.attn_sinks)});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
@@ -248,8 +251,10 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       }
     }
     const int64_t position = s.token_position[static_cast<size_t>(t)];
-    rope(q, c.n_head, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering);
-    rope(k, c.n_head_kv, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering);
+    rope(q, c.n_head, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
+         rope_magnitude_);
+    rope(k, c.n_head_kv, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
+         rope_magnitude_);
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
@@ -259,7 +264,9 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     }
   }
 
-  // Every (token, head) pair reads its sequence's KV over [0, position]: bounded reads.
+  // Every (token, head) pair reads its sequence's KV over [0, position], or on a sliding
+  // layer the window's last positions only (llama.cpp masks p0 when p1 - p0 >= window).
+  const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
   const int64_t group = c.n_head / c.n_head_kv;
   const int64_t token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
   pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
@@ -267,14 +274,17 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     for (int64_t i = begin; i < end; ++i) {
       const int64_t t = i / c.n_head;
       const int64_t h = i % c.n_head;
-      const int64_t length = s.token_position[static_cast<size_t>(t)] + 1;
+      const int64_t end_position = s.token_position[static_cast<size_t>(t)] + 1;
+      const int64_t first = window > 0 ? std::max<int64_t>(0, end_position - window) : 0;
+      const int64_t length = end_position - first;
       if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
       const int32_t slot = s.token_slot[static_cast<size_t>(t)];
       const int64_t kv_head_offset = (h / group) * c.head_dim;
       attention_head(s.q.data() + t * q_dim + h * c.head_dim,
-                     kv_at(slot, 0, layer, false) + kv_head_offset,
-                     kv_at(slot, 0, layer, true) + kv_head_offset, token_stride, length, c.head_dim,
-                     scores.data(), s.attn.data() + t * q_dim + h * c.head_dim);
+                     kv_at(slot, first, layer, false) + kv_head_offset,
+                     kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
+                     c.head_dim, scores.data(), s.attn.data() + t * q_dim + h * c.head_dim,
+                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h);
     }
   });
 
@@ -282,6 +292,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
     matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
+  add_bias(s.proj.data(), lv.bo, n_tokens);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
 }
 

@@ -76,6 +76,7 @@ class CpuBackend final : public Backend {
   KvSpace* kv_ = nullptr;
   std::optional<StepResult> done_;  // the launched step's result, until wait()
   std::vector<double> rope_frequencies_;
+  float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (rope.h)
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts

@@ -21,7 +21,7 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 }
 
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
-          RopeOrdering ordering) {
+          RopeOrdering ordering, float magnitude) {
   const int64_t half = head_dim / 2;
   // One position for every head: the angles are computed once. Small fixed buffer: head_dim
   // of the llama family is at most 256.
@@ -29,8 +29,8 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const d
   float cosines[kMaxHalf], sines[kMaxHalf];
   for (int64_t i = 0; i < half && i < kMaxHalf; ++i) {
     const double angle = static_cast<double>(position) * frequencies[i];
-    cosines[i] = static_cast<float>(std::cos(angle));
-    sines[i] = static_cast<float>(std::sin(angle));
+    cosines[i] = static_cast<float>(std::cos(angle)) * magnitude;
+    sines[i] = static_cast<float>(std::sin(angle)) * magnitude;
   }
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
@@ -89,14 +89,15 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 }
 
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
-                    int64_t length, int64_t head_dim, float* scores, float* out) {
+                    int64_t length, int64_t head_dim, float* scores, float* out,
+                    const float* sink) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  float max_score = -INFINITY;
+  float max_score = sink ? *sink : -INFINITY;
   for (int64_t t = 0; t < length; ++t) {
     scores[t] = dot_f32(q, k + t * token_stride, head_dim) * scale;
     if (scores[t] > max_score) max_score = scores[t];
   }
-  float sum = 0.0f;
+  float sum = sink ? std::exp(*sink - max_score) : 0.0f;
   for (int64_t t = 0; t < length; ++t) {
     scores[t] = std::exp(scores[t] - max_score);
     sum += scores[t];

@@ -21,8 +21,9 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 
 // Rotates n_heads vectors of head_dim (laid out one after another) in place at `position`.
 // Normal: pairs (x[2i], x[2i+1]) (ggml mode 0, llama); NeoX: pairs (x[i], x[i + head_dim/2]).
+// magnitude multiplies cos and sin (YaRN's rope_magnitude(); 1 otherwise).
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
-          RopeOrdering ordering);
+          RopeOrdering ordering, float magnitude = 1.0f);
 
 // Rows [row_begin, row_end) of matmul() below, on the calling thread: the piece a caller
 // running several matmuls in one parallel loop hands each thread.
@@ -42,8 +43,12 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 // One head of causal attention for one query: softmax(q·Kᵀ / sqrt(head_dim)) · V over
 // tokens [0, length). K of token t is at k + t * token_stride (floats), V likewise.
 // scores must hold `length` floats. out gets head_dim floats.
+// sink (gpt-oss), when not null: one more logit, unscaled, in the softmax's normaliser only —
+// it takes probability mass and contributes no value (ggml_soft_max_ext's sinks).
+// A sliding window is the caller's: k and v start at the window's first token.
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
-                    int64_t length, int64_t head_dim, float* scores, float* out);
+                    int64_t length, int64_t head_dim, float* scores, float* out,
+                    const float* sink = nullptr);
 
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

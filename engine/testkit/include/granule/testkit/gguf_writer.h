@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <utility>
@@ -24,6 +25,14 @@ class GgufWriter {
                   std::span<const float> values);
   void add_raw_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
                       std::vector<uint8_t> bytes);
+  // A tensor whose encoded rows are made when the file is written: generate(first_row,
+  // row_count, out) fills row_count rows (row = dims[0] elements, rows = product of dims[1..])
+  // at out. write() calls it for slices of rows on several threads at once (so it must be
+  // thread-safe and its rows independent of the slicing) and streams them to disk: a model
+  // larger than memory can be written. ggml_type must be a known block type.
+  using RowGenerator = std::function<void(int64_t first_row, int64_t row_count, uint8_t* out)>;
+  void add_generated_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
+                            RowGenerator generate);
   std::vector<uint8_t> to_bytes() const;
   void write(const std::filesystem::path& path) const;  // throws Error on I/O failure
 
@@ -32,8 +41,14 @@ class GgufWriter {
     std::string name;
     std::vector<int64_t> dims;
     uint32_t ggml_type;
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // empty for a generated tensor
+    RowGenerator generate;
+    uint64_t size_bytes = 0;
+    uint64_t row_bytes = 0;  // generated tensors only
   };
+  // A generated tensor's bytes, made on up to `threads` threads into out (size_bytes).
+  static void generate_rows(const PendingTensor& t, int64_t first_row, int64_t rows, uint8_t* out,
+                            int threads);
   // Header, metadata, tensor table and the padding up to the data section.
   std::vector<uint8_t> header_bytes() const;
   uint32_t version_;

@@ -41,6 +41,15 @@ struct SyntheticModelSpec {
   std::vector<TypeOverride> tensor_types;
   bool qkv_bias = false;  // Qwen2: blk.N.attn_{q,k,v}.bias
   bool qk_norm = false;   // Qwen3: blk.N.attn_{q,k}_norm.weight
+  // gpt-oss's attention: learned per-head sinks (blk.N.attn_sinks.weight [n_head]), an output
+  // bias (blk.N.attn_output.bias), and {arch}.attention.sliding_window when > 0 (llama.cpp
+  // then slides every other layer, the even ones, for gpt-oss).
+  bool attn_sinks = false;
+  bool attn_output_bias = false;
+  int64_t sliding_window = 0;
+  // YaRN rope scaling (rope.scaling.type "yarn") with rope_scaling_factor and
+  // rope_original_context below.
+  bool yarn_rope_scaling = false;
 
   // Llama 3 rope scaling, written the way llama.cpp's converter does: a rope_freqs.weight
   // tensor of per-frequency divisors (plus the rope.scaling.* keys, for readers).
@@ -77,6 +86,17 @@ struct SyntheticModelSpec {
   // tokenizer.chat_template; the default is a ChatML template.
   std::string chat_template;
 
+  // Routing skew of a mixture of experts: 0 writes routers whose experts are equally popular;
+  // s > 0 scales the router row of the expert of popularity rank r (a per-layer permutation)
+  // by (1 + r)^(-s/2), so that on typical hidden states expert popularity falls with rank
+  // like a power law (Zipf-like; its measured shape is in cpu_gptoss_test.cpp).
+  float router_skew = 0.0f;
+  // Tensors of 64 KiB and more are written from a pool of valid encoded pieces drawn at
+  // random instead of quantising seeded values one by one: same block type and value
+  // distribution, about memory speed, for the multi-GB real shapes (granule-write-model).
+  // Reproducible for a seed, but different values from the seeded ones.
+  bool random_blocks = false;
+
   // Named shapes: "tiny" (2 layers, 64 wide), "tiny-gqa", "tiny-qwen2", "tiny-qwen3",
   // "kv-wide" (4 layers, 64 wide, 8/8 heads of 128, ctx 1024: 32 KiB of f32 KV a token),
   // "small-256" (2 layers, 256 wide, 4/2 heads of 64, ff 512, vocab 1000: the smallest shapes
@@ -88,6 +108,11 @@ struct SyntheticModelSpec {
   // (48 layers, 2048, 32/4 heads of 128, 128 experts of 768, top 8, vocab 151936, a
   // Q4_K_M-like mix: Q4_K with Q6_K down/V projections in llama-quantize's layers, F32 router),
   // "mixtral-8x7b" (32 layers, 4096, 32/8, 8 experts of 14336, top 2, vocab 32000, the same mix).
+  // gpt-oss: "tiny-gpt-oss" (F32, 3 layers, 64 wide, 4/2 heads of 32, 8 experts of 64, top 4,
+  // window 8, YaRN 32 over an original context of 128), "tiny-gpt-oss-mxfp4" (the same with
+  // MXFP4 experts), "gpt-oss-20b" (24 layers, 2880, 64/8 heads of 64, 32 experts of 2880,
+  // top 4, vocab 201088, window 128, YaRN 32 / 4096, theta 150000; MXFP4 experts, Q8_0
+  // attention, embeddings and head, F32 router, norms, biases and sinks).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
