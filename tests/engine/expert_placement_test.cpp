@@ -148,38 +148,67 @@ TEST(ExpertPlacement, IsDeterministic) {
 
 TEST(ExpertPlacement, HysteresisKeepsResidentsAgainstSmallLeads) {
   // Two experts fit of one layer's four. Experts 0 and 1 are resident; expert 2 becomes a
-  // little hotter than expert 1, then much hotter.
+  // little hotter than expert 1, then much hotter. Counts large enough that noise is no issue.
+  constexpr uint64_t k = 100 * kRoutingCountOne;
   ExpertPlacementInput in = shape(1, 4, 2);
-  in.routing_counts = {100 * kRoutingCountOne, 100 * kRoutingCountOne, 0, 0};
+  in.routing_counts = {100 * k, 100 * k, 0, 0};
   const ExpertPlacement first = plan_expert_placement(in, nullptr);
   ASSERT_EQ(first.resident, (std::vector<uint8_t>{1, 1, 0, 0}));
 
-  in.routing_counts = {100 * kRoutingCountOne, 100 * kRoutingCountOne, 120 * kRoutingCountOne, 0};
+  in.routing_counts = {100 * k, 100 * k, 120 * k, 0};
   const ExpertPlacement small_lead = plan_expert_placement(in, &first);
   EXPECT_EQ(small_lead.resident, first.resident) << "a 20% lead does not move an expert";
   // Without the current plan the same counts choose the hotter ones.
   EXPECT_EQ(plan_expert_placement(in, nullptr).resident, (std::vector<uint8_t>{1, 0, 1, 0}));
 
-  in.routing_counts = {100 * kRoutingCountOne, 100 * kRoutingCountOne, 126 * kRoutingCountOne, 0};
+  in.routing_counts = {100 * k, 100 * k, 126 * k, 0};
   const ExpertPlacement big_lead = plan_expert_placement(in, &first);
   // Expert 1 is the coldest resident (equal counts: the higher index is colder).
   EXPECT_EQ(big_lead.resident, (std::vector<uint8_t>{1, 0, 1, 0}));
 
   // And back: expert 1 regains a lead over expert 0 (the coldest resident) under the margin,
   // nothing moves.
-  in.routing_counts = {100 * kRoutingCountOne, 124 * kRoutingCountOne, 126 * kRoutingCountOne, 0};
+  in.routing_counts = {100 * k, 124 * k, 126 * k, 0};
   EXPECT_EQ(plan_expert_placement(in, &big_lead).resident, big_lead.resident);
 }
 
-TEST(ExpertPlacement, HysteresisNeedsAWholeRoutingChoiceAtSmallCounts) {
+TEST(ExpertPlacement, HysteresisNeedsALeadOutOfTheNoiseAtSmallCounts) {
   ExpertPlacementInput in = shape(1, 2, 1);
   in.routing_counts = {0, 0};
   const ExpertPlacement first = plan_expert_placement(in, nullptr);
   ASSERT_EQ(first.resident, (std::vector<uint8_t>{1, 0}));
   in.routing_counts = {0, kRoutingCountOne - 1};  // decayed dust: far over 1.25× of 0
   EXPECT_EQ(plan_expert_placement(in, &first).resident, first.resident);
-  in.routing_counts = {0, kRoutingCountOne};
+  // 35 choices against none: under 6 × sqrt(35); 36: 6 × sqrt(36).
+  in.routing_counts = {0, 35 * kRoutingCountOne};
+  EXPECT_EQ(plan_expert_placement(in, &first).resident, first.resident);
+  in.routing_counts = {0, 36 * kRoutingCountOne};
   EXPECT_EQ(plan_expert_placement(in, &first).resident, (std::vector<uint8_t>{0, 1}));
+  // 100 against 180: an 80% lead, but only 5.7 deviations.
+  in.routing_counts = {100 * kRoutingCountOne, 180 * kRoutingCountOne};
+  EXPECT_EQ(plan_expert_placement(in, &first).resident, first.resident);
+}
+
+TEST(ExpertPlacement, UniformRoutingNoiseMovesNothing) {
+  // 48 × 128 experts, half resident, counts drawn around the same mean with a Poisson-like
+  // spread (a uniform router's counts, ~40 choices each): twenty re-plans keep the placement.
+  ExpertPlacementInput in = shape(48, 128, 3072);
+  const ExpertPlacement first = plan_expert_placement(in, nullptr);
+  uint64_t x = 99;
+  ExpertPlacement current = first;
+  for (int round = 0; round < 20; ++round) {
+    in.routing_counts.assign(48 * 128, 0);
+    for (uint64_t& c : in.routing_counts) {  // 40 ± a binomial-like spread of up to ±20
+      int64_t v = 40;
+      for (int b = 0; b < 40; ++b) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v += (x >> 63) ? 1 : -1;
+      }
+      c = static_cast<uint64_t>(std::max<int64_t>(v, 0)) * kRoutingCountOne;
+    }
+    current = plan_expert_placement(in, &current);
+  }
+  EXPECT_EQ(current.resident, first.resident);
 }
 
 TEST(ExpertPlacement, ChangedBudgetDemotesTheColdestAndFillsRoomWithTheHottest) {

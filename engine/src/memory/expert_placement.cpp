@@ -48,11 +48,12 @@ class Ranking {
     return layer_rank_[static_cast<size_t>(a / in_.n_expert)] <
            layer_rank_[static_cast<size_t>(b / in_.n_expert)];
   }
-  // Whether host expert `host` should replace resident expert `resident`.
+  // Whether host expert `host` should replace resident expert `resident`: a lead by the
+  // margin that also stands out of the counting noise.
   bool beats(int64_t host, int64_t resident) const {
-    const uint64_t h = count(host), r = count(resident);
-    return h >= r + kRoutingCountOne &&
-           static_cast<double>(h) > static_cast<double>(r) * kPromoteMargin;
+    const double h = static_cast<double>(count(host)) / kRoutingCountOne;
+    const double r = static_cast<double>(count(resident)) / kRoutingCountOne;
+    return h - r >= 1.0 && h > r * kPromoteMargin && h - r >= kPromoteSigmas * std::sqrt(h + r);
   }
 
  private:

@@ -57,17 +57,23 @@ int64_t experts_that_fit(const ExpertPlacementInput& in);
 // spaced layers, experts 0, 1, ... of each). With counts it keeps the hottest; ties go to the
 // lower expert index, then to the layers in that evenly spread order. With `current` (the
 // plan in force, same shape) it is sticky: a host expert replaces a resident one only when
-// its count beats the coldest resident's by kPromoteMargin (and by one routing choice), so
-// experts do not flap between steps on noise; free room is filled by the hottest. The result
+// its count beats the coldest resident's by kPromoteMargin and by kPromoteSigmas standard
+// deviations of the counts' noise, so experts do not flap between re-plans under uniform
+// routing; free room is filled by the hottest. The result
 // is deterministic: the same input and current give the same plan. A `current` of another
 // shape counts as none; max_promotions applies only with one. Throws UsageError for a
 // negative shape or counts of the wrong length.
 ExpertPlacement plan_expert_placement(const ExpertPlacementInput& in,
                                       const ExpertPlacement* current);
 
-// A host expert's count must exceed the coldest resident's × kPromoteMargin (and by at least
-// kRoutingCountOne) for the two to swap.
+// For a host expert h to replace a resident r (counts in routing choices): h > r × kPromoteMargin
+// and h − r ≥ kPromoteSigmas × sqrt(h + r) (the standard deviation of the difference of two
+// Poisson counts; decayed counts vary less), and by one choice at least. Under uniform routing
+// the hottest host expert and the coldest resident of 6,144 differ by about 5.4 such
+// deviations at most (Poisson counts; 3.5 for decayed ones); a real skew (a Zipf router)
+// leads by ten or more.
 inline constexpr double kPromoteMargin = 1.25;
+inline constexpr double kPromoteSigmas = 6.0;
 
 // The experts a re-plan moves: those to copy into device memory and those whose device copy
 // is released, each as layer * n_expert + e, ascending. Plans of different shapes: every
