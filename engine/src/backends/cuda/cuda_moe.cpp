@@ -45,9 +45,10 @@ int64_t tensor_row_bytes(const TensorInfo* t) {
 
 }  // namespace
 
-CudaMoe::~CudaMoe() {
-  if (!registered_) return;
-  const cudaError_t status = cudaHostUnregister(registered_);
+CudaMoe::Registration::~Registration() {
+  if (!base) return;
+  static_cast<void>(cudaDeviceSynchronize());  // no kernel may still read the pages
+  const cudaError_t status = cudaHostUnregister(base);
   if (status != cudaSuccess)
     logger("engine.cuda")->error("cudaHostUnregister: {}", cudaGetErrorString(status));
 }
@@ -154,7 +155,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
           n_layer_, n_expert_, n_used_,
           all_resident_ ? std::string("all resident")
                         : std::to_string(slots_) + " device slots, the rest in host memory (" +
-                              (registered_ ? "the registered file" : "a pinned copy") + ")",
+                              (registered_.base ? "the registered file" : "a pinned copy") + ")",
           (memory_.bytes(MemoryCategory::WeightsResident) - charged) >> 20);
 }
 
@@ -271,20 +272,21 @@ bool CudaMoe::register_file_mapping(const WeightTable& w) {
     static_cast<void>(cudaHostUnregister(base));
     return false;
   }
-  registered_ = base;
-  registered_device_ = static_cast<const uint8_t*>(device);
+  registered_.base = base;
+  registered_.device = static_cast<const uint8_t*>(device);
   return true;
 }
 
 const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
   const Layer& d = layers_[static_cast<size_t>(layer)];
-  if (registered_) return d.file[m] + static_cast<uint64_t>(e) * d.slab[m];
+  if (registered_.base) return d.file[m] + static_cast<uint64_t>(e) * d.slab[m];
   return static_cast<const uint8_t*>(host_.host) + image_offset(layer, e) + d.offsets[m];
 }
 
 const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) const {
   const uint8_t* host = host_matrix(layer, e, m);
-  if (registered_) return registered_device_ + (host - static_cast<const uint8_t*>(registered_));
+  if (registered_.base)
+    return registered_.device + (host - static_cast<const uint8_t*>(registered_.base));
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 

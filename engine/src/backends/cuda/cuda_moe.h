@@ -58,7 +58,6 @@ class CudaMoe {
   // (false: always a pinned copy; tests compare the two).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
           int max_rows, uint64_t expert_budget, cudaStream_t stream, bool register_file = true);
-  ~CudaMoe();
   CudaMoe(const CudaMoe&) = delete;
   CudaMoe& operator=(const CudaMoe&) = delete;
 
@@ -76,7 +75,7 @@ class CudaMoe {
   // Device expert slots (0 when every expert is uploaded).
   int64_t cache_slots() const { return slots_; }
   // Host-resident experts are read in the registered model file (else in a pinned copy).
-  bool reads_file_mapping() const { return registered_ != nullptr; }
+  bool reads_file_mapping() const { return registered_.base != nullptr; }
   // One expert's gate + up + down bytes in `layer` (biases excluded: always resident).
   uint64_t expert_bytes(int64_t layer) const { return expert_bytes_[static_cast<size_t>(layer)]; }
   // [layer * n_expert + e]: whether the expert is read from VRAM.
@@ -165,9 +164,14 @@ class CudaMoe {
     HostImage& operator=(const HostImage&) = delete;
     ~HostImage();
   } host_;
-  // The registered span of the file mapping (null: none) and its device address.
-  void* registered_ = nullptr;
-  const uint8_t* registered_device_ = nullptr;
+  struct Registration {  // the registered span of the file mapping (base null: none)
+    void* base = nullptr;
+    const uint8_t* device = nullptr;
+    Registration() = default;
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+    ~Registration();
+  } registered_;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32
