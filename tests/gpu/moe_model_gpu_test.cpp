@@ -12,8 +12,11 @@
 // Expert streaming: a budget that leaves about half of the experts in mapped host memory gives
 // logits identical to the bit to the all-resident run's, before and after the device cache is
 // re-filled between steps by hand-made placements (the expert-plan policy is not wired yet), and
-// the captured decode graph replays after each placement change with no re-capture. The routing
-// counts: every (token, expert) choice of a real row counted once, hits and misses by residency.
+// the captured decode graph replays after each placement change with no re-capture; the
+// backend's own re-plan promotes the experts the tokens route to. The routing counts (the
+// backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
+// misses by residency. CudaMoe alone: experts read from the registered model file, from a pinned
+// copy and from VRAM give the same bits.
 // gpt-oss attention and shared experts are refused with a one-line error.
 #include <algorithm>
 #include <chrono>
