@@ -178,7 +178,7 @@ void expect_close(const std::vector<float>& ref, const std::vector<float>& oracl
         ++mismatches;
     }
   }
-  std::cout << "[moe-gpu-vs-oracle] " << what << ": rows " << rows << ", max |err|/spread " << worst
+  std::cout << "[gpu-vs-oracle] MoE " << what << ": rows " << rows << ", max |err|/spread " << worst
             << ", worst err/bound " << worst_ratio << ", rows past the bound " << past_bound
             << " (allowed " << rerouted << "), greedy mismatches " << mismatches << ", near-ties "
             << near_ties << "\n";
