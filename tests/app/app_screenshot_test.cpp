@@ -17,6 +17,7 @@
 #include <set>
 
 #include "application.h"
+#include "expert_recording.h"
 #include "fake_inference_engine.h"
 #include "granule/testkit/synthetic_model.h"
 #include "telemetry_json_writer.h"
@@ -151,6 +152,25 @@ class ScreenshotTest : public QObject {
     const QString path = screenshotDir() + QLatin1Char('/') + name;
     QVERIFY(image.save(path));
     qInfo("saved %s", qPrintable(path));
+  }
+  // One panel of the dock, scrolled into view first when the dock's ScrollView hides it.
+  void savePanel(QQuickWindow* window, QQuickItem* panel, const QString& name) {
+    for (QQuickItem* p = panel->parentItem(); p; p = p->parentItem()) {
+      if (p->inherits("QQuickFlickable")) {
+        const double top =
+            panel->mapToItem(p->property("contentItem").value<QQuickItem*>(), QPointF(0, 0)).y();
+        const double room = p->height() - panel->height();
+        p->setProperty("contentY", std::max(0.0, top - std::max(0.0, room)));
+        break;
+      }
+    }
+    QTest::qWait(200);
+    const QRectF rect = panel->mapRectToScene(QRectF(0, 0, panel->width(), panel->height()));
+    const QImage image = window->grabWindow().copy(rect.toAlignedRect().adjusted(-4, -4, 4, 4));
+    QVERIFY(!image.isNull());
+    QVERIFY2(distinctColours(image) > 20, qPrintable(name + " looks blank"));
+    QVERIFY(image.save(screenshotDir() + QLatin1Char('/') + name));
+    qInfo("saved %s", qPrintable(screenshotDir() + QLatin1Char('/') + name));
   }
 
  private Q_SLOTS:
@@ -351,6 +371,38 @@ class ScreenshotTest : public QObject {
     QVERIFY(QMetaObject::invokeMethod(settings, "open"));
     QTest::qWait(500);
     save(s->window, QStringLiteral("settings-budget-dark.png"));
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
+  }
+
+  // A mixture of experts under a budget holding half its experts (48 layers × 128, top-8,
+  // Zipf routing; tests/app/expert_recording.h), replayed: the expert panel's grid with the
+  // hot experts moving into VRAM, its hit rate and PCIe figures, light and dark. The
+  // recording stays beside the PNGs for replay_screenshot.sh.
+  void replayOfAnExpertSession() {
+    QTemporaryDir dir;
+    const QString frames = screenshotDir() + QStringLiteral("/expert_session.jsonl");
+    {
+      QFile file(frames);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write(testing::expertSessionJsonl({}));
+    }
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {}, frames);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.replay()->finished(), 10000);
+    QCOMPARE(s->app.telemetry()->latest().engine.experts.n_expert, 128);
+    auto* panel = s->window->findChild<QQuickItem*>(QStringLiteral("expertPanel"));
+    QVERIFY(panel);
+    QTRY_VERIFY(panel->isVisible());
+    save(s->window, QStringLiteral("experts-light.png"));
+    save(s->window, QStringLiteral("experts-dock-light.png"), true);
+    savePanel(s->window, panel, QStringLiteral("experts-panel-light.png"));
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("experts-dark.png"));
+    save(s->window, QStringLiteral("experts-dock-dark.png"), true);
+    savePanel(s->window, panel, QStringLiteral("experts-panel-dark.png"));
     s->app.shutdown();
     qunsetenv("GRANULE_DEFAULT_MODEL");
   }
