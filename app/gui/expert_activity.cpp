@@ -25,6 +25,7 @@ ExpertWindow expertWindow(const std::deque<TelemetryFrame>& history, double seco
   w.n_layer = x.n_layer;
   w.n_expert = x.n_expert;
   w.resident = x.resident;
+  w.routed_since_load = x.routed;
   w.routed.assign(cells, 0);
   w.streamed.assign(cells, 0);
   // The newest frame at least `seconds` before the newest one, else the oldest there is.

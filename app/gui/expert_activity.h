@@ -19,6 +19,7 @@ struct ExpertWindow {
   std::vector<uint8_t> resident;  // [layer * n_expert + e], the newest frame's placement
   std::vector<uint32_t> routed;   // choices within the window
   std::vector<uint32_t> streamed;
+  std::vector<uint32_t> routed_since_load;  // the newest frame's cumulative counts
   uint64_t hits = 0, misses = 0, bytes_streamed = 0, tokens = 0;
   uint32_t most_routed = 0;  // the largest of `routed`
   double seconds = 0;        // the window's length (0: one frame, nothing to compare)

@@ -5,6 +5,7 @@
 #include <QPainter>
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace granule::app {
 namespace {
@@ -38,10 +39,24 @@ int ExpertHeatMap::layerAt(double y) const {
   return std::min(static_cast<int>(y / height() * activity_->layers()), activity_->layers() - 1);
 }
 
-int ExpertHeatMap::expertAt(double x) const {
-  if (!activity_ || !activity_->active() || x < 0 || x >= width()) return -1;
-  return std::min(static_cast<int>(x / width() * activity_->expertsPerLayer()),
-                  activity_->expertsPerLayer() - 1);
+std::vector<int> ExpertHeatMap::rowOrder(int layer) const {
+  const ExpertWindow& w = activity_->window();
+  std::vector<int> order(static_cast<size_t>(w.n_expert));
+  std::iota(order.begin(), order.end(), 0);
+  if (sorted_ && w.routed_since_load.size() == w.resident.size()) {
+    const uint32_t* counts = w.routed_since_load.data() + layer * w.n_expert;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int b) { return counts[a] > counts[b]; });
+  }
+  return order;
+}
+
+int ExpertHeatMap::expertAt(double x, double y) const {
+  const int layer = layerAt(y);
+  if (layer < 0 || x < 0 || x >= width()) return -1;
+  const int n_expert = activity_->expertsPerLayer();
+  const int column = std::min(static_cast<int>(x / width() * n_expert), n_expert - 1);
+  return rowOrder(layer)[static_cast<size_t>(column)];
 }
 
 void ExpertHeatMap::paint(QPainter* painter) {
@@ -51,25 +66,27 @@ void ExpertHeatMap::paint(QPainter* painter) {
   // A one-pixel gap between rows and columns while cells stay large enough to keep one.
   const int gap_x = pitch_x >= 5 ? 1 : 0, gap_y = pitch_y >= 4 ? 1 : 0;
   // Cold cells stay visible but quiet: each colour at a third of the way from the background.
-  const QColor resident_cold = mix(background_, resident_, 0.30);
-  const QColor host_cold = mix(background_, host_, 0.18);
-  const QColor streamed_cold = mix(background_, streamed_, 0.55);
+  const QColor resident_cold = mix(background_, resident_, 0.28);
+  const QColor host_cold = mix(background_, host_, 0.16);
+  const QColor streamed_cold = mix(background_, streamed_, 0.30);
   // Heat on a square-root scale against the hottest cell, so the long tail of a skewed
   // router still shows.
   const double hottest = std::max<uint32_t>(w.most_routed, 1);
   for (int l = 0; l < w.n_layer; ++l) {
+    const std::vector<int> row = rowOrder(l);
     const int top = static_cast<int>(std::lround(l * pitch_y));
     const int bottom = static_cast<int>(std::lround((l + 1) * pitch_y)) - gap_y;
-    for (int e = 0; e < w.n_expert; ++e) {
+    for (int column = 0; column < w.n_expert; ++column) {
+      const int e = row[static_cast<size_t>(column)];
       const auto i = static_cast<size_t>(l * w.n_expert + e);
-      const int left = static_cast<int>(std::lround(e * pitch_x));
-      const int right = static_cast<int>(std::lround((e + 1) * pitch_x)) - gap_x;
+      const int left = static_cast<int>(std::lround(column * pitch_x));
+      const int right = static_cast<int>(std::lround((column + 1) * pitch_x)) - gap_x;
       const double heat = std::sqrt(w.routed[i] / hottest);
       QColor colour;
       if (w.resident[i])
         colour = mix(resident_cold, resident_, heat);
       else if (w.streamed[i] > 0)
-        colour = mix(streamed_cold, streamed_, 0.35 + 0.65 * heat);
+        colour = mix(streamed_cold, streamed_, 0.2 + 0.8 * heat);
       else
         colour = mix(host_cold, host_, heat);
       painter->fillRect(QRect(left, top, std::max(1, right - left), std::max(1, bottom - top)),

@@ -25,6 +25,10 @@ class ExpertHeatMap : public QQuickPaintedItem {
       QColor streamedColor READ streamedColor WRITE setStreamedColor NOTIFY appearanceChanged)
   Q_PROPERTY(
       QColor backgroundColor READ backgroundColor WRITE setBackgroundColor NOTIFY appearanceChanged)
+  // Each row in expert order (false), or sorted by routing since load, most routed first, so
+  // a row reads as its layer's routing distribution and the placement against it.
+  Q_PROPERTY(
+      bool sortedByRouting READ sortedByRouting WRITE setSortedByRouting NOTIFY appearanceChanged)
 
  public:
   explicit ExpertHeatMap(QQuickItem* parent = nullptr);
@@ -40,16 +44,22 @@ class ExpertHeatMap : public QQuickPaintedItem {
   void setStreamedColor(const QColor& c) { setAppearance(streamed_, c); }
   QColor backgroundColor() const { return background_; }
   void setBackgroundColor(const QColor& c) { setAppearance(background_, c); }
+  bool sortedByRouting() const { return sorted_; }
+  void setSortedByRouting(bool sorted) { setAppearance(sorted_, sorted); }
 
-  // The layer and expert under a point of the item, -1 outside the grid.
+  // The layer and expert under a point of the item, -1 outside the grid (the expert drawn
+  // there: with sortedByRouting, not the column's index).
   Q_INVOKABLE int layerAt(double y) const;
-  Q_INVOKABLE int expertAt(double x) const;
+  Q_INVOKABLE int expertAt(double x, double y) const;
 
  Q_SIGNALS:
   void activityChanged();
   void appearanceChanged();
 
  private:
+  // The experts of a layer in the order its row draws them.
+  std::vector<int> rowOrder(int layer) const;
+
   template <class T>
   void setAppearance(T& member, const T& value) {
     if (member == value) return;
@@ -63,6 +73,7 @@ class ExpertHeatMap : public QQuickPaintedItem {
   QColor host_{0x80, 0x80, 0x80};
   QColor streamed_{0xf2, 0xc1, 0x4e};
   QColor background_{0xff, 0xff, 0xff};
+  bool sorted_ = false;
 };
 
 }  // namespace granule::app

@@ -14,6 +14,8 @@ PanelFrame {
         telemetry: panel.telemetry
     }
     readonly property bool idle: activity.hitRate < 0
+    // Rows in expert order, or each sorted by routing since load (most routed first).
+    property bool sorted: true
 
     objectName: "expertPanel"
     visible: activity.active
@@ -65,45 +67,68 @@ PanelFrame {
             hostColor: Theme.mutedText
             streamedColor: Theme.pcieLine
             backgroundColor: Theme.surface
+            sortedByRouting: panel.sorted
             MouseArea {
                 id: hover
                 anchors.fill: parent
                 hoverEnabled: true
                 property string cell: containsMouse
-                    ? panel.activity.describeCell(map.layerAt(mouseY), map.expertAt(mouseX)) : ""
+                    ? panel.activity.describeCell(map.layerAt(mouseY), map.expertAt(mouseX, mouseY)) : ""
                 ToolTip.visible: containsMouse && cell.length > 0
                 ToolTip.text: cell
             }
         }
     }
     RowLayout {
-        // Expert numbers under the grid.
+        // Under the grid: what the columns are, and the switch between the two orders.
         Layout.fillWidth: true
         Layout.leftMargin: 24
         Layout.topMargin: -4
         Label {
-            text: qsTr("expert 0")
+            text: panel.sorted ? qsTr("most routed") : qsTr("expert 0")
             color: Theme.mutedText
             font.pixelSize: 10
         }
         Item { Layout.fillWidth: true }
         Label {
-            text: Math.max(0, panel.activity.expertsPerLayer - 1)
+            text: panel.sorted ? qsTr("least routed")
+                               : String(Math.max(0, panel.activity.expertsPerLayer - 1))
             color: Theme.mutedText
             font.pixelSize: 10
         }
     }
-
-    Flow {
+    RowLayout {
+        Layout.fillWidth: true
+        spacing: Theme.padding
+        LegendItem { swatch: Theme.residentLayer; name: qsTr("VRAM") }
+        LegendItem { swatch: Theme.mutedText; name: qsTr("host") }
+        LegendItem { swatch: Theme.pcieLine; name: qsTr("read over PCIe") }
+    }
+    RowLayout {
         Layout.fillWidth: true
         spacing: Theme.spacing
-        LegendItem { swatch: Theme.residentLayer; name: qsTr("in VRAM") }
-        LegendItem { swatch: Theme.mutedText; name: qsTr("in host memory") }
-        LegendItem { swatch: Theme.pcieLine; name: qsTr("read over PCIe") }
         Label {
+            Layout.fillWidth: true
             text: qsTr("brighter: routed more, last second")
             color: Theme.mutedText
             font.pixelSize: Theme.smallFontSize
+            elide: Text.ElideRight
+        }
+        Label {
+            text: panel.sorted ? qsTr("by routing") : qsTr("by index")
+            color: Theme.accent
+            font.pixelSize: Theme.smallFontSize
+            font.underline: orderArea.containsMouse
+            MouseArea {
+                id: orderArea
+                anchors.fill: parent
+                hoverEnabled: true
+                cursorShape: Qt.PointingHandCursor
+                onClicked: panel.sorted = !panel.sorted
+            }
+            ToolTip.visible: orderArea.containsMouse
+            ToolTip.text: panel.sorted ? qsTr("Each row sorted by routing since load; click for expert order")
+                                       : qsTr("Each row in expert order; click to sort by routing")
         }
     }
 
@@ -141,7 +166,7 @@ PanelFrame {
         }
         StatRow {
             name: qsTr("streamed")
-            value: qsTr("%1 experts").arg(panel.activity.streamedExperts)
+            value: Units.count(panel.activity.streamedExperts)
         }
         StatRow {
             name: qsTr("moves")

@@ -61,6 +61,13 @@ Rectangle {
                 Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
             }
+            ExpertPanel {
+                // Shows itself only for a mixture of experts, right under the VRAM it explains.
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
+                telemetry: dock.telemetry
+            }
             StreamingPanel {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
@@ -73,13 +80,6 @@ Rectangle {
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
                 visible: !dock.gpu
-                telemetry: dock.telemetry
-            }
-            ExpertPanel {
-                // Shows itself only for a mixture of experts.
-                Layout.fillWidth: true
-                Layout.leftMargin: Theme.spacing
-                Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
             }
             GraphPanel {

@@ -228,7 +228,17 @@ class ExpertsTest : public QObject {
     QVERIFY(map->height() >= 96);
     QCOMPARE(map->layerAt(0), 0);
     QCOMPARE(map->layerAt(map->height() - 0.5), 47);
-    QCOMPARE(map->expertAt(map->width() - 0.5), 127);
+    // Sorted by routing (the panel's default): layer 0's first column is its most routed
+    // expert; in expert order the last column is expert 127.
+    QVERIFY(map->sortedByRouting());
+    const std::vector<uint32_t>& routed = model.latest().engine.experts.routed;
+    const int hottest = map->expertAt(0.5, 0.5);
+    QVERIFY(hottest >= 0 && hottest < 128);
+    QCOMPARE(routed[static_cast<size_t>(hottest)],
+             *std::max_element(routed.begin(), routed.begin() + 128));
+    map->setSortedByRouting(false);
+    QCOMPARE(map->expertAt(map->width() - 0.5, 0.5), 127);
+    QCOMPARE(map->expertAt(0.5, map->height() - 0.5), 0);
   }
 };
 
