@@ -156,7 +156,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < kKvTile * kChunks; i += kThreads) {
       const int token = i / kChunks, column = (i % kChunks) * 8;
       const bool valid = kv0 + token < max_length;
-      const int64_t at = (valid ? static_cast<int64_t>(kv0 + token) * a.token_stride : 0) + column;
+      // (an invalid copy reads nothing; its address is still a token of the window: kv_first)
+      const int64_t at =
+          static_cast<int64_t>(valid ? kv0 + token : kv_first) * a.token_stride + column;
       copy_async<16>(k_dst + token * kStride + column, k_base + at, valid);
       copy_async<16>(v_dst + token * kStride + column, v_base + at, valid);
     }
