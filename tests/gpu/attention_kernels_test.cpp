@@ -516,5 +516,68 @@ TEST(AttentionKernelTiming, DecodeShapesOf8B) {
   }
 }
 
+// gpt-oss-20b's decode attention (64 query heads of 64 over 8 KV heads, 24 layers) at 8,000
+// tokens of context: a full layer, and a sliding layer of window 128 whose workspace is sized for
+// the window as CudaModel does — its time stays that of 128 tokens, whatever the context. Sinks
+// of -30 (a negligible share): every output element is still the one K/V value.
+TEST(AttentionKernelTiming, DecodeShapesOfGptOss20b) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_head = 64, n_kv = 8, hd = 64, n_layer = 24, layer = 23, length = 8000;
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
+  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
+  DeviceArray<float> d_sinks(std::vector<float>(n_head, -30.0f));
+  for (const int rows : {1, 32}) {
+    for (const int window : {0, 128}) {
+      const int64_t slot_halves = token_stride * length;
+      DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
+      ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
+                cudaSuccess);
+      std::vector<__half*> bases;
+      for (int r = 0; r < rows; ++r)
+        bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
+      std::vector<int32_t> slots(rows), lengths(rows, length);
+      for (int r = 0; r < rows; ++r) slots[r] = r;
+      std::mt19937 rng(7);
+      const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
+      DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
+      DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
+      DeviceArray<__half*> d_bases(bases);
+      DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
+      kernels::AttentionArgs base =
+          gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
+                                   d_slots.get(), d_bases.get(), token_stride, layer);
+      base.window = window;
+      base.sinks = d_sinks.get();
+      gpu_test::SplitAttention split(base, 64, window > 0 ? window : length);
+      const kernels::AttentionArgs& a = split.args;
+      for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+      cudaEvent_t begin, end;
+      ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
+      ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+      const int launches = 50;
+      ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
+      for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+      ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+      float ms = 0.0f;
+      ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
+      cudaEventDestroy(begin);
+      cudaEventDestroy(end);
+      const double us = 1e3 * ms / launches;
+      const int read = window > 0 ? window : length;
+      const double bytes = 2.0 * rows * read * n_kv * hd * 2;
+      std::printf(
+          "[attention-timing] gpt-oss-20b %2d rows x %5d tokens, %s: %8.2f us per launch, %.2f "
+          "TB/s of the K+V read\n",
+          rows, length, window > 0 ? "window 128" : "full layer", us, bytes / (us * 1e-6) / 1e12);
+      EXPECT_EQ(split.counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+      const std::vector<float> got = d_out.download();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows, window " << window << " at " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace granule
