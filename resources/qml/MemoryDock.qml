@@ -1,4 +1,5 @@
-// MemoryDock: the three live panels stacked, collapsible to a thin strip.
+// MemoryDock: the live panels stacked (the expert panel only for a mixture of experts),
+// collapsible to a thin strip.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -72,6 +73,13 @@ Rectangle {
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
                 visible: !dock.gpu
+                telemetry: dock.telemetry
+            }
+            ExpertPanel {
+                // Shows itself only for a mixture of experts.
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
             }
             GraphPanel {

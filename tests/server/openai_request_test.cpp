@@ -286,6 +286,28 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
   }
 }
 
+TEST(PrometheusMetrics, ExpertMetricsOnlyForAMixtureOfExperts) {
+  TelemetrySnapshot t;
+  EXPECT_EQ(prometheus_metrics(t, ServerCounters{}).find("granule_expert"), std::string::npos);
+  t.experts.n_layer = 2;
+  t.experts.n_expert = 4;
+  t.experts.resident = {1, 1, 0, 0, 1, 0, 0, 1};
+  t.experts.hits = 90;
+  t.experts.misses = 10;
+  t.experts.bytes_streamed = 5000;
+  t.experts.tokens = 25;
+  t.experts.promotions = 3;
+  const std::string text = prometheus_metrics(t, ServerCounters{});
+  for (const std::string line :
+       {"granule_experts 8\n", "granule_experts_resident 4\n", "granule_expert_choices_total 100\n",
+        "granule_expert_hits_total 90\n", "granule_expert_streamed_bytes_total 5000\n",
+        "granule_expert_tokens_total 25\n", "granule_expert_promotions_total 3\n",
+        "granule_expert_demotions_total 0\n", "# TYPE granule_experts_resident gauge\n",
+        "# TYPE granule_expert_hits_total counter\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+}
+
 }  // namespace
 }  // namespace granule::server
 

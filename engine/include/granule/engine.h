@@ -124,6 +124,27 @@ struct Request {
   int64_t reply_reserve_tokens = -1;
 };
 
+// The expert plan of a mixture-of-experts model in a fit preview (n_expert 0 for a dense
+// model): embeddings, attention, norms, routers and shared experts stay resident, then as
+// many experts as the rest of the budget holds, spread evenly over the layers (the engine
+// later keeps the most routed ones, memory/expert_placement.h); the others are read from
+// pinned host memory over PCIe when a token routes to them.
+struct ExpertFitEstimate {
+  int64_t n_expert = 0;                // experts per layer; 0: a dense model
+  int64_t n_expert_used = 0;           // experts each token routes to per layer (top-k)
+  uint64_t always_resident_bytes = 0;  // embeddings, head, attention, norms, routers, shared
+  uint64_t expert_bytes = 0;           // one expert of one layer (the largest layer's)
+  uint64_t experts_bytes = 0;          // every expert of every layer
+  uint64_t expert_budget_bytes = 0;    // device bytes the plan gives experts
+  int64_t resident_experts = 0;        // of n_layer × n_expert
+  std::vector<int32_t> resident_per_layer;
+  // Expert bytes a decode token reads over PCIe at batch 1 when routing is uniform (each
+  // layer's top-k choices fall on host experts in proportion to them), and the decode
+  // tokens/s that bounds (0 when every expert is resident).
+  double pcie_bytes_per_token = 0;
+  double pcie_tokens_per_second = 0;
+};
+
 // What opening a model with some options would need, read from the file alone (no weights
 // loaded, no backend built): the fit preview shown before loading.
 struct FitEstimate {
@@ -159,8 +180,10 @@ struct FitEstimate {
   // else an assumed PCIe 4.0 x16 figure (h2d_measured false).
   double h2d_bytes_per_second = 0;
   bool h2d_measured = false;
-  // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams).
+  // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams); for a
+  // mixture of experts, the experts' bound (experts.pcie_tokens_per_second).
   double pcie_tokens_per_second = 0;
+  ExpertFitEstimate experts;  // a mixture of experts' plan; n_expert 0 for a dense model
 };
 
 class Engine {

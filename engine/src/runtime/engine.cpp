@@ -84,6 +84,9 @@ struct Engine::Impl {
   uint64_t prompt_tokens_done = 0, decode_tokens_done = 0;
   // The last step's host phases (ThroughputTelemetry::last_*_us).
   double plan_us = 0, launch_us = 0, overlap_us = 0, wait_us = 0, results_us = 0;
+  // Expert counts summed over every collect_expert_telemetry() so far (a snapshot is taken
+  // through a const engine; the sum only grows, whoever asks).
+  mutable ExpertTelemetry expert_totals;
 
   std::shared_ptr<spdlog::logger> log = logger("engine");
 
@@ -790,6 +793,12 @@ TelemetrySnapshot Engine::telemetry() const {
     s.sequences.push_back(t);
   }
   m.backend->fill_telemetry(s);
+  if (m.config.is_moe() && !m.in_step) {
+    ExpertTelemetry interval;
+    m.backend->collect_expert_telemetry(interval);
+    if (interval.n_layer > 0) m.expert_totals.add_interval(interval);
+  }
+  s.experts = m.expert_totals;
   return s;
 }
 
