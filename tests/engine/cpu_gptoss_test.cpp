@@ -1,7 +1,8 @@
 // gpt-oss on the CPU reference backend (issue 36): its attention config read from GGUF (sinks,
 // output bias, sliding-window layers and their pattern, YaRN), YaRN's rope against ggml's
 // formula, the sink in the softmax, the window in a whole forward pass, Device Auto on the CPU
-// while CUDA refuses gpt-oss's attention; whole synthetic gpt-oss files (and YaRN on a dense
+// where CUDA refuses the file (head size 32: tests/gpu/gptoss_gpu_test.cpp runs gpt-oss on the
+// GPU at head size 64); whole synthetic gpt-oss files (and YaRN on a dense
 // Qwen2 file) against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt,
 // from tests/reference/make_llama_cpp_goldens.sh); the synthetic writer's router skew, measured
 // as routing counts per expert on the CPU; and its random-block mode.
@@ -166,11 +167,16 @@ TEST(GptOssConfig, RealShapePreset) {
 }
 
 #ifdef GRANULE_HAVE_CUDA
-// The case: until the CUDA backend runs gpt-oss's attention, it refuses such a file (so Device
-// Auto runs it on the CPU), and a dense model with YaRN scaling as well.
-TEST(GptOssConfig, CudaBackendRefusesWhatItDoesNotRun) {
+// The case: the CUDA backend runs gpt-oss's attention (sinks, output bias, sliding windows,
+// YaRN) and a dense model with YaRN scaling; the tiny preset's head size 32 its kernels do not
+// have, so Device Auto runs that file on the CPU.
+TEST(GptOssConfig, CudaBackendRefusesOnlyWhatItDoesNotRun) {
   Loaded oss(SyntheticModelSpec::preset("tiny-gpt-oss"));
-  EXPECT_FALSE(cuda_model_refusal(oss.config, oss.weights).empty());
+  EXPECT_NE(cuda_model_refusal(oss.config, oss.weights).find("head sizes"), std::string::npos);
+  SyntheticModelSpec wide = SyntheticModelSpec::preset("tiny-gpt-oss");
+  wide.head_dim = 64;
+  Loaded oss64(wide);
+  EXPECT_EQ(cuda_model_refusal(oss64.config, oss64.weights), "");
   SyntheticModelSpec dense = SyntheticModelSpec::preset("small-256");
   dense.architecture = "qwen2";
   dense.yarn_rope_scaling = true;
@@ -178,10 +184,7 @@ TEST(GptOssConfig, CudaBackendRefusesWhatItDoesNotRun) {
   dense.rope_original_context = 512;
   Loaded yarn(dense);
   EXPECT_EQ(yarn.config.rope_scaling.type, "yarn");
-  EXPECT_NE(cuda_model_refusal(yarn.config, yarn.weights).find("YaRN"), std::string::npos);
-  dense.yarn_rope_scaling = false;
-  Loaded plain(dense);
-  EXPECT_EQ(cuda_model_refusal(plain.config, plain.weights), "");
+  EXPECT_EQ(cuda_model_refusal(yarn.config, yarn.weights), "");
 }
 #endif
 
@@ -379,12 +382,11 @@ TEST(GptOssAttention, DecodeMatchesPrefillPastTheWindow) {
   }
 }
 
-// The case: the engine opens a gpt-oss file with Device Auto on the CPU (CUDA refuses its
-// attention), with the CPU backend's logits; Device Cuda is a DeviceError — where a GPU is
-// present, the CUDA backend's refusal (head size 64 here, so that the head-size check passes).
+// The case: the engine opens a gpt-oss file with Device Auto on the CPU (CUDA refuses the
+// preset's head size 32), with the CPU backend's logits; Device Cuda is a DeviceError — where a
+// GPU is present, the CUDA backend's refusal.
 TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
   SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss");
-  spec.head_dim = 64;
   test::TempModel file(spec, "gptoss-engine");
   EngineOptions options;
   options.device = DeviceKind::Auto;
@@ -420,12 +422,7 @@ TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
   } catch (const DeviceError&) {
     gpu = false;
   }
-  // The MoE refusal comes first until the CUDA experts land; then the attention's.
-  if (gpu) {
-    EXPECT_TRUE(message.find("sinks") != std::string::npos ||
-                message.find("mixture-of-experts") != std::string::npos)
-        << message;
-  }
+  if (gpu) EXPECT_NE(message.find("head sizes"), std::string::npos) << message;
 #endif
 }
 
