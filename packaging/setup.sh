@@ -2,7 +2,7 @@
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, the default model (and for the tests llama.cpp's tokenizer goldens), then the app or
 # the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|build|model|testdata|realweights|pydeps|run|test
+#   usage: bash packaging/setup.sh deps|jinja|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -44,6 +44,35 @@ ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi
 867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76  ggml-vocab-deepseek-llm.gguf
 ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-deepseek-llm.gguf.inp
 a193491c3c71fc008e3fbc5528cc26a1946f91dc0ec25778a5bc790b017baae5  ggml-vocab-deepseek-llm.gguf.out"
+# llama.cpp's Jinja engine (common/jinja, MIT) renders the model's own chat template: no
+# package serves a C++ Jinja engine, so its sources come from the llama-cpp-python source
+# distribution (vendor/llama.cpp), checked against the pinned checksum; the build compiles them
+# as a static library when present (engine/CMakeLists.txt) and falls back to the hand-written
+# template families without them. The engine needs common/jinja, common/json.{h,cpp} (a thin
+# wrapper over nlohmann-json) and common/unicode.{h,cpp}; the licence travels with them. The
+# same download gives the newer tokenizer goldens (gemma-4, qwen35, qwen2), which go beside the
+# 0.3.2 ones in testdata/tokenizer.
+readonly JINJA_SDIST=llama-cpp-python==0.3.36
+readonly JINJA_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+readonly JINJA_SDIST_ROOT=vendor/llama.cpp
+readonly JINJA_DIR=$DATA_HOME/third_party/llama.cpp-jinja
+readonly JINJA_FILES=(
+  LICENSE common/json.h common/json.cpp common/unicode.h common/unicode.cpp
+  common/jinja/caps.cpp common/jinja/caps.h common/jinja/lexer.cpp common/jinja/lexer.h
+  common/jinja/parser.cpp common/jinja/parser.h common/jinja/runtime.cpp common/jinja/runtime.h
+  common/jinja/string.cpp common/jinja/string.h common/jinja/utils.h common/jinja/value.cpp
+  common/jinja/value.h common/jinja/README.md
+)
+readonly GOLDENS_0336_SHA256SUMS="\
+58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65  ggml-vocab-gemma-4.gguf
+0528aa007b06965f980181d252b5dff7bb170a77af6157bd48bba56885374448  ggml-vocab-gemma-4.gguf.inp
+ba8c596bcd05e97e62566fa994b42eeaeffd6a4e4b4a4abe7b5b689aa6b43bf3  ggml-vocab-gemma-4.gguf.out
+63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c  ggml-vocab-qwen35.gguf
+0fc6547e7876cd5b2ef64a9d319c6e39040eb53986660bd4227ed7ddef017a94  ggml-vocab-qwen35.gguf.inp
+5efe225820325303857d0a087a8d59216f0d1e9a9e31133e7a5b44c3c4e1e9ca  ggml-vocab-qwen35.gguf.out
+44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c  ggml-vocab-qwen2.gguf
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-qwen2.gguf.inp
+de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwen2.gguf.out"
 # The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
@@ -147,7 +176,8 @@ configure() {
     cuda_args=(-DGRANULE_WITH_CUDA=OFF)
   fi
   # The tests read the goldens from where `testdata` puts them.
-  cmake --preset default "${cuda_args[@]}" -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" ||
+  cmake --preset default "${cuda_args[@]}" -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" \
+    -DGRANULE_JINJA_DIR="$JINJA_DIR" ||
     die "CMake could not configure build/ (see above)"
 }
 
@@ -264,6 +294,66 @@ PY
   note "installed and verified: ${#names[@]} files in $dir"
 }
 
+# --- llama.cpp's Jinja engine (and the newer goldens) ----------------------------------------
+
+# The marker written last: the folder is complete and came from this pinned download.
+jinja_marker() { echo "$JINJA_SDIST $JINJA_SDIST_SHA256"; }
+
+cmd_jinja() {
+  section "Jinja engine for chat templates (llama.cpp's common/jinja from $JINJA_SDIST)"
+  local goldens=$TESTDATA_DIR/tokenizer names
+  mapfile -t names < <(awk '{ print $2 }' <<<"$GOLDENS_0336_SHA256SUMS")
+  if [[ -f $JINJA_DIR/.granule-source && $(cat "$JINJA_DIR/.granule-source") == "$(jinja_marker)" ]] &&
+    (cd "$goldens" 2>/dev/null && sha256sum --quiet --strict -c - <<<"$GOLDENS_0336_SHA256SUMS" >/dev/null 2>&1); then
+    note "present and verified: $JINJA_DIR (and ${#names[@]} goldens in $goldens)"
+    return
+  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  note "downloading the $JINJA_SDIST source distribution from the package index (about 77 MB)"
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=:all: -q -d "$tmp" "$JINJA_SDIST" ||
+    die "could not download $JINJA_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/*.tar.gz)
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $JINJA_SDIST"
+  local got
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$JINJA_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $JINJA_SDIST_SHA256, got $got"
+  mkdir -p "$tmp/jinja" "$tmp/goldens"
+  python3 - "${sdists[0]}" "$JINJA_SDIST_ROOT" "$tmp/jinja" "$tmp/goldens" "${names[@]}" -- "${JINJA_FILES[@]}" <<'PY' ||
+import os, shutil, sys, tarfile
+sdist, root, jinja_dest, goldens_dest = sys.argv[1:5]
+rest = sys.argv[5:]
+split = rest.index("--")
+goldens, files = rest[:split], rest[split + 1:]
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    def copy(member, dest):
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with tar.extractfile(f"{top}/{root}/{member}") as src, open(dest, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+    for name in files:
+        copy(name, os.path.join(jinja_dest, name))
+    for name in goldens:
+        copy(f"models/{name}", os.path.join(goldens_dest, name))
+PY
+    die "$JINJA_SDIST does not hold llama.cpp's Jinja engine and goldens under $JINJA_SDIST_ROOT/"
+  (cd "$tmp/goldens" && sha256sum --quiet --strict -c - <<<"$GOLDENS_0336_SHA256SUMS" >/dev/null) ||
+    die "the goldens in $JINJA_SDIST do not match their checksums"
+  jinja_marker >"$tmp/jinja/.granule-source"
+  mkdir -p "$(dirname "$JINJA_DIR")" "$goldens"
+  rm -rf "$JINJA_DIR"
+  mv "$tmp/jinja" "$JINJA_DIR"
+  local name
+  for name in "${names[@]}"; do mv -f "$tmp/goldens/$name" "$goldens/$name"; done
+  rm -rf "$tmp"
+  note "installed and verified: $JINJA_DIR (${#JINJA_FILES[@]} files) and ${#names[@]} goldens in $goldens"
+}
+
 # --- real-weights test model --------------------------------------------------------------
 
 cmd_realweights() {
@@ -316,6 +406,9 @@ cmd_pydeps() {
 
 cmd_run() {
   cmd_deps
+  # Without it the window still works with the common template families: a failed download
+  # is no reason to stop here.
+  (cmd_jinja) || note "continuing without the Jinja engine: models with other chat templates will say so"
   build_programs
   cmd_model
   local gui=$ROOT/build/app/gui/granule cli=$ROOT/build/app/cli/granule-cli
@@ -368,6 +461,7 @@ sanitizer_tests() {
 
 cmd_test() {
   cmd_deps
+  cmd_jinja
   cmd_build
   cmd_model
   cmd_realweights
@@ -392,21 +486,24 @@ usage() {
 usage: bash packaging/setup.sh COMMAND
   deps      install the Debian packages Granule needs (root; skipped when all are present)
   build     configure and build everything into build/ (CUDA when a toolkit is found)
+  jinja     download llama.cpp's Jinja engine (chat templates) into $JINJA_DIR, and the newer
+            tokenizer goldens into $TESTDATA_DIR/tokenizer
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
   realweights
             write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
             $REAL_WEIGHTS_PATH
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
-  run       deps, build granule-cli and the window, model; then open Granule (or answer one
+  run       deps, jinja (optional), build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + build (everything) + model + realweights + testdata + pydeps, then every
+  test      deps + jinja + build (everything) + model + realweights + testdata + pydeps, then every
             test, and the GGUF tests under ASan+UBSan
 EOF
 }
 
 case ${1:-} in
   deps) cmd_deps ;;
+  jinja) cmd_jinja ;;
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;
