@@ -39,7 +39,8 @@ else()
        "#pragma once\n#include <stdexcept>\n"
        "#define GGML_ASSERT(x) do { if (!(x)) throw std::logic_error(\"JSON assertion failed: \" #x); } while (0)\n")
   configure_file("${shim_dir}/ggml.h.in" "${shim_dir}/ggml.h" COPYONLY)
-  target_include_directories(granule_jinja PUBLIC "${GRANULE_JINJA_DIR}/common" PRIVATE "${shim_dir}")
+  target_include_directories(granule_jinja SYSTEM PUBLIC "${GRANULE_JINJA_DIR}/common")
+  target_include_directories(granule_jinja PRIVATE "${shim_dir}")
   target_link_libraries(granule_jinja PRIVATE nlohmann_json::nlohmann_json)
   # Third-party code: its own warnings are not ours to fix.
   target_compile_options(granule_jinja PRIVATE -w)
