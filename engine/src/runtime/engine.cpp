@@ -312,8 +312,9 @@ SequenceId Engine::submit(Request request) {
       // Whether the template opened <think> at the end: its last few tokens tell.
       constexpr size_t kTailTokens = 8;
       const size_t n = seq->tokens.size();
-      const std::vector<TokenId> tail(seq->tokens.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, kTailTokens)),
-                                      seq->tokens.end());
+      const std::vector<TokenId> tail(
+          seq->tokens.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, kTailTokens)),
+          seq->tokens.end());
       seq->reasoning_opened = m.chat_template->prompt_opens_reasoning(
           m.tokenizer->decode(tail, /*render_special=*/true));
     }

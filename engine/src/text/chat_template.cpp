@@ -326,7 +326,8 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
                            "packaging/setup.sh jinja' and rebuild, or choose one of chatml, "
                            "llama3, llama2, mistral, gemma, phi3)");
   }
-  log->debug("chat template: {}{}{}", result.name(), result.jinja_ ? " (the model's own, Jinja)" : "",
+  log->debug("chat template: {}{}{}", result.name(),
+             result.jinja_ ? " (the model's own, Jinja)" : "",
              result.default_system_.empty() ? "" : " with a default system prompt");
   return result;
 }

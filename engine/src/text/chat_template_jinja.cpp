@@ -5,6 +5,7 @@
 #include "granule/error.h"
 
 #ifdef GRANULE_HAVE_JINJA
+#include <algorithm>
 #include <nlohmann/json.hpp>  // the template's input, built here and handed over as text
 
 #include "jinja/lexer.h"    // llama.cpp: source → tokens
@@ -23,8 +24,16 @@ namespace {
 // The first line of an error: llama.cpp's Jinja errors append the source around the fault on
 // the following lines, and the engine's errors are one line.
 std::string first_line(std::string_view what) {
-  const size_t end = what.find('\n');
-  return std::string(what.substr(0, end));
+  what.remove_prefix(std::min(what.size(), what.find_first_not_of('\n')));
+  return std::string(what.substr(0, what.find('\n')));
+}
+
+// A run-time error as llama.cpp's runtime rethrows it ("\n----\nWhile executing CallExpression
+// at 12:5 in source:\n<excerpt>\nError: <what>"): the innermost message, on one line.
+std::string run_time_error(std::string_view what) {
+  constexpr std::string_view kError = "\nError: ";
+  const size_t at = what.rfind(kError);
+  return first_line(at == std::string_view::npos ? what : what.substr(at + kError.size()));
 }
 
 }  // namespace
@@ -52,7 +61,7 @@ std::shared_ptr<const ChatTemplate::Jinja> ChatTemplate::compile_jinja(std::stri
 std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
                                        bool add_generation_prompt, std::string_view bos_text,
                                        const ChatOptions& options) const {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;  // keys in the order given, as Python's dicts
   json input = json::object();
   json& turns = input["messages"] = json::array();
   for (const ChatMessage& m : messages) turns.push_back({{"role", m.role}, {"content", m.content}});
@@ -82,7 +91,7 @@ std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
   } catch (const std::exception& e) {
     // raise_exception("...") arrives as "Jinja Exception: ..."; anything else the template
     // did wrong at run time says where.
-    std::string what = first_line(e.what());
+    std::string what = run_time_error(e.what());
     constexpr std::string_view kRaised = "Jinja Exception: ";
     if (what.starts_with(kRaised)) {
       throw UsageError("the model's chat template refuses this conversation: " +
