@@ -389,7 +389,7 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
     // Turns the engine left out to fit the context: mark where the model's view begins.
     model->setViewStartRow(chunk.dropped_messages > 0 ? chunk.dropped_messages : -1);
     model->appendText(g.row, chunk.text, chunk.tokens,
-                      static_cast<double>(g.since_first.elapsed()) / 1000.0);
+                      static_cast<double>(g.since_first.elapsed()) / 1000.0, chunk.reasoning);
   }
 }
 
