@@ -113,8 +113,9 @@ void print_chat_template(const ModelFile& file) {
   }
   try {
     const ChatTemplate tmpl = ChatTemplate::detect(*source);
-    field("chat template",
-          tmpl.name() + (tmpl.uses_jinja() ? " (the model's own, run by the Jinja engine)" : ""));
+    field("chat template", tmpl.name());
+    field("template engine",
+          tmpl.uses_jinja() ? "Jinja (the model's own template)" : "hand-written family");
     if (tmpl.reasoning_format() != ReasoningFormat::None) {
       field("reasoning", tmpl.reasoning_format() == ReasoningFormat::Harmony
                              ? "harmony channels (analysis, final)"

@@ -29,9 +29,6 @@ struct ModelInfo {
   QString architecture;   // "llama", "qwen2", ...
   QString block_type;     // dominant weight block type, "Q4_1"
   QString chat_template;  // "chatml", or "" when none was recognised
-  // How the model's replies carry reasoning: "think" (<think> blocks, Qwen3), "harmony"
-  // (gpt-oss channels; its effort is low/medium/high) or "" (none).
-  QString reasoning_format;
   QString device;         // "CPU (2 threads)"; empty before loading
   qint64 file_bytes = 0;
   qint64 parameters = 0;  // elements over all tensors
@@ -44,6 +41,9 @@ struct ModelInfo {
   qint64 engine_context = 0;         // context per chat after loading
   quint64 weights_bytes = 0;         // the estimate's weights, resident and streamed
   quint64 minimum_budget_bytes = 0;  // the least VRAM budget the placement plan runs in
+  // How the model's replies carry reasoning: "think" (<think> blocks, Qwen3), "harmony"
+  // (gpt-oss channels; its effort is low/medium/high) or "" (none).
+  QString reasoning_format;
 };
 
 // Per-chat sampling settings: the fields of granule::SamplingParams the window lets a user

@@ -424,11 +424,12 @@ class ScreenshotTest : public QObject {
     testing::FakeEngineScript script;
     script.reasoning_format = "think";
     script.step_delay_ms = 40;
-    script.reply_words = {"<think>", "\n", "The ", "user ", "wants ", "three ", "days ", "in ",
-                          "Kyoto. ", "Rain ", "is ", "likely ", "in ", "June, ", "so ", "one ",
-                          "indoor ", "option ", "each ", "day.", "\n", "</think>", "\n\n",
-                          "**Day ", "1:** ", "Fushimi ", "Inari ", "at ", "dawn; ", "if ", "it ",
-                          "rains, ", "the ", "Kyoto ", "National ", "Museum."};
+    script.reply_words = {"<think>", "\n",       "The ",    "user ",    "wants ",    "three ",
+                          "days ",   "in ",      "Kyoto. ", "Rain ",    "is ",       "likely ",
+                          "in ",     "June, ",   "so ",     "one ",     "indoor ",   "option ",
+                          "each ",   "day.",     "\n",      "</think>", "\n\n",      "**Day ",
+                          "1:** ",   "Fushimi ", "Inari ",  "at ",      "dawn; ",    "if ",
+                          "it ",     "rains, ",  "the ",    "Kyoto ",   "National ", "Museum."};
     testing::FakeEngineLog log;
     auto s = openOnFakeModel(dir, testing::fakeEngineFactory(script, &log));
     QVERIFY(s);
@@ -449,8 +450,9 @@ class ScreenshotTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(!chats->currentGenerating(), 10000);
     const QString reasoning =
         messages->data(messages->index(row), MessageModel::ReasoningRole).toString();
-    QCOMPARE(reasoning, QStringLiteral("The user wants three days in Kyoto. Rain is likely in June, "
-                                       "so one indoor option each day."));
+    QCOMPARE(reasoning,
+             QStringLiteral("The user wants three days in Kyoto. Rain is likely in June, "
+                            "so one indoor option each day."));
     QVERIFY(messages->data(messages->index(row), MessageModel::ContentRole)
                 .toString()
                 .startsWith(QStringLiteral("**Day 1:** Fushimi Inari")));

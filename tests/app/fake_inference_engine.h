@@ -94,9 +94,9 @@ class FakeInferenceEngine final : public InferenceEngine {
       throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
     const SequenceId id = next_id_++;
     if (log_)
-      log_->last_enable_thinking =
-          request.chat_options.enable_thinking ? (*request.chat_options.enable_thinking ? 1 : 0)
-                                               : -1;
+      log_->last_enable_thinking = request.chat_options.enable_thinking
+                                       ? (*request.chat_options.enable_thinking ? 1 : 0)
+                                       : -1;
     const int prompt = promptTokens(request);
     running_[id] = Running{std::move(request), 0, false, prompt};
     if (log_) log_->submitted++;

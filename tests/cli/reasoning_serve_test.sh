@@ -24,7 +24,7 @@ MODEL=$WORK/qwen3_style.gguf
   fail "granule-test-model could not write $MODEL"
   finish
 }
-if ! "$CLI" info "$MODEL" | grep -q "Jinja engine"; then
+if ! "$CLI" info "$MODEL" | grep -q "^template engine: *Jinja"; then
   echo "skip: this build has no Jinja engine (bash packaging/setup.sh jinja, then rebuild)"
   exit 77
 fi
