@@ -402,7 +402,8 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   if (MessageModel* model = messagesOf(result.chat_id)) {
     model->finish(row, result.reason);
     model->setPromptTokens(row, result.prompt_tokens);
-    if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty()) {
+    if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty() &&
+        model->message(row).reasoning.isEmpty()) {
       // Nothing was written: the empty reply goes (the banner says why) and the turn shows
       // its previous version, if it had one.
       if (store_.deleteLeafMessage(model->message(row).id))
