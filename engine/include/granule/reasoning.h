@@ -44,7 +44,7 @@ class ReasoningParser {
   void run(ReasoningDelta& out, bool at_end);
   void run_think(ReasoningDelta& out, bool at_end);
   void run_harmony(ReasoningDelta& out, bool at_end);
-  void emit(ReasoningDelta& out, std::string_view text);
+  void release_text(ReasoningDelta& out, std::string_view text);
 
   ReasoningFormat format_;
   State state_;

@@ -61,7 +61,7 @@ ReasoningDelta ReasoningParser::finish() {
   return out;
 }
 
-void ReasoningParser::emit(ReasoningDelta& out, std::string_view text) {
+void ReasoningParser::release_text(ReasoningDelta& out, std::string_view text) {
   if (strip_leading_) {
     const size_t first = text.find_first_not_of("\r\n");
     if (first == std::string_view::npos) return;  // still only newlines: keep stripping
@@ -83,7 +83,7 @@ void ReasoningParser::run(ReasoningDelta& out, bool at_end) {
   } else if (format_ == ReasoningFormat::Think) {
     run_think(out, at_end);
   } else {
-    emit(out, pending_);
+    release_text(out, pending_);
     pending_.clear();
   }
 }
@@ -112,14 +112,14 @@ void ReasoningParser::run_think(ReasoningDelta& out, bool at_end) {
         // The reasoning's trailing newlines belong to the tag's layout, not to the reasoning.
         const size_t end = pending_.find_last_not_of(kWhitespace, close == 0 ? 0 : close - 1);
         if (close > 0 && end != std::string::npos)
-          emit(out, std::string_view(pending_).substr(0, end + 1));
+          release_text(out, std::string_view(pending_).substr(0, end + 1));
         pending_.erase(0, close + kThinkClose.size());
         state_ = State::Content;
         strip_leading_ = true;
         continue;
       }
       if (at_end) {
-        emit(out, pending_);
+        release_text(out, pending_);
         pending_.clear();
         return;
       }
@@ -128,12 +128,12 @@ void ReasoningParser::run_think(ReasoningDelta& out, bool at_end) {
       const size_t body_end = pending_.size() - keep;
       const size_t last = pending_.find_last_not_of(kWhitespace, body_end == 0 ? 0 : body_end - 1);
       const size_t release = (body_end == 0 || last == std::string::npos) ? 0 : last + 1;
-      emit(out, std::string_view(pending_).substr(0, release));
+      release_text(out, std::string_view(pending_).substr(0, release));
       pending_.erase(0, release);
       return;
     }
     // Content: everything is the answer.
-    emit(out, pending_);
+    release_text(out, pending_);
     pending_.clear();
     return;
   }
@@ -200,7 +200,7 @@ void ReasoningParser::run_harmony(ReasoningDelta& out, bool at_end) {
       }
     }
     if (cut != std::string::npos) {
-      emit(out, std::string_view(pending_).substr(0, cut));
+      release_text(out, std::string_view(pending_).substr(0, cut));
       if (tag == kChannel) {
         pending_.erase(0, cut);  // the header parses it
         state_ = State::Header;
@@ -215,14 +215,14 @@ void ReasoningParser::run_harmony(ReasoningDelta& out, bool at_end) {
       continue;
     }
     if (at_end) {
-      emit(out, pending_);
+      release_text(out, pending_);
       pending_.clear();
       return;
     }
     size_t keep = 0;
     for (std::string_view end : kMessageEnds)
       keep = std::max(keep, partial_tag_suffix(pending_, end));
-    emit(out, std::string_view(pending_).substr(0, pending_.size() - keep));
+    release_text(out, std::string_view(pending_).substr(0, pending_.size() - keep));
     pending_.erase(0, pending_.size() - keep);
     return;
   }
