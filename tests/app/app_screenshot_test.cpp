@@ -48,9 +48,10 @@ std::vector<std::string> replyWords() {
   return words;
 }
 
-// The first item named `name` under `root` (delegates of a ListView included), or null.
+// The first visible item named `name` under `root` (delegates of a ListView included; a
+// view keeps hidden ones for reuse), or null.
 QQuickItem* findItem(QQuickItem* root, const QString& name) {
-  if (root->objectName() == name) return root;
+  if (root->objectName() == name && root->isVisible()) return root;
   for (QQuickItem* child : root->childItems())
     if (QQuickItem* found = findItem(child, name)) return found;
   return nullptr;
@@ -465,10 +466,14 @@ class ScreenshotTest : public QObject {
     QCOMPARE(stored.size(), 2);
     QCOMPARE(stored[1].reasoning, reasoning);
 
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(200);
     QQuickItem* toggle = findItem(s->window->contentItem(), QStringLiteral("thinkingToggle"));
     QVERIFY(toggle);
+    QQuickItem* block = toggle->parentItem();
+    QVERIFY(block && !block->property("expanded").toBool());
     QVERIFY(QMetaObject::invokeMethod(toggle, "clicked"));
-    setTheme(*s, QStringLiteral("dark"));
+    QTRY_VERIFY(block->property("expanded").toBool());
     save(s->window, QStringLiteral("thinking-expanded-dark.png"));
 
     // The chat's setting: Off reaches the template as enable_thinking false.
