@@ -129,6 +129,17 @@ TEST(ReasoningParser, HarmonyPlainTextReplyIsContent) {
   expect_split(ReasoningFormat::Harmony, {"Just", " text", " <|", "x"}, "", "Just text <|x");
 }
 
+// Found by fuzzing (tests/fuzz/regressions/chat_template/harmony-unfinished-header): a reply
+// that ends inside a channel header is released as the answer, not parsed again forever.
+TEST(ReasoningParser, HarmonyReplyEndingInsideAHeaderIsReleased) {
+  expect_split(ReasoningFormat::Harmony,
+               {"<|channel|>", "analysis", "<|message|>", "Hm", "<|channel|>", "fin"}, "Hm",
+               "<|channel|>fin");
+  std::string long_header = "<|channel|>";
+  long_header.append(300, 'x');
+  expect_split(ReasoningFormat::Harmony, {long_header, " end"}, "", long_header + " end");
+}
+
 TEST(ReasoningParser, NoFormatPassesEverythingThrough) {
   expect_split(ReasoningFormat::None, {"<think>", "x", "</think>", "y"}, "", "<think>x</think>y");
 }

@@ -157,13 +157,18 @@ void ReasoningParser::run_harmony(ReasoningDelta& out, bool at_end) {
         after_start_ = false;
         continue;
       }
-      // Not a header after all (a model that answers in plain text): the text is the answer.
-      const bool plain = !pending_.empty() && pending_.front() != '<' && !after_start_;
-      if (plain || at_end || pending_.size() > kMaxHeaderBytes) {
-        state_ = State::Content;
-        message_state_ = State::Content;
-        continue;
+      // Not a header after all: text that does not start like one (a model that answers in
+      // plain text) is the answer from here on; an unfinished or overlong header is released
+      // as the answer whole (it may begin with a tag, which must not send it back here).
+      state_ = State::Content;
+      message_state_ = State::Content;
+      if (!pending_.empty() && pending_.front() != '<' && !after_start_) continue;
+      if (at_end || pending_.size() > kMaxHeaderBytes) {
+        release_text(out, pending_);
+        pending_.clear();
+        return;
       }
+      state_ = State::Header;
       return;
     }
     if (state_ == State::Between) {
