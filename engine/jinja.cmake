@@ -17,7 +17,7 @@ set(granule_jinja_sources
     common/jinja/parser.cpp common/jinja/runtime.cpp common/jinja/string.cpp common/jinja/value.cpp)
 set(granule_jinja_missing "")
 foreach(source ${granule_jinja_sources})
-  if(NOT EXISTS "${GRANULE_JINJA_DIR}/${source}")
+  if(NOT granule_jinja_missing AND NOT EXISTS "${GRANULE_JINJA_DIR}/${source}")
     set(granule_jinja_missing "${source}")
   endif()
 endforeach()
