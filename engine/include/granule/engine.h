@@ -152,12 +152,12 @@ struct FitEstimate {
 
   // The placement plan (engine/src/memory/placement.h) for this budget: the layers that stay
   // in device memory, those streamed from pinned host memory through the staging ring.
-  bool loads = false;                 // the budget holds the minimum working set
+  bool loads = false;               // the budget holds the minimum working set
   uint64_t minimum_budget_bytes = 0;  // that working set: fixed weights, staging, workspace, KV
   int32_t resident_layers = 0;
   int32_t streamed_layers = 0;
-  std::vector<bool> layer_streamed;      // per layer
-  uint64_t resident_weight_bytes = 0;    // weights in device memory (embeddings, head, layers)
+  std::vector<bool> layer_streamed;     // per layer
+  uint64_t resident_weight_bytes = 0;   // weights in device memory (embeddings, head, layers)
   uint64_t streamed_bytes_per_pass = 0;  // copied host-to-device by every forward pass
   uint64_t staging_bytes = 0;            // the staging ring
   uint64_t kv_reserve_bytes = 0;         // KV the plan keeps free before it places layers
