@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, llama.cpp's Jinja engine for chat templates, the default model (and for the tests
-# llama.cpp's tokenizer goldens), then the app or
-# the tests. Every step is skipped when done.
+# llama.cpp's tokenizer goldens), then the app or the tests. Every step is skipped when done.
 #   usage: bash packaging/setup.sh deps|jinja|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
