@@ -25,6 +25,8 @@ class ModelController : public QObject {
   Q_PROPERTY(QString blockType READ blockType NOTIFY infoChanged)
   Q_PROPERTY(QString device READ device NOTIFY infoChanged)
   Q_PROPERTY(QString chatTemplate READ chatTemplate NOTIFY infoChanged)
+  // How the loaded model reasons: "think" (on/off), "harmony" (an effort), "" (it does not).
+  Q_PROPERTY(QString reasoningFormat READ reasoningFormat NOTIFY infoChanged)
   Q_PROPERTY(double fileBytes READ fileBytes NOTIFY infoChanged)
   Q_PROPERTY(double parameters READ parameters NOTIFY infoChanged)
   Q_PROPERTY(int layers READ layers NOTIFY infoChanged)
@@ -110,6 +112,7 @@ class ModelController : public QObject {
   QString blockType() const { return loaded_.block_type; }
   QString device() const { return loaded_.device; }
   QString chatTemplate() const { return loaded_.chat_template; }
+  QString reasoningFormat() const { return loaded_.reasoning_format; }
   double fileBytes() const { return static_cast<double>(loaded_.file_bytes); }
   double parameters() const { return static_cast<double>(loaded_.parameters); }
   int layers() const { return static_cast<int>(loaded_.layers); }

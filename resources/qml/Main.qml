@@ -150,7 +150,13 @@ ApplicationWindow {
         telemetry: window.telemetry
         server: window.server
     }
-    ChatSettingsDrawer { id: chatSettings; objectName: "chatSettings"; height: window.height; chats: window.chats }
+    ChatSettingsDrawer {
+        id: chatSettings
+        objectName: "chatSettings"
+        height: window.height
+        chats: window.chats
+        reasoningFormat: window.model.reasoningFormat
+    }
 
     Binding {
         target: Theme

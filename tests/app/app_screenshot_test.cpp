@@ -49,6 +49,15 @@ std::vector<std::string> replyWords() {
   return words;
 }
 
+// The first visible item named `name` under `root` (delegates of a ListView included; a
+// view keeps hidden ones for reuse), or null.
+QQuickItem* findItem(QQuickItem* root, const QString& name) {
+  if (root->objectName() == name && root->isVisible()) return root;
+  for (QQuickItem* child : root->childItems())
+    if (QQuickItem* found = findItem(child, name)) return found;
+  return nullptr;
+}
+
 QString screenshotDir() {
   QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
   return QStringLiteral(GRANULE_SCREENSHOT_DIR);
@@ -524,6 +533,80 @@ class ScreenshotTest : public QObject {
     QTest::qWait(1500);  // the drawer slides in
     QVERIFY(drawer->property("visible").toBool());
     save(s->window, QStringLiteral("chat-settings-light.png"));
+    s->app.shutdown();
+  }
+
+  // A reasoning model's reply: the Thinking block open while it thinks, collapsed with its
+  // duration once the answer starts, opened again by a click; the chat's reasoning setting
+  // in the drawer, and "Off" reaching the template as enable_thinking false.
+  void reasoningShowsACollapsibleThinkingBlock() {
+    QTemporaryDir dir;
+    testing::FakeEngineScript script;
+    script.reasoning_format = "think";
+    script.step_delay_ms = 40;
+    script.reply_words = {"<think>", "\n",       "The ",    "user ",    "wants ",    "three ",
+                          "days ",   "in ",      "Kyoto. ", "Rain ",    "is ",       "likely ",
+                          "in ",     "June, ",   "so ",     "one ",     "indoor ",   "option ",
+                          "each ",   "day.",     "\n",      "</think>", "\n\n",      "**Day ",
+                          "1:** ",   "Fushimi ", "Inari ",  "at ",      "dawn; ",    "if ",
+                          "it ",     "rains, ",  "the ",    "Kyoto ",   "National ", "Museum."};
+    testing::FakeEngineLog log;
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory(script, &log));
+    QVERIFY(s);
+    QCOMPARE(s->app.model()->reasoningFormat(), QStringLiteral("think"));
+    ChatController* chats = s->app.chats();
+    chats->selectChat(s->trip_chat);
+    chats->samplingEditor()->setMaxTokens(36);
+    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
+    MessageModel* messages = chats->messages();
+    const int row = 1;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        messages->data(messages->index(row), MessageModel::ReasoningRole).toString().size() > 20,
+        5000);
+    QVERIFY(messages->data(messages->index(row), MessageModel::ThinkingRole).toBool());
+    QVERIFY(messages->data(messages->index(row), MessageModel::ContentRole).toString().isEmpty());
+    save(s->window, QStringLiteral("thinking-open-light.png"));
+
+    QTRY_VERIFY_WITH_TIMEOUT(!chats->currentGenerating(), 10000);
+    const QString reasoning =
+        messages->data(messages->index(row), MessageModel::ReasoningRole).toString();
+    QCOMPARE(reasoning,
+             QStringLiteral("The user wants three days in Kyoto. Rain is likely in June, "
+                            "so one indoor option each day."));
+    QVERIFY(messages->data(messages->index(row), MessageModel::ContentRole)
+                .toString()
+                .startsWith(QStringLiteral("**Day 1:** Fushimi Inari")));
+    QVERIFY(!messages->data(messages->index(row), MessageModel::ThinkingRole).toBool());
+    QVERIFY(messages->data(messages->index(row), MessageModel::ReasoningMsRole).toDouble() > 0);
+    save(s->window, QStringLiteral("thinking-collapsed-light.png"));
+
+    // Stored with the message: a reloaded chat shows the same block.
+    const QList<StoredMessage> stored = s->app.store().messages(s->trip_chat);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[1].reasoning, reasoning);
+
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(200);
+    QQuickItem* toggle = findItem(s->window->contentItem(), QStringLiteral("thinkingToggle"));
+    QVERIFY(toggle);
+    QQuickItem* block = toggle->parentItem();
+    QVERIFY(block && !block->property("expanded").toBool());
+    QVERIFY(QMetaObject::invokeMethod(toggle, "clicked"));
+    QTRY_VERIFY(block->property("expanded").toBool());
+    save(s->window, QStringLiteral("thinking-expanded-dark.png"));
+
+    // The chat's setting: Off reaches the template as enable_thinking false.
+    setTheme(*s, QStringLiteral("light"));
+    QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
+    QVERIFY(drawer);
+    QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
+    QTest::qWait(1500);  // the drawer slides in
+    chats->samplingEditor()->setReasoning(QStringLiteral("off"));
+    QTest::qWait(200);
+    save(s->window, QStringLiteral("chat-settings-reasoning-light.png"));
+    chats->send(QStringLiteral("And a fourth day?"));
+    QTRY_COMPARE_WITH_TIMEOUT(log.last_enable_thinking.load(), 0, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(!chats->currentGenerating(), 10000);
     s->app.shutdown();
   }
 

@@ -86,6 +86,9 @@ struct PromptInfo {
   // it fits the context (ContextOverflow::DropOldest): the model sees
   // messages[system..., dropped_messages + system count, ...].
   int32_t dropped_messages = 0;
+  // The chat template opened the model's reasoning at the end of the prompt (<think>): the
+  // reply starts inside it (ReasoningParser's starts_in_reasoning).
+  bool reasoning_opened = false;
 };
 
 struct TokenSink {
@@ -108,6 +111,9 @@ struct Request {
   std::vector<ChatMessage> messages;                  // rendered with the chat template, or
   std::optional<std::vector<TokenId>> prompt_tokens;  // a raw prompt, used as is
   SamplingParams sampling;
+  // The chat template's variables besides the messages (enable_thinking, reasoning_effort,
+  // tools); used with a Jinja template, ignored by the hand-written families.
+  ChatOptions chat_options;
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each generated token's, with that many of
   // the most likely tokens (sink.on_logprobs). Steps holding such a sequence sample on the
   // host, since the logits must come back (the same tokens: both samplers draw alike).
