@@ -197,6 +197,17 @@ void GgufWriter::add_raw_tensor(std::string name, std::vector<int64_t> dims, uin
   tensors_.push_back({std::move(name), std::move(dims), ggml_type, std::move(bytes)});
 }
 
+void GgufWriter::add_zero_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type) {
+  const int64_t elements = checked_elements(name, dims);
+  const BlockGeometry* g = block_geometry(ggml_type);
+  if (g == nullptr || dims[0] % g->block_elems != 0)
+    throw UsageError("tensor " + name + ": a zero tensor needs a known type and whole blocks");
+  for (const auto& t : tensors_)
+    if (t.name == name) throw UsageError("tensor " + name + " added twice");
+  const uint64_t size = static_cast<uint64_t>(elements) / g->block_elems * g->block_bytes;
+  tensors_.push_back({std::move(name), std::move(dims), ggml_type, {}, size});
+}
+
 std::vector<uint8_t> GgufWriter::header_bytes() const {
   ByteSink out;
   out.put<uint32_t>(kMagic);
@@ -214,7 +225,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
     for (int64_t d : t.dims) out.put<uint64_t>(static_cast<uint64_t>(d));
     out.put<uint32_t>(t.ggml_type);
     out.put<uint64_t>(offset);
-    offset += padding_after(t.bytes.size(), alignment_) + t.bytes.size();
+    offset += padding_after(t.size(), alignment_) + t.size();
   }
   out.pad_to(alignment_);
   return std::move(out.bytes);
@@ -223,6 +234,7 @@ std::vector<uint8_t> GgufWriter::header_bytes() const {
 std::vector<uint8_t> GgufWriter::to_bytes() const {
   std::vector<uint8_t> bytes = header_bytes();
   for (const auto& t : tensors_) {
+    if (t.zero_bytes > 0) throw UsageError("to_bytes: tensor " + t.name + " is a zero tensor");
     bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
     bytes.resize(bytes.size() + padding_after(t.bytes.size(), alignment_), 0);
   }
@@ -239,12 +251,18 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   };
   const std::vector<uint8_t> header = header_bytes();
   put(header.data(), header.size());
-  const std::vector<uint8_t> zeros(alignment_, 0);
+  uint64_t end = header.size();
   for (const auto& t : tensors_) {
-    put(t.bytes.data(), t.bytes.size());
-    put(zeros.data(), padding_after(t.bytes.size(), alignment_));
+    if (t.zero_bytes > 0)
+      file.seekp(static_cast<std::streamoff>(t.zero_bytes), std::ios::cur);  // a hole
+    else
+      put(t.bytes.data(), t.bytes.size());
+    end += t.size() + padding_after(t.size(), alignment_);
+    file.seekp(static_cast<std::streamoff>(padding_after(t.size(), alignment_)), std::ios::cur);
   }
   file.close();
+  // A file ending in a hole has no byte written at its end: give it its full size.
+  if (file) std::filesystem::resize_file(path, end);
   if (!file) throw Error(path.string() + ": write failed: " + std::strerror(errno));
 }
 

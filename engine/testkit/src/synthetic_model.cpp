@@ -274,6 +274,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
         break;
       }
     }
+    if (spec.zero_data) {
+      w.add_zero_tensor(name, std::move(dims), static_cast<uint32_t>(type));
+      return;
+    }
     auto bytes = make_tensor(name, spec.seed, dist, dims, type);
     w.add_raw_tensor(name, std::move(dims), static_cast<uint32_t>(type), std::move(bytes));
   };

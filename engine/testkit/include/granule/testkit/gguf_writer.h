@@ -24,6 +24,10 @@ class GgufWriter {
                   std::span<const float> values);
   void add_raw_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
                       std::vector<uint8_t> bytes);
+  // A tensor whose data is all zero bytes, never held in memory: write() leaves a hole in
+  // the file (sparse where the file system allows), so an 8B-shaped model's header and
+  // tensor table cost only their own bytes (hub tests). to_bytes() refuses such a writer.
+  void add_zero_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type);
   std::vector<uint8_t> to_bytes() const;
   void write(const std::filesystem::path& path) const;  // throws Error on I/O failure
 
@@ -33,6 +37,8 @@ class GgufWriter {
     std::vector<int64_t> dims;
     uint32_t ggml_type;
     std::vector<uint8_t> bytes;
+    uint64_t zero_bytes = 0;  // add_zero_tensor: the size, with `bytes` empty
+    uint64_t size() const { return bytes.empty() ? zero_bytes : bytes.size(); }
   };
   // Header, metadata, tensor table and the padding up to the data section.
   std::vector<uint8_t> header_bytes() const;

@@ -50,6 +50,10 @@ struct SyntheticModelSpec {
   float rope_high_freq_factor = 4.0f;
   int64_t rope_original_context = 8192;
 
+  // Every tensor all zeros and never generated (GgufWriter::add_zero_tensor): real headers
+  // at any shape for code that reads only them (the hub tests' 8B-shaped repository).
+  bool zero_data = false;
+
   uint64_t seed = 1;
   // tokenizer.chat_template; the default is a ChatML template.
   std::string chat_template;
