@@ -78,6 +78,7 @@ int run_pull(const PullOptions& options) {
     // The largest that fits, from the headers alone.
     EngineOptions engine_options;
     engine_options.context_length = options.context;
+    engine_options.max_sequences = 1;  // as `granule-cli fit` plans by default
     engine_options.vram_budget_bytes = options.vram_budget_bytes;
     std::vector<hub::QuantFit> fits;
     for (const hub::GgufModel& m : models) {

@@ -101,8 +101,8 @@ std::vector<CachedFile> HubCache::list_gguf() const {
     if (!fs::is_directory(snapshots, ec)) continue;
     for (const auto& entry : fs::recursive_directory_iterator(snapshots, ec)) {
       if (entry.path().extension() != ".gguf" || !fs::is_regular_file(entry.path(), ec)) continue;
-      const fs::path relative = fs::relative(entry.path(), snapshots, ec);
-      const std::string file = fs::relative(relative, *relative.begin(), ec).generic_string();
+      const fs::path relative = entry.path().lexically_relative(snapshots);
+      const std::string file = relative.lexically_relative(*relative.begin()).generic_string();
       if (!seen.insert(file).second) continue;
       files.push_back({repo, file, entry.path(), static_cast<uint64_t>(fs::file_size(entry.path(), ec))});
     }
