@@ -44,11 +44,13 @@ ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi
 867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76  ggml-vocab-deepseek-llm.gguf
 ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-deepseek-llm.gguf.inp
 a193491c3c71fc008e3fbc5528cc26a1946f91dc0ec25778a5bc790b017baae5  ggml-vocab-deepseek-llm.gguf.out"
-# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
+# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh),
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
 readonly PYTHON_DIR=$DATA_HOME/python
-readonly PYTHON_PACKAGES=(openai==3.51.0)
+# huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
+# Granule and huggingface_hub share one cache.
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0)
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -65,7 +67,7 @@ readonly PACKAGES=(
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
   qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
   libspdlog-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev libcurl4-openssl-dev libssl-dev qtkeychain-qt6-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
 )

@@ -281,7 +281,9 @@ Command add_fit_command(CLI::App& parent) {
       "fit",
       "Preview how a model fits a VRAM budget: resident and streamed layers, KV room, the "
       "PCIe bound on decode speed (exit status 1 when it does not load)");
-  app->add_option("model", options->model, "GGUF model file, or hf://ORG/REPO/FILE.gguf (its header read from the Hub)")->required();
+  app->add_option("model", options->model,
+                  "GGUF model file, or hf://ORG/REPO/FILE.gguf (its header read from the Hub)")
+      ->required();
   add_vram_budget_option(*app, options->vram_budget_bytes);
   app->add_option("-c,--ctx", options->context, "Context length per chat")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

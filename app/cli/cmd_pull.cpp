@@ -47,16 +47,19 @@ void draw(const hub::DownloadProgress& p, int part, int parts) {
   const bool tty = isatty(STDERR_FILENO) != 0;
   if (!tty && p.state == last_state) return;
   last_state = p.state;
-  const double fraction = p.total_bytes ? static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes) : 0;
+  const double fraction =
+      p.total_bytes ? static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes) : 0;
   constexpr int kWidth = 28;
   const int filled = static_cast<int>(fraction * kWidth);
   std::string bar(static_cast<size_t>(filled), '#');
   bar += std::string(static_cast<size_t>(kWidth - filled), '-');
-  std::fprintf(stderr, "%s[%s] %5.1f%% %s / %s  %s/s  ETA %s%s%s%s", tty ? "\r" : "", bar.c_str(),
-               100.0 * fraction, human_bytes(p.done_bytes).c_str(), human_bytes(p.total_bytes).c_str(),
-               human_bytes(static_cast<uint64_t>(p.bytes_per_second)).c_str(), duration(p.eta_seconds).c_str(),
-               parts > 1 ? (" part " + std::to_string(part) + "/" + std::to_string(parts)).c_str() : "",
-               p.state == "downloading" ? "" : ("  " + p.state).c_str(), tty ? "\033[K" : "\n");
+  std::fprintf(
+      stderr, "%s[%s] %5.1f%% %s / %s  %s/s  ETA %s%s%s%s", tty ? "\r" : "", bar.c_str(),
+      100.0 * fraction, human_bytes(p.done_bytes).c_str(), human_bytes(p.total_bytes).c_str(),
+      human_bytes(static_cast<uint64_t>(p.bytes_per_second)).c_str(),
+      duration(p.eta_seconds).c_str(),
+      parts > 1 ? (" part " + std::to_string(part) + "/" + std::to_string(parts)).c_str() : "",
+      p.state == "downloading" ? "" : ("  " + p.state).c_str(), tty ? "\033[K" : "\n");
   std::fflush(stderr);
 }
 
@@ -86,7 +89,9 @@ int run_pull(const PullOptions& options) {
       fits.push_back(hub::fit_remote(client, listing, m, engine_options));
       const hub::QuantFit& q = fits.back();
       std::fprintf(stderr, "%-10s %10s  %s\n", m.label.c_str(), human_bytes(m.size_bytes).c_str(),
-                   q.fit ? (q.fit->fits ? "fits" : q.fit->loads ? "loads with streaming" : "does not load")
+                   q.fit ? (q.fit->fits    ? "fits"
+                            : q.fit->loads ? "loads with streaming"
+                                           : "does not load")
                          : q.error.c_str());
     }
     const int best = hub::recommended_quant(fits);
@@ -105,14 +110,15 @@ int run_pull(const PullOptions& options) {
   for (int i = 0; i < parts; ++i) {
     const hub::RepoFile& file = chosen->parts[static_cast<size_t>(i)];
     if (auto cached = downloader.cache().find(repo, file.path, options.revision)) {
-      std::fprintf(stderr, "%s: already in %s\n", file.path.c_str(), downloader.cache().root().c_str());
+      std::fprintf(stderr, "%s: already in %s\n", file.path.c_str(),
+                   downloader.cache().root().c_str());
       if (i == 0) first = *cached;
       continue;
     }
     try {
-      const auto path = downloader.download(repo, file, options.revision,
-                                            [&](const hub::DownloadProgress& p) { draw(p, i + 1, parts); },
-                                            &g_interrupted);
+      const auto path = downloader.download(
+          repo, file, options.revision,
+          [&](const hub::DownloadProgress& p) { draw(p, i + 1, parts); }, &g_interrupted);
       if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\n");
       if (i == 0) first = path;
     } catch (const hub::DownloadStopped& e) {

@@ -19,9 +19,9 @@ struct SearchOptions {
 
 int run_search(const SearchOptions& options) {
   const hub::HubClient client(hub::HubSettings::from_environment());
-  const auto repos = client.search(options.text, options.sort == "recent" ? hub::SearchSort::Recent
-                                                                          : hub::SearchSort::Downloads,
-                                   options.limit);
+  const auto repos = client.search(
+      options.text, options.sort == "recent" ? hub::SearchSort::Recent : hub::SearchSort::Downloads,
+      options.limit);
   if (repos.empty()) {
     std::printf("no GGUF repositories on %s match '%s'\n", client.settings().endpoint.c_str(),
                 options.text.c_str());
@@ -31,12 +31,13 @@ int run_search(const SearchOptions& options) {
               "granule");
   for (const hub::RepoSummary& r : repos) {
     const std::string arch = r.architecture.empty() ? "?" : r.architecture;
-    std::string support = r.architecture.empty()      ? "unknown"
+    std::string support = r.architecture.empty()                        ? "unknown"
                           : hub::architecture_supported(r.architecture) ? "supported"
-                                                                           : "not supported";
+                                                                        : "not supported";
     if (r.gated) support += ", gated";
-    std::printf("%-48s %10lld  %-10s  %-12s %s\n", r.id.c_str(), static_cast<long long>(r.downloads),
-                r.last_modified.substr(0, 10).c_str(), arch.c_str(), support.c_str());
+    std::printf("%-48s %10lld  %-10s  %-12s %s\n", r.id.c_str(),
+                static_cast<long long>(r.downloads), r.last_modified.substr(0, 10).c_str(),
+                arch.c_str(), support.c_str());
   }
   return 0;
 }

@@ -8,8 +8,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -25,7 +25,9 @@ namespace {
 
 class Sha256 {
  public:
-  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) { EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr); }
+  Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr);
+  }
   void update(const void* data, size_t size) { EVP_DigestUpdate(ctx_.get(), data, size); }
   std::string hex() {
     unsigned char digest[EVP_MAX_MD_SIZE];
@@ -61,7 +63,8 @@ void hash_prefix(Sha256& sha, const fs::path& path, uint64_t bytes) {
 // huggingface_hub's _normalize_etag: no weak prefix, no quotes.
 std::string normalize_etag(std::string etag) {
   if (etag.starts_with("W/")) etag = etag.substr(2);
-  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, etag.size() - 2);
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"')
+    etag = etag.substr(1, etag.size() - 2);
   return etag;
 }
 
@@ -100,12 +103,16 @@ class RateMeter {
   void add(uint64_t total_bytes) {
     const auto now = Clock::now();
     samples_.push_back({now, total_bytes});
-    while (samples_.size() > 2 && now - samples_.front().first > std::chrono::seconds(5)) samples_.pop_front();
+    while (samples_.size() > 2 && now - samples_.front().first > std::chrono::seconds(5))
+      samples_.pop_front();
   }
   double bytes_per_second() const {
     if (samples_.size() < 2) return 0;
-    const double seconds = std::chrono::duration<double>(samples_.back().first - samples_.front().first).count();
-    return seconds > 0 ? static_cast<double>(samples_.back().second - samples_.front().second) / seconds : 0;
+    const double seconds =
+        std::chrono::duration<double>(samples_.back().first - samples_.front().first).count();
+    return seconds > 0
+               ? static_cast<double>(samples_.back().second - samples_.front().second) / seconds
+               : 0;
   }
 
  private:
@@ -129,8 +136,9 @@ void Downloader::discard_partial(const std::string& repo, const RepoFile& file) 
   fs::remove(cache_.incomplete_path(repo, file.sha256), ec);
 }
 
-fs::path Downloader::download(const std::string& repo, const RepoFile& file, const std::string& revision,
-                              const ProgressFn& progress, const std::atomic<bool>* cancel) const {
+fs::path Downloader::download(const std::string& repo, const RepoFile& file,
+                              const std::string& revision, const ProgressFn& progress,
+                              const std::atomic<bool>* cancel) const {
   check_repo_id(repo);
   if (auto cached = cache_.find(repo, file.path, revision)) return *cached;
 
@@ -153,15 +161,17 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
     std::this_thread::sleep_for(std::chrono::seconds(error.retry_after_seconds));
   }
   const std::string commit = head.header("x-repo-commit");
-  std::string etag = normalize_etag(!head.header("x-linked-etag").empty() ? head.header("x-linked-etag")
-                                                                           : head.header("etag"));
+  std::string etag = normalize_etag(
+      !head.header("x-linked-etag").empty() ? head.header("x-linked-etag") : head.header("etag"));
   if (commit.empty() || etag.empty())
-    throw HubError(repo + "/" + file.path + ": the Hub's answer has no commit or ETag header "
+    throw HubError(repo + "/" + file.path +
+                   ": the Hub's answer has no commit or ETag header "
                    "(is HF_ENDPOINT a Hub?)");
   uint64_t total = file.size;
   if (const std::string linked = head.header("x-linked-size"); !linked.empty())
     total = std::strtoull(linked.c_str(), nullptr, 10);
-  const std::string expected_sha = !file.sha256.empty() ? file.sha256 : (etag.size() == 64 ? etag : "");
+  const std::string expected_sha =
+      !file.sha256.empty() ? file.sha256 : (etag.size() == 64 ? etag : "");
 
   const fs::path blob = cache_.blob_path(repo, etag);
   std::error_code ec;
@@ -179,8 +189,9 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
   }
   const fs::space_info space = fs::space(blob.parent_path(), ec);
   if (!ec && space.available < total - done)
-    throw HubError(repo + "/" + file.path + ": needs " + human(total - done) + " of disk space in " +
-                   blob.parent_path().string() + ", " + human(space.available) + " is free");
+    throw HubError(repo + "/" + file.path + ": needs " + human(total - done) +
+                   " of disk space in " + blob.parent_path().string() + ", " +
+                   human(space.available) + " is free");
 
   Sha256 sha;
   hash_prefix(sha, partial, done);
@@ -189,7 +200,8 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
   auto report = [&](const std::string& state) {
     if (!progress) return;
     const double bps = rate.bytes_per_second();
-    progress({file.path, done, total, bps, bps > 0 ? static_cast<double>(total - done) / bps : -1, state});
+    progress({file.path, done, total, bps, bps > 0 ? static_cast<double>(total - done) / bps : -1,
+              state});
   };
   report(done > 0 ? "resuming" : "downloading");
   int resumes = 0;
@@ -197,35 +209,39 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
   auto last_report = Clock::now();
   while (done < total) {
     std::FILE* out = std::fopen(partial.c_str(), "ab");
-    if (out == nullptr) throw HubError(partial.string() + ": cannot write: " + std::strerror(errno));
+    if (out == nullptr)
+      throw HubError(partial.string() + ": cannot write: " + std::strerror(errno));
     bool write_failed = false;
     HttpRequest get = client_.request(url);
     if (done > 0) get.range_begin = done;
-    TransferResult t = perform(get, [&](long status, const char* data, size_t size) {
-      if (status == 200 && done > 0 && get.range_begin) {
-        // The server ignored Range and sends the file from its start: start over.
-        out = std::freopen(partial.c_str(), "wb", out);
-        if (out == nullptr) {
-          write_failed = true;
-          return false;
-        }
-        done = 0;
-        sha = Sha256();
-        get.range_begin.reset();
-      }
-      if (std::fwrite(data, 1, size, out) != size) {
-        write_failed = true;
-        return false;
-      }
-      sha.update(data, size);
-      done += size;
-      rate.add(done);
-      if (Clock::now() - last_report > std::chrono::milliseconds(200)) {
-        last_report = Clock::now();
-        report("downloading");
-      }
-      return true;
-    }, cancel);
+    TransferResult t = perform(
+        get,
+        [&](long status, const char* data, size_t size) {
+          if (status == 200 && done > 0 && get.range_begin) {
+            // The server ignored Range and sends the file from its start: start over.
+            out = std::freopen(partial.c_str(), "wb", out);
+            if (out == nullptr) {
+              write_failed = true;
+              return false;
+            }
+            done = 0;
+            sha = Sha256();
+            get.range_begin.reset();
+          }
+          if (std::fwrite(data, 1, size, out) != size) {
+            write_failed = true;
+            return false;
+          }
+          sha.update(data, size);
+          done += size;
+          rate.add(done);
+          if (Clock::now() - last_report > std::chrono::milliseconds(200)) {
+            last_report = Clock::now();
+            report("downloading");
+          }
+          return true;
+        },
+        cancel);
     if (out != nullptr) std::fclose(out);
     if (write_failed) throw HubError(partial.string() + ": write failed (disk full?)");
     if (t.stopped && cancel != nullptr && cancel->load())
@@ -238,7 +254,8 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
       if (code == 429 && waits < 3 && error.retry_after_seconds > 0 &&
           error.retry_after_seconds <= client_.settings().max_retry_after_seconds) {
         ++waits;
-        report("waiting: rate-limited by the Hub for " + std::to_string(error.retry_after_seconds) + " s");
+        report("waiting: rate-limited by the Hub for " + std::to_string(error.retry_after_seconds) +
+               " s");
         std::this_thread::sleep_for(std::chrono::seconds(error.retry_after_seconds));
         continue;
       }
@@ -246,8 +263,9 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
     }
     if (!t.error.empty() || done < total) {
       if (++resumes > client_.settings().max_resumes)
-        throw HubError(repo + "/" + file.path + ": " + (t.error.empty() ? "the connection ended early" : t.error) +
-                       " after " + std::to_string(resumes - 1) + " resumes; " + std::to_string(done) +
+        throw HubError(repo + "/" + file.path + ": " +
+                       (t.error.empty() ? "the connection ended early" : t.error) + " after " +
+                       std::to_string(resumes - 1) + " resumes; " + std::to_string(done) +
                        " bytes are kept, run it again to resume");
       report(std::string("resuming after ") + (t.stalled ? "a stall" : "a dropped connection"));
       continue;
@@ -260,8 +278,8 @@ fs::path Downloader::download(const std::string& repo, const RepoFile& file, con
   const std::string actual = sha.hex();
   if (!expected_sha.empty() && actual != expected_sha) {
     fs::remove(partial, ec);
-    throw HubError(repo + "/" + file.path + ": SHA-256 mismatch (expected " + expected_sha + ", got " +
-                   actual + "); the partial file was deleted, download it again");
+    throw HubError(repo + "/" + file.path + ": SHA-256 mismatch (expected " + expected_sha +
+                   ", got " + actual + "); the partial file was deleted, download it again");
   }
   fs::rename(partial, blob, ec);
   if (ec) throw HubError(blob.string() + ": cannot move the download into place: " + ec.message());

@@ -16,7 +16,7 @@ namespace granule::hub {
 
 struct DownloadProgress {
   std::string file;
-  uint64_t done_bytes = 0;   // of this file, including what an earlier run left
+  uint64_t done_bytes = 0;  // of this file, including what an earlier run left
   uint64_t total_bytes = 0;
   double bytes_per_second = 0;  // over the last few seconds
   double eta_seconds = -1;      // -1: unknown
@@ -39,7 +39,8 @@ class Downloader {
   // downloaded. Returns its snapshot path. Throws HubError (HTTP, transport, checksum,
   // disk space) or DownloadStopped.
   std::filesystem::path download(const std::string& repo, const RepoFile& file,
-                                 const std::string& revision = "main", const ProgressFn& progress = {},
+                                 const std::string& revision = "main",
+                                 const ProgressFn& progress = {},
                                  const std::atomic<bool>* cancel = nullptr) const;
   // Removes what a stopped download of `file` left (cancel, as opposed to pause).
   void discard_partial(const std::string& repo, const RepoFile& file) const;

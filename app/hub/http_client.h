@@ -14,9 +14,9 @@ namespace granule::hub {
 
 struct HttpRequest {
   std::string url;
-  bool head = false;              // HEAD instead of GET
+  bool head = false;  // HEAD instead of GET
   bool follow_redirects = true;
-  std::vector<std::string> headers;  // "Name: value"
+  std::vector<std::string> headers;     // "Name: value"
   std::optional<uint64_t> range_begin;  // "Range: bytes=BEGIN-[END]"
   std::optional<uint64_t> range_end;    // inclusive
   int32_t stall_timeout_seconds = 30;
@@ -37,9 +37,9 @@ using BodySink = std::function<bool(long status, const char* data, size_t size)>
 
 struct TransferResult {
   HttpResponse response;
-  bool stopped = false;    // the sink asked to stop, or `cancel` was set
-  std::string error;       // a transport failure (connection dropped, stall, DNS): curl's text
-  bool stalled = false;    // the stall timeout ended it
+  bool stopped = false;  // the sink asked to stop, or `cancel` was set
+  std::string error;     // a transport failure (connection dropped, stall, DNS): curl's text
+  bool stalled = false;  // the stall timeout ended it
 };
 
 // Performs the request; never throws for HTTP or transport errors (see TransferResult).

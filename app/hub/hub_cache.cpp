@@ -27,7 +27,9 @@ std::string repo_folder_name(const std::string& repo) {
 
 }  // namespace
 
-fs::path HubCache::repo_dir(const std::string& repo) const { return root_ / repo_folder_name(repo); }
+fs::path HubCache::repo_dir(const std::string& repo) const {
+  return root_ / repo_folder_name(repo);
+}
 
 fs::path HubCache::blob_path(const std::string& repo, const std::string& etag) const {
   return repo_dir(repo) / "blobs" / etag;
@@ -75,7 +77,8 @@ fs::path HubCache::link(const std::string& repo, const std::string& revision,
   if (ec) {  // a file system without links: a copy-free hard link, else a copy
     fs::create_hard_link(blob, snapshot, ec);
     if (ec) fs::copy_file(blob, snapshot, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw Error(snapshot.string() + ": cannot link to " + blob.string() + ": " + ec.message());
+    if (ec)
+      throw Error(snapshot.string() + ": cannot link to " + blob.string() + ": " + ec.message());
   }
   if (!is_commit_hash(revision) || revision != commit) {
     fs::create_directories(repo_dir(repo) / "refs", ec);
@@ -104,7 +107,8 @@ std::vector<CachedFile> HubCache::list_gguf() const {
       const fs::path relative = entry.path().lexically_relative(snapshots);
       const std::string file = relative.lexically_relative(*relative.begin()).generic_string();
       if (!seen.insert(file).second) continue;
-      files.push_back({repo, file, entry.path(), static_cast<uint64_t>(fs::file_size(entry.path(), ec))});
+      files.push_back(
+          {repo, file, entry.path(), static_cast<uint64_t>(fs::file_size(entry.path(), ec))});
     }
   }
   return files;

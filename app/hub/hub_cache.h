@@ -14,8 +14,8 @@
 namespace granule::hub {
 
 struct CachedFile {
-  std::string repo;  // "ORG/NAME"
-  std::string file;  // path in the repository
+  std::string repo;            // "ORG/NAME"
+  std::string file;            // path in the repository
   std::filesystem::path path;  // the snapshot's path (a symlink to the blob)
   uint64_t size = 0;
 };

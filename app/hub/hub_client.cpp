@@ -15,7 +15,8 @@ std::string escape_path(const std::string& path) {
   size_t start = 0;
   while (true) {
     const size_t slash = path.find('/', start);
-    out += url_escape(path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    out += url_escape(
+        path.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
     if (slash == std::string::npos) break;
     out += '/';
     start = slash + 1;
@@ -35,7 +36,8 @@ int32_t retry_after(const HttpResponse& response) {
 std::string hub_message(const HttpResponse& response) {
   if (std::string m = response.header("x-error-message"); !m.empty()) return m;
   const auto j = nlohmann::json::parse(response.body, nullptr, false);
-  if (j.is_object() && j.contains("error") && j["error"].is_string()) return j["error"].get<std::string>();
+  if (j.is_object() && j.contains("error") && j["error"].is_string())
+    return j["error"].get<std::string>();
   return {};
 }
 
@@ -68,7 +70,8 @@ HttpRequest HubClient::request(const std::string& url) const {
 
 std::string HubClient::resolve_url(const std::string& repo, const std::string& file,
                                    const std::string& revision) const {
-  return settings_.endpoint + "/" + repo + "/resolve/" + url_escape(revision) + "/" + escape_path(file);
+  return settings_.endpoint + "/" + repo + "/resolve/" + url_escape(revision) + "/" +
+         escape_path(file);
 }
 
 HubError HubClient::error_for(const HttpResponse& r, const std::string& what) const {
@@ -82,14 +85,16 @@ HubError HubClient::error_for(const HttpResponse& r, const std::string& what) co
                           suffix,
                       r.status);
     case 403:
-      return HubError(what + ": access denied — the repository is gated or private; accept its "
-                             "licence on the Hub with the account of your token" + suffix,
-                      r.status);
-    case 404:
-      return HubError(what + ": not found on the Hub (check the name" +
-                          (settings_.token.empty() ? "; a private repository needs a token)" : ")") +
+      return HubError(what +
+                          ": access denied — the repository is gated or private; accept its "
+                          "licence on the Hub with the account of your token" +
                           suffix,
                       r.status);
+    case 404:
+      return HubError(
+          what + ": not found on the Hub (check the name" +
+              (settings_.token.empty() ? "; a private repository needs a token)" : ")") + suffix,
+          r.status);
     case 429: {
       const int32_t wait = retry_after(r);
       return HubError(what + ": rate-limited by the Hub; retry " +
@@ -97,7 +102,8 @@ HubError HubClient::error_for(const HttpResponse& r, const std::string& what) co
                       r.status, wait);
     }
     default:
-      return HubError(what + ": the Hub answered HTTP " + std::to_string(r.status) + suffix, r.status);
+      return HubError(what + ": the Hub answered HTTP " + std::to_string(r.status) + suffix,
+                      r.status);
   }
 }
 
@@ -106,7 +112,9 @@ std::string HubClient::get_json(const std::string& url) const {
     HttpRequest request = this->request(url);
     request.headers.push_back("Accept: application/json");
     TransferResult t = perform(request);
-    if (!t.error.empty()) throw HubError(url + ": " + t.error + " (is the Hub reachable? proxies come from http_proxy/https_proxy)");
+    if (!t.error.empty())
+      throw HubError(url + ": " + t.error +
+                     " (is the Hub reachable? proxies come from http_proxy/https_proxy)");
     if (t.response.status >= 200 && t.response.status < 300) return t.response.body;
     HubError error = error_for(t.response, url);
     if (t.response.status == 429 && attempt < 2 && error.retry_after_seconds > 0 &&
@@ -120,10 +128,11 @@ std::string HubClient::get_json(const std::string& url) const {
 
 std::vector<RepoSummary> HubClient::search(const std::string& text, SearchSort sort,
                                            int32_t limit) const {
-  const std::string url = settings_.endpoint + "/api/models?search=" + url_escape(text) +
-                          "&filter=gguf&sort=" + (sort == SearchSort::Downloads ? "downloads" : "lastModified") +
-                          "&direction=-1&limit=" + std::to_string(limit) +
-                          "&expand=downloads&expand=likes&expand=lastModified&expand=gguf&expand=gated";
+  const std::string url =
+      settings_.endpoint + "/api/models?search=" + url_escape(text) +
+      "&filter=gguf&sort=" + (sort == SearchSort::Downloads ? "downloads" : "lastModified") +
+      "&direction=-1&limit=" + std::to_string(limit) +
+      "&expand=downloads&expand=likes&expand=lastModified&expand=gguf&expand=gated";
   const auto j = nlohmann::json::parse(get_json(url), nullptr, false);
   if (!j.is_array()) throw HubError("the Hub's search answer is not a list");
   std::vector<RepoSummary> repos;
@@ -131,7 +140,8 @@ std::vector<RepoSummary> HubClient::search(const std::string& text, SearchSort s
     if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
     RepoSummary r;
     r.id = m["id"].get<std::string>();
-    if (m.contains("downloads") && m["downloads"].is_number()) r.downloads = m["downloads"].get<int64_t>();
+    if (m.contains("downloads") && m["downloads"].is_number())
+      r.downloads = m["downloads"].get<int64_t>();
     if (m.contains("likes") && m["likes"].is_number()) r.likes = m["likes"].get<int64_t>();
     if (m.contains("lastModified") && m["lastModified"].is_string())
       r.last_modified = m["lastModified"].get<std::string>();
@@ -139,7 +149,8 @@ std::vector<RepoSummary> HubClient::search(const std::string& text, SearchSort s
         m["gguf"]["architecture"].is_string())
       r.architecture = m["gguf"]["architecture"].get<std::string>();
     // "gated" is false, "auto" or "manual".
-    if (m.contains("gated")) r.gated = m["gated"].is_string() || (m["gated"].is_boolean() && m["gated"].get<bool>());
+    if (m.contains("gated"))
+      r.gated = m["gated"].is_string() || (m["gated"].is_boolean() && m["gated"].get<bool>());
     repos.push_back(std::move(r));
   }
   return repos;
@@ -148,19 +159,22 @@ std::vector<RepoSummary> HubClient::search(const std::string& text, SearchSort s
 RepoListing HubClient::list_files(const std::string& repo, const std::string& revision) const {
   check_repo_id(repo);
   RepoListing listing{repo, revision, {}};
-  const std::string url = settings_.endpoint + "/api/models/" + repo + "/tree/" + url_escape(revision) +
-                          "?recursive=true&expand=false";
+  const std::string url = settings_.endpoint + "/api/models/" + repo + "/tree/" +
+                          url_escape(revision) + "?recursive=true&expand=false";
   const auto j = nlohmann::json::parse(get_json(url), nullptr, false);
   if (!j.is_array()) throw HubError(repo + ": the Hub's file list is not a list");
   for (const auto& entry : j) {
-    if (!entry.is_object() || entry.value("type", "") != "file" || !entry.contains("path")) continue;
+    if (!entry.is_object() || entry.value("type", "") != "file" || !entry.contains("path"))
+      continue;
     RepoFile f;
     f.path = entry["path"].get<std::string>();
-    if (entry.contains("size") && entry["size"].is_number_unsigned()) f.size = entry["size"].get<uint64_t>();
+    if (entry.contains("size") && entry["size"].is_number_unsigned())
+      f.size = entry["size"].get<uint64_t>();
     if (entry.contains("lfs") && entry["lfs"].is_object()) {
       const auto& lfs = entry["lfs"];
       if (lfs.contains("oid") && lfs["oid"].is_string()) f.sha256 = lfs["oid"].get<std::string>();
-      if (lfs.contains("size") && lfs["size"].is_number_unsigned()) f.size = lfs["size"].get<uint64_t>();
+      if (lfs.contains("size") && lfs["size"].is_number_unsigned())
+        f.size = lfs["size"].get<uint64_t>();
     }
     listing.files.push_back(std::move(f));
   }
@@ -187,7 +201,8 @@ std::vector<uint8_t> HubClient::read_range(const std::string& repo, const std::s
       return bytes.size() < end;
     });
     if (!t.error.empty() && !t.stopped)
-      throw HubError(repo + "/" + file + ": " + t.error + (t.stalled ? " (the transfer stalled)" : ""));
+      throw HubError(repo + "/" + file + ": " + t.error +
+                     (t.stalled ? " (the transfer stalled)" : ""));
     if (t.response.status == 206 || t.response.status == 200) {
       if (t.response.status == 200) {
         if (bytes.size() < begin) return {};

@@ -26,7 +26,7 @@ class HubError : public Error {
 void check_repo_id(const std::string& repo);
 
 struct RepoSummary {
-  std::string id;             // "ORG/NAME"
+  std::string id;  // "ORG/NAME"
   int64_t downloads = 0;
   int64_t likes = 0;
   std::string last_modified;  // ISO 8601, as the Hub gives it
@@ -54,7 +54,8 @@ class HubClient {
   const HubSettings& settings() const { return settings_; }
 
   // GGUF repositories matching `text`, most downloaded or most recently changed first.
-  std::vector<RepoSummary> search(const std::string& text, SearchSort sort, int32_t limit = 30) const;
+  std::vector<RepoSummary> search(const std::string& text, SearchSort sort,
+                                  int32_t limit = 30) const;
   // Every file of the repository at `revision` (recursively).
   RepoListing list_files(const std::string& repo, const std::string& revision = "main") const;
   // Bytes [begin, end) of a file; fewer only when the file ends first.

@@ -39,7 +39,8 @@ HubSettings HubSettings::from_environment() {
     const std::string xdg = env("XDG_CACHE_HOME");
     home = (xdg.empty() ? expand_user("~/.cache") : std::filesystem::path(xdg)) / "huggingface";
   }
-  const std::string cache = !env("HF_HUB_CACHE").empty() ? env("HF_HUB_CACHE") : env("HUGGINGFACE_HUB_CACHE");
+  const std::string cache =
+      !env("HF_HUB_CACHE").empty() ? env("HF_HUB_CACHE") : env("HUGGINGFACE_HUB_CACHE");
   s.cache_dir = cache.empty() ? home / "hub" : expand_user(cache);
   s.token = trimmed(env("HF_TOKEN"));
   if (s.token.empty()) {

@@ -27,11 +27,13 @@ std::string quant_label(const std::string& file_name) {
       R"(((?:UD-)?(?:I?Q[0-9](?:_[0-9])?(?:_K)?(?:_(?:XXS|XS|S|M|L|XL|NL))?|TQ[12]_0|MXFP4(?:_MOE)?|BF16|F16|F32))(?=[-._]|$))",
       std::regex::icase);
   std::string name = base_name(file_name);
-  if (name.size() > 5 && upper(name.substr(name.size() - 5)) == ".GGUF") name.resize(name.size() - 5);
+  if (name.size() > 5 && upper(name.substr(name.size() - 5)) == ".GGUF")
+    name.resize(name.size() - 5);
   static const std::regex split(R"(-\d{5}-of-\d{5}$)");
   name = std::regex_replace(name, split, "");
   std::string label;
-  for (auto it = std::sregex_iterator(name.begin(), name.end(), pattern); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(name.begin(), name.end(), pattern);
+       it != std::sregex_iterator(); ++it)
     label = (*it)[1].str();
   return upper(label);
 }
@@ -61,7 +63,8 @@ std::vector<GgufModel> gguf_models(const RepoListing& listing) {
     const std::string name = base_name(key);
     model.projector = upper(name).starts_with("MMPROJ");
     model.label = quant_label(model.first().path);
-    if (model.label.empty()) model.label = name.ends_with(".gguf") ? name.substr(0, name.size() - 5) : name;
+    if (model.label.empty())
+      model.label = name.ends_with(".gguf") ? name.substr(0, name.size() - 5) : name;
     models.push_back(std::move(model));
   }
   std::sort(models.begin(), models.end(), [](const GgufModel& a, const GgufModel& b) {

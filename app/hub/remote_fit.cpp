@@ -28,7 +28,8 @@ RemoteHeader fetch_header(const HubClient& client, const std::string& repo, cons
     } catch (const HeaderIncomplete& e) {
       if (e.needed_bytes > kMaxHeaderBytes)
         throw FormatError("hf://" + repo + "/" + file + ": the header is larger than " +
-                          std::to_string(kMaxHeaderBytes >> 20) + " MiB; not a GGUF file Granule reads");
+                          std::to_string(kMaxHeaderBytes >> 20) +
+                          " MiB; not a GGUF file Granule reads");
       // Double what came, and at least what the parser asked for.
       want = std::min(file_size, std::max<uint64_t>(e.needed_bytes, 2 * prefix.size()));
     }
@@ -43,7 +44,8 @@ std::string block_type_mix(const ModelFile& file) {
     total += t.size_bytes;
   }
   std::vector<std::pair<std::string, uint64_t>> sorted(bytes.begin(), bytes.end());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
   std::string mix;
   for (const auto& [type, n] : sorted) {
     if (total == 0) break;
@@ -60,7 +62,8 @@ QuantFit fit_remote(const HubClient& client, const RepoListing& listing, const G
                     const EngineOptions& options) {
   QuantFit q;
   q.model = model;
-  RemoteHeader h = fetch_header(client, listing.repo, model.first().path, model.first().size, listing.revision);
+  RemoteHeader h =
+      fetch_header(client, listing.repo, model.first().path, model.first().size, listing.revision);
   q.header_bytes_fetched = h.bytes_fetched;
   q.header_requests = h.requests;
   q.architecture = h.file->get_string("general.architecture").value_or("");

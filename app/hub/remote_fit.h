@@ -30,7 +30,7 @@ std::string block_type_mix(const ModelFile& file);
 
 struct QuantFit {
   GgufModel model;
-  std::string architecture;   // general.architecture from the header
+  std::string architecture;  // general.architecture from the header
   std::string block_mix;
   uint64_t header_bytes_fetched = 0;
   int32_t header_requests = 0;

@@ -286,8 +286,9 @@ class Handler(BaseHTTPRequestHandler):
         if is_lfs(rel):
             sha = sha256_of(full, rel)
             claimed = STATE["faults"].get("claim_size")
-            host = self.headers.get("Host", "127.0.0.1:%d" % self.server.server_port)
-            location = "http://%s/_lfs/%s/%s" % (host, repo, urllib.parse.quote(rel))
+            # Another host, as the Hub's CDN is: clients stop there for the metadata and
+            # send no token to it. Both names reach this loopback server.
+            location = "http://localhost:%d/_lfs/%s/%s" % (self.server.server_port, repo, urllib.parse.quote(rel))
             self.send_response(302)
             self.send_header("Location", location)
             self.send_header("X-Repo-Commit", commit_of(repo))

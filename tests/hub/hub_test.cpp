@@ -45,7 +45,8 @@ class FakeHub {
     close(out[1]);
     FILE* in = fdopen(out[0], "r");
     char line[64] = {};
-    if (in != nullptr && std::fgets(line, sizeof line, in) != nullptr) std::sscanf(line, "PORT %d", &port_);
+    if (in != nullptr && std::fgets(line, sizeof line, in) != nullptr)
+      std::sscanf(line, "PORT %d", &port_);
     if (in != nullptr) std::fclose(in);
   }
   ~FakeHub() {
@@ -61,8 +62,9 @@ class FakeHub {
     r.url = endpoint() + "/_control";
     // A POST through curl's command-line-free API: perform() does GET/HEAD only, so the
     // fault modes go through a tiny python call instead.
-    const std::string cmd = "python3 -c \"import urllib.request,sys; urllib.request.urlopen(urllib.request.Request('" +
-                            r.url + "', data=sys.argv[1].encode(), method='POST'))\" '" + json + "'";
+    const std::string cmd =
+        "python3 -c \"import urllib.request,sys; urllib.request.urlopen(urllib.request.Request('" +
+        r.url + "', data=sys.argv[1].encode(), method='POST'))\" '" + json + "'";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   }
   nlohmann::json stats() const {
@@ -80,7 +82,8 @@ class FakeHub {
 class HubTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    root_ = new fs::path(fs::temp_directory_path() / ("granule-hub-test-" + std::to_string(getpid())));
+    root_ =
+        new fs::path(fs::temp_directory_path() / ("granule-hub-test-" + std::to_string(getpid())));
     fs::create_directories(*root_ / "repos");
     const std::string cmd = std::string(GRANULE_MAKE_HUB_REPOS) + " " + (*root_ / "repos").string();
     ASSERT_EQ(std::system(cmd.c_str()), 0);
@@ -95,7 +98,9 @@ class HubTest : public ::testing::Test {
   }
   void SetUp() override {
     hub_->reset();
-    cache_ = *root_ / ("cache-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    cache_ =
+        *root_ /
+        ("cache-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(cache_);
   }
   HubSettings settings(const std::string& token = "") const {
@@ -106,7 +111,9 @@ class HubTest : public ::testing::Test {
     s.stall_timeout_seconds = 2;
     return s;
   }
-  static fs::path repo_file(const std::string& repo, const std::string& file) { return *root_ / "repos" / repo / file; }
+  static fs::path repo_file(const std::string& repo, const std::string& file) {
+    return *root_ / "repos" / repo / file;
+  }
 
   static fs::path* root_;
   static FakeHub* hub_;
@@ -129,7 +136,8 @@ TEST(QuantLabels, NamesAndSplitFilesGroupAsOneModel) {
   EXPECT_EQ(quant_label("Model-UD-Q4_K_XL-00001-of-00002.gguf"), "UD-Q4_K_XL");
   EXPECT_EQ(quant_label("model-f16.gguf"), "F16");
   EXPECT_EQ(quant_label("Q8_0/Model-Q8_0-00002-of-00003.gguf"), "Q8_0");
-  RepoListing listing{"o/r", "main",
+  RepoListing listing{"o/r",
+                      "main",
                       {{"README.md", 10, ""},
                        {"big/M-Q8_0-00002-of-00002.gguf", 200, "b"},
                        {"big/M-Q8_0-00001-of-00002.gguf", 300, "a"},
@@ -208,20 +216,24 @@ TEST_F(HubTest, FitOfEveryQuantFromHeadersAloneMatchesTheLocalFile) {
     // A few MB, never the file.
     EXPECT_LT(q.header_bytes_fetched, 16ull << 20) << m.label;
     EXPECT_LT(q.header_bytes_fetched, m.size_bytes / 100) << m.label;
-    std::printf("%-7s %9.2f GiB  %-22s header %5.2f MiB in %d requests  %s: %2d/%d layers resident, "
-                "%5.2f GiB streamed/token, KV room %lld tokens, PCIe bound %.1f tok/s\n",
-                m.label.c_str(), static_cast<double>(m.size_bytes) / (1ull << 30), q.block_mix.c_str(),
-                static_cast<double>(q.header_bytes_fetched) / (1 << 20), q.header_requests,
-                q.fit->fits ? "fits" : q.fit->loads ? "streams" : "no",
-                q.fit->resident_layers, q.fit->resident_layers + q.fit->streamed_layers,
-                static_cast<double>(q.fit->streamed_bytes_per_pass) / (1ull << 30),
-                static_cast<long long>(q.fit->kv_capacity_tokens), q.fit->pcie_tokens_per_second);
+    std::printf(
+        "%-7s %9.2f GiB  %-22s header %5.2f MiB in %d requests  %s: %2d/%d layers resident, "
+        "%5.2f GiB streamed/token, KV room %lld tokens, PCIe bound %.1f tok/s\n",
+        m.label.c_str(), static_cast<double>(m.size_bytes) / (1ull << 30), q.block_mix.c_str(),
+        static_cast<double>(q.header_bytes_fetched) / (1 << 20), q.header_requests,
+        q.fit->fits    ? "fits"
+        : q.fit->loads ? "streams"
+                       : "no",
+        q.fit->resident_layers, q.fit->resident_layers + q.fit->streamed_layers,
+        static_cast<double>(q.fit->streamed_bytes_per_pass) / (1ull << 30),
+        static_cast<long long>(q.fit->kv_capacity_tokens), q.fit->pcie_tokens_per_second);
     fits.push_back(q);
   }
   const int best = recommended_quant(fits);
   ASSERT_GE(best, 0);
   EXPECT_EQ(fits[static_cast<size_t>(best)].model.label, "Q6_K");  // Q8_0 streams 4 layers
-  std::printf("recommended for an 8 GiB budget: %s\n", fits[static_cast<size_t>(best)].model.label.c_str());
+  std::printf("recommended for an 8 GiB budget: %s\n",
+              fits[static_cast<size_t>(best)].model.label.c_str());
   // Everything up to the recommendation fits; nothing larger fits.
   for (size_t i = 0; i < fits.size(); ++i)
     EXPECT_EQ(fits[i].fit->fits, i <= static_cast<size_t>(best)) << fits[i].model.label;
@@ -246,7 +258,8 @@ TEST_F(HubTest, DownloadVerifiesAndLaysOutTheCacheLikeHuggingfaceHub) {
   const RepoFile f = file_named(listing, "Tiny-Chat-Q8_0.gguf");
   const Downloader d(client, HubCache(cache_));
   std::vector<DownloadProgress> seen;
-  const fs::path path = d.download(kTiny, f, "main", [&](const DownloadProgress& p) { seen.push_back(p); });
+  const fs::path path =
+      d.download(kTiny, f, "main", [&](const DownloadProgress& p) { seen.push_back(p); });
   EXPECT_TRUE(fs::is_symlink(path));
   EXPECT_EQ(fs::read_symlink(path).string().substr(0, 9), "../../blo");
   EXPECT_EQ(sha256_file(path), f.sha256);
@@ -287,7 +300,8 @@ TEST_F(HubTest, AStallIsResumed) {
   hub_->control(R"({"stall_after": 100000, "stall_seconds": 6, "stall_times": 1})");
   const Downloader d(client, HubCache(cache_));
   std::vector<std::string> states;
-  const fs::path path = d.download(kTiny, f, "main", [&](const DownloadProgress& p) { states.push_back(p.state); });
+  const fs::path path =
+      d.download(kTiny, f, "main", [&](const DownloadProgress& p) { states.push_back(p.state); });
   EXPECT_EQ(sha256_file(path), f.sha256);
   EXPECT_NE(std::find(states.begin(), states.end(), "resuming after a stall"), states.end());
 }
@@ -302,7 +316,8 @@ TEST_F(HubTest, AKilledDownloadResumesFromItsPartialFile) {
     std::ifstream in(repo_file(kTiny, f.path), std::ios::binary);
     std::vector<char> half(f.size / 2);
     in.read(half.data(), static_cast<std::streamsize>(half.size()));
-    std::ofstream(cache.incomplete_path(kTiny, f.sha256), std::ios::binary).write(half.data(), static_cast<std::streamsize>(half.size()));
+    std::ofstream(cache.incomplete_path(kTiny, f.sha256), std::ios::binary)
+        .write(half.data(), static_cast<std::streamsize>(half.size()));
   }
   const Downloader d(client, cache);
   const fs::path path = d.download(kTiny, f);
@@ -317,11 +332,12 @@ TEST_F(HubTest, CancelKeepsThePartialFileAndTheNextRunResumes) {
   hub_->control(R"({"throttle": 2000000})");
   const Downloader d(client, HubCache(cache_));
   std::atomic<bool> cancel{false};
-  EXPECT_THROW(d.download(kTiny, f, "main",
-                          [&](const DownloadProgress& p) {
-                            if (p.done_bytes > 200000) cancel = true;
-                          },
-                          &cancel),
+  EXPECT_THROW(d.download(
+                   kTiny, f, "main",
+                   [&](const DownloadProgress& p) {
+                     if (p.done_bytes > 200000) cancel = true;
+                   },
+                   &cancel),
                DownloadStopped);
   const fs::path partial = HubCache(cache_).incomplete_path(kTiny, f.sha256);
   ASSERT_TRUE(fs::exists(partial));
@@ -344,7 +360,8 @@ TEST_F(HubTest, AWrongChecksumDeletesThePartialFileAndSaysSo) {
     FAIL() << "no error";
   } catch (const HubError& e) {
     EXPECT_NE(std::string(e.what()).find("SHA-256 mismatch"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("partial file was deleted"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("partial file was deleted"), std::string::npos)
+        << e.what();
   }
   EXPECT_FALSE(fs::exists(HubCache(cache_).incomplete_path(kTiny, f.sha256)));
   EXPECT_FALSE(HubCache(cache_).find(kTiny, f.path));
@@ -425,10 +442,12 @@ TEST_F(HubTest, NotEnoughDiskSpaceIsRefusedBeforeTheTransfer) {
 // parse_header over a prefix: HeaderIncomplete with the bytes it needs, then the same table
 // as ModelFile::open.
 TEST(ParseHeader, AsksForMoreBytesThenMatchesOpen) {
-  const fs::path path = fs::temp_directory_path() / ("granule-parse-header-" + std::to_string(getpid()) + ".gguf");
+  const fs::path path =
+      fs::temp_directory_path() / ("granule-parse-header-" + std::to_string(getpid()) + ".gguf");
   write_synthetic_model(SyntheticModelSpec::preset("tiny"), path);
   std::ifstream in(path, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   const auto full = ModelFile::open(path);
   std::vector<uint8_t> prefix(bytes.begin(), bytes.begin() + 100);
   uint64_t needed = 0;
@@ -443,10 +462,14 @@ TEST(ParseHeader, AsksForMoreBytesThenMatchesOpen) {
   std::unique_ptr<ModelFile> header;
   while (!header) {
     try {
-      header = ModelFile::parse_header(std::vector<uint8_t>(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(prefix.size())), bytes.size(), "tiny");
+      header = ModelFile::parse_header(
+          std::vector<uint8_t>(bytes.begin(),
+                               bytes.begin() + static_cast<std::ptrdiff_t>(prefix.size())),
+          bytes.size(), "tiny");
     } catch (const HeaderIncomplete& e) {
       ASSERT_GT(e.needed_bytes, prefix.size());
-      prefix.resize(std::min<size_t>(bytes.size(), std::max<size_t>(e.needed_bytes, prefix.size() * 2)));
+      prefix.resize(
+          std::min<size_t>(bytes.size(), std::max<size_t>(e.needed_bytes, prefix.size() * 2)));
     }
   }
   EXPECT_LT(full->data_offset(), bytes.size());
@@ -458,7 +481,8 @@ TEST(ParseHeader, AsksForMoreBytesThenMatchesOpen) {
     EXPECT_EQ(header->tensors()[i].data, nullptr);
   }
   EXPECT_EQ(header->metadata().size(), full->metadata().size());
-  std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(full->data_offset()));
+  std::vector<uint8_t> cut(bytes.begin(),
+                           bytes.begin() + static_cast<std::ptrdiff_t>(full->data_offset()));
   try {
     ModelFile::parse_header(cut, full->data_offset(), "tiny");
     FAIL() << "a file too short for its tensors parsed";

@@ -26,7 +26,7 @@ void repo_json(const fs::path& dir, const std::string& json) {
 
 struct Quant {
   const char* label;
-  TensorType weights;   // most layer matrices
+  TensorType weights;    // most layer matrices
   TensorType sensitive;  // attn_v and ffn_down, as the _M mixes keep them
   TensorType output;
 };
@@ -41,7 +41,9 @@ int main(int argc, char** argv) {
   try {
     const fs::path root = argv[1];
     const fs::path big = root / "granule-test" / "Llama-3-8B-Shaped-GGUF";
-    repo_json(big, R"({"downloads": 52000, "likes": 310, "lastModified": "2026-10-02T08:00:00.000Z", "architecture": "llama", "parameters": 8030261248, "context_length": 131072})");
+    repo_json(
+        big,
+        R"({"downloads": 52000, "likes": 310, "lastModified": "2026-10-02T08:00:00.000Z", "architecture": "llama", "parameters": 8030261248, "context_length": 131072})");
     const Quant quants[] = {
         {"Q2_K", TensorType::Q2_K, TensorType::Q3_K, TensorType::Q6_K},
         {"Q3_K_M", TensorType::Q3_K, TensorType::Q4_K, TensorType::Q6_K},
@@ -59,12 +61,16 @@ int main(int argc, char** argv) {
       spec.embedding_type = q.weights;
       spec.output_type = q.output;
       spec.tensor_types = {{"attn_v.weight", q.sensitive}, {"ffn_down.weight", q.sensitive}};
-      granule::write_synthetic_model(spec, big / (std::string("Llama-3-8B-Shaped-") + q.label + ".gguf"));
+      granule::write_synthetic_model(spec,
+                                     big / (std::string("Llama-3-8B-Shaped-") + q.label + ".gguf"));
     }
-    std::ofstream(big / "README.md") << "# Llama 3 8B shaped\nHeaders of an 8B model, zero weights.\n";
+    std::ofstream(big / "README.md")
+        << "# Llama 3 8B shaped\nHeaders of an 8B model, zero weights.\n";
 
     const fs::path tiny = root / "granule-test" / "Tiny-Chat-GGUF";
-    repo_json(tiny, R"({"downloads": 1200, "likes": 4, "lastModified": "2026-11-30T12:00:00.000Z", "architecture": "llama"})");
+    repo_json(
+        tiny,
+        R"({"downloads": 1200, "likes": 4, "lastModified": "2026-11-30T12:00:00.000Z", "architecture": "llama"})");
     for (TensorType t : {TensorType::Q8_0, TensorType::F32}) {
       SyntheticModelSpec spec = with_types(SyntheticModelSpec::preset("small-256"), t, t, t);
       spec.name = "Tiny Chat";
@@ -74,11 +80,16 @@ int main(int argc, char** argv) {
     std::ofstream(tiny / "README.md") << "# Tiny chat\n";
 
     const fs::path gated = root / "granule-test" / "Gated-Tiny-GGUF";
-    repo_json(gated, R"({"downloads": 800, "likes": 2, "lastModified": "2026-09-01T00:00:00.000Z", "architecture": "llama", "gated": "manual", "token": "hf_granule_test"})");
-    granule::write_synthetic_model(SyntheticModelSpec::preset("tiny"), gated / "Gated-Tiny-Q8_0.gguf");
+    repo_json(
+        gated,
+        R"({"downloads": 800, "likes": 2, "lastModified": "2026-09-01T00:00:00.000Z", "architecture": "llama", "gated": "manual", "token": "hf_granule_test"})");
+    granule::write_synthetic_model(SyntheticModelSpec::preset("tiny"),
+                                   gated / "Gated-Tiny-Q8_0.gguf");
 
     const fs::path phi = root / "other-org" / "Phi-Shaped-GGUF";
-    repo_json(phi, R"({"downloads": 9000, "likes": 50, "lastModified": "2026-12-01T00:00:00.000Z", "architecture": "phi3"})");
+    repo_json(
+        phi,
+        R"({"downloads": 9000, "likes": 50, "lastModified": "2026-12-01T00:00:00.000Z", "architecture": "phi3"})");
     SyntheticModelSpec p = SyntheticModelSpec::preset("tiny");
     p.architecture = "phi3";
     granule::write_synthetic_model(p, phi / "Phi-Shaped-Q8_0.gguf");

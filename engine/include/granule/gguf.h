@@ -76,7 +76,8 @@ struct TensorInfo {
 // (the file itself is not known to be bad): give it at least `needed_bytes` from the start.
 class HeaderIncomplete : public FormatError {
  public:
-  HeaderIncomplete(const std::string& what, uint64_t needed) : FormatError(what), needed_bytes(needed) {}
+  HeaderIncomplete(const std::string& what, uint64_t needed)
+      : FormatError(what), needed_bytes(needed) {}
   uint64_t needed_bytes;
 };
 

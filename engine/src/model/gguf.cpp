@@ -527,10 +527,11 @@ std::unique_ptr<ModelFile> ModelFile::parse_header(std::vector<uint8_t> prefix, 
   file->path_ = name;
   file->size_ = file_size;
   if (file_size < kHeaderBytes)
-    throw FormatError(name + ": too short for a GGUF header (" + std::to_string(file_size) + " bytes)");
+    throw FormatError(name + ": too short for a GGUF header (" + std::to_string(file_size) +
+                      " bytes)");
   if (prefix.size() > file_size)
-    throw UsageError(name + ": " + std::to_string(prefix.size()) + " header bytes given for a file of " +
-                     std::to_string(file_size));
+    throw UsageError(name + ": " + std::to_string(prefix.size()) +
+                     " header bytes given for a file of " + std::to_string(file_size));
   file->header_prefix_ = std::move(prefix);
   GgufParser(*file, name, file->header_prefix_.data(), file->header_prefix_.size()).parse();
   file->header_prefix_ = {};
