@@ -33,6 +33,11 @@ head -2 <<<"$out" | tail -1 | grep -q '^granule-test/Llama-3-8B-Shaped-GGUF .* l
 grep -q 'other-org/Phi-Shaped-GGUF .* phi3 .*not supported' <<<"$out" || fail "unsupported architecture not said"
 "$cli" search shaped --sort recent | sed -n 2p | grep -q '^other-org/Phi' || fail "recent order"
 
+# proxies from the environment (curl's http_proxy): the Hub's name does not resolve here,
+# so only the proxy (the fake, which answers absolute-URI requests) can serve the search
+env -u no_proxy -u NO_PROXY http_proxy="$HF_ENDPOINT" HF_ENDPOINT=http://hub.invalid \
+  "$cli" search shaped | grep -q '^granule-test/Llama-3-8B-Shaped-GGUF' || fail "search through http_proxy"
+
 # fit hf://: the header by range, the same numbers as the local file
 "$cli" fit "hf://granule-test/Llama-3-8B-Shaped-GGUF/Llama-3-8B-Shaped-Q4_K_M.gguf" --vram-budget 8GiB -c 8192 --json >"$work/remote.json" 2>"$work/remote.err"
 cat "$work/remote.err"
