@@ -115,7 +115,10 @@ HubQuantRow quantRow(const hub::GgufModel& m, const hub::HubCache& cache, const 
   row.fileName = QString::fromStdString(m.first().path);
   row.parts = static_cast<int>(m.parts.size());
   row.sizeBytes = static_cast<double>(m.size_bytes);
-  row.cached = cache.find(repo, m.first().path).has_value();
+  if (const auto path = cache.find(repo, m.first().path)) {
+    row.cached = true;
+    row.cachedPath = QString::fromStdString(path->string());
+  }
   row.fitText = QObject::tr("reading the header…");
   return row;
 }
@@ -347,6 +350,7 @@ void HubController::startNextDownload() {
             HubQuantRow row = quants_.rows()[static_cast<size_t>(q)];
             if (r.repo == repo_ && row.label == r.label && !row.cached) {
               row.cached = true;
+              row.cachedPath = r.path;
               quants_.setRow(q, row);
             }
           }
@@ -402,6 +406,12 @@ void HubController::load(int row) {
   if (row < 0 || row >= downloads_.count()) return;
   const HubDownloadRow& r = downloads_.rows()[static_cast<size_t>(row)];
   if (r.state == QLatin1String("done") && !r.path.isEmpty()) model_.previewFile(r.path);
+}
+
+void HubController::loadCached(int row) {
+  if (row < 0 || row >= quants_.count()) return;
+  const HubQuantRow& q = quants_.rows()[static_cast<size_t>(row)];
+  if (q.cached && !q.cachedPath.isEmpty()) model_.previewFile(q.cachedPath);
 }
 
 void HubController::readTokenFromKeychain() {
@@ -461,6 +471,7 @@ void HubController::pause(int) {}
 void HubController::resume(int) {}
 void HubController::cancel(int) {}
 void HubController::load(int) {}
+void HubController::loadCached(int) {}
 void HubController::readTokenFromKeychain() {}
 void HubController::setToken(const QString&) {}
 void HubController::forgetToken() {}

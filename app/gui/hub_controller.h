@@ -67,6 +67,8 @@ class HubController : public QObject {
   Q_INVOKABLE void cancel(int download_row);
   // The downloaded model through the fit preview, as Open file does.
   Q_INVOKABLE void load(int download_row);
+  // A quant already in the cache, through the fit preview.
+  Q_INVOKABLE void loadCached(int quant_row);
   Q_INVOKABLE void setToken(const QString& token);
   Q_INVOKABLE void forgetToken();
 

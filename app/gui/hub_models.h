@@ -50,7 +50,8 @@ struct HubQuantRow {
   bool fits = false;
   bool loads = false;
   bool recommended = false;
-  bool cached = false;    // already in the cache
+  bool cached = false;    // already in the cache (also when huggingface_hub put it there)
+  QString cachedPath;     // the first file's snapshot path then
   double headerBytes = 0;  // fetched for the fit
   QString error;
 };

@@ -229,11 +229,21 @@ GranuleDialog {
                             }
                             Button {
                                 Layout.preferredWidth: 110
-                                text: quantRow.cached ? qsTr("In cache") : qsTr("Download")
-                                // A cached model loads from the Models page (or the download list).
-                                enabled: !quantRow.cached
+                                // In the cache already (downloaded here or by huggingface_hub):
+                                // loaded from there, not fetched again.
+                                text: quantRow.cached ? qsTr("Load") : qsTr("Download")
+                                enabled: !quantRow.cached || quantRow.loads
                                 font.pixelSize: Theme.fontSize
-                                onClicked: page.hub.download(quantRow.index)
+                                ToolTip.visible: hovered && quantRow.cached
+                                ToolTip.text: qsTr("Already in %1").arg(page.hub.cacheFolder)
+                                onClicked: {
+                                    if (quantRow.cached) {
+                                        page.hub.loadCached(quantRow.index)
+                                        page.close()
+                                    } else {
+                                        page.hub.download(quantRow.index)
+                                    }
+                                }
                             }
                         }
                         Rectangle {

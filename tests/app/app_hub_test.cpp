@@ -156,6 +156,9 @@ class HubPageTest : public QObject {
     control(R"({"reset": true})");
     const QString path = hub->downloads()->rows()[0].path;
     QVERIFY2(path.startsWith(dir_.filePath("hf-cache")), qPrintable(path));
+    // The quant's row now offers the cached file.
+    QTRY_VERIFY(hub->quants()->rows()[static_cast<size_t>(tiny)].cached);
+    QCOMPARE(hub->quants()->rows()[static_cast<size_t>(tiny)].cachedPath, path);
 
     // Load: the fit preview, then the model, then a chat.
     QMetaObject::invokeMethod(page, "close");
