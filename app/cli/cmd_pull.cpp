@@ -126,6 +126,11 @@ int run_pull(const PullOptions& options) {
       throw Error(std::string(e.what()) + "; run the same pull again to resume");
     }
   }
+  if (parts > 1)
+    std::fprintf(stderr,
+                 "note: %s is split into %d files, which Granule does not open yet; merge them "
+                 "with llama-gguf-split --merge %s OUT.gguf\n",
+                 chosen->label.c_str(), parts, first.c_str());
   std::printf("%s\n", first.c_str());
   return 0;
 }
