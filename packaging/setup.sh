@@ -69,11 +69,13 @@ readonly JINJA_FILES=(
   common/jinja/string.cpp common/jinja/string.h common/jinja/utils.h common/jinja/value.cpp
   common/jinja/value.h common/jinja/README.md
 )
-# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
+# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh),
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
 readonly PYTHON_DIR=$DATA_HOME/python
-readonly PYTHON_PACKAGES=(openai==3.51.0)
+# huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
+# Granule and huggingface_hub share one cache.
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0)
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -90,7 +92,7 @@ readonly PACKAGES=(
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
   qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
   libspdlog-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev libcurl4-openssl-dev libssl-dev qtkeychain-qt6-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
 )

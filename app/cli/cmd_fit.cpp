@@ -12,6 +12,10 @@
 #include "cli.h"
 #include "granule/engine.h"
 #include "granule/error.h"
+#include "granule/gguf.h"
+#ifdef GRANULE_HAVE_HUB
+#include "hub/remote_fit.h"
+#endif
 
 namespace granule::cli {
 namespace {
@@ -38,18 +42,55 @@ DeviceKind device_kind(const std::string& name) {
   return DeviceKind::Auto;
 }
 
+#ifdef GRANULE_HAVE_HUB
+// hf://ORG/REPO/FILE.gguf: the header read from the Hub with range requests.
+std::unique_ptr<ModelFile> remote_header(const std::string& url) {
+  const std::string rest = url.substr(5);
+  const auto first = rest.find('/');
+  const auto second = first == std::string::npos ? first : rest.find('/', first + 1);
+  if (second == std::string::npos)
+    throw UsageError(url + " names no file; write hf://ORG/REPO/FILE.gguf");
+  const std::string repo = rest.substr(0, second);
+  const std::string file = rest.substr(second + 1);
+  const hub::HubClient client(hub::HubSettings::from_environment());
+  const hub::RepoListing listing = client.list_files(repo);
+  for (const hub::RepoFile& f : listing.files) {
+    if (f.path != file) continue;
+    hub::RemoteHeader h = hub::fetch_header(client, repo, file, f.size);
+    std::fprintf(stderr, "read the header of %s: %s in %d range requests\n", url.c_str(),
+                 human_bytes(h.bytes_fetched).c_str(), h.requests);
+    return std::move(h.file);
+  }
+  throw UsageError(url + ": " + repo + " has no file " + file);
+}
+#endif
+
+FitEstimate estimate(const FitOptions& options, const std::unique_ptr<ModelFile>& remote,
+                     const EngineOptions& engine_options) {
+  return remote ? Engine::estimate(*remote, engine_options)
+                : Engine::estimate(options.model, engine_options);
+}
+
 FitPreview make_preview(const FitOptions& options) {
+  std::unique_ptr<ModelFile> remote;
+  if (options.model.string().starts_with("hf://")) {
+#ifdef GRANULE_HAVE_HUB
+    remote = remote_header(options.model.string());
+#else
+    throw UnsupportedError("this granule-cli was built without the Hub client (libcurl)");
+#endif
+  }
   EngineOptions engine_options;
   engine_options.device = device_kind(options.device);
   engine_options.context_length = options.context;
   engine_options.max_sequences = options.chats;
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   FitPreview p;
-  p.e = Engine::estimate(options.model, engine_options);
+  p.e = estimate(options, remote, engine_options);
   // A budget asks what it would give on a GPU, even where none is usable.
   if (!p.e.gpu && options.vram_budget_bytes > 0 && engine_options.device == DeviceKind::Auto) {
     engine_options.device = DeviceKind::Cuda;
-    p.e = Engine::estimate(options.model, engine_options);
+    p.e = estimate(options, remote, engine_options);
     p.planning_without_gpu = true;
   }
   if (options.vram_budget_bytes > 0)
@@ -301,7 +342,9 @@ Command add_fit_command(CLI::App& parent) {
       "Preview how a model fits a VRAM budget: resident and streamed layers (resident experts "
       "for a mixture of experts), KV room, the PCIe bound on decode speed (exit status 1 when "
       "it does not load)");
-  app->add_option("model", options->model, "GGUF model file")->required();
+  app->add_option("model", options->model,
+                  "GGUF model file, or hf://ORG/REPO/FILE.gguf (its header read from the Hub)")
+      ->required();
   add_vram_budget_option(*app, options->vram_budget_bytes);
   app->add_option("-c,--ctx", options->context, "Context length per chat")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

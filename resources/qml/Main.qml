@@ -14,6 +14,7 @@ ApplicationWindow {
     required property ErrorReporter errors
     required property WindowSettings settings
     required property ApiServerController server
+    required property HubController hub
 
     width: 1400
     height: 860
@@ -136,10 +137,20 @@ ApplicationWindow {
         id: modelsPage
         objectName: "modelsPage"
         model: window.model
+        hub: window.hub
         onOpenFileRequested: {
             close()
             fileDialog.open()
         }
+        onDownloadRequested: {
+            close()
+            hubPage.open()
+        }
+    }
+    HubPage {
+        id: hubPage
+        objectName: "hubPage"
+        hub: window.hub
     }
     FitPreviewDialog { model: window.model }
     SettingsDialog {

@@ -206,6 +206,9 @@ class Engine {
   // UnsupportedError in a build without CUDA). Throws granule::Error like open().
   static FitEstimate estimate(const std::filesystem::path& model_path,
                               const EngineOptions& options = {});
+  // The same from a file already read, e.g. a header fetched over the network
+  // (ModelFile::parse_header): the tensors' data is never read.
+  static FitEstimate estimate(const ModelFile& model_file, const EngineOptions& options = {});
 
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;

@@ -151,7 +151,12 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
 FitEstimate Engine::estimate(const std::filesystem::path& model_path,
                              const EngineOptions& options) {
   if (options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
-  const auto file = ModelFile::open(model_path);
+  return estimate(*ModelFile::open(model_path), options);
+}
+
+FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& options) {
+  if (options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
+  const ModelFile* file = &model_file;
   FitEstimate e;
   e.config = ModelConfig::from_gguf(*file);
   const WeightTable weights = WeightTable::from_gguf(*file, e.config);

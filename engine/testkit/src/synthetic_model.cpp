@@ -523,6 +523,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
         break;
       }
     }
+    if (spec.zero_data) {
+      w.add_zero_tensor(name, std::move(dims), static_cast<uint32_t>(type));
+      return;
+    }
     const int64_t cols = dims[0];
     int64_t rows = 1;
     for (size_t i = 1; i < dims.size(); ++i) rows *= dims[i];

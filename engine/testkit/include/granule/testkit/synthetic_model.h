@@ -81,6 +81,9 @@ struct SyntheticModelSpec {
   int32_t expert_gating_func = -1;   // 1 softmax, 2 sigmoid
   int32_t expert_weights_norm = -1;  // 0 or 1
   float expert_weights_scale = -1.0f;
+  // Every tensor all zeros and never generated (GgufWriter::add_zero_tensor): real headers
+  // at any shape for code that reads only them (the hub tests' 8B-shaped repository).
+  bool zero_data = false;
 
   uint64_t seed = 1;
   // tokenizer.chat_template; the default is a ChatML template.
