@@ -1,7 +1,9 @@
 // The llama family's hyper-parameters and weight table, read from GGUF metadata:
 // Llama 2/3 (with Llama 3 rope scaling), Mistral, SmolLM2, Qwen2 (QKV bias), Qwen3 (QK-norm),
 // and the mixtures of experts: Mixtral (`llama` with experts), Qwen3 MoE (`qwen3moe`) and
-// gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts).
+// gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts),
+// and Gemma 3 (`gemma3`: 5 sliding-window layers to 1 global, a rope base per kind, GeGLU,
+// sandwich norms, scaled embeddings; model/gemma_config.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -31,9 +33,10 @@ struct RopeScaling {
 // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen k only).
 enum class ExpertGating { Softmax, Sigmoid, SoftmaxOfTopK };
 
-// The feed-forward activation: SwiGLU (silu(gate) * up), or gpt-oss's clamped form
-// (gate clamped above at 7, up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1)).
-enum class FfnActivation { Swiglu, SwigluClamped };
+// The feed-forward activation: SwiGLU (silu(gate) * up), gpt-oss's clamped form
+// (gate clamped above at 7, up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1)), or Gemma's
+// GeGLU (gelu(gate) * up, gelu's tanh approximation).
+enum class FfnActivation { Swiglu, SwigluClamped, GeluTanh };
 
 struct ExpertConfig {
   int64_t n_expert = 0;        // 0: a dense model
@@ -72,6 +75,15 @@ struct ModelConfig {
   // positions only (gpt-oss: every other layer, window 128); empty when no layer slides.
   int64_t sliding_window = 0;
   std::vector<bool> swa_layers;
+
+  // Gemma (model/gemma_config.cpp); the defaults leave the other families as they are.
+  float embedding_scale = 1.0f;   // the token embedding times this (Gemma: sqrt(n_embd))
+  float attention_scale = 0.0f;   // softmax scale of Q·K; 0: 1 / sqrt(head_dim)
+  bool sandwich_norms = false;    // RMSNorm of the attention and FFN outputs before each residual
+  float final_logit_softcap = 0;  // > 0: logits = cap · tanh(logits / cap)
+  // > 0: sliding-window layers rotate with this base and no rope scaling (the global layers
+  // keep rope_theta and rope_scaling); 0: every layer rotates alike.
+  float rope_theta_swa = 0.0f;
 
   bool is_moe() const { return moe.n_expert > 0; }
   bool layer_slides(int64_t layer) const {
@@ -125,6 +137,10 @@ struct LayerWeights {
   const TensorInfo* up_shexp = nullptr;
   const TensorInfo* down_shexp = nullptr;
   const TensorInfo* shexp_gate = nullptr;
+  // Gemma's sandwich norms: the attention output and the FFN output are RMS-normed by these
+  // before they join the residual stream.
+  const TensorInfo* attn_post_norm = nullptr;
+  const TensorInfo* ffn_post_norm = nullptr;
 };
 
 struct WeightTable {

@@ -9,12 +9,13 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/tensor_type.h"
+#include "model/gemma_config.h"
 
 namespace granule {
 namespace {
 
-constexpr std::array<std::string_view, 6> kSupportedArchitectures = {
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss"};
+constexpr std::array<std::string_view, 7> kSupportedArchitectures = {
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3"};
 
 std::string file_label(const ModelFile& file) { return file.path().filename().string(); }
 
@@ -260,7 +261,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
-  read_attention_keys(file, c);
+  if (is_gemma_architecture(c.architecture))
+    read_gemma_config(file, c);
+  else
+    read_attention_keys(file, c);
 
   const TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (!embd) throw FormatError(file_label(file) + ": missing tensor token_embd.weight");
@@ -407,6 +411,10 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
     l.k_norm = find_checked(file, p + "attn_k_norm.weight", {c.head_dim}, c.qk_norm);
     l.bo = find_checked(file, p + "attn_output.bias", {c.n_embd}, c.attn_output_bias);
     l.attn_sinks = find_checked(file, p + "attn_sinks.weight", {c.n_head}, c.attn_sinks);
+    find_gemma_layer_tensors(
+        c, p, l, [&](const std::string& name, std::vector<int64_t> dims, bool required) {
+          return find_checked(file, name, dims, required);
+        });
     if (c.is_moe())
       find_expert_tensors(file, c, p, l);
     else
@@ -435,7 +443,7 @@ uint64_t WeightTable::layer_bytes(size_t layer) const {
   uint64_t total = 0;
   for (const TensorInfo* t :
        {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.bo,
-        l.attn_sinks, l.ffn_norm, l.w_gate, l.w_up, l.w_down}) {
+        l.attn_sinks, l.ffn_norm, l.w_gate, l.w_up, l.w_down, l.attn_post_norm, l.ffn_post_norm}) {
     if (t) total += t->size_bytes;
   }
   total += expert_layer_bytes(l);

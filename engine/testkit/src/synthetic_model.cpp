@@ -185,12 +185,60 @@ void gpt_oss_attention(SyntheticModelSpec& s) {
   s.expert_biases = true;
 }
 
+// Gemma 3's layers as its converter writes them: QK norms, sandwich norms, 5 sliding layers
+// to 1 global, rope bases 1e6 (global, linear 8) and 1e4 (local), tied embeddings.
+void gemma3_layers(SyntheticModelSpec& s) {
+  s.architecture = "gemma3";
+  s.qk_norm = true;
+  s.tied_embeddings = true;
+  s.sliding_window_pattern = 6;
+  s.rope_theta = 1000000.0f;
+  s.rope_theta_swa = 10000.0f;
+  s.linear_rope_scaling = true;
+  s.rope_scaling_factor = 8.0f;
+  s.rms_eps = 1e-6f;
+}
+
 }  // namespace
 
 SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   SyntheticModelSpec s;
   s.name = std::string(name);
   if (name == "tiny") return s;
+  if (name == "tiny-gemma3") {
+    gemma3_layers(s);
+    s.n_layer = 6;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 32;  // q width 128 over a hidden size of 64, as Gemma's 4096 over 3840
+    s.sliding_window = 8;
+    s.context_length = 1024;
+    s.seed = 41;
+    return s;
+  }
+  if (name == "gemma3-12b") {
+    gemma3_layers(s);
+    s.n_layer = 48;
+    s.n_embd = 3840;
+    s.n_head = 16;
+    s.n_head_kv = 8;
+    s.head_dim = 256;
+    s.n_ff = 15360;
+    s.n_vocab = 262144;
+    s.sliding_window = 1024;
+    s.context_length = 131072;
+    s.weight_type = TensorType::Q4_K;
+    s.embedding_type = TensorType::Q6_K;
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+      const int64_t n = s.n_layer;
+      if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
+        s.tensor_types.push_back({p + "ffn_down.weight", TensorType::Q6_K});
+      }
+    }
+    return s;
+  }
   if (name == "tiny-gpt-oss" || name == "tiny-gpt-oss-mxfp4") {
     gpt_oss_attention(s);
     s.n_layer = 3;  // sliding, full, sliding
@@ -366,7 +414,8 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 std::vector<std::string> SyntheticModelSpec::preset_names() {
   return {"tiny",          "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
           "small-256",     "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
-          "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b"};
+          "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b",
+          "tiny-gemma3",   "gemma3-12b"};
 }
 
 namespace {
@@ -455,6 +504,19 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   if (spec.sliding_window > 0) {
     w.set(a + "attention.sliding_window",
           GgufValue::u32(static_cast<uint32_t>(spec.sliding_window)));
+  }
+  if (spec.sliding_window_pattern > 0) {
+    w.set(a + "attention.sliding_window_pattern",
+          GgufValue::u32(static_cast<uint32_t>(spec.sliding_window_pattern)));
+  }
+  if (spec.rope_theta_swa > 0.0f)
+    w.set(a + "rope.freq_base_swa", GgufValue::f32(spec.rope_theta_swa));
+  if (spec.final_logit_softcap > 0.0f) {
+    w.set(a + "final_logit_softcapping", GgufValue::f32(spec.final_logit_softcap));
+  }
+  if (spec.linear_rope_scaling) {
+    w.set(a + "rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
   }
   if (spec.yarn_rope_scaling) {
     w.set(a + "rope.scaling.type", GgufValue::string("yarn"));
@@ -597,6 +659,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     if (spec.qk_norm) {
       tensor(p + "attn_q_norm.weight", {head_dim}, TensorType::F32, norm);
       tensor(p + "attn_k_norm.weight", {head_dim}, TensorType::F32, norm);
+    }
+    if (spec.architecture == "gemma3") {  // sandwich norms
+      tensor(p + "post_attention_norm.weight", {spec.n_embd}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm.weight", {spec.n_embd}, TensorType::F32, norm);
     }
     if (moe) {
       add_expert_tensors(spec, p, n_ff_exp, tensor);

@@ -1,6 +1,7 @@
 // CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
 // attention over [0, position] or its sliding window [+sinks], output [+bias], norm, SwiGLU
-// FFN or mixture of experts (moe_ffn.h)) → final norm → output head.
+// FFN or mixture of experts (moe_ffn.h)) → final norm → output head. Gemma 3 adds scaled
+// embeddings, a rope base per layer kind, sandwich norms, GeGLU and a logit soft-cap.
 #include "backends/cpu/cpu_backend.h"
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <initializer_list>
 #include <thread>
 
+#include "backends/cpu/gemma_ops.h"
 #include "backends/cpu/ops.h"
 #include "backends/kernel_config_env.h"
 #include "granule/error.h"
@@ -79,7 +81,8 @@ int32_t thread_count(const BackendOptions& options) {
 
 struct CpuBackend::LayerVectors {
   std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-  std::vector<float> bo, attn_sinks;  // gpt-oss: output bias, per-head sink logits
+  std::vector<float> bo, attn_sinks;                 // gpt-oss: output bias, per-head sink logits
+  std::vector<float> attn_post_norm, ffn_post_norm;  // Gemma's sandwich norms
 };
 
 struct CpuBackend::Scratch {
@@ -148,12 +151,15 @@ CpuBackend::CpuBackend(const BackendInit& init)
   rope_frequencies_ = rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
                                        freq_factors.empty() ? nullptr : freq_factors.data());
   rope_magnitude_ = rope_magnitude(config_.rope_scaling);
+  if (config_.rope_theta_swa > 0.0f)
+    rope_frequencies_swa_ =
+        rope_frequencies(config_.head_dim, config_.rope_theta_swa, RopeScaling{}, nullptr);
   output_norm_ = to_f32(weights_.output_norm);
   layers_.reserve(weights_.layers.size());
   for (const LayerWeights& l : weights_.layers) {
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
                        to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm), to_f32(l.bo),
-                       to_f32(l.attn_sinks)});
+                       to_f32(l.attn_sinks), to_f32(l.attn_post_norm), to_f32(l.ffn_post_norm)});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
@@ -251,10 +257,12 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       }
     }
     const int64_t position = s.token_position[static_cast<size_t>(t)];
-    rope(q, c.n_head, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
-         rope_magnitude_);
-    rope(k, c.n_head_kv, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
-         rope_magnitude_);
+    // Gemma's sliding layers rotate with their own base and no scaling (magnitude 1).
+    const bool own_base = !rope_frequencies_swa_.empty() && c.layer_slides(layer);
+    const double* frequencies = own_base ? rope_frequencies_swa_.data() : rope_frequencies_.data();
+    const float magnitude = own_base ? 1.0f : rope_magnitude_;
+    rope(q, c.n_head, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
+    rope(k, c.n_head_kv, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
@@ -284,7 +292,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
                      kv_at(slot, first, layer, false) + kv_head_offset,
                      kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
                      c.head_dim, scores.data(), s.attn.data() + t * q_dim + h * c.head_dim,
-                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h);
+                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale);
     }
   });
 
@@ -293,7 +301,14 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   else
     matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
   add_bias(s.proj.data(), lv.bo, n_tokens);
+  if (c.sandwich_norms) post_norm(s.proj.data(), lv.attn_post_norm, n_tokens);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+}
+
+void CpuBackend::post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const {
+  const int64_t n = config_.n_embd;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    rms_norm(rows + t * n, weight.data(), rows + t * n, n, config_.rms_eps);
 }
 
 void CpuBackend::launch(const StepRequest& step) {
@@ -357,6 +372,10 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       s.token_position[static_cast<size_t>(t)] = seq.start_position + static_cast<int64_t>(i);
       embedding_row(type_of(weights_.token_embd), weights_.token_embd->data, c.n_embd, token,
                     s.x.data() + t * c.n_embd);
+      if (c.embedding_scale != 1.0f) {  // Gemma: times sqrt(n_embd)
+        float* row = s.x.data() + t * c.n_embd;
+        for (int64_t j = 0; j < c.n_embd; ++j) row[j] *= c.embedding_scale;
+      }
     }
   }
 
@@ -382,11 +401,15 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
                       pool_);
     }
-    swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    if (c.activation == FfnActivation::GeluTanh)
+      geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    else
+      swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
     if (emulate_)
       project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
       matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+    if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
 
@@ -409,6 +432,8 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
   matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_);
+  if (c.final_logit_softcap > 0.0f)
+    soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
   return n_rows;
 }
 

@@ -53,6 +53,8 @@ class CpuBackend final : public Backend {
   struct Scratch;       // activations, grown to the largest batch seen
 
   void attention_layer(int64_t layer, int64_t n_tokens);
+  // Gemma's sandwich norm, in place over n_tokens rows of n_embd.
+  void post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const;
 
   // Where a matrix's input comes from: it decides the int8 rounding rule (ops.h Q8Rounding).
   enum class Input { Norm, Attention, Swiglu };
@@ -77,6 +79,8 @@ class CpuBackend final : public Backend {
   std::optional<StepResult> done_;  // the launched step's result, until wait()
   std::vector<double> rope_frequencies_;
   float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (rope.h)
+  // Gemma: the sliding-window layers' own base, unscaled (empty: they rotate as the others).
+  std::vector<double> rope_frequencies_swa_;
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts

@@ -51,6 +51,17 @@ struct SyntheticModelSpec {
   // rope_original_context below.
   bool yarn_rope_scaling = false;
 
+  // Gemma 3 ("gemma3"): every layer has QK norms (set qk_norm) and the sandwich norms
+  // blk.N.post_attention_norm / post_ffw_norm; layers slide in a period of
+  // sliding_window_pattern (written when > 0; llama.cpp's Gemma 3 default is 6) with their
+  // own rope base rope_theta_swa (rope.freq_base_swa, written when > 0);
+  // final_logit_softcapping written when > 0; linear rope scaling (rope.scaling.type "linear",
+  // factor rope_scaling_factor) when linear_rope_scaling.
+  int64_t sliding_window_pattern = 0;
+  float rope_theta_swa = 0.0f;
+  float final_logit_softcap = 0.0f;
+  bool linear_rope_scaling = false;
+
   // Llama 3 rope scaling, written the way llama.cpp's converter does: a rope_freqs.weight
   // tensor of per-frequency divisors (plus the rope.scaling.* keys, for readers).
   bool llama3_rope_scaling = false;
@@ -113,6 +124,11 @@ struct SyntheticModelSpec {
   // MXFP4 experts), "gpt-oss-20b" (24 layers, 2880, 64/8 heads of 64, 32 experts of 2880,
   // top 4, vocab 201088, window 128, YaRN 32 / 4096, theta 150000; MXFP4 experts, Q8_0
   // attention, embeddings and head, F32 router, norms, biases and sinks).
+  // Gemma 3: "tiny-gemma3" (F32, 6 layers: 5 sliding with window 8 then 1 global, 64 wide,
+  // 4/2 heads of 32, ff 128, tied, rope bases 1e6 global (linear 8) / 1e4 local),
+  // "gemma3-12b" (48 layers, 3840, 16/8 heads of 256, ff 15360, vocab 262144, window 1024,
+  // 5 local : 1 global, ctx 131072, tied; a Q4_K_M-like mix: Q4_K, Q6_K embeddings and
+  // attn_v / ffn_down in llama-quantize's more-bits layers).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
