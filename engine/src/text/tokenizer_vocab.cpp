@@ -66,6 +66,9 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|end_of_text|>",
     "<end_of_utterance>",
     "<｜end▁of▁sentence｜>",
+    "<eos>",             // Gemma 4
+    "<turn|>",           // Gemma 4
+    "<|tool_response>",  // Gemma 4
 };
 
 }  // namespace
