@@ -84,6 +84,19 @@ struct ModelConfig {
   // > 0: sliding-window layers rotate with this base and no rope scaling (the global layers
   // keep rope_theta and rope_scaling); 0: every layer rotates alike.
   float rope_theta_swa = 0.0f;
+  // Gemma 4: the sliding layers' own shapes (0: as the global layers), the rotated dimensions
+  // of each kind (0: all of the head; llama.cpp's rope.dimension_count[_swa]), per-layer FFN
+  // widths (empty: n_ff), V RMS-normed without a weight, per-layer embeddings of this width
+  // (0: none), and shared KV: layer i attends to the KV of kv_layer[i] (itself, or for the
+  // last attention.shared_kv_layers layers the last earlier layer of its kind); empty: own.
+  int64_t head_dim_swa = 0;
+  int64_t n_head_kv_swa = 0;
+  int64_t rope_dims = 0;
+  int64_t rope_dims_swa = 0;
+  std::vector<int64_t> layer_n_ff;
+  bool value_norm = false;
+  int64_t n_embd_per_layer = 0;
+  std::vector<int64_t> kv_layer;
 
   bool is_moe() const { return moe.n_expert > 0; }
   bool layer_slides(int64_t layer) const {
@@ -91,9 +104,41 @@ struct ModelConfig {
            swa_layers[static_cast<size_t>(layer)];
   }
 
+  int64_t head_dim_of(int64_t layer) const {
+    return head_dim_swa > 0 && layer_slides(layer) ? head_dim_swa : head_dim;
+  }
+  int64_t n_head_kv_of(int64_t layer) const {
+    return n_head_kv_swa > 0 && layer_slides(layer) ? n_head_kv_swa : n_head_kv;
+  }
+  int64_t kv_dim_of(int64_t layer) const { return n_head_kv_of(layer) * head_dim_of(layer); }
+  int64_t n_ff_of(int64_t layer) const {
+    return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(layer)];
+  }
+  int64_t rope_dims_of(int64_t layer) const {
+    const int64_t dims = layer_slides(layer) ? rope_dims_swa : rope_dims;
+    return dims > 0 ? dims : head_dim_of(layer);
+  }
+  // The layer whose KV this layer writes and reads (itself unless the KV is shared).
+  int64_t kv_source(int64_t layer) const {
+    return kv_layer.empty() ? layer : kv_layer[static_cast<size_t>(layer)];
+  }
+  // Elements before layer's K in a token's KV record (its V follows its K).
+  int64_t kv_offset_elements(int64_t layer) const {
+    const int64_t source = kv_source(layer);
+    int64_t offset = 0;
+    for (int64_t l = 0; l < source; ++l)
+      if (kv_source(l) == l) offset += 2 * kv_dim_of(l);
+    return offset;
+  }
+
   // Bytes of K+V per token over all layers at the given element size (2 for fp16).
   int64_t kv_bytes_per_token(int64_t elem_bytes) const {
-    return n_layer * 2 * n_head_kv * head_dim * elem_bytes;
+    if (head_dim_swa == 0 && n_head_kv_swa == 0 && kv_layer.empty())
+      return n_layer * 2 * n_head_kv * head_dim * elem_bytes;
+    int64_t elements = 0;
+    for (int64_t l = 0; l < n_layer; ++l)
+      if (kv_source(l) == l) elements += 2 * kv_dim_of(l);
+    return elements * elem_bytes;
   }
 
   // Reads and checks the config; throws UnsupportedError for an architecture outside the
@@ -141,6 +186,12 @@ struct LayerWeights {
   // before they join the residual stream.
   const TensorInfo* attn_post_norm = nullptr;
   const TensorInfo* ffn_post_norm = nullptr;
+  // Gemma 4: the layer's output scale [1], and its per-layer embedding gate [n_embd, n_pl],
+  // projection [n_pl, n_embd] and norm [n_embd].
+  const TensorInfo* out_scale = nullptr;
+  const TensorInfo* ple_gate = nullptr;
+  const TensorInfo* ple_proj = nullptr;
+  const TensorInfo* ple_norm = nullptr;
 };
 
 struct WeightTable {
@@ -148,6 +199,11 @@ struct WeightTable {
   const TensorInfo* output_norm = nullptr;
   const TensorInfo* output = nullptr;   // == token_embd when tied
   const TensorInfo* rope_freqs = nullptr;   // Llama 3 per-frequency divisors, when present
+  // Gemma 4's per-layer embeddings: the table [n_pl * n_layer, n_vocab], the projection of
+  // the scaled token embedding [n_embd, n_pl * n_layer] and its norm [n_pl].
+  const TensorInfo* ple_token_embd = nullptr;
+  const TensorInfo* ple_model_proj = nullptr;
+  const TensorInfo* ple_proj_norm = nullptr;
   std::vector<LayerWeights> layers;
 
   // Finds every tensor by its GGUF name (blk.N.attn_q.weight, ...), checks shapes against

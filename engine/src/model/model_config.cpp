@@ -14,8 +14,8 @@
 namespace granule {
 namespace {
 
-constexpr std::array<std::string_view, 7> kSupportedArchitectures = {
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3"};
+constexpr std::array<std::string_view, 8> kSupportedArchitectures = {
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "gemma3", "gemma4"};
 
 std::string file_label(const ModelFile& file) { return file.path().filename().string(); }
 
@@ -192,6 +192,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
                            "' (supported: " + supported_list() + ")");
   }
   c.name = file.get_string("general.name").value_or("");
+  if (c.architecture == "gemma4") {  // sizes by layer kind: its own reader
+    read_gemma4_config(file, c);
+    return c;
+  }
   const std::string a = c.architecture + ".";
 
   c.n_layer = require_int(file, a + "block_count");
@@ -383,6 +387,13 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
   WeightTable w;
   const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  if (c.architecture == "gemma4") {
+    find_gemma4_tensors(file, c, w,
+                        [&](const std::string& name, std::vector<int64_t> dims, bool required) {
+                          return find_checked(file, name, dims, required);
+                        });
+    return w;
+  }
   w.token_embd = find_checked(file, "token_embd.weight", {c.n_embd, c.n_vocab}, true);
   w.output_norm = find_checked(file, "output_norm.weight", {c.n_embd}, true);
   w.output = c.tied_embeddings ? w.token_embd
@@ -441,9 +452,28 @@ uint64_t expert_layer_bytes(const LayerWeights& l) {
 uint64_t WeightTable::layer_bytes(size_t layer) const {
   const LayerWeights& l = layers.at(layer);
   uint64_t total = 0;
-  for (const TensorInfo* t :
-       {l.attn_norm, l.wq, l.wk, l.wv, l.wo, l.bq, l.bk, l.bv, l.q_norm, l.k_norm, l.bo,
-        l.attn_sinks, l.ffn_norm, l.w_gate, l.w_up, l.w_down, l.attn_post_norm, l.ffn_post_norm}) {
+  for (const TensorInfo* t : {l.attn_norm,
+                              l.wq,
+                              l.wk,
+                              l.wv,
+                              l.wo,
+                              l.bq,
+                              l.bk,
+                              l.bv,
+                              l.q_norm,
+                              l.k_norm,
+                              l.bo,
+                              l.attn_sinks,
+                              l.ffn_norm,
+                              l.w_gate,
+                              l.w_up,
+                              l.w_down,
+                              l.attn_post_norm,
+                              l.ffn_post_norm,
+                              l.out_scale,
+                              l.ple_gate,
+                              l.ple_proj,
+                              l.ple_norm}) {
     if (t) total += t->size_bytes;
   }
   total += expert_layer_bytes(l);
@@ -452,7 +482,8 @@ uint64_t WeightTable::layer_bytes(size_t layer) const {
 
 uint64_t WeightTable::total_bytes() const {
   uint64_t total = 0;
-  for (const TensorInfo* t : {token_embd, output_norm, rope_freqs}) {
+  for (const TensorInfo* t :
+       {token_embd, output_norm, rope_freqs, ple_token_embd, ple_model_proj, ple_proj_norm}) {
     if (t) total += t->size_bytes;
   }
   if (output && output != token_embd) total += output->size_bytes;

@@ -53,6 +53,12 @@ class CpuBackend final : public Backend {
   struct Scratch;       // activations, grown to the largest batch seen
 
   void attention_layer(int64_t layer, int64_t n_tokens);
+  // Gemma 4 (see cpu_backend.cpp): Q/K/V with their norms, rotation and KV write; the
+  // per-layer embedding inputs of a batch's tokens; the per-layer embedding and output scale
+  // that end a layer.
+  void gemma4_qkv(int64_t layer, int64_t n_tokens);
+  void gemma4_ple_inputs(std::span<const int32_t> tokens);
+  void gemma4_layer_end(int64_t layer, int64_t n_tokens);
   // Gemma's sandwich norm, in place over n_tokens rows of n_embd.
   void post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const;
 
@@ -81,6 +87,8 @@ class CpuBackend final : public Backend {
   float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (rope.h)
   // Gemma: the sliding-window layers' own base, unscaled (empty: they rotate as the others).
   std::vector<double> rope_frequencies_swa_;
+  std::vector<int64_t> kv_offsets_;   // per layer: elements before its K in a token's record
+  std::vector<float> ple_proj_norm_;  // Gemma 4's per-layer projection norm
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts
