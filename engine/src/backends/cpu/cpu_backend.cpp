@@ -1,7 +1,8 @@
 // CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
 // attention over [0, position] or its sliding window [+sinks], output [+bias], norm, SwiGLU
 // FFN or mixture of experts (moe_ffn.h)) → final norm → output head. Gemma 3 adds scaled
-// embeddings, a rope base per layer kind, sandwich norms, GeGLU and a logit soft-cap.
+// embeddings, a rope base per layer kind, sandwich norms, GeGLU and a logit soft-cap; Gemma 4
+// (its block below) shapes per layer kind, V norms, shared KV and per-layer embeddings.
 #include "backends/cpu/cpu_backend.h"
 
 #include <unistd.h>
@@ -105,13 +106,14 @@ struct CpuBackend::Scratch {
     x.resize(t * c.n_embd);
     xn.resize(t * c.n_embd);
     // Gemma 4's layer kinds differ in head size and KV heads: room for the widest.
-    const int64_t head_dim = std::max(c.head_dim, c.head_dim_swa);
-    const int64_t kv_dim = std::max(c.n_head_kv * c.head_dim, c.kv_dim_of(0));
-    int64_t widest_kv = kv_dim;
-    for (int64_t l = 0; l < c.n_layer; ++l) widest_kv = std::max(widest_kv, c.kv_dim_of(l));
+    int64_t head_dim = c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      head_dim = std::max(head_dim, c.head_dim_of(l));
+      kv_dim = std::max(kv_dim, c.kv_dim_of(l));
+    }
     q.resize(t * c.n_head * head_dim);
-    k.resize(t * widest_kv);
-    v.resize(t * widest_kv);
+    k.resize(t * kv_dim);
+    v.resize(t * kv_dim);
     attn.resize(t * c.n_head * head_dim);
     proj.resize(t * c.n_embd);
     const auto ff = static_cast<size_t>(c.is_moe() ? 0 : c.n_ff);  // MoeFfn has its own
@@ -271,6 +273,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   add_bias(s.k.data(), lv.bk, n_tokens);
   add_bias(s.v.data(), lv.bv, n_tokens);
 
+  // Gemma 4's Q, K and V have had their norms, rotation and KV write in gemma4_qkv.
   for (int64_t t = 0; t < n_tokens && !c.value_norm; ++t) {
     float* q = s.q.data() + t * q_dim;
     float* k = s.k.data() + t * kv_dim;
