@@ -192,6 +192,15 @@ struct LayerWeights {
   const TensorInfo* ple_gate = nullptr;
   const TensorInfo* ple_proj = nullptr;
   const TensorInfo* ple_norm = nullptr;
+  // Gemma 4's mixture of experts beside its dense FFN (router, gate/up/down_exps above): the
+  // router input's per-channel scale ffn_gate_inp.scale [n_embd], each expert's output scale
+  // ffn_down_exps.scale [n_expert], the experts' input norm pre_ffw_norm_2 and the output norms
+  // of the dense FFN (post_ffw_norm_1) and of the experts (post_ffw_norm_2).
+  const TensorInfo* router_in_scale = nullptr;
+  const TensorInfo* down_exps_scale = nullptr;
+  const TensorInfo* ffn_pre_norm_2 = nullptr;
+  const TensorInfo* ffn_post_norm_1 = nullptr;
+  const TensorInfo* ffn_post_norm_2 = nullptr;
 };
 
 struct WeightTable {

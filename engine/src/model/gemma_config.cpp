@@ -15,7 +15,8 @@
 // (1e30 for the unrotated pairs); V RMS-normed without a weight (and V = K when attn_v is
 // absent); attention scale 1; per-layer FFN widths; the last attention.shared_kv_layers layers
 // reading the KV of the last earlier layer of their kind; per-layer embeddings; a per-layer
-// output scale. The mixture-of-experts form (26B-A4B) is refused.
+// output scale; in the mixture-of-experts form (26B-A4B) experts beside the dense FFN, each
+// with its own norms (fused gate/up experts are refused).
 #include "model/gemma_config.h"
 
 #include <algorithm>
@@ -72,8 +73,8 @@ int64_t positive(const ModelFile& file, const std::string& key, std::optional<in
 
 void refuse_gemma4_tensor(const ModelFile& file, const std::string& name) {
   throw UnsupportedError(file_label(file) + ": tensor " + name +
-                         " is not supported for gemma4 (the mixture-of-experts Gemma 4 and fused "
-                         "QKV are not run yet)");
+                         " is not supported for gemma4 (fused QKV or gate/up experts, or experts "
+                         "on some layers only, are not run yet)");
 }
 
 void read_gemma4_config(const ModelFile& file, ModelConfig& c) {
@@ -86,9 +87,17 @@ void read_gemma4_config(const ModelFile& file, ModelConfig& c) {
   c.n_head = required("attention.head_count");
   c.context_length = file.get_int(a + "context_length").value_or(2048);
   if (file.get_int(a + "expert_count").value_or(0) > 0) {
-    throw UnsupportedError(
-        file_label(file) +
-        ": the mixture-of-experts Gemma 4 (gemma4.expert_count) is not supported yet");
+    // llama.cpp's graph: softmax over all experts, the top k renormalised, scale 1, GeGLU
+    // experts; the router reads its own normed input (cpu_backend.cpp's Gemma 4 block).
+    ExpertConfig& m = c.moe;
+    m.n_expert = required("expert_count");
+    m.n_expert_used = required("expert_used_count");
+    m.n_ff_exp = required("expert_feed_forward_length");
+    if (m.n_expert_used > m.n_expert)
+      throw FormatError(file_label(file) + ": expert_used_count is more than expert_count");
+    m.gating = ExpertGating::Softmax;
+    m.normalize_weights = true;
+    m.weights_scale = 1.0f;
   }
   if (static_cast<uint64_t>(c.n_layer) > file.tensors().size()) {
     throw FormatError(file_label(file) + ": block_count " + std::to_string(c.n_layer) +

@@ -57,7 +57,7 @@ void find_gemma4_tensors(const ModelFile& file, const ModelConfig& c, WeightTabl
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
-    for (const char* name : {"attn_qkv.weight", "ffn_gate_inp.weight"})
+    for (const char* name : {"attn_qkv.weight", "ffn_gate_up_exps.weight"})
       if (file.find_tensor(p + name)) refuse_gemma4_tensor(file, p + name);
     const int64_t hd = c.head_dim_of(i), q_dim = c.n_head * hd, kv_dim = c.kv_dim_of(i);
     const int64_t n_ff = c.n_ff_of(i);
@@ -78,6 +78,20 @@ void find_gemma4_tensors(const ModelFile& file, const ModelConfig& c, WeightTabl
     l.w_up = find(p + "ffn_up.weight", {c.n_embd, n_ff}, true);
     l.w_down = find(p + "ffn_down.weight", {n_ff, c.n_embd}, true);
     l.ffn_post_norm = find(p + "post_ffw_norm.weight", {c.n_embd}, true);
+    if (c.is_moe()) {  // experts beside the dense FFN on every layer
+      const ExpertConfig& m = c.moe;
+      l.router = find(p + "ffn_gate_inp.weight", {c.n_embd, m.n_expert}, true);
+      l.router_in_scale = find(p + "ffn_gate_inp.scale", {c.n_embd}, true);
+      l.gate_exps = find(p + "ffn_gate_exps.weight", {c.n_embd, m.n_ff_exp, m.n_expert}, true);
+      l.up_exps = find(p + "ffn_up_exps.weight", {c.n_embd, m.n_ff_exp, m.n_expert}, true);
+      l.down_exps = find(p + "ffn_down_exps.weight", {m.n_ff_exp, c.n_embd, m.n_expert}, true);
+      l.down_exps_scale = find(p + "ffn_down_exps.scale", {m.n_expert}, false);
+      l.ffn_pre_norm_2 = find(p + "pre_ffw_norm_2.weight", {c.n_embd}, true);
+      l.ffn_post_norm_1 = find(p + "post_ffw_norm_1.weight", {c.n_embd}, true);
+      l.ffn_post_norm_2 = find(p + "post_ffw_norm_2.weight", {c.n_embd}, true);
+    } else if (file.find_tensor(p + "ffn_gate_inp.weight")) {
+      refuse_gemma4_tensor(file, p + "ffn_gate_inp.weight");
+    }
     if (n_pl > 0) {
       l.ple_gate = find(p + "inp_gate.weight", {c.n_embd, n_pl}, true);
       l.ple_proj = find(p + "proj.weight", {n_pl, c.n_embd}, true);

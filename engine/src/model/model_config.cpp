@@ -441,7 +441,9 @@ uint64_t expert_layer_bytes(const LayerWeights& l) {
   uint64_t total = 0;
   for (const TensorInfo* t :
        {l.router, l.router_bias, l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
-        l.up_exps_bias, l.down_exps_bias, l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate}) {
+        l.up_exps_bias, l.down_exps_bias, l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate,
+        l.router_in_scale, l.down_exps_scale, l.ffn_pre_norm_2, l.ffn_post_norm_1,
+        l.ffn_post_norm_2}) {
     if (t) total += t->size_bytes;
   }
   return total;

@@ -216,7 +216,7 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.seed = 41;
     return s;
   }
-  if (name == "tiny-gemma4") {
+  if (name == "tiny-gemma4" || name == "tiny-gemma4-moe") {
     s.architecture = "gemma4";
     s.qk_norm = true;
     s.tied_embeddings = true;
@@ -240,6 +240,15 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.rms_eps = 1e-6f;
     s.context_length = 1024;
     s.seed = 51;
+    if (name == "tiny-gemma4-moe") {  // the 26B-A4B form: experts, no shared KV, no PLE
+      s.shared_kv_layers = 0;
+      s.n_ff_shared = 0;
+      s.n_embd_per_layer = 0;
+      s.n_expert = 4;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 32;
+      s.seed = 52;
+    }
     return s;
   }
   if (name == "gemma3-12b") {
@@ -441,7 +450,7 @@ std::vector<std::string> SyntheticModelSpec::preset_names() {
   return {"tiny",          "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
           "small-256",     "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
           "qwen3-30b-a3b", "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b",
-          "tiny-gemma3",   "gemma3-12b",   "tiny-gemma4"};
+          "tiny-gemma3",   "gemma3-12b",   "tiny-gemma4",  "tiny-gemma4-moe"};
 }
 
 namespace {
@@ -549,6 +558,18 @@ void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&&
     tensor(p + "ffn_up.weight", {d, ff}, t, fan_in(d));
     tensor(p + "ffn_down.weight", {ff, d}, t, fan_in(ff));
     tensor(p + "post_ffw_norm.weight", {d}, TensorType::F32, norm);
+    if (spec.n_expert > 0) {  // experts beside the dense FFN, with their own norms
+      const int64_t e = spec.n_expert, fe = spec.n_ff_exp > 0 ? spec.n_ff_exp : spec.n_ff;
+      tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d));
+      tensor(p + "ffn_gate_inp.scale", {d}, TensorType::F32, Distribution{4.0f, 1.0f});
+      tensor(p + "ffn_gate_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
+      tensor(p + "ffn_up_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
+      tensor(p + "ffn_down_exps.weight", {fe, d, e}, spec.expert_type, fan_in(fe));
+      tensor(p + "ffn_down_exps.scale", {e}, TensorType::F32, Distribution{1.0f, 0.3f});
+      tensor(p + "pre_ffw_norm_2.weight", {d}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm_1.weight", {d}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm_2.weight", {d}, TensorType::F32, norm);
+    }
     if (n_pl > 0) {
       tensor(p + "inp_gate.weight", {d, n_pl}, t, fan_in(d));
       tensor(p + "proj.weight", {n_pl, d}, t, fan_in(n_pl));

@@ -85,7 +85,9 @@ struct CpuBackend::LayerVectors {
   std::vector<float> bo, attn_sinks;                 // gpt-oss: output bias, per-head sink logits
   std::vector<float> attn_post_norm, ffn_post_norm;  // Gemma's sandwich norms
   std::vector<float> ple_norm;                       // Gemma 4's per-layer embedding norm
-  float out_scale = 1.0f;                            // Gemma 4's layer output scale
+  // Gemma 4's experts: their input norm, the two output norms, the router input's scale.
+  std::vector<float> moe_pre_norm, moe_post_norm_1, moe_post_norm_2, router_in_scale;
+  float out_scale = 1.0f;  // Gemma 4's layer output scale
 };
 
 struct CpuBackend::Scratch {
@@ -96,6 +98,7 @@ struct CpuBackend::Scratch {
   std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
   // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
   std::vector<float> ple, ple_gate;
+  std::vector<float> moe_out;  // Gemma 4: the experts' output beside the dense FFN's
 
   void reserve(const ModelConfig& c, int64_t tokens) {
     if (tokens <= capacity_tokens) return;
@@ -116,12 +119,15 @@ struct CpuBackend::Scratch {
     v.resize(t * kv_dim);
     attn.resize(t * c.n_head * head_dim);
     proj.resize(t * c.n_embd);
-    const auto ff = static_cast<size_t>(c.is_moe() ? 0 : c.n_ff);  // MoeFfn has its own
+    // MoeFfn has its own; Gemma 4's expert layers also have a dense FFN.
+    const bool dense = !c.is_moe() || c.architecture == "gemma4";
+    const auto ff = static_cast<size_t>(dense ? c.n_ff : 0);
     gate.resize(t * ff);
     up.resize(t * ff);
     head_in.resize(t * c.n_embd);
     ple.resize(t * c.n_layer * c.n_embd_per_layer);
     ple_gate.resize(t * c.n_embd_per_layer);
+    if (c.is_moe()) moe_out.resize(t * c.n_embd);
   }
 };
 
@@ -180,7 +186,9 @@ CpuBackend::CpuBackend(const BackendInit& init)
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
                        to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm), to_f32(l.bo),
                        to_f32(l.attn_sinks), to_f32(l.attn_post_norm), to_f32(l.ffn_post_norm),
-                       to_f32(l.ple_norm), l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
+                       to_f32(l.ple_norm), to_f32(l.ffn_pre_norm_2), to_f32(l.ffn_post_norm_1),
+                       to_f32(l.ffn_post_norm_2), to_f32(l.router_in_scale),
+                       l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
@@ -412,6 +420,40 @@ void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
   }
 }
 
+// A layer with experts (26B-A4B), after ffn_norm into xn: the dense FFN normed by
+// post_ffw_norm_1, plus the experts on pre_ffw_norm_2(x) routed from
+// rms_norm(x) / sqrt(n_embd) · ffn_gate_inp.scale and normed by post_ffw_norm_2; the sum
+// normed by post_ffw_norm joins the residual.
+void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t d = c.n_embd;
+  matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_);
+  geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
+  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+  post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
+
+  const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
+  const float inverse_sqrt = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* x = s.x.data() + t * d;
+    float* router_in = s.xn.data() + t * d;
+    rms_norm(x, ones.data(), router_in, d, c.rms_eps);
+    for (int64_t j = 0; j < d; ++j)
+      router_in[j] = router_in[j] * inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)];
+    rms_norm(x, lv.moe_pre_norm.data(), s.head_in.data() + t * d, d, c.rms_eps);
+  }
+  moe_[static_cast<size_t>(layer)]->run(s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
+                                        {.emulate_device = false, .router_input = s.xn.data()},
+                                        nullptr);
+  post_norm(s.moe_out.data(), lv.moe_post_norm_2, n_tokens);
+  add_in_place(s.proj.data(), s.moe_out.data(), n_tokens * d);
+  post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
+  add_in_place(s.x.data(), s.proj.data(), n_tokens * d);
+}
+
 // After the FFN's residual: x += RMSNorm(proj · (gelu(inp_gate · x) * this layer's input)),
 // then x *= the layer's output scale.
 void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
@@ -523,6 +565,11 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     for (int64_t i = 0; i < n_tokens; ++i) {
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
+    }
+    if (config_.is_moe() && c.architecture == "gemma4") {
+      gemma4_moe_ffn(layer, n_tokens);
+      gemma4_layer_end(layer, n_tokens);
+      continue;
     }
     if (config_.is_moe()) {
       moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,

@@ -59,6 +59,7 @@ class CpuBackend final : public Backend {
   void gemma4_qkv(int64_t layer, int64_t n_tokens);
   void gemma4_ple_inputs(std::span<const int32_t> tokens);
   void gemma4_layer_end(int64_t layer, int64_t n_tokens);
+  void gemma4_moe_ffn(int64_t layer, int64_t n_tokens);
   // Gemma's sandwich norm, in place over n_tokens rows of n_embd.
   void post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const;
 

@@ -148,7 +148,8 @@ struct SyntheticModelSpec {
   // Gemma 4: "tiny-gemma4" (F32, 8 layers: 5 sliding (window 8, heads of 32, 2 KV heads,
   // half of them rotated) then 1 global (heads of 64, 1 KV head, a quarter rotated, V is K),
   // twice; the last 2 layers share KV with an FFN twice as wide, per-layer embeddings of 16,
-  // soft-cap 30).
+  // soft-cap 30); "tiny-gemma4-moe" (the same layers with 4 GeGLU experts of 32, top 2, beside
+  // each dense FFN, as the 26B-A4B; no shared KV, no per-layer embeddings).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
