@@ -1,7 +1,7 @@
 #!/bin/sh
-# Regenerates tests/data/reference/<case>.txt for the mixture-of-experts cases of
-# tests/engine/cpu_moe_test.cpp, cpu_gptoss_test.cpp and cpu_gemma_test.cpp from llama.cpp's CPU backend: the
-# C++ tests write each synthetic model (fixed seeds) and its prompt, llama_cpp_logits.c (built
+# Regenerates tests/data/reference/<case>.txt for the llama.cpp cases of
+# tests/engine/cpu_moe_test.cpp, cpu_gptoss_test.cpp (mixtures of experts) and cpu_gemma_test.cpp
+# (Gemma 3 and 4) from llama.cpp's CPU backend: the C++ tests write each synthetic model (fixed seeds) and its prompt, llama_cpp_logits.c (built
 # here against libllama) runs them with an F32 KV cache and flash attention off. The files with
 # quantised experts (cpu_moe_test's QuantisedExperts) are compared within the 8-bit activation
 # rounding llama.cpp's CPU products apply.
