@@ -20,6 +20,10 @@
 // then every thread sums 4 head dimensions over the splits with independent 16-byte loads.
 // Partial workspace: [row][head][max_splits][head_dim] accumulators, then
 // [row][head][max_splits][2] (m, l): attention_workspace_floats() floats as before.
+//
+// A sliding-window layer (args.window > 0) splits only the row's window [length - window,
+// length), so no block reads KV behind it. Sinks (gpt-oss) join the normaliser where the
+// output is written (output_scale): once per head, whatever the split count.
 #include <cfloat>
 
 #include "attention.cuh"
@@ -128,6 +132,17 @@ __device__ __forceinline__ void write_output4(const AttentionArgs& a, int row, i
     a.out_q8.ds[at / kQ8Block] = make_float2(d, d * static_cast<float>(sum));
 }
 
+// What a head's merged accumulator (relative to its largest score m, with exponential sum l) is
+// multiplied by to give the output: 1 / l, or with a sink logit s (gpt-oss) the normaliser
+// l + exp(s - m), formed relative to max(m, s) so that neither side overflows.
+__device__ __forceinline__ float output_scale(const AttentionArgs& a, int head, float m, float l) {
+  if (!a.sinks) return l > 0.0f ? 1.0f / l : 0.0f;
+  const float sink = a.sinks[head];
+  const float top = fmaxf(m, sink);
+  const float w = __expf(m - top);
+  return w / fmaf(l, w, __expf(sink - top));
+}
+
 __device__ __forceinline__ float4 fma4(float w, float4 x, float4 acc) {
   return make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z),
                      fmaf(w, x.w, acc.w));
@@ -186,16 +201,18 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   // this one's).
   const int split = blockIdx.x, kv_head = blockIdx.y, row = blockIdx.z;
   const int length = a.lengths[row];
-  const SplitPlan plan = length > 0
-                             ? plan_splits(length, a.split_tokens, a.max_splits, target_splits)
-                             : SplitPlan{0, 0};
+  // The tokens this row reads: [first, length), the window's on a sliding layer.
+  const int first = a.window > 0 ? max(0, length - a.window) : 0;
+  const SplitPlan plan =
+      length > 0 ? plan_splits(length - first, a.split_tokens, a.max_splits, target_splits)
+                 : SplitPlan{0, 0};
   if (split >= plan.count) {
     if ((split | kv_head | row) != 0) return;
     wait_for_previous_kernel();
     return;
   }
   const __half* slot_kv = a.slot_base[a.slots[row]];
-  const int start = split * plan.tokens;
+  const int start = first + split * plan.tokens;
   const int end = min(length, start + plan.tokens);
   const int group = a.n_head / a.n_kv;
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -367,7 +384,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     }
     const int head = kv_head * group + g;
     if (plan.count == 1) {
-      const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+      const float inv = output_scale(a, head, m_all, sum_l);
       write_output4(a, row, head * kHeadDim + d,
                     make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv), active);
       continue;
@@ -430,7 +447,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
           sum_l += __fmul_rn(w, ml[c].y);  // rounded as the general path's stored w * l
         }
       }
-      const float inv = sum_l > 0.0f ? 1.0f / sum_l : 0.0f;
+      const float inv = output_scale(a, kv_head * group + g, m_all, sum_l);
       write_output4(a, row, (kv_head * group + g) * kHeadDim + d,
                     make_float4(sum.x * inv, sum.y * inv, sum.z * inv, sum.w * inv), active);
     }
@@ -511,7 +528,7 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
     const int e = e0 + lane;
     const bool active = e < n_vecs;
     const int g = active ? e / (kHeadDim / 4) : 0, d = (e % (kHeadDim / 4)) * 4;
-    const float inv = sum_l[r] > 0.0f ? 1.0f / sum_l[r] : 0.0f;
+    const float inv = output_scale(a, kv_head * group + g, sm_mall[g], sum_l[r]);
     write_output4(a, row, (kv_head * group + g) * kHeadDim + d,
                   make_float4(sum[r].x * inv, sum[r].y * inv, sum[r].z * inv, sum[r].w * inv),
                   active);

@@ -1,8 +1,10 @@
 // Causal grouped-query attention over each sequence's flat token-major f16 KV, reading only
-// tokens [0, length) of each row (flash-decoding: the tokens are split over blocks, then the
+// tokens [0, length) of each row, or on a sliding-window layer only the window
+// [max(0, length - window), length) (flash-decoding: the tokens are split over blocks, then the
 // partial softmaxes are merged by the last block to finish). A row is one query: a decoding
 // sequence, or one prompt token of a prefill (its length is its position + 1), so one kernel serves
-// both.
+// both. gpt-oss's attention sinks: a per-head logit that joins the softmax's normaliser and
+// carries no value.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -26,9 +28,15 @@ struct AttentionArgs {
   int64_t token_stride = 0;  // halves per token over all layers
   int layer = 0;
   float scale = 1.0f;             // 1 / sqrt(head_dim)
+  const float* sinks = nullptr;   // optional [n_head]: head h's softmax normaliser gains
+                                  // exp(sinks[h]) (a logit on the scaled scores' scale)
+  int window = 0;                 // > 0: a row reads only tokens [length - window, length) (the
+                                  // start computed on the device from its length: graphs
+                                  // replay); KV behind the window is never touched
   int split_tokens = 128;         // fewest tokens per split (the kernel takes more per split
                                   // when the grid has few rows; attention.cu)
-  int max_splits = 1;             // ceil(longest possible length / split_tokens)
+  int max_splits = 1;             // ceil(longest possible length / split_tokens); on a
+                                  // sliding layer the window is the longest
   float* partial = nullptr;       // attention_workspace_floats(rows, n_head, max_splits,
                                   // head_dim) floats
   int* split_counters = nullptr;  // rows * n_kv ints, zero before the first launch;

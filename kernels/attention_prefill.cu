@@ -1,9 +1,13 @@
 // Flash-attention prefill: one block per (query head, tile of <= 64 rows of one sequence).
 // Warp w owns tile rows [16w, 16w + 16). Per KV tile of 64 tokens (cp.async, two stages):
 //   S (16 x 64 per warp, f32) = Q_f16 · K_f16ᵀ   (mma.m16n8k16, Q pre-scaled by scale·log2 e)
-//   mask tokens >= the row's length to -inf, online softmax in base 2 (running max m, sum l)
+//   mask tokens >= the row's length (and, on a sliding layer, tokens before its window) to
+//   -inf, online softmax in base 2 (running max m, sum l; with a sink logit s the row starts
+//   at m = s, l = 1: the sink joins the normaliser and carries no value)
 //   O (16 x D per warp, f32) = O · exp2(m_old - m_new) + P_f16 · V_f16
-// and at the end O / l is written for rows of the tile with a length > 0.
+// and at the end O / l is written for rows of the tile with a length > 0. The KV walk starts at
+// the earliest token some row of the tile sees: 0, or on a sliding layer the window start of
+// its shortest row (so KV behind every row's window is never read).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16, g = lane / 4, t = lane % 4):
 //   A 16x16 row-major: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
@@ -13,6 +17,7 @@
 // O += P·V takes B[k = token][n = d] = V[token][d]: ldmatrix.trans of V rows. P's A fragment is
 // two adjacent S C-fragments (tokens 16kk..16kk+7 and 16kk+8..16kk+15), rounded to f16.
 #include <cfloat>
+#include <climits>
 
 #include "async_copy.cuh"
 #include "attention_prefill.cuh"
@@ -98,7 +103,7 @@ __global__ void __launch_bounds__(kThreads)
   __half* const sq = reinterpret_cast<__half*>(shared_raw);
   __half* const sk = sq + L::kQHalves;         // [2][kKvTile][kStride]
   __half* const sv = sk + 2 * L::kTileHalves;  // [2][kKvTile][kStride]
-  __shared__ int tile_max_length;
+  __shared__ int tile_max_length, tile_first;
 
   wait_for_previous_kernel();
   allow_next_kernel();
@@ -116,12 +121,25 @@ __global__ void __launch_bounds__(kThreads)
   const int len1 = r1 < tile.count ? a.lengths[tile.first_row + r1] : 0;
   const int warp_longest = warp_max_int(max(len0, len1));
   const int warp_shortest = warp_min_int(min(len0, len1));
-  if (threadIdx.x == 0) tile_max_length = 0;
+  // The first token each row sees (its window's start on a sliding layer), and the warp's
+  // earliest over its rows with tokens (INT_MAX where it has none).
+  const int first0 = a.window > 0 ? max(0, len0 - a.window) : 0;
+  const int first1 = a.window > 0 ? max(0, len1 - a.window) : 0;
+  const int warp_first =
+      warp_min_int(min(len0 > 0 ? first0 : INT_MAX, len1 > 0 ? first1 : INT_MAX));
+  if (threadIdx.x == 0) {
+    tile_max_length = 0;
+    tile_first = INT_MAX;
+  }
   __syncthreads();
-  if (lane == 0) atomicMax(&tile_max_length, warp_longest);
+  if (lane == 0) {
+    atomicMax(&tile_max_length, warp_longest);
+    atomicMin(&tile_first, warp_first);
+  }
   __syncthreads();
   const int max_length = tile_max_length;
-  if (max_length <= 0) return;  // the whole block: nothing to read, nothing to write
+  if (max_length <= 0) return;      // the whole block: nothing to read, nothing to write
+  const int kv_first = tile_first;  // < max_length: a row with tokens sees at least one
 
   const __half* const k_base = a.slot_base[a.slots[tile.first_row]] +
                                static_cast<int64_t>(a.layer) * 2 * a.n_kv * D +
@@ -129,7 +147,8 @@ __global__ void __launch_bounds__(kThreads)
   const __half* const v_base = k_base + static_cast<int64_t>(a.n_kv) * D;
 
   // K and V tokens [kv0, kv0 + 64) into stage `stage`; tokens >= max_length are zeros (never
-  // read: they may lie past the slot or hold stale values).
+  // read: they may lie past the slot or hold stale values). kv0 >= kv_first: nothing before
+  // the tile's earliest window is requested.
   auto load_kv = [&](int stage, int kv0) {
     __half* const k_dst = sk + stage * L::kTileHalves;
     __half* const v_dst = sv + stage * L::kTileHalves;
@@ -137,13 +156,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < kKvTile * kChunks; i += kThreads) {
       const int token = i / kChunks, column = (i % kChunks) * 8;
       const bool valid = kv0 + token < max_length;
-      const int64_t at = (valid ? static_cast<int64_t>(kv0 + token) * a.token_stride : 0) + column;
+      // (an invalid copy reads nothing; its address is still a token of the window: kv_first)
+      const int64_t at =
+          static_cast<int64_t>(valid ? kv0 + token : kv_first) * a.token_stride + column;
       copy_async<16>(k_dst + token * kStride + column, k_base + at, valid);
       copy_async<16>(v_dst + token * kStride + column, v_base + at, valid);
     }
   };
-  const int n_kv_tiles = (max_length + kKvTile - 1) / kKvTile;
-  load_kv(0, 0);
+  const int n_kv_tiles = (max_length - kv_first + kKvTile - 1) / kKvTile;
+  load_kv(0, kv_first);
   commit_copies();
 
   // Q tile: f32 -> f16 once, times scale·log2 e (the softmax runs in base 2); rows past the
@@ -169,8 +190,14 @@ __global__ void __launch_bounds__(kThreads)
   float o[kDTiles][4];
 #pragma unroll
   for (int n = 0; n < kDTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY;  // running max of rows r0, r1 (base-2 scores)
-  float l0 = 0.0f, l1 = 0.0f;            // this lane's part of the running sums
+  // Running max of rows r0, r1 (base-2 scores) and this lane's part of the running sums. A
+  // sink logit starts both rows at m = sink, l = exp2(0) = 1 (held by lane t = 0 of the quad).
+  float m0 = -INFINITY, m1 = -INFINITY;
+  float l0 = 0.0f, l1 = 0.0f;
+  if (a.sinks) {
+    m0 = m1 = a.sinks[head] * kLog2e;
+    l0 = l1 = t == 0 ? 1.0f : 0.0f;
+  }
 
   // ldmatrix row addresses that do not depend on the KV tile.
   const int q_row = warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
@@ -179,7 +206,7 @@ __global__ void __launch_bounds__(kThreads)
   const int v_offset = ((lane % 8) + ((lane / 8) % 2) * 8) * kStride + (lane / 16) * 8;
 
   for (int it = 0; it < n_kv_tiles; ++it) {
-    const int kv0 = it * kKvTile;
+    const int kv0 = kv_first + it * kKvTile;
     if (it + 1 < n_kv_tiles) {
       load_kv((it + 1) % 2, kv0 + kKvTile);  // the stage read by iteration it - 1
       commit_copies();
@@ -189,7 +216,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();  // every thread's copies (and, the first time, the Q tile) are visible
 
-    if (kv0 < warp_longest) {  // warp-uniform: some row of this warp sees a token of the tile
+    // Warp-uniform: some row of this warp sees a token of the tile.
+    if (kv0 < warp_longest && kv0 + kKvTile > warp_first) {
       const __half* const k_tile = sk + (it % 2) * L::kTileHalves;
       const __half* const v_tile = sv + (it % 2) * L::kTileHalves;
       const uint32_t k_address = shared_address(k_tile + k_offset);
@@ -215,15 +243,16 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
 
-      // Mask tokens at or past each row's length (only where some row of the warp ends).
-      if (kv0 + kKvTile > warp_shortest) {
+      // Mask tokens at or past each row's length (only where some row of the warp ends) and,
+      // on a sliding layer, before each row's window.
+      if (kv0 + kKvTile > warp_shortest || a.window > 0) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int token = kv0 + j * 8 + 2 * t + e;
-            if (token >= len0) s[j][e] = -INFINITY;
-            if (token >= len1) s[j][2 + e] = -INFINITY;
+            if (token >= len0 || token < first0) s[j][e] = -INFINITY;
+            if (token >= len1 || token < first1) s[j][2 + e] = -INFINITY;
           }
         }
       }

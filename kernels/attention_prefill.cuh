@@ -3,7 +3,8 @@
 // sequence's KV in tiles of 64 tokens staged in shared memory, and keeps an online softmax per
 // row in f32. Each KV token is read once per (tile, head) instead of once per row, which is
 // what the flash-decoding kernel (attention.cuh) does for prompt rows. Rows read tokens
-// [0, length) of their slot, exactly as launch_attention's rows do, and write the same output.
+// [0, length) of their slot (on a sliding layer only their window), with the same sinks, exactly
+// as launch_attention's rows do, and write the same output.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -34,10 +35,10 @@ void plan_prefill_tiles(const int32_t* slots, const int32_t* lengths, int rows, 
 // Attention for the rows of `tiles` (device array of n_tiles tiles, rows of one tile sharing
 // args.slots[first_row]); rows outside every tile are neither read nor written, nor are rows
 // of length 0. Reads q, out, rows, n_head, n_kv, head_dim, lengths, slots, slot_base,
-// token_stride, layer and scale of `args` (not the split workspace). head_dim 64, 128 or 256;
-// n_head / n_kv at most 8; q_stride a multiple of 4 and out_stride of 2 (vector accesses);
-// args.out_q8 must be empty (no int8 copy of the output): cudaErrorInvalidValue otherwise.
-// Q is rounded to f16 once (times scale), P to f16 before P·V; scores, softmax and the
+// token_stride, layer, scale, sinks and window of `args` (not the split workspace). head_dim 64,
+// 128 or 256; n_head / n_kv at most 8; q_stride a multiple of 4 and out_stride of 2 (vector
+// accesses); args.out_q8 must be empty (no int8 copy of the output): cudaErrorInvalidValue
+// otherwise. Q is rounded to f16 once (times scale), P to f16 before P·V; scores, softmax and the
 // output accumulate in f32. Needs compute capability 8.0 (mma.sync m16n8k16 f16).
 cudaError_t launch_attention_prefill(const AttentionArgs& args, const PrefillTile* tiles,
                                      int n_tiles, const KernelConfig& config, cudaStream_t stream);

@@ -1,12 +1,13 @@
 // Mixture-of-experts kernels (moe.cuh). The expert products are one kernel family: a block of
 // 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it, splits
 // the input length over its 128 threads in chunks of 8 elements, decodes each weight chunk
-// once (dequantize8) for all the tile's pairs, and sums each pair's products in the same order
-// whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the grouped
-// launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
+// once (int8 + scale for dp4a, or f32) for all the tile's pairs, and sums each pair's products in
+// the same order whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the
+// grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
 #include <cmath>
 
 #include "moe.cuh"
+#include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 
 namespace granule::kernels {
@@ -230,6 +231,96 @@ __device__ __forceinline__ float activate(MoeActivation act, float g, float u) {
   return g / (1.0f + expf(-g)) * u;
 }
 
+// This thread's share of R weight rows (w, and w_up for gate/up) dotted with up to NB inputs
+// (rows x_row[b] of the input, b < count): the chunk loop every expert product runs, so the
+// per-pair, grouped and fused launches sum each pair's products identically.
+template <uint32_t TYPE, bool GATE_UP, int NB, int R>
+__device__ __forceinline__ void accumulate(const uint8_t* w, const uint8_t* w_up, int64_t row_bytes,
+                                           int rows_here, const MoeInput& in,
+                                           const int64_t (&x_row)[NB], int count,
+                                           float (&acc)[R][NB], float (&acc_up)[R][NB]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
+  const int n_in = in.n_in, n_chunks = n_in / 8;
+  if constexpr (kReadsQ8<TYPE>) {
+    // Int8 activations meet each chunk's int8 weights in two dp4a (moe_unpack.cuh):
+    // w·x = d_x · (scale · Σ q·x_q + offset · Σ x_q).
+    constexpr bool kOffset = moe_unpack::has_offset(TYPE);
+#pragma unroll 1
+    for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
+      int xa[NB], xb[NB], xs[NB];
+      float xd[NB];
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (b >= count) break;
+        const int2 q = *reinterpret_cast<const int2*>(in.xq.qs + x_row[b] * n_in + 8 * c);
+        xa[b] = q.x;
+        xb[b] = q.y;
+        xd[b] = in.xq.ds[x_row[b] * (n_in / kQ8Block) + c / 4].x;
+        xs[b] = kOffset ? __dp4a(0x01010101, q.y, __dp4a(0x01010101, q.x, 0)) : 0;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        const moe_unpack::Chunk8 wg = moe_unpack::unpack8<TYPE>(w + r * row_bytes, c);
+        moe_unpack::Chunk8 wu;
+        if constexpr (GATE_UP) wu = moe_unpack::unpack8<TYPE>(w_up + r * row_bytes, c);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          if (b >= count) break;
+          const int sg = __dp4a(wg.hi, xb[b], __dp4a(wg.lo, xa[b], 0));
+          float vg = wg.scale * static_cast<float>(sg);
+          if constexpr (kOffset) vg = fmaf(wg.offset, static_cast<float>(xs[b]), vg);
+          acc[r][b] = fmaf(xd[b], vg, acc[r][b]);
+          if constexpr (GATE_UP) {
+            const int su = __dp4a(wu.hi, xb[b], __dp4a(wu.lo, xa[b], 0));
+            float vu = wu.scale * static_cast<float>(su);
+            if constexpr (kOffset) vu = fmaf(wu.offset, static_cast<float>(xs[b]), vu);
+            acc_up[r][b] = fmaf(xd[b], vu, acc_up[r][b]);
+          }
+        }
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
+      float xv[NB][8];
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        if (b >= count) break;
+        const float4* xp = reinterpret_cast<const float4*>(in.x + x_row[b] * n_in) + 2 * c;
+        const float4 x0 = xp[0], x1 = xp[1];
+        xv[b][0] = x0.x;
+        xv[b][1] = x0.y;
+        xv[b][2] = x0.z;
+        xv[b][3] = x0.w;
+        xv[b][4] = x1.x;
+        xv[b][5] = x1.y;
+        xv[b][6] = x1.z;
+        xv[b][7] = x1.w;
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows_here) break;
+        float wv[8], uv[8];
+        dequantize8<TYPE>(w + r * row_bytes, c, wv);
+        if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * row_bytes, c, uv);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          if (b >= count) break;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
+            if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
+          }
+        }
+      }
+    }
+  }
+}
+
 template <uint32_t TYPE, bool GATE_UP, int NB, int R>
 __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
   wait_for_previous_kernel();
@@ -264,56 +355,7 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
       GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
 
   float acc[R][NB], acc_up[R][NB];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int b = 0; b < NB; ++b) acc[r][b] = acc_up[r][b] = 0.0f;
-
-  const int n_in = in.n_in, n_chunks = n_in / 8;
-#pragma unroll 1
-  for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
-    float xv[NB][8];
-#pragma unroll
-    for (int b = 0; b < NB; ++b) {
-      if (b >= count) break;
-      if constexpr (kReadsQ8<TYPE>) {
-        const int2 q = *reinterpret_cast<const int2*>(in.xq.qs + x_row[b] * n_in + 8 * c);
-        const float d = in.xq.ds[x_row[b] * (n_in / kQ8Block) + c / 4].x;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          xv[b][i] = static_cast<float>(static_cast<int8_t>(q.x >> (8 * i))) * d;
-          xv[b][4 + i] = static_cast<float>(static_cast<int8_t>(q.y >> (8 * i))) * d;
-        }
-      } else {
-        const float4* xp = reinterpret_cast<const float4*>(in.x + x_row[b] * n_in) + 2 * c;
-        const float4 x0 = xp[0], x1 = xp[1];
-        xv[b][0] = x0.x;
-        xv[b][1] = x0.y;
-        xv[b][2] = x0.z;
-        xv[b][3] = x0.w;
-        xv[b][4] = x1.x;
-        xv[b][5] = x1.y;
-        xv[b][6] = x1.z;
-        xv[b][7] = x1.w;
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (r >= rows_here) break;
-      float wv[8], uv[8];
-      dequantize8<TYPE>(w + r * row_bytes, c, wv);
-      if constexpr (GATE_UP) dequantize8<TYPE>(w_up + r * row_bytes, c, uv);
-#pragma unroll
-      for (int b = 0; b < NB; ++b) {
-        if (b >= count) break;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          acc[r][b] = fmaf(wv[i], xv[b][i], acc[r][b]);
-          if constexpr (GATE_UP) acc_up[r][b] = fmaf(uv[i], xv[b][i], acc_up[r][b]);
-        }
-      }
-    }
-  }
+  accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
 
   constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
   __shared__ float partial[kWarps][kSlots];
@@ -351,6 +393,52 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
       v = activate(P.act, v, u);
     }
     P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
+  }
+}
+
+// The per-pair down product fused with the weighted sum into the residual (small runs): a block
+// owns R output rows of one token row and takes its n_used pairs in top-k order, each pair's
+// dot summed as moe_product_kernel sums it (its bias included) and added as moe_combine_kernel
+// adds it, so the result has the unfused launches' bits.
+template <uint32_t TYPE, int R>
+__global__ void __launch_bounds__(kThreads)
+    moe_down_combine_kernel(MoeMatrix down, int n_out, MoeInput in,
+                            const float* __restrict__ weights, float* __restrict__ hidden) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int row = blockIdx.y;
+  const int first_row = blockIdx.x * R;
+  if (first_row >= n_out) return;  // the whole block
+  const int rows_here = min(R, n_out - first_row);
+  __shared__ float partial[kWarps][R];
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  float out = 0.0f;  // thread i < rows_here: output row first_row + i
+  for (int j = 0; j < in.n_used; ++j) {
+    const int p = row * in.n_used + j;
+    const int expert = in.ids[p];
+    const int64_t x_row[1] = {p};
+    const uint8_t* w = static_cast<const uint8_t*>(down.table[expert]) + first_row * down.row_bytes;
+    float acc[R][1], unused[R][1];
+    accumulate<TYPE, false, 1, R>(w, nullptr, down.row_bytes, rows_here, in, x_row, 1, acc, unused);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float v = warp_sum(acc[r][0]);
+      if (lane == 0) partial[warp][r] = v;
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) < rows_here) {
+      const int i = threadIdx.x;
+      float v = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) v += partial[k][i];
+      if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first_row + i];
+      out = __fadd_rn(out, __fmul_rn(weights[p], v));
+    }
+    __syncthreads();  // partial is rewritten by the next pair
+  }
+  if (static_cast<int>(threadIdx.x) < rows_here) {
+    float* h = hidden + static_cast<int64_t>(row) * n_out + first_row + threadIdx.x;
+    *h = __fadd_rn(*h, out);
   }
 }
 
@@ -473,6 +561,27 @@ cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in
   P.in.per_pair_input = true;
   P.out = y;
   return launch_product<false>(P, config, stream);
+}
+
+cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                    const float* weights, float* hidden, const KernelConfig& config,
+                                    cudaStream_t stream) {
+  if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
+  if (!moe_supports(down.type) || in.n_in % kQ8Block != 0 ||
+      in.n_in % block_elems(down.type) != 0 || in.n_used <= 0 || in.pairs % in.n_used != 0 ||
+      !in.ids || in.groups.tiles)
+    return cudaErrorInvalidValue;
+  if (moe_reads_q8(down.type) ? !in.xq.qs : !in.x) return cudaErrorInvalidValue;
+  const int rows = in.pairs / in.n_used;
+  if (rows > 65535) return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(down.type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    constexpr int R = 4;
+    status = launch_early(moe_down_combine_kernel<TYPE, R>, dim3(ceil_div(n_out, R), rows),
+                          dim3(kThreads), config, stream, down, n_out, in, weights, hidden);
+  });
+  return launch_status(status);
 }
 
 cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,

@@ -10,8 +10,10 @@
 // Rounding (the contract of issue 36): the router reads f32 x; gate/up of a quantised expert
 // (any type but F32/F16/BF16) read x through int8 blocks of 32 (the RMSNorm kernel's
 // MultiplyByInverse rounding), down reads the activation through int8 blocks with
-// quantize_q8's Divide rounding; F32/F16/BF16 experts read f32. Weights are decoded to f32
-// (dequantize8) and meet the activations in f32 fused multiply-adds.
+// quantize_q8's Divide rounding; F32/F16/BF16 experts read f32. A quantised weight chunk of 8
+// is unpacked to int8 with one scale and offset (moe_unpack.cuh) and meets the int8 activations
+// in dp4a; float weights are decoded to f32 (dequantize8) and meet f32 activations in fused
+// multiply-adds.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -105,6 +107,12 @@ cudaError_t launch_moe_gate_up(const MoeMatrix& gate, const MoeMatrix& up, MoeAc
 // y[p * n_out + o] = down_e[o] · h_p + bd for each pair p.
 cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                             const KernelConfig& config, cudaStream_t stream);
+// launch_moe_down then launch_moe_combine in one launch, for the per-pair path (no groups):
+// hidden[r * n_out + o] += Σ_j weights[r * n_used + j] · (down_e[o] · h_p + bd), p = r·n_used + j,
+// to the bit what the two launches give.
+cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                    const float* weights, float* hidden, const KernelConfig& config,
+                                    cudaStream_t stream);
 // hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
 // f32 in top-k order before the residual add.
 cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,

@@ -1,5 +1,6 @@
 // One warp per head vector (Q heads, then K heads, then V heads); each lane holds
-// head_dim/32 consecutive elements, so a NeoX partner is exactly 16 lanes away.
+// head_dim/32 consecutive elements, so a NeoX partner is exactly 16 lanes away. Blocks past the
+// heads' add the residual bias, one element per thread.
 #include "common.cuh"
 #include "rope_kv.cuh"
 
@@ -13,8 +14,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
   wait_for_previous_kernel();
   allow_next_kernel();
   const int lane = threadIdx.x % kWarpSize;
-  const int head = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int head_blocks = (a.n_head + 2 * a.n_kv + kWarpsPerBlock - 1) / kWarpsPerBlock;
   const int row = blockIdx.y;
+  if (static_cast<int>(blockIdx.x) >= head_blocks) {  // the residual bias
+    const int i = (blockIdx.x - head_blocks) * blockDim.x + threadIdx.x;
+    if (i < a.residual_width && a.slots[row] >= 0)
+      a.residual[row * a.residual_stride + i] += a.residual_bias[i];
+    return;
+  }
+  const int head = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (head >= a.n_head + 2 * a.n_kv) return;
   const int hd = a.head_dim;
   const int d0 = lane * EPL;
@@ -64,6 +72,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
         const float partner = __shfl_xor_sync(0xffffffffu, x[j], 16);
         float s, c;
         rope_rotation(pos, a.frequencies[(d0 + j) % (hd / 2)], &s, &c);
+        s *= a.magnitude;
+        c *= a.magnitude;
         x[j] = first_half ? x[j] * c - partner * s : partner * s + x[j] * c;
       }
     } else {
@@ -71,6 +81,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
       for (int j = 0; j < EPL; j += 2) {
         float s, c;
         rope_rotation(pos, a.frequencies[(d0 + j) / 2], &s, &c);
+        s *= a.magnitude;
+        c *= a.magnitude;
         const float x0 = x[j], x1 = x[j + 1];
         x[j] = x0 * c - x1 * s;
         x[j + 1] = x0 * s + x1 * c;
@@ -95,8 +107,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
 cudaError_t launch_rope_kv(const RopeKvArgs& args, const KernelConfig& config,
                            cudaStream_t stream) {
   if (args.rows == 0) return cudaSuccess;
-  const dim3 grid(ceil_div(args.n_head + 2 * args.n_kv, kWarpsPerBlock), args.rows);
+  if (args.residual_width > 0 && (!args.residual || !args.residual_bias))
+    return cudaErrorInvalidValue;
   const int threads = kWarpsPerBlock * kWarpSize;
+  const int bias_blocks = args.residual ? ceil_div(args.residual_width, threads) : 0;
+  const dim3 grid(ceil_div(args.n_head + 2 * args.n_kv, kWarpsPerBlock) + bias_blocks, args.rows);
   cudaError_t status;
   switch (args.head_dim) {
     case 64:

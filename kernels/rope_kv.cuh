@@ -1,6 +1,8 @@
 // The attention inputs of one layer in one pass: optional Q/K/V bias (Qwen2) and per-head
-// RMSNorm of Q and K (Qwen3), rotary position embedding of Q (in place) and K, and K, V
-// written as f16 into each sequence's token-major KV: [token][layer][K|V][kv_head][head_dim].
+// RMSNorm of Q and K (Qwen3), rotary position embedding of Q (in place) and K (its cos and sin
+// times YaRN's magnitude), and K, V written as f16 into each sequence's token-major KV:
+// [token][layer][K|V][kv_head][head_dim]. Optionally also the attention output bias added to the
+// residual stream ahead of the output projection that accumulates into it (gpt-oss).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -25,6 +27,7 @@ struct RopeKvArgs {
   const double* frequencies = nullptr;  // head_dim / 2 rotation frequencies (double: angles at
                                         // long positions keep their precision)
   bool neox = false;                    // pairs (i, i + head_dim/2) instead of (2i, 2i+1)
+  float magnitude = 1.0f;               // cos and sin are multiplied by it (rope_magnitude())
   int n_head = 0, n_kv = 0, head_dim = 0;
   int rows = 0;
   const int32_t* positions = nullptr;  // [rows] token position (also the KV row written)
@@ -32,6 +35,12 @@ struct RopeKvArgs {
   __half* const* slot_base = nullptr;  // per slot: the slot's KV base
   int64_t token_stride = 0;            // halves per token: n_layer * 2 * n_kv * head_dim
   int layer = 0;
+  // Optional: residual[row][i] += residual_bias[i] for i < residual_width on rows with a slot
+  // (the output projection then accumulates wo · attention on top: (x + bo) + wo · a).
+  float* residual = nullptr;
+  const float* residual_bias = nullptr;
+  int residual_width = 0;
+  int64_t residual_stride = 0;
 };
 
 // head_dim must be 64, 128 or 256.

@@ -12,6 +12,12 @@ install(FILES ${GRANULE_RESOURCES_DIR}/io.granule.Granule.metainfo.xml
 install(DIRECTORY ${GRANULE_RESOURCES_DIR}/icons/hicolor
         DESTINATION ${CMAKE_INSTALL_DATADIR}/icons
         FILES_MATCHING PATTERN "granule.png" PATTERN "granule.svg")
+# llama.cpp's Jinja engine is linked in when it was built (engine/jinja.cmake): its MIT licence
+# goes with the binaries.
+if(TARGET granule_jinja)
+  install(FILES ${GRANULE_JINJA_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR}
+          RENAME LICENSE.llama.cpp-jinja)
+endif()
 
 set(CPACK_PACKAGE_NAME granule)
 set(CPACK_PACKAGE_VENDOR "Granule developers")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
-# build, the default model (and for the tests llama.cpp's tokenizer goldens), then the app or
-# the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|build|model|testdata|realweights|pydeps|run|test
+# build, llama.cpp's Jinja engine for chat templates, the default model (and for the tests
+# llama.cpp's tokenizer goldens), then the app or the tests. Every step is skipped when done.
+#   usage: bash packaging/setup.sh deps|jinja|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -18,12 +18,14 @@ readonly DATA_HOME=${XDG_DATA_HOME:-$HOME/.local/share}/granule
 readonly MODELS_DIR=$DATA_HOME/models
 readonly MODEL_PATH=$MODELS_DIR/$MODEL_FILE
 # llama.cpp's tokenizer goldens (vocabulary-only GGUFs with test strings and the Hugging Face
-# tokenizers' ids) for tests/engine and tests/cli. The llama-cpp-python source distribution
-# on the package index carries llama.cpp's models/ folder under vendor/llama.cpp/models/;
-# 0.3.2's copies of these twelve files are the ones the tests were written against.
-readonly TESTDATA_SDIST=llama-cpp-python==0.3.2
-readonly TESTDATA_SDIST_SHA256=8fbf246a55a999f45015ed0d48f91b4ae04ae959827fac1cd6ac6ec65aed2e2f
-readonly TESTDATA_SDIST_MODELS=vendor/llama.cpp/models
+# tokenizers' ids) for tests/engine and tests/cli, and its Jinja engine for chat templates, both
+# from one download: the llama-cpp-python source distribution on the package index carries
+# llama.cpp under vendor/llama.cpp (goldens in models/). 0.3.36 is llama.cpp of October 2026;
+# its goldens for the four vocabularies the tests began with (first taken from 0.3.2) hold more
+# test strings, which the tokenizers pass, and it adds gemma-4, qwen35 and qwen2.
+readonly LLAMACPP_SDIST=llama-cpp-python==0.3.36
+readonly LLAMACPP_SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+readonly LLAMACPP_SDIST_ROOT=vendor/llama.cpp
 readonly TESTDATA_DIR=$DATA_HOME/testdata
 # The default model's first layers with its real embeddings, head and tokenizer, written by
 # the testkit's granule-first-layers for the real-weights tests (tests/gpu/model_gpu_test.cpp,
@@ -33,22 +35,47 @@ readonly REAL_WEIGHTS_LAYERS=3
 readonly REAL_WEIGHTS_PATH=$TESTDATA_DIR/smollm2-135m-first-$REAL_WEIGHTS_LAYERS.gguf
 readonly TESTDATA_SHA256SUMS="\
 cedc56ca6e2e89f63e781696d1fd76b4b1d49e6720dee86463e915f6e90016ac  ggml-vocab-gpt-2.gguf
-ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-gpt-2.gguf.inp
-a2630e9cf29c0ddbd9fd79fe358dc83e80af779f886eeaa7627dbfdeec54bae6  ggml-vocab-gpt-2.gguf.out
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-gpt-2.gguf.inp
+48e8c4cb3ad5c37915b225f872222567c1c4dd4d66951aa53460c8d152ff6d60  ggml-vocab-gpt-2.gguf.out
 16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69  ggml-vocab-llama-spm.gguf
-ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-llama-spm.gguf.inp
-ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-llama-spm.gguf.out
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-llama-spm.gguf.inp
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-llama-spm.gguf.out
 967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326  ggml-vocab-phi-3.gguf
-ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-phi-3.gguf.inp
-ea602819af9f9af53a7af285a284ee810e70a4a14a5972e4c891ccd683488af5  ggml-vocab-phi-3.gguf.out
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-phi-3.gguf.inp
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29  ggml-vocab-phi-3.gguf.out
 867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76  ggml-vocab-deepseek-llm.gguf
-ef7a25a263fba141f64a8a842ceb1c572cdb8e1313f592d974f7a06bbd3a4934  ggml-vocab-deepseek-llm.gguf.inp
-a193491c3c71fc008e3fbc5528cc26a1946f91dc0ec25778a5bc790b017baae5  ggml-vocab-deepseek-llm.gguf.out"
-# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh):
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-deepseek-llm.gguf.inp
+87cfc1a8a9a7ef25d04d28c26a67b6a620af7be938c9bd0feeb4d319b9302832  ggml-vocab-deepseek-llm.gguf.out
+58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65  ggml-vocab-gemma-4.gguf
+0528aa007b06965f980181d252b5dff7bb170a77af6157bd48bba56885374448  ggml-vocab-gemma-4.gguf.inp
+ba8c596bcd05e97e62566fa994b42eeaeffd6a4e4b4a4abe7b5b689aa6b43bf3  ggml-vocab-gemma-4.gguf.out
+63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c  ggml-vocab-qwen35.gguf
+0fc6547e7876cd5b2ef64a9d319c6e39040eb53986660bd4227ed7ddef017a94  ggml-vocab-qwen35.gguf.inp
+5efe225820325303857d0a087a8d59216f0d1e9a9e31133e7a5b44c3c4e1e9ca  ggml-vocab-qwen35.gguf.out
+44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c  ggml-vocab-qwen2.gguf
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0  ggml-vocab-qwen2.gguf.inp
+de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363  ggml-vocab-qwen2.gguf.out"
+# llama.cpp's Jinja engine (common/jinja, MIT) renders the model's own chat template: no
+# package serves a C++ Jinja engine, so its sources come from the same source distribution,
+# checked against the pinned checksum; the build compiles them as a static library when present
+# (engine/jinja.cmake) and falls back to the hand-written template families without them. The
+# engine needs common/jinja, common/json.{h,cpp} (a thin wrapper over nlohmann-json) and
+# common/unicode.{h,cpp}; the licence travels with them.
+readonly JINJA_DIR=$DATA_HOME/third_party/llama.cpp-jinja
+readonly JINJA_FILES=(
+  LICENSE common/json.h common/json.cpp common/unicode.h common/unicode.cpp
+  common/jinja/caps.cpp common/jinja/caps.h common/jinja/lexer.cpp common/jinja/lexer.h
+  common/jinja/parser.cpp common/jinja/parser.h common/jinja/runtime.cpp common/jinja/runtime.h
+  common/jinja/string.cpp common/jinja/string.h common/jinja/utils.h common/jinja/value.cpp
+  common/jinja/value.h common/jinja/README.md
+)
+# The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh),
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
 readonly PYTHON_DIR=$DATA_HOME/python
-readonly PYTHON_PACKAGES=(openai==3.51.0)
+# huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
+# Granule and huggingface_hub share one cache.
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0)
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -65,7 +92,7 @@ readonly PACKAGES=(
   qml6-module-qtqml-models qml6-module-qtqml-workerscript qml6-module-qttest
   qml6-module-qtquick-dialogs qml6-module-qt-labs-folderlistmodel libqt6sql6-sqlite
   libspdlog-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libgtest-dev libbenchmark-dev
-  libcpp-httplib-dev
+  libcpp-httplib-dev libcurl4-openssl-dev libssl-dev qtkeychain-qt6-dev
   xvfb xauth imagemagick fonts-dejavu-core
   desktop-file-utils appstream dpkg-dev file
 )
@@ -147,7 +174,8 @@ configure() {
     cuda_args=(-DGRANULE_WITH_CUDA=OFF)
   fi
   # The tests read the goldens from where `testdata` puts them.
-  cmake --preset default "${cuda_args[@]}" -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" ||
+  cmake --preset default "${cuda_args[@]}" -DGRANULE_TESTDATA_DIR="$TESTDATA_DIR" \
+    -DGRANULE_JINJA_DIR="$JINJA_DIR" ||
     die "CMake could not configure build/ (see above)"
 }
 
@@ -216,6 +244,48 @@ PY
 
 # --- test data -----------------------------------------------------------------------------
 
+# The llama-cpp-python source distribution, downloaded once per run into LLAMACPP_SDIST_PATH and
+# checked against its pinned checksum. Both `jinja` and `testdata` extract from it.
+LLAMACPP_SDIST_PATH=""
+fetch_llamacpp_sdist() {
+  [[ -n $LLAMACPP_SDIST_PATH && -f $LLAMACPP_SDIST_PATH ]] && return
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  note "downloading the $LLAMACPP_SDIST source distribution from the package index (about 77 MB)"
+  # pip prepares a source distribution's metadata before it saves it: a little longer.
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=:all: -q -d "$tmp" "$LLAMACPP_SDIST" ||
+    die "could not download $LLAMACPP_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/*.tar.gz)
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $LLAMACPP_SDIST"
+  local got
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$LLAMACPP_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $LLAMACPP_SDIST_SHA256, got $got"
+  LLAMACPP_SDIST_PATH=${sdists[0]}
+}
+
+# Copies MEMBER... (paths under vendor/llama.cpp) of the source distribution SDIST into DEST,
+# keeping their relative paths (with flat, the file names only).
+extract_llamacpp() {
+  local sdist=$1 dest=$2 layout=$3
+  shift 3
+  python3 - "$sdist" "$LLAMACPP_SDIST_ROOT" "$dest" "$layout" "$@" <<'PY'
+import os, shutil, sys, tarfile
+sdist, root, dest, layout, members = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    for member in members:
+        out = os.path.join(dest, os.path.basename(member) if layout == "flat" else member)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with tar.extractfile(f"{top}/{root}/{member}") as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+PY
+}
+
 # True when every golden in DIR matches its pinned checksum.
 testdata_verified() { (cd "$1" 2>/dev/null && sha256sum --quiet --strict -c - <<<"$TESTDATA_SHA256SUMS" >/dev/null 2>&1); }
 
@@ -227,41 +297,44 @@ cmd_testdata() {
     note "present and verified: ${#names[@]} files in $dir"
     return
   fi
-  python3 -m pip --version >/dev/null 2>&1 ||
-    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  fetch_llamacpp_sdist
   local tmp
   tmp=$(mktemp -d)
   TEMP_DIRS+=("$tmp")
-  note "downloading the $TESTDATA_SDIST source distribution from the package index (about 65 MB)"
-  # pip prepares a source distribution's metadata before it saves it: about a minute more.
-  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
-    --no-binary=:all: -q -d "$tmp" "$TESTDATA_SDIST" ||
-    die "could not download $TESTDATA_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
-  local sdists=("$tmp"/*.tar.gz)
-  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $TESTDATA_SDIST"
-  local got
-  got=$(sha256_of "${sdists[0]}")
-  [[ $got == "$TESTDATA_SDIST_SHA256" ]] ||
-    die "checksum mismatch for $(basename "${sdists[0]}"): expected $TESTDATA_SDIST_SHA256, got $got"
   # Only the goldens leave the archive, and they replace nothing until all of them check out.
-  mkdir -p "$tmp/out"
-  python3 - "${sdists[0]}" "$TESTDATA_SDIST_MODELS" "$tmp/out" "${names[@]}" <<'PY' ||
-import os, shutil, sys, tarfile
-sdist, models, dest, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-with tarfile.open(sdist) as tar:
-    top = tar.getnames()[0].split("/")[0]
-    for name in names:
-        with tar.extractfile(f"{top}/{models}/{name}") as src, \
-                open(os.path.join(dest, name), "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-PY
-    die "$TESTDATA_SDIST does not hold the goldens under $TESTDATA_SDIST_MODELS/"
-  testdata_verified "$tmp/out" || die "the goldens in $TESTDATA_SDIST do not match their checksums"
+  extract_llamacpp "$LLAMACPP_SDIST_PATH" "$tmp" flat "${names[@]/#/models/}" ||
+    die "$LLAMACPP_SDIST does not hold the goldens under $LLAMACPP_SDIST_ROOT/models/"
+  testdata_verified "$tmp" || die "the goldens in $LLAMACPP_SDIST do not match their checksums"
   mkdir -p "$dir"
   local name
-  for name in "${names[@]}"; do mv -f "$tmp/out/$name" "$dir/$name"; done
+  for name in "${names[@]}"; do mv -f "$tmp/$name" "$dir/$name"; done
   rm -rf "$tmp"
   note "installed and verified: ${#names[@]} files in $dir"
+}
+
+# --- llama.cpp's Jinja engine ------------------------------------------------------------
+
+# The marker written last: the folder is complete and came from this pinned download.
+jinja_marker() { echo "$LLAMACPP_SDIST $LLAMACPP_SDIST_SHA256"; }
+
+cmd_jinja() {
+  section "Jinja engine for chat templates (llama.cpp's common/jinja from $LLAMACPP_SDIST)"
+  if [[ -f $JINJA_DIR/.granule-source && $(cat "$JINJA_DIR/.granule-source") == "$(jinja_marker)" ]]; then
+    note "present and verified: $JINJA_DIR"
+    return
+  fi
+  fetch_llamacpp_sdist
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  extract_llamacpp "$LLAMACPP_SDIST_PATH" "$tmp/jinja" tree "${JINJA_FILES[@]}" ||
+    die "$LLAMACPP_SDIST does not hold llama.cpp's Jinja engine under $LLAMACPP_SDIST_ROOT/"
+  jinja_marker >"$tmp/jinja/.granule-source"
+  mkdir -p "$(dirname "$JINJA_DIR")"
+  rm -rf "$JINJA_DIR"
+  mv "$tmp/jinja" "$JINJA_DIR"
+  rm -rf "$tmp"
+  note "installed and verified: $JINJA_DIR (${#JINJA_FILES[@]} files)"
 }
 
 # --- real-weights test model --------------------------------------------------------------
@@ -316,6 +389,11 @@ cmd_pydeps() {
 
 cmd_run() {
   cmd_deps
+  # Without it the window still works with the common template families: a failed download
+  # is no reason to stop here.
+  # (Its own process, so that a failure ends only this step and its download is cleaned up.)
+  bash "${BASH_SOURCE[0]}" jinja ||
+    note "continuing without the Jinja engine: models with other chat templates will say so"
   build_programs
   cmd_model
   local gui=$ROOT/build/app/gui/granule cli=$ROOT/build/app/cli/granule-cli
@@ -368,6 +446,7 @@ sanitizer_tests() {
 
 cmd_test() {
   cmd_deps
+  cmd_jinja
   cmd_build
   cmd_model
   cmd_realweights
@@ -392,21 +471,23 @@ usage() {
 usage: bash packaging/setup.sh COMMAND
   deps      install the Debian packages Granule needs (root; skipped when all are present)
   build     configure and build everything into build/ (CUDA when a toolkit is found)
+  jinja     download llama.cpp's Jinja engine (chat templates) into $JINJA_DIR
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
   realweights
             write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
             $REAL_WEIGHTS_PATH
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
-  run       deps, build granule-cli and the window, model; then open Granule (or answer one
+  run       deps, jinja (optional), build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + build (everything) + model + realweights + testdata + pydeps, then every
+  test      deps + jinja + build (everything) + model + realweights + testdata + pydeps, then every
             test, and the GGUF tests under ASan+UBSan
 EOF
 }
 
 case ${1:-} in
   deps) cmd_deps ;;
+  jinja) cmd_jinja ;;
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;

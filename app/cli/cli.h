@@ -26,6 +26,10 @@ Command add_run_command(CLI::App& parent);
 Command add_chat_command(CLI::App& parent);
 Command add_fit_command(CLI::App& parent);
 Command add_perplexity_command(CLI::App& parent);
+#ifdef GRANULE_HAVE_HUB
+Command add_search_command(CLI::App& parent);  // cmd_search.cpp, cmd_pull.cpp: with the Hub client
+Command add_pull_command(CLI::App& parent);
+#endif
 #ifdef GRANULE_HAVE_SERVER
 Command add_serve_command(CLI::App& parent);  // cmd_serve.cpp, built when cpp-httplib is found
 #endif

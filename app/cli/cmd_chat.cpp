@@ -118,6 +118,7 @@ int run_chat(const ChatOptions& options) {
     request.messages = history;
     request.sampling = sampling_from(options.generation);
     request.sampling.stop_strings = tmpl.stop_strings();
+    request.chat_options = chat_options_from(options.generation);
     PromptInfo prompt;
     request.sink.on_prompt = [&](SequenceId, const PromptInfo& info) {
       prompt = info;
@@ -137,7 +138,8 @@ int run_chat(const ChatOptions& options) {
     ReplyResult reply;
     try {
       QuietInputScope quiet_input(interactive);
-      reply = stream_reply(*engine, std::move(request), telemetry.get());
+      reply = stream_reply(*engine, std::move(request), telemetry.get(), /*echo=*/true,
+                           /*show_reasoning=*/options.generation.reasoning == "show");
     } catch (const CapacityError& e) {
       // Even the last message alone does not fit: keep the chat alive and say how to go on.
       history.pop_back();

@@ -1,6 +1,8 @@
 // `granule-cli fit MODEL`: the fit preview before loading — for a VRAM budget, which layers
-// stay resident and which stream from host memory, the KV it leaves, the PCIe bound on decode
-// speed, and whether the model loads at all. Engine::estimate computes it from the file alone.
+// (for a mixture of experts: how many experts) stay resident and which stream from host
+// memory, the KV it leaves, the PCIe bound on decode speed, and whether the model loads at
+// all. Engine::estimate computes it from the file alone.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -10,6 +12,10 @@
 #include "cli.h"
 #include "granule/engine.h"
 #include "granule/error.h"
+#include "granule/gguf.h"
+#ifdef GRANULE_HAVE_HUB
+#include "hub/remote_fit.h"
+#endif
 
 namespace granule::cli {
 namespace {
@@ -36,18 +42,55 @@ DeviceKind device_kind(const std::string& name) {
   return DeviceKind::Auto;
 }
 
+#ifdef GRANULE_HAVE_HUB
+// hf://ORG/REPO/FILE.gguf: the header read from the Hub with range requests.
+std::unique_ptr<ModelFile> remote_header(const std::string& url) {
+  const std::string rest = url.substr(5);
+  const auto first = rest.find('/');
+  const auto second = first == std::string::npos ? first : rest.find('/', first + 1);
+  if (second == std::string::npos)
+    throw UsageError(url + " names no file; write hf://ORG/REPO/FILE.gguf");
+  const std::string repo = rest.substr(0, second);
+  const std::string file = rest.substr(second + 1);
+  const hub::HubClient client(hub::HubSettings::from_environment());
+  const hub::RepoListing listing = client.list_files(repo);
+  for (const hub::RepoFile& f : listing.files) {
+    if (f.path != file) continue;
+    hub::RemoteHeader h = hub::fetch_header(client, repo, file, f.size);
+    std::fprintf(stderr, "read the header of %s: %s in %d range requests\n", url.c_str(),
+                 human_bytes(h.bytes_fetched).c_str(), h.requests);
+    return std::move(h.file);
+  }
+  throw UsageError(url + ": " + repo + " has no file " + file);
+}
+#endif
+
+FitEstimate estimate(const FitOptions& options, const std::unique_ptr<ModelFile>& remote,
+                     const EngineOptions& engine_options) {
+  return remote ? Engine::estimate(*remote, engine_options)
+                : Engine::estimate(options.model, engine_options);
+}
+
 FitPreview make_preview(const FitOptions& options) {
+  std::unique_ptr<ModelFile> remote;
+  if (options.model.string().starts_with("hf://")) {
+#ifdef GRANULE_HAVE_HUB
+    remote = remote_header(options.model.string());
+#else
+    throw UnsupportedError("this granule-cli was built without the Hub client (libcurl)");
+#endif
+  }
   EngineOptions engine_options;
   engine_options.device = device_kind(options.device);
   engine_options.context_length = options.context;
   engine_options.max_sequences = options.chats;
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   FitPreview p;
-  p.e = Engine::estimate(options.model, engine_options);
+  p.e = estimate(options, remote, engine_options);
   // A budget asks what it would give on a GPU, even where none is usable.
   if (!p.e.gpu && options.vram_budget_bytes > 0 && engine_options.device == DeviceKind::Auto) {
     engine_options.device = DeviceKind::Cuda;
-    p.e = Engine::estimate(options.model, engine_options);
+    p.e = estimate(options, remote, engine_options);
     p.planning_without_gpu = true;
   }
   if (options.vram_budget_bytes > 0)
@@ -99,8 +142,23 @@ std::string format(const char* spec, double value) {
 
 int32_t layer_count(const FitEstimate& e) { return e.resident_layers + e.streamed_layers; }
 
+bool is_moe(const FitEstimate& e) { return e.experts.n_expert > 0; }
+int64_t expert_count(const FitEstimate& e) { return layer_count(e) * e.experts.n_expert; }
+
+// "64 per layer", "62-63 per layer"
+std::string per_layer(const std::vector<int32_t>& counts) {
+  if (counts.empty()) return "no layers";
+  const auto [low, high] = std::minmax_element(counts.begin(), counts.end());
+  return std::to_string(*low) + (*low == *high ? "" : "-" + std::to_string(*high)) + " per layer";
+}
+
 // The verdict when the model loads: all layers resident, or how many stream.
 std::string verdict(const FitEstimate& e) {
+  if (is_moe(e)) {
+    if (e.experts.resident_experts == expert_count(e)) return "fits: all experts resident";
+    return "fits with expert streaming: " + std::to_string(e.experts.resident_experts) + " of " +
+           std::to_string(expert_count(e)) + " experts resident";
+  }
   if (e.streamed_layers == 0) return "fits: all layers resident";
   return "fits with streaming: " + std::to_string(e.streamed_layers) + " of " +
          std::to_string(layer_count(e)) + " layers streamed";
@@ -123,12 +181,15 @@ std::string shortfall(const FitEstimate& e, const std::string& budget_source) {
                 ? "; give --vram-budget " + budget_argument(e.minimum_budget_bytes) + " or more"
                 : "");
   }
+  const std::string needs =
+      is_moe(e) ? " this model needs with every expert in host memory (embeddings and head, "
+                  "attention, routers and shared experts, workspace and "
+                : " this model needs with every layer streamed (embeddings and head, a staging "
+                  "ring, workspace and ";
   return "does not load: the VRAM budget of " + budget + " (" + budget_source +
-         ") is below the minimum of " + minimum +
-         " this model needs with every layer streamed (embeddings and head, a staging ring, "
-         "workspace and " +
-         human_bytes(e.kv_reserve_bytes) + " of KV); give --vram-budget " +
-         budget_argument(e.minimum_budget_bytes) + " or more, or a shorter --ctx";
+         ") is below the minimum of " + minimum + needs + human_bytes(e.kv_reserve_bytes) +
+         " of KV); give --vram-budget " + budget_argument(e.minimum_budget_bytes) +
+         " or more, or a shorter --ctx";
 }
 
 // When it loads but the chats cannot all have their full context: "the budget leaves KV for
@@ -145,6 +206,23 @@ void field(const std::string& label, const std::string& value) {
   std::printf("%-20s %s\n", label.empty() ? "" : (label + ":").c_str(), value.c_str());
 }
 
+// A mixture of experts' plan: what always stays resident, one expert's bytes, how many
+// experts the budget holds per layer, and what the others cost over PCIe per token.
+void print_experts(const FitEstimate& e) {
+  const ExpertFitEstimate& x = e.experts;
+  field("experts", std::to_string(x.n_expert) + " per layer, " + std::to_string(x.n_expert_used) +
+                       " routed per token (" + human_bytes(x.experts_bytes) + " in all)");
+  field("always resident", human_bytes(x.always_resident_bytes) +
+                               " (embeddings, head, attention, norms, routers, shared experts)");
+  field("bytes per expert", human_bytes(x.expert_bytes) + " (gate, up and down of one layer)");
+  field("resident experts", std::to_string(x.resident_experts) + " of " +
+                                std::to_string(expert_count(e)) + " (" +
+                                per_layer(x.resident_per_layer) + ")");
+  if (e.gpu)
+    field("pcie per token", human_bytes(static_cast<uint64_t>(x.pcie_bytes_per_token)) +
+                                " of experts in host memory at batch 1, uniform routing");
+}
+
 void print_text(const FitOptions& options, const FitPreview& p) {
   const FitEstimate& e = p.e;
   const ModelConfig& c = e.config;
@@ -156,13 +234,19 @@ void print_text(const FitOptions& options, const FitPreview& p) {
   field("budget", human_bytes(e.budget_bytes) + " (" + p.budget_source + ")");
   field("context", std::to_string(e.context_per_chat) + " tokens per chat, " +
                        std::to_string(e.chats) + (e.chats == 1 ? " chat" : " chats"));
-  field("minimum budget", human_bytes(e.minimum_budget_bytes) +
-                              (e.gpu ? " (every layer streamed)" : " (weights and workspace)"));
-  field("layers", std::to_string(e.resident_layers) + " of " + std::to_string(layer_count(e)) +
-                      " resident: " + layer_ranges(e.layer_streamed));
-  field("", layer_bar(e.layer_streamed));
+  field("minimum budget",
+        human_bytes(e.minimum_budget_bytes) + (!e.gpu      ? " (weights and workspace)"
+                                               : is_moe(e) ? " (every expert in host memory)"
+                                                           : " (every layer streamed)"));
+  if (is_moe(e)) {
+    print_experts(e);
+  } else {
+    field("layers", std::to_string(e.resident_layers) + " of " + std::to_string(layer_count(e)) +
+                        " resident: " + layer_ranges(e.layer_streamed));
+    field("", layer_bar(e.layer_streamed));
+  }
   field("resident weights", human_bytes(e.resident_weight_bytes));
-  if (e.gpu) {
+  if (e.gpu && !is_moe(e)) {
     field("staging", human_bytes(e.staging_bytes));
     field("streamed per token", human_bytes(e.streamed_bytes_per_pass));
   }
@@ -172,9 +256,10 @@ void print_text(const FitOptions& options, const FitPreview& p) {
   if (e.gpu) {
     const std::string h2d = "host-to-device " + format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
                             (e.h2d_measured ? ", measured" : ", assumed: PCIe 4.0 x16");
-    field("pcie bound", e.streamed_layers == 0 ? "none: nothing streams (" + h2d + ")"
-                                               : format("%.1f", e.pcie_tokens_per_second) +
-                                                     " tokens/s at batch 1 (" + h2d + ")");
+    const bool streams = is_moe(e) ? e.experts.pcie_bytes_per_token > 0 : e.streamed_layers > 0;
+    field("pcie bound", !streams ? "none: nothing streams (" + h2d + ")"
+                                 : format("%.1f", e.pcie_tokens_per_second) +
+                                       " tokens/s at batch 1 (" + h2d + ")");
   }
   if (!e.loads) return;  // the verdict is the error line
   if (const std::string note = context_note(e); !note.empty()) field("note", note);
@@ -216,6 +301,22 @@ void print_json(const FitOptions& options, const FitPreview& p) {
   j["h2d_bytes_per_second"] = e.h2d_bytes_per_second;
   j["h2d_measured"] = e.h2d_measured;
   j["pcie_tokens_per_second"] = e.pcie_tokens_per_second;
+  if (is_moe(e)) {
+    const ExpertFitEstimate& x = e.experts;
+    nlohmann::ordered_json experts;
+    experts["n_expert"] = x.n_expert;
+    experts["n_expert_used"] = x.n_expert_used;
+    experts["always_resident_bytes"] = x.always_resident_bytes;
+    experts["expert_bytes"] = x.expert_bytes;
+    experts["experts_bytes"] = x.experts_bytes;
+    experts["expert_budget_bytes"] = x.expert_budget_bytes;
+    experts["resident_experts"] = x.resident_experts;
+    experts["total_experts"] = expert_count(e);
+    experts["resident_per_layer"] = x.resident_per_layer;
+    experts["pcie_bytes_per_token"] = x.pcie_bytes_per_token;
+    experts["pcie_tokens_per_second"] = x.pcie_tokens_per_second;
+    j["experts"] = experts;
+  }
   j["verdict"] = e.loads ? verdict(e) : shortfall(e, p.budget_source);
   std::printf("%s\n", j.dump(2).c_str());
 }
@@ -238,9 +339,12 @@ Command add_fit_command(CLI::App& parent) {
   auto options = std::make_shared<FitOptions>();
   CLI::App* app = parent.add_subcommand(
       "fit",
-      "Preview how a model fits a VRAM budget: resident and streamed layers, KV room, the "
-      "PCIe bound on decode speed (exit status 1 when it does not load)");
-  app->add_option("model", options->model, "GGUF model file")->required();
+      "Preview how a model fits a VRAM budget: resident and streamed layers (resident experts "
+      "for a mixture of experts), KV room, the PCIe bound on decode speed (exit status 1 when "
+      "it does not load)");
+  app->add_option("model", options->model,
+                  "GGUF model file, or hf://ORG/REPO/FILE.gguf (its header read from the Hub)")
+      ->required();
   add_vram_budget_option(*app, options->vram_budget_bytes);
   app->add_option("-c,--ctx", options->context, "Context length per chat")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

@@ -127,11 +127,18 @@ void print_chat_template(const ModelFile& file) {
   try {
     const ChatTemplate tmpl = ChatTemplate::detect(*source);
     field("chat template", tmpl.name());
+    field("template engine",
+          tmpl.uses_jinja() ? "Jinja (the model's own template)" : "hand-written family");
+    if (tmpl.reasoning_format() != ReasoningFormat::None) {
+      field("reasoning", tmpl.reasoning_format() == ReasoningFormat::Harmony
+                             ? "harmony channels (analysis, final)"
+                             : "<think> blocks");
+    }
     if (!tmpl.default_system_prompt().empty()) {
       field("default system", "\"" + tmpl.default_system_prompt() + "\"");
     }
-  } catch (const UnsupportedError&) {
-    field("chat template", "unrecognised (run and chat take --template NAME)");
+  } catch (const UnsupportedError& e) {
+    field("chat template", std::string(e.what()) + " (run and chat take --template NAME)");
   }
 }
 

@@ -2,10 +2,9 @@
 // chat template applied (or the prompt used as is with --raw).
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "generation.h"
@@ -28,8 +27,8 @@ nlohmann::json bytes_of(const std::string& piece) {
 }
 
 nlohmann::json logprob_json(const TokenLogprob& t) {
-  return {{"id", t.token}, {"token", t.piece}, {"bytes", bytes_of(t.piece)},
-          {"logprob", t.logprob}};
+  return {
+      {"id", t.token}, {"token", t.piece}, {"bytes", bytes_of(t.piece)}, {"logprob", t.logprob}};
 }
 
 int run_once(const RunOptions& options) {
@@ -57,7 +56,8 @@ int run_once(const RunOptions& options) {
       request.messages.push_back({"system", options.generation.system});
     request.messages.push_back({"user", options.prompt});
     request.sampling.stop_strings = tmpl.stop_strings();
-    prompt_tokens = count_prompt_tokens(*engine, request.messages);
+    request.chat_options = chat_options_from(options.generation);
+    prompt_tokens = count_prompt_tokens(*engine, request.messages, request.chat_options);
   }
   // --logprobs: stdout is one JSON document (text, finish reason, every token's
   // log-probability with the N most likely alternatives) instead of the streamed text.
@@ -74,13 +74,15 @@ int run_once(const RunOptions& options) {
     };
   }
   const ReplyResult reply =
-      stream_reply(*engine, std::move(request), telemetry.get(), /*echo=*/!json_out);
+      stream_reply(*engine, std::move(request), telemetry.get(), /*echo=*/!json_out,
+                   /*show_reasoning=*/options.generation.reasoning == "show");
   if (reply.finish == FinishReason::Error) throw Error(reply.error);
   if (json_out) {
-    const nlohmann::json out = {{"text", reply.text},
-                                {"finish_reason", finish_reason_name(reply.finish)},
-                                {"prompt_tokens", prompt_tokens},
-                                {"tokens", tokens}};
+    nlohmann::json out = {{"text", reply.text},
+                          {"finish_reason", finish_reason_name(reply.finish)},
+                          {"prompt_tokens", prompt_tokens},
+                          {"tokens", tokens}};
+    if (!reply.reasoning.empty()) out["reasoning"] = reply.reasoning;
     std::printf("%s\n", out.dump(1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   if (!options.generation.quiet_stats) print_speeds(reply, prompt_tokens);

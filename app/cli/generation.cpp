@@ -1,11 +1,16 @@
 // Streaming a reply from the engine to the terminal, for `run` and `chat`.
 #include "generation.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
+#include <string_view>
 
 #include "granule/error.h"
+#include "granule/reasoning.h"
 
 namespace granule::cli {
 namespace {
@@ -70,6 +75,15 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
       ->check(CLI::IsMember(ChatTemplate::family_names()));
   app.add_option("--system", options.system, "System prompt");
   app.add_flag("--no-stats", options.quiet_stats, "Do not print the speeds after each reply");
+  app.add_option("--reasoning", options.reasoning,
+                 "A reasoning model's thinking (Qwen3 <think>, gpt-oss analysis): show it (dimmed "
+                 "on a terminal, between <think> lines otherwise), hide it, or turn it off")
+      ->check(CLI::IsMember({"show", "hide", "off"}))
+      ->capture_default_str();
+  app.add_option("--reasoning-effort", options.reasoning_effort,
+                 "How much a gpt-oss-style model reasons: low, medium or high (its template's "
+                 "default: medium)")
+      ->check(CLI::IsMember({"low", "medium", "high"}));
   app.add_option("--telemetry-out", options.telemetry_out,
                  "Record the engine's telemetry to FILE as JSON lines (a frame after each step, "
                  "at most 10 a second, and one at the end of each reply)");
@@ -98,6 +112,13 @@ SamplingParams sampling_from(const GenerationOptions& options) {
   return params;
 }
 
+ChatOptions chat_options_from(const GenerationOptions& options) {
+  ChatOptions chat;
+  if (options.reasoning == "off") chat.enable_thinking = false;
+  chat.reasoning_effort = options.reasoning_effort;
+  return chat;
+}
+
 const ChatTemplate& require_chat_template(const Engine& engine, const GenerationOptions& options) {
   const ChatTemplate* tmpl = engine.chat_template();
   if (tmpl == nullptr) {
@@ -108,20 +129,53 @@ const ChatTemplate& require_chat_template(const Engine& engine, const Generation
   return *tmpl;
 }
 
-ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry, bool echo) {
+ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry, bool echo,
+                         bool show_reasoning) {
   ReplyResult result;
   bool finished = false;
   Clock::time_point first_token_at{};
   Clock::time_point last_token_at{};
+  // A chat reply of a reasoning model: its reasoning apart from its answer.
+  std::optional<ReasoningParser> parser;
+  const ChatTemplate* tmpl = engine.chat_template();
+  if (!request.prompt_tokens && tmpl != nullptr &&
+      tmpl->reasoning_format() != ReasoningFormat::None)
+    parser.emplace(tmpl->reasoning_format());
+  // Reasoning is dimmed (SGR 2) on a terminal; piped, it sits between <think> lines.
+  const bool terminal = isatty(STDOUT_FILENO) != 0;
+  bool reasoning_open = false;
+  auto print = [&](std::string_view text) { std::fwrite(text.data(), 1, text.size(), stdout); };
+  auto release = [&](const ReasoningDelta& delta) {
+    result.reasoning += delta.reasoning;
+    result.text += delta.content;
+    if (!echo) return;
+    if (show_reasoning && !delta.reasoning.empty()) {
+      if (!reasoning_open) print(terminal ? "\x1b[2m" : "<think>\n");
+      reasoning_open = true;
+      print(delta.reasoning);
+    }
+    if (!delta.content.empty()) {
+      if (reasoning_open) print(terminal ? "\x1b[0m\n\n" : "\n</think>\n\n");
+      reasoning_open = false;
+      print(delta.content);
+    }
+    std::fflush(stdout);
+  };
   request.sink.on_token = [&](SequenceId, const std::string& text, int32_t) {
     last_token_at = Clock::now();
     if (result.generated_tokens++ == 0) first_token_at = last_token_at;
-    result.text += text;
-    if (!echo) return;
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    release(parser ? parser->push(text) : ReasoningDelta{{}, text});
+  };
+  auto caller_on_prompt = std::move(request.sink.on_prompt);
+  request.sink.on_prompt = [&, caller_on_prompt](SequenceId id, const PromptInfo& info) {
+    if (parser && info.reasoning_opened)
+      parser.emplace(ReasoningFormat::Think, /*starts_in_reasoning=*/true);
+    if (caller_on_prompt) caller_on_prompt(id, info);
   };
   request.sink.on_finish = [&](SequenceId, FinishReason reason, const std::string& error) {
+    if (parser) release(parser->finish());
+    if (echo && reasoning_open) print(terminal ? "\x1b[0m" : "\n</think>");
+    reasoning_open = false;
     result.finish = reason;
     result.error = error;
     finished = true;
@@ -173,13 +227,15 @@ void print_speeds(const ReplyResult& reply, int64_t prompt_tokens, const PromptI
                decode_rate, finish_reason_name(reply.finish));
 }
 
-int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages) {
+int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages,
+                            const ChatOptions& chat_options) {
   const Tokenizer& tokenizer = engine.tokenizer();
   const ChatTemplate* tmpl = engine.chat_template();
   if (tmpl == nullptr) return 0;
   // As Engine::submit does: BOS written by the template, control tokens parsed.
   const std::string bos_text = tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
-  const std::string prompt = tmpl->render(messages, /*add_generation_prompt=*/true, bos_text);
+  const std::string prompt =
+      tmpl->render(messages, /*add_generation_prompt=*/true, bos_text, chat_options);
   return static_cast<int64_t>(
       tokenizer.encode(prompt, /*add_bos=*/false, /*parse_special=*/true).size());
 }

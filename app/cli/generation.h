@@ -29,6 +29,10 @@ struct GenerationOptions {
   bool quiet_stats = false;
   std::filesystem::path telemetry_out;  // "" = no telemetry recording
   bool kv_reuse = true;  // chat: keep a reply's KV for the next turn (--no-kv-reuse turns it off)
+  // --reasoning: "show" the model's reasoning (dimmed on a terminal, between <think> lines
+  // otherwise), "hide" it, or turn it "off" (the template's enable_thinking false).
+  std::string reasoning = "show";
+  std::string reasoning_effort;  // --reasoning-effort low|medium|high (gpt-oss); "" = default
 };
 
 // Adds the model argument and the options both commands take.
@@ -39,12 +43,15 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options);
 // be written (its message names the file, not the model).
 std::unique_ptr<TelemetryRecorder> open_telemetry(const GenerationOptions& options);
 SamplingParams sampling_from(const GenerationOptions& options);
+// The chat template's variables from --reasoning and --reasoning-effort.
+ChatOptions chat_options_from(const GenerationOptions& options);
 
 // The chat template the engine uses, or a UsageError telling the user how to pick one.
 const ChatTemplate& require_chat_template(const Engine& engine, const GenerationOptions& options);
 
 struct ReplyResult {
-  std::string text;
+  std::string text;       // the answer (without the reasoning, when the template has one)
+  std::string reasoning;  // the model's reasoning (<think>, harmony's analysis channel)
   FinishReason finish = FinishReason::None;
   std::string error;
   int64_t generated_tokens = 0;
@@ -56,9 +63,11 @@ struct ReplyResult {
 // it ends. Ctrl-C (SIGINT) cancels the reply instead of ending the process. With a
 // recorder, a telemetry frame follows each step (throttled by the recorder) and one more
 // at the reply's end.
-// echo false: nothing is written to stdout (the caller prints the reply itself).
+// echo false: nothing is written to stdout (the caller prints the reply itself). A chat
+// request's reasoning is split from the answer (ReasoningParser) and shown as
+// show_reasoning says.
 ReplyResult stream_reply(Engine& engine, Request request, TelemetryRecorder* telemetry = nullptr,
-                         bool echo = true);
+                         bool echo = true, bool show_reasoning = true);
 
 // "prompt: 12 tokens, 3.4 ms (3529.4 tok/s) | generation: 64 tokens ..." on stderr. With the
 // engine's PromptInfo (a chat turn) the prompt part counts and rates only the tokens computed:
@@ -68,6 +77,7 @@ void print_speeds(const ReplyResult& reply, int64_t prompt_tokens,
 
 // The number of prompt tokens the engine sees for these messages (rendered with the
 // engine's template and encoded the way Engine::submit does).
-int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages);
+int64_t count_prompt_tokens(const Engine& engine, const std::vector<ChatMessage>& messages,
+                            const ChatOptions& chat_options = {});
 
 }  // namespace granule::cli

@@ -204,6 +204,10 @@ int main(int argc, char** argv) {
 #ifdef GRANULE_HAVE_SERVER
   commands.push_back(add_serve_command(app));
 #endif
+#ifdef GRANULE_HAVE_HUB
+  commands.push_back(add_search_command(app));
+  commands.push_back(add_pull_command(app));
+#endif
   // A misspelt or missing command is named before CLI11 reads the line (its own messages
   // for these are "A subcommand is required" and a list of unexpected arguments).
   const std::string word = command_word(argc, argv);

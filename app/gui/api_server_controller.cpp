@@ -3,12 +3,19 @@
 
 #include <QRegularExpression>
 
+#ifdef GRANULE_HAVE_HUB
+#include <qt6keychain/keychain.h>  // QtKeychain comes with the Hub page's build
+#endif
+
 namespace granule::app {
 namespace {
 const QString kEnabledKey = QStringLiteral("server/enabled");
 const QString kHostKey = QStringLiteral("server/host");
 const QString kPortKey = QStringLiteral("server/port");
+// Where earlier versions kept the key in plain text: read once, moved to the keychain.
 const QString kApiKeyKey = QStringLiteral("server/api_key");
+const QString kKeychainService = QStringLiteral("Granule");
+const QString kKeychainKey = QStringLiteral("server-api-key");
 }  // namespace
 
 ApiServerController::ApiServerController(ChatStore& store, ErrorReporter& errors, QObject* parent)
@@ -19,7 +26,58 @@ ApiServerController::ApiServerController(ChatStore& store, ErrorReporter& errors
   bool ok = false;
   const int port = store.setting(kPortKey, QString::number(defaults.port)).toInt(&ok);
   settings_.port = ok && port >= 0 && port <= 65535 ? port : defaults.port;
-  settings_.api_key = store.setting(kApiKeyKey);
+  const QString plain_text_key = store.setting(kApiKeyKey);
+  if (!plain_text_key.isEmpty()) {
+    // An older version's key: used now, moved to the keychain (the plain text is erased once
+    // the keychain holds it).
+    settings_.api_key = plain_text_key;
+    storeKey(plain_text_key);
+  } else {
+    readKeyFromKeychain();
+  }
+}
+
+void ApiServerController::readKeyFromKeychain() {
+#ifdef GRANULE_HAVE_HUB
+  key_loading_ = true;
+  auto* job = new QKeychain::ReadPasswordJob(kKeychainService, this);
+  job->setKey(kKeychainKey);
+  connect(job, &QKeychain::Job::finished, this, [this, job] {
+    key_loading_ = false;
+    if (job->error() == QKeychain::NoError) settings_.api_key = job->textData();
+    Q_EMIT settingsChanged();
+    if (apply_pending_) {
+      apply_pending_ = false;
+      apply();
+    }
+  });
+  job->start();
+#endif
+}
+
+void ApiServerController::storeKey(const QString& key) {
+#ifdef GRANULE_HAVE_HUB
+  QKeychain::Job* job = nullptr;
+  if (key.isEmpty()) {
+    job = new QKeychain::DeletePasswordJob(kKeychainService, this);
+  } else {
+    auto* write = new QKeychain::WritePasswordJob(kKeychainService, this);
+    write->setTextData(key);
+    job = write;
+  }
+  job->setKey(kKeychainKey);
+  connect(job, &QKeychain::Job::finished, this, [this, job, key] {
+    const bool stored = job->error() == QKeychain::NoError || key.isEmpty();
+    if (stored && !store_.setting(kApiKeyKey).isEmpty()) store_.setSetting(kApiKeyKey, QString());
+    key_note_ = stored ? QString()
+                       : tr("No system keychain (%1): the key is kept until Granule closes.")
+                             .arg(job->errorString());
+    Q_EMIT settingsChanged();
+  });
+  job->start();
+#else
+  key_note_ = key.isEmpty() ? QString() : tr("This build has no keychain: the key is kept until Granule closes.");
+#endif
 }
 
 void ApiServerController::setEnabled(bool enabled) {
@@ -48,7 +106,9 @@ void ApiServerController::setApiKey(const QString& key) {
   const QString trimmed = key.trimmed();
   if (trimmed == settings_.api_key) return;
   settings_.api_key = trimmed;
-  store_.setSetting(kApiKeyKey, trimmed);
+  // A key from an older version stays in plain text no longer than this.
+  if (!store_.setting(kApiKeyKey).isEmpty()) store_.setSetting(kApiKeyKey, QString());
+  storeKey(trimmed);
   changed(settings_.enabled);
 }
 
@@ -67,6 +127,12 @@ void ApiServerController::changed(bool restart) {
 }
 
 void ApiServerController::apply() {
+  if (key_loading_ && settings_.enabled) {  // not without the key it may need
+    apply_pending_ = true;
+    state_ = State::Starting;
+    Q_EMIT statusChanged();
+    return;
+  }
   if (settings_.enabled) {
     state_ = State::Starting;
   } else if (state_ != State::Off) {

@@ -23,6 +23,9 @@ class ApiServerController : public QObject {
   Q_PROPERTY(int port READ port WRITE setPort NOTIFY settingsChanged)
   // "": no key needed; else clients send "Authorization: Bearer KEY".
   Q_PROPERTY(QString apiKey READ apiKey WRITE setApiKey NOTIFY settingsChanged)
+  // "" when the key is in the system keychain (or there is none); else why it is kept for
+  // this session only. The key is never written to the settings in plain text.
+  Q_PROPERTY(QString apiKeyNote READ apiKeyNote NOTIFY settingsChanged)
   // The host is not a loopback address: other machines can reach the model.
   Q_PROPERTY(bool hostExposed READ hostExposed NOTIFY settingsChanged)
   Q_PROPERTY(State state READ state NOTIFY statusChanged)
@@ -49,6 +52,9 @@ class ApiServerController : public QObject {
   void setPort(int port);
   QString apiKey() const { return settings_.api_key; }
   void setApiKey(const QString& key);
+  QString apiKeyNote() const { return key_note_; }
+  // The key is being read from the keychain; a server left on starts once it is known.
+  bool keyLoading() const { return key_loading_; }
   bool hostExposed() const;
   const ServeSettings& settings() const { return settings_; }
 
@@ -73,6 +79,9 @@ class ApiServerController : public QObject {
 
  private:
   void changed(bool restart);
+  // The API key lives in the system keychain (QtKeychain) when the build has it.
+  void readKeyFromKeychain();
+  void storeKey(const QString& key);
 
   ChatStore& store_;
   ErrorReporter& errors_;
@@ -80,6 +89,9 @@ class ApiServerController : public QObject {
   ServingStatus status_;
   State state_ = State::Off;
   ApiRequestListModel requests_;
+  bool key_loading_ = false;
+  bool apply_pending_ = false;
+  QString key_note_;
 };
 
 }  // namespace granule::app

@@ -15,6 +15,7 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       model_(errors_),
       window_settings_(store_),
       server_(store_, errors_),
+      hub_(model_, errors_),
       worker_(new EngineWorker(std::move(factory))) {
   registerWorkerTypes();
   engine_thread_.setObjectName(QStringLiteral("granule-engine"));
@@ -157,7 +158,8 @@ QVariantMap Application::windowProperties() {
           {QStringLiteral("telemetry"), QVariant::fromValue(&telemetry_)},
           {QStringLiteral("errors"), QVariant::fromValue(&errors_)},
           {QStringLiteral("settings"), QVariant::fromValue(&window_settings_)},
-          {QStringLiteral("server"), QVariant::fromValue(&server_)}};
+          {QStringLiteral("server"), QVariant::fromValue(&server_)},
+          {QStringLiteral("hub"), QVariant::fromValue(&hub_)}};
 }
 
 void Application::shutdown() {

@@ -13,6 +13,7 @@
 #include "chat_controller.h"
 #include "chat_store.h"
 #include "engine_worker.h"
+#include "hub_controller.h"
 #include "error_reporter.h"
 #include "inference_engine.h"
 #include "model_controller.h"
@@ -47,6 +48,7 @@ class Application : public QObject {
   TelemetryModel* telemetry() { return &telemetry_; }
   WindowSettings* windowSettings() { return &window_settings_; }
   ApiServerController* server() { return &server_; }
+  HubController* hub() { return &hub_; }
   TelemetryReplay* replay() { return replay_.get(); }
   // Telemetry frames not passed to the panels because they showed nothing new.
   qint64 droppedTelemetryFrames() const { return dropped_frames_; }
@@ -66,6 +68,7 @@ class Application : public QObject {
   TelemetryModel telemetry_;
   WindowSettings window_settings_;
   ApiServerController server_;
+  HubController hub_;
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
   std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got

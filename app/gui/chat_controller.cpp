@@ -389,7 +389,7 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
     // Turns the engine left out to fit the context: mark where the model's view begins.
     model->setViewStartRow(chunk.dropped_messages > 0 ? chunk.dropped_messages : -1);
     model->appendText(g.row, chunk.text, chunk.tokens,
-                      static_cast<double>(g.since_first.elapsed()) / 1000.0);
+                      static_cast<double>(g.since_first.elapsed()) / 1000.0, chunk.reasoning);
   }
 }
 
@@ -402,7 +402,8 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   if (MessageModel* model = messagesOf(result.chat_id)) {
     model->finish(row, result.reason);
     model->setPromptTokens(row, result.prompt_tokens);
-    if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty()) {
+    if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty() &&
+        model->message(row).reasoning.isEmpty()) {
       // Nothing was written: the empty reply goes (the banner says why) and the turn shows
       // its previous version, if it had one.
       if (store_.deleteLeafMessage(model->message(row).id))

@@ -72,6 +72,11 @@ const QList<Migration>& migrations() {
       {4,
        {QStringLiteral("UPDATE conversations SET sampling_json = "
                        "replace(sampling_json, '\"seed\":\"0\"', '\"seed\":\"random\"')")}},
+      // 5: a reasoning model's reasoning beside its answer (the Thinking block), and how long
+      // it took.
+      {5,
+       {QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''"),
+        QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning_ms REAL NOT NULL DEFAULT 0")}},
   };
   return all;
 }
@@ -84,7 +89,8 @@ QString samplingToJson(const SamplingSettings& s) {
                       {"repetition_penalty", s.repetition_penalty},
                       {"max_tokens", s.max_tokens},
                       // Text: JSON numbers lose 64-bit seeds. "random" for kRandomSeed.
-                      {"seed", seedText(s.seed)}};
+                      {"seed", seedText(s.seed)},
+                      {"reasoning", s.reasoning}};
   return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
 }
 
@@ -98,6 +104,7 @@ SamplingSettings samplingFromJson(const QString& json) {
   s.repetition_penalty = o.value("repetition_penalty").toDouble(s.repetition_penalty);
   s.max_tokens = o.value("max_tokens").toInt(s.max_tokens);
   s.seed = seedFromText(o.value("seed").toString()).value_or(kRandomSeed);
+  s.reasoning = o.value("reasoning").toString();
   return s;
 }
 
@@ -121,12 +128,15 @@ StoredMessage messageFrom(const QSqlQuery& q) {
   m.time_to_first_token_ms = q.value(10).toDouble();
   m.token_count = q.value(11).toInt();
   m.prompt_tokens = q.value(12).toInt();
+  m.reasoning = q.value(13).toString();
+  m.reasoning_ms = q.value(14).toDouble();
   return m;
 }
 
 const QString kMessageColumns = QStringLiteral(
     "id, conversation_id, position, role, content, tokens_per_second, finish_reason, "
-    "created_at, parent_id, active, ttft_ms, token_count, prompt_tokens");
+    "created_at, parent_id, active, ttft_ms, token_count, prompt_tokens, reasoning, "
+    "reasoning_ms");
 
 QVariant parentValue(qint64 parent_id) {
   return parent_id ? QVariant(parent_id) : QVariant(QMetaType::fromType<qint64>());
@@ -401,7 +411,8 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& message) {
   q.prepare(
       QStringLiteral("INSERT INTO messages (conversation_id, position, role, content, "
                      "tokens_per_second, finish_reason, created_at, parent_id, active, ttft_ms, "
-                     "token_count, prompt_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+                     "token_count, prompt_tokens, reasoning, reasoning_ms) VALUES (?, ?, ?, ?, ?, "
+                     "?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   q.addBindValue(m.conversation_id);
   q.addBindValue(m.position);
   q.addBindValue(text(m.role));
@@ -414,6 +425,8 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& message) {
   q.addBindValue(m.time_to_first_token_ms);
   q.addBindValue(m.token_count);
   q.addBindValue(m.prompt_tokens);
+  q.addBindValue(text(m.reasoning));
+  q.addBindValue(m.reasoning_ms);
   QSqlQuery siblings(db);
   siblings.prepare(
       QStringLiteral("UPDATE messages SET active = 0 WHERE conversation_id = ? AND parent_id IS ? "
@@ -447,7 +460,8 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
   QSqlQuery q(db);
   q.prepare(
       QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ?, "
-                     "ttft_ms = ?, token_count = ?, prompt_tokens = ? WHERE id = ?"));
+                     "ttft_ms = ?, token_count = ?, prompt_tokens = ?, reasoning = ?, "
+                     "reasoning_ms = ? WHERE id = ?"));
   for (const StoredMessage& m : messages) {
     q.addBindValue(text(m.content));
     q.addBindValue(m.tokens_per_second);
@@ -455,6 +469,8 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
     q.addBindValue(m.time_to_first_token_ms);
     q.addBindValue(m.token_count);
     q.addBindValue(m.prompt_tokens);
+    q.addBindValue(text(m.reasoning));
+    q.addBindValue(m.reasoning_ms);
     q.addBindValue(m.id);
     if (!q.exec()) {
       log()->error("saving messages failed: {}", q.lastError().text().toStdString());
@@ -523,7 +539,14 @@ QString chatToMarkdown(const StoredConversation& chat, const QList<StoredMessage
     out += QStringLiteral("## %1").arg(who);
     if (m.version_count > 1)
       out += QStringLiteral(" (version %1 of %2)").arg(m.version).arg(m.version_count);
-    out += QStringLiteral("\n\n") + m.content.trimmed() + QStringLiteral("\n\n");
+    out += QStringLiteral("\n\n");
+    if (!m.reasoning.isEmpty()) {
+      // The reasoning as a quote above the answer.
+      for (const QString& line : m.reasoning.trimmed().split(QLatin1Char('\n')))
+        out += QStringLiteral("> ") + line + QLatin1Char('\n');
+      out += QLatin1Char('\n');
+    }
+    out += m.content.trimmed() + QStringLiteral("\n\n");
     if (m.role == QLatin1String("assistant") && !m.finish_reason.isEmpty())
       out += QStringLiteral("*%1 tokens · stop: %2*\n\n").arg(m.token_count).arg(m.finish_reason);
   }
@@ -544,6 +567,7 @@ QByteArray chatToJson(const StoredConversation& chat, const QList<StoredMessage>
       o.insert("prompt_tokens", m.prompt_tokens);
       o.insert("tokens_per_second", m.tokens_per_second);
       o.insert("time_to_first_token_ms", m.time_to_first_token_ms);
+      if (!m.reasoning.isEmpty()) o.insert("reasoning", m.reasoning);
     }
     list.append(o);
   }

@@ -35,6 +35,8 @@ struct StoredMessage {
   double time_to_first_token_ms = 0;  // from the request to the first text (assistant)
   qint32 token_count = 0;             // tokens of this reply
   qint32 prompt_tokens = 0;           // the prompt the reply was generated from
+  QString reasoning;                  // the model's reasoning before its answer (assistant)
+  double reasoning_ms = 0;            // how long it reasoned: first text to the answer
   // Filled by ChatStore::messages() (not columns): 1-based version among its siblings.
   qint32 version = 1;
   qint32 version_count = 1;
@@ -42,7 +44,7 @@ struct StoredMessage {
 
 class ChatStore {
  public:
-  static constexpr int kSchemaVersion = 4;
+  static constexpr int kSchemaVersion = 5;
 
   // Opens (creating the file and folders), checks the file is a sound database and migrates;
   // check ok() / error(). When not ok the file is left untouched and closed for the session.

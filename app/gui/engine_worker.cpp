@@ -28,6 +28,24 @@ EngineOptions engineOptions(qint64 context_length, qint32 chats, quint64 vram_bu
   return options;
 }
 
+ReasoningFormat reasoningFormat(const QString& name) {
+  if (name == QStringLiteral("think")) return ReasoningFormat::Think;
+  if (name == QStringLiteral("harmony")) return ReasoningFormat::Harmony;
+  return ReasoningFormat::None;
+}
+
+// The chat's reasoning setting as the template's variables: "off" asks a Qwen3-style model
+// to answer without thinking; an effort is gpt-oss's reasoning_effort.
+ChatOptions chatOptions(const SamplingSettings& sampling) {
+  ChatOptions options;
+  if (sampling.reasoning == QStringLiteral("off")) {
+    options.enable_thinking = false;
+  } else if (!sampling.reasoning.isEmpty()) {
+    options.reasoning_effort = sampling.reasoning.toStdString();
+  }
+  return options;
+}
+
 }  // namespace
 
 EngineWorker::EngineWorker(EngineFactory factory, QObject* parent)
@@ -122,11 +140,16 @@ void EngineWorker::submit(const GenerationRequest& request) {
   for (const PromptMessage& m : request.messages)
     engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
   engine_request.sampling = toSamplingParams(request.sampling);
+  engine_request.chat_options = chatOptions(request.sampling);
   // The chat is the session: the engine keeps its KV after the reply, and the next turn
   // computes only its new tokens.
   engine_request.session = "chat-" + std::to_string(request.chat_id);
   engine_request.sink.on_prompt = [this](SequenceId seq, const PromptInfo& info) {
     prompt_info_[seq] = info;
+    // The template opened <think>: the reply starts inside the reasoning.
+    if (const auto parser = reasoning_parsers_.find(seq);
+        parser != reasoning_parsers_.end() && info.reasoning_opened)
+      parser->second = ReasoningParser(ReasoningFormat::Think, /*starts_in_reasoning=*/true);
     log()->debug("sequence {}: prompt {} tokens, {} reused, {} messages left out", seq,
                  info.prompt_tokens, info.reused_tokens, info.dropped_messages);
   };
@@ -142,7 +165,13 @@ void EngineWorker::submit(const GenerationRequest& request) {
     if (chat == chat_of_sequence_.end()) return;
     TokenChunk& chunk = pending_[chat->second];
     chunk.chat_id = chat->second;
-    chunk.text += QString::fromStdString(text);
+    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
+      const ReasoningDelta delta = parser->second.push(text);
+      chunk.reasoning += QString::fromStdString(delta.reasoning);
+      chunk.text += QString::fromStdString(delta.content);
+    } else {
+      chunk.text += QString::fromStdString(text);
+    }
     if (const auto prompt = prompt_tokens_.find(seq); prompt != prompt_tokens_.end())
       chunk.prompt_tokens = prompt->second;
     if (const auto info = prompt_info_.find(seq); info != prompt_info_.end()) {
@@ -158,12 +187,28 @@ void EngineWorker::submit(const GenerationRequest& request) {
   };
   engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason,
                                          const std::string& error) {
+    // What the parser held back (a partial tag that never completed) is text after all.
+    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
+      const ReasoningDelta delta = parser->second.finish();
+      if (const auto chat = chat_of_sequence_.find(seq);
+          chat != chat_of_sequence_.end() && !delta.empty()) {
+        TokenChunk& chunk = pending_[chat->second];
+        chunk.chat_id = chat->second;
+        chunk.reasoning += QString::fromStdString(delta.reasoning);
+        chunk.text += QString::fromStdString(delta.content);
+      }
+      reasoning_parsers_.erase(parser);
+    }
     finished_.push_back({seq, reason, error});
   };
   try {
     if (request.continue_last) engine_->prepare_continuation(engine_request, partial);
     const SequenceId seq = engine_->submit(std::move(engine_request));
     chat_of_sequence_[seq] = request.chat_id;
+    // A continued reply goes on with its answer; a new one may start with reasoning.
+    if (const ReasoningFormat format = reasoningFormat(engine_->info().reasoning_format);
+        format != ReasoningFormat::None && !request.continue_last)
+      reasoning_parsers_.insert_or_assign(seq, ReasoningParser(format));
     sequence_of_chat_[request.chat_id] = seq;
     // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.
     for (const SequenceTelemetry& t : engine_->telemetry().sequences)
@@ -350,6 +395,7 @@ void EngineWorker::releaseEngine() {
   prompt_tokens_.clear();
   prompt_info_.clear();
   pending_.clear();
+  reasoning_parsers_.clear();
   engine_.reset();
   device_lost_reported_ = false;
   finished_.clear();

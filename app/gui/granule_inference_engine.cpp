@@ -65,8 +65,13 @@ EngineFactory granuleEngineFactory() {
     info.engine_context = info.trained_context > 0
                               ? std::min<qint64>(options.context_length, info.trained_context)
                               : options.context_length;
-    if (const ChatTemplate* tmpl = engine->chat_template())
+    if (const ChatTemplate* tmpl = engine->chat_template()) {
       info.chat_template = QString::fromStdString(tmpl->name());
+      if (tmpl->reasoning_format() == ReasoningFormat::Think)
+        info.reasoning_format = QStringLiteral("think");
+      else if (tmpl->reasoning_format() == ReasoningFormat::Harmony)
+        info.reasoning_format = QStringLiteral("harmony");
+    }
     stage(1.0, QStringLiteral("Ready"));
     return std::make_unique<GranuleInferenceEngine>(std::move(engine), std::move(info));
   };

@@ -30,6 +30,16 @@ target_include_directories(granule_gui PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(granule_gui PUBLIC
   Qt6::Core Qt6::Gui Qt6::Quick Qt6::QuickControls2 Qt6::Sql granule::engine)
 target_compile_options(granule_gui PRIVATE -Wall -Wextra)
+# The Hub page (search, fit and download models) with the token in the system keychain.
+if(GRANULE_HAVE_HUB)
+  find_package(Qt6Keychain QUIET)
+  if(Qt6Keychain_FOUND)
+    target_link_libraries(granule_gui PUBLIC granule::hub qt6keychain)
+    target_compile_definitions(granule_gui PRIVATE GRANULE_HAVE_HUB=1)
+  else()
+    message(STATUS "QtKeychain for Qt 6 not found (Debian: qtkeychain-qt6-dev): the window has no Hub page")
+  endif()
+endif()
 # The window serves the OpenAI API from its engine (Settings) when the server library is built.
 if(TARGET granule_server)
   target_link_libraries(granule_gui PUBLIC granule_server)

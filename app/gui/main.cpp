@@ -10,6 +10,7 @@
 #include <QQuickWindow>
 #include <QStyleHints>
 #include <QTimer>
+#include <memory>
 
 #include "app_log.h"
 #include "application.h"
@@ -19,8 +20,26 @@
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
+namespace {
+
+// --help and --version print anywhere, also without a display: they are answered by a
+// QCoreApplication, before any platform plugin is needed.
+bool asksHelpOrVersion(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const QByteArray arg(argv[i]);
+    if (arg == "-h" || arg == "--help" || arg == "--help-all" || arg == "-v" || arg == "--version")
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  QGuiApplication qt_app(argc, argv);
+  const std::unique_ptr<QCoreApplication> app_holder =
+      asksHelpOrVersion(argc, argv) ? std::make_unique<QCoreApplication>(argc, argv)
+                                    : std::make_unique<QGuiApplication>(argc, argv);
+  QCoreApplication& qt_app = *app_holder;
   QGuiApplication::setApplicationName(QStringLiteral("Granule"));
   QGuiApplication::setApplicationVersion(QStringLiteral(GRANULE_VERSION));
   QGuiApplication::setDesktopFileName(QStringLiteral("granule"));
@@ -65,7 +84,7 @@ int main(int argc, char** argv) {
       QStringLiteral("3000"));
   const QCommandLineOption screenshot_open_option(
       QStringLiteral("screenshot-open"),
-      QStringLiteral("With --screenshot: open this dialog first (settings, models)"),
+      QStringLiteral("With --screenshot: open this dialog first (settings, models, hub)"),
       QStringLiteral("dialog"));
   cli.addOptions({model_option, database_option, theme_option, verbose_option, replay_option,
                   replay_speed_option, replay_loop_option, screenshot_option,
@@ -112,6 +131,7 @@ int main(int argc, char** argv) {
     const QString dialog = cli.value(screenshot_open_option);
     const char* dialog_name = dialog == QLatin1String("settings") ? "settingsDialog"
                               : dialog == QLatin1String("models") ? "modelsPage"
+                              : dialog == QLatin1String("hub")    ? "hubPage"
                                                                   : nullptr;
     if (window && dialog_name) {
       QTimer::singleShot(cli.value(screenshot_after_option).toInt() / 2, window,

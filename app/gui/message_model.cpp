@@ -36,6 +36,13 @@ QVariant MessageModel::value(int row, int role) const {
       return m.prompt_tokens;
     case ViewStartsHereRole:
       return row == view_start_row_;
+    case ReasoningRole:
+      return m.reasoning;
+    case ReasoningMsRole:
+      return m.reasoning_ms;
+    case ThinkingRole:
+      return rows_[static_cast<size_t>(row)].generating && !m.reasoning.isEmpty() &&
+             m.content.isEmpty();
     default:
       return {};
   }
@@ -75,9 +82,14 @@ void MessageModel::setMessageId(int row, qint64 id) {
   Q_EMIT dataChanged(i, i, {MessageIdRole});
 }
 
-void MessageModel::appendText(int row, const QString& text, int tokens, double elapsed_s) {
+void MessageModel::appendText(int row, const QString& text, int tokens, double elapsed_s,
+                              const QString& reasoning) {
   if (row < 0 || row >= count()) return;
   Row& r = rows_[static_cast<size_t>(row)];
+  // The reasoning lasts from the first text until the answer's first text.
+  if (!reasoning.isEmpty() || (!r.stored.reasoning.isEmpty() && r.stored.content.isEmpty()))
+    r.stored.reasoning_ms = elapsed_s * 1000.0;
+  r.stored.reasoning += reasoning;
   r.stored.content += text;
   r.blocks = splitMarkdownCodeBlocks(r.stored.content);
   const int streamed = r.stored.token_count - r.tokens_at_start;
@@ -88,7 +100,9 @@ void MessageModel::appendText(int row, const QString& text, int tokens, double e
   if (elapsed_s >= 0.25)
     r.stored.tokens_per_second = (streamed + tokens - r.first_chunk_tokens) / elapsed_s;
   const QModelIndex i = index(row);
-  Q_EMIT dataChanged(i, i, {ContentRole, BlocksRole, TokensPerSecondRole, TokenCountRole});
+  Q_EMIT dataChanged(i, i,
+                     {ContentRole, BlocksRole, TokensPerSecondRole, TokenCountRole, ReasoningRole,
+                      ReasoningMsRole, ThinkingRole});
   Q_EMIT contextTokensChanged();
 }
 
@@ -126,7 +140,7 @@ void MessageModel::finish(int row, const QString& finish_reason) {
   r.generating = false;
   r.stored.finish_reason = finish_reason;
   const QModelIndex i = index(row);
-  Q_EMIT dataChanged(i, i, {GeneratingRole, FinishReasonRole});
+  Q_EMIT dataChanged(i, i, {GeneratingRole, FinishReasonRole, ThinkingRole});
 }
 
 int MessageModel::contextTokens() const {

@@ -34,6 +34,9 @@ class MessageModel : public granule::app::ListModel {
     TimeToFirstTokenMsRole,
     PromptTokensRole,
     ViewStartsHereRole,  // the model's view begins at this message (see viewStartRow)
+    ReasoningRole,       // the model's reasoning before its answer ("" for none)
+    ReasoningMsRole,     // how long it reasoned (from its first text to its answer)
+    ThinkingRole,        // generating, and still in its reasoning (no answer yet)
   };
   Q_ENUM(Role)
 
@@ -44,8 +47,10 @@ class MessageModel : public granule::app::ListModel {
   QList<StoredMessage> messages() const;
   int append(const StoredMessage& message, bool generating = false);
   void setMessageId(int row, qint64 id);
-  // Streaming: adds text to the message at `row` and updates its tokens per second.
-  void appendText(int row, const QString& text, int tokens, double elapsed_s);
+  // Streaming: adds text (and reasoning) to the message at `row` and updates its tokens per
+  // second; elapsed_s counts from its first text. Reasoning time runs until the answer starts.
+  void appendText(int row, const QString& text, int tokens, double elapsed_s,
+                  const QString& reasoning = {});
   void setTimeToFirstToken(int row, double ms);
   void setPromptTokens(int row, int tokens);
   // Continue: the finished message at `row` streams again (its text and tokens kept).

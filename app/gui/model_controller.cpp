@@ -120,6 +120,16 @@ QList<int> ModelController::fitLayerStreamed() const {
   return streamed;
 }
 
+int ModelController::fitFewestExpertsInALayer() const {
+  const auto& counts = fit_.experts.resident_per_layer;
+  return counts.empty() ? 0 : *std::min_element(counts.begin(), counts.end());
+}
+
+int ModelController::fitMostExpertsInALayer() const {
+  const auto& counts = fit_.experts.resident_per_layer;
+  return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+}
+
 void ModelController::setVramBudgetBytes(double bytes) {
   const quint64 value = bytes > 0 ? static_cast<quint64>(bytes) : 0;
   if (value == vram_budget_bytes_) return;

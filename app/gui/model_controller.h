@@ -25,6 +25,8 @@ class ModelController : public QObject {
   Q_PROPERTY(QString blockType READ blockType NOTIFY infoChanged)
   Q_PROPERTY(QString device READ device NOTIFY infoChanged)
   Q_PROPERTY(QString chatTemplate READ chatTemplate NOTIFY infoChanged)
+  // How the loaded model reasons: "think" (on/off), "harmony" (an effort), "" (it does not).
+  Q_PROPERTY(QString reasoningFormat READ reasoningFormat NOTIFY infoChanged)
   Q_PROPERTY(double fileBytes READ fileBytes NOTIFY infoChanged)
   Q_PROPERTY(double parameters READ parameters NOTIFY infoChanged)
   Q_PROPERTY(int layers READ layers NOTIFY infoChanged)
@@ -53,6 +55,19 @@ class ModelController : public QObject {
   Q_PROPERTY(double fitH2dBytesPerSecond READ fitH2dBytesPerSecond NOTIFY previewChanged)
   Q_PROPERTY(bool fitH2dMeasured READ fitH2dMeasured NOTIFY previewChanged)
   Q_PROPERTY(double fitPcieTokensPerSecond READ fitPcieTokensPerSecond NOTIFY previewChanged)
+  // A mixture of experts' plan (FitEstimate::experts): experts per layer (0: a dense model),
+  // top-k, what stays resident whatever the budget, one expert's bytes, the experts the
+  // budget holds (fewest and most in a layer) and the expert bytes a token reads over PCIe.
+  Q_PROPERTY(int fitExpertsPerLayer READ fitExpertsPerLayer NOTIFY previewChanged)
+  Q_PROPERTY(int fitExpertsUsed READ fitExpertsUsed NOTIFY previewChanged)
+  Q_PROPERTY(double fitAlwaysResidentBytes READ fitAlwaysResidentBytes NOTIFY previewChanged)
+  Q_PROPERTY(double fitExpertBytes READ fitExpertBytes NOTIFY previewChanged)
+  Q_PROPERTY(int fitResidentExperts READ fitResidentExperts NOTIFY previewChanged)
+  Q_PROPERTY(int fitTotalExperts READ fitTotalExperts NOTIFY previewChanged)
+  Q_PROPERTY(int fitFewestExpertsInALayer READ fitFewestExpertsInALayer NOTIFY previewChanged)
+  Q_PROPERTY(int fitMostExpertsInALayer READ fitMostExpertsInALayer NOTIFY previewChanged)
+  Q_PROPERTY(
+      double fitExpertPcieBytesPerToken READ fitExpertPcieBytesPerToken NOTIFY previewChanged)
   Q_PROPERTY(double loadProgress READ loadProgress NOTIFY progressChanged)
   Q_PROPERTY(QString loadStage READ loadStage NOTIFY progressChanged)
   Q_PROPERTY(QString defaultModelPath READ defaultModelPath CONSTANT)
@@ -97,6 +112,7 @@ class ModelController : public QObject {
   QString blockType() const { return loaded_.block_type; }
   QString device() const { return loaded_.device; }
   QString chatTemplate() const { return loaded_.chat_template; }
+  QString reasoningFormat() const { return loaded_.reasoning_format; }
   double fileBytes() const { return static_cast<double>(loaded_.file_bytes); }
   double parameters() const { return static_cast<double>(loaded_.parameters); }
   int layers() const { return static_cast<int>(loaded_.layers); }
@@ -125,6 +141,20 @@ class ModelController : public QObject {
   double fitH2dBytesPerSecond() const { return fit_.h2d_bytes_per_second; }
   bool fitH2dMeasured() const { return fit_.h2d_measured; }
   double fitPcieTokensPerSecond() const { return fit_.pcie_tokens_per_second; }
+  int fitExpertsPerLayer() const { return static_cast<int>(fit_.experts.n_expert); }
+  int fitExpertsUsed() const { return static_cast<int>(fit_.experts.n_expert_used); }
+  double fitAlwaysResidentBytes() const {
+    return static_cast<double>(fit_.experts.always_resident_bytes);
+  }
+  double fitExpertBytes() const { return static_cast<double>(fit_.experts.expert_bytes); }
+  int fitResidentExperts() const { return static_cast<int>(fit_.experts.resident_experts); }
+  int fitTotalExperts() const {
+    return static_cast<int>(fit_.experts.n_expert) *
+           static_cast<int>(fit_.experts.resident_per_layer.size());
+  }
+  int fitFewestExpertsInALayer() const;
+  int fitMostExpertsInALayer() const;
+  double fitExpertPcieBytesPerToken() const { return fit_.experts.pcie_bytes_per_token; }
   double loadProgress() const { return load_progress_; }
   QString loadStage() const { return load_stage_; }
   QString defaultModelPath() const { return default_model_path_; }

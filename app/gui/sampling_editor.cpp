@@ -48,6 +48,17 @@ void SamplingEditor::setSeed(const QString& text) {
   write_(s);
 }
 
+QString SamplingEditor::reasoning() const { return settings().reasoning; }
+
+void SamplingEditor::setReasoning(const QString& reasoning) {
+  static const QStringList kKnown = {QString(), QStringLiteral("off"), QStringLiteral("low"),
+                                     QStringLiteral("medium"), QStringLiteral("high")};
+  if (!kKnown.contains(reasoning) || reasoning == settings().reasoning) return;
+  SamplingSettings s = settings();
+  s.reasoning = reasoning;
+  write_(s);
+}
+
 QString SamplingEditor::preset() const {
   const QString name = matchingSamplingPreset(settings());
   return name.isEmpty() ? QStringLiteral("custom") : name;

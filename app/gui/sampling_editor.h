@@ -26,6 +26,8 @@ class SamplingEditor : public QObject {
   // "random" (a new seed per reply) or the seed's digits; 0 is a seed like any other. Text
   // that is neither is ignored.
   Q_PROPERTY(QString seed READ seed WRITE setSeed NOTIFY changed)
+  // The chat's reasoning setting: "" the model's default, "off", or "low"/"medium"/"high".
+  Q_PROPERTY(QString reasoning READ reasoning WRITE setReasoning NOTIFY changed)
   // The engine's preset the values match, or "custom".
   Q_PROPERTY(QString preset READ preset NOTIFY changed)
   // The engine's presets and "custom", for a preset box.
@@ -56,6 +58,8 @@ class SamplingEditor : public QObject {
   void setMaxTokens(int v) { set(&SamplingSettings::max_tokens, kSamplingRanges.max_tokens, v); }
   QString seed() const;
   void setSeed(const QString& text);
+  QString reasoning() const;
+  void setReasoning(const QString& reasoning);
   QString preset() const;
   QStringList presets() const;
   Q_INVOKABLE void applyPreset(const QString& name);

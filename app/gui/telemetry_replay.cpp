@@ -71,13 +71,17 @@ struct FieldReader {
     if (!v.isString()) return fail(name, "a string");
     field = v.toString().toStdString();
   }
-  void operator()(std::string_view name, std::vector<int32_t>& field) {
+  template <class Int>
+  requires std::is_integral_v<Int>
+  void operator()(std::string_view name, std::vector<Int>& field) {
     QJsonValue v;
     if (!present(name, &v)) return;
     if (!v.isArray()) return fail(name, "an array of integers");
-    std::vector<int32_t> values;
-    for (const QJsonValue& item : v.toArray()) {
-      int32_t x = 0;
+    const QJsonArray items = v.toArray();
+    std::vector<Int> values;
+    values.reserve(static_cast<size_t>(items.size()));
+    for (const QJsonValue& item : items) {
+      Int x = 0;
       if (!toInteger(item, &x)) return fail(name, "an array of integers");
       values.push_back(x);
     }
@@ -120,7 +124,7 @@ QString readFrame(const QJsonObject& object, TelemetryFrame& frame) {
   for (const QString& e :
        {readSection(object, "device", s.device), readSection(object, "kv", s.kv),
         readSection(object, "scheduler", s.scheduler), readSection(object, "graphs", s.graphs),
-        readSection(object, "streaming", s.streaming),
+        readSection(object, "streaming", s.streaming), readSection(object, "experts", s.experts),
         readSection(object, "throughput", s.throughput)})
     if (!e.isEmpty()) return e;
   const auto sequences = object.constFind(QLatin1String("sequences"));

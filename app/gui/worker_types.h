@@ -41,6 +41,9 @@ struct ModelInfo {
   qint64 engine_context = 0;         // context per chat after loading
   quint64 weights_bytes = 0;         // the estimate's weights, resident and streamed
   quint64 minimum_budget_bytes = 0;  // the least VRAM budget the placement plan runs in
+  // How the model's replies carry reasoning: "think" (<think> blocks, Qwen3), "harmony"
+  // (gpt-oss channels; its effort is low/medium/high) or "" (none).
+  QString reasoning_format;
 };
 
 // Per-chat sampling settings: the fields of granule::SamplingParams the window lets a user
@@ -53,6 +56,9 @@ struct SamplingSettings {
   double repetition_penalty = kSamplingRanges.repetition_penalty.default_value;
   qint32 max_tokens = kSamplingRanges.max_tokens.default_value;
   quint64 seed = kRandomSeed;  // kRandomSeed: a new seed per reply; 0 is a seed like any other
+  // The chat's reasoning setting, for models that reason: "" the template's default (on),
+  // "off" (enable_thinking false), or an effort "low" / "medium" / "high" (gpt-oss).
+  QString reasoning;
 };
 
 struct PromptMessage {
@@ -72,7 +78,8 @@ struct GenerationRequest {
 // Text that arrived for one chat since the previous batch.
 struct TokenChunk {
   qint64 chat_id = 0;
-  QString text;
+  QString text;       // the answer
+  QString reasoning;  // the model's reasoning (ReasoningParser), before the answer
   qint32 tokens = 0;
   qint32 prompt_tokens = 0;  // the request's prompt, as the engine tokenized it (0: unknown)
   qint32 reused_tokens = 0;  // of them, read from KV the chat kept from its earlier turns

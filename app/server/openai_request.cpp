@@ -165,6 +165,45 @@ void parse_prompt(const json& body, ParsedRequest& request) {
   throw bad("prompt", std::string("'prompt' must be a string, not ") + type_name(*it));
 }
 
+// reasoning_effort (OpenAI's name, gpt-oss's template variable) and chat_template_kwargs (the
+// template variables llama-server and vLLM pass through): only what the engine's templates
+// use is accepted, the rest is refused rather than silently ignored.
+ChatOptions parse_chat_options(const json& body) {
+  ChatOptions options;
+  if (const auto it = body.find("reasoning_effort"); it != body.end() && !it->is_null()) {
+    if (!it->is_string())
+      throw bad("reasoning_effort",
+                std::string("'reasoning_effort' must be a string, not ") + type_name(*it));
+    const std::string effort = it->get<std::string>();
+    if (effort != "low" && effort != "medium" && effort != "high")
+      throw bad("reasoning_effort",
+                "'reasoning_effort' must be low, medium or high, not '" + effort + "'");
+    options.reasoning_effort = effort;
+  }
+  if (const auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object())
+      throw bad("chat_template_kwargs",
+                std::string("'chat_template_kwargs' must be an object, not ") + type_name(*it));
+    for (const auto& [key, value] : it->items()) {
+      const std::string param = "chat_template_kwargs." + key;
+      if (key == "enable_thinking") {
+        if (!value.is_boolean())
+          throw bad(param, "'" + param + "' must be true or false, not " + type_name(value));
+        options.enable_thinking = value.get<bool>();
+      } else if (key == "reasoning_effort" && value.is_string()) {
+        // Some clients put it here; the same checks as the top-level field.
+        options.reasoning_effort =
+            parse_chat_options({{"reasoning_effort", value}}).reasoning_effort;
+      } else {
+        throw bad(param, "'" + param +
+                             "' is not supported: this server passes only enable_thinking "
+                             "and reasoning_effort to the chat template");
+      }
+    }
+  }
+  return options;
+}
+
 std::vector<std::string> parse_stop(const json& body) {
   const auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return {};
@@ -202,6 +241,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
   request.endpoint = endpoint;
   if (endpoint == Endpoint::ChatCompletions) {
     request.messages = parse_messages(body);
+    request.chat_options = parse_chat_options(body);
   } else {
     parse_prompt(body, request);
   }
@@ -350,12 +390,14 @@ json nullable(const std::string& text) { return text.empty() ? json(nullptr) : j
 }  // namespace
 
 json completion_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
-                     const std::string& finish_reason, const Usage& usage) {
+                     const std::string& finish_reason, const Usage& usage,
+                     const std::string& reasoning) {
   const bool chat = endpoint == Endpoint::ChatCompletions;
   json response = base_json(header, chat ? "chat.completion" : "text_completion");
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullable(finish_reason)}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
   } else {
     choice["text"] = text;
   }
@@ -366,13 +408,14 @@ json completion_json(Endpoint endpoint, const ResponseHeader& header, const std:
 }
 
 json chunk_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
-                const std::string& finish_reason, bool role) {
+                const std::string& finish_reason, bool role, const std::string& reasoning) {
   const bool chat = endpoint == Endpoint::ChatCompletions;
   json chunk = base_json(header, chat ? "chat.completion.chunk" : "text_completion");
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullable(finish_reason)}};
   if (chat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
+    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
     if (role || !text.empty()) delta["content"] = text;
     choice["delta"] = delta;
   } else {

@@ -48,6 +48,9 @@ struct ParsedRequest {
   // Log-probabilities: -1 none; else each token's with that many alternatives (chat:
   // logprobs + top_logprobs 0..20; completions: logprobs 0..5, the legacy field).
   int32_t top_logprobs = -1;
+  // The chat template's variables: reasoning_effort (low/medium/high, gpt-oss) and
+  // chat_template_kwargs.enable_thinking (Qwen3), as llama-server and vLLM take them.
+  ChatOptions chat_options;
 };
 
 // Limits the server applies while parsing.
@@ -92,13 +95,17 @@ struct ResponseHeader {
 };
 
 // A whole (non-streamed) response.
+// reasoning: the model's reasoning (chat), sent as message.reasoning_content when not empty,
+// as llama-server and vLLM do.
 nlohmann::json completion_json(Endpoint endpoint, const ResponseHeader& header,
                                const std::string& text, const std::string& finish_reason,
-                               const Usage& usage);
+                               const Usage& usage, const std::string& reasoning = "");
 // A stream chunk carrying text (or, for chat, the assistant's role first with role = true),
 // or the last chunk with a finish reason (text empty). finish_reason "" is written as null.
+// A chat chunk's reasoning goes in delta.reasoning_content.
 nlohmann::json chunk_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
-                          const std::string& finish_reason, bool role = false);
+                          const std::string& finish_reason, bool role = false,
+                          const std::string& reasoning = "");
 // The chunk stream_options.include_usage asks for after the last: no choices, the usage.
 nlohmann::json usage_chunk_json(Endpoint endpoint, const ResponseHeader& header,
                                 const Usage& usage);

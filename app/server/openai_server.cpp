@@ -19,6 +19,7 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "granule/reasoning.h"
 #include "prometheus_metrics.h"
 
 namespace granule::server {
@@ -31,7 +32,8 @@ using Clock = std::chrono::steady_clock;
 struct Channel {
   std::mutex mutex;
   std::condition_variable changed;
-  std::string text;  // released by the engine, not yet sent to the client
+  std::string text;       // released by the engine, not yet sent to the client
+  std::string reasoning;  // the same for the model's reasoning (chat, ReasoningParser)
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV was kept (PromptInfo::reused_tokens)
   // When the request was handed to the engine thread, and its first and last tokens.
@@ -375,6 +377,7 @@ struct OpenAiServer::Impl {
       const Submitted submitted = engine.call([&, channel](Engine& e) -> Submitted {
         Request request;
         request.sampling = parsed.sampling;
+        std::shared_ptr<ReasoningParser> parser;  // used on the engine thread only
         int64_t prompt_tokens = 0;
         const Tokenizer& tokenizer = e.tokenizer();
         if (endpoint == Endpoint::Completions) {
@@ -403,20 +406,30 @@ struct OpenAiServer::Impl {
           // tokens parsed.
           const std::string bos_text =
               tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
-          const std::string prompt =
-              tmpl->render(parsed.messages, /*add_generation_prompt=*/true, bos_text);
+          const std::string prompt = tmpl->render(parsed.messages, /*add_generation_prompt=*/true,
+                                                  bos_text, parsed.chat_options);
           prompt_tokens = static_cast<int64_t>(tokenizer.encode(prompt, false, true).size());
           request.messages = std::move(parsed.messages);
+          request.chat_options = parsed.chat_options;
+          // The reply's reasoning (<think>, harmony's analysis) goes to reasoning_content.
+          if (tmpl->reasoning_format() != ReasoningFormat::None)
+            parser = std::make_shared<ReasoningParser>(tmpl->reasoning_format());
           // The template's end-of-turn markers end the reply, beside the client's stops.
           for (const std::string& stop : tmpl->stop_strings())
             request.sampling.stop_strings.push_back(stop);
         }
-        request.sink.on_token = [channel, counted = completion_tokens](
+        request.sink.on_token = [channel, parser, counted = completion_tokens](
                                     SequenceId, const std::string& text, int32_t token) {
           if (token != kNoToken) counted->fetch_add(1, std::memory_order_relaxed);
           {
             std::lock_guard lock(channel->mutex);
-            channel->text += text;
+            if (parser) {
+              ReasoningDelta delta = parser->push(text);
+              channel->text += delta.content;
+              channel->reasoning += delta.reasoning;
+            } else {
+              channel->text += text;
+            }
             if (token != kNoToken) {
               channel->last_token = std::chrono::steady_clock::now();
               if (channel->completion_tokens++ == 0) channel->first_token = channel->last_token;
@@ -424,9 +437,12 @@ struct OpenAiServer::Impl {
           }
           channel->changed.notify_all();
         };
-        request.sink.on_prompt = [channel](SequenceId, const PromptInfo& info) {
+        request.sink.on_prompt = [channel, parser](SequenceId, const PromptInfo& info) {
           std::lock_guard lock(channel->mutex);
           channel->cached_tokens = info.reused_tokens;
+          // Before the first token: the template opened <think>, the reply starts inside it.
+          if (parser && info.reasoning_opened)
+            *parser = ReasoningParser(ReasoningFormat::Think, /*starts_in_reasoning=*/true);
         };
         request.top_logprobs = parsed.top_logprobs;
         if (parsed.top_logprobs >= 0) {
@@ -435,10 +451,15 @@ struct OpenAiServer::Impl {
             channel->logprobs.push_back(lp);
           };
         }
-        request.sink.on_finish = [channel](SequenceId, FinishReason reason,
-                                           const std::string& error) {
+        request.sink.on_finish = [channel, parser](SequenceId, FinishReason reason,
+                                                   const std::string& error) {
           {
             std::lock_guard lock(channel->mutex);
+            if (parser) {
+              ReasoningDelta delta = parser->finish();
+              channel->text += delta.content;
+              channel->reasoning += delta.reasoning;
+            }
             channel->finished = true;
             channel->reason = reason;
             channel->error = error;
@@ -467,14 +488,18 @@ struct OpenAiServer::Impl {
   // early: the client left (cancelled) or the deadline passed (cancelled, timed_out).
   enum class Wait { Going, Finished, ClientGone, TimedOut };
   Wait wait_for_news(Running& running, std::chrono::milliseconds wait, std::string& text_out,
-                     std::vector<TokenLogprobs>& logprobs_out) {
+                     std::string& reasoning_out, std::vector<TokenLogprobs>& logprobs_out) {
     Channel& channel = *running.channel;
     {
       std::unique_lock lock(channel.mutex);
-      channel.changed.wait_for(
-          lock, wait, [&] { return channel.finished || !channel.text.empty() || stopping.load(); });
+      channel.changed.wait_for(lock, wait, [&] {
+        return channel.finished || !channel.text.empty() || !channel.reasoning.empty() ||
+               stopping.load();
+      });
       text_out.swap(channel.text);
       channel.text.clear();
+      reasoning_out.swap(channel.reasoning);
+      channel.reasoning.clear();
       logprobs_out.insert(logprobs_out.end(), std::make_move_iterator(channel.logprobs.begin()),
                           std::make_move_iterator(channel.logprobs.end()));
       channel.logprobs.clear();
@@ -529,11 +554,13 @@ struct OpenAiServer::Impl {
   }
 
   void respond_whole(Running& running, httplib::Response& res) {
-    std::string text, piece;
+    std::string text, piece, reasoning, reasoning_piece;
     std::vector<TokenLogprobs> logprobs;
     for (;;) {
-      const Wait state = wait_for_news(running, std::chrono::milliseconds(100), piece, logprobs);
+      const Wait state =
+          wait_for_news(running, std::chrono::milliseconds(100), piece, reasoning_piece, logprobs);
       text += piece;
+      reasoning += reasoning_piece;
       if (state == Wait::Finished) break;
       if (state == Wait::ClientGone) {
         if (stopping) return send_error(res, stopping_error());
@@ -551,7 +578,8 @@ struct OpenAiServer::Impl {
     const Channel& channel = *running.channel;
     const std::string finish = openai_finish_reason(channel.reason);
     if (finish.empty()) return send_error(res, finish_error(channel));
-    json response = completion_json(running.endpoint, running.header, text, finish, running.usage);
+    json response =
+        completion_json(running.endpoint, running.header, text, finish, running.usage, reasoning);
     if (running.logprobs)
       response["choices"][0]["logprobs"] = logprobs_json(running.endpoint, logprobs);
     res.set_content(dump(response), "application/json");
@@ -575,12 +603,13 @@ struct OpenAiServer::Impl {
               }
             }
           }
-          std::string piece;
+          std::string piece, reasoning;
           std::vector<TokenLogprobs> logprobs;
-          const Wait state = wait_for_news(r, std::chrono::milliseconds(100), piece, logprobs);
+          const Wait state =
+              wait_for_news(r, std::chrono::milliseconds(100), piece, reasoning, logprobs);
           std::string out;
-          if (!piece.empty() || (r.logprobs && !logprobs.empty())) {
-            json chunk = chunk_json(r.endpoint, r.header, piece, "");
+          if (!piece.empty() || !reasoning.empty() || (r.logprobs && !logprobs.empty())) {
+            json chunk = chunk_json(r.endpoint, r.header, piece, "", false, reasoning);
             if (r.logprobs && !logprobs.empty()) {
               chunk["choices"][0]["logprobs"] =
                   logprobs_json(r.endpoint, logprobs, r.logprob_offset);

@@ -71,6 +71,31 @@ std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters&
          "Weight bytes streamed host-to-device.", static_cast<double>(t.streaming.h2d_bytes));
   metric(out, "granule_layers_streamed", "gauge", "Layers streamed from host memory each pass.",
          t.streaming.layers_streamed);
+  // A mixture of experts' placement and routing (only while one is loaded): the hit rate is
+  // rate(granule_expert_hits_total) / rate(granule_expert_choices_total), bytes per token
+  // rate(granule_expert_streamed_bytes_total) / rate(granule_expert_tokens_total).
+  if (t.experts.n_expert > 0) {
+    const ExpertTelemetry& x = t.experts;
+    metric(out, "granule_experts", "gauge", "Experts of every layer (layers times experts).",
+           static_cast<double>(x.n_layer) * x.n_expert);
+    metric(out, "granule_experts_resident", "gauge", "Experts held in device memory.",
+           static_cast<double>(x.resident_count()));
+    metric(out, "granule_expert_choices_total", "counter",
+           "Routing choices (token, expert) made by the routers.",
+           static_cast<double>(x.hits + x.misses));
+    metric(out, "granule_expert_hits_total", "counter",
+           "Routing choices served from experts in device memory.", static_cast<double>(x.hits));
+    metric(out, "granule_expert_streamed_bytes_total", "counter",
+           "Expert bytes read host-to-device for choices of experts in host memory.",
+           static_cast<double>(x.bytes_streamed));
+    metric(out, "granule_expert_tokens_total", "counter",
+           "Tokens routed through the experts (prompt and generated).",
+           static_cast<double>(x.tokens));
+    metric(out, "granule_expert_promotions_total", "counter",
+           "Experts moved into device memory by re-plans.", static_cast<double>(x.promotions));
+    metric(out, "granule_expert_demotions_total", "counter",
+           "Experts moved out of device memory by re-plans.", static_cast<double>(x.demotions));
+  }
   metric(out, "granule_graph_captures_total", "counter", "CUDA graph captures.",
          static_cast<double>(t.graphs.captures));
   metric(out, "granule_graph_recaptures_total", "counter",

@@ -1,4 +1,5 @@
-// ChatSettingsDrawer: the open chat's system prompt and sampling settings.
+// ChatSettingsDrawer: the open chat's system prompt, reasoning (for a model that reasons) and
+// sampling settings.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -7,6 +8,8 @@ import QtQuick.Layouts
 Drawer {
     id: drawer
     required property ChatController chats
+    // How the loaded model reasons: "think" (on/off), "harmony" (an effort), "" (it does not).
+    property string reasoningFormat: ""
 
     edge: Qt.RightEdge
     width: 360
@@ -46,6 +49,32 @@ Drawer {
                 }
                 text: drawer.chats.systemPrompt
                 onEditingFinished: drawer.chats.systemPrompt = text
+            }
+            // Reasoning, stored with the chat: on/off for <think> models, an effort for gpt-oss.
+            RowLayout {
+                objectName: "reasoningSetting"
+                visible: drawer.reasoningFormat.length > 0
+                Layout.leftMargin: Theme.padding
+                Layout.rightMargin: Theme.padding
+                Label {
+                    Layout.fillWidth: true
+                    text: qsTr("Reasoning")
+                    color: Theme.mutedText
+                    font.pixelSize: Theme.smallFontSize
+                }
+                ComboBox {
+                    id: reasoningBox
+                    objectName: "reasoningBox"
+                    implicitWidth: 140
+                    textRole: "text"
+                    valueRole: "value"
+                    model: drawer.reasoningFormat === "harmony"
+                           ? [{ text: qsTr("Default"), value: "" }, { text: qsTr("Low"), value: "low" },
+                              { text: qsTr("Medium"), value: "medium" }, { text: qsTr("High"), value: "high" }]
+                           : [{ text: qsTr("On"), value: "" }, { text: qsTr("Off"), value: "off" }]
+                    currentIndex: Math.max(0, indexOfValue(drawer.chats.sampling.reasoning))
+                    onActivated: drawer.chats.sampling.reasoning = currentValue
+                }
             }
             SettingSlider { name: qsTr("Temperature"); editor: drawer.chats.sampling; field: "temperature" }
             SettingSlider { name: qsTr("Top-p"); editor: drawer.chats.sampling; field: "topP" }

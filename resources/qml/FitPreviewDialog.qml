@@ -87,7 +87,9 @@ GranuleDialog {
                 Label {
                     Layout.fillWidth: true
                     horizontalAlignment: Text.AlignRight
-                    text: dialog.model.fitStreamedLayers > 0
+                    text: dialog.model.fitExpertsPerLayer > 0
+                          ? qsTr("attention, routers: resident")
+                          : dialog.model.fitStreamedLayers > 0
                           ? qsTr("%1 of %2 layers stream from host memory")
                                 .arg(dialog.model.fitStreamedLayers)
                                 .arg(dialog.model.fitResidentLayers + dialog.model.fitStreamedLayers)
@@ -128,6 +130,80 @@ GranuleDialog {
                     value: Units.bytes(dialog.model.fitStagingBytes)
                 }
             }
+            // A mixture of experts: attention and routers of every layer stay resident (the
+            // strip above); experts fill the rest of the budget, the others are read over PCIe.
+            ColumnLayout {
+                Layout.fillWidth: true
+                visible: dialog.model.fitExpertsPerLayer > 0
+                spacing: 4
+                RowLayout {
+                    Layout.fillWidth: true
+                    LegendItem {
+                        swatch: Theme.residentLayer
+                        name: qsTr("experts in VRAM")
+                        value: Units.count(dialog.model.fitResidentExperts)
+                    }
+                    Label {
+                        Layout.fillWidth: true
+                        horizontalAlignment: Text.AlignRight
+                        text: dialog.model.fitFewestExpertsInALayer === dialog.model.fitMostExpertsInALayer
+                              ? qsTr("%1 of %2 per layer, %3 routed per token")
+                                    .arg(dialog.model.fitMostExpertsInALayer)
+                                    .arg(dialog.model.fitExpertsPerLayer).arg(dialog.model.fitExpertsUsed)
+                              : qsTr("%1–%2 of %3 per layer, %4 routed per token")
+                                    .arg(dialog.model.fitFewestExpertsInALayer)
+                                    .arg(dialog.model.fitMostExpertsInALayer)
+                                    .arg(dialog.model.fitExpertsPerLayer).arg(dialog.model.fitExpertsUsed)
+                        color: Theme.text
+                        font.pixelSize: Theme.smallFontSize
+                    }
+                }
+                Rectangle {
+                    // The share of experts the budget holds.
+                    Layout.fillWidth: true
+                    implicitHeight: 10
+                    radius: 2
+                    color: Theme.streamedLayer
+                    Rectangle {
+                        height: parent.height
+                        radius: 2
+                        width: parent.width * dialog.model.fitResidentExperts / Math.max(1, dialog.model.fitTotalExperts)
+                        color: Theme.residentLayer
+                    }
+                }
+                GridLayout {
+                    Layout.fillWidth: true
+                    columns: 2
+                    columnSpacing: Theme.padding
+                    rowSpacing: 2
+                    StatRow {
+                        name: qsTr("always resident")
+                        value: Units.bytes(dialog.model.fitAlwaysResidentBytes)
+                    }
+                    StatRow {
+                        name: qsTr("one expert")
+                        value: Units.bytes(dialog.model.fitExpertBytes)
+                    }
+                    StatRow {
+                        Layout.columnSpan: 2
+                        visible: dialog.model.fitGpu
+                        name: qsTr("experts over PCIe per token (uniform routing)")
+                        value: Units.bytes(dialog.model.fitExpertPcieBytesPerToken)
+                    }
+                }
+                Label {
+                    Layout.fillWidth: true
+                    visible: dialog.model.fitGpu && dialog.model.fitExpertPcieBytesPerToken > 0
+                    wrapMode: Text.Wrap
+                    color: Theme.text
+                    font.pixelSize: Theme.smallFontSize
+                    text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 of experts per token over %3, %4); a skewed router reads less once its hot experts are resident.")
+                              .arg(dialog.model.fitPcieTokensPerSecond.toFixed(1))
+                              .arg(Units.bytes(dialog.model.fitExpertPcieBytesPerToken))
+                              .arg(Units.rate(dialog.model.fitH2dBytesPerSecond))
+                              .arg(dialog.model.fitH2dMeasured ? qsTr("measured") : qsTr("assumed PCIe 4.0 x16"))
+                }
+            }
             Label {
                 // The PCIe bound: every decode step copies the streamed layers once.
                 Layout.fillWidth: true
@@ -147,7 +223,11 @@ GranuleDialog {
                 wrapMode: Text.Wrap
                 color: Theme.errorText
                 font.pixelSize: Theme.smallFontSize
-                text: qsTr("The budget %1 is below the %2 this model needs at least (fixed weights, staging, workspace and KV).")
+                text: dialog.model.fitExpertsPerLayer > 0
+                      ? qsTr("The budget %1 is below the %2 this model needs at least (embeddings, attention, routers, workspace and KV; experts can all stay in host memory).")
+                            .arg(Units.bytes(dialog.model.fitBudgetBytes))
+                            .arg(Units.bytes(dialog.model.fitMinimumBudgetBytes))
+                      : qsTr("The budget %1 is below the %2 this model needs at least (fixed weights, staging, workspace and KV).")
                           .arg(Units.bytes(dialog.model.fitBudgetBytes))
                           .arg(Units.bytes(dialog.model.fitMinimumBudgetBytes))
             }

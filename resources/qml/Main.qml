@@ -14,6 +14,7 @@ ApplicationWindow {
     required property ErrorReporter errors
     required property WindowSettings settings
     required property ApiServerController server
+    required property HubController hub
 
     width: 1400
     height: 860
@@ -136,10 +137,20 @@ ApplicationWindow {
         id: modelsPage
         objectName: "modelsPage"
         model: window.model
+        hub: window.hub
         onOpenFileRequested: {
             close()
             fileDialog.open()
         }
+        onDownloadRequested: {
+            close()
+            hubPage.open()
+        }
+    }
+    HubPage {
+        id: hubPage
+        objectName: "hubPage"
+        hub: window.hub
     }
     FitPreviewDialog { model: window.model }
     SettingsDialog {
@@ -150,7 +161,13 @@ ApplicationWindow {
         telemetry: window.telemetry
         server: window.server
     }
-    ChatSettingsDrawer { id: chatSettings; objectName: "chatSettings"; height: window.height; chats: window.chats }
+    ChatSettingsDrawer {
+        id: chatSettings
+        objectName: "chatSettings"
+        height: window.height
+        chats: window.chats
+        reasoningFormat: window.model.reasoningFormat
+    }
 
     Binding {
         target: Theme

@@ -1,4 +1,5 @@
-// MemoryDock: the three live panels stacked, collapsible to a thin strip.
+// MemoryDock: the live panels stacked (the expert panel only for a mixture of experts),
+// collapsible to a thin strip.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -55,6 +56,13 @@ Rectangle {
             width: parent.width
             spacing: Theme.spacing
             MemoryPanel {
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
+                telemetry: dock.telemetry
+            }
+            ExpertPanel {
+                // Shows itself only for a mixture of experts, right under the VRAM it explains.
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing

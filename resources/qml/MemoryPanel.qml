@@ -262,8 +262,20 @@ PanelFrame {
         font.pixelSize: Theme.smallFontSize
     }
     Label {
+        // Finished chats keep their KV for their next turn (the engine's kv_reuse): say what
+        // is kept rather than that nothing is.
+        readonly property int keptChats: panel.frame.scheduler.keptChats
+        readonly property int swappedChats: panel.frame.scheduler.swappedChats
         visible: panel.frame.hasEngine && chatRows.count === 0
-        text: qsTr("No chat is holding KV right now.")
+        Layout.fillWidth: true
+        wrapMode: Text.WordWrap
+        text: keptChats + swappedChats === 0
+              ? qsTr("No chat is holding KV right now.")
+              : qsTr("No chat is generating; KV kept for the next turn: %1 for %2 chat(s)")
+                    .arg(Units.bytes(panel.frame.scheduler.keptKvBytes)).arg(keptChats)
+                + (swappedChats === 0 ? "."
+                   : qsTr(", %1 for %2 chat(s) moved to host memory.")
+                         .arg(Units.bytes(panel.frame.scheduler.swappedKvBytes)).arg(swappedChats))
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
     }

@@ -2,7 +2,8 @@
 // the streaming message shows tokens/s; assistant messages can be regenerated, user
 // messages edited and resent (the actions show on hover, in the header row); a turn with
 // several versions shows ‹ 2/3 › to switch between them; each answer says why it stopped,
-// and one cut at the length limit can be continued.
+// and one cut at the length limit can be continued. A reasoning model's reasoning sits above
+// the answer in a collapsible Thinking block.
 pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
@@ -24,6 +25,9 @@ Item {
     required property int versionCount
     required property double timeToFirstTokenMs
     required property bool viewStartsHere
+    required property string reasoning
+    required property double reasoningMs
+    required property bool thinking
     // Why the chat waits ("slot", "memory", or ""): an unstarted answer says so instead of
     // "thinking".
     property string waitingReason: ""
@@ -171,6 +175,14 @@ Item {
                         onClicked: message.chats.regenerate(message.index)
                     }
                 }
+            }
+
+            ThinkingBlock {
+                Layout.fillWidth: true
+                visible: !message.fromUser && message.reasoning.length > 0
+                reasoning: message.reasoning
+                reasoningMs: message.reasoningMs
+                thinking: message.thinking
             }
 
             Repeater {

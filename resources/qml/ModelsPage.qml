@@ -11,7 +11,9 @@ import QtQuick.Layouts
 GranuleDialog {
     id: page
     required property ModelController model
+    required property HubController hub
     signal openFileRequested()
+    signal downloadRequested()
 
     title: qsTr("Models")
     width: Math.min(720, parent ? parent.width - 2 * Theme.spacingXLarge : 720)
@@ -39,6 +41,15 @@ GranuleDialog {
                 onClicked: folderDialog.open()
                 ToolTip.visible: hovered
                 ToolTip.text: qsTr("Also list the GGUF files of another folder")
+            }
+            Button {
+                objectName: "downloadButton"
+                text: qsTr("Download…")
+                font.pixelSize: Theme.fontSize
+                visible: page.hub.available
+                onClicked: page.downloadRequested()
+                ToolTip.visible: hovered
+                ToolTip.text: qsTr("Find models on the Hugging Face Hub, see how they fit before downloading")
             }
             PrimaryButton {
                 objectName: "openFileButton"

@@ -262,6 +262,16 @@ GranuleDialog {
                 onEditingFinished: dialog.server.apiKey = text
             }
             Label {
+                // The key is kept in the system keychain; without one, for this session.
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                visible: dialog.server.apiKeyNote.length > 0
+                wrapMode: Text.Wrap
+                color: Theme.warning
+                font.pixelSize: Theme.smallFontSize
+                text: dialog.server.apiKeyNote
+            }
+            Label {
                 objectName: "serveStatus"
                 Layout.columnSpan: 2
                 Layout.fillWidth: true

@@ -143,7 +143,49 @@ class ModelsTest : public QObject {
     QCOMPARE(model.roleNames().value(MessageModel::SpeakerRole), QByteArray("speaker"));
     QCOMPARE(model.roleNames().value(MessageModel::TimeToFirstTokenMsRole),
              QByteArray("timeToFirstTokenMs"));
-    QCOMPARE(model.roleNames().size(), 13);
+    QCOMPARE(model.roleNames().size(), 16);
+  }
+
+  // A reasoning model's reply: reasoning streams apart from the answer, its time runs until
+  // the answer starts, Thinking holds while there is no answer; the store keeps both.
+  void messageModelKeepsReasoningApartAndTheStoreKeepsIt() {
+    MessageModel model;
+    const int row = model.append(StoredMessage{0, 7, 1, "assistant", "", 0, "", 0}, true);
+    const QModelIndex i = model.index(row);
+    model.appendText(row, "", 3, 0.0, "The user asks");
+    QVERIFY(model.data(i, MessageModel::ThinkingRole).toBool());
+    model.appendText(row, "", 2, 1.5, " for 2+2.");
+    QCOMPARE(model.data(i, MessageModel::ReasoningMsRole).toDouble(), 1500.0);
+    QVERIFY(model.data(i, MessageModel::ThinkingRole).toBool());
+    model.appendText(row, "4.", 1, 2.0);
+    QVERIFY(!model.data(i, MessageModel::ThinkingRole).toBool());
+    QCOMPARE(model.data(i, MessageModel::ReasoningMsRole).toDouble(), 2000.0);
+    model.appendText(row, " Done.", 1, 3.0);
+    QCOMPARE(model.data(i, MessageModel::ReasoningMsRole).toDouble(), 2000.0);  // stopped
+    QCOMPARE(model.data(i, MessageModel::ReasoningRole).toString(),
+             QStringLiteral("The user asks for 2+2."));
+    QCOMPARE(model.data(i, MessageModel::ContentRole).toString(), QStringLiteral("4. Done."));
+    QCOMPARE(model.roleNames().value(MessageModel::ReasoningMsRole), QByteArray("reasoningMs"));
+
+    QTemporaryDir dir;
+    ChatStore store(dir.filePath("granule.sqlite"));
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    StoredConversation chat;
+    chat.title = "math";
+    chat.sampling.reasoning = "off";
+    const qint64 chat_id = store.createConversation(chat).value();
+    StoredMessage reply = model.message(row);
+    reply.conversation_id = chat_id;
+    reply.position = 0;
+    reply.id = store.insertMessage(reply).value();
+    reply.reasoning += " Sure.";
+    QVERIFY(store.updateMessage(reply));
+    const QList<StoredMessage> stored = store.messages(chat_id);
+    QCOMPARE(stored.size(), 1);
+    QCOMPARE(stored[0].reasoning, QStringLiteral("The user asks for 2+2. Sure."));
+    QCOMPARE(stored[0].reasoning_ms, 2000.0);
+    QCOMPARE(store.conversations().at(0).sampling.reasoning, QStringLiteral("off"));
+    QVERIFY(chatToJson(store.conversations().at(0), stored).contains("\"reasoning\""));
   }
 
   void conversationListOrdersFiltersAndRestores() {

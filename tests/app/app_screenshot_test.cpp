@@ -17,6 +17,7 @@
 #include <set>
 
 #include "application.h"
+#include "expert_recording.h"
 #include "fake_inference_engine.h"
 #include "granule/testkit/synthetic_model.h"
 #include "telemetry_json_writer.h"
@@ -46,6 +47,15 @@ std::vector<std::string> replyWords() {
   }
   if (!word.empty()) words.push_back(word);
   return words;
+}
+
+// The first visible item named `name` under `root` (delegates of a ListView included; a
+// view keeps hidden ones for reuse), or null.
+QQuickItem* findItem(QQuickItem* root, const QString& name) {
+  if (root->objectName() == name && root->isVisible()) return root;
+  for (QQuickItem* child : root->childItems())
+    if (QQuickItem* found = findItem(child, name)) return found;
+  return nullptr;
 }
 
 QString screenshotDir() {
@@ -151,6 +161,25 @@ class ScreenshotTest : public QObject {
     const QString path = screenshotDir() + QLatin1Char('/') + name;
     QVERIFY(image.save(path));
     qInfo("saved %s", qPrintable(path));
+  }
+  // One panel of the dock, scrolled into view first when the dock's ScrollView hides it.
+  void savePanel(QQuickWindow* window, QQuickItem* panel, const QString& name) {
+    for (QQuickItem* p = panel->parentItem(); p; p = p->parentItem()) {
+      if (p->inherits("QQuickFlickable")) {
+        const double top =
+            panel->mapToItem(p->property("contentItem").value<QQuickItem*>(), QPointF(0, 0)).y();
+        const double room = p->height() - panel->height();
+        p->setProperty("contentY", std::max(0.0, top - std::max(0.0, room)));
+        break;
+      }
+    }
+    QTest::qWait(200);
+    const QRectF rect = panel->mapRectToScene(QRectF(0, 0, panel->width(), panel->height()));
+    const QImage image = window->grabWindow().copy(rect.toAlignedRect().adjusted(-4, -4, 4, 4));
+    QVERIFY(!image.isNull());
+    QVERIFY2(distinctColours(image) > 20, qPrintable(name + " looks blank"));
+    QVERIFY(image.save(screenshotDir() + QLatin1Char('/') + name));
+    qInfo("saved %s", qPrintable(screenshotDir() + QLatin1Char('/') + name));
   }
 
  private Q_SLOTS:
@@ -355,6 +384,38 @@ class ScreenshotTest : public QObject {
     qunsetenv("GRANULE_DEFAULT_MODEL");
   }
 
+  // A mixture of experts under a budget holding half its experts (48 layers × 128, top-8,
+  // Zipf routing; tests/app/expert_recording.h), replayed: the expert panel's grid with the
+  // hot experts moving into VRAM, its hit rate and PCIe figures, light and dark. The
+  // recording stays beside the PNGs for replay_screenshot.sh.
+  void replayOfAnExpertSession() {
+    QTemporaryDir dir;
+    const QString frames = screenshotDir() + QStringLiteral("/expert_session.jsonl");
+    {
+      QFile file(frames);
+      QVERIFY(file.open(QIODevice::WriteOnly));
+      file.write(testing::expertSessionJsonl({}));
+    }
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {}, frames);
+    QVERIFY(s);
+    QTRY_VERIFY_WITH_TIMEOUT(s->app.replay()->finished(), 10000);
+    QCOMPARE(s->app.telemetry()->latest().engine.experts.n_expert, 128);
+    auto* panel = s->window->findChild<QQuickItem*>(QStringLiteral("expertPanel"));
+    QVERIFY(panel);
+    QTRY_VERIFY(panel->isVisible());
+    save(s->window, QStringLiteral("experts-light.png"));
+    save(s->window, QStringLiteral("experts-dock-light.png"), true);
+    savePanel(s->window, panel, QStringLiteral("experts-panel-light.png"));
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("experts-dark.png"));
+    save(s->window, QStringLiteral("experts-dock-dark.png"), true);
+    savePanel(s->window, panel, QStringLiteral("experts-panel-dark.png"));
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
+  }
+
   void emptyStateWithoutAModel() {
     QTemporaryDir dir;
     qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
@@ -389,6 +450,73 @@ class ScreenshotTest : public QObject {
     qunsetenv("GRANULE_DEFAULT_MODEL");
   }
 
+  // The fit preview of a mixture of experts (qwen3-30b-a3b's shape on a 12 GiB budget, the
+  // figures Engine::estimate gives for it): the expert plan below the layer strip. The file
+  // previewed is a dense synthetic one; its estimate is replaced by the mixture's.
+  void fitPreviewOfAMixtureOfExperts() {
+    QTemporaryDir dir;
+    const QString model = dir.filePath("qwen3-30b-a3b-shaped.gguf");
+    granule::write_synthetic_model(granule::SyntheticModelSpec::preset("tiny"),
+                                   model.toStdString());
+    qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
+    auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {});
+    QVERIFY(s);
+    s->app.model()->previewFile(model);
+    QTRY_COMPARE_WITH_TIMEOUT(s->app.model()->status(), ModelController::Status::Previewing, 10000);
+    granule::FitEstimate fit;
+    fit.config.name = "Qwen3 30B A3B";
+    fit.config.architecture = "qwen3moe";
+    fit.config.n_layer = 48;
+    fit.config.context_length = 40960;
+    fit.block_type = "Q4_K";
+    fit.gpu = true;
+    fit.device = "CUDA NVIDIA H200";
+    fit.budget_bytes = 12ull << 30;
+    fit.chats = 8;
+    fit.context_per_chat = 4096;
+    fit.kv_bytes_per_token = 98304;
+    fit.workspace_bytes = (64ull << 20) + 151936 * 4;
+    fit.kv_reserve_bytes = 512 * fit.kv_bytes_per_token;
+    fit.loads = true;
+    fit.minimum_budget_bytes = 1'004'042'240 + fit.workspace_bytes + fit.kv_reserve_bytes;
+    fit.resident_layers = 48;
+    fit.layer_streamed.assign(48, false);
+    fit.experts.n_expert = 128;
+    fit.experts.n_expert_used = 8;
+    fit.experts.always_resident_bytes = 1'004'042'240;
+    fit.experts.expert_bytes = 3'059'712;
+    fit.experts.experts_bytes = 17'553'162'240;
+    fit.weights_bytes = fit.experts.always_resident_bytes + fit.experts.experts_bytes;
+    fit.experts.resident_experts = 3844;
+    for (int l = 0; l < 48; ++l) fit.experts.resident_per_layer.push_back(l % 12 == 0 ? 81 : 80);
+    fit.experts.pcie_bytes_per_token = 8 * 48 * (48.0 / 128) * 2.86e6;
+    fit.h2d_bytes_per_second = 55.4e9;
+    fit.h2d_measured = true;
+    fit.experts.pcie_tokens_per_second =
+        fit.h2d_bytes_per_second / fit.experts.pcie_bytes_per_token;
+    fit.pcie_tokens_per_second = fit.experts.pcie_tokens_per_second;
+    fit.kv_capacity_tokens = 512;
+    fit.max_context_per_chat = 64;
+    ModelInfo info{model, "Qwen3 30B A3B", "qwen3moe", "Q4_K"};
+    info.file_bytes = 18'557'204'480;
+    info.parameters = 30'532'122'624;
+    info.layers = 48;
+    info.trained_context = 40960;
+    s->app.model()->onModelInspected(info, fit);
+    QCOMPARE(s->app.model()->fitExpertsPerLayer(), 128);
+    QCOMPARE(s->app.model()->fitTotalExperts(), 6144);
+    QCOMPARE(s->app.model()->fitFewestExpertsInALayer(), 80);
+    QCOMPARE(s->app.model()->fitMostExpertsInALayer(), 81);
+    QTest::qWait(400);  // the dialog's open transition
+    save(s->window, QStringLiteral("fit-preview-experts-light.png"));
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("fit-preview-experts-dark.png"));
+    s->app.model()->cancelPreview();
+    s->app.shutdown();
+    qunsetenv("GRANULE_DEFAULT_MODEL");
+  }
+
   void chatSettingsDrawerShowsTheChatsSettings() {
     QTemporaryDir dir;
     auto s = openOnFakeModel(dir, testing::fakeEngineFactory());
@@ -405,6 +533,80 @@ class ScreenshotTest : public QObject {
     QTest::qWait(1500);  // the drawer slides in
     QVERIFY(drawer->property("visible").toBool());
     save(s->window, QStringLiteral("chat-settings-light.png"));
+    s->app.shutdown();
+  }
+
+  // A reasoning model's reply: the Thinking block open while it thinks, collapsed with its
+  // duration once the answer starts, opened again by a click; the chat's reasoning setting
+  // in the drawer, and "Off" reaching the template as enable_thinking false.
+  void reasoningShowsACollapsibleThinkingBlock() {
+    QTemporaryDir dir;
+    testing::FakeEngineScript script;
+    script.reasoning_format = "think";
+    script.step_delay_ms = 40;
+    script.reply_words = {"<think>", "\n",       "The ",    "user ",    "wants ",    "three ",
+                          "days ",   "in ",      "Kyoto. ", "Rain ",    "is ",       "likely ",
+                          "in ",     "June, ",   "so ",     "one ",     "indoor ",   "option ",
+                          "each ",   "day.",     "\n",      "</think>", "\n\n",      "**Day ",
+                          "1:** ",   "Fushimi ", "Inari ",  "at ",      "dawn; ",    "if ",
+                          "it ",     "rains, ",  "the ",    "Kyoto ",   "National ", "Museum."};
+    testing::FakeEngineLog log;
+    auto s = openOnFakeModel(dir, testing::fakeEngineFactory(script, &log));
+    QVERIFY(s);
+    QCOMPARE(s->app.model()->reasoningFormat(), QStringLiteral("think"));
+    ChatController* chats = s->app.chats();
+    chats->selectChat(s->trip_chat);
+    chats->samplingEditor()->setMaxTokens(36);
+    chats->send(QStringLiteral("Plan three days in Kyoto, with one rainy-day option."));
+    MessageModel* messages = chats->messages();
+    const int row = 1;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        messages->data(messages->index(row), MessageModel::ReasoningRole).toString().size() > 20,
+        5000);
+    QVERIFY(messages->data(messages->index(row), MessageModel::ThinkingRole).toBool());
+    QVERIFY(messages->data(messages->index(row), MessageModel::ContentRole).toString().isEmpty());
+    save(s->window, QStringLiteral("thinking-open-light.png"));
+
+    QTRY_VERIFY_WITH_TIMEOUT(!chats->currentGenerating(), 10000);
+    const QString reasoning =
+        messages->data(messages->index(row), MessageModel::ReasoningRole).toString();
+    QCOMPARE(reasoning,
+             QStringLiteral("The user wants three days in Kyoto. Rain is likely in June, "
+                            "so one indoor option each day."));
+    QVERIFY(messages->data(messages->index(row), MessageModel::ContentRole)
+                .toString()
+                .startsWith(QStringLiteral("**Day 1:** Fushimi Inari")));
+    QVERIFY(!messages->data(messages->index(row), MessageModel::ThinkingRole).toBool());
+    QVERIFY(messages->data(messages->index(row), MessageModel::ReasoningMsRole).toDouble() > 0);
+    save(s->window, QStringLiteral("thinking-collapsed-light.png"));
+
+    // Stored with the message: a reloaded chat shows the same block.
+    const QList<StoredMessage> stored = s->app.store().messages(s->trip_chat);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[1].reasoning, reasoning);
+
+    setTheme(*s, QStringLiteral("dark"));
+    QTest::qWait(200);
+    QQuickItem* toggle = findItem(s->window->contentItem(), QStringLiteral("thinkingToggle"));
+    QVERIFY(toggle);
+    QQuickItem* block = toggle->parentItem();
+    QVERIFY(block && !block->property("expanded").toBool());
+    QVERIFY(QMetaObject::invokeMethod(toggle, "clicked"));
+    QTRY_VERIFY(block->property("expanded").toBool());
+    save(s->window, QStringLiteral("thinking-expanded-dark.png"));
+
+    // The chat's setting: Off reaches the template as enable_thinking false.
+    setTheme(*s, QStringLiteral("light"));
+    QObject* drawer = s->window->findChild<QObject*>(QStringLiteral("chatSettings"));
+    QVERIFY(drawer);
+    QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
+    QTest::qWait(1500);  // the drawer slides in
+    chats->samplingEditor()->setReasoning(QStringLiteral("off"));
+    QTest::qWait(200);
+    save(s->window, QStringLiteral("chat-settings-reasoning-light.png"));
+    chats->send(QStringLiteral("And a fourth day?"));
+    QTRY_COMPARE_WITH_TIMEOUT(log.last_enable_thinking.load(), 0, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(!chats->currentGenerating(), 10000);
     s->app.shutdown();
   }
 

@@ -38,6 +38,9 @@ struct FakeEngineScript {
   quint64 kv_reserved_per_sequence = 256ull << 20;
   // When set, replies are these words (cycled) instead of "w0 w1 …".
   std::vector<std::string> reply_words;
+  // ModelInfo::reasoning_format: "think" or "harmony" makes the worker split the reply's
+  // reasoning from its answer (reply_words then carry the tags).
+  std::string reasoning_format;
   // When > 0, only the first this-many sequences advance; later ones wait, as chats do when
   // the KV budget holds them back (reported as waiting in the telemetry).
   int max_running = 0;
@@ -58,6 +61,8 @@ struct FakeEngineLog {
   std::atomic<int> destroyed{0};
   std::atomic<quint64> budget_at_open{0};  // EngineOptions::vram_budget_bytes the factory got
   std::atomic<int> budget_changes{0};      // set_vram_budget calls that were applied
+  // The template variables of the last request: 1 = enable_thinking true, 0 = false, -1 unset.
+  std::atomic<int> last_enable_thinking{-1};
 };
 
 class FakeInferenceEngine final : public InferenceEngine {
@@ -79,6 +84,7 @@ class FakeInferenceEngine final : public InferenceEngine {
     info.block_type = QStringLiteral("Q4_1");
     info.device = QStringLiteral("CPU (fake)");
     info.engine_context = 4096;
+    info.reasoning_format = QString::fromStdString(script_.reasoning_format);
     return info;
   }
 
@@ -87,6 +93,10 @@ class FakeInferenceEngine final : public InferenceEngine {
     if (script_.refuse_submit)
       throw CapacityError("prompt of 9000 tokens exceeds the context of 4096");
     const SequenceId id = next_id_++;
+    if (log_)
+      log_->last_enable_thinking = request.chat_options.enable_thinking
+                                       ? (*request.chat_options.enable_thinking ? 1 : 0)
+                                       : -1;
     const int prompt = promptTokens(request);
     running_[id] = Running{std::move(request), 0, false, prompt};
     if (log_) log_->submitted++;

@@ -1,22 +1,29 @@
 // gpt-oss on the CPU reference backend (issue 36): its attention config read from GGUF (sinks,
 // output bias, sliding-window layers and their pattern, YaRN), YaRN's rope against ggml's
-// formula, the sink in the softmax, the window in a whole forward pass; whole synthetic gpt-oss
-// files against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt, from
-// tests/reference/make_llama_cpp_goldens.sh); and the synthetic writer's router skew, measured
-// as routing counts per expert on the CPU.
+// formula, the sink in the softmax, the window in a whole forward pass, Device Auto on the CPU
+// where CUDA refuses the file (head size 32: tests/gpu/gptoss_gpu_test.cpp runs gpt-oss on the
+// GPU at head size 64); whole synthetic gpt-oss files (and YaRN on a dense
+// Qwen2 file) against llama.cpp's CPU logits and greedy tokens (tests/data/reference/<case>.txt,
+// from tests/reference/make_llama_cpp_goldens.sh); the synthetic writer's router skew, measured
+// as routing counts per expert on the CPU; and its random-block mode.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
 
+#include "backends/backend.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
+#include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -158,6 +165,28 @@ TEST(GptOssConfig, RealShapePreset) {
   EXPECT_EQ(s.expert_type, T::MXFP4);
   EXPECT_TRUE(s.attn_sinks && s.attn_output_bias && s.qkv_bias && s.expert_biases);
 }
+
+#ifdef GRANULE_HAVE_CUDA
+// The case: the CUDA backend runs gpt-oss's attention (sinks, output bias, sliding windows,
+// YaRN) and a dense model with YaRN scaling; the tiny preset's head size 32 its kernels do not
+// have, so Device Auto runs that file on the CPU.
+TEST(GptOssConfig, CudaBackendRefusesOnlyWhatItDoesNotRun) {
+  Loaded oss(SyntheticModelSpec::preset("tiny-gpt-oss"));
+  EXPECT_NE(cuda_model_refusal(oss.config, oss.weights).find("head sizes"), std::string::npos);
+  SyntheticModelSpec wide = SyntheticModelSpec::preset("tiny-gpt-oss");
+  wide.head_dim = 64;
+  Loaded oss64(wide);
+  EXPECT_EQ(cuda_model_refusal(oss64.config, oss64.weights), "");
+  SyntheticModelSpec dense = SyntheticModelSpec::preset("small-256");
+  dense.architecture = "qwen2";
+  dense.yarn_rope_scaling = true;
+  dense.rope_scaling_factor = 4.0f;
+  dense.rope_original_context = 512;
+  Loaded yarn(dense);
+  EXPECT_EQ(yarn.config.rope_scaling.type, "yarn");
+  EXPECT_EQ(cuda_model_refusal(yarn.config, yarn.weights), "");
+}
+#endif
 
 // ---- rope -----------------------------------------------------------------------------------
 
@@ -353,6 +382,50 @@ TEST(GptOssAttention, DecodeMatchesPrefillPastTheWindow) {
   }
 }
 
+// The case: the engine opens a gpt-oss file with Device Auto on the CPU (CUDA refuses the
+// preset's head size 32), with the CPU backend's logits; Device Cuda is a DeviceError — where a
+// GPU is present, the CUDA backend's refusal.
+TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss");
+  test::TempModel file(spec, "gptoss-engine");
+  EngineOptions options;
+  options.device = DeviceKind::Auto;
+  options.context_length = 64;
+  options.max_sequences = 2;
+  options.cpu_threads = 2;
+  std::unique_ptr<Engine> engine;
+  ASSERT_NO_THROW(engine = Engine::open(file.path, options));
+  EXPECT_EQ(engine->device_name().rfind("CPU", 0), 0u) << engine->device_name();
+  const std::vector<int32_t> tokens = {1, 45, 300, 7, 99, 256, 12, 3, 200, 150, 17, 64};
+  const auto logits = engine->logits_for(tokens);
+  ASSERT_EQ(logits.size(), tokens.size());
+  CpuModel direct(file.path);
+  const std::vector<float> expected = direct.run(0, tokens, 0, true);
+  const auto vocab = static_cast<size_t>(direct.config.n_vocab);
+  for (size_t r = 0; r < tokens.size(); ++r)
+    EXPECT_EQ(logits[r],
+              std::vector<float>(expected.begin() + r * vocab, expected.begin() + (r + 1) * vocab));
+  engine.reset();
+
+  options.device = DeviceKind::Cuda;
+  std::string message;
+  try {
+    Engine::open(file.path, options);
+  } catch (const DeviceError& e) {
+    message = e.what();
+  }
+  EXPECT_FALSE(message.empty()) << "DeviceKind::Cuda opened gpt-oss";
+#ifdef GRANULE_HAVE_CUDA
+  bool gpu = true;
+  try {
+    probe_cuda_device();
+  } catch (const DeviceError&) {
+    gpu = false;
+  }
+  if (gpu) EXPECT_NE(message.find("head sizes"), std::string::npos) << message;
+#endif
+}
+
 // ---- whole files against llama.cpp ----------------------------------------------------------
 
 struct ModelCase {
@@ -367,10 +440,19 @@ struct ModelCase {
 // the device rounding contract (int8 expert inputs too); the two int8 roundings still differ
 // (f16 block scale and Divide for down in the contract), and a near-tie in the router can
 // flip an expert: a looser bound, the greedy tokens identical.
+// And YaRN alone on a dense Qwen2 file (factor 4 over an original context of 16, so the ramp
+// spans several pairs), which llama.cpp scales as it scales gpt-oss.
 std::vector<ModelCase> llama_cpp_cases() {
+  SyntheticModelSpec yarn = SyntheticModelSpec::preset("tiny-qwen2");
+  yarn.yarn_rope_scaling = true;
+  yarn.rope_scaling_factor = 4.0f;
+  yarn.rope_original_context = 16;
+  yarn.rope_theta = 10000.0f;
+  yarn.seed = 32;
   return {
       {"tiny-gpt-oss", SyntheticModelSpec::preset("tiny-gpt-oss"), 1e-4},
       {"tiny-gpt-oss-mxfp4", SyntheticModelSpec::preset("tiny-gpt-oss-mxfp4"), 5e-2, true},
+      {"tiny-qwen2-yarn", yarn, 1e-4},
   };
 }
 
@@ -535,6 +617,70 @@ TEST(RouterSkew, UniformAndZipfLikeRoutingCounts) {
       }
     }
   }
+}
+
+// ---- the writer's random-block mode (granule-write-model) ------------------------------------
+
+// Root mean square of a tensor's decoded values.
+double tensor_rms(const TensorInfo& t) {
+  std::vector<float> v(static_cast<size_t>(t.elements()));
+  dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, v.data(), t.elements());
+  double sum = 0;
+  for (float x : v) {
+    EXPECT_TRUE(std::isfinite(x)) << t.name;
+    sum += static_cast<double>(x) * x;
+  }
+  return std::sqrt(sum / static_cast<double>(v.size()));
+}
+
+// The case: random_blocks writes the same tensors, types and shapes as the seeded writer, its
+// large tensors decode to finite values of the same size (RMS within 5%) but other values, the
+// bytes do not depend on how write() slices rows among threads (write() and to_bytes() agree),
+// and the file runs: finite logits on the CPU.
+TEST(RandomBlocks, ValidBlocksOfTheSeededMagnitude) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss-mxfp4");
+  spec.n_embd = 256;
+  spec.n_ff_exp = 512;
+  spec.n_expert = 32;
+  spec.n_vocab = 4096;
+  spec.embedding_type = T::Q8_0;
+  spec.output_type = T::Q6_K;
+  spec.n_layer = 2;
+  test::TempModel seeded(spec, "seeded");
+  spec.random_blocks = true;
+  test::TempModel random(spec, "random");
+  EXPECT_EQ(build_synthetic_model(spec).to_bytes().size(), fs::file_size(random.path));
+  {
+    const std::vector<uint8_t> bytes = build_synthetic_model(spec).to_bytes();
+    std::ifstream in(random.path, std::ios::binary);
+    const std::vector<uint8_t> on_disk((std::istreambuf_iterator<char>(in)),
+                                       std::istreambuf_iterator<char>());
+    EXPECT_TRUE(bytes == on_disk) << "write() and to_bytes() differ";
+  }
+  auto a = ModelFile::open(seeded.path);
+  auto b = ModelFile::open(random.path);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  int large = 0;
+  for (size_t i = 0; i < a->tensors().size(); ++i) {
+    const TensorInfo& ta = a->tensors()[i];
+    const TensorInfo& tb = b->tensors()[i];
+    ASSERT_EQ(ta.name, tb.name);
+    EXPECT_EQ(ta.dims, tb.dims) << ta.name;
+    EXPECT_EQ(ta.ggml_type, tb.ggml_type) << ta.name;
+    const bool same = std::memcmp(ta.data, tb.data, ta.size_bytes) == 0;
+    if (ta.size_bytes < (64u << 10)) {
+      EXPECT_TRUE(same) << ta.name << ": small tensors keep their seeded values";
+      continue;
+    }
+    ++large;
+    EXPECT_FALSE(same) << ta.name;
+    const double ra = tensor_rms(ta), rb = tensor_rms(tb);
+    EXPECT_NEAR(rb / ra, 1.0, 0.05) << ta.name;
+  }
+  EXPECT_GE(large, 3) << "the test covers large tensors (experts, embeddings, head)";
+  CpuModel m(random.path);
+  const std::vector<float> logits = m.run(0, {1, 2, 3, 4}, 0, false);
+  for (float x : logits) ASSERT_TRUE(std::isfinite(x));
 }
 
 }  // namespace

@@ -293,6 +293,49 @@ TEST(Engine, ChatSubmissionUsesTemplateAndSpecialTokens) {
   EXPECT_NE(from_chat, continuation(altered)) << "the model cannot tell these prompts apart";
 }
 
+// A template that opens <think> (Qwen3's generation prompt) tells the sink the reply starts
+// inside the reasoning; chat_options reach the template (enable_thinking false closes it).
+TEST(Engine, ThinkTemplateReportsOpenedReasoningAndTakesChatOptions) {
+  if (!ChatTemplate::jinja_available()) GTEST_SKIP() << "this build has no Jinja engine";
+  auto spec = SyntheticModelSpec::preset("tiny");
+  spec.chat_template =
+      "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ "
+      "'<|im_start|>assistant\\n' }}{%- if enable_thinking is defined and enable_thinking is "
+      "false %}{{ '<think>\\n\\n</think>\\n\\n' }}{%- else %}{{ '<think>\\n' }}{%- endif %}"
+      "{%- endif %}";
+  TempModel model(spec, "granule_engine");
+  auto engine = Engine::open(model.path, cpu_options());
+  ASSERT_NE(engine->chat_template(), nullptr);
+  EXPECT_TRUE(engine->chat_template()->uses_jinja());
+  EXPECT_EQ(engine->chat_template()->reasoning_format(), ReasoningFormat::Think);
+  auto prompt_of = [&](std::optional<bool> enable_thinking) {
+    test::Outputs out;
+    Request r = chat_request({{}, 2}, out);
+    r.prompt_tokens.reset();
+    r.messages = {{"user", "hi"}};
+    r.chat_options.enable_thinking = enable_thinking;
+    std::optional<PromptInfo> info;
+    r.sink.on_prompt = [&info](SequenceId, const PromptInfo& i) { info = i; };
+    const SequenceId id = engine->submit(std::move(r));
+    run_to_idle(*engine);
+    EXPECT_EQ(out[id].finishes, 1);
+    EXPECT_TRUE(info.has_value());
+    const PromptInfo got = info.value_or(PromptInfo{});
+    return std::pair{got, got.prompt_tokens};
+  };
+  const std::string head = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+  const auto [opened, opened_tokens] = prompt_of(std::nullopt);
+  EXPECT_TRUE(opened.reasoning_opened);
+  EXPECT_EQ(opened_tokens, static_cast<int64_t>(
+                               engine->tokenizer().encode(head + "<think>\n", false, true).size()));
+  const auto [closed, closed_tokens] = prompt_of(false);
+  EXPECT_FALSE(closed.reasoning_opened);
+  EXPECT_EQ(closed_tokens,
+            static_cast<int64_t>(
+                engine->tokenizer().encode(head + "<think>\n\n</think>\n\n", false, true).size()));
+}
+
 TEST(Engine, UnrecognisedTemplateStillOpensButChatErrors) {
   auto spec = SyntheticModelSpec::preset("tiny");
   spec.chat_template = "{{ something nobody has seen }}";

@@ -72,6 +72,7 @@ Flat flatten(const TelemetrySnapshot& s) {
   flatten_section(s.scheduler, "scheduler", flat);
   flatten_section(s.graphs, "graphs", flat);
   flatten_section(s.streaming, "streaming", flat);
+  flatten_section(s.experts, "experts", flat);
   flatten_section(s.throughput, "throughput", flat);
   flat.emplace_back("sequences", std::to_string(s.sequences.size()));
   for (size_t i = 0; i < s.sequences.size(); ++i) {
@@ -119,6 +120,10 @@ struct Filler {
       field = kAwkward + std::to_string(n);
     } else if constexpr (std::is_same_v<T, std::vector<int32_t>>) {
       field = {n, -n, 0, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};
+    } else if constexpr (std::is_same_v<T, std::vector<uint8_t>>) {
+      field = {1, 0, static_cast<uint8_t>(n), 255};
+    } else if constexpr (std::is_same_v<T, std::vector<uint32_t>>) {
+      field = {static_cast<uint32_t>(n), 0, std::numeric_limits<uint32_t>::max()};
     } else if constexpr (std::is_same_v<T, Ledger>) {
       for (size_t c = 0; c < field.size(); ++c) field[c] = (uint64_t{1} << 60) + 1000 * n + c;
     } else {
@@ -135,6 +140,7 @@ TelemetrySnapshot filled_snapshot() {
   for_each_field(s.scheduler, filler);
   for_each_field(s.graphs, filler);
   for_each_field(s.streaming, filler);
+  for_each_field(s.experts, filler);
   for_each_field(s.throughput, filler);
   for (int i = 0; i < 3; ++i) {
     s.sequences.emplace_back();
@@ -183,11 +189,12 @@ TelemetrySnapshot parse_frame(const std::string& line, double* t_seconds = nullp
   read_section(frame.at("scheduler"), s.scheduler);
   read_section(frame.at("graphs"), s.graphs);
   read_section(frame.at("streaming"), s.streaming);
+  read_section(frame.at("experts"), s.experts);
   read_section(frame.at("throughput"), s.throughput);
   for (const nlohmann::json& item : frame.at("sequences")) {
     read_section(item, s.sequences.emplace_back());
   }
-  EXPECT_EQ(frame.size(), 8u) << "t, six sections and sequences";
+  EXPECT_EQ(frame.size(), 9u) << "t, seven sections and sequences";
   if (t_seconds != nullptr) *t_seconds = frame.at("t").get<double>();
   return s;
 }
@@ -218,6 +225,9 @@ TEST(TelemetryJson, RoundTripKeepsEveryFieldOfEverySection) {
   EXPECT_GT(back.streaming.h2d_bytes, uint64_t{1} << 53);
   EXPECT_EQ(back.graphs.buckets, original.graphs.buckets);
   EXPECT_EQ(back.device.ledger, original.device.ledger);
+  EXPECT_EQ(back.experts.resident, original.experts.resident);
+  EXPECT_EQ(back.experts.routed, original.experts.routed);
+  EXPECT_EQ(back.experts.bytes_streamed, original.experts.bytes_streamed);
   ASSERT_EQ(back.sequences.size(), 3u);
   EXPECT_EQ(back.sequences[2].id, original.sequences[2].id);
   EXPECT_NE(back.sequences[1].id, back.sequences[2].id);
@@ -234,8 +244,8 @@ TEST(TelemetryJson, WritesTheContractsShape) {
   s.device.name = "a\"b\\c\nd\te\x02";
   const std::string line = telemetry_to_json(s, 0.25);
   EXPECT_EQ(line.rfind("{\"t\":0.25,\"device\":{", 0), 0u) << line;
-  for (const char* section :
-       {"\"kv\":{", "\"scheduler\":{", "\"graphs\":{", "\"streaming\":{", "\"throughput\":{"}) {
+  for (const char* section : {"\"kv\":{", "\"scheduler\":{", "\"graphs\":{", "\"streaming\":{",
+                              "\"experts\":{", "\"throughput\":{"}) {
     EXPECT_NE(line.find(section), std::string::npos) << section;
   }
   EXPECT_NE(line.find("\"sequences\":[]"), std::string::npos);
@@ -246,6 +256,76 @@ TEST(TelemetryJson, WritesTheContractsShape) {
   EXPECT_NE(line.find("\"buckets\":[1,2,4]"), std::string::npos);
   EXPECT_NE(line.find(R"("name":"a\"b\\c\nd\te\u0002")"), std::string::npos) << line;
   EXPECT_EQ(line.back(), '}');
+}
+
+TEST(TelemetryJson, ExpertSectionOfAMixtureOfExperts) {
+  TelemetrySnapshot s;
+  s.experts.n_layer = 2;
+  s.experts.n_expert = 3;
+  s.experts.resident = {1, 0, 1, 0, 0, 1};
+  s.experts.routed = {5, 2, 0, 1, 0, 9};
+  s.experts.streamed = {0, 2, 0, 1, 0, 0};
+  s.experts.hits = 14;
+  s.experts.misses = 3;
+  s.experts.bytes_streamed = 3 * 4718592;
+  s.experts.tokens = 2;
+  const std::string line = telemetry_to_json(s, 1);
+  EXPECT_NE(line.find(R"("experts":{"n_layer":2,"n_expert":3,"resident":[1,0,1,0,0,1],)"
+                      R"("routed":[5,2,0,1,0,9],"streamed":[0,2,0,1,0,0],"hits":14,"misses":3,)"
+                      R"("bytes_streamed":14155776,"tokens":2,)"),
+            std::string::npos)
+      << line;
+  expect_same(s, parse_frame(line));
+  // A dense model's frame carries the section empty.
+  EXPECT_NE(telemetry_to_json(TelemetrySnapshot{}, 0)
+                .find(R"("experts":{"n_layer":0,"n_expert":0,"resident":[],"routed":[])"),
+            std::string::npos);
+}
+
+TEST(ExpertTelemetry, IntervalsAddUpToTotalsAndANewShapeStartsAgain) {
+  ExpertTelemetry totals;
+  ExpertTelemetry a;
+  a.n_layer = 1;
+  a.n_expert = 4;
+  a.resident = {1, 1, 0, 0};
+  a.routed = {3, 1, 0, 2};
+  a.streamed = {0, 0, 0, 2};
+  a.hits = 4;
+  a.misses = 2;
+  a.bytes_streamed = 200;
+  a.tokens = 3;
+  a.expert_bytes = 100;
+  totals.add_interval(a);
+  ExpertTelemetry b = a;
+  b.resident = {1, 0, 0, 1};
+  b.routed = {1, 0, 0, 5};
+  b.streamed = {0, 0, 0, 0};
+  b.hits = 6;
+  b.misses = 0;
+  b.bytes_streamed = 0;
+  b.promotions = 1;
+  b.demotions = 1;
+  totals.add_interval(b);
+  EXPECT_EQ(totals.resident, b.resident) << "the placement is the latest one";
+  EXPECT_EQ(totals.routed, (std::vector<uint32_t>{4, 1, 0, 7}));
+  EXPECT_EQ(totals.streamed, (std::vector<uint32_t>{0, 0, 0, 2}));
+  EXPECT_EQ(totals.hits, 10u);
+  EXPECT_EQ(totals.misses, 2u);
+  EXPECT_EQ(totals.bytes_streamed, 200u);
+  EXPECT_EQ(totals.tokens, 6u);
+  EXPECT_EQ(totals.promotions, 1u);
+  EXPECT_EQ(totals.resident_count(), 2);
+  ExpertTelemetry other;
+  other.n_layer = 2;
+  other.n_expert = 2;
+  other.resident = {1, 1, 1, 1};
+  other.routed = {1, 1, 1, 1};
+  other.hits = 4;
+  totals.add_interval(other);
+  EXPECT_EQ(totals.routed, other.routed);
+  EXPECT_EQ(totals.streamed, (std::vector<uint32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(totals.hits, 4u);
+  EXPECT_EQ(totals.bytes_streamed, 0u);
 }
 
 TEST(TelemetryJson, NonFiniteDoublesAreWrittenAsZero) {

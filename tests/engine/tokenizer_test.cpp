@@ -300,6 +300,35 @@ TEST_F(TinyVocab, EndOfGenerationCoversEosEotAndEndTokensByText) {
   EXPECT_EQ(tokenizer->token_attr(eot_id), TokenAttr::Control);
 }
 
+// gpt-oss's o200k_harmony vocabulary: <|return|> and <|call|> end a reply, <|end|> only closes
+// a message (the analysis before the final answer), and the structure tokens render as text
+// so the reasoning parser can read the channels — as llama.cpp's vocabulary does it.
+TEST_F(TinyVocab, HarmonyEndsOnReturnAndCallAndRendersItsStructureTokens) {
+  auto spec = byte_level({"<|return|>", "<|call|>", "<|end|>", "<|start|>", "<|channel|>",
+                          "<|message|>", "<|constrain|>", "<|endoftext|>"},
+                         {"a b"});
+  spec.types.assign(256, kNormal);
+  spec.types.insert(spec.types.end(), 8, kControl);
+  spec.extra.emplace_back("tokenizer.ggml.eos_token_id", GgufValue::u32(256));
+  auto tokenizer = build(spec);
+  const TokenId ret = 256, call = 257, end = 258, start = 259, channel = 260, message = 261,
+                constrain = 262, endoftext = 263;
+  EXPECT_EQ(tokenizer->end_of_generation_tokens(), (std::vector<TokenId>{ret, call, endoftext}));
+  EXPECT_FALSE(tokenizer->is_end_of_generation(end));
+  for (TokenId id : {end, start, channel, message, constrain}) {
+    EXPECT_EQ(tokenizer->token_attr(id), TokenAttr::UserDefined) << id;
+    EXPECT_EQ(tokenizer->token_to_piece(id), tokenizer->token_text(id));
+  }
+  EXPECT_EQ(tokenizer->token_to_piece(ret), "");  // still hidden: it ends the reply
+  // Without <|return|> and <|call|> (Phi-3), <|end|> ends generation as before.
+  auto phi = byte_level({"<|end|>", "<|channel|>"}, {"a b"});
+  phi.types.assign(256, kNormal);
+  phi.types.insert(phi.types.end(), 2, kControl);
+  auto phi_tokenizer = build(phi);
+  EXPECT_TRUE(phi_tokenizer->is_end_of_generation(256));
+  EXPECT_EQ(phi_tokenizer->token_attr(257), TokenAttr::Control);
+}
+
 TEST_F(TinyVocab, TokenToPieceRejectsIdsOutsideTheVocabulary) {
   auto tokenizer = build(byte_level({}, {"a b"}));
   EXPECT_THROW(tokenizer->token_to_piece(-1), UsageError);

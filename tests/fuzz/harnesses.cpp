@@ -17,6 +17,7 @@
 #include "granule/gguf.h"
 #include "granule/log.h"
 #include "granule/model_config.h"
+#include "granule/reasoning.h"
 #include "granule/testkit/byte_level.h"
 #include "granule/testkit/gguf_writer.h"
 #include "granule/tokenizer.h"
@@ -269,6 +270,21 @@ void render_chat(const uint8_t* data, size_t size) {
     (void)chat->stop_strings();
   } catch (const Error&) {
   }
+  // The reasoning parser over the same bytes, cut into pieces at the selector's stride: it
+  // only ever drops tags, so it never releases more bytes than it took.
+  const ReasoningFormat format = static_cast<ReasoningFormat>(selector % 3);
+  ReasoningParser parser(format, (selector & 0x20) != 0);
+  const size_t stride = 1 + (selector >> 3) % 7;
+  size_t released = 0;
+  for (size_t at = 0; at < rest.size(); at += stride) {
+    const ReasoningDelta d = parser.push(rest.substr(at, stride));
+    released += d.reasoning.size() + d.content.size();
+  }
+  const ReasoningDelta last = parser.finish();
+  released += last.reasoning.size() + last.content.size();
+  if (released > rest.size()) fail("the reasoning parser released more bytes than it took");
+  if (format == ReasoningFormat::None && released != rest.size())
+    fail("the reasoning parser lost text with no reasoning format");
 }
 
 }  // namespace granule::fuzz

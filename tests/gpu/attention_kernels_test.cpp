@@ -1,7 +1,9 @@
 // RoPE + KV write and split attention against CPU references: cpu::rope (with bias and
-// Qwen3 QK-norm through cpu::rms_norm), and attention in double precision over the same
-// f16-rounded K and V. KV outside what a kernel may touch is poisoned with NaN: a write out of
-// place or a read past a row's length (or in another layer) shows up as NaN.
+// Qwen3 QK-norm through cpu::rms_norm, YaRN's magnitude and gpt-oss's output bias added to the
+// residual), and attention in double precision over the same f16-rounded K and V, with gpt-oss's
+// sliding windows and sink logits. KV outside what a kernel may touch is poisoned with NaN: a
+// write out of place or a read past a row's length, behind its window (or in another layer)
+// shows up as NaN.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -29,6 +31,8 @@ using gpu_test::KvLayout;
 struct RopeCase {
   int head_dim;
   bool neox, bias, qk_norm;
+  float magnitude = 1.0f;      // YaRN's factor on cos and sin
+  bool residual_bias = false;  // gpt-oss's output bias into a residual of width 2880
 };
 
 class RopeKvKernel : public ::testing::TestWithParam<RopeCase> {};
@@ -52,6 +56,10 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   const std::vector<float> qn = gpu_test::random_floats(hd, rng),
                            kn = gpu_test::random_floats(hd, rng);
   const std::vector<double> freqs = rope_frequencies(hd, 500000.0f, RopeScaling{}, nullptr);
+  const int width = 2880;  // gpt-oss's hidden size (not n_head * head_dim)
+  const std::vector<float> residual = gpu_test::random_floats(rows * width, rng),
+                           bo = gpu_test::random_floats(width, rng);
+  DeviceArray<float> d_residual(residual), d_bo(bo);
 
   DeviceArray<float> d_q(q), d_k(k), d_v(v), d_bq(bq), d_bk(bk), d_bv(bv), d_qn(qn), d_kn(kn);
   DeviceArray<double> d_freqs(freqs);
@@ -89,7 +97,20 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
   a.slot_base = d_bases.get();
   a.token_stride = kv.token_stride();
   a.layer = layer;
+  a.magnitude = rc.magnitude;
+  if (rc.residual_bias) {
+    a.residual = d_residual.get();
+    a.residual_bias = d_bo.get();
+    a.residual_width = width;
+    a.residual_stride = width;
+  }
   CUDA_OK(kernels::launch_rope_kv(a, config, nullptr));
+  const std::vector<float> got_residual = d_residual.download();
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < width; ++i) {
+      const float want = residual[r * width + i] + (rc.residual_bias ? bo[i] : 0.0f);
+      ASSERT_EQ(got_residual[r * width + i], want) << "residual row " << r << " element " << i;
+    }
 
   const std::vector<float> got_q = d_q.download();
   const std::vector<__half> got_kv = d_kv.download();
@@ -110,8 +131,8 @@ TEST_P(RopeKvKernel, RotatesQAndWritesKvWhereTheCpuWould) {
       for (int h = 0; h < n_kv; ++h)
         cpu::rms_norm(ek.data() + h * hd, kn.data(), ek.data() + h * hd, hd, 1e-6f);
     }
-    cpu::rope(eq.data(), n_head, hd, positions[r], freqs.data(), ordering);
-    cpu::rope(ek.data(), n_kv, hd, positions[r], freqs.data(), ordering);
+    cpu::rope(eq.data(), n_head, hd, positions[r], freqs.data(), ordering, rc.magnitude);
+    cpu::rope(ek.data(), n_kv, hd, positions[r], freqs.data(), ordering, rc.magnitude);
     for (int64_t i = 0; i < q_dim; ++i)
       ASSERT_NEAR(got_q[r * q_dim + i], eq[i], 2e-5 * (1 + std::fabs(eq[i])))
           << "row " << r << " q " << i;
@@ -140,33 +161,42 @@ INSTANTIATE_TEST_SUITE_P(
     Variants, RopeKvKernel,
     ::testing::Values(RopeCase{64, false, false, false}, RopeCase{128, false, true, false},
                       RopeCase{128, true, false, true}, RopeCase{64, true, true, true},
-                      RopeCase{256, false, false, false}),
+                      RopeCase{256, false, false, false},
+                      // gpt-oss: NeoX, Q/K/V biases, YaRN 32's magnitude 1 + 0.1 ln 32, output bias
+                      RopeCase{64, true, true, false, 1.3465736f, true},
+                      RopeCase{128, false, false, false, 0.75f, false}),
     [](const ::testing::TestParamInfo<RopeCase>& i) {
       return "hd" + std::to_string(i.param.head_dim) + (i.param.neox ? "_neox" : "_normal") +
-             (i.param.bias ? "_bias" : "") + (i.param.qk_norm ? "_qknorm" : "");
+             (i.param.bias ? "_bias" : "") + (i.param.qk_norm ? "_qknorm" : "") +
+             (i.param.magnitude != 1.0f ? "_magnitude" : "") +
+             (i.param.residual_bias ? "_residual_bias" : "");
     });
 
 struct AttentionCase {
   int head_dim, n_head, n_kv, split_tokens;
   std::vector<int32_t> lengths;
-  int capacity = 0;  // tokens the workspace is sized for (max_splits); 0: the longest length
+  int capacity = 0;    // tokens the workspace is sized for (max_splits); 0: the longest length
+  int window = 0;      // gpt-oss: a sliding layer's window (0: none)
+  bool sinks = false;  // gpt-oss: per-head sink logits
 };
 
-// Row r's attention for query head h in double precision over the f16-rounded K and V.
+// Row r's attention for query head h in double precision over the f16-rounded K and V: tokens
+// [first, length), and a sink logit in the normaliser where `sink` is not null.
 std::vector<double> reference_head(const float* q, const float* k0, const float* v0,
-                                   int64_t token_stride, int length, int hd) {
+                                   int64_t token_stride, int length, int hd, int first = 0,
+                                   const float* sink = nullptr) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   std::vector<double> scores(static_cast<size_t>(length)), out(static_cast<size_t>(hd), 0.0);
-  double max_score = -INFINITY;
-  for (int t = 0; t < length; ++t) {
+  double max_score = sink ? static_cast<double>(*sink) : -INFINITY;
+  for (int t = first; t < length; ++t) {
     double s = 0.0;
     for (int d = 0; d < hd; ++d) s += static_cast<double>(q[d]) * k0[t * token_stride + d];
     scores[t] = s * scale;
     max_score = std::max(max_score, scores[t]);
   }
-  double sum = 0.0;
-  for (int t = 0; t < length; ++t) sum += scores[t] = std::exp(scores[t] - max_score);
-  for (int t = 0; t < length; ++t)
+  double sum = sink ? std::exp(*sink - max_score) : 0.0;
+  for (int t = first; t < length; ++t) sum += scores[t] = std::exp(scores[t] - max_score);
+  for (int t = first; t < length; ++t)
     for (int d = 0; d < hd; ++d) out[d] += scores[t] / sum * v0[t * token_stride + d];
   return out;
 }
@@ -191,12 +221,14 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
            (static_cast<int64_t>(layer) * 2 + which) * c.n_kv * hd + head * hd;
   };
   std::mt19937 rng(static_cast<uint32_t>(hd * 31 + c.n_head * 7 + rows + max_len));
-  // Only the layer read gets values; other layers and KV past each length stay NaN.
+  // Only the layer read gets values; other layers, KV past each length and behind its window
+  // stay NaN.
+  auto first_token = [&](int length) { return c.window > 0 ? std::max(0, length - c.window) : 0; };
   std::vector<uint16_t> kv_bits(static_cast<size_t>(slot_start[rows]), kPoisonHalf);
   std::vector<float> kv_f32(kv_bits.size(), NAN);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (int s = 0; s < rows; ++s)
-    for (int t = 0; t < c.lengths[s]; ++t)
+    for (int t = first_token(c.lengths[s]); t < c.lengths[s]; ++t)
       for (int which = 0; which < 2; ++which)
         for (int h = 0; h < c.n_kv; ++h)
           for (int d = 0; d < hd; ++d) {
@@ -223,11 +255,17 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
   DeviceArray<float> d_q(q), d_out(static_cast<size_t>(rows * q_dim));
   d_out.poison();
   gpu_test::SplitAttention split(
-      gpu_test::attention_args(d_q.get(), d_out.get(), rows, c.n_head, c.n_kv, hd,
-                               d_lengths.get(), d_slots.get(), d_bases.get(), token_stride, layer),
-      c.split_tokens, std::max({c.capacity, max_len, 1}));
+      gpu_test::attention_args(d_q.get(), d_out.get(), rows, c.n_head, c.n_kv, hd, d_lengths.get(),
+                               d_slots.get(), d_bases.get(), token_stride, layer),
+      c.split_tokens,
+      std::max({c.capacity, c.window > 0 ? std::min(max_len, c.window) : max_len, 1}));
   split.partial.poison();
   kernels::AttentionArgs& a = split.args;
+  std::vector<float> sinks;
+  for (int h = 0; h < c.n_head && c.sinks; ++h) sinks.push_back(2.0f * dist(rng));
+  DeviceArray<float> d_sinks(sinks.empty() ? std::vector<float>(1) : sinks);
+  a.window = c.window;
+  if (c.sinks) a.sinks = d_sinks.get();
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
   a.out_q8 = {d_qs.get(), d_ds.get()};  // the output also as int8 blocks
@@ -266,7 +304,8 @@ TEST_P(AttentionKernel, MatchesCpuAttentionAndReadsOnlyTheLength) {
       const float* k0 = kv_f32.data() + at(r, 0, 0, h / group);
       const float* v0 = kv_f32.data() + at(r, 0, 1, h / group);
       const std::vector<double> expected =
-          reference_head(q.data() + r * q_dim + h * hd, k0, v0, token_stride, c.lengths[r], hd);
+          reference_head(q.data() + r * q_dim + h * hd, k0, v0, token_stride, c.lengths[r], hd,
+                         first_token(c.lengths[r]), c.sinks ? &sinks[h] : nullptr);
       for (int d = 0; d < hd; ++d)
         ASSERT_NEAR(got[r * q_dim + h * hd + d], expected[d], 2e-5 * (1 + std::fabs(expected[d])))
             << "row " << r << " (length " << c.lengths[r] << ") head " << h << " element " << d;
@@ -307,13 +346,22 @@ INSTANTIATE_TEST_SUITE_P(
         // SMs, 129 splits of 32 tokens for the long row.
         AttentionCase{64, 4, 1, 16, {4097, 300}},
         // max_splits far above what the rows need (a 32k-token workspace)
-        AttentionCase{128, 32, 8, 64, {100, 8000, 1}, 32768}),
+        AttentionCase{128, 32, 8, 64, {100, 8000, 1}, 32768},
+        // gpt-oss: 64 heads of 64 over 8 KV heads (q width 4096), sliding window 128 and sinks
+        // (the KV behind each window NaN), decode rows before, at and past the window; the
+        // workspace sized for the window as CudaModel does, and for the whole context.
+        AttentionCase{64, 64, 8, 64, {1, 127, 128, 129, 200, 8000, 0, 4097}, 128, 128, true},
+        AttentionCase{64, 64, 8, 64, mixed_lengths(33), 8000, 128, true},
+        AttentionCase{64, 64, 8, 64, {8000, 65, 1}, 0, 0, true},             // sinks, full layer
+        AttentionCase{64, 16, 2, 16, {4097, 300, 17}, 1000, 1000, false},    // many splits
+        AttentionCase{128, 32, 8, 1024, {1500, 3, 1025}, 1500, 700, true}),  // prefill split size
     [](const ::testing::TestParamInfo<AttentionCase>& i) {
       return "hd" + std::to_string(i.param.head_dim) + "_h" + std::to_string(i.param.n_head) +
              "_kv" + std::to_string(i.param.n_kv) + "_split" +
              std::to_string(i.param.split_tokens) + "_rows" +
              std::to_string(i.param.lengths.size()) + "_cap" + std::to_string(i.param.capacity) +
-             "_" + std::to_string(i.index);
+             (i.param.window > 0 ? "_window" + std::to_string(i.param.window) : "") +
+             (i.param.sinks ? "_sinks" : "") + "_" + std::to_string(i.index);
     });
 
 // Decode attention requests the K and V of the tokens earlier steps wrote before its PDL wait, and
@@ -335,8 +383,8 @@ TEST(AttentionEarlyRequests, TheStepsTokensAreReadAfterTheWait) {
   const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
   const int64_t slot_halves = token_stride * capacity;
   const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
-  for (const LateStep& step : {LateStep{{35, 1, 448, 64}, {0, 1, 2, 3}, 1},
-                               LateStep{{61, 62, 63, 64}, {0, 0, 0, 0}, 4}}) {
+  for (const LateStep& step :
+       {LateStep{{35, 1, 448, 64}, {0, 1, 2, 3}, 1}, LateStep{{61, 62, 63, 64}, {0, 0, 0, 0}, 4}}) {
     SCOPED_TRACE("rows of lengths " + std::to_string(step.lengths[0]) + ".." +
                  std::to_string(step.lengths.back()));
     const int rows = static_cast<int>(step.lengths.size());
@@ -465,6 +513,69 @@ TEST(AttentionKernelTiming, DecodeShapesOf8B) {
     const std::vector<float> got = d_out.download();
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows x " << shape.length << " at " << i;
+  }
+}
+
+// gpt-oss-20b's decode attention (64 query heads of 64 over 8 KV heads, 24 layers) at 8,000
+// tokens of context: a full layer, and a sliding layer of window 128 whose workspace is sized for
+// the window as CudaModel does — its time stays that of 128 tokens, whatever the context. Sinks
+// of -30 (a negligible share): every output element is still the one K/V value.
+TEST(AttentionKernelTiming, DecodeShapesOfGptOss20b) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_head = 64, n_kv = 8, hd = 64, n_layer = 24, layer = 23, length = 8000;
+  const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
+  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
+  DeviceArray<float> d_sinks(std::vector<float>(n_head, -30.0f));
+  for (const int rows : {1, 32}) {
+    for (const int window : {0, 128}) {
+      const int64_t slot_halves = token_stride * length;
+      DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
+      ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
+                cudaSuccess);
+      std::vector<__half*> bases;
+      for (int r = 0; r < rows; ++r)
+        bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
+      std::vector<int32_t> slots(rows), lengths(rows, length);
+      for (int r = 0; r < rows; ++r) slots[r] = r;
+      std::mt19937 rng(7);
+      const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
+      DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
+      DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
+      DeviceArray<__half*> d_bases(bases);
+      DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
+      kernels::AttentionArgs base =
+          gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
+                                   d_slots.get(), d_bases.get(), token_stride, layer);
+      base.window = window;
+      base.sinks = d_sinks.get();
+      gpu_test::SplitAttention split(base, 64, window > 0 ? window : length);
+      const kernels::AttentionArgs& a = split.args;
+      for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+      cudaEvent_t begin, end;
+      ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
+      ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+      const int launches = 50;
+      ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
+      for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+      ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+      ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+      float ms = 0.0f;
+      ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
+      cudaEventDestroy(begin);
+      cudaEventDestroy(end);
+      const double us = 1e3 * ms / launches;
+      const int read = window > 0 ? window : length;
+      const double bytes = 2.0 * rows * read * n_kv * hd * 2;
+      std::printf(
+          "[attention-timing] gpt-oss-20b %2d rows x %5d tokens, %s: %8.2f us per launch, %.2f "
+          "TB/s of the K+V read\n",
+          rows, length, window > 0 ? "window 128" : "full layer", us, bytes / (us * 1e-6) / 1e12);
+      EXPECT_EQ(split.counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+      const std::vector<float> got = d_out.download();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows, window " << window << " at " << i;
+    }
   }
 }
 

@@ -4,8 +4,10 @@
 // prompt, mixed batches (prompt runs, decode rows, padding) planned by plan_prefill_tiles,
 // hand-made tiles with rows of length 0 and arbitrary lengths. KV outside what a tile may read
 // is NaN, and the output starts as NaN bytes: a read past a tile's longest row or a write to a
-// row outside the tiles (or of length 0) shows. Then the engine's prefill logits on a synthetic
-// model with GRANULE_FLASH_PREFILL's knob on and off.
+// row outside the tiles (or of length 0) shows. gpt-oss's attention: sliding windows (KV behind
+// every row's window is NaN too, so a read of it shows) and per-head sink logits, in tiles that
+// straddle a window's start. Then the engine's prefill logits on a synthetic model with
+// GRANULE_FLASH_PREFILL's knob on and off.
 //
 // The bound, derived: Q is rounded to f16 once (relative error <= 2^-11), so a score s moves
 // by ~2^-12·|s| (rms); P is rounded to f16 (<= 2^-11 relative per weight); the output, a
@@ -48,10 +50,16 @@ using gpu_test::kPoisonHalf;
 using gpu_test::KvLayout;
 using kernels::PrefillTile;
 
-constexpr double kBound = 2e-3;           // of max|V|, per element
+constexpr double kBound = 2e-3;  // of max|V|, per element
 
 struct Shape {
   int head_dim, n_head, n_kv;
+};
+
+// gpt-oss's attention options: a sliding window (0: none) and per-head sink logits.
+struct Gpt {
+  int window = 0;
+  bool sinks = false;
 };
 
 // Rows of one launch: each row's slot and length (0: padding, slot ignored).
@@ -83,8 +91,8 @@ class Problem {
  public:
   static constexpr int kLayer = 1;
 
-  Problem(const Shape& shape, Batch batch, float q_sigma, uint32_t seed)
-      : shape_(shape), batch_(std::move(batch)) {
+  Problem(const Shape& shape, Batch batch, float q_sigma, uint32_t seed, Gpt gpt = {})
+      : shape_(shape), batch_(std::move(batch)), gpt_(gpt) {
     std::mt19937 rng(seed);
     int n_slots = 1;
     for (int r = 0; r < batch_.rows(); ++r)
@@ -94,6 +102,13 @@ class Problem {
       if (batch_.lengths[r] > 0)
         filled_[batch_.slots[r]] = std::max(filled_[batch_.slots[r]], batch_.lengths[r]);
     const int longest = *std::max_element(filled_.begin(), filled_.end());
+    // On a sliding layer, tokens before every row's window stay NaN (never read).
+    std::vector<int32_t> behind(static_cast<size_t>(n_slots), gpt_.window > 0 ? INT32_MAX : 0);
+    if (gpt_.window > 0)
+      for (int r = 0; r < batch_.rows(); ++r)
+        if (batch_.lengths[r] > 0)
+          behind[batch_.slots[r]] =
+              std::min(behind[batch_.slots[r]], first_token(batch_.lengths[r]));
     // 16 tokens of NaN past the longest filled prefix (the kernel reads whole 64-token tiles).
     kv_ = KvLayout{2, shape.n_kv, shape.head_dim, longest + 16, n_slots};
     std::vector<uint16_t> bits(static_cast<size_t>(kv_.slots * kv_.slot_halves()), kPoisonHalf);
@@ -105,6 +120,10 @@ class Problem {
           for (int h = 0; h < shape.n_kv; ++h)
             for (int d = 0; d < shape.head_dim; ++d) {
               const int64_t at = kv_.at(s, t, kLayer, which, h) + d;
+              if (t < behind[s]) {  // NaN, but the generator advances as without a window
+                dist(rng);
+                continue;
+              }
               const __half x = __float2half_rn(dist(rng));
               std::memcpy(&bits[at], &x, sizeof(uint16_t));
               kv_f32_[at] = __half2float(x);
@@ -122,6 +141,11 @@ class Problem {
                         c.data() + static_cast<size_t>(t) * shape.head_dim);
         }
     q_ = gpu_test::random_floats(static_cast<size_t>(batch_.rows()) * q_dim(), rng, q_sigma);
+    if (gpt_.sinks) {  // logits around the scores' range: some rows' sinks dominate
+      std::normal_distribution<float> sink(0.0f, 2.0f);
+      for (int h = 0; h < shape.n_head; ++h) sinks_.push_back(sink(rng));
+      d_sinks_.emplace(sinks_);
+    }
     d_kv_.emplace(bits);
     std::vector<__half*> bases;
     for (int s = 0; s < n_slots; ++s)
@@ -140,9 +164,18 @@ class Problem {
   const Batch& batch() const { return batch_; }
 
   kernels::AttentionArgs args(float* out, const int32_t* lengths) const {
-    return gpu_test::attention_args(d_q_->get(), out, rows(), shape_.n_head, shape_.n_kv,
-                                    shape_.head_dim, lengths ? lengths : d_lengths_->get(),
-                                    d_slots_->get(), d_bases_->get(), kv_.token_stride(), kLayer);
+    kernels::AttentionArgs a =
+        gpu_test::attention_args(d_q_->get(), out, rows(), shape_.n_head, shape_.n_kv,
+                                 shape_.head_dim, lengths ? lengths : d_lengths_->get(),
+                                 d_slots_->get(), d_bases_->get(), kv_.token_stride(), kLayer);
+    a.window = gpt_.window;
+    a.sinks = d_sinks_ ? d_sinks_->get() : nullptr;
+    return a;
+  }
+
+  // The first token a row of this length reads.
+  int first_token(int length) const {
+    return gpt_.window > 0 ? std::max(0, length - gpt_.window) : 0;
   }
 
   // The split kernel (attention.cu) into `out` for every row of `lengths` (default: the
@@ -163,8 +196,9 @@ class Problem {
     std::vector<double> qd(q, q + hd);
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     std::vector<double> scores(static_cast<size_t>(length));
-    double top = -INFINITY;
-    for (int t = 0; t < length; ++t) {
+    double top = sinks_.empty() ? -INFINITY : static_cast<double>(sinks_[h]);
+    const int first = first_token(length);
+    for (int t = first; t < length; ++t) {
       const float* k = kv[0].data() + static_cast<size_t>(t) * hd;
       double s[4] = {0, 0, 0, 0};  // hd is a multiple of 4
       for (int d = 0; d < hd; d += 4)
@@ -173,8 +207,8 @@ class Problem {
       top = std::max(top, scores[t]);
     }
     std::vector<double> out(static_cast<size_t>(hd), 0.0);
-    double sum = 0;
-    for (int t = 0; t < length; ++t) {
+    double sum = sinks_.empty() ? 0.0 : std::exp(sinks_[h] - top);
+    for (int t = first; t < length; ++t) {
       const double p = std::exp(scores[t] - top);
       sum += p;
       const float* v = kv[1].data() + static_cast<size_t>(t) * hd;
@@ -187,6 +221,8 @@ class Problem {
  private:
   Shape shape_;
   Batch batch_;
+  Gpt gpt_;
+  std::vector<float> sinks_;  // [n_head] where gpt_.sinks
   std::vector<int32_t> filled_;
   KvLayout kv_{};
   std::vector<float> q_, kv_f32_;
@@ -196,7 +232,7 @@ class Problem {
   std::optional<DeviceArray<uint16_t>> d_kv_;
   std::optional<DeviceArray<__half*>> d_bases_;
   std::optional<DeviceArray<int32_t>> d_slots_, d_lengths_;
-  std::optional<DeviceArray<float>> d_q_;
+  std::optional<DeviceArray<float>> d_q_, d_sinks_;
 };
 
 // Rows the CPU reference checks (the split kernel checks every row): all of a short batch; of
@@ -310,8 +346,8 @@ void check(const Problem& p, const std::vector<PrefillTile>& tiles,
 
 // Plans the batch as the backend does (runs of >= min_run rows of a slot in tiles) and checks.
 void check_planned(const Shape& shape, const Batch& batch, int min_run, float q_sigma,
-                   uint32_t seed, const std::string& what) {
-  const Problem p(shape, batch, q_sigma, seed);
+                   uint32_t seed, const std::string& what, Gpt gpt = {}) {
+  const Problem p(shape, batch, q_sigma, seed, gpt);
   std::vector<PrefillTile> tiles;
   std::vector<int32_t> others;
   kernels::plan_prefill_tiles(batch.slots.data(), batch.lengths.data(), batch.rows(), min_run,
@@ -474,6 +510,43 @@ TEST_P(FlashPrefillBatch, HandMadeTilesWithZeroLengthsAndArbitraryLengths) {
 INSTANTIATE_TEST_SUITE_P(Shapes, FlashPrefillBatch,
                          ::testing::Values(Shape{64, 8, 1}, Shape{128, 32, 8}, Shape{128, 8, 2},
                                            Shape{256, 4, 4}, Shape{64, 9, 3}),
+                         [](const ::testing::TestParamInfo<Shape>& i) {
+                           return shape_name(i.param);
+                         });
+
+// --- gpt-oss: sliding windows and sinks --------------------------------------------------------
+
+class FlashPrefillGptOss : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FlashPrefillGptOss, WindowsAndSinks) {
+  GRANULE_REQUIRE_GPU();
+  const Shape& shape = GetParam();
+  const std::string name = shape_name(shape);
+  // A prompt from position 0 crossing gpt-oss's window of 128 (and a window of 8, shorter than
+  // a KV tile): the tiles' rows start their windows at different tokens.
+  for (const Gpt gpt : {Gpt{128, true}, Gpt{8, true}, Gpt{128, false}, Gpt{0, true}}) {
+    const std::string what =
+        " window " + std::to_string(gpt.window) + (gpt.sinks ? " sinks " : " ") + name;
+    Batch b;
+    b.add_run(0, 1, 300);
+    check_planned(shape, b, 2, 1.5f, 41 + gpt.window, "prompt of 300," + what, gpt);
+    // A chunk of a long prompt: every row's window far from token 0 (the KV before it NaN).
+    Batch c;
+    c.add_run(0, 4001, 150);
+    check_planned(shape, c, 2, 2.0f, 42 + gpt.window, "chunk 4000..4149," + what, gpt);
+  }
+  // A mixed batch under a window of 100: prompt runs, decode rows past and within the window.
+  Batch m;
+  m.add_run(0, 1, 130);  // rows 0..129
+  m.add(1, 3000);        // a decode row at a long context
+  m.add(-1, 0);          // padding
+  m.add_run(2, 90, 40);  // a chunk whose rows' windows begin at 0..29
+  m.add(3, 50);          // a decode row inside its window
+  check_planned(shape, m, 2, 1.5f, 43, "mixed batch, window 100 sinks " + name, Gpt{100, true});
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashPrefillGptOss,
+                         ::testing::Values(Shape{64, 16, 2}, Shape{64, 64, 8}, Shape{128, 8, 2}),
                          [](const ::testing::TestParamInfo<Shape>& i) {
                            return shape_name(i.param);
                          });

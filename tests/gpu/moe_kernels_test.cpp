@@ -9,11 +9,13 @@
 //                   (MultiplyByInverse, as the RMSNorm kernel rounds) for quantised experts, f32
 //                   x for F32/F16/BF16, within the propagated 1e-5 bound;
 //   down            vs down·round_through_q8(h, Divide) (+ bd) in double over the GPU's h;
-//   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit.
+//   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit;
+//                   the fused per-pair down + combine launch gives the same bits.
 // Every expert block type, rows 1, 8, 64 and 300 (the per-pair kernels at 1, the grouped ones
 // beyond), every gating kind, the clamped SwiGLU with expert biases, experts read through
 // pointer tables of which half point into mapped pinned host memory, and the per-pair and
-// grouped launches giving the same bits for every pair.
+// grouped launches giving the same bits for every pair. Without a GPU: every quantised type's
+// int8 chunks (moe_unpack.cuh, what the kernels' dp4a products read) against dequantize_row.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -27,6 +29,8 @@
 #include "granule/tensor_type.h"
 #include "kernel_test_inputs.h"
 #include "moe.cuh"
+#include "moe_unpack.cuh"
+#include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
 
 namespace granule {
@@ -368,6 +372,16 @@ void run_case(const Case& c, int rows, uint32_t seed) {
                                   hidden_d.get(), config, nullptr),
             cudaSuccess);
   const std::vector<float> hidden = hidden_d.download();
+  // The fused per-pair down + combine: the same bits as the two launches.
+  {
+    k::MoeInput fused = din;
+    fused.groups = {};
+    DeviceArray<float> fused_d(residual);
+    ASSERT_EQ(k::launch_moe_down_combine(down.view(), static_cast<int>(E), fused, w_d.get(),
+                                         fused_d.get(), config, nullptr),
+              cudaSuccess);
+    EXPECT_EQ(fused_d.download(), hidden) << "fused down + combine differs from down, combine";
+  }
   for (int r = 0; r < rows; ++r)
     for (int64_t o = 0; o < E; ++o) {
       float acc = 0.0f;
@@ -379,6 +393,53 @@ void run_case(const Case& c, int rows, uint32_t seed) {
       const float ref = residual[static_cast<size_t>(r * E + o)] + acc;
       ASSERT_EQ(hidden[static_cast<size_t>(r * E + o)], ref) << "row " << r << " element " << o;
     }
+}
+
+// Each chunk of 8 as the kernels unpack it (int8 q, scale, offset) against the CPU's decoding of
+// the same blocks, and the host half conversion against the CPU's F16 decoding. Needs no GPU.
+TEST(MoeUnpack, ChunksMatchDequantize) {
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
+  std::vector<float> decoded(65536);
+  dequantize_row(TensorType::F16, halves.data(), decoded.data(), 65536);
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const float got = k::moe_unpack::half_to_float(halves[i]);
+    if (std::isnan(decoded[i]))
+      EXPECT_TRUE(std::isnan(got)) << i;
+    else
+      ASSERT_EQ(got, decoded[i]) << "half bits " << i;
+  }
+  std::mt19937 rng(3);
+  int types = 0;
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
+        TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+        TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
+    const int64_t rows = 3, cols = 512;
+    const Encoded e = encode(type, rows, cols, rng);
+    k::dispatch_weight_type(static_cast<uint32_t>(type), [&](auto tag) {
+      constexpr uint32_t TYPE = decltype(tag)::value;
+      if constexpr (TYPE != k::kF32 && TYPE != k::kF16 && TYPE != k::kBF16) {
+        ++types;
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols / 8; ++c) {
+            const k::moe_unpack::Chunk8 ch =
+                k::moe_unpack::unpack8<TYPE>(e.bytes.data() + r * e.row_bytes, c);
+            for (int i = 0; i < 8; ++i) {
+              const int q = static_cast<int8_t>(
+                  static_cast<uint8_t>((i < 4 ? ch.lo : ch.hi) >> (8 * (i % 4))));
+              const float want = e.decoded[static_cast<size_t>(r * cols + 8 * c + i)];
+              const float got = ch.scale * static_cast<float>(q) + ch.offset;
+              ASSERT_NEAR(got, want,
+                          1e-6 * (std::fabs(ch.scale * q) + std::fabs(ch.offset)) + 1e-30)
+                  << "row " << r << " element " << 8 * c + i;
+            }
+          }
+      }
+    });
+  }
+  EXPECT_EQ(types, 13);
 }
 
 const int kRows[] = {1, 8, 64, 300};

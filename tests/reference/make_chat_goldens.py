@@ -3,14 +3,20 @@
 
 Renders the models' real Jinja chat templates (copied from their tokenizer_config.json /
 GGUF tokenizer.chat_template) with the `jinja2` package, configured the way Hugging Face
-transformers does (sandboxed, trim_blocks, lstrip_blocks, raise_exception), and writes:
+transformers does (sandboxed, trim_blocks, lstrip_blocks, loopcontrols, its tojson,
+raise_exception, strftime_now), and writes:
   tests/data/chat/<template>.jinja            the template source
   tests/data/chat/<template>.<case>.txt       its output for one conversation (raw bytes)
-The C++ renderer is written independently; its test compares against these files.
+The templates of FILE_TEMPLATES are read from tests/data/chat/<template>.jinja instead: they
+were copied from llama.cpp's models/templates/ (llama-cpp-python 0.3.36's vendor/llama.cpp),
+which holds each model's template as its tokenizer_config.json has it. Their extra cases set
+the template variables a request may set (enable_thinking, reasoning_effort, tools).
+The C++ renderers (hand-written families and the Jinja engine) are tested against these files.
 
 Run:  pip install jinja2 && python3 tests/reference/make_chat_goldens.py
 """
 import datetime
+import json
 import pathlib
 
 from jinja2.exceptions import TemplateError
@@ -248,6 +254,30 @@ TEMPLATES = {
     "phi3_gguf": (PHI3_GGUF, "<s>", "<|endoftext|>", False, ["no_system"]),
 }
 
+# Real templates read from tests/data/chat/<name>.jinja (copied from llama.cpp's
+# models/templates/<file>): name -> (llama.cpp's file name, bos_token, eos_token, extra cases).
+FILE_TEMPLATES = {
+    "qwen3": ("Qwen-Qwen3-0.6B.jinja", "", "<|im_end|>", ["no_thinking", "tools"]),
+    "gpt_oss": ("openai-gpt-oss-120b.jinja", "<|startoftext|>", "<|return|>",
+                ["effort_high", "effort_low"]),
+    "llama31": ("meta-llama-Llama-3.1-8B-Instruct.jinja", "<|begin_of_text|>", "<|eot_id|>",
+                ["tools"]),
+    "mistral_nemo": ("mistralai-Mistral-Nemo-Instruct-2407.jinja", "<s>", "</s>", []),
+}
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city's name"}},
+            "required": ["city"],
+        },
+    },
+}
+
 SYSTEM = {"role": "system", "content": "You are a helpful assistant"}
 # Conversations: (messages, add_generation_prompt). Padded and non-ASCII content checks
 # that each format trims exactly where its template does and passes UTF-8 through.
@@ -273,6 +303,15 @@ CASES = {
 }
 
 
+# Extra cases: (the CASES conversation they render, template variables).
+EXTRA_CASES = {
+    "no_thinking": ("system_user", {"enable_thinking": False}),
+    "effort_high": ("system_user", {"reasoning_effort": "high"}),
+    "effort_low": ("no_system", {"reasoning_effort": "low"}),
+    "tools": ("system_user", {"tools": [WEATHER_TOOL]}),
+}
+
+
 def merge_system(messages):
     if not messages or messages[0]["role"] != "system":
         return messages
@@ -285,8 +324,16 @@ def raise_exception(message):
     raise TemplateError(message)
 
 
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    # transformers' own tojson: json.dumps without jinja2's HTML escaping.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
 def main():
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = TODAY.strftime
     OUT.mkdir(parents=True, exist_ok=True)
@@ -301,7 +348,18 @@ def main():
             text = template.render(messages=messages, add_generation_prompt=add_generation_prompt,
                                    bos_token=bos, eos_token=eos)
             (OUT / f"{name}.{case}.txt").write_bytes(text.encode())
-    print(f"wrote {len(TEMPLATES)} templates x {len(CASES)} cases to {OUT}")
+    for name, (_, bos, eos, extras) in FILE_TEMPLATES.items():
+        template = env.from_string((OUT / f"{name}.jinja").read_text())
+        cases = {case: (messages, gen, {}) for case, (messages, gen) in CASES.items()}
+        for extra in extras:
+            base, variables = EXTRA_CASES[extra]
+            cases[extra] = (*CASES[base], variables)
+        for case, (messages, add_generation_prompt, variables) in cases.items():
+            text = template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                   bos_token=bos, eos_token=eos, **variables)
+            (OUT / f"{name}.{case}.txt").write_bytes(text.encode())
+    print(f"wrote {len(TEMPLATES)} templates x {len(CASES)} cases and {len(FILE_TEMPLATES)} "
+          f"file templates to {OUT}")
 
 
 if __name__ == "__main__":

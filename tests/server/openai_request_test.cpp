@@ -186,6 +186,53 @@ TEST(OpenAiRequest, CompletionsTakeOnePrompt) {
   EXPECT_EQ(chat_error(R"({"messages":[]})", Endpoint::Completions).param, "prompt");
 }
 
+// reasoning_effort and chat_template_kwargs.enable_thinking reach the template's variables;
+// any other template variable, and bad values, are 400s naming the field.
+TEST(OpenAiRequest, ReasoningEffortAndTemplateKwargs) {
+  const std::string m = R"("messages":[{"role":"user","content":"hi"}])";
+  EXPECT_FALSE(chat("{" + m + "}").chat_options.enable_thinking.has_value());
+  EXPECT_EQ(chat("{" + m + "}").chat_options.reasoning_effort, "");
+  const ParsedRequest r = chat(
+      "{" + m + R"(,"reasoning_effort":"high","chat_template_kwargs":{"enable_thinking":false}})");
+  EXPECT_EQ(r.chat_options.reasoning_effort, "high");
+  ASSERT_TRUE(r.chat_options.enable_thinking.has_value());
+  EXPECT_FALSE(*r.chat_options.enable_thinking);
+  EXPECT_EQ(chat("{" + m + R"(,"chat_template_kwargs":{"reasoning_effort":"low"}})")
+                .chat_options.reasoning_effort,
+            "low");
+  const struct {
+    std::string body;
+    std::string param;
+  } cases[] = {
+      {"{" + m + R"(,"reasoning_effort":"extreme"})", "reasoning_effort"},
+      {"{" + m + R"(,"reasoning_effort":3})", "reasoning_effort"},
+      {"{" + m + R"(,"chat_template_kwargs":[1]})", "chat_template_kwargs"},
+      {"{" + m + R"(,"chat_template_kwargs":{"enable_thinking":"no"}})",
+       "chat_template_kwargs.enable_thinking"},
+      {"{" + m + R"(,"chat_template_kwargs":{"custom_tools":[]}})",
+       "chat_template_kwargs.custom_tools"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.body);
+    const ApiError e = chat_error(c.body);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, c.param);
+  }
+}
+
+TEST(OpenAiResponse, ReasoningContentBesideTheAnswer) {
+  const ResponseHeader h{"chatcmpl-1", 1700000000, "qwen3"};
+  const json whole =
+      completion_json(Endpoint::ChatCompletions, h, "4.", "stop", Usage{10, 5}, "2+2 is 4.");
+  EXPECT_EQ(whole["choices"][0]["message"]["content"], "4.");
+  EXPECT_EQ(whole["choices"][0]["message"]["reasoning_content"], "2+2 is 4.");
+  const json plain = completion_json(Endpoint::ChatCompletions, h, "4.", "stop", Usage{10, 5});
+  EXPECT_FALSE(plain["choices"][0]["message"].contains("reasoning_content"));
+  const json thinking = chunk_json(Endpoint::ChatCompletions, h, "", "", false, "Hmm");
+  EXPECT_EQ(thinking["choices"][0]["delta"]["reasoning_content"], "Hmm");
+  EXPECT_FALSE(thinking["choices"][0]["delta"].contains("content"));
+}
+
 TEST(OpenAiRequest, ErrorJsonHasOpenAisShape) {
   const json e =
       error_json(ApiError(413, "too big", "invalid_request_error", "", "request_too_large"));
@@ -282,6 +329,28 @@ TEST(PrometheusMetrics, EveryMetricHasHelpTypeAndValue) {
         "granule_kv_active_bytes 2097152\n", "granule_kv_kept_bytes 2097152\n",
         "granule_kv_kept_sequences 1\n", "granule_prompt_tokens_reused_total 300\n",
         "# TYPE granule_prompt_tokens_reused_total counter\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+}
+
+TEST(PrometheusMetrics, ExpertMetricsOnlyForAMixtureOfExperts) {
+  TelemetrySnapshot t;
+  EXPECT_EQ(prometheus_metrics(t, ServerCounters{}).find("granule_expert"), std::string::npos);
+  t.experts.n_layer = 2;
+  t.experts.n_expert = 4;
+  t.experts.resident = {1, 1, 0, 0, 1, 0, 0, 1};
+  t.experts.hits = 90;
+  t.experts.misses = 10;
+  t.experts.bytes_streamed = 5000;
+  t.experts.tokens = 25;
+  t.experts.promotions = 3;
+  const std::string text = prometheus_metrics(t, ServerCounters{});
+  for (const std::string line :
+       {"granule_experts 8\n", "granule_experts_resident 4\n", "granule_expert_choices_total 100\n",
+        "granule_expert_hits_total 90\n", "granule_expert_streamed_bytes_total 5000\n",
+        "granule_expert_tokens_total 25\n", "granule_expert_promotions_total 3\n",
+        "granule_expert_demotions_total 0\n", "# TYPE granule_experts_resident gauge\n",
+        "# TYPE granule_expert_hits_total counter\n"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line;
   }
 }

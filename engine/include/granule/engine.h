@@ -86,6 +86,9 @@ struct PromptInfo {
   // it fits the context (ContextOverflow::DropOldest): the model sees
   // messages[system..., dropped_messages + system count, ...].
   int32_t dropped_messages = 0;
+  // The chat template opened the model's reasoning at the end of the prompt (<think>): the
+  // reply starts inside it (ReasoningParser's starts_in_reasoning).
+  bool reasoning_opened = false;
 };
 
 struct TokenSink {
@@ -108,6 +111,9 @@ struct Request {
   std::vector<ChatMessage> messages;                  // rendered with the chat template, or
   std::optional<std::vector<TokenId>> prompt_tokens;  // a raw prompt, used as is
   SamplingParams sampling;
+  // The chat template's variables besides the messages (enable_thinking, reasoning_effort,
+  // tools); used with a Jinja template, ignored by the hand-written families.
+  ChatOptions chat_options;
   // -1: no log-probabilities; 0..kMaxTopLogprobs: each generated token's, with that many of
   // the most likely tokens (sink.on_logprobs). Steps holding such a sequence sample on the
   // host, since the logits must come back (the same tokens: both samplers draw alike).
@@ -122,6 +128,27 @@ struct Request {
   // context. A prompt that fits only without the whole reserve is not dropped further than
   // down to the last message.
   int64_t reply_reserve_tokens = -1;
+};
+
+// The expert plan of a mixture-of-experts model in a fit preview (n_expert 0 for a dense
+// model): embeddings, attention, norms, routers and shared experts stay resident, then as
+// many experts as the rest of the budget holds, spread evenly over the layers (the engine
+// later keeps the most routed ones, memory/expert_placement.h); the others are read from
+// pinned host memory over PCIe when a token routes to them.
+struct ExpertFitEstimate {
+  int64_t n_expert = 0;                // experts per layer; 0: a dense model
+  int64_t n_expert_used = 0;           // experts each token routes to per layer (top-k)
+  uint64_t always_resident_bytes = 0;  // embeddings, head, attention, norms, routers, shared
+  uint64_t expert_bytes = 0;           // one expert of one layer (the largest layer's)
+  uint64_t experts_bytes = 0;          // every expert of every layer
+  uint64_t expert_budget_bytes = 0;    // device bytes the plan gives experts
+  int64_t resident_experts = 0;        // of n_layer × n_expert
+  std::vector<int32_t> resident_per_layer;
+  // Expert bytes a decode token reads over PCIe at batch 1 when routing is uniform (each
+  // layer's top-k choices fall on host experts in proportion to them), and the decode
+  // tokens/s that bounds (0 when every expert is resident).
+  double pcie_bytes_per_token = 0;
+  double pcie_tokens_per_second = 0;
 };
 
 // What opening a model with some options would need, read from the file alone (no weights
@@ -159,8 +186,10 @@ struct FitEstimate {
   // else an assumed PCIe 4.0 x16 figure (h2d_measured false).
   double h2d_bytes_per_second = 0;
   bool h2d_measured = false;
-  // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams).
+  // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams); for a
+  // mixture of experts, the experts' bound (experts.pcie_tokens_per_second).
   double pcie_tokens_per_second = 0;
+  ExpertFitEstimate experts;  // a mixture of experts' plan; n_expert 0 for a dense model
 };
 
 class Engine {
@@ -177,6 +206,9 @@ class Engine {
   // UnsupportedError in a build without CUDA). Throws granule::Error like open().
   static FitEstimate estimate(const std::filesystem::path& model_path,
                               const EngineOptions& options = {});
+  // The same from a file already read, e.g. a header fetched over the network
+  // (ModelFile::parse_header): the tensors' data is never read.
+  static FitEstimate estimate(const ModelFile& model_file, const EngineOptions& options = {});
 
   const ModelConfig& config() const;
   const Tokenizer& tokenizer() const;

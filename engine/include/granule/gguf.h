@@ -12,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "granule/error.h"
 #include "granule/tensor_type.h"
 
 namespace granule {
@@ -71,12 +72,27 @@ struct TensorInfo {
   int64_t rows() const;        // product of dims[1..]
 };
 
+// ModelFile::parse_header ran out of the bytes it was given before the tensor table ended
+// (the file itself is not known to be bad): give it at least `needed_bytes` from the start.
+class HeaderIncomplete : public FormatError {
+ public:
+  HeaderIncomplete(const std::string& what, uint64_t needed)
+      : FormatError(what), needed_bytes(needed) {}
+  uint64_t needed_bytes;
+};
+
 // A GGUF file mapped read-only. open() validates the header, every metadata entry, the
 // tensor table (counts, types, offsets, sizes, alignment, overlaps) against the file size
 // before anything is used; a bad file throws FormatError("FILE: what is wrong").
 class ModelFile {
  public:
   static std::unique_ptr<ModelFile> open(const std::filesystem::path& path);
+  // The header, metadata and tensor table of a file of `file_size` bytes from its first
+  // bytes (`prefix`, e.g. fetched by HTTP range requests), validated as open() validates
+  // them. Tensors have no data (TensorInfo::data is null). Throws HeaderIncomplete when the
+  // table runs past the prefix; `name` labels errors and is path().
+  static std::unique_ptr<ModelFile> parse_header(std::vector<uint8_t> prefix, uint64_t file_size,
+                                                 const std::string& name);
   ~ModelFile();
   ModelFile(const ModelFile&) = delete;
   ModelFile& operator=(const ModelFile&) = delete;
@@ -85,7 +101,7 @@ class ModelFile {
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
   uint64_t file_size() const { return size_; }
-  const uint8_t* base() const { return base_; }
+  const uint8_t* base() const { return base_; }  // null for parse_header's files
   // Start of tensor data in the file; may lie past its end when there are no tensors.
   uint64_t data_offset() const { return data_offset_; }
 
@@ -112,6 +128,7 @@ class ModelFile {
   std::map<std::string, GgufValue> metadata_;
   std::vector<TensorInfo> tensors_;
   std::map<std::string, size_t, std::less<>> tensor_index_;
+  std::vector<uint8_t> header_prefix_;  // parse_header's bytes, released after parsing
   friend class GgufParser;
 };
 

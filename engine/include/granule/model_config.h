@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "granule/gguf.h"
@@ -144,6 +145,8 @@ struct ModelConfig {
   // Reads and checks the config; throws UnsupportedError for an architecture outside the
   // llama family and FormatError for missing or inconsistent keys.
   static ModelConfig from_gguf(const ModelFile& file);
+  // Whether from_gguf reads this general.architecture (the Hub's search shows it).
+  static bool architecture_supported(std::string_view architecture);
 };
 
 // One layer's weight tensors (pointers into the mapped file; bias/norm members may be null).

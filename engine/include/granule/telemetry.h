@@ -219,6 +219,71 @@ struct StreamingTelemetry {
   }
 };
 
+// Mixture-of-experts placement and routing (all empty and zero for a dense model): which
+// experts sit in device memory, and where the routed ones were served from. The counts are
+// cumulative since the model opened, as the engine sums what the backend reports between
+// snapshots (Backend::collect_expert_telemetry), so every reader of snapshots sees the same
+// totals; a panel takes the difference of two frames for "this second".
+struct ExpertTelemetry {
+  int32_t n_layer = 0, n_expert = 0;  // 0: a dense model
+  std::vector<uint8_t> resident;      // [layer * n_expert + e]: 1 in device memory, now
+  std::vector<uint32_t> routed;       // [layer * n_expert + e]: (token, expert) choices
+  std::vector<uint32_t> streamed;     // of those, served from host memory (over PCIe)
+  uint64_t hits = 0, misses = 0;      // choices served from device / from host memory
+  uint64_t bytes_streamed = 0;        // expert bytes read host-to-device
+  uint64_t tokens = 0;                // tokens whose experts were routed (prefill and decode)
+  uint64_t expert_bytes = 0;          // one expert of one layer: gate + up + down (0: unknown)
+  uint64_t promotions = 0;            // experts moved host → device by re-plans
+  uint64_t demotions = 0;             // experts moved device → host by re-plans
+
+  int64_t resident_count() const {
+    int64_t n = 0;
+    for (uint8_t r : resident) n += r != 0;
+    return n;
+  }
+  // Takes `interval`'s placement (shape, resident, expert_bytes) and adds its counts to these
+  // totals; a new shape (another model, or the first report) starts the totals from zero.
+  void add_interval(const ExpertTelemetry& interval) {
+    const auto cells =
+        static_cast<size_t>(interval.n_layer) * static_cast<size_t>(interval.n_expert);
+    if (interval.n_layer != n_layer || interval.n_expert != n_expert || routed.size() != cells) {
+      *this = ExpertTelemetry{};
+      n_layer = interval.n_layer;
+      n_expert = interval.n_expert;
+      routed.assign(cells, 0);
+      streamed.assign(cells, 0);
+    }
+    resident = interval.resident;
+    expert_bytes = interval.expert_bytes;
+    for (size_t i = 0; i < cells && i < interval.routed.size(); ++i)
+      routed[i] += interval.routed[i];
+    for (size_t i = 0; i < cells && i < interval.streamed.size(); ++i)
+      streamed[i] += interval.streamed[i];
+    hits += interval.hits;
+    misses += interval.misses;
+    bytes_streamed += interval.bytes_streamed;
+    tokens += interval.tokens;
+    promotions += interval.promotions;
+    demotions += interval.demotions;
+  }
+
+  template <class Self, class F>
+  static void fields(Self& s, F&& f) {
+    f("n_layer", s.n_layer);
+    f("n_expert", s.n_expert);
+    f("resident", s.resident);
+    f("routed", s.routed);
+    f("streamed", s.streamed);
+    f("hits", s.hits);
+    f("misses", s.misses);
+    f("bytes_streamed", s.bytes_streamed);
+    f("tokens", s.tokens);
+    f("expert_bytes", s.expert_bytes);
+    f("promotions", s.promotions);
+    f("demotions", s.demotions);
+  }
+};
+
 struct ThroughputTelemetry {
   double prompt_tokens_per_second = 0;  // over every prefill so far
   double decode_tokens_per_second = 0;  // over every decode so far
@@ -275,6 +340,7 @@ struct TelemetrySnapshot {
   SchedulerTelemetry scheduler;
   GraphTelemetry graphs;
   StreamingTelemetry streaming;
+  ExpertTelemetry experts;
   ThroughputTelemetry throughput;
   std::vector<SequenceTelemetry> sequences;  // every submitted sequence not yet finished
 };

@@ -15,9 +15,9 @@
 namespace granule {
 
 // One frame: {"t":T,"device":{...},"kv":{...},"scheduler":{...},"graphs":{...},
-// "streaming":{...},"throughput":{...},"sequences":[...]} on one line, without a newline.
-// Integers are written exactly, doubles in their shortest round-trip form (non-finite as 0),
-// strings as UTF-8 with control characters escaped (invalid UTF-8 bytes become U+FFFD).
+// "streaming":{...},"experts":{...},"throughput":{...},"sequences":[...]} on one line, without a
+// newline. Integers are written exactly, doubles in their shortest round-trip form (non-finite as
+// 0), strings as UTF-8 with control characters escaped (invalid UTF-8 bytes become U+FFFD).
 std::string telemetry_to_json(const TelemetrySnapshot& snapshot, double t_seconds);
 
 // Appends frames to a file, one line each, flushed as written so a reader (or a crash)

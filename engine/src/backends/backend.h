@@ -151,6 +151,13 @@ class Backend {
   // Adds the backend's own numbers (graphs, streaming) to a snapshot. Default: none.
   virtual void fill_telemetry(TelemetrySnapshot& /*snapshot*/) const {}
 
+  // A mixture-of-experts model's placement now (n_layer, n_expert, resident, expert_bytes) and
+  // its counts since the previous call (routed, streamed, hits, misses, bytes_streamed,
+  // tokens, promotions, demotions), into `out` (given empty); the engine adds the counts to
+  // its totals (ExpertTelemetry::add_interval) each time it builds a snapshot. Between steps
+  // only. Default, and for a dense model: leaves `out` empty.
+  virtual void collect_expert_telemetry(ExpertTelemetry& /*out*/) {}
+
   // Weight placement (engine/src/memory/placement.h), between steps only. make_room() frees at
   // least `bytes` in the ledger in one re-plan, moving the fewest trailing resident layers to
   // streaming that free them (the scheduler's pressure policy asks once for a step's whole

@@ -76,7 +76,7 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
     }
     layer.vectors = {add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
                      add_vector(l.bk),        add_vector(l.bv),       add_vector(l.q_norm),
-                     add_vector(l.k_norm)};
+                     add_vector(l.k_norm),    add_vector(l.bo),       add_vector(l.attn_sinks)};
     out.layers.push_back(layer);
   }
   out.output_norm_vector = add_vector(w.output_norm);

@@ -31,7 +31,8 @@ struct MatrixLayout {
 // A layer's seven matrices, one blob (resident or streamed as a whole), and its vectors.
 struct LayerWeightLayout {
   static constexpr int kMatrices = 7;  // wq, wk, wv, wo, w_gate, w_up, w_down
-  static constexpr int kVectors = 7;   // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm
+  static constexpr int kVectors = 9;   // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm,
+                                       // bo, attn_sinks
   std::array<MatrixLayout, kMatrices> matrices;
   uint64_t bytes = 0;  // the blob: the matrices' padded bytes
   // Offsets in floats into the vector buffer, -1 where the model has none.

@@ -56,10 +56,12 @@ uint64_t scalar_bytes(GgufType t) {
 
 // Bounds-checked little-endian reads over the mapped bytes. Every read says what it was
 // reading so that a truncated file names the field it ran out in.
+// Over a prefix of the file (parse_header), `available` bytes are readable of `size`: a
+// read past them but inside the file is HeaderIncomplete, not a bad file.
 class Cursor {
  public:
-  Cursor(const uint8_t* data, uint64_t size, const std::string& file)
-      : data_(data), size_(size), file_(file) {}
+  Cursor(const uint8_t* data, uint64_t size, const std::string& file, uint64_t available)
+      : data_(data), size_(size), available_(available), file_(file) {}
 
   uint64_t position() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
@@ -67,6 +69,10 @@ class Cursor {
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(file_ + ": " + what); }
 
   void need(uint64_t n, std::string_view what) const {
+    if (n <= remaining() && n > available_ - pos_)
+      throw HeaderIncomplete(file_ + ": the header continues past the first " +
+                                 std::to_string(available_) + " bytes (" + std::string(what) + ")",
+                             pos_ + n);
     if (n > remaining())
       fail("truncated: " + std::string(what) + " at offset " + std::to_string(pos_) + " needs " +
            std::to_string(n) + " bytes, " + std::to_string(remaining()) + " left");
@@ -92,6 +98,7 @@ class Cursor {
  private:
   const uint8_t* data_;
   uint64_t size_;
+  uint64_t available_;
   uint64_t pos_ = 0;
   const std::string& file_;
 };
@@ -260,8 +267,9 @@ int64_t TensorInfo::rows() const {
 
 class GgufParser {
  public:
-  GgufParser(ModelFile& file, const std::string& name)
-      : file_(file), name_(name), in_(file.base_, file.size_, name_) {}
+  // Over file.base_ (the whole mapped file), or over a prefix of `available` bytes at `data`.
+  GgufParser(ModelFile& file, const std::string& name, const uint8_t* data, uint64_t available)
+      : file_(file), name_(name), in_(data, file.size_, name_, available) {}
 
   void parse() {
     read_header();
@@ -464,7 +472,7 @@ class GgufParser {
       if (t.offset > data_bytes || t.size_bytes > data_bytes - t.offset)
         fail("tensor " + t.name + " (" + std::to_string(t.size_bytes) + " bytes at data offset " +
              std::to_string(t.offset) + ") extends past the end of the file");
-      t.data = file_.base_ + data_offset + t.offset;
+      t.data = file_.base_ == nullptr ? nullptr : file_.base_ + data_offset + t.offset;
     }
     std::vector<const TensorInfo*> by_offset;
     by_offset.reserve(tensors.size());
@@ -505,11 +513,28 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::filesystem::path& path) {
   if (mapping == MAP_FAILED) throw Error(name + ": cannot map: " + std::strerror(errno));
   file->base_ = static_cast<const uint8_t*>(mapping);
 
-  GgufParser(*file, name).parse();
+  GgufParser(*file, name, file->base_, file->size_).parse();
   logger("engine.gguf")
       ->debug("{}: GGUF v{}, {} metadata keys, {} tensors, alignment {}, data at {}", name,
               file->version_, file->metadata_.size(), file->tensors_.size(), file->alignment_,
               file->data_offset_);
+  return file;
+}
+
+std::unique_ptr<ModelFile> ModelFile::parse_header(std::vector<uint8_t> prefix, uint64_t file_size,
+                                                   const std::string& name) {
+  std::unique_ptr<ModelFile> file(new ModelFile());
+  file->path_ = name;
+  file->size_ = file_size;
+  if (file_size < kHeaderBytes)
+    throw FormatError(name + ": too short for a GGUF header (" + std::to_string(file_size) +
+                      " bytes)");
+  if (prefix.size() > file_size)
+    throw UsageError(name + ": " + std::to_string(prefix.size()) +
+                     " header bytes given for a file of " + std::to_string(file_size));
+  file->header_prefix_ = std::move(prefix);
+  GgufParser(*file, name, file->header_prefix_.data(), file->header_prefix_.size()).parse();
+  file->header_prefix_ = {};
   return file;
 }
 

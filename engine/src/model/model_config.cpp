@@ -493,4 +493,9 @@ uint64_t WeightTable::total_bytes() const {
   return total;
 }
 
+bool ModelConfig::architecture_supported(std::string_view architecture) {
+  return std::find(kSupportedArchitectures.begin(), kSupportedArchitectures.end(), architecture) !=
+         kSupportedArchitectures.end();
+}
+
 }  // namespace granule

@@ -84,6 +84,9 @@ struct Engine::Impl {
   uint64_t prompt_tokens_done = 0, decode_tokens_done = 0;
   // The last step's host phases (ThroughputTelemetry::last_*_us).
   double plan_us = 0, launch_us = 0, overlap_us = 0, wait_us = 0, results_us = 0;
+  // Expert counts summed over every collect_expert_telemetry() so far (a snapshot is taken
+  // through a const engine; the sum only grows, whoever asks).
+  mutable ExpertTelemetry expert_totals;
 
   std::shared_ptr<spdlog::logger> log = logger("engine");
 
@@ -95,7 +98,8 @@ struct Engine::Impl {
   };
 
   std::vector<TokenId> render_prompt(const Request& request) const;
-  std::vector<TokenId> render_messages(const std::vector<ChatMessage>& messages) const;
+  std::vector<TokenId> render_messages(const std::vector<ChatMessage>& messages,
+                                       const ChatOptions& options) const;
   // The conversation's prompt, its oldest messages dropped as the request's overflow policy
   // says until it fits the context; `dropped` counts them.
   std::vector<TokenId> fit_conversation(const Request& request, int32_t& dropped) const;
@@ -154,6 +158,9 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
       m.log->warn("{}: {}", model_path.filename().string(), e.what());
     }
   }
+  if (m.chat_template) {
+    if (auto eos = m.tokenizer->eos()) m.chat_template->set_eos_text(m.tokenizer->token_text(*eos));
+  }
 
   const int64_t model_context = m.config.context_length;
   if (m.options.context_length <= 0 || m.options.context_length > model_context) {
@@ -189,10 +196,11 @@ const EngineOptions& Engine::options() const { return impl_->options; }
 
 std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
   if (request.prompt_tokens) return *request.prompt_tokens;
-  return render_messages(request.messages);
+  return render_messages(request.messages, request.chat_options);
 }
 
-std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage>& messages) const {
+std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage>& messages,
+                                                   const ChatOptions& options) const {
   if (messages.empty()) throw UsageError("a request needs messages or prompt tokens");
   if (!chat_template) {
     throw UnsupportedError(
@@ -201,7 +209,7 @@ std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage
   }
   std::string bos_text;
   if (auto bos = tokenizer->bos()) bos_text = tokenizer->token_text(*bos);
-  const std::string text = chat_template->render(messages, true, bos_text);
+  const std::string text = chat_template->render(messages, true, bos_text, options);
   return tokenizer->encode(text, /*add_bos=*/false, /*parse_special=*/true);
 }
 
@@ -209,7 +217,7 @@ std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
                                                     int32_t& dropped) const {
   dropped = 0;
   const int64_t context = options.context_length;
-  std::vector<TokenId> prompt = render_messages(request.messages);
+  std::vector<TokenId> prompt = render_messages(request.messages, request.chat_options);
   const auto too_long = [context](const std::vector<TokenId>& p) {
     // The prompt and at least one generated token must fit the context.
     return static_cast<int64_t>(p.size()) + 1 > context;
@@ -242,7 +250,7 @@ std::vector<TokenId> Engine::Impl::fit_conversation(const Request& request,
       kept.erase(kept.begin() + static_cast<std::ptrdiff_t>(system));
       ++dropped;
     } while (kept.size() - system > 1 && kept[system].role != "user");
-    prompt = render_messages(kept);
+    prompt = render_messages(kept, request.chat_options);
   }
   if (too_long(prompt)) {
     // One message (a one-shot prompt) is a prompt to the user; more, a conversation whose
@@ -303,6 +311,16 @@ SequenceId Engine::submit(Request request) {
   seq->stop_strings = request.sampling.stop_strings;
   if (!request.prompt_tokens && m.chat_template) {
     for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
+    if (m.chat_template->reasoning_format() == ReasoningFormat::Think) {
+      // Whether the template opened <think> at the end: its last few tokens tell.
+      constexpr size_t kTailTokens = 8;
+      const size_t n = seq->tokens.size();
+      const std::vector<TokenId> tail(
+          seq->tokens.begin() + static_cast<std::ptrdiff_t>(n - std::min(n, kTailTokens)),
+          seq->tokens.end());
+      seq->reasoning_opened = m.chat_template->prompt_opens_reasoning(
+          m.tokenizer->decode(tail, /*render_special=*/true));
+    }
   }
   seq->submitted = Clock::now();
   return m.scheduler->add(std::move(seq)).id;
@@ -330,6 +348,7 @@ void Engine::Impl::report_prompts(const StepPlan& plan) {
     info.computed_tokens = seq->prompt_tokens - seq->reused_tokens;
     info.swapped_in_tokens = seq->swapped_in_tokens;
     info.dropped_messages = seq->dropped_messages;
+    info.reasoning_opened = seq->reasoning_opened;
     seq->sink.on_prompt(id, info);
   }
 }
@@ -790,6 +809,12 @@ TelemetrySnapshot Engine::telemetry() const {
     s.sequences.push_back(t);
   }
   m.backend->fill_telemetry(s);
+  if (m.config.is_moe() && !m.in_step) {
+    ExpertTelemetry interval;
+    m.backend->collect_expert_telemetry(interval);
+    if (interval.n_layer > 0) m.expert_totals.add_interval(interval);
+  }
+  s.experts = m.expert_totals;
   return s;
 }
 

@@ -1,6 +1,8 @@
 // Engine::estimate: what opening a model would need, from the file alone — the weights, the
 // KV per token in the element type of the backend the options pick (f32 on the CPU, f16 on
 // CUDA), a workspace allowance — against the budget that backend would set.
+#include "runtime/fit_estimate.h"
+
 #include <algorithm>
 #include <map>
 
@@ -10,6 +12,7 @@
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/tensor_type.h"
+#include "memory/expert_placement.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
 #include "memory/workspace_layout.h"
@@ -78,10 +81,82 @@ DeviceChoice choose_device(const EngineOptions& options) {
 
 }  // namespace
 
+void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
+  const ModelConfig& c = e.config;
+  const ExpertFootprint footprint = expert_footprint(c, weights);
+  ExpertFitEstimate& x = e.experts;
+  x = ExpertFitEstimate{};
+  x.n_expert = c.moe.n_expert;
+  x.n_expert_used = c.moe.n_expert_used;
+  x.always_resident_bytes = footprint.always_resident_bytes;
+  x.expert_bytes = footprint.expert_bytes;
+  x.experts_bytes = footprint.experts_bytes;
+  const auto n_layer = static_cast<int32_t>(weights.layers.size());
+  e.weights_bytes = footprint.total();
+  e.resident_layers = n_layer;  // attention and routers of every layer stay resident
+  e.streamed_layers = 0;
+  e.layer_streamed.assign(static_cast<size_t>(n_layer), false);
+  e.streamed_bytes_per_pass = 0;
+  e.staging_bytes = 0;
+
+  ExpertPlacementInput in;
+  in.n_layer = n_layer;
+  in.n_expert = c.moe.n_expert;
+  in.expert_bytes = footprint.expert_bytes;
+  uint64_t fixed = e.weights_bytes;  // the CPU holds every weight
+  if (e.gpu) {
+    e.kv_reserve_bytes =
+        e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
+    fixed = footprint.always_resident_bytes;
+    const uint64_t needed = fixed + e.workspace_bytes + e.kv_reserve_bytes;
+    in.budget_bytes = e.budget_bytes > needed ? e.budget_bytes - needed : 0;
+  } else {
+    in.budget_bytes = footprint.experts_bytes;
+    in.expert_bytes = 0;  // every expert in host memory, where the CPU computes
+  }
+  const ExpertPlacement plan = plan_expert_placement(in, nullptr);
+  x.resident_experts = plan.resident_count();
+  x.expert_budget_bytes = e.gpu ? in.budget_bytes : 0;
+  uint64_t resident_expert_bytes = 0;
+  const double k = static_cast<double>(c.moe.n_expert_used);
+  for (int32_t l = 0; l < n_layer; ++l) {
+    const int64_t resident = plan.resident_in_layer(l);
+    const uint64_t bytes = footprint.layer_expert_bytes[static_cast<size_t>(l)];
+    x.resident_per_layer.push_back(static_cast<int32_t>(resident));
+    resident_expert_bytes += static_cast<uint64_t>(resident) * bytes;
+    if (e.gpu) {
+      const double host_share =
+          1.0 - static_cast<double>(resident) / static_cast<double>(c.moe.n_expert);
+      x.pcie_bytes_per_token += k * host_share * static_cast<double>(bytes);
+    }
+  }
+  if (x.pcie_bytes_per_token > 0 && e.h2d_bytes_per_second > 0)
+    x.pcie_tokens_per_second = e.h2d_bytes_per_second / x.pcie_bytes_per_token;
+  e.pcie_tokens_per_second = x.pcie_tokens_per_second;
+
+  e.resident_weight_bytes = fixed + (e.gpu ? resident_expert_bytes : 0);
+  e.minimum_budget_bytes = fixed + e.workspace_bytes + e.kv_reserve_bytes;
+  e.loads = e.budget_bytes >= e.minimum_budget_bytes;
+  const uint64_t held = e.resident_weight_bytes + e.workspace_bytes;
+  e.kv_capacity_tokens = 0;
+  e.max_context_per_chat = 0;
+  if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {
+    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
+    e.max_context_per_chat =
+        std::min(e.kv_capacity_tokens / std::max(e.chats, 1), c.context_length);
+  }
+  e.fits = e.loads && e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
+}
+
 FitEstimate Engine::estimate(const std::filesystem::path& model_path,
                              const EngineOptions& options) {
   if (options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
-  const auto file = ModelFile::open(model_path);
+  return estimate(*ModelFile::open(model_path), options);
+}
+
+FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& options) {
+  if (options.max_sequences <= 0) throw UsageError("max_sequences must be at least 1");
+  const ModelFile* file = &model_file;
   FitEstimate e;
   e.config = ModelConfig::from_gguf(*file);
   const WeightTable weights = WeightTable::from_gguf(*file, e.config);
@@ -97,10 +172,6 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
       !cuda_model_refusal(e.config, weights).empty())
     device = cpu_choice();
 #endif
-  // The CUDA weight layout has no expert tensors yet (issue 36: the CUDA helper adds them).
-  if (device.gpu && e.config.is_moe())
-    throw UnsupportedError("the CUDA backend does not run mixture-of-experts models yet; "
-                           "choose the CPU device");
   e.gpu = device.gpu;
   e.device = device.name;
   e.kv_element_bytes = device.kv_element_bytes;
@@ -115,6 +186,14 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
   e.context_per_chat = options.context_length <= 0 || options.context_length > trained
                            ? trained
                            : options.context_length;
+  e.h2d_measured = e.gpu && device.h2d_bytes_per_second > 0;
+  e.h2d_bytes_per_second = !e.gpu           ? 0
+                           : e.h2d_measured ? device.h2d_bytes_per_second
+                                            : kAssumedH2dBytesPerSecond;
+  if (e.config.is_moe()) {
+    estimate_mixture_of_experts(e, weights);
+    return e;
+  }
   const auto n_layer = static_cast<int32_t>(weights.layers.size());
   uint64_t held = e.weights_bytes + e.workspace_bytes;  // the CPU holds every weight
   e.resident_layers = n_layer;
@@ -151,9 +230,6 @@ FitEstimate Engine::estimate(const std::filesystem::path& model_path,
     e.streamed_bytes_per_pass = plan.streamed_bytes_per_pass;
     e.staging_bytes = plan.staging_bytes;
     e.kv_reserve_bytes = in.kv_reserve_bytes;
-    e.h2d_measured = device.h2d_bytes_per_second > 0;
-    e.h2d_bytes_per_second =
-        e.h2d_measured ? device.h2d_bytes_per_second : kAssumedH2dBytesPerSecond;
     if (plan.streamed_bytes_per_pass > 0)
       e.pcie_tokens_per_second =
           e.h2d_bytes_per_second / static_cast<double>(plan.streamed_bytes_per_pass);

@@ -38,7 +38,8 @@ struct Sequence {
   int64_t reused_tokens = 0;
   int64_t swapped_in_tokens = 0;
   bool admitted_once = false;
-  int32_t dropped_messages = 0;  // left out of the conversation to fit the context
+  int32_t dropped_messages = 0;   // left out of the conversation to fit the context
+  bool reasoning_opened = false;  // the prompt ends inside the model's reasoning (<think>)
 
   int64_t uncomputed_tokens() const {
     return static_cast<int64_t>(tokens.size()) - computed_tokens;

@@ -31,6 +31,7 @@ void for_each_section(Snapshot& s, F&& f) {
   f("scheduler", s.scheduler);
   f("graphs", s.graphs);
   f("streaming", s.streaming);
+  f("experts", s.experts);
   f("throughput", s.throughput);
 }
 

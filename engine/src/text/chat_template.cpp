@@ -1,5 +1,6 @@
 // ChatTemplate: recognises a model's prompt format from its Jinja source by the format's
-// marker strings, and renders conversations exactly as each family's official template does.
+// marker strings, and renders conversations exactly as each family's official template does
+// (the fallback, and the user's override); chat_template_jinja.cpp runs the source itself.
 #include "granule/chat_template.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include "granule/error.h"
 #include "granule/log.h"
@@ -273,9 +275,10 @@ std::string render_phi3(const std::vector<ChatMessage>& messages, bool add_gener
 
 }  // namespace
 
-ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
-  // Markers are the format's own control strings, which every variant of a family writes
-  // literally; the order puts the most specific first (Llama 2's <<SYS>> before [INST]).
+// The hand-written family whose marker strings the source writes, if any. Markers are the
+// format's own control strings, which every variant of a family writes literally; the order
+// puts the most specific first (Llama 2's <<SYS>> before [INST]).
+std::optional<ChatTemplate> ChatTemplate::recognise_family(std::string_view jinja_source) {
   ChatTemplate result(TemplateFamily::ChatML);
   if (contains(jinja_source, "<|im_start|>")) {
     result.default_system_ = find_chatml_default_system(jinja_source);
@@ -292,13 +295,47 @@ ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
     result.family_ =
         contains(jinja_source, "<<SYS>>") ? TemplateFamily::Llama2 : TemplateFamily::Mistral;
   } else {
-    throw UnsupportedError("unrecognised chat template: \"" + excerpt(jinja_source) +
-                           "\" (choose one of chatml, llama3, llama2, mistral, gemma, phi3)");
+    return std::nullopt;
   }
-  logger("engine.template")
-      ->debug("chat template: {}{}", result.name(),
-              result.default_system_.empty() ? "" : " with a default system prompt");
   return result;
+}
+
+ChatTemplate ChatTemplate::detect(std::string_view jinja_source) {
+  if (trim(jinja_source).empty()) throw UnsupportedError("the chat template is empty");
+  std::optional<ChatTemplate> family = recognise_family(jinja_source);
+  ChatTemplate result = family ? *family : ChatTemplate(TemplateFamily::Jinja);
+  // gpt-oss's harmony names its channels; Qwen3 and DeepSeek-R1 templates write <think>.
+  if (contains(jinja_source, "<|channel|>")) {
+    result.reasoning_ = ReasoningFormat::Harmony;
+  } else if (contains(jinja_source, "<think>")) {
+    result.reasoning_ = ReasoningFormat::Think;
+  }
+  result.reads_enable_thinking_ = contains(jinja_source, "enable_thinking");
+  result.reads_reasoning_effort_ = contains(jinja_source, "reasoning_effort");
+  const auto log = logger("engine.template");
+  if (jinja_available()) {
+    try {
+      result.jinja_ = compile_jinja(jinja_source);
+    } catch (const UnsupportedError& e) {
+      if (!family) throw;
+      log->warn("{}; rendering it as the {} family instead", e.what(), result.name());
+    }
+  } else if (!family) {
+    throw UnsupportedError("unrecognised chat template: \"" + excerpt(jinja_source) +
+                           "\", and this build has no Jinja engine to run it (run 'bash "
+                           "packaging/setup.sh jinja' and rebuild, or choose one of chatml, "
+                           "llama3, llama2, mistral, gemma, phi3)");
+  }
+  log->debug("chat template: {}{}{}", result.name(),
+             result.jinja_ ? " (the model's own, Jinja)" : "",
+             result.default_system_.empty() ? "" : " with a default system prompt");
+  return result;
+}
+
+bool ChatTemplate::prompt_opens_reasoning(std::string_view prompt) const {
+  if (reasoning_ != ReasoningFormat::Think) return false;
+  const size_t end = prompt.find_last_not_of(" \t\r\n");
+  return end != std::string_view::npos && prompt.substr(0, end + 1).ends_with("<think>");
 }
 
 ChatTemplate ChatTemplate::from_name(std::string_view name) {
@@ -324,11 +361,33 @@ std::string ChatTemplate::name() const {
   for (const FamilyName& entry : kFamilyNames) {
     if (entry.family == family_) return std::string(entry.name);
   }
-  return "unknown";
+  return "jinja";
 }
 
 std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
-                                 bool add_generation_prompt, std::string_view bos_text) const {
+                                 bool add_generation_prompt, std::string_view bos_text,
+                                 const ChatOptions& options) const {
+  if (jinja_) {
+    // The model's own template decides which roles and orders it takes (raise_exception).
+    for (size_t i = 0; i < messages.size(); ++i) {
+      const std::string& role = messages[i].role;
+      if (!is_known_role(role) && role != "tool") {
+        throw UsageError("chat message " + std::to_string(i + 1) + " has role '" + role +
+                         "'; expected system, user, assistant or tool");
+      }
+    }
+    if (family_ == TemplateFamily::Jinja) {
+      return render_jinja(messages, add_generation_prompt, bos_text, options);
+    }
+    try {
+      return render_jinja(messages, add_generation_prompt, bos_text, options);
+    } catch (const UsageError& e) {
+      // Older templates of a known family refuse what Granule's family renderer handles (a
+      // system prompt for Mistral v0.1 or Gemma 1, merged into the first user turn): render
+      // it as the family does instead of refusing the chat.
+      logger("engine.template")->debug("{}; rendering as the {} family", e.what(), name());
+    }
+  }
   const bool system_only_first = family_ == TemplateFamily::Llama2 ||
                                  family_ == TemplateFamily::Mistral ||
                                  family_ == TemplateFamily::Gemma;
@@ -347,8 +406,10 @@ std::string ChatTemplate::render(const std::vector<ChatMessage>& messages,
       return render_gemma(messages, add_generation_prompt, bos_text);
     case TemplateFamily::Phi3:
       return render_phi3(messages, add_generation_prompt, bos_text);
+    case TemplateFamily::Jinja:
+      break;  // never without a compiled template
   }
-  return {};
+  throw UnsupportedError("this chat template needs the Jinja engine");
 }
 
 std::vector<std::string> ChatTemplate::stop_strings() const {
@@ -364,6 +425,8 @@ std::vector<std::string> ChatTemplate::stop_strings() const {
       return {"<end_of_turn>"};
     case TemplateFamily::Phi3:
       return {"<|end|>", "<|endoftext|>"};
+    case TemplateFamily::Jinja:
+      return {};  // the vocabulary's end-of-generation tokens end a turn
   }
   return {};
 }

@@ -66,10 +66,17 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|end_of_text|>",
     "<end_of_utterance>",
     "<｜end▁of▁sentence｜>",
+    "<|return|>",        // gpt-oss harmony: the end of the final answer
+    "<|call|>",          // gpt-oss harmony: the end of a tool call
     "<eos>",             // Gemma 4
     "<turn|>",           // Gemma 4
     "<|tool_response>",  // Gemma 4
 };
+
+// gpt-oss's harmony tokens, which structure a reply into channels: rendered as text so the
+// reasoning parser sees them (as llama.cpp does), and matched in prompts.
+constexpr std::string_view kHarmonyStructureTexts[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                                       "<|constrain|>"};
 
 }  // namespace
 
@@ -287,6 +294,18 @@ void VocabTokenizer::find_end_of_generation_tokens() {
     if (auto id = lookup(text)) {
       mark_control(*id);
       add(id);
+    }
+  }
+  // Harmony (<|return|> and <|call|> end a reply): <|end|> only closes one message, such as
+  // the analysis before the final answer, so it neither ends generation nor stays hidden.
+  const std::optional<TokenId> end = lookup("<|end|>");
+  if (end && lookup("<|return|>") && lookup("<|call|>")) {
+    eog_.erase(std::remove(eog_.begin(), eog_.end(), *end), eog_.end());
+    if (eot_ == end) eot_.reset();
+    attrs_[static_cast<size_t>(*end)] = static_cast<int32_t>(TokenAttr::UserDefined);
+    for (std::string_view text : kHarmonyStructureTexts) {
+      if (auto id = lookup(text))
+        attrs_[static_cast<size_t>(*id)] = static_cast<int32_t>(TokenAttr::UserDefined);
     }
   }
   std::sort(eog_.begin(), eog_.end());

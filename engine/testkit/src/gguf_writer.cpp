@@ -234,6 +234,17 @@ void GgufWriter::generate_rows(const PendingTensor& t, int64_t first_row, int64_
   for (auto& thread : pool) thread.join();
 }
 
+void GgufWriter::add_zero_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type) {
+  const int64_t elements = checked_elements(name, dims);
+  const BlockGeometry* g = block_geometry(ggml_type);
+  if (g == nullptr || dims[0] % g->block_elems != 0)
+    throw UsageError("tensor " + name + ": a zero tensor needs a known type and whole blocks");
+  for (const auto& t : tensors_)
+    if (t.name == name) throw UsageError("tensor " + name + " added twice");
+  const uint64_t size = static_cast<uint64_t>(elements) / g->block_elems * g->block_bytes;
+  tensors_.push_back({std::move(name), std::move(dims), ggml_type, {}, {}, size, 0, true});
+}
+
 std::vector<uint8_t> GgufWriter::header_bytes() const {
   ByteSink out;
   out.put<uint32_t>(kMagic);
@@ -261,6 +272,7 @@ std::vector<uint8_t> GgufWriter::to_bytes() const {
   std::vector<uint8_t> bytes = header_bytes();
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   for (const auto& t : tensors_) {
+    if (t.zero) throw UsageError("to_bytes: tensor " + t.name + " is a zero tensor");
     if (t.generate) {
       const size_t at = bytes.size();
       bytes.resize(at + t.size_bytes);
@@ -289,8 +301,11 @@ void GgufWriter::write(const std::filesystem::path& path) const {
   constexpr uint64_t kSliceBytes = 64ull << 20;
   const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<uint8_t> slice;
+  uint64_t end = header.size();
   for (const auto& t : tensors_) {
-    if (t.generate) {
+    if (t.zero) {
+      file.seekp(static_cast<std::streamoff>(t.size_bytes), std::ios::cur);  // a hole
+    } else if (t.generate) {
       const auto rows = static_cast<int64_t>(t.size_bytes / t.row_bytes);
       const auto slice_rows =
           static_cast<int64_t>(std::max<uint64_t>(1, kSliceBytes / t.row_bytes));
@@ -303,9 +318,12 @@ void GgufWriter::write(const std::filesystem::path& path) const {
     } else {
       put(t.bytes.data(), t.bytes.size());
     }
+    end += t.size_bytes + padding_after(t.size_bytes, alignment_);
     put(zeros.data(), padding_after(t.size_bytes, alignment_));
   }
   file.close();
+  // A file ending in a hole has no byte written at its end: give it its full size.
+  if (file) std::filesystem::resize_file(path, end);
   if (!file) throw Error(path.string() + ": write failed: " + std::strerror(errno));
 }
 

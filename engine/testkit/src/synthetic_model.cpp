@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "granule/error.h"
 #include "granule/testkit/byte_level.h"
@@ -77,45 +79,42 @@ void encode_rows(std::string_view name, uint64_t seed, Distribution dist, int64_
 }
 
 // random_blocks: a pool of encoded pieces of rows (`piece_elems` elements, whole blocks, a
-// divisor of the row) quantised once from the tensor's distribution; each piece of each row
-// is then a pool entry picked by a hash of (tensor, row, piece). Valid blocks of the right
-// magnitude at memory speed, independent of how rows are sliced.
-class RandomBlockPool {
- public:
-  static constexpr int64_t kEntries = 4096;
-  RandomBlockPool(std::string_view name, uint64_t seed, Distribution dist, int64_t cols,
-                  TensorType type)
-      : key_(hash_name(name, seed ^ 0x5EEDB10Cull)), cols_(cols) {
+// divisor of the row) quantised once from a distribution; every piece of every row of a
+// tensor is then a pool entry picked by a hash of (tensor, row, piece). Valid blocks of the
+// right magnitude at memory speed, independent of how rows are sliced. Tensors of one block
+// type, row length and distribution share a pool (the real shapes have a few dozen such
+// tensors per kind: quantising a pool is the slow part).
+struct BlockPool {
+  static constexpr int64_t kEntries = 2048;
+  int64_t piece_elems = 0;
+  size_t piece_bytes = 0;
+  std::vector<uint8_t> bytes;
+
+  BlockPool(uint64_t seed, Distribution dist, int64_t cols, TensorType type) {
     const int64_t block = tensor_type_info(type).block_elems;
-    piece_elems_ = block;
+    piece_elems = block;
     for (int64_t m = block; m <= 512 && m <= cols; m += block)
-      if (cols % m == 0) piece_elems_ = m;
-    piece_bytes_ = row_bytes(type, piece_elems_);
-    pool_.resize(static_cast<size_t>(kEntries) * piece_bytes_);
-    std::vector<uint8_t> row(row_bytes(type, piece_elems_));
-    for (int64_t e = 0; e < kEntries; ++e) {
-      encode_rows(std::string(name) + "#pool", seed, dist, piece_elems_, type, e, 1, row.data());
-      std::memcpy(pool_.data() + static_cast<size_t>(e) * piece_bytes_, row.data(), piece_bytes_);
-    }
+      if (cols % m == 0) piece_elems = m;
+    piece_bytes = row_bytes(type, piece_elems);
+    bytes.resize(static_cast<size_t>(kEntries) * piece_bytes);
+    const std::string name = "block pool " + std::to_string(static_cast<int>(type)) + " " +
+                             std::to_string(cols) + " " + std::to_string(dist.mean) + " " +
+                             std::to_string(dist.spread);
+    encode_rows(name, seed, dist, piece_elems, type, 0, kEntries, bytes.data());
   }
-  void rows(int64_t first, int64_t count, uint8_t* out) const {
-    const int64_t pieces = cols_ / piece_elems_;
+
+  // Rows [first, first + count) of a tensor of `cols` columns keyed by `key`.
+  void rows(uint64_t key, int64_t cols, int64_t first, int64_t count, uint8_t* out) const {
+    const int64_t pieces = cols / piece_elems;
     for (int64_t r = first; r < first + count; ++r) {
-      uint64_t state = key_ ^ (static_cast<uint64_t>(r) * 0xD6E8FEB86659FD93ull);
+      uint64_t state = key ^ (static_cast<uint64_t>(r) * 0xD6E8FEB86659FD93ull);
       for (int64_t p = 0; p < pieces; ++p) {
         const uint64_t pick = splitmix64(state) % kEntries;
-        std::memcpy(out, pool_.data() + pick * piece_bytes_, piece_bytes_);
-        out += piece_bytes_;
+        std::memcpy(out, bytes.data() + pick * piece_bytes, piece_bytes);
+        out += piece_bytes;
       }
     }
   }
-
- private:
-  uint64_t key_;
-  int64_t cols_;
-  int64_t piece_elems_ = 0;
-  size_t piece_bytes_ = 0;
-  std::vector<uint8_t> pool_;
 };
 
 struct Vocabulary {
@@ -713,7 +712,8 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
 
   // Tensors are made when the file is written (GgufWriter::add_generated_tensor), so a model
   // larger than memory can be written; random_blocks draws the large ones from a block pool.
-  constexpr uint64_t kRandomBlocksMinBytes = 1ull << 20;
+  constexpr uint64_t kRandomBlocksMinBytes = 64ull << 10;
+  std::map<std::tuple<int, int64_t, float, float>, std::shared_ptr<const BlockPool>> pools;
   auto tensor = [&](const std::string& name, std::vector<int64_t> dims, TensorType type,
                     Distribution dist, std::vector<float> row_scale = {}) {
     for (const auto& o : spec.tensor_types) {
@@ -721,6 +721,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
         type = o.type;
         break;
       }
+    }
+    if (spec.zero_data) {
+      w.add_zero_tensor(name, std::move(dims), static_cast<uint32_t>(type));
+      return;
     }
     const int64_t cols = dims[0];
     int64_t rows = 1;
@@ -730,9 +734,11 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     // Scaled rows (a skewed router) keep their structure: always from seeded values.
     if (spec.random_blocks && row_scale.empty() &&
         row_bytes(type, cols) * static_cast<uint64_t>(rows) >= kRandomBlocksMinBytes) {
-      auto pool = std::make_shared<RandomBlockPool>(name, seed, dist, cols, type);
-      generate = [pool](int64_t first, int64_t count, uint8_t* out) {
-        pool->rows(first, count, out);
+      auto& pool = pools[{static_cast<int>(type), cols, dist.mean, dist.spread}];
+      if (!pool) pool = std::make_shared<const BlockPool>(seed, dist, cols, type);
+      const uint64_t key = hash_name(name, seed ^ 0x5EEDB10Cull);
+      generate = [pool, key, cols](int64_t first, int64_t count, uint8_t* out) {
+        pool->rows(key, cols, first, count, out);
       };
     } else {
       generate = [name, seed, dist, cols, type, row_scale = std::move(row_scale)](

@@ -35,6 +35,9 @@ Item {
             versionCount: 1
             timeToFirstTokenMs: 150
             viewStartsHere: false
+            reasoning: ""
+            reasoningMs: 0
+            thinking: false
         }
     }
     Component {
@@ -54,6 +57,9 @@ Item {
             versionCount: 3
             timeToFirstTokenMs: 0
             viewStartsHere: false
+            reasoning: ""
+            reasoningMs: 0
+            thinking: false
         }
     }
     Component {
@@ -73,7 +79,32 @@ Item {
             versionCount: 1
             timeToFirstTokenMs: 90
             viewStartsHere: true
+            reasoning: ""
+            reasoningMs: 0
+            thinking: false
             isLast: true
+        }
+    }
+    Component {
+        id: thinkingMessageComponent
+        MessageDelegate {
+            width: 600
+            chats: Services.chats
+            index: 1
+            speaker: "assistant"
+            content: ""
+            blocks: []
+            generating: true
+            tokensPerSecond: 0
+            finishReason: ""
+            tokenCount: 9
+            version: 1
+            versionCount: 1
+            timeToFirstTokenMs: 80
+            viewStartsHere: false
+            reasoning: "The user asks for 2+2. That is 4."
+            reasoningMs: 1234
+            thinking: true
         }
     }
     Component {
@@ -167,6 +198,28 @@ Item {
             const cut = createTemporaryObject(cutMessageComponent, root)
             compare(findChild(cut, "stopCaption").text, "length limit")
             verify(findChild(cut, "continueButton").visible)
+        }
+
+        // The Thinking block: open while the model thinks, collapsed once the answer starts,
+        // a click opens it again; absent for a message without reasoning.
+        function test_thinkingBlockOpensWhileThinkingAndCollapsesAfter() {
+            const message = createTemporaryObject(thinkingMessageComponent, root)
+            verify(message)
+            const toggle = findChild(message, "thinkingToggle")
+            const text = findChild(message, "thinkingText")
+            verify(toggle && text)
+            verify(toggle.visible)
+            verify(text.visible, "open while thinking")
+            compare(text.text, "The user asks for 2+2. That is 4.")
+            verify(toggle.contentItem.text.indexOf("Thinking") >= 0)
+            message.thinking = false
+            message.content = "4"
+            verify(!text.visible, "collapsed once the answer starts")
+            verify(toggle.contentItem.text.indexOf("Thought for 1.2 s") >= 0, toggle.contentItem.text)
+            toggle.clicked()
+            verify(text.visible, "a click opens it")
+            const plain = createTemporaryObject(messageComponent, root)
+            verify(!findChild(plain, "thinkingToggle").visible)
         }
 
         function test_composerEnterSendsShiftEnterBreaksTheLine() {

@@ -337,7 +337,13 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
     matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
-  add_bias(s.proj.data(), lv.bo, n_tokens);
+  if (emulate_) {
+    // The CUDA backend adds the output bias to the residual before the output projection
+    // accumulates into it (rope_kv.cuh): (x + bo) + wo·a.
+    add_bias(s.x.data(), lv.bo, n_tokens);
+  } else {
+    add_bias(s.proj.data(), lv.bo, n_tokens);
+  }
   if (c.sandwich_norms) post_norm(s.proj.data(), lv.attn_post_norm, n_tokens);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
 }

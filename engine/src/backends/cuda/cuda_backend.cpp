@@ -15,6 +15,7 @@
 #include "backends/cuda/h2d_bandwidth.h"
 #include "granule/error.h"
 #include "granule/log.h"
+#include "memory/expert_placement.h"
 #include "memory/placement.h"
 
 namespace granule::cuda {
@@ -278,6 +279,7 @@ std::vector<std::vector<int32_t>> CudaBackend::histories(size_t first, size_t co
 
 void CudaBackend::launch(const StepRequest& step) {
   if (!kv_) throw UsageError("CUDA backend: launch() before attach_kv()");
+  replan_experts();  // between steps: the last one is over
   pending_ = PendingStep{};
   PendingStep& p = pending_;
   if (step.sample) {
@@ -447,6 +449,80 @@ void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
         static_cast<double>(last_step_h2d_bytes_) / static_cast<double>(last_step_tokens_);
   st.replans = replans_;
   st.last_replan_reason = last_replan_reason_;
+}
+
+namespace {
+
+// The expert cache's re-plan (replan_experts): at most this often, so that the routing counts
+// of a few hundred tokens decide and the copies stay a small share of the time (H200: 55 GB/s
+// host-to-device, kExpertReplanCopyBytes of copies take ~1.2 ms of a 500 ms interval).
+constexpr double kExpertReplanSeconds = 0.5;
+// The decayed counts' half-life: the hot set follows a new conversation within seconds, not
+// token by token.
+constexpr double kExpertCountHalfLifeSeconds = 4.0;
+// The most expert bytes one re-plan copies to the device (the plan's max_promotions).
+constexpr uint64_t kExpertReplanCopyBytes = uint64_t{64} << 20;
+
+}  // namespace
+
+void CudaBackend::drain_expert_counts() {
+  CudaMoe* moe = model_->moe();
+  if (!moe) return;
+  const auto now = std::chrono::steady_clock::now();
+  moe->collect(expert_interval_, model_->stream());
+  const double seconds = expert_drained_.time_since_epoch().count() == 0
+                             ? 0.0
+                             : std::chrono::duration<double>(now - expert_drained_).count();
+  const std::vector<int32_t>& fresh = moe->last_counts();
+  decay_routing_counts(expert_decayed_, fresh.data(), fresh.size(),
+                       routing_decay_keep(seconds, kExpertCountHalfLifeSeconds));
+  expert_drained_ = now;
+}
+
+void CudaBackend::replan_experts() {
+  CudaMoe* moe = model_->moe();
+  if (!moe || moe->all_resident() || moe->cache_slots() == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (expert_replanned_.time_since_epoch().count() == 0) expert_replanned_ = now;
+  if (std::chrono::duration<double>(now - expert_replanned_).count() < kExpertReplanSeconds) return;
+  expert_replanned_ = now;
+  drain_expert_counts();
+  ExpertPlacementInput in;
+  in.n_layer = moe->n_layer();
+  in.n_expert = moe->n_expert();
+  in.expert_bytes = moe->slot_bytes();  // one slot per expert: the plan holds cache_slots()
+  in.budget_bytes = static_cast<uint64_t>(moe->cache_slots()) * moe->slot_bytes();
+  in.routing_counts = expert_decayed_;
+  in.max_promotions =
+      std::max<int64_t>(1, static_cast<int64_t>(kExpertReplanCopyBytes / moe->slot_bytes()));
+  ExpertPlacement current;
+  current.n_layer = moe->n_layer();
+  current.n_expert = moe->n_expert();
+  current.resident = moe->resident();
+  const ExpertPlacement next = plan_expert_placement(in, &current);
+  if (next.resident != current.resident) moe->apply(next.resident, model_->stream());
+}
+
+void CudaBackend::collect_expert_telemetry(ExpertTelemetry& out) {
+  CudaMoe* moe = model_->moe();
+  if (!moe || pending_.active) return;
+  drain_expert_counts();
+  MoeStats& s = expert_interval_;
+  out.n_layer = static_cast<int32_t>(moe->n_layer());
+  out.n_expert = static_cast<int32_t>(moe->n_expert());
+  out.resident = moe->resident();
+  out.routed = std::move(s.routed);
+  out.streamed = std::move(s.streamed);
+  out.hits = s.hits;
+  out.misses = s.misses;
+  out.bytes_streamed = s.bytes_streamed;
+  out.tokens = s.tokens;
+  out.expert_bytes = moe->max_expert_bytes();
+  out.promotions = moe->promotions() - expert_promotions_reported_;
+  out.demotions = moe->demotions() - expert_demotions_reported_;
+  expert_promotions_reported_ = moe->promotions();
+  expert_demotions_reported_ = moe->demotions();
+  s = MoeStats{};
 }
 
 uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {

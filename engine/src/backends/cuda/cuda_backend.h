@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/graph_cache.h"
+#include "memory/expert_placement.h"
 
 namespace granule::cuda {
 
@@ -31,6 +32,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<VirtualMemory> make_kv_virtual_memory() override;
   void attach_kv(KvSpace& kv) override;
   void fill_telemetry(TelemetrySnapshot& snapshot) const override;
+  // A mixture of experts: the placement now and the routing counts since the previous call.
+  void collect_expert_telemetry(ExpertTelemetry& out) override;
   uint64_t make_room(uint64_t bytes, const std::string& reason) override;
   void rebalance(const std::string& reason, uint64_t kv_growth_bytes) override;
 
@@ -74,6 +77,13 @@ class CudaBackend final : public Backend {
   void finish_step(const PendingStep& p);
   // A placement change: every graph holds old weight addresses.
   void placement_changed(const std::string& reason);
+  // Mixture of experts, between steps: drain_expert_counts() reads the device's routing counts
+  // into the telemetry interval and the decayed counts; replan_experts() (from launch(), at
+  // most every kExpertReplanSeconds, where experts live in host memory) re-plans the device
+  // cache from the decayed counts (plan_expert_placement, sticky) and moves the experts: a
+  // table rewrite, so no graph is re-captured.
+  void drain_expert_counts();
+  void replan_experts();
   // The batch-size bucket a decode step of n sequences is captured for: the next power of two.
   static int bucket_of(int n);
   RowInputs flatten(std::span<const BatchSequence> batch, size_t first_token, size_t count,
@@ -114,6 +124,11 @@ class CudaBackend final : public Backend {
   double last_step_seconds_ = 0;
   uint64_t last_step_h2d_bytes_ = 0, last_step_tokens_ = 0;
   PendingStep pending_;
+  // Mixture of experts (cuda_moe.h).
+  MoeStats expert_interval_;              // counts since the last collect_expert_telemetry()
+  std::vector<uint64_t> expert_decayed_;  // decayed routing counts (expert_placement.h)
+  uint64_t expert_promotions_reported_ = 0, expert_demotions_reported_ = 0;
+  std::chrono::steady_clock::time_point expert_drained_, expert_replanned_;
 };
 
 }  // namespace granule::cuda

@@ -397,6 +397,7 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.norm_eps = c.rms_eps;
   r.frequencies = rope_frequencies_;
   r.neox = c.rope_ordering == RopeOrdering::NeoX;
+  r.magnitude = rope_magnitude_;
   r.n_head = static_cast<int>(c.n_head);
   r.n_kv = static_cast<int>(c.n_head_kv);
   r.head_dim = static_cast<int>(c.head_dim);
@@ -406,6 +407,13 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.slot_base = slot_bases_.as<__half* const>();
   r.token_stride = token_stride_halves_;
   r.layer = layer;
+  if (l.bo) {  // gpt-oss: the output bias joins the residual the output projection adds to
+    if (roped) throw UsageError("CUDA backend: the fused Q/K/V rotation adds no output bias");
+    r.residual = hidden_.as<float>();
+    r.residual_bias = l.bo;
+    r.residual_width = static_cast<int>(c.n_embd);
+    r.residual_stride = c.n_embd;
+  }
   if (!roped) check_launch(k::launch_rope_kv(r, kernel_config_, stream_.get()), "rope_kv");
 
   k::AttentionArgs a;
@@ -423,8 +431,13 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.token_stride = token_stride_halves_;
   a.layer = layer;
   a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.sinks = l.attn_sinks;
+  // A sliding layer reads each row's window only (its start formed on the device from the row's
+  // length), so the window bounds its splits.
+  a.window = c.layer_slides(layer) ? static_cast<int>(c.sliding_window) : 0;
   a.split_tokens = n_rows <= kMatvecMaxRows ? kDecodeSplitTokens : kPrefillSplitTokens;
-  a.max_splits = k::ceil_div(max_tokens_, a.split_tokens);
+  a.max_splits = k::ceil_div(a.window > 0 ? std::min<int64_t>(max_tokens_, a.window) : max_tokens_,
+                             a.split_tokens);
   a.partial = attention_partial_.as<float>();
   a.split_counters = attention_counters_.as<int>();
   a.out_f16 = f16_out;
@@ -539,8 +552,9 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
   float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
-  const bool rope_in_qkv =
-      fused && config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm && !l.k_norm;
+  // The Q/K/V epilogue's rotation has no YaRN magnitude and adds no output bias (rope_kv does).
+  const bool rope_in_qkv = fused && config_.rope_ordering != RopeOrdering::NeoX && !l.q_norm &&
+                           !l.k_norm && rope_magnitude_ == 1.0f && !l.bo;
   matvec(qkv, qkv_out, 3, n_rows, false, normed_.as<float>(), normed_by_down,
          rope_in_qkv ? &l : nullptr);
   attention(layer, n_rows, nullptr, rope_in_qkv);

@@ -46,6 +46,8 @@ struct DeviceLayer {
   const float* bv = nullptr;
   const float* q_norm = nullptr;
   const float* k_norm = nullptr;
+  const float* bo = nullptr;          // gpt-oss: the attention output bias
+  const float* attn_sinks = nullptr;  // gpt-oss: per-head sink logits
 };
 
 // Inputs of one run, in host order; copied to the fixed device buffers by upload().
@@ -215,6 +217,7 @@ class CudaModel {
   DeviceMatrix token_embd_, output_;
   const float* output_norm_ = nullptr;
   const double* rope_frequencies_ = nullptr;
+  float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (model/rope.h)
   uint64_t decode_weight_bytes_ = 0;
 
   // Fixed per-run inputs: tokens, positions, slots, lengths, logit rows (max_rows each).

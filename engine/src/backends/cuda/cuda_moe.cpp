@@ -2,6 +2,8 @@
 // residency (VRAM, or mapped host memory with a device cache) and one MoE layer's kernels.
 #include "backends/cuda/cuda_moe.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -42,6 +44,14 @@ int64_t tensor_row_bytes(const TensorInfo* t) {
 }
 
 }  // namespace
+
+CudaMoe::Registration::~Registration() {
+  if (!base) return;
+  static_cast<void>(cudaDeviceSynchronize());  // no kernel may still read the pages
+  const cudaError_t status = cudaHostUnregister(base);
+  if (status != cudaSuccess)
+    logger("engine.cuda")->error("cudaHostUnregister: {}", cudaGetErrorString(status));
+}
 
 CudaMoe::HostImage::~HostImage() {
   if (host) {
@@ -84,7 +94,7 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
 }
 
 CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
-                 uint64_t expert_budget, cudaStream_t stream)
+                 uint64_t expert_budget, cudaStream_t stream, bool register_file)
     : memory_(memory),
       n_layer_(c.n_layer),
       n_expert_(c.moe.n_expert),
@@ -135,7 +145,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0);
+  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, register_file);
   write_tables(stream);
   check_cuda(cudaStreamSynchronize(stream), "uploading the expert tables");
   logger("engine.cuda")
@@ -144,7 +154,8 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
           "device",
           n_layer_, n_expert_, n_used_,
           all_resident_ ? std::string("all resident")
-                        : std::to_string(slots_) + " device slots, the rest in host memory",
+                        : std::to_string(slots_) + " device slots, the rest in host memory (" +
+                              (registered_.base ? "the registered file" : "a pinned copy") + ")",
           (memory_.bytes(MemoryCategory::WeightsResident) - charged) >> 20);
 }
 
@@ -215,6 +226,12 @@ void CudaMoe::upload_routers(const WeightTable& w) {
               .bias = vec(vector_at[i][3])};
     const uint64_t gate = slab_bytes(l.gate_exps, n_expert_), up = slab_bytes(l.up_exps, n_expert_),
                    down = slab_bytes(l.down_exps, n_expert_);
+    d.file[0] = l.gate_exps->data;
+    d.file[1] = l.up_exps->data;
+    d.file[2] = l.down_exps->data;
+    d.slab[0] = gate;
+    d.slab[1] = up;
+    d.slab[2] = down;
     d.offsets[0] = 0;
     d.offsets[1] = align_up(gate + WeightLayout::kTensorSlackBytes);
     d.offsets[2] = d.offsets[1] + align_up(up + WeightLayout::kTensorSlackBytes);
@@ -223,7 +240,57 @@ void CudaMoe::upload_routers(const WeightTable& w) {
   }
 }
 
-void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget) {
+bool CudaMoe::register_file_mapping(const WeightTable& w) {
+  uintptr_t lo = UINTPTR_MAX, hi = 0;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps}) {
+      const uint64_t slab = slab_bytes(t, n_expert_);
+      const auto at = reinterpret_cast<uintptr_t>(t->data);
+      if (at % 16 != 0 || slab % 16 != 0) return false;  // the kernels' 16-byte loads
+      lo = std::min(lo, at);
+      hi = std::max(hi, at + t->size_bytes);
+    }
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t first = lo / page * page, end = (hi + page - 1) / page * page;
+  void* base = reinterpret_cast<void*>(first);
+  cudaError_t status = cudaHostRegister(
+      base, end - first,
+      cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    logger("engine.cuda")
+        ->info(
+            "experts in host memory: registering the model file failed ({}); a pinned copy "
+            "instead",
+            cudaGetErrorString(status));
+    return false;
+  }
+  void* device = nullptr;
+  status = cudaHostGetDevicePointer(&device, base, 0);
+  if (status != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    static_cast<void>(cudaHostUnregister(base));
+    return false;
+  }
+  registered_.base = base;
+  registered_.device = static_cast<const uint8_t*>(device);
+  return true;
+}
+
+const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
+  const Layer& d = layers_[static_cast<size_t>(layer)];
+  if (registered_.base) return d.file[m] + static_cast<uint64_t>(e) * d.slab[m];
+  return static_cast<const uint8_t*>(host_.host) + image_offset(layer, e) + d.offsets[m];
+}
+
+const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) const {
+  const uint8_t* host = host_matrix(layer, e, m);
+  if (registered_.base)
+    return registered_.device + (host - static_cast<const uint8_t*>(registered_.base));
+  return host_.device + (host - static_cast<const uint8_t*>(host_.host));
+}
+
+void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, bool register_file) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -233,54 +300,53 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget) {
   const size_t n = static_cast<size_t>(n_layer_ * n_expert_);
   resident_.assign(n, 0);
   slot_of_.assign(n, -1);
-  // Writes expert e of layer l (gate, up, down slabs at their offsets) to dst with `copy`.
-  auto each_slab = [&](auto&& copy) {
-    for (int64_t l = 0; l < n_layer_; ++l) {
-      const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
-      const TensorInfo* mats[3] = {lw.gate_exps, lw.up_exps, lw.down_exps};
-      for (int64_t e = 0; e < n_expert_; ++e)
-        for (int m = 0; m < 3; ++m) {
-          const uint64_t bytes = slab_bytes(mats[m], n_expert_);
-          copy(image_offset(l, e) + layers_[static_cast<size_t>(l)].offsets[m],
-               mats[m]->data + static_cast<uint64_t>(e) * bytes, bytes);
-        }
-    }
-  };
   all_resident_ = image <= expert_budget;
   if (all_resident_) {
+    // The packed image: every expert's gate, up and down at their offsets.
     experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, image);
-    each_slab([&](uint64_t at, const uint8_t* src, uint64_t bytes) {
-      check_cuda(cudaMemcpy(experts_.as<uint8_t>() + at, src, bytes, cudaMemcpyHostToDevice),
-                 "uploading experts");
-    });
+    for (int64_t l = 0; l < n_layer_; ++l) {
+      const Layer& d = layers_[static_cast<size_t>(l)];
+      for (int64_t e = 0; e < n_expert_; ++e)
+        for (int m = 0; m < 3; ++m)
+          check_cuda(cudaMemcpy(experts_.as<uint8_t>() + image_offset(l, e) + d.offsets[m],
+                                d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m],
+                                cudaMemcpyHostToDevice),
+                     "uploading experts");
+    }
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
   }
-  // Mapped pinned host memory for every expert; a device cache of the slots the budget holds.
-  check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
-             "cudaHostAlloc (experts in host memory)");
-  host_.bytes = image;
-  void* device = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&device, host_.host, 0), "cudaHostGetDevicePointer");
-  host_.device = static_cast<const uint8_t*>(device);
-  each_slab([&](uint64_t at, const uint8_t* src, uint64_t bytes) {
-    std::memcpy(static_cast<uint8_t*>(host_.host) + at, src, bytes);
-  });
+  // Host memory the device reads: the registered file, else a mapped pinned copy of the image.
+  if (!register_file || !register_file_mapping(w)) {
+    check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
+               "cudaHostAlloc (experts in host memory)");
+    host_.bytes = image;
+    void* device = nullptr;
+    check_cuda(cudaHostGetDevicePointer(&device, host_.host, 0), "cudaHostGetDevicePointer");
+    host_.device = static_cast<const uint8_t*>(device);
+    for (int64_t l = 0; l < n_layer_; ++l) {
+      const Layer& d = layers_[static_cast<size_t>(l)];
+      for (int64_t e = 0; e < n_expert_; ++e)
+        for (int m = 0; m < 3; ++m)
+          std::memcpy(static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
+                      d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m]);
+    }
+  }
   slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);
   if (slots_ > 0)
     experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident,
                             static_cast<size_t>(slots_) * slot_bytes_);
-  // The cache filled by the default placement (copies queued on the default stream, finished
-  // before the constructor returns).
+  // The cache filled by the default placement.
   const std::vector<uint8_t> first = default_placement();
   for (size_t i = 0, s = 0; i < n; ++i) {
     if (!first[i]) continue;
     const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
-    check_cuda(cudaMemcpy(experts_.as<uint8_t>() + s * slot_bytes_,
-                          static_cast<uint8_t*>(host_.host) + image_offset(l, e),
-                          stride_[static_cast<size_t>(l)], cudaMemcpyHostToDevice),
-               "filling the expert cache");
+    const Layer& d = layers_[static_cast<size_t>(l)];
+    for (int m = 0; m < 3; ++m)
+      check_cuda(cudaMemcpy(experts_.as<uint8_t>() + s * slot_bytes_ + d.offsets[m],
+                            host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice),
+                 "filling the expert cache");
     slot_of_[i] = static_cast<int64_t>(s);
     slot_owner_[s] = static_cast<int64_t>(i);
     resident_[i] = 1;
@@ -320,7 +386,7 @@ void CudaMoe::write_tables(cudaStream_t stream) {
         else if (slot_of_[i] >= 0)
           base = experts_.as<uint8_t>() + static_cast<uint64_t>(slot_of_[i]) * slot_bytes_;
         else
-          base = host_.device + image_offset(l, e);
+          base = host_matrix_device(l, e, m) - d.offsets[m];
         host[row + static_cast<size_t>(e)] = base + d.offsets[m];
       }
       k::MoeMatrix& mat = m == 0 ? d.gate : m == 1 ? d.up : d.down;
@@ -354,6 +420,7 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
       slot_owner_[static_cast<size_t>(slot_of_[i])] = -1;
       slot_of_[i] = -1;
       resident_[i] = 0;
+      ++demotions_;
     }
   int copied = 0;
   size_t free_slot = 0;
@@ -363,15 +430,17 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
     const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
     // Queued behind every step already on the stream, so no kernel still reads the slot's
     // previous expert when it is overwritten.
-    check_cuda(cudaMemcpyAsync(experts_.as<uint8_t>() + free_slot * slot_bytes_,
-                               static_cast<uint8_t*>(host_.host) + image_offset(l, e),
-                               stride_[static_cast<size_t>(l)], cudaMemcpyHostToDevice, stream),
-               "copying an expert into the device cache");
+    const Layer& d = layers_[static_cast<size_t>(l)];
+    for (int m = 0; m < 3; ++m)
+      check_cuda(cudaMemcpyAsync(experts_.as<uint8_t>() + free_slot * slot_bytes_ + d.offsets[m],
+                                 host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice, stream),
+                 "copying an expert into the device cache");
     slot_owner_[free_slot] = static_cast<int64_t>(i);
     slot_of_[i] = static_cast<int64_t>(free_slot);
     resident_[i] = 1;
     ++copied;
   }
+  promotions_ += static_cast<uint64_t>(copied);
   write_tables(stream);
   return copied;
 }
@@ -410,6 +479,10 @@ uint64_t CudaMoe::expert_image_bytes() const {
   return layer_offset_.empty()
              ? 0
              : layer_offset_.back() + stride_.back() * static_cast<uint64_t>(n_expert_);
+}
+
+uint64_t CudaMoe::max_expert_bytes() const {
+  return *std::max_element(expert_bytes_.begin(), expert_bytes_.end());
 }
 
 uint64_t CudaMoe::row_read_bytes() const {
@@ -468,6 +541,12 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   if (k::moe_reads_q8(d.down.type))
     check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, down.xq, config, stream),
           "quantize_q8");
+  if (!down.groups.tiles) {  // one launch for the down product and the weighted sum
+    check(k::launch_moe_down_combine(d.down, n_embd, down, weights_.as<float>(), hidden, config,
+                                     stream),
+          "moe_down_combine");
+    return;
+  }
   check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
   check(k::launch_moe_combine(y_.as<float>(), weights_.as<float>(), n_rows, n_used, n_embd, hidden,
                               config, stream),

@@ -5,7 +5,9 @@
 // move:
 //   - all experts fit the budget: they are uploaded once to VRAM (charged as resident weights)
 //     and the tables point there;
-//   - otherwise every expert's bytes live in mapped pinned host memory and the device holds a
+//   - otherwise every expert's bytes stay in host memory, mapped for the device: the model
+//     file's own pages registered as pinned memory (no second copy) where its alignment serves
+//     the kernels' loads and the registration succeeds, else a pinned copy; the device holds a
 //     cache of as many expert slots as the budget allows (also charged as resident weights);
 //     an expert's table entry points at its cache slot or at its host-mapped address (the
 //     kernels then read it over PCIe). apply() changes which experts are cached, between
@@ -52,8 +54,12 @@ class CudaMoe {
   // `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
   // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
   // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
+  // `register_file`: host-resident experts read from the registered file mapping where possible
+  // (false: always a pinned copy; tests compare the two).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
-          int max_rows, uint64_t expert_budget, cudaStream_t stream);
+          int max_rows, uint64_t expert_budget, cudaStream_t stream, bool register_file = true);
+  CudaMoe(const CudaMoe&) = delete;
+  CudaMoe& operator=(const CudaMoe&) = delete;
 
   // One MoE feed-forward block for rows [0, n_rows): x_f32 / xq are the FFN norm's output (f32
   // and int8 blocks rounded as the RMSNorm kernel rounds), slots the rows' KV slots (padding
@@ -68,6 +74,8 @@ class CudaMoe {
   bool all_resident() const { return all_resident_; }
   // Device expert slots (0 when every expert is uploaded).
   int64_t cache_slots() const { return slots_; }
+  // Host-resident experts are read in the registered model file (else in a pinned copy).
+  bool reads_file_mapping() const { return registered_.base != nullptr; }
   // One expert's gate + up + down bytes in `layer` (biases excluded: always resident).
   uint64_t expert_bytes(int64_t layer) const { return expert_bytes_[static_cast<size_t>(layer)]; }
   // [layer * n_expert + e]: whether the expert is read from VRAM.
@@ -84,6 +92,13 @@ class CudaMoe {
   // Adds the routing counts since the last collect() to `out` (sized on first use), then clears
   // them on the device. Synchronises the stream.
   void collect(MoeStats& out, cudaStream_t stream);
+  // The counts the last collect() read ([n_layer][n_expert]).
+  const std::vector<int32_t>& last_counts() const { return counts_host_; }
+  // Experts copied into / released from device slots by apply() since construction.
+  uint64_t promotions() const { return promotions_; }
+  uint64_t demotions() const { return demotions_; }
+  // The largest expert_bytes() of any layer.
+  uint64_t max_expert_bytes() const;
 
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
@@ -96,7 +111,15 @@ class CudaMoe {
 
  private:
   void upload_routers(const WeightTable& weights);
-  void upload_experts(const WeightTable& weights, uint64_t expert_budget);
+  void upload_experts(const WeightTable& weights, uint64_t expert_budget, bool register_file);
+  // Registers the span of the file mapping that holds every expert tensor as mapped pinned
+  // memory; false (nothing registered, no error left) where an expert slab is not 16-byte
+  // aligned or CUDA refuses.
+  bool register_file_mapping(const WeightTable& weights);
+  // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
+  // device address it.
+  const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
+  const uint8_t* host_matrix_device(int64_t layer, int64_t e, int m) const;
   void write_tables(cudaStream_t stream);
   // Where expert e of `layer` sits in the packed expert image (all-resident buffer or host copy).
   uint64_t image_offset(int64_t layer, int64_t e) const {
@@ -111,6 +134,8 @@ class CudaMoe {
     const float* router_bias = nullptr;
     kernels::MoeMatrix gate, up, down;  // tables filled by write_tables()
     uint64_t offsets[3] = {0, 0, 0};    // of gate, up, down inside an expert's image
+    const uint8_t* file[3] = {nullptr, nullptr, nullptr};  // the tensors in the file mapping
+    uint64_t slab[3] = {0, 0, 0};                          // one expert's bytes of each
   };
 
   MemoryManager& memory_;
@@ -126,6 +151,7 @@ class CudaMoe {
   std::vector<uint8_t> resident_;
   std::vector<int64_t> slot_of_;     // [layer * n_expert + e]: its cache slot, -1 none
   std::vector<int64_t> slot_owner_;  // [slot]: layer * n_expert + e, -1 free
+  uint64_t promotions_ = 0, demotions_ = 0;
 
   DeviceBuffer routers_, vectors_;
   DeviceBuffer experts_;  // all resident: the packed expert image; else the cache slots
@@ -138,6 +164,14 @@ class CudaMoe {
     HostImage& operator=(const HostImage&) = delete;
     ~HostImage();
   } host_;
+  struct Registration {  // the registered span of the file mapping (base null: none)
+    void* base = nullptr;
+    const uint8_t* device = nullptr;
+    Registration() = default;
+    Registration(const Registration&) = delete;
+    Registration& operator=(const Registration&) = delete;
+    ~Registration();
+  } registered_;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32

@@ -63,8 +63,8 @@ std::string shape_refusal(const ModelConfig& c) {
       c.final_logit_softcap > 0.0f || c.rope_theta_swa > 0.0f || c.attention_scale > 0.0f)
     return "the CUDA backend does not run Gemma's layers (sandwich norms, GeGLU, a rope base per "
            "layer kind) yet";
-  if (c.attn_sinks || c.attn_output_bias || c.sliding_window > 0 || c.rope_scaling.type == "yarn")
-    return "the CUDA backend does not run gpt-oss attention (sinks, sliding window, YaRN) yet";
+  // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
+  // rope_kv.cuh.
   return {};
 }
 
@@ -157,7 +157,9 @@ void CudaModel::upload_weights(const WeightTable& w) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const auto& at = layout_.layers[i].vectors;
-    const TensorInfo* tensors[] = {l.attn_norm, l.ffn_norm, l.bq, l.bk, l.bv, l.q_norm, l.k_norm};
+    const TensorInfo* tensors[] = {l.attn_norm, l.ffn_norm, l.bq, l.bk,        l.bv,
+                                   l.q_norm,    l.k_norm,   l.bo, l.attn_sinks};
+    static_assert(std::size(tensors) == LayerWeightLayout::kVectors);
     for (size_t v = 0; v < at.size(); ++v) add_vector(tensors[v], at[v]);
   }
   add_vector(w.output_norm, layout_.output_norm_vector);
@@ -185,6 +187,7 @@ void CudaModel::upload_weights(const WeightTable& w) {
                 : token_embd_;
   output_norm_ = vec(layout_.output_norm_vector);
   rope_frequencies_ = rope_frequencies_buffer_.as<double>();
+  rope_magnitude_ = rope_magnitude(config_.rope_scaling);
   decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
   for (const LayerWeightLayout& l : layout_.layers) {
     DeviceLayer d;
@@ -201,6 +204,8 @@ void CudaModel::upload_weights(const WeightTable& w) {
     d.bv = vec(l.vectors[4]);
     d.q_norm = vec(l.vectors[5]);
     d.k_norm = vec(l.vectors[6]);
+    d.bo = vec(l.vectors[7]);
+    d.attn_sinks = vec(l.vectors[8]);
     layers_.push_back(d);
   }
 }

@@ -33,6 +33,10 @@ class GgufWriter {
   using RowGenerator = std::function<void(int64_t first_row, int64_t row_count, uint8_t* out)>;
   void add_generated_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type,
                             RowGenerator generate);
+  // A tensor whose data is all zero bytes, never held in memory: write() leaves a hole in
+  // the file (sparse where the file system allows), so an 8B-shaped model's header and
+  // tensor table cost only their own bytes (hub tests). to_bytes() refuses such a writer.
+  void add_zero_tensor(std::string name, std::vector<int64_t> dims, uint32_t ggml_type);
   std::vector<uint8_t> to_bytes() const;
   void write(const std::filesystem::path& path) const;  // throws Error on I/O failure
 
@@ -45,6 +49,7 @@ class GgufWriter {
     RowGenerator generate;
     uint64_t size_bytes = 0;
     uint64_t row_bytes = 0;  // generated tensors only
+    bool zero = false;       // add_zero_tensor: no bytes, a hole in the file
   };
   // A generated tensor's bytes, made on up to `threads` threads into out (size_bytes).
   static void generate_rows(const PendingTensor& t, int64_t first_row, int64_t rows, uint8_t* out,

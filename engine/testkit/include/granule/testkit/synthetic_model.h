@@ -108,6 +108,9 @@ struct SyntheticModelSpec {
   int32_t expert_gating_func = -1;   // 1 softmax, 2 sigmoid
   int32_t expert_weights_norm = -1;  // 0 or 1
   float expert_weights_scale = -1.0f;
+  // Every tensor all zeros and never generated (GgufWriter::add_zero_tensor): real headers
+  // at any shape for code that reads only them (the hub tests' 8B-shaped repository).
+  bool zero_data = false;
 
   uint64_t seed = 1;
   // tokenizer.chat_template; the default is a ChatML template.
@@ -118,7 +121,7 @@ struct SyntheticModelSpec {
   // by (1 + r)^(-s/2), so that on typical hidden states expert popularity falls with rank
   // like a power law (Zipf-like; its measured shape is in cpu_gptoss_test.cpp).
   float router_skew = 0.0f;
-  // Large tensors (1 MiB and more) are written from a pool of valid encoded pieces drawn at
+  // Tensors of 64 KiB and more are written from a pool of valid encoded pieces drawn at
   // random instead of quantising seeded values one by one: same block type and value
   // distribution, about memory speed, for the multi-GB real shapes (granule-write-model).
   // Reproducible for a seed, but different values from the seeded ones.
