@@ -176,6 +176,7 @@ class CudaMoe {
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32
   std::vector<int32_t> counts_host_;
+  PinnedBuffer counts_pinned_;  // collect()'s download, then copied into counts_host_
   // Workspace.
   DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
 };
