@@ -15,8 +15,8 @@
 // the captured decode graph replays after each placement change with no re-capture; the
 // backend's own re-plan promotes the experts the tokens route to. The routing counts (the
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
-// misses by residency. CudaMoe alone: experts read from the registered model file, from a pinned
-// copy and from VRAM give the same bits.
+// misses by residency. CudaMoe alone: experts read from a pinned copy and from VRAM give the same
+// bits (the registered model file too, once checked: see RegisteredFileMapping).
 // Shared experts are refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
@@ -296,12 +296,15 @@ uint64_t half_expert_budget(Rig& resident) {
 // and after placement changes between steps, the decode graph replayed without a re-capture.
 TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   GRANULE_REQUIRE_GPU();
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-stream");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  gpu_test::step("loading the all-resident model");
   Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
   ASSERT_TRUE(resident.moe().all_resident());
   const uint64_t image = resident.moe().expert_image_bytes();
   const uint64_t budget = half_expert_budget(resident);
+  gpu_test::step("loading the streaming model");
   Rig streaming(model.path, options(true, false, budget, reserve_tokens));
   cuda::CudaMoe& moe = streaming.moe();
   const int64_t total = moe.n_layer() * moe.n_expert();
@@ -313,6 +316,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 
   const int64_t vocab = resident.config.n_vocab;
   const std::vector<int32_t> prompt = random_tokens(40, vocab, 7);
+  gpu_test::step("prefill of 40 rows, streaming and resident");
   EXPECT_EQ(streaming.step({{0, prompt, 0, true}}), resident.step({{0, prompt, 0, true}}))
       << "prefill: streamed experts changed the logits";
   // Placements: the default, then alternating halves of each layer's experts, then the last
@@ -336,6 +340,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   ExpertTelemetry stats;
   for (int i = 0; i < 12; ++i) {
     const std::span<const int32_t> token(&next[static_cast<size_t>(i)], 1);
+    gpu_test::step("a decode step, streaming and resident");
     EXPECT_EQ(streaming.step({{0, token, 40 + i, false}}),
               resident.step({{0, token, 40 + i, false}}))
         << "decode step " << i;
@@ -343,6 +348,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
     if (i % 4 == 3) {
       // Between steps: count what was routed (the backend's telemetry interval), then move
       // experts by hand (the backend's own re-plan may move them too: the logits never change).
+      gpu_test::step("collecting the expert telemetry, then apply()");
       stats.add_interval(streaming.experts());
       const std::vector<uint8_t>& p = placements[static_cast<size_t>((i / 4 + 1) % 3)];
       moe.apply(p, streaming.cuda().model().stream());
@@ -377,6 +383,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
                UsageError);
   EXPECT_EQ(moe.resident(), before);
   // Every expert in host memory: still the same logits.
+  gpu_test::step("every expert in host memory: one decode step");
   moe.apply(std::vector<uint8_t>(static_cast<size_t>(total), 0), streaming.cuda().model().stream());
   const int32_t last = 5;
   EXPECT_EQ(streaming.step({{0, std::span<const int32_t>(&last, 1), 52, false}}),
@@ -389,6 +396,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 // inputs are seeded and the GPU's results deterministic, so the outcome is too.
 TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
   GRANULE_REQUIRE_GPU();
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-replan");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
   uint64_t budget = 0;
@@ -396,6 +404,7 @@ TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
     Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
     budget = half_expert_budget(resident);
   }
+  gpu_test::step("loading the streaming model");
   Rig rig(model.path, options(true, false, budget, reserve_tokens));
   cuda::CudaMoe& moe = rig.moe();
   ASSERT_FALSE(moe.all_resident());
@@ -407,11 +416,13 @@ TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
     for (int i = 0; i < steps; ++i)
       rig.step({{0, std::span<const int32_t>(next.data(), 1), position++, false}});
   };
+  gpu_test::step("prefill and decode before the re-plan");
   rig.step({{0, prompt, 0, false}});
   position = 48;
   decode(8);
   const ExpertTelemetry before = rig.experts();
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  gpu_test::step("the decode step whose launch re-plans");
   decode(1);  // its launch re-plans from the counts so far
   static_cast<void>(rig.experts());
   decode(8);
@@ -441,11 +452,11 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            return name;
                          });
 
-// CudaMoe on its own over the streaming file: all experts in VRAM, half of them in host memory
-// read from the registered model file, and half in a pinned copy give the same bits for runs of
-// 1 and 24 rows (per pair, grouped), before and after a placement change.
-TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
-  GRANULE_REQUIRE_GPU();
+// CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
+// memory (a pinned copy, or the registered model file) give the same bits for runs of 1 and 24
+// rows (per pair, grouped), before and after a placement change.
+void expect_residency_agrees(cuda::HostExperts host) {
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-residency");
   auto file = ModelFile::open(model.path);
   const ModelConfig config = ModelConfig::from_gguf(*file);
@@ -454,16 +465,21 @@ TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
   cuda::CudaStream stream;
   const kernels::KernelConfig kc = gpu_test::kernel_config();
   constexpr int kMaxRows = 32;
+  gpu_test::step("constructing the all-resident CudaMoe");
   cuda::CudaMoe vram(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
   ASSERT_TRUE(vram.all_resident());
   const uint64_t half = vram.expert_image_bytes() / 2;
-  cuda::CudaMoe mapped(config, weights, memory, kMaxRows, half, stream.get(), true);
-  cuda::CudaMoe copied(config, weights, memory, kMaxRows, half, stream.get(), false);
-  ASSERT_FALSE(mapped.all_resident());
-  ASSERT_GT(mapped.cache_slots(), 0);
-  EXPECT_TRUE(mapped.reads_file_mapping())
-      << "the model file could not be registered (the log says why)";
-  EXPECT_FALSE(copied.reads_file_mapping());
+  gpu_test::step(host == cuda::HostExperts::FileMapping
+                     ? "constructing the streaming CudaMoe (registering the model file)"
+                     : "constructing the streaming CudaMoe (pinned copy)");
+  cuda::CudaMoe streaming(config, weights, memory, kMaxRows, half, stream.get(), host);
+  ASSERT_FALSE(streaming.all_resident());
+  ASSERT_GT(streaming.cache_slots(), 0);
+  if (host == cuda::HostExperts::FileMapping)
+    EXPECT_TRUE(streaming.reads_file_mapping())
+        << "the model file could not be registered (the log says why)";
+  else
+    EXPECT_FALSE(streaming.reads_file_mapping());
 
   const int64_t n = config.n_embd;
   std::mt19937 rng(5);
@@ -494,19 +510,36 @@ TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
   for (int round = 0; round < 2; ++round) {
     for (const int rows : {1, 24})
       for (int layer = 0; layer < config.n_layer; ++layer) {
+        gpu_test::step(rows == 1 ? "the all-resident experts, 1 row"
+                                 : "the all-resident experts, 24 rows");
         const std::vector<float> want = run(vram, rows, layer);
-        EXPECT_EQ(run(mapped, rows, layer), want)
-            << "file mapping, rows " << rows << ", round " << round;
-        EXPECT_EQ(run(copied, rows, layer), want)
-            << "pinned copy, rows " << rows << ", round " << round;
+        gpu_test::step(rows == 1 ? "half of the experts in host memory, 1 row (per pair)"
+                                 : "half of the experts in host memory, 24 rows (grouped)");
+        EXPECT_EQ(run(streaming, rows, layer), want)
+            << "rows " << rows << ", layer " << layer << ", round " << round;
       }
     // Move the cache to the other experts: the last cache_slots() of them.
-    const int64_t total = mapped.n_layer() * mapped.n_expert();
+    gpu_test::step("apply(): moving the device cache");
+    const int64_t total = streaming.n_layer() * streaming.n_expert();
     std::vector<uint8_t> p(static_cast<size_t>(total), 0);
-    for (int64_t i = 0; i < mapped.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
-    mapped.apply(p, stream.get());
-    copied.apply(p, stream.get());
+    for (int64_t i = 0; i < streaming.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
+    streaming.apply(p, stream.get());
   }
+}
+
+TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
+  GRANULE_REQUIRE_GPU();
+  expect_residency_agrees(cuda::HostExperts::PinnedCopy);
+}
+
+// The opt-in FileMapping kind. This test (then with the pinned copy in the same body) hung on an
+// H100 at ccdf0fc (issue 36), and the registration of the model file is the one step that
+// only the two hung tests took; it stays skipped until a GPU run shows it finishes.
+TEST(MoeResidencyGpu, RegisteredFileMapping) {
+  GRANULE_REQUIRE_GPU();
+  GTEST_SKIP() << "registering the model file as mapped pinned memory hung on an H100 "
+                  "(issue 36): HostExperts::FileMapping is opt-in and unverified";
+  expect_residency_agrees(cuda::HostExperts::FileMapping);
 }
 
 // What the CUDA backend does not run yet is refused in one line (Device Auto then takes the

@@ -122,7 +122,7 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
 }
 
 CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
-                 uint64_t expert_budget, cudaStream_t stream, bool register_file)
+                 uint64_t expert_budget, cudaStream_t stream, HostExperts host)
     : memory_(memory),
       n_layer_(c.n_layer),
       n_expert_(c.moe.n_expert),
@@ -174,7 +174,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, register_file);
+  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, host);
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
   logger("engine.cuda")
@@ -319,7 +319,7 @@ const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) cons
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 
-void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, bool register_file) {
+void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostExperts host) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -346,7 +346,7 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, bool 
     return;
   }
   // Host memory the device reads: the registered file, else a mapped pinned copy of the image.
-  if (!register_file || !register_file_mapping(w)) {
+  if (host != HostExperts::FileMapping || !register_file_mapping(w)) {
     check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
                "cudaHostAlloc (experts in host memory)");
     host_.bytes = image;
