@@ -219,6 +219,16 @@ SyntheticModelSpec streaming_spec(TensorType experts) {
 
 class MoeStreamingGpu : public ::testing::TestWithParam<TensorType> {};
 
+// While the model keeps every expert in VRAM (cuda_moe.h: kModelHostExperts), the streaming
+// tests have nothing to run.
+constexpr const char* kStreamingOff =
+    "expert streaming is off (cuda_moe.h kModelHostExperts = Refuse): its tests hung on an H100 "
+    "(issue 36)";
+#define GRANULE_REQUIRE_EXPERT_STREAMING()                                                   \
+  do {                                                                                       \
+    if (cuda::kModelHostExperts == cuda::HostExperts::Refuse) GTEST_SKIP() << kStreamingOff; \
+  } while (0)
+
 // KV room kept free beside the experts (64 MiB of tokens), the same in every run of a file.
 int64_t reserve_tokens_for(const std::filesystem::path& path) {
   auto file = ModelFile::open(path);
@@ -235,6 +245,7 @@ uint64_t half_expert_budget(Rig& resident) {
 // and after placement changes between steps, the decode graph replayed without a re-capture.
 TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   GRANULE_REQUIRE_GPU();
+  GRANULE_REQUIRE_EXPERT_STREAMING();
   gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-stream");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
@@ -335,6 +346,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 // inputs are seeded and the GPU's results deterministic, so the outcome is too.
 TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
   GRANULE_REQUIRE_GPU();
+  GRANULE_REQUIRE_EXPERT_STREAMING();
   gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-replan");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
@@ -390,6 +402,32 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
                            return name;
                          });
+
+// While expert streaming is off, a budget that cannot hold every expert is refused with one
+// line (a DeviceError: Device Auto then runs the model on the CPU, runtime.cpp).
+TEST(MoeStreamingOff, ABudgetBelowTheExpertsIsRefusedInOneLine) {
+  GRANULE_REQUIRE_GPU();
+  if (cuda::kModelHostExperts != cuda::HostExperts::Refuse) GTEST_SKIP() << "streaming is on";
+  gpu_test::step("writing the model file");
+  test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-refused");
+  const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  uint64_t budget = 0;
+  {
+    gpu_test::step("loading the all-resident model");
+    Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
+    ASSERT_TRUE(resident.moe().all_resident());
+    budget = half_expert_budget(resident);
+  }
+  gpu_test::step("loading the model with half of the experts' budget");
+  try {
+    Rig rig(model.path, options(true, false, budget, reserve_tokens));
+    ADD_FAILURE() << "a budget below the experts was not refused";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("keeps every expert in VRAM"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
 
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
 // memory (a pinned copy, or the registered model file) give the same bits for runs of 1 and 24

@@ -345,6 +345,11 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostE
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
   }
+  if (host == HostExperts::Refuse)
+    throw DeviceError("the GPU budget leaves " + std::to_string(expert_budget >> 20) +
+                      " MiB for this model's experts, which need " + std::to_string(image >> 20) +
+                      " MiB: the CUDA backend keeps every expert in VRAM (expert streaming from "
+                      "host memory is off for now)");
   // Host memory the device reads: the registered file, else a mapped pinned copy of the image.
   if (host != HostExperts::FileMapping || !register_file_mapping(w)) {
     check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),

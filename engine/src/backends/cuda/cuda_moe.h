@@ -5,7 +5,8 @@
 // move:
 //   - all experts fit the budget: they are uploaded once to VRAM (charged as resident weights)
 //     and the tables point there;
-//   - otherwise every expert's bytes stay in host memory, mapped for the device (HostExperts):
+//   - otherwise (unless HostExperts::Refuse, what the model passes for now: then a DeviceError)
+//     every expert's bytes stay in host memory, mapped for the device (HostExperts):
 //     a mapped pinned copy, or (opt-in, see HostExperts::FileMapping) the model file's own pages
 //     registered as pinned memory; the device holds a cache of as many expert slots as the
 //     budget allows (also charged as resident weights);
@@ -46,6 +47,10 @@ struct MoeStats {
 
 // Where the experts a budget cannot hold are kept (issue 36).
 enum class HostExperts {
+  // Nowhere: the constructor throws DeviceError saying the budget must hold every expert
+  // (Device Auto then runs the model on the CPU). What the model uses (kModelHostExperts) until
+  // expert streaming has finished on a GPU: the tests of it hung on an H100 (issue 36).
+  Refuse,
   // A mapped pinned copy of the expert image (cudaHostAlloc), read over PCIe by the kernels.
   PinnedCopy,
   // The model file's own pages registered as mapped pinned memory (cudaHostRegister, read-only;
@@ -55,6 +60,10 @@ enum class HostExperts {
   // shows it finishes.
   FileMapping,
 };
+
+// What CudaModel passes: Refuse until a GPU run of the streaming tests (moe_model_gpu_test
+// MoeStreamingGpu.*, MoeResidencyGpu.*) shows expert streaming finishes; then PinnedCopy.
+inline constexpr HostExperts kModelHostExperts = HostExperts::Refuse;
 
 class CudaMoe {
  public:
@@ -69,7 +78,7 @@ class CudaMoe {
   // `host`: where the experts the budget cannot hold are kept (tests compare the two kinds).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
           int max_rows, uint64_t expert_budget, cudaStream_t stream,
-          HostExperts host = HostExperts::PinnedCopy);
+          HostExperts host = kModelHostExperts);
   CudaMoe(const CudaMoe&) = delete;
   CudaMoe& operator=(const CudaMoe&) = delete;
 
