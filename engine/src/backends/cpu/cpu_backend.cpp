@@ -453,7 +453,7 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
   }
   moe_[static_cast<size_t>(layer)]->run(s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
                                         {.emulate_device = false, .router_input = s.xn.data()},
-                                        nullptr);
+                                        routed_counts(layer));
   post_norm(s.moe_out.data(), lv.moe_post_norm_2, n_tokens);
   add_in_place(s.proj.data(), s.moe_out.data(), n_tokens * d);
   post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
@@ -517,6 +517,39 @@ StepResult CpuBackend::wait() {
   return result;
 }
 
+uint32_t* CpuBackend::routed_counts(int64_t layer) {
+  const auto n_expert = static_cast<size_t>(config_.moe.n_expert);
+  const size_t cells = static_cast<size_t>(config_.n_layer) * n_expert;
+  if (expert_routed_.size() != cells) expert_routed_.assign(cells, 0);
+  return expert_routed_.data() + static_cast<size_t>(layer) * n_expert;
+}
+
+// Every expert sits in host memory, which is this backend's device memory: all resident,
+// every choice a hit, nothing streamed.
+void CpuBackend::collect_expert_telemetry(ExpertTelemetry& out) {
+  if (!config_.is_moe()) return;
+  const size_t cells =
+      static_cast<size_t>(config_.n_layer) * static_cast<size_t>(config_.moe.n_expert);
+  out.n_layer = static_cast<int32_t>(config_.n_layer);
+  out.n_expert = static_cast<int32_t>(config_.moe.n_expert);
+  out.resident.assign(cells, 1);
+  out.routed = expert_routed_;
+  out.routed.resize(cells, 0);
+  out.streamed.assign(cells, 0);
+  out.hits = 0;
+  for (uint32_t n : out.routed) out.hits += n;
+  out.misses = 0;
+  out.bytes_streamed = 0;
+  out.tokens = expert_tokens_;
+  const LayerWeights& l = weights_.layers.front();
+  out.expert_bytes = 0;
+  for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
+                              l.up_exps_bias, l.down_exps_bias})
+    if (t) out.expert_bytes += t->size_bytes / static_cast<uint64_t>(config_.moe.n_expert);
+  std::fill(expert_routed_.begin(), expert_routed_.end(), 0);
+  expert_tokens_ = 0;
+}
+
 int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
   if (!kv_) throw UsageError("CPU backend: launch() before attach_kv()");
   const ModelConfig& c = config_;
@@ -537,6 +570,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
   }
   Scratch& s = *scratch_;
   s.reserve(c, n_tokens);
+  if (c.is_moe()) expert_tokens_ += static_cast<uint64_t>(n_tokens);
 
   int64_t t = 0;
   for (const BatchSequence& seq : batch) {
@@ -579,7 +613,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
     if (config_.is_moe()) {
       moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
-                                            {.emulate_device = emulate_}, nullptr);
+                                            {.emulate_device = emulate_}, routed_counts(layer));
       add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
       continue;
     }

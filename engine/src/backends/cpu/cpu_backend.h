@@ -44,6 +44,8 @@ class CpuBackend final : public Backend {
   // The KV is host memory already: a memcpy each way.
   bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
   bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
+  // Routing counts since the last call; every expert is resident here.
+  void collect_expert_telemetry(ExpertTelemetry& out) override;
 
  private:
   // The forward pass: logits rows for the batch (see StepRequest::logits).
@@ -93,6 +95,11 @@ class CpuBackend final : public Backend {
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts
+  // (token, expert) choices per [layer * n_expert + e] and tokens routed, since the last
+  // collect_expert_telemetry().
+  std::vector<uint32_t> expert_routed_;
+  uint64_t expert_tokens_ = 0;
+  uint32_t* routed_counts(int64_t layer);
   std::unique_ptr<Scratch> scratch_;
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;
