@@ -47,10 +47,23 @@ void print_model(const ModelConfig& config) {
     field("rope scaling", config.rope_scaling.type + " x" + number(config.rope_scaling.factor));
   }
   field("rms eps", number(config.rms_eps));
+  if (config.sliding_window > 0) {
+    int64_t sliding = 0;
+    for (int64_t l = 0; l < config.n_layer; ++l) sliding += config.layer_slides(l) ? 1 : 0;
+    field("sliding window",
+          std::to_string(config.sliding_window) + " tokens on " + std::to_string(sliding) + " of " +
+              std::to_string(config.n_layer) + " layers" +
+              (config.rope_theta_swa > 0 ? ", rope theta " + number(config.rope_theta_swa) : ""));
+  }
   std::string extras;
   if (config.qkv_bias) extras += " qkv-bias";
   if (config.qk_norm) extras += " qk-norm";
   if (config.tied_embeddings) extras += " tied-embeddings";
+  if (config.sandwich_norms) extras += " sandwich-norms";
+  if (config.activation == granule::FfnActivation::GeluTanh) extras += " geglu";
+  if (config.final_logit_softcap > 0) extras += " logit-softcap";
+  if (config.n_embd_per_layer > 0) extras += " per-layer-embeddings";
+  if (!config.kv_layer.empty()) extras += " shared-kv";
   if (!extras.empty()) field("features", extras.substr(1));
 }
 

@@ -712,5 +712,37 @@ TEST(CpuMoeEngine, AutoRunsOnTheCpuAndTheEstimateCountsEveryExpert) {
   EXPECT_EQ(fit.weights_bytes, tensor_bytes);
 }
 
+// The case: the CPU backend reports its routing to the telemetry (the window's expert panel):
+// every expert resident, each token's top-k choices counted once per layer, nothing streamed.
+TEST(CpuMoeEngine, TelemetryCountsEveryRoutingChoice) {
+  test::TempModel file(SyntheticModelSpec::preset("tiny-qwen3moe"), "moe-telemetry");
+  EngineOptions options;
+  options.device = DeviceKind::Cpu;
+  options.context_length = 64;
+  options.max_sequences = 2;
+  options.cpu_threads = 2;
+  std::unique_ptr<Engine> engine = Engine::open(file.path, options);
+  const std::vector<int32_t> tokens = {1, 45, 300, 7, 99};
+  engine->logits_for(tokens);
+  const ExpertTelemetry first = engine->telemetry().experts;
+  CpuModel direct(file.path);
+  const ModelConfig& c = direct.config;
+  ASSERT_EQ(first.n_layer, c.n_layer);
+  ASSERT_EQ(first.n_expert, c.moe.n_expert);
+  EXPECT_EQ(first.resident_count(), c.n_layer * c.moe.n_expert);
+  uint64_t choices = 0;
+  for (uint32_t n : first.routed) choices += n;
+  const auto expected = static_cast<uint64_t>(tokens.size() * c.n_layer * c.moe.n_expert_used);
+  EXPECT_EQ(choices, expected);
+  EXPECT_EQ(first.hits, expected);
+  EXPECT_EQ(first.misses, 0u);
+  EXPECT_EQ(first.bytes_streamed, 0u);
+  EXPECT_EQ(first.tokens, tokens.size());
+  EXPECT_GT(first.expert_bytes, 0u);
+  // Snapshots are cumulative: a second pass adds as many choices.
+  engine->logits_for(tokens);
+  EXPECT_EQ(engine->telemetry().experts.hits, 2 * expected);
+}
+
 }  // namespace
 }  // namespace granule

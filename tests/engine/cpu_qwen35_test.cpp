@@ -47,8 +47,10 @@ TEST(Qwen35Config, ReadsTheHybridLayoutAsLlamaCppDoes) {
   EXPECT_EQ(c.architecture, "qwen35");
   EXPECT_TRUE(c.is_hybrid());
   EXPECT_EQ(c.recurrent_layers, (std::vector<bool>{true, true, true, false, true}));
-  EXPECT_EQ(c.n_kv_layers(), 1);
-  EXPECT_EQ(c.kv_layer_index(3), 0);
+  // Only the attention layer keeps KV, at the start of each token's record.
+  for (int64_t l : {0, 1, 2, 4}) EXPECT_EQ(c.kv_layer_elements(l), 0) << "layer " << l;
+  EXPECT_EQ(c.kv_layer_elements(3), 2 * 2 * 32);
+  EXPECT_EQ(c.kv_offset_elements(3), 0);
   EXPECT_EQ(c.rope_dims, 16);
   EXPECT_EQ(c.rope_sections, (std::array<int32_t, 4>{3, 3, 2, 0}));
   EXPECT_EQ(c.rope_ordering, RopeOrdering::NeoX);

@@ -102,6 +102,7 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                                            VocabCase{"ggml-vocab-llama-spm.gguf"},
                                            VocabCase{"ggml-vocab-phi-3.gguf"},
                                            VocabCase{"ggml-vocab-deepseek-llm.gguf"},
+                                           VocabCase{"ggml-vocab-gemma-4.gguf"},
                                            VocabCase{"ggml-vocab-qwen35.gguf"}),
                          [](const auto& info) {
                            std::string name = info.param.file;
@@ -111,6 +112,31 @@ INSTANTIATE_TEST_SUITE_P(Vocabularies, LlamaCppVocabGolden,
                            }
                            return name;
                          });
+
+// The case: Gemma 4's vocabulary (tokenizer.ggml.model "gemma4", no add_bos_token key) adds
+// BOS as llama.cpp does, takes "<turn|>" and "<eos>" as ends of generation, keeps a byte with
+// no piece as its <0xXX> token, and decodes spaces from "▁".
+TEST(Gemma4Tokenizer, BosEndOfTurnAndByteFallback) {
+  const fs::path vocab = fs::path(GRANULE_TESTDATA_DIR) / "tokenizer" / "ggml-vocab-gemma-4.gguf";
+  if (!fs::exists(vocab))
+    GTEST_SKIP() << "llama.cpp's Gemma 4 vocabulary " << vocab << " is absent";
+  const auto tokenizer = Tokenizer::from_gguf(*ModelFile::open(vocab));
+  EXPECT_EQ(tokenizer->pre_name(), "gemma4");
+  EXPECT_TRUE(tokenizer->add_bos_by_default());
+  ASSERT_TRUE(tokenizer->bos());
+  const std::vector<TokenId> ids = tokenizer->encode(" Hello world", true, false);
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids.front(), *tokenizer->bos());
+  EXPECT_EQ(tokenizer->decode(ids), " Hello world");
+  for (const char* text : {"<turn|>", "<eos>"}) {
+    const auto id = tokenizer->find_token(text);
+    ASSERT_TRUE(id) << text;
+    EXPECT_TRUE(tokenizer->is_end_of_generation(*id)) << text;
+  }
+  const std::vector<TokenId> raw = tokenizer->encode("\xff", false, false);
+  ASSERT_EQ(raw.size(), 1u);
+  EXPECT_EQ(tokenizer->token_text(raw[0]), "<0xFF>");
+}
 
 using granule::test::unescape_golden;
 

@@ -10,7 +10,9 @@
 //     prefill of 150 rows (the cuBLAS path and the flash-attention prefill kernel) crossing the
 //     window, 6 sequences decoding together (a graph of 8 rows, two of them padding);
 // each row within the bound model_gpu_test.cpp derives (1e-3 of the logits' spread plus twice the
-// oracle's own distance from the f32 reference), greedy tokens equal away from near-ties.
+// oracle's own distance from the f32 reference), greedy tokens equal away from near-ties, with
+// MXFP4 experts (and on the cuBLAS prefill path) up to 1 row in 16 a rerouted token: the rule and
+// printout of moe_model_gpu_test.cpp (oracle_compare.h).
 // The window is all that is read: on one sequence the KV of the sliding layers behind the window
 // is overwritten with NaN between a prefill chunk and the next (then between decode steps), and
 // its logits stay identical to the bit to those of a twin sequence whose KV is intact.
@@ -31,6 +33,8 @@
 #include "granule/telemetry.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
+#include "moe.cuh"
+#include "oracle_compare.h"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -94,60 +98,13 @@ std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
-// --- the comparison (model_gpu_test.cpp's bound, as moe_model_gpu_test.cpp uses it) ---
-constexpr double kSummationTolerance = 1e-3;
-constexpr double kFlipFactor = 2.0;
-
-struct Spread {
-  double mean = 0, std = 0;
-};
-Spread spread_of(const float* row, int64_t n) {
-  double sum = 0, sum_sq = 0;
-  for (int64_t i = 0; i < n; ++i) sum += row[i];
-  const double mean = sum / static_cast<double>(n);
-  for (int64_t i = 0; i < n; ++i) sum_sq += (row[i] - mean) * (row[i] - mean);
-  return {mean, std::sqrt(sum_sq / static_cast<double>(n))};
-}
-double centred_error(const float* a, const float* b, int64_t n, double scale) {
-  const Spread sa = spread_of(a, n), sb = spread_of(b, n);
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = std::fabs((a[i] - sa.mean) - (b[i] - sb.mean));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / scale;
-}
-
+// The comparison with the oracle: oracle_compare.h, the rule moe_model_gpu_test.cpp uses (with
+// MXFP4 experts, and on the cuBLAS prefill path, up to 1 row in 16 may be a rerouted token:
+// gpt-oss routes each token to 4 of its experts, by the softmax of the top 4 router logits).
 void expect_close(const std::vector<float>& ref, const std::vector<float>& oracle,
-                  const std::vector<float>& gpu, int64_t n_vocab, const std::string& what) {
-  ASSERT_EQ(gpu.size(), oracle.size()) << what;
-  ASSERT_EQ(ref.size(), oracle.size()) << what;
-  const int rows = static_cast<int>(oracle.size() / static_cast<size_t>(n_vocab));
-  double worst = 0, worst_ratio = 0;
-  int near_ties = 0, mismatches = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float* o = oracle.data() + r * n_vocab;
-    const float* f = ref.data() + r * n_vocab;
-    const float* g = gpu.data() + r * n_vocab;
-    const double spread = spread_of(o, n_vocab).std;
-    const double err = centred_error(g, o, n_vocab, spread);
-    const double bound = kSummationTolerance + kFlipFactor * centred_error(o, f, n_vocab, spread);
-    worst = std::max(worst, err);
-    worst_ratio = std::max(worst_ratio, err / bound);
-    const gpu_test::TopTwo top = gpu_test::top_two({o, static_cast<size_t>(n_vocab)});
-    if (gpu_test::top_two({g, static_cast<size_t>(n_vocab)}).best != top.best) {
-      if (top.margin <= 2 * bound * spread)
-        ++near_ties;
-      else
-        ++mismatches;
-    }
-  }
-  std::cout << "[gptoss-gpu-vs-oracle] " << what << ": rows " << rows << ", max |err|/spread "
-            << worst << ", worst err/bound " << worst_ratio << ", greedy mismatches " << mismatches
-            << ", near-ties " << near_ties << "\n";
-  EXPECT_LE(worst_ratio, 1.0) << what << ": logits outside the bound against the oracle";
-  EXPECT_EQ(mismatches, 0) << what << ": greedy token differs where the oracle's margin is clear";
-  EXPECT_LE(near_ties, (rows + 63) / 64 * 4) << what << ": too many near-ties";
+                  const std::vector<float>& gpu, int64_t n_vocab, const std::string& what,
+                  bool reroutable) {
+  gpu_test::expect_close_to_oracle(ref, oracle, gpu, n_vocab, "gpt-oss " + what, reroutable);
 }
 
 std::string case_name(const GptOssCase& c) {
@@ -170,6 +127,8 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
   ASSERT_NE(gpu.config.n_head * gpu.config.head_dim, gpu.config.n_embd);
   const int64_t vocab = gpu.config.n_vocab;
   const std::string name = case_name(p);
+  // Experts that read int8-rounded activations (the MXFP4 preset's) can reroute a token.
+  const bool int8 = kernels::moe_reads_q8(gpu.weights.layers[0].gate_exps->ggml_type);
   auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
                   std::vector<float>& o, std::vector<float>& g) {
     const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
@@ -182,13 +141,13 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
     const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
     std::vector<float> r, o, g;
     all3({{0, prompt, 0, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 64");
+    expect_close(r, o, g, vocab, name + " prefill 64", int8);
     const std::vector<int32_t> next = random_tokens(16, vocab, 2);
     std::vector<float> r2, o2, g2;
     for (int i = 0; i < 16; ++i)
       all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
            g2);
-    expect_close(r2, o2, g2, vocab, name + " decode (graphs)");
+    expect_close(r2, o2, g2, vocab, name + " decode (graphs)", int8);
     EXPECT_GT(gpu.graphs().replays, 0u);
   }
   // 150 prompt rows (the cuBLAS path and the flash prefill kernel), then 150 more on the same
@@ -198,13 +157,14 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
     std::vector<float> r, o, g;
     all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
     all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 2 x 150");
+    expect_close(r, o, g, vocab, name + " prefill 2 x 150",
+                 true);  // attention's f16 GEMM operands round as int8 blocks do
     const std::vector<int32_t> next = random_tokens(4, vocab, 4);
     std::vector<float> r2, o2, g2;
     for (int i = 0; i < 4; ++i)
       all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
            o2, g2);
-    expect_close(r2, o2, g2, vocab, name + " decode at 300");
+    expect_close(r2, o2, g2, vocab, name + " decode at 300", int8);
   }
   // Six sequences at different lengths (below, at and past the window) decoding together.
   {
@@ -224,7 +184,7 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
                          lengths[static_cast<size_t>(s)] + step, false});
       all3(batch, r, o, g);
     }
-    expect_close(r, o, g, vocab, name + " batched decode of 6");
+    expect_close(r, o, g, vocab, name + " batched decode of 6", int8);
   }
 }
 

@@ -1,7 +1,7 @@
 // Helpers for the GPU tests: skip without a GPU, the kernel configuration, device arrays with
 // an RAII owner, poisoned outputs (NaN bytes, so an element a kernel forgot to write fails
-// every comparison), seeded random inputs, the top-two margin of a logit row, and a suite
-// over the synthetic model at the default model's shapes.
+// every comparison), seeded random inputs, the top-two margin of a logit row, a suite over the
+// synthetic model at the default model's shapes, and the per-test watchdog (gpu_watchdog.h).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 
 #include "backends/kernel_config_env.h"
 #include "common.cuh"
+#include "gpu_watchdog.h"
 #include "granule/testkit/synthetic_model.h"
 
 namespace granule::gpu_test {
@@ -44,8 +45,8 @@ inline bool gpu_present(std::string* why) {
   } while (0)
 
 // The kernel configuration the CUDA backend would run with here: the defaults with the
-// GRANULE_* environment overrides (so a knob set in front of run_on_h200.sh reaches the kernel tests),
-// fitted to the device.
+// GRANULE_* environment overrides (so a knob set in front of run_on_h200.sh reaches the kernel
+// tests), fitted to the device.
 inline kernels::KernelConfig kernel_config() {
   kernels::KernelConfig config = kernel_config_from_environment();
   const cudaError_t status = kernels::fit_to_device(config);

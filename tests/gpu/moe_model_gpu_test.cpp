@@ -8,15 +8,15 @@
 //     decoding together (a graph of eight rows, two of them padding);
 // each row within the bound model_gpu_test.cpp derives (1e-3 of the logits' spread plus twice
 // the oracle's own distance from the f32 reference), greedy tokens equal away from near-ties;
-// with int8-reading experts up to 1 row in 16 may be a rerouted token (expect_close).
+// with int8-reading experts up to 1 row in 16 may be a rerouted token (oracle_compare.h).
 // Expert streaming: a budget that leaves about half of the experts in mapped host memory gives
 // logits identical to the bit to the all-resident run's, before and after the device cache is
 // re-filled between steps by hand-made placements (the expert-plan policy is not wired yet), and
 // the captured decode graph replays after each placement change with no re-capture; the
 // backend's own re-plan promotes the experts the tokens route to. The routing counts (the
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
-// misses by residency. CudaMoe alone: experts read from the registered model file, from a pinned
-// copy and from VRAM give the same bits.
+// misses by residency. CudaMoe alone: experts read from a pinned copy and from VRAM give the same
+// bits (the registered model file too, once checked: see RegisteredFileMapping).
 // Shared experts are refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
@@ -40,6 +40,7 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "moe.cuh"
+#include "oracle_compare.h"
 #include "rms_norm.cuh"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
@@ -117,74 +118,12 @@ std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
-// --- the comparison (model_gpu_test.cpp's bound, without its per-type tables) ---
-constexpr double kSummationTolerance = 1e-3;
-constexpr double kFlipFactor = 2.0;
-
-struct Spread {
-  double mean = 0, std = 0;
-};
-Spread spread_of(const float* row, int64_t n) {
-  double sum = 0, sum_sq = 0;
-  for (int64_t i = 0; i < n; ++i) sum += row[i];
-  const double mean = sum / static_cast<double>(n);
-  for (int64_t i = 0; i < n; ++i) sum_sq += (row[i] - mean) * (row[i] - mean);
-  return {mean, std::sqrt(sum_sq / static_cast<double>(n))};
-}
-double centred_error(const float* a, const float* b, int64_t n, double scale) {
-  const Spread sa = spread_of(a, n), sb = spread_of(b, n);
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = std::fabs((a[i] - sa.mean) - (b[i] - sb.mean));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / scale;
-}
-
-// Every row within its bound against the oracle; greedy equal to the oracle's except at
-// near-ties (the oracle's top-two margin within twice the row's bound), at most 4 per 64 rows.
-// `rerouted`: rows allowed past their bound (their greedy token excused too). Where experts read
-// int8 activations, an int8 rounding flip (see model_gpu_test.cpp) moves the next layer's router
-// logits by ~1e-3, and a token whose second and third experts are that close takes another
-// expert on one side: its row, and a little the rows after it through the KV, then differ by a
-// share of an expert's output, not by rounding (the CPU against llama.cpp shows the same on
-// quantised experts, cpu_moe_test). Derived: with 8 experts a gap that small at the top-2
-// boundary has a chance of ~1e-3 per row and layer, so 1 in 16 rows holds it with room.
+// The comparison with the oracle: oracle_compare.h (with int8-reading experts, and on the
+// cuBLAS prefill path, up to 1 row in 16 may be a rerouted token).
 void expect_close(const std::vector<float>& ref, const std::vector<float>& oracle,
                   const std::vector<float>& gpu, int64_t n_vocab, const std::string& what,
-                  bool int8_experts) {
-  ASSERT_EQ(gpu.size(), oracle.size()) << what;
-  ASSERT_EQ(ref.size(), oracle.size()) << what;
-  const int rows = static_cast<int>(oracle.size() / static_cast<size_t>(n_vocab));
-  const int rerouted = int8_experts ? std::max(1, rows / 16) : 0;
-  double worst = 0, worst_ratio = 0;
-  int near_ties = 0, mismatches = 0, past_bound = 0;
-  for (int r = 0; r < rows; ++r) {
-    const float* o = oracle.data() + r * n_vocab;
-    const float* f = ref.data() + r * n_vocab;
-    const float* g = gpu.data() + r * n_vocab;
-    const double spread = spread_of(o, n_vocab).std;
-    const double err = centred_error(g, o, n_vocab, spread);
-    const double bound = kSummationTolerance + kFlipFactor * centred_error(o, f, n_vocab, spread);
-    worst = std::max(worst, err);
-    worst_ratio = std::max(worst_ratio, err / bound);
-    const bool past = !(err <= bound);
-    past_bound += past ? 1 : 0;
-    const gpu_test::TopTwo top = gpu_test::top_two({o, static_cast<size_t>(n_vocab)});
-    if (gpu_test::top_two({g, static_cast<size_t>(n_vocab)}).best != top.best && !past) {
-      if (top.margin <= 2 * bound * spread)
-        ++near_ties;
-      else
-        ++mismatches;
-    }
-  }
-  std::cout << "[gpu-vs-oracle] MoE " << what << ": rows " << rows << ", max |err|/spread " << worst
-            << ", worst err/bound " << worst_ratio << ", rows past the bound " << past_bound
-            << " (allowed " << rerouted << "), greedy mismatches " << mismatches << ", near-ties "
-            << near_ties << "\n";
-  EXPECT_LE(past_bound, rerouted) << what << ": logits outside the bound against the oracle";
-  EXPECT_EQ(mismatches, 0) << what << ": greedy token differs where the oracle's margin is clear";
-  EXPECT_LE(near_ties, (rows + 63) / 64 * 4) << what << ": too many near-ties";
+                  bool reroutable) {
+  gpu_test::expect_close_to_oracle(ref, oracle, gpu, n_vocab, "MoE " + what, reroutable);
 }
 
 struct MoeCase {
@@ -280,6 +219,16 @@ SyntheticModelSpec streaming_spec(TensorType experts) {
 
 class MoeStreamingGpu : public ::testing::TestWithParam<TensorType> {};
 
+// While the model keeps every expert in VRAM (cuda_moe.h: kModelHostExperts), the streaming
+// tests have nothing to run.
+constexpr const char* kStreamingOff =
+    "expert streaming is off (cuda_moe.h kModelHostExperts = Refuse): its tests hung on an H100 "
+    "(issue 36)";
+#define GRANULE_REQUIRE_EXPERT_STREAMING()                                                   \
+  do {                                                                                       \
+    if (cuda::kModelHostExperts == cuda::HostExperts::Refuse) GTEST_SKIP() << kStreamingOff; \
+  } while (0)
+
 // KV room kept free beside the experts (64 MiB of tokens), the same in every run of a file.
 int64_t reserve_tokens_for(const std::filesystem::path& path) {
   auto file = ModelFile::open(path);
@@ -296,12 +245,16 @@ uint64_t half_expert_budget(Rig& resident) {
 // and after placement changes between steps, the decode graph replayed without a re-capture.
 TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   GRANULE_REQUIRE_GPU();
+  GRANULE_REQUIRE_EXPERT_STREAMING();
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-stream");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  gpu_test::step("loading the all-resident model");
   Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
   ASSERT_TRUE(resident.moe().all_resident());
   const uint64_t image = resident.moe().expert_image_bytes();
   const uint64_t budget = half_expert_budget(resident);
+  gpu_test::step("loading the streaming model");
   Rig streaming(model.path, options(true, false, budget, reserve_tokens));
   cuda::CudaMoe& moe = streaming.moe();
   const int64_t total = moe.n_layer() * moe.n_expert();
@@ -313,6 +266,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 
   const int64_t vocab = resident.config.n_vocab;
   const std::vector<int32_t> prompt = random_tokens(40, vocab, 7);
+  gpu_test::step("prefill of 40 rows, streaming and resident");
   EXPECT_EQ(streaming.step({{0, prompt, 0, true}}), resident.step({{0, prompt, 0, true}}))
       << "prefill: streamed experts changed the logits";
   // Placements: the default, then alternating halves of each layer's experts, then the last
@@ -336,6 +290,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   ExpertTelemetry stats;
   for (int i = 0; i < 12; ++i) {
     const std::span<const int32_t> token(&next[static_cast<size_t>(i)], 1);
+    gpu_test::step("a decode step, streaming and resident");
     EXPECT_EQ(streaming.step({{0, token, 40 + i, false}}),
               resident.step({{0, token, 40 + i, false}}))
         << "decode step " << i;
@@ -343,6 +298,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
     if (i % 4 == 3) {
       // Between steps: count what was routed (the backend's telemetry interval), then move
       // experts by hand (the backend's own re-plan may move them too: the logits never change).
+      gpu_test::step("collecting the expert telemetry, then apply()");
       stats.add_interval(streaming.experts());
       const std::vector<uint8_t>& p = placements[static_cast<size_t>((i / 4 + 1) % 3)];
       moe.apply(p, streaming.cuda().model().stream());
@@ -377,6 +333,7 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
                UsageError);
   EXPECT_EQ(moe.resident(), before);
   // Every expert in host memory: still the same logits.
+  gpu_test::step("every expert in host memory: one decode step");
   moe.apply(std::vector<uint8_t>(static_cast<size_t>(total), 0), streaming.cuda().model().stream());
   const int32_t last = 5;
   EXPECT_EQ(streaming.step({{0, std::span<const int32_t>(&last, 1), 52, false}}),
@@ -389,6 +346,8 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 // inputs are seeded and the GPU's results deterministic, so the outcome is too.
 TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
   GRANULE_REQUIRE_GPU();
+  GRANULE_REQUIRE_EXPERT_STREAMING();
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-replan");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
   uint64_t budget = 0;
@@ -396,6 +355,7 @@ TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
     Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
     budget = half_expert_budget(resident);
   }
+  gpu_test::step("loading the streaming model");
   Rig rig(model.path, options(true, false, budget, reserve_tokens));
   cuda::CudaMoe& moe = rig.moe();
   ASSERT_FALSE(moe.all_resident());
@@ -407,11 +367,13 @@ TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
     for (int i = 0; i < steps; ++i)
       rig.step({{0, std::span<const int32_t>(next.data(), 1), position++, false}});
   };
+  gpu_test::step("prefill and decode before the re-plan");
   rig.step({{0, prompt, 0, false}});
   position = 48;
   decode(8);
   const ExpertTelemetry before = rig.experts();
   std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  gpu_test::step("the decode step whose launch re-plans");
   decode(1);  // its launch re-plans from the counts so far
   static_cast<void>(rig.experts());
   decode(8);
@@ -441,11 +403,37 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            return name;
                          });
 
-// CudaMoe on its own over the streaming file: all experts in VRAM, half of them in host memory
-// read from the registered model file, and half in a pinned copy give the same bits for runs of
-// 1 and 24 rows (per pair, grouped), before and after a placement change.
-TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
+// While expert streaming is off, a budget that cannot hold every expert is refused with one
+// line (a DeviceError: Device Auto then runs the model on the CPU, runtime.cpp).
+TEST(MoeStreamingOff, ABudgetBelowTheExpertsIsRefusedInOneLine) {
   GRANULE_REQUIRE_GPU();
+  if (cuda::kModelHostExperts != cuda::HostExperts::Refuse) GTEST_SKIP() << "streaming is on";
+  gpu_test::step("writing the model file");
+  test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-refused");
+  const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  uint64_t budget = 0;
+  {
+    gpu_test::step("loading the all-resident model");
+    Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
+    ASSERT_TRUE(resident.moe().all_resident());
+    budget = half_expert_budget(resident);
+  }
+  gpu_test::step("loading the model with half of the experts' budget");
+  try {
+    Rig rig(model.path, options(true, false, budget, reserve_tokens));
+    ADD_FAILURE() << "a budget below the experts was not refused";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("keeps every expert in VRAM"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+// CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
+// memory (a pinned copy, or the registered model file) give the same bits for runs of 1 and 24
+// rows (per pair, grouped), before and after a placement change.
+void expect_residency_agrees(cuda::HostExperts host) {
+  gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-residency");
   auto file = ModelFile::open(model.path);
   const ModelConfig config = ModelConfig::from_gguf(*file);
@@ -454,16 +442,21 @@ TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
   cuda::CudaStream stream;
   const kernels::KernelConfig kc = gpu_test::kernel_config();
   constexpr int kMaxRows = 32;
+  gpu_test::step("constructing the all-resident CudaMoe");
   cuda::CudaMoe vram(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
   ASSERT_TRUE(vram.all_resident());
   const uint64_t half = vram.expert_image_bytes() / 2;
-  cuda::CudaMoe mapped(config, weights, memory, kMaxRows, half, stream.get(), true);
-  cuda::CudaMoe copied(config, weights, memory, kMaxRows, half, stream.get(), false);
-  ASSERT_FALSE(mapped.all_resident());
-  ASSERT_GT(mapped.cache_slots(), 0);
-  EXPECT_TRUE(mapped.reads_file_mapping())
-      << "the model file could not be registered (the log says why)";
-  EXPECT_FALSE(copied.reads_file_mapping());
+  gpu_test::step(host == cuda::HostExperts::FileMapping
+                     ? "constructing the streaming CudaMoe (registering the model file)"
+                     : "constructing the streaming CudaMoe (pinned copy)");
+  cuda::CudaMoe streaming(config, weights, memory, kMaxRows, half, stream.get(), host);
+  ASSERT_FALSE(streaming.all_resident());
+  ASSERT_GT(streaming.cache_slots(), 0);
+  if (host == cuda::HostExperts::FileMapping)
+    EXPECT_TRUE(streaming.reads_file_mapping())
+        << "the model file could not be registered (the log says why)";
+  else
+    EXPECT_FALSE(streaming.reads_file_mapping());
 
   const int64_t n = config.n_embd;
   std::mt19937 rng(5);
@@ -494,19 +487,36 @@ TEST(MoeResidencyGpu, FileMappingPinnedCopyAndVramAgree) {
   for (int round = 0; round < 2; ++round) {
     for (const int rows : {1, 24})
       for (int layer = 0; layer < config.n_layer; ++layer) {
+        gpu_test::step(rows == 1 ? "the all-resident experts, 1 row"
+                                 : "the all-resident experts, 24 rows");
         const std::vector<float> want = run(vram, rows, layer);
-        EXPECT_EQ(run(mapped, rows, layer), want)
-            << "file mapping, rows " << rows << ", round " << round;
-        EXPECT_EQ(run(copied, rows, layer), want)
-            << "pinned copy, rows " << rows << ", round " << round;
+        gpu_test::step(rows == 1 ? "half of the experts in host memory, 1 row (per pair)"
+                                 : "half of the experts in host memory, 24 rows (grouped)");
+        EXPECT_EQ(run(streaming, rows, layer), want)
+            << "rows " << rows << ", layer " << layer << ", round " << round;
       }
     // Move the cache to the other experts: the last cache_slots() of them.
-    const int64_t total = mapped.n_layer() * mapped.n_expert();
+    gpu_test::step("apply(): moving the device cache");
+    const int64_t total = streaming.n_layer() * streaming.n_expert();
     std::vector<uint8_t> p(static_cast<size_t>(total), 0);
-    for (int64_t i = 0; i < mapped.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
-    mapped.apply(p, stream.get());
-    copied.apply(p, stream.get());
+    for (int64_t i = 0; i < streaming.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
+    streaming.apply(p, stream.get());
   }
+}
+
+TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
+  GRANULE_REQUIRE_GPU();
+  expect_residency_agrees(cuda::HostExperts::PinnedCopy);
+}
+
+// The opt-in FileMapping kind. This test (then with the pinned copy in the same body) hung on an
+// H100 at ccdf0fc (issue 36), and the registration of the model file is the one step that
+// only the two hung tests took; it stays skipped until a GPU run shows it finishes.
+TEST(MoeResidencyGpu, RegisteredFileMapping) {
+  GRANULE_REQUIRE_GPU();
+  GTEST_SKIP() << "registering the model file as mapped pinned memory hung on an H100 "
+                  "(issue 36): HostExperts::FileMapping is opt-in and unverified";
+  expect_residency_agrees(cuda::HostExperts::FileMapping);
 }
 
 // What the CUDA backend does not run yet is refused in one line (Device Auto then takes the

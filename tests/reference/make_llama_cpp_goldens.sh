@@ -1,6 +1,7 @@
 #!/bin/sh
-# Regenerates tests/data/reference/<case>.txt for the mixture-of-experts cases of
-# tests/engine/cpu_moe_test.cpp, cpu_gptoss_test.cpp and cpu_qwen35_test.cpp from llama.cpp's CPU backend: the
+# Regenerates tests/data/reference/<case>.txt for the llama.cpp cases of
+# tests/engine/cpu_moe_test.cpp, cpu_gptoss_test.cpp (mixtures of experts), cpu_gemma_test.cpp
+# (Gemma 3 and 4) and cpu_qwen35_test.cpp (Qwen3.5 hybrids) from llama.cpp's CPU backend: the
 # C++ tests write each synthetic model (fixed seeds) and its prompt, llama_cpp_logits.c (built
 # here against libllama) runs them with an F32 KV cache and flash attention off. The files with
 # quantised experts (cpu_moe_test's QuantisedExperts) are compared within the 8-bit activation
@@ -20,7 +21,7 @@ cc -O2 -std=c11 -I"$source_dir/include" -I"$source_dir/ggml/include" \
   "$here/llama_cpp_logits.c" -L"$lib_dir" -lllama -lggml -lggml-base \
   -Wl,-rpath,"$lib_dir" -o "$work/llama_cpp_logits"
 # The comparison fails for missing goldens; exporting the models is what matters here.
-for test in cpu_moe_test cpu_gptoss_test cpu_qwen35_test; do
+for test in cpu_moe_test cpu_gptoss_test cpu_gemma_test cpu_qwen35_test; do
   GRANULE_REFERENCE_EXPORT_DIR="$work" "$build/tests/$test" \
     --gtest_filter='Synthetic/LlamaCppGolden.*:Files/QuantisedExperts.WithinActivationRoundingOfLlamaCpp/*' \
     >/dev/null || true

@@ -2,6 +2,8 @@
 // Llama 2/3 (with Llama 3 rope scaling), Mistral, SmolLM2, Qwen2 (QKV bias), Qwen3 (QK-norm),
 // and the mixtures of experts: Mixtral (`llama` with experts), Qwen3 MoE (`qwen3moe`) and
 // gpt-oss (`gpt-oss`: attention sinks, alternating sliding-window layers, YaRN, MXFP4 experts);
+// Gemma 3 (`gemma3`: 5 sliding-window layers to 1 global, a rope base per kind, GeGLU,
+// sandwich norms, scaled embeddings) and Gemma 4 (`gemma4`; both in model/gemma_config.cpp);
 // and the Qwen3.5 hybrids (`qwen35`, `qwen35moe`): Gated DeltaNet linear-attention layers with a
 // recurrent state among gated full-attention layers.
 #pragma once
@@ -35,9 +37,10 @@ struct RopeScaling {
 // expert_gating_func: 1 softmax, 2 sigmoid, 3 softmax over the chosen k only).
 enum class ExpertGating { Softmax, Sigmoid, SoftmaxOfTopK };
 
-// The feed-forward activation: SwiGLU (silu(gate) * up), or gpt-oss's clamped form
-// (gate clamped above at 7, up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1)).
-enum class FfnActivation { Swiglu, SwigluClamped };
+// The feed-forward activation: SwiGLU (silu(gate) * up), gpt-oss's clamped form
+// (gate clamped above at 7, up to [-7, 7], gate * sigmoid(1.702 gate) * (up + 1)), or Gemma's
+// GeGLU (gelu(gate) * up, gelu's tanh approximation).
+enum class FfnActivation { Swiglu, SwigluClamped, GeluTanh };
 
 struct ExpertConfig {
   int64_t n_expert = 0;        // 0: a dense model
@@ -97,6 +100,12 @@ struct ModelConfig {
   int64_t sliding_window = 0;
   std::vector<bool> swa_layers;
 
+  // The rotated dimensions of each head on global / sliding-window layers (llama.cpp's
+  // rope.dimension_count[_swa]; 0: the whole head): partial rope in Qwen3.5 and Gemma 4, the
+  // whole head elsewhere. Read through rope_dims_of(layer).
+  int64_t rope_dims = 0;
+  int64_t rope_dims_swa = 0;
+
   // Qwen3.5 (`qwen35`, `qwen35moe`): recurrent_layers[i] marks a Gated DeltaNet layer (no KV);
   // the others are full attention whose Q projection carries a per-head output gate
   // (attn_output_gate: Q and gate interleaved per head, the gate's sigmoid multiplies the
@@ -106,8 +115,26 @@ struct ModelConfig {
   DeltaNetConfig delta_net;
   std::vector<bool> recurrent_layers;
   bool attn_output_gate = false;
-  int64_t rope_dims = 0;  // rope.dimension_count (0: head_dim)
   std::array<int32_t, 4> rope_sections = {0, 0, 0, 0};
+
+  // Gemma (model/gemma_config.cpp); the defaults leave the other families as they are.
+  float embedding_scale = 1.0f;   // the token embedding times this (Gemma: sqrt(n_embd))
+  float attention_scale = 0.0f;   // softmax scale of Q·K; 0: 1 / sqrt(head_dim)
+  bool sandwich_norms = false;    // RMSNorm of the attention and FFN outputs before each residual
+  float final_logit_softcap = 0;  // > 0: logits = cap · tanh(logits / cap)
+  // > 0: sliding-window layers rotate with this base and no rope scaling (the global layers
+  // keep rope_theta and rope_scaling); 0: every layer rotates alike.
+  float rope_theta_swa = 0.0f;
+  // Gemma 4: the sliding layers' own shapes (0: as the global layers), per-layer FFN widths
+  // (empty: n_ff), V RMS-normed without a weight, per-layer embeddings of this width (0: none),
+  // and shared KV: layer i attends to the KV of kv_layer[i] (itself, or for the last
+  // attention.shared_kv_layers layers the last earlier layer of its kind); empty: own.
+  int64_t head_dim_swa = 0;
+  int64_t n_head_kv_swa = 0;
+  std::vector<int64_t> layer_n_ff;
+  bool value_norm = false;
+  int64_t n_embd_per_layer = 0;
+  std::vector<int64_t> kv_layer;
 
   bool is_moe() const { return moe.n_expert > 0; }
   bool is_hybrid() const { return !recurrent_layers.empty(); }
@@ -115,9 +142,6 @@ struct ModelConfig {
     return static_cast<size_t>(layer) < recurrent_layers.size() &&
            recurrent_layers[static_cast<size_t>(layer)];
   }
-  // Layers that keep KV (every layer but the recurrent ones), and a layer's index among them.
-  int64_t n_kv_layers() const;
-  int64_t kv_layer_index(int64_t layer) const;
   // Bytes of one sequence's recurrent state over all recurrent layers (conv + delta, f32).
   int64_t recurrent_state_bytes() const;
   bool layer_slides(int64_t layer) const {
@@ -125,9 +149,46 @@ struct ModelConfig {
            swa_layers[static_cast<size_t>(layer)];
   }
 
+  int64_t head_dim_of(int64_t layer) const {
+    return head_dim_swa > 0 && layer_slides(layer) ? head_dim_swa : head_dim;
+  }
+  int64_t n_head_kv_of(int64_t layer) const {
+    return n_head_kv_swa > 0 && layer_slides(layer) ? n_head_kv_swa : n_head_kv;
+  }
+  int64_t kv_dim_of(int64_t layer) const { return n_head_kv_of(layer) * head_dim_of(layer); }
+  int64_t n_ff_of(int64_t layer) const {
+    return layer_n_ff.empty() ? n_ff : layer_n_ff[static_cast<size_t>(layer)];
+  }
+  int64_t rope_dims_of(int64_t layer) const {
+    const int64_t dims = layer_slides(layer) ? rope_dims_swa : rope_dims;
+    return dims > 0 ? dims : head_dim_of(layer);
+  }
+  // The layer whose KV this layer writes and reads (itself unless the KV is shared).
+  int64_t kv_source(int64_t layer) const {
+    return kv_layer.empty() ? layer : kv_layer[static_cast<size_t>(layer)];
+  }
+  // The one notion of a layer's KV: the elements (K then V) it adds to each token's KV record.
+  // 0 for a layer that stores none: a recurrent (Gated DeltaNet) layer, or a layer that reads
+  // another layer's KV (Gemma 4's shared layers). Everything sized by the KV (its bytes per
+  // token, the record's offsets, the fit estimate) sums this.
+  int64_t kv_layer_elements(int64_t layer) const {
+    if (layer_recurrent(layer) || kv_source(layer) != layer) return 0;
+    return 2 * kv_dim_of(layer);
+  }
+  // Elements before layer's K in a token's KV record (its V follows its K); a shared layer's
+  // are its source's.
+  int64_t kv_offset_elements(int64_t layer) const {
+    const int64_t source = kv_source(layer);
+    int64_t offset = 0;
+    for (int64_t l = 0; l < source; ++l) offset += kv_layer_elements(l);
+    return offset;
+  }
+
   // Bytes of K+V per token over all layers at the given element size (2 for fp16).
   int64_t kv_bytes_per_token(int64_t elem_bytes) const {
-    return n_kv_layers() * 2 * n_head_kv * head_dim * elem_bytes;
+    int64_t elements = 0;
+    for (int64_t l = 0; l < n_layer; ++l) elements += kv_layer_elements(l);
+    return elements * elem_bytes;
   }
 
   // Reads and checks the config; throws UnsupportedError for an architecture outside the
@@ -183,6 +244,25 @@ struct LayerWeights {
   const TensorInfo* up_shexp = nullptr;
   const TensorInfo* down_shexp = nullptr;
   const TensorInfo* shexp_gate = nullptr;
+  // Gemma's sandwich norms: the attention output and the FFN output are RMS-normed by these
+  // before they join the residual stream.
+  const TensorInfo* attn_post_norm = nullptr;
+  const TensorInfo* ffn_post_norm = nullptr;
+  // Gemma 4: the layer's output scale [1], and its per-layer embedding gate [n_embd, n_pl],
+  // projection [n_pl, n_embd] and norm [n_embd].
+  const TensorInfo* out_scale = nullptr;
+  const TensorInfo* ple_gate = nullptr;
+  const TensorInfo* ple_proj = nullptr;
+  const TensorInfo* ple_norm = nullptr;
+  // Gemma 4's mixture of experts beside its dense FFN (router, gate/up/down_exps above): the
+  // router input's per-channel scale ffn_gate_inp.scale [n_embd], each expert's output scale
+  // ffn_down_exps.scale [n_expert], the experts' input norm pre_ffw_norm_2 and the output norms
+  // of the dense FFN (post_ffw_norm_1) and of the experts (post_ffw_norm_2).
+  const TensorInfo* router_in_scale = nullptr;
+  const TensorInfo* down_exps_scale = nullptr;
+  const TensorInfo* ffn_pre_norm_2 = nullptr;
+  const TensorInfo* ffn_post_norm_1 = nullptr;
+  const TensorInfo* ffn_post_norm_2 = nullptr;
 };
 
 struct WeightTable {
@@ -190,6 +270,11 @@ struct WeightTable {
   const TensorInfo* output_norm = nullptr;
   const TensorInfo* output = nullptr;   // == token_embd when tied
   const TensorInfo* rope_freqs = nullptr;   // Llama 3 per-frequency divisors, when present
+  // Gemma 4's per-layer embeddings: the table [n_pl * n_layer, n_vocab], the projection of
+  // the scaled token embedding [n_embd, n_pl * n_layer] and its norm [n_pl].
+  const TensorInfo* ple_token_embd = nullptr;
+  const TensorInfo* ple_model_proj = nullptr;
+  const TensorInfo* ple_proj_norm = nullptr;
   std::vector<LayerWeights> layers;
 
   // Finds every tensor by its GGUF name (blk.N.attn_q.weight, ...), checks shapes against

@@ -9,12 +9,14 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/tensor_type.h"
+#include "model/gemma_config.h"
 
 namespace granule {
 namespace {
 
-constexpr std::array<std::string_view, 8> kSupportedArchitectures = {
-    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gpt-oss", "qwen35", "qwen35moe"};
+constexpr std::array<std::string_view, 10> kSupportedArchitectures = {
+    "llama",   "mistral", "qwen2",  "qwen3",  "qwen3moe",
+    "gpt-oss", "gemma3",  "gemma4", "qwen35", "qwen35moe"};
 
 bool is_qwen35(const std::string& arch) { return arch == "qwen35" || arch == "qwen35moe"; }
 
@@ -281,16 +283,6 @@ void read_qwen35_keys(const ModelFile& file, ModelConfig& c) {
 
 }  // namespace
 
-int64_t ModelConfig::n_kv_layers() const {
-  if (recurrent_layers.empty()) return n_layer;
-  return std::count(recurrent_layers.begin(), recurrent_layers.end(), false);
-}
-
-int64_t ModelConfig::kv_layer_index(int64_t layer) const {
-  if (recurrent_layers.empty()) return layer;
-  return std::count(recurrent_layers.begin(), recurrent_layers.begin() + layer, false);
-}
-
 int64_t ModelConfig::recurrent_state_bytes() const {
   const int64_t n = std::count(recurrent_layers.begin(), recurrent_layers.end(), true);
   return n * (delta_net.conv_state_floats() + delta_net.delta_state_floats()) *
@@ -308,6 +300,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
                            "' (supported: " + supported_list() + ")");
   }
   c.name = file.get_string("general.name").value_or("");
+  if (c.architecture == "gemma4") {  // sizes by layer kind: its own reader
+    read_gemma4_config(file, c);
+    return c;
+  }
   const std::string a = c.architecture + ".";
 
   c.n_layer = require_int(file, a + "block_count");
@@ -385,7 +381,10 @@ ModelConfig ModelConfig::from_gguf(const ModelFile& file) {
   c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
-  read_attention_keys(file, c);
+  if (is_gemma_architecture(c.architecture))
+    read_gemma_config(file, c);
+  else
+    read_attention_keys(file, c);
 
   const TensorInfo* embd = file.find_tensor("token_embd.weight");
   if (!embd) throw FormatError(file_label(file) + ": missing tensor token_embd.weight");
@@ -554,6 +553,13 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
   WeightTable w;
   const int64_t q_dim = c.n_head * c.head_dim;
   const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  if (c.architecture == "gemma4") {
+    find_gemma4_tensors(file, c, w,
+                        [&](const std::string& name, std::vector<int64_t> dims, bool required) {
+                          return find_checked(file, name, dims, required);
+                        });
+    return w;
+  }
   w.token_embd = find_checked(file, "token_embd.weight", {c.n_embd, c.n_vocab}, true);
   w.output_norm = find_checked(file, "output_norm.weight", {c.n_embd}, true);
   w.output = c.tied_embeddings ? w.token_embd
@@ -586,6 +592,10 @@ WeightTable WeightTable::from_gguf(const ModelFile& file, const ModelConfig& c) 
     l.k_norm = find_checked(file, p + "attn_k_norm.weight", {c.head_dim}, c.qk_norm);
     l.bo = find_checked(file, p + "attn_output.bias", {c.n_embd}, c.attn_output_bias);
     l.attn_sinks = find_checked(file, p + "attn_sinks.weight", {c.n_head}, c.attn_sinks);
+    find_gemma_layer_tensors(
+        c, p, l, [&](const std::string& name, std::vector<int64_t> dims, bool required) {
+          return find_checked(file, name, dims, required);
+        });
     if (c.is_moe())
       find_expert_tensors(file, c, p, l);
     else
@@ -601,7 +611,9 @@ uint64_t expert_layer_bytes(const LayerWeights& l) {
   uint64_t total = 0;
   for (const TensorInfo* t :
        {l.router, l.router_bias, l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
-        l.up_exps_bias, l.down_exps_bias, l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate}) {
+        l.up_exps_bias, l.down_exps_bias, l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate,
+        l.router_in_scale, l.down_exps_scale, l.ffn_pre_norm_2, l.ffn_post_norm_1,
+        l.ffn_post_norm_2}) {
     if (t) total += t->size_bytes;
   }
   return total;
@@ -612,11 +624,37 @@ uint64_t expert_layer_bytes(const LayerWeights& l) {
 uint64_t WeightTable::layer_bytes(size_t layer) const {
   const LayerWeights& l = layers.at(layer);
   uint64_t total = 0;
-  for (const TensorInfo* t :
-       {l.attn_norm, l.wq,        l.wk,       l.wv,     l.wo,         l.bq,       l.bk,
-        l.bv,        l.q_norm,    l.k_norm,   l.bo,     l.attn_sinks, l.ffn_norm, l.w_gate,
-        l.w_up,      l.w_down,    l.ssm_in,   l.ssm_z,  l.ssm_conv1d, l.ssm_dt,   l.ssm_a,
-        l.ssm_beta,  l.ssm_alpha, l.ssm_norm, l.ssm_out}) {
+  for (const TensorInfo* t : {l.attn_norm,
+                              l.wq,
+                              l.wk,
+                              l.wv,
+                              l.wo,
+                              l.bq,
+                              l.bk,
+                              l.bv,
+                              l.q_norm,
+                              l.k_norm,
+                              l.bo,
+                              l.attn_sinks,
+                              l.ffn_norm,
+                              l.w_gate,
+                              l.w_up,
+                              l.w_down,
+                              l.ssm_in,
+                              l.ssm_z,
+                              l.ssm_conv1d,
+                              l.ssm_dt,
+                              l.ssm_a,
+                              l.ssm_beta,
+                              l.ssm_alpha,
+                              l.ssm_norm,
+                              l.ssm_out,
+                              l.attn_post_norm,
+                              l.ffn_post_norm,
+                              l.out_scale,
+                              l.ple_gate,
+                              l.ple_proj,
+                              l.ple_norm}) {
     if (t) total += t->size_bytes;
   }
   total += expert_layer_bytes(l);
@@ -625,7 +663,8 @@ uint64_t WeightTable::layer_bytes(size_t layer) const {
 
 uint64_t WeightTable::total_bytes() const {
   uint64_t total = 0;
-  for (const TensorInfo* t : {token_embd, output_norm, rope_freqs}) {
+  for (const TensorInfo* t :
+       {token_embd, output_norm, rope_freqs, ple_token_embd, ple_model_proj, ple_proj_norm}) {
     if (t) total += t->size_bytes;
   }
   if (output && output != token_embd) total += output->size_bytes;

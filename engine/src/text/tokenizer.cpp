@@ -7,6 +7,7 @@
 
 #include "granule/error.h"
 #include "text/tokenizer_bpe.h"
+#include "text/tokenizer_gemma4.h"
 #include "text/tokenizer_spm.h"
 #include "text/tokenizer_utf8.h"
 #include "text/tokenizer_vocab.h"
@@ -23,10 +24,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const ModelFile& file) {
   if (vocab.model == "llama") {
     return std::make_unique<detail::SentencePieceTokenizer>(std::move(vocab));
   }
+  if (vocab.model == "gemma4") {
+    return std::make_unique<detail::Gemma4Tokenizer>(std::move(vocab));
+  }
   throw UnsupportedError("unsupported tokenizer '" + vocab.model + "' in " +
                          file.path().filename().string() +
                          " (tokenizer.ggml.model); supported: gpt2 (byte-level BPE), "
-                         "llama (SentencePiece BPE)");
+                         "llama (SentencePiece BPE), gemma4 (SentencePiece-style BPE)");
 }
 
 std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool render_special) const {

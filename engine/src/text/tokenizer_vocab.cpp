@@ -66,8 +66,11 @@ constexpr std::string_view kEndOfGenerationTexts[] = {
     "<|end_of_text|>",
     "<end_of_utterance>",
     "<｜end▁of▁sentence｜>",
-    "<|return|>",  // gpt-oss harmony: the end of the final answer
-    "<|call|>",    // gpt-oss harmony: the end of a tool call
+    "<|return|>",        // gpt-oss harmony: the end of the final answer
+    "<|call|>",          // gpt-oss harmony: the end of a tool call
+    "<eos>",             // Gemma 4
+    "<turn|>",           // Gemma 4
+    "<|tool_response>",  // Gemma 4
 };
 
 // gpt-oss's harmony tokens, which structure a reply into channels: rendered as text so the

@@ -184,12 +184,95 @@ void gpt_oss_attention(SyntheticModelSpec& s) {
   s.expert_biases = true;
 }
 
+// Gemma 3's layers as its converter writes them: QK norms, sandwich norms, 5 sliding layers
+// to 1 global, rope bases 1e6 (global, linear 8) and 1e4 (local), tied embeddings.
+void gemma3_layers(SyntheticModelSpec& s) {
+  s.architecture = "gemma3";
+  s.qk_norm = true;
+  s.tied_embeddings = true;
+  s.sliding_window_pattern = 6;
+  s.rope_theta = 1000000.0f;
+  s.rope_theta_swa = 10000.0f;
+  s.linear_rope_scaling = true;
+  s.rope_scaling_factor = 8.0f;
+  s.rms_eps = 1e-6f;
+}
+
 }  // namespace
 
 SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
   SyntheticModelSpec s;
   s.name = std::string(name);
   if (name == "tiny") return s;
+  if (name == "tiny-gemma3") {
+    gemma3_layers(s);
+    s.n_layer = 6;
+    s.n_head = 4;
+    s.n_head_kv = 2;
+    s.head_dim = 32;  // q width 128 over a hidden size of 64, as Gemma's 4096 over 3840
+    s.sliding_window = 8;
+    s.context_length = 1024;
+    s.seed = 41;
+    return s;
+  }
+  if (name == "tiny-gemma4" || name == "tiny-gemma4-moe") {
+    s.architecture = "gemma4";
+    s.qk_norm = true;
+    s.tied_embeddings = true;
+    s.n_layer = 8;
+    s.n_head = 4;
+    s.n_head_kv = 1;  // global
+    s.head_dim = 64;
+    s.n_head_kv_swa = 2;
+    s.head_dim_swa = 32;
+    s.rope_dims_swa = 16;
+    s.global_rope_fraction = 0.25f;
+    s.global_v_is_k = true;
+    s.sliding_window = 8;
+    s.sliding_window_pattern = 6;
+    s.shared_kv_layers = 2;
+    s.n_ff_shared = 256;
+    s.n_embd_per_layer = 16;
+    s.rope_theta = 1000000.0f;
+    s.rope_theta_swa = 10000.0f;
+    s.final_logit_softcap = 30.0f;
+    s.rms_eps = 1e-6f;
+    s.context_length = 1024;
+    s.seed = 51;
+    if (name == "tiny-gemma4-moe") {  // the 26B-A4B form: experts, no shared KV, no PLE
+      s.shared_kv_layers = 0;
+      s.n_ff_shared = 0;
+      s.n_embd_per_layer = 0;
+      s.n_expert = 4;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 32;
+      s.seed = 52;
+    }
+    return s;
+  }
+  if (name == "gemma3-12b") {
+    gemma3_layers(s);
+    s.n_layer = 48;
+    s.n_embd = 3840;
+    s.n_head = 16;
+    s.n_head_kv = 8;
+    s.head_dim = 256;
+    s.n_ff = 15360;
+    s.n_vocab = 262144;
+    s.sliding_window = 1024;
+    s.context_length = 131072;
+    s.weight_type = TensorType::Q4_K;
+    s.embedding_type = TensorType::Q6_K;
+    for (int64_t i = 0; i < s.n_layer; ++i) {
+      const int64_t n = s.n_layer;
+      if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
+        s.tensor_types.push_back({p + "ffn_down.weight", TensorType::Q6_K});
+      }
+    }
+    return s;
+  }
   if (name == "tiny-gpt-oss" || name == "tiny-gpt-oss-mxfp4") {
     gpt_oss_attention(s);
     s.n_layer = 3;  // sliding, full, sliding
@@ -407,10 +490,11 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",          "tiny-gqa",       "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
-          "small-256",     "smollm2-135m",   "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
-          "qwen3-30b-a3b", "mixtral-8x7b",   "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b",
-          "tiny-qwen35",   "tiny-qwen35moe", "qwen35-9b"};
+  return {"tiny",           "tiny-gqa",     "tiny-qwen2",   "tiny-qwen3",         "kv-wide",
+          "small-256",      "smollm2-135m", "llama3-8b",    "tiny-qwen3moe",      "tiny-mixtral",
+          "qwen3-30b-a3b",  "mixtral-8x7b", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "gpt-oss-20b",
+          "tiny-gemma3",    "gemma3-12b",   "tiny-gemma4",  "tiny-gemma4-moe",    "tiny-qwen35",
+          "tiny-qwen35moe", "qwen35-9b"};
 }
 
 namespace {
@@ -473,6 +557,75 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
   }
 }
 
+// Gemma 4's tensors beyond the embeddings and head: per-layer shapes by kind, the global rope
+// divisors, shared-KV layers without K/V, per-layer embeddings, output scales.
+template <typename Slides, typename Width, typename AddTensor>
+void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&& layer_n_ff,
+                        AddTensor&& tensor, GgufWriter& w) {
+  auto fan_in = [](int64_t n) {
+    return Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n))};
+  };
+  const Distribution norm{1.0f, 0.1f};
+  const int64_t d = spec.n_embd, n_pl = spec.n_embd_per_layer, L = spec.n_layer;
+  const int64_t head_global = spec.head_dim > 0 ? spec.head_dim : d / spec.n_head;
+  const int64_t first_shared = L - spec.shared_kv_layers;
+  const TensorType t = spec.weight_type;
+  {  // proportional rope: the first fraction of the pairs rotate, the rest (1e30) do not
+    const int64_t pairs = head_global / 2;
+    const auto rotated =
+        static_cast<int64_t>(static_cast<float>(pairs) * spec.global_rope_fraction);
+    std::vector<float> factors(static_cast<size_t>(pairs), 1e30f);
+    std::fill_n(factors.begin(), rotated, 1.0f);
+    w.add_tensor("rope_freqs.weight", {pairs}, TensorType::F32, factors);
+  }
+  if (n_pl > 0) {
+    tensor("per_layer_token_embd.weight", {n_pl * L, spec.n_vocab}, spec.embedding_type,
+           Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n_pl))});
+    tensor("per_layer_model_proj.weight", {d, n_pl * L}, t, fan_in(d));
+    tensor("per_layer_proj_norm.weight", {n_pl}, TensorType::F32, norm);
+  }
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    const bool swa = slides(i);
+    const int64_t hd = swa && spec.head_dim_swa > 0 ? spec.head_dim_swa : head_global;
+    const int64_t kv = (swa && spec.n_head_kv_swa > 0 ? spec.n_head_kv_swa : spec.n_head_kv) * hd;
+    const int64_t q = spec.n_head * hd, ff = layer_n_ff(i);
+    tensor(p + "attn_norm.weight", {d}, TensorType::F32, norm);
+    tensor(p + "attn_q.weight", {d, q}, t, fan_in(d));
+    if (i < first_shared) {
+      tensor(p + "attn_k.weight", {d, kv}, t, fan_in(d));
+      if (swa || !spec.global_v_is_k) tensor(p + "attn_v.weight", {d, kv}, t, fan_in(d));
+      tensor(p + "attn_k_norm.weight", {hd}, TensorType::F32, norm);
+    }
+    tensor(p + "attn_q_norm.weight", {hd}, TensorType::F32, norm);
+    tensor(p + "attn_output.weight", {q, d}, t, fan_in(q));
+    tensor(p + "post_attention_norm.weight", {d}, TensorType::F32, norm);
+    tensor(p + "ffn_norm.weight", {d}, TensorType::F32, norm);
+    tensor(p + "ffn_gate.weight", {d, ff}, t, fan_in(d));
+    tensor(p + "ffn_up.weight", {d, ff}, t, fan_in(d));
+    tensor(p + "ffn_down.weight", {ff, d}, t, fan_in(ff));
+    tensor(p + "post_ffw_norm.weight", {d}, TensorType::F32, norm);
+    if (spec.n_expert > 0) {  // experts beside the dense FFN, with their own norms
+      const int64_t e = spec.n_expert, fe = spec.n_ff_exp > 0 ? spec.n_ff_exp : spec.n_ff;
+      tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d));
+      tensor(p + "ffn_gate_inp.scale", {d}, TensorType::F32, Distribution{4.0f, 1.0f});
+      tensor(p + "ffn_gate_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
+      tensor(p + "ffn_up_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
+      tensor(p + "ffn_down_exps.weight", {fe, d, e}, spec.expert_type, fan_in(fe));
+      tensor(p + "ffn_down_exps.scale", {e}, TensorType::F32, Distribution{1.0f, 0.3f});
+      tensor(p + "pre_ffw_norm_2.weight", {d}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm_1.weight", {d}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm_2.weight", {d}, TensorType::F32, norm);
+    }
+    if (n_pl > 0) {
+      tensor(p + "inp_gate.weight", {d, n_pl}, t, fan_in(d));
+      tensor(p + "proj.weight", {n_pl, d}, t, fan_in(n_pl));
+      tensor(p + "post_norm.weight", {d}, TensorType::F32, norm);
+    }
+    tensor(p + "layer_output_scale.weight", {1}, TensorType::F32, Distribution{0.8f, 0.15f});
+  }
+}
+
 }  // namespace
 
 GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
@@ -509,6 +662,19 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
   if (spec.sliding_window > 0) {
     w.set(a + "attention.sliding_window",
           GgufValue::u32(static_cast<uint32_t>(spec.sliding_window)));
+  }
+  if (spec.sliding_window_pattern > 0) {
+    w.set(a + "attention.sliding_window_pattern",
+          GgufValue::u32(static_cast<uint32_t>(spec.sliding_window_pattern)));
+  }
+  if (spec.rope_theta_swa > 0.0f)
+    w.set(a + "rope.freq_base_swa", GgufValue::f32(spec.rope_theta_swa));
+  if (spec.final_logit_softcap > 0.0f) {
+    w.set(a + "final_logit_softcapping", GgufValue::f32(spec.final_logit_softcap));
+  }
+  if (spec.linear_rope_scaling) {
+    w.set(a + "rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
   }
   if (spec.yarn_rope_scaling) {
     w.set(a + "rope.scaling.type", GgufValue::string("yarn"));
@@ -568,6 +734,39 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     w.set(a + "rope.scaling.high_freq_factor", GgufValue::f32(spec.rope_high_freq_factor));
     w.set(a + "rope.scaling.original_context_length",
           GgufValue::u32(static_cast<uint32_t>(spec.rope_original_context)));
+  }
+
+  const bool gemma4 = spec.architecture == "gemma4";
+  const int64_t period = spec.sliding_window_pattern > 0 ? spec.sliding_window_pattern : 6;
+  auto slides = [&](int64_t i) { return i % period < period - 1; };
+  const int64_t first_shared = spec.n_layer - spec.shared_kv_layers;
+  auto layer_n_ff = [&](int64_t i) {
+    return spec.n_ff_shared > 0 && i >= first_shared ? spec.n_ff_shared : spec.n_ff;
+  };
+  if (gemma4) {  // per-layer keys as Gemma 4's converter writes them
+    std::vector<int64_t> pattern, kv_heads, widths;
+    for (int64_t i = 0; i < spec.n_layer; ++i) {
+      pattern.push_back(slides(i));
+      kv_heads.push_back(slides(i) && spec.n_head_kv_swa > 0 ? spec.n_head_kv_swa : spec.n_head_kv);
+      widths.push_back(layer_n_ff(i));
+    }
+    const int64_t swa_head = spec.head_dim_swa > 0 ? spec.head_dim_swa : head_dim;
+    w.set(a + "attention.sliding_window_pattern",
+          GgufValue::int_array(GgufType::BOOL, std::move(pattern)));
+    w.set(a + "attention.head_count_kv",
+          GgufValue::int_array(GgufType::UINT32, std::move(kv_heads)));
+    w.set(a + "feed_forward_length", GgufValue::int_array(GgufType::UINT32, std::move(widths)));
+    w.set(a + "attention.key_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + "attention.value_length", GgufValue::u32(static_cast<uint32_t>(head_dim)));
+    w.set(a + "attention.key_length_swa", GgufValue::u32(static_cast<uint32_t>(swa_head)));
+    w.set(a + "attention.value_length_swa", GgufValue::u32(static_cast<uint32_t>(swa_head)));
+    w.set(a + "rope.dimension_count_swa",
+          GgufValue::u32(
+              static_cast<uint32_t>(spec.rope_dims_swa > 0 ? spec.rope_dims_swa : swa_head)));
+    w.set(a + "attention.shared_kv_layers",
+          GgufValue::u32(static_cast<uint32_t>(spec.shared_kv_layers)));
+    w.set(a + "embedding_length_per_layer_input",
+          GgufValue::u32(static_cast<uint32_t>(spec.n_embd_per_layer)));
   }
 
   Vocabulary vocab = make_vocabulary(spec.n_vocab);
@@ -652,6 +851,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     w.add_tensor("rope_freqs.weight", {head_dim / 2}, TensorType::F32, factors);
   }
 
+  if (gemma4) {
+    add_gemma4_tensors(spec, slides, layer_n_ff, tensor, w);
+    return w;
+  }
   for (int64_t i = 0; i < spec.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     const TensorType t = spec.weight_type;
@@ -707,6 +910,10 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
     if (spec.qk_norm) {
       tensor(p + "attn_q_norm.weight", {head_dim}, TensorType::F32, norm);
       tensor(p + "attn_k_norm.weight", {head_dim}, TensorType::F32, norm);
+    }
+    if (spec.architecture == "gemma3") {  // sandwich norms
+      tensor(p + "post_attention_norm.weight", {spec.n_embd}, TensorType::F32, norm);
+      tensor(p + "post_ffw_norm.weight", {spec.n_embd}, TensorType::F32, norm);
     }
     if (moe) {
       add_expert_tensors(spec, p, n_ff_exp, tensor);

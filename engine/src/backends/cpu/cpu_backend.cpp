@@ -1,6 +1,8 @@
 // CpuBackend: embedding → per layer (norm, QKV [+bias] [+QK-norm], rope, KV write, GQA
 // attention over [0, position] or its sliding window [+sinks], output [+bias], norm, SwiGLU
-// FFN or mixture of experts (moe_ffn.h)) → final norm → output head.
+// FFN or mixture of experts (moe_ffn.h)) → final norm → output head. Gemma 3 adds scaled
+// embeddings, a rope base per layer kind, sandwich norms, GeGLU and a logit soft-cap; Gemma 4
+// (its block below) shapes per layer kind, V norms, shared KV and per-layer embeddings.
 #include "backends/cpu/cpu_backend.h"
 
 #include <unistd.h>
@@ -10,6 +12,7 @@
 #include <initializer_list>
 #include <thread>
 
+#include "backends/cpu/gemma_ops.h"
 #include "backends/cpu/ops.h"
 #include "backends/kernel_config_env.h"
 #include "granule/error.h"
@@ -79,7 +82,12 @@ int32_t thread_count(const BackendOptions& options) {
 
 struct CpuBackend::LayerVectors {
   std::vector<float> attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;
-  std::vector<float> bo, attn_sinks;  // gpt-oss: output bias, per-head sink logits
+  std::vector<float> bo, attn_sinks;                 // gpt-oss: output bias, per-head sink logits
+  std::vector<float> attn_post_norm, ffn_post_norm;  // Gemma's sandwich norms
+  std::vector<float> ple_norm;                       // Gemma 4's per-layer embedding norm
+  // Gemma 4's experts: their input norm, the two output norms, the router input's scale.
+  std::vector<float> moe_pre_norm, moe_post_norm_1, moe_post_norm_2, router_in_scale;
+  float out_scale = 1.0f;  // Gemma 4's layer output scale
 };
 
 struct CpuBackend::Scratch {
@@ -88,6 +96,9 @@ struct CpuBackend::Scratch {
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
   std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
+  // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
+  std::vector<float> ple, ple_gate;
+  std::vector<float> moe_out;  // Gemma 4: the experts' output beside the dense FFN's
 
   void reserve(const ModelConfig& c, int64_t tokens) {
     if (tokens <= capacity_tokens) return;
@@ -97,15 +108,26 @@ struct CpuBackend::Scratch {
     token_position.resize(t);
     x.resize(t * c.n_embd);
     xn.resize(t * c.n_embd);
-    q.resize(t * c.n_head * c.head_dim);
-    k.resize(t * c.n_head_kv * c.head_dim);
-    v.resize(t * c.n_head_kv * c.head_dim);
-    attn.resize(t * c.n_head * c.head_dim);
+    // Gemma 4's layer kinds differ in head size and KV heads: room for the widest.
+    int64_t head_dim = c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      head_dim = std::max(head_dim, c.head_dim_of(l));
+      kv_dim = std::max(kv_dim, c.kv_dim_of(l));
+    }
+    q.resize(t * c.n_head * head_dim);
+    k.resize(t * kv_dim);
+    v.resize(t * kv_dim);
+    attn.resize(t * c.n_head * head_dim);
     proj.resize(t * c.n_embd);
-    const auto ff = static_cast<size_t>(c.is_moe() ? 0 : c.n_ff);  // MoeFfn has its own
+    // MoeFfn has its own; Gemma 4's expert layers also have a dense FFN.
+    const bool dense = !c.is_moe() || c.architecture == "gemma4";
+    const auto ff = static_cast<size_t>(dense ? c.n_ff : 0);
     gate.resize(t * ff);
     up.resize(t * ff);
     head_in.resize(t * c.n_embd);
+    ple.resize(t * c.n_layer * c.n_embd_per_layer);
+    ple_gate.resize(t * c.n_embd_per_layer);
+    if (c.is_moe()) moe_out.resize(t * c.n_embd);
   }
 };
 
@@ -155,12 +177,25 @@ CpuBackend::CpuBackend(const BackendInit& init)
   rope_frequencies_ = rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
                                        freq_factors.empty() ? nullptr : freq_factors.data());
   rope_magnitude_ = rope_magnitude(config_.rope_scaling);
+  if (config_.rope_theta_swa > 0.0f) {
+    int64_t swa_dims = config_.head_dim;
+    for (int64_t l = 0; l < config_.n_layer; ++l)
+      if (config_.layer_slides(l)) swa_dims = config_.rope_dims_of(l);
+    rope_frequencies_swa_ =
+        rope_frequencies(swa_dims, config_.rope_theta_swa, RopeScaling{}, nullptr);
+  }
+  for (int64_t l = 0; l < config_.n_layer; ++l)
+    kv_offsets_.push_back(config_.kv_offset_elements(l));
+  ple_proj_norm_ = to_f32(weights_.ple_proj_norm);
   output_norm_ = to_f32(weights_.output_norm);
   layers_.reserve(weights_.layers.size());
   for (const LayerWeights& l : weights_.layers) {
     layers_.push_back({to_f32(l.attn_norm), to_f32(l.ffn_norm), to_f32(l.bq), to_f32(l.bk),
                        to_f32(l.bv), to_f32(l.q_norm), to_f32(l.k_norm), to_f32(l.bo),
-                       to_f32(l.attn_sinks)});
+                       to_f32(l.attn_sinks), to_f32(l.attn_post_norm), to_f32(l.ffn_post_norm),
+                       to_f32(l.ple_norm), to_f32(l.ffn_pre_norm_2), to_f32(l.ffn_post_norm_1),
+                       to_f32(l.ffn_post_norm_2), to_f32(l.router_in_scale),
+                       l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
@@ -227,9 +262,10 @@ std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
 }
 
 float* CpuBackend::kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const {
-  const int64_t kv_dim = config_.n_head_kv * config_.head_dim;
+  // A layer's K then V in each token's record; Gemma 4's shared layers point at their source.
+  const int64_t kv_dim = config_.kv_dim_of(layer);
   uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
-  return reinterpret_cast<float*>(token) + config_.kv_layer_index(layer) * 2 * kv_dim +
+  return reinterpret_cast<float*>(token) + kv_offsets_[static_cast<size_t>(layer)] +
          (value ? kv_dim : 0);
 }
 
@@ -237,8 +273,11 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   const ModelConfig& c = config_;
   const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
   Scratch& s = *scratch_;
-  const int64_t q_dim = c.n_head * c.head_dim;
-  const int64_t kv_dim = c.n_head_kv * c.head_dim;
+  // Per layer: Gemma 4's sliding and global layers differ in head size and KV heads.
+  const int64_t head_dim = c.head_dim_of(layer);
+  const int64_t n_head_kv = c.n_head_kv_of(layer);
+  const int64_t q_dim = c.n_head * head_dim;
+  const int64_t kv_dim = n_head_kv * head_dim;
 
   for (int64_t t = 0; t < n_tokens; ++t) {
     rms_norm(s.x.data() + t * c.n_embd, lv.attn_norm.data(), s.xn.data() + t * c.n_embd, c.n_embd,
@@ -246,7 +285,9 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   }
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   const bool f16 = f16_layer(layer);
-  if (emulate_) {
+  if (c.value_norm) {
+    gemma4_qkv(layer, n_tokens);
+  } else if (emulate_) {
     project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm, f16);
     project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm, f16);
     project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, f16);
@@ -258,7 +299,8 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   add_bias(s.k.data(), lv.bk, n_tokens);
   add_bias(s.v.data(), lv.bv, n_tokens);
 
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  // Gemma 4's Q, K and V have had their norms, rotation and KV write in gemma4_qkv.
+  for (int64_t t = 0; t < n_tokens && !c.value_norm; ++t) {
     float* q = s.q.data() + t * q_dim;
     float* k = s.k.data() + t * kv_dim;
     if (c.qk_norm) {  // Qwen3: per-head RMSNorm of Q and K before the rotation
@@ -270,10 +312,12 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       }
     }
     const int64_t position = s.token_position[static_cast<size_t>(t)];
-    rope(q, c.n_head, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
-         rope_magnitude_);
-    rope(k, c.n_head_kv, c.head_dim, position, rope_frequencies_.data(), c.rope_ordering,
-         rope_magnitude_);
+    // Gemma's sliding layers rotate with their own base and no scaling (magnitude 1).
+    const bool own_base = !rope_frequencies_swa_.empty() && c.layer_slides(layer);
+    const double* frequencies = own_base ? rope_frequencies_swa_.data() : rope_frequencies_.data();
+    const float magnitude = own_base ? 1.0f : rope_magnitude_;
+    rope(q, c.n_head, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
+    rope(k, c.n_head_kv, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
@@ -286,7 +330,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   // Every (token, head) pair reads its sequence's KV over [0, position], or on a sliding
   // layer the window's last positions only (llama.cpp masks p0 when p1 - p0 >= window).
   const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
-  const int64_t group = c.n_head / c.n_head_kv;
+  const int64_t group = c.n_head / n_head_kv;
   const int64_t token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
   pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
     thread_local std::vector<float> scores;
@@ -298,12 +342,12 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       const int64_t length = end_position - first;
       if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
       const int32_t slot = s.token_slot[static_cast<size_t>(t)];
-      const int64_t kv_head_offset = (h / group) * c.head_dim;
-      attention_head(s.q.data() + t * q_dim + h * c.head_dim,
+      const int64_t kv_head_offset = (h / group) * head_dim;
+      attention_head(s.q.data() + t * q_dim + h * head_dim,
                      kv_at(slot, first, layer, false) + kv_head_offset,
                      kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
-                     c.head_dim, scores.data(), s.attn.data() + t * q_dim + h * c.head_dim,
-                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h);
+                     head_dim, scores.data(), s.attn.data() + t * q_dim + h * head_dim,
+                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale);
     }
   });
 
@@ -318,7 +362,149 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   } else {
     add_bias(s.proj.data(), lv.bo, n_tokens);
   }
+  if (c.sandwich_norms) post_norm(s.proj.data(), lv.attn_post_norm, n_tokens);
   add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+}
+
+// ---- Gemma 4 ------------------------------------------------------------------------------
+
+// Q for every layer; K and V only on a layer that keeps its own KV (a shared layer reads its
+// source's): Q and K RMS-normed per head with their weights, V without one (V is K's
+// projection when the layer has no attn_v), the first rope_dims_of(layer) dimensions rotated
+// (NeoX pairs) with the kind's base, K and V stored.
+void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t head_dim = c.head_dim_of(layer), n_head_kv = c.n_head_kv_of(layer);
+  const int64_t q_dim = c.n_head * head_dim, kv_dim = n_head_kv * head_dim;
+  const bool own_kv = c.kv_source(layer) == layer;
+  if (!own_kv) {
+    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_);
+  } else if (w.wv) {
+    matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
+                    n_tokens, pool_);
+  } else {
+    matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}}, s.xn.data(), n_tokens, pool_);
+    std::copy_n(s.k.data(), n_tokens * kv_dim, s.v.data());
+  }
+  const bool slides = c.layer_slides(layer);
+  const double* frequencies = slides && !rope_frequencies_swa_.empty()
+                                  ? rope_frequencies_swa_.data()
+                                  : rope_frequencies_.data();
+  const int64_t rotated = c.rope_dims_of(layer);
+  auto rotate = [&](float* x, int64_t heads, int64_t position) {
+    for (int64_t h = 0; h < heads; ++h)
+      rope(x + h * head_dim, 1, rotated, position, frequencies, RopeOrdering::NeoX, 1.0f);
+  };
+  const std::vector<float> ones(static_cast<size_t>(head_dim), 1.0f);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const int64_t position = s.token_position[static_cast<size_t>(t)];
+    float* q = s.q.data() + t * q_dim;
+    for (int64_t h = 0; h < c.n_head; ++h)
+      rms_norm(q + h * head_dim, lv.q_norm.data(), q + h * head_dim, head_dim, c.rms_eps);
+    rotate(q, c.n_head, position);
+    if (!own_kv) continue;
+    float* k = s.k.data() + t * kv_dim;
+    float* v = s.v.data() + t * kv_dim;
+    for (int64_t h = 0; h < n_head_kv; ++h) {
+      rms_norm(k + h * head_dim, lv.k_norm.data(), k + h * head_dim, head_dim, c.rms_eps);
+      rms_norm(v + h * head_dim, ones.data(), v + h * head_dim, head_dim, c.rms_eps);
+    }
+    rotate(k, n_head_kv, position);
+    const int32_t slot = s.token_slot[static_cast<size_t>(t)];
+    std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
+    std::copy_n(v, kv_dim, kv_at(slot, position, layer, true));
+  }
+}
+
+// The per-layer embedding inputs of every token (llama.cpp's project_per_layer_inputs): the
+// token's row of per_layer_token_embd times sqrt(n_pl), plus the scaled embedding projected by
+// per_layer_model_proj times 1/sqrt(n_embd) and RMS-normed per layer, the sum times 1/sqrt(2).
+void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
+  const ModelConfig& c = config_;
+  Scratch& s = *scratch_;
+  const int64_t n_pl = c.n_embd_per_layer, width = n_pl * c.n_layer;
+  const auto n_tokens = static_cast<int64_t>(tokens.size());
+  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_);
+  const float projection_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
+  const float table_scale = std::sqrt(static_cast<float>(n_pl));
+  const float input_scale = 1.0f / std::sqrt(2.0f);
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    float* p = s.ple.data() + t * width;
+    for (int64_t i = 0; i < width; ++i) p[i] *= projection_scale;
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      rms_norm(p + l * n_pl, ple_proj_norm_.data(), p + l * n_pl, n_pl, c.rms_eps);
+    embedding_row(type_of(weights_.ple_token_embd), weights_.ple_token_embd->data, width,
+                  tokens[static_cast<size_t>(t)], row.data());
+    for (int64_t i = 0; i < width; ++i)
+      p[i] = (p[i] + row[static_cast<size_t>(i)] * table_scale) * input_scale;
+  }
+}
+
+// A layer with experts (26B-A4B), after ffn_norm into xn: the dense FFN normed by
+// post_ffw_norm_1, plus the experts on pre_ffw_norm_2(x) routed from
+// rms_norm(x) / sqrt(n_embd) · ffn_gate_inp.scale and normed by post_ffw_norm_2; the sum
+// normed by post_ffw_norm joins the residual.
+void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t d = c.n_embd;
+  matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_);
+  geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
+  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+  post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
+
+  const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
+  const float inverse_sqrt = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* x = s.x.data() + t * d;
+    float* router_in = s.xn.data() + t * d;
+    rms_norm(x, ones.data(), router_in, d, c.rms_eps);
+    for (int64_t j = 0; j < d; ++j)
+      router_in[j] = router_in[j] * inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)];
+    rms_norm(x, lv.moe_pre_norm.data(), s.head_in.data() + t * d, d, c.rms_eps);
+  }
+  moe_[static_cast<size_t>(layer)]->run(s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
+                                        {.emulate_device = false, .router_input = s.xn.data()},
+                                        routed_counts(layer));
+  post_norm(s.moe_out.data(), lv.moe_post_norm_2, n_tokens);
+  add_in_place(s.proj.data(), s.moe_out.data(), n_tokens * d);
+  post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
+  add_in_place(s.x.data(), s.proj.data(), n_tokens * d);
+}
+
+// After the FFN's residual: x += RMSNorm(proj · (gelu(inp_gate · x) * this layer's input)),
+// then x *= the layer's output scale.
+void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
+  const ModelConfig& c = config_;
+  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  Scratch& s = *scratch_;
+  const int64_t n_pl = c.n_embd_per_layer;
+  if (n_pl > 0) {
+    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float* g = s.ple_gate.data() + t * n_pl;
+      const float* input = s.ple.data() + (t * c.n_layer + layer) * n_pl;
+      for (int64_t i = 0; i < n_pl; ++i) g[i] = gelu_tanh_ggml(g[i]) * input[i];
+    }
+    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_);
+    post_norm(s.proj.data(), lv.ple_norm, n_tokens);
+    add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+  }
+  if (lv.out_scale != 1.0f)
+    for (int64_t i = 0; i < n_tokens * c.n_embd; ++i) s.x[static_cast<size_t>(i)] *= lv.out_scale;
+}
+
+void CpuBackend::post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const {
+  const int64_t n = config_.n_embd;
+  for (int64_t t = 0; t < n_tokens; ++t)
+    rms_norm(rows + t * n, weight.data(), rows + t * n, n, config_.rms_eps);
 }
 
 void CpuBackend::launch(const StepRequest& step) {
@@ -365,6 +551,39 @@ StepResult CpuBackend::wait() {
   return result;
 }
 
+uint32_t* CpuBackend::routed_counts(int64_t layer) {
+  const auto n_expert = static_cast<size_t>(config_.moe.n_expert);
+  const size_t cells = static_cast<size_t>(config_.n_layer) * n_expert;
+  if (expert_routed_.size() != cells) expert_routed_.assign(cells, 0);
+  return expert_routed_.data() + static_cast<size_t>(layer) * n_expert;
+}
+
+// Every expert sits in host memory, which is this backend's device memory: all resident,
+// every choice a hit, nothing streamed.
+void CpuBackend::collect_expert_telemetry(ExpertTelemetry& out) {
+  if (!config_.is_moe()) return;
+  const size_t cells =
+      static_cast<size_t>(config_.n_layer) * static_cast<size_t>(config_.moe.n_expert);
+  out.n_layer = static_cast<int32_t>(config_.n_layer);
+  out.n_expert = static_cast<int32_t>(config_.moe.n_expert);
+  out.resident.assign(cells, 1);
+  out.routed = expert_routed_;
+  out.routed.resize(cells, 0);
+  out.streamed.assign(cells, 0);
+  out.hits = 0;
+  for (uint32_t n : out.routed) out.hits += n;
+  out.misses = 0;
+  out.bytes_streamed = 0;
+  out.tokens = expert_tokens_;
+  const LayerWeights& l = weights_.layers.front();
+  out.expert_bytes = 0;
+  for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
+                              l.up_exps_bias, l.down_exps_bias})
+    if (t) out.expert_bytes += t->size_bytes / static_cast<uint64_t>(config_.moe.n_expert);
+  std::fill(expert_routed_.begin(), expert_routed_.end(), 0);
+  expert_tokens_ = 0;
+}
+
 int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>& logits) {
   if (!kv_) throw UsageError("CPU backend: launch() before attach_kv()");
   const ModelConfig& c = config_;
@@ -385,6 +604,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
   }
   Scratch& s = *scratch_;
   s.reserve(c, n_tokens);
+  if (c.is_moe()) expert_tokens_ += static_cast<uint64_t>(n_tokens);
 
   int64_t t = 0;
   for (const BatchSequence& seq : batch) {
@@ -398,6 +618,10 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       s.token_position[static_cast<size_t>(t)] = seq.start_position + static_cast<int64_t>(i);
       embedding_row(type_of(weights_.token_embd), weights_.token_embd->data, c.n_embd, token,
                     s.x.data() + t * c.n_embd);
+      if (c.embedding_scale != 1.0f) {  // Gemma: times sqrt(n_embd)
+        float* row = s.x.data() + t * c.n_embd;
+        for (int64_t j = 0; j < c.n_embd; ++j) row[j] *= c.embedding_scale;
+      }
     }
   }
 
@@ -411,13 +635,18 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
     hybrid_->begin_step(spans);
   }
-  // Hybrid layers take KV by their index among the attention layers (kv_layer_index).
-  const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t kv_layer, bool value) {
-    const int64_t kv_dim = c.n_head_kv * c.head_dim;
-    uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
-    return reinterpret_cast<float*>(token) + kv_layer * 2 * kv_dim + (value ? kv_dim : 0);
+  // Hybrid attention layers find their KV like every other layer (kv_at: the recurrent layers
+  // take no room in a token's record).
+  const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t layer, bool value) {
+    return kv_at(slot, position, layer, value);
   };
   const int64_t kv_token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
+  if (c.n_embd_per_layer > 0) {
+    std::vector<int32_t> tokens;
+    for (const BatchSequence& seq : batch)
+      tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+    gemma4_ple_inputs(tokens);
+  }
 
   for (int64_t layer = 0; layer < c.n_layer; ++layer) {
     if (hybrid_) {
@@ -438,9 +667,14 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
                c.rms_eps);
     }
+    if (config_.is_moe() && c.architecture == "gemma4") {
+      gemma4_moe_ffn(layer, n_tokens);
+      gemma4_layer_end(layer, n_tokens);
+      continue;
+    }
     if (config_.is_moe()) {
       moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
-                                            {.emulate_device = emulate_}, nullptr);
+                                            {.emulate_device = emulate_}, routed_counts(layer));
       add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
       continue;
     }
@@ -452,12 +686,17 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
                       pool_);
     }
-    swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    if (c.activation == FfnActivation::GeluTanh)
+      geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
+    else
+      swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
     if (emulate_)
       project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
       matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+    if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+    if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
   }
 
   if (hybrid_) hybrid_->end_step(spans);
@@ -481,6 +720,8 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
   matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_);
+  if (c.final_logit_softcap > 0.0f)
+    soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
   return n_rows;
 }
 

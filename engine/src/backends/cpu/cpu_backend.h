@@ -51,6 +51,8 @@ class CpuBackend final : public Backend {
   uint64_t recurrent_state_bytes() const override { return hybrid_ ? hybrid_->state_bytes() : 0; }
   bool copy_state_to_host(int32_t slot, void* host) override;
   bool copy_state_from_host(int32_t slot, const void* host, int64_t tokens) override;
+  // Routing counts since the last call; every expert is resident here.
+  void collect_expert_telemetry(ExpertTelemetry& out) override;
 
  private:
   // The forward pass: logits rows for the batch (see StepRequest::logits).
@@ -60,6 +62,15 @@ class CpuBackend final : public Backend {
   struct Scratch;       // activations, grown to the largest batch seen
 
   void attention_layer(int64_t layer, int64_t n_tokens);
+  // Gemma 4 (see cpu_backend.cpp): Q/K/V with their norms, rotation and KV write; the
+  // per-layer embedding inputs of a batch's tokens; the per-layer embedding and output scale
+  // that end a layer.
+  void gemma4_qkv(int64_t layer, int64_t n_tokens);
+  void gemma4_ple_inputs(std::span<const int32_t> tokens);
+  void gemma4_layer_end(int64_t layer, int64_t n_tokens);
+  void gemma4_moe_ffn(int64_t layer, int64_t n_tokens);
+  // Gemma's sandwich norm, in place over n_tokens rows of n_embd.
+  void post_norm(float* rows, const std::vector<float>& weight, int64_t n_tokens) const;
 
   // Where a matrix's input comes from: it decides the int8 rounding rule (ops.h Q8Rounding).
   enum class Input { Norm, Attention, Swiglu };
@@ -84,11 +95,20 @@ class CpuBackend final : public Backend {
   std::optional<StepResult> done_;  // the launched step's result, until wait()
   std::vector<double> rope_frequencies_;
   float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (rope.h)
+  // Gemma: the sliding-window layers' own base, unscaled (empty: they rotate as the others).
+  std::vector<double> rope_frequencies_swa_;
+  std::vector<int64_t> kv_offsets_;   // per layer: elements before its K in a token's record
+  std::vector<float> ple_proj_norm_;  // Gemma 4's per-layer projection norm
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
   std::vector<std::unique_ptr<MoeFfn>> moe_;  // per layer, for a mixture of experts
   std::unique_ptr<HybridLayers> hybrid_;      // Qwen3.5: the mixers and the recurrent state
   uint64_t charged_state_bytes_ = 0;
+  // (token, expert) choices per [layer * n_expert + e] and tokens routed, since the last
+  // collect_expert_telemetry().
+  std::vector<uint32_t> expert_routed_;
+  uint64_t expert_tokens_ = 0;
+  uint32_t* routed_counts(int64_t layer);
   std::unique_ptr<Scratch> scratch_;
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;

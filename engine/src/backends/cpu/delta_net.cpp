@@ -117,7 +117,8 @@ void delta_net_sequence(const DeltaNetConfig& d, const float* conv_weight, const
 }
 
 SectionRope::SectionRope(const ModelConfig& c)
-    : rope_dims_(c.rope_dims > 0 ? c.rope_dims : c.head_dim) {
+    // No Qwen3.5 layer slides: every attention layer rotates rope_dims_of(0) dimensions.
+    : rope_dims_(c.rope_dims_of(0)) {
   const int64_t half = rope_dims_ / 2;
   frequencies_.assign(sz(half), 0.0);
   const auto& s = c.rope_sections;
@@ -261,7 +262,6 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
   project(w.wk, xn, n_tokens, k_.data(), pool);
   project(w.wv, xn, n_tokens, v_.data(), pool);
 
-  const int64_t kv_layer = c.kv_layer_index(layer);
   for (int64_t t = 0; t < n_tokens; ++t) {
     // Q and its gate sit per head: [q_h | gate_h], 2 x head_dim apart.
     float* q = q_.data() + t * q_dim;
@@ -273,8 +273,8 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
       rms_norm(k + h * hd, lv.k_norm.data(), k + h * hd, hd, c.rms_eps);
     rope_.apply(q, c.n_head, hd, positions[t]);
     rope_.apply(k, c.n_head_kv, hd, positions[t]);
-    std::copy_n(k, kv_dim, kv(slots[t], positions[t], kv_layer, false));
-    std::copy_n(v_.data() + t * kv_dim, kv_dim, kv(slots[t], positions[t], kv_layer, true));
+    std::copy_n(k, kv_dim, kv(slots[t], positions[t], layer, false));
+    std::copy_n(v_.data() + t * kv_dim, kv_dim, kv(slots[t], positions[t], layer, true));
   }
 
   const int64_t group = c.n_head / c.n_head_kv;
@@ -287,8 +287,8 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
       if (scores.size() < sz(length)) scores.resize(sz(length));
       const int64_t offset = (h / group) * hd;
       float* o = attn_.data() + t * q_dim + h * hd;
-      attention_head(q_.data() + t * q_dim + h * hd, kv(slots[t], 0, kv_layer, false) + offset,
-                     kv(slots[t], 0, kv_layer, true) + offset, kv_token_stride, length, hd,
+      attention_head(q_.data() + t * q_dim + h * hd, kv(slots[t], 0, layer, false) + offset,
+                     kv(slots[t], 0, layer, true) + offset, kv_token_stride, length, hd,
                      scores.data(), o);
       const float* gate = qg_.data() + t * 2 * q_dim + h * 2 * hd + hd;
       for (int64_t e = 0; e < hd; ++e) o[e] *= sigmoid(gate[e]);

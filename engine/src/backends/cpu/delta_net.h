@@ -60,9 +60,8 @@ class SectionRope {
   std::vector<double> frequencies_;  // 0 for the pairs that do not rotate
 };
 
-// Where the KV of (slot, position, kv layer) is: K, or V when value (f32, kv_dim floats).
-using KvAddress =
-    std::function<float*(int32_t slot, int64_t position, int64_t kv_layer, bool value)>;
+// Where the KV of (slot, position, layer) is: K, or V when value (f32, kv_dim floats).
+using KvAddress = std::function<float*(int32_t slot, int64_t position, int64_t layer, bool value)>;
 
 // The hybrid model's mixing layers and its recurrent state: one slot per sequence slot, each
 // holding every recurrent layer's conv and delta state, plus the number of tokens it covers.

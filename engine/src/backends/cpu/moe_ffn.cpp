@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/gemma_ops.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
 #include "granule/error.h"
@@ -76,7 +77,8 @@ MoeFfn::MoeFfn(const ModelConfig& config, const LayerWeights& layer)
       gate_bias_(to_f32(layer.gate_exps_bias)),
       up_bias_(to_f32(layer.up_exps_bias)),
       down_bias_(to_f32(layer.down_exps_bias)),
-      shexp_gate_(to_f32(layer.shexp_gate)) {
+      shexp_gate_(to_f32(layer.shexp_gate)),
+      down_scale_(to_f32(layer.down_exps_scale)) {
   if (!layer.router || !layer.gate_exps || !layer.up_exps || !layer.down_exps)
     throw UsageError("CPU backend: a mixture-of-experts layer without its router or experts");
 }
@@ -86,7 +88,9 @@ void MoeFfn::run(const float* xn, int64_t n_tokens, float* out, ThreadPool& pool
   const int64_t d = config_.n_embd;
   for (int64_t first = 0; first < n_tokens; first += kChunkTokens) {
     const int64_t count = std::min(kChunkTokens, n_tokens - first);
-    run_chunk(xn + first * d, count, out + first * d, pool, options, routed_counts);
+    MoeFfnOptions chunk = options;
+    if (options.router_input) chunk.router_input = options.router_input + first * d;
+    run_chunk(xn + first * d, count, out + first * d, pool, chunk, routed_counts);
   }
 }
 
@@ -100,7 +104,8 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
 
   // Router logits in f32 from the unrounded input, then each token's choices.
   logits_.resize(sz(n_tokens * n_expert));
-  matmul(type_of(l.router), l.router->data, n_expert, d, xn, n_tokens, logits_.data(), &pool);
+  matmul(type_of(l.router), l.router->data, n_expert, d,
+         options.router_input ? options.router_input : xn, n_tokens, logits_.data(), &pool);
   chosen_.resize(sz(pairs));
   chosen_weight_.resize(sz(pairs));
   for (int64_t t = 0; t < n_tokens; ++t) {
@@ -190,6 +195,8 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
       if (!up_bias_.empty()) add_in_place(u, up_bias_.data() + e * f, f);
       if (config_.activation == FfnActivation::SwigluClamped)
         swiglu_clamped(g, u, h, f);
+      else if (config_.activation == FfnActivation::GeluTanh)
+        geglu(g, u, h, f);
       else
         swiglu(g, u, h, f);
       if (round_down) round_through_q8(h, f, Q8Rounding::Divide);
@@ -218,6 +225,14 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
       const float w = chosen_weight_[sz(t * k + i)];
       const float* y = down_.data() + pair_of_choice_[sz(t * k + i)] * d;
       const float* b = down_bias_.empty() ? nullptr : down_bias_.data() + e * d;
+      if (!down_scale_.empty()) {  // Gemma 4: (y · s_e) · w, in llama.cpp's order
+        const float s = down_scale_[sz(e)];
+        for (int64_t j = 0; j < d; ++j) {
+          const float v = y[j] * s * w;
+          o[j] = i == 0 ? v : o[j] + v;
+        }
+        continue;
+      }
       for (int64_t j = 0; j < d; ++j) {
         const float v = (b ? y[j] + b[j] : y[j]) * w;
         o[j] = i == 0 ? v : o[j] + v;

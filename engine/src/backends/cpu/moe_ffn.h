@@ -17,6 +17,8 @@ struct MoeFfnOptions {
   // router in f32 on unrounded input; a quantised expert matrix (anything but F32/F16/BF16)
   // reads its input through int8 blocks of 32 (gate/up: MultiplyByInverse, down: Divide).
   bool emulate_device = false;
+  // The router's input rows when they differ from the experts' (Gemma 4); null: the same xn.
+  const float* router_input = nullptr;
 };
 
 // One token's routing: the chosen experts in top-k order and their final weights.
@@ -47,6 +49,7 @@ class MoeFfn {
   const LayerWeights& layer_;
   // The small tensors as f32 (empty when absent).
   std::vector<float> router_bias_, gate_bias_, up_bias_, down_bias_, shexp_gate_;
+  std::vector<float> down_scale_;  // Gemma 4: each expert's output scale
   // Scratch, grown to the largest chunk.
   std::vector<float> logits_, rounded_norm_, rounded_inverse_;
   std::vector<int32_t> chosen_;

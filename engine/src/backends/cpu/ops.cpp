@@ -89,9 +89,9 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 }
 
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
-                    int64_t length, int64_t head_dim, float* scores, float* out,
-                    const float* sink) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                    int64_t length, int64_t head_dim, float* scores, float* out, const float* sink,
+                    float scale) {
+  if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   float max_score = sink ? *sink : -INFINITY;
   for (int64_t t = 0; t < length; ++t) {
     scores[t] = dot_f32(q, k + t * token_stride, head_dim) * scale;

@@ -46,9 +46,10 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 // sink (gpt-oss), when not null: one more logit, unscaled, in the softmax's normaliser only —
 // it takes probability mass and contributes no value (ggml_soft_max_ext's sinks).
 // A sliding window is the caller's: k and v start at the window's first token.
+// scale > 0 replaces 1 / sqrt(head_dim) (Gemma's query_pre_attn_scalar).
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
                     int64_t length, int64_t head_dim, float* scores, float* out,
-                    const float* sink = nullptr);
+                    const float* sink = nullptr, float scale = 0.0f);
 
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

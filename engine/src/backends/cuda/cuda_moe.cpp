@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "backends/cuda/cuda_check.h"
 #include "granule/error.h"
@@ -41,6 +43,32 @@ uint64_t slab_bytes(const TensorInfo* t, int64_t n_expert) {
 
 int64_t tensor_row_bytes(const TensorInfo* t) {
   return static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), t->dims[0]));
+}
+
+// The longest this waits for the stream between steps. A step takes milliseconds to seconds;
+// past this the device is taken to be hung, and the caller gets a DeviceError rather than a
+// process that never returns (issue 36: a streaming test hung on an H100).
+constexpr double kStreamWaitSeconds = 120.0;
+
+// Waits until the work queued on `stream` so far has run, polling an event (cudaEventQuery
+// with short sleeps) instead of blocking in cudaStreamSynchronize, so that the wait is bounded.
+void wait_for_stream(cudaStream_t stream, const char* what) {
+  CudaEvent done;
+  check_cuda(cudaEventRecord(done.get(), stream), what);
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(10);
+  for (;;) {
+    const cudaError_t status = cudaEventQuery(done.get());
+    if (status == cudaSuccess) return;
+    if (status != cudaErrorNotReady) check_cuda(status, what);
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+        kStreamWaitSeconds)
+      throw DeviceError(std::string("the GPU did not finish ") + what + " within " +
+                        std::to_string(static_cast<int>(kStreamWaitSeconds)) +
+                        " s; the device looks hung");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 }  // namespace
@@ -94,7 +122,7 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
 }
 
 CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
-                 uint64_t expert_budget, cudaStream_t stream, bool register_file)
+                 uint64_t expert_budget, cudaStream_t stream, HostExperts host)
     : memory_(memory),
       n_layer_(c.n_layer),
       n_expert_(c.moe.n_expert),
@@ -139,15 +167,16 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   counts_ = ws(n_counts * sizeof(int32_t));
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
   counts_host_.assign(n_counts, 0);
+  counts_pinned_ = PinnedBuffer(counts_.bytes());
   tables_ = ws(n_counts * 3 * sizeof(void*));
   tables_host_ = PinnedBuffer(tables_.bytes());
 
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, register_file);
+  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, host);
   write_tables(stream);
-  check_cuda(cudaStreamSynchronize(stream), "uploading the expert tables");
+  wait_for_stream(stream, "uploading the expert tables");
   logger("engine.cuda")
       ->info(
           "CUDA experts: {} layers x {} experts (top {}), {}; {} MiB of expert weights on the "
@@ -290,7 +319,7 @@ const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) cons
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 
-void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, bool register_file) {
+void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostExperts host) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -316,8 +345,13 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, bool 
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
   }
+  if (host == HostExperts::Refuse)
+    throw DeviceError("the GPU budget leaves " + std::to_string(expert_budget >> 20) +
+                      " MiB for this model's experts, which need " + std::to_string(image >> 20) +
+                      " MiB: the CUDA backend keeps every expert in VRAM (expert streaming from "
+                      "host memory is off for now)");
   // Host memory the device reads: the registered file, else a mapped pinned copy of the image.
-  if (!register_file || !register_file_mapping(w)) {
+  if (host != HostExperts::FileMapping || !register_file_mapping(w)) {
     check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
                "cudaHostAlloc (experts in host memory)");
     host_.bytes = image;
@@ -414,7 +448,7 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
     throw UsageError("expert placement of " + std::to_string(wanted) + " resident experts for " +
                      std::to_string(slots_) + " device slots");
   // The table mirror's last copy has run once the stream is idle.
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  wait_for_stream(stream, "the steps before an expert placement change");
   for (size_t i = 0; i < n; ++i)
     if (!resident[i] && slot_of_[i] >= 0) {
       slot_owner_[static_cast<size_t>(slot_of_[i])] = -1;
@@ -453,11 +487,14 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
     out.routed.assign(n, 0);
     out.streamed.assign(n, 0);
   }
-  check_cuda(cudaMemcpyAsync(counts_host_.data(), counts_.get(), counts_.bytes(),
+  // Into pinned memory (a copy into pageable memory would block the host until the stream
+  // reaches it, unbounded), then a bounded wait.
+  check_cuda(cudaMemcpyAsync(counts_pinned_.as<int32_t>(), counts_.get(), counts_.bytes(),
                              cudaMemcpyDeviceToHost, stream),
              "downloading routing counts");
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
-  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  wait_for_stream(stream, "the steps before reading the routing counts");
+  std::memcpy(counts_host_.data(), counts_pinned_.as<int32_t>(), counts_.bytes());
   out.resident = resident_;
   uint64_t choices = 0;
   for (size_t i = 0; i < n; ++i) {

@@ -62,6 +62,10 @@ std::string shape_refusal(const ModelConfig& c) {
     return "the CUDA backend supports up to 8 query heads per KV head";
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
     return "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32";
+  if (c.sandwich_norms || c.activation == FfnActivation::GeluTanh || c.embedding_scale != 1.0f ||
+      c.final_logit_softcap > 0.0f || c.rope_theta_swa > 0.0f || c.attention_scale > 0.0f)
+    return "the CUDA backend does not run Gemma's layers (sandwich norms, GeGLU, a rope base per "
+           "layer kind) yet";
   // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
   // rope_kv.cuh.
   return {};

@@ -51,6 +51,33 @@ struct SyntheticModelSpec {
   // rope_original_context below.
   bool yarn_rope_scaling = false;
 
+  // Gemma 3 ("gemma3"): every layer has QK norms (set qk_norm) and the sandwich norms
+  // blk.N.post_attention_norm / post_ffw_norm; layers slide in a period of
+  // sliding_window_pattern (written when > 0; llama.cpp's Gemma 3 default is 6) with their
+  // own rope base rope_theta_swa (rope.freq_base_swa, written when > 0);
+  // final_logit_softcapping written when > 0; linear rope scaling (rope.scaling.type "linear",
+  // factor rope_scaling_factor) when linear_rope_scaling.
+  int64_t sliding_window_pattern = 0;
+  float rope_theta_swa = 0.0f;
+  float final_logit_softcap = 0.0f;
+  bool linear_rope_scaling = false;
+  // Gemma 4 ("gemma4", written as its converter writes it): the sliding layers' head size and
+  // KV heads (head_dim / n_head_kv are the global layers'), a bool-array window pattern of
+  // period sliding_window_pattern (default 6), the sliding layers' rotated dimensions
+  // (rope_dims_swa; 0: all), the global layers' "proportional" rope as rope_freqs.weight (1 for
+  // the first global_rope_fraction of the pairs, 1e30 after), the last shared_kv_layers layers
+  // reading earlier KV (their FFN n_ff_shared wide when > 0), global layers without attn_v
+  // (V is K) when global_v_is_k, per-layer embeddings n_embd_per_layer wide, and a
+  // layer_output_scale per layer.
+  int64_t head_dim_swa = 0;
+  int64_t n_head_kv_swa = 0;
+  int64_t rope_dims_swa = 0;
+  float global_rope_fraction = 1.0f;
+  int64_t shared_kv_layers = 0;
+  int64_t n_ff_shared = 0;
+  bool global_v_is_k = false;
+  int64_t n_embd_per_layer = 0;
+
   // Llama 3 rope scaling, written the way llama.cpp's converter does: a rope_freqs.weight
   // tensor of per-frequency divisors (plus the rope.scaling.* keys, for readers).
   bool llama3_rope_scaling = false;
@@ -135,6 +162,16 @@ struct SyntheticModelSpec {
   // conv 4), "tiny-qwen35moe" (the same with 8 experts of 32, top 2, and a shared expert of
   // 48), "qwen35-9b" (32 layers, 4096, 16/4 heads of 256, rope 64 in 11/11/10, theta 1e7,
   // DeltaNet 16 key / 32 value heads of 128, ff 12288, vocab 248320; Q4_K-like mix).
+  // Gemma 3: "tiny-gemma3" (F32, 6 layers: 5 sliding with window 8 then 1 global, 64 wide,
+  // 4/2 heads of 32, ff 128, tied, rope bases 1e6 global (linear 8) / 1e4 local),
+  // "gemma3-12b" (48 layers, 3840, 16/8 heads of 256, ff 15360, vocab 262144, window 1024,
+  // 5 local : 1 global, ctx 131072, tied; a Q4_K_M-like mix: Q4_K, Q6_K embeddings and
+  // attn_v / ffn_down in llama-quantize's more-bits layers).
+  // Gemma 4: "tiny-gemma4" (F32, 8 layers: 5 sliding (window 8, heads of 32, 2 KV heads,
+  // half of them rotated) then 1 global (heads of 64, 1 KV head, a quarter rotated, V is K),
+  // twice; the last 2 layers share KV with an FFN twice as wide, per-layer embeddings of 16,
+  // soft-cap 30); "tiny-gemma4-moe" (the same layers with 4 GeGLU experts of 32, top 2, beside
+  // each dense FFN, as the 26B-A4B; no shared KV, no per-layer embeddings).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
