@@ -186,6 +186,8 @@ CpuBackend::CpuBackend(const BackendInit& init)
   }
   for (int64_t l = 0; l < config_.n_layer; ++l)
     kv_offsets_.push_back(config_.kv_offset_elements(l));
+  // Summed over the layers once: kv_at asks for it on every KV read.
+  kv_token_bytes_ = config_.kv_bytes_per_token(kCpuKvElementBytes);
   ple_proj_norm_ = to_f32(weights_.ple_proj_norm);
   output_norm_ = to_f32(weights_.output_norm);
   layers_.reserve(weights_.layers.size());
@@ -254,7 +256,7 @@ uint64_t CpuBackend::device_total_bytes() const { return host_memory_bytes(); }
 
 int64_t CpuBackend::kv_bytes_per_token() const {
   static_assert(kCpuKvElementBytes == sizeof(float));
-  return config_.kv_bytes_per_token(kCpuKvElementBytes);
+  return kv_token_bytes_;
 }
 
 std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {

@@ -98,6 +98,7 @@ class CpuBackend final : public Backend {
   // Gemma: the sliding-window layers' own base, unscaled (empty: they rotate as the others).
   std::vector<double> rope_frequencies_swa_;
   std::vector<int64_t> kv_offsets_;   // per layer: elements before its K in a token's record
+  int64_t kv_token_bytes_ = 0;        // a token's KV record (config_.kv_bytes_per_token)
   std::vector<float> ple_proj_norm_;  // Gemma 4's per-layer projection norm
   std::vector<float> output_norm_;
   std::vector<LayerVectors> layers_;
