@@ -53,8 +53,10 @@ QtObject {
     readonly property color workspace: "#f0a030"
     readonly property color graphs: "#e05d9b"
     readonly property color other: "#8a8f98"
-    readonly property list<color> ledgerColors: [weights, staging, kv, kvPool, workspace, graphs, other]
-    readonly property list<string> ledgerNames: ["weights", "staging", "KV", "KV pool", "workspace", "graphs", "other"]
+    // Recurrent layers' state slots (Qwen3.5): fixed per chat, beside the KV that grows.
+    readonly property color recurrentState: dark ? "#4fc3d9" : "#1f9bb0"
+    readonly property list<color> ledgerColors: [weights, staging, kv, kvPool, workspace, graphs, other, recurrentState]
+    readonly property list<string> ledgerNames: ["weights", "staging", "KV", "KV pool", "workspace", "graphs", "other", "recurrent state"]
     readonly property color budgetLine: dark ? "#ff6b6b" : "#d93636"
     readonly property color throughput: "#27b376"
     // Weight streaming: a layer kept in device memory reads as the weights, a streamed one
