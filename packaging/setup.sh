@@ -2,7 +2,7 @@
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, llama.cpp's Jinja engine for chat templates, the default model (and for the tests
 # llama.cpp's tokenizer goldens), then the app or the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|jinja|build|model|testdata|realweights|pydeps|run|test
+#   usage: bash packaging/setup.sh deps|jinja|xgrammar|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -69,13 +69,21 @@ readonly JINJA_FILES=(
   common/jinja/string.cpp common/jinja/string.h common/jinja/utils.h common/jinja/value.cpp
   common/jinja/value.h common/jinja/README.md
 )
+# xgrammar's C++ core (Apache-2.0) compiles structured-output constraints (JSON Schema, GBNF,
+# regex, free JSON) into token masks: no Debian package carries it, so its source distribution
+# is downloaded, checked against the pinned checksum, and its C++ sources with the two
+# header-only libraries it needs (picojson, dlpack) are kept; the build compiles them as a
+# static library when present (engine/xgrammar.cmake) and refuses constrained requests without.
+readonly XGRAMMAR_SDIST=xgrammar==0.2.8
+readonly XGRAMMAR_SDIST_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+readonly XGRAMMAR_DIR=$DATA_HOME/third_party/xgrammar
 # The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh),
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
 readonly PYTHON_DIR=$DATA_HOME/python
 # huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
 # Granule and huggingface_hub share one cache.
-readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0)
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0 jsonschema==4.26.0)
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -337,6 +345,63 @@ cmd_jinja() {
   note "installed and verified: $JINJA_DIR (${#JINJA_FILES[@]} files)"
 }
 
+# --- xgrammar (structured output) --------------------------------------------------------
+
+xgrammar_marker() { echo "$XGRAMMAR_SDIST $XGRAMMAR_SDIST_SHA256"; }
+
+cmd_xgrammar() {
+  section "xgrammar's C++ core for structured output (from $XGRAMMAR_SDIST)"
+  if [[ -f $XGRAMMAR_DIR/.granule-source && $(cat "$XGRAMMAR_DIR/.granule-source") == "$(xgrammar_marker)" ]]; then
+    note "present and verified: $XGRAMMAR_DIR"
+    return
+  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  note "downloading the $XGRAMMAR_SDIST source distribution from the package index (about 3 MB)"
+  # Only xgrammar itself as source: its build tools may come as wheels to prepare its metadata.
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=xgrammar -q -d "$tmp/dl" "$XGRAMMAR_SDIST" ||
+    die "could not download $XGRAMMAR_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/dl/*.tar.gz)
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $XGRAMMAR_SDIST"
+  local got
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$XGRAMMAR_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $XGRAMMAR_SDIST_SHA256, got $got"
+  # The C++ core (cpp/, without the Python bindings in cpp/tvm_ffi), its headers, picojson and
+  # dlpack's header, and the licences.
+  python3 - "${sdists[0]}" "$tmp/xgrammar" <<'PY' || die "$XGRAMMAR_SDIST does not hold xgrammar's C++ sources"
+import os, shutil, sys, tarfile
+sdist, dest = sys.argv[1], sys.argv[2]
+keep = ("cpp/", "include/", "3rdparty/picojson/", "3rdparty/dlpack/include/", "LICENSE", "NOTICE")
+count = 0
+with tarfile.open(sdist) as tar:
+    for m in tar.getmembers():
+        rel = m.name.split("/", 1)[1] if "/" in m.name else ""
+        if not m.isfile() or not rel.startswith(keep) or rel.startswith("cpp/tvm_ffi/"):
+            continue
+        out = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with tar.extractfile(m) as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        count += 1
+for need in ("cpp/grammar_matcher.cc", "include/xgrammar/xgrammar.h",
+             "3rdparty/picojson/picojson.h", "3rdparty/dlpack/include/dlpack/dlpack.h"):
+    if not os.path.isfile(os.path.join(dest, need)):
+        sys.exit(f"missing {need}")
+print(f"setup.sh: kept {count} files")
+PY
+  xgrammar_marker >"$tmp/xgrammar/.granule-source"
+  mkdir -p "$(dirname "$XGRAMMAR_DIR")"
+  rm -rf "$XGRAMMAR_DIR"
+  mv "$tmp/xgrammar" "$XGRAMMAR_DIR"
+  rm -rf "$tmp"
+  note "installed and verified: $XGRAMMAR_DIR"
+}
+
 # --- real-weights test model --------------------------------------------------------------
 
 cmd_realweights() {
@@ -394,6 +459,8 @@ cmd_run() {
   # (Its own process, so that a failure ends only this step and its download is cleaned up.)
   bash "${BASH_SOURCE[0]}" jinja ||
     note "continuing without the Jinja engine: models with other chat templates will say so"
+  bash "${BASH_SOURCE[0]}" xgrammar ||
+    note "continuing without xgrammar: structured output (JSON schemas, grammars, tools) will say so"
   build_programs
   cmd_model
   local gui=$ROOT/build/app/gui/granule cli=$ROOT/build/app/cli/granule-cli
@@ -447,6 +514,7 @@ sanitizer_tests() {
 cmd_test() {
   cmd_deps
   cmd_jinja
+  cmd_xgrammar
   cmd_build
   cmd_model
   cmd_realweights
@@ -472,15 +540,16 @@ usage: bash packaging/setup.sh COMMAND
   deps      install the Debian packages Granule needs (root; skipped when all are present)
   build     configure and build everything into build/ (CUDA when a toolkit is found)
   jinja     download llama.cpp's Jinja engine (chat templates) into $JINJA_DIR
+  xgrammar  download xgrammar's C++ core (structured output, tool calls) into $XGRAMMAR_DIR
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
   realweights
             write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
             $REAL_WEIGHTS_PATH
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
-  run       deps, jinja (optional), build granule-cli and the window, model; then open Granule (or answer one
+  run       deps, jinja and xgrammar (optional), build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + jinja + build (everything) + model + realweights + testdata + pydeps, then every
+  test      deps + jinja + xgrammar + build (everything) + model + realweights + testdata + pydeps, then every
             test, and the GGUF tests under ASan+UBSan
 EOF
 }
@@ -488,6 +557,7 @@ EOF
 case ${1:-} in
   deps) cmd_deps ;;
   jinja) cmd_jinja ;;
+  xgrammar) cmd_xgrammar ;;
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;
