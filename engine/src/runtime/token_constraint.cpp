@@ -142,6 +142,13 @@ std::unique_ptr<TokenConstraint> ConstraintCompiler::compile(const Constraint& c
     std::string what = e.what();
     // xgrammar's messages may run over several lines: the first says what is wrong.
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    // ... and begins with its log prefix, "[time] path/file.cc:line: ".
+    if (what.starts_with("[")) {
+      if (const auto at = what.find(".cc:"); at != std::string::npos) {
+        if (const auto colon = what.find(": ", at); colon != std::string::npos)
+          what.erase(0, colon + 2);
+      }
+    }
     throw UsageError(std::string("invalid ") + constraint_kind_name(constraint.kind) + ": " + what);
   }
   return nullptr;
