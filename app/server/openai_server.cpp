@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -101,6 +102,64 @@ void send_error(httplib::Response& response, const ApiError& error) {
   response.set_content(dump(error_json(error)), "application/json");
 }
 
+// httplib runs each connection on one of its queue's threads for as long as the connection
+// lives, waiting on an idle keep-alive socket until its timeout: with a fixed pool, a few
+// hundred idle connections made /health wait seconds. This queue starts another thread
+// whenever every thread is busy, up to `max_threads` (the total connections served at once;
+// past it, connections wait for a thread as before), so idle clients never starve the others.
+class ConnectionQueue final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionQueue(size_t max_threads) : max_threads_(std::max<size_t>(max_threads, 1)) {}
+  ~ConnectionQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(fn));
+    if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { work(); });
+    } else {
+      ready_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ && threads_.empty()) return;
+      stopping_ = true;
+      threads.swap(threads_);
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ++idle_;
+      ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
 // An engine error from submit() as the API error a client should see.
 ApiError api_error_from(const std::exception& e, std::string_view param) {
   if (dynamic_cast<const CapacityError*>(&e)) {
@@ -119,6 +178,9 @@ ApiError api_error_from(const std::exception& e, std::string_view param) {
 }  // namespace
 
 struct OpenAiServer::Impl {
+  // Connections served at once besides the requests in flight (idle keep-alive ones, /health,
+  // /metrics): past them a new connection waits for one to close.
+  static constexpr size_t kMaxConnections = 1024;
   EngineExecutor& engine;
   ServerOptions options;
   httplib::Server http;
@@ -221,13 +283,16 @@ struct OpenAiServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
     http.set_payload_max_length(options.max_body_bytes);
-    // Every request in flight holds a handler thread while it waits or streams, so the
-    // pool has one per allowed request and some more for /health, /metrics and refusals.
-    const size_t threads = static_cast<size_t>(options.max_requests) + 16;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Every connection holds a thread while it is open (a request in flight while it waits or
+    // streams, an idle keep-alive one until its timeout): threads are started as connections
+    // need them, up to kMaxConnections beside the requests allowed in flight.
+    const size_t threads = static_cast<size_t>(options.max_requests) + kMaxConnections;
+    http.new_task_queue = [threads] { return new ConnectionQueue(threads); };
     // A client silent for 5 s in the middle of its request is dropped; that also bounds how
-    // long stop() waits for a handler thread stuck reading one.
+    // long stop() waits for a handler thread stuck reading one. An idle keep-alive connection
+    // is closed after 2 s.
     http.set_read_timeout(5);
+    http.set_keep_alive_timeout(2);
     http.set_write_timeout(30);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
