@@ -84,6 +84,11 @@ readonly PYTHON_DIR=$DATA_HOME/python
 # huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
 # Granule and huggingface_hub share one cache.
 readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0 jsonschema==4.26.0)
+# The JSON-Schema-Test-Suite (draft 2020-12) that the jsonschema source distribution carries:
+# the schemas of tests/cli/schema_validity_test.py (every reply to them must validate).
+readonly JSONSCHEMA_SDIST=jsonschema==4.26.0
+readonly JSONSCHEMA_SDIST_SHA256=0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326
+readonly SCHEMA_SUITE_DIR=$TESTDATA_DIR/json-schema-suite
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -450,6 +455,53 @@ cmd_pydeps() {
   echo "${PYTHON_PACKAGES[*]}" >"$PYTHON_DIR/.granule-packages"
 }
 
+# The JSON-Schema-Test-Suite's draft 2020-12 files, from the jsonschema source distribution.
+cmd_schemasuite() {
+  section "JSON-Schema-Test-Suite (draft 2020-12) from $JSONSCHEMA_SDIST"
+  if [[ -f $SCHEMA_SUITE_DIR/.granule-source && $(cat "$SCHEMA_SUITE_DIR/.granule-source") == "$JSONSCHEMA_SDIST $JSONSCHEMA_SDIST_SHA256" ]]; then
+    note "present and verified: $SCHEMA_SUITE_DIR"
+    return
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=jsonschema -q -d "$tmp/dl" "$JSONSCHEMA_SDIST" ||
+    die "could not download $JSONSCHEMA_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/dl/*.tar.gz) got
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $JSONSCHEMA_SDIST"
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$JSONSCHEMA_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $JSONSCHEMA_SDIST_SHA256, got $got"
+  python3 - "${sdists[0]}" "$tmp/suite" <<'PY' || die "$JSONSCHEMA_SDIST does not hold the test suite"
+import os, shutil, sys, tarfile
+sdist, dest = sys.argv[1], sys.argv[2]
+os.makedirs(dest)
+count = 0
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    for m in tar.getmembers():
+        parts = m.name.split("/")
+        if m.isfile() and parts[1:4] == ["json", "tests", "draft2020-12"] and len(parts) == 5:
+            with tar.extractfile(m) as src, open(os.path.join(dest, parts[4]), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            count += 1
+    for name in ("COPYING", "json/LICENSE"):
+        try:
+            with tar.extractfile(f"{top}/{name}") as src, open(os.path.join(dest, name.replace("/", "-")), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except KeyError:
+            pass
+if count == 0:
+    sys.exit("no draft2020-12 files")
+PY
+  echo "$JSONSCHEMA_SDIST $JSONSCHEMA_SDIST_SHA256" >"$tmp/suite/.granule-source"
+  mkdir -p "$TESTDATA_DIR"
+  rm -rf "$SCHEMA_SUITE_DIR"
+  mv "$tmp/suite" "$SCHEMA_SUITE_DIR"
+  note "installed and verified: $SCHEMA_SUITE_DIR"
+}
+
 # --- run -----------------------------------------------------------------------------------
 
 cmd_run() {
@@ -520,6 +572,7 @@ cmd_test() {
   cmd_realweights
   cmd_testdata
   cmd_pydeps
+  cmd_schemasuite
   # Every check runs even when an earlier one fails, and the full test suite runs last so
   # that its summary line closes the output.
   local failed=()
@@ -541,6 +594,8 @@ usage: bash packaging/setup.sh COMMAND
   build     configure and build everything into build/ (CUDA when a toolkit is found)
   jinja     download llama.cpp's Jinja engine (chat templates) into $JINJA_DIR
   xgrammar  download xgrammar's C++ core (structured output, tool calls) into $XGRAMMAR_DIR
+  schemasuite
+            download the JSON-Schema-Test-Suite (draft 2020-12) into $SCHEMA_SUITE_DIR
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
   realweights
@@ -558,6 +613,7 @@ case ${1:-} in
   deps) cmd_deps ;;
   jinja) cmd_jinja ;;
   xgrammar) cmd_xgrammar ;;
+  schemasuite) cmd_schemasuite ;;
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;

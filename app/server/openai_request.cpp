@@ -234,6 +234,49 @@ ChatOptions parse_chat_options(const json& body) {
 // the reply writes them in.
 using ojson = nlohmann::ordered_json;
 
+// JSON Schema keywords the constraint enforces (xgrammar's JSON Schema converter); a schema with
+// any other keyword is refused, since its replies could break the keyword silently.
+bool enforced_keyword(const std::string& k) {
+  static const char* const kKeywords[] = {
+      // annotations, which constrain nothing
+      "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated",
+      "readOnly", "writeOnly",
+      // enforced
+      "type", "enum", "const", "properties", "required", "additionalProperties", "items",
+      "prefixItems", "minItems", "maxItems", "anyOf", "$ref", "$defs", "definitions", "minLength",
+      "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+      "minProperties", "maxProperties"};
+  for (const char* known : kKeywords)
+    if (k == known) return true;
+  return false;
+}
+
+// Walks a schema; throws a 400 naming the first keyword the constraint would not enforce.
+void check_schema_keywords(const ojson& schema, const std::string& param) {
+  if (schema.is_boolean()) return;
+  if (!schema.is_object()) throw bad(param, "'" + param + "' must be a JSON Schema (an object)");
+  for (const auto& [key, value] : schema.items()) {
+    if (!enforced_keyword(key))
+      throw bad(param, "the JSON Schema keyword '" + key + "' (in '" + param +
+                           "') is not supported for structured output: leave it out");
+    if (key == "$ref" && (!value.is_string() || !value.get<std::string>().starts_with("#")))
+      throw bad(param, "'" + param +
+                           ".$ref' must point into the schema itself (\"#/...\"): other "
+                           "documents are not fetched");
+    if (key == "properties" || key == "$defs" || key == "definitions") {
+      if (!value.is_object()) throw bad(param, "'" + key + "' must be an object of schemas");
+      for (const auto& [name, sub] : value.items())
+        check_schema_keywords(sub, param + "." + key + "." + name);
+    } else if (key == "items" || key == "additionalProperties") {
+      if (value.is_object() || value.is_boolean()) check_schema_keywords(value, param + "." + key);
+    } else if (key == "prefixItems" || key == "anyOf") {
+      if (!value.is_array()) throw bad(param, "'" + key + "' must be an array of schemas");
+      for (size_t i = 0; i < value.size(); ++i)
+        check_schema_keywords(value[i], param + "." + key + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
 // response_format, and llama-server's `grammar` and `json_schema` extensions.
 Constraint parse_constraint(const ojson& body) {
   Constraint constraint;
@@ -261,6 +304,7 @@ Constraint parse_constraint(const ojson& body) {
         throw bad("response_format.json_schema.strict",
                   "'response_format.json_schema.strict' must be a boolean");
       // strict or not, the reply is decoded under the schema: it always validates.
+      check_schema_keywords(*schema, "response_format.json_schema.schema");
       constraint = Constraint::json_schema(schema->dump());
       ++given;
     } else if (type != "text") {
@@ -272,6 +316,7 @@ Constraint parse_constraint(const ojson& body) {
   }
   if (const auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw bad("json_schema", "'json_schema' must be a JSON Schema object");
+    check_schema_keywords(*it, "json_schema");
     constraint = Constraint::json_schema(it->dump());
     ++given;
   }
