@@ -263,6 +263,16 @@ void check_schema_keywords(const ojson& schema, const std::string& param) {
       throw bad(param, "'" + param +
                            ".$ref' must point into the schema itself (\"#/...\"): other "
                            "documents are not fetched");
+    if (key == "required" && value.is_array()) {
+      // xgrammar enforces a required property only when `properties` gives it a schema.
+      const auto props = schema.find("properties");
+      for (const ojson& name : value) {
+        if (!name.is_string() || props == schema.end() || !props->is_object() ||
+            !props->contains(name.get<std::string>()))
+          throw bad(param, "'" + param + ".required' names " + name.dump() +
+                               ", which 'properties' does not describe: give it a schema there");
+      }
+    }
     if (key == "properties" || key == "$defs" || key == "definitions") {
       if (!value.is_object()) throw bad(param, "'" + key + "' must be an object of schemas");
       for (const auto& [name, sub] : value.items())

@@ -23,7 +23,7 @@ import jsonschema
 import openai
 
 CLI, MODEL, SUITE = sys.argv[1], sys.argv[2], sys.argv[3]
-MAX_TOKENS = 48
+MAX_TOKENS = 96
 
 
 def cases():
