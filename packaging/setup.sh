@@ -2,7 +2,7 @@
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, llama.cpp's Jinja engine for chat templates, the default model (and for the tests
 # llama.cpp's tokenizer goldens), then the app or the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|jinja|build|model|testdata|realweights|pydeps|run|test
+#   usage: bash packaging/setup.sh deps|jinja|xgrammar|build|model|testdata|realweights|pydeps|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -69,13 +69,26 @@ readonly JINJA_FILES=(
   common/jinja/string.cpp common/jinja/string.h common/jinja/utils.h common/jinja/value.cpp
   common/jinja/value.h common/jinja/README.md
 )
+# xgrammar's C++ core (Apache-2.0) compiles structured-output constraints (JSON Schema, GBNF,
+# regex, free JSON) into token masks: no Debian package carries it, so its source distribution
+# is downloaded, checked against the pinned checksum, and its C++ sources with the two
+# header-only libraries it needs (picojson, dlpack) are kept; the build compiles them as a
+# static library when present (engine/xgrammar.cmake) and refuses constrained requests without.
+readonly XGRAMMAR_SDIST=xgrammar==0.2.8
+readonly XGRAMMAR_SDIST_SHA256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+readonly XGRAMMAR_DIR=$DATA_HOME/third_party/xgrammar
 # The official OpenAI Python client, for the `granule-cli serve` tests (tests/cli/serve_test.sh),
 # installed from the package index into its own folder (Debian's Python is externally
 # managed), which the tests put on PYTHONPATH.
 readonly PYTHON_DIR=$DATA_HOME/python
 # huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
 # Granule and huggingface_hub share one cache.
-readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0)
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0 jsonschema==4.26.0)
+# The JSON-Schema-Test-Suite (draft 2020-12) that the jsonschema source distribution carries:
+# the schemas of tests/cli/schema_validity_test.py (every reply to them must validate).
+readonly JSONSCHEMA_SDIST=jsonschema==4.26.0
+readonly JSONSCHEMA_SDIST_SHA256=0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326
+readonly SCHEMA_SUITE_DIR=$TESTDATA_DIR/json-schema-suite
 readonly QUESTION="What is the capital of France?"
 JOBS=$(nproc)
 readonly JOBS
@@ -337,6 +350,63 @@ cmd_jinja() {
   note "installed and verified: $JINJA_DIR (${#JINJA_FILES[@]} files)"
 }
 
+# --- xgrammar (structured output) --------------------------------------------------------
+
+xgrammar_marker() { echo "$XGRAMMAR_SDIST $XGRAMMAR_SDIST_SHA256"; }
+
+cmd_xgrammar() {
+  section "xgrammar's C++ core for structured output (from $XGRAMMAR_SDIST)"
+  if [[ -f $XGRAMMAR_DIR/.granule-source && $(cat "$XGRAMMAR_DIR/.granule-source") == "$(xgrammar_marker)" ]]; then
+    note "present and verified: $XGRAMMAR_DIR"
+    return
+  fi
+  python3 -m pip --version >/dev/null 2>&1 ||
+    die "pip is missing: run 'bash packaging/setup.sh deps' (python3-pip)"
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  note "downloading the $XGRAMMAR_SDIST source distribution from the package index (about 3 MB)"
+  # Only xgrammar itself as source: its build tools may come as wheels to prepare its metadata.
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=xgrammar -q -d "$tmp/dl" "$XGRAMMAR_SDIST" ||
+    die "could not download $XGRAMMAR_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/dl/*.tar.gz)
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $XGRAMMAR_SDIST"
+  local got
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$XGRAMMAR_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $XGRAMMAR_SDIST_SHA256, got $got"
+  # The C++ core (cpp/, without the Python bindings in cpp/tvm_ffi), its headers, picojson and
+  # dlpack's header, and the licences.
+  python3 - "${sdists[0]}" "$tmp/xgrammar" <<'PY' || die "$XGRAMMAR_SDIST does not hold xgrammar's C++ sources"
+import os, shutil, sys, tarfile
+sdist, dest = sys.argv[1], sys.argv[2]
+keep = ("cpp/", "include/", "3rdparty/picojson/", "3rdparty/dlpack/include/", "LICENSE", "NOTICE")
+count = 0
+with tarfile.open(sdist) as tar:
+    for m in tar.getmembers():
+        rel = m.name.split("/", 1)[1] if "/" in m.name else ""
+        if not m.isfile() or not rel.startswith(keep) or rel.startswith("cpp/tvm_ffi/"):
+            continue
+        out = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with tar.extractfile(m) as src, open(out, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        count += 1
+for need in ("cpp/grammar_matcher.cc", "include/xgrammar/xgrammar.h",
+             "3rdparty/picojson/picojson.h", "3rdparty/dlpack/include/dlpack/dlpack.h"):
+    if not os.path.isfile(os.path.join(dest, need)):
+        sys.exit(f"missing {need}")
+print(f"setup.sh: kept {count} files")
+PY
+  xgrammar_marker >"$tmp/xgrammar/.granule-source"
+  mkdir -p "$(dirname "$XGRAMMAR_DIR")"
+  rm -rf "$XGRAMMAR_DIR"
+  mv "$tmp/xgrammar" "$XGRAMMAR_DIR"
+  rm -rf "$tmp"
+  note "installed and verified: $XGRAMMAR_DIR"
+}
+
 # --- real-weights test model --------------------------------------------------------------
 
 cmd_realweights() {
@@ -385,6 +455,53 @@ cmd_pydeps() {
   echo "${PYTHON_PACKAGES[*]}" >"$PYTHON_DIR/.granule-packages"
 }
 
+# The JSON-Schema-Test-Suite's draft 2020-12 files, from the jsonschema source distribution.
+cmd_schemasuite() {
+  section "JSON-Schema-Test-Suite (draft 2020-12) from $JSONSCHEMA_SDIST"
+  if [[ -f $SCHEMA_SUITE_DIR/.granule-source && $(cat "$SCHEMA_SUITE_DIR/.granule-source") == "$JSONSCHEMA_SDIST $JSONSCHEMA_SDIST_SHA256" ]]; then
+    note "present and verified: $SCHEMA_SUITE_DIR"
+    return
+  fi
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  python3 -m pip download --no-deps --no-cache-dir --disable-pip-version-check \
+    --no-binary=jsonschema -q -d "$tmp/dl" "$JSONSCHEMA_SDIST" ||
+    die "could not download $JSONSCHEMA_SDIST: is the package index reachable (or PIP_INDEX_URL set)?"
+  local sdists=("$tmp"/dl/*.tar.gz) got
+  [[ -f ${sdists[0]} ]] || die "pip downloaded no source distribution for $JSONSCHEMA_SDIST"
+  got=$(sha256_of "${sdists[0]}")
+  [[ $got == "$JSONSCHEMA_SDIST_SHA256" ]] ||
+    die "checksum mismatch for $(basename "${sdists[0]}"): expected $JSONSCHEMA_SDIST_SHA256, got $got"
+  python3 - "${sdists[0]}" "$tmp/suite" <<'PY' || die "$JSONSCHEMA_SDIST does not hold the test suite"
+import os, shutil, sys, tarfile
+sdist, dest = sys.argv[1], sys.argv[2]
+os.makedirs(dest)
+count = 0
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    for m in tar.getmembers():
+        parts = m.name.split("/")
+        if m.isfile() and parts[1:4] == ["json", "tests", "draft2020-12"] and len(parts) == 5:
+            with tar.extractfile(m) as src, open(os.path.join(dest, parts[4]), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            count += 1
+    for name in ("COPYING", "json/LICENSE"):
+        try:
+            with tar.extractfile(f"{top}/{name}") as src, open(os.path.join(dest, name.replace("/", "-")), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except KeyError:
+            pass
+if count == 0:
+    sys.exit("no draft2020-12 files")
+PY
+  echo "$JSONSCHEMA_SDIST $JSONSCHEMA_SDIST_SHA256" >"$tmp/suite/.granule-source"
+  mkdir -p "$TESTDATA_DIR"
+  rm -rf "$SCHEMA_SUITE_DIR"
+  mv "$tmp/suite" "$SCHEMA_SUITE_DIR"
+  note "installed and verified: $SCHEMA_SUITE_DIR"
+}
+
 # --- run -----------------------------------------------------------------------------------
 
 cmd_run() {
@@ -394,6 +511,8 @@ cmd_run() {
   # (Its own process, so that a failure ends only this step and its download is cleaned up.)
   bash "${BASH_SOURCE[0]}" jinja ||
     note "continuing without the Jinja engine: models with other chat templates will say so"
+  bash "${BASH_SOURCE[0]}" xgrammar ||
+    note "continuing without xgrammar: structured output (JSON schemas, grammars, tools) will say so"
   build_programs
   cmd_model
   local gui=$ROOT/build/app/gui/granule cli=$ROOT/build/app/cli/granule-cli
@@ -447,11 +566,13 @@ sanitizer_tests() {
 cmd_test() {
   cmd_deps
   cmd_jinja
+  cmd_xgrammar
   cmd_build
   cmd_model
   cmd_realweights
   cmd_testdata
   cmd_pydeps
+  cmd_schemasuite
   # Every check runs even when an earlier one fails, and the full test suite runs last so
   # that its summary line closes the output.
   local failed=()
@@ -472,15 +593,18 @@ usage: bash packaging/setup.sh COMMAND
   deps      install the Debian packages Granule needs (root; skipped when all are present)
   build     configure and build everything into build/ (CUDA when a toolkit is found)
   jinja     download llama.cpp's Jinja engine (chat templates) into $JINJA_DIR
+  xgrammar  download xgrammar's C++ core (structured output, tool calls) into $XGRAMMAR_DIR
+  schemasuite
+            download the JSON-Schema-Test-Suite (draft 2020-12) into $SCHEMA_SUITE_DIR
   model     download the default model into $MODELS_DIR
   testdata  download llama.cpp's tokenizer goldens into $TESTDATA_DIR/tokenizer
   realweights
             write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
             $REAL_WEIGHTS_PATH
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
-  run       deps, jinja (optional), build granule-cli and the window, model; then open Granule (or answer one
+  run       deps, jinja and xgrammar (optional), build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
-  test      deps + jinja + build (everything) + model + realweights + testdata + pydeps, then every
+  test      deps + jinja + xgrammar + build (everything) + model + realweights + testdata + pydeps, then every
             test, and the GGUF tests under ASan+UBSan
 EOF
 }
@@ -488,6 +612,8 @@ EOF
 case ${1:-} in
   deps) cmd_deps ;;
   jinja) cmd_jinja ;;
+  xgrammar) cmd_xgrammar ;;
+  schemasuite) cmd_schemasuite ;;
   build) cmd_build ;;
   model) cmd_model ;;
   testdata) cmd_testdata ;;

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "granule/chat_template.h"
+#include "granule/constraint.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -129,6 +130,10 @@ void print_chat_template(const ModelFile& file) {
     field("chat template", tmpl.name());
     field("template engine",
           tmpl.uses_jinja() ? "Jinja (the model's own template)" : "hand-written family");
+    field("structured output",
+          structured_output_available()
+              ? "yes (xgrammar: JSON schemas, grammars, tool calls)"
+              : "no (built without xgrammar: bash packaging/setup.sh xgrammar)");
     if (tmpl.reasoning_format() != ReasoningFormat::None) {
       field("reasoning", tmpl.reasoning_format() == ReasoningFormat::Harmony
                              ? "harmony channels (analysis, final)"

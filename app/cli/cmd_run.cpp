@@ -1,8 +1,10 @@
 // `granule-cli run MODEL -p PROMPT`: one reply to one prompt, streamed to stdout, with the
 // chat template applied (or the prompt used as is with --raw).
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,31 @@ struct RunOptions {
   GenerationOptions generation;
   std::string prompt;
   bool raw = false;
-  int32_t logprobs = -1;  // --logprobs N: JSON with each token's log-probability
+  int32_t logprobs = -1;         // --logprobs N: JSON with each token's log-probability
+  std::string json_schema_file;  // --json-schema FILE: the reply is JSON valid under it
+  std::string grammar_file;      // --grammar FILE: the reply follows this GBNF grammar
 };
+
+std::string read_text_file(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(std::string("cannot read the ") + what + " file '" + path + "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// --json-schema / --grammar as the engine's constraint (none without them).
+Constraint constraint_from(const RunOptions& options) {
+  if (!options.json_schema_file.empty()) {
+    std::string schema = read_text_file(options.json_schema_file, "JSON schema");
+    if (nlohmann::json::parse(schema, nullptr, false).is_discarded())
+      throw UsageError("the JSON schema file '" + options.json_schema_file + "' is not valid JSON");
+    return Constraint::json_schema(std::move(schema));
+  }
+  if (!options.grammar_file.empty())
+    return Constraint::grammar(read_text_file(options.grammar_file, "grammar"));
+  return {};
+}
 
 nlohmann::json bytes_of(const std::string& piece) {
   nlohmann::json bytes = nlohmann::json::array();
@@ -40,9 +65,19 @@ int run_once(const RunOptions& options) {
     std::fprintf(stderr, "granule-cli: %s\n", e.what());
     return 1;
   }
+  Constraint constraint;
+  try {
+    constraint = constraint_from(options);
+    if (constraint.active() && !structured_output_available())
+      throw UnsupportedError(kNoStructuredOutputMessage);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "granule-cli: %s\n", e.what());
+    return 1;
+  }
   const std::unique_ptr<Engine> engine = open_engine(options.generation);
   Request request;
   request.sampling = sampling_from(options.generation);
+  request.constraint = std::move(constraint);
   int64_t prompt_tokens = 0;
   if (options.raw) {
     const Tokenizer& tokenizer = engine->tokenizer();
@@ -104,6 +139,13 @@ Command add_run_command(CLI::App& parent) {
                   "Print JSON instead of the text: each token's log-probability and the N most "
                   "likely tokens beside it (0-20)")
       ->check(integer_in(0, kMaxTopLogprobs));
+  auto* schema = app->add_option("--json-schema", options->json_schema_file,
+                                 "Constrain the reply to JSON valid under the JSON Schema in FILE");
+  schema->type_name("FILE");
+  app->add_option("--grammar", options->grammar_file,
+                  "Constrain the reply to the GBNF grammar in FILE (llama.cpp's format, rule root)")
+      ->type_name("FILE")
+      ->excludes(schema);
   return {app, [options] { return run_once(*options); }, &options->generation.model};
 }
 

@@ -123,14 +123,40 @@ std::vector<ChatMessage> parse_messages(const json& body) {
     }
     std::string role_name = role->get<std::string>();
     if (role_name == "developer") role_name = "system";  // the newer name of the system role
-    if (role_name != "system" && role_name != "user" && role_name != "assistant") {
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
+        role_name != "tool") {
       throw bad(param + ".role", "'" + param +
-                                     ".role' must be system, developer, user or "
-                                     "assistant, not '" +
+                                     ".role' must be system, developer, user, assistant or "
+                                     "tool, not '" +
                                      role_name + "'");
     }
     const auto content = message.find("content");
-    messages.push_back({role_name, content == message.end() ? "" : message_content(*content, i)});
+    ChatMessage m{role_name, content == message.end() ? "" : message_content(*content, i)};
+    if (const auto calls = message.find("tool_calls");
+        calls != message.end() && !calls->is_null()) {
+      if (role_name != "assistant")
+        throw bad(param + ".tool_calls", "only an assistant message has 'tool_calls'");
+      if (!calls->is_array())
+        throw bad(param + ".tool_calls", "'" + param + ".tool_calls' must be an array");
+      for (const json& call : *calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object() ||
+            !call["function"].value("name", json()).is_string())
+          throw bad(param + ".tool_calls",
+                    "each of '" + param +
+                        ".tool_calls' must be {\"id\", \"type\": \"function\", \"function\": "
+                        "{\"name\", \"arguments\"}}");
+      }
+      m.tool_calls_json = calls->dump();
+    }
+    if (role_name == "tool") {
+      const auto id = message.find("tool_call_id");
+      if (id == message.end() || !id->is_string())
+        throw bad(param + ".tool_call_id", "a tool message needs 'tool_call_id' (a string)");
+      m.tool_call_id = id->get<std::string>();
+    }
+    if (const auto name = message.find("name"); name != message.end() && name->is_string())
+      m.name = name->get<std::string>();
+    messages.push_back(std::move(m));
   }
   return messages;
 }
@@ -204,6 +230,180 @@ ChatOptions parse_chat_options(const json& body) {
   return options;
 }
 
+// Parsed again with the keys in the client's order: a schema's property order is the order
+// the reply writes them in.
+using ojson = nlohmann::ordered_json;
+
+// JSON Schema keywords the constraint enforces (xgrammar's JSON Schema converter); a schema with
+// any other keyword is refused, since its replies could break the keyword silently.
+bool enforced_keyword(const std::string& k) {
+  static const char* const kKeywords[] = {
+      // annotations, which constrain nothing
+      "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated",
+      "readOnly", "writeOnly",
+      // enforced
+      "type", "enum", "const", "properties", "required", "additionalProperties", "items",
+      "prefixItems", "minItems", "maxItems", "anyOf", "$ref", "$defs", "definitions", "minLength",
+      "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+      "minProperties", "maxProperties"};
+  for (const char* known : kKeywords)
+    if (k == known) return true;
+  return false;
+}
+
+// Walks a schema; throws a 400 naming the first keyword the constraint would not enforce.
+void check_schema_keywords(const ojson& schema, const std::string& param) {
+  if (schema.is_boolean()) return;
+  if (!schema.is_object()) throw bad(param, "'" + param + "' must be a JSON Schema (an object)");
+  for (const auto& [key, value] : schema.items()) {
+    if (!enforced_keyword(key))
+      throw bad(param, "the JSON Schema keyword '" + key + "' (in '" + param +
+                           "') is not supported for structured output: leave it out");
+    if (key == "$ref" && (!value.is_string() || !value.get<std::string>().starts_with("#")))
+      throw bad(param, "'" + param +
+                           ".$ref' must point into the schema itself (\"#/...\"): other "
+                           "documents are not fetched");
+    if (key == "required" && value.is_array()) {
+      // xgrammar enforces a required property only when `properties` gives it a schema.
+      const auto props = schema.find("properties");
+      for (const ojson& name : value) {
+        if (!name.is_string() || props == schema.end() || !props->is_object() ||
+            !props->contains(name.get<std::string>()))
+          throw bad(param, "'" + param + ".required' names " + name.dump() +
+                               ", which 'properties' does not describe: give it a schema there");
+      }
+    }
+    if (key == "properties" || key == "$defs" || key == "definitions") {
+      if (!value.is_object()) throw bad(param, "'" + key + "' must be an object of schemas");
+      for (const auto& [name, sub] : value.items())
+        check_schema_keywords(sub, param + "." + key + "." + name);
+    } else if (key == "items" || key == "additionalProperties") {
+      if (value.is_object() || value.is_boolean()) check_schema_keywords(value, param + "." + key);
+    } else if (key == "prefixItems" || key == "anyOf") {
+      if (!value.is_array()) throw bad(param, "'" + key + "' must be an array of schemas");
+      for (size_t i = 0; i < value.size(); ++i)
+        check_schema_keywords(value[i], param + "." + key + "[" + std::to_string(i) + "]");
+    }
+  }
+}
+
+// response_format, and llama-server's `grammar` and `json_schema` extensions.
+Constraint parse_constraint(const ojson& body) {
+  Constraint constraint;
+  int given = 0;
+  if (const auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object() || !it->value("type", ojson()).is_string())
+      throw bad("response_format",
+                "'response_format' must be an object with a 'type' (text, json_object or "
+                "json_schema)");
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      constraint = Constraint::json_object();
+      ++given;
+    } else if (type == "json_schema") {
+      const auto spec = it->find("json_schema");
+      if (spec == it->end() || !spec->is_object())
+        throw bad("response_format.json_schema",
+                  "'response_format.json_schema' must be an object with 'name' and 'schema'");
+      const auto schema = spec->find("schema");
+      if (schema == spec->end() || !schema->is_object())
+        throw bad("response_format.json_schema.schema",
+                  "'response_format.json_schema.schema' must be a JSON Schema object");
+      if (const auto strict = spec->find("strict");
+          strict != spec->end() && !strict->is_null() && !strict->is_boolean())
+        throw bad("response_format.json_schema.strict",
+                  "'response_format.json_schema.strict' must be a boolean");
+      // strict or not, the reply is decoded under the schema: it always validates.
+      check_schema_keywords(*schema, "response_format.json_schema.schema");
+      constraint = Constraint::json_schema(schema->dump());
+      ++given;
+    } else if (type != "text") {
+      throw bad("response_format.type",
+                "'response_format.type' must be text, json_object or "
+                "json_schema, not '" +
+                    type + "'");
+    }
+  }
+  if (const auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw bad("json_schema", "'json_schema' must be a JSON Schema object");
+    check_schema_keywords(*it, "json_schema");
+    constraint = Constraint::json_schema(it->dump());
+    ++given;
+  }
+  if (const auto it = body.find("grammar"); it != body.end() && !it->is_null()) {
+    if (!it->is_string()) throw bad("grammar", "'grammar' must be a GBNF grammar (a string)");
+    constraint = Constraint::grammar(it->get<std::string>());
+    ++given;
+  }
+  if (given > 1)
+    throw bad("response_format",
+              "give one of 'response_format' (json), 'json_schema' and 'grammar', not several");
+  return constraint;
+}
+
+void parse_tools(const ojson& body, ParsedRequest& request) {
+  const auto tools = body.find("tools");
+  const bool has_tools = tools != body.end() && !tools->is_null();
+  if (has_tools) {
+    if (!tools->is_array()) throw bad("tools", "'tools' must be an array of tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const ojson& tool = (*tools)[i];
+      const std::string param = "tools[" + std::to_string(i) + "]";
+      if (!tool.is_object() || tool.value("type", "") != "function" || !tool.contains("function") ||
+          !tool["function"].is_object() || !tool["function"].value("name", ojson()).is_string())
+        throw bad(param, "'" + param +
+                             "' must be {\"type\": \"function\", \"function\": {\"name\", "
+                             "\"description\", \"parameters\"}}");
+      const auto parameters = tool["function"].find("parameters");
+      if (parameters != tool["function"].end() && !parameters->is_null() &&
+          !parameters->is_object())
+        throw bad(param + ".function.parameters",
+                  "'" + param + ".function.parameters' must be a JSON Schema object");
+    }
+    if (!tools->empty()) {
+      request.tools = *tools;
+      request.chat_options.tools_json = tools->dump();
+      request.tool_choice = ToolChoice::Auto;
+    }
+  }
+  if (const auto it = body.find("parallel_tool_calls"); it != body.end() && !it->is_null()) {
+    if (!it->is_boolean())
+      throw bad("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+    request.parallel_tool_calls = it->get<bool>();
+  }
+  const auto choice = body.find("tool_choice");
+  if (choice == body.end() || choice->is_null()) return;
+  if (choice->is_string()) {
+    const std::string c = choice->get<std::string>();
+    if (c == "none") {
+      request.tool_choice = ToolChoice::None;
+      return;
+    }
+    if (c != "auto" && c != "required")
+      throw bad("tool_choice",
+                "'tool_choice' must be none, auto, required or "
+                "{\"type\": \"function\", \"function\": {\"name\"}}, not '" +
+                    c + "'");
+    if (request.tools.empty()) throw bad("tool_choice", "'tool_choice' " + c + " needs 'tools'");
+    request.tool_choice = c == "auto" ? ToolChoice::Auto : ToolChoice::Required;
+    return;
+  }
+  if (!choice->is_object() || choice->value("type", "") != "function" ||
+      !choice->contains("function") || !(*choice)["function"].is_object() ||
+      !(*choice)["function"].value("name", ojson()).is_string())
+    throw bad("tool_choice",
+              "'tool_choice' must be none, auto, required or {\"type\": \"function\", "
+              "\"function\": {\"name\"}}");
+  const std::string name = (*choice)["function"]["name"].get<std::string>();
+  bool known = false;
+  for (const ojson& tool : request.tools) known |= tool["function"].value("name", "") == name;
+  if (!known)
+    throw bad("tool_choice",
+              "'tool_choice' names the function '" + name + "', which is not among 'tools'");
+  request.tool_choice = ToolChoice::Named;
+  request.tool_name = name;
+}
+
 std::vector<std::string> parse_stop(const json& body) {
   const auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return {};
@@ -237,14 +437,26 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
   if (body.is_discarded()) throw bad("", "the request body is not valid JSON");
   if (!body.is_object()) throw bad("", "the request body must be a JSON object");
 
+  const ojson ordered = ojson::parse(body_text, nullptr, /*allow_exceptions=*/false);
   ParsedRequest request;
   request.endpoint = endpoint;
   if (endpoint == Endpoint::ChatCompletions) {
     request.messages = parse_messages(body);
     request.chat_options = parse_chat_options(body);
+    parse_tools(ordered, request);
   } else {
     parse_prompt(body, request);
+    for (const char* field : {"tools", "tool_choice", "response_format"}) {
+      if (const auto it = body.find(field); it != body.end() && !it->is_null())
+        throw bad(field, std::string("'") + field + "' is only for /v1/chat/completions");
+    }
   }
+  request.constraint = parse_constraint(ordered);
+  if (request.constraint.active() &&
+      (request.tool_choice == ToolChoice::Required || request.tool_choice == ToolChoice::Named))
+    throw bad("tool_choice",
+              "a reply cannot both follow 'response_format' and be a tool call: use tool_choice "
+              "auto or none with it");
   if (const auto it = body.find("model"); it != body.end() && !it->is_null() && !it->is_string()) {
     throw bad("model", std::string("'model' must be a string, not ") + type_name(*it));
   }
@@ -389,15 +601,41 @@ json nullable(const std::string& text) { return text.empty() ? json(nullptr) : j
 
 }  // namespace
 
+json tool_call_json(const ToolCall& call) {
+  return {{"id", call.id},
+          {"type", "function"},
+          {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
+}
+
+json tool_call_chunk_json(const ResponseHeader& header, int index, const ToolCall& call) {
+  json chunk = base_json(header, "chat.completion.chunk");
+  json entry = tool_call_json(call);
+  entry["index"] = index;
+  json choice = {{"index", 0},
+                 {"logprobs", nullptr},
+                 {"finish_reason", nullptr},
+                 {"delta", {{"tool_calls", json::array({entry})}}}};
+  chunk["choices"] = json::array({choice});
+  return chunk;
+}
+
 json completion_json(Endpoint endpoint, const ResponseHeader& header, const std::string& text,
                      const std::string& finish_reason, const Usage& usage,
-                     const std::string& reasoning) {
+                     const std::string& reasoning, const std::vector<ToolCall>& tool_calls) {
   const bool chat = endpoint == Endpoint::ChatCompletions;
   json response = base_json(header, chat ? "chat.completion" : "text_completion");
   json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullable(finish_reason)}};
   if (chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
     if (!reasoning.empty()) choice["message"]["reasoning_content"] = reasoning;
+    if (!tool_calls.empty()) {
+      json calls = json::array();
+      for (const ToolCall& call : tool_calls) calls.push_back(tool_call_json(call));
+      choice["message"]["tool_calls"] = calls;
+      // As OpenAI: no text beside the calls is null content.
+      if (text.find_first_not_of(" \n\t\r") == std::string::npos)
+        choice["message"]["content"] = nullptr;
+    }
   } else {
     choice["text"] = text;
   }

@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "granule/chat_template.h"
+#include "granule/constraint.h"
 #include "granule/engine.h"
 #include "granule/sampling.h"
+#include "tool_calls.h"
 
 namespace granule::server {
 
@@ -51,6 +53,16 @@ struct ParsedRequest {
   // The chat template's variables: reasoning_effort (low/medium/high, gpt-oss) and
   // chat_template_kwargs.enable_thinking (Qwen3), as llama-server and vLLM take them.
   ChatOptions chat_options;
+  // Structured output: response_format (json_object, json_schema), or llama-server's
+  // `grammar` (GBNF) and `json_schema` extensions; None for free text.
+  Constraint constraint;
+  // Tool calling (chat): OpenAI's `tools` array (also in chat_options.tools_json for the
+  // template), tool_choice and parallel_tool_calls. The server constrains the reply for
+  // required / named and parses calls out of it for auto, required and named.
+  nlohmann::ordered_json tools = nlohmann::ordered_json::array();
+  ToolChoice tool_choice = ToolChoice::None;
+  std::string tool_name;  // ToolChoice::Named
+  bool parallel_tool_calls = true;
 };
 
 // Limits the server applies while parsing.
@@ -99,7 +111,11 @@ struct ResponseHeader {
 // as llama-server and vLLM do.
 nlohmann::json completion_json(Endpoint endpoint, const ResponseHeader& header,
                                const std::string& text, const std::string& finish_reason,
-                               const Usage& usage, const std::string& reasoning = "");
+                               const Usage& usage, const std::string& reasoning = "",
+                               const std::vector<ToolCall>& tool_calls = {});
+// A tool call's first stream chunk as OpenAI sends it: its index, id, type and name, and its
+// arguments (all of them: Granule releases a call once it is complete).
+nlohmann::json tool_call_chunk_json(const ResponseHeader& header, int index, const ToolCall& call);
 // A stream chunk carrying text (or, for chat, the assistant's role first with role = true),
 // or the last chunk with a finish reason (text empty). finish_reason "" is written as null.
 // A chat chunk's reasoning goes in delta.reasoning_content.

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -39,6 +40,8 @@ struct Channel {
   // When the request was handed to the engine thread, and its first and last tokens.
   std::chrono::steady_clock::time_point submitted, first_token, last_token;
   std::vector<TokenLogprobs> logprobs;  // of tokens not yet sent (when the request asked)
+  std::vector<ToolCall> tool_calls;     // parsed from the reply, not yet sent
+  int tool_call_count = 0;              // every call parsed so far
   bool finished = false;
   FinishReason reason = FinishReason::None;
   std::string error;
@@ -99,6 +102,64 @@ void send_error(httplib::Response& response, const ApiError& error) {
   response.set_content(dump(error_json(error)), "application/json");
 }
 
+// httplib runs each connection on one of its queue's threads for as long as the connection
+// lives, waiting on an idle keep-alive socket until its timeout: with a fixed pool, a few
+// hundred idle connections made /health wait seconds. This queue starts another thread
+// whenever every thread is busy, up to `max_threads` (the total connections served at once;
+// past it, connections wait for a thread as before), so idle clients never starve the others.
+class ConnectionQueue final : public httplib::TaskQueue {
+ public:
+  explicit ConnectionQueue(size_t max_threads) : max_threads_(std::max<size_t>(max_threads, 1)) {}
+  ~ConnectionQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(fn));
+    if (idle_ < jobs_.size() && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { work(); });
+    } else {
+      ready_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ && threads_.empty()) return;
+      stopping_ = true;
+      threads.swap(threads_);
+    }
+    ready_.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ++idle_;
+      ready_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      --idle_;
+      if (jobs_.empty()) return;  // stopping, nothing left
+      std::function<void()> job = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      job();
+      lock.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stopping_ = false;
+};
+
 // An engine error from submit() as the API error a client should see.
 ApiError api_error_from(const std::exception& e, std::string_view param) {
   if (dynamic_cast<const CapacityError*>(&e)) {
@@ -117,6 +178,9 @@ ApiError api_error_from(const std::exception& e, std::string_view param) {
 }  // namespace
 
 struct OpenAiServer::Impl {
+  // Connections served at once besides the requests in flight (idle keep-alive ones, /health,
+  // /metrics): past them a new connection waits for one to close.
+  static constexpr size_t kMaxConnections = 1024;
   EngineExecutor& engine;
   ServerOptions options;
   httplib::Server http;
@@ -161,6 +225,8 @@ struct OpenAiServer::Impl {
     std::unique_ptr<Slot> slot;
     bool cancel_sent = false;
     bool stream = false;
+    std::vector<ToolCall> new_calls;  // taken from the channel by wait_for_news, not yet sent
+    int calls_sent = 0;
   };
 
   // Submitted requests, for requests(): an entry lives as long as its Running (the handler's,
@@ -217,13 +283,16 @@ struct OpenAiServer::Impl {
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     });
     http.set_payload_max_length(options.max_body_bytes);
-    // Every request in flight holds a handler thread while it waits or streams, so the
-    // pool has one per allowed request and some more for /health, /metrics and refusals.
-    const size_t threads = static_cast<size_t>(options.max_requests) + 16;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Every connection holds a thread while it is open (a request in flight while it waits or
+    // streams, an idle keep-alive one until its timeout): threads are started as connections
+    // need them, up to kMaxConnections beside the requests allowed in flight.
+    const size_t threads = static_cast<size_t>(options.max_requests) + kMaxConnections;
+    http.new_task_queue = [threads] { return new ConnectionQueue(threads); };
     // A client silent for 5 s in the middle of its request is dropped; that also bounds how
-    // long stop() waits for a handler thread stuck reading one.
+    // long stop() waits for a handler thread stuck reading one. An idle keep-alive connection
+    // is closed after 2 s.
     http.set_read_timeout(5);
+    http.set_keep_alive_timeout(2);
     http.set_write_timeout(30);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -377,7 +446,9 @@ struct OpenAiServer::Impl {
       const Submitted submitted = engine.call([&, channel](Engine& e) -> Submitted {
         Request request;
         request.sampling = parsed.sampling;
-        std::shared_ptr<ReasoningParser> parser;  // used on the engine thread only
+        request.constraint = parsed.constraint;
+        std::shared_ptr<ReasoningParser> parser;      // used on the engine thread only
+        std::shared_ptr<ToolCallParser> tool_parser;  // the same
         int64_t prompt_tokens = 0;
         const Tokenizer& tokenizer = e.tokenizer();
         if (endpoint == Endpoint::Completions) {
@@ -402,6 +473,24 @@ struct OpenAiServer::Impl {
                 "the model has no chat template the engine recognises: use /v1/completions, "
                 "or start the server with --template NAME");
           }
+          if (parsed.tool_choice == ToolChoice::None) {
+            parsed.chat_options.tools_json.clear();  // the model is not to call them
+          } else {
+            const ToolCallFormat format = tool_call_format(*tmpl);
+            if (parsed.tool_choice == ToolChoice::Required ||
+                parsed.tool_choice == ToolChoice::Named) {
+              std::optional<Constraint> forced = tool_call_constraint(
+                  format, parsed.tools, parsed.tool_name, parsed.parallel_tool_calls);
+              if (!forced)
+                throw ApiError(400,
+                               std::string("tool_choice required or a named function is not "
+                                           "supported for this model's tool-call format (") +
+                                   tool_call_format_name(format) + "): use auto",
+                               "invalid_request_error", "tool_choice");
+              request.constraint = std::move(*forced);
+            }
+            tool_parser = std::make_shared<ToolCallParser>(format, "call_" + running.header.id);
+          }
           // Counted as Engine::submit encodes it: BOS written by the template, control
           // tokens parsed.
           const std::string bos_text =
@@ -418,17 +507,34 @@ struct OpenAiServer::Impl {
           for (const std::string& stop : tmpl->stop_strings())
             request.sampling.stop_strings.push_back(stop);
         }
-        request.sink.on_token = [channel, parser, counted = completion_tokens](
+        // The answer's text goes through the tool-call parser when tools may be called.
+        const auto take_content = [tool_parser](Channel& c, const std::string& content,
+                                                bool at_end) {
+          if (!tool_parser) {
+            c.text += content;
+            return;
+          }
+          ToolCallParser::Delta d = tool_parser->push(content);
+          if (at_end) {
+            ToolCallParser::Delta rest = tool_parser->finish();
+            d.content += rest.content;
+            for (ToolCall& call : rest.calls) d.calls.push_back(std::move(call));
+          }
+          c.text += d.content;
+          c.tool_call_count += static_cast<int>(d.calls.size());
+          for (ToolCall& call : d.calls) c.tool_calls.push_back(std::move(call));
+        };
+        request.sink.on_token = [channel, parser, take_content, counted = completion_tokens](
                                     SequenceId, const std::string& text, int32_t token) {
           if (token != kNoToken) counted->fetch_add(1, std::memory_order_relaxed);
           {
             std::lock_guard lock(channel->mutex);
             if (parser) {
               ReasoningDelta delta = parser->push(text);
-              channel->text += delta.content;
+              take_content(*channel, delta.content, false);
               channel->reasoning += delta.reasoning;
             } else {
-              channel->text += text;
+              take_content(*channel, text, false);
             }
             if (token != kNoToken) {
               channel->last_token = std::chrono::steady_clock::now();
@@ -451,14 +557,16 @@ struct OpenAiServer::Impl {
             channel->logprobs.push_back(lp);
           };
         }
-        request.sink.on_finish = [channel, parser](SequenceId, FinishReason reason,
-                                                   const std::string& error) {
+        request.sink.on_finish = [channel, parser, take_content](SequenceId, FinishReason reason,
+                                                                 const std::string& error) {
           {
             std::lock_guard lock(channel->mutex);
             if (parser) {
               ReasoningDelta delta = parser->finish();
-              channel->text += delta.content;
+              take_content(*channel, delta.content, true);
               channel->reasoning += delta.reasoning;
+            } else {
+              take_content(*channel, "", true);
             }
             channel->finished = true;
             channel->reason = reason;
@@ -494,7 +602,7 @@ struct OpenAiServer::Impl {
       std::unique_lock lock(channel.mutex);
       channel.changed.wait_for(lock, wait, [&] {
         return channel.finished || !channel.text.empty() || !channel.reasoning.empty() ||
-               stopping.load();
+               !channel.tool_calls.empty() || stopping.load();
       });
       text_out.swap(channel.text);
       channel.text.clear();
@@ -503,6 +611,8 @@ struct OpenAiServer::Impl {
       logprobs_out.insert(logprobs_out.end(), std::make_move_iterator(channel.logprobs.begin()),
                           std::make_move_iterator(channel.logprobs.end()));
       channel.logprobs.clear();
+      for (ToolCall& call : channel.tool_calls) running.new_calls.push_back(std::move(call));
+      channel.tool_calls.clear();
       running.usage.completion_tokens = channel.completion_tokens;
       running.usage.cached_tokens = channel.cached_tokens;
       if (channel.completion_tokens > 0) {
@@ -576,10 +686,11 @@ struct OpenAiServer::Impl {
       }
     }
     const Channel& channel = *running.channel;
-    const std::string finish = openai_finish_reason(channel.reason);
+    std::string finish = openai_finish_reason(channel.reason);
     if (finish.empty()) return send_error(res, finish_error(channel));
-    json response =
-        completion_json(running.endpoint, running.header, text, finish, running.usage, reasoning);
+    if (!running.new_calls.empty() && finish == "stop") finish = "tool_calls";
+    json response = completion_json(running.endpoint, running.header, text, finish, running.usage,
+                                    reasoning, running.new_calls);
     if (running.logprobs)
       response["choices"][0]["logprobs"] = logprobs_json(running.endpoint, logprobs);
     res.set_content(dump(response), "application/json");
@@ -618,6 +729,9 @@ struct OpenAiServer::Impl {
             }
             out += sse_event(chunk);
           }
+          for (const ToolCall& call : r.new_calls)
+            out += sse_event(tool_call_chunk_json(r.header, r.calls_sent++, call));
+          r.new_calls.clear();
           if (state == Wait::ClientGone && stopping) {
             out += sse_event(error_json(stopping_error())) + "data: [DONE]\n\n";
             sink.write(out.data(), out.size());
@@ -634,7 +748,8 @@ struct OpenAiServer::Impl {
                                               "server_error", "", "timeout")));
             out += "data: [DONE]\n\n";
           } else if (state == Wait::Finished) {
-            const std::string finish = openai_finish_reason(r.channel->reason);
+            std::string finish = openai_finish_reason(r.channel->reason);
+            if (r.calls_sent > 0 && finish == "stop") finish = "tool_calls";
             if (finish.empty()) {
               out += sse_event(error_json(finish_error(*r.channel)));
             } else {

@@ -16,6 +16,12 @@ namespace granule {
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant" ("tool" too with a Jinja template)
   std::string content;
+  // Tool calling, rendered by a Jinja template: an assistant message's calls as a JSON array in
+  // OpenAI's form ([{"id","type":"function","function":{"name","arguments"}}]), and a tool
+  // message's call id and function name.
+  std::string tool_calls_json = {};
+  std::string tool_call_id = {};
+  std::string name = {};
 };
 
 // Jinja: the model's own template, of no hand-written family (gpt-oss's harmony, ...).

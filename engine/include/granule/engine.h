@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "granule/chat_template.h"
+#include "granule/constraint.h"
 #include "granule/model_config.h"
 #include "granule/sampling.h"
 #include "granule/telemetry.h"
@@ -128,6 +129,12 @@ struct Request {
   // context. A prompt that fits only without the whole reserve is not dropped further than
   // down to the last message.
   int64_t reply_reserve_tokens = -1;
+  // Structured output: what the reply may be (a JSON Schema, a grammar, ...). submit() compiles
+  // it (UsageError for a bad one; UnsupportedError in a build without structured output). Each
+  // step's allowed tokens are computed on the host while the device runs the step; a step
+  // holding such a sequence brings its logits back and samples on the host (the device
+  // sampler has no mask yet). A reply the constraint lets go nowhere ends with an Error.
+  Constraint constraint;
 };
 
 // The expert plan of a mixture-of-experts model in a fit preview (n_expert 0 for a dense
@@ -176,12 +183,12 @@ struct FitEstimate {
 
   // The placement plan (engine/src/memory/placement.h) for this budget: the layers that stay
   // in device memory, those streamed from pinned host memory through the staging ring.
-  bool loads = false;               // the budget holds the minimum working set
+  bool loads = false;                 // the budget holds the minimum working set
   uint64_t minimum_budget_bytes = 0;  // that working set: fixed weights, staging, workspace, KV
   int32_t resident_layers = 0;
   int32_t streamed_layers = 0;
-  std::vector<bool> layer_streamed;     // per layer
-  uint64_t resident_weight_bytes = 0;   // weights in device memory (embeddings, head, layers)
+  std::vector<bool> layer_streamed;      // per layer
+  uint64_t resident_weight_bytes = 0;    // weights in device memory (embeddings, head, layers)
   uint64_t streamed_bytes_per_pass = 0;  // copied host-to-device by every forward pass
   uint64_t staging_bytes = 0;            // the staging ring
   uint64_t kv_reserve_bytes = 0;         // KV the plan keeps free before it places layers

@@ -299,6 +299,11 @@ struct ThroughputTelemetry {
   double last_overlap_us = 0;
   double last_wait_us = 0;
   double last_results_us = 0;
+  // Structured output: the constrained sequences of the last step, and the host time their
+  // token masks took (computed while the device ran the step, or after it for a mask not
+  // ready then).
+  int32_t constrained_sequences = 0;
+  double last_mask_us = 0;
 
   template <class Self, class F>
   static void fields(Self& s, F&& f) {
@@ -310,6 +315,8 @@ struct ThroughputTelemetry {
     f("last_overlap_us", s.last_overlap_us);
     f("last_wait_us", s.last_wait_us);
     f("last_results_us", s.last_results_us);
+    f("constrained_sequences", s.constrained_sequences);
+    f("last_mask_us", s.last_mask_us);
   }
 };
 

@@ -17,6 +17,7 @@
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/stop_check.h"
+#include "runtime/token_constraint.h"
 
 namespace granule {
 
@@ -77,6 +78,12 @@ struct Engine::Impl {
   // KV coming back from host memory (StepPlan::swap_ins): its copies are queued on the device
   // ahead of the step, so the buffers live until the step has been waited for.
   std::vector<std::vector<uint8_t>> swap_in_buffers;
+  // Structured output: compiles Request::constraint against the vocabulary (built at the
+  // first constrained request), and a constrained row's masked copy of its logits.
+  std::unique_ptr<ConstraintCompiler> constraints;
+  std::vector<float> masked_row;
+  int32_t constrained_sequences = 0;
+  double mask_us = 0;  // the last step's
 
   // throughput
   uint64_t steps = 0;
@@ -122,6 +129,13 @@ struct Engine::Impl {
   void take_token(Sequence& seq, int32_t token);
   // Whether a step must bring its logits back to the host (a sequence asks for log-probs).
   bool step_needs_logits(const StepPlan& plan) const;
+  // Whether this work item's step predicts the sequence's next token (it computes the last
+  // known one).
+  static bool predicts_token(const ScheduledWork& w, const Sequence& seq) {
+    return w.start_position + w.count == static_cast<int64_t>(seq.tokens.size());
+  }
+  // Fills the masks of the constrained sequences whose next token this step predicts.
+  void fill_masks(const StepPlan& plan);
   TokenLogprobs logprobs_of(std::span<const float> row, int32_t token, int32_t top) const;
 };
 
@@ -315,6 +329,11 @@ SequenceId Engine::submit(Request request) {
   seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);
   seq->top_logprobs = request.top_logprobs;
+  if (request.constraint.active()) {
+    if (!m.constraints)
+      m.constraints = std::make_unique<ConstraintCompiler>(*m.tokenizer, m.config.n_vocab);
+    seq->constraint = m.constraints->compile(request.constraint);
+  }
   seq->stop_strings = request.sampling.stop_strings;
   if (!request.prompt_tokens && m.chat_template) {
     for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
@@ -491,7 +510,8 @@ bool Engine::Impl::idle_step(const StepPlan& plan) {
 bool Engine::Impl::step_needs_logits(const StepPlan& plan) const {
   for (const ScheduledWork& w : plan.work) {
     const Sequence* seq = scheduler->find(w.id);
-    if (seq && seq->top_logprobs >= 0) return true;
+    // A constrained sequence's mask is applied on the host (the device sampler has none yet).
+    if (seq && (seq->top_logprobs >= 0 || seq->constraint)) return true;
   }
   return false;
 }
@@ -558,7 +578,30 @@ StepRequest Engine::Impl::step_request(const StepPlan& plan) {
   return request;
 }
 
+void Engine::Impl::fill_masks(const StepPlan& plan) {
+  const auto start = Clock::now();
+  int32_t constrained = 0;
+  for (const ScheduledWork& w : plan.work) {
+    Sequence* seq = scheduler->find(w.id);
+    if (!seq || !seq->constraint) continue;
+    ++constrained;
+    if (seq->mask_ready || !predicts_token(w, *seq)) continue;
+    try {
+      seq->mask_allowed = seq->constraint->fill_mask(seq->mask);
+    } catch (const std::exception& e) {
+      log->error("structured output: computing the token mask: {}", e.what());
+      seq->mask_allowed = 0;
+    }
+    seq->mask_ready = true;
+  }
+  constrained_sequences = constrained;
+  mask_us += seconds_between(start, Clock::now()) * 1e6;
+}
+
 void Engine::Impl::prepare_next_step(const StepPlan& plan) {
+  // First the token masks of constrained sequences: the tokens they depend on are known, so
+  // the host computes them while the device runs the step.
+  fill_masks(plan);
   // While the device runs this step: map what the next step writes for every sequence this
   // step gives a token (and that goes on) or whose prompt goes on, then top the pool up.
   try {
@@ -613,16 +656,36 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
     const std::span<const float> row =
         sampled_on_device ? std::span<const float>()
                           : std::span<const float>(logits.data() + i * n_vocab, n_vocab);
+    std::span<const float> draw_row = row;
+    if (seq->constraint) {
+      if (!seq->mask_ready) fill_masks(plan);  // not filled during the step (none predicted)
+      seq->mask_ready = false;
+      if (seq->mask_allowed == 0) {
+        finish(w.id, FinishReason::Error,
+               "structured output: the constraint allows no further token after " +
+                   std::to_string(seq->generated) + " generated tokens");
+        continue;
+      }
+      masked_row.assign(row.begin(), row.end());
+      apply_token_mask(masked_row, seq->mask);
+      draw_row = masked_row;
+    }
     try {
       if (sampled_on_device) {
         token = result.tokens.at(i);
       } else {
         // Draw as the device would at this token, whichever sampled the earlier ones.
         seq->sampler.set_draw_index(static_cast<uint64_t>(seq->generated));
-        token = seq->sampler.sample(row, seq->tokens);
+        token = seq->sampler.sample(draw_row, seq->tokens);
       }
     } catch (const Error& e) {
       finish(w.id, FinishReason::Error, e.what());
+      continue;
+    }
+    if (seq->constraint && !tokenizer->is_end_of_generation(token) &&
+        !seq->constraint->accept(token)) {
+      finish(w.id, FinishReason::Error,
+             "structured output: the constraint refused token " + std::to_string(token));
       continue;
     }
     const bool ends = !seq->params.ignore_eos && tokenizer->is_end_of_generation(token);
@@ -644,6 +707,8 @@ bool Engine::step() {
   // and granule counts belong to this step.
   m.kv->reset_step_stats();
   const auto planning = Clock::now();
+  m.mask_us = 0;
+  m.constrained_sequences = 0;
   StepPlan plan;
   if (!m.plan(plan)) return false;
   if (plan.work.empty()) return m.idle_step(plan);
@@ -799,6 +864,8 @@ TelemetrySnapshot Engine::telemetry() const {
   s.throughput.last_overlap_us = m.overlap_us;
   s.throughput.last_wait_us = m.wait_us;
   s.throughput.last_results_us = m.results_us;
+  s.throughput.constrained_sequences = m.constrained_sequences;
+  s.throughput.last_mask_us = m.mask_us;
   const auto now = Clock::now();
   for (const auto& [id, seq] : m.scheduler->sequences()) {
     SequenceTelemetry t;

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "granule/engine.h"
 #include "granule/sampling.h"
 #include "granule/tokenizer.h"
+#include "runtime/token_constraint.h"
 
 namespace granule {
 
@@ -53,6 +55,12 @@ struct Sequence {
   Sampler sampler;                        // the host's, where the backend does not sample
   bool cancel_requested = false;          // a sink asked during a step: ends after it
   int32_t top_logprobs = -1;              // Request::top_logprobs
+  // Structured output (Request::constraint): the matcher, and the mask of the token the
+  // current step predicts, filled while the device runs it (mask_ready) with mask_allowed bits.
+  std::unique_ptr<TokenConstraint> constraint;
+  std::vector<uint32_t> mask;
+  bool mask_ready = false;
+  int64_t mask_allowed = 0;
 
   // --- output
   TokenSink sink;

@@ -64,7 +64,27 @@ std::string ChatTemplate::render_jinja(const std::vector<ChatMessage>& messages,
   using json = nlohmann::ordered_json;  // keys in the order given, as Python's dicts
   json input = json::object();
   json& turns = input["messages"] = json::array();
-  for (const ChatMessage& m : messages) turns.push_back({{"role", m.role}, {"content", m.content}});
+  for (const ChatMessage& m : messages) {
+    json turn = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls_json.empty()) {
+      json calls = json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
+      if (!calls.is_array()) throw UsageError("an assistant message's tool_calls must be an array");
+      // Templates write the arguments with tojson: an object, as llama.cpp hands them over.
+      for (json& call : calls) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+          continue;
+        json& args = call["function"]["arguments"];
+        if (args.is_string()) {
+          json parsed = json::parse(args.get<std::string>(), nullptr, false);
+          if (!parsed.is_discarded()) args = std::move(parsed);
+        }
+      }
+      turn["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) turn["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) turn["name"] = m.name;
+    turns.push_back(std::move(turn));
+  }
   input["bos_token"] = std::string(bos_text);
   input["eos_token"] = eos_text_;
   input["add_generation_prompt"] = add_generation_prompt;

@@ -1,0 +1,242 @@
+// Tool-call formats: detection from the chat template, the structural-tag constraint that
+// forces a call, and the streaming parser of calls in a reply.
+#include "tool_calls.h"
+
+#include <algorithm>
+
+namespace granule::server {
+namespace {
+
+using json = nlohmann::ordered_json;  // the client's key order, kept
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+
+// The longest suffix of `text` that is a proper prefix of `marker`.
+size_t holdback(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+std::string_view trim_left(std::string_view s) {
+  while (!s.empty() &&
+         (s.front() == ' ' || s.front() == '\n' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  return s;
+}
+
+std::string_view trim(std::string_view s) {
+  s = trim_left(s);
+  while (!s.empty() &&
+         (s.back() == ' ' || s.back() == '\n' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+const json& function_of(const json& tool) {
+  static const json empty = json::object();
+  const auto it = tool.find("function");
+  return it != tool.end() && it->is_object() ? *it : empty;
+}
+
+json parameters_of(const json& tool) {
+  const json& f = function_of(tool);
+  const auto it = f.find("parameters");
+  if (it != f.end() && it->is_object() && !it->empty()) return *it;
+  return json{{"type", "object"}};
+}
+
+}  // namespace
+
+ToolCallFormat tool_call_format(const ChatTemplate& chat_template) {
+  if (chat_template.reasoning_format() == ReasoningFormat::Harmony) return ToolCallFormat::Harmony;
+  switch (chat_template.family()) {
+    case TemplateFamily::Llama3:
+      return ToolCallFormat::Llama3;
+    case TemplateFamily::Mistral:
+      return ToolCallFormat::Mistral;
+    default:
+      return ToolCallFormat::Hermes;  // ChatML (Qwen, Hermes, SmolLM) and the rest
+  }
+}
+
+const char* tool_call_format_name(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::Hermes:
+      return "hermes";
+    case ToolCallFormat::Llama3:
+      return "llama3";
+    case ToolCallFormat::Mistral:
+      return "mistral";
+    case ToolCallFormat::Harmony:
+      return "harmony";
+  }
+  return "unknown";
+}
+
+std::optional<Constraint> tool_call_constraint(ToolCallFormat format, const json& tools,
+                                               const std::string& name, bool parallel) {
+  if (format == ToolCallFormat::Harmony) return std::nullopt;
+  json tags = json::array();
+  for (const json& tool : tools) {
+    const std::string tool_name = function_of(tool).value("name", "");
+    if (tool_name.empty() || (!name.empty() && tool_name != name)) continue;
+    const std::string quoted = json(tool_name).dump();
+    std::string begin, end;
+    switch (format) {
+      case ToolCallFormat::Hermes:
+        begin = std::string(kHermesOpen) + "\n{\"name\": " + quoted + ", \"arguments\": ";
+        end = "}\n" + std::string(kHermesClose);
+        break;
+      case ToolCallFormat::Llama3:
+        begin = "{\"name\": " + quoted + ", \"parameters\": ";
+        end = "}";
+        break;
+      case ToolCallFormat::Mistral:
+        begin = "[{\"name\": " + quoted + ", \"arguments\": ";
+        end = "}]";
+        break;
+      case ToolCallFormat::Harmony:
+        break;
+    }
+    tags.push_back({{"type", "tag"},
+                    {"begin", begin},
+                    {"content", {{"type", "json_schema"}, {"json_schema", parameters_of(tool)}}},
+                    {"end", end}});
+  }
+  if (tags.empty()) return std::nullopt;
+  // Only Hermes writes several calls one after another; the others, one call per reply.
+  const bool several = parallel && format == ToolCallFormat::Hermes;
+  const json format_json = {{"type", "tags_with_separator"},
+                            {"tags", tags},
+                            {"separator", "\n"},
+                            {"at_least_one", true},
+                            {"stop_after_first", !several}};
+  return Constraint::structural_tag(
+      json{{"type", "structural_tag"}, {"format", format_json}}.dump());
+}
+
+ToolCallParser::ToolCallParser(ToolCallFormat format, std::string id_prefix)
+    : format_(format), id_prefix_(std::move(id_prefix)) {}
+
+ToolCallParser::Delta ToolCallParser::push(std::string_view text) {
+  pending_ += text;
+  Delta out;
+  run(out, false);
+  return out;
+}
+
+ToolCallParser::Delta ToolCallParser::finish() {
+  Delta out;
+  run(out, true);
+  return out;
+}
+
+bool ToolCallParser::take_json(std::string_view text, Delta& out) {
+  const json value = json::parse(trim(text), nullptr, /*allow_exceptions=*/false);
+  if (value.is_discarded()) return false;
+  std::vector<json> items;
+  if (value.is_array()) {
+    items.assign(value.begin(), value.end());
+  } else {
+    items.push_back(value);
+  }
+  std::vector<ToolCall> calls;
+  for (const json& item : items) {
+    if (!item.is_object()) return false;
+    const auto name = item.find("name");
+    if (name == item.end() || !name->is_string()) return false;
+    auto args = item.find("arguments");
+    if (args == item.end()) args = item.find("parameters");
+    ToolCall call;
+    call.name = name->get<std::string>();
+    if (args == item.end() || args->is_null()) {
+      call.arguments = "{}";
+    } else if (args->is_string()) {
+      call.arguments = args->get<std::string>();  // already JSON text
+    } else {
+      call.arguments = args->dump();
+    }
+    calls.push_back(std::move(call));
+  }
+  if (calls.empty()) return false;
+  for (ToolCall& call : calls) {
+    call.id = id_prefix_ + "_" + std::to_string(next_index_++);
+    out.calls.push_back(std::move(call));
+  }
+  return true;
+}
+
+void ToolCallParser::run(Delta& out, bool at_end) {
+  if (format_ == ToolCallFormat::Harmony) {  // not parsed: the text as it is
+    out.content += pending_;
+    pending_.clear();
+    return;
+  }
+  if (format_ == ToolCallFormat::Llama3 || format_ == ToolCallFormat::Mistral) {
+    if (at_start_) {
+      const std::string_view head = trim_left(pending_);
+      if (head.empty() && !at_end) return;
+      // The call markers, or a held-back beginning of them.
+      const std::vector<std::string_view> starts =
+          format_ == ToolCallFormat::Llama3
+              ? std::vector<std::string_view>{kPythonTag, "{"}
+              : std::vector<std::string_view>{kMistralMarker, "[{", "[ {"};
+      bool maybe = false;
+      for (std::string_view s : starts) {
+        if (head.starts_with(s)) whole_ = true;
+        if (s.starts_with(head)) maybe = true;
+      }
+      if (!whole_ && maybe && !at_end) return;
+      at_start_ = false;
+    }
+    if (!whole_) {
+      out.content += pending_;
+      pending_.clear();
+      return;
+    }
+    if (!at_end) return;
+    std::string_view body = trim_left(pending_);
+    if (body.starts_with(kPythonTag)) body.remove_prefix(kPythonTag.size());
+    body = trim_left(body);
+    if (body.starts_with(kMistralMarker)) body.remove_prefix(kMistralMarker.size());
+    if (!take_json(body, out)) out.content += pending_;
+    pending_.clear();
+    return;
+  }
+  // Hermes: calls between <tool_call> and </tool_call>, text around them.
+  for (;;) {
+    if (!in_call_) {
+      const size_t open = pending_.find(kHermesOpen);
+      if (open == std::string::npos) {
+        const size_t keep = at_end ? 0 : holdback(pending_, kHermesOpen);
+        out.content += pending_.substr(0, pending_.size() - keep);
+        pending_.erase(0, pending_.size() - keep);
+        return;
+      }
+      out.content += pending_.substr(0, open);
+      pending_.erase(0, open + kHermesOpen.size());
+      in_call_ = true;
+    }
+    const size_t close = pending_.find(kHermesClose);
+    if (close == std::string::npos) {
+      if (!at_end) return;
+      // The reply ended inside a call: a complete JSON is still a call, else it is text.
+      if (!take_json(pending_, out)) out.content += std::string(kHermesOpen) + pending_;
+      pending_.clear();
+      in_call_ = false;
+      return;
+    }
+    const std::string body = pending_.substr(0, close);
+    if (!take_json(body, out))
+      out.content += std::string(kHermesOpen) + body + std::string(kHermesClose);
+    pending_.erase(0, close + kHermesClose.size());
+    in_call_ = false;
+  }
+}
+
+}  // namespace granule::server

@@ -1,0 +1,74 @@
+// OpenAI tool calling over the chat templates' own formats: which format a model writes its
+// calls in, the constraint that makes it write one (tool_choice required or a named function),
+// and the parser that turns its reply back into OpenAI `tool_calls`, whole or while streaming.
+// Pure functions and a small state machine, tested without a server or a model.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "granule/chat_template.h"
+#include "granule/constraint.h"
+
+namespace granule::server {
+
+// How a model writes a tool call in its reply.
+enum class ToolCallFormat {
+  Hermes,   // Hermes / Qwen: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
+  Llama3,   // Llama 3.1+: {"name": ..., "parameters": {...}} as the whole reply
+  Mistral,  // Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
+  Harmony,  // gpt-oss: a commentary message to=functions.NAME (not parsed yet)
+};
+ToolCallFormat tool_call_format(const ChatTemplate& chat_template);
+const char* tool_call_format_name(ToolCallFormat format);
+
+struct ToolCall {
+  std::string id;  // "call_<request>_<index>"
+  std::string name;
+  std::string arguments;  // a JSON object's text, as OpenAI sends it
+};
+
+// tool_choice: none (tools never called), auto (the model decides), required (at least one
+// call), or one named function.
+enum class ToolChoice { None, Auto, Required, Named };
+
+// The constraint that makes the reply one call (or, with `parallel`, one or more calls) in
+// `format`, of the tool named `name` or, when empty, any of `tools` (OpenAI's tool array).
+// nullopt when the format cannot be constrained (harmony, whose markers are control tokens).
+std::optional<Constraint> tool_call_constraint(ToolCallFormat format,
+                                               const nlohmann::ordered_json& tools,
+                                               const std::string& name, bool parallel);
+
+// Splits a streamed reply into its text and its tool calls. Text that may begin a call is held
+// back until it is known not to; a call is released once complete.
+class ToolCallParser {
+ public:
+  // `id_prefix` names the calls: "<id_prefix>_<index>".
+  ToolCallParser(ToolCallFormat format, std::string id_prefix);
+
+  struct Delta {
+    std::string content;
+    std::vector<ToolCall> calls;
+  };
+  Delta push(std::string_view text);
+  Delta finish();  // the end of the reply: what was held back (an unfinished call as text)
+  int calls() const { return next_index_; }
+
+ private:
+  void run(Delta& out, bool at_end);
+  // Parses one call's JSON (Hermes, Llama 3) or array of calls (Mistral) into `out`; false
+  // when it is not a call.
+  bool take_json(std::string_view text, Delta& out);
+
+  ToolCallFormat format_;
+  std::string id_prefix_;
+  std::string pending_;
+  bool at_start_ = true;  // Llama 3 / Mistral: nothing but whitespace released yet
+  bool in_call_ = false;  // Hermes: after <tool_call>
+  bool whole_ = false;    // Llama 3 / Mistral: the reply is a call; kept whole until the end
+  int next_index_ = 0;
+};
+
+}  // namespace granule::server
