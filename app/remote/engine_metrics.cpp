@@ -8,7 +8,7 @@ namespace granule::remote {
 namespace {
 
 std::optional<double> first(const PrometheusText& t, std::initializer_list<std::string_view> names,
-                             bool mean = false) {
+                            bool mean = false) {
   for (std::string_view name : names) {
     const std::optional<double> v = mean ? t.mean(name) : t.sum(name);
     if (v) return v;
@@ -20,11 +20,16 @@ std::optional<double> first(const PrometheusText& t, std::initializer_list<std::
 
 const char* metrics_dialect_name(MetricsDialect dialect) {
   switch (dialect) {
-    case MetricsDialect::None: return "none";
-    case MetricsDialect::Vllm: return "vLLM";
-    case MetricsDialect::Sglang: return "SGLang";
-    case MetricsDialect::LlamaServer: return "llama-server";
-    case MetricsDialect::Granule: return "Granule";
+    case MetricsDialect::None:
+      return "none";
+    case MetricsDialect::Vllm:
+      return "vLLM";
+    case MetricsDialect::Sglang:
+      return "SGLang";
+    case MetricsDialect::LlamaServer:
+      return "llama-server";
+    case MetricsDialect::Granule:
+      return "Granule";
   }
   return "?";
 }
@@ -77,17 +82,22 @@ EngineMetrics read_engine_metrics(const PrometheusText& t) {
 
 EngineRates engine_rates(const EngineMetrics& before, const EngineMetrics& now, double seconds) {
   EngineRates r;
-  auto rate = [&](const std::optional<double>& a, const std::optional<double>& b) -> std::optional<double> {
+  auto rate = [&](const std::optional<double>& a,
+                  const std::optional<double>& b) -> std::optional<double> {
     // A counter that went down means the server restarted: no rate for this interval.
     if (!a || !b || seconds <= 0 || *b < *a) return std::nullopt;
     return (*b - *a) / seconds;
   };
   r.prompt_tokens_per_second = rate(before.prompt_tokens_total, now.prompt_tokens_total);
   if (!r.prompt_tokens_per_second) r.prompt_tokens_per_second = now.prompt_tokens_per_second;
-  r.generation_tokens_per_second = rate(before.generation_tokens_total, now.generation_tokens_total);
-  if (!r.generation_tokens_per_second) r.generation_tokens_per_second = now.generation_tokens_per_second;
-  const std::optional<double> queries = rate(before.prefix_cache_queries_total, now.prefix_cache_queries_total);
-  const std::optional<double> hits = rate(before.prefix_cache_hits_total, now.prefix_cache_hits_total);
+  r.generation_tokens_per_second =
+      rate(before.generation_tokens_total, now.generation_tokens_total);
+  if (!r.generation_tokens_per_second)
+    r.generation_tokens_per_second = now.generation_tokens_per_second;
+  const std::optional<double> queries =
+      rate(before.prefix_cache_queries_total, now.prefix_cache_queries_total);
+  const std::optional<double> hits =
+      rate(before.prefix_cache_hits_total, now.prefix_cache_hits_total);
   if (queries && hits && *queries > 0) {
     r.prefix_cache_hit_fraction = *hits / *queries;
   } else {

@@ -18,9 +18,9 @@ struct EngineMetrics {
   MetricsDialect dialect = MetricsDialect::None;
   std::optional<double> requests_running;
   std::optional<double> requests_waiting;
-  std::optional<double> kv_usage_fraction;        // 0..1 of the engine's KV cache in use
-  std::optional<double> kv_used_bytes;            // Granule only: bytes, not a fraction
-  std::optional<double> prompt_tokens_total;      // counters, for the rates below
+  std::optional<double> kv_usage_fraction;    // 0..1 of the engine's KV cache in use
+  std::optional<double> kv_used_bytes;        // Granule only: bytes, not a fraction
+  std::optional<double> prompt_tokens_total;  // counters, for the rates below
   std::optional<double> generation_tokens_total;
   std::optional<double> prefix_cache_queries_total;  // tokens looked up in the prefix cache
   std::optional<double> prefix_cache_hits_total;     // of those, found

@@ -37,24 +37,38 @@ std::string trim_slashes(std::string url) {
 }
 
 bool ends_with(const std::string& text, std::string_view tail) {
-  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+  return text.size() >= tail.size() &&
+         text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 const char* reason_phrase(long status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "";
   }
 }
 
@@ -62,8 +76,8 @@ const char* reason_phrase(long status) {
 struct Transfer {
   long status = 0;
   std::optional<int32_t> retry_after;
-  std::string error_body;  // a non-2xx body, for its message
-  std::string body;        // a 2xx body when not streamed
+  std::string error_body;                        // a non-2xx body, for its message
+  std::string body;                              // a 2xx body when not streamed
   std::function<void(std::string_view)> stream;  // a 2xx body as it arrives, when set
   const std::atomic<bool>* cancel = nullptr;
   bool cancelled = false;
@@ -74,7 +88,8 @@ size_t on_header(char* data, size_t size, size_t count, void* user) {
   const std::string_view line(data, size * count);
   if (line.rfind("HTTP/", 0) == 0) {
     const size_t space = line.find(' ');
-    if (space != std::string_view::npos) t->status = std::atol(std::string(line.substr(space + 1, 3)).c_str());
+    if (space != std::string_view::npos)
+      t->status = std::atol(std::string(line.substr(space + 1, 3)).c_str());
     t->retry_after.reset();
   } else if (line.size() > 12) {
     std::string name(line.substr(0, 12));
@@ -126,7 +141,8 @@ CURLcode perform(const Endpoint& endpoint, const std::string& url, const std::st
   if (h.curl == nullptr) return CURLE_FAILED_INIT;
   curl_easy_setopt(h.curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(h.curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h.curl, CURLOPT_CONNECTTIMEOUT, static_cast<long>(endpoint.connect_timeout_seconds));
+  curl_easy_setopt(h.curl, CURLOPT_CONNECTTIMEOUT,
+                   static_cast<long>(endpoint.connect_timeout_seconds));
   // A stall: under one byte a second for stall_seconds. A keep-alive comment resets it.
   curl_easy_setopt(h.curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(h.curl, CURLOPT_LOW_SPEED_TIME, static_cast<long>(stall_seconds));
@@ -144,7 +160,8 @@ CURLcode perform(const Endpoint& endpoint, const std::string& url, const std::st
   if (post_body != nullptr) {
     h.headers = curl_slist_append(h.headers, "Content-Type: application/json");
     curl_easy_setopt(h.curl, CURLOPT_POSTFIELDS, post_body->c_str());
-    curl_easy_setopt(h.curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(post_body->size()));
+    curl_easy_setopt(h.curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(post_body->size()));
   }
   if (event_stream) h.headers = curl_slist_append(h.headers, "Accept: text/event-stream");
   curl_easy_setopt(h.curl, CURLOPT_HTTPHEADER, h.headers);
@@ -200,15 +217,24 @@ bool Fault::retryable() const {
 
 const char* fault_kind_name(FaultKind kind) {
   switch (kind) {
-    case FaultKind::None: return "none";
-    case FaultKind::Unreachable: return "unreachable";
-    case FaultKind::Unauthorized: return "unauthorized";
-    case FaultKind::RateLimited: return "rate limited";
-    case FaultKind::ServerError: return "server error";
-    case FaultKind::Rejected: return "rejected";
-    case FaultKind::StreamCut: return "stream cut";
-    case FaultKind::Stalled: return "stalled";
-    case FaultKind::Protocol: return "protocol";
+    case FaultKind::None:
+      return "none";
+    case FaultKind::Unreachable:
+      return "unreachable";
+    case FaultKind::Unauthorized:
+      return "unauthorized";
+    case FaultKind::RateLimited:
+      return "rate limited";
+    case FaultKind::ServerError:
+      return "server error";
+    case FaultKind::Rejected:
+      return "rejected";
+    case FaultKind::StreamCut:
+      return "stream cut";
+    case FaultKind::Stalled:
+      return "stalled";
+    case FaultKind::Protocol:
+      return "protocol";
   }
   return "?";
 }
@@ -223,11 +249,16 @@ ServerKind server_kind(std::string_view owned_by) {
 
 const char* server_kind_name(ServerKind kind) {
   switch (kind) {
-    case ServerKind::Vllm: return "vLLM";
-    case ServerKind::Sglang: return "SGLang";
-    case ServerKind::LlamaServer: return "llama-server";
-    case ServerKind::Granule: return "Granule";
-    case ServerKind::Unknown: return "an OpenAI-compatible server";
+    case ServerKind::Vllm:
+      return "vLLM";
+    case ServerKind::Sglang:
+      return "SGLang";
+    case ServerKind::LlamaServer:
+      return "llama-server";
+    case ServerKind::Granule:
+      return "Granule";
+    case ServerKind::Unknown:
+      return "an OpenAI-compatible server";
   }
   return "?";
 }
@@ -329,7 +360,8 @@ ModelList OpenAiClient::list_models() const {
   ModelList out;
   Transfer t;
   const std::string url = api_base() + "/models";
-  const CURLcode code = perform(endpoint_, url, nullptr, false, t, endpoint_.connect_timeout_seconds + 20);
+  const CURLcode code =
+      perform(endpoint_, url, nullptr, false, t, endpoint_.connect_timeout_seconds + 20);
   out.fault = transport_fault(code, t, t.status != 0, endpoint_.connect_timeout_seconds + 20, url);
   if (out.fault) return out;
   if (t.status < 200 || t.status >= 300) {
@@ -346,7 +378,8 @@ ModelList OpenAiClient::list_models() const {
     if (!m.is_object() || !m.contains("id") || !m["id"].is_string()) continue;
     RemoteModel model;
     model.id = m["id"].get<std::string>();
-    if (m.contains("owned_by") && m["owned_by"].is_string()) model.owned_by = m["owned_by"].get<std::string>();
+    if (m.contains("owned_by") && m["owned_by"].is_string())
+      model.owned_by = m["owned_by"].get<std::string>();
     model.context_tokens = context_of(m);
     out.models.push_back(std::move(model));
   }
@@ -357,7 +390,7 @@ ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCal
                                      const std::atomic<bool>* cancel) const {
   ChatResult result;
   const Clock::time_point start = Clock::now();
-  bool done = false;         // "data: [DONE]"
+  bool done = false;  // "data: [DONE]"
   bool got_delta = false;
   Fault protocol;
   SseStream sse([&](const SseEvent& event) {
@@ -374,8 +407,9 @@ ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCal
     if (chunk.contains("error")) {  // an error reported inside a 200 stream
       const Fault f = http_fault(500, event.data, std::nullopt);
       protocol.kind = FaultKind::ServerError;
-      protocol.message = "the server reported an error mid-answer: " +
-                         f.message.substr(f.message.find(':') == std::string::npos ? 0 : f.message.find(':') + 2);
+      protocol.message =
+          "the server reported an error mid-answer: " +
+          f.message.substr(f.message.find(':') == std::string::npos ? 0 : f.message.find(':') + 2);
       return;
     }
     if (chunk.contains("usage") && chunk["usage"].is_object()) {
@@ -397,7 +431,9 @@ ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCal
           if (delta.contains(key) && delta[key].is_string()) {
             const std::string text = delta[key].get<std::string>();
             if (text.empty()) continue;
-            if (!got_delta) result.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+            if (!got_delta)
+              result.first_token_seconds =
+                  std::chrono::duration<double>(Clock::now() - start).count();
             got_delta = true;
             result.reasoning += text;
             if (callbacks.on_reasoning) callbacks.on_reasoning(text);
@@ -407,7 +443,9 @@ ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCal
         if (delta.contains("content") && delta["content"].is_string()) {
           const std::string text = delta["content"].get<std::string>();
           if (!text.empty()) {
-            if (!got_delta) result.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+            if (!got_delta)
+              result.first_token_seconds =
+                  std::chrono::duration<double>(Clock::now() - start).count();
             got_delta = true;
             result.content += text;
             if (callbacks.on_content) callbacks.on_content(text);
@@ -424,7 +462,8 @@ ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCal
   t.cancel = cancel;
   t.stream = [&](std::string_view bytes) { sse.feed(bytes); };
   const std::string url = api_base() + "/chat/completions";
-  const CURLcode code = perform(endpoint_, url, &body.json, true, t, endpoint_.stall_timeout_seconds);
+  const CURLcode code =
+      perform(endpoint_, url, &body.json, true, t, endpoint_.stall_timeout_seconds);
   result.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.cancelled = t.cancelled;
   if (t.cancelled) return result;

@@ -32,7 +32,8 @@ void SseStream::line(std::string_view text) {
   if (text.front() == ':') return;  // a comment (servers send them as keep-alives)
   const size_t colon = text.find(':');
   std::string_view field = text.substr(0, colon);
-  std::string_view value = colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
+  std::string_view value =
+      colon == std::string_view::npos ? std::string_view{} : text.substr(colon + 1);
   if (!value.empty() && value.front() == ' ') value.remove_prefix(1);
   if (field == "data") {
     if (has_data_) data_.push_back('\n');
