@@ -189,7 +189,10 @@ int run_remote_chat(const RemoteChatOptions& remote_options, const GenerationOpt
       result = client.stream_chat(request, callbacks, &g_stop);
     }
     if (reasoning_open) std::fputs(terminal ? "\x1b[0m" : "\n</think>", stdout);
-    std::fputs("\n", stdout);
+    // Ends the answer's line; a turn that printed nothing (refused at once) prints nothing.
+    if (!result.content.empty() || (show_reasoning && !result.reasoning.empty())) {
+      std::fputs("\n", stdout);
+    }
     std::fflush(stdout);
     if (result.fault && !retrying_failed) ++unanswered_turns;
     if (!result.fault && retrying_failed) --unanswered_turns;
