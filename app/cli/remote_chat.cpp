@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "remote/engine_metrics.h"
 #include "remote/openai_client.h"
 
 namespace granule::cli {
@@ -43,12 +45,47 @@ constexpr const char* kHelp =
     "Commands (a line that is one of these is not sent to the model):\n"
     "  /help           this list\n"
     "  /retry          send the last turn again (after a fault, or for another answer)\n"
+    "  /metrics        the server's load from its Prometheus /metrics, where it has them\n"
     "  /reset          forget the conversation (the system prompt stays)\n"
     "  /exit, /quit    leave (so does end of input, Ctrl-D)\n"
     "Ctrl-C stops a reply; what arrived stays in the conversation.\n";
 
 bool is_command(const std::string& line) {
   return line.size() > 1 && line[0] == '/' && line.find_first_of(" \t") == std::string::npos;
+}
+
+std::string shown(const std::optional<double>& value, const char* format) {
+  if (!value) return "unavailable";
+  char text[64];
+  std::snprintf(text, sizeof text, format, *value);
+  return text;
+}
+
+// One line of what the window's panels show: "unavailable" where the server has no series.
+void print_metrics(const remote::OpenAiClient& client) {
+  const remote::OpenAiClient::MetricsText text = client.fetch_metrics();
+  if (text.fault) {
+    std::fprintf(stderr, "granule-cli: metrics: %s\n", text.fault.message.c_str());
+    return;
+  }
+  const remote::EngineMetrics m = remote::read_engine_metrics(text.text);
+  if (m.dialect == remote::MetricsDialect::None) {
+    std::fputs("granule-cli: metrics: no vllm:, sglang:, llamacpp: or granule_ series\n", stderr);
+    return;
+  }
+  const std::optional<double> kv_percent =
+      m.kv_usage_fraction ? std::optional<double>(*m.kv_usage_fraction * 100) : std::nullopt;
+  const std::optional<double> kv_mib =
+      m.kv_used_bytes ? std::optional<double>(*m.kv_used_bytes / (1024.0 * 1024.0)) : std::nullopt;
+  std::fprintf(stderr,
+               "metrics (%s): running %s, waiting %s, KV usage %s, KV %s, prompt tokens %s, "
+               "generated tokens %s, generation %s, prefix cache hits %s\n",
+               remote::metrics_dialect_name(m.dialect), shown(m.requests_running, "%.0f").c_str(),
+               shown(m.requests_waiting, "%.0f").c_str(), shown(kv_percent, "%.1f%%").c_str(),
+               shown(kv_mib, "%.1f MiB").c_str(), shown(m.prompt_tokens_total, "%.0f").c_str(),
+               shown(m.generation_tokens_total, "%.0f").c_str(),
+               shown(m.generation_tokens_per_second, "%.1f tok/s").c_str(),
+               shown(m.prefix_cache_hits_total, "%.0f tokens").c_str());
 }
 
 std::vector<remote::RemoteMessage> fresh_history(const GenerationOptions& options) {
@@ -147,6 +184,8 @@ int run_remote_chat(const RemoteChatOptions& remote_options, const GenerationOpt
         } else if (line == "/reset") {
           history = fresh_history(options);
           std::fputs("(history cleared)\n", stderr);
+        } else if (line == "/metrics") {
+          print_metrics(client);
         } else if (line == "/retry") {
           // Back to the last user turn: its answer (cut or whole) goes, the turn is sent again.
           while (!history.empty() && history.back().role == "assistant") history.pop_back();

@@ -72,6 +72,7 @@ EngineMetrics read_engine_metrics(const PrometheusText& t) {
     m.kv_used_bytes = t.sum("granule_kv_committed_bytes");
     // Granule's KV is committed on demand, not a fixed pool: bytes, no usage fraction. It
     // counts reused prompt tokens but not the prompt tokens computed, so no hit rate.
+    m.prefix_cache_hits_total = t.sum("granule_prompt_tokens_reused_total");
     m.generation_tokens_total = t.sum("granule_server_completion_tokens_total");
     m.prompt_tokens_per_second = t.sum("granule_prompt_tokens_per_second");
     m.generation_tokens_per_second = t.sum("granule_decode_tokens_per_second");

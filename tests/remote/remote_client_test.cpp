@@ -128,6 +128,8 @@ TEST(EngineMetrics, GranuleReportsBytesNotAFraction) {
   EXPECT_EQ(*m.generation_tokens_total, 20);
   EXPECT_GT(*m.generation_tokens_per_second, 0);
   EXPECT_FALSE(m.kv_usage_fraction.has_value());
+  EXPECT_TRUE(m.prefix_cache_hits_total.has_value());
+  EXPECT_FALSE(m.prefix_cache_queries_total.has_value());
 }
 
 TEST(EngineMetrics, NoKnownSeriesIsNoDialect) {
