@@ -115,11 +115,11 @@ int main(int argc, char** argv) {
   granule::app::Application granule_app(
       granule::app::remoteAwareEngineFactory(granule::app::granuleEngineFactory(), {}),
 #else
-  granule::app::Application granule_app(granule::app::granuleEngineFactory(),
+  granule::app::Application granule_app(
+      granule::app::granuleEngineFactory(),
 #endif
-                                        cli.isSet(database_option)
-                                            ? cli.value(database_option)
-                                            : granule::app::ChatStore::defaultPath());
+      cli.isSet(database_option) ? cli.value(database_option)
+                                 : granule::app::ChatStore::defaultPath());
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
   if (cli.isSet(theme_option)) granule_app.windowSettings()->setTheme(cli.value(theme_option));

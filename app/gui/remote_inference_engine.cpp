@@ -45,7 +45,12 @@ RemoteInferenceEngine::RemoteInferenceEngine(const RemoteModelRef& ref, const st
                                              bool poll_metrics)
     : client_(remote::Endpoint{ref.base_url, api_key}), model_(ref.model) {
   const remote::ModelList models = client_.list_models();
-  if (models.fault) throw Error(client_.api_base() + ": " + models.fault.message);
+  if (models.fault) {
+    // An unreachable host's message names the URL already.
+    throw Error(models.fault.kind == remote::FaultKind::Unreachable
+                    ? models.fault.message
+                    : client_.api_base() + ": " + models.fault.message);
+  }
   const remote::RemoteModel* found = nullptr;
   std::string names;
   for (const remote::RemoteModel& m : models.models) {
@@ -53,8 +58,8 @@ RemoteInferenceEngine::RemoteInferenceEngine(const RemoteModelRef& ref, const st
     if (m.id == ref.model) found = &m;
   }
   if (found == nullptr) {
-    throw Error(client_.api_base() + " has no model " + ref.model + "; it serves: " +
-                (names.empty() ? "no models" : names));
+    throw Error(client_.api_base() + " has no model " + ref.model +
+                "; it serves: " + (names.empty() ? "no models" : names));
   }
   server_ = remote::server_kind(found->owned_by);
   info_.path = QString::fromStdString(remoteModelRefText(ref));
@@ -208,7 +213,7 @@ void RemoteInferenceEngine::pollMetrics() {
     const remote::OpenAiClient::MetricsText text = client_.fetch_metrics();
     const Clock::time_point now = Clock::now();
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       if (text.fault) {
         metrics_ = {};
         metrics_.error = text.fault.message;
@@ -216,8 +221,10 @@ void RemoteInferenceEngine::pollMetrics() {
         const remote::EngineMetrics m = remote::read_engine_metrics(text.text);
         metrics_.dialect = m.dialect;
         metrics_.metrics = m;
-        metrics_.rates = before ? remote::engine_rates(*before, m, std::chrono::duration<double>(now - before_at).count())
-                                : remote::EngineRates{};
+        metrics_.rates =
+            before ? remote::engine_rates(*before, m,
+                                          std::chrono::duration<double>(now - before_at).count())
+                   : remote::EngineRates{};
         metrics_.error = m.dialect == remote::MetricsDialect::None
                              ? "the server's /metrics has no series this window reads"
                              : "";
@@ -228,6 +235,27 @@ void RemoteInferenceEngine::pollMetrics() {
       if (wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
     }
   }
+}
+
+QVariantMap RemoteInferenceEngine::remoteMetrics() const {
+  const RemoteMetricsView v = metricsView();
+  QVariantMap out;
+  out.insert(QStringLiteral("server"), QString::fromUtf8(remote::server_kind_name(server_)));
+  out.insert(QStringLiteral("endpoint"), QString::fromStdString(client_.server_root()));
+  out.insert(QStringLiteral("error"), QString::fromStdString(v.error));
+  auto put = [&](const char* name, const std::optional<double>& value) {
+    if (value) out.insert(QString::fromLatin1(name), *value);  // absent: unavailable
+  };
+  put("running", v.metrics.requests_running);
+  put("waiting", v.metrics.requests_waiting);
+  put("kvUsage", v.metrics.kv_usage_fraction);
+  put("kvBytes", v.metrics.kv_used_bytes);
+  put("promptTokensPerSecond", v.rates.prompt_tokens_per_second);
+  put("generationTokensPerSecond", v.rates.generation_tokens_per_second);
+  put("prefixCacheHits", v.rates.prefix_cache_hit_fraction);
+  put("prefixReusedTokens", v.metrics.prefix_cache_hits_total);
+  put("preemptions", v.metrics.preemptions_total);
+  return out;
 }
 
 RemoteMetricsView RemoteInferenceEngine::metricsView() const {
@@ -262,7 +290,8 @@ EngineFactory remoteAwareEngineFactory(EngineFactory local,
     const std::optional<RemoteModelRef> ref = parseRemoteModelRef(model.string());
     if (!ref) return local(model, options, stage);
     stage(0.2, QStringLiteral("Asking the server for its models"));
-    auto engine = std::make_unique<RemoteInferenceEngine>(*ref, api_key_for ? api_key_for(ref->base_url) : "");
+    auto engine = std::make_unique<RemoteInferenceEngine>(
+        *ref, api_key_for ? api_key_for(ref->base_url) : "");
     stage(1.0, QStringLiteral("Ready"));
     return engine;
   };

@@ -54,6 +54,7 @@ class RemoteInferenceEngine final : public InferenceEngine {
   TelemetrySnapshot telemetry() const override;
   void set_vram_budget(uint64_t bytes) override;
   RemoteMetricsView metricsView() const;
+  QVariantMap remoteMetrics() const override;
 
  private:
   struct Event {
@@ -69,7 +70,8 @@ class RemoteInferenceEngine final : public InferenceEngine {
     std::thread thread;
   };
 
-  void stream(SequenceId id, remote::ChatRequest request, std::shared_ptr<std::atomic<bool>> cancel);
+  void stream(SequenceId id, remote::ChatRequest request,
+              std::shared_ptr<std::atomic<bool>> cancel);
   void pollMetrics();
 
   remote::OpenAiClient client_;

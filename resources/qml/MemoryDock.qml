@@ -55,6 +55,13 @@ Rectangle {
         ColumnLayout {
             width: parent.width
             spacing: Theme.spacing
+            RemotePanel {
+                // Only while the chats run on a server: its own load, from its /metrics.
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
+                telemetry: dock.telemetry
+            }
             MemoryPanel {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing

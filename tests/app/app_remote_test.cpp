@@ -35,7 +35,8 @@ struct Child {
     t.start();
     while (!process->canReadLine() && t.elapsed() < 60000) process->waitForReadyRead(500);
     const QString line = QString::fromUtf8(process->readLine());
-    const QRegularExpressionMatch m = QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(line);
+    const QRegularExpressionMatch m =
+        QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(line);
     if (!m.hasMatch()) return false;
     port = m.captured(1).toInt();
     return true;
@@ -128,10 +129,11 @@ class RemoteTest : public QObject {
   void initTestCase() {
     model_ = defaultModel();
     if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
-    QVERIFY(server_.start(QStringLiteral(GRANULE_CLI),
-                          {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-                           QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-                           QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    QVERIFY(server_.start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
     modelId_ = QFileInfo(model_).completeBaseName();
   }
 
@@ -174,7 +176,9 @@ class RemoteTest : public QObject {
   void stopEndsTheReplyAndKeepsItsText() {
     ThreadedWorker w(remoteAwareEngineFactory({}, {}));
     QCOMPARE(w.load(ref(server_.port)), QString());
-    w.call([wk = w.worker] { wk->submit(turn(3, QStringLiteral("Write a long story about a cat."), 400)); });
+    w.call([wk = w.worker] {
+      wk->submit(turn(3, QStringLiteral("Write a long story about a cat."), 400));
+    });
     QTRY_VERIFY_WITH_TIMEOUT(!textOf(w.tokens, 3).isEmpty(), 60000);
     w.call([wk = w.worker] { wk->cancel(3); });
     QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 3), 30000);
@@ -185,20 +189,23 @@ class RemoteTest : public QObject {
 
   void aCutStreamFailsInOneLineWithThePartialAnswerKept() {
     Child proxy;
-    QVERIFY(proxy.start(QStringLiteral("python3"),
-                        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
-                         QStringLiteral("--idle"), QStringLiteral("60")}));
+    QVERIFY(proxy.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
+         QStringLiteral("--idle"), QStringLiteral("60")}));
     ThreadedWorker w(remoteAwareEngineFactory({}, {}));
     QCOMPARE(w.load(ref(proxy.port)), QString());  // its /v1/models passes
     const std::string url = "http://127.0.0.1:" + std::to_string(proxy.port) + "/__fault/drop:700";
     QProcess curl;
-    curl.start(QStringLiteral("curl"), {QStringLiteral("-s"), QStringLiteral("-XPOST"), QString::fromStdString(url)});
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-s"), QStringLiteral("-XPOST"), QString::fromStdString(url)});
     QVERIFY(curl.waitForFinished(10000));
     w.call([wk = w.worker] { wk->submit(turn(4, QStringLiteral("Say hello."), 48)); });
     QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 4), 60000);
     const GenerationResult r = resultOf(w.finished, 4);
     QVERIFY(r.end == GenerationEnd::Failed);
-    QVERIFY2(r.error.contains(QStringLiteral("the answer is cut where it stopped")), qPrintable(r.error));
+    QVERIFY2(r.error.contains(QStringLiteral("the answer is cut where it stopped")),
+             qPrintable(r.error));
     QVERIFY2(!r.error.contains(QLatin1Char('\n')), qPrintable(r.error));
     QVERIFY(!textOf(w.tokens, 4).isEmpty());
   }
@@ -206,14 +213,16 @@ class RemoteTest : public QObject {
   void anUnreachableEndpointFailsToLoadInOneLine() {
     ThreadedWorker w(remoteAwareEngineFactory({}, {}));
     const QString error = w.load(QStringLiteral("http://127.0.0.1:1/v1#m"));
-    QVERIFY2(error.contains(QStringLiteral("cannot reach http://127.0.0.1:1/v1/models")), qPrintable(error));
+    QVERIFY2(error.contains(QStringLiteral("cannot reach http://127.0.0.1:1/v1/models")),
+             qPrintable(error));
     QVERIFY(!error.contains(QLatin1Char('\n')));
   }
 
   void metricsOfAGranuleServer() {
     const auto r = parseRemoteModelRef(ref(server_.port).toStdString());
     RemoteInferenceEngine engine(*r, "");
-    QTRY_VERIFY_WITH_TIMEOUT(engine.metricsView().dialect == granule::remote::MetricsDialect::Granule, 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        engine.metricsView().dialect == granule::remote::MetricsDialect::Granule, 5000);
     const RemoteMetricsView v = engine.metricsView();
     QVERIFY(v.metrics.requests_running.has_value());
     QVERIFY(v.metrics.generation_tokens_total.has_value());
