@@ -201,6 +201,8 @@ int run_remote_chat(const RemoteChatOptions& remote_options, const GenerationOpt
         continue;
       }
       if (line.empty()) continue;
+      // A turn that failed before any answer and was not retried gives way to this one.
+      if (!history.empty() && history.back().role == "user") history.pop_back();
       history.push_back({"user", line});
     }
     retrying_failed = pending_retry && last_turn_failed;
@@ -246,6 +248,11 @@ int run_remote_chat(const RemoteChatOptions& remote_options, const GenerationOpt
     // what the user saw; /retry takes it out again.
     if (!result.content.empty() || (!result.fault && !result.cancelled)) {
       history.push_back({"assistant", result.content});
+    } else if (result.cancelled) {
+      history.pop_back();  // stopped before any answer: as if the turn was not sent
+    }
+    if (result.cancelled && !result.usage) {
+      std::fputs("stop: cancelled (the server's token counts went with the stream)\n", stderr);
     }
     if (!options.quiet_stats && result.usage) {
       const remote::Usage& u = *result.usage;

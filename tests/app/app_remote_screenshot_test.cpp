@@ -59,8 +59,8 @@ bool waitHealthy(const QString& url, int within_ms) {
   t.start();
   while (t.elapsed() < within_ms) {
     QProcess curl;
-    curl.start(QStringLiteral("curl"), {QStringLiteral("-sf"), QStringLiteral("-o"),
-                                        QStringLiteral("/dev/null"), url});
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-sf"), QStringLiteral("-o"), QStringLiteral("/dev/null"), url});
     if (curl.waitForFinished(5000) && curl.exitCode() == 0) return true;
     QTest::qWait(300);
   }
@@ -86,7 +86,8 @@ class RemoteScreenshotTest : public QObject {
   // Chats once on the server at `port` (model id `model_id`) and saves `name`.
   void shoot(int port, const QString& model_id, const QString& name, const QString& server_name) {
     QTemporaryDir dir;
-    Application app(remoteAwareEngineFactory({}, {}), dir.filePath(QStringLiteral("granule.sqlite")));
+    Application app(remoteAwareEngineFactory({}, {}),
+                    dir.filePath(QStringLiteral("granule.sqlite")));
     QQmlApplicationEngine qml;
     qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
     qml.setInitialProperties(app.windowProperties());
@@ -98,28 +99,34 @@ class RemoteScreenshotTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 60000);
     // Another client of the same server, streaming a long answer meanwhile.
     QProcess other;
-    other.start(QStringLiteral("curl"),
-                {QStringLiteral("-sN"), QStringLiteral("http://127.0.0.1:%1/v1/chat/completions").arg(port),
-                 QStringLiteral("-H"), QStringLiteral("Content-Type: application/json"), QStringLiteral("-d"),
-                 QStringLiteral(R"({"model":"%1","messages":[{"role":"user","content":"Tell a long story about a lighthouse."}],"max_tokens":300,"stream":true})")
-                     .arg(model_id)});
+    other.start(
+        QStringLiteral("curl"),
+        {QStringLiteral("-sN"), QStringLiteral("http://127.0.0.1:%1/v1/chat/completions").arg(port),
+         QStringLiteral("-H"), QStringLiteral("Content-Type: application/json"),
+         QStringLiteral("-d"),
+         QStringLiteral(
+             R"({"model":"%1","messages":[{"role":"user","content":"Tell a long story about a lighthouse."}],"max_tokens":300,"stream":true})")
+             .arg(model_id)});
     ChatController* chats = app.chats();
     chats->newChat();
     chats->send(QStringLiteral("Explain what a KV cache is, in three sentences."));
     QTRY_VERIFY_WITH_TIMEOUT(chats->generatingCount() == 0, 120000);
     // The panel after at least two scrapes (one a second), the other client still running.
     QQuickItem* running = nullptr;
-    QTRY_VERIFY_WITH_TIMEOUT((running = findItem(window->contentItem(), QStringLiteral("remoteRunning"))) != nullptr,
-                             10000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        (running = findItem(window->contentItem(), QStringLiteral("remoteRunning"))) != nullptr,
+        10000);
     QTest::qWait(2500);
     const QVariantMap remote = app.telemetry()->latest().remote;
     QCOMPARE(remote.value(QStringLiteral("server")).toString(), server_name);
-    QVERIFY2(remote.contains(QStringLiteral("running")), qPrintable(remote.value(QStringLiteral("error")).toString()));
+    QVERIFY2(remote.contains(QStringLiteral("running")),
+             qPrintable(remote.value(QStringLiteral("error")).toString()));
     qInfo("%s: running %s, waiting %s, KV usage %s, generation %s tok/s", qPrintable(server_name),
           qPrintable(remote.value(QStringLiteral("running")).toString()),
           qPrintable(remote.value(QStringLiteral("waiting")).toString()),
-          remote.contains(QStringLiteral("kvUsage")) ? qPrintable(remote.value(QStringLiteral("kvUsage")).toString())
-                                                     : "unavailable",
+          remote.contains(QStringLiteral("kvUsage"))
+              ? qPrintable(remote.value(QStringLiteral("kvUsage")).toString())
+              : "unavailable",
           qPrintable(remote.value(QStringLiteral("generationTokensPerSecond")).toString()));
     const QImage image = window->grabWindow();
     QVERIFY(!image.isNull());
@@ -141,21 +148,24 @@ class RemoteScreenshotTest : public QObject {
   void initTestCase() {
     QQuickStyle::setStyle(QStringLiteral("Fusion"));
     model_ = dataHome() + QStringLiteral("/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if (!QFile::exists(model_)) QSKIP("the default model is absent (bash packaging/setup.sh model)");
+    if (!QFile::exists(model_))
+      QSKIP("the default model is absent (bash packaging/setup.sh model)");
   }
 
   void granuleServer() {
     Server s;
-    s.process->start(QStringLiteral(GRANULE_CLI),
-                     {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-                      QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-                      QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")});
+    s.process->start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")});
     QVERIFY(s.process->waitForStarted(10000));
     QTRY_VERIFY_WITH_TIMEOUT(s.process->canReadLine(), 60000);
-    const auto m = QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(QString::fromUtf8(s.process->readLine()));
+    const auto m = QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)"))
+                       .match(QString::fromUtf8(s.process->readLine()));
     QVERIFY(m.hasMatch());
-    shoot(m.captured(1).toInt(), QFileInfo(model_).completeBaseName(), QStringLiteral("remote-granule.png"),
-          QStringLiteral("Granule"));
+    shoot(m.captured(1).toInt(), QFileInfo(model_).completeBaseName(),
+          QStringLiteral("remote-granule.png"), QStringLiteral("Granule"));
   }
 
   void llamaServer() {
@@ -165,11 +175,13 @@ class RemoteScreenshotTest : public QObject {
     Server s;
     s.port = freePort();
     s.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
-    s.process->start(bin, {QStringLiteral("-m"), model_, QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
-                           QStringLiteral("--port"), QString::number(s.port), QStringLiteral("-c"),
-                           QStringLiteral("2048"), QStringLiteral("-np"), QStringLiteral("2"), QStringLiteral("-t"),
-                           QStringLiteral("2"), QStringLiteral("--metrics"), QStringLiteral("--no-webui"),
-                           QStringLiteral("--alias"), QStringLiteral("SmolLM2-135M")});
+    s.process->start(
+        bin,
+        {QStringLiteral("-m"), model_, QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+         QStringLiteral("--port"), QString::number(s.port), QStringLiteral("-c"),
+         QStringLiteral("2048"), QStringLiteral("-np"), QStringLiteral("2"), QStringLiteral("-t"),
+         QStringLiteral("2"), QStringLiteral("--metrics"), QStringLiteral("--no-webui"),
+         QStringLiteral("--alias"), QStringLiteral("SmolLM2-135M")});
     QVERIFY(s.process->waitForStarted(10000));
     QVERIFY(waitHealthy(QStringLiteral("http://127.0.0.1:%1/health").arg(s.port), 120000));
     shoot(s.port, QStringLiteral("SmolLM2-135M"), QStringLiteral("remote-llama-server.png"),

@@ -146,7 +146,7 @@ class RemoteTest : public QObject {
     QVERIFY(!parseRemoteModelRef("http://h:8000/v1").has_value());
   }
 
-  void chatStreamsTwoTurnsWithTheServersCache() {
+  void chatStreamsTwoTurnsWithTheServersTokenCounts() {
     ThreadedWorker w(remoteAwareEngineFactory({}, {}));
     ModelInfo info;
     QCOMPARE(w.load(ref(server_.port), &info), QString());
@@ -165,12 +165,13 @@ class RemoteTest : public QObject {
     second.messages.append({QStringLiteral("user"), QStringLiteral("And again.")});
     w.call([wk = w.worker, second] { wk->submit(second); });
     QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 2), 60000);
-    QVERIFY(resultOf(w.finished, 2).end == GenerationEnd::Finished);
-    bool reused = false;
-    for (const QList<QVariant>& args : w.tokens)
-      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
-        if (c.chat_id == 2 && c.reused_tokens > 0) reused = true;
-    QVERIFY(reused);
+    const GenerationResult r2 = resultOf(w.finished, 2);
+    QVERIFY(r2.end == GenerationEnd::Finished);
+    // The context meter's count is the server's (usage): the longer conversation, the more.
+    // (That the server's cache serves the repeated prefix is checked by tests/remote.)
+    QVERIFY2(
+        r2.prompt_tokens > first.prompt_tokens,
+        qPrintable(QStringLiteral("%1 then %2").arg(first.prompt_tokens).arg(r2.prompt_tokens)));
   }
 
   void stopEndsTheReplyAndKeepsItsText() {

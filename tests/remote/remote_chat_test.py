@@ -103,6 +103,21 @@ try:
           rc == 0 and f"metrics ({NAME}): running " in err and "generated tokens unavailable" not in err
           and (NAME != "llama-server" or "KV usage unavailable" in err), err)
 
+    # Stop: Ctrl-C (SIGINT) ends the reply being streamed, not the chat; what arrived stays.
+    import signal
+    proc = subprocess.Popen([CLI, "chat", "--endpoint", direct, "--temp", "0", "-n", "400"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdin.write("Write a long story about a lighthouse keeper.\n")
+    proc.stdin.flush()
+    first = proc.stdout.read(8)  # some of the answer has streamed
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    proc.stdin.write("/exit\n")
+    proc.stdin.flush()
+    out, err = proc.communicate(timeout=120)
+    check("stop: Ctrl-C ends the reply, the chat goes on and exits cleanly",
+          proc.returncode == 0 and len(first) == 8 and "stop: cancelled" in err, f"{proc.returncode} {err}")
+
     # The same turn through the proxy: the same answer (greedy), so the proxy changes nothing.
     rc, out, err = chat(via, ["Say hello."])
     check("proxy: passes the answer unchanged", rc == 0 and out.split("\n")[0] == reference, f"{out!r} vs {reference!r}")
