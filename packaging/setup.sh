@@ -2,7 +2,7 @@
 # Granule's set-up script, the one the README's two commands call: Debian packages, the
 # build, llama.cpp's Jinja engine for chat templates, the default model (and for the tests
 # llama.cpp's tokenizer goldens), then the app or the tests. Every step is skipped when done.
-#   usage: bash packaging/setup.sh deps|jinja|xgrammar|build|model|testdata|realweights|pydeps|run|test
+#   usage: bash packaging/setup.sh deps|jinja|xgrammar|build|model|testdata|realweights|llamaserver|pydeps|schemasuite|run|test
 # Environment: GRANULE_WITH_CUDA (AUTO|ON|OFF, default AUTO), GRANULE_CUDA_ARCHS (default
 # "80;86;89;90;120"; CI passes one), XDG_DATA_HOME (models go to $XDG_DATA_HOME/granule/models,
 # test data to $XDG_DATA_HOME/granule/testdata).
@@ -407,6 +407,67 @@ PY
   note "installed and verified: $XGRAMMAR_DIR"
 }
 
+# --- llama.cpp's llama-server (remote-engine tests) ----------------------------------------
+
+# A third-party OpenAI-compatible server for tests/remote: llama-server built on the CPU from the
+# same pinned source distribution, static, into LLAMA_SERVER_DIR (kept between runs). Portable
+# CPU flags (never GGML_NATIVE), as TOOLCHAIN.md gives them. About 8 minutes on 2 cores.
+readonly LLAMA_SERVER_DIR=$DATA_HOME/third_party/llama-server
+llamaserver_marker() { echo "$LLAMACPP_SDIST $LLAMACPP_SDIST_SHA256 cpu-avx2-static"; }
+
+cmd_llamaserver() {
+  section "llama.cpp's llama-server on the CPU (from $LLAMACPP_SDIST), for the remote-engine tests"
+  if [[ -x $LLAMA_SERVER_DIR/bin/llama-server && -f $LLAMA_SERVER_DIR/.granule-source &&
+    $(cat "$LLAMA_SERVER_DIR/.granule-source") == "$(llamaserver_marker)" ]]; then
+    note "present and verified: $LLAMA_SERVER_DIR/bin/llama-server"
+    return
+  fi
+  command -v cmake >/dev/null || die "cmake is missing: run 'bash packaging/setup.sh deps'"
+  fetch_llamacpp_sdist
+  local tmp
+  tmp=$(mktemp -d)
+  TEMP_DIRS+=("$tmp")
+  # The source tree without its vocabulary files (models/), which the build does not read.
+  python3 - "$LLAMACPP_SDIST_PATH" "$LLAMACPP_SDIST_ROOT" "$tmp/src" <<'PY' ||
+import os, sys, tarfile
+sdist, root, dest = sys.argv[1:4]
+with tarfile.open(sdist) as tar:
+    top = tar.getnames()[0].split("/")[0]
+    prefix = f"{top}/{root}/"
+    for m in tar.getmembers():
+        if not m.name.startswith(prefix) or not (m.isfile() or m.isdir()):
+            continue
+        rel = m.name[len(prefix):]
+        if not rel or rel.startswith("models/") or ".." in rel.split("/"):
+            continue
+        out = os.path.join(dest, rel)
+        if m.isdir():
+            os.makedirs(out, exist_ok=True)
+            continue
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with tar.extractfile(m) as src, open(out, "wb") as dst:
+            dst.write(src.read())
+        os.chmod(out, m.mode & 0o755)
+PY
+    die "$LLAMACPP_SDIST does not hold llama.cpp under $LLAMACPP_SDIST_ROOT/"
+  local started=$SECONDS
+  cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
+    -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF \
+    -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_HTML=OFF -DLLAMA_BUILD_UI=OFF >"$tmp/configure.log" 2>&1 ||
+    die "configuring llama.cpp failed: $(tail -5 "$tmp/configure.log")"
+  cmake --build "$tmp/build" --target llama-server -j "$JOBS" >"$tmp/build.log" 2>&1 ||
+    die "building llama-server failed: $(tail -5 "$tmp/build.log")"
+  rm -rf "$LLAMA_SERVER_DIR.partial"
+  mkdir -p "$LLAMA_SERVER_DIR.partial/bin"
+  cp "$tmp/build/bin/llama-server" "$LLAMA_SERVER_DIR.partial/bin/"
+  llamaserver_marker >"$LLAMA_SERVER_DIR.partial/.granule-source"
+  rm -rf "$LLAMA_SERVER_DIR"
+  mv "$LLAMA_SERVER_DIR.partial" "$LLAMA_SERVER_DIR"
+  rm -rf "$tmp"
+  note "built in $((SECONDS - started))s: $LLAMA_SERVER_DIR/bin/llama-server"
+}
+
 # --- real-weights test model --------------------------------------------------------------
 
 cmd_realweights() {
@@ -573,6 +634,9 @@ cmd_test() {
   cmd_testdata
   cmd_pydeps
   cmd_schemasuite
+  # A third-party server for the remote-engine tests; without it those tests skip, saying so.
+  bash "${BASH_SOURCE[0]}" llamaserver ||
+    note "continuing without llama-server: the remote-engine tests against it will skip"
   # Every check runs even when an earlier one fails, and the full test suite runs last so
   # that its summary line closes the output.
   local failed=()
@@ -601,6 +665,9 @@ usage: bash packaging/setup.sh COMMAND
   realweights
             write the default model's first $REAL_WEIGHTS_LAYERS layers (real weights, under 40 MB) to
             $REAL_WEIGHTS_PATH
+  llamaserver
+            build llama.cpp's llama-server on the CPU (for the remote-engine tests) into
+            $LLAMA_SERVER_DIR
   pydeps    install the Python packages the tests use (${PYTHON_PACKAGES[*]}) into $PYTHON_DIR
   run       deps, jinja and xgrammar (optional), build granule-cli and the window, model; then open Granule (or answer one
             question in the terminal)
@@ -619,6 +686,7 @@ case ${1:-} in
   testdata) cmd_testdata ;;
   realweights) cmd_realweights ;;
   pydeps) cmd_pydeps ;;
+  llamaserver) cmd_llamaserver ;;
   run) cmd_run ;;
   test) cmd_test ;;
   -h | --help | help) usage ;;

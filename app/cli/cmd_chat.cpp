@@ -17,6 +17,9 @@
 #include "cli.h"
 #include "generation.h"
 #include "granule/error.h"
+#ifdef GRANULE_HAVE_REMOTE
+#include "remote_chat.h"
+#endif
 
 namespace granule::cli {
 namespace {
@@ -24,6 +27,9 @@ namespace {
 struct ChatOptions {
   GenerationOptions generation;
   bool no_kv_reuse = false;
+#ifdef GRANULE_HAVE_REMOTE
+  RemoteChatOptions remote;
+#endif
 };
 
 std::vector<ChatMessage> fresh_history(const GenerationOptions& options) {
@@ -180,9 +186,47 @@ Command add_chat_command(CLI::App& parent) {
   app->add_flag("--no-kv-reuse", options->no_kv_reuse,
                 "Compute the whole conversation again every turn instead of keeping each "
                 "reply's KV (for comparison)");
+#ifdef GRANULE_HAVE_REMOTE
+  // On an endpoint the model is the server's: MODEL (a file) gives way to --model.
+  app->get_option("model")->required(false);
+  CLI::Option* endpoint = app->add_option(
+      "--endpoint", options->remote.endpoint,
+      "Chat with a model of an OpenAI-compatible server instead (vLLM, SGLang, llama-server, "
+      "granule-cli serve): its base URL, e.g. http://host:8000/v1");
+  app->add_option("--api-key-env", options->remote.api_key_env,
+                  "With --endpoint: the environment variable that holds the API key")
+      ->needs(endpoint);
+  app->add_option("--model", options->remote.model,
+                  "With --endpoint: the server's model to chat with (as its /v1/models lists "
+                  "it; may be left out when it serves one)")
+      ->needs(endpoint);
+  app->add_option("--stall-timeout", options->remote.stall_timeout_seconds,
+                  "With --endpoint: seconds without a byte from the server (a long prompt's "
+                  "prefill on a slow server) before the answer counts as stalled")
+      ->check(integer_in(1, 3600))
+      ->capture_default_str()
+      ->needs(endpoint);
+  app->callback([app, options] {
+    const bool has_file = app->count("model") > 0;
+    if (options->remote.endpoint.empty() && !has_file) {
+      throw CLI::RequiredError("model");
+    }
+    if (!options->remote.endpoint.empty() && has_file) {
+      throw CLI::ValidationError("--endpoint",
+                                 "chats with the server's model: give it with --model, not a "
+                                 "model file");
+    }
+    options->remote.preset_given = app->count("--preset") > 0;
+  });
+#endif
   return {app,
           [options] {
             options->generation.kv_reuse = !options->no_kv_reuse;
+#ifdef GRANULE_HAVE_REMOTE
+            if (!options->remote.endpoint.empty()) {
+              return run_remote_chat(options->remote, options->generation);
+            }
+#endif
             return run_chat(*options);
           },
           &options->generation.model};

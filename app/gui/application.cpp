@@ -99,12 +99,17 @@ void Application::startServices() {
 void Application::start(const QString& model_path) {
   startServices();
 
+  // A model on a server ("URL#model", remote_inference_engine.h) is opened like a file.
+  const auto on_server = [](const QString& p) {
+    return (p.startsWith(QLatin1String("http://")) || p.startsWith(QLatin1String("https://"))) &&
+           p.contains(QLatin1Char('#'));
+  };
   QString path = model_path;
   if (path.isEmpty()) {
     const QString last = store_.setting(QStringLiteral("model/last_path"));
-    path = QFileInfo(last).isFile() ? last : model_.defaultModelPath();
+    path = QFileInfo(last).isFile() || on_server(last) ? last : model_.defaultModelPath();
   }
-  if (QFileInfo(path).isFile()) {
+  if (QFileInfo(path).isFile() || on_server(path)) {
     model_.load(path);
   } else if (!model_path.isEmpty()) {
     errors_.report(QStringLiteral("%1 does not exist.").arg(model_path),

@@ -343,7 +343,13 @@ void EngineWorker::deliverFinished() {
     if (const auto prompt = prompt_tokens_.find(f.sequence); prompt != prompt_tokens_.end()) {
       result.prompt_tokens = prompt->second;
       prompt_tokens_.erase(prompt);
-      prompt_info_.erase(f.sequence);
+    }
+    // What the engine reported of the prompt wins: a remote engine knows it only at the end
+    // (the server's usage), after every token.
+    if (const auto info = prompt_info_.find(f.sequence); info != prompt_info_.end()) {
+      if (info->second.prompt_tokens > 0)
+        result.prompt_tokens = static_cast<qint32>(info->second.prompt_tokens);
+      prompt_info_.erase(info);
     }
     result.end = f.reason == FinishReason::Cancelled ? GenerationEnd::Stopped
                  : f.reason == FinishReason::Error   ? GenerationEnd::Failed
@@ -419,6 +425,7 @@ TelemetryFrame EngineWorker::makeFrame() const {
   if (!engine_) return frame;
   try {
     frame.engine = engine_->telemetry();
+    frame.remote = engine_->remoteMetrics();
   } catch (const std::exception& e) {
     log()->warn("telemetry failed: {}", e.what());
     return frame;

@@ -17,6 +17,11 @@ endforeach()
 set(GRANULE_GUI_LIB_SOURCES ${GRANULE_GUI_SOURCES})
 list(FILTER GRANULE_GUI_LIB_SOURCES EXCLUDE REGEX "/main\\.cpp$")
 file(GLOB GRANULE_GUI_HEADERS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.h)
+# Remote engines (a chat on an OpenAI-compatible server) need the remote client (libcurl).
+if(NOT GRANULE_HAVE_REMOTE)
+  list(FILTER GRANULE_GUI_LIB_SOURCES EXCLUDE REGEX "/remote_inference_engine\\.cpp$")
+  list(FILTER GRANULE_GUI_HEADERS EXCLUDE REGEX "/remote_inference_engine\\.h$")
+endif()
 
 qt_add_library(granule_gui STATIC)
 qt_add_qml_module(granule_gui
@@ -39,6 +44,10 @@ if(GRANULE_HAVE_HUB)
   else()
     message(STATUS "QtKeychain for Qt 6 not found (Debian: qtkeychain-qt6-dev): the window has no Hub page")
   endif()
+endif()
+if(GRANULE_HAVE_REMOTE)
+  target_link_libraries(granule_gui PUBLIC granule::remote)
+  target_compile_definitions(granule_gui PUBLIC GRANULE_HAVE_REMOTE=1)
 endif()
 # The window serves the OpenAI API from its engine (Settings) when the server library is built.
 if(TARGET granule_server)

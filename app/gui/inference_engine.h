@@ -35,6 +35,9 @@ class InferenceEngine {
     (void)partial;
     throw UnsupportedError("this engine cannot continue a reply");
   }
+  // A remote engine's figures for the window's Remote panel (remote_inference_engine.h):
+  // "server", "endpoint", "error" and the figures its server exposes; empty for a local one.
+  virtual QVariantMap remoteMetrics() const { return {}; }
   // The granule::Engine underneath, which the window's OpenAI server drives directly (on the
   // engine thread); null for an engine that is not one (the tests' scripted engine), which
   // then cannot serve the API.

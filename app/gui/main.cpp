@@ -14,6 +14,9 @@
 
 #include "app_log.h"
 #include "application.h"
+#ifdef GRANULE_HAVE_REMOTE
+#include "remote_inference_engine.h"
+#endif
 #include "granule/log.h"
 #include "quit_on_signal.h"
 #include "window_screenshot.h"
@@ -107,10 +110,16 @@ int main(int argc, char** argv) {
 
   // Declared in this order so that they are destroyed in reverse: the QML engine (which
   // points at the services) before the services, the services before QGuiApplication.
-  granule::app::Application granule_app(granule::app::granuleEngineFactory(),
-                                        cli.isSet(database_option)
-                                            ? cli.value(database_option)
-                                            : granule::app::ChatStore::defaultPath());
+#ifdef GRANULE_HAVE_REMOTE
+  // A model path "URL#model" is a model on an OpenAI-compatible server (remote_inference_engine.h).
+  granule::app::Application granule_app(
+      granule::app::remoteAwareEngineFactory(granule::app::granuleEngineFactory(), {}),
+#else
+  granule::app::Application granule_app(
+      granule::app::granuleEngineFactory(),
+#endif
+      cli.isSet(database_option) ? cli.value(database_option)
+                                 : granule::app::ChatStore::defaultPath());
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
   if (cli.isSet(theme_option)) granule_app.windowSettings()->setTheme(cli.value(theme_option));

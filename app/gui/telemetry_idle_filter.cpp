@@ -19,7 +19,7 @@ bool telemetryLooksTheSame(const TelemetryFrame& shown, const TelemetryFrame& ne
       shown.schedulerFields() != next.schedulerFields() ||
       shown.graphsFields() != next.graphsFields() ||
       shown.streamingFields() != next.streamingFields() ||
-      shown.throughputFields() != next.throughputFields())
+      shown.throughputFields() != next.throughputFields() || shown.remote != next.remote)
     return false;
   if (shown.chats.size() != next.chats.size()) return false;
   for (qsizetype i = 0; i < shown.chats.size(); ++i) {

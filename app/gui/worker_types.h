@@ -199,6 +199,9 @@ struct TelemetryFrame {
   Q_PROPERTY(QVariant streaming READ streamingFields)
   Q_PROPERTY(QVariant throughput READ throughputFields)
   Q_PROPERTY(QVariant host READ hostFields)
+  // A remote engine's figures from its server's /metrics (InferenceEngine::remoteMetrics);
+  // empty for the local engine. A figure the server does not expose is absent (undefined).
+  Q_PROPERTY(QVariant remote READ remoteFields)
   // Completions the window's OpenAI server runs now.
   Q_PROPERTY(int apiRequests READ apiRequestCount)
 
@@ -206,6 +209,7 @@ struct TelemetryFrame {
   double time_s = 0;        // seconds since the worker started
   bool has_engine = false;  // a model is loaded and `engine` is its snapshot
   TelemetrySnapshot engine;
+  QVariantMap remote;  // remoteFields()
   // Tokens the engine has generated for the chats and the API server since the worker
   // started (live frames only; a replayed recording has none): the panels' recent tokens/s is
   // its change over seconds.
@@ -217,6 +221,7 @@ struct TelemetryFrame {
   HostTelemetry host;
 
   QVariantMap deviceFields() const { return sectionFields(engine.device); }
+  QVariantMap remoteFields() const { return remote; }
   QVariantMap kvFields() const { return sectionFields(engine.kv); }
   QVariantMap schedulerFields() const { return sectionFields(engine.scheduler); }
   QVariantMap graphsFields() const { return sectionFields(engine.graphs); }

@@ -10,6 +10,8 @@ Rectangle {
     required property TelemetryModel telemetry
     // Weight streaming is a GPU matter; on the CPU the middle panel shows host memory.
     readonly property bool gpu: telemetry.frame.device.gpu
+    // The chats run on a server: its panel replaces the local engine's (which has none).
+    readonly property bool remote: telemetry.frame.remote.server !== undefined
     property bool expanded: true
     signal toggled()
 
@@ -55,10 +57,18 @@ Rectangle {
         ColumnLayout {
             width: parent.width
             spacing: Theme.spacing
+            RemotePanel {
+                // Only while the chats run on a server: its own load, from its /metrics.
+                Layout.fillWidth: true
+                Layout.leftMargin: Theme.spacing
+                Layout.rightMargin: Theme.spacing
+                telemetry: dock.telemetry
+            }
             MemoryPanel {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
+                visible: !dock.remote
                 telemetry: dock.telemetry
             }
             ExpertPanel {
@@ -72,7 +82,7 @@ Rectangle {
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
-                visible: dock.gpu
+                visible: dock.gpu && !dock.remote
                 telemetry: dock.telemetry
             }
             HostMemoryPanel {
@@ -83,6 +93,7 @@ Rectangle {
                 telemetry: dock.telemetry
             }
             GraphPanel {
+                visible: !dock.remote
                 Layout.fillWidth: true
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing

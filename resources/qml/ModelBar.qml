@@ -57,7 +57,11 @@ Rectangle {
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
                     text: [bar.model.blockType, bar.model.device,
-                           qsTr("%1 tokens per chat").arg(bar.model.contextPerChat.toLocaleString(Qt.locale(), "f", 0))]
+                           // A server that does not say its context (Granule, llama-server's
+                           // /v1/models) leaves it 0: not shown.
+                           bar.model.contextPerChat > 0
+                           ? qsTr("%1 tokens per chat").arg(bar.model.contextPerChat.toLocaleString(Qt.locale(), "f", 0))
+                           : ""]
                           .filter(s => s.length > 0).join("  ·  ")
                     HoverHandler { id: factsHover }
                     ToolTip.visible: factsHover.hovered && factsLabel.truncated

@@ -58,6 +58,12 @@ GranuleDialog {
             }
         }
 
+        RemoteEndpointRow {
+            Layout.fillWidth: true
+            model: page.model
+            onOpened: page.close()
+        }
+
         Rectangle {
             Layout.fillWidth: true
             Layout.fillHeight: true

@@ -1,0 +1,97 @@
+// RemoteInferenceEngine: the InferenceEngine of a model served by an OpenAI-compatible server
+// (vLLM, SGLang, llama-server, a Granule server), so the window's worker runs a remote chat
+// as it runs a local one. Each request streams on its own thread; step() hands what arrived
+// to the sinks on the worker's thread. Telemetry comes from the server's /metrics, polled
+// once a second; what the server does not expose stays unavailable.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "inference_engine.h"
+#include "remote/engine_metrics.h"
+#include "remote/openai_client.h"
+
+namespace granule::app {
+
+// A model on an endpoint, as the window names it: "URL#model", e.g.
+// "http://gpu-box:8000/v1#meta-llama/Llama-3.1-8B-Instruct".
+struct RemoteModelRef {
+  std::string base_url;
+  std::string model;
+};
+// Nothing when `path` is not an http(s) URL with a "#model".
+std::optional<RemoteModelRef> parseRemoteModelRef(const std::string& path);
+std::string remoteModelRefText(const RemoteModelRef& ref);
+
+// What a panel shows of a remote engine beyond TelemetrySnapshot's fields (which stay 0 where
+// the server has no series, so these say what is available).
+struct RemoteMetricsView {
+  remote::MetricsDialect dialect = remote::MetricsDialect::None;
+  remote::EngineMetrics metrics;
+  remote::EngineRates rates;
+  std::string error;  // why there are no metrics ("" when the last poll worked)
+};
+
+class RemoteInferenceEngine final : public InferenceEngine {
+ public:
+  // Opens the endpoint: lists its models and checks `ref.model` is one (throws granule::Error
+  // with the fault's one line otherwise). `poll_metrics` false: no /metrics polling (tests).
+  RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
+                        bool poll_metrics = true);
+  ~RemoteInferenceEngine() override;
+
+  ModelInfo info() const override { return info_; }
+  SequenceId submit(Request request) override;
+  void cancel(SequenceId id) override;
+  bool step() override;
+  bool idle() const override;
+  TelemetrySnapshot telemetry() const override;
+  void set_vram_budget(uint64_t bytes) override;
+  RemoteMetricsView metricsView() const;
+  QVariantMap remoteMetrics() const override;
+
+ private:
+  struct Event {
+    SequenceId id = 0;
+    enum class Kind { Text, Prompt, Finish } kind = Kind::Text;
+    std::string text;
+    PromptInfo prompt;
+    FinishReason reason = FinishReason::None;
+  };
+  struct Running {
+    TokenSink sink;
+    std::shared_ptr<std::atomic<bool>> cancel;
+    std::thread thread;
+  };
+
+  void stream(SequenceId id, remote::ChatRequest request,
+              std::shared_ptr<std::atomic<bool>> cancel);
+  void pollMetrics();
+
+  remote::OpenAiClient client_;
+  remote::ServerKind server_ = remote::ServerKind::Unknown;
+  std::string model_;
+  ModelInfo info_;
+  SequenceId next_id_ = 1;
+  std::map<SequenceId, Running> running_;  // the worker's thread only
+  mutable std::mutex mutex_;               // guards events_, metrics_ and stopping_
+  std::condition_variable wake_;
+  std::deque<Event> events_;
+  RemoteMetricsView metrics_;
+  uint64_t generated_tokens_ = 0;  // text deltas received, for the decode rate
+  bool stopping_ = false;
+  std::thread poller_;
+};
+
+// The factory the application uses: a "URL#model" path opens a RemoteInferenceEngine (its API
+// key from `api_key_for(base_url)`), anything else goes to `local`.
+EngineFactory remoteAwareEngineFactory(EngineFactory local,
+                                       std::function<std::string(const std::string&)> api_key_for);
+
+}  // namespace granule::app

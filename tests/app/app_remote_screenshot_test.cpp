@@ -1,0 +1,193 @@
+// The window on a remote engine, rendered offscreen and saved as PNGs under the build
+// directory (GRANULE_SCREENSHOT_DIR): a chat streaming from `granule-cli serve`, and from
+// llama.cpp's llama-server when `setup.sh llamaserver` built it, with the Server panel showing
+// that server's /metrics (what it does not expose reads "unavailable"). While the window's
+// chat runs, a second client streams from the same server, so its running requests show both.
+#include <QtQml/qqmlextensionplugin.h>
+
+#include <QDir>
+#include <QProcess>
+#include <QQmlApplicationEngine>
+#include <QQuickItem>
+#include <QQuickStyle>
+#include <QQuickWindow>
+#include <QRegularExpression>
+#include <QTcpServer>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <memory>
+#include <set>
+
+#include "application.h"
+#include "remote_inference_engine.h"
+
+Q_IMPORT_QML_PLUGIN(GranulePlugin)
+
+using namespace granule::app;
+
+namespace {
+
+QString dataHome() {
+  const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
+  return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
+         QStringLiteral("/granule");
+}
+
+int freePort() {
+  QTcpServer s;
+  s.listen(QHostAddress::LocalHost, 0);
+  return s.serverPort();
+}
+
+int distinctColours(const QImage& image) {
+  std::set<QRgb> colours;
+  for (int y = 0; y < image.height(); y += 7)
+    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
+  return static_cast<int>(colours.size());
+}
+
+QQuickItem* findItem(QQuickItem* root, const QString& name) {
+  if (root->objectName() == name && root->isVisible()) return root;
+  for (QQuickItem* child : root->childItems())
+    if (QQuickItem* found = findItem(child, name)) return found;
+  return nullptr;
+}
+
+// Waits until GET url answers 200 (llama-server loads its model before /health says so).
+bool waitHealthy(const QString& url, int within_ms) {
+  QElapsedTimer t;
+  t.start();
+  while (t.elapsed() < within_ms) {
+    QProcess curl;
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-sf"), QStringLiteral("-o"), QStringLiteral("/dev/null"), url});
+    if (curl.waitForFinished(5000) && curl.exitCode() == 0) return true;
+    QTest::qWait(300);
+  }
+  return false;
+}
+
+}  // namespace
+
+class RemoteScreenshotTest : public QObject {
+  Q_OBJECT
+
+  QString model_;
+
+  struct Server {
+    std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
+    int port = 0;
+    ~Server() {
+      process->terminate();
+      if (!process->waitForFinished(10000)) process->kill();
+    }
+  };
+
+  // Chats once on the server at `port` (model id `model_id`) and saves `name`.
+  void shoot(int port, const QString& model_id, const QString& name, const QString& server_name) {
+    QTemporaryDir dir;
+    Application app(remoteAwareEngineFactory({}, {}),
+                    dir.filePath(QStringLiteral("granule.sqlite")));
+    QQmlApplicationEngine qml;
+    qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+    qml.setInitialProperties(app.windowProperties());
+    qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
+    QVERIFY(!qml.rootObjects().isEmpty());
+    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    window->resize(1400, 900);
+    app.start(QStringLiteral("http://127.0.0.1:%1/v1#%2").arg(port).arg(model_id));
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 60000);
+    // Another client of the same server, streaming a long answer meanwhile.
+    QProcess other;
+    other.start(
+        QStringLiteral("curl"),
+        {QStringLiteral("-sN"), QStringLiteral("http://127.0.0.1:%1/v1/chat/completions").arg(port),
+         QStringLiteral("-H"), QStringLiteral("Content-Type: application/json"),
+         QStringLiteral("-d"),
+         QStringLiteral(
+             R"({"model":"%1","messages":[{"role":"user","content":"Tell a long story about a lighthouse."}],"max_tokens":300,"stream":true})")
+             .arg(model_id)});
+    ChatController* chats = app.chats();
+    chats->newChat();
+    chats->send(QStringLiteral("Explain what a KV cache is, in three sentences."));
+    QTRY_VERIFY_WITH_TIMEOUT(chats->generatingCount() == 0, 120000);
+    // The panel after at least two scrapes (one a second), the other client still running.
+    QQuickItem* running = nullptr;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        (running = findItem(window->contentItem(), QStringLiteral("remoteRunning"))) != nullptr,
+        10000);
+    QTest::qWait(2500);
+    const QVariantMap remote = app.telemetry()->latest().remote;
+    QCOMPARE(remote.value(QStringLiteral("server")).toString(), server_name);
+    QVERIFY2(remote.contains(QStringLiteral("running")),
+             qPrintable(remote.value(QStringLiteral("error")).toString()));
+    qInfo("%s: running %s, waiting %s, KV usage %s, generation %s tok/s", qPrintable(server_name),
+          qPrintable(remote.value(QStringLiteral("running")).toString()),
+          qPrintable(remote.value(QStringLiteral("waiting")).toString()),
+          remote.contains(QStringLiteral("kvUsage"))
+              ? qPrintable(remote.value(QStringLiteral("kvUsage")).toString())
+              : "unavailable",
+          qPrintable(remote.value(QStringLiteral("generationTokensPerSecond")).toString()));
+    const QImage image = window->grabWindow();
+    QVERIFY(!image.isNull());
+    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
+    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
+    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
+    QVERIFY(image.save(path));
+    qInfo("saved %s", qPrintable(path));
+    // The chat and its answer are in the database.
+    const qint64 chat = chats->conversations()->idAt(0);
+    QVERIFY(chats->messagesOf(chat)->message(1).content.size() > 10);
+    other.kill();
+    other.waitForFinished(5000);
+    window->close();
+    app.shutdown();
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QQuickStyle::setStyle(QStringLiteral("Fusion"));
+    model_ = dataHome() + QStringLiteral("/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    if (!QFile::exists(model_))
+      QSKIP("the default model is absent (bash packaging/setup.sh model)");
+  }
+
+  void granuleServer() {
+    Server s;
+    s.process->start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")});
+    QVERIFY(s.process->waitForStarted(10000));
+    QTRY_VERIFY_WITH_TIMEOUT(s.process->canReadLine(), 60000);
+    const auto m = QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)"))
+                       .match(QString::fromUtf8(s.process->readLine()));
+    QVERIFY(m.hasMatch());
+    shoot(m.captured(1).toInt(), QFileInfo(model_).completeBaseName(),
+          QStringLiteral("remote-granule.png"), QStringLiteral("Granule"));
+  }
+
+  void llamaServer() {
+    const QString bin = dataHome() + QStringLiteral("/third_party/llama-server/bin/llama-server");
+    if (!QFile::exists(bin))
+      QSKIP("llama-server is not built (bash packaging/setup.sh llamaserver)");
+    Server s;
+    s.port = freePort();
+    s.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    s.process->start(
+        bin,
+        {QStringLiteral("-m"), model_, QStringLiteral("--host"), QStringLiteral("127.0.0.1"),
+         QStringLiteral("--port"), QString::number(s.port), QStringLiteral("-c"),
+         QStringLiteral("2048"), QStringLiteral("-np"), QStringLiteral("2"), QStringLiteral("-t"),
+         QStringLiteral("2"), QStringLiteral("--metrics"), QStringLiteral("--no-webui"),
+         QStringLiteral("--alias"), QStringLiteral("SmolLM2-135M")});
+    QVERIFY(s.process->waitForStarted(10000));
+    QVERIFY(waitHealthy(QStringLiteral("http://127.0.0.1:%1/health").arg(s.port), 120000));
+    shoot(s.port, QStringLiteral("SmolLM2-135M"), QStringLiteral("remote-llama-server.png"),
+          QStringLiteral("llama-server"));
+  }
+};
+
+QTEST_MAIN(RemoteScreenshotTest)
+#include "app_remote_screenshot_test.moc"

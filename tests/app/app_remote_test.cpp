@@ -1,0 +1,236 @@
+// The window's worker on a remote engine (RemoteInferenceEngine): a chat against
+// `granule-cli serve` on loopback — streaming, stop, a stream cut by fault_proxy.py with the
+// partial answer kept and the turn failed in one line, an unreachable endpoint, and the
+// server's /metrics read into the panels' values. Skips without the default model.
+#include <QProcess>
+#include <QRegularExpression>
+#include <QSignalSpy>
+#include <QThread>
+#include <QtTest>
+#include <memory>
+
+#include "engine_worker.h"
+#include "remote_inference_engine.h"
+
+using namespace granule::app;
+
+namespace {
+
+QString defaultModel() {
+  QString home = qEnvironmentVariable("XDG_DATA_HOME");
+  if (home.isEmpty()) home = QDir::homePath() + QStringLiteral("/.local/share");
+  const QString path = home + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  return QFile::exists(path) ? path : QString();
+}
+
+// A child process that prints its URL on its first stdout line; killed at the end.
+struct Child {
+  std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
+  int port = 0;
+  bool start(const QString& program, const QStringList& args) {
+    process->setProcessChannelMode(QProcess::SeparateChannels);
+    process->start(program, args);
+    if (!process->waitForStarted(10000)) return false;
+    QElapsedTimer t;
+    t.start();
+    while (!process->canReadLine() && t.elapsed() < 60000) process->waitForReadyRead(500);
+    const QString line = QString::fromUtf8(process->readLine());
+    const QRegularExpressionMatch m =
+        QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(line);
+    if (!m.hasMatch()) return false;
+    port = m.captured(1).toInt();
+    return true;
+  }
+  ~Child() {
+    process->terminate();
+    if (!process->waitForFinished(10000)) process->kill();
+  }
+};
+
+struct ThreadedWorker {
+  explicit ThreadedWorker(EngineFactory factory) : worker(new EngineWorker(std::move(factory))) {
+    worker->moveToThread(&thread);
+    thread.start();
+    QMetaObject::invokeMethod(worker, &EngineWorker::start, Qt::QueuedConnection);
+  }
+  ~ThreadedWorker() {
+    QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    thread.quit();
+    thread.wait();
+    delete worker;
+  }
+  template <typename F>
+  void call(F f) {
+    QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection);
+  }
+  QString load(const QString& path, ModelInfo* info = nullptr) {
+    QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
+    QSignalSpy failed(worker, &EngineWorker::loadFailed);
+    call([w = worker, path] { w->loadModel(path, 1024, 4); });
+    if (!QTest::qWaitFor([&] { return loaded.count() + failed.count() > 0; }, 30000))
+      return QStringLiteral("timed out");
+    if (!failed.isEmpty()) return failed[0][1].toString();
+    if (info) *info = loaded[0][0].value<ModelInfo>();
+    return {};
+  }
+  QThread thread;
+  EngineWorker* worker;
+  QSignalSpy tokens{worker, &EngineWorker::tokensArrived};
+  QSignalSpy finished{worker, &EngineWorker::generationFinished};
+};
+
+GenerationRequest turn(qint64 chat, const QString& text, int max_tokens) {
+  GenerationRequest r;
+  r.chat_id = chat;
+  r.messages = {{"user", text}};
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.sampling.top_k = 1;
+  return r;
+}
+
+QString textOf(const QSignalSpy& spy, qint64 chat) {
+  QString text;
+  for (const QList<QVariant>& args : spy)
+    for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
+      if (c.chat_id == chat) text += c.text;
+  return text;
+}
+
+GenerationResult resultOf(const QSignalSpy& spy, qint64 chat) {
+  for (const QList<QVariant>& args : spy) {
+    const auto r = args[0].value<GenerationResult>();
+    if (r.chat_id == chat) return r;
+  }
+  return {};
+}
+
+bool finishedChat(const QSignalSpy& spy, qint64 chat) {
+  for (const QList<QVariant>& args : spy)
+    if (args[0].value<GenerationResult>().chat_id == chat) return true;
+  return false;
+}
+
+}  // namespace
+
+class RemoteTest : public QObject {
+  Q_OBJECT
+
+ private:
+  QString model_;
+  Child server_;
+  QString modelId_;
+
+  QString ref(int port) const {
+    return QStringLiteral("http://127.0.0.1:%1/v1#%2").arg(port).arg(modelId_);
+  }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    model_ = defaultModel();
+    if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
+    QVERIFY(server_.start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    modelId_ = QFileInfo(model_).completeBaseName();
+  }
+
+  void parsesModelRefs() {
+    const auto r = parseRemoteModelRef("http://h:8000/v1#org/model");
+    QVERIFY(r.has_value());
+    QCOMPARE(QString::fromStdString(r->base_url), QStringLiteral("http://h:8000/v1"));
+    QCOMPARE(QString::fromStdString(r->model), QStringLiteral("org/model"));
+    QVERIFY(!parseRemoteModelRef("/models/a.gguf").has_value());
+    QVERIFY(!parseRemoteModelRef("http://h:8000/v1").has_value());
+  }
+
+  void chatStreamsTwoTurnsWithTheServersTokenCounts() {
+    ThreadedWorker w(remoteAwareEngineFactory({}, {}));
+    ModelInfo info;
+    QCOMPARE(w.load(ref(server_.port), &info), QString());
+    QCOMPARE(info.name, modelId_);
+    QVERIFY(info.device.startsWith(QStringLiteral("Granule at http://127.0.0.1:")));
+    w.call([wk = w.worker] { wk->submit(turn(1, QStringLiteral("Say hello."), 24)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 1), 60000);
+    const GenerationResult first = resultOf(w.finished, 1);
+    QVERIFY2(first.end == GenerationEnd::Finished, qPrintable(first.error));
+    const QString answer = textOf(w.tokens, 1);
+    QVERIFY2(answer.size() > 5, qPrintable(answer));
+    QVERIFY(first.prompt_tokens > 0);
+    // The second turn sends the first unchanged: the server serves its prefix from kept KV.
+    GenerationRequest second = turn(2, QStringLiteral("Say hello."), 16);
+    second.messages.append({QStringLiteral("assistant"), answer});
+    second.messages.append({QStringLiteral("user"), QStringLiteral("And again.")});
+    w.call([wk = w.worker, second] { wk->submit(second); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 2), 60000);
+    const GenerationResult r2 = resultOf(w.finished, 2);
+    QVERIFY(r2.end == GenerationEnd::Finished);
+    // The context meter's count is the server's (usage): the longer conversation, the more.
+    // (That the server's cache serves the repeated prefix is checked by tests/remote.)
+    QVERIFY2(
+        r2.prompt_tokens > first.prompt_tokens,
+        qPrintable(QStringLiteral("%1 then %2").arg(first.prompt_tokens).arg(r2.prompt_tokens)));
+  }
+
+  void stopEndsTheReplyAndKeepsItsText() {
+    ThreadedWorker w(remoteAwareEngineFactory({}, {}));
+    QCOMPARE(w.load(ref(server_.port)), QString());
+    w.call([wk = w.worker] {
+      wk->submit(turn(3, QStringLiteral("Write a long story about a cat."), 400));
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(!textOf(w.tokens, 3).isEmpty(), 60000);
+    w.call([wk = w.worker] { wk->cancel(3); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 3), 30000);
+    const GenerationResult r = resultOf(w.finished, 3);
+    QCOMPARE(r.reason, QStringLiteral("cancelled"));
+    QVERIFY(!textOf(w.tokens, 3).isEmpty());
+  }
+
+  void aCutStreamFailsInOneLineWithThePartialAnswerKept() {
+    Child proxy;
+    QVERIFY(proxy.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
+         QStringLiteral("--idle"), QStringLiteral("60")}));
+    ThreadedWorker w(remoteAwareEngineFactory({}, {}));
+    QCOMPARE(w.load(ref(proxy.port)), QString());  // its /v1/models passes
+    const std::string url = "http://127.0.0.1:" + std::to_string(proxy.port) + "/__fault/drop:700";
+    QProcess curl;
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-s"), QStringLiteral("-XPOST"), QString::fromStdString(url)});
+    QVERIFY(curl.waitForFinished(10000));
+    w.call([wk = w.worker] { wk->submit(turn(4, QStringLiteral("Say hello."), 48)); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 4), 60000);
+    const GenerationResult r = resultOf(w.finished, 4);
+    QVERIFY(r.end == GenerationEnd::Failed);
+    QVERIFY2(r.error.contains(QStringLiteral("the answer is cut where it stopped")),
+             qPrintable(r.error));
+    QVERIFY2(!r.error.contains(QLatin1Char('\n')), qPrintable(r.error));
+    QVERIFY(!textOf(w.tokens, 4).isEmpty());
+  }
+
+  void anUnreachableEndpointFailsToLoadInOneLine() {
+    ThreadedWorker w(remoteAwareEngineFactory({}, {}));
+    const QString error = w.load(QStringLiteral("http://127.0.0.1:1/v1#m"));
+    QVERIFY2(error.contains(QStringLiteral("cannot reach http://127.0.0.1:1/v1/models")),
+             qPrintable(error));
+    QVERIFY(!error.contains(QLatin1Char('\n')));
+  }
+
+  void metricsOfAGranuleServer() {
+    const auto r = parseRemoteModelRef(ref(server_.port).toStdString());
+    RemoteInferenceEngine engine(*r, "");
+    QTRY_VERIFY_WITH_TIMEOUT(
+        engine.metricsView().dialect == granule::remote::MetricsDialect::Granule, 5000);
+    const RemoteMetricsView v = engine.metricsView();
+    QVERIFY(v.metrics.requests_running.has_value());
+    QVERIFY(v.metrics.generation_tokens_total.has_value());
+    QVERIFY(!v.metrics.kv_usage_fraction.has_value());  // unavailable, not 0
+    QVERIFY(v.error.empty());
+  }
+};
+
+QTEST_GUILESS_MAIN(RemoteTest)
+#include "app_remote_test.moc"
