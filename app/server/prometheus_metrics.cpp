@@ -26,6 +26,18 @@ std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters&
          t.throughput.prompt_tokens_per_second);
   metric(out, "granule_steps_total", "counter", "Engine steps.",
          static_cast<double>(t.throughput.steps));
+  // Batching: rate(granule_decode_step_sequences_total) / rate(granule_decode_steps_total) is
+  // the mean decode batch; granule_batched_decode_steps_total counts the steps that decoded
+  // several requests (windows, API clients) in one forward pass.
+  metric(out, "granule_decode_steps_total", "counter",
+         "Engine steps that decoded a token for at least one sequence.",
+         static_cast<double>(t.throughput.decode_steps));
+  metric(out, "granule_decode_step_sequences_total", "counter",
+         "Sequences decoded, summed over the decode steps.",
+         static_cast<double>(t.throughput.decode_step_sequences));
+  metric(out, "granule_batched_decode_steps_total", "counter",
+         "Engine steps that decoded two or more sequences together.",
+         static_cast<double>(t.throughput.batched_decode_steps));
   metric(out, "granule_chats_running", "gauge", "Sequences holding a slot and their KV.",
          t.scheduler.running);
   metric(out, "granule_chats_waiting", "gauge", "Sequences queued for a slot and KV.",

@@ -290,6 +290,13 @@ struct ThroughputTelemetry {
   double prompt_tokens_per_second = 0;  // over every prefill so far
   double decode_tokens_per_second = 0;  // over every decode so far
   uint64_t steps = 0;
+  // Batching, cumulative: steps that decoded a token for at least one sequence, the sequences
+  // they decoded (summed over those steps; their ratio is the mean batch), and the steps that
+  // decoded two or more sequences together (chats and API requests in one forward pass).
+  uint64_t decode_steps = 0;
+  uint64_t decode_step_sequences = 0;
+  uint64_t batched_decode_steps = 0;
+  int32_t last_decode_sequences = 0;  // sequences the last step decoded
   // Where the last step's time went on the host, in microseconds: planning it (scheduling, KV
   // mapping, the prompt reports), queueing it on the device (inputs, graph launch), the work
   // done while it runs (mapping ahead), blocked waiting for its end, then taking its tokens
@@ -310,6 +317,10 @@ struct ThroughputTelemetry {
     f("prompt_tokens_per_second", s.prompt_tokens_per_second);
     f("decode_tokens_per_second", s.decode_tokens_per_second);
     f("steps", s.steps);
+    f("decode_steps", s.decode_steps);
+    f("decode_step_sequences", s.decode_step_sequences);
+    f("batched_decode_steps", s.batched_decode_steps);
+    f("last_decode_sequences", s.last_decode_sequences);
     f("last_plan_us", s.last_plan_us);
     f("last_launch_us", s.last_launch_us);
     f("last_overlap_us", s.last_overlap_us);

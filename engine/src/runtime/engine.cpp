@@ -87,6 +87,8 @@ struct Engine::Impl {
 
   // throughput
   uint64_t steps = 0;
+  uint64_t decode_steps = 0, decode_step_sequences = 0, batched_decode_steps = 0;
+  int32_t last_decode_sequences = 0;
   double prompt_seconds = 0, decode_seconds = 0;
   uint64_t prompt_tokens_done = 0, decode_tokens_done = 0;
   // The last step's host phases (ThroughputTelemetry::last_*_us).
@@ -634,7 +636,17 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
                                 Clock::time_point start) {
   const double elapsed = seconds_between(start, Clock::now());
   int64_t prompt_tokens = 0, decode_tokens = 0;
-  for (const ScheduledWork& w : plan.work) (w.decode ? decode_tokens : prompt_tokens) += w.count;
+  int32_t decode_sequences = 0;
+  for (const ScheduledWork& w : plan.work) {
+    (w.decode ? decode_tokens : prompt_tokens) += w.count;
+    decode_sequences += w.decode ? 1 : 0;
+  }
+  last_decode_sequences = decode_sequences;
+  if (decode_sequences > 0) {
+    ++decode_steps;
+    decode_step_sequences += static_cast<uint64_t>(decode_sequences);
+    if (decode_sequences > 1) ++batched_decode_steps;
+  }
   // A mixed step's time is shared by token count.
   const double total = static_cast<double>(prompt_tokens + decode_tokens);
   prompt_seconds += elapsed * static_cast<double>(prompt_tokens) / total;
@@ -859,6 +871,10 @@ TelemetrySnapshot Engine::telemetry() const {
     s.throughput.decode_tokens_per_second =
         static_cast<double>(m.decode_tokens_done) / m.decode_seconds;
   s.throughput.steps = m.steps;
+  s.throughput.decode_steps = m.decode_steps;
+  s.throughput.decode_step_sequences = m.decode_step_sequences;
+  s.throughput.batched_decode_steps = m.batched_decode_steps;
+  s.throughput.last_decode_sequences = m.last_decode_sequences;
   s.throughput.last_plan_us = m.plan_us;
   s.throughput.last_launch_us = m.launch_us;
   s.throughput.last_overlap_us = m.overlap_us;
