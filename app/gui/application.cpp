@@ -16,6 +16,7 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       window_settings_(store_),
       server_(store_, errors_),
       hub_(model_, errors_),
+      endpoints_(store_),
       worker_(new EngineWorker(std::move(factory))) {
   registerWorkerTypes();
   engine_thread_.setObjectName(QStringLiteral("granule-engine"));
@@ -43,6 +44,8 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       store_.setting(QStringLiteral("engine/cpu_threads"), QStringLiteral("0")).toInt());
   model_.setModelsFolder(store_.setting(QStringLiteral("model/folder")));
   chats_.setDefaultSampling(window_settings_.sampling());
+  chats_.setApiKeyLookup(
+      [this](const QString& base_url) { return endpoints_.apiKeyFor(base_url); });
   connect(&window_settings_, &WindowSettings::samplingChanged, this,
           [this] { chats_.setDefaultSampling(window_settings_.sampling()); });
   connect(&model_, &ModelController::optionsChanged, this, [this] {
@@ -71,6 +74,16 @@ void Application::connectWorker() {
   connect(worker_, &EngineWorker::tokensArrived, &chats_, &ChatController::onTokensArrived);
   connect(worker_, &EngineWorker::generationFinished, &chats_,
           &ChatController::onGenerationFinished);
+  connect(worker_, &EngineWorker::settingsNotApplied, &chats_,
+          &ChatController::onSettingsNotApplied);
+  // The panels follow the open chat's engine (an endpoint's server metrics, or the local one).
+  const auto show_engine = [this] {
+    QMetaObject::invokeMethod(
+        worker_, [w = worker_, ref = chats_.currentEngine()] { w->showEngine(ref); },
+        Qt::QueuedConnection);
+  };
+  connect(&chats_, &ChatController::currentChatChanged, this, show_engine);
+  connect(&chats_, &ChatController::settingsChanged, this, show_engine);
   connect(worker_, &EngineWorker::modelInspected, &model_, &ModelController::onModelInspected);
   connect(worker_, &EngineWorker::inspectFailed, &model_, &ModelController::onInspectFailed);
   connect(worker_, &EngineWorker::loadProgress, &model_, &ModelController::onLoadProgress);
@@ -164,7 +177,8 @@ QVariantMap Application::windowProperties() {
           {QStringLiteral("errors"), QVariant::fromValue(&errors_)},
           {QStringLiteral("settings"), QVariant::fromValue(&window_settings_)},
           {QStringLiteral("server"), QVariant::fromValue(&server_)},
-          {QStringLiteral("hub"), QVariant::fromValue(&hub_)}};
+          {QStringLiteral("hub"), QVariant::fromValue(&hub_)},
+          {QStringLiteral("endpoints"), QVariant::fromValue(&endpoints_)}};
 }
 
 void Application::shutdown() {

@@ -12,9 +12,10 @@
 #include "api_server_controller.h"
 #include "chat_controller.h"
 #include "chat_store.h"
+#include "endpoints_controller.h"
 #include "engine_worker.h"
-#include "hub_controller.h"
 #include "error_reporter.h"
+#include "hub_controller.h"
 #include "inference_engine.h"
 #include "model_controller.h"
 #include "telemetry_model.h"
@@ -49,6 +50,12 @@ class Application : public QObject {
   WindowSettings* windowSettings() { return &window_settings_; }
   ApiServerController* server() { return &server_; }
   HubController* hub() { return &hub_; }
+  EndpointsController* endpoints() { return &endpoints_; }
+  // How chats' engines on endpoints are opened (remoteEngineFactory() where the remote
+  // client is built); call before start().
+  void setRemoteEngineFactory(RemoteEngineFactory factory) {
+    worker_->setRemoteEngineFactory(std::move(factory));
+  }
   TelemetryReplay* replay() { return replay_.get(); }
   // Telemetry frames not passed to the panels because they showed nothing new.
   qint64 droppedTelemetryFrames() const { return dropped_frames_; }
@@ -69,6 +76,7 @@ class Application : public QObject {
   WindowSettings window_settings_;
   ApiServerController server_;
   HubController hub_;
+  EndpointsController endpoints_;
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
   std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got

@@ -43,6 +43,8 @@ QString titleFrom(const QString& text) {
 namespace {
 
 qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
+// The engine new chats start on: the one chosen last.
+const QString kNewChatEngineKey = QStringLiteral("chat/engine");
 
 }  // namespace
 
@@ -117,6 +119,12 @@ void ChatController::setSearchText(const QString& text) {
 void ChatController::setSystemPrompt(const QString& prompt) {
   updateCurrent([&](StoredConversation& c) { c.system_prompt = prompt; });
 }
+
+void ChatController::setCurrentEngine(const QString& engine) {
+  if (!conversations_.find(current_chat_id_) || engine == current().engine) return;
+  updateCurrent([&](StoredConversation& c) { c.engine = engine; });
+  store_.setSetting(kNewChatEngineKey, engine);
+}
 qint64 ChatController::newChat() {
   // An empty "New chat" is reused rather than joined by another (Ctrl+N pressed twice).
   for (int i = 0; i < conversations_.count(); ++i) {
@@ -133,6 +141,7 @@ qint64 ChatController::newChat() {
   StoredConversation c;
   c.title = kDefaultTitle;
   c.sampling = default_sampling_;
+  c.engine = store_.setting(kNewChatEngineKey);
   c.created_ms = c.updated_ms = nowMs();
   const auto id = store_.createConversation(c);
   if (!id) {
@@ -207,7 +216,7 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
   const QString content = text.trimmed();
   MessageModel* model = messagesOf(chat_id);
   if (content.isEmpty() || !model) return;
-  if (!modelReadyOrReport()) return;
+  if (!modelReadyOrReport(chat_id)) return;
   abandonGeneration(chat_id);
   StoredMessage m;
   m.conversation_id = chat_id;
@@ -237,7 +246,7 @@ void ChatController::regenerate(int row) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("assistant"))
     return;
-  if (!modelReadyOrReport()) return;
+  if (!modelReadyOrReport(current_chat_id_)) return;
   abandonGeneration(current_chat_id_);
   // The old version and its later turns stay in the store; the view shows the new branch.
   model->removeFrom(row);
@@ -249,7 +258,7 @@ void ChatController::editAndResend(int row, const QString& text) {
   if (!model || row < 0 || row >= model->count() ||
       model->message(row).role != QLatin1String("user") || text.trimmed().isEmpty())
     return;
-  if (!modelReadyOrReport()) return;
+  if (!modelReadyOrReport(current_chat_id_)) return;
   abandonGeneration(current_chat_id_);
   model->removeFrom(row);
   sendTo(current_chat_id_, text);
@@ -273,7 +282,7 @@ void ChatController::continueReply(int row) {
       model->message(row).role != QLatin1String("assistant") ||
       model->message(row).finish_reason != QLatin1String("length"))
     return;
-  if (!modelReadyOrReport()) return;
+  if (!modelReadyOrReport(current_chat_id_)) return;
   GenerationRequest request = requestFor(chat_id);
   request.continue_last = true;
   model->resume(row);
@@ -309,6 +318,11 @@ GenerationRequest ChatController::requestFor(qint64 chat_id) const {
   const auto it = messages_.find(chat_id);
   if (!c || it == messages_.end()) return request;
   request.sampling = c->sampling;
+  request.engine = c->engine;
+  if (!c->engine.isEmpty() && api_key_for_) {
+    const qsizetype hash = c->engine.indexOf(QLatin1Char('#'));
+    request.api_key = api_key_for_(c->engine.left(hash));
+  }
   if (!c->system_prompt.trimmed().isEmpty())
     request.messages.append({QStringLiteral("system"), c->system_prompt});
   for (const StoredMessage& m : it->second->messages())
@@ -339,7 +353,9 @@ void ChatController::startGeneration(qint64 chat_id) {
   requestGeneration(chat_id, row, request);
 }
 
-bool ChatController::modelReadyOrReport() {
+bool ChatController::modelReadyOrReport(qint64 chat_id) {
+  if (const StoredConversation* c = conversations_.find(chat_id); c && !c->engine.isEmpty())
+    return true;  // the endpoint answers, or the reply fails with its one line
   if (!model_ready_)
     errors_.report(QStringLiteral("No model is loaded."),
                    QStringLiteral("Open a GGUF model first."));
@@ -417,6 +433,15 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   if (result.end == GenerationEnd::Failed)
     errors_.report(result.error, QStringLiteral("The chat is kept; fix the cause and regenerate."));
   Q_EMIT generatingChanged();
+}
+
+void ChatController::onSettingsNotApplied(qint64 chat_id, const QString& engine,
+                                          const QString& lines) {
+  (void)chat_id;
+  const QString key = engine + QLatin1Char('\n') + lines;
+  if (settings_notes_shown_.contains(key)) return;
+  settings_notes_shown_.insert(key);
+  errors_.report(lines, QStringLiteral("The chat runs on; the server's defaults apply to these."));
 }
 
 void ChatController::saveAll() {

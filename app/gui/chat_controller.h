@@ -7,6 +7,7 @@
 
 #include <QElapsedTimer>
 #include <QObject>
+#include <QSet>
 #include <QUrl>
 #include <functional>
 #include <map>
@@ -41,6 +42,10 @@ class ChatController : public QObject {
   // The open chat's settings.
   Q_PROPERTY(QString systemPrompt READ systemPrompt WRITE setSystemPrompt NOTIFY settingsChanged)
   Q_PROPERTY(granule::app::SamplingEditor* sampling READ samplingEditor CONSTANT)
+  // Where the open chat runs: "" the loaded model, "URL#model" a model on an endpoint
+  // (EndpointsController). A change applies from the next answer; new chats start on the
+  // engine chosen last.
+  Q_PROPERTY(QString currentEngine READ currentEngine WRITE setCurrentEngine NOTIFY settingsChanged)
 
  public:
   static inline const QString kDefaultTitle = QStringLiteral("New chat");
@@ -65,6 +70,13 @@ class ChatController : public QObject {
   void setSystemPrompt(const QString& prompt);
   // The open chat's sampling, clamped to the engine's ranges.
   SamplingEditor* samplingEditor() { return &sampling_editor_; }
+
+  QString currentEngine() const { return current().engine; }
+  void setCurrentEngine(const QString& engine);
+  // The API key for an endpoint's base URL (EndpointsController::apiKeyFor).
+  void setApiKeyLookup(std::function<QString(const QString& base_url)> lookup) {
+    api_key_for_ = std::move(lookup);
+  }
 
   // What a new chat's sampling starts from (the settings' global defaults).
   void setDefaultSampling(const SamplingSettings& sampling) { default_sampling_ = sampling; }
@@ -115,6 +127,8 @@ class ChatController : public QObject {
  public Q_SLOTS:
   void onTokensArrived(const QList<granule::app::TokenChunk>& chunks);
   void onGenerationFinished(const granule::app::GenerationResult& result);
+  // Settings the chat's engine does not apply: said once per engine and text in the banner.
+  void onSettingsNotApplied(qint64 chat_id, const QString& engine, const QString& lines);
 
  private:
   struct Generation {
@@ -127,8 +141,9 @@ class ChatController : public QObject {
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
   // Adds an empty assistant message to the chat and asks the worker to fill it.
   void startGeneration(qint64 chat_id);
-  // Whether a model is loaded; when not, says so in the error banner.
-  bool modelReadyOrReport();
+  // Whether the chat's engine can answer (a chat on an endpoint needs no loaded model); when
+  // not, says so in the error banner.
+  bool modelReadyOrReport(qint64 chat_id);
   // Marks the chat generating into the message at `row` and sends the request to the worker.
   void requestGeneration(qint64 chat_id, int row, const GenerationRequest& request);
   // The request for the chat's shown messages (system prompt first).
@@ -150,6 +165,8 @@ class ChatController : public QObject {
   std::optional<StoredConversation> deleted_;
   SamplingSettings default_sampling_;
   SamplingEditor sampling_editor_;
+  std::function<QString(const QString&)> api_key_for_;
+  QSet<QString> settings_notes_shown_;  // engine + text, once a session
 };
 
 }  // namespace granule::app

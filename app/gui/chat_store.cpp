@@ -77,6 +77,8 @@ const QList<Migration>& migrations() {
       {5,
        {QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''"),
         QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning_ms REAL NOT NULL DEFAULT 0")}},
+      // 6: where the chat runs: '' the local engine, "URL#model" a model on an endpoint.
+      {6, {QStringLiteral("ALTER TABLE conversations ADD COLUMN engine TEXT NOT NULL DEFAULT ''")}},
   };
   return all;
 }
@@ -259,7 +261,7 @@ QList<StoredConversation> ChatStore::conversations() const {
   QList<StoredConversation> result;
   QSqlQuery q(QSqlDatabase::database(connection_));
   q.exec(QStringLiteral(
-      "SELECT id, title, system_prompt, sampling_json, created_at, updated_at "
+      "SELECT id, title, system_prompt, sampling_json, created_at, updated_at, engine "
       "FROM conversations WHERE deleted_at IS NULL ORDER BY updated_at DESC, id DESC"));
   while (q.next()) {
     StoredConversation c;
@@ -269,6 +271,7 @@ QList<StoredConversation> ChatStore::conversations() const {
     c.sampling = samplingFromJson(q.value(3).toString());
     c.created_ms = q.value(4).toLongLong();
     c.updated_ms = q.value(5).toLongLong();
+    c.engine = q.value(6).toString();
     result.append(c);
   }
   return result;
@@ -278,13 +281,14 @@ std::optional<qint64> ChatStore::createConversation(const StoredConversation& c)
   QSqlQuery q(QSqlDatabase::database(connection_));
   q.prepare(
       QStringLiteral("INSERT INTO conversations (title, system_prompt, sampling_json, created_at, "
-                     "updated_at) VALUES (?, ?, ?, ?, ?)"));
+                     "updated_at, engine) VALUES (?, ?, ?, ?, ?, ?)"));
   const qint64 created = c.created_ms ? c.created_ms : nowMs();
   q.addBindValue(text(c.title));
   q.addBindValue(text(c.system_prompt));
   q.addBindValue(samplingToJson(c.sampling));
   q.addBindValue(created);
   q.addBindValue(c.updated_ms ? c.updated_ms : created);
+  q.addBindValue(text(c.engine));
   if (!q.exec()) {
     log()->error("creating a chat failed: {}", q.lastError().text().toStdString());
     return std::nullopt;
@@ -296,11 +300,12 @@ bool ChatStore::updateConversation(const StoredConversation& c) {
   QSqlQuery q(QSqlDatabase::database(connection_));
   q.prepare(
       QStringLiteral("UPDATE conversations SET title = ?, system_prompt = ?, sampling_json = ?, "
-                     "updated_at = ? WHERE id = ?"));
+                     "updated_at = ?, engine = ? WHERE id = ?"));
   q.addBindValue(text(c.title));
   q.addBindValue(text(c.system_prompt));
   q.addBindValue(samplingToJson(c.sampling));
   q.addBindValue(c.updated_ms ? c.updated_ms : nowMs());
+  q.addBindValue(text(c.engine));
   q.addBindValue(c.id);
   return q.exec();
 }

@@ -14,6 +14,8 @@ struct StoredConversation {
   QString title;
   QString system_prompt;
   SamplingSettings sampling;
+  // Where the chat runs: "" the window's loaded model, "URL#model" a model on an endpoint.
+  QString engine;
   qint64 created_ms = 0;
   qint64 updated_ms = 0;
 };
@@ -44,7 +46,7 @@ struct StoredMessage {
 
 class ChatStore {
  public:
-  static constexpr int kSchemaVersion = 5;
+  static constexpr int kSchemaVersion = 6;
 
   // Opens (creating the file and folders), checks the file is a sound database and migrates;
   // check ok() / error(). When not ok the file is left untouched and closed for the session.

@@ -65,6 +65,7 @@ EngineWorker::~EngineWorker() {
   shut_down_ = true;
   api_server_.stop();
   engine_.reset();
+  remotes_.clear();
 }
 
 void EngineWorker::start() {
@@ -129,12 +130,12 @@ void EngineWorker::setVramBudget(quint64 bytes) {
 void EngineWorker::submit(const GenerationRequest& request) {
   if (shut_down_) return;
   GenerationResult refused{request.chat_id, GenerationEnd::Failed, QStringLiteral("error"), {}};
-  if (!engine_) {
-    refused.error = QStringLiteral("No model is loaded: open a model first.");
+  if (sequence_of_chat_.count(request.chat_id)) cancel(request.chat_id);
+  InferenceEngine* const engine = engineFor(request, &refused.error);
+  if (!engine) {
     Q_EMIT generationFinished(refused);
     return;
   }
-  if (sequence_of_chat_.count(request.chat_id)) cancel(request.chat_id);
 
   Request engine_request;
   for (const PromptMessage& m : request.messages)
@@ -202,17 +203,24 @@ void EngineWorker::submit(const GenerationRequest& request) {
     finished_.push_back({seq, reason, error});
   };
   try {
-    if (request.continue_last) engine_->prepare_continuation(engine_request, partial);
-    const SequenceId seq = engine_->submit(std::move(engine_request));
+    if (request.continue_last) engine->prepare_continuation(engine_request, partial);
+    std::string not_applied;
+    for (const std::string& line : engine->settings_not_applied(engine_request))
+      not_applied += (not_applied.empty() ? "" : "; ") + line;
+    const SequenceId seq = engine->submit(std::move(engine_request));
     chat_of_sequence_[seq] = request.chat_id;
+    engine_of_sequence_[seq] = engine;
     // A continued reply goes on with its answer; a new one may start with reasoning.
-    if (const ReasoningFormat format = reasoningFormat(engine_->info().reasoning_format);
+    if (const ReasoningFormat format = reasoningFormat(engine->info().reasoning_format);
         format != ReasoningFormat::None && !request.continue_last)
       reasoning_parsers_.insert_or_assign(seq, ReasoningParser(format));
     sequence_of_chat_[request.chat_id] = seq;
     // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.
-    for (const SequenceTelemetry& t : engine_->telemetry().sequences)
+    for (const SequenceTelemetry& t : engine->telemetry().sequences)
       if (t.id == seq) prompt_tokens_[seq] = static_cast<qint32>(t.tokens);
+    if (!not_applied.empty())
+      Q_EMIT settingsNotApplied(request.chat_id, request.engine,
+                                QString::fromStdString(not_applied));
   } catch (const std::exception& e) {
     refused.error = QString::fromUtf8(e.what());
     Q_EMIT generationFinished(refused);
@@ -222,11 +230,64 @@ void EngineWorker::submit(const GenerationRequest& request) {
   scheduleStep();
 }
 
+InferenceEngine* EngineWorker::engineFor(const GenerationRequest& request, QString* error) {
+  if (request.engine.isEmpty()) {
+    if (!engine_) *error = QStringLiteral("No model is loaded: open a model first.");
+    return engine_.get();
+  }
+  if (!remote_factory_) {
+    *error = QStringLiteral("This window cannot reach endpoints (no remote client in this build).");
+    return nullptr;
+  }
+  auto it = remotes_.find(request.engine);
+  // A key changed in Settings: reopened with it once nothing streams from the old one.
+  if (it != remotes_.end() && it->second.api_key != request.api_key && it->second.engine->idle()) {
+    remotes_.erase(it);
+    it = remotes_.end();
+  }
+  if (it != remotes_.end()) return it->second.engine.get();
+  try {
+    // Lists the server's models first (bounded by its connect timeout): a wrong URL, key or
+    // model is the chat's one-line error.
+    auto engine = remote_factory_(request.engine, request.api_key, next_remote_first_id_);
+    next_remote_first_id_ += SequenceId{1} << 40;
+    log()->info("chat engine opened on {}", request.engine.toStdString());
+    it = remotes_.emplace(request.engine, RemoteEngine{std::move(engine), request.api_key}).first;
+    return it->second.engine.get();
+  } catch (const std::exception& e) {
+    *error = QString::fromUtf8(e.what());
+    return nullptr;
+  }
+}
+
+InferenceEngine* EngineWorker::engineOfChat(qint64 chat_id) const {
+  const auto seq = sequence_of_chat_.find(chat_id);
+  if (seq == sequence_of_chat_.end()) return nullptr;
+  const auto engine = engine_of_sequence_.find(seq->second);
+  return engine == engine_of_sequence_.end() ? nullptr : engine->second;
+}
+
+void EngineWorker::forgetSequence(SequenceId seq) {
+  if (const auto chat = chat_of_sequence_.find(seq); chat != chat_of_sequence_.end()) {
+    const auto current = sequence_of_chat_.find(chat->second);
+    if (current != sequence_of_chat_.end() && current->second == seq)
+      sequence_of_chat_.erase(current);
+    chat_of_sequence_.erase(chat);
+  }
+  prompt_tokens_.erase(seq);
+  prompt_info_.erase(seq);
+  reasoning_parsers_.erase(seq);
+  engine_of_sequence_.erase(seq);
+}
+
+void EngineWorker::showEngine(const QString& ref) { shown_engine_ = ref; }
+
 void EngineWorker::cancel(qint64 chat_id) {
   const auto seq = sequence_of_chat_.find(chat_id);
-  if (seq == sequence_of_chat_.end() || !engine_) return;
+  InferenceEngine* const engine = engineOfChat(chat_id);
+  if (seq == sequence_of_chat_.end() || !engine) return;
   try {
-    engine_->cancel(seq->second);
+    engine->cancel(seq->second);
   } catch (const std::exception& e) {
     log()->warn("cancel of chat {} failed: {}", chat_id, e.what());
   }
@@ -294,26 +355,50 @@ void EngineWorker::scheduleStep() {
 
 void EngineWorker::runStep() {
   step_queued_ = false;
-  if (!engine_ || shut_down_) return;
+  if (!anyEngine() || shut_down_) return;
   bool more = false;
-  try {
-    more = engine_->step();
-  } catch (const std::exception& e) {
-    log()->error("engine step failed: {}", e.what());
-    failAll(QString::fromUtf8(e.what()));
-    return;
+  bool local_busy = false;
+  if (engine_) {
+    try {
+      local_busy = !engine_->idle();
+      more = engine_->step();
+    } catch (const std::exception& e) {
+      log()->error("engine step failed: {}", e.what());
+      failAll(QString::fromUtf8(e.what()), engine_.get());
+      return;
+    }
+  }
+  // The endpoints' engines hand over what their streams brought. Only one of them may wait
+  // for data, and none while the local engine computes (its steps must not wait on a server).
+  bool may_wait = !local_busy;
+  bool remote_busy = false;
+  for (auto& [ref, remote] : remotes_) {
+    InferenceEngine& r = *remote.engine;
+    if (r.idle()) continue;
+    remote_busy = true;
+    r.set_step_wait_ms(may_wait ? 10 : 0);
+    may_wait = false;
+    try {
+      more = r.step() || more;
+    } catch (const std::exception& e) {
+      log()->error("{}: step failed: {}", ref.toStdString(), e.what());
+      failAll(QString::fromUtf8(e.what()), &r);
+      return;
+    }
   }
   const bool finishing = !finished_.empty();
   if (finishing || since_flush_.elapsed() >= kTokenFlushIntervalMs) flushTokens();
   deliverFinished();
   // A lost device has ended every chat (each with the reason); the window hears it once, as
   // an engine error that asks for a reload, and stays up.
-  if (const std::string lost = engine_->device_lost_reason();
+  if (const std::string lost = engine_ ? engine_->device_lost_reason() : std::string();
       !lost.empty() && !device_lost_reported_) {
     device_lost_reported_ = true;
     Q_EMIT engineError(QString::fromStdString(lost));
   }
-  if (more || !engine_->idle()) {
+  bool busy = remote_busy;
+  for (const auto& [ref, remote] : remotes_) busy = busy || !remote.engine->idle();
+  if (more || busy || (engine_ && !engine_->idle())) {
     scheduleStep();
   } else {
     flushTokens();
@@ -359,52 +444,68 @@ void EngineWorker::deliverFinished() {
     const bool superseded = current == sequence_of_chat_.end() || current->second != f.sequence;
     if (!superseded) sequence_of_chat_.erase(current);
     chat_of_sequence_.erase(chat);
+    engine_of_sequence_.erase(f.sequence);
     if (!superseded) Q_EMIT generationFinished(result);
   }
 }
 
-void EngineWorker::failAll(const QString& message) {
+void EngineWorker::failAll(const QString& message, InferenceEngine* engine) {
   flushTokens();
-  finished_.clear();
+  std::erase_if(finished_, [&](const Finished& f) {
+    const auto e = engine_of_sequence_.find(f.sequence);
+    return !engine || (e != engine_of_sequence_.end() && e->second == engine);
+  });
   const auto chats = sequence_of_chat_;
   for (const auto& [chat, seq] : chats) {
+    const auto e = engine_of_sequence_.find(seq);
+    InferenceEngine* const on = e == engine_of_sequence_.end() ? nullptr : e->second;
+    if (engine && on != engine) continue;
     try {
-      engine_->cancel(seq);
+      if (on) on->cancel(seq);
     } catch (const std::exception&) {
       // The engine is already failing; the GUI hears about it below.
     }
+    forgetSequence(seq);
     Q_EMIT generationFinished({chat, GenerationEnd::Failed, QStringLiteral("error"), message});
   }
-  sequence_of_chat_.clear();
-  chat_of_sequence_.clear();
-  prompt_tokens_.clear();
-  prompt_info_.clear();
   Q_EMIT engineError(message);
 }
 
 void EngineWorker::releaseEngine() {
   // The server before the engine: a handler must not reach an engine that is going.
   stopServing();
-  if (!engine_) return;
-  const auto chats = sequence_of_chat_;
+  // At shutdown the endpoints' engines go too; a model load replaces the local one only, and
+  // chats on endpoints stream on.
+  std::vector<std::unique_ptr<InferenceEngine>> going;
+  if (engine_) going.push_back(std::move(engine_));
+  if (shut_down_)
+    for (auto& [ref, remote] : remotes_) going.push_back(std::move(remote.engine));
+  if (going.empty()) return;
+  const auto goes = [&](InferenceEngine* e) {
+    for (const auto& g : going)
+      if (g.get() == e) return true;
+    return false;
+  };
+  std::vector<std::pair<qint64, SequenceId>> chats;
+  for (const auto& [chat, seq] : sequence_of_chat_) {
+    const auto e = engine_of_sequence_.find(seq);
+    if (e != engine_of_sequence_.end() && goes(e->second)) chats.emplace_back(chat, seq);
+  }
   for (const auto& [chat, seq] : chats) {
     try {
-      engine_->cancel(seq);
+      engine_of_sequence_.at(seq)->cancel(seq);
     } catch (const std::exception&) {
       // Freeing the engine below releases the sequence anyway.
     }
+    // Drop the sinks' targets before the engine goes, so nothing it reports while being
+    // destroyed reaches the GUI.
+    forgetSequence(seq);
+    pending_.erase(chat);
   }
-  // Drop the sinks' targets before the engine goes, so nothing it reports while being
-  // destroyed reaches the GUI.
-  sequence_of_chat_.clear();
-  chat_of_sequence_.clear();
-  prompt_tokens_.clear();
-  prompt_info_.clear();
-  pending_.clear();
-  reasoning_parsers_.clear();
-  engine_.reset();
+  std::erase_if(finished_, [&](const Finished& f) { return !chat_of_sequence_.count(f.sequence); });
+  going.clear();
+  if (shut_down_) remotes_.clear();
   device_lost_reported_ = false;
-  finished_.clear();
   if (!shut_down_)
     for (const auto& [chat, seq] : chats)
       Q_EMIT generationFinished({chat, GenerationEnd::Stopped, QStringLiteral("cancelled"), {}});
@@ -422,16 +523,33 @@ TelemetryFrame EngineWorker::makeFrame() const {
   frame.counts_tokens = true;
   // The chats' and the API's: both are the engine's decode throughput.
   frame.generated_tokens = generated_tokens_ + api_server_.generatedTokens();
-  if (!engine_) return frame;
+  // The panels show the open chat's engine: an endpoint's (its server's metrics), or the
+  // loaded model's.
+  const auto shown = remotes_.find(shown_engine_);
+  InferenceEngine* const panels = shown != remotes_.end() && !shown_engine_.isEmpty()
+                                      ? shown->second.engine.get()
+                                      : engine_.get();
+  if (!panels) return frame;
   try {
-    frame.engine = engine_->telemetry();
-    frame.remote = engine_->remoteMetrics();
+    frame.engine = panels->telemetry();
+    frame.remote = panels->remoteMetrics();
+    // The rows of chats on the other engines (a sequence is the chat's on any engine).
+    const auto add_rows = [&](const InferenceEngine& e) {
+      for (const SequenceTelemetry& s : e.telemetry().sequences) {
+        const auto chat = chat_of_sequence_.find(s.id);
+        if (chat != chat_of_sequence_.end()) frame.chats.append({chat->second, s, false});
+      }
+    };
+    if (engine_ && panels != engine_.get()) add_rows(*engine_);
+    for (const auto& [ref, remote] : remotes_)
+      if (remote.engine.get() != panels) add_rows(*remote.engine);
   } catch (const std::exception& e) {
     log()->warn("telemetry failed: {}", e.what());
     return frame;
   }
   frame.has_engine = true;
-  const bool slots_full = slots_ > 0 && frame.engine.scheduler.running >= slots_;
+  const bool slots_full =
+      panels == engine_.get() && slots_ > 0 && frame.engine.scheduler.running >= slots_;
   for (const SequenceTelemetry& s : frame.engine.sequences) {
     const auto chat = chat_of_sequence_.find(s.id);
     if (chat != chat_of_sequence_.end())

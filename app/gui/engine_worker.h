@@ -2,7 +2,9 @@
 // reaches it only through queued signals carrying plain values (worker_types.h); it
 // batches every running chat into the engine's steps and streams text back at ~60 Hz.
 // When asked, it also serves the OpenAI API from the same engine (ApiServerHost): the
-// server's requests join the chats' steps and carry their own sinks.
+// server's requests join the chats' steps and carry their own sinks. A chat that runs on an
+// endpoint's model (GenerationRequest::engine) streams from a remote engine the worker opens
+// beside the loaded one, on first use, and steps with it.
 #pragma once
 #include <QElapsedTimer>
 #include <QObject>
@@ -27,6 +29,9 @@ class EngineWorker : public QObject {
 
   explicit EngineWorker(EngineFactory factory, QObject* parent = nullptr);
   ~EngineWorker() override;
+  // How chats' endpoint engines are opened; without it a chat on an endpoint is refused.
+  // Set before the worker moves to its thread.
+  void setRemoteEngineFactory(RemoteEngineFactory factory) { remote_factory_ = std::move(factory); }
 
  public Q_SLOTS:
   // Starts the telemetry clock; call once the worker lives in its thread.
@@ -46,6 +51,9 @@ class EngineWorker : public QObject {
   // Queues a chat's generation; one per chat (a new one replaces a running one).
   void submit(const granule::app::GenerationRequest& request);
   void cancel(qint64 chat_id);
+  // The engine the panels show: "" the loaded model's, or an endpoint's ("URL#model", the
+  // open chat's) whose server metrics then fill the frames.
+  void showEngine(const QString& ref);
   // Serves the OpenAI API from the loaded engine (or stops serving); emits servingChanged.
   // Kept across model loads: a new model is served once loaded, and the server is stopped
   // before an engine goes.
@@ -69,6 +77,9 @@ class EngineWorker : public QObject {
   // An engine failure outside any one request (a failed step); generation stops.
   void engineError(const QString& message);
   void servingChanged(const granule::app::ServingStatus& status);
+  // Settings of a chat's request that its engine does not apply (an endpoint's server takes
+  // no top_k), one line; the window says so.
+  void settingsNotApplied(qint64 chat_id, const QString& engine, const QString& lines);
 
  private:
   struct Finished {
@@ -86,13 +97,31 @@ class EngineWorker : public QObject {
   void runServerTasks();
   void flushTokens();
   void deliverFinished();
-  void failAll(const QString& message);
+  // Ends the chats running on `engine` (every engine when null) with `message`.
+  void failAll(const QString& message, InferenceEngine* engine = nullptr);
   void releaseEngine();
+  // The engine a request runs on, opening an endpoint's on first use; null with `error` set.
+  InferenceEngine* engineFor(const GenerationRequest& request, QString* error);
+  InferenceEngine* engineOfChat(qint64 chat_id) const;
+  // Forgets a sequence's records (the chat, prompt figures, parser, engine).
+  void forgetSequence(SequenceId seq);
+  bool anyEngine() const { return engine_ || !remotes_.empty(); }
   void emitTelemetry();
   TelemetryFrame makeFrame() const;
 
   EngineFactory factory_;
   std::unique_ptr<InferenceEngine> engine_;
+  // Chats' engines on endpoints, by "URL#model", with the key each was opened with. Their
+  // sequence ids start at 2^40 apart, so one id names one sequence across every engine.
+  struct RemoteEngine {
+    std::unique_ptr<InferenceEngine> engine;
+    QString api_key;
+  };
+  RemoteEngineFactory remote_factory_;
+  std::map<QString, RemoteEngine> remotes_;
+  SequenceId next_remote_first_id_ = SequenceId{1} << 40;
+  std::map<SequenceId, InferenceEngine*> engine_of_sequence_;
+  QString shown_engine_;
   bool device_lost_reported_ = false;  // the engine's lost device, told to the window once
   QTimer telemetry_timer_;
   QElapsedTimer clock_;

@@ -38,6 +38,15 @@ class InferenceEngine {
   // A remote engine's figures for the window's Remote panel (remote_inference_engine.h):
   // "server", "endpoint", "error" and the figures its server exposes; empty for a local one.
   virtual QVariantMap remoteMetrics() const { return {}; }
+  // The request's settings this engine cannot apply, one line each ("top_k is not part of the
+  // OpenAI API: not sent"), so the window says so rather than drop them silently.
+  virtual std::vector<std::string> settings_not_applied(const Request& request) const {
+    (void)request;
+    return {};
+  }
+  // How long step() may wait for data when it has none (a remote engine's streams arrive on
+  // their own threads); the worker sets 0 while another engine has work of its own.
+  virtual void set_step_wait_ms(int ms) { (void)ms; }
   // The granule::Engine underneath, which the window's OpenAI server drives directly (on the
   // engine thread); null for an engine that is not one (the tests' scripted engine), which
   // then cannot serve the API.
@@ -51,5 +60,11 @@ using EngineFactory = std::function<std::unique_ptr<InferenceEngine>(
 
 // The factory the application uses: granule::Engine::open.
 EngineFactory granuleEngineFactory();
+
+// Opens a chat's engine on an OpenAI-compatible endpoint: `ref` is "URL#model", `api_key` ""
+// sends none; its sequence ids start at `first_id` (apart from every other engine's). Throws
+// granule::Error with the endpoint's one-line fault.
+using RemoteEngineFactory = std::function<std::unique_ptr<InferenceEngine>(
+    const QString& ref, const QString& api_key, SequenceId first_id)>;
 
 }  // namespace granule::app

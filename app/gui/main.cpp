@@ -120,6 +120,10 @@ int main(int argc, char** argv) {
 #endif
       cli.isSet(database_option) ? cli.value(database_option)
                                  : granule::app::ChatStore::defaultPath());
+#ifdef GRANULE_HAVE_REMOTE
+  // Chats that run on an endpoint's model (Settings → Endpoints, the chat header's menu).
+  granule_app.setRemoteEngineFactory(granule::app::remoteEngineFactory());
+#endif
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
   if (cli.isSet(theme_option)) granule_app.windowSettings()->setTheme(cli.value(theme_option));

@@ -42,8 +42,8 @@ std::optional<RemoteModelRef> parseRemoteModelRef(const std::string& path) {
 std::string remoteModelRefText(const RemoteModelRef& ref) { return ref.base_url + "#" + ref.model; }
 
 RemoteInferenceEngine::RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
-                                             bool poll_metrics)
-    : client_(remote::Endpoint{ref.base_url, api_key}), model_(ref.model) {
+                                             bool poll_metrics, SequenceId first_id)
+    : client_(remote::Endpoint{ref.base_url, api_key}), model_(ref.model), next_id_(first_id) {
   const remote::ModelList models = client_.list_models();
   if (models.fault) {
     // An unreachable host's message names the URL already.
@@ -90,16 +90,31 @@ RemoteInferenceEngine::~RemoteInferenceEngine() {
   if (poller_.joinable()) poller_.join();
 }
 
-SequenceId RemoteInferenceEngine::submit(Request request) {
-  if (request.prompt_tokens) {
-    throw UnsupportedError("a remote engine takes messages, not a raw prompt");
-  }
+remote::ChatRequest RemoteInferenceEngine::chatRequest(const Request& request) const {
   remote::ChatRequest chat;
   chat.model = model_;
   chat.server = server_;
   chat.sampling = samplingOf(request.sampling);
   // Sent unchanged, turn after turn, so the server's prefix cache finds the conversation.
   for (const ChatMessage& m : request.messages) chat.messages.push_back({m.role, m.content});
+  return chat;
+}
+
+std::vector<std::string> RemoteInferenceEngine::settings_not_applied(const Request& request) const {
+  std::vector<std::string> lines = remote::chat_request_body(chatRequest(request)).not_sent;
+  // The chat's reasoning switch is a template variable of the local engine; a server applies
+  // its own template and its own default.
+  if (request.chat_options.enable_thinking.has_value() ||
+      !request.chat_options.reasoning_effort.empty())
+    lines.push_back("the reasoning setting is the local engine's: not sent");
+  return lines;
+}
+
+SequenceId RemoteInferenceEngine::submit(Request request) {
+  if (request.prompt_tokens) {
+    throw UnsupportedError("a remote engine takes messages, not a raw prompt");
+  }
+  remote::ChatRequest chat = chatRequest(request);
   const SequenceId id = next_id_++;
   Running& r = running_[id];
   r.sink = std::move(request.sink);
@@ -169,7 +184,8 @@ bool RemoteInferenceEngine::step() {
   {
     std::unique_lock lock(mutex_);
     // The worker steps while a request runs: wait a little for data rather than spin.
-    if (events_.empty()) wake_.wait_for(lock, std::chrono::milliseconds(10));
+    if (events_.empty() && step_wait_ms_ > 0)
+      wake_.wait_for(lock, std::chrono::milliseconds(step_wait_ms_));
     events.swap(events_);
   }
   for (Event& e : events) {
@@ -294,6 +310,16 @@ EngineFactory remoteAwareEngineFactory(EngineFactory local,
         *ref, api_key_for ? api_key_for(ref->base_url) : "");
     stage(1.0, QStringLiteral("Ready"));
     return engine;
+  };
+}
+
+RemoteEngineFactory remoteEngineFactory() {
+  return [](const QString& ref, const QString& api_key,
+            SequenceId first_id) -> std::unique_ptr<InferenceEngine> {
+    const std::optional<RemoteModelRef> parsed = parseRemoteModelRef(ref.toStdString());
+    if (!parsed) throw Error("not a model on an endpoint (URL#model): " + ref.toStdString());
+    return std::make_unique<RemoteInferenceEngine>(*parsed, api_key.toStdString(),
+                                                   /*poll_metrics=*/true, first_id);
   };
 }
 

@@ -42,8 +42,9 @@ class RemoteInferenceEngine final : public InferenceEngine {
  public:
   // Opens the endpoint: lists its models and checks `ref.model` is one (throws granule::Error
   // with the fault's one line otherwise). `poll_metrics` false: no /metrics polling (tests).
+  // Sequence ids start at `first_id`: the window's worker keeps one id space over its engines.
   RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
-                        bool poll_metrics = true);
+                        bool poll_metrics = true, SequenceId first_id = 1);
   ~RemoteInferenceEngine() override;
 
   ModelInfo info() const override { return info_; }
@@ -55,6 +56,8 @@ class RemoteInferenceEngine final : public InferenceEngine {
   void set_vram_budget(uint64_t bytes) override;
   RemoteMetricsView metricsView() const;
   QVariantMap remoteMetrics() const override;
+  std::vector<std::string> settings_not_applied(const Request& request) const override;
+  void set_step_wait_ms(int ms) override { step_wait_ms_ = ms; }
 
  private:
   struct Event {
@@ -73,12 +76,14 @@ class RemoteInferenceEngine final : public InferenceEngine {
   void stream(SequenceId id, remote::ChatRequest request,
               std::shared_ptr<std::atomic<bool>> cancel);
   void pollMetrics();
+  remote::ChatRequest chatRequest(const Request& request) const;
 
   remote::OpenAiClient client_;
   remote::ServerKind server_ = remote::ServerKind::Unknown;
   std::string model_;
   ModelInfo info_;
   SequenceId next_id_ = 1;
+  int step_wait_ms_ = 10;
   std::map<SequenceId, Running> running_;  // the worker's thread only
   mutable std::mutex mutex_;               // guards events_, metrics_ and stopping_
   std::condition_variable wake_;
@@ -93,5 +98,7 @@ class RemoteInferenceEngine final : public InferenceEngine {
 // key from `api_key_for(base_url)`), anything else goes to `local`.
 EngineFactory remoteAwareEngineFactory(EngineFactory local,
                                        std::function<std::string(const std::string&)> api_key_for);
+// The worker's factory of chats' endpoint engines (RemoteInferenceEngine, metrics polled).
+RemoteEngineFactory remoteEngineFactory();
 
 }  // namespace granule::app

@@ -73,6 +73,10 @@ struct GenerationRequest {
   // Continue: the last message is an assistant reply cut at the length limit; the model
   // goes on writing it (no new turn).
   bool continue_last = false;
+  // Where the chat runs: "" the window's loaded model; "URL#model" a model on an
+  // OpenAI-compatible endpoint (EndpointsController), reached with `api_key` ("" sends none).
+  QString engine;
+  QString api_key;
 };
 
 // Text that arrived for one chat since the previous batch.

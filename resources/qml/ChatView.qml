@@ -1,5 +1,6 @@
 // ChatView: the open chat's messages, following the newest while it streams. Its header
-// holds the chat's title, the tokens-used / context meter and the export menu.
+// holds the chat's title, where it runs (EngineMenuButton), the tokens-used / context meter
+// and the export menu.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -11,8 +12,15 @@ ListView {
     objectName: "chatView"
     required property ChatController chats
     required property TelemetryModel telemetry
+    required property EndpointsController endpoints
     // Tokens of context each chat has (the loaded model's); 0 hides the meter.
     property int contextLength: 0
+    // A chat on an endpoint: its model's context as the server lists it (0: the server does
+    // not say, and the meter shows the tokens alone, from the server's usage counts).
+    readonly property bool remote: chats.currentEngine.length > 0
+    readonly property int shownContextLength: remote
+        ? (endpoints.engineChoices.length >= 0 ? endpoints.contextOf(chats.currentEngine) : 0)
+        : contextLength
     // Why the open chat's answer has not started: "slot", "memory" or "".
     readonly property string waitingReason: telemetry.frame.scheduler.waiting > 0
                                             ? telemetry.waitingReason(chats.currentChatId) : ""
@@ -52,26 +60,33 @@ ListView {
                 font.pixelSize: Theme.fontSize
                 font.weight: Font.DemiBold
             }
+            EngineMenuButton {
+                chats: header.chat.chats
+                endpoints: header.chat.endpoints
+            }
             // Tokens used / context: the last reply's prompt plus its tokens.
             ColumnLayout {
-                visible: header.chat.contextLength > 0
+                visible: header.chat.shownContextLength > 0 || (header.chat.remote && header.chat.contextTokens > 0)
                 spacing: 2
                 Label {
                     objectName: "contextMeterLabel"
                     Layout.alignment: Qt.AlignRight
-                    text: qsTr("%1 / %2 tokens").arg(header.chat.contextTokens.toLocaleString(Qt.locale(), "f", 0))
-                                                .arg(header.chat.contextLength.toLocaleString(Qt.locale(), "f", 0))
+                    text: header.chat.shownContextLength > 0
+                          ? qsTr("%1 / %2 tokens").arg(header.chat.contextTokens.toLocaleString(Qt.locale(), "f", 0))
+                                                  .arg(header.chat.shownContextLength.toLocaleString(Qt.locale(), "f", 0))
+                          : qsTr("%1 tokens").arg(header.chat.contextTokens.toLocaleString(Qt.locale(), "f", 0))
                     color: Theme.mutedText
                     font.pixelSize: Theme.smallFontSize
                 }
                 Rectangle {
+                    visible: header.chat.shownContextLength > 0
                     Layout.preferredWidth: 140
                     implicitHeight: 4
                     radius: 2
                     color: Theme.raised
                     Rectangle {
-                        readonly property real share: header.chat.contextLength > 0
-                                                      ? Math.min(1, header.chat.contextTokens / header.chat.contextLength) : 0
+                        readonly property real share: header.chat.shownContextLength > 0
+                                                      ? Math.min(1, header.chat.contextTokens / header.chat.shownContextLength) : 0
                         width: parent.width * share
                         height: parent.height
                         radius: 2

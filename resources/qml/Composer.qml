@@ -11,7 +11,7 @@ Rectangle {
     required property ModelController model
 
     function send() {
-        if (input.text.trim().length === 0 || !chats.modelReady)
+        if (input.text.trim().length === 0 || !(chats.modelReady || chats.currentEngine.length > 0))
             return
         chats.send(input.text)
         input.text = ""
@@ -35,7 +35,7 @@ Rectangle {
                 objectName: "messageInput"
                 wrapMode: TextEdit.Wrap
                 font.pixelSize: Theme.fontSize
-                placeholderText: composer.chats.modelReady ? qsTr("Message…  (Enter sends, Shift+Enter new line)")
+                placeholderText: composer.chats.modelReady || composer.chats.currentEngine.length > 0 ? qsTr("Message…  (Enter sends, Shift+Enter new line)")
                                                            : qsTr("Open a model to start chatting")
                 color: Theme.text
                 background: Rectangle {
@@ -54,7 +54,7 @@ Rectangle {
         }
         PrimaryButton {
             text: qsTr("Send")
-            enabled: composer.chats.modelReady && input.text.trim().length > 0
+            enabled: (composer.chats.modelReady || composer.chats.currentEngine.length > 0) && input.text.trim().length > 0
             onClicked: composer.send()
         }
         Button {

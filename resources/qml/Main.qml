@@ -15,6 +15,7 @@ ApplicationWindow {
     required property WindowSettings settings
     required property ApiServerController server
     required property HubController hub
+    required property EndpointsController endpoints
 
     width: 1400
     height: 860
@@ -87,6 +88,7 @@ ApplicationWindow {
                     visible: window.chats.messages.count > 0
                     chats: window.chats
                     telemetry: window.telemetry
+                    endpoints: window.endpoints
                     contextLength: window.model.contextPerChat
                 }
                 EmptyState {
@@ -94,6 +96,7 @@ ApplicationWindow {
                     visible: window.chats.messages.count === 0
                     chats: window.chats
                     model: window.model
+                    endpoints: window.endpoints
                     onOpenRequested: modelsPage.open()
                 }
             }
@@ -160,6 +163,7 @@ ApplicationWindow {
         settings: window.settings
         telemetry: window.telemetry
         server: window.server
+        endpoints: window.endpoints
     }
     ChatSettingsDrawer {
         id: chatSettings

@@ -246,6 +246,16 @@ Item {
                     implicitHeight: 22
                     onClicked: message.chats.continueReply(message.index)
                 }
+                // A reply that failed part-way (a cut stream, a server error) keeps its text,
+                // marked by the caption; Retry asks again as a new version of the turn.
+                ToolButton {
+                    objectName: "retryButton"
+                    visible: message.finishReason === "error" && message.isLast
+                    text: qsTr("Retry")
+                    font.pixelSize: Theme.smallFontSize
+                    implicitHeight: 22
+                    onClicked: message.chats.regenerate(message.index)
+                }
                 Item { Layout.fillWidth: true }
             }
 

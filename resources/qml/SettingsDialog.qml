@@ -1,7 +1,8 @@
 // SettingsDialog: the theme; the engine — memory budget (VRAM on a GPU, host memory on the
 // CPU; a loaded model re-plans at once), threads, context per chat and chats at once, which
 // a Reload applies to the loaded model; the default sampling new chats start from; and the
-// switch that serves the OpenAI API from the window's engine.
+// switch that serves the OpenAI API from the window's engine; the endpoints (servers) chats
+// may run on (EndpointsSection).
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -13,6 +14,7 @@ GranuleDialog {
     required property WindowSettings settings
     required property TelemetryModel telemetry
     required property ApiServerController server
+    required property EndpointsController endpoints
     readonly property var streaming: telemetry.frame.streaming
     readonly property bool gpu: telemetry.frame.device.gpu
     readonly property list<string> themes: ["system", "light", "dark"]
@@ -283,6 +285,12 @@ GranuleDialog {
                             .arg(dialog.server.statusText).arg(dialog.server.url)
                             .arg(dialog.server.apiKey.length > 0 ? qsTr(" with the key") : "")
                       : dialog.server.statusText
+            }
+
+            EndpointsSection {
+                Layout.columnSpan: 2
+                Layout.fillWidth: true
+                endpoints: dialog.endpoints
             }
         }
     }

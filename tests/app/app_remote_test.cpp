@@ -2,116 +2,11 @@
 // `granule-cli serve` on loopback — streaming, stop, a stream cut by fault_proxy.py with the
 // partial answer kept and the turn failed in one line, an unreachable endpoint, and the
 // server's /metrics read into the panels' values. Skips without the default model.
-#include <QProcess>
-#include <QRegularExpression>
-#include <QSignalSpy>
-#include <QThread>
-#include <QtTest>
-#include <memory>
-
-#include "engine_worker.h"
 #include "remote_inference_engine.h"
+#include "remote_test_support.h"
 
 using namespace granule::app;
-
-namespace {
-
-QString defaultModel() {
-  QString home = qEnvironmentVariable("XDG_DATA_HOME");
-  if (home.isEmpty()) home = QDir::homePath() + QStringLiteral("/.local/share");
-  const QString path = home + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  return QFile::exists(path) ? path : QString();
-}
-
-// A child process that prints its URL on its first stdout line; killed at the end.
-struct Child {
-  std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
-  int port = 0;
-  bool start(const QString& program, const QStringList& args) {
-    process->setProcessChannelMode(QProcess::SeparateChannels);
-    process->start(program, args);
-    if (!process->waitForStarted(10000)) return false;
-    QElapsedTimer t;
-    t.start();
-    while (!process->canReadLine() && t.elapsed() < 60000) process->waitForReadyRead(500);
-    const QString line = QString::fromUtf8(process->readLine());
-    const QRegularExpressionMatch m =
-        QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(line);
-    if (!m.hasMatch()) return false;
-    port = m.captured(1).toInt();
-    return true;
-  }
-  ~Child() {
-    process->terminate();
-    if (!process->waitForFinished(10000)) process->kill();
-  }
-};
-
-struct ThreadedWorker {
-  explicit ThreadedWorker(EngineFactory factory) : worker(new EngineWorker(std::move(factory))) {
-    worker->moveToThread(&thread);
-    thread.start();
-    QMetaObject::invokeMethod(worker, &EngineWorker::start, Qt::QueuedConnection);
-  }
-  ~ThreadedWorker() {
-    QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
-    thread.quit();
-    thread.wait();
-    delete worker;
-  }
-  template <typename F>
-  void call(F f) {
-    QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection);
-  }
-  QString load(const QString& path, ModelInfo* info = nullptr) {
-    QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
-    QSignalSpy failed(worker, &EngineWorker::loadFailed);
-    call([w = worker, path] { w->loadModel(path, 1024, 4); });
-    if (!QTest::qWaitFor([&] { return loaded.count() + failed.count() > 0; }, 30000))
-      return QStringLiteral("timed out");
-    if (!failed.isEmpty()) return failed[0][1].toString();
-    if (info) *info = loaded[0][0].value<ModelInfo>();
-    return {};
-  }
-  QThread thread;
-  EngineWorker* worker;
-  QSignalSpy tokens{worker, &EngineWorker::tokensArrived};
-  QSignalSpy finished{worker, &EngineWorker::generationFinished};
-};
-
-GenerationRequest turn(qint64 chat, const QString& text, int max_tokens) {
-  GenerationRequest r;
-  r.chat_id = chat;
-  r.messages = {{"user", text}};
-  r.sampling.max_tokens = max_tokens;
-  r.sampling.temperature = 0;
-  r.sampling.top_k = 1;
-  return r;
-}
-
-QString textOf(const QSignalSpy& spy, qint64 chat) {
-  QString text;
-  for (const QList<QVariant>& args : spy)
-    for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
-      if (c.chat_id == chat) text += c.text;
-  return text;
-}
-
-GenerationResult resultOf(const QSignalSpy& spy, qint64 chat) {
-  for (const QList<QVariant>& args : spy) {
-    const auto r = args[0].value<GenerationResult>();
-    if (r.chat_id == chat) return r;
-  }
-  return {};
-}
-
-bool finishedChat(const QSignalSpy& spy, qint64 chat) {
-  for (const QList<QVariant>& args : spy)
-    if (args[0].value<GenerationResult>().chat_id == chat) return true;
-  return false;
-}
-
-}  // namespace
+using namespace granule::app::test;
 
 class RemoteTest : public QObject {
   Q_OBJECT

@@ -3,7 +3,8 @@
 server, or injects the fault queued for it. Bounded: it serves on 127.0.0.1 only, ends on its
 own after --idle seconds without a request, and never runs past --lifetime seconds.
 
-Faults are queued with a control request, POST /__fault/<kind>, one per following request:
+Faults are queued with a control request, POST /__fault/<kind>, one per following request
+(GET /metrics, which a window polls, always passes):
   pass            forward unchanged
   status:<code>   answer <code> with an OpenAI error body (429 adds Retry-After: 1)
   drop:<bytes>    forward the response, then close the connection after <bytes> of its body
@@ -52,7 +53,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
                 faults.append(urllib.parse.unquote(self.path[len("/__fault/"):]))
             self.reply(200, b"queued\n", "text/plain")
             return
-        fault = next_fault()
+        # A window polls /metrics once a second beside its chat: scrapes pass, so a queued
+        # fault meets the request it was queued for.
+        fault = "pass" if self.path.split("?")[0] == "/metrics" else next_fault()
         if fault.startswith("status:"):
             code = int(fault.split(":")[1])
             extra = {"Retry-After": "1"} if code == 429 else {}

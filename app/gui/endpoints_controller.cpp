@@ -1,0 +1,371 @@
+// The endpoints list: stored in the settings table (names and URLs) and the keychain (keys),
+// with each endpoint's /v1/models fetched on a pool thread and answered on the GUI thread.
+#include "endpoints_controller.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QUuid>
+
+#ifdef GRANULE_HAVE_HUB
+#include <qt6keychain/keychain.h>  // QtKeychain comes with the Hub page's build
+#endif
+#ifdef GRANULE_HAVE_REMOTE
+#include "remote/openai_client.h"
+#endif
+
+namespace granule::app {
+namespace {
+
+const QString kEndpointsKey = QStringLiteral("remote/endpoints");
+const QString kKeychainService = QStringLiteral("Granule");
+QString keychainKey(const QString& id) { return QStringLiteral("endpoint-api-key-") + id; }
+
+const char* stateName(EndpointEntry::State state) {
+  switch (state) {
+    case EndpointEntry::State::Unchecked:
+      return "unchecked";
+    case EndpointEntry::State::Checking:
+      return "checking";
+    case EndpointEntry::State::Reachable:
+      return "reachable";
+    case EndpointEntry::State::Unauthorized:
+      return "unauthorized";
+    case EndpointEntry::State::Unreachable:
+      return "unreachable";
+    case EndpointEntry::State::Failed:
+      return "failed";
+  }
+  return "unchecked";
+}
+
+// The URL as typed, less spaces and a trailing slash (so one server is one endpoint).
+QString normalizedUrl(const QString& url) {
+  QString u = url.trimmed();
+  while (u.endsWith(QLatin1Char('/'))) u.chop(1);
+  return u;
+}
+
+// What a /v1/models request found, carried from the pool thread.
+struct ModelListAnswer {
+  EndpointEntry::State state = EndpointEntry::State::Failed;
+  QString status;
+  QStringList models;
+  QList<qint64> contexts;
+  QString server;
+};
+
+ModelListAnswer listModels(const QString& base_url, const QString& api_key) {
+  ModelListAnswer answer;
+#ifdef GRANULE_HAVE_REMOTE
+  remote::Endpoint endpoint{base_url.toStdString(), api_key.toStdString()};
+  endpoint.connect_timeout_seconds = 5;  // a check, not a chat: say "unreachable" soon
+  endpoint.stall_timeout_seconds = 15;
+  const remote::OpenAiClient client(endpoint);
+  const remote::ModelList list = client.list_models();
+  if (list.fault) {
+    answer.status = QString::fromStdString(list.fault.message);
+    answer.state =
+        list.fault.kind == remote::FaultKind::Unauthorized  ? EndpointEntry::State::Unauthorized
+        : list.fault.kind == remote::FaultKind::Unreachable ? EndpointEntry::State::Unreachable
+                                                            : EndpointEntry::State::Failed;
+    return answer;
+  }
+  remote::ServerKind kind = remote::ServerKind::Unknown;
+  for (const remote::RemoteModel& m : list.models) {
+    answer.models.append(QString::fromStdString(m.id));
+    answer.contexts.append(m.context_tokens.value_or(0));
+    if (kind == remote::ServerKind::Unknown) kind = remote::server_kind(m.owned_by);
+  }
+  answer.server = QString::fromUtf8(remote::server_kind_name(kind));
+  answer.state = EndpointEntry::State::Reachable;
+  answer.status = answer.models.size() == 1
+                      ? QStringLiteral("reachable · 1 model · %1").arg(answer.server)
+                      : QStringLiteral("reachable · %1 models · %2")
+                            .arg(answer.models.size())
+                            .arg(answer.server);
+#else
+  (void)base_url;
+  (void)api_key;
+  answer.status = QStringLiteral("this build has no remote client (libcurl was not found)");
+#endif
+  return answer;
+}
+
+}  // namespace
+
+QString endpointModelRef(const QString& base_url, const QString& model) {
+  return normalizedUrl(base_url) + QLatin1Char('#') + model;
+}
+
+std::pair<QString, QString> splitEndpointModelRef(const QString& ref) {
+  const qsizetype hash = ref.indexOf(QLatin1Char('#'));
+  if (hash <= 0) return {};
+  return {ref.left(hash), ref.mid(hash + 1)};
+}
+
+void EndpointListModel::setEndpoints(const QList<EndpointEntry>& endpoints) {
+  beginResetModel();
+  endpoints_ = endpoints;
+  endResetModel();
+  Q_EMIT countChanged();
+}
+
+void EndpointListModel::changed(int row, const EndpointEntry& endpoint) {
+  if (row < 0 || row >= endpoints_.size()) return;
+  endpoints_[row] = endpoint;
+  Q_EMIT dataChanged(index(row), index(row));
+}
+
+QVariant EndpointListModel::value(int row, int role) const {
+  const EndpointEntry& e = endpoints_[row];
+  switch (role) {
+    case EndpointIdRole:
+      return e.id;
+    case NameRole:
+      return e.name;
+    case BaseUrlRole:
+      return e.base_url;
+    case HasKeyRole:
+      return e.has_key();
+    case ModelsRole:
+      return e.models;
+    case StatusRole:
+      return e.status;
+    case ReachabilityRole:
+      return QString::fromLatin1(stateName(e.state));
+    default:
+      return {};
+  }
+}
+
+EndpointsController::EndpointsController(ChatStore& store, QObject* parent)
+    : QObject(parent), store_(store) {
+  // Lists run one or two at a time; each is bounded by its connect and stall timeouts.
+  pool_.setMaxThreadCount(2);
+  QList<EndpointEntry> endpoints;
+  const QJsonArray saved =
+      QJsonDocument::fromJson(store_.setting(kEndpointsKey, QStringLiteral("[]")).toUtf8()).array();
+  for (const QJsonValue& v : saved) {
+    const QJsonObject o = v.toObject();
+    EndpointEntry e;
+    e.id = o.value(QStringLiteral("id")).toString();
+    e.name = o.value(QStringLiteral("name")).toString();
+    e.base_url = normalizedUrl(o.value(QStringLiteral("base_url")).toString());
+    if (e.id.isEmpty() || e.base_url.isEmpty()) continue;
+    endpoints.append(e);
+  }
+  list_.setEndpoints(endpoints);
+  for (const EndpointEntry& e : endpoints) readKey(e.id);  // each then lists its models
+}
+
+EndpointsController::~EndpointsController() {
+  // A list in flight answers into this object: wait for it (bounded by its timeouts).
+  pool_.waitForDone();
+}
+
+bool EndpointsController::available() const {
+#ifdef GRANULE_HAVE_REMOTE
+  return true;
+#else
+  return false;
+#endif
+}
+
+int EndpointsController::rowOf(const QString& id) const {
+  const QList<EndpointEntry>& all = list_.endpoints();
+  for (int i = 0; i < all.size(); ++i)
+    if (all[i].id == id) return i;
+  return -1;
+}
+
+void EndpointsController::update(const QString& id,
+                                 const std::function<void(EndpointEntry&)>& change) {
+  const int row = rowOf(id);
+  if (row < 0) return;
+  EndpointEntry e = list_.endpoints()[row];
+  change(e);
+  list_.changed(row, e);
+  Q_EMIT endpointsChanged();
+}
+
+void EndpointsController::save() {
+  QJsonArray out;
+  for (const EndpointEntry& e : list_.endpoints())
+    out.append(QJsonObject{{"id", e.id}, {"name", e.name}, {"base_url", e.base_url}});
+  store_.setSetting(kEndpointsKey,
+                    QString::fromUtf8(QJsonDocument(out).toJson(QJsonDocument::Compact)));
+}
+
+QString EndpointsController::add(const QString& name, const QString& base_url,
+                                 const QString& api_key) {
+  EndpointEntry e;
+  e.base_url = normalizedUrl(base_url);
+  if (e.base_url.isEmpty()) return {};
+  e.id = QUuid::createUuid().toString(QUuid::WithoutBraces).left(8);
+  e.name = name.trimmed().isEmpty() ? e.base_url : name.trimmed();
+  e.api_key = api_key.trimmed();
+  QList<EndpointEntry> all = list_.endpoints();
+  all.append(e);
+  list_.setEndpoints(all);
+  save();
+  if (!e.api_key.isEmpty()) storeKey(e.id, e.api_key);
+  Q_EMIT endpointsChanged();
+  refresh(e.id);
+  return e.id;
+}
+
+void EndpointsController::edit(const QString& id, const QString& name, const QString& base_url) {
+  const QString url = normalizedUrl(base_url);
+  if (url.isEmpty()) return;
+  bool url_changed = false;
+  update(id, [&](EndpointEntry& e) {
+    url_changed = e.base_url != url;
+    e.base_url = url;
+    e.name = name.trimmed().isEmpty() ? url : name.trimmed();
+  });
+  save();
+  if (url_changed) refresh(id);
+}
+
+void EndpointsController::setApiKey(const QString& id, const QString& api_key) {
+  const QString key = api_key.trimmed();
+  update(id, [&](EndpointEntry& e) { e.api_key = key; });
+  storeKey(id, key);
+  refresh(id);  // the key may be what it lacked (401)
+}
+
+void EndpointsController::remove(const QString& id) {
+  const int row = rowOf(id);
+  if (row < 0) return;
+  QList<EndpointEntry> all = list_.endpoints();
+  all.removeAt(row);
+  list_.setEndpoints(all);
+  refresh_of_.remove(id);
+  save();
+  storeKey(id, {});
+  Q_EMIT endpointsChanged();
+}
+
+void EndpointsController::refresh(const QString& id) {
+  const int row = rowOf(id);
+  if (row < 0) return;
+  const EndpointEntry& e = list_.endpoints()[row];
+  const quint64 serial = ++refresh_serial_;
+  refresh_of_[id] = serial;
+  const QString url = e.base_url;
+  const QString key = e.api_key;
+  update(id, [](EndpointEntry& entry) {
+    entry.state = EndpointEntry::State::Checking;
+    entry.status = tr("checking…");
+  });
+  pool_.start([this, id, url, key, serial] {
+    const ModelListAnswer answer = listModels(url, key);
+    // Queued to the GUI thread; dropped with this object if it is gone (Qt discards events
+    // posted to a deleted receiver), and the destructor waits for the pool anyway.
+    QMetaObject::invokeMethod(
+        this,
+        [this, id, serial, answer] {
+          if (refresh_of_.value(id) != serial) return;  // edited or removed since
+          update(id, [&](EndpointEntry& entry) {
+            entry.state = answer.state;
+            entry.status = answer.status;
+            entry.server = answer.server;
+            // A failed check keeps the last list: a chat on it still says which model it is.
+            if (answer.state == EndpointEntry::State::Reachable) {
+              entry.models = answer.models;
+              entry.model_contexts = answer.contexts;
+            }
+          });
+        },
+        Qt::QueuedConnection);
+  });
+}
+
+void EndpointsController::refreshAll() {
+  for (const EndpointEntry& e : list_.endpoints()) refresh(e.id);
+}
+
+QVariantList EndpointsController::engineChoices() const {
+  QVariantList out;
+  for (const EndpointEntry& e : list_.endpoints()) {
+    for (const QString& m : e.models) {
+      out.append(QVariantMap{{QStringLiteral("ref"), endpointModelRef(e.base_url, m)},
+                             {QStringLiteral("label"), QStringLiteral("%1 · %2").arg(e.name, m)}});
+    }
+  }
+  return out;
+}
+
+QString EndpointsController::engineLabel(const QString& ref) const {
+  if (ref.isEmpty()) return tr("Local engine");
+  const auto [url, model] = splitEndpointModelRef(ref);
+  for (const EndpointEntry& e : list_.endpoints())
+    if (e.base_url == url) return QStringLiteral("%1 · %2").arg(e.name, model);
+  return QStringLiteral("%1 · %2").arg(url, model);  // an endpoint removed since
+}
+
+qint64 EndpointsController::contextOf(const QString& ref) const {
+  const auto [url, model] = splitEndpointModelRef(ref);
+  for (const EndpointEntry& e : list_.endpoints()) {
+    if (e.base_url != url) continue;
+    const qsizetype at = e.models.indexOf(model);
+    if (at >= 0 && at < e.model_contexts.size()) return e.model_contexts[at];
+  }
+  return 0;
+}
+
+QString EndpointsController::apiKeyFor(const QString& base_url) const {
+  const QString url = normalizedUrl(base_url);
+  for (const EndpointEntry& e : list_.endpoints())
+    if (e.base_url == url) return e.api_key;
+  return {};
+}
+
+void EndpointsController::readKey(const QString& id) {
+#ifdef GRANULE_HAVE_HUB
+  update(id, [](EndpointEntry& e) {
+    e.state = EndpointEntry::State::Checking;
+    e.status = tr("reading the key from the keychain…");
+  });
+  auto* job = new QKeychain::ReadPasswordJob(kKeychainService, this);
+  job->setKey(keychainKey(id));
+  connect(job, &QKeychain::Job::finished, this, [this, job, id] {
+    if (job->error() == QKeychain::NoError)
+      update(id, [&](EndpointEntry& e) { e.api_key = job->textData(); });
+    refresh(id);
+  });
+  job->start();
+#else
+  refresh(id);
+#endif
+}
+
+void EndpointsController::storeKey(const QString& id, const QString& key) {
+#ifdef GRANULE_HAVE_HUB
+  QKeychain::Job* job = nullptr;
+  if (key.isEmpty()) {
+    job = new QKeychain::DeletePasswordJob(kKeychainService, this);
+  } else {
+    auto* write = new QKeychain::WritePasswordJob(kKeychainService, this);
+    write->setTextData(key);
+    job = write;
+  }
+  job->setKey(keychainKey(id));
+  connect(job, &QKeychain::Job::finished, this, [this, job, id, key] {
+    // No keychain (no Secret Service on this desktop): the key works until Granule closes,
+    // and the row says so.
+    if (job->error() != QKeychain::NoError && !key.isEmpty())
+      update(id, [&](EndpointEntry& e) {
+        e.status = tr("no system keychain (%1): the key is kept until Granule closes")
+                       .arg(job->errorString());
+      });
+  });
+  job->start();
+#else
+  (void)id;
+  (void)key;
+#endif
+}
+
+}  // namespace granule::app

@@ -1,0 +1,121 @@
+// EndpointsController: the OpenAI-compatible servers the window knows (Settings →
+// Endpoints): each with a name, a base URL and an API key kept in the system keychain, and
+// the models its /v1/models lists, with one line saying whether it answered. A chat that runs
+// on an endpoint's model names it "URL#model" (remote_inference_engine.h); this controller
+// gives such a reference its label, its context and its key. GUI thread only; the model lists
+// are fetched on a pool thread.
+#pragma once
+#include <QtQml/qqmlregistration.h>
+
+#include <QObject>
+#include <QThreadPool>
+#include <QVariantList>
+#include <functional>
+
+#include "chat_store.h"
+#include "list_model.h"
+
+namespace granule::app {
+
+struct EndpointEntry {
+  enum class State { Unchecked, Checking, Reachable, Unauthorized, Unreachable, Failed };
+  QString id;  // stable across renames and URL changes: the keychain entry's name
+  QString name;
+  QString base_url;
+  QString api_key;  // from the keychain (or typed this session when there is none)
+  State state = State::Unchecked;
+  QString status;  // one line: "3 models · llama-server", or the fault's message
+  QStringList models;
+  QList<qint64> model_contexts;  // tokens per model, 0 where the server does not say
+  QString server;                // "vLLM", "llama-server", … from owned_by
+  bool has_key() const { return !api_key.isEmpty(); }
+};
+
+// A model on an endpoint, as a chat stores it: "URL#model".
+QString endpointModelRef(const QString& base_url, const QString& model);
+// The base URL and model of a reference ("", "" for the local engine's "").
+std::pair<QString, QString> splitEndpointModelRef(const QString& ref);
+
+class EndpointListModel : public granule::app::ListModel {
+  Q_OBJECT
+  QML_ELEMENT
+  QML_UNCREATABLE("Endpoints come from EndpointsController")
+
+ public:
+  enum Role {
+    EndpointIdRole = Qt::UserRole + 1,
+    NameRole,
+    BaseUrlRole,
+    HasKeyRole,
+    ModelsRole,
+    StatusRole,
+    ReachabilityRole,  // "unchecked", "checking", "reachable", "unauthorized", "unreachable",
+                       // "failed"
+  };
+  Q_ENUM(Role)
+
+  explicit EndpointListModel(QObject* parent = nullptr) : ListModel(NameRole, parent) {}
+  const QList<EndpointEntry>& endpoints() const { return endpoints_; }
+  void setEndpoints(const QList<EndpointEntry>& endpoints);
+  void changed(int row, const EndpointEntry& endpoint);
+
+ private:
+  int itemCount() const override { return static_cast<int>(endpoints_.size()); }
+  QVariant value(int row, int role) const override;
+  QList<EndpointEntry> endpoints_;
+};
+
+class EndpointsController : public QObject {
+  Q_OBJECT
+  QML_ELEMENT
+  QML_UNCREATABLE("Created by the application")
+  Q_PROPERTY(granule::app::EndpointListModel* list READ list CONSTANT)
+  // Every model of every endpoint as {ref, label}, for the chat's engine menu.
+  Q_PROPERTY(QVariantList engineChoices READ engineChoices NOTIFY endpointsChanged)
+  // Whether this build can reach servers (the remote client is built).
+  Q_PROPERTY(bool available READ available CONSTANT)
+
+ public:
+  EndpointsController(ChatStore& store, QObject* parent = nullptr);
+  ~EndpointsController() override;
+
+  EndpointListModel* list() { return &list_; }
+  QVariantList engineChoices() const;
+  bool available() const;
+
+  // Adds an endpoint and asks it for its models; returns its id ("" for an empty URL).
+  Q_INVOKABLE QString add(const QString& name, const QString& base_url, const QString& api_key);
+  Q_INVOKABLE void edit(const QString& id, const QString& name, const QString& base_url);
+  // An empty key removes it from the keychain (and sends none).
+  Q_INVOKABLE void setApiKey(const QString& id, const QString& api_key);
+  Q_INVOKABLE void remove(const QString& id);
+  // Lists the endpoint's models again (GET /v1/models); the row says "checking" meanwhile.
+  Q_INVOKABLE void refresh(const QString& id);
+  Q_INVOKABLE void refreshAll();
+  // "gpu-box · Llama-3.1-8B" for an endpoint's model, "Local engine" for "".
+  Q_INVOKABLE QString engineLabel(const QString& ref) const;
+  // The model's context in tokens as its server lists it; 0 when it does not say.
+  Q_INVOKABLE qint64 contextOf(const QString& ref) const;
+  // The key of the endpoint at `base_url` ("" when none is set or known).
+  QString apiKeyFor(const QString& base_url) const;
+  // Waits for the model lists in flight (tests, shutdown).
+  void waitForRefreshes() { pool_.waitForDone(); }
+
+ Q_SIGNALS:
+  void endpointsChanged();
+
+ private:
+  int rowOf(const QString& id) const;
+  void save();
+  void readKey(const QString& id);
+  void storeKey(const QString& id, const QString& key);
+  void update(const QString& id, const std::function<void(EndpointEntry&)>& change);
+
+  ChatStore& store_;
+  EndpointListModel list_;
+  QThreadPool pool_;
+  quint64 refresh_serial_ = 0;  // a late answer for a changed endpoint is dropped
+  QHash<QString, quint64> refresh_of_;
+};
+
+}  // namespace granule::app

@@ -1,0 +1,316 @@
+// Endpoints and per-chat engines against `granule-cli serve` on loopback: Settings' endpoint
+// list (models from /v1/models; 401 and an unreachable host in one line each, through
+// fault_proxy.py), a chat's engine saved with it, one worker running a local chat and a chat
+// on the endpoint at once, and two windows (two workers, the window's code path) on one
+// Granule server decoding in the same engine steps, read from its /metrics. Skips without
+// the default model.
+#include <QTemporaryDir>
+
+#include "chat_controller.h"
+#include "chat_store.h"
+#include "endpoints_controller.h"
+#include "error_reporter.h"
+#include "remote/openai_client.h"
+#include "remote/prometheus_text.h"
+#include "remote_inference_engine.h"
+#include "remote_test_support.h"
+
+using namespace granule::app;
+using namespace granule::app::test;
+
+namespace {
+
+// The server's counters now (its /metrics, parsed).
+std::map<std::string, double> scrape(int port) {
+  granule::remote::OpenAiClient client(
+      granule::remote::Endpoint{"http://127.0.0.1:" + std::to_string(port), ""});
+  const auto text = client.fetch_metrics();
+  std::map<std::string, double> out;
+  if (text.fault) return out;
+  for (const auto& s : granule::remote::parse_prometheus_text(text.text).samples)
+    out[s.name] += s.value;
+  return out;
+}
+
+const EndpointEntry* entryOf(EndpointsController& c, const QString& id) {
+  for (const EndpointEntry& e : c.list()->endpoints())
+    if (e.id == id) return &e;
+  return nullptr;
+}
+
+bool settled(EndpointsController& c, const QString& id) {
+  const EndpointEntry* e = entryOf(c, id);
+  return e && e->state != EndpointEntry::State::Checking &&
+         e->state != EndpointEntry::State::Unchecked;
+}
+
+}  // namespace
+
+class EndpointsTest : public QObject {
+  Q_OBJECT
+
+ private:
+  QString model_;
+  Child server_;
+  QString modelId_;
+  QTemporaryDir dir_;
+
+  QString url(int port) const { return QStringLiteral("http://127.0.0.1:%1/v1").arg(port); }
+  QString ref(int port) const { return url(port) + QLatin1Char('#') + modelId_; }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    model_ = defaultModel();
+    if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
+    // Four chats at once: the two windows' requests share its batch.
+    QVERIFY(server_.start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    modelId_ = QFileInfo(model_).completeBaseName();
+  }
+
+  void anEndpointListsItsModelsAndIsSaved() {
+    ChatStore store(dir_.filePath(QStringLiteral("a.sqlite")));
+    QString id;
+    {
+      EndpointsController endpoints(store);
+      id = endpoints.add(QStringLiteral("box"), url(server_.port) + QStringLiteral("/"), {});
+      QVERIFY(!id.isEmpty());
+      QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, id), 20000);
+      const EndpointEntry* e = entryOf(endpoints, id);
+      QCOMPARE(e->base_url, url(server_.port));  // the trailing slash gone
+      QVERIFY2(e->state == EndpointEntry::State::Reachable, qPrintable(e->status));
+      QCOMPARE(e->models, QStringList{modelId_});
+      QVERIFY2(e->status.contains(QStringLiteral("Granule")), qPrintable(e->status));
+      QCOMPARE(endpoints.engineChoices().size(), 1);
+      QCOMPARE(endpoints.engineChoices()[0].toMap()[QStringLiteral("ref")].toString(),
+               ref(server_.port));
+      QCOMPARE(endpoints.engineLabel(ref(server_.port)), QStringLiteral("box · %1").arg(modelId_));
+      QCOMPARE(endpoints.engineLabel({}), QStringLiteral("Local engine"));
+    }
+    // Read back at the next start (its name and URL; the key lives in the keychain).
+    EndpointsController again(store);
+    QCOMPARE(again.list()->count(), 1);
+    QCOMPARE(again.list()->endpoints()[0].name, QStringLiteral("box"));
+    QTRY_VERIFY_WITH_TIMEOUT(settled(again, id), 20000);
+    QCOMPARE(again.list()->endpoints()[0].models, QStringList{modelId_});
+    again.remove(id);
+    QCOMPARE(again.list()->count(), 0);
+    EndpointsController removed(store);
+    QCOMPARE(removed.list()->count(), 0);
+  }
+
+  void refusedAndUnreachableEndpointsSayWhyInOneLine() {
+    Child proxy;
+    QVERIFY(proxy.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
+         QStringLiteral("--idle"), QStringLiteral("60")}));
+    ChatStore store(dir_.filePath(QStringLiteral("b.sqlite")));
+    EndpointsController endpoints(store);
+    QVERIFY(queueFault(proxy.port, QStringLiteral("status:401")));
+    const QString id = endpoints.add(QStringLiteral("proxy"), url(proxy.port), {});
+    QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, id), 20000);
+    const EndpointEntry* e = entryOf(endpoints, id);
+    QVERIFY2(e->state == EndpointEntry::State::Unauthorized, qPrintable(e->status));
+    QVERIFY2(e->status.startsWith(QStringLiteral("401")), qPrintable(e->status));
+    QVERIFY(!e->status.contains(QLatin1Char('\n')));
+    // Refresh: the proxy passes this one.
+    endpoints.refresh(id);
+    QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, id), 20000);
+    QVERIFY2(entryOf(endpoints, id)->state == EndpointEntry::State::Reachable,
+             qPrintable(entryOf(endpoints, id)->status));
+
+    const QString gone =
+        endpoints.add(QStringLiteral("gone"), QStringLiteral("http://127.0.0.1:1"), {});
+    QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, gone), 20000);
+    e = entryOf(endpoints, gone);
+    QVERIFY2(e->state == EndpointEntry::State::Unreachable, qPrintable(e->status));
+    QVERIFY2(e->status.contains(QStringLiteral("cannot reach")), qPrintable(e->status));
+  }
+
+  void aChatsEngineIsSavedWithItAndSentWithItsKey() {
+    const QString path = dir_.filePath(QStringLiteral("c.sqlite"));
+    {
+      ChatStore store(path);
+      ErrorReporter errors;
+      ChatController chats(store, errors);
+      chats.setApiKeyLookup([](const QString& base) {
+        return base == QStringLiteral("http://h:8000/v1") ? QStringLiteral("sk-1") : QString();
+      });
+      QSignalSpy requests(&chats, &ChatController::generationRequested);
+      chats.newChat();
+      QCOMPARE(chats.currentEngine(), QString());
+      chats.setCurrentEngine(QStringLiteral("http://h:8000/v1#m"));
+      // No local model is loaded: a chat on an endpoint sends anyway.
+      chats.send(QStringLiteral("hello"));
+      QCOMPARE(requests.count(), 1);
+      const auto r = requests[0][0].value<GenerationRequest>();
+      QCOMPARE(r.engine, QStringLiteral("http://h:8000/v1#m"));
+      QCOMPARE(r.api_key, QStringLiteral("sk-1"));
+      QVERIFY(!errors.active());
+    }
+    ChatStore store(path);
+    QCOMPARE(store.schemaVersion(), ChatStore::kSchemaVersion);
+    QCOMPARE(store.conversations().size(), 1);
+    QCOMPARE(store.conversations()[0].engine, QStringLiteral("http://h:8000/v1#m"));
+    // New chats start on the engine chosen last.
+    ErrorReporter errors;
+    ChatController chats(store, errors);
+    chats.loadFromStore();
+    chats.newChat();
+    chats.newChat();
+    QCOMPARE(chats.currentEngine(), QStringLiteral("http://h:8000/v1#m"));
+  }
+
+  void oneWindowRunsALocalChatAndAnEndpointChatTogether() {
+    ThreadedWorker w(granuleEngineFactory(), remoteEngineFactory());
+    QCOMPARE(w.load(model_), QString());
+    GenerationRequest local = turn(1, QStringLiteral("Write a story about a cat."), 32);
+    GenerationRequest remote = turn(2, QStringLiteral("Write a story about a dog."), 32);
+    remote.engine = ref(server_.port);
+    QSignalSpy notes(w.worker, &EngineWorker::settingsNotApplied);
+    w.call([wk = w.worker, local, remote] {
+      wk->submit(local);
+      wk->submit(remote);
+      wk->showEngine(remote.engine);
+    });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 1) && finishedChat(w.finished, 2), 90000);
+    for (qint64 chat : {1, 2}) {
+      const GenerationResult r = resultOf(w.finished, chat);
+      QVERIFY2(r.end == GenerationEnd::Finished, qPrintable(r.error));
+      QVERIFY2(textOf(w.tokens, chat).size() > 5, qPrintable(textOf(w.tokens, chat)));
+      QVERIFY(r.prompt_tokens > 0);
+    }
+    // A Granule server takes every setting the window has.
+    QCOMPARE(notes.count(), 0);
+    // Stop works on the endpoint's chat while the local engine is loaded.
+    GenerationRequest longer = turn(3, QStringLiteral("Write a long story about a cat."), 400);
+    longer.engine = ref(server_.port);
+    w.call([wk = w.worker, longer] { wk->submit(longer); });
+    QTRY_VERIFY_WITH_TIMEOUT(!textOf(w.tokens, 3).isEmpty(), 60000);
+    w.call([wk = w.worker] { wk->cancel(3); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 3), 30000);
+    QCOMPARE(resultOf(w.finished, 3).reason, QStringLiteral("cancelled"));
+    // The panels showed the endpoint's server (its /metrics) while it was the one shown.
+    QSignalSpy frames(w.worker, &EngineWorker::telemetryUpdated);
+    QTRY_VERIFY_WITH_TIMEOUT(frames.count() > 0, 5000);
+    const auto frame = frames.last()[0].value<TelemetryFrame>();
+    QCOMPARE(frame.remote.value(QStringLiteral("server")).toString(), QStringLiteral("Granule"));
+    // An unreachable endpoint fails that chat in one line; the local chat is not touched.
+    GenerationRequest nowhere = turn(4, QStringLiteral("hi"), 8);
+    nowhere.engine = QStringLiteral("http://127.0.0.1:1/v1#m");
+    w.call([wk = w.worker, nowhere] { wk->submit(nowhere); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 4), 30000);
+    QVERIFY(resultOf(w.finished, 4).error.contains(QStringLiteral("cannot reach")));
+  }
+
+  // The window's whole path (ChatController, the worker, the chat database) on a chat whose
+  // endpoint fails: 401, 429, 503 before any text, and a stream cut mid-answer. Each is one
+  // line in the banner; the question stays, a partial answer stays marked "error", an empty
+  // one goes; Retry (regenerate) then answers as a new version and the failed one is kept.
+  void faultsKeepTheChatAndRetryAnswers() {
+    Child proxy;
+    QVERIFY(proxy.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
+         QStringLiteral("--idle"), QStringLiteral("120")}));
+    const QString path = dir_.filePath(QStringLiteral("faults.sqlite"));
+    ChatStore store(path);
+    ErrorReporter errors;
+    ChatController chats(store, errors);
+    ThreadedWorker w({}, remoteEngineFactory());
+    connect(&chats, &ChatController::generationRequested, w.worker, &EngineWorker::submit);
+    connect(&chats, &ChatController::cancelRequested, w.worker, &EngineWorker::cancel);
+    connect(w.worker, &EngineWorker::tokensArrived, &chats, &ChatController::onTokensArrived);
+    connect(w.worker, &EngineWorker::generationFinished, &chats,
+            &ChatController::onGenerationFinished);
+    const qint64 chat = chats.newChat();
+    chats.setCurrentEngine(ref(proxy.port));
+    // A first turn that works (the engine opens: /v1/models passes).
+    chats.send(QStringLiteral("Say hello."));
+    QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+    QVERIFY2(!errors.active(), qPrintable(errors.message()));
+    QCOMPARE(chats.messagesOf(chat)->count(), 2);
+
+    struct Case {
+      QString fault;
+      QString starts;  // the banner's line
+      bool partial;    // text arrived before the fault
+    };
+    const QList<Case> cases = {
+        {QStringLiteral("status:401"), QStringLiteral("401"), false},
+        {QStringLiteral("status:429"), QStringLiteral("429 Too Many Requests"), false},
+        {QStringLiteral("status:503"), QStringLiteral("503"), false},
+        {QStringLiteral("drop:700"), QStringLiteral("the stream ended before the answer did"), true},
+    };
+    int turns = 1;
+    for (const Case& c : cases) {
+      errors.dismiss();
+      QVERIFY(queueFault(proxy.port, c.fault));
+      chats.send(QStringLiteral("Tell me about rivers, turn %1.").arg(++turns));
+      QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+      QVERIFY2(errors.active(), qPrintable(c.fault));
+      QVERIFY2(errors.message().startsWith(c.starts), qPrintable(errors.message()));
+      QVERIFY(!errors.message().contains(QLatin1Char('\n')));
+      // What the database holds is what the chat shows, read back from the file.
+      const QList<StoredMessage> shown = ChatStore(path).messages(chat);
+      QCOMPARE(shown.last().role == QLatin1String("assistant"), c.partial);
+      if (c.partial) {
+        QVERIFY(!shown.last().content.isEmpty());
+        QCOMPARE(shown.last().finish_reason, QStringLiteral("error"));
+      } else {
+        QCOMPARE(shown.last().content, QStringLiteral("Tell me about rivers, turn %1.").arg(turns));
+      }
+      if (c.partial) {
+        // Retry: a new version of the answer; the cut one stays one version back.
+        const int row = chats.messagesOf(chat)->count() - 1;
+        chats.regenerate(row);
+        QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+        const QList<StoredMessage> after = ChatStore(path).messages(chat);
+        QCOMPARE(after.last().version, 2);
+        QCOMPARE(after.last().version_count, 2);
+        QVERIFY(after.last().finish_reason != QLatin1String("error"));
+        QVERIFY(after.last().content.size() > 3);
+      } else {
+        // A question left unanswered: editing it resends (the worker's path is the same).
+        QCOMPARE(chats.messagesOf(chat)->count(), shown.size());
+      }
+    }
+    QCOMPARE(ChatStore(path).conversations()[0].engine, ref(proxy.port));
+  }
+
+  void twoWindowsOnOneServerDecodeInTheSameSteps() {
+    const auto before = scrape(server_.port);
+    QVERIFY2(before.count("granule_batched_decode_steps_total"),
+             "the server's /metrics has no granule_batched_decode_steps_total");
+    // Two windows: two workers, each with a chat on the server's model (the window's path).
+    ThreadedWorker a({}, remoteEngineFactory());
+    ThreadedWorker b({}, remoteEngineFactory());
+    GenerationRequest ra = turn(1, QStringLiteral("Write a long story about a cat."), 64);
+    GenerationRequest rb = turn(1, QStringLiteral("Write a long story about a dog."), 64);
+    ra.engine = rb.engine = ref(server_.port);
+    a.call([wk = a.worker, ra] { wk->submit(ra); });
+    b.call([wk = b.worker, rb] { wk->submit(rb); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(a.finished, 1) && finishedChat(b.finished, 1), 120000);
+    QVERIFY2(resultOf(a.finished, 1).end == GenerationEnd::Finished,
+             qPrintable(resultOf(a.finished, 1).error));
+    QVERIFY2(resultOf(b.finished, 1).end == GenerationEnd::Finished,
+             qPrintable(resultOf(b.finished, 1).error));
+    const auto after = scrape(server_.port);
+    const auto delta = [&](const char* name) { return after.at(name) - before.at(name); };
+    const double steps = delta("granule_decode_steps_total");
+    const double sequences = delta("granule_decode_step_sequences_total");
+    const double batched = delta("granule_batched_decode_steps_total");
+    qInfo("decode steps %.0f, sequences decoded %.0f (mean batch %.2f), steps with both %.0f",
+          steps, sequences, sequences / steps, batched);
+    // Each answer is up to 64 tokens; they overlap for most of them (prefill is short).
+    QVERIFY2(batched >= 16, qPrintable(QStringLiteral("only %1 steps decoded both").arg(batched)));
+    QVERIFY(sequences / steps > 1.2);
+  }
+};
+
+QTEST_GUILESS_MAIN(EndpointsTest)
+#include "app_endpoints_test.moc"

@@ -1,0 +1,122 @@
+// What the remote-engine app tests share: the default model's path, a child process that
+// prints its URL first (granule-cli serve, fault_proxy.py), a worker on its own thread, and
+// readers of the worker's signals.
+#pragma once
+#include <QProcess>
+#include <QRegularExpression>
+#include <QSignalSpy>
+#include <QThread>
+#include <QtTest>
+#include <memory>
+
+#include "engine_worker.h"
+
+namespace granule::app::test {
+
+inline QString defaultModel() {
+  QString home = qEnvironmentVariable("XDG_DATA_HOME");
+  if (home.isEmpty()) home = QDir::homePath() + QStringLiteral("/.local/share");
+  const QString path = home + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  return QFile::exists(path) ? path : QString();
+}
+
+// A child process that prints its URL on its first stdout line; killed at the end.
+struct Child {
+  std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
+  int port = 0;
+  bool start(const QString& program, const QStringList& args) {
+    process->setProcessChannelMode(QProcess::SeparateChannels);
+    process->start(program, args);
+    if (!process->waitForStarted(10000)) return false;
+    QElapsedTimer t;
+    t.start();
+    while (!process->canReadLine() && t.elapsed() < 60000) process->waitForReadyRead(500);
+    const QString line = QString::fromUtf8(process->readLine());
+    const QRegularExpressionMatch m =
+        QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)")).match(line);
+    if (!m.hasMatch()) return false;
+    port = m.captured(1).toInt();
+    return true;
+  }
+  ~Child() {
+    process->terminate();
+    if (!process->waitForFinished(10000)) process->kill();
+  }
+};
+
+struct ThreadedWorker {
+  explicit ThreadedWorker(EngineFactory factory, RemoteEngineFactory remote = {})
+      : worker(new EngineWorker(std::move(factory))) {
+    worker->setRemoteEngineFactory(std::move(remote));
+    worker->moveToThread(&thread);
+    thread.start();
+    QMetaObject::invokeMethod(worker, &EngineWorker::start, Qt::QueuedConnection);
+  }
+  ~ThreadedWorker() {
+    QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+    thread.quit();
+    thread.wait();
+    delete worker;
+  }
+  template <typename F>
+  void call(F f) {
+    QMetaObject::invokeMethod(worker, std::move(f), Qt::QueuedConnection);
+  }
+  QString load(const QString& path, ModelInfo* info = nullptr) {
+    QSignalSpy loaded(worker, &EngineWorker::modelLoaded);
+    QSignalSpy failed(worker, &EngineWorker::loadFailed);
+    call([w = worker, path] { w->loadModel(path, 1024, 4); });
+    if (!QTest::qWaitFor([&] { return loaded.count() + failed.count() > 0; }, 30000))
+      return QStringLiteral("timed out");
+    if (!failed.isEmpty()) return failed[0][1].toString();
+    if (info) *info = loaded[0][0].value<ModelInfo>();
+    return {};
+  }
+  QThread thread;
+  EngineWorker* worker;
+  QSignalSpy tokens{worker, &EngineWorker::tokensArrived};
+  QSignalSpy finished{worker, &EngineWorker::generationFinished};
+};
+
+inline GenerationRequest turn(qint64 chat, const QString& text, int max_tokens) {
+  GenerationRequest r;
+  r.chat_id = chat;
+  r.messages = {{"user", text}};
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.sampling.top_k = 1;
+  return r;
+}
+
+inline QString textOf(const QSignalSpy& spy, qint64 chat) {
+  QString text;
+  for (const QList<QVariant>& args : spy)
+    for (const TokenChunk& c : args[0].value<QList<TokenChunk>>())
+      if (c.chat_id == chat) text += c.text;
+  return text;
+}
+
+inline GenerationResult resultOf(const QSignalSpy& spy, qint64 chat) {
+  for (const QList<QVariant>& args : spy) {
+    const auto r = args[0].value<GenerationResult>();
+    if (r.chat_id == chat) return r;
+  }
+  return {};
+}
+
+inline bool finishedChat(const QSignalSpy& spy, qint64 chat) {
+  for (const QList<QVariant>& args : spy)
+    if (args[0].value<GenerationResult>().chat_id == chat) return true;
+  return false;
+}
+
+// Queues one fault for the proxy's next request ("status:401", "drop:700", …).
+inline bool queueFault(int proxy_port, const QString& fault) {
+  QProcess curl;
+  curl.start(QStringLiteral("curl"),
+             {QStringLiteral("-s"), QStringLiteral("-XPOST"),
+              QStringLiteral("http://127.0.0.1:%1/__fault/%2").arg(proxy_port).arg(fault)});
+  return curl.waitForFinished(10000) && curl.exitCode() == 0;
+}
+
+}  // namespace granule::app::test
