@@ -14,10 +14,11 @@ struct StoredConversation {
   QString title;
   QString system_prompt;
   SamplingSettings sampling;
-  // Where the chat runs: "" the window's loaded model, "URL#model" a model on an endpoint.
-  QString engine;
   qint64 created_ms = 0;
   qint64 updated_ms = 0;
+  // Where the chat runs: "" the window's loaded model, "URL#model" a model on an endpoint.
+  // (Last, so the positional initialisers written before it stay valid.)
+  QString engine;
 };
 
 struct StoredMessage {

@@ -183,10 +183,15 @@ void EndpointsController::update(const QString& id,
                                  const std::function<void(EndpointEntry&)>& change) {
   const int row = rowOf(id);
   if (row < 0) return;
-  EndpointEntry e = list_.endpoints()[row];
+  const EndpointEntry before = list_.endpoints()[row];
+  EndpointEntry e = before;
   change(e);
   list_.changed(row, e);
-  Q_EMIT endpointsChanged();
+  // The menus' choices change only with a name, a URL or a model list (not with a status line
+  // while a check runs, which would rebuild an open menu).
+  if (e.name != before.name || e.base_url != before.base_url || e.models != before.models ||
+      e.model_contexts != before.model_contexts)
+    Q_EMIT endpointsChanged();
 }
 
 void EndpointsController::save() {
@@ -298,7 +303,7 @@ QVariantList EndpointsController::engineChoices() const {
 }
 
 QString EndpointsController::engineLabel(const QString& ref) const {
-  if (ref.isEmpty()) return tr("Local engine");
+  if (ref.isEmpty()) return tr("Loaded model");
   const auto [url, model] = splitEndpointModelRef(ref);
   for (const EndpointEntry& e : list_.endpoints())
     if (e.base_url == url) return QStringLiteral("%1 · %2").arg(e.name, model);

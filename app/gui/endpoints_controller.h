@@ -92,7 +92,8 @@ class EndpointsController : public QObject {
   // Lists the endpoint's models again (GET /v1/models); the row says "checking" meanwhile.
   Q_INVOKABLE void refresh(const QString& id);
   Q_INVOKABLE void refreshAll();
-  // "gpu-box · Llama-3.1-8B" for an endpoint's model, "Local engine" for "".
+  // "gpu-box · Llama-3.1-8B" for an endpoint's model, "Loaded model" for "" (the window's
+  // model: the local engine, or the endpoint model Models → Server opened).
   Q_INVOKABLE QString engineLabel(const QString& ref) const;
   // The model's context in tokens as its server lists it; 0 when it does not say.
   Q_INVOKABLE qint64 contextOf(const QString& ref) const;

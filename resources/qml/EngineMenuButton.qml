@@ -18,12 +18,14 @@ ToolButton {
     onClicked: {
         // Fresh model lists each time the menu opens (Settings → Endpoints has the details).
         button.endpoints.refreshAll()
-        menu.popup()
+        menu.popup(button, 0, button.height)
     }
 
     Menu {
         id: menu
         objectName: "engineMenu"
+        // Endpoint and model names are long: wide enough to read them whole.
+        width: 380
         MenuItem {
             text: button.endpoints.engineLabel("")
             checkable: true
@@ -47,6 +49,7 @@ ToolButton {
         MenuItem {
             enabled: false
             visible: engines.count === 0
+            height: visible ? implicitHeight : 0
             text: qsTr("No endpoint models: add endpoints in Settings")
         }
     }

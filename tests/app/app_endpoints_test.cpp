@@ -88,7 +88,7 @@ class EndpointsTest : public QObject {
       QCOMPARE(endpoints.engineChoices()[0].toMap()[QStringLiteral("ref")].toString(),
                ref(server_.port));
       QCOMPARE(endpoints.engineLabel(ref(server_.port)), QStringLiteral("box · %1").arg(modelId_));
-      QCOMPARE(endpoints.engineLabel({}), QStringLiteral("Local engine"));
+      QCOMPARE(endpoints.engineLabel({}), QStringLiteral("Loaded model"));
     }
     // Read back at the next start (its name and URL; the key lives in the keychain).
     EndpointsController again(store);

@@ -3,6 +3,9 @@
 // llama.cpp's llama-server when `setup.sh llamaserver` built it, with the Server panel showing
 // that server's /metrics (what it does not expose reads "unavailable"). While the window's
 // chat runs, a second client streams from the same server, so its running requests show both.
+// Per-chat engines: a local chat and a chat on the Granule server's model side by side (each
+// chat open in turn, its header naming its engine, the panels following it), the header's
+// engine menu open, and Settings' Endpoints listing the server's models.
 #include <QtQml/qqmlextensionplugin.h>
 
 #include <QDir>
@@ -15,6 +18,7 @@
 #include <QTcpServer>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <algorithm>
 #include <memory>
 #include <set>
 
@@ -82,6 +86,108 @@ class RemoteScreenshotTest : public QObject {
       if (!process->waitForFinished(10000)) process->kill();
     }
   };
+
+  // Saves the window as `name` (not blank) in GRANULE_SCREENSHOT_DIR.
+  static void save(QQuickWindow* window, const QString& name) {
+    const QImage image = window->grabWindow();
+    QVERIFY(!image.isNull());
+    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
+    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
+    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
+    QVERIFY(image.save(path));
+    qInfo("saved %s", qPrintable(path));
+  }
+
+  // A local chat and a chat on the server at `port` in one window, at once.
+  void shootPerChat(int port, const QString& model_id) {
+    QTemporaryDir dir;
+    Application app(granuleEngineFactory(), dir.filePath(QStringLiteral("granule.sqlite")));
+    app.setRemoteEngineFactory(remoteEngineFactory());
+    QQmlApplicationEngine qml;
+    qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+    qml.setInitialProperties(app.windowProperties());
+    qml.load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
+    QVERIFY(!qml.rootObjects().isEmpty());
+    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    window->resize(1400, 900);
+    app.start(model_);
+    QTRY_VERIFY_WITH_TIMEOUT(app.model()->ready(), 60000);
+    EndpointsController* endpoints = app.endpoints();
+    const QString id = endpoints->add(QStringLiteral("granule-box"),
+                                      QStringLiteral("http://127.0.0.1:%1/v1").arg(port), {});
+    QTRY_VERIFY_WITH_TIMEOUT(endpoints->engineChoices().size() == 1, 20000);
+    const QString ref = endpoints->engineChoices()[0].toMap()[QStringLiteral("ref")].toString();
+
+    ChatController* chats = app.chats();
+    const qint64 local = chats->newChat();
+    chats->send(QStringLiteral("Name three rivers."));
+    const qint64 remote = chats->newChat();
+    QVERIFY(remote != local);
+    chats->setCurrentEngine(ref);
+    chats->send(QStringLiteral("Explain what a KV cache is, in three sentences."));
+    QTRY_VERIFY_WITH_TIMEOUT(chats->generatingCount() == 2, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(chats->generatingCount() == 0, 180000);
+    for (qint64 chat : {local, remote}) {
+      const StoredMessage answer = chats->messagesOf(chat)->message(1);
+      QVERIFY2(answer.content.size() > 10 && answer.finish_reason != QLatin1String("error"),
+               qPrintable(answer.content));
+    }
+    // The endpoint's chat open: its header names the endpoint's model; the Server panel.
+    QQuickItem* button = nullptr;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        (button = findItem(window->contentItem(), QStringLiteral("engineButton"))) != nullptr,
+        10000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        button->property("text").toString().startsWith(QStringLiteral("granule-box · ")), 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        findItem(window->contentItem(), QStringLiteral("remoteRunning")) != nullptr, 10000);
+    QTest::qWait(1500);
+    save(window, QStringLiteral("remote-per-chat-endpoint.png"));
+    // Its engine menu: the local engine and the endpoint's model, the latter checked.
+    QMetaObject::invokeMethod(button, "clicked");
+    QTest::qWait(800);
+    save(window, QStringLiteral("remote-per-chat-menu.png"));
+    QTest::keyClick(window, Qt::Key_Escape);
+    // The local chat open: the local engine's panels again.
+    chats->selectChat(local);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        findItem(window->contentItem(), QStringLiteral("remoteRunning")) == nullptr, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(button->property("text").toString(),
+                              QStringLiteral("Loaded model  ▾"), 5000);
+    QTest::qWait(500);
+    save(window, QStringLiteral("remote-per-chat-local.png"));
+    // Settings → Endpoints.
+    QObject* settings = nullptr;
+    for (QObject* o : window->findChildren<QObject*>(QStringLiteral("settingsDialog")))
+      settings = o;
+    QVERIFY(settings);
+    QMetaObject::invokeMethod(settings, "open");
+    QQuickItem* status = nullptr;
+    // A dialog lives in the window's overlay, beside the content.
+    QQuickItem* root = window->contentItem()->parentItem() ? window->contentItem()->parentItem()
+                                                           : window->contentItem();
+    QTRY_VERIFY_WITH_TIMEOUT((status = findItem(root, QStringLiteral("endpointStatus"))) != nullptr,
+                             10000);
+    // Scroll the dialog to its end, where the endpoints are (again while it opens and lays
+    // out: its height grows during the enter transition).
+    QQuickItem* flickable = status;
+    while (flickable && !flickable->inherits("QQuickFlickable"))
+      flickable = flickable->parentItem();
+    QVERIFY(flickable);
+    for (int i = 0; i < 6; ++i) {
+      QTest::qWait(300);
+      flickable->setProperty("contentY",
+                             std::max(0.0, flickable->property("contentHeight").toDouble() -
+                                               flickable->property("height").toDouble()));
+    }
+    QTest::qWait(300);
+    QVERIFY2(status->property("text").toString().startsWith(QStringLiteral("reachable")),
+             qPrintable(status->property("text").toString()));
+    save(window, QStringLiteral("remote-settings-endpoints.png"));
+    (void)id;
+    window->close();
+    app.shutdown();
+  }
 
   // Chats once on the server at `port` (model id `model_id`) and saves `name`.
   void shoot(int port, const QString& model_id, const QString& name, const QString& server_name) {
@@ -166,6 +272,7 @@ class RemoteScreenshotTest : public QObject {
     QVERIFY(m.hasMatch());
     shoot(m.captured(1).toInt(), QFileInfo(model_).completeBaseName(),
           QStringLiteral("remote-granule.png"), QStringLiteral("Granule"));
+    shootPerChat(m.captured(1).toInt(), QFileInfo(model_).completeBaseName());
   }
 
   void llamaServer() {

@@ -172,6 +172,14 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
   // the committed KV left, and dropping it leaves none.
   const TelemetrySnapshot after = engine->telemetry();
   EXPECT_EQ(test::kv_committed_after_dropping_kept(*engine), 0u);
+  // The batching counters (/metrics' granule_*decode_steps*): the chats submitted together
+  // decoded together, several per step on average.
+  const ThroughputTelemetry& tp = after.throughput;
+  EXPECT_GT(tp.batched_decode_steps, 0u);
+  EXPECT_LE(tp.batched_decode_steps, tp.decode_steps);
+  EXPECT_GT(static_cast<double>(tp.decode_step_sequences),
+            1.5 * static_cast<double>(tp.decode_steps))
+      << tp.decode_step_sequences << " sequences over " << tp.decode_steps << " decode steps";
   // The budget must have bitten: running chats were preempted (and recomputed), not only
   // kept waiting.
   if (kv_budget_granules > 0) {
@@ -194,7 +202,11 @@ void expect_together_matches_oracle(int chats, uint64_t kv_budget_granules = 0) 
             << ": " << v.positions << " answer tokens judged against " << oracle->device_name()
             << ", " << v.near_ties << " near-ties (cap " << cap << "), " << v.mismatches
             << " mismatches; preemptions " << after.scheduler.preemptions << ", tokens recomputed "
-            << after.scheduler.recomputed_tokens << ", most waiting " << most_waiting << "\n";
+            << after.scheduler.recomputed_tokens << ", most waiting " << most_waiting
+            << ", mean decode batch "
+            << static_cast<double>(after.throughput.decode_step_sequences) /
+                   static_cast<double>(std::max<uint64_t>(1, after.throughput.decode_steps))
+            << "\n";
   EXPECT_EQ(v.mismatches, 0);
   EXPECT_LE(v.near_ties, cap) << "more near-ties than summation order explains";
   ::testing::Test::RecordProperty("near_ties", v.near_ties);
