@@ -130,6 +130,8 @@ QVariant EndpointListModel::value(int row, int role) const {
       return e.has_key();
     case ModelsRole:
       return e.models;
+    case ModelsTextRole:
+      return e.models.join(QStringLiteral(", "));
     case StatusRole:
       return e.status;
     case ReachabilityRole:

@@ -48,6 +48,7 @@ class EndpointListModel : public granule::app::ListModel {
     BaseUrlRole,
     HasKeyRole,
     ModelsRole,
+    ModelsTextRole,  // the models, comma-separated
     StatusRole,
     ReachabilityRole,  // "unchecked", "checking", "reachable", "unauthorized", "unreachable",
                        // "failed"

@@ -2,13 +2,14 @@
 // another Granule): each endpoint's name and base URL, its API key (kept in the system
 // keychain), the models its /v1/models lists and one line saying whether it answered; and a
 // row that adds one. A chat runs on one of these models when chosen in its header's menu.
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls
 import QtQuick.Layouts
 
 ColumnLayout {
-    id: section
+    id: endpointsSection
     required property EndpointsController endpoints
     spacing: Theme.spacing
 
@@ -25,20 +26,20 @@ ColumnLayout {
         wrapMode: Text.Wrap
         color: Theme.mutedText
         font.pixelSize: Theme.smallFontSize
-        text: section.endpoints.available
+        text: endpointsSection.endpoints.available
               ? qsTr("Servers that speak the OpenAI API. A chat runs on the local engine or on one of their models: choose it in the chat's header.")
               : qsTr("This build has no remote client (libcurl was not found): endpoints cannot be reached.")
     }
 
     Repeater {
-        model: section.endpoints.list
+        model: endpointsSection.endpoints.list
         delegate: Rectangle {
             id: entry
             required property string endpointId
             required property string name
             required property string baseUrl
             required property bool hasKey
-            required property list<string> models
+            required property string modelsText
             required property string status
             required property string reachability
             objectName: "endpoint_" + endpointId
@@ -75,14 +76,14 @@ ColumnLayout {
                         font.pixelSize: Theme.smallFontSize
                         implicitHeight: 24
                         enabled: entry.reachability !== "checking"
-                        onClicked: section.endpoints.refresh(entry.endpointId)
+                        onClicked: endpointsSection.endpoints.refresh(entry.endpointId)
                     }
                     ToolButton {
                         objectName: "endpointRemove"
                         text: qsTr("Remove")
                         font.pixelSize: Theme.smallFontSize
                         implicitHeight: 24
-                        onClicked: section.endpoints.remove(entry.endpointId)
+                        onClicked: endpointsSection.endpoints.remove(entry.endpointId)
                     }
                 }
                 // Reachable with its models, or why not (401: the key; unreachable: the URL).
@@ -99,13 +100,13 @@ ColumnLayout {
                 Label {
                     objectName: "endpointModels"
                     Layout.fillWidth: true
-                    visible: entry.models.length > 0
+                    visible: entry.modelsText.length > 0
                     wrapMode: Text.Wrap
                     maximumLineCount: 3
                     elide: Text.ElideRight
                     color: Theme.text
                     font.pixelSize: Theme.smallFontSize
-                    text: entry.models.join(", ")
+                    text: entry.modelsText
                 }
                 RowLayout {
                     Layout.fillWidth: true
@@ -123,7 +124,7 @@ ColumnLayout {
                         placeholderText: entry.hasKey ? qsTr("set (in the system keychain): type to replace, clear to remove")
                                                       : qsTr("none sent")
                         onEditingFinished: {
-                            if (text.length > 0 || entry.hasKey) section.endpoints.setApiKey(entry.endpointId, text)
+                            if (text.length > 0 || entry.hasKey) endpointsSection.endpoints.setApiKey(entry.endpointId, text)
                             text = ""
                         }
                     }
@@ -164,7 +165,7 @@ ColumnLayout {
             font.pixelSize: Theme.smallFontSize
             enabled: /^https?:\/\/./.test(newUrl.text.trim())
             onClicked: {
-                section.endpoints.add(newName.text, newUrl.text, newKey.text)
+                endpointsSection.endpoints.add(newName.text, newUrl.text, newKey.text)
                 newName.text = ""
                 newUrl.text = ""
                 newKey.text = ""

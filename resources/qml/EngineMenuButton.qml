@@ -1,13 +1,14 @@
 // EngineMenuButton: where the open chat runs — the local engine or a model on an endpoint
 // (Settings → Endpoints) — shown on the button and chosen from its menu. The choice is the
 // chat's (saved with it) and applies from its next answer.
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls
 import QtQml.Models
 
 ToolButton {
-    id: button
+    id: engineButton
     required property ChatController chats
     required property EndpointsController endpoints
     objectName: "engineButton"
@@ -17,8 +18,8 @@ ToolButton {
     ToolTip.text: qsTr("Where this chat runs: the local engine or a model on an endpoint")
     onClicked: {
         // Fresh model lists each time the menu opens (Settings → Endpoints has the details).
-        button.endpoints.refreshAll()
-        menu.popup(button, 0, button.height)
+        engineButton.endpoints.refreshAll()
+        menu.popup(engineButton, 0, engineButton.height)
     }
 
     Menu {
@@ -27,21 +28,21 @@ ToolButton {
         // Endpoint and model names are long: wide enough to read them whole.
         width: 380
         MenuItem {
-            text: button.endpoints.engineLabel("")
+            text: engineButton.endpoints.engineLabel("")
             checkable: true
-            checked: button.chats.currentEngine === ""
-            onTriggered: button.chats.currentEngine = ""
+            checked: engineButton.chats.currentEngine === ""
+            onTriggered: engineButton.chats.currentEngine = ""
         }
         MenuSeparator { visible: engines.count > 0 }
         Instantiator {
             id: engines
-            model: button.endpoints.engineChoices
+            model: engineButton.endpoints.engineChoices
             delegate: MenuItem {
                 required property var modelData
                 text: modelData.label
                 checkable: true
-                checked: button.chats.currentEngine === modelData.ref
-                onTriggered: button.chats.currentEngine = modelData.ref
+                checked: engineButton.chats.currentEngine === modelData.ref
+                onTriggered: engineButton.chats.currentEngine = modelData.ref
             }
             onObjectAdded: (index, object) => menu.insertItem(index + 2, object)
             onObjectRemoved: (index, object) => menu.removeItem(object)
