@@ -112,9 +112,8 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   model_ = std::make_unique<CudaModel>(init, max_rows);
   memory_ = &init.memory;
   logger("engine.cuda")
-      ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s",
-             device_name_, total_bytes >> 20, init.memory.budget_bytes() >> 20,
-             h2d_bandwidth_ / 1e9);
+      ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s", device_name_,
+             total_bytes >> 20, init.memory.budget_bytes() >> 20, h2d_bandwidth_ / 1e9);
 }
 
 CudaBackend::~CudaBackend() {
@@ -527,6 +526,15 @@ void CudaBackend::collect_expert_telemetry(ExpertTelemetry& out) {
 
 uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
   if (pending_.active) throw UsageError("CUDA backend: make_room() during a step");
+  // A mixture of experts gives back expert cache first: a missed expert costs its own bytes over
+  // PCIe for the tokens routed to it, a streamed layer all of its matrices on every pass.
+  // The tables change, not the graphs' buffers: no re-capture.
+  uint64_t experts_freed = 0;
+  if (CudaMoe* moe = model_->moe(); moe && !moe->all_resident()) {
+    experts_freed = moe->release_cache(bytes, model_->stream());
+    if (experts_freed >= bytes) return experts_freed;
+    bytes -= experts_freed;
+  }
   const WeightStreamer& w = model_->streamer();
   const uint64_t before = w.resident_bytes() + w.staging_bytes();
   // The fewest demotions that free `bytes`, in one re-plan: the most resident layers (from the
@@ -538,12 +546,12 @@ uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
     const PlacementPlan plan = plan_placement(in);
     const uint64_t after = plan.device_bytes() - in.weights.fixed_bytes;
     if (after + bytes > before) continue;
-    if (!model_->replan(plan)) return 0;
+    if (!model_->replan(plan)) return experts_freed;
     const uint64_t now = w.resident_bytes() + w.staging_bytes();
     placement_changed(reason);
-    return before > now ? before - now : 0;
+    return experts_freed + (before > now ? before - now : 0);
   }
-  return 0;
+  return experts_freed;
 }
 
 void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes) {
