@@ -476,9 +476,7 @@ cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cuda
   dispatch_weight_type(P.a.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     if (grouped) {
-      // Every block of a tile reads the tile's NB activation rows: more weight rows per block
-      // read them fewer times (R = 2 read them about six times the weights' bytes from L2).
-      constexpr int R = GATE_UP ? 8 : 16;
+      constexpr int R = 2;
       status = launch_early(moe_product_kernel<TYPE, GATE_UP, kMoeTilePairs, R>,
                             dim3(ceil_div(P.n_out, R), tiles), dim3(kThreads), config, stream, P);
     } else {
