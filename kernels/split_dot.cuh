@@ -11,13 +11,35 @@ namespace granule::kernels::split_dot {
 
 // One row's sub-block as loaded; each type uses some of the fields.
 struct Payload {
-  uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16)
+  uint4 q;      // 16 bytes of quantised values (Q8_0: the first 16); Q3_K: q.x the third bits
   uint4 q2;     // Q8_0: the last 16
-  uint2 h;      // Q6_K: high bits; Q5_0/Q5_1/Q5_K: h.x the fifth bits
-  uint32_t s;   // f16 d (Q4_0, Q5_0, Q8_0); f16 d | f16 m << 16 (Q4_1, Q5_1); int8 scales (Q6_K);
-                // u8 sc | u8 m << 8 (Q4_K, Q5_K)
-  uint32_t d6;  // Q6_K: the super-block's f16 d; Q4_K/Q5_K: f16 d | f16 dmin << 16
+  uint2 h;      // Q6_K: high bits; Q5_0/Q5_1/Q5_K: h.x the fifth bits; Q2_K/Q3_K: the 2-bit q
+  uint32_t s;   // f16 d (Q4_0, Q5_0, Q8_0, IQ4_NL); f16 d | f16 m << 16 (Q4_1, Q5_1); int8
+                // scales (Q6_K, Q3_K; IQ4_XS: one); u8 sc | u8 m << 8 (Q4_K, Q5_K); GGUF's two
+                // scale bytes (Q2_K); E8M0 (MXFP4)
+  uint32_t d6;  // Q6_K, Q3_K, IQ4_XS: the super-block's f16 d; Q4_K/Q5_K/Q2_K: f16 d | f16
+                // dmin << 16
 };
+
+// Four 4-bit indices (bytes of idx, each 0..15) to four int8 levels of a 16-entry table packed
+// little-endian in w0..w3: two byte permutes (entries 0-7 and 8-15) and a select on bit 3.
+__device__ __forceinline__ int levels4(uint32_t idx, uint32_t w0, uint32_t w1, uint32_t w2,
+                                       uint32_t w3) {
+  const uint32_t sel =
+      (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
+  const uint32_t low = __byte_perm(w0, w1, sel), high = __byte_perm(w2, w3, sel);
+  const uint32_t mask = ((idx >> 3) & 0x01010101u) * 0xFFu;
+  return static_cast<int>((low & ~mask) | (high & mask));
+}
+// granule::kIq4nlValues and granule::kMxfp4Values (block_formats.h), as quant_blocks.cuh's
+// iq4nl_level / mxfp4_level pack them.
+template <uint32_t TYPE>
+__device__ __forceinline__ int table_levels4(uint32_t idx) {
+  if constexpr (TYPE == kMXFP4)
+    return levels4(idx, 0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
+  else
+    return levels4(idx, 0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+}
 
 template <uint32_t TYPE>
 __device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, Payload& p) {
@@ -26,10 +48,25 @@ __device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, P
     p.q = __ldcs(q);
     p.q2 = __ldcs(q + 1);
     p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 32 * n) + j);
+  } else if constexpr (TYPE == kQ2_K || TYPE == kQ3_K) {
+    p.h = __ldcs(reinterpret_cast<const uint2*>(row) + j);
+    p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + split::scales_offset(TYPE, n)) + j);
+    if constexpr (TYPE == kQ2_K) {
+      p.d6 = __ldcs(reinterpret_cast<const unsigned int*>(row + split::q2k_d_offset(n)) + j / 8);
+    } else {
+      p.q.x = __ldcs(reinterpret_cast<const unsigned int*>(row + split::q3k_qh_offset(n)) + j);
+      p.d6 = __ldcs(reinterpret_cast<const unsigned short*>(row + split::q3k_d_offset(n)) + j / 8);
+    }
   } else {
     p.q = __ldcs(reinterpret_cast<const uint4*>(row) + j);
-    if constexpr (TYPE == kQ4_0) {
+    if constexpr (TYPE == kQ4_0 || TYPE == kIQ4_NL) {
       p.s = __ldcs(reinterpret_cast<const unsigned short*>(row + 16 * n) + j);
+    } else if constexpr (TYPE == kMXFP4) {
+      p.s = __ldcs(reinterpret_cast<const unsigned char*>(row + 16 * n) + j);
+    } else if constexpr (TYPE == kIQ4_XS) {
+      p.s = static_cast<uint32_t>(__ldcs(reinterpret_cast<const signed char*>(row + 16 * n) + j));
+      p.d6 =
+          __ldcs(reinterpret_cast<const unsigned short*>(row + split::iq4xs_d_offset(n)) + j / 8);
     } else if constexpr (TYPE == kQ4_1) {
       p.s = __ldcs(reinterpret_cast<const unsigned int*>(row + 16 * n) + j);
     } else if constexpr (TYPE == kQ5_0) {
@@ -111,6 +148,55 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     if constexpr (TYPE == kQ5_0) return d * (ds.x * static_cast<float>(sumi) - 16.0f * ds.y);
     return d * ds.x * static_cast<float>(sumi) +
            half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
+  } else if constexpr (TYPE == kIQ4_NL || TYPE == kIQ4_XS || TYPE == kMXFP4) {
+    // Q4_0's nibbles, each an index into the type's 16 int8 levels.
+    int sumi = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      sumi = __dp4a(table_levels4<TYPE>(static_cast<uint32_t>(q[m]) & 0x0F0F0F0Fu), x[m], sumi);
+      sumi = __dp4a(table_levels4<TYPE>((static_cast<uint32_t>(q[m]) >> 4) & 0x0F0F0F0Fu), x[m + 4],
+                    sumi);
+    }
+    float d;
+    if constexpr (TYPE == kIQ4_NL)
+      d = half_bits_to_float(static_cast<uint16_t>(p.s));
+    else if constexpr (TYPE == kIQ4_XS)
+      d = half_bits_to_float(static_cast<uint16_t>(p.d6)) *
+          static_cast<float>(static_cast<int>(p.s));
+    else
+      d = e8m0_to_float_half(p.s);
+    return d * ds.x * static_cast<float>(sumi);
+  } else if constexpr (TYPE == kQ2_K) {
+    // Per 16-element half h: d * sc_h * Σ q·a - dmin * m_h * Σ a. q (0..3) times the 4-bit
+    // scale stays below 46, so the scaled bytes go to dp4a directly; the mins meet the
+    // activations as a byte vector of m_h.
+    const uint32_t w[2] = {p.h.x, p.h.y};
+    int sumq = 0, summ = 0;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const uint32_t sc = (p.s >> (8 * (m / 4))) & 0xFF;
+      const uint32_t v = (w[m & 1] >> (2 * (m >> 1))) & 0x03030303u;
+      sumq = __dp4a(static_cast<int>(v * (sc & 0xF)), x[m], sumq);
+      summ = __dp4a(static_cast<int>((sc >> 4) * 0x01010101u), x[m], summ);
+    }
+    const float d = half_bits_to_float(static_cast<uint16_t>(p.d6));
+    const float dmin = half_bits_to_float(static_cast<uint16_t>(p.d6 >> 16));
+    return ds.x * (d * static_cast<float>(sumq) - dmin * static_cast<float>(summ));
+  } else if constexpr (TYPE == kQ3_K) {
+    // (low 2 bits | third bit << 2) - 4 per byte, two 16-element halves with int8 scales.
+    const uint32_t w[2] = {p.h.x, p.h.y};
+    const uint32_t qh = p.q.x;
+    int sum_half[2] = {0, 0};
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const uint32_t low = (w[m & 1] >> (2 * (m >> 1))) & 0x03030303u;
+      const uint32_t high = ((qh >> m) & 0x01010101u) << 2;
+      const int v = static_cast<int>(__vsub4(low | high, 0x04040404u));
+      sum_half[m / 4] = __dp4a(v, x[m], sum_half[m / 4]);
+    }
+    const int sc0 = static_cast<int8_t>(p.s & 0xFF), sc1 = static_cast<int8_t>((p.s >> 8) & 0xFF);
+    return half_bits_to_float(static_cast<uint16_t>(p.d6)) * ds.x *
+           static_cast<float>(sc0 * sum_half[0] + sc1 * sum_half[1]);
   } else if constexpr (TYPE == kQ4_K) {
     int sumi = 0;
 #pragma unroll
