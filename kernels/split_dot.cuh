@@ -6,6 +6,7 @@
 #include "granule/split_layout.h"
 #include "matvec.cuh"
 #include "quant_blocks.cuh"
+#include "split_unpack.h"
 
 namespace granule::kernels::split_dot {
 
@@ -20,26 +21,6 @@ struct Payload {
   uint32_t d6;  // Q6_K, Q3_K, IQ4_XS: the super-block's f16 d; Q4_K/Q5_K/Q2_K: f16 d | f16
                 // dmin << 16
 };
-
-// Four 4-bit indices (bytes of idx, each 0..15) to four int8 levels of a 16-entry table packed
-// little-endian in w0..w3: two byte permutes (entries 0-7 and 8-15) and a select on bit 3.
-__device__ __forceinline__ int levels4(uint32_t idx, uint32_t w0, uint32_t w1, uint32_t w2,
-                                       uint32_t w3) {
-  const uint32_t sel =
-      (idx & 0x7u) | ((idx >> 4) & 0x70u) | ((idx >> 8) & 0x700u) | ((idx >> 12) & 0x7000u);
-  const uint32_t low = __byte_perm(w0, w1, sel), high = __byte_perm(w2, w3, sel);
-  const uint32_t mask = ((idx >> 3) & 0x01010101u) * 0xFFu;
-  return static_cast<int>((low & ~mask) | (high & mask));
-}
-// granule::kIq4nlValues and granule::kMxfp4Values (block_formats.h), as quant_blocks.cuh's
-// iq4nl_level / mxfp4_level pack them.
-template <uint32_t TYPE>
-__device__ __forceinline__ int table_levels4(uint32_t idx) {
-  if constexpr (TYPE == kMXFP4)
-    return levels4(idx, 0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
-  else
-    return levels4(idx, 0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
-}
 
 template <uint32_t TYPE>
 __device__ __forceinline__ void load_payload(const uint8_t* row, int n, int j, Payload& p) {
@@ -150,13 +131,12 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
            half_bits_to_float(static_cast<uint16_t>(p.s >> 16)) * ds.y;
   } else if constexpr (TYPE == kIQ4_NL || TYPE == kIQ4_XS || TYPE == kMXFP4) {
     // Q4_0's nibbles, each an index into the type's 16 int8 levels.
+    const uint32_t qw[4] = {p.q.x, p.q.y, p.q.z, p.q.w};
     int sumi = 0;
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      sumi = __dp4a(table_levels4<TYPE>(static_cast<uint32_t>(q[m]) & 0x0F0F0F0Fu), x[m], sumi);
-      sumi = __dp4a(table_levels4<TYPE>((static_cast<uint32_t>(q[m]) >> 4) & 0x0F0F0F0Fu), x[m + 4],
-                    sumi);
-    }
+    for (int m = 0; m < 8; ++m)
+      sumi = __dp4a(static_cast<int>(split_unpack::nibble_levels_word<TYPE == kMXFP4>(qw, m)),
+                    x[m], sumi);
     float d;
     if constexpr (TYPE == kIQ4_NL)
       d = half_bits_to_float(static_cast<uint16_t>(p.s));
@@ -175,7 +155,7 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const uint32_t sc = (p.s >> (8 * (m / 4))) & 0xFF;
-      const uint32_t v = (w[m & 1] >> (2 * (m >> 1))) & 0x03030303u;
+      const uint32_t v = split_unpack::two_bit_word(w, m);
       sumq = __dp4a(static_cast<int>(v * (sc & 0xF)), x[m], sumq);
       summ = __dp4a(static_cast<int>((sc >> 4) * 0x01010101u), x[m], summ);
     }
@@ -189,9 +169,7 @@ __device__ __forceinline__ float dot_payload(const Payload& p, const int4& xa, c
     int sum_half[2] = {0, 0};
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
-      const uint32_t low = (w[m & 1] >> (2 * (m >> 1))) & 0x03030303u;
-      const uint32_t high = ((qh >> m) & 0x01010101u) << 2;
-      const int v = static_cast<int>(__vsub4(low | high, 0x04040404u));
+      const int v = static_cast<int>(split_unpack::q3_k_word(w, qh, m));
       sum_half[m / 4] = __dp4a(v, x[m], sum_half[m / 4]);
     }
     const int sc0 = static_cast<int8_t>(p.s & 0xFF), sc1 = static_cast<int8_t>((p.s >> 8) & 0xFF);
