@@ -72,15 +72,22 @@ GRANULE_SPLIT_HD uint32_t nibble_levels_word(const uint32_t (&q)[4], int m) {
 }
 
 // Q2_K / Q3_K: the 2-bit values (0..3) of word m from the sub-block's 8 bytes w[0], w[1]
-// (element e in byte e % 8 at bit 2 * (e / 8)).
+// (element e in byte e % 8 at bit 2 * (e / 8)); `half` is w[m & 1], the only word it reads
+// (the mma kernels load that one).
+GRANULE_SPLIT_HD uint32_t two_bit_word_of(uint32_t half, int m) {
+  return (half >> (2 * (m >> 1))) & 0x03030303u;
+}
 GRANULE_SPLIT_HD uint32_t two_bit_word(const uint32_t (&w)[2], int m) {
-  return (w[m & 1] >> (2 * (m >> 1))) & 0x03030303u;
+  return two_bit_word_of(w[m & 1], m);
 }
 
 // Q3_K: the signed values (-4..3) of word m: the 2-bit values with the third bits qh (element
 // e in byte e % 4 at bit e / 4) as bit 2, minus 4.
+GRANULE_SPLIT_HD uint32_t q3_k_word_of(uint32_t half, uint32_t qh, int m) {
+  return sub_bytes(two_bit_word_of(half, m) | (((qh >> m) & 0x01010101u) << 2), 0x04040404u);
+}
 GRANULE_SPLIT_HD uint32_t q3_k_word(const uint32_t (&w)[2], uint32_t qh, int m) {
-  return sub_bytes(two_bit_word(w, m) | (((qh >> m) & 0x01010101u) << 2), 0x04040404u);
+  return q3_k_word_of(w[m & 1], qh, m);
 }
 
 }  // namespace granule::kernels::split_unpack
