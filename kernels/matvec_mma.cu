@@ -1,7 +1,7 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q6_K/IQ4_NL/IQ4_XS/MXFP4 weights
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights
 // (split_layout.h) with int8 activation blocks (ActivationQ8) on int8 tensor cores: mma.sync
-// m16n8k32 (Q6_K: two m16n8k16, one per 16-element scale; IQ4_NL/IQ4_XS/MXFP4: the nibbles'
-// int8 levels, split_unpack.h), so one mma is 16 weight rows x 8 batch columns x one 32-element
+// m16n8k32 (Q6_K and Q3_K: two m16n8k16, one per 16-element scale; Q2_K: a second m16n8k32 for
+// its mins; IQ4_NL/IQ4_XS/MXFP4: the nibbles' int8 levels, split_unpack.h), so one mma is 16 weight rows x 8 batch columns x one 32-element
 // sub-block, and its int32 result is scaled by the sub-block's weight and activation scales and
 // accumulated in f32 — the split dp4a kernel's numerics per sub-block, in another summation
 // order. Batch columns past the batch are zero-filled, never read; rows past a matrix's end
@@ -18,8 +18,9 @@
 // Block-staged (every other device with int8 mma: the consumer GPUs' 100 KB per block). A
 // block owns 16 * WM weight rows and 8 * NT columns; its WM x WK warps split the rows (16 each)
 // and the sub-blocks of each stage (WK ways); the stages are the block's, kStageBlocks
-// sub-blocks each, behind a __syncthreads. Q6_K and the 16-level types (IQ4_NL, IQ4_XS, MXFP4:
-// their nibbles are indices into a table of int8 levels) take the dp4a kernel there.
+// sub-blocks each, behind a __syncthreads. Q6_K, Q2_K, Q3_K and the 16-level types (IQ4_NL,
+// IQ4_XS, MXFP4: their nibbles are indices into a table of int8 levels) take the dp4a kernel
+// there.
 #include "granule/split_layout.h"
 #include "matvec_mma.cuh"
 #include "mma_tiles.cuh"
