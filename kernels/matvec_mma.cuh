@@ -1,7 +1,7 @@
 // Batched quantised matrix products on int8 tensor cores (mma.sync m16n8k32, sm_80+) over
 // split-layout Q4_0/Q4_1/Q8_0/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights and int8 activation
-// blocks: the same tasks,
-// epilogues and per-block numerics as launch_matvec_split, for batches of a few rows and more.
+// blocks: the same tasks, epilogues and per-block numerics as launch_matvec_split, for batches
+// of a few rows and more.
 #pragma once
 #include <cuda_runtime.h>
 
