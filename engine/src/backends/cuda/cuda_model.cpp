@@ -269,8 +269,10 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
       in.rope.slots = inputs + kSlots * R;
       in.rope.slot_base = slot_bases_.as<__half* const>();
       in.rope.frequencies = rope_frequencies_;
-      in.rope.token_stride = token_stride_halves_;
-      in.rope.layer = static_cast<int>(rope_layer - layers_.data());
+      const auto layer = static_cast<size_t>(rope_layer - layers_.data());
+      in.rope.token_stride = layer_token_stride_[layer];
+      in.rope.kv_offset = layer_kv_offset_[layer];
+      in.rope.layer = 0;
       in.rope.n_kv = static_cast<int>(config_.n_head_kv);
       in.rope.head_dim = static_cast<int>(config_.head_dim);
       const float* biases[3] = {rope_layer->bq, rope_layer->bk, rope_layer->bv};
@@ -412,8 +414,9 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.positions = in + kPositions * R;
   r.slots = in + kSlots * R;
   r.slot_base = slot_bases_.as<__half* const>();
-  r.token_stride = token_stride_halves_;
-  r.layer = layer;
+  r.token_stride = layer_token_stride_[static_cast<size_t>(layer)];
+  r.kv_offset = layer_kv_offset_[static_cast<size_t>(layer)];
+  r.layer = 0;
   if (l.bo) {  // gpt-oss: the output bias joins the residual the output projection adds to
     if (roped) throw UsageError("CUDA backend: the fused Q/K/V rotation adds no output bias");
     r.residual = hidden_.as<float>();
@@ -435,8 +438,9 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.lengths = in + kLengths * R;
   a.slots = r.slots;
   a.slot_base = r.slot_base;
-  a.token_stride = token_stride_halves_;
-  a.layer = layer;
+  a.token_stride = r.token_stride;
+  a.kv_offset = r.kv_offset;
+  a.layer = 0;
   a.scale = c.attention_scale > 0.0f ? c.attention_scale
                                      : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   a.sinks = l.attn_sinks;

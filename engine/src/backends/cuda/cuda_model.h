@@ -80,7 +80,9 @@ class CudaModel {
 
   // Binds the KV slots (device addresses from the KvSpace) and sizes the attention workspace
   // for contexts of max_tokens.
-  void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens);
+  // part_offset_bytes: where each KV part (ModelConfig::kv_part) starts in a slot.
+  void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens,
+                 const std::vector<uint64_t>& part_offset_bytes);
 
   // Writes one run's inputs (upload) and sampling parameters (upload_sampling) to the pinned
   // mirror of the fixed device buffers; flush_inputs() sends what was written in one async
@@ -239,7 +241,8 @@ class CudaModel {
   DeviceBuffer inputs_;
   PinnedBuffer inputs_host_;
   DeviceBuffer slot_bases_;
-  int64_t token_stride_halves_ = 0;
+  // Per layer: halves from a slot's base to its K at token 0, and per token of its KV part.
+  std::vector<int64_t> layer_kv_offset_, layer_token_stride_;
   int64_t max_tokens_ = 0;
 
   // Activations.

@@ -343,10 +343,22 @@ bool CudaModel::replan(const PlacementPlan& plan) {
   return moved;
 }
 
-void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
+void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens,
+                          const std::vector<uint64_t>& part_offset_bytes) {
   const ModelConfig& c = config_;
-  token_stride_halves_ =
-      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
+  // KV by layer kind: each layer's part of the slot (memory/kv_space.h), its stride and where
+  // the layer's K starts in a token's record of it; the kernels address layer 0 of that.
+  layer_kv_offset_.clear();
+  layer_token_stride_.clear();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const int part = c.kv_part(l);
+    if (static_cast<size_t>(part) >= part_offset_bytes.size())
+      throw UsageError("CUDA backend: the KV space has no part for layer " + std::to_string(l));
+    layer_kv_offset_.push_back(
+        static_cast<int64_t>(part_offset_bytes[static_cast<size_t>(part)] / sizeof(__half)) +
+        c.kv_offset_elements(l));
+    layer_token_stride_.push_back(c.kv_part_elements(part));
+  }
   max_tokens_ = max_tokens;
   const CudaWorkspace ws =
       cuda_workspace(c, layout_, max_rows_, max_tokens, static_cast<int64_t>(slot_bases.size()));
