@@ -418,8 +418,39 @@ bool KvSpace::map(int32_t slot, int64_t tokens, int64_t from, bool ahead) {
     const uint64_t beyond = fresh - std::min<uint64_t>(pool_.size(), fresh);
     return beyond == 0 || memory_.try_charge(MemoryCategory::KvCommitted, beyond * g);
   };
-  if (stats_.retiring_bytes > 0) reclaim_locked(false);  // other slots' finished cuts
+  // The slot's own retiring granules inside the run serve again first: still mapped and
+  // charged, and whatever device work still touches them is ordered before the work that will
+  // use them. A refusal below puts them back as they were.
+  std::vector<std::pair<int, uint64_t>> taken;
+  auto take_back = [&](const std::vector<uint64_t>& end) {
+    for (int p = 0; p < parts(); ++p) {
+      PartState& st = state(slot, p);
+      if (st.retiring == 0) continue;
+      const uint64_t a = std::max(first[static_cast<size_t>(p)], st.retire_lo);
+      const uint64_t b = std::min(end[static_cast<size_t>(p)], st.retire_hi);
+      for (uint64_t i = a; i < b; ++i) {
+        if (st.granules[i] != kRetiring) continue;
+        st.granules[i] = kCommitted;
+        --st.retiring;
+        stats_.retiring_bytes -= g;
+        taken.emplace_back(p, i);
+      }
+    }
+  };
+  auto put_back = [&] {
+    for (const auto& [p, i] : taken) {
+      PartState& st = state(slot, p);
+      st.retire_lo = st.retiring > 0 ? std::min(st.retire_lo, i) : i;
+      st.retire_hi = st.retiring > 0 ? std::max(st.retire_hi, i + 1) : i + 1;
+      st.granules[i] = kRetiring;
+      ++st.retiring;
+      stats_.retiring_bytes += g;
+    }
+    taken.clear();
+  };
   std::vector<uint64_t> target = wanted;
+  take_back(target);
+  if (stats_.retiring_bytes > 0) reclaim_locked(false);  // other slots' finished cuts
   bool charged = charge_for(fresh_in(target));
   if (!charged && stats_.retiring_bytes > 0 && !ahead) {
     // Memory is needed now: wait for the device work behind the granules still retiring
@@ -428,9 +459,11 @@ bool KvSpace::map(int32_t slot, int64_t tokens, int64_t from, bool ahead) {
     charged = charge_for(fresh_in(target));
   }
   if (!charged) {
+    put_back();
     target = required;
-    if (covered(target)) return true;
+    take_back(target);
     if (!charge_for(fresh_in(target))) {
+      put_back();
       if (ahead) return false;
       ++stats_.map_refusals;
       logger("engine.kv")->debug("slot {}: budget refused more KV for {} tokens", slot, tokens);
@@ -455,6 +488,7 @@ bool KvSpace::map(int32_t slot, int64_t tokens, int64_t from, bool ahead) {
     }
   } catch (...) {
     time_spent += microseconds_since(start);
+    put_back();
     for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
     granules.resize(pooled);
     pool_.insert(pool_.end(), granules.begin(), granules.end());
@@ -488,6 +522,7 @@ bool KvSpace::map(int32_t slot, int64_t tokens, int64_t from, bool ahead) {
     }
   } catch (...) {
     time_spent += microseconds_since(start);
+    put_back();
     for (const auto& [p, run] : mapped_runs) {
       PartState& st = state(slot, p);
       for (uint64_t k = run.first; k < run.second; ++k) st.granules[k] = kRetiring;

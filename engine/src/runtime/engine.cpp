@@ -874,6 +874,8 @@ TelemetrySnapshot Engine::telemetry() const {
     t.tokens = static_cast<int64_t>(seq->tokens.size());
     if (auto slot = m.scheduler->slot_of(id)) {
       t.kv_committed_bytes = m.kv->committed_bytes(*slot);
+      if (m.kv->parts() > ModelConfig::kKvPartWindow)
+        t.kv_window_committed_bytes = m.kv->committed_bytes(*slot, ModelConfig::kKvPartWindow);
       t.kv_reserved_bytes = m.kv->reserved_bytes(*slot);
     }
     t.waiting = m.scheduler->is_waiting(id);
