@@ -13,12 +13,15 @@
 // each row within the bound oracle_compare.h derives, greedy tokens equal away from near-ties.
 // The window is all that is read: on one sequence the KV of the sliding layers behind the window
 // is overwritten with NaN between a prefill chunk and the next (then between decode steps), and
-// its logits stay identical to the bit to those of a twin sequence whose KV is intact.
+// its logits stay identical to the bit to those of a twin sequence whose KV is intact. And with
+// the sliding layers' granules behind the window unmapped as the engine maps (KV by layer kind),
+// the logits equal those of a run that keeps every token mapped.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <random>
 #include <span>
 
@@ -60,13 +63,13 @@ SyntheticModelSpec gemma_spec(const GemmaCase& c) {
   return s;
 }
 
-RuntimeOptions options(bool gpu, bool oracle) {
+RuntimeOptions options(bool gpu, bool oracle, int64_t context = 512) {
   RuntimeOptions o;
   o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
   o.backend.vram_budget_bytes = uint64_t{1} << 40;
   o.backend.cpu_emulate_device_numerics = oracle;
   o.backend.cpu_threads = 2;
-  o.context_length = 512;
+  o.context_length = context;
   o.slots = 8;
   o.kv_pool_granules = 0;
   return o;
@@ -74,10 +77,12 @@ RuntimeOptions options(bool gpu, bool oracle) {
 
 struct Rig : test::ModelRuntime {
   Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
-  std::vector<float> step(const std::vector<BatchSequence>& batch) {
+  // `slide`: map as the engine does, from the first position the step writes (a window part
+  // lets go of its granules behind the window); else from 0 (every token stays mapped).
+  std::vector<float> step(const std::vector<BatchSequence>& batch, bool slide = false) {
     for (const BatchSequence& s : batch)
-      EXPECT_TRUE(
-          kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())));
+      EXPECT_TRUE(kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size()),
+                                  slide ? s.start_position : 0));
     std::vector<float> logits;
     backend->forward(batch, logits);
     return logits;
@@ -121,7 +126,7 @@ TEST_P(Gemma3Gpu, MatchesTheCpuOracle) {
   const std::string name = "gemma3 " + case_name(p);
   auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
                   std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch);
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
     r.insert(r.end(), a.begin(), a.end());
     o.insert(o.end(), b.begin(), b.end());
     g.insert(g.end(), d.begin(), d.end());
@@ -162,7 +167,7 @@ TEST_P(Gemma3Gpu, MatchesTheCpuOracle) {
     for (int s = 0; s < 6; ++s) {
       const int n = 3 + 29 * s;
       const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
-      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}});
+      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}}, rig == &gpu);
       lengths.push_back(n);
     }
     std::vector<float> r, o, g;
@@ -182,16 +187,19 @@ TEST_P(Gemma3Gpu, MatchesTheCpuOracle) {
 // `slot` on the device (Gemma 3's layers all keep the same KV per token).
 void poison_behind(Rig& rig, int32_t slot, int64_t end) {
   const ModelConfig& c = rig.config;
-  const int64_t token_bytes = rig.backend->kv_bytes_per_token();
-  const int64_t layer_bytes = token_bytes / c.n_layer;
+  const KvSpace& kv = *rig.kv;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  uint8_t* base = rig.kv->slot_base(slot);
-  for (int64_t t = 0; t < end; ++t)
-    for (int64_t l = 0; l < c.n_layer; ++l)
-      if (c.layer_slides(l))
-        ASSERT_EQ(cudaMemset(base + t * token_bytes + l * layer_bytes, 0xFF,
-                             static_cast<size_t>(layer_bytes)),
-                  cudaSuccess);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!c.layer_slides(l)) continue;
+    // KV by layer kind: the sliding layers' part of the slot, token-major (kv_space.h); this
+    // test maps every token of it (map_through from 0).
+    const int part = c.kv_part(l);
+    const int64_t stride = kv.part(part).bytes_per_token;
+    const auto layer_bytes = static_cast<size_t>(c.kv_layer_elements(l) * 2);  // K, V in f16
+    uint8_t* first = kv.slot_base(slot) + kv.part_offset_bytes(part) + c.kv_offset_elements(l) * 2;
+    for (int64_t t = 0; t < end; ++t)
+      ASSERT_EQ(cudaMemset(first + t * stride, 0xFF, layer_bytes), cudaSuccess);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -237,6 +245,69 @@ TEST_P(Gemma3Gpu, ReadsOnlyTheWindow) {
   EXPECT_EQ(differ, 0u) << "logits changed when the KV behind the window was overwritten";
   for (const float x : intact) ASSERT_TRUE(std::isfinite(x));
   EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
+// KV by layer kind on the device: a run that maps as the engine does (each step from its first
+// position, so the sliding layers' granules behind the window are unmapped under the CUDA
+// fences while graphs replay) gives logits identical to the bit to a run that keeps every token
+// mapped, on 1,000-token chats (a prefill in chunks of 150 on the flash path, 40-row chunks on
+// the matvec path, then graph-captured decode of 3 sequences together); the window part stays
+// within its window, the look-ahead and a granule, and granules were unmapped. A kernel that
+// read behind the window would fault on the unmapped range.
+TEST_P(Gemma3Gpu, UnmapsBehindTheWindowAndMatchesKeepingEverything) {
+  GRANULE_REQUIRE_GPU();
+  const GemmaCase& p = GetParam();
+  test::TempModel model(gemma_spec(p), "gemma3-gpu-unmap");
+  Rig sliding(model.path, options(true, false, 2048));
+  Rig keeping(model.path, options(true, false, 2048));
+  const int64_t vocab = sliding.config.n_vocab;
+  const KvSpace& kv = *sliding.kv;
+  ASSERT_EQ(kv.parts(), 2);
+  const uint64_t g = kv.granule_bytes();
+  const auto window_token_bytes =
+      static_cast<uint64_t>(kv.part(ModelConfig::kKvPartWindow).bytes_per_token);
+  const int64_t lookahead = kv.geometry().lookahead_tokens;
+  const uint64_t bound =
+      ((static_cast<uint64_t>(p.window + lookahead) * window_token_bytes + g - 1) / g + 1) * g;
+  size_t differ = 0;
+  auto both = [&](const std::vector<BatchSequence>& batch) {
+    const std::vector<float> a = sliding.step(batch, true), b = keeping.step(batch, false);
+    EXPECT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
+  };
+  constexpr int64_t kPrompt = 1000;
+  for (int32_t slot = 0; slot < 3; ++slot) {
+    const std::vector<int32_t> prompt = random_tokens(kPrompt, vocab, 20 + slot);
+    int64_t at = 0;
+    for (; at + 150 <= 900; at += 150)
+      both({{slot, std::span<const int32_t>(prompt.data() + at, 150), at, false}});
+    for (; at < kPrompt; at += 40) {
+      const auto n = static_cast<size_t>(std::min<int64_t>(40, kPrompt - at));
+      both({{slot, std::span<const int32_t>(prompt.data() + at, n), at, false}});
+    }
+  }
+  for (int step = 0; step < 40; ++step) {
+    const std::vector<int32_t> next = random_tokens(3, vocab, 200 + step);
+    std::vector<BatchSequence> batch;
+    for (int32_t slot = 0; slot < 3; ++slot)
+      batch.push_back({slot, std::span<const int32_t>(&next[static_cast<size_t>(slot)], 1),
+                       kPrompt + step, false});
+    both(batch);
+    for (int32_t slot = 0; slot < 3; ++slot)
+      EXPECT_LE(kv.committed_bytes(slot, ModelConfig::kKvPartWindow), bound) << "slot " << slot;
+  }
+  EXPECT_EQ(differ, 0u) << "logits differ from the run that keeps every token mapped";
+  EXPECT_GT(kv.stats().granules_unmapped, 0u);
+  EXPECT_LT(kv.committed_bytes(0), keeping.kv->committed_bytes(0));
+  EXPECT_GT(sliding.graphs().replays, 0u);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::cout << "[gemma3-gpu] window part per chat at " << kPrompt + 40
+            << " tokens: " << kv.committed_bytes(0, ModelConfig::kKvPartWindow) / 1024
+            << " KiB (bound " << bound / 1024 << " KiB) against "
+            << keeping.kv->committed_bytes(0, ModelConfig::kKvPartWindow) / 1024
+            << " KiB kept; unmapped " << kv.stats().granules_unmapped << " granules, "
+            << kv.stats().unmaps_deferred << " of them after the work behind them\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(
