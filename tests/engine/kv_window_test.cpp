@@ -7,7 +7,8 @@
 //   - swapping the chat's KV to host memory and back (the window part's live range only) and
 //     going on gives the same tokens;
 //   - a shorter prefix of the chat can no longer be continued from the slot once its window has
-//     slid past it (prefix reuse then computes again), the whole chat can.
+//     slid past it (prefix reuse then computes again), the whole chat can; through the engine,
+//     turns reuse what they can and their greedy tokens equal a fresh prefill's.
 // And the layout: a model without sliding layers keeps one part, a Gemma one two, each granule
 // aligned; the KV a window part needs is bounded (bytes_for_tokens), and so is the fit preview's.
 #include <gtest/gtest.h>
@@ -21,9 +22,11 @@
 #include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
+#include "granule/telemetry.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
+#include "support/engine_chats.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
 
@@ -241,6 +244,66 @@ TEST(KvWindow, FitCountsTheWindowLayersAsBounded) {
   const uint64_t rest = e.budget_bytes - e.weights_bytes - e.workspace_bytes;
   EXPECT_EQ(e.max_context_per_chat, std::min<int64_t>(e.kv_context_for(rest / 3), kContext));
   EXPECT_GT(e.kv_context_for(rest / 3), static_cast<int64_t>(rest / 3 / e.kv_bytes_per_token));
+}
+
+// Through the engine: turns of a Gemma-shaped chat continue from their kept KV, a turn that
+// diverges near the end of the kept tokens reuses the common prefix (the slot still holds its
+// window), one that diverges early is computed again (its window slid out); every turn's greedy
+// tokens equal those of a fresh prefill.
+std::vector<int32_t> fresh_tokens(const test::TempModel& model, const std::vector<TokenId>& prompt,
+                                  int32_t max_tokens) {
+  EngineOptions o = test::cpu_engine_options(kContext, 1);
+  o.prefill_chunk_tokens = 128;
+  o.kv_reuse = false;
+  auto engine = Engine::open(model.path, o);
+  test::Output out;
+  engine->submit(test::chat_request({prompt, max_tokens}, out));
+  test::run_to_idle(*engine);
+  return out.tokens;
+}
+
+TEST(KvWindow, EngineReusesAPrefixOnlyWhileItsWindowIsHeld) {
+  test::TempModel model(window_spec(), "kv-window-engine");
+  EngineOptions o = test::cpu_engine_options(kContext, 2);
+  o.prefill_chunk_tokens = 128;
+  o.kv_reuse = true;
+  auto engine = Engine::open(model.path, o);
+  const int64_t vocab = 384;
+  auto turn = [&](const std::vector<TokenId>& prompt, int32_t max_tokens) {
+    test::Output out;
+    engine->submit(test::chat_request({prompt, max_tokens}, out));
+    test::run_to_idle(*engine);
+    EXPECT_EQ(out.tokens, fresh_tokens(model, prompt, max_tokens));
+    return out;
+  };
+  const std::vector<TokenId> p1 = prompt_tokens(400, vocab);
+  const test::Output t1 = turn(p1, 30);
+  EXPECT_EQ(t1.prompt_info.reused_tokens, 0);
+  // The window part's KV stayed flat while the chat grew past it.
+  const TelemetrySnapshot after = engine->telemetry();
+  EXPECT_GT(after.kv.granules_unmapped, 0u);
+
+  std::vector<TokenId> p2 = p1;
+  p2.insert(p2.end(), t1.tokens.begin(), t1.tokens.end());
+  const std::vector<TokenId> more = prompt_tokens(40, vocab - 7);
+  p2.insert(p2.end(), more.begin(), more.end());
+  const test::Output t2 = turn(p2, 30);
+  EXPECT_EQ(t2.prompt_info.reused_tokens, 400 + 29);  // the whole of turn 1
+  const auto kept = static_cast<int64_t>(p2.size()) + 29;
+
+  // Diverging 10 tokens before the end of the kept KV: its window is still held.
+  std::vector<TokenId> p3(p2.begin(), p2.end());
+  p3.insert(p3.end(), t2.tokens.begin(), t2.tokens.end());
+  p3.resize(static_cast<size_t>(kept - 10));
+  p3.push_back(p3.back() == 5 ? 6 : 5);
+  const test::Output t3 = turn(p3, 10);
+  EXPECT_EQ(t3.prompt_info.reused_tokens, kept - 10);
+
+  // Diverging at token 100: the window behind it was let go, the prompt is computed again.
+  std::vector<TokenId> p4(p1.begin(), p1.begin() + 100);
+  p4.push_back(p4.back() == 5 ? 6 : 5);
+  const test::Output t4 = turn(p4, 10);
+  EXPECT_EQ(t4.prompt_info.reused_tokens, 0);
 }
 
 }  // namespace
