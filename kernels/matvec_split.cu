@@ -157,7 +157,7 @@ __device__ __forceinline__ PairRotation pair_rotation(const MatvecTask& task, co
   if (task.rope_part != 3)
     rope_rotation(pos, rope.frequencies[(row % rope.head_dim) / 2], &p.sn, &p.cs);
   if (task.rope_part != 1 && rope.slots[0] >= 0)
-    p.kv = rope.slot_base[rope.slots[0]] + pos * rope.token_stride +
+    p.kv = rope.slot_base[rope.slots[0]] + rope.kv_offset + pos * rope.token_stride +
            (static_cast<int64_t>(rope.layer) * 2 + (task.rope_part - 2)) * rope.n_kv *
                rope.head_dim +
            row;

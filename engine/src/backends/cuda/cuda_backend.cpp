@@ -149,29 +149,44 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   kv_ = &kv;
   std::vector<uint8_t*> bases;
   for (int32_t s = 0; s < kv.geometry().slots; ++s) bases.push_back(kv.slot_base(s));
-  model_->attach_kv(bases, kv.geometry().max_tokens);
+  const std::vector<KvPartGeometry> expected = kv_parts(config_, kCudaKvElementBytes);
+  if (static_cast<size_t>(kv.parts()) != std::max<size_t>(expected.size(), 1))
+    throw UsageError("CUDA backend: the KV space's parts differ from the model's layer kinds");
+  std::vector<uint64_t> offsets;
+  for (int p = 0; p < kv.parts(); ++p) offsets.push_back(kv.part_offset_bytes(p));
+  model_->attach_kv(bases, kv.geometry().max_tokens, offsets);
 }
 
-bool CudaBackend::copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) {
+bool CudaBackend::copy_kv_to_host(int32_t slot, int64_t tokens, void* host) {
   if (!kv_) throw UsageError("CUDA backend: copy_kv_to_host() before attach_kv()");
-  if (bytes == 0) return true;
+  const std::vector<KvSpace::Range> ranges = kv_->live_ranges(tokens);
+  if (ranges.empty()) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_cuda(
-      cudaMemcpyAsync(host, kv_->slot_base(slot), bytes, cudaMemcpyDeviceToHost, model_->stream()),
-      "copying idle KV to host memory");
+  auto* out = static_cast<uint8_t*>(host);
+  for (const KvSpace::Range& r : ranges) {
+    check_cuda(cudaMemcpyAsync(out, kv_->slot_base(slot) + r.offset, r.bytes,
+                               cudaMemcpyDeviceToHost, model_->stream()),
+               "copying idle KV to host memory");
+    out += r.bytes;
+  }
   check_cuda(cudaStreamSynchronize(model_->stream()), "copying idle KV to host memory");
   return true;
 }
 
-bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) {
+bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) {
   if (!kv_) throw UsageError("CUDA backend: copy_kv_from_host() before attach_kv()");
-  if (bytes == 0) return true;
+  const std::vector<KvSpace::Range> ranges = kv_->live_ranges(tokens);
+  if (ranges.empty()) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // Queued on the stream the step runs on, so it lands before the step reads the KV; the
   // engine keeps `host` until that step has been waited for.
-  check_cuda(
-      cudaMemcpyAsync(kv_->slot_base(slot), host, bytes, cudaMemcpyHostToDevice, model_->stream()),
-      "copying idle KV back from host memory");
+  const auto* in = static_cast<const uint8_t*>(host);
+  for (const KvSpace::Range& r : ranges) {
+    check_cuda(cudaMemcpyAsync(kv_->slot_base(slot) + r.offset, in, r.bytes, cudaMemcpyHostToDevice,
+                               model_->stream()),
+               "copying idle KV back from host memory");
+    in += r.bytes;
+  }
   return true;
 }
 
