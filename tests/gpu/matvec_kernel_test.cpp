@@ -501,8 +501,15 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
     };
     // A: the epilogue.
     kernels::MatvecInput in = product_in;
-    in.rope = {d_pos.get(), d_slot.get(), base_a.get(), d_freqs.get(), token_stride, kLayer, kKv,
-               kHeadDim};
+    in.rope = {.positions = d_pos.get(),
+               .slots = d_slot.get(),
+               .slot_base = base_a.get(),
+               .frequencies = d_freqs.get(),
+               .token_stride = token_stride,
+               .kv_offset = 0,
+               .layer = kLayer,
+               .n_kv = kKv,
+               .head_dim = kHeadDim};
     std::vector<kernels::MatvecTask> ta = tasks_for(out_a, true);
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), ta.data(), 3, in, config, nullptr));
     // B: the product, then rope_kv.
