@@ -74,7 +74,7 @@ void expect_the_test_tools(Client& client) {
   const std::vector<Tool> tools = client.list_tools();
   std::vector<std::string> names;
   for (const Tool& t : tools) names.push_back(t.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"add", "weather", "fail", "sleep", "crash"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"add", "weather", "fail", "sleep", "hang", "crash"}));
   ASSERT_FALSE(tools.empty());
   EXPECT_EQ(tools[0].description, "Adds two integers.");
   EXPECT_EQ(tools[0].input_schema["properties"]["a"]["type"], "integer");

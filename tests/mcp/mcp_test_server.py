@@ -4,7 +4,8 @@
     python3 mcp_test_server.py http PORT     (streamable HTTP at http://127.0.0.1:PORT/mcp)
 
 Its tools: add (two integers), weather (a fixed report for a city), fail (the tool reports an
-error), sleep (waits, for timeouts) and crash (the server process exits).
+error), sleep (waits, for timeouts), hang (waits a minute) and crash (the server process
+exits).
 """
 import os
 import sys
@@ -35,6 +36,12 @@ def fail(reason: str = "broken on purpose") -> str:
 def sleep(seconds: float) -> str:
     time.sleep(seconds)
     return f"slept {seconds} s"
+
+
+@server.tool(description="Never answers in time: waits a minute.")
+def hang() -> str:
+    time.sleep(60)
+    return "too late"
 
 
 @server.tool(description="Ends the server's process.")
