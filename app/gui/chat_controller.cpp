@@ -463,7 +463,9 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   generations_.erase(it);
   conversations_.setGenerating(result.chat_id, false);
   if (MessageModel* model = messagesOf(result.chat_id)) {
-    model->finish(row, result.reason);
+    // A reply that called tools ends for them (OpenAI's finish reason).
+    const bool called = !calls.isEmpty() && result.end == GenerationEnd::Finished;
+    model->finish(row, called ? QStringLiteral("tool_calls") : result.reason);
     model->setPromptTokens(row, result.prompt_tokens);
     if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty() &&
         model->message(row).reasoning.isEmpty()) {
@@ -474,7 +476,7 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
       else
         model->removeFrom(row);
     } else {
-      if (!calls.isEmpty() && result.end == GenerationEnd::Finished) {
+      if (called) {
         StoredMessage reply = model->message(row);
         QJsonArray list;
         for (const ToolCallText& c : calls)
@@ -483,8 +485,7 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
         model->replace(row, reply);
       }
       store_.updateMessage(model->message(row));
-      if (!calls.isEmpty() && result.end == GenerationEnd::Finished)
-        addToolCards(result.chat_id, row, calls);
+      if (called) addToolCards(result.chat_id, row, calls);
     }
   }
   if (result.end == GenerationEnd::Failed)

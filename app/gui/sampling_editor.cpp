@@ -2,7 +2,6 @@
 #include "sampling_editor.h"
 
 #include <QFile>
-#include <QUrl>
 
 #include "json_output.h"
 #include "sampling_presets.h"
@@ -84,9 +83,8 @@ QString SamplingEditor::setJsonSchema(const QString& text) {
   return {};
 }
 
-QString SamplingEditor::loadJsonSchema(const QString& file) {
-  const QUrl url(file);
-  const QString path = url.isLocalFile() ? url.toLocalFile() : file;
+QString SamplingEditor::loadJsonSchema(const QUrl& file) {
+  const QString path = file.isLocalFile() ? file.toLocalFile() : file.toString();
   QFile in(path);
   constexpr qint64 kMaxSchemaBytes = 1 << 20;
   if (!in.open(QIODevice::ReadOnly))

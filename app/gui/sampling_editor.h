@@ -6,6 +6,7 @@
 
 #include <QObject>
 #include <QStringList>
+#include <QUrl>
 #include <functional>
 
 #include "worker_types.h"
@@ -69,8 +70,8 @@ class SamplingEditor : public QObject {
   // Checks a schema and, when it is sound, stores it and turns JSON output to "schema".
   // Returns "" or the one-line reason it was refused (nothing stored then).
   Q_INVOKABLE QString setJsonSchema(const QString& text);
-  // The same with a file's text (a file:// URL or a path).
-  Q_INVOKABLE QString loadJsonSchema(const QString& file);
+  // The same with a file's text.
+  Q_INVOKABLE QString loadJsonSchema(const QUrl& file);
   QString preset() const;
   QStringList presets() const;
   Q_INVOKABLE void applyPreset(const QString& name);

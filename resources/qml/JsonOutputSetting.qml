@@ -90,6 +90,6 @@ ColumnLayout {
         id: schemaFile
         title: qsTr("Load a JSON Schema")
         nameFilters: [qsTr("JSON (*.json)"), qsTr("All files (*)")]
-        onAccepted: setting.error = setting.editor.loadJsonSchema(selectedFile.toString())
+        onAccepted: setting.error = setting.editor.loadJsonSchema(schemaFile.selectedFile)
     }
 }

@@ -1,6 +1,7 @@
 // McpServersSection: Settings' MCP servers — each a stdio command (with its environment) or a
 // streamable-HTTP URL, enabled or not, with its state and tools; a form adds one. The chats
 // offer the enabled servers' tools to the model, and every call asks first.
+pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -68,9 +69,10 @@ ColumnLayout {
                         elide: Text.ElideRight
                     }
                     Switch {
+                        id: enabledSwitch
                         objectName: "mcpEnabled_" + row.modelData.name
                         checked: row.modelData.enabled
-                        onToggled: section.mcp.setServerEnabled(row.index, checked)
+                        onToggled: section.mcp.setServerEnabled(row.index, enabledSwitch.checked)
                     }
                     Button {
                         text: qsTr("Reconnect")

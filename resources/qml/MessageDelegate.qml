@@ -48,7 +48,8 @@ Item {
     }
     readonly property string stopCaption: ({
         "eos": qsTr("end of text"), "stop": qsTr("stop string"), "length": qsTr("length limit"),
-        "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error")
+        "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error"),
+        "tool_calls": qsTr("called a tool")
     })[finishReason] ?? ""
     readonly property bool fromUser: speaker === "user"
     property bool editing: false

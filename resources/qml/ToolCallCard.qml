@@ -112,17 +112,25 @@ Rectangle {
         }
         Label {
             objectName: "toolCallResult"
-            visible: card.callState === "done" || card.callState === "failed" || card.callState === "denied"
+            visible: card.callState === "done"
             Layout.fillWidth: true
             wrapMode: Text.Wrap
             maximumLineCount: 12
             elide: Text.ElideRight
             font.pixelSize: Theme.smallFontSize
-            font.family: card.callState === "done" ? Theme.monoFamily : Qt.application.font.family
+            font.family: Theme.monoFamily
+            color: Theme.text
+            text: card.result
+        }
+        Label {
+            objectName: "toolCallNote"
+            visible: card.callState === "failed" || card.callState === "denied"
+            Layout.fillWidth: true
+            wrapMode: Text.Wrap
+            font.pixelSize: Theme.smallFontSize
             color: card.callState === "failed" ? Theme.errorText : Theme.text
-            text: card.callState === "done" ? card.result
-                : card.callState === "failed" ? qsTr("The call failed: %1").arg(card.tool.error ?? "")
-                : qsTr("You denied this call; the model is told so.")
+            text: card.callState === "failed" ? qsTr("The call failed: %1").arg(card.tool.error ?? "")
+                                              : qsTr("You denied this call; the model is told so.")
         }
     }
 }

@@ -176,6 +176,57 @@ class McpWindowTest : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(app_->model()->ready(), 120000);
   }
 
+  // The chat's JSON output with a schema: the reply is that JSON (the engine's constraint), and
+  // the chat settings show the setting.
+  void jsonOutputConstrainsTheChatsReplies() {
+    chats()->newChat();
+    SamplingEditor* sampling = chats()->samplingEditor();
+    sampling->setTemperature(0);
+    sampling->setMaxTokens(160);
+    QCOMPARE(
+        sampling->setJsonSchema(R"({"type": "object", "properties": {"city": {"type": "string"}, )"
+                                R"("sunny": {"type": "boolean"}}, "required": ["city", "sunny"]})"),
+        QString());
+    chats()->send(QStringLiteral("Is it sunny in Lisbon? Answer in JSON."));
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 2 && chats()->generatingCount() == 0, 180000);
+    const StoredMessage reply = shown()->message(1);
+    qInfo("JSON output: %s (%s)", qPrintable(reply.content), qPrintable(reply.finish_reason));
+    QJsonParseError error;
+    const QJsonDocument doc = QJsonDocument::fromJson(reply.content.toUtf8(), &error);
+    QVERIFY2(doc.isObject(), qPrintable(error.errorString()));
+    QVERIFY(doc.object().value("city").isString());
+    QVERIFY(doc.object().value("sunny").isBool());
+    QObject* drawer = window_->findChild<QObject*>(QStringLiteral("chatSettings"));
+    QVERIFY(drawer);
+    QVERIFY(QMetaObject::invokeMethod(drawer, "open"));
+    QTest::qWait(1500);  // the drawer slides in
+    save(QStringLiteral("json-output-settings.png"));
+    QVERIFY(QMetaObject::invokeMethod(drawer, "close"));
+    QTest::qWait(800);
+  }
+
+  // Settings' MCP section: the server, its state and tools, the form to add another.
+  void theSettingsShowTheServer() {
+    QObject* dialog = window_->findChild<QObject*>(QStringLiteral("settingsDialog"));
+    QVERIFY(dialog);
+    QMetaObject::invokeMethod(dialog, "open");
+    QQuickItem* section = nullptr;
+    QTRY_VERIFY_WITH_TIMEOUT((section = window_->findChild<QQuickItem*>(
+                                  QStringLiteral("mcpServersSection"))) != nullptr &&
+                                 section->isVisible(),
+                             5000);
+    // Scrolled to the end, where the section is: the Flickable of the dialog's ScrollView.
+    for (QQuickItem* p = section->parentItem(); p; p = p->parentItem()) {
+      if (p->inherits("QQuickFlickable")) {
+        p->setProperty("contentY",
+                       std::max(0.0, p->property("contentHeight").toDouble() - p->height()));
+        break;
+      }
+    }
+    save(QStringLiteral("mcp-settings.png"));
+    QMetaObject::invokeMethod(dialog, "close");
+  }
+
   void cleanupTestCase() {
     if (window_) window_->close();
     if (app_) app_->shutdown();
@@ -204,6 +255,7 @@ class McpWindowTest : public QObject {
     QCOMPARE(toolOf(stored[2]).value("state").toString(), QStringLiteral("done"));
     QCOMPARE(stored[2].content, shown()->message(row).content);
     QCOMPARE(toolOf(stored[1]).value("calls").toArray().size(), 1);
+    QCOMPARE(stored[1].finish_reason, QStringLiteral("tool_calls"));
   }
 
   void aFailingToolIsShownAndTheChatGoesOn() {

@@ -228,9 +228,10 @@ class ModelsTest : public QObject {
       QVERIFY(out.open(QIODevice::WriteOnly));
       out.write(R"({"type": "array", "items": {"type": "integer"}})");
     }
-    QCOMPARE(editor.loadJsonSchema(QUrl::fromLocalFile(file).toString()), QString());
+    QCOMPARE(editor.loadJsonSchema(QUrl::fromLocalFile(file)), QString());
     QVERIFY(editor.jsonSchema().contains("integer"));
-    QVERIFY(editor.loadJsonSchema(dir.filePath("missing.json")).startsWith("Cannot read"));
+    QVERIFY(editor.loadJsonSchema(QUrl::fromLocalFile(dir.filePath("missing.json")))
+                .startsWith("Cannot read"));
 
     ChatStore store(dir.filePath("granule.sqlite"));
     QVERIFY2(store.ok(), qPrintable(store.error()));
@@ -270,6 +271,37 @@ class ModelsTest : public QObject {
       QCOMPARE(calls[0].id, QStringLiteral("call_7_0"));
       QCOMPARE(calls[0].name, QStringLiteral("weather"));
       QCOMPARE(calls[0].arguments, QStringLiteral(R"({"city":"Paris"})"));
+    }
+    // gpt-oss: the call is a whole harmony message, taken before the reasoning is split.
+    if (granule::ChatTemplate::jinja_available()) {
+      QFile source(GRANULE_SOURCE_DIR "/tests/data/chat/gpt_oss.jinja");
+      QVERIFY(source.open(QIODevice::ReadOnly));
+      const granule::ChatTemplate gpt_oss =
+          granule::ChatTemplate::detect(source.readAll().toStdString());
+      const std::string harmony =
+          "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+          "commentary to=functions.weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}";
+      for (size_t piece : {size_t(1), size_t(4), harmony.size()}) {
+        ReplyParser parser(granule::ReasoningFormat::Harmony, &gpt_oss, /*tools=*/true, "call_9");
+        std::string reasoning, content;
+        QList<ToolCallText> calls;
+        const auto take = [&](ReplyDelta d) {
+          reasoning += d.reasoning;
+          content += d.content;
+          calls.append(d.calls);
+        };
+        for (size_t i = 0; i < harmony.size(); i += piece)
+          take(parser.push(harmony.substr(i, piece)));
+        take(parser.finish());
+        QCOMPARE(QString::fromStdString(reasoning), QStringLiteral("Need the weather."));
+        QCOMPARE(QString::fromStdString(content), QString());
+        QCOMPARE(calls.size(), 1);
+        QCOMPARE(calls[0].name, QStringLiteral("weather"));
+        QCOMPARE(calls[0].arguments, QStringLiteral(R"({"city":"Oslo"})"));
+      }
+      // A forced call cannot be constrained in harmony (its markers are control tokens).
+      QVERIFY_THROWS_EXCEPTION(granule::UsageError,
+                               toolChoiceConstraint(&gpt_oss, "[]", "required"));
     }
     // Without tools the same reply is text.
     ReplyParser plain(granule::ReasoningFormat::None, &chatml, /*tools=*/false, "call_8");
