@@ -234,8 +234,11 @@ void ToolCallParser::run(Delta& out, bool at_end) {
     const size_t close = pending_.find(kHermesClose);
     if (close == std::string::npos) {
       if (!at_end) return;
-      // The reply ended inside a call: a complete JSON is still a call, else it is text.
-      if (!take_json(pending_, out)) out.content += std::string(kHermesOpen) + pending_;
+      // The reply ended inside a call: a complete JSON is still a call (also when the limit cut
+      // its closing tag short), else it is text.
+      const std::string_view body =
+          std::string_view(pending_).substr(0, pending_.size() - holdback(pending_, kHermesClose));
+      if (!take_json(body, out)) out.content += std::string(kHermesOpen) + pending_;
       pending_.clear();
       in_call_ = false;
       return;

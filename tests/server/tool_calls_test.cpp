@@ -65,6 +65,10 @@ TEST(ToolCallParser, HermesTextWithoutCallsAndBrokenCalls) {
   // The reply ended inside a complete call (no closing tag): still a call.
   expect_every_split(ToolCallFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}", "",
                      {{"", "f", "{}"}});
+  // ... and when the length limit cut the closing tag short.
+  expect_every_split(ToolCallFormat::Hermes,
+                     "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool", "",
+                     {{"", "f", "{}"}});
 }
 
 TEST(ToolCallParser, Llama3WholeReplyIsACall) {
