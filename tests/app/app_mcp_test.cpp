@@ -15,6 +15,7 @@
 #include <QQuickItem>
 #include <QQuickStyle>
 #include <QQuickWindow>
+#include <QTcpServer>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <set>
@@ -171,6 +172,42 @@ class McpWindowTest : public QObject {
         QStringLiteral("ready"), 60000);
     QCOMPARE(mcp->servers().value(0).toMap().value(QStringLiteral("tools")).toStringList().size(),
              6);
+    // The same server over streamable HTTP: ready with the same tools, then removed (the first
+    // server's tools are the ones offered).
+    QProcess http;
+    http.setProcessEnvironment([] {
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.insert(QStringLiteral("PYTHONPATH"), pythonPath());
+      return env;
+    }());
+    const int port = [] {
+      QTcpServer s;
+      s.listen(QHostAddress::LocalHost, 0);
+      return static_cast<int>(s.serverPort());
+    }();
+    http.start(QStringLiteral("python3"), {server, QStringLiteral("http"), QString::number(port)});
+    QVERIFY(http.waitForStarted(10000));
+    QCOMPARE(mcp->addServer(QStringLiteral("http tools"), {}, {},
+                            QStringLiteral("http://127.0.0.1:%1/mcp").arg(port)),
+             QString());
+    // Until the SDK's server listens, connecting fails: reconnect until it is ready.
+    const auto status = [mcp] {
+      return mcp->servers().value(1).toMap().value(QStringLiteral("status")).toString();
+    };
+    QElapsedTimer started;
+    started.start();
+    while (status() != QStringLiteral("ready") && started.elapsed() < 60000) {
+      QTest::qWait(500);
+      if (status() == QStringLiteral("failed")) mcp->reconnect(1);
+    }
+    QCOMPARE(status(), QStringLiteral("ready"));
+    QCOMPARE(mcp->servers().value(1).toMap().value(QStringLiteral("tools")).toStringList().size(),
+             6);
+    QCOMPARE(mcp->serverOf(QStringLiteral("weather")), QStringLiteral("test tools"));
+    mcp->removeServer(1);
+    QCOMPARE(mcp->servers().size(), 1);
+    http.terminate();
+    http.waitForFinished(10000);
     QVERIFY(mcp->toolsJson().contains(QStringLiteral("\"weather\"")));
     app_->start(model);
     QTRY_VERIFY_WITH_TIMEOUT(app_->model()->ready(), 120000);
@@ -215,7 +252,9 @@ class McpWindowTest : public QObject {
                                   QStringLiteral("mcpServersSection"))) != nullptr &&
                                  section->isVisible(),
                              5000);
-    // Scrolled to the end, where the section is: the Flickable of the dialog's ScrollView.
+    // Scrolled to the end, where the section is: the Flickable of the dialog's ScrollView (once
+    // the dialog has opened and laid itself out).
+    QTest::qWait(500);
     for (QQuickItem* p = section->parentItem(); p; p = p->parentItem()) {
       if (p->inherits("QQuickFlickable")) {
         p->setProperty("contentY",
