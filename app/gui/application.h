@@ -13,9 +13,10 @@
 #include "chat_controller.h"
 #include "chat_store.h"
 #include "engine_worker.h"
-#include "hub_controller.h"
 #include "error_reporter.h"
+#include "hub_controller.h"
 #include "inference_engine.h"
+#include "mcp_controller.h"
 #include "model_controller.h"
 #include "telemetry_model.h"
 #include "telemetry_replay.h"
@@ -49,6 +50,7 @@ class Application : public QObject {
   WindowSettings* windowSettings() { return &window_settings_; }
   ApiServerController* server() { return &server_; }
   HubController* hub() { return &hub_; }
+  McpController* mcp() { return &mcp_; }
   TelemetryReplay* replay() { return replay_.get(); }
   // Telemetry frames not passed to the panels because they showed nothing new.
   qint64 droppedTelemetryFrames() const { return dropped_frames_; }
@@ -69,6 +71,7 @@ class Application : public QObject {
   WindowSettings window_settings_;
   ApiServerController server_;
   HubController hub_;
+  McpController mcp_;  // the MCP servers whose tools the chats offer
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
   std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got

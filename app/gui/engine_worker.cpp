@@ -3,6 +3,7 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "json_output.h"
 #include "model_inspector.h"
 #include "sampling_presets.h"
 
@@ -137,19 +138,32 @@ void EngineWorker::submit(const GenerationRequest& request) {
   if (sequence_of_chat_.count(request.chat_id)) cancel(request.chat_id);
 
   Request engine_request;
-  for (const PromptMessage& m : request.messages)
-    engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
+  for (const PromptMessage& m : request.messages) {
+    ChatMessage message{m.role.toStdString(), m.content.toStdString()};
+    message.tool_calls_json = m.tool_calls_json.toStdString();
+    message.tool_call_id = m.tool_call_id.toStdString();
+    message.name = m.name.toStdString();
+    engine_request.messages.push_back(std::move(message));
+  }
   engine_request.sampling = toSamplingParams(request.sampling);
   engine_request.chat_options = chatOptions(request.sampling);
+  // The chat's JSON output: the reply is decoded under the constraint.
+  engine_request.constraint = jsonOutputConstraint(request.sampling);
+  // Tools (the enabled MCP servers'): the template shows them to the model; a required call
+  // is constrained to the template's call format.
+  const ChatTemplate* chat_template =
+      engine_->granuleEngine() ? engine_->granuleEngine()->chat_template() : nullptr;
+  const bool tools = !request.tools_json.isEmpty();
+  if (tools) engine_request.chat_options.tools_json = request.tools_json.toStdString();
   // The chat is the session: the engine keeps its KV after the reply, and the next turn
   // computes only its new tokens.
   engine_request.session = "chat-" + std::to_string(request.chat_id);
   engine_request.sink.on_prompt = [this](SequenceId seq, const PromptInfo& info) {
     prompt_info_[seq] = info;
     // The template opened <think>: the reply starts inside the reasoning.
-    if (const auto parser = reasoning_parsers_.find(seq);
-        parser != reasoning_parsers_.end() && info.reasoning_opened)
-      parser->second = ReasoningParser(ReasoningFormat::Think, /*starts_in_reasoning=*/true);
+    if (const auto parser = reply_parsers_.find(seq);
+        parser != reply_parsers_.end() && info.reasoning_opened)
+      parser->second.start_in_reasoning();
     log()->debug("sequence {}: prompt {} tokens, {} reused, {} messages left out", seq,
                  info.prompt_tokens, info.reused_tokens, info.dropped_messages);
   };
@@ -165,10 +179,11 @@ void EngineWorker::submit(const GenerationRequest& request) {
     if (chat == chat_of_sequence_.end()) return;
     TokenChunk& chunk = pending_[chat->second];
     chunk.chat_id = chat->second;
-    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
-      const ReasoningDelta delta = parser->second.push(text);
+    if (const auto parser = reply_parsers_.find(seq); parser != reply_parsers_.end()) {
+      ReplyDelta delta = parser->second.push(text);
       chunk.reasoning += QString::fromStdString(delta.reasoning);
       chunk.text += QString::fromStdString(delta.content);
+      chunk.tool_calls.append(delta.calls);
     } else {
       chunk.text += QString::fromStdString(text);
     }
@@ -188,27 +203,36 @@ void EngineWorker::submit(const GenerationRequest& request) {
   engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason,
                                          const std::string& error) {
     // What the parser held back (a partial tag that never completed) is text after all.
-    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
-      const ReasoningDelta delta = parser->second.finish();
+    if (const auto parser = reply_parsers_.find(seq); parser != reply_parsers_.end()) {
+      ReplyDelta delta = parser->second.finish();
       if (const auto chat = chat_of_sequence_.find(seq);
-          chat != chat_of_sequence_.end() && !delta.empty()) {
+          chat != chat_of_sequence_.end() &&
+          (!delta.reasoning.empty() || !delta.content.empty() || !delta.calls.isEmpty())) {
         TokenChunk& chunk = pending_[chat->second];
         chunk.chat_id = chat->second;
         chunk.reasoning += QString::fromStdString(delta.reasoning);
         chunk.text += QString::fromStdString(delta.content);
+        chunk.tool_calls.append(delta.calls);
       }
-      reasoning_parsers_.erase(parser);
+      reply_parsers_.erase(parser);
     }
     finished_.push_back({seq, reason, error});
   };
   try {
+    if (tools && !request.tool_choice.isEmpty())
+      engine_request.constraint = toolChoiceConstraint(
+          chat_template, request.tools_json.toStdString(), request.tool_choice.toStdString());
     if (request.continue_last) engine_->prepare_continuation(engine_request, partial);
     const SequenceId seq = engine_->submit(std::move(engine_request));
     chat_of_sequence_[seq] = request.chat_id;
     // A continued reply goes on with its answer; a new one may start with reasoning.
-    if (const ReasoningFormat format = reasoningFormat(engine_->info().reasoning_format);
-        format != ReasoningFormat::None && !request.continue_last)
-      reasoning_parsers_.insert_or_assign(seq, ReasoningParser(format));
+    const ReasoningFormat format = request.continue_last
+                                       ? ReasoningFormat::None
+                                       : reasoningFormat(engine_->info().reasoning_format);
+    if (format != ReasoningFormat::None || tools)
+      reply_parsers_.insert_or_assign(
+          seq, ReplyParser(format, chat_template, tools,
+                           "call_" + std::to_string(request.chat_id) + "_" + std::to_string(seq)));
     sequence_of_chat_[request.chat_id] = seq;
     // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.
     for (const SequenceTelemetry& t : engine_->telemetry().sequences)
@@ -401,7 +425,7 @@ void EngineWorker::releaseEngine() {
   prompt_tokens_.clear();
   prompt_info_.clear();
   pending_.clear();
-  reasoning_parsers_.clear();
+  reply_parsers_.clear();
   engine_.reset();
   device_lost_reported_ = false;
   finished_.clear();

@@ -94,6 +94,12 @@ SequenceId RemoteInferenceEngine::submit(Request request) {
   if (request.prompt_tokens) {
     throw UnsupportedError("a remote engine takes messages, not a raw prompt");
   }
+  // Not sent to the server yet: JSON output is refused rather than ignored; MCP tools (offered
+  // to every chat while a server is connected) are left out, so the chat works without them.
+  if (request.constraint.active()) {
+    throw UnsupportedError(
+        "JSON output is not sent to a remote engine yet: turn it off in the chat's settings");
+  }
   remote::ChatRequest chat;
   chat.model = model_;
   chat.server = server_;

@@ -160,6 +160,7 @@ ApplicationWindow {
         settings: window.settings
         telemetry: window.telemetry
         server: window.server
+        mcp: window.chats.tools
     }
     ChatSettingsDrawer {
         id: chatSettings

@@ -13,6 +13,7 @@ GranuleDialog {
     required property WindowSettings settings
     required property TelemetryModel telemetry
     required property ApiServerController server
+    property McpController mcp: null
     readonly property var streaming: telemetry.frame.streaming
     readonly property bool gpu: telemetry.frame.device.gpu
     readonly property list<string> themes: ["system", "light", "dark"]
@@ -284,6 +285,7 @@ GranuleDialog {
                             .arg(dialog.server.apiKey.length > 0 ? qsTr(" with the key") : "")
                       : dialog.server.statusText
             }
+            McpServersSection { mcp: dialog.mcp; visible: dialog.mcp !== null }
         }
     }
 }
