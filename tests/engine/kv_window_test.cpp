@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <span>
 #include <vector>
 
@@ -304,6 +305,66 @@ TEST(KvWindow, EngineReusesAPrefixOnlyWhileItsWindowIsHeld) {
   p4.push_back(p4.back() == 5 ? 6 : 5);
   const test::Output t4 = turn(p4, 10);
   EXPECT_EQ(t4.prompt_info.reused_tokens, 0);
+}
+
+// KvSpace alone, randomized: sequences on three slots grow by steps (map_through from their
+// length), are cut back (truncate) and released, on a part that keeps every token beside one with
+// a window of 40. Every token a sequence may still read keeps what was written to it (no granule
+// under it was remapped), the window part stays within its bound, and the ledger matches.
+TEST(KvWindow, RandomizedSlidingKeepsWhatTheWindowReadsAndTheLedger) {
+  MemoryManager memory(uint64_t{1} << 30);
+  const uint64_t g = 4096;
+  KvGeometry geometry;
+  geometry.parts = {{100, 0}, {300, 40}};
+  geometry.bytes_per_token = 400;
+  geometry.max_tokens = 2000;
+  geometry.slots = 3;
+  geometry.lookahead_tokens = 4;
+  KvSpace kv(make_host_virtual_memory(g), geometry, memory);
+  const uint64_t bound = ((40 + 4) * 300 + g - 1) / g * g + g;
+  std::mt19937 rng(11);
+  std::vector<int64_t> length(3, 0);
+  // The byte a token holds in a part: its position and slot, written when it is computed.
+  auto mark = [](int32_t slot, int64_t token) { return static_cast<uint8_t>(token * 7 + slot); };
+  auto at = [&](int32_t slot, int part, int64_t token) {
+    return kv.slot_base(slot) + kv.part_offset_bytes(part) +
+           static_cast<uint64_t>(token * kv.part(part).bytes_per_token);
+  };
+  for (int op = 0; op < 4000; ++op) {
+    const auto slot = static_cast<int32_t>(rng() % 3);
+    const uint32_t kind = rng() % 20;
+    int64_t& n = length[static_cast<size_t>(slot)];
+    if (kind == 0) {
+      kv.release(slot);
+      n = 0;
+    } else if (kind == 1 && n > 0) {
+      // Cut back within the window (an edit the window still covers) when the slot holds it.
+      const int64_t keep = std::max<int64_t>(0, n - static_cast<int64_t>(rng() % 30));
+      if (kv.can_continue_at(slot, keep)) {
+        kv.truncate(slot, keep);
+        n = keep;
+      }
+    } else {
+      const int64_t step = kind < 4 ? 1 + static_cast<int64_t>(rng() % 120) : 1;
+      if (n + step > geometry.max_tokens) continue;
+      ASSERT_TRUE(kv.map_through(slot, n + step, n));
+      for (int64_t t = n; t < n + step; ++t)
+        for (int part = 0; part < 2; ++part) *at(slot, part, t) = mark(slot, t);
+      n += step;
+      EXPECT_LE(kv.committed_bytes(slot, 1),
+                std::max<uint64_t>(bound, (step + 44) * 300 / g * g + 2 * g));
+    }
+    ASSERT_TRUE(kv.can_continue_at(slot, n)) << "op " << op;
+    // What continuing reads is intact: every token of the global part, the window's of the other.
+    for (int64_t t = 0; t < n; ++t) ASSERT_EQ(*at(slot, 0, t), mark(slot, t)) << "op " << op;
+    for (int64_t t = std::max<int64_t>(0, n + 1 - 40); t < n; ++t)
+      ASSERT_EQ(*at(slot, 1, t), mark(slot, t)) << "op " << op << " token " << t;
+    ASSERT_EQ(memory.bytes(MemoryCategory::KvCommitted), kv.stats().committed_bytes);
+  }
+  uint64_t committed = 0;
+  for (int32_t s = 0; s < 3; ++s) committed += kv.committed_bytes(s);
+  EXPECT_EQ(committed, kv.stats().committed_bytes);
+  EXPECT_GT(kv.stats().granules_unmapped, 0u);
 }
 
 }  // namespace
