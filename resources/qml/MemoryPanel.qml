@@ -172,13 +172,19 @@ PanelFrame {
                     font.pixelSize: Theme.smallFontSize
                 }
                 Label {
+                    // With sliding-window layers: the global layers' KV (growing) and the
+                    // window layers' (flat); the reserved range is in the tooltip.
                     text: chatRow.kvWindow > 0
-                          ? qsTr("%1 global + %2 window / %3")
+                          ? qsTr("%1 global · %2 window")
                                 .arg(Units.bytes(chatRow.kvCommitted - chatRow.kvWindow))
                                 .arg(Units.bytes(chatRow.kvWindow))
-                                .arg(Units.bytes(chatRow.kvReserved))
                           : qsTr("%1 / %2").arg(Units.bytes(chatRow.kvCommitted))
                                            .arg(Units.bytes(chatRow.kvReserved))
+                    ToolTip.visible: kvHover.hovered && chatRow.kvWindow > 0
+                    ToolTip.text: qsTr("%1 committed of %2 reserved; the sliding-window layers keep their last tokens only")
+                                  .arg(Units.bytes(chatRow.kvCommitted))
+                                  .arg(Units.bytes(chatRow.kvReserved))
+                    HoverHandler { id: kvHover }
                     color: Theme.text
                     font.pixelSize: Theme.smallFontSize
                     font.family: Theme.monoFamily
