@@ -218,8 +218,9 @@ __global__ void __launch_bounds__(NW* kWarpSize, NW == 8 ? 2 : 1)
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   const int d0 = lane * EPL;
 
-  const __half* base = slot_kv + static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim +
-                       kv_head * kHeadDim + d0;
+  const __half* base = slot_kv + a.kv_offset +
+                       static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim + kv_head * kHeadDim +
+                       d0;
   const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
   auto load_token = [&](int token, uint32_t(&kr)[W], uint32_t(&vr)[W]) {
     const __half* kp = base + static_cast<int64_t>(token) * a.token_stride;

@@ -25,7 +25,10 @@ struct AttentionArgs {
   const int32_t* lengths = nullptr;  // [rows] visible tokens [0, length); 0: padding, no output
   const int32_t* slots = nullptr;    // [rows] index into slot_base
   __half* const* slot_base = nullptr;
-  int64_t token_stride = 0;  // halves per token over all layers
+  int64_t token_stride = 0;  // halves per token over the layers of this layer's KV part
+  // Halves from the slot's base to the layer's KV part (KV by layer kind: the sliding-window
+  // layers keep their own part of the slot); `layer` counts within the part.
+  int64_t kv_offset = 0;
   int layer = 0;
   float scale = 1.0f;             // 1 / sqrt(head_dim)
   const float* sinks = nullptr;   // optional [n_head]: head h's softmax normaliser gains

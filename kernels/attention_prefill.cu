@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
   if (max_length <= 0) return;      // the whole block: nothing to read, nothing to write
   const int kv_first = tile_first;  // < max_length: a row with tokens sees at least one
 
-  const __half* const k_base = a.slot_base[a.slots[tile.first_row]] +
+  const __half* const k_base = a.slot_base[a.slots[tile.first_row]] + a.kv_offset +
                                static_cast<int64_t>(a.layer) * 2 * a.n_kv * D +
                                static_cast<int64_t>(kv_head) * D;
   const __half* const v_base = k_base + static_cast<int64_t>(a.n_kv) * D;

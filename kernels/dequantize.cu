@@ -73,6 +73,47 @@ __device__ __forceinline__ void split_dequantize8(const uint8_t* row, int64_t n_
       const int value = ((q[i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4);
       v[i] = d * static_cast<float>(value) - m;
     }
+  } else if constexpr (TYPE == kQ2_K || TYPE == kQ3_K) {
+    // As dequantize8 (and quant.cpp): dl * q - ml for Q2_K, dl * q for Q3_K, dl = d * scale.
+    const uint8_t* q = row + 8 * j;  // element e: byte e % 8, bits 2 * (e / 8)
+    const int shift = 2 * (e0 / 8);
+    const uint8_t sc = scales[2 * j + e0 / 16];
+    if constexpr (TYPE == kQ2_K) {
+      const uint32_t dm = reinterpret_cast<const uint32_t*>(row + split::q2k_d_offset(n))[j / 8];
+      const float dl = half_bits_to_float(static_cast<uint16_t>(dm)) * static_cast<float>(sc & 0xF);
+      const float ml =
+          half_bits_to_float(static_cast<uint16_t>(dm >> 16)) * static_cast<float>(sc >> 4);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = dl * static_cast<float>((q[i] >> shift) & 3) - ml;
+    } else {
+      const uint32_t qh = reinterpret_cast<const uint32_t*>(row + split::q3k_qh_offset(n))[j];
+      const float dl = half_bits_to_float(
+                           reinterpret_cast<const uint16_t*>(row + split::q3k_d_offset(n))[j / 8]) *
+                       static_cast<float>(static_cast<int8_t>(sc));
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int e = e0 + i;
+        const int bit = (qh >> (8 * (e % 4) + e / 4)) & 1;
+        v[i] = dl * static_cast<float>((((q[i] >> shift) & 3) | (bit << 2)) - 4);
+      }
+    }
+  } else if constexpr (TYPE == kIQ4_NL || TYPE == kIQ4_XS || TYPE == kMXFP4) {
+    const uint8_t* q = row + 16 * j + (e0 % 16);
+    const int shift = e0 < 16 ? 0 : 4;
+    float d;
+    if constexpr (TYPE == kIQ4_NL)
+      d = half_bits_to_float(reinterpret_cast<const uint16_t*>(scales)[j]);
+    else if constexpr (TYPE == kIQ4_XS)
+      d = half_bits_to_float(
+              reinterpret_cast<const uint16_t*>(row + split::iq4xs_d_offset(n))[j / 8]) *
+          static_cast<float>(reinterpret_cast<const int8_t*>(scales)[j]);
+    else
+      d = e8m0_to_float_half(scales[j]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int level = (q[i] >> shift) & 0xF;
+      v[i] = d * static_cast<float>(TYPE == kMXFP4 ? mxfp4_level(level) : iq4nl_level(level));
+    }
   } else {  // Q6_K
     const uint8_t* qh = row + split::q6k_qh_offset(n) + 8 * j;
     const float d =

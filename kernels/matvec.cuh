@@ -51,7 +51,8 @@ struct RowRope {
   const int32_t* slots = nullptr;      // [1]: its slot; < 0: a padding row, no KV write
   __half* const* slot_base = nullptr;
   const double* frequencies = nullptr;  // head_dim / 2
-  int64_t token_stride = 0;             // halves per token over all layers
+  int64_t token_stride = 0;             // halves per token of the layer's KV part
+  int64_t kv_offset = 0;                // halves from the slot's base to the layer's part
   int layer = 0, n_kv = 0, head_dim = 0;
 };
 

@@ -1,6 +1,7 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q6_K weights (split_layout.h) with int8
-// activation blocks (ActivationQ8) on int8 tensor cores: mma.sync m16n8k32 (Q6_K: two m16n8k16,
-// one per 16-element scale), so one mma is 16 weight rows x 8 batch columns x one 32-element
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights
+// (split_layout.h) with int8 activation blocks (ActivationQ8) on int8 tensor cores: mma.sync
+// m16n8k32 (Q6_K and Q3_K: two m16n8k16, one per 16-element scale; Q2_K: a second m16n8k32 for
+// its mins; IQ4_NL/IQ4_XS/MXFP4: the nibbles' int8 levels, split_unpack.h), so one mma is 16 weight rows x 8 batch columns x one 32-element
 // sub-block, and its int32 result is scaled by the sub-block's weight and activation scales and
 // accumulated in f32 — the split dp4a kernel's numerics per sub-block, in another summation
 // order. Batch columns past the batch are zero-filled, never read; rows past a matrix's end
@@ -17,10 +18,13 @@
 // Block-staged (every other device with int8 mma: the consumer GPUs' 100 KB per block). A
 // block owns 16 * WM weight rows and 8 * NT columns; its WM x WK warps split the rows (16 each)
 // and the sub-blocks of each stage (WK ways); the stages are the block's, kStageBlocks
-// sub-blocks each, behind a __syncthreads. Q6_K takes the dp4a kernel there.
+// sub-blocks each, behind a __syncthreads. Q6_K, Q2_K, Q3_K and the 16-level types (IQ4_NL,
+// IQ4_XS, MXFP4: their nibbles are indices into a table of int8 levels) take the dp4a kernel
+// there.
 #include "granule/split_layout.h"
 #include "matvec_mma.cuh"
 #include "mma_tiles.cuh"
+#include "split_unpack.h"
 
 namespace granule::kernels {
 namespace {
@@ -30,10 +34,22 @@ using mma::Tasks;
 constexpr int kRowPad = 16;         // bytes after each shared-memory row: conflict-free fragments
 constexpr float kQ4_0Bias = -8.0f;  // Q4_0 values are q - 8, q unsigned in the fragments
 
+// Per sub-block and row (Q6_K: ql; Q2_K/Q3_K: the 2-bit values).
 template <uint32_t TYPE>
-constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;  // per sub-block and row (Q6_K: ql)
+constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : TYPE == kQ2_K || TYPE == kQ3_K ? 8 : 16;
+// f16 d (and m); Q6_K/Q3_K: two int8 scales; Q2_K: two scale/min bytes; IQ4_XS: one int8
+// scale; MXFP4: one E8M0 byte.
 template <uint32_t TYPE>
-constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;  // f16 d (and m); Q6_K: two int8 scales
+constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : TYPE == kIQ4_XS || TYPE == kMXFP4 ? 1 : 2;
+// The 16-level types (nibbles through a table of int8 levels: split_unpack.h), which only the
+// warp-pipelined kernel runs (the block-staged one hands them to the dp4a kernel, as Q6_K).
+constexpr bool is_level_type(uint32_t type) {
+  return type == kIQ4_NL || type == kIQ4_XS || type == kMXFP4;
+}
+// The types only the warp-pipelined kernel runs.
+constexpr bool piped_only(uint32_t type) {
+  return type == kQ6_K || type == kQ2_K || type == kQ3_K || is_level_type(type);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Block-staged.
@@ -286,18 +302,25 @@ struct Plan {
   // Shared rows padded by 16 bytes: ldmatrix's 8 row addresses land in 8 different 16-byte
   // bank groups (strides 48, 80, 144, 272 are all 16 mod 32 or odd multiples of 16 mod 128).
   static constexpr int kWeightRow = kKs * kQuantBytes + kRowPad;
-  static constexpr int kScaleRow = kKs * kScaleBytes;  // 4, 8, 16 bytes
+  // IQ4_XS/MXFP4 (a byte per sub-block): the aligned 4 bytes holding the stage's kKs (2 or 4)
+  // scales, as one 4-byte copy (cp.async copies 4, 8 or 16 bytes).
+  static constexpr bool kByteScales = kScaleBytes == 1;
+  static constexpr int kScaleRow = kByteScales ? 4 : kKs * kScaleBytes;  // 4, 8, 16 bytes
   static constexpr int kScaleCopy = kScaleRow < 16 ? kScaleRow : 16;
   static constexpr int kActRow = kKs * kQ8Block + kRowPad;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
   // Q6_K (split_layout.h): the quantised bytes above are ql; the scale region holds the two
   // int8 scales per sub-block; then qh (8 bytes per sub-block) and the super-block's f16 d
   // (4 bytes: the aligned pair of d values holding it; a stage never crosses a super-block).
+  // IQ4_XS and Q3_K: the super-block's f16 d as Q6_K's; Q2_K: its (d, dmin). Q3_K: qh as
+  // Q6_K's (4 bytes per sub-block).
   static constexpr bool kQ6 = TYPE == kQ6_K;
-  static constexpr int kQhRow = kQ6 ? kKs * 8 : 0;
+  static constexpr bool kTwoBit = TYPE == kQ2_K || TYPE == kQ3_K;
+  static constexpr bool kSuperD = kQ6 || kTwoBit || TYPE == kIQ4_XS;
+  static constexpr int kQhRow = kQ6 ? kKs * 8 : TYPE == kQ3_K ? kKs * 4 : 0;
   static constexpr int kQhOffset = kScaleOffset + kWeightRows * kScaleRow;
   static constexpr int kD6Offset = kQhOffset + kWeightRows * kQhRow;
-  static constexpr int kActOffset = kD6Offset + (kQ6 ? kWeightRows * 4 : 0);
+  static constexpr int kActOffset = kD6Offset + (kSuperD ? kWeightRows * 4 : 0);
   static constexpr int kDsOffset = kActOffset + kColumns * kActRow;  // float2 [column][kKs]
   static constexpr int kStageBytes = kDsOffset + kColumns * kKs * 8;
   static constexpr int kStagesFit = kWarpBudget / kStageBytes;
@@ -325,6 +348,9 @@ struct Plan {
   static_assert(kScaleRow % kScaleCopy == 0, "whole scale copies");
   static_assert(NT == 1 || NT % 2 == 0, "activation fragments load two n-tiles at a time");
   static_assert(!kQ6 || (8 % kKs == 0 && kQhRow % 16 == 0), "Q6_K stages inside a super-block");
+  static_assert(kQhRow % 8 == 0, "Q3_K: qh in one 8- or 16-byte copy");
+  static_assert(!kSuperD || 8 % kKs == 0, "a stage inside a super-block");
+  static_assert(!kByteScales || 4 % kKs == 0, "a stage's scale bytes inside one aligned word");
 };
 
 template <uint32_t TYPE, int NT, bool GATE_UP, int W>
@@ -376,8 +402,7 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
     rows[i] =
         mma::weight_row<P::kRows, P::kMatrices>(task, row0, lane / CPR + i * (kWarpSize / CPR));
   const uint8_t* const own_row = mma::weight_row<P::kRows, P::kMatrices>(task, row0, lane);
-  const uint8_t* const scale_row = own_row + (P::kQ6 ? split::scales_offset(kQ6_K, n)
-                                                     : static_cast<int64_t>(n) * P::kQuantBytes);
+  const uint8_t* const scale_row = own_row + split::scales_offset(TYPE, n);
   const int chunk = lane % CPR;
   const int chunk_block = chunk * 16 / P::kQuantBytes;  // the sub-block of that chunk
 
@@ -391,12 +416,38 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
           stage + (lane / CPR + i * (kWarpSize / CPR)) * P::kWeightRow + chunk * 16,
           valid ? rows[i] + static_cast<int64_t>(first) * P::kQuantBytes + chunk * 16 : rows[i],
           valid);
+    if constexpr (P::kByteScales) {
+      // Bytes first & ~3 .. + 3: past the row's scales only into its padding (the payload
+      // ends n * 17 or later; the stride rounds it up to 16 bytes, at least 4 - n % 4 more).
+      const bool ok = first < n;
+      copy_async<4>(stage + P::kScaleOffset + lane * P::kScaleRow,
+                    ok ? scale_row + (first & ~3) : scale_row, ok);
+    } else {
 #pragma unroll
-    for (int k = 0; k < P::kScaleRow / P::kScaleCopy; ++k) {
-      const bool ok = first + k * P::kScaleCopy / P::kScaleBytes < n;
-      copy_async<P::kScaleCopy>(
-          stage + P::kScaleOffset + lane * P::kScaleRow + k * P::kScaleCopy,
-          ok ? scale_row + first * P::kScaleBytes + k * P::kScaleCopy : scale_row, ok);
+      for (int k = 0; k < P::kScaleRow / P::kScaleCopy; ++k) {
+        const bool ok = first + k * P::kScaleCopy / P::kScaleBytes < n;
+        copy_async<P::kScaleCopy>(
+            stage + P::kScaleOffset + lane * P::kScaleRow + k * P::kScaleCopy,
+            ok ? scale_row + first * P::kScaleBytes + k * P::kScaleCopy : scale_row, ok);
+      }
+    }
+    if constexpr (TYPE == kIQ4_XS || TYPE == kQ3_K) {  // d as Q6_K's below (the pair holding
+      // it: past the payload only into the row's padding, as there)
+      const bool ok = first < n;
+      const int64_t d_offset =
+          TYPE == kIQ4_XS ? split::iq4xs_d_offset(n) : split::q3k_d_offset(n);
+      copy_async<4>(stage + P::kD6Offset + lane * 4,
+                    ok ? own_row + d_offset + ((first / 8) & ~1) * 2 : own_row, ok);
+    }
+    if constexpr (TYPE == kQ2_K) {  // the super-block's (d, dmin)
+      const bool ok = first < n;
+      copy_async<4>(stage + P::kD6Offset + lane * 4,
+                    ok ? own_row + split::q2k_d_offset(n) + (first / 8) * 4 : own_row, ok);
+    }
+    if constexpr (TYPE == kQ3_K) {  // qh: 4 bytes per sub-block, the stage's in one copy
+      const bool ok = first < n;
+      copy_async<P::kQhRow>(stage + P::kQhOffset + lane * P::kQhRow,
+                            ok ? own_row + split::q3k_qh_offset(n) + first * 4 : own_row, ok);
     }
     if constexpr (P::kQ6) {
 #pragma unroll
@@ -488,6 +539,8 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
       [[maybe_unused]] uint32_t ql[4];  // Q6_K: ql of tile 0 rows g, g + 8; tile 1 ...
       if constexpr (P::kQ6) {
         load_matrix_x4(ql, stage + lane * P::kWeightRow + u * P::kQuantBytes);
+      } else if constexpr (P::kTwoBit) {
+        // Built below from each row's word t % 2 (elements 4t.. and 16 + 4t.. alike).
       } else if constexpr (TYPE == kQ8_0) {
 #pragma unroll
         for (int m = 0; m < kWeightTiles; ++m)
@@ -498,9 +551,53 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
         uint32_t r[4];  // tile 0 rows g, g + 8; tile 1 rows g, g + 8
         load_matrix_x4(r, stage + lane * P::kWeightRow + u * P::kQuantBytes);
 #pragma unroll
-        for (int m = 0; m < kWeightTiles; ++m) mma::q4_int8_fragment(a[m], r[2 * m], r[2 * m + 1]);
+        for (int m = 0; m < kWeightTiles; ++m) {
+          if constexpr (is_level_type(TYPE)) {  // the nibbles' levels, q4_int8_fragment's order
+            constexpr bool kMx = TYPE == kMXFP4;
+            a[m][0] = split_unpack::table_levels4<kMx>(r[2 * m] & 0x0F0F0F0Fu);
+            a[m][1] = split_unpack::table_levels4<kMx>(r[2 * m + 1] & 0x0F0F0F0Fu);
+            a[m][2] = split_unpack::table_levels4<kMx>((r[2 * m] >> 4) & 0x0F0F0F0Fu);
+            a[m][3] = split_unpack::table_levels4<kMx>((r[2 * m + 1] >> 4) & 0x0F0F0F0Fu);
+          } else {
+            mma::q4_int8_fragment(a[m], r[2 * m], r[2 * m + 1]);
+          }
+        }
       }
-      if constexpr (P::kQ6) {
+      if constexpr (TYPE == kQ2_K) {
+        // Each half's 4-bit scale folded into the bytes (q * sc <= 45), one k32 mma; the mins
+        // as bytes of m in a second: d * Σ (q sc) x - dmin * Σ m x, dp4a's numerics.
+#pragma unroll
+        for (int m = 0; m < kWeightTiles; ++m) {
+          uint32_t aq[4], am[4];
+          float dw[2], mw[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = m * 16 + g + 8 * h;
+            const uint32_t half = *reinterpret_cast<const uint32_t*>(
+                stage + row * P::kWeightRow + u * P::kQuantBytes + 4 * (t % 2));
+            const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow + u * 2;
+            aq[h] = split_unpack::two_bit_word_of(half, t) * (sc[0] & 0xFu);
+            aq[2 + h] = split_unpack::two_bit_word_of(half, 4 + t) * (sc[1] & 0xFu);
+            am[h] = (sc[0] >> 4) * 0x01010101u;
+            am[2 + h] = (sc[1] >> 4) * 0x01010101u;
+            const uint32_t dm = *reinterpret_cast<const uint32_t*>(stage + P::kD6Offset + row * 4);
+            dw[h] = half_bits_to_float(static_cast<uint16_t>(dm));
+            mw[h] = half_bits_to_float(static_cast<uint16_t>(dm >> 16));
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            int cq[4], cm[4];
+            mma::mma_s8(cq, aq, b[nt][0], b[nt][1], kMagicBits);
+            mma::mma_s8(cm, am, b[nt][0], b[nt][1], kMagicBits);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const int h = i / 2, p = i & 1;
+              const float x = fmaf(dw[h], unmagic(cq[i]), -(mw[h] * unmagic(cm[i])));
+              acc[m][nt][i] = fmaf(da[nt][p], x, acc[m][nt][i]);
+            }
+          }
+        }
+      } else if constexpr (P::kQ6 || TYPE == kQ3_K) {
 #pragma unroll
         for (int m = 0; m < kWeightTiles; ++m) {
           float dw[2], sc0[2], sc1[2];  // per row g, g + 8
@@ -510,10 +607,19 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
             // a[m] = {row g, row g + 8} of elements 4t.. (k16 mma 0) and 16 + 4t.. (mma 1).
             // qh word t % 2 of the row's 8 bytes: element e's high bits at byte e % 8, bit
             // 2 * (e / 8) — 2 * (t / 2) for elements 4t.., 4 + 2 * (t / 2) for 16 + 4t..
-            const uint32_t qh = *reinterpret_cast<const uint32_t*>(
-                stage + P::kQhOffset + row * P::kQhRow + u * 8 + 4 * (t % 2));
-            a[m][h] = q6_signed(ql[2 * m + h], qh >> (2 * (t / 2)));
-            a[m][2 + h] = q6_signed(ql[2 * m + h] >> 4, qh >> (4 + 2 * (t / 2)));
+            if constexpr (P::kQ6) {
+              const uint32_t qh = *reinterpret_cast<const uint32_t*>(
+                  stage + P::kQhOffset + row * P::kQhRow + u * 8 + 4 * (t % 2));
+              a[m][h] = q6_signed(ql[2 * m + h], qh >> (2 * (t / 2)));
+              a[m][2 + h] = q6_signed(ql[2 * m + h] >> 4, qh >> (4 + 2 * (t / 2)));
+            } else {  // Q3_K: word t % 2 of the row's 2-bit values and its third bits
+              const uint32_t half = *reinterpret_cast<const uint32_t*>(
+                  stage + row * P::kWeightRow + u * P::kQuantBytes + 4 * (t % 2));
+              const uint32_t qh = *reinterpret_cast<const uint32_t*>(
+                  stage + P::kQhOffset + row * P::kQhRow + u * 4);
+              a[m][h] = split_unpack::q3_k_word_of(half, qh, t);
+              a[m][2 + h] = split_unpack::q3_k_word_of(half, qh, 4 + t);
+            }
             const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow + u * 2;
             sc0[h] = static_cast<float>(static_cast<int8_t>(sc[0]));
             sc1[h] = static_cast<float>(static_cast<int8_t>(sc[1]));
@@ -541,9 +647,18 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
           float dw[2], mw[2];
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint8_t* sc =
-                stage + P::kScaleOffset + (m * 16 + g + 8 * h) * P::kScaleRow + u * P::kScaleBytes;
-            dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
+            const int row = m * 16 + g + 8 * h;
+            const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow;
+            if constexpr (TYPE == kMXFP4) {
+              dw[h] = e8m0_to_float_half(sc[(first & 3) + u]);
+            } else if constexpr (TYPE == kIQ4_XS) {
+              dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
+                          stage + P::kD6Offset + row * 4 + 2 * ((first / 8) & 1))) *
+                      static_cast<float>(static_cast<int8_t>(sc[(first & 3) + u]));
+            } else {
+              sc += u * P::kScaleBytes;
+              dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
+            }
             mw[h] = TYPE == kQ4_1 ? half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2))
                                   : 0.0f;
           }
@@ -603,7 +718,17 @@ bool ready() {
                           allow_shared_bytes_all_tiles<kQ8_0, false>(),
                           allow_shared_bytes_all_tiles<kQ8_0, true>(),
                           allow_shared_bytes_all_tiles<kQ6_K, false>(),
-                          allow_shared_bytes_all_tiles<kQ6_K, true>()}) == cudaSuccess)
+                          allow_shared_bytes_all_tiles<kQ6_K, true>(),
+                          allow_shared_bytes_all_tiles<kIQ4_NL, false>(),
+                          allow_shared_bytes_all_tiles<kIQ4_NL, true>(),
+                          allow_shared_bytes_all_tiles<kIQ4_XS, false>(),
+                          allow_shared_bytes_all_tiles<kIQ4_XS, true>(),
+                          allow_shared_bytes_all_tiles<kMXFP4, false>(),
+                          allow_shared_bytes_all_tiles<kMXFP4, true>(),
+                          allow_shared_bytes_all_tiles<kQ2_K, false>(),
+                          allow_shared_bytes_all_tiles<kQ2_K, true>(),
+                          allow_shared_bytes_all_tiles<kQ3_K, false>(),
+                          allow_shared_bytes_all_tiles<kQ3_K, true>()}) == cudaSuccess)
       return true;
     cudaGetLastError();
     return false;
@@ -654,7 +779,7 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, int max_rows, const Mat
 
 bool matvec_mma_supports(uint32_t weight_type, bool split_layout) {
   return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
-                          weight_type == kQ6_K);
+                          piped_only(weight_type));
 }
 
 bool matvec_mma_fits_device() {
@@ -679,7 +804,8 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
   if (input.n_in <= 0 || input.n_in % kQ8Block != 0 ||
       reinterpret_cast<uintptr_t>(input.xq.qs) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(input.xq.ds) % 8 != 0 ||
-      (weight_type == kQ6_K && input.n_in % 256 != 0) || input.norm_sum_squares)
+      (split::is_k_type(weight_type) && input.n_in % 256 != 0) ||
+      input.norm_sum_squares)
     return cudaErrorInvalidValue;
   Tasks packed{};
   int max_rows = 0;
@@ -693,7 +819,8 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     const bool gate_up = packed.t[0].weight_up != nullptr;
-    if constexpr (TYPE == kQ6_K) {  // the block-staged kernel leaves Q6_K to the dp4a kernel
+    // The block-staged kernel leaves Q6_K, Q2_K, Q3_K and the level types to the dp4a kernel.
+    if constexpr (piped_only(TYPE)) {
       if (!piped) return launch_matvec(weight_type, tasks, n_tasks, input, config, stream);
       return gate_up
                  ? launch_type<TYPE, true, true>(packed, n_tasks, max_rows, input, config, stream)
@@ -709,7 +836,8 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
                                                    stream);
     }
   };
-  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ6_K>(weight_type, run);
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS, kMXFP4>(
+      weight_type, run);
 }
 
 }  // namespace granule::kernels

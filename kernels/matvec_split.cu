@@ -157,7 +157,7 @@ __device__ __forceinline__ PairRotation pair_rotation(const MatvecTask& task, co
   if (task.rope_part != 3)
     rope_rotation(pos, rope.frequencies[(row % rope.head_dim) / 2], &p.sn, &p.cs);
   if (task.rope_part != 1 && rope.slots[0] >= 0)
-    p.kv = rope.slot_base[rope.slots[0]] + pos * rope.token_stride +
+    p.kv = rope.slot_base[rope.slots[0]] + rope.kv_offset + pos * rope.token_stride +
            (static_cast<int64_t>(rope.layer) * 2 + (task.rope_part - 2)) * rope.n_kv *
                rope.head_dim +
            row;
@@ -638,7 +638,7 @@ cudaError_t launch_shape(const SplitTasks& tasks, int n_tasks, bool gate_up,
 // Rows per warp grow with the batch so each activation load serves more weights; the
 // sub-blocks in flight per lane shrink to keep registers for the accumulators. Batch 1: one
 // row per warp, two sub-blocks per lane (H200, 8B-shaped Q4_0, ms per decode step: 1x2 1.94,
-// 2x4 2.00, 1x4 2.02, 1x8 2.35), four for Q6_K.
+// 2x4 2.00, 1x4 2.02, 1x8 2.35), four for Q6_K (and Q2_K/Q3_K, untimed).
 template <uint32_t TYPE, int NB>
 cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
                            bool row_blocks, const MatvecInput& in, int first_column,
@@ -657,7 +657,8 @@ cudaError_t launch_columns(const SplitTasks& tasks, int n_tasks, bool gate_up,
     // same order at any U, so the sums are the same to the bit.
     if constexpr (TYPE == kQ4_0 || TYPE == kQ4_1)
       if (in.n_in / kQ8Block <= kWarpSize) return go(One{}, One{});
-    if constexpr (TYPE == kQ6_K)
+    // Q2_K/Q3_K load 8 bytes of values per sub-block: four in flight, as Q6_K.
+    if constexpr (TYPE == kQ6_K || TYPE == kQ2_K || TYPE == kQ3_K)
       return go(One{}, Four{});
     else
       return go(One{}, Two{});

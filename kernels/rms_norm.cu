@@ -40,6 +40,10 @@ __global__ void __launch_bounds__(kMaxThreads)
       y = make_float4(v[k].x * scale * wv.x, v[k].y * scale * wv.y, v[k].z * scale * wv.z,
                       v[k].w * scale * wv.w);
       if (out.f32) reinterpret_cast<float4*>(out.f32 + row * n)[i] = y;
+      if (out.residual) {
+        float4& r = reinterpret_cast<float4*>(out.residual + row * n)[i];
+        r = make_float4(r.x + y.x, r.y + y.y, r.z + y.z, r.w + y.w);
+      }
       if (out.f16) {
         const __half2 lo = __floats2half2_rn(y.x, y.y), hi = __floats2half2_rn(y.z, y.w);
         uint2 packed;

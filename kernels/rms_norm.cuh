@@ -14,6 +14,9 @@ struct RmsNormOutputs {
   float* f32 = nullptr;   // [rows][n]
   __half* f16 = nullptr;  // [rows][n]
   ActivationQ8 q8;        // needs n % 32 == 0
+  // Gemma's sandwich norms: residual[row][i] += y (the normed block output joins the residual
+  // stream); [rows][n].
+  float* residual = nullptr;
 };
 
 // Output row r normalises input row source_rows[r] (or r when source_rows is null), so the

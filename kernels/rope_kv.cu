@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize) rope_kv_kernel(Rope
 #pragma unroll
     for (int j = 0; j < EPL; ++j) dst[d0 + j] = x[j];
   } else {
-    __half* dst = a.slot_base[a.slots[row]] + pos * a.token_stride +
+    __half* dst = a.slot_base[a.slots[row]] + a.kv_offset + pos * a.token_stride +
                   (static_cast<int64_t>(a.layer) * 2 + (kind - 1)) * a.n_kv * hd + h * hd;
 #pragma unroll
     for (int j = 0; j < EPL; ++j) dst[d0 + j] = __float2half_rn(x[j]);

@@ -33,7 +33,8 @@ struct RopeKvArgs {
   const int32_t* positions = nullptr;  // [rows] token position (also the KV row written)
   const int32_t* slots = nullptr;      // [rows] index into slot_base; < 0: padding, no KV write
   __half* const* slot_base = nullptr;  // per slot: the slot's KV base
-  int64_t token_stride = 0;            // halves per token: n_layer * 2 * n_kv * head_dim
+  int64_t token_stride = 0;            // halves per token of the layer's KV part
+  int64_t kv_offset = 0;               // halves from the slot's base to that part (attention.cuh)
   int layer = 0;
   // Optional: residual[row][i] += residual_bias[i] for i < residual_width on rows with a slot
   // (the output projection then accumulates wo · attention on top: (x + bo) + wo · a).

@@ -83,7 +83,9 @@ readonly XGRAMMAR_DIR=$DATA_HOME/third_party/xgrammar
 readonly PYTHON_DIR=$DATA_HOME/python
 # huggingface_hub: tests/hub's cross-check that the fake hub speaks the Hub's API and that
 # Granule and huggingface_hub share one cache.
-readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0 jsonschema==4.26.0)
+# mcp: the official Model Context Protocol SDK, for tests/mcp's test server (stdio and
+# streamable HTTP) that the MCP client and the window's tool calls are tested against.
+readonly PYTHON_PACKAGES=(openai==3.51.0 huggingface-hub==2.4.0 jsonschema==4.26.0 mcp==2.3.0)
 # The JSON-Schema-Test-Suite (draft 2020-12) that the jsonschema source distribution carries:
 # the schemas of tests/cli/schema_validity_test.py (every reply to them must validate).
 readonly JSONSCHEMA_SDIST=jsonschema==4.26.0

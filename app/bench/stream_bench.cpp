@@ -97,6 +97,20 @@ struct ShapeResult {
   int32_t segments_per_step = 0;          // of the last decode step
   uint64_t recaptures = 0;                // graph re-captures during the test
   uint64_t preemptions = 0;               // during the test
+  // A mixture-of-experts model's expert choices during the test: served from the device cache
+  // (hits) or read from host memory over PCIe (misses, expert_bytes of them), per routed token.
+  uint64_t expert_hits = 0, expert_misses = 0, expert_bytes = 0, expert_tokens = 0;
+  bool has_experts() const { return expert_hits + expert_misses > 0; }
+  double hit_rate() const {
+    return has_experts()
+               ? static_cast<double>(expert_hits) / static_cast<double>(expert_hits + expert_misses)
+               : 0;
+  }
+  double expert_bytes_per_token() const {
+    return expert_tokens > 0
+               ? static_cast<double>(expert_bytes) / static_cast<double>(expert_tokens)
+               : 0;
+  }
   double ratio() const {
     return roofline_tokens_per_second > 0
                ? measured.tokens_per_second() / roofline_tokens_per_second
@@ -115,17 +129,21 @@ struct BudgetRow {
   std::vector<ShapeResult> results;
 };
 
-// The PCIe bound of a shape: every pass copies the streamed layers once, so `tokens per
-// pass` tokens come out per streamed_bytes_per_pass over the bandwidth.
-double pcie_roofline(const Shape& shape, const TelemetrySnapshot& t, int64_t prefill_chunk) {
-  const uint64_t bytes = t.streaming.streamed_bytes_per_pass;
+// The PCIe bound of a shape: every pass copies the streamed layers once, so `tokens per pass`
+// tokens come out per streamed_bytes_per_pass over the bandwidth; a mixture of experts also
+// reads the experts its tokens missed in the device cache, expert_bytes_per_token each.
+double pcie_roofline(const Shape& shape, const TelemetrySnapshot& t, int64_t prefill_chunk,
+                     double expert_bytes_per_token) {
+  const auto bytes = static_cast<double>(t.streaming.streamed_bytes_per_pass);
   const double bandwidth = t.streaming.h2d_bandwidth_bytes_per_second;
-  if (bytes == 0 || bandwidth <= 0) return 0;
-  const double pass_seconds = static_cast<double>(bytes) / bandwidth;
-  if (!shape.measure_prompt) return shape.chats / pass_seconds;
-  const int64_t tokens = shape.prompt * shape.chats;
-  const int64_t passes = (tokens + prefill_chunk - 1) / prefill_chunk;
-  return static_cast<double>(tokens) / (static_cast<double>(passes) * pass_seconds);
+  if ((bytes == 0 && expert_bytes_per_token <= 0) || bandwidth <= 0) return 0;
+  double tokens_per_pass = shape.chats;
+  if (shape.measure_prompt) {
+    const int64_t tokens = shape.prompt * shape.chats;
+    const int64_t passes = (tokens + prefill_chunk - 1) / prefill_chunk;
+    tokens_per_pass = static_cast<double>(tokens) / static_cast<double>(passes);
+  }
+  return bandwidth / (bytes / tokens_per_pass + expert_bytes_per_token);
 }
 
 // The warm-up and the tests on an open engine, into `row`.
@@ -145,7 +163,12 @@ void run_tests(Engine& engine, BudgetRow& row, const std::vector<Shape>& shapes,
     r.shape = shape;
     r.measured = run_shape(engine, shape, random, telemetry);
     t = engine.telemetry();
-    r.roofline_tokens_per_second = pcie_roofline(shape, t, o.prefill_chunk_tokens);
+    r.expert_hits = t.experts.hits - before.experts.hits;
+    r.expert_misses = t.experts.misses - before.experts.misses;
+    r.expert_bytes = t.experts.bytes_streamed - before.experts.bytes_streamed;
+    r.expert_tokens = t.experts.tokens - before.experts.tokens;
+    r.roofline_tokens_per_second =
+        pcie_roofline(shape, t, o.prefill_chunk_tokens, r.expert_bytes_per_token());
     r.segments_per_step = t.graphs.segments_per_step;
     r.recaptures = t.graphs.recaptures - before.graphs.recaptures;
     r.preemptions = t.scheduler.preemptions - before.scheduler.preemptions;
@@ -215,12 +238,13 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       "%lld); prompts random, greedy, EOS ignored\n\n",
       o.tokens, o.batch, o.tokens, static_cast<long long>(o.prompt_tokens),
       static_cast<long long>(o.prefill_chunk_tokens));
-  std::printf("| %6s | %8s | %9s | %-7s | %5s | %10s | %10s | %6s | %8s | %10s | %7s |\n", "budget",
-              "GiB", "res/str", "test", "batch", "t/s", "PCIe t/s", "ratio", "seg/step",
-              "recaptures", "preempt");
+  std::printf(
+      "| %6s | %8s | %9s | %-7s | %5s | %10s | %10s | %6s | %8s | %10s | %7s | %6s | %10s |\n",
+      "budget", "GiB", "res/str", "test", "batch", "t/s", "PCIe t/s", "ratio", "seg/step",
+      "recaptures", "preempt", "hit", "MB/token");
   std::printf(
       "|--------|----------|-----------|---------|-------|------------|------------|"
-      "--------|----------|------------|---------|\n");
+      "--------|----------|------------|---------|--------|------------|\n");
   for (const BudgetRow& row : rows) {
     const std::string percent = std::to_string(row.percent) + "%";
     const std::string gib = fixed(static_cast<double>(row.budget_bytes) / kGiB, 2);
@@ -232,11 +256,16 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       const std::string ratio = bound ? fixed(r.ratio() * 100, 0) + "%" : "-";
       const std::string segments =
           r.shape.measure_prompt ? "-" : std::to_string(r.segments_per_step);
-      std::printf("| %6s | %8s | %9s | %-7s | %5d | %10.1f | %10s | %6s | %8s | %10llu | %7llu |",
-                  percent.c_str(), gib.c_str(), layers.c_str(), r.shape.test.c_str(), r.shape.chats,
-                  r.measured.tokens_per_second(), roofline.c_str(), ratio.c_str(), segments.c_str(),
-                  static_cast<unsigned long long>(r.recaptures),
-                  static_cast<unsigned long long>(r.preemptions));
+      const std::string hit = r.has_experts() ? fixed(r.hit_rate() * 100, 1) + "%" : "-";
+      const std::string per_token =
+          r.has_experts() ? fixed(r.expert_bytes_per_token() / 1e6, 2) : "-";
+      std::printf(
+          "| %6s | %8s | %9s | %-7s | %5d | %10.1f | %10s | %6s | %8s | %10llu | %7llu | %6s | "
+          "%10s |",
+          percent.c_str(), gib.c_str(), layers.c_str(), r.shape.test.c_str(), r.shape.chats,
+          r.measured.tokens_per_second(), roofline.c_str(), ratio.c_str(), segments.c_str(),
+          static_cast<unsigned long long>(r.recaptures),
+          static_cast<unsigned long long>(r.preemptions), hit.c_str(), per_token.c_str());
       if (r.measured.errors > 0) std::printf(" error: %s", r.measured.first_error.c_str());
       std::printf("\n");
     }
@@ -253,7 +282,9 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       "  a pass cost (tokens per pass x H2D bandwidth / streamed bytes per pass; '-' when\n"
       "  nothing streams); ratio = t/s / PCIe t/s; seg/step: host-issued units of the last\n"
       "  decode step; recaptures, preempt: decode graphs captured again and chats preempted\n"
-      "  during the test.\n");
+      "  during the test; hit, MB/token (mixtures of experts): expert choices served from the\n"
+      "  device cache, and expert bytes read from host memory per token (an upper bound: a\n"
+      "  batch reads an expert once per tile of tokens), which PCIe t/s adds to the layers'.\n");
 }
 
 nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_name,
@@ -297,6 +328,10 @@ nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_nam
                        {"preemptions", r.preemptions},
                        {"errors", r.measured.errors}};
       if (!r.shape.measure_prompt) x["segments_per_step"] = r.segments_per_step;
+      if (r.has_experts()) {
+        x["expert_hit_rate"] = r.hit_rate();
+        x["expert_bytes_per_token"] = r.expert_bytes_per_token();
+      }
       if (r.measured.errors > 0) x["first_error"] = r.measured.first_error;
       b["results"].push_back(x);
     }

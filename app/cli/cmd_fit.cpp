@@ -252,6 +252,11 @@ void print_text(const FitOptions& options, const FitPreview& p) {
   }
   field("kv capacity", std::to_string(e.kv_capacity_tokens) + " tokens (" +
                            human_bytes(e.kv_bytes_per_token) + " per token)");
+  if (e.kv_window_tokens > 0)
+    field("kv window", human_bytes(e.kv_window_bytes_per_token) + " per token of it for the last " +
+                           std::to_string(e.kv_window_tokens) + " tokens only: " +
+                           human_bytes(e.kv_bytes_per_chat(e.context_per_chat)) + " per chat at " +
+                           std::to_string(e.context_per_chat) + " tokens");
   field("max context/chat", std::to_string(e.max_context_per_chat) + " tokens");
   if (e.gpu) {
     const std::string h2d = "host-to-device " + format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
@@ -296,6 +301,9 @@ void print_json(const FitOptions& options, const FitPreview& p) {
   j["workspace_bytes"] = e.workspace_bytes;
   j["kv_reserve_bytes"] = e.kv_reserve_bytes;
   j["kv_bytes_per_token"] = e.kv_bytes_per_token;
+  j["kv_window_bytes_per_token"] = e.kv_window_bytes_per_token;
+  j["kv_window_tokens"] = e.kv_window_tokens;
+  j["kv_bytes_per_chat"] = e.kv_bytes_per_chat(e.context_per_chat);
   j["kv_capacity_tokens"] = e.kv_capacity_tokens;
   j["max_context_per_chat"] = e.max_context_per_chat;
   j["h2d_bytes_per_second"] = e.h2d_bytes_per_second;

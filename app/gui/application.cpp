@@ -17,7 +17,9 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       server_(store_, errors_),
       hub_(model_, errors_),
       endpoints_(store_),
+      mcp_(store_),
       worker_(new EngineWorker(std::move(factory))) {
+  chats_.setTools(&mcp_);
   registerWorkerTypes();
   engine_thread_.setObjectName(QStringLiteral("granule-engine"));
   worker_->moveToThread(&engine_thread_);

@@ -17,6 +17,7 @@
 #include "error_reporter.h"
 #include "hub_controller.h"
 #include "inference_engine.h"
+#include "mcp_controller.h"
 #include "model_controller.h"
 #include "telemetry_model.h"
 #include "telemetry_replay.h"
@@ -56,6 +57,7 @@ class Application : public QObject {
   void setRemoteEngineFactory(RemoteEngineFactory factory) {
     worker_->setRemoteEngineFactory(std::move(factory));
   }
+  McpController* mcp() { return &mcp_; }
   TelemetryReplay* replay() { return replay_.get(); }
   // Telemetry frames not passed to the panels because they showed nothing new.
   qint64 droppedTelemetryFrames() const { return dropped_frames_; }
@@ -77,6 +79,7 @@ class Application : public QObject {
   ApiServerController server_;
   HubController hub_;
   EndpointsController endpoints_;
+  McpController mcp_;  // the MCP servers whose tools the chats offer
   std::unique_ptr<TelemetryReplay> replay_;
   QMetaObject::Connection live_telemetry_;
   std::optional<TelemetryFrame> shown_frame_;  // the last frame the panels got

@@ -3,6 +3,9 @@
 
 #include <QDateTime>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QRegularExpression>
 #include <QSaveFile>
 #include <algorithm>
@@ -46,6 +49,30 @@ qint64 nowMs() { return QDateTime::currentMSecsSinceEpoch(); }
 // The engine new chats start on: the one chosen last.
 const QString kNewChatEngineKey = QStringLiteral("chat/engine");
 
+QJsonObject toolOf(const StoredMessage& m) {
+  return QJsonDocument::fromJson(m.tool.toUtf8()).object();
+}
+QString toolText(const QJsonObject& tool) {
+  return QString::fromUtf8(QJsonDocument(tool).toJson(QJsonDocument::Compact));
+}
+
+// A tool card's state: "asking" (the user has not answered), "running", or settled: "done",
+// "failed", "denied".
+bool settled(const QString& state) {
+  return state == QLatin1String("done") || state == QLatin1String("failed") ||
+         state == QLatin1String("denied");
+}
+
+// What the model reads for a settled card.
+QString toolResultForModel(const StoredMessage& m) {
+  const QJsonObject tool = toolOf(m);
+  const QString state = tool.value("state").toString();
+  if (state == QLatin1String("denied")) return QStringLiteral("The user did not allow this call.");
+  if (state == QLatin1String("failed"))
+    return QStringLiteral("Error: ") + tool.value("error").toString();
+  return m.content;
+}
+
 }  // namespace
 
 ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject* parent)
@@ -58,6 +85,12 @@ ChatController::ChatController(ChatStore& store, ErrorReporter& errors, QObject*
                        }) {
   connect(this, &ChatController::settingsChanged, &sampling_editor_, &SamplingEditor::changed);
   connect(this, &ChatController::currentChatChanged, &sampling_editor_, &SamplingEditor::changed);
+}
+
+void ChatController::setTools(McpController* tools) {
+  tools_ = tools;
+  if (tools_)
+    connect(tools_, &McpController::callFinished, this, &ChatController::onToolCallFinished);
 }
 
 void ChatController::loadFromStore() {
@@ -325,8 +358,36 @@ GenerationRequest ChatController::requestFor(qint64 chat_id) const {
   }
   if (!c->system_prompt.trimmed().isEmpty())
     request.messages.append({QStringLiteral("system"), c->system_prompt});
-  for (const StoredMessage& m : it->second->messages())
-    request.messages.append({m.role, m.content});
+  const QList<StoredMessage> shown = it->second->messages();
+  for (const StoredMessage& m : shown) {
+    PromptMessage p{m.role, m.content};
+    if (m.role == QLatin1String("tool")) {
+      const QJsonObject tool = toolOf(m);
+      p.content = toolResultForModel(m);
+      p.tool_call_id = tool.value("id").toString();
+      p.name = tool.value("name").toString();
+    } else if (m.role == QLatin1String("assistant") && !m.tool.isEmpty()) {
+      // OpenAI's tool_calls, which the template renders in the model's own format.
+      QJsonArray calls;
+      for (const QJsonValue& c : toolOf(m).value("calls").toArray()) {
+        const QJsonObject call = c.toObject();
+        calls.append(QJsonObject{
+            {"id", call.value("id")},
+            {"type", "function"},
+            {"function",
+             QJsonObject{{"name", call.value("name")}, {"arguments", call.value("arguments")}}}});
+      }
+      p.tool_calls_json = QString::fromUtf8(QJsonDocument(calls).toJson(QJsonDocument::Compact));
+    }
+    request.messages.append(p);
+  }
+  if (tools_) {
+    request.tools_json = tools_->toolsJson();
+    // A forced call only answers the user; after tool results the model decides.
+    if (!request.tools_json.isEmpty() && !shown.isEmpty() &&
+        shown.last().role == QLatin1String("user"))
+      request.tool_choice = tool_choice_;
+  }
   return request;
 }
 
@@ -406,6 +467,7 @@ void ChatController::onTokensArrived(const QList<TokenChunk>& chunks) {
     model->setViewStartRow(chunk.dropped_messages > 0 ? chunk.dropped_messages : -1);
     model->appendText(g.row, chunk.text, chunk.tokens,
                       static_cast<double>(g.since_first.elapsed()) / 1000.0, chunk.reasoning);
+    g.calls.append(chunk.tool_calls);
   }
 }
 
@@ -413,10 +475,13 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
   const auto it = generations_.find(result.chat_id);
   if (it == generations_.end()) return;
   const int row = it->second.row;
+  const QList<ToolCallText> calls = it->second.calls;
   generations_.erase(it);
   conversations_.setGenerating(result.chat_id, false);
   if (MessageModel* model = messagesOf(result.chat_id)) {
-    model->finish(row, result.reason);
+    // A reply that called tools ends for them (OpenAI's finish reason).
+    const bool called = !calls.isEmpty() && result.end == GenerationEnd::Finished;
+    model->finish(row, called ? QStringLiteral("tool_calls") : result.reason);
     model->setPromptTokens(row, result.prompt_tokens);
     if (result.end == GenerationEnd::Failed && model->message(row).content.isEmpty() &&
         model->message(row).reasoning.isEmpty()) {
@@ -427,7 +492,16 @@ void ChatController::onGenerationFinished(const GenerationResult& result) {
       else
         model->removeFrom(row);
     } else {
+      if (called) {
+        StoredMessage reply = model->message(row);
+        QJsonArray list;
+        for (const ToolCallText& c : calls)
+          list.append(QJsonObject{{"id", c.id}, {"name", c.name}, {"arguments", c.arguments}});
+        reply.tool = toolText(QJsonObject{{"calls", list}});
+        model->replace(row, reply);
+      }
       store_.updateMessage(model->message(row));
+      if (called) addToolCards(result.chat_id, row, calls);
     }
   }
   if (result.end == GenerationEnd::Failed)
@@ -452,6 +526,116 @@ void ChatController::saveAll() {
     store_.updateMessage(model->message(generation.row));
   }
   generations_.clear();
+}
+
+void ChatController::addToolCards(qint64 chat_id, int reply_row, const QList<ToolCallText>& calls) {
+  MessageModel* model = messagesOf(chat_id);
+  if (!model) return;
+  qint64 parent = model->message(reply_row).id;
+  QList<int> run_now;
+  for (const ToolCallText& call : calls) {
+    StoredMessage card;
+    card.conversation_id = chat_id;
+    card.position = model->count();
+    card.role = QStringLiteral("tool");
+    card.created_ms = nowMs();
+    card.parent_id = parent;
+    const QString server = tools_ ? tools_->serverOf(call.name) : QString();
+    const bool always = tools_ && tools_->alwaysAllowed(call.name);
+    QJsonObject tool{{"id", call.id},
+                     {"name", call.name},
+                     {"server", server},
+                     {"arguments", call.arguments},
+                     {"state", "asking"}};
+    if (server.isEmpty()) {  // no server offers it (any more): nothing to ask
+      tool.insert("state", "failed");
+      tool.insert("error",
+                  QStringLiteral("no connected MCP server offers the tool '%1'").arg(call.name));
+    }
+    card.tool = toolText(tool);
+    card.id = store_.insertMessage(card).value_or(0);
+    parent = card.id;
+    const int row = model->append(card);
+    if (always && !server.isEmpty()) run_now.append(row);
+  }
+  for (const int row : run_now) runToolCall(chat_id, row);
+  continueAfterTools(chat_id);
+}
+
+void ChatController::answerToolCall(int row, const QString& answer) {
+  const qint64 chat_id = current_chat_id_;
+  MessageModel* model = messagesOf(chat_id);
+  if (!model || row < 0 || row >= model->count() ||
+      model->message(row).role != QLatin1String("tool"))
+    return;
+  StoredMessage card = model->message(row);
+  QJsonObject tool = toolOf(card);
+  if (tool.value("state").toString() != QLatin1String("asking")) return;
+  if (answer == QLatin1String("deny")) {
+    tool.insert("state", "denied");
+    card.tool = toolText(tool);
+    model->replace(row, card);
+    store_.updateMessage(card);
+    continueAfterTools(chat_id);
+    return;
+  }
+  if (answer == QLatin1String("always") && tools_)
+    tools_->allowAlways(tool.value("name").toString());
+  if (answer == QLatin1String("once") || answer == QLatin1String("always"))
+    runToolCall(chat_id, row);
+}
+
+void ChatController::runToolCall(qint64 chat_id, int row) {
+  MessageModel* model = messagesOf(chat_id);
+  if (!model || !tools_) return;
+  StoredMessage card = model->message(row);
+  QJsonObject tool = toolOf(card);
+  tool.insert("state", "running");
+  card.tool = toolText(tool);
+  model->replace(row, card);
+  store_.updateMessage(card);
+  running_calls_[card.id] = chat_id;
+  tools_->startCall(card.id, tool.value("name").toString(), tool.value("arguments").toString());
+}
+
+void ChatController::onToolCallFinished(qint64 message_id, bool ok, const QString& text) {
+  const auto running = running_calls_.find(message_id);
+  if (running == running_calls_.end()) return;
+  const qint64 chat_id = running->second;
+  running_calls_.erase(running);
+  MessageModel* model = messagesOf(chat_id);
+  if (!model) return;  // the chat was deleted meanwhile
+  for (int row = 0; row < model->count(); ++row) {
+    if (model->message(row).id != message_id) continue;
+    StoredMessage card = model->message(row);
+    QJsonObject tool = toolOf(card);
+    tool.insert("state", ok ? "done" : "failed");
+    if (ok) {
+      card.content = text;
+    } else {
+      tool.insert("error", text.isEmpty() ? QStringLiteral("the tool failed") : text);
+    }
+    card.tool = toolText(tool);
+    model->replace(row, card);
+    store_.updateMessage(card);
+    continueAfterTools(chat_id);
+    return;
+  }
+}
+
+void ChatController::continueAfterTools(qint64 chat_id) {
+  MessageModel* model = messagesOf(chat_id);
+  if (!model || generations_.count(chat_id) || model->count() == 0) return;
+  // The cards after the last reply; generation goes on when all are settled.
+  int cards = 0;
+  for (int row = model->count() - 1; row >= 0; --row) {
+    const StoredMessage& m = model->message(row);
+    if (m.role != QLatin1String("tool")) break;
+    if (!settled(toolOf(m).value("state").toString())) return;
+    ++cards;
+  }
+  if (cards == 0 || !model_ready_) return;
+  startGeneration(chat_id);
 }
 
 }  // namespace granule::app

@@ -16,6 +16,7 @@
 #include "chat_store.h"
 #include "conversation_list_model.h"
 #include "error_reporter.h"
+#include "mcp_controller.h"
 #include "message_model.h"
 #include "sampling_editor.h"
 #include "worker_types.h"
@@ -46,6 +47,8 @@ class ChatController : public QObject {
   // (EndpointsController). A change applies from the next answer; new chats start on the
   // engine chosen last.
   Q_PROPERTY(QString currentEngine READ currentEngine WRITE setCurrentEngine NOTIFY settingsChanged)
+  // The MCP servers whose tools the chats offer the model (null when none are wired).
+  Q_PROPERTY(granule::app::McpController* tools READ tools CONSTANT)
 
  public:
   static inline const QString kDefaultTitle = QStringLiteral("New chat");
@@ -81,6 +84,14 @@ class ChatController : public QObject {
   // What a new chat's sampling starts from (the settings' global defaults).
   void setDefaultSampling(const SamplingSettings& sampling) { default_sampling_ = sampling; }
 
+  McpController* tools() const { return tools_; }
+  // Offers the servers' tools in every chat; each call asks the user first (tool cards).
+  void setTools(McpController* tools);
+  // How a user's turn may use the tools: "" the model decides, "required" it must call one,
+  // or a tool's name (that tool). Continuations after tool results are always "". The window
+  // does not set it; the tests force calls from a model too small to make them on its own.
+  void setToolChoice(const QString& choice) { tool_choice_ = choice; }
+
   // Reads the chats from the store; selects the newest.
   void loadFromStore();
 
@@ -106,6 +117,10 @@ class ChatController : public QObject {
   // Continues the assistant message at `row` (the last one, cut at the length limit): the
   // model goes on writing the same message.
   Q_INVOKABLE void continueReply(int row);
+  // The user's answer to the tool card at `row` (asking): "once" runs the call, "always" runs
+  // it and every later call of that tool without asking, "deny" refuses it. Once every card of
+  // the turn is answered and its calls are done, the model goes on with their results.
+  Q_INVOKABLE void answerToolCall(int row, const QString& answer);
   // Writes the open chat (the branch shown) to `file` (a path or file: URL) as "markdown" or
   // "json"; false, with the reason in the banner, when it cannot be written.
   Q_INVOKABLE bool exportChat(const QUrl& file, const QString& format);
@@ -136,6 +151,7 @@ class ChatController : public QObject {
     QElapsedTimer since_request;  // time to first token
     QElapsedTimer since_first;    // tokens per second count from the first text
     bool has_text = false;
+    QList<ToolCallText> calls;  // tool calls the reply made
   };
   const StoredConversation& current() const;
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
@@ -152,6 +168,12 @@ class ChatController : public QObject {
   void reloadMessages(qint64 chat_id);
   // Cancels a chat's running generation and closes its message now (before a new one).
   void abandonGeneration(qint64 chat_id);
+  // After a reply that called tools: one card per call, run at once when always allowed.
+  void addToolCards(qint64 chat_id, int reply_row, const QList<ToolCallText>& calls);
+  void runToolCall(qint64 chat_id, int row);
+  void onToolCallFinished(qint64 message_id, bool ok, const QString& text);
+  // Generates again once every card after the last reply is settled (done, failed, denied).
+  void continueAfterTools(qint64 chat_id);
 
   ChatStore& store_;
   ErrorReporter& errors_;
@@ -167,6 +189,9 @@ class ChatController : public QObject {
   SamplingEditor sampling_editor_;
   std::function<QString(const QString&)> api_key_for_;
   QSet<QString> settings_notes_shown_;  // engine + text, once a session
+  McpController* tools_ = nullptr;
+  QString tool_choice_;
+  std::map<qint64, qint64> running_calls_;  // tool message id -> chat id
 };
 
 }  // namespace granule::app

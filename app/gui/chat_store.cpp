@@ -77,8 +77,11 @@ const QList<Migration>& migrations() {
       {5,
        {QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning TEXT NOT NULL DEFAULT ''"),
         QStringLiteral("ALTER TABLE messages ADD COLUMN reasoning_ms REAL NOT NULL DEFAULT 0")}},
-      // 6: where the chat runs: '' the local engine, "URL#model" a model on an endpoint.
-      {6, {QStringLiteral("ALTER TABLE conversations ADD COLUMN engine TEXT NOT NULL DEFAULT ''")}},
+      // 6: tool use — an assistant message's calls, and a tool message's card (the call, the
+      // user's answer, its state), as JSON (StoredMessage::tool).
+      {6, {QStringLiteral("ALTER TABLE messages ADD COLUMN tool TEXT NOT NULL DEFAULT ''")}},
+      // 7: where the chat runs: '' the local engine, "URL#model" a model on an endpoint.
+      {7, {QStringLiteral("ALTER TABLE conversations ADD COLUMN engine TEXT NOT NULL DEFAULT ''")}},
   };
   return all;
 }
@@ -92,7 +95,9 @@ QString samplingToJson(const SamplingSettings& s) {
                       {"max_tokens", s.max_tokens},
                       // Text: JSON numbers lose 64-bit seeds. "random" for kRandomSeed.
                       {"seed", seedText(s.seed)},
-                      {"reasoning", s.reasoning}};
+                      {"reasoning", s.reasoning},
+                      {"json_output", s.json_output},
+                      {"json_schema", s.json_schema}};
   return QString::fromUtf8(QJsonDocument(o).toJson(QJsonDocument::Compact));
 }
 
@@ -107,6 +112,8 @@ SamplingSettings samplingFromJson(const QString& json) {
   s.max_tokens = o.value("max_tokens").toInt(s.max_tokens);
   s.seed = seedFromText(o.value("seed").toString()).value_or(kRandomSeed);
   s.reasoning = o.value("reasoning").toString();
+  s.json_output = o.value("json_output").toString();
+  s.json_schema = o.value("json_schema").toString();
   return s;
 }
 
@@ -132,13 +139,14 @@ StoredMessage messageFrom(const QSqlQuery& q) {
   m.prompt_tokens = q.value(12).toInt();
   m.reasoning = q.value(13).toString();
   m.reasoning_ms = q.value(14).toDouble();
+  m.tool = q.value(15).toString();
   return m;
 }
 
 const QString kMessageColumns = QStringLiteral(
     "id, conversation_id, position, role, content, tokens_per_second, finish_reason, "
     "created_at, parent_id, active, ttft_ms, token_count, prompt_tokens, reasoning, "
-    "reasoning_ms");
+    "reasoning_ms, tool");
 
 QVariant parentValue(qint64 parent_id) {
   return parent_id ? QVariant(parent_id) : QVariant(QMetaType::fromType<qint64>());
@@ -416,8 +424,8 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& message) {
   q.prepare(
       QStringLiteral("INSERT INTO messages (conversation_id, position, role, content, "
                      "tokens_per_second, finish_reason, created_at, parent_id, active, ttft_ms, "
-                     "token_count, prompt_tokens, reasoning, reasoning_ms) VALUES (?, ?, ?, ?, ?, "
-                     "?, ?, ?, ?, ?, ?, ?, ?, ?)"));
+                     "token_count, prompt_tokens, reasoning, reasoning_ms, tool) VALUES (?, ?, ?, "
+                     "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"));
   q.addBindValue(m.conversation_id);
   q.addBindValue(m.position);
   q.addBindValue(text(m.role));
@@ -432,6 +440,7 @@ std::optional<qint64> ChatStore::insertMessage(const StoredMessage& message) {
   q.addBindValue(m.prompt_tokens);
   q.addBindValue(text(m.reasoning));
   q.addBindValue(m.reasoning_ms);
+  q.addBindValue(text(m.tool));
   QSqlQuery siblings(db);
   siblings.prepare(
       QStringLiteral("UPDATE messages SET active = 0 WHERE conversation_id = ? AND parent_id IS ? "
@@ -466,7 +475,7 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
   q.prepare(
       QStringLiteral("UPDATE messages SET content = ?, tokens_per_second = ?, finish_reason = ?, "
                      "ttft_ms = ?, token_count = ?, prompt_tokens = ?, reasoning = ?, "
-                     "reasoning_ms = ? WHERE id = ?"));
+                     "reasoning_ms = ?, tool = ? WHERE id = ?"));
   for (const StoredMessage& m : messages) {
     q.addBindValue(text(m.content));
     q.addBindValue(m.tokens_per_second);
@@ -476,6 +485,7 @@ bool ChatStore::updateMessages(const QList<StoredMessage>& messages) {
     q.addBindValue(m.prompt_tokens);
     q.addBindValue(text(m.reasoning));
     q.addBindValue(m.reasoning_ms);
+    q.addBindValue(text(m.tool));
     q.addBindValue(m.id);
     if (!q.exec()) {
       log()->error("saving messages failed: {}", q.lastError().text().toStdString());

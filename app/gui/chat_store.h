@@ -40,6 +40,10 @@ struct StoredMessage {
   qint32 prompt_tokens = 0;           // the prompt the reply was generated from
   QString reasoning;                  // the model's reasoning before its answer (assistant)
   double reasoning_ms = 0;            // how long it reasoned: first text to the answer
+  // Tool use, as JSON: an assistant message's calls ({"calls": [{"id", "name", "arguments"}]}),
+  // or a tool message's card ({"id", "name", "server", "arguments", "state", "error"}; its
+  // content is the tool's result). "" for other messages.
+  QString tool;
   // Filled by ChatStore::messages() (not columns): 1-based version among its siblings.
   qint32 version = 1;
   qint32 version_count = 1;
@@ -47,7 +51,7 @@ struct StoredMessage {
 
 class ChatStore {
  public:
-  static constexpr int kSchemaVersion = 6;
+  static constexpr int kSchemaVersion = 7;
 
   // Opens (creating the file and folders), checks the file is a sound database and migrates;
   // check ok() / error(). When not ok the file is left untouched and closed for the session.

@@ -3,6 +3,7 @@
 
 #include "granule/error.h"
 #include "granule/log.h"
+#include "json_output.h"
 #include "model_inspector.h"
 #include "sampling_presets.h"
 
@@ -138,19 +139,32 @@ void EngineWorker::submit(const GenerationRequest& request) {
   }
 
   Request engine_request;
-  for (const PromptMessage& m : request.messages)
-    engine_request.messages.push_back({m.role.toStdString(), m.content.toStdString()});
+  for (const PromptMessage& m : request.messages) {
+    ChatMessage message{m.role.toStdString(), m.content.toStdString()};
+    message.tool_calls_json = m.tool_calls_json.toStdString();
+    message.tool_call_id = m.tool_call_id.toStdString();
+    message.name = m.name.toStdString();
+    engine_request.messages.push_back(std::move(message));
+  }
   engine_request.sampling = toSamplingParams(request.sampling);
   engine_request.chat_options = chatOptions(request.sampling);
+  // The chat's JSON output: the reply is decoded under the constraint.
+  engine_request.constraint = jsonOutputConstraint(request.sampling);
+  // Tools (the enabled MCP servers'): the template shows them to the model; a required call
+  // is constrained to the template's call format.
+  const ChatTemplate* chat_template =
+      engine->granuleEngine() ? engine->granuleEngine()->chat_template() : nullptr;
+  const bool tools = !request.tools_json.isEmpty();
+  if (tools) engine_request.chat_options.tools_json = request.tools_json.toStdString();
   // The chat is the session: the engine keeps its KV after the reply, and the next turn
   // computes only its new tokens.
   engine_request.session = "chat-" + std::to_string(request.chat_id);
   engine_request.sink.on_prompt = [this](SequenceId seq, const PromptInfo& info) {
     prompt_info_[seq] = info;
     // The template opened <think>: the reply starts inside the reasoning.
-    if (const auto parser = reasoning_parsers_.find(seq);
-        parser != reasoning_parsers_.end() && info.reasoning_opened)
-      parser->second = ReasoningParser(ReasoningFormat::Think, /*starts_in_reasoning=*/true);
+    if (const auto parser = reply_parsers_.find(seq);
+        parser != reply_parsers_.end() && info.reasoning_opened)
+      parser->second.start_in_reasoning();
     log()->debug("sequence {}: prompt {} tokens, {} reused, {} messages left out", seq,
                  info.prompt_tokens, info.reused_tokens, info.dropped_messages);
   };
@@ -166,10 +180,11 @@ void EngineWorker::submit(const GenerationRequest& request) {
     if (chat == chat_of_sequence_.end()) return;
     TokenChunk& chunk = pending_[chat->second];
     chunk.chat_id = chat->second;
-    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
-      const ReasoningDelta delta = parser->second.push(text);
+    if (const auto parser = reply_parsers_.find(seq); parser != reply_parsers_.end()) {
+      ReplyDelta delta = parser->second.push(text);
       chunk.reasoning += QString::fromStdString(delta.reasoning);
       chunk.text += QString::fromStdString(delta.content);
+      chunk.tool_calls.append(delta.calls);
     } else {
       chunk.text += QString::fromStdString(text);
     }
@@ -189,20 +204,25 @@ void EngineWorker::submit(const GenerationRequest& request) {
   engine_request.sink.on_finish = [this](SequenceId seq, FinishReason reason,
                                          const std::string& error) {
     // What the parser held back (a partial tag that never completed) is text after all.
-    if (const auto parser = reasoning_parsers_.find(seq); parser != reasoning_parsers_.end()) {
-      const ReasoningDelta delta = parser->second.finish();
+    if (const auto parser = reply_parsers_.find(seq); parser != reply_parsers_.end()) {
+      ReplyDelta delta = parser->second.finish();
       if (const auto chat = chat_of_sequence_.find(seq);
-          chat != chat_of_sequence_.end() && !delta.empty()) {
+          chat != chat_of_sequence_.end() &&
+          (!delta.reasoning.empty() || !delta.content.empty() || !delta.calls.isEmpty())) {
         TokenChunk& chunk = pending_[chat->second];
         chunk.chat_id = chat->second;
         chunk.reasoning += QString::fromStdString(delta.reasoning);
         chunk.text += QString::fromStdString(delta.content);
+        chunk.tool_calls.append(delta.calls);
       }
-      reasoning_parsers_.erase(parser);
+      reply_parsers_.erase(parser);
     }
     finished_.push_back({seq, reason, error});
   };
   try {
+    if (tools && !request.tool_choice.isEmpty())
+      engine_request.constraint = toolChoiceConstraint(
+          chat_template, request.tools_json.toStdString(), request.tool_choice.toStdString());
     if (request.continue_last) engine->prepare_continuation(engine_request, partial);
     std::string not_applied;
     for (const std::string& line : engine->settings_not_applied(engine_request))
@@ -211,9 +231,13 @@ void EngineWorker::submit(const GenerationRequest& request) {
     chat_of_sequence_[seq] = request.chat_id;
     engine_of_sequence_[seq] = engine;
     // A continued reply goes on with its answer; a new one may start with reasoning.
-    if (const ReasoningFormat format = reasoningFormat(engine->info().reasoning_format);
-        format != ReasoningFormat::None && !request.continue_last)
-      reasoning_parsers_.insert_or_assign(seq, ReasoningParser(format));
+    const ReasoningFormat format = request.continue_last
+                                       ? ReasoningFormat::None
+                                       : reasoningFormat(engine->info().reasoning_format);
+    if (format != ReasoningFormat::None || tools)
+      reply_parsers_.insert_or_assign(
+          seq, ReplyParser(format, chat_template, tools,
+                           "call_" + std::to_string(request.chat_id) + "_" + std::to_string(seq)));
     sequence_of_chat_[request.chat_id] = seq;
     // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.
     for (const SequenceTelemetry& t : engine->telemetry().sequences)
@@ -276,7 +300,7 @@ void EngineWorker::forgetSequence(SequenceId seq) {
   }
   prompt_tokens_.erase(seq);
   prompt_info_.erase(seq);
-  reasoning_parsers_.erase(seq);
+  reply_parsers_.erase(seq);
   engine_of_sequence_.erase(seq);
 }
 

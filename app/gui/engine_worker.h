@@ -16,6 +16,7 @@
 #include "api_server_host.h"
 #include "granule/reasoning.h"
 #include "inference_engine.h"
+#include "reply_parser.h"
 #include "worker_types.h"
 
 namespace granule::app {
@@ -134,8 +135,9 @@ class EngineWorker : public QObject {
   std::map<SequenceId, qint32> prompt_tokens_;    // each running sequence's prompt length
   std::map<SequenceId, PromptInfo> prompt_info_;  // what the engine made of each prompt
   std::map<qint64, TokenChunk> pending_;          // text not yet sent, by chat
-  // Each running sequence's reasoning parser, for a model whose template reasons.
-  std::map<SequenceId, ReasoningParser> reasoning_parsers_;
+  // Each running sequence's reply parser, for a model whose template reasons or a chat that
+  // offers tools.
+  std::map<SequenceId, ReplyParser> reply_parsers_;
   quint64 generated_tokens_ = 0;
   qint32 slots_ = 0;  // chats the loaded engine runs at once (EngineOptions::max_sequences) //
                       // every token received, for the recent tokens/s

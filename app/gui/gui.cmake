@@ -49,6 +49,11 @@ if(GRANULE_HAVE_REMOTE)
   target_link_libraries(granule_gui PUBLIC granule::remote)
   target_compile_definitions(granule_gui PUBLIC GRANULE_HAVE_REMOTE=1)
 endif()
+# Tools from MCP servers (Settings) when the MCP client is built.
+if(TARGET granule_mcp)
+  target_link_libraries(granule_gui PUBLIC granule::mcp)
+  target_compile_definitions(granule_gui PRIVATE GRANULE_HAVE_MCP=1)
+endif()
 # The window serves the OpenAI API from its engine (Settings) when the server library is built.
 if(TARGET granule_server)
   target_link_libraries(granule_gui PUBLIC granule_server)

@@ -1,6 +1,9 @@
 // The message list behind ChatView.
 #include "message_model.h"
 
+#include <QJsonDocument>
+#include <QJsonObject>
+
 #include "markdown_blocks.h"
 
 namespace granule::app {
@@ -43,6 +46,8 @@ QVariant MessageModel::value(int row, int role) const {
     case ThinkingRole:
       return rows_[static_cast<size_t>(row)].generating && !m.reasoning.isEmpty() &&
              m.content.isEmpty();
+    case ToolRole:
+      return QJsonDocument::fromJson(m.tool.toUtf8()).object().toVariantMap();
     default:
       return {};
   }
@@ -174,6 +179,15 @@ int MessageModel::generatingRow() const {
   for (int i = count() - 1; i >= 0; --i)
     if (rows_[static_cast<size_t>(i)].generating) return i;
   return -1;
+}
+
+void MessageModel::replace(int row, const StoredMessage& message) {
+  if (row < 0 || row >= count()) return;
+  Row& r = rows_[static_cast<size_t>(row)];
+  r.stored = message;
+  r.blocks = splitMarkdownCodeBlocks(message.content);
+  const QModelIndex i = index(row);
+  Q_EMIT dataChanged(i, i);
 }
 
 }  // namespace granule::app

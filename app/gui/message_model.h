@@ -37,6 +37,9 @@ class MessageModel : public granule::app::ListModel {
     ReasoningRole,       // the model's reasoning before its answer ("" for none)
     ReasoningMsRole,     // how long it reasoned (from its first text to its answer)
     ThinkingRole,        // generating, and still in its reasoning (no answer yet)
+    // Tool use (StoredMessage::tool as an object): an assistant message's {"calls"}, a tool
+    // card's {"id", "name", "server", "arguments", "state", "error"}; empty for others.
+    ToolRole,
   };
   Q_ENUM(Role)
 
@@ -60,6 +63,8 @@ class MessageModel : public granule::app::ListModel {
   int viewStartRow() const { return view_start_row_; }
   void setViewStartRow(int row);
   void removeFrom(int row);
+  // Replaces the stored message at `row` (a tool card's state and result).
+  void replace(int row, const StoredMessage& message);
   // The row of the message being generated, or -1.
   int generatingRow() const;
 

@@ -94,8 +94,8 @@ QString ModelController::previewDetails() const {
 }
 
 double ModelController::fitKvBytes() const {
-  return static_cast<double>(fit_.kv_bytes_per_token) * static_cast<double>(fit_.context_per_chat) *
-         fit_.chats;
+  // The sliding-window layers' KV counts up to the window only (FitEstimate::kv_bytes_per_chat).
+  return static_cast<double>(fit_.kv_bytes_per_chat(fit_.context_per_chat)) * fit_.chats;
 }
 
 void ModelController::setContextLength(int tokens) {

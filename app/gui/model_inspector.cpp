@@ -49,8 +49,8 @@ QString fitSummary(const FitEstimate& fit) {
   const QLocale locale;  // the user's digit grouping
   const QString budget_source =
       fit.gpu ? QStringLiteral("VRAM budget") : QStringLiteral("host memory");
-  const quint64 kv_full = fit.kv_bytes_per_token * static_cast<quint64>(fit.context_per_chat) *
-                          static_cast<quint64>(fit.chats);
+  const quint64 kv_full =
+      fit.kv_bytes_per_chat(fit.context_per_chat) * static_cast<quint64>(fit.chats);
   if (fit.fits) {
     return QStringLiteral("Fits: weights %1 + KV up to %2 (%3 chats × %4 tokens) in %5 of %6.")
         .arg(formatBytes(fit.weights_bytes), formatBytes(kv_full))

@@ -107,12 +107,21 @@ std::vector<std::string> RemoteInferenceEngine::settings_not_applied(const Reque
   if (request.chat_options.enable_thinking.has_value() ||
       !request.chat_options.reasoning_effort.empty())
     lines.push_back("the reasoning setting is the local engine's: not sent");
+  if (!request.chat_options.tools_json.empty())
+    lines.push_back("the MCP servers' tools are not sent to an endpoint yet");
   return lines;
 }
 
 SequenceId RemoteInferenceEngine::submit(Request request) {
   if (request.prompt_tokens) {
     throw UnsupportedError("a remote engine takes messages, not a raw prompt");
+  }
+  // Not sent to the server yet: JSON output is refused rather than ignored; MCP tools (offered
+  // to every chat while a server is connected) are left out, so the chat works without them
+  // (settings_not_applied says so).
+  if (request.constraint.active()) {
+    throw UnsupportedError(
+        "JSON output is not sent to a remote engine yet: turn it off in the chat's settings");
   }
   remote::ChatRequest chat = chatRequest(request);
   const SequenceId id = next_id_++;

@@ -1,6 +1,9 @@
 // The editor's seed text, presets and slider spans.
 #include "sampling_editor.h"
 
+#include <QFile>
+
+#include "json_output.h"
 #include "sampling_presets.h"
 
 namespace granule::app {
@@ -25,7 +28,8 @@ constexpr SliderSpan kSliderSpans[] = {
 static_assert(kSamplingRanges.top_k.contains(200) && kSamplingRanges.min_p.contains(0.5) &&
               kSamplingRanges.repetition_penalty.contains(1.0) &&
               kSamplingRanges.repetition_penalty.contains(2.0) &&
-              kSamplingRanges.max_tokens.contains(16) && kSamplingRanges.max_tokens.contains(32768));
+              kSamplingRanges.max_tokens.contains(16) &&
+              kSamplingRanges.max_tokens.contains(32768));
 
 const SliderSpan* span(const QString& field) {
   for (const SliderSpan& s : kSliderSpans)
@@ -57,6 +61,37 @@ void SamplingEditor::setReasoning(const QString& reasoning) {
   SamplingSettings s = settings();
   s.reasoning = reasoning;
   write_(s);
+}
+
+void SamplingEditor::setJsonOutput(const QString& mode) {
+  static const QStringList kKnown = {QString(), QStringLiteral("object"), QStringLiteral("schema")};
+  if (!kKnown.contains(mode) || mode == settings().json_output) return;
+  // A schema mode needs a schema: setJsonSchema() turns it on.
+  if (mode == QStringLiteral("schema") && settings().json_schema.isEmpty()) return;
+  SamplingSettings s = settings();
+  s.json_output = mode;
+  write_(s);
+}
+
+QString SamplingEditor::setJsonSchema(const QString& text) {
+  const QString problem = jsonSchemaProblem(text);
+  if (!problem.isEmpty()) return problem;
+  SamplingSettings s = settings();
+  s.json_schema = text.trimmed();
+  s.json_output = QStringLiteral("schema");
+  if (s.json_schema != settings().json_schema || s.json_output != settings().json_output) write_(s);
+  return {};
+}
+
+QString SamplingEditor::loadJsonSchema(const QUrl& file) {
+  const QString path = file.isLocalFile() ? file.toLocalFile() : file.toString();
+  QFile in(path);
+  constexpr qint64 kMaxSchemaBytes = 1 << 20;
+  if (!in.open(QIODevice::ReadOnly))
+    return QStringLiteral("Cannot read %1: %2").arg(path, in.errorString());
+  if (in.size() > kMaxSchemaBytes)
+    return QStringLiteral("%1 is over 1 MiB: not a schema").arg(path);
+  return setJsonSchema(QString::fromUtf8(in.readAll()));
 }
 
 QString SamplingEditor::preset() const {

@@ -6,6 +6,7 @@
 
 #include <QObject>
 #include <QStringList>
+#include <QUrl>
 #include <functional>
 
 #include "worker_types.h"
@@ -28,6 +29,9 @@ class SamplingEditor : public QObject {
   Q_PROPERTY(QString seed READ seed WRITE setSeed NOTIFY changed)
   // The chat's reasoning setting: "" the model's default, "off", or "low"/"medium"/"high".
   Q_PROPERTY(QString reasoning READ reasoning WRITE setReasoning NOTIFY changed)
+  // The chat's JSON output: "" off, "object" any JSON object, "schema" (needs jsonSchema).
+  Q_PROPERTY(QString jsonOutput READ jsonOutput WRITE setJsonOutput NOTIFY changed)
+  Q_PROPERTY(QString jsonSchema READ jsonSchema NOTIFY changed)
   // The engine's preset the values match, or "custom".
   Q_PROPERTY(QString preset READ preset NOTIFY changed)
   // The engine's presets and "custom", for a preset box.
@@ -60,6 +64,14 @@ class SamplingEditor : public QObject {
   void setSeed(const QString& text);
   QString reasoning() const;
   void setReasoning(const QString& reasoning);
+  QString jsonOutput() const { return settings().json_output; }
+  void setJsonOutput(const QString& mode);
+  QString jsonSchema() const { return settings().json_schema; }
+  // Checks a schema and, when it is sound, stores it and turns JSON output to "schema".
+  // Returns "" or the one-line reason it was refused (nothing stored then).
+  Q_INVOKABLE QString setJsonSchema(const QString& text);
+  // The same with a file's text.
+  Q_INVOKABLE QString loadJsonSchema(const QUrl& file);
   QString preset() const;
   QStringList presets() const;
   Q_INVOKABLE void applyPreset(const QString& name);

@@ -59,11 +59,27 @@ struct SamplingSettings {
   // The chat's reasoning setting, for models that reason: "" the template's default (on),
   // "off" (enable_thinking false), or an effort "low" / "medium" / "high" (gpt-oss).
   QString reasoning;
+  // The chat's "JSON output": "" free text, "object" any JSON object, "schema" JSON valid under
+  // json_schema (checked when it was entered: jsonSchemaProblem()).
+  QString json_output;
+  QString json_schema;
 };
 
 struct PromptMessage {
-  QString role;  // "system", "user", "assistant"
+  QString role;  // "system", "user", "assistant", "tool"
   QString content;
+  // Tool use (rendered by the model's Jinja template): an assistant message's calls as OpenAI's
+  // tool_calls array, a tool message's call id and tool name.
+  QString tool_calls_json = {};
+  QString tool_call_id = {};
+  QString name = {};
+};
+
+// A tool call the model wrote (parsed from its reply in its template's format).
+struct ToolCallText {
+  QString id;
+  QString name;
+  QString arguments;  // a JSON object's text
 };
 
 struct GenerationRequest {
@@ -77,6 +93,11 @@ struct GenerationRequest {
   // OpenAI-compatible endpoint (EndpointsController), reached with `api_key` ("" sends none).
   QString engine;
   QString api_key;
+  // Tools the model may call: OpenAI's tools array ("" none). tool_choice: "" the model
+  // decides, "required" a call to any of them, or one tool's name (the reply is constrained to
+  // a call in the template's format).
+  QString tools_json;
+  QString tool_choice;
 };
 
 // Text that arrived for one chat since the previous batch.
@@ -90,6 +111,7 @@ struct TokenChunk {
   // Messages (after the system prompt) the engine left out so the conversation fits the
   // context: the model's view begins at that row of the chat.
   qint32 dropped_messages = 0;
+  QList<ToolCallText> tool_calls;  // calls completed in this batch
 };
 
 enum class GenerationEnd { Finished, Stopped, Failed };

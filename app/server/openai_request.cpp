@@ -252,7 +252,7 @@ bool enforced_keyword(const std::string& k) {
 }
 
 // Walks a schema; throws a 400 naming the first keyword the constraint would not enforce.
-void check_schema_keywords(const ojson& schema, const std::string& param) {
+void check_keywords(const ojson& schema, const std::string& param) {
   if (schema.is_boolean()) return;
   if (!schema.is_object()) throw bad(param, "'" + param + "' must be a JSON Schema (an object)");
   for (const auto& [key, value] : schema.items()) {
@@ -276,13 +276,13 @@ void check_schema_keywords(const ojson& schema, const std::string& param) {
     if (key == "properties" || key == "$defs" || key == "definitions") {
       if (!value.is_object()) throw bad(param, "'" + key + "' must be an object of schemas");
       for (const auto& [name, sub] : value.items())
-        check_schema_keywords(sub, param + "." + key + "." + name);
+        check_keywords(sub, param + "." + key + "." + name);
     } else if (key == "items" || key == "additionalProperties") {
-      if (value.is_object() || value.is_boolean()) check_schema_keywords(value, param + "." + key);
+      if (value.is_object() || value.is_boolean()) check_keywords(value, param + "." + key);
     } else if (key == "prefixItems" || key == "anyOf") {
       if (!value.is_array()) throw bad(param, "'" + key + "' must be an array of schemas");
       for (size_t i = 0; i < value.size(); ++i)
-        check_schema_keywords(value[i], param + "." + key + "[" + std::to_string(i) + "]");
+        check_keywords(value[i], param + "." + key + "[" + std::to_string(i) + "]");
     }
   }
 }
@@ -314,7 +314,7 @@ Constraint parse_constraint(const ojson& body) {
         throw bad("response_format.json_schema.strict",
                   "'response_format.json_schema.strict' must be a boolean");
       // strict or not, the reply is decoded under the schema: it always validates.
-      check_schema_keywords(*schema, "response_format.json_schema.schema");
+      check_keywords(*schema, "response_format.json_schema.schema");
       constraint = Constraint::json_schema(schema->dump());
       ++given;
     } else if (type != "text") {
@@ -326,7 +326,7 @@ Constraint parse_constraint(const ojson& body) {
   }
   if (const auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw bad("json_schema", "'json_schema' must be a JSON Schema object");
-    check_schema_keywords(*it, "json_schema");
+    check_keywords(*it, "json_schema");
     constraint = Constraint::json_schema(it->dump());
     ++given;
   }
@@ -422,6 +422,10 @@ std::vector<std::string> parse_stop(const json& body) {
 }
 
 }  // namespace
+
+void check_schema_keywords(const nlohmann::ordered_json& schema, const std::string& param) {
+  check_keywords(schema, param);
+}
 
 json error_json(const ApiError& error) {
   return {{"error",

@@ -35,6 +35,11 @@ struct ApiError : std::runtime_error {
 
 nlohmann::json error_json(const ApiError& error);
 
+// Throws a 400 ApiError naming the first keyword of `schema` the structured-output constraint
+// would not enforce (the window checks its chats' schemas the same way); `param` names the
+// schema in the message.
+void check_schema_keywords(const nlohmann::ordered_json& schema, const std::string& param);
+
 enum class Endpoint { ChatCompletions, Completions };
 
 // A request as the engine will run it, with what the response needs to say about it.

@@ -449,6 +449,7 @@ struct OpenAiServer::Impl {
         request.constraint = parsed.constraint;
         std::shared_ptr<ReasoningParser> parser;      // used on the engine thread only
         std::shared_ptr<ToolCallParser> tool_parser;  // the same
+        ReasoningFormat tmpl_format = ReasoningFormat::None;
         int64_t prompt_tokens = 0;
         const Tokenizer& tokenizer = e.tokenizer();
         if (endpoint == Endpoint::Completions) {
@@ -501,8 +502,9 @@ struct OpenAiServer::Impl {
           request.messages = std::move(parsed.messages);
           request.chat_options = parsed.chat_options;
           // The reply's reasoning (<think>, harmony's analysis) goes to reasoning_content.
-          if (tmpl->reasoning_format() != ReasoningFormat::None)
-            parser = std::make_shared<ReasoningParser>(tmpl->reasoning_format());
+          tmpl_format = tmpl->reasoning_format();
+          if (tmpl_format != ReasoningFormat::None)
+            parser = std::make_shared<ReasoningParser>(tmpl_format);
           // The template's end-of-turn markers end the reply, beside the client's stops.
           for (const std::string& stop : tmpl->stop_strings())
             request.sampling.stop_strings.push_back(stop);
@@ -524,12 +526,37 @@ struct OpenAiServer::Impl {
           c.tool_call_count += static_cast<int>(d.calls.size());
           for (ToolCall& call : d.calls) c.tool_calls.push_back(std::move(call));
         };
-        request.sink.on_token = [channel, parser, take_content, counted = completion_tokens](
-                                    SequenceId, const std::string& text, int32_t token) {
+        // Harmony: calls are whole messages, taken from the raw reply before the ReasoningParser
+        // splits the rest into reasoning and answer.
+        const bool harmony_calls = tool_parser && parser && tmpl_format == ReasoningFormat::Harmony;
+        const auto take_harmony = [tool_parser, parser](Channel& c, const std::string& text,
+                                                        bool at_end) {
+          ToolCallParser::Delta d = tool_parser->push(text);
+          if (at_end) {
+            ToolCallParser::Delta rest = tool_parser->finish();
+            d.content += rest.content;
+            for (ToolCall& call : rest.calls) d.calls.push_back(std::move(call));
+          }
+          ReasoningDelta delta = parser->push(d.content);
+          if (at_end) {
+            ReasoningDelta rest = parser->finish();
+            delta.reasoning += rest.reasoning;
+            delta.content += rest.content;
+          }
+          c.text += delta.content;
+          c.reasoning += delta.reasoning;
+          c.tool_call_count += static_cast<int>(d.calls.size());
+          for (ToolCall& call : d.calls) c.tool_calls.push_back(std::move(call));
+        };
+        request.sink.on_token = [channel, parser, take_content, take_harmony, harmony_calls,
+                                 counted = completion_tokens](SequenceId, const std::string& text,
+                                                              int32_t token) {
           if (token != kNoToken) counted->fetch_add(1, std::memory_order_relaxed);
           {
             std::lock_guard lock(channel->mutex);
-            if (parser) {
+            if (harmony_calls) {
+              take_harmony(*channel, text, false);
+            } else if (parser) {
               ReasoningDelta delta = parser->push(text);
               take_content(*channel, delta.content, false);
               channel->reasoning += delta.reasoning;
@@ -557,11 +584,13 @@ struct OpenAiServer::Impl {
             channel->logprobs.push_back(lp);
           };
         }
-        request.sink.on_finish = [channel, parser, take_content](SequenceId, FinishReason reason,
-                                                                 const std::string& error) {
+        request.sink.on_finish = [channel, parser, take_content, take_harmony, harmony_calls](
+                                     SequenceId, FinishReason reason, const std::string& error) {
           {
             std::lock_guard lock(channel->mutex);
-            if (parser) {
+            if (harmony_calls) {
+              take_harmony(*channel, "", true);
+            } else if (parser) {
               ReasoningDelta delta = parser->finish();
               take_content(*channel, delta.content, true);
               channel->reasoning += delta.reasoning;

@@ -13,6 +13,16 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+// Harmony's control tokens, rendered as text by the detokenizer for harmony vocabularies.
+constexpr std::string_view kHarmonyStart = "<|start|>";
+constexpr std::string_view kHarmonyChannel = "<|channel|>";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyCall = "<|call|>";
+constexpr std::string_view kHarmonyEnd = "<|end|>";
+constexpr std::string_view kHarmonyReturn = "<|return|>";
+constexpr std::string_view kHarmonyRecipient = "to=functions.";
+// A header longer than this without <|message|> is not a header (as the ReasoningParser).
+constexpr size_t kMaxHarmonyHeaderBytes = 256;
 
 // The longest suffix of `text` that is a proper prefix of `marker`.
 size_t holdback(std::string_view text, std::string_view marker) {
@@ -172,9 +182,8 @@ bool ToolCallParser::take_json(std::string_view text, Delta& out) {
 }
 
 void ToolCallParser::run(Delta& out, bool at_end) {
-  if (format_ == ToolCallFormat::Harmony) {  // not parsed: the text as it is
-    out.content += pending_;
-    pending_.clear();
+  if (format_ == ToolCallFormat::Harmony) {
+    run_harmony(out, at_end);
     return;
   }
   if (format_ == ToolCallFormat::Llama3 || format_ == ToolCallFormat::Mistral) {
@@ -225,8 +234,11 @@ void ToolCallParser::run(Delta& out, bool at_end) {
     const size_t close = pending_.find(kHermesClose);
     if (close == std::string::npos) {
       if (!at_end) return;
-      // The reply ended inside a call: a complete JSON is still a call, else it is text.
-      if (!take_json(pending_, out)) out.content += std::string(kHermesOpen) + pending_;
+      // The reply ended inside a call: a complete JSON is still a call (also when the limit cut
+      // its closing tag short), else it is text.
+      const std::string_view body =
+          std::string_view(pending_).substr(0, pending_.size() - holdback(pending_, kHermesClose));
+      if (!take_json(body, out)) out.content += std::string(kHermesOpen) + pending_;
       pending_.clear();
       in_call_ = false;
       return;
@@ -236,6 +248,95 @@ void ToolCallParser::run(Delta& out, bool at_end) {
       out.content += std::string(kHermesOpen) + body + std::string(kHermesClose);
     pending_.erase(0, close + kHermesClose.size());
     in_call_ = false;
+  }
+}
+
+// Harmony: messages are "<header><|message|><body><end tag>", a header beginning at the reply's
+// start, at <|start|> or at <|channel|>. A message whose header names a recipient
+// "to=functions.NAME" is a call whose body is the arguments' JSON, ended by <|call|> (or by the
+// reply's end, when <|call|> stops generation and is not written).
+void ToolCallParser::run_harmony(Delta& out, bool at_end) {
+  const auto release = [&](size_t n) {
+    out.content.append(pending_, 0, n);
+    pending_.erase(0, n);
+  };
+  for (;;) {
+    if (harmony_ == Harmony::Body) {
+      const size_t at = std::min(pending_.find(kHarmonyStart), pending_.find(kHarmonyChannel));
+      if (at == std::string::npos) {
+        const size_t keep = at_end ? 0
+                                   : std::max(holdback(pending_, kHarmonyStart),
+                                              holdback(pending_, kHarmonyChannel));
+        release(pending_.size() - keep);
+        return;
+      }
+      release(at);
+      harmony_ = Harmony::Header;
+      continue;
+    }
+    if (harmony_ == Harmony::Header) {
+      // A plain-text reply (no header at all) is not held back.
+      const std::string_view head = pending_;
+      const bool may_be_header = head.starts_with("<") || head.starts_with(" to=") ||
+                                 head.starts_with("to=") ||
+                                 std::string_view(" to=").starts_with(head);
+      if (!head.empty() && !may_be_header) {
+        harmony_ = Harmony::Body;
+        continue;
+      }
+      const size_t message = pending_.find(kHarmonyMessage);
+      if (message == std::string::npos) {
+        if (at_end || pending_.size() > kMaxHarmonyHeaderBytes) {
+          release(pending_.size());
+          harmony_ = Harmony::Body;
+        }
+        return;
+      }
+      const std::string_view header = head.substr(0, message);
+      const size_t to = header.find(kHarmonyRecipient);
+      if (to == std::string_view::npos) {  // another message: passed on whole
+        release(message + kHarmonyMessage.size());
+        harmony_ = Harmony::Body;
+        continue;
+      }
+      std::string_view name = header.substr(to + kHarmonyRecipient.size());
+      name = name.substr(0, name.find_first_of(" \t\r\n<"));
+      call_name_ = std::string(name);
+      call_header_ = pending_.substr(0, message + kHarmonyMessage.size());
+      pending_.erase(0, message + kHarmonyMessage.size());
+      harmony_ = Harmony::CallBody;
+      continue;
+    }
+    // The call's arguments, up to the tag that ends the message.
+    size_t cut = std::string::npos;
+    std::string_view tag;
+    for (std::string_view end :
+         {kHarmonyCall, kHarmonyEnd, kHarmonyReturn, kHarmonyStart, kHarmonyChannel}) {
+      const size_t at = pending_.find(end);
+      if (at < cut) {
+        cut = at;
+        tag = end;
+      }
+    }
+    if (cut == std::string::npos && !at_end) return;
+    const std::string body = pending_.substr(0, cut);
+    const json args = json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+    if (!call_name_.empty() && args.is_object()) {
+      out.calls.push_back(
+          {id_prefix_ + "_" + std::to_string(next_index_++), call_name_, args.dump()});
+    } else {  // not a call after all (a truncated reply): the message as it came
+      out.content += call_header_ + body;
+      if (tag == kHarmonyCall || tag == kHarmonyEnd || tag == kHarmonyReturn) out.content += tag;
+    }
+    if (cut == std::string::npos) {
+      pending_.clear();
+    } else {
+      const bool ends_message = tag == kHarmonyCall || tag == kHarmonyEnd || tag == kHarmonyReturn;
+      pending_.erase(0, ends_message ? cut + tag.size() : cut);
+    }
+    call_name_.clear();
+    call_header_.clear();
+    harmony_ = Harmony::Body;
   }
 }
 

@@ -19,7 +19,7 @@ enum class ToolCallFormat {
   Hermes,   // Hermes / Qwen: <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>
   Llama3,   // Llama 3.1+: {"name": ..., "parameters": {...}} as the whole reply
   Mistral,  // Mistral: [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]
-  Harmony,  // gpt-oss: a commentary message to=functions.NAME (not parsed yet)
+  Harmony,  // gpt-oss: a commentary message to=functions.NAME <|constrain|>json<|message|>{...}
 };
 ToolCallFormat tool_call_format(const ChatTemplate& chat_template);
 const char* tool_call_format_name(ToolCallFormat format);
@@ -43,6 +43,9 @@ std::optional<Constraint> tool_call_constraint(ToolCallFormat format,
 
 // Splits a streamed reply into its text and its tool calls. Text that may begin a call is held
 // back until it is known not to; a call is released once complete.
+// Harmony reads the raw reply, before the ReasoningParser: a call is a whole message (its header
+// names the recipient), so the parser takes the call messages out and passes every other message
+// on as it came, tags included, for the ReasoningParser to split into reasoning and answer.
 class ToolCallParser {
  public:
   // `id_prefix` names the calls: "<id_prefix>_<index>".
@@ -61,6 +64,7 @@ class ToolCallParser {
   // Parses one call's JSON (Hermes, Llama 3) or array of calls (Mistral) into `out`; false
   // when it is not a call.
   bool take_json(std::string_view text, Delta& out);
+  void run_harmony(Delta& out, bool at_end);
 
   ToolCallFormat format_;
   std::string id_prefix_;
@@ -69,6 +73,12 @@ class ToolCallParser {
   bool in_call_ = false;  // Hermes: after <tool_call>
   bool whole_ = false;    // Llama 3 / Mistral: the reply is a call; kept whole until the end
   int next_index_ = 0;
+  // Harmony: where the parser is in the stream of messages.
+  enum class Harmony { Header, Body, CallBody };
+  Harmony harmony_ = Harmony::Header;  // the reply begins with a header ("<|start|>assistant" is
+                                       // the prompt's)
+  std::string call_name_;              // Harmony: the recipient of the call being read
+  std::string call_header_;            // Harmony: its header, released as text if not a call
 };
 
 }  // namespace granule::server

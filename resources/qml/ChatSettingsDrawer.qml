@@ -1,5 +1,5 @@
-// ChatSettingsDrawer: the open chat's system prompt, reasoning (for a model that reasons) and
-// sampling settings.
+// ChatSettingsDrawer: the open chat's system prompt, reasoning (for a model that reasons), JSON
+// output and sampling settings.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -76,6 +76,7 @@ Drawer {
                     onActivated: drawer.chats.sampling.reasoning = currentValue
                 }
             }
+            JsonOutputSetting { editor: drawer.chats.sampling }
             SettingSlider { name: qsTr("Temperature"); editor: drawer.chats.sampling; field: "temperature" }
             SettingSlider { name: qsTr("Top-p"); editor: drawer.chats.sampling; field: "topP" }
             SettingSlider { name: qsTr("Min-p"); editor: drawer.chats.sampling; field: "minP" }

@@ -164,6 +164,7 @@ ApplicationWindow {
         telemetry: window.telemetry
         server: window.server
         endpoints: window.endpoints
+        mcp: window.chats.tools
     }
     ChatSettingsDrawer {
         id: chatSettings

@@ -131,6 +131,9 @@ PanelFrame {
             // The engine's SequenceTelemetry of the chat, its fields in camelCase.
             required property var sequence
             readonly property double kvCommitted: sequence.kvCommittedBytes
+            // Of it, the sliding-window layers' KV (Gemma's): flat at the window while the
+            // global layers' grows; 0 for a model without sliding layers.
+            readonly property double kvWindow: sequence.kvWindowCommittedBytes || 0
             readonly property double kvReserved: sequence.kvReservedBytes
             readonly property bool waiting: sequence.waiting
             readonly property int preemptions: sequence.preemptions
@@ -169,8 +172,19 @@ PanelFrame {
                     font.pixelSize: Theme.smallFontSize
                 }
                 Label {
-                    text: qsTr("%1 / %2").arg(Units.bytes(chatRow.kvCommitted))
-                                         .arg(Units.bytes(chatRow.kvReserved))
+                    // With sliding-window layers: the global layers' KV (growing) and the
+                    // window layers' (flat); the reserved range is in the tooltip.
+                    text: chatRow.kvWindow > 0
+                          ? qsTr("%1 global · %2 window")
+                                .arg(Units.bytes(chatRow.kvCommitted - chatRow.kvWindow))
+                                .arg(Units.bytes(chatRow.kvWindow))
+                          : qsTr("%1 / %2").arg(Units.bytes(chatRow.kvCommitted))
+                                           .arg(Units.bytes(chatRow.kvReserved))
+                    ToolTip.visible: kvHover.hovered && chatRow.kvWindow > 0
+                    ToolTip.text: qsTr("%1 committed of %2 reserved; the sliding-window layers keep their last tokens only")
+                                  .arg(Units.bytes(chatRow.kvCommitted))
+                                  .arg(Units.bytes(chatRow.kvReserved))
+                    HoverHandler { id: kvHover }
                     color: Theme.text
                     font.pixelSize: Theme.smallFontSize
                     font.family: Theme.monoFamily
@@ -187,6 +201,15 @@ PanelFrame {
                     radius: 3
                     width: chatRow.kvReserved > 0 ? Math.max(2, parent.width * chatRow.kvCommitted / chatRow.kvReserved) : 0
                     color: Theme.kv
+                    // The window layers' share, at the bar's end in a lighter shade.
+                    Rectangle {
+                        visible: chatRow.kvWindow > 0
+                        anchors.right: parent.right
+                        height: parent.height
+                        radius: 3
+                        width: chatRow.kvCommitted > 0 ? parent.width * chatRow.kvWindow / chatRow.kvCommitted : 0
+                        color: Qt.lighter(Theme.kv, 1.5)
+                    }
                 }
             }
         }

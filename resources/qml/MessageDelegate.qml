@@ -28,6 +28,9 @@ Item {
     required property string reasoning
     required property double reasoningMs
     required property bool thinking
+    // Tool use: a tool message is a card (ToolCallCard) instead of a bubble.
+    required property var tool
+    readonly property bool isToolCard: speaker === "tool"
     // Why the chat waits ("slot", "memory", or ""): an unstarted answer says so instead of
     // "thinking".
     property string waitingReason: ""
@@ -45,12 +48,14 @@ Item {
     }
     readonly property string stopCaption: ({
         "eos": qsTr("end of text"), "stop": qsTr("stop string"), "length": qsTr("length limit"),
-        "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error")
+        "cancelled": qsTr("stopped"), "interrupted": qsTr("interrupted"), "error": qsTr("error"),
+        "tool_calls": qsTr("called a tool")
     })[finishReason] ?? ""
     readonly property bool fromUser: speaker === "user"
     property bool editing: false
 
-    implicitHeight: bubble.implicitHeight + (viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0)
+    implicitHeight: (isToolCard ? toolCard.implicitHeight : bubble.implicitHeight)
+                    + (viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0)
 
     function startEditing() {
         editing = true
@@ -74,8 +79,19 @@ Item {
         Rectangle { Layout.fillWidth: true; implicitHeight: 1; color: Theme.border }
     }
 
+    ToolCallCard {
+        id: toolCard
+        visible: message.isToolCard
+        y: message.viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0
+        width: parent.width
+        tool: message.isToolCard ? message.tool : ({})
+        result: message.content
+        onAnswered: (answer) => message.chats.answerToolCall(message.index, answer)
+    }
+
     Rectangle {
         id: bubble
+        visible: !message.isToolCard
         y: message.viewStartsHere ? viewMarker.implicitHeight + Theme.spacing : 0
         anchors.right: message.fromUser ? parent.right : undefined
         anchors.left: message.fromUser ? undefined : parent.left

@@ -15,6 +15,7 @@ GranuleDialog {
     required property TelemetryModel telemetry
     required property ApiServerController server
     required property EndpointsController endpoints
+    property McpController mcp: null
     readonly property var streaming: telemetry.frame.streaming
     readonly property bool gpu: telemetry.frame.device.gpu
     readonly property list<string> themes: ["system", "light", "dark"]
@@ -292,6 +293,7 @@ GranuleDialog {
                 Layout.fillWidth: true
                 endpoints: dialog.endpoints
             }
+            McpServersSection { mcp: dialog.mcp; visible: dialog.mcp !== null }
         }
     }
 }

@@ -13,9 +13,13 @@
 #include "chat_controller.h"
 #include "chat_store.h"
 #include "conversation_list_model.h"
+#include "granule/error.h"
+#include "json_output.h"
 #include "markdown_blocks.h"
+#include "mcp_controller.h"
 #include "message_model.h"
 #include "model_inspector.h"
+#include "reply_parser.h"
 #include "telemetry_model.h"
 #include "window_settings.h"
 
@@ -143,7 +147,7 @@ class ModelsTest : public QObject {
     QCOMPARE(model.roleNames().value(MessageModel::SpeakerRole), QByteArray("speaker"));
     QCOMPARE(model.roleNames().value(MessageModel::TimeToFirstTokenMsRole),
              QByteArray("timeToFirstTokenMs"));
-    QCOMPARE(model.roleNames().size(), 16);
+    QCOMPARE(model.roleNames().size(), 17);
   }
 
   // A reasoning model's reply: reasoning streams apart from the answer, its time runs until
@@ -186,6 +190,174 @@ class ModelsTest : public QObject {
     QCOMPARE(stored[0].reasoning_ms, 2000.0);
     QCOMPARE(store.conversations().at(0).sampling.reasoning, QStringLiteral("off"));
     QVERIFY(chatToJson(store.conversations().at(0), stored).contains("\"reasoning\""));
+  }
+
+  // The chat's JSON output: a schema is checked when entered (one line when refused, nothing
+  // stored), the setting is saved with the chat, and it is the engine's constraint.
+  void jsonOutputIsCheckedStoredAndConstrains() {
+    SamplingSettings settings;
+    SamplingEditor editor([&]() -> const SamplingSettings& { return settings; },
+                          [&](const SamplingSettings& s) { settings = s; });
+    QCOMPARE(jsonOutputConstraint(settings).kind, granule::ConstraintKind::None);
+    editor.setJsonOutput("schema");  // no schema yet: stays off
+    QCOMPARE(editor.jsonOutput(), QString());
+    editor.setJsonOutput("object");
+    QCOMPARE(jsonOutputConstraint(settings).kind, granule::ConstraintKind::JsonObject);
+    const QString not_json = editor.setJsonSchema("{\"type\": ");
+    QVERIFY2(not_json.startsWith("Not JSON: parse error at line 1"), qPrintable(not_json));
+    QVERIFY(!not_json.contains('\n'));
+    QCOMPARE(editor.setJsonSchema("[1, 2]"),
+             QStringLiteral("A JSON Schema is an object, like {\"type\": \"object\"}."));
+    // The server's rule (when the window has the server library): a keyword the constraint
+    // would not enforce is refused.
+    if (toolCallsAvailable()) {
+      const QString unsupported = editor.setJsonSchema(R"({"type": "string", "format": "email"})");
+      QVERIFY2(unsupported.contains("'format'"), qPrintable(unsupported));
+    }
+    QCOMPARE(editor.jsonOutput(), QStringLiteral("object"));  // nothing stored by a refusal
+    const QString schema = R"({"type": "object", "properties": {"name": {"type": "string"}}})";
+    QCOMPARE(editor.setJsonSchema(schema), QString());
+    QCOMPARE(editor.jsonOutput(), QStringLiteral("schema"));
+    const granule::Constraint c = jsonOutputConstraint(settings);
+    QCOMPARE(c.kind, granule::ConstraintKind::JsonSchema);
+    QCOMPARE(QString::fromStdString(c.source), schema);
+    QTemporaryDir dir;
+    const QString file = dir.filePath("schema.json");
+    {
+      QFile out(file);
+      QVERIFY(out.open(QIODevice::WriteOnly));
+      out.write(R"({"type": "array", "items": {"type": "integer"}})");
+    }
+    QCOMPARE(editor.loadJsonSchema(QUrl::fromLocalFile(file)), QString());
+    QVERIFY(editor.jsonSchema().contains("integer"));
+    QVERIFY(editor.loadJsonSchema(QUrl::fromLocalFile(dir.filePath("missing.json")))
+                .startsWith("Cannot read"));
+
+    ChatStore store(dir.filePath("granule.sqlite"));
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    StoredConversation chat;
+    chat.title = "json";
+    chat.sampling = settings;
+    QVERIFY(store.createConversation(chat));
+    const SamplingSettings back = store.conversations().at(0).sampling;
+    QCOMPARE(back.json_output, QStringLiteral("schema"));
+    QCOMPARE(back.json_schema, settings.json_schema);
+    editor.setJsonOutput("");
+    QCOMPARE(jsonOutputConstraint(settings).kind, granule::ConstraintKind::None);
+  }
+
+  // The worker's reply parser: reasoning first, then the answer's tool calls (Hermes, for a
+  // ChatML model), split at every byte.
+  void replyParserSplitsReasoningAnswerAndCalls() {
+    if (!toolCallsAvailable()) QSKIP("this build parses no tool calls (no server library)");
+    const granule::ChatTemplate chatml = granule::ChatTemplate::from_name("chatml");
+    const std::string reply =
+        "<think>Need the weather.</think>Checking.<tool_call>\n{\"name\": \"weather\", "
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    for (size_t piece : {size_t(1), size_t(5), reply.size()}) {
+      ReplyParser parser(granule::ReasoningFormat::Think, &chatml, /*tools=*/true, "call_7");
+      std::string reasoning, content;
+      QList<ToolCallText> calls;
+      const auto take = [&](ReplyDelta d) {
+        reasoning += d.reasoning;
+        content += d.content;
+        calls.append(d.calls);
+      };
+      for (size_t i = 0; i < reply.size(); i += piece) take(parser.push(reply.substr(i, piece)));
+      take(parser.finish());
+      QCOMPARE(QString::fromStdString(reasoning), QStringLiteral("Need the weather."));
+      QCOMPARE(QString::fromStdString(content), QStringLiteral("Checking."));
+      QCOMPARE(calls.size(), 1);
+      QCOMPARE(calls[0].id, QStringLiteral("call_7_0"));
+      QCOMPARE(calls[0].name, QStringLiteral("weather"));
+      QCOMPARE(calls[0].arguments, QStringLiteral(R"({"city":"Paris"})"));
+    }
+    // gpt-oss: the call is a whole harmony message, taken before the reasoning is split.
+    if (granule::ChatTemplate::jinja_available()) {
+      QFile source(GRANULE_SOURCE_DIR "/tests/data/chat/gpt_oss.jinja");
+      QVERIFY(source.open(QIODevice::ReadOnly));
+      const granule::ChatTemplate gpt_oss =
+          granule::ChatTemplate::detect(source.readAll().toStdString());
+      const std::string harmony =
+          "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>"
+          "commentary to=functions.weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}";
+      for (size_t piece : {size_t(1), size_t(4), harmony.size()}) {
+        ReplyParser parser(granule::ReasoningFormat::Harmony, &gpt_oss, /*tools=*/true, "call_9");
+        std::string reasoning, content;
+        QList<ToolCallText> calls;
+        const auto take = [&](ReplyDelta d) {
+          reasoning += d.reasoning;
+          content += d.content;
+          calls.append(d.calls);
+        };
+        for (size_t i = 0; i < harmony.size(); i += piece)
+          take(parser.push(harmony.substr(i, piece)));
+        take(parser.finish());
+        QCOMPARE(QString::fromStdString(reasoning), QStringLiteral("Need the weather."));
+        QCOMPARE(QString::fromStdString(content), QString());
+        QCOMPARE(calls.size(), 1);
+        QCOMPARE(calls[0].name, QStringLiteral("weather"));
+        QCOMPARE(calls[0].arguments, QStringLiteral(R"({"city":"Oslo"})"));
+      }
+      // A forced call cannot be constrained in harmony (its markers are control tokens).
+      QVERIFY_THROWS_EXCEPTION(granule::UsageError,
+                               toolChoiceConstraint(&gpt_oss, "[]", "required"));
+    }
+    // Without tools the same reply is text.
+    ReplyParser plain(granule::ReasoningFormat::None, &chatml, /*tools=*/false, "call_8");
+    ReplyDelta d = plain.push("<tool_call>x</tool_call>");
+    QCOMPARE(QString::fromStdString(d.content + plain.finish().content),
+             QStringLiteral("<tool_call>x</tool_call>"));
+    // A forced call: the structural tag for a named tool, refused for an unknown one.
+    const std::string tools =
+        R"([{"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}])";
+    QCOMPARE(toolChoiceConstraint(&chatml, tools, "weather").kind,
+             granule::ConstraintKind::StructuralTag);
+    QVERIFY_THROWS_EXCEPTION(granule::UsageError, toolChoiceConstraint(&chatml, tools, "nope"));
+  }
+
+  // An MCP server's command line, split as a shell splits words.
+  void mcpCommandLinesSplitAsAShellWould() {
+    QString error;
+    QCOMPARE(splitCommandLine("python3 '/a b/c.py'  stdio \"x \\\"y\\\"\" a\\ b ''", &error),
+             (QStringList{"python3", "/a b/c.py", "stdio", "x \"y\"", "a b", ""}));
+    QVERIFY(error.isEmpty());
+    QVERIFY(splitCommandLine("npx 'unclosed", &error).isEmpty());
+    QCOMPARE(error, QStringLiteral("The command has an unclosed ' quote."));
+  }
+
+  // Tool use in the store: an assistant message's calls and a tool card (schema 6).
+  void storeKeepsToolCallsAndCards() {
+    QTemporaryDir dir;
+    ChatStore store(dir.filePath("granule.sqlite"));
+    QVERIFY2(store.ok(), qPrintable(store.error()));
+    StoredConversation chat;
+    chat.title = "tools";
+    const qint64 chat_id = store.createConversation(chat).value();
+    StoredMessage reply{0, chat_id, 0, "assistant", "", 0, "eos", 0};
+    // (Not a raw string: moc misreads one holding \".)
+    reply.tool =
+        "{\"calls\":[{\"id\":\"call_1\",\"name\":\"weather\",\"arguments\":\"{\\\"city\\\":"
+        "\\\"Paris\\\"}\"}]}";
+    reply.id = store.insertMessage(reply).value();
+    StoredMessage card{0, chat_id, 1, "tool", "", 0, "", 0};
+    card.parent_id = reply.id;
+    card.tool = R"({"id":"call_1","name":"weather","state":"asking"})";
+    card.id = store.insertMessage(card).value();
+    card.content = "Paris: 21 °C";
+    card.tool = R"({"id":"call_1","name":"weather","state":"done"})";
+    QVERIFY(store.updateMessage(card));
+    const QList<StoredMessage> stored = store.messages(chat_id);
+    QCOMPARE(stored.size(), 2);
+    QCOMPARE(stored[0].tool, reply.tool);
+    QCOMPARE(stored[1].role, QStringLiteral("tool"));
+    QCOMPARE(stored[1].content, QStringLiteral("Paris: 21 °C"));
+    QVERIFY(stored[1].tool.contains("\"done\""));
+    MessageModel model;
+    model.setMessages(stored);
+    QCOMPARE(model.data(model.index(1), MessageModel::ToolRole).toMap().value("state").toString(),
+             QStringLiteral("done"));
+    QCOMPARE(model.roleNames().value(MessageModel::ToolRole), QByteArray("tool"));
   }
 
   void conversationListOrdersFiltersAndRestores() {

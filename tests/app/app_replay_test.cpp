@@ -2,11 +2,13 @@
 // streaming under way is read generically into frames, played into the TelemetryModel at its
 // recorded pace (or faster, looping), and reaches QML's camelCase maps; bad files give one
 // line naming the line at fault; the Application replays without a model and keeps the
-// worker's live frames out of the panels.
+// worker's live frames out of the panels; a long Gemma-shaped chat's recording keeps its window
+// KV flat while its KV grows.
 #include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <algorithm>
 
 #include "application.h"
 #include "fake_inference_engine.h"
@@ -189,6 +191,45 @@ class ReplayTest : public QObject {
     QCOMPARE(ledger.value("staging").toDouble(), 1073741824.0);
     QCOMPARE(model.rowCount(), 2);
     QVERIFY(model.isWaiting(2));
+  }
+
+  // A recording of a long Gemma-shaped chat (granule-cli run --telemetry-out on the small-gemma3
+  // preset, CPU, a prompt of 2,976 tokens and 800 generated; thinned to 54 frames): past the
+  // prompt the chat's KV grows while its sliding-window layers' KV stays flat (KV by layer kind),
+  // and QML reads both from the chat's row.
+  void gemmaWindowRecordingKeepsWindowKvFlat() {
+    const ReplayFrames recorded =
+        readTelemetryFrames(QStringLiteral(GRANULE_TEST_DATA_DIR "/gemma_window_frames.jsonl"));
+    QVERIFY2(recorded.ok(), qPrintable(recorded.error));
+    quint64 first_kv = 0, last_kv = 0, window_low = ~quint64{0}, window_high = 0;
+    int decoding = 0;
+    const TelemetryFrame* last = nullptr;
+    for (const TelemetryFrame& frame : recorded.frames) {
+      if (frame.chats.isEmpty()) continue;
+      const granule::SequenceTelemetry& s = frame.chats.front().sequence;
+      if (s.tokens <= 2976) continue;  // the prompt's chunks hold a chunk beside the window
+      ++decoding;
+      if (first_kv == 0) first_kv = s.kv_committed_bytes;
+      last_kv = s.kv_committed_bytes;
+      window_low = std::min<quint64>(window_low, s.kv_window_committed_bytes);
+      window_high = std::max<quint64>(window_high, s.kv_window_committed_bytes);
+      last = &frame;
+    }
+    QVERIFY(decoding >= 30);
+    QVERIFY2(last_kv >= first_kv + (16ull << 20), qPrintable(QString::number(last_kv - first_kv)));
+    QVERIFY(window_high > 0);
+    // Flat: a granule mapped ahead, one unmapped behind (2 MiB granules; 160 KiB a token).
+    QVERIFY2(window_high - window_low <= (2ull << 20),
+             qPrintable(QString::number(window_high - window_low)));
+    QVERIFY(window_high < last_kv);
+
+    TelemetryModel model;
+    model.addFrame(*last);
+    QCOMPARE(model.rowCount(), 1);
+    const QVariantMap sequence = model.data(model.index(0), TelemetryModel::SequenceRole).toMap();
+    QCOMPARE(sequence.value("kvWindowCommittedBytes").toDouble(),
+             static_cast<double>(last->chats.front().sequence.kv_window_committed_bytes));
+    QCOMPARE(sequence.value("kvCommittedBytes").toDouble(), static_cast<double>(last_kv));
   }
 
   void loopingReplayKeepsTimeMovingForward() {

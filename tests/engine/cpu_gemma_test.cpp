@@ -371,9 +371,9 @@ TEST(GemmaWindow, SlidingLayersForgetWhatIsBehindTheWindow) {
 
 // ---- engine ----------------------------------------------------------------------------------
 
-// The case: Device Auto opens Gemma 3 and Gemma 4 files on the CPU on every machine (on a GPU
-// machine the CUDA backend refuses Gemma's layers and Auto falls back), with the CPU
-// backend's logits.
+// The case: Device Auto opens the tiny Gemma 3 and Gemma 4 files on the CPU on every machine (on
+// a GPU machine the CUDA backend refuses tiny-gemma3's head size 32 and Gemma 4's layers, and
+// Auto falls back), with the CPU backend's logits.
 void auto_runs_on_the_cpu(const char* preset) {
   test::TempModel file(SyntheticModelSpec::preset(preset), "gemma-engine");
   EngineOptions options;
@@ -410,19 +410,26 @@ TEST(GemmaEngine, AutoRunsOnTheCpu) {
 }
 
 #ifdef GRANULE_HAVE_CUDA
-// The case: the CUDA backend's check refuses Gemma by its layers, not only by a head size it
-// lacks (head 64 here, which the CUDA kernels take), naming Gemma.
-TEST(GemmaEngine, CudaRefusesGemmaLayers) {
+// The case: the CUDA backend's check takes Gemma 3's layers at a head size its kernels have
+// (64 here; tiny-gemma3's 32 stays refused by that size), and refuses Gemma 4's by name.
+TEST(GemmaEngine, CudaRunsGemma3RefusesGemma4Layers) {
+  auto refusal = [](const SyntheticModelSpec& s) {
+    test::TempModel file(s, "gemma-cuda-refusal");
+    const auto model_file = ModelFile::open(file.path);
+    const ModelFile& model = *model_file;
+    const ModelConfig c = ModelConfig::from_gguf(model);
+    const WeightTable w = WeightTable::from_gguf(model, c);
+    return cuda_model_refusal(c, w);
+  };
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-gemma3");
   s.n_embd = 256;
   s.head_dim = 64;
   s.n_ff = 256;
-  test::TempModel file(s, "gemma-cuda-refusal");
-  const auto model_file = ModelFile::open(file.path);
-  const ModelFile& model = *model_file;
-  const ModelConfig c = ModelConfig::from_gguf(model);
-  const WeightTable w = WeightTable::from_gguf(model, c);
-  EXPECT_NE(cuda_model_refusal(c, w).find("Gemma"), std::string::npos) << cuda_model_refusal(c, w);
+  EXPECT_EQ(refusal(s), "");
+  EXPECT_NE(refusal(SyntheticModelSpec::preset("tiny-gemma3")).find("head sizes"),
+            std::string::npos);
+  const std::string why = refusal(SyntheticModelSpec::preset("tiny-gemma4"));
+  EXPECT_NE(why.find("gemma4"), std::string::npos) << why;
 }
 #endif
 

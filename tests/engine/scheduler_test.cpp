@@ -369,7 +369,7 @@ TEST(SchedulerPressure, IdleKvGivesWayFirstThenWeightsThenRunningChats) {
   Fixture f(/*granules=*/5, /*slots=*/4, /*prefill_chunk_tokens=*/512);
   std::vector<std::string> events;
   KvCopier copier;
-  copier.to_host = [&events](int32_t, uint64_t, void*) {
+  copier.to_host = [&events](int32_t, int64_t, uint64_t, void*) {
     events.push_back("idle kv");
     return true;
   };
@@ -466,7 +466,7 @@ TEST(SchedulerPressure, SwappedKvComesBackAsACopyThePlanCarries) {
   Fixture f(/*granules=*/8, /*slots=*/1, /*prefill_chunk_tokens=*/512);
   int copies_out = 0;
   KvCopier copier;
-  copier.to_host = [&copies_out](int32_t, uint64_t bytes, void* host) {
+  copier.to_host = [&copies_out](int32_t, int64_t, uint64_t bytes, void* host) {
     std::memset(host, 0xab, bytes);
     ++copies_out;
     return true;

@@ -31,8 +31,13 @@ void expect_split_decodes_exactly(TensorType type, int64_t cols, const std::vect
                                   int64_t rows) {
   const uint32_t id = static_cast<uint32_t>(type);
   const int64_t gguf_row = static_cast<int64_t>(row_bytes(type, cols));
-  // Q4_K/Q5_K keep their scales and mins unpacked: 4 bytes more per 256 elements.
-  const int64_t extra = type == TensorType::Q4_K || type == TensorType::Q5_K ? cols / 256 * 4 : 0;
+  // Q4_K/Q5_K keep their scales and mins unpacked, Q3_K its scales: 4 bytes more per 256
+  // elements; IQ4_XS its scales: 2 more.
+  const int64_t extra =
+      type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q3_K
+          ? cols / 256 * 4
+      : type == TensorType::IQ4_XS ? cols / 256 * 2
+                                   : 0;
   const int64_t payload = gguf_row + extra;
   EXPECT_EQ(kernels::split::row_payload_bytes(id, cols), payload);
   const int64_t stride = split_row_stride(id, cols);
@@ -68,23 +73,47 @@ TEST_P(WeightSplit, DecodesToTheSameValuesAsTheGgufRow) {
   expect_split_decodes_exactly(type, cols, gguf, kRows);
 }
 
-// Q4_K/Q5_K blocks of random bytes (the f16 d and dmin kept finite): every 6-bit scale and
-// min, nibble and fifth bit takes arbitrary values, which a quantiser's output need not show.
+// Blocks of random bytes (the f16 scales kept finite): every 6-bit scale and min, nibble,
+// fifth and third bit takes arbitrary values, which a quantiser's output need not show.
 class WeightSplitRandomBytes : public ::testing::TestWithParam<Case> {};
 
-TEST_P(WeightSplitRandomBytes, KQuantRowsDecodeExactly) {
+// Where a block of the type keeps its f16 scales (d, dmin): block bytes and offsets.
+struct HalfFields {
+  size_t block;
+  std::vector<size_t> offsets;
+};
+HalfFields half_fields(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_K:
+      return {144, {0, 2}};
+    case TensorType::Q5_K:
+      return {176, {0, 2}};
+    case TensorType::Q2_K:
+      return {84, {80, 82}};
+    case TensorType::Q3_K:
+      return {110, {108}};
+    case TensorType::IQ4_NL:
+      return {18, {0}};
+    case TensorType::IQ4_XS:
+      return {136, {0}};
+    default:  // MXFP4: every E8M0 byte is a finite scale
+      return {17, {}};
+  }
+}
+
+TEST_P(WeightSplitRandomBytes, RowsOfRandomBlocksDecodeExactly) {
   const auto [type, cols] = GetParam();
   constexpr int64_t kRows = 3;
   std::mt19937 rng(static_cast<uint32_t>(cols) * 7 + 1);
   const int64_t gguf_row = static_cast<int64_t>(row_bytes(type, cols));
-  const int64_t block = type == TensorType::Q4_K ? 144 : 176;
+  const HalfFields fields = half_fields(type);
   std::vector<uint8_t> gguf(static_cast<size_t>(kRows * gguf_row));
   for (uint8_t& b : gguf) b = static_cast<uint8_t>(rng());
-  for (size_t k = 0; k < gguf.size(); k += static_cast<size_t>(block)) {
-    for (int h = 0; h < 2; ++h) {  // d, dmin: sign, exponent 2^-8..2^-1, random mantissa
+  for (size_t k = 0; k < gguf.size(); k += fields.block) {
+    for (size_t offset : fields.offsets) {  // sign, exponent 2^-8..2^-1, random mantissa
       const uint16_t bits =
           static_cast<uint16_t>(((rng() & 1) << 15) | ((7 + rng() % 8) << 10) | (rng() & 0x3FF));
-      std::memcpy(&gguf[k + 2 * static_cast<size_t>(h)], &bits, 2);
+      std::memcpy(&gguf[k + offset], &bits, 2);
     }
   }
   expect_split_decodes_exactly(type, cols, gguf, kRows);
@@ -105,7 +134,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{TensorType::Q5_1, 1536}, Case{TensorType::Q5_1, 32}, Case{TensorType::Q4_K, 256},
         Case{TensorType::Q4_K, 768}, Case{TensorType::Q4_K, 4096}, Case{TensorType::Q4_K, 2816},
         Case{TensorType::Q5_K, 256}, Case{TensorType::Q5_K, 1280}, Case{TensorType::Q5_K, 4096},
-        Case{TensorType::Q5_K, 14336}),
+        Case{TensorType::Q5_K, 14336}, Case{TensorType::Q2_K, 256}, Case{TensorType::Q2_K, 4096},
+        Case{TensorType::Q2_K, 2816}, Case{TensorType::Q3_K, 256}, Case{TensorType::Q3_K, 768},
+        Case{TensorType::Q3_K, 14336}, Case{TensorType::IQ4_NL, 32}, Case{TensorType::IQ4_NL, 576},
+        Case{TensorType::IQ4_NL, 4096}, Case{TensorType::IQ4_XS, 256},
+        Case{TensorType::IQ4_XS, 1280}, Case{TensorType::IQ4_XS, 4096}, Case{TensorType::MXFP4, 64},
+        Case{TensorType::MXFP4, 2880}, Case{TensorType::MXFP4, 4096}),
     [](const auto& info) {
       return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
              std::to_string(info.param.cols);
@@ -114,25 +148,34 @@ INSTANTIATE_TEST_SUITE_P(
 INSTANTIATE_TEST_SUITE_P(
     KTypes, WeightSplitRandomBytes,
     ::testing::Values(Case{TensorType::Q4_K, 256}, Case{TensorType::Q4_K, 2816},
-                      Case{TensorType::Q5_K, 768}, Case{TensorType::Q5_K, 4096}),
+                      Case{TensorType::Q5_K, 768}, Case{TensorType::Q5_K, 4096},
+                      Case{TensorType::Q2_K, 256}, Case{TensorType::Q2_K, 1280},
+                      Case{TensorType::Q3_K, 256}, Case{TensorType::Q3_K, 2816},
+                      Case{TensorType::IQ4_NL, 96}, Case{TensorType::IQ4_XS, 768},
+                      Case{TensorType::MXFP4, 160}),
     [](const auto& info) {
       return std::string(tensor_type_name(static_cast<uint32_t>(info.param.type))) + "_" +
              std::to_string(info.param.cols);
     });
 
-TEST(WeightSplitSupport, OnlyTheEightKernelTypesAndWholeBlocks) {
+TEST(WeightSplitSupport, OnlyTheKernelTypesAndWholeBlocks) {
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q6_K)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q4_K)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_K)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_0)));
   EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q5_1)));
-  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::IQ4_NL)));
-  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::MXFP4)));
-  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q2_K)));
-  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::Q3_K)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::IQ4_NL)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::IQ4_XS)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::MXFP4)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q2_K)));
+  EXPECT_TRUE(split_layout_supported(static_cast<uint32_t>(TensorType::Q3_K)));
   EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::F16)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::BF16)));
+  EXPECT_FALSE(split_layout_supported(static_cast<uint32_t>(TensorType::F32)));
   std::vector<uint8_t> dst(4096);
-  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q3_K), dst.data(), 1, 256, dst.data()),
+  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::F16), dst.data(), 1, 256, dst.data()),
+               UsageError);
+  EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q3_K), dst.data(), 1, 288, dst.data()),
                UsageError);
   EXPECT_THROW(split_rows(static_cast<uint32_t>(TensorType::Q4_K), dst.data(), 1, 288, dst.data()),
                UsageError);
@@ -154,7 +197,10 @@ TEST(WeightSplitSupport, FitsOnlySupportedTypesWithWholeBlocksPerRow) {
   EXPECT_TRUE(fits(TensorType::Q5_K, 14336));
   EXPECT_FALSE(fits(TensorType::Q4_K, 96));  // whole 32-element blocks, not 256
   EXPECT_FALSE(fits(TensorType::Q5_K, 288));
-  EXPECT_FALSE(fits(TensorType::Q3_K, 256));  // no split layout for the type
+  EXPECT_TRUE(fits(TensorType::Q3_K, 256));
+  EXPECT_FALSE(fits(TensorType::IQ4_XS, 288));  // whole 32-element blocks, not 256
+  EXPECT_TRUE(fits(TensorType::MXFP4, 2880));
+  EXPECT_FALSE(fits(TensorType::BF16, 4096));  // no split layout for the type
   EXPECT_FALSE(fits(TensorType::F16, 4096));
 }
 

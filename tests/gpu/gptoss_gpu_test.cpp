@@ -192,16 +192,19 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
 // `slot` on the device.
 void poison_behind(Rig& rig, int32_t slot, int64_t end) {
   const ModelConfig& c = rig.config;
-  const int64_t token_bytes = rig.backend->kv_bytes_per_token();
-  const int64_t layer_bytes = token_bytes / c.n_layer;  // K and V of one layer, f16
+  const KvSpace& kv = *rig.kv;
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  uint8_t* base = rig.kv->slot_base(slot);
-  for (int64_t t = 0; t < end; ++t)
-    for (int64_t l = 0; l < c.n_layer; ++l)
-      if (c.layer_slides(l))
-        ASSERT_EQ(cudaMemset(base + t * token_bytes + l * layer_bytes, 0xFF,
-                             static_cast<size_t>(layer_bytes)),
-                  cudaSuccess);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!c.layer_slides(l)) continue;
+    // KV by layer kind: the sliding layers' part of the slot, token-major (kv_space.h); this
+    // test maps every token of it (map_through from 0).
+    const int part = c.kv_part(l);
+    const int64_t stride = kv.part(part).bytes_per_token;
+    const auto layer_bytes = static_cast<size_t>(c.kv_layer_elements(l) * 2);  // K, V in f16
+    uint8_t* first = kv.slot_base(slot) + kv.part_offset_bytes(part) + c.kv_offset_elements(l) * 2;
+    for (int64_t t = 0; t < end; ++t)
+      ASSERT_EQ(cudaMemset(first + t * stride, 0xFF, layer_bytes), cudaSuccess);
+  }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
@@ -212,7 +215,6 @@ TEST_P(GptOssGpu, ReadsOnlyTheWindow) {
   Rig gpu(model.path, options(true, false));
   const int64_t vocab = gpu.config.n_vocab, w = p.window;
   ASSERT_EQ(gpu.config.sliding_window, w);
-  ASSERT_EQ(gpu.backend->kv_bytes_per_token() % gpu.config.n_layer, 0);
   const std::vector<int32_t> prompt = random_tokens(300, vocab, 7);
   // Slot 0 intact, slot 1 poisoned behind the window of the next chunk's first row (position
   // 150 reads [151 - w, 150]), then both take the same 150-row chunk (flash prefill), then the

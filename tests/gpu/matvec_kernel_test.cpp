@@ -7,9 +7,9 @@
 // The int8-activation kernels are also held to the CPU oracle's product (the activations
 // rounded through int8 blocks as launch_quantize_q8 rounds them: cpu::round_through_q8), within
 // f32 summation order alone: 1e-5 of sum |w_i x_i|.
-// Q4_0/Q4_1/Q5_0/Q5_1/Q8_0/Q4_K/Q5_K/Q6_K run again on the split layout
-// (engine/include/granule/split_layout.h), whose kernels always read int8 activations. The
-// kernels run with the backend's configuration (GRANULE_* overrides included).
+// Every quantised type (Q4_0 ... Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) runs again on the
+// split layout (engine/include/granule/split_layout.h), whose kernels always read int8
+// activations. The kernels run with the backend's configuration (GRANULE_* overrides included).
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -93,9 +93,11 @@ struct NormedActivations {
 };
 
 // The types with a split layout, which the batch-1 split kernels run.
-constexpr TensorType kSplitTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
-                                      TensorType::Q5_1, TensorType::Q8_0, TensorType::Q4_K,
-                                      TensorType::Q5_K, TensorType::Q6_K};
+constexpr TensorType kSplitTypes[] = {
+    TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,   TensorType::Q5_1,
+    TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,   TensorType::Q6_K,
+    TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+    TensorType::MXFP4};
 
 // Per (column, row): the bound on |gpu - reference|.
 std::vector<double> error_bounds(const Encoded& w, const std::vector<float>& x, int64_t rows,
@@ -208,8 +210,7 @@ std::vector<Case> cases() {
   }
   // The split layout: the same shapes, plus rows long enough for several pipelined steps
   // (14336 = 448 sub-blocks), fewer sub-blocks than lanes (576 = 18), and every batch group.
-  for (TensorType t : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K,
-                       TensorType::Q5_0, TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K}) {
+  for (TensorType t : kSplitTypes) {
     for (Case c : {Case{t, 1, 256, 1}, Case{t, 37, 768, 3}, Case{t, 129, 512, 16},
                    Case{t, 300, 1536, 21}, Case{t, 61, 2816, 7}, Case{t, 70, 14336, 1},
                    Case{t, 517, 4096, 1}, Case{t, 45, 4608, 2}, Case{t, 23, 1024, 8}}) {
@@ -350,7 +351,8 @@ TEST(MatvecKernelTasks, Batch1NormHandOverMatchesCpu) {
   std::mt19937 rng(23);
   constexpr float kEps = 1e-5f;
   for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K,
-                          TensorType::Q6_K}) {
+                          TensorType::Q6_K, TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL,
+                          TensorType::IQ4_XS, TensorType::MXFP4}) {
     const std::string name(tensor_type_info(type).name);
     const int64_t rows = 256, cols = 512, next_rows = 64;  // the next product reads 256 wide
     const Encoded a = encode(type, rows, cols, rng, true);
@@ -499,8 +501,15 @@ TEST(MatvecKernelTasks, Batch1RopeEpilogueMatchesRopeKv) {
     };
     // A: the epilogue.
     kernels::MatvecInput in = product_in;
-    in.rope = {d_pos.get(), d_slot.get(), base_a.get(), d_freqs.get(), token_stride, kLayer, kKv,
-               kHeadDim};
+    in.rope = {.positions = d_pos.get(),
+               .slots = d_slot.get(),
+               .slot_base = base_a.get(),
+               .frequencies = d_freqs.get(),
+               .token_stride = token_stride,
+               .kv_offset = 0,
+               .layer = kLayer,
+               .n_kv = kKv,
+               .head_dim = kHeadDim};
     std::vector<kernels::MatvecTask> ta = tasks_for(out_a, true);
     CUDA_OK(kernels::launch_matvec(static_cast<uint32_t>(type), ta.data(), 3, in, config, nullptr));
     // B: the product, then rope_kv.
@@ -676,10 +685,15 @@ TEST(MatvecKernelTasks, Batch1StayingWarpsMatchTheBlockKernelBitwise) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(29);
   for (const int64_t cols : {2560, 576, 1024, 1536, 2048}) {
-    const int64_t rows[3] = {cols > 2048 ? 16384 : 49152, 1000, 77};
     const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(cols), rng);
     for (TensorType type : kSplitTypes) {
       if (!has_split(type) || cols % tensor_type_info(type).block_elems != 0) continue;
+      // The testkit's Q2_K/Q3_K/IQ4_NL/IQ4_XS encoders search scales (1-2 M values/s): two
+      // widths and 12,288 rows, still more than the grid's warps, keep them to seconds.
+      const bool slow_encoder = type == TensorType::Q2_K || type == TensorType::Q3_K ||
+                                type == TensorType::IQ4_NL || type == TensorType::IQ4_XS;
+      if (slow_encoder && (cols == 1536 || cols == 2048)) continue;
+      const int64_t rows[3] = {slow_encoder ? 12288 : cols > 2048 ? 16384 : 49152, 1000, 77};
       const std::string name =
           std::string(tensor_type_info(type).name) + " " + std::to_string(cols) + " wide";
       std::vector<Encoded> w;
@@ -801,9 +815,9 @@ TEST(MatvecKernelTasks, RejectsUnsupportedTypeAndShape) {
       kernels::launch_matvec(static_cast<uint32_t>(TensorType::F32), &t, 1, in, config, nullptr),
       cudaErrorInvalidValue);
   in.n_in = 256;
-  t.split_layout = true;  // no split layout for Q2_K
+  t.split_layout = true;  // no split layout for BF16
   EXPECT_EQ(
-      kernels::launch_matvec(static_cast<uint32_t>(TensorType::Q2_K), &t, 1, in, config, nullptr),
+      kernels::launch_matvec(static_cast<uint32_t>(TensorType::BF16), &t, 1, in, config, nullptr),
       cudaErrorInvalidValue);
 }
 

@@ -2,7 +2,8 @@
 // an H100/H200 runs and the block-staged one of devices with less shared memory per block)
 // against the split dp4a kernel (launch_matvec) on every element and against a host
 // double-precision reference from the same int8 activations on a sample of rows: Q4_0, Q4_1,
-// Q8_0 and Q6_K (which the block-staged kernel hands to the dp4a kernel itself), the model
+// Q8_0, and Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 (which the block-staged kernel hands to
+// the dp4a kernel itself), the model
 // shapes of SmolLM2 and an 8B model, odd row counts and short rows, batches from 1 to 512 (odd
 // ones, one to eight 64-column tiles), the three-matrix launch with accumulate, the fused SwiGLU
 // epilogue, and what it refuses.
@@ -62,7 +63,24 @@ void decode_row(const Matrix& m, int64_t r, std::vector<double>& value, std::vec
   const uint8_t* row = m.gguf.data() + r * m.gguf_row_bytes;
   value.resize(static_cast<size_t>(m.cols));
   term.resize(static_cast<size_t>(m.cols));
-  if (m.type == TensorType::Q6_K) {  // d * scale * (q - 32): no min term
+  if (m.type == TensorType::Q2_K) {  // d * sc * q - dmin * m: the min term on its own
+    for (int64_t k = 0; k < m.cols / 256; ++k) {
+      const auto* b = reinterpret_cast<const BlockQ2_K*>(row) + k;
+      const double d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+      for (int e = 0; e < 256; ++e) {  // quant.cpp's order: halves of 128, passes of 32
+        const int half = e / 128, pass = (e % 128) / 32, l = e % 32;
+        const uint8_t sc = b->scales[8 * half + 2 * pass + l / 16];
+        const int q = (b->qs[32 * half + l] >> (2 * pass)) & 3;
+        const size_t at = static_cast<size_t>(k * 256 + e);
+        value[at] = d * (sc & 0xF) * q - dmin * (sc >> 4);
+        term[at] = std::fabs(d) * (sc & 0xF) * q + std::fabs(dmin) * (sc >> 4);
+      }
+    }
+    return;
+  }
+  // d * scale * (q - 32), d * scale * q, d * level: no min term.
+  if (m.type == TensorType::Q6_K || m.type == TensorType::Q3_K || m.type == TensorType::IQ4_NL ||
+      m.type == TensorType::IQ4_XS || m.type == TensorType::MXFP4) {
     std::vector<float> f32(static_cast<size_t>(m.cols));
     dequantize_row(m.type, row, f32.data(), m.cols);
     for (size_t i = 0; i < f32.size(); ++i) {
@@ -298,6 +316,20 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q6_K, 333, 256});
   out.push_back({TensorType::Q6_K, 1000, 1280});
   out.push_back({TensorType::Q6_K, 150, 14336});
+  // The issue-41 types: an 8B model's shapes and short, odd ones.
+  for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                       TensorType::MXFP4}) {
+    out.push_back({t, 4096, 4096});
+    out.push_back({t, 1000, 1280});
+    out.push_back({t, 150, 14336});
+  }
+  out.push_back({TensorType::IQ4_NL, 77, 608});  // 19 sub-blocks: a partial stage
+  out.push_back({TensorType::MXFP4, 129, 608});
+  out.push_back({TensorType::MXFP4, 33, 96});  // 3 sub-blocks: scale bytes past n
+  out.push_back({TensorType::IQ4_XS, 333, 256});
+  out.push_back({TensorType::Q2_K, 333, 256});
+  out.push_back({TensorType::Q3_K, 77, 2816});
+  out.push_back({TensorType::MXFP4, 300, 2880});  // gpt-oss's width: 90 sub-blocks
   return out;
 }
 
@@ -309,8 +341,11 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   std::mt19937 rng(5);
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
-    const int64_t cols = type == TensorType::Q6_K ? 768 : 608, rows[3] = {200, 72, 40};
+  for (TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q2_K,
+        TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+    const int64_t cols = tensor_type_info(type).block_elems == 256 ? 768 : 608,
+                  rows[3] = {200, 72, 40};
     const Activations act(cols, 23, config);
     std::vector<Matrix> w;
     for (int i = 0; i < 3; ++i) w.push_back(make_matrix(type, rows[i], cols, 100 + i));
@@ -358,7 +393,9 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+  for (TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q2_K,
+        TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
     const int64_t rows = 300, cols = 1024;
     const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
     const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
@@ -407,6 +444,13 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), false));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
+  for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                       TensorType::MXFP4}) {
+    EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(t), true));
+    EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(t), false));
+  }
+  // Q4_K/Q5_K: split, but dp4a only (not yet in the tensor-core products).
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_K), true));
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   expect_device_kernel();
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);

@@ -15,8 +15,8 @@
 // the captured decode graph replays after each placement change with no re-capture; the
 // backend's own re-plan promotes the experts the tokens route to. The routing counts (the
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
-// misses by residency. CudaMoe alone: experts read from a pinned copy and from VRAM give the same
-// bits (the registered model file too, once checked: see RegisteredFileMapping).
+// misses by residency; the KV taking a chunk of the expert cache back changes no logit. CudaMoe
+// alone: experts read from a pinned copy and from VRAM give the same bits.
 // Shared experts are refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
@@ -219,16 +219,6 @@ SyntheticModelSpec streaming_spec(TensorType experts) {
 
 class MoeStreamingGpu : public ::testing::TestWithParam<TensorType> {};
 
-// While the model keeps every expert in VRAM (cuda_moe.h: kModelHostExperts), the streaming
-// tests have nothing to run.
-constexpr const char* kStreamingOff =
-    "expert streaming is off (cuda_moe.h kModelHostExperts = Refuse): its tests hung on an H100 "
-    "(issue 36)";
-#define GRANULE_REQUIRE_EXPERT_STREAMING()                                                   \
-  do {                                                                                       \
-    if (cuda::kModelHostExperts == cuda::HostExperts::Refuse) GTEST_SKIP() << kStreamingOff; \
-  } while (0)
-
 // KV room kept free beside the experts (64 MiB of tokens), the same in every run of a file.
 int64_t reserve_tokens_for(const std::filesystem::path& path) {
   auto file = ModelFile::open(path);
@@ -241,28 +231,45 @@ uint64_t half_expert_budget(Rig& resident) {
          resident.cuda().model().kv_reserve_bytes();
 }
 
+// A rig with part of the experts in host memory: from half_expert_budget, raised by an eighth of
+// the expert image at a time (up to twice the image) until the device cache holds some but not
+// all experts (what the workspace and the attention scratch take beside the experts differs with
+// the block type; a Q4_K file's whole expert image is ~13 MiB, below those differences). Null if
+// none does.
+std::unique_ptr<Rig> partial_expert_rig(const std::filesystem::path& path, int64_t reserve_tokens,
+                                        Rig& resident) {
+  const uint64_t first = half_expert_budget(resident);
+  const uint64_t image = resident.moe().expert_image_bytes();
+  for (int k = 0; k <= 16; ++k) {
+    const uint64_t budget = first + image / 8 * static_cast<uint64_t>(k);
+    auto rig = std::make_unique<Rig>(path, options(true, false, budget, reserve_tokens));
+    cuda::CudaMoe& moe = rig->moe();
+    std::cout << "[moe-streaming] budget " << (budget >> 20) << " MiB, expert image "
+              << (image >> 20) << " MiB, " << moe.cache_slots() << " device slots for "
+              << moe.n_layer() * moe.n_expert() << " experts\n";
+    if (!moe.all_resident() && moe.cache_slots() > 0 &&
+        moe.cache_slots() < moe.n_layer() * moe.n_expert())
+      return rig;
+  }
+  return nullptr;
+}
+
 // About half of the experts in host memory: the same logits to the bit as all resident, before
 // and after placement changes between steps, the decode graph replayed without a re-capture.
 TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   GRANULE_REQUIRE_GPU();
-  GRANULE_REQUIRE_EXPERT_STREAMING();
   gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-stream");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
   gpu_test::step("loading the all-resident model");
   Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
   ASSERT_TRUE(resident.moe().all_resident());
-  const uint64_t image = resident.moe().expert_image_bytes();
-  const uint64_t budget = half_expert_budget(resident);
   gpu_test::step("loading the streaming model");
-  Rig streaming(model.path, options(true, false, budget, reserve_tokens));
+  const std::unique_ptr<Rig> partial = partial_expert_rig(model.path, reserve_tokens, resident);
+  ASSERT_TRUE(partial) << "no budget left part of the experts in the device cache";
+  Rig& streaming = *partial;
   cuda::CudaMoe& moe = streaming.moe();
   const int64_t total = moe.n_layer() * moe.n_expert();
-  std::cout << "[moe-streaming] budget " << (budget >> 20) << " MiB, expert image " << (image >> 20)
-            << " MiB, " << moe.cache_slots() << " device slots for " << total << " experts\n";
-  ASSERT_FALSE(moe.all_resident());
-  ASSERT_GT(moe.cache_slots(), 0);
-  ASSERT_LT(moe.cache_slots(), total);
 
   const int64_t vocab = resident.config.n_vocab;
   const std::vector<int32_t> prompt = random_tokens(40, vocab, 7);
@@ -332,6 +339,22 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   EXPECT_THROW(moe.apply(std::vector<uint8_t>(3, 0), streaming.cuda().model().stream()),
                UsageError);
   EXPECT_EQ(moe.resident(), before);
+  // The KV takes memory back from the expert cache (CudaBackend::make_room): a chunk of slots
+  // goes, its experts are read from host memory, the graph replays without a re-capture.
+  {
+    gpu_test::step("release_cache(): a chunk of the cache given back, one decode step");
+    const int64_t slots_before = moe.cache_slots();
+    const uint64_t captures_before = streaming.graphs().captures;
+    EXPECT_GT(moe.release_cache(1, streaming.cuda().model().stream()), 0u);
+    EXPECT_LT(moe.cache_slots(), slots_before);
+    int64_t cached = 0;
+    for (uint8_t r : moe.resident()) cached += r;
+    EXPECT_LE(cached, moe.cache_slots());
+    const int32_t token = 3;
+    EXPECT_EQ(streaming.step({{0, std::span<const int32_t>(&token, 1), 52, false}}),
+              resident.step({{0, std::span<const int32_t>(&token, 1), 52, false}}));
+    EXPECT_EQ(streaming.graphs().captures, captures_before);
+  }
   // Every expert in host memory: still the same logits.
   gpu_test::step("every expert in host memory: one decode step");
   moe.apply(std::vector<uint8_t>(static_cast<size_t>(total), 0), streaming.cuda().model().stream());
@@ -346,17 +369,17 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
 // inputs are seeded and the GPU's results deterministic, so the outcome is too.
 TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
   GRANULE_REQUIRE_GPU();
-  GRANULE_REQUIRE_EXPERT_STREAMING();
   gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(GetParam()), "moe-replan");
   const int64_t reserve_tokens = reserve_tokens_for(model.path);
-  uint64_t budget = 0;
+  std::unique_ptr<Rig> partial;
   {
     Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
-    budget = half_expert_budget(resident);
+    gpu_test::step("loading the streaming model");
+    partial = partial_expert_rig(model.path, reserve_tokens, resident);
   }
-  gpu_test::step("loading the streaming model");
-  Rig rig(model.path, options(true, false, budget, reserve_tokens));
+  ASSERT_TRUE(partial) << "no budget left part of the experts in the device cache";
+  Rig& rig = *partial;
   cuda::CudaMoe& moe = rig.moe();
   ASSERT_FALSE(moe.all_resident());
   const int64_t vocab = rig.config.n_vocab;
@@ -403,36 +426,11 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            return name;
                          });
 
-// While expert streaming is off, a budget that cannot hold every expert is refused with one
-// line (a DeviceError: Device Auto then runs the model on the CPU, runtime.cpp).
-TEST(MoeStreamingOff, ABudgetBelowTheExpertsIsRefusedInOneLine) {
-  GRANULE_REQUIRE_GPU();
-  if (cuda::kModelHostExperts != cuda::HostExperts::Refuse) GTEST_SKIP() << "streaming is on";
-  gpu_test::step("writing the model file");
-  test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-refused");
-  const int64_t reserve_tokens = reserve_tokens_for(model.path);
-  uint64_t budget = 0;
-  {
-    gpu_test::step("loading the all-resident model");
-    Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
-    ASSERT_TRUE(resident.moe().all_resident());
-    budget = half_expert_budget(resident);
-  }
-  gpu_test::step("loading the model with half of the experts' budget");
-  try {
-    Rig rig(model.path, options(true, false, budget, reserve_tokens));
-    ADD_FAILURE() << "a budget below the experts was not refused";
-  } catch (const DeviceError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("keeps every expert in VRAM"), std::string::npos) << what;
-    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
-  }
-}
-
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
-// memory (a pinned copy, or the registered model file) give the same bits for runs of 1 and 24
-// rows (per pair, grouped), before and after a placement change.
-void expect_residency_agrees(cuda::HostExperts host) {
+// memory (a mapped pinned copy) give the same bits for runs of 1 and 24 rows (per pair,
+// grouped), before and after a placement change.
+TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
+  GRANULE_REQUIRE_GPU();
   gpu_test::step("writing the model file");
   test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-residency");
   auto file = ModelFile::open(model.path);
@@ -446,17 +444,10 @@ void expect_residency_agrees(cuda::HostExperts host) {
   cuda::CudaMoe vram(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
   ASSERT_TRUE(vram.all_resident());
   const uint64_t half = vram.expert_image_bytes() / 2;
-  gpu_test::step(host == cuda::HostExperts::FileMapping
-                     ? "constructing the streaming CudaMoe (registering the model file)"
-                     : "constructing the streaming CudaMoe (pinned copy)");
-  cuda::CudaMoe streaming(config, weights, memory, kMaxRows, half, stream.get(), host);
+  gpu_test::step("constructing the streaming CudaMoe (pinned copy)");
+  cuda::CudaMoe streaming(config, weights, memory, kMaxRows, half, stream.get());
   ASSERT_FALSE(streaming.all_resident());
   ASSERT_GT(streaming.cache_slots(), 0);
-  if (host == cuda::HostExperts::FileMapping)
-    EXPECT_TRUE(streaming.reads_file_mapping())
-        << "the model file could not be registered (the log says why)";
-  else
-    EXPECT_FALSE(streaming.reads_file_mapping());
 
   const int64_t n = config.n_embd;
   std::mt19937 rng(5);
@@ -502,21 +493,6 @@ void expect_residency_agrees(cuda::HostExperts host) {
     for (int64_t i = 0; i < streaming.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
     streaming.apply(p, stream.get());
   }
-}
-
-TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
-  GRANULE_REQUIRE_GPU();
-  expect_residency_agrees(cuda::HostExperts::PinnedCopy);
-}
-
-// The opt-in FileMapping kind. This test (then with the pinned copy in the same body) hung on an
-// H100 at ccdf0fc (issue 36), and the registration of the model file is the one step that
-// only the two hung tests took; it stays skipped until a GPU run shows it finishes.
-TEST(MoeResidencyGpu, RegisteredFileMapping) {
-  GRANULE_REQUIRE_GPU();
-  GTEST_SKIP() << "registering the model file as mapped pinned memory hung on an H100 "
-                  "(issue 36): HostExperts::FileMapping is opt-in and unverified";
-  expect_residency_agrees(cuda::HostExperts::FileMapping);
 }
 
 // What the CUDA backend does not run yet is refused in one line (Device Auto then takes the

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,10 @@ TEST(ToolCallParser, HermesTextWithoutCallsAndBrokenCalls) {
   // The reply ended inside a complete call (no closing tag): still a call.
   expect_every_split(ToolCallFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}}", "",
                      {{"", "f", "{}"}});
+  // ... and when the length limit cut the closing tag short.
+  expect_every_split(ToolCallFormat::Hermes,
+                     "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool", "",
+                     {{"", "f", "{}"}});
 }
 
 TEST(ToolCallParser, Llama3WholeReplyIsACall) {
@@ -83,6 +89,91 @@ TEST(ToolCallParser, MistralArrayOfCalls) {
   expect_every_split(ToolCallFormat::Mistral, "[{\"name\": \"a\", \"arguments\": {}}]", "",
                      {{"", "a", "{}"}});
   expect_every_split(ToolCallFormat::Mistral, "[1, 2] is a list", "[1, 2] is a list", {});
+}
+
+// gpt-oss: a call is a commentary message to=functions.NAME; other messages pass on with their
+// tags, for the ReasoningParser.
+TEST(ToolCallParser, HarmonyCommentaryCallAfterAnalysis) {
+  const std::string analysis = "<|channel|>analysis<|message|>Need the weather.<|end|>";
+  // The recipient in the channel header, <|call|> written out.
+  expect_every_split(ToolCallFormat::Harmony,
+                     analysis +
+                         "<|start|>assistant<|channel|>commentary to=functions.get_weather "
+                         "<|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+                     analysis, {{"", "get_weather", R"({"city":"Paris"})"}});
+  // The recipient after the role (as the template renders past calls); <|call|> stopped the
+  // reply and is not in it.
+  expect_every_split(ToolCallFormat::Harmony,
+                     analysis +
+                         "<|start|>assistant to=functions.lookup<|channel|>commentary "
+                         "json<|message|>{\"q\": [1, 2]}",
+                     analysis, {{"", "lookup", R"({"q":[1,2]})"}});
+  // The call as the reply's first message (the prompt ended with "<|start|>assistant").
+  expect_every_split(ToolCallFormat::Harmony,
+                     " to=functions.f<|channel|>commentary json<|message|>{}<|call|>", "",
+                     {{"", "f", "{}"}});
+  expect_every_split(ToolCallFormat::Harmony,
+                     "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>",
+                     "", {{"", "f", "{}"}});
+}
+
+TEST(ToolCallParser, HarmonyAnswersAndBrokenCallsPassOn) {
+  const std::string answer =
+      "<|channel|>analysis<|message|>a < b<|end|><|start|>assistant<|channel|>final<|message|>"
+      "It is <b>4</b>.";
+  expect_every_split(ToolCallFormat::Harmony, answer, answer, {});
+  // Commentary to the user (no recipient) is an answer, not a call.
+  const std::string preamble = "<|channel|>commentary<|message|>Checking.<|end|>";
+  expect_every_split(ToolCallFormat::Harmony, preamble, preamble, {});
+  // A model that ignores harmony and answers in plain text.
+  expect_every_split(ToolCallFormat::Harmony, "Hello there", "Hello there", {});
+  // A call cut short (max_tokens): the message as it came, for the answer.
+  const std::string cut = "<|channel|>commentary to=functions.f json<|message|>{\"a\": ";
+  expect_every_split(ToolCallFormat::Harmony, cut, cut, {});
+}
+
+TEST(ToolCallParser, HarmonyTwoCallsInOneReply) {
+  expect_every_split(ToolCallFormat::Harmony,
+                     "<|channel|>commentary to=functions.a json<|message|>{\"x\": 1}<|call|>"
+                     "<|start|>assistant<|channel|>commentary to=functions.b json<|message|>{}"
+                     "<|call|>",
+                     "", {{"", "a", R"({"x":1})"}, {"", "b", "{}"}});
+}
+
+// A tool round trip through gpt-oss's own template: the assistant's call and the tool's result
+// render as harmony messages, and the call message as rendered parses back into the same call.
+TEST(ToolCallParser, HarmonyRoundTripThroughTheGptOssTemplate) {
+  if (!ChatTemplate::jinja_available()) GTEST_SKIP() << "this build has no Jinja engine";
+  std::ifstream in(std::string(GRANULE_SOURCE_DIR) + "/tests/data/chat/gpt_oss.jinja");
+  std::stringstream source;
+  source << in.rdbuf();
+  const ChatTemplate gpt_oss = ChatTemplate::detect(source.str());
+  ASSERT_EQ(tool_call_format(gpt_oss), ToolCallFormat::Harmony);
+  ChatMessage call{"assistant", ""};
+  call.tool_calls_json =
+      R"([{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}])";
+  ChatMessage result{"tool", R"({"celsius": 21})"};
+  result.tool_call_id = "call_1";
+  result.name = "get_weather";
+  ChatOptions options;
+  options.tools_json =
+      R"([{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])";
+  const std::string prompt =
+      gpt_oss.render({{"user", "Weather in Paris?"}, call, result}, true, "", options);
+  const std::string call_message =
+      "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+      "{\"city\": \"Paris\"}<|call|>";
+  EXPECT_NE(prompt.find(call_message), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("<|start|>functions.get_weather to=assistant<|channel|>commentary"
+                        "<|message|>\"{\\\"celsius\\\": 21}\"<|end|>"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("type get_weather = "), std::string::npos) << prompt;
+  // What the model writes after "<|start|>assistant" is the call message without its role.
+  const std::string reply = call_message.substr(std::string("<|start|>assistant").size());
+  expect_every_split(ToolCallFormat::Harmony, reply, "",
+                     {{"", "get_weather", R"({"city":"Paris"})"}});
 }
 
 TEST(ToolCallConstraint, StructuralTagPerFormat) {

@@ -164,20 +164,31 @@ struct FitEstimate {
   ModelConfig config;      // the model's shapes, names and trained context
   std::string block_type;  // the block type holding the most weight bytes ("Q4_1")
   uint64_t file_bytes = 0;
-  uint64_t parameters = 0;           // elements over all tensors
-  bool gpu = false;                  // the backend the options pick: CUDA, or the CPU
-  std::string device;                // "CPU", "CUDA NVIDIA H200"
-  int64_t kv_element_bytes = 0;      // 4 on the CPU (f32 KV), 2 on CUDA (f16)
-  uint64_t weights_bytes = 0;        // charged to the ledger at open
-  uint64_t kv_bytes_per_token = 0;   // K and V of every attention layer, in kv_element_bytes
+  uint64_t parameters = 0;          // elements over all tensors
+  bool gpu = false;                 // the backend the options pick: CUDA, or the CPU
+  std::string device;               // "CPU", "CUDA NVIDIA H200"
+  int64_t kv_element_bytes = 0;     // 4 on the CPU (f32 KV), 2 on CUDA (f16)
+  uint64_t weights_bytes = 0;       // charged to the ledger at open
+  uint64_t kv_bytes_per_token = 0;  // K and V of every attention layer, in kv_element_bytes
+  // Of it, the sliding-window layers' (Gemma, gpt-oss), whose KV a chat keeps for its last
+  // kv_window_tokens only (KV by layer kind): bounded whatever the context. 0: none slide.
+  uint64_t kv_window_bytes_per_token = 0;
+  int64_t kv_window_tokens = 0;
+  // One chat's KV at a context: every layer's up to the window, then the global layers' per
+  // token and the window layers' window plus a granule (what KvSpace commits at most).
+  uint64_t kv_bytes_per_chat(int64_t context) const;
+  // The longest context per chat whose KV fits `bytes` per chat (uncapped).
+  int64_t kv_context_for(uint64_t bytes) const;
   // Recurrent layers' state (Qwen3.5's Gated DeltaNet), one slot per chat: `chats` of them
   // are held beside the weights, whatever the context.
   uint64_t recurrent_state_bytes_per_chat = 0;
-  uint64_t workspace_bytes = 0;      // an allowance: the logits of every slot plus scratch
-  uint64_t budget_bytes = 0;         // the options' budget, or the one the backend would set
-  int64_t context_per_chat = 0;      // the options' context, clamped to the model's as open() does
-  int32_t chats = 0;                 // sequence slots
-  int64_t kv_capacity_tokens = 0;    // KV tokens the budget holds beside weights and workspace
+  uint64_t workspace_bytes = 0;  // an allowance: the logits of every slot plus scratch
+  uint64_t budget_bytes = 0;     // the options' budget, or the one the backend would set
+  int64_t context_per_chat = 0;  // the options' context, clamped to the model's as open() does
+  int32_t chats = 0;             // sequence slots
+  // KV tokens the budget holds beside weights and workspace: the chats' contexts together,
+  // each at most kv_context_for() its share of the budget.
+  int64_t kv_capacity_tokens = 0;
   int64_t max_context_per_chat = 0;  // kv_capacity_tokens over the chats, capped at the model's
   bool fits = false;                 // every chat at its full context, with the plan below
 

@@ -17,10 +17,10 @@
 
 namespace granule {
 
-enum class RopeOrdering { Normal, NeoX };   // interleaved pairs (llama) / split halves (qwen)
+enum class RopeOrdering { Normal, NeoX };  // interleaved pairs (llama) / split halves (qwen)
 
 struct RopeScaling {
-  std::string type = "none";   // "none", "linear", "llama3", "yarn"
+  std::string type = "none";  // "none", "linear", "llama3", "yarn"
   float factor = 1.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
@@ -43,10 +43,10 @@ enum class ExpertGating { Softmax, Sigmoid, SoftmaxOfTopK };
 enum class FfnActivation { Swiglu, SwigluClamped, GeluTanh };
 
 struct ExpertConfig {
-  int64_t n_expert = 0;        // 0: a dense model
-  int64_t n_expert_used = 0;   // top-k
-  int64_t n_ff_exp = 0;        // one expert's feed-forward width
-  int64_t n_ff_shexp = 0;      // the shared expert's width (0: none)
+  int64_t n_expert = 0;       // 0: a dense model
+  int64_t n_expert_used = 0;  // top-k
+  int64_t n_ff_exp = 0;       // one expert's feed-forward width
+  int64_t n_ff_shexp = 0;     // the shared expert's width (0: none)
   ExpertGating gating = ExpertGating::Softmax;
   bool normalize_weights = false;  // the chosen k weights divided by their sum
   float weights_scale = 1.0f;      // then multiplied by this
@@ -73,28 +73,28 @@ struct DeltaNetConfig {
 };
 
 struct ModelConfig {
-  std::string architecture;   // general.architecture: "llama", "qwen2", "qwen3", ...
-  std::string name;           // general.name when present
+  std::string architecture;  // general.architecture: "llama", "qwen2", "qwen3", ...
+  std::string name;          // general.name when present
   int64_t n_layer = 0;
-  int64_t n_embd = 0;         // hidden size
+  int64_t n_embd = 0;  // hidden size
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;       // key_length (defaults to n_embd / n_head)
+  int64_t head_dim = 0;  // key_length (defaults to n_embd / n_head)
   int64_t n_ff = 0;
   int64_t n_vocab = 0;
-  int64_t context_length = 0; // the model's trained context
+  int64_t context_length = 0;  // the model's trained context
   float rms_eps = 1e-5f;
   float rope_theta = 10000.0f;
   RopeOrdering rope_ordering = RopeOrdering::Normal;
   RopeScaling rope_scaling;
-  bool qkv_bias = false;      // Qwen2
-  bool qk_norm = false;       // Qwen3
+  bool qkv_bias = false;         // Qwen2
+  bool qk_norm = false;          // Qwen3
   bool tied_embeddings = false;  // no output.weight: the output head is token_embd
   uint32_t dominant_type = 0;    // the most common block type among 2-D weights (ggml id)
   ExpertConfig moe;              // n_expert > 0: every layer's FFN is a mixture of experts
   FfnActivation activation = FfnActivation::Swiglu;
-  bool attn_sinks = false;       // gpt-oss: a learned per-head logit joins each softmax
-  bool attn_output_bias = false; // gpt-oss: attn_output.bias
+  bool attn_sinks = false;        // gpt-oss: a learned per-head logit joins each softmax
+  bool attn_output_bias = false;  // gpt-oss: attn_output.bias
   // Sliding-window attention: layers with swa_layers[i] attend to the last `sliding_window`
   // positions only (gpt-oss: every other layer, window 128); empty when no layer slides.
   int64_t sliding_window = 0;
@@ -175,12 +175,31 @@ struct ModelConfig {
     if (layer_recurrent(layer) || kv_source(layer) != layer) return 0;
     return 2 * kv_dim_of(layer);
   }
-  // Elements before layer's K in a token's KV record (its V follows its K); a shared layer's
-  // are its source's.
+  // KV by layer kind: each slot keeps the layers that see every token (part 0) apart from the
+  // sliding-window layers (part 1), each part token-major in its own granule-aligned range, so
+  // that the window part's granules behind the window are a contiguous run that can be unmapped
+  // as the window slides (memory/kv_space.h). A shared layer is in its source's part.
+  static constexpr int kKvParts = 2;
+  static constexpr int kKvPartAll = 0;
+  static constexpr int kKvPartWindow = 1;
+  int kv_part(int64_t layer) const {
+    return layer_slides(kv_source(layer)) ? kKvPartWindow : kKvPartAll;
+  }
+  // Elements of one token's record in a part (0: the part is empty).
+  int64_t kv_part_elements(int part) const {
+    int64_t elements = 0;
+    for (int64_t l = 0; l < n_layer; ++l)
+      if (kv_part(l) == part) elements += kv_layer_elements(l);
+    return elements;
+  }
+  // Elements before layer's K in its part's token record (its V follows its K); a shared
+  // layer's are its source's.
   int64_t kv_offset_elements(int64_t layer) const {
     const int64_t source = kv_source(layer);
+    const int part = kv_part(source);
     int64_t offset = 0;
-    for (int64_t l = 0; l < source; ++l) offset += kv_layer_elements(l);
+    for (int64_t l = 0; l < source; ++l)
+      if (kv_part(l) == part) offset += kv_layer_elements(l);
     return offset;
   }
 
@@ -230,8 +249,8 @@ struct LayerWeights {
   // Mixture of experts (w_gate/w_up/w_down stay null). 3-D tensors in GGUF order:
   // gate/up [n_embd, n_ff_exp, n_expert], down [n_ff_exp, n_embd, n_expert]; expert e's
   // matrix is the e-th contiguous slab of size_bytes / n_expert.
-  const TensorInfo* router = nullptr;         // ffn_gate_inp [n_embd, n_expert]
-  const TensorInfo* router_bias = nullptr;    // ffn_gate_inp.bias [n_expert] (gpt-oss)
+  const TensorInfo* router = nullptr;       // ffn_gate_inp [n_embd, n_expert]
+  const TensorInfo* router_bias = nullptr;  // ffn_gate_inp.bias [n_expert] (gpt-oss)
   const TensorInfo* gate_exps = nullptr;
   const TensorInfo* up_exps = nullptr;
   const TensorInfo* down_exps = nullptr;
@@ -268,8 +287,8 @@ struct LayerWeights {
 struct WeightTable {
   const TensorInfo* token_embd = nullptr;
   const TensorInfo* output_norm = nullptr;
-  const TensorInfo* output = nullptr;   // == token_embd when tied
-  const TensorInfo* rope_freqs = nullptr;   // Llama 3 per-frequency divisors, when present
+  const TensorInfo* output = nullptr;      // == token_embd when tied
+  const TensorInfo* rope_freqs = nullptr;  // Llama 3 per-frequency divisors, when present
   // Gemma 4's per-layer embeddings: the table [n_pl * n_layer, n_vocab], the projection of
   // the scaled token embedding [n_embd, n_pl * n_layer] and its norm [n_pl].
   const TensorInfo* ple_token_embd = nullptr;

@@ -335,6 +335,9 @@ struct SequenceTelemetry {
   int64_t id = 0;
   int64_t tokens = 0;
   uint64_t kv_committed_bytes = 0;
+  // Of it, the sliding-window layers' part (KV by layer kind): flat at the window once the
+  // chat outgrows it, while the rest (the global layers') grows with the chat.
+  uint64_t kv_window_committed_bytes = 0;
   uint64_t kv_reserved_bytes = 0;
   double tokens_per_second = 0;
   double time_to_first_token_ms = 0;
@@ -346,6 +349,7 @@ struct SequenceTelemetry {
     f("id", s.id);
     f("tokens", s.tokens);
     f("kv_committed_bytes", s.kv_committed_bytes);
+    f("kv_window_committed_bytes", s.kv_window_committed_bytes);
     f("kv_reserved_bytes", s.kv_reserved_bytes);
     f("tokens_per_second", s.tokens_per_second);
     f("time_to_first_token_ms", s.time_to_first_token_ms);

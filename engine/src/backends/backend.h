@@ -28,19 +28,20 @@ struct BatchSequence {
   bool all_logits = false;  // logits for every token (teacher forcing), not only the last
 };
 
-// What a backend is told by whoever assembles the runtime (engine/src/runtime/runtime.h): the engine's
-// options that reach the device, and nothing of the engine's own.
+// What a backend is told by whoever assembles the runtime (engine/src/runtime/runtime.h): the
+// engine's options that reach the device, and nothing of the engine's own.
 struct BackendOptions {
-  uint64_t vram_budget_bytes = 0;     // 0: the device's free memory minus a margin
+  uint64_t vram_budget_bytes = 0;  // 0: the device's free memory minus a margin
   // KV tokens the weight placement leaves room for at load (placement.h's
   // default_kv_reserve_tokens of the engine's context); 0: none.
   int64_t kv_reserve_tokens = 0;
-  int64_t context_length = 4096;  // tokens per sequence slot (sizes the attention scratch)
+  int64_t context_length = 4096;      // tokens per sequence slot (sizes the attention scratch)
   bool cuda_graphs = true;            // capture and replay decode steps
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
   // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
-  // (engine/src/backends/kernel_config_env.cpp, listed in kernels/README.md). Tests and benchmarks pin one.
+  // (engine/src/backends/kernel_config_env.cpp, listed in kernels/README.md). Tests and benchmarks
+  // pin one.
   std::optional<kernels::KernelConfig> kernel_config;
   // Test-only, CPU backend: round where the CUDA backend rounds (cpu_backend.h), so the CPU is
   // an oracle for the GPU's numbers up to f32 summation order. Read with kernel_config (its
@@ -135,16 +136,17 @@ class Backend {
   }
 
   // An idle chat's KV swapped to host memory and back (the engine's kept KV under pressure):
-  // copies the first `bytes` of a slot's KV ([0, tokens) in the token-major layout) to `host`,
-  // or from `host` into the slot, whose KV the engine has mapped through those bytes. Between
+  // copies what a slot's first `tokens` tokens continue from (KvSpace::live_ranges: every
+  // part's tokens, a window part's last window - 1; KvSpace::live_bytes in all) to `host`, or
+  // from `host` into the slot, whose KV the engine has mapped through them. Between
   // steps only. To host: returns once the copy is complete. From host: queues the copy ahead of
   // the next launch(), which reads it, and returns without waiting for it; `host` stays valid
   // until that step's wait() has returned. Return false, copying nothing, when the backend
   // cannot copy KV (the engine then drops the KV and recomputes it when needed).
-  virtual bool copy_kv_to_host(int32_t /*slot*/, uint64_t /*bytes*/, void* /*host*/) {
+  virtual bool copy_kv_to_host(int32_t /*slot*/, int64_t /*tokens*/, void* /*host*/) {
     return false;
   }
-  virtual bool copy_kv_from_host(int32_t /*slot*/, const void* /*host*/, uint64_t /*bytes*/) {
+  virtual bool copy_kv_from_host(int32_t /*slot*/, const void* /*host*/, int64_t /*tokens*/) {
     return false;
   }
   // Models with recurrent layers (Qwen3.5): the bytes of one slot's recurrent state (0 for

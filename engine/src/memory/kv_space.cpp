@@ -224,8 +224,19 @@ std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes) 
   return std::make_unique<HostVirtualMemory>(granule_bytes);
 }
 
+std::vector<KvPartGeometry> kv_parts(const ModelConfig& config, int64_t element_bytes) {
+  bool slides = false;
+  for (int64_t l = 0; l < config.n_layer; ++l) slides = slides || config.layer_slides(l);
+  if (!slides) return {};
+  std::vector<KvPartGeometry> parts(ModelConfig::kKvParts);
+  for (int p = 0; p < ModelConfig::kKvParts; ++p)
+    parts[static_cast<size_t>(p)].bytes_per_token = config.kv_part_elements(p) * element_bytes;
+  parts[ModelConfig::kKvPartWindow].window_tokens = config.sliding_window;
+  return parts;
+}
+
 KvSpace::KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryManager& memory)
-    : vm_(std::move(vm)), geometry_(geometry), memory_(memory) {
+    : vm_(std::move(vm)), geometry_(std::move(geometry)), memory_(memory) {
   if (!vm_) throw UsageError("KvSpace needs a VirtualMemory");
   if (geometry_.bytes_per_token <= 0 || geometry_.max_tokens <= 0 || geometry_.slots <= 0 ||
       geometry_.lookahead_tokens < 0) {
@@ -234,28 +245,53 @@ KvSpace::KvSpace(std::unique_ptr<VirtualMemory> vm, KvGeometry geometry, MemoryM
                      " tokens per slot, " + std::to_string(geometry_.slots) + " slots, " +
                      std::to_string(geometry_.lookahead_tokens) + " look-ahead tokens");
   }
+  parts_ = geometry_.parts;
+  if (parts_.empty()) parts_.push_back({geometry_.bytes_per_token, 0});
+  int64_t sum = 0;
+  for (const KvPartGeometry& p : parts_) {
+    if (p.bytes_per_token < 0 || p.window_tokens < 0)
+      throw UsageError("invalid KV part: " + std::to_string(p.bytes_per_token) +
+                       " bytes per token, a window of " + std::to_string(p.window_tokens));
+    sum += p.bytes_per_token;
+  }
+  if (sum != geometry_.bytes_per_token)
+    throw UsageError("the KV parts' " + std::to_string(sum) + " bytes per token differ from the " +
+                     std::to_string(geometry_.bytes_per_token) + " of a token's record");
   const uint64_t g = vm_->granule_bytes();
-  const auto bytes_per_token = static_cast<uint64_t>(geometry_.bytes_per_token);
   const auto max_tokens = static_cast<uint64_t>(geometry_.max_tokens);
   const auto slots = static_cast<uint64_t>(geometry_.slots);
   constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max() / 2;
-  if (max_tokens > kMax / bytes_per_token ||
-      ceil_div(max_tokens * bytes_per_token, g) > kMax / g / slots) {
+  if (max_tokens > kMax / static_cast<uint64_t>(geometry_.bytes_per_token) ||
+      ceil_div(max_tokens * static_cast<uint64_t>(geometry_.bytes_per_token), g) + parts_.size() >
+          kMax / g / slots) {
     throw CapacityError("KV space for " + std::to_string(slots) + " sequences of " +
                         std::to_string(max_tokens) +
                         " tokens is too large to address; lower the context length");
   }
-  slot_bytes_ = ceil_div(max_tokens * bytes_per_token, g) * g;
+  // Each part in its own granule-aligned range of the slot.
+  for (const KvPartGeometry& p : parts_) {
+    part_offsets_.push_back(slot_bytes_);
+    const uint64_t granules = ceil_div(max_tokens * static_cast<uint64_t>(p.bytes_per_token), g);
+    part_granules_.push_back(granules);
+    slot_bytes_ += granules * g;
+  }
   const uint64_t total = slot_bytes_ * slots;
   base_ = vm_->reserve(total);
   memory_.charge(MemoryCategory::KvReservedVa, total);  // never refused: VA is not budgeted
-  committed_granules_.assign(slots, 0);
-  mapped_granules_.assign(slots, 0);
+  states_.resize(slots * parts_.size());
+  for (int32_t slot = 0; slot < geometry_.slots; ++slot)
+    for (int part = 0; part < parts(); ++part)
+      state(slot, part).granules.assign(part_granules_[static_cast<size_t>(part)], kFree);
   retire_ticket_.assign(slots, 0);
   stats_.reserved_bytes = total;
   logger("engine.kv")
-      ->info("reserved {} of KV address space: {} slots x {} tokens x {} bytes, granule {}",
-             mib(total), slots, max_tokens, bytes_per_token, mib(g));
+      ->info("reserved {} of KV address space: {} slots x {} tokens x {} bytes, granule {}{}",
+             mib(total), slots, max_tokens, geometry_.bytes_per_token, mib(g),
+             parts_.size() > 1
+                 ? ", sliding-window layers apart (" +
+                       std::to_string(parts_.back().bytes_per_token) + " bytes per token, window " +
+                       std::to_string(parts_.back().window_tokens) + ")"
+                 : std::string());
 }
 
 KvSpace::~KvSpace() {
@@ -271,9 +307,14 @@ KvSpace::~KvSpace() {
     } catch (const std::exception& e) {
       // Unreserving below drops whatever stayed mapped; the ledger must still balance.
       logger("engine.kv")->error("decommitting KV slot {} at shutdown: {}", slot, e.what());
-      memory_.release(MemoryCategory::KvCommitted, mapped_granules_[slot] * g);
-      committed_granules_[slot] = 0;
-      mapped_granules_[slot] = 0;
+      for (int part = 0; part < parts(); ++part) {
+        PartState& st = state(slot, part);
+        uint64_t mapped = 0;
+        for (uint8_t x : st.granules) mapped += x != kFree ? 1 : 0;
+        memory_.release(MemoryCategory::KvCommitted, mapped * g);
+        std::fill(st.granules.begin(), st.granules.end(), kFree);
+        st.lo = st.hi = st.retire_lo = st.retire_hi = st.retiring = 0;
+      }
     }
   }
   destroy_pooled_locked(0);
@@ -299,63 +340,137 @@ uint8_t* KvSpace::slot_base(int32_t slot) const {
   return base_ + static_cast<uint64_t>(slot) * slot_bytes_;
 }
 
-bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
+uint64_t KvSpace::part_offset_bytes(int part) const {
+  if (part < 0 || part >= parts()) throw UsageError("KV part " + std::to_string(part) + " unknown");
+  return part_offsets_[static_cast<size_t>(part)];
+}
+
+uint8_t* KvSpace::granule_address(int32_t slot, int part, uint64_t granule) const {
+  return base_ + static_cast<uint64_t>(slot) * slot_bytes_ +
+         part_offsets_[static_cast<size_t>(part)] + granule * vm_->granule_bytes();
+}
+
+uint64_t KvSpace::granules_through(int part, int64_t tokens) const {
+  const auto bytes_per_token =
+      static_cast<uint64_t>(parts_[static_cast<size_t>(part)].bytes_per_token);
+  return ceil_div(static_cast<uint64_t>(std::max<int64_t>(tokens, 0)) * bytes_per_token,
+                  vm_->granule_bytes());
+}
+
+uint64_t KvSpace::granule_of(int part, int64_t token) const {
+  const auto bytes_per_token =
+      static_cast<uint64_t>(parts_[static_cast<size_t>(part)].bytes_per_token);
+  return static_cast<uint64_t>(std::max<int64_t>(token, 0)) * bytes_per_token /
+         vm_->granule_bytes();
+}
+
+bool KvSpace::map(int32_t slot, int64_t tokens, int64_t from, bool ahead) {
   check_slot(slot);
   if (tokens < 0 || tokens > geometry_.max_tokens) {
     throw UsageError("cannot map " + std::to_string(tokens) + " tokens of KV: a slot holds " +
                      std::to_string(geometry_.max_tokens));
   }
+  from = std::clamp<int64_t>(from, 0, tokens);
   const uint64_t g = vm_->granule_bytes();
-  const auto bytes_per_token = static_cast<uint64_t>(geometry_.bytes_per_token);
   const int64_t wanted_tokens = std::min(geometry_.max_tokens, tokens + geometry_.lookahead_tokens);
-  const uint64_t wanted = ceil_div(static_cast<uint64_t>(wanted_tokens) * bytes_per_token, g);
-  const uint64_t required = ceil_div(static_cast<uint64_t>(tokens) * bytes_per_token, g);
+  const auto n_parts = static_cast<size_t>(parts());
+  // Per part: the run [first, wanted) to commit, [first, required) at the least.
+  std::vector<uint64_t> first(n_parts), wanted(n_parts), required(n_parts);
+  for (int p = 0; p < parts(); ++p) {
+    const KvPartGeometry& part = parts_[static_cast<size_t>(p)];
+    wanted[static_cast<size_t>(p)] = granules_through(p, wanted_tokens);
+    required[static_cast<size_t>(p)] = granules_through(p, tokens);
+    first[static_cast<size_t>(p)] = part.window_tokens > 0
+                                        ? std::min(granule_of(p, from + 1 - part.window_tokens),
+                                                   required[static_cast<size_t>(p)])
+                                        : 0;
+  }
 
   std::lock_guard lock(mutex_);
-  uint64_t& have = committed_granules_[slot];
-  uint64_t& mapped = mapped_granules_[slot];
-  if (wanted <= have) return true;
-  const uint64_t have_before = have;  // a refusal below leaves the slot as it was
-  if (mapped > have) {
-    // The slot's own retiring granules serve again: still mapped and charged, and whatever
-    // device work still touches them is ordered before the work that will use them.
-    const uint64_t back = std::min(mapped, wanted) - have;
-    have += back;
-    stats_.retiring_bytes -= back * vm_->granule_bytes();
-    if (wanted <= have) return true;
-  }
+  // Granules of [first, end) that are not mapped (neither committed nor retiring).
+  auto fresh_in = [&](const std::vector<uint64_t>& end) {
+    uint64_t fresh = 0;
+    for (int p = 0; p < parts(); ++p) {
+      const PartState& st = state(slot, p);
+      const uint64_t a = first[static_cast<size_t>(p)], b = end[static_cast<size_t>(p)];
+      for (uint64_t i = a; i < b; ++i) {
+        if (i == st.lo && st.hi > st.lo) i = std::max(i, st.hi);  // [lo, hi): committed
+        if (i >= b) break;
+        fresh += st.granules[i] == kFree ? 1 : 0;
+      }
+    }
+    return fresh;
+  };
+  auto covered = [&](const std::vector<uint64_t>& end) {
+    for (int p = 0; p < parts(); ++p) {
+      const PartState& st = state(slot, p);
+      const uint64_t a = first[static_cast<size_t>(p)], b = end[static_cast<size_t>(p)];
+      if (a < b && !(st.lo <= a && b <= st.hi)) return false;
+      if (st.lo < a && st.hi > st.lo) return false;  // a window part's head to let go
+    }
+    return true;
+  };
+  if (covered(wanted)) return true;
   // Pooled granules are already charged (to KvPool); only granules beyond the pool need
   // budget. The look-ahead only saves a later map call: when the budget cannot hold it, map
   // just what this step writes rather than refuse a step that fits.
-  auto charge_for = [&](uint64_t target) {
-    const uint64_t fresh = target - have - std::min<uint64_t>(pool_.size(), target - have);
-    return fresh == 0 || memory_.try_charge(MemoryCategory::KvCommitted, fresh * g);
+  auto charge_for = [&](uint64_t fresh) {
+    const uint64_t beyond = fresh - std::min<uint64_t>(pool_.size(), fresh);
+    return beyond == 0 || memory_.try_charge(MemoryCategory::KvCommitted, beyond * g);
   };
-  uint64_t target = wanted;
+  // The slot's own retiring granules inside the run serve again first: still mapped and
+  // charged, and whatever device work still touches them is ordered before the work that will
+  // use them. A refusal below puts them back as they were.
+  std::vector<std::pair<int, uint64_t>> taken;
+  auto take_back = [&](const std::vector<uint64_t>& end) {
+    for (int p = 0; p < parts(); ++p) {
+      PartState& st = state(slot, p);
+      if (st.retiring == 0) continue;
+      const uint64_t a = std::max(first[static_cast<size_t>(p)], st.retire_lo);
+      const uint64_t b = std::min(end[static_cast<size_t>(p)], st.retire_hi);
+      for (uint64_t i = a; i < b; ++i) {
+        if (st.granules[i] != kRetiring) continue;
+        st.granules[i] = kCommitted;
+        --st.retiring;
+        stats_.retiring_bytes -= g;
+        taken.emplace_back(p, i);
+      }
+    }
+  };
+  auto put_back = [&] {
+    for (const auto& [p, i] : taken) {
+      PartState& st = state(slot, p);
+      st.retire_lo = st.retiring > 0 ? std::min(st.retire_lo, i) : i;
+      st.retire_hi = st.retiring > 0 ? std::max(st.retire_hi, i + 1) : i + 1;
+      st.granules[i] = kRetiring;
+      ++st.retiring;
+      stats_.retiring_bytes += g;
+    }
+    taken.clear();
+  };
+  std::vector<uint64_t> target = wanted;
+  take_back(target);
   if (stats_.retiring_bytes > 0) reclaim_locked(false);  // other slots' finished cuts
-  bool charged = charge_for(target);
+  bool charged = charge_for(fresh_in(target));
   if (!charged && stats_.retiring_bytes > 0 && !ahead) {
     // Memory is needed now: wait for the device work behind the granules still retiring
     // (never while mapping ahead, which runs beside a step and must not block on it).
     reclaim_locked(true);
-    charged = charge_for(target);
+    charged = charge_for(fresh_in(target));
   }
   if (!charged) {
+    put_back();
     target = required;
-    if (target <= have) return true;
-    if (!charge_for(target)) {
-      // Refused: the retiring granules taken back above retire again.
-      stats_.retiring_bytes += (have - have_before) * g;
-      have = have_before;
+    take_back(target);
+    if (!charge_for(fresh_in(target))) {
+      put_back();
       if (ahead) return false;
       ++stats_.map_refusals;
-      logger("engine.kv")
-          ->debug("slot {}: budget refused {} more for {} tokens", slot, mib((target - have) * g),
-                  tokens);
+      logger("engine.kv")->debug("slot {}: budget refused more KV for {} tokens", slot, tokens);
       return false;
     }
   }
-  const uint64_t more = target - have;
+  const uint64_t more = fresh_in(target);
   const uint64_t pooled = std::min<uint64_t>(pool_.size(), more);
   const auto start = std::chrono::steady_clock::now();
   double& time_spent = ahead ? stats_.last_ahead_us : stats_.last_mapping_us;
@@ -371,10 +486,9 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
       ++stats_.granules_created;
       if (!ahead) ++stats_.last_granules_created;
     }
-    vm_->map(slot_base(slot) + have * g, granules);
   } catch (...) {
     time_spent += microseconds_since(start);
-    // Nothing was mapped: pooled granules go back to the pool, created ones are destroyed.
+    put_back();
     for (size_t i = pooled; i < granules.size(); ++i) vm_->destroy(granules[i]);
     granules.resize(pooled);
     pool_.insert(pool_.end(), granules.begin(), granules.end());
@@ -382,76 +496,192 @@ bool KvSpace::map(int32_t slot, int64_t tokens, bool ahead) {
     memory_.release(MemoryCategory::KvCommitted, (more - pooled) * g);
     throw;
   }
+  // Map the runs of unmapped granules, part by part; a failure leaves what was mapped before it
+  // retiring (charged, unmapped by the next reclaim) and gives the rest back.
+  size_t used = 0;
+  uint64_t retired = 0;
+  std::vector<std::pair<int, std::pair<uint64_t, uint64_t>>> mapped_runs;
+  try {
+    for (int p = 0; p < parts(); ++p) {
+      PartState& st = state(slot, p);
+      const uint64_t a = first[static_cast<size_t>(p)], b = target[static_cast<size_t>(p)];
+      for (uint64_t i = a; i < b;) {
+        if (st.granules[i] != kFree) {
+          ++i;
+          continue;
+        }
+        uint64_t j = i;
+        while (j < b && st.granules[j] == kFree) ++j;
+        vm_->map(granule_address(slot, p, i),
+                 std::span<const VirtualMemory::Physical>(granules.data() + used, j - i));
+        used += j - i;
+        mapped_runs.push_back({p, {i, j}});
+        for (uint64_t k = i; k < j; ++k) st.granules[k] = kCommitted;
+        i = j;
+      }
+    }
+  } catch (...) {
+    time_spent += microseconds_since(start);
+    put_back();
+    for (const auto& [p, run] : mapped_runs) {
+      PartState& st = state(slot, p);
+      for (uint64_t k = run.first; k < run.second; ++k) st.granules[k] = kRetiring;
+      st.retire_lo = st.retiring > 0 ? std::min(st.retire_lo, run.first) : run.first;
+      st.retire_hi = std::max(st.retire_hi, run.second);
+      st.retiring += run.second - run.first;
+    }
+    stats_.committed_bytes += used * g;
+    stats_.retiring_bytes += used * g;
+    const size_t unused_pooled = pooled > used ? pooled - used : 0;
+    for (size_t i = std::max(used, pooled); i < granules.size(); ++i) vm_->destroy(granules[i]);
+    pool_.insert(pool_.end(), granules.begin() + static_cast<std::ptrdiff_t>(used),
+                 granules.begin() + static_cast<std::ptrdiff_t>(used + unused_pooled));
+    memory_.transfer(MemoryCategory::KvCommitted, MemoryCategory::KvPool, unused_pooled * g);
+    memory_.release(MemoryCategory::KvCommitted, (more - used - unused_pooled) * g);
+    retire_ticket_[slot] = vm_->fence();
+    throw;
+  }
+  // Retiring granules inside the run serve again (still mapped and charged; the device work
+  // that may touch them is ordered before the work that will use them), and a window part's
+  // committed granules before its run retire.
+  for (int p = 0; p < parts(); ++p) {
+    PartState& st = state(slot, p);
+    const uint64_t a = first[static_cast<size_t>(p)], b = target[static_cast<size_t>(p)];
+    if (st.retiring > 0) {
+      for (uint64_t i = std::max(a, st.retire_lo); i < std::min(b, st.retire_hi); ++i) {
+        if (st.granules[i] != kRetiring) continue;
+        st.granules[i] = kCommitted;
+        --st.retiring;
+        stats_.retiring_bytes -= g;
+      }
+    }
+    // The committed granules stay one run: the old run's granules before the new one retire
+    // (a window part's head), those after it stay (the tail only shrinks by truncate()),
+    // unless a gap would part them from the new run (a sequence started over behind them).
+    const uint64_t old_lo = st.lo, old_hi = st.hi;
+    uint64_t hi = b;
+    if (old_hi > old_lo) {
+      if (old_lo > b) {
+        retire_locked(slot, p, old_lo, old_hi);
+        retired += old_hi - old_lo;
+      } else {
+        if (old_lo < a) {
+          const uint64_t cut_end = std::min(a, old_hi);
+          retire_locked(slot, p, old_lo, cut_end);
+          retired += cut_end - old_lo;
+        }
+        hi = std::max(b, old_hi);
+      }
+    }
+    st.lo = a;
+    st.hi = std::max(hi, a);
+  }
   time_spent += microseconds_since(start);
-  have = target;
-  mapped = target;
   stats_.granules_mapped += more;
   (ahead ? stats_.last_ahead_granules : stats_.last_granules_mapped) += more;
   stats_.granules_from_pool += pooled;
   stats_.committed_bytes += more * g;
   stats_.peak_committed_bytes = std::max(stats_.peak_committed_bytes, stats_.committed_bytes);
+  if (retired > 0) fence_retired_locked(slot, retired);
   return true;
+}
+
+void KvSpace::retire_locked(int32_t slot, int part, uint64_t first, uint64_t end) {
+  PartState& st = state(slot, part);
+  if (first >= end) return;
+  for (uint64_t i = first; i < end; ++i) st.granules[i] = kRetiring;
+  st.retire_lo = st.retiring > 0 ? std::min(st.retire_lo, first) : first;
+  st.retire_hi = st.retiring > 0 ? std::max(st.retire_hi, end) : end;
+  st.retiring += end - first;
+  stats_.retiring_bytes += (end - first) * vm_->granule_bytes();
+}
+
+void KvSpace::fence_retired_locked(int32_t slot, uint64_t retired) {
+  // The retired granules stay mapped until the work queued so far (which may still read or
+  // write them) has completed; a later ticket covers every earlier one.
+  retire_ticket_[slot] = vm_->fence();
+  if (vm_->fence_passed(retire_ticket_[slot])) {
+    unmap_retiring_locked(slot);
+  } else {
+    stats_.unmaps_deferred += retired;
+  }
 }
 
 void KvSpace::truncate(int32_t slot, int64_t tokens) {
   check_slot(slot);
   if (tokens < 0) throw UsageError("cannot truncate KV to a negative length");
-  const uint64_t g = vm_->granule_bytes();
-  const auto kept_tokens = static_cast<uint64_t>(std::min(tokens, geometry_.max_tokens));
-  const uint64_t keep = ceil_div(kept_tokens * static_cast<uint64_t>(geometry_.bytes_per_token), g);
   std::lock_guard lock(mutex_);
-  shrink_locked(slot, keep);
+  shrink_locked(slot, std::min(tokens, geometry_.max_tokens));
 }
 
-void KvSpace::shrink_locked(int32_t slot, uint64_t keep_granules) {
-  uint64_t& have = committed_granules_[slot];
-  if (keep_granules >= have) return;
-  const uint64_t cut = have - keep_granules;
-  have = keep_granules;
-  stats_.retiring_bytes += cut * vm_->granule_bytes();
-  // The cut granules stay mapped until the work queued so far (which may still read or write
-  // them) has completed; a later ticket covers every earlier one.
-  retire_ticket_[slot] = vm_->fence();
-  if (vm_->fence_passed(retire_ticket_[slot])) {
-    unmap_retiring_locked(slot);
-  } else {
-    stats_.unmaps_deferred += cut;
+void KvSpace::shrink_locked(int32_t slot, int64_t tokens) {
+  uint64_t retired = 0;
+  for (int p = 0; p < parts(); ++p) {
+    PartState& st = state(slot, p);
+    const uint64_t keep = std::max(granules_through(p, tokens), st.lo);
+    if (keep >= st.hi) continue;
+    retire_locked(slot, p, keep, st.hi);
+    retired += st.hi - keep;
+    st.hi = keep;
+    if (tokens == 0) st.lo = st.hi = 0;  // released: the next sequence starts afresh
   }
+  if (retired > 0) fence_retired_locked(slot, retired);
+}
+
+bool KvSpace::slot_retiring_locked(int32_t slot) const {
+  for (int p = 0; p < parts(); ++p)
+    if (state(slot, p).retiring > 0) return true;
+  return false;
 }
 
 void KvSpace::unmap_retiring_locked(int32_t slot) {
-  uint64_t& mapped = mapped_granules_[slot];
-  const uint64_t have = committed_granules_[slot];
-  if (mapped <= have) return;
   const uint64_t g = vm_->granule_bytes();
-  std::vector<VirtualMemory::Physical> off;
-  off.reserve(mapped - have);
-  const auto start = std::chrono::steady_clock::now();
-  struct Account {  // whatever came off is accounted for, even when unmap throws part way
-    KvSpace& kv;
-    uint64_t& mapped;
-    std::vector<VirtualMemory::Physical>& off;
-    std::chrono::steady_clock::time_point start;
-    ~Account() {
-      const uint64_t fewer = off.size();
-      const uint64_t bytes = fewer * kv.vm_->granule_bytes();
-      kv.stats_.last_mapping_us += microseconds_since(start);
-      mapped -= fewer;
-      kv.stats_.granules_unmapped += fewer;
-      kv.stats_.last_granules_unmapped += fewer;
-      kv.stats_.committed_bytes -= bytes;
-      kv.stats_.retiring_bytes -= bytes;
-      kv.take_back_locked(off);
+  for (int p = 0; p < parts(); ++p) {
+    PartState& st = state(slot, p);
+    if (st.retiring == 0) continue;
+    for (uint64_t i = st.retire_lo; i < st.retire_hi && st.retiring > 0;) {
+      if (st.granules[i] != kRetiring) {
+        ++i;
+        continue;
+      }
+      uint64_t j = i;
+      while (j < st.retire_hi && st.granules[j] == kRetiring) ++j;
+      std::vector<VirtualMemory::Physical> off;
+      off.reserve(j - i);
+      const auto start = std::chrono::steady_clock::now();
+      struct Account {  // whatever came off is accounted for, even when unmap throws part way
+        KvSpace& kv;
+        PartState& st;
+        uint64_t end;
+        std::vector<VirtualMemory::Physical>& off;
+        std::chrono::steady_clock::time_point start;
+        ~Account() {
+          // unmap() takes granules off from the last one down.
+          const uint64_t fewer = off.size();
+          const uint64_t bytes = fewer * kv.vm_->granule_bytes();
+          for (uint64_t k = end - fewer; k < end; ++k) st.granules[k] = kFree;
+          st.retiring -= fewer;
+          kv.stats_.last_mapping_us += microseconds_since(start);
+          kv.stats_.granules_unmapped += fewer;
+          kv.stats_.last_granules_unmapped += fewer;
+          kv.stats_.committed_bytes -= bytes;
+          kv.stats_.retiring_bytes -= bytes;
+          kv.take_back_locked(off);
+        }
+      } account{*this, st, j, off, start};
+      vm_->unmap(granule_address(slot, p, i), j - i, off);
+      i = j;
     }
-  } account{*this, mapped, off, start};
-  vm_->unmap(base_ + static_cast<uint64_t>(slot) * slot_bytes_ + have * g, mapped - have, off);
+    if (st.retiring == 0) st.retire_lo = st.retire_hi = 0;
+  }
+  static_cast<void>(g);
 }
 
 uint64_t KvSpace::reclaim_locked(bool wait) {
   if (stats_.retiring_bytes == 0) return 0;
   const uint64_t before = stats_.granules_unmapped;
   for (int32_t slot = 0; slot < geometry_.slots; ++slot) {
-    if (mapped_granules_[slot] <= committed_granules_[slot]) continue;
+    if (!slot_retiring_locked(slot)) continue;
     if (wait) {
       vm_->fence_wait(retire_ticket_[slot]);
     } else if (!vm_->fence_passed(retire_ticket_[slot])) {
@@ -543,13 +773,71 @@ uint64_t KvSpace::budget_available_bytes() const {
 uint64_t KvSpace::committed_bytes(int32_t slot) const {
   check_slot(slot);
   std::lock_guard lock(mutex_);
-  return committed_granules_[slot] * vm_->granule_bytes();
+  uint64_t granules = 0;
+  for (int p = 0; p < parts(); ++p) granules += state(slot, p).hi - state(slot, p).lo;
+  return granules * vm_->granule_bytes();
+}
+
+uint64_t KvSpace::committed_bytes(int32_t slot, int part) const {
+  check_slot(slot);
+  part_offset_bytes(part);  // checks the part
+  std::lock_guard lock(mutex_);
+  return (state(slot, part).hi - state(slot, part).lo) * vm_->granule_bytes();
 }
 
 int64_t KvSpace::committed_tokens(int32_t slot) const {
-  const uint64_t bytes = committed_bytes(slot);
-  return std::min(geometry_.max_tokens,
-                  static_cast<int64_t>(bytes / static_cast<uint64_t>(geometry_.bytes_per_token)));
+  check_slot(slot);
+  std::lock_guard lock(mutex_);
+  int64_t tokens = geometry_.max_tokens;
+  const uint64_t g = vm_->granule_bytes();
+  for (int p = 0; p < parts(); ++p) {
+    const auto bytes_per_token =
+        static_cast<uint64_t>(parts_[static_cast<size_t>(p)].bytes_per_token);
+    if (bytes_per_token == 0) continue;
+    tokens = std::min(tokens, static_cast<int64_t>(state(slot, p).hi * g / bytes_per_token));
+  }
+  return tokens;
+}
+
+bool KvSpace::can_continue_at(int32_t slot, int64_t tokens) const {
+  check_slot(slot);
+  std::lock_guard lock(mutex_);
+  const uint64_t g = vm_->granule_bytes();
+  for (int p = 0; p < parts(); ++p) {
+    const KvPartGeometry& part = parts_[static_cast<size_t>(p)];
+    if (part.bytes_per_token == 0 || tokens <= 0) continue;
+    const PartState& st = state(slot, p);
+    const int64_t first =
+        part.window_tokens > 0 ? std::max<int64_t>(0, tokens + 1 - part.window_tokens) : 0;
+    const auto bytes_per_token = static_cast<uint64_t>(part.bytes_per_token);
+    if (st.lo * g > static_cast<uint64_t>(first) * bytes_per_token ||
+        st.hi * g < static_cast<uint64_t>(tokens) * bytes_per_token)
+      return false;
+  }
+  return true;
+}
+
+std::vector<KvSpace::Range> KvSpace::live_ranges(int64_t tokens) const {
+  std::vector<Range> ranges;
+  const int64_t t = std::clamp<int64_t>(tokens, 0, geometry_.max_tokens);
+  for (int p = 0; p < parts(); ++p) {
+    const KvPartGeometry& part = parts_[static_cast<size_t>(p)];
+    const int64_t first =
+        part.window_tokens > 0 ? std::max<int64_t>(0, t + 1 - part.window_tokens) : 0;
+    const auto bytes_per_token = static_cast<uint64_t>(part.bytes_per_token);
+    const uint64_t bytes = static_cast<uint64_t>(t - first) * bytes_per_token;
+    if (bytes == 0) continue;
+    ranges.push_back(
+        {part_offsets_[static_cast<size_t>(p)] + static_cast<uint64_t>(first) * bytes_per_token,
+         bytes});
+  }
+  return ranges;
+}
+
+uint64_t KvSpace::live_bytes(int64_t tokens) const {
+  uint64_t bytes = 0;
+  for (const Range& r : live_ranges(tokens)) bytes += r.bytes;
+  return bytes;
 }
 
 uint64_t KvSpace::reserved_bytes(int32_t slot) const {
@@ -558,9 +846,16 @@ uint64_t KvSpace::reserved_bytes(int32_t slot) const {
 }
 
 uint64_t KvSpace::bytes_for_tokens(int64_t tokens) const {
-  const auto clamped = static_cast<uint64_t>(std::clamp<int64_t>(tokens, 0, geometry_.max_tokens));
-  const uint64_t g = vm_->granule_bytes();
-  return ceil_div(clamped * static_cast<uint64_t>(geometry_.bytes_per_token), g) * g;
+  const int64_t clamped = std::clamp<int64_t>(tokens, 0, geometry_.max_tokens);
+  uint64_t granules = 0;
+  for (int p = 0; p < parts(); ++p) {
+    const KvPartGeometry& part = parts_[static_cast<size_t>(p)];
+    uint64_t n = granules_through(p, clamped);
+    // A window part holds the granules of its window and the one its start falls in.
+    if (part.window_tokens > 0) n = std::min(n, granules_through(p, part.window_tokens) + 1);
+    granules += n;
+  }
+  return granules * vm_->granule_bytes();
 }
 
 KvStats KvSpace::stats() const {

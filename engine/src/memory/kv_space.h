@@ -1,7 +1,9 @@
 // Contiguous-VA KV: one virtual address range per sequence slot, reserved once, with
 // physical granules committed under it on demand and decommitted from the tail. Layout
 // inside a slot is token-major: [token][layer][K|V][kv_head][head_dim], so one granule
-// covers many tokens of every layer. The address space itself is a VirtualMemory: host
+// covers many tokens of every layer; a model with sliding-window layers keeps them in a second
+// part of the slot (its own granule-aligned range, token-major), whose granules wholly behind
+// the window are unmapped as the window slides. The address space itself is a VirtualMemory: host
 // (mmap PROT_NONE + commit per granule) for the CPU backend, CUDA VMM for the GPU.
 #pragma once
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "granule/model_config.h"
 #include "granule/telemetry.h"  // KvStats
 #include "memory/memory_manager.h"
 
@@ -63,12 +66,27 @@ class VirtualMemory {
 };
 std::unique_ptr<VirtualMemory> make_host_virtual_memory(uint64_t granule_bytes = 2u << 20);
 
+// One part of a slot's KV (KV by layer kind, ModelConfig::kv_part): the layers that see every
+// token, or the sliding-window layers, whose tokens only the next window_tokens positions read.
+struct KvPartGeometry {
+  int64_t bytes_per_token = 0;  // this part's share of a token's record (0: an empty part)
+  int64_t window_tokens = 0;    // > 0: granules wholly behind the window are let go
+};
+
 struct KvGeometry {
-  int64_t bytes_per_token = 0;  // n_layer * 2 * n_head_kv * head_dim * elem_bytes
+  int64_t bytes_per_token = 0;  // a token's record over every layer (and every part)
   int64_t max_tokens = 0;       // per slot (the context length)
   int32_t slots = 0;
   int64_t lookahead_tokens = 16;  // mapped beyond the tokens a step writes
+  // The parts of each slot, in ModelConfig::kv_part order, each a granule-aligned range of the
+  // slot, token-major; their bytes per token sum to bytes_per_token. Empty: one part of
+  // bytes_per_token keeping every token (a model without sliding-window layers).
+  std::vector<KvPartGeometry> parts;
 };
+
+// The parts of a model's KV at an element size: empty when no layer slides (one part), else
+// {the layers that keep every token, the sliding layers with the model's window}.
+std::vector<KvPartGeometry> kv_parts(const ModelConfig& config, int64_t element_bytes);
 
 // KvStats, the KV space's counters, is in granule/telemetry.h: the snapshot carries it as is.
 
@@ -94,15 +112,28 @@ class KvSpace {
   uint64_t granule_bytes() const;
   // The slot's base address: the same for the life of the KvSpace.
   uint8_t* slot_base(int32_t slot) const;
+  // The parts (geometry().parts, or the one part) and where each starts in a slot.
+  int parts() const { return static_cast<int>(parts_.size()); }
+  const KvPartGeometry& part(int part) const { return parts_[static_cast<size_t>(part)]; }
+  uint64_t part_offset_bytes(int part) const;
   // Ensures [0, tokens + lookahead) (clamped to max_tokens) is committed, charging each new
   // granule to KvCommitted; when the budget cannot hold the look-ahead, commits just
   // [0, tokens). Returns false and commits nothing when the budget cannot hold even that
   // (the caller frees or waits). Throws UsageError for tokens outside [0, max_tokens].
-  bool map_through(int32_t slot, int64_t tokens) { return map(slot, tokens, false); }
+  // `from`: the first position the coming step writes (its rows read back to
+  // from + 1 - window): a window part commits from the granule holding that token on, and its
+  // granules wholly before it retire (unmapped once the device work queued so far has
+  // completed, as truncate()'s). A part's granules before `from`'s window that were let go
+  // are mapped again when asked for (their contents are gone: can_continue_at()).
+  bool map_through(int32_t slot, int64_t tokens, int64_t from = 0) {
+    return map(slot, tokens, from, false);
+  }
   // The same while a step runs on the device, for what the next step will write: a refusal
   // is not counted (the next step's map_through() decides), and the granules and time go
   // to the "ahead" counters, apart from the step's own mapping.
-  bool map_ahead(int32_t slot, int64_t tokens) { return map(slot, tokens, true); }
+  bool map_ahead(int32_t slot, int64_t tokens, int64_t from = 0) {
+    return map(slot, tokens, from, true);
+  }
   // The pool: granules created ahead of need, so map_through() only maps. Granules a slot
   // gives back go to the pool while it is under its target, the rest are destroyed. Pooled
   // bytes are charged to KvPool and count as available to KV (budget_available_bytes()).
@@ -126,10 +157,25 @@ class KvSpace {
 
   // Bytes the slot uses: retiring granules not included.
   uint64_t committed_bytes(int32_t slot) const;
+  // The same for one part of the slot.
+  uint64_t committed_bytes(int32_t slot, int part) const;
+  // Whether the slot still holds what a position `tokens` reads of its first `tokens` tokens:
+  // every window part's [tokens + 1 - window, tokens). Prefix reuse and swapping rely on it;
+  // where it fails the sequence is computed again.
+  bool can_continue_at(int32_t slot, int64_t tokens) const;
+  // The byte ranges of a slot (from its base) a sequence of `tokens` tokens continues from:
+  // each part's tokens, a window part's last window - 1 only. Swapping KV to host memory
+  // copies them back to back (live_bytes in all).
+  struct Range {
+    uint64_t offset = 0, bytes = 0;
+  };
+  std::vector<Range> live_ranges(int64_t tokens) const;
+  uint64_t live_bytes(int64_t tokens) const;
   // Tokens of the slot that are backed by committed memory now (clamped to max_tokens).
   int64_t committed_tokens(int32_t slot) const;
   uint64_t reserved_bytes(int32_t slot) const;
-  // Committed bytes that hold `tokens` tokens of one slot: whole granules, clamped to the slot.
+  // Committed bytes that hold `tokens` tokens of one slot: whole granules, clamped to the slot;
+  // a window part's at most its window's granules and one more.
   uint64_t bytes_for_tokens(int64_t tokens) const;
   // What KV can still commit now: the budget's free bytes plus the pool's granules.
   uint64_t budget_available_bytes() const;
@@ -137,10 +183,36 @@ class KvSpace {
   void reset_step_stats();
 
  private:
+  // One part of one slot: per granule free, committed or retiring (mapped, unmapped once the
+  // slot's retire ticket passes). The committed granules are the run [lo, hi); retiring ones
+  // lie within [retire_lo, retire_hi).
+  enum GranuleState : uint8_t { kFree = 0, kCommitted = 1, kRetiring = 2 };
+  struct PartState {
+    std::vector<uint8_t> granules;
+    uint64_t lo = 0, hi = 0;
+    uint64_t retire_lo = 0, retire_hi = 0;
+    uint64_t retiring = 0;  // granules retiring
+  };
+
   void check_slot(int32_t slot) const;
-  bool map(int32_t slot, int64_t tokens, bool ahead);
-  // Decommits the slot's granules from `keep_granules` on; the caller holds mutex_.
-  void shrink_locked(int32_t slot, uint64_t keep_granules);
+  bool map(int32_t slot, int64_t tokens, int64_t from, bool ahead);
+  PartState& state(int32_t slot, int part) {
+    return states_[static_cast<size_t>(slot) * parts_.size() + static_cast<size_t>(part)];
+  }
+  const PartState& state(int32_t slot, int part) const {
+    return states_[static_cast<size_t>(slot) * parts_.size() + static_cast<size_t>(part)];
+  }
+  uint8_t* granule_address(int32_t slot, int part, uint64_t granule) const;
+  // Granules [first, end) of a part hold tokens [first token, end token) (ceil for the end).
+  uint64_t granules_through(int part, int64_t tokens) const;
+  uint64_t granule_of(int part, int64_t token) const;
+  // Marks committed granules of a part retiring (the caller fences them).
+  void retire_locked(int32_t slot, int part, uint64_t first, uint64_t end);
+  // Fences what was just retired in the slot, unmapping it at once when its work is done.
+  void fence_retired_locked(int32_t slot, uint64_t retired);
+  // Decommits every part's granules from its first `tokens` tokens' end on; the caller holds
+  // mutex_.
+  void shrink_locked(int32_t slot, int64_t tokens);
   // Takes back granules a slot unmapped: into the pool up to its target, destroyed past it;
   // their bytes move from KvCommitted to KvPool or leave the ledger. The caller holds mutex_.
   void take_back_locked(std::vector<VirtualMemory::Physical>& granules);
@@ -148,19 +220,20 @@ class KvSpace {
   uint64_t reclaim_locked(bool wait);
   // Unmaps the slot's retiring granules now: the caller knows their work has completed.
   void unmap_retiring_locked(int32_t slot);
+  bool slot_retiring_locked(int32_t slot) const;
   void destroy_pooled_locked(uint64_t keep);
 
   mutable std::mutex mutex_;
   std::unique_ptr<VirtualMemory> vm_;
   KvGeometry geometry_;
   MemoryManager& memory_;
-  uint64_t slot_bytes_ = 0;                   // reserved per slot, granule multiple
-  uint8_t* base_ = nullptr;                   // one reservation for all slots
-  std::vector<uint64_t> committed_granules_;  // what each slot uses
-  // What is mapped under each slot: committed plus retiring granules, whose unmap waits for
-  // the fence ticket recorded when they were cut off.
-  std::vector<uint64_t> mapped_granules_;
-  std::vector<uint64_t> retire_ticket_;
+  std::vector<KvPartGeometry> parts_;    // geometry_.parts, or the one part
+  std::vector<uint64_t> part_offsets_;   // bytes from a slot's base, granule multiples
+  std::vector<uint64_t> part_granules_;  // reserved per slot and part
+  uint64_t slot_bytes_ = 0;              // reserved per slot, granule multiple
+  uint8_t* base_ = nullptr;              // one reservation for all slots
+  std::vector<PartState> states_;        // slot-major, parts_.size() per slot
+  std::vector<uint64_t> retire_ticket_;  // per slot: the fence behind its retiring granules
   std::vector<VirtualMemory::Physical> pool_;
   uint64_t pool_target_ = 0;
   KvStats stats_;

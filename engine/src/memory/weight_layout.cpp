@@ -74,13 +74,17 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
         out.largest_layer_matrix_elements =
             std::max(out.largest_layer_matrix_elements, mats[m]->elements());
     }
-    layer.vectors = {add_vector(l.attn_norm), add_vector(l.ffn_norm), add_vector(l.bq),
-                     add_vector(l.bk),        add_vector(l.bv),       add_vector(l.q_norm),
-                     add_vector(l.k_norm),    add_vector(l.bo),       add_vector(l.attn_sinks)};
+    layer.vectors = {add_vector(l.attn_norm),    add_vector(l.ffn_norm),
+                     add_vector(l.bq),           add_vector(l.bk),
+                     add_vector(l.bv),           add_vector(l.q_norm),
+                     add_vector(l.k_norm),       add_vector(l.bo),
+                     add_vector(l.attn_sinks),   add_vector(l.attn_post_norm),
+                     add_vector(l.ffn_post_norm)};
     out.layers.push_back(layer);
   }
   out.output_norm_vector = add_vector(w.output_norm);
-  out.rope_bytes = static_cast<uint64_t>(config.head_dim / 2) * sizeof(double);
+  const uint64_t tables = config.rope_theta_swa > 0.0f ? 2 : 1;
+  out.rope_bytes = tables * static_cast<uint64_t>(config.head_dim / 2) * sizeof(double);
   return out;
 }
 

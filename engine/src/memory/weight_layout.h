@@ -31,8 +31,8 @@ struct MatrixLayout {
 // A layer's seven matrices, one blob (resident or streamed as a whole), and its vectors.
 struct LayerWeightLayout {
   static constexpr int kMatrices = 7;  // wq, wk, wv, wo, w_gate, w_up, w_down
-  static constexpr int kVectors = 9;   // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm,
-                                       // bo, attn_sinks
+  static constexpr int kVectors = 11;  // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm,
+                                       // bo, attn_sinks, attn_post_norm, ffn_post_norm
   std::array<MatrixLayout, kMatrices> matrices;
   uint64_t bytes = 0;  // the blob: the matrices' padded bytes
   // Offsets in floats into the vector buffer, -1 where the model has none.
@@ -59,11 +59,13 @@ struct WeightLayout {
   // output norm.
   uint64_t vector_floats = 0;
   int64_t output_norm_vector = -1;
-  uint64_t rope_bytes = 0;  // the rope frequency table: head_dim / 2 doubles
+  // The rope frequency tables: head_dim / 2 doubles, then as many for the sliding layers' own
+  // base where the model has one (ModelConfig::rope_theta_swa, Gemma).
+  uint64_t rope_bytes = 0;
   // The most elements of any layer matrix (the GEMM path's f16 scratch).
   int64_t largest_layer_matrix_elements = 0;
 
-  // Resident whatever the plan: the fixed matrices, the vectors and the rope table.
+  // Resident whatever the plan: the fixed matrices, the vectors and the rope tables.
   uint64_t fixed_bytes() const {
     return fixed_matrix_bytes + vector_floats * sizeof(float) + rope_bytes;
   }

@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "granule/block_formats.h"
 #include "granule/error.h"
 #include "granule/quant.h"
 #include "granule/split_layout.h"
@@ -46,9 +47,89 @@ void k_scale_min(const uint8_t* q, int j, uint8_t& scale, uint8_t& min) {
   }
 }
 
+// Q3_K's six-bit scale j (0..15) minus 32 (quant.cpp's q3_k_scale: low 4 bits in the nibbles
+// of bytes 0-7, high 2 bits in bytes 8-11).
+int8_t q3k_scale(const uint8_t* scales, int j) {
+  const int low = (scales[j % 8] >> (4 * (j / 8))) & 0xF;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return static_cast<int8_t>((low | (high << 4)) - 32);
+}
+
+// The 2-bit values q[32] of one sub-block as the split layout holds them: element e in byte
+// e % 8 at bit 2 * (e / 8).
+void pack_2bit(const uint8_t q[32], uint8_t* out) {
+  for (int i = 0; i < 8; ++i)
+    out[i] = static_cast<uint8_t>(q[i] | (q[i + 8] << 2) | (q[i + 16] << 4) | (q[i + 24] << 6));
+}
+int unpack_2bit(const uint8_t* in, int e) { return (in[e % 8] >> (2 * (e / 8))) & 3; }
+
+// Q2_K/Q3_K: GGUF's two halves of 128 each read 32 bytes of qs four times, two bits deeper
+// each time, so sub-block s (0..7) of a super-block is element l of qs[32 * (s / 4) + l] at
+// bit 2 * (s % 4), with the scales of its two 16-element halves at 2s and 2s + 1 (and Q3_K's
+// third bit of element l at bit s of hmask[l]).
+void split_row_q2_q3(uint32_t type, const uint8_t* src, int64_t n, uint8_t* dst) {
+  const bool three = type == split::kTypeQ3_K;
+  uint8_t* scales = dst + split::scales_offset(type, n);
+  for (int64_t k = 0; k < n / 8; ++k) {
+    const uint8_t* b = src + k * (three ? 110 : 84);
+    const uint8_t* qs = three ? b + 32 : b + 16;
+    for (int s = 0; s < 8; ++s) {
+      const int64_t j = 8 * k + s;
+      uint8_t q[32];
+      for (int l = 0; l < 32; ++l) q[l] = (qs[32 * (s / 4) + l] >> (2 * (s % 4))) & 3;
+      pack_2bit(q, dst + 8 * j);
+      if (three) {
+        uint32_t bits = 0;  // element e at byte e % 4, bit e / 4
+        for (int e = 0; e < 32; ++e)
+          bits |= static_cast<uint32_t>((b[e] >> s) & 1) << (8 * (e % 4) + e / 4);
+        std::memcpy(dst + split::q3k_qh_offset(n) + 4 * j, &bits, 4);
+        for (int h = 0; h < 2; ++h)
+          scales[2 * j + h] = static_cast<uint8_t>(q3k_scale(b + 96, 2 * s + h));
+      } else {
+        scales[2 * j] = b[2 * s];
+        scales[2 * j + 1] = b[2 * s + 1];
+      }
+    }
+    if (three)
+      std::memcpy(dst + split::q3k_d_offset(n) + 2 * k, b + 108, 2);
+    else
+      std::memcpy(dst + split::q2k_d_offset(n) + 4 * k, b + 80, 4);  // d, dmin
+  }
+}
+
 void split_row(uint32_t type, const uint8_t* src, int64_t cols, uint8_t* dst) {
   const int64_t n = cols / 32;
   uint8_t* scales = dst + split::scales_offset(type, n);
+  if (type == split::kTypeQ2_K || type == split::kTypeQ3_K) {
+    split_row_q2_q3(type, src, n, dst);
+    return;
+  }
+  if (type == split::kTypeIQ4_XS) {
+    // GGUF: d, scales_h (2 bits per sub-block), scales_l[4] (a nibble per sub-block), qs[128]
+    // in IQ4_NL's order.
+    for (int64_t k = 0; k < n / 8; ++k) {
+      const uint8_t* b = src + k * 136;
+      const uint16_t scales_h = load_u16(b + 2);
+      for (int s = 0; s < 8; ++s) {
+        const int64_t j = 8 * k + s;
+        const int low = (b[4 + s / 2] >> (4 * (s % 2))) & 0xF, high = (scales_h >> (2 * s)) & 3;
+        scales[j] = static_cast<uint8_t>(static_cast<int8_t>((low | (high << 4)) - 32));
+        std::memcpy(dst + 16 * j, b + 8 + 16 * s, 16);
+      }
+      std::memcpy(dst + split::iq4xs_d_offset(n) + 2 * k, b, 2);
+    }
+    return;
+  }
+  if (type == split::kTypeIQ4_NL || type == split::kTypeMXFP4) {
+    // GGUF: d (f16) or e (E8M0), then qs[16] in Q4_0's order.
+    const int64_t scale_bytes = type == split::kTypeMXFP4 ? 1 : 2;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* b = src + j * (16 + scale_bytes);
+      std::memcpy(scales + j * scale_bytes, b, static_cast<size_t>(scale_bytes));
+      std::memcpy(dst + 16 * j, b + scale_bytes, 16);
+    }
+    return;
+  }
   if (type == split::kTypeQ4_K || type == split::kTypeQ5_K) {
     // GGUF: d, dmin, scales[12], (qh[32],) qs[128]; qs byte l of pair c holds element l of
     // sub-block 2c (low nibble) and of 2c + 1 (high); Q5_K's fifth bit of element l of
@@ -225,6 +306,52 @@ void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, 
           const int hi = (qh[8 * j + e % 8] >> (2 * (e / 8))) & 3;
           const int8_t sc = static_cast<int8_t>(scales[2 * j + e / 16]);
           y[e] = d * static_cast<float>(sc) * static_cast<float>((lo | (hi << 4)) - 32);
+        }
+        break;
+      }
+      case split::kTypeQ2_K: {
+        // As quant.cpp's decode_block: dl = d * scale, ml = dmin * min, then dl * q - ml.
+        const uint8_t* dm = row + split::q2k_d_offset(n) + 4 * (j / 8);
+        const float d = fp16_to_f32(load_u16(dm)), dmin = fp16_to_f32(load_u16(dm + 2));
+        for (int e = 0; e < 32; ++e) {
+          const uint8_t sc = scales[2 * j + e / 16];
+          const float dl = d * static_cast<float>(sc & 0xF);
+          const float ml = dmin * static_cast<float>(sc >> 4);
+          y[e] = dl * static_cast<float>(unpack_2bit(row + 8 * j, e)) - ml;
+        }
+        break;
+      }
+      case split::kTypeQ3_K: {
+        const float d = fp16_to_f32(load_u16(row + split::q3k_d_offset(n) + 2 * (j / 8)));
+        uint32_t qh;
+        std::memcpy(&qh, row + split::q3k_qh_offset(n) + 4 * j, 4);
+        for (int e = 0; e < 32; ++e) {
+          const int bit = (qh >> (8 * (e % 4) + e / 4)) & 1;
+          const float dl = d * static_cast<float>(static_cast<int8_t>(scales[2 * j + e / 16]));
+          y[e] = dl * static_cast<float>((unpack_2bit(row + 8 * j, e) | (bit << 2)) - 4);
+        }
+        break;
+      }
+      case split::kTypeIQ4_NL:
+      case split::kTypeIQ4_XS:
+      case split::kTypeMXFP4: {
+        float d;
+        if (ggml_type == split::kTypeIQ4_NL) {
+          d = fp16_to_f32(load_u16(scales + 2 * j));
+        } else if (ggml_type == split::kTypeIQ4_XS) {
+          // As quant.cpp: dl = d * (ls - 32), then dl * level.
+          d = fp16_to_f32(load_u16(row + split::iq4xs_d_offset(n) + 2 * (j / 8))) *
+              static_cast<float>(static_cast<int8_t>(scales[j]));
+        } else {
+          const uint32_t e = scales[j];
+          const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+          std::memcpy(&d, &bits, 4);
+        }
+        const int8_t* levels = ggml_type == split::kTypeMXFP4 ? kMxfp4Values : kIq4nlValues;
+        for (int i = 0; i < 16; ++i) {
+          const uint8_t q = row[16 * j + i];
+          y[i] = d * static_cast<float>(levels[q & 0xF]);
+          y[i + 16] = d * static_cast<float>(levels[q >> 4]);
         }
         break;
       }

@@ -5,14 +5,15 @@
 
 namespace granule {
 
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K have a split layout; other types are
-// uploaded as stored.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 have a
+// split layout; other types (F32, F16, BF16) are uploaded as stored.
 bool split_layout_supported(uint32_t ggml_type);
 // Whether rows of `cols` elements of this type can be split: a supported type and whole
-// blocks per row (256 elements for the K types, 32 for the others). split_rows needs it.
+// blocks per row (256 elements for the K types and IQ4_XS, 32 for the others). split_rows
+// needs it.
 bool split_layout_fits(uint32_t ggml_type, int64_t cols);
-// Bytes from one split row to the next (GGUF's row size, plus 4 per 256 elements for Q4_K and
-// Q5_K, rounded up to 16).
+// Bytes from one split row to the next (GGUF's row size, plus 4 per 256 elements for Q3_K, Q4_K
+// and Q5_K and 2 for IQ4_XS, rounded up to 16).
 int64_t split_row_stride(uint32_t ggml_type, int64_t cols);
 // Re-lays out `rows` consecutive GGUF rows of `cols` elements into dst, which holds
 // rows * split_row_stride bytes (padding bytes are zeroed).

@@ -187,8 +187,8 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
   m.scheduler = std::make_unique<Scheduler>(*m.kv, m.options.prefill_chunk_tokens);
   if (m.options.kv_reuse) {
     KvCopier copier;
-    copier.to_host = [impl = &m](int32_t slot, uint64_t bytes, void* host) {
-      return impl->backend->copy_kv_to_host(slot, bytes, host);
+    copier.to_host = [impl = &m](int32_t slot, int64_t tokens, uint64_t, void* host) {
+      return impl->backend->copy_kv_to_host(slot, tokens, host);
     };
     if (const uint64_t state = m.backend->recurrent_state_bytes(); state > 0) {
       copier.state_bytes = state;
@@ -476,7 +476,7 @@ void Engine::Impl::queue_swap_ins(StepPlan& plan) {
     std::string error;
     try {
       const uint64_t kv_bytes = in.host.size() - in.state_bytes;
-      if (!backend->copy_kv_from_host(in.slot, in.host.data(), kv_bytes))
+      if (!backend->copy_kv_from_host(in.slot, in.host.data(), in.tokens))
         error = "the backend cannot copy KV back from host memory";
       else if (in.state_bytes > 0 &&
                !backend->copy_state_from_host(in.slot, in.host.data() + kv_bytes, in.tokens))
@@ -617,13 +617,14 @@ void Engine::Impl::prepare_next_step(const StepPlan& plan) {
         // Prompt left: the next step computes (at most) another chunk of it. Mapping that
         // chunk's granules now keeps their map calls (~60 us each on a GPU) off its path.
         kv->map_ahead(
-            w.slot, std::min({known, next + options.prefill_chunk_tokens, options.context_length}));
+            w.slot, std::min({known, next + options.prefill_chunk_tokens, options.context_length}),
+            next);
         continue;
       }
       if (next != known) continue;
       if (seq->generated + 1 >= seq->params.max_tokens || next + 1 > options.context_length)
         continue;  // this step's token ends it
-      kv->map_ahead(w.slot, next + 1);
+      kv->map_ahead(w.slot, next + 1, next);
     }
     kv->refill_pool();
   } catch (const std::exception& e) {
@@ -779,7 +780,7 @@ std::vector<std::vector<float>> Engine::logits_for(const std::vector<TokenId>& t
   const auto total = static_cast<int64_t>(tokens.size());
   for (int64_t start = 0; start < total; start += m.options.prefill_chunk_tokens) {
     const int64_t count = std::min(m.options.prefill_chunk_tokens, total - start);
-    if (!m.kv->map_through(*slot, start + count)) {
+    if (!m.kv->map_through(*slot, start + count, start)) {
       throw CapacityError("the memory budget cannot hold the KV of " + std::to_string(total) +
                           " tokens");
     }
@@ -889,6 +890,8 @@ TelemetrySnapshot Engine::telemetry() const {
     t.tokens = static_cast<int64_t>(seq->tokens.size());
     if (auto slot = m.scheduler->slot_of(id)) {
       t.kv_committed_bytes = m.kv->committed_bytes(*slot);
+      if (m.kv->parts() > ModelConfig::kKvPartWindow)
+        t.kv_window_committed_bytes = m.kv->committed_bytes(*slot, ModelConfig::kKvPartWindow);
       t.kv_reserved_bytes = m.kv->reserved_bytes(*slot);
     }
     t.waiting = m.scheduler->is_waiting(id);

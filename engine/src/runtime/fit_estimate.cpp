@@ -4,6 +4,7 @@
 #include "runtime/fit_estimate.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "backends/backend.h"
@@ -13,12 +14,19 @@
 #include "granule/gguf.h"
 #include "granule/tensor_type.h"
 #include "memory/expert_placement.h"
+#include "memory/kv_space.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
 #include "memory/workspace_layout.h"
 
 namespace granule {
 namespace {
+
+// What a window part commits past its window (KvSpace::map): the granule its start falls in (2
+// MiB on both backends) and the look-ahead's tokens.
+uint64_t window_slack_bytes(uint64_t window_bytes_per_token) {
+  return (2u << 20) + static_cast<uint64_t>(KvGeometry{}.lookahead_tokens) * window_bytes_per_token;
+}
 
 // The block type holding the most bytes among 2-D weights: what people call the model's
 // quantisation ("Q4_1"), even though norms stay F32.
@@ -143,9 +151,16 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
   e.kv_capacity_tokens = 0;
   e.max_context_per_chat = 0;
   if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {
-    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
-    e.max_context_per_chat =
-        std::min(e.kv_capacity_tokens / std::max(e.chats, 1), c.context_length);
+    const int32_t chats = std::max(e.chats, 1);
+    if (e.kv_window_tokens <= 0) {
+      e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
+      e.max_context_per_chat = std::min(e.kv_capacity_tokens / chats, c.context_length);
+    } else {  // each chat's window layers' KV is bounded: the chats' shares of the rest
+      const int64_t per_chat =
+          e.kv_context_for((e.budget_bytes - held) / static_cast<uint64_t>(chats));
+      e.kv_capacity_tokens = per_chat * chats;
+      e.max_context_per_chat = std::min(per_chat, c.context_length);
+    }
   }
   e.fits = e.loads && e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
 }
@@ -182,6 +197,12 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
   e.kv_element_bytes = device.kv_element_bytes;
   e.weights_bytes = weights.total_bytes();
   e.kv_bytes_per_token = static_cast<uint64_t>(e.config.kv_bytes_per_token(e.kv_element_bytes));
+  // KV by layer kind (memory/kv_space.h): the sliding layers' KV is bounded by the window.
+  for (const KvPartGeometry& part : kv_parts(e.config, e.kv_element_bytes)) {
+    if (part.window_tokens <= 0) continue;
+    e.kv_window_bytes_per_token = static_cast<uint64_t>(part.bytes_per_token);
+    e.kv_window_tokens = part.window_tokens;
+  }
   e.chats = options.max_sequences;
   e.workspace_bytes = workspace_allowance(e.config, e.chats);
   e.recurrent_state_bytes_per_chat = static_cast<uint64_t>(e.config.recurrent_state_bytes());
@@ -244,11 +265,40 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     held = plan.device_bytes() + e.workspace_bytes;
   }
   if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {
-    e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
-    e.max_context_per_chat = std::min(e.kv_capacity_tokens / e.chats, trained);
+    const int32_t chats = std::max(e.chats, 1);
+    if (e.kv_window_tokens <= 0) {
+      e.kv_capacity_tokens = static_cast<int64_t>((e.budget_bytes - held) / e.kv_bytes_per_token);
+      e.max_context_per_chat = std::min(e.kv_capacity_tokens / chats, trained);
+    } else {  // each chat's window layers' KV is bounded: the chats' shares of the rest
+      const int64_t per_chat =
+          e.kv_context_for((e.budget_bytes - held) / static_cast<uint64_t>(chats));
+      e.kv_capacity_tokens = per_chat * chats;
+      e.max_context_per_chat = std::min(per_chat, trained);
+    }
   }
   e.fits = e.loads && e.context_per_chat > 0 && e.max_context_per_chat >= e.context_per_chat;
   return e;
+}
+
+uint64_t FitEstimate::kv_bytes_per_chat(int64_t context) const {
+  const auto tokens = static_cast<uint64_t>(std::max<int64_t>(context, 0));
+  if (kv_window_tokens <= 0 || context <= kv_window_tokens) return tokens * kv_bytes_per_token;
+  const uint64_t global = kv_bytes_per_token - kv_window_bytes_per_token;
+  return tokens * global + static_cast<uint64_t>(kv_window_tokens) * kv_window_bytes_per_token +
+         window_slack_bytes(kv_window_bytes_per_token);
+}
+
+int64_t FitEstimate::kv_context_for(uint64_t bytes) const {
+  if (kv_bytes_per_token == 0) return 0;
+  const uint64_t whole = bytes / kv_bytes_per_token;  // every layer's KV per token
+  if (kv_window_tokens <= 0 || whole <= static_cast<uint64_t>(kv_window_tokens))
+    return static_cast<int64_t>(whole);
+  const uint64_t global = kv_bytes_per_token - kv_window_bytes_per_token;
+  const uint64_t window = static_cast<uint64_t>(kv_window_tokens) * kv_window_bytes_per_token +
+                          window_slack_bytes(kv_window_bytes_per_token);
+  if (bytes < window) return kv_window_tokens;
+  if (global == 0) return std::numeric_limits<int32_t>::max();  // only sliding layers
+  return std::max<int64_t>(kv_window_tokens, static_cast<int64_t>((bytes - window) / global));
 }
 
 }  // namespace granule

@@ -61,6 +61,9 @@ Runtime make_runtime(const ModelFile& file, const ModelConfig& config, const Wei
   if (options.wrap_backend) rt.backend = options.wrap_backend(std::move(rt.backend));
   KvGeometry geometry;
   geometry.bytes_per_token = rt.backend->kv_bytes_per_token();
+  // KV by layer kind: the sliding-window layers in a part of their own (memory/kv_space.h).
+  if (const int64_t elements = config.kv_bytes_per_token(1); elements > 0)
+    geometry.parts = kv_parts(config, geometry.bytes_per_token / elements);
   geometry.max_tokens = options.context_length;
   geometry.slots = options.slots;
   rt.kv = std::make_unique<KvSpace>(rt.backend->make_kv_virtual_memory(), geometry, *rt.memory);

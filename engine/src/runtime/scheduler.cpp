@@ -118,8 +118,8 @@ bool Scheduler::evict_kept(int32_t spare) {
   }
   if (!oldest) return false;
   const int32_t slot = kept_[*oldest].slot;
-  const uint64_t bytes =
-      kept_[*oldest].tokens.size() * static_cast<uint64_t>(kv_.geometry().bytes_per_token);
+  const auto kept_tokens = static_cast<int64_t>(kept_[*oldest].tokens.size());
+  const uint64_t bytes = kv_.live_bytes(kept_tokens);
   std::vector<uint8_t> host;
   // A recurrent model's state goes with its KV, or nothing goes.
   const uint64_t state = recurrent_ ? copier_.state_bytes : 0;
@@ -128,7 +128,7 @@ bool Scheduler::evict_kept(int32_t spare) {
   if (copies && make_host_room(bytes + state)) {
     try {
       host.resize(bytes + state);
-      if (!copier_.to_host(slot, bytes, host.data()) ||
+      if (!copier_.to_host(slot, kept_tokens, bytes, host.data()) ||
           (state > 0 && !copier_.state_to_host(slot, host.data() + bytes)))
         host = {};
     } catch (const DeviceLostError&) {
@@ -175,6 +175,12 @@ std::optional<Scheduler::KeptMatch> Scheduler::find_kept(const Sequence& head) c
     if (common <= 0) continue;
     // The recurrent state covers the kept tokens, all of them: it is reused whole or not at all.
     if (recurrent_ && common < static_cast<int64_t>(k.tokens.size())) continue;
+    // A sliding-window part keeps the last window of the kept tokens only: a shorter prefix is
+    // reused while the slot still holds what its continuation reads, a swapped one never (its
+    // copy holds the window of all the kept tokens).
+    if (common < static_cast<int64_t>(k.tokens.size()) && kv_.parts() > 1 &&
+        (k.swapped() || !kv_.can_continue_at(k.slot, common)))
+      continue;
     const bool same = !head.session.empty() && k.session == head.session;
     // Another chat's KV is taken only when none of it would be lost (it is a prefix of the
     // head's prompt); KV kept without a session is anyone's.
@@ -305,9 +311,12 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
 }
 
 bool Scheduler::map_or_preempt(SequenceId id, int64_t tokens, StepPlan& plan) {
-  const int32_t slot = sequences_.at(id)->slot;
+  const Sequence& sequence = *sequences_.at(id);
+  const int32_t slot = sequence.slot;
+  // The step writes from the computed tokens on: a window part lets go of what is behind them.
+  const int64_t from = std::min(sequence.computed_tokens, tokens);
   bool relieved = false;
-  while (!kv_.map_through(slot, tokens)) {
+  while (!kv_.map_through(slot, tokens, from)) {
     // The pressure policy frees what it can for the step's whole demand: kept KV, then
     // weights. What is still short is taken from running chats, one at a time, each smaller
     // demand offered to the policy again (weights may cover what is left).
@@ -428,9 +437,8 @@ StepPlan Scheduler::next_step() {
       const auto match = reuse_ ? find_kept(head) : std::nullopt;
       if (match && kept_[match->index].swapped()) {
         KeptKv& k = kept_[match->index];
-        const auto bytes = static_cast<uint64_t>(match->tokens) *
-                           static_cast<uint64_t>(kv_.geometry().bytes_per_token);
-        const bool mapped = kv_.map_through(slot, match->tokens);
+        const uint64_t bytes = kv_.live_bytes(match->tokens);
+        const bool mapped = kv_.map_through(slot, match->tokens, match->tokens);
         if (mapped) {
           // The head's share of the chat's KV (all of it, and the state, when recurrent).
           const uint64_t state = recurrent_ ? copier_.state_bytes : 0;

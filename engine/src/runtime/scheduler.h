@@ -26,11 +26,12 @@ namespace granule {
 
 class KvSpace;
 
-// Copies a slot's first `bytes` of KV to host memory (Backend::copy_kv_to_host); false when
-// the backend cannot. The copy back is not the scheduler's: a plan lists it (StepPlan::swap_ins)
-// and the engine queues it before the step that reads it.
+// Copies what a slot's first `tokens` tokens continue from (KvSpace::live_ranges, `bytes` in
+// all) to host memory (Backend::copy_kv_to_host); false when the backend cannot. The copy back
+// is not the scheduler's: a plan lists it (StepPlan::swap_ins) and the engine queues it before
+// the step that reads it.
 struct KvCopier {
-  std::function<bool(int32_t slot, uint64_t bytes, void* host)> to_host;
+  std::function<bool(int32_t slot, int64_t tokens, uint64_t bytes, void* host)> to_host;
   // A model with recurrent layers: each slot's state (state_bytes of it) goes to host memory
   // after its KV, in the same buffer (KeptKv::host ends with it).
   uint64_t state_bytes = 0;
@@ -68,7 +69,7 @@ struct OversizedSequence {
 };
 
 // KV swapped to host memory that comes back for a chat admitted this step: the slot is mapped
-// through host.size() bytes (its first tokens, token-major), and the engine queues the copy
+// through `tokens` (host holds their KvSpace::live_ranges), and the engine queues the copy
 // (Backend::copy_kv_from_host) ahead of the step, which reads it.
 struct KvSwapIn {
   SequenceId id = 0;

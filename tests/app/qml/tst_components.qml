@@ -38,6 +38,7 @@ Item {
             reasoning: ""
             reasoningMs: 0
             thinking: false
+            tool: ({})
         }
     }
     Component {
@@ -60,6 +61,7 @@ Item {
             reasoning: ""
             reasoningMs: 0
             thinking: false
+            tool: ({})
         }
     }
     Component {
@@ -82,6 +84,7 @@ Item {
             reasoning: ""
             reasoningMs: 0
             thinking: false
+            tool: ({})
             isLast: true
         }
     }
@@ -105,6 +108,7 @@ Item {
             reasoning: "The user asks for 2+2. That is 4."
             reasoningMs: 1234
             thinking: true
+            tool: ({})
         }
     }
     Component {

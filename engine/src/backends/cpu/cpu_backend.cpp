@@ -186,6 +186,11 @@ CpuBackend::CpuBackend(const BackendInit& init)
   }
   for (int64_t l = 0; l < config_.n_layer; ++l)
     kv_offsets_.push_back(config_.kv_offset_elements(l));
+  // KV by layer kind: each layer's part of a slot (memory/kv_space.h); attach_kv() says where.
+  for (int64_t l = 0; l < config_.n_layer; ++l)
+    kv_part_token_bytes_.push_back(config_.kv_part_elements(config_.kv_part(l)) *
+                                   kCpuKvElementBytes);
+  kv_part_offset_bytes_.assign(static_cast<size_t>(config_.n_layer), 0);
   // Summed over the layers once: kv_at asks for it on every KV read.
   kv_token_bytes_ = config_.kv_bytes_per_token(kCpuKvElementBytes);
   ple_proj_norm_ = to_f32(weights_.ple_proj_norm);
@@ -212,6 +217,12 @@ CpuBackend::~CpuBackend() {
 
 void CpuBackend::attach_kv(KvSpace& kv) {
   kv_ = &kv;
+  const std::vector<KvPartGeometry> expected = kv_parts(config_, kCpuKvElementBytes);
+  if (static_cast<size_t>(kv.parts()) != std::max<size_t>(expected.size(), 1))
+    throw UsageError("CPU backend: the KV space's parts differ from the model's layer kinds");
+  for (int64_t l = 0; l < config_.n_layer; ++l)
+    kv_part_offset_bytes_[static_cast<size_t>(l)] =
+        static_cast<int64_t>(kv.part_offset_bytes(config_.kv_part(l)));
   if (!hybrid_) return;
   memory_.release(MemoryCategory::RecurrentState, charged_state_bytes_);
   charged_state_bytes_ = 0;
@@ -266,7 +277,9 @@ std::unique_ptr<VirtualMemory> CpuBackend::make_kv_virtual_memory() {
 float* CpuBackend::kv_at(int32_t slot, int64_t position, int64_t layer, bool value) const {
   // A layer's K then V in each token's record; Gemma 4's shared layers point at their source.
   const int64_t kv_dim = config_.kv_dim_of(layer);
-  uint8_t* token = kv_->slot_base(slot) + position * kv_bytes_per_token();
+  const auto l = static_cast<size_t>(layer);
+  uint8_t* token =
+      kv_->slot_base(slot) + kv_part_offset_bytes_[l] + position * kv_part_token_bytes_[l];
   return reinterpret_cast<float*>(token) + kv_offsets_[static_cast<size_t>(layer)] +
          (value ? kv_dim : 0);
 }
@@ -333,7 +346,8 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   // layer the window's last positions only (llama.cpp masks p0 when p1 - p0 >= window).
   const int64_t window = c.layer_slides(layer) ? c.sliding_window : 0;
   const int64_t group = c.n_head / n_head_kv;
-  const int64_t token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
+  const int64_t token_stride =
+      kv_part_token_bytes_[static_cast<size_t>(layer)] / static_cast<int64_t>(sizeof(float));
   pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
     thread_local std::vector<float> scores;
     for (int64_t i = begin; i < end; ++i) {
@@ -518,15 +532,23 @@ void CpuBackend::launch(const StepRequest& step) {
   done_ = std::move(result);
 }
 
-bool CpuBackend::copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) {
+bool CpuBackend::copy_kv_to_host(int32_t slot, int64_t tokens, void* host) {
   if (!kv_) throw UsageError("CPU backend: copy_kv_to_host() before attach_kv()");
-  std::memcpy(host, kv_->slot_base(slot), bytes);
+  auto* out = static_cast<uint8_t*>(host);
+  for (const KvSpace::Range& r : kv_->live_ranges(tokens)) {
+    std::memcpy(out, kv_->slot_base(slot) + r.offset, r.bytes);
+    out += r.bytes;
+  }
   return true;
 }
 
-bool CpuBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) {
+bool CpuBackend::copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) {
   if (!kv_) throw UsageError("CPU backend: copy_kv_from_host() before attach_kv()");
-  std::memcpy(kv_->slot_base(slot), host, bytes);
+  const auto* in = static_cast<const uint8_t*>(host);
+  for (const KvSpace::Range& r : kv_->live_ranges(tokens)) {
+    std::memcpy(kv_->slot_base(slot) + r.offset, in, r.bytes);
+    in += r.bytes;
+  }
   return true;
 }
 
@@ -579,8 +601,8 @@ void CpuBackend::collect_expert_telemetry(ExpertTelemetry& out) {
   out.tokens = expert_tokens_;
   const LayerWeights& l = weights_.layers.front();
   out.expert_bytes = 0;
-  for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias,
-                              l.up_exps_bias, l.down_exps_bias})
+  for (const TensorInfo* t :
+       {l.gate_exps, l.up_exps, l.down_exps, l.gate_exps_bias, l.up_exps_bias, l.down_exps_bias})
     if (t) out.expert_bytes += t->size_bytes / static_cast<uint64_t>(config_.moe.n_expert);
   std::fill(expert_routed_.begin(), expert_routed_.end(), 0);
   expert_tokens_ = 0;
@@ -642,6 +664,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
   const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t layer, bool value) {
     return kv_at(slot, position, layer, value);
   };
+  // (Hybrid models have no sliding-window layers: one KV part, a token's whole record.)
   const int64_t kv_token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
   if (c.n_embd_per_layer > 0) {
     std::vector<int32_t> tokens;

@@ -45,8 +45,8 @@ class CpuBackend final : public Backend {
   void launch(const StepRequest& step) override;
   StepResult wait() override;
   // The KV is host memory already: a memcpy each way.
-  bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
-  bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
+  bool copy_kv_to_host(int32_t slot, int64_t tokens, void* host) override;
+  bool copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) override;
   // A hybrid model's recurrent state: a memcpy each way (HybridLayers).
   uint64_t recurrent_state_bytes() const override { return hybrid_ ? hybrid_->state_bytes() : 0; }
   bool copy_state_to_host(int32_t slot, void* host) override;
@@ -97,7 +97,9 @@ class CpuBackend final : public Backend {
   float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (rope.h)
   // Gemma: the sliding-window layers' own base, unscaled (empty: they rotate as the others).
   std::vector<double> rope_frequencies_swa_;
-  std::vector<int64_t> kv_offsets_;   // per layer: elements before its K in a token's record
+  std::vector<int64_t> kv_offsets_;  // per layer: elements before its K in its part's record
+  // Per layer: its KV part's bytes per token, and where that part starts in a slot.
+  std::vector<int64_t> kv_part_token_bytes_, kv_part_offset_bytes_;
   int64_t kv_token_bytes_ = 0;        // a token's KV record (config_.kv_bytes_per_token)
   std::vector<float> ple_proj_norm_;  // Gemma 4's per-layer projection norm
   std::vector<float> output_norm_;

@@ -112,9 +112,8 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   model_ = std::make_unique<CudaModel>(init, max_rows);
   memory_ = &init.memory;
   logger("engine.cuda")
-      ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s",
-             device_name_, total_bytes >> 20, init.memory.budget_bytes() >> 20,
-             h2d_bandwidth_ / 1e9);
+      ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s", device_name_,
+             total_bytes >> 20, init.memory.budget_bytes() >> 20, h2d_bandwidth_ / 1e9);
 }
 
 CudaBackend::~CudaBackend() {
@@ -150,29 +149,44 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   kv_ = &kv;
   std::vector<uint8_t*> bases;
   for (int32_t s = 0; s < kv.geometry().slots; ++s) bases.push_back(kv.slot_base(s));
-  model_->attach_kv(bases, kv.geometry().max_tokens);
+  const std::vector<KvPartGeometry> expected = kv_parts(config_, kCudaKvElementBytes);
+  if (static_cast<size_t>(kv.parts()) != std::max<size_t>(expected.size(), 1))
+    throw UsageError("CUDA backend: the KV space's parts differ from the model's layer kinds");
+  std::vector<uint64_t> offsets;
+  for (int p = 0; p < kv.parts(); ++p) offsets.push_back(kv.part_offset_bytes(p));
+  model_->attach_kv(bases, kv.geometry().max_tokens, offsets);
 }
 
-bool CudaBackend::copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) {
+bool CudaBackend::copy_kv_to_host(int32_t slot, int64_t tokens, void* host) {
   if (!kv_) throw UsageError("CUDA backend: copy_kv_to_host() before attach_kv()");
-  if (bytes == 0) return true;
+  const std::vector<KvSpace::Range> ranges = kv_->live_ranges(tokens);
+  if (ranges.empty()) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_cuda(
-      cudaMemcpyAsync(host, kv_->slot_base(slot), bytes, cudaMemcpyDeviceToHost, model_->stream()),
-      "copying idle KV to host memory");
+  auto* out = static_cast<uint8_t*>(host);
+  for (const KvSpace::Range& r : ranges) {
+    check_cuda(cudaMemcpyAsync(out, kv_->slot_base(slot) + r.offset, r.bytes,
+                               cudaMemcpyDeviceToHost, model_->stream()),
+               "copying idle KV to host memory");
+    out += r.bytes;
+  }
   check_cuda(cudaStreamSynchronize(model_->stream()), "copying idle KV to host memory");
   return true;
 }
 
-bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) {
+bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) {
   if (!kv_) throw UsageError("CUDA backend: copy_kv_from_host() before attach_kv()");
-  if (bytes == 0) return true;
+  const std::vector<KvSpace::Range> ranges = kv_->live_ranges(tokens);
+  if (ranges.empty()) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   // Queued on the stream the step runs on, so it lands before the step reads the KV; the
   // engine keeps `host` until that step has been waited for.
-  check_cuda(
-      cudaMemcpyAsync(kv_->slot_base(slot), host, bytes, cudaMemcpyHostToDevice, model_->stream()),
-      "copying idle KV back from host memory");
+  const auto* in = static_cast<const uint8_t*>(host);
+  for (const KvSpace::Range& r : ranges) {
+    check_cuda(cudaMemcpyAsync(kv_->slot_base(slot) + r.offset, in, r.bytes, cudaMemcpyHostToDevice,
+                               model_->stream()),
+               "copying idle KV back from host memory");
+    in += r.bytes;
+  }
   return true;
 }
 
@@ -527,6 +541,15 @@ void CudaBackend::collect_expert_telemetry(ExpertTelemetry& out) {
 
 uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
   if (pending_.active) throw UsageError("CUDA backend: make_room() during a step");
+  // A mixture of experts gives back expert cache first: a missed expert costs its own bytes over
+  // PCIe for the tokens routed to it, a streamed layer all of its matrices on every pass.
+  // The tables change, not the graphs' buffers: no re-capture.
+  uint64_t experts_freed = 0;
+  if (CudaMoe* moe = model_->moe(); moe && !moe->all_resident()) {
+    experts_freed = moe->release_cache(bytes, model_->stream());
+    if (experts_freed >= bytes) return experts_freed;
+    bytes -= experts_freed;
+  }
   const WeightStreamer& w = model_->streamer();
   const uint64_t before = w.resident_bytes() + w.staging_bytes();
   // The fewest demotions that free `bytes`, in one re-plan: the most resident layers (from the
@@ -538,12 +561,12 @@ uint64_t CudaBackend::make_room(uint64_t bytes, const std::string& reason) {
     const PlacementPlan plan = plan_placement(in);
     const uint64_t after = plan.device_bytes() - in.weights.fixed_bytes;
     if (after + bytes > before) continue;
-    if (!model_->replan(plan)) return 0;
+    if (!model_->replan(plan)) return experts_freed;
     const uint64_t now = w.resident_bytes() + w.staging_bytes();
     placement_changed(reason);
-    return before > now ? before - now : 0;
+    return experts_freed + (before > now ? before - now : 0);
   }
-  return 0;
+  return experts_freed;
 }
 
 void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes) {

@@ -48,8 +48,8 @@ class CudaBackend final : public Backend {
   StepResult wait() override;
   // Idle KV to and from host memory: a copy on the model's stream (where every kernel that
   // touches KV runs, so it follows them), then a wait for it.
-  bool copy_kv_to_host(int32_t slot, uint64_t bytes, void* host) override;
-  bool copy_kv_from_host(int32_t slot, const void* host, uint64_t bytes) override;
+  bool copy_kv_to_host(int32_t slot, int64_t tokens, void* host) override;
+  bool copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) override;
 
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).

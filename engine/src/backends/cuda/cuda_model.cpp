@@ -9,10 +9,11 @@
 #include "attention.cuh"
 #include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
+#include "backends/kernel_config_env.h"
 #include "dequantize.cuh"
+#include "gemma_ops.cuh"
 #include "granule/error.h"
 #include "granule/log.h"
-#include "backends/kernel_config_env.h"
 #include "matvec.cuh"
 #include "matvec_f16mma.cuh"
 #include "matvec_mma.cuh"
@@ -56,8 +57,9 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
     logger("engine.cuda")->info("int8 mma off: needs compute capability 8.0 and code built for it");
   } else if (config.mma && k::matvec_mma_device_kernel() == 1) {
     logger("engine.cuda")
-        ->info("int8 mma: the block-staged kernel (the warp-pipelined one needs ~208 KB of shared "
-               "memory per block)");
+        ->info(
+            "int8 mma: the block-staged kernel (the warp-pipelined one needs ~208 KB of shared "
+            "memory per block)");
   }
   if (config.f16_mma_min_rows > 0 && !k::matvec_f16mma_fits_device()) {
     config.f16_mma_min_rows = 0;
@@ -267,8 +269,10 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
       in.rope.slots = inputs + kSlots * R;
       in.rope.slot_base = slot_bases_.as<__half* const>();
       in.rope.frequencies = rope_frequencies_;
-      in.rope.token_stride = token_stride_halves_;
-      in.rope.layer = static_cast<int>(rope_layer - layers_.data());
+      const auto layer = static_cast<size_t>(rope_layer - layers_.data());
+      in.rope.token_stride = layer_token_stride_[layer];
+      in.rope.kv_offset = layer_kv_offset_[layer];
+      in.rope.layer = 0;
       in.rope.n_kv = static_cast<int>(config_.n_head_kv);
       in.rope.head_dim = static_cast<int>(config_.head_dim);
       const float* biases[3] = {rope_layer->bq, rope_layer->bk, rope_layer->bv};
@@ -290,6 +294,9 @@ void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, 
 
 bool CudaModel::fusion_fits() const {
   const k::KernelConfig& kc = kernel_config_;
+  // Gemma's sandwich norms sit between the products the fusion joins, and its embeddings are
+  // scaled after the gather: its layers take the unfused kernels.
+  if (gemma_layers()) return false;
   for (const DeviceLayer& l : layers_) {
     if (takes_f16mma(l, 1) || l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split)
       return false;
@@ -395,9 +402,11 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.q_norm = l.q_norm;
   r.k_norm = l.k_norm;
   r.norm_eps = c.rms_eps;
-  r.frequencies = rope_frequencies_;
+  // Gemma's sliding layers rotate with their own base and no scaling (magnitude 1).
+  const bool own_base = rope_frequencies_swa_ && c.layer_slides(layer);
+  r.frequencies = own_base ? rope_frequencies_swa_ : rope_frequencies_;
   r.neox = c.rope_ordering == RopeOrdering::NeoX;
-  r.magnitude = rope_magnitude_;
+  r.magnitude = own_base ? 1.0f : rope_magnitude_;
   r.n_head = static_cast<int>(c.n_head);
   r.n_kv = static_cast<int>(c.n_head_kv);
   r.head_dim = static_cast<int>(c.head_dim);
@@ -405,8 +414,9 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.positions = in + kPositions * R;
   r.slots = in + kSlots * R;
   r.slot_base = slot_bases_.as<__half* const>();
-  r.token_stride = token_stride_halves_;
-  r.layer = layer;
+  r.token_stride = layer_token_stride_[static_cast<size_t>(layer)];
+  r.kv_offset = layer_kv_offset_[static_cast<size_t>(layer)];
+  r.layer = 0;
   if (l.bo) {  // gpt-oss: the output bias joins the residual the output projection adds to
     if (roped) throw UsageError("CUDA backend: the fused Q/K/V rotation adds no output bias");
     r.residual = hidden_.as<float>();
@@ -428,9 +438,11 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.lengths = in + kLengths * R;
   a.slots = r.slots;
   a.slot_base = r.slot_base;
-  a.token_stride = token_stride_halves_;
-  a.layer = layer;
-  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.token_stride = r.token_stride;
+  a.kv_offset = r.kv_offset;
+  a.layer = 0;
+  a.scale = c.attention_scale > 0.0f ? c.attention_scale
+                                     : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   a.sinks = l.attn_sinks;
   // A sliding layer reads each row's window only (its start formed on the device from the row's
   // length), so the window bounds its splits.
@@ -487,9 +499,9 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
     in.n_in = static_cast<int>(n_in);
     in.batch = n_rows;
     in.x = x;
-    check_launch(k::launch_matvec_f16mma(mats[i].type, tasks, j - i, in, kernel_config_,
-                                         stream_.get()),
-                 "matvec_f16mma");
+    check_launch(
+        k::launch_matvec_f16mma(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
+        "matvec_f16mma");
     i = j;
   }
 }
@@ -509,9 +521,28 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   attention(layer, n_rows, x16);  // its output in f16 for the output projection
   const int64_t q_dim = c.n_head * c.head_dim;
   float* const hidden_out[1] = {hidden};
-  f16mma(&l.wo, hidden_out, 1, n_rows, true, x16, q_dim);
+  // Gemma: each block's output into normed_ (unused on this path), its RMSNorm joining the
+  // residual.
+  float* const projected_out[1] = {normed_.as<float>()};
+  const bool sandwich = l.attn_post_norm != nullptr;
+  f16mma(&l.wo, sandwich ? projected_out : hidden_out, 1, n_rows, !sandwich, x16, q_dim);
+  if (sandwich) post_norm(l.attn_post_norm, n_rows);
 
   norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
+  if (c.activation == FfnActivation::GeluTanh) {
+    // GeGLU: gate and up in f32, then their product in f16 over x16 (widest: n_ff fits), which
+    // the products have read.
+    const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
+    float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
+    f16mma(gu, gu_out, 2, n_rows, false, x16, c.n_embd);
+    check_launch(k::launch_geglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                        stream_.get()),
+                 "geglu");
+    const bool post = l.ffn_post_norm != nullptr;
+    f16mma(&l.w_down, post ? projected_out : hidden_out, 1, n_rows, !post, x16, c.n_ff);
+    if (post) post_norm(l.ffn_post_norm, n_rows);
+    return;
+  }
   __half* h16 = reinterpret_cast<__half*>(gate_.as<float>());  // n_ff halves per row fit
   k::MatvecTask t = swiglu_task(l);
   t.y_f16 = h16;
@@ -559,10 +590,16 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
          rope_in_qkv ? &l : nullptr);
   attention(layer, n_rows, nullptr, rope_in_qkv);
   float* const hidden_out[1] = {hidden};
+  // Gemma: the output projection into normed_ (its input, the attention norm's, is spent), then
+  // its RMSNorm joins the residual.
+  float* const projected_out[1] = {normed_.as<float>()};
   if (fused)
     matvec_normed_out(l.wo, hidden, l.ffn_norm);
+  else if (l.attn_post_norm)
+    matvec(&l.wo, projected_out, 1, n_rows, false, attn_.as<float>());
   else
     matvec(&l.wo, hidden_out, 1, n_rows, true, attn_.as<float>());
+  if (l.attn_post_norm) post_norm(l.attn_post_norm, n_rows);
 
   if (moe_) {
     moe_ffn(l, layer, n_rows);
@@ -588,7 +625,8 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   // own the 32-row blocks (split_owned_kernel, Q4_0 and Q4_1).
   const bool quantized_by_swiglu = fused && (c.n_ff / k::kQ8Block <= k::multiprocessors() ||
                                              k::matvec_owns_row_blocks(l.w_gate.type));
-  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
+  const bool geglu = c.activation == FfnActivation::GeluTanh;
+  if (!geglu && l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
     k::MatvecTask t = swiglu_task(l);
     t.y = h;
     k::MatvecInput in;
@@ -605,9 +643,14 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
     matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
     matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
-    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
-                                      kernel_config_, stream_.get()),
-                 "swiglu");
+    if (geglu)
+      check_launch(k::launch_geglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
+                                       kernel_config_, stream_.get()),
+                   "geglu");
+    else
+      check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
+                                        kernel_config_, stream_.get()),
+                   "swiglu");
   }
   if (k::matvec_reads_q8(l.w_down.type, l.w_down.split) && !quantized_by_swiglu)
     check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
@@ -618,8 +661,20 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm);
   else if (fused && edge_norms_fused_)
     matvec_normed_out(l.w_down, hidden, output_norm_);
+  else if (l.ffn_post_norm)
+    matvec(&l.w_down, projected_out, 1, n_rows, false, h);
   else
     matvec(&l.w_down, hidden_out, 1, n_rows, true, h);
+  if (l.ffn_post_norm) post_norm(l.ffn_post_norm, n_rows);
+}
+
+void CudaModel::post_norm(const float* weight, int n_rows) {
+  k::RmsNormOutputs out;
+  out.residual = hidden_.as<float>();
+  check_launch(
+      k::launch_rms_norm(normed_.as<float>(), weight, n_rows, static_cast<int>(config_.n_embd),
+                         config_.rms_eps, out, kernel_config_, stream_.get()),
+      "rms_norm_residual");
 }
 
 void CudaModel::moe_ffn(const DeviceLayer& l, int layer, int n_rows) {
@@ -650,7 +705,15 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
   const int64_t q_dim = c.n_head * c.head_dim;
   check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * q_dim, x16, stream_.get()),
                "convert_f16");
-  gemm(l.wo, moe_ ? next_wq : &l.w_gate, x16, n_rows, hidden, true);
+  // Gemma: each block's output lands in normed_ (free on this path: the norms write f16) and
+  // its RMSNorm joins the residual.
+  float* projected = normed_.as<float>();
+  if (l.attn_post_norm) {
+    gemm(l.wo, &l.w_gate, x16, n_rows, projected, false);
+    post_norm(l.attn_post_norm, n_rows);
+  } else {
+    gemm(l.wo, moe_ ? next_wq : &l.w_gate, x16, n_rows, hidden, true);
+  }
   if (moe_) {
     moe_ffn(l, layer, n_rows);
     return;
@@ -658,10 +721,20 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
   norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
   gemm(l.w_gate, &l.w_up, x16, n_rows, gate_.as<float>(), false);
   gemm(l.w_up, &l.w_down, x16, n_rows, up_.as<float>(), false);
-  check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
-                                       stream_.get()),
-               "swiglu");
-  gemm(l.w_down, next_wq, x16, n_rows, hidden, true);
+  if (c.activation == FfnActivation::GeluTanh)
+    check_launch(k::launch_geglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                        stream_.get()),
+                 "geglu");
+  else
+    check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                         stream_.get()),
+                 "swiglu");
+  if (l.ffn_post_norm) {
+    gemm(l.w_down, next_wq, x16, n_rows, projected, false);
+    post_norm(l.ffn_post_norm, n_rows);
+  } else {
+    gemm(l.w_down, next_wq, x16, n_rows, hidden, true);
+  }
 }
 
 void CudaModel::run_layers(int n_rows) {
@@ -683,6 +756,10 @@ void CudaModel::run_layers(int n_rows) {
                                  n_rows, hidden_.as<float>(), stream_.get(), token_embd_.split,
                                  edge_norms_fused_ ? &first_norm : nullptr),
       "embedding_gather");
+  if (c.embedding_scale != 1.0f)  // Gemma: times sqrt(n_embd) (no fused pass hands a norm over)
+    check_launch(k::launch_scale(hidden_.as<float>(), static_cast<int64_t>(n_rows) * c.n_embd,
+                                 c.embedding_scale, kernel_config_, stream_.get()),
+                 "scale");
   // The prefill overlap runs eagerly only: a captured step (a decode batch of more than 64
   // rows) keeps the one-stream GEMM path. A pass that threw after a dequantisation ahead left
   // it unjoined: stream_ waits for it before anything reuses its scratch.
@@ -716,6 +793,7 @@ void CudaModel::run_head(int first_logit_row, int count) {
     // The last down projection handed the output norm's input over (one row: row 0).
     float* const logits_out[1] = {logits_.as<float>()};
     matvec(&output_, logits_out, 1, 1, false, nullptr, true);
+    soft_cap_logits(1);
     return;
   }
   k::RmsNormOutputs out;
@@ -730,6 +808,15 @@ void CudaModel::run_head(int first_logit_row, int count) {
       "rms_norm");
   float* const logits_out[1] = {logits_.as<float>()};
   matvec(&output_, logits_out, 1, count, false, normed_.as<float>());
+  soft_cap_logits(count);
+}
+
+void CudaModel::soft_cap_logits(int count) {
+  if (config_.final_logit_softcap <= 0.0f) return;
+  check_launch(
+      k::launch_soft_cap(logits_.as<float>(), static_cast<int64_t>(count) * config_.n_vocab,
+                         config_.final_logit_softcap, kernel_config_, stream_.get()),
+      "soft_cap");
 }
 
 void CudaModel::upload_sampling(const std::vector<kernels::DeviceSamplingParams>& params,

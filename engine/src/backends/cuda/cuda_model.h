@@ -12,17 +12,17 @@
 #include <optional>
 #include <vector>
 
+#include "attention_prefill.cuh"
 #include "backends/backend.h"
 #include "backends/cuda/cublas_library.h"
 #include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/weight_streamer.h"
+#include "kernel_config.h"
+#include "matvec.cuh"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
 #include "memory/workspace_layout.h"
-#include "attention_prefill.cuh"
-#include "kernel_config.h"
-#include "matvec.cuh"
 #include "sampling.cuh"
 
 namespace granule::cuda {
@@ -48,6 +48,9 @@ struct DeviceLayer {
   const float* k_norm = nullptr;
   const float* bo = nullptr;          // gpt-oss: the attention output bias
   const float* attn_sinks = nullptr;  // gpt-oss: per-head sink logits
+  // Gemma's sandwich norms: the attention and FFN outputs RMS-normed before the residual adds.
+  const float* attn_post_norm = nullptr;
+  const float* ffn_post_norm = nullptr;
 };
 
 // Inputs of one run, in host order; copied to the fixed device buffers by upload().
@@ -77,7 +80,9 @@ class CudaModel {
 
   // Binds the KV slots (device addresses from the KvSpace) and sizes the attention workspace
   // for contexts of max_tokens.
-  void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens);
+  // part_offset_bytes: where each KV part (ModelConfig::kv_part) starts in a slot.
+  void attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens,
+                 const std::vector<uint64_t>& part_offset_bytes);
 
   // Writes one run's inputs (upload) and sampling parameters (upload_sampling) to the pinned
   // mirror of the fixed device buffers; flush_inputs() sends what was written in one async
@@ -116,7 +121,8 @@ class CudaModel {
   // What every launch of this model runs with; set at construction, never changed.
   const kernels::KernelConfig& kernel_config() const { return kernel_config_; }
   uint64_t weight_bytes() const {
-    return weights_.bytes() + streamer_->resident_bytes() + (moe_ ? moe_->device_weight_bytes() : 0);
+    return weights_.bytes() + streamer_->resident_bytes() +
+           (moe_ ? moe_->device_weight_bytes() : 0);
   }
   // A mixture-of-experts model's routers and experts (cuda_moe.h); null for a dense model.
   CudaMoe* moe() const { return moe_.get(); }
@@ -141,6 +147,15 @@ class CudaModel {
 
  private:
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
+  // Gemma's sandwich norm: hidden += RMSNorm(normed_) · weight (the block's output, which the
+  // projection wrote into normed_).
+  void post_norm(const float* weight, int n_rows);
+  // Gemma's final logit soft-cap over `count` logit rows (nothing without one).
+  void soft_cap_logits(int count);
+  // Gemma's layers (sandwich norms, GeGLU): the unfused int8 / GEMM paths only.
+  bool gemma_layers() const {
+    return config_.sandwich_norms || config_.activation == FfnActivation::GeluTanh;
+  }
   // A mixture-of-experts layer's FFN block: the FFN norm (f32 and int8 outputs), then
   // CudaMoe::forward adding the experts' weighted sum to hidden.
   void moe_ffn(const DeviceLayer& l, int layer, int n_rows);
@@ -217,6 +232,8 @@ class CudaModel {
   DeviceMatrix token_embd_, output_;
   const float* output_norm_ = nullptr;
   const double* rope_frequencies_ = nullptr;
+  // Gemma's sliding layers: their own base, no scaling (magnitude 1); null for one table.
+  const double* rope_frequencies_swa_ = nullptr;
   float rope_magnitude_ = 1.0f;  // YaRN's factor on cos and sin (model/rope.h)
   uint64_t decode_weight_bytes_ = 0;
 
@@ -224,7 +241,8 @@ class CudaModel {
   DeviceBuffer inputs_;
   PinnedBuffer inputs_host_;
   DeviceBuffer slot_bases_;
-  int64_t token_stride_halves_ = 0;
+  // Per layer: halves from a slot's base to its K at token 0, and per token of its KV part.
+  std::vector<int64_t> layer_kv_offset_, layer_token_stride_;
   int64_t max_tokens_ = 0;
 
   // Activations.
@@ -241,7 +259,7 @@ class CudaModel {
   // The flash-attention plan of the last upload(): for a run of flash_rows_ rows (-1: none),
   // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
-  bool fused_pass_ = false;  // run_layers: a one-row pass with the batch-1 fusion
+  bool fused_pass_ = false;        // run_layers: a one-row pass with the batch-1 fusion
   bool edge_norms_fused_ = false;  // run_layers: head_takes_hand_over() on a fused pass
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;

@@ -2,8 +2,6 @@
 // residency (VRAM, or mapped host memory with a device cache) and one MoE layer's kernels.
 #include "backends/cuda/cuda_moe.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -73,14 +71,6 @@ void wait_for_stream(cudaStream_t stream, const char* what) {
 
 }  // namespace
 
-CudaMoe::Registration::~Registration() {
-  if (!base) return;
-  static_cast<void>(cudaDeviceSynchronize());  // no kernel may still read the pages
-  const cudaError_t status = cudaHostUnregister(base);
-  if (status != cudaSuccess)
-    logger("engine.cuda")->error("cudaHostUnregister: {}", cudaGetErrorString(status));
-}
-
 CudaMoe::HostImage::~HostImage() {
   if (host) {
     const cudaError_t status = cudaFreeHost(host);
@@ -122,7 +112,7 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
 }
 
 CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
-                 uint64_t expert_budget, cudaStream_t stream, HostExperts host)
+                 uint64_t expert_budget, cudaStream_t stream)
     : memory_(memory),
       n_layer_(c.n_layer),
       n_expert_(c.moe.n_expert),
@@ -174,7 +164,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(w, expert_budget > taken ? expert_budget - taken : 0, host);
+  upload_experts(expert_budget > taken ? expert_budget - taken : 0);
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
   logger("engine.cuda")
@@ -183,8 +173,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
           "device",
           n_layer_, n_expert_, n_used_,
           all_resident_ ? std::string("all resident")
-                        : std::to_string(slots_) + " device slots, the rest in host memory (" +
-                              (registered_.base ? "the registered file" : "a pinned copy") + ")",
+                        : std::to_string(slots_) + " device slots, the rest in pinned host memory",
           (memory_.bytes(MemoryCategory::WeightsResident) - charged) >> 20);
 }
 
@@ -269,57 +258,17 @@ void CudaMoe::upload_routers(const WeightTable& w) {
   }
 }
 
-bool CudaMoe::register_file_mapping(const WeightTable& w) {
-  uintptr_t lo = UINTPTR_MAX, hi = 0;
-  for (const LayerWeights& l : w.layers)
-    for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps}) {
-      const uint64_t slab = slab_bytes(t, n_expert_);
-      const auto at = reinterpret_cast<uintptr_t>(t->data);
-      if (at % 16 != 0 || slab % 16 != 0) return false;  // the kernels' 16-byte loads
-      lo = std::min(lo, at);
-      hi = std::max(hi, at + t->size_bytes);
-    }
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const uintptr_t first = lo / page * page, end = (hi + page - 1) / page * page;
-  void* base = reinterpret_cast<void*>(first);
-  cudaError_t status = cudaHostRegister(
-      base, end - first,
-      cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-  if (status != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    logger("engine.cuda")
-        ->info(
-            "experts in host memory: registering the model file failed ({}); a pinned copy "
-            "instead",
-            cudaGetErrorString(status));
-    return false;
-  }
-  void* device = nullptr;
-  status = cudaHostGetDevicePointer(&device, base, 0);
-  if (status != cudaSuccess) {
-    static_cast<void>(cudaGetLastError());
-    static_cast<void>(cudaHostUnregister(base));
-    return false;
-  }
-  registered_.base = base;
-  registered_.device = static_cast<const uint8_t*>(device);
-  return true;
-}
-
 const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
   const Layer& d = layers_[static_cast<size_t>(layer)];
-  if (registered_.base) return d.file[m] + static_cast<uint64_t>(e) * d.slab[m];
   return static_cast<const uint8_t*>(host_.host) + image_offset(layer, e) + d.offsets[m];
 }
 
 const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) const {
   const uint8_t* host = host_matrix(layer, e, m);
-  if (registered_.base)
-    return registered_.device + (host - static_cast<const uint8_t*>(registered_.base));
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 
-void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostExperts host) {
+void CudaMoe::upload_experts(uint64_t expert_budget) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -345,32 +294,28 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostE
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
   }
-  if (host == HostExperts::Refuse)
-    throw DeviceError("the GPU budget leaves " + std::to_string(expert_budget >> 20) +
-                      " MiB for this model's experts, which need " + std::to_string(image >> 20) +
-                      " MiB: the CUDA backend keeps every expert in VRAM (expert streaming from "
-                      "host memory is off for now)");
-  // Host memory the device reads: the registered file, else a mapped pinned copy of the image.
-  if (host != HostExperts::FileMapping || !register_file_mapping(w)) {
-    check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
-               "cudaHostAlloc (experts in host memory)");
-    host_.bytes = image;
-    void* device = nullptr;
-    check_cuda(cudaHostGetDevicePointer(&device, host_.host, 0), "cudaHostGetDevicePointer");
-    host_.device = static_cast<const uint8_t*>(device);
-    for (int64_t l = 0; l < n_layer_; ++l) {
-      const Layer& d = layers_[static_cast<size_t>(l)];
-      for (int64_t e = 0; e < n_expert_; ++e)
-        for (int m = 0; m < 3; ++m)
-          std::memcpy(static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
-                      d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m]);
-    }
+  // Every expert in mapped pinned host memory, read there over PCIe when not cached.
+  check_cuda(cudaHostAlloc(&host_.host, image, cudaHostAllocMapped | cudaHostAllocPortable),
+             "cudaHostAlloc (experts in host memory)");
+  host_.bytes = image;
+  void* device = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device, host_.host, 0), "cudaHostGetDevicePointer");
+  host_.device = static_cast<const uint8_t*>(device);
+  for (int64_t l = 0; l < n_layer_; ++l) {
+    const Layer& d = layers_[static_cast<size_t>(l)];
+    for (int64_t e = 0; e < n_expert_; ++e)
+      for (int m = 0; m < 3; ++m)
+        std::memcpy(static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
+                    d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m]);
   }
   slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);
-  if (slots_ > 0)
-    experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident,
-                            static_cast<size_t>(slots_) * slot_bytes_);
+  // The cache in chunks, so that release_cache() can give memory back a chunk at a time.
+  slots_per_chunk_ = std::max<int64_t>(1, static_cast<int64_t>(kCacheChunkBytes / slot_bytes_));
+  for (int64_t first_slot = 0; first_slot < slots_; first_slot += slots_per_chunk_)
+    cache_chunks_.emplace_back(
+        memory_, MemoryCategory::WeightsResident,
+        static_cast<size_t>(std::min(slots_per_chunk_, slots_ - first_slot)) * slot_bytes_);
   // The cache filled by the default placement.
   const std::vector<uint8_t> first = default_placement();
   for (size_t i = 0, s = 0; i < n; ++i) {
@@ -378,7 +323,7 @@ void CudaMoe::upload_experts(const WeightTable& w, uint64_t expert_budget, HostE
     const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
     const Layer& d = layers_[static_cast<size_t>(l)];
     for (int m = 0; m < 3; ++m)
-      check_cuda(cudaMemcpy(experts_.as<uint8_t>() + s * slot_bytes_ + d.offsets[m],
+      check_cuda(cudaMemcpy(slot_address(static_cast<int64_t>(s)) + d.offsets[m],
                             host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice),
                  "filling the expert cache");
     slot_of_[i] = static_cast<int64_t>(s);
@@ -418,7 +363,7 @@ void CudaMoe::write_tables(cudaStream_t stream) {
         if (all_resident_)
           base = experts_.as<uint8_t>() + image_offset(l, e);
         else if (slot_of_[i] >= 0)
-          base = experts_.as<uint8_t>() + static_cast<uint64_t>(slot_of_[i]) * slot_bytes_;
+          base = slot_address(slot_of_[i]);
         else
           base = host_matrix_device(l, e, m) - d.offsets[m];
         host[row + static_cast<size_t>(e)] = base + d.offsets[m];
@@ -466,7 +411,7 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
     // previous expert when it is overwritten.
     const Layer& d = layers_[static_cast<size_t>(l)];
     for (int m = 0; m < 3; ++m)
-      check_cuda(cudaMemcpyAsync(experts_.as<uint8_t>() + free_slot * slot_bytes_ + d.offsets[m],
+      check_cuda(cudaMemcpyAsync(slot_address(static_cast<int64_t>(free_slot)) + d.offsets[m],
                                  host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice, stream),
                  "copying an expert into the device cache");
     slot_owner_[free_slot] = static_cast<int64_t>(i);
@@ -533,7 +478,41 @@ uint64_t CudaMoe::row_read_bytes() const {
 }
 
 uint64_t CudaMoe::device_weight_bytes() const {
-  return routers_.bytes() + vectors_.bytes() + experts_.bytes();
+  uint64_t cache = 0;
+  for (const DeviceBuffer& chunk : cache_chunks_) cache += chunk.bytes();
+  return routers_.bytes() + vectors_.bytes() + experts_.bytes() + cache;
+}
+
+uint8_t* CudaMoe::slot_address(int64_t slot) {
+  DeviceBuffer& chunk = cache_chunks_[static_cast<size_t>(slot / slots_per_chunk_)];
+  return chunk.as<uint8_t>() + static_cast<uint64_t>(slot % slots_per_chunk_) * slot_bytes_;
+}
+
+uint64_t CudaMoe::release_cache(uint64_t bytes, cudaStream_t stream) {
+  if (all_resident_ || cache_chunks_.empty() || bytes == 0) return 0;
+  // No step still reads a slot of the chunks about to go once the stream is idle.
+  wait_for_stream(stream, "the steps before the expert cache shrinks");
+  uint64_t freed = 0;
+  while (freed < bytes && !cache_chunks_.empty()) {
+    const int64_t first_slot = static_cast<int64_t>(cache_chunks_.size() - 1) * slots_per_chunk_;
+    for (int64_t s = first_slot; s < slots_; ++s) {
+      const int64_t owner = slot_owner_[static_cast<size_t>(s)];
+      if (owner < 0) continue;
+      slot_of_[static_cast<size_t>(owner)] = -1;
+      resident_[static_cast<size_t>(owner)] = 0;
+      ++demotions_;
+    }
+    freed += cache_chunks_.back().bytes();
+    cache_chunks_.pop_back();
+    slots_ = first_slot;
+    slot_owner_.resize(static_cast<size_t>(slots_));
+  }
+  write_tables(stream);
+  wait_for_stream(stream, "uploading the expert tables");
+  logger("engine.cuda")
+      ->info("expert cache: {} MiB given back for the KV, {} device slots left", freed >> 20,
+             slots_);
+  return freed;
 }
 
 void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8 xq,

@@ -5,11 +5,9 @@
 // move:
 //   - all experts fit the budget: they are uploaded once to VRAM (charged as resident weights)
 //     and the tables point there;
-//   - otherwise (unless HostExperts::Refuse, what the model passes for now: then a DeviceError)
-//     every expert's bytes stay in host memory, mapped for the device (HostExperts):
-//     a mapped pinned copy, or (opt-in, see HostExperts::FileMapping) the model file's own pages
-//     registered as pinned memory; the device holds a cache of as many expert slots as the
-//     budget allows (also charged as resident weights);
+//   - otherwise every expert's bytes are copied once into mapped pinned host memory, and the
+//     device holds a cache of as many expert slots as the budget allows (also charged as
+//     resident weights, in chunks that release_cache() gives back when the KV needs room);
 //     an expert's table entry points at its cache slot or at its host-mapped address (the
 //     kernels then read it over PCIe). apply() changes which experts are cached, between
 //     steps, by copying the newly cached ones into free slots and rewriting the tables on the
@@ -45,26 +43,6 @@ struct MoeStats {
   uint64_t tokens = 0;  // rows routed (choices / n_expert_used)
 };
 
-// Where the experts a budget cannot hold are kept (issue 36).
-enum class HostExperts {
-  // Nowhere: the constructor throws DeviceError saying the budget must hold every expert
-  // (Device Auto then runs the model on the CPU). What the model uses (kModelHostExperts) until
-  // expert streaming has finished on a GPU: the tests of it hung on an H100 (issue 36).
-  Refuse,
-  // A mapped pinned copy of the expert image (cudaHostAlloc), read over PCIe by the kernels.
-  PinnedCopy,
-  // The model file's own pages registered as mapped pinned memory (cudaHostRegister, read-only;
-  // no second copy) where its alignment serves the kernels' loads and the registration
-  // succeeds, else a pinned copy. Opt-in only: the two tests that used it hung on an H100
-  // (issue 36); not to be the default until a GPU run of MoeResidencyGpu.RegisteredFileMapping
-  // shows it finishes.
-  FileMapping,
-};
-
-// What CudaModel passes: Refuse until a GPU run of the streaming tests (moe_model_gpu_test
-// MoeStreamingGpu.*, MoeResidencyGpu.*) shows expert streaming finishes; then PinnedCopy.
-inline constexpr HostExperts kModelHostExperts = HostExperts::Refuse;
-
 class CudaMoe {
  public:
   // What the expert kernels do not cover in this model, or empty: expert block types, gate and
@@ -75,10 +53,8 @@ class CudaMoe {
   // `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
   // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
   // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
-  // `host`: where the experts the budget cannot hold are kept (tests compare the two kinds).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
-          int max_rows, uint64_t expert_budget, cudaStream_t stream,
-          HostExperts host = kModelHostExperts);
+          int max_rows, uint64_t expert_budget, cudaStream_t stream);
   CudaMoe(const CudaMoe&) = delete;
   CudaMoe& operator=(const CudaMoe&) = delete;
 
@@ -95,8 +71,6 @@ class CudaMoe {
   bool all_resident() const { return all_resident_; }
   // Device expert slots (0 when every expert is uploaded).
   int64_t cache_slots() const { return slots_; }
-  // Host-resident experts are read in the registered model file (else in a pinned copy).
-  bool reads_file_mapping() const { return registered_.base != nullptr; }
   // One expert's gate + up + down bytes in `layer` (biases excluded: always resident).
   uint64_t expert_bytes(int64_t layer) const { return expert_bytes_[static_cast<size_t>(layer)]; }
   // [layer * n_expert + e]: whether the expert is read from VRAM.
@@ -110,6 +84,11 @@ class CudaMoe {
   // captured graphs stay valid). Throws UsageError for a wrong size, more experts than slots,
   // or any change when all are resident. Returns the experts copied.
   int apply(const std::vector<uint8_t>& resident, cudaStream_t stream);
+  // Gives back whole chunks of the device cache (from the last) until `bytes` are freed or none
+  // is left: their experts are read from host memory from then on. Waits for the stream, then
+  // rewrites the tables (call between steps; captured graphs stay valid). Returns the bytes
+  // freed (0 when every expert is resident: the packed image is not split).
+  uint64_t release_cache(uint64_t bytes, cudaStream_t stream);
   // Adds the routing counts since the last collect() to `out` (sized on first use), then clears
   // them on the device. Synchronises the stream.
   void collect(MoeStats& out, cudaStream_t stream);
@@ -132,16 +111,14 @@ class CudaMoe {
 
  private:
   void upload_routers(const WeightTable& weights);
-  void upload_experts(const WeightTable& weights, uint64_t expert_budget, HostExperts host);
-  // Registers the span of the file mapping that holds every expert tensor as mapped pinned
-  // memory; false (nothing registered, no error left) where an expert slab is not 16-byte
-  // aligned or CUDA refuses.
-  bool register_file_mapping(const WeightTable& weights);
+  void upload_experts(uint64_t expert_budget);
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
   const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
   const uint8_t* host_matrix_device(int64_t layer, int64_t e, int m) const;
   void write_tables(cudaStream_t stream);
+  // The device address of cache slot `slot` (not all resident).
+  uint8_t* slot_address(int64_t slot);
   // Where expert e of `layer` sits in the packed expert image (all-resident buffer or host copy).
   uint64_t image_offset(int64_t layer, int64_t e) const {
     return layer_offset_[static_cast<size_t>(layer)] +
@@ -175,8 +152,12 @@ class CudaMoe {
   uint64_t promotions_ = 0, demotions_ = 0;
 
   DeviceBuffer routers_, vectors_;
-  DeviceBuffer experts_;  // all resident: the packed expert image; else the cache slots
-  struct HostImage {      // mapped pinned host memory: the packed expert image when streaming
+  DeviceBuffer experts_;  // all resident: the packed expert image
+  // Else the cache slots, slots_per_chunk_ to a chunk (the last may hold fewer).
+  static constexpr uint64_t kCacheChunkBytes = uint64_t{64} << 20;
+  std::vector<DeviceBuffer> cache_chunks_;
+  int64_t slots_per_chunk_ = 1;
+  struct HostImage {  // mapped pinned host memory: the packed expert image when streaming
     void* host = nullptr;
     const uint8_t* device = nullptr;
     size_t bytes = 0;
@@ -185,14 +166,6 @@ class CudaMoe {
     HostImage& operator=(const HostImage&) = delete;
     ~HostImage();
   } host_;
-  struct Registration {  // the registered span of the file mapping (base null: none)
-    void* base = nullptr;
-    const uint8_t* device = nullptr;
-    Registration() = default;
-    Registration(const Registration&) = delete;
-    Registration& operator=(const Registration&) = delete;
-    ~Registration();
-  } registered_;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32

@@ -62,10 +62,20 @@ std::string shape_refusal(const ModelConfig& c) {
     return "the CUDA backend supports up to 8 query heads per KV head";
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
     return "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32";
-  if (c.sandwich_norms || c.activation == FfnActivation::GeluTanh || c.embedding_scale != 1.0f ||
-      c.final_logit_softcap > 0.0f || c.rope_theta_swa > 0.0f || c.attention_scale > 0.0f)
-    return "the CUDA backend does not run Gemma's layers (sandwich norms, GeGLU, a rope base per "
-           "layer kind) yet";
+  // Gemma 4's layers differ by kind in shape and carry what the kernels do not run yet; Gemma 3's
+  // (sandwich norms, GeGLU, QK norms, a rope base per kind, scaled embeddings, the soft-cap) run.
+  if (c.head_dim_swa > 0 || c.n_head_kv_swa > 0 || !c.kv_layer.empty() || !c.layer_n_ff.empty() ||
+      c.value_norm || c.n_embd_per_layer > 0)
+    return "the CUDA backend does not run " + c.architecture +
+           "'s layers (per-kind head sizes, shared KV, V norms, per-layer FFN widths or "
+           "per-layer embeddings) yet";
+  if (c.is_moe() && c.activation == FfnActivation::GeluTanh)
+    return "the CUDA backend does not run GeGLU experts (" + c.architecture + ") yet";
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.rope_dims_of(l) != c.head_dim)
+      return "the CUDA backend rotates whole heads only, not the first " +
+             std::to_string(c.rope_dims_of(l)) + " of " + std::to_string(c.head_dim) +
+             " dimensions";
   // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
   // rope_kv.cuh.
   return {};
@@ -160,16 +170,23 @@ void CudaModel::upload_weights(const WeightTable& w) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const auto& at = layout_.layers[i].vectors;
-    const TensorInfo* tensors[] = {l.attn_norm, l.ffn_norm, l.bq, l.bk,        l.bv,
-                                   l.q_norm,    l.k_norm,   l.bo, l.attn_sinks};
+    const TensorInfo* tensors[] = {l.attn_norm,  l.ffn_norm,       l.bq,           l.bk,
+                                   l.bv,         l.q_norm,         l.k_norm,       l.bo,
+                                   l.attn_sinks, l.attn_post_norm, l.ffn_post_norm};
     static_assert(std::size(tensors) == LayerWeightLayout::kVectors);
     for (size_t v = 0; v < at.size(); ++v) add_vector(tensors[v], at[v]);
   }
   add_vector(w.output_norm, layout_.output_norm_vector);
   std::vector<float> freq_factors = w.rope_freqs ? to_f32(w.rope_freqs) : std::vector<float>{};
-  const std::vector<double> frequencies =
+  std::vector<double> frequencies =
       rope_frequencies(config_.head_dim, config_.rope_theta, config_.rope_scaling,
                        freq_factors.empty() ? nullptr : freq_factors.data());
+  const size_t table = frequencies.size();
+  if (config_.rope_theta_swa > 0.0f) {  // Gemma's sliding layers: their base, no scaling
+    const std::vector<double> swa =
+        rope_frequencies(config_.head_dim, config_.rope_theta_swa, RopeScaling{}, nullptr);
+    frequencies.insert(frequencies.end(), swa.begin(), swa.end());
+  }
   if (frequencies.size() * sizeof(double) != layout_.rope_bytes)
     throw UsageError("the rope table's size differs from the weight layout's");
   rope_frequencies_buffer_ =
@@ -190,6 +207,7 @@ void CudaModel::upload_weights(const WeightTable& w) {
                 : token_embd_;
   output_norm_ = vec(layout_.output_norm_vector);
   rope_frequencies_ = rope_frequencies_buffer_.as<double>();
+  rope_frequencies_swa_ = config_.rope_theta_swa > 0.0f ? rope_frequencies_ + table : nullptr;
   rope_magnitude_ = rope_magnitude(config_.rope_scaling);
   decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
   for (const LayerWeightLayout& l : layout_.layers) {
@@ -209,6 +227,8 @@ void CudaModel::upload_weights(const WeightTable& w) {
     d.k_norm = vec(l.vectors[6]);
     d.bo = vec(l.vectors[7]);
     d.attn_sinks = vec(l.vectors[8]);
+    d.attn_post_norm = vec(l.vectors[9]);
+    d.ffn_post_norm = vec(l.vectors[10]);
     layers_.push_back(d);
   }
 }
@@ -323,10 +343,22 @@ bool CudaModel::replan(const PlacementPlan& plan) {
   return moved;
 }
 
-void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens) {
+void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_tokens,
+                          const std::vector<uint64_t>& part_offset_bytes) {
   const ModelConfig& c = config_;
-  token_stride_halves_ =
-      c.kv_bytes_per_token(sizeof(__half)) / static_cast<int64_t>(sizeof(__half));
+  // KV by layer kind: each layer's part of the slot (memory/kv_space.h), its stride and where
+  // the layer's K starts in a token's record of it; the kernels address layer 0 of that.
+  layer_kv_offset_.clear();
+  layer_token_stride_.clear();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const int part = c.kv_part(l);
+    if (static_cast<size_t>(part) >= part_offset_bytes.size())
+      throw UsageError("CUDA backend: the KV space has no part for layer " + std::to_string(l));
+    layer_kv_offset_.push_back(
+        static_cast<int64_t>(part_offset_bytes[static_cast<size_t>(part)] / sizeof(__half)) +
+        c.kv_offset_elements(l));
+    layer_token_stride_.push_back(c.kv_part_elements(part));
+  }
   max_tokens_ = max_tokens;
   const CudaWorkspace ws =
       cuda_workspace(c, layout_, max_rows_, max_tokens, static_cast<int64_t>(slot_bases.size()));
