@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "granule/block_formats.h"
 #include "granule/quant.h"
@@ -106,8 +107,7 @@ enum class Kind {
 struct Sub {
   __m256i q;
   __m256i scales;  // SignedScaled16 only
-  float d;
-  float m;  // Unsigned with a minimum: the value of q = 0
+  float d;         // (a minimum, the value of q = 0, is K::row_minimums')
 };
 
 // 16 bytes of nibbles to 32 values: low nibbles are elements 0-15, high nibbles 16-31.
@@ -145,17 +145,38 @@ struct KQ4_0 {
   }
 };
 
+// Σ_b m_b · sums[b] over a row of blocks with an fp16 minimum m, eight blocks a step (their
+// minimums gathered and converted together), in one fixed order.
+template <class Block>
+GRANULE_AVX2 inline float block_minimum_dot(const Block* row, int64_t n, const float* sums) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= n; b += 8) {
+    const Block* r = row + b;
+    const __m128i m16 = _mm_setr_epi16(static_cast<int16_t>(r[0].m), static_cast<int16_t>(r[1].m),
+                                       static_cast<int16_t>(r[2].m), static_cast<int16_t>(r[3].m),
+                                       static_cast<int16_t>(r[4].m), static_cast<int16_t>(r[5].m),
+                                       static_cast<int16_t>(r[6].m), static_cast<int16_t>(r[7].m));
+    acc = _mm256_fmadd_ps(_mm256_cvtph_ps(m16), _mm256_loadu_ps(sums + b), acc);
+  }
+  float sum = hsum(acc);
+  for (; b < n; ++b) sum = std::fma(half(row[b].m), sums[b], sum);
+  return sum;
+}
+
 struct KQ4_1 {
   using Block = BlockQ4_1;
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
   using State = NoState;
+  GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
+    return block_minimum_dot(row, n, sums);
+  }
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
     s.q = nibbles(b.qs);
     s.d = half(b.d);
-    s.m = half(b.m);
   }
 };
 
@@ -178,11 +199,13 @@ struct KQ5_1 {
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
   using State = NoState;
+  GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
+    return block_minimum_dot(row, n, sums);
+  }
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
     s.q = _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh));
     s.d = half(b.d);
-    s.m = half(b.m);
   }
 };
 
@@ -237,6 +260,17 @@ GRANULE_AVX2 inline KScalesMins k_scales_mins(uint16_t d16, uint16_t dmin16, con
   return s;
 }
 
+// Σ over a K-quant row's sub-blocks of minimum · sums[sub], one super-block (8) a step.
+template <class Block>
+GRANULE_AVX2 inline float k_minimum_dot(const Block* row, int64_t n, const float* sums) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n; ++b) {
+    const KScalesMins st = k_scales_mins(row[b].d, row[b].dmin, row[b].scales);
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(st.m), _mm256_loadu_ps(sums + 8 * b), acc);
+  }
+  return hsum(acc);
+}
+
 // Sub-block `sub` of a K quant's 128 bytes of nibbles: 32 bytes per pair, low nibbles first.
 GRANULE_AVX2 inline __m256i k_nibbles(const uint8_t* qs, int sub) {
   const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (sub / 2)));
@@ -250,11 +284,13 @@ struct KQ4_K {
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
   using State = KScalesMins;
+  GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
+    return k_minimum_dot(row, n, sums);
+  }
   GRANULE_AVX2 static State prepare(const Block& b) { return k_scales_mins(b.d, b.dmin, b.scales); }
   GRANULE_AVX2 static void unpack(const Block& b, const State& st, int sub, Sub& s) {
     s.q = k_nibbles(b.qs, sub);
     s.d = st.d[sub];
-    s.m = st.m[sub];
   }
 };
 
@@ -264,6 +300,9 @@ struct KQ5_K {
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
   using State = KScalesMins;
+  GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
+    return k_minimum_dot(row, n, sums);
+  }
   GRANULE_AVX2 static State prepare(const Block& b) { return k_scales_mins(b.d, b.dmin, b.scales); }
   GRANULE_AVX2 static void unpack(const Block& b, const State& st, int sub, Sub& s) {
     // The fifth bit of sub-block `sub` is bit `sub` of qh[l].
@@ -272,7 +311,6 @@ struct KQ5_K {
         _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(sub)), _mm256_set1_epi8(1));
     s.q = _mm256_or_si256(k_nibbles(b.qs, sub), _mm256_slli_epi16(bit, 4));
     s.d = st.d[sub];
-    s.m = st.m[sub];
   }
 };
 
@@ -316,15 +354,14 @@ GRANULE_AVX2 inline __m256 product(const Sub& w, __m256i x) {
   return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, factors));
 }
 
-// R rows from r0 times T tokens from t0.
+// R rows from r0 times T tokens from t0, the minimums left out (run() adds them).
 template <class K, int R, int T>
 GRANULE_AVX2 void tile(const uint8_t* w, size_t stride, int64_t r0, const ActivationBlock* xq,
                        int64_t x_blocks, int64_t t0, int64_t n_blocks, float* y, int64_t y_stride) {
   using Block = typename K::Block;
   __m256 acc[R][T];
-  float mins[R][T];
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps(), mins[r][t] = 0.0f;
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
   const Block* rows[R];
   for (int r = 0; r < R; ++r)
     rows[r] = reinterpret_cast<const Block*>(w + static_cast<size_t>(r0 + r) * stride);
@@ -342,25 +379,20 @@ GRANULE_AVX2 void tile(const uint8_t* w, size_t stride, int64_t r0, const Activa
         for (int r = 0; r < R; ++r) {
           acc[r][t] = _mm256_fmadd_ps(product<K::kKind>(ws[r], xv), _mm256_set1_ps(ws[r].d * xb.d),
                                       acc[r][t]);
-          // An explicit fma: contraction left to the compiler could differ between tiles.
-          if constexpr (K::kMin) mins[r][t] = std::fma(ws[r].m, xb.sum, mins[r][t]);
         }
       }
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride + r0 + r] = hsum(acc[r][t]) + mins[r][t];
+    for (int t = 0; t < T; ++t) y[(t0 + t) * y_stride + r0 + r] = hsum(acc[r][t]);
 }
 
 // Tokens in chunks that stay in L1/L2 while the rows pass over them; rows in pairs (one
 // token: in fours) and tokens in fours inside a chunk.
 template <class K>
-GRANULE_AVX2 void run(const void* w, int64_t row_begin, int64_t row_end, int64_t n_cols,
-                      const ActivationBlock* xq, int64_t n_tokens, float* y, int64_t y_stride) {
-  const auto* base = static_cast<const uint8_t*>(w);
-  const size_t stride = sizeof(typename K::Block) * static_cast<size_t>(n_cols / (32 * K::kSubs));
-  const int64_t n_blocks = n_cols / (32 * K::kSubs);
-  const int64_t x_blocks = n_cols / 32;
+GRANULE_AVX2 void run_tiles(const uint8_t* base, size_t stride, int64_t row_begin, int64_t row_end,
+                            const ActivationBlock* xq, int64_t x_blocks, int64_t n_tokens,
+                            int64_t n_blocks, float* y, int64_t y_stride) {
   if (n_tokens == 1) {
     int64_t r = row_begin;
     for (; r + 4 <= row_end; r += 4)
@@ -383,6 +415,30 @@ GRANULE_AVX2 void run(const void* w, int64_t row_begin, int64_t row_end, int64_t
       for (; t + 4 <= t1; t += 4)
         tile<K, 1, 4>(base, stride, r, xq, x_blocks, t, n_blocks, y, y_stride);
       for (; t < t1; ++t) tile<K, 1, 1>(base, stride, r, xq, x_blocks, t, n_blocks, y, y_stride);
+    }
+  }
+}
+
+template <class K>
+GRANULE_AVX2 void run(const void* w, int64_t row_begin, int64_t row_end, int64_t n_cols,
+                      const ActivationBlock* xq, int64_t n_tokens, float* y, int64_t y_stride) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  const size_t stride = sizeof(typename K::Block) * static_cast<size_t>(n_cols / (32 * K::kSubs));
+  const int64_t n_blocks = n_cols / (32 * K::kSubs);
+  const int64_t x_blocks = n_cols / 32;
+  run_tiles<K>(base, stride, row_begin, row_end, xq, x_blocks, n_tokens, n_blocks, y, y_stride);
+  if constexpr (K::kMin) {
+    // The weight blocks' minimums times the activation sums, Σ_b m_b · sum_b per row and
+    // token: 1/32 of the work, as f32 dots over the blocks (the tiles leave it out: a scalar
+    // term per block and pair cost more than the integer products).
+    thread_local std::vector<float> sums;
+    sums.resize(static_cast<size_t>(n_tokens * x_blocks));
+    for (int64_t i = 0; i < n_tokens * x_blocks; ++i) sums[static_cast<size_t>(i)] = xq[i].sum;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const auto* row =
+          reinterpret_cast<const typename K::Block*>(base + static_cast<size_t>(r) * stride);
+      for (int64_t t = 0; t < n_tokens; ++t)
+        y[t * y_stride + r] += K::minimum_dot(row, n_blocks, sums.data() + t * x_blocks);
     }
   }
 }
