@@ -137,6 +137,7 @@ struct KQ4_0 {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Signed;
   static constexpr bool kMin = false;
+  static constexpr int kDecodeRows = 4;
   using State = NoState;
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
@@ -169,6 +170,7 @@ struct KQ4_1 {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
+  static constexpr int kDecodeRows = 4;
   using State = NoState;
   GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
     return block_minimum_dot(row, n, sums);
@@ -185,6 +187,7 @@ struct KQ5_0 {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Signed;
   static constexpr bool kMin = false;
+  static constexpr int kDecodeRows = 4;
   using State = NoState;
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
@@ -198,6 +201,7 @@ struct KQ5_1 {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
+  static constexpr int kDecodeRows = 4;
   using State = NoState;
   GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
     return block_minimum_dot(row, n, sums);
@@ -214,6 +218,7 @@ struct KQ8_0 {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Signed;
   static constexpr bool kMin = false;
+  static constexpr int kDecodeRows = 1;
   using State = NoState;
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
@@ -227,6 +232,7 @@ struct KIQ4_NL {
   static constexpr int kSubs = 1;
   static constexpr Kind kKind = Kind::Signed;
   static constexpr bool kMin = false;
+  static constexpr int kDecodeRows = 4;
   using State = NoState;
   GRANULE_AVX2 static State prepare(const Block&) { return {}; }
   GRANULE_AVX2 static void unpack(const Block& b, const State&, int, Sub& s) {
@@ -283,6 +289,7 @@ struct KQ4_K {
   static constexpr int kSubs = 8;
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
+  static constexpr int kDecodeRows = 4;
   using State = KScalesMins;
   GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
     return k_minimum_dot(row, n, sums);
@@ -299,6 +306,7 @@ struct KQ5_K {
   static constexpr int kSubs = 8;
   static constexpr Kind kKind = Kind::Unsigned;
   static constexpr bool kMin = true;
+  static constexpr int kDecodeRows = 4;
   using State = KScalesMins;
   GRANULE_AVX2 static float minimum_dot(const Block* row, int64_t n, const float* sums) {
     return k_minimum_dot(row, n, sums);
@@ -321,6 +329,7 @@ struct KQ6_K {
   static constexpr int kSubs = 8;
   static constexpr Kind kKind = Kind::SignedScaled16;
   static constexpr bool kMin = false;
+  static constexpr int kDecodeRows = 1;
   struct State {
     float d;
   };
@@ -395,8 +404,11 @@ GRANULE_AVX2 void run_tiles(const uint8_t* base, size_t stride, int64_t row_begi
                             int64_t n_blocks, float* y, int64_t y_stride) {
   if (n_tokens == 1) {
     int64_t r = row_begin;
-    for (; r + 4 <= row_end; r += 4)
-      tile<K, 4, 1>(base, stride, r, xq, x_blocks, 0, n_blocks, y, y_stride);
+    // Four rows share each activation load, except where one row at a time streams the
+    // matrix faster from memory (Q8_0: 30 MB head 1.8 against 3.7 ms; Q6_K).
+    if constexpr (K::kDecodeRows == 4)
+      for (; r + 4 <= row_end; r += 4)
+        tile<K, 4, 1>(base, stride, r, xq, x_blocks, 0, n_blocks, y, y_stride);
     for (; r < row_end; ++r) tile<K, 1, 1>(base, stride, r, xq, x_blocks, 0, n_blocks, y, y_stride);
     return;
   }
