@@ -6,7 +6,8 @@
 // `granule-bench chats` concurrent chats through the engine (chats_bench.h), and
 // `granule-bench vmm` what each KV granule operation costs (vmm_bench.h), and
 // `granule-bench stream` throughput as the VRAM budget forces weight streaming (stream_bench.h),
-// and `granule-bench sync` what a phase boundary costs on the device (sync_bench.h).
+// and `granule-bench sync` what a phase boundary costs on the device (sync_bench.h), and
+// `granule-bench cpu` llama-bench's pp and tg tests on the CPU backend (cpu_bench.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -22,6 +23,7 @@
 #include "backends/backend.h"
 #include "bench_model.h"
 #include "chats_bench.h"
+#include "cpu_bench.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/log.h"
@@ -240,6 +242,11 @@ int run(int argc, char** argv) {
   CLI::App* sync = app.add_subcommand(
       "sync", "time a dependent phase boundary: kernels in a graph against a grid barrier");
   add_sync_bench_options(*sync, sync_options);
+  // `granule-bench cpu`: llama-bench's pp and tg tests on the CPU backend (cpu_bench.h).
+  CpuBenchOptions cpu_options;
+  CLI::App* cpu = app.add_subcommand(
+      "cpu", "prompt processing and generation on the CPU backend, at context depths");
+  add_cpu_bench_options(*cpu, cpu_options);
   CLI11_PARSE(app, argc, argv);
   set_log_level(spdlog::level::warn);  // every subcommand: the engine's warnings and errors only
   if (kv->parsed()) return run_kv_benchmark(kv_options);
@@ -247,6 +254,7 @@ int run(int argc, char** argv) {
   if (vmm->parsed()) return run_vmm_benchmark(vmm_options);
   if (stream->parsed()) return run_stream_benchmark(stream_options);
   if (sync->parsed()) return run_sync_benchmark(sync_options);
+  if (cpu->parsed()) return run_cpu_benchmark(cpu_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";

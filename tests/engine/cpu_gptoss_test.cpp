@@ -393,6 +393,7 @@ TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
   options.context_length = 64;
   options.max_sequences = 2;
   options.cpu_threads = 2;
+  options.cpu_exact_numerics = true;  // as the direct backend below (cpu_runtime_options)
   std::unique_ptr<Engine> engine;
   ASSERT_NO_THROW(engine = Engine::open(file.path, options));
   EXPECT_EQ(engine->device_name().rfind("CPU", 0), 0u) << engine->device_name();

@@ -245,6 +245,7 @@ struct Rig {
     options.backend.cpu_threads = 2;
     options.backend.max_tokens_per_pass = max_tokens_per_pass;
     options.backend.cpu_emulate_device_numerics = emulate;
+    options.backend.cpu_exact_numerics = !emulate;  // the f32 reference, not the int8 fast path
     kernels::KernelConfig kernels;
     kernels.f16_mma_min_rows = f16_mma_min_rows;
     options.backend.kernel_config = kernels;

@@ -595,6 +595,7 @@ struct Rig {
     weights = WeightTable::from_gguf(*file, config);
     RuntimeOptions options;
     options.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
+    options.backend.cpu_exact_numerics = !gpu;  // the CPU reference numerics
     options.backend.vram_budget_bytes = uint64_t{1} << 40;
     options.backend.kernel_config = kc;
     options.context_length = 512;

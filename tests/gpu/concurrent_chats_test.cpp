@@ -67,6 +67,7 @@ EngineOptions engine_options(DeviceKind device, bool oracle) {
   options.context_length = 512;
   options.prefill_chunk_tokens = kPassTokens;
   options.cpu_emulate_device_numerics = oracle;
+  options.cpu_exact_numerics = device == DeviceKind::Cpu;  // the CPU reference numerics
   return options;
 }
 

@@ -75,6 +75,7 @@ struct Rig : test::ModelRuntime {
     options.slots = slots;
     options.kv_pool_granules = 0;
     options.backend.cpu_emulate_device_numerics = oracle;
+    options.backend.cpu_exact_numerics = !gpu;  // the CPU reference numerics
     options.backend.kernel_config = kernel_config;
     options.backend.cuda_graphs = cuda_graphs;
     return options;
@@ -576,6 +577,7 @@ std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, DeviceKin
   options.device = device;
   options.context_length = 256;
   options.cpu_emulate_device_numerics = oracle;
+  options.cpu_exact_numerics = device == DeviceKind::Cpu;  // the CPU reference numerics
   return Engine::open(path, options);
 }
 

@@ -79,6 +79,7 @@ RuntimeOptions options(bool gpu, bool oracle, uint64_t budget = uint64_t{1} << 4
   o.backend.vram_budget_bytes = budget;
   o.backend.kv_reserve_tokens = kv_reserve_tokens;
   o.backend.cpu_emulate_device_numerics = oracle;
+  o.backend.cpu_exact_numerics = !gpu;  // the CPU reference numerics
   o.backend.cpu_threads = 2;
   o.context_length = 512;
   o.slots = 8;

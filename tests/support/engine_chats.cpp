@@ -38,6 +38,7 @@ EngineOptions cpu_engine_options(int64_t context_length, int32_t chats) {
   EngineOptions o;
   o.device = DeviceKind::Cpu;
   o.cpu_threads = 2;
+  o.cpu_exact_numerics = true;  // the reference numerics the tests compare
   o.context_length = context_length;
   o.max_sequences = chats;
   return o;

@@ -13,6 +13,7 @@ namespace granule::test {
 
 // The CPU engine the engine tests open: 2 threads, `context_length` tokens a chat, `chats`
 // slots; the rest at the engine's defaults.
+// The CPU backend on its exact path (cpu_exact_numerics), two threads.
 EngineOptions cpu_engine_options(int64_t context_length, int32_t chats);
 
 // What a sink saw for one sequence.

@@ -30,6 +30,7 @@ RuntimeOptions cpu_runtime_options(int32_t slots, int64_t context) {
   RuntimeOptions options;
   options.device = DeviceKind::Cpu;
   options.backend.cpu_threads = 2;
+  options.backend.cpu_exact_numerics = true;  // the reference numerics the tests compare
   options.backend.vram_budget_bytes = uint64_t{1} << 40;
   options.context_length = context;
   options.slots = slots;

@@ -28,8 +28,8 @@ struct ModelRuntime {
                          bool all_logits);
 };
 
-// The CPU backend with 2 threads: `slots` sequences of `context` tokens, a budget that never
-// binds and no pre-created KV granules.
+// The CPU backend with 2 threads on its exact path (cpu_exact_numerics): `slots` sequences of
+// `context` tokens, a budget that never binds and no pre-created KV granules.
 RuntimeOptions cpu_runtime_options(int32_t slots, int64_t context);
 
 }  // namespace granule::test

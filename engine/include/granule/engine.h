@@ -48,6 +48,9 @@ struct EngineOptions {
   // For tests: the CPU backend rounds activations, KV and GEMM operands where the CUDA
   // backend does (an oracle for the GPU's logits); off: plain f32. Ignored on the GPU.
   bool cpu_emulate_device_numerics = false;
+  // For tests: the CPU backend's exact f32 matmuls (the reference numerics llama.cpp is compared
+  // with); off: int8 activations where the weight type has kernels, the fast path.
+  bool cpu_exact_numerics = false;
 };
 
 using SequenceId = int64_t;

@@ -48,6 +48,10 @@ struct BackendOptions {
   // split_weights decides which types read int8 activations) and max_tokens_per_pass (the
   // GPU's chunking). Off: plain f32, the quality reference.
   bool cpu_emulate_device_numerics = false;
+  // Test-only, CPU backend: every matmul on the exact f32 path (decode each row, f32 dots in one
+  // fixed order), the quality reference; off: int8 activations where the weight type has
+  // kernels (cpu_backend.h). Emulating implies it.
+  bool cpu_exact_numerics = false;
 };
 
 // What a backend needs to build itself. file, config, weights and memory outlive the backend;

@@ -19,6 +19,7 @@ RuntimeOptions RuntimeOptions::from(const EngineOptions& options) {
   r.backend.kv_reserve_tokens = default_kv_reserve_tokens(options.context_length);
   r.backend.context_length = options.context_length;
   r.backend.cpu_emulate_device_numerics = options.cpu_emulate_device_numerics;
+  r.backend.cpu_exact_numerics = options.cpu_exact_numerics;
   r.context_length = options.context_length;
   r.slots = options.max_sequences;
   r.kv_pool_granules = options.kv_pool_granules;

@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "backends/cpu/gemma_ops.h"
+#include "backends/cpu/int8_matmul.h"
 #include "backends/cpu/ops.h"
+#include "backends/cpu/row_kernels.h"
 #include "backends/kernel_config_env.h"
 #include "granule/error.h"
 #include "granule/log.h"
@@ -33,34 +35,59 @@ std::vector<float> to_f32(const TensorInfo* t) {
 
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
 
-// Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
-void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                   ThreadPool& pool) {
-  matmul(type_of(w), w->data, w->dims[1], w->dims[0], x, n_tokens, y, &pool);
-}
-
 // Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
-// threads split their rows together, and wait once instead of once per matrix.
+// threads split their rows together, and wait once instead of once per matrix. With `xq`
+// (the fast path), a matrix the int8 kernels run (int8_matmul.h) takes the input quantised
+// once into xq; the others, and every matrix without xq, take the exact f32 path.
 struct MatmulTarget {
   const TensorInfo* w;
   float* y;
 };
 void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
-                     ThreadPool& pool) {
+                     ThreadPool& pool, std::vector<ActivationBlock>* xq) {
+  const int64_t cols = targets.begin()->w->dims[0];
   int64_t total_rows = 0;
-  for (const MatmulTarget& t : targets) total_rows += t.w->dims[1];
+  bool any_int8 = false;
+  for (const MatmulTarget& t : targets) {
+    total_rows += t.w->dims[1];
+    any_int8 = any_int8 || (xq && int8_matmul_supports(type_of(t.w), cols));
+  }
+  if (any_int8) {
+    const int64_t blocks = cols / 32;
+    if (xq->size() < static_cast<size_t>(n_tokens * blocks))
+      xq->resize(static_cast<size_t>(n_tokens * blocks));
+    ActivationBlock* out = xq->data();
+    if (n_tokens >= 8) {
+      pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int32_t) {
+        quantize_activations(x + begin * cols, (end - begin) * cols, out + begin * blocks);
+      });
+    } else {
+      quantize_activations(x, n_tokens * cols, out);
+    }
+  }
   pool.parallel_for(total_rows, [&](int64_t begin, int64_t end, int32_t) {
     int64_t first = 0;  // global index of the current target's row 0
     for (const MatmulTarget& t : targets) {
       const int64_t rows = t.w->dims[1];
       const int64_t lo = std::max(begin, first), hi = std::min(end, first + rows);
       if (lo < hi) {
-        matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, rows, t.w->dims[0], x,
-                    n_tokens, t.y);
+        if (any_int8 && int8_matmul_supports(type_of(t.w), cols)) {
+          int8_matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, cols, xq->data(),
+                           n_tokens, t.y, rows);
+        } else {
+          matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, rows, cols, x, n_tokens,
+                      t.y);
+        }
       }
       first += rows;
     }
   });
+}
+
+// Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
+void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                   ThreadPool& pool, std::vector<ActivationBlock>* xq) {
+  matmul_together({{w, y}}, x, n_tokens, pool, xq);
 }
 
 void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
@@ -95,7 +122,10 @@ struct CpuBackend::Scratch {
   std::vector<int32_t> token_slot;
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
-  std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
+  std::vector<float> rounded;       // emulating: a chunk's input as the GPU rounds it
+  std::vector<ActivationBlock> xq;  // the fast path: a matmul's input as int8 blocks
+  // Each token's rope cosines then sines at its position (rope_frequencies_), [token][2][half].
+  std::vector<float> rope_angles;
   // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
   std::vector<float> ple, ple_gate;
   std::vector<float> moe_out;  // Gemma 4: the experts' output beside the dense FFN's
@@ -137,7 +167,8 @@ CpuBackend::CpuBackend(const BackendInit& init)
       memory_(init.memory),
       pool_(thread_count(init.options)),
       scratch_(std::make_unique<Scratch>()),
-      emulate_(init.options.cpu_emulate_device_numerics) {
+      emulate_(init.options.cpu_emulate_device_numerics),
+      fast_(!init.options.cpu_emulate_device_numerics && !init.options.cpu_exact_numerics) {
   if (config_.is_hybrid()) {
     if (emulate_) {
       throw UnsupportedError("CPU backend: the CUDA backend's rounding of " + config_.architecture +
@@ -206,8 +237,8 @@ CpuBackend::CpuBackend(const BackendInit& init)
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
   logger("engine.cpu")
-      ->info("CPU backend: {} threads, {} layers, weights {} MiB", pool_.threads(), config_.n_layer,
-             charged_weight_bytes_ >> 20);
+      ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls", pool_.threads(),
+             config_.n_layer, charged_weight_bytes_ >> 20, fast_ ? "int8" : "exact f32");
 }
 
 CpuBackend::~CpuBackend() {
@@ -233,8 +264,12 @@ void CpuBackend::attach_kv(KvSpace& kv) {
 
 std::string CpuBackend::name() const {
   return "CPU (" + std::to_string(pool_.threads()) + " threads" +
-         (emulate_ ? ", CUDA rounding)" : ")");
+         (emulate_ ? ", CUDA rounding)"
+          : fast_  ? ")"
+                   : ", exact)");
 }
+
+std::vector<ActivationBlock>* CpuBackend::fast_xq() { return fast_ ? &scratch_->xq : nullptr; }
 
 bool CpuBackend::reads_q8(const TensorInfo* w) const {
   const TensorType t = type_of(w);
@@ -308,7 +343,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, f16);
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_);
+                    n_tokens, pool_, fast_xq());
   }
   add_bias(s.q.data(), lv.bq, n_tokens);
   add_bias(s.k.data(), lv.bk, n_tokens);
@@ -331,8 +366,15 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     const bool own_base = !rope_frequencies_swa_.empty() && c.layer_slides(layer);
     const double* frequencies = own_base ? rope_frequencies_swa_.data() : rope_frequencies_.data();
     const float magnitude = own_base ? 1.0f : rope_magnitude_;
-    rope(q, c.n_head, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
-    rope(k, c.n_head_kv, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
+    if (own_base) {
+      rope(q, c.n_head, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
+      rope(k, c.n_head_kv, c.head_dim, position, frequencies, c.rope_ordering, magnitude);
+    } else {  // the token's angles, computed once for every layer (run())
+      const int64_t half = c.head_dim / 2;
+      const float* cosines = s.rope_angles.data() + t * 2 * half;
+      rope_rotate(q, c.n_head, c.head_dim, cosines, cosines + half, c.rope_ordering);
+      rope_rotate(k, c.n_head_kv, c.head_dim, cosines, cosines + half, c.rope_ordering);
+    }
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
@@ -359,18 +401,18 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
       if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
       const int32_t slot = s.token_slot[static_cast<size_t>(t)];
       const int64_t kv_head_offset = (h / group) * head_dim;
-      attention_head(s.q.data() + t * q_dim + h * head_dim,
-                     kv_at(slot, first, layer, false) + kv_head_offset,
-                     kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
-                     head_dim, scores.data(), s.attn.data() + t * q_dim + h * head_dim,
-                     lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale);
+      attention_head(
+          s.q.data() + t * q_dim + h * head_dim, kv_at(slot, first, layer, false) + kv_head_offset,
+          kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length, head_dim,
+          scores.data(), s.attn.data() + t * q_dim + h * head_dim,
+          lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale, fast_);
     }
   });
 
   if (emulate_)
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
-    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_);
+    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_, fast_xq());
   if (emulate_) {
     // The CUDA backend adds the output bias to the residual before the output projection
     // accumulates into it (rope_kv.cuh): (x + bo) + wo·a.
@@ -397,12 +439,13 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
   const int64_t q_dim = c.n_head * head_dim, kv_dim = n_head_kv * head_dim;
   const bool own_kv = c.kv_source(layer) == layer;
   if (!own_kv) {
-    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_);
+    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_xq());
   } else if (w.wv) {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_);
+                    n_tokens, pool_, fast_xq());
   } else {
-    matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}}, s.xn.data(), n_tokens, pool_);
+    matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}}, s.xn.data(), n_tokens, pool_,
+                    fast_xq());
     std::copy_n(s.k.data(), n_tokens * kv_dim, s.v.data());
   }
   const bool slides = c.layer_slides(layer);
@@ -443,7 +486,7 @@ void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer, width = n_pl * c.n_layer;
   const auto n_tokens = static_cast<int64_t>(tokens.size());
-  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_);
+  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_xq());
   const float projection_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   const float table_scale = std::sqrt(static_cast<float>(n_pl));
   const float input_scale = 1.0f / std::sqrt(2.0f);
@@ -470,9 +513,10 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   Scratch& s = *scratch_;
   const int64_t d = c.n_embd;
-  matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_);
+  matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_,
+                  fast_xq());
   geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
-  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
   post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
 
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
@@ -503,13 +547,13 @@ void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer;
   if (n_pl > 0) {
-    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_);
+    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_xq());
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = s.ple_gate.data() + t * n_pl;
       const float* input = s.ple.data() + (t * c.n_layer + layer) * n_pl;
       for (int64_t i = 0; i < n_pl; ++i) g[i] = gelu_tanh_ggml(g[i]) * input[i];
     }
-    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_);
+    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
     post_norm(s.proj.data(), lv.ple_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
@@ -649,6 +693,16 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
   }
 
+  {
+    const int64_t half = c.head_dim / 2;
+    s.rope_angles.resize(static_cast<size_t>(n_tokens * 2 * half));
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      float* angles = s.rope_angles.data() + i * 2 * half;
+      rope_angles(s.token_position[static_cast<size_t>(i)], rope_frequencies_.data(), half,
+                  rope_magnitude_, angles, angles + half);
+    }
+  }
+
   std::vector<SequenceSpan> spans;
   if (hybrid_) {
     int64_t first = 0;
@@ -709,16 +763,18 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
     } else {
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
-                      pool_);
+                      pool_, fast_xq());
     }
     if (c.activation == FfnActivation::GeluTanh)
       geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
+    else if (fast_)
+      swiglu_approx(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
     else
       swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
     if (emulate_)
       project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
-      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_);
+      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
     if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
     if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
@@ -744,7 +800,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     for (int64_t r = 0; r < n_rows; ++r)
       round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
-  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_);
+  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_xq());
   if (c.final_logit_softcap > 0.0f)
     soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
   return n_rows;

@@ -20,18 +20,18 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
-          RopeOrdering ordering, float magnitude) {
-  const int64_t half = head_dim / 2;
-  // One position for every head: the angles are computed once. Small fixed buffer: head_dim
-  // of the llama family is at most 256.
-  constexpr int64_t kMaxHalf = 512;
-  float cosines[kMaxHalf], sines[kMaxHalf];
-  for (int64_t i = 0; i < half && i < kMaxHalf; ++i) {
+void rope_angles(int64_t position, const double* frequencies, int64_t half, float magnitude,
+                 float* cosines, float* sines) {
+  for (int64_t i = 0; i < half; ++i) {
     const double angle = static_cast<double>(position) * frequencies[i];
     cosines[i] = static_cast<float>(std::cos(angle)) * magnitude;
     sines[i] = static_cast<float>(std::sin(angle)) * magnitude;
   }
+}
+
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cosines,
+                 const float* sines, RopeOrdering ordering) {
+  const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* v = x + h * head_dim;
     for (int64_t i = 0; i < half; ++i) {
@@ -43,6 +43,23 @@ void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const d
       v[b] = x0 * sines[i] + x1 * cosines[i];
     }
   }
+}
+
+void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
+          RopeOrdering ordering, float magnitude) {
+  // One position for every head: the angles are computed once. Small fixed buffer: head_dim
+  // of the llama family is at most 256 (a wider one takes the heap).
+  constexpr int64_t kMaxHalf = 512;
+  const int64_t half = head_dim / 2;
+  float fixed[2 * kMaxHalf];
+  std::vector<float> wide;
+  float* angles = fixed;
+  if (half > kMaxHalf) {
+    wide.resize(static_cast<size_t>(2 * half));
+    angles = wide.data();
+  }
+  rope_angles(position, frequencies, half, magnitude, angles, angles + half);
+  rope_rotate(x, n_heads, head_dim, angles, angles + half, ordering);
 }
 
 void matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end, int64_t n_rows,
@@ -90,7 +107,10 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
                     int64_t length, int64_t head_dim, float* scores, float* out, const float* sink,
-                    float scale) {
+                    float scale, bool approximate_exp) {
+  if (approximate_exp &&
+      attention_head_avx2(q, k, v, token_stride, length, head_dim, scores, out, sink, scale))
+    return;
   if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   float max_score = sink ? *sink : -INFINITY;
   for (int64_t t = 0; t < length; ++t) {
@@ -98,16 +118,19 @@ void attention_head(const float* q, const float* k, const float* v, int64_t toke
     if (scores[t] > max_score) max_score = scores[t];
   }
   float sum = sink ? std::exp(*sink - max_score) : 0.0f;
-  for (int64_t t = 0; t < length; ++t) {
-    scores[t] = std::exp(scores[t] - max_score);
-    sum += scores[t];
+  if (approximate_exp) {
+    sum += exp_shifted_sum(scores, length, max_score);
+  } else {
+    for (int64_t t = 0; t < length; ++t) {
+      scores[t] = std::exp(scores[t] - max_score);
+      sum += scores[t];
+    }
   }
   const float inv_sum = 1.0f / sum;
   for (int64_t d = 0; d < head_dim; ++d) out[d] = 0.0f;
   for (int64_t t = 0; t < length; ++t) {
     const float p = scores[t] * inv_sum;
-    const float* vt = v + t * token_stride;
-    for (int64_t d = 0; d < head_dim; ++d) out[d] += p * vt[d];
+    add_scaled(out, v + t * token_stride, p, head_dim);
   }
 }
 

@@ -24,6 +24,12 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 // magnitude multiplies cos and sin (YaRN's rope_magnitude(); 1 otherwise).
 void rope(float* x, int64_t n_heads, int64_t head_dim, int64_t position, const double* frequencies,
           RopeOrdering ordering, float magnitude = 1.0f);
+// rope() in two parts, for a caller that rotates several vectors at one position: the
+// angles' cosines and sines (times magnitude) for i < half, then the rotation with them.
+void rope_angles(int64_t position, const double* frequencies, int64_t half, float magnitude,
+                 float* cosines, float* sines);
+void rope_rotate(float* x, int64_t n_heads, int64_t head_dim, const float* cosines,
+                 const float* sines, RopeOrdering ordering);
 
 // Rows [row_begin, row_end) of matmul() below, on the calling thread: the piece a caller
 // running several matmuls in one parallel loop hands each thread.
@@ -47,9 +53,11 @@ void matmul(TensorType type, const void* w, int64_t n_rows, int64_t n_cols, cons
 // it takes probability mass and contributes no value (ggml_soft_max_ext's sinks).
 // A sliding window is the caller's: k and v start at the window's first token.
 // scale > 0 replaces 1 / sqrt(head_dim) (Gemma's query_pre_attn_scalar).
+// approximate_exp (the CPU backend's fast path): the softmax's exponentials vectorised
+// (row_kernels.h exp_shifted_sum), a little off std::exp.
 void attention_head(const float* q, const float* k, const float* v, int64_t token_stride,
                     int64_t length, int64_t head_dim, float* scores, float* out,
-                    const float* sink = nullptr, float scale = 0.0f);
+                    const float* sink = nullptr, float scale = 0.0f, bool approximate_exp = false);
 
 // out[i] = silu(gate[i]) * up[i]. out may alias gate.
 void swiglu(const float* gate, const float* up, float* out, int64_t n);

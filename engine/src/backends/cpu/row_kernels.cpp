@@ -3,6 +3,7 @@
 // ggml's reference does, so every rounding step matches between the two.
 #include "backends/cpu/row_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -43,7 +44,8 @@ __attribute__((target("avx2,fma,f16c"))) float horizontal_halving_sum(__m256 v) 
   return _mm_cvtss_f32(s1);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_f32_avx2(const float* a, const float* b, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) float dot_f32_avx2(const float* a, const float* b,
+                                                            int64_t n) {
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -72,7 +74,8 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 u8x8_to_ps(__m128i bytes)
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
 }
 
-__attribute__((target("avx2,fma,f16c"))) void decode_q4_1_avx2(const BlockQ4_1* blocks, float* out, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) void decode_q4_1_avx2(const BlockQ4_1* blocks, float* out,
+                                                               int64_t n) {
   const __m128i low_mask = _mm_set1_epi8(0x0F);
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256 d = broadcast_fp16(blocks[b].d);
@@ -94,7 +97,8 @@ __attribute__((target("avx2,fma,f16c"))) inline __m256 q4_0x8_to_ps(__m128i byte
   return _mm256_mul_ps(_mm256_cvtepi32_ps(centred), d);
 }
 
-__attribute__((target("avx2,fma,f16c"))) void decode_q4_0_avx2(const BlockQ4_0* blocks, float* out, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) void decode_q4_0_avx2(const BlockQ4_0* blocks, float* out,
+                                                               int64_t n) {
   const __m128i low_mask = _mm_set1_epi8(0x0F);
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256 d = broadcast_fp16(blocks[b].d);
@@ -109,7 +113,8 @@ __attribute__((target("avx2,fma,f16c"))) void decode_q4_0_avx2(const BlockQ4_0* 
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void decode_q8_0_avx2(const BlockQ8_0* blocks, float* out, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) void decode_q8_0_avx2(const BlockQ8_0* blocks, float* out,
+                                                               int64_t n) {
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256 d = broadcast_fp16(blocks[b].d);
     const auto* q = reinterpret_cast<const uint8_t*>(blocks[b].qs);
@@ -121,18 +126,22 @@ __attribute__((target("avx2,fma,f16c"))) void decode_q8_0_avx2(const BlockQ8_0* 
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void decode_f16_avx2(const uint16_t* h, float* out, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) void decode_f16_avx2(const uint16_t* h, float* out,
+                                                              int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+    _mm256_storeu_ps(out + i,
+                     _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
   }
   for (; i < n; ++i) out[i] = fp16_to_f32(h[i]);
 }
 
-__attribute__((target("avx2,fma,f16c"))) void decode_bf16_avx2(const uint16_t* h, float* out, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) void decode_bf16_avx2(const uint16_t* h, float* out,
+                                                               int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
     _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16)));
   }
   for (; i < n; ++i) out[i] = bf16_to_f32(h[i]);
@@ -141,11 +150,15 @@ __attribute__((target("avx2,fma,f16c"))) void decode_bf16_avx2(const uint16_t* h
 // Decode-and-dot without the f32 row in between, for one token. Each block of 32 is one
 // 32-lane chunk of dot_f32_avx2 (values 0-7 in acc0, ..., 24-31 in acc3) and each value is
 // decoded with the same operations, so the result has the same bits as decode + dot.
-__attribute__((target("avx2,fma,f16c"))) float finish_dot(__m256 acc0, __m256 acc1, __m256 acc2, __m256 acc3) {
-  return horizontal_halving_sum(_mm256_add_ps(_mm256_add_ps(acc0, acc2), _mm256_add_ps(acc1, acc3))) + 0.0f;
+__attribute__((target("avx2,fma,f16c"))) float finish_dot(__m256 acc0, __m256 acc1, __m256 acc2,
+                                                          __m256 acc3) {
+  return horizontal_halving_sum(
+             _mm256_add_ps(_mm256_add_ps(acc0, acc2), _mm256_add_ps(acc1, acc3))) +
+         0.0f;
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q4_1_avx2(const BlockQ4_1* blocks, const float* x, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) float dot_q4_1_avx2(const BlockQ4_1* blocks,
+                                                             const float* x, int64_t n) {
   const __m128i low_mask = _mm_set1_epi8(0x0F);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
@@ -168,7 +181,8 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q4_1_avx2(const BlockQ4_1* bl
   return finish_dot(acc0, acc1, acc2, acc3);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q4_0_avx2(const BlockQ4_0* blocks, const float* x, int64_t n) {
+__attribute__((target("avx2,fma,f16c"))) float dot_q4_0_avx2(const BlockQ4_0* blocks,
+                                                             const float* x, int64_t n) {
   const __m128i low_mask = _mm_set1_epi8(0x0F);
   __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
   __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
@@ -186,8 +200,10 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q4_0_avx2(const BlockQ4_0* bl
   return finish_dot(acc0, acc1, acc2, acc3);
 }
 
-__attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(const BlockQ8_0* blocks, const float* x, int64_t n) {
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+__attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(const BlockQ8_0* blocks,
+                                                             const float* x, int64_t n) {
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                   _mm256_setzero_ps()};
   for (int64_t b = 0; b < n / kQK; ++b) {
     const __m256 d = broadcast_fp16(blocks[b].d);
     const auto* q = reinterpret_cast<const uint8_t*>(blocks[b].qs);
@@ -201,8 +217,123 @@ __attribute__((target("avx2,fma,f16c"))) float dot_q8_0_avx2(const BlockQ8_0* bl
   return finish_dot(acc[0], acc[1], acc[2], acc[3]);
 }
 
+__attribute__((target("avx2,fma,f16c"))) void add_scaled_avx2(float* out, const float* v, float p,
+                                                              int64_t n) {
+  const __m256 scale = _mm256_set1_ps(p);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 product = _mm256_mul_ps(scale, _mm256_loadu_ps(v + i));
+    _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), product));
+  }
+  for (; i < n; ++i) out[i] = out[i] + p * v[i];
+}
+
+// e^x for x in about [-87, 88] (below: 0; above: clamped): x = n·ln2 + r with |r| <= ln2/2,
+// e^r by its Taylor polynomial to r^6 (error about 1e-7 relative), times 2^n built in the
+// exponent bits.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 exp_avx2(__m256 x) {
+  const __m256 too_small = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.0f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720.0f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(too_small, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+}
+
+__attribute__((target("avx2,fma,f16c"))) float exp_shifted_sum_avx2(float* x, int64_t n,
+                                                                    float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = horizontal_halving_sum(acc);
+  for (; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return sum;
+}
+
+__attribute__((target("avx2,fma,f16c"))) void swiglu_avx2(const float* gate, const float* up,
+                                                          float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = exp_avx2(_mm256_xor_ps(g, sign));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(silu, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// Attention for one query over `length` keys, head_dim = 8 * kChunks.
+template <int kChunks>
+__attribute__((target("avx2,fma,f16c"))) void attention_avx2(const float* q, const float* k,
+                                                             const float* v, int64_t stride,
+                                                             int64_t length, float* scores,
+                                                             float* out, const float* sink,
+                                                             float scale) {
+  __m256 qv[kChunks];
+  for (int c = 0; c < kChunks; ++c)
+    qv[c] = _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), _mm256_set1_ps(scale));
+  float max_score = sink ? *sink : -INFINITY;
+  int64_t t = 0;
+  for (; t + 4 <= length; t += 4) {
+    __m256 acc[4];
+    for (int j = 0; j < 4; ++j) {
+      const float* kt = k + (t + j) * stride;
+      _mm_prefetch(reinterpret_cast<const char*>(kt + 8 * stride), _MM_HINT_T0);
+      acc[j] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
+      for (int c = 1; c < kChunks; ++c)
+        acc[j] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc[j]);
+    }
+    // Four horizontal sums at once: pairs, then quads, then the two 128-bit halves.
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    _mm_storeu_ps(scores + t, s4);
+  }
+  for (; t < length; ++t) {
+    const float* kt = k + t * stride;
+    __m256 acc = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
+    for (int c = 1; c < kChunks; ++c)
+      acc = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc);
+    scores[t] = horizontal_halving_sum(acc);
+  }
+  for (int64_t i = 0; i < length; ++i) max_score = std::max(max_score, scores[i]);
+  float sum = sink ? std::exp(*sink - max_score) : 0.0f;
+  sum += exp_shifted_sum_avx2(scores, length, max_score);
+  const float inverse = 1.0f / sum;
+  __m256 o[kChunks];
+  for (int c = 0; c < kChunks; ++c) o[c] = _mm256_setzero_ps();
+  for (t = 0; t < length; ++t) {
+    const float* vt = v + t * stride;
+    _mm_prefetch(reinterpret_cast<const char*>(vt + 8 * stride), _MM_HINT_T0);
+    const __m256 p = _mm256_set1_ps(scores[t]);
+    for (int c = 0; c < kChunks; ++c) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), o[c]);
+  }
+  const __m256 norm = _mm256_set1_ps(inverse);
+  for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(o[c], norm));
+}
+
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                        __builtin_cpu_supports("f16c");
+                       __builtin_cpu_supports("f16c");
 
 }  // namespace
 
@@ -212,35 +343,96 @@ float dot_f32_fast(const float* a, const float* b, int64_t n) {
   return kHaveAvx2 ? dot_f32_avx2(a, b, n) : dot_f32_portable(a, b, n);
 }
 
+float exp_shifted_sum(float* x, int64_t n, float shift) {
+  if (kHaveAvx2) return exp_shifted_sum_avx2(x, n, shift);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
+  return sum;
+}
+
+void swiglu_approx(const float* gate, const float* up, float* out, int64_t n) {
+  if (kHaveAvx2) return swiglu_avx2(gate, up, out, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+bool attention_head_avx2(const float* q, const float* k, const float* v, int64_t token_stride,
+                         int64_t length, int64_t head_dim, float* scores, float* out,
+                         const float* sink, float scale) {
+  if (!kHaveAvx2 || length <= 0) return false;
+  if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (head_dim == 64) {
+    attention_avx2<8>(q, k, v, token_stride, length, scores, out, sink, scale);
+    return true;
+  }
+  if (head_dim == 128) {
+    attention_avx2<16>(q, k, v, token_stride, length, scores, out, sink, scale);
+    return true;
+  }
+  return false;
+}
+
+void add_scaled(float* out, const float* v, float p, int64_t n) {
+  if (kHaveAvx2) return add_scaled_avx2(out, v, p, n);
+  for (int64_t i = 0; i < n; ++i) out[i] = out[i] + p * v[i];
+}
+
 bool dot_row_fused(TensorType type, const void* row, const float* x, int64_t n, float* result) {
   if (!kHaveAvx2 || n % kQK != 0) return false;
   switch (type) {
-    case TensorType::Q4_0: *result = dot_q4_0_avx2(static_cast<const BlockQ4_0*>(row), x, n); return true;
-    case TensorType::Q4_1: *result = dot_q4_1_avx2(static_cast<const BlockQ4_1*>(row), x, n); return true;
-    case TensorType::Q8_0: *result = dot_q8_0_avx2(static_cast<const BlockQ8_0*>(row), x, n); return true;
-    default: return false;
+    case TensorType::Q4_0:
+      *result = dot_q4_0_avx2(static_cast<const BlockQ4_0*>(row), x, n);
+      return true;
+    case TensorType::Q4_1:
+      *result = dot_q4_1_avx2(static_cast<const BlockQ4_1*>(row), x, n);
+      return true;
+    case TensorType::Q8_0:
+      *result = dot_q8_0_avx2(static_cast<const BlockQ8_0*>(row), x, n);
+      return true;
+    default:
+      return false;
   }
 }
 
 void decode_row(TensorType type, const void* row, float* out, int64_t n) {
   if (kHaveAvx2 && n % kQK == 0) {
     switch (type) {
-      case TensorType::Q4_0: return decode_q4_0_avx2(static_cast<const BlockQ4_0*>(row), out, n);
-      case TensorType::Q4_1: return decode_q4_1_avx2(static_cast<const BlockQ4_1*>(row), out, n);
-      case TensorType::Q8_0: return decode_q8_0_avx2(static_cast<const BlockQ8_0*>(row), out, n);
-      case TensorType::F16: return decode_f16_avx2(static_cast<const uint16_t*>(row), out, n);
-      case TensorType::BF16: return decode_bf16_avx2(static_cast<const uint16_t*>(row), out, n);
-      default: break;
+      case TensorType::Q4_0:
+        return decode_q4_0_avx2(static_cast<const BlockQ4_0*>(row), out, n);
+      case TensorType::Q4_1:
+        return decode_q4_1_avx2(static_cast<const BlockQ4_1*>(row), out, n);
+      case TensorType::Q8_0:
+        return decode_q8_0_avx2(static_cast<const BlockQ8_0*>(row), out, n);
+      case TensorType::F16:
+        return decode_f16_avx2(static_cast<const uint16_t*>(row), out, n);
+      case TensorType::BF16:
+        return decode_bf16_avx2(static_cast<const uint16_t*>(row), out, n);
+      default:
+        break;
     }
   }
   dequantize_row(type, row, out, n);
 }
 
-#else   // not x86: the portable code only
+#else  // not x86: the portable code only
 
 bool row_kernels_use_avx2() { return false; }
 float dot_f32_fast(const float* a, const float* b, int64_t n) { return dot_f32_portable(a, b, n); }
 bool dot_row_fused(TensorType, const void*, const float*, int64_t, float*) { return false; }
+void add_scaled(float* out, const float* v, float p, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = out[i] + p * v[i];
+}
+bool attention_head_avx2(const float*, const float*, const float*, int64_t, int64_t, int64_t,
+                         float*, float*, const float*, float) {
+  return false;
+}
+float exp_shifted_sum(float* x, int64_t n, float shift) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += (x[i] = std::exp(x[i] - shift));
+  return sum;
+}
+void swiglu_approx(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
 void decode_row(TensorType type, const void* row, float* out, int64_t n) {
   dequantize_row(type, row, out, n);
 }

@@ -18,7 +18,23 @@ void decode_row(TensorType type, const void* row, float* out, int64_t n);
 // fused multiply-add), combined by halving (lanes j and j+16, then j+8, ...), plus the tail
 // summed in order: the one order both implementations follow.
 float dot_f32_portable(const float* a, const float* b, int64_t n);
-float dot_f32_fast(const float* a, const float* b, int64_t n);   // AVX2 when available
+float dot_f32_fast(const float* a, const float* b, int64_t n);  // AVX2 when available
+
+// out[i] = out[i] + p * v[i] (a product, then a sum: no fused multiply-add), AVX2 when
+// available; the same bits either way.
+void add_scaled(float* out, const float* v, float p, int64_t n);
+
+// The fast path's approximations (never the exact path's: they differ from std::exp by an
+// ulp or two): x[i] = exp(x[i] - shift) for every i, returning their sum (any order).
+float exp_shifted_sum(float* x, int64_t n, float shift);
+// out[i] = silu(gate[i]) * up[i] with the same exponential. out may alias gate.
+void swiglu_approx(const float* gate, const float* up, float* out, int64_t n);
+
+// ops.h attention_head with approximate_exp, for head_dim 64 or 128 on AVX2 (the query and
+// the output held in registers, four keys a step); false, leaving out alone, otherwise.
+bool attention_head_avx2(const float* q, const float* k, const float* v, int64_t token_stride,
+                         int64_t length, int64_t head_dim, float* scores, float* out,
+                         const float* sink, float scale);
 
 // dot_f32_fast(decode_row(row), x) without the decoded row in memory, for Q4_0, Q4_1 and
 // Q8_0 on AVX2 (same bits); returns false, leaving result alone, for everything else.

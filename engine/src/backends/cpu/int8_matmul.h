@@ -1,0 +1,38 @@
+// The CPU backend's fast matmul: the activation is quantised once per matmul to int8 blocks of
+// 32 (as llama.cpp's q8 activations), and each weight block is multiplied in integers (AVX2
+// maddubs) with its own scales, so a weight is never decoded to f32. Results differ from the
+// exact f32 path (ops.h matmul) by the activation's int8 rounding only: every weight value is
+// the one dequantize_row gives, and fast = Σ w·(q·d) up to f32 summation order.
+// Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, on AVX2 (picked at run
+// time); everything else keeps the exact path.
+#pragma once
+#include <cstdint>
+
+#include "granule/tensor_type.h"
+
+namespace granule::cpu {
+
+// 32 activations as q·d: d = max|x| / 127, q = x / d rounded to nearest (ties to even; q = 0
+// for a block of zeros), and sum = d·Σq (what a weight block's minimum multiplies).
+struct ActivationBlock {
+  float d;
+  float sum;
+  int8_t qs[32];
+};
+static_assert(sizeof(ActivationBlock) == 40);
+
+// Whether int8_matmul_rows runs a matrix of `type` with rows of n_cols on this CPU.
+bool int8_matmul_supports(TensorType type, int64_t n_cols);
+
+// Quantises n values of x (n a multiple of 32) into n / 32 blocks. Portable code where the
+// CPU has no AVX2 (the same rounding).
+void quantize_activations(const float* x, int64_t n, ActivationBlock* out);
+
+// y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens):
+// row r at w + r * row_bytes(type, n_cols), x_t the n_cols / 32 blocks at xq + t * n_cols / 32.
+// Only where int8_matmul_supports(type, n_cols).
+void int8_matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
+                      int64_t n_cols, const ActivationBlock* xq, int64_t n_tokens, float* y,
+                      int64_t y_stride);
+
+}  // namespace granule::cpu

@@ -1,0 +1,146 @@
+// Tests of the CPU backend's int8 matmul (the fast path): per block type, each output equals
+// the f32 dot of the dequantised row with the int8-rounded activation up to f32 summation
+// order, and stays within the activation rounding's bound of the exact f32 path; every tile
+// shape and row/token split gives the same numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/ops.h"
+#include "granule/quant.h"
+#include "granule/testkit/quantize.h"
+
+namespace granule::cpu {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+const TensorType kTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                             TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL,
+                             TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+struct Case {
+  std::vector<uint8_t> w;
+  std::vector<float> w_f32;  // the dequantised rows
+  std::vector<float> x;
+  std::vector<ActivationBlock> xq;
+  std::vector<float> x_rounded;  // q·d of every activation
+};
+
+Case make_case(TensorType type, int64_t rows, int64_t cols, int64_t tokens, uint32_t seed) {
+  Case c;
+  const auto values = random_values(static_cast<size_t>(rows * cols), seed, 0.05f);
+  const size_t stride = row_bytes(type, cols);
+  c.w.resize(stride * static_cast<size_t>(rows));
+  c.w_f32.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, values.data() + r * cols, c.w.data() + r * stride, cols);
+    dequantize_row(type, c.w.data() + r * stride, c.w_f32.data() + r * cols, cols);
+  }
+  c.x = random_values(static_cast<size_t>(tokens * cols), seed + 1, 1.5f);
+  c.x[3] = 0.0f;  // a zero, and below a whole block of zeros
+  for (int64_t i = 32; i < 64 && i < cols; ++i) c.x[static_cast<size_t>(i)] = 0.0f;
+  c.xq.resize(static_cast<size_t>(tokens * cols / 32));
+  quantize_activations(c.x.data(), tokens * cols, c.xq.data());
+  c.x_rounded.resize(c.x.size());
+  for (size_t b = 0; b < c.xq.size(); ++b)
+    for (int i = 0; i < 32; ++i)
+      c.x_rounded[b * 32 + i] = static_cast<float>(c.xq[b].qs[i]) * c.xq[b].d;
+  return c;
+}
+
+TEST(CpuInt8Matmul, ActivationRoundingIsRoundThroughQ8) {
+  // The same rule as the oracle's MultiplyByInverse rounding (ops.h round_through_q8).
+  auto x = random_values(4096, 7, 3.0f);
+  std::vector<ActivationBlock> q(x.size() / 32);
+  quantize_activations(x.data(), static_cast<int64_t>(x.size()), q.data());
+  std::vector<float> expected = x;
+  round_through_q8(expected.data(), static_cast<int64_t>(expected.size()),
+                   Q8Rounding::MultiplyByInverse);
+  for (size_t b = 0; b < q.size(); ++b) {
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(static_cast<float>(q[b].qs[i]) * q[b].d, expected[b * 32 + i]) << b << " " << i;
+      sum += q[b].qs[i];
+    }
+    EXPECT_EQ(q[b].sum, q[b].d * static_cast<float>(sum));
+  }
+}
+
+TEST(CpuInt8Matmul, EachTypeIsTheDotWithTheRoundedActivationAndWithinItsBoundOfExact) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  const int64_t rows = 7, cols = 512, tokens = 6;
+  for (TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    ASSERT_TRUE(int8_matmul_supports(type, cols));
+    Case c = make_case(type, rows, cols, tokens, 11);
+    std::vector<float> fast(static_cast<size_t>(rows * tokens));
+    int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data(), tokens, fast.data(), rows);
+    std::vector<float> exact(fast.size());
+    matmul(type, c.w.data(), rows, cols, c.x.data(), tokens, exact.data(), nullptr);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* w = c.w_f32.data() + r * cols;
+        const float* xr = c.x_rounded.data() + t * cols;
+        const float* x = c.x.data() + t * cols;
+        double rounded_dot = 0, magnitude = 0, bound = 0;
+        for (int64_t i = 0; i < cols; ++i) {
+          rounded_dot += double(w[i]) * xr[i];
+          magnitude += std::fabs(double(w[i]) * xr[i]);
+        }
+        // |x - q·d| <= d / 2 for every element of a block.
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          const float half_step = c.xq[static_cast<size_t>((t * cols) / 32 + b)].d / 2;
+          for (int64_t i = 32 * b; i < 32 * b + 32; ++i) bound += std::fabs(w[i]) * half_step;
+        }
+        const float got = fast[static_cast<size_t>(t * rows + r)];
+        EXPECT_NEAR(got, rounded_dot, 2e-6 * magnitude + 1e-9) << "row " << r << " token " << t;
+        double exact_dot = 0;
+        for (int64_t i = 0; i < cols; ++i) exact_dot += double(w[i]) * x[i];
+        EXPECT_NEAR(exact[static_cast<size_t>(t * rows + r)], exact_dot, 1e-5 * magnitude + 1e-9);
+        EXPECT_NEAR(got, exact_dot, bound + 4e-6 * magnitude + 1e-9)
+            << "row " << r << " token " << t;
+      }
+    }
+  }
+}
+
+TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  const int64_t rows = 11, cols = 768, tokens = 70;  // remainders in rows and tokens
+  for (TensorType type : {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    Case c = make_case(type, rows, cols, tokens, 21);
+    std::vector<float> whole(static_cast<size_t>(rows * tokens));
+    int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data(), tokens, whole.data(), rows);
+    // Rows in uneven pieces, and each token alone (the one-token tiles).
+    std::vector<float> pieces(whole.size()), single(whole.size());
+    for (int64_t r = 0; r < rows; r += 3)
+      int8_matmul_rows(type, c.w.data(), r, std::min(rows, r + 3), cols, c.xq.data(), tokens,
+                       pieces.data(), rows);
+    for (int64_t t = 0; t < tokens; ++t)
+      int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data() + t * cols / 32, 1,
+                       single.data() + t * rows, rows);
+    EXPECT_EQ(whole, pieces);
+    EXPECT_EQ(whole, single);
+  }
+}
+
+TEST(CpuInt8Matmul, UnsupportedShapesAndTypesStayOnTheExactPath) {
+  EXPECT_FALSE(int8_matmul_supports(TensorType::F32, 256));
+  EXPECT_FALSE(int8_matmul_supports(TensorType::F16, 256));
+  EXPECT_FALSE(int8_matmul_supports(TensorType::Q4_K, 576));  // not a multiple of 256
+  EXPECT_FALSE(int8_matmul_supports(TensorType::Q4_0, 48));
+}
+
+}  // namespace
+}  // namespace granule::cpu
