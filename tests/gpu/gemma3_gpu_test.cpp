@@ -68,6 +68,7 @@ RuntimeOptions options(bool gpu, bool oracle, int64_t context = 512) {
   o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
   o.backend.vram_budget_bytes = uint64_t{1} << 40;
   o.backend.cpu_emulate_device_numerics = oracle;
+  o.backend.cpu_exact_numerics = !gpu;  // the CPU reference numerics
   o.backend.cpu_threads = 2;
   o.context_length = context;
   o.slots = 8;
