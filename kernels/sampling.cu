@@ -279,7 +279,7 @@ __global__ void token_mask_wait_kernel(TokenMaskArgs m) {
       *reinterpret_cast<volatile uint32_t*>(m.timed_out) = 1u;
       return;
     }
-    __nanosleep(2000);
+    __nanosleep(500);
   }
 }
 

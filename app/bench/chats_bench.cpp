@@ -211,14 +211,14 @@ void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::st
       "  granules while a step runs.\n");
   if (!o.json_schema.empty()) {
     std::printf("\nstructured output: every chat constrained by %s\n", o.json_schema.c_str());
-    std::printf("| %5s | %8s | %16s | %22s | %24s |\n", "chats", "steps", "mask us/step mean",
+    std::printf("| %5s | %8s | %17s | %22s | %24s |\n", "chats", "steps", "mask us/step mean",
                 "constrained seqs/step", "device-masked seqs/step");
     std::printf(
-        "|-------|----------|------------------|------------------------|-------------------------"
+        "|-------|----------|-------------------|------------------------|-------------------------"
         "-|\n");
     for (const ChatsResult& r : results) {
       const double steps = static_cast<double>(std::max<int64_t>(r.decode_steps, 1));
-      std::printf("| %5d | %8lld | %16.1f | %22.2f | %24.2f |\n", r.chats,
+      std::printf("| %5d | %8lld | %17.1f | %22.2f | %24.2f |\n", r.chats,
                   static_cast<long long>(r.decode_steps), r.mask_us / steps,
                   static_cast<double>(r.constrained_sequences) / steps,
                   static_cast<double>(r.device_masked_sequences) / steps);

@@ -56,16 +56,23 @@ void ConstrainedSteps::fill_one(Sequence& seq) {
 void ConstrainedSteps::fill(const StepPlan& plan, Scheduler& scheduler, Backend* device) {
   const auto start = Clock::now();
   device_masks_.assign(device ? plan.work.size() : 0, nullptr);
-  for (size_t i = 0; i < plan.work.size(); ++i) {
-    const ScheduledWork& w = plan.work[i];
-    Sequence* seq = scheduler.find(w.id);
-    if (!seq || !seq->constraint) continue;
-    ++constrained_sequences_;
-    if (!predicts_token(w, *seq)) continue;
-    if (!seq->mask_ready) fill_one(*seq);
-    if (!device) continue;
-    device_masks_[i] = seq->mask.data();
-    ++device_masked_sequences_;
+  try {
+    for (size_t i = 0; i < plan.work.size(); ++i) {
+      const ScheduledWork& w = plan.work[i];
+      Sequence* seq = scheduler.find(w.id);
+      if (!seq || !seq->constraint) continue;
+      ++constrained_sequences_;
+      if (!predicts_token(w, *seq)) continue;
+      if (!seq->mask_ready) fill_one(*seq);
+      if (!device) continue;
+      device_masks_[i] = seq->mask.data();
+      ++device_masked_sequences_;
+    }
+  } catch (...) {
+    // The device waits for the masks: let it go unmasked (every drawn token is still checked
+    // by accept()) before the error ends the step.
+    if (device) device->set_token_masks({});
+    throw;
   }
   // Handed over even with no row masked: the device waits for it.
   if (device) device->set_token_masks(device_masks_);

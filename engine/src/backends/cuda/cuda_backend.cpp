@@ -437,9 +437,14 @@ StepResult CudaBackend::wait() {
   struct TimeOut {  // a mask wait that gave up is said once the step is over
     TokenMasks* masks;
     ~TimeOut() {
-      if (masks && masks->take_timed_out())
-        logger("engine.cuda")
-            ->error("the device gave up waiting for the host's token masks: a step drew unmasked");
+      try {
+        if (masks && masks->take_timed_out())
+          logger("engine.cuda")
+              ->error(
+                  "the device gave up waiting for the host's token masks: a step drew "
+                  "unmasked");
+      } catch (...) {  // a log that fails must not end the process from a destructor
+      }
     }
   } time_out{masked_head(p.head) ? token_masks_.get() : nullptr};
   if (p.decode) {
