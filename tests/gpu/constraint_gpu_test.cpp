@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <random>
 #include <regex>
 #include <string>
@@ -52,6 +53,13 @@ Request chat(const std::string& question, Constraint constraint, Reply& out) {
 }
 
 using gpu_test::DeviceArray;
+
+// The default model, else the test data's first layers of it (the same tokenizer and template):
+// the GPU machine gets the test data folder but not the default model.
+std::filesystem::path model_path() {
+  const std::filesystem::path full = test::default_model_path();
+  return full.empty() ? test::real_weights_model_path() : full;
+}
 
 // A random mask of `n_vocab` bits allowing about `density` of the tokens (at least one).
 std::vector<uint32_t> random_mask(int n_vocab, double density, std::mt19937& rng) {
@@ -189,7 +197,7 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
 
 TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
   GRANULE_REQUIRE_GPU();
-  if (test::default_model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
+  if (model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
   if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
   EngineOptions o;
   o.device = DeviceKind::Cuda;
@@ -205,17 +213,28 @@ TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
   // The free chats alone first: their text with constrained neighbours must be the same.
   std::vector<Reply> alone(questions.size());
   {
-    auto engine = Engine::open(test::default_model_path(), o);
+    auto engine = Engine::open(model_path(), o);
     for (size_t i = 0; i < questions.size(); ++i) engine->submit(chat(questions[i], {}, alone[i]));
     for (int i = 0; i < 5000 && engine->step(); ++i) {
     }
   }
-  auto engine = Engine::open(test::default_model_path(), o);
-  std::vector<Reply> free(questions.size()), constrained(questions.size() * 2);
+  auto engine = Engine::open(model_path(), o);
+  std::vector<Reply> free(questions.size()), constrained(questions.size() * 2),
+      sampled(questions.size());
+  // Top-k draws too: the masked sampling head (MaskedSample) beside the greedy ones.
+  SamplingParams top_k;
+  top_k.temperature = 0.8f;
+  top_k.top_k = 40;
+  top_k.top_p = 0.95f;
   for (size_t i = 0; i < questions.size(); ++i) {
     engine->submit(chat(questions[i], {}, free[i]));
     engine->submit(chat(questions[i], Constraint::json_schema(schema), constrained[2 * i]));
     engine->submit(chat(questions[i], Constraint::json_object(), constrained[2 * i + 1]));
+    Request r = chat(questions[i], Constraint::json_schema(schema), sampled[i]);
+    r.sampling = top_k;
+    r.sampling.seed = 100 + i;
+    r.sampling.max_tokens = 64;
+    engine->submit(std::move(r));
   }
   double mask_us = 0;
   int mixed_steps = 0, device_masked_steps = 0;
@@ -257,12 +276,19 @@ TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
     EXPECT_NE(o2.reason, FinishReason::Error) << o2.error;
     ASSERT_FALSE(o2.text.empty());
     EXPECT_EQ(o2.text.front(), '{') << o2.text;
+    const Reply& k = sampled[i];
+    EXPECT_EQ(k.reason, FinishReason::Eos) << k.text << " " << k.error;
+    // A drawn string may hold escapes and characters of several bytes: its length is not
+    // checked here.
+    EXPECT_TRUE(std::regex_match(
+        k.text, std::regex(R"(\{"city": "(?:[^"\\]|\\.)*", "rank": ([1-9][0-9]?|100)\})")))
+        << k.text;
   }
 }
 
 TEST(ConstraintGpu, DeviceMasksDrawWhatHostMasksDraw) {
   GRANULE_REQUIRE_GPU();
-  if (test::default_model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
+  if (model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
   if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
   EngineOptions o;
   o.device = DeviceKind::Cuda;
@@ -278,7 +304,7 @@ TEST(ConstraintGpu, DeviceMasksDrawWhatHostMasksDraw) {
   // downloaded logits after the host's masks (a request for log-probs brings every step's
   // logits back). The forward passes are the same kernels, so the tokens must be equal.
   const auto run = [&](bool host_draws, std::vector<Reply>& out) {
-    auto engine = Engine::open(test::default_model_path(), o);
+    auto engine = Engine::open(model_path(), o);
     out.assign(questions.size() * 2 + 1, {});
     for (size_t i = 0; i < questions.size(); ++i) {
       Request s = chat(questions[i], Constraint::json_schema(schema), out[2 * i]);
