@@ -284,31 +284,40 @@ __global__ void token_mask_wait_kernel(TokenMaskArgs m) {
 }
 
 constexpr int kMaskThreads = 256;
-constexpr int kMaskLogitsPerBlock = kMaskThreads * 16;
+constexpr int kMaskWordsPerBlock = kMaskThreads / 2;
+constexpr int kMaskLogitsPerBlock = kMaskWordsPerBlock * 32;
 
-// grid (chunks of kMaskLogitsPerBlock logits, rows). A warp covers 32 consecutive logits: one
-// mask word, read once per warp.
+// grid (chunks of kMaskLogitsPerBlock logits, rows). Reads of mapped host memory are PCIe
+// round trips (~1 us each): the block's flags in one, then its words in one (a word per
+// thread of the first half, into shared memory), then the logits from device memory.
 __global__ void __launch_bounds__(kMaskThreads)
     token_mask_kernel(float* logits, int64_t stride, int n_vocab, int first_mask_row,
                       TokenMaskArgs m) {
   __shared__ bool s_masked;
+  __shared__ uint32_t s_words[kMaskWordsPerBlock];
   const int row = blockIdx.y;
   const int mask_row = first_mask_row + row;
   if (threadIdx.x == 0) {
-    // Published (not a wait that gave up) and this row masked. The fence orders the flag's
-    // read before the words' (acquire); __syncthreads hands that order to the block.
-    const bool published = __ldcv(m.ready) == __ldcv(m.wanted);
+    // Published (not a wait that gave up) and this row masked. The fence orders these reads
+    // before the words' (acquire); __syncthreads hands that order to the block.
+    const uint32_t ready = __ldcv(m.ready), wanted = __ldcv(m.wanted);
+    const uint32_t masked = __ldcv(m.row_masked + mask_row);
     __threadfence_system();
-    s_masked = published && __ldcv(m.row_masked + mask_row) != 0;
+    s_masked = ready == wanted && masked != 0;
   }
   __syncthreads();
   if (!s_masked) return;
-  const uint32_t* words = m.words + static_cast<int64_t>(mask_row) * m.words_per_row;
+  const int first_word = blockIdx.x * kMaskWordsPerBlock;
+  const int words = min(kMaskWordsPerBlock, m.words_per_row - first_word);
+  if (static_cast<int>(threadIdx.x) < words)
+    s_words[threadIdx.x] = __ldcv(m.words + static_cast<int64_t>(mask_row) * m.words_per_row +
+                                  first_word + static_cast<int>(threadIdx.x));
+  __syncthreads();
   float* x = logits + row * stride;
-  const int begin = blockIdx.x * kMaskLogitsPerBlock;
+  const int begin = first_word * 32;
   const int end = min(n_vocab, begin + kMaskLogitsPerBlock);
   for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += kMaskThreads) {
-    const uint32_t word = __ldcv(words + (i >> 5));
+    const uint32_t word = s_words[(i - begin) >> 5];
     if (!((word >> (i & 31)) & 1u)) x[i] = __int_as_float(0xff800000);  // -inf
   }
 }
