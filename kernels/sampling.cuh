@@ -1,7 +1,8 @@
 // Token selection on the device, so only token ids cross to the host: penalties over each
 // row's recent tokens, then greedy (argmax, lowest id on ties) or top-k (at most 256
 // candidates; top_k = 0 also keeps the 256 most likely), temperature, top-p, min-p and a
-// seeded draw. Every per-step input lives in device buffers (graph capturable).
+// seeded draw; and the token masks of structured output, applied before either. Every per-step
+// input lives in device buffers or mapped pinned memory (graph capturable).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -60,5 +61,29 @@ struct ArgmaxWorkspace {
 cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, int n_vocab,
                           int32_t* tokens, ArgmaxWorkspace workspace, const KernelConfig& config,
                           cudaStream_t stream);
+
+// Token masks (structured output): per row a bitmask of n_vocab bits in 32-bit words (bit set:
+// allowed), in mapped pinned host memory that the host fills while the device runs the step's
+// forward pass. `ready` and `wanted` are epochs: the host writes `wanted` before the launch and
+// `ready` = `wanted` once every row of the step is written (row_masked too). Every pointer is
+// a device pointer to mapped host memory.
+struct TokenMaskArgs {
+  const uint32_t* ready = nullptr;
+  const uint32_t* wanted = nullptr;
+  uint32_t* timed_out = nullptr;         // set to 1 when the wait gave up
+  const uint32_t* row_masked = nullptr;  // [rows]: 1 applies the row's mask, 0 leaves it
+  const uint32_t* words = nullptr;       // [rows][words_per_row]
+  int words_per_row = 0;
+};
+
+// How long the device waits for the host's masks before drawing without them (a host that
+// never publishes is a bug; the engine's check of each drawn token then refuses it).
+constexpr uint64_t kTokenMaskWaitNs = 5'000'000'000ull;
+
+// Waits until the host published the step's masks (or kTokenMaskWaitNs passed), then sets
+// every logit a masked row does not allow to -inf: logit row r (of `rows`, `logits_stride`
+// apart) takes mask row first_mask_row + r.
+cudaError_t launch_token_mask(float* logits, int64_t logits_stride, int rows, int n_vocab,
+                              int first_mask_row, const TokenMaskArgs& mask, cudaStream_t stream);
 
 }  // namespace granule::kernels

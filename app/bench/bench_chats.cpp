@@ -26,14 +26,15 @@ std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_6
 }
 
 void submit_random_chats(Engine& engine, int32_t chats, int64_t prompt_tokens,
-                         int32_t generate_tokens, std::mt19937_64& random,
-                         ChatsProgress& progress) {
+                         int32_t generate_tokens, std::mt19937_64& random, ChatsProgress& progress,
+                         const Constraint& constraint) {
   for (int32_t i = 0; i < chats; ++i) {
     Request r;
     r.prompt_tokens = random_prompt(prompt_tokens, engine.config().n_vocab, random);
     r.sampling = SamplingParams::greedy();
     r.sampling.max_tokens = generate_tokens;
     r.sampling.ignore_eos = true;
+    r.constraint = constraint;
     r.sink.on_token = [&progress, first = true](SequenceId, const std::string&,
                                                 int32_t token) mutable {
       if (token == kNoToken) return;

@@ -26,9 +26,10 @@ DeviceKind device_kind(const std::string& name);
 std::vector<TokenId> random_prompt(int64_t tokens, int64_t vocab, std::mt19937_64& random);
 
 // Submits `chats` greedy chats of `prompt_tokens` random tokens (drawn from `random`, chat by
-// chat), each generating `generate_tokens` with EOS ignored, their sinks counting into
-// `progress` (which must outlive them).
+// chat), each generating `generate_tokens` with EOS ignored and under `constraint` (none by
+// default), their sinks counting into `progress` (which must outlive them).
 void submit_random_chats(Engine& engine, int32_t chats, int64_t prompt_tokens,
-                         int32_t generate_tokens, std::mt19937_64& random, ChatsProgress& progress);
+                         int32_t generate_tokens, std::mt19937_64& random, ChatsProgress& progress,
+                         const Constraint& constraint = {});
 
 }  // namespace granule

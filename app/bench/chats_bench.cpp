@@ -13,6 +13,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,11 @@ struct ChatsResult {
   int64_t steps = 0;
   uint64_t granules_mapped = 0, granules_created_in_step = 0, granules_ahead = 0;
   double mapping_us = 0, max_mapping_us = 0, refill_us = 0, ahead_us = 0;
+  // Structured output (--json-schema), summed over the decode window's steps: the host time
+  // the token masks took, the constrained sequences, and those whose token the backend's
+  // sampler drew under its mask.
+  double mask_us = 0;
+  int64_t constrained_sequences = 0, device_masked_sequences = 0;
 
   double prefill_tokens_per_second() const {
     return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0;
@@ -63,7 +69,8 @@ struct ChatsResult {
 // Submits `n` chats together and steps the engine until idle. The decode window is the steps
 // that start with every chat past its prompt and none finished: all n chats decode in them.
 ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
-                      TelemetryRecorder* telemetry, std::ostream* steps_out = nullptr) {
+                      const Constraint& constraint, TelemetryRecorder* telemetry,
+                      std::ostream* steps_out = nullptr) {
   ChatsResult result;
   result.chats = n;
   result.prompt_tokens = o.prompt_tokens * n;
@@ -71,11 +78,13 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
   const uint64_t preemptions_before = engine.telemetry().scheduler.preemptions;
   std::mt19937_64 random(o.seed);
   const auto start = Clock::now();
-  submit_random_chats(engine, n, o.prompt_tokens, o.generate_tokens, random, progress);
+  submit_random_chats(engine, n, o.prompt_tokens, o.generate_tokens, random, progress, constraint);
 
   struct Window {
     int64_t tokens = 0, steps = 0;
     double seconds = 0;
+    double mask_us = 0;
+    int64_t constrained = 0, device_masked = 0;
   } full_batch, after_prefill;
   bool more = true;
   while (more) {
@@ -88,15 +97,18 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
     const int64_t produced = progress.generated - generated_before;
     if (!all_started && progress.started == n)
       result.prefill_seconds = seconds_between(start, step_end);
+    const TelemetrySnapshot t = engine.telemetry();
     if (all_started && more) {
       for (Window* w : {&after_prefill, none_finished ? &full_batch : nullptr}) {
         if (!w) continue;
         w->tokens += produced;
         w->seconds += seconds_between(step_start, step_end);
         ++w->steps;
+        w->mask_us += t.throughput.last_mask_us;
+        w->constrained += t.throughput.constrained_sequences;
+        w->device_masked += t.throughput.device_masked_sequences;
       }
     }
-    const TelemetrySnapshot t = engine.telemetry();
     if (telemetry != nullptr) telemetry->record(t);  // at most 10 frames a second
     result.peak_kv_bytes =
         std::max(result.peak_kv_bytes, t.device.ledger_bytes(MemoryCategory::KvCommitted));
@@ -106,7 +118,9 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
                  << t.kv.last_ahead_us << ',' << t.kv.last_refill_us << ','
                  << t.throughput.last_plan_us << ',' << t.throughput.last_launch_us << ','
                  << t.throughput.last_overlap_us << ',' << t.throughput.last_wait_us << ','
-                 << t.throughput.last_results_us << ',' << t.graphs.captures << '\n';
+                 << t.throughput.last_results_us << ',' << t.graphs.captures << ','
+                 << t.throughput.last_mask_us << ',' << t.throughput.device_masked_sequences
+                 << '\n';
     }
     ++result.steps;
     result.granules_mapped += t.kv.last_granules_mapped;
@@ -122,6 +136,9 @@ ChatsResult run_chats(Engine& engine, int32_t n, const ChatsBenchOptions& o,
   result.decode_tokens = window.tokens;
   result.decode_seconds = window.seconds;
   result.decode_steps = window.steps;
+  result.mask_us = window.mask_us;
+  result.constrained_sequences = window.constrained;
+  result.device_masked_sequences = window.device_masked;
   result.preemptions = engine.telemetry().scheduler.preemptions - preemptions_before;
   result.errors = progress.errors;
   result.first_error = progress.first_error;
@@ -192,6 +209,26 @@ void print_table(const ChatsBenchOptions& o, const Engine& engine, const std::st
       "  step had to create because the pool was empty; map us: mapping and unmapping inside\n"
       "  the steps (what delays them); ahead us, refill us: mapping ahead and creating pool\n"
       "  granules while a step runs.\n");
+  if (!o.json_schema.empty()) {
+    std::printf("\nstructured output: every chat constrained by %s\n", o.json_schema.c_str());
+    std::printf("| %5s | %8s | %17s | %22s | %24s |\n", "chats", "steps", "mask us/step mean",
+                "constrained seqs/step", "device-masked seqs/step");
+    std::printf(
+        "|-------|----------|-------------------|------------------------|-------------------------"
+        "-|\n");
+    for (const ChatsResult& r : results) {
+      const double steps = static_cast<double>(std::max<int64_t>(r.decode_steps, 1));
+      std::printf("| %5d | %8lld | %17.1f | %22.2f | %24.2f |\n", r.chats,
+                  static_cast<long long>(r.decode_steps), r.mask_us / steps,
+                  static_cast<double>(r.constrained_sequences) / steps,
+                  static_cast<double>(r.device_masked_sequences) / steps);
+    }
+    std::printf(
+        "mask us: host time computing the step's token masks (xgrammar), done while the device\n"
+        "  runs the step's forward pass; device-masked: sequences whose token the GPU's sampler\n"
+        "  drew under its mask (the rest of the constrained ones: logits to the host). Over the\n"
+        "  decode window's steps; compare decode t/s with a run without --json-schema.\n");
+  }
   for (const ChatsResult& r : results) {
     if (r.errors > 0) std::printf("%d chats: first error: %s\n", r.chats, r.first_error.c_str());
   }
@@ -206,6 +243,7 @@ void print_json(const ChatsBenchOptions& o, const Engine& engine, const std::str
   j["generate_tokens_per_chat"] = o.generate_tokens;
   j["prefill_chunk_tokens"] = o.prefill_chunk_tokens;
   j["budget_mib"] = o.budget_mib;
+  j["json_schema"] = o.json_schema;
   j["results"] = nlohmann::json::array();
   for (const ChatsResult& r : results) {
     j["results"].push_back(
@@ -229,7 +267,15 @@ void print_json(const ChatsBenchOptions& o, const Engine& engine, const std::str
          {"mapping_us_per_step", r.mapping_us / static_cast<double>(std::max<int64_t>(r.steps, 1))},
          {"mapping_us_max", r.max_mapping_us},
          {"pool_refill_us_per_step",
-          r.refill_us / static_cast<double>(std::max<int64_t>(r.steps, 1))}});
+          r.refill_us / static_cast<double>(std::max<int64_t>(r.steps, 1))},
+         {"mask_us_per_step",
+          r.mask_us / static_cast<double>(std::max<int64_t>(r.decode_steps, 1))},
+         {"constrained_sequences_per_step",
+          static_cast<double>(r.constrained_sequences) /
+              static_cast<double>(std::max<int64_t>(r.decode_steps, 1))},
+         {"device_masked_sequences_per_step",
+          static_cast<double>(r.device_masked_sequences) /
+              static_cast<double>(std::max<int64_t>(r.decode_steps, 1))}});
   }
   std::cout << j.dump(2) << "\n";
 }
@@ -269,7 +315,13 @@ void add_chats_bench_options(CLI::App& command, ChatsBenchOptions& o) {
   command.add_option("--steps-out", o.steps_out,
                      "write one CSV line per step to FILE (chats, step, ms, tokens produced, "
                      "chats started, mapping us, ahead us, refill us, then the host phases: plan, "
-                     "launch, overlap, wait and results us; decode graphs captured so far)");
+                     "launch, overlap, wait and results us; decode graphs captured so far; token "
+                     "mask us and device-masked sequences)");
+  command
+      .add_option("--json-schema", o.json_schema,
+                  "constrain every chat by the JSON Schema in FILE (structured output): the "
+                  "table adds the token masks' cost per step")
+      ->check(CLI::ExistingFile);
   command.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -293,6 +345,14 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     options.kv_map_ahead = o.kv_map_ahead;
     // Every run measures chats computed from scratch: no KV kept from the run before.
     options.kv_reuse = false;
+    Constraint constraint;
+    if (!o.json_schema.empty()) {
+      std::ifstream file(o.json_schema);
+      std::ostringstream text;
+      text << file.rdbuf();
+      if (!file) throw UsageError("cannot read " + o.json_schema);
+      constraint = Constraint::json_schema(text.str());
+    }
     const std::unique_ptr<Engine> engine = Engine::open(path, options);
     if (engine->options().context_length < options.context_length) {
       throw UsageError("prompt + generated tokens (" + std::to_string(options.context_length) +
@@ -307,7 +367,7 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     warm_up.prompt_tokens =
         std::min<int64_t>(o.prompt_tokens, engine->options().prefill_chunk_tokens);
     warm_up.generate_tokens = std::min(o.generate_tokens, 4);
-    run_chats(*engine, 1, warm_up, telemetry.get());
+    run_chats(*engine, 1, warm_up, constraint, telemetry.get());
     // Then every measured number of chats once with short prompts, so the decode step of
     // that batch is captured as a CUDA graph (a one-time 20-30 ms for an 8B model) before its
     // run rather than inside its decode window.
@@ -317,7 +377,7 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
     warm_batch.prompt_tokens = std::min<int64_t>(o.prompt_tokens, 8);
     warm_batch.generate_tokens = std::min(o.generate_tokens, 16);
     for (int32_t n : o.chats)
-      if (n > 1) run_chats(*engine, n, warm_batch, telemetry.get());
+      if (n > 1) run_chats(*engine, n, warm_batch, constraint, telemetry.get());
 
     std::vector<ChatsResult> results;
     std::ofstream steps_file;
@@ -325,11 +385,12 @@ int run_chats_benchmark(const ChatsBenchOptions& o) {
       steps_file.open(o.steps_out);
       if (!steps_file) throw UsageError("cannot write " + o.steps_out);
       steps_file << "chats,step,ms,produced,started,mapping_us,ahead_us,refill_us,"
-                    "plan_us,launch_us,overlap_us,wait_us,results_us,graph_captures\n";
+                    "plan_us,launch_us,overlap_us,wait_us,results_us,graph_captures,mask_us,"
+                    "device_masked\n";
     }
     for (int32_t n : o.chats)
-      results.push_back(
-          run_chats(*engine, n, o, telemetry.get(), steps_file.is_open() ? &steps_file : nullptr));
+      results.push_back(run_chats(*engine, n, o, constraint, telemetry.get(),
+                                  steps_file.is_open() ? &steps_file : nullptr));
     if (telemetry) {
       telemetry->record_now(engine->telemetry());  // the final frame
       telemetry->close();

@@ -28,6 +28,7 @@ struct ChatsBenchOptions {
   bool kv_map_ahead = true;       // map the next step's KV while a step runs
   std::string telemetry_out;      // record the engine's telemetry here as JSON lines ("" = off)
   std::string steps_out;          // one CSV line per step here ("" = off)
+  std::string json_schema;        // every chat constrained by this JSON Schema file ("" = none)
   bool json = false;
 };
 

@@ -1,22 +1,35 @@
-// Structured output on the CUDA backend: on the default model, JSON-schema-constrained chats
-// share steps with free ones (a step holding a constrained chat brings its logits back and
-// samples on the host), every constrained reply follows its schema, the free chats finish
-// (their text beside constrained ones is compared with their text alone and any difference
-// printed), and the telemetry reports the mask time per step.
+// Structured output on the CUDA backend. The mask kernels inside a captured graph: the graph
+// waits for the host to publish the step's masks (TokenMasks) and then draws, greedy and top-k,
+// exactly what the same sampling kernels draw from logits masked on the host, over a batch of
+// masked and unmasked rows, with new masks at every replay. On the default model:
+// JSON-schema-constrained chats share steps and graphs with free ones, their tokens drawn by
+// the device sampler under the masks (telemetry: device_masked_sequences, mask time per step);
+// every constrained reply follows its schema; free chats beside them are compared with their
+// text alone (a difference is printed); and greedy constrained replies drawn under device masks
+// equal those drawn by the host from downloaded logits (forced by asking for log-probs).
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/token_masks.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
+#include "runtime/token_constraint.h"
+#include "sampling.cuh"
 #include "support/test_files.h"
 
 namespace granule {
 namespace {
 
 struct Reply {
+  std::vector<int32_t> tokens;
   std::string text;
   FinishReason reason = FinishReason::None;
   std::string error;
@@ -28,7 +41,10 @@ Request chat(const std::string& question, Constraint constraint, Reply& out) {
   r.sampling = SamplingParams::greedy();
   r.sampling.max_tokens = 64;
   r.constraint = std::move(constraint);
-  r.sink.on_token = [&out](SequenceId, const std::string& text, int32_t) { out.text += text; };
+  r.sink.on_token = [&out](SequenceId, const std::string& text, int32_t token) {
+    out.text += text;
+    if (token != kNoToken) out.tokens.push_back(token);
+  };
   r.sink.on_finish = [&out](SequenceId, FinishReason reason, const std::string& error) {
     out.reason = reason;
     out.error = error;
@@ -36,9 +52,152 @@ Request chat(const std::string& question, Constraint constraint, Reply& out) {
   return r;
 }
 
+using gpu_test::DeviceArray;
+
+// The default model, else the test data's first layers of it (the same tokenizer and template):
+// the GPU machine gets the test data folder but not the default model.
+std::filesystem::path model_path() {
+  const std::filesystem::path full = test::default_model_path();
+  return full.empty() ? test::real_weights_model_path() : full;
+}
+
+// A random mask of `n_vocab` bits allowing about `density` of the tokens (at least one).
+std::vector<uint32_t> random_mask(int n_vocab, double density, std::mt19937& rng) {
+  std::vector<uint32_t> mask(static_cast<size_t>((n_vocab + 31) / 32), 0);
+  std::bernoulli_distribution allow(density);
+  for (int i = 0; i < n_vocab; ++i)
+    if (allow(rng)) mask[static_cast<size_t>(i) / 32] |= 1u << (i % 32);
+  mask[static_cast<size_t>(rng() % n_vocab) / 32] |= ~0u;  // a whole word, clipped by n_vocab
+  return mask;
+}
+
+TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  for (const int n_vocab : {49152, 128256, 151665}) {  // SmolLM2, Llama 3, an odd width
+    SCOPED_TRACE(n_vocab);
+    std::mt19937 rng(static_cast<uint32_t>(n_vocab));
+    const int rows = 8;
+    // Rows 0-3 greedy, 4-7 seeded top-k; the odd rows unmasked; row 5 with a penalty.
+    std::vector<kernels::DeviceSamplingParams> params(rows);
+    const int history_stride = 16;
+    std::vector<int32_t> history(rows * history_stride, 0), history_length(rows, 0);
+    for (int r = 4; r < rows; ++r) {
+      params[r].temperature = 0.8f;
+      params[r].top_k = 40;
+      params[r].top_p = 0.95f;
+      params[r].seed = 1000 + r;
+      params[r].step = 7;
+    }
+    params[5].repetition_penalty = 1.3f;
+    for (int i = 0; i < 8; ++i) history[5 * history_stride + i] = i * 97;
+    history_length[5] = 8;
+    const std::vector<bool> masked = {true, false, true, false, true, false, true, true};
+
+    DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
+    DeviceArray<kernels::DeviceSamplingParams> d_params(params);
+    DeviceArray<int32_t> d_history(history), d_length(history_length);
+    DeviceArray<int32_t> d_greedy(rows), d_sampled(rows);
+    DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
+    DeviceArray<int> d_counters(std::vector<int>(rows, 0));
+    const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
+    kernels::SamplingArgs a;
+    a.logits = d_logits.get();
+    a.logits_stride = n_vocab;
+    a.rows = rows;
+    a.n_vocab = n_vocab;
+    a.params = d_params.get();
+    a.history = d_history.get();
+    a.history_stride = history_stride;
+    a.history_length = d_length.get();
+    a.tokens = d_sampled.get();
+    cuda::CudaStream stream;
+    // The draws the engine's heads make: argmax (greedy steps) and the sampling kernel.
+    const auto draw = [&](cudaStream_t s) {
+      ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
+                                       workspace, config, s),
+                cudaSuccess);
+      ASSERT_EQ(kernels::launch_sampling(a, s), cudaSuccess);
+    };
+
+    cuda::TokenMasks masks(64, n_vocab);
+    cudaGraph_t graph = nullptr;
+    CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
+    draw(stream.get());
+    CUDA_OK(cudaStreamEndCapture(stream.get(), &graph));
+    cudaGraphExec_t exec = nullptr;
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    cuda::CudaGraph step(graph, exec);
+
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE(replay);
+      const std::vector<float> logits =
+          gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
+      // New masks every replay, from one allowed token to most of them.
+      const double density[3] = {0.0, 0.01, 0.6};
+      std::vector<std::vector<uint32_t>> row_masks(rows);
+      std::vector<const uint32_t*> given(rows, nullptr);
+      std::vector<float> host_masked = logits;
+      for (int r = 0; r < rows; ++r) {
+        if (!masked[r]) continue;
+        row_masks[r] = random_mask(n_vocab, density[(r + replay) % 3], rng);
+        given[r] = row_masks[r].data();
+        apply_token_mask(std::span<float>(host_masked.data() + static_cast<size_t>(r) * n_vocab,
+                                          static_cast<size_t>(n_vocab)),
+                         row_masks[r]);
+      }
+      // The reference: the same kernels over logits masked on the host.
+      d_logits.upload(host_masked);
+      draw(nullptr);
+      const std::vector<int32_t> want_greedy = d_greedy.download();
+      const std::vector<int32_t> want_sampled = d_sampled.download();
+      for (int r = 0; r < rows; ++r) {
+        if (!masked[r]) continue;
+        const auto allowed = [&](int32_t t) {
+          return t >= 0 && t < n_vocab && ((row_masks[r][t / 32] >> (t % 32)) & 1u);
+        };
+        EXPECT_TRUE(allowed(want_greedy[r])) << "row " << r;
+        EXPECT_TRUE(allowed(want_sampled[r])) << "row " << r;
+      }
+
+      // The graph: launched before the masks exist; it must wait for them.
+      d_logits.upload(logits);
+      d_greedy.poison();
+      d_sampled.poison();
+      CUDA_OK(cudaDeviceSynchronize());  // the poison lands first (another stream)
+      masks.arm();
+      step.launch(stream.get());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      EXPECT_EQ(cudaStreamQuery(stream.get()), cudaErrorNotReady)
+          << "the graph drew before the host published its masks";
+      masks.publish(given);
+      CUDA_OK(cudaStreamSynchronize(stream.get()));
+      EXPECT_FALSE(masks.take_timed_out());
+      EXPECT_EQ(d_greedy.download(), want_greedy);
+      EXPECT_EQ(d_sampled.download(), want_sampled);
+    }
+
+    // A step the host gives up on: released with no row masked, it draws from the plain logits.
+    const std::vector<float> logits =
+        gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
+    d_logits.upload(logits);
+    draw(nullptr);
+    const std::vector<int32_t> plain_greedy = d_greedy.download();
+    const std::vector<int32_t> plain_sampled = d_sampled.download();
+    d_logits.upload(logits);
+    masks.arm();
+    step.launch(stream.get());
+    EXPECT_TRUE(masks.release_unpublished());
+    CUDA_OK(cudaStreamSynchronize(stream.get()));
+    EXPECT_EQ(d_greedy.download(), plain_greedy);
+    EXPECT_EQ(d_sampled.download(), plain_sampled);
+  }
+}
+
 TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
   GRANULE_REQUIRE_GPU();
-  if (test::default_model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
+  if (model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
   if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
   EngineOptions o;
   o.device = DeviceKind::Cuda;
@@ -54,32 +213,55 @@ TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
   // The free chats alone first: their text with constrained neighbours must be the same.
   std::vector<Reply> alone(questions.size());
   {
-    auto engine = Engine::open(test::default_model_path(), o);
+    auto engine = Engine::open(model_path(), o);
     for (size_t i = 0; i < questions.size(); ++i) engine->submit(chat(questions[i], {}, alone[i]));
     for (int i = 0; i < 5000 && engine->step(); ++i) {
     }
   }
-  auto engine = Engine::open(test::default_model_path(), o);
-  std::vector<Reply> free(questions.size()), constrained(questions.size() * 2);
+  auto engine = Engine::open(model_path(), o);
+  std::vector<Reply> free(questions.size()), constrained(questions.size() * 2),
+      sampled(questions.size());
+  // Top-k draws too: the masked sampling head (MaskedSample) beside the greedy ones.
+  SamplingParams top_k;
+  top_k.temperature = 0.8f;
+  top_k.top_k = 40;
+  top_k.top_p = 0.95f;
   for (size_t i = 0; i < questions.size(); ++i) {
     engine->submit(chat(questions[i], {}, free[i]));
     engine->submit(chat(questions[i], Constraint::json_schema(schema), constrained[2 * i]));
     engine->submit(chat(questions[i], Constraint::json_object(), constrained[2 * i + 1]));
+    Request r = chat(questions[i], Constraint::json_schema(schema), sampled[i]);
+    r.sampling = top_k;
+    r.sampling.seed = 100 + i;
+    r.sampling.max_tokens = 64;
+    engine->submit(std::move(r));
   }
   double mask_us = 0;
-  int mixed_steps = 0;
+  int mixed_steps = 0, device_masked_steps = 0;
+  uint64_t replays_before = 0, masked_replays = 0;
   for (int i = 0; i < 5000 && engine->step(); ++i) {
     const TelemetrySnapshot t = engine->telemetry();
     if (t.throughput.constrained_sequences > 0 &&
         t.throughput.constrained_sequences < t.scheduler.running) {
       ++mixed_steps;
       mask_us += t.throughput.last_mask_us;
+      if (t.throughput.device_masked_sequences > 0) {
+        ++device_masked_steps;
+        if (t.graphs.replays > replays_before) ++masked_replays;
+      }
     }
+    replays_before = t.graphs.replays;
   }
   ASSERT_TRUE(engine->idle());
   EXPECT_GT(mixed_steps, 0);
-  std::printf("mixed steps: %d, mean mask time %.1f us per step\n", mixed_steps,
-              mixed_steps ? mask_us / mixed_steps : 0.0);
+  // The device sampler took the masks (no step fell back to host draws), in replayed graphs.
+  EXPECT_GT(device_masked_steps, 0);
+  EXPECT_GT(masked_replays, 0);
+  std::printf(
+      "mixed steps: %d (device-masked %d, of them graph replays %llu), mean mask time %.1f us "
+      "per step\n",
+      mixed_steps, device_masked_steps, static_cast<unsigned long long>(masked_replays),
+      mixed_steps ? mask_us / mixed_steps : 0.0);
   const std::regex valid(R"(\{"city": "[^"]{0,20}", "rank": ([1-9][0-9]?|100)\})");
   for (size_t i = 0; i < questions.size(); ++i) {
     // Batch composition may change the GPU's rounding, so a divergence is reported, not failed.
@@ -94,6 +276,60 @@ TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
     EXPECT_NE(o2.reason, FinishReason::Error) << o2.error;
     ASSERT_FALSE(o2.text.empty());
     EXPECT_EQ(o2.text.front(), '{') << o2.text;
+    const Reply& k = sampled[i];
+    EXPECT_EQ(k.reason, FinishReason::Eos) << k.text << " " << k.error;
+    // A drawn string may hold escapes and characters of several bytes: its length is not
+    // checked here.
+    EXPECT_TRUE(std::regex_match(
+        k.text, std::regex(R"(\{"city": "(?:[^"\\]|\\.)*", "rank": ([1-9][0-9]?|100)\})")))
+        << k.text;
+  }
+}
+
+TEST(ConstraintGpu, DeviceMasksDrawWhatHostMasksDraw) {
+  GRANULE_REQUIRE_GPU();
+  if (model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
+  if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
+  EngineOptions o;
+  o.device = DeviceKind::Cuda;
+  o.context_length = 1024;
+  o.max_sequences = 8;
+  const std::string schema =
+      R"({"type":"object","properties":{"city":{"type":"string","maxLength":20},)"
+      R"("rank":{"type":"integer","minimum":1,"maximum":100}},"required":["city","rank"],)"
+      R"("additionalProperties":false})";
+  const std::vector<std::string> questions = {"Name a big city.", "Name a city in Spain.",
+                                              "What is the capital of Italy?"};
+  // Greedy: the device's argmax after the device's masks, against the host's draw from the
+  // downloaded logits after the host's masks (a request for log-probs brings every step's
+  // logits back). The forward passes are the same kernels, so the tokens must be equal.
+  const auto run = [&](bool host_draws, std::vector<Reply>& out) {
+    auto engine = Engine::open(model_path(), o);
+    out.assign(questions.size() * 2 + 1, {});
+    for (size_t i = 0; i < questions.size(); ++i) {
+      Request s = chat(questions[i], Constraint::json_schema(schema), out[2 * i]);
+      Request j = chat(questions[i], Constraint::json_object(), out[2 * i + 1]);
+      if (host_draws) s.top_logprobs = j.top_logprobs = 0;
+      engine->submit(std::move(s));
+      engine->submit(std::move(j));
+    }
+    Request f = chat("Tell me about Rome.", {}, out.back());
+    if (host_draws) f.top_logprobs = 0;
+    engine->submit(std::move(f));
+    int device_masked = 0;
+    for (int i = 0; i < 5000 && engine->step(); ++i)
+      device_masked += engine->telemetry().throughput.device_masked_sequences;
+    EXPECT_TRUE(engine->idle());
+    return device_masked;
+  };
+  std::vector<Reply> host, device;
+  EXPECT_EQ(run(true, host), 0);
+  EXPECT_GT(run(false, device), 0);
+  for (size_t i = 0; i < host.size(); ++i) {
+    EXPECT_NE(host[i].reason, FinishReason::Error) << i << ": " << host[i].error;
+    EXPECT_EQ(device[i].reason, host[i].reason) << i << ": " << device[i].error;
+    EXPECT_EQ(device[i].tokens, host[i].tokens)
+        << i << ": device masks: " << device[i].text << " | host masks: " << host[i].text;
   }
 }
 

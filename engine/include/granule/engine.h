@@ -134,9 +134,10 @@ struct Request {
   int64_t reply_reserve_tokens = -1;
   // Structured output: what the reply may be (a JSON Schema, a grammar, ...). submit() compiles
   // it (UsageError for a bad one; UnsupportedError in a build without structured output). Each
-  // step's allowed tokens are computed on the host while the device runs the step; a step
-  // holding such a sequence brings its logits back and samples on the host (the device
-  // sampler has no mask yet). A reply the constraint lets go nowhere ends with an Error.
+  // step's allowed tokens are computed on the host while the device runs the step's forward
+  // pass; a backend that samples under masks (CUDA) draws the token after them in the same
+  // step and graph as unconstrained sequences, others bring the logits back and the host
+  // draws. A reply the constraint lets go nowhere ends with an Error.
   Constraint constraint;
 };
 

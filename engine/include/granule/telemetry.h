@@ -306,10 +306,12 @@ struct ThroughputTelemetry {
   double last_overlap_us = 0;
   double last_wait_us = 0;
   double last_results_us = 0;
-  // Structured output: the constrained sequences of the last step, and the host time their
-  // token masks took (computed while the device ran the step, or after it for a mask not
-  // ready then).
+  // Structured output: the constrained sequences of the last step, of them those whose token
+  // the backend's sampler drew under its mask (the others' masks were applied on the host to
+  // downloaded logits), and the host time their token masks took (computed while the device
+  // ran the step's forward pass, or after it for a mask not ready then).
   int32_t constrained_sequences = 0;
+  int32_t device_masked_sequences = 0;
   double last_mask_us = 0;
 
   template <class Self, class F>
@@ -327,6 +329,7 @@ struct ThroughputTelemetry {
     f("last_wait_us", s.last_wait_us);
     f("last_results_us", s.last_results_us);
     f("constrained_sequences", s.constrained_sequences);
+    f("device_masked_sequences", s.device_masked_sequences);
     f("last_mask_us", s.last_mask_us);
   }
 };

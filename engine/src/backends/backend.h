@@ -75,6 +75,9 @@ struct StepRequest {
   std::span<const SamplingParams> params;
   std::span<const std::vector<int32_t>> history;
   std::span<const uint64_t> draw_index;
+  // Device sampling under token masks (samples_with_masks(), structured output): the step's
+  // tokens are drawn only once set_token_masks() gave the masks, between launch() and wait().
+  bool token_masks = false;
   // Without sampling: resized to rows × n_vocab, rows in batch order: one per sequence (after
   // its last token), or tokens.size() rows for a sequence with all_logits.
   std::vector<float>* logits = nullptr;
@@ -108,6 +111,15 @@ class Backend {
   // for sampled steps and downloads only token ids. The engine ignores the token of a
   // sequence whose prompt is not yet complete.
   virtual bool samples_on_device() const { return false; }
+  // Whether that sampler also applies token masks (structured output): a step launched with
+  // token_masks waits on the device, after its forward pass, for set_token_masks(), which the
+  // engine calls between launch() and wait() once the host has computed the masks; each
+  // masked row's disallowed logits are -inf before penalties, top-k, top-p and the draw.
+  virtual bool samples_with_masks() const { return false; }
+  // masks[i]: the bitmask of batch row i (ceil(n_vocab / 32) words, bit set: allowed), or null
+  // for a row drawn unmasked. Once per step launched with token_masks; a step waited for
+  // without it draws every row unmasked.
+  virtual void set_token_masks(std::span<const uint32_t* const> /*masks*/) {}
 
   // A step is launch(), then wait(). launch() queues the step on the device and returns as
   // soon as it can (a backend that computes on the host may do all the work here); what the

@@ -5,19 +5,18 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
-#include <limits>
 #include <span>
 
 #include "backends/backend.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "memory/kv_space.h"
+#include "runtime/constrained_step.h"
+#include "runtime/logprobs.h"
 #include "runtime/runtime.h"
 #include "runtime/scheduler.h"
 #include "runtime/sequence.h"
 #include "runtime/stop_check.h"
-#include "runtime/token_constraint.h"
 
 namespace granule {
 
@@ -78,12 +77,8 @@ struct Engine::Impl {
   // KV coming back from host memory (StepPlan::swap_ins): its copies are queued on the device
   // ahead of the step, so the buffers live until the step has been waited for.
   std::vector<std::vector<uint8_t>> swap_in_buffers;
-  // Structured output: compiles Request::constraint against the vocabulary (built at the
-  // first constrained request), and a constrained row's masked copy of its logits.
-  std::unique_ptr<ConstraintCompiler> constraints;
-  std::vector<float> masked_row;
-  int32_t constrained_sequences = 0;
-  double mask_us = 0;  // the last step's
+  // Structured output: constraints, token masks and the checks of constrained tokens.
+  std::unique_ptr<ConstrainedSteps> constrained;
 
   // throughput
   uint64_t steps = 0;
@@ -126,19 +121,13 @@ struct Engine::Impl {
   void queue_swap_ins(StepPlan& plan);
   bool idle_step(const StepPlan& plan);
   StepRequest step_request(const StepPlan& plan);
-  void prepare_next_step(const StepPlan& plan);
+  // request_masks: the step was launched with token_masks; the backend waits for them.
+  void prepare_next_step(const StepPlan& plan, bool request_masks);
   void take_results(const StepPlan& plan, const StepResult& result, Clock::time_point start);
   void take_token(Sequence& seq, int32_t token);
-  // Whether a step must bring its logits back to the host (a sequence asks for log-probs).
+  // Whether a step must bring its logits back to the host (a sequence asks for log-probs, or
+  // is constrained where the backend's sampler takes no masks).
   bool step_needs_logits(const StepPlan& plan) const;
-  // Whether this work item's step predicts the sequence's next token (it computes the last
-  // known one).
-  static bool predicts_token(const ScheduledWork& w, const Sequence& seq) {
-    return w.start_position + w.count == static_cast<int64_t>(seq.tokens.size());
-  }
-  // Fills the masks of the constrained sequences whose next token this step predicts.
-  void fill_masks(const StepPlan& plan);
-  TokenLogprobs logprobs_of(std::span<const float> row, int32_t token, int32_t top) const;
 };
 
 Engine::Impl::StepScope::~StepScope() {
@@ -163,6 +152,7 @@ std::unique_ptr<Engine> Engine::open(const std::filesystem::path& model_path,
   m.config = ModelConfig::from_gguf(*m.file);
   m.weights = WeightTable::from_gguf(*m.file, m.config);
   m.tokenizer = Tokenizer::from_gguf(*m.file);
+  m.constrained = std::make_unique<ConstrainedSteps>(*m.tokenizer, m.config.n_vocab);
 
   if (!m.options.chat_template_override.empty()) {
     m.chat_template = ChatTemplate::from_name(m.options.chat_template_override);
@@ -331,11 +321,7 @@ SequenceId Engine::submit(Request request) {
   seq->detokenizer.emplace(*m.tokenizer);
   seq->sink = std::move(request.sink);
   seq->top_logprobs = request.top_logprobs;
-  if (request.constraint.active()) {
-    if (!m.constraints)
-      m.constraints = std::make_unique<ConstraintCompiler>(*m.tokenizer, m.config.n_vocab);
-    seq->constraint = m.constraints->compile(request.constraint);
-  }
+  seq->constraint = m.constrained->compile(request.constraint);
   seq->stop_strings = request.sampling.stop_strings;
   if (!request.prompt_tokens && m.chat_template) {
     for (auto& s : m.chat_template->stop_strings()) seq->stop_strings.push_back(s);
@@ -510,43 +496,12 @@ bool Engine::Impl::idle_step(const StepPlan& plan) {
 }
 
 bool Engine::Impl::step_needs_logits(const StepPlan& plan) const {
+  const bool host_masks = !backend->samples_with_masks();
   for (const ScheduledWork& w : plan.work) {
     const Sequence* seq = scheduler->find(w.id);
-    // A constrained sequence's mask is applied on the host (the device sampler has none yet).
-    if (seq && (seq->top_logprobs >= 0 || seq->constraint)) return true;
+    if (seq && (seq->top_logprobs >= 0 || (host_masks && seq->constraint))) return true;
   }
   return false;
-}
-
-TokenLogprobs Engine::Impl::logprobs_of(std::span<const float> row, int32_t token,
-                                        int32_t top) const {
-  // log-softmax in double: log p_i = x_i - max - log(sum exp(x_j - max)).
-  float max = -std::numeric_limits<float>::infinity();
-  for (float x : row) max = std::max(max, x);
-  double sum = 0;
-  for (float x : row) sum += std::exp(static_cast<double>(x) - max);
-  const double log_sum = std::log(sum) + max;
-  auto entry = [&](int32_t id) {
-    return TokenLogprob{
-        id, tokenizer->token_to_piece(id, /*render_special=*/true),
-        static_cast<float>(static_cast<double>(row[static_cast<size_t>(id)]) - log_sum)};
-  };
-  TokenLogprobs out;
-  out.chosen = entry(token);
-  if (top > 0) {
-    std::vector<int32_t> ids(row.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
-    const auto n = std::min<size_t>(static_cast<size_t>(top), ids.size());
-    // Most likely first; equal logits in id order, as the greedy sampler breaks ties.
-    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(n), ids.end(),
-                      [&](int32_t a, int32_t b) {
-                        const float xa = row[static_cast<size_t>(a)],
-                                    xb = row[static_cast<size_t>(b)];
-                        return xa > xb || (xa == xb && a < b);
-                      });
-    for (size_t i = 0; i < n; ++i) out.top.push_back(entry(ids[i]));
-  }
-  return out;
 }
 
 StepRequest Engine::Impl::step_request(const StepPlan& plan) {
@@ -576,34 +531,16 @@ StepRequest Engine::Impl::step_request(const StepPlan& plan) {
   request.params = params;
   request.history = history;
   request.draw_index = draw_index;
+  request.token_masks = sample && constrained->draws_constrained(plan, *scheduler);
   request.logits = &logits;
   return request;
 }
 
-void Engine::Impl::fill_masks(const StepPlan& plan) {
-  const auto start = Clock::now();
-  int32_t constrained = 0;
-  for (const ScheduledWork& w : plan.work) {
-    Sequence* seq = scheduler->find(w.id);
-    if (!seq || !seq->constraint) continue;
-    ++constrained;
-    if (seq->mask_ready || !predicts_token(w, *seq)) continue;
-    try {
-      seq->mask_allowed = seq->constraint->fill_mask(seq->mask);
-    } catch (const std::exception& e) {
-      log->error("structured output: computing the token mask: {}", e.what());
-      seq->mask_allowed = 0;
-    }
-    seq->mask_ready = true;
-  }
-  constrained_sequences = constrained;
-  mask_us += seconds_between(start, Clock::now()) * 1e6;
-}
-
-void Engine::Impl::prepare_next_step(const StepPlan& plan) {
+void Engine::Impl::prepare_next_step(const StepPlan& plan, bool request_masks) {
   // First the token masks of constrained sequences: the tokens they depend on are known, so
-  // the host computes them while the device runs the step.
-  fill_masks(plan);
+  // the host computes them while the device runs the step's forward pass, whose sampler
+  // waits for them when it applies them.
+  constrained->fill(plan, *scheduler, request_masks ? backend.get() : nullptr);
   // While the device runs this step: map what the next step writes for every sequence this
   // step gives a token (and that goes on) or whose prompt goes on, then top the pool up.
   try {
@@ -671,17 +608,11 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
                           : std::span<const float>(logits.data() + i * n_vocab, n_vocab);
     std::span<const float> draw_row = row;
     if (seq->constraint) {
-      if (!seq->mask_ready) fill_masks(plan);  // not filled during the step (none predicted)
-      seq->mask_ready = false;
-      if (seq->mask_allowed == 0) {
-        finish(w.id, FinishReason::Error,
-               "structured output: the constraint allows no further token after " +
-                   std::to_string(seq->generated) + " generated tokens");
+      if (std::string stuck = constrained->check_allowed(*seq); !stuck.empty()) {
+        finish(w.id, FinishReason::Error, stuck);
         continue;
       }
-      masked_row.assign(row.begin(), row.end());
-      apply_token_mask(masked_row, seq->mask);
-      draw_row = masked_row;
+      if (!sampled_on_device) draw_row = constrained->masked(*seq, row);
     }
     try {
       if (sampled_on_device) {
@@ -695,15 +626,17 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
       finish(w.id, FinishReason::Error, e.what());
       continue;
     }
-    if (seq->constraint && !tokenizer->is_end_of_generation(token) &&
-        !seq->constraint->accept(token)) {
-      finish(w.id, FinishReason::Error,
-             "structured output: the constraint refused token " + std::to_string(token));
-      continue;
+    if (seq->constraint) {
+      std::string refused =
+          constrained->accept(*seq, token, tokenizer->is_end_of_generation(token));
+      if (!refused.empty()) {
+        finish(w.id, FinishReason::Error, refused);
+        continue;
+      }
     }
     const bool ends = !seq->params.ignore_eos && tokenizer->is_end_of_generation(token);
     if (seq->top_logprobs >= 0 && !ends && seq->sink.on_logprobs && !row.empty()) {
-      seq->sink.on_logprobs(seq->id, logprobs_of(row, token, seq->top_logprobs));
+      seq->sink.on_logprobs(seq->id, token_logprobs(row, token, seq->top_logprobs, *tokenizer));
     }
     take_token(*seq, token);
   }
@@ -720,8 +653,7 @@ bool Engine::step() {
   // and granule counts belong to this step.
   m.kv->reset_step_stats();
   const auto planning = Clock::now();
-  m.mask_us = 0;
-  m.constrained_sequences = 0;
+  m.constrained->begin_step();
   StepPlan plan;
   if (!m.plan(plan)) return false;
   if (plan.work.empty()) return m.idle_step(plan);
@@ -729,9 +661,10 @@ bool Engine::step() {
   try {
     m.report_prompts(plan);  // inside the step: a sink that cancels waits for its end
     const auto start = Clock::now();
-    m.backend->launch(m.step_request(plan));
+    const StepRequest request = m.step_request(plan);
+    m.backend->launch(request);
     const auto launched = Clock::now();
-    m.prepare_next_step(plan);  // host work while the device runs the step
+    m.prepare_next_step(plan, request.token_masks);  // host work while the device runs the step
     const auto waiting = Clock::now();
     const StepResult result = m.backend->wait();
     m.swap_in_buffers.clear();  // their copies ran before the step
@@ -881,8 +814,9 @@ TelemetrySnapshot Engine::telemetry() const {
   s.throughput.last_overlap_us = m.overlap_us;
   s.throughput.last_wait_us = m.wait_us;
   s.throughput.last_results_us = m.results_us;
-  s.throughput.constrained_sequences = m.constrained_sequences;
-  s.throughput.last_mask_us = m.mask_us;
+  s.throughput.constrained_sequences = m.constrained->constrained_sequences();
+  s.throughput.device_masked_sequences = m.constrained->device_masked_sequences();
+  s.throughput.last_mask_us = m.constrained->mask_us();
   const auto now = Clock::now();
   for (const auto& [id, seq] : m.scheduler->sequences()) {
     SequenceTelemetry t;

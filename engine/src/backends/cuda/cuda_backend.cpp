@@ -29,6 +29,11 @@ uint64_t default_budget(size_t free_bytes, size_t total_bytes) {
   return free_bytes > margin ? free_bytes - margin : 0;
 }
 
+// The head's parts: whether it draws greedily, with the sampling parameters, or under masks.
+bool greedy_head(StepHead h) { return h == StepHead::Greedy || h == StepHead::MaskedGreedy; }
+bool sample_head(StepHead h) { return h == StepHead::Sample || h == StepHead::MaskedSample; }
+bool masked_head(StepHead h) { return h == StepHead::MaskedGreedy || h == StepHead::MaskedSample; }
+
 bool is_greedy(const SamplingParams& p) {
   return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
          p.presence_penalty == 0.0f;
@@ -120,6 +125,9 @@ CudaBackend::~CudaBackend() {
   // Free everything first (teardown errors are logged), then, when a sticky error has lost
   // the context, reset the device so the next engine in this process gets a fresh one. The
   // engine destroys the KvSpace, and with it the KV's virtual memory, before the backend.
+  // A step left waiting for its token masks is let go first, or the synchronisation below
+  // would wait for the mask kernel's time-out.
+  if (token_masks_) token_masks_->release_unpublished();
   graphs_.clear();
   model_.reset();
   cudaGetLastError();
@@ -228,10 +236,11 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   // them to it, wait() only reads the tokens).
   const bool graph_io = graph_carries_io(decode, head);
   auto enqueue = [&] {
-    if (graph_io) m.queue_step_inputs(n_rows, head == Head::Sample);
+    if (graph_io) m.queue_step_inputs(n_rows, sample_head(head));
     m.run_layers(n_rows);
     m.run_head(0, n_rows);
-    if (head != Head::Logits) m.sample(n_rows, head == Head::Greedy);
+    if (masked_head(head)) mask_logits(n_rows, 0);
+    if (head != Head::Logits) m.sample(n_rows, greedy_head(head));
     if (graph_io) m.queue_token_download(n_rows);
   };
   if (!decode || !options_.cuda_graphs) {
@@ -291,8 +300,36 @@ std::vector<std::vector<int32_t>> CudaBackend::histories(size_t first, size_t co
   return out;
 }
 
+void CudaBackend::mask_logits(int rows, int first_mask_row) {
+  // The head's logits are the model's own buffer; masking edits them in place, as the
+  // sampler's penalties do.
+  token_masks_->enqueue(const_cast<float*>(model_->logits()), config_.n_vocab, rows,
+                        static_cast<int>(config_.n_vocab), first_mask_row, model_->stream());
+}
+
+void CudaBackend::prepare_token_masks(size_t rows) {
+  // Decode buckets up to kMatvecMaxRows, prefills up to a pass's rows: one table for either,
+  // grown (its graphs dropped) only for a step of more sequences.
+  const int needed = static_cast<int>(std::max<size_t>(
+      rows, static_cast<size_t>(std::max(CudaModel::kMatvecMaxRows, model_->max_rows()))));
+  if (token_masks_ && token_masks_->rows() >= needed) return;
+  if (token_masks_) graphs_.invalidate("the token mask table grew");
+  token_masks_ = std::make_unique<TokenMasks>(needed, config_.n_vocab);
+}
+
+void CudaBackend::set_token_masks(std::span<const uint32_t* const> masks) {
+  if (!pending_.active || !masked_head(pending_.head))
+    throw UsageError("CUDA backend: token masks for a step launched without them");
+  if (masks.size() > pending_.step.batch.size())
+    throw UsageError("CUDA backend: token masks for more rows than the step has");
+  token_masks_->publish(masks);
+}
+
 void CudaBackend::launch(const StepRequest& step) {
   if (!kv_) throw UsageError("CUDA backend: launch() before attach_kv()");
+  // A step abandoned between launch() and wait() may have left the device waiting for masks.
+  if (token_masks_ && token_masks_->release_unpublished())
+    logger("engine.cuda")->warn("a step's token masks never came: its tokens were drawn unmasked");
   replan_experts();  // between steps: the last one is over
   pending_ = PendingStep{};
   PendingStep& p = pending_;
@@ -321,7 +358,14 @@ void CudaBackend::launch(const StepRequest& step) {
     if (step.sample) greedy = greedy && is_greedy(step.params[s]);
   }
   p.step = step;
-  p.head = !step.sample ? Head::Logits : greedy ? Head::Greedy : Head::Sample;
+  const bool masked = step.sample && step.token_masks;
+  p.head = !step.sample ? Head::Logits
+           : greedy     ? (masked ? Head::MaskedGreedy : Head::Greedy)
+                        : (masked ? Head::MaskedSample : Head::Sample);
+  if (masked) {
+    prepare_token_masks(step.batch.size());
+    token_masks_->arm();  // before anything that reads the epoch is queued
+  }
   if (step.sample) {
     p.result.tokens.resize(step.batch.size());
   } else {
@@ -346,7 +390,7 @@ void CudaBackend::launch(const StepRequest& step) {
       in.logit_rows.push_back(r);
     }
     m.upload(in);
-    if (p.head == Head::Sample) {
+    if (sample_head(p.head)) {
       std::vector<kernels::DeviceSamplingParams> params = device_params(0, n);
       std::vector<std::vector<int32_t>> history = histories(0, n);
       params.resize(static_cast<size_t>(p.bucket));  // padding rows: defaults, no history
@@ -388,6 +432,21 @@ StepResult CudaBackend::wait() {
   CudaModel& m = *model_;
   const int64_t n_vocab = config_.n_vocab;
   const size_t n = p.step.batch.size();
+  if (masked_head(p.head) && token_masks_->release_unpublished())
+    logger("engine.cuda")->warn("a step was waited for without its token masks: drawn unmasked");
+  struct TimeOut {  // a mask wait that gave up is said once the step is over
+    TokenMasks* masks;
+    ~TimeOut() {
+      try {
+        if (masks && masks->take_timed_out())
+          logger("engine.cuda")
+              ->error(
+                  "the device gave up waiting for the host's token masks: a step drew "
+                  "unmasked");
+      } catch (...) {  // a log that fails must not end the process from a destructor
+      }
+    }
+  } time_out{masked_head(p.head) ? token_masks_.get() : nullptr};
   if (p.decode) {
     if (p.head == Head::Logits) {
       m.copy_logits(static_cast<int>(n), p.step.logits->data());
@@ -420,12 +479,13 @@ StepResult CudaBackend::wait() {
       if (p.head == Head::Logits) {
         m.copy_logits(group, p.step.logits->data() + static_cast<int64_t>(out_row) * n_vocab);
       } else {
-        if (p.head == Head::Sample) {
+        if (sample_head(p.head)) {
           m.upload_sampling(device_params(out_row, static_cast<size_t>(group)),
                             histories(out_row, static_cast<size_t>(group)));
           m.flush_inputs();
         }
-        m.sample(group, p.head == Head::Greedy);
+        if (masked_head(p.head)) mask_logits(group, static_cast<int>(out_row));
+        m.sample(group, greedy_head(p.head));
         m.copy_tokens(group, p.result.tokens.data() + out_row);
       }
       out_row += static_cast<size_t>(group);

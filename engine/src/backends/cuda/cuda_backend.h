@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/graph_cache.h"
+#include "backends/cuda/token_masks.h"
 #include "memory/expert_placement.h"
 
 namespace granule::cuda {
@@ -41,6 +42,11 @@ class CudaBackend final : public Backend {
   // penalties see the last 256 tokens of each history; top-k keeps at most 256 candidates
   // (top_k = 0 keeps the 256 most likely before top-p and min-p).
   bool samples_on_device() const override { return true; }
+  // Token masks: a masked step's graph waits after its head for set_token_masks(), reading the
+  // masks from mapped pinned memory (token_masks.h); its own graph per bucket (Masked* heads),
+  // so unmasked steps run as before.
+  bool samples_with_masks() const override { return true; }
+  void set_token_masks(std::span<const uint32_t* const> masks) override;
   // launch() queues a decode step as one graph replay (captured on first use per batch size
   // and head), or a prefill's first chunk of layers; wait() runs the rest of a prefill and
   // downloads the tokens or logits.
@@ -72,6 +78,10 @@ class CudaBackend final : public Backend {
   bool graph_carries_io(bool decode, Head head) const {
     return decode && options_.cuda_graphs && head != Head::Logits;
   }
+  // Token masks: the table sized for a step of `rows` sequences (made or grown here), and the
+  // wait-and-mask kernels for `rows` logit rows of the head, from mask row first_mask_row.
+  void prepare_token_masks(size_t rows);
+  void mask_logits(int rows, int first_mask_row);
   // Records the finished step's time, copies and host-issued operations.
   struct PendingStep;
   void finish_step(const PendingStep& p);
@@ -101,14 +111,15 @@ class CudaBackend final : public Backend {
     std::vector<std::pair<size_t, size_t>> token_index;  // (sequence, token) per row
     RowInputs first_chunk;  // a prefill's first chunk, whose layers launch() queued
     StepResult result;
-    int bucket = 0;                 // decode: the rows the graph runs (padding after batch)
-    uint64_t host_operations = 0;   // decode: uploads, launches or replays, downloads
+    int bucket = 0;                // decode: the rows the graph runs (padding after batch)
+    uint64_t host_operations = 0;  // decode: uploads, launches or replays, downloads
     uint64_t h2d_bytes = 0;
     std::chrono::steady_clock::time_point started;
   };
 
   const ModelConfig& config_;
-  const BackendOptions options_;  // a copy: the options the runtime was built from are gone after make_runtime
+  const BackendOptions
+      options_;  // a copy: the options the runtime was built from are gone after make_runtime
   int device_ = 0;
   std::string device_name_;
   uint64_t device_total_bytes_ = 0;
@@ -129,6 +140,9 @@ class CudaBackend final : public Backend {
   std::vector<uint64_t> expert_decayed_;  // decayed routing counts (expert_placement.h)
   uint64_t expert_promotions_reported_ = 0, expert_demotions_reported_ = 0;
   std::chrono::steady_clock::time_point expert_drained_, expert_replanned_;
+  // Structured output: made at the first masked step; graphs hold its addresses, so it only
+  // grows (dropping the graphs) when a step has more rows than it.
+  std::unique_ptr<TokenMasks> token_masks_;
 };
 
 }  // namespace granule::cuda

@@ -17,8 +17,9 @@
 
 namespace granule::cuda {
 
-// What a step's head leaves on the device: logits, a greedy token, or a sampled token.
-enum class StepHead { Logits, Greedy, Sample };
+// What a step's head leaves on the device: logits, a greedy token, or a sampled token; the
+// masked heads draw after the host's token masks (token_masks.h).
+enum class StepHead { Logits, Greedy, Sample, MaskedGreedy, MaskedSample };
 
 class GraphCache {
  public:

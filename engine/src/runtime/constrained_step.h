@@ -1,0 +1,69 @@
+// ConstrainedSteps: structured output's share of each engine step. It compiles a request's
+// constraint, says which rows of a step draw under a token mask, fills those masks while the
+// device runs the step (handing them to a backend that samples under them), masks a row drawn
+// on the host, and checks every drawn token against its constraint, with the error that ends
+// a reply the constraint lets go nowhere.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/backend.h"
+#include "granule/constraint.h"
+#include "runtime/scheduler.h"
+#include "runtime/sequence.h"
+#include "runtime/token_constraint.h"
+
+namespace granule {
+
+class ConstrainedSteps {
+ public:
+  ConstrainedSteps(const Tokenizer& tokenizer, int64_t n_vocab);
+  ~ConstrainedSteps();
+
+  // submit(): the matcher for an active constraint, null for none. Throws as
+  // ConstraintCompiler::compile (UsageError for a bad one).
+  std::unique_ptr<TokenConstraint> compile(const Constraint& constraint);
+
+  // --- one step, in the order the engine calls them
+  // Before planning: the step's telemetry starts at zero.
+  void begin_step();
+  // Whether a work item of the plan draws a constrained sequence's next token: a backend that
+  // samples under masks is then launched with StepRequest::token_masks.
+  bool draws_constrained(const StepPlan& plan, const Scheduler& scheduler) const;
+  // While the device runs the step: the masks of the constrained sequences whose next token
+  // the step predicts (the tokens they follow are known), then, with `device` (the backend,
+  // launched with token_masks), handed over one per work item in plan order.
+  void fill(const StepPlan& plan, Scheduler& scheduler, Backend* device);
+  // After the step, before a constrained sequence's token is taken: the error that ends it
+  // when its constraint allows no token (empty: go on). Fills a mask the step did not.
+  std::string check_allowed(Sequence& seq);
+  // A host draw's row: `row` with the tokens the sequence's mask refuses at -inf (a copy kept
+  // until the next call).
+  std::span<const float> masked(const Sequence& seq, std::span<const float> row);
+  // After the draw: the error that ends the sequence when its constraint refuses `token`
+  // (empty: taken). An end-of-generation token needs no check.
+  std::string accept(Sequence& seq, TokenId token, bool end_of_generation);
+
+  // --- the last step's telemetry (ThroughputTelemetry)
+  int32_t constrained_sequences() const { return constrained_sequences_; }
+  int32_t device_masked_sequences() const { return device_masked_sequences_; }
+  double mask_us() const { return mask_us_; }
+
+ private:
+  // Fills one sequence's mask (a failure is a mask that allows nothing, said in the log).
+  void fill_one(Sequence& seq);
+
+  const Tokenizer& tokenizer_;
+  int64_t n_vocab_;
+  std::unique_ptr<ConstraintCompiler> compiler_;  // built at the first constraint
+  std::vector<float> masked_row_;
+  std::vector<const uint32_t*> device_masks_;  // fill()'s hand-over, one per work item
+  int32_t constrained_sequences_ = 0;
+  int32_t device_masked_sequences_ = 0;
+  double mask_us_ = 0;
+};
+
+}  // namespace granule
