@@ -244,21 +244,7 @@ void CudaModel::hybrid_ffn(const DeviceLayer& l, int layer, int n_rows) {
     return;
   }
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
-    k::MatvecTask t;
-    t.weight = l.w_gate.data;
-    t.weight_up = l.w_up.data;
-    t.row_bytes = l.w_gate.row_bytes;
-    t.split_layout = l.w_gate.split;
-    t.n_out = static_cast<int>(l.w_gate.rows);
-    t.y_stride = l.w_gate.rows;
-    t.y = h;
-    k::MatvecInput in;
-    in.n_in = static_cast<int>(c.n_embd);
-    in.batch = n_rows;
-    in.x = normed_.as<float>();
-    in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-    check_launch(k::launch_matvec(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
-                 "matvec_swiglu");
+    swiglu_matvec(l, n_rows, h);
   } else {
     float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
     matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());

@@ -672,6 +672,18 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   if (l.ffn_post_norm) post_norm(l.ffn_post_norm, n_rows);
 }
 
+void CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h) {
+  k::MatvecTask t = swiglu_task(l);
+  t.y = h;
+  k::MatvecInput in;
+  in.n_in = static_cast<int>(config_.n_embd);
+  in.batch = n_rows;
+  in.x = normed_.as<float>();
+  in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+               "matvec_swiglu");
+}
+
 void CudaModel::post_norm(const float* weight, int n_rows) {
   k::RmsNormOutputs out;
   out.residual = hidden_.as<float>();

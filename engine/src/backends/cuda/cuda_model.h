@@ -223,6 +223,9 @@ class CudaModel {
   void delta_net_mixer(const DeviceLayer& l, int n_rows);
   void gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows);
   void hybrid_ffn(const DeviceLayer& l, int layer, int n_rows);
+  // The unfused pass's gate/up product with SwiGLU (gate and up of one type and layout) into h,
+  // from the FFN norm's output.
+  void swiglu_matvec(const DeviceLayer& l, int n_rows, float* h);
   // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
   void hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows);
   // y (+)= x · Wᵀ for x of w.cols floats per row, by the path n_rows takes (x quantised or
