@@ -1,8 +1,8 @@
 // Qwen3.5's Gated DeltaNet and gated attention kernels (delta_net.cuh). The delta rule runs
 // token by token within each run of a sequence's rows (exact order of the CPU reference; no
 // chunked form yet): a block owns 32 columns of one value head's state (16 for heads of 16), four
-// threads per column each keep a quarter of its rows in registers, and the column's dot products
-// are summed over those four lanes.
+// threads per column each keep a quarter of its rows in registers, the column's dot products are
+// summed over those four lanes, and the next token's inputs load while this token computes.
 #include "common.cuh"
 #include "delta_net.cuh"
 #include "rope_kv.cuh"  // rope_rotation
@@ -106,11 +106,15 @@ constexpr int kParts = 4;  // threads per state column
 
 // Block (row, value head, column group): kCols columns x kParts threads. Only a run's first row
 // works: it walks the run's tokens in order with the state in registers, then stores it back.
+// Each token's Q and K head sit in shared memory, double-buffered: the next token's loads are
+// issued before this token's arithmetic, so their latency hides behind it (one barrier a token).
 template <int S>
 __global__ void __launch_bounds__((S < 32 ? S : 32) * kParts) rule_kernel(DeltaNetArgs a) {
   constexpr int kCols = S < 32 ? S : 32;
+  constexpr int kThreads = kCols * kParts;
   constexpr int kRows = S / kParts;  // state rows per thread: i = ii * kParts + part
-  __shared__ float qs[S], ks[S];
+  constexpr int kLoads = (S + kThreads - 1) / kThreads;  // Q and K elements a thread stages
+  __shared__ float qs[2][S], ks[2][S];
   const int r = blockIdx.x;
   const int head = blockIdx.y;
   const int part = threadIdx.x % kParts;
@@ -135,23 +139,50 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kParts) rule_kernel(DeltaN
   for (int ii = 0; ii < kRows; ++ii) m[ii] = fresh ? 0.0f : M[(ii * kParts + part) * S + col];
   const float scale = 1.0f / sqrtf(static_cast<float>(S));
   const float dt = a.dt_bias[head], decay_rate = a.a[head];
-  for (int t = 0; t < n; ++t) {
+
+  // The next token's inputs, loaded ahead.
+  float q_next[kLoads], k_next[kLoads], v_next = 0.0f, beta_next = 0.0f, alpha_next = 0.0f;
+  auto fetch = [&](int t) {
     const int64_t row = r + t;
     const float* x = a.conv_out + row * channels;
-    __syncthreads();  // the previous token's reads of qs, ks are done
-    for (int i = threadIdx.x; i < S; i += blockDim.x) {
-      qs[i] = x[kh * S + i];
-      ks[i] = x[key_dim + kh * S + i];
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int i = threadIdx.x + l * kThreads;
+      if (i < S) {
+        q_next[l] = x[kh * S + i];
+        k_next[l] = x[key_dim + kh * S + i];
+      }
     }
-    __syncthreads();
-    const float v = x[2 * key_dim + head * S + col];
-    const float b = sigmoid_exact(a.beta[row * a.n_v_heads + head]);
-    const float decay = expf(softplus(a.alpha[row * a.n_v_heads + head] + dt) * decay_rate);
+    v_next = x[2 * key_dim + head * S + col];
+    beta_next = a.beta[row * a.n_v_heads + head];
+    alpha_next = a.alpha[row * a.n_v_heads + head];
+  };
+  auto stage = [&](int buffer) {
+#pragma unroll
+    for (int l = 0; l < kLoads; ++l) {
+      const int i = threadIdx.x + l * kThreads;
+      if (i < S) {
+        qs[buffer][i] = q_next[l];
+        ks[buffer][i] = k_next[l];
+      }
+    }
+  };
+  fetch(0);
+  stage(0);
+  float v = v_next, beta_raw = beta_next, alpha_raw = alpha_next;
+  __syncthreads();
+  for (int t = 0; t < n; ++t) {
+    const int buffer = t & 1;
+    if (t + 1 < n) fetch(t + 1);
+    const float* q = qs[buffer];
+    const float* k = ks[buffer];
+    const float b = sigmoid_exact(beta_raw);
+    const float decay = expf(softplus(alpha_raw + dt) * decay_rate);
     float sum = 0.0f;
 #pragma unroll
     for (int ii = 0; ii < kRows; ++ii) {
       m[ii] *= decay;
-      sum += m[ii] * ks[ii * kParts + part];
+      sum += m[ii] * k[ii * kParts + part];
     }
 #pragma unroll
     for (int offset = 1; offset < kParts; offset <<= 1)
@@ -160,13 +191,21 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kParts) rule_kernel(DeltaN
     float o = 0.0f;
 #pragma unroll
     for (int ii = 0; ii < kRows; ++ii) {
-      m[ii] += ks[ii * kParts + part] * d;
-      o += m[ii] * qs[ii * kParts + part];
+      m[ii] += k[ii * kParts + part] * d;
+      o += m[ii] * q[ii * kParts + part];
     }
 #pragma unroll
     for (int offset = 1; offset < kParts; offset <<= 1)
       o += __shfl_xor_sync(0xffffffffu, o, offset);
-    if (part == 0) a.out[row * value_dim + head * S + col] = o * scale;
+    if (part == 0) a.out[(r + static_cast<int64_t>(t)) * value_dim + head * S + col] = o * scale;
+    if (t + 1 < n) {
+      // The other buffer was last read in token t - 1, before the barrier that ended it.
+      stage(buffer ^ 1);
+      v = v_next;
+      beta_raw = beta_next;
+      alpha_raw = alpha_next;
+    }
+    __syncthreads();
   }
 #pragma unroll
   for (int ii = 0; ii < kRows; ++ii) M[(ii * kParts + part) * S + col] = m[ii];
