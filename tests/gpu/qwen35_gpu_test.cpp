@@ -213,7 +213,8 @@ TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
                          lengths[static_cast<size_t>(s)] + step, false});
       both(batch, r, g);
     }
-    expect_close(r, g, vocab, bound, name + " batched decode of 6");
+    // The three longer prompts took the GEMM path.
+    expect_close(r, g, vocab, gemm_bound, name + " batched decode of 6");
   }
 }
 
@@ -261,7 +262,7 @@ TEST_P(Qwen35Gpu, ASnapshotContinuesTheChatExactly) {
   for (size_t i = 0; i < kept.size(); ++i)
     if (std::memcmp(&restored[i], &kept[i], sizeof(float)) != 0) ++differ;
   EXPECT_EQ(differ, 0u) << "the restored chat's logits differ from the chat that kept its state";
-  expect_close(reference, restored, vocab, bound_for(type, false),
+  expect_close(reference, restored, vocab, bound_for(type, true),  // turn 1 took the GEMM path
                "qwen35 " + type_name(type) + " second turn from a snapshot");
   EXPECT_GT(gpu.graphs().replays, 0u);
 }
