@@ -34,6 +34,7 @@
 #include "runtime/runtime.h"
 #include "stream_bench.h"
 #include "sync_bench.h"
+#include "turns_bench.h"
 #include "vmm_bench.h"
 
 #ifdef GRANULE_HAVE_CUDA
@@ -53,7 +54,7 @@ struct Result {
   double tokens_per_second = 0;
   double ms_per_step = 0;
   double roofline_fraction = -1;  // decode only
-  double device_ms = -1;          // decode only: the step's graph alone (Bench::device_step_seconds)
+  double device_ms = -1;  // decode only: the step's graph alone (Bench::device_step_seconds)
 };
 
 std::string human_bytes(double b) {
@@ -247,6 +248,11 @@ int run(int argc, char** argv) {
   CLI::App* cpu = app.add_subcommand(
       "cpu", "prompt processing and generation on the CPU backend, at context depths");
   add_cpu_bench_options(*cpu, cpu_options);
+  // `granule-bench turns`: time to first token over a chat's turns, KV reuse on and off.
+  TurnsBenchOptions turns_options;
+  CLI::App* turns = app.add_subcommand(
+      "turns", "one chat of several turns: time to first token with and without KV reuse");
+  add_turns_bench_options(*turns, turns_options);
   CLI11_PARSE(app, argc, argv);
   set_log_level(spdlog::level::warn);  // every subcommand: the engine's warnings and errors only
   if (kv->parsed()) return run_kv_benchmark(kv_options);
@@ -255,6 +261,7 @@ int run(int argc, char** argv) {
   if (stream->parsed()) return run_stream_benchmark(stream_options);
   if (sync->parsed()) return run_sync_benchmark(sync_options);
   if (cpu->parsed()) return run_cpu_benchmark(cpu_options);
+  if (turns->parsed()) return run_turns_benchmark(turns_options);
 
 #ifndef GRANULE_HAVE_CUDA
   std::cerr << "granule-bench: this build has no CUDA backend\n";
@@ -315,7 +322,8 @@ int run(int argc, char** argv) {
            {"ms_per_step", r.ms_per_step},
            {"roofline_fraction",
             r.roofline_fraction < 0 ? nlohmann::json() : nlohmann::json(r.roofline_fraction)},
-           {"device_ms_per_step", r.device_ms < 0 ? nlohmann::json() : nlohmann::json(r.device_ms)}});
+           {"device_ms_per_step",
+            r.device_ms < 0 ? nlohmann::json() : nlohmann::json(r.device_ms)}});
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -329,13 +337,12 @@ int run(int argc, char** argv) {
       static_cast<long long>(c.n_head), static_cast<long long>(c.n_head_kv),
       static_cast<long long>(c.n_ff), static_cast<long long>(c.n_vocab),
       human_bytes(weight_bytes).c_str(), roofline_step_s * 1e3);
-  std::printf("| %-28s | %10s | %-8s | %5s | %12s | %10s | %8s | %10s |\n", "model", "size",
-              "test", "batch", "t/s", "ms/step", "roofline", "device ms");
-  std::printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(10, '-').c_str(),
-              std::string(7, '-').c_str(), std::string(14, '-').c_str(),
-              std::string(12, '-').c_str(), std::string(10, '-').c_str(),
-              std::string(12, '-').c_str());
+  std::printf("| %-28s | %10s | %-8s | %5s | %12s | %10s | %8s | %10s |\n", "model", "size", "test",
+              "batch", "t/s", "ms/step", "roofline", "device ms");
+  std::printf(
+      "|%s|%s|%s|%s|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(12, '-').c_str(),
+      std::string(10, '-').c_str(), std::string(7, '-').c_str(), std::string(14, '-').c_str(),
+      std::string(12, '-').c_str(), std::string(10, '-').c_str(), std::string(12, '-').c_str());
   for (const Result& r : results) {
     char roof[16] = "-", device_ms[16] = "-";
     if (r.roofline_fraction >= 0)

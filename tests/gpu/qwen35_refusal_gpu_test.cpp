@@ -1,6 +1,8 @@
-// Qwen3.5 hybrids (issue 37) until their GPU part lands: the CUDA backend refuses `qwen35` and
-// `qwen35moe` in one line (cuda_model_refusal, and DeviceError from Device Cuda), and Device
-// Auto runs them on the CPU reference, whose logits the refusal leaves untouched.
+// Qwen3.5 hybrids (issue 37) the CUDA backend cannot run: the tiny presets' heads of 32 are
+// refused in one line (cuda_model_refusal, and DeviceError from Device Cuda), and Device Auto runs
+// them on the CPU reference, whose logits the refusal leaves untouched. The same layers at GPU
+// shapes are not refused (qwen35_gpu_test.cpp runs them); qwen35moe's shared expert is CudaMoe's
+// to run or refuse.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -21,15 +23,44 @@ namespace {
 
 class Qwen35Refusal : public ::testing::TestWithParam<std::string> {};
 
-// Needs no GPU: the refusal is a property of the model.
-TEST_P(Qwen35Refusal, CudaRefusesTheHybridInOneLine) {
-  test::TempModel model(SyntheticModelSpec::preset(GetParam()), "qwen35-refusal");
+std::string refusal_of(const SyntheticModelSpec& spec) {
+  test::TempModel model(spec, "qwen35-refusal");
   auto file = ModelFile::open(model.path);
   const ModelConfig config = ModelConfig::from_gguf(*file);
   const WeightTable weights = WeightTable::from_gguf(*file, config);
-  const std::string why = cuda_model_refusal(config, weights);
-  EXPECT_NE(why.find("Gated DeltaNet"), std::string::npos) << why;
+  return cuda_model_refusal(config, weights);
+}
+
+// Needs no GPU: the refusal is a property of the model.
+TEST_P(Qwen35Refusal, CudaRefusesTheTinyHeadsInOneLine) {
+  const std::string why = refusal_of(SyntheticModelSpec::preset(GetParam()));
+  EXPECT_NE(why.find("head sizes 64, 128 and 256, not 32"), std::string::npos) << why;
   EXPECT_EQ(why.find('\n'), std::string::npos);
+}
+
+// The hybrid layers at GPU shapes (heads of 128 with a partial rope, DeltaNet heads of 64) are
+// not refused; a DeltaNet head size the kernels lack is, by name.
+TEST(Qwen35CudaShapes, GpuShapesRunAndOddStateSizesAreRefused) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
+  s.n_embd = 256;
+  s.head_dim = 128;
+  s.rope_dims = 32;
+  s.rope_sections = {6, 5, 3, 2};
+  s.n_ff = 512;
+  s.ssm_state_size = 64;
+  EXPECT_EQ(refusal_of(s), "");
+  SyntheticModelSpec moe = s;
+  moe.architecture = "qwen35moe";
+  moe.n_expert = 8;
+  moe.n_expert_used = 2;
+  moe.n_ff_exp = 32;
+  moe.n_ff_shexp = 64;
+  const std::string why = refusal_of(moe);
+  EXPECT_TRUE(why.empty() || why.find("shared experts") != std::string::npos) << why;
+  s.ssm_state_size = 48;
+  EXPECT_NE(refusal_of(s).find("Gated DeltaNet heads of 16, 32, 64 or 128, not 48"),
+            std::string::npos)
+      << refusal_of(s);
 }
 
 // With a GPU: Device Cuda throws DeviceError; Device Auto takes the CPU and runs a step.

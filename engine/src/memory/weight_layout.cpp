@@ -65,8 +65,9 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
   };
   for (const LayerWeights& l : w.layers) {
     LayerWeightLayout layer;
-    const TensorInfo* mats[LayerWeightLayout::kMatrices] = {l.wq,     l.wk,   l.wv,    l.wo,
-                                                            l.w_gate, l.w_up, l.w_down};
+    const TensorInfo* mats[LayerWeightLayout::kMatrices] = {
+        l.wq,     l.wk,     l.wv,    l.wo,       l.w_gate,    l.w_up,
+        l.w_down, l.ssm_in, l.ssm_z, l.ssm_beta, l.ssm_alpha, l.ssm_out};
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
       layer.matrices[static_cast<size_t>(m)] = matrix_layout(mats[m], split_weights, layer.bytes);
       layer.bytes += layer.matrices[static_cast<size_t>(m)].padded_bytes;
@@ -74,12 +75,21 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
         out.largest_layer_matrix_elements =
             std::max(out.largest_layer_matrix_elements, mats[m]->elements());
     }
-    layer.vectors = {add_vector(l.attn_norm),    add_vector(l.ffn_norm),
-                     add_vector(l.bq),           add_vector(l.bk),
-                     add_vector(l.bv),           add_vector(l.q_norm),
-                     add_vector(l.k_norm),       add_vector(l.bo),
-                     add_vector(l.attn_sinks),   add_vector(l.attn_post_norm),
-                     add_vector(l.ffn_post_norm)};
+    layer.vectors = {add_vector(l.attn_norm),
+                     add_vector(l.ffn_norm),
+                     add_vector(l.bq),
+                     add_vector(l.bk),
+                     add_vector(l.bv),
+                     add_vector(l.q_norm),
+                     add_vector(l.k_norm),
+                     add_vector(l.bo),
+                     add_vector(l.attn_sinks),
+                     add_vector(l.attn_post_norm),
+                     add_vector(l.ffn_post_norm),
+                     add_vector(l.ssm_conv1d),
+                     add_vector(l.ssm_dt),
+                     add_vector(l.ssm_a),
+                     add_vector(l.ssm_norm)};
     out.layers.push_back(layer);
   }
   out.output_norm_vector = add_vector(w.output_norm);

@@ -28,11 +28,14 @@ struct MatrixLayout {
   void write(uint8_t* dst) const;
 };
 
-// A layer's seven matrices, one blob (resident or streamed as a whole), and its vectors.
+// A layer's matrices, one blob (resident or streamed as a whole), and its vectors. A Gated
+// DeltaNet layer (Qwen3.5) has no wq..wo but the five ssm_ matrices; others have none of those.
 struct LayerWeightLayout {
-  static constexpr int kMatrices = 7;  // wq, wk, wv, wo, w_gate, w_up, w_down
-  static constexpr int kVectors = 11;  // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm,
-                                       // bo, attn_sinks, attn_post_norm, ffn_post_norm
+  static constexpr int kMatrices = 12;  // wq, wk, wv, wo, w_gate, w_up, w_down, ssm_in, ssm_z,
+                                        // ssm_beta, ssm_alpha, ssm_out
+  static constexpr int kVectors = 15;   // attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm,
+                                        // bo, attn_sinks, attn_post_norm, ffn_post_norm,
+                                        // ssm_conv1d, ssm_dt, ssm_a, ssm_norm
   std::array<MatrixLayout, kMatrices> matrices;
   uint64_t bytes = 0;  // the blob: the matrices' padded bytes
   // Offsets in floats into the vector buffer, -1 where the model has none.

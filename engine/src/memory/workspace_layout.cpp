@@ -44,7 +44,8 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   const auto r = static_cast<uint64_t>(R);
   const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
   w.rows = R;
-  w.widest = std::max({c.n_embd, q_dim, c.n_ff});
+  // Qwen3.5's Gated DeltaNet layers also project from their value width (ssm_out).
+  w.widest = std::max({c.n_embd, q_dim, c.n_ff, c.is_hybrid() ? c.delta_net.value_dim() : 0});
   const auto widest = static_cast<uint64_t>(w.widest);
   // One region for everything a step sends (token rows, then sampling), so a decode step
   // uploads with one copy.
@@ -64,6 +65,16 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   add("attn", r * static_cast<uint64_t>(q_dim) * kF32);
   add("gate", r * static_cast<uint64_t>(c.n_ff) * kF32);
   add("up", r * static_cast<uint64_t>(c.n_ff) * kF32);
+  // Qwen3.5 (cuda_hybrid.cpp): per row the input projection and its convolution (2 x channels),
+  // the output gate and the rule's output (2 x value width), beta and alpha (2 x value heads),
+  // and the gated attention's Q with its gate (2 x q_dim).
+  if (c.is_hybrid()) {
+    const DeltaNetConfig& d = c.delta_net;
+    add("hybrid", r *
+                      static_cast<uint64_t>(2 * d.conv_channels() + 2 * d.value_dim() +
+                                            2 * d.n_v_heads + 2 * q_dim) *
+                      kF32);
+  }
   // The GEMM path dequantises one layer matrix at a time to f16 (runs of more than 64 rows).
   if (R > kMatvecMaxRows)
     add("weight_f16", static_cast<uint64_t>(layout.largest_layer_matrix_elements) * kF16);

@@ -163,6 +163,30 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   std::vector<uint64_t> offsets;
   for (int p = 0; p < kv.parts(); ++p) offsets.push_back(kv.part_offset_bytes(p));
   model_->attach_kv(bases, kv.geometry().max_tokens, offsets);
+  state_lengths_.assign(config_.is_hybrid() ? static_cast<size_t>(kv.geometry().slots) : 0, 0);
+}
+
+bool CudaBackend::copy_state_to_host(int32_t slot, void* host) {
+  if (!config_.is_hybrid()) return false;
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaMemcpyAsync(host, model_->recurrent_state(slot), model_->recurrent_state_bytes(),
+                             cudaMemcpyDeviceToHost, model_->stream()),
+             "copying a recurrent state to host memory");
+  check_cuda(cudaStreamSynchronize(model_->stream()), "copying a recurrent state to host memory");
+  return true;
+}
+
+bool CudaBackend::copy_state_from_host(int32_t slot, const void* host, int64_t tokens) {
+  if (!config_.is_hybrid()) return false;
+  if (slot < 0 || static_cast<size_t>(slot) >= state_lengths_.size())
+    throw UsageError("CUDA backend: slot " + std::to_string(slot) + " does not exist");
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  // Queued ahead of the next step, which reads it (the engine keeps `host` until then).
+  check_cuda(cudaMemcpyAsync(model_->recurrent_state(slot), host, model_->recurrent_state_bytes(),
+                             cudaMemcpyHostToDevice, model_->stream()),
+             "copying a recurrent state back from host memory");
+  state_lengths_[static_cast<size_t>(slot)] = tokens;
+  return true;
 }
 
 bool CudaBackend::copy_kv_to_host(int32_t slot, int64_t tokens, void* host) {
@@ -356,6 +380,22 @@ void CudaBackend::launch(const StepRequest& step) {
     n_out += seq.all_logits ? static_cast<int64_t>(seq.tokens.size()) : 1;
     p.decode = p.decode && seq.tokens.size() == 1;
     if (step.sample) greedy = greedy && is_greedy(step.params[s]);
+  }
+  if (!state_lengths_.empty()) {
+    // A recurrent state is continued or started over, never skipped: a step from any other
+    // position is refused before anything is queued (cpu::HybridLayers::begin_step's rule).
+    for (const BatchSequence& seq : step.batch) {
+      if (seq.slot < 0 || static_cast<size_t>(seq.slot) >= state_lengths_.size())
+        throw UsageError("CUDA backend: slot " + std::to_string(seq.slot) + " does not exist");
+      const int64_t covered = state_lengths_[static_cast<size_t>(seq.slot)];
+      if (seq.start_position != 0 && seq.start_position != covered)
+        throw UsageError("recurrent state: slot " + std::to_string(seq.slot) + " covers " +
+                         std::to_string(covered) + " tokens, the step continues at position " +
+                         std::to_string(seq.start_position));
+    }
+    for (const BatchSequence& seq : step.batch)
+      state_lengths_[static_cast<size_t>(seq.slot)] =
+          seq.start_position + static_cast<int64_t>(seq.tokens.size());
   }
   p.step = step;
   const bool masked = step.sample && step.token_masks;

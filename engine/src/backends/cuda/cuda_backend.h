@@ -56,6 +56,11 @@ class CudaBackend final : public Backend {
   // touches KV runs, so it follows them), then a wait for it.
   bool copy_kv_to_host(int32_t slot, int64_t tokens, void* host) override;
   bool copy_kv_from_host(int32_t slot, const void* host, int64_t tokens) override;
+  // Qwen3.5's recurrent state slots (CudaModel::recurrent_state), copied on the model's stream as
+  // the KV is; launch() checks that each sequence continues its slot's state (or starts at 0).
+  uint64_t recurrent_state_bytes() const override { return model_->recurrent_state_bytes(); }
+  bool copy_state_to_host(int32_t slot, void* host) override;
+  bool copy_state_from_host(int32_t slot, const void* host, int64_t tokens) override;
 
   CudaModel& model() { return *model_; }
   // Bytes of weights one decode step reads (the roofline numerator).
@@ -135,6 +140,8 @@ class CudaBackend final : public Backend {
   double last_step_seconds_ = 0;
   uint64_t last_step_h2d_bytes_ = 0, last_step_tokens_ = 0;
   PendingStep pending_;
+  // Hybrid models: the tokens each slot's recurrent state covers once the queued steps ran.
+  std::vector<int64_t> state_lengths_;
   // Mixture of experts (cuda_moe.h).
   MoeStats expert_interval_;              // counts since the last collect_expert_telemetry()
   std::vector<uint64_t> expert_decayed_;  // decayed routing counts (expert_placement.h)

@@ -297,6 +297,7 @@ bool CudaModel::fusion_fits() const {
   // Gemma's sandwich norms sit between the products the fusion joins, and its embeddings are
   // scaled after the gather: its layers take the unfused kernels.
   if (gemma_layers()) return false;
+  if (config_.is_hybrid()) return false;  // Qwen3.5's mixers are not the fused products'
   for (const DeviceLayer& l : layers_) {
     if (takes_f16mma(l, 1) || l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split)
       return false;
@@ -456,7 +457,9 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   // The output projection reads int8 blocks when its kernel does (it reads the f16 copy
   // instead where there is one): the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
-  if (!f16_out && n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split))
+  // (Qwen3.5's output gate comes between: its caller quantises after it.)
+  if (!f16_out && n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split) &&
+      !c.attn_output_gate)
     a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
   // split kernel takes every row), then the split kernel for the other rows only.
@@ -479,7 +482,8 @@ bool CudaModel::stream_capturing() const {
 }
 
 bool CudaModel::takes_f16mma(const DeviceLayer& l, int n_rows) const {
-  if (moe_) return false;  // the expert kernels: one path at every row count
+  if (moe_) return false;                 // the expert kernels: one path at every row count
+  if (config_.is_hybrid()) return false;  // cuda_hybrid.cpp: the int8 / f32 products
   const int least = kernel_config_.f16_mma_min_rows;
   if (least <= 0 || n_rows < least || n_rows > kMatvecMaxRows) return false;
   if (l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split) return false;
@@ -668,6 +672,18 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   if (l.ffn_post_norm) post_norm(l.ffn_post_norm, n_rows);
 }
 
+void CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h) {
+  k::MatvecTask t = swiglu_task(l);
+  t.y = h;
+  k::MatvecInput in;
+  in.n_in = static_cast<int>(config_.n_embd);
+  in.batch = n_rows;
+  in.x = normed_.as<float>();
+  in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+               "matvec_swiglu");
+}
+
 void CudaModel::post_norm(const float* weight, int n_rows) {
   k::RmsNormOutputs out;
   out.residual = hidden_.as<float>();
@@ -772,7 +788,9 @@ void CudaModel::run_layers(int n_rows) {
   copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
     streamer_->before_layer(i, stream_.get());
-    if (!takes_gemm(i)) {
+    if (c.is_hybrid()) {
+      layer_hybrid(layers_[i], static_cast<int>(i), n_rows);
+    } else if (!takes_gemm(i)) {
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
     } else {
       // The next layer's first matrix is dequantised during this layer's last GEMM only when

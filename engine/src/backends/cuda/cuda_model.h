@@ -51,6 +51,15 @@ struct DeviceLayer {
   // Gemma's sandwich norms: the attention and FFN outputs RMS-normed before the residual adds.
   const float* attn_post_norm = nullptr;
   const float* ffn_post_norm = nullptr;
+  // Qwen3.5's Gated DeltaNet layers (cuda_hybrid.cpp): the projections, the convolution's taps,
+  // dt bias, decay rate a and the gated norm; recurrent_index: the layer's place among the
+  // recurrent ones (its part of a slot's state), -1 for an attention layer.
+  DeviceMatrix ssm_in, ssm_z, ssm_beta, ssm_alpha, ssm_out;
+  const float* ssm_conv1d = nullptr;
+  const float* ssm_dt = nullptr;
+  const float* ssm_a = nullptr;
+  const float* ssm_norm = nullptr;
+  int64_t recurrent_index = -1;
 };
 
 // Inputs of one run, in host order; copied to the fixed device buffers by upload().
@@ -145,6 +154,12 @@ class CudaModel {
   // one's GEMM runs (the budget held the second scratch).
   bool prefill_overlap() const { return dequant_stream_ != nullptr; }
 
+  // Qwen3.5's recurrent state (cuda_hybrid.cpp): one slot per KV slot, allocated by attach_kv()
+  // and charged as RecurrentState; a slot's bytes are every recurrent layer's conv state then
+  // delta state (ModelConfig::recurrent_state_bytes). Null / 0 for other models.
+  uint64_t recurrent_state_bytes() const;
+  uint8_t* recurrent_state(int32_t slot) const;
+
  private:
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
   // Gemma's sandwich norm: hidden += RMSNorm(normed_) · weight (the block's output, which the
@@ -202,6 +217,22 @@ class CudaModel {
   void gemm(const DeviceMatrix& w, const DeviceMatrix* next, const __half* x, int n_rows, float* y,
             bool accumulate);
   void add_prefill_overlap();
+  // Qwen3.5's hybrid layers (cuda_hybrid.cpp): the mixer (Gated DeltaNet or gated attention)
+  // then the FFN, on the matvec path up to kMatvecMaxRows rows, the GEMM path beyond.
+  void layer_hybrid(const DeviceLayer& l, int layer, int n_rows);
+  void delta_net_mixer(const DeviceLayer& l, int n_rows);
+  void gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows);
+  void hybrid_ffn(const DeviceLayer& l, int layer, int n_rows);
+  // The unfused pass's gate/up product with SwiGLU (gate and up of one type and layout) into h,
+  // from the FFN norm's output.
+  void swiglu_matvec(const DeviceLayer& l, int n_rows, float* h);
+  // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
+  void hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows);
+  // y (+)= x · Wᵀ for x of w.cols floats per row, by the path n_rows takes (x quantised or
+  // converted first as the kernel reads it; the GEMM path's f16 copy in normed_f16_).
+  void hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y, bool accumulate);
+  void upload_hybrid(const WeightTable& weights);
+  void allocate_recurrent_state(int32_t slots);
   void check_launch(cudaError_t status, const char* kernel);
   void wait_for_inputs_sent();
   // cuda_weights.cpp: the constructor's work after the kernel configuration and the stream,
@@ -231,6 +262,10 @@ class CudaModel {
   std::vector<DeviceLayer> layers_;
   DeviceMatrix token_embd_, output_;
   const float* output_norm_ = nullptr;
+  // Qwen3.5: the section rope's rope_dims / 2 frequencies (0 for pairs that do not turn), the
+  // per-row scratch of the hybrid layers, and the recurrent state slots.
+  DeviceBuffer section_rope_, hybrid_, recurrent_state_;
+  int64_t recurrent_layers_ = 0;
   const double* rope_frequencies_ = nullptr;
   // Gemma's sliding layers: their own base, no scaling (magnitude 1); null for one table.
   const double* rope_frequencies_swa_ = nullptr;

@@ -7,6 +7,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_model.h"
+#include "delta_net.cuh"  // delta_net_supports
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
@@ -52,9 +53,17 @@ void check_type(const MatrixLayout& m) {
 
 // What the kernels do not cover in the model's shapes, or empty.
 std::string shape_refusal(const ModelConfig& c) {
-  if (c.is_hybrid())
-    return "the CUDA backend does not run " + c.architecture +
-           " (Gated DeltaNet layers with a recurrent state) yet";
+  if (c.is_hybrid()) {
+    const DeltaNetConfig& d = c.delta_net;
+    if (!k::delta_net_supports(static_cast<int>(d.state_size)))
+      return "the CUDA backend runs Gated DeltaNet heads of 16, 32, 64 or 128, not " +
+             std::to_string(d.state_size);
+    if (d.n_k_heads <= 0 || d.n_v_heads % d.n_k_heads != 0 || d.conv_kernel < 1 ||
+        d.value_dim() != d.n_v_heads * d.state_size)
+      return "the CUDA backend does not run this Gated DeltaNet shape";
+    if (d.value_dim() % 32 != 0)
+      return "the CUDA backend needs a Gated DeltaNet value width that is a multiple of 32";
+  }
   if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
     return "the CUDA backend supports head sizes 64, 128 and 256, not " +
            std::to_string(c.head_dim);
@@ -71,7 +80,8 @@ std::string shape_refusal(const ModelConfig& c) {
            "per-layer embeddings) yet";
   if (c.is_moe() && c.activation == FfnActivation::GeluTanh)
     return "the CUDA backend does not run GeGLU experts (" + c.architecture + ") yet";
-  for (int64_t l = 0; l < c.n_layer; ++l)
+  // Qwen3.5's attention rotates the first rope_dims of a head (delta_net.cuh); others whole heads.
+  for (int64_t l = 0; l < c.n_layer && !c.is_hybrid(); ++l)
     if (c.rope_dims_of(l) != c.head_dim)
       return "the CUDA backend rotates whole heads only, not the first " +
              std::to_string(c.rope_dims_of(l)) + " of " + std::to_string(c.head_dim) +
@@ -170,9 +180,10 @@ void CudaModel::upload_weights(const WeightTable& w) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const auto& at = layout_.layers[i].vectors;
-    const TensorInfo* tensors[] = {l.attn_norm,  l.ffn_norm,       l.bq,           l.bk,
-                                   l.bv,         l.q_norm,         l.k_norm,       l.bo,
-                                   l.attn_sinks, l.attn_post_norm, l.ffn_post_norm};
+    const TensorInfo* tensors[] = {
+        l.attn_norm,     l.ffn_norm,   l.bq,     l.bk,         l.bv,
+        l.q_norm,        l.k_norm,     l.bo,     l.attn_sinks, l.attn_post_norm,
+        l.ffn_post_norm, l.ssm_conv1d, l.ssm_dt, l.ssm_a,      l.ssm_norm};
     static_assert(std::size(tensors) == LayerWeightLayout::kVectors);
     for (size_t v = 0; v < at.size(); ++v) add_vector(tensors[v], at[v]);
   }
@@ -212,8 +223,9 @@ void CudaModel::upload_weights(const WeightTable& w) {
   decode_weight_bytes_ = static_cast<uint64_t>(output_.rows * output_.gguf_row_bytes);
   for (const LayerWeightLayout& l : layout_.layers) {
     DeviceLayer d;
-    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {&d.wq,     &d.wk,   &d.wv,    &d.wo,
-                                                        &d.w_gate, &d.w_up, &d.w_down};
+    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {
+        &d.wq,     &d.wk,     &d.wv,    &d.wo,       &d.w_gate,    &d.w_up,
+        &d.w_down, &d.ssm_in, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_out};
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
       *mats[m] = describe(l.matrices[static_cast<size_t>(m)], nullptr);  // data: bind_layers()
       decode_weight_bytes_ += static_cast<uint64_t>(mats[m]->rows * mats[m]->gguf_row_bytes);
@@ -229,8 +241,15 @@ void CudaModel::upload_weights(const WeightTable& w) {
     d.attn_sinks = vec(l.vectors[8]);
     d.attn_post_norm = vec(l.vectors[9]);
     d.ffn_post_norm = vec(l.vectors[10]);
+    d.ssm_conv1d = vec(l.vectors[11]);
+    d.ssm_dt = vec(l.vectors[12]);
+    d.ssm_a = vec(l.vectors[13]);
+    d.ssm_norm = vec(l.vectors[14]);
+    if (config_.layer_recurrent(static_cast<int64_t>(layers_.size())))
+      d.recurrent_index = recurrent_layers_++;
     layers_.push_back(d);
   }
+  if (config_.is_hybrid()) upload_hybrid(w);
 }
 
 // The workspace_ list's load-time buffers, in its order.
@@ -239,26 +258,14 @@ void CudaModel::allocate_workspace() {
   params_offset_ = workspace_.params_offset;
   lengths_offset_ = workspace_.lengths_offset;
   history_offset_ = workspace_.history_offset;
-  DeviceBuffer* targets[] = {&inputs_,
-                             &hidden_,
-                             &normed_,
-                             &normed_f16_,
-                             &q8_qs_,
-                             &q8_ds_,
-                             &q_,
-                             &k_,
-                             &v_,
-                             &attn_,
-                             &gate_,
-                             &up_,
-                             &weight_f16_[0],
-                             &logits_,
-                             &tokens_out_,
-                             &argmax_scratch_};
-  const std::string_view names[] = {"inputs",     "hidden", "normed",     "normed_f16",
-                                    "q8_qs",      "q8_ds",  "q",          "k",
-                                    "v",          "attn",   "gate",       "up",
-                                    "weight_f16", "logits", "tokens_out", "argmax_scratch"};
+  DeviceBuffer* targets[] = {
+      &inputs_, &hidden_,     &normed_,        &normed_f16_, &q8_qs_, &q8_ds_,  &q_,
+      &k_,      &v_,          &attn_,          &gate_,       &up_,    &hybrid_, &weight_f16_[0],
+      &logits_, &tokens_out_, &argmax_scratch_};
+  const std::string_view names[] = {
+      "inputs", "hidden",     "normed", "normed_f16", "q8_qs",         "q8_ds",
+      "q",      "k",          "v",      "attn",       "gate",          "up",
+      "hybrid", "weight_f16", "logits", "tokens_out", "argmax_scratch"};
   static_assert(std::size(targets) == std::size(names));
   size_t next = 0;
   for (const WorkspaceBuffer& b : workspace_.buffers) {
@@ -315,10 +322,10 @@ PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
   in.weights.fixed_bytes = memory_.bytes(MemoryCategory::WeightsResident) -
                            (streamer_ ? streamer_->resident_bytes() : 0);
   for (const LayerWeightLayout& l : layout_.layers) in.weights.layer_bytes.push_back(l.bytes);
-  in.workspace_bytes = memory_.bytes(MemoryCategory::Workspace) +
-                       memory_.bytes(MemoryCategory::Graphs) +
-                       memory_.bytes(MemoryCategory::Other) +
-                       (attention_partial_.get() ? 0 : attention_scratch_bytes_);
+  in.workspace_bytes =
+      memory_.bytes(MemoryCategory::Workspace) + memory_.bytes(MemoryCategory::Graphs) +
+      memory_.bytes(MemoryCategory::Other) + memory_.bytes(MemoryCategory::RecurrentState) +
+      (attention_partial_.get() ? 0 : attention_scratch_bytes_);
   in.kv_reserve_bytes = kv_bytes;
   in.staging_slots = kStagingSlots;
   in.max_resident_layers = max_resident;
@@ -330,8 +337,9 @@ void CudaModel::bind_layers() {
     const uint8_t* base = streamer_->layer_base(i);
     const LayerWeightLayout& layout = layout_.layers[i];
     DeviceLayer& d = layers_[i];
-    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {&d.wq,     &d.wk,   &d.wv,    &d.wo,
-                                                        &d.w_gate, &d.w_up, &d.w_down};
+    DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {
+        &d.wq,     &d.wk,     &d.wv,    &d.wo,       &d.w_gate,    &d.w_up,
+        &d.w_down, &d.ssm_in, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_out};
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)
       mats[m]->data = base + layout.matrices[static_cast<size_t>(m)].offset;
   }
@@ -372,6 +380,7 @@ void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_t
   const size_t counters = ws.bytes("attention_counters");
   attention_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
   check_cuda(cudaMemset(attention_counters_.get(), 0, counters), "cudaMemset");
+  if (config_.is_hybrid()) allocate_recurrent_state(static_cast<int32_t>(slot_bases.size()));
 }
 
 }  // namespace granule::cuda

@@ -1,0 +1,259 @@
+// CudaModel's Qwen3.5 layers (`qwen35`, `qwen35moe`; the CPU's backends/cpu/delta_net.h holds
+// the math): the Gated DeltaNet mixer over its recurrent state slots, the gated full-attention
+// mixer, and their FFN, on the quantised matvec path (up to 64 rows: decode steps, captured as
+// graphs) or the dequantise + cuBLAS GEMM path (prefill chunks). The state's slot index is the
+// row's KV slot, read on the device like the KV's, so a captured step replays for any sequences.
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_model.h"
+#include "delta_net.cuh"
+#include "granule/error.h"
+#include "quantize_activations.cuh"
+#include "rms_norm.cuh"
+#include "swiglu.cuh"
+
+namespace granule::cuda {
+namespace {
+
+namespace k = granule::kernels;
+
+// Per-row arrays of the step inputs (cuda_model.cpp's InputArray).
+constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;
+
+// The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each.
+struct HybridScratch {
+  float *mixed, *conv_out, *z, *out, *beta, *alpha, *q_gate;
+};
+
+HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
+  const DeltaNetConfig& d = c.delta_net;
+  HybridScratch s;
+  float* p = base;
+  auto take = [&](int64_t width) {
+    float* at = p;
+    p += R * width;
+    return at;
+  };
+  s.mixed = take(d.conv_channels());
+  s.conv_out = take(d.conv_channels());
+  s.z = take(d.value_dim());
+  s.out = take(d.value_dim());
+  s.beta = take(d.n_v_heads);
+  s.alpha = take(d.n_v_heads);
+  s.q_gate = take(2 * c.n_head * c.head_dim);
+  return s;
+}
+
+}  // namespace
+
+uint64_t CudaModel::recurrent_state_bytes() const {
+  return config_.is_hybrid() ? static_cast<uint64_t>(config_.recurrent_state_bytes()) : 0;
+}
+
+uint8_t* CudaModel::recurrent_state(int32_t slot) const {
+  const uint64_t bytes = recurrent_state_bytes();
+  if (!recurrent_state_.get() || slot < 0 ||
+      static_cast<uint64_t>(slot + 1) * bytes > recurrent_state_.bytes())
+    throw UsageError("CUDA backend: no recurrent state slot " + std::to_string(slot));
+  return recurrent_state_.as<uint8_t>() + static_cast<uint64_t>(slot) * bytes;
+}
+
+void CudaModel::upload_hybrid(const WeightTable&) {
+  // The section rope of the attention layers (cpu::SectionRope): pair i of the first rope_dims
+  // turns at theta^(-2i / rope_dims) when its section is one of the first three, else not at all.
+  const ModelConfig& c = config_;
+  const int64_t rope_dims = c.rope_dims_of(0);
+  const int64_t half = rope_dims / 2;
+  std::vector<double> frequencies(static_cast<size_t>(std::max<int64_t>(half, 1)), 0.0);
+  const auto& s = c.rope_sections;
+  const int64_t total = s[0] + s[1] + s[2] + s[3];
+  for (int64_t i = 0; i < half; ++i) {
+    bool rotates = true;
+    if (total > 0) {
+      const int64_t sector = i % total;
+      rotates = (sector % 3 == 0 && sector < 3 * s[0]) || (sector % 3 == 1 && sector < 3 * s[1]) ||
+                (sector % 3 == 2 && sector < 3 * s[2]);
+    }
+    if (rotates)
+      frequencies[static_cast<size_t>(i)] =
+          std::pow(static_cast<double>(c.rope_theta),
+                   -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
+  }
+  const size_t bytes = frequencies.size() * sizeof(double);
+  section_rope_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, bytes);
+  check_cuda(cudaMemcpy(section_rope_.get(), frequencies.data(), bytes, cudaMemcpyHostToDevice),
+             "uploading the section rope's frequencies");
+}
+
+void CudaModel::allocate_recurrent_state(int32_t slots) {
+  recurrent_state_.reset();
+  const uint64_t bytes = recurrent_state_bytes() * static_cast<uint64_t>(std::max(slots, 0));
+  if (bytes == 0) return;
+  recurrent_state_ = DeviceBuffer(memory_, MemoryCategory::RecurrentState, bytes);
+  check_cuda(cudaMemset(recurrent_state_.get(), 0, bytes), "clearing the recurrent state");
+}
+
+void CudaModel::hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows) {
+  if (n_rows > kMatvecMaxRows) {
+    norm_for(mats[0], hidden_.as<float>(), weight, n_rows, true);
+    return;
+  }
+  k::RmsNormOutputs out;
+  for (int m = 0; m < count; ++m) {
+    if (k::matvec_reads_q8(mats[m].type, mats[m].split))
+      out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    else
+      out.f32 = normed_.as<float>();
+  }
+  check_launch(
+      k::launch_rms_norm(hidden_.as<float>(), weight, n_rows, static_cast<int>(config_.n_embd),
+                         config_.rms_eps, out, kernel_config_, stream_.get()),
+      "rms_norm");
+}
+
+void CudaModel::hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y,
+                               bool accumulate) {
+  if (n_rows > kMatvecMaxRows) {
+    __half* x16 = normed_f16_.as<__half>();
+    check_launch(k::launch_convert_f32_to_f16(x, n_rows * w.cols, x16, stream_.get()),
+                 "convert_f16");
+    gemm(w, nullptr, x16, n_rows, y, accumulate);
+    return;
+  }
+  if (k::matvec_reads_q8(w.type, w.split))
+    check_launch(k::launch_quantize_q8(x, n_rows, static_cast<int>(w.cols),
+                                       {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                       stream_.get()),
+                 "quantize_q8");
+  float* const outs[1] = {y};
+  matvec(&w, outs, 1, n_rows, accumulate, x);
+}
+
+void CudaModel::layer_hybrid(const DeviceLayer& l, int layer, int n_rows) {
+  if (l.recurrent_index >= 0)
+    delta_net_mixer(l, n_rows);
+  else
+    gated_attention_mixer(l, layer, n_rows);
+  hybrid_ffn(l, layer, n_rows);
+}
+
+void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
+  const ModelConfig& c = config_;
+  const DeltaNetConfig& d = c.delta_net;
+  const HybridScratch s = carve(hybrid_.as<float>(), c, max_rows_);
+  const DeviceMatrix mats[4] = {l.ssm_in, l.ssm_z, l.ssm_beta, l.ssm_alpha};
+  float* const outs[4] = {s.mixed, s.z, s.beta, s.alpha};
+  hybrid_norm(mats, 4, l.attn_norm, n_rows);
+  if (n_rows > kMatvecMaxRows) {
+    for (int m = 0; m < 4; ++m)
+      gemm(mats[m], nullptr, normed_f16_.as<__half>(), n_rows, outs[m], false);
+  } else {
+    matvec(mats, outs, 4, n_rows, false, normed_.as<float>());
+  }
+  const int32_t* in = inputs_.as<int32_t>();
+  k::DeltaNetArgs a;
+  a.rows = n_rows;
+  a.positions = in + kPositionsArray * max_rows_;
+  a.slots = in + kSlotsArray * max_rows_;
+  a.conv_kernel = static_cast<int>(d.conv_kernel);
+  a.state_size = static_cast<int>(d.state_size);
+  a.n_k_heads = static_cast<int>(d.n_k_heads);
+  a.n_v_heads = static_cast<int>(d.n_v_heads);
+  a.eps = c.rms_eps;
+  a.conv_weight = l.ssm_conv1d;
+  a.dt_bias = l.ssm_dt;
+  a.a = l.ssm_a;
+  a.norm_weight = l.ssm_norm;
+  const int64_t layer_floats = d.conv_state_floats() + d.delta_state_floats();
+  a.state = recurrent_state_.as<float>() + l.recurrent_index * layer_floats;
+  a.slot_stride = static_cast<int64_t>(recurrent_state_bytes() / sizeof(float));
+  a.mixed = s.mixed;
+  a.conv_out = s.conv_out;
+  a.beta = s.beta;
+  a.alpha = s.alpha;
+  a.z = s.z;
+  a.out = s.out;
+  if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
+  check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
+  check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
+  hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true);
+}
+
+void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  const HybridScratch s = carve(hybrid_.as<float>(), c, max_rows_);
+  const DeviceMatrix mats[3] = {l.wq, l.wk, l.wv};
+  float* const outs[3] = {s.q_gate, k_.as<float>(), v_.as<float>()};
+  hybrid_norm(mats, 3, l.attn_norm, n_rows);
+  if (n_rows > kMatvecMaxRows) {
+    for (int m = 0; m < 3; ++m)
+      gemm(mats[m], nullptr, normed_f16_.as<__half>(), n_rows, outs[m], false);
+  } else {
+    matvec(mats, outs, 3, n_rows, false, normed_.as<float>());
+  }
+  const int32_t* in = inputs_.as<int32_t>();
+  k::GatedAttentionArgs g;
+  g.rows = n_rows;
+  g.positions = in + kPositionsArray * max_rows_;
+  g.slots = in + kSlotsArray * max_rows_;
+  g.q_gate = s.q_gate;
+  g.q = q_.as<float>();
+  g.k = k_.as<float>();
+  g.v = v_.as<float>();
+  g.q_norm = l.q_norm;
+  g.k_norm = l.k_norm;
+  g.eps = c.rms_eps;
+  g.frequencies = section_rope_.as<double>();
+  g.rope_dims = static_cast<int>(c.rope_dims_of(layer));
+  g.n_head = static_cast<int>(c.n_head);
+  g.n_kv = static_cast<int>(c.n_head_kv);
+  g.head_dim = static_cast<int>(c.head_dim);
+  g.slot_base = slot_bases_.as<__half* const>();
+  g.token_stride = layer_token_stride_[static_cast<size_t>(layer)];
+  g.kv_offset = layer_kv_offset_[static_cast<size_t>(layer)];
+  check_launch(k::launch_gated_attention_prep(g, stream_.get()), "gated_attention_prep");
+  attention(layer, n_rows, nullptr, /*roped=*/true);
+  check_launch(k::launch_attention_output_gate(attn_.as<float>(), s.q_gate, n_rows, g.n_head,
+                                               g.head_dim, stream_.get()),
+               "attention_output_gate");
+  hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true);
+}
+
+// The FFN after post_attention_norm: the experts (CudaMoe), else SwiGLU as layer_matvec's
+// unfused form and layer_gemm's.
+void CudaModel::hybrid_ffn(const DeviceLayer& l, int layer, int n_rows) {
+  if (moe_) {
+    moe_ffn(l, layer, n_rows);
+    return;
+  }
+  const ModelConfig& c = config_;
+  float* h = gate_.as<float>();
+  const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
+  hybrid_norm(gu, 2, l.ffn_norm, n_rows);
+  if (n_rows > kMatvecMaxRows) {
+    __half* x16 = normed_f16_.as<__half>();
+    gemm(l.w_gate, nullptr, x16, n_rows, gate_.as<float>(), false);
+    gemm(l.w_up, nullptr, x16, n_rows, up_.as<float>(), false);
+    check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
+                                         stream_.get()),
+                 "swiglu");
+    gemm(l.w_down, nullptr, x16, n_rows, hidden_.as<float>(), true);
+    return;
+  }
+  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
+    swiglu_matvec(l, n_rows, h);
+  } else {
+    float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
+    matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
+    matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
+    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
+                                      kernel_config_, stream_.get()),
+                 "swiglu");
+  }
+  hybrid_project(l.w_down, h, n_rows, hidden_.as<float>(), true);
+}
+
+}  // namespace granule::cuda

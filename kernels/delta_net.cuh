@@ -1,0 +1,77 @@
+// Qwen3.5's hybrid layers on the GPU (the CPU's backends/cpu/delta_net.h holds the math): the
+// Gated DeltaNet layer's short causal convolution, L2-normed Q/K, gated delta rule and gated
+// output norm over a step's token rows, with one recurrent-state slot per sequence; and the
+// gated full-attention layer's Q/K norms, partial multi-section rope, KV write and output gate.
+// Rows are the step's token rows (CudaModel): a run of consecutive positions of one slot is one
+// sequence's tokens, a row with slot < 0 is padding. A run starting at position 0 starts from a
+// zero state; any other run continues its slot's state. Graph-capturable: every per-step input
+// is read from device memory.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace granule::kernels {
+
+struct DeltaNetArgs {
+  int rows = 0;
+  const int32_t* positions = nullptr;  // [rows]
+  const int32_t* slots = nullptr;      // [rows]; < 0: padding
+  int conv_kernel = 4;                 // taps; the conv state keeps conv_kernel - 1 inputs
+  int state_size = 0;                  // S: 16, 32, 64 or 128
+  int n_k_heads = 0, n_v_heads = 0;    // value head j reads key head j % n_k_heads
+  float eps = 1e-6f;                   // the L2 norms' and the gated norm's
+  const float* conv_weight = nullptr;  // [channels][conv_kernel]
+  const float* dt_bias = nullptr;      // [n_v_heads]
+  const float* a = nullptr;            // [n_v_heads]: -exp(A_log)
+  const float* norm_weight = nullptr;  // [S]: ssm_norm
+  // The layer's state of slot 0; slot s's at state + s * slot_stride floats: the conv state
+  // [conv_kernel - 1][channels], then per value head the S x S delta state as [i][j] (i over
+  // keys, j over values: S[i][j] at i * S + j).
+  float* state = nullptr;
+  int64_t slot_stride = 0;
+  const float* mixed = nullptr;  // [rows][channels]: Q | K | V before the convolution
+  float* conv_out = nullptr;     // [rows][channels]: after convolution, SiLU, L2 norms
+  const float* beta = nullptr;   // [rows][n_v_heads]: before the sigmoid
+  const float* alpha = nullptr;  // [rows][n_v_heads]: before softplus(· + dt_bias) · a
+  const float* z = nullptr;      // [rows][value_dim]: the output gate
+  float* out = nullptr;          // [rows][value_dim]
+};
+
+// The short convolution, SiLU and L2 norms (conv_out from mixed and the conv states), then the
+// conv states advanced over each run. state_size must be one the kernels take.
+cudaError_t launch_delta_net_conv(const DeltaNetArgs& args, cudaStream_t stream);
+// The gated delta rule over each run, token by token (one thread per state column, the state in
+// registers), writing out; then RMSNorm(out) · norm_weight · SiLU(z) per value head, in place.
+cudaError_t launch_delta_net_rule(const DeltaNetArgs& args, cudaStream_t stream);
+bool delta_net_supports(int state_size);
+
+// Qwen3.5's gated full attention, before the attention kernel: q_gate holds per head Q then its
+// gate ([rows][n_head][2][head_dim]); Q is RMS-normed (q_norm) into q, K (k_norm) in place,
+// both rotated over the first rope_dims (NeoX pairs (i, i + rope_dims / 2) at frequencies[i],
+// 0 for a pair that does not turn), and K and V written as f16 into the KV as rope_kv does.
+struct GatedAttentionArgs {
+  int rows = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* slots = nullptr;
+  const float* q_gate = nullptr;
+  float* q = nullptr;  // [rows][n_head * head_dim]
+  float* k = nullptr;  // [rows][n_kv * head_dim]
+  const float* v = nullptr;
+  const float* q_norm = nullptr;
+  const float* k_norm = nullptr;
+  float eps = 1e-6f;
+  const double* frequencies = nullptr;  // rope_dims / 2
+  int rope_dims = 0;
+  int n_head = 0, n_kv = 0, head_dim = 0;
+  __half* const* slot_base = nullptr;
+  int64_t token_stride = 0;  // halves per token of the layer's KV part
+  int64_t kv_offset = 0;     // halves from a slot's base to the layer's K
+};
+cudaError_t launch_gated_attention_prep(const GatedAttentionArgs& args, cudaStream_t stream);
+// out[row][h][e] *= sigmoid(q_gate[row][h][1][e]).
+cudaError_t launch_attention_output_gate(float* out, const float* q_gate, int rows, int n_head,
+                                         int head_dim, cudaStream_t stream);
+
+}  // namespace granule::kernels

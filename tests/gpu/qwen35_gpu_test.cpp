@@ -1,0 +1,297 @@
+// Qwen3.5 (`qwen35`) on the GPU (issue 37): the CUDA backend against the CPU reference (f32,
+// exact path: the CPU backend has no rounding of the GPU's for hybrid models) on the tiny-qwen35
+// preset widened to shapes the GPU kernels run — hidden 256; 4 query heads of 128 over 2 KV heads
+// with Q's per-head output gate, QK norms and the section rope over the first 32 dimensions in
+// sections 6/5/3/2 (two pairs of the fourth section do not turn); Gated DeltaNet layers of 2 key /
+// 4 value heads of 64 with a 4-tap convolution; layers delta, delta, delta, attention, delta; F32
+// and Q8_0 weights:
+//   - a prefill of 64 rows (the matvec path) and 16 graph-captured decode steps;
+//   - a prefill of 2 x 150 rows (the cuBLAS path, the flash-attention prefill, the state carried
+//     from the first chunk to the second) then decode at 300;
+//   - 6 sequences at different lengths decoding together (a graph of 8 rows, 2 of them padding);
+//   - a second turn from a snapshot: a chat's state and KV copied to host memory and back into
+//     another slot continue exactly (to the bit) as the chat that kept them, and stay within the
+//     bound of the CPU reference;
+//   - a step that does not continue its slot's state is refused, and the state slots are their
+//     own ledger category.
+// Each row's centred logits within a bound of the reference's spread, and their mean within a
+// third of it; greedy tokens equal except where the reference's top two are within the bound. The
+// bounds (bound_for): f32 weights on the matvec path differ from the reference by summation order
+// and the f16 KV only (1e-2); the GEMM path rounds its operands to f16 (5e-2); Q8_0 reads int8
+// activations, which on these random synthetic weights move logits by about a tenth of their
+// spread (the CPU's int8 path against its f32 one, measured: mean 0.10, worst 0.40 of the spread
+// over 300 rows; the CPU has no emulation of the GPU's rounding for hybrid models), so 0.3 there:
+// a wrong kernel moves them by several spreads.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <span>
+
+#include "backends/backend.h"
+#include "gpu_test_support.h"
+#include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "granule/telemetry.h"
+#include "granule/testkit/synthetic_model.h"
+#include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+#include "oracle_compare.h"
+#include "runtime/runtime.h"
+#include "support/model_runtime.h"
+#include "support/temp_model.h"
+
+namespace granule {
+namespace {
+
+SyntheticModelSpec qwen35_spec(TensorType type) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
+  s.name = "tiny-qwen35-gpu";
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 128;
+  s.rope_dims = 32;
+  s.rope_sections = {6, 5, 3, 2};
+  s.n_ff = 512;
+  s.n_vocab = 1000;
+  s.ssm_state_size = 64;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  s.weight_type = type;
+  s.embedding_type = type;
+  s.output_type = type;
+  return s;
+}
+
+RuntimeOptions options(bool gpu) {
+  RuntimeOptions o;
+  o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
+  o.backend.vram_budget_bytes = uint64_t{1} << 40;
+  o.backend.cpu_exact_numerics = !gpu;
+  o.backend.cpu_threads = 2;
+  o.context_length = 512;
+  o.slots = 8;
+  o.kv_pool_granules = 0;
+  return o;
+}
+
+struct Rig : test::ModelRuntime {
+  Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
+  std::vector<float> step(const std::vector<BatchSequence>& batch) {
+    for (const BatchSequence& s : batch)
+      EXPECT_TRUE(
+          kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())));
+    std::vector<float> logits;
+    backend->forward(batch, logits);
+    return logits;
+  }
+  GraphTelemetry graphs() {
+    TelemetrySnapshot t;
+    backend->fill_telemetry(t);
+    return t.graphs;
+  }
+};
+
+std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = dist(rng);
+  return t;
+}
+
+double bound_for(TensorType type, bool gemm_path) {
+  if (type != TensorType::F32) return 0.3;
+  return gemm_path ? 5e-2 : 1e-2;
+}
+
+// Rows of `gpu` against `ref` (n_vocab logits each): centred error over the reference's spread
+// within `bound`; the greedy token equal unless the reference's margin is within the bound (such
+// near-ties: 4 in 64 rows, a fifth of the rows under int8 noise, bound 0.3).
+
+void expect_close(const std::vector<float>& ref, const std::vector<float>& gpu, int64_t n_vocab,
+                  double bound, const std::string& what) {
+  ASSERT_EQ(ref.size(), gpu.size()) << what;
+  const auto rows = static_cast<int64_t>(ref.size()) / n_vocab;
+  double worst = 0, total = 0;
+  int past = 0, mismatches = 0, near_ties = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* f = ref.data() + r * n_vocab;
+    const float* g = gpu.data() + r * n_vocab;
+    const double spread = gpu_test::spread_of(f, n_vocab).std;
+    const double err = gpu_test::centred_error(g, f, n_vocab, spread);
+    worst = std::max(worst, err);
+    total += err;
+    if (!(err <= bound)) ++past;
+    const gpu_test::TopTwo top = gpu_test::top_two({f, static_cast<size_t>(n_vocab)});
+    if (gpu_test::top_two({g, static_cast<size_t>(n_vocab)}).best != top.best) {
+      if (top.margin <= 2 * bound * spread)
+        ++near_ties;
+      else
+        ++mismatches;
+    }
+  }
+  const double mean = rows > 0 ? total / static_cast<double>(rows) : 0;
+  std::cout << "[qwen35-gpu] " << what << ": rows " << rows << ", |err|/spread max " << worst
+            << " mean " << mean << " (bound " << bound << "), rows past it " << past
+            << ", greedy mismatches " << mismatches << ", near-ties " << near_ties << "\n";
+  EXPECT_EQ(past, 0) << what;
+  EXPECT_LE(mean, bound / 3) << what;
+  EXPECT_EQ(mismatches, 0) << what;
+  const int64_t ties_allowed = bound >= 0.1 ? rows / 5 + 4 : (rows + 63) / 64 * 4;
+  EXPECT_LE(near_ties, ties_allowed) << what;
+}
+
+class Qwen35Gpu : public ::testing::TestWithParam<TensorType> {};
+
+std::string type_name(TensorType t) { return tensor_type_name(static_cast<uint32_t>(t)); }
+
+TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
+  GRANULE_REQUIRE_GPU();
+  const TensorType type = GetParam();
+  test::TempModel model(qwen35_spec(type), "qwen35-gpu");
+  Rig ref(model.path, options(false)), gpu(model.path, options(true));
+  const ModelConfig& c = gpu.config;
+  ASSERT_TRUE(c.is_hybrid() && c.attn_output_gate);
+  ASSERT_TRUE(c.layer_recurrent(0) && !c.layer_recurrent(3));
+  ASSERT_LT(c.rope_dims_of(3), c.head_dim);
+  ASSERT_TRUE(gpu.backend->is_gpu());
+  const int64_t vocab = c.n_vocab;
+  const double bound = bound_for(type, false), gemm_bound = bound_for(type, true);
+  const std::string name = "qwen35 " + type_name(type);
+  auto both = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
+                  std::vector<float>& g) {
+    const std::vector<float> a = ref.step(batch), b = gpu.step(batch);
+    r.insert(r.end(), a.begin(), a.end());
+    g.insert(g.end(), b.begin(), b.end());
+  };
+  {
+    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+    std::vector<float> r, g;
+    both({{0, prompt, 0, true}}, r, g);
+    expect_close(r, g, vocab, bound, name + " prefill 64");
+    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+    std::vector<float> r2, g2;
+    for (int i = 0; i < 16; ++i)
+      both({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2,
+           g2);
+    expect_close(r2, g2, vocab, bound, name + " decode (graphs)");
+    EXPECT_GT(gpu.graphs().replays, 0u);
+  }
+  {
+    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
+    std::vector<float> r, g;
+    both({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, g);
+    both({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, g);
+    expect_close(r, g, vocab, gemm_bound, name + " prefill 2 x 150");
+    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
+    std::vector<float> r2, g2;
+    for (int i = 0; i < 4; ++i)
+      both({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
+           g2);
+    expect_close(r2, g2, vocab, gemm_bound, name + " decode at 300 (state and KV from it)");
+  }
+  {
+    std::vector<int64_t> lengths;
+    for (int s = 0; s < 6; ++s) {
+      const int n = 3 + 29 * s;
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
+      for (Rig* rig : {&ref, &gpu}) rig->step({{2 + s, prompt, 0, false}});
+      lengths.push_back(n);
+    }
+    std::vector<float> r, g;
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
+      std::vector<BatchSequence> batch;
+      for (int s = 0; s < 6; ++s)
+        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                         lengths[static_cast<size_t>(s)] + step, false});
+      both(batch, r, g);
+    }
+    // The three longer prompts took the GEMM path.
+    expect_close(r, g, vocab, gemm_bound, name + " batched decode of 6");
+  }
+}
+
+// A second turn from a snapshot: slot 0's chat (80 tokens) goes to host memory (KV and state) and
+// comes back into slot 5, whose own state and KV it overwrites; its next turn (a prefill of 20 and
+// 4 decode steps) gives the logits of a twin engine whose chat kept slot 0, to the bit.
+TEST_P(Qwen35Gpu, ASnapshotContinuesTheChatExactly) {
+  GRANULE_REQUIRE_GPU();
+  const TensorType type = GetParam();
+  test::TempModel model(qwen35_spec(type), "qwen35-gpu-snapshot");
+  Rig gpu(model.path, options(true)), twin(model.path, options(true)),
+      ref(model.path, options(false));
+  const int64_t vocab = gpu.config.n_vocab;
+  const uint64_t state_bytes = gpu.backend->recurrent_state_bytes();
+  ASSERT_EQ(state_bytes, static_cast<uint64_t>(gpu.config.recurrent_state_bytes()));
+  EXPECT_EQ(gpu.runtime.memory->bytes(MemoryCategory::RecurrentState),
+            state_bytes * static_cast<uint64_t>(gpu.kv->geometry().slots));
+  const std::vector<int32_t> turn1 = random_tokens(80, vocab, 21);
+  for (Rig* rig : {&gpu, &twin, &ref}) rig->step({{0, turn1, 0, false}});
+  gpu.step({{5, random_tokens(33, vocab, 22), 0, false}});  // slot 5 holds another chat
+
+  std::vector<uint8_t> host(gpu.kv->live_bytes(80) + state_bytes);
+  ASSERT_TRUE(gpu.backend->copy_kv_to_host(0, 80, host.data()));
+  ASSERT_TRUE(gpu.backend->copy_state_to_host(0, host.data() + host.size() - state_bytes));
+  ASSERT_TRUE(gpu.kv->map_through(5, 80));
+  ASSERT_TRUE(gpu.backend->copy_kv_from_host(5, host.data(), 80));
+  ASSERT_TRUE(gpu.backend->copy_state_from_host(5, host.data() + host.size() - state_bytes, 80));
+
+  const std::vector<int32_t> turn2 = random_tokens(24, vocab, 23);
+  std::vector<float> restored, kept, reference;
+  auto run = [&](Rig& rig, int32_t slot, std::vector<float>& out) {
+    std::vector<float> l = rig.step({{slot, std::span<const int32_t>(turn2.data(), 20), 80, true}});
+    out.insert(out.end(), l.begin(), l.end());
+    for (int i = 20; i < 24; ++i) {
+      l = rig.step(
+          {{slot, std::span<const int32_t>(&turn2[static_cast<size_t>(i)], 1), 80 + i, false}});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+  };
+  run(gpu, 5, restored);
+  run(twin, 0, kept);
+  run(ref, 0, reference);
+  ASSERT_EQ(restored.size(), kept.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (std::memcmp(&restored[i], &kept[i], sizeof(float)) != 0) ++differ;
+  EXPECT_EQ(differ, 0u) << "the restored chat's logits differ from the chat that kept its state";
+  expect_close(reference, restored, vocab, bound_for(type, true),  // turn 1 took the GEMM path
+               "qwen35 " + type_name(type) + " second turn from a snapshot");
+  EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
+// A step that neither starts over nor continues its slot's state is refused before anything runs;
+// the slot then continues as before.
+TEST_P(Qwen35Gpu, AStepThatDoesNotContinueTheStateIsRefused) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(qwen35_spec(GetParam()), "qwen35-gpu-refused");
+  Rig gpu(model.path, options(true)), twin(model.path, options(true));
+  const int64_t vocab = gpu.config.n_vocab;
+  const std::vector<int32_t> prompt = random_tokens(10, vocab, 31);
+  for (Rig* rig : {&gpu, &twin}) rig->step({{0, prompt, 0, false}});
+  const std::vector<int32_t> one = {7};
+  ASSERT_TRUE(gpu.kv->map_through(0, 13));
+  auto forward_at = [&](int64_t start) {
+    const std::vector<BatchSequence> batch = {{0, one, start, false}};
+    std::vector<float> logits;
+    gpu.backend->forward(batch, logits);
+  };
+  EXPECT_THROW(forward_at(12), UsageError);  // past the 10 tokens the state covers
+  EXPECT_THROW(forward_at(9), UsageError);   // inside them: the state cannot go back
+  EXPECT_EQ(gpu.step({{0, one, 10, false}}), twin.step({{0, one, 10, false}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Qwen35Gpu, ::testing::Values(TensorType::F32, TensorType::Q8_0),
+                         [](const ::testing::TestParamInfo<TensorType>& i) {
+                           return type_name(i.param);
+                         });
+
+}  // namespace
+}  // namespace granule
