@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "moe.cuh"
+#include "moe_product.cuh"
 #include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 
@@ -176,18 +177,18 @@ __global__ void __launch_bounds__(kGroupThreads)
       start[e] = s;
       tile_start[e] = t;
       s += count[e];
-      t += (count[e] + kMoeTilePairs - 1) / kMoeTilePairs;
+      t += (count[e] + g.tile_pairs - 1) / g.tile_pairs;
     }
     *g.n_tiles = t;
   }
   __syncthreads();
   for (int e = tid; e < n_expert; e += kGroupThreads) {
     cursor[e] = start[e];
-    for (int i = 0; i * kMoeTilePairs < count[e]; ++i) {
+    for (int i = 0; i * g.tile_pairs < count[e]; ++i) {
       MoeTile tile;
       tile.expert = e;
-      tile.first = start[e] + i * kMoeTilePairs;
-      tile.count = min(kMoeTilePairs, count[e] - i * kMoeTilePairs);
+      tile.first = start[e] + i * g.tile_pairs;
+      tile.count = min(g.tile_pairs, count[e] - i * g.tile_pairs);
       g.tiles[tile_start[e] + i] = tile;
     }
   }
@@ -213,23 +214,6 @@ __global__ void __launch_bounds__(kGroupThreads)
 }
 
 // ---- expert products ----
-
-struct MoeProduct {
-  MoeMatrix a, b;  // b: up (gate/up launches only)
-  MoeActivation act = MoeActivation::Swiglu;
-  int n_out = 0;
-  MoeInput in;
-  float* out = nullptr;
-};
-
-__device__ __forceinline__ float activate(MoeActivation act, float g, float u) {
-  if (act == MoeActivation::SwigluClamped) {
-    g = fminf(g, 7.0f);
-    u = fminf(fmaxf(u, -7.0f), 7.0f);
-    return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
-  }
-  return g / (1.0f + expf(-g)) * u;
-}
 
 // This thread's share of R weight rows (w, and w_up for gate/up) dotted with up to NB inputs
 // (rows x_row[b] of the input, b < count): the chunk loop every expert product runs, so the
@@ -327,72 +311,79 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
   allow_next_kernel();
   const MoeInput& in = P.in;
   const bool grouped = in.groups.tiles != nullptr;
-  int expert, first, count;
+  int expert, tile_first, tile_count;
   if (grouped) {
     if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;
     const MoeTile tile = in.groups.tiles[blockIdx.y];
     expert = tile.expert;
-    first = tile.first;
-    count = tile.count;
+    tile_first = tile.first;
+    tile_count = tile.count;
   } else {
     expert = in.ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
+    tile_first = blockIdx.y;
+    tile_count = 1;
   }
   const int first_row = blockIdx.x * R;
   if (first_row >= P.n_out) return;  // the whole block
   const int rows_here = min(R, P.n_out - first_row);
-  int pair[NB];
-  int64_t x_row[NB];
-#pragma unroll
-  for (int b = 0; b < NB; ++b) {
-    pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
-    x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
-  }
   const int64_t row_bytes = P.a.row_bytes;
   const uint8_t* w = static_cast<const uint8_t*>(P.a.table[expert]) + first_row * row_bytes;
   const uint8_t* w_up =
       GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
-
-  float acc[R][NB], acc_up[R][NB];
-  accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
-
   constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
   __shared__ float partial[kWarps][kSlots];
   __shared__ int pair_of[NB];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int b = 0; b < NB; ++b) pair_of[b] = pair[b];
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
+
+  // A tile of more than NB pairs (the tensor-core products' tile size) in runs of NB: each
+  // pair's sums do not depend on the run it is in.
+  for (int run = 0; run < tile_count; run += NB) {
+    const int first = tile_first + run, count = min(NB, tile_count - run);
+    int pair[NB];
+    int64_t x_row[NB];
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      const float v = warp_sum(acc[r][b]);
-      if (lane == 0) partial[warp][r * NB + b] = v;
-      if constexpr (GATE_UP) {
-        const float u = warp_sum(acc_up[r][b]);
-        if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
+      pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
+      x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
+    }
+
+    float acc[R][NB], acc_up[R][NB];
+    accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
+
+    if (run > 0) __syncthreads();  // the previous run's partial sums and pairs are read
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) pair_of[b] = pair[b];
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const float v = warp_sum(acc[r][b]);
+        if (lane == 0) partial[warp][r * NB + b] = v;
+        if constexpr (GATE_UP) {
+          const float u = warp_sum(acc_up[r][b]);
+          if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
+        }
       }
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < R * NB; i += kThreads) {
-    const int r = i / NB, b = i % NB;
-    if (r >= rows_here || b >= count) continue;
-    const int o = first_row + r;
-    float v = 0.0f;
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * NB; i += kThreads) {
+      const int r = i / NB, b = i % NB;
+      if (r >= rows_here || b >= count) continue;
+      const int o = first_row + r;
+      float v = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kWarps; ++k) v += partial[k][i];
-    if (P.a.bias) v += P.a.bias[static_cast<int64_t>(expert) * P.n_out + o];
-    if constexpr (GATE_UP) {
-      float u = 0.0f;
+      for (int k = 0; k < kWarps; ++k) v += partial[k][i];
+      if (P.a.bias) v += P.a.bias[static_cast<int64_t>(expert) * P.n_out + o];
+      if constexpr (GATE_UP) {
+        float u = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k) u += partial[k][R * NB + i];
-      if (P.b.bias) u += P.b.bias[static_cast<int64_t>(expert) * P.n_out + o];
-      v = activate(P.act, v, u);
+        for (int k = 0; k < kWarps; ++k) u += partial[k][R * NB + i];
+        if (P.b.bias) u += P.b.bias[static_cast<int64_t>(expert) * P.n_out + o];
+        v = moe_activate(P.act, v, u);
+      }
+      P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
     }
-    P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
   }
 }
 
@@ -470,7 +461,8 @@ cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cuda
   if (!grouped && !in.ids) return cudaErrorInvalidValue;
   if (moe_reads_q8(P.a.type) ? !in.xq.qs : !in.x) return cudaErrorInvalidValue;
   if (grouped && (in.n_expert <= 0 || in.n_expert > kMoeMaxExperts)) return cudaErrorInvalidValue;
-  const int tiles = grouped ? moe_max_tiles(in.pairs, in.n_expert) : in.pairs;
+  if (grouped && in.groups.tile_pairs < 1) return cudaErrorInvalidValue;
+  const int tiles = grouped ? moe_max_tiles(in.pairs, in.n_expert, in.groups.tile_pairs) : in.pairs;
   if (tiles > 65535) return cudaErrorInvalidValue;
   cudaError_t status = cudaSuccess;
   dispatch_weight_type(P.a.type, [&](auto tag) {
@@ -493,9 +485,9 @@ cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cuda
 bool moe_supports(uint32_t type) { return is_supported_weight_type(type); }
 bool moe_reads_q8(uint32_t type) { return type != kF32 && type != kF16 && type != kBF16; }
 
-int moe_max_tiles(int pairs, int n_expert) {
+int moe_max_tiles(int pairs, int n_expert, int tile_pairs) {
   // Σ_e ceil(c_e / P) <= Σ_e (c_e / P) + (experts with a pair), those at most min(pairs, n).
-  return ceil_div(pairs, kMoeTilePairs) + std::min(pairs, n_expert);
+  return ceil_div(pairs, tile_pairs) + std::min(pairs, n_expert);
 }
 
 cudaError_t launch_moe_router(uint32_t type, const void* router, int64_t row_bytes, int n_expert,
@@ -532,7 +524,7 @@ cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGro
                              const KernelConfig& config, cudaStream_t stream) {
   if (pairs <= 0) return cudaSuccess;
   if (n_expert <= 0 || n_expert > kMoeMaxExperts || !groups.order || !groups.tiles ||
-      !groups.n_tiles)
+      !groups.n_tiles || groups.tile_pairs < 1)
     return cudaErrorInvalidValue;
   return launch_status(launch_early(moe_group_kernel, dim3(1), dim3(kGroupThreads), config, stream,
                                     ids, pairs, n_expert, groups));
