@@ -1,9 +1,10 @@
-// Mixture-of-experts kernels (moe.cuh). The expert products are one kernel family: a block of
-// 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it, splits
-// the input length over its 128 threads in chunks of 8 elements, decodes each weight chunk
-// once (int8 + scale for dp4a, or f32) for all the tile's pairs, and sums each pair's products in
-// the same order whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the
-// grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
+// Mixture-of-experts kernels (moe.cuh). The dp4a expert products are one kernel family: a block
+// of 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it (a larger
+// tile in runs of NB), splits the input length over its 128 threads in chunks of 8 elements,
+// decodes each weight chunk once (int8 + scale for dp4a, or f32) for all the run's pairs, and sums
+// each pair's products in the same order whatever else shares the tile: the per-pair launch
+// (NB = 1, small batches) and the grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give
+// the same bits for every pair. The tensor-core family for grouped runs is moe_mma.cu.
 #include <cmath>
 
 #include "moe.cuh"

@@ -6,7 +6,8 @@
 //            products to (1e-5 of Σ|w·x| per matrix, propagated through the activation);
 //   down     vs down·round_through_q8(h, Divide) (+ bd) in double, and vs the dp4a launch;
 //   per-pair invariance: tiles of 8 and of 32 pairs give the same bits, and so does a run of
-//            only the first rows (its own grouping) for each of its pairs;
+//            only the first rows (its own grouping) for each of its pairs; the dp4a kernels
+//            too give the same bits with tiles of 32 (taken in runs of 8) as with tiles of 8;
 // with routing that is uneven (a skewed choice, one expert routed no pair), runs of 8 to 600
 // pairs, and experts read through pointer tables of which the odd ones point into mapped
 // pinned host memory. Without a GPU: every type's fragments (moe_mma_frag.cuh: the int8 words
@@ -304,6 +305,13 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
                                   input(g8.view, pairs), h_dp4a_d.get(), config, nullptr),
             cudaSuccess);
   const std::vector<float> h_dp4a = h_dp4a_d.download();
+  {  // the dp4a kernel takes a tile of 32 in runs of 8: the same bits
+    DeviceArray<float> h32(static_cast<size_t>(pairs * F));
+    ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), c.act, static_cast<int>(F),
+                                    input(g32.view, pairs), h32.get(), config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(h32.download(), h_dp4a) << "dp4a gate/up: tiles of 8 and 32 differ";
+  }
   for (int p = 0; p < pairs; ++p) {
     const int r = p / K, e = ids[static_cast<size_t>(p)];
     for (int64_t o = 0; o < F; ++o) {
@@ -362,6 +370,13 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
                                y_dp4a_d.get(), config, nullptr),
             cudaSuccess);
   const std::vector<float> y_dp4a = y_dp4a_d.download();
+  {
+    DeviceArray<float> y32(static_cast<size_t>(pairs * E));
+    ASSERT_EQ(k::launch_moe_down(down.view(), static_cast<int>(E), down_input(g32.view), y32.get(),
+                                 config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(y32.download(), y_dp4a) << "dp4a down: tiles of 8 and 32 differ";
+  }
   for (int p = 0; p < pairs; ++p) {
     const int e = ids[static_cast<size_t>(p)];
     for (int64_t o = 0; o < E; ++o) {
