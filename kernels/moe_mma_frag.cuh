@@ -60,9 +60,19 @@ GRANULE_MMA_HD uint32_t ld_u32(const uint8_t* p) {  // 4-byte aligned
 GRANULE_MMA_HD uint32_t ld_u32_a2(const uint8_t* p) {  // 2-byte aligned
   return ld_u16(p) | (ld_u16(p + 2) << 16);
 }
-GRANULE_MMA_HD uint32_t ld_u32_a1(const uint8_t* p) {  // any alignment
+// Any alignment. On the device: the aligned word holding p and, when p is not aligned, the next
+// one (up to 3 bytes past p + 3 are read: the rows keep 16 bytes of slack after them).
+GRANULE_MMA_HD uint32_t ld_u32_a1(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
+  const int shift = static_cast<int>(at & 3) * 8;
+  const uint32_t lo = w[0], hi = shift ? w[1] : 0u;
+  return __funnelshift_r(lo, hi, shift);
+#else
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
          (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
+#endif
 }
 GRANULE_MMA_HD void ld_u64(const uint8_t* p, uint32_t& a, uint32_t& b) {  // 8-byte aligned
 #if defined(__CUDA_ARCH__)
