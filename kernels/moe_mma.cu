@@ -10,7 +10,7 @@
 //   - the activations: each n-tile's int8 rows gathered through groups.order (L1/L2 hits: the
 //     4 warps of a block read the same rows), in the weight type's k layout;
 //   - per sub-block and n-tile one mma.sync m16n8k32 (Q6_K: two m16n8k16, one per 16-element
-//     scale, combined exactly in int32), its int32 result scaled by the weight's and the
+//     scale, combined exactly), its integer result (exact in f32) scaled by the weight's and the
 //     activation's scales and added in f32 (explicit roundings, so every instantiation gives
 //     the same bits for a pair: tile size and neighbours do not matter).
 // Bias, activation (SwiGLU or gpt-oss's clamped one) and the scatter to each pair's output row
@@ -28,6 +28,13 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kRowsPerWarp = 16;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+// The mma results start from 1.5 · 2^23 (these bits as int32): the f32 whose bits the int32
+// result holds is then 1.5 · 2^23 + a·b exactly (|a·b| <= 32 · 128 · 128 < 2^22), and one f32
+// subtraction gives a·b, where an int-to-float conversion would run at a quarter of the FP32
+// rate (matvec_mma.cu does the same).
+constexpr uint32_t kMagicBits = 0x4B400000u;
+constexpr float kMagic = 12582912.0f;
+__device__ __forceinline__ float unmagic(int c) { return __fsub_rn(__int_as_float(c), kMagic); }
 
 template <uint32_t TYPE, bool GATE_UP, int NT>
 __global__ void __launch_bounds__(kThreads) moe_mma_kernel(MoeProduct P) {
@@ -98,10 +105,15 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(MoeProduct P) {
       const int sub = chunk * KS + j;
       if (sub >= n_sub) break;  // warp-uniform: a last chunk of 32-element blocks
       moe_mma::Sub s[M][2];
+      float scale_lo[M][2], scale_hi[M][2];  // kSplit16: the int8 scales as f32 (exact)
 #pragma unroll
       for (int m = 0; m < M; ++m)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) s[m][h] = F::sub(cur[m][h], j);
+        for (int h = 0; h < 2; ++h) {
+          s[m][h] = F::sub(cur[m][h], j);
+          scale_lo[m][h] = static_cast<float>(s[m][h].s_lo);
+          scale_hi[m][h] = static_cast<float>(s[m][h].s_hi);
+        }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         if (nt >= tiles_here) break;
@@ -118,22 +130,27 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(MoeProduct P) {
         const float2 d0 = in.xq.ds[ds_col[nt][0] + sub], d1 = in.xq.ds[ds_col[nt][1] + sub];
 #pragma unroll
         for (int m = 0; m < M; ++m) {
-          int c[4];
+          float c[4];  // the sub-block's integer dot products, exact in f32
           if constexpr (F::kSplit16) {
+            // Q6_K: s_lo · lo + s_hi · hi, each |product| < 2^23 and the sum < 2^24: exact.
             int lo[4], hi[4];
-            mma::mma_s8_k16(lo, s[m][0].lo, s[m][1].lo, b0, 0);
-            mma::mma_s8_k16(hi, s[m][0].hi, s[m][1].hi, b1, 0);
+            mma::mma_s8_k16(lo, s[m][0].lo, s[m][1].lo, b0, kMagicBits);
+            mma::mma_s8_k16(hi, s[m][0].hi, s[m][1].hi, b1, kMagicBits);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) c[i] = s[m][i / 2].s_lo * lo[i] + s[m][i / 2].s_hi * hi[i];
+            for (int i = 0; i < 4; ++i)
+              c[i] = __fmaf_rn(scale_hi[m][i / 2], unmagic(hi[i]),
+                               __fmul_rn(scale_lo[m][i / 2], unmagic(lo[i])));
           } else {
             const uint32_t a[4] = {s[m][0].lo, s[m][1].lo, s[m][0].hi, s[m][1].hi};
-            mma::mma_s8(c, a, b0, b1, 0);
+            int bits[4];
+            mma::mma_s8(bits, a, b0, b1, kMagicBits);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) c[i] = unmagic(bits[i]);
           }
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const float2 dx = (i & 1) ? d1 : d0;  // (d, d · Σ q) of column 2t + (i & 1)
-            float v =
-                __fmaf_rn(s[m][i / 2].d, __fmul_rn(dx.x, __int2float_rn(c[i])), acc[m][nt][i]);
+            float v = __fmaf_rn(s[m][i / 2].d, __fmul_rn(dx.x, c[i]), acc[m][nt][i]);
             if constexpr (F::kOffset) v = __fmaf_rn(s[m][i / 2].m, dx.y, v);
             acc[m][nt][i] = v;
           }
