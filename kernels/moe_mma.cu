@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(kThreads) moe_mma_kernel(MoeProduct P) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           s[m][h] = F::sub(cur[m][h], j);
-          scale_lo[m][h] = static_cast<float>(s[m][h].s_lo);
-          scale_hi[m][h] = static_cast<float>(s[m][h].s_hi);
+          scale_lo[m][h] = moe_mma::small_int_to_float(s[m][h].s_lo);
+          scale_hi[m][h] = moe_mma::small_int_to_float(s[m][h].s_hi);
         }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
