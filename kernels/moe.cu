@@ -172,15 +172,49 @@ __global__ void __launch_bounds__(kGroupThreads)
   __syncthreads();
   for (int p = tid; p < pairs; p += kGroupThreads) atomicAdd(&count[ids[p]], 1);
   __syncthreads();
-  if (tid == 0) {
-    int s = 0, t = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      start[e] = s;
-      tile_start[e] = t;
-      s += count[e];
-      t += (count[e] + g.tile_pairs - 1) / g.tile_pairs;
+  // Exclusive prefix sums over the experts of the counts and of the tiles they take, thread e
+  // holding expert e: scans within each warp, then over the warps' totals (exact integers, so
+  // the same as a serial loop).
+  static_assert(kGroupThreads == kMoeMaxExperts && kGroupThreads == kWarpSize * kWarpSize,
+                "one thread per expert, one lane of warp 0 per warp");
+  __shared__ int warp_pairs[kWarpSize], warp_tiles[kWarpSize];
+  const int own_pairs = tid < n_expert ? count[tid] : 0;
+  const int own_tiles = (own_pairs + g.tile_pairs - 1) / g.tile_pairs;
+  int pairs_through = own_pairs, tiles_through = own_tiles;  // inclusive, within the warp
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int p = __shfl_up_sync(0xffffffffu, pairs_through, offset);
+    const int t = __shfl_up_sync(0xffffffffu, tiles_through, offset);
+    if (lane >= offset) {
+      pairs_through += p;
+      tiles_through += t;
     }
-    *g.n_tiles = t;
+  }
+  if (lane == kWarpSize - 1) {
+    warp_pairs[warp] = pairs_through;
+    warp_tiles[warp] = tiles_through;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int wp = warp_pairs[lane], wt = warp_tiles[lane];
+    int wp_through = wp, wt_through = wt;
+#pragma unroll
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int p = __shfl_up_sync(0xffffffffu, wp_through, offset);
+      const int t = __shfl_up_sync(0xffffffffu, wt_through, offset);
+      if (lane >= offset) {
+        wp_through += p;
+        wt_through += t;
+      }
+    }
+    warp_pairs[lane] = wp_through - wp;  // the warps before this one
+    warp_tiles[lane] = wt_through - wt;
+    if (lane == kWarpSize - 1) *g.n_tiles = wt_through;
+  }
+  __syncthreads();
+  if (tid < n_expert) {
+    start[tid] = warp_pairs[warp] + pairs_through - own_pairs;
+    tile_start[tid] = warp_tiles[warp] + tiles_through - own_tiles;
   }
   __syncthreads();
   for (int e = tid; e < n_expert; e += kGroupThreads) {
@@ -202,7 +236,8 @@ __global__ void __launch_bounds__(kGroupThreads)
     const int e = p < pairs ? ids[p] : -1;
     const unsigned peers = __match_any_sync(0xffffffffu, e);
     const int rank = __popc(peers & lower);
-    for (int w = 0; w < kGroupThreads / kWarpSize; ++w) {
+    const int warps_with_pairs = (min(kGroupThreads, pairs - base) + kWarpSize - 1) / kWarpSize;
+    for (int w = 0; w < warps_with_pairs; ++w) {
       if (warp == w && e >= 0) {
         const int at = cursor[e] + rank;
         g.order[at] = p;
