@@ -98,6 +98,16 @@ GRANULE_MMA_HD void ld_u128(const uint8_t* p, uint32_t (&w)[4]) {  // 16-byte al
 
 GRANULE_MMA_HD uint32_t byte_of(uint32_t w, int i) { return (w >> (8 * i)) & 0xFFu; }
 
+// Byte i (0..3) of w as f32, exactly: on the device one byte permute into the bits of 2^23 + b
+// and one f32 subtraction.
+GRANULE_MMA_HD float byte_to_float(uint32_t w, int i) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(__uint_as_float(__byte_perm(w, 0x4B000000u, 0x7540u | i)), 8388608.0f);
+#else
+  return static_cast<float>(byte_of(w, i));
+#endif
+}
+
 // An int of magnitude below 2^22 as f32, exactly. On the device one f32 subtraction from the
 // bits of 1.5 · 2^23 + v: an int-to-float conversion runs at an eighth of the FP32 rate.
 GRANULE_MMA_HD float small_int_to_float(int v) {
@@ -247,18 +257,16 @@ struct KFrag {
     for (int p = 0; p < 4; ++p) ld_u64(b + kQs + 32 * p + 8 * t, r.qs[2 * p], r.qs[2 * p + 1]);
     if constexpr (kQ5) ld_u64(b + 16 + 8 * t, r.qh[0], r.qh[1]);
   }
-  GRANULE_MMA_HD static uint32_t scale_byte(const Raw& r, int i) {
-    return byte_of(r.head[1 + i / 4], i % 4);
-  }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
-    int sc, mn;  // moe_unpack::k_scale_min over the registers
-    if (j < 4) {
-      sc = static_cast<int>(scale_byte(r, j) & 63);
-      mn = static_cast<int>(scale_byte(r, j + 4) & 63);
-    } else {
-      sc = static_cast<int>((scale_byte(r, j + 4) & 0x0F) | ((scale_byte(r, j - 4) >> 6) << 4));
-      mn = static_cast<int>((scale_byte(r, j + 4) >> 4) | ((scale_byte(r, j) >> 6) << 4));
-    }
+    // moe_unpack::k_scale_min over the registers, four sub-blocks' 6-bit scales (and mins) per
+    // word: bytes 0-3 of scales & 63 for sub-blocks 0-3; for 4-7 the low nibbles (high, for the
+    // mins) of bytes 8-11 with the top two bits of bytes 0-3 (4-7) as bits 4-5. The words are
+    // the same for every j of a chunk (computed once when the chunk's sub-blocks are unrolled).
+    const uint32_t scales = j < 4 ? r.head[1] & 0x3F3F3F3Fu
+                                  : (r.head[3] & 0x0F0F0F0Fu) | ((r.head[1] >> 2) & 0x30303030u);
+    const uint32_t mins = j < 4
+                              ? r.head[2] & 0x3F3F3F3Fu
+                              : ((r.head[3] >> 4) & 0x0F0F0F0Fu) | ((r.head[2] >> 2) & 0x30303030u);
     Sub s;
     const int shift = 4 * (j % 2);
     s.lo = (r.qs[2 * (j / 2)] >> shift) & kNibbles;
@@ -267,11 +275,12 @@ struct KFrag {
       s.lo |= ((r.qh[0] >> j) & 0x01010101u) << 4;
       s.hi |= ((r.qh[kQ5 ? 1 : 0] >> j) & 0x01010101u) << 4;
     }
-    s.d = half_to_float(static_cast<uint16_t>(r.head[0] & 0xFFFFu)) * small_int_to_float(sc);
-    s.m = -(half_to_float(static_cast<uint16_t>(r.head[0] >> 16)) * small_int_to_float(mn));
+    s.d = half_to_float(static_cast<uint16_t>(r.head[0] & 0xFFFFu)) * byte_to_float(scales, j % 4);
+    s.m = -(half_to_float(static_cast<uint16_t>(r.head[0] >> 16)) * byte_to_float(mins, j % 4));
     return s;
   }
 };
+
 template <>
 struct Frag<12> : KFrag<12> {};
 template <>
