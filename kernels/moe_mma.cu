@@ -30,7 +30,7 @@ constexpr int kRowsPerWarp = 16;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 // The mma results start from 1.5 · 2^23 (these bits as int32): the f32 whose bits the int32
 // result holds is then 1.5 · 2^23 + a·b exactly (|a·b| <= 32 · 128 · 128 < 2^22), and one f32
-// subtraction gives a·b, where an int-to-float conversion would run at a quarter of the FP32
+// subtraction gives a·b, where an int-to-float conversion would run at an eighth of the FP32
 // rate (matvec_mma.cu does the same).
 constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
