@@ -1,12 +1,14 @@
-// Mixture-of-experts kernels (moe.cuh). The expert products are one kernel family: a block of
-// 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it, splits
-// the input length over its 128 threads in chunks of 8 elements, decodes each weight chunk
-// once (int8 + scale for dp4a, or f32) for all the tile's pairs, and sums each pair's products in
-// the same order whatever else shares the tile: the per-pair launch (NB = 1, small batches) and the
-// grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give the same bits for every pair.
+// Mixture-of-experts kernels (moe.cuh). The dp4a expert products are one kernel family: a block
+// of 4 warps owns R output rows of one expert and a tile of up to NB pairs routed to it (a larger
+// tile in runs of NB), splits the input length over its 128 threads in chunks of 8 elements,
+// decodes each weight chunk once (int8 + scale for dp4a, or f32) for all the run's pairs, and sums
+// each pair's products in the same order whatever else shares the tile: the per-pair launch
+// (NB = 1, small batches) and the grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give
+// the same bits for every pair. The tensor-core family for grouped runs is moe_mma.cu.
 #include <cmath>
 
 #include "moe.cuh"
+#include "moe_product.cuh"
 #include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 
@@ -170,24 +172,58 @@ __global__ void __launch_bounds__(kGroupThreads)
   __syncthreads();
   for (int p = tid; p < pairs; p += kGroupThreads) atomicAdd(&count[ids[p]], 1);
   __syncthreads();
-  if (tid == 0) {
-    int s = 0, t = 0;
-    for (int e = 0; e < n_expert; ++e) {
-      start[e] = s;
-      tile_start[e] = t;
-      s += count[e];
-      t += (count[e] + kMoeTilePairs - 1) / kMoeTilePairs;
+  // Exclusive prefix sums over the experts of the counts and of the tiles they take, thread e
+  // holding expert e: scans within each warp, then over the warps' totals (exact integers, so
+  // the same as a serial loop).
+  static_assert(kGroupThreads == kMoeMaxExperts && kGroupThreads == kWarpSize * kWarpSize,
+                "one thread per expert, one lane of warp 0 per warp");
+  __shared__ int warp_pairs[kWarpSize], warp_tiles[kWarpSize];
+  const int own_pairs = tid < n_expert ? count[tid] : 0;
+  const int own_tiles = (own_pairs + g.tile_pairs - 1) / g.tile_pairs;
+  int pairs_through = own_pairs, tiles_through = own_tiles;  // inclusive, within the warp
+#pragma unroll
+  for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+    const int p = __shfl_up_sync(0xffffffffu, pairs_through, offset);
+    const int t = __shfl_up_sync(0xffffffffu, tiles_through, offset);
+    if (lane >= offset) {
+      pairs_through += p;
+      tiles_through += t;
     }
-    *g.n_tiles = t;
+  }
+  if (lane == kWarpSize - 1) {
+    warp_pairs[warp] = pairs_through;
+    warp_tiles[warp] = tiles_through;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int wp = warp_pairs[lane], wt = warp_tiles[lane];
+    int wp_through = wp, wt_through = wt;
+#pragma unroll
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const int p = __shfl_up_sync(0xffffffffu, wp_through, offset);
+      const int t = __shfl_up_sync(0xffffffffu, wt_through, offset);
+      if (lane >= offset) {
+        wp_through += p;
+        wt_through += t;
+      }
+    }
+    warp_pairs[lane] = wp_through - wp;  // the warps before this one
+    warp_tiles[lane] = wt_through - wt;
+    if (lane == kWarpSize - 1) *g.n_tiles = wt_through;
+  }
+  __syncthreads();
+  if (tid < n_expert) {
+    start[tid] = warp_pairs[warp] + pairs_through - own_pairs;
+    tile_start[tid] = warp_tiles[warp] + tiles_through - own_tiles;
   }
   __syncthreads();
   for (int e = tid; e < n_expert; e += kGroupThreads) {
     cursor[e] = start[e];
-    for (int i = 0; i * kMoeTilePairs < count[e]; ++i) {
+    for (int i = 0; i * g.tile_pairs < count[e]; ++i) {
       MoeTile tile;
       tile.expert = e;
-      tile.first = start[e] + i * kMoeTilePairs;
-      tile.count = min(kMoeTilePairs, count[e] - i * kMoeTilePairs);
+      tile.first = start[e] + i * g.tile_pairs;
+      tile.count = min(g.tile_pairs, count[e] - i * g.tile_pairs);
       g.tiles[tile_start[e] + i] = tile;
     }
   }
@@ -200,7 +236,8 @@ __global__ void __launch_bounds__(kGroupThreads)
     const int e = p < pairs ? ids[p] : -1;
     const unsigned peers = __match_any_sync(0xffffffffu, e);
     const int rank = __popc(peers & lower);
-    for (int w = 0; w < kGroupThreads / kWarpSize; ++w) {
+    const int warps_with_pairs = (min(kGroupThreads, pairs - base) + kWarpSize - 1) / kWarpSize;
+    for (int w = 0; w < warps_with_pairs; ++w) {
       if (warp == w && e >= 0) {
         const int at = cursor[e] + rank;
         g.order[at] = p;
@@ -213,23 +250,6 @@ __global__ void __launch_bounds__(kGroupThreads)
 }
 
 // ---- expert products ----
-
-struct MoeProduct {
-  MoeMatrix a, b;  // b: up (gate/up launches only)
-  MoeActivation act = MoeActivation::Swiglu;
-  int n_out = 0;
-  MoeInput in;
-  float* out = nullptr;
-};
-
-__device__ __forceinline__ float activate(MoeActivation act, float g, float u) {
-  if (act == MoeActivation::SwigluClamped) {
-    g = fminf(g, 7.0f);
-    u = fminf(fmaxf(u, -7.0f), 7.0f);
-    return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
-  }
-  return g / (1.0f + expf(-g)) * u;
-}
 
 // This thread's share of R weight rows (w, and w_up for gate/up) dotted with up to NB inputs
 // (rows x_row[b] of the input, b < count): the chunk loop every expert product runs, so the
@@ -327,72 +347,79 @@ __global__ void __launch_bounds__(kThreads) moe_product_kernel(MoeProduct P) {
   allow_next_kernel();
   const MoeInput& in = P.in;
   const bool grouped = in.groups.tiles != nullptr;
-  int expert, first, count;
+  int expert, tile_first, tile_count;
   if (grouped) {
     if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;
     const MoeTile tile = in.groups.tiles[blockIdx.y];
     expert = tile.expert;
-    first = tile.first;
-    count = tile.count;
+    tile_first = tile.first;
+    tile_count = tile.count;
   } else {
     expert = in.ids[blockIdx.y];
-    first = blockIdx.y;
-    count = 1;
+    tile_first = blockIdx.y;
+    tile_count = 1;
   }
   const int first_row = blockIdx.x * R;
   if (first_row >= P.n_out) return;  // the whole block
   const int rows_here = min(R, P.n_out - first_row);
-  int pair[NB];
-  int64_t x_row[NB];
-#pragma unroll
-  for (int b = 0; b < NB; ++b) {
-    pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
-    x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
-  }
   const int64_t row_bytes = P.a.row_bytes;
   const uint8_t* w = static_cast<const uint8_t*>(P.a.table[expert]) + first_row * row_bytes;
   const uint8_t* w_up =
       GATE_UP ? static_cast<const uint8_t*>(P.b.table[expert]) + first_row * row_bytes : nullptr;
-
-  float acc[R][NB], acc_up[R][NB];
-  accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
-
   constexpr int kSlots = R * NB * (GATE_UP ? 2 : 1);
   __shared__ float partial[kWarps][kSlots];
   __shared__ int pair_of[NB];
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int b = 0; b < NB; ++b) pair_of[b] = pair[b];
-  }
-#pragma unroll
-  for (int r = 0; r < R; ++r)
+
+  // A tile of more than NB pairs (the tensor-core products' tile size) in runs of NB: each
+  // pair's sums do not depend on the run it is in.
+  for (int run = 0; run < tile_count; run += NB) {
+    const int first = tile_first + run, count = min(NB, tile_count - run);
+    int pair[NB];
+    int64_t x_row[NB];
 #pragma unroll
     for (int b = 0; b < NB; ++b) {
-      const float v = warp_sum(acc[r][b]);
-      if (lane == 0) partial[warp][r * NB + b] = v;
-      if constexpr (GATE_UP) {
-        const float u = warp_sum(acc_up[r][b]);
-        if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
+      pair[b] = b < count ? (grouped ? in.groups.order[first + b] : first + b) : 0;
+      x_row[b] = in.per_pair_input ? pair[b] : pair[b] / in.n_used;
+    }
+
+    float acc[R][NB], acc_up[R][NB];
+    accumulate<TYPE, GATE_UP, NB, R>(w, w_up, row_bytes, rows_here, in, x_row, count, acc, acc_up);
+
+    if (run > 0) __syncthreads();  // the previous run's partial sums and pairs are read
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int b = 0; b < NB; ++b) pair_of[b] = pair[b];
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const float v = warp_sum(acc[r][b]);
+        if (lane == 0) partial[warp][r * NB + b] = v;
+        if constexpr (GATE_UP) {
+          const float u = warp_sum(acc_up[r][b]);
+          if (lane == 0) partial[warp][R * NB + r * NB + b] = u;
+        }
       }
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < R * NB; i += kThreads) {
-    const int r = i / NB, b = i % NB;
-    if (r >= rows_here || b >= count) continue;
-    const int o = first_row + r;
-    float v = 0.0f;
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * NB; i += kThreads) {
+      const int r = i / NB, b = i % NB;
+      if (r >= rows_here || b >= count) continue;
+      const int o = first_row + r;
+      float v = 0.0f;
 #pragma unroll
-    for (int k = 0; k < kWarps; ++k) v += partial[k][i];
-    if (P.a.bias) v += P.a.bias[static_cast<int64_t>(expert) * P.n_out + o];
-    if constexpr (GATE_UP) {
-      float u = 0.0f;
+      for (int k = 0; k < kWarps; ++k) v += partial[k][i];
+      if (P.a.bias) v += P.a.bias[static_cast<int64_t>(expert) * P.n_out + o];
+      if constexpr (GATE_UP) {
+        float u = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k) u += partial[k][R * NB + i];
-      if (P.b.bias) u += P.b.bias[static_cast<int64_t>(expert) * P.n_out + o];
-      v = activate(P.act, v, u);
+        for (int k = 0; k < kWarps; ++k) u += partial[k][R * NB + i];
+        if (P.b.bias) u += P.b.bias[static_cast<int64_t>(expert) * P.n_out + o];
+        v = moe_activate(P.act, v, u);
+      }
+      P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
     }
-    P.out[static_cast<int64_t>(pair_of[b]) * P.n_out + o] = v;
   }
 }
 
@@ -470,7 +497,8 @@ cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cuda
   if (!grouped && !in.ids) return cudaErrorInvalidValue;
   if (moe_reads_q8(P.a.type) ? !in.xq.qs : !in.x) return cudaErrorInvalidValue;
   if (grouped && (in.n_expert <= 0 || in.n_expert > kMoeMaxExperts)) return cudaErrorInvalidValue;
-  const int tiles = grouped ? moe_max_tiles(in.pairs, in.n_expert) : in.pairs;
+  if (grouped && in.groups.tile_pairs < 1) return cudaErrorInvalidValue;
+  const int tiles = grouped ? moe_max_tiles(in.pairs, in.n_expert, in.groups.tile_pairs) : in.pairs;
   if (tiles > 65535) return cudaErrorInvalidValue;
   cudaError_t status = cudaSuccess;
   dispatch_weight_type(P.a.type, [&](auto tag) {
@@ -493,9 +521,9 @@ cudaError_t launch_product(const MoeProduct& P, const KernelConfig& config, cuda
 bool moe_supports(uint32_t type) { return is_supported_weight_type(type); }
 bool moe_reads_q8(uint32_t type) { return type != kF32 && type != kF16 && type != kBF16; }
 
-int moe_max_tiles(int pairs, int n_expert) {
+int moe_max_tiles(int pairs, int n_expert, int tile_pairs) {
   // Σ_e ceil(c_e / P) <= Σ_e (c_e / P) + (experts with a pair), those at most min(pairs, n).
-  return ceil_div(pairs, kMoeTilePairs) + std::min(pairs, n_expert);
+  return ceil_div(pairs, tile_pairs) + std::min(pairs, n_expert);
 }
 
 cudaError_t launch_moe_router(uint32_t type, const void* router, int64_t row_bytes, int n_expert,
@@ -532,7 +560,7 @@ cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGro
                              const KernelConfig& config, cudaStream_t stream) {
   if (pairs <= 0) return cudaSuccess;
   if (n_expert <= 0 || n_expert > kMoeMaxExperts || !groups.order || !groups.tiles ||
-      !groups.n_tiles)
+      !groups.n_tiles || groups.tile_pairs < 1)
     return cudaErrorInvalidValue;
   return launch_status(launch_early(moe_group_kernel, dim3(1), dim3(kGroupThreads), config, stream,
                                     ids, pairs, n_expert, groups));

@@ -1,6 +1,8 @@
 // Mixture-of-experts feed-forward kernels (issue 36): the router's logits, gating and top-k
 // with the routing counts, the grouping of (row, k) pairs by expert, the experts' gate/up
-// product with the activation, the down product, and the weighted sum into the residual.
+// product with the activation, the down product, and the weighted sum into the residual. The
+// expert products come in two families: dp4a (moe.cu; any run, every type) and, for grouped
+// runs of many pairs, int8 tensor cores (moe_mma.cu).
 // Every expert matrix is read through a device pointer table (one pointer per expert), so an
 // expert may sit in VRAM or in mapped pinned host memory, and moves between steps by
 // rewriting the table: nothing here depends on where an expert is, and a captured graph stays
@@ -29,8 +31,8 @@ enum class MoeActivation : int { Swiglu = 0, SwigluClamped = 1 };
 
 constexpr int kMoeMaxExperts = 1024;
 constexpr int kMoeMaxUsed = 32;
-// (row, k) pairs per tile of the grouped kernels: one read of an expert's weight rows serves
-// up to this many pairs routed to it.
+// (row, k) pairs per tile of the grouped dp4a kernels: one read of an expert's weight rows
+// serves up to this many pairs routed to it (a tile of more pairs is taken in runs of this many).
 constexpr int kMoeTilePairs = 8;
 
 struct MoeRouting {
@@ -59,18 +61,21 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
                             float* weights, int32_t* counts, const int32_t* slots,
                             const KernelConfig& config, cudaStream_t stream);
 
-// A run of up to kMoeTilePairs pairs routed to one expert: order[first .. first + count).
+// A run of up to MoeGroups::tile_pairs pairs routed to one expert: order[first .. first + count).
 struct MoeTile {
   int32_t expert = 0, first = 0, count = 0, pad = 0;
 };
 struct MoeGroups {
   int32_t* order = nullptr;    // [pairs]: pair indices grouped by expert, ascending within one
-  MoeTile* tiles = nullptr;    // [moe_max_tiles(pairs, n_expert)]
+  MoeTile* tiles = nullptr;    // [moe_max_tiles(pairs, n_expert, tile_pairs)]
   int32_t* n_tiles = nullptr;  // [1]: tiles written
+  int32_t tile_pairs = kMoeTilePairs;  // the most pairs of a tile
 };
-// The most tiles `pairs` pairs over n_expert experts can take (the grid of a grouped launch).
-int moe_max_tiles(int pairs, int n_expert);
-// Counting sort of the pairs by expert (stable, so deterministic) and their tiles.
+// The most tiles `pairs` pairs over n_expert experts can take in tiles of up to tile_pairs (the
+// grid of a grouped launch).
+int moe_max_tiles(int pairs, int n_expert, int tile_pairs = kMoeTilePairs);
+// Counting sort of the pairs by expert (stable, so deterministic) and their tiles of up to
+// groups.tile_pairs pairs.
 cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGroups groups,
                              const KernelConfig& config, cudaStream_t stream);
 
@@ -113,6 +118,28 @@ cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in
 cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,
                                     const float* weights, float* hidden, const KernelConfig& config,
                                     cudaStream_t stream);
+// The grouped products on int8 tensor cores (moe_mma.cu), for runs of many pairs: a warp owns
+// 16 output rows of one expert (gate and up: 16 of each) and a tile's pairs in n-tiles of 8,
+// builds its mma.sync m16n8k32 A fragments straight from the GGUF blocks it loads (plain loads,
+// so an expert in mapped pinned host memory works as one in VRAM; moe_mma_frag.cuh), gathers
+// the pairs' int8 activation rows through groups.order, and adds each 32-element sub-block's
+// exact int32 product, scaled by the weight and activation scales, in f32 in sub-block order.
+// A pair's result therefore does not depend on which other pairs share its tile or launch, nor
+// on the tile size; it differs from the dp4a kernels' only in the f32 summation (chunks of 32
+// rather than 8), within the same bound against the CPU. Grouped launches only (groups set, with
+// groups.tile_pairs 8 or 32); the inputs as launch_moe_gate_up / launch_moe_down read them, the
+// expert matrices 16-byte aligned (CudaMoe's are 256-byte aligned).
+// True where the device and this build run them for experts of `type` (Q4_0, Q4_1, Q8_0, Q4_K,
+// Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4).
+bool moe_mma_supports(uint32_t type);
+// The tile sizes the tensor-core products take.
+constexpr int kMoeMmaTilePairs[] = {8, 32};
+cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                   int n_out, const MoeInput& in, float* h,
+                                   const KernelConfig& config, cudaStream_t stream);
+cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                                const KernelConfig& config, cudaStream_t stream);
+
 // hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
 // f32 in top-k order before the residual add.
 cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,

@@ -25,6 +25,22 @@ namespace k = granule::kernels;
 // Runs of at most this many rows take the per-pair expert kernels; more are grouped by expert
 // first (one weight read per tile of pairs). Both give the same bits per pair.
 constexpr int kPerPairMaxRows = 4;
+// Grouped runs of at least this many rows take the tensor-core expert products
+// (launch_moe_*_mma) for the types they cover, fewer the grouped dp4a ones. Not yet measured
+// (issue 36): at 8 rows of top-8 routing most experts get one pair, and both families are then
+// bound by reading the weights; the tensor-core one builds its int8 fragments from wider loads
+// and does a fifth of the dp4a one's instructions per weight byte and pair, so it should be
+// the faster from there on. The two differ in f32 summation order only (the same bound against
+// the CPU oracle); within each family a pair's result does not depend on the run.
+constexpr int kMmaMinRows = 8;
+
+// The tensor-core products' tile: 32 pairs where experts get about 8 or more pairs on average
+// (prefill: 512 rows of top-8 over 128 experts give 32), so one read of an expert's rows serves
+// them all; else 8 (decode batches: one or two pairs per expert), whose kernels hold fewer
+// registers and keep more warps' loads in flight.
+int mma_tile_pairs(int pairs, int64_t n_expert) {
+  return static_cast<int64_t>(pairs) >= 8 * n_expert ? 32 : 8;
+}
 
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
 
@@ -242,6 +258,9 @@ void CudaMoe::upload_routers(const WeightTable& w) {
               .type = l.down_exps->ggml_type,
               .row_bytes = tensor_row_bytes(l.down_exps),
               .bias = vec(vector_at[i][3])};
+    // Asked here, before any stream capture (the first call queries the device).
+    d.mma_gate_up = k::moe_mma_supports(d.gate.type);
+    d.mma_down = k::moe_mma_supports(d.down.type);
     const uint64_t gate = slab_bytes(l.gate_exps, n_expert_), up = slab_bytes(l.up_exps, n_expert_),
                    down = slab_bytes(l.down_exps, n_expert_);
     d.file[0] = l.gate_exps->data;
@@ -543,12 +562,21 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   in.x = x_f32;
   in.xq = xq;
   in.ids = ids_.as<int32_t>();
+  const bool mma_gate_up = n_rows >= kMmaMinRows && d.mma_gate_up;
+  const bool mma_down = n_rows >= kMmaMinRows && d.mma_down;
   if (n_rows > kPerPairMaxRows) {
-    in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>()};
+    in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
+                 mma_gate_up || mma_down ? mma_tile_pairs(pairs, n_expert_) : k::kMoeTilePairs};
     check(k::launch_moe_group(ids_.as<int32_t>(), pairs, n_expert, in.groups, config, stream),
           "moe_group");
   }
-  check(k::launch_moe_gate_up(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config, stream),
+  if (mma_gate_up)
+    check(k::launch_moe_gate_up_mma(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config,
+                                    stream),
+          "moe_gate_up_mma");
+  else
+    check(
+        k::launch_moe_gate_up(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config, stream),
         "moe_gate_up");
   k::MoeInput down = in;
   down.n_in = n_ff;
@@ -563,7 +591,11 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
           "moe_down_combine");
     return;
   }
-  check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
+  if (mma_down)
+    check(k::launch_moe_down_mma(d.down, n_embd, down, y_.as<float>(), config, stream),
+          "moe_down_mma");
+  else
+    check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
   check(k::launch_moe_combine(y_.as<float>(), weights_.as<float>(), n_rows, n_used, n_embd, hidden,
                               config, stream),
         "moe_combine");

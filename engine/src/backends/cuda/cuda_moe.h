@@ -38,7 +38,7 @@ struct MoeStats {
   uint64_t hits = 0, misses = 0;   // choices served from VRAM / from host memory
   // Expert bytes read over PCIe: each host-served choice counted as one read of the expert's
   // gate, up and down matrices (an upper bound: a grouped launch reads an expert once per tile
-  // of up to kMoeTilePairs pairs).
+  // of pairs).
   uint64_t bytes_streamed = 0;
   uint64_t tokens = 0;  // rows routed (choices / n_expert_used)
 };
@@ -130,8 +130,9 @@ class CudaMoe {
     uint32_t router_type = 0;
     int64_t router_row_bytes = 0;
     const float* router_bias = nullptr;
-    kernels::MoeMatrix gate, up, down;  // tables filled by write_tables()
-    uint64_t offsets[3] = {0, 0, 0};    // of gate, up, down inside an expert's image
+    kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
+    bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
+    uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
     const uint8_t* file[3] = {nullptr, nullptr, nullptr};  // the tensors in the file mapping
     uint64_t slab[3] = {0, 0, 0};                          // one expert's bytes of each
   };

@@ -1,0 +1,181 @@
+// The grouped expert products alone (kernels/moe.cu's dp4a family against kernels/moe_mma.cu's
+// tensor-core one) at the shapes of the issue-36 models, on random expert bytes (the timing does
+// not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
+// gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
+// bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
+// TB/s on an H100). What decides CudaMoe's kMmaMinRows and mma_tile_pairs; the product build never
+// compiles it. On the device, after building granule_kernels (build-gpu):
+//   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I kernels -I engine/include \
+//     dev/cuda/moe_products_bench.cu build-gpu/kernels/libgranule_kernels.a -o /tmp/moe_bench
+//   /tmp/moe_bench
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "granule/block_formats.h"
+#include "moe.cuh"
+#include "quant_blocks.cuh"
+
+namespace k = granule::kernels;
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    const cudaError_t e_ = (x);                                                               \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+struct Shape {
+  const char* name;
+  int n_expert, n_used, n_embd, n_ff;
+  uint32_t gate_up_type, down_type;
+};
+
+template <class T>
+T* device_alloc(size_t n) {
+  T* p = nullptr;
+  CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  return p;
+}
+
+// One matrix of every expert (random bytes; NaN scales cost the GPU nothing) and its pointer
+// table.
+struct Matrix {
+  k::MoeMatrix view{};
+  uint8_t* bytes = nullptr;
+  const void** table = nullptr;
+  size_t slab = 0;
+  Matrix(uint32_t type, int n_expert, int rows, int cols, std::mt19937& rng) {
+    const int64_t row_bytes = cols / k::block_elems(type) * k::block_bytes(type);
+    slab = (static_cast<size_t>(rows) * row_bytes + 16 + 255) / 256 * 256;
+    std::vector<uint8_t> host(slab * n_expert);
+    for (auto& b : host) b = static_cast<uint8_t>(rng());
+    bytes = device_alloc<uint8_t>(host.size());
+    CHECK(cudaMemcpy(bytes, host.data(), host.size(), cudaMemcpyHostToDevice));
+    std::vector<const void*> t(n_expert);
+    for (int e = 0; e < n_expert; ++e) t[e] = bytes + e * slab;
+    table = device_alloc<const void*>(n_expert);
+    CHECK(cudaMemcpy(table, t.data(), n_expert * sizeof(void*), cudaMemcpyHostToDevice));
+    view.table = table;
+    view.type = type;
+    view.row_bytes = row_bytes;
+  }
+};
+
+template <class F>
+float time_ms(F&& f) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) CHECK(f());
+  CHECK(cudaEventRecord(a));
+  constexpr int kReps = 20;
+  for (int i = 0; i < kReps; ++i) CHECK(f());
+  CHECK(cudaEventRecord(b));
+  CHECK(cudaEventSynchronize(b));
+  float ms = 0.0f;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  return ms / kReps;
+}
+
+int main() {
+  const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
+                          {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
+                          {"gpt-oss-20b (MXFP4)", 32, 4, 2880, 2880, k::kMXFP4, k::kMXFP4}};
+  k::KernelConfig config;
+  config.early_launch = false;
+  std::mt19937 rng(1);
+  for (const Shape& s : shapes) {
+    Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+    Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+    Matrix down(s.down_type, s.n_expert, s.n_embd, s.n_ff, rng);
+    const size_t expert_bytes = gate.slab + up.slab + down.slab;
+    std::printf("\n%s: %d experts, top %d, %zu KiB per expert\n", s.name, s.n_expert, s.n_used,
+                expert_bytes >> 10);
+    std::printf(
+        "| rows | pairs | experts hit | tile | group us | dp4a gate/up us | dp4a down us "
+        "| mma gate/up us | mma down us | dp4a GB/s | mma GB/s |\n");
+    const int max_rows = 512, max_pairs = max_rows * s.n_used;
+    int8_t* xq = device_alloc<int8_t>(static_cast<size_t>(max_rows) * s.n_embd);
+    float2* xd = device_alloc<float2>(static_cast<size_t>(max_rows) * s.n_embd / 32);
+    int8_t* hq = device_alloc<int8_t>(static_cast<size_t>(max_pairs) * s.n_ff);
+    float2* hd = device_alloc<float2>(static_cast<size_t>(max_pairs) * s.n_ff / 32);
+    float* h = device_alloc<float>(static_cast<size_t>(max_pairs) * s.n_ff);
+    float* y = device_alloc<float>(static_cast<size_t>(max_pairs) * s.n_embd);
+    CHECK(cudaMemset(xq, 1, static_cast<size_t>(max_rows) * s.n_embd));
+    CHECK(cudaMemset(hq, 1, static_cast<size_t>(max_pairs) * s.n_ff));
+    CHECK(cudaMemset(xd, 0, static_cast<size_t>(max_rows) * s.n_embd / 32 * sizeof(float2)));
+    CHECK(cudaMemset(hd, 0, static_cast<size_t>(max_pairs) * s.n_ff / 32 * sizeof(float2)));
+    int32_t* ids = device_alloc<int32_t>(max_pairs);
+    int32_t* order = device_alloc<int32_t>(max_pairs);
+    int32_t* n_tiles = device_alloc<int32_t>(1);
+    k::MoeTile* tiles = device_alloc<k::MoeTile>(k::moe_max_tiles(max_pairs, s.n_expert, 8));
+    for (const int rows : {8, 16, 32, 64, 128, 512}) {
+      const int pairs = rows * s.n_used;
+      std::vector<int32_t> chosen;
+      std::vector<int> all(s.n_expert);
+      std::iota(all.begin(), all.end(), 0);
+      std::vector<bool> hit(s.n_expert, false);
+      for (int r = 0; r < rows; ++r) {
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int j = 0; j < s.n_used; ++j) {
+          chosen.push_back(all[j]);
+          hit[all[j]] = true;
+        }
+      }
+      const int experts_hit = static_cast<int>(std::count(hit.begin(), hit.end(), true));
+      CHECK(cudaMemcpy(ids, chosen.data(), pairs * sizeof(int32_t), cudaMemcpyHostToDevice));
+      const int mma_tile = pairs >= 8 * s.n_expert ? 32 : 8;  // CudaMoe's mma_tile_pairs
+      k::MoeInput in;
+      in.n_in = s.n_embd;
+      in.pairs = pairs;
+      in.n_used = s.n_used;
+      in.n_expert = s.n_expert;
+      in.xq = {xq, xd};
+      in.ids = ids;
+      k::MoeInput din = in;
+      din.n_in = s.n_ff;
+      din.xq = {hq, hd};
+      auto with_tile = [&](k::MoeInput i, int tile) {
+        i.groups = {order, tiles, n_tiles, tile};
+        return i;
+      };
+      const float group_ms = time_ms([&] {
+        return k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, 8).groups, config,
+                                   nullptr);
+      });
+      CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, 8).groups, config, nullptr));
+      const float dp4a_gu = time_ms([&] {
+        return k::launch_moe_gate_up(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                     with_tile(in, 8), h, config, nullptr);
+      });
+      const float dp4a_d = time_ms([&] {
+        return k::launch_moe_down(down.view, s.n_embd, with_tile(din, 8), y, config, nullptr);
+      });
+      CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, mma_tile).groups, config,
+                                nullptr));
+      const float mma_gu = time_ms([&] {
+        return k::launch_moe_gate_up_mma(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                         with_tile(in, mma_tile), h, config, nullptr);
+      });
+      const float mma_d = time_ms([&] {
+        return k::launch_moe_down_mma(down.view, s.n_embd, with_tile(din, mma_tile), y, config,
+                                      nullptr);
+      });
+      const double bytes = static_cast<double>(experts_hit) * expert_bytes;
+      std::printf(
+          "| %4d | %5d | %11d | %4d | %8.1f | %15.1f | %12.1f | %14.1f | %11.1f | %9.0f | "
+          "%8.0f |\n",
+          rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
+          mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
+          bytes / ((mma_gu + mma_d) * 1e6));
+    }
+  }
+  return 0;
+}

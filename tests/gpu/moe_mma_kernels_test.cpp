@@ -1,0 +1,491 @@
+// The grouped expert products on int8 tensor cores (kernels/moe_mma.cu) against the CPU and
+// against the grouped dp4a products (kernels/moe.cu) on the same inputs, for every type they
+// cover:
+//   gate/up  vs act(gate·x + bg, up·x + bu) in double over x rounded through int8 blocks, and vs
+//            the dp4a launch, both within the bound moe_kernels_test.cpp holds the dp4a
+//            products to (1e-5 of Σ|w·x| per matrix, propagated through the activation);
+//   down     vs down·round_through_q8(h, Divide) (+ bd) in double, and vs the dp4a launch;
+//   per-pair invariance: tiles of 8 and of 32 pairs give the same bits, and so does a run of
+//            only the first rows (its own grouping) for each of its pairs; the dp4a kernels
+//            too give the same bits with tiles of 32 (taken in runs of 8) as with tiles of 8;
+// with routing that is uneven (a skewed choice, one expert routed no pair), runs of 8 to 600
+// pairs, and experts read through pointer tables of which the odd ones point into mapped
+// pinned host memory. Without a GPU: every type's fragments (moe_mma_frag.cuh: the int8 words
+// each lane of an mma quad builds, and their scales) against dequantize_row.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+
+#include "backends/cpu/moe_ffn.h"
+#include "backends/cpu/ops.h"
+#include "gpu_test_support.h"
+#include "granule/quant.h"
+#include "granule/tensor_type.h"
+#include "kernel_test_inputs.h"
+#include "moe.cuh"
+#include "moe_mma_frag.cuh"
+#include "quantize_activations.cuh"
+
+namespace granule {
+namespace {
+
+namespace k = kernels;
+using gpu_test::DeviceArray;
+using gpu_test::encode;
+using gpu_test::Encoded;
+
+constexpr TensorType kMmaTypes[] = {TensorType::Q4_0,   TensorType::Q4_1,   TensorType::Q8_0,
+                                    TensorType::Q4_K,   TensorType::Q5_K,   TensorType::Q6_K,
+                                    TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
+
+// f(std::integral_constant<uint32_t, TYPE>{}) for the mma type `type`.
+template <class F>
+void dispatch_mma_type(TensorType type, F&& f) {
+  auto one = [&](auto tag) {
+    if (static_cast<uint32_t>(type) == decltype(tag)::value) f(tag);
+  };
+  one(std::integral_constant<uint32_t, 2>{});
+  one(std::integral_constant<uint32_t, 3>{});
+  one(std::integral_constant<uint32_t, 8>{});
+  one(std::integral_constant<uint32_t, 12>{});
+  one(std::integral_constant<uint32_t, 13>{});
+  one(std::integral_constant<uint32_t, 14>{});
+  one(std::integral_constant<uint32_t, 20>{});
+  one(std::integral_constant<uint32_t, 23>{});
+  one(std::integral_constant<uint32_t, 39>{});
+}
+
+bool k_quant(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K ||
+         type == TensorType::IQ4_XS;
+}
+
+// Every lane's words and scales of every sub-block against the CPU's decoding. Needs no GPU.
+TEST(MoeMmaFragments, MatchDequantize) {
+  std::mt19937 rng(11);
+  int types = 0;
+  for (const TensorType type : kMmaTypes) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
+    // 32-element types: 13 blocks, so the last chunk of 4 is partial.
+    const int64_t rows = 3, cols = k_quant(type) ? 512 : 416;
+    const Encoded e = encode(type, rows, cols, rng);
+    const int n_sub = static_cast<int>(cols / 32);
+    dispatch_mma_type(type, [&](auto tag) {
+      constexpr uint32_t TYPE = decltype(tag)::value;
+      using F = k::moe_mma::Frag<TYPE>;
+      ++types;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int first = 0; first < n_sub; first += F::kSubs)
+          for (int t = 0; t < 4; ++t) {
+            typename F::Raw raw;
+            F::load(raw, e.bytes.data() + r * e.row_bytes, first, n_sub, t);
+            for (int j = 0; j < F::kSubs && first + j < n_sub; ++j) {
+              const k::moe_mma::Sub s = F::sub(raw, j);
+              for (int hi = 0; hi < 2; ++hi)
+                for (int b = 0; b < 4; ++b) {
+                  const int q =
+                      static_cast<int8_t>(static_cast<uint8_t>((hi ? s.hi : s.lo) >> (8 * b)));
+                  const int element = k::moe_mma::element_of<TYPE>(t, hi, b);
+                  float got;
+                  double size;
+                  if constexpr (F::kSplit16) {
+                    const int scale = element < 16 ? s.s_lo : s.s_hi;
+                    got = s.d * static_cast<float>(scale * q);
+                    size = std::fabs(got);
+                  } else {
+                    got = s.d * static_cast<float>(q) + s.m;
+                    size = std::fabs(s.d * q) + std::fabs(s.m);
+                  }
+                  const float want =
+                      e.decoded[static_cast<size_t>(r * cols + (first + j) * 32 + element)];
+                  ASSERT_NEAR(got, want, 1e-6 * size + 1e-30)
+                      << "row " << r << " sub-block " << first + j << " lane " << t << " element "
+                      << element;
+                }
+            }
+          }
+    });
+  }
+  EXPECT_EQ(types, 9);
+}
+
+// Mapped pinned host memory holding a copy of some bytes (experts "in host memory").
+struct HostMapped {
+  void* host = nullptr;
+  const uint8_t* device = nullptr;
+  explicit HostMapped(const std::vector<uint8_t>& bytes) {
+    if (cudaHostAlloc(&host, bytes.size(), cudaHostAllocMapped) != cudaSuccess)
+      throw std::runtime_error("cudaHostAlloc failed");
+    std::memcpy(host, bytes.data(), bytes.size());
+    void* d = nullptr;
+    if (cudaHostGetDevicePointer(&d, host, 0) != cudaSuccess)
+      throw std::runtime_error("cudaHostGetDevicePointer failed");
+    device = static_cast<const uint8_t*>(d);
+  }
+  ~HostMapped() { cudaFreeHost(host); }
+  HostMapped(const HostMapped&) = delete;
+  HostMapped& operator=(const HostMapped&) = delete;
+};
+
+// One matrix of every expert, on the device and in mapped host memory; odd experts are read
+// from the host copy.
+struct Experts {
+  TensorType type;
+  Encoded enc;
+  int64_t rows = 0, cols = 0;
+  DeviceArray<uint8_t> device;
+  HostMapped host;
+  DeviceArray<const void*> table;
+  std::vector<float> bias;
+  DeviceArray<float> bias_device;
+  Experts(TensorType type_, int n_expert, int64_t rows_, int64_t cols_, bool with_bias,
+          std::mt19937& rng)
+      : type(type_),
+        enc(encode(type_, n_expert * rows_, cols_, rng)),
+        rows(rows_),
+        cols(cols_),
+        device(enc.bytes),
+        host(enc.bytes),
+        table(static_cast<size_t>(n_expert)),
+        bias(with_bias ? gpu_test::random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
+                       : std::vector<float>{}),
+        bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
+    std::vector<const void*> t(static_cast<size_t>(n_expert));
+    for (int e = 0; e < n_expert; ++e)
+      t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * rows * enc.row_bytes;
+    table.upload(t);
+  }
+  k::MoeMatrix view() const {
+    return {.table = table.get(),
+            .type = static_cast<uint32_t>(type),
+            .row_bytes = enc.row_bytes,
+            .bias = bias.empty() ? nullptr : bias_device.get()};
+  }
+  const float* row(int e, int64_t o) const { return enc.decoded.data() + (e * rows + o) * cols; }
+  double bias_of(int e, int64_t o) const {
+    return bias.empty() ? 0.0 : bias[static_cast<size_t>(e * rows + o)];
+  }
+};
+
+// int8 blocks of 32 as the kernels read them, and the values they stand for.
+struct Q8 {
+  std::vector<int8_t> qs;
+  std::vector<float2> ds;
+  std::vector<float> values;
+};
+Q8 quantize(const std::vector<float>& x) {
+  Q8 q;
+  q.qs.resize(x.size());
+  q.values = x;
+  cpu::round_through_q8(q.values.data(), static_cast<int64_t>(x.size()),
+                        cpu::Q8Rounding::MultiplyByInverse);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0f;
+    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float d = amax / 127.0f;
+    int sum = 0;
+    for (size_t i = 0; i < 32; ++i) {
+      const int v = amax == 0.0f ? 0 : static_cast<int>(std::lrint(q.values[b * 32 + i] / d));
+      q.qs[b * 32 + i] = static_cast<int8_t>(v);
+      sum += v;
+    }
+    q.ds.push_back(make_float2(d, d * static_cast<float>(sum)));
+  }
+  return q;
+}
+
+double activate(k::MoeActivation act, double g, double u) {
+  if (act == k::MoeActivation::SwigluClamped) {
+    g = std::min(g, 7.0);
+    u = std::clamp(u, -7.0, 7.0);
+    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+  }
+  return g / (1.0 + std::exp(-g)) * u;
+}
+
+// Top-k choices per row, skewed (expert e chosen with weight 1 / (e + 1)), distinct within a
+// row, and never expert `unused`.
+std::vector<int32_t> skewed_ids(int rows, int n_expert, int n_used, int unused, std::mt19937& rng) {
+  std::vector<int32_t> ids;
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int r = 0; r < rows; ++r) {
+    std::set<int> taken{unused};
+    while (static_cast<int>(taken.size()) < n_used + 1) {
+      double total = 0.0;
+      for (int e = 0; e < n_expert; ++e)
+        if (!taken.count(e)) total += 1.0 / (e + 1);
+      double pick = u(rng) * total;
+      int chosen = -1;
+      for (int e = 0; e < n_expert && chosen < 0; ++e) {
+        if (taken.count(e)) continue;
+        pick -= 1.0 / (e + 1);
+        if (pick <= 0.0) chosen = e;
+      }
+      if (chosen < 0)  // rounding at the end of the range: the last free expert
+        for (int e = n_expert - 1; e >= 0 && chosen < 0; --e)
+          if (!taken.count(e)) chosen = e;
+      taken.insert(chosen);
+      ids.push_back(chosen);
+    }
+  }
+  return ids;
+}
+
+struct Groups {
+  DeviceArray<int32_t> order, n_tiles;
+  DeviceArray<k::MoeTile> tiles;
+  k::MoeGroups view;
+  Groups(const DeviceArray<int32_t>& ids, int pairs, int n_expert, int tile_pairs)
+      : order(static_cast<size_t>(pairs)),
+        n_tiles(1),
+        tiles(static_cast<size_t>(k::moe_max_tiles(pairs, n_expert, tile_pairs))) {
+    view = {order.get(), tiles.get(), n_tiles.get(), tile_pairs};
+    if (k::launch_moe_group(ids.get(), pairs, n_expert, view, gpu_test::kernel_config(), nullptr) !=
+        cudaSuccess)
+      throw std::runtime_error("launch_moe_group failed");
+  }
+};
+
+struct MmaCase {
+  TensorType gate_up = TensorType::Q4_K, down = TensorType::Q4_K;
+  k::MoeActivation act = k::MoeActivation::Swiglu;
+  bool biases = false;
+  int n_expert = 16, n_used = 8;
+  int64_t n_embd = 512, n_ff = 256;
+};
+
+void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
+  SCOPED_TRACE("rows " + std::to_string(rows) + ", experts " +
+               tensor_type_name(static_cast<uint32_t>(c.gate_up)) + "/" +
+               tensor_type_name(static_cast<uint32_t>(c.down)));
+  std::mt19937 rng(seed);
+  const k::KernelConfig config = gpu_test::kernel_config();
+  const int n_expert = c.n_expert, K = c.n_used, pairs = rows * K;
+  const int64_t E = c.n_embd, F = c.n_ff;
+  Experts gate(c.gate_up, n_expert, F, E, c.biases, rng);
+  Experts up(c.gate_up, n_expert, F, E, c.biases, rng);
+  Experts down(c.down, n_expert, E, F, c.biases, rng);
+  const std::vector<int32_t> ids = skewed_ids(rows, n_expert, K, 3, rng);
+  DeviceArray<int32_t> ids_d(ids);
+
+  const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
+  const Q8 xq = quantize(x);
+  DeviceArray<float> x_d(x);
+  DeviceArray<int8_t> xqs_d(xq.qs);
+  DeviceArray<float2> xds_d(xq.ds);
+  auto input = [&](const k::MoeGroups& groups, int n_pairs) {
+    k::MoeInput in;
+    in.n_in = static_cast<int>(E);
+    in.pairs = n_pairs;
+    in.n_used = K;
+    in.n_expert = n_expert;
+    in.x = x_d.get();
+    in.xq = {xqs_d.get(), xds_d.get()};
+    in.ids = ids_d.get();
+    in.groups = groups;
+    return in;
+  };
+  auto gate_up_mma = [&](const k::MoeInput& in, int n_pairs) {
+    DeviceArray<float> h(static_cast<size_t>(n_pairs * F));
+    h.poison();
+    EXPECT_EQ(k::launch_moe_gate_up_mma(gate.view(), up.view(), c.act, static_cast<int>(F), in,
+                                        h.get(), config, nullptr),
+              cudaSuccess);
+    return h.download();
+  };
+
+  // Gate/up: tiles of 8 and of 32, the dp4a launch, the CPU.
+  const Groups g8(ids_d, pairs, n_expert, 8), g32(ids_d, pairs, n_expert, 32);
+  const std::vector<float> h = gate_up_mma(input(g32.view, pairs), pairs);
+  ASSERT_EQ(gate_up_mma(input(g8.view, pairs), pairs), h) << "gate/up: tiles of 8 and 32 differ";
+  DeviceArray<float> h_dp4a_d(static_cast<size_t>(pairs * F));
+  ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), c.act, static_cast<int>(F),
+                                  input(g8.view, pairs), h_dp4a_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<float> h_dp4a = h_dp4a_d.download();
+  {  // the dp4a kernel takes a tile of 32 in runs of 8: the same bits
+    DeviceArray<float> h32(static_cast<size_t>(pairs * F));
+    ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), c.act, static_cast<int>(F),
+                                    input(g32.view, pairs), h32.get(), config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(h32.download(), h_dp4a) << "dp4a gate/up: tiles of 8 and 32 differ";
+  }
+  for (int p = 0; p < pairs; ++p) {
+    const int r = p / K, e = ids[static_cast<size_t>(p)];
+    for (int64_t o = 0; o < F; ++o) {
+      double g = gate.bias_of(e, o), u = up.bias_of(e, o), gm = 0.0, um = 0.0;
+      for (int64_t i = 0; i < E; ++i) {
+        const double xi = xq.values[static_cast<size_t>(r * E + i)];
+        g += gate.row(e, o)[i] * xi;
+        u += up.row(e, o)[i] * xi;
+        gm += std::fabs(gate.row(e, o)[i] * xi);
+        um += std::fabs(up.row(e, o)[i] * xi);
+      }
+      const double bound =
+          2.0 * (1e-5 * gm * (std::fabs(u) + 1.0) + 1e-5 * um * (std::fabs(g) + 1.0)) + 1e-6;
+      const size_t at = static_cast<size_t>(p * F + o);
+      ASSERT_NEAR(h[at], activate(c.act, g, u), bound) << "pair " << p << " row " << o;
+      ASSERT_NEAR(h[at], h_dp4a[at], bound) << "vs dp4a: pair " << p << " row " << o;
+    }
+  }
+  // The first rows alone (their own grouping): each of their pairs gets the same bits.
+  if (rows > 1) {
+    const int prefix = (rows + 1) / 2 * K;
+    const Groups gp(ids_d, prefix, n_expert, 32);
+    const std::vector<float> hp = gate_up_mma(input(gp.view, prefix), prefix);
+    ASSERT_TRUE(std::equal(hp.begin(), hp.end(), h.begin()))
+        << "gate/up: a pair's result depends on the other pairs of the run";
+  }
+
+  // Down over the GPU's h, through int8 blocks (Divide).
+  DeviceArray<float> h_d(h);
+  DeviceArray<int8_t> hqs_d(static_cast<size_t>(pairs * F));
+  DeviceArray<float2> hds_d(static_cast<size_t>(pairs * F / 32));
+  ASSERT_EQ(k::launch_quantize_q8(h_d.get(), pairs, static_cast<int>(F), {hqs_d.get(), hds_d.get()},
+                                  config, nullptr),
+            cudaSuccess);
+  std::vector<float> hin = h;
+  cpu::round_through_q8(hin.data(), static_cast<int64_t>(hin.size()), cpu::Q8Rounding::Divide);
+  auto down_input = [&](const k::MoeGroups& groups) {
+    k::MoeInput din = input(groups, pairs);
+    din.n_in = static_cast<int>(F);
+    din.x = h_d.get();
+    din.xq = {hqs_d.get(), hds_d.get()};
+    return din;
+  };
+  auto down_mma = [&](const k::MoeGroups& groups) {
+    DeviceArray<float> y(static_cast<size_t>(pairs * E));
+    y.poison();
+    EXPECT_EQ(k::launch_moe_down_mma(down.view(), static_cast<int>(E), down_input(groups), y.get(),
+                                     config, nullptr),
+              cudaSuccess);
+    return y.download();
+  };
+  const std::vector<float> y = down_mma(g32.view);
+  ASSERT_EQ(down_mma(g8.view), y) << "down: tiles of 8 and 32 differ";
+  DeviceArray<float> y_dp4a_d(static_cast<size_t>(pairs * E));
+  ASSERT_EQ(k::launch_moe_down(down.view(), static_cast<int>(E), down_input(g8.view),
+                               y_dp4a_d.get(), config, nullptr),
+            cudaSuccess);
+  const std::vector<float> y_dp4a = y_dp4a_d.download();
+  {
+    DeviceArray<float> y32(static_cast<size_t>(pairs * E));
+    ASSERT_EQ(k::launch_moe_down(down.view(), static_cast<int>(E), down_input(g32.view), y32.get(),
+                                 config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(y32.download(), y_dp4a) << "dp4a down: tiles of 8 and 32 differ";
+  }
+  for (int p = 0; p < pairs; ++p) {
+    const int e = ids[static_cast<size_t>(p)];
+    for (int64_t o = 0; o < E; ++o) {
+      double ref = down.bias_of(e, o), mag = 0.0;
+      for (int64_t i = 0; i < F; ++i) {
+        const double t =
+            down.row(e, o)[i] * static_cast<double>(hin[static_cast<size_t>(p * F + i)]);
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const size_t at = static_cast<size_t>(p * E + o);
+      ASSERT_NEAR(y[at], ref, 1e-5 * mag + 1e-6) << "pair " << p << " row " << o;
+      ASSERT_NEAR(y[at], y_dp4a[at], 1e-5 * mag + 1e-6) << "vs dp4a: pair " << p << " row " << o;
+    }
+  }
+}
+
+class MoeMmaTypes : public ::testing::TestWithParam<TensorType> {};
+
+// Rows of 8 choices each: 8, 40, 296 and 600 pairs.
+TEST_P(MoeMmaTypes, MatchTheCpuAndTheDp4aProducts) {
+  GRANULE_REQUIRE_GPU();
+  MmaCase c;
+  c.gate_up = c.down = GetParam();
+  if (!k::moe_mma_supports(static_cast<uint32_t>(c.gate_up)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  if (!k_quant(c.gate_up)) {  // partial chunks of 4 blocks: 13 and 9 blocks per row
+    c.n_embd = 416;
+    c.n_ff = 288;
+  }
+  c.biases = c.gate_up == TensorType::Q8_0 || c.gate_up == TensorType::MXFP4;
+  if (c.gate_up == TensorType::MXFP4) c.act = k::MoeActivation::SwigluClamped;
+  for (const int rows : {1, 5, 37, 75}) {
+    run_mma_case(c, rows, 4321u + static_cast<uint32_t>(rows));
+    if (HasFatalFailure()) return;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, MoeMmaTypes, ::testing::ValuesIn(kMmaTypes),
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                           std::string name = tensor_type_name(static_cast<uint32_t>(info.param));
+                           std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+                           return name;
+                         });
+
+// A Q4_K_M-like layer (gate/up Q4_K, down Q6_K) at 30B-A3B's routing (top 8 of 128), and
+// gpt-oss-20b's (MXFP4, top 4 of 32, biases, clamped SwiGLU) at its hidden size.
+TEST(MoeMmaKernels, ModelShapes) {
+  GRANULE_REQUIRE_GPU();
+  if (!k::moe_mma_supports(static_cast<uint32_t>(TensorType::Q4_K)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  MmaCase q;
+  q.gate_up = TensorType::Q4_K;
+  q.down = TensorType::Q6_K;
+  q.n_expert = 128;
+  q.n_used = 8;
+  q.n_embd = 512;
+  q.n_ff = 256;
+  run_mma_case(q, 64, 17u);
+  if (HasFatalFailure()) return;
+  MmaCase g;
+  g.gate_up = g.down = TensorType::MXFP4;
+  g.act = k::MoeActivation::SwigluClamped;
+  g.biases = true;
+  g.n_expert = 32;
+  g.n_used = 4;
+  g.n_embd = 2880;
+  g.n_ff = 256;
+  run_mma_case(g, 20, 18u);
+}
+
+TEST(MoeMmaKernels, RefusesWhatTheyDoNotCover) {
+  GRANULE_REQUIRE_GPU();
+  const k::KernelConfig config = gpu_test::kernel_config();
+  EXPECT_FALSE(k::moe_mma_supports(static_cast<uint32_t>(TensorType::Q5_0)));
+  EXPECT_FALSE(k::moe_mma_supports(static_cast<uint32_t>(TensorType::F16)));
+  DeviceArray<int32_t> order(8), n_tiles(1);
+  DeviceArray<k::MoeTile> tiles(8);
+  DeviceArray<const void*> table(1);
+  DeviceArray<int8_t> qs(64);
+  DeviceArray<float2> ds(2);
+  k::MoeMatrix m{.table = table.get(),
+                 .type = static_cast<uint32_t>(TensorType::Q8_0),
+                 .row_bytes = 68,
+                 .bias = nullptr};
+  k::MoeInput in;
+  in.n_in = 64;
+  in.pairs = 1;
+  in.n_used = 1;
+  in.n_expert = 1;
+  in.xq = {qs.get(), ds.get()};
+  DeviceArray<float> out(64);
+  // No groups: the tensor-core products are grouped launches only.
+  EXPECT_EQ(k::launch_moe_down_mma(m, 32, in, out.get(), config, nullptr), cudaErrorInvalidValue);
+  // A tile size they have no kernel for.
+  in.groups = {order.get(), tiles.get(), n_tiles.get(), 16};
+  EXPECT_EQ(k::launch_moe_down_mma(m, 32, in, out.get(), config, nullptr), cudaErrorInvalidValue);
+  // A type they do not read.
+  in.groups.tile_pairs = 8;
+  k::MoeMatrix q5 = m;
+  q5.type = static_cast<uint32_t>(TensorType::Q5_0);
+  EXPECT_EQ(k::launch_moe_down_mma(q5, 32, in, out.get(), config, nullptr), cudaErrorInvalidValue);
+  // Gate and up of different types.
+  k::MoeMatrix q4 = m;
+  q4.type = static_cast<uint32_t>(TensorType::Q4_0);
+  EXPECT_EQ(k::launch_moe_gate_up_mma(m, q4, k::MoeActivation::Swiglu, 32, in, out.get(), config,
+                                      nullptr),
+            cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace granule
