@@ -339,6 +339,9 @@ RequestBody chat_request_body(const ChatRequest& request) {
       } else if (!choice.empty()) {
         body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
       }
+      // A forced call is one call, as the local engine's constraint makes it.
+      if (!choice.empty() && choice != "none" && choice != "auto")
+        body["parallel_tool_calls"] = false;
     } else {
       out.not_sent.push_back("the chat's tools are not a JSON array: not sent");
     }

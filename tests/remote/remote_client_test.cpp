@@ -321,12 +321,16 @@ TEST(ChatRequestBody, ToolsToolMessagesJsonOutputAndReasoning) {
   EXPECT_FALSE(j["messages"][0].contains("tool_calls"));
   EXPECT_EQ(j["tool_choice"]["function"]["name"], "weather");
   EXPECT_EQ(j["tool_choice"]["type"], "function");
+  EXPECT_EQ(j["parallel_tool_calls"], false);  // a forced call is one call
   // The schema's properties keep their order.
   EXPECT_EQ(j["tools"][0]["function"]["parameters"]["properties"].begin().key(), "zcity");
   EXPECT_FALSE(j.contains("response_format"));
   r.tool_choice = "required";
   j = nlohmann::ordered_json::parse(chat_request_body(r).json);
   EXPECT_EQ(j["tool_choice"], "required");
+  r.tool_choice = "auto";
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_FALSE(j.contains("parallel_tool_calls"));
   r.tools_json.clear();
   r.response_format = ResponseFormat::JsonSchema;
   r.json_schema =
