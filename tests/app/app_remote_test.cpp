@@ -1,7 +1,12 @@
 // The window's worker on a remote engine (RemoteInferenceEngine): a chat against
 // `granule-cli serve` on loopback — streaming, stop, a stream cut by fault_proxy.py with the
 // partial answer kept and the turn failed in one line, an unreachable endpoint, and the
-// server's /metrics read into the panels' values. Skips without the default model.
+// server's /metrics read into the panels' values; reasoning and split tool calls from a canned
+// vLLM-style stream (canned_server.py). Skips without the default model.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+
 #include "remote_inference_engine.h"
 #include "remote_test_support.h"
 
@@ -112,6 +117,60 @@ class RemoteTest : public QObject {
     QVERIFY2(error.contains(QStringLiteral("cannot reach http://127.0.0.1:1/v1/models")),
              qPrintable(error));
     QVERIFY(!error.contains(QLatin1Char('\n')));
+  }
+
+  // What the tiny model cannot show, from a canned vLLM-style stream (canned_server.py with
+  // tests/remote/data/tool_calls_stream.sse): reasoning_content deltas become the chat's
+  // reasoning (the Thinking block), and two parallel calls streamed in interleaved fragments
+  // reach the window as two whole calls with the server's ids; the request carried the tools
+  // and the forced choice.
+  void reasoningAndSplitToolCallsFromAStreamedServer() {
+    Child canned;
+    QVERIFY(canned.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_REMOTE_TESTS_DIR "/canned_server.py"), QStringLiteral("--sse"),
+         QStringLiteral(GRANULE_REMOTE_TESTS_DIR "/data/tool_calls_stream.sse"),
+         QStringLiteral("--model"), QStringLiteral("reasoner"), QStringLiteral("--idle"),
+         QStringLiteral("60")}));
+    ThreadedWorker w({}, remoteEngineFactory());
+    GenerationRequest r = turn(5, QStringLiteral("Weather in Paris and Oslo?"), 64);
+    r.engine = QStringLiteral("http://127.0.0.1:%1/v1#reasoner").arg(canned.port);
+    r.tools_json = QStringLiteral(
+        R"([{"type":"function","function":{"name":"weather","parameters":{"type":"object",)"
+        R"("properties":{"city":{"type":"string"}},"required":["city"]}}}])");
+    r.tool_choice = QStringLiteral("required");
+    w.call([wk = w.worker, r] { wk->submit(r); });
+    QTRY_VERIFY_WITH_TIMEOUT(finishedChat(w.finished, 5), 30000);
+    const GenerationResult result = resultOf(w.finished, 5);
+    QVERIFY2(result.end == GenerationEnd::Finished, qPrintable(result.error));
+    QCOMPARE(result.prompt_tokens, 120);  // the server's usage
+    QString reasoning;
+    QList<ToolCallText> calls;
+    for (const QList<QVariant>& args : w.tokens)
+      for (const TokenChunk& c : args[0].value<QList<TokenChunk>>()) {
+        reasoning += c.reasoning;
+        calls.append(c.tool_calls);
+      }
+    QCOMPARE(reasoning, QStringLiteral("The user wants two cities."));
+    QCOMPARE(textOf(w.tokens, 5).trimmed(), QString());
+    QCOMPARE(calls.size(), 2);
+    QCOMPARE(calls[0].id, QStringLiteral("call_abc"));
+    QCOMPARE(calls[0].name, QStringLiteral("weather"));
+    QCOMPARE(calls[0].arguments, QStringLiteral(R"({"city": "Paris"})"));
+    QCOMPARE(calls[1].id, QStringLiteral("call_def"));
+    QCOMPARE(calls[1].arguments, QStringLiteral(R"({"city": "Oslo"})"));
+    // What was sent: the tools, the forced choice (one call), the sampling of a vLLM server.
+    QProcess curl;
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-s"),
+                QStringLiteral("http://127.0.0.1:%1/__last_request").arg(canned.port)});
+    QVERIFY(curl.waitForFinished(10000));
+    const QJsonObject sent = QJsonDocument::fromJson(curl.readAllStandardOutput()).object();
+    QCOMPARE(sent.value("tools").toArray().size(), 1);
+    QCOMPARE(sent.value("tool_choice").toString(), QStringLiteral("required"));
+    QCOMPARE(sent.value("parallel_tool_calls").toBool(true), false);
+    QCOMPARE(sent.value("top_k").toInt(), 1);
+    QVERIFY(!sent.contains("response_format"));
   }
 
   void metricsOfAGranuleServer() {
