@@ -332,12 +332,27 @@ RequestBody chat_request_body(const ChatRequest& request) {
   if (!request.tools_json.empty()) {
     ojson tools = ojson::parse(request.tools_json, nullptr, false);
     if (tools.is_array() && !tools.empty()) {
-      body["tools"] = std::move(tools);
       const std::string& choice = request.tool_choice;
-      if (choice == "none" || choice == "auto" || choice == "required") {
-        body["tool_choice"] = choice;
-      } else if (!choice.empty()) {
-        body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
+      const bool named =
+          !choice.empty() && choice != "none" && choice != "auto" && choice != "required";
+      if (named && request.server == ServerKind::LlamaServer) {
+        // llama-server takes tool_choice as a string only (an object falls back to auto): a
+        // call to one named function is a required call among that function alone.
+        ojson only = ojson::array();
+        for (const ojson& tool : tools)
+          if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+              tool["function"].value("name", std::string()) == choice)
+            only.push_back(tool);
+        if (!only.empty()) tools = std::move(only);
+        body["tools"] = std::move(tools);
+        body["tool_choice"] = "required";
+      } else {
+        body["tools"] = std::move(tools);
+        if (named) {
+          body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
+        } else if (!choice.empty()) {
+          body["tool_choice"] = choice;
+        }
       }
       // A forced call is one call, as the local engine's constraint makes it.
       if (!choice.empty() && choice != "none" && choice != "auto")

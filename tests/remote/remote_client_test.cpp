@@ -325,6 +325,19 @@ TEST(ChatRequestBody, ToolsToolMessagesJsonOutputAndReasoning) {
   // The schema's properties keep their order.
   EXPECT_EQ(j["tools"][0]["function"]["parameters"]["properties"].begin().key(), "zcity");
   EXPECT_FALSE(j.contains("response_format"));
+  // llama-server takes the choice as a string only: the named function alone, required.
+  r.tools_json =
+      R"([{"type":"function","function":{"name":"clock","parameters":{"type":"object"}}},)"
+      R"({"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}])";
+  r.server = ServerKind::LlamaServer;
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_EQ(j["tool_choice"], "required");
+  ASSERT_EQ(j["tools"].size(), 1u);
+  EXPECT_EQ(j["tools"][0]["function"]["name"], "weather");
+  EXPECT_EQ(j["parallel_tool_calls"], false);
+  r.server = ServerKind::Granule;
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_EQ(j["tools"].size(), 2u);
   r.tool_choice = "required";
   j = nlohmann::ordered_json::parse(chat_request_body(r).json);
   EXPECT_EQ(j["tool_choice"], "required");
