@@ -6,8 +6,9 @@
 // own), and its streamed tool_calls become the same card as a local call: asked, allowed, run,
 // its result sent back as a tool message, then the answer. The model bar names the endpoint
 // and model; the Server panel draws the server's batching counters; Models → Server opens the
-// endpoint's model with the endpoint's key. PNGs under GRANULE_SCREENSHOT_DIR. Skips without
-// the default model, xgrammar or the mcp Python package.
+// endpoint's model with the endpoint's key; a vLLM-style reasoning stream with two calls
+// (canned_server.py) shows its Thinking block and two cards. PNGs under GRANULE_SCREENSHOT_DIR.
+// Skips without the default model, xgrammar or the mcp Python package.
 #include <QtQml/qqmlextensionplugin.h>
 
 #include <QDir>
@@ -304,6 +305,45 @@ class RemoteToolsTest : public QObject {
              qPrintable(batched->property("value").toString()));
     save(QStringLiteral("remote-server-panel-batching.png"));
     QTRY_VERIFY_WITH_TIMEOUT(chats()->generatingCount() == 0, 180000);
+  }
+
+  // A reasoning model's stream as vLLM sends it, from canned_server.py (the tiny model
+  // cannot reason or call twice): its reasoning_content in the Thinking block, its two calls,
+  // streamed in interleaved fragments, as two cards.
+  void aReasoningModelsThinkingAndParallelCallsInTheWindow() {
+    Child canned;
+    QVERIFY(
+        canned.start(QStringLiteral("python3"),
+                     {QStringLiteral(GRANULE_SOURCE_DIR "/tests/remote/canned_server.py"),
+                      QStringLiteral("--sse"),
+                      QStringLiteral(GRANULE_SOURCE_DIR "/tests/remote/data/tool_calls_stream.sse"),
+                      QStringLiteral("--model"), QStringLiteral("Qwen/Qwen3-8B"),
+                      QStringLiteral("--idle"), QStringLiteral("120")}));
+    EndpointsController* endpoints = app_->endpoints();
+    endpoints->add(QStringLiteral("vllm-box"),
+                   QStringLiteral("http://127.0.0.1:%1/v1").arg(canned.port), {});
+    QTRY_VERIFY_WITH_TIMEOUT(endpoints->engineChoices().size() == 2, 30000);
+    chats()->newChat();
+    chats()->setCurrentEngine(
+        QStringLiteral("http://127.0.0.1:%1/v1#Qwen/Qwen3-8B").arg(canned.port));
+    chats()->send(QStringLiteral("Weather in Paris and Oslo?"));
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 4 && chats()->generatingCount() == 0, 30000);
+    const StoredMessage reply = shown()->message(1);
+    QCOMPARE(reply.reasoning, QStringLiteral("The user wants two cities."));
+    QCOMPARE(reply.finish_reason, QStringLiteral("tool_calls"));
+    QCOMPARE(toolOf(reply).value("calls").toArray().size(), 2);
+    QCOMPARE(toolOf(shown()->message(2)).value("arguments").toString(),
+             QStringLiteral(R"({"city": "Paris"})"));
+    QCOMPARE(toolOf(shown()->message(3)).value("id").toString(), QStringLiteral("call_def"));
+    QCOMPARE(state(2), QStringLiteral("asking"));
+    QCOMPARE(state(3), QStringLiteral("asking"));
+    QQuickItem* name = findItem(window_->contentItem(), QStringLiteral("modelName"));
+    QVERIFY(name);
+    QTRY_COMPARE_WITH_TIMEOUT(name->property("text").toString(),
+                              QStringLiteral("vllm-box · Qwen/Qwen3-8B"), 5000);
+    save(QStringLiteral("remote-reasoning-parallel-calls.png"));
+    // Left unanswered: the canned server would answer the results with the same calls.
+    chats()->newChat();
   }
 
   // Models → Server: the window's engine opened on "URL#model" lists the server's models
