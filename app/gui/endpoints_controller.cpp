@@ -161,6 +161,32 @@ EndpointsController::EndpointsController(ChatStore& store, QObject* parent)
   for (const EndpointEntry& e : endpoints) readKey(e.id);  // each then lists its models
 }
 
+namespace {
+QString withoutV1(const QString& url) {
+  QString u = normalizedUrl(url);
+  if (u.endsWith(QStringLiteral("/v1"))) u.chop(3);
+  return u;
+}
+}  // namespace
+
+void EndpointsController::publishKeys() {
+  std::vector<std::pair<QString, QString>> keys;
+  for (const EndpointEntry& e : list_.endpoints())
+    if (!e.api_key.isEmpty()) keys.emplace_back(withoutV1(e.base_url), e.api_key);
+  std::lock_guard lock(keys_->mutex);
+  keys_->keys = std::move(keys);
+}
+
+std::function<std::string(const std::string&)> EndpointsController::keyLookup() const {
+  return [keys = keys_](const std::string& base_url) {
+    const QString url = withoutV1(QString::fromStdString(base_url));
+    std::lock_guard lock(keys->mutex);
+    for (const auto& [u, key] : keys->keys)
+      if (u == url) return key.toStdString();
+    return std::string();
+  };
+}
+
 EndpointsController::~EndpointsController() {
   // A list in flight answers into this object: wait for it (bounded by its timeouts).
   pool_.waitForDone();
@@ -189,6 +215,7 @@ void EndpointsController::update(const QString& id,
   EndpointEntry e = before;
   change(e);
   list_.changed(row, e);
+  if (e.api_key != before.api_key || e.base_url != before.base_url) publishKeys();
   // The menus' choices change only with a name, a URL or a model list (not with a status line
   // while a check runs, which would rebuild an open menu).
   if (e.name != before.name || e.base_url != before.base_url || e.models != before.models ||
@@ -215,6 +242,7 @@ QString EndpointsController::add(const QString& name, const QString& base_url,
   QList<EndpointEntry> all = list_.endpoints();
   all.append(e);
   list_.setEndpoints(all);
+  publishKeys();
   save();
   if (!e.api_key.isEmpty()) storeKey(e.id, e.api_key);
   Q_EMIT endpointsChanged();
@@ -248,6 +276,7 @@ void EndpointsController::remove(const QString& id) {
   QList<EndpointEntry> all = list_.endpoints();
   all.removeAt(row);
   list_.setEndpoints(all);
+  publishKeys();
   refresh_of_.remove(id);
   save();
   storeKey(id, {});
@@ -310,6 +339,20 @@ QString EndpointsController::engineLabel(const QString& ref) const {
   for (const EndpointEntry& e : list_.endpoints())
     if (e.base_url == url) return QStringLiteral("%1 · %2").arg(e.name, model);
   return QStringLiteral("%1 · %2").arg(url, model);  // an endpoint removed since
+}
+
+QString EndpointsController::engineFacts(const QString& ref) const {
+  if (ref.isEmpty()) return {};
+  const auto [url, model] = splitEndpointModelRef(ref);
+  for (const EndpointEntry& e : list_.endpoints()) {
+    if (e.base_url != url) continue;
+    QStringList facts;
+    if (!e.server.isEmpty()) facts << e.server;
+    facts << e.base_url;
+    if (e.state != EndpointEntry::State::Reachable && !e.status.isEmpty()) facts << e.status;
+    return facts.join(QStringLiteral("  ·  "));
+  }
+  return tr("%1 (not in Settings → Endpoints)").arg(url);
 }
 
 qint64 EndpointsController::contextOf(const QString& ref) const {

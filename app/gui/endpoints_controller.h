@@ -11,6 +11,10 @@
 #include <QThreadPool>
 #include <QVariantList>
 #include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "chat_store.h"
 #include "list_model.h"
@@ -96,10 +100,17 @@ class EndpointsController : public QObject {
   // "gpu-box · Llama-3.1-8B" for an endpoint's model, "Loaded model" for "" (the window's
   // model: the local engine, or the endpoint model Models → Server opened).
   Q_INVOKABLE QString engineLabel(const QString& ref) const;
+  // What the model bar says under an endpoint model's name: "Granule · http://box:8080/v1",
+  // with the endpoint's status line when it did not answer.
+  Q_INVOKABLE QString engineFacts(const QString& ref) const;
   // The model's context in tokens as its server lists it; 0 when it does not say.
   Q_INVOKABLE qint64 contextOf(const QString& ref) const;
   // The key of the endpoint at `base_url` ("" when none is set or known).
   QString apiKeyFor(const QString& base_url) const;
+  // The same lookup for any thread (the engine thread opens a "URL#model" from Models →
+  // Server with it): it reads a copy of the keys, kept current as they change. A URL with
+  // or without its "/v1" finds the endpoint.
+  std::function<std::string(const std::string&)> keyLookup() const;
   // Waits for the model lists in flight (tests, shutdown).
   void waitForRefreshes() { pool_.waitForDone(); }
 
@@ -112,12 +123,19 @@ class EndpointsController : public QObject {
   void readKey(const QString& id);
   void storeKey(const QString& id, const QString& key);
   void update(const QString& id, const std::function<void(EndpointEntry&)>& change);
+  void publishKeys();
+
+  struct KeyTable {
+    std::mutex mutex;
+    std::vector<std::pair<QString, QString>> keys;  // base URL without "/v1", key
+  };
 
   ChatStore& store_;
   EndpointListModel list_;
   QThreadPool pool_;
   quint64 refresh_serial_ = 0;  // a late answer for a changed endpoint is dropped
   QHash<QString, quint64> refresh_of_;
+  std::shared_ptr<KeyTable> keys_ = std::make_shared<KeyTable>();
 };
 
 }  // namespace granule::app

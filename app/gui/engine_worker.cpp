@@ -155,6 +155,8 @@ void EngineWorker::submit(const GenerationRequest& request) {
   const ChatTemplate* chat_template =
       engine->granuleEngine() ? engine->granuleEngine()->chat_template() : nullptr;
   const bool tools = !request.tools_json.isEmpty();
+  // An endpoint's server parses the calls and applies the tool choice itself.
+  const bool server_tools = engine->server_parses_tool_calls();
   if (tools) engine_request.chat_options.tools_json = request.tools_json.toStdString();
   // The chat is the session: the engine keeps its KV after the reply, and the next turn
   // computes only its new tokens.
@@ -220,23 +222,34 @@ void EngineWorker::submit(const GenerationRequest& request) {
     finished_.push_back({seq, reason, error});
   };
   try {
-    if (tools && !request.tool_choice.isEmpty())
+    if (tools && !request.tool_choice.isEmpty() && !server_tools)
       engine_request.constraint = toolChoiceConstraint(
           chat_template, request.tools_json.toStdString(), request.tool_choice.toStdString());
     if (request.continue_last) engine->prepare_continuation(engine_request, partial);
     std::string not_applied;
     for (const std::string& line : engine->settings_not_applied(engine_request))
       not_applied += (not_applied.empty() ? "" : "; ") + line;
-    const SequenceId seq = engine->submit(std::move(engine_request));
+    const SequenceId seq =
+        server_tools ? engine->submit_with_tools(std::move(engine_request),
+                                                 tools ? request.tool_choice.toStdString() : "",
+                                                 [this](SequenceId s, const ToolCallText& call) {
+                                                   const auto chat = chat_of_sequence_.find(s);
+                                                   if (chat == chat_of_sequence_.end()) return;
+                                                   TokenChunk& chunk = pending_[chat->second];
+                                                   chunk.chat_id = chat->second;
+                                                   chunk.tool_calls.append(call);
+                                                 })
+                     : engine->submit(std::move(engine_request));
     chat_of_sequence_[seq] = request.chat_id;
     engine_of_sequence_[seq] = engine;
     // A continued reply goes on with its answer; a new one may start with reasoning.
     const ReasoningFormat format = request.continue_last
                                        ? ReasoningFormat::None
                                        : reasoningFormat(engine->info().reasoning_format);
-    if (format != ReasoningFormat::None || tools)
+    const bool parse_calls = tools && !server_tools;
+    if (format != ReasoningFormat::None || parse_calls)
       reply_parsers_.insert_or_assign(
-          seq, ReplyParser(format, chat_template, tools,
+          seq, ReplyParser(format, chat_template, parse_calls,
                            "call_" + std::to_string(request.chat_id) + "_" + std::to_string(seq)));
     sequence_of_chat_[request.chat_id] = seq;
     // The prompt's length as the engine tokenized it: a new sequence's tokens are its prompt.

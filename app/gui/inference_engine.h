@@ -47,6 +47,20 @@ class InferenceEngine {
   // How long step() may wait for data when it has none (a remote engine's streams arrive on
   // their own threads); the worker sets 0 while another engine has work of its own.
   virtual void set_step_wait_ms(int ms) { (void)ms; }
+  // An engine whose server takes OpenAI's tools and tool_choice and answers with tool calls
+  // it parsed itself (a model on an endpoint). The worker then submits through
+  // submit_with_tools: the chat's tool choice goes to the server (not a constraint on the
+  // template's call format, which such an engine does not have), and the calls come back
+  // through `on_tool_call`, each whole, before the sequence's on_finish.
+  virtual bool server_parses_tool_calls() const { return false; }
+  using ToolCallSink = std::function<void(SequenceId, const ToolCallText&)>;
+  // `tool_choice`: "" the server's default (auto), "required", or one tool's name.
+  virtual SequenceId submit_with_tools(Request request, const std::string& tool_choice,
+                                       ToolCallSink on_tool_call) {
+    (void)tool_choice;
+    (void)on_tool_call;
+    return submit(std::move(request));
+  }
   // The granule::Engine underneath, which the window's OpenAI server drives directly (on the
   // engine thread); null for an engine that is not one (the tests' scripted engine), which
   // then cannot serve the API.

@@ -42,8 +42,11 @@ std::optional<RemoteModelRef> parseRemoteModelRef(const std::string& path) {
 std::string remoteModelRefText(const RemoteModelRef& ref) { return ref.base_url + "#" + ref.model; }
 
 RemoteInferenceEngine::RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
-                                             bool poll_metrics, SequenceId first_id)
-    : client_(remote::Endpoint{ref.base_url, api_key}), model_(ref.model), next_id_(first_id) {
+                                             bool poll_metrics, SequenceId first_id,
+                                             int32_t stall_timeout_seconds)
+    : client_(remote::Endpoint{ref.base_url, api_key, 10, stall_timeout_seconds}),
+      model_(ref.model),
+      next_id_(first_id) {
   const remote::ModelList models = client_.list_models();
   if (models.fault) {
     // An unreachable host's message names the URL already.
@@ -90,43 +93,55 @@ RemoteInferenceEngine::~RemoteInferenceEngine() {
   if (poller_.joinable()) poller_.join();
 }
 
-remote::ChatRequest RemoteInferenceEngine::chatRequest(const Request& request) const {
+remote::ChatRequest RemoteInferenceEngine::chatRequest(const Request& request,
+                                                       const std::string& tool_choice) const {
   remote::ChatRequest chat;
   chat.model = model_;
   chat.server = server_;
   chat.sampling = samplingOf(request.sampling);
   // Sent unchanged, turn after turn, so the server's prefix cache finds the conversation.
-  for (const ChatMessage& m : request.messages) chat.messages.push_back({m.role, m.content});
+  for (const ChatMessage& m : request.messages)
+    chat.messages.push_back({m.role, m.content, m.tool_calls_json, m.tool_call_id, m.name});
+  chat.tools_json = request.chat_options.tools_json;
+  if (!chat.tools_json.empty()) chat.tool_choice = tool_choice;
+  // The chat's JSON output: the server enforces it (OpenAI's response_format).
+  if (request.constraint.kind == ConstraintKind::JsonObject) {
+    chat.response_format = remote::ResponseFormat::JsonObject;
+  } else if (request.constraint.kind == ConstraintKind::JsonSchema) {
+    chat.response_format = remote::ResponseFormat::JsonSchema;
+    chat.json_schema = request.constraint.source;
+  }
+  chat.enable_thinking = request.chat_options.enable_thinking;
+  chat.reasoning_effort = request.chat_options.reasoning_effort;
   return chat;
 }
 
 std::vector<std::string> RemoteInferenceEngine::settings_not_applied(const Request& request) const {
-  std::vector<std::string> lines = remote::chat_request_body(chatRequest(request)).not_sent;
-  // The chat's reasoning switch is a template variable of the local engine; a server applies
-  // its own template and its own default.
-  if (request.chat_options.enable_thinking.has_value() ||
-      !request.chat_options.reasoning_effort.empty())
-    lines.push_back("the reasoning setting is the local engine's: not sent");
-  if (!request.chat_options.tools_json.empty())
-    lines.push_back("the MCP servers' tools are not sent to an endpoint yet");
-  return lines;
+  return remote::chat_request_body(chatRequest(request)).not_sent;
 }
 
 SequenceId RemoteInferenceEngine::submit(Request request) {
+  return submit_with_tools(std::move(request), {}, {});
+}
+
+SequenceId RemoteInferenceEngine::submit_with_tools(Request request, const std::string& tool_choice,
+                                                    ToolCallSink on_tool_call) {
   if (request.prompt_tokens) {
     throw UnsupportedError("a remote engine takes messages, not a raw prompt");
   }
-  // Not sent to the server yet: JSON output is refused rather than ignored; MCP tools (offered
-  // to every chat while a server is connected) are left out, so the chat works without them
-  // (settings_not_applied says so).
-  if (request.constraint.active()) {
-    throw UnsupportedError(
-        "JSON output is not sent to a remote engine yet: turn it off in the chat's settings");
+  // JSON output travels as response_format; the OpenAI API has no grammar or expression, so
+  // those are refused rather than ignored.
+  if (request.constraint.active() && request.constraint.kind != ConstraintKind::JsonObject &&
+      request.constraint.kind != ConstraintKind::JsonSchema) {
+    throw UnsupportedError(std::string("a ") + constraint_kind_name(request.constraint.kind) +
+                           " constraint cannot be sent to an endpoint (the OpenAI API takes JSON "
+                           "output and tool calls only)");
   }
-  remote::ChatRequest chat = chatRequest(request);
+  remote::ChatRequest chat = chatRequest(request, tool_choice);
   const SequenceId id = next_id_++;
   Running& r = running_[id];
   r.sink = std::move(request.sink);
+  r.on_tool_call = std::move(on_tool_call);
   r.cancel = std::make_shared<std::atomic<bool>>(false);
   r.thread = std::thread([this, id, chat = std::move(chat), cancel = r.cancel]() mutable {
     stream(id, std::move(chat), std::move(cancel));
@@ -157,6 +172,16 @@ void RemoteInferenceEngine::stream(SequenceId id, remote::ChatRequest request,
   const remote::ChatResult result = client_.stream_chat(request, callbacks, cancel.get());
   if (in_reasoning) push("</think>");
   std::lock_guard lock(mutex_);
+  // Whole calls, before the end: the worker hands them to the chat with the reply.
+  for (size_t n = 0; n < result.tool_calls.size(); ++n) {
+    Event e;
+    e.id = id;
+    e.kind = Event::Kind::ToolCall;
+    e.call = result.tool_calls[n];
+    // A server that names no call: the tool message must still say which call it answers.
+    if (e.call.id.empty()) e.call.id = "call_" + std::to_string(id) + "_" + std::to_string(n);
+    events_.push_back(std::move(e));
+  }
   if (result.usage) {
     Event e;
     e.id = id;
@@ -210,6 +235,12 @@ bool RemoteInferenceEngine::step() {
         break;
       case Event::Kind::Prompt:
         if (sink.on_prompt) sink.on_prompt(e.id, e.prompt);
+        break;
+      case Event::Kind::ToolCall:
+        if (it->second.on_tool_call)
+          it->second.on_tool_call(
+              e.id, {QString::fromStdString(e.call.id), QString::fromStdString(e.call.name),
+                     QString::fromStdString(e.call.arguments)});
         break;
       case Event::Kind::Finish:
         if (sink.on_finish) sink.on_finish(e.id, e.reason, e.text);
@@ -280,6 +311,8 @@ QVariantMap RemoteInferenceEngine::remoteMetrics() const {
   put("prefixCacheHits", v.rates.prefix_cache_hit_fraction);
   put("prefixReusedTokens", v.metrics.prefix_cache_hits_total);
   put("preemptions", v.metrics.preemptions_total);
+  put("meanDecodeBatch", v.rates.mean_decode_batch);
+  put("batchedStepFraction", v.rates.batched_step_fraction);
   return out;
 }
 
@@ -322,13 +355,14 @@ EngineFactory remoteAwareEngineFactory(EngineFactory local,
   };
 }
 
-RemoteEngineFactory remoteEngineFactory() {
-  return [](const QString& ref, const QString& api_key,
-            SequenceId first_id) -> std::unique_ptr<InferenceEngine> {
+RemoteEngineFactory remoteEngineFactory(int32_t stall_timeout_seconds) {
+  return [stall_timeout_seconds](const QString& ref, const QString& api_key,
+                                 SequenceId first_id) -> std::unique_ptr<InferenceEngine> {
     const std::optional<RemoteModelRef> parsed = parseRemoteModelRef(ref.toStdString());
     if (!parsed) throw Error("not a model on an endpoint (URL#model): " + ref.toStdString());
     return std::make_unique<RemoteInferenceEngine>(*parsed, api_key.toStdString(),
-                                                   /*poll_metrics=*/true, first_id);
+                                                   /*poll_metrics=*/true, first_id,
+                                                   stall_timeout_seconds);
   };
 }
 

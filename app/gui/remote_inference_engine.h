@@ -43,12 +43,18 @@ class RemoteInferenceEngine final : public InferenceEngine {
   // Opens the endpoint: lists its models and checks `ref.model` is one (throws granule::Error
   // with the fault's one line otherwise). `poll_metrics` false: no /metrics polling (tests).
   // Sequence ids start at `first_id`: the window's worker keeps one id space over its engines.
+  // A stream that sends nothing for `stall_timeout_seconds` ends as stalled.
   RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
-                        bool poll_metrics = true, SequenceId first_id = 1);
+                        bool poll_metrics = true, SequenceId first_id = 1,
+                        int32_t stall_timeout_seconds = kDefaultStallTimeoutSeconds);
+  static constexpr int32_t kDefaultStallTimeoutSeconds = 60;
   ~RemoteInferenceEngine() override;
 
   ModelInfo info() const override { return info_; }
   SequenceId submit(Request request) override;
+  bool server_parses_tool_calls() const override { return true; }
+  SequenceId submit_with_tools(Request request, const std::string& tool_choice,
+                               ToolCallSink on_tool_call) override;
   void cancel(SequenceId id) override;
   bool step() override;
   bool idle() const override;
@@ -62,13 +68,15 @@ class RemoteInferenceEngine final : public InferenceEngine {
  private:
   struct Event {
     SequenceId id = 0;
-    enum class Kind { Text, Prompt, Finish } kind = Kind::Text;
+    enum class Kind { Text, Prompt, ToolCall, Finish } kind = Kind::Text;
     std::string text;
+    remote::RemoteToolCall call;
     PromptInfo prompt;
     FinishReason reason = FinishReason::None;
   };
   struct Running {
     TokenSink sink;
+    ToolCallSink on_tool_call;
     std::shared_ptr<std::atomic<bool>> cancel;
     std::thread thread;
   };
@@ -76,7 +84,8 @@ class RemoteInferenceEngine final : public InferenceEngine {
   void stream(SequenceId id, remote::ChatRequest request,
               std::shared_ptr<std::atomic<bool>> cancel);
   void pollMetrics();
-  remote::ChatRequest chatRequest(const Request& request) const;
+  remote::ChatRequest chatRequest(const Request& request,
+                                  const std::string& tool_choice = {}) const;
 
   remote::OpenAiClient client_;
   remote::ServerKind server_ = remote::ServerKind::Unknown;
@@ -98,7 +107,9 @@ class RemoteInferenceEngine final : public InferenceEngine {
 // key from `api_key_for(base_url)`), anything else goes to `local`.
 EngineFactory remoteAwareEngineFactory(EngineFactory local,
                                        std::function<std::string(const std::string&)> api_key_for);
-// The worker's factory of chats' endpoint engines (RemoteInferenceEngine, metrics polled).
-RemoteEngineFactory remoteEngineFactory();
+// The worker's factory of chats' endpoint engines (RemoteInferenceEngine, metrics polled);
+// the tests set a short stall timeout.
+RemoteEngineFactory remoteEngineFactory(
+    int32_t stall_timeout_seconds = RemoteInferenceEngine::kDefaultStallTimeoutSeconds);
 
 }  // namespace granule::app

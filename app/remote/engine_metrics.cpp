@@ -77,6 +77,9 @@ EngineMetrics read_engine_metrics(const PrometheusText& t) {
     m.prompt_tokens_per_second = t.sum("granule_prompt_tokens_per_second");
     m.generation_tokens_per_second = t.sum("granule_decode_tokens_per_second");
     m.preemptions_total = t.sum("granule_preemptions_total");
+    m.decode_steps_total = t.sum("granule_decode_steps_total");
+    m.decode_step_sequences_total = t.sum("granule_decode_step_sequences_total");
+    m.batched_decode_steps_total = t.sum("granule_batched_decode_steps_total");
   }
   return m;
 }
@@ -103,6 +106,27 @@ EngineRates engine_rates(const EngineMetrics& before, const EngineMetrics& now, 
     r.prefix_cache_hit_fraction = *hits / *queries;
   } else {
     r.prefix_cache_hit_fraction = now.prefix_cache_hit_fraction;
+  }
+  // Batching: the counters' growth over the interval; without decode steps in it, their
+  // totals (a restart, or an idle server).
+  if (now.decode_steps_total && now.decode_step_sequences_total) {
+    double steps = *now.decode_steps_total;
+    double sequences = *now.decode_step_sequences_total;
+    double batched = now.batched_decode_steps_total.value_or(0);
+    const std::optional<double> d_steps = rate(before.decode_steps_total, now.decode_steps_total);
+    const std::optional<double> d_sequences =
+        rate(before.decode_step_sequences_total, now.decode_step_sequences_total);
+    const std::optional<double> d_batched =
+        rate(before.batched_decode_steps_total, now.batched_decode_steps_total);
+    if (d_steps && d_sequences && *d_steps > 0) {
+      steps = *d_steps;
+      sequences = *d_sequences;
+      batched = d_batched.value_or(0);
+    }
+    if (steps > 0) {
+      r.mean_decode_batch = sequences / steps;
+      if (now.batched_decode_steps_total) r.batched_step_fraction = batched / steps;
+    }
   }
   return r;
 }

@@ -28,6 +28,11 @@ struct EngineMetrics {
   std::optional<double> prompt_tokens_per_second;    // an engine's own gauges, when it has them
   std::optional<double> generation_tokens_per_second;
   std::optional<double> preemptions_total;
+  // Granule only: decode batching. Steps that decoded a token for at least one sequence, the
+  // sequences those steps decoded, and the steps that decoded two or more together.
+  std::optional<double> decode_steps_total;
+  std::optional<double> decode_step_sequences_total;
+  std::optional<double> batched_decode_steps_total;
 };
 
 EngineMetrics read_engine_metrics(const PrometheusText& text);
@@ -41,6 +46,11 @@ struct EngineRates {
   std::optional<double> prompt_tokens_per_second;
   std::optional<double> generation_tokens_per_second;
   std::optional<double> prefix_cache_hit_fraction;
+  // Sequences per decode step, and the share of steps that decoded two or more: over the
+  // interval when the server decoded in it, else over its life (an idle server still says
+  // how it batched).
+  std::optional<double> mean_decode_batch;
+  std::optional<double> batched_step_fraction;
 };
 EngineRates engine_rates(const EngineMetrics& before, const EngineMetrics& now, double seconds);
 

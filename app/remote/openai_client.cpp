@@ -4,6 +4,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -304,16 +305,77 @@ Fault http_fault(long status, std::string_view body, std::optional<int32_t> retr
 }
 
 RequestBody chat_request_body(const ChatRequest& request) {
+  // Ordered: a schema's properties keep the order they were written in (the order a
+  // constrained reply writes them), and the body is the same bytes every turn.
+  using ojson = nlohmann::ordered_json;
   RequestBody out;
-  json body;
+  ojson body;
   body["model"] = request.model;
-  json messages = json::array();
+  ojson messages = ojson::array();
   for (const RemoteMessage& m : request.messages) {
-    messages.push_back({{"role", m.role}, {"content", m.content}});
+    ojson message = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls_json.empty()) {
+      ojson calls = ojson::parse(m.tool_calls_json, nullptr, false);
+      if (calls.is_array() && !calls.empty()) {
+        message["tool_calls"] = std::move(calls);
+        // As OpenAI writes it: a reply that only called tools has null content.
+        if (m.content.empty()) message["content"] = nullptr;
+      }
+    }
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty() && m.role == "tool") message["name"] = m.name;
+    messages.push_back(std::move(message));
   }
   body["messages"] = std::move(messages);
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
+  if (!request.tools_json.empty()) {
+    ojson tools = ojson::parse(request.tools_json, nullptr, false);
+    if (tools.is_array() && !tools.empty()) {
+      const std::string& choice = request.tool_choice;
+      const bool named =
+          !choice.empty() && choice != "none" && choice != "auto" && choice != "required";
+      if (named && request.server == ServerKind::LlamaServer) {
+        // llama-server takes tool_choice as a string only (an object falls back to auto): a
+        // call to one named function is a required call among that function alone.
+        ojson only = ojson::array();
+        for (const ojson& tool : tools)
+          if (tool.is_object() && tool.contains("function") && tool["function"].is_object() &&
+              tool["function"].value("name", std::string()) == choice)
+            only.push_back(tool);
+        if (!only.empty()) tools = std::move(only);
+        body["tools"] = std::move(tools);
+        body["tool_choice"] = "required";
+      } else {
+        body["tools"] = std::move(tools);
+        if (named) {
+          body["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice}}}};
+        } else if (!choice.empty()) {
+          body["tool_choice"] = choice;
+        }
+      }
+      // A forced call is one call, as the local engine's constraint makes it.
+      if (!choice.empty() && choice != "none" && choice != "auto")
+        body["parallel_tool_calls"] = false;
+    } else {
+      out.not_sent.push_back("the chat's tools are not a JSON array: not sent");
+    }
+  }
+  if (request.response_format == ResponseFormat::JsonObject) {
+    body["response_format"] = {{"type", "json_object"}};
+  } else if (request.response_format == ResponseFormat::JsonSchema) {
+    ojson schema = ojson::parse(request.json_schema, nullptr, false);
+    if (schema.is_object()) {
+      body["response_format"] = {
+          {"type", "json_schema"},
+          {"json_schema", {{"name", "reply"}, {"schema", std::move(schema)}, {"strict", true}}}};
+    } else {
+      // The window checks a schema when it is entered; this is a schema stored before that.
+      body["response_format"] = {{"type", "json_object"}};
+      out.not_sent.push_back("the chat's JSON schema is not a JSON object: any JSON object asked");
+    }
+  }
+  if (!request.reasoning_effort.empty()) body["reasoning_effort"] = request.reasoning_effort;
   const RemoteSampling& s = request.sampling;
   if (s.temperature) body["temperature"] = *s.temperature;
   if (s.top_p) body["top_p"] = *s.top_p;
@@ -334,6 +396,15 @@ RequestBody chat_request_body(const ChatRequest& request) {
                              "take it: not sent");
     }
   };
+  if (request.enable_thinking) {
+    if (known) {
+      body["chat_template_kwargs"] = {{"enable_thinking", *request.enable_thinking}};
+    } else {
+      out.not_sent.push_back(
+          "the reasoning switch (chat_template_kwargs) is not part of the OpenAI API and this "
+          "server is not known to take it: not sent");
+    }
+  }
   extension("top_k", s.top_k, "top_k");
   extension("min_p", s.min_p, "min_p");
   const bool vllm_like = request.server == ServerKind::Vllm || request.server == ServerKind::Sglang;
@@ -386,103 +457,167 @@ ModelList OpenAiClient::list_models() const {
   return out;
 }
 
+namespace {
+
+double seconds_now() {
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+ChatStreamReader::ChatStreamReader(StreamCallbacks callbacks)
+    : callbacks_(std::move(callbacks)),
+      started_(seconds_now()),
+      sse_(std::make_unique<SseStream>([this](const SseEvent& e) { on_event(e.data); })) {}
+
+ChatStreamReader::~ChatStreamReader() = default;
+
+void ChatStreamReader::feed(std::string_view bytes) { sse_->feed(bytes); }
+
+void ChatStreamReader::on_delta_text(const std::string& text, bool reasoning) {
+  if (text.empty()) return;
+  if (!got_delta_) result_.first_token_seconds = seconds_now() - started_;
+  got_delta_ = true;
+  if (reasoning) {
+    result_.reasoning += text;
+    if (callbacks_.on_reasoning) callbacks_.on_reasoning(text);
+  } else {
+    result_.content += text;
+    if (callbacks_.on_content) callbacks_.on_content(text);
+  }
+}
+
+void ChatStreamReader::on_event(std::string_view data) {
+  if (data == "[DONE]") {
+    done_ = true;
+    return;
+  }
+  const json chunk = json::parse(data, nullptr, false);
+  if (!chunk.is_object()) {
+    fault_.kind = FaultKind::Protocol;
+    fault_.message =
+        "the stream held something that is not JSON: " + one_line(std::string(data), 80);
+    return;
+  }
+  if (chunk.contains("error")) {  // an error reported inside a 200 stream
+    const Fault f = http_fault(500, data, std::nullopt);
+    fault_.kind = FaultKind::ServerError;
+    fault_.message =
+        "the server reported an error mid-answer: " +
+        f.message.substr(f.message.find(':') == std::string::npos ? 0 : f.message.find(':') + 2);
+    return;
+  }
+  if (chunk.contains("usage") && chunk["usage"].is_object()) {
+    const json& u = chunk["usage"];
+    Usage usage;
+    usage.prompt_tokens = u.value("prompt_tokens", int64_t{0});
+    usage.completion_tokens = u.value("completion_tokens", int64_t{0});
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
+      usage.cached_prompt_tokens = u["prompt_tokens_details"].value("cached_tokens", int64_t{-1});
+    }
+    result_.usage = usage;
+  }
+  if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
+  for (const json& choice : chunk["choices"]) {
+    if (!choice.is_object()) continue;
+    if (choice.contains("delta") && choice["delta"].is_object()) {
+      const json& delta = choice["delta"];
+      // llama-server and vLLM (before 0.10) say reasoning_content; newer vLLM says reasoning.
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        if (delta.contains(key) && delta[key].is_string()) {
+          on_delta_text(delta[key].get<std::string>(), true);
+          break;
+        }
+      }
+      if (delta.contains("content") && delta["content"].is_string())
+        on_delta_text(delta["content"].get<std::string>(), false);
+      if (delta.contains("tool_calls") && delta["tool_calls"].is_array()) {
+        const json& calls = delta["tool_calls"];
+        for (size_t i = 0; i < calls.size(); ++i) {
+          const json& c = calls[i];
+          if (!c.is_object()) continue;
+          // Fragments of one call share its index; a server that sends none sends whole calls.
+          const int64_t index = c.contains("index") && c["index"].is_number_integer()
+                                    ? c["index"].get<int64_t>()
+                                    : static_cast<int64_t>(calls_.size());
+          auto it = std::find_if(calls_.begin(), calls_.end(),
+                                 [&](const auto& entry) { return entry.first == index; });
+          if (it == calls_.end()) it = calls_.insert(calls_.end(), {index, PartialCall{}});
+          PartialCall& call = it->second;
+          if (!got_delta_) result_.first_token_seconds = seconds_now() - started_;
+          got_delta_ = true;
+          if (c.contains("id") && c["id"].is_string() && call.id.empty())
+            call.id = c["id"].get<std::string>();
+          if (c.contains("function") && c["function"].is_object()) {
+            const json& f = c["function"];
+            // The name comes whole in the first fragment (some servers repeat it).
+            if (f.contains("name") && f["name"].is_string()) {
+              const std::string name = f["name"].get<std::string>();
+              if (name != call.name) call.name += name;
+            }
+            if (f.contains("arguments")) {
+              if (f["arguments"].is_string()) {
+                call.arguments += f["arguments"].get<std::string>();
+              } else if (f["arguments"].is_object()) {  // a server that sends the object
+                call.arguments += f["arguments"].dump();
+              }
+            }
+          }
+        }
+      }
+    }
+    if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+      result_.finish_reason = choice["finish_reason"].get<std::string>();
+    }
+  }
+}
+
+void ChatStreamReader::finish() {
+  if (fault_) return;
+  std::stable_sort(calls_.begin(), calls_.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [index, call] : calls_) {
+    if (call.name.empty()) continue;  // a fragment without its call
+    // No arguments: the function takes none.
+    if (call.arguments.find_first_not_of(" \n\t\r") == std::string::npos) call.arguments = "{}";
+    result_.tool_calls.push_back({call.id, call.name, call.arguments});
+  }
+  calls_.clear();
+}
+
 ChatResult OpenAiClient::stream_chat(const ChatRequest& request, const StreamCallbacks& callbacks,
                                      const std::atomic<bool>* cancel) const {
-  ChatResult result;
   const Clock::time_point start = Clock::now();
-  bool done = false;  // "data: [DONE]"
-  bool got_delta = false;
-  Fault protocol;
-  SseStream sse([&](const SseEvent& event) {
-    if (event.data == "[DONE]") {
-      done = true;
-      return;
-    }
-    const json chunk = json::parse(event.data, nullptr, false);
-    if (!chunk.is_object()) {
-      protocol.kind = FaultKind::Protocol;
-      protocol.message = "the stream held something that is not JSON: " + one_line(event.data, 80);
-      return;
-    }
-    if (chunk.contains("error")) {  // an error reported inside a 200 stream
-      const Fault f = http_fault(500, event.data, std::nullopt);
-      protocol.kind = FaultKind::ServerError;
-      protocol.message =
-          "the server reported an error mid-answer: " +
-          f.message.substr(f.message.find(':') == std::string::npos ? 0 : f.message.find(':') + 2);
-      return;
-    }
-    if (chunk.contains("usage") && chunk["usage"].is_object()) {
-      const json& u = chunk["usage"];
-      Usage usage;
-      usage.prompt_tokens = u.value("prompt_tokens", int64_t{0});
-      usage.completion_tokens = u.value("completion_tokens", int64_t{0});
-      if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
-        usage.cached_prompt_tokens = u["prompt_tokens_details"].value("cached_tokens", int64_t{-1});
-      }
-      result.usage = usage;
-    }
-    if (!chunk.contains("choices") || !chunk["choices"].is_array()) return;
-    for (const json& choice : chunk["choices"]) {
-      if (!choice.is_object()) continue;
-      if (choice.contains("delta") && choice["delta"].is_object()) {
-        const json& delta = choice["delta"];
-        for (const char* key : {"reasoning_content", "reasoning"}) {
-          if (delta.contains(key) && delta[key].is_string()) {
-            const std::string text = delta[key].get<std::string>();
-            if (text.empty()) continue;
-            if (!got_delta)
-              result.first_token_seconds =
-                  std::chrono::duration<double>(Clock::now() - start).count();
-            got_delta = true;
-            result.reasoning += text;
-            if (callbacks.on_reasoning) callbacks.on_reasoning(text);
-            break;
-          }
-        }
-        if (delta.contains("content") && delta["content"].is_string()) {
-          const std::string text = delta["content"].get<std::string>();
-          if (!text.empty()) {
-            if (!got_delta)
-              result.first_token_seconds =
-                  std::chrono::duration<double>(Clock::now() - start).count();
-            got_delta = true;
-            result.content += text;
-            if (callbacks.on_content) callbacks.on_content(text);
-          }
-        }
-      }
-      if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
-        result.finish_reason = choice["finish_reason"].get<std::string>();
-      }
-    }
-  });
+  ChatStreamReader reader(callbacks);
   const RequestBody body = chat_request_body(request);
   Transfer t;
   t.cancel = cancel;
-  t.stream = [&](std::string_view bytes) { sse.feed(bytes); };
+  t.stream = [&](std::string_view bytes) { reader.feed(bytes); };
   const std::string url = api_base() + "/chat/completions";
   const CURLcode code =
       perform(endpoint_, url, &body.json, true, t, endpoint_.stall_timeout_seconds);
+  ChatResult& result = reader.result();
   result.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.cancelled = t.cancelled;
-  if (t.cancelled) return result;
+  if (t.cancelled) return std::move(result);
   if (t.status != 0 && (t.status < 200 || t.status >= 300)) {
     result.fault = http_fault(t.status, t.error_body, t.retry_after);
-    return result;
+    return std::move(result);
   }
   result.fault = transport_fault(code, t, t.status != 0, endpoint_.stall_timeout_seconds, url);
-  if (result.fault) return result;
-  if (protocol) {
-    result.fault = protocol;
-    return result;
+  if (result.fault) return std::move(result);
+  if (reader.fault()) {
+    result.fault = reader.fault();
+    return std::move(result);
   }
   // A clean close without the end of the answer: a proxy or the server dropped the stream.
-  if (!done && result.finish_reason.empty()) {
+  if (!reader.done() && result.finish_reason.empty()) {
     result.fault.kind = FaultKind::StreamCut;
     result.fault.message = "the stream ended before the answer did (no finish reason, no [DONE])";
+    return std::move(result);
   }
-  return result;
+  reader.finish();
+  return std::move(result);
 }
 
 OpenAiClient::MetricsText OpenAiClient::fetch_metrics() const {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,9 +65,22 @@ ServerKind server_kind(std::string_view owned_by);
 const char* server_kind_name(ServerKind kind);
 
 struct RemoteMessage {
-  std::string role;     // "system", "user", "assistant"
-  std::string content;  // sent exactly as stored, so the server's prefix cache hits
+  std::string role;                  // "system", "user", "assistant", "tool"
+  std::string content;               // sent exactly as stored, so the server's prefix cache hits
+  std::string tool_calls_json = {};  // an assistant message's calls: OpenAI's tool_calls array
+  std::string tool_call_id = {};     // a tool message: the call it answers
+  std::string name = {};             // a tool message: the tool's name
 };
+
+// A tool call the server parsed from its model's reply (OpenAI's tool_calls).
+struct RemoteToolCall {
+  std::string id;  // "" when the server gave none
+  std::string name;
+  std::string arguments;  // a JSON object's text, as the server sent it
+};
+
+// What the reply must be (OpenAI's response_format).
+enum class ResponseFormat { Text, JsonObject, JsonSchema };
 
 // Unset values are not sent (the server's defaults apply).
 struct RemoteSampling {
@@ -85,6 +99,17 @@ struct ChatRequest {
   std::vector<RemoteMessage> messages;
   RemoteSampling sampling;
   ServerKind server = ServerKind::Unknown;
+  // Tools the model may call: OpenAI's tools array ("" none). tool_choice: "" the server's
+  // default (auto), "none", "auto", "required", or the name of the one function to call.
+  std::string tools_json;
+  std::string tool_choice;
+  ResponseFormat response_format = ResponseFormat::Text;
+  std::string json_schema;  // ResponseFormat::JsonSchema: the schema's text
+  // The reasoning setting: enable_thinking goes to the server's chat template
+  // (chat_template_kwargs, which vLLM, SGLang, llama-server and Granule take); reasoning_effort
+  // is OpenAI's ("low", "medium", "high"; "" not sent).
+  std::optional<bool> enable_thinking;
+  std::string reasoning_effort;
 };
 
 // The request's JSON body, and a line for each setting the server would not understand and
@@ -109,12 +134,56 @@ struct StreamCallbacks {
 struct ChatResult {
   std::string content;
   std::string reasoning;
+  // Calls reassembled from the stream's tool_calls fragments, in the order of their index; only
+  // a stream that ended cleanly has them (a call cut mid-way is not one).
+  std::vector<RemoteToolCall> tool_calls;
   std::string finish_reason;  // "stop", "length", …; "" when the answer did not end
   std::optional<Usage> usage;
   bool cancelled = false;  // `cancel` was set: a stop, not a fault
   Fault fault;
   double first_token_seconds = 0;  // from sending to the first content or reasoning delta
   double total_seconds = 0;
+};
+
+class SseStream;
+
+// Reads a streamed chat completion (the SSE bytes of /v1/chat/completions) into a ChatResult:
+// content and reasoning deltas go to the callbacks as they come; tool calls are put together
+// from their fragments (index, id, function.name, function.arguments pieces) and land in the
+// result at finish(). OpenAiClient::stream_chat feeds it; exposed for the tests (canned SSE).
+class ChatStreamReader {
+ public:
+  explicit ChatStreamReader(StreamCallbacks callbacks);
+  ~ChatStreamReader();
+  ChatStreamReader(const ChatStreamReader&) = delete;
+  ChatStreamReader& operator=(const ChatStreamReader&) = delete;
+
+  void feed(std::string_view bytes);
+  // The end of the bytes: the calls go into the result (unless the stream held a fault).
+  void finish();
+  // "data: [DONE]" arrived.
+  bool done() const { return done_; }
+  // Not the OpenAI format, or an error reported inside the stream; None otherwise.
+  const Fault& fault() const { return fault_; }
+  ChatResult& result() { return result_; }
+
+ private:
+  struct PartialCall {
+    std::string id;
+    std::string name;
+    std::string arguments;
+  };
+  void on_event(std::string_view data);
+  void on_delta_text(const std::string& text, bool reasoning);
+
+  StreamCallbacks callbacks_;
+  ChatResult result_;
+  Fault fault_;
+  bool done_ = false;
+  bool got_delta_ = false;
+  double started_ = 0;  // steady-clock seconds at construction, for first_token_seconds
+  std::vector<std::pair<int64_t, PartialCall>> calls_;  // by index, in order of arrival
+  std::unique_ptr<SseStream> sse_;
 };
 
 class OpenAiClient {

@@ -73,6 +73,7 @@ ApplicationWindow {
                 Layout.fillWidth: true
                 model: window.model
                 chats: window.chats
+                endpoints: window.endpoints
                 onModelsRequested: modelsPage.open()
                 onChatSettingsRequested: chatSettings.open()
             }

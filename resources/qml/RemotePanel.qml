@@ -64,6 +64,20 @@ PanelFrame {
                    : panel.shown(panel.remote.prefixReusedTokens,
                                   qsTr("%1 tokens").arg(Math.round(panel.remote.prefixReusedTokens)))
         }
+        // Granule's batching counters: how many sequences share a forward pass (the windows
+        // and API clients on one server decode in the same steps).
+        StatRow {
+            objectName: "remoteMeanBatch"
+            name: qsTr("Mean decode batch")
+            value: panel.shown(panel.remote.meanDecodeBatch,
+                                qsTr("%1 sequences").arg(Number(panel.remote.meanDecodeBatch).toFixed(2)))
+        }
+        StatRow {
+            objectName: "remoteBatchedSteps"
+            name: qsTr("Batched steps")
+            value: panel.shown(panel.remote.batchedStepFraction,
+                                (panel.remote.batchedStepFraction * 100).toFixed(0) + " %")
+        }
         StatRow {
             name: qsTr("Preemptions")
             value: panel.shown(panel.remote.preemptions, Math.round(panel.remote.preemptions))

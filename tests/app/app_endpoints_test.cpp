@@ -244,7 +244,8 @@ class EndpointsTest : public QObject {
         {QStringLiteral("status:401"), QStringLiteral("401"), false},
         {QStringLiteral("status:429"), QStringLiteral("429 Too Many Requests"), false},
         {QStringLiteral("status:503"), QStringLiteral("503"), false},
-        {QStringLiteral("drop:700"), QStringLiteral("the stream ended before the answer did"), true},
+        {QStringLiteral("drop:700"), QStringLiteral("the stream ended before the answer did"),
+         true},
     };
     int turns = 1;
     for (const Case& c : cases) {
@@ -280,6 +281,66 @@ class EndpointsTest : public QObject {
       }
     }
     QCOMPARE(ChatStore(path).conversations()[0].engine, ref(proxy.port));
+  }
+
+  // A stream that stops sending mid-answer: the endpoint's stall timeout (short here, 60 s by
+  // default) ends it with one line in the banner, the partial answer stays, marked "error",
+  // and Retry answers as version 2 — read back from the chat database.
+  void aStalledStreamIsEndedKeptAndRetried() {
+    Child proxy;
+    QVERIFY(proxy.start(
+        QStringLiteral("python3"),
+        {QStringLiteral(GRANULE_FAULT_PROXY), QStringLiteral("127.0.0.1:%1").arg(server_.port),
+         QStringLiteral("--idle"), QStringLiteral("120")}));
+    const QString path = dir_.filePath(QStringLiteral("stall.sqlite"));
+    ChatStore store(path);
+    ErrorReporter errors;
+    ChatController chats(store, errors);
+    // Long enough for a first token on a busy machine, short for the test.
+    constexpr int kStallSeconds = 4;
+    ThreadedWorker w({}, remoteEngineFactory(kStallSeconds));
+    connect(&chats, &ChatController::generationRequested, w.worker, &EngineWorker::submit);
+    connect(&chats, &ChatController::cancelRequested, w.worker, &EngineWorker::cancel);
+    connect(w.worker, &EngineWorker::tokensArrived, &chats, &ChatController::onTokensArrived);
+    connect(w.worker, &EngineWorker::generationFinished, &chats,
+            &ChatController::onGenerationFinished);
+    const qint64 chat = chats.newChat();
+    chats.setCurrentEngine(ref(proxy.port));
+    // The headers and about 700 bytes of the stream (a few deltas of text), then nothing for
+    // 30 s: the client gives up after kStallSeconds. (The engine's first request, for
+    // /v1/models, passes.)
+    QVERIFY(queueFault(proxy.port, QStringLiteral("pass")));
+    QVERIFY(queueFault(proxy.port, QStringLiteral("stall:30:700")));
+    QElapsedTimer took;
+    took.start();
+    chats.send(QStringLiteral("Tell me about rivers."));
+    QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+    qInfo("the stall ended the answer after %lld ms", static_cast<long long>(took.elapsed()));
+    QVERIFY(took.elapsed() < 25000);  // by the client's timeout, not the proxy's close
+    QVERIFY(errors.active());
+    QVERIFY2(errors.message().startsWith(
+                 QStringLiteral("the server sent nothing for %1 s: stalled").arg(kStallSeconds)),
+             qPrintable(errors.message()));
+    QVERIFY(!errors.message().contains(QLatin1Char('\n')));
+    QVERIFY2(errors.message().contains(QStringLiteral("the answer is cut where it stopped")),
+             qPrintable(errors.message()));
+    QList<StoredMessage> shown = ChatStore(path).messages(chat);
+    QCOMPARE(shown.size(), 2);
+    QCOMPARE(shown.last().role, QStringLiteral("assistant"));
+    QVERIFY(!shown.last().content.isEmpty());
+    QCOMPARE(shown.last().finish_reason, QStringLiteral("error"));
+    const QString partial = shown.last().content;
+    // Retry: the proxy passes it.
+    errors.dismiss();
+    chats.regenerate(1);
+    QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+    QVERIFY2(!errors.active(), qPrintable(errors.message()));
+    shown = ChatStore(path).messages(chat);
+    QCOMPARE(shown.size(), 2);
+    QCOMPARE(shown.last().version, 2);
+    QCOMPARE(shown.last().version_count, 2);
+    QVERIFY(shown.last().finish_reason != QLatin1String("error"));
+    QVERIFY(shown.last().content.size() > 3);
   }
 
   void twoWindowsOnOneServerDecodeInTheSameSteps() {

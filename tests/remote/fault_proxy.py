@@ -8,8 +8,9 @@ Faults are queued with a control request, POST /__fault/<kind>, one per followin
   pass            forward unchanged
   status:<code>   answer <code> with an OpenAI error body (429 adds Retry-After: 1)
   drop:<bytes>    forward the response, then close the connection after <bytes> of its body
-  stall:<seconds> forward the headers and <=200 bytes of the body, then send nothing for
-                  <seconds> (the client's stall timeout should end it)
+  stall:<seconds>[:<bytes>]
+                  forward the headers and <bytes> (default 200) of the body, then send nothing
+                  for <seconds> and close (the client's stall timeout should end it first)
 It prints "fault proxy on http://127.0.0.1:PORT" once listening.
 """
 import argparse
@@ -81,8 +82,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         if fault.startswith("drop:"):
             limit = int(fault.split(":")[1])
         elif fault.startswith("stall:"):
-            limit = 200
-            stall = float(fault.split(":")[1])
+            parts = fault.split(":")
+            stall = float(parts[1])
+            limit = int(parts[2]) if len(parts) > 2 else 200
         try:
             while True:
                 chunk = res.read1(4096) if hasattr(res, "read1") else res.read(4096)

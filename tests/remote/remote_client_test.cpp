@@ -132,6 +132,28 @@ TEST(EngineMetrics, GranuleReportsBytesNotAFraction) {
   EXPECT_FALSE(m.prefix_cache_queries_total.has_value());
 }
 
+// The batching counters: mean batch and share of batched steps over the interval, over the
+// server's life when it decoded nothing in the interval; unavailable for other servers.
+TEST(EngineMetrics, GranuleDecodeBatching) {
+  const EngineMetrics m = read_engine_metrics(fixture("granule_metrics.txt"));
+  EXPECT_EQ(*m.decode_steps_total, 14);
+  EXPECT_EQ(*m.decode_step_sequences_total, 20);
+  EXPECT_EQ(*m.batched_decode_steps_total, 6);
+  EngineRates idle = engine_rates(m, m, 1.0);  // no steps in the interval: the totals
+  EXPECT_DOUBLE_EQ(*idle.mean_decode_batch, 20.0 / 14.0);
+  EXPECT_DOUBLE_EQ(*idle.batched_step_fraction, 6.0 / 14.0);
+  EngineMetrics later = m;
+  *later.decode_steps_total += 10;           // 10 steps,
+  *later.decode_step_sequences_total += 30;  // three sequences in each,
+  *later.batched_decode_steps_total += 10;   // all of them batched
+  const EngineRates busy = engine_rates(m, later, 1.0);
+  EXPECT_DOUBLE_EQ(*busy.mean_decode_batch, 3.0);
+  EXPECT_DOUBLE_EQ(*busy.batched_step_fraction, 1.0);
+  const EngineMetrics vllm = read_engine_metrics(fixture("vllm_metrics.txt"));
+  EXPECT_FALSE(engine_rates(vllm, vllm, 1.0).mean_decode_batch.has_value());
+  EXPECT_FALSE(engine_rates(vllm, vllm, 1.0).batched_step_fraction.has_value());
+}
+
 TEST(EngineMetrics, NoKnownSeriesIsNoDialect) {
   const EngineMetrics m = read_engine_metrics("process_cpu_seconds_total 12\n");
   EXPECT_EQ(m.dialect, MetricsDialect::None);
@@ -206,6 +228,146 @@ TEST(ChatRequestBody, ExtensionsFollowTheServerAndMessagesStayUnchanged) {
   j = nlohmann::json::parse(b.json);
   EXPECT_TRUE(j.contains("repeat_penalty"));
   EXPECT_TRUE(b.not_sent.empty());
+}
+
+// Two parallel calls whose arguments arrive in fragments, interleaved by index (the OpenAI
+// stream format, as vLLM and llama-server send it), after reasoning_content: the same calls,
+// reasoning and finish for every split of the bytes.
+TEST(ChatStreamReader, ToolCallsReassembledFromSplitDeltas) {
+  const std::string stream = fixture("tool_calls_stream.sse");
+  for (size_t chunk : {1, 2, 5, 13, 64, 100000}) {
+    std::string reasoning;
+    ChatStreamReader reader(
+        {[](std::string_view) {}, [&](std::string_view text) { reasoning += text; }});
+    for (size_t i = 0; i < stream.size(); i += chunk)
+      reader.feed(std::string_view(stream).substr(i, chunk));
+    reader.finish();
+    EXPECT_TRUE(reader.done());
+    EXPECT_FALSE(reader.fault());
+    const ChatResult& r = reader.result();
+    EXPECT_EQ(reasoning, "The user wants two cities.") << "chunk " << chunk;
+    EXPECT_EQ(r.reasoning, reasoning);
+    EXPECT_EQ(r.content, "");
+    EXPECT_EQ(r.finish_reason, "tool_calls");
+    ASSERT_EQ(r.tool_calls.size(), 2u) << "chunk " << chunk;
+    EXPECT_EQ(r.tool_calls[0].id, "call_abc");
+    EXPECT_EQ(r.tool_calls[0].name, "weather");
+    EXPECT_EQ(r.tool_calls[0].arguments, R"({"city": "Paris"})");
+    EXPECT_EQ(r.tool_calls[1].id, "call_def");
+    EXPECT_EQ(r.tool_calls[1].arguments, R"({"city": "Oslo"})");
+    for (const RemoteToolCall& c : r.tool_calls)
+      EXPECT_TRUE(nlohmann::json::parse(c.arguments).is_object());
+    ASSERT_TRUE(r.usage.has_value());
+    EXPECT_EQ(r.usage->completion_tokens, 31);
+  }
+}
+
+// Granule's server sends each call whole in one chunk; a server may send no index, no id,
+// or an arguments object rather than its text.
+TEST(ChatStreamReader, WholeCallsWithoutIndexOrId) {
+  ChatStreamReader reader({});
+  reader.feed(
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"id\":\"call_1_7_0\","
+      "\"type\":\"function\",\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\": 2}\"}}]},"
+      "\"finish_reason\":null}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"function\":{\"name\":"
+      "\"now\",\"arguments\":{\"zone\":\"UTC\"}}},{\"function\":{\"name\":\"ping\"}}]},"
+      "\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n");
+  reader.finish();
+  const ChatResult& r = reader.result();
+  ASSERT_EQ(r.tool_calls.size(), 3u);
+  EXPECT_EQ(r.tool_calls[0].id, "call_1_7_0");
+  EXPECT_EQ(r.tool_calls[0].arguments, R"({"a": 2})");
+  EXPECT_EQ(r.tool_calls[1].name, "now");
+  EXPECT_EQ(r.tool_calls[1].arguments, R"({"zone":"UTC"})");
+  EXPECT_EQ(r.tool_calls[1].id, "");  // none given: the caller names it
+  EXPECT_EQ(r.tool_calls[2].arguments, "{}");
+}
+
+// A stream that reports an error mid-way has no calls: a call cut short is not one.
+TEST(ChatStreamReader, AFaultInTheStreamLeavesNoCalls) {
+  ChatStreamReader reader({});
+  reader.feed(
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c\","
+      "\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\"}}]}}]}\n\n"
+      "data: {\"error\":{\"message\":\"engine died\"}}\n\n");
+  reader.finish();
+  EXPECT_EQ(reader.fault().kind, FaultKind::ServerError);
+  EXPECT_NE(reader.fault().message.find("engine died"), std::string::npos);
+  EXPECT_TRUE(reader.result().tool_calls.empty());
+}
+
+// Tools, the tool choice, JSON output and the reasoning setting in the body; an assistant
+// message's calls and a tool message's id as OpenAI writes them.
+TEST(ChatRequestBody, ToolsToolMessagesJsonOutputAndReasoning) {
+  ChatRequest r;
+  r.model = "m";
+  r.server = ServerKind::Granule;
+  r.messages = {{"user", "weather in Paris?"},
+                {"assistant", "",
+                 R"([{"id":"call_1","type":"function","function":{"name":"weather",)"
+                 R"("arguments":"{\"city\":\"Paris\"}"}}])"},
+                {"tool", "21 °C", "", "call_1", "weather"}};
+  r.tools_json =
+      R"([{"type":"function","function":{"name":"weather","parameters":{"type":"object",)"
+      R"("properties":{"zcity":{"type":"string"},"acountry":{"type":"string"}}}}}])";
+  r.tool_choice = "weather";
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_TRUE(j["messages"][1]["content"].is_null());
+  EXPECT_EQ(j["messages"][1]["tool_calls"][0]["function"]["name"], "weather");
+  EXPECT_EQ(j["messages"][2]["tool_call_id"], "call_1");
+  EXPECT_EQ(j["messages"][2]["name"], "weather");
+  EXPECT_EQ(j["messages"][2]["content"], "21 °C");
+  EXPECT_FALSE(j["messages"][0].contains("tool_calls"));
+  EXPECT_EQ(j["tool_choice"]["function"]["name"], "weather");
+  EXPECT_EQ(j["tool_choice"]["type"], "function");
+  EXPECT_EQ(j["parallel_tool_calls"], false);  // a forced call is one call
+  // The schema's properties keep their order.
+  EXPECT_EQ(j["tools"][0]["function"]["parameters"]["properties"].begin().key(), "zcity");
+  EXPECT_FALSE(j.contains("response_format"));
+  // llama-server takes the choice as a string only: the named function alone, required.
+  r.tools_json =
+      R"([{"type":"function","function":{"name":"clock","parameters":{"type":"object"}}},)"
+      R"({"type":"function","function":{"name":"weather","parameters":{"type":"object"}}}])";
+  r.server = ServerKind::LlamaServer;
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_EQ(j["tool_choice"], "required");
+  ASSERT_EQ(j["tools"].size(), 1u);
+  EXPECT_EQ(j["tools"][0]["function"]["name"], "weather");
+  EXPECT_EQ(j["parallel_tool_calls"], false);
+  r.server = ServerKind::Granule;
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_EQ(j["tools"].size(), 2u);
+  r.tool_choice = "required";
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_EQ(j["tool_choice"], "required");
+  r.tool_choice = "auto";
+  j = nlohmann::ordered_json::parse(chat_request_body(r).json);
+  EXPECT_FALSE(j.contains("parallel_tool_calls"));
+  r.tools_json.clear();
+  r.response_format = ResponseFormat::JsonSchema;
+  r.json_schema =
+      R"({"type":"object","properties":{"b":{"type":"string"},"a":{"type":"boolean"}}})";
+  r.enable_thinking = false;
+  r.reasoning_effort = "low";
+  RequestBody b = chat_request_body(r);
+  j = nlohmann::ordered_json::parse(b.json);
+  EXPECT_FALSE(j.contains("tools"));
+  EXPECT_FALSE(j.contains("tool_choice"));
+  EXPECT_EQ(j["response_format"]["type"], "json_schema");
+  EXPECT_EQ(j["response_format"]["json_schema"]["schema"]["properties"].begin().key(), "b");
+  EXPECT_TRUE(j["response_format"]["json_schema"]["strict"]);
+  EXPECT_EQ(j["chat_template_kwargs"]["enable_thinking"], false);
+  EXPECT_EQ(j["reasoning_effort"], "low");
+  EXPECT_TRUE(b.not_sent.empty());
+  r.response_format = ResponseFormat::JsonObject;
+  r.server = ServerKind::Unknown;
+  b = chat_request_body(r);
+  j = nlohmann::ordered_json::parse(b.json);
+  EXPECT_EQ(j["response_format"]["type"], "json_object");
+  EXPECT_FALSE(j.contains("chat_template_kwargs"));  // not known to be taken: said, not sent
+  ASSERT_EQ(b.not_sent.size(), 1u);
+  EXPECT_NE(b.not_sent[0].find("chat_template_kwargs"), std::string::npos);
 }
 
 TEST(OpenAiClient, BaseUrlWithOrWithoutV1) {

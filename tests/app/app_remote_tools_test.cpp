@@ -1,0 +1,370 @@
+// Everything a local chat does, on an endpoint: the window (Application, Main.qml) with a chat on
+// the model of a `granule-cli serve` that wants an API key, the key coming from Settings →
+// Endpoints. JSON output travels as response_format and the server enforces the schema; the
+// MCP test server's tools (tests/mcp/mcp_test_server.py) travel as tools, a named tool_choice
+// makes the server constrain the reply to a call (the tiny model would not call a tool on its
+// own), and its streamed tool_calls become the same card as a local call: asked, allowed, run,
+// its result sent back as a tool message, then the answer. The model bar names the endpoint
+// and model; the Server panel draws the server's batching counters; Models → Server opens the
+// endpoint's model with the endpoint's key; a vLLM-style reasoning stream with two calls
+// (canned_server.py) shows its Thinking block and two cards. PNGs under GRANULE_SCREENSHOT_DIR.
+// Skips without the default model, xgrammar or the mcp Python package.
+#include <QtQml/qqmlextensionplugin.h>
+
+#include <QDir>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QQmlApplicationEngine>
+#include <QQuickItem>
+#include <QQuickStyle>
+#include <QQuickWindow>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <set>
+
+#include "application.h"
+#include "granule/constraint.h"
+#include "remote/openai_client.h"
+#include "remote_inference_engine.h"
+#include "remote_test_support.h"
+
+Q_IMPORT_QML_PLUGIN(GranulePlugin)
+
+using namespace granule::app;
+using namespace granule::app::test;
+
+namespace {
+
+constexpr const char* kApiKey = "sk-remote-tools-test";
+
+QString dataHome() {
+  const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
+  return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
+         QStringLiteral("/granule");
+}
+
+QString pythonPath() {
+  QString path = dataHome() + QStringLiteral("/python");
+  const QString extra = qEnvironmentVariable("PYTHONPATH");
+  if (!extra.isEmpty()) path += QLatin1Char(':') + extra;
+  return path;
+}
+
+int distinctColours(const QImage& image) {
+  std::set<QRgb> colours;
+  for (int y = 0; y < image.height(); y += 7)
+    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
+  return static_cast<int>(colours.size());
+}
+
+QQuickItem* findItem(QQuickItem* root, const QString& name) {
+  if (root->objectName() == name && root->isVisible()) return root;
+  for (QQuickItem* child : root->childItems())
+    if (QQuickItem* found = findItem(child, name)) return found;
+  return nullptr;
+}
+
+QJsonObject toolOf(const StoredMessage& m) {
+  return QJsonDocument::fromJson(m.tool.toUtf8()).object();
+}
+
+}  // namespace
+
+class RemoteToolsTest : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir dir_;
+  Child server_;
+  QString modelId_;
+  QString ref_;
+  std::shared_ptr<std::function<std::string(const std::string&)>> keys_ =
+      std::make_shared<std::function<std::string(const std::string&)>>();
+  std::unique_ptr<Application> app_;
+  std::unique_ptr<QQmlApplicationEngine> qml_;
+  QQuickWindow* window_ = nullptr;
+
+  ChatController* chats() { return app_->chats(); }
+  MessageModel* shown() { return chats()->messages(); }
+
+  void save(const QString& name) {
+    QTest::qWait(300);  // a frame for the bindings that just changed
+    const QImage image = window_->grabWindow();
+    QVERIFY(!image.isNull());
+    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
+    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
+    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
+    QVERIFY(image.save(path));
+    qInfo("saved %s", qPrintable(path));
+  }
+
+  QString state(int row) { return toolOf(shown()->message(row)).value("state").toString(); }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QQuickStyle::setStyle(QStringLiteral("Fusion"));
+    const QString model = defaultModel();
+    if (model.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
+    if (!granule::structured_output_available())
+      QSKIP("this build has no structured output (xgrammar): its server cannot force a call");
+    QProcess python;
+    python.setProcessEnvironment([] {
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.insert(QStringLiteral("PYTHONPATH"), pythonPath());
+      return env;
+    }());
+    python.start(QStringLiteral("python3"),
+                 {QStringLiteral("-c"), QStringLiteral("import mcp.server.mcpserver")});
+    if (!python.waitForFinished(30000) || python.exitCode() != 0)
+      QSKIP("the official mcp Python package is missing: bash packaging/setup.sh pydeps");
+
+    QVERIFY(server_.start(
+        QStringLiteral(GRANULE_CLI),
+        {QStringLiteral("serve"), model, QStringLiteral("--port"), QStringLiteral("0"),
+         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+         QStringLiteral("4096"), QStringLiteral("--chats"), QStringLiteral("2"),
+         QStringLiteral("--api-key"), QString::fromLatin1(kApiKey)}));
+    modelId_ = QFileInfo(model).completeBaseName();
+    const QString url = QStringLiteral("http://127.0.0.1:%1/v1").arg(server_.port);
+    ref_ = url + QLatin1Char('#') + modelId_;
+    // Without the key the server refuses: whatever works below sent it.
+    const auto refused =
+        granule::remote::OpenAiClient({url.toStdString(), ""}).list_models().fault.kind;
+    QCOMPARE(refused, granule::remote::FaultKind::Unauthorized);
+
+    // As main.cpp wires it: Models → Server reads the endpoints' keys on the engine thread.
+    app_ = std::make_unique<Application>(
+        remoteAwareEngineFactory(granuleEngineFactory(),
+                                 [keys = keys_](const std::string& base_url) {
+                                   return *keys ? (*keys)(base_url) : std::string();
+                                 }),
+        dir_.filePath(QStringLiteral("granule.sqlite")));
+    app_->setRemoteEngineFactory(remoteEngineFactory());
+    *keys_ = app_->endpoints()->keyLookup();
+    qml_ = std::make_unique<QQmlApplicationEngine>();
+    qml_->addImportPath(QStringLiteral("qrc:/qt/qml"));
+    qml_->setInitialProperties(app_->windowProperties());
+    qml_->load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
+    QVERIFY(!qml_->rootObjects().isEmpty());
+    window_ = qobject_cast<QQuickWindow*>(qml_->rootObjects().first());
+    window_->resize(1400, 900);
+    window_->show();
+
+    McpController* mcp = app_->mcp();
+    QVERIFY(mcp->available());
+    const QString tools = QStringLiteral(GRANULE_SOURCE_DIR "/tests/mcp/mcp_test_server.py");
+    QCOMPARE(mcp->addServer(QStringLiteral("test tools"),
+                            QStringLiteral("python3 '%1' stdio").arg(tools),
+                            QStringLiteral("PYTHONPATH=%1").arg(pythonPath()), {}),
+             QString());
+    QTRY_COMPARE_WITH_TIMEOUT(
+        mcp->servers().value(0).toMap().value(QStringLiteral("status")).toString(),
+        QStringLiteral("ready"), 60000);
+
+    // The endpoint with its key (no Secret Service here: kept for the session).
+    EndpointsController* endpoints = app_->endpoints();
+    endpoints->add(QStringLiteral("granule-box"), url, QString::fromLatin1(kApiKey));
+    QTRY_VERIFY_WITH_TIMEOUT(endpoints->engineChoices().size() == 1, 30000);
+    QCOMPARE(endpoints->engineChoices()[0].toMap()[QStringLiteral("ref")].toString(), ref_);
+    // The local default model loads too: the model bar must name the chat's engine, not it.
+    app_->start(model);
+    QTRY_VERIFY_WITH_TIMEOUT(app_->model()->ready(), 120000);
+  }
+
+  void cleanupTestCase() {
+    if (window_) window_->close();
+    if (app_) app_->shutdown();
+  }
+
+  // The chat's JSON output with a schema on an endpoint chat: sent as response_format, the
+  // server constrains the reply, which parses with the schema's fields.
+  void jsonOutputOnAnEndpointChat() {
+    chats()->newChat();
+    chats()->setCurrentEngine(ref_);
+    SamplingEditor* sampling = chats()->samplingEditor();
+    sampling->setTemperature(0);
+    sampling->setMaxTokens(160);
+    QCOMPARE(
+        sampling->setJsonSchema(R"({"type": "object", "properties": {"city": {"type": "string"}, )"
+                                R"("sunny": {"type": "boolean"}}, "required": ["city", "sunny"]})"),
+        QString());
+    chats()->send(QStringLiteral("Is it sunny in Lisbon? Answer in JSON."));
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 2 && chats()->generatingCount() == 0, 180000);
+    QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
+    const StoredMessage reply = shown()->message(1);
+    qInfo("JSON output from the endpoint: %s (%s)", qPrintable(reply.content),
+          qPrintable(reply.finish_reason));
+    QJsonParseError error;
+    const QJsonDocument doc = QJsonDocument::fromJson(reply.content.toUtf8(), &error);
+    QVERIFY2(doc.isObject(), qPrintable(error.errorString() + ": " + reply.content));
+    QVERIFY(doc.object().value("city").isString());
+    QVERIFY(doc.object().value("sunny").isBool());
+    // The model bar names the chat's engine, not the loaded model.
+    QQuickItem* name = findItem(window_->contentItem(), QStringLiteral("modelName"));
+    QVERIFY(name);
+    QTRY_COMPARE_WITH_TIMEOUT(name->property("text").toString(),
+                              QStringLiteral("granule-box · %1").arg(modelId_), 5000);
+    QQuickItem* facts = findItem(window_->contentItem(), QStringLiteral("modelFacts"));
+    QVERIFY(facts);
+    QVERIFY2(facts->property("text").toString().startsWith(QStringLiteral("Granule  ·  http://")),
+             qPrintable(facts->property("text").toString()));
+    save(QStringLiteral("remote-json-output.png"));
+  }
+
+  // A call forced by a named tool_choice, sent to the server, which constrains the reply to a
+  // call in its model's format and streams it as tool_calls: the card asks, runs once allowed,
+  // its result goes back as a tool message (tool_call_id), and the model answers.
+  void aToolCallRoundTripsThroughTheEndpoint() {
+    chats()->newChat();
+    chats()->setCurrentEngine(ref_);
+    chats()->samplingEditor()->setTemperature(0);
+    chats()->samplingEditor()->setMaxTokens(160);
+    chats()->setToolChoice(QStringLiteral("weather"));
+    chats()->send(QStringLiteral("What is the weather in Paris?"));
+    chats()->setToolChoice({});
+    const auto hasCard = [this] {
+      return shown()->count() >= 3 && shown()->message(2).role == QLatin1String("tool");
+    };
+    QElapsedTimer waited;
+    waited.start();
+    while (!hasCard() && waited.elapsed() < 240000) {
+      QTest::qWait(200);
+      if (chats()->generatingCount() == 0 && shown()->count() >= 2 && !hasCard()) break;
+    }
+    if (!hasCard()) {
+      for (int row = 0; row < shown()->count(); ++row)
+        qWarning("row %d %s: %s %s", row, qPrintable(shown()->message(row).role),
+                 qPrintable(shown()->message(row).content), qPrintable(shown()->message(row).tool));
+      QFAIL(qPrintable(QStringLiteral("the reply made no tool call; banner: ") +
+                       app_->errors()->message()));
+    }
+    const StoredMessage call = shown()->message(1);
+    qInfo("the endpoint's model called %s", qPrintable(call.tool));
+    QCOMPARE(toolOf(call).value("calls").toArray().size(), 1);
+    const QJsonObject first = toolOf(call).value("calls").toArray()[0].toObject();
+    QCOMPARE(first.value("name").toString(), QStringLiteral("weather"));
+    QVERIFY(!first.value("id").toString().isEmpty());
+    QVERIFY(QJsonDocument::fromJson(first.value("arguments").toString().toUtf8()).isObject());
+    const int row = 2;
+    QCOMPARE(toolOf(shown()->message(row)).value("name").toString(), QStringLiteral("weather"));
+    QCOMPARE(toolOf(shown()->message(row)).value("id").toString(), first.value("id").toString());
+    QCOMPARE(state(row), QStringLiteral("asking"));
+    QTRY_VERIFY_WITH_TIMEOUT(
+        findItem(window_->contentItem(), QStringLiteral("toolAllowOnce")) != nullptr, 5000);
+    save(QStringLiteral("remote-tool-card-asking.png"));
+    chats()->answerToolCall(row, QStringLiteral("once"));
+    QTRY_COMPARE_WITH_TIMEOUT(state(row), QStringLiteral("done"), 30000);
+    QVERIFY(shown()->message(row).content.contains(QStringLiteral("21 °C")));
+    // The result went back to the endpoint's model, which answers in a new message.
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 4 && chats()->generatingCount() == 0, 180000);
+    QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
+    QCOMPARE(shown()->message(3).role, QStringLiteral("assistant"));
+    QVERIFY(shown()->message(3).finish_reason != QLatin1String("error"));
+    qInfo("the answer after the tool: %s", qPrintable(shown()->message(3).content));
+    save(QStringLiteral("remote-tool-card-result.png"));
+    const QList<StoredMessage> stored = app_->store().messages(chats()->currentChatId());
+    QCOMPARE(stored.size(), 4);
+    QCOMPARE(stored[1].finish_reason, QStringLiteral("tool_calls"));
+    QCOMPARE(toolOf(stored[2]).value("state").toString(), QStringLiteral("done"));
+  }
+
+  // The Server panel draws the Granule server's batching counters: two chats of this window on
+  // the endpoint decode in the same server steps, and the panel's mean batch and share of
+  // batched steps say so (figures, not "unavailable").
+  void theServerPanelDrawsTheBatchingCounters() {
+    const qint64 first = chats()->newChat();
+    chats()->setCurrentEngine(ref_);
+    chats()->samplingEditor()->setMaxTokens(300);
+    chats()->send(QStringLiteral("Write a long story about a cat."));
+    const qint64 second = chats()->newChat();
+    QVERIFY(second != first);
+    chats()->setCurrentEngine(ref_);
+    chats()->samplingEditor()->setMaxTokens(300);
+    chats()->send(QStringLiteral("Write a long story about a dog."));
+    QTRY_VERIFY_WITH_TIMEOUT(chats()->generatingCount() == 2, 10000);
+    // A scrape over an interval where both decoded (the panel polls once a second).
+    const auto batch = [this] {
+      return app_->telemetry()->latest().remote.value(QStringLiteral("meanDecodeBatch")).toDouble();
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(batch() > 1.5 || chats()->generatingCount() < 2, 60000);
+    const QVariantMap remote = app_->telemetry()->latest().remote;
+    qInfo("Server panel: mean decode batch %.2f, batched steps %.0f %%", batch(),
+          remote.value(QStringLiteral("batchedStepFraction")).toDouble() * 100);
+    QVERIFY2(batch() > 1.5, "the two chats never decoded in the same steps");
+    QVERIFY(remote.value(QStringLiteral("batchedStepFraction")).toDouble() > 0.5);
+    QQuickItem* row = nullptr;
+    QTRY_VERIFY_WITH_TIMEOUT(
+        (row = findItem(window_->contentItem(), QStringLiteral("remoteMeanBatch"))) != nullptr,
+        10000);
+    QVERIFY2(row->property("value").toString().endsWith(QStringLiteral("sequences")),
+             qPrintable(row->property("value").toString()));
+    QQuickItem* batched = findItem(window_->contentItem(), QStringLiteral("remoteBatchedSteps"));
+    QVERIFY(batched);
+    QVERIFY2(batched->property("value").toString().endsWith(QStringLiteral("%")),
+             qPrintable(batched->property("value").toString()));
+    save(QStringLiteral("remote-server-panel-batching.png"));
+    QTRY_VERIFY_WITH_TIMEOUT(chats()->generatingCount() == 0, 180000);
+  }
+
+  // A reasoning model's stream as vLLM sends it, from canned_server.py (the tiny model
+  // cannot reason or call twice): its reasoning_content in the Thinking block, its two calls,
+  // streamed in interleaved fragments, as two cards.
+  void aReasoningModelsThinkingAndParallelCallsInTheWindow() {
+    Child canned;
+    QVERIFY(
+        canned.start(QStringLiteral("python3"),
+                     {QStringLiteral(GRANULE_SOURCE_DIR "/tests/remote/canned_server.py"),
+                      QStringLiteral("--sse"),
+                      QStringLiteral(GRANULE_SOURCE_DIR "/tests/remote/data/tool_calls_stream.sse"),
+                      QStringLiteral("--model"), QStringLiteral("Qwen/Qwen3-8B"),
+                      QStringLiteral("--idle"), QStringLiteral("120")}));
+    EndpointsController* endpoints = app_->endpoints();
+    endpoints->add(QStringLiteral("vllm-box"),
+                   QStringLiteral("http://127.0.0.1:%1/v1").arg(canned.port), {});
+    QTRY_VERIFY_WITH_TIMEOUT(endpoints->engineChoices().size() == 2, 30000);
+    chats()->newChat();
+    chats()->setCurrentEngine(
+        QStringLiteral("http://127.0.0.1:%1/v1#Qwen/Qwen3-8B").arg(canned.port));
+    chats()->send(QStringLiteral("Weather in Paris and Oslo?"));
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 4 && chats()->generatingCount() == 0, 30000);
+    const StoredMessage reply = shown()->message(1);
+    QCOMPARE(reply.reasoning, QStringLiteral("The user wants two cities."));
+    QCOMPARE(reply.finish_reason, QStringLiteral("tool_calls"));
+    QCOMPARE(toolOf(reply).value("calls").toArray().size(), 2);
+    QCOMPARE(toolOf(shown()->message(2)).value("arguments").toString(),
+             QStringLiteral(R"({"city": "Paris"})"));
+    QCOMPARE(toolOf(shown()->message(3)).value("id").toString(), QStringLiteral("call_def"));
+    QCOMPARE(state(2), QStringLiteral("asking"));
+    QCOMPARE(state(3), QStringLiteral("asking"));
+    QQuickItem* name = findItem(window_->contentItem(), QStringLiteral("modelName"));
+    QVERIFY(name);
+    QTRY_COMPARE_WITH_TIMEOUT(name->property("text").toString(),
+                              QStringLiteral("vllm-box · Qwen/Qwen3-8B"), 5000);
+    save(QStringLiteral("remote-reasoning-parallel-calls.png"));
+    // Left unanswered: the canned server would answer the results with the same calls.
+    chats()->newChat();
+  }
+
+  // Models → Server: the window's engine opened on "URL#model" lists the server's models
+  // with the key of the endpoint at that URL (the server refuses without it).
+  void modelsServerOpensTheEndpointWithItsKey() {
+    app_->model()->load(ref_);
+    QTRY_VERIFY_WITH_TIMEOUT(app_->model()->ready() && app_->model()->modelPath() == ref_, 60000);
+    QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
+    QCOMPARE(app_->model()->modelName(), modelId_);
+    // The URL without its /v1 finds the same endpoint.
+    QCOMPARE((*keys_)("http://127.0.0.1:" + std::to_string(server_.port)), std::string(kApiKey));
+    QCOMPARE((*keys_)("http://127.0.0.1:1/v1"), std::string());
+  }
+};
+
+int main(int argc, char** argv) {
+  // Each function generates one or two replies with the real model on the CPU.
+  if (!qEnvironmentVariableIsSet("QTEST_FUNCTION_TIMEOUT"))
+    qputenv("QTEST_FUNCTION_TIMEOUT", "900000");
+  QGuiApplication app(argc, argv);
+  RemoteToolsTest test;
+  return QTest::qExec(&test, argc, argv);
+}
+#include "app_remote_tools_test.moc"
