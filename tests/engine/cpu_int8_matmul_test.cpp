@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/cpu/ops.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
@@ -73,6 +74,7 @@ TEST(CpuInt8Matmul, ActivationRoundingIsRoundThroughQ8) {
       sum += q[b].qs[i];
     }
     EXPECT_EQ(q[b].sum, q[b].d * static_cast<float>(sum));
+    EXPECT_EQ(q[b].qsum, sum);
   }
 }
 
@@ -132,6 +134,74 @@ TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
                        single.data() + t * rows, rows);
     EXPECT_EQ(whole, pieces);
     EXPECT_EQ(whole, single);
+  }
+}
+
+// The f32 dot of each dequantised row with each int8-rounded activation, in double.
+std::vector<double> rounded_dots(const Case& c, int64_t rows, int64_t cols, int64_t tokens,
+                                 std::vector<double>* magnitudes) {
+  std::vector<double> out(static_cast<size_t>(rows * tokens));
+  magnitudes->assign(out.size(), 0.0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      double dot = 0, magnitude = 0;
+      for (int64_t i = 0; i < cols; ++i) {
+        const double p = double(c.w_f32[static_cast<size_t>(r * cols + i)]) *
+                         c.x_rounded[static_cast<size_t>(t * cols + i)];
+        dot += p;
+        magnitude += std::fabs(p);
+      }
+      out[static_cast<size_t>(t * rows + r)] = dot;
+      (*magnitudes)[static_cast<size_t>(t * rows + r)] = magnitude;
+    }
+  }
+  return out;
+}
+
+TEST(CpuInt8Matmul, PackedMatricesAreTheDotWithTheRoundedActivation) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  // 13 rows: a whole group of 8 and a group of 5 padded with zero rows.
+  const int64_t rows = 13, cols = 512, tokens = 6;
+  for (TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    Case c = make_case(type, rows, cols, tokens, 31);
+    const Int8Weights packed(type, c.w.data(), rows, cols);
+    const bool packs = type != TensorType::Q4_K && type != TensorType::Q5_K &&
+                       type != TensorType::Q6_K;
+    EXPECT_EQ(Int8Weights::packs(type), packs);
+    EXPECT_EQ(packed.packed_bytes(), packs ? 2 * 8 * c.w.size() / rows : 0u);
+    std::vector<float> got(static_cast<size_t>(rows * tokens));
+    packed.matmul_rows(0, rows, c.xq.data(), tokens, got.data(), rows);
+    std::vector<double> magnitudes;
+    const std::vector<double> expected = rounded_dots(c, rows, cols, tokens, &magnitudes);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], expected[i], 2e-6 * magnitudes[i] + 1e-9) << i;
+  }
+}
+
+TEST(CpuInt8Matmul, PackedMatricesGiveTheSameNumbersForEverySplit) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  const int64_t rows = 21, cols = 768, tokens = 70;  // remainders in rows and tokens
+  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                          TensorType::Q5_1, TensorType::Q8_0, TensorType::IQ4_NL}) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    Case c = make_case(type, rows, cols, tokens, 41);
+    const Int8Weights packed(type, c.w.data(), rows, cols);
+    std::vector<float> whole(static_cast<size_t>(rows * tokens));
+    packed.matmul_rows(0, rows, c.xq.data(), tokens, whole.data(), rows);
+    std::vector<float> pieces(whole.size()), single(whole.size()), odd(whole.size());
+    for (int64_t r = 0; r < rows; r += 3)
+      packed.matmul_rows(r, std::min(rows, r + 3), c.xq.data(), tokens, pieces.data(), rows);
+    for (int64_t t = 0; t < tokens; ++t)
+      packed.matmul_rows(0, rows, c.xq.data() + t * cols / 32, 1, single.data() + t * rows, rows);
+    // Token runs that are not multiples of the 4-token tile.
+    for (int64_t t = 0; t < tokens; t += 7) {
+      const int64_t n = std::min<int64_t>(7, tokens - t);
+      packed.matmul_rows(0, rows, c.xq.data() + t * cols / 32, n, odd.data() + t * rows, rows);
+    }
+    EXPECT_EQ(whole, pieces);
+    EXPECT_EQ(whole, single);
+    EXPECT_EQ(whole, odd);
   }
 }
 

@@ -36,27 +36,30 @@ std::vector<float> to_f32(const TensorInfo* t) {
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
 
 // Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
-// threads split their rows together, and wait once instead of once per matrix. With `xq`
-// (the fast path), a matrix the int8 kernels run (int8_matmul.h) takes the input quantised
-// once into xq; the others, and every matrix without xq, take the exact f32 path.
+// threads split their rows together, in groups of 8 (the packed layout's, int8_packed.h), and
+// wait once instead of once per matrix. With `fast` (the fast path), a matrix the int8
+// kernels run takes the input quantised once into fast->xq, in its packed copy where it has
+// one; the others, and every matrix without `fast`, take the exact f32 path.
 struct MatmulTarget {
   const TensorInfo* w;
   float* y;
 };
 void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
-                     ThreadPool& pool, std::vector<ActivationBlock>* xq) {
+                     ThreadPool& pool, FastMatmul* fast) {
   const int64_t cols = targets.begin()->w->dims[0];
-  int64_t total_rows = 0;
+  constexpr int64_t kGroup = Int8Weights::kGroupRows;
+  int64_t total_groups = 0;
   bool any_int8 = false;
   for (const MatmulTarget& t : targets) {
-    total_rows += t.w->dims[1];
-    any_int8 = any_int8 || (xq && int8_matmul_supports(type_of(t.w), cols));
+    total_groups += (t.w->dims[1] + kGroup - 1) / kGroup;
+    any_int8 = any_int8 || (fast && Int8Weights::supports(type_of(t.w), cols));
   }
   if (any_int8) {
+    std::vector<ActivationBlock>& xq = fast->xq;
     const int64_t blocks = cols / 32;
-    if (xq->size() < static_cast<size_t>(n_tokens * blocks))
-      xq->resize(static_cast<size_t>(n_tokens * blocks));
-    ActivationBlock* out = xq->data();
+    if (xq.size() < static_cast<size_t>(n_tokens * blocks))
+      xq.resize(static_cast<size_t>(n_tokens * blocks));
+    ActivationBlock* out = xq.data();
     if (n_tokens >= 8) {
       pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int32_t) {
         quantize_activations(x + begin * cols, (end - begin) * cols, out + begin * blocks);
@@ -65,29 +68,34 @@ void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x
       quantize_activations(x, n_tokens * cols, out);
     }
   }
-  pool.parallel_for(total_rows, [&](int64_t begin, int64_t end, int32_t) {
-    int64_t first = 0;  // global index of the current target's row 0
+  pool.parallel_for(total_groups, [&](int64_t begin, int64_t end, int32_t) {
+    int64_t first = 0;  // global index of the current target's group 0
     for (const MatmulTarget& t : targets) {
-      const int64_t rows = t.w->dims[1];
-      const int64_t lo = std::max(begin, first), hi = std::min(end, first + rows);
+      const int64_t rows = t.w->dims[1], groups = (rows + kGroup - 1) / kGroup;
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + groups);
       if (lo < hi) {
-        if (any_int8 && int8_matmul_supports(type_of(t.w), cols)) {
-          int8_matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, cols, xq->data(),
-                           n_tokens, t.y, rows);
+        const int64_t row_lo = (lo - first) * kGroup;
+        const int64_t row_hi = std::min(rows, (hi - first) * kGroup);
+        if (any_int8 && Int8Weights::supports(type_of(t.w), cols)) {
+          if (const Int8Weights* packed = fast->find(t.w)) {
+            packed->matmul_rows(row_lo, row_hi, fast->xq.data(), n_tokens, t.y, rows);
+          } else {
+            int8_matmul_rows(type_of(t.w), t.w->data, row_lo, row_hi, cols, fast->xq.data(),
+                             n_tokens, t.y, rows);
+          }
         } else {
-          matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, rows, cols, x, n_tokens,
-                      t.y);
+          matmul_rows(type_of(t.w), t.w->data, row_lo, row_hi, rows, cols, x, n_tokens, t.y);
         }
       }
-      first += rows;
+      first += groups;
     }
   });
 }
 
 // Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
 void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                   ThreadPool& pool, std::vector<ActivationBlock>* xq) {
-  matmul_together({{w, y}}, x, n_tokens, pool, xq);
+                   ThreadPool& pool, FastMatmul* fast) {
+  matmul_together({{w, y}}, x, n_tokens, pool, fast);
 }
 
 void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
@@ -123,7 +131,6 @@ struct CpuBackend::Scratch {
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
   std::vector<float> rounded;       // emulating: a chunk's input as the GPU rounds it
-  std::vector<ActivationBlock> xq;  // the fast path: a matmul's input as int8 blocks
   // Each token's rope cosines then sines at its position (rope_frequencies_), [token][2][half].
   std::vector<float> rope_angles;
   // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
@@ -236,9 +243,11 @@ CpuBackend::CpuBackend(const BackendInit& init)
                        l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
+  if (fast_) pack_weights();
   logger("engine.cpu")
-      ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls", pool_.threads(),
-             config_.n_layer, charged_weight_bytes_ >> 20, fast_ ? "int8" : "exact f32");
+      ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls ({} MiB repacked)",
+             pool_.threads(), config_.n_layer, charged_weight_bytes_ >> 20,
+             fast_ ? "int8" : "exact f32", packed_bytes_ >> 20);
 }
 
 CpuBackend::~CpuBackend() {
@@ -269,7 +278,41 @@ std::string CpuBackend::name() const {
                    : ", exact)");
 }
 
-std::vector<ActivationBlock>* CpuBackend::fast_xq() { return fast_ ? &scratch_->xq : nullptr; }
+FastMatmul* CpuBackend::fast_matmul() { return fast_ ? &fast_matmul_ : nullptr; }
+
+const Int8Weights* FastMatmul::find(const TensorInfo* w) const {
+  const auto it = packed.find(w);
+  return it == packed.end() ? nullptr : &it->second;
+}
+
+void CpuBackend::pack_weights() {
+  // Every matrix the forward pass hands to matmul_weight/matmul_together whose type has the
+  // 8-row layout; the others (and any matrix missed here) run from the mapping.
+  std::vector<const TensorInfo*> matrices;
+  auto add = [&](const TensorInfo* w) {
+    if (w && w->dims[1] > 0 && Int8Weights::packs(type_of(w)) &&
+        Int8Weights::supports(type_of(w), w->dims[0]) &&
+        std::find(matrices.begin(), matrices.end(), w) == matrices.end())
+      matrices.push_back(w);
+  };
+  for (const LayerWeights& l : weights_.layers)
+    for (const TensorInfo* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down, l.ple_gate,
+                                l.ple_proj})
+      add(w);
+  add(weights_.output);
+  add(weights_.ple_model_proj);
+  std::vector<std::optional<Int8Weights>> packed(matrices.size());
+  pool_.parallel_for(static_cast<int64_t>(matrices.size()), [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t i = begin; i < end; ++i) {
+      const TensorInfo* w = matrices[static_cast<size_t>(i)];
+      packed[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
+    }
+  });
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    packed_bytes_ += packed[i]->packed_bytes();
+    fast_matmul_.packed.emplace(matrices[i], std::move(*packed[i]));
+  }
+}
 
 bool CpuBackend::reads_q8(const TensorInfo* w) const {
   const TensorType t = type_of(w);
@@ -343,7 +386,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, f16);
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_, fast_xq());
+                    n_tokens, pool_, fast_matmul());
   }
   add_bias(s.q.data(), lv.bq, n_tokens);
   add_bias(s.k.data(), lv.bk, n_tokens);
@@ -412,7 +455,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   if (emulate_)
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
-    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
   if (emulate_) {
     // The CUDA backend adds the output bias to the residual before the output projection
     // accumulates into it (rope_kv.cuh): (x + bo) + wo·a.
@@ -439,13 +482,13 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
   const int64_t q_dim = c.n_head * head_dim, kv_dim = n_head_kv * head_dim;
   const bool own_kv = c.kv_source(layer) == layer;
   if (!own_kv) {
-    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_xq());
+    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_matmul());
   } else if (w.wv) {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_, fast_xq());
+                    n_tokens, pool_, fast_matmul());
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}}, s.xn.data(), n_tokens, pool_,
-                    fast_xq());
+                    fast_matmul());
     std::copy_n(s.k.data(), n_tokens * kv_dim, s.v.data());
   }
   const bool slides = c.layer_slides(layer);
@@ -486,7 +529,7 @@ void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer, width = n_pl * c.n_layer;
   const auto n_tokens = static_cast<int64_t>(tokens.size());
-  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_xq());
+  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_matmul());
   const float projection_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   const float table_scale = std::sqrt(static_cast<float>(n_pl));
   const float input_scale = 1.0f / std::sqrt(2.0f);
@@ -514,9 +557,9 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t d = c.n_embd;
   matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_,
-                  fast_xq());
+                  fast_matmul());
   geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
-  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
   post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
 
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
@@ -547,13 +590,13 @@ void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer;
   if (n_pl > 0) {
-    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_xq());
+    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_matmul());
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = s.ple_gate.data() + t * n_pl;
       const float* input = s.ple.data() + (t * c.n_layer + layer) * n_pl;
       for (int64_t i = 0; i < n_pl; ++i) g[i] = gelu_tanh_ggml(g[i]) * input[i];
     }
-    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
     post_norm(s.proj.data(), lv.ple_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
@@ -763,7 +806,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
     } else {
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
-                      pool_, fast_xq());
+                      pool_, fast_matmul());
     }
     if (c.activation == FfnActivation::GeluTanh)
       geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
@@ -774,7 +817,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     if (emulate_)
       project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
-      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
     if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
     if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
@@ -800,7 +843,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     for (int64_t r = 0; r < n_rows; ++r)
       round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
-  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_xq());
+  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_matmul());
   if (c.final_logit_softcap > 0.0f)
     soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
   return n_rows;

@@ -27,15 +27,25 @@
 #pragma once
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/delta_net.h"
 #include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace granule::cpu {
+
+// The fast path's state: a matmul's input as int8 blocks, and the layer matrices and head
+// repacked at load (int8_packed.h) by their tensor.
+struct FastMatmul {
+  std::vector<ActivationBlock> xq;
+  std::unordered_map<const TensorInfo*, Int8Weights> packed;
+  const Int8Weights* find(const TensorInfo* w) const;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -87,8 +97,12 @@ class CpuBackend final : public Backend {
   // `f16_capable`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
   void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
                bool f16_capable);
-  // The fast path's int8 input buffer; null on the exact path.
-  std::vector<ActivationBlock>* fast_xq();
+  // The fast path's input buffer and packed matrices; null on the exact path.
+  FastMatmul* fast_matmul();
+  // Repacks the matrices the fast path runs into its 8-row layout (fast_matmul_.packed). The
+  // copies have the file's size; the mapping's pages of those tensors are not read again
+  // (the tied embedding's rows are), so the process holds them once more only in page cache.
+  void pack_weights();
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
   // Emulating, and the layer's matrices can take the f16 tensor-core products.
@@ -127,6 +141,8 @@ class CpuBackend final : public Backend {
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;
   bool fast_ = true;  // int8 matmuls (not emulating, cpu_exact_numerics off)
+  FastMatmul fast_matmul_;
+  uint64_t packed_bytes_ = 0;
   bool split_weights_ = true;
   int64_t chunk_rows_ = 512;
   // KernelConfig::f16_mma_min_rows (0: off): runs of that many rows up to the matvec limit on

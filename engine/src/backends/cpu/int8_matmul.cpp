@@ -39,6 +39,7 @@ void quantize_portable(const float* x, int64_t n, ActivationBlock* out) {
     }
     out[b].d = d;
     out[b].sum = d * static_cast<float>(sum);
+    out[b].qsum = sum;
   }
 }
 
@@ -93,6 +94,7 @@ GRANULE_AVX2 void quantize_avx2(const float* x, int64_t n, ActivationBlock* out)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[b].qs), i0);
     out[b].d = d;
     out[b].sum = d * static_cast<float>(sum);
+    out[b].qsum = sum;
   }
 }
 

@@ -13,13 +13,15 @@
 namespace granule::cpu {
 
 // 32 activations as q·d: d = max|x| / 127, q = x / d rounded to nearest (ties to even; q = 0
-// for a block of zeros), and sum = d·Σq (what a weight block's minimum multiplies).
+// for a block of zeros), sum = d·Σq (what a weight block's minimum multiplies) and qsum = Σq
+// (what an offset weight, Q4_0's q - 8, subtracts in integers).
 struct ActivationBlock {
   float d;
   float sum;
+  int32_t qsum;
   int8_t qs[32];
 };
-static_assert(sizeof(ActivationBlock) == 40);
+static_assert(sizeof(ActivationBlock) == 44);
 
 // Whether int8_matmul_rows runs a matrix of `type` with rows of n_cols on this CPU.
 bool int8_matmul_supports(TensorType type, int64_t n_cols);

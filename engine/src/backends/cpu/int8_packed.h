@@ -1,0 +1,49 @@
+// A weight matrix in the CPU fast path's own layout (the int8 matmul of int8_matmul.h): for
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL, repacked once at load into groups of 8 rows whose
+// blocks of 32 columns are interleaved 4 bytes per row, so one 32-byte register holds 4 values
+// of each of the 8 rows and one broadcast activation load serves all 8 (one row per 32-bit
+// lane: the lanes are the rows' sums, so no horizontal sums and one scale per 8 rows). The K
+// quants and Q6_K keep their file layout and int8_matmul_rows.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/int8_matmul.h"
+#include "granule/tensor_type.h"
+
+namespace granule::cpu {
+
+class Int8Weights {
+ public:
+  static constexpr int64_t kGroupRows = 8;
+
+  // Whether the fast path runs a matrix of `type` with rows of n_cols (int8_matmul_supports).
+  static bool supports(TensorType type, int64_t n_cols);
+  // Whether `type` has the 8-row layout (else the matrix is read where it lies).
+  static bool packs(TensorType type);
+
+  // Repacks the rows × n_cols matrix at w where the type packs (a copy of the same size and
+  // for the last group's missing rows zeros); otherwise keeps w, which must outlive this.
+  // Only where supports(type, n_cols).
+  Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols);
+
+  // y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens)
+  // (as int8_matmul_rows). Each output is the same sum in the same order whatever the row
+  // range and token count: a batch gives each sequence what it gets alone.
+  void matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq, int64_t n_tokens,
+                   float* y, int64_t y_stride) const;
+
+  TensorType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  // The bytes of the repacked copy (0 where the matrix stays in place).
+  size_t packed_bytes() const { return packed_.size(); }
+
+ private:
+  TensorType type_;
+  int64_t rows_ = 0, cols_ = 0;
+  const void* source_ = nullptr;  // the file's rows, where not packed
+  std::vector<uint8_t> packed_;
+};
+
+}  // namespace granule::cpu
