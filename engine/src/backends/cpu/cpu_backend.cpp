@@ -130,12 +130,13 @@ struct CpuBackend::Scratch {
   std::vector<int32_t> token_slot;
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
-  std::vector<float> rounded;       // emulating: a chunk's input as the GPU rounds it
+  std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
   // Each token's rope cosines then sines at its position (rope_frequencies_), [token][2][half].
   std::vector<float> rope_angles;
   // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
   std::vector<float> ple, ple_gate;
   std::vector<float> moe_out;  // Gemma 4: the experts' output beside the dense FFN's
+  std::vector<std::pair<int64_t, int64_t>> attention_tiles;  // [first, end) tokens of a slot
 
   void reserve(const ModelConfig& c, int64_t tokens) {
     if (tokens <= capacity_tokens) return;
@@ -296,18 +297,19 @@ void CpuBackend::pack_weights() {
       matrices.push_back(w);
   };
   for (const LayerWeights& l : weights_.layers)
-    for (const TensorInfo* w : {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down, l.ple_gate,
-                                l.ple_proj})
+    for (const TensorInfo* w :
+         {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down, l.ple_gate, l.ple_proj})
       add(w);
   add(weights_.output);
   add(weights_.ple_model_proj);
   std::vector<std::optional<Int8Weights>> packed(matrices.size());
-  pool_.parallel_for(static_cast<int64_t>(matrices.size()), [&](int64_t begin, int64_t end, int32_t) {
-    for (int64_t i = begin; i < end; ++i) {
-      const TensorInfo* w = matrices[static_cast<size_t>(i)];
-      packed[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
-    }
-  });
+  pool_.parallel_for(
+      static_cast<int64_t>(matrices.size()), [&](int64_t begin, int64_t end, int32_t) {
+        for (int64_t i = begin; i < end; ++i) {
+          const TensorInfo* w = matrices[static_cast<size_t>(i)];
+          packed[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
+        }
+      });
   for (size_t i = 0; i < matrices.size(); ++i) {
     packed_bytes_ += packed[i]->packed_bytes();
     fast_matmul_.packed.emplace(matrices[i], std::move(*packed[i]));
@@ -433,24 +435,63 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   const int64_t group = c.n_head / n_head_kv;
   const int64_t token_stride =
       kv_part_token_bytes_[static_cast<size_t>(layer)] / static_cast<int64_t>(sizeof(float));
-  pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
-    thread_local std::vector<float> scores;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / c.n_head;
-      const int64_t h = i % c.n_head;
-      const int64_t end_position = s.token_position[static_cast<size_t>(t)] + 1;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, end_position - window) : 0;
-      const int64_t length = end_position - first;
-      if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
-      const int32_t slot = s.token_slot[static_cast<size_t>(t)];
-      const int64_t kv_head_offset = (h / group) * head_dim;
-      attention_head(
-          s.q.data() + t * q_dim + h * head_dim, kv_at(slot, first, layer, false) + kv_head_offset,
-          kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length, head_dim,
-          scores.data(), s.attn.data() + t * q_dim + h * head_dim,
-          lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale, fast_);
+  if (fast_ && window == 0 && row_kernels_use_avx2() && (head_dim == 64 || head_dim == 128)) {
+    // Runs of up to 16 tokens of one sequence times a KV head's query heads share each block
+    // of keys (attention_many_avx2): the same numbers as one (token, head) at a time.
+    constexpr int64_t kTileTokens = 16;
+    std::vector<std::pair<int64_t, int64_t>>& tiles = s.attention_tiles;
+    tiles.clear();
+    for (int64_t t0 = 0; t0 < n_tokens;) {
+      int64_t t1 = t0 + 1;
+      while (t1 < n_tokens && t1 - t0 < kTileTokens &&
+             s.token_slot[static_cast<size_t>(t1)] == s.token_slot[static_cast<size_t>(t0)])
+        ++t1;
+      tiles.emplace_back(t0, t1);
+      t0 = t1;
     }
-  });
+    const auto n_tiles = static_cast<int64_t>(tiles.size());
+    pool_.parallel_for(n_tiles * n_head_kv, [&](int64_t begin, int64_t end, int32_t) {
+      thread_local std::vector<AttentionQuery> queries;
+      for (int64_t item = begin; item < end; ++item) {
+        const auto [t0, t1] = tiles[static_cast<size_t>(item / n_head_kv)];
+        const int64_t kv_head = item % n_head_kv;
+        queries.clear();
+        for (int64_t t = t0; t < t1; ++t) {
+          for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+            queries.push_back({s.q.data() + t * q_dim + h * head_dim,
+                               s.attn.data() + t * q_dim + h * head_dim,
+                               s.token_position[static_cast<size_t>(t)] + 1,
+                               lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h});
+          }
+        }
+        const int32_t slot = s.token_slot[static_cast<size_t>(t0)];
+        attention_many_avx2(queries.data(), static_cast<int64_t>(queries.size()),
+                            kv_at(slot, 0, layer, false) + kv_head * head_dim,
+                            kv_at(slot, 0, layer, true) + kv_head * head_dim, token_stride,
+                            head_dim, c.attention_scale);
+      }
+    });
+  } else {
+    pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
+      thread_local std::vector<float> scores;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t = i / c.n_head;
+        const int64_t h = i % c.n_head;
+        const int64_t end_position = s.token_position[static_cast<size_t>(t)] + 1;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, end_position - window) : 0;
+        const int64_t length = end_position - first;
+        if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
+        const int32_t slot = s.token_slot[static_cast<size_t>(t)];
+        const int64_t kv_head_offset = (h / group) * head_dim;
+        attention_head(s.q.data() + t * q_dim + h * head_dim,
+                       kv_at(slot, first, layer, false) + kv_head_offset,
+                       kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
+                       head_dim, scores.data(), s.attn.data() + t * q_dim + h * head_dim,
+                       lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h,
+                       c.attention_scale, fast_);
+      }
+    });
+  }
 
   if (emulate_)
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);

@@ -39,10 +39,10 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports(
 
 // How a packed tile holds its values.
 enum class Values {
-  Nibbles,    // 4-bit unsigned
-  FifthBit,   // 4-bit unsigned and the qh bit: 5-bit unsigned
-  Table,      // 4-bit indices into kIq4nlValues (signed)
-  Bytes,      // int8 (signed)
+  Nibbles,   // 4-bit unsigned
+  FifthBit,  // 4-bit unsigned and the qh bit: 5-bit unsigned
+  Table,     // 4-bit indices into kIq4nlValues (signed)
+  Bytes,     // int8 (signed)
 };
 
 // One traits struct per packed type: the file's block, the tile's parts, the value range.
@@ -68,13 +68,26 @@ using PQ8_0 = Packed<BlockQ8_0, Values::Bytes, 0, false>;
 template <class F>
 bool with_packed(TensorType type, F&& f) {
   switch (type) {
-    case TensorType::Q4_0: f(PQ4_0{}); return true;
-    case TensorType::Q4_1: f(PQ4_1{}); return true;
-    case TensorType::Q5_0: f(PQ5_0{}); return true;
-    case TensorType::Q5_1: f(PQ5_1{}); return true;
-    case TensorType::IQ4_NL: f(PIQ4_NL{}); return true;
-    case TensorType::Q8_0: f(PQ8_0{}); return true;
-    default: return false;
+    case TensorType::Q4_0:
+      f(PQ4_0{});
+      return true;
+    case TensorType::Q4_1:
+      f(PQ4_1{});
+      return true;
+    case TensorType::Q5_0:
+      f(PQ5_0{});
+      return true;
+    case TensorType::Q5_1:
+      f(PQ5_1{});
+      return true;
+    case TensorType::IQ4_NL:
+      f(PIQ4_NL{});
+      return true;
+    case TensorType::Q8_0:
+      f(PQ8_0{});
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -87,17 +100,18 @@ void pack(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
       uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
       std::memset(tile, 0, P::kTileBytes);  // a missing row: zero scales and values
       for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
-        const Block& block =
-            reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) * n_blocks *
-                                                   sizeof(Block))[b];
+        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
+                                                                    n_blocks * sizeof(Block))[b];
         const auto* qs = reinterpret_cast<const uint8_t*>(block.qs);
-        for (int c = 0; c < P::kQsBytes / 32; ++c) std::memcpy(tile + 32 * c + 4 * r, qs + 4 * c, 4);
+        for (int c = 0; c < P::kQsBytes / 32; ++c)
+          std::memcpy(tile + 32 * c + 4 * r, qs + 4 * c, 4);
         if constexpr (P::kValues == Values::FifthBit) {
           uint32_t qh;
           std::memcpy(&qh, block.qh, sizeof qh);
           for (int i = 0; i < 4; ++i) {
             uint8_t bits = 0;
-            for (int c = 0; c < 8; ++c) bits |= static_cast<uint8_t>(((qh >> (4 * c + i)) & 1) << c);
+            for (int c = 0; c < 8; ++c)
+              bits |= static_cast<uint8_t>(((qh >> (4 * c + i)) & 1) << c);
             tile[P::kQsBytes + 4 * r + i] = bits;
           }
         }
@@ -174,8 +188,8 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
       for (int c = 0; c < 4; ++c) {
         const __m256i packed = load(tile + 32 * c);
         const __m256i lo = _mm256_or_si256(_mm256_and_si256(packed, low4), fifth_bit(qh, c));
-        const __m256i hi = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4), fifth_bit(qh, c + 4));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
+                                           fifth_bit(qh, c + 4));
         for (int t = 0; t < T; ++t) {
           const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
                                              _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
@@ -209,8 +223,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     if constexpr (P::kMin) {
       const __m256 mw = _mm256_cvtph_ps(
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset + 16)));
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
     }
   }
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
@@ -220,8 +233,8 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
 // cut by the row range is computed whole into `part` and only its rows in range are kept.
 template <class P>
 GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_begin,
-                             int64_t row_end, const ActivationBlock* xq, int64_t n_tokens,
-                             float* y, int64_t y_stride) {
+                             int64_t row_end, const ActivationBlock* xq, int64_t n_tokens, float* y,
+                             int64_t y_stride) {
   const int64_t n_blocks = n_cols / 32;
   const size_t group_bytes = static_cast<size_t>(n_blocks) * P::kTileBytes;
   constexpr int64_t kTokenChunk = 64;
@@ -237,7 +250,8 @@ GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4)
         group_tile<P, 4>(tiles, n_blocks, xq + t * n_blocks, n_blocks, out(t), stride);
-      for (; t < t1; ++t) group_tile<P, 1>(tiles, n_blocks, xq + t * n_blocks, n_blocks, out(t), stride);
+      for (; t < t1; ++t)
+        group_tile<P, 1>(tiles, n_blocks, xq + t * n_blocks, n_blocks, out(t), stride);
       if (!whole) {
         const int64_t lo = std::max(row_begin, r0), hi = std::min(row_end, r0 + 8);
         for (t = t0; t < t1; ++t)
