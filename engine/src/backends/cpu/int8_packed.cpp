@@ -56,6 +56,28 @@ struct Packed {
   static constexpr int kQhBytes = V == Values::FifthBit ? 32 : 0;
   static constexpr int kScaleOffset = kQsBytes + kQhBytes;
   static constexpr int kTileBytes = kScaleOffset + 16 + (kMinimum ? 16 : 0);
+  static constexpr int kBlockCols = 32;
+  static constexpr bool kSuper = false;
+};
+
+// Q4_K and Q5_K: a tile is a super-block of 256 columns, its 8 sub-blocks' 6-bit scales and
+// minimums unpacked to bytes (so the 8 rows' d·sc are one conversion and one product):
+//   qs    4 pairs of sub-blocks, each 8 chunks: pair j's chunk k lane r holds row r's bytes
+//         32j + 4k.. (low nibbles: sub-block 2j elements 4k.., high: sub-block 2j + 1)
+//   qh    Q5_K: 8 chunks, chunk k lane r holds row r's qh bytes 4k.. (bit s: sub-block s)
+//   sc    8 × 8 bytes, sub-block s's scale of row r at 8s + r; then mn, the minimums
+//   d     8 fp16, then dmin 8 fp16
+template <class B, bool kFifthBit>
+struct KPacked {
+  using Block = B;
+  static constexpr bool kFifth = kFifthBit;
+  static constexpr int kQhOffset = 1024;
+  static constexpr int kScOffset = kQhOffset + (kFifthBit ? 256 : 0);
+  static constexpr int kMnOffset = kScOffset + 64;
+  static constexpr int kDOffset = kMnOffset + 64;
+  static constexpr int kTileBytes = kDOffset + 32;
+  static constexpr int kBlockCols = 256;
+  static constexpr bool kSuper = true;
 };
 using PQ4_0 = Packed<BlockQ4_0, Values::Nibbles, 8, false>;
 using PQ4_1 = Packed<BlockQ4_1, Values::Nibbles, 0, true>;
@@ -63,6 +85,8 @@ using PQ5_0 = Packed<BlockQ5_0, Values::FifthBit, 16, false>;
 using PQ5_1 = Packed<BlockQ5_1, Values::FifthBit, 0, true>;
 using PIQ4_NL = Packed<BlockIQ4_NL, Values::Table, 0, false>;
 using PQ8_0 = Packed<BlockQ8_0, Values::Bytes, 0, false>;
+using PQ4_K = KPacked<BlockQ4_K, false>;
+using PQ5_K = KPacked<BlockQ5_K, true>;
 
 // Calls f(P{}) with the traits of a packed type; false where the type does not pack.
 template <class F>
@@ -86,8 +110,45 @@ bool with_packed(TensorType type, F&& f) {
     case TensorType::Q8_0:
       f(PQ8_0{});
       return true;
+    case TensorType::Q4_K:
+      f(PQ4_K{});
+      return true;
+    case TensorType::Q5_K:
+      f(PQ5_K{});
+      return true;
     default:
       return false;
+  }
+}
+
+template <class P>
+void pack_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using Block = typename P::Block;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
+                                                                    n_blocks * sizeof(Block))[b];
+        for (int j = 0; j < 4; ++j)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + 256 * j + 32 * k + 4 * r, block.qs + 32 * j + 4 * k, 4);
+        if constexpr (P::kFifth)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + P::kQhOffset + 32 * k + 4 * r, block.qh + 4 * k, 4);
+        const uint8_t* q = block.scales;  // the 12 bytes of 6-bit scales and minimums
+        for (int s = 0; s < 8; ++s) {
+          const int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+          const int mn = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+          tile[P::kScOffset + 8 * s + r] = static_cast<uint8_t>(sc);
+          tile[P::kMnOffset + 8 * s + r] = static_cast<uint8_t>(mn);
+        }
+        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+        std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
+      }
+    }
   }
 }
 
@@ -229,14 +290,80 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
 }
 
+// The K quants' group of 8 rows times T tokens (one tile a super-block): per sub-block, the
+// 8 rows' d·sc and -dmin·mn from their bytes (k_scales_mins' products), the nibbles (and fifth
+// bits) as for Q4_1/Q5_1.
+template <class P, int T>
+GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                               int64_t x_blocks, float* out, int64_t out_stride) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    const __m256 dmin =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset + 16)));
+    for (int s = 0; s < 8; ++s) {
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
+      const uint8_t* qs = tile + 256 * (s / 2);
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127.
+      constexpr int kRun = P::kFifth ? 4 : 8;
+      for (int k0 = 0; k0 < 8; k0 += kRun) {
+        __m256i s16[T];
+        for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+        for (int k = k0; k < k0 + kRun; ++k) {
+          const __m256i packed = load(qs + 32 * k);
+          __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
+          if constexpr (P::kFifth)
+            v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
+          for (int t = 0; t < T; ++t)
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(v, broadcast4(xb[t], k)));
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+      }
+      const __m256 dw = _mm256_mul_ps(
+          d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * s)))));
+      const __m256 mw = _mm256_xor_ps(
+          _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                  reinterpret_cast<const __m128i*>(tile + P::kMnOffset + 8 * s))))),
+          sign);
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+template <class P, int T>
+GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
+                                        const ActivationBlock* x, int64_t x_blocks, float* out,
+                                        int64_t out_stride) {
+  if constexpr (P::kSuper)
+    group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else
+    group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+}
+
 // Tokens in chunks that stay in L2 while the groups pass over them, four at a time; a group
 // cut by the row range is computed whole into `part` and only its rows in range are kept.
 template <class P>
 GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_begin,
                              int64_t row_end, const ActivationBlock* xq, int64_t n_tokens, float* y,
                              int64_t y_stride) {
-  const int64_t n_blocks = n_cols / 32;
-  const size_t group_bytes = static_cast<size_t>(n_blocks) * P::kTileBytes;
+  const int64_t n_blocks = n_cols / 32, n_tiles = n_cols / P::kBlockCols;
+  const size_t group_bytes = static_cast<size_t>(n_tiles) * P::kTileBytes;
   constexpr int64_t kTokenChunk = 64;
   alignas(32) float part[kTokenChunk * 8];
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
@@ -249,9 +376,9 @@ GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_
       const int64_t stride = whole ? y_stride : 8;
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4)
-        group_tile<P, 4>(tiles, n_blocks, xq + t * n_blocks, n_blocks, out(t), stride);
+        any_group_tile<P, 4>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
       for (; t < t1; ++t)
-        group_tile<P, 1>(tiles, n_blocks, xq + t * n_blocks, n_blocks, out(t), stride);
+        any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
       if (!whole) {
         const int64_t lo = std::max(row_begin, r0), hi = std::min(row_end, r0 + 8);
         for (t = t0; t < t1; ++t)
@@ -275,9 +402,12 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
   }
   with_packed(type, [&](auto p) {
     using P = decltype(p);
-    const int64_t n_blocks = n_cols / 32;
-    packed_.resize(static_cast<size_t>((rows + 7) / 8 * n_blocks) * P::kTileBytes);
-    pack<P>(static_cast<const uint8_t*>(w), rows, n_blocks, packed_.data());
+    const int64_t n_tiles = n_cols / P::kBlockCols;
+    packed_.resize(static_cast<size_t>((rows + 7) / 8 * n_tiles) * P::kTileBytes);
+    if constexpr (P::kSuper)
+      pack_k<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else
+      pack<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
   });
 }
 

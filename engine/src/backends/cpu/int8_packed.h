@@ -1,9 +1,9 @@
 // A weight matrix in the CPU fast path's own layout (the int8 matmul of int8_matmul.h): for
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and IQ4_NL, repacked once at load into groups of 8 rows whose
-// blocks of 32 columns are interleaved 4 bytes per row, so one 32-byte register holds 4 values
-// of each of the 8 rows and one broadcast activation load serves all 8 (one row per 32-bit
-// lane: the lanes are the rows' sums, so no horizontal sums and one scale per 8 rows). The K
-// quants and Q6_K keep their file layout and int8_matmul_rows.
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K and Q5_K, repacked once at load into groups of 8
+// rows whose blocks are interleaved 4 bytes per row, so one 32-byte register holds 4 values of
+// each of the 8 rows and one broadcast activation load serves all 8 (one row per 32-bit lane:
+// the lanes are the rows' sums, so no horizontal sums and one scale per 8 rows). Q6_K keeps
+// its file layout and int8_matmul_rows.
 #pragma once
 #include <cstddef>
 #include <cstdint>
