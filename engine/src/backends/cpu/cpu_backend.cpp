@@ -37,9 +37,9 @@ TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml
 
 // Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
 // threads split their rows together, in groups of 8 (the packed layout's, int8_packed.h), and
-// wait once instead of once per matrix. With `fast` (the fast path), a matrix the int8
-// kernels run takes the input quantised once into fast->xq, in its packed copy where it has
-// one; the others, and every matrix without `fast`, take the exact f32 path.
+// wait once instead of once per matrix. With `fast` (the fast path), a matrix it holds in
+// fast->weights takes the input quantised once into fast->xq; the others, and every matrix
+// without `fast`, take the exact f32 path.
 struct MatmulTarget {
   const TensorInfo* w;
   float* y;
@@ -52,7 +52,7 @@ void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x
   bool any_int8 = false;
   for (const MatmulTarget& t : targets) {
     total_groups += (t.w->dims[1] + kGroup - 1) / kGroup;
-    any_int8 = any_int8 || (fast && Int8Weights::supports(type_of(t.w), cols));
+    any_int8 = any_int8 || (fast && fast->find(t.w));
   }
   if (any_int8) {
     std::vector<ActivationBlock>& xq = fast->xq;
@@ -76,16 +76,10 @@ void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x
       if (lo < hi) {
         const int64_t row_lo = (lo - first) * kGroup;
         const int64_t row_hi = std::min(rows, (hi - first) * kGroup);
-        if (any_int8 && Int8Weights::supports(type_of(t.w), cols)) {
-          if (const Int8Weights* packed = fast->find(t.w)) {
-            packed->matmul_rows(row_lo, row_hi, fast->xq.data(), n_tokens, t.y, rows);
-          } else {
-            int8_matmul_rows(type_of(t.w), t.w->data, row_lo, row_hi, cols, fast->xq.data(),
-                             n_tokens, t.y, rows);
-          }
-        } else {
+        if (const Int8Weights* w8 = any_int8 ? fast->find(t.w) : nullptr)
+          w8->matmul_rows(row_lo, row_hi, fast->xq.data(), n_tokens, t.y, rows);
+        else
           matmul_rows(type_of(t.w), t.w->data, row_lo, row_hi, rows, cols, x, n_tokens, t.y);
-        }
       }
       first += groups;
     }
@@ -282,17 +276,16 @@ std::string CpuBackend::name() const {
 FastMatmul* CpuBackend::fast_matmul() { return fast_ ? &fast_matmul_ : nullptr; }
 
 const Int8Weights* FastMatmul::find(const TensorInfo* w) const {
-  const auto it = packed.find(w);
-  return it == packed.end() ? nullptr : &it->second;
+  const auto it = weights.find(w);
+  return it == weights.end() ? nullptr : &it->second;
 }
 
 void CpuBackend::pack_weights() {
-  // Every matrix the forward pass hands to matmul_weight/matmul_together whose type has the
-  // 8-row layout; the others (and any matrix missed here) run from the mapping.
+  // Every matrix the forward pass hands to matmul_weight/matmul_together that the int8
+  // kernels run; any other (and any matrix missed here) takes the exact path.
   std::vector<const TensorInfo*> matrices;
   auto add = [&](const TensorInfo* w) {
-    if (w && w->dims[1] > 0 && Int8Weights::packs(type_of(w)) &&
-        Int8Weights::supports(type_of(w), w->dims[0]) &&
+    if (w && w->dims[1] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
         std::find(matrices.begin(), matrices.end(), w) == matrices.end())
       matrices.push_back(w);
   };
@@ -312,7 +305,7 @@ void CpuBackend::pack_weights() {
       });
   for (size_t i = 0; i < matrices.size(); ++i) {
     packed_bytes_ += packed[i]->packed_bytes();
-    fast_matmul_.packed.emplace(matrices[i], std::move(*packed[i]));
+    fast_matmul_.weights.emplace(matrices[i], std::move(*packed[i]));
   }
 }
 

@@ -39,11 +39,11 @@
 
 namespace granule::cpu {
 
-// The fast path's state: a matmul's input as int8 blocks, and the layer matrices and head
-// repacked at load (int8_packed.h) by their tensor.
+// The fast path's state: a matmul's input as int8 blocks, and the matrices the int8 kernels
+// run (the layer matrices and the head; most repacked at load, int8_packed.h) by tensor.
 struct FastMatmul {
   std::vector<ActivationBlock> xq;
-  std::unordered_map<const TensorInfo*, Int8Weights> packed;
+  std::unordered_map<const TensorInfo*, Int8Weights> weights;
   const Int8Weights* find(const TensorInfo* w) const;
 };
 
@@ -99,7 +99,7 @@ class CpuBackend final : public Backend {
                bool f16_capable);
   // The fast path's input buffer and packed matrices; null on the exact path.
   FastMatmul* fast_matmul();
-  // Repacks the matrices the fast path runs into its 8-row layout (fast_matmul_.packed). The
+  // Makes the fast path's matrices (fast_matmul_.weights), repacked into its 8-row layout. The
   // copies have the file's size; the mapping's pages of those tensors are not read again
   // (the tied embedding's rows are), so the process holds them once more only in page cache.
   void pack_weights();

@@ -414,7 +414,7 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
 void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
                               int64_t n_tokens, float* y, int64_t y_stride) const {
   if (source_) {
-    int8_matmul_rows(type_, source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
+    q6_k_matmul_rows(source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
     return;
   }
   with_packed(type_, [&](auto p) {
@@ -431,7 +431,7 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
 
 void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
                               int64_t n_tokens, float* y, int64_t y_stride) const {
-  int8_matmul_rows(type_, source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
+  q6_k_matmul_rows(source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
 }
 
 #endif

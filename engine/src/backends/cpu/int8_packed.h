@@ -3,7 +3,7 @@
 // rows whose blocks are interleaved 4 bytes per row, so one 32-byte register holds 4 values of
 // each of the 8 rows and one broadcast activation load serves all 8 (one row per 32-bit lane:
 // the lanes are the rows' sums, so no horizontal sums and one scale per 8 rows). Q6_K keeps
-// its file layout and int8_matmul_rows.
+// its file layout (q6_k_matmul_rows).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,8 @@ class Int8Weights {
   Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols);
 
   // y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens)
-  // (as int8_matmul_rows). Each output is the same sum in the same order whatever the row
+  // (row r of the rows × n_cols matrix, x_t the n_cols / 32 blocks at xq + t * n_cols / 32).
+  // Each output is the same sum in the same order whatever the row
   // range and token count: a batch gives each sequence what it gets alone.
   void matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq, int64_t n_tokens,
                    float* y, int64_t y_stride) const;
