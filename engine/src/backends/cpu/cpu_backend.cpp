@@ -12,8 +12,8 @@
 #include <initializer_list>
 #include <thread>
 
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/gemma_ops.h"
-#include "backends/cpu/int8_matmul.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/row_kernels.h"
 #include "backends/kernel_config_env.h"
@@ -34,63 +34,6 @@ std::vector<float> to_f32(const TensorInfo* t) {
 }
 
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
-
-// Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
-// threads split their rows together, in groups of 8 (the packed layout's, int8_packed.h), and
-// wait once instead of once per matrix. With `fast` (the fast path), a matrix it holds in
-// fast->weights takes the input quantised once into fast->xq; the others, and every matrix
-// without `fast`, take the exact f32 path.
-struct MatmulTarget {
-  const TensorInfo* w;
-  float* y;
-};
-void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
-                     ThreadPool& pool, FastMatmul* fast) {
-  const int64_t cols = targets.begin()->w->dims[0];
-  constexpr int64_t kGroup = Int8Weights::kGroupRows;
-  int64_t total_groups = 0;
-  bool any_int8 = false;
-  for (const MatmulTarget& t : targets) {
-    total_groups += (t.w->dims[1] + kGroup - 1) / kGroup;
-    any_int8 = any_int8 || (fast && fast->find(t.w));
-  }
-  if (any_int8) {
-    std::vector<ActivationBlock>& xq = fast->xq;
-    const int64_t blocks = cols / 32;
-    if (xq.size() < static_cast<size_t>(n_tokens * blocks))
-      xq.resize(static_cast<size_t>(n_tokens * blocks));
-    ActivationBlock* out = xq.data();
-    if (n_tokens >= 8) {
-      pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int32_t) {
-        quantize_activations(x + begin * cols, (end - begin) * cols, out + begin * blocks);
-      });
-    } else {
-      quantize_activations(x, n_tokens * cols, out);
-    }
-  }
-  pool.parallel_for(total_groups, [&](int64_t begin, int64_t end, int32_t) {
-    int64_t first = 0;  // global index of the current target's group 0
-    for (const MatmulTarget& t : targets) {
-      const int64_t rows = t.w->dims[1], groups = (rows + kGroup - 1) / kGroup;
-      const int64_t lo = std::max(begin, first), hi = std::min(end, first + groups);
-      if (lo < hi) {
-        const int64_t row_lo = (lo - first) * kGroup;
-        const int64_t row_hi = std::min(rows, (hi - first) * kGroup);
-        if (const Int8Weights* w8 = any_int8 ? fast->find(t.w) : nullptr)
-          w8->matmul_rows(row_lo, row_hi, fast->xq.data(), n_tokens, t.y, rows);
-        else
-          matmul_rows(type_of(t.w), t.w->data, row_lo, row_hi, rows, cols, x, n_tokens, t.y);
-      }
-      first += groups;
-    }
-  });
-}
-
-// Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
-void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                   ThreadPool& pool, FastMatmul* fast) {
-  matmul_together({{w, y}}, x, n_tokens, pool, fast);
-}
 
 void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
   if (bias.empty()) return;
@@ -238,11 +181,11 @@ CpuBackend::CpuBackend(const BackendInit& init)
                        l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
-  if (fast_) pack_weights();
+  if (fast_) fast_matmul_ = std::make_unique<FastMatmul>(weights_, pool_);
   logger("engine.cpu")
       ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls ({} MiB repacked)",
              pool_.threads(), config_.n_layer, charged_weight_bytes_ >> 20,
-             fast_ ? "int8" : "exact f32", packed_bytes_ >> 20);
+             fast_ ? "int8" : "exact f32", fast_ ? fast_matmul_->packed_bytes() >> 20 : 0);
 }
 
 CpuBackend::~CpuBackend() {
@@ -273,41 +216,7 @@ std::string CpuBackend::name() const {
                    : ", exact)");
 }
 
-FastMatmul* CpuBackend::fast_matmul() { return fast_ ? &fast_matmul_ : nullptr; }
-
-const Int8Weights* FastMatmul::find(const TensorInfo* w) const {
-  const auto it = weights.find(w);
-  return it == weights.end() ? nullptr : &it->second;
-}
-
-void CpuBackend::pack_weights() {
-  // Every matrix the forward pass hands to matmul_weight/matmul_together that the int8
-  // kernels run; any other (and any matrix missed here) takes the exact path.
-  std::vector<const TensorInfo*> matrices;
-  auto add = [&](const TensorInfo* w) {
-    if (w && w->dims[1] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
-        std::find(matrices.begin(), matrices.end(), w) == matrices.end())
-      matrices.push_back(w);
-  };
-  for (const LayerWeights& l : weights_.layers)
-    for (const TensorInfo* w :
-         {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down, l.ple_gate, l.ple_proj})
-      add(w);
-  add(weights_.output);
-  add(weights_.ple_model_proj);
-  std::vector<std::optional<Int8Weights>> packed(matrices.size());
-  pool_.parallel_for(
-      static_cast<int64_t>(matrices.size()), [&](int64_t begin, int64_t end, int32_t) {
-        for (int64_t i = begin; i < end; ++i) {
-          const TensorInfo* w = matrices[static_cast<size_t>(i)];
-          packed[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
-        }
-      });
-  for (size_t i = 0; i < matrices.size(); ++i) {
-    packed_bytes_ += packed[i]->packed_bytes();
-    fast_matmul_.weights.emplace(matrices[i], std::move(*packed[i]));
-  }
-}
+FastMatmul* CpuBackend::fast_matmul() { return fast_matmul_.get(); }
 
 bool CpuBackend::reads_q8(const TensorInfo* w) const {
   const TensorType t = type_of(w);

@@ -27,25 +27,15 @@
 #pragma once
 #include <memory>
 #include <optional>
-#include <unordered_map>
 #include <vector>
 
 #include "backends/backend.h"
 #include "backends/cpu/delta_net.h"
-#include "backends/cpu/int8_matmul.h"
-#include "backends/cpu/int8_packed.h"
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 
 namespace granule::cpu {
-
-// The fast path's state: a matmul's input as int8 blocks, and the matrices the int8 kernels
-// run (the layer matrices and the head; most repacked at load, int8_packed.h) by tensor.
-struct FastMatmul {
-  std::vector<ActivationBlock> xq;
-  std::unordered_map<const TensorInfo*, Int8Weights> weights;
-  const Int8Weights* find(const TensorInfo* w) const;
-};
 
 class CpuBackend final : public Backend {
  public:
@@ -97,12 +87,8 @@ class CpuBackend final : public Backend {
   // `f16_capable`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
   void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
                bool f16_capable);
-  // The fast path's input buffer and packed matrices; null on the exact path.
+  // The fast path's matrices and input buffer; null on the exact path.
   FastMatmul* fast_matmul();
-  // Makes the fast path's matrices (fast_matmul_.weights), repacked into its 8-row layout. The
-  // copies have the file's size; the mapping's pages of those tensors are not read again
-  // (the tied embedding's rows are), so the process holds them once more only in page cache.
-  void pack_weights();
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
   // Emulating, and the layer's matrices can take the f16 tensor-core products.
@@ -141,8 +127,11 @@ class CpuBackend final : public Backend {
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;
   bool fast_ = true;  // int8 matmuls (not emulating, cpu_exact_numerics off)
-  FastMatmul fast_matmul_;
-  uint64_t packed_bytes_ = 0;
+  // The fast path's int8 copies of the matrices, made at load. They have the file's size (the
+  // K quants' 3 % more) and the ledger keeps charging the file's weights: the mapping's pages
+  // of a repacked tensor are not read again (a tied embedding's rows are, by the lookup), so
+  // the process holds those bytes twice only while the page cache keeps them.
+  std::unique_ptr<FastMatmul> fast_matmul_;
   bool split_weights_ = true;
   int64_t chunk_rows_ = 512;
   // KernelConfig::f16_mma_min_rows (0: off): runs of that many rows up to the matvec limit on
