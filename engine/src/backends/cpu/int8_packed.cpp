@@ -37,6 +37,9 @@ namespace {
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                        __builtin_cpu_supports("f16c");
 
+// How a packed type's tiles are laid out and multiplied.
+enum class Layout { Blocks, KQuant, Q6K };
+
 // How a packed tile holds its values.
 enum class Values {
   Nibbles,   // 4-bit unsigned
@@ -57,7 +60,8 @@ struct Packed {
   static constexpr int kScaleOffset = kQsBytes + kQhBytes;
   static constexpr int kTileBytes = kScaleOffset + 16 + (kMinimum ? 16 : 0);
   static constexpr int kBlockCols = 32;
-  static constexpr bool kSuper = false;
+  static constexpr Layout kLayout = Layout::Blocks;
+  static constexpr int kTileTokens = 4;
 };
 
 // Q4_K and Q5_K: a tile is a super-block of 256 columns, its 8 sub-blocks' 6-bit scales and
@@ -77,7 +81,27 @@ struct KPacked {
   static constexpr int kDOffset = kMnOffset + 64;
   static constexpr int kTileBytes = kDOffset + 32;
   static constexpr int kBlockCols = 256;
-  static constexpr bool kSuper = true;
+  static constexpr Layout kLayout = Layout::KQuant;
+  static constexpr int kTileTokens = 4;
+};
+
+// Q6_K: a tile is a super-block of 8 rows (the file's 210 bytes a row):
+//   ql    2 halves h × 2 × 8 chunks: chunk (h, j, k) lane r holds row r's ql bytes 64h + 32j + 4k..
+//   qh    2 halves × 8 chunks: chunk (h, k) lane r holds row r's qh bytes 32h + 4k..
+//   sc    16 × 8 int8, scale q (of elements 16q..) of row r at 8q + r
+//   d     8 fp16
+// Sub-block s = 4h + i: low 4 bits from ql chunk (h, i & 1) (low nibbles for i < 2, high for
+// i >= 2), high 2 bits from qh chunk (h, k) >> 2i, minus 32: signed values (|w| × sign(x, w),
+// at most 2·32·127 a pair, so a half's 4 chunks fit i16), madd with the half's scales.
+struct Q6Packed {
+  using Block = BlockQ6_K;
+  static constexpr int kQhOffset = 1024;
+  static constexpr int kScOffset = kQhOffset + 512;
+  static constexpr int kDOffset = kScOffset + 128;
+  static constexpr int kTileBytes = kDOffset + 16;
+  static constexpr int kBlockCols = 256;
+  static constexpr Layout kLayout = Layout::Q6K;
+  static constexpr int kTileTokens = 3;  // 3 × (i16 sums, i32 sums, accumulators) fit 16 ymm
 };
 using PQ4_0 = Packed<BlockQ4_0, Values::Nibbles, 8, false>;
 using PQ4_1 = Packed<BlockQ4_1, Values::Nibbles, 0, true>;
@@ -87,6 +111,7 @@ using PIQ4_NL = Packed<BlockIQ4_NL, Values::Table, 0, false>;
 using PQ8_0 = Packed<BlockQ8_0, Values::Bytes, 0, false>;
 using PQ4_K = KPacked<BlockQ4_K, false>;
 using PQ5_K = KPacked<BlockQ5_K, true>;
+using PQ6_K = Q6Packed;
 
 // Calls f(P{}) with the traits of a packed type; false where the type does not pack.
 template <class F>
@@ -116,8 +141,38 @@ bool with_packed(TensorType type, F&& f) {
     case TensorType::Q5_K:
       f(PQ5_K{});
       return true;
+    case TensorType::Q6_K:
+      f(PQ6_K{});
+      return true;
     default:
       return false;
+  }
+}
+
+void pack_q6_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using P = Q6Packed;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const BlockQ6_K& block = reinterpret_cast<const BlockQ6_K*>(
+            w + static_cast<size_t>(g * 8 + r) * n_blocks * sizeof(BlockQ6_K))[b];
+        for (int h = 0; h < 2; ++h) {
+          for (int k = 0; k < 8; ++k) {
+            for (int j = 0; j < 2; ++j)
+              std::memcpy(tile + 512 * h + 256 * j + 32 * k + 4 * r,
+                          block.ql + 64 * h + 32 * j + 4 * k, 4);
+            std::memcpy(tile + P::kQhOffset + 256 * h + 32 * k + 4 * r, block.qh + 32 * h + 4 * k,
+                        4);
+          }
+        }
+        for (int q = 0; q < 16; ++q)
+          tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(block.scales[q]);
+        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+      }
+    }
   }
 }
 
@@ -346,11 +401,66 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
 }
 
+// Q6_K's group of 8 rows times T tokens (see Q6Packed).
+template <int T>
+GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                                int64_t x_blocks, float* out, int64_t out_stride) {
+  using P = Q6Packed;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i offset = _mm256_set1_epi8(32);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, i = s % 4;
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
+      const uint8_t* ql = tile + 512 * h + 256 * (i & 1);
+      const uint8_t* qh = tile + P::kQhOffset + 256 * h;
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        // The 8 rows' scale of these 16 elements in both i16 of each lane.
+        const __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * (2 * s + half))));
+        const __m256i scales = _mm256_or_si256(_mm256_and_si256(sc32, _mm256_set1_epi32(0xFFFF)),
+                                               _mm256_slli_epi32(sc32, 16));
+        __m256i s16[T];
+        for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+        for (int k = 4 * half; k < 4 * half + 4; ++k) {
+          const __m256i lbits = load(ql + 32 * k);
+          const __m256i low = _mm256_and_si256(i < 2 ? lbits : _mm256_srli_epi16(lbits, 4), low4);
+          const __m256i high = _mm256_and_si256(
+              _mm256_srl_epi16(load(qh + 32 * k), _mm_cvtsi32_si128(2 * i)), three);
+          const __m256i w =
+              _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), offset);
+          const __m256i magnitude = _mm256_sign_epi8(w, w);
+          for (int t = 0; t < T; ++t)
+            s16[t] = _mm256_add_epi16(
+                s16[t], _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w)));
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scales));
+      }
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
 template <class P, int T>
 GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
                                         const ActivationBlock* x, int64_t x_blocks, float* out,
                                         int64_t out_stride) {
-  if constexpr (P::kSuper)
+  if constexpr (P::kLayout == Layout::Q6K)
+    group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else if constexpr (P::kLayout == Layout::KQuant)
     group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
   else
     group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
@@ -375,8 +485,9 @@ GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_
       auto out = [&](int64_t t) { return whole ? y + t * y_stride + r0 : part + (t - t0) * 8; };
       const int64_t stride = whole ? y_stride : 8;
       int64_t t = t0;
-      for (; t + 4 <= t1; t += 4)
-        any_group_tile<P, 4>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
+      constexpr int kT = P::kTileTokens;
+      for (; t + kT <= t1; t += kT)
+        any_group_tile<P, kT>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
       for (; t < t1; ++t)
         any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
       if (!whole) {
@@ -404,7 +515,9 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
     using P = decltype(p);
     const int64_t n_tiles = n_cols / P::kBlockCols;
     packed_.resize(static_cast<size_t>((rows + 7) / 8 * n_tiles) * P::kTileBytes);
-    if constexpr (P::kSuper)
+    if constexpr (P::kLayout == Layout::Q6K)
+      pack_q6_k(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else if constexpr (P::kLayout == Layout::KQuant)
       pack_k<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
     else
       pack<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
