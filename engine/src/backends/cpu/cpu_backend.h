@@ -4,7 +4,8 @@
 // Two ways to multiply by a weight matrix:
 // - The fast path (the default): the input quantised once per matmul to int8 blocks of 32 and
 //   multiplied in integers with each weight block (int8_matmul.h) where the type has kernels
-//   here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K on AVX2); f32 otherwise.
+//   here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K on AVX2), on a copy of the
+//   matrix repacked at load (int8_packed.h, fast_matmul.h); f32 otherwise.
 //   Mixture-of-experts FFNs and Qwen3.5's recurrent mixers keep the exact path.
 // - The exact path (BackendOptions::cpu_exact_numerics, and always while emulating): every
 //   row decoded to f32 and dotted in f32 in one fixed order (ops.h matmul): the oracle.

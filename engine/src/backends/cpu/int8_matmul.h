@@ -4,8 +4,8 @@
 // exact f32 path (ops.h matmul) by the activation's int8 rounding only: every weight value is
 // the one dequantize_row gives, and fast = Σ w·(q·d) up to f32 summation order.
 // Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, on AVX2 (picked at run
-// time); everything else keeps the exact path. Int8Weights (int8_packed.h) runs a matrix: all
-// of them but Q6_K on a copy repacked at load, Q6_K where it lies (q6_k_matmul_rows).
+// time), each on a copy repacked at load (Int8Weights, int8_packed.h); everything else keeps
+// the exact path.
 #pragma once
 #include <cstdint>
 
@@ -30,11 +30,5 @@ bool int8_matmul_supports(TensorType type, int64_t n_cols);
 // Quantises n values of x (n a multiple of 32) into n / 32 blocks. Portable code where the
 // CPU has no AVX2 (the same rounding).
 void quantize_activations(const float* x, int64_t n, ActivationBlock* out);
-
-// y[t * y_stride + r] = row r · x_t for Q6_K rows [row_begin, row_end) and tokens
-// [0, n_tokens): row r at w + r * row_bytes(Q6_K, n_cols), x_t the n_cols / 32 blocks at
-// xq + t * n_cols / 32. Only where int8_matmul_supports(Q6_K, n_cols).
-void q6_k_matmul_rows(const void* w, int64_t row_begin, int64_t row_end, int64_t n_cols,
-                      const ActivationBlock* xq, int64_t n_tokens, float* y, int64_t y_stride);
 
 }  // namespace granule::cpu

@@ -507,10 +507,7 @@ bool Int8Weights::packs(TensorType type) {
 
 Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols)
     : type_(type), rows_(rows), cols_(n_cols) {
-  if (!packs(type)) {
-    source_ = w;
-    return;
-  }
+  if (!packs(type)) return;  // supports() said no: nothing to run
   with_packed(type, [&](auto p) {
     using P = decltype(p);
     const int64_t n_tiles = n_cols / P::kBlockCols;
@@ -526,26 +523,20 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
 
 void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
                               int64_t n_tokens, float* y, int64_t y_stride) const {
-  if (source_) {
-    q6_k_matmul_rows(source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
-    return;
-  }
   with_packed(type_, [&](auto p) {
     run_packed<decltype(p)>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y, y_stride);
   });
 }
 
-#else  // not x86: nothing packs
+#else  // not x86: nothing packs (supports() is false)
 
 bool Int8Weights::packs(TensorType) { return false; }
 
-Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols)
-    : type_(type), rows_(rows), cols_(n_cols), source_(w) {}
+Int8Weights::Int8Weights(TensorType type, const void*, int64_t rows, int64_t n_cols)
+    : type_(type), rows_(rows), cols_(n_cols) {}
 
-void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
-                              int64_t n_tokens, float* y, int64_t y_stride) const {
-  q6_k_matmul_rows(source_, row_begin, row_end, cols_, xq, n_tokens, y, y_stride);
-}
+void Int8Weights::matmul_rows(int64_t, int64_t, const ActivationBlock*, int64_t, float*,
+                              int64_t) const {}
 
 #endif
 

@@ -1,9 +1,9 @@
-// A weight matrix in the CPU fast path's own layout (the int8 matmul of int8_matmul.h): for
-// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K and Q5_K, repacked once at load into groups of 8
-// rows whose blocks are interleaved 4 bytes per row, so one 32-byte register holds 4 values of
-// each of the 8 rows and one broadcast activation load serves all 8 (one row per 32-bit lane:
-// the lanes are the rows' sums, so no horizontal sums and one scale per 8 rows). Q6_K keeps
-// its file layout (q6_k_matmul_rows).
+// A weight matrix in the CPU fast path's own layout (the int8 matmul of int8_matmul.h),
+// repacked once at load into groups of 8 rows whose blocks are interleaved 4 bytes per row, so
+// one 32-byte register holds 4 values of each of the 8 rows and one broadcast activation load
+// serves all 8 (one row per 32-bit lane: the lanes are the rows' sums, so no horizontal sums
+// and one scale per 8 rows). Every type int8_matmul_supports: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// IQ4_NL, Q4_K, Q5_K and Q6_K.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -20,12 +20,11 @@ class Int8Weights {
 
   // Whether the fast path runs a matrix of `type` with rows of n_cols (int8_matmul_supports).
   static bool supports(TensorType type, int64_t n_cols);
-  // Whether `type` has the 8-row layout (else the matrix is read where it lies).
+  // Whether `type` has the 8-row layout (every type supports() accepts on this CPU).
   static bool packs(TensorType type);
 
-  // Repacks the rows × n_cols matrix at w where the type packs (a copy of the same size and
-  // for the last group's missing rows zeros); otherwise keeps w, which must outlive this.
-  // Only where supports(type, n_cols).
+  // Repacks the rows × n_cols matrix at w: the file's bytes (Q4_K/Q5_K: 3 % more, their scales
+  // unpacked), zeros for the last group's missing rows. Only where supports(type, n_cols).
   Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols);
 
   // y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens)
@@ -37,13 +36,11 @@ class Int8Weights {
 
   TensorType type() const { return type_; }
   int64_t rows() const { return rows_; }
-  // The bytes of the repacked copy (0 where the matrix stays in place).
   size_t packed_bytes() const { return packed_.size(); }
 
  private:
   TensorType type_;
   int64_t rows_ = 0, cols_ = 0;
-  const void* source_ = nullptr;  // the file's rows, where not packed
   std::vector<uint8_t> packed_;
 };
 
