@@ -28,19 +28,19 @@ class ThreadPool {
 
  private:
   void worker_loop(int32_t index);
-  void run_chunks(int32_t thread_index);  // takes chunks of the current job until none are left
+  void run_chunks(int32_t thread_index);   // takes chunks of the current job until none are left
 
   std::vector<std::thread> workers_;
   // The current job, published to the workers by the release increment of generation_.
   const std::function<void(int64_t, int64_t, int32_t)>* job_ = nullptr;
   int64_t job_size_ = 0;
   int64_t job_chunk_ = 1;
-  std::atomic<int64_t> next_index_{0};  // the first index no thread has taken yet
+  std::atomic<int64_t> next_index_{0};   // the first index no thread has taken yet
   std::atomic<uint64_t> generation_{0};
-  std::atomic<int32_t> pending_{0};  // workers still running the current job
+  std::atomic<int32_t> pending_{0};   // workers still running the current job
   std::atomic<bool> stopping_{false};
 
-  std::mutex mutex_;  // guards the sleep flags below and the condition variables
+  std::mutex mutex_;   // guards the sleep flags below and the condition variables
   std::condition_variable work_ready_;
   std::condition_variable work_done_;
   int32_t sleeping_workers_ = 0;
