@@ -367,10 +367,17 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
           }
         }
         const int32_t slot = s.token_slot[static_cast<size_t>(t0)];
-        attention_many_avx2(queries.data(), static_cast<int64_t>(queries.size()),
-                            kv_at(slot, 0, layer, false) + kv_head * head_dim,
-                            kv_at(slot, 0, layer, true) + kv_head * head_dim, token_stride,
-                            head_dim, c.attention_scale);
+        const float* k = kv_at(slot, 0, layer, false) + kv_head * head_dim;
+        const float* v = kv_at(slot, 0, layer, true) + kv_head * head_dim;
+        if (attention_many_avx2(queries.data(), static_cast<int64_t>(queries.size()), k, v,
+                                token_stride, head_dim, c.attention_scale))
+          continue;
+        thread_local std::vector<float> scores;  // (not reached: the condition above holds)
+        for (const AttentionQuery& query : queries) {
+          scores.resize(static_cast<size_t>(query.length));
+          attention_head(query.q, k, v, token_stride, query.length, head_dim, scores.data(),
+                         query.out, query.sink, c.attention_scale, fast_);
+        }
       }
     });
   } else {
