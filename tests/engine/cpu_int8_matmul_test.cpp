@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/cpu/ops.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
@@ -73,6 +74,7 @@ TEST(CpuInt8Matmul, ActivationRoundingIsRoundThroughQ8) {
       sum += q[b].qs[i];
     }
     EXPECT_EQ(q[b].sum, q[b].d * static_cast<float>(sum));
+    EXPECT_EQ(q[b].qsum, sum);
   }
 }
 
@@ -84,7 +86,8 @@ TEST(CpuInt8Matmul, EachTypeIsTheDotWithTheRoundedActivationAndWithinItsBoundOfE
     ASSERT_TRUE(int8_matmul_supports(type, cols));
     Case c = make_case(type, rows, cols, tokens, 11);
     std::vector<float> fast(static_cast<size_t>(rows * tokens));
-    int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data(), tokens, fast.data(), rows);
+    Int8Weights(type, c.w.data(), rows, cols)
+        .matmul_rows(0, rows, c.xq.data(), tokens, fast.data(), rows);
     std::vector<float> exact(fast.size());
     matmul(type, c.w.data(), rows, cols, c.x.data(), tokens, exact.data(), nullptr);
     for (int64_t t = 0; t < tokens; ++t) {
@@ -114,24 +117,44 @@ TEST(CpuInt8Matmul, EachTypeIsTheDotWithTheRoundedActivationAndWithinItsBoundOfE
   }
 }
 
+TEST(CpuInt8Matmul, RepackedCopiesHoldTheFilesBytes) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  // 13 rows: a group of 8 and a group of 5 padded with zero rows.
+  const int64_t rows = 13, cols = 512;
+  for (TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    Case c = make_case(type, rows, cols, 1, 31);
+    const Int8Weights weights(type, c.w.data(), rows, cols);
+    EXPECT_TRUE(Int8Weights::packs(type));
+    // Two groups of 8 rows: the file's bytes (Q4_K/Q5_K's unpacked scales: 3 % more).
+    const size_t file_bytes = 2 * 8 * c.w.size() / rows;
+    EXPECT_GE(weights.packed_bytes(), file_bytes);
+    EXPECT_LE(weights.packed_bytes(), file_bytes * 103 / 100);
+  }
+}
+
 TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
   if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
-  const int64_t rows = 11, cols = 768, tokens = 70;  // remainders in rows and tokens
-  for (TensorType type : {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K}) {
+  const int64_t rows = 21, cols = 768, tokens = 70;  // remainders in rows and tokens
+  for (TensorType type : kTypes) {
     SCOPED_TRACE(tensor_type_info(type).name);
-    Case c = make_case(type, rows, cols, tokens, 21);
+    Case c = make_case(type, rows, cols, tokens, 41);
+    const Int8Weights weights(type, c.w.data(), rows, cols);
     std::vector<float> whole(static_cast<size_t>(rows * tokens));
-    int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data(), tokens, whole.data(), rows);
-    // Rows in uneven pieces, and each token alone (the one-token tiles).
-    std::vector<float> pieces(whole.size()), single(whole.size());
+    weights.matmul_rows(0, rows, c.xq.data(), tokens, whole.data(), rows);
+    std::vector<float> pieces(whole.size()), single(whole.size()), odd(whole.size());
     for (int64_t r = 0; r < rows; r += 3)
-      int8_matmul_rows(type, c.w.data(), r, std::min(rows, r + 3), cols, c.xq.data(), tokens,
-                       pieces.data(), rows);
+      weights.matmul_rows(r, std::min(rows, r + 3), c.xq.data(), tokens, pieces.data(), rows);
     for (int64_t t = 0; t < tokens; ++t)
-      int8_matmul_rows(type, c.w.data(), 0, rows, cols, c.xq.data() + t * cols / 32, 1,
-                       single.data() + t * rows, rows);
+      weights.matmul_rows(0, rows, c.xq.data() + t * cols / 32, 1, single.data() + t * rows, rows);
+    // Token runs that are not multiples of the 4-token tile.
+    for (int64_t t = 0; t < tokens; t += 7) {
+      const int64_t n = std::min<int64_t>(7, tokens - t);
+      weights.matmul_rows(0, rows, c.xq.data() + t * cols / 32, n, odd.data() + t * rows, rows);
+    }
     EXPECT_EQ(whole, pieces);
     EXPECT_EQ(whole, single);
+    EXPECT_EQ(whole, odd);
   }
 }
 

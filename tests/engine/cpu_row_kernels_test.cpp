@@ -79,5 +79,34 @@ TEST(CpuRowKernels, FusedDotIsBitIdenticalToDecodeThenDot) {
   }
 }
 
+TEST(CpuRowKernels, ManyQueriesGiveEachQueryItsOwnAttentionBits) {
+  if (!row_kernels_use_avx2()) GTEST_SKIP() << "no AVX2 here";
+  // Keys past several 64-key blocks, lengths not multiples of 4, a sink on some queries, and
+  // K/V rows strided as in the KV record.
+  for (int64_t head_dim : {64, 128}) {
+    SCOPED_TRACE(head_dim);
+    const int64_t keys = 203, stride = 3 * head_dim;
+    const std::vector<float> k = random_values(static_cast<size_t>(keys * stride), 5);
+    const std::vector<float> v = random_values(static_cast<size_t>(keys * stride), 6);
+    const std::vector<float> q = random_values(static_cast<size_t>(9 * head_dim), 7);
+    const float sink = 0.75f;
+    const int64_t lengths[] = {1, 3, 4, 64, 65, 130, 131, 200, 203};
+    std::vector<float> many(q.size(), -1.0f), alone(q.size(), -2.0f);
+    std::vector<AttentionQuery> queries;
+    for (int64_t i = 0; i < 9; ++i)
+      queries.push_back({q.data() + i * head_dim, many.data() + i * head_dim, lengths[i],
+                         i % 3 == 1 ? &sink : nullptr});
+    ASSERT_TRUE(attention_many_avx2(queries.data(), 9, k.data() + head_dim, v.data() + head_dim,
+                                    stride, head_dim, 0.0f));
+    std::vector<float> scores(keys);
+    for (int64_t i = 0; i < 9; ++i)
+      ASSERT_TRUE(attention_head_avx2(q.data() + i * head_dim, k.data() + head_dim,
+                                      v.data() + head_dim, stride, lengths[i], head_dim,
+                                      scores.data(), alone.data() + i * head_dim,
+                                      queries[static_cast<size_t>(i)].sink, 0.0f));
+    EXPECT_EQ(std::memcmp(many.data(), alone.data(), many.size() * sizeof(float)), 0);
+  }
+}
+
 }  // namespace
 }  // namespace granule::cpu

@@ -12,8 +12,8 @@
 #include <initializer_list>
 #include <thread>
 
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/gemma_ops.h"
-#include "backends/cpu/int8_matmul.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/row_kernels.h"
 #include "backends/kernel_config_env.h"
@@ -34,61 +34,6 @@ std::vector<float> to_f32(const TensorInfo* t) {
 }
 
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
-
-// Several matmuls on the same input in one parallel loop (Q, K and V; gate and up): the
-// threads split their rows together, and wait once instead of once per matrix. With `xq`
-// (the fast path), a matrix the int8 kernels run (int8_matmul.h) takes the input quantised
-// once into xq; the others, and every matrix without xq, take the exact f32 path.
-struct MatmulTarget {
-  const TensorInfo* w;
-  float* y;
-};
-void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
-                     ThreadPool& pool, std::vector<ActivationBlock>* xq) {
-  const int64_t cols = targets.begin()->w->dims[0];
-  int64_t total_rows = 0;
-  bool any_int8 = false;
-  for (const MatmulTarget& t : targets) {
-    total_rows += t.w->dims[1];
-    any_int8 = any_int8 || (xq && int8_matmul_supports(type_of(t.w), cols));
-  }
-  if (any_int8) {
-    const int64_t blocks = cols / 32;
-    if (xq->size() < static_cast<size_t>(n_tokens * blocks))
-      xq->resize(static_cast<size_t>(n_tokens * blocks));
-    ActivationBlock* out = xq->data();
-    if (n_tokens >= 8) {
-      pool.parallel_for(n_tokens, [&](int64_t begin, int64_t end, int32_t) {
-        quantize_activations(x + begin * cols, (end - begin) * cols, out + begin * blocks);
-      });
-    } else {
-      quantize_activations(x, n_tokens * cols, out);
-    }
-  }
-  pool.parallel_for(total_rows, [&](int64_t begin, int64_t end, int32_t) {
-    int64_t first = 0;  // global index of the current target's row 0
-    for (const MatmulTarget& t : targets) {
-      const int64_t rows = t.w->dims[1];
-      const int64_t lo = std::max(begin, first), hi = std::min(end, first + rows);
-      if (lo < hi) {
-        if (any_int8 && int8_matmul_supports(type_of(t.w), cols)) {
-          int8_matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, cols, xq->data(),
-                           n_tokens, t.y, rows);
-        } else {
-          matmul_rows(type_of(t.w), t.w->data, lo - first, hi - first, rows, cols, x, n_tokens,
-                      t.y);
-        }
-      }
-      first += rows;
-    }
-  });
-}
-
-// Y = X · Wᵀ for a weight tensor (rows = dims[1], cols = dims[0]).
-void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
-                   ThreadPool& pool, std::vector<ActivationBlock>* xq) {
-  matmul_together({{w, y}}, x, n_tokens, pool, xq);
-}
 
 void add_bias(float* y, const std::vector<float>& bias, int64_t n_tokens) {
   if (bias.empty()) return;
@@ -122,13 +67,13 @@ struct CpuBackend::Scratch {
   std::vector<int32_t> token_slot;
   std::vector<int64_t> token_position;
   std::vector<float> x, xn, q, k, v, attn, proj, gate, up, head_in;
-  std::vector<float> rounded;       // emulating: a chunk's input as the GPU rounds it
-  std::vector<ActivationBlock> xq;  // the fast path: a matmul's input as int8 blocks
+  std::vector<float> rounded;  // emulating: a chunk's input as the GPU rounds it
   // Each token's rope cosines then sines at its position (rope_frequencies_), [token][2][half].
   std::vector<float> rope_angles;
   // Gemma 4: each token's per-layer embedding inputs [token][layer][n_pl], and one layer's gate.
   std::vector<float> ple, ple_gate;
   std::vector<float> moe_out;  // Gemma 4: the experts' output beside the dense FFN's
+  std::vector<std::pair<int64_t, int64_t>> attention_tiles;  // [first, end) tokens of a slot
 
   void reserve(const ModelConfig& c, int64_t tokens) {
     if (tokens <= capacity_tokens) return;
@@ -236,9 +181,11 @@ CpuBackend::CpuBackend(const BackendInit& init)
                        l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
+  if (fast_) fast_matmul_ = std::make_unique<FastMatmul>(weights_, pool_);
   logger("engine.cpu")
-      ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls", pool_.threads(),
-             config_.n_layer, charged_weight_bytes_ >> 20, fast_ ? "int8" : "exact f32");
+      ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls ({} MiB repacked)",
+             pool_.threads(), config_.n_layer, charged_weight_bytes_ >> 20,
+             fast_ ? "int8" : "exact f32", fast_ ? fast_matmul_->packed_bytes() >> 20 : 0);
 }
 
 CpuBackend::~CpuBackend() {
@@ -269,7 +216,7 @@ std::string CpuBackend::name() const {
                    : ", exact)");
 }
 
-std::vector<ActivationBlock>* CpuBackend::fast_xq() { return fast_ ? &scratch_->xq : nullptr; }
+FastMatmul* CpuBackend::fast_matmul() { return fast_matmul_.get(); }
 
 bool CpuBackend::reads_q8(const TensorInfo* w) const {
   const TensorType t = type_of(w);
@@ -343,7 +290,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, f16);
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_, fast_xq());
+                    n_tokens, pool_, fast_matmul());
   }
   add_bias(s.q.data(), lv.bq, n_tokens);
   add_bias(s.k.data(), lv.bk, n_tokens);
@@ -390,29 +337,75 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
   const int64_t group = c.n_head / n_head_kv;
   const int64_t token_stride =
       kv_part_token_bytes_[static_cast<size_t>(layer)] / static_cast<int64_t>(sizeof(float));
-  pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
-    thread_local std::vector<float> scores;
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t t = i / c.n_head;
-      const int64_t h = i % c.n_head;
-      const int64_t end_position = s.token_position[static_cast<size_t>(t)] + 1;
-      const int64_t first = window > 0 ? std::max<int64_t>(0, end_position - window) : 0;
-      const int64_t length = end_position - first;
-      if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
-      const int32_t slot = s.token_slot[static_cast<size_t>(t)];
-      const int64_t kv_head_offset = (h / group) * head_dim;
-      attention_head(
-          s.q.data() + t * q_dim + h * head_dim, kv_at(slot, first, layer, false) + kv_head_offset,
-          kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length, head_dim,
-          scores.data(), s.attn.data() + t * q_dim + h * head_dim,
-          lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h, c.attention_scale, fast_);
+  if (fast_ && window == 0 && row_kernels_use_avx2() && (head_dim == 64 || head_dim == 128)) {
+    // Runs of up to 16 tokens of one sequence times a KV head's query heads share each block
+    // of keys (attention_many_avx2): the same numbers as one (token, head) at a time.
+    constexpr int64_t kTileTokens = 16;
+    std::vector<std::pair<int64_t, int64_t>>& tiles = s.attention_tiles;
+    tiles.clear();
+    for (int64_t t0 = 0; t0 < n_tokens;) {
+      int64_t t1 = t0 + 1;
+      while (t1 < n_tokens && t1 - t0 < kTileTokens &&
+             s.token_slot[static_cast<size_t>(t1)] == s.token_slot[static_cast<size_t>(t0)])
+        ++t1;
+      tiles.emplace_back(t0, t1);
+      t0 = t1;
     }
-  });
+    const auto n_tiles = static_cast<int64_t>(tiles.size());
+    pool_.parallel_for(n_tiles * n_head_kv, [&](int64_t begin, int64_t end, int32_t) {
+      thread_local std::vector<AttentionQuery> queries;
+      for (int64_t item = begin; item < end; ++item) {
+        const auto [t0, t1] = tiles[static_cast<size_t>(item / n_head_kv)];
+        const int64_t kv_head = item % n_head_kv;
+        queries.clear();
+        for (int64_t t = t0; t < t1; ++t) {
+          for (int64_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+            queries.push_back({s.q.data() + t * q_dim + h * head_dim,
+                               s.attn.data() + t * q_dim + h * head_dim,
+                               s.token_position[static_cast<size_t>(t)] + 1,
+                               lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h});
+          }
+        }
+        const int32_t slot = s.token_slot[static_cast<size_t>(t0)];
+        const float* k = kv_at(slot, 0, layer, false) + kv_head * head_dim;
+        const float* v = kv_at(slot, 0, layer, true) + kv_head * head_dim;
+        if (attention_many_avx2(queries.data(), static_cast<int64_t>(queries.size()), k, v,
+                                token_stride, head_dim, c.attention_scale))
+          continue;
+        thread_local std::vector<float> scores;  // (not reached: the condition above holds)
+        for (const AttentionQuery& query : queries) {
+          scores.resize(static_cast<size_t>(query.length));
+          attention_head(query.q, k, v, token_stride, query.length, head_dim, scores.data(),
+                         query.out, query.sink, c.attention_scale, fast_);
+        }
+      }
+    });
+  } else {
+    pool_.parallel_for(n_tokens * c.n_head, [&](int64_t begin, int64_t end, int32_t) {
+      thread_local std::vector<float> scores;
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t t = i / c.n_head;
+        const int64_t h = i % c.n_head;
+        const int64_t end_position = s.token_position[static_cast<size_t>(t)] + 1;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, end_position - window) : 0;
+        const int64_t length = end_position - first;
+        if (scores.size() < static_cast<size_t>(length)) scores.resize(static_cast<size_t>(length));
+        const int32_t slot = s.token_slot[static_cast<size_t>(t)];
+        const int64_t kv_head_offset = (h / group) * head_dim;
+        attention_head(s.q.data() + t * q_dim + h * head_dim,
+                       kv_at(slot, first, layer, false) + kv_head_offset,
+                       kv_at(slot, first, layer, true) + kv_head_offset, token_stride, length,
+                       head_dim, scores.data(), s.attn.data() + t * q_dim + h * head_dim,
+                       lv.attn_sinks.empty() ? nullptr : lv.attn_sinks.data() + h,
+                       c.attention_scale, fast_);
+      }
+    });
+  }
 
   if (emulate_)
     project(w.wo, s.attn.data(), n_tokens, s.proj.data(), Input::Attention, f16);
   else
-    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+    matmul_weight(w.wo, s.attn.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
   if (emulate_) {
     // The CUDA backend adds the output bias to the residual before the output projection
     // accumulates into it (rope_kv.cuh): (x + bo) + wo·a.
@@ -439,13 +432,13 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
   const int64_t q_dim = c.n_head * head_dim, kv_dim = n_head_kv * head_dim;
   const bool own_kv = c.kv_source(layer) == layer;
   if (!own_kv) {
-    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_xq());
+    matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_matmul());
   } else if (w.wv) {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
-                    n_tokens, pool_, fast_xq());
+                    n_tokens, pool_, fast_matmul());
   } else {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}}, s.xn.data(), n_tokens, pool_,
-                    fast_xq());
+                    fast_matmul());
     std::copy_n(s.k.data(), n_tokens * kv_dim, s.v.data());
   }
   const bool slides = c.layer_slides(layer);
@@ -486,7 +479,7 @@ void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer, width = n_pl * c.n_layer;
   const auto n_tokens = static_cast<int64_t>(tokens.size());
-  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_xq());
+  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_matmul());
   const float projection_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   const float table_scale = std::sqrt(static_cast<float>(n_pl));
   const float input_scale = 1.0f / std::sqrt(2.0f);
@@ -514,9 +507,9 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t d = c.n_embd;
   matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_,
-                  fast_xq());
+                  fast_matmul());
   geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
-  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
   post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
 
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
@@ -547,13 +540,13 @@ void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer;
   if (n_pl > 0) {
-    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_xq());
+    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_matmul());
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = s.ple_gate.data() + t * n_pl;
       const float* input = s.ple.data() + (t * c.n_layer + layer) * n_pl;
       for (int64_t i = 0; i < n_pl; ++i) g[i] = gelu_tanh_ggml(g[i]) * input[i];
     }
-    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
     post_norm(s.proj.data(), lv.ple_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }
@@ -763,7 +756,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
       project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
     } else {
       matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
-                      pool_, fast_xq());
+                      pool_, fast_matmul());
     }
     if (c.activation == FfnActivation::GeluTanh)
       geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
@@ -774,7 +767,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     if (emulate_)
       project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
     else
-      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_xq());
+      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
     if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
     if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
@@ -800,7 +793,7 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     for (int64_t r = 0; r < n_rows; ++r)
       round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
-  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_xq());
+  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_matmul());
   if (c.final_logit_softcap > 0.0f)
     soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
   return n_rows;

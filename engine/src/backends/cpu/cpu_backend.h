@@ -4,7 +4,8 @@
 // Two ways to multiply by a weight matrix:
 // - The fast path (the default): the input quantised once per matmul to int8 blocks of 32 and
 //   multiplied in integers with each weight block (int8_matmul.h) where the type has kernels
-//   here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K on AVX2); f32 otherwise.
+//   here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K on AVX2), on a copy of the
+//   matrix repacked at load (int8_packed.h, fast_matmul.h); f32 otherwise.
 //   Mixture-of-experts FFNs and Qwen3.5's recurrent mixers keep the exact path.
 // - The exact path (BackendOptions::cpu_exact_numerics, and always while emulating): every
 //   row decoded to f32 and dotted in f32 in one fixed order (ops.h matmul): the oracle.
@@ -31,7 +32,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/delta_net.h"
-#include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 
@@ -87,8 +88,8 @@ class CpuBackend final : public Backend {
   // `f16_capable`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
   void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
                bool f16_capable);
-  // The fast path's int8 input buffer; null on the exact path.
-  std::vector<ActivationBlock>* fast_xq();
+  // The fast path's matrices and input buffer; null on the exact path.
+  FastMatmul* fast_matmul();
   // Whether the CUDA kernel for w reads int8 activations.
   bool reads_q8(const TensorInfo* w) const;
   // Emulating, and the layer's matrices can take the f16 tensor-core products.
@@ -127,6 +128,11 @@ class CpuBackend final : public Backend {
   // cpu_emulate_device_numerics, the split layout the CUDA backend would use, its chunk rows.
   bool emulate_ = false;
   bool fast_ = true;  // int8 matmuls (not emulating, cpu_exact_numerics off)
+  // The fast path's int8 copies of the matrices, made at load. They have the file's size (the
+  // K quants' 3 % more) and the ledger keeps charging the file's weights: the mapping's pages
+  // of a repacked tensor are not read again (a tied embedding's rows are, by the lookup), so
+  // the process holds those bytes twice only while the page cache keeps them.
+  std::unique_ptr<FastMatmul> fast_matmul_;
   bool split_weights_ = true;
   int64_t chunk_rows_ = 512;
   // KernelConfig::f16_mma_min_rows (0: off): runs of that many rows up to the matvec limit on

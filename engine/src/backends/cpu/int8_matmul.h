@@ -4,7 +4,8 @@
 // exact f32 path (ops.h matmul) by the activation's int8 rounding only: every weight value is
 // the one dequantize_row gives, and fast = Σ w·(q·d) up to f32 summation order.
 // Types: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K and Q6_K, on AVX2 (picked at run
-// time); everything else keeps the exact path.
+// time), each on a copy repacked at load (Int8Weights, int8_packed.h); everything else keeps
+// the exact path.
 #pragma once
 #include <cstdint>
 
@@ -13,26 +14,21 @@
 namespace granule::cpu {
 
 // 32 activations as q·d: d = max|x| / 127, q = x / d rounded to nearest (ties to even; q = 0
-// for a block of zeros), and sum = d·Σq (what a weight block's minimum multiplies).
+// for a block of zeros), sum = d·Σq (what a weight block's minimum multiplies) and qsum = Σq
+// (what an offset weight, Q4_0's q - 8, subtracts in integers).
 struct ActivationBlock {
   float d;
   float sum;
+  int32_t qsum;
   int8_t qs[32];
 };
-static_assert(sizeof(ActivationBlock) == 40);
+static_assert(sizeof(ActivationBlock) == 44);
 
-// Whether int8_matmul_rows runs a matrix of `type` with rows of n_cols on this CPU.
+// Whether the int8 kernels (Int8Weights) run a matrix of `type` with rows of n_cols here.
 bool int8_matmul_supports(TensorType type, int64_t n_cols);
 
 // Quantises n values of x (n a multiple of 32) into n / 32 blocks. Portable code where the
 // CPU has no AVX2 (the same rounding).
 void quantize_activations(const float* x, int64_t n, ActivationBlock* out);
-
-// y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens):
-// row r at w + r * row_bytes(type, n_cols), x_t the n_cols / 32 blocks at xq + t * n_cols / 32.
-// Only where int8_matmul_supports(type, n_cols).
-void int8_matmul_rows(TensorType type, const void* w, int64_t row_begin, int64_t row_end,
-                      int64_t n_cols, const ActivationBlock* xq, int64_t n_tokens, float* y,
-                      int64_t y_stride);
 
 }  // namespace granule::cpu

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "granule/quant.h"
 
@@ -284,52 +285,129 @@ __attribute__((target("avx2,fma,f16c"))) void swiglu_avx2(const float* gate, con
 }
 
 // Attention for one query over `length` keys, head_dim = 8 * kChunks.
+#define GRANULE_ROW_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// The query times the scale, in registers.
 template <int kChunks>
-__attribute__((target("avx2,fma,f16c"))) void attention_avx2(const float* q, const float* k,
-                                                             const float* v, int64_t stride,
-                                                             int64_t length, float* scores,
-                                                             float* out, const float* sink,
-                                                             float scale) {
-  __m256 qv[kChunks];
+GRANULE_ROW_AVX2 inline void scaled_query(const float* q, float scale, __m256* qv) {
   for (int c = 0; c < kChunks; ++c)
     qv[c] = _mm256_mul_ps(_mm256_loadu_ps(q + 8 * c), _mm256_set1_ps(scale));
-  float max_score = sink ? *sink : -INFINITY;
-  int64_t t = 0;
-  for (; t + 4 <= length; t += 4) {
-    __m256 acc[4];
-    for (int j = 0; j < 4; ++j) {
-      const float* kt = k + (t + j) * stride;
-      _mm_prefetch(reinterpret_cast<const char*>(kt + 8 * stride), _MM_HINT_T0);
-      acc[j] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
-      for (int c = 1; c < kChunks; ++c)
-        acc[j] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc[j]);
-    }
-    // Four horizontal sums at once: pairs, then quads, then the two 128-bit halves.
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    _mm_storeu_ps(scores + t, s4);
-  }
-  for (; t < length; ++t) {
-    const float* kt = k + t * stride;
-    __m256 acc = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
+}
+
+// Scores of keys t..t+3 (t a multiple of 4): four 8-lane dots, summed horizontally together
+// (pairs, then quads, then the two 128-bit halves).
+template <int kChunks>
+GRANULE_ROW_AVX2 inline void four_scores(const __m256* qv, const float* k, int64_t stride,
+                                         int64_t t, float* scores) {
+  __m256 acc[4];
+  for (int j = 0; j < 4; ++j) {
+    const float* kt = k + (t + j) * stride;
+    _mm_prefetch(reinterpret_cast<const char*>(kt + 8 * stride), _MM_HINT_T0);
+    acc[j] = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
     for (int c = 1; c < kChunks; ++c)
-      acc = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc);
-    scores[t] = horizontal_halving_sum(acc);
+      acc[j] = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc[j]);
   }
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  _mm_storeu_ps(scores + t, s4);
+}
+
+// The score of one key past the last multiple of 4.
+template <int kChunks>
+GRANULE_ROW_AVX2 inline float one_score(const __m256* qv, const float* kt) {
+  __m256 acc = _mm256_mul_ps(qv[0], _mm256_loadu_ps(kt));
+  for (int c = 1; c < kChunks; ++c) acc = _mm256_fmadd_ps(qv[c], _mm256_loadu_ps(kt + 8 * c), acc);
+  return horizontal_halving_sum(acc);
+}
+
+// Scores of keys [lo, hi) of a query whose keys are [0, length): keys below length rounded
+// down to 4 in fours, the rest one by one (lo a multiple of 4).
+template <int kChunks>
+GRANULE_ROW_AVX2 inline void scores_of(const __m256* qv, const float* k, int64_t stride, int64_t lo,
+                                       int64_t hi, int64_t length, float* scores) {
+  const int64_t fours = std::min(hi, length & ~int64_t{3});
+  int64_t t = lo;
+  for (; t + 4 <= fours; t += 4) four_scores<kChunks>(qv, k, stride, t, scores);
+  for (; t < hi; ++t) scores[t] = one_score<kChunks>(qv, k + t * stride);
+}
+
+// exp(score - max) in place over [0, length); returns 1 / (the sum, with the sink's term).
+GRANULE_ROW_AVX2 inline float softmax_in_place(float* scores, int64_t length, const float* sink) {
+  float max_score = sink ? *sink : -INFINITY;
   for (int64_t i = 0; i < length; ++i) max_score = std::max(max_score, scores[i]);
   float sum = sink ? std::exp(*sink - max_score) : 0.0f;
   sum += exp_shifted_sum_avx2(scores, length, max_score);
-  const float inverse = 1.0f / sum;
-  __m256 o[kChunks];
-  for (int c = 0; c < kChunks; ++c) o[c] = _mm256_setzero_ps();
-  for (t = 0; t < length; ++t) {
+  return 1.0f / sum;
+}
+
+// o += Σ_t p_t · v_t over keys [lo, hi), in key order.
+template <int kChunks>
+GRANULE_ROW_AVX2 inline void weighted_values(const float* p, const float* v, int64_t stride,
+                                             int64_t lo, int64_t hi, __m256* o) {
+  for (int64_t t = lo; t < hi; ++t) {
     const float* vt = v + t * stride;
     _mm_prefetch(reinterpret_cast<const char*>(vt + 8 * stride), _MM_HINT_T0);
-    const __m256 p = _mm256_set1_ps(scores[t]);
-    for (int c = 0; c < kChunks; ++c) o[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vt + 8 * c), o[c]);
+    const __m256 pt = _mm256_set1_ps(p[t]);
+    for (int c = 0; c < kChunks; ++c) o[c] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 8 * c), o[c]);
   }
+}
+
+template <int kChunks>
+GRANULE_ROW_AVX2 void attention_avx2(const float* q, const float* k, const float* v, int64_t stride,
+                                     int64_t length, float* scores, float* out, const float* sink,
+                                     float scale) {
+  __m256 qv[kChunks];
+  scaled_query<kChunks>(q, scale, qv);
+  scores_of<kChunks>(qv, k, stride, 0, length, length, scores);
+  const float inverse = softmax_in_place(scores, length, sink);
+  __m256 o[kChunks];
+  for (int c = 0; c < kChunks; ++c) o[c] = _mm256_setzero_ps();
+  weighted_values<kChunks>(scores, v, stride, 0, length, o);
   const __m256 norm = _mm256_set1_ps(inverse);
   for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(out + 8 * c, _mm256_mul_ps(o[c], norm));
+}
+
+// attention_avx2 for n queries sharing one KV head, keys in blocks that stay in L1 while
+// every query passes over them; each query's arithmetic is attention_avx2's.
+template <int kChunks>
+GRANULE_ROW_AVX2 void attention_many_avx2(const AttentionQuery* queries, int64_t n, const float* k,
+                                          const float* v, int64_t stride, float* scores,
+                                          int64_t scores_stride, float* partial, float scale) {
+  constexpr int64_t kKeyBlock = 64;
+  int64_t longest = 0;
+  for (int64_t i = 0; i < n; ++i) longest = std::max(longest, queries[i].length);
+  for (int64_t lo = 0; lo < longest; lo += kKeyBlock) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t hi = std::min(lo + kKeyBlock, queries[i].length);
+      if (hi <= lo) continue;
+      __m256 qv[kChunks];
+      scaled_query<kChunks>(queries[i].q, scale, qv);
+      scores_of<kChunks>(qv, k, stride, lo, hi, queries[i].length, scores + i * scores_stride);
+    }
+  }
+  std::vector<float> inverse(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    inverse[static_cast<size_t>(i)] =
+        softmax_in_place(scores + i * scores_stride, queries[i].length, queries[i].sink);
+    std::fill_n(partial + i * 8 * kChunks, 8 * kChunks, 0.0f);
+  }
+  for (int64_t lo = 0; lo < longest; lo += kKeyBlock) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t hi = std::min(lo + kKeyBlock, queries[i].length);
+      if (hi <= lo) continue;
+      float* oi = partial + i * 8 * kChunks;
+      __m256 o[kChunks];
+      for (int c = 0; c < kChunks; ++c) o[c] = _mm256_loadu_ps(oi + 8 * c);
+      weighted_values<kChunks>(scores + i * scores_stride, v, stride, lo, hi, o);
+      for (int c = 0; c < kChunks; ++c) _mm256_storeu_ps(oi + 8 * c, o[c]);
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const __m256 norm = _mm256_set1_ps(inverse[static_cast<size_t>(i)]);
+    for (int c = 0; c < kChunks; ++c)
+      _mm256_storeu_ps(queries[i].out + 8 * c,
+                       _mm256_mul_ps(_mm256_loadu_ps(partial + i * 8 * kChunks + 8 * c), norm));
+  }
 }
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -369,6 +447,27 @@ bool attention_head_avx2(const float* q, const float* k, const float* v, int64_t
     return true;
   }
   return false;
+}
+
+bool attention_many_avx2(const AttentionQuery* queries, int64_t n, const float* k, const float* v,
+                         int64_t token_stride, int64_t head_dim, float scale) {
+  if (!kHaveAvx2 || (head_dim != 64 && head_dim != 128)) return false;
+  if (scale <= 0.0f) scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  int64_t longest = 0;
+  for (int64_t i = 0; i < n; ++i) longest = std::max(longest, queries[i].length);
+  if (longest <= 0) return false;
+  // Each query's scores, row by row, and its unnormalised output between key blocks.
+  thread_local std::vector<float> scores, partial;
+  const int64_t scores_stride = (longest + 15) & ~int64_t{15};
+  scores.resize(static_cast<size_t>(n * scores_stride));
+  partial.resize(static_cast<size_t>(n * head_dim));
+  if (head_dim == 64)
+    attention_many_avx2<8>(queries, n, k, v, token_stride, scores.data(), scores_stride,
+                           partial.data(), scale);
+  else
+    attention_many_avx2<16>(queries, n, k, v, token_stride, scores.data(), scores_stride,
+                            partial.data(), scale);
+  return true;
 }
 
 void add_scaled(float* out, const float* v, float p, int64_t n) {
@@ -423,6 +522,10 @@ void add_scaled(float* out, const float* v, float p, int64_t n) {
 }
 bool attention_head_avx2(const float*, const float*, const float*, int64_t, int64_t, int64_t,
                          float*, float*, const float*, float) {
+  return false;
+}
+bool attention_many_avx2(const AttentionQuery*, int64_t, const float*, const float*, int64_t,
+                         int64_t, float) {
   return false;
 }
 float exp_shifted_sum(float* x, int64_t n, float shift) {

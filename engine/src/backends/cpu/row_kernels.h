@@ -36,6 +36,20 @@ bool attention_head_avx2(const float* q, const float* k, const float* v, int64_t
                          int64_t length, int64_t head_dim, float* scores, float* out,
                          const float* sink, float scale);
 
+// One query of attention_many_avx2: its keys are [0, length) of the shared K and V.
+struct AttentionQuery {
+  const float* q;
+  float* out;
+  int64_t length;
+  const float* sink;  // nullable
+};
+// attention_head_avx2 for every query (each out the same bits as attention_head_avx2 gives it
+// alone), the queries sharing one KV head: keys in blocks of 64 that every query passes over
+// while they are in L1, instead of each query streaming the whole KV (a prefill's tokens, a
+// GQA group's heads). False, leaving the outputs alone, where attention_head_avx2 would be.
+bool attention_many_avx2(const AttentionQuery* queries, int64_t n, const float* k, const float* v,
+                         int64_t token_stride, int64_t head_dim, float scale);
+
 // dot_f32_fast(decode_row(row), x) without the decoded row in memory, for Q4_0, Q4_1 and
 // Q8_0 on AVX2 (same bits); returns false, leaving result alone, for everything else.
 bool dot_row_fused(TensorType type, const void* row, const float* x, int64_t n, float* result);

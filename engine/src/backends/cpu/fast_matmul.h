@@ -1,0 +1,51 @@
+// The CPU backend's products by weight matrix: the fast path's int8 copies of the matrices
+// (Int8Weights, made once at load) with their quantised-input buffer, and several matmuls on
+// one input in one parallel loop, each matrix on its int8 copy or on the exact f32 path.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cpu/int8_matmul.h"
+#include "backends/cpu/int8_packed.h"
+#include "backends/cpu/thread_pool.h"
+#include "granule/model_config.h"
+
+namespace granule::cpu {
+
+class FastMatmul {
+ public:
+  // The int8 copies of every matrix of `weights` that the forward pass multiplies through
+  // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) and that
+  // the int8 kernels run, made on the pool's threads. Any other matrix takes the exact path.
+  FastMatmul(const WeightTable& weights, ThreadPool& pool);
+
+  // w's int8 copy; null where w takes the exact path.
+  const Int8Weights* find(const TensorInfo* w) const;
+  // The repacked copies' bytes (int8_packed.h: the file's size, the K quants' 3 % more).
+  uint64_t packed_bytes() const { return packed_bytes_; }
+  std::vector<ActivationBlock>& input() { return input_; }
+
+ private:
+  std::unordered_map<const TensorInfo*, Int8Weights> weights_;
+  std::vector<ActivationBlock> input_;  // a matmul's input as int8 blocks
+  uint64_t packed_bytes_ = 0;
+};
+
+struct MatmulTarget {
+  const TensorInfo* w;
+  float* y;
+};
+// y = x · wᵀ for every target (rows = dims[1], cols = dims[0], the same cols for all): the
+// threads split the targets' rows together, in groups of 8 (the packed layout's), and wait
+// once. With `fast` (the fast path), a matrix it holds takes x quantised once to int8 blocks;
+// the others, and every matrix without `fast`, take the exact f32 path (ops.h matmul_rows).
+void matmul_together(std::initializer_list<MatmulTarget> targets, const float* x, int64_t n_tokens,
+                     ThreadPool& pool, FastMatmul* fast);
+inline void matmul_weight(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                          ThreadPool& pool, FastMatmul* fast) {
+  matmul_together({{w, y}}, x, n_tokens, pool, fast);
+}
+
+}  // namespace granule::cpu

@@ -1,0 +1,547 @@
+// The 8-row layout and its kernels (see int8_packed.h). A packed matrix is its groups of 8 rows
+// one after another; a group is its tiles, one per block of 32 columns, in column order; a
+// tile is
+//   qs    the 8 rows' values, 4 bytes of each row per 32 bytes: chunk c's 32-bit lane r holds
+//         row r's elements 4c..4c+3. Q8_0: 8 chunks of bytes. The 4-bit types: 4 chunks of
+//         the file's nibble bytes (byte 4c + i of a row holds element 4c + i in its low nibble
+//         and 16 + 4c + i in its high one), so a chunk's low nibbles are elements 4c.. and its
+//         high nibbles elements 16 + 4c..
+//   qh    Q5_0/Q5_1: 32 bytes, lane r's byte i holds in bit c the fifth bit of element 4c + i
+//   d     8 fp16 scales, then (Q4_1, Q5_1) 8 fp16 minimums
+// A tile's product with an activation block: per chunk, maddubs of the (unsigned, or for Q8_0
+// and IQ4_NL sign-tricked) values with the block's 4 bytes broadcast, i16 sums while they
+// cannot overflow, madd to i32; an offset type (Q4_0 q - 8, Q5_0 q - 16) subtracts offset·Σq_x
+// in integers; then one f32 conversion and one FMA with d_w·d_x for the 8 rows, and for the
+// minimum types one FMA with m·d_x·Σq_x. Each lane runs the same sequence for every tile shape,
+// so every row and token gets the same bits however the work is cut.
+#include "backends/cpu/int8_packed.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "granule/block_formats.h"
+#include "granule/quant.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define GRANULE_PACKED_X86 1
+#endif
+
+namespace granule::cpu {
+
+#ifdef GRANULE_PACKED_X86
+namespace {
+
+#define GRANULE_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                       __builtin_cpu_supports("f16c");
+
+// How a packed type's tiles are laid out and multiplied.
+enum class Layout { Blocks, KQuant, Q6K };
+
+// How a packed tile holds its values.
+enum class Values {
+  Nibbles,   // 4-bit unsigned
+  FifthBit,  // 4-bit unsigned and the qh bit: 5-bit unsigned
+  Table,     // 4-bit indices into kIq4nlValues (signed)
+  Bytes,     // int8 (signed)
+};
+
+// One traits struct per packed type: the file's block, the tile's parts, the value range.
+template <class B, Values V, int kOffsetValue, bool kMinimum>
+struct Packed {
+  using Block = B;
+  static constexpr Values kValues = V;
+  static constexpr int kOffset = kOffsetValue;  // value = q - kOffset
+  static constexpr bool kMin = kMinimum;        // value = d·q + m
+  static constexpr int kQsBytes = V == Values::Bytes ? 256 : 128;
+  static constexpr int kQhBytes = V == Values::FifthBit ? 32 : 0;
+  static constexpr int kScaleOffset = kQsBytes + kQhBytes;
+  static constexpr int kTileBytes = kScaleOffset + 16 + (kMinimum ? 16 : 0);
+  static constexpr int kBlockCols = 32;
+  static constexpr Layout kLayout = Layout::Blocks;
+  static constexpr int kTileTokens = 4;
+};
+
+// Q4_K and Q5_K: a tile is a super-block of 256 columns, its 8 sub-blocks' 6-bit scales and
+// minimums unpacked to bytes (so the 8 rows' d·sc are one conversion and one product):
+//   qs    4 pairs of sub-blocks, each 8 chunks: pair j's chunk k lane r holds row r's bytes
+//         32j + 4k.. (low nibbles: sub-block 2j elements 4k.., high: sub-block 2j + 1)
+//   qh    Q5_K: 8 chunks, chunk k lane r holds row r's qh bytes 4k.. (bit s: sub-block s)
+//   sc    8 × 8 bytes, sub-block s's scale of row r at 8s + r; then mn, the minimums
+//   d     8 fp16, then dmin 8 fp16
+template <class B, bool kFifthBit>
+struct KPacked {
+  using Block = B;
+  static constexpr bool kFifth = kFifthBit;
+  static constexpr int kQhOffset = 1024;
+  static constexpr int kScOffset = kQhOffset + (kFifthBit ? 256 : 0);
+  static constexpr int kMnOffset = kScOffset + 64;
+  static constexpr int kDOffset = kMnOffset + 64;
+  static constexpr int kTileBytes = kDOffset + 32;
+  static constexpr int kBlockCols = 256;
+  static constexpr Layout kLayout = Layout::KQuant;
+  static constexpr int kTileTokens = 4;
+};
+
+// Q6_K: a tile is a super-block of 8 rows (the file's 210 bytes a row):
+//   ql    2 halves h × 2 × 8 chunks: chunk (h, j, k) lane r holds row r's ql bytes 64h + 32j + 4k..
+//   qh    2 halves × 8 chunks: chunk (h, k) lane r holds row r's qh bytes 32h + 4k..
+//   sc    16 × 8 int8, scale q (of elements 16q..) of row r at 8q + r
+//   d     8 fp16
+// Sub-block s = 4h + i: low 4 bits from ql chunk (h, i & 1) (low nibbles for i < 2, high for
+// i >= 2), high 2 bits from qh chunk (h, k) >> 2i, minus 32: signed values (|w| × sign(x, w),
+// at most 2·32·127 a pair, so a half's 4 chunks fit i16), madd with the half's scales.
+struct Q6Packed {
+  using Block = BlockQ6_K;
+  static constexpr int kQhOffset = 1024;
+  static constexpr int kScOffset = kQhOffset + 512;
+  static constexpr int kDOffset = kScOffset + 128;
+  static constexpr int kTileBytes = kDOffset + 16;
+  static constexpr int kBlockCols = 256;
+  static constexpr Layout kLayout = Layout::Q6K;
+  static constexpr int kTileTokens = 3;  // 3 × (i16 sums, i32 sums, accumulators) fit 16 ymm
+};
+using PQ4_0 = Packed<BlockQ4_0, Values::Nibbles, 8, false>;
+using PQ4_1 = Packed<BlockQ4_1, Values::Nibbles, 0, true>;
+using PQ5_0 = Packed<BlockQ5_0, Values::FifthBit, 16, false>;
+using PQ5_1 = Packed<BlockQ5_1, Values::FifthBit, 0, true>;
+using PIQ4_NL = Packed<BlockIQ4_NL, Values::Table, 0, false>;
+using PQ8_0 = Packed<BlockQ8_0, Values::Bytes, 0, false>;
+using PQ4_K = KPacked<BlockQ4_K, false>;
+using PQ5_K = KPacked<BlockQ5_K, true>;
+using PQ6_K = Q6Packed;
+
+// Calls f(P{}) with the traits of a packed type; false where the type does not pack.
+template <class F>
+bool with_packed(TensorType type, F&& f) {
+  switch (type) {
+    case TensorType::Q4_0:
+      f(PQ4_0{});
+      return true;
+    case TensorType::Q4_1:
+      f(PQ4_1{});
+      return true;
+    case TensorType::Q5_0:
+      f(PQ5_0{});
+      return true;
+    case TensorType::Q5_1:
+      f(PQ5_1{});
+      return true;
+    case TensorType::IQ4_NL:
+      f(PIQ4_NL{});
+      return true;
+    case TensorType::Q8_0:
+      f(PQ8_0{});
+      return true;
+    case TensorType::Q4_K:
+      f(PQ4_K{});
+      return true;
+    case TensorType::Q5_K:
+      f(PQ5_K{});
+      return true;
+    case TensorType::Q6_K:
+      f(PQ6_K{});
+      return true;
+    default:
+      return false;
+  }
+}
+
+void pack_q6_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using P = Q6Packed;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const BlockQ6_K& block = reinterpret_cast<const BlockQ6_K*>(
+            w + static_cast<size_t>(g * 8 + r) * n_blocks * sizeof(BlockQ6_K))[b];
+        for (int h = 0; h < 2; ++h) {
+          for (int k = 0; k < 8; ++k) {
+            for (int j = 0; j < 2; ++j)
+              std::memcpy(tile + 512 * h + 256 * j + 32 * k + 4 * r,
+                          block.ql + 64 * h + 32 * j + 4 * k, 4);
+            std::memcpy(tile + P::kQhOffset + 256 * h + 32 * k + 4 * r, block.qh + 32 * h + 4 * k,
+                        4);
+          }
+        }
+        for (int q = 0; q < 16; ++q)
+          tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(block.scales[q]);
+        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+      }
+    }
+  }
+}
+
+template <class P>
+void pack_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using Block = typename P::Block;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
+                                                                    n_blocks * sizeof(Block))[b];
+        for (int j = 0; j < 4; ++j)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + 256 * j + 32 * k + 4 * r, block.qs + 32 * j + 4 * k, 4);
+        if constexpr (P::kFifth)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + P::kQhOffset + 32 * k + 4 * r, block.qh + 4 * k, 4);
+        const uint8_t* q = block.scales;  // the 12 bytes of 6-bit scales and minimums
+        for (int s = 0; s < 8; ++s) {
+          const int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+          const int mn = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+          tile[P::kScOffset + 8 * s + r] = static_cast<uint8_t>(sc);
+          tile[P::kMnOffset + 8 * s + r] = static_cast<uint8_t>(mn);
+        }
+        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+        std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
+      }
+    }
+  }
+}
+
+template <class P>
+void pack(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using Block = typename P::Block;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);  // a missing row: zero scales and values
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
+        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
+                                                                    n_blocks * sizeof(Block))[b];
+        const auto* qs = reinterpret_cast<const uint8_t*>(block.qs);
+        for (int c = 0; c < P::kQsBytes / 32; ++c)
+          std::memcpy(tile + 32 * c + 4 * r, qs + 4 * c, 4);
+        if constexpr (P::kValues == Values::FifthBit) {
+          uint32_t qh;
+          std::memcpy(&qh, block.qh, sizeof qh);
+          for (int i = 0; i < 4; ++i) {
+            uint8_t bits = 0;
+            for (int c = 0; c < 8; ++c)
+              bits |= static_cast<uint8_t>(((qh >> (4 * c + i)) & 1) << c);
+            tile[P::kQsBytes + 4 * r + i] = bits;
+          }
+        }
+        std::memcpy(tile + P::kScaleOffset + 2 * r, &block.d, 2);
+        if constexpr (P::kMin) std::memcpy(tile + P::kScaleOffset + 16 + 2 * r, &block.m, 2);
+      }
+    }
+  }
+}
+
+GRANULE_AVX2 inline __m256i load(const uint8_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// The 4 activation bytes of elements 4k..4k+3, in every lane.
+GRANULE_AVX2 inline __m256i broadcast4(const ActivationBlock* x, int k) {
+  int32_t v;
+  std::memcpy(&v, x->qs + 4 * k, sizeof v);
+  return _mm256_set1_epi32(v);
+}
+
+// The fifth bits of chunk k (bit k of each qh byte) as 0x10.
+GRANULE_AVX2 inline __m256i fifth_bit(__m256i qh, int k) {
+  const __m256i bit = _mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(1 << k)));
+  return k <= 4 ? _mm256_sll_epi16(bit, _mm_cvtsi32_si128(4 - k))
+                : _mm256_srl_epi16(bit, _mm_cvtsi32_si128(k - 4));
+}
+
+// Signed values w of chunk k: |w| × sign(x, w), at most 2·128·127 a pair, so i32 after each.
+template <int T>
+GRANULE_AVX2 inline void signed_chunk(__m256i w, const ActivationBlock* const* xb, int k,
+                                      __m256i* isum) {
+  const __m256i magnitude = _mm256_sign_epi8(w, w);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < T; ++t) {
+    const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w));
+    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+  }
+}
+
+// One group of 8 rows times T tokens over every block: out[t * out_stride + r] for the 8 rows.
+// x: token 0's blocks; token t's at x + t * x_blocks.
+template <class P, int T>
+GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const ActivationBlock* x,
+                             int64_t x_blocks, float* out, int64_t out_stride) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const ActivationBlock* xb[T];
+    for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + b;
+    __m256i isum[T];
+    if constexpr (P::kValues == Values::Nibbles) {
+      // 8 products of at most 2·15·127 each fit i16.
+      __m256i s16[T];
+      for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i packed = load(tile + 32 * c);
+        const __m256i lo = _mm256_and_si256(packed, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
+                                             _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
+          s16[t] = _mm256_add_epi16(s16[t], p);
+        }
+      }
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_madd_epi16(s16[t], ones);
+    } else if constexpr (P::kValues == Values::FifthBit) {
+      // Two products of at most 2·31·127 each fit i16; i32 across chunks.
+      const __m256i qh = load(tile + P::kQsBytes);
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i packed = load(tile + 32 * c);
+        const __m256i lo = _mm256_or_si256(_mm256_and_si256(packed, low4), fifth_bit(qh, c));
+        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
+                                           fifth_bit(qh, c + 4));
+        for (int t = 0; t < T; ++t) {
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
+                                             _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+        }
+      }
+    } else {
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      if constexpr (P::kValues == Values::Bytes) {
+        for (int k = 0; k < 8; ++k) signed_chunk<T>(load(tile + 32 * k), xb, k, isum);
+      } else {
+        const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+        const __m256i table = _mm256_set_m128i(table128, table128);
+        for (int c = 0; c < 4; ++c) {
+          const __m256i packed = load(tile + 32 * c);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+          signed_chunk<T>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
+          signed_chunk<T>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
+        }
+      }
+    }
+    const __m256 dw =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset)));
+    for (int t = 0; t < T; ++t) {
+      __m256i sum = isum[t];
+      if constexpr (P::kOffset != 0)
+        sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(P::kOffset * xb[t]->qsum));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)),
+                               acc[t]);
+    }
+    if constexpr (P::kMin) {
+      const __m256 mw = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset + 16)));
+      for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+// The K quants' group of 8 rows times T tokens (one tile a super-block): per sub-block, the
+// 8 rows' d·sc and -dmin·mn from their bytes (k_scales_mins' products), the nibbles (and fifth
+// bits) as for Q4_1/Q5_1.
+template <class P, int T>
+GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                               int64_t x_blocks, float* out, int64_t out_stride) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    const __m256 dmin =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset + 16)));
+    for (int s = 0; s < 8; ++s) {
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
+      const uint8_t* qs = tile + 256 * (s / 2);
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127.
+      constexpr int kRun = P::kFifth ? 4 : 8;
+      for (int k0 = 0; k0 < 8; k0 += kRun) {
+        __m256i s16[T];
+        for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+        for (int k = k0; k < k0 + kRun; ++k) {
+          const __m256i packed = load(qs + 32 * k);
+          __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
+          if constexpr (P::kFifth)
+            v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
+          for (int t = 0; t < T; ++t)
+            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(v, broadcast4(xb[t], k)));
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+      }
+      const __m256 dw = _mm256_mul_ps(
+          d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * s)))));
+      const __m256 mw = _mm256_xor_ps(
+          _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                  reinterpret_cast<const __m128i*>(tile + P::kMnOffset + 8 * s))))),
+          sign);
+      for (int t = 0; t < T; ++t) {
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t]);
+        acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+// Q6_K's group of 8 rows times T tokens (see Q6Packed).
+template <int T>
+GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                                int64_t x_blocks, float* out, int64_t out_stride) {
+  using P = Q6Packed;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i offset = _mm256_set1_epi8(32);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    for (int s = 0; s < 8; ++s) {
+      const int h = s / 4, i = s % 4;
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
+      const uint8_t* ql = tile + 512 * h + 256 * (i & 1);
+      const uint8_t* qh = tile + P::kQhOffset + 256 * h;
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int half = 0; half < 2; ++half) {
+        // The 8 rows' scale of these 16 elements in both i16 of each lane.
+        const __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+            reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * (2 * s + half))));
+        const __m256i scales = _mm256_or_si256(_mm256_and_si256(sc32, _mm256_set1_epi32(0xFFFF)),
+                                               _mm256_slli_epi32(sc32, 16));
+        __m256i s16[T];
+        for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+        for (int k = 4 * half; k < 4 * half + 4; ++k) {
+          const __m256i lbits = load(ql + 32 * k);
+          const __m256i low = _mm256_and_si256(i < 2 ? lbits : _mm256_srli_epi16(lbits, 4), low4);
+          const __m256i high = _mm256_and_si256(
+              _mm256_srl_epi16(load(qh + 32 * k), _mm_cvtsi32_si128(2 * i)), three);
+          const __m256i w =
+              _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), offset);
+          const __m256i magnitude = _mm256_sign_epi8(w, w);
+          for (int t = 0; t < T; ++t)
+            s16[t] = _mm256_add_epi16(
+                s16[t], _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w)));
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scales));
+      }
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(d, _mm256_set1_ps(xb[t]->d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+template <class P, int T>
+GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
+                                        const ActivationBlock* x, int64_t x_blocks, float* out,
+                                        int64_t out_stride) {
+  if constexpr (P::kLayout == Layout::Q6K)
+    group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else if constexpr (P::kLayout == Layout::KQuant)
+    group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else
+    group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+}
+
+// Tokens in chunks that stay in L2 while the groups pass over them, four at a time; a group
+// cut by the row range is computed whole into `part` and only its rows in range are kept.
+template <class P>
+GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_begin,
+                             int64_t row_end, const ActivationBlock* xq, int64_t n_tokens, float* y,
+                             int64_t y_stride) {
+  const int64_t n_blocks = n_cols / 32, n_tiles = n_cols / P::kBlockCols;
+  const size_t group_bytes = static_cast<size_t>(n_tiles) * P::kTileBytes;
+  constexpr int64_t kTokenChunk = 64;
+  alignas(32) float part[kTokenChunk * 8];
+  for (int64_t t0 = 0; t0 < n_tokens; t0 += kTokenChunk) {
+    const int64_t t1 = std::min(n_tokens, t0 + kTokenChunk);
+    for (int64_t g = row_begin / 8; g * 8 < row_end; ++g) {
+      const int64_t r0 = g * 8;
+      const uint8_t* tiles = packed + static_cast<size_t>(g) * group_bytes;
+      const bool whole = r0 >= row_begin && r0 + 8 <= row_end;
+      auto out = [&](int64_t t) { return whole ? y + t * y_stride + r0 : part + (t - t0) * 8; };
+      const int64_t stride = whole ? y_stride : 8;
+      int64_t t = t0;
+      constexpr int kT = P::kTileTokens;
+      for (; t + kT <= t1; t += kT)
+        any_group_tile<P, kT>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
+      for (; t < t1; ++t)
+        any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
+      if (!whole) {
+        const int64_t lo = std::max(row_begin, r0), hi = std::min(row_end, r0 + 8);
+        for (t = t0; t < t1; ++t)
+          for (int64_t r = lo; r < hi; ++r) y[t * y_stride + r] = part[(t - t0) * 8 + r - r0];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Int8Weights::packs(TensorType type) {
+  return kHaveAvx2 && with_packed(type, [](auto) {});
+}
+
+Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols)
+    : type_(type), rows_(rows), cols_(n_cols) {
+  if (!packs(type)) return;  // supports() said no: nothing to run
+  with_packed(type, [&](auto p) {
+    using P = decltype(p);
+    const int64_t n_tiles = n_cols / P::kBlockCols;
+    packed_.resize(static_cast<size_t>((rows + 7) / 8 * n_tiles) * P::kTileBytes);
+    if constexpr (P::kLayout == Layout::Q6K)
+      pack_q6_k(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else if constexpr (P::kLayout == Layout::KQuant)
+      pack_k<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else
+      pack<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+  });
+}
+
+void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
+                              int64_t n_tokens, float* y, int64_t y_stride) const {
+  with_packed(type_, [&](auto p) {
+    run_packed<decltype(p)>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y, y_stride);
+  });
+}
+
+#else  // not x86: nothing packs (supports() is false)
+
+bool Int8Weights::packs(TensorType) { return false; }
+
+Int8Weights::Int8Weights(TensorType type, const void*, int64_t rows, int64_t n_cols)
+    : type_(type), rows_(rows), cols_(n_cols) {}
+
+void Int8Weights::matmul_rows(int64_t, int64_t, const ActivationBlock*, int64_t, float*,
+                              int64_t) const {}
+
+#endif
+
+bool Int8Weights::supports(TensorType type, int64_t n_cols) {
+  return int8_matmul_supports(type, n_cols);
+}
+
+}  // namespace granule::cpu
