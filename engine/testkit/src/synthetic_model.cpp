@@ -380,8 +380,9 @@ GgufWriter build_synthetic_model(const SyntheticModelSpec& spec) {
       w.set(a + "expert_weights_scale", GgufValue::f32(spec.expert_weights_scale));
   }
   if (spec.llama3_rope_scaling) {
-    w.set(a + "rope.scaling.type", GgufValue::string("llama3"));
-    w.set(a + "rope.scaling.factor", GgufValue::f32(spec.rope_scaling_factor));
+    // As llama.cpp's converter writes Llama 3.1: the divisors in rope_freqs.weight (below), no
+    // rope.scaling.type or .factor (llama.cpp knows no "llama3" type and would apply a factor
+    // on top of rope_freqs); the other keys are kept for readers that derive the divisors.
     w.set(a + "rope.scaling.low_freq_factor", GgufValue::f32(spec.rope_low_freq_factor));
     w.set(a + "rope.scaling.high_freq_factor", GgufValue::f32(spec.rope_high_freq_factor));
     w.set(a + "rope.scaling.original_context_length",
