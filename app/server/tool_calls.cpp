@@ -130,6 +130,25 @@ std::optional<Constraint> tool_call_constraint(ToolCallFormat format, const json
       json{{"type", "structural_tag"}, {"format", format_json}}.dump());
 }
 
+std::optional<HarmonyForcedCall> harmony_forced_call(const json& tools, const std::string& name) {
+  const json* chosen = nullptr;
+  int functions = 0;
+  for (const json& tool : tools) {
+    const std::string tool_name = function_of(tool).value("name", "");
+    if (tool_name.empty()) continue;
+    ++functions;
+    if (name.empty() ? chosen == nullptr : tool_name == name) chosen = &tool;
+  }
+  if (chosen == nullptr || (name.empty() && functions != 1)) return std::nullopt;
+  HarmonyForcedCall call;
+  call.name = function_of(*chosen).value("name", "");
+  // As gpt-oss writes a call after "<|start|>assistant" (the harmony format's own example).
+  call.header = std::string(kHarmonyChannel) + "commentary " + std::string(kHarmonyRecipient) +
+                call.name + " <|constrain|>json" + std::string(kHarmonyMessage);
+  call.constraint = Constraint::json_schema(parameters_of(*chosen).dump());
+  return call;
+}
+
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::string id_prefix)
     : format_(format), id_prefix_(std::move(id_prefix)) {}
 
@@ -138,6 +157,12 @@ ToolCallParser::Delta ToolCallParser::push(std::string_view text) {
   Delta out;
   run(out, false);
   return out;
+}
+
+void ToolCallParser::begin_call(std::string name) {
+  call_name_ = std::move(name);
+  call_header_.clear();  // in the prompt, not the reply: never released as text
+  harmony_ = Harmony::CallBody;
 }
 
 ToolCallParser::Delta ToolCallParser::finish() {
