@@ -47,6 +47,33 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Parses a call's JSON; nlohmann refuses raw control characters inside strings, which the
+// grammar's JSON allows (a raw tab in a string), so those are escaped first. Discarded when
+// it is not JSON.
+json parse_arguments(std::string_view text) {
+  std::string escaped;
+  escaped.reserve(text.size());
+  bool in_string = false, escape = false;
+  for (const char c : text) {
+    if (in_string && !escape && static_cast<unsigned char>(c) < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      escaped += "\\u00";
+      escaped += kHex[(c >> 4) & 0xf];
+      escaped += kHex[c & 0xf];
+      continue;
+    }
+    escaped += c;
+    if (escape) {
+      escape = false;
+    } else if (in_string && c == '\\') {
+      escape = true;
+    } else if (c == '"') {
+      in_string = !in_string;
+    }
+  }
+  return json::parse(escaped, nullptr, /*allow_exceptions=*/false);
+}
+
 const json& function_of(const json& tool) {
   static const json empty = json::object();
   const auto it = tool.find("function");
@@ -172,7 +199,7 @@ ToolCallParser::Delta ToolCallParser::finish() {
 }
 
 bool ToolCallParser::take_json(std::string_view text, Delta& out) {
-  const json value = json::parse(trim(text), nullptr, /*allow_exceptions=*/false);
+  const json value = parse_arguments(trim(text));
   if (value.is_discarded()) return false;
   std::vector<json> items;
   if (value.is_array()) {
@@ -345,7 +372,7 @@ void ToolCallParser::run_harmony(Delta& out, bool at_end) {
     }
     if (cut == std::string::npos && !at_end) return;
     const std::string body = pending_.substr(0, cut);
-    const json args = json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+    const json args = parse_arguments(trim(body));
     if (!call_name_.empty() && args.is_object()) {
       out.calls.push_back(
           {id_prefix_ + "_" + std::to_string(next_index_++), call_name_, args.dump()});

@@ -239,6 +239,9 @@ TEST(ToolCallParser, HarmonyForcedCallArguments) {
                      {{"", "get_weather", R"({"city":"Paris"})"}}, "get_weather");
   expect_every_split(ToolCallFormat::Harmony, R"({"city":"Par)", R"({"city":"Par)", {},
                      "get_weather");
+  // A raw tab inside a string (the grammar's JSON allows it) is escaped, not a broken call.
+  expect_every_split(ToolCallFormat::Harmony, "{\"city\": \"a\tb\\\"\"}", "",
+                     {{"", "get_weather", R"({"city":"a\tb\""})"}}, "get_weather");
 }
 
 // The forced header follows gpt-oss's generation prompt, so the prompt ends as the model's own
