@@ -478,8 +478,25 @@ struct OpenAiServer::Impl {
             parsed.chat_options.tools_json.clear();  // the model is not to call them
           } else {
             const ToolCallFormat format = tool_call_format(*tmpl);
-            if (parsed.tool_choice == ToolChoice::Required ||
-                parsed.tool_choice == ToolChoice::Named) {
+            const bool forced_call = parsed.tool_choice == ToolChoice::Required ||
+                                     parsed.tool_choice == ToolChoice::Named;
+            std::string harmony_call;  // the function a forced harmony header names
+            if (forced_call && format == ToolCallFormat::Harmony) {
+              // The call's header is control tokens: forced after the generation prompt, the
+              // constraint covering the arguments.
+              std::optional<HarmonyForcedCall> forced =
+                  harmony_forced_call(parsed.tools, parsed.tool_name);
+              if (!forced)
+                throw ApiError(400,
+                               "tool_choice required with several tools is not supported for "
+                               "this model's tool-call format (harmony): name one function "
+                               "({\"type\": \"function\", \"function\": {\"name\": ...}}) or "
+                               "use auto",
+                               "invalid_request_error", "tool_choice");
+              request.constraint = std::move(forced->constraint);
+              parsed.chat_options.reply_prefix = std::move(forced->header);
+              harmony_call = std::move(forced->name);
+            } else if (forced_call) {
               std::optional<Constraint> forced = tool_call_constraint(
                   format, parsed.tools, parsed.tool_name, parsed.parallel_tool_calls);
               if (!forced)
@@ -491,13 +508,15 @@ struct OpenAiServer::Impl {
               request.constraint = std::move(*forced);
             }
             tool_parser = std::make_shared<ToolCallParser>(format, "call_" + running.header.id);
+            if (!harmony_call.empty()) tool_parser->begin_call(std::move(harmony_call));
           }
           // Counted as Engine::submit encodes it: BOS written by the template, control
           // tokens parsed.
           const std::string bos_text =
               tokenizer.bos() ? tokenizer.token_text(*tokenizer.bos()) : "";
           const std::string prompt = tmpl->render(parsed.messages, /*add_generation_prompt=*/true,
-                                                  bos_text, parsed.chat_options);
+                                                  bos_text, parsed.chat_options) +
+                                     parsed.chat_options.reply_prefix;
           prompt_tokens = static_cast<int64_t>(tokenizer.encode(prompt, false, true).size());
           request.messages = std::move(parsed.messages);
           request.chat_options = parsed.chat_options;

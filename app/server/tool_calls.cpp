@@ -47,6 +47,33 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
+// Parses a call's JSON; nlohmann refuses raw control characters inside strings, which the
+// grammar's JSON allows (a raw tab in a string), so those are escaped first. Discarded when
+// it is not JSON.
+json parse_arguments(std::string_view text) {
+  std::string escaped;
+  escaped.reserve(text.size());
+  bool in_string = false, escape = false;
+  for (const char c : text) {
+    if (in_string && !escape && static_cast<unsigned char>(c) < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      escaped += "\\u00";
+      escaped += kHex[(c >> 4) & 0xf];
+      escaped += kHex[c & 0xf];
+      continue;
+    }
+    escaped += c;
+    if (escape) {
+      escape = false;
+    } else if (in_string && c == '\\') {
+      escape = true;
+    } else if (c == '"') {
+      in_string = !in_string;
+    }
+  }
+  return json::parse(escaped, nullptr, /*allow_exceptions=*/false);
+}
+
 const json& function_of(const json& tool) {
   static const json empty = json::object();
   const auto it = tool.find("function");
@@ -130,6 +157,25 @@ std::optional<Constraint> tool_call_constraint(ToolCallFormat format, const json
       json{{"type", "structural_tag"}, {"format", format_json}}.dump());
 }
 
+std::optional<HarmonyForcedCall> harmony_forced_call(const json& tools, const std::string& name) {
+  const json* chosen = nullptr;
+  int functions = 0;
+  for (const json& tool : tools) {
+    const std::string tool_name = function_of(tool).value("name", "");
+    if (tool_name.empty()) continue;
+    ++functions;
+    if (name.empty() ? chosen == nullptr : tool_name == name) chosen = &tool;
+  }
+  if (chosen == nullptr || (name.empty() && functions != 1)) return std::nullopt;
+  HarmonyForcedCall call;
+  call.name = function_of(*chosen).value("name", "");
+  // As gpt-oss writes a call after "<|start|>assistant" (the harmony format's own example).
+  call.header = std::string(kHarmonyChannel) + "commentary " + std::string(kHarmonyRecipient) +
+                call.name + " <|constrain|>json" + std::string(kHarmonyMessage);
+  call.constraint = Constraint::json_schema(parameters_of(*chosen).dump());
+  return call;
+}
+
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::string id_prefix)
     : format_(format), id_prefix_(std::move(id_prefix)) {}
 
@@ -140,6 +186,12 @@ ToolCallParser::Delta ToolCallParser::push(std::string_view text) {
   return out;
 }
 
+void ToolCallParser::begin_call(std::string name) {
+  call_name_ = std::move(name);
+  call_header_.clear();  // in the prompt, not the reply: never released as text
+  harmony_ = Harmony::CallBody;
+}
+
 ToolCallParser::Delta ToolCallParser::finish() {
   Delta out;
   run(out, true);
@@ -147,7 +199,7 @@ ToolCallParser::Delta ToolCallParser::finish() {
 }
 
 bool ToolCallParser::take_json(std::string_view text, Delta& out) {
-  const json value = json::parse(trim(text), nullptr, /*allow_exceptions=*/false);
+  const json value = parse_arguments(trim(text));
   if (value.is_discarded()) return false;
   std::vector<json> items;
   if (value.is_array()) {
@@ -320,7 +372,7 @@ void ToolCallParser::run_harmony(Delta& out, bool at_end) {
     }
     if (cut == std::string::npos && !at_end) return;
     const std::string body = pending_.substr(0, cut);
-    const json args = json::parse(trim(body), nullptr, /*allow_exceptions=*/false);
+    const json args = parse_arguments(trim(body));
     if (!call_name_.empty() && args.is_object()) {
       out.calls.push_back(
           {id_prefix_ + "_" + std::to_string(next_index_++), call_name_, args.dump()});

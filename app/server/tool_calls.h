@@ -36,10 +36,26 @@ enum class ToolChoice { None, Auto, Required, Named };
 
 // The constraint that makes the reply one call (or, with `parallel`, one or more calls) in
 // `format`, of the tool named `name` or, when empty, any of `tools` (OpenAI's tool array).
-// nullopt when the format cannot be constrained (harmony, whose markers are control tokens).
+// nullopt for harmony (whose markers are control tokens: see harmony_forced_call) and when no
+// tool matches.
 std::optional<Constraint> tool_call_constraint(ToolCallFormat format,
                                                const nlohmann::ordered_json& tools,
                                                const std::string& name, bool parallel);
+
+// Harmony's forced call: the call's header is control tokens, which a constraint cannot emit,
+// so it is forced instead, appended to the prompt after the generation prompt
+// ("<|start|>assistant"), and the constraint covers the arguments alone (the tool's JSON
+// schema); <|call|>, an end-of-generation token, ends the reply.
+struct HarmonyForcedCall {
+  std::string name;       // the function called
+  std::string header;     // "<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>"
+  Constraint constraint;  // the arguments: the tool's parameters schema
+};
+// The call to `name`, or when `name` is empty to the one tool of `tools`. nullopt when `name`
+// is not among `tools`, or when it is empty and `tools` has several functions (the name sits
+// between control tokens, so it cannot be left to a constraint).
+std::optional<HarmonyForcedCall> harmony_forced_call(const nlohmann::ordered_json& tools,
+                                                     const std::string& name);
 
 // Splits a streamed reply into its text and its tool calls. Text that may begin a call is held
 // back until it is known not to; a call is released once complete.
@@ -57,6 +73,9 @@ class ToolCallParser {
   };
   Delta push(std::string_view text);
   Delta finish();  // the end of the reply: what was held back (an unfinished call as text)
+  // Harmony: the reply begins inside a call to `name` whose header the prompt forced
+  // (harmony_forced_call); its arguments come first, ended by a tag or the reply's end.
+  void begin_call(std::string name);
   int calls() const { return next_index_; }
 
  private:

@@ -17,9 +17,12 @@ struct Parsed {
   std::vector<ToolCall> calls;
 };
 
-// Feeds `reply` in pieces of `piece` bytes (0: whole).
-Parsed parse(ToolCallFormat format, const std::string& reply, size_t piece) {
+// Feeds `reply` in pieces of `piece` bytes (0: whole); `forced`: a harmony reply that begins
+// inside a call to that function (its header forced in the prompt).
+Parsed parse(ToolCallFormat format, const std::string& reply, size_t piece,
+             const std::string& forced = "") {
   ToolCallParser parser(format, "call_x");
+  if (!forced.empty()) parser.begin_call(forced);
   Parsed out;
   const auto take = [&out](ToolCallParser::Delta d) {
     out.content += d.content;
@@ -35,9 +38,9 @@ Parsed parse(ToolCallFormat format, const std::string& reply, size_t piece) {
 }
 
 void expect_every_split(ToolCallFormat format, const std::string& reply, const std::string& content,
-                        const std::vector<ToolCall>& calls) {
+                        const std::vector<ToolCall>& calls, const std::string& forced = "") {
   for (size_t piece : {0, 1, 2, 3, 7}) {
-    const Parsed p = parse(format, reply, piece);
+    const Parsed p = parse(format, reply, piece, forced);
     EXPECT_EQ(p.content, content) << "piece " << piece;
     ASSERT_EQ(p.calls.size(), calls.size()) << "piece " << piece;
     for (size_t i = 0; i < calls.size(); ++i) {
@@ -197,6 +200,72 @@ TEST(ToolCallConstraint, StructuralTagPerFormat) {
   EXPECT_TRUE(named_doc["format"]["stop_after_first"].get<bool>());
   EXPECT_FALSE(tool_call_constraint(ToolCallFormat::Harmony, tools, "", true));
   EXPECT_FALSE(tool_call_constraint(ToolCallFormat::Hermes, tools, "missing", true));
+}
+
+// Harmony's forced call: the header after "<|start|>assistant" as gpt-oss writes a call, the
+// arguments constrained by the tool's schema; a name, or the one tool, else nothing.
+TEST(HarmonyForcedCall, HeaderAndSchemaOfTheNamedOrOnlyTool) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+          "properties":{"b":{"type":"string"},"a":{"type":"integer"}},"required":["b"]}}},
+          {"type":"function","function":{"name":"g"}}])");
+  const auto named = harmony_forced_call(tools, "f");
+  ASSERT_TRUE(named);
+  EXPECT_EQ(named->name, "f");
+  EXPECT_EQ(named->header, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>");
+  EXPECT_EQ(named->constraint.kind, ConstraintKind::JsonSchema);
+  const auto schema = nlohmann::ordered_json::parse(named->constraint.source);
+  EXPECT_EQ(schema["properties"].begin().key(), "b");  // the client's order kept
+  EXPECT_EQ(schema["required"], nlohmann::ordered_json::array({"b"}));
+  // A function without parameters takes any object.
+  const auto bare = harmony_forced_call(tools, "g");
+  ASSERT_TRUE(bare);
+  EXPECT_EQ(nlohmann::ordered_json::parse(bare->constraint.source),
+            nlohmann::ordered_json({{"type", "object"}}));
+  EXPECT_FALSE(harmony_forced_call(tools, "missing"));
+  // tool_choice required: the one tool, or nothing when there are several.
+  EXPECT_FALSE(harmony_forced_call(tools, ""));
+  const auto only = harmony_forced_call(nlohmann::ordered_json::array({tools[1]}), "");
+  ASSERT_TRUE(only);
+  EXPECT_EQ(only->name, "g");
+}
+
+// A reply that begins inside a forced call: its arguments, ended by <|call|> or by the reply's
+// end (<|call|> is an end-of-generation token, not written); cut-short arguments are text.
+TEST(ToolCallParser, HarmonyForcedCallArguments) {
+  expect_every_split(ToolCallFormat::Harmony, R"({"city": "Paris"})", "",
+                     {{"", "get_weather", R"({"city":"Paris"})"}}, "get_weather");
+  expect_every_split(ToolCallFormat::Harmony, R"({"city":"Paris"}<|call|>)", "",
+                     {{"", "get_weather", R"({"city":"Paris"})"}}, "get_weather");
+  expect_every_split(ToolCallFormat::Harmony, R"({"city":"Par)", R"({"city":"Par)", {},
+                     "get_weather");
+  // A raw tab inside a string (the grammar's JSON allows it) is escaped, not a broken call.
+  expect_every_split(ToolCallFormat::Harmony, "{\"city\": \"a\tb\\\"\"}", "",
+                     {{"", "get_weather", R"({"city":"a\tb\""})"}}, "get_weather");
+}
+
+// The forced header follows gpt-oss's generation prompt, so the prompt ends as the model's own
+// call message begins (the template's rendering of a call differs only in where it puts the
+// recipient, which gpt-oss writes in either place).
+TEST(HarmonyForcedCall, FollowsTheGptOssGenerationPrompt) {
+  if (!ChatTemplate::jinja_available()) GTEST_SKIP() << "this build has no Jinja engine";
+  std::ifstream in(std::string(GRANULE_SOURCE_DIR) + "/tests/data/chat/gpt_oss.jinja");
+  std::stringstream source;
+  source << in.rdbuf();
+  const ChatTemplate gpt_oss = ChatTemplate::detect(source.str());
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"([{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])");
+  ChatOptions options;
+  options.tools_json = tools.dump();
+  const auto forced = harmony_forced_call(tools, "get_weather");
+  ASSERT_TRUE(forced);
+  const std::string prompt =
+      gpt_oss.render({{"user", "Weather in Paris?"}}, true, "", options) + forced->header;
+  const std::string tail =
+      "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+      "<|message|>";
+  ASSERT_GE(prompt.size(), tail.size());
+  EXPECT_EQ(prompt.substr(prompt.size() - tail.size()), tail) << prompt;
 }
 
 }  // namespace

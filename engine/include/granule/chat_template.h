@@ -37,6 +37,9 @@ struct ChatOptions {
   std::optional<bool> enable_thinking;  // Qwen3: false asks for an answer without reasoning
   std::string reasoning_effort;         // gpt-oss: "low", "medium" or "high"; "" = default
   std::string tools_json;               // a JSON array of tool definitions, or ""
+  // Text appended after the generation prompt, control tokens parsed: the start of the reply,
+  // forced (the server's harmony tool-call header). Not rendered by render(); the engine adds it.
+  std::string reply_prefix;
 };
 
 class ChatTemplate {

@@ -222,7 +222,8 @@ std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage
   }
   std::string bos_text;
   if (auto bos = tokenizer->bos()) bos_text = tokenizer->token_text(*bos);
-  const std::string text = chat_template->render(messages, true, bos_text, options);
+  const std::string text =
+      chat_template->render(messages, true, bos_text, options) + options.reply_prefix;
   return tokenizer->encode(text, /*add_bos=*/false, /*parse_special=*/true);
 }
 
