@@ -513,11 +513,12 @@ class WorkerTest : public QObject {
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(first)->message(1).content.size() > 10, 5000);
       QTRY_VERIFY_WITH_TIMEOUT(chats->messagesOf(second)->message(1).content.size() > 10, 5000);
       // Quick: the engine is released between steps, not after the replies (counted in steps,
-      // as above; the worker queues one step at a time).
+      // as above; the worker queues one step at a time; one more may finish on a loaded machine
+      // while this thread is descheduled between reading the count and shutdown()).
       const int steps_before = log.steps.load();
       app.shutdown();
       QCOMPARE(log.destroyed.load(), 1);
-      QVERIFY2(log.steps.load() - steps_before <= 2,
+      QVERIFY2(log.steps.load() - steps_before <= 3,
                qPrintable(QString("%1 steps after shutdown").arg(log.steps.load() - steps_before)));
     }
     Application app(fakeEngineFactory(), db);
