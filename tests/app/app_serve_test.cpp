@@ -557,7 +557,10 @@ class ServeTest : public QObject {
     QVERIFY(port > 0);
     const QJsonObject body{
         {"messages",
-         QJsonArray{QJsonObject{{"role", "user"}, {"content", "What is the capital of France?"}}}},
+         // Greedy, the CPU's int8 path and llama.cpp both answer "The capital of France is
+         // Paris." to this wording ("What is the capital of France?" gets "L'Étoile, la
+         // Marseillaise," from both since the weights are repacked).
+         QJsonArray{QJsonObject{{"role", "user"}, {"content", "Name the capital of France."}}}},
         {"temperature", 0},
         {"max_tokens", 12}};
     auto reply = std::async(std::launch::async, http, port, "POST", "/v1/chat/completions",
