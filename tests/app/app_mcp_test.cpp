@@ -277,7 +277,9 @@ class McpWindowTest : public QObject {
     QVERIFY(row > 0);
     QCOMPARE(state(row), QStringLiteral("asking"));
     QVERIFY(toolOf(shown()->message(row)).value("arguments").toString().contains("city"));
-    QCOMPARE(visibleCount(window_->contentItem(), QStringLiteral("toolAllowOnce")), 1);
+    // The card's buttons appear once the view has laid the new row out.
+    QTRY_COMPARE_WITH_TIMEOUT(visibleCount(window_->contentItem(), QStringLiteral("toolAllowOnce")),
+                              1, 5000);
     save(QStringLiteral("mcp-card-asking.png"));
     chats()->answerToolCall(row, QStringLiteral("once"));
     QCOMPARE(state(row), QStringLiteral("running"));
