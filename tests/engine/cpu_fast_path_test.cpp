@@ -77,9 +77,10 @@ TEST(CpuFastPath, BackendNamesItsPath) {
 TEST(CpuFastPath, LogitsOfEveryBlockTypeStayNearTheExactPath) {
   const std::vector<int32_t> prompt = {1,   40,  300, 77,  512, 9,   990, 123, 456, 789, 321, 654,
                                        987, 111, 222, 333, 444, 555, 666, 777, 888, 999, 17,  3};
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                          TensorType::Q8_0, TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K,
-                          TensorType::Q6_K, TensorType::F32}) {
+  for (TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
+        TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+        TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::F32}) {
     SCOPED_TRACE(tensor_type_info(type).name);
     test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), type, type, type),
                           "fast_types");
