@@ -102,20 +102,26 @@ TEST(CpuFastPath, LogitsOfEveryBlockTypeStayNearTheExactPath) {
   }
 }
 
+// Layer matrices of each super-block type (the 4-token tiles of Q2_K, Q3_K, Q4_K and IQ4_XS,
+// Q6_K's 3-token one in the head) and of MXFP4.
 TEST(CpuFastPath, BatchedSequencesEqualEachAlone) {
-  test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), TensorType::Q4_K,
-                                   TensorType::Q8_0, TensorType::Q6_K),
-                        "fast_batch");
-  ModelRuntime batched(model.path, options(false, 2)), alone(model.path, options(false, 2));
-  const std::vector<int32_t> a = {1, 5, 9, 300, 20, 21, 22}, b = {1, 700, 8};
-  std::vector<BatchSequence> both = {{0, a, 0, false}, {1, b, 0, false}};
-  ASSERT_TRUE(batched.kv->map_through(0, 7) && batched.kv->map_through(1, 3));
-  std::vector<float> logits;
-  batched.backend->forward(both, logits);
-  const std::vector<float> la = alone.run(0, a, 0, false), lb = alone.run(1, b, 0, false);
-  const auto vocab = static_cast<size_t>(batched.config.n_vocab);
-  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab), la);
-  EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()), lb);
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_XS,
+                          TensorType::MXFP4}) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), type,
+                                     TensorType::Q8_0, TensorType::Q6_K),
+                          "fast_batch");
+    ModelRuntime batched(model.path, options(false, 2)), alone(model.path, options(false, 2));
+    const std::vector<int32_t> a = {1, 5, 9, 300, 20, 21, 22}, b = {1, 700, 8};
+    std::vector<BatchSequence> both = {{0, a, 0, false}, {1, b, 0, false}};
+    ASSERT_TRUE(batched.kv->map_through(0, 7) && batched.kv->map_through(1, 3));
+    std::vector<float> logits;
+    batched.backend->forward(both, logits);
+    const std::vector<float> la = alone.run(0, a, 0, false), lb = alone.run(1, b, 0, false);
+    const auto vocab = static_cast<size_t>(batched.config.n_vocab);
+    EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab), la);
+    EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()), lb);
+  }
 }
 
 // The default model: 48 greedy tokens after each prompt. Teacher-forced with the exact path's

@@ -11,6 +11,7 @@
 #include "backends/cpu/int8_matmul.h"
 #include "backends/cpu/int8_packed.h"
 #include "backends/cpu/ops.h"
+#include "granule/block_formats.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
 
@@ -160,6 +161,38 @@ TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
     EXPECT_EQ(whole, pieces);
     EXPECT_EQ(whole, single);
     EXPECT_EQ(whole, odd);
+  }
+}
+
+// MXFP4's E8M0 scales at their edges (the subnormal halves of e 0 and 1, e 2, 127, 200): each
+// row's product is the dot of its decoded values with the rounded activation.
+TEST(CpuInt8Matmul, Mxfp4ScalesAtTheirEdges) {
+  if (!int8_matmul_supports(TensorType::MXFP4, 256)) GTEST_SKIP() << "no AVX2 here";
+  const uint8_t exponents[] = {0, 1, 2, 100, 127, 140, 200, 3, 126};
+  const int64_t rows = 9, cols = 64;
+  std::vector<BlockMXFP4> w(static_cast<size_t>(rows * cols / 32));
+  std::mt19937 gen(5);
+  for (size_t b = 0; b < w.size(); ++b) {
+    w[b].e = exponents[b / 2];
+    for (uint8_t& q : w[b].qs) q = static_cast<uint8_t>(gen());
+  }
+  std::vector<float> w_f32(static_cast<size_t>(rows * cols));
+  dequantize_row(TensorType::MXFP4, w.data(), w_f32.data(), rows * cols);
+  const auto x = random_values(cols, 6);
+  std::vector<ActivationBlock> xq(cols / 32);
+  quantize_activations(x.data(), cols, xq.data());
+  std::vector<float> got(rows);
+  Int8Weights(TensorType::MXFP4, w.data(), rows, cols)
+      .matmul_rows(0, rows, xq.data(), 1, got.data(), rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    double dot = 0, magnitude = 0;
+    for (int64_t i = 0; i < cols; ++i) {
+      const double xi = double(xq[static_cast<size_t>(i / 32)].qs[i % 32]) * xq[i / 32].d;
+      dot += w_f32[static_cast<size_t>(r * cols + i)] * xi;
+      magnitude += std::fabs(w_f32[static_cast<size_t>(r * cols + i)] * xi);
+    }
+    EXPECT_NEAR(got[static_cast<size_t>(r)], dot, 2e-6 * magnitude) << "e " << int(exponents[r]);
+    EXPECT_GT(magnitude, 0.0) << "e " << int(exponents[r]);
   }
 }
 
