@@ -26,18 +26,42 @@ FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
       add(w);
   add(weights.output);
   add(weights.ple_model_proj);
-  std::vector<std::optional<Int8Weights>> made(matrices.size());
-  pool.parallel_for(
-      static_cast<int64_t>(matrices.size()), [&](int64_t begin, int64_t end, int32_t) {
-        for (int64_t i = begin; i < end; ++i) {
-          const TensorInfo* w = matrices[static_cast<size_t>(i)];
-          made[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
-        }
-      });
-  for (size_t i = 0; i < matrices.size(); ++i) {
+  // The experts: (tensor, expert) pairs, expert e's matrix the e-th slab of dims[0] × dims[1].
+  std::vector<std::pair<const TensorInfo*, int64_t>> slabs;
+  for (const LayerWeights& l : weights.layers)
+    for (const TensorInfo* w : {l.gate_exps, l.up_exps, l.down_exps})
+      if (w && w->dims[1] > 0 && w->dims[2] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
+          !experts_.count(w)) {
+        experts_[w];
+        for (int64_t e = 0; e < w->dims[2]; ++e) slabs.emplace_back(w, e);
+      }
+  const auto n_matrices = static_cast<int64_t>(matrices.size());
+  std::vector<std::optional<Int8Weights>> made(matrices.size() + slabs.size());
+  pool.parallel_for(static_cast<int64_t>(made.size()), [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (i < n_matrices) {
+        const TensorInfo* w = matrices[static_cast<size_t>(i)];
+        made[static_cast<size_t>(i)].emplace(type_of(w), w->data, w->dims[1], w->dims[0]);
+      } else {
+        const auto [w, e] = slabs[static_cast<size_t>(i - n_matrices)];
+        const uint64_t slab_bytes = w->size_bytes / static_cast<uint64_t>(w->dims[2]);
+        made[static_cast<size_t>(i)].emplace(
+            type_of(w), w->data + slab_bytes * static_cast<uint64_t>(e), w->dims[1], w->dims[0]);
+      }
+    }
+  });
+  for (size_t i = 0; i < made.size(); ++i) {
     packed_bytes_ += made[i]->packed_bytes();
-    weights_.emplace(matrices[i], std::move(*made[i]));
+    if (i < matrices.size())
+      weights_.emplace(matrices[i], std::move(*made[i]));
+    else
+      experts_[slabs[i - matrices.size()].first].push_back(std::move(*made[i]));
   }
+}
+
+const Int8Weights* FastMatmul::find_expert(const TensorInfo* w, int64_t expert) const {
+  const auto it = experts_.find(w);
+  return it == experts_.end() ? nullptr : &it->second[static_cast<size_t>(expert)];
 }
 
 const Int8Weights* FastMatmul::find(const TensorInfo* w) const {

@@ -7,13 +7,14 @@
 //         and 16 + 4c + i in its high one), so a chunk's low nibbles are elements 4c.. and its
 //         high nibbles elements 16 + 4c..
 //   qh    Q5_0/Q5_1: 32 bytes, lane r's byte i holds in bit c the fifth bit of element 4c + i
-//   d     8 fp16 scales, then (Q4_1, Q5_1) 8 fp16 minimums
-// A tile's product with an activation block: per chunk, maddubs of the (unsigned, or for Q8_0
-// and IQ4_NL sign-tricked) values with the block's 4 bytes broadcast, i16 sums while they
+//   d     8 fp16 scales, then (Q4_1, Q5_1) 8 fp16 minimums; MXFP4: 8 E8M0 bytes
+// A tile's product with an activation block: per chunk, maddubs of the (unsigned, or for Q8_0,
+// IQ4_NL and MXFP4 sign-tricked) values with the block's 4 bytes broadcast, i16 sums while they
 // cannot overflow, madd to i32; an offset type (Q4_0 q - 8, Q5_0 q - 16) subtracts offset·Σq_x
 // in integers; then one f32 conversion and one FMA with d_w·d_x for the 8 rows, and for the
 // minimum types one FMA with m·d_x·Σq_x. Each lane runs the same sequence for every tile shape,
-// so every row and token gets the same bits however the work is cut.
+// so every row and token gets the same bits however the work is cut. The 256-element types have
+// their own tiles (KPacked, Q6Packed, Low2Packed, IQ4XSPacked below), one a super-block.
 #include "backends/cpu/int8_packed.h"
 
 #include <algorithm>
