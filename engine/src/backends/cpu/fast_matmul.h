@@ -18,8 +18,9 @@ class FastMatmul {
  public:
   // The int8 copies of every matrix of `weights` that the forward pass multiplies through
   // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) or MoeFfn
-  // (each expert of the 3-D expert tensors) and that the int8 kernels run, made on the pool's
-  // threads. Any other matrix takes the exact path.
+  // (each expert of the 3-D expert tensors, while their copies fit half of the machine's
+  // memory) and that the int8 kernels run, made on the pool's threads. Any other matrix takes
+  // the exact path.
   FastMatmul(const WeightTable& weights, ThreadPool& pool);
 
   // w's int8 copy; null where w takes the exact path.
