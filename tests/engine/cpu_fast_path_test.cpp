@@ -77,9 +77,10 @@ TEST(CpuFastPath, BackendNamesItsPath) {
 TEST(CpuFastPath, LogitsOfEveryBlockTypeStayNearTheExactPath) {
   const std::vector<int32_t> prompt = {1,   40,  300, 77,  512, 9,   990, 123, 456, 789, 321, 654,
                                        987, 111, 222, 333, 444, 555, 666, 777, 888, 999, 17,  3};
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1,
-                          TensorType::Q8_0, TensorType::IQ4_NL, TensorType::Q4_K, TensorType::Q5_K,
-                          TensorType::Q6_K, TensorType::F32}) {
+  for (TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0, TensorType::Q5_1, TensorType::Q8_0,
+        TensorType::IQ4_NL, TensorType::MXFP4, TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K,
+        TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS, TensorType::F32}) {
     SCOPED_TRACE(tensor_type_info(type).name);
     test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), type, type, type),
                           "fast_types");
@@ -101,20 +102,71 @@ TEST(CpuFastPath, LogitsOfEveryBlockTypeStayNearTheExactPath) {
   }
 }
 
+// Layer matrices of each super-block type (the 4-token tiles of Q2_K, Q3_K, Q4_K and IQ4_XS,
+// Q6_K's 3-token one in the head) and of MXFP4.
 TEST(CpuFastPath, BatchedSequencesEqualEachAlone) {
-  test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), TensorType::Q4_K,
-                                   TensorType::Q8_0, TensorType::Q6_K),
-                        "fast_batch");
-  ModelRuntime batched(model.path, options(false, 2)), alone(model.path, options(false, 2));
-  const std::vector<int32_t> a = {1, 5, 9, 300, 20, 21, 22}, b = {1, 700, 8};
-  std::vector<BatchSequence> both = {{0, a, 0, false}, {1, b, 0, false}};
-  ASSERT_TRUE(batched.kv->map_through(0, 7) && batched.kv->map_through(1, 3));
-  std::vector<float> logits;
-  batched.backend->forward(both, logits);
-  const std::vector<float> la = alone.run(0, a, 0, false), lb = alone.run(1, b, 0, false);
-  const auto vocab = static_cast<size_t>(batched.config.n_vocab);
-  EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab), la);
-  EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()), lb);
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_XS,
+                          TensorType::MXFP4}) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    test::TempModel model(with_types(SyntheticModelSpec::preset("small-256"), type,
+                                     TensorType::Q8_0, TensorType::Q6_K),
+                          "fast_batch");
+    ModelRuntime batched(model.path, options(false, 2)), alone(model.path, options(false, 2));
+    const std::vector<int32_t> a = {1, 5, 9, 300, 20, 21, 22}, b = {1, 700, 8};
+    std::vector<BatchSequence> both = {{0, a, 0, false}, {1, b, 0, false}};
+    ASSERT_TRUE(batched.kv->map_through(0, 7) && batched.kv->map_through(1, 3));
+    std::vector<float> logits;
+    batched.backend->forward(both, logits);
+    const std::vector<float> la = alone.run(0, a, 0, false), lb = alone.run(1, b, 0, false);
+    const auto vocab = static_cast<size_t>(batched.config.n_vocab);
+    EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab), la);
+    EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()), lb);
+  }
+}
+
+// Mixtures of experts whose only quantised matrices are the experts (attention, router and head
+// in F32): the experts' int8 copies run (the logits move from the exact path's) within the
+// dense types' bound, and a batch gives each sequence what it gets alone.
+TEST(CpuFastPath, QuantisedExpertsRunOnTheFastPath) {
+  std::vector<std::pair<std::string, SyntheticModelSpec>> cases = {
+      {"tiny-gpt-oss-mxfp4", SyntheticModelSpec::preset("tiny-gpt-oss-mxfp4")}};
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_XS,
+                          TensorType::Q4_0, TensorType::MXFP4}) {
+    SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen3moe");
+    s.n_embd = 256;
+    s.n_head = 4;
+    s.head_dim = 64;
+    s.n_ff_exp = 256;
+    s.expert_type = type;
+    s.weight_type = s.embedding_type = s.output_type = TensorType::F32;
+    cases.emplace_back("tiny-qwen3moe-" + std::string(tensor_type_info(type).name), s);
+  }
+  const std::vector<int32_t> prompt = {1, 40, 300, 77, 200, 9, 250, 123, 256, 189, 32, 111, 222};
+  for (const auto& [name, spec] : cases) {
+    SCOPED_TRACE(name);
+    test::TempModel model(spec, "fast_moe");
+    ModelRuntime exact(model.path, options(true)), fast(model.path, options(false, 2));
+    const std::vector<float> e = exact.run(0, prompt, 0, true);
+    const std::vector<float> f = fast.run(0, prompt, 0, true);
+    ASSERT_EQ(e.size(), f.size());
+    const double error = relative_error(f, e), rms = rms_relative_error(f, e);
+    std::cout << "[fast] " << name << ": max |fast - exact| / max |exact| " << error
+              << ", rms / std " << rms << "\n";
+    EXPECT_GT(error, 1e-4);  // the experts' int8 kernels did run
+    EXPECT_LT(error, 0.03);
+    EXPECT_LT(rms, 0.02);
+    // Two sequences in one batch, then each alone on the same backend.
+    const std::vector<int32_t> a = {1, 5, 9, 300, 20, 21, 22}, b = {1, 200, 8};
+    ModelRuntime batched(model.path, options(false, 2));
+    ASSERT_TRUE(batched.kv->map_through(0, 7) && batched.kv->map_through(1, 3));
+    std::vector<float> logits;
+    const std::vector<BatchSequence> both = {{0, a, 0, false}, {1, b, 0, false}};
+    batched.backend->forward(both, logits);
+    const std::vector<float> la = fast.run(0, a, 0, false), lb = fast.run(1, b, 0, false);
+    const auto vocab = static_cast<size_t>(batched.config.n_vocab);
+    EXPECT_EQ(std::vector<float>(logits.begin(), logits.begin() + vocab), la);
+    EXPECT_EQ(std::vector<float>(logits.begin() + vocab, logits.end()), lb);
+  }
 }
 
 // The default model: 48 greedy tokens after each prompt. Teacher-forced with the exact path's

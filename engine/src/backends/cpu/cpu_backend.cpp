@@ -522,9 +522,10 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
       router_in[j] = router_in[j] * inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)];
     rms_norm(x, lv.moe_pre_norm.data(), s.head_in.data() + t * d, d, c.rms_eps);
   }
-  moe_[static_cast<size_t>(layer)]->run(s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
-                                        {.emulate_device = false, .router_input = s.xn.data()},
-                                        routed_counts(layer));
+  moe_[static_cast<size_t>(layer)]->run(
+      s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
+      {.emulate_device = false, .router_input = s.xn.data(), .fast = fast_matmul()},
+      routed_counts(layer));
   post_norm(s.moe_out.data(), lv.moe_post_norm_2, n_tokens);
   add_in_place(s.proj.data(), s.moe_out.data(), n_tokens * d);
   post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
@@ -746,7 +747,8 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
     if (config_.is_moe()) {
       moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
-                                            {.emulate_device = emulate_}, routed_counts(layer));
+                                            {.emulate_device = emulate_, .fast = fast_matmul()},
+                                            routed_counts(layer));
       add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
       continue;
     }

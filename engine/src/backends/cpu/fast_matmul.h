@@ -17,18 +17,24 @@ namespace granule::cpu {
 class FastMatmul {
  public:
   // The int8 copies of every matrix of `weights` that the forward pass multiplies through
-  // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) and that
-  // the int8 kernels run, made on the pool's threads. Any other matrix takes the exact path.
+  // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) or MoeFfn
+  // (each expert of the 3-D expert tensors, while their copies fit half of the machine's
+  // memory) and that the int8 kernels run, made on the pool's threads. Any other matrix takes
+  // the exact path.
   FastMatmul(const WeightTable& weights, ThreadPool& pool);
 
   // w's int8 copy; null where w takes the exact path.
   const Int8Weights* find(const TensorInfo* w) const;
+  // The int8 copy of expert e's matrix of a 3-D expert tensor (gate/up/down_exps); null where
+  // the experts take the exact path.
+  const Int8Weights* find_expert(const TensorInfo* w, int64_t expert) const;
   // The repacked copies' bytes (int8_packed.h: the file's size, the K quants' 3 % more).
   uint64_t packed_bytes() const { return packed_bytes_; }
   std::vector<ActivationBlock>& input() { return input_; }
 
  private:
   std::unordered_map<const TensorInfo*, Int8Weights> weights_;
+  std::unordered_map<const TensorInfo*, std::vector<Int8Weights>> experts_;  // one per expert
   std::vector<ActivationBlock> input_;  // a matmul's input as int8 blocks
   uint64_t packed_bytes_ = 0;
 };

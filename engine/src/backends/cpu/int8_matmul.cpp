@@ -25,12 +25,15 @@ void quantize_portable(const float* x, int64_t n, ActivationBlock* out) {
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
     const float d = amax / 127.0f;
     const float inverse = amax == 0.0f ? 0.0f : 1.0f / d;
-    int sum = 0;
+    int half[2] = {0, 0};
     for (int i = 0; i < 32; ++i) {
       const int q = static_cast<int>(std::nearbyint(v[i] * inverse));
       out[b].qs[i] = static_cast<int8_t>(q);
-      sum += q;
+      half[i / 16] += q;
     }
+    const int sum = half[0] + half[1];
+    out[b].half_sum[0] = static_cast<int16_t>(half[0]);
+    out[b].half_sum[1] = static_cast<int16_t>(half[1]);
     out[b].d = d;
     out[b].sum = d * static_cast<float>(sum);
     out[b].qsum = sum;
@@ -68,11 +71,16 @@ GRANULE_AVX2 void quantize_avx2(const float* x, int64_t n, ActivationBlock* out)
     __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inverse));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inverse));
     __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inverse));
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
-    const int sum = _mm_cvtsi128_si32(s4);
+    // The two halves' sums: elements 0..15 are i0 and i1, 16..31 i2 and i3.
+    const __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
+    __m128i s4 = _mm_hadd_epi32(
+        _mm_add_epi32(_mm256_castsi256_si128(s01), _mm256_extracti128_si256(s01, 1)),
+        _mm_add_epi32(_mm256_castsi256_si128(s23), _mm256_extracti128_si256(s23, 1)));
+    s4 = _mm_hadd_epi32(s4, s4);  // lane 0: elements 0..15, lane 1: 16..31
+    const int half0 = _mm_cvtsi128_si32(s4), half1 = _mm_extract_epi32(s4, 1);
+    const int sum = half0 + half1;
+    out[b].half_sum[0] = static_cast<int16_t>(half0);
+    out[b].half_sum[1] = static_cast<int16_t>(half1);
     // i32 to i8 in element order: the packs interleave 128-bit lanes, the permute undoes it.
     i0 = _mm256_packs_epi32(i0, i1);
     i2 = _mm256_packs_epi32(i2, i3);
@@ -95,7 +103,11 @@ bool int8_matmul_supports(TensorType type, int64_t n_cols) {
     case TensorType::Q5_1:
     case TensorType::Q8_0:
     case TensorType::IQ4_NL:
+    case TensorType::MXFP4:
       return n_cols % kQK == 0;
+    case TensorType::Q2_K:
+    case TensorType::Q3_K:
+    case TensorType::IQ4_XS:
     case TensorType::Q4_K:
     case TensorType::Q5_K:
     case TensorType::Q6_K:

@@ -7,13 +7,14 @@
 //         and 16 + 4c + i in its high one), so a chunk's low nibbles are elements 4c.. and its
 //         high nibbles elements 16 + 4c..
 //   qh    Q5_0/Q5_1: 32 bytes, lane r's byte i holds in bit c the fifth bit of element 4c + i
-//   d     8 fp16 scales, then (Q4_1, Q5_1) 8 fp16 minimums
-// A tile's product with an activation block: per chunk, maddubs of the (unsigned, or for Q8_0
-// and IQ4_NL sign-tricked) values with the block's 4 bytes broadcast, i16 sums while they
+//   d     8 fp16 scales, then (Q4_1, Q5_1) 8 fp16 minimums; MXFP4: 8 E8M0 bytes
+// A tile's product with an activation block: per chunk, maddubs of the (unsigned, or for Q8_0,
+// IQ4_NL and MXFP4 sign-tricked) values with the block's 4 bytes broadcast, i16 sums while they
 // cannot overflow, madd to i32; an offset type (Q4_0 q - 8, Q5_0 q - 16) subtracts offset·Σq_x
 // in integers; then one f32 conversion and one FMA with d_w·d_x for the 8 rows, and for the
 // minimum types one FMA with m·d_x·Σq_x. Each lane runs the same sequence for every tile shape,
-// so every row and token gets the same bits however the work is cut.
+// so every row and token gets the same bits however the work is cut. The 256-element types have
+// their own tiles (KPacked, Q6Packed, Low2Packed, IQ4XSPacked below), one a super-block.
 #include "backends/cpu/int8_packed.h"
 
 #include <algorithm>
@@ -38,13 +39,14 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports(
                        __builtin_cpu_supports("f16c");
 
 // How a packed type's tiles are laid out and multiplied.
-enum class Layout { Blocks, KQuant, Q6K };
+enum class Layout { Blocks, KQuant, Q6K, Low2, IQ4XS };
 
 // How a packed tile holds its values.
 enum class Values {
   Nibbles,   // 4-bit unsigned
   FifthBit,  // 4-bit unsigned and the qh bit: 5-bit unsigned
   Table,     // 4-bit indices into kIq4nlValues (signed)
+  Fp4,       // 4-bit indices into kMxfp4Values (signed), an E8M0 scale byte a row
   Bytes,     // int8 (signed)
 };
 
@@ -58,7 +60,8 @@ struct Packed {
   static constexpr int kQsBytes = V == Values::Bytes ? 256 : 128;
   static constexpr int kQhBytes = V == Values::FifthBit ? 32 : 0;
   static constexpr int kScaleOffset = kQsBytes + kQhBytes;
-  static constexpr int kTileBytes = kScaleOffset + 16 + (kMinimum ? 16 : 0);
+  static constexpr int kTileBytes =
+      kScaleOffset + (V == Values::Fp4 ? 8 : 16) + (kMinimum ? 16 : 0);
   static constexpr int kBlockCols = 32;
   static constexpr Layout kLayout = Layout::Blocks;
   static constexpr int kTileTokens = 4;
@@ -103,12 +106,54 @@ struct Q6Packed {
   static constexpr Layout kLayout = Layout::Q6K;
   static constexpr int kTileTokens = 3;  // 3 × (i16 sums, i32 sums, accumulators) fit 16 ymm
 };
+// Q2_K and Q3_K: a tile is a super-block of 8 rows; each 32-element activation block a = 4h + j
+// takes bits 2j..2j+1 of the qs bytes 32h.. of its half h, elements 0..15 one sub-block (2a)
+// and 16..31 the next (2a + 1):
+//   qs    2 halves × 8 chunks: chunk (h, k) lane r holds row r's qs bytes 32h + 4k..
+//   hm    Q3_K: 8 chunks, chunk k lane r holds row r's hmask bytes 4k.. (bit a: block a)
+//   sc    16 × 8 bytes, sub-block q of row r at 8q + r: Q2_K the file's byte (scale in the low
+//         nibble, minimum in the high one), Q3_K the signed 6-bit scale
+//   d     8 fp16, then Q2_K's dmin 8 fp16
+// Values are unsigned (Q2_K 0..3, Q3_K 0..7 = the file's value + 4); a sub-block's 4 chunks'
+// products fit i16 and madd with its scale; Q2_K's minimums and Q3_K's offset 4 are
+// the sub-blocks' activation sums (half_sum) times the minimums or scales, in integers.
+template <class B, bool kHighBit>
+struct Low2Packed {
+  using Block = B;
+  static constexpr bool kQ3 = kHighBit;
+  static constexpr int kHmOffset = 512;
+  static constexpr int kScOffset = kHmOffset + (kHighBit ? 256 : 0);
+  static constexpr int kDOffset = kScOffset + 128;
+  static constexpr int kTileBytes = kDOffset + (kHighBit ? 16 : 32);
+  static constexpr int kBlockCols = 256;
+  static constexpr Layout kLayout = Layout::Low2;
+  static constexpr int kTileTokens = 4;
+};
+
+// IQ4_XS: a tile is a super-block of 8 rows, each 32-element sub-block as IQ4_NL's tile:
+//   qs    8 sub-blocks × 4 chunks: sub-block s chunk c lane r holds row r's bytes 16s + 4c..
+//   sc    8 × 8 int8, the signed 6-bit scale of sub-block s of row r at 8s + r
+//   d     8 fp16
+struct IQ4XSPacked {
+  using Block = BlockIQ4_XS;
+  static constexpr int kScOffset = 1024;
+  static constexpr int kDOffset = kScOffset + 64;
+  static constexpr int kTileBytes = kDOffset + 16;
+  static constexpr int kBlockCols = 256;
+  static constexpr Layout kLayout = Layout::IQ4XS;
+  static constexpr int kTileTokens = 4;
+};
+
 using PQ4_0 = Packed<BlockQ4_0, Values::Nibbles, 8, false>;
 using PQ4_1 = Packed<BlockQ4_1, Values::Nibbles, 0, true>;
 using PQ5_0 = Packed<BlockQ5_0, Values::FifthBit, 16, false>;
 using PQ5_1 = Packed<BlockQ5_1, Values::FifthBit, 0, true>;
 using PIQ4_NL = Packed<BlockIQ4_NL, Values::Table, 0, false>;
 using PQ8_0 = Packed<BlockQ8_0, Values::Bytes, 0, false>;
+using PMXFP4 = Packed<BlockMXFP4, Values::Fp4, 0, false>;
+using PQ2_K = Low2Packed<BlockQ2_K, false>;
+using PQ3_K = Low2Packed<BlockQ3_K, true>;
+using PIQ4_XS = IQ4XSPacked;
 using PQ4_K = KPacked<BlockQ4_K, false>;
 using PQ5_K = KPacked<BlockQ5_K, true>;
 using PQ6_K = Q6Packed;
@@ -144,6 +189,18 @@ bool with_packed(TensorType type, F&& f) {
     case TensorType::Q6_K:
       f(PQ6_K{});
       return true;
+    case TensorType::MXFP4:
+      f(PMXFP4{});
+      return true;
+    case TensorType::Q2_K:
+      f(PQ2_K{});
+      return true;
+    case TensorType::Q3_K:
+      f(PQ3_K{});
+      return true;
+    case TensorType::IQ4_XS:
+      f(PIQ4_XS{});
+      return true;
     default:
       return false;
   }
@@ -174,6 +231,67 @@ void pack_q6_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
       }
     }
   }
+}
+
+// Q3_K's sixteen 6-bit scales (low 4 bits in the nibbles of bytes 0-7, high 2 bits in bytes
+// 8-11), minus their bias of 32.
+int q3_scale(const uint8_t* scales, int j) {
+  const int low = (scales[j % 8] >> (4 * (j / 8))) & 0xF;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+// The 8 rows of group g, super-block b: calls f(tile, block, r) for each row present.
+template <class P, class F>
+void pack_super_blocks(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out, F&& f) {
+  using Block = typename P::Block;
+  const int64_t groups = (rows + 7) / 8;
+  for (int64_t g = 0; g < groups; ++g) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
+      std::memset(tile, 0, P::kTileBytes);
+      for (int r = 0; r < 8 && g * 8 + r < rows; ++r)
+        f(tile,
+          reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) * n_blocks *
+                                                 sizeof(Block))[b],
+          r);
+    }
+  }
+}
+
+template <class P>
+void pack_low2(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  pack_super_blocks<P>(
+      w, rows, n_blocks, out, [](uint8_t* tile, const typename P::Block& block, int r) {
+        for (int h = 0; h < 2; ++h)
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + 256 * h + 32 * k + 4 * r, block.qs + 32 * h + 4 * k, 4);
+        if constexpr (P::kQ3) {
+          for (int k = 0; k < 8; ++k)
+            std::memcpy(tile + P::kHmOffset + 32 * k + 4 * r, block.hmask + 4 * k, 4);
+          for (int q = 0; q < 16; ++q)
+            tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(q3_scale(block.scales, q));
+          std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+        } else {
+          for (int q = 0; q < 16; ++q) tile[P::kScOffset + 8 * q + r] = block.scales[q];
+          std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+          std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
+        }
+      });
+}
+
+void pack_iq4_xs(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using P = IQ4XSPacked;
+  pack_super_blocks<P>(w, rows, n_blocks, out, [](uint8_t* tile, const BlockIQ4_XS& block, int r) {
+    for (int s = 0; s < 8; ++s) {
+      for (int c = 0; c < 4; ++c)
+        std::memcpy(tile + 128 * s + 32 * c + 4 * r, block.qs + 16 * s + 4 * c, 4);
+      const int low = (block.scales_l[s / 2] >> (4 * (s % 2))) & 0xF;
+      const int high = (block.scales_h >> (2 * s)) & 3;
+      tile[P::kScOffset + 8 * s + r] = static_cast<uint8_t>((low | (high << 4)) - 32);
+    }
+    std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+  });
 }
 
 template <class P>
@@ -231,7 +349,10 @@ void pack(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
             tile[P::kQsBytes + 4 * r + i] = bits;
           }
         }
-        std::memcpy(tile + P::kScaleOffset + 2 * r, &block.d, 2);
+        if constexpr (P::kValues == Values::Fp4)
+          tile[P::kScaleOffset + r] = block.e;
+        else
+          std::memcpy(tile + P::kScaleOffset + 2 * r, &block.d, 2);
         if constexpr (P::kMin) std::memcpy(tile + P::kScaleOffset + 16 + 2 * r, &block.m, 2);
       }
     }
@@ -254,6 +375,26 @@ GRANULE_AVX2 inline __m256i fifth_bit(__m256i qh, int k) {
   const __m256i bit = _mm256_and_si256(qh, _mm256_set1_epi8(static_cast<char>(1 << k)));
   return k <= 4 ? _mm256_sll_epi16(bit, _mm_cvtsi32_si128(4 - k))
                 : _mm256_srl_epi16(bit, _mm_cvtsi32_si128(k - 4));
+}
+
+// The 8 rows' E8M0 bytes at e as 2^(e - 127) / 2, MXFP4's scale of its doubled values (e 0 and
+// 1 give the subnormals 2^-128 and 2^-127, as the exact path's decode).
+GRANULE_AVX2 inline __m256 e8m0_half(const uint8_t* e) {
+  const __m256i ei = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(ei, _mm256_set1_epi32(1)), 23);
+  const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), ei);
+  const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), ei);
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(normal, subnormal, small));
+}
+
+// The 8 rows' scale bytes at p (unsigned, or signed with kSigned) in both i16 of each lane,
+// for madd with i16 pairs.
+template <bool kSigned>
+GRANULE_AVX2 inline __m256i scale_pairs(const uint8_t* p, __m256i mask) {
+  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m256i v =
+      _mm256_and_si256(kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes), mask);
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
 // Signed values w of chunk k: |w| × sign(x, w), at most 2·128·127 a pair, so i32 after each.
@@ -317,7 +458,8 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
       if constexpr (P::kValues == Values::Bytes) {
         for (int k = 0; k < 8; ++k) signed_chunk<T>(load(tile + 32 * k), xb, k, isum);
       } else {
-        const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+        const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+            P::kValues == Values::Fp4 ? kMxfp4Values : kIq4nlValues));
         const __m256i table = _mm256_set_m128i(table128, table128);
         for (int c = 0; c < 4; ++c) {
           const __m256i packed = load(tile + 32 * c);
@@ -327,8 +469,12 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
         }
       }
     }
-    const __m256 dw =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset)));
+    __m256 dw;
+    if constexpr (P::kValues == Values::Fp4)
+      dw = e8m0_half(tile + P::kScaleOffset);
+    else
+      dw = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset)));
     for (int t = 0; t < T; ++t) {
       __m256i sum = isum[t];
       if constexpr (P::kOffset != 0)
@@ -454,12 +600,127 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
 }
 
+// Q2_K and Q3_K's group of 8 rows times T tokens (see Low2Packed).
+template <class P, int T>
+GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                                  int64_t x_blocks, float* out, int64_t out_stride) {
+  const __m256i three = _mm256_set1_epi8(3);
+  const __m256i four = _mm256_set1_epi8(4);
+  const __m256i all = _mm256_set1_epi32(-1), low4 = _mm256_set1_epi32(0xF);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    __m256 neg_dmin = d;
+    if constexpr (!P::kQ3)
+      neg_dmin = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
+                                   reinterpret_cast<const __m128i*>(tile + P::kDOffset + 16))),
+                               _mm256_set1_ps(-0.0f));
+    for (int a = 0; a < 8; ++a) {
+      const int h = a / 4, j = a % 4;
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + a;
+      const uint8_t* qs = tile + 256 * h;
+      const __m128i shift = _mm_cvtsi32_si128(2 * j);
+      __m256i s16[T][2];
+      for (int t = 0; t < T; ++t) s16[t][0] = s16[t][1] = _mm256_setzero_si256();
+      for (int k = 0; k < 8; ++k) {
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(load(qs + 32 * k), shift), three);
+        if constexpr (P::kQ3) {
+          // Bit a of the hmask byte to bit 2: the unsigned value 0..7.
+          const __m256i hm = load(tile + P::kHmOffset + 32 * k);
+          const __m256i bit = a <= 2 ? _mm256_sll_epi16(hm, _mm_cvtsi32_si128(2 - a))
+                                     : _mm256_srl_epi16(hm, _mm_cvtsi32_si128(a - 2));
+          v = _mm256_or_si256(v, _mm256_and_si256(bit, four));
+        }
+        for (int t = 0; t < T; ++t)
+          s16[t][k / 4] =
+              _mm256_add_epi16(s16[t][k / 4], _mm256_maddubs_epi16(v, broadcast4(xb[t], k)));
+      }
+      const uint8_t* sc = tile + P::kScOffset + 16 * a;  // sub-blocks 2a and 2a + 1
+      const __m256i sc0 = scale_pairs<P::kQ3>(sc, P::kQ3 ? all : low4);
+      const __m256i sc1 = scale_pairs<P::kQ3>(sc + 8, P::kQ3 ? all : low4);
+      // The pair (sub-block 2a's, 2a + 1's) that multiplies the two halves' activation sums:
+      // Q2_K's minimums, Q3_K's scales (the offset 4).
+      __m256i pair;
+      if constexpr (P::kQ3) {
+        pair = _mm256_blend_epi16(sc0, sc1, 0xAA);
+      } else {
+        const __m256i m0 = _mm256_srli_epi32(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))), 4);
+        const __m256i m1 = _mm256_srli_epi32(
+            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8))), 4);
+        pair = _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16));
+      }
+      for (int t = 0; t < T; ++t) {
+        int32_t halves;
+        std::memcpy(&halves, xb[t]->half_sum, sizeof halves);
+        __m256i isum =
+            _mm256_add_epi32(_mm256_madd_epi16(s16[t][0], sc0), _mm256_madd_epi16(s16[t][1], sc1));
+        const __m256i side = _mm256_madd_epi16(pair, _mm256_set1_epi32(halves));
+        const __m256 xd = _mm256_set1_ps(xb[t]->d);
+        if constexpr (P::kQ3) {
+          isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(side, 2));
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, xd), acc[t]);
+        } else {
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, xd), acc[t]);
+          acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(side), _mm256_mul_ps(neg_dmin, xd), acc[t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
+// IQ4_XS's group of 8 rows times T tokens (see IQ4XSPacked): per sub-block, IQ4_NL's product
+// and one FMA with the 8 rows' d·scale.
+template <int T>
+GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
+                                    int64_t x_blocks, float* out, int64_t out_stride) {
+  using P = IQ4XSPacked;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
+  const __m256i table = _mm256_set_m128i(table128, table128);
+  __m256 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < n_tiles; ++b) {
+    const uint8_t* tile = tiles + b * P::kTileBytes;
+    const __m256 d =
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    for (int s = 0; s < 8; ++s) {
+      const ActivationBlock* xb[T];
+      for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
+      __m256i isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i packed = load(tile + 128 * s + 32 * c);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        signed_chunk<T>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
+        signed_chunk<T>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
+      }
+      const __m256 dw = _mm256_mul_ps(
+          d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * s)))));
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
+                                 _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t]);
+    }
+  }
+  for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
+}
+
 template <class P, int T>
 GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
                                         const ActivationBlock* x, int64_t x_blocks, float* out,
                                         int64_t out_stride) {
   if constexpr (P::kLayout == Layout::Q6K)
     group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else if constexpr (P::kLayout == Layout::Low2)
+    group_tile_low2<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+  else if constexpr (P::kLayout == Layout::IQ4XS)
+    group_tile_iq4_xs<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
   else if constexpr (P::kLayout == Layout::KQuant)
     group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
   else
@@ -514,6 +775,10 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
     packed_.resize(static_cast<size_t>((rows + 7) / 8 * n_tiles) * P::kTileBytes);
     if constexpr (P::kLayout == Layout::Q6K)
       pack_q6_k(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else if constexpr (P::kLayout == Layout::Low2)
+      pack_low2<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
+    else if constexpr (P::kLayout == Layout::IQ4XS)
+      pack_iq4_xs(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
     else if constexpr (P::kLayout == Layout::KQuant)
       pack_k<P>(static_cast<const uint8_t*>(w), rows, n_tiles, packed_.data());
     else

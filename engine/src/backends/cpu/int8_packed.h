@@ -3,7 +3,7 @@
 // one 32-byte register holds 4 values of each of the 8 rows and one broadcast activation load
 // serves all 8 (one row per 32-bit lane: the lanes are the rows' sums, so no horizontal sums
 // and one scale per 8 rows). Every type int8_matmul_supports: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-// IQ4_NL, Q4_K, Q5_K and Q6_K.
+// IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,8 +23,9 @@ class Int8Weights {
   // Whether `type` has the 8-row layout (every type supports() accepts on this CPU).
   static bool packs(TensorType type);
 
-  // Repacks the rows × n_cols matrix at w: the file's bytes (Q4_K/Q5_K: 3 % more, their scales
-  // unpacked), zeros for the last group's missing rows. Only where supports(type, n_cols).
+  // Repacks the rows × n_cols matrix at w: the file's bytes (Q4_K/Q5_K 3 %, Q3_K 3.6 %, IQ4_XS
+  // 1.5 % more: their scales unpacked), zeros for the last group's missing rows. Only where
+  // supports(type, n_cols).
   Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n_cols);
 
   // y[t * y_stride + r] = row r · x_t for rows [row_begin, row_end) and tokens [0, n_tokens)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/gemma_ops.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -163,6 +164,13 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
   gather(gate_source, gathered_gate_in_);
   if (up_source != gate_source) gather(up_source, gathered_up_in_);
   const float* up_in = up_source != gate_source ? gathered_up_in_.data() : gathered_gate_in_.data();
+  // The fast path's experts read the gathered rows as int8 blocks (one input: the fast path is
+  // never the device emulation, whose gate and up inputs may differ).
+  const FastMatmul* fast = options.emulate_device ? nullptr : options.fast;
+  if (fast && (fast->find_expert(l.gate_exps, 0) || fast->find_expert(l.up_exps, 0))) {
+    gate_in_q_.resize(sz(pairs * d / 32));
+    quantize_activations(gathered_gate_in_.data(), pairs * d, gate_in_q_.data());
+  }
 
   // Gate and up rows of every chosen expert, in one parallel loop: segment s is active expert
   // s / 2's gate (even) or up (odd) matrix, f rows each.
@@ -177,9 +185,13 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
       const bool up = segment % 2 == 1;
       const TensorInfo* w = up ? l.up_exps : l.gate_exps;
       const int64_t first = expert_first_[sz(e)];
-      matmul_rows(type_of(w), slab(w, e, n_expert), row, row_end, f, d,
-                  (up ? up_in : gathered_gate_in_.data()) + first * d, expert_count_[sz(e)],
-                  (up ? up_.data() : gate_.data()) + first * f);
+      if (const Int8Weights* w8 = fast ? fast->find_expert(w, e) : nullptr)
+        w8->matmul_rows(row, row_end, gate_in_q_.data() + first * (d / 32), expert_count_[sz(e)],
+                        (up ? up_.data() : gate_.data()) + first * f, f);
+      else
+        matmul_rows(type_of(w), slab(w, e, n_expert), row, row_end, f, d,
+                    (up ? up_in : gathered_gate_in_.data()) + first * d, expert_count_[sz(e)],
+                    (up ? up_.data() : gate_.data()) + first * f);
       i = segment * f + row_end;
     }
   });
@@ -205,14 +217,24 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
 
   // Down rows of every chosen expert: segment s is active expert s's down matrix, d rows.
   down_.resize(sz(pairs * d));
+  const bool down_fast = fast && fast->find_expert(l.down_exps, 0);
+  if (down_fast) {
+    hidden_q_.resize(sz(pairs * f / 32));
+    quantize_activations(hidden_.data(), pairs * f, hidden_q_.data());
+  }
   pool.parallel_for(n_active * d, [&](int64_t begin, int64_t end, int32_t) {
     for (int64_t i = begin; i < end;) {
       const int64_t segment = i / d, row = i % d;
       const int64_t row_end = std::min(end - segment * d, d);
       const int64_t e = active[sz(segment)];
       const int64_t first = expert_first_[sz(e)];
-      matmul_rows(type_of(l.down_exps), slab(l.down_exps, e, n_expert), row, row_end, d, f,
-                  hidden_.data() + first * f, expert_count_[sz(e)], down_.data() + first * d);
+      if (down_fast)
+        fast->find_expert(l.down_exps, e)
+            ->matmul_rows(row, row_end, hidden_q_.data() + first * (f / 32), expert_count_[sz(e)],
+                          down_.data() + first * d, d);
+      else
+        matmul_rows(type_of(l.down_exps), slab(l.down_exps, e, n_expert), row, row_end, d, f,
+                    hidden_.data() + first * f, expert_count_[sz(e)], down_.data() + first * d);
       i = segment * d + row_end;
     }
   });

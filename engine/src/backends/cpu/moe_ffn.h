@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/int8_matmul.h"
 #include "granule/model_config.h"
 
 namespace granule::cpu {
 
+class FastMatmul;
 class ThreadPool;
 
 // How one layer's expert FFN runs for a batch of tokens.
@@ -19,6 +21,9 @@ struct MoeFfnOptions {
   bool emulate_device = false;
   // The router's input rows when they differ from the experts' (Gemma 4); null: the same xn.
   const float* router_input = nullptr;
+  // The fast path (not with emulate_device): the experts it holds int8 copies of multiply
+  // their inputs quantised to int8 blocks (fast_matmul.h); null: every expert exact.
+  const FastMatmul* fast = nullptr;
 };
 
 // One token's routing: the chosen experts in top-k order and their final weights.
@@ -58,6 +63,7 @@ class MoeFfn {
   std::vector<int64_t> expert_first_, expert_count_, fill_;
   std::vector<int32_t> active_;  // the experts chosen at least once in the chunk
   std::vector<float> gathered_gate_in_, gathered_up_in_, gate_, up_, hidden_, down_;
+  std::vector<ActivationBlock> gate_in_q_, hidden_q_;  // the fast path's int8 inputs
   std::vector<float> shexp_gate_out_, shexp_up_out_, shexp_down_out_;
 };
 
