@@ -76,32 +76,8 @@ RuntimeOptions options(bool gpu, bool oracle, int64_t context = 512) {
   return o;
 }
 
-struct Rig : test::ModelRuntime {
-  Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
-  // `slide`: map as the engine does, from the first position the step writes (a window part
-  // lets go of its granules behind the window); else from 0 (every token stays mapped).
-  std::vector<float> step(const std::vector<BatchSequence>& batch, bool slide = false) {
-    for (const BatchSequence& s : batch)
-      EXPECT_TRUE(kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size()),
-                                  slide ? s.start_position : 0));
-    std::vector<float> logits;
-    backend->forward(batch, logits);
-    return logits;
-  }
-  GraphTelemetry graphs() {
-    TelemetrySnapshot t;
-    backend->fill_telemetry(t);
-    return t.graphs;
-  }
-};
-
-std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
+using Rig = test::ModelRuntime;
+using test::random_tokens;
 
 std::string case_name(const GemmaCase& c) {
   return std::string(tensor_type_name(static_cast<uint32_t>(c.type))) + "_window" +

@@ -74,30 +74,8 @@ RuntimeOptions options(bool gpu, bool oracle) {
   return o;
 }
 
-struct Rig : test::ModelRuntime {
-  Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
-  std::vector<float> step(const std::vector<BatchSequence>& batch) {
-    for (const BatchSequence& s : batch)
-      EXPECT_TRUE(
-          kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())));
-    std::vector<float> logits;
-    backend->forward(batch, logits);
-    return logits;
-  }
-  GraphTelemetry graphs() {
-    TelemetrySnapshot t;
-    backend->fill_telemetry(t);
-    return t.graphs;
-  }
-};
-
-std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
+using Rig = test::ModelRuntime;
+using test::random_tokens;
 
 // The comparison with the oracle: oracle_compare.h, the rule moe_model_gpu_test.cpp uses (with
 // MXFP4 experts, and on the cuBLAS prefill path, up to 1 row in 16 may be a rerouted token:

@@ -89,14 +89,6 @@ RuntimeOptions options(bool gpu, bool oracle, uint64_t budget = uint64_t{1} << 4
 
 struct Rig : test::ModelRuntime {
   Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
-  std::vector<float> step(const std::vector<BatchSequence>& batch) {
-    for (const BatchSequence& s : batch)
-      EXPECT_TRUE(
-          kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())));
-    std::vector<float> logits;
-    backend->forward(batch, logits);
-    return logits;
-  }
   cuda::CudaBackend& cuda() { return dynamic_cast<cuda::CudaBackend&>(*backend); }
   cuda::CudaMoe& moe() { return *cuda().model().moe(); }
   ExpertTelemetry experts() {
@@ -104,20 +96,9 @@ struct Rig : test::ModelRuntime {
     backend->collect_expert_telemetry(t);
     return t;
   }
-  GraphTelemetry graphs() {
-    TelemetrySnapshot t;
-    backend->fill_telemetry(t);
-    return t.graphs;
-  }
 };
 
-std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
+using test::random_tokens;
 
 // The comparison with the oracle: oracle_compare.h (with int8-reading experts, and on the
 // cuBLAS prefill path, up to 1 row in 16 may be a rerouted token).

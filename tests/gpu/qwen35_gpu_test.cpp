@@ -81,30 +81,8 @@ RuntimeOptions options(bool gpu) {
   return o;
 }
 
-struct Rig : test::ModelRuntime {
-  Rig(const std::filesystem::path& path, const RuntimeOptions& o) : ModelRuntime(path, o) {}
-  std::vector<float> step(const std::vector<BatchSequence>& batch) {
-    for (const BatchSequence& s : batch)
-      EXPECT_TRUE(
-          kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size())));
-    std::vector<float> logits;
-    backend->forward(batch, logits);
-    return logits;
-  }
-  GraphTelemetry graphs() {
-    TelemetrySnapshot t;
-    backend->fill_telemetry(t);
-    return t.graphs;
-  }
-};
-
-std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (int32_t& x : t) x = dist(rng);
-  return t;
-}
+using Rig = test::ModelRuntime;
+using test::random_tokens;
 
 double bound_for(TensorType type, bool gemm_path) {
   // Measured on an H100 (2026-12-06) against this exact reference: Q8_0 on the matvec path

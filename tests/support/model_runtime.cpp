@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <span>
 
 #include "backends/backend.h"
@@ -24,6 +25,29 @@ std::vector<float> ModelRuntime::run(int32_t slot, const std::vector<int32_t>& t
   std::vector<float> logits;
   backend->forward(std::span<const BatchSequence>(&seq, 1), logits);
   return logits;
+}
+
+std::vector<float> ModelRuntime::step(const std::vector<BatchSequence>& batch, bool slide) {
+  for (const BatchSequence& s : batch)
+    EXPECT_TRUE(kv->map_through(s.slot, s.start_position + static_cast<int64_t>(s.tokens.size()),
+                                slide ? s.start_position : 0));
+  std::vector<float> logits;
+  backend->forward(batch, logits);
+  return logits;
+}
+
+GraphTelemetry ModelRuntime::graphs() {
+  TelemetrySnapshot t;
+  backend->fill_telemetry(t);
+  return t.graphs;
+}
+
+std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(3, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int32_t& x : t) x = dist(rng);
+  return t;
 }
 
 RuntimeOptions cpu_runtime_options(int32_t slots, int64_t context) {

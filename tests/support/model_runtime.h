@@ -8,6 +8,7 @@
 
 #include "granule/gguf.h"
 #include "granule/model_config.h"
+#include "granule/telemetry.h"
 #include "runtime/runtime.h"
 
 namespace granule::test {
@@ -26,7 +27,16 @@ struct ModelRuntime {
   // test): one row of logits per token (all_logits) or the last token's.
   std::vector<float> run(int32_t slot, const std::vector<int32_t>& tokens, int64_t start,
                          bool all_logits);
+  // One step of several sequences, each one's KV mapped through its tokens first. `slide`:
+  // mapped as the engine maps, from the first position the step writes (a sliding-window part
+  // lets go of its granules behind the window); else from 0 (every token stays mapped).
+  std::vector<float> step(const std::vector<BatchSequence>& batch, bool slide = false);
+  // The backend's graph counters (captures, replays).
+  GraphTelemetry graphs();
 };
+
+// n token ids in [3, vocab) from `seed`.
+std::vector<int32_t> random_tokens(int n, int64_t vocab, uint32_t seed);
 
 // The CPU backend with 2 threads on its exact path (cpu_exact_numerics): `slots` sequences of
 // `context` tokens, a budget that never binds and no pre-created KV granules.
