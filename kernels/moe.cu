@@ -569,26 +569,12 @@ cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGro
 cudaError_t launch_moe_gate_up(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                int n_out, const MoeInput& in, float* h, const KernelConfig& config,
                                cudaStream_t stream) {
-  MoeProduct P;
-  P.a = gate;
-  P.b = up;
-  P.act = act;
-  P.n_out = n_out;
-  P.in = in;
-  P.in.per_pair_input = false;
-  P.out = h;
-  return launch_product<true>(P, config, stream);
+  return launch_product<true>(gate_up_product(gate, up, act, n_out, in, h), config, stream);
 }
 
 cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                             const KernelConfig& config, cudaStream_t stream) {
-  MoeProduct P;
-  P.a = down;
-  P.n_out = n_out;
-  P.in = in;
-  P.in.per_pair_input = true;
-  P.out = y;
-  return launch_product<false>(P, config, stream);
+  return launch_product<false>(down_product(down, n_out, in, y), config, stream);
 }
 
 cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,

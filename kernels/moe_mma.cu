@@ -244,26 +244,12 @@ bool moe_mma_supports(uint32_t type) {
 cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                    int n_out, const MoeInput& in, float* h,
                                    const KernelConfig& config, cudaStream_t stream) {
-  MoeProduct P;
-  P.a = gate;
-  P.b = up;
-  P.act = act;
-  P.n_out = n_out;
-  P.in = in;
-  P.in.per_pair_input = false;
-  P.out = h;
-  return launch_mma<true>(P, config, stream);
+  return launch_mma<true>(gate_up_product(gate, up, act, n_out, in, h), config, stream);
 }
 
 cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                                 const KernelConfig& config, cudaStream_t stream) {
-  MoeProduct P;
-  P.a = down;
-  P.n_out = n_out;
-  P.in = in;
-  P.in.per_pair_input = true;
-  P.out = y;
-  return launch_mma<false>(P, config, stream);
+  return launch_mma<false>(down_product(down, n_out, in, y), config, stream);
 }
 
 }  // namespace granule::kernels
