@@ -243,16 +243,10 @@ void CudaModel::hybrid_ffn(const DeviceLayer& l, int layer, int n_rows) {
     gemm(l.w_down, nullptr, x16, n_rows, hidden_.as<float>(), true);
     return;
   }
-  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split) {
+  if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split)
     swiglu_matvec(l, n_rows, h);
-  } else {
-    float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
-    matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
-    matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
-    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
-                                      kernel_config_, stream_.get()),
-                 "swiglu");
-  }
+  else
+    gate_up_unfused(l, n_rows, h, /*geglu=*/false);
   hybrid_project(l.w_down, h, n_rows, hidden_.as<float>(), true);
 }
 

@@ -643,18 +643,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
     check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                  "matvec_swiglu");
   } else {
-    const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
-    float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
-    matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
-    matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
-    if (geglu)
-      check_launch(k::launch_geglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
-                                       kernel_config_, stream_.get()),
-                   "geglu");
-    else
-      check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, h,
-                                        kernel_config_, stream_.get()),
-                   "swiglu");
+    gate_up_unfused(l, n_rows, h, geglu);
   }
   if (k::matvec_reads_q8(l.w_down.type, l.w_down.split) && !quantized_by_swiglu)
     check_launch(k::launch_quantize_q8(h, n_rows, static_cast<int>(c.n_ff),
@@ -682,6 +671,22 @@ void CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h) {
   in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                "matvec_swiglu");
+}
+
+void CudaModel::gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu) {
+  const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
+  float* const gu_out[2] = {gate_.as<float>(), up_.as<float>()};
+  matvec(gu, gu_out, 1, n_rows, false, normed_.as<float>());
+  matvec(gu + 1, gu_out + 1, 1, n_rows, false, normed_.as<float>());
+  const int64_t n = n_rows * config_.n_ff;
+  if (geglu)
+    check_launch(k::launch_geglu_f32(gate_.as<float>(), up_.as<float>(), n, h, kernel_config_,
+                                     stream_.get()),
+                 "geglu");
+  else
+    check_launch(k::launch_swiglu_f32(gate_.as<float>(), up_.as<float>(), n, h, kernel_config_,
+                                      stream_.get()),
+                 "swiglu");
 }
 
 void CudaModel::post_norm(const float* weight, int n_rows) {

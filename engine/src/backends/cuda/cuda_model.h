@@ -226,6 +226,8 @@ class CudaModel {
   // The unfused pass's gate/up product with SwiGLU (gate and up of one type and layout) into h,
   // from the FFN norm's output.
   void swiglu_matvec(const DeviceLayer& l, int n_rows, float* h);
+  // Gate and up as two products of the f32 norm output, then SwiGLU (or GeGLU) into h.
+  void gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu);
   // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
   void hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows);
   // y (+)= x · Wᵀ for x of w.cols floats per row, by the path n_rows takes (x quantised or
