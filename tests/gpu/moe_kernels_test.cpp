@@ -29,6 +29,7 @@
 #include "granule/tensor_type.h"
 #include "kernel_test_inputs.h"
 #include "moe.cuh"
+#include "moe_test_experts.h"
 #include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
@@ -41,97 +42,9 @@ using gpu_test::DeviceArray;
 using gpu_test::encode;
 using gpu_test::Encoded;
 
-// Mapped pinned host memory holding a copy of some bytes (experts "in host memory").
-struct HostMapped {
-  void* host = nullptr;
-  const uint8_t* device = nullptr;
-  explicit HostMapped(const std::vector<uint8_t>& bytes) {
-    if (cudaHostAlloc(&host, bytes.size(), cudaHostAllocMapped) != cudaSuccess)
-      throw std::runtime_error("cudaHostAlloc failed");
-    std::memcpy(host, bytes.data(), bytes.size());
-    void* d = nullptr;
-    if (cudaHostGetDevicePointer(&d, host, 0) != cudaSuccess)
-      throw std::runtime_error("cudaHostGetDevicePointer failed");
-    device = static_cast<const uint8_t*>(d);
-  }
-  ~HostMapped() { cudaFreeHost(host); }
-  HostMapped(const HostMapped&) = delete;
-  HostMapped& operator=(const HostMapped&) = delete;
-};
-
-// One matrix of every expert (n_expert slabs of rows x cols), on the device and in mapped host
-// memory, with a pointer table whose odd experts point into the host copy.
-struct ExpertMatrix {
-  TensorType type_;
-  Encoded enc;
-  int64_t rows = 0, cols = 0;
-  DeviceArray<uint8_t> device;
-  HostMapped host;
-  DeviceArray<const void*> table;
-  std::vector<float> bias;  // [n_expert][rows], empty: none
-  DeviceArray<float> bias_device;
-  ExpertMatrix(TensorType type, int n_expert, int64_t rows_, int64_t cols_, bool with_bias,
-               std::mt19937& rng)
-      : type_(type),
-        enc(encode(type, n_expert * rows_, cols_, rng)),
-        rows(rows_),
-        cols(cols_),
-        device(enc.bytes),
-        host(enc.bytes),
-        table(static_cast<size_t>(n_expert)),
-        bias(with_bias ? gpu_test::random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
-                       : std::vector<float>{}),
-        bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
-    std::vector<const void*> t(static_cast<size_t>(n_expert));
-    const int64_t slab = rows * enc.row_bytes;
-    for (int e = 0; e < n_expert; ++e)
-      t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * slab;
-    table.upload(t);
-  }
-  k::MoeMatrix view() const {
-    return {.table = table.get(),
-            .type = static_cast<uint32_t>(type_),
-            .row_bytes = enc.row_bytes,
-            .bias = bias.empty() ? nullptr : bias_device.get()};
-  }
-  // Row o of expert e, decoded.
-  const float* row(int e, int64_t o) const { return enc.decoded.data() + (e * rows + o) * cols; }
-};
-
-// x rounded through int8 blocks of 32 by `rule`, as qs/ds the kernels read, and its values.
-struct Q8Host {
-  std::vector<int8_t> qs;
-  std::vector<float2> ds;
-  std::vector<float> values;
-};
-Q8Host quantize_host(const std::vector<float>& x, cpu::Q8Rounding rule) {
-  Q8Host q;
-  q.qs.resize(x.size());
-  q.values = x;
-  cpu::round_through_q8(q.values.data(), static_cast<int64_t>(x.size()), rule);
-  for (size_t b = 0; b < x.size() / 32; ++b) {
-    float amax = 0.0f;
-    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
-    const float d = amax / 127.0f;
-    int sum = 0;
-    for (size_t i = 0; i < 32; ++i) {
-      const int v = amax == 0.0f ? 0 : static_cast<int>(std::lrint(q.values[b * 32 + i] / d));
-      q.qs[b * 32 + i] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    q.ds.push_back(make_float2(d, d * static_cast<float>(sum)));
-  }
-  return q;
-}
-
-double activate(k::MoeActivation act, double g, double u) {
-  if (act == k::MoeActivation::SwigluClamped) {
-    g = std::min(g, 7.0);
-    u = std::clamp(u, -7.0, 7.0);
-    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
-  }
-  return g / (1.0 + std::exp(-g)) * u;
-}
+using gpu_test::ExpertMatrix;
+using gpu_test::Q8Host;
+using gpu_test::quantize_host;
 
 struct Case {
   TensorType expert_type = TensorType::Q4_K;
@@ -305,7 +218,7 @@ void run_case(const Case& c, int rows, uint32_t seed) {
         gm += std::fabs(gate.row(e, o)[i] * xi);
         um += std::fabs(up.row(e, o)[i] * xi);
       }
-      const double ref = activate(c.act, g, u);
+      const double ref = gpu_test::moe_activate(c.act, g, u);
       const double bound =
           2.0 * (1e-5 * gm * (std::fabs(u) + 1.0) + 1e-5 * um * (std::fabs(g) + 1.0)) + 1e-6;
       ASSERT_NEAR(h[static_cast<size_t>(p * F + o)], ref, bound) << "pair " << p << " row " << o;

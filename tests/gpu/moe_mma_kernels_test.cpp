@@ -26,6 +26,7 @@
 #include "kernel_test_inputs.h"
 #include "moe.cuh"
 #include "moe_mma_frag.cuh"
+#include "moe_test_experts.h"
 #include "quantize_activations.cuh"
 
 namespace granule {
@@ -111,99 +112,9 @@ TEST(MoeMmaFragments, MatchDequantize) {
   EXPECT_EQ(types, 9);
 }
 
-// Mapped pinned host memory holding a copy of some bytes (experts "in host memory").
-struct HostMapped {
-  void* host = nullptr;
-  const uint8_t* device = nullptr;
-  explicit HostMapped(const std::vector<uint8_t>& bytes) {
-    if (cudaHostAlloc(&host, bytes.size(), cudaHostAllocMapped) != cudaSuccess)
-      throw std::runtime_error("cudaHostAlloc failed");
-    std::memcpy(host, bytes.data(), bytes.size());
-    void* d = nullptr;
-    if (cudaHostGetDevicePointer(&d, host, 0) != cudaSuccess)
-      throw std::runtime_error("cudaHostGetDevicePointer failed");
-    device = static_cast<const uint8_t*>(d);
-  }
-  ~HostMapped() { cudaFreeHost(host); }
-  HostMapped(const HostMapped&) = delete;
-  HostMapped& operator=(const HostMapped&) = delete;
-};
-
-// One matrix of every expert, on the device and in mapped host memory; odd experts are read
-// from the host copy.
-struct Experts {
-  TensorType type;
-  Encoded enc;
-  int64_t rows = 0, cols = 0;
-  DeviceArray<uint8_t> device;
-  HostMapped host;
-  DeviceArray<const void*> table;
-  std::vector<float> bias;
-  DeviceArray<float> bias_device;
-  Experts(TensorType type_, int n_expert, int64_t rows_, int64_t cols_, bool with_bias,
-          std::mt19937& rng)
-      : type(type_),
-        enc(encode(type_, n_expert * rows_, cols_, rng)),
-        rows(rows_),
-        cols(cols_),
-        device(enc.bytes),
-        host(enc.bytes),
-        table(static_cast<size_t>(n_expert)),
-        bias(with_bias ? gpu_test::random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
-                       : std::vector<float>{}),
-        bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
-    std::vector<const void*> t(static_cast<size_t>(n_expert));
-    for (int e = 0; e < n_expert; ++e)
-      t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * rows * enc.row_bytes;
-    table.upload(t);
-  }
-  k::MoeMatrix view() const {
-    return {.table = table.get(),
-            .type = static_cast<uint32_t>(type),
-            .row_bytes = enc.row_bytes,
-            .bias = bias.empty() ? nullptr : bias_device.get()};
-  }
-  const float* row(int e, int64_t o) const { return enc.decoded.data() + (e * rows + o) * cols; }
-  double bias_of(int e, int64_t o) const {
-    return bias.empty() ? 0.0 : bias[static_cast<size_t>(e * rows + o)];
-  }
-};
-
-// int8 blocks of 32 as the kernels read them, and the values they stand for.
-struct Q8 {
-  std::vector<int8_t> qs;
-  std::vector<float2> ds;
-  std::vector<float> values;
-};
-Q8 quantize(const std::vector<float>& x) {
-  Q8 q;
-  q.qs.resize(x.size());
-  q.values = x;
-  cpu::round_through_q8(q.values.data(), static_cast<int64_t>(x.size()),
-                        cpu::Q8Rounding::MultiplyByInverse);
-  for (size_t b = 0; b < x.size() / 32; ++b) {
-    float amax = 0.0f;
-    for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
-    const float d = amax / 127.0f;
-    int sum = 0;
-    for (size_t i = 0; i < 32; ++i) {
-      const int v = amax == 0.0f ? 0 : static_cast<int>(std::lrint(q.values[b * 32 + i] / d));
-      q.qs[b * 32 + i] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    q.ds.push_back(make_float2(d, d * static_cast<float>(sum)));
-  }
-  return q;
-}
-
-double activate(k::MoeActivation act, double g, double u) {
-  if (act == k::MoeActivation::SwigluClamped) {
-    g = std::min(g, 7.0);
-    u = std::clamp(u, -7.0, 7.0);
-    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
-  }
-  return g / (1.0 + std::exp(-g)) * u;
-}
+using gpu_test::ExpertMatrix;
+using gpu_test::Q8Host;
+using gpu_test::quantize_host;
 
 // Top-k choices per row, skewed (expert e chosen with weight 1 / (e + 1)), distinct within a
 // row, and never expert `unused`.
@@ -264,14 +175,14 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
   const k::KernelConfig config = gpu_test::kernel_config();
   const int n_expert = c.n_expert, K = c.n_used, pairs = rows * K;
   const int64_t E = c.n_embd, F = c.n_ff;
-  Experts gate(c.gate_up, n_expert, F, E, c.biases, rng);
-  Experts up(c.gate_up, n_expert, F, E, c.biases, rng);
-  Experts down(c.down, n_expert, E, F, c.biases, rng);
+  ExpertMatrix gate(c.gate_up, n_expert, F, E, c.biases, rng);
+  ExpertMatrix up(c.gate_up, n_expert, F, E, c.biases, rng);
+  ExpertMatrix down(c.down, n_expert, E, F, c.biases, rng);
   const std::vector<int32_t> ids = skewed_ids(rows, n_expert, K, 3, rng);
   DeviceArray<int32_t> ids_d(ids);
 
   const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
-  const Q8 xq = quantize(x);
+  const Q8Host xq = quantize_host(x, cpu::Q8Rounding::MultiplyByInverse);
   DeviceArray<float> x_d(x);
   DeviceArray<int8_t> xqs_d(xq.qs);
   DeviceArray<float2> xds_d(xq.ds);
@@ -326,7 +237,8 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
       const double bound =
           2.0 * (1e-5 * gm * (std::fabs(u) + 1.0) + 1e-5 * um * (std::fabs(g) + 1.0)) + 1e-6;
       const size_t at = static_cast<size_t>(p * F + o);
-      ASSERT_NEAR(h[at], activate(c.act, g, u), bound) << "pair " << p << " row " << o;
+      ASSERT_NEAR(h[at], gpu_test::moe_activate(c.act, g, u), bound)
+          << "pair " << p << " row " << o;
       ASSERT_NEAR(h[at], h_dp4a[at], bound) << "vs dp4a: pair " << p << " row " << o;
     }
   }
