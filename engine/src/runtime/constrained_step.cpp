@@ -2,14 +2,24 @@
 // host's masked row, and the checks that end a constrained reply with a clear error.
 #include "runtime/constrained_step.h"
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
+#include "backends/cpu/thread_pool.h"
 #include "granule/log.h"
 
 namespace granule {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// A mask of a 128k-token vocabulary takes ~100 us on one core (xgrammar), so 32 chats' masks
+// would outlast an 8B step's forward pass (~5 ms) that they are meant to hide under: from
+// kParallelMasks masks on, they are spread over up to kMaskThreads threads (the GPU's host
+// threads are otherwise idle while it runs the step).
+constexpr size_t kParallelMasks = 4;
+constexpr int32_t kMaskThreads = 8;
 
 // Whether this work item's step predicts the sequence's next token (it computes the last
 // known one).
@@ -49,21 +59,47 @@ void ConstrainedSteps::fill_one(Sequence& seq) {
   } catch (const std::exception& e) {
     logger("engine")->error("structured output: computing the token mask: {}", e.what());
     seq.mask_allowed = 0;
+  } catch (...) {
+    logger("engine")->error("structured output: computing the token mask failed");
+    seq.mask_allowed = 0;
   }
   seq.mask_ready = true;
+}
+
+void ConstrainedSteps::fill_all(std::span<Sequence* const> pending) {
+  if (pending.size() < kParallelMasks) {
+    for (Sequence* seq : pending) fill_one(*seq);
+    return;
+  }
+  if (!pool_) {
+    const auto cores = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    pool_ = std::make_unique<cpu::ThreadPool>(std::clamp(cores / 2, 1, kMaskThreads));
+  }
+  // fill_one does not throw: a failure is a mask that allows nothing.
+  pool_->parallel_for(static_cast<int64_t>(pending.size()),
+                      [&](int64_t begin, int64_t end, int32_t) {
+                        for (int64_t i = begin; i < end; ++i)
+                          fill_one(*pending[static_cast<size_t>(i)]);
+                      });
 }
 
 void ConstrainedSteps::fill(const StepPlan& plan, Scheduler& scheduler, Backend* device) {
   const auto start = Clock::now();
   device_masks_.assign(device ? plan.work.size() : 0, nullptr);
   try {
+    pending_.clear();
+    for (const ScheduledWork& w : plan.work) {
+      Sequence* seq = scheduler.find(w.id);
+      if (seq && seq->constraint && predicts_token(w, *seq) && !seq->mask_ready)
+        pending_.push_back(seq);
+    }
+    fill_all(pending_);
     for (size_t i = 0; i < plan.work.size(); ++i) {
       const ScheduledWork& w = plan.work[i];
       Sequence* seq = scheduler.find(w.id);
       if (!seq || !seq->constraint) continue;
       ++constrained_sequences_;
       if (!predicts_token(w, *seq)) continue;
-      if (!seq->mask_ready) fill_one(*seq);
       if (!device) continue;
       device_masks_[i] = seq->mask.data();
       ++device_masked_sequences_;

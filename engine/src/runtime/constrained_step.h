@@ -17,6 +17,9 @@
 #include "runtime/token_constraint.h"
 
 namespace granule {
+namespace cpu {
+class ThreadPool;
+}
 
 class ConstrainedSteps {
  public:
@@ -55,12 +58,17 @@ class ConstrainedSteps {
  private:
   // Fills one sequence's mask (a failure is a mask that allows nothing, said in the log).
   void fill_one(Sequence& seq);
+  // Fills the masks of `pending` (independent matchers over one read-only compiled grammar
+  // each), on the mask threads once there are enough of them to pay for the hand-off.
+  void fill_all(std::span<Sequence* const> pending);
 
   const Tokenizer& tokenizer_;
   int64_t n_vocab_;
   std::unique_ptr<ConstraintCompiler> compiler_;  // built at the first constraint
   std::vector<float> masked_row_;
   std::vector<const uint32_t*> device_masks_;  // fill()'s hand-over, one per work item
+  std::vector<Sequence*> pending_;             // fill()'s sequences whose mask is not ready
+  std::unique_ptr<cpu::ThreadPool> pool_;      // built at the first step with enough masks
   int32_t constrained_sequences_ = 0;
   int32_t device_masked_sequences_ = 0;
   double mask_us_ = 0;
