@@ -23,9 +23,10 @@ namespace k = granule::kernels;
 // Per-row arrays of the step inputs (cuda_model.cpp's InputArray).
 constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;
 
-// The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each.
+// The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each, then the
+// chunked delta rule's scratch for R rows.
 struct HybridScratch {
-  float *mixed, *conv_out, *z, *out, *beta, *alpha, *q_gate;
+  float *mixed, *conv_out, *z, *out, *beta, *alpha, *q_gate, *chunk;
 };
 
 HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
@@ -44,6 +45,7 @@ HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
   s.beta = take(d.n_v_heads);
   s.alpha = take(d.n_v_heads);
   s.q_gate = take(2 * c.n_head * c.head_dim);
+  s.chunk = p;  // k::delta_net_chunk_scratch_floats(R, n_v_heads)
   return s;
 }
 
@@ -176,6 +178,10 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   a.alpha = s.alpha;
   a.z = s.z;
   a.out = s.out;
+  // Runs of a prompt take the chunked rule (kernels/delta_net.cuh says from how many rows); its
+  // W goes where the convolution's input was.
+  a.chunk_scratch = s.chunk;
+  a.chunk_w = s.mixed;
   if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
   check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
