@@ -59,9 +59,10 @@ constexpr int kDeltaNetChunkTokens = 64;
 // update a chunk instead of one a token (a 64-token run: 64 dependent token steps of ~0.3 us
 // against three short launches).
 constexpr int kDeltaNetChunkedMinRows = kDeltaNetChunkTokens;
-// Floats of DeltaNetArgs::chunk_scratch for steps of up to `rows` rows.
+// Floats of DeltaNetArgs::chunk_scratch for steps of up to `rows` rows (its start 16-byte
+// aligned).
 constexpr int64_t delta_net_chunk_scratch_floats(int64_t rows, int64_t n_v_heads) {
-  return rows * (65 * n_v_heads + 3) + 16;
+  return rows * (65 * n_v_heads + 3) + 20;  // + 4: room to align the start to 16 bytes
 }
 
 // The short convolution, SiLU and L2 norms (conv_out from mixed and the conv states), then the

@@ -22,7 +22,7 @@ namespace {
 using namespace delta_net_rows;
 
 constexpr int kC = kDeltaNetChunkTokens;
-constexpr int kThreads = 256;  // the chunk and state kernels'
+constexpr int kThreads = 256;  // the chunk kernel's
 
 // Inclusive max over the block's threads in order (blockDim.x a multiple of 32); `totals` is 32
 // ints of shared memory.
@@ -87,19 +87,30 @@ __global__ void __launch_bounds__(1024) plan_kernel(DeltaNetArgs a) {
 }
 
 template <int S>
-struct ChunkLayout {                  // the chunk kernel's shared memory, in floats
-  static constexpr int kRow = S + 1;  // padded: column walks and row-pair dots avoid conflicts
-  static constexpr int kK = 0, kX = kK + kC * kRow, kA = kX + kC * kRow, kG = kA + kC * (kC + 1),
+struct ChunkLayout {  // the chunk kernel's shared memory, in floats
+  // Rows of S + 4: 16-byte aligned, and 8 consecutive rows start in 8 different bank quads (a
+  // quarter warp's float4 loads of 8 rows do not conflict).
+  static constexpr int kRow = S + 4, kARow = kC + 4;
+  static constexpr int kQ = 0, kK = kQ + kC * kRow, kA = kK + kC * kRow, kG = kA + kC * kARow,
                        kB = kG + kC, kFloats = kB + kC;
   static constexpr size_t kBytes = kFloats * sizeof(float);
 };
 
-// Block (chunk, value head), 256 threads: the chunk's γ (to the plan's gamma), P (to its p), A,
-// then W (to chunk_w) and Ũ (to out) by forward substitution, one thread per column of both.
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ float dot4(float4 x, float4 y, float acc) {
+  return fmaf(x.w, y.w, fmaf(x.z, y.z, fmaf(x.y, y.y, fmaf(x.x, y.x, acc))));
+}
+
+// Block (chunk, value head), 256 threads: the chunk's γ (to the plan's gamma); P (to its p) and
+// A from 4 x 4 tiles of the Q Kᵀ and K Kᵀ products (rows t = 4 tr + a, columns s = sc + 16 b);
+// then W (to chunk_w) and Ũ (to out) by forward substitution, one thread per column of both, the
+// column in registers (the loops unrolled over the 64 rows; A is 0 from s >= t and past n).
 template <int S>
 __global__ void __launch_bounds__(kThreads) chunk_kernel(DeltaNetArgs a) {
   using L = ChunkLayout<S>;
-  constexpr int R = L::kRow;
+  constexpr int R = L::kRow, RA = L::kARow;
   const ChunkPlan p = chunk_plan_of(a);
   const int c = blockIdx.x;
   if (c >= p.counts[1]) return;
@@ -107,104 +118,155 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(DeltaNetArgs a) {
   const int head = blockIdx.y, nv = a.n_v_heads;
   const int key_dim = a.n_k_heads * S, value_dim = nv * S, channels = 2 * key_dim + value_dim;
   const int kh = head % a.n_k_heads;
+  const int tid = threadIdx.x;
   extern __shared__ float smem[];
-  float* sK = smem + L::kK;  // K, then β e^γ K, solved into W
-  float* sX = smem + L::kX;  // Q, then β V, solved into Ũ
-  float* sA = smem + L::kA;  // [t][s], s < t
+  float* sQ = smem + L::kQ;  // [t][i], 0 past n
+  float* sK = smem + L::kK;
+  float* sA = smem + L::kA;  // [t][s]
   float* sG = smem + L::kG;  // g, then γ
   float* sB = smem + L::kB;  // β
-  for (int idx = threadIdx.x; idx < n * S; idx += blockDim.x) {
-    const int t = idx / S, i = idx % S;
-    const float* x = a.conv_out + static_cast<int64_t>(r0 + t) * channels;
-    sX[t * R + i] = x[kh * S + i];
-    sK[t * R + i] = x[key_dim + kh * S + i];
+  for (int idx = tid; idx < kC * S / 4; idx += kThreads) {
+    const int t = idx / (S / 4), i = idx % (S / 4) * 4;
+    float4 q = make_float4(0.0f, 0.0f, 0.0f, 0.0f), k = q;
+    if (t < n) {
+      const float* x = a.conv_out + static_cast<int64_t>(r0 + t) * channels;
+      q = load4(x + kh * S + i);
+      k = load4(x + key_dim + kh * S + i);
+    }
+    *reinterpret_cast<float4*>(sQ + t * R + i) = q;
+    *reinterpret_cast<float4*>(sK + t * R + i) = k;
   }
-  if (static_cast<int>(threadIdx.x) < n) {
-    const int64_t at = static_cast<int64_t>(r0 + threadIdx.x) * nv + head;
-    sB[threadIdx.x] = sigmoid_exact(a.beta[at]);
-    sG[threadIdx.x] = softplus(a.alpha[at] + a.dt_bias[head]) * a.a[head];
+  if (tid < kC) {
+    float b = 0.0f, g = 0.0f;
+    if (tid < n) {
+      const int64_t at = static_cast<int64_t>(r0 + tid) * nv + head;
+      b = sigmoid_exact(a.beta[at]);
+      g = softplus(a.alpha[at] + a.dt_bias[head]) * a.a[head];
+    }
+    sB[tid] = b;
+    sG[tid] = g;
   }
   __syncthreads();
-  if (threadIdx.x == 0)
-    for (int t = 1; t < n; ++t) sG[t] += sG[t - 1];
+  if (tid == 0)
+    for (int t = 1; t < kC; ++t) sG[t] += sG[t - 1];
   __syncthreads();
-  if (static_cast<int>(threadIdx.x) < n)
-    p.gamma[static_cast<int64_t>(r0 + threadIdx.x) * nv + head] = sG[threadIdx.x];
+  if (tid < n) p.gamma[static_cast<int64_t>(r0 + tid) * nv + head] = sG[tid];
   const float scale = 1.0f / sqrtf(static_cast<float>(S));
-  // P (s <= t) and A (s < t); a warp covers 32 s of one t.
-  for (int idx = threadIdx.x; idx < n * kC; idx += blockDim.x) {
-    const int t = idx / kC, s = idx % kC;
-    if (s > t) continue;
-    float qk = 0.0f, kk = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < S; ++i) {
-      const float ks = sK[s * R + i];
-      qk += sX[t * R + i] * ks;
-      kk += sK[t * R + i] * ks;
-    }
-    const float e = expf(sG[t] - sG[s]);
-    p.p[(static_cast<int64_t>(r0 + t) * nv + head) * kC + s] = scale * e * qk;
-    if (s < t) sA[t * (kC + 1) + s] = sB[t] * e * kk;
-  }
-  __syncthreads();
-  // The right-hand sides, in place: β e^γ K and β V.
-  for (int idx = threadIdx.x; idx < n * S; idx += blockDim.x) {
-    const int t = idx / S, i = idx % S;
-    sK[t * R + i] *= sB[t] * expf(sG[t]);
-    sX[t * R + i] =
-        sB[t] * a.conv_out[static_cast<int64_t>(r0 + t) * channels + 2 * key_dim + head * S + i];
-  }
-  __syncthreads();
-  // x_t -= Σ_{s<t} A[t][s] x_s down each column (a thread's own column: no barrier).
-  for (int col = threadIdx.x; col < 2 * S; col += blockDim.x) {
-    float* x = col < S ? sK + col : sX + (col - S);
-    float* dst = (col < S ? a.chunk_w + col : a.out + (col - S)) + head * S +
-                 static_cast<int64_t>(r0) * value_dim;
-    dst[0] = x[0];
-    for (int t = 1; t < n; ++t) {
-      const float* A = sA + t * (kC + 1);
-      float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-      int s = 0;
-      for (; s + 4 <= t; s += 4) {
-        s0 += A[s] * x[s * R];
-        s1 += A[s + 1] * x[(s + 1) * R];
-        s2 += A[s + 2] * x[(s + 2) * R];
-        s3 += A[s + 3] * x[(s + 3) * R];
+  {
+    const int tr = tid / 16, sc = tid % 16;
+    float qk[4][4] = {}, kk[4][4] = {};
+#pragma unroll 2
+    for (int i = 0; i < S; i += 4) {
+      float4 qt[4], kt[4], ks[4];
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        qt[x] = load4(sQ + (4 * tr + x) * R + i);
+        kt[x] = load4(sK + (4 * tr + x) * R + i);
+        ks[x] = load4(sK + (sc + 16 * x) * R + i);
       }
-      for (; s < t; ++s) s0 += A[s] * x[s * R];
-      const float v = x[t * R] - ((s0 + s1) + (s2 + s3));
-      x[t * R] = v;
-      dst[static_cast<int64_t>(t) * value_dim] = v;
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+#pragma unroll
+        for (int y = 0; y < 4; ++y) {
+          qk[x][y] = dot4(qt[x], ks[y], qk[x][y]);
+          kk[x][y] = dot4(kt[x], ks[y], kk[x][y]);
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int t = 4 * tr + x;
+#pragma unroll
+      for (int y = 0; y < 4; ++y) {
+        const int s = sc + 16 * y;
+        float av = 0.0f;
+        if (t < n && s <= t) {
+          const float e = expf(sG[t] - sG[s]);
+          p.p[(static_cast<int64_t>(r0 + t) * nv + head) * kC + s] = scale * e * qk[x][y];
+          if (s < t) av = sB[t] * e * kk[x][y];
+        }
+        sA[t * RA + s] = av;
+      }
     }
   }
+  __syncthreads();
+  if (tid >= 2 * S) return;
+  // x_t -= Σ_{s<t} A[t][s] x_s down column `col` of β e^γ K (then W) or of β V (then Ũ).
+  const int col = tid;
+  float x[kC];
+#pragma unroll
+  for (int t = 0; t < kC; ++t) {
+    float v = 0.0f;
+    if (t < n)
+      v = col < S ? sB[t] * expf(sG[t]) * sK[t * R + col]
+                  : sB[t] * a.conv_out[static_cast<int64_t>(r0 + t) * channels + 2 * key_dim +
+                                       head * S + (col - S)];
+    x[t] = v;
+  }
+#pragma unroll
+  for (int t = 1; t < kC; ++t) {
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < t; s += 4) {  // A[t][s] is 0 for s >= t: the last quad may pass t
+      const float4 av = load4(sA + t * RA + s);
+      sum[0] = fmaf(av.x, x[s], sum[0]);
+      if (s + 1 < kC) sum[1] = fmaf(av.y, x[s + 1], sum[1]);
+      if (s + 2 < kC) sum[2] = fmaf(av.z, x[s + 2], sum[2]);
+      if (s + 3 < kC) sum[3] = fmaf(av.w, x[s + 3], sum[3]);
+    }
+    x[t] -= (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  }
+  float* dst = (col < S ? a.chunk_w + col : a.out + (col - S)) + head * S +
+               static_cast<int64_t>(r0) * value_dim;
+#pragma unroll
+  for (int t = 0; t < kC; ++t)
+    if (t < n) dst[static_cast<int64_t>(t) * value_dim] = x[t];
 }
 
 template <int S>
-struct StateLayout {                          // the state kernel's shared memory, in floats
-  static constexpr int kJ = S < 32 ? S : 32;  // value columns per block
-  static constexpr int kRow = S + 1;
+struct StateLayout {  // the state kernel's shared memory, in floats, and its threads
+  static constexpr int kJ = S < 32 ? S : 32;          // value columns per block
+  static constexpr int kPairs = kJ / 2;               // a thread's columns: 2 p, 2 p + 1
+  static constexpr int kThreads = kPairs * 16;        // 16 row groups
+  static constexpr int kRowsC = S / 16;               // state rows per thread in M's update
+  static constexpr int kRow = S + 4, kPRow = kC + 4;  // as ChunkLayout's
   static constexpr int kM = 0, kW = kM + S * kJ, kQ = kW + kC * kRow, kP = kQ + kC * kRow,
-                       kU = kP + kC * (kC + 1), kG = kU + kC * kJ, kFloats = kG + kC;
+                       kU = kP + kC * kPRow, kG = kU + kC * kJ, kFloats = kG + kC;
   static constexpr size_t kBytes = kFloats * sizeof(float);
 };
 
-// Block (chunked run, value head, group of kJ value columns), 256 threads: the run's chunks in
-// order, the group's columns of M in shared memory. Per chunk: U = Ũ − W M, O = Qg M + P U (over
-// Ũ in out), M = e^{γ_last} M + Kᵀ (e^{γ_last − γ} U). Thread (tq, j) owns column j and rows
-// tq, tq + kGroups, ... of each product.
+// Rows 0..63 of a [t][i] array of the state kernel's shared memory from a global one's (0 past
+// n), times `scale` and, given gammas, e^γ_t.
 template <int S>
-__global__ void __launch_bounds__(kThreads) state_kernel(DeltaNetArgs a) {
+__device__ __forceinline__ void stage(float* to, const float* from, int64_t from_stride,
+                                      float scale, const float* gammas, int n) {
+  for (int idx = threadIdx.x; idx < kC * S / 4; idx += blockDim.x) {
+    const int t = idx / (S / 4), i = idx % (S / 4) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (t < n) {
+      v = load4(from + t * from_stride + i);
+      const float f = gammas ? scale * expf(gammas[t]) : scale;
+      v = make_float4(v.x * f, v.y * f, v.z * f, v.w * f);
+    }
+    *reinterpret_cast<float4*>(to + t * (S + 4) + i) = v;
+  }
+}
+
+// Block (chunked run, value head, group of kJ value columns): the run's chunks in order, the
+// group's columns of M in shared memory. Per chunk: U = Ũ − W M, O = Qg M + P U (over Ũ in out),
+// M = e^{γ_last} M + Kᵀ (e^{γ_last − γ} U). Thread (g, pair) owns columns 2 pair and 2 pair + 1
+// of rows 4 g .. 4 g + 3 of U and O, and of rows kRowsC g .. of M.
+template <int S>
+__global__ void __launch_bounds__(StateLayout<S>::kThreads) state_kernel(DeltaNetArgs a) {
   using L = StateLayout<S>;
-  constexpr int kJ = L::kJ, R = L::kRow;
-  constexpr int kGroups = kThreads / kJ;
-  constexpr int kT = kC / kGroups;  // chunk rows per thread
-  constexpr int kI = S / kGroups;   // state rows per thread
+  constexpr int kJ = L::kJ, R = L::kRow, RP = L::kPRow, kRowsC = L::kRowsC;
   const ChunkPlan p = chunk_plan_of(a);
   const int run = blockIdx.x;
   if (run >= p.counts[0]) return;
   const int r0 = p.run_row[run], len = p.run_len[run];
   const int head = blockIdx.y, j0 = blockIdx.z * kJ, nv = a.n_v_heads;
-  const int j = threadIdx.x % kJ, tq = threadIdx.x / kJ;
+  const int tid = threadIdx.x;
+  const int pair = tid % L::kPairs, g = tid / L::kPairs;
+  const int jj = 2 * pair;  // the thread's first column within the group
   const int key_dim = a.n_k_heads * S, value_dim = nv * S, channels = 2 * key_dim + value_dim;
   const int kh = head % a.n_k_heads;
   const int64_t conv_floats = static_cast<int64_t>(a.conv_kernel - 1) * channels;
@@ -213,96 +275,145 @@ __global__ void __launch_bounds__(kThreads) state_kernel(DeltaNetArgs a) {
   const bool fresh = a.positions[r0] == 0;
   extern __shared__ float smem[];
   float* sM = smem + L::kM;  // [i][j]
-  float* sW = smem + L::kW;  // W, then K
+  float* sW = smem + L::kW;  // W, then K ([t][i], 0 past n)
   float* sQ = smem + L::kQ;  // scale e^γ Q
   float* sP = smem + L::kP;  // [t][s], 0 for s > t
   float* sU = smem + L::kU;  // [t][j]: u, then e^{γ_last − γ_t} u
   float* sG = smem + L::kG;
-  for (int idx = threadIdx.x; idx < S * kJ; idx += blockDim.x)
+  for (int idx = tid; idx < S * kJ; idx += L::kThreads)
     sM[idx] = fresh ? 0.0f : M[(idx / kJ) * S + j0 + idx % kJ];
   const float scale = 1.0f / sqrtf(static_cast<float>(S));
   for (int t0 = 0; t0 < len; t0 += kC) {
     const int n = min(kC, len - t0);
     const int64_t rb = r0 + t0;
-    if (static_cast<int>(threadIdx.x) < kC)
-      sG[threadIdx.x] =
-          static_cast<int>(threadIdx.x) < n ? p.gamma[(rb + threadIdx.x) * nv + head] : 0.0f;
-    __syncthreads();  // sG, and the previous chunk's last reads of sW, sQ, sP
-    for (int idx = threadIdx.x; idx < kC * S; idx += blockDim.x) {
-      const int t = idx / S, i = idx % S;
-      float w = 0.0f, q = 0.0f;
-      if (t < n) {
-        w = a.chunk_w[(rb + t) * value_dim + head * S + i];
-        q = a.conv_out[(rb + t) * channels + kh * S + i] * (scale * expf(sG[t]));
+    if (tid < kC) sG[tid] = tid < n ? p.gamma[(rb + tid) * nv + head] : 0.0f;
+    __syncthreads();  // sG, and the previous chunk's last reads of sW and sU
+    stage<S>(sW, a.chunk_w + rb * value_dim + head * S, value_dim, 1.0f, nullptr, n);
+    stage<S>(sQ, a.conv_out + rb * channels + kh * S, channels, scale, sG, n);
+    for (int idx = tid; idx < kC * kC / 4; idx += L::kThreads) {
+      const int t = idx / (kC / 4), s = idx % (kC / 4) * 4;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (t < n && s <= t) {
+        v = load4(p.p + ((rb + t) * nv + head) * kC + s);
+        if (s + 1 > t) v.y = 0.0f;
+        if (s + 2 > t) v.z = 0.0f;
+        if (s + 3 > t) v.w = 0.0f;
       }
-      sW[t * R + i] = w;
-      sQ[t * R + i] = q;
-    }
-    for (int idx = threadIdx.x; idx < kC * kC; idx += blockDim.x) {
-      const int t = idx / kC, s = idx % kC;
-      sP[t * (kC + 1) + s] = t < n && s <= t ? p.p[((rb + t) * nv + head) * kC + s] : 0.0f;
+      *reinterpret_cast<float4*>(sP + t * RP + s) = v;
     }
     __syncthreads();
-    float acc[kT];
+    float2 acc[4];
     // U = Ũ − W M (rows past n: W is 0 there, and so is U).
 #pragma unroll
-    for (int m = 0; m < kT; ++m) {
-      const int t = tq + m * kGroups;
-      acc[m] = t < n ? a.out[(rb + t) * value_dim + head * S + j0 + j] : 0.0f;
+    for (int x = 0; x < 4; ++x) {
+      const int t = 4 * g + x;
+      acc[x] =
+          t < n
+              ? *reinterpret_cast<const float2*>(a.out + (rb + t) * value_dim + head * S + j0 + jj)
+              : make_float2(0.0f, 0.0f);
     }
-    for (int i = 0; i < S; ++i) {
-      const float mij = sM[i * kJ + j];
+#pragma unroll 2
+    for (int i = 0; i < S; i += 4) {
+      float4 w[4];
+      float2 m[4];
 #pragma unroll
-      for (int m = 0; m < kT; ++m) acc[m] -= sW[(tq + m * kGroups) * R + i] * mij;
+      for (int x = 0; x < 4; ++x) {
+        w[x] = load4(sW + (4 * g + x) * R + i);
+        m[x] = *reinterpret_cast<const float2*>(sM + (i + x) * kJ + jj);
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        acc[x].x -= w[x].x * m[0].x + w[x].y * m[1].x + w[x].z * m[2].x + w[x].w * m[3].x;
+        acc[x].y -= w[x].x * m[0].y + w[x].y * m[1].y + w[x].z * m[2].y + w[x].w * m[3].y;
+      }
     }
 #pragma unroll
-    for (int m = 0; m < kT; ++m) sU[(tq + m * kGroups) * kJ + j] = acc[m];
+    for (int x = 0; x < 4; ++x) *reinterpret_cast<float2*>(sU + (4 * g + x) * kJ + jj) = acc[x];
     __syncthreads();
     // O = Qg M + P U, over Ũ in out (the same thread read it above).
 #pragma unroll
-    for (int m = 0; m < kT; ++m) acc[m] = 0.0f;
-    for (int i = 0; i < S; ++i) {
-      const float mij = sM[i * kJ + j];
+    for (int x = 0; x < 4; ++x) acc[x] = make_float2(0.0f, 0.0f);
+#pragma unroll 2
+    for (int i = 0; i < S; i += 4) {
+      float4 q[4];
+      float2 m[4];
 #pragma unroll
-      for (int m = 0; m < kT; ++m) acc[m] += sQ[(tq + m * kGroups) * R + i] * mij;
+      for (int x = 0; x < 4; ++x) {
+        q[x] = load4(sQ + (4 * g + x) * R + i);
+        m[x] = *reinterpret_cast<const float2*>(sM + (i + x) * kJ + jj);
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        acc[x].x += q[x].x * m[0].x + q[x].y * m[1].x + q[x].z * m[2].x + q[x].w * m[3].x;
+        acc[x].y += q[x].x * m[0].y + q[x].y * m[1].y + q[x].z * m[2].y + q[x].w * m[3].y;
+      }
     }
-    for (int s = 0; s < n; ++s) {
-      const float us = sU[s * kJ + j];
+    for (int s = 0; s < n; s += 4) {  // P is 0 past t, U past n
+      float4 pv[4];
+      float2 u[4];
 #pragma unroll
-      for (int m = 0; m < kT; ++m) acc[m] += sP[(tq + m * kGroups) * (kC + 1) + s] * us;
+      for (int x = 0; x < 4; ++x) {
+        pv[x] = load4(sP + (4 * g + x) * RP + s);
+        u[x] = *reinterpret_cast<const float2*>(sU + (s + x) * kJ + jj);
+      }
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {
+        acc[x].x += pv[x].x * u[0].x + pv[x].y * u[1].x + pv[x].z * u[2].x + pv[x].w * u[3].x;
+        acc[x].y += pv[x].x * u[0].y + pv[x].y * u[1].y + pv[x].z * u[2].y + pv[x].w * u[3].y;
+      }
     }
 #pragma unroll
-    for (int m = 0; m < kT; ++m) {
-      const int t = tq + m * kGroups;
-      if (t < n) a.out[(rb + t) * value_dim + head * S + j0 + j] = acc[m];
+    for (int x = 0; x < 4; ++x) {
+      const int t = 4 * g + x;
+      if (t < n)
+        *reinterpret_cast<float2*>(a.out + (rb + t) * value_dim + head * S + j0 + jj) = acc[x];
     }
     __syncthreads();  // every read of sW and sU above is done
     const float g_last = sG[n - 1];
-    for (int idx = threadIdx.x; idx < kC * S; idx += blockDim.x) {
-      const int t = idx / S, i = idx % S;
-      sW[t * R + i] = t < n ? a.conv_out[(rb + t) * channels + key_dim + kh * S + i] : 0.0f;
-    }
-    for (int idx = threadIdx.x; idx < kC * kJ; idx += blockDim.x) {
+    stage<S>(sW, a.conv_out + rb * channels + key_dim + kh * S, channels, 1.0f, nullptr, n);
+    for (int idx = tid; idx < kC * kJ; idx += L::kThreads) {
       const int t = idx / kJ;
       sU[idx] *= t < n ? expf(g_last - sG[t]) : 0.0f;
     }
     __syncthreads();
     // M = e^{γ_last} M + Kᵀ U: each thread reads and writes only its own elements of M here.
     const float decay = expf(g_last);
-    float mac[kI];
+    float2 mac[kRowsC];
 #pragma unroll
-    for (int mm = 0; mm < kI; ++mm) mac[mm] = sM[(tq + mm * kGroups) * kJ + j] * decay;
+    for (int y = 0; y < kRowsC; ++y) {
+      const float2 m = *reinterpret_cast<const float2*>(sM + (kRowsC * g + y) * kJ + jj);
+      mac[y] = make_float2(m.x * decay, m.y * decay);
+    }
     for (int t = 0; t < n; ++t) {
-      const float u = sU[t * kJ + j];
+      const float2 u = *reinterpret_cast<const float2*>(sU + t * kJ + jj);
+      const float* k = sW + t * R + kRowsC * g;
+      if constexpr (kRowsC % 4 == 0) {
 #pragma unroll
-      for (int mm = 0; mm < kI; ++mm) mac[mm] += sW[t * R + tq + mm * kGroups] * u;
+        for (int y = 0; y < kRowsC; y += 4) {
+          const float4 k4 = load4(k + y);
+          mac[y].x += k4.x * u.x;
+          mac[y].y += k4.x * u.y;
+          mac[y + 1].x += k4.y * u.x;
+          mac[y + 1].y += k4.y * u.y;
+          mac[y + 2].x += k4.z * u.x;
+          mac[y + 2].y += k4.z * u.y;
+          mac[y + 3].x += k4.w * u.x;
+          mac[y + 3].y += k4.w * u.y;
+        }
+      } else {
+#pragma unroll
+        for (int y = 0; y < kRowsC; ++y) {
+          mac[y].x += k[y] * u.x;
+          mac[y].y += k[y] * u.y;
+        }
+      }
     }
 #pragma unroll
-    for (int mm = 0; mm < kI; ++mm) sM[(tq + mm * kGroups) * kJ + j] = mac[mm];
+    for (int y = 0; y < kRowsC; ++y)
+      *reinterpret_cast<float2*>(sM + (kRowsC * g + y) * kJ + jj) = mac[y];
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < S * kJ; idx += blockDim.x)
-    M[(idx / kJ) * S + j0 + idx % kJ] = sM[idx];
+  for (int idx = tid; idx < S * kJ; idx += L::kThreads) M[(idx / kJ) * S + j0 + idx % kJ] = sM[idx];
 }
 
 template <int S>
@@ -326,7 +437,7 @@ cudaError_t launch_chunked(const DeltaNetArgs& a, cudaStream_t stream) {
   chunk_kernel<S><<<chunks, kThreads, ChunkLayout<S>::kBytes, stream>>>(a);
   if (const cudaError_t status = launch_status(); status != cudaSuccess) return status;
   const dim3 runs(static_cast<unsigned>(max_chunked_runs(a.rows)), heads, S / StateLayout<S>::kJ);
-  state_kernel<S><<<runs, kThreads, StateLayout<S>::kBytes, stream>>>(a);
+  state_kernel<S><<<runs, StateLayout<S>::kThreads, StateLayout<S>::kBytes, stream>>>(a);
   return launch_status();
 }
 

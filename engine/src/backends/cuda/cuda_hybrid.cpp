@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_model.h"
@@ -45,7 +46,8 @@ HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
   s.beta = take(d.n_v_heads);
   s.alpha = take(d.n_v_heads);
   s.q_gate = take(2 * c.n_head * c.head_dim);
-  s.chunk = p;  // k::delta_net_chunk_scratch_floats(R, n_v_heads)
+  // k::delta_net_chunk_scratch_floats(R, n_v_heads), 16-byte aligned (float4 loads).
+  s.chunk = p + (4 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 4) % 4;
   return s;
 }
 
@@ -179,9 +181,12 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   a.z = s.z;
   a.out = s.out;
   // Runs of a prompt take the chunked rule (kernels/delta_net.cuh says from how many rows); its
-  // W goes where the convolution's input was.
-  a.chunk_scratch = s.chunk;
-  a.chunk_w = s.mixed;
+  // W goes where the convolution's input was. A captured step is a decode step (cuda_backend.cpp
+  // captures nothing else), one token a sequence: its graph needs no plan.
+  if (!stream_capturing()) {
+    a.chunk_scratch = s.chunk;
+    a.chunk_w = s.mixed;
+  }
   if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
   check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
