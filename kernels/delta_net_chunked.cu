@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(DeltaNetArgs a) {
   const int key_dim = a.n_k_heads * S, value_dim = nv * S, channels = 2 * key_dim + value_dim;
   const int kh = head % a.n_k_heads;
   const int tid = threadIdx.x;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   float* sQ = smem + L::kQ;  // [t][i], 0 past n
   float* sK = smem + L::kK;
   float* sA = smem + L::kA;  // [t][s]
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(StateLayout<S>::kThreads) state_kernel(DeltaNe
   float* M = a.state + static_cast<int64_t>(a.slots[r0]) * a.slot_stride + conv_floats +
              static_cast<int64_t>(head) * S * S;
   const bool fresh = a.positions[r0] == 0;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];
   float* sM = smem + L::kM;  // [i][j]
   float* sW = smem + L::kW;  // W, then K ([t][i], 0 past n)
   float* sQ = smem + L::kQ;  // scale e^γ Q
