@@ -147,8 +147,20 @@ __global__ void __launch_bounds__(kThreads) chunk_kernel(DeltaNetArgs a) {
     sG[tid] = g;
   }
   __syncthreads();
-  if (tid == 0)
-    for (int t = 1; t < kC; ++t) sG[t] += sG[t - 1];
+  if (tid < kWarpSize) {  // γ: the inclusive sum of g over the chunk's 64 rows, by one warp
+    float lo = sG[tid], hi = sG[tid + kWarpSize];
+#pragma unroll
+    for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+      const float lo_up = __shfl_up_sync(0xffffffffu, lo, offset);
+      const float hi_up = __shfl_up_sync(0xffffffffu, hi, offset);
+      if (tid >= offset) {
+        lo += lo_up;
+        hi += hi_up;
+      }
+    }
+    sG[tid] = lo;
+    sG[tid + kWarpSize] = hi + __shfl_sync(0xffffffffu, lo, kWarpSize - 1);
+  }
   __syncthreads();
   if (tid < n) p.gamma[static_cast<int64_t>(r0 + tid) * nv + head] = sG[tid];
   const float scale = 1.0f / sqrtf(static_cast<float>(S));
@@ -330,6 +342,15 @@ __global__ void __launch_bounds__(StateLayout<S>::kThreads) state_kernel(DeltaNe
 #pragma unroll
     for (int x = 0; x < 4; ++x) *reinterpret_cast<float2*>(sU + (4 * g + x) * kJ + jj) = acc[x];
     __syncthreads();
+    // K for M's update, loaded now and stored after O's products (their time hides the loads).
+    constexpr int kKLoads = kC * S / 4 / L::kThreads;
+    float4 k_ahead[kKLoads];
+#pragma unroll
+    for (int l = 0; l < kKLoads; ++l) {
+      const int idx = tid + l * L::kThreads, t = idx / (S / 4), i = idx % (S / 4) * 4;
+      k_ahead[l] = t < n ? load4(a.conv_out + (rb + t) * channels + key_dim + kh * S + i)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     // O = Qg M + P U, over Ũ in out (the same thread read it above).
 #pragma unroll
     for (int x = 0; x < 4; ++x) acc[x] = make_float2(0.0f, 0.0f);
@@ -370,7 +391,11 @@ __global__ void __launch_bounds__(StateLayout<S>::kThreads) state_kernel(DeltaNe
     }
     __syncthreads();  // every read of sW and sU above is done
     const float g_last = sG[n - 1];
-    stage<S>(sW, a.conv_out + rb * channels + key_dim + kh * S, channels, 1.0f, nullptr, n);
+#pragma unroll
+    for (int l = 0; l < kKLoads; ++l) {
+      const int idx = tid + l * L::kThreads, t = idx / (S / 4), i = idx % (S / 4) * 4;
+      *reinterpret_cast<float4*>(sW + t * R + i) = k_ahead[l];
+    }
     for (int idx = tid; idx < kC * kJ; idx += L::kThreads) {
       const int t = idx / kJ;
       sU[idx] *= t < n ? expf(g_last - sG[t]) : 0.0f;
