@@ -1,37 +1,18 @@
-// Qwen3.5's Gated DeltaNet and gated attention kernels (delta_net.cuh). The delta rule runs
-// token by token within each run of a sequence's rows (exact order of the CPU reference; no
-// chunked form yet): a block owns 32 columns of one value head's state (16 for heads of 16), four
-// threads per column each keep a quarter of its rows in registers, the column's dot products are
-// summed over those four lanes, and the next token's inputs load while this token computes.
+// Qwen3.5's Gated DeltaNet and gated attention kernels (delta_net.cuh). The recurrent delta rule
+// runs token by token within each run of a sequence's rows (the CPU reference's order): a block
+// owns 32 columns of one value head's state (16 for heads of 16), four threads per column each
+// keep a quarter of its rows in registers, the column's dot products are summed over those four
+// lanes, and the next token's inputs load while this token computes. Long runs take the chunked
+// form instead (delta_net_chunked.cu).
 #include "common.cuh"
 #include "delta_net.cuh"
+#include "delta_net_rows.cuh"
 #include "rope_kv.cuh"  // rope_rotation
 
 namespace granule::kernels {
 namespace {
 
-__device__ __forceinline__ float sigmoid_exact(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float silu_exact(float x) { return x / (1.0f + expf(-x)); }
-// ggml_softplus: x above 20 as is, else log(1 + e^x).
-__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
-
-__device__ __forceinline__ int channels_of(const DeltaNetArgs& a) {
-  return (2 * a.n_k_heads + a.n_v_heads) * a.state_size;
-}
-
-// Whether row r begins its run (the first row of a sequence in the step).
-__device__ __forceinline__ bool run_starts(const DeltaNetArgs& a, int r) {
-  const int slot = a.slots[r];
-  return slot >= 0 &&
-         !(r > 0 && a.slots[r - 1] == slot && a.positions[r - 1] == a.positions[r] - 1);
-}
-
-__device__ __forceinline__ int run_length(const DeltaNetArgs& a, int r) {
-  const int slot = a.slots[r], p = a.positions[r];
-  int n = 1;
-  while (r + n < a.rows && a.slots[r + n] == slot && a.positions[r + n] == p + n) ++n;
-  return n;
-}
+using namespace delta_net_rows;
 
 // Block (row, S channels), max(S, 32) threads: convolution over [conv state | the run's earlier
 // rows | this row], SiLU, and the L2 norm when the channels are a Q or K head.
@@ -105,7 +86,8 @@ __global__ void conv_state_kernel(DeltaNetArgs a) {
 constexpr int kParts = 4;  // threads per state column
 
 // Block (row, value head, column group): kCols columns x kParts threads. Only a run's first row
-// works: it walks the run's tokens in order with the state in registers, then stores it back.
+// works, unless the run is the chunked form's: it walks the run's tokens in order with the state
+// in registers, then stores it back.
 // Each token's Q and K head sit in shared memory, double-buffered: the next token's loads are
 // issued before this token's arithmetic, so their latency hides behind it (one barrier a token).
 template <int S>
@@ -126,7 +108,13 @@ __global__ void __launch_bounds__((S < 32 ? S : 32) * kParts) rule_kernel(DeltaN
     return;
   }
   if (!run_starts(a, r)) return;
-  const int n = run_length(a, r);
+  int n;
+  if (chunk_planned(a)) {  // the plan (launch_delta_net_chunked, before this) has the lengths
+    n = chunk_plan_of(a).row_run_len[r];
+    if (n >= kDeltaNetChunkedMinRows) return;
+  } else {
+    n = run_length(a, r);
+  }
   const int key_dim = a.n_k_heads * S;
   const int channels = 2 * key_dim + value_dim;
   const int kh = head % a.n_k_heads;
@@ -301,6 +289,10 @@ cudaError_t launch_delta_net_conv(const DeltaNetArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_delta_net_rule(const DeltaNetArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return cudaSuccess;
+  if (!delta_net_supports(a.state_size)) return cudaErrorInvalidValue;
+  if (chunk_planned(a))
+    if (const cudaError_t status = launch_delta_net_chunked(a, stream); status != cudaSuccess)
+      return status;
   cudaError_t status = cudaErrorInvalidValue;
   switch (a.state_size) {
     case 16:

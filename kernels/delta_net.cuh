@@ -6,6 +6,13 @@
 // sequence's tokens, a row with slot < 0 is padding. A run starting at position 0 starts from a
 // zero state; any other run continues its slot's state. Graph-capturable: every per-step input
 // is read from device memory.
+//
+// The delta rule has two forms. The recurrent one walks a run token by token (decode, short
+// runs). The chunked one (delta_net_chunked.cu; runs of at least kDeltaNetChunkedMinRows rows
+// when DeltaNetArgs::chunk_scratch is given) cuts a run into chunks of kDeltaNetChunkTokens:
+// within a chunk the WY/UT form with the cumulative gates, all chunks at once; across chunks the
+// state update, one chunk after another. Both leave the same state (up to float rounding: the
+// chunked form sums in another order).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -37,13 +44,33 @@ struct DeltaNetArgs {
   const float* alpha = nullptr;  // [rows][n_v_heads]: before softplus(· + dt_bias) · a
   const float* z = nullptr;      // [rows][value_dim]: the output gate
   float* out = nullptr;          // [rows][value_dim]
+  // The chunked form's scratch (delta_net_chunk_scratch_floats) and [rows][value_dim] floats it
+  // may overwrite (cuda_hybrid.cpp gives `mixed`'s, dead after the convolution); either null:
+  // every run token by token.
+  float* chunk_scratch = nullptr;
+  float* chunk_w = nullptr;
 };
+
+// Tokens per chunk of the chunked form (the Gated DeltaNet papers' and llama.cpp's 64).
+constexpr int kDeltaNetChunkTokens = 64;
+// Runs of at least this many rows take the chunked form. Below one chunk the chunked form does
+// the recurrent form's sequential work (the forward substitution over the chunk's tokens) plus
+// its products and two more launches; from one whole chunk on, its sequential part is one state
+// update a chunk instead of one a token (a 64-token run: 64 dependent token steps of ~0.3 us
+// against three short launches).
+constexpr int kDeltaNetChunkedMinRows = kDeltaNetChunkTokens;
+// Floats of DeltaNetArgs::chunk_scratch for steps of up to `rows` rows (its start 16-byte
+// aligned).
+constexpr int64_t delta_net_chunk_scratch_floats(int64_t rows, int64_t n_v_heads) {
+  return rows * (65 * n_v_heads + 3) + 20;  // + 4: room to align the start to 16 bytes
+}
 
 // The short convolution, SiLU and L2 norms (conv_out from mixed and the conv states), then the
 // conv states advanced over each run. state_size must be one the kernels take.
 cudaError_t launch_delta_net_conv(const DeltaNetArgs& args, cudaStream_t stream);
-// The gated delta rule over each run, token by token (one thread per state column, the state in
-// registers), writing out; then RMSNorm(out) · norm_weight · SiLU(z) per value head, in place.
+// The gated delta rule over each run, writing out: chunked for runs of kDeltaNetChunkedMinRows
+// rows and more when chunk_scratch is given, else token by token (one thread per state column,
+// the state in registers); then RMSNorm(out) · norm_weight · SiLU(z) per value head, in place.
 cudaError_t launch_delta_net_rule(const DeltaNetArgs& args, cudaStream_t stream);
 bool delta_net_supports(int state_size);
 

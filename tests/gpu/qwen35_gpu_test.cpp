@@ -8,12 +8,17 @@
 //   - a prefill of 64 rows (the matvec path) and 16 graph-captured decode steps;
 //   - a prefill of 2 x 150 rows (the cuBLAS path, the flash-attention prefill, the state carried
 //     from the first chunk to the second) then decode at 300;
-//   - 6 sequences at different lengths decoding together (a graph of 8 rows, 2 of them padding);
+//   - 6 sequences at different lengths decoding together (a graph of 8 rows, 2 of them padding),
+//     then one step of their 6 decode rows beside a 100-token prompt continuing slot 1 (a chunked
+//     run and token-by-token runs in one launch);
 //   - a second turn from a snapshot: a chat's state and KV copied to host memory and back into
 //     another slot continue exactly (to the bit) as the chat that kept them, and stay within the
 //     bound of the CPU reference;
 //   - a step that does not continue its slot's state is refused, and the state slots are their
 //     own ledger category.
+// The prompts of 64 rows and more (the prefill of 64, both halves of 2 x 150, the prompts of 90,
+// 119 and 148 of the batched case, the mixed step's 100, the snapshot's first turn of 80) take the
+// chunked delta rule (kernels::kDeltaNetChunkedMinRows, asserted below), the rest token by token.
 // Each row's centred logits within a bound of the reference's spread, and their mean within a
 // third of it; greedy tokens equal except where the reference's top two are within the bound. The
 // bounds (bound_for): f32 weights on the matvec path differ from the reference by summation order
@@ -33,6 +38,7 @@
 #include <span>
 
 #include "backends/backend.h"
+#include "delta_net.cuh"
 #include "gpu_test_support.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
@@ -48,6 +54,9 @@
 
 namespace granule {
 namespace {
+
+// The prefill cases below are chunked from 64 rows on (the header's list).
+static_assert(kernels::kDeltaNetChunkedMinRows <= 64);
 
 SyntheticModelSpec qwen35_spec(TensorType type) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
@@ -199,6 +208,17 @@ TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
     }
     // The three longer prompts took the GEMM path.
     expect_close(r, g, vocab, gemm_bound, name + " batched decode of 6");
+    // Their next decode rows in one step with slot 1's next 100 prompt tokens (at 304).
+    const std::vector<int32_t> next = random_tokens(6, vocab, 200);
+    const std::vector<int32_t> more = random_tokens(100, vocab, 201);
+    std::vector<BatchSequence> batch;
+    for (int s = 0; s < 6; ++s)
+      batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                       lengths[static_cast<size_t>(s)] + 6, false});
+    batch.push_back({1, more, 304, false});
+    std::vector<float> r2, g2;
+    both(batch, r2, g2);
+    expect_close(r2, g2, vocab, gemm_bound, name + " 6 decode rows beside a prompt of 100");
   }
 }
 

@@ -67,12 +67,13 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   add("up", r * static_cast<uint64_t>(c.n_ff) * kF32);
   // Qwen3.5 (cuda_hybrid.cpp): per row the input projection and its convolution (2 x channels),
   // the output gate and the rule's output (2 x value width), beta and alpha (2 x value heads),
-  // and the gated attention's Q with its gate (2 x q_dim).
+  // and the gated attention's Q with its gate (2 x q_dim); then the chunked delta rule's scratch
+  // (kernels' delta_net_chunk_scratch_floats: 65 x value heads + 3 per row, and 20).
   if (c.is_hybrid()) {
     const DeltaNetConfig& d = c.delta_net;
-    add("hybrid", r *
-                      static_cast<uint64_t>(2 * d.conv_channels() + 2 * d.value_dim() +
-                                            2 * d.n_v_heads + 2 * q_dim) *
+    add("hybrid", (r * static_cast<uint64_t>(2 * d.conv_channels() + 2 * d.value_dim() +
+                                             2 * d.n_v_heads + 2 * q_dim + 65 * d.n_v_heads + 3) +
+                   20) *
                       kF32);
   }
   // The GEMM path dequantises one layer matrix at a time to f16 (runs of more than 64 rows).

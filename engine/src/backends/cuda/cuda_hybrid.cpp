@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstdint>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_model.h"
@@ -23,9 +24,10 @@ namespace k = granule::kernels;
 // Per-row arrays of the step inputs (cuda_model.cpp's InputArray).
 constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;
 
-// The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each.
+// The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each, then the
+// chunked delta rule's scratch for R rows.
 struct HybridScratch {
-  float *mixed, *conv_out, *z, *out, *beta, *alpha, *q_gate;
+  float *mixed, *conv_out, *z, *out, *beta, *alpha, *q_gate, *chunk;
 };
 
 HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
@@ -44,6 +46,8 @@ HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
   s.beta = take(d.n_v_heads);
   s.alpha = take(d.n_v_heads);
   s.q_gate = take(2 * c.n_head * c.head_dim);
+  // k::delta_net_chunk_scratch_floats(R, n_v_heads), 16-byte aligned (float4 loads).
+  s.chunk = p + (4 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 4) % 4;
   return s;
 }
 
@@ -115,12 +119,12 @@ void CudaModel::hybrid_norm(const DeviceMatrix* mats, int count, const float* we
 }
 
 void CudaModel::hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y,
-                               bool accumulate) {
+                               bool accumulate, const DeviceMatrix* next) {
   if (n_rows > kMatvecMaxRows) {
     __half* x16 = normed_f16_.as<__half>();
     check_launch(k::launch_convert_f32_to_f16(x, n_rows * w.cols, x16, stream_.get()),
                  "convert_f16");
-    gemm(w, nullptr, x16, n_rows, y, accumulate);
+    gemm(w, next, x16, n_rows, y, accumulate);
     return;
   }
   if (k::matvec_reads_q8(w.type, w.split))
@@ -130,6 +134,18 @@ void CudaModel::hybrid_project(const DeviceMatrix& w, const float* x, int n_rows
                  "quantize_q8");
   float* const outs[1] = {y};
   matvec(&w, outs, 1, n_rows, accumulate, x);
+}
+
+// A prefill pass (gemm()'s overlap) dequantises each matrix during the product before it, as
+// layer_gemm does: within a layer in the order the products run, and the next layer's first
+// during this layer's last when that layer is resident (a streamed layer's bytes are valid only
+// after before_layer()'s wait). Every `next` names a member of layers_, the object the following
+// gemm() call is given.
+const DeviceMatrix* CudaModel::gemm_after(const DeviceLayer& l) const {
+  const auto next = static_cast<size_t>(&l - layers_.data()) + 1;
+  if (next >= layers_.size() || streamer_->streamed(next)) return nullptr;
+  const DeviceLayer& n = layers_[next];
+  return n.recurrent_index >= 0 ? &n.ssm_in : &n.wq;
 }
 
 void CudaModel::layer_hybrid(const DeviceLayer& l, int layer, int n_rows) {
@@ -148,8 +164,9 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   float* const outs[4] = {s.mixed, s.z, s.beta, s.alpha};
   hybrid_norm(mats, 4, l.attn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {
+    const DeviceMatrix* order[5] = {&l.ssm_in, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out};
     for (int m = 0; m < 4; ++m)
-      gemm(mats[m], nullptr, normed_f16_.as<__half>(), n_rows, outs[m], false);
+      gemm(*order[m], order[m + 1], normed_f16_.as<__half>(), n_rows, outs[m], false);
   } else {
     matvec(mats, outs, 4, n_rows, false, normed_.as<float>());
   }
@@ -176,10 +193,18 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   a.alpha = s.alpha;
   a.z = s.z;
   a.out = s.out;
+  // Runs of a prompt take the chunked rule (kernels/delta_net.cuh says from how many rows); its
+  // W goes where the convolution's input was. A captured step is a decode step (cuda_backend.cpp
+  // captures nothing else), one token a sequence: its graph needs no plan.
+  if (!stream_capturing()) {
+    a.chunk_scratch = s.chunk;
+    a.chunk_w = s.mixed;
+  }
   if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
   check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
-  hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true);
+  hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true,
+                 moe_ ? gemm_after(l) : &l.w_gate);
 }
 
 void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows) {
@@ -189,8 +214,9 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   float* const outs[3] = {s.q_gate, k_.as<float>(), v_.as<float>()};
   hybrid_norm(mats, 3, l.attn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {
+    const DeviceMatrix* order[4] = {&l.wq, &l.wk, &l.wv, &l.wo};
     for (int m = 0; m < 3; ++m)
-      gemm(mats[m], nullptr, normed_f16_.as<__half>(), n_rows, outs[m], false);
+      gemm(*order[m], order[m + 1], normed_f16_.as<__half>(), n_rows, outs[m], false);
   } else {
     matvec(mats, outs, 3, n_rows, false, normed_.as<float>());
   }
@@ -219,7 +245,8 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   check_launch(k::launch_attention_output_gate(attn_.as<float>(), s.q_gate, n_rows, g.n_head,
                                                g.head_dim, stream_.get()),
                "attention_output_gate");
-  hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true);
+  hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true,
+                 moe_ ? gemm_after(l) : &l.w_gate);
 }
 
 // The FFN after post_attention_norm: the experts (CudaMoe), else SwiGLU as layer_matvec's
@@ -235,12 +262,12 @@ void CudaModel::hybrid_ffn(const DeviceLayer& l, int layer, int n_rows) {
   hybrid_norm(gu, 2, l.ffn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {
     __half* x16 = normed_f16_.as<__half>();
-    gemm(l.w_gate, nullptr, x16, n_rows, gate_.as<float>(), false);
-    gemm(l.w_up, nullptr, x16, n_rows, up_.as<float>(), false);
+    gemm(l.w_gate, &l.w_up, x16, n_rows, gate_.as<float>(), false);
+    gemm(l.w_up, &l.w_down, x16, n_rows, up_.as<float>(), false);
     check_launch(k::launch_swiglu_to_f16(gate_.as<float>(), up_.as<float>(), n_rows * c.n_ff, x16,
                                          stream_.get()),
                  "swiglu");
-    gemm(l.w_down, nullptr, x16, n_rows, hidden_.as<float>(), true);
+    gemm(l.w_down, gemm_after(l), x16, n_rows, hidden_.as<float>(), true);
     return;
   }
   if (l.w_gate.type == l.w_up.type && l.w_gate.split == l.w_up.split)

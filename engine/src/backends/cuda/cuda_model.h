@@ -231,8 +231,12 @@ class CudaModel {
   // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
   void hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows);
   // y (+)= x · Wᵀ for x of w.cols floats per row, by the path n_rows takes (x quantised or
-  // converted first as the kernel reads it; the GEMM path's f16 copy in normed_f16_).
-  void hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y, bool accumulate);
+  // converted first as the kernel reads it; the GEMM path's f16 copy in normed_f16_, `next` as
+  // gemm()'s).
+  void hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y, bool accumulate,
+                      const DeviceMatrix* next = nullptr);
+  // The GEMM path's next product after layer l's last: the next layer's first, if resident.
+  const DeviceMatrix* gemm_after(const DeviceLayer& l) const;
   void upload_hybrid(const WeightTable& weights);
   void allocate_recurrent_state(int32_t slots);
   void check_launch(cudaError_t status, const char* kernel);
