@@ -1,10 +1,12 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights
-// (split_layout.h) with int8 activation blocks (ActivationQ8) on int8 tensor cores: mma.sync
-// m16n8k32 (Q6_K and Q3_K: two m16n8k16, one per 16-element scale; Q2_K: a second m16n8k32 for
-// its mins; IQ4_NL/IQ4_XS/MXFP4: the nibbles' int8 levels, split_unpack.h), so one mma is 16 weight rows x 8 batch columns x one 32-element
-// sub-block, and its int32 result is scaled by the sub-block's weight and activation scales and
-// accumulated in f32 — the split dp4a kernel's numerics per sub-block, in another summation
-// order. Batch columns past the batch are zero-filled, never read; rows past a matrix's end
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4
+// weights (split_layout.h) with int8 activation blocks (ActivationQ8) on int8 tensor cores:
+// mma.sync m16n8k32 (Q4_K: Q4_1's unsigned nibbles, with the sub-block's d * sc and dmin * m;
+// Q5_K: the same with the fifth bit in bit 4 of each byte, split_unpack.h; Q6_K and Q3_K: two
+// m16n8k16, one per 16-element scale; Q2_K: a second m16n8k32 for its mins; IQ4_NL/IQ4_XS/MXFP4:
+// the nibbles' int8 levels, split_unpack.h), so one mma is 16 weight rows x 8 batch columns x one
+// 32-element sub-block, and its int32 result is scaled by the sub-block's weight and activation
+// scales and accumulated in f32 — the split dp4a kernel's numerics per sub-block, in another
+// summation order. Batch columns past the batch are zero-filled, never read; rows past a matrix's end
 // repeat its last row and are never written. More than 64 columns take further column tiles in
 // grid z. Two kernels (mma_tiles.cuh has the pieces they share with matvec_f16mma.cu):
 //
@@ -18,9 +20,9 @@
 // Block-staged (every other device with int8 mma: the consumer GPUs' 100 KB per block). A
 // block owns 16 * WM weight rows and 8 * NT columns; its WM x WK warps split the rows (16 each)
 // and the sub-blocks of each stage (WK ways); the stages are the block's, kStageBlocks
-// sub-blocks each, behind a __syncthreads. Q6_K, Q2_K, Q3_K and the 16-level types (IQ4_NL,
-// IQ4_XS, MXFP4: their nibbles are indices into a table of int8 levels) take the dp4a kernel
-// there.
+// sub-blocks each, behind a __syncthreads. Q4_K, Q5_K, Q6_K, Q2_K, Q3_K and the 16-level types
+// (IQ4_NL, IQ4_XS, MXFP4: their nibbles are indices into a table of int8 levels) take the dp4a
+// kernel there (the K types' super-block scales are not in its stages).
 #include "granule/split_layout.h"
 #include "matvec_mma.cuh"
 #include "mma_tiles.cuh"
@@ -37,8 +39,8 @@ constexpr float kQ4_0Bias = -8.0f;  // Q4_0 values are q - 8, q unsigned in the 
 // Per sub-block and row (Q6_K: ql; Q2_K/Q3_K: the 2-bit values).
 template <uint32_t TYPE>
 constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : TYPE == kQ2_K || TYPE == kQ3_K ? 8 : 16;
-// f16 d (and m); Q6_K/Q3_K: two int8 scales; Q2_K: two scale/min bytes; IQ4_XS: one int8
-// scale; MXFP4: one E8M0 byte.
+// f16 d (and m); Q6_K/Q3_K: two int8 scales; Q2_K: two scale/min bytes; Q4_K/Q5_K: the
+// unpacked 6-bit scale and min bytes; IQ4_XS: one int8 scale; MXFP4: one E8M0 byte.
 template <uint32_t TYPE>
 constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : TYPE == kIQ4_XS || TYPE == kMXFP4 ? 1 : 2;
 // The 16-level types (nibbles through a table of int8 levels: split_unpack.h), which only the
@@ -46,9 +48,13 @@ constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : TYPE == kIQ4_XS || TYPE == kMXFP
 constexpr bool is_level_type(uint32_t type) {
   return type == kIQ4_NL || type == kIQ4_XS || type == kMXFP4;
 }
+// Q4_K and Q5_K: unsigned q (0..15, 0..31) with a per-sub-block scale d * sc and min dmin * m
+// from the super-block's (d, dmin) and the sub-block's unpacked (sc, m) bytes.
+constexpr bool is_min_k_type(uint32_t type) { return type == kQ4_K || type == kQ5_K; }
 // The types only the warp-pipelined kernel runs.
 constexpr bool piped_only(uint32_t type) {
-  return type == kQ6_K || type == kQ2_K || type == kQ3_K || is_level_type(type);
+  return type == kQ6_K || type == kQ2_K || type == kQ3_K || is_min_k_type(type) ||
+         is_level_type(type);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -312,12 +318,13 @@ struct Plan {
   // Q6_K (split_layout.h): the quantised bytes above are ql; the scale region holds the two
   // int8 scales per sub-block; then qh (8 bytes per sub-block) and the super-block's f16 d
   // (4 bytes: the aligned pair of d values holding it; a stage never crosses a super-block).
-  // IQ4_XS and Q3_K: the super-block's f16 d as Q6_K's; Q2_K: its (d, dmin). Q3_K: qh as
-  // Q6_K's (4 bytes per sub-block).
+  // IQ4_XS and Q3_K: the super-block's f16 d as Q6_K's; Q2_K, Q4_K and Q5_K: its (d, dmin).
+  // Q3_K and Q5_K: qh as Q6_K's (4 bytes per sub-block). Q4_K/Q5_K's scale region: the
+  // sub-block's (sc, m) bytes.
   static constexpr bool kQ6 = TYPE == kQ6_K;
   static constexpr bool kTwoBit = TYPE == kQ2_K || TYPE == kQ3_K;
-  static constexpr bool kSuperD = kQ6 || kTwoBit || TYPE == kIQ4_XS;
-  static constexpr int kQhRow = kQ6 ? kKs * 8 : TYPE == kQ3_K ? kKs * 4 : 0;
+  static constexpr bool kSuperD = kQ6 || kTwoBit || TYPE == kIQ4_XS || is_min_k_type(TYPE);
+  static constexpr int kQhRow = kQ6 ? kKs * 8 : TYPE == kQ3_K || TYPE == kQ5_K ? kKs * 4 : 0;
   static constexpr int kQhOffset = kScaleOffset + kWeightRows * kScaleRow;
   static constexpr int kD6Offset = kQhOffset + kWeightRows * kQhRow;
   static constexpr int kActOffset = kD6Offset + (kSuperD ? kWeightRows * 4 : 0);
@@ -348,7 +355,7 @@ struct Plan {
   static_assert(kScaleRow % kScaleCopy == 0, "whole scale copies");
   static_assert(NT == 1 || NT % 2 == 0, "activation fragments load two n-tiles at a time");
   static_assert(!kQ6 || (8 % kKs == 0 && kQhRow % 16 == 0), "Q6_K stages inside a super-block");
-  static_assert(kQhRow % 8 == 0, "Q3_K: qh in one 8- or 16-byte copy");
+  static_assert(kQhRow % 8 == 0, "Q3_K/Q5_K: qh in one 8- or 16-byte copy");
   static_assert(!kSuperD || 8 % kKs == 0, "a stage inside a super-block");
   static_assert(!kByteScales || 4 % kKs == 0, "a stage's scale bytes inside one aligned word");
 };
@@ -368,6 +375,16 @@ constexpr int kSharedBytes = [] {
 __device__ __forceinline__ uint32_t q6_signed(uint32_t low, uint32_t high) {
   const uint32_t v = (low & 0x0F0F0F0Fu) | ((high & 0x03030303u) << 4);  // 0..63 per byte
   return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // bytewise v - 32, no borrows
+}
+
+// Byte k (0 or 1) of w as a signed int8, in f32: sign-extended by prmt (a selector nibble with
+// bit 3 set replicates the selected byte's sign; __byte_perm is documented to ignore that
+// bit), then converted by the ALU (I2FP): a plain int8 conversion compiles to I2F.S8, which
+// issues to the quarter-rate conversion unit.
+__device__ __forceinline__ float signed_byte_to_float(uint32_t w, int k) {
+  int v;
+  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(w), "r"(0x8880u + 0x1111u * k));
+  return static_cast<float>(v);
 }
 
 // The mma results carry 1.5 * 2^23 (kMagicBits as the accumulator's start): the f32 whose
@@ -439,15 +456,19 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
       copy_async<4>(stage + P::kD6Offset + lane * 4,
                     ok ? own_row + d_offset + ((first / 8) & ~1) * 2 : own_row, ok);
     }
-    if constexpr (TYPE == kQ2_K) {  // the super-block's (d, dmin)
+    if constexpr (TYPE == kQ2_K || is_min_k_type(TYPE)) {  // the super-block's (d, dmin)
       const bool ok = first < n;
+      const int64_t d_offset =
+          TYPE == kQ2_K ? split::q2k_d_offset(n) : split::kquant_d_offset(TYPE, n);
       copy_async<4>(stage + P::kD6Offset + lane * 4,
-                    ok ? own_row + split::q2k_d_offset(n) + (first / 8) * 4 : own_row, ok);
+                    ok ? own_row + d_offset + (first / 8) * 4 : own_row, ok);
     }
-    if constexpr (TYPE == kQ3_K) {  // qh: 4 bytes per sub-block, the stage's in one copy
+    if constexpr (TYPE == kQ3_K || TYPE == kQ5_K) {  // qh: 4 bytes per sub-block, in one copy
       const bool ok = first < n;
+      const int64_t qh_offset =
+          TYPE == kQ3_K ? split::q3k_qh_offset(n) : split::q5k_qh_offset(n);
       copy_async<P::kQhRow>(stage + P::kQhOffset + lane * P::kQhRow,
-                            ok ? own_row + split::q3k_qh_offset(n) + first * 4 : own_row, ok);
+                            ok ? own_row + qh_offset + first * 4 : own_row, ok);
     }
     if constexpr (P::kQ6) {
 #pragma unroll
@@ -560,6 +581,16 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
             a[m][3] = split_unpack::table_levels4<kMx>((r[2 * m + 1] >> 4) & 0x0F0F0F0Fu);
           } else {
             mma::q4_int8_fragment(a[m], r[2 * m], r[2 * m + 1]);
+            if constexpr (TYPE == kQ5_K) {
+              // Fifth bits of rows g (h 0) and g + 8: elements 4t.. (a[h]) and 16 + 4t..
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const uint32_t qh = *reinterpret_cast<const uint32_t*>(
+                    stage + P::kQhOffset + (m * 16 + g + 8 * h) * P::kQhRow + u * 4);
+                a[m][h] |= split_unpack::fifth_bits(qh, t);
+                a[m][2 + h] |= split_unpack::fifth_bits(qh, 4 + t);
+              }
+            }
           }
         }
       }
@@ -600,7 +631,7 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
       } else if constexpr (P::kQ6 || TYPE == kQ3_K) {
 #pragma unroll
         for (int m = 0; m < kWeightTiles; ++m) {
-          float dw[2], sc0[2], sc1[2];  // per row g, g + 8
+          float sc0[2], sc1[2];  // per row g, g + 8: d times each half's scale
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = m * 16 + g + 8 * h;
@@ -620,11 +651,14 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
               a[m][h] = split_unpack::q3_k_word_of(half, qh, t);
               a[m][2 + h] = split_unpack::q3_k_word_of(half, qh, 4 + t);
             }
-            const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow + u * 2;
-            sc0[h] = static_cast<float>(static_cast<int8_t>(sc[0]));
-            sc1[h] = static_cast<float>(static_cast<int8_t>(sc[1]));
-            dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
+            // d * scale is exact (f16's 11-bit significand times an 8-bit integer): folded
+            // here, per row and sub-block, it leaves each result element one multiply fewer.
+            const uint32_t sc = *reinterpret_cast<const uint16_t*>(stage + P::kScaleOffset +
+                                                                   row * P::kScaleRow + u * 2);
+            const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
                 stage + P::kD6Offset + row * 4 + 2 * ((first / 8) & 1)));
+            sc0[h] = d * signed_byte_to_float(sc, 0);
+            sc1[h] = d * signed_byte_to_float(sc, 1);
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
@@ -634,10 +668,10 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const int h = i / 2, p = i & 1;
-              // sc0 x0 + sc1 x1 is exact below 2^24 and otherwise rounded once, as the dp4a
-              // kernel's float(sc0 * sum0 + sc1 * sum1).
+              // d (sc0 x0 + sc1 x1) in two roundings, then times the activation's d: the dp4a
+              // kernel's d * d_a * float(sc0 * sum0 + sc1 * sum1) in another order.
               const float x = fmaf(sc1[h], unmagic(c1[i]), sc0[h] * unmagic(c0[i]));
-              acc[m][nt][i] = fmaf(dw[h] * da[nt][p], x, acc[m][nt][i]);
+              acc[m][nt][i] = fmaf(da[nt][p], x, acc[m][nt][i]);
             }
           }
         }
@@ -649,7 +683,16 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
           for (int h = 0; h < 2; ++h) {
             const int row = m * 16 + g + 8 * h;
             const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow;
-            if constexpr (TYPE == kMXFP4) {
+            mw[h] = 0.0f;
+            if constexpr (is_min_k_type(TYPE)) {
+              // d * sc and -(dmin * m), each one f32 product as the dp4a kernel's k_quant_dot.
+              const uint32_t dm =
+                  *reinterpret_cast<const uint32_t*>(stage + P::kD6Offset + row * 4);
+              sc += u * P::kScaleBytes;
+              dw[h] = half_bits_to_float(static_cast<uint16_t>(dm)) * static_cast<float>(sc[0]);
+              mw[h] = -(half_bits_to_float(static_cast<uint16_t>(dm >> 16)) *
+                        static_cast<float>(sc[1]));
+            } else if constexpr (TYPE == kMXFP4) {
               dw[h] = e8m0_to_float_half(sc[(first & 3) + u]);
             } else if constexpr (TYPE == kIQ4_XS) {
               dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
@@ -658,9 +701,9 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
             } else {
               sc += u * P::kScaleBytes;
               dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc));
+              if constexpr (TYPE == kQ4_1)
+                mw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2));
             }
-            mw[h] = TYPE == kQ4_1 ? half_bits_to_float(*reinterpret_cast<const uint16_t*>(sc + 2))
-                                  : 0.0f;
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
@@ -672,7 +715,7 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
               const int h = i / 2, p = i & 1;
               if constexpr (TYPE == kQ4_0) {
                 acc[m][nt][i] = fmaf(dw[h], fmaf(da[nt][p], x, sa[nt][p]), acc[m][nt][i]);
-              } else if constexpr (TYPE == kQ4_1) {
+              } else if constexpr (TYPE == kQ4_1 || is_min_k_type(TYPE)) {
                 acc[m][nt][i] = fmaf(mw[h], sa[nt][p], fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]));
               } else {
                 acc[m][nt][i] = fmaf(dw[h], da[nt][p] * x, acc[m][nt][i]);
@@ -728,7 +771,11 @@ bool ready() {
                           allow_shared_bytes_all_tiles<kQ2_K, false>(),
                           allow_shared_bytes_all_tiles<kQ2_K, true>(),
                           allow_shared_bytes_all_tiles<kQ3_K, false>(),
-                          allow_shared_bytes_all_tiles<kQ3_K, true>()}) == cudaSuccess)
+                          allow_shared_bytes_all_tiles<kQ3_K, true>(),
+                          allow_shared_bytes_all_tiles<kQ4_K, false>(),
+                          allow_shared_bytes_all_tiles<kQ4_K, true>(),
+                          allow_shared_bytes_all_tiles<kQ5_K, false>(),
+                          allow_shared_bytes_all_tiles<kQ5_K, true>()}) == cudaSuccess)
       return true;
     cudaGetLastError();
     return false;
@@ -819,7 +866,7 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
   auto run = [&](auto type_tag) -> cudaError_t {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     const bool gate_up = packed.t[0].weight_up != nullptr;
-    // The block-staged kernel leaves Q6_K, Q2_K, Q3_K and the level types to the dp4a kernel.
+    // The block-staged kernel leaves the K types and the level types to the dp4a kernel.
     if constexpr (piped_only(TYPE)) {
       if (!piped) return launch_matvec(weight_type, tasks, n_tasks, input, config, stream);
       return gate_up
@@ -836,8 +883,8 @@ cudaError_t launch_matvec_mma(uint32_t weight_type, const MatvecTask* tasks, int
                                                    stream);
     }
   };
-  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS, kMXFP4>(
-      weight_type, run);
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS,
+                       kMXFP4>(weight_type, run);
 }
 
 }  // namespace granule::kernels

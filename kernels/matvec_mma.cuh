@@ -1,7 +1,7 @@
 // Batched quantised matrix products on int8 tensor cores (mma.sync m16n8k32, sm_80+) over
-// split-layout Q4_0/Q4_1/Q8_0/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights and int8 activation
-// blocks: the same tasks, epilogues and per-block numerics as launch_matvec_split, for batches
-// of a few rows and more.
+// split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/Q2_K/Q3_K/IQ4_NL/IQ4_XS/MXFP4 weights and int8
+// activation blocks: the same tasks, epilogues and per-block numerics as launch_matvec_split, for
+// batches of a few rows and more.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -12,8 +12,8 @@
 namespace granule::kernels {
 
 // True when launch_matvec_mma runs this weight type in this layout (split Q4_0/Q4_1/Q8_0, and
-// split Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, which the block-staged kernel hands to the
-// dp4a kernel (launch_matvec)).
+// split Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4, which the block-staged kernel
+// hands to the dp4a kernel (launch_matvec)).
 bool matvec_mma_supports(uint32_t weight_type, bool split_layout);
 
 // True when the current device has int8 mma (compute capability 8.0 or later, and this build

@@ -1,6 +1,7 @@
 // The split layout's (split_layout.h) sub-block words as the dp4a and mma kernels meet them:
 // four consecutive elements of a 32-element sub-block as four int8 bytes of one word, for the
-// types whose values are not plain bytes or nibbles (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4). Word m
+// types whose values are not plain bytes or nibbles (Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS, MXFP4), and
+// Q4_K's plain nibbles. Word m
 // (0..7) holds elements 4m..4m+3, the order of the int8 activation words. Plain C++ as well as
 // CUDA, so a host test (tests/gpu/split_unpack_test.cpp) holds the bit manipulation to the
 // host's decoding of the same split rows.
@@ -63,12 +64,29 @@ GRANULE_SPLIT_HD uint32_t table_levels4(uint32_t idx) {
     return levels4(idx, 0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
 }
 
+// Q4_0-order nibble bytes q[0..3] (byte i: element i low, i + 16 high): word m's nibbles as
+// unsigned bytes 0..15 (Q4_K's q).
+GRANULE_SPLIT_HD uint32_t nibble_word(const uint32_t (&q)[4], int m) {
+  return m < 4 ? q[m] & 0x0F0F0F0Fu : (q[m - 4] >> 4) & 0x0F0F0F0Fu;
+}
+
 // IQ4_NL / IQ4_XS / MXFP4: word m of a sub-block whose 16 nibble bytes are q[0..3] (Q4_0's
 // order: byte i holds element i low, i + 16 high), as int8 levels.
 template <bool MXFP4>
 GRANULE_SPLIT_HD uint32_t nibble_levels_word(const uint32_t (&q)[4], int m) {
-  const uint32_t idx = m < 4 ? q[m] & 0x0F0F0F0Fu : (q[m - 4] >> 4) & 0x0F0F0F0Fu;
-  return table_levels4<MXFP4>(idx);
+  return table_levels4<MXFP4>(nibble_word(q, m));
+}
+
+// Q5_K: the fifth bits of word m's elements (bit e of the sub-block's qh is element e's) as bit
+// 4 of each byte. One multiply spreads the nibble of qh, bit k to bit 8k (the shifted copies at
+// 0, 7, 14 and 21 never overlap, so nothing carries): fewer live values than four shifts.
+GRANULE_SPLIT_HD uint32_t fifth_bits(uint32_t qh, int m) {
+  return (((qh >> (4 * m)) & 0xFu) * 0x00204081u & 0x01010101u) << 4;
+}
+
+// Q5_K: word m's unsigned 5-bit values (0..31).
+GRANULE_SPLIT_HD uint32_t q5_k_word(const uint32_t (&q)[4], uint32_t qh, int m) {
+  return nibble_word(q, m) | fifth_bits(qh, m);
 }
 
 // Q2_K / Q3_K: the 2-bit values (0..3) of word m from the sub-block's 8 bytes w[0], w[1]

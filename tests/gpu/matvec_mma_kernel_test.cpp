@@ -2,18 +2,19 @@
 // an H100/H200 runs and the block-staged one of devices with less shared memory per block)
 // against the split dp4a kernel (launch_matvec) on every element and against a host
 // double-precision reference from the same int8 activations on a sample of rows: Q4_0, Q4_1,
-// Q8_0, and Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 (which the block-staged kernel hands to
-// the dp4a kernel itself), the model
+// Q8_0, and Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 (which the block-staged kernel
+// hands to the dp4a kernel itself), the model
 // shapes of SmolLM2 and an 8B model, odd row counts and short rows, batches from 1 to 512 (odd
 // ones, one to eight 64-column tiles), the three-matrix launch with accumulate, the fused SwiGLU
 // epilogue, and what it refuses.
 // Both kernels compute the same exact sum of per-sub-block integer dot products scaled in
 // f32; they differ only in summation order, so the bound is kSummationRelError of the
-// row's magnitude (sum over elements of |weight term| * |activation|, with Q4_0's and
-// Q4_1's min terms counted on their own since the kernels add them separately).
+// row's magnitude (sum over elements of |weight term| * |activation|, with the min terms of
+// Q4_0, Q4_1, Q4_K, Q5_K and Q2_K counted on their own since the kernels add them separately).
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <type_traits>
 
 #include "granule/block_formats.h"
 #include "matvec_mma.cuh"
@@ -56,6 +57,40 @@ void expect_device_kernel() {
 // far below what a wrong nibble, scale or column shows (~1e-2 of the magnitude).
 constexpr double kSummationRelError = 1e-4;
 constexpr int kMaxBatch = 512;
+// Every type the tensor-core products take.
+constexpr TensorType kMmaTypes[] = {TensorType::Q4_0,   TensorType::Q4_1, TensorType::Q8_0,
+                                    TensorType::Q4_K,   TensorType::Q5_K, TensorType::Q6_K,
+                                    TensorType::Q2_K,   TensorType::Q3_K, TensorType::IQ4_NL,
+                                    TensorType::IQ4_XS, TensorType::MXFP4};
+
+// Q4_K/Q5_K's 6-bit scale and min of sub-block j (0..7) from the block's 12 packed bytes (as
+// GGUF packs them; written out here apart from the repacker the kernels' rows come from).
+void k_scale_min(const uint8_t* q, int j, int& scale, int& min) {
+  if (j < 4) {
+    scale = q[j] & 63;
+    min = q[j + 4] & 63;
+  } else {
+    scale = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// One Q4_K/Q5_K block: element l of sub-block s is nibble s % 2 of qs[32 (s / 2) + l] (Q5_K:
+// with bit s of qh[l] as its fifth bit); value d sc q - dmin m, the min term on its own.
+template <class Block>
+void decode_k_block(const Block& b, double* value, double* term) {
+  const double d = fp16_to_f32(b.d), dmin = fp16_to_f32(b.dmin);
+  for (int s = 0; s < 8; ++s) {
+    int sc = 0, mn = 0;
+    k_scale_min(b.scales, s, sc, mn);
+    for (int l = 0; l < 32; ++l) {
+      int q = (b.qs[32 * (s / 2) + l] >> (4 * (s % 2))) & 0xF;
+      if constexpr (std::is_same_v<Block, BlockQ5_K>) q |= ((b.qh[l] >> s) & 1) << 4;
+      value[32 * s + l] = d * sc * q - dmin * mn;
+      term[32 * s + l] = std::fabs(d) * sc * q + std::fabs(dmin) * mn;
+    }
+  }
+}
 
 // Row r's elements as exact doubles, and per element the magnitude the kernels' f32 sum
 // rounds against: |d q| + |min term| (Q4_0: q unsigned with a -8 d min term).
@@ -75,6 +110,17 @@ void decode_row(const Matrix& m, int64_t r, std::vector<double>& value, std::vec
         value[at] = d * (sc & 0xF) * q - dmin * (sc >> 4);
         term[at] = std::fabs(d) * (sc & 0xF) * q + std::fabs(dmin) * (sc >> 4);
       }
+    }
+    return;
+  }
+  if (m.type == TensorType::Q4_K || m.type == TensorType::Q5_K) {
+    for (int64_t k = 0; k < m.cols / 256; ++k) {
+      double* v = value.data() + k * 256;
+      double* t = term.data() + k * 256;
+      if (m.type == TensorType::Q4_K)
+        decode_k_block(reinterpret_cast<const BlockQ4_K*>(row)[k], v, t);
+      else
+        decode_k_block(reinterpret_cast<const BlockQ5_K*>(row)[k], v, t);
     }
     return;
   }
@@ -215,7 +261,7 @@ TEST_P(MatvecMma, MatchesDp4aKernelAndHostReference) {
   std::vector<std::vector<double>> values(sampled.size()), value_terms(sampled.size());
   for (size_t k = 0; k < sampled.size(); ++k) decode_row(w, sampled[k], values[k], value_terms[k]);
 
-  for (const int batch : {1, 4, 7, 8, 13, 32, 33, 64, 100, 512}) {
+  for (const int batch : {1, 4, 7, 8, 13, 16, 32, 33, 64, 100, 512}) {
     const kernels::MatvecInput in = act.input(batch);
     Output dp4a(s.rows, batch);
     const kernels::MatvecTask dp4a_task = task_for(w, dp4a.y.get());
@@ -330,6 +376,18 @@ std::vector<Shape> shapes() {
   out.push_back({TensorType::Q2_K, 333, 256});
   out.push_back({TensorType::Q3_K, 77, 2816});
   out.push_back({TensorType::MXFP4, 300, 2880});  // gpt-oss's width: 90 sub-blocks
+  // Q4_K and Q5_K (a Q4_K_M file's layers; the block-staged kernel hands them to the dp4a
+  // kernel): an 8B model's three shapes, one super-block per row, 5 and 11 super-blocks on row
+  // counts off the tiles, and the 56 super-blocks of its down projection on few rows.
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K}) {
+    out.push_back({t, 4096, 4096});
+    out.push_back({t, 14336, 4096});
+    out.push_back({t, 4096, 14336});
+    out.push_back({t, 333, 256});
+    out.push_back({t, 1000, 1280});
+    out.push_back({t, 77, 2816});
+    out.push_back({t, 150, 14336});
+  }
   return out;
 }
 
@@ -341,9 +399,7 @@ TEST(MatvecMmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   std::mt19937 rng(5);
-  for (TensorType type :
-       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q2_K,
-        TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+  for (TensorType type : kMmaTypes) {
     const int64_t cols = tensor_type_info(type).block_elems == 256 ? 768 : 608,
                   rows[3] = {200, 72, 40};
     const Activations act(cols, 23, config);
@@ -393,9 +449,7 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
-  for (TensorType type :
-       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q6_K, TensorType::Q2_K,
-        TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+  for (TensorType type : kMmaTypes) {
     const int64_t rows = 300, cols = 1024;
     const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
     const std::vector<double> gate_terms = row_block_terms(gate), up_terms = row_block_terms(up);
@@ -404,7 +458,8 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
     for (const auto& [batch, variant] :
          {std::pair{4, kVariants[0]}, std::pair{33, kVariants[0]}, std::pair{100, kVariants[0]},
           std::pair{4, kVariants[1]}, std::pair{8, kVariants[1]}, std::pair{13, kVariants[1]},
-          std::pair{33, kVariants[1]}, std::pair{64, kVariants[1]}, std::pair{100, kVariants[1]}}) {
+          std::pair{16, kVariants[1]}, std::pair{32, kVariants[1]}, std::pair{33, kVariants[1]},
+          std::pair{64, kVariants[1]}, std::pair{100, kVariants[1]}}) {
       SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
                    " " + variant.name());
       const std::vector<double> blocks = act.block_magnitudes(batch);
@@ -436,6 +491,39 @@ TEST(MatvecMmaTasks, FusedSwigluMatchesSeparateProducts) {
   }
 }
 
+// The fixed-order reduction: a second launch of the same product gives the same bits, plain and
+// SwiGLU, at the decode batches the tensor cores take (8-64 columns: one, two, four and eight
+// n-tiles), on the device's kernel.
+TEST(MatvecMmaTasks, SecondLaunchGivesTheSameBits) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
+  const int64_t rows = 1000, cols = 4096;
+  const Activations act(cols, 31, config);
+  for (TensorType type : kMmaTypes) {
+    const Matrix gate = make_matrix(type, rows, cols, 9), up = make_matrix(type, rows, cols, 10);
+    const uint32_t t = static_cast<uint32_t>(type);
+    for (const int batch : {8, 16, 32, 64})
+      for (const bool swiglu : {false, true}) {
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " batch " + std::to_string(batch) +
+                     (swiglu ? " SwiGLU" : ""));
+        std::vector<float> first;
+        for (int launch = 0; launch < 2; ++launch) {
+          Output y(rows, batch);
+          kernels::MatvecTask task = task_for(gate, y.y.get());
+          if (swiglu) task.weight_up = up.device.get();
+          CUDA_OK(kernels::launch_matvec_mma(t, &task, 1, act.input(batch), config, nullptr));
+          const std::vector<float> got = y.y.download();
+          if (launch == 0) {
+            first = got;
+            continue;
+          }
+          EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), 0);
+        }
+      }
+  }
+}
+
 TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
@@ -444,13 +532,12 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q6_K), false));
   EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
-  for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
-                       TensorType::MXFP4}) {
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q2_K, TensorType::Q3_K,
+                       TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
     EXPECT_TRUE(kernels::matvec_mma_supports(static_cast<uint32_t>(t), true));
     EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(t), false));
   }
-  // Q4_K/Q5_K: split, but dp4a only (not yet in the tensor-core products).
-  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q4_K), true));
+  EXPECT_FALSE(kernels::matvec_mma_supports(static_cast<uint32_t>(TensorType::Q5_1), true));
   if (!kernels::matvec_mma_fits_device()) GTEST_SKIP() << "no int8 mma on this device or build";
   expect_device_kernel();
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
@@ -468,9 +555,10 @@ TEST(MatvecMmaTasks, RefusesWhatItCannotRun) {
     EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q5_0), &t, 1,
                                          act.input(8), config, nullptr, variant.kernel),
               cudaErrorInvalidValue);
-    EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(TensorType::Q6_K), &t, 1,
-                                         act.input(8), config, nullptr, variant.kernel),
-              cudaErrorInvalidValue);  // 64 columns: not whole Q6_K super-blocks
+    for (TensorType k : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+      EXPECT_EQ(kernels::launch_matvec_mma(static_cast<uint32_t>(k), &t, 1, act.input(8), config,
+                                           nullptr, variant.kernel),
+                cudaErrorInvalidValue);  // 64 columns: not whole super-blocks
     kernels::MatvecInput odd = act.input(8);
     odd.n_in = 48;  // not whole sub-blocks
     EXPECT_EQ(kernels::launch_matvec_mma(q4_0, &t, 1, odd, config, nullptr, variant.kernel),

@@ -396,9 +396,10 @@ INSTANTIATE_TEST_SUITE_P(
       return i.param.variant + "_" + std::string(tensor_type_info(i.param.type).name);
     });
 
-// Q4_K and Q5_K in the split layout (int8 dp4a decode, split f16 dequantise for the GEMM,
-// split embedding rows), beside the "llama" cases above: the Qwen2 shape (biases, tied
-// embeddings: the head reads the split embedding table) and a Q4_K_M-like mix.
+// Q4_K and Q5_K in the split layout (int8 dp4a decode, int8 tensor cores for the 64-row
+// prefill, split f16 dequantise for the GEMM, split embedding rows), beside the "llama" cases
+// above: the Qwen2 shape (biases, tied embeddings: the head reads the split embedding table) and
+// a Q4_K_M-like mix.
 INSTANTIATE_TEST_SUITE_P(
     KQuantSplit, ModelGpuVsCpu,
     ::testing::Values(ModelCase{"qwen2", TensorType::Q4_K}, ModelCase{"qwen2", TensorType::Q5_K},
@@ -424,6 +425,59 @@ TEST(ModelGpuBatch, BatchedDecodeAtDifferentLengthsMatchesTheOracle) {
   const bool f16_prompt = f16_from > 0 && f16_from <= kBatchLengths[1];
   expect_close(compare_rows(rows.want, rows.ref, rows.got, vocab), "batched decode (3 sequences)",
                f16_prompt ? kShallowInt8 : kShallow, "Q4_0 batched-decode");
+}
+
+// A Q4_K_M-like model (Q4_K layers, a Q5_K and a Q6_K down projection, Q6_K attn_v and head)
+// with 8 and then 33 sequences decoding together, one token each per step (decode graphs of 8
+// and 64 rows): every product of those steps takes the int8 tensor cores (kernels/README.md),
+// the fused SwiGLU on Q4_K gate/up included, against the oracle and the CPU reference doing
+// the same batches; and against the dp4a kernels (mma off), whose other summation order must
+// show in the logits: the tensor-core path really ran.
+TEST(ModelGpuBatch, KQuantDecodeOfManySequencesMatchesTheOracle) {
+  GRANULE_REQUIRE_GPU();
+  const test::TempModel model(small_spec("q4_k_m", TensorType::Q4_K),
+                              "granule-gpu-test-kquant-batch");
+  const std::filesystem::path& path = model.path;
+  constexpr int kCounts[] = {8, 33};
+  constexpr int kSlots = kCounts[0] + kCounts[1], kSteps = 4;
+  kernels::KernelConfig dp4a = gpu_test::kernel_config();
+  dp4a.mma = false;
+  Rig cpu(path, false, kSlots, 64), oracle(path, false, kSlots, 64, true),
+      gpu(path, true, kSlots, 64), gpu_dp4a(path, true, kSlots, 64, false, dp4a);
+  if (!dynamic_cast<cuda::CudaBackend&>(*gpu.backend).model().kernel_config().mma)
+    GTEST_SKIP() << "no int8 mma on this device or build";
+  const int64_t vocab = cpu.config.n_vocab;
+  int first_slot = 0;
+  for (const int count : kCounts) {
+    auto prompt_length = [](int s) { return 1 + s % 7; };
+    for (int s = 0; s < count; ++s) {
+      const std::vector<int32_t> prompt =
+          random_tokens(prompt_length(s), vocab, static_cast<uint32_t>(300 + first_slot + s));
+      for (Rig* r : {&cpu, &oracle, &gpu, &gpu_dp4a}) r->run({{first_slot + s, prompt, 0, false}});
+    }
+    Rows3 rows;
+    std::vector<float> got_dp4a;
+    for (int step = 0; step < kSteps; ++step) {
+      const std::vector<int32_t> next =
+          random_tokens(count, vocab, static_cast<uint32_t>(400 + 10 * count + step));
+      std::vector<BatchSequence> batch;
+      for (int s = 0; s < count; ++s)
+        batch.push_back({first_slot + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                         prompt_length(s) + step, false});
+      const std::vector<float> c = cpu.run(batch), o = oracle.run(batch), g = gpu.run(batch),
+                               d = gpu_dp4a.run(batch);
+      rows.ref.insert(rows.ref.end(), c.begin(), c.end());
+      rows.want.insert(rows.want.end(), o.begin(), o.end());
+      rows.got.insert(rows.got.end(), g.begin(), g.end());
+      got_dp4a.insert(got_dp4a.end(), d.begin(), d.end());
+    }
+    const std::string what = "Q4_K_M decode, " + std::to_string(count) + " sequences";
+    expect_close(compare_rows(rows.want, rows.ref, rows.got, vocab), what, kShallowInt8,
+                 "Q4_K batched-decode-" + std::to_string(count));
+    EXPECT_GT(bitwise_differences(rows.got, got_dp4a), 0u)
+        << what << ": the same logits with mma off: the tensor-core path did not run";
+    first_slot += count;
+  }
 }
 
 // The f16 tensor-core products (KernelConfig::f16_mma_min_rows = 1: every run of at most 64

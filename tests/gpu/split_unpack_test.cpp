@@ -1,6 +1,6 @@
 // The split layout's int8 words (kernels/split_unpack.h) on the host, no GPU needed: for Q2_K,
-// Q3_K, IQ4_NL, IQ4_XS and MXFP4 rows (quantiser output and random blocks) re-laid out by
-// split_rows, every element that the dp4a / mma kernels build from the split bytes, times the
+// Q3_K, Q4_K, Q5_K, IQ4_NL, IQ4_XS and MXFP4 rows (quantiser output and random blocks) re-laid out
+// by split_rows, every element that the dp4a / mma kernels build from the split bytes, times the
 // sub-block's scale (and minus its min), is exactly the host's decoding of the row
 // (dequantize_split_row, itself dequantize_row's to the bit: weight_split_test). Then each
 // sub-block's product with int8 activations as split_dot.cuh's dot_payload forms it (integer
@@ -78,6 +78,19 @@ SubBlock unpack(TensorType type, const uint8_t* row, int64_t n, int64_t j) {
   }
   const uint32_t q[4] = {load_u32(row + 16 * j), load_u32(row + 16 * j + 4),
                          load_u32(row + 16 * j + 8), load_u32(row + 16 * j + 12)};
+  if (type == TensorType::Q4_K || type == TensorType::Q5_K) {
+    // The mma kernel's bytes: the nibbles (Q5_K: with the fifth bits); d * sc and dmin * m.
+    const uint8_t* dm = row + split::kquant_d_offset(id, n) + 4 * (j / 8);
+    const float d = fp16_to_f32(load_u16(dm)), dmin = fp16_to_f32(load_u16(dm + 2));
+    const bool five = type == TensorType::Q5_K;
+    const uint32_t qh = five ? load_u32(row + split::q5k_qh_offset(n) + 4 * j) : 0;
+    for (int m = 0; m < 8; ++m) b.words[m] = five ? su::q5_k_word(q, qh, m) : su::nibble_word(q, m);
+    for (int e = 0; e < 32; ++e) {
+      b.scale[e] = d * static_cast<float>(scales[2 * j]);
+      b.offset[e] = -(dmin * static_cast<float>(scales[2 * j + 1]));
+    }
+    return b;
+  }
   float d;
   if (type == TensorType::IQ4_NL)
     d = fp16_to_f32(load_u16(scales + 2 * j));
@@ -111,8 +124,9 @@ double kernel_dot(TensorType type, const uint8_t* row, int64_t n, int64_t j, con
   return s * d_x;
 }
 
-constexpr TensorType kTypes[] = {TensorType::Q2_K, TensorType::Q3_K, TensorType::IQ4_NL,
-                                 TensorType::IQ4_XS, TensorType::MXFP4};
+constexpr TensorType kTypes[] = {TensorType::Q2_K, TensorType::Q3_K,   TensorType::Q4_K,
+                                 TensorType::Q5_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                                 TensorType::MXFP4};
 
 std::vector<uint8_t> quantised_rows(TensorType type, int64_t rows, int64_t cols, bool random_bytes,
                                     std::mt19937& rng) {
@@ -131,6 +145,8 @@ std::vector<uint8_t> quantised_rows(TensorType type, int64_t rows, int64_t cols,
     };
     if (type == TensorType::Q2_K) fix(84, {80, 82});
     if (type == TensorType::Q3_K) fix(110, {108});
+    if (type == TensorType::Q4_K) fix(144, {0, 2});
+    if (type == TensorType::Q5_K) fix(176, {0, 2});
     if (type == TensorType::IQ4_NL) fix(18, {0});
     if (type == TensorType::IQ4_XS) fix(136, {0});
     return gguf;
