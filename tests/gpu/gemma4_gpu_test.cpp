@@ -5,8 +5,9 @@
 // KV head, a quarter rotated through rope_freqs' divisors, V = K: no attn_v), twice; Q/K norms
 // and V RMS-normed without a weight, attention scale 1, sandwich norms, GeGLU, the last 2 layers
 // reading the KV of the last earlier layer of their kind with an FFN twice as wide, per-layer
-// embeddings of 64, a per-layer output scale and the final soft-cap 30. F32 weights, and Q8_0 /
-// Q4_0 (the int8 products):
+// embeddings of 64, a per-layer output scale and the final soft-cap 30; Q/K norm weights of
+// about 0.3, so that the scores (attention scale 1) stay moderate as trained norms keep them.
+// F32 weights, and Q8_0 / Q4_0 (the int8 products):
 //   - a prefill of 64 rows (the matvec path) and 16 graph-captured decode steps past it, a
 //     prefill of 2 x 150 rows (the cuBLAS path and the flash-attention prefill kernel) whose
 //     rows' windows start past token 0, then decode at 300, and 6 chats decoding together (a
@@ -59,6 +60,7 @@ SyntheticModelSpec gemma4_spec(const Gemma4Case& c) {
   s.n_ff_shared = 1024;
   s.n_embd_per_layer = 64;
   s.n_vocab = 1000;
+  s.gemma4_qk_norm = 0.3f;  // scores of std ~1 to 1.5 (synthetic_model.h)
   s.sliding_window = c.window;
   s.weight_type = c.type;
   s.embedding_type = c.type;
@@ -331,6 +333,40 @@ TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
   EXPECT_NE(head.find("head sizes 64, 128 and 256, not 512"), std::string::npos) << head;
   const std::string tiny = refusal_of(SyntheticModelSpec::preset("tiny-gemma4"));
   EXPECT_NE(tiny.find("not 32"), std::string::npos) << tiny;
+}
+
+// Needs no GPU: the CPU oracle rounds Gemma 4 as the CUDA layers do (f16 KV, int8 or f16
+// activations into the products, the per-layer embedding products on the matvec kernels), so it
+// differs from the f32 reference, but by rounding only, on the matvec (64 rows) and the GEMM (150
+// rows) chunk sizes: within 2% of the logits' spread with F32 weights (f16 KV and GEMM operands;
+// measured 0.4% and 0.7%), 30% with Q8_0 (int8 activations; measured 14% and 7%, where the
+// widened Gemma 3 file of gemma3_gpu_test measures 7% and 2%).
+TEST(Gemma4CudaOracle, RoundsAsTheGpuAndStaysNearTheReference) {
+  for (const TensorType type : {TensorType::F32, TensorType::Q8_0}) {
+    test::TempModel model(gemma4_spec({type, 8}), "gemma4-oracle");
+    Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true));
+    const int64_t vocab = ref.config.n_vocab;
+    for (const int n : {64, 150}) {
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 30 + n);
+      const int32_t slot = n == 64 ? 0 : 1;
+      const std::vector<float> r = ref.step({{slot, prompt, 0, true}});
+      const std::vector<float> o = oracle.step({{slot, prompt, 0, true}});
+      ASSERT_EQ(r.size(), o.size());
+      double worst = 0;
+      bool differs = false;
+      for (int row = 0; row < n; ++row) {
+        const float* a = r.data() + static_cast<int64_t>(row) * vocab;
+        const float* b = o.data() + static_cast<int64_t>(row) * vocab;
+        const double spread = gpu_test::spread_of(a, vocab).std;
+        worst = std::max(worst, gpu_test::centred_error(b, a, vocab, spread));
+        differs = differs || std::memcmp(a, b, static_cast<size_t>(vocab) * sizeof(float)) != 0;
+      }
+      std::cout << "[gemma4-oracle] " << tensor_type_name(static_cast<uint32_t>(type)) << " " << n
+                << " rows: max |oracle - ref| / spread " << worst << "\n";
+      EXPECT_TRUE(differs) << "the oracle rounds nothing";
+      EXPECT_LT(worst, type == TensorType::F32 ? 0.02 : 0.3);
+    }
+  }
 }
 
 }  // namespace
