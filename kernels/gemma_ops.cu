@@ -140,6 +140,81 @@ __global__ void gelu_times_kernel(const float* gate, const float* __restrict__ i
     out[i] = geglu_one(gate[i], inputs[(i / n) * input_stride + i % n]);
 }
 
+constexpr int kWideWarps = 4;
+
+template <int EPL>
+__global__ void __launch_bounds__(kWideWarps* kWarpSize) attention_wide_kernel(AttentionArgs a) {
+  constexpr int kHeadDim = EPL * kWarpSize;
+  __shared__ float sm_acc[kWideWarps][kHeadDim];
+  __shared__ float sm_m[kWideWarps], sm_l[kWideWarps];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int row = blockIdx.x, h = blockIdx.y;
+  const int length = a.lengths[row];
+  if (length <= 0) return;  // padding: no output
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int first = a.window > 0 ? max(0, length - a.window) : 0;
+  const int kv_head = h / (a.n_head / a.n_kv);
+  const __half* base = a.slot_base[a.slots[row]] + a.kv_offset +
+                       static_cast<int64_t>(a.layer) * 2 * a.n_kv * kHeadDim + kv_head * kHeadDim +
+                       lane * EPL;
+  const int64_t v_offset = static_cast<int64_t>(a.n_kv) * kHeadDim;
+  float q[EPL], acc[EPL];
+  const float* q_row = a.q + row * a.q_stride + h * kHeadDim + lane * EPL;
+#pragma unroll
+  for (int j = 0; j < EPL; ++j) {
+    q[j] = q_row[j] * a.scale;
+    acc[j] = 0.0f;
+  }
+  float m = -INFINITY, l = 0.0f;
+  for (int t = first + warp; t < length; t += kWideWarps) {
+    const __half2* kp =
+        reinterpret_cast<const __half2*>(base + static_cast<int64_t>(t) * a.token_stride);
+    const __half2* vp = reinterpret_cast<const __half2*>(
+        base + static_cast<int64_t>(t) * a.token_stride + v_offset);
+    float dot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < EPL / 2; ++j) {
+      const float2 k2 = __half22float2(kp[j]);
+      dot += q[2 * j] * k2.x + q[2 * j + 1] * k2.y;
+    }
+    dot = warp_sum(dot);
+    const float m_new = fmaxf(m, dot);
+    const float correction = expf(m - m_new), p = expf(dot - m_new);
+    l = l * correction + p;
+#pragma unroll
+    for (int j = 0; j < EPL / 2; ++j) {
+      const float2 v2 = __half22float2(vp[j]);
+      acc[2 * j] = acc[2 * j] * correction + p * v2.x;
+      acc[2 * j + 1] = acc[2 * j + 1] * correction + p * v2.y;
+    }
+    m = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < EPL; ++j) sm_acc[warp][lane * EPL + j] = acc[j];
+  if (lane == 0) {
+    sm_m[warp] = m;
+    sm_l[warp] = l;
+  }
+  __syncthreads();
+  float m_all = -INFINITY;
+  for (int w = 0; w < kWideWarps; ++w) m_all = fmaxf(m_all, sm_m[w]);
+  float weight[kWideWarps], l_all = 0.0f;
+  for (int w = 0; w < kWideWarps; ++w) {
+    weight[w] = sm_m[w] == -INFINITY ? 0.0f : expf(sm_m[w] - m_all);
+    l_all += sm_l[w] * weight[w];
+  }
+  if (a.sinks) l_all += expf(a.sinks[h] - m_all);
+  const float inverse = 1.0f / l_all;
+  for (int d = threadIdx.x; d < kHeadDim; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWideWarps; ++w) sum += sm_acc[w][d] * weight[w];
+    const float y = sum * inverse;
+    a.out[row * a.out_stride + h * kHeadDim + d] = y;
+    if (a.out_f16) a.out_f16[row * a.out_stride + h * kHeadDim + d] = __float2half_rn(y);
+  }
+}
+
 constexpr int kThreads = 256;
 
 int grid_for(int64_t count) {
@@ -198,6 +273,17 @@ cudaError_t launch_gemma4_ple_inputs(float* projected, const float* table, const
   return launch_status(launch_early(gemma4_ple_inputs_kernel, grid, dim3(kHeadThreads), config,
                                     stream, projected, table, norm, n_layer, n_pl, eps,
                                     projection_scale, table_scale, input_scale));
+}
+
+cudaError_t launch_attention_wide(const AttentionArgs& a, const KernelConfig& config,
+                                  cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.head_dim != 512 || a.n_kv <= 0 || a.n_head % a.n_kv != 0 || a.q_stride % 2 != 0 ||
+      a.token_stride % 2 != 0 || a.kv_offset % 2 != 0)
+    return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.n_head));
+  return launch_status(launch_early(attention_wide_kernel<16>, grid, dim3(kWideWarps * kWarpSize),
+                                    config, stream, a));
 }
 
 cudaError_t launch_gelu_times(const float* gate, const float* inputs, int64_t input_stride,

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "attention.cuh"  // AttentionArgs
 #include "kernel_config.h"
 
 namespace granule::kernels {
@@ -61,6 +62,14 @@ cudaError_t launch_gemma4_ple_inputs(float* projected, const float* table, const
                                      int rows, int n_layer, int n_pl, float eps,
                                      float projection_scale, float table_scale, float input_scale,
                                      const KernelConfig& config, cudaStream_t stream);
+
+// Attention for heads wider than attention.cuh's kernels take (Gemma 4's global layers: 512):
+// one block per (row, query head), its 4 warps taking every 4th token of the row's range (the
+// window's on a sliding layer) with an online softmax, merged in shared memory. Reads args as
+// launch_attention does; ignores the split fields, out_q8 (the caller quantises) and
+// out_f16 is written when set. head_dim 512 only.
+cudaError_t launch_attention_wide(const AttentionArgs& args, const KernelConfig& config,
+                                  cudaStream_t stream);
 
 // out[r][i] = gelu(gate[r][i]) * inputs[r * input_stride + i] for i < n (gelu as GeGLU's);
 // out may alias gate.

@@ -432,7 +432,7 @@ TEST(GemmaEngine, CudaRunsGemma3RefusesTinyGemma4) {
   EXPECT_NE(refusal(SyntheticModelSpec::preset("tiny-gemma3")).find("head sizes"),
             std::string::npos);
   const std::string why = refusal(SyntheticModelSpec::preset("tiny-gemma4"));
-  EXPECT_NE(why.find("head sizes 64, 128 and 256, not 32"), std::string::npos) << why;
+  EXPECT_NE(why.find("not 32"), std::string::npos) << why;
   const std::string moe = refusal(SyntheticModelSpec::preset("tiny-gemma4-moe"));
   EXPECT_NE(moe.find("Gemma 4's experts"), std::string::npos) << moe;
 }

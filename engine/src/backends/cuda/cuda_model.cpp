@@ -80,11 +80,13 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   return config;
 }
 
-// The widest head over the layers (Gemma 4's kinds differ): the flash prefill kernel must hold it.
+// The widest head the flash prefill kernel must hold (Gemma 4's kinds differ; its global heads
+// of 512 take attention_wide instead, gemma_ops.cuh).
 int64_t widest_head(const ModelConfig& c) {
-  int64_t widest = c.head_dim;
-  for (int64_t l = 0; l < c.n_layer; ++l) widest = std::max(widest, c.head_dim_of(l));
-  return widest;
+  int64_t widest = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.head_dim_of(l) <= 256) widest = std::max(widest, c.head_dim_of(l));
+  return widest > 0 ? widest : c.head_dim;
 }
 
 // The model's stream: at the device's greatest priority for the prefill overlap, so that when a
@@ -468,9 +470,18 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   // instead where there is one): the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
   // (Qwen3.5's output gate comes between: its caller quantises after it.)
-  if (!f16_out && n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split) &&
-      !c.attn_output_gate)
-    a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  const bool out_q8 = !f16_out && n_rows <= kMatvecMaxRows &&
+                      k::matvec_reads_q8(wo.type, wo.split) && !c.attn_output_gate;
+  if (head_dim > 256) {  // Gemma 4's global heads of 512: their own kernel, int8 copy after it
+    check_launch(k::launch_attention_wide(a, kernel_config_, stream_.get()), "attention_wide");
+    if (out_q8)
+      check_launch(k::launch_quantize_q8(a.out, n_rows, static_cast<int>(a.out_stride),
+                                         {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                         stream_.get()),
+                   "quantize_q8");
+    return;
+  }
+  if (out_q8) a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
   // split kernel takes every row), then the split kernel for the other rows only.
   if (flash_tiles_ > 0 && n_rows == flash_rows_ && !a.out_q8.qs && !a.out_f16 &&

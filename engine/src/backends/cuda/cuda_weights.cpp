@@ -75,8 +75,10 @@ std::string shape_refusal(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.layer_recurrent(l)) continue;
     const int64_t head_dim = c.head_dim_of(l), n_kv = c.n_head_kv_of(l);
-    if (head_dim != 64 && head_dim != 128 && head_dim != 256)
-      return "the CUDA backend supports head sizes 64, 128 and 256, not " +
+    // Gemma 4's global layers have heads of 512 (attention_wide, gemma_ops.cuh).
+    const bool wide = gemma4 && head_dim == 512;
+    if (head_dim != 64 && head_dim != 128 && head_dim != 256 && !wide)
+      return "the CUDA backend supports head sizes 64, 128 and 256 (and 512 on Gemma 4), not " +
              std::to_string(head_dim) +
              (c.head_dim_swa > 0 ? " (layer " + std::to_string(l) + ")" : "");
     if (n_kv <= 0 || c.n_head % n_kv != 0 || c.n_head / n_kv > 8)
