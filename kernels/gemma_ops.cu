@@ -140,7 +140,7 @@ __global__ void gelu_times_kernel(const float* gate, const float* __restrict__ i
     out[i] = geglu_one(gate[i], inputs[(i / n) * input_stride + i % n]);
 }
 
-constexpr int kWideWarps = 4;
+constexpr int kWideWarps = 8;
 
 template <int EPL>
 __global__ void __launch_bounds__(kWideWarps* kWarpSize) attention_wide_kernel(AttentionArgs a) {

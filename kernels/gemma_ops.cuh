@@ -64,7 +64,7 @@ cudaError_t launch_gemma4_ple_inputs(float* projected, const float* table, const
                                      const KernelConfig& config, cudaStream_t stream);
 
 // Attention for heads wider than attention.cuh's kernels take (Gemma 4's global layers: 512):
-// one block per (row, query head), its 4 warps taking every 4th token of the row's range (the
+// one block per (row, query head), its 8 warps taking every 8th token of the row's range (the
 // window's on a sliding layer) with an online softmax, merged in shared memory. Reads args as
 // launch_attention does; ignores the split fields, out_q8 (the caller quantises) and
 // out_f16 is written when set. head_dim 512 only.
