@@ -412,8 +412,10 @@ TEST(GemmaEngine, AutoRunsOnTheCpu) {
 
 #ifdef GRANULE_HAVE_CUDA
 // The case: the CUDA backend's check takes Gemma 3's layers at a head size its kernels have
-// (64 here; tiny-gemma3's 32 stays refused by that size), and refuses Gemma 4's by name.
-TEST(GemmaEngine, CudaRunsGemma3RefusesGemma4Layers) {
+// (64 here; tiny-gemma3's 32 stays refused by that size); tiny-gemma4's sliding heads of 32 are
+// refused by that size too, and Gemma 4's experts by name (its dense layers at sizes the kernels
+// have run: gemma4_gpu_test.cpp).
+TEST(GemmaEngine, CudaRunsGemma3RefusesTinyGemma4) {
   auto refusal = [](const SyntheticModelSpec& s) {
     test::TempModel file(s, "gemma-cuda-refusal");
     const auto model_file = ModelFile::open(file.path);
@@ -430,7 +432,9 @@ TEST(GemmaEngine, CudaRunsGemma3RefusesGemma4Layers) {
   EXPECT_NE(refusal(SyntheticModelSpec::preset("tiny-gemma3")).find("head sizes"),
             std::string::npos);
   const std::string why = refusal(SyntheticModelSpec::preset("tiny-gemma4"));
-  EXPECT_NE(why.find("gemma4"), std::string::npos) << why;
+  EXPECT_NE(why.find("not 32"), std::string::npos) << why;
+  const std::string moe = refusal(SyntheticModelSpec::preset("tiny-gemma4-moe"));
+  EXPECT_NE(moe.find("Gemma 4's experts"), std::string::npos) << moe;
 }
 #endif
 

@@ -42,7 +42,14 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   CudaWorkspace w;
   const int64_t R = std::max(rows, kMatvecMaxRows);
   const auto r = static_cast<uint64_t>(R);
-  const int64_t q_dim = c.n_head * c.head_dim, kv_dim = c.n_head_kv * c.head_dim;
+  // The widest layer's (Gemma 4's layer kinds differ in head size and KV heads).
+  int64_t head_dim = c.head_dim, n_head_kv = c.n_head_kv, kv_dim = c.n_head_kv * c.head_dim;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    head_dim = std::max(head_dim, c.head_dim_of(l));
+    n_head_kv = std::max(n_head_kv, c.n_head_kv_of(l));
+    kv_dim = std::max(kv_dim, c.kv_dim_of(l));
+  }
+  const int64_t q_dim = c.n_head * head_dim;
   w.rows = R;
   // Qwen3.5's Gated DeltaNet layers also project from their value width (ssm_out).
   w.widest = std::max({c.n_embd, q_dim, c.n_ff, c.is_hybrid() ? c.delta_net.value_dim() : 0});
@@ -89,10 +96,10 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   const int64_t tokens = std::max<int64_t>(context, 1);
   const uint64_t floats =
       std::max(attention_floats(std::min(R, kMatvecMaxRows), c.n_head,
-                                ceil_div(tokens, kDecodeSplitTokens), c.head_dim),
-               attention_floats(R, c.n_head, ceil_div(tokens, kPrefillSplitTokens), c.head_dim));
+                                ceil_div(tokens, kDecodeSplitTokens), head_dim),
+               attention_floats(R, c.n_head, ceil_div(tokens, kPrefillSplitTokens), head_dim));
   w.attention.push_back({"attention_partial", floats * kF32});
-  w.attention.push_back({"attention_counters", r * static_cast<uint64_t>(c.n_head_kv) * kI32});
+  w.attention.push_back({"attention_counters", r * static_cast<uint64_t>(n_head_kv) * kI32});
   w.attention.push_back({"slot_bases", static_cast<uint64_t>(std::max<int64_t>(slots, 0)) * 8});
   return w;
 }

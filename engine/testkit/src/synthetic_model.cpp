@@ -218,6 +218,7 @@ void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&&
     return Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n))};
   };
   const Distribution norm{1.0f, 0.1f};
+  const Distribution qk_norm{spec.gemma4_qk_norm, 0.1f * spec.gemma4_qk_norm};
   const int64_t d = spec.n_embd, n_pl = spec.n_embd_per_layer, L = spec.n_layer;
   const int64_t head_global = spec.head_dim > 0 ? spec.head_dim : d / spec.n_head;
   const int64_t first_shared = L - spec.shared_kv_layers;
@@ -247,9 +248,9 @@ void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&&
     if (i < first_shared) {
       tensor(p + "attn_k.weight", {d, kv}, t, fan_in(d));
       if (swa || !spec.global_v_is_k) tensor(p + "attn_v.weight", {d, kv}, t, fan_in(d));
-      tensor(p + "attn_k_norm.weight", {hd}, TensorType::F32, norm);
+      tensor(p + "attn_k_norm.weight", {hd}, TensorType::F32, qk_norm);
     }
-    tensor(p + "attn_q_norm.weight", {hd}, TensorType::F32, norm);
+    tensor(p + "attn_q_norm.weight", {hd}, TensorType::F32, qk_norm);
     tensor(p + "attn_output.weight", {q, d}, t, fan_in(q));
     tensor(p + "post_attention_norm.weight", {d}, TensorType::F32, norm);
     tensor(p + "ffn_norm.weight", {d}, TensorType::F32, norm);

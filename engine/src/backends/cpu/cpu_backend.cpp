@@ -134,8 +134,10 @@ CpuBackend::CpuBackend(const BackendInit& init)
              split_layout_fits(w->ggml_type, w->dims[0]);
     };
     for (const LayerWeights& l : weights_.layers) {
-      // An expert layer's attention keeps the int8/f32 rules (its FFN has no dense matrices).
-      bool f16 = l.w_gate && type_of(l.w_gate) == type_of(l.w_up);
+      // An expert layer's attention keeps the int8/f32 rules (its FFN has no dense matrices);
+      // Gemma 4's layers take the int8/f32 products only (cuda_gemma4.cpp).
+      bool f16 =
+          l.w_gate && type_of(l.w_gate) == type_of(l.w_up) && config_.architecture != "gemma4";
       if (!f16) {
         f16_layers_.push_back(false);
         continue;
@@ -242,6 +244,18 @@ void CpuBackend::project(const TensorInfo* w, const float* x, int64_t n_tokens, 
       for (int64_t t = 0; t < count; ++t) round_through_q8(in.data() + t * cols, cols, rule);
     }
     matmul(type_of(w), w->data, rows, cols, in.data(), count, y + first * rows, &pool_, f16);
+  }
+}
+
+void CpuBackend::project_rows(const TensorInfo* w, const float* x, int64_t n_tokens, float* y) {
+  if (!emulate_) {
+    matmul_weight(w, x, n_tokens, y, pool_, fast_matmul());
+    return;
+  }
+  const int64_t cols = w->dims[0], rows = w->dims[1];
+  for (int64_t first = 0; first < n_tokens; first += kGpuMatvecMaxRows) {
+    const int64_t count = std::min(kGpuMatvecMaxRows, n_tokens - first);
+    project(w, x + first * cols, count, y + first * rows, Input::Swiglu, false);
   }
 }
 
@@ -431,7 +445,12 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
   const int64_t head_dim = c.head_dim_of(layer), n_head_kv = c.n_head_kv_of(layer);
   const int64_t q_dim = c.n_head * head_dim, kv_dim = n_head_kv * head_dim;
   const bool own_kv = c.kv_source(layer) == layer;
-  if (!own_kv) {
+  if (emulate_) {  // the CUDA backend's products and rounding (cuda_gemma4.cpp)
+    project(w.wq, s.xn.data(), n_tokens, s.q.data(), Input::Norm, false);
+    if (own_kv) project(w.wk, s.xn.data(), n_tokens, s.k.data(), Input::Norm, false);
+    if (own_kv && w.wv) project(w.wv, s.xn.data(), n_tokens, s.v.data(), Input::Norm, false);
+    if (own_kv && !w.wv) std::copy_n(s.k.data(), n_tokens * kv_dim, s.v.data());
+  } else if (!own_kv) {
     matmul_weight(w.wq, s.xn.data(), n_tokens, s.q.data(), pool_, fast_matmul());
   } else if (w.wv) {
     matmul_together({{w.wq, s.q.data()}, {w.wk, s.k.data()}, {w.wv, s.v.data()}}, s.xn.data(),
@@ -468,6 +487,10 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(v, kv_dim, kv_at(slot, position, layer, true));
+    if (emulate_) {  // the CUDA KV holds f16
+      round_through_f16(kv_at(slot, position, layer, false), kv_dim);
+      round_through_f16(kv_at(slot, position, layer, true), kv_dim);
+    }
   }
 }
 
@@ -479,7 +502,7 @@ void CpuBackend::gemma4_ple_inputs(std::span<const int32_t> tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer, width = n_pl * c.n_layer;
   const auto n_tokens = static_cast<int64_t>(tokens.size());
-  matmul_weight(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data(), pool_, fast_matmul());
+  project_rows(weights_.ple_model_proj, s.x.data(), n_tokens, s.ple.data());
   const float projection_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd));
   const float table_scale = std::sqrt(static_cast<float>(n_pl));
   const float input_scale = 1.0f / std::sqrt(2.0f);
@@ -541,13 +564,13 @@ void CpuBackend::gemma4_layer_end(int64_t layer, int64_t n_tokens) {
   Scratch& s = *scratch_;
   const int64_t n_pl = c.n_embd_per_layer;
   if (n_pl > 0) {
-    matmul_weight(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data(), pool_, fast_matmul());
+    project_rows(w.ple_gate, s.x.data(), n_tokens, s.ple_gate.data());
     for (int64_t t = 0; t < n_tokens; ++t) {
       float* g = s.ple_gate.data() + t * n_pl;
       const float* input = s.ple.data() + (t * c.n_layer + layer) * n_pl;
       for (int64_t i = 0; i < n_pl; ++i) g[i] = gelu_tanh_ggml(g[i]) * input[i];
     }
-    matmul_weight(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
+    project_rows(w.ple_proj, s.ple_gate.data(), n_tokens, s.proj.data());
     post_norm(s.proj.data(), lv.ple_norm, n_tokens);
     add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
   }

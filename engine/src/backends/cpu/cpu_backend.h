@@ -88,6 +88,10 @@ class CpuBackend final : public Backend {
   // `f16_capable`: the layer's matrices can take the f16 tensor-core products (f16_layers_).
   void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, Input input,
                bool f16_capable);
+  // Emulating: y = x · Wᵀ as the CUDA backend's Gemma 4 per-layer embedding products run it,
+  // always on the matvec kernels (runs of at most 64 rows; x rounded to int8 by division where
+  // the kernel reads int8, cuda_gemma4.cpp's gemma4_project); else the plain product.
+  void project_rows(const TensorInfo* w, const float* x, int64_t n_tokens, float* y);
   // The fast path's matrices and input buffer; null on the exact path.
   FastMatmul* fast_matmul();
   // Whether the CUDA kernel for w reads int8 activations.

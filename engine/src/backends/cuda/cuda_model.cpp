@@ -9,6 +9,7 @@
 #include "attention.cuh"
 #include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
 #include "backends/kernel_config_env.h"
 #include "dequantize.cuh"
 #include "gemma_ops.cuh"
@@ -79,6 +80,15 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   return config;
 }
 
+// The widest head the flash prefill kernel must hold (Gemma 4's kinds differ; its global heads
+// of 512 take attention_wide instead, gemma_ops.cuh).
+int64_t widest_head(const ModelConfig& c) {
+  int64_t widest = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    if (c.head_dim_of(l) <= 256) widest = std::max(widest, c.head_dim_of(l));
+  return widest > 0 ? widest : c.head_dim;
+}
+
 // The model's stream: at the device's greatest priority for the prefill overlap, so that when a
 // GEMM and the next matrix's dequantisation (on a stream of the default, least priority) become
 // ready together, the block scheduler places the GEMM's blocks first and the dequantisation
@@ -138,7 +148,7 @@ k::MatvecTask swiglu_task(const DeviceLayer& l) {
 
 CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
-      kernel_config_(device_kernel_config(init.options, init.config.head_dim)),
+      kernel_config_(device_kernel_config(init.options, widest_head(init.config))),
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)),
       stream_(model_stream_priority()) {
@@ -389,13 +399,15 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   const int64_t R = max_rows_;
+  // Gemma 4's layer kinds differ in head size and KV heads (the same for every layer elsewhere).
+  const int64_t head_dim = c.head_dim_of(layer), n_head_kv = c.n_head_kv_of(layer);
   k::RopeKvArgs r;
   r.q = q_.as<float>();
-  r.q_stride = c.n_head * c.head_dim;
+  r.q_stride = c.n_head * head_dim;
   r.k = k_.as<float>();
-  r.k_stride = c.n_head_kv * c.head_dim;
+  r.k_stride = n_head_kv * head_dim;
   r.v = v_.as<float>();
-  r.v_stride = c.n_head_kv * c.head_dim;
+  r.v_stride = n_head_kv * head_dim;
   const DeviceLayer& l = layers_[static_cast<size_t>(layer)];
   r.q_bias = l.bq;
   r.k_bias = l.bk;
@@ -409,8 +421,8 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   r.neox = c.rope_ordering == RopeOrdering::NeoX;
   r.magnitude = own_base ? 1.0f : rope_magnitude_;
   r.n_head = static_cast<int>(c.n_head);
-  r.n_kv = static_cast<int>(c.n_head_kv);
-  r.head_dim = static_cast<int>(c.head_dim);
+  r.n_kv = static_cast<int>(n_head_kv);
+  r.head_dim = static_cast<int>(head_dim);
   r.rows = n_rows;
   r.positions = in + kPositions * R;
   r.slots = in + kSlots * R;
@@ -442,8 +454,8 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   a.token_stride = r.token_stride;
   a.kv_offset = r.kv_offset;
   a.layer = 0;
-  a.scale = c.attention_scale > 0.0f ? c.attention_scale
-                                     : 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  a.scale =
+      c.attention_scale > 0.0f ? c.attention_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   a.sinks = l.attn_sinks;
   // A sliding layer reads each row's window only (its start formed on the device from the row's
   // length), so the window bounds its splits.
@@ -458,9 +470,18 @@ void CudaModel::attention(int layer, int n_rows, __half* f16_out, bool roped) {
   // instead where there is one): the merge writes them.
   const DeviceMatrix& wo = layers_[static_cast<size_t>(layer)].wo;
   // (Qwen3.5's output gate comes between: its caller quantises after it.)
-  if (!f16_out && n_rows <= kMatvecMaxRows && k::matvec_reads_q8(wo.type, wo.split) &&
-      !c.attn_output_gate)
-    a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  const bool out_q8 = !f16_out && n_rows <= kMatvecMaxRows &&
+                      k::matvec_reads_q8(wo.type, wo.split) && !c.attn_output_gate;
+  if (head_dim > 256) {  // Gemma 4's global heads of 512: their own kernel, int8 copy after it
+    check_launch(k::launch_attention_wide(a, kernel_config_, stream_.get()), "attention_wide");
+    if (out_q8)
+      check_launch(k::launch_quantize_q8(a.out, n_rows, static_cast<int>(a.out_stride),
+                                         {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                         stream_.get()),
+                   "quantize_q8");
+    return;
+  }
+  if (out_q8) a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   // Prefill: the flash kernel for the planned tiles (it writes no int8 copy: with out_q8 the
   // split kernel takes every row), then the split kernel for the other rows only.
   if (flash_tiles_ > 0 && n_rows == flash_rows_ && !a.out_q8.qs && !a.out_f16 &&
@@ -781,6 +802,7 @@ void CudaModel::run_layers(int n_rows) {
     check_launch(k::launch_scale(hidden_.as<float>(), static_cast<int64_t>(n_rows) * c.n_embd,
                                  c.embedding_scale, kernel_config_, stream_.get()),
                  "scale");
+  if (gemma4_) gemma4_inputs(n_rows);  // the per-layer embeddings' inputs, from the scaled ones
   // The prefill overlap runs eagerly only: a captured step (a decode batch of more than 64
   // rows) keeps the one-stream GEMM path. A pass that threw after a dequantisation ahead left
   // it unjoined: stream_ waits for it before anything reuses its scratch.
@@ -795,6 +817,8 @@ void CudaModel::run_layers(int n_rows) {
     streamer_->before_layer(i, stream_.get());
     if (c.is_hybrid()) {
       layer_hybrid(layers_[i], static_cast<int>(i), n_rows);
+    } else if (gemma4_) {
+      layer_gemma4(layers_[i], static_cast<int>(i), n_rows);
     } else if (!takes_gemm(i)) {
       layer_matvec(layers_[i], static_cast<int>(i), n_rows);
     } else {

@@ -27,6 +27,8 @@
 
 namespace granule::cuda {
 
+struct Gemma4Device;  // cuda_gemma4.h
+
 // A 2-D weight on the device: rows of `cols` encoded elements.
 struct DeviceMatrix {
   const void* data = nullptr;
@@ -239,6 +241,18 @@ class CudaModel {
   const DeviceMatrix* gemm_after(const DeviceLayer& l) const;
   void upload_hybrid(const WeightTable& weights);
   void allocate_recurrent_state(int32_t slots);
+  // Gemma 4's dense layers (cuda_gemma4.cpp): per-kind head sizes and KV heads, the Q/K/V norms
+  // with partial rope (gemma_ops.cuh), shared KV, per-layer FFN widths, per-layer embeddings and
+  // the layer output scale; the int8 / f32 products up to kMatvecMaxRows rows, the GEMM path
+  // beyond. upload_gemma4() uploads the per-layer embeddings' weights (resident) and allocates
+  // their workspace; gemma4_inputs() computes a pass's per-layer inputs from the scaled
+  // embeddings in hidden_.
+  void upload_gemma4(const WeightTable& weights);
+  void gemma4_inputs(int n_rows);
+  void layer_gemma4(const DeviceLayer& l, int layer, int n_rows);
+  // y = x · Wᵀ (x: w.cols floats per row) in runs of at most kMatvecMaxRows rows on the matvec
+  // kernels, x quantised first where the kernel reads int8 (the CPU oracle's rounding).
+  void gemma4_project(const DeviceMatrix& w, const float* x, int n_rows, float* y);
   void check_launch(cudaError_t status, const char* kernel);
   void wait_for_inputs_sent();
   // cuda_weights.cpp: the constructor's work after the kernel configuration and the stream,
@@ -260,6 +274,7 @@ class CudaModel {
   DeviceBuffer weights_;     // embeddings and output head, packed
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
   std::unique_ptr<CudaMoe> moe_;              // the experts of a mixture-of-experts model
+  std::unique_ptr<Gemma4Device> gemma4_;      // Gemma 4's per-layer embeddings; null otherwise
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
   uint64_t launches_ = 0, copies_ = 0;

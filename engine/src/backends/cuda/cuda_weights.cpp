@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
 #include "backends/cuda/cuda_model.h"
 #include "delta_net.cuh"  // delta_net_supports
 #include "granule/error.h"
@@ -64,24 +65,51 @@ std::string shape_refusal(const ModelConfig& c) {
     if (d.value_dim() % 32 != 0)
       return "the CUDA backend needs a Gated DeltaNet value width that is a multiple of 32";
   }
-  if (c.head_dim != 64 && c.head_dim != 128 && c.head_dim != 256)
-    return "the CUDA backend supports head sizes 64, 128 and 256, not " +
-           std::to_string(c.head_dim);
-  if (c.n_head % c.n_head_kv != 0 || c.n_head / c.n_head_kv > 8)
-    return "the CUDA backend supports up to 8 query heads per KV head";
+  const bool gemma4 = c.architecture == "gemma4";
+  // Gemma 4's experts sit beside its dense FFN, each with its own norms: not run yet (the
+  // experts' GeGLU is cuda_moe.cpp's). Its dense form runs (cuda_gemma4.cpp).
+  if (gemma4 && c.is_moe())
+    return "the CUDA backend does not run Gemma 4's experts beside the dense FFN (the 26B-A4B "
+           "form) yet";
+  // Per layer: Gemma 4's sliding and global layers differ in head size, KV heads and FFN width.
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (c.layer_recurrent(l)) continue;
+    const int64_t head_dim = c.head_dim_of(l), n_kv = c.n_head_kv_of(l);
+    // Gemma 4's global layers have heads of 512 (attention_wide, gemma_ops.cuh).
+    const bool wide = gemma4 && head_dim == 512;
+    if (head_dim != 64 && head_dim != 128 && head_dim != 256 && !wide)
+      return "the CUDA backend supports head sizes 64, 128 and 256 (and 512 on Gemma 4), not " +
+             std::to_string(head_dim) +
+             (c.head_dim_swa > 0 ? " (layer " + std::to_string(l) + ")" : "");
+    if (n_kv <= 0 || c.n_head % n_kv != 0 || c.n_head / n_kv > 8)
+      return "the CUDA backend supports up to 8 query heads per KV head";
+    if (c.n_ff_of(l) % 32 != 0)
+      return "the CUDA backend needs feed-forward sizes that are multiples of 32";
+  }
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0)
     return "the CUDA backend needs hidden and feed-forward sizes that are multiples of 32";
-  // Gemma 4's layers differ by kind in shape and carry what the kernels do not run yet; Gemma 3's
-  // (sandwich norms, GeGLU, QK norms, a rope base per kind, scaled embeddings, the soft-cap) run.
-  if (c.head_dim_swa > 0 || c.n_head_kv_swa > 0 || !c.kv_layer.empty() || !c.layer_n_ff.empty() ||
-      c.value_norm || c.n_embd_per_layer > 0)
+  if (!gemma4 && (c.head_dim_swa > 0 || c.n_head_kv_swa > 0 || !c.kv_layer.empty() ||
+                  !c.layer_n_ff.empty() || c.value_norm || c.n_embd_per_layer > 0))
     return "the CUDA backend does not run " + c.architecture +
            "'s layers (per-kind head sizes, shared KV, V norms, per-layer FFN widths or "
-           "per-layer embeddings) yet";
+           "per-layer embeddings)";
+  if (gemma4) {
+    if (c.n_embd_per_layer % 32 != 0)
+      return "the CUDA backend needs Gemma 4's per-layer embedding width to be a multiple of 32, "
+             "not " +
+             std::to_string(c.n_embd_per_layer);
+    // Both rope tables are head_dim / 2 long (weight_layout.cpp): the sliding layers' rotated
+    // pairs must fit.
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      if (c.rope_dims_of(l) > c.head_dim)
+        return "the CUDA backend rotates at most " + std::to_string(c.head_dim) +
+               " dimensions of a Gemma 4 head, not " + std::to_string(c.rope_dims_of(l));
+  }
   if (c.is_moe() && c.activation == FfnActivation::GeluTanh)
     return "the CUDA backend does not run GeGLU experts (" + c.architecture + ") yet";
-  // Qwen3.5's attention rotates the first rope_dims of a head (delta_net.cuh); others whole heads.
-  for (int64_t l = 0; l < c.n_layer && !c.is_hybrid(); ++l)
+  // Qwen3.5's attention rotates the first rope_dims of a head (delta_net.cuh), Gemma 4's too
+  // (gemma_ops.cuh); others whole heads.
+  for (int64_t l = 0; l < c.n_layer && !c.is_hybrid() && !gemma4; ++l)
     if (c.rope_dims_of(l) != c.head_dim)
       return "the CUDA backend rotates whole heads only, not the first " +
              std::to_string(c.rope_dims_of(l)) + " of " + std::to_string(c.head_dim) +
@@ -194,8 +222,14 @@ void CudaModel::upload_weights(const WeightTable& w) {
                        freq_factors.empty() ? nullptr : freq_factors.data());
   const size_t table = frequencies.size();
   if (config_.rope_theta_swa > 0.0f) {  // Gemma's sliding layers: their base, no scaling
-    const std::vector<double> swa =
-        rope_frequencies(config_.head_dim, config_.rope_theta_swa, RopeScaling{}, nullptr);
+    // Over the dimensions they rotate (Gemma 4's sliding layers turn part of a smaller head, as
+    // the CPU reference's table), padded to the table's length.
+    int64_t swa_dims = config_.head_dim;
+    for (int64_t l = 0; l < config_.n_layer; ++l)
+      if (config_.layer_slides(l)) swa_dims = config_.rope_dims_of(l);
+    std::vector<double> swa =
+        rope_frequencies(swa_dims, config_.rope_theta_swa, RopeScaling{}, nullptr);
+    swa.resize(table, 0.0);
     frequencies.insert(frequencies.end(), swa.begin(), swa.end());
   }
   if (frequencies.size() * sizeof(double) != layout_.rope_bytes)
@@ -250,6 +284,7 @@ void CudaModel::upload_weights(const WeightTable& w) {
     layers_.push_back(d);
   }
   if (config_.is_hybrid()) upload_hybrid(w);
+  if (config_.architecture == "gemma4") upload_gemma4(w);
 }
 
 // The workspace_ list's load-time buffers, in its order.

@@ -77,6 +77,10 @@ struct SyntheticModelSpec {
   int64_t n_ff_shared = 0;
   bool global_v_is_k = false;
   int64_t n_embd_per_layer = 0;
+  // The mean of Gemma 4's attn_q_norm / attn_k_norm weights (spread a tenth of it). Its
+  // attention scale is 1: trained norms keep Q·K moderate, and random ones of 1 make the scores
+  // of wide heads (std ~ sqrt(head size)) pick one key almost alone, so that rounding flips them.
+  float gemma4_qk_norm = 1.0f;
 
   // Llama 3 rope scaling, written the way llama.cpp's converter does: a rope_freqs.weight
   // tensor of per-frequency divisors (plus the rope.scaling.* keys, for readers).

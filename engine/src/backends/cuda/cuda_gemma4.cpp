@@ -1,0 +1,284 @@
+// Gemma 4's dense layers on the GPU, as the CPU reference's Gemma 4 block (cpu_backend.cpp)
+// runs them: each layer's own head size and KV heads, Q and K RMS-normed with their weights and V
+// without one (V = K where the layer has no attn_v), the first rope_dims of a head rotated (the
+// global layers' proportional rope is the rope_freqs divisors in the table), attention scale 1; a
+// shared-KV layer projects Q only and reads its source layer's KV (attach_kv() points it there);
+// the FFN of the layer's own width; then the per-layer embedding (gate, gelu times the layer's
+// input, projection, RMSNorm into the residual) and the layer's output scale.
+#include "backends/cuda/cuda_gemma4.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backends/cuda/cuda_check.h"
+#include "dequantize.cuh"
+#include "gemma_ops.cuh"
+#include "granule/error.h"
+#include "granule/quant.h"
+#include "matvec.cuh"
+#include "memory/weight_layout.h"
+#include "model/weight_split.h"
+#include "quantize_activations.cuh"
+#include "rms_norm.cuh"
+
+namespace granule::cuda {
+namespace {
+
+namespace k = granule::kernels;
+
+constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;  // cuda_model.cpp's InputArray
+
+// A matrix in the layer blobs' row layout (weight_layout.cpp's rule): split rows where the type
+// has them, else the GGUF bytes; `offset` from the start of its buffer.
+DeviceMatrix matrix_at(const TensorInfo* t, bool split_weights, uint64_t offset) {
+  DeviceMatrix m;
+  m.type = t->ggml_type;
+  m.cols = t->dims[0];
+  m.rows = t->rows();
+  m.gguf_row_bytes = static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
+  m.split = split_weights && split_layout_fits(t->ggml_type, m.cols);
+  m.row_bytes = m.split ? split_row_stride(t->ggml_type, m.cols) : m.gguf_row_bytes;
+  m.data = reinterpret_cast<const void*>(offset);  // rebased once the buffer exists
+  return m;
+}
+
+uint64_t matrix_bytes(const DeviceMatrix& m) {
+  return WeightLayout::align_up(static_cast<uint64_t>(m.row_bytes * m.rows) +
+                                WeightLayout::kTensorSlackBytes);
+}
+
+}  // namespace
+
+void CudaModel::upload_gemma4(const WeightTable& w) {
+  const ModelConfig& c = config_;
+  auto g = std::make_unique<Gemma4Device>();
+  for (const LayerWeights& l : w.layers) {
+    float scale = 1.0f;
+    if (l.out_scale)
+      dequantize_row(static_cast<TensorType>(l.out_scale->ggml_type), l.out_scale->data, &scale, 1);
+    g->out_scale.push_back(scale);
+  }
+  const int64_t n_pl = c.n_embd_per_layer;
+  if (n_pl > 0) {
+    // The token table's rows are gathered whole (GGUF blocks); the products take the layers'
+    // row layout, so that they read int8 activations exactly where the CPU oracle rounds them.
+    const bool split = kernel_config_.split_weights;
+    std::vector<std::pair<const TensorInfo*, DeviceMatrix*>> mats;
+    g->gate.resize(w.layers.size());
+    g->proj.resize(w.layers.size());
+    uint64_t bytes = 0;
+    auto add = [&](const TensorInfo* t, DeviceMatrix& m, bool may_split) {
+      m = matrix_at(t, may_split && split, bytes);
+      bytes += matrix_bytes(m);
+      mats.emplace_back(t, &m);
+    };
+    add(w.ple_token_embd, g->token_table, false);
+    add(w.ple_model_proj, g->model_proj, true);
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      add(w.layers[i].ple_gate, g->gate[i], true);
+      add(w.layers[i].ple_proj, g->proj[i], true);
+    }
+    g->matrices = DeviceBuffer(memory_, MemoryCategory::WeightsResident, bytes);
+    for (auto& [t, m] : mats) {
+      const auto offset = reinterpret_cast<uint64_t>(m->data);
+      PinnedBuffer blob(static_cast<size_t>(m->row_bytes * m->rows));
+      if (m->split)
+        split_rows(t->ggml_type, t->data, m->rows, m->cols, blob.as<uint8_t>());
+      else
+        std::copy_n(t->data, t->size_bytes, blob.as<uint8_t>());
+      check_cuda(cudaMemcpy(g->matrices.as<uint8_t>() + offset, blob.as<uint8_t>(), blob.bytes(),
+                            cudaMemcpyHostToDevice),
+                 "uploading per-layer embeddings");
+      m->data = g->matrices.as<uint8_t>() + offset;
+    }
+    // Read by every step: the projection, the gates and projections, one table row per token.
+    decode_weight_bytes_ +=
+        static_cast<uint64_t>(g->model_proj.rows * g->model_proj.gguf_row_bytes);
+    for (size_t i = 0; i < w.layers.size(); ++i)
+      decode_weight_bytes_ += static_cast<uint64_t>(g->gate[i].rows * g->gate[i].gguf_row_bytes +
+                                                    g->proj[i].rows * g->proj[i].gguf_row_bytes);
+
+    std::vector<float> vectors(static_cast<size_t>(n_pl + c.n_layer * c.n_embd));
+    dequantize_row(static_cast<TensorType>(w.ple_proj_norm->ggml_type), w.ple_proj_norm->data,
+                   vectors.data(), n_pl);
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const TensorInfo* t = w.layers[i].ple_norm;
+      dequantize_row(static_cast<TensorType>(t->ggml_type), t->data,
+                     vectors.data() + n_pl + static_cast<int64_t>(i) * c.n_embd, c.n_embd);
+    }
+    g->vectors =
+        DeviceBuffer(memory_, MemoryCategory::WeightsResident, vectors.size() * sizeof(float));
+    check_cuda(cudaMemcpy(g->vectors.get(), vectors.data(), vectors.size() * sizeof(float),
+                          cudaMemcpyHostToDevice),
+               "uploading per-layer embedding norms");
+    g->proj_norm = g->vectors.as<float>();
+    for (int64_t i = 0; i < c.n_layer; ++i)
+      g->post_norm.push_back(g->vectors.as<float>() + n_pl + i * c.n_embd);
+
+    const auto floats = static_cast<size_t>(max_rows_) * static_cast<size_t>(c.n_layer * n_pl);
+    g->inputs = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
+    g->scratch = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
+  }
+  gemma4_ = std::move(g);
+}
+
+void CudaModel::gemma4_project(const DeviceMatrix& w, const float* x, int n_rows, float* y) {
+  for (int first = 0; first < n_rows; first += kMatvecMaxRows) {
+    const int count = std::min(kMatvecMaxRows, n_rows - first);
+    const float* xc = x + static_cast<int64_t>(first) * w.cols;
+    float* const outs[1] = {y + static_cast<int64_t>(first) * w.rows};
+    if (k::matvec_reads_q8(w.type, w.split))
+      check_launch(k::launch_quantize_q8(xc, count, static_cast<int>(w.cols),
+                                         {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                         stream_.get()),
+                   "quantize_q8");
+    matvec(&w, outs, 1, count, false, xc);
+  }
+}
+
+void CudaModel::gemma4_inputs(int n_rows) {
+  const ModelConfig& c = config_;
+  const Gemma4Device& g = *gemma4_;
+  const int64_t n_pl = c.n_embd_per_layer;
+  if (n_pl <= 0) return;
+  const int64_t width = c.n_layer * n_pl;
+  float* inputs = g.inputs.as<float>();
+  float* table = g.scratch.as<float>();
+  gemma4_project(g.model_proj, hidden_.as<float>(), n_rows, inputs);
+  check_launch(
+      k::launch_embedding_gather(g.token_table.type, g.token_table.data, g.token_table.row_bytes,
+                                 static_cast<int>(width), c.n_vocab, inputs_.as<int32_t>(), n_rows,
+                                 table, stream_.get(), g.token_table.split),
+      "embedding_gather");
+  check_launch(
+      k::launch_gemma4_ple_inputs(inputs, table, g.proj_norm, n_rows, static_cast<int>(c.n_layer),
+                                  static_cast<int>(n_pl), c.rms_eps,
+                                  1.0f / std::sqrt(static_cast<float>(c.n_embd)),
+                                  std::sqrt(static_cast<float>(n_pl)), 1.0f / std::sqrt(2.0f),
+                                  kernel_config_, stream_.get()),
+      "gemma4_ple_inputs");
+}
+
+void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
+  const ModelConfig& c = config_;
+  const Gemma4Device& g = *gemma4_;
+  float* hidden = hidden_.as<float>();
+  float* projected = normed_.as<float>();  // each block's output before its RMSNorm joins
+  __half* x16 = normed_f16_.as<__half>();
+  const bool gemm_path = n_rows > kMatvecMaxRows;
+  const bool own_kv = c.kv_source(layer) == layer;
+  const int64_t head_dim = c.head_dim_of(layer), n_kv = c.n_head_kv_of(layer);
+
+  // Attention block: Q (and K, V where the layer keeps its KV) from the attention norm.
+  const DeviceMatrix qkv[3] = {l.wq, l.wk, l.wv};
+  float* const qkv_out[3] = {q_.as<float>(), k_.as<float>(), v_.as<float>()};
+  const bool has_v =
+      l.wv.rows > 0;  // (an absent matrix has no rows; its data is bound all the same)
+  const int products = !own_kv ? 1 : has_v ? 3 : 2;
+  if (gemm_path) {
+    norm_for(l.wq, hidden, l.attn_norm, n_rows, true);
+    for (int m = 0; m < products; ++m) gemm(qkv[m], nullptr, x16, n_rows, qkv_out[m], false);
+  } else {
+    k::RmsNormOutputs out;
+    for (int m = 0; m < products; ++m) {
+      if (k::matvec_reads_q8(qkv[m].type, qkv[m].split))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
+    }
+    check_launch(k::launch_rms_norm(hidden, l.attn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
+                 "rms_norm");
+    matvec(qkv, qkv_out, products, n_rows, false, normed_.as<float>());
+  }
+  const int32_t* in = inputs_.as<int32_t>();
+  k::Gemma4QkvArgs a;
+  a.rows = n_rows;
+  a.positions = in + kPositionsArray * max_rows_;
+  a.slots = in + kSlotsArray * max_rows_;
+  a.q = q_.as<float>();
+  a.k = k_.as<float>();
+  a.v = has_v ? v_.as<float>() : k_.as<float>();  // V = K without attn_v
+  a.q_norm = l.q_norm;
+  a.k_norm = l.k_norm;
+  a.eps = c.rms_eps;
+  const bool own_base = rope_frequencies_swa_ && c.layer_slides(layer);
+  a.frequencies = own_base ? rope_frequencies_swa_ : rope_frequencies_;
+  a.rope_dims = static_cast<int>(c.rope_dims_of(layer));
+  a.n_head = static_cast<int>(c.n_head);
+  a.n_kv = static_cast<int>(n_kv);
+  a.head_dim = static_cast<int>(head_dim);
+  a.write_kv = own_kv;
+  a.slot_base = slot_bases_.as<__half* const>();
+  a.token_stride = layer_token_stride_[static_cast<size_t>(layer)];
+  a.kv_offset = layer_kv_offset_[static_cast<size_t>(layer)];
+  check_launch(k::launch_gemma4_qkv(a, kernel_config_, stream_.get()), "gemma4_qkv");
+  attention(layer, n_rows, nullptr, true);  // reads the source layer's KV on a shared layer
+  if (gemm_path) {
+    check_launch(k::launch_convert_f32_to_f16(attn_.as<float>(), n_rows * c.n_head * head_dim, x16,
+                                              stream_.get()),
+                 "convert_f16");
+    gemm(l.wo, nullptr, x16, n_rows, projected, false);
+  } else {
+    float* const outs[1] = {projected};
+    matvec(&l.wo, outs, 1, n_rows, false, attn_.as<float>());  // int8 input from attention
+  }
+  post_norm(l.attn_post_norm, n_rows);
+
+  // FFN block of this layer's width.
+  const int64_t n_ff = l.w_gate.rows;
+  float* gate = gate_.as<float>();
+  float* up = up_.as<float>();
+  if (gemm_path) {
+    norm_for(l.w_gate, hidden, l.ffn_norm, n_rows, true);
+    gemm(l.w_gate, nullptr, x16, n_rows, gate, false);
+    gemm(l.w_up, nullptr, x16, n_rows, up, false);
+    check_launch(k::launch_geglu_to_f16(gate, up, n_rows * n_ff, x16, stream_.get()), "geglu");
+    gemm(l.w_down, nullptr, x16, n_rows, projected, false);
+  } else {
+    k::RmsNormOutputs out;
+    for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
+      if (k::matvec_reads_q8(m->type, m->split))
+        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+      else
+        out.f32 = normed_.as<float>();
+    }
+    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
+                                    c.rms_eps, out, kernel_config_, stream_.get()),
+                 "rms_norm");
+    const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
+    float* const gu_out[2] = {gate, up};
+    matvec(gu, gu_out, 2, n_rows, false, normed_.as<float>());
+    check_launch(k::launch_geglu_f32(gate, up, n_rows * n_ff, gate, kernel_config_, stream_.get()),
+                 "geglu");
+    if (k::matvec_reads_q8(l.w_down.type, l.w_down.split))
+      check_launch(k::launch_quantize_q8(gate, n_rows, static_cast<int>(n_ff),
+                                         {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                         stream_.get()),
+                   "quantize_q8");
+    float* const outs[1] = {projected};
+    matvec(&l.w_down, outs, 1, n_rows, false, gate);
+  }
+  post_norm(l.ffn_post_norm, n_rows);
+
+  // Per-layer embedding: x += RMSNorm(proj · (gelu(gate · x) * the layer's input)).
+  const int64_t n_pl = c.n_embd_per_layer;
+  if (n_pl > 0) {
+    const auto i = static_cast<size_t>(layer);
+    float* gated = g.scratch.as<float>();
+    gemma4_project(g.gate[i], hidden, n_rows, gated);
+    check_launch(
+        k::launch_gelu_times(gated, g.inputs.as<float>() + layer * n_pl, c.n_layer * n_pl, n_rows,
+                             static_cast<int>(n_pl), gated, kernel_config_, stream_.get()),
+        "gelu_times");
+    gemma4_project(g.proj[i], gated, n_rows, projected);
+    post_norm(g.post_norm[i], n_rows);
+  }
+  const float scale = g.out_scale[static_cast<size_t>(layer)];
+  if (scale != 1.0f)
+    check_launch(k::launch_scale(hidden, static_cast<int64_t>(n_rows) * c.n_embd, scale,
+                                 kernel_config_, stream_.get()),
+                 "scale");
+}
+
+}  // namespace granule::cuda

@@ -1,0 +1,378 @@
+// Gemma 4 (dense) on the GPU (issue 37): the CUDA backend against the CPU oracle (the CPU backend
+// rounding as the GPU does: cpu_emulate_device_numerics) and the plain f32 CPU reference, on the
+// tiny-gemma4 preset widened to shapes the GPU kernels run, its layers whole: 5 sliding layers
+// (heads of 128 over 2 KV heads, half of each head rotated) then 1 global (heads of 256, or 512
+// as in the real Gemma 4 files, over 1 KV head, a quarter rotated through rope_freqs' divisors,
+// V = K: no attn_v), twice; Q/K norms
+// and V RMS-normed without a weight, attention scale 1, sandwich norms, GeGLU, the last 2 layers
+// reading the KV of the last earlier layer of their kind with an FFN twice as wide, per-layer
+// embeddings of 64, a per-layer output scale and the final soft-cap 30; Q/K norm weights of
+// about 0.3, so that the scores (attention scale 1) stay moderate as trained norms keep them.
+// F32 weights, and Q8_0 / Q4_0 (the int8 products):
+//   - a prefill of 64 rows (the matvec path) and 16 graph-captured decode steps past it, a
+//     prefill of 2 x 150 rows (the cuBLAS path and the flash-attention prefill kernel) whose
+//     rows' windows start past token 0, then decode at 300, and 6 chats decoding together (a
+//     graph of 8 rows, two of them padding) at lengths below, at and past the window;
+// each row within the bound oracle_compare.h derives, greedy tokens equal away from near-ties.
+// The window is all that is read (the sliding layers' KV behind it overwritten with NaN leaves
+// the logits identical to the bit), and with the window part's granules unmapped as the engine
+// maps, the logits equal those of a run that keeps every token mapped. A shared-KV layer owns no
+// KV: the bytes per token are those of the first 6 layers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <span>
+
+#include "backends/backend.h"
+#include "backends/cuda/cuda_backend.h"
+#include "gpu_test_support.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
+#include "granule/telemetry.h"
+#include "granule/testkit/synthetic_model.h"
+#include "memory/kv_space.h"
+#include "oracle_compare.h"
+#include "runtime/runtime.h"
+#include "support/model_runtime.h"
+#include "support/temp_model.h"
+
+namespace granule {
+namespace {
+
+struct Gemma4Case {
+  TensorType type;
+  int64_t window;
+  int64_t global_head = 256;  // 512: Gemma 4's real global layers (attention_wide)
+};
+
+SyntheticModelSpec gemma4_spec(const Gemma4Case& c) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-gemma4");
+  s.name = "tiny-gemma4-gpu";
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 1;  // global
+  s.head_dim = c.global_head;
+  s.n_head_kv_swa = 2;
+  s.head_dim_swa = 128;
+  s.rope_dims_swa = 64;
+  s.n_ff = 512;
+  s.n_ff_shared = 1024;
+  s.n_embd_per_layer = 64;
+  s.n_vocab = 1000;
+  s.gemma4_qk_norm = 0.3f;  // scores of std ~1 to 1.5 (synthetic_model.h)
+  s.sliding_window = c.window;
+  s.weight_type = c.type;
+  s.embedding_type = c.type;
+  return s;
+}
+
+RuntimeOptions options(bool gpu, bool oracle, int64_t context = 512) {
+  RuntimeOptions o;
+  o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
+  o.backend.vram_budget_bytes = uint64_t{1} << 40;
+  o.backend.cpu_emulate_device_numerics = oracle;
+  o.backend.cpu_exact_numerics = !gpu;  // the CPU reference numerics
+  o.backend.cpu_threads = 2;
+  o.context_length = context;
+  o.slots = 8;
+  o.kv_pool_granules = 0;
+  return o;
+}
+
+using Rig = test::ModelRuntime;
+using test::random_tokens;
+
+std::string case_name(const Gemma4Case& c) {
+  return std::string(tensor_type_name(static_cast<uint32_t>(c.type))) + "_window" +
+         std::to_string(c.window) + "_global" + std::to_string(c.global_head);
+}
+
+std::string refusal_of(const SyntheticModelSpec& spec) {
+  test::TempModel model(spec, "gemma4-refusal");
+  auto file = ModelFile::open(model.path);
+  const ModelConfig config = ModelConfig::from_gguf(*file);
+  const WeightTable weights = WeightTable::from_gguf(*file, config);
+  return cuda_model_refusal(config, weights);
+}
+
+class Gemma4Gpu : public ::testing::TestWithParam<Gemma4Case> {};
+
+TEST_P(Gemma4Gpu, MatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_spec(p), "gemma4-gpu");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  const ModelConfig& c = gpu.config;
+  // Every Gemma 4 feature the CUDA layers take is in the file.
+  ASSERT_EQ(c.architecture, "gemma4");
+  ASSERT_TRUE(c.layer_slides(0) && !c.layer_slides(5) && !c.layer_slides(7));
+  ASSERT_EQ(c.head_dim_of(0), 128);
+  ASSERT_EQ(c.head_dim_of(5), p.global_head);
+  ASSERT_NE(c.n_head_kv_of(0), c.n_head_kv_of(5));
+  ASSERT_LT(c.rope_dims_of(0), c.head_dim_of(0));
+  ASSERT_TRUE(c.value_norm && c.attention_scale == 1.0f);
+  ASSERT_EQ(c.kv_source(6), 4);  // the shared sliding layer reads layer 4's KV
+  ASSERT_EQ(c.kv_source(7), 5);
+  ASSERT_NE(c.n_ff_of(7), c.n_ff_of(0));
+  ASSERT_GT(c.n_embd_per_layer, 0);
+  ASSERT_GT(c.final_logit_softcap, 0.0f);
+  ASSERT_EQ(gpu.weights.layers[5].wv, nullptr);  // V = K on the global layers
+  ASSERT_NE(gpu.weights.layers[5].out_scale, nullptr);
+  const int64_t vocab = c.n_vocab;
+  const std::string name = "gemma4 " + case_name(p);
+  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
+                  std::vector<float>& o, std::vector<float>& g) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), d.begin(), d.end());
+  };
+  // 64 prompt rows with every row's logits (matvec path), then 16 decode steps (graphs).
+  {
+    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+    std::vector<float> r, o, g;
+    all3({{0, prompt, 0, true}}, r, o, g);
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 64", false);
+    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 16; ++i)
+      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
+           g2);
+    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode (graphs)", false);
+    EXPECT_GT(gpu.graphs().replays, 0u);
+  }
+  // 150 prompt rows (the cuBLAS path and the flash prefill kernel), then 150 more on the same
+  // chat: its rows' windows start past token 0 with either window.
+  {
+    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
+    std::vector<float> r, o, g;
+    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
+    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
+    // The f16 GEMM operands round as the oracle's int8 blocks do not (oracle_compare.h).
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 2 x 150", true);
+    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 4; ++i)
+      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
+           o2, g2);
+    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode at 300", false);
+  }
+  // Six chats at different lengths (below, at and past the window) decoding together.
+  {
+    std::vector<int64_t> lengths;
+    for (int s = 0; s < 6; ++s) {
+      const int n = 3 + 29 * s;
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
+      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}}, rig == &gpu);
+      lengths.push_back(n);
+    }
+    std::vector<float> r, o, g;
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
+      std::vector<BatchSequence> batch;
+      for (int s = 0; s < 6; ++s)
+        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                         lengths[static_cast<size_t>(s)] + step, false});
+      all3(batch, r, o, g);
+    }
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " batched decode of 6", false);
+  }
+}
+
+// Overwrites with NaN (f16 0xFFFF) the K and V of every sliding layer that keeps KV, for tokens
+// [0, end) of `slot` on the device (each layer's own width: Gemma 4's kinds differ).
+void poison_behind(Rig& rig, int32_t slot, int64_t end) {
+  const ModelConfig& c = rig.config;
+  const KvSpace& kv = *rig.kv;
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (!c.layer_slides(l) || c.kv_layer_elements(l) == 0) continue;
+    const int part = c.kv_part(l);
+    const int64_t stride = kv.part(part).bytes_per_token;
+    const auto layer_bytes = static_cast<size_t>(c.kv_layer_elements(l) * 2);  // K, V in f16
+    uint8_t* first = kv.slot_base(slot) + kv.part_offset_bytes(part) + c.kv_offset_elements(l) * 2;
+    for (int64_t t = 0; t < end; ++t)
+      ASSERT_EQ(cudaMemset(first + t * stride, 0xFF, layer_bytes), cudaSuccess);
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+TEST_P(Gemma4Gpu, ReadsOnlyTheWindow) {
+  GRANULE_REQUIRE_GPU();
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_spec(p), "gemma4-gpu-window");
+  Rig gpu(model.path, options(true, false));
+  const int64_t vocab = gpu.config.n_vocab, w = p.window;
+  ASSERT_EQ(gpu.config.sliding_window, w);
+  const std::vector<int32_t> prompt = random_tokens(300, vocab, 7);
+  std::vector<float> intact, poisoned;
+  for (int32_t slot : {0, 1})
+    gpu.step({{slot, std::span<const int32_t>(prompt.data(), 150), 0, false}});
+  poison_behind(gpu, 1, 151 - w);
+  for (int32_t slot : {0, 1}) {
+    std::vector<float>& out = slot == 0 ? intact : poisoned;
+    const std::vector<float> l =
+        gpu.step({{slot, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}});
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  poison_behind(gpu, 1, 301 - w);
+  for (int32_t slot : {0, 1}) {
+    std::vector<float>& out = slot == 0 ? intact : poisoned;
+    const std::vector<int32_t> chunk = random_tokens(40, vocab, 8);
+    const std::vector<float> l = gpu.step({{slot, chunk, 300, true}});
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  const std::vector<int32_t> next = random_tokens(8, vocab, 9);
+  for (int i = 0; i < 8; ++i) {
+    poison_behind(gpu, 1, 341 + i - w);
+    for (int32_t slot : {0, 1}) {
+      std::vector<float>& out = slot == 0 ? intact : poisoned;
+      const std::vector<float> l = gpu.step(
+          {{slot, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 340 + i, false}});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+  }
+  ASSERT_EQ(intact.size(), poisoned.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < intact.size(); ++i)
+    if (std::memcmp(&intact[i], &poisoned[i], sizeof(float)) != 0) ++differ;
+  EXPECT_EQ(differ, 0u) << "logits changed when the KV behind the window was overwritten";
+  for (const float x : intact) ASSERT_TRUE(std::isfinite(x));
+  EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
+// KV by layer kind on the device: a run that maps as the engine does (the sliding layers'
+// granules behind the window unmapped under the CUDA fences while graphs replay) gives logits
+// identical to the bit to a run that keeps every token mapped, on 1,000-token chats (a prefill in
+// chunks of 150 on the flash path, 40-row chunks on the matvec path, then graph-captured decode
+// of 3 chats together); the window part stays within its window, the look-ahead and a granule.
+TEST_P(Gemma4Gpu, UnmapsBehindTheWindowAndMatchesKeepingEverything) {
+  GRANULE_REQUIRE_GPU();
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_spec(p), "gemma4-gpu-unmap");
+  Rig sliding(model.path, options(true, false, 2048));
+  Rig keeping(model.path, options(true, false, 2048));
+  const int64_t vocab = sliding.config.n_vocab;
+  const KvSpace& kv = *sliding.kv;
+  ASSERT_EQ(kv.parts(), 2);
+  const uint64_t g = kv.granule_bytes();
+  const auto window_token_bytes =
+      static_cast<uint64_t>(kv.part(ModelConfig::kKvPartWindow).bytes_per_token);
+  const int64_t lookahead = kv.geometry().lookahead_tokens;
+  const uint64_t bound =
+      ((static_cast<uint64_t>(p.window + lookahead) * window_token_bytes + g - 1) / g + 1) * g;
+  size_t differ = 0;
+  auto both = [&](const std::vector<BatchSequence>& batch) {
+    const std::vector<float> a = sliding.step(batch, true), b = keeping.step(batch, false);
+    EXPECT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
+  };
+  constexpr int64_t kPrompt = 1000;
+  for (int32_t slot = 0; slot < 3; ++slot) {
+    const std::vector<int32_t> prompt = random_tokens(kPrompt, vocab, 20 + slot);
+    int64_t at = 0;
+    for (; at + 150 <= 900; at += 150)
+      both({{slot, std::span<const int32_t>(prompt.data() + at, 150), at, false}});
+    for (; at < kPrompt; at += 40) {
+      const auto n = static_cast<size_t>(std::min<int64_t>(40, kPrompt - at));
+      both({{slot, std::span<const int32_t>(prompt.data() + at, n), at, false}});
+    }
+  }
+  for (int step = 0; step < 40; ++step) {
+    const std::vector<int32_t> next = random_tokens(3, vocab, 200 + step);
+    std::vector<BatchSequence> batch;
+    for (int32_t slot = 0; slot < 3; ++slot)
+      batch.push_back({slot, std::span<const int32_t>(&next[static_cast<size_t>(slot)], 1),
+                       kPrompt + step, false});
+    both(batch);
+    for (int32_t slot = 0; slot < 3; ++slot)
+      EXPECT_LE(kv.committed_bytes(slot, ModelConfig::kKvPartWindow), bound) << "slot " << slot;
+  }
+  EXPECT_EQ(differ, 0u) << "logits differ from the run that keeps every token mapped";
+  EXPECT_GT(kv.stats().granules_unmapped, 0u);
+  EXPECT_LT(kv.committed_bytes(0), keeping.kv->committed_bytes(0));
+  EXPECT_GT(sliding.graphs().replays, 0u);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::cout << "[gemma4-gpu] window part per chat at " << kPrompt + 40
+            << " tokens: " << kv.committed_bytes(0, ModelConfig::kKvPartWindow) / 1024
+            << " KiB (bound " << bound / 1024 << " KiB) against "
+            << keeping.kv->committed_bytes(0, ModelConfig::kKvPartWindow) / 1024
+            << " KiB kept; unmapped " << kv.stats().granules_unmapped << " granules\n";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, Gemma4Gpu,
+    ::testing::Values(Gemma4Case{TensorType::F32, 8, 256}, Gemma4Case{TensorType::F32, 128, 512},
+                      Gemma4Case{TensorType::Q8_0, 128, 256}, Gemma4Case{TensorType::Q4_0, 8, 512}),
+    [](const ::testing::TestParamInfo<Gemma4Case>& i) { return case_name(i.param); });
+
+// Needs no GPU: the widened file runs on the CUDA backend; its shared layers own no KV (the
+// bytes per token are the first 6 layers'), and with Gemma 4's real global heads of 512 too; the
+// mixture-of-experts form and the tiny preset's heads of 32 are refused, each with its reason.
+TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
+  const SyntheticModelSpec spec = gemma4_spec({TensorType::Q4_0, 8});
+  EXPECT_EQ(refusal_of(spec), "");
+  {
+    test::TempModel model(spec, "gemma4-kv");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig c = ModelConfig::from_gguf(*file);
+    int64_t own = 0;
+    for (int64_t l = 0; l < 6; ++l) own += 2 * c.kv_dim_of(l);
+    EXPECT_EQ(c.kv_bytes_per_token(2), own * 2);
+    EXPECT_EQ(c.kv_layer_elements(6), 0);
+    EXPECT_EQ(c.kv_layer_elements(7), 0);
+  }
+  const std::string moe = refusal_of(SyntheticModelSpec::preset("tiny-gemma4-moe"));
+  EXPECT_NE(moe.find("Gemma 4's experts"), std::string::npos) << moe;
+  SyntheticModelSpec wide = spec;
+  wide.head_dim = 512;  // Gemma 4's real global heads (attention_wide)
+  EXPECT_EQ(refusal_of(wide), "");
+  const std::string tiny = refusal_of(SyntheticModelSpec::preset("tiny-gemma4"));
+  EXPECT_NE(tiny.find("head sizes"), std::string::npos) << tiny;
+  EXPECT_NE(tiny.find("not 32"), std::string::npos) << tiny;
+}
+
+// Needs no GPU: the CPU oracle rounds Gemma 4 as the CUDA layers do (f16 KV, int8 or f16
+// activations into the products, the per-layer embedding products on the matvec kernels), so it
+// differs from the f32 reference, but by rounding only, on the matvec (64 rows) and the GEMM (150
+// rows) chunk sizes: within 2% of the logits' spread with F32 weights (f16 KV and GEMM operands;
+// measured 0.4% and 0.7% with global heads of 256), 30% with Q8_0 (int8 activations; measured 14%
+// and 7%, where the widened Gemma 3 file of gemma3_gpu_test measures 7% and 2%).
+TEST(Gemma4CudaOracle, RoundsAsTheGpuAndStaysNearTheReference) {
+  for (const Gemma4Case& c :
+       {Gemma4Case{TensorType::F32, 8, 256}, Gemma4Case{TensorType::Q8_0, 8, 256},
+        Gemma4Case{TensorType::F32, 8, 512}}) {
+    const TensorType type = c.type;
+    test::TempModel model(gemma4_spec(c), "gemma4-oracle");
+    Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true));
+    const int64_t vocab = ref.config.n_vocab;
+    for (const int n : {64, 150}) {
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 30 + n);
+      const int32_t slot = n == 64 ? 0 : 1;
+      const std::vector<float> r = ref.step({{slot, prompt, 0, true}});
+      const std::vector<float> o = oracle.step({{slot, prompt, 0, true}});
+      ASSERT_EQ(r.size(), o.size());
+      double worst = 0;
+      bool differs = false;
+      for (int row = 0; row < n; ++row) {
+        const float* a = r.data() + static_cast<int64_t>(row) * vocab;
+        const float* b = o.data() + static_cast<int64_t>(row) * vocab;
+        const double spread = gpu_test::spread_of(a, vocab).std;
+        worst = std::max(worst, gpu_test::centred_error(b, a, vocab, spread));
+        differs = differs || std::memcmp(a, b, static_cast<size_t>(vocab) * sizeof(float)) != 0;
+      }
+      std::cout << "[gemma4-oracle] " << case_name(c) << " " << n
+                << " rows: max |oracle - ref| / spread " << worst << "\n";
+      EXPECT_TRUE(differs) << "the oracle rounds nothing";
+      EXPECT_LT(worst, type == TensorType::F32 ? 0.02 : 0.3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace granule
