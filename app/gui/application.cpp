@@ -8,7 +8,8 @@
 
 namespace granule::app {
 
-Application::Application(EngineFactory factory, const QString& database_path, QObject* parent)
+Application::Application(EngineFactory factory, const QString& database_path,
+                         std::shared_ptr<SecretStore> secrets, QObject* parent)
     : QObject(parent),
       store_(database_path),
       chats_(store_, errors_),
@@ -16,7 +17,7 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       window_settings_(store_),
       server_(store_, errors_),
       hub_(model_, errors_),
-      endpoints_(store_),
+      endpoints_(store_, std::move(secrets)),
       mcp_(store_),
       worker_(new EngineWorker(std::move(factory))) {
   chats_.setTools(&mcp_);
@@ -46,8 +47,10 @@ Application::Application(EngineFactory factory, const QString& database_path, QO
       store_.setting(QStringLiteral("engine/cpu_threads"), QStringLiteral("0")).toInt());
   model_.setModelsFolder(store_.setting(QStringLiteral("model/folder")));
   chats_.setDefaultSampling(window_settings_.sampling());
-  chats_.setApiKeyLookup(
-      [this](const QString& base_url) { return endpoints_.apiKeyFor(base_url); });
+  chats_.setEndpointAccess([this](const QString& base_url, QObject* context,
+                                  std::function<void(const EndpointAccess&)> ready) {
+    endpoints_.whenAccessReady(base_url, context, std::move(ready));
+  });
   connect(&window_settings_, &WindowSettings::samplingChanged, this,
           [this] { chats_.setDefaultSampling(window_settings_.sampling()); });
   connect(&model_, &ModelController::optionsChanged, this, [this] {

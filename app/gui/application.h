@@ -29,7 +29,9 @@ class Application : public QObject {
   Q_OBJECT
 
  public:
-  Application(EngineFactory factory, const QString& database_path, QObject* parent = nullptr);
+  // `secrets`: where the endpoints' keys are kept (the system keychain when empty).
+  Application(EngineFactory factory, const QString& database_path,
+              std::shared_ptr<SecretStore> secrets = {}, QObject* parent = nullptr);
   ~Application() override;
 
   // Starts the engine thread, reads the chats and, when `model_path` (or else the last

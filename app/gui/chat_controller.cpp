@@ -271,7 +271,18 @@ void ChatController::sendTo(qint64 chat_id, const QString& text) {
 void ChatController::stop() { stopChat(current_chat_id_); }
 
 void ChatController::stopChat(qint64 chat_id) {
-  if (generations_.count(chat_id)) Q_EMIT cancelRequested(chat_id);
+  const auto it = generations_.find(chat_id);
+  if (it == generations_.end()) return;
+  if (it->second.sent) {
+    Q_EMIT cancelRequested(chat_id);
+    return;
+  }
+  // Still waiting for the endpoint's key: the worker never had it, so it ends here.
+  GenerationResult stopped;
+  stopped.chat_id = chat_id;
+  stopped.end = GenerationEnd::Stopped;
+  stopped.reason = QStringLiteral("cancelled");
+  onGenerationFinished(stopped);
 }
 
 void ChatController::regenerate(int row) {
@@ -351,11 +362,7 @@ GenerationRequest ChatController::requestFor(qint64 chat_id) const {
   const auto it = messages_.find(chat_id);
   if (!c || it == messages_.end()) return request;
   request.sampling = c->sampling;
-  request.engine = c->engine;
-  if (!c->engine.isEmpty() && api_key_for_) {
-    const qsizetype hash = c->engine.indexOf(QLatin1Char('#'));
-    request.api_key = api_key_for_(c->engine.left(hash));
-  }
+  request.engine = c->engine;  // its key and stall timeout: requestGeneration
   if (!c->system_prompt.trimmed().isEmpty())
     request.messages.append({QStringLiteral("system"), c->system_prompt});
   const QList<StoredMessage> shown = it->second->messages();
@@ -427,10 +434,37 @@ void ChatController::requestGeneration(qint64 chat_id, int row, const Generation
   Generation g;
   g.row = row;
   g.since_request.start();
+  g.serial = ++generation_serial_;
   generations_[chat_id] = g;
   conversations_.setGenerating(chat_id, true);
   Q_EMIT generatingChanged();
-  Q_EMIT generationRequested(request);
+  if (request.engine.isEmpty() || !endpoint_access_) {
+    generations_[chat_id].sent = true;
+    Q_EMIT generationRequested(request);
+    return;
+  }
+  // A chat on an endpoint goes out with the endpoint's key: at start-up the keychain may still
+  // be reading it, and a request sent meanwhile would go without it (401).
+  const qsizetype hash = request.engine.indexOf(QLatin1Char('#'));
+  endpoint_access_(request.engine.left(hash), this,
+                   [this, chat_id, serial = g.serial, request](const EndpointAccess& access) {
+                     const auto it = generations_.find(chat_id);
+                     if (it == generations_.end() || it->second.serial != serial) return;
+                     if (!access.error.isEmpty()) {
+                       GenerationResult failed;
+                       failed.chat_id = chat_id;
+                       failed.end = GenerationEnd::Failed;
+                       failed.reason = QStringLiteral("error");
+                       failed.error = access.error;
+                       onGenerationFinished(failed);
+                       return;
+                     }
+                     GenerationRequest sent = request;
+                     sent.api_key = access.api_key;
+                     sent.stall_timeout_seconds = access.stall_timeout_seconds;
+                     it->second.sent = true;
+                     Q_EMIT generationRequested(sent);
+                   });
 }
 
 void ChatController::abandonGeneration(qint64 chat_id) {

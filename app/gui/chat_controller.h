@@ -76,10 +76,13 @@ class ChatController : public QObject {
 
   QString currentEngine() const { return current().engine; }
   void setCurrentEngine(const QString& engine);
-  // The API key for an endpoint's base URL (EndpointsController::apiKeyFor).
-  void setApiKeyLookup(std::function<QString(const QString& base_url)> lookup) {
-    api_key_for_ = std::move(lookup);
-  }
+  // How a request on an endpoint gets its key and stall timeout
+  // (EndpointsController::whenAccessReady): `ready` runs at once, or later on this thread when
+  // the keychain answers; until then the reply waits (shown as generating).
+  using EndpointAccessSource =
+      std::function<void(const QString& base_url, QObject* context,
+                         std::function<void(const EndpointAccess& access)> ready)>;
+  void setEndpointAccess(EndpointAccessSource source) { endpoint_access_ = std::move(source); }
 
   // What a new chat's sampling starts from (the settings' global defaults).
   void setDefaultSampling(const SamplingSettings& sampling) { default_sampling_ = sampling; }
@@ -152,6 +155,9 @@ class ChatController : public QObject {
     QElapsedTimer since_first;    // tokens per second count from the first text
     bool has_text = false;
     QList<ToolCallText> calls;  // tool calls the reply made
+    quint64 serial = 0;         // which request this is (a late endpoint access for an older
+                                // one is dropped)
+    bool sent = false;          // the worker has it (false while the endpoint's key is read)
   };
   const StoredConversation& current() const;
   void updateCurrent(const std::function<void(StoredConversation&)>& change);
@@ -181,13 +187,14 @@ class ChatController : public QObject {
   MessageModel empty_messages_;
   std::map<qint64, MessageModel*> messages_;  // loaded chats, children of this
   std::map<qint64, Generation> generations_;
+  quint64 generation_serial_ = 0;
   qint64 current_chat_id_ = 0;
   bool model_ready_ = false;
   QString search_text_;
   std::optional<StoredConversation> deleted_;
   SamplingSettings default_sampling_;
   SamplingEditor sampling_editor_;
-  std::function<QString(const QString&)> api_key_for_;
+  EndpointAccessSource endpoint_access_;
   QSet<QString> settings_notes_shown_;  // engine + text, once a session
   McpController* tools_ = nullptr;
   QString tool_choice_;

@@ -1,15 +1,15 @@
-// The endpoints list: stored in the settings table (names and URLs) and the keychain (keys),
-// with each endpoint's /v1/models fetched on a pool thread and answered on the GUI thread.
+// The endpoints list: stored in the settings table (names, URLs, stall timeouts, whether a key
+// is stored) and the keychain (keys), with each endpoint's /v1/models fetched on a pool thread
+// and answered on the GUI thread.
 #include "endpoints_controller.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QTimer>
 #include <QUuid>
-
-#ifdef GRANULE_HAVE_HUB
-#include <qt6keychain/keychain.h>  // QtKeychain comes with the Hub page's build
-#endif
+#include <algorithm>
+#include <chrono>
 #ifdef GRANULE_HAVE_REMOTE
 #include "remote/openai_client.h"
 #endif
@@ -136,13 +136,18 @@ QVariant EndpointListModel::value(int row, int role) const {
       return e.status;
     case ReachabilityRole:
       return QString::fromLatin1(stateName(e.state));
+    case StallTimeoutRole:
+      return e.stall_timeout_seconds;
     default:
       return {};
   }
 }
 
-EndpointsController::EndpointsController(ChatStore& store, QObject* parent)
-    : QObject(parent), store_(store) {
+EndpointsController::EndpointsController(ChatStore& store, std::shared_ptr<SecretStore> secrets,
+                                         QObject* parent)
+    : QObject(parent),
+      store_(store),
+      secrets_(secrets ? std::move(secrets) : systemKeychain(kKeychainService)) {
   // Lists run one or two at a time; each is bounded by its connect and stall timeouts.
   pool_.setMaxThreadCount(2);
   QList<EndpointEntry> endpoints;
@@ -155,10 +160,23 @@ EndpointsController::EndpointsController(ChatStore& store, QObject* parent)
     e.name = o.value(QStringLiteral("name")).toString();
     e.base_url = normalizedUrl(o.value(QStringLiteral("base_url")).toString());
     if (e.id.isEmpty() || e.base_url.isEmpty()) continue;
+    e.stall_timeout_seconds =
+        std::clamp(o.value(QStringLiteral("stall_timeout_s")).toInt(kDefaultStallTimeoutSeconds),
+                   kMinStallTimeoutSeconds, kMaxStallTimeoutSeconds);
+    // An entry saved before "has_key" existed may have a key stored: it is read too.
+    e.key_saved = o.value(QStringLiteral("has_key")).toBool(false);
+    e.key_pending = e.key_saved || !o.contains(QStringLiteral("has_key"));
     endpoints.append(e);
   }
   list_.setEndpoints(endpoints);
-  for (const EndpointEntry& e : endpoints) readKey(e.id);  // each then lists its models
+  publishKeys();
+  // Each then lists its models; one that stored no key lists them at once.
+  for (const EndpointEntry& e : endpoints) {
+    if (e.key_pending)
+      readKey(e.id);
+    else
+      refresh(e.id);
+  }
 }
 
 namespace {
@@ -170,20 +188,74 @@ QString withoutV1(const QString& url) {
 }  // namespace
 
 void EndpointsController::publishKeys() {
-  std::vector<std::pair<QString, QString>> keys;
+  std::vector<KeyTable::Entry> entries;
   for (const EndpointEntry& e : list_.endpoints())
-    if (!e.api_key.isEmpty()) keys.emplace_back(withoutV1(e.base_url), e.api_key);
-  std::lock_guard lock(keys_->mutex);
-  keys_->keys = std::move(keys);
+    entries.push_back({withoutV1(e.base_url), accessOf(e), e.key_pending});
+  {
+    std::lock_guard lock(keys_->mutex);
+    keys_->entries = std::move(entries);
+  }
+  keys_->changed.notify_all();
 }
 
-std::function<std::string(const std::string&)> EndpointsController::keyLookup() const {
+EndpointAccess EndpointsController::accessOf(const EndpointEntry& e) const {
+  EndpointAccess access;
+  access.api_key = e.api_key;
+  access.stall_timeout_seconds = e.stall_timeout_seconds;
+  // A stored key the keychain would not give: sending without it would only be refused.
+  if (e.api_key.isEmpty() && e.key_saved && !e.key_error.isEmpty())
+    access.error = tr("The API key of endpoint \"%1\" could not be read from the system "
+                      "keychain (%2): enter it again in Settings → Endpoints")
+                       .arg(e.name, e.key_error);
+  return access;
+}
+
+EndpointAccess EndpointsController::accessFor(const QString& base_url) const {
+  const QString url = withoutV1(base_url);
+  for (const EndpointEntry& e : list_.endpoints())
+    if (withoutV1(e.base_url) == url) return accessOf(e);
+  return {};
+}
+
+void EndpointsController::whenAccessReady(const QString& base_url, QObject* context,
+                                          std::function<void(const EndpointAccess&)> ready) {
+  const QString url = withoutV1(base_url);
+  for (const EndpointEntry& e : list_.endpoints()) {
+    if (withoutV1(e.base_url) != url) continue;
+    if (e.key_pending) {
+      waiters_[e.id].append({QPointer<QObject>(context), std::move(ready)});
+      return;
+    }
+    ready(accessOf(e));
+    return;
+  }
+  ready({});  // not an endpoint of Settings (removed since): no key, the default timeout
+}
+
+std::function<EndpointAccess(const std::string&)> EndpointsController::accessLookup() const {
   return [keys = keys_](const std::string& base_url) {
     const QString url = withoutV1(QString::fromStdString(base_url));
-    std::lock_guard lock(keys->mutex);
-    for (const auto& [u, key] : keys->keys)
-      if (u == url) return key.toStdString();
-    return std::string();
+    std::unique_lock lock(keys->mutex);
+    const auto find = [&]() -> const KeyTable::Entry* {
+      for (const KeyTable::Entry& e : keys->entries)
+        if (e.url == url) return &e;
+      return nullptr;
+    };
+    // The GUI thread's read ends by its own timeout; this bound only guards against a GUI
+    // thread that no longer runs.
+    keys->changed.wait_for(lock, std::chrono::milliseconds(kKeyReadTimeoutMs + 5000), [&] {
+      const KeyTable::Entry* e = find();
+      return !e || !e->pending;
+    });
+    const KeyTable::Entry* e = find();
+    if (!e) return EndpointAccess{};
+    if (e->pending) {
+      EndpointAccess timed_out = e->access;
+      timed_out.error =
+          QStringLiteral("the system keychain did not answer for the key of %1").arg(url);
+      return timed_out;
+    }
+    return e->access;
   };
 }
 
@@ -215,7 +287,11 @@ void EndpointsController::update(const QString& id,
   EndpointEntry e = before;
   change(e);
   list_.changed(row, e);
-  if (e.api_key != before.api_key || e.base_url != before.base_url) publishKeys();
+  if (e.api_key != before.api_key || e.base_url != before.base_url ||
+      e.key_pending != before.key_pending || e.key_error != before.key_error ||
+      e.key_saved != before.key_saved || e.stall_timeout_seconds != before.stall_timeout_seconds ||
+      e.name != before.name)
+    publishKeys();
   // The menus' choices change only with a name, a URL or a model list (not with a status line
   // while a check runs, which would rebuild an open menu).
   if (e.name != before.name || e.base_url != before.base_url || e.models != before.models ||
@@ -226,7 +302,11 @@ void EndpointsController::update(const QString& id,
 void EndpointsController::save() {
   QJsonArray out;
   for (const EndpointEntry& e : list_.endpoints())
-    out.append(QJsonObject{{"id", e.id}, {"name", e.name}, {"base_url", e.base_url}});
+    out.append(QJsonObject{{"id", e.id},
+                           {"name", e.name},
+                           {"base_url", e.base_url},
+                           {"stall_timeout_s", e.stall_timeout_seconds},
+                           {"has_key", e.key_saved}});
   store_.setSetting(kEndpointsKey,
                     QString::fromUtf8(QJsonDocument(out).toJson(QJsonDocument::Compact)));
 }
@@ -239,6 +319,7 @@ QString EndpointsController::add(const QString& name, const QString& base_url,
   e.id = QUuid::createUuid().toString(QUuid::WithoutBraces).left(8);
   e.name = name.trimmed().isEmpty() ? e.base_url : name.trimmed();
   e.api_key = api_key.trimmed();
+  e.key_saved = !e.api_key.isEmpty();
   QList<EndpointEntry> all = list_.endpoints();
   all.append(e);
   list_.setEndpoints(all);
@@ -265,9 +346,30 @@ void EndpointsController::edit(const QString& id, const QString& name, const QSt
 
 void EndpointsController::setApiKey(const QString& id, const QString& api_key) {
   const QString key = api_key.trimmed();
-  update(id, [&](EndpointEntry& e) { e.api_key = key; });
+  reading_.remove(id);  // a late keychain answer does not undo what was typed
+  update(id, [&](EndpointEntry& e) {
+    e.api_key = key;
+    e.key_saved = !key.isEmpty();
+    e.key_pending = false;
+    e.key_error.clear();
+  });
+  save();
   storeKey(id, key);
+  if (const int row = rowOf(id); row >= 0)
+    for (const Waiter& w : waiters_.take(id))
+      if (w.context) w.ready(accessOf(list_.endpoints()[row]));
   refresh(id);  // the key may be what it lacked (401)
+}
+
+QString EndpointsController::setStallTimeout(const QString& id, int seconds) {
+  if (rowOf(id) < 0) return tr("no such endpoint");
+  if (seconds < kMinStallTimeoutSeconds || seconds > kMaxStallTimeoutSeconds)
+    return tr("the stall timeout must be from %1 to %2 seconds")
+        .arg(kMinStallTimeoutSeconds)
+        .arg(kMaxStallTimeoutSeconds);
+  update(id, [&](EndpointEntry& e) { e.stall_timeout_seconds = seconds; });
+  save();
+  return {};
 }
 
 void EndpointsController::remove(const QString& id) {
@@ -280,6 +382,9 @@ void EndpointsController::remove(const QString& id) {
   refresh_of_.remove(id);
   save();
   storeKey(id, {});
+  // Requests that waited for its key go without one (their chat's engine is no endpoint now).
+  for (const Waiter& w : waiters_.take(id))
+    if (w.context) w.ready({});
   Q_EMIT endpointsChanged();
 }
 
@@ -365,57 +470,60 @@ qint64 EndpointsController::contextOf(const QString& ref) const {
   return 0;
 }
 
-QString EndpointsController::apiKeyFor(const QString& base_url) const {
-  const QString url = normalizedUrl(base_url);
-  for (const EndpointEntry& e : list_.endpoints())
-    if (e.base_url == url) return e.api_key;
-  return {};
-}
-
 void EndpointsController::readKey(const QString& id) {
-#ifdef GRANULE_HAVE_HUB
   update(id, [](EndpointEntry& e) {
+    e.key_pending = true;
     e.state = EndpointEntry::State::Checking;
     e.status = tr("reading the key from the keychain…");
   });
-  auto* job = new QKeychain::ReadPasswordJob(kKeychainService, this);
-  job->setKey(keychainKey(id));
-  connect(job, &QKeychain::Job::finished, this, [this, job, id] {
-    if (job->error() == QKeychain::NoError)
-      update(id, [&](EndpointEntry& e) { e.api_key = job->textData(); });
-    refresh(id);
+  reading_.insert(id);
+  secrets_->read(keychainKey(id), this,
+                 [this, id](const SecretStore::Answer& answer) { keyRead(id, answer); });
+  QTimer::singleShot(kKeyReadTimeoutMs, this, [this, id] { keyReadTimedOut(id); });
+}
+
+void EndpointsController::keyRead(const QString& id, const SecretStore::Answer& answer) {
+  // A key typed meanwhile (setApiKey) wins over a late answer; an answer after the timeout
+  // still brings the key.
+  if (rowOf(id) < 0 || !reading_.remove(id)) return;
+  update(id, [&](EndpointEntry& e) {
+    e.key_pending = false;
+    if (answer.status == SecretStore::Status::Found) {
+      e.api_key = answer.text;
+      e.key_saved = true;
+      e.key_error.clear();
+    } else if (answer.status == SecretStore::Status::Failed) {
+      e.key_error = answer.error;
+    }
   });
-  job->start();
-#else
+  for (const Waiter& w : waiters_.take(id))
+    if (w.context) w.ready(accessOf(list_.endpoints()[rowOf(id)]));
   refresh(id);
-#endif
+}
+
+void EndpointsController::keyReadTimedOut(const QString& id) {
+  const int row = rowOf(id);
+  if (row < 0 || !list_.endpoints()[row].key_pending) return;
+  update(id, [&](EndpointEntry& e) {
+    e.key_pending = false;
+    e.key_error = tr("it did not answer in %1 s").arg(kKeyReadTimeoutMs / 1000);
+    e.state = EndpointEntry::State::Failed;
+    e.status = tr("the system keychain did not answer for the key");
+  });
+  for (const Waiter& w : waiters_.take(id))
+    if (w.context) w.ready(accessOf(list_.endpoints()[rowOf(id)]));
 }
 
 void EndpointsController::storeKey(const QString& id, const QString& key) {
-#ifdef GRANULE_HAVE_HUB
-  QKeychain::Job* job = nullptr;
-  if (key.isEmpty()) {
-    job = new QKeychain::DeletePasswordJob(kKeychainService, this);
-  } else {
-    auto* write = new QKeychain::WritePasswordJob(kKeychainService, this);
-    write->setTextData(key);
-    job = write;
-  }
-  job->setKey(keychainKey(id));
-  connect(job, &QKeychain::Job::finished, this, [this, job, id, key] {
+  secrets_->write(keychainKey(id), key, this, [this, id, key](const SecretStore::Answer& answer) {
     // No keychain (no Secret Service on this desktop): the key works until Granule closes,
     // and the row says so.
-    if (job->error() != QKeychain::NoError && !key.isEmpty())
+    if (answer.status == SecretStore::Status::Failed && !key.isEmpty())
       update(id, [&](EndpointEntry& e) {
-        e.status = tr("no system keychain (%1): the key is kept until Granule closes")
-                       .arg(job->errorString());
+        e.status =
+            tr("no system keychain (%1): the key is kept until Granule closes").arg(answer.error);
       });
   });
-  job->start();
-#else
-  (void)id;
-  (void)key;
-#endif
 }
 
 }  // namespace granule::app

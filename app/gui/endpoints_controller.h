@@ -1,15 +1,19 @@
 // EndpointsController: the OpenAI-compatible servers the window knows (Settings →
-// Endpoints): each with a name, a base URL and an API key kept in the system keychain, and
-// the models its /v1/models lists, with one line saying whether it answered. A chat that runs
-// on an endpoint's model names it "URL#model" (remote_inference_engine.h); this controller
-// gives such a reference its label, its context and its key. GUI thread only; the model lists
-// are fetched on a pool thread.
+// Endpoints): each with a name, a base URL, an API key kept in the system keychain, a stall
+// timeout, and the models its /v1/models lists, with one line saying whether it answered. A
+// chat that runs on an endpoint's model names it "URL#model" (remote_inference_engine.h); this
+// controller gives such a reference its label, its context, its key and its stall timeout — a
+// key the keychain is still reading at start-up is waited for. GUI thread only; the model
+// lists are fetched on a pool thread.
 #pragma once
 #include <QtQml/qqmlregistration.h>
 
 #include <QObject>
+#include <QPointer>
+#include <QSet>
 #include <QThreadPool>
 #include <QVariantList>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -18,6 +22,8 @@
 
 #include "chat_store.h"
 #include "list_model.h"
+#include "secret_store.h"
+#include "worker_types.h"
 
 namespace granule::app {
 
@@ -27,6 +33,11 @@ struct EndpointEntry {
   QString name;
   QString base_url;
   QString api_key;  // from the keychain (or typed this session when there is none)
+  // The keychain is reading the key (at start-up); requests wait for it (whenAccessReady).
+  bool key_pending = false;
+  bool key_saved = false;  // a key was set and stored (saved with the endpoint, not the key)
+  QString key_error;       // the keychain's failure to read it, one line
+  qint32 stall_timeout_seconds = kDefaultStallTimeoutSeconds;
   State state = State::Unchecked;
   QString status;  // one line: "3 models · llama-server", or the fault's message
   QStringList models;
@@ -56,6 +67,7 @@ class EndpointListModel : public granule::app::ListModel {
     StatusRole,
     ReachabilityRole,  // "unchecked", "checking", "reachable", "unauthorized", "unreachable",
                        // "failed"
+    StallTimeoutRole,  // seconds
   };
   Q_ENUM(Role)
 
@@ -81,7 +93,9 @@ class EndpointsController : public QObject {
   Q_PROPERTY(bool available READ available CONSTANT)
 
  public:
-  EndpointsController(ChatStore& store, QObject* parent = nullptr);
+  // Keys live in `secrets` (the system keychain unless a test passes its own).
+  explicit EndpointsController(ChatStore& store, std::shared_ptr<SecretStore> secrets = {},
+                               QObject* parent = nullptr);
   ~EndpointsController() override;
 
   EndpointListModel* list() { return &list_; }
@@ -93,6 +107,12 @@ class EndpointsController : public QObject {
   Q_INVOKABLE void edit(const QString& id, const QString& name, const QString& base_url);
   // An empty key removes it from the keychain (and sends none).
   Q_INVOKABLE void setApiKey(const QString& id, const QString& api_key);
+  // How long a stream from this endpoint may send nothing before it ends as stalled: from
+  // kMinStallTimeoutSeconds to kMaxStallTimeoutSeconds; saved with the endpoint, used by the
+  // requests after it. Returns "" or why the value was refused (one line).
+  Q_INVOKABLE QString setStallTimeout(const QString& id, int seconds);
+  Q_INVOKABLE int minStallTimeout() const { return kMinStallTimeoutSeconds; }
+  Q_INVOKABLE int maxStallTimeout() const { return kMaxStallTimeoutSeconds; }
   Q_INVOKABLE void remove(const QString& id);
   // Lists the endpoint's models again (GET /v1/models); the row says "checking" meanwhile.
   Q_INVOKABLE void refresh(const QString& id);
@@ -105,12 +125,20 @@ class EndpointsController : public QObject {
   Q_INVOKABLE QString engineFacts(const QString& ref) const;
   // The model's context in tokens as its server lists it; 0 when it does not say.
   Q_INVOKABLE qint64 contextOf(const QString& ref) const;
-  // The key of the endpoint at `base_url` ("" when none is set or known).
-  QString apiKeyFor(const QString& base_url) const;
-  // The same lookup for any thread (the engine thread opens a "URL#model" from Models →
-  // Server with it): it reads a copy of the keys, kept current as they change. A URL with
-  // or without its "/v1" finds the endpoint.
-  std::function<std::string(const std::string&)> keyLookup() const;
+  // The key and stall timeout of the endpoint at `base_url` (a URL with or without its "/v1"
+  // finds it; an unknown URL gets no key and the default timeout), as they are now.
+  EndpointAccess accessFor(const QString& base_url) const;
+  // The same, once the keychain has answered for the endpoint's key (at once when it has):
+  // `ready` runs on the GUI thread, unless `context` is gone by then. A keychain that fails to
+  // read a stored key, or does not answer within kKeyReadTimeoutMs, gives an access with
+  // `error` set.
+  void whenAccessReady(const QString& base_url, QObject* context,
+                       std::function<void(const EndpointAccess&)> ready);
+  // accessFor for any thread (the engine thread opens a "URL#model" from Models → Server with
+  // it): it reads a copy kept current as the endpoints change, and waits while the keychain
+  // reads the endpoint's key. Never call it on the GUI thread (the keychain answers there).
+  std::function<EndpointAccess(const std::string&)> accessLookup() const;
+  static constexpr int kKeyReadTimeoutMs = 30000;
   // Waits for the model lists in flight (tests, shutdown).
   void waitForRefreshes() { pool_.waitForDone(); }
 
@@ -121,13 +149,22 @@ class EndpointsController : public QObject {
   int rowOf(const QString& id) const;
   void save();
   void readKey(const QString& id);
+  void keyRead(const QString& id, const SecretStore::Answer& answer);
+  void keyReadTimedOut(const QString& id);
+  EndpointAccess accessOf(const EndpointEntry& e) const;
   void storeKey(const QString& id, const QString& key);
   void update(const QString& id, const std::function<void(EndpointEntry&)>& change);
   void publishKeys();
 
   struct KeyTable {
     std::mutex mutex;
-    std::vector<std::pair<QString, QString>> keys;  // base URL without "/v1", key
+    std::condition_variable changed;
+    struct Entry {
+      QString url;  // the base URL without "/v1"
+      EndpointAccess access;
+      bool pending = false;
+    };
+    std::vector<Entry> entries;
   };
 
   ChatStore& store_;
@@ -136,6 +173,14 @@ class EndpointsController : public QObject {
   quint64 refresh_serial_ = 0;  // a late answer for a changed endpoint is dropped
   QHash<QString, quint64> refresh_of_;
   std::shared_ptr<KeyTable> keys_ = std::make_shared<KeyTable>();
+  std::shared_ptr<SecretStore> secrets_;
+  // Requests waiting for an endpoint's key, by endpoint id.
+  struct Waiter {
+    QPointer<QObject> context;
+    std::function<void(const EndpointAccess&)> ready;
+  };
+  QHash<QString, QList<Waiter>> waiters_;
+  QSet<QString> reading_;  // endpoints whose key the keychain is reading
 };
 
 }  // namespace granule::app

@@ -277,8 +277,12 @@ InferenceEngine* EngineWorker::engineFor(const GenerationRequest& request, QStri
     return nullptr;
   }
   auto it = remotes_.find(request.engine);
-  // A key changed in Settings: reopened with it once nothing streams from the old one.
-  if (it != remotes_.end() && it->second.api_key != request.api_key && it->second.engine->idle()) {
+  // A key or a stall timeout changed in Settings: reopened with it once nothing streams from
+  // the old one.
+  if (it != remotes_.end() &&
+      (it->second.api_key != request.api_key ||
+       it->second.stall_timeout_seconds != request.stall_timeout_seconds) &&
+      it->second.engine->idle()) {
     remotes_.erase(it);
     it = remotes_.end();
   }
@@ -286,10 +290,16 @@ InferenceEngine* EngineWorker::engineFor(const GenerationRequest& request, QStri
   try {
     // Lists the server's models first (bounded by its connect timeout): a wrong URL, key or
     // model is the chat's one-line error.
-    auto engine = remote_factory_(request.engine, request.api_key, next_remote_first_id_);
+    auto engine = remote_factory_(
+        request.engine, EndpointAccess{request.api_key, request.stall_timeout_seconds, {}},
+        next_remote_first_id_);
     next_remote_first_id_ += SequenceId{1} << 40;
-    log()->info("chat engine opened on {}", request.engine.toStdString());
-    it = remotes_.emplace(request.engine, RemoteEngine{std::move(engine), request.api_key}).first;
+    log()->info("chat engine opened on {} (stall timeout {} s)", request.engine.toStdString(),
+                request.stall_timeout_seconds);
+    it = remotes_
+             .emplace(request.engine, RemoteEngine{std::move(engine), request.api_key,
+                                                   request.stall_timeout_seconds})
+             .first;
     return it->second.engine.get();
   } catch (const std::exception& e) {
     *error = QString::fromUtf8(e.what());

@@ -112,11 +112,13 @@ class EngineWorker : public QObject {
 
   EngineFactory factory_;
   std::unique_ptr<InferenceEngine> engine_;
-  // Chats' engines on endpoints, by "URL#model", with the key each was opened with. Their
-  // sequence ids start at 2^40 apart, so one id names one sequence across every engine.
+  // Chats' engines on endpoints, by "URL#model", with the key and stall timeout each was opened
+  // with. Their sequence ids start at 2^40 apart, so one id names one sequence across every
+  // engine.
   struct RemoteEngine {
     std::unique_ptr<InferenceEngine> engine;
     QString api_key;
+    qint32 stall_timeout_seconds = kDefaultStallTimeoutSeconds;
   };
   RemoteEngineFactory remote_factory_;
   std::map<QString, RemoteEngine> remotes_;

@@ -75,10 +75,10 @@ using EngineFactory = std::function<std::unique_ptr<InferenceEngine>(
 // The factory the application uses: granule::Engine::open.
 EngineFactory granuleEngineFactory();
 
-// Opens a chat's engine on an OpenAI-compatible endpoint: `ref` is "URL#model", `api_key` ""
-// sends none; its sequence ids start at `first_id` (apart from every other engine's). Throws
-// granule::Error with the endpoint's one-line fault.
+// Opens a chat's engine on an OpenAI-compatible endpoint: `ref` is "URL#model", `access` the
+// endpoint's key ("" sends none) and stall timeout; its sequence ids start at `first_id` (apart
+// from every other engine's). Throws granule::Error with the endpoint's one-line fault.
 using RemoteEngineFactory = std::function<std::unique_ptr<InferenceEngine>(
-    const QString& ref, const QString& api_key, SequenceId first_id)>;
+    const QString& ref, const EndpointAccess& access, SequenceId first_id)>;
 
 }  // namespace granule::app

@@ -112,14 +112,15 @@ int main(int argc, char** argv) {
   // points at the services) before the services, the services before QGuiApplication.
 #ifdef GRANULE_HAVE_REMOTE
   // A model path "URL#model" is a model on an OpenAI-compatible server (remote_inference_engine.h),
-  // reached with the key of the endpoint at that URL (Settings → Endpoints, the keychain). The
-  // lookup is set below, before the engine thread starts.
-  auto endpoint_keys = std::make_shared<std::function<std::string(const std::string&)>>();
+  // reached with the key and stall timeout of the endpoint at that URL (Settings → Endpoints,
+  // the keychain). The lookup is set below, before the engine thread starts.
+  auto endpoint_access = std::make_shared<granule::app::EndpointAccessLookup>();
   granule::app::Application granule_app(
       granule::app::remoteAwareEngineFactory(granule::app::granuleEngineFactory(),
-                                             [endpoint_keys](const std::string& url) {
-                                               return *endpoint_keys ? (*endpoint_keys)(url)
-                                                                     : std::string();
+                                             [endpoint_access](const std::string& url) {
+                                               return *endpoint_access
+                                                          ? (*endpoint_access)(url)
+                                                          : granule::app::EndpointAccess{};
                                              }),
 #else
   granule::app::Application granule_app(
@@ -130,7 +131,7 @@ int main(int argc, char** argv) {
 #ifdef GRANULE_HAVE_REMOTE
   // Chats that run on an endpoint's model (Settings → Endpoints, the chat header's menu).
   granule_app.setRemoteEngineFactory(granule::app::remoteEngineFactory());
-  *endpoint_keys = granule_app.endpoints()->keyLookup();
+  *endpoint_access = granule_app.endpoints()->accessLookup();
 #endif
   QQmlApplicationEngine qml;
   qml.addImportPath(QStringLiteral("qrc:/qt/qml"));

@@ -339,30 +339,34 @@ TelemetrySnapshot RemoteInferenceEngine::telemetry() const {
   return t;
 }
 
-EngineFactory remoteAwareEngineFactory(EngineFactory local,
-                                       std::function<std::string(const std::string&)> api_key_for) {
-  return [local = std::move(local), api_key_for = std::move(api_key_for)](
+EngineFactory remoteAwareEngineFactory(EngineFactory local, EndpointAccessLookup access_for) {
+  return [local = std::move(local), access_for = std::move(access_for)](
              const std::filesystem::path& model, const EngineOptions& options,
              const std::function<void(double, const QString&)>& stage)
              -> std::unique_ptr<InferenceEngine> {
     const std::optional<RemoteModelRef> ref = parseRemoteModelRef(model.string());
     if (!ref) return local(model, options, stage);
+    stage(0.1, QStringLiteral("Reading the endpoint's settings"));
+    const EndpointAccess access = access_for ? access_for(ref->base_url) : EndpointAccess{};
+    if (!access.error.isEmpty()) throw Error(access.error.toStdString());
     stage(0.2, QStringLiteral("Asking the server for its models"));
-    auto engine = std::make_unique<RemoteInferenceEngine>(
-        *ref, api_key_for ? api_key_for(ref->base_url) : "");
+    auto engine = std::make_unique<RemoteInferenceEngine>(*ref, access.api_key.toStdString(),
+                                                          /*poll_metrics=*/true, /*first_id=*/1,
+                                                          access.stall_timeout_seconds);
     stage(1.0, QStringLiteral("Ready"));
     return engine;
   };
 }
 
-RemoteEngineFactory remoteEngineFactory(int32_t stall_timeout_seconds) {
-  return [stall_timeout_seconds](const QString& ref, const QString& api_key,
-                                 SequenceId first_id) -> std::unique_ptr<InferenceEngine> {
+RemoteEngineFactory remoteEngineFactory() {
+  return [](const QString& ref, const EndpointAccess& access,
+            SequenceId first_id) -> std::unique_ptr<InferenceEngine> {
     const std::optional<RemoteModelRef> parsed = parseRemoteModelRef(ref.toStdString());
     if (!parsed) throw Error("not a model on an endpoint (URL#model): " + ref.toStdString());
-    return std::make_unique<RemoteInferenceEngine>(*parsed, api_key.toStdString(),
+    if (!access.error.isEmpty()) throw Error(access.error.toStdString());
+    return std::make_unique<RemoteInferenceEngine>(*parsed, access.api_key.toStdString(),
                                                    /*poll_metrics=*/true, first_id,
-                                                   stall_timeout_seconds);
+                                                   access.stall_timeout_seconds);
   };
 }
 

@@ -47,7 +47,6 @@ class RemoteInferenceEngine final : public InferenceEngine {
   RemoteInferenceEngine(const RemoteModelRef& ref, const std::string& api_key,
                         bool poll_metrics = true, SequenceId first_id = 1,
                         int32_t stall_timeout_seconds = kDefaultStallTimeoutSeconds);
-  static constexpr int32_t kDefaultStallTimeoutSeconds = 60;
   ~RemoteInferenceEngine() override;
 
   ModelInfo info() const override { return info_; }
@@ -103,13 +102,16 @@ class RemoteInferenceEngine final : public InferenceEngine {
   std::thread poller_;
 };
 
+// The settings of the endpoint at a base URL, for any thread (EndpointsController::accessLookup:
+// it waits, bounded, for a key the keychain is still reading).
+using EndpointAccessLookup = std::function<EndpointAccess(const std::string& base_url)>;
+
 // The factory the application uses: a "URL#model" path opens a RemoteInferenceEngine (its API
-// key from `api_key_for(base_url)`), anything else goes to `local`.
-EngineFactory remoteAwareEngineFactory(EngineFactory local,
-                                       std::function<std::string(const std::string&)> api_key_for);
-// The worker's factory of chats' endpoint engines (RemoteInferenceEngine, metrics polled);
-// the tests set a short stall timeout.
-RemoteEngineFactory remoteEngineFactory(
-    int32_t stall_timeout_seconds = RemoteInferenceEngine::kDefaultStallTimeoutSeconds);
+// key and stall timeout from `access_for(base_url)`; its error fails the load), anything else
+// goes to `local`.
+EngineFactory remoteAwareEngineFactory(EngineFactory local, EndpointAccessLookup access_for);
+// The worker's factory of chats' endpoint engines (RemoteInferenceEngine, metrics polled), each
+// opened with its endpoint's key and stall timeout.
+RemoteEngineFactory remoteEngineFactory();
 
 }  // namespace granule::app

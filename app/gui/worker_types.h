@@ -82,6 +82,21 @@ struct ToolCallText {
   QString arguments;  // a JSON object's text
 };
 
+// A stream from an endpoint that sends nothing (not even a keep-alive) for this long ends as
+// stalled, unless the endpoint's settings say otherwise (Settings → Endpoints).
+constexpr qint32 kDefaultStallTimeoutSeconds = 60;
+constexpr qint32 kMinStallTimeoutSeconds = 2;
+constexpr qint32 kMaxStallTimeoutSeconds = 3600;
+
+// What a request to an endpoint takes from its settings: the API key ("" sends none) and the
+// stall timeout. `error`: the key could not be read (the keychain failed or did not answer),
+// and the request fails with this line rather than go out without it.
+struct EndpointAccess {
+  QString api_key;
+  qint32 stall_timeout_seconds = kDefaultStallTimeoutSeconds;
+  QString error;
+};
+
 struct GenerationRequest {
   qint64 chat_id = 0;
   QList<PromptMessage> messages;
@@ -90,9 +105,11 @@ struct GenerationRequest {
   // goes on writing it (no new turn).
   bool continue_last = false;
   // Where the chat runs: "" the window's loaded model; "URL#model" a model on an
-  // OpenAI-compatible endpoint (EndpointsController), reached with `api_key` ("" sends none).
+  // OpenAI-compatible endpoint (EndpointsController), reached with `api_key` ("" sends none) and
+  // ended as stalled after `stall_timeout_seconds` of silence (both the endpoint's settings).
   QString engine;
   QString api_key;
+  qint32 stall_timeout_seconds = kDefaultStallTimeoutSeconds;
   // Tools the model may call: OpenAI's tools array ("" none). tool_choice: "" the model
   // decides, "required" a call to any of them, or one tool's name (the reply is constrained to
   // a call in the template's format).

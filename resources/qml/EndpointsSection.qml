@@ -1,7 +1,7 @@
 // EndpointsSection: Settings' list of OpenAI-compatible servers (vLLM, SGLang, llama-server,
 // another Granule): each endpoint's name and base URL, its API key (kept in the system
-// keychain), the models its /v1/models lists and one line saying whether it answered; and a
-// row that adds one. A chat runs on one of these models when chosen in its header's menu.
+// keychain), its stall timeout, the models its /v1/models lists and one line saying whether it
+// answered; and a row that adds one. A chat runs on one of these models when chosen in its header's menu.
 pragma ComponentBehavior: Bound
 import QtQuick
 import Granule
@@ -42,6 +42,7 @@ ColumnLayout {
             required property string modelsText
             required property string status
             required property string reachability
+            required property int stallTimeout
             objectName: "endpoint_" + endpointId
             Layout.fillWidth: true
             implicitHeight: entryColumn.implicitHeight + 2 * Theme.spacing
@@ -127,6 +128,32 @@ ColumnLayout {
                             if (text.length > 0 || entry.hasKey) endpointsSection.endpoints.setApiKey(entry.endpointId, text)
                             text = ""
                         }
+                    }
+                }
+                // A stream that sends nothing for this long ends as stalled (the answer so far
+                // is kept); a slow server's long prompts may need more.
+                RowLayout {
+                    Layout.fillWidth: true
+                    spacing: Theme.spacing
+                    Label {
+                        text: qsTr("Stall timeout")
+                        color: Theme.mutedText
+                        font.pixelSize: Theme.smallFontSize
+                    }
+                    SpinBox {
+                        objectName: "endpointStallTimeout"
+                        from: endpointsSection.endpoints.minStallTimeout()
+                        to: endpointsSection.endpoints.maxStallTimeout()
+                        value: entry.stallTimeout
+                        editable: true
+                        font.pixelSize: Theme.smallFontSize
+                        onValueModified: endpointsSection.endpoints.setStallTimeout(entry.endpointId, value)
+                    }
+                    Label {
+                        Layout.fillWidth: true
+                        text: qsTr("s without data ends the answer as stalled")
+                        color: Theme.mutedText
+                        font.pixelSize: Theme.smallFontSize
                     }
                 }
             }

@@ -2,9 +2,11 @@
 // list (models from /v1/models; 401 and an unreachable host in one line each, through
 // fault_proxy.py), a chat's engine saved with it, one worker running a local chat and a chat
 // on the endpoint at once, and two windows (two workers, the window's code path) on one
-// Granule server decoding in the same engine steps, read from its /metrics. Skips without
-// the default model.
+// Granule server decoding in the same engine steps, read from its /metrics; an endpoint's stall
+// timeout from its settings, and a key still read from the keychain at start-up waited for.
+// Skips without the default model.
 #include <QTemporaryDir>
+#include <future>
 
 #include "chat_controller.h"
 #include "chat_store.h"
@@ -137,8 +139,11 @@ class EndpointsTest : public QObject {
       ChatStore store(path);
       ErrorReporter errors;
       ChatController chats(store, errors);
-      chats.setApiKeyLookup([](const QString& base) {
-        return base == QStringLiteral("http://h:8000/v1") ? QStringLiteral("sk-1") : QString();
+      chats.setEndpointAccess([](const QString& base, QObject*,
+                                 const std::function<void(const EndpointAccess&)>& ready) {
+        ready(base == QStringLiteral("http://h:8000/v1")
+                  ? EndpointAccess{QStringLiteral("sk-1"), 7, {}}
+                  : EndpointAccess{});
       });
       QSignalSpy requests(&chats, &ChatController::generationRequested);
       chats.newChat();
@@ -150,6 +155,7 @@ class EndpointsTest : public QObject {
       const auto r = requests[0][0].value<GenerationRequest>();
       QCOMPARE(r.engine, QStringLiteral("http://h:8000/v1#m"));
       QCOMPARE(r.api_key, QStringLiteral("sk-1"));
+      QCOMPARE(r.stall_timeout_seconds, 7);
       QVERIFY(!errors.active());
     }
     ChatStore store(path);
@@ -222,11 +228,7 @@ class EndpointsTest : public QObject {
     ErrorReporter errors;
     ChatController chats(store, errors);
     ThreadedWorker w({}, remoteEngineFactory());
-    connect(&chats, &ChatController::generationRequested, w.worker, &EngineWorker::submit);
-    connect(&chats, &ChatController::cancelRequested, w.worker, &EngineWorker::cancel);
-    connect(w.worker, &EngineWorker::tokensArrived, &chats, &ChatController::onTokensArrived);
-    connect(w.worker, &EngineWorker::generationFinished, &chats,
-            &ChatController::onGenerationFinished);
+    connectChats(chats, w);
     const qint64 chat = chats.newChat();
     chats.setCurrentEngine(ref(proxy.port));
     // A first turn that works (the engine opens: /v1/models passes).
@@ -283,9 +285,9 @@ class EndpointsTest : public QObject {
     QCOMPARE(ChatStore(path).conversations()[0].engine, ref(proxy.port));
   }
 
-  // A stream that stops sending mid-answer: the endpoint's stall timeout (short here, 60 s by
-  // default) ends it with one line in the banner, the partial answer stays, marked "error",
-  // and Retry answers as version 2 — read back from the chat database.
+  // A stream that stops sending mid-answer: the endpoint's stall timeout (set short in its
+  // settings here, 60 s by default) ends it with one line in the banner, the partial answer
+  // stays, marked "error", and Retry answers as version 2 — read back from the chat database.
   void aStalledStreamIsEndedKeptAndRetried() {
     Child proxy;
     QVERIFY(proxy.start(
@@ -294,16 +296,36 @@ class EndpointsTest : public QObject {
          QStringLiteral("--idle"), QStringLiteral("120")}));
     const QString path = dir_.filePath(QStringLiteral("stall.sqlite"));
     ChatStore store(path);
-    ErrorReporter errors;
-    ChatController chats(store, errors);
+    auto secrets = std::make_shared<TestSecrets>();
     // Long enough for a first token on a busy machine, short for the test.
     constexpr int kStallSeconds = 4;
-    ThreadedWorker w({}, remoteEngineFactory(kStallSeconds));
-    connect(&chats, &ChatController::generationRequested, w.worker, &EngineWorker::submit);
-    connect(&chats, &ChatController::cancelRequested, w.worker, &EngineWorker::cancel);
-    connect(w.worker, &EngineWorker::tokensArrived, &chats, &ChatController::onTokensArrived);
-    connect(w.worker, &EngineWorker::generationFinished, &chats,
-            &ChatController::onGenerationFinished);
+    QString id;
+    {
+      // Settings → Endpoints: the endpoint and its stall timeout, validated and saved.
+      EndpointsController settings(store, secrets);
+      id = settings.add(QStringLiteral("proxy"), url(proxy.port), {});
+      QCOMPARE(entryOf(settings, id)->stall_timeout_seconds, kDefaultStallTimeoutSeconds);
+      QVERIFY(!settings.setStallTimeout(id, 1).isEmpty());
+      QVERIFY(!settings.setStallTimeout(id, kMaxStallTimeoutSeconds + 1).isEmpty());
+      QCOMPARE(settings.setStallTimeout(id, kStallSeconds), QString());
+      QTRY_VERIFY_WITH_TIMEOUT(settled(settings, id), 20000);
+    }
+    // Read back as at the next start; its chats take the timeout from it.
+    EndpointsController endpoints(store, secrets);
+    QCOMPARE(entryOf(endpoints, id)->stall_timeout_seconds, kStallSeconds);
+    QCOMPARE(endpoints.list()
+                 ->data(endpoints.list()->index(0), EndpointListModel::StallTimeoutRole)
+                 .toInt(),
+             kStallSeconds);
+    QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, id), 20000);  // its /v1/models check passed
+    ErrorReporter errors;
+    ChatController chats(store, errors);
+    chats.setEndpointAccess([&endpoints](const QString& base_url, QObject* context,
+                                         std::function<void(const EndpointAccess&)> ready) {
+      endpoints.whenAccessReady(base_url, context, std::move(ready));
+    });
+    ThreadedWorker w({}, remoteEngineFactory());
+    connectChats(chats, w);
     const qint64 chat = chats.newChat();
     chats.setCurrentEngine(ref(proxy.port));
     // The headers and about 700 bytes of the stream (a few deltas of text), then nothing for
@@ -341,6 +363,111 @@ class EndpointsTest : public QObject {
     QCOMPARE(shown.last().version_count, 2);
     QVERIFY(shown.last().finish_reason != QLatin1String("error"));
     QVERIFY(shown.last().content.size() > 3);
+  }
+
+  // Start-up: a chat on an endpoint that wants a key, sent while the keychain is still reading
+  // that key (the double answers 1.5 s late). The request waits for the key and goes out with
+  // it (the server refuses without: 401); so does the engine thread's lookup (Models → Server).
+  // A keychain that fails to read a stored key fails the reply with one line that says so; a
+  // stop while waiting ends the reply and nothing is sent.
+  void aKeyStillReadAtStartUpIsWaitedFor() {
+    const QString key = QStringLiteral("sk-start-up");
+    Child keyed;
+    QVERIFY(keyed.start(QStringLiteral(GRANULE_CLI),
+                        {QStringLiteral("serve"), model_, QStringLiteral("--port"),
+                         QStringLiteral("0"), QStringLiteral("--device"), QStringLiteral("cpu"),
+                         QStringLiteral("--ctx"), QStringLiteral("1024"), QStringLiteral("--chats"),
+                         QStringLiteral("2"), QStringLiteral("--api-key"), key}));
+    QCOMPARE(
+        granule::remote::OpenAiClient({url(keyed.port).toStdString(), ""}).list_models().fault.kind,
+        granule::remote::FaultKind::Unauthorized);
+    const QString path = dir_.filePath(QStringLiteral("startup.sqlite"));
+    auto secrets = std::make_shared<TestSecrets>();
+    qint64 chat = 0;
+    {
+      // The session before: the endpoint with its key (into the keychain), a chat on its model.
+      ChatStore store(path);
+      ErrorReporter errors;
+      EndpointsController endpoints(store, secrets);
+      const QString id = endpoints.add(QStringLiteral("keyed"), url(keyed.port), key);
+      QTRY_VERIFY_WITH_TIMEOUT(settled(endpoints, id), 20000);
+      QVERIFY2(entryOf(endpoints, id)->state == EndpointEntry::State::Reachable,
+               qPrintable(entryOf(endpoints, id)->status));
+      ChatController chats(store, errors);
+      chat = chats.newChat();
+      chats.setCurrentEngine(ref(keyed.port));
+    }
+    QCOMPARE(secrets->entries.size(), size_t{1});
+    // The next start, with a keychain that answers late.
+    secrets->delay_ms = 1500;
+    const auto startUp = [&](auto&& body) {
+      ChatStore store(path);
+      ErrorReporter errors;
+      EndpointsController endpoints(store, secrets);
+      ChatController chats(store, errors);
+      chats.setEndpointAccess([&endpoints](const QString& base_url, QObject* context,
+                                           std::function<void(const EndpointAccess&)> ready) {
+        endpoints.whenAccessReady(base_url, context, std::move(ready));
+      });
+      ThreadedWorker w({}, remoteEngineFactory());
+      connectChats(chats, w);
+      chats.loadFromStore();
+      chats.selectChat(chat);
+      QCOMPARE(chats.currentEngine(), ref(keyed.port));
+      body(endpoints, chats, errors);
+      QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+    };
+    startUp([&](EndpointsController& endpoints, ChatController& chats, ErrorReporter& errors) {
+      QSignalSpy requests(&chats, &ChatController::generationRequested);
+      // The engine thread's lookup, asked at the same moment from another thread.
+      auto lookup = std::async(
+          std::launch::async,
+          [l = endpoints.accessLookup(), u = url(keyed.port).toStdString()] { return l(u); });
+      QElapsedTimer took;
+      took.start();
+      chats.send(QStringLiteral("Say hello."));
+      QCOMPARE(requests.count(), 0);  // the key is not read yet: the request waits
+      QCOMPARE(chats.generatingCount(), 1);
+      QTRY_VERIFY_WITH_TIMEOUT(requests.count() == 1, 10000);
+      qInfo("the request went out %lld ms after send, with the key",
+            static_cast<long long>(took.elapsed()));
+      QVERIFY(took.elapsed() >= 1000);
+      QCOMPARE(requests[0][0].value<GenerationRequest>().api_key, key);
+      QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 60000);
+      QVERIFY2(!errors.active(), qPrintable(errors.message()));  // no 401
+      QCOMPARE(chats.messagesOf(chat)->count(), 2);
+      QVERIFY(chats.messagesOf(chat)->message(1).content.size() > 3);
+      QTRY_VERIFY_WITH_TIMEOUT(
+          lookup.wait_for(std::chrono::seconds(0)) == std::future_status::ready, 10000);
+      QCOMPARE(lookup.get().api_key, key);
+    });
+    // Stop while the key is read: the reply ends, nothing goes out, not even once the key came.
+    startUp([&](EndpointsController&, ChatController& chats, ErrorReporter&) {
+      QSignalSpy requests(&chats, &ChatController::generationRequested);
+      chats.send(QStringLiteral("Say hello again."));
+      QCOMPARE(chats.generatingCount(), 1);
+      chats.stop();
+      QCOMPARE(chats.generatingCount(), 0);
+      QTest::qWait(2000);
+      QCOMPARE(requests.count(), 0);
+      QCOMPARE(chats.messagesOf(chat)->message(3).finish_reason, QStringLiteral("cancelled"));
+    });
+    // A keychain that cannot read the stored key: one line, and the question stays.
+    secrets->failure = QStringLiteral("no Secret Service on this desktop");
+    startUp([&](EndpointsController&, ChatController& chats, ErrorReporter& errors) {
+      QSignalSpy requests(&chats, &ChatController::generationRequested);
+      chats.send(QStringLiteral("Are you there?"));
+      QTRY_VERIFY_WITH_TIMEOUT(chats.generatingCount() == 0, 10000);
+      QCOMPARE(requests.count(), 0);
+      QVERIFY(errors.active());
+      qInfo("banner: %s", qPrintable(errors.message()));
+      QVERIFY2(errors.message().startsWith(QStringLiteral(
+                   "The API key of endpoint \"keyed\" could not be read from the system keychain "
+                   "(no Secret Service on this desktop)")),
+               qPrintable(errors.message()));
+      QVERIFY(!errors.message().contains(QLatin1Char('\n')));
+      QCOMPARE(ChatStore(path).messages(chat).last().content, QStringLiteral("Are you there?"));
+    });
   }
 
   void twoWindowsOnOneServerDecodeInTheSameSteps() {

@@ -24,10 +24,13 @@
 
 #include "application.h"
 #include "remote_inference_engine.h"
+#include "remote_test_support.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
 using namespace granule::app;
+using granule::app::test::freePort;
+using granule::app::test::waitHealthy;
 
 namespace {
 
@@ -35,12 +38,6 @@ QString dataHome() {
   const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
   return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
          QStringLiteral("/granule");
-}
-
-int freePort() {
-  QTcpServer s;
-  s.listen(QHostAddress::LocalHost, 0);
-  return s.serverPort();
 }
 
 int distinctColours(const QImage& image) {
@@ -55,20 +52,6 @@ QQuickItem* findItem(QQuickItem* root, const QString& name) {
   for (QQuickItem* child : root->childItems())
     if (QQuickItem* found = findItem(child, name)) return found;
   return nullptr;
-}
-
-// Waits until GET url answers 200 (llama-server loads its model before /health says so).
-bool waitHealthy(const QString& url, int within_ms) {
-  QElapsedTimer t;
-  t.start();
-  while (t.elapsed() < within_ms) {
-    QProcess curl;
-    curl.start(QStringLiteral("curl"),
-               {QStringLiteral("-sf"), QStringLiteral("-o"), QStringLiteral("/dev/null"), url});
-    if (curl.waitForFinished(5000) && curl.exitCode() == 0) return true;
-    QTest::qWait(300);
-  }
-  return false;
 }
 
 }  // namespace

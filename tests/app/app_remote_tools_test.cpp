@@ -4,7 +4,8 @@
 // MCP test server's tools (tests/mcp/mcp_test_server.py) travel as tools, a named tool_choice
 // makes the server constrain the reply to a call (the tiny model would not call a tool on its
 // own), and its streamed tool_calls become the same card as a local call: asked, allowed, run,
-// its result sent back as a tool message, then the answer. The model bar names the endpoint
+// its result sent back as a tool message, then the answer — also against llama-server, with a
+// tool-call template for the default model. The model bar names the endpoint
 // and model; the Server panel draws the server's batching counters; Models → Server opens the
 // endpoint's model with the endpoint's key; a vLLM-style reasoning stream with two calls
 // (canned_server.py) shows its Thinking block and two cards. PNGs under GRANULE_SCREENSHOT_DIR.
@@ -20,6 +21,7 @@
 #include <QQuickItem>
 #include <QQuickStyle>
 #include <QQuickWindow>
+#include <QScopeGuard>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <set>
@@ -79,8 +81,7 @@ class RemoteToolsTest : public QObject {
   Child server_;
   QString modelId_;
   QString ref_;
-  std::shared_ptr<std::function<std::string(const std::string&)>> keys_ =
-      std::make_shared<std::function<std::string(const std::string&)>>();
+  std::shared_ptr<EndpointAccessLookup> keys_ = std::make_shared<EndpointAccessLookup>();
   std::unique_ptr<Application> app_;
   std::unique_ptr<QQmlApplicationEngine> qml_;
   QQuickWindow* window_ = nullptr;
@@ -100,6 +101,65 @@ class RemoteToolsTest : public QObject {
   }
 
   QString state(int row) { return toolOf(shown()->message(row)).value("state").toString(); }
+
+  // A call forced by a named tool_choice on the chat's endpoint `ref`, asked with `question`:
+  // the card asks, runs once allowed, its result goes back as a tool message (tool_call_id),
+  // and the model answers in a new message; PNGs `shots`-asking.png and `shots`-result.png.
+  void toolRoundTrip(const QString& ref, const QString& question, const QString& shots) {
+    chats()->newChat();
+    chats()->setCurrentEngine(ref);
+    chats()->samplingEditor()->setTemperature(0);
+    chats()->samplingEditor()->setMaxTokens(160);
+    chats()->setToolChoice(QStringLiteral("weather"));
+    chats()->send(question);
+    chats()->setToolChoice({});
+    const auto hasCard = [this] {
+      return shown()->count() >= 3 && shown()->message(2).role == QLatin1String("tool");
+    };
+    QElapsedTimer waited;
+    waited.start();
+    while (!hasCard() && waited.elapsed() < 240000) {
+      QTest::qWait(200);
+      if (chats()->generatingCount() == 0 && shown()->count() >= 2 && !hasCard()) break;
+    }
+    if (!hasCard()) {
+      for (int row = 0; row < shown()->count(); ++row)
+        qWarning("row %d %s: %s %s", row, qPrintable(shown()->message(row).role),
+                 qPrintable(shown()->message(row).content), qPrintable(shown()->message(row).tool));
+      QFAIL(qPrintable(QStringLiteral("the reply made no tool call; banner: ") +
+                       app_->errors()->message()));
+    }
+    const StoredMessage call = shown()->message(1);
+    qInfo("the endpoint's model wrote \"%s\" and called %s", qPrintable(call.content),
+          qPrintable(call.tool));
+    QCOMPARE(toolOf(call).value("calls").toArray().size(), 1);
+    const QJsonObject first = toolOf(call).value("calls").toArray()[0].toObject();
+    QCOMPARE(first.value("name").toString(), QStringLiteral("weather"));
+    QVERIFY(!first.value("id").toString().isEmpty());
+    QVERIFY(QJsonDocument::fromJson(first.value("arguments").toString().toUtf8()).isObject());
+    const int row = 2;
+    QCOMPARE(toolOf(shown()->message(row)).value("name").toString(), QStringLiteral("weather"));
+    QCOMPARE(toolOf(shown()->message(row)).value("id").toString(), first.value("id").toString());
+    QCOMPARE(state(row), QStringLiteral("asking"));
+    QTRY_VERIFY_WITH_TIMEOUT(
+        findItem(window_->contentItem(), QStringLiteral("toolAllowOnce")) != nullptr, 5000);
+    save(shots + QStringLiteral("-asking.png"));
+    chats()->answerToolCall(row, QStringLiteral("once"));
+    QTRY_COMPARE_WITH_TIMEOUT(state(row), QStringLiteral("done"), 30000);
+    QVERIFY(shown()->message(row).content.contains(QStringLiteral("21 °C")));
+    // The result went back to the endpoint's model, which answers in a new message.
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 4 && chats()->generatingCount() == 0, 180000);
+    QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
+    QCOMPARE(shown()->message(3).role, QStringLiteral("assistant"));
+    QVERIFY(shown()->message(3).finish_reason != QLatin1String("error"));
+    QVERIFY(!shown()->message(3).content.trimmed().isEmpty());
+    qInfo("the answer after the tool: %s", qPrintable(shown()->message(3).content));
+    save(shots + QStringLiteral("-result.png"));
+    const QList<StoredMessage> stored = app_->store().messages(chats()->currentChatId());
+    QCOMPARE(stored.size(), 4);
+    QCOMPARE(stored[1].finish_reason, QStringLiteral("tool_calls"));
+    QCOMPARE(toolOf(stored[2]).value("state").toString(), QStringLiteral("done"));
+  }
 
  private Q_SLOTS:
   void initTestCase() {
@@ -137,11 +197,11 @@ class RemoteToolsTest : public QObject {
     app_ = std::make_unique<Application>(
         remoteAwareEngineFactory(granuleEngineFactory(),
                                  [keys = keys_](const std::string& base_url) {
-                                   return *keys ? (*keys)(base_url) : std::string();
+                                   return *keys ? (*keys)(base_url) : EndpointAccess{};
                                  }),
         dir_.filePath(QStringLiteral("granule.sqlite")));
     app_->setRemoteEngineFactory(remoteEngineFactory());
-    *keys_ = app_->endpoints()->keyLookup();
+    *keys_ = app_->endpoints()->accessLookup();
     qml_ = std::make_unique<QQmlApplicationEngine>();
     qml_->addImportPath(QStringLiteral("qrc:/qt/qml"));
     qml_->setInitialProperties(app_->windowProperties());
@@ -212,61 +272,82 @@ class RemoteToolsTest : public QObject {
     save(QStringLiteral("remote-json-output.png"));
   }
 
-  // A call forced by a named tool_choice, sent to the server, which constrains the reply to a
-  // call in its model's format and streams it as tool_calls: the card asks, runs once allowed,
-  // its result goes back as a tool message (tool_call_id), and the model answers.
+  // The Granule server constrains a forced call to its model's format and streams it as
+  // tool_calls.
   void aToolCallRoundTripsThroughTheEndpoint() {
-    chats()->newChat();
-    chats()->setCurrentEngine(ref_);
-    chats()->samplingEditor()->setTemperature(0);
-    chats()->samplingEditor()->setMaxTokens(160);
-    chats()->setToolChoice(QStringLiteral("weather"));
-    chats()->send(QStringLiteral("What is the weather in Paris?"));
-    chats()->setToolChoice({});
-    const auto hasCard = [this] {
-      return shown()->count() >= 3 && shown()->message(2).role == QLatin1String("tool");
-    };
-    QElapsedTimer waited;
-    waited.start();
-    while (!hasCard() && waited.elapsed() < 240000) {
-      QTest::qWait(200);
-      if (chats()->generatingCount() == 0 && shown()->count() >= 2 && !hasCard()) break;
-    }
-    if (!hasCard()) {
-      for (int row = 0; row < shown()->count(); ++row)
-        qWarning("row %d %s: %s %s", row, qPrintable(shown()->message(row).role),
-                 qPrintable(shown()->message(row).content), qPrintable(shown()->message(row).tool));
-      QFAIL(qPrintable(QStringLiteral("the reply made no tool call; banner: ") +
-                       app_->errors()->message()));
-    }
-    const StoredMessage call = shown()->message(1);
-    qInfo("the endpoint's model called %s", qPrintable(call.tool));
-    QCOMPARE(toolOf(call).value("calls").toArray().size(), 1);
-    const QJsonObject first = toolOf(call).value("calls").toArray()[0].toObject();
-    QCOMPARE(first.value("name").toString(), QStringLiteral("weather"));
-    QVERIFY(!first.value("id").toString().isEmpty());
-    QVERIFY(QJsonDocument::fromJson(first.value("arguments").toString().toUtf8()).isObject());
-    const int row = 2;
-    QCOMPARE(toolOf(shown()->message(row)).value("name").toString(), QStringLiteral("weather"));
-    QCOMPARE(toolOf(shown()->message(row)).value("id").toString(), first.value("id").toString());
-    QCOMPARE(state(row), QStringLiteral("asking"));
+    toolRoundTrip(ref_, QStringLiteral("What is the weather in Paris?"),
+                  QStringLiteral("remote-tool-card"));
+  }
+
+  // The same round trip against llama.cpp's llama-server (when built). SmolLM2's own template
+  // has no tool calls, so llama-server finds no call format in it and offers no tools; it gets
+  // tests/remote/data/chatml-json-tools.jinja (ChatML, a call as a bare JSON object), which its
+  // --jinja parser recognises. A forced call ("required" there: it takes no named choice) is a
+  // grammar that still lets the model write text before the call, and the 135M model writes
+  // prose up to the token limit unless the question asks for JSON: then the first "{" starts
+  // the call and the grammar holds it to the tool's schema.
+  void aToolCallRoundTripsThroughLlamaServer() {
+    const QString bin = llamaServerBinary();
+    if (bin.isEmpty()) QSKIP("llama-server is not built (bash packaging/setup.sh llamaserver)");
+    QProcess llama;
+    llama.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+    const int port = freePort();
+    llama.start(
+        bin,
+        {QStringLiteral("-m"), defaultModel(), QStringLiteral("--host"),
+         QStringLiteral("127.0.0.1"), QStringLiteral("--port"), QString::number(port),
+         QStringLiteral("-c"), QStringLiteral("4096"), QStringLiteral("-np"), QStringLiteral("2"),
+         QStringLiteral("-t"), QStringLiteral("2"), QStringLiteral("--metrics"),
+         QStringLiteral("--no-webui"), QStringLiteral("--alias"), QStringLiteral("SmolLM2-135M"),
+         QStringLiteral("--jinja"), QStringLiteral("--chat-template-file"),
+         QStringLiteral(GRANULE_SOURCE_DIR "/tests/remote/data/chatml-json-tools.jinja")});
+    QVERIFY(llama.waitForStarted(10000));
+    const auto stop = qScopeGuard([&] {
+      llama.terminate();
+      if (!llama.waitForFinished(10000)) llama.kill();
+    });
+    QVERIFY(waitHealthy(QStringLiteral("http://127.0.0.1:%1/health").arg(port), 120000));
+    EndpointsController* endpoints = app_->endpoints();
+    const QString url = QStringLiteral("http://127.0.0.1:%1/v1").arg(port);
+    const QString id = endpoints->add(QStringLiteral("llama-box"), url, {});
+    const QString ref = url + QStringLiteral("#SmolLM2-135M");
     QTRY_VERIFY_WITH_TIMEOUT(
-        findItem(window_->contentItem(), QStringLiteral("toolAllowOnce")) != nullptr, 5000);
-    save(QStringLiteral("remote-tool-card-asking.png"));
-    chats()->answerToolCall(row, QStringLiteral("once"));
-    QTRY_COMPARE_WITH_TIMEOUT(state(row), QStringLiteral("done"), 30000);
-    QVERIFY(shown()->message(row).content.contains(QStringLiteral("21 °C")));
-    // The result went back to the endpoint's model, which answers in a new message.
-    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 4 && chats()->generatingCount() == 0, 180000);
+        endpoints->engineLabel(ref) == QStringLiteral("llama-box · SmolLM2-135M") &&
+            endpoints->engineChoices().size() == 2,
+        30000);
+    toolRoundTrip(ref,
+                  QStringLiteral("What is the weather in Paris? Reply with only a JSON object."),
+                  QStringLiteral("remote-llama-server-tool-card"));
+    // Streaming, stop and regenerate in the window on llama-server: the stopped answer keeps
+    // what arrived, marked cancelled; Regenerate answers as version 2 beside it.
+    const qint64 chat = chats()->newChat();
+    chats()->setCurrentEngine(ref);
+    chats()->samplingEditor()->setTemperature(0);
+    chats()->samplingEditor()->setMaxTokens(400);
+    chats()->send(QStringLiteral("Write a long story about a lighthouse keeper."));
+    QTRY_VERIFY_WITH_TIMEOUT(shown()->count() == 2 && shown()->message(1).content.size() > 40,
+                             60000);
+    QVERIFY(chats()->generatingCount() == 1);
+    chats()->stop();
+    QTRY_VERIFY_WITH_TIMEOUT(chats()->generatingCount() == 0, 30000);
     QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
-    QCOMPARE(shown()->message(3).role, QStringLiteral("assistant"));
-    QVERIFY(shown()->message(3).finish_reason != QLatin1String("error"));
-    qInfo("the answer after the tool: %s", qPrintable(shown()->message(3).content));
-    save(QStringLiteral("remote-tool-card-result.png"));
-    const QList<StoredMessage> stored = app_->store().messages(chats()->currentChatId());
-    QCOMPARE(stored.size(), 4);
-    QCOMPARE(stored[1].finish_reason, QStringLiteral("tool_calls"));
-    QCOMPARE(toolOf(stored[2]).value("state").toString(), QStringLiteral("done"));
+    const StoredMessage stopped = app_->store().messages(chat).last();
+    qInfo("stopped after %lld characters", static_cast<long long>(stopped.content.size()));
+    QCOMPARE(stopped.finish_reason, QStringLiteral("cancelled"));
+    QVERIFY(stopped.content.size() > 40);
+    chats()->samplingEditor()->setMaxTokens(48);
+    chats()->regenerate(1);
+    QTRY_VERIFY_WITH_TIMEOUT(chats()->generatingCount() == 0, 120000);
+    QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
+    const QList<StoredMessage> after = app_->store().messages(chat);
+    QCOMPARE(after.size(), 2);
+    QCOMPARE(after.last().version, 2);
+    QCOMPARE(after.last().version_count, 2);
+    QVERIFY(after.last().content.size() > 10);
+    QCOMPARE(app_->store().versionsOf(after.last().id).size(), 2);
+    chats()->newChat();
+    chats()->setCurrentEngine({});
+    endpoints->remove(id);
   }
 
   // The Server panel draws the Granule server's batching counters: two chats of this window on
@@ -354,8 +435,9 @@ class RemoteToolsTest : public QObject {
     QVERIFY2(!app_->errors()->active(), qPrintable(app_->errors()->message()));
     QCOMPARE(app_->model()->modelName(), modelId_);
     // The URL without its /v1 finds the same endpoint.
-    QCOMPARE((*keys_)("http://127.0.0.1:" + std::to_string(server_.port)), std::string(kApiKey));
-    QCOMPARE((*keys_)("http://127.0.0.1:1/v1"), std::string());
+    QCOMPARE((*keys_)("http://127.0.0.1:" + std::to_string(server_.port)).api_key,
+             QString::fromLatin1(kApiKey));
+    QCOMPARE((*keys_)("http://127.0.0.1:1/v1").api_key, QString());
   }
 };
 

@@ -1,15 +1,20 @@
 // What the remote-engine app tests share: the default model's path, a child process that
-// prints its URL first (granule-cli serve, fault_proxy.py), a worker on its own thread, and
-// readers of the worker's signals.
+// prints its URL first (granule-cli serve, fault_proxy.py), a worker on its own thread wired to
+// a ChatController, a keychain double, and readers of the worker's signals.
 #pragma once
 #include <QProcess>
 #include <QRegularExpression>
 #include <QSignalSpy>
+#include <QTcpServer>
 #include <QThread>
+#include <QTimer>
 #include <QtTest>
+#include <map>
 #include <memory>
 
+#include "chat_controller.h"
 #include "engine_worker.h"
+#include "secret_store.h"
 
 namespace granule::app::test {
 
@@ -18,6 +23,35 @@ inline QString defaultModel() {
   if (home.isEmpty()) home = QDir::homePath() + QStringLiteral("/.local/share");
   const QString path = home + QStringLiteral("/granule/models/SmolLM2-135M-Instruct.Q4_1.gguf");
   return QFile::exists(path) ? path : QString();
+}
+
+// llama.cpp's llama-server as `setup.sh llamaserver` builds it ("" when it is not built).
+inline QString llamaServerBinary() {
+  QString home = qEnvironmentVariable("XDG_DATA_HOME");
+  if (home.isEmpty()) home = QDir::homePath() + QStringLiteral("/.local/share");
+  const QString path = home + QStringLiteral("/granule/third_party/llama-server/bin/llama-server");
+  return QFile::exists(path) ? path : QString();
+}
+
+// A loopback port nobody listens on now (for a server that takes --port N).
+inline int freePort() {
+  QTcpServer s;
+  s.listen(QHostAddress::LocalHost, 0);
+  return s.serverPort();
+}
+
+// Waits until GET url answers 200 (llama-server loads its model before /health says so).
+inline bool waitHealthy(const QString& url, int within_ms) {
+  QElapsedTimer t;
+  t.start();
+  while (t.elapsed() < within_ms) {
+    QProcess curl;
+    curl.start(QStringLiteral("curl"),
+               {QStringLiteral("-sf"), QStringLiteral("-o"), QStringLiteral("/dev/null"), url});
+    if (curl.waitForFinished(5000) && curl.exitCode() == 0) return true;
+    QTest::qWait(300);
+  }
+  return false;
 }
 
 // A child process that prints its URL on its first stdout line; killed at the end.
@@ -76,6 +110,47 @@ struct ThreadedWorker {
   EngineWorker* worker;
   QSignalSpy tokens{worker, &EngineWorker::tokensArrived};
   QSignalSpy finished{worker, &EngineWorker::generationFinished};
+};
+
+// The window's wiring of its chats to a worker (Application::connectWorker's part for them).
+inline void connectChats(ChatController& chats, ThreadedWorker& w) {
+  QObject::connect(&chats, &ChatController::generationRequested, w.worker, &EngineWorker::submit);
+  QObject::connect(&chats, &ChatController::cancelRequested, w.worker, &EngineWorker::cancel);
+  QObject::connect(w.worker, &EngineWorker::tokensArrived, &chats,
+                   &ChatController::onTokensArrived);
+  QObject::connect(w.worker, &EngineWorker::generationFinished, &chats,
+                   &ChatController::onGenerationFinished);
+}
+
+// A keychain double: entries in memory; reads answer after `delay_ms` (a desktop keychain at
+// start-up), or fail with `failure`.
+class TestSecrets final : public SecretStore {
+ public:
+  int delay_ms = 0;
+  QString failure;
+  std::map<QString, QString> entries;
+  int reads = 0;
+
+  void read(const QString& key, QObject* context, Done done) override {
+    ++reads;
+    Answer answer;
+    if (!failure.isEmpty()) {
+      answer.status = Status::Failed;
+      answer.error = failure;
+    } else if (const auto it = entries.find(key); it != entries.end()) {
+      answer.status = Status::Found;
+      answer.text = it->second;
+    }
+    QTimer::singleShot(delay_ms, context, [done = std::move(done), answer] { done(answer); });
+  }
+  void write(const QString& key, const QString& text, QObject* context, Done done) override {
+    if (text.isEmpty())
+      entries.erase(key);
+    else
+      entries[key] = text;
+    if (done)
+      QTimer::singleShot(0, context, [done = std::move(done)] { done({Status::Found, {}, {}}); });
+  }
 };
 
 inline GenerationRequest turn(qint64 chat, const QString& text, int max_tokens) {
