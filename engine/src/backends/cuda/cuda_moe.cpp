@@ -22,9 +22,12 @@ namespace {
 
 namespace k = granule::kernels;
 
-// Runs of at most this many rows take the per-pair expert kernels; more are grouped by expert
-// first (one weight read per tile of pairs). Both give the same bits per pair.
-constexpr int kPerPairMaxRows = 4;
+// Runs of at most this many rows take the per-pair expert kernels (decode: the warp-per-row
+// launch_moe_*_decode for quantised experts, the block-per-4-rows dp4a ones for F32/F16/BF16);
+// more are grouped by expert first (one weight read per tile of pairs). Up to kMmaMinRows - 1
+// rows most experts get one pair (top-8 of 128), so grouping buys little and costs a launch. All
+// give the same bits per pair.
+constexpr int kPerPairMaxRows = 7;
 // Grouped runs of at least this many rows take the tensor-core expert products
 // (launch_moe_*_mma) for the types they cover, fewer the grouped dp4a ones. Not yet measured
 // (issue 36): at 8 rows of top-8 routing most experts get one pair, and both families are then
@@ -169,6 +172,9 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
       static_cast<size_t>(k::moe_max_tiles(static_cast<int>(pairs), static_cast<int>(n_expert_))) *
       sizeof(k::MoeTile));
   n_tiles_ = ws(sizeof(int32_t));
+  route_counter_ = ws(sizeof(uint32_t));
+  check_cuda(cudaMemsetAsync(route_counter_.get(), 0, route_counter_.bytes(), stream),
+             "cudaMemsetAsync");
   const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
   counts_ = ws(n_counts * sizeof(int32_t));
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
@@ -547,13 +553,21 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   const int n_expert = static_cast<int>(n_expert_), n_used = static_cast<int>(n_used_);
   const int n_embd = static_cast<int>(n_embd_), n_ff = static_cast<int>(n_ff_);
   const int pairs = n_rows * n_used;
-  check(k::launch_moe_router(d.router_type, d.router, d.router_row_bytes, n_expert, n_embd, x_f32,
-                             n_rows, d.router_bias, logits_.as<float>(), config, stream),
-        "moe_router");
-  check(k::launch_moe_topk(logits_.as<float>(), n_rows, routing_, ids_.as<int32_t>(),
-                           weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots,
-                           config, stream),
-        "moe_topk");
+  if (n_rows <= k::kMoeRouteMaxRows) {
+    check(k::launch_moe_route(d.router_type, d.router, d.router_row_bytes, n_embd, x_f32, n_rows,
+                              d.router_bias, routing_, logits_.as<float>(), ids_.as<int32_t>(),
+                              weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_,
+                              slots, route_counter_.as<unsigned int>(), config, stream),
+          "moe_route");
+  } else {
+    check(k::launch_moe_router(d.router_type, d.router, d.router_row_bytes, n_expert, n_embd, x_f32,
+                               n_rows, d.router_bias, logits_.as<float>(), config, stream),
+          "moe_router");
+    check(k::launch_moe_topk(logits_.as<float>(), n_rows, routing_, ids_.as<int32_t>(),
+                             weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots,
+                             config, stream),
+          "moe_topk");
+  }
   k::MoeInput in;
   in.n_in = n_embd;
   in.pairs = pairs;
@@ -562,14 +576,43 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   in.x = x_f32;
   in.xq = xq;
   in.ids = ids_.as<int32_t>();
+  const bool q8_gate_up = k::moe_reads_q8(d.gate.type), q8_down = k::moe_reads_q8(d.down.type);
+  const k::ActivationQ8 hq{hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
+  if (n_rows <= kPerPairMaxRows) {
+    // Small runs: per pair, quantised experts on the warp-per-row kernels, whose gate/up also
+    // writes h's int8 blocks for down.
+    if (q8_gate_up) {
+      check(k::launch_moe_gate_up_decode(d.gate, d.up, activation_, n_ff, in, h_.as<float>(),
+                                         q8_down ? hq : k::ActivationQ8{}, config, stream),
+            "moe_gate_up_decode");
+    } else {
+      check(k::launch_moe_gate_up(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config,
+                                  stream),
+            "moe_gate_up");
+      if (q8_down)
+        check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, hq, config, stream),
+              "quantize_q8");
+    }
+    k::MoeInput down = in;
+    down.n_in = n_ff;
+    down.x = h_.as<float>();
+    down.xq = hq;
+    if (q8_down)
+      check(k::launch_moe_down_combine_decode(d.down, n_embd, down, weights_.as<float>(), hidden,
+                                              config, stream),
+            "moe_down_combine_decode");
+    else
+      check(k::launch_moe_down_combine(d.down, n_embd, down, weights_.as<float>(), hidden, config,
+                                       stream),
+            "moe_down_combine");
+    return;
+  }
   const bool mma_gate_up = n_rows >= kMmaMinRows && d.mma_gate_up;
   const bool mma_down = n_rows >= kMmaMinRows && d.mma_down;
-  if (n_rows > kPerPairMaxRows) {
-    in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
-                 mma_gate_up || mma_down ? mma_tile_pairs(pairs, n_expert_) : k::kMoeTilePairs};
-    check(k::launch_moe_group(ids_.as<int32_t>(), pairs, n_expert, in.groups, config, stream),
-          "moe_group");
-  }
+  in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
+               mma_gate_up || mma_down ? mma_tile_pairs(pairs, n_expert_) : k::kMoeTilePairs};
+  check(k::launch_moe_group(ids_.as<int32_t>(), pairs, n_expert, in.groups, config, stream),
+        "moe_group");
   if (mma_gate_up)
     check(k::launch_moe_gate_up_mma(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config,
                                     stream),
@@ -581,16 +624,10 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   k::MoeInput down = in;
   down.n_in = n_ff;
   down.x = h_.as<float>();
-  down.xq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
-  if (k::moe_reads_q8(d.down.type))
+  down.xq = hq;
+  if (q8_down)
     check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, down.xq, config, stream),
           "quantize_q8");
-  if (!down.groups.tiles) {  // one launch for the down product and the weighted sum
-    check(k::launch_moe_down_combine(d.down, n_embd, down, weights_.as<float>(), hidden, config,
-                                     stream),
-          "moe_down_combine");
-    return;
-  }
   if (mma_down)
     check(k::launch_moe_down_mma(d.down, n_embd, down, y_.as<float>(), config, stream),
           "moe_down_mma");

@@ -174,6 +174,7 @@ class CudaMoe {
   PinnedBuffer counts_pinned_;  // collect()'s download, then copied into counts_host_
   // Workspace.
   DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
+  DeviceBuffer route_counter_;  // launch_moe_route's last-block counter, left zero by each launch
 };
 
 }  // namespace granule::cuda
