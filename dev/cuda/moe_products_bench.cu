@@ -1,4 +1,5 @@
-// The grouped expert products alone (kernels/moe.cu's dp4a family against kernels/moe_mma.cu's
+// The MoE block of decode runs, before and after issue 36's decode kernels (decode_chains), then
+// the grouped expert products alone (kernels/moe.cu's dp4a family against kernels/moe_mma.cu's
 // tensor-core one) at the shapes of the issue-36 models, on random expert bytes (the timing does
 // not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
@@ -19,6 +20,7 @@
 #include "granule/block_formats.h"
 #include "moe.cuh"
 #include "quant_blocks.cuh"
+#include "quantize_activations.cuh"
 
 namespace k = granule::kernels;
 
@@ -84,6 +86,127 @@ float time_ms(F&& f) {
   return ms / kReps;
 }
 
+// The whole MoE block of small runs (decode), the launches CudaMoe::forward issued before issue
+// 36's decode work (router, top-k, per-pair dp4a gate/up, quantize_q8, fused down + combine)
+// against today's (fused route, warp-per-row gate/up with h's int8 blocks, down + combine with
+// parallel pairs): 48 layers' chains captured in one graph with programmatic dependent launch, as
+// a decode step runs them, each layer with its own F32 router (so routing differs per layer and
+// the experts a layer reads are mostly not in L2), timed over 20 replays. Prints microseconds per
+// layer and the routed experts' bytes per second.
+void decode_chains(const Shape& s, std::mt19937& rng) {
+  constexpr int kLayers = 48;
+  Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+  Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+  Matrix down(s.down_type, s.n_expert, s.n_embd, s.n_ff, rng);
+  const size_t expert_bytes = gate.slab + up.slab + down.slab;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> router_host(static_cast<size_t>(kLayers) * s.n_expert * s.n_embd);
+  for (float& v : router_host) v = 0.05f * normal(rng);
+  float* routers = device_alloc<float>(router_host.size());
+  CHECK(cudaMemcpy(routers, router_host.data(), router_host.size() * sizeof(float),
+                   cudaMemcpyHostToDevice));
+  constexpr int kMaxRows = 7;
+  const int max_pairs = kMaxRows * s.n_used;
+  std::vector<float> x_host(static_cast<size_t>(kMaxRows) * s.n_embd);
+  for (float& v : x_host) v = normal(rng);
+  float* x = device_alloc<float>(x_host.size());
+  CHECK(cudaMemcpy(x, x_host.data(), x_host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  int8_t* xq = device_alloc<int8_t>(static_cast<size_t>(kMaxRows) * s.n_embd);
+  float2* xd = device_alloc<float2>(static_cast<size_t>(kMaxRows) * s.n_embd / 32);
+  CHECK(cudaMemset(xq, 1, static_cast<size_t>(kMaxRows) * s.n_embd));
+  CHECK(cudaMemset(xd, 0, static_cast<size_t>(kMaxRows) * s.n_embd / 32 * sizeof(float2)));
+  float* logits = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_expert);
+  int32_t* ids = device_alloc<int32_t>(max_pairs);
+  float* weights = device_alloc<float>(max_pairs);
+  int32_t* counts = device_alloc<int32_t>(static_cast<size_t>(kLayers) * s.n_expert);
+  unsigned int* counter = device_alloc<unsigned int>(1);
+  CHECK(cudaMemset(counter, 0, sizeof(unsigned int)));
+  float* h = device_alloc<float>(static_cast<size_t>(max_pairs) * s.n_ff);
+  int8_t* hq = device_alloc<int8_t>(static_cast<size_t>(max_pairs) * s.n_ff);
+  float2* hd = device_alloc<float2>(static_cast<size_t>(max_pairs) * s.n_ff / 32);
+  float* hidden = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_embd);
+  CHECK(cudaMemset(hidden, 0, static_cast<size_t>(kMaxRows) * s.n_embd * sizeof(float)));
+  k::KernelConfig config;  // early launch on, as the decode graphs run
+  k::MoeRouting routing{.n_expert = s.n_expert, .n_used = s.n_used, .normalize = true};
+  const int64_t router_row_bytes = static_cast<int64_t>(s.n_embd) * sizeof(float);
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  auto layer_chain = [&](bool fused, int rows, int layer) {
+    const float* router = routers + static_cast<size_t>(layer) * s.n_expert * s.n_embd;
+    int32_t* layer_counts = counts + static_cast<size_t>(layer) * s.n_expert;
+    const int pairs = rows * s.n_used;
+    k::MoeInput in;
+    in.n_in = s.n_embd;
+    in.pairs = pairs;
+    in.n_used = s.n_used;
+    in.n_expert = s.n_expert;
+    in.x = x;
+    in.xq = {xq, xd};
+    in.ids = ids;
+    k::MoeInput din = in;
+    din.n_in = s.n_ff;
+    din.x = h;
+    din.xq = {hq, hd};
+    if (fused) {
+      CHECK(k::launch_moe_route(k::kF32, router, router_row_bytes, s.n_embd, x, rows, nullptr,
+                                routing, logits, ids, weights, layer_counts, nullptr, counter,
+                                config, stream));
+      CHECK(k::launch_moe_gate_up_decode(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in,
+                                         h, {hq, hd}, config, stream));
+      CHECK(k::launch_moe_down_combine_decode(down.view, s.n_embd, din, weights, hidden, config,
+                                              stream));
+    } else {
+      CHECK(k::launch_moe_router(k::kF32, router, router_row_bytes, s.n_expert, s.n_embd, x, rows,
+                                 nullptr, logits, config, stream));
+      CHECK(k::launch_moe_topk(logits, rows, routing, ids, weights, layer_counts, nullptr, config,
+                               stream));
+      CHECK(k::launch_moe_gate_up(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in, h,
+                                  config, stream));
+      CHECK(k::launch_quantize_q8(h, pairs, s.n_ff, {hq, hd}, config, stream));
+      CHECK(k::launch_moe_down_combine(down.view, s.n_embd, din, weights, hidden, config, stream));
+    }
+  };
+  std::printf(
+      "\n%s, decode: the MoE block per layer (%d layers in one graph), %zu KiB per expert\n",
+      s.name, kLayers, expert_bytes >> 10);
+  std::printf("| rows | before us/layer | now us/layer | speed-up | before GB/s | now GB/s |\n");
+  for (const int rows : {1, 2, 4, 7}) {
+    float us[2];
+    for (const bool fused : {false, true}) {
+      cudaGraph_t graph;
+      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int layer = 0; layer < kLayers; ++layer) layer_chain(fused, rows, layer);
+      CHECK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec;
+      CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
+      cudaEvent_t a, b;
+      CHECK(cudaEventCreate(&a));
+      CHECK(cudaEventCreate(&b));
+      constexpr int kReps = 20;
+      CHECK(cudaEventRecord(a, stream));
+      for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, stream));
+      CHECK(cudaEventRecord(b, stream));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0.0f;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      us[fused ? 1 : 0] = ms * 1e3f / (kReps * kLayers);
+      CHECK(cudaGraphExecDestroy(exec));
+      CHECK(cudaGraphDestroy(graph));
+      CHECK(cudaEventDestroy(a));
+      CHECK(cudaEventDestroy(b));
+    }
+    // Bytes a layer reads: its router and rows·n_used experts (an upper bound: a row's experts
+    // may repeat across rows).
+    const double bytes = static_cast<double>(router_row_bytes) * s.n_expert +
+                         static_cast<double>(rows) * s.n_used * expert_bytes;
+    std::printf("| %4d | %15.1f | %12.1f | %7.2fx | %11.0f | %8.0f |\n", rows, us[0], us[1],
+                us[0] / us[1], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+  }
+  CHECK(cudaStreamDestroy(stream));
+}
+
 int main() {
   const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
                           {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
@@ -91,6 +214,7 @@ int main() {
   k::KernelConfig config;
   config.early_launch = false;
   std::mt19937 rng(1);
+  for (const Shape& s : shapes) decode_chains(s, rng);
   for (const Shape& s : shapes) {
     Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
