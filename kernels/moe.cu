@@ -39,6 +39,7 @@ __device__ __forceinline__ void router_warp(const uint8_t* __restrict__ router, 
 #pragma unroll
   for (int b = 0; b < kRouterRows; ++b) acc[b] = 0.0f;
   const int n_chunks = n_in / 8;
+#pragma unroll 4  // loads of several chunks in flight; each lane still sums its chunks in order
   for (int c = lane; c < n_chunks; c += kWarpSize) {
     float wv[8];
     dequantize8<TYPE>(row, c, wv);

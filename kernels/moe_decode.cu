@@ -23,8 +23,15 @@ constexpr int kRowsPerWarp = 4;
 // Gate/up: a block's 32 output rows are one int8 block of h.
 constexpr int kGateUpWarps = kQ8Block / kRowsPerWarp;
 constexpr int kDownWarps = 8;
-constexpr int kDownRows = 8;  // output rows per down block, in items of (pair, 4 rows)
-constexpr int kDownParts = kDownRows / kRowsPerWarp;
+// Output rows per down block, in items of (pair, 8 rows), or (pair, 4 rows) where a row's pairs
+// leave warps idle (n_used <= 4: gpt-oss, Mixtral), so each warp takes one item.
+constexpr int kDownRows = 8;
+
+// Blocks of 8 warps per SM the products are compiled for: up to 128 registers a thread, where
+// nvcc's own choice (80) spills and holds fewer loads in flight, and a batch-1 launch (qwen3-30b:
+// 192 gate/up and 256 down blocks) still fits 132 SMs in one wave, which one block per SM (255
+// registers) would not.
+constexpr int kBlocksPerSm = 2;
 
 // NR weight rows (w[i], i < valid) dotted with one int8 activation row (xqs, xds) of n_chunks
 // chunks by one warp; sum[i] is exact on lane 0 only (the dp4a kernels' lane-0 butterfly).
@@ -66,7 +73,7 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
 }
 
 template <uint32_t TYPE>
-__global__ void __launch_bounds__(kGateUpWarps* kWarpSize)
+__global__ void __launch_bounds__(kGateUpWarps* kWarpSize, kBlocksPerSm)
     moe_gate_up_decode_kernel(MoeProduct P, ActivationQ8 hq) {
   __shared__ float act[kQ8Block];
   wait_for_previous_kernel();
@@ -106,7 +113,7 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize)
 }
 
 template <uint32_t TYPE>
-__global__ void __launch_bounds__(kDownWarps* kWarpSize)
+__global__ void __launch_bounds__(kDownWarps* kWarpSize, kBlocksPerSm)
     moe_down_combine_decode_kernel(MoeMatrix down, int n_out, MoeInput in,
                                    const float* __restrict__ weights, float* __restrict__ hidden) {
   __shared__ float dots[kMoeMaxUsed][kDownRows];
@@ -116,21 +123,25 @@ __global__ void __launch_bounds__(kDownWarps* kWarpSize)
   const int row = blockIdx.y, first_row = blockIdx.x * kDownRows;
   const int rows_here = min(kDownRows, n_out - first_row);
   const int64_t rb = down.row_bytes;
-  const int items = in.n_used * kDownParts;
+  const int parts = 2 * in.n_used <= kDownWarps ? 2 : 1;  // items per pair
+  const int item_rows = kDownRows / parts;
+  const int items = in.n_used * parts;
   for (int item = warp; item < items; item += kDownWarps) {
-    const int j = item / kDownParts, r0 = (item % kDownParts) * kRowsPerWarp;
-    const int valid = min(kRowsPerWarp, rows_here - r0);
+    const int j = item / parts, r0 = (item % parts) * item_rows;
+    const int valid = min(item_rows, rows_here - r0);
     if (valid <= 0) continue;  // the whole warp
     const int64_t p = static_cast<int64_t>(row) * in.n_used + j;
     const int expert = in.ids[p];
     const uint8_t* w0 = static_cast<const uint8_t*>(down.table[expert]) + (first_row + r0) * rb;
-    const uint8_t* const w[kRowsPerWarp] = {w0, w0 + rb, w0 + 2 * rb, w0 + 3 * rb};
-    float sum[kRowsPerWarp];
-    warp_dots<TYPE, kRowsPerWarp>(w, valid, in.xq.qs + p * in.n_in,
-                                  in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
+    const uint8_t* w[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) w[r] = w0 + r * rb;  // only rows < valid are read
+    float sum[kDownRows];
+    warp_dots<TYPE, kDownRows>(w, valid, in.xq.qs + p * in.n_in,
+                               in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
     if (lane == 0) {
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
+      for (int r = 0; r < kDownRows; ++r) {
         if (r >= valid) continue;
         float v = sum[r];
         if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first_row + r0 + r];
