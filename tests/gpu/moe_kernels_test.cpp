@@ -514,9 +514,9 @@ TEST(MoeKernels, MixedTypesAndRouters) {
 
 // The decode products on runs of 1..7 rows where a row chooses one expert twice (the router
 // never does, the kernels must not care) and every pair may sit in host memory: the same bits as
-// the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for the layer shapes
-// of the models (Q4_K/Q6_K top-8 of 128; gpt-oss's MXFP4 with biases and the clamped SwiGLU over
-// n_in 2880, not a multiple of 256; Q8_0 top-2).
+// the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for layers like the
+// models' (Q4_K/Q6_K top-8; gpt-oss's MXFP4 with biases and the clamped SwiGLU over its n_in of
+// 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K top-2), on fewer experts.
 TEST(MoeKernels, DecodeProductsTakeAnyIds) {
   GRANULE_REQUIRE_GPU();
   struct Shape {
@@ -527,10 +527,10 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     int64_t n_embd, n_ff;
   };
   const Shape shapes[] = {
-      {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 128, 8, 512, 768},
-      {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 32, 4, 2880,
-       2880},
-      {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 256, 96}};
+      {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 16, 8, 512, 768},
+      {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
+       416},
+      {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512}};
   const k::KernelConfig config = gpu_test::kernel_config();
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(sh.gate_type)));
