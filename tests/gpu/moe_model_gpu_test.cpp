@@ -409,8 +409,8 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                          });
 
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
-// memory (a mapped pinned copy) give the same bits for runs of 1 and 24 rows (per pair,
-// grouped), before and after a placement change.
+// memory (a mapped pinned copy) give the same bits for runs of 1, 5 (the decode launches) and 24
+// rows (grouped), before and after a placement change.
 TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   GRANULE_REQUIRE_GPU();
   gpu_test::step("writing the model file");
@@ -458,13 +458,16 @@ TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
     return hidden.download();
   };
   for (int round = 0; round < 2; ++round) {
-    for (const int rows : {1, 24})
+    for (const int rows : {1, 5, 24})
       for (int layer = 0; layer < config.n_layer; ++layer) {
-        gpu_test::step(rows == 1 ? "the all-resident experts, 1 row"
-                                 : "the all-resident experts, 24 rows");
+        // step() keeps the pointer: string literals only.
+        gpu_test::step(rows == 1   ? "the all-resident experts, 1 row"
+                       : rows == 5 ? "the all-resident experts, 5 rows"
+                                   : "the all-resident experts, 24 rows");
         const std::vector<float> want = run(vram, rows, layer);
-        gpu_test::step(rows == 1 ? "half of the experts in host memory, 1 row (per pair)"
-                                 : "half of the experts in host memory, 24 rows (grouped)");
+        gpu_test::step(rows == 1   ? "half of the experts in host memory, 1 row (decode)"
+                       : rows == 5 ? "half of the experts in host memory, 5 rows (decode)"
+                                   : "half of the experts in host memory, 24 rows (grouped)");
         EXPECT_EQ(run(streaming, rows, layer), want)
             << "rows " << rows << ", layer " << layer << ", round " << round;
       }
