@@ -586,7 +586,7 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   if (n_rows <= kPerPairMaxRows) {
     // Small runs: per pair, quantised experts on the warp-per-row kernels, whose gate/up also
     // writes h's int8 blocks for down.
-    if (q8_gate_up) {
+    if (q8_gate_up && n_ff % k::kQ8Block == 0) {  // (a quantised down needs n_ff in blocks)
       check(k::launch_moe_gate_up_decode(d.gate, d.up, activation_, n_ff, in, h_.as<float>(),
                                          q8_down ? hq : k::ActivationQ8{}, config, stream),
             "moe_gate_up_decode");
