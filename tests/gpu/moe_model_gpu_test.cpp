@@ -501,8 +501,27 @@ SyntheticModelSpec shared_expert_spec(TensorType type) {
   return s;
 }
 
-// Needs no GPU: qwen35moe's shared expert is not refused, and the file the GPU test reads loads.
+// The whole-model test's file: qwen35_gpu_test.cpp's shapes with Q8_0 experts.
+SyntheticModelSpec qwen35moe_model_spec() {
+  SyntheticModelSpec s = shared_expert_spec(TensorType::Q8_0);
+  s.name = "qwen35moe-gpu";
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_vocab = 1000;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  return s;
+}
+
+// Needs no GPU: qwen35moe's shared expert is not refused, and the files the GPU tests read load.
 TEST(MoeSharedExpert, NotRefused) {
+  {
+    test::TempModel model(qwen35moe_model_spec(), "qwen35moe-refusal");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig config = ModelConfig::from_gguf(*file);
+    const WeightTable weights = WeightTable::from_gguf(*file, config);
+    EXPECT_EQ(cuda_model_refusal(config, weights), "");
+  }
   for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
     test::TempModel model(shared_expert_spec(type), "moe-shared-refusal");
     auto file = ModelFile::open(model.path);
@@ -610,6 +629,37 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
         }
     }
   }
+}
+
+// A whole qwen35moe model (Gated DeltaNet and gated attention layers, each with routed experts
+// and the gated shared expert) on the CUDA backend against the CPU oracle: a prefill of 64 rows
+// with every row's logits, then 16 decode steps replayed from graphs (the decode launches).
+TEST(MoeSharedExpertGpu, Qwen35MoeModelMatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(qwen35moe_model_spec(), "qwen35moe-gpu");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  ASSERT_TRUE(gpu.backend->is_gpu());
+  ASSERT_NE(gpu.cuda().model().moe(), nullptr);
+  const int64_t vocab = gpu.config.n_vocab;
+  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
+                  std::vector<float>& o, std::vector<float>& g) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), c.begin(), c.end());
+  };
+  const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+  std::vector<float> r, o, g;
+  all3({{0, prompt, 0, true}}, r, o, g);
+  expect_close(r, o, g, vocab, "qwen35moe prefill 64", true);
+  const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+  std::vector<float> r2, o2, g2;
+  for (int i = 0; i < 16; ++i)
+    all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
+         g2);
+  expect_close(r2, o2, g2, vocab, "qwen35moe decode (graphs)", true);
+  EXPECT_GT(gpu.graphs().replays, 0u);
 }
 
 // What the CUDA backend does not run is refused in one line (Device Auto then takes the CPU): a
