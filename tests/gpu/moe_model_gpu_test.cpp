@@ -17,7 +17,8 @@
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
 // misses by residency; the KV taking a chunk of the expert cache back changes no logit. CudaMoe
 // alone: experts read from a pinned copy and from VRAM give the same bits.
-// CudaMoe with qwen35moe's shared expert (gated and not) against the CPU's MoeFfn; a malformed
+// CudaMoe with qwen35moe's shared expert (gated and not) against the CPU's MoeFfn, and a whole
+// qwen35moe model against the oracle (prefill 64, decode from graphs); a malformed
 // shared expert is refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
