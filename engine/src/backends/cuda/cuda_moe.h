@@ -109,7 +109,8 @@ class CudaMoe {
   // of one cache slot (the largest expert of any layer).
   uint64_t expert_image_bytes() const;
   uint64_t slot_bytes() const { return slot_bytes_; }
-  // Weight bytes one row reads per step: every router, and n_expert_used experts per layer.
+  // Weight bytes one row reads per step: every router, n_expert_used experts and the shared
+  // expert (where there is one) per layer.
   uint64_t row_read_bytes() const;
 
  private:
