@@ -25,22 +25,21 @@ constexpr bool kReadsQ8 = TYPE != kF32&& TYPE != kF16&& TYPE != kBF16;
 
 // ---- router ----
 
+// Logits of router row e for token rows r0 .. r0 + kRouterRows - 1 (those below rows), one warp:
+// lane 0 writes them (+ bias).
 template <uint32_t TYPE>
-__global__ void __launch_bounds__(kThreads)
-    moe_router_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_expert, int n_in,
-                      const float* __restrict__ x, int rows, const float* __restrict__ bias,
-                      float* __restrict__ logits) {
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int e = blockIdx.x * kWarps + warp;
-  const int r0 = blockIdx.y * kRouterRows;
-  if (e >= n_expert) return;  // whole warps; no block-wide barrier follows
+__device__ __forceinline__ void router_warp(const uint8_t* __restrict__ router, int64_t row_bytes,
+                                            int e, int n_expert, int n_in,
+                                            const float* __restrict__ x, int r0, int rows,
+                                            const float* __restrict__ bias,
+                                            float* __restrict__ logits) {
+  const int lane = threadIdx.x % kWarpSize;
   const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
   float acc[kRouterRows];
 #pragma unroll
   for (int b = 0; b < kRouterRows; ++b) acc[b] = 0.0f;
   const int n_chunks = n_in / 8;
+#pragma unroll 4  // loads of several chunks in flight; each lane still sums its chunks in order
   for (int c = lane; c < n_chunks; c += kWarpSize) {
     float wv[8];
     dequantize8<TYPE>(row, c, wv);
@@ -63,6 +62,19 @@ __global__ void __launch_bounds__(kThreads)
     if (r0 + b < rows) logits[static_cast<int64_t>(r0 + b) * n_expert + e] = acc[b] + add;
 }
 
+template <uint32_t TYPE>
+__global__ void __launch_bounds__(kThreads)
+    moe_router_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_expert, int n_in,
+                      const float* __restrict__ x, int rows, const float* __restrict__ bias,
+                      float* __restrict__ logits) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int e = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
+  if (e >= n_expert) return;  // whole warps; no block-wide barrier follows
+  router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, blockIdx.y * kRouterRows, rows, bias,
+                    logits);
+}
+
 // ---- gating and top-k: one warp per row ----
 
 // (value, index) ordering of the top-k: larger value first, ties to the lower index; an index
@@ -73,28 +85,24 @@ __device__ __forceinline__ bool better(float v, int e, float bv, int be, int n) 
   return v > bv || (v == bv && e < be);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    moe_topk_kernel(const float* __restrict__ logits, int rows, MoeRouting routing,
-                    int32_t* __restrict__ ids, float* __restrict__ weights,
-                    int32_t* __restrict__ counts, const int32_t* __restrict__ slots) {
-  __shared__ float p_all[kWarps][kMoeMaxExperts];
-  __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int row = blockIdx.x * kWarps + warp;
-  if (row >= rows) return;
+// Gating and top-k of one row by one warp; p and taken: the warp's n_expert floats and bytes of
+// shared memory. The logits are read from L2 (__ldcg): launch_moe_route's last block reads what
+// other blocks wrote.
+__device__ __forceinline__ void topk_row(const float* __restrict__ logits, int row,
+                                         const MoeRouting& routing, int32_t* __restrict__ ids,
+                                         float* __restrict__ weights, int32_t* __restrict__ counts,
+                                         const int32_t* __restrict__ slots, float* p,
+                                         uint8_t* taken) {
+  const int lane = threadIdx.x % kWarpSize;
   const int n = routing.n_expert, k = routing.n_used;
-  float* p = p_all[warp];
-  uint8_t* taken = taken_all[warp];
   const float* l = logits + static_cast<int64_t>(row) * n;
   if (routing.gating == MoeGating::Softmax) {
     float mx = -INFINITY;
-    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, l[e]);
+    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, __ldcg(l + e));
     mx = warp_max(mx);
     double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
     for (int e = lane; e < n; e += kWarpSize) {
-      p[e] = expf(l[e] - mx);
+      p[e] = expf(__ldcg(l + e) - mx);
       sum += p[e];
     }
 #pragma unroll
@@ -103,9 +111,9 @@ __global__ void __launch_bounds__(kThreads)
     const float inverse = static_cast<float>(1.0 / sum);
     for (int e = lane; e < n; e += kWarpSize) p[e] *= inverse;
   } else if (routing.gating == MoeGating::Sigmoid) {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-l[e]));
+    for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
   } else {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = l[e];
+    for (int e = lane; e < n; e += kWarpSize) p[e] = __ldcg(l + e);
   }
   for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
   __syncwarp();
@@ -153,10 +161,66 @@ __global__ void __launch_bounds__(kThreads)
   if (routing.normalize)
     w = w / fmaxf(static_cast<float>(ordered_sum(lane < k ? w : 0.0f)), 6.103515625e-5f);
   if (routing.scale != 0.0f) w *= routing.scale;
-  if (lane >= k) return;
-  ids[static_cast<int64_t>(row) * k + lane] = mine_e;
-  weights[static_cast<int64_t>(row) * k + lane] = w;
-  if (counts && (!slots || slots[row] >= 0)) atomicAdd(counts + mine_e, 1);
+  if (lane < k) {
+    ids[static_cast<int64_t>(row) * k + lane] = mine_e;
+    weights[static_cast<int64_t>(row) * k + lane] = w;
+    if (counts && (!slots || slots[row] >= 0)) atomicAdd(counts + mine_e, 1);
+  }
+  __syncwarp();  // p and taken are rewritten by the warp's next row
+}
+
+__global__ void __launch_bounds__(kThreads)
+    moe_topk_kernel(const float* __restrict__ logits, int rows, MoeRouting routing,
+                    int32_t* __restrict__ ids, float* __restrict__ weights,
+                    int32_t* __restrict__ counts, const int32_t* __restrict__ slots) {
+  __shared__ float p_all[kWarps][kMoeMaxExperts];
+  __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int warp = threadIdx.x / kWarpSize;
+  const int row = blockIdx.x * kWarps + warp;
+  if (row >= rows) return;
+  topk_row(logits, row, routing, ids, weights, counts, slots, p_all[warp], taken_all[warp]);
+}
+
+// ---- router, gating and top-k in one launch (small runs) ----
+
+// The router kernel's blocks (one warp per expert, all rows in one block row), then the last
+// block to finish, found by an atomic counter that it resets for the next launch, takes the
+// gating and top-k of every row as moe_topk_kernel does: the bits of the two launches, with one
+// launch and its dependency wait fewer. The router is resident and no kernel writes it, so its
+// rows are prefetched into L2 while the kernel before this one finishes.
+template <uint32_t TYPE>
+__global__ void __launch_bounds__(kThreads)
+    moe_route_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_in,
+                     const float* __restrict__ x, int rows, const float* __restrict__ bias,
+                     MoeRouting routing, float* __restrict__ logits, int32_t* __restrict__ ids,
+                     float* __restrict__ weights, int32_t* __restrict__ counts,
+                     const int32_t* __restrict__ slots, unsigned int* __restrict__ counter) {
+  __shared__ float p_all[kWarps][kMoeMaxExperts];
+  __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
+  __shared__ bool last;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int n_expert = routing.n_expert;
+  const int e = blockIdx.x * kWarps + warp;
+  if (e < n_expert) {
+    const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
+    for (int64_t at = static_cast<int64_t>(lane) * 128; at < row_bytes; at += kWarpSize * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  if (e < n_expert)
+    router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, 0, rows, bias, logits);
+  __threadfence();  // this block's logits before its arrival
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // every block's logits after their arrivals
+  for (int row = warp; row < rows; row += kWarps)
+    topk_row(logits, row, routing, ids, weights, counts, slots, p_all[warp], taken_all[warp]);
+  if (threadIdx.x == 0) *counter = 0;
 }
 
 // ---- grouping: one block, a stable counting sort ----
@@ -290,16 +354,9 @@ __device__ __forceinline__ void accumulate(const uint8_t* w, const uint8_t* w_up
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           if (b >= count) break;
-          const int sg = __dp4a(wg.hi, xb[b], __dp4a(wg.lo, xa[b], 0));
-          float vg = wg.scale * static_cast<float>(sg);
-          if constexpr (kOffset) vg = fmaf(wg.offset, static_cast<float>(xs[b]), vg);
-          acc[r][b] = fmaf(xd[b], vg, acc[r][b]);
-          if constexpr (GATE_UP) {
-            const int su = __dp4a(wu.hi, xb[b], __dp4a(wu.lo, xa[b], 0));
-            float vu = wu.scale * static_cast<float>(su);
-            if constexpr (kOffset) vu = fmaf(wu.offset, static_cast<float>(xs[b]), vu);
-            acc_up[r][b] = fmaf(xd[b], vu, acc_up[r][b]);
-          }
+          acc[r][b] = moe_q8_fma<kOffset>(wg, xa[b], xb[b], xs[b], xd[b], acc[r][b]);
+          if constexpr (GATE_UP)
+            acc_up[r][b] = moe_q8_fma<kOffset>(wu, xa[b], xb[b], xs[b], xd[b], acc_up[r][b]);
         }
       }
     }
@@ -554,6 +611,30 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
   return launch_status(launch_early(moe_topk_kernel, dim3(ceil_div(rows, kWarps)), dim3(kThreads),
                                     config, stream, logits, rows, routing, ids, weights, counts,
                                     slots));
+}
+
+cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_bytes, int n_in,
+                             const float* x, int rows, const float* bias, const MoeRouting& routing,
+                             float* logits, int32_t* ids, float* weights, int32_t* counts,
+                             const int32_t* slots, unsigned int* counter,
+                             const KernelConfig& config, cudaStream_t stream) {
+  if (rows <= 0) return cudaSuccess;
+  if (rows > kMoeRouteMaxRows || !counter || !is_supported_weight_type(type) ||
+      n_in % kQ8Block != 0 || n_in % block_elems(type) != 0)
+    return cudaErrorInvalidValue;
+  if (routing.n_expert <= 0 || routing.n_expert > kMoeMaxExperts || routing.n_used <= 0 ||
+      routing.n_used > kMoeMaxUsed || routing.n_used > routing.n_expert)
+    return cudaErrorInvalidValue;
+  static_assert(kMoeRouteMaxRows == kRouterRows, "one block row of the router kernel");
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    status =
+        launch_early(moe_route_kernel<TYPE>, dim3(ceil_div(routing.n_expert, kWarps)),
+                     dim3(kThreads), config, stream, static_cast<const uint8_t*>(router), row_bytes,
+                     n_in, x, rows, bias, routing, logits, ids, weights, counts, slots, counter);
+  });
+  return launch_status(status);
 }
 
 cudaError_t launch_moe_group(const int32_t* ids, int pairs, int n_expert, MoeGroups groups,

@@ -1,8 +1,9 @@
 // Mixture-of-experts feed-forward kernels (issue 36): the router's logits, gating and top-k
 // with the routing counts, the grouping of (row, k) pairs by expert, the experts' gate/up
 // product with the activation, the down product, and the weighted sum into the residual. The
-// expert products come in two families: dp4a (moe.cu; any run, every type) and, for grouped
-// runs of many pairs, int8 tensor cores (moe_mma.cu).
+// expert products come in three families: dp4a (moe.cu; any run, every type), warp-per-row dp4a
+// for small runs (moe_decode.cu; the same bits) and, for grouped runs of many pairs, int8 tensor
+// cores (moe_mma.cu).
 // Every expert matrix is read through a device pointer table (one pointer per expert), so an
 // expert may sit in VRAM or in mapped pinned host memory, and moves between steps by
 // rewriting the table: nothing here depends on where an expert is, and a captured graph stays
@@ -61,6 +62,18 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
                             float* weights, int32_t* counts, const int32_t* slots,
                             const KernelConfig& config, cudaStream_t stream);
 
+// launch_moe_router then launch_moe_topk in one launch, for runs of up to kMoeRouteMaxRows rows:
+// the same logits, ids, weights and counts to the bit. The last block to finish its logits takes
+// the gating and top-k of every row; it finds itself through `counter`, one zeroed uint32 of
+// device memory, which it leaves zero again (launches sharing a counter must not overlap: one
+// stream).
+constexpr int kMoeRouteMaxRows = 8;
+cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_bytes, int n_in,
+                             const float* x, int rows, const float* bias, const MoeRouting& routing,
+                             float* logits, int32_t* ids, float* weights, int32_t* counts,
+                             const int32_t* slots, unsigned int* counter,
+                             const KernelConfig& config, cudaStream_t stream);
+
 // A run of up to MoeGroups::tile_pairs pairs routed to one expert: order[first .. first + count).
 struct MoeTile {
   int32_t expert = 0, first = 0, count = 0, pad = 0;
@@ -118,6 +131,23 @@ cudaError_t launch_moe_down(const MoeMatrix& down, int n_out, const MoeInput& in
 cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeInput& in,
                                     const float* weights, float* hidden, const KernelConfig& config,
                                     cudaStream_t stream);
+// The per-pair products of small runs (decode, moe_decode.cu), quantised experts only (not
+// F32/F16/BF16), no groups: whole warps own weight rows, each lane a chunk of 8 in every 32, with
+// the dp4a kernels' summation order, so the results have launch_moe_gate_up's and
+// launch_moe_down_combine's bits.
+// Gate/up: a block owns 32 output rows of one pair (8 warps of 4 gate and 4 up rows), which is
+// one int8 block of h: h as launch_moe_gate_up writes it and, where hq.qs is set, hq as
+// launch_quantize_q8 would write it from h (Divide rounding), in the same launch. n_out a
+// multiple of 32.
+cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                      int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
+                                      const KernelConfig& config, cudaStream_t stream);
+// Down and the weighted sum into the residual: a block owns 8 output rows of one token row, its
+// warps take the row's n_used pairs in parallel, and the sums go into the residual in top-k
+// order; in.xq: each pair's int8 activation row.
+cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                           const float* weights, float* hidden,
+                                           const KernelConfig& config, cudaStream_t stream);
 // The grouped products on int8 tensor cores (moe_mma.cu), for runs of many pairs: a warp owns
 // 16 output rows of one expert (gate and up: 16 of each) and a tile's pairs in n-tiles of 8,
 // builds its mma.sync m16n8k32 A fragments straight from the GGUF blocks it loads (plain loads,
@@ -127,13 +157,13 @@ cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeI
 // A pair's result therefore does not depend on which other pairs share its tile or launch, nor
 // on the tile size; it differs from the dp4a kernels' only in the f32 summation (chunks of 32
 // rather than 8), within the same bound against the CPU. Grouped launches only (groups set, with
-// groups.tile_pairs 8 or 32); the inputs as launch_moe_gate_up / launch_moe_down read them, the
+// groups.tile_pairs 8, 32 or 64); the inputs as launch_moe_gate_up / launch_moe_down read them, the
 // expert matrices 16-byte aligned (CudaMoe's are 256-byte aligned).
 // True where the device and this build run them for experts of `type` (Q4_0, Q4_1, Q8_0, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 bool moe_mma_supports(uint32_t type);
 // The tile sizes the tensor-core products take.
-constexpr int kMoeMmaTilePairs[] = {8, 32};
+constexpr int kMoeMmaTilePairs[] = {8, 32, 64};
 cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                    int n_out, const MoeInput& in, float* h,
                                    const KernelConfig& config, cudaStream_t stream);

@@ -2,6 +2,7 @@
 // one launch's parameters and the gate/up epilogue's activation.
 #pragma once
 #include "moe.cuh"
+#include "moe_unpack.cuh"
 
 namespace granule::kernels {
 
@@ -35,6 +36,19 @@ inline MoeProduct down_product(const MoeMatrix& down, int n_out, const MoeInput&
   P.in.per_pair_input = true;
   P.out = y;
   return P;
+}
+
+// One int8 weight chunk of 8 (moe_unpack.cuh) against the int8 activations (xa, xb: the 8 bytes;
+// xs: their sum, for types with an offset; xd: the activation block's scale), added to acc:
+// acc + d_x · (scale · Σ q·x_q + offset · Σ x_q). Every dp4a expert kernel adds its chunks
+// through this, so the same chunks in the same order give the same bits in every kernel.
+template <bool OFFSET>
+__device__ __forceinline__ float moe_q8_fma(const moe_unpack::Chunk8& w, int xa, int xb, int xs,
+                                            float xd, float acc) {
+  const int s = __dp4a(w.hi, xb, __dp4a(w.lo, xa, 0));
+  float v = w.scale * static_cast<float>(s);
+  if constexpr (OFFSET) v = fmaf(w.offset, static_cast<float>(xs), v);
+  return fmaf(xd, v, acc);
 }
 
 __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float u) {

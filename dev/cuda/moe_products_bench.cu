@@ -1,4 +1,5 @@
-// The grouped expert products alone (kernels/moe.cu's dp4a family against kernels/moe_mma.cu's
+// The MoE block of decode runs, before and after issue 36's decode kernels (decode_chains), then
+// the grouped expert products alone (kernels/moe.cu's dp4a family against kernels/moe_mma.cu's
 // tensor-core one) at the shapes of the issue-36 models, on random expert bytes (the timing does
 // not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
@@ -19,6 +20,7 @@
 #include "granule/block_formats.h"
 #include "moe.cuh"
 #include "quant_blocks.cuh"
+#include "quantize_activations.cuh"
 
 namespace k = granule::kernels;
 
@@ -84,6 +86,127 @@ float time_ms(F&& f) {
   return ms / kReps;
 }
 
+// The whole MoE block of small runs (decode), the launches CudaMoe::forward issued before issue
+// 36's decode work (router, top-k, per-pair dp4a gate/up, quantize_q8, fused down + combine)
+// against today's (fused route, warp-per-row gate/up with h's int8 blocks, down + combine with
+// parallel pairs): 48 layers' chains captured in one graph with programmatic dependent launch, as
+// a decode step runs them, each layer with its own F32 router (so routing differs per layer and
+// the experts a layer reads are mostly not in L2), timed over 20 replays. Prints microseconds per
+// layer and the routed experts' bytes per second.
+void decode_chains(const Shape& s, std::mt19937& rng) {
+  constexpr int kLayers = 48;
+  Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+  Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
+  Matrix down(s.down_type, s.n_expert, s.n_embd, s.n_ff, rng);
+  const size_t expert_bytes = gate.slab + up.slab + down.slab;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> router_host(static_cast<size_t>(kLayers) * s.n_expert * s.n_embd);
+  for (float& v : router_host) v = 0.05f * normal(rng);
+  float* routers = device_alloc<float>(router_host.size());
+  CHECK(cudaMemcpy(routers, router_host.data(), router_host.size() * sizeof(float),
+                   cudaMemcpyHostToDevice));
+  constexpr int kMaxRows = 7;
+  const int max_pairs = kMaxRows * s.n_used;
+  std::vector<float> x_host(static_cast<size_t>(kMaxRows) * s.n_embd);
+  for (float& v : x_host) v = normal(rng);
+  float* x = device_alloc<float>(x_host.size());
+  CHECK(cudaMemcpy(x, x_host.data(), x_host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  int8_t* xq = device_alloc<int8_t>(static_cast<size_t>(kMaxRows) * s.n_embd);
+  float2* xd = device_alloc<float2>(static_cast<size_t>(kMaxRows) * s.n_embd / 32);
+  CHECK(cudaMemset(xq, 1, static_cast<size_t>(kMaxRows) * s.n_embd));
+  CHECK(cudaMemset(xd, 0, static_cast<size_t>(kMaxRows) * s.n_embd / 32 * sizeof(float2)));
+  float* logits = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_expert);
+  int32_t* ids = device_alloc<int32_t>(max_pairs);
+  float* weights = device_alloc<float>(max_pairs);
+  int32_t* counts = device_alloc<int32_t>(static_cast<size_t>(kLayers) * s.n_expert);
+  unsigned int* counter = device_alloc<unsigned int>(1);
+  CHECK(cudaMemset(counter, 0, sizeof(unsigned int)));
+  float* h = device_alloc<float>(static_cast<size_t>(max_pairs) * s.n_ff);
+  int8_t* hq = device_alloc<int8_t>(static_cast<size_t>(max_pairs) * s.n_ff);
+  float2* hd = device_alloc<float2>(static_cast<size_t>(max_pairs) * s.n_ff / 32);
+  float* hidden = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_embd);
+  CHECK(cudaMemset(hidden, 0, static_cast<size_t>(kMaxRows) * s.n_embd * sizeof(float)));
+  k::KernelConfig config;  // early launch on, as the decode graphs run
+  k::MoeRouting routing{.n_expert = s.n_expert, .n_used = s.n_used, .normalize = true};
+  const int64_t router_row_bytes = static_cast<int64_t>(s.n_embd) * sizeof(float);
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  auto layer_chain = [&](bool fused, int rows, int layer) {
+    const float* router = routers + static_cast<size_t>(layer) * s.n_expert * s.n_embd;
+    int32_t* layer_counts = counts + static_cast<size_t>(layer) * s.n_expert;
+    const int pairs = rows * s.n_used;
+    k::MoeInput in;
+    in.n_in = s.n_embd;
+    in.pairs = pairs;
+    in.n_used = s.n_used;
+    in.n_expert = s.n_expert;
+    in.x = x;
+    in.xq = {xq, xd};
+    in.ids = ids;
+    k::MoeInput din = in;
+    din.n_in = s.n_ff;
+    din.x = h;
+    din.xq = {hq, hd};
+    if (fused) {
+      CHECK(k::launch_moe_route(k::kF32, router, router_row_bytes, s.n_embd, x, rows, nullptr,
+                                routing, logits, ids, weights, layer_counts, nullptr, counter,
+                                config, stream));
+      CHECK(k::launch_moe_gate_up_decode(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in,
+                                         h, {hq, hd}, config, stream));
+      CHECK(k::launch_moe_down_combine_decode(down.view, s.n_embd, din, weights, hidden, config,
+                                              stream));
+    } else {
+      CHECK(k::launch_moe_router(k::kF32, router, router_row_bytes, s.n_expert, s.n_embd, x, rows,
+                                 nullptr, logits, config, stream));
+      CHECK(k::launch_moe_topk(logits, rows, routing, ids, weights, layer_counts, nullptr, config,
+                               stream));
+      CHECK(k::launch_moe_gate_up(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in, h,
+                                  config, stream));
+      CHECK(k::launch_quantize_q8(h, pairs, s.n_ff, {hq, hd}, config, stream));
+      CHECK(k::launch_moe_down_combine(down.view, s.n_embd, din, weights, hidden, config, stream));
+    }
+  };
+  std::printf(
+      "\n%s, decode: the MoE block per layer (%d layers in one graph), %zu KiB per expert\n",
+      s.name, kLayers, expert_bytes >> 10);
+  std::printf("| rows | before us/layer | now us/layer | speed-up | before GB/s | now GB/s |\n");
+  for (const int rows : {1, 2, 4, 7}) {
+    float us[2];
+    for (const bool fused : {false, true}) {
+      cudaGraph_t graph;
+      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int layer = 0; layer < kLayers; ++layer) layer_chain(fused, rows, layer);
+      CHECK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec;
+      CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
+      cudaEvent_t a, b;
+      CHECK(cudaEventCreate(&a));
+      CHECK(cudaEventCreate(&b));
+      constexpr int kReps = 20;
+      CHECK(cudaEventRecord(a, stream));
+      for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, stream));
+      CHECK(cudaEventRecord(b, stream));
+      CHECK(cudaEventSynchronize(b));
+      float ms = 0.0f;
+      CHECK(cudaEventElapsedTime(&ms, a, b));
+      us[fused ? 1 : 0] = ms * 1e3f / (kReps * kLayers);
+      CHECK(cudaGraphExecDestroy(exec));
+      CHECK(cudaGraphDestroy(graph));
+      CHECK(cudaEventDestroy(a));
+      CHECK(cudaEventDestroy(b));
+    }
+    // Bytes a layer reads: its router and rows·n_used experts (an upper bound: a row's experts
+    // may repeat across rows).
+    const double bytes = static_cast<double>(router_row_bytes) * s.n_expert +
+                         static_cast<double>(rows) * s.n_used * expert_bytes;
+    std::printf("| %4d | %15.1f | %12.1f | %7.2fx | %11.0f | %8.0f |\n", rows, us[0], us[1],
+                us[0] / us[1], bytes / (us[0] * 1e3), bytes / (us[1] * 1e3));
+  }
+  CHECK(cudaStreamDestroy(stream));
+}
+
 int main() {
   const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
                           {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
@@ -91,6 +214,7 @@ int main() {
   k::KernelConfig config;
   config.early_launch = false;
   std::mt19937 rng(1);
+  for (const Shape& s : shapes) decode_chains(s, rng);
   for (const Shape& s : shapes) {
     Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
@@ -100,7 +224,8 @@ int main() {
                 expert_bytes >> 10);
     std::printf(
         "| rows | pairs | experts hit | tile | group us | dp4a gate/up us | dp4a down us "
-        "| mma gate/up us | mma down us | dp4a GB/s | mma GB/s |\n");
+        "| mma gate/up us | mma down us | dp4a GB/s | mma GB/s | mma8 us | mma32 us | mma64 us "
+        "|\n");
     const int max_rows = 512, max_pairs = max_rows * s.n_used;
     int8_t* xq = device_alloc<int8_t>(static_cast<size_t>(max_rows) * s.n_embd);
     float2* xd = device_alloc<float2>(static_cast<size_t>(max_rows) * s.n_embd / 32);
@@ -131,7 +256,8 @@ int main() {
       }
       const int experts_hit = static_cast<int>(std::count(hit.begin(), hit.end(), true));
       CHECK(cudaMemcpy(ids, chosen.data(), pairs * sizeof(int32_t), cudaMemcpyHostToDevice));
-      const int mma_tile = pairs >= 8 * s.n_expert ? 32 : 8;  // CudaMoe's mma_tile_pairs
+      // CudaMoe's mma_tile_pairs.
+      const int mma_tile = pairs >= 32 * s.n_expert ? 64 : pairs >= 8 * s.n_expert ? 32 : 8;
       k::MoeInput in;
       in.n_in = s.n_embd;
       in.pairs = pairs;
@@ -158,23 +284,33 @@ int main() {
       const float dp4a_d = time_ms([&] {
         return k::launch_moe_down(down.view, s.n_embd, with_tile(din, 8), y, config, nullptr);
       });
-      CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, mma_tile).groups, config,
-                                nullptr));
-      const float mma_gu = time_ms([&] {
-        return k::launch_moe_gate_up_mma(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
-                                         with_tile(in, mma_tile), h, config, nullptr);
-      });
-      const float mma_d = time_ms([&] {
-        return k::launch_moe_down_mma(down.view, s.n_embd, with_tile(din, mma_tile), y, config,
-                                      nullptr);
-      });
+      // The tensor-core products at each tile size; the mma columns are the one CudaMoe picks.
+      float mma_gu = 0.0f, mma_d = 0.0f, mma_by_tile[3] = {0.0f, 0.0f, 0.0f};
+      for (int t = 0; t < 3; ++t) {
+        const int tile = k::kMoeMmaTilePairs[t];
+        CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
+                                  nullptr));
+        const float gu = time_ms([&] {
+          return k::launch_moe_gate_up_mma(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                           with_tile(in, tile), h, config, nullptr);
+        });
+        const float d = time_ms([&] {
+          return k::launch_moe_down_mma(down.view, s.n_embd, with_tile(din, tile), y, config,
+                                        nullptr);
+        });
+        mma_by_tile[t] = (gu + d) * 1e3f;
+        if (tile == mma_tile) {
+          mma_gu = gu;
+          mma_d = d;
+        }
+      }
       const double bytes = static_cast<double>(experts_hit) * expert_bytes;
       std::printf(
           "| %4d | %5d | %11d | %4d | %8.1f | %15.1f | %12.1f | %14.1f | %11.1f | %9.0f | "
-          "%8.0f |\n",
+          "%8.0f | %6.1f | %7.1f | %7.1f |\n",
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
-          bytes / ((mma_gu + mma_d) * 1e6));
+          bytes / ((mma_gu + mma_d) * 1e6), mma_by_tile[0], mma_by_tile[1], mma_by_tile[2]);
     }
   }
   return 0;

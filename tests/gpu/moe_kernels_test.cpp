@@ -11,8 +11,11 @@
 //   down            vs down·round_through_q8(h, Divide) (+ bd) in double over the GPU's h;
 //   combine         vs Σ_k w_k·y_k in f32, top-k order, then the residual add: to the bit;
 //                   the fused per-pair down + combine launch gives the same bits.
-// Every expert block type, rows 1, 8, 64 and 300 (the per-pair kernels at 1, the grouped ones
-// beyond), every gating kind, the clamped SwiGLU with expert biases, experts read through
+// Small runs (1..7 rows): the fused router + top-k launch gives the two launches' bits, and the
+// decode products (gate/up writing h's int8 blocks, down + combine) the per-pair launches' bits,
+// also with a row routed twice to one expert.
+// Every expert block type, rows 1, 3, 7, 8, 64 and 300 (the per-pair kernels up to 7, the grouped
+// ones beyond), every gating kind, the clamped SwiGLU with expert biases, experts read through
 // pointer tables of which half point into mapped pinned host memory, and the per-pair and
 // grouped launches giving the same bits for every pair. Without a GPU: every quantised type's
 // int8 chunks (moe_unpack.cuh, what the kernels' dp4a products read) against dequantize_row.
@@ -45,6 +48,9 @@ using gpu_test::Encoded;
 using gpu_test::ExpertMatrix;
 using gpu_test::Q8Host;
 using gpu_test::quantize_host;
+
+// Runs of up to this many rows take the decode products in CudaMoe (its kPerPairMaxRows).
+constexpr int kDecodeMaxRows = 7;
 
 struct Case {
   TensorType expert_type = TensorType::Q4_K;
@@ -154,6 +160,35 @@ void run_case(const Case& c, int rows, uint32_t seed) {
     }
   }
   EXPECT_EQ(counts, histogram);
+
+  // Router, gating and top-k in one launch (small runs): the two launches' bits, the counter left
+  // zero for the next launch.
+  if (rows <= k::kMoeRouteMaxRows) {
+    DeviceArray<float> logits2_d(static_cast<size_t>(rows * n_expert));
+    DeviceArray<int32_t> ids2_d(static_cast<size_t>(pairs)),
+        counts2_d(static_cast<size_t>(n_expert));
+    DeviceArray<float> w2_d(static_cast<size_t>(pairs));
+    DeviceArray<uint32_t> counter_d(std::vector<uint32_t>{0u});
+    logits2_d.poison();
+    ids2_d.poison();
+    w2_d.poison();
+    CUDA_OK(cudaMemset(counts2_d.get(), 0, counts2_d.size() * sizeof(int32_t)));
+    for (int launch = 0; launch < 2; ++launch) {  // twice: the counter must come back to zero
+      ASSERT_EQ(k::launch_moe_route(static_cast<uint32_t>(c.router_type), router_d.get(),
+                                    router.row_bytes, static_cast<int>(E), x_d.get(), rows,
+                                    router_bias.empty() ? nullptr : router_bias_d.get(), routing,
+                                    logits2_d.get(), ids2_d.get(), w2_d.get(), counts2_d.get(),
+                                    slots_d.get(), counter_d.get(), config, nullptr),
+                cudaSuccess);
+      EXPECT_EQ(counter_d.download()[0], 0u) << "launch " << launch;
+    }
+    EXPECT_EQ(logits2_d.download(), logits) << "fused route: logits differ";
+    EXPECT_EQ(ids2_d.download(), ids) << "fused route: ids differ";
+    EXPECT_EQ(w2_d.download(), weights) << "fused route: weights differ";
+    std::vector<int32_t> twice = counts;
+    for (int32_t& v : twice) v *= 2;
+    EXPECT_EQ(counts2_d.download(), twice) << "fused route: counts differ";
+  }
 
   // Grouping (stable by expert) when the run is grouped.
   const bool grouped = rows > 1;
@@ -295,6 +330,48 @@ void run_case(const Case& c, int rows, uint32_t seed) {
               cudaSuccess);
     EXPECT_EQ(fused_d.download(), hidden) << "fused down + combine differs from down, combine";
   }
+  // The decode products (small runs, quantised experts): gate/up's h and its int8 blocks, and
+  // down + combine, each to the bit of the launches above.
+  if (rows <= kDecodeMaxRows) {
+    k::MoeInput single = in;
+    single.groups = {};
+    if (q8_in) {
+      DeviceArray<float> h2_d(static_cast<size_t>(pairs * F));
+      DeviceArray<int8_t> hqs2_d(static_cast<size_t>(pairs * F));
+      DeviceArray<float2> hds2_d(static_cast<size_t>(pairs * F / 32));
+      h2_d.poison();
+      ASSERT_EQ(
+          k::launch_moe_gate_up_decode(gate.view(), up.view(), c.act, static_cast<int>(F), single,
+                                       h2_d.get(), {hqs2_d.get(), hds2_d.get()}, config, nullptr),
+          cudaSuccess);
+      EXPECT_EQ(h2_d.download(), h) << "gate/up decode differs from the per-pair launch";
+      if (q8_down) {
+        EXPECT_EQ(hqs2_d.download(), hqs_d.download()) << "gate/up decode: int8 blocks differ";
+        const std::vector<float2> a = hds2_d.download(), b = hds_d.download();
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t i = 0; i < a.size(); ++i)
+          ASSERT_TRUE(a[i].x == b[i].x && a[i].y == b[i].y) << "gate/up decode: scales " << i;
+      }
+    } else {
+      EXPECT_EQ(k::launch_moe_gate_up_decode(gate.view(), up.view(), c.act, static_cast<int>(F),
+                                             single, h_d.get(), {}, config, nullptr),
+                cudaErrorInvalidValue)
+          << "F32/F16/BF16 experts stay on the dp4a kernels";
+    }
+    k::MoeInput dsingle = din;
+    dsingle.groups = {};
+    DeviceArray<float> fused2_d(residual);
+    if (q8_down) {
+      ASSERT_EQ(k::launch_moe_down_combine_decode(down.view(), static_cast<int>(E), dsingle,
+                                                  w_d.get(), fused2_d.get(), config, nullptr),
+                cudaSuccess);
+      EXPECT_EQ(fused2_d.download(), hidden) << "down + combine decode differs";
+    } else {
+      EXPECT_EQ(k::launch_moe_down_combine_decode(down.view(), static_cast<int>(E), dsingle,
+                                                  w_d.get(), fused2_d.get(), config, nullptr),
+                cudaErrorInvalidValue);
+    }
+  }
   for (int r = 0; r < rows; ++r)
     for (int64_t o = 0; o < E; ++o) {
       float acc = 0.0f;
@@ -355,7 +432,7 @@ TEST(MoeUnpack, ChunksMatchDequantize) {
   EXPECT_EQ(types, 13);
 }
 
-const int kRows[] = {1, 8, 64, 300};
+const int kRows[] = {1, 3, 7, 8, 64, 300};
 
 class MoeExpertTypes : public ::testing::TestWithParam<TensorType> {};
 
@@ -428,9 +505,123 @@ TEST(MoeKernels, MixedTypesAndRouters) {
     c.router_type = router;
     c.n_expert = 128;
     c.n_used = 8;
-    for (const int rows : {1, 64}) {
+    for (const int rows : {1, 7, 64}) {
       run_case(c, rows, 5u + static_cast<uint32_t>(rows));
       if (HasFatalFailure()) return;
+    }
+  }
+}
+
+// The decode products on runs of 1..7 rows where a row chooses one expert twice (the router
+// never does, the kernels must not care) and every pair may sit in host memory: the same bits as
+// the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for layers like the
+// models' (Q4_K/Q6_K top-8; gpt-oss's MXFP4 with biases and the clamped SwiGLU over its n_in of
+// 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K top-2), on fewer experts.
+TEST(MoeKernels, DecodeProductsTakeAnyIds) {
+  GRANULE_REQUIRE_GPU();
+  struct Shape {
+    TensorType gate_type, down_type;
+    k::MoeActivation act;
+    bool biases;
+    int n_expert, n_used;
+    int64_t n_embd, n_ff;
+  };
+  const Shape shapes[] = {
+      {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 16, 8, 512, 768},
+      {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
+       416},
+      {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512}};
+  const k::KernelConfig config = gpu_test::kernel_config();
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(sh.gate_type)));
+    std::mt19937 rng(99);
+    const int64_t E = sh.n_embd, F = sh.n_ff;
+    ExpertMatrix gate(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
+    ExpertMatrix up(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
+    ExpertMatrix down(sh.down_type, sh.n_expert, E, F, sh.biases, rng);
+    for (int rows = 1; rows <= kDecodeMaxRows; ++rows) {
+      SCOPED_TRACE("rows " + std::to_string(rows));
+      const int K = sh.n_used, pairs = rows * K;
+      std::vector<int32_t> ids(static_cast<size_t>(pairs));
+      for (int p = 0; p < pairs; ++p)
+        ids[static_cast<size_t>(p)] = static_cast<int32_t>(rng() % sh.n_expert);
+      ids[1] = ids[0];  // row 0 routed twice to one expert
+      const std::vector<float> w = gpu_test::random_floats(static_cast<size_t>(pairs), rng, 1.0f);
+      const std::vector<float> x =
+          gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
+      const Q8Host xq = quantize_host(x, cpu::Q8Rounding::MultiplyByInverse);
+      DeviceArray<int32_t> ids_d(ids);
+      DeviceArray<float> w_d(w), x_d(x);
+      DeviceArray<int8_t> xqs_d(xq.qs);
+      DeviceArray<float2> xds_d(xq.ds);
+      k::MoeInput in;
+      in.n_in = static_cast<int>(E);
+      in.pairs = pairs;
+      in.n_used = K;
+      in.n_expert = sh.n_expert;
+      in.x = x_d.get();
+      in.xq = {xqs_d.get(), xds_d.get()};
+      in.ids = ids_d.get();
+      // The per-pair dp4a launches.
+      DeviceArray<float> h_d(static_cast<size_t>(pairs * F));
+      DeviceArray<int8_t> hqs_d(static_cast<size_t>(pairs * F));
+      DeviceArray<float2> hds_d(static_cast<size_t>(pairs * F / 32));
+      ASSERT_EQ(k::launch_moe_gate_up(gate.view(), up.view(), sh.act, static_cast<int>(F), in,
+                                      h_d.get(), config, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(k::launch_quantize_q8(h_d.get(), pairs, static_cast<int>(F),
+                                      {hqs_d.get(), hds_d.get()}, config, nullptr),
+                cudaSuccess);
+      k::MoeInput din = in;
+      din.n_in = static_cast<int>(F);
+      din.x = h_d.get();
+      din.xq = {hqs_d.get(), hds_d.get()};
+      const std::vector<float> residual =
+          gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
+      DeviceArray<float> hidden_d(residual);
+      ASSERT_EQ(k::launch_moe_down_combine(down.view(), static_cast<int>(E), din, w_d.get(),
+                                           hidden_d.get(), config, nullptr),
+                cudaSuccess);
+      // The decode launches.
+      DeviceArray<float> h2_d(static_cast<size_t>(pairs * F));
+      DeviceArray<int8_t> hqs2_d(static_cast<size_t>(pairs * F));
+      DeviceArray<float2> hds2_d(static_cast<size_t>(pairs * F / 32));
+      h2_d.poison();
+      ASSERT_EQ(
+          k::launch_moe_gate_up_decode(gate.view(), up.view(), sh.act, static_cast<int>(F), in,
+                                       h2_d.get(), {hqs2_d.get(), hds2_d.get()}, config, nullptr),
+          cudaSuccess);
+      k::MoeInput din2 = din;
+      din2.x = h2_d.get();
+      din2.xq = {hqs2_d.get(), hds2_d.get()};
+      DeviceArray<float> hidden2_d(residual);
+      ASSERT_EQ(k::launch_moe_down_combine_decode(down.view(), static_cast<int>(E), din2, w_d.get(),
+                                                  hidden2_d.get(), config, nullptr),
+                cudaSuccess);
+      const std::vector<float> h = h_d.download();
+      ASSERT_EQ(h2_d.download(), h);
+      ASSERT_EQ(hqs2_d.download(), hqs_d.download());
+      const std::vector<float2> a = hds2_d.download(), b = hds_d.download();
+      for (size_t i = 0; i < a.size(); ++i)
+        ASSERT_TRUE(a[i].x == b[i].x && a[i].y == b[i].y) << "scales " << i;
+      const std::vector<float> hidden = hidden_d.download();
+      ASSERT_EQ(hidden2_d.download(), hidden);
+      // And not only self-consistent: row 0's first output against the CPU over the GPU's h.
+      double ref = 0.0, mag = 0.0;
+      std::vector<float> hin(h.begin(), h.begin() + K * F);
+      cpu::round_through_q8(hin.data(), static_cast<int64_t>(hin.size()), cpu::Q8Rounding::Divide);
+      for (int j = 0; j < K; ++j) {
+        const int e = ids[static_cast<size_t>(j)];
+        double y = down.bias_of(e, 0);
+        for (int64_t i = 0; i < F; ++i) {
+          const double t =
+              down.row(e, 0)[i] * static_cast<double>(hin[static_cast<size_t>(j * F + i)]);
+          y += t;
+          mag += std::fabs(t * w[static_cast<size_t>(j)]);
+        }
+        ref += w[static_cast<size_t>(j)] * y;
+      }
+      EXPECT_NEAR(hidden[0], residual[0] + ref, 1e-5 * mag + 1e-5);
     }
   }
 }

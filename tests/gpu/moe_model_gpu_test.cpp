@@ -17,7 +17,9 @@
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
 // misses by residency; the KV taking a chunk of the expert cache back changes no logit. CudaMoe
 // alone: experts read from a pinned copy and from VRAM give the same bits.
-// Shared experts are refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
+// CudaMoe with qwen35moe's shared expert (gated and not) against the CPU's MoeFfn, and a whole
+// qwen35moe model against the oracle (prefill 64, decode from graphs); a malformed
+// shared expert is refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,8 @@
 #include <thread>
 
 #include "backends/backend.h"
+#include "backends/cpu/moe_ffn.h"
+#include "backends/cpu/thread_pool.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/device_memory.h"
@@ -409,8 +413,8 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                          });
 
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
-// memory (a mapped pinned copy) give the same bits for runs of 1 and 24 rows (per pair,
-// grouped), before and after a placement change.
+// memory (a mapped pinned copy) give the same bits for runs of 1, 5 (the decode launches) and 24
+// rows (grouped), before and after a placement change.
 TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   GRANULE_REQUIRE_GPU();
   gpu_test::step("writing the model file");
@@ -458,13 +462,16 @@ TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
     return hidden.download();
   };
   for (int round = 0; round < 2; ++round) {
-    for (const int rows : {1, 24})
+    for (const int rows : {1, 5, 24})
       for (int layer = 0; layer < config.n_layer; ++layer) {
-        gpu_test::step(rows == 1 ? "the all-resident experts, 1 row"
-                                 : "the all-resident experts, 24 rows");
+        // step() keeps the pointer: string literals only.
+        gpu_test::step(rows == 1   ? "the all-resident experts, 1 row"
+                       : rows == 5 ? "the all-resident experts, 5 rows"
+                                   : "the all-resident experts, 24 rows");
         const std::vector<float> want = run(vram, rows, layer);
-        gpu_test::step(rows == 1 ? "half of the experts in host memory, 1 row (per pair)"
-                                 : "half of the experts in host memory, 24 rows (grouped)");
+        gpu_test::step(rows == 1   ? "half of the experts in host memory, 1 row (decode)"
+                       : rows == 5 ? "half of the experts in host memory, 5 rows (decode)"
+                                   : "half of the experts in host memory, 24 rows (grouped)");
         EXPECT_EQ(run(streaming, rows, layer), want)
             << "rows " << rows << ", layer " << layer << ", round " << round;
       }
@@ -477,8 +484,187 @@ TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   }
 }
 
-// What the CUDA backend does not run yet is refused in one line (Device Auto then takes the
-// CPU): shared experts; gpt-oss attention runs. Needs no GPU.
+// qwen35moe at shapes the GPU kernels run (hidden 256, experts of 256 over 8, top 2, a shared
+// expert of 512 with its sigmoid gate), experts and shared expert of `type`.
+SyntheticModelSpec shared_expert_spec(TensorType type) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35moe");
+  s.n_embd = 256;
+  s.head_dim = 128;
+  s.rope_dims = 32;
+  s.rope_sections = {6, 5, 3, 2};
+  s.n_ff = 512;
+  s.ssm_state_size = 64;
+  s.n_ff_exp = 256;
+  s.n_ff_shexp = 512;
+  s.expert_type = type;
+  for (const char* m : {"ffn_gate_shexp.weight", "ffn_up_shexp.weight", "ffn_down_shexp.weight"})
+    s.tensor_types.push_back({m, type});  // the rest of the file as the preset has it
+  return s;
+}
+
+// The whole-model test's file: qwen35_gpu_test.cpp's shapes with Q8_0 experts.
+SyntheticModelSpec qwen35moe_model_spec() {
+  SyntheticModelSpec s = shared_expert_spec(TensorType::Q8_0);
+  s.name = "qwen35moe-gpu";
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_vocab = 1000;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  return s;
+}
+
+// Needs no GPU: qwen35moe's shared expert is not refused, and the files the GPU tests read load.
+TEST(MoeSharedExpert, NotRefused) {
+  {
+    test::TempModel model(qwen35moe_model_spec(), "qwen35moe-refusal");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig config = ModelConfig::from_gguf(*file);
+    const WeightTable weights = WeightTable::from_gguf(*file, config);
+    EXPECT_EQ(cuda_model_refusal(config, weights), "");
+  }
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    test::TempModel model(shared_expert_spec(type), "moe-shared-refusal");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig config = ModelConfig::from_gguf(*file);
+    const WeightTable weights = WeightTable::from_gguf(*file, config);
+    ASSERT_NE(weights.layers[0].gate_shexp, nullptr);
+    ASSERT_NE(weights.layers[0].shexp_gate, nullptr);
+    EXPECT_EQ(weights.layers[0].gate_shexp->ggml_type, static_cast<uint32_t>(type));
+    EXPECT_EQ(cuda::CudaMoe::refusal(config, weights), "");
+  }
+}
+
+// CudaMoe with qwen35moe's shared expert (resident, sigmoid-gated, and with its gate taken away:
+// weight 1) against the CPU reference's MoeFfn rounding as the kernels round, for runs of 1 and 5
+// rows (the decode launches), 24 (grouped) and 150 (grouped, tiles of 32 and 64 pairs), every
+// layer: each row within 2e-3 of its output's largest element, up to 1 row in 16 rerouted. The
+// shared expert's share of the output is larger than the bound, so leaving it out would fail.
+TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    const SyntheticModelSpec s = shared_expert_spec(type);
+    gpu_test::step("writing the qwen35moe file");
+    test::TempModel model(s, "moe-shared");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig config = ModelConfig::from_gguf(*file);
+    for (const bool gated : {true, false}) {
+      SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) +
+                   (gated ? ", gated" : ", ungated"));
+      WeightTable weights = WeightTable::from_gguf(*file, config);
+      if (!gated)
+        for (LayerWeights& l : weights.layers) l.shexp_gate = nullptr;
+      ASSERT_EQ(cuda::CudaMoe::refusal(config, weights), "");
+      MemoryManager memory(uint64_t{1} << 40);
+      cuda::CudaStream stream;
+      const kernels::KernelConfig kc = gpu_test::kernel_config();
+      constexpr int kMaxRows = 150;
+      gpu_test::step("constructing CudaMoe with shared experts");
+      cuda::CudaMoe moe(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
+
+      const int64_t n = config.n_embd;
+      std::mt19937 rng(11);
+      const std::vector<float> x =
+          gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
+      const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
+      const std::vector<float> residual =
+          gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
+      gpu_test::DeviceArray<float> x_d(x), ones_d(ones), normed(x.size());
+      gpu_test::DeviceArray<int8_t> qs(x.size());
+      gpu_test::DeviceArray<float2> ds(x.size() / 32);
+      std::vector<int32_t> slot_ids(kMaxRows);
+      for (int r = 0; r < kMaxRows; ++r) slot_ids[static_cast<size_t>(r)] = r;
+      gpu_test::DeviceArray<int32_t> slots(slot_ids);
+      kernels::RmsNormOutputs out;
+      out.f32 = normed.get();
+      out.q8 = {qs.get(), ds.get()};
+      ASSERT_EQ(kernels::launch_rms_norm(x_d.get(), ones_d.get(), kMaxRows, static_cast<int>(n),
+                                         config.rms_eps, out, kc, stream.get()),
+                cudaSuccess);
+      stream.synchronize();
+      const std::vector<float> xn = normed.download();
+      cpu::ThreadPool pool(2);
+      cpu::MoeFfnOptions oracle;
+      oracle.emulate_device = true;
+      for (const int rows : {1, 5, 24, 150})
+        for (int layer = 0; layer < config.n_layer; ++layer) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + ", layer " + std::to_string(layer));
+          gpu_test::step("CudaMoe with a shared expert");
+          gpu_test::DeviceArray<float> hidden(residual);
+          moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(),
+                      kc, stream.get(), nullptr);
+          stream.synchronize();
+          const std::vector<float> gpu = hidden.download();
+          gpu_test::step("the CPU oracle");
+          const LayerWeights& lw = weights.layers[static_cast<size_t>(layer)];
+          cpu::MoeFfn ffn(config, lw);
+          std::vector<float> ref(static_cast<size_t>(rows * n));
+          ffn.run(xn.data(), rows, ref.data(), pool, oracle, nullptr);
+          LayerWeights routed_only = lw;
+          routed_only.gate_shexp = routed_only.up_shexp = routed_only.down_shexp = nullptr;
+          routed_only.shexp_gate = nullptr;
+          cpu::MoeFfn ffn_routed(config, routed_only);
+          std::vector<float> ref_routed(static_cast<size_t>(rows * n));
+          ffn_routed.run(xn.data(), rows, ref_routed.data(), pool, oracle, nullptr);
+          int bad_rows = 0;
+          double shared_share = 0.0, largest_bound = 0.0;
+          for (int r = 0; r < rows; ++r) {
+            double largest = 0.0;
+            for (int64_t i = 0; i < n; ++i)
+              largest = std::max(
+                  largest, static_cast<double>(std::fabs(ref[static_cast<size_t>(r * n + i)])));
+            const double bound = 2e-3 * largest + 1e-5;
+            largest_bound = std::max(largest_bound, bound);
+            bool bad = false;
+            for (int64_t i = 0; i < n; ++i) {
+              const size_t at = static_cast<size_t>(r * n + i);
+              const double want = static_cast<double>(residual[at]) + ref[at];
+              if (std::fabs(gpu[at] - want) > bound) bad = true;
+              shared_share =
+                  std::max(shared_share, static_cast<double>(std::fabs(ref[at] - ref_routed[at])));
+            }
+            bad_rows += bad ? 1 : 0;
+          }
+          EXPECT_LE(bad_rows, rows / 16) << "rows beyond the bound (rerouted tokens at most)";
+          EXPECT_GT(shared_share, 10.0 * largest_bound) << "the shared expert adds too little";
+        }
+    }
+  }
+}
+
+// A whole qwen35moe model (Gated DeltaNet and gated attention layers, each with routed experts
+// and the gated shared expert) on the CUDA backend against the CPU oracle: a prefill of 64 rows
+// with every row's logits, then 16 decode steps replayed from graphs (the decode launches).
+TEST(MoeSharedExpertGpu, Qwen35MoeModelMatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(qwen35moe_model_spec(), "qwen35moe-gpu");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  ASSERT_TRUE(gpu.backend->is_gpu());
+  ASSERT_NE(gpu.cuda().model().moe(), nullptr);
+  const int64_t vocab = gpu.config.n_vocab;
+  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
+                  std::vector<float>& o, std::vector<float>& g) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), c.begin(), c.end());
+  };
+  const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+  std::vector<float> r, o, g;
+  all3({{0, prompt, 0, true}}, r, o, g);
+  expect_close(r, o, g, vocab, "qwen35moe prefill 64", true);
+  const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+  std::vector<float> r2, o2, g2;
+  for (int i = 0; i < 16; ++i)
+    all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
+         g2);
+  expect_close(r2, o2, g2, vocab, "qwen35moe decode (graphs)", true);
+  EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
+// What the CUDA backend does not run is refused in one line (Device Auto then takes the CPU): a
+// malformed shared expert; gpt-oss attention runs. Needs no GPU.
 TEST(MoeModelRefusal, SharedExpertsButNotGptOssAttention) {
   {
     SyntheticModelSpec s = moe_spec("qwen3moe", TensorType::F32);
@@ -491,13 +677,14 @@ TEST(MoeModelRefusal, SharedExpertsButNotGptOssAttention) {
     EXPECT_EQ(cuda_model_refusal(config, weights), "");
   }
   {
-    // A layer with a shared expert (qwen3moe files carry none: the tensor pointer stands in).
+    // A malformed shared expert (qwen3moe files carry none: a 3-D expert tensor stands in for
+    // its gate, and up and down are missing).
     test::TempModel model(moe_spec("qwen3moe", TensorType::F32), "moe-refusal-shexp");
     auto file = ModelFile::open(model.path);
     const ModelConfig config = ModelConfig::from_gguf(*file);
     WeightTable weights = WeightTable::from_gguf(*file, config);
     weights.layers[1].gate_shexp = weights.layers[1].gate_exps;
-    EXPECT_NE(cuda_model_refusal(config, weights).find("shared experts"), std::string::npos);
+    EXPECT_NE(cuda_model_refusal(config, weights).find("a shared expert needs"), std::string::npos);
   }
 }
 

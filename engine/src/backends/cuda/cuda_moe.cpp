@@ -22,9 +22,12 @@ namespace {
 
 namespace k = granule::kernels;
 
-// Runs of at most this many rows take the per-pair expert kernels; more are grouped by expert
-// first (one weight read per tile of pairs). Both give the same bits per pair.
-constexpr int kPerPairMaxRows = 4;
+// Runs of at most this many rows take the per-pair expert kernels (decode: the warp-per-row
+// launch_moe_*_decode for quantised experts, the block-per-4-rows dp4a ones for F32/F16/BF16);
+// more are grouped by expert first (one weight read per tile of pairs). Up to kMmaMinRows - 1
+// rows most experts get one pair (top-8 of 128), so grouping buys little and costs a launch. All
+// give the same bits per pair.
+constexpr int kPerPairMaxRows = 7;
 // Grouped runs of at least this many rows take the tensor-core expert products
 // (launch_moe_*_mma) for the types they cover, fewer the grouped dp4a ones. Not yet measured
 // (issue 36): at 8 rows of top-8 routing most experts get one pair, and both families are then
@@ -34,12 +37,17 @@ constexpr int kPerPairMaxRows = 4;
 // the CPU oracle); within each family a pair's result does not depend on the run.
 constexpr int kMmaMinRows = 8;
 
-// The tensor-core products' tile: 32 pairs where experts get about 8 or more pairs on average
-// (prefill: 512 rows of top-8 over 128 experts give 32), so one read of an expert's rows serves
-// them all; else 8 (decode batches: one or two pairs per expert), whose kernels hold fewer
-// registers and keep more warps' loads in flight.
+// The tensor-core products' tile: 64 pairs where experts get 32 or more pairs on average
+// (prefill: 512 rows of top-8 over 128 experts give 32, and about 45 % of the experts more than
+// 32, which tiles of 32 read twice), 32 where they get about 8 or more, so one read of an
+// expert's rows serves them all; else 8 (decode batches: one or two pairs per expert), whose
+// kernels hold fewer registers and keep more warps' loads in flight. A tile's unused n-tiles are
+// skipped, and on sm_90 the 64-pair kernels hold as many blocks per SM as the 32-pair ones
+// (gate/up: 2 of 4 warps; Q4_K 255 registers against 224). Not yet measured against 32
+// (dev/cuda/moe_products_bench.cu prints both).
 int mma_tile_pairs(int pairs, int64_t n_expert) {
-  return static_cast<int64_t>(pairs) >= 8 * n_expert ? 32 : 8;
+  const int64_t p = pairs;
+  return p >= 32 * n_expert ? 64 : p >= 8 * n_expert ? 32 : 8;
 }
 
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
@@ -108,8 +116,25 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     const std::string at = "layer " + std::to_string(i) + ": ";
-    if (l.gate_shexp || l.up_shexp || l.down_shexp)
-      return at + "the CUDA backend does not run shared experts yet";
+    if (l.gate_shexp || l.up_shexp || l.down_shexp) {
+      if (!l.gate_shexp || !l.up_shexp || !l.down_shexp || l.gate_shexp->dims.size() != 2 ||
+          l.up_shexp->dims.size() != 2 || l.down_shexp->dims.size() != 2)
+        return at + "a shared expert needs 2-D gate, up and down matrices";
+      for (const TensorInfo* t : {l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate}) {
+        if (!t) continue;
+        if (!k::moe_supports(t->ggml_type))
+          return "the CUDA backend cannot run tensor " + t->name + " of type " +
+                 tensor_type_name(t->ggml_type);
+        if (t->dims[0] % k::block_elems(t->ggml_type) != 0)
+          return "tensor " + t->name + ": rows not a whole number of blocks";
+      }
+      if (l.gate_shexp->ggml_type != l.up_shexp->ggml_type)
+        return at + "the CUDA backend needs shared-expert gate and up matrices of one type";
+      if (l.gate_shexp->dims[1] % k::kQ8Block != 0)
+        return at +
+               "the CUDA backend needs a shared-expert feed-forward size that is a multiple "
+               "of 32";
+    }
     if (!l.router || !l.gate_exps || !l.up_exps || !l.down_exps)
       return at + "a mixture-of-experts layer without its router or expert tensors";
     for (const TensorInfo* t : {l.router, l.gate_exps, l.up_exps, l.down_exps}) {
@@ -151,6 +176,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
 
   layers_.resize(static_cast<size_t>(n_layer_));
   upload_routers(w);
+  upload_shared(w);
 
   // Workspace for runs of max_rows rows.
   const size_t rows = static_cast<size_t>(max_rows_);
@@ -169,6 +195,25 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
       static_cast<size_t>(k::moe_max_tiles(static_cast<int>(pairs), static_cast<int>(n_expert_))) *
       sizeof(k::MoeTile));
   n_tiles_ = ws(sizeof(int32_t));
+  if (n_ff_shared_ > 0) {
+    const size_t sh = rows * static_cast<size_t>(n_ff_shared_);
+    shared_ids_ = ws(rows * sizeof(int32_t));
+    check_cuda(cudaMemsetAsync(shared_ids_.get(), 0, shared_ids_.bytes(), stream),
+               "cudaMemsetAsync");
+    shared_ones_ = ws(rows * sizeof(float));
+    const std::vector<float> ones(rows, 1.0f);
+    check_cuda(
+        cudaMemcpy(shared_ones_.get(), ones.data(), shared_ones_.bytes(), cudaMemcpyHostToDevice),
+        "uploading the shared expert's weights");
+    shared_weights_ = ws(rows * sizeof(float));
+    shared_logits_ = ws(rows * sizeof(float));
+    shared_h_ = ws(sh * sizeof(float));
+    shared_hq_qs_ = ws(sh);
+    shared_hq_ds_ = ws(sh / k::kQ8Block * sizeof(float2));
+  }
+  route_counter_ = ws(sizeof(uint32_t));
+  check_cuda(cudaMemsetAsync(route_counter_.get(), 0, route_counter_.bytes(), stream),
+             "cudaMemsetAsync");
   const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
   counts_ = ws(n_counts * sizeof(int32_t));
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
@@ -275,6 +320,63 @@ void CudaMoe::upload_routers(const WeightTable& w) {
     stride_.push_back(d.offsets[2] + align_up(down + WeightLayout::kTensorSlackBytes));
     expert_bytes_.push_back(gate + up + down);
   }
+}
+
+void CudaMoe::upload_shared(const WeightTable& w) {
+  // Each layer's gate, up, down and gate row, 256-byte aligned, in one buffer; a table of the
+  // three matrices' addresses per layer (the kernels' pointer tables, of one expert).
+  uint64_t bytes = 0;
+  std::vector<std::array<uint64_t, 4>> at(w.layers.size());
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    if (!l.gate_shexp) continue;
+    const TensorInfo* parts[4] = {l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate};
+    for (int m = 0; m < 4; ++m) {
+      at[i][static_cast<size_t>(m)] = bytes;
+      if (parts[m]) bytes += align_up(parts[m]->size_bytes + WeightLayout::kTensorSlackBytes);
+    }
+  }
+  if (bytes == 0) return;
+  shared_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, bytes);
+  shared_tables_ =
+      DeviceBuffer(memory_, MemoryCategory::WeightsResident, w.layers.size() * 3 * sizeof(void*));
+  std::vector<const void*> tables(w.layers.size() * 3, nullptr);
+  const auto* table = shared_tables_.as<const void*>();
+  for (size_t i = 0; i < w.layers.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    if (!l.gate_shexp) continue;
+    Layer::Shared& s = layers_[i].shared;
+    const TensorInfo* parts[4] = {l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate};
+    for (int m = 0; m < 4; ++m) {
+      if (!parts[m]) continue;
+      uint8_t* to = shared_.as<uint8_t>() + at[i][static_cast<size_t>(m)];
+      check_cuda(cudaMemcpy(to, parts[m]->data, parts[m]->size_bytes, cudaMemcpyHostToDevice),
+                 "uploading shared experts");
+      if (m < 3) tables[i * 3 + static_cast<size_t>(m)] = to;
+      s.bytes += parts[m]->size_bytes;
+    }
+    auto matrix = [&](const TensorInfo* t, int m) {
+      return k::MoeMatrix{.table = table + i * 3 + static_cast<size_t>(m),
+                          .type = t->ggml_type,
+                          .row_bytes = tensor_row_bytes(t),
+                          .bias = nullptr};
+    };
+    s.n_ff = static_cast<int>(l.gate_shexp->dims[1]);
+    s.gate = matrix(l.gate_shexp, 0);
+    s.up = matrix(l.up_shexp, 1);
+    s.down = matrix(l.down_shexp, 2);
+    s.mma_gate_up = k::moe_mma_supports(s.gate.type);
+    s.mma_down = k::moe_mma_supports(s.down.type);
+    if (l.shexp_gate) {
+      s.gate_row = shared_.as<uint8_t>() + at[i][3];
+      s.gate_row_type = l.shexp_gate->ggml_type;
+      s.gate_row_bytes = tensor_row_bytes(l.shexp_gate);
+    }
+    n_ff_shared_ = std::max<int64_t>(n_ff_shared_, s.n_ff);
+  }
+  check_cuda(cudaMemcpy(shared_tables_.get(), tables.data(), shared_tables_.bytes(),
+                        cudaMemcpyHostToDevice),
+             "uploading the shared experts' tables");
 }
 
 const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
@@ -491,7 +593,8 @@ uint64_t CudaMoe::row_read_bytes() const {
   for (int64_t l = 0; l < n_layer_; ++l) {
     const Layer& d = layers_[static_cast<size_t>(l)];
     bytes += static_cast<uint64_t>(d.router_row_bytes * n_expert_) +
-             static_cast<uint64_t>(n_used_) * expert_bytes_[static_cast<size_t>(l)];
+             static_cast<uint64_t>(n_used_) * expert_bytes_[static_cast<size_t>(l)] +
+             d.shared.bytes;
   }
   return bytes;
 }
@@ -499,7 +602,8 @@ uint64_t CudaMoe::row_read_bytes() const {
 uint64_t CudaMoe::device_weight_bytes() const {
   uint64_t cache = 0;
   for (const DeviceBuffer& chunk : cache_chunks_) cache += chunk.bytes();
-  return routers_.bytes() + vectors_.bytes() + experts_.bytes() + cache;
+  return routers_.bytes() + vectors_.bytes() + shared_.bytes() + shared_tables_.bytes() +
+         experts_.bytes() + cache;
 }
 
 uint8_t* CudaMoe::slot_address(int64_t slot) {
@@ -544,60 +648,139 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
     check_cuda(status, what);
     if (launches) ++*launches;
   };
-  const int n_expert = static_cast<int>(n_expert_), n_used = static_cast<int>(n_used_);
-  const int n_embd = static_cast<int>(n_embd_), n_ff = static_cast<int>(n_ff_);
-  const int pairs = n_rows * n_used;
-  check(k::launch_moe_router(d.router_type, d.router, d.router_row_bytes, n_expert, n_embd, x_f32,
-                             n_rows, d.router_bias, logits_.as<float>(), config, stream),
-        "moe_router");
-  check(k::launch_moe_topk(logits_.as<float>(), n_rows, routing_, ids_.as<int32_t>(),
-                           weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots,
-                           config, stream),
-        "moe_topk");
+  const int n_embd = static_cast<int>(n_embd_);
+  // Router logits, gating and top-k: one launch for small runs.
+  auto route = [&](uint32_t type, const void* router, int64_t row_bytes, const float* bias,
+                   const k::MoeRouting& routing, float* logits, int32_t* ids, float* weights,
+                   int32_t* counts, const int32_t* row_slots) {
+    if (n_rows <= k::kMoeRouteMaxRows) {
+      check(k::launch_moe_route(type, router, row_bytes, n_embd, x_f32, n_rows, bias, routing,
+                                logits, ids, weights, counts, row_slots,
+                                route_counter_.as<unsigned int>(), config, stream),
+            "moe_route");
+      return;
+    }
+    check(k::launch_moe_router(type, router, row_bytes, routing.n_expert, n_embd, x_f32, n_rows,
+                               bias, logits, config, stream),
+          "moe_router");
+    check(k::launch_moe_topk(logits, n_rows, routing, ids, weights, counts, row_slots, config,
+                             stream),
+          "moe_topk");
+  };
+  route(d.router_type, d.router, d.router_row_bytes, d.router_bias, routing_, logits_.as<float>(),
+        ids_.as<int32_t>(), weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots);
+  ExpertRun routed;
+  routed.gate = d.gate;
+  routed.up = d.up;
+  routed.down = d.down;
+  routed.mma_gate_up = d.mma_gate_up;
+  routed.mma_down = d.mma_down;
+  routed.n_ff = static_cast<int>(n_ff_);
+  routed.n_expert = static_cast<int>(n_expert_);
+  routed.n_used = static_cast<int>(n_used_);
+  routed.activation = activation_;
+  routed.ids = ids_.as<int32_t>();
+  routed.weights = weights_.as<float>();
+  routed.h = h_.as<float>();
+  routed.hq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
+  run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
+  if (d.shared.n_ff == 0) return;
+
+  // The shared expert: expert 0 of a one-expert table for every row, weighted by 1 or by
+  // sigmoid(gate · x) (its gate as a one-expert sigmoid router: the same f32 dot as the CPU's,
+  // within its rounding), added into the residual after the routed experts.
+  ExpertRun shared;
+  shared.gate = d.shared.gate;
+  shared.up = d.shared.up;
+  shared.down = d.shared.down;
+  shared.mma_gate_up = d.shared.mma_gate_up;
+  shared.mma_down = d.shared.mma_down;
+  shared.n_ff = d.shared.n_ff;
+  shared.n_expert = 1;
+  shared.n_used = 1;
+  shared.activation = k::MoeActivation::Swiglu;
+  shared.ids = shared_ids_.as<int32_t>();
+  shared.weights = shared_ones_.as<float>();
+  shared.h = shared_h_.as<float>();
+  shared.hq = {shared_hq_qs_.as<int8_t>(), shared_hq_ds_.as<float2>()};
+  if (d.shared.gate_row) {
+    const k::MoeRouting gate{.n_expert = 1,
+                             .n_used = 1,
+                             .gating = k::MoeGating::Sigmoid,
+                             .normalize = false,
+                             .scale = 1.0f};
+    route(d.shared.gate_row_type, d.shared.gate_row, d.shared.gate_row_bytes, nullptr, gate,
+          shared_logits_.as<float>(), shared_ids_.as<int32_t>(), shared_weights_.as<float>(),
+          nullptr, nullptr);
+    shared.weights = shared_weights_.as<float>();
+  }
+  run_experts(shared, n_rows, x_f32, xq, hidden, config, stream, launches);
+}
+
+void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k::ActivationQ8 xq,
+                          float* hidden, const k::KernelConfig& config, cudaStream_t stream,
+                          uint64_t* launches) {
+  auto check = [&](cudaError_t status, const char* what) {
+    check_cuda(status, what);
+    if (launches) ++*launches;
+  };
+  const int n_embd = static_cast<int>(n_embd_), n_ff = e.n_ff;
+  const int pairs = n_rows * e.n_used;
   k::MoeInput in;
   in.n_in = n_embd;
   in.pairs = pairs;
-  in.n_used = n_used;
-  in.n_expert = n_expert;
+  in.n_used = e.n_used;
+  in.n_expert = e.n_expert;
   in.x = x_f32;
   in.xq = xq;
-  in.ids = ids_.as<int32_t>();
-  const bool mma_gate_up = n_rows >= kMmaMinRows && d.mma_gate_up;
-  const bool mma_down = n_rows >= kMmaMinRows && d.mma_down;
-  if (n_rows > kPerPairMaxRows) {
-    in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
-                 mma_gate_up || mma_down ? mma_tile_pairs(pairs, n_expert_) : k::kMoeTilePairs};
-    check(k::launch_moe_group(ids_.as<int32_t>(), pairs, n_expert, in.groups, config, stream),
-          "moe_group");
-  }
-  if (mma_gate_up)
-    check(k::launch_moe_gate_up_mma(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config,
-                                    stream),
-          "moe_gate_up_mma");
-  else
-    check(
-        k::launch_moe_gate_up(d.gate, d.up, activation_, n_ff, in, h_.as<float>(), config, stream),
-        "moe_gate_up");
+  in.ids = e.ids;
+  const bool q8_gate_up = k::moe_reads_q8(e.gate.type), q8_down = k::moe_reads_q8(e.down.type);
   k::MoeInput down = in;
   down.n_in = n_ff;
-  down.x = h_.as<float>();
-  down.xq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
-  if (k::moe_reads_q8(d.down.type))
-    check(k::launch_quantize_q8(h_.as<float>(), pairs, n_ff, down.xq, config, stream),
-          "quantize_q8");
-  if (!down.groups.tiles) {  // one launch for the down product and the weighted sum
-    check(k::launch_moe_down_combine(d.down, n_embd, down, weights_.as<float>(), hidden, config,
-                                     stream),
-          "moe_down_combine");
+  down.x = e.h;
+  down.xq = e.hq;
+  if (n_rows <= kPerPairMaxRows) {
+    // Small runs: per pair, quantised experts on the warp-per-row kernels, whose gate/up also
+    // writes h's int8 blocks for down.
+    if (q8_gate_up && n_ff % k::kQ8Block == 0) {  // (a quantised down needs n_ff in blocks)
+      check(k::launch_moe_gate_up_decode(e.gate, e.up, e.activation, n_ff, in, e.h,
+                                         q8_down ? e.hq : k::ActivationQ8{}, config, stream),
+            "moe_gate_up_decode");
+    } else {
+      check(k::launch_moe_gate_up(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+            "moe_gate_up");
+      if (q8_down)
+        check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
+    }
+    if (q8_down)
+      check(k::launch_moe_down_combine_decode(e.down, n_embd, down, e.weights, hidden, config,
+                                              stream),
+            "moe_down_combine_decode");
+    else
+      check(k::launch_moe_down_combine(e.down, n_embd, down, e.weights, hidden, config, stream),
+            "moe_down_combine");
     return;
   }
+  const bool mma_gate_up = n_rows >= kMmaMinRows && e.mma_gate_up;
+  const bool mma_down = n_rows >= kMmaMinRows && e.mma_down;
+  in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
+               mma_gate_up || mma_down ? mma_tile_pairs(pairs, e.n_expert) : k::kMoeTilePairs};
+  down.groups = in.groups;
+  check(k::launch_moe_group(e.ids, pairs, e.n_expert, in.groups, config, stream), "moe_group");
+  if (mma_gate_up)
+    check(k::launch_moe_gate_up_mma(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+          "moe_gate_up_mma");
+  else
+    check(k::launch_moe_gate_up(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+          "moe_gate_up");
+  if (q8_down) check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
   if (mma_down)
-    check(k::launch_moe_down_mma(d.down, n_embd, down, y_.as<float>(), config, stream),
+    check(k::launch_moe_down_mma(e.down, n_embd, down, y_.as<float>(), config, stream),
           "moe_down_mma");
   else
-    check(k::launch_moe_down(d.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
-  check(k::launch_moe_combine(y_.as<float>(), weights_.as<float>(), n_rows, n_used, n_embd, hidden,
-                              config, stream),
+    check(k::launch_moe_down(e.down, n_embd, down, y_.as<float>(), config, stream), "moe_down");
+  check(k::launch_moe_combine(y_.as<float>(), e.weights, n_rows, e.n_used, n_embd, hidden, config,
+                              stream),
         "moe_combine");
 }
 

@@ -3,6 +3,9 @@
 // (kernels/moe.cuh). Every expert matrix is reached through a device pointer table per layer
 // ([3][n_expert]: gate, up, down), so the captured decode graph never changes when experts
 // move:
+// A layer's shared expert (qwen35moe: every token, scaled by sigmoid(gate · x) where the layer
+// has that gate) is resident, read through a one-pointer table by the same kernels as a routed
+// expert with one choice per row, and added into the residual after the routed experts.
 //   - all experts fit the budget: they are uploaded once to VRAM (charged as resident weights)
 //     and the tables point there;
 //   - otherwise every expert's bytes are copied once into mapped pinned host memory, and the
@@ -46,11 +49,11 @@ struct MoeStats {
 class CudaMoe {
  public:
   // What the expert kernels do not cover in this model, or empty: expert block types, gate and
-  // up of different types, shapes, a shared expert.
+  // up of different types, shapes (also of a shared expert).
   static std::string refusal(const ModelConfig& config, const WeightTable& weights);
 
-  // Uploads the routers and expert biases (resident), then the experts: all to VRAM where
-  // `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
+  // Uploads the routers, expert biases and shared experts (resident), then the experts: all to VRAM
+  // where `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
   // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
   // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
@@ -106,11 +109,28 @@ class CudaMoe {
   // of one cache slot (the largest expert of any layer).
   uint64_t expert_image_bytes() const;
   uint64_t slot_bytes() const { return slot_bytes_; }
-  // Weight bytes one row reads per step: every router, and n_expert_used experts per layer.
+  // Weight bytes one row reads per step: every router, n_expert_used experts and the shared
+  // expert (where there is one) per layer.
   uint64_t row_read_bytes() const;
 
  private:
   void upload_routers(const WeightTable& weights);
+  void upload_shared(const WeightTable& weights);
+  // One set of experts of a layer in forward(): the routed ones, or the shared one as a single
+  // expert every row chooses with weight 1 or its gate's sigmoid.
+  struct ExpertRun {
+    kernels::MoeMatrix gate, up, down;
+    bool mma_gate_up = false, mma_down = false;
+    int n_ff = 0, n_expert = 0, n_used = 0;
+    kernels::MoeActivation activation = kernels::MoeActivation::Swiglu;
+    const int32_t* ids = nullptr;
+    const float* weights = nullptr;
+    float* h = nullptr;
+    kernels::ActivationQ8 hq;
+  };
+  void run_experts(const ExpertRun& run, int n_rows, const float* x_f32, kernels::ActivationQ8 xq,
+                   float* hidden, const kernels::KernelConfig& config, cudaStream_t stream,
+                   uint64_t* launches);
   void upload_experts(uint64_t expert_budget);
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
@@ -135,6 +155,15 @@ class CudaMoe {
     uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
     const uint8_t* file[3] = {nullptr, nullptr, nullptr};  // the tensors in the file mapping
     uint64_t slab[3] = {0, 0, 0};                          // one expert's bytes of each
+    struct Shared {  // the shared expert (n_ff 0: none), resident
+      int n_ff = 0;
+      kernels::MoeMatrix gate, up, down;  // tables of one pointer each
+      bool mma_gate_up = false, mma_down = false;
+      const void* gate_row = nullptr;  // its sigmoid gate (ffn_gate_inp_shexp), or none
+      uint32_t gate_row_type = 0;
+      int64_t gate_row_bytes = 0;
+      uint64_t bytes = 0;  // gate + up + down + the gate row, as read per row
+    } shared;
   };
 
   MemoryManager& memory_;
@@ -153,7 +182,9 @@ class CudaMoe {
   uint64_t promotions_ = 0, demotions_ = 0;
 
   DeviceBuffer routers_, vectors_;
-  DeviceBuffer experts_;  // all resident: the packed expert image
+  DeviceBuffer shared_, shared_tables_;  // shared experts and their [n_layer][3] pointers
+  int64_t n_ff_shared_ = 0;              // the widest shared expert
+  DeviceBuffer experts_;                 // all resident: the packed expert image
   // Else the cache slots, slots_per_chunk_ to a chunk (the last may hold fewer).
   static constexpr uint64_t kCacheChunkBytes = uint64_t{64} << 20;
   std::vector<DeviceBuffer> cache_chunks_;
@@ -174,6 +205,11 @@ class CudaMoe {
   PinnedBuffer counts_pinned_;  // collect()'s download, then copied into counts_host_
   // Workspace.
   DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
+  DeviceBuffer route_counter_;  // launch_moe_route's last-block counter, left zero by each launch
+  // The shared expert's choices (expert 0 for every row), weights (ones, or its gate's sigmoid),
+  // gate logits and activation.
+  DeviceBuffer shared_ids_, shared_ones_, shared_weights_, shared_logits_, shared_h_, shared_hq_qs_,
+      shared_hq_ds_;
 };
 
 }  // namespace granule::cuda

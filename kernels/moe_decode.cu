@@ -1,0 +1,208 @@
+// The expert products of small runs (decode; moe.cuh, launch_moe_*_decode): whole warps own
+// weight rows and every lane keeps several weight chunks of several rows in flight, where the
+// per-pair dp4a kernels of moe.cu (a block of 4 warps per 4 rows, 2 chunks per thread, one pair
+// after another in the fused down) left most of the memory system idle. Gate/up writes h's int8
+// blocks in its epilogue (no quantize launch), and down takes a row's pairs in parallel warps and
+// adds them into the residual in top-k order. The summation order within a dot is the dp4a
+// kernels' (warp_dots), so every result has their bits: the CPU oracle and the tests need no new
+// bound.
+#include "moe.cuh"
+#include "moe_product.cuh"
+#include "moe_unpack.cuh"
+#include "quant_blocks.cuh"
+
+namespace granule::kernels {
+namespace {
+
+// The dp4a kernels split a dot's chunks of 8 over 4 warps (chunk c to thread c % 128, each thread
+// summing its chunks in order), reduce each warp's sums by warp_sum and add the 4 warps' results
+// in warp order from 0. One warp reproduces that with kSplit partial sums per row: lane l takes
+// the chunks c ≡ l (mod 32) and adds chunk c into partial (c / 32) % kSplit.
+constexpr int kSplit = 4;
+constexpr int kRowsPerWarp = 4;
+// Gate/up: a block's 32 output rows are one int8 block of h.
+constexpr int kGateUpWarps = kQ8Block / kRowsPerWarp;
+constexpr int kDownWarps = 8;
+// Output rows per down block, in items of (pair, 8 rows), or (pair, 4 rows) where a row's pairs
+// leave warps idle (n_used <= 4: gpt-oss, Mixtral), so each warp takes one item.
+constexpr int kDownRows = 8;
+
+// Blocks of 8 warps per SM the products are compiled for: up to 128 registers a thread, where
+// nvcc's own choice (80) spills and holds fewer loads in flight, and a batch-1 launch (qwen3-30b:
+// 192 gate/up and 256 down blocks) still fits 132 SMs in one wave, which one block per SM (255
+// registers) would not.
+constexpr int kBlocksPerSm = 2;
+
+// NR weight rows (w[i], i < valid) dotted with one int8 activation row (xqs, xds) of n_chunks
+// chunks by one warp; sum[i] is exact on lane 0 only (the dp4a kernels' lane-0 butterfly).
+template <uint32_t TYPE, int NR>
+__device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int valid,
+                                          const int8_t* __restrict__ xqs,
+                                          const float2* __restrict__ xds, int n_chunks,
+                                          float (&sum)[NR]) {
+  constexpr bool kOffset = moe_unpack::has_offset(TYPE);
+  const int lane = threadIdx.x % kWarpSize;
+  float acc[kSplit * NR];
+#pragma unroll
+  for (int i = 0; i < kSplit * NR; ++i) acc[i] = 0.0f;
+#pragma unroll 1
+  for (int base = 0; base < n_chunks; base += kSplit * kWarpSize) {
+#pragma unroll
+    for (int s = 0; s < kSplit; ++s) {
+      const int c = base + s * kWarpSize + lane;
+      if (c >= n_chunks) continue;
+      const int2 q = *reinterpret_cast<const int2*>(xqs + 8 * static_cast<int64_t>(c));
+      const float xd = xds[c / 4].x;
+      const int xs = kOffset ? __dp4a(0x01010101, q.y, __dp4a(0x01010101, q.x, 0)) : 0;
+#pragma unroll
+      for (int i = 0; i < NR; ++i) {
+        if (i >= valid) continue;
+        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], c);
+        acc[s * NR + i] = moe_q8_fma<kOffset>(wc, q.x, q.y, xs, xd, acc[s * NR + i]);
+      }
+    }
+  }
+  warp_sums(acc);
+#pragma unroll
+  for (int i = 0; i < NR; ++i) {
+    float v = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSplit; ++s) v += acc[s * NR + i];
+    sum[i] = v;
+  }
+}
+
+template <uint32_t TYPE>
+__global__ void __launch_bounds__(kGateUpWarps* kWarpSize, kBlocksPerSm)
+    moe_gate_up_decode_kernel(MoeProduct P, ActivationQ8 hq) {
+  __shared__ float act[kQ8Block];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const MoeInput& in = P.in;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int pair = blockIdx.y;
+  const int expert = in.ids[pair];
+  const int first = blockIdx.x * kQ8Block + warp * kRowsPerWarp;
+  const int64_t rb = P.a.row_bytes;
+  const uint8_t* g = static_cast<const uint8_t*>(P.a.table[expert]) + first * rb;
+  const uint8_t* u = static_cast<const uint8_t*>(P.b.table[expert]) + first * rb;
+  const uint8_t* const w[2 * kRowsPerWarp] = {g, g + rb, g + 2 * rb, g + 3 * rb,
+                                              u, u + rb, u + 2 * rb, u + 3 * rb};
+  const int64_t x_row = pair / in.n_used;
+  float sum[2 * kRowsPerWarp];
+  warp_dots<TYPE, 2 * kRowsPerWarp>(w, 2 * kRowsPerWarp, in.xq.qs + x_row * in.n_in,
+                                    in.xq.ds + x_row * (in.n_in / kQ8Block), in.n_in / 8, sum);
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t o = static_cast<int64_t>(expert) * P.n_out + first + r;
+      float gv = sum[r];
+      if (P.a.bias) gv += P.a.bias[o];
+      float uv = sum[kRowsPerWarp + r];
+      if (P.b.bias) uv += P.b.bias[o];
+      act[warp * kRowsPerWarp + r] = moe_activate(P.act, gv, uv);
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  // The block's 32 values: h, and their int8 block as quantize_q8_kernel makes it from h.
+  const float v = act[lane];
+  const int64_t at = static_cast<int64_t>(pair) * P.n_out + blockIdx.x * kQ8Block;
+  P.out[at + lane] = v;
+  if (hq.qs) quantize_block_of_warp(v, hq.qs + at, hq.ds + at / kQ8Block);
+}
+
+template <uint32_t TYPE>
+__global__ void __launch_bounds__(kDownWarps* kWarpSize, kBlocksPerSm)
+    moe_down_combine_decode_kernel(MoeMatrix down, int n_out, MoeInput in,
+                                   const float* __restrict__ weights, float* __restrict__ hidden) {
+  __shared__ float dots[kMoeMaxUsed][kDownRows];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int row = blockIdx.y, first_row = blockIdx.x * kDownRows;
+  const int rows_here = min(kDownRows, n_out - first_row);
+  const int64_t rb = down.row_bytes;
+  const int parts = 2 * in.n_used <= kDownWarps ? 2 : 1;  // items per pair
+  const int item_rows = kDownRows / parts;
+  const int items = in.n_used * parts;
+  for (int item = warp; item < items; item += kDownWarps) {
+    const int j = item / parts, r0 = (item % parts) * item_rows;
+    const int valid = min(item_rows, rows_here - r0);
+    if (valid <= 0) continue;  // the whole warp
+    const int64_t p = static_cast<int64_t>(row) * in.n_used + j;
+    const int expert = in.ids[p];
+    const uint8_t* w0 = static_cast<const uint8_t*>(down.table[expert]) + (first_row + r0) * rb;
+    const uint8_t* w[kDownRows];
+#pragma unroll
+    for (int r = 0; r < kDownRows; ++r) w[r] = w0 + r * rb;  // only rows < valid are read
+    float sum[kDownRows];
+    warp_dots<TYPE, kDownRows>(w, valid, in.xq.qs + p * in.n_in,
+                               in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kDownRows; ++r) {
+        if (r >= valid) continue;
+        float v = sum[r];
+        if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first_row + r0 + r];
+        dots[j][r0 + r] = v;
+      }
+    }
+  }
+  __syncthreads();
+  if (static_cast<int>(threadIdx.x) >= rows_here) return;
+  // As moe_down_combine_kernel adds them: top-k order, then the residual.
+  float out = 0.0f;
+  for (int j = 0; j < in.n_used; ++j)
+    out = __fadd_rn(
+        out, __fmul_rn(weights[static_cast<int64_t>(row) * in.n_used + j], dots[j][threadIdx.x]));
+  float* h = hidden + static_cast<int64_t>(row) * n_out + first_row + threadIdx.x;
+  *h = __fadd_rn(*h, out);
+}
+
+bool input_fits(uint32_t type, const MoeInput& in) {
+  return moe_supports(type) && moe_reads_q8(type) && in.n_in > 0 && in.n_in % kQ8Block == 0 &&
+         in.n_in % block_elems(type) == 0 && in.n_used > 0 && in.n_used <= kMoeMaxUsed && in.ids &&
+         in.xq.qs && in.xq.ds && !in.groups.tiles;
+}
+
+}  // namespace
+
+cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                      int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
+                                      const KernelConfig& config, cudaStream_t stream) {
+  if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
+  if (!input_fits(gate.type, in) || up.type != gate.type || up.row_bytes != gate.row_bytes ||
+      n_out % kQ8Block != 0 || !h || in.pairs > 65535 || n_out / kQ8Block > 65535)
+    return cudaErrorInvalidValue;
+  const MoeProduct P = gate_up_product(gate, up, act, n_out, in, h);
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(gate.type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
+      status = launch_early(moe_gate_up_decode_kernel<TYPE>, dim3(n_out / kQ8Block, in.pairs),
+                            dim3(kGateUpWarps * kWarpSize), config, stream, P, hq);
+  });
+  return launch_status(status);
+}
+
+cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                           const float* weights, float* hidden,
+                                           const KernelConfig& config, cudaStream_t stream) {
+  if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
+  if (!input_fits(down.type, in) || in.pairs % in.n_used != 0 || !weights || !hidden)
+    return cudaErrorInvalidValue;
+  const int rows = in.pairs / in.n_used;
+  if (rows > 65535) return cudaErrorInvalidValue;
+  cudaError_t status = cudaSuccess;
+  dispatch_weight_type(down.type, [&](auto tag) {
+    constexpr uint32_t TYPE = decltype(tag)::value;
+    if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
+      status = launch_early(moe_down_combine_decode_kernel<TYPE>,
+                            dim3(ceil_div(n_out, kDownRows), rows), dim3(kDownWarps * kWarpSize),
+                            config, stream, down, n_out, in, weights, hidden);
+  });
+  return launch_status(status);
+}
+
+}  // namespace granule::kernels
