@@ -375,6 +375,37 @@ INSTANTIATE_TEST_SUITE_P(
                       Gemma4Case{TensorType::Q8_0, 128, 256}, Gemma4Case{TensorType::Q4_0, 8, 512}),
     [](const ::testing::TestParamInfo<Gemma4Case>& i) { return case_name(i.param); });
 
+// A table whose per-layer slices are not whole blocks (Q4_K rows: blocks of 256, slices of 64)
+// is gathered a whole row per token, from host memory all the same: the GPU within the oracle's
+// bound over a 64-row prefill and graph-captured decode.
+TEST(Gemma4TokenTable, WholeRowsWhereSlicesAreNotWholeBlocks) {
+  GRANULE_REQUIRE_GPU();
+  SyntheticModelSpec spec = gemma4_spec({TensorType::Q4_0, 8, 512});
+  spec.embedding_type = TensorType::Q4_K;  // token_embd and per_layer_token_embd
+  test::TempModel model(spec, "gemma4-gpu-rows");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  const WeightLayout layout = weight_layout(gpu.config, gpu.weights, true);
+  ASSERT_EQ(layout.per_layer_table.tensor->ggml_type, static_cast<uint32_t>(TensorType::Q4_K));
+  ASSERT_NE(gpu.config.n_embd_per_layer % 256, 0);
+  EXPECT_EQ(gpu.runtime.memory->bytes(MemoryCategory::HostPinned), layout.per_layer_table_bytes);
+  const int64_t vocab = gpu.config.n_vocab;
+  std::vector<float> r, o, g;
+  auto all3 = [&](const std::vector<BatchSequence>& batch) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), d.begin(), d.end());
+  };
+  const std::vector<int32_t> prompt = random_tokens(64, vocab, 81);
+  all3({{0, prompt, 0, true}});
+  const std::vector<int32_t> next = random_tokens(8, vocab, 82);
+  for (int i = 0; i < 8; ++i)
+    all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}});
+  gpu_test::expect_close_to_oracle(r, o, g, vocab, "gemma4 Q4_K table, whole rows", false);
+  EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
 // The fit preview against the ledger of an engine opened on the widened file (global heads of
 // 512, Q4_0): the per-layer embeddings' matrices and norms are in the resident weights, their
 // inputs and scratch in the workspace, their token table in HostPinned, each exactly as
