@@ -140,6 +140,18 @@ __global__ void gelu_times_kernel(const float* gate, const float* __restrict__ i
     out[i] = geglu_one(gate[i], inputs[(i / n) * input_stride + i % n]);
 }
 
+__global__ void gemma4_table_rows_kernel(const int32_t* __restrict__ tokens, int64_t count,
+                                         int n_layer, int64_t n_vocab, int32_t* __restrict__ rows) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t token = tokens[i / n_layer];
+    rows[i] =
+        token >= 0 && token < n_vocab ? token * n_layer + static_cast<int32_t>(i % n_layer) : -1;
+  }
+}
+
 constexpr int kWideWarps = 8;
 
 template <int EPL>
@@ -293,6 +305,16 @@ cudaError_t launch_gelu_times(const float* gate, const float* inputs, int64_t in
   if (count == 0) return cudaSuccess;
   return launch_status(launch_early(gelu_times_kernel, dim3(grid_for(count)), dim3(kThreads),
                                     config, stream, gate, inputs, input_stride, count, n, out));
+}
+
+cudaError_t launch_gemma4_table_rows(const int32_t* tokens, int rows, int n_layer, int64_t n_vocab,
+                                     int32_t* out, const KernelConfig& config,
+                                     cudaStream_t stream) {
+  if (n_layer <= 0 || n_vocab < 0 || n_vocab * n_layer > INT32_MAX) return cudaErrorInvalidValue;
+  const int64_t count = static_cast<int64_t>(rows) * n_layer;
+  if (count == 0) return cudaSuccess;
+  return launch_status(launch_early(gemma4_table_rows_kernel, dim3(grid_for(count)), dim3(kThreads),
+                                    config, stream, tokens, count, n_layer, n_vocab, out));
 }
 
 }  // namespace granule::kernels

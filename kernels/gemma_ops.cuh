@@ -71,6 +71,14 @@ cudaError_t launch_gemma4_ple_inputs(float* projected, const float* table, const
 cudaError_t launch_attention_wide(const AttentionArgs& args, const KernelConfig& config,
                                   cudaStream_t stream);
 
+// Gemma 4's per-layer token table (n_vocab rows of n_layer * n_pl values) as n_vocab * n_layer
+// rows of one layer's n_pl: out[r][l] = tokens[r] * n_layer + l, or -1 where the token is outside
+// [0, n_vocab) (the embedding gather writes zeros for it). Gathering those rows puts every
+// layer's slice of a pass's tokens in flight at once: the table sits in pinned host memory the
+// device maps, where each read waits on PCIe. n_vocab * n_layer below 2^31.
+cudaError_t launch_gemma4_table_rows(const int32_t* tokens, int rows, int n_layer, int64_t n_vocab,
+                                     int32_t* out, const KernelConfig& config, cudaStream_t stream);
+
 // out[r][i] = gelu(gate[r][i]) * inputs[r * input_stride + i] for i < n (gelu as GeGLU's);
 // out may alias gate.
 cudaError_t launch_gelu_times(const float* gate, const float* inputs, int64_t input_stride,

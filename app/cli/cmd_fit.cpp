@@ -250,6 +250,9 @@ void print_text(const FitOptions& options, const FitPreview& p) {
     field("staging", human_bytes(e.staging_bytes));
     field("streamed per token", human_bytes(e.streamed_bytes_per_pass));
   }
+  if (e.host_pinned_bytes > 0)
+    field("pinned host", human_bytes(e.host_pinned_bytes) +
+                             " (per-layer token table, read in place: not in the budget)");
   field("kv capacity", std::to_string(e.kv_capacity_tokens) + " tokens (" +
                            human_bytes(e.kv_bytes_per_token) + " per token)");
   if (e.kv_window_tokens > 0)
@@ -300,6 +303,7 @@ void print_json(const FitOptions& options, const FitPreview& p) {
   j["streamed_bytes_per_token"] = e.streamed_bytes_per_pass;
   j["workspace_bytes"] = e.workspace_bytes;
   j["kv_reserve_bytes"] = e.kv_reserve_bytes;
+  j["host_pinned_bytes"] = e.host_pinned_bytes;
   j["kv_bytes_per_token"] = e.kv_bytes_per_token;
   j["kv_window_bytes_per_token"] = e.kv_window_bytes_per_token;
   j["kv_window_tokens"] = e.kv_window_tokens;

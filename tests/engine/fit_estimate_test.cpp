@@ -19,6 +19,8 @@
 #include "backends/measured_once.h"
 #include "granule/engine.h"
 #include "granule/error.h"
+#include "granule/gguf.h"
+#include "granule/model_config.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
@@ -257,6 +259,81 @@ TEST(FitEstimate, APlanForAGpuNeedsNoGpu) {
   EXPECT_GT(e.h2d_bytes_per_second, 0.0);
   // One prefill chunk of KV is kept free: min(context, 512) tokens.
   EXPECT_EQ(e.kv_reserve_bytes, e.kv_bytes_per_token * 512);
+}
+
+// Gemma 4 E4B's real shape (headers only: zero data, holes in the file): the plan counts what
+// the CUDA backend allocates for the per-layer embeddings (cuda_gemma4.cpp) — their projection,
+// gates and projections and their norms resident beside the embeddings, their inputs and scratch
+// in the workspace list — and not the token table of 262,144 x 10,752, which stays in pinned
+// host memory (host_pinned_bytes, outside the budget).
+TEST(FitEstimate, Gemma4PerLayerEmbeddingsCountWhereTheCudaBackendHoldsThem) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("gemma4-e4b");
+  s.zero_data = true;
+  const TempModel model(s, "granule_fit_gemma4");
+  const auto file = ModelFile::open(model.path);
+  const ModelConfig c = ModelConfig::from_gguf(*file);
+  const WeightTable weights = WeightTable::from_gguf(*file, c);
+  // The shape the preset says.
+  EXPECT_EQ(c.architecture, "gemma4");
+  EXPECT_EQ(c.n_layer, 42);
+  EXPECT_EQ(c.n_embd, 2560);
+  EXPECT_EQ(c.n_embd_per_layer, 256);
+  EXPECT_EQ(c.n_vocab, 262144);
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_TRUE(c.layer_slides(0) && !c.layer_slides(5) && !c.layer_slides(41));
+  EXPECT_EQ(c.head_dim_of(0), 256);
+  EXPECT_EQ(c.head_dim_of(5), 512);
+  EXPECT_EQ(c.n_head_kv_of(0), 2);
+  EXPECT_EQ(c.n_head_kv_of(5), 2);
+  EXPECT_EQ(c.rope_dims_of(0), 256);
+  EXPECT_EQ(c.kv_source(23), 23);  // the last layer with its own KV
+  EXPECT_EQ(c.kv_source(24), 22);  // sliding: the last earlier sliding layer's
+  EXPECT_EQ(c.kv_source(41), 23);  // global: layer 23's
+  EXPECT_EQ(c.n_ff_of(41), 10240);
+  EXPECT_EQ(weights.layers[5].wv, nullptr);  // V = K on the global layers
+#ifdef GRANULE_HAVE_CUDA
+  EXPECT_EQ(cuda_model_refusal(c, weights), "");  // the CUDA backend runs this shape
+#endif
+
+  const WeightLayout layout =
+      weight_layout(c, weights, kernel_config_from_environment().split_weights);
+  ASSERT_EQ(layout.per_layer.size(), 1u + 2 * 42);
+  uint64_t matrices = 0;
+  for (const MatrixLayout& m : layout.per_layer) matrices += m.padded_bytes;
+  EXPECT_EQ(layout.per_layer_matrix_bytes, matrices);
+  EXPECT_EQ(layout.per_layer[0].tensor->name, "per_layer_model_proj.weight");
+  EXPECT_EQ(layout.per_layer[1].tensor->name, "blk.0.inp_gate.weight");
+  EXPECT_EQ(layout.per_layer[84].tensor->name, "blk.41.proj.weight");
+  EXPECT_EQ(layout.per_layer_vector_bytes, (256u + 42u * 2560u) * sizeof(float));
+  // The table: Q6_K rows of 10,752 (210 bytes a block of 256), as stored, padded.
+  EXPECT_EQ(layout.per_layer_table.tensor->name, "per_layer_token_embd.weight");
+  EXPECT_FALSE(layout.per_layer_table.split);
+  EXPECT_EQ(layout.per_layer_table_bytes,
+            WeightLayout::align_up(262144ull * 42 * 210 + WeightLayout::kTensorSlackBytes));
+  const DeviceWeightSizes sizes = layout.sizes();
+  EXPECT_EQ(sizes.fixed_bytes, layout.fixed_matrix_bytes + layout.vector_floats * sizeof(float) +
+                                   layout.rope_bytes + layout.per_layer_matrix_bytes +
+                                   layout.per_layer_vector_bytes);
+  const CudaWorkspace workspace = workspace_of(model.path, 4096);
+  EXPECT_EQ(workspace.bytes("ple_inputs"), 512u * 42 * 256 * sizeof(float));
+  EXPECT_EQ(workspace.bytes("ple_scratch"), 512u * 42 * 256 * sizeof(float));
+
+  const FitEstimate e = Engine::estimate(model.path, options(DeviceKind::Cuda, 24ull << 30));
+  EXPECT_TRUE(e.loads);
+  EXPECT_EQ(e.resident_layers, 42);
+  EXPECT_EQ(e.resident_weight_bytes, sizes.total());
+  EXPECT_EQ(e.workspace_bytes, workspace.total() + workspace.overlap_bytes);
+  EXPECT_EQ(e.host_pinned_bytes, layout.per_layer_table_bytes);
+  // The file's weights hold the table; the device's do not (it is most of what E4B adds).
+  EXPECT_LT(e.resident_weight_bytes + layout.per_layer_table.bytes / 2, e.weights_bytes);
+  EXPECT_GT(e.resident_weight_bytes + e.host_pinned_bytes, e.weights_bytes);
+  // Below what the resident weights (the per-layer matrices included), a ring of staging and
+  // the workspace need, nothing loads.
+  EXPECT_GE(e.minimum_budget_bytes, sizes.fixed_bytes + workspace.total() + e.kv_reserve_bytes);
+  EXPECT_FALSE(
+      Engine::estimate(model.path, options(DeviceKind::Cuda, e.minimum_budget_bytes - 1)).loads);
+  // The CPU holds everything in host memory as weights: nothing pinned apart.
+  EXPECT_EQ(Engine::estimate(model.path, options(DeviceKind::Cpu)).host_pinned_bytes, 0u);
 }
 
 TEST(FitEstimate, StreamedLayersGrowAsTheBudgetShrinks) {

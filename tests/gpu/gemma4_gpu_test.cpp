@@ -17,10 +17,14 @@
 // The window is all that is read (the sliding layers' KV behind it overwritten with NaN leaves
 // the logits identical to the bit), and with the window part's granules unmapped as the engine
 // maps, the logits equal those of a run that keeps every token mapped. A shared-KV layer owns no
-// KV: the bytes per token are those of the first 6 layers.
+// KV: the bytes per token are those of the first 6 layers. The per-layer token table sits in
+// pinned, mapped host memory (the ledger's HostPinned, outside the budget) and gives logits
+// identical to the bit to the resident form; the fit preview's resident weights, workspace and
+// pinned host bytes are the opened engine's ledger.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -29,11 +33,14 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "gpu_test_support.h"
+#include "granule/engine.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/telemetry.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
+#include "memory/memory_manager.h"
+#include "memory/weight_layout.h"
 #include "oracle_compare.h"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
@@ -305,11 +312,152 @@ TEST_P(Gemma4Gpu, UnmapsBehindTheWindowAndMatchesKeepingEverything) {
             << " KiB kept; unmapped " << kv.stats().granules_unmapped << " granules\n";
 }
 
+// The per-layer token table in pinned, mapped host memory (the default) against the resident
+// form (BackendOptions::cuda_ple_table_on_device): the ledger holds the table's bytes as
+// HostPinned, outside the budget, where the resident form holds them as weights; and the logits
+// equal to the bit over a 64-row prefill (matvec path), graph-captured decode, a 150-row prefill
+// (the GEMM path) and 6 chats decoding together.
+TEST_P(Gemma4Gpu, TheTokenTableStaysInHostMemoryAndMatchesTheResidentForm) {
+  GRANULE_REQUIRE_GPU();
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_spec(p), "gemma4-gpu-table");
+  RuntimeOptions on_device = options(true, false);
+  on_device.backend.cuda_ple_table_on_device = true;
+  Rig mapped(model.path, options(true, false)), resident(model.path, on_device);
+  const WeightLayout layout = weight_layout(mapped.config, mapped.weights, true);
+  const uint64_t table = layout.per_layer_table_bytes;
+  ASSERT_GT(table, 0u);
+  const MemoryManager& m = *mapped.runtime.memory;
+  const MemoryManager& r = *resident.runtime.memory;
+  EXPECT_EQ(m.bytes(MemoryCategory::HostPinned), table);
+  EXPECT_EQ(r.bytes(MemoryCategory::HostPinned), 0u);
+  EXPECT_EQ(r.bytes(MemoryCategory::WeightsResident),
+            m.bytes(MemoryCategory::WeightsResident) + table);
+  EXPECT_EQ(r.used_bytes(), m.used_bytes() + table);  // pinned host bytes are not in the budget
+
+  const int64_t vocab = mapped.config.n_vocab;
+  size_t compared = 0, differ = 0;
+  auto both = [&](const std::vector<BatchSequence>& batch) {
+    const std::vector<float> a = mapped.step(batch, true), b = resident.step(batch, true);
+    ASSERT_EQ(a.size(), b.size());
+    compared += a.size();
+    for (size_t i = 0; i < a.size(); ++i)
+      if (std::memcmp(&a[i], &b[i], sizeof(float)) != 0) ++differ;
+  };
+  const std::vector<int32_t> prompt = random_tokens(64, vocab, 41);
+  both({{0, prompt, 0, true}});
+  const std::vector<int32_t> next = random_tokens(16, vocab, 42);
+  for (int i = 0; i < 16; ++i)
+    both({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}});
+  const std::vector<int32_t> long_prompt = random_tokens(150, vocab, 43);
+  both({{1, long_prompt, 0, true}});
+  std::vector<int64_t> lengths;
+  for (int s = 0; s < 6; ++s) {
+    const int n = 3 + 29 * s;
+    both({{2 + s, random_tokens(n, vocab, 50 + s), 0, false}});
+    lengths.push_back(n);
+  }
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<int32_t> tokens = random_tokens(6, vocab, 60 + step);
+    std::vector<BatchSequence> batch;
+    for (int s = 0; s < 6; ++s)
+      batch.push_back({2 + s, std::span<const int32_t>(&tokens[static_cast<size_t>(s)], 1),
+                       lengths[static_cast<size_t>(s)] + step, false});
+    both(batch);
+  }
+  EXPECT_GT(compared, 0u);
+  EXPECT_EQ(differ, 0u) << "logits differ between the host-mapped and the resident table";
+  EXPECT_GT(mapped.graphs().replays, 0u);
+  // What the PCIe reads cost a decode step (printed, not asserted): 32 graph-replayed steps of
+  // one chat on each form, after the steps above warmed both.
+  auto decode_us = [&](Rig& rig, int32_t slot) {
+    const std::vector<int32_t> tokens = random_tokens(32, vocab, 90);
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < 32; ++i)
+      rig.step(
+          {{slot, std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1), 150 + i, false}},
+          true);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+               .count() /
+           32;
+  };
+  const double mapped_us = decode_us(mapped, 1), resident_us = decode_us(resident, 1);
+  std::cout << "[gemma4-gpu] " << case_name(p) << " decode step: table in host memory " << mapped_us
+            << " us, in device memory " << resident_us << " us\n";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Types, Gemma4Gpu,
     ::testing::Values(Gemma4Case{TensorType::F32, 8, 256}, Gemma4Case{TensorType::F32, 128, 512},
                       Gemma4Case{TensorType::Q8_0, 128, 256}, Gemma4Case{TensorType::Q4_0, 8, 512}),
     [](const ::testing::TestParamInfo<Gemma4Case>& i) { return case_name(i.param); });
+
+// A table whose per-layer slices are not whole blocks (Q4_K rows: blocks of 256, slices of 64)
+// is gathered a whole row per token, from host memory all the same: the GPU within the oracle's
+// bound over a 64-row prefill and graph-captured decode.
+TEST(Gemma4TokenTable, WholeRowsWhereSlicesAreNotWholeBlocks) {
+  GRANULE_REQUIRE_GPU();
+  SyntheticModelSpec spec = gemma4_spec({TensorType::Q4_0, 8, 512});
+  spec.embedding_type = TensorType::Q4_K;  // token_embd and per_layer_token_embd
+  test::TempModel model(spec, "gemma4-gpu-rows");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  const WeightLayout layout = weight_layout(gpu.config, gpu.weights, true);
+  ASSERT_EQ(layout.per_layer_table.tensor->ggml_type, static_cast<uint32_t>(TensorType::Q4_K));
+  ASSERT_NE(gpu.config.n_embd_per_layer % 256, 0);
+  EXPECT_EQ(gpu.runtime.memory->bytes(MemoryCategory::HostPinned), layout.per_layer_table_bytes);
+  const int64_t vocab = gpu.config.n_vocab;
+  std::vector<float> r, o, g;
+  auto all3 = [&](const std::vector<BatchSequence>& batch) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), d.begin(), d.end());
+  };
+  const std::vector<int32_t> prompt = random_tokens(64, vocab, 81);
+  all3({{0, prompt, 0, true}});
+  const std::vector<int32_t> next = random_tokens(8, vocab, 82);
+  for (int i = 0; i < 8; ++i)
+    all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}});
+  gpu_test::expect_close_to_oracle(r, o, g, vocab, "gemma4 Q4_K table, whole rows", false);
+  EXPECT_GT(gpu.graphs().replays, 0u);
+}
+
+// The fit preview against the ledger of an engine opened on the widened file (global heads of
+// 512, Q4_0): the per-layer embeddings' matrices and norms are in the resident weights, their
+// inputs and scratch in the workspace, their token table in HostPinned, each exactly as
+// estimated, before and after steps that capture graphs and take the GEMM path.
+TEST(Gemma4LedgerEstimate, ThePerLayerEmbeddingsAreWhereTheEstimateSays) {
+  GRANULE_REQUIRE_GPU();
+  test::TempModel model(gemma4_spec({TensorType::Q4_0, 128, 512}), "gemma4-ledger");
+  const EngineOptions o{.device = DeviceKind::Cuda, .context_length = 1024, .max_sequences = 4};
+  const FitEstimate e = Engine::estimate(model.path, o);
+  ASSERT_TRUE(e.loads);
+  ASSERT_GT(e.host_pinned_bytes, 0u);
+  auto engine = Engine::open(model.path, o);
+  auto expect_ledger = [&](const TelemetrySnapshot& t, const char* when) {
+    EXPECT_EQ(t.streaming.layers_streamed, 0) << when;
+    EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::WeightsResident), e.resident_weight_bytes)
+        << when;
+    EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::Workspace), e.workspace_bytes) << when;
+    EXPECT_EQ(t.device.ledger_bytes(MemoryCategory::HostPinned), e.host_pinned_bytes) << when;
+  };
+  expect_ledger(engine->telemetry(), "at open");
+  SamplingParams greedy = SamplingParams::greedy();
+  greedy.max_tokens = 16;
+  greedy.ignore_eos = true;
+  const std::vector<int32_t> tokens = random_tokens(150, e.config.n_vocab, 70);
+  std::vector<TokenId> prompt(tokens.begin(), tokens.end());
+  engine->submit({.prompt_tokens = prompt, .sampling = greedy});
+  prompt.resize(9);
+  engine->submit({.prompt_tokens = prompt, .sampling = greedy});
+  for (int i = 0; i < 10000 && engine->step(); ++i) {
+  }
+  EXPECT_TRUE(engine->idle());
+  const TelemetrySnapshot after = engine->telemetry();
+  expect_ledger(after, "after steps");
+  EXPECT_GT(after.graphs.captures, 0u);
+}
 
 // Needs no GPU: the widened file runs on the CUDA backend; its shared layers own no KV (the
 // bytes per token are the first 6 layers'), and with Gemma 4's real global heads of 512 too; the

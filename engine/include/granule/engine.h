@@ -207,6 +207,9 @@ struct FitEstimate {
   uint64_t streamed_bytes_per_pass = 0;  // copied host-to-device by every forward pass
   uint64_t staging_bytes = 0;            // the staging ring
   uint64_t kv_reserve_bytes = 0;         // KV the plan keeps free before it places layers
+  // Pinned host memory the GPU reads in place, outside the budget (Gemma 4's per-layer token
+  // table: the ledger's HostPinned); 0 on the CPU.
+  uint64_t host_pinned_bytes = 0;
   // Host-to-device bandwidth the PCIe bound uses: measured on this GPU when one is usable,
   // else an assumed PCIe 4.0 x16 figure (h2d_measured false).
   double h2d_bytes_per_second = 0;

@@ -35,11 +35,14 @@ enum class MemoryCategory : int {
   Graphs,
   Other,
   RecurrentState,  // recurrent layers' state slots (Qwen3.5's Gated DeltaNet), one per sequence
+  // Pinned, mapped host memory the device reads in place (Gemma 4's per-layer token table):
+  // reported, never charged to the device budget.
+  HostPinned,
   Count
 };
 inline constexpr size_t kMemoryCategoryCount = static_cast<size_t>(MemoryCategory::Count);
 // "weights", "staging", "kv", "kv_pool", "kv_reserved_va", "workspace", "graphs", "other",
-// "recurrent_state".
+// "recurrent_state", "host_pinned".
 std::string_view memory_category_name(MemoryCategory c);
 
 // Bytes by MemoryCategory, indexed by the enum.

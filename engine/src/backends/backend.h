@@ -52,6 +52,10 @@ struct BackendOptions {
   // fixed order), the quality reference; off: int8 activations where the weight type has
   // kernels (cpu_backend.h). Emulating implies it.
   bool cpu_exact_numerics = false;
+  // Test-only, CUDA backend: Gemma 4's per-layer token table in device memory (charged as
+  // resident weights) instead of pinned, mapped host memory; the gather reads the same bytes
+  // either way (gemma4_gpu_test compares the two).
+  bool cuda_ple_table_on_device = false;
 };
 
 // What a backend needs to build itself. file, config, weights and memory outlive the backend;

@@ -14,9 +14,11 @@ namespace {
 
 constexpr int kCategoryCount = static_cast<int>(MemoryCategory::Count);
 
-bool counts_against_budget(MemoryCategory c) { return c != MemoryCategory::KvReservedVa; }
+bool counts_against_budget(MemoryCategory c) {
+  return c != MemoryCategory::KvReservedVa && c != MemoryCategory::HostPinned;
+}
 
-// What counts against the budget: every category but reserved address space.
+// What counts against the budget: every category but reserved address space and host memory.
 uint64_t physical_bytes(const std::array<uint64_t, kCategoryCount>& by_category) {
   uint64_t used = 0;
   for (int k = 0; k < kCategoryCount; ++k) {
@@ -72,6 +74,8 @@ std::string_view memory_category_name(MemoryCategory c) {
       return "other";
     case MemoryCategory::RecurrentState:
       return "recurrent_state";
+    case MemoryCategory::HostPinned:
+      return "host_pinned";
     case MemoryCategory::Count:
       break;
   }

@@ -93,6 +93,24 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
     out.layers.push_back(layer);
   }
   out.output_norm_vector = add_vector(w.output_norm);
+  // Gemma 4's per-layer embeddings: the products take the layers' row layout (int8 activations
+  // where the CPU oracle rounds them); the table's rows are gathered whole, as stored.
+  if (config.architecture == "gemma4" && config.n_embd_per_layer > 0 && w.ple_token_embd) {
+    std::vector<const TensorInfo*> mats = {w.ple_model_proj};
+    for (const LayerWeights& l : w.layers) {
+      mats.push_back(l.ple_gate);
+      mats.push_back(l.ple_proj);
+    }
+    for (const TensorInfo* t : mats) {
+      out.per_layer.push_back(matrix_layout(t, split_weights, out.per_layer_matrix_bytes));
+      out.per_layer_matrix_bytes += out.per_layer.back().padded_bytes;
+    }
+    out.per_layer_vector_bytes =
+        static_cast<uint64_t>(config.n_embd_per_layer + config.n_layer * config.n_embd) *
+        sizeof(float);
+    out.per_layer_table = matrix_layout(w.ple_token_embd, false, 0);
+    out.per_layer_table_bytes = out.per_layer_table.padded_bytes;
+  }
   const uint64_t tables = config.rope_theta_swa > 0.0f ? 2 : 1;
   out.rope_bytes = tables * static_cast<uint64_t>(config.head_dim / 2) * sizeof(double);
   return out;

@@ -68,9 +68,23 @@ struct WeightLayout {
   // The most elements of any layer matrix (the GEMM path's f16 scratch).
   int64_t largest_layer_matrix_elements = 0;
 
-  // Resident whatever the plan: the fixed matrices, the vectors and the rope tables.
+  // Gemma 4's per-layer embeddings (cuda_gemma4.cpp), empty for other models. Resident in one
+  // buffer: per_layer_model_proj, then each layer's inp_gate and proj, in the layers' row layout
+  // (offsets from the buffer's start); beside it their f32 norms, per_layer_proj_norm then each
+  // layer's post_norm, packed (per_layer_vector_bytes). The token table (per_layer_token_embd,
+  // GGUF blocks: its rows are gathered whole) lives in pinned, mapped host memory: a step reads
+  // one row per token through PCIe, and the device budget holds none of it.
+  std::vector<MatrixLayout> per_layer;
+  uint64_t per_layer_matrix_bytes = 0;
+  uint64_t per_layer_vector_bytes = 0;
+  MatrixLayout per_layer_table;        // offset 0 in its own host buffer
+  uint64_t per_layer_table_bytes = 0;  // its padded bytes; 0 when the model has none
+
+  // Resident whatever the plan: the fixed matrices, the vectors and the rope tables (and Gemma
+  // 4's per-layer embedding matrices and norms).
   uint64_t fixed_bytes() const {
-    return fixed_matrix_bytes + vector_floats * sizeof(float) + rope_bytes;
+    return fixed_matrix_bytes + vector_floats * sizeof(float) + rope_bytes +
+           per_layer_matrix_bytes + per_layer_vector_bytes;
   }
   // What the placement plan sizes: fixed_bytes() and each layer's blob.
   DeviceWeightSizes sizes() const;

@@ -72,6 +72,13 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   add("attn", r * static_cast<uint64_t>(q_dim) * kF32);
   add("gate", r * static_cast<uint64_t>(c.n_ff) * kF32);
   add("up", r * static_cast<uint64_t>(c.n_ff) * kF32);
+  // Gemma 4's per-layer embeddings (cuda_gemma4.cpp): a pass's inputs [rows][n_layer][n_pl], and
+  // as many floats for the gathered table rows, then each layer's gate output.
+  if (layout.per_layer_table_bytes > 0) {
+    const uint64_t ple = r * static_cast<uint64_t>(c.n_layer * c.n_embd_per_layer) * kF32;
+    add("ple_inputs", ple);
+    add("ple_scratch", ple);
+  }
   // Qwen3.5 (cuda_hybrid.cpp): per row the input projection and its convolution (2 x channels),
   // the output gate and the rule's output (2 x value width), beta and alpha (2 x value heads),
   // and the gated attention's Q with its gate (2 x q_dim); then the chunked delta rule's scratch

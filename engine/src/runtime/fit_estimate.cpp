@@ -259,6 +259,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     e.streamed_bytes_per_pass = plan.streamed_bytes_per_pass;
     e.staging_bytes = plan.staging_bytes;
     e.kv_reserve_bytes = in.kv_reserve_bytes;
+    e.host_pinned_bytes = layout.per_layer_table_bytes;
     if (plan.streamed_bytes_per_pass > 0)
       e.pcie_tokens_per_second =
           e.h2d_bytes_per_second / static_cast<double>(plan.streamed_bytes_per_pass);

@@ -1,6 +1,6 @@
 // The synthetic models' named shapes (SyntheticModelSpec::preset): toy sizes for exact tests
 // and the real shapes of downloaded models (Llama 3 8B, Qwen3-30B-A3B, gpt-oss-20b, Gemma 3 12B,
-// Qwen3.5 9B, ...) with llama-quantize-like block-type mixes.
+// Gemma 4 E4B, Qwen3.5 9B, ...) with llama-quantize-like block-type mixes.
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,6 +140,54 @@ SyntheticModelSpec SyntheticModelSpec::preset(std::string_view name) {
     s.embedding_type = TensorType::Q6_K;
     for (int64_t i = 0; i < s.n_layer; ++i) {
       const int64_t n = s.n_layer;
+      if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
+        s.tensor_types.push_back({p + "ffn_down.weight", TensorType::Q6_K});
+      }
+    }
+    return s;
+  }
+  if (name == "gemma4-e4b") {
+    // Gemma 4 E4B's text decoder (llama.cpp's gemma4 loader names 42 layers E4B): 42 layers of
+    // 2,560, 8 query heads; 5 sliding layers (heads of 256 over 2 KV heads, fully rotated, rope
+    // base 1e4, window 512) to 1 global (heads of 512 over 2 KV heads, V = K, a quarter of each
+    // head rotated through rope_freqs' proportional divisors, base 1e6), 7 times; the last 18
+    // layers read the KV of the last earlier layer of their kind; FFN 10,240 in every layer (no
+    // double-wide FFN on the shared layers: the converter widens only where use_double_wide_mlp
+    // is set); per-layer embeddings of 256 (a table of 262,144 x 10,752); vocabulary 262,144,
+    // tied embeddings, soft-cap 30, 128K context. Types Q4_K_M-like, as gemma3-12b: Q4_K layers,
+    // Q6_K embeddings (the per-layer table too: the writer's embedding type) and attn_v /
+    // ffn_down in use_more_bits() layers.
+    s.architecture = "gemma4";
+    s.qk_norm = true;
+    s.tied_embeddings = true;
+    s.n_layer = 42;
+    s.n_embd = 2560;
+    s.n_head = 8;
+    s.n_head_kv = 2;  // global
+    s.head_dim = 512;
+    s.n_head_kv_swa = 2;
+    s.head_dim_swa = 256;
+    s.rope_dims_swa = 0;  // all
+    s.global_rope_fraction = 0.25f;
+    s.global_v_is_k = true;
+    s.sliding_window = 512;
+    s.sliding_window_pattern = 6;
+    s.shared_kv_layers = 18;
+    s.n_ff = 10240;
+    s.n_embd_per_layer = 256;
+    s.n_vocab = 262144;
+    s.rope_theta = 1000000.0f;
+    s.rope_theta_swa = 10000.0f;
+    s.final_logit_softcap = 30.0f;
+    s.rms_eps = 1e-6f;
+    s.context_length = 131072;
+    s.weight_type = TensorType::Q4_K;
+    s.embedding_type = TensorType::Q6_K;
+    s.seed = 53;
+    const int64_t n = s.n_layer;
+    for (int64_t i = 0; i < n; ++i) {
       if (i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2) {
         const std::string p = "blk." + std::to_string(i) + ".";
         s.tensor_types.push_back({p + "attn_v.weight", TensorType::Q6_K});
@@ -365,12 +413,12 @@ SyntheticModelSpec with_types(SyntheticModelSpec spec, TensorType weights, Tenso
 }
 
 std::vector<std::string> SyntheticModelSpec::preset_names() {
-  return {"tiny",          "tiny-gqa",           "tiny-qwen2",    "tiny-qwen3",
-          "kv-wide",       "small-256",          "smollm2-135m",  "llama3-8b",
-          "tiny-qwen3moe", "tiny-mixtral",       "qwen3-30b-a3b", "mixtral-8x7b",
-          "tiny-gpt-oss",  "tiny-gpt-oss-mxfp4", "gpt-oss-20b",   "tiny-gemma3",
-          "small-gemma3",  "gemma3-12b",         "tiny-gemma4",   "tiny-gemma4-moe",
-          "tiny-qwen35",   "tiny-qwen35moe",     "qwen35-9b"};
+  return {"tiny",          "tiny-gqa",           "tiny-qwen2",     "tiny-qwen3",
+          "kv-wide",       "small-256",          "smollm2-135m",   "llama3-8b",
+          "tiny-qwen3moe", "tiny-mixtral",       "qwen3-30b-a3b",  "mixtral-8x7b",
+          "tiny-gpt-oss",  "tiny-gpt-oss-mxfp4", "gpt-oss-20b",    "tiny-gemma3",
+          "small-gemma3",  "gemma3-12b",         "tiny-gemma4",    "tiny-gemma4-moe",
+          "gemma4-e4b",    "tiny-qwen35",        "tiny-qwen35moe", "qwen35-9b"};
 }
 
 }  // namespace granule

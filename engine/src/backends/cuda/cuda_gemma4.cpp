@@ -8,13 +8,16 @@
 #include "backends/cuda/cuda_gemma4.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <utility>
 
 #include "backends/cuda/cuda_check.h"
 #include "dequantize.cuh"
 #include "gemma_ops.cuh"
 #include "granule/error.h"
 #include "granule/quant.h"
+#include "granule/tensor_type.h"
 #include "matvec.cuh"
 #include "memory/weight_layout.h"
 #include "model/weight_split.h"
@@ -28,28 +31,58 @@ namespace k = granule::kernels;
 
 constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;  // cuda_model.cpp's InputArray
 
-// A matrix in the layer blobs' row layout (weight_layout.cpp's rule): split rows where the type
-// has them, else the GGUF bytes; `offset` from the start of its buffer.
-DeviceMatrix matrix_at(const TensorInfo* t, bool split_weights, uint64_t offset) {
-  DeviceMatrix m;
-  m.type = t->ggml_type;
-  m.cols = t->dims[0];
-  m.rows = t->rows();
-  m.gguf_row_bytes = static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), m.cols));
-  m.split = split_weights && split_layout_fits(t->ggml_type, m.cols);
-  m.row_bytes = m.split ? split_row_stride(t->ggml_type, m.cols) : m.gguf_row_bytes;
-  m.data = reinterpret_cast<const void*>(offset);  // rebased once the buffer exists
-  return m;
-}
-
-uint64_t matrix_bytes(const DeviceMatrix& m) {
-  return WeightLayout::align_up(static_cast<uint64_t>(m.row_bytes * m.rows) +
-                                WeightLayout::kTensorSlackBytes);
+// A matrix of the weight layout as the kernels take it, at `data`.
+DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
+  return {.data = data,
+          .type = m.tensor ? m.tensor->ggml_type : 0,
+          .rows = m.rows,
+          .cols = m.cols,
+          .row_bytes = m.row_bytes,
+          .gguf_row_bytes = m.gguf_row_bytes,
+          .split = m.split};
 }
 
 }  // namespace
 
-void CudaModel::upload_gemma4(const WeightTable& w) {
+MappedHostBuffer::MappedHostBuffer(MemoryManager& memory, size_t bytes) {
+  if (bytes == 0) return;
+  memory.charge(MemoryCategory::HostPinned, bytes);
+  memory_ = &memory;
+  try {
+    host_ = PinnedBuffer(bytes);
+    void* device = nullptr;
+    // Pinned allocations are mapped under unified addressing; ask for the device's address
+    // rather than assume it equals the host's.
+    check_cuda(cudaHostGetDevicePointer(&device, host_.as<void>(), 0),
+               "mapping pinned host memory for the device");
+    device_ = static_cast<const uint8_t*>(device);
+  } catch (...) {
+    host_.reset();
+    memory.release(MemoryCategory::HostPinned, bytes);
+    memory_ = nullptr;
+    throw;
+  }
+}
+
+MappedHostBuffer& MappedHostBuffer::operator=(MappedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    reset();
+    memory_ = std::exchange(other.memory_, nullptr);
+    host_ = std::move(other.host_);
+    device_ = std::exchange(other.device_, nullptr);
+  }
+  return *this;
+}
+
+void MappedHostBuffer::reset() {
+  const size_t bytes = host_.bytes();
+  host_.reset();
+  if (memory_) memory_->release(MemoryCategory::HostPinned, bytes);
+  memory_ = nullptr;
+  device_ = nullptr;
+}
+
+void CudaModel::upload_gemma4(const WeightTable& w, bool table_on_device) {
   const ModelConfig& c = config_;
   auto g = std::make_unique<Gemma4Device>();
   for (const LayerWeights& l : w.layers) {
@@ -60,38 +93,52 @@ void CudaModel::upload_gemma4(const WeightTable& w) {
   }
   const int64_t n_pl = c.n_embd_per_layer;
   if (n_pl > 0) {
-    // The token table's rows are gathered whole (GGUF blocks); the products take the layers'
-    // row layout, so that they read int8 activations exactly where the CPU oracle rounds them.
-    const bool split = kernel_config_.split_weights;
-    std::vector<std::pair<const TensorInfo*, DeviceMatrix*>> mats;
-    g->gate.resize(w.layers.size());
-    g->proj.resize(w.layers.size());
-    uint64_t bytes = 0;
-    auto add = [&](const TensorInfo* t, DeviceMatrix& m, bool may_split) {
-      m = matrix_at(t, may_split && split, bytes);
-      bytes += matrix_bytes(m);
-      mats.emplace_back(t, &m);
-    };
-    add(w.ple_token_embd, g->token_table, false);
-    add(w.ple_model_proj, g->model_proj, true);
-    for (size_t i = 0; i < w.layers.size(); ++i) {
-      add(w.layers[i].ple_gate, g->gate[i], true);
-      add(w.layers[i].ple_proj, g->proj[i], true);
-    }
-    g->matrices = DeviceBuffer(memory_, MemoryCategory::WeightsResident, bytes);
-    for (auto& [t, m] : mats) {
-      const auto offset = reinterpret_cast<uint64_t>(m->data);
-      PinnedBuffer blob(static_cast<size_t>(m->row_bytes * m->rows));
-      if (m->split)
-        split_rows(t->ggml_type, t->data, m->rows, m->cols, blob.as<uint8_t>());
-      else
-        std::copy_n(t->data, t->size_bytes, blob.as<uint8_t>());
-      check_cuda(cudaMemcpy(g->matrices.as<uint8_t>() + offset, blob.as<uint8_t>(), blob.bytes(),
-                            cudaMemcpyHostToDevice),
+    if (layout_.per_layer_table_bytes == 0 || layout_.per_layer.size() != 1 + 2 * w.layers.size())
+      throw UsageError("the weight layout has no per-layer embeddings for this Gemma 4 model");
+    // The matrices where the layout places them (the layers' row layout, so that the products
+    // read int8 activations exactly where the CPU oracle rounds them).
+    g->matrices =
+        DeviceBuffer(memory_, MemoryCategory::WeightsResident, layout_.per_layer_matrix_bytes);
+    std::vector<DeviceMatrix> mats;
+    for (const MatrixLayout& m : layout_.per_layer) {
+      PinnedBuffer blob(m.bytes);
+      m.write(blob.as<uint8_t>());
+      uint8_t* at = g->matrices.as<uint8_t>() + m.offset;
+      check_cuda(cudaMemcpy(at, blob.as<uint8_t>(), blob.bytes(), cudaMemcpyHostToDevice),
                  "uploading per-layer embeddings");
-      m->data = g->matrices.as<uint8_t>() + offset;
+      mats.push_back(describe(m, at));
     }
-    // Read by every step: the projection, the gates and projections, one table row per token.
+    g->model_proj = mats[0];
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      g->gate.push_back(mats[1 + 2 * i]);
+      g->proj.push_back(mats[2 + 2 * i]);
+    }
+    // The token table's rows are gathered whole (GGUF blocks), from pinned host memory the
+    // device maps: written once here, read in place by the gather (captured graphs included).
+    const MatrixLayout& t = layout_.per_layer_table;
+    if (table_on_device) {
+      g->table_on_device =
+          DeviceBuffer(memory_, MemoryCategory::WeightsResident, layout_.per_layer_table_bytes);
+      PinnedBuffer blob(t.bytes);
+      t.write(blob.as<uint8_t>());
+      check_cuda(cudaMemcpy(g->table_on_device.get(), blob.as<uint8_t>(), blob.bytes(),
+                            cudaMemcpyHostToDevice),
+                 "uploading the per-layer token table");
+      g->token_table = describe(t, g->table_on_device.as<uint8_t>());
+    } else {
+      g->table_host = MappedHostBuffer(memory_, layout_.per_layer_table_bytes);
+      std::fill_n(g->table_host.host(), g->table_host.bytes(), uint8_t{0});
+      t.write(g->table_host.host());
+      g->token_table = describe(t, g->table_host.device());
+    }
+    // Slices of one layer's n_pl values where whole blocks make them (GGUF rows are blocks in
+    // order), so that a pass gathers every slice at once.
+    const auto type = static_cast<TensorType>(t.tensor->ggml_type);
+    if (!t.split && n_pl % tensor_type_info(type).block_elems == 0 &&
+        c.n_vocab * c.n_layer <= INT32_MAX)
+      g->slice_row_bytes = static_cast<int64_t>(row_bytes(type, n_pl));
+    // Read by every step from device memory: the projection, the gates and projections (the
+    // table's rows come over PCIe, a row per token).
     decode_weight_bytes_ +=
         static_cast<uint64_t>(g->model_proj.rows * g->model_proj.gguf_row_bytes);
     for (size_t i = 0; i < w.layers.size(); ++i)
@@ -99,11 +146,13 @@ void CudaModel::upload_gemma4(const WeightTable& w) {
                                                     g->proj[i].rows * g->proj[i].gguf_row_bytes);
 
     std::vector<float> vectors(static_cast<size_t>(n_pl + c.n_layer * c.n_embd));
+    if (vectors.size() * sizeof(float) != layout_.per_layer_vector_bytes)
+      throw UsageError("the per-layer embedding norms' size differs from the weight layout's");
     dequantize_row(static_cast<TensorType>(w.ple_proj_norm->ggml_type), w.ple_proj_norm->data,
                    vectors.data(), n_pl);
     for (size_t i = 0; i < w.layers.size(); ++i) {
-      const TensorInfo* t = w.layers[i].ple_norm;
-      dequantize_row(static_cast<TensorType>(t->ggml_type), t->data,
+      const TensorInfo* norm = w.layers[i].ple_norm;
+      dequantize_row(static_cast<TensorType>(norm->ggml_type), norm->data,
                      vectors.data() + n_pl + static_cast<int64_t>(i) * c.n_embd, c.n_embd);
     }
     g->vectors =
@@ -114,10 +163,7 @@ void CudaModel::upload_gemma4(const WeightTable& w) {
     g->proj_norm = g->vectors.as<float>();
     for (int64_t i = 0; i < c.n_layer; ++i)
       g->post_norm.push_back(g->vectors.as<float>() + n_pl + i * c.n_embd);
-
-    const auto floats = static_cast<size_t>(max_rows_) * static_cast<size_t>(c.n_layer * n_pl);
-    g->inputs = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
-    g->scratch = DeviceBuffer(memory_, MemoryCategory::Workspace, floats * sizeof(float));
+    // Its workspace ("ple_inputs", "ple_scratch") comes with the list's (allocate_workspace()).
   }
   gemma4_ = std::move(g);
 }
@@ -144,12 +190,28 @@ void CudaModel::gemma4_inputs(int n_rows) {
   const int64_t width = c.n_layer * n_pl;
   float* inputs = g.inputs.as<float>();
   float* table = g.scratch.as<float>();
+  const DeviceMatrix& t = g.token_table;
+  if (g.slice_row_bytes > 0) {
+    // Each token's row as n_layer slices of n_pl, gathered by as many blocks at once (the
+    // table is in host memory: one PCIe round trip for the pass, not one per chunk of a row).
+    // The slices' indices go where the projection writes next.
+    int32_t* slices = g.inputs.as<int32_t>();
+    check_launch(
+        k::launch_gemma4_table_rows(inputs_.as<int32_t>(), n_rows, static_cast<int>(c.n_layer),
+                                    c.n_vocab, slices, kernel_config_, stream_.get()),
+        "gemma4_table_rows");
+    check_launch(k::launch_embedding_gather(t.type, t.data, g.slice_row_bytes,
+                                            static_cast<int>(n_pl), c.n_vocab * c.n_layer, slices,
+                                            n_rows * static_cast<int>(c.n_layer), table,
+                                            stream_.get(), false),
+                 "embedding_gather");
+  } else {
+    check_launch(
+        k::launch_embedding_gather(t.type, t.data, t.row_bytes, static_cast<int>(width), c.n_vocab,
+                                   inputs_.as<int32_t>(), n_rows, table, stream_.get(), t.split),
+        "embedding_gather");
+  }
   gemma4_project(g.model_proj, hidden_.as<float>(), n_rows, inputs);
-  check_launch(
-      k::launch_embedding_gather(g.token_table.type, g.token_table.data, g.token_table.row_bytes,
-                                 static_cast<int>(width), c.n_vocab, inputs_.as<int32_t>(), n_rows,
-                                 table, stream_.get(), g.token_table.split),
-      "embedding_gather");
   check_launch(
       k::launch_gemma4_ple_inputs(inputs, table, g.proj_norm, n_rows, static_cast<int>(c.n_layer),
                                   static_cast<int>(n_pl), c.rms_eps,

@@ -244,10 +244,12 @@ class CudaModel {
   // Gemma 4's dense layers (cuda_gemma4.cpp): per-kind head sizes and KV heads, the Q/K/V norms
   // with partial rope (gemma_ops.cuh), shared KV, per-layer FFN widths, per-layer embeddings and
   // the layer output scale; the int8 / f32 products up to kMatvecMaxRows rows, the GEMM path
-  // beyond. upload_gemma4() uploads the per-layer embeddings' weights (resident) and allocates
-  // their workspace; gemma4_inputs() computes a pass's per-layer inputs from the scaled
-  // embeddings in hidden_.
-  void upload_gemma4(const WeightTable& weights);
+  // beyond. upload_gemma4() uploads the per-layer embeddings' matrices and norms (resident, as
+  // layout_ places them) and their token table (pinned, mapped host memory; device memory when
+  // table_on_device, a test's resident form); allocate_workspace() then allocates their
+  // workspace; gemma4_inputs() computes a pass's per-layer inputs from the scaled embeddings in
+  // hidden_.
+  void upload_gemma4(const WeightTable& weights, bool table_on_device);
   void gemma4_inputs(int n_rows);
   void layer_gemma4(const DeviceLayer& l, int layer, int n_rows);
   // y = x · Wᵀ (x: w.cols floats per row) in runs of at most kMatvecMaxRows rows on the matvec

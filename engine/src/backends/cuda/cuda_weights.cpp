@@ -149,6 +149,7 @@ void CudaModel::load(const BackendInit& init) {
     if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
   }
   upload_weights(w);
+  if (c.architecture == "gemma4") upload_gemma4(w, init.options.cuda_ple_table_on_device);
   allocate_workspace();
   // Charged now, so that the plan sees it: the attention scratch attach_kv() allocates.
   attention_scratch_bytes_ = workspace_.attention_bytes();
@@ -284,7 +285,6 @@ void CudaModel::upload_weights(const WeightTable& w) {
     layers_.push_back(d);
   }
   if (config_.is_hybrid()) upload_hybrid(w);
-  if (config_.architecture == "gemma4") upload_gemma4(w);
 }
 
 // The workspace_ list's load-time buffers, in its order.
@@ -293,14 +293,49 @@ void CudaModel::allocate_workspace() {
   params_offset_ = workspace_.params_offset;
   lengths_offset_ = workspace_.lengths_offset;
   history_offset_ = workspace_.history_offset;
-  DeviceBuffer* targets[] = {
-      &inputs_, &hidden_,     &normed_,        &normed_f16_, &q8_qs_, &q8_ds_,  &q_,
-      &k_,      &v_,          &attn_,          &gate_,       &up_,    &hybrid_, &weight_f16_[0],
-      &logits_, &tokens_out_, &argmax_scratch_};
-  const std::string_view names[] = {
-      "inputs", "hidden",     "normed", "normed_f16", "q8_qs",         "q8_ds",
-      "q",      "k",          "v",      "attn",       "gate",          "up",
-      "hybrid", "weight_f16", "logits", "tokens_out", "argmax_scratch"};
+  // Gemma 4's per-layer embedding buffers are gemma4_'s (upload_gemma4() made it); the list
+  // names them only for a model that has them.
+  DeviceBuffer no_ple[2];
+  DeviceBuffer* ple_inputs = gemma4_ ? &gemma4_->inputs : &no_ple[0];
+  DeviceBuffer* ple_scratch = gemma4_ ? &gemma4_->scratch : &no_ple[1];
+  DeviceBuffer* targets[] = {&inputs_,
+                             &hidden_,
+                             &normed_,
+                             &normed_f16_,
+                             &q8_qs_,
+                             &q8_ds_,
+                             &q_,
+                             &k_,
+                             &v_,
+                             &attn_,
+                             &gate_,
+                             &up_,
+                             ple_inputs,
+                             ple_scratch,
+                             &hybrid_,
+                             &weight_f16_[0],
+                             &logits_,
+                             &tokens_out_,
+                             &argmax_scratch_};
+  const std::string_view names[] = {"inputs",
+                                    "hidden",
+                                    "normed",
+                                    "normed_f16",
+                                    "q8_qs",
+                                    "q8_ds",
+                                    "q",
+                                    "k",
+                                    "v",
+                                    "attn",
+                                    "gate",
+                                    "up",
+                                    "ple_inputs",
+                                    "ple_scratch",
+                                    "hybrid",
+                                    "weight_f16",
+                                    "logits",
+                                    "tokens_out",
+                                    "argmax_scratch"};
   static_assert(std::size(targets) == std::size(names));
   size_t next = 0;
   for (const WorkspaceBuffer& b : workspace_.buffers) {

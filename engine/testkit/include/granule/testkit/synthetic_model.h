@@ -175,7 +175,11 @@ struct SyntheticModelSpec {
   // half of them rotated) then 1 global (heads of 64, 1 KV head, a quarter rotated, V is K),
   // twice; the last 2 layers share KV with an FFN twice as wide, per-layer embeddings of 16,
   // soft-cap 30); "tiny-gemma4-moe" (the same layers with 4 GeGLU experts of 32, top 2, beside
-  // each dense FFN, as the 26B-A4B; no shared KV, no per-layer embeddings).
+  // each dense FFN, as the 26B-A4B; no shared KV, no per-layer embeddings); "gemma4-e4b" (42
+  // layers, 2560, 8 heads: 5 sliding (window 512, heads of 256 over 2 KV heads, fully rotated)
+  // to 1 global (heads of 512 over 2 KV heads, a quarter rotated, V is K), the last 18 layers
+  // sharing KV, ff 10240, per-layer embeddings of 256, vocab 262144, ctx 131072, tied,
+  // soft-cap 30; a Q4_K_M-like mix as gemma3-12b's).
   // Throws UsageError for an unknown name.
   static SyntheticModelSpec preset(std::string_view name);
   static std::vector<std::string> preset_names();
