@@ -52,8 +52,9 @@ HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
   return s;
 }
 
-// Whether b's rows follow a's on the device as one matrix would hold them (weight_layout.cpp
-// keeps a layer's matrices in order, each from an aligned offset): one type, layout and width.
+// Whether b's rows follow a's on the device as one matrix would hold them (weight_layout.cpp lays
+// a Gated DeltaNet layer's input projections back to back where they are split rows of one type
+// and width): one type, layout and width.
 bool follows(const DeviceMatrix& a, const DeviceMatrix& b) {
   return a.data && b.data && a.type == b.type && a.split == b.split && a.cols == b.cols &&
          a.row_bytes == b.row_bytes &&
