@@ -301,13 +301,26 @@ TEST_P(Qwen35Gpu, AStepThatDoesNotContinueTheStateIsRefused) {
 // (the output norm) and one fewer per Gated DeltaNet layer (its four input projections, back to
 // back in the split layout, one product; GGUF blocks keep them apart: two launches of 3 + 1).
 // Its logits, eager and graph-captured, stay within the matvec path's bound of the CPU reference
-// (Q8_0 as above; Q4_0, the benchmark's type, on its own kernels).
-class Qwen35Fusion : public ::testing::TestWithParam<TensorType> {};
+// (Q8_0 as above; Q4_0, the benchmark's type, on its own kernels). With ssm_beta and ssm_alpha in
+// F32 (no split rows: no hand-over) a DeltaNet layer norms its own input instead and its four
+// products stay two launches (Q4_0 and F32), one kernel more per such layer than the uniform
+// file's fusion and one fewer than its own unfused step.
+struct FusionCase {
+  TensorType type;
+  bool f32_gates;  // ssm_beta, ssm_alpha in F32
+};
+
+class Qwen35Fusion : public ::testing::TestWithParam<FusionCase> {};
 
 TEST_P(Qwen35Fusion, BatchOneDecodeTakesTheFusedKernels) {
   GRANULE_REQUIRE_GPU();
-  const TensorType type = GetParam();
-  test::TempModel model(qwen35_spec(type), "qwen35-gpu-fusion");
+  const TensorType type = GetParam().type;
+  const bool f32_gates = GetParam().f32_gates;
+  SyntheticModelSpec spec = qwen35_spec(type);
+  if (f32_gates)
+    spec.tensor_types = {{"ssm_beta.weight", TensorType::F32},
+                         {"ssm_alpha.weight", TensorType::F32}};
+  test::TempModel model(spec, "qwen35-gpu-fusion");
   RuntimeOptions eager = options(true);
   eager.backend.cuda_graphs = false;  // the step's launches counted one by one
   RuntimeOptions unsplit = eager;
@@ -340,18 +353,21 @@ TEST_P(Qwen35Fusion, BatchOneDecodeTakesTheFusedKernels) {
   for (int32_t i = 0; i < layers; ++i) recurrent += fused.config.layer_recurrent(i) ? 1 : 0;
   std::cout << "[qwen35-gpu] " << type_name(type) << " one-row decode step: " << fused_segments
             << " host operations fused, " << plain_segments << " on GGUF blocks\n";
-  EXPECT_EQ(plain_segments - fused_segments, 3 * layers + 1 + recurrent);
+  EXPECT_EQ(plain_segments - fused_segments, 3 * layers + 1 + (f32_gates ? -recurrent : recurrent));
   const double bound = bound_for(type, false);
-  const std::string name = "qwen35 " + type_name(type);
+  const std::string name = "qwen35 " + type_name(type) + (f32_gates ? " (F32 gates)" : "");
   expect_close(r, f, vocab, bound, name + " fused decode (eager)");
   expect_close(r, g, vocab, bound, name + " fused decode (graphs)");
   expect_close(r, p, vocab, bound, name + " unfused decode (GGUF blocks)");
   EXPECT_GT(graphs.graphs().replays, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, Qwen35Fusion, ::testing::Values(TensorType::Q8_0, TensorType::Q4_0),
-                         [](const ::testing::TestParamInfo<TensorType>& i) {
-                           return type_name(i.param);
+INSTANTIATE_TEST_SUITE_P(Types, Qwen35Fusion,
+                         ::testing::Values(FusionCase{TensorType::Q8_0, false},
+                                           FusionCase{TensorType::Q4_0, false},
+                                           FusionCase{TensorType::Q4_0, true}),
+                         [](const ::testing::TestParamInfo<FusionCase>& i) {
+                           return type_name(i.param.type) + (i.param.f32_gates ? "_F32Gates" : "");
                          });
 
 INSTANTIATE_TEST_SUITE_P(Types, Qwen35Gpu, ::testing::Values(TensorType::F32, TensorType::Q8_0),

@@ -129,25 +129,25 @@ void CudaModel::hybrid_norm(const DeviceMatrix* mats, int count, const float* we
       "rms_norm");
 }
 
+// Whether one row's product over m can read a handed-over norm: the split kernels (launch_product
+// at one row), which read int8 blocks.
+bool CudaModel::takes_hand_over(const DeviceMatrix& m) const {
+  const k::KernelConfig& kc = kernel_config_;
+  return m.data && m.split && k::matvec_reads_q8(m.type, m.split) &&
+         !(kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(m.type, m.split));
+}
+
 bool CudaModel::hybrid_fusion_fits() const {
   if (moe_) return false;  // the experts' kernels take no hand-over
-  const k::KernelConfig& kc = kernel_config_;
+  // The products that hand a norm over (the mixer's output projection, the down projection) and
+  // the gate/up product that reads one. The mixer's input products read the attention norm's
+  // hand-over where they all can, else the layer norms its own input (a file that keeps
+  // ssm_beta/ssm_alpha in F32, say).
   for (const DeviceLayer& l : layers_) {
     if (l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split) return false;
-    const bool recurrent = l.recurrent_index >= 0;
-    const DeviceMatrix* mats[8] = {recurrent ? &l.ssm_in : &l.wq,
-                                   recurrent ? &l.ssm_z : &l.wk,
-                                   recurrent ? &l.ssm_beta : &l.wv,
-                                   recurrent ? &l.ssm_alpha : &l.wo,
-                                   recurrent ? &l.ssm_out : &l.wo,
-                                   &l.w_gate,
-                                   &l.w_up,
-                                   &l.w_down};
-    for (const DeviceMatrix* m : mats) {
-      // One row must take the split kernels (launch_product), which read int8 blocks.
-      if (!m->data || !m->split || !k::matvec_reads_q8(m->type, m->split)) return false;
-      if (kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(m->type, m->split)) return false;
-    }
+    const DeviceMatrix& out = l.recurrent_index >= 0 ? l.ssm_out : l.wo;
+    for (const DeviceMatrix* m : {&out, &l.w_gate, &l.w_up, &l.w_down})
+      if (!takes_hand_over(*m)) return false;
   }
   return true;
 }
@@ -208,7 +208,9 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   // A fused pass (batch 1): the previous layer's down projection (layer 0's: the embedding
   // gather, where the head takes the hand-over too) wrote this layer's norm input.
   const bool fused = fused_pass_ && n_rows == 1;
-  const bool normed_by_down = fused && (&l != layers_.data() || edge_norms_fused_);
+  const bool normed_by_down = fused && (&l != layers_.data() || edge_norms_fused_) &&
+                              takes_hand_over(mats[0]) && takes_hand_over(mats[1]) &&
+                              takes_hand_over(mats[2]) && takes_hand_over(mats[3]);
   if (!normed_by_down) hybrid_norm(mats, 4, l.attn_norm, n_rows);
   // One row's four products share their input: their results back to back in `mixed`'s first
   // rows (free at one row), read from there, and matrices whose rows follow each other on the
@@ -290,7 +292,8 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   // A fused pass as delta_net_mixer's. The Q/K norms, the section rope and the KV write stay in
   // gated_attention_prep (the Q/K/V epilogue's rotation has no per-head norm).
   const bool fused = fused_pass_ && n_rows == 1;
-  const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_);
+  const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_) && takes_hand_over(l.wq) &&
+                              takes_hand_over(l.wk) && takes_hand_over(l.wv);
   if (!normed_by_down) hybrid_norm(mats, 3, l.attn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {
     const DeviceMatrix* order[4] = {&l.wq, &l.wk, &l.wv, &l.wo};

@@ -239,9 +239,11 @@ class CudaModel {
   // gemm()'s).
   void hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y, bool accumulate,
                       const DeviceMatrix* next = nullptr);
-  // The batch-1 fusion (fusion_fits) for the hybrid layers: every matrix a layer has split and
-  // read as int8 blocks, gate and up of one type and layout, no experts.
+  // The batch-1 fusion (fusion_fits) for the hybrid layers: the mixer's output projection, gate,
+  // up and down split and read as int8 blocks (takes_hand_over), gate and up of one type and
+  // layout, no experts.
   bool hybrid_fusion_fits() const;
+  bool takes_hand_over(const DeviceMatrix& m) const;
   // A fused one-row pass: y += x · Wᵀ (x quantised first) handing the next RMSNorm's input over
   // (matvec_normed_out).
   void hybrid_project_normed(const DeviceMatrix& w, const float* x, float* y,
