@@ -249,6 +249,58 @@ TEST(WeightLayout, ALayerBlobHoldsItsMatricesInTheirDeviceLayout) {
   }
 }
 
+// A Gated DeltaNet layer's input projections (ssm_in, ssm_z, ssm_beta, ssm_alpha: one input) in
+// split rows of one type lie back to back, so that a one-row step reads them as one matrix
+// (cuda_hybrid.cpp); the matrix after them starts aligned again. As stored (GGUF blocks) they
+// keep their own aligned, padded places. Either way the blob holds each matrix's rows.
+TEST(WeightLayout, ADeltaNetLayersInputProjectionsLieBackToBackInSplitRows) {
+  SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen35");
+  spec.n_embd = 256;  // rows the split layout takes
+  spec.weight_type = TensorType::Q4_0;
+  test::TempModel file(spec, "placement-qwen35");
+  const std::unique_ptr<ModelFile> gguf = ModelFile::open(file.path);
+  const ModelConfig config = ModelConfig::from_gguf(*gguf);
+  const WeightTable weights = WeightTable::from_gguf(*gguf, config);
+  ASSERT_TRUE(config.layer_recurrent(0));
+  constexpr size_t kSsmIn = 7, kSsmAlpha = 10, kSsmOut = 11;
+  for (bool split : {true, false}) {
+    const WeightLayout layout = weight_layout(config, weights, split);
+    const LayerWeightLayout& l = layout.layers[0];
+    for (size_t m = kSsmIn; m <= kSsmOut; ++m) ASSERT_TRUE(l.matrices[m].tensor);
+    EXPECT_EQ(l.matrices[kSsmIn].split, split);
+    EXPECT_EQ(l.matrices[kSsmIn].offset % 256, 0u);
+    for (size_t m = kSsmIn + 1; m <= kSsmAlpha; ++m) {
+      const MatrixLayout& before = l.matrices[m - 1];
+      const MatrixLayout& x = l.matrices[m];
+      if (split) {
+        EXPECT_EQ(x.offset, before.offset + before.bytes) << x.tensor->name;
+        EXPECT_EQ(before.padded_bytes, before.bytes) << x.tensor->name;
+      } else {
+        EXPECT_EQ(x.offset % 256, 0u) << x.tensor->name;
+        EXPECT_EQ(x.offset, before.offset + before.padded_bytes) << x.tensor->name;
+        EXPECT_GE(before.padded_bytes, before.bytes + 16) << x.tensor->name;
+      }
+    }
+    const MatrixLayout& alpha = l.matrices[kSsmAlpha];
+    EXPECT_EQ(l.matrices[kSsmOut].offset, alpha.offset + alpha.padded_bytes);
+    EXPECT_EQ(l.matrices[kSsmOut].offset % 256, 0u);
+    EXPECT_GE(l.matrices[kSsmOut].offset, alpha.offset + alpha.bytes + 16);
+    EXPECT_EQ(l.bytes % 256, 0u);
+    std::vector<uint8_t> blob(l.bytes, 0xAB);
+    l.write(blob.data());
+    for (const MatrixLayout& x : l.matrices) {
+      if (!x.tensor) continue;
+      std::vector<uint8_t> expected(x.bytes);
+      if (split)
+        split_rows(x.tensor->ggml_type, x.tensor->data, x.rows, x.cols, expected.data());
+      else
+        std::memcpy(expected.data(), x.tensor->data, x.bytes);
+      EXPECT_EQ(std::memcmp(blob.data() + x.offset, expected.data(), x.bytes), 0)
+          << x.tensor->name << (split ? " split" : " as stored");
+    }
+  }
+}
+
 TEST(CudaWorkspace, TheListNamesEveryBufferOnceAndSumsThem) {
   const TinyModel m;
   const WeightLayout layout = weight_layout(m.config, m.weights, true);

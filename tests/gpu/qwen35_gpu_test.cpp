@@ -38,6 +38,7 @@
 #include <span>
 
 #include "backends/backend.h"
+#include "backends/kernel_config_env.h"
 #include "delta_net.cuh"
 #include "gpu_test_support.h"
 #include "granule/error.h"
@@ -291,6 +292,83 @@ TEST_P(Qwen35Gpu, AStepThatDoesNotContinueTheStateIsRefused) {
   EXPECT_THROW(forward_at(9), UsageError);   // inside them: the state cannot go back
   EXPECT_EQ(gpu.step({{0, one, 10, false}}), twin.step({{0, one, 10, false}}));
 }
+
+// The batch-1 fusion (kernels/README.md) on the hybrid layers: a one-row decode step reads each
+// RMSNorm's input as the product before handed it over (the embedding gather the first, the last
+// down projection the output norm's) and the SwiGLU product quantises its result, so against the
+// same steps on GGUF-block weights (split_weights off: no fusion) it runs three kernels fewer per
+// layer (the attention and FFN norms, the down projection's quantisation), one fewer at the head
+// (the output norm) and one fewer per Gated DeltaNet layer (its four input projections, back to
+// back in the split layout, one product; GGUF blocks keep them apart: two launches of 3 + 1).
+// Its logits, eager and graph-captured, stay within the matvec path's bound of the CPU reference
+// (Q8_0 as above; Q4_0, the benchmark's type, on its own kernels). With ssm_beta and ssm_alpha in
+// F32 (no split rows: no hand-over) a DeltaNet layer norms its own input instead and its four
+// products stay two launches (Q4_0 and F32), one kernel more per such layer than the uniform
+// file's fusion and one fewer than its own unfused step.
+struct FusionCase {
+  TensorType type;
+  bool f32_gates;  // ssm_beta, ssm_alpha in F32
+};
+
+class Qwen35Fusion : public ::testing::TestWithParam<FusionCase> {};
+
+TEST_P(Qwen35Fusion, BatchOneDecodeTakesTheFusedKernels) {
+  GRANULE_REQUIRE_GPU();
+  const TensorType type = GetParam().type;
+  const bool f32_gates = GetParam().f32_gates;
+  SyntheticModelSpec spec = qwen35_spec(type);
+  if (f32_gates)
+    spec.tensor_types = {{"ssm_beta.weight", TensorType::F32},
+                         {"ssm_alpha.weight", TensorType::F32}};
+  test::TempModel model(spec, "qwen35-gpu-fusion");
+  RuntimeOptions eager = options(true);
+  eager.backend.cuda_graphs = false;  // the step's launches counted one by one
+  RuntimeOptions unsplit = eager;
+  kernels::KernelConfig kc = kernel_config_from_environment();
+  kc.split_weights = false;
+  unsplit.backend.kernel_config = kc;
+  Rig fused(model.path, eager), plain(model.path, unsplit), graphs(model.path, options(true)),
+      ref(model.path, options(false));
+  const int64_t vocab = fused.config.n_vocab;
+  const std::vector<int32_t> prompt = random_tokens(24, vocab, 41);
+  for (Rig* rig : {&fused, &plain, &graphs, &ref}) rig->step({{0, prompt, 0, false}});
+  const std::vector<int32_t> next = random_tokens(8, vocab, 42);
+  std::vector<float> r, f, p, g;
+  auto append = [](std::vector<float>& to, const std::vector<float>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
+  int32_t fused_segments = 0, plain_segments = 0;
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<BatchSequence> batch = {
+        {0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 24 + i, false}};
+    append(r, ref.step(batch));
+    append(f, fused.step(batch));
+    fused_segments = fused.graphs().segments_per_step;
+    append(p, plain.step(batch));
+    plain_segments = plain.graphs().segments_per_step;
+    append(g, graphs.step(batch));
+  }
+  const auto layers = static_cast<int32_t>(fused.config.n_layer);
+  int32_t recurrent = 0;
+  for (int32_t i = 0; i < layers; ++i) recurrent += fused.config.layer_recurrent(i) ? 1 : 0;
+  std::cout << "[qwen35-gpu] " << type_name(type) << " one-row decode step: " << fused_segments
+            << " host operations fused, " << plain_segments << " on GGUF blocks\n";
+  EXPECT_EQ(plain_segments - fused_segments, 3 * layers + 1 + (f32_gates ? -recurrent : recurrent));
+  const double bound = bound_for(type, false);
+  const std::string name = "qwen35 " + type_name(type) + (f32_gates ? " (F32 gates)" : "");
+  expect_close(r, f, vocab, bound, name + " fused decode (eager)");
+  expect_close(r, g, vocab, bound, name + " fused decode (graphs)");
+  expect_close(r, p, vocab, bound, name + " unfused decode (GGUF blocks)");
+  EXPECT_GT(graphs.graphs().replays, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Qwen35Fusion,
+                         ::testing::Values(FusionCase{TensorType::Q8_0, false},
+                                           FusionCase{TensorType::Q4_0, false},
+                                           FusionCase{TensorType::Q4_0, true}),
+                         [](const ::testing::TestParamInfo<FusionCase>& i) {
+                           return type_name(i.param.type) + (i.param.f32_gates ? "_F32Gates" : "");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Types, Qwen35Gpu, ::testing::Values(TensorType::F32, TensorType::Q8_0),
                          [](const ::testing::TestParamInfo<TensorType>& i) {

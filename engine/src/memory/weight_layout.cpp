@@ -69,8 +69,25 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
         l.wq,     l.wk,     l.wv,    l.wo,       l.w_gate,    l.w_up,
         l.w_down, l.ssm_in, l.ssm_z, l.ssm_beta, l.ssm_alpha, l.ssm_out};
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
-      layer.matrices[static_cast<size_t>(m)] = matrix_layout(mats[m], split_weights, layer.bytes);
-      layer.bytes += layer.matrices[static_cast<size_t>(m)].padded_bytes;
+      MatrixLayout& at = layer.matrices[static_cast<size_t>(m)];
+      at = matrix_layout(mats[m], split_weights, layer.bytes);
+      // A Gated DeltaNet layer's input projections (ssm_in, ssm_z, ssm_beta, ssm_alpha: one
+      // input) lie back to back, without slack or alignment between them, where they are split
+      // rows of one type and width: a one-row step reads them as one matrix (cuda_hybrid.cpp).
+      // Split rows are 16-byte aligned; a 16-byte read past a row lands in the next matrix.
+      constexpr int kSsmIn = 7, kSsmAlpha = 10;
+      MatrixLayout* before = m > kSsmIn && m <= kSsmAlpha ? &at - 1 : nullptr;
+      if (before && before->tensor && at.tensor && before->split && at.split &&
+          before->tensor->ggml_type == at.tensor->ggml_type && before->cols == at.cols &&
+          before->row_bytes == at.row_bytes && at.row_bytes % 16 == 0) {
+        before->padded_bytes = before->bytes;
+        at.offset = before->offset + before->bytes;
+        at.padded_bytes =
+            WeightLayout::align_up(at.offset + at.bytes + WeightLayout::kTensorSlackBytes) -
+            at.offset;
+        layer.bytes = at.offset;
+      }
+      layer.bytes += at.padded_bytes;
       if (mats[m])
         out.largest_layer_matrix_elements =
             std::max(out.largest_layer_matrix_elements, mats[m]->elements());

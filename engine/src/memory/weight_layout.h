@@ -16,10 +16,12 @@ namespace granule {
 // One weight matrix in its device layout.
 struct MatrixLayout {
   const TensorInfo* tensor = nullptr;
-  uint64_t offset = 0;        // from the start of its blob (the fixed buffer or its layer's)
-  uint64_t bytes = 0;         // as uploaded: rows x row_bytes split, else the GGUF bytes
-  uint64_t padded_bytes = 0;  // bytes + kTensorSlackBytes, aligned: its share of the blob
-  bool split = false;         // rows in granule/split_layout.h's layout
+  uint64_t offset = 0;  // from the start of its blob (the fixed buffer or its layer's)
+  uint64_t bytes = 0;   // as uploaded: rows x row_bytes split, else the GGUF bytes
+  // bytes + kTensorSlackBytes, aligned: its share of the blob (bytes alone where the next matrix
+  // follows it directly: a Gated DeltaNet layer's input projections, weight_layout.cpp)
+  uint64_t padded_bytes = 0;
+  bool split = false;  // rows in granule/split_layout.h's layout
   int64_t rows = 0, cols = 0;
   int64_t row_bytes = 0;       // from one row to the next on the device
   int64_t gguf_row_bytes = 0;  // the row's bytes as stored (what a decode step reads)
@@ -47,7 +49,8 @@ struct LayerWeightLayout {
 
 struct WeightLayout {
   // Every matrix starts 256-byte aligned and keeps 16 bytes of slack after its last row: the
-  // matvec kernels copy rows in 16-byte vectors and may read up to 15 bytes past a row.
+  // matvec kernels copy rows in 16-byte vectors and may read up to 15 bytes past a row. (A Gated
+  // DeltaNet layer's input projections of one split type follow each other directly instead.)
   static constexpr uint64_t kAlignBytes = 256;
   static constexpr uint64_t kTensorSlackBytes = 16;
   static uint64_t align_up(uint64_t bytes) {

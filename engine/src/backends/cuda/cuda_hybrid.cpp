@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_model.h"
 #include "delta_net.cuh"
 #include "granule/error.h"
+#include "matvec_mma.cuh"
 #include "quantize_activations.cuh"
 #include "rms_norm.cuh"
 #include "swiglu.cuh"
@@ -49,6 +50,16 @@ HybridScratch carve(float* base, const ModelConfig& c, int64_t R) {
   // k::delta_net_chunk_scratch_floats(R, n_v_heads), 16-byte aligned (float4 loads).
   s.chunk = p + (4 - (reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 4) % 4;
   return s;
+}
+
+// Whether b's rows follow a's on the device as one matrix would hold them (weight_layout.cpp lays
+// a Gated DeltaNet layer's input projections back to back where they are split rows of one type
+// and width): one type, layout and width.
+bool follows(const DeviceMatrix& a, const DeviceMatrix& b) {
+  return a.data && b.data && a.type == b.type && a.split == b.split && a.cols == b.cols &&
+         a.row_bytes == b.row_bytes &&
+         static_cast<const uint8_t*>(a.data) + a.rows * a.row_bytes ==
+             static_cast<const uint8_t*>(b.data);
 }
 
 }  // namespace
@@ -118,6 +129,38 @@ void CudaModel::hybrid_norm(const DeviceMatrix* mats, int count, const float* we
       "rms_norm");
 }
 
+// Whether one row's product over m can read a handed-over norm: the split kernels (launch_product
+// at one row), which read int8 blocks.
+bool CudaModel::takes_hand_over(const DeviceMatrix& m) const {
+  const k::KernelConfig& kc = kernel_config_;
+  return m.data && m.split && k::matvec_reads_q8(m.type, m.split) &&
+         !(kc.mma && kc.mma_min_rows <= 1 && k::matvec_mma_supports(m.type, m.split));
+}
+
+bool CudaModel::hybrid_fusion_fits() const {
+  if (moe_) return false;  // the experts' kernels take no hand-over
+  // The products that hand a norm over (the mixer's output projection, the down projection) and
+  // the gate/up product that reads one. The mixer's input products read the attention norm's
+  // hand-over where they all can, else the layer norms its own input (a file that keeps
+  // ssm_beta/ssm_alpha in F32, say).
+  for (const DeviceLayer& l : layers_) {
+    if (l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split) return false;
+    const DeviceMatrix& out = l.recurrent_index >= 0 ? l.ssm_out : l.wo;
+    for (const DeviceMatrix* m : {&out, &l.w_gate, &l.w_up, &l.w_down})
+      if (!takes_hand_over(*m)) return false;
+  }
+  return true;
+}
+
+void CudaModel::hybrid_project_normed(const DeviceMatrix& w, const float* x, float* y,
+                                      const float* norm_weight) {
+  check_launch(k::launch_quantize_q8(x, 1, static_cast<int>(w.cols),
+                                     {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                     stream_.get()),
+               "quantize_q8");
+  matvec_normed_out(w, y, norm_weight);
+}
+
 void CudaModel::hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y,
                                bool accumulate, const DeviceMatrix* next) {
   if (n_rows > kMatvecMaxRows) {
@@ -162,13 +205,44 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   const HybridScratch s = carve(hybrid_.as<float>(), c, max_rows_);
   const DeviceMatrix mats[4] = {l.ssm_in, l.ssm_z, l.ssm_beta, l.ssm_alpha};
   float* const outs[4] = {s.mixed, s.z, s.beta, s.alpha};
-  hybrid_norm(mats, 4, l.attn_norm, n_rows);
+  // A fused pass (batch 1): the previous layer's down projection (layer 0's: the embedding
+  // gather, where the head takes the hand-over too) wrote this layer's norm input.
+  const bool fused = fused_pass_ && n_rows == 1;
+  const bool normed_by_down = fused && (&l != layers_.data() || edge_norms_fused_) &&
+                              takes_hand_over(mats[0]) && takes_hand_over(mats[1]) &&
+                              takes_hand_over(mats[2]) && takes_hand_over(mats[3]);
+  if (!normed_by_down) hybrid_norm(mats, 4, l.attn_norm, n_rows);
+  // One row's four products share their input: their results back to back in `mixed`'s first
+  // rows (free at one row), read from there, and matrices whose rows follow each other on the
+  // device (the 9B's four) as one product, in one launch with the rest.
+  float* z = s.z;
+  float* beta = s.beta;
+  float* alpha = s.alpha;
+  const int64_t C = d.conv_channels(), V = d.value_dim(), H = d.n_v_heads;
   if (n_rows > kMatvecMaxRows) {
     const DeviceMatrix* order[5] = {&l.ssm_in, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out};
     for (int m = 0; m < 4; ++m)
       gemm(*order[m], order[m + 1], normed_f16_.as<__half>(), n_rows, outs[m], false);
+  } else if (n_rows == 1 && C + V + 2 * H <= max_rows_ * C) {
+    z = s.mixed + C;
+    beta = z + V;
+    alpha = beta + H;
+    float* const at[4] = {s.mixed, z, beta, alpha};
+    DeviceMatrix runs[4];
+    float* runs_out[4];
+    int n = 0;
+    for (int m = 0; m < 4; ++m) {
+      if (n > 0 && follows(runs[n - 1], mats[m])) {
+        runs[n - 1].rows += mats[m].rows;
+      } else {
+        runs[n] = mats[m];
+        runs_out[n] = at[m];
+        ++n;
+      }
+    }
+    matvec(runs, runs_out, n, n_rows, false, normed_.as<float>(), normed_by_down);
   } else {
-    matvec(mats, outs, 4, n_rows, false, normed_.as<float>());
+    matvec(mats, outs, 4, n_rows, false, normed_.as<float>(), normed_by_down);
   }
   const int32_t* in = inputs_.as<int32_t>();
   k::DeltaNetArgs a;
@@ -189,9 +263,9 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   a.slot_stride = static_cast<int64_t>(recurrent_state_bytes() / sizeof(float));
   a.mixed = s.mixed;
   a.conv_out = s.conv_out;
-  a.beta = s.beta;
-  a.alpha = s.alpha;
-  a.z = s.z;
+  a.beta = beta;
+  a.alpha = alpha;
+  a.z = z;
   a.out = s.out;
   // Runs of a prompt take the chunked rule (kernels/delta_net.cuh says from how many rows); its
   // W goes where the convolution's input was. A captured step is a decode step (cuda_backend.cpp
@@ -203,8 +277,11 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
   check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
-  hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true,
-                 moe_ ? gemm_after(l) : &l.w_gate);
+  if (fused)  // the FFN norm's input handed over
+    hybrid_project_normed(l.ssm_out, s.out, hidden_.as<float>(), l.ffn_norm);
+  else
+    hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true,
+                   moe_ ? gemm_after(l) : &l.w_gate);
 }
 
 void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows) {
@@ -212,13 +289,18 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   const HybridScratch s = carve(hybrid_.as<float>(), c, max_rows_);
   const DeviceMatrix mats[3] = {l.wq, l.wk, l.wv};
   float* const outs[3] = {s.q_gate, k_.as<float>(), v_.as<float>()};
-  hybrid_norm(mats, 3, l.attn_norm, n_rows);
+  // A fused pass as delta_net_mixer's. The Q/K norms, the section rope and the KV write stay in
+  // gated_attention_prep (the Q/K/V epilogue's rotation has no per-head norm).
+  const bool fused = fused_pass_ && n_rows == 1;
+  const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_) && takes_hand_over(l.wq) &&
+                              takes_hand_over(l.wk) && takes_hand_over(l.wv);
+  if (!normed_by_down) hybrid_norm(mats, 3, l.attn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {
     const DeviceMatrix* order[4] = {&l.wq, &l.wk, &l.wv, &l.wo};
     for (int m = 0; m < 3; ++m)
       gemm(*order[m], order[m + 1], normed_f16_.as<__half>(), n_rows, outs[m], false);
   } else {
-    matvec(mats, outs, 3, n_rows, false, normed_.as<float>());
+    matvec(mats, outs, 3, n_rows, false, normed_.as<float>(), normed_by_down);
   }
   const int32_t* in = inputs_.as<int32_t>();
   k::GatedAttentionArgs g;
@@ -245,8 +327,11 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   check_launch(k::launch_attention_output_gate(attn_.as<float>(), s.q_gate, n_rows, g.n_head,
                                                g.head_dim, stream_.get()),
                "attention_output_gate");
-  hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true,
-                 moe_ ? gemm_after(l) : &l.w_gate);
+  if (fused)  // the FFN norm's input handed over
+    hybrid_project_normed(l.wo, attn_.as<float>(), hidden_.as<float>(), l.ffn_norm);
+  else
+    hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true,
+                   moe_ ? gemm_after(l) : &l.w_gate);
 }
 
 // The FFN after post_attention_norm: the experts (CudaMoe), else SwiGLU as layer_matvec's
@@ -258,6 +343,27 @@ void CudaModel::hybrid_ffn(const DeviceLayer& l, int layer, int n_rows) {
   }
   const ModelConfig& c = config_;
   float* h = gate_.as<float>();
+  if (fused_pass_ && n_rows == 1) {
+    // The batch-1 fusion (layer_matvec's FFN): SwiGLU from the handed-over norm, quantised by its
+    // product where that pays, and the down projection handing the next layer's norm over (the
+    // output norm's after the last layer when the head takes it).
+    if (!swiglu_matvec(l, 1, h, /*fused=*/true))
+      check_launch(k::launch_quantize_q8(h, 1, static_cast<int>(c.n_ff),
+                                         {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
+                                         stream_.get()),
+                   "quantize_q8");
+    const bool last = static_cast<size_t>(layer) + 1 == layers_.size();
+    if (!last) {
+      matvec_normed_out(l.w_down, hidden_.as<float>(),
+                        layers_[static_cast<size_t>(layer) + 1].attn_norm);
+    } else if (edge_norms_fused_) {
+      matvec_normed_out(l.w_down, hidden_.as<float>(), output_norm_);
+    } else {
+      float* const hidden_out[1] = {hidden_.as<float>()};
+      matvec(&l.w_down, hidden_out, 1, 1, true, h);
+    }
+    return;
+  }
   const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
   hybrid_norm(gu, 2, l.ffn_norm, n_rows);
   if (n_rows > kMatvecMaxRows) {

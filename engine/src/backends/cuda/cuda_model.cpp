@@ -307,7 +307,7 @@ bool CudaModel::fusion_fits() const {
   // Gemma's sandwich norms sit between the products the fusion joins, and its embeddings are
   // scaled after the gather: its layers take the unfused kernels.
   if (gemma_layers()) return false;
-  if (config_.is_hybrid()) return false;  // Qwen3.5's mixers are not the fused products'
+  if (config_.is_hybrid()) return hybrid_fusion_fits();  // cuda_hybrid.cpp
   for (const DeviceLayer& l : layers_) {
     if (takes_f16mma(l, 1) || l.w_gate.type != l.w_up.type || l.w_gate.split != l.w_up.split)
       return false;
@@ -682,7 +682,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   if (l.ffn_post_norm) post_norm(l.ffn_post_norm, n_rows);
 }
 
-void CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h) {
+bool CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h, bool fused) {
   k::MatvecTask t = swiglu_task(l);
   t.y = h;
   k::MatvecInput in;
@@ -690,8 +690,14 @@ void CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h) {
   in.batch = n_rows;
   in.x = normed_.as<float>();
   in.xq = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+  // As layer_matvec's quantized_by_swiglu.
+  const bool quantized = fused && (config_.n_ff / k::kQ8Block <= k::multiprocessors() ||
+                                   k::matvec_owns_row_blocks(l.w_gate.type));
+  if (fused) read_handed_over_norm(in);
+  if (quantized) t.y_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                "matvec_swiglu");
+  return quantized;
 }
 
 void CudaModel::gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu) {

@@ -225,9 +225,11 @@ class CudaModel {
   void delta_net_mixer(const DeviceLayer& l, int n_rows);
   void gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows);
   void hybrid_ffn(const DeviceLayer& l, int layer, int n_rows);
-  // The unfused pass's gate/up product with SwiGLU (gate and up of one type and layout) into h,
-  // from the FFN norm's output.
-  void swiglu_matvec(const DeviceLayer& l, int n_rows, float* h);
+  // The gate/up product with SwiGLU (gate and up of one type and layout) into h, from the FFN
+  // norm's output; `fused` (a one-row pass of the batch-1 fusion): from the norm the product
+  // before handed over, and the result also quantised for the down projection where
+  // layer_matvec's is. Returns whether it was quantised.
+  bool swiglu_matvec(const DeviceLayer& l, int n_rows, float* h, bool fused = false);
   // Gate and up as two products of the f32 norm output, then SwiGLU (or GeGLU) into h.
   void gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu);
   // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
@@ -237,6 +239,15 @@ class CudaModel {
   // gemm()'s).
   void hybrid_project(const DeviceMatrix& w, const float* x, int n_rows, float* y, bool accumulate,
                       const DeviceMatrix* next = nullptr);
+  // The batch-1 fusion (fusion_fits) for the hybrid layers: the mixer's output projection, gate,
+  // up and down split and read as int8 blocks (takes_hand_over), gate and up of one type and
+  // layout, no experts.
+  bool hybrid_fusion_fits() const;
+  bool takes_hand_over(const DeviceMatrix& m) const;
+  // A fused one-row pass: y += x · Wᵀ (x quantised first) handing the next RMSNorm's input over
+  // (matvec_normed_out).
+  void hybrid_project_normed(const DeviceMatrix& w, const float* x, float* y,
+                             const float* norm_weight);
   // The GEMM path's next product after layer l's last: the next layer's first, if resident.
   const DeviceMatrix* gemm_after(const DeviceLayer& l) const;
   void upload_hybrid(const WeightTable& weights);
