@@ -614,6 +614,17 @@ class Walker {
         refuse(name, "'" + name + "." + rest + "' must be a schema or a boolean");
       if (v.is_object()) walk(v, at / rest, name + "." + rest, std::nullopt);
     }
+    // The grammar counts the properties it writes, and a name it makes up may come twice (a
+    // JSON parser keeps one): minProperties holds only where required names meet it, or where
+    // every name is one of 'properties' (each written once).
+    const bool made_up_names = s.contains("patternProperties") || s.contains("propertyNames") ||
+                               (rest && !rest_false);
+    if (const auto min = s.find("minProperties");
+        min != s.end() && made_up_names &&
+        min->get<int64_t>() > static_cast<int64_t>(s.value("required", ojson::array()).size()))
+      not_enforced("minProperties", name,
+                   "beyond the required properties it is enforced only with "
+                   "'additionalProperties': false (a reply may repeat a name it makes up)");
     if (const auto pp = s.find("patternProperties"); pp != s.end()) {
       if (!pp->is_object())
         refuse(name, "'" + name + ".patternProperties' must be an object of schemas");

@@ -83,6 +83,10 @@ TEST(JsonSchemaSupport, KeywordsTheConverterIgnoresAreRefusedByName) {
   expect_refused(R"({"type": "object", "properties": {"a": {}}, "propertyNames": {}})",
                  "'propertyNames'");
   expect_refused(R"({"type": "object", "required": ["a"]})", "'schema.required'");
+  // A made-up name may come twice, which the grammar counts and a JSON parser does not.
+  expect_refused(R"({"type": "object", "additionalProperties": {}, "minProperties": 2})",
+                 "'minProperties'");
+  expect_taken(R"({"type": "object", "properties": {"a": {}, "b": {}}, "minProperties": 2})");
   expect_refused(R"({"type": "string", "contentEncoding": "base64"})", "'contentEncoding'");
   expect_refused(R"({"type": "string", "x-custom": 1})", "'x-custom'");
 }
