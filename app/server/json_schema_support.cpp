@@ -617,8 +617,8 @@ class Walker {
     // The grammar counts the properties it writes, and a name it makes up may come twice (a
     // JSON parser keeps one): minProperties holds only where required names meet it, or where
     // every name is one of 'properties' (each written once).
-    const bool made_up_names = s.contains("patternProperties") || s.contains("propertyNames") ||
-                               (rest && !rest_false);
+    const bool made_up_names =
+        s.contains("patternProperties") || s.contains("propertyNames") || (rest && !rest_false);
     if (const auto min = s.find("minProperties");
         min != s.end() && made_up_names &&
         min->get<int64_t>() > static_cast<int64_t>(s.value("required", ojson::array()).size()))

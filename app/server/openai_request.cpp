@@ -576,10 +576,17 @@ json tool_call_json(const ToolCall& call) {
           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
-json tool_call_chunk_json(const ResponseHeader& header, int index, const ToolCall& call) {
+json tool_call_chunk_json(const ResponseHeader& header, const ToolCallPiece& piece) {
   json chunk = base_json(header, "chat.completion.chunk");
-  json entry = tool_call_json(call);
-  entry["index"] = index;
+  // The call's first piece names it; the others add to its arguments.
+  json entry = {{"index", piece.index}};
+  if (!piece.id.empty()) {
+    entry["id"] = piece.id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", piece.name}, {"arguments", piece.arguments}};
+  } else {
+    entry["function"] = {{"arguments", piece.arguments}};
+  }
   json choice = {{"index", 0},
                  {"logprobs", nullptr},
                  {"finish_reason", nullptr},
