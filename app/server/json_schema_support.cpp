@@ -334,6 +334,16 @@ class Walker {
     if (!s.is_object())
       refuse(name, "'" + name + "' must be a JSON Schema (an object or a boolean)");
     if (!visited_.insert(at.to_string()).second) return;  // a $ref cycle, or seen already
+    // The walk and the converter recurse once per level: a deep schema would end the process.
+    constexpr int kMaxDepth = 64;
+    if (depth_ >= kMaxDepth)
+      refuse(name, "'" + name + "' nests schemas more than " + std::to_string(kMaxDepth) +
+                       " deep, more than structured output takes");
+    struct Deeper {
+      int& depth;
+      explicit Deeper(int& d) : depth(++d) {}
+      ~Deeper() { --depth; }
+    } deeper(depth_);
 
     std::string branch;
     for (const auto& [key, value] : s.items()) {
@@ -386,10 +396,9 @@ class Walker {
       // here (they would have no items or properties to hold): those types are left out.
       ojson listed = ojson::array();
       for (const char* t : {"null", "boolean", "number", "string", "array", "object"}) {
-        if (std::string(t) == "array" &&
-            (s.value("minItems", 0) > 0 || s.value("minContains", 0) > 0))
+        if (std::string(t) == "array" && (positive(s, "minItems") || positive(s, "minContains")))
           continue;
-        if (std::string(t) == "object" && s.value("minProperties", 0) > 0 &&
+        if (std::string(t) == "object" && positive(s, "minProperties") &&
             !s.contains("patternProperties") && !s.contains("propertyNames"))
           continue;
         listed.push_back(t);
@@ -487,10 +496,16 @@ class Walker {
     walk(*current, at, param_ + ".$ref(" + uri + ")", std::nullopt);
   }
 
+  // A whole number the converter reads as a 64-bit integer.
   static bool whole(const ojson& v) {
+    if (v.is_number_unsigned()) return v.get<uint64_t>() <= (uint64_t{1} << 62);
     return v.is_number_integer() ||
            (v.is_number_float() && std::isfinite(v.get<double>()) &&
-            std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 9.0e18);
+            std::floor(v.get<double>()) == v.get<double>() && std::fabs(v.get<double>()) < 4.0e18);
+  }
+  static bool positive(const ojson& s, const char* key) {
+    const auto it = s.find(key);
+    return it != s.end() && it->is_number() && it->get<double>() > 0;
   }
 
   void count(const ojson& s, const char* key, const std::string& name) {
@@ -673,6 +688,7 @@ class Walker {
   std::string param_;
   bool allow_rewrite_;
   std::set<std::string> visited_;                     // schema objects walked, as pointers
+  int depth_ = 0;                                     // of the one being walked
   std::vector<std::pair<std::string, ojson>> typed_;  // where "type" is added, and which
 };
 

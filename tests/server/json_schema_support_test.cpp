@@ -122,6 +122,17 @@ TEST(JsonSchemaSupport, ReferencesResolveOnlyInsideTheSchema) {
                  "'not'");
 }
 
+TEST(JsonSchemaSupport, ADeepOrMalformedSchemaIsA400NotACrash) {
+  std::string deep = R"({"type": "integer"})";
+  for (int i = 0; i < 100000; ++i) deep = R"({"type": "array", "items": )" + deep + "}";
+  expect_refused(deep, "more than 64 deep");
+  expect_refused(R"({"minItems": "x"})", "'schema.minItems' must be a non-negative integer");
+  expect_refused(R"({"type": "integer", "minimum": 18446744073709551615})", "whole number");
+  expect_refused(R"({"type": "string", "format": 7})", "'format'");
+  expect_refused(R"({"enum": []})", "non-empty");
+  expect_refused(R"({"anyOf": {}})", "non-empty array");
+}
+
 TEST(JsonSchemaSupport, AFalseSchemaIsTakenOnlyWhereTheConverterReadsIt) {
   expect_taken(R"({"type": "object", "properties": {"a": {}}, "additionalProperties": false})");
   expect_taken(R"({"type": "array", "prefixItems": [{}], "items": false})");
