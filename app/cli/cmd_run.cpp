@@ -11,6 +11,10 @@
 #include "cli.h"
 #include "generation.h"
 #include "granule/error.h"
+#ifdef GRANULE_HAVE_SERVER
+#include "json_schema_support.h"  // the server's rules for a schema
+#include "openai_request.h"       // ApiError
+#endif
 
 namespace granule::cli {
 namespace {
@@ -36,8 +40,17 @@ std::string read_text_file(const std::string& path, const char* what) {
 Constraint constraint_from(const RunOptions& options) {
   if (!options.json_schema_file.empty()) {
     std::string schema = read_text_file(options.json_schema_file, "JSON schema");
-    if (nlohmann::json::parse(schema, nullptr, false).is_discarded())
+    const auto parsed = nlohmann::ordered_json::parse(schema, nullptr, false);
+    if (parsed.is_discarded())
       throw UsageError("the JSON schema file '" + options.json_schema_file + "' is not valid JSON");
+#ifdef GRANULE_HAVE_SERVER
+    // As the server takes it: a keyword the constraint would not enforce is refused.
+    try {
+      schema = server::enforceable_json_schema(parsed, "--json-schema").dump();
+    } catch (const server::ApiError& e) {
+      throw UsageError(e.what());
+    }
+#endif
     return Constraint::json_schema(std::move(schema));
   }
   if (!options.grammar_file.empty())

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "json_schema_support.h"
+
 namespace granule::server {
 namespace {
 
@@ -234,59 +236,6 @@ ChatOptions parse_chat_options(const json& body) {
 // the reply writes them in.
 using ojson = nlohmann::ordered_json;
 
-// JSON Schema keywords the constraint enforces (xgrammar's JSON Schema converter); a schema with
-// any other keyword is refused, since its replies could break the keyword silently.
-bool enforced_keyword(const std::string& k) {
-  static const char* const kKeywords[] = {
-      // annotations, which constrain nothing
-      "$schema", "$id", "$comment", "title", "description", "default", "examples", "deprecated",
-      "readOnly", "writeOnly",
-      // enforced
-      "type", "enum", "const", "properties", "required", "additionalProperties", "items",
-      "prefixItems", "minItems", "maxItems", "anyOf", "$ref", "$defs", "definitions", "minLength",
-      "maxLength", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-      "minProperties", "maxProperties"};
-  for (const char* known : kKeywords)
-    if (k == known) return true;
-  return false;
-}
-
-// Walks a schema; throws a 400 naming the first keyword the constraint would not enforce.
-void check_keywords(const ojson& schema, const std::string& param) {
-  if (schema.is_boolean()) return;
-  if (!schema.is_object()) throw bad(param, "'" + param + "' must be a JSON Schema (an object)");
-  for (const auto& [key, value] : schema.items()) {
-    if (!enforced_keyword(key))
-      throw bad(param, "the JSON Schema keyword '" + key + "' (in '" + param +
-                           "') is not supported for structured output: leave it out");
-    if (key == "$ref" && (!value.is_string() || !value.get<std::string>().starts_with("#")))
-      throw bad(param, "'" + param +
-                           ".$ref' must point into the schema itself (\"#/...\"): other "
-                           "documents are not fetched");
-    if (key == "required" && value.is_array()) {
-      // xgrammar enforces a required property only when `properties` gives it a schema.
-      const auto props = schema.find("properties");
-      for (const ojson& name : value) {
-        if (!name.is_string() || props == schema.end() || !props->is_object() ||
-            !props->contains(name.get<std::string>()))
-          throw bad(param, "'" + param + ".required' names " + name.dump() +
-                               ", which 'properties' does not describe: give it a schema there");
-      }
-    }
-    if (key == "properties" || key == "$defs" || key == "definitions") {
-      if (!value.is_object()) throw bad(param, "'" + key + "' must be an object of schemas");
-      for (const auto& [name, sub] : value.items())
-        check_keywords(sub, param + "." + key + "." + name);
-    } else if (key == "items" || key == "additionalProperties") {
-      if (value.is_object() || value.is_boolean()) check_keywords(value, param + "." + key);
-    } else if (key == "prefixItems" || key == "anyOf") {
-      if (!value.is_array()) throw bad(param, "'" + key + "' must be an array of schemas");
-      for (size_t i = 0; i < value.size(); ++i)
-        check_keywords(value[i], param + "." + key + "[" + std::to_string(i) + "]");
-    }
-  }
-}
-
 // response_format, and llama-server's `grammar` and `json_schema` extensions.
 Constraint parse_constraint(const ojson& body) {
   Constraint constraint;
@@ -314,8 +263,8 @@ Constraint parse_constraint(const ojson& body) {
         throw bad("response_format.json_schema.strict",
                   "'response_format.json_schema.strict' must be a boolean");
       // strict or not, the reply is decoded under the schema: it always validates.
-      check_keywords(*schema, "response_format.json_schema.schema");
-      constraint = Constraint::json_schema(schema->dump());
+      constraint = Constraint::json_schema(
+          enforceable_json_schema(*schema, "response_format.json_schema.schema").dump());
       ++given;
     } else if (type != "text") {
       throw bad("response_format.type",
@@ -326,8 +275,7 @@ Constraint parse_constraint(const ojson& body) {
   }
   if (const auto it = body.find("json_schema"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw bad("json_schema", "'json_schema' must be a JSON Schema object");
-    check_keywords(*it, "json_schema");
-    constraint = Constraint::json_schema(it->dump());
+    constraint = Constraint::json_schema(enforceable_json_schema(*it, "json_schema").dump());
     ++given;
   }
   if (const auto it = body.find("grammar"); it != body.end() && !it->is_null()) {
@@ -404,6 +352,21 @@ void parse_tools(const ojson& body, ParsedRequest& request) {
   request.tool_name = name;
 }
 
+// The tools whose arguments the reply is constrained to (all for required, the one for a named
+// choice) get their parameters checked, and kept as the constraint takes them.
+void check_tool_parameters(ParsedRequest& request) {
+  if (request.tool_choice != ToolChoice::Required && request.tool_choice != ToolChoice::Named)
+    return;
+  for (size_t i = 0; i < request.tools.size(); ++i) {
+    ojson& function = request.tools[i]["function"];
+    if (request.tool_choice == ToolChoice::Named && function["name"] != request.tool_name) continue;
+    const auto parameters = function.find("parameters");
+    if (parameters == function.end() || parameters->is_null()) continue;
+    *parameters = enforceable_json_schema(*parameters,
+                                          "tools[" + std::to_string(i) + "].function.parameters");
+  }
+}
+
 std::vector<std::string> parse_stop(const json& body) {
   const auto it = body.find("stop");
   if (it == body.end() || it->is_null()) return {};
@@ -424,7 +387,8 @@ std::vector<std::string> parse_stop(const json& body) {
 }  // namespace
 
 void check_schema_keywords(const nlohmann::ordered_json& schema, const std::string& param) {
-  check_keywords(schema, param);
+  // The caller compiles the schema it checked: nothing may be rewritten.
+  enforceable_json_schema(schema, param, /*allow_rewrite=*/false);
 }
 
 json error_json(const ApiError& error) {
@@ -448,6 +412,7 @@ ParsedRequest parse_request(Endpoint endpoint, std::string_view body_text,
     request.messages = parse_messages(body);
     request.chat_options = parse_chat_options(body);
     parse_tools(ordered, request);
+    check_tool_parameters(request);
   } else {
     parse_prompt(body, request);
     for (const char* field : {"tools", "tool_choice", "response_format"}) {
@@ -611,10 +576,17 @@ json tool_call_json(const ToolCall& call) {
           {"function", {{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
-json tool_call_chunk_json(const ResponseHeader& header, int index, const ToolCall& call) {
+json tool_call_chunk_json(const ResponseHeader& header, const ToolCallPiece& piece) {
   json chunk = base_json(header, "chat.completion.chunk");
-  json entry = tool_call_json(call);
-  entry["index"] = index;
+  // The call's first piece names it; the others add to its arguments.
+  json entry = {{"index", piece.index}};
+  if (!piece.id.empty()) {
+    entry["id"] = piece.id;
+    entry["type"] = "function";
+    entry["function"] = {{"name", piece.name}, {"arguments", piece.arguments}};
+  } else {
+    entry["function"] = {{"arguments", piece.arguments}};
+  }
   json choice = {{"index", 0},
                  {"logprobs", nullptr},
                  {"finish_reason", nullptr},

@@ -118,9 +118,10 @@ nlohmann::json completion_json(Endpoint endpoint, const ResponseHeader& header,
                                const std::string& text, const std::string& finish_reason,
                                const Usage& usage, const std::string& reasoning = "",
                                const std::vector<ToolCall>& tool_calls = {});
-// A tool call's first stream chunk as OpenAI sends it: its index, id, type and name, and its
-// arguments (all of them: Granule releases a call once it is complete).
-nlohmann::json tool_call_chunk_json(const ResponseHeader& header, int index, const ToolCall& call);
+// A stream chunk of a tool call as OpenAI sends it: the call's first piece with its index, id,
+// type, name and arguments so far (all of them where a format releases a call once complete),
+// a later piece with its index and more of its arguments.
+nlohmann::json tool_call_chunk_json(const ResponseHeader& header, const ToolCallPiece& piece);
 // A stream chunk carrying text (or, for chat, the assistant's role first with role = true),
 // or the last chunk with a finish reason (text empty). finish_reason "" is written as null.
 // A chat chunk's reasoning goes in delta.reasoning_content.

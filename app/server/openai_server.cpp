@@ -39,9 +39,9 @@ struct Channel {
   int64_t cached_tokens = 0;  // prompt tokens whose KV was kept (PromptInfo::reused_tokens)
   // When the request was handed to the engine thread, and its first and last tokens.
   std::chrono::steady_clock::time_point submitted, first_token, last_token;
-  std::vector<TokenLogprobs> logprobs;  // of tokens not yet sent (when the request asked)
-  std::vector<ToolCall> tool_calls;     // parsed from the reply, not yet sent
-  int tool_call_count = 0;              // every call parsed so far
+  std::vector<TokenLogprobs> logprobs;    // of tokens not yet sent (when the request asked)
+  std::vector<ToolCallPiece> tool_calls;  // parsed from the reply, not yet sent
+  int tool_call_count = 0;                // every call parsed so far
   bool finished = false;
   FinishReason reason = FinishReason::None;
   std::string error;
@@ -225,8 +225,8 @@ struct OpenAiServer::Impl {
     std::unique_ptr<Slot> slot;
     bool cancel_sent = false;
     bool stream = false;
-    std::vector<ToolCall> new_calls;  // taken from the channel by wait_for_news, not yet sent
-    int calls_sent = 0;
+    std::vector<ToolCallPiece> new_calls;  // taken from the channel by wait_for_news, not yet sent
+    int calls_sent = 0;                    // calls begun in the stream
   };
 
   // Submitted requests, for requests(): an entry lives as long as its Running (the handler's,
@@ -480,18 +480,25 @@ struct OpenAiServer::Impl {
             const ToolCallFormat format = tool_call_format(*tmpl);
             const bool forced_call = parsed.tool_choice == ToolChoice::Required ||
                                      parsed.tool_choice == ToolChoice::Named;
-            std::string harmony_call;  // the function a forced harmony header names
+            std::optional<std::string> harmony_call;  // the function a forced header names
             if (forced_call && format == ToolCallFormat::Harmony) {
               // The call's header is control tokens: forced after the generation prompt, the
-              // constraint covering the arguments.
+              // constraint covering the arguments (and, for any of several tools, the name and
+              // the header's last markers).
               std::optional<HarmonyForcedCall> forced =
                   harmony_forced_call(parsed.tools, parsed.tool_name);
+              if (!forced && parsed.tool_choice == ToolChoice::Required) {
+                const auto control = [&tokenizer](std::string_view text) {
+                  const std::optional<TokenId> id = tokenizer.find_token(text);
+                  return id && tokenizer.token_attr(*id) == TokenAttr::Control
+                             ? std::optional<int32_t>(*id)
+                             : std::nullopt;
+                };
+                forced = harmony_required_call(parsed.tools, control("<|constrain|>"),
+                                               control("<|message|>"));
+              }
               if (!forced)
-                throw ApiError(400,
-                               "tool_choice required with several tools is not supported for "
-                               "this model's tool-call format (harmony): name one function "
-                               "({\"type\": \"function\", \"function\": {\"name\": ...}}) or "
-                               "use auto",
+                throw ApiError(400, "tool_choice names no function of 'tools'",
                                "invalid_request_error", "tool_choice");
               request.constraint = std::move(forced->constraint);
               parsed.chat_options.reply_prefix = std::move(forced->header);
@@ -508,7 +515,7 @@ struct OpenAiServer::Impl {
               request.constraint = std::move(*forced);
             }
             tool_parser = std::make_shared<ToolCallParser>(format, "call_" + running.header.id);
-            if (!harmony_call.empty()) tool_parser->begin_call(std::move(harmony_call));
+            if (harmony_call) tool_parser->begin_call(std::move(*harmony_call));
           }
           // Counted as Engine::submit encodes it: BOS written by the template, control
           // tokens parsed.
@@ -539,11 +546,13 @@ struct OpenAiServer::Impl {
           if (at_end) {
             ToolCallParser::Delta rest = tool_parser->finish();
             d.content += rest.content;
-            for (ToolCall& call : rest.calls) d.calls.push_back(std::move(call));
+            for (ToolCallPiece& call : rest.calls) d.calls.push_back(std::move(call));
           }
           c.text += d.content;
-          c.tool_call_count += static_cast<int>(d.calls.size());
-          for (ToolCall& call : d.calls) c.tool_calls.push_back(std::move(call));
+          for (ToolCallPiece& call : d.calls) {
+            c.tool_call_count += !call.id.empty();
+            c.tool_calls.push_back(std::move(call));
+          }
         };
         // Harmony: calls are whole messages, taken from the raw reply before the ReasoningParser
         // splits the rest into reasoning and answer.
@@ -554,7 +563,7 @@ struct OpenAiServer::Impl {
           if (at_end) {
             ToolCallParser::Delta rest = tool_parser->finish();
             d.content += rest.content;
-            for (ToolCall& call : rest.calls) d.calls.push_back(std::move(call));
+            for (ToolCallPiece& call : rest.calls) d.calls.push_back(std::move(call));
           }
           ReasoningDelta delta = parser->push(d.content);
           if (at_end) {
@@ -564,8 +573,10 @@ struct OpenAiServer::Impl {
           }
           c.text += delta.content;
           c.reasoning += delta.reasoning;
-          c.tool_call_count += static_cast<int>(d.calls.size());
-          for (ToolCall& call : d.calls) c.tool_calls.push_back(std::move(call));
+          for (ToolCallPiece& call : d.calls) {
+            c.tool_call_count += !call.id.empty();
+            c.tool_calls.push_back(std::move(call));
+          }
         };
         request.sink.on_token = [channel, parser, take_content, take_harmony, harmony_calls,
                                  counted = completion_tokens](SequenceId, const std::string& text,
@@ -659,7 +670,7 @@ struct OpenAiServer::Impl {
       logprobs_out.insert(logprobs_out.end(), std::make_move_iterator(channel.logprobs.begin()),
                           std::make_move_iterator(channel.logprobs.end()));
       channel.logprobs.clear();
-      for (ToolCall& call : channel.tool_calls) running.new_calls.push_back(std::move(call));
+      for (ToolCallPiece& call : channel.tool_calls) running.new_calls.push_back(std::move(call));
       channel.tool_calls.clear();
       running.usage.completion_tokens = channel.completion_tokens;
       running.usage.cached_tokens = channel.cached_tokens;
@@ -736,9 +747,11 @@ struct OpenAiServer::Impl {
     const Channel& channel = *running.channel;
     std::string finish = openai_finish_reason(channel.reason);
     if (finish.empty()) return send_error(res, finish_error(channel));
-    if (!running.new_calls.empty() && finish == "stop") finish = "tool_calls";
+    std::vector<ToolCall> calls;
+    add_tool_call_pieces(calls, running.new_calls);
+    if (!calls.empty() && finish == "stop") finish = "tool_calls";
     json response = completion_json(running.endpoint, running.header, text, finish, running.usage,
-                                    reasoning, running.new_calls);
+                                    reasoning, calls);
     if (running.logprobs)
       response["choices"][0]["logprobs"] = logprobs_json(running.endpoint, logprobs);
     res.set_content(dump(response), "application/json");
@@ -777,8 +790,10 @@ struct OpenAiServer::Impl {
             }
             out += sse_event(chunk);
           }
-          for (const ToolCall& call : r.new_calls)
-            out += sse_event(tool_call_chunk_json(r.header, r.calls_sent++, call));
+          for (const ToolCallPiece& call : r.new_calls) {
+            r.calls_sent += !call.id.empty();
+            out += sse_event(tool_call_chunk_json(r.header, call));
+          }
           r.new_calls.clear();
           if (state == Wait::ClientGone && stopping) {
             out += sse_event(error_json(stopping_error())) + "data: [DONE]\n\n";

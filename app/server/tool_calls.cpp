@@ -87,7 +87,24 @@ json parameters_of(const json& tool) {
   return json{{"type", "object"}};
 }
 
+// A structural tag's arguments: the tool's schema. Whitespace between JSON tokens comes one
+// character at most (a structural tag's JSON otherwise allows any amount, which a small model
+// fills a reply with).
+json arguments_element(const json& tool) {
+  return {{"type", "json_schema"}, {"json_schema", parameters_of(tool)}, {"max_whitespace_cnt", 1}};
+}
+
 }  // namespace
+
+void add_tool_call_pieces(std::vector<ToolCall>& calls, const std::vector<ToolCallPiece>& pieces) {
+  for (const ToolCallPiece& piece : pieces) {
+    if (!piece.id.empty() || calls.empty()) {
+      calls.push_back({piece.id, piece.name, piece.arguments});
+    } else {
+      calls.back().arguments += piece.arguments;
+    }
+  }
+}
 
 ToolCallFormat tool_call_format(const ChatTemplate& chat_template) {
   if (chat_template.reasoning_format() == ReasoningFormat::Harmony) return ToolCallFormat::Harmony;
@@ -140,10 +157,8 @@ std::optional<Constraint> tool_call_constraint(ToolCallFormat format, const json
       case ToolCallFormat::Harmony:
         break;
     }
-    tags.push_back({{"type", "tag"},
-                    {"begin", begin},
-                    {"content", {{"type", "json_schema"}, {"json_schema", parameters_of(tool)}}},
-                    {"end", end}});
+    tags.push_back(
+        {{"type", "tag"}, {"begin", begin}, {"content", arguments_element(tool)}, {"end", end}});
   }
   if (tags.empty()) return std::nullopt;
   // Only Hermes writes several calls one after another; the others, one call per reply.
@@ -176,6 +191,35 @@ std::optional<HarmonyForcedCall> harmony_forced_call(const json& tools, const st
   return call;
 }
 
+std::optional<HarmonyForcedCall> harmony_required_call(const json& tools,
+                                                       std::optional<int32_t> constrain_token,
+                                                       std::optional<int32_t> message_token) {
+  // A marker is its control token where the vocabulary has one (a constraint cannot write it
+  // as text), else its text.
+  const auto marker = [](std::optional<int32_t> token, std::string_view text) {
+    return token ? json{{"type", "token"}, {"token", *token}}
+                 : json{{"type", "const_string"}, {"value", text}};
+  };
+  json calls = json::array();
+  for (const json& tool : tools) {
+    const std::string name = function_of(tool).value("name", "");
+    if (name.empty()) continue;
+    calls.push_back({{"type", "sequence"},
+                     {"elements",
+                      {{{"type", "const_string"}, {"value", name + " "}},
+                       marker(constrain_token, "<|constrain|>"),
+                       {{"type", "const_string"}, {"value", "json"}},
+                       marker(message_token, kHarmonyMessage),
+                       arguments_element(tool)}}});
+  }
+  if (calls.empty()) return std::nullopt;
+  HarmonyForcedCall call;
+  call.header = std::string(kHarmonyChannel) + "commentary " + std::string(kHarmonyRecipient);
+  call.constraint = Constraint::structural_tag(
+      json{{"type", "structural_tag"}, {"format", {{"type", "or"}, {"elements", calls}}}}.dump());
+  return call;
+}
+
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::string id_prefix)
     : format_(format), id_prefix_(std::move(id_prefix)) {}
 
@@ -187,8 +231,12 @@ ToolCallParser::Delta ToolCallParser::push(std::string_view text) {
 }
 
 void ToolCallParser::begin_call(std::string name) {
-  call_name_ = std::move(name);
-  call_header_.clear();  // in the prompt, not the reply: never released as text
+  if (name.empty()) {  // the reply goes on from "to=functions." in the prompt
+    pending_ = std::string(kHarmonyRecipient);
+    harmony_ = Harmony::Header;
+    return;
+  }
+  call_name_ = std::move(name);  // its header is in the prompt, not the reply
   harmony_ = Harmony::CallBody;
 }
 
@@ -207,14 +255,14 @@ bool ToolCallParser::take_json(std::string_view text, Delta& out) {
   } else {
     items.push_back(value);
   }
-  std::vector<ToolCall> calls;
+  std::vector<ToolCallPiece> calls;
   for (const json& item : items) {
     if (!item.is_object()) return false;
     const auto name = item.find("name");
     if (name == item.end() || !name->is_string()) return false;
     auto args = item.find("arguments");
     if (args == item.end()) args = item.find("parameters");
-    ToolCall call;
+    ToolCallPiece call;
     call.name = name->get<std::string>();
     if (args == item.end() || args->is_null()) {
       call.arguments = "{}";
@@ -226,7 +274,8 @@ bool ToolCallParser::take_json(std::string_view text, Delta& out) {
     calls.push_back(std::move(call));
   }
   if (calls.empty()) return false;
-  for (ToolCall& call : calls) {
+  for (ToolCallPiece& call : calls) {
+    call.index = next_index_;
     call.id = id_prefix_ + "_" + std::to_string(next_index_++);
     out.calls.push_back(std::move(call));
   }
@@ -353,15 +402,26 @@ void ToolCallParser::run_harmony(Delta& out, bool at_end) {
       }
       std::string_view name = header.substr(to + kHarmonyRecipient.size());
       name = name.substr(0, name.find_first_of(" \t\r\n<"));
+      if (name.empty()) {  // no function named: not a call
+        release(message + kHarmonyMessage.size());
+        harmony_ = Harmony::Body;
+        continue;
+      }
       call_name_ = std::string(name);
-      call_header_ = pending_.substr(0, message + kHarmonyMessage.size());
       pending_.erase(0, message + kHarmonyMessage.size());
       harmony_ = Harmony::CallBody;
       continue;
     }
-    // The call's arguments, up to the tag that ends the message.
+    // The call: its name first, then its arguments as they come, up to the tag that ends the
+    // message (or the reply's end: <|call|> stops generation and is not written).
+    if (!call_named_) {
+      out.calls.push_back(
+          {next_index_, id_prefix_ + "_" + std::to_string(next_index_), call_name_, ""});
+      call_named_ = true;
+    }
     size_t cut = std::string::npos;
     std::string_view tag;
+    size_t keep = 0;  // what may begin a tag, held back
     for (std::string_view end :
          {kHarmonyCall, kHarmonyEnd, kHarmonyReturn, kHarmonyStart, kHarmonyChannel}) {
       const size_t at = pending_.find(end);
@@ -369,26 +429,65 @@ void ToolCallParser::run_harmony(Delta& out, bool at_end) {
         cut = at;
         tag = end;
       }
-    }
-    if (cut == std::string::npos && !at_end) return;
-    const std::string body = pending_.substr(0, cut);
-    const json args = parse_arguments(trim(body));
-    if (!call_name_.empty() && args.is_object()) {
-      out.calls.push_back(
-          {id_prefix_ + "_" + std::to_string(next_index_++), call_name_, args.dump()});
-    } else {  // not a call after all (a truncated reply): the message as it came
-      out.content += call_header_ + body;
-      if (tag == kHarmonyCall || tag == kHarmonyEnd || tag == kHarmonyReturn) out.content += tag;
+      keep = std::max(keep, holdback(pending_, end));
     }
     if (cut == std::string::npos) {
-      pending_.clear();
+      const size_t upto = pending_.size() - (at_end ? 0 : keep);
+      harmony_arguments(std::string_view(pending_).substr(0, upto), out);
+      pending_.erase(0, upto);
+      if (!at_end) return;
     } else {
+      harmony_arguments(std::string_view(pending_).substr(0, cut), out);
       const bool ends_message = tag == kHarmonyCall || tag == kHarmonyEnd || tag == kHarmonyReturn;
       pending_.erase(0, ends_message ? cut + tag.size() : cut);
     }
+    ++next_index_;
     call_name_.clear();
-    call_header_.clear();
+    call_named_ = in_string_ = escaped_ = false;
     harmony_ = Harmony::Body;
+  }
+}
+
+// A harmony call's arguments as they come: the whitespace between JSON tokens left out, a raw
+// control character in a string (the grammar's JSON allows a raw tab) escaped, so the pieces
+// join into the JSON a client parses.
+void ToolCallParser::harmony_arguments(std::string_view text, Delta& out) {
+  std::string piece;
+  for (const char c : text) {
+    if (!in_string_) {
+      if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+      piece += c;
+      in_string_ = c == '"';
+      continue;
+    }
+    if (escaped_) {
+      escaped_ = false;
+    } else if (c == '\\') {
+      escaped_ = true;
+    } else if (c == '"') {
+      in_string_ = false;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      // As a JSON writer escapes it.
+      static constexpr char kHex[] = "0123456789abcdef";
+      static constexpr std::string_view kShort = "btn_fr";  // \b \t \n, -, \f \r from 8
+      if (c >= 8 && c <= 13 && c != 11) {
+        piece += '\\';
+        piece += kShort[static_cast<size_t>(c - 8)];
+      } else {
+        piece += "\\u00";
+        piece += kHex[(c >> 4) & 0xf];
+        piece += kHex[c & 0xf];
+      }
+      continue;
+    }
+    piece += c;
+  }
+  if (piece.empty()) return;
+  // The call's first piece stays its name alone, as OpenAI's first delta.
+  if (!out.calls.empty() && out.calls.back().index == next_index_ && out.calls.back().id.empty()) {
+    out.calls.back().arguments += piece;
+  } else {
+    out.calls.push_back({next_index_, "", "", std::move(piece)});
   }
 }
 

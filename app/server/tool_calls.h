@@ -30,6 +30,17 @@ struct ToolCall {
   std::string arguments;  // a JSON object's text, as OpenAI sends it
 };
 
+// A call as it streams, as OpenAI's tool_calls deltas: the first piece of call `index` carries
+// its id and name, the pieces after it add to its arguments. A call found whole is one piece.
+struct ToolCallPiece {
+  int index = 0;
+  std::string id;    // the first piece's
+  std::string name;  // the first piece's
+  std::string arguments;
+};
+// Adds `pieces` to the whole calls `calls` (the response that is not streamed).
+void add_tool_call_pieces(std::vector<ToolCall>& calls, const std::vector<ToolCallPiece>& pieces);
+
 // tool_choice: none (tools never called), auto (the model decides), required (at least one
 // call), or one named function.
 enum class ToolChoice { None, Auto, Required, Named };
@@ -56,12 +67,24 @@ struct HarmonyForcedCall {
 // between control tokens, so it cannot be left to a constraint).
 std::optional<HarmonyForcedCall> harmony_forced_call(const nlohmann::ordered_json& tools,
                                                      const std::string& name);
+// tool_choice required with several tools: the header forced up to the recipient's prefix
+// ("<|channel|>commentary to=functions.", `name` empty), the rest constrained by a structural
+// tag over every tool: its name, " <|constrain|>json<|message|>", its arguments' schema.
+// `constrain_token` and `message_token` are the vocabulary's control tokens for the two
+// markers (nullopt: the vocabulary spells them as text). nullopt when `tools` names no
+// function.
+std::optional<HarmonyForcedCall> harmony_required_call(const nlohmann::ordered_json& tools,
+                                                       std::optional<int32_t> constrain_token,
+                                                       std::optional<int32_t> message_token);
 
 // Splits a streamed reply into its text and its tool calls. Text that may begin a call is held
 // back until it is known not to; a call is released once complete.
-// Harmony reads the raw reply, before the ReasoningParser: a call is a whole message (its header
-// names the recipient), so the parser takes the call messages out and passes every other message
-// on as it came, tags included, for the ReasoningParser to split into reasoning and answer.
+// Harmony reads the raw reply, before the ReasoningParser: a call is a message whose header
+// names the recipient, so the parser takes the call messages out and passes every other message
+// on as it came, tags included, for the ReasoningParser to split into reasoning and answer. A
+// harmony call streams: its name once the header is read, then its arguments as they come
+// (without the whitespace between JSON tokens; a raw control character in a string escaped),
+// also when the reply is cut short inside them (as OpenAI's, finish_reason "length").
 class ToolCallParser {
  public:
   // `id_prefix` names the calls: "<id_prefix>_<index>".
@@ -69,12 +92,14 @@ class ToolCallParser {
 
   struct Delta {
     std::string content;
-    std::vector<ToolCall> calls;
+    std::vector<ToolCallPiece> calls;
   };
   Delta push(std::string_view text);
   Delta finish();  // the end of the reply: what was held back (an unfinished call as text)
   // Harmony: the reply begins inside a call to `name` whose header the prompt forced
-  // (harmony_forced_call); its arguments come first, ended by a tag or the reply's end.
+  // (harmony_forced_call); its arguments come first, ended by a tag or the reply's end. With
+  // `name` empty, the prompt forced the header up to "to=functions." (harmony_required_call):
+  // the reply begins with the function's name.
   void begin_call(std::string name);
   int calls() const { return next_index_; }
 
@@ -84,6 +109,7 @@ class ToolCallParser {
   // when it is not a call.
   bool take_json(std::string_view text, Delta& out);
   void run_harmony(Delta& out, bool at_end);
+  void harmony_arguments(std::string_view text, Delta& out);
 
   ToolCallFormat format_;
   std::string id_prefix_;
@@ -97,7 +123,9 @@ class ToolCallParser {
   Harmony harmony_ = Harmony::Header;  // the reply begins with a header ("<|start|>assistant" is
                                        // the prompt's)
   std::string call_name_;              // Harmony: the recipient of the call being read
-  std::string call_header_;            // Harmony: its header, released as text if not a call
+  bool call_named_ = false;            // Harmony: its first piece (id and name) is out
+  bool in_string_ = false;             // Harmony: where its arguments are, inside a string
+  bool escaped_ = false;               // ... after a backslash
 };
 
 }  // namespace granule::server

@@ -3,11 +3,11 @@
 Run by harmony_tool_serve_test.sh as: python3 harmony_tool_serve_test.py GRANULE_CLI MODEL, where
 MODEL is the synthetic model carrying gpt-oss's chat template (its random weights write nothing
 meaningful, so every call below comes from the forced header and the arguments' constraint).
-Checks: a named function and tool_choice required with one tool each give exactly one call of
-that function whose arguments validate against its schema, whole and streamed (the deltas as
-OpenAI sends them: index, id, type and name first, then the arguments, reassembled by the
-client into the same call); auto and none are answered as before (none: never a call);
-required with several tools is a 400 naming tool_choice. Exits 1 on the first failure.
+Checks: a named function, and tool_choice required with one tool or several, each give exactly
+one call (of that function; for several, of one of them) whose arguments validate against its
+schema, whole and streamed (the deltas as OpenAI sends them: index, id, type and name first with
+no arguments, then the arguments in pieces, reassembled by the client into the same call); auto
+and none are answered as before (none: never a call). Exits 1 on the first failure.
 """
 
 import json
@@ -62,14 +62,18 @@ def validate(arguments, tool):
               f"arguments {arguments!r} do not fit {schema}")
 
 
-def expect_one_call(client, tool, **request):
+def expect_one_call(client, expected, **request):
+    """One call of `expected` (a tool, or a list of them); returns the function's name."""
+    expected = expected if isinstance(expected, list) else [expected]
+    by_name = {t["function"]["name"]: t for t in expected}
     whole = client.chat.completions.create(**request)
     choice = whole.choices[0]
     check(choice.finish_reason == "tool_calls", f"finish_reason: {whole}")
     calls = choice.message.tool_calls
     check(calls and len(calls) == 1, f"not one call: {whole}")
-    check(calls[0].type == "function" and calls[0].id and calls[0].function.name ==
-          tool["function"]["name"], f"call: {calls[0]}")
+    check(calls[0].type == "function" and calls[0].id and calls[0].function.name in by_name,
+          f"call: {calls[0]}")
+    tool = by_name[calls[0].function.name]
     check(not choice.message.content, f"content beside the call: {choice.message.content!r}")
     validate(calls[0].function.arguments, tool)
 
@@ -77,8 +81,12 @@ def expect_one_call(client, tool, **request):
     raw = list(client.chat.completions.create(**request, stream=True))
     deltas = [tc for c in raw for ch in c.choices for tc in (ch.delta.tool_calls or [])]
     check(deltas and deltas[0].index == 0 and deltas[0].id and deltas[0].type == "function"
-          and deltas[0].function.name == tool["function"]["name"], f"tool-call deltas: {deltas}")
+          and deltas[0].function.name == calls[0].function.name, f"tool-call deltas: {deltas}")
     check(all(d.index == 0 for d in deltas), f"deltas of more than one call: {deltas}")
+    # Name first, then the arguments as they come, in later deltas that name nothing.
+    check(not deltas[0].function.arguments and len(deltas) > 1 and
+          all(d.id is None and d.function.name is None for d in deltas[1:]),
+          f"not the name first, then argument pieces: {deltas}")
     arguments = "".join(d.function.arguments or "" for d in deltas)
     check(arguments == calls[0].function.arguments,
           f"streamed arguments {arguments!r} differ from the whole {calls[0].function.arguments!r}")
@@ -93,6 +101,7 @@ def expect_one_call(client, tool, **request):
     check([(c.function.name, c.function.arguments) for c in reassembled] ==
           [(c.function.name, c.function.arguments) for c in calls],
           f"the client's reassembled calls {reassembled} differ from {calls}")
+    return calls[0].function.name
 
 
 def main():
@@ -127,13 +136,12 @@ def main():
         check(not none.choices[0].message.tool_calls and
               none.choices[0].finish_reason in ("stop", "length"), f"none: {none}")
 
-        # required with several tools: the name would sit between control tokens; a 400.
-        try:
-            client.chat.completions.create(tools=[WEATHER, TIME], tool_choice="required", **common)
-            check(False, "required with several tools was accepted")
-        except openai.BadRequestError as e:
-            check(e.status_code == 400 and e.body and e.body.get("param") == "tool_choice" and
-                  "harmony" in e.body.get("message", ""), f"{e.status_code} {e.body}")
+        # required with several tools: the name constrained to theirs, then that tool's
+        # arguments (its schema): one call of one of them, whichever order the tools come in.
+        names = {expect_one_call(client, [WEATHER, TIME], tools=tools, tool_choice="required",
+                                 seed=seed, **common)
+                 for tools in ([WEATHER, TIME], [TIME, WEATHER]) for seed in (1, 2, 3)}
+        print(f"harmony_tool_serve_test: required with two tools called {sorted(names)}")
         print("harmony_tool_serve_test: all checks passed")
     finally:
         proc.terminate()

@@ -1,8 +1,8 @@
 # granule-cli serve's forced tool calls on gpt-oss's harmony format, checked with the official
 # OpenAI Python client (harmony_tool_serve_test.py) against the synthetic model carrying
-# gpt-oss's chat template: a named function and tool_choice required with one tool give one
-# call whose arguments validate, whole and streamed; auto and none unchanged; required with
-# several tools a 400.
+# gpt-oss's chat template: a named function and tool_choice required (one tool or several)
+# give one call whose arguments validate, whole and streamed (name first, then the arguments in
+# pieces); auto and none unchanged.
 source "$(dirname "$0")/cli_test_lib.sh"
 
 if ! "$CLI" serve --help 2>/dev/null | grep -q -- "--api-key"; then

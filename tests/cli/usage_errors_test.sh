@@ -66,5 +66,13 @@ expect_message "tokenize without text" \
   "granule-cli: tokenize needs the text, or -f FILE (- for standard input)" tokenize "$M"
 expect_clean_failure "unknown preset" run "$M" -p hi --preset wild
 if grep -q -- "--preset" "$ERR" && grep -q "balanced" "$ERR"; then pass; else fail "unknown preset: $(cat "$ERR")"; fi
+# A schema keyword the constraint would not enforce is named (with the server's rules, when
+# this build has the server).
+if "$CLI" serve --help 2>/dev/null | grep -q -- "--api-key"; then
+  echo '{"type": "object", "not": {"required": []}}' >"$WORK/not.json"
+  expect_message "--json-schema with a keyword not enforced" \
+    "granule-cli: the JSON Schema keyword 'not' (in '--json-schema') is not supported for structured output: leave it out" \
+    run "$M" -p hi --json-schema "$WORK/not.json"
+fi
 
 finish

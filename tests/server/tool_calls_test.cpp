@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -20,13 +21,13 @@ struct Parsed {
 // Feeds `reply` in pieces of `piece` bytes (0: whole); `forced`: a harmony reply that begins
 // inside a call to that function (its header forced in the prompt).
 Parsed parse(ToolCallFormat format, const std::string& reply, size_t piece,
-             const std::string& forced = "") {
+             const std::optional<std::string>& forced = std::nullopt) {
   ToolCallParser parser(format, "call_x");
-  if (!forced.empty()) parser.begin_call(forced);
+  if (forced) parser.begin_call(*forced);
   Parsed out;
   const auto take = [&out](ToolCallParser::Delta d) {
     out.content += d.content;
-    for (ToolCall& c : d.calls) out.calls.push_back(std::move(c));
+    add_tool_call_pieces(out.calls, d.calls);
   };
   if (piece == 0) {
     take(parser.push(reply));
@@ -37,8 +38,11 @@ Parsed parse(ToolCallFormat format, const std::string& reply, size_t piece,
   return out;
 }
 
+// `forced`: a harmony reply that begins inside a call to that function (its header forced in
+// the prompt); "" for one whose header the prompt forced up to "to=functions.".
 void expect_every_split(ToolCallFormat format, const std::string& reply, const std::string& content,
-                        const std::vector<ToolCall>& calls, const std::string& forced = "") {
+                        const std::vector<ToolCall>& calls,
+                        const std::optional<std::string>& forced = std::nullopt) {
   for (size_t piece : {0, 1, 2, 3, 7}) {
     const Parsed p = parse(format, reply, piece, forced);
     EXPECT_EQ(p.content, content) << "piece " << piece;
@@ -130,9 +134,52 @@ TEST(ToolCallParser, HarmonyAnswersAndBrokenCallsPassOn) {
   expect_every_split(ToolCallFormat::Harmony, preamble, preamble, {});
   // A model that ignores harmony and answers in plain text.
   expect_every_split(ToolCallFormat::Harmony, "Hello there", "Hello there", {});
-  // A call cut short (max_tokens): the message as it came, for the answer.
-  const std::string cut = "<|channel|>commentary to=functions.f json<|message|>{\"a\": ";
-  expect_every_split(ToolCallFormat::Harmony, cut, cut, {});
+  // A call cut short (max_tokens) is a call with the arguments it has, as OpenAI's.
+  expect_every_split(ToolCallFormat::Harmony,
+                     "<|channel|>commentary to=functions.f json<|message|>{\"a\": ", "",
+                     {{"", "f", R"({"a":)"}});
+  // A recipient without a function's name is not a call.
+  const std::string unnamed = "<|channel|>commentary to=functions. json<|message|>{}<|end|>";
+  expect_every_split(ToolCallFormat::Harmony, unnamed, unnamed, {});
+}
+
+// A harmony call streams as OpenAI's: its first piece names it (id and name) once the header is
+// read, the pieces after it carry its arguments as they come; whole, they are one call.
+TEST(ToolCallParser, HarmonyCallsStreamNameFirstThenArguments) {
+  const std::string reply =
+      "<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant<|channel|>commentary "
+      "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Rome\", \"n\": [1, 2]}"
+      "<|call|>";
+  ToolCallParser parser(ToolCallFormat::Harmony, "call_x");
+  std::vector<ToolCallPiece> pieces;
+  size_t named_at = std::string::npos;  // the byte whose push released the name
+  for (size_t i = 0; i < reply.size(); ++i) {
+    for (ToolCallPiece& p : parser.push(reply.substr(i, 1)).calls) {
+      if (!p.id.empty()) named_at = i;
+      pieces.push_back(std::move(p));
+    }
+  }
+  for (ToolCallPiece& p : parser.finish().calls) pieces.push_back(std::move(p));
+  ASSERT_GE(pieces.size(), 3u);
+  EXPECT_EQ(pieces[0].id, "call_x_0");
+  EXPECT_EQ(pieces[0].name, "get_weather");
+  EXPECT_EQ(pieces[0].arguments, "");  // named before any argument came
+  EXPECT_EQ(named_at, reply.find("<|message|>{") + std::string("<|message|>").size() - 1);
+  std::string arguments;
+  for (size_t i = 1; i < pieces.size(); ++i) {
+    EXPECT_EQ(pieces[i].index, 0);
+    EXPECT_TRUE(pieces[i].id.empty() && pieces[i].name.empty());
+    arguments += pieces[i].arguments;
+  }
+  EXPECT_EQ(arguments, R"({"city":"Rome","n":[1,2]})");
+}
+
+// tool_choice required with several tools: the prompt forced "to=functions.", the reply names
+// the function, then the header's end and the arguments.
+TEST(ToolCallParser, HarmonyRequiredCallBeginsWithTheName) {
+  expect_every_split(ToolCallFormat::Harmony,
+                     "get_time <|constrain|>json<|message|>{\"hour24\": true}", "",
+                     {{"", "get_time", R"({"hour24":true})"}}, "");
 }
 
 TEST(ToolCallParser, HarmonyTwoCallsInOneReply) {
@@ -230,15 +277,49 @@ TEST(HarmonyForcedCall, HeaderAndSchemaOfTheNamedOrOnlyTool) {
   EXPECT_EQ(only->name, "g");
 }
 
+// tool_choice required with several tools: "to=functions." forced, then a structural tag over
+// every tool (name, the header's end with its control tokens where the vocabulary has them, the
+// arguments' schema).
+TEST(HarmonyForcedCall, RequiredWithSeveralToolsConstrainsTheName) {
+  const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(
+      R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",
+          "properties":{"b":{"type":"string"}}}}},
+          {"type":"function","function":{"name":"g"}}])");
+  const auto call = harmony_required_call(tools, 7, 9);
+  ASSERT_TRUE(call);
+  EXPECT_EQ(call->name, "");
+  EXPECT_EQ(call->header, "<|channel|>commentary to=functions.");
+  ASSERT_EQ(call->constraint.kind, ConstraintKind::StructuralTag);
+  const auto tag = nlohmann::ordered_json::parse(call->constraint.source);
+  ASSERT_EQ(tag["format"]["type"], "or");
+  ASSERT_EQ(tag["format"]["elements"].size(), 2u);
+  const auto& f = tag["format"]["elements"][0]["elements"];
+  EXPECT_EQ(f[0]["value"], "f ");
+  EXPECT_EQ(f[1], nlohmann::ordered_json({{"type", "token"}, {"token", 7}}));
+  EXPECT_EQ(f[2]["value"], "json");
+  EXPECT_EQ(f[3], nlohmann::ordered_json({{"type", "token"}, {"token", 9}}));
+  EXPECT_EQ(f[4]["json_schema"]["properties"].begin().key(), "b");
+  EXPECT_EQ(tag["format"]["elements"][1]["elements"][4]["json_schema"],
+            nlohmann::ordered_json({{"type", "object"}}));
+  EXPECT_EQ(f[4]["max_whitespace_cnt"], 1);  // a small model fills free whitespace
+  // A vocabulary without the control tokens spells the markers as text.
+  const auto text = harmony_required_call(tools, std::nullopt, std::nullopt);
+  ASSERT_TRUE(text);
+  const auto text_tag = nlohmann::ordered_json::parse(text->constraint.source);
+  EXPECT_EQ(text_tag["format"]["elements"][0]["elements"][3]["value"], "<|message|>");
+  EXPECT_FALSE(harmony_required_call(nlohmann::ordered_json::array(), 7, 9));
+}
+
 // A reply that begins inside a forced call: its arguments, ended by <|call|> or by the reply's
-// end (<|call|> is an end-of-generation token, not written); cut-short arguments are text.
+// end (<|call|> is an end-of-generation token, not written); arguments cut short (max_tokens)
+// are the call's as far as they came, as OpenAI's.
 TEST(ToolCallParser, HarmonyForcedCallArguments) {
   expect_every_split(ToolCallFormat::Harmony, R"({"city": "Paris"})", "",
                      {{"", "get_weather", R"({"city":"Paris"})"}}, "get_weather");
   expect_every_split(ToolCallFormat::Harmony, R"({"city":"Paris"}<|call|>)", "",
                      {{"", "get_weather", R"({"city":"Paris"})"}}, "get_weather");
-  expect_every_split(ToolCallFormat::Harmony, R"({"city":"Par)", R"({"city":"Par)", {},
-                     "get_weather");
+  expect_every_split(ToolCallFormat::Harmony, R"({"city": "Par)", "",
+                     {{"", "get_weather", R"({"city":"Par)"}}, "get_weather");
   // A raw tab inside a string (the grammar's JSON allows it) is escaped, not a broken call.
   expect_every_split(ToolCallFormat::Harmony, "{\"city\": \"a\tb\\\"\"}", "",
                      {{"", "get_weather", R"({"city":"a\tb\""})"}}, "get_weather");

@@ -1,6 +1,7 @@
 // Constraints compiled with xgrammar (its C++ core, fetched by setup.sh xgrammar): the
-// vocabulary as raw bytes (each token's piece; control tokens empty, so never allowed as text),
-// the model's end-of-generation tokens as the tokens that end a complete text.
+// vocabulary as raw bytes (each token's piece; control tokens never allowed as text, only as
+// a structural tag's token), the model's end-of-generation tokens as the tokens that end a
+// complete text.
 #include "runtime/token_constraint.h"
 
 #include <bit>
@@ -93,8 +94,15 @@ struct ConstraintCompiler::Impl {
         std::min<int64_t>(n_vocab, static_cast<int64_t>(tokenizer.vocab_size())));
     for (TokenId id = 0; id < known; ++id) {
       const TokenAttr attr = tokenizer.token_attr(id);
+      if (attr == TokenAttr::Control && !tokenizer.is_end_of_generation(id)) {
+        // A byte no UTF-8 text holds, then its name: no text grammar ever allows it, a
+        // structural tag's {"type": "token", "token": ID} does (harmony's <|constrain|> and
+        // <|message|> in a forced call's header).
+        vocab[static_cast<size_t>(id)] = "\xff" + tokenizer.token_text(id);
+        continue;
+      }
       if (attr == TokenAttr::Control || attr == TokenAttr::Unused || attr == TokenAttr::Unknown)
-        continue;  // "": xgrammar never allows it as text
+        continue;  // "": xgrammar never allows it
       vocab[static_cast<size_t>(id)] = tokenizer.token_to_piece(id);
     }
     std::vector<int32_t> stops;
