@@ -808,7 +808,7 @@ void time_shapes_of_8b(TensorType type) {
   const kernels::KernelConfig config = f16mma_config();
   const auto wt = static_cast<uint32_t>(type);
   const bool int8 = kernels::matvec_mma_fits_device() && kernels::matvec_mma_supports(wt, true);
-  const char* type_name = tensor_type_info(type).name;
+  const std::string type_name(tensor_type_info(type).name);
   std::mt19937_64 rng(11);
   const int64_t d = 4096, kv = 1024, ff = 14336;
   const DeviceArray<uint8_t> wq = random_split(type, d, d, rng),
@@ -899,12 +899,12 @@ void time_shapes_of_8b(TensorType type) {
       std::printf(
           "[f16mma-timing] %-4s %-7s %2d columns: f16 mma %8.2f us (%.2f TB/s of weights), int8 "
           "mma %8.2f us\n",
-          type_name, p.name, columns, f16_us, p.bytes / (f16_us * 1e-6) / 1e12, int8_us);
-      RecordProperty(
-          std::string(type_name) + "_" + p.name + "_" + std::to_string(columns) + "_f16_us",
+          type_name.c_str(), p.name, columns, f16_us, p.bytes / (f16_us * 1e-6) / 1e12, int8_us);
+      ::testing::Test::RecordProperty(
+          type_name + "_" + p.name + "_" + std::to_string(columns) + "_f16_us",
           std::to_string(f16_us));
-      RecordProperty(
-          std::string(type_name) + "_" + p.name + "_" + std::to_string(columns) + "_int8_us",
+      ::testing::Test::RecordProperty(
+          type_name + "_" + p.name + "_" + std::to_string(columns) + "_int8_us",
           std::to_string(int8_us));
     }
   }
