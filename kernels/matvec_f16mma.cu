@@ -1,7 +1,7 @@
 // Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights (split_layout.h) with
 // f16 activations on f16 tensor cores: mma.sync m16n8k16 with f32 accumulation. The weights are
-// dequantised to f16 in registers, their scale applied there (one f16 rounding per weight), so the mma
-// accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
+// dequantised to f16 in registers, their scale applied there (one f16 rounding per weight), so the
+// mma accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
 // kernel (matvec_mma.cu) instead scales every sub-block's int32 result by its weight and
 // activation scales: ~12 FP instructions per mma, which makes it issue-bound at 16-64 columns.
 //
@@ -482,7 +482,12 @@ struct GateUpPlan {
   static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
   static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
   static constexpr int kStageBytes = kActStage + G::WR * kWarpStage;
-  static constexpr int kGroupBytes = G::S * kStageBytes;
+  // G::S stages where two blocks still fit an SM (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K), else one fewer
+  // (Q8_0: its stages of twice the weight bytes hold more in flight in 3 than Q4's in 4).
+  static constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
+  static constexpr int S =
+      2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmShared ? G::S : G::S - 1;
+  static constexpr int kGroupBytes = S * kStageBytes;
   static constexpr int kRing = G::WK * kGroupBytes;
   static constexpr int kReduce = (G::WK - 1) * G::WR * P::kAccumulators * kWarpSize * 4;
   static constexpr int kShared = kRing > kReduce ? kRing : kReduce;
@@ -498,7 +503,7 @@ __global__ void __launch_bounds__(kWarpSize* GateUpShape::WR* GateUpShape::WK, 1
   using G = GateUpShape;
   using SP = GateUpPlan<TYPE>;
   using P = typename SP::P;
-  constexpr int S = G::S, WR = G::WR, WK = G::WK, NT = G::NT, MT = G::MT;
+  constexpr int S = SP::S, WR = G::WR, WK = G::WK, NT = G::NT, MT = G::MT;
   extern __shared__ __align__(16) uint8_t shared[];
 
   const MatvecTask& task = tasks.t[blockIdx.y];
