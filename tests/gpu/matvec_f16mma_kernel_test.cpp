@@ -350,16 +350,22 @@ std::vector<Shape> shapes() {
   for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
            {100, 608}, {17, 32}, {50, 64}, {200, 1184}, {40000, 128}})
     out.push_back({TensorType::Q8_0, rows, cols});
-  // The K types (rows of whole 256-element super-blocks): the 8B shapes, odd row counts, one,
-  // two and three super-blocks (a Q6_K stage's d in either half of its 4-byte pair), and the
-  // 64-rows-per-warp shape.
-  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
-    for (const auto& [rows, cols] : kModelShapes)
-      if (cols % 256 == 0) out.push_back({t, rows, cols});
-    for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
-             {100, 256}, {17, 512}, {33, 768}, {1000, 2304}, {40000, 256}})
+  // The K types (rows of whole 256-element super-blocks; their host quantiser is 5-10 times
+  // slower, so the 8B shapes are cut to at most 17M weights): the 8B model's rows, odd row
+  // counts, one, two and three super-blocks (a Q6_K stage's d in either half of its 4-byte
+  // pair), and the 64-rows-per-warp shape (20,000 rows: 313 blocks).
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+    for (const auto& [rows, cols] :
+         std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
+                                                            {4096, 4096},
+                                                            {1024, 4096},
+                                                            {1024, 14336},
+                                                            {100, 256},
+                                                            {17, 512},
+                                                            {33, 768},
+                                                            {1000, 2304},
+                                                            {20000, 256}})
       out.push_back({t, rows, cols});
-  }
   return out;
 }
 
@@ -371,6 +377,11 @@ constexpr TensorType kAllTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorTy
 // Whether rows of `cols` elements are whole blocks of the type.
 bool fits(TensorType t, int64_t cols) {
   return cols % kernels::split::block_elements(static_cast<uint32_t>(t)) == 0;
+}
+// The K types' host quantiser is 5-10 times slower than Q4_0's: their matrices stay under
+// ~17M weights (an 8B model's 4096 x 4096) in the tests below.
+bool too_slow_to_quantise(TensorType t, int64_t rows, int64_t cols) {
+  return kernels::split::is_k_type(static_cast<uint32_t>(t)) && rows * cols > 4096 * 4096;
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecF16Mma, ::testing::ValuesIn(shapes()), shape_name);
@@ -474,7 +485,7 @@ void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int
                   std::initializer_list<std::pair<int64_t, int64_t>> matrices) {
   for (TensorType type : kAllTypes)
     for (const auto& [rows, cols] : matrices) {
-      if (!fits(type, cols)) continue;
+      if (!fits(type, cols) || too_slow_to_quantise(type, rows, cols)) continue;
       const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
       const Activations act(cols, 29);
       const std::vector<int64_t> sampled = sampled_rows(rows);
@@ -515,7 +526,7 @@ void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64},
-               {{300, 1024}, {3000, 256}, {14336, 4096}, {33, 64}, {33, 256}});
+               {{300, 1024}, {3000, 256}, {14336, 4096}, {4096, 4096}, {33, 64}, {33, 256}});
 }
 
 // Plain products in one launch, some accumulating, at 16, 17, 32, 33 and 64 columns: sampled
@@ -597,6 +608,7 @@ TEST(MatvecF16MmaTasks, ShapesOf8BAccumulateAndRepeat) {
   const ProductCase cases[] = {
       {"wo", {{4096, 4096}}, {true}},
       {"down", {{4096, 14336}}, {true}},
+      {"long rows", {{1024, 14336}}, {true}},  // the K types' down
       {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
       {"odd", {{100, 608}, {17, 608}}, {false, true}},
       {"short", {{50, 64}, {33, 64}}, {true, false}},
@@ -604,8 +616,12 @@ TEST(MatvecF16MmaTasks, ShapesOf8BAccumulateAndRepeat) {
       {"one super-block", {{40, 256}, {17, 256}}, {false, true}},
   };
   for (TensorType type : kAllTypes)
-    for (const ProductCase& cc : cases)
-      if (fits(type, cc.matrices[0].second)) check_case(type, cc, config, rng);
+    for (const ProductCase& cc : cases) {
+      bool runs = fits(type, cc.matrices[0].second);
+      for (const auto& [rows, cols] : cc.matrices)
+        runs = runs && !too_slow_to_quantise(type, rows, cols);
+      if (runs) check_case(type, cc, config, rng);
+    }
 }
 
 // Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
@@ -623,7 +639,11 @@ TEST(MatvecF16MmaTasks, FusedSwigluWritesF16) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
   for (TensorType type : kAllTypes)
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}}) {
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}, {4096, 4096}}) {
+      if (too_slow_to_quantise(type, rows, cols) ||
+          (rows == 4096 && !too_slow_to_quantise(type, 14336, cols)))
+        continue;  // the K types take 4096 rows instead of 14336
       const Matrix gate = make_matrix(type, rows, cols, 17), up = make_matrix(type, rows, cols, 18);
       const Activations act(cols, 31);
       const std::vector<int64_t> sampled = sampled_rows(rows);
