@@ -547,6 +547,7 @@ INSTANTIATE_TEST_SUITE_P(
                       SpecCase{"llama_Q4_K", small_spec("llama", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"llama_Q5_K", small_spec("llama", TensorType::Q5_K), kShallowInt8},
                       SpecCase{"llama_Q6_K", small_spec("llama", TensorType::Q6_K), kShallowInt8},
+                      SpecCase{"q4_k_m", small_spec("q4_k_m", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
                                kDeep}),
     spec_case_name);
