@@ -1,7 +1,7 @@
-// Batched products of split-layout Q4_0/Q4_1 weights (split_layout.h) with f16 activations on
-// f16 tensor cores: mma.sync m16n8k16 with f32 accumulation. The Q4 weights are dequantised to
-// f16 in registers, their scale applied there (one f16 rounding per weight), so the mma
-// accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights (split_layout.h) with
+// f16 activations on f16 tensor cores: mma.sync m16n8k16 with f32 accumulation. The weights are
+// dequantised to f16 in registers, their scale applied there (one f16 rounding per weight), so the
+// mma accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
 // kernel (matvec_mma.cu) instead scales every sub-block's int32 result by its weight and
 // activation scales: ~12 FP instructions per mma, which makes it issue-bound at 16-64 columns.
 //
@@ -27,11 +27,19 @@
 // logical k 2t, 2t + 1 -> elements 4t, 4t + 1 (a0, a1), logical 2t + 8, 2t + 9 -> elements
 // 4t + 2, 4t + 3 (a2, a3); k-step 1 the high nibbles, elements 16 + 4t ... The matching B
 // fragment of column g is one 8-byte shared load of elements 4t..4t + 3 (b0, b1) — and
-// 16 + 4t.. for k-step 1.
+// 16 + 4t.. for k-step 1. Q4_K, Q5_K and Q6_K keep Q4's nibble order (their fifth, or fifth and
+// sixth, bits come from their own region, one word per row and sub-block). Q8_0's 32-byte
+// sub-block rows are two 16-byte halves: one ldmatrix.x4 per m-tile gives word t of both halves
+// of rows g and g + 8, elements 4t..4t + 3 and 16 + 4t.., so the k order and the B fragments
+// are Q4's.
 //
-// Numerics: w16 = f16_rn((q - 8) d) (Q4_0) or f16_rn(q d + m) (Q4_1), one rounding each (the
-// integer parts are exact in f16), times the f16 activation (exact in the mma), accumulated in
-// f32 by the tensor core and then across warps in f32, in a fixed order.
+// Numerics: each weight is rounded to f16 once, w16 = f16_rn((q - 8) d) (Q4_0), f16_rn(q d + m)
+// (Q4_1), f16_rn(q d) (Q8_0); the K types' scales are rounded to f16 first (their products
+// with the f16 super-block scales): f16_rn((q - 32) f16(d sc)) (Q6_K), f16_rn(q f16(d sc) -
+// f16(dmin m)) (Q4_K, Q5_K) — the integer parts are exact in f16. Then times the f16
+// activation (exact in the mma), accumulated in f32 by the tensor core and then across warps in
+// f32, in a fixed order. Range: |q d| <= 128 |d| overflows f16 only when |d| > 511 (Q8_0; a
+// weight past 65,504), |(q - 32) d sc| only past 65,504 too; real weights are far below.
 #include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "mma_tiles.cuh"
@@ -44,46 +52,55 @@ using mma::Tasks;
 constexpr int kKs = 2;                  // 32-element sub-blocks per pipeline stage
 constexpr int kWarpBudget = 26 * 1024;  // ring bytes per warp (as matvec_mma.cu's)
 
+// The types whose stage scales are two 4-byte copies per row (the sub-blocks' scales, and the
+// super-block's f16 pair: Q4_K/Q5_K (d, dmin); Q6_K the aligned pair of d holding the stage's).
+template <uint32_t TYPE>
+constexpr bool kKType = TYPE == kQ4_K || TYPE == kQ5_K || TYPE == kQ6_K;
+
 // Shared-memory layout of one stage of a warp's ring, and the block's shape.
 template <uint32_t TYPE, int NT, int MT, bool GATE_UP>
 struct Plan {
   static constexpr int kMatrices = GATE_UP ? 2 : 1;
-  static constexpr int kWeightRows = 16 * MT;                // per warp (and block)
-  static constexpr int kRows = kWeightRows / kMatrices;      // output rows per block
-  static constexpr int kTilesPerMatrix = MT / kMatrices;     // m-tiles of gate (or of W)
-  static constexpr int kColumns = 8 * NT;                    // per column tile
-  static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;  // f16 d (and f16 m)
-  // Weight rows padded by 16 bytes: ldmatrix's 8 row addresses (stride 48) land in 8
+  static constexpr int kWeightRows = 16 * MT;                   // per warp (and block)
+  static constexpr int kRows = kWeightRows / kMatrices;         // output rows per block
+  static constexpr int kTilesPerMatrix = MT / kMatrices;        // m-tiles of gate (or of W)
+  static constexpr int kColumns = 8 * NT;                       // per column tile
+  static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;   // per sub-block (Q6_K: ql)
+  static constexpr int kChunksPerRow = kKs * kQuantBytes / 16;  // 16-byte copies per stage row
+  static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;     // per sub-block: d (and m); K: sc
+  // Weight rows padded by 16 bytes: ldmatrix's 8 row addresses (stride 48 or 80) land in 8
   // different 16-byte bank groups.
-  static constexpr int kWeightRow = kKs * 16 + 16;
-  static constexpr int kScaleRow = kKs * kScaleBytes;  // 4 or 8 bytes: one cp.async
-  static constexpr int kScaleWords = kScaleRow / 4;
+  static constexpr int kWeightRow = kKs * kQuantBytes + 16;
+  static constexpr int kScaleRow = kKType<TYPE> ? 8 : kKs * kScaleBytes;  // 4 or 8 bytes
+  // The fifth (Q5_K: a u32 per sub-block) or fifth and sixth (Q6_K: 8 bytes) bits.
+  static constexpr int kHighRow = TYPE == kQ6_K ? kKs * 8 : TYPE == kQ5_K ? kKs * 4 : 0;
   // Activation rows (one per column, kKs * 32 f16) padded by 32 bytes: stride = 32 mod 128,
   // so the 8-byte B loads of 4 columns x 4 lanes (a half warp) cover 32 distinct banks.
   static constexpr int kActRow = kKs * 64 + 32;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
-  static constexpr int kActOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kHighOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kActOffset = kHighOffset + kWeightRows * kHighRow;
   static constexpr int kStageBytes = kActOffset + kColumns * kActRow;
   static constexpr int kStagesFit = kWarpBudget / kStageBytes;
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit < 3 ? 3 : kStagesFit;
   static constexpr int kWarpBytes = kStages * kStageBytes;
   static constexpr int kAccumulators = MT * NT * 4;
-  // Per lane and stage: 16-byte weight chunks (kKs per row), scale copies (one row each),
-  // 16-byte activation chunks (4 kKs per column).
-  static constexpr int kWeightCopies = kWeightRows * kKs / kWarpSize;
+  // Per lane and stage: 16-byte weight chunks (kChunksPerRow per row), scale (and high-bit)
+  // copies (one row each), 16-byte activation chunks (4 kKs per column).
+  static constexpr int kWeightCopies = kWeightRows * kChunksPerRow / kWarpSize;
   static constexpr int kScaleCopies = kWeightRows / kWarpSize;
   static constexpr int kActChunksPerColumn = kKs * 4;
   static constexpr int kActCopies = kColumns * kActChunksPerColumn / kWarpSize;
   static_assert(MT == 2 || MT == 4, "one ldmatrix.x4 reads 32 weight rows");
-  static_assert(kScaleOffset % 16 == 0 && kActOffset % 16 == 0 && kStageBytes % 16 == 0 &&
-                    kWeightRow % 16 == 0 && kActRow % 16 == 0,
+  static_assert(kScaleOffset % 16 == 0 && kHighOffset % 16 == 0 && kActOffset % 16 == 0 &&
+                    kStageBytes % 16 == 0 && kWeightRow % 16 == 0 && kActRow % 16 == 0,
                 "cp.async and ldmatrix want 16-byte aligned rows");
   static_assert(kActRow % 128 == 32, "conflict-free 8-byte activation loads");
-  static_assert(kWeightCopies * kWarpSize == kWeightRows * kKs && kScaleCopies >= 1 &&
+  static_assert(kWeightCopies * kWarpSize == kWeightRows * kChunksPerRow && kScaleCopies >= 1 &&
                     kActCopies >= 1 && kActCopies * kWarpSize == kColumns * kActChunksPerColumn,
                 "every lane copies the same number of chunks");
   static_assert(kKs == 2 && (kScaleRow == 4 || kScaleRow == 8),
-                "a stage's scales of a row are one 4- or 8-byte copy (alignment)");
+                "a stage's scales of a row are one 4- or 8-byte copy (K types: two 4-byte)");
 };
 
 template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
@@ -96,16 +113,74 @@ constexpr int kSharedBytes = [] {
   return ring;
 }();
 
+// ---------------------------------------------------------------------------------------------
+// Dequantisation of the types past Q4_0/Q4_1 (mma_tiles.cuh has those), each weight rounded to
+// f16 once from exact f16 integers and f16 scales.
+
+constexpr uint32_t kHalf2_1024 = mma::kHalf2_1024;
+constexpr uint32_t kHalf2_1056 = 0x64206420u;  // 1024 + 32: Q6_K's q - 32
+constexpr uint32_t kHalf2_1152 = 0x64806480u;  // 1024 + 128: an int8 made unsigned
+constexpr uint32_t kSignHigh = 0x80000000u;    // the high half's sign
+
+// Bytes 0, 1 (SEL 0x4140) or 2, 3 (SEL 0x4342) of v as the f16 pair (1024 + b, 1024 + b'), exact
+// (0x64 is f16 1024's high byte, whose ulp is 1).
+template <uint32_t SEL>
+__device__ __forceinline__ __half2 biased_pair(uint32_t v) {
+  return mma::as_half2(__byte_perm(v, 0x64646464u, SEL));
+}
+// The pairs of bytes 0, 1 and 2, 3 of v minus BIAS (exact: f16 integers), times d (one rounding).
+template <uint32_t BIAS>
+__device__ __forceinline__ void scaled_pairs(uint32_t v, __half2 d, uint32_t (&o)[2]) {
+  o[0] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4140>(v), mma::as_half2(BIAS)), d));
+  o[1] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4342>(v), mma::as_half2(BIAS)), d));
+}
+
+// Q6_K: one ql word (nibbles as Q4's: elements e..e+3 low, 16 + e.. high) and the row's qh word
+// shifted so that the low elements' two high bits are bits 0-1 of each byte and the high
+// elements' bits 4-5: f16((q - 32) ds) with ds = f16(d sc), dlo for the low elements (k-step
+// 0), dhi for the high ones.
+__device__ __forceinline__ void q6_f16_pairs(uint32_t w, uint32_t h, __half2 dlo, __half2 dhi,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  const uint32_t ql = (w & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u);
+  const uint32_t qh = ((w >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u);
+  scaled_pairs<kHalf2_1056>(ql, dlo, lo);
+  scaled_pairs<kHalf2_1056>(qh, dhi, hi);
+}
+
+// Q5_K: Q4_1's form, f16(q ds + mn) (ds = f16(d sc), mn = -f16(dmin m)), with q = nibble |
+// fifth bit << 4 (0..31, exact); h = the sub-block's qh word >> 4t: bits 0-3 the fifth bits of
+// the low elements e..e+3, bits 16-19 those of the high ones.
+__device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, __half2 mn,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  uint32_t o[4];
+  mma::unpack_nibbles(w, o);  // (1024 + q) pairs (e, e+1), (e+2, e+3); (1024 + 16 q) high
+  o[0] |= ((h << 4) & 0x10u) | ((h << 19) & 0x100000u);    // bits 0, 1: + 16
+  o[1] |= ((h << 2) & 0x10u) | ((h << 17) & 0x100000u);    // bits 2, 3
+  o[2] |= ((h >> 8) & 0x100u) | ((h << 7) & 0x1000000u);   // bits 16, 17: + 256 (16 x 16)
+  o[3] |= ((h >> 10) & 0x100u) | ((h << 5) & 0x1000000u);  // bits 18, 19
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1024));
+    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
+                               mma::as_half2(mma::kHalf2_Minus64));
+    lo[i] = mma::as_bits(__hfma2(ql, d, mn));
+    hi[i] = mma::as_bits(__hfma2(qh, d, mn));
+  }
+}
+
 // One pipeline stage of one warp: kKs sub-blocks (from `first`, of n per row) of the warp's
 // kWeightRows weight rows (at `weights`, kWeightRow bytes apart; their scales at `scales`,
-// kScaleRow apart) times the column tile's activations (at `act`, kActRow apart), into acc.
+// kScaleRow apart; Q5_K/Q6_K's high bits at `high`, kHighRow apart) times the column tile's
+// activations (at `act`, kActRow apart), into acc.
 template <class P, uint32_t TYPE, int NT, int MT>
 __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const uint8_t* weights,
-                                               const uint8_t* scales, const uint8_t* act, int first,
-                                               int n, int lane) {
+                                               const uint8_t* scales, const uint8_t* high,
+                                               const uint8_t* act, int first, int n, int lane) {
   const int g = lane / 4, t = lane % 4;  // the mma fragments' group and thread in group
-  // The stage's scales of rows m * 16 + g + 8 h: both sub-blocks' d (and m) in one load.
-  uint32_t scale[MT][2][P::kScaleWords];
+  // The stage's scales of rows m * 16 + g + 8 h, as f16 pairs: Q4_0/Q8_0 [0] = (d of sub-block
+  // 0, of 1); Q4_1 [u] = (d, m) of sub-block u; Q4_K/Q5_K [u] = (f16(d sc), -f16(dmin m)) of
+  // sub-block u (Q4_1's form); Q6_K [u] = f16(d sc) of sub-block u's elements 0-15, 16-31.
+  uint32_t scale[MT][2][2];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -115,8 +190,25 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
         const uint2 v = *reinterpret_cast<const uint2*>(p);
         scale[m][h][0] = v.x;
         scale[m][h][1] = v.y;
-      } else {
+      } else if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0) {
         scale[m][h][0] = *reinterpret_cast<const uint32_t*>(p);
+        scale[m][h][1] = 0;  // unused
+      } else if constexpr (TYPE == kQ6_K) {
+        // v.x: the int8 scales of sub-blocks first, first + 1 (two each); v.y: the f16 d of
+        // super-blocks 2i, 2i + 1 with the stage's (first / 8) among them.
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const __half2 dd = mma::as_half2(v.y);
+        const __half2 d = (first / 8) % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
+        uint32_t ds[2];
+        scaled_pairs<kHalf2_1152>(v.x ^ 0x80808080u, d, ds);  // sc + 128 - 128, times d
+        scale[m][h][0] = ds[0];
+        scale[m][h][1] = ds[1];
+      } else {  // Q4_K, Q5_K: v.x (sc, m) of sub-blocks first, first + 1; v.y (d, dmin)
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        uint32_t dm[2];
+        scaled_pairs<kHalf2_1024>(v.x, mma::as_half2(v.y ^ kSignHigh), dm);
+        scale[m][h][0] = dm[0];
+        scale[m][h][1] = dm[1];
       }
     }
 #pragma unroll
@@ -135,33 +227,62 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
       b[nt][1][0] = k1.x;
       b[nt][1][1] = k1.y;
     }
-    // Weight words: ldmatrix.x4 over 32 rows gives rows g, g + 8 of two m-tiles.
-    uint32_t words[MT][2];
+    // Weight words. Nibble types: ldmatrix.x4 over 32 rows gives word t of rows g, g + 8 of two
+    // m-tiles. Q8_0: one ldmatrix.x4 per m-tile over its 16 rows' two 16-byte halves of the
+    // sub-block: words[m][0..1] elements 4t.. of rows g, g + 8; words[m][2..3] 16 + 4t...
+    constexpr int kWords = TYPE == kQ8_0 ? 4 : 2;
+    uint32_t words[MT][kWords];
+    if constexpr (TYPE == kQ8_0) {
 #pragma unroll
-    for (int half = 0; half < MT / 2; ++half) {
-      uint32_t r[4];
-      load_matrix_x4(r, weights + (half * 32 + lane) * P::kWeightRow + u * 16);
-      words[2 * half][0] = r[0];
-      words[2 * half][1] = r[1];
-      words[2 * half + 1][0] = r[2];
-      words[2 * half + 1][1] = r[3];
+      for (int m = 0; m < MT; ++m) {
+        uint32_t r[4];
+        load_matrix_x4(r, weights + (m * 16 + lane % 16) * P::kWeightRow + u * 32 + lane / 16 * 16);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) words[m][i] = r[i];
+      }
+    } else {
+#pragma unroll
+      for (int half = 0; half < MT / 2; ++half) {
+        uint32_t r[4];
+        load_matrix_x4(r, weights + (half * 32 + lane) * P::kWeightRow + u * 16);
+        words[2 * half][0] = r[0];
+        words[2 * half][1] = r[1];
+        words[2 * half + 1][0] = r[2];
+        words[2 * half + 1][1] = r[3];
+      }
     }
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
       uint32_t lo[2][2], hi[2][2];  // [row g, g + 8][pair]
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        __half2 d, mn;
-        if constexpr (TYPE == kQ4_1) {
-          const __half2 dm = mma::as_half2(scale[m][h][u]);  // (d, m) of sub-block u
-          d = __low2half2(dm);
-          mn = __high2half2(dm);
-        } else {
+        const int row = m * 16 + g + 8 * h;
+        if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0) {
           const __half2 dd = mma::as_half2(scale[m][h][0]);  // (d of sub-block 0, of 1)
-          d = u == 0 ? __low2half2(dd) : __high2half2(dd);
-          mn = d;  // unused
+          const __half2 d = u == 0 ? __low2half2(dd) : __high2half2(dd);
+          if constexpr (TYPE == kQ4_0) {
+            mma::q4_f16_pairs<TYPE>(words[m][h], d, d, lo[h], hi[h]);  // (m unused)
+          } else {
+            scaled_pairs<kHalf2_1152>(words[m][h] ^ 0x80808080u, d, lo[h]);  // q + 128 - 128
+            scaled_pairs<kHalf2_1152>(words[m][2 + h] ^ 0x80808080u, d, hi[h]);
+          }
+        } else if constexpr (TYPE == kQ6_K) {
+          const uint32_t bits =
+              *reinterpret_cast<const uint32_t*>(high + row * P::kHighRow + u * 8 + (t % 2) * 4);
+          const __half2 ds = mma::as_half2(scale[m][h][u]);
+          q6_f16_pairs(words[m][h], bits >> (2 * (t / 2)), __low2half2(ds), __high2half2(ds), lo[h],
+                       hi[h]);
+        } else {  // Q4_1, Q4_K, Q5_K: (d, m) of sub-block u
+          const __half2 dm = mma::as_half2(scale[m][h][u]);
+          if constexpr (TYPE == kQ5_K) {
+            const uint32_t bits =
+                *reinterpret_cast<const uint32_t*>(high + row * P::kHighRow + u * 4);
+            q5_f16_pairs(words[m][h], bits >> (4 * t), __low2half2(dm), __high2half2(dm), lo[h],
+                         hi[h]);
+          } else {
+            mma::q4_f16_pairs<kQ4_1>(words[m][h], __low2half2(dm), __high2half2(dm), lo[h], hi[h]);
+          }
         }
-        mma::q4_f16_pairs<TYPE>(words[m][h], d, mn, lo[h], hi[h]);
       }
       const uint32_t a0[4] = {lo[0][0], lo[1][0], lo[0][1], lo[1][1]};
       const uint32_t a1[4] = {hi[0][0], hi[1][0], hi[0][1], hi[1][1]};
@@ -174,28 +295,54 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
   }
 }
 
-// A warp's copies of one stage (f16mma_gate_up_kernel's; f16mma_matvec_kernel has them
-// written out): its weight rows (chunk = lane % kKs of rows lane / kKs + i * 32 / kKs, from
-// rows[i]) and their scales (rows lane + 32 i, from scale_rows[i]), to `stage` (weights at 0,
-// scales at kScaleOffset).
-template <class P>
-__device__ __forceinline__ void load_weight_stage(uint8_t* stage, const uint8_t* const* rows,
+// A warp's copies of one stage's weight rows, from sub-block `first` of n: chunk `chunk` (of
+// kChunksPerRow) of rows lane / kChunksPerRow + i * 32 / kChunksPerRow (from rows[i]); then
+// their scales and high bits (rows lane + 32 i, from scale_rows[i], which points at the row's
+// scales): to `stage` (weights at 0, scales at kScaleOffset, high bits at kHighOffset).
+template <class P, uint32_t TYPE>
+__device__ __forceinline__ void copy_weight_stage(uint8_t* stage, const uint8_t* const* rows,
                                                   const uint8_t* const* scale_rows, int first,
                                                   int n, int lane, int chunk) {
-  const bool valid = first + chunk < n;
+  constexpr int kChunksPerBlock = P::kQuantBytes / 16;
+  const bool valid = first + chunk / kChunksPerBlock < n;
 #pragma unroll
   for (int i = 0; i < P::kWeightCopies; ++i)
-    copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
-                   valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
-  // The stage's scales of a row in one copy: when only its first sub-block lies inside the
-  // row, the copy reads at most 2 (Q4_0) or 4 (Q4_1) bytes past the scales, inside the row's
-  // 16-byte stride padding (the payload is 18 n or 20 n bytes with n odd then).
+    copy_async<16>(
+        stage + (lane / P::kChunksPerRow + i * (kWarpSize / P::kChunksPerRow)) * P::kWeightRow +
+            chunk * 16,
+        valid ? rows[i] + static_cast<int64_t>(first) * P::kQuantBytes + chunk * 16 : rows[i],
+        valid);
   const bool ok = first < n;
+  if constexpr (kKType<TYPE>) {
+    // Whole super-blocks (n % 8 == 0), so a stage lies inside the row. The sub-blocks' scales
+    // (2 bytes each) at first * 2; the super-blocks' f16 pairs 2 n bytes after the scales (Q6_K:
+    // the 4-byte aligned pair of d that holds super-block first / 8's); the high bits before
+    // the scales (Q6_K 8 n bytes, Q5_K 4 n).
+    const int64_t pair = 2 * static_cast<int64_t>(n) + (TYPE == kQ6_K ? first / 16 : first / 8) * 4;
 #pragma unroll
-  for (int i = 0; i < P::kScaleCopies; ++i)
-    copy_async<P::kScaleRow>(
-        stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
-        ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+    for (int i = 0; i < P::kScaleCopies; ++i) {
+      const int row = lane + i * kWarpSize;
+      uint8_t* to = stage + P::kScaleOffset + row * P::kScaleRow;
+      copy_async<4>(to, ok ? scale_rows[i] + static_cast<int64_t>(first) * 2 : scale_rows[i], ok);
+      copy_async<4>(to + 4, ok ? scale_rows[i] + pair : scale_rows[i], ok);
+      if constexpr (P::kHighRow > 0) {
+        constexpr int kPerBlock = P::kHighRow / kKs;  // 8 or 4 bytes per sub-block
+        const int64_t from =
+            static_cast<int64_t>(first - n) * kPerBlock;  // the high bits' n x kPerBlock
+        copy_async<P::kHighRow>(stage + P::kHighOffset + row * P::kHighRow,
+                                ok ? scale_rows[i] + from : scale_rows[i], ok);
+      }
+    }
+  } else {
+    // The stage's scales of a row in one copy: when only its first sub-block lies inside the
+    // row, the copy reads at most 2 (Q4_0, Q8_0) or 4 (Q4_1) bytes past the scales, inside the
+    // row's 16-byte stride padding (the payload is 18 n, 34 n or 20 n bytes with n odd then).
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<P::kScaleRow>(
+          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+  }
 }
 
 // Activation chunks thread + i * THREADS (of the tile's kColumns x kActChunksPerColumn 16-byte
@@ -222,19 +369,19 @@ __device__ __forceinline__ void load_activation_stage(uint8_t* stage, const Matv
   }
 }
 
-// This lane's weight rows and scale rows of the block's rows from row0 (load_weight_stage).
-template <class P>
+// This lane's weight rows and scale rows of the block's rows from row0 (copy_weight_stage).
+template <class P, uint32_t TYPE>
 __device__ __forceinline__ void own_rows(const MatvecTask& task, int row0, int n, int lane,
                                          const uint8_t* (&rows)[P::kWeightCopies],
                                          const uint8_t* (&scale_rows)[P::kScaleCopies]) {
 #pragma unroll
   for (int i = 0; i < P::kWeightCopies; ++i)
-    rows[i] =
-        mma::weight_row<P::kRows, P::kMatrices>(task, row0, lane / kKs + i * (kWarpSize / kKs));
+    rows[i] = mma::weight_row<P::kRows, P::kMatrices>(
+        task, row0, lane / P::kChunksPerRow + i * (kWarpSize / P::kChunksPerRow));
 #pragma unroll
   for (int i = 0; i < P::kScaleCopies; ++i)
     scale_rows[i] = mma::weight_row<P::kRows, P::kMatrices>(task, row0, lane + i * kWarpSize) +
-                    static_cast<int64_t>(n) * 16;
+                    split::scales_offset(TYPE, n);
 }
 
 template <uint32_t TYPE, int NT, int MT, bool GATE_UP, int W>
@@ -262,24 +409,29 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
 
   const uint8_t* rows[P::kWeightCopies];
   const uint8_t* scale_rows[P::kScaleCopies];
-  own_rows<P>(task, row0, n, lane, rows, scale_rows);
-  const int chunk = lane % kKs;
-  // load_weight_stage's copies written out: through the helper the compiler orders this
-  // kernel's instructions otherwise, and ptxas gives some shapes up to 7 registers more or less.
+  own_rows<P, TYPE>(task, row0, n, lane, rows, scale_rows);
+  const int chunk = lane % P::kChunksPerRow;
+  // Q4_0/Q4_1: copy_weight_stage's copies written out: through the helper the compiler orders
+  // this kernel's instructions otherwise, and ptxas gives some shapes up to 7 registers more or
+  // less.
   auto load_weights = [&](int s) {
     uint8_t* stage = ring + (s % S) * P::kStageBytes;
     const int first = first_block(s);
-    const bool valid = first + chunk < n;
+    if constexpr (TYPE != kQ4_0 && TYPE != kQ4_1) {
+      copy_weight_stage<P, TYPE>(stage, rows, scale_rows, first, n, lane, chunk);
+    } else {
+      const bool valid = first + chunk < n;
 #pragma unroll
-    for (int i = 0; i < P::kWeightCopies; ++i)
-      copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
-                     valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
-    const bool ok = first < n;  // the scale copy's overread stays in the row padding
+      for (int i = 0; i < P::kWeightCopies; ++i)
+        copy_async<16>(stage + (lane / kKs + i * (kWarpSize / kKs)) * P::kWeightRow + chunk * 16,
+                       valid ? rows[i] + static_cast<int64_t>(first + chunk) * 16 : rows[i], valid);
+      const bool ok = first < n;  // the scale copy's overread stays in the row padding
 #pragma unroll
-    for (int i = 0; i < P::kScaleCopies; ++i)
-      copy_async<P::kScaleRow>(
-          stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
-          ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+      for (int i = 0; i < P::kScaleCopies; ++i)
+        copy_async<P::kScaleRow>(
+            stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+            ok ? scale_rows[i] + static_cast<int64_t>(first) * P::kScaleBytes : scale_rows[i], ok);
+    }
   };
   auto load_activations = [&](int s) {
     load_activation_stage<P, kWarpSize, P::kActOffset>(ring + (s % S) * P::kStageBytes, in,
@@ -300,8 +452,8 @@ __global__ void __launch_bounds__(kWarpSize* W, 1)
     }
     commit_copies();
     const uint8_t* stage = ring + (s % S) * P::kStageBytes;
-    multiply_stage<P, TYPE, NT, MT>(acc, stage, stage + P::kScaleOffset, stage + P::kActOffset,
-                                    first_block(s), n, lane);
+    multiply_stage<P, TYPE, NT, MT>(acc, stage, stage + P::kScaleOffset, stage + P::kHighOffset,
+                                    stage + P::kActOffset, first_block(s), n, lane);
   }
 
   // The W warps of the block add their partial sums (in a fixed order).
@@ -330,7 +482,12 @@ struct GateUpPlan {
   static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
   static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
   static constexpr int kStageBytes = kActStage + G::WR * kWarpStage;
-  static constexpr int kGroupBytes = G::S * kStageBytes;
+  // G::S stages where two blocks still fit an SM (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K), else one fewer
+  // (Q8_0: its stages of twice the weight bytes hold more in flight in 3 than Q4's in 4).
+  static constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
+  static constexpr int S =
+      2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmShared ? G::S : G::S - 1;
+  static constexpr int kGroupBytes = S * kStageBytes;
   static constexpr int kRing = G::WK * kGroupBytes;
   static constexpr int kReduce = (G::WK - 1) * G::WR * P::kAccumulators * kWarpSize * 4;
   static constexpr int kShared = kRing > kReduce ? kRing : kReduce;
@@ -346,7 +503,7 @@ __global__ void __launch_bounds__(kWarpSize* GateUpShape::WR* GateUpShape::WK, 1
   using G = GateUpShape;
   using SP = GateUpPlan<TYPE>;
   using P = typename SP::P;
-  constexpr int S = G::S, WR = G::WR, WK = G::WK, NT = G::NT, MT = G::MT;
+  constexpr int S = SP::S, WR = G::WR, WK = G::WK, NT = G::NT, MT = G::MT;
   extern __shared__ __align__(16) uint8_t shared[];
 
   const MatvecTask& task = tasks.t[blockIdx.y];
@@ -372,10 +529,10 @@ __global__ void __launch_bounds__(kWarpSize* GateUpShape::WR* GateUpShape::WK, 1
 
   const uint8_t* rows[P::kWeightCopies];
   const uint8_t* scale_rows[P::kScaleCopies];
-  own_rows<P>(task, row0, n, lane, rows, scale_rows);
-  const int chunk = lane % kKs;
+  own_rows<P, TYPE>(task, row0, n, lane, rows, scale_rows);
+  const int chunk = lane % P::kChunksPerRow;
   auto load_weights = [&](int s) {  // this warp's rows, as f16mma_matvec_kernel's ring
-    load_weight_stage<P>(warp_at(s), rows, scale_rows, first_block(s), n, lane, chunk);
+    copy_weight_stage<P, TYPE>(warp_at(s), rows, scale_rows, first_block(s), n, lane, chunk);
   };
   auto load_activations = [&](int s) {  // the group's one copy, spread over its threads
     load_activation_stage<P, SP::kGroupThreads, 0>(stage_at(s), in, first_column, first_block(s), n,
@@ -391,8 +548,8 @@ __global__ void __launch_bounds__(kWarpSize* GateUpShape::WR* GateUpShape::WK, 1
   for (int s = 0; s < stages; ++s) {
     mma::advance_ring<S>(s, stages, group_barrier, load_weights, load_activations);
     const uint8_t* w = warp_at(s);
-    multiply_stage<P, TYPE, NT, MT>(acc, w, w + P::kScaleOffset, stage_at(s), first_block(s), n,
-                                    lane);
+    multiply_stage<P, TYPE, NT, MT>(acc, w, w + P::kScaleOffset, w + P::kHighOffset, stage_at(s),
+                                    first_block(s), n, lane);
   }
 
   // The WK groups' sums, added in group order by group 0's warps: warp (r, k) keeps its sums
@@ -427,20 +584,18 @@ cudaError_t allow_shared_bytes_tiles() {
 
 // Whether every kernel got its shared memory; the gate+up shape's is asked here too (before
 // any capture), and where it is refused launch_tile takes the one-warp rings instead.
+template <uint32_t... TYPES>
+bool ready_for() {
+  if (mma::first_error({allow_shared_bytes_tiles<TYPES, false>()...,
+                        allow_shared_bytes_tiles<TYPES, true>()...}) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (mma::first_error({allow_gate_up_bytes<TYPES>()...}) != cudaSuccess) cudaGetLastError();
+  return true;
+}
 bool ready() {
-  static const bool ok = [] {
-    if (mma::first_error(
-            {allow_shared_bytes_tiles<kQ4_0, false>(), allow_shared_bytes_tiles<kQ4_0, true>(),
-             allow_shared_bytes_tiles<kQ4_1, false>(), allow_shared_bytes_tiles<kQ4_1, true>()}) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    if (mma::first_error({allow_gate_up_bytes<kQ4_0>(), allow_gate_up_bytes<kQ4_1>()}) !=
-        cudaSuccess)
-      cudaGetLastError();
-    return true;
-  }();
+  static const bool ok = ready_for<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K>();
   return ok;
 }
 
@@ -494,7 +649,8 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, int max_rows, const Mat
 }  // namespace
 
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1);
+  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
+                          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K);
 }
 
 bool matvec_f16mma_fits_device() {
@@ -506,7 +662,7 @@ bool matvec_f16mma_fits_device() {
 cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                  const MatvecInputF16& input, const KernelConfig& config,
                                  cudaStream_t stream) {
-  if (input.n_in <= 0 || input.n_in % 32 != 0 || input.batch < 0 ||
+  if (input.n_in <= 0 || input.n_in % split::block_elements(weight_type) != 0 || input.batch < 0 ||
       reinterpret_cast<uintptr_t>(input.x) % 16 != 0)
     return cudaErrorInvalidValue;
   Tasks packed{};
@@ -525,7 +681,7 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
                ? launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
                : launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
   };
-  return mma::for_type<kQ4_0, kQ4_1>(weight_type, run);
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K>(weight_type, run);
 }
 
 }  // namespace granule::kernels

@@ -1,6 +1,6 @@
-// Batched products of split-layout Q4_0/Q4_1 weights with f16 activations on f16 tensor cores
-// (mma.sync m16n8k16, f32 accumulation): the weights are dequantised to f16 in registers, so
-// no per-sub-block epilogue runs (matvec_f16mma.cu; kernels/README.md).
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights with f16 activations on
+// f16 tensor cores (mma.sync m16n8k16, f32 accumulation): the weights are dequantised to f16 in
+// registers, so no per-sub-block epilogue runs (matvec_f16mma.cu; kernels/README.md).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -12,13 +12,13 @@
 namespace granule::kernels {
 
 struct MatvecInputF16 {
-  int n_in = 0;   // multiple of 32
+  int n_in = 0;   // multiple of 32 (of 256 for the K types)
   int batch = 0;  // columns, 1..64 (the launcher may tile; must be correct for any 1..64)
   const __half* x = nullptr;  // [batch][n_in] f16 activations, row-contiguous, 16-byte aligned rows
 };
 
-// True when launch_matvec_f16mma runs this weight type in this layout (at least split Q4_0 and
-// split Q4_1).
+// True when launch_matvec_f16mma runs this weight type in this layout (split Q4_0, Q4_1, Q8_0,
+// Q4_K, Q5_K and Q6_K; the K types' rows must be whole 256-element super-blocks).
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout);
 
 // True when the device has f16 mma.sync (cc >= 8.0) and the kernels got their shared memory

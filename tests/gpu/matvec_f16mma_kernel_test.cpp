@@ -1,24 +1,31 @@
-// The f16 tensor-core products over in-register dequantised Q4 weights (kernels/matvec_f16mma.cu)
+// The f16 tensor-core products over in-register dequantised weights (kernels/matvec_f16mma.cu)
 // against a host reference that rounds where the kernel is defined to round: each weight to f16
-// once (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m)), the f16 activations exact, the sum in double.
-// What is left is the f32 accumulation inside the mma and across warps; the bound for it is
-// kRelError of the row's magnitude (sum over elements of |w16 x|), and a test shows that one
-// weight off by one quantisation step lies outside it. Also against the unrounded dequantised
-// weights with the f16 rounding's own bound (2^-11 relative per weight). Shapes of SmolLM2 and
-// an 8B model, odd row counts and short rows, batches 1-64, the three-matrix launch with
-// accumulate, the 8B model's products with accumulate (the same bits on a second launch), the
-// fused SwiGLU epilogue (also with an f16 result; at 17-64 columns the shared-activation shape),
-// and what the launcher refuses. A timing probe prints the 8B products beside the int8 mma
-// kernel.
+// once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d); the K types'
+// scales f16(d sc) and f16(dmin m) rounded first: Q6_K f16((q - 32) f16(d sc)), Q4_K/Q5_K
+// f16(q f16(d sc) - f16(dmin m))), the f16 activations exact, the sum in double. The host reads
+// the elements from the GGUF blocks, checked against the engine's dequantisation. What is left
+// is the f32 accumulation inside the mma and across warps; the bound for it is kRelError of the
+// row's magnitude (sum over elements of |w16 x|), and a test shows that one weight off by one
+// quantisation step lies outside it. Also against the unrounded dequantised weights with the
+// f16 roundings' own bound (2^-11 relative per rounding). Shapes of SmolLM2 and an 8B model,
+// odd row counts and short rows, batches 1-64, the three-matrix launch with accumulate, the 8B
+// model's products with accumulate (the same bits on a second launch), the fused SwiGLU
+// epilogue (also with an f16 result; at 17-64 columns the shared-activation shape), and what the
+// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K. A timing probe prints the 8B
+// products beside the int8 mma kernel (and checks that the two agree within the int8
+// activations' rounding).
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "granule/block_formats.h"
+#include "granule/quant.h"
+#include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "matvec_mma.cuh"
 #include "mma_test_matrix.h"
@@ -54,29 +61,97 @@ double round_to_f16(double v) {
   return std::nearbyint(v / quantum) * quantum;
 }
 
-// Element i of row r of a Q4_0/Q4_1 matrix: the quantised value, the scale and the min (Q4_0:
-// q unsigned, min -8 d is applied in exact()).
+// Element i of row r of a matrix, read from its GGUF blocks: value = (q - bias) d + m exactly
+// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0); the
+// kernel multiplies f16((q - bias) d16 + m16), where d16, m16 are d and m for the types whose
+// scale is an f16 already, and f16(d * sc), -f16(dmin * min) for the K types (their scales
+// rounded to f16 once too).
 struct Element {
   int q;
   double d, m;
+  double d16, m16;
 };
+int bias_of(TensorType t) { return t == TensorType::Q4_0 ? 8 : t == TensorType::Q6_K ? 32 : 0; }
+bool scales_rounded(TensorType t) {
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+}
+// The largest q of a type (a neighbour of q stays inside [lowest, largest]).
+int largest_q(TensorType t) {
+  return t == TensorType::Q8_0 ? 127 : t == TensorType::Q6_K ? 63 : t == TensorType::Q5_K ? 31 : 15;
+}
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (GGUF's packing).
+std::pair<int, int> k_scale_min(const uint8_t* q, int j) {
+  if (j < 4) return {q[j] & 63, q[j + 4] & 63};
+  return {(q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)};
+}
 Element element(const Matrix& w, int64_t r, int64_t i) {
   const uint8_t* row = w.gguf.data() + r * w.gguf_row_bytes;
-  const int64_t j = i / 32, k = i % 32;
-  if (w.type == TensorType::Q4_0) {
-    const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j;
-    const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
-    return {q, fp16_to_f32(b->d), 0.0};
+  switch (w.type) {
+    case TensorType::Q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = fp16_to_f32(b->d);
+      return {q, d, 0.0, d, 0.0};
+    }
+    case TensorType::Q4_1: {
+      const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
+      return {q, d, m, d, m};
+    }
+    case TensorType::Q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i / 32;
+      const double d = fp16_to_f32(b->d);
+      return {b->qs[i % 32], d, 0.0, d, 0.0};
+    }
+    case TensorType::Q6_K: {
+      // Per 128 elements: quarter k of 32 takes the low (k < 2) or high nibbles of ql bytes
+      // 32 (k % 2) + l, bits 2k of qh byte l, scale 2k + l / 16.
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + i / 256;
+      const int e = static_cast<int>(i % 256), half = e / 128, k = e % 128 / 32, l = e % 32;
+      const uint8_t ql = b->ql[half * 64 + (k % 2) * 32 + l];
+      const int q = (k < 2 ? ql & 0x0F : ql >> 4) | ((b->qh[half * 32 + l] >> (2 * k)) & 3) << 4;
+      const double d = fp16_to_f32(b->d) * b->scales[half * 8 + l / 16 + 2 * k];
+      return {q, d, 0.0, round_to_f16(d), 0.0};
+    }
+    case TensorType::Q4_K:
+    case TensorType::Q5_K: {
+      // Sub-block j takes the low (j even) or high nibbles of qs bytes 32 (j / 2) + l; Q5_K's
+      // fifth bit is bit j of qh byte l.
+      const bool q5 = w.type == TensorType::Q5_K;
+      const uint8_t* block = row + i / 256 * (q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(block);
+      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(block);
+      const int e = static_cast<int>(i % 256), j = e / 32, l = e % 32;
+      const uint8_t byte = q5 ? b5->qs[j / 2 * 32 + l] : b4->qs[j / 2 * 32 + l];
+      int q = j % 2 == 0 ? byte & 0x0F : byte >> 4;
+      if (q5) q |= ((b5->qh[l] >> j) & 1) << 4;
+      const auto [sc, mn] = k_scale_min(q5 ? b5->scales : b4->scales, j);
+      const double d = fp16_to_f32(q5 ? b5->d : b4->d) * sc;
+      const double m = -fp16_to_f32(q5 ? b5->dmin : b4->dmin) * mn;
+      return {q, d, m, round_to_f16(d), round_to_f16(m)};
+    }
+    default:
+      ADD_FAILURE() << "no element reader for " << tensor_type_info(w.type).name;
+      return {0, 0.0, 0.0, 0.0, 0.0};
   }
-  const auto* b = reinterpret_cast<const BlockQ4_1*>(row) + j;
-  const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
-  return {q, fp16_to_f32(b->d), fp16_to_f32(b->m)};
 }
-// The weight the kernel multiplies (f16-rounded once), and the exact one.
-double exact(const Matrix& w, const Element& e) {
-  return w.type == TensorType::Q4_0 ? (e.q - 8) * e.d : e.q * e.d + e.m;
+// The weight the kernel multiplies (f16-rounded once from its f16 scales), and the exact one.
+double exact(const Matrix& w, const Element& e) { return (e.q - bias_of(w.type)) * e.d + e.m; }
+double rounded(const Matrix& w, const Element& e) {
+  return round_to_f16((e.q - bias_of(w.type)) * e.d16 + e.m16);
 }
-double rounded(const Matrix& w, const Element& e) { return round_to_f16(exact(w, e)); }
+// A bound on |rounded - exact|: half an f16 ulp of the weight (and of its rounded scales'
+// contributions, the K types), an f16 subnormal step for each rounding.
+double rounding_slack(const Matrix& w, const Element& e) {
+  const double v = exact(w, e);
+  if (!scales_rounded(w.type)) return kF16Rel * std::fabs(v) + kF16SubnormalStep;
+  const double q = std::abs(e.q - bias_of(w.type));
+  return kF16Rel * (std::fabs(v) + q * std::fabs(e.d) + std::fabs(e.m)) * (1 + 1e-3) +
+         (2 + q) * kF16SubnormalStep;
+}
 
 // Matrices with sub-blocks of tiny weights (f16 subnormal products) among the rows.
 Matrix make_matrix(TensorType type, int64_t rows, int64_t cols, uint32_t seed) {
@@ -112,16 +187,28 @@ struct Activations {
 
 // Row r's weights, rounded as the kernel rounds them and exact.
 struct RowWeights {
-  std::vector<double> rounded, exact;
+  std::vector<double> rounded, exact, slack;
 };
 RowWeights row_weights(const Matrix& m, int64_t r) {
   RowWeights w;
   w.rounded.resize(static_cast<size_t>(m.cols));
   w.exact.resize(static_cast<size_t>(m.cols));
+  w.slack.resize(static_cast<size_t>(m.cols));
   for (int64_t i = 0; i < m.cols; ++i) {
     const Element e = element(m, r, i);
     w.rounded[static_cast<size_t>(i)] = rounded(m, e);
     w.exact[static_cast<size_t>(i)] = exact(m, e);
+    w.slack[static_cast<size_t>(i)] = rounding_slack(m, e);
+  }
+  // The element reader agrees with the engine's dequantisation (f32: 2^-24 relative).
+  std::vector<float> values(static_cast<size_t>(m.cols));
+  dequantize_row(m.type, m.gguf.data() + r * m.gguf_row_bytes, values.data(), m.cols);
+  int unequal = 0;
+  for (int64_t i = 0; i < m.cols; ++i) {
+    const double e = w.exact[static_cast<size_t>(i)], v = values[static_cast<size_t>(i)];
+    if (!(std::fabs(v - e) <= 1e-6 * std::fabs(e) + 1e-12) && ++unequal <= 3)
+      ADD_FAILURE() << tensor_type_info(m.type).name << " row " << r << " element " << i << ": "
+                    << e << " dequantised " << v;
   }
   return w;
 }
@@ -133,17 +220,16 @@ struct Reference {
 };
 Reference reference(const RowWeights& w, const double* x, int64_t cols) {
   Reference ref;
-  double magnitude = 0, exact_magnitude = 0, x_sum = 0;
+  double magnitude = 0, slack = 0;
   for (int64_t i = 0; i < cols; ++i) {
     const size_t at = static_cast<size_t>(i);
     ref.value += w.rounded[at] * x[i];
     magnitude += std::fabs(w.rounded[at] * x[i]);
     ref.exact += w.exact[at] * x[i];
-    exact_magnitude += std::fabs(w.exact[at] * x[i]);
-    x_sum += std::fabs(x[i]);
+    slack += w.slack[at] * std::fabs(x[i]);
   }
   ref.bound = kRelError * magnitude + 1e-30;
-  ref.exact_bound = ref.bound + kF16Rel * exact_magnitude + kF16SubnormalStep * x_sum;
+  ref.exact_bound = ref.bound + slack;
   return ref;
 }
 
@@ -258,7 +344,44 @@ std::vector<Shape> shapes() {
   // per SM: 40,000 rows (625 blocks), with a partial last row block.
   out.push_back({TensorType::Q4_0, 40000, 128});
   out.push_back({TensorType::Q4_1, 40000, 96});
+  // Q8_0 (32 bytes per sub-block: four 16-byte copies per stage row, one ldmatrix.x4 per
+  // m-tile) in the same shapes.
+  for (const auto& [rows, cols] : kModelShapes) out.push_back({TensorType::Q8_0, rows, cols});
+  for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
+           {100, 608}, {17, 32}, {50, 64}, {200, 1184}, {40000, 128}})
+    out.push_back({TensorType::Q8_0, rows, cols});
+  // The K types (rows of whole 256-element super-blocks; their host quantiser is 5-10 times
+  // slower, so the 8B shapes are cut to at most 17M weights): the 8B model's rows, odd row
+  // counts, one, two and three super-blocks (a Q6_K stage's d in either half of its 4-byte
+  // pair), and the 64-rows-per-warp shape (20,000 rows: 313 blocks).
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+    for (const auto& [rows, cols] :
+         std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
+                                                            {4096, 4096},
+                                                            {1024, 4096},
+                                                            {1024, 14336},
+                                                            {100, 256},
+                                                            {17, 512},
+                                                            {33, 768},
+                                                            {1000, 2304},
+                                                            {20000, 256}})
+      out.push_back({t, rows, cols});
   return out;
+}
+
+// The types past Q4_0/Q4_1, and all of them.
+constexpr TensorType kNewTypes[] = {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
+                                    TensorType::Q6_K};
+constexpr TensorType kAllTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
+                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+// Whether rows of `cols` elements are whole blocks of the type.
+bool fits(TensorType t, int64_t cols) {
+  return cols % kernels::split::block_elements(static_cast<uint32_t>(t)) == 0;
+}
+// The K types' host quantiser is 5-10 times slower than Q4_0's: their matrices stay under
+// ~17M weights (an 8B model's 4096 x 4096) in the tests below.
+bool too_slow_to_quantise(TensorType t, int64_t rows, int64_t cols) {
+  return kernels::split::is_k_type(static_cast<uint32_t>(t)) && rows * cols > 4096 * 4096;
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecF16Mma, ::testing::ValuesIn(shapes()), shape_name);
@@ -269,9 +392,14 @@ INSTANTIATE_TEST_SUITE_P(ModelShapes, MatvecF16Mma, ::testing::ValuesIn(shapes()
 TEST(MatvecF16MmaBound, PinsOneWrongNibble) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
+  for (TensorType type : kAllTypes) {
     SCOPED_TRACE(tensor_type_info(type).name);
-    const int64_t rows = 64, cols = 14336;  // the longest rows of an 8B model
+    // The longest rows of an 8B model; shorter where a type's values are larger against a step
+    // (a step |d x| must stay above kRelError of the row's magnitude).
+    const int64_t rows = 64, cols = type == TensorType::Q8_0   ? 1024
+                                    : type == TensorType::Q6_K ? 4096
+                                    : type == TensorType::Q5_K ? 4096
+                                                               : 14336;
     const int batch = 32;
     const Matrix w = make_matrix(type, rows, cols, 41);
     const Activations act(cols, 43);
@@ -293,7 +421,7 @@ TEST(MatvecF16MmaBound, PinsOneWrongNibble) {
           if (std::fabs(element(w, r, i).d * x[i]) > std::fabs(element(w, r, most).d * x[most]))
             most = i;
         Element e = element(w, r, most);
-        e.q = e.q < 15 ? e.q + 1 : e.q - 1;
+        e.q = e.q < largest_q(type) ? e.q + 1 : e.q - 1;
         const double wrong =
             ref.value + (rounded(w, e) - weights.rounded[static_cast<size_t>(most)]) * x[most];
         EXPECT_GT(std::fabs(v - wrong), ref.bound) << "row " << r << " column " << c;
@@ -310,8 +438,8 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
   std::mt19937 rng(5);
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1}) {
-    const int64_t cols = 608, rows[3] = {200, 72, 40};
+  for (TensorType type : kAllTypes) {
+    const int64_t cols = fits(type, 608) ? 608 : 768, rows[3] = {200, 72, 40};
     const Activations act(cols, 23);
     std::vector<Matrix> w;
     std::vector<std::vector<RowWeights>> weights(3);
@@ -355,8 +483,9 @@ TEST(MatvecF16MmaTasks, ThreeMatricesInOneLaunchAndAccumulate) {
 // rows x columns matrix pair against the host reference at each batch, every element written.
 void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int> batches,
                   std::initializer_list<std::pair<int64_t, int64_t>> matrices) {
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
+  for (TensorType type : kAllTypes)
     for (const auto& [rows, cols] : matrices) {
+      if (!fits(type, cols) || too_slow_to_quantise(type, rows, cols)) continue;
       const Matrix gate = make_matrix(type, rows, cols, 7), up = make_matrix(type, rows, cols, 8);
       const Activations act(cols, 29);
       const std::vector<int64_t> sampled = sampled_rows(rows);
@@ -397,7 +526,7 @@ void check_swiglu(const kernels::KernelConfig& config, std::initializer_list<int
 TEST(MatvecF16MmaTasks, FusedSwigluMatchesReference) {
   REQUIRE_F16MMA();
   check_swiglu(f16mma_config(), {1, 7, 16, 17, 32, 33, 64},
-               {{300, 1024}, {3000, 256}, {14336, 4096}, {33, 64}});
+               {{300, 1024}, {3000, 256}, {14336, 4096}, {4096, 4096}, {33, 64}, {33, 256}});
 }
 
 // Plain products in one launch, some accumulating, at 16, 17, 32, 33 and 64 columns: sampled
@@ -479,13 +608,20 @@ TEST(MatvecF16MmaTasks, ShapesOf8BAccumulateAndRepeat) {
   const ProductCase cases[] = {
       {"wo", {{4096, 4096}}, {true}},
       {"down", {{4096, 14336}}, {true}},
+      {"long rows", {{1024, 14336}}, {true}},  // the K types' down
       {"qkv", {{4096, 4096}, {1024, 4096}, {1024, 4096}}, {false, true, false}},
       {"odd", {{100, 608}, {17, 608}}, {false, true}},
       {"short", {{50, 64}, {33, 64}}, {true, false}},
       {"one", {{40, 32}}, {false}},
+      {"one super-block", {{40, 256}, {17, 256}}, {false, true}},
   };
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const ProductCase& cc : cases) check_case(type, cc, config, rng);
+  for (TensorType type : kAllTypes)
+    for (const ProductCase& cc : cases) {
+      bool runs = fits(type, cc.matrices[0].second);
+      for (const auto& [rows, cols] : cc.matrices)
+        runs = runs && !too_slow_to_quantise(type, rows, cols);
+      if (runs) check_case(type, cc, config, rng);
+    }
 }
 
 // Half an f16 ulp of |v| (its rounding error to nearest), subnormals included.
@@ -502,8 +638,12 @@ double half_f16_ulp(double v) {
 TEST(MatvecF16MmaTasks, FusedSwigluWritesF16) {
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
-  for (TensorType type : {TensorType::Q4_0, TensorType::Q4_1})
-    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}}) {
+  for (TensorType type : kAllTypes)
+    for (const auto& [rows, cols] :
+         {std::pair<int64_t, int64_t>{300, 1024}, {14336, 4096}, {4096, 4096}}) {
+      if (too_slow_to_quantise(type, rows, cols) ||
+          (rows == 4096 && !too_slow_to_quantise(type, 14336, cols)))
+        continue;  // the K types take 4096 rows instead of 14336
       const Matrix gate = make_matrix(type, rows, cols, 17), up = make_matrix(type, rows, cols, 18);
       const Activations act(cols, 31);
       const std::vector<int64_t> sampled = sampled_rows(rows);
@@ -559,23 +699,37 @@ TEST(MatvecF16MmaTasks, FusedSwigluWritesF16) {
 
 TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
-  EXPECT_TRUE(kernels::matvec_f16mma_supports(q4_0, true));
-  EXPECT_FALSE(kernels::matvec_f16mma_supports(q4_0, false));
-  EXPECT_TRUE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q4_1), true));
-  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q8_0), true));
-  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q5_0), true));
-  EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(TensorType::Q6_K), true));
+  for (const TensorType type : kAllTypes) {
+    EXPECT_TRUE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), true))
+        << tensor_type_info(type).name;
+    EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), false))
+        << tensor_type_info(type).name;
+  }
+  for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
+                          TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::F16})
+    EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), true))
+        << tensor_type_info(type).name;
   REQUIRE_F16MMA();
   const kernels::KernelConfig config = f16mma_config();
   const Matrix w = make_matrix(TensorType::Q4_0, 16, 64, 3);
   const Activations act(64, 4);
   Output y(16, 8);
   kernels::MatvecTask t = task_for(w, y.y.get());
-  for (const auto type : {TensorType::Q8_0, TensorType::Q5_0, TensorType::Q6_K, TensorType::F16})
+  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::IQ4_NL, TensorType::F16})
     EXPECT_EQ(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &t, 1, act.input(8),
                                             config, nullptr),
               cudaErrorInvalidValue)
         << tensor_type_info(type).name;
+  for (const TensorType type : kNewTypes) {  // rows of 64: not whole super-blocks (K types)
+    if (fits(type, 64)) continue;
+    const Matrix k = make_matrix(type, 16, 256, 3);
+    kernels::MatvecTask kt = task_for(k, y.y.get());
+    kernels::MatvecInputF16 part = act.input(8);  // 64 of the 256 elements
+    EXPECT_EQ(
+        kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &kt, 1, part, config, nullptr),
+        cudaErrorInvalidValue)
+        << tensor_type_info(type).name;
+  }
   t.split_layout = false;  // GGUF blocks
   EXPECT_EQ(kernels::launch_matvec_f16mma(q4_0, &t, 1, act.input(8), config, nullptr),
             cudaErrorInvalidValue);
@@ -616,22 +770,32 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   EXPECT_EQ(written, 0) << "a refused launch wrote y";
 }
 
-// A split-layout Q4_0 matrix of random bytes (scales 0.01-0.02): timing only.
-DeviceArray<uint8_t> random_q4_0(int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  const int64_t n = cols / 32, gguf_bytes = n * 18;
-  std::vector<uint8_t> gguf(static_cast<size_t>(rows * gguf_bytes));
-  for (size_t i = 0; i + 8 <= gguf.size(); i += 8) {
+// A split-layout matrix of random bytes with its f16 scales set to 0.01-0.02 (Q4_1's m, Q4_K/
+// Q5_K's dmin too): timing only.
+DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
+                                  std::mt19937_64& rng) {
+  namespace split = kernels::split;
+  const uint32_t t = static_cast<uint32_t>(type);
+  const int64_t n = cols / 32, stride = split_row_stride(t, cols);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * stride) + 16, 0);
+  for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
     const uint64_t v = rng();
-    std::memcpy(&gguf[i], &v, 8);
+    std::memcpy(&bytes[i], &v, 8);
   }
-  for (int64_t b = 0; b < rows * n; ++b) {
-    const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>(b % 97) / 97.0f);
-    std::memcpy(&gguf[static_cast<size_t>(b * 18)], &d, 2);
-  }
-  const uint32_t type = static_cast<uint32_t>(TensorType::Q4_0);
-  std::vector<uint8_t> split(static_cast<size_t>(rows * split_row_stride(type, cols)) + 16, 0);
-  split_rows(type, gguf.data(), rows, cols, split.data());
-  return DeviceArray<uint8_t>(split);
+  // (offset of the first f16, f16 values per row, bytes between them)
+  const auto [offset, count, step] =
+      type == TensorType::Q4_1 ? std::tuple<int64_t, int64_t, int64_t>{16 * n, 2 * n, 2}
+      : type == TensorType::Q6_K
+          ? std::tuple<int64_t, int64_t, int64_t>{split::q6k_d_offset(n), n / 8, 2}
+      : type == TensorType::Q4_K || type == TensorType::Q5_K
+          ? std::tuple<int64_t, int64_t, int64_t>{split::kquant_d_offset(t, n), n / 4, 2}
+          : std::tuple<int64_t, int64_t, int64_t>{split::scales_offset(t, n), n, 2};
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < count; ++j) {
+      const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
+      std::memcpy(&bytes[static_cast<size_t>(r * stride + offset + j * step)], &d, 2);
+    }
+  return DeviceArray<uint8_t>(bytes);
 }
 
 // Microseconds per launch over 50 launches (after 3 warm-up launches).
@@ -659,17 +823,21 @@ double time_launches(Launch&& launch) {
 // mma beside the int8 mma kernel (launch_matvec_mma under the same config, on the same
 // weights, with int8 activations): a probe to read on the device; it checks that every launch
 // succeeds and that both kernels' outputs agree within the int8 activations' rounding.
-TEST(MatvecF16MmaTiming, ShapesOf8B) {
-  REQUIRE_F16MMA();
+void time_shapes_of_8b(TensorType type) {
+  SCOPED_TRACE(tensor_type_info(type).name);
   const kernels::KernelConfig config = f16mma_config();
-  const bool int8 = kernels::matvec_mma_fits_device();
-  const auto q4_0 = static_cast<uint32_t>(TensorType::Q4_0);
+  const auto wt = static_cast<uint32_t>(type);
+  const bool int8 = kernels::matvec_mma_fits_device() && kernels::matvec_mma_supports(wt, true);
+  const std::string type_name(tensor_type_info(type).name);
   std::mt19937_64 rng(11);
   const int64_t d = 4096, kv = 1024, ff = 14336;
-  const DeviceArray<uint8_t> wq = random_q4_0(d, d, rng), wk = random_q4_0(kv, d, rng),
-                             wv = random_q4_0(kv, d, rng), wo = random_q4_0(d, d, rng),
-                             gate = random_q4_0(ff, d, rng), up = random_q4_0(ff, d, rng),
-                             down = random_q4_0(d, ff, rng);
+  const DeviceArray<uint8_t> wq = random_split(type, d, d, rng),
+                             wk = random_split(type, kv, d, rng),
+                             wv = random_split(type, kv, d, rng),
+                             wo = random_split(type, d, d, rng),
+                             gate = random_split(type, ff, d, rng),
+                             up = random_split(type, ff, d, rng),
+                             down = random_split(type, d, ff, rng);
   std::mt19937 frng(12);
   DeviceArray<float> x32(gpu_test::random_floats(static_cast<size_t>(kMaxBatch * ff), frng));
   DeviceArray<__half> x16(static_cast<size_t>(kMaxBatch * ff));
@@ -680,7 +848,7 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
   auto task = [&](const DeviceArray<uint8_t>& m, int64_t rows, int64_t cols, float* out) {
     kernels::MatvecTask t;
     t.weight = m.get();
-    t.row_bytes = split_row_stride(q4_0, cols);
+    t.row_bytes = split_row_stride(wt, cols);
     t.split_layout = true;
     t.n_out = static_cast<int>(rows);
     t.y = out;
@@ -693,7 +861,8 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
     std::vector<kernels::MatvecTask> tasks;
     double bytes;
   };
-  const double row_q4 = 18.0 / 32;
+  const double bytes_per_weight =  // bytes per weight
+      static_cast<double>(kernels::split::row_payload_bytes(wt, d)) / static_cast<double>(d);
   kernels::MatvecTask gate_up = task(gate, ff, d, y.get());
   gate_up.weight_up = up.get();
   const std::vector<Product> products = {
@@ -701,10 +870,10 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
        d,
        {task(wq, d, d, y.get()), task(wk, kv, d, y.get() + kMaxBatch * d),
         task(wv, kv, d, y.get() + kMaxBatch * (d + kv))},
-       (d + 2 * kv) * d * row_q4},
-      {"wo", d, {task(wo, d, d, y.get())}, d * d * row_q4},
-      {"gate+up", d, {gate_up}, 2 * ff * d * row_q4},
-      {"down", ff, {task(down, d, ff, y.get())}, d * ff * row_q4}};
+       (d + 2 * kv) * d * bytes_per_weight},
+      {"wo", d, {task(wo, d, d, y.get())}, d * d * bytes_per_weight},
+      {"gate+up", d, {gate_up}, 2 * ff * d * bytes_per_weight},
+      {"down", ff, {task(down, d, ff, y.get())}, d * ff * bytes_per_weight}};
   // Microseconds per f16 launch of product p at `columns` columns under config c.
   auto time_f16 = [&](const Product& p, int columns, const kernels::KernelConfig& c) {
     kernels::MatvecInputF16 in16;
@@ -713,7 +882,7 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
     in16.x = x16.get();
     const int n_tasks = static_cast<int>(p.tasks.size());
     return time_launches([&] {
-      return kernels::launch_matvec_f16mma(q4_0, p.tasks.data(), n_tasks, in16, c, nullptr);
+      return kernels::launch_matvec_f16mma(wt, p.tasks.data(), n_tasks, in16, c, nullptr);
     });
   };
   for (const int columns : {8, 16, 32, 64}) {
@@ -733,7 +902,7 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
         in8.x = x32.get();
         in8.xq = {qs.get(), ds.get()};
         int8_us = time_launches([&] {
-          return kernels::launch_matvec_mma(q4_0, p.tasks.data(), static_cast<int>(p.tasks.size()),
+          return kernels::launch_matvec_mma(wt, p.tasks.data(), static_cast<int>(p.tasks.size()),
                                             in8, config, nullptr);
         });
         ASSERT_GT(int8_us, 0) << p.name << " int8 mma launch failed";
@@ -748,17 +917,27 @@ TEST(MatvecF16MmaTiming, ShapesOf8B) {
         EXPECT_LT(std::sqrt(difference / norm), 3e-2) << p.name << " " << columns << " columns";
       }
       std::printf(
-          "[f16mma-timing] %-7s %2d columns: f16 mma %8.2f us (%.2f TB/s of weights), int8 mma "
-          "%8.2f us\n",
-          p.name, columns, f16_us, p.bytes / (f16_us * 1e-6) / 1e12, int8_us);
-      RecordProperty(std::string(p.name) + "_" + std::to_string(columns) + "_f16_us",
-                     std::to_string(f16_us));
-      RecordProperty(std::string(p.name) + "_" + std::to_string(columns) + "_int8_us",
-                     std::to_string(int8_us));
+          "[f16mma-timing] %-4s %-7s %2d columns: f16 mma %8.2f us (%.2f TB/s of weights), int8 "
+          "mma %8.2f us\n",
+          type_name.c_str(), p.name, columns, f16_us, p.bytes / (f16_us * 1e-6) / 1e12, int8_us);
+      ::testing::Test::RecordProperty(
+          type_name + "_" + p.name + "_" + std::to_string(columns) + "_f16_us",
+          std::to_string(f16_us));
+      ::testing::Test::RecordProperty(
+          type_name + "_" + p.name + "_" + std::to_string(columns) + "_int8_us",
+          std::to_string(int8_us));
     }
   }
   CUDA_OK(cudaDeviceSynchronize());
 }
 
+}  // namespace
+
+// The four products of an 8B decode step of each type (random weights with sane scales), f16
+// mma beside the int8 mma kernel.
+TEST(MatvecF16MmaTiming, ShapesOf8B) {
+  REQUIRE_F16MMA();
+  for (const TensorType type : kAllTypes)
+    if (type != TensorType::Q4_1) time_shapes_of_8b(type);
 }  // namespace
 }  // namespace granule
