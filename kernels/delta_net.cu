@@ -367,7 +367,8 @@ cudaError_t launch_delta_net_rule(const DeltaNetArgs& a, const KernelConfig& con
     return cudaErrorInvalidValue;
   if (a.rows <= 0) return cudaSuccess;
   if (chunk_planned(a))
-    if (const cudaError_t status = launch_delta_net_chunked(a, stream); status != cudaSuccess)
+    if (const cudaError_t status = launch_delta_net_chunked(a, config, stream);
+        status != cudaSuccess)
       return status;
   cudaError_t status = cudaErrorInvalidValue;
   switch (a.state_size) {

@@ -420,19 +420,20 @@ class LateInputs {
   std::vector<float*> dst_;
 };
 
-class DeltaNetEarlyRequests : public ::testing::TestWithParam<int> {};
+class DeltaNetEarlyRequests : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-// A decode-like step (single rows, a run of three rows, a padding row) over random states: the
-// convolution, then the rule and gated norm, launched early after late writers of their inputs
-// (mixed; conv_out, beta, alpha, z), leave the bits the plain launches leave: conv_out, out, the
-// int8 blocks and the whole state.
+// A decode-like step (single rows, a run of three rows, a padding row; with `chunked`, also a run
+// of 70 rows and the chunked form's scratch) over random states: the convolution, then the rule
+// (and the chunked form's kernels) and the gated norm, launched early after late writers of their
+// inputs (mixed; conv_out, beta, alpha, z), leave the bits the plain launches leave: conv_out,
+// out, the int8 blocks and the whole state.
 TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   GRANULE_REQUIRE_GPU();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   if (!config.early_launch) GTEST_SKIP() << "no programmatic dependent launch on this device";
   kernels::KernelConfig plain_config = config;
   plain_config.early_launch = false;
-  const int S = GetParam();
+  const auto [S, chunked] = GetParam();
   DeltaNetConfig d;
   d.conv_kernel = 4;
   d.state_size = S;
@@ -450,8 +451,13 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   const int64_t slot_floats = d.conv_state_floats() + d.delta_state_floats();
   const std::vector<float> state0 =
       gpu_test::random_floats(static_cast<size_t>(4 * slot_floats), rng, 0.3f);
-  const std::vector<int32_t> positions = {40, 17, 18, 19, 0, 5};
-  const std::vector<int32_t> row_slots = {2, 0, 0, 0, -1, 3};
+  std::vector<int32_t> positions = {40, 17, 18, 19, 0, 5};
+  std::vector<int32_t> row_slots = {2, 0, 0, 0, -1, 3};
+  if (chunked)
+    for (int t = 0; t < 70; ++t) {
+      positions.push_back(9 + t);
+      row_slots.push_back(1);
+    }
   const auto rows = static_cast<int64_t>(positions.size());
   const std::vector<float> mixed = gpu_test::random_floats(static_cast<size_t>(rows * C), rng);
   const std::vector<float> z = gpu_test::random_floats(static_cast<size_t>(rows * V), rng);
@@ -487,6 +493,13 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   args.z = d_z.get();
   args.out = d_out.get();
   if (S % 32 == 0) args.out_q8 = {d_qs.get(), d_ds.get()};
+  DeviceArray<float> d_chunk_scratch(
+      static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, nv))),
+      d_chunk_w(static_cast<size_t>(rows * V));
+  if (chunked) {
+    args.chunk_scratch = d_chunk_scratch.get();
+    args.chunk_w = d_chunk_w.get();
+  }
 
   // The plain launches.
   CUDA_OK(kernels::launch_delta_net_conv(args, plain_config, nullptr));
@@ -532,7 +545,12 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(StateSizes, DeltaNetEarlyRequests, ::testing::Values(16, 64, 128));
+INSTANTIATE_TEST_SUITE_P(StateSizes, DeltaNetEarlyRequests,
+                         ::testing::Combine(::testing::Values(16, 64, 128), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
+                           return "S" + std::to_string(std::get<0>(i.param)) +
+                                  (std::get<1>(i.param) ? "_chunked" : "_recurrent");
+                         });
 
 // The gated attention's prep (norms, rope, KV write) and output gate launched early after late
 // writers of Q/gate, K, V and the attention's output: the bits of the plain launches (q, k, the
