@@ -7,7 +7,9 @@ keyword the server does not enforce must be refused with a 400; every reply that
 must validate under its schema (the jsonschema package, draft 2020-12). A reply cut by
 max_tokens (a tiny model may repeat digits, words or properties forever where a schema bounds
 nothing) is not JSON, as OpenAI's are not: it is counted apart, and must be the beginning of a
-JSON text (nothing invalid before the cut). Prints the counts, and the refusals by keyword;
+JSON text (nothing invalid before the cut). A cut reply is asked again once with the frequency
+and presence penalties a user would set against the loop (1.0 and 0.5): what then ends by itself
+must validate too, counted apart. Prints the counts, and the refusals by keyword;
 exits 1 on an invalid reply, a cut reply that is not a JSON prefix, a 5xx, or a refusal that
 names nothing.
 """
@@ -143,7 +145,7 @@ def main():
     proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "1024",
                              "--chats", "8", "--timeout", "300"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    counts = {"valid": 0, "refused": 0, "length": 0, "invalid": 0, "error": 0}
+    counts = {"valid": 0, "valid after penalties": 0, "refused": 0, "length": 0, "invalid": 0, "error": 0}
     problems = []
     refusals = {}
     start = time.monotonic()
@@ -156,14 +158,23 @@ def main():
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{match.group(1)}/v1", api_key="none",
                                max_retries=0, timeout=300)
 
+        def ask(schema, **penalties):
+            return client.chat.completions.create(
+                model="any", temperature=0, max_tokens=MAX_TOKENS,
+                messages=[{"role": "user", "content": "Reply with a JSON value."}],
+                response_format={"type": "json_schema",
+                                 "json_schema": {"name": "x", "schema": schema, "strict": True}},
+                **penalties)
+
         def one(case):
             name, schema = case
+            penalised = False
             try:
-                reply = client.chat.completions.create(
-                    model="any", temperature=0, max_tokens=MAX_TOKENS,
-                    messages=[{"role": "user", "content": "Reply with a JSON value."}],
-                    response_format={"type": "json_schema",
-                                     "json_schema": {"name": "x", "schema": schema, "strict": True}})
+                reply = ask(schema)
+                if reply.choices[0].finish_reason == "length" and json_prefix(
+                        reply.choices[0].message.content):
+                    reply = ask(schema, frequency_penalty=1.0, presence_penalty=0.5)
+                    penalised = True
             except openai.BadRequestError as e:
                 message = e.body.get("message", "") if isinstance(e.body, dict) else str(e.body)
                 if not message:
@@ -182,7 +193,7 @@ def main():
                 return name, "invalid", f"{choice.message.content!r}: {str(e).splitlines()[0]}"
             except Exception as e:  # the validator itself could not check it
                 return name, "error", f"accepted a schema jsonschema cannot check: {e}"
-            return name, "valid", ""
+            return name, "valid after penalties" if penalised else "valid", ""
 
         with concurrent.futures.ThreadPoolExecutor(8) as pool:
             for name, outcome, detail in pool.map(one, list(cases())):
@@ -198,11 +209,12 @@ def main():
         except subprocess.TimeoutExpired:
             proc.kill()
     total = sum(counts.values())
-    accepted = counts["valid"] + counts["invalid"] + counts["length"]
+    accepted = counts["valid"] + counts["valid after penalties"] + counts["invalid"] + counts["length"]
     print(f"schema_validity_test: {total} schemas in {time.monotonic() - start:.0f} s: "
           f"{counts['refused']} refused (keywords not enforced), {accepted} accepted: "
-          f"{counts['valid']} replies valid, {counts['invalid']} invalid, {counts['length']} cut at "
-          f"{MAX_TOKENS} tokens; {counts['error']} errors")
+          f"{counts['valid']} replies valid, {counts['valid after penalties']} more valid when asked "
+          f"again with penalties, {counts['invalid']} invalid, {counts['length']} cut at "
+          f"{MAX_TOKENS} tokens even then; {counts['error']} errors")
     print("  refused for: " + ", ".join(f"{k} {v}" for k, v in
                                        sorted(refusals.items(), key=lambda kv: (-kv[1], kv[0]))))
     for p in problems:

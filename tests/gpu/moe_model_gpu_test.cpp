@@ -514,14 +514,18 @@ SyntheticModelSpec qwen35moe_model_spec() {
   return s;
 }
 
-// Needs no GPU: qwen35moe's shared expert is not refused, and the files the GPU tests read load.
+// Needs no GPU: qwen35moe's shared expert is not refused by CudaMoe, and the files the GPU tests
+// read load; the whole model stays on the CPU until its GPU check runs (in one line).
 TEST(MoeSharedExpert, NotRefused) {
   {
     test::TempModel model(qwen35moe_model_spec(), "qwen35moe-refusal");
     auto file = ModelFile::open(model.path);
     const ModelConfig config = ModelConfig::from_gguf(*file);
     const WeightTable weights = WeightTable::from_gguf(*file, config);
-    EXPECT_EQ(cuda_model_refusal(config, weights), "");
+    EXPECT_EQ(cuda::CudaMoe::refusal(config, weights), "");
+    const std::string why = cuda_model_refusal(config, weights);
+    EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos);
   }
   for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
     test::TempModel model(shared_expert_spec(type), "moe-shared-refusal");
@@ -637,6 +641,10 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
 // with every row's logits, then 16 decode steps replayed from graphs (the decode launches).
 TEST(MoeSharedExpertGpu, Qwen35MoeModelMatchesTheCpuOracle) {
   GRANULE_REQUIRE_GPU();
+  // CudaMoe::refusal keeps qwen35moe on the CPU until this whole-model check runs: the CPU
+  // oracle throws for hybrid MoE models ("the CUDA backend's rounding of qwen35moe models is not
+  // defined"), so it needs a comparison against the exact reference with qwen35_gpu_test's bounds.
+  GTEST_SKIP() << "qwen35moe on CUDA is refused until it is checked against the CPU reference";
   test::TempModel model(qwen35moe_model_spec(), "qwen35moe-gpu");
   Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
       gpu(model.path, options(true, false));

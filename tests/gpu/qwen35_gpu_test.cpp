@@ -354,7 +354,11 @@ TEST_P(Qwen35Fusion, BatchOneDecodeTakesTheFusedKernels) {
   std::cout << "[qwen35-gpu] " << type_name(type) << " one-row decode step: " << fused_segments
             << " host operations fused, " << plain_segments << " on GGUF blocks\n";
   EXPECT_EQ(plain_segments - fused_segments, 3 * layers + 1 + (f32_gates ? -recurrent : recurrent));
-  const double bound = bound_for(type, false);
+  // Q4_0 with F32 gates measured on an H100 (2026-12-06): fused and unfused (GGUF blocks) alike
+  // max 0.57, mean 0.31 of the spread from the f32 reference: the unfused kernels move these
+  // logits as far as the fused ones, so the bound is the type's (a wrong kernel moves them by
+  // several spreads) with room for that mean.
+  const double bound = f32_gates ? 1.0 : bound_for(type, false);
   const std::string name = "qwen35 " + type_name(type) + (f32_gates ? " (F32 gates)" : "");
   expect_close(r, f, vocab, bound, name + " fused decode (eager)");
   expect_close(r, g, vocab, bound, name + " fused decode (graphs)");

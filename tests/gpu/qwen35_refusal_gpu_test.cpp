@@ -34,7 +34,8 @@ std::string refusal_of(const SyntheticModelSpec& spec) {
 // Needs no GPU: the refusal is a property of the model.
 TEST_P(Qwen35Refusal, CudaRefusesTheTinyHeadsInOneLine) {
   const std::string why = refusal_of(SyntheticModelSpec::preset(GetParam()));
-  EXPECT_NE(why.find("head sizes 64, 128 and 256, not 32"), std::string::npos) << why;
+  EXPECT_NE(why.find("head sizes 64, 128 and 256"), std::string::npos) << why;
+  EXPECT_NE(why.find("not 32"), std::string::npos) << why;
   EXPECT_EQ(why.find('\n'), std::string::npos);
 }
 
@@ -56,7 +57,7 @@ TEST(Qwen35CudaShapes, GpuShapesRunAndOddStateSizesAreRefused) {
   moe.n_ff_exp = 32;
   moe.n_ff_shexp = 64;
   const std::string why = refusal_of(moe);
-  EXPECT_TRUE(why.empty() || why.find("shared experts") != std::string::npos) << why;
+  EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
   s.ssm_state_size = 48;
   EXPECT_NE(refusal_of(s).find("Gated DeltaNet heads of 16, 32, 64 or 128, not 48"),
             std::string::npos)
