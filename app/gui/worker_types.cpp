@@ -7,8 +7,10 @@ namespace granule::app {
 const std::vector<MemoryCategory>& stackedLedgerCategories() {
   static const std::vector<MemoryCategory> stacked = [] {
     std::vector<MemoryCategory> categories;
+    // Device memory only: reserved address space and pinned host memory are not VRAM.
     for (size_t c = 0; c < kMemoryCategoryCount; ++c)
-      if (static_cast<MemoryCategory>(c) != MemoryCategory::KvReservedVa)
+      if (static_cast<MemoryCategory>(c) != MemoryCategory::KvReservedVa &&
+          static_cast<MemoryCategory>(c) != MemoryCategory::HostPinned)
         categories.push_back(static_cast<MemoryCategory>(c));
     return categories;
   }();
