@@ -13,6 +13,10 @@ struct ReplyParser::Impl {
   std::optional<ReasoningParser> reasoning;
 #ifdef GRANULE_WINDOW_SERVER
   std::optional<server::ToolCallParser> tools;
+  // The parser streams a call as pieces (harmony: its name, then argument fragments); the window
+  // takes whole calls, so a call goes out once the next one starts or the reply ends.
+  std::vector<server::ToolCall> calls;
+  size_t emitted = 0;
 #endif
   bool harmony_calls = false;  // the calls are taken from the raw reply, before the reasoning
 };
@@ -20,10 +24,15 @@ struct ReplyParser::Impl {
 namespace {
 
 #ifdef GRANULE_WINDOW_SERVER
-void take_calls(QList<ToolCallText>& out, const std::vector<server::ToolCall>& calls) {
-  for (const server::ToolCall& c : calls)
+void take_calls(std::vector<server::ToolCall>& calls, size_t& emitted, QList<ToolCallText>& out,
+                const std::vector<server::ToolCallPiece>& pieces, bool reply_ended) {
+  server::add_tool_call_pieces(calls, pieces);
+  const size_t whole = reply_ended ? calls.size() : (calls.empty() ? 0 : calls.size() - 1);
+  for (; emitted < whole; ++emitted) {
+    const server::ToolCall& c = calls[emitted];
     out.append({QString::fromStdString(c.id), QString::fromStdString(c.name),
                 QString::fromStdString(c.arguments)});
+  }
 }
 #endif
 
@@ -60,7 +69,7 @@ ReplyDelta ReplyParser::push(std::string_view text) {
 #ifdef GRANULE_WINDOW_SERVER
   if (impl_->harmony_calls) {
     server::ToolCallParser::Delta d = impl_->tools->push(text);
-    take_calls(out.calls, d.calls);
+    take_calls(impl_->calls, impl_->emitted, out.calls, d.calls, false);
     answer = std::move(d.content);
   }
 #endif
@@ -72,7 +81,7 @@ ReplyDelta ReplyParser::push(std::string_view text) {
 #ifdef GRANULE_WINDOW_SERVER
   if (impl_->tools && !impl_->harmony_calls) {
     server::ToolCallParser::Delta d = impl_->tools->push(answer);
-    take_calls(out.calls, d.calls);
+    take_calls(impl_->calls, impl_->emitted, out.calls, d.calls, false);
     answer = std::move(d.content);
   }
 #endif
@@ -86,7 +95,7 @@ ReplyDelta ReplyParser::finish() {
 #ifdef GRANULE_WINDOW_SERVER
   if (impl_->harmony_calls) {
     server::ToolCallParser::Delta d = impl_->tools->finish();
-    take_calls(out.calls, d.calls);
+    take_calls(impl_->calls, impl_->emitted, out.calls, d.calls, true);
     answer = std::move(d.content);
   }
 #endif
@@ -100,8 +109,8 @@ ReplyDelta ReplyParser::finish() {
   if (impl_->tools && !impl_->harmony_calls) {
     server::ToolCallParser::Delta d = impl_->tools->push(answer);
     server::ToolCallParser::Delta rest = impl_->tools->finish();
-    take_calls(out.calls, d.calls);
-    take_calls(out.calls, rest.calls);
+    take_calls(impl_->calls, impl_->emitted, out.calls, d.calls, false);
+    take_calls(impl_->calls, impl_->emitted, out.calls, rest.calls, true);
     answer = d.content + rest.content;
   }
 #endif
