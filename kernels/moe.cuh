@@ -157,13 +157,13 @@ cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, con
 // A pair's result therefore does not depend on which other pairs share its tile or launch, nor
 // on the tile size; it differs from the dp4a kernels' only in the f32 summation (chunks of 32
 // rather than 8), within the same bound against the CPU. Grouped launches only (groups set, with
-// groups.tile_pairs 8, 32 or 64); the inputs as launch_moe_gate_up / launch_moe_down read them, the
+// groups.tile_pairs 8 or 32); the inputs as launch_moe_gate_up / launch_moe_down read them, the
 // expert matrices 16-byte aligned (CudaMoe's are 256-byte aligned).
 // True where the device and this build run them for experts of `type` (Q4_0, Q4_1, Q8_0, Q4_K,
 // Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4).
 bool moe_mma_supports(uint32_t type);
 // The tile sizes the tensor-core products take.
-constexpr int kMoeMmaTilePairs[] = {8, 32, 64};
+constexpr int kMoeMmaTilePairs[] = {8, 32};
 cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                    int n_out, const MoeInput& in, float* h,
                                    const KernelConfig& config, cudaStream_t stream);

@@ -1,8 +1,8 @@
 // The grouped expert products on int8 tensor cores (moe.cuh: launch_moe_gate_up_mma,
 // launch_moe_down_mma). A block of 4 warps takes one tile of launch_moe_group (up to 8 · NT
-// pairs routed to one expert: tiles of 8, 32 or 64) and 64 output rows; each warp owns 16 of them
-// (gate/up: 16 rows of each matrix) and runs the whole input length alone, so no barrier is needed
-// and the warps of an SM overlap each other's loads:
+// pairs routed to one expert) and 64 output rows; each warp owns 16 of them (gate/up: 16 rows
+// of each matrix) and runs the whole input length alone, so no barrier is needed and the warps
+// of an SM overlap each other's loads:
 //   - the weights: chunks of a few sub-blocks (a K-quant super-block, or 4 blocks of 32) loaded
 //     from the GGUF bytes with plain loads into registers one chunk ahead of their use
 //     (moe_mma_frag.cuh), so experts in mapped pinned host memory are read as those in VRAM
@@ -206,25 +206,17 @@ cudaError_t launch_mma(const MoeProduct& P, const KernelConfig& config, cudaStre
     return cudaErrorInvalidValue;
   const MoeGroups& groups = in.groups;
   if (!groups.tiles || !groups.order || !groups.n_tiles || in.n_expert <= 0 ||
-      in.n_expert > kMoeMaxExperts ||
-      (groups.tile_pairs != 8 && groups.tile_pairs != 32 && groups.tile_pairs != 64))
+      in.n_expert > kMoeMaxExperts || (groups.tile_pairs != 8 && groups.tile_pairs != 32))
     return cudaErrorInvalidValue;
   const int tiles = moe_max_tiles(in.pairs, in.n_expert, groups.tile_pairs);
   if (tiles > 65535) return cudaErrorInvalidValue;
   const dim3 grid(ceil_div(P.n_out, kRowsPerBlock), tiles);
   return for_mma_type(P.a.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
-    switch (groups.tile_pairs) {
-      case 8:
-        return launch_early(moe_mma_kernel<TYPE, GATE_UP, 1>, grid, dim3(kThreads), config, stream,
-                            P);
-      case 32:
-        return launch_early(moe_mma_kernel<TYPE, GATE_UP, 4>, grid, dim3(kThreads), config, stream,
-                            P);
-      default:
-        return launch_early(moe_mma_kernel<TYPE, GATE_UP, 8>, grid, dim3(kThreads), config, stream,
-                            P);
-    }
+    return groups.tile_pairs == 8 ? launch_early(moe_mma_kernel<TYPE, GATE_UP, 1>, grid,
+                                                 dim3(kThreads), config, stream, P)
+                                  : launch_early(moe_mma_kernel<TYPE, GATE_UP, 4>, grid,
+                                                 dim3(kThreads), config, stream, P);
   });
 }
 

@@ -224,8 +224,7 @@ int main() {
                 expert_bytes >> 10);
     std::printf(
         "| rows | pairs | experts hit | tile | group us | dp4a gate/up us | dp4a down us "
-        "| mma gate/up us | mma down us | dp4a GB/s | mma GB/s | mma8 us | mma32 us | mma64 us "
-        "|\n");
+        "| mma gate/up us | mma down us | dp4a GB/s | mma GB/s |\n");
     const int max_rows = 512, max_pairs = max_rows * s.n_used;
     int8_t* xq = device_alloc<int8_t>(static_cast<size_t>(max_rows) * s.n_embd);
     float2* xd = device_alloc<float2>(static_cast<size_t>(max_rows) * s.n_embd / 32);
@@ -256,8 +255,7 @@ int main() {
       }
       const int experts_hit = static_cast<int>(std::count(hit.begin(), hit.end(), true));
       CHECK(cudaMemcpy(ids, chosen.data(), pairs * sizeof(int32_t), cudaMemcpyHostToDevice));
-      // CudaMoe's mma_tile_pairs.
-      const int mma_tile = pairs >= 32 * s.n_expert ? 64 : pairs >= 8 * s.n_expert ? 32 : 8;
+      const int mma_tile = pairs >= 8 * s.n_expert ? 32 : 8;  // CudaMoe's mma_tile_pairs
       k::MoeInput in;
       in.n_in = s.n_embd;
       in.pairs = pairs;
@@ -284,33 +282,23 @@ int main() {
       const float dp4a_d = time_ms([&] {
         return k::launch_moe_down(down.view, s.n_embd, with_tile(din, 8), y, config, nullptr);
       });
-      // The tensor-core products at each tile size; the mma columns are the one CudaMoe picks.
-      float mma_gu = 0.0f, mma_d = 0.0f, mma_by_tile[3] = {0.0f, 0.0f, 0.0f};
-      for (int t = 0; t < 3; ++t) {
-        const int tile = k::kMoeMmaTilePairs[t];
-        CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
-                                  nullptr));
-        const float gu = time_ms([&] {
-          return k::launch_moe_gate_up_mma(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
-                                           with_tile(in, tile), h, config, nullptr);
-        });
-        const float d = time_ms([&] {
-          return k::launch_moe_down_mma(down.view, s.n_embd, with_tile(din, tile), y, config,
-                                        nullptr);
-        });
-        mma_by_tile[t] = (gu + d) * 1e3f;
-        if (tile == mma_tile) {
-          mma_gu = gu;
-          mma_d = d;
-        }
-      }
+      CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, mma_tile).groups, config,
+                                nullptr));
+      const float mma_gu = time_ms([&] {
+        return k::launch_moe_gate_up_mma(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                         with_tile(in, mma_tile), h, config, nullptr);
+      });
+      const float mma_d = time_ms([&] {
+        return k::launch_moe_down_mma(down.view, s.n_embd, with_tile(din, mma_tile), y, config,
+                                      nullptr);
+      });
       const double bytes = static_cast<double>(experts_hit) * expert_bytes;
       std::printf(
           "| %4d | %5d | %11d | %4d | %8.1f | %15.1f | %12.1f | %14.1f | %11.1f | %9.0f | "
-          "%8.0f | %6.1f | %7.1f | %7.1f |\n",
+          "%8.0f |\n",
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
-          bytes / ((mma_gu + mma_d) * 1e6), mma_by_tile[0], mma_by_tile[1], mma_by_tile[2]);
+          bytes / ((mma_gu + mma_d) * 1e6));
     }
   }
   return 0;

@@ -37,17 +37,12 @@ constexpr int kPerPairMaxRows = 7;
 // the CPU oracle); within each family a pair's result does not depend on the run.
 constexpr int kMmaMinRows = 8;
 
-// The tensor-core products' tile: 64 pairs where experts get 32 or more pairs on average
-// (prefill: 512 rows of top-8 over 128 experts give 32, and about 45 % of the experts more than
-// 32, which tiles of 32 read twice), 32 where they get about 8 or more, so one read of an
-// expert's rows serves them all; else 8 (decode batches: one or two pairs per expert), whose
-// kernels hold fewer registers and keep more warps' loads in flight. A tile's unused n-tiles are
-// skipped, and on sm_90 the 64-pair kernels hold as many blocks per SM as the 32-pair ones
-// (gate/up: 2 of 4 warps; Q4_K 255 registers against 224). Not yet measured against 32
-// (dev/cuda/moe_products_bench.cu prints both).
+// The tensor-core products' tile: 32 pairs where experts get about 8 or more pairs on average
+// (prefill: 512 rows of top-8 over 128 experts give 32), so one read of an expert's rows serves
+// them all; else 8 (decode batches: one or two pairs per expert), whose kernels hold fewer
+// registers and keep more warps' loads in flight.
 int mma_tile_pairs(int pairs, int64_t n_expert) {
-  const int64_t p = pairs;
-  return p >= 32 * n_expert ? 64 : p >= 8 * n_expert ? 32 : 8;
+  return static_cast<int64_t>(pairs) >= 8 * n_expert ? 32 : 8;
 }
 
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
