@@ -216,6 +216,23 @@ TEST_F(ConstraintSteps, AcceptAllSaysForEachRowWhatTheSerialChecksSay) {
     if (!seq.cancel_requested) continue;
     EXPECT_EQ(static_cast<const ScriptedConstraint&>(*seq.constraint).accepts, 0);
   }
+  // An accept that throws: its row's outcome throws when the engine's loop reads it.
+  {
+    class ThrowingAccept final : public TokenConstraint {
+     public:
+      int64_t fill_mask(std::vector<uint32_t>& mask) override {
+        mask.assign(4, ~0u);
+        return 128;
+      }
+      bool accept(TokenId) override { throw std::runtime_error("accept failed"); }
+      bool finished() const override { return false; }
+    };
+    for (const ScheduledWork& w : plan.work)
+      scheduler.find(w.id)->constraint = std::make_unique<ThrowingAccept>();
+    steps.accept_all(plan, scheduler, std::vector<TokenId>(plan.work.size(), 7));
+    std::string error;
+    EXPECT_THROW(steps.accepted(0, error), std::runtime_error);
+  }
   // A step drawn on the host leaves every row to the serial checks.
   steps.accept_all(plan, scheduler, {});
   std::string error;

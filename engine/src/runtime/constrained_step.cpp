@@ -146,13 +146,15 @@ std::string ConstrainedSteps::accept(Sequence& seq, TokenId token, bool end_of_g
 
 void ConstrainedSteps::accept_all(const StepPlan& plan, Scheduler& scheduler,
                                   std::span<const TokenId> tokens) {
-  outcomes_.assign(plan.work.size(), {});
+  outcomes_.clear();
   accepting_.clear();
   for (size_t i = 0; i < plan.work.size() && i < tokens.size(); ++i) {
     Sequence* seq = scheduler.find(plan.work[i].id);
     if (seq && !seq->cancel_requested && seq->uncomputed_tokens() == 0 && seq->constraint)
       accepting_.emplace_back(i, seq);
   }
+  if (accepting_.empty()) return;  // no constrained row: a free step pays nothing more
+  outcomes_.resize(plan.work.size());
   // Each sequence's matcher is its own (over one read-only compiled grammar): ~25 us an
   // accept on one core, one after another at 32 chats outlasts the rest of the step's host
   // work. Nothing here is seen outside the sequence before the engine's loop reads it.
