@@ -3,7 +3,9 @@
 // CUDA backend's graph waits for them) stands in for the GPU. Constrained and free sequences
 // share every step with no step forced to bring logits back; each constrained reply follows
 // its constraint; a free neighbour's tokens are those it draws alone; and masks applied in the
-// backend's sampler draw exactly what the host-masked path draws (greedy and seeded top-k).
+// backend's sampler draw exactly what the host-masked path draws (greedy and seeded top-k); and
+// ten chats at once, their drawn tokens accepted side by side (ConstrainedSteps::accept_all),
+// end as each does alone.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -126,8 +128,8 @@ Request chat(const std::string& question, Constraint constraint, Reply& out, int
 }
 
 // The CPU engine, its sampler the masking backend's when `log` is given.
-std::unique_ptr<Engine> open_engine(MaskLog* log) {
-  EngineOptions o = test::cpu_engine_options(1024, 4);
+std::unique_ptr<Engine> open_engine(MaskLog* log, int32_t chats = 4) {
+  EngineOptions o = test::cpu_engine_options(1024, chats);
   if (log) {
     o.wrap_backend = [log](std::unique_ptr<Backend> inner) -> std::unique_ptr<Backend> {
       return std::make_unique<MaskingSamplerBackend>(std::move(inner), *log);
@@ -227,6 +229,76 @@ TEST(EngineConstraintMasks, BackendMasksDrawWhatHostMasksDraw) {
     EXPECT_EQ(device[i].tokens, host[i].tokens)
         << i << ": backend masks: " << device[i].text << " | host masks: " << host[i].text;
   }
+}
+
+TEST(EngineConstraintMasks, ManyChatsAcceptedTogetherEndAsEachAlone) {
+  if (test::default_model_path().empty()) GTEST_SKIP() << test::kNoDefaultModel;
+  if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
+  SamplingParams top_k;
+  top_k.temperature = 0.9f;
+  top_k.top_k = 40;
+  top_k.top_p = 0.95f;
+  top_k.seed = 77;
+  const std::string city =
+      R"({"type":"object","properties":{"city":{"type":"string","maxLength":16},)"
+      R"("population":{"type":"integer","minimum":0}},"required":["city","population"]})";
+  const std::string numbers =
+      R"({"type":"array","items":{"type":"integer","minimum":0,"maximum":99},"maxItems":5})";
+  // Ten chats, nine constrained (schemas, grammars, a JSON object), one of them cut after 6
+  // tokens and one whose grammar ends after a word, beside a free one.
+  const auto requests = [&](std::vector<Reply>& out) {
+    out.resize(10);
+    std::vector<Request> r;
+    r.push_back(
+        chat("Describe a person as JSON.", Constraint::json_schema(kPersonSchema), out[0], 96));
+    r.push_back(chat("Is Paris in France?",
+                     Constraint::grammar(R"(root ::= ("yes" | "no") ", " [a-z ]{1,20} ".")"),
+                     out[1], 48));
+    r.push_back(
+        chat("Give me a JSON object about Paris.", Constraint::json_object(), out[2], 48, top_k));
+    r.push_back(chat("Name a big city as JSON.", Constraint::json_schema(city), out[3], 64));
+    r.push_back(chat("List a few small numbers.", Constraint::json_schema(numbers), out[4], 48));
+    r.push_back(
+        chat("Describe an old man as JSON.", Constraint::json_schema(kPersonSchema), out[5], 6));
+    r.push_back(chat("Say ok.", Constraint::grammar(R"(root ::= "ok" | "okay")"), out[6], 32));
+    r.push_back(chat("How many legs has a spider?", Constraint::grammar(R"(root ::= [0-9]{1,4})"),
+                     out[7], 16));
+    r.push_back(chat("Describe a child as JSON.", Constraint::json_schema(kPersonSchema), out[8],
+                     64, top_k));
+    r.push_back(chat("What is the capital of France?", {}, out[9], 24));
+    return r;
+  };
+  std::vector<Reply> alone;
+  {
+    MaskLog log;
+    auto engine = open_engine(&log);
+    for (Request& r : requests(alone)) {
+      engine->submit(std::move(r));
+      run(*engine);
+    }
+  }
+  MaskLog log;
+  auto engine = open_engine(&log, 10);
+  std::vector<Reply> together;
+  for (Request& r : requests(together)) engine->submit(std::move(r));
+  int most_masked = 0;
+  for (int i = 0; i < 5000 && engine->step(); ++i)
+    most_masked = std::max(most_masked, engine->telemetry().throughput.device_masked_sequences);
+  EXPECT_TRUE(engine->idle());
+  EXPECT_EQ(log.logit_steps, 0);
+  EXPECT_GE(most_masked, 8) << "the constrained chats never shared a step";
+
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_NE(alone[i].reason, FinishReason::Error) << i << ": " << alone[i].error;
+    EXPECT_EQ(together[i].reason, alone[i].reason) << i << ": " << together[i].error;
+    EXPECT_EQ(together[i].error, alone[i].error) << i;
+    EXPECT_EQ(together[i].text, alone[i].text) << i;
+    EXPECT_EQ(together[i].tokens, alone[i].tokens) << i;
+  }
+  EXPECT_EQ(together[5].reason, FinishReason::MaxTokens) << together[5].text;
+  EXPECT_EQ(together[6].reason, FinishReason::Eos) << together[6].text;
+  EXPECT_TRUE(together[6].text == "ok" || together[6].text == "okay") << together[6].text;
+  EXPECT_TRUE(std::regex_match(together[7].text, std::regex("[0-9]{1,4}"))) << together[7].text;
 }
 
 }  // namespace

@@ -5,9 +5,12 @@
 // a reply the constraint lets go nowhere.
 #pragma once
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/backend.h"
@@ -49,6 +52,15 @@ class ConstrainedSteps {
   // After the draw: the error that ends the sequence when its constraint refuses `token`
   // (empty: taken). An end-of-generation token needs no check.
   std::string accept(Sequence& seq, TokenId token, bool end_of_generation);
+  // After a step that drew on the device (`tokens`, one per work item; empty for a host draw):
+  // check_allowed and accept for every constrained sequence whose token the step drew (found,
+  // not cancelled, nothing left to compute), spread over the mask threads from enough of them
+  // on. accepted() hands each outcome to the engine's loop, which keeps its order.
+  void accept_all(const StepPlan& plan, Scheduler& scheduler, std::span<const TokenId> tokens);
+  // accept_all's outcome for work item `i`: false when it did not take that row (check it
+  // with check_allowed and accept); else `error` is what they said (empty: taken), and an
+  // exception either threw is thrown here.
+  bool accepted(size_t i, std::string& error) const;
 
   // --- the last step's telemetry (ThroughputTelemetry)
   int32_t constrained_sequences() const { return constrained_sequences_; }
@@ -58,9 +70,21 @@ class ConstrainedSteps {
  private:
   // Fills one sequence's mask (a failure is a mask that allows nothing, said in the log).
   void fill_one(Sequence& seq);
+  // check_allowed without adding to mask_us() (safe on the mask threads).
+  std::string check_allowed_unmetered(Sequence& seq);
   // Fills the masks of `pending` (independent matchers over one read-only compiled grammar
   // each), on the mask threads once there are enough of them to pay for the hand-off.
   void fill_all(std::span<Sequence* const> pending);
+  // Runs fn(i) for i in [0, n), on the mask threads from kParallelMasks on.
+  void for_each(size_t n, const std::function<void(size_t)>& fn);
+
+  // accept_all's outcome for one work item.
+  struct Outcome {
+    bool taken = false;
+    std::string error;
+    std::exception_ptr thrown;
+    double mask_us = 0;  // a mask check_allowed filled (the step had not)
+  };
 
   const Tokenizer& tokenizer_;
   int64_t n_vocab_;
@@ -68,7 +92,9 @@ class ConstrainedSteps {
   std::vector<float> masked_row_;
   std::vector<const uint32_t*> device_masks_;  // fill()'s hand-over, one per work item
   std::vector<Sequence*> pending_;             // fill()'s sequences whose mask is not ready
-  std::unique_ptr<cpu::ThreadPool> pool_;      // built at the first step with enough masks
+  std::vector<Outcome> outcomes_;              // accept_all's, one per work item
+  std::vector<std::pair<size_t, Sequence*>> accepting_;  // accept_all's work items
+  std::unique_ptr<cpu::ThreadPool> pool_;  // built at the first step with enough masks
   int32_t constrained_sequences_ = 0;
   int32_t device_masked_sequences_ = 0;
   double mask_us_ = 0;

@@ -597,6 +597,9 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
   scheduler->complete(plan);
   const auto n_vocab = static_cast<size_t>(config.n_vocab);
   const bool sampled_on_device = !result.tokens.empty();
+  // Tokens drawn on the device: their constraints take them side by side first (the loop
+  // below reads each outcome in order); a host draw is checked in the loop.
+  constrained->accept_all(plan, *scheduler, result.tokens);
   for (size_t i = 0; i < plan.work.size(); ++i) {
     const ScheduledWork& w = plan.work[i];
     Sequence* seq = scheduler->find(w.id);
@@ -608,7 +611,14 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
         sampled_on_device ? std::span<const float>()
                           : std::span<const float>(logits.data() + i * n_vocab, n_vocab);
     std::span<const float> draw_row = row;
-    if (seq->constraint) {
+    std::string verdict;  // accept_all's: empty when the token was taken
+    const bool accepted = seq->constraint && constrained->accepted(i, verdict);
+    if (accepted) {
+      if (!verdict.empty()) {
+        finish(w.id, FinishReason::Error, verdict);
+        continue;
+      }
+    } else if (seq->constraint) {
       if (std::string stuck = constrained->check_allowed(*seq); !stuck.empty()) {
         finish(w.id, FinishReason::Error, stuck);
         continue;
@@ -627,7 +637,7 @@ void Engine::Impl::take_results(const StepPlan& plan, const StepResult& result,
       finish(w.id, FinishReason::Error, e.what());
       continue;
     }
-    if (seq->constraint) {
+    if (seq->constraint && !accepted) {
       std::string refused =
           constrained->accept(*seq, token, tokenizer->is_end_of_generation(token));
       if (!refused.empty()) {
