@@ -31,17 +31,6 @@ namespace k = granule::kernels;
 
 constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;  // cuda_model.cpp's InputArray
 
-// A matrix of the weight layout as the kernels take it, at `data`.
-DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
-  return {.data = data,
-          .type = m.tensor ? m.tensor->ggml_type : 0,
-          .rows = m.rows,
-          .cols = m.cols,
-          .row_bytes = m.row_bytes,
-          .gguf_row_bytes = m.gguf_row_bytes,
-          .split = m.split};
-}
-
 }  // namespace
 
 MappedHostBuffer::MappedHostBuffer(MemoryManager& memory, size_t bytes) {
@@ -106,7 +95,7 @@ void CudaModel::upload_gemma4(const WeightTable& w, bool table_on_device) {
       uint8_t* at = g->matrices.as<uint8_t>() + m.offset;
       check_cuda(cudaMemcpy(at, blob.as<uint8_t>(), blob.bytes(), cudaMemcpyHostToDevice),
                  "uploading per-layer embeddings");
-      mats.push_back(describe(m, at));
+      mats.push_back(device_matrix(m, at));
     }
     g->model_proj = mats[0];
     for (size_t i = 0; i < w.layers.size(); ++i) {
@@ -124,12 +113,12 @@ void CudaModel::upload_gemma4(const WeightTable& w, bool table_on_device) {
       check_cuda(cudaMemcpy(g->table_on_device.get(), blob.as<uint8_t>(), blob.bytes(),
                             cudaMemcpyHostToDevice),
                  "uploading the per-layer token table");
-      g->token_table = describe(t, g->table_on_device.as<uint8_t>());
+      g->token_table = device_matrix(t, g->table_on_device.as<uint8_t>());
     } else {
       g->table_host = MappedHostBuffer(memory_, layout_.per_layer_table_bytes);
       std::fill_n(g->table_host.host(), g->table_host.bytes(), uint8_t{0});
       t.write(g->table_host.host());
-      g->token_table = describe(t, g->table_host.device());
+      g->token_table = device_matrix(t, g->table_host.device());
     }
     // Slices of one layer's n_pl values where whole blocks make them (GGUF rows are blocks in
     // order), so that a pass gathers every slice at once.
@@ -298,16 +287,7 @@ void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
     check_launch(k::launch_geglu_to_f16(gate, up, n_rows * n_ff, x16, stream_.get()), "geglu");
     gemm(l.w_down, nullptr, x16, n_rows, projected, false);
   } else {
-    k::RmsNormOutputs out;
-    for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
-      if (k::matvec_reads_q8(m->type, m->split))
-        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-      else
-        out.f32 = normed_.as<float>();
-    }
-    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
-                                    c.rms_eps, out, kernel_config_, stream_.get()),
-                 "rms_norm");
+    ffn_norm_for_gate_up(l, hidden, n_rows);
     const DeviceMatrix gu[2] = {l.w_gate, l.w_up};
     float* const gu_out[2] = {gate, up};
     matvec(gu, gu_out, 2, n_rows, false, normed_.as<float>());

@@ -632,16 +632,7 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   }
   // Feed-forward block: SwiGLU fused into the gate/up product when both share a type.
   if (!fused) {
-    k::RmsNormOutputs out;
-    for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
-      if (k::matvec_reads_q8(m->type, m->split))
-        out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
-      else
-        out.f32 = normed_.as<float>();
-    }
-    check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd),
-                                    c.rms_eps, out, kernel_config_, stream_.get()),
-                 "rms_norm");
+    ffn_norm_for_gate_up(l, hidden, n_rows);
   }
   float* h = gate_.as<float>();
   // The gate/up product quantises its result where its 32-row blocks of 32 warps run in one
@@ -698,6 +689,22 @@ bool CudaModel::swiglu_matvec(const DeviceLayer& l, int n_rows, float* h, bool f
   check_launch(launch_product(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
                "matvec_swiglu");
   return quantized;
+}
+
+// The FFN norm of `hidden` into the inputs the gate and up products read: int8 blocks where one
+// of them reads int8, f32 where one reads f32.
+void CudaModel::ffn_norm_for_gate_up(const DeviceLayer& l, const float* hidden, int n_rows) {
+  const ModelConfig& c = config_;
+  k::RmsNormOutputs out;
+  for (const DeviceMatrix* m : {&l.w_gate, &l.w_up}) {
+    if (k::matvec_reads_q8(m->type, m->split))
+      out.q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    else
+      out.f32 = normed_.as<float>();
+  }
+  check_launch(k::launch_rms_norm(hidden, l.ffn_norm, n_rows, static_cast<int>(c.n_embd), c.rms_eps,
+                                  out, kernel_config_, stream_.get()),
+               "rms_norm");
 }
 
 void CudaModel::gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu) {

@@ -38,6 +38,8 @@ struct DeviceMatrix {
   int64_t gguf_row_bytes = 0;  // the row's bytes as stored (what a decode step reads)
   bool split = false;          // rows in engine/include/granule/split_layout.h's layout
 };
+// A matrix of the weight layout as the kernels take it, at `data` (cuda_weights.cpp).
+DeviceMatrix device_matrix(const MatrixLayout& m, const uint8_t* data);
 
 struct DeviceLayer {
   DeviceMatrix wq, wk, wv, wo, w_gate, w_up, w_down;
@@ -232,6 +234,7 @@ class CudaModel {
   bool swiglu_matvec(const DeviceLayer& l, int n_rows, float* h, bool fused = false);
   // Gate and up as two products of the f32 norm output, then SwiGLU (or GeGLU) into h.
   void gate_up_unfused(const DeviceLayer& l, int n_rows, float* h, bool geglu);
+  void ffn_norm_for_gate_up(const DeviceLayer& l, const float* hidden, int n_rows);
   // The mixer's input: RMSNorm(hidden) in every format `mats` read (f16 on the GEMM path).
   void hybrid_norm(const DeviceMatrix* mats, int count, const float* weight, int n_rows);
   // y (+)= x · Wᵀ for x of w.cols floats per row, by the path n_rows takes (x quantised or

@@ -32,16 +32,6 @@ std::vector<float> to_f32(const TensorInfo* t) {
   return out;
 }
 
-DeviceMatrix describe(const MatrixLayout& m, const uint8_t* data) {
-  return {.data = data,
-          .type = m.tensor ? m.tensor->ggml_type : 0,
-          .rows = m.rows,
-          .cols = m.cols,
-          .row_bytes = m.row_bytes,
-          .gguf_row_bytes = m.gguf_row_bytes,
-          .split = m.split};
-}
-
 std::string type_refusal(const MatrixLayout& m) {
   if (!m.tensor || k::is_supported_weight_type(m.tensor->ggml_type)) return {};
   return "the CUDA backend cannot run tensor " + m.tensor->name + " of type " +
@@ -116,9 +106,9 @@ std::string shape_refusal(const ModelConfig& c) {
              " dimensions";
   // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
   // rope_kv.cuh.
-  // qwen35moe: its shared experts pass their layer-level GPU test against the CPU's MoeFfn, but the whole
-  // qwen35moe model has not been checked against the CPU reference on a GPU yet (the CPU oracle
-  // does not emulate the GPU's rounding of hybrid models): the CPU runs it until it has.
+  // qwen35moe: its shared experts pass their layer-level GPU test against the CPU's MoeFfn, but the
+  // whole qwen35moe model has not been checked against the CPU reference on a GPU yet (the CPU
+  // oracle does not emulate the GPU's rounding of hybrid models): the CPU runs it until it has.
   if (c.architecture == "qwen35moe")
     return "the CUDA backend does not run qwen35moe yet (its GPU path is not yet checked against "
            "the CPU reference)";
@@ -126,6 +116,16 @@ std::string shape_refusal(const ModelConfig& c) {
 }
 
 }  // namespace
+
+DeviceMatrix device_matrix(const MatrixLayout& m, const uint8_t* data) {
+  return {.data = data,
+          .type = m.tensor ? m.tensor->ggml_type : 0,
+          .rows = m.rows,
+          .cols = m.cols,
+          .row_bytes = m.row_bytes,
+          .gguf_row_bytes = m.gguf_row_bytes,
+          .split = m.split};
+}
 
 void CudaModel::load(const BackendInit& init) {
   const ModelConfig& c = config_;
@@ -253,9 +253,9 @@ void CudaModel::upload_weights(const WeightTable& w) {
   const float* vbase = vectors_.as<float>();
   auto vec = [&](int64_t at) { return at < 0 ? nullptr : vbase + at; };
 
-  token_embd_ = describe(layout_.fixed[0], weights_.as<uint8_t>() + layout_.fixed[0].offset);
+  token_embd_ = device_matrix(layout_.fixed[0], weights_.as<uint8_t>() + layout_.fixed[0].offset);
   output_ = layout_.fixed.size() > 1
-                ? describe(layout_.fixed[1], weights_.as<uint8_t>() + layout_.fixed[1].offset)
+                ? device_matrix(layout_.fixed[1], weights_.as<uint8_t>() + layout_.fixed[1].offset)
                 : token_embd_;
   output_norm_ = vec(layout_.output_norm_vector);
   rope_frequencies_ = rope_frequencies_buffer_.as<double>();
@@ -268,7 +268,7 @@ void CudaModel::upload_weights(const WeightTable& w) {
         &d.wq,     &d.wk,     &d.wv,    &d.wo,       &d.w_gate,    &d.w_up,
         &d.w_down, &d.ssm_in, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_out};
     for (int m = 0; m < LayerWeightLayout::kMatrices; ++m) {
-      *mats[m] = describe(l.matrices[static_cast<size_t>(m)], nullptr);  // data: bind_layers()
+      *mats[m] = device_matrix(l.matrices[static_cast<size_t>(m)], nullptr);  // data: bind_layers()
       decode_weight_bytes_ += static_cast<uint64_t>(mats[m]->rows * mats[m]->gguf_row_bytes);
     }
     d.attn_norm = vec(l.vectors[0]);
