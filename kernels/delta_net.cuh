@@ -19,6 +19,9 @@
 
 #include <cstdint>
 
+#include "activation_q8.cuh"
+#include "kernel_config.h"
+
 namespace granule::kernels {
 
 struct DeltaNetArgs {
@@ -44,6 +47,9 @@ struct DeltaNetArgs {
   const float* alpha = nullptr;  // [rows][n_v_heads]: before softplus(· + dt_bias) · a
   const float* z = nullptr;      // [rows][value_dim]: the output gate
   float* out = nullptr;          // [rows][value_dim]
+  // Given (state_size a multiple of 32): the gated norm also writes out as int8 blocks, as
+  // launch_quantize_q8(out, rows, value_dim) would, for the output projection to read.
+  ActivationQ8 out_q8;
   // The chunked form's scratch (delta_net_chunk_scratch_floats) and [rows][value_dim] floats it
   // may overwrite (cuda_hybrid.cpp gives `mixed`'s, dead after the convolution); either null:
   // every run token by token.
@@ -67,11 +73,17 @@ constexpr int64_t delta_net_chunk_scratch_floats(int64_t rows, int64_t n_v_heads
 
 // The short convolution, SiLU and L2 norms (conv_out from mixed and the conv states), then the
 // conv states advanced over each run. state_size must be one the kernels take.
-cudaError_t launch_delta_net_conv(const DeltaNetArgs& args, cudaStream_t stream);
+// Every launcher here launches early (launch_early, common.cuh) per config.early_launch: the
+// kernels request weights, step inputs and the slot's state (which only earlier steps and this
+// layer's own kernels write) before their PDL wait, everything else after it.
+cudaError_t launch_delta_net_conv(const DeltaNetArgs& args, const KernelConfig& config,
+                                  cudaStream_t stream);
 // The gated delta rule over each run, writing out: chunked for runs of kDeltaNetChunkedMinRows
 // rows and more when chunk_scratch is given, else token by token (one thread per state column,
-// the state in registers); then RMSNorm(out) · norm_weight · SiLU(z) per value head, in place.
-cudaError_t launch_delta_net_rule(const DeltaNetArgs& args, cudaStream_t stream);
+// the state in registers); then RMSNorm(out) · norm_weight · SiLU(z) per value head, in place
+// (and into args.out_q8 when given).
+cudaError_t launch_delta_net_rule(const DeltaNetArgs& args, const KernelConfig& config,
+                                  cudaStream_t stream);
 bool delta_net_supports(int state_size);
 
 // Qwen3.5's gated full attention, before the attention kernel: q_gate holds per head Q then its
@@ -96,9 +108,13 @@ struct GatedAttentionArgs {
   int64_t token_stride = 0;  // halves per token of the layer's KV part
   int64_t kv_offset = 0;     // halves from a slot's base to the layer's K
 };
-cudaError_t launch_gated_attention_prep(const GatedAttentionArgs& args, cudaStream_t stream);
-// out[row][h][e] *= sigmoid(q_gate[row][h][1][e]).
+cudaError_t launch_gated_attention_prep(const GatedAttentionArgs& args, const KernelConfig& config,
+                                        cudaStream_t stream);
+// out[row][h][e] *= sigmoid(q_gate[row][h][1][e]); the results also as int8 blocks into out_q8
+// when given (as launch_quantize_q8(out, rows, n_head * head_dim) would; n_head * head_dim a
+// multiple of 32).
 cudaError_t launch_attention_output_gate(float* out, const float* q_gate, int rows, int n_head,
-                                         int head_dim, cudaStream_t stream);
+                                         int head_dim, ActivationQ8 out_q8,
+                                         const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

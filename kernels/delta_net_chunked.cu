@@ -46,6 +46,8 @@ __device__ int block_max_scan(int v, int* totals) {
 __global__ void __launch_bounds__(1024) plan_kernel(DeltaNetArgs a) {
   __shared__ int totals[32];
   __shared__ int carry, n_runs, n_chunks;
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const ChunkPlan p = chunk_plan_of(a);
   if (threadIdx.x == 0) {
     carry = -1;
@@ -111,6 +113,8 @@ template <int S>
 __global__ void __launch_bounds__(kThreads) chunk_kernel(DeltaNetArgs a) {
   using L = ChunkLayout<S>;
   constexpr int R = L::kRow, RA = L::kARow;
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const ChunkPlan p = chunk_plan_of(a);
   const int c = blockIdx.x;
   if (c >= p.counts[1]) return;
@@ -271,6 +275,8 @@ template <int S>
 __global__ void __launch_bounds__(StateLayout<S>::kThreads) state_kernel(DeltaNetArgs a) {
   using L = StateLayout<S>;
   constexpr int kJ = L::kJ, R = L::kRow, RP = L::kPRow, kRowsC = L::kRowsC;
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const ChunkPlan p = chunk_plan_of(a);
   const int run = blockIdx.x;
   if (run >= p.counts[0]) return;
@@ -455,32 +461,37 @@ cudaError_t allow_shared_bytes() {
 }
 
 template <int S>
-cudaError_t launch_chunked(const DeltaNetArgs& a, cudaStream_t stream) {
+cudaError_t launch_chunked(const DeltaNetArgs& a, const KernelConfig& config, cudaStream_t stream) {
   if (const cudaError_t status = allow_shared_bytes<S>(); status != cudaSuccess) return status;
   const auto heads = static_cast<unsigned>(a.n_v_heads);
   const dim3 chunks(static_cast<unsigned>(max_chunks(a.rows)), heads);
-  chunk_kernel<S><<<chunks, kThreads, ChunkLayout<S>::kBytes, stream>>>(a);
-  if (const cudaError_t status = launch_status(); status != cudaSuccess) return status;
+  if (const cudaError_t status = launch_status(launch_early_shared(
+          chunk_kernel<S>, chunks, dim3(kThreads), ChunkLayout<S>::kBytes, config, stream, a));
+      status != cudaSuccess)
+    return status;
   const dim3 runs(static_cast<unsigned>(max_chunked_runs(a.rows)), heads, S / StateLayout<S>::kJ);
-  state_kernel<S><<<runs, StateLayout<S>::kThreads, StateLayout<S>::kBytes, stream>>>(a);
-  return launch_status();
+  return launch_status(launch_early_shared(state_kernel<S>, runs, dim3(StateLayout<S>::kThreads),
+                                           StateLayout<S>::kBytes, config, stream, a));
 }
 
 }  // namespace
 
-cudaError_t launch_delta_net_chunked(const DeltaNetArgs& a, cudaStream_t stream) {
+cudaError_t launch_delta_net_chunked(const DeltaNetArgs& a, const KernelConfig& config,
+                                     cudaStream_t stream) {
   if (!chunk_planned(a)) return cudaSuccess;
-  plan_kernel<<<1, 1024, 0, stream>>>(a);
-  if (const cudaError_t status = launch_status(); status != cudaSuccess) return status;
+  if (const cudaError_t status =
+          launch_status(launch_early(plan_kernel, dim3(1), dim3(1024), config, stream, a));
+      status != cudaSuccess)
+    return status;
   switch (a.state_size) {
     case 16:
-      return launch_chunked<16>(a, stream);
+      return launch_chunked<16>(a, config, stream);
     case 32:
-      return launch_chunked<32>(a, stream);
+      return launch_chunked<32>(a, config, stream);
     case 64:
-      return launch_chunked<64>(a, stream);
+      return launch_chunked<64>(a, config, stream);
     case 128:
-      return launch_chunked<128>(a, stream);
+      return launch_chunked<128>(a, config, stream);
     default:
       return cudaErrorInvalidValue;
   }

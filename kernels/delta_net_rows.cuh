@@ -82,6 +82,8 @@ __host__ __device__ inline ChunkPlan chunk_plan_of(const DeltaNetArgs& a) {
 
 namespace granule::kernels {
 // delta_net_chunked.cu: the plan, then the chunked rule over the planned runs (the recurrent
-// rule kernel skips them). Only when chunk_planned(args).
-cudaError_t launch_delta_net_chunked(const DeltaNetArgs& args, cudaStream_t stream);
+// rule kernel skips them). Only when chunk_planned(args). Launched early (launch_early): each
+// kernel waits for the one before it first thing (it reads nothing before that).
+cudaError_t launch_delta_net_chunked(const DeltaNetArgs& args, const KernelConfig& config,
+                                     cudaStream_t stream);
 }  // namespace granule::kernels

@@ -8,8 +8,12 @@
 // Then the chunked form against the recurrent one on the GPU, from a previous turn's state, over
 // runs of 1, 63, 64, 65, 500 and 4100 tokens and a fresh one of 130 in one step, in four regimes
 // of the gates (decay and beta near 1, near 0, mixed): outputs, the state each leaves, and a
-// decode step from those states.
+// decode step from those states. Then the kernels launched early (programmatic dependent launch)
+// against the same kernels launched plainly, bit for bit, with every input an earlier kernel
+// writes copied in late by a writer that lets them start at once (what they request before their
+// wait must be the weights, the step inputs and the state only).
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <tuple>
@@ -20,6 +24,8 @@
 #include "backends/cpu/thread_pool.h"
 #include "delta_net.cuh"
 #include "gpu_test_support.h"
+#include "quantize_activations.cuh"
+#include "sync_probe.cuh"
 
 namespace granule {
 namespace {
@@ -29,6 +35,13 @@ using gpu_test::DeviceArray;
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 float softplus(float x) { return x > 20.0f ? x : std::log(1.0f + std::exp(x)); }
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool same_bits(float2 a, float2 b) { return same_bits(a.x, b.x) && same_bits(a.y, b.y); }
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
 
 struct SeqRun {
   int seq;  // index into the test's sequences
@@ -164,9 +177,29 @@ TEST_P(DeltaNetKernel, MatchesTheCpuReferenceOverMixedSteps) {
       args.chunk_scratch = d_chunk_scratch.get();
       args.chunk_w = d_chunk_w.get();
     }
-    CUDA_OK(kernels::launch_delta_net_conv(args, nullptr));
-    CUDA_OK(kernels::launch_delta_net_rule(args, nullptr));
+    // The gated norm's int8 blocks (state sizes of whole blocks), poisoned.
+    const bool blocks = S % 32 == 0;
+    DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * V));
+    DeviceArray<float2> d_ds(static_cast<size_t>(rows * V / 32));
+    if (blocks) {
+      d_qs.poison();
+      d_ds.poison();
+      args.out_q8 = {d_qs.get(), d_ds.get()};
+    }
+    const kernels::KernelConfig config = gpu_test::kernel_config();
+    CUDA_OK(kernels::launch_delta_net_conv(args, config, nullptr));
+    CUDA_OK(kernels::launch_delta_net_rule(args, config, nullptr));
     const std::vector<float> out = d_out.download();
+    if (blocks) {  // bit for bit what launch_quantize_q8 makes of the same out
+      DeviceArray<int8_t> q_qs(static_cast<size_t>(rows * V));
+      DeviceArray<float2> q_ds(static_cast<size_t>(rows * V / 32));
+      CUDA_OK(kernels::launch_quantize_q8(d_out.get(), static_cast<int>(rows), static_cast<int>(V),
+                                          {q_qs.get(), q_ds.get()}, config, nullptr));
+      ASSERT_EQ(d_qs.download(), q_qs.download()) << "step " << step;
+      const std::vector<float2> got_ds = d_ds.download(), want_ds = q_ds.download();
+      for (size_t i = 0; i < got_ds.size(); ++i)
+        ASSERT_TRUE(same_bits(got_ds[i], want_ds[i])) << "step " << step << " block " << i;
+    }
     double step_worst = 0;
     for (int64_t r = 0; r < rows; ++r) {
       if (row_slots[static_cast<size_t>(r)] < 0) {
@@ -278,8 +311,10 @@ TEST_P(DeltaNetChunked, MatchesTheRecurrentForm) {
       args.chunk_scratch = d_chunk_scratch.get();
       args.chunk_w = d_chunk_w.get();
     }
-    EXPECT_EQ(kernels::launch_delta_net_conv(args, nullptr), cudaSuccess);
-    EXPECT_EQ(kernels::launch_delta_net_rule(args, nullptr), cudaSuccess);
+    EXPECT_EQ(kernels::launch_delta_net_conv(args, gpu_test::kernel_config(), nullptr),
+              cudaSuccess);
+    EXPECT_EQ(kernels::launch_delta_net_rule(args, gpu_test::kernel_config(), nullptr),
+              cudaSuccess);
     return d_out.download();
   };
   auto worst_of = [](const std::vector<float>& got, const std::vector<float>& want,
@@ -358,6 +393,274 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<std::tuple<int, GateRegime>>& i) {
       return "S" + std::to_string(std::get<0>(i.param)) + "_" + std::get<1>(i.param).name;
     });
+
+// Inputs that land late: add() poisons dst and stages the values, launch() copies them all in by
+// late writers (sync_probe.cuh) launched back to back, so the kernel launched next starts at once,
+// long before any of them lands.
+class LateInputs {
+ public:
+  void add(float* dst, const std::vector<float>& values) {
+    staging_.emplace_back(values);
+    dst_.push_back(dst);
+    if (cudaMemset(dst, 0xFF, values.size() * sizeof(float)) != cudaSuccess)
+      ADD_FAILURE() << "cudaMemset";
+  }
+  cudaError_t launch(const kernels::KernelConfig& config) {
+    if (const cudaError_t status = cudaDeviceSynchronize(); status != cudaSuccess) return status;
+    for (size_t i = 0; i < dst_.size(); ++i)
+      if (const cudaError_t status = kernels::launch_late_copy(
+              dst_[i], staging_[i].get(), staging_[i].size() * 4, 50000, config, nullptr);
+          status != cudaSuccess)
+        return status;
+    return cudaSuccess;
+  }
+
+ private:
+  std::vector<DeviceArray<float>> staging_;
+  std::vector<float*> dst_;
+};
+
+class DeltaNetEarlyRequests : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+// A decode-like step (single rows, a run of three rows, a padding row; with `chunked`, also a run
+// of 70 rows and the chunked form's scratch) over random states: the convolution, then the rule
+// (and the chunked form's kernels) and the gated norm, launched early after late writers of their
+// inputs (mixed; conv_out, beta, alpha, z), leave the bits the plain launches leave: conv_out,
+// out, the int8 blocks and the whole state.
+TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!config.early_launch) GTEST_SKIP() << "no programmatic dependent launch on this device";
+  kernels::KernelConfig plain_config = config;
+  plain_config.early_launch = false;
+  const auto [S, chunked] = GetParam();
+  DeltaNetConfig d;
+  d.conv_kernel = 4;
+  d.state_size = S;
+  d.n_k_heads = 2;
+  d.n_v_heads = 4;
+  d.inner_size = d.n_v_heads * d.state_size;
+  const int64_t C = d.conv_channels(), V = d.value_dim(), nv = d.n_v_heads;
+  std::mt19937 rng(701 + S);
+  const std::vector<float> conv_weight = gpu_test::random_floats(static_cast<size_t>(C * 4), rng);
+  const std::vector<float> dt_bias = gpu_test::random_floats(static_cast<size_t>(nv), rng);
+  std::vector<float> a = gpu_test::random_floats(static_cast<size_t>(nv), rng, 0.5f);
+  for (float& x : a) x = -std::exp(x);
+  std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(S), rng, 0.2f);
+  for (float& x : norm_weight) x += 1.0f;
+  const int64_t slot_floats = d.conv_state_floats() + d.delta_state_floats();
+  const std::vector<float> state0 =
+      gpu_test::random_floats(static_cast<size_t>(4 * slot_floats), rng, 0.3f);
+  std::vector<int32_t> positions = {40, 17, 18, 19, 0, 5};
+  std::vector<int32_t> row_slots = {2, 0, 0, 0, -1, 3};
+  if (chunked)
+    for (int t = 0; t < 70; ++t) {
+      positions.push_back(9 + t);
+      row_slots.push_back(1);
+    }
+  const auto rows = static_cast<int64_t>(positions.size());
+  const std::vector<float> mixed = gpu_test::random_floats(static_cast<size_t>(rows * C), rng);
+  const std::vector<float> z = gpu_test::random_floats(static_cast<size_t>(rows * V), rng);
+  const std::vector<float> beta = gpu_test::random_floats(static_cast<size_t>(rows * nv), rng);
+  const std::vector<float> alpha = gpu_test::random_floats(static_cast<size_t>(rows * nv), rng);
+
+  DeviceArray<float> d_conv_weight(conv_weight), d_dt(dt_bias), d_a(a), d_norm(norm_weight);
+  DeviceArray<float> state(state0);
+  DeviceArray<int32_t> d_positions(positions), d_slots(row_slots);
+  DeviceArray<float> d_mixed(mixed), d_z(z), d_beta(beta), d_alpha(alpha);
+  DeviceArray<float> d_conv_out(static_cast<size_t>(rows * C)),
+      d_out(static_cast<size_t>(rows * V));
+  DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * V));
+  DeviceArray<float2> d_ds(static_cast<size_t>(rows * V / 32));
+  kernels::DeltaNetArgs args;
+  args.rows = static_cast<int>(rows);
+  args.positions = d_positions.get();
+  args.slots = d_slots.get();
+  args.conv_kernel = 4;
+  args.state_size = S;
+  args.n_k_heads = static_cast<int>(d.n_k_heads);
+  args.n_v_heads = static_cast<int>(nv);
+  args.conv_weight = d_conv_weight.get();
+  args.dt_bias = d_dt.get();
+  args.a = d_a.get();
+  args.norm_weight = d_norm.get();
+  args.state = state.get();
+  args.slot_stride = slot_floats;
+  args.mixed = d_mixed.get();
+  args.conv_out = d_conv_out.get();
+  args.beta = d_beta.get();
+  args.alpha = d_alpha.get();
+  args.z = d_z.get();
+  args.out = d_out.get();
+  if (S % 32 == 0) args.out_q8 = {d_qs.get(), d_ds.get()};
+  DeviceArray<float> d_chunk_scratch(
+      static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, nv))),
+      d_chunk_w(static_cast<size_t>(rows * V));
+  if (chunked) {
+    args.chunk_scratch = d_chunk_scratch.get();
+    args.chunk_w = d_chunk_w.get();
+  }
+
+  // The plain launches.
+  CUDA_OK(kernels::launch_delta_net_conv(args, plain_config, nullptr));
+  const std::vector<float> want_conv_out = d_conv_out.download();
+  const std::vector<float> want_conv_state = state.download();
+  CUDA_OK(kernels::launch_delta_net_rule(args, plain_config, nullptr));
+  const std::vector<float> want_out = d_out.download();
+  const std::vector<int8_t> want_qs = d_qs.download();
+  const std::vector<float2> want_ds = d_ds.download();
+  const std::vector<float> want_state = state.download();
+  for (float x : want_out) ASSERT_TRUE(std::isfinite(x));
+
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    state.upload(state0);
+    d_conv_out.poison();
+    d_out.poison();
+    d_qs.poison();
+    d_ds.poison();
+    LateInputs conv_inputs;
+    conv_inputs.add(d_mixed.get(), mixed);
+    CUDA_OK(conv_inputs.launch(config));
+    CUDA_OK(kernels::launch_delta_net_conv(args, config, nullptr));
+    EXPECT_TRUE(same_bits(d_conv_out.download(), want_conv_out));
+    EXPECT_TRUE(same_bits(state.download(), want_conv_state));
+    LateInputs rule_inputs;
+    rule_inputs.add(d_conv_out.get(), want_conv_out);
+    rule_inputs.add(d_z.get(), z);
+    rule_inputs.add(d_beta.get(), beta);
+    rule_inputs.add(d_alpha.get(), alpha);
+    CUDA_OK(rule_inputs.launch(config));
+    CUDA_OK(kernels::launch_delta_net_rule(args, config, nullptr));
+    const std::vector<float> got_out = d_out.download();
+    for (size_t i = 0; i < got_out.size(); ++i)
+      ASSERT_TRUE(same_bits(got_out[i], want_out[i]))
+          << "row " << i / V << " element " << i % V << ": " << got_out[i] << " against "
+          << want_out[i];
+    EXPECT_TRUE(same_bits(state.download(), want_state));
+    if (S % 32 == 0) {
+      EXPECT_EQ(d_qs.download(), want_qs);
+      EXPECT_TRUE(same_bits(d_ds.download(), want_ds));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(StateSizes, DeltaNetEarlyRequests,
+                         ::testing::Combine(::testing::Values(16, 64, 128), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<int, bool>>& i) {
+                           return "S" + std::to_string(std::get<0>(i.param)) +
+                                  (std::get<1>(i.param) ? "_chunked" : "_recurrent");
+                         });
+
+// The gated attention's prep (norms, rope, KV write) and output gate launched early after late
+// writers of Q/gate, K, V and the attention's output: the bits of the plain launches (q, k, the
+// KV, the gated output and its int8 blocks, which are launch_quantize_q8's).
+TEST(GatedAttentionEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  if (!config.early_launch) GTEST_SKIP() << "no programmatic dependent launch on this device";
+  kernels::KernelConfig plain_config = config;
+  plain_config.early_launch = false;
+  const int hd = 128, n_head = 4, n_kv = 2, rope_dims = 64, capacity = 512;
+  const std::vector<int32_t> positions = {7, 300, 0};
+  const std::vector<int32_t> row_slots = {1, 0, -1};
+  const auto rows = static_cast<int64_t>(positions.size());
+  const int64_t q_dim = static_cast<int64_t>(n_head) * hd, kv_dim = static_cast<int64_t>(n_kv) * hd;
+  const int64_t token_stride = 2 * kv_dim, slot_halves = token_stride * capacity;
+  std::mt19937 rng(907);
+  const std::vector<float> q_gate =
+      gpu_test::random_floats(static_cast<size_t>(rows * 2 * q_dim), rng);
+  const std::vector<float> k = gpu_test::random_floats(static_cast<size_t>(rows * kv_dim), rng);
+  const std::vector<float> v = gpu_test::random_floats(static_cast<size_t>(rows * kv_dim), rng);
+  const std::vector<float> attn = gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng);
+  std::vector<float> q_norm = gpu_test::random_floats(static_cast<size_t>(hd), rng, 0.2f);
+  std::vector<float> k_norm = gpu_test::random_floats(static_cast<size_t>(hd), rng, 0.2f);
+  for (float& x : q_norm) x += 1.0f;
+  for (float& x : k_norm) x += 1.0f;
+  std::vector<double> frequencies(static_cast<size_t>(rope_dims / 2));
+  for (size_t i = 0; i < frequencies.size(); ++i)
+    frequencies[i] =
+        i % 5 == 4 ? 0.0 : std::pow(10000.0, -2.0 * static_cast<double>(i) / rope_dims);
+
+  DeviceArray<float> d_q_gate(q_gate), d_k(k), d_v(v), d_attn(attn), d_q_norm(q_norm),
+      d_k_norm(k_norm), d_q(static_cast<size_t>(rows * q_dim));
+  DeviceArray<double> d_frequencies(frequencies);
+  DeviceArray<uint16_t> d_kv(static_cast<size_t>(2 * slot_halves));
+  const std::vector<__half*> bases = {reinterpret_cast<__half*>(d_kv.get()),
+                                      reinterpret_cast<__half*>(d_kv.get()) + slot_halves};
+  DeviceArray<__half*> d_bases(bases);
+  DeviceArray<int32_t> d_positions(positions), d_slots(row_slots);
+  kernels::GatedAttentionArgs g;
+  g.rows = static_cast<int>(rows);
+  g.positions = d_positions.get();
+  g.slots = d_slots.get();
+  g.q_gate = d_q_gate.get();
+  g.q = d_q.get();
+  g.k = d_k.get();
+  g.v = d_v.get();
+  g.q_norm = d_q_norm.get();
+  g.k_norm = d_k_norm.get();
+  g.frequencies = d_frequencies.get();
+  g.rope_dims = rope_dims;
+  g.n_head = n_head;
+  g.n_kv = n_kv;
+  g.head_dim = hd;
+  g.slot_base = d_bases.get();
+  g.token_stride = token_stride;
+  g.kv_offset = 0;
+  DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * q_dim));
+  DeviceArray<float2> d_ds(static_cast<size_t>(rows * q_dim / 32));
+  const kernels::ActivationQ8 q8 = {d_qs.get(), d_ds.get()};
+
+  // The plain launches.
+  d_q.poison();
+  d_kv.poison();
+  CUDA_OK(kernels::launch_gated_attention_prep(g, plain_config, nullptr));
+  CUDA_OK(kernels::launch_attention_output_gate(
+      d_attn.get(), d_q_gate.get(), static_cast<int>(rows), n_head, hd, q8, plain_config, nullptr));
+  const std::vector<float> want_q = d_q.download(), want_k = d_k.download(),
+                           want_attn = d_attn.download();
+  const std::vector<uint16_t> want_kv = d_kv.download();
+  const std::vector<int8_t> want_qs = d_qs.download();
+  const std::vector<float2> want_ds = d_ds.download();
+  for (size_t i = 0; i < want_q.size(); ++i)
+    if (i / q_dim < 2) ASSERT_TRUE(std::isfinite(want_q[i])) << i;
+  {  // the output gate's int8 blocks are launch_quantize_q8's of its result
+    DeviceArray<int8_t> q_qs(static_cast<size_t>(rows * q_dim));
+    DeviceArray<float2> q_ds(static_cast<size_t>(rows * q_dim / 32));
+    CUDA_OK(kernels::launch_quantize_q8(d_attn.get(), static_cast<int>(rows),
+                                        static_cast<int>(q_dim), {q_qs.get(), q_ds.get()}, config,
+                                        nullptr));
+    EXPECT_EQ(q_qs.download(), want_qs);
+    EXPECT_TRUE(same_bits(q_ds.download(), want_ds));
+  }
+
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE("run " + std::to_string(run));
+    d_q.poison();
+    d_kv.poison();
+    d_qs.poison();
+    d_ds.poison();
+    LateInputs prep_inputs;
+    prep_inputs.add(d_q_gate.get(), q_gate);
+    prep_inputs.add(d_k.get(), k);
+    prep_inputs.add(d_v.get(), v);
+    CUDA_OK(prep_inputs.launch(config));
+    CUDA_OK(kernels::launch_gated_attention_prep(g, config, nullptr));
+    EXPECT_TRUE(same_bits(d_q.download(), want_q));
+    EXPECT_TRUE(same_bits(d_k.download(), want_k));
+    EXPECT_EQ(d_kv.download(), want_kv);
+    LateInputs gate_inputs;
+    gate_inputs.add(d_attn.get(), attn);
+    gate_inputs.add(d_q_gate.get(), q_gate);
+    CUDA_OK(gate_inputs.launch(config));
+    CUDA_OK(kernels::launch_attention_output_gate(
+        d_attn.get(), d_q_gate.get(), static_cast<int>(rows), n_head, hd, q8, config, nullptr));
+    EXPECT_TRUE(same_bits(d_attn.download(), want_attn));
+    EXPECT_EQ(d_qs.download(), want_qs);
+    EXPECT_TRUE(same_bits(d_ds.download(), want_ds));
+  }
+}
 
 }  // namespace
 }  // namespace granule

@@ -300,6 +300,9 @@ TEST_P(Qwen35Gpu, AStepThatDoesNotContinueTheStateIsRefused) {
 // layer (the attention and FFN norms, the down projection's quantisation), one fewer at the head
 // (the output norm) and one fewer per Gated DeltaNet layer (its four input projections, back to
 // back in the split layout, one product; GGUF blocks keep them apart: two launches of 3 + 1).
+// On both paths the gated norm and the attention's output gate write the int8 blocks the output
+// projection reads, so neither runs a quantisation kernel before ssm_out/attn_output (a fused
+// Q4_0 step: 8 launches a DeltaNet layer, 7 an attention layer, as the printed count shows).
 // Its logits, eager and graph-captured, stay within the matvec path's bound of the CPU reference
 // (Q8_0 as above; Q4_0, the benchmark's type, on its own kernels). With ssm_beta and ssm_alpha in
 // F32 (no split rows: no hand-over) a DeltaNet layer norms its own input instead and its four

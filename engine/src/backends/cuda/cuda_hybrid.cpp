@@ -274,14 +274,34 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
     a.chunk_scratch = s.chunk;
     a.chunk_w = s.mixed;
   }
+  // The gated norm writes its result as the int8 blocks the output projection reads, where
+  // hybrid_project(_normed) would quantise it (a launch fewer).
+  const bool quantized = n_rows <= kMatvecMaxRows &&
+                         k::matvec_reads_q8(l.ssm_out.type, l.ssm_out.split) &&
+                         a.state_size % k::kQ8Block == 0;
+  if (quantized) a.out_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   if (!recurrent_state_.get()) throw UsageError("CUDA backend: run before attach_kv()");
-  check_launch(k::launch_delta_net_conv(a, stream_.get()), "delta_net_conv");
-  check_launch(k::launch_delta_net_rule(a, stream_.get()), "delta_net_rule");
-  if (fused)  // the FFN norm's input handed over
-    hybrid_project_normed(l.ssm_out, s.out, hidden_.as<float>(), l.ffn_norm);
-  else
-    hybrid_project(l.ssm_out, s.out, n_rows, hidden_.as<float>(), true,
-                   moe_ ? gemm_after(l) : &l.w_gate);
+  check_launch(k::launch_delta_net_conv(a, kernel_config_, stream_.get()), "delta_net_conv");
+  check_launch(k::launch_delta_net_rule(a, kernel_config_, stream_.get()), "delta_net_rule");
+  hybrid_mixer_out(l, l.ssm_out, s.out, n_rows, fused, quantized);
+}
+
+// The mixer's output projection (of x, the gated norm's or the output gate's result) added to the
+// residual: handing the FFN norm's input over on a fused pass. `quantized`: x's int8 blocks are
+// already in q8_qs_/q8_ds_.
+void CudaModel::hybrid_mixer_out(const DeviceLayer& l, const DeviceMatrix& w, const float* x,
+                                 int n_rows, bool fused, bool quantized) {
+  float* hidden = hidden_.as<float>();
+  if (fused && quantized) {  // the FFN norm's input handed over
+    matvec_normed_out(w, hidden, l.ffn_norm);
+  } else if (fused) {
+    hybrid_project_normed(w, x, hidden, l.ffn_norm);
+  } else if (quantized) {
+    float* const outs[1] = {hidden};
+    matvec(&w, outs, 1, n_rows, true, x);
+  } else {
+    hybrid_project(w, x, n_rows, hidden, true, moe_ ? gemm_after(l) : &l.w_gate);
+  }
 }
 
 void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_rows) {
@@ -322,16 +342,18 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   g.slot_base = slot_bases_.as<__half* const>();
   g.token_stride = layer_token_stride_[static_cast<size_t>(layer)];
   g.kv_offset = layer_kv_offset_[static_cast<size_t>(layer)];
-  check_launch(k::launch_gated_attention_prep(g, stream_.get()), "gated_attention_prep");
+  check_launch(k::launch_gated_attention_prep(g, kernel_config_, stream_.get()),
+               "gated_attention_prep");
   attention(layer, n_rows, nullptr, /*roped=*/true);
+  // The output gate writes the int8 blocks the output projection reads, as the gated norm does.
+  const bool quantized = n_rows <= kMatvecMaxRows && k::matvec_reads_q8(l.wo.type, l.wo.split) &&
+                         (c.n_head * c.head_dim) % k::kQ8Block == 0;
+  k::ActivationQ8 gate_q8;
+  if (quantized) gate_q8 = {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
   check_launch(k::launch_attention_output_gate(attn_.as<float>(), s.q_gate, n_rows, g.n_head,
-                                               g.head_dim, stream_.get()),
+                                               g.head_dim, gate_q8, kernel_config_, stream_.get()),
                "attention_output_gate");
-  if (fused)  // the FFN norm's input handed over
-    hybrid_project_normed(l.wo, attn_.as<float>(), hidden_.as<float>(), l.ffn_norm);
-  else
-    hybrid_project(l.wo, attn_.as<float>(), n_rows, hidden_.as<float>(), true,
-                   moe_ ? gemm_after(l) : &l.w_gate);
+  hybrid_mixer_out(l, l.wo, attn_.as<float>(), n_rows, fused, quantized);
 }
 
 // The FFN after post_attention_norm: the experts (CudaMoe), else SwiGLU as layer_matvec's

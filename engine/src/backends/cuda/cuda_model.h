@@ -251,6 +251,9 @@ class CudaModel {
   // (matvec_normed_out).
   void hybrid_project_normed(const DeviceMatrix& w, const float* x, float* y,
                              const float* norm_weight);
+  // A hybrid mixer's output projection of x into the residual (cuda_hybrid.cpp).
+  void hybrid_mixer_out(const DeviceLayer& l, const DeviceMatrix& w, const float* x, int n_rows,
+                        bool fused, bool quantized);
   // The GEMM path's next product after layer l's last: the next layer's first, if resident.
   const DeviceMatrix* gemm_after(const DeviceLayer& l) const;
   void upload_hybrid(const WeightTable& weights);
