@@ -501,7 +501,12 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
     args.chunk_w = d_chunk_w.get();
   }
 
-  // The plain launches.
+  // The plain launches, into outputs poisoned as the early runs' are: the convolution leaves a
+  // padding row's conv_out unwritten, so its bits are the poison's in both.
+  d_conv_out.poison();
+  d_out.poison();
+  d_qs.poison();
+  d_ds.poison();
   CUDA_OK(kernels::launch_delta_net_conv(args, plain_config, nullptr));
   const std::vector<float> want_conv_out = d_conv_out.download();
   const std::vector<float> want_conv_state = state.download();
@@ -523,7 +528,12 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
     conv_inputs.add(d_mixed.get(), mixed);
     CUDA_OK(conv_inputs.launch(config));
     CUDA_OK(kernels::launch_delta_net_conv(args, config, nullptr));
-    EXPECT_TRUE(same_bits(d_conv_out.download(), want_conv_out));
+    const std::vector<float> got_conv_out = d_conv_out.download();
+    for (size_t i = 0; i < got_conv_out.size(); ++i)
+      ASSERT_TRUE(same_bits(got_conv_out[i], want_conv_out[i]))
+          << "conv_out row " << i / static_cast<size_t>(C) << " channel "
+          << i % static_cast<size_t>(C) << ": " << got_conv_out[i] << " against "
+          << want_conv_out[i];
     EXPECT_TRUE(same_bits(state.download(), want_conv_state));
     LateInputs rule_inputs;
     rule_inputs.add(d_conv_out.get(), want_conv_out);
