@@ -29,8 +29,6 @@ namespace {
 
 namespace k = granule::kernels;
 
-constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;  // cuda_model.cpp's InputArray
-
 }  // namespace
 
 MappedHostBuffer::MappedHostBuffer(MemoryManager& memory, size_t bytes) {
@@ -245,8 +243,8 @@ void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
   const int32_t* in = inputs_.as<int32_t>();
   k::Gemma4QkvArgs a;
   a.rows = n_rows;
-  a.positions = in + kPositionsArray * max_rows_;
-  a.slots = in + kSlotsArray * max_rows_;
+  a.positions = in + kPositions * max_rows_;
+  a.slots = in + kSlots * max_rows_;
   a.q = q_.as<float>();
   a.k = k_.as<float>();
   a.v = has_v ? v_.as<float>() : k_.as<float>();  // V = K without attn_v

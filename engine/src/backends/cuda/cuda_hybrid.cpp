@@ -22,9 +22,6 @@ namespace {
 
 namespace k = granule::kernels;
 
-// Per-row arrays of the step inputs (cuda_model.cpp's InputArray).
-constexpr int64_t kPositionsArray = 1, kSlotsArray = 2;
-
 // The "hybrid" workspace buffer carved per row (workspace_layout.cpp): R rows of each, then the
 // chunked delta rule's scratch for R rows.
 struct HybridScratch {
@@ -247,8 +244,8 @@ void CudaModel::delta_net_mixer(const DeviceLayer& l, int n_rows) {
   const int32_t* in = inputs_.as<int32_t>();
   k::DeltaNetArgs a;
   a.rows = n_rows;
-  a.positions = in + kPositionsArray * max_rows_;
-  a.slots = in + kSlotsArray * max_rows_;
+  a.positions = in + kPositions * max_rows_;
+  a.slots = in + kSlots * max_rows_;
   a.conv_kernel = static_cast<int>(d.conv_kernel);
   a.state_size = static_cast<int>(d.state_size);
   a.n_k_heads = static_cast<int>(d.n_k_heads);
@@ -325,8 +322,8 @@ void CudaModel::gated_attention_mixer(const DeviceLayer& l, int layer, int n_row
   const int32_t* in = inputs_.as<int32_t>();
   k::GatedAttentionArgs g;
   g.rows = n_rows;
-  g.positions = in + kPositionsArray * max_rows_;
-  g.slots = in + kSlotsArray * max_rows_;
+  g.positions = in + kPositions * max_rows_;
+  g.slots = in + kSlots * max_rows_;
   g.q_gate = s.q_gate;
   g.q = q_.as<float>();
   g.k = k_.as<float>();

@@ -165,6 +165,20 @@ class CudaModel {
   uint8_t* recurrent_state(int32_t slot) const;
 
  private:
+  // Per-row int32 arrays of the step inputs, R = max_rows_ each. kOtherLengths: the lengths of
+  // the rows the flash-attention tiles leave to the split kernel (0 for rows in a tile);
+  // kTiles: two arrays' room for up to R PrefillTiles.
+  enum InputArray {
+    kTokens = 0,
+    kPositions,
+    kSlots,
+    kLengths,
+    kLogitRows,
+    kOtherLengths,
+    kTiles,
+    kInputArrays = kTiles + 2
+  };
+  static_assert(kInputArrays == workspace::kInputArrays);
   void layer_matvec(const DeviceLayer& l, int layer, int n_rows);
   // Gemma's sandwich norm: hidden += RMSNorm(normed_) · weight (the block's output, which the
   // projection wrote into normed_).
