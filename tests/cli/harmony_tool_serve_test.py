@@ -11,11 +11,11 @@ and none are answered as before (none: never a call). Exits 1 on the first failu
 """
 
 import json
-import re
-import subprocess
 import sys
 
 import openai
+
+from serve_support import granule_serve
 
 try:
     import jsonschema
@@ -105,14 +105,8 @@ def expect_one_call(client, expected, **request):
 
 
 def main():
-    proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "2048",
-                             "--chats", "2", "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        check(match, f"serve did not report its port: {line!r}")
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{match.group(1)}/v1", api_key="none",
+    with granule_serve(CLI, MODEL, "--ctx", "2048", "--chats", "2", "--timeout", "120") as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                max_retries=0, timeout=120)
         common = dict(model="any", temperature=0, max_tokens=160, parallel_tool_calls=False,
                       messages=[{"role": "user", "content": "What is the weather in Rome?"}])
@@ -143,12 +137,6 @@ def main():
                  for tools in ([WEATHER, TIME], [TIME, WEATHER]) for seed in (1, 2, 3)}
         print(f"harmony_tool_serve_test: required with two tools called {sorted(names)}")
         print("harmony_tool_serve_test: all checks passed")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 if __name__ == "__main__":

@@ -9,11 +9,12 @@ Exits 1 on a failure.
 
 import http.client
 import json
-import re
 import socket
 import subprocess
 import sys
 import time
+
+from serve_support import granule_serve
 
 CLI, MODEL = sys.argv[1], sys.argv[2]
 
@@ -45,46 +46,35 @@ def timed_completion(port):
 
 
 def main():
-    proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "256",
-                             "--chats", "2"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     idle = []
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        check(match, f"serve did not report its port: {line!r}")
-        port = int(match.group(1))
-        alone, status, _ = timed_get(port, "/health")
-        check(status == 200, f"/health: {status}")
-        completion_alone, status = timed_completion(port)
-        check(status == 200, f"completion: {status}")
-
-        for i in range(350):
-            s = socket.create_connection(("127.0.0.1", port))
-            if i >= 300:
-                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # half a request
-            idle.append(s)
-        time.sleep(0.2)
-        crowded, status, body = timed_get(port, "/health")
-        check(status == 200 and b"ok" in body, f"/health beside idle sockets: {status} {body!r}")
-        check(crowded < alone + 1.0,
-              f"/health took {crowded:.2f} s beside 350 idle connections ({alone:.3f} s alone)")
-        completion_crowded, status = timed_completion(port)
-        check(status == 200, f"completion beside idle sockets: {status}")
-        check(completion_crowded < completion_alone + 1.0,
-              f"a completion took {completion_crowded:.2f} s beside idle connections "
-              f"({completion_alone:.2f} s alone)")
-        print(f"idle_connections_test: /health {alone * 1e3:.1f} ms alone, {crowded * 1e3:.1f} ms "
-              f"beside 350 idle connections; completion {completion_alone * 1e3:.0f} ms / "
-              f"{completion_crowded * 1e3:.0f} ms")
-    finally:
-        for s in idle:
-            s.close()
-        proc.terminate()
+    with granule_serve(CLI, MODEL, "--ctx", "256", "--chats", "2", stderr=subprocess.DEVNULL) as port:
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            alone, status, _ = timed_get(port, "/health")
+            check(status == 200, f"/health: {status}")
+            completion_alone, status = timed_completion(port)
+            check(status == 200, f"completion: {status}")
+
+            for i in range(350):
+                s = socket.create_connection(("127.0.0.1", port))
+                if i >= 300:
+                    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")  # half a request
+                idle.append(s)
+            time.sleep(0.2)
+            crowded, status, body = timed_get(port, "/health")
+            check(status == 200 and b"ok" in body, f"/health beside idle sockets: {status} {body!r}")
+            check(crowded < alone + 1.0,
+                  f"/health took {crowded:.2f} s beside 350 idle connections ({alone:.3f} s alone)")
+            completion_crowded, status = timed_completion(port)
+            check(status == 200, f"completion beside idle sockets: {status}")
+            check(completion_crowded < completion_alone + 1.0,
+                  f"a completion took {completion_crowded:.2f} s beside idle connections "
+                  f"({completion_alone:.2f} s alone)")
+            print(f"idle_connections_test: /health {alone * 1e3:.1f} ms alone, {crowded * 1e3:.1f} ms "
+                  f"beside 350 idle connections; completion {completion_alone * 1e3:.0f} ms / "
+                  f"{completion_crowded * 1e3:.0f} ms")
+        finally:
+            for s in idle:
+                s.close()
 
 
 if __name__ == "__main__":

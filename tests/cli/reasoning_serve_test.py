@@ -10,11 +10,11 @@ variables and bad values answered with 400 naming the field. Exits 1 on the firs
 """
 
 import json
-import re
-import subprocess
 import sys
 
 import openai
+
+from serve_support import granule_serve
 
 CLI, MODEL = sys.argv[1], sys.argv[2]
 
@@ -25,14 +25,8 @@ def check(condition, what):
 
 
 def main():
-    proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "256",
-                             "--chats", "2", "--timeout", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        check(match, f"serve did not report its port: {line!r}")
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{match.group(1)}/v1", api_key="none",
+    with granule_serve(CLI, MODEL, "--ctx", "256", "--chats", "2", "--timeout", "60") as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                max_retries=0, timeout=60)
         messages = [{"role": "user", "content": "What is 2+2?"}]
         common = dict(model="any", messages=messages, max_tokens=12, temperature=0)
@@ -83,9 +77,6 @@ def main():
                 check(e.status_code == 400 and e.body and e.body.get("param") == param,
                       f"{extra}: {e.status_code} {e.body}")
         print("reasoning_serve_test: all checks passed")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import time
 import jsonschema
 import openai
 
+from serve_support import granule_serve
+
 CLI, MODEL, SUITE = sys.argv[1], sys.argv[2], sys.argv[3]
 MAX_TOKENS = 512
 
@@ -142,72 +144,63 @@ def cases():
 
 
 def main():
-    proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "1024",
-                             "--chats", "8", "--timeout", "300"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     counts = {"valid": 0, "valid after penalties": 0, "refused": 0, "length": 0, "invalid": 0, "error": 0}
     problems = []
     refusals = {}
     start = time.monotonic()
     try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        if not match:
-            print(f"schema_validity_test: FAILED: serve did not report its port: {line!r}")
-            return 1
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{match.group(1)}/v1", api_key="none",
-                               max_retries=0, timeout=300)
+        with granule_serve(CLI, MODEL, "--ctx", "1024", "--chats", "8", "--timeout", "300",
+                           stderr=subprocess.DEVNULL) as port:
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                                   max_retries=0, timeout=300)
 
-        def ask(schema, **penalties):
-            return client.chat.completions.create(
-                model="any", temperature=0, max_tokens=MAX_TOKENS,
-                messages=[{"role": "user", "content": "Reply with a JSON value."}],
-                response_format={"type": "json_schema",
-                                 "json_schema": {"name": "x", "schema": schema, "strict": True}},
-                **penalties)
+            def ask(schema, **penalties):
+                return client.chat.completions.create(
+                    model="any", temperature=0, max_tokens=MAX_TOKENS,
+                    messages=[{"role": "user", "content": "Reply with a JSON value."}],
+                    response_format={"type": "json_schema",
+                                     "json_schema": {"name": "x", "schema": schema, "strict": True}},
+                    **penalties)
 
-        def one(case):
-            name, schema = case
-            penalised = False
-            try:
-                reply = ask(schema)
-                if reply.choices[0].finish_reason == "length" and json_prefix(
-                        reply.choices[0].message.content):
-                    reply = ask(schema, frequency_penalty=1.0, presence_penalty=0.5)
-                    penalised = True
-            except openai.BadRequestError as e:
-                message = e.body.get("message", "") if isinstance(e.body, dict) else str(e.body)
-                if not message:
-                    return name, "error", "a 400 without a message"
-                return name, "refused", refused_for(message)
-            except openai.APIStatusError as e:
-                return name, "error", f"{e.status_code}: {e.body}"
-            choice = reply.choices[0]
-            if choice.finish_reason == "length":
-                if not json_prefix(choice.message.content):
-                    return name, "invalid", f"cut, and not JSON before the cut: {choice.message.content!r}"
-                return name, "length", ""
-            try:
-                jsonschema.Draft202012Validator(schema).validate(json.loads(choice.message.content))
-            except (ValueError, jsonschema.ValidationError) as e:
-                return name, "invalid", f"{choice.message.content!r}: {str(e).splitlines()[0]}"
-            except Exception as e:  # the validator itself could not check it
-                return name, "error", f"accepted a schema jsonschema cannot check: {e}"
-            return name, "valid after penalties" if penalised else "valid", ""
+            def one(case):
+                name, schema = case
+                penalised = False
+                try:
+                    reply = ask(schema)
+                    if reply.choices[0].finish_reason == "length" and json_prefix(
+                            reply.choices[0].message.content):
+                        reply = ask(schema, frequency_penalty=1.0, presence_penalty=0.5)
+                        penalised = True
+                except openai.BadRequestError as e:
+                    message = e.body.get("message", "") if isinstance(e.body, dict) else str(e.body)
+                    if not message:
+                        return name, "error", "a 400 without a message"
+                    return name, "refused", refused_for(message)
+                except openai.APIStatusError as e:
+                    return name, "error", f"{e.status_code}: {e.body}"
+                choice = reply.choices[0]
+                if choice.finish_reason == "length":
+                    if not json_prefix(choice.message.content):
+                        return name, "invalid", f"cut, and not JSON before the cut: {choice.message.content!r}"
+                    return name, "length", ""
+                try:
+                    jsonschema.Draft202012Validator(schema).validate(json.loads(choice.message.content))
+                except (ValueError, jsonschema.ValidationError) as e:
+                    return name, "invalid", f"{choice.message.content!r}: {str(e).splitlines()[0]}"
+                except Exception as e:  # the validator itself could not check it
+                    return name, "error", f"accepted a schema jsonschema cannot check: {e}"
+                return name, "valid after penalties" if penalised else "valid", ""
 
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            for name, outcome, detail in pool.map(one, list(cases())):
-                counts[outcome] += 1
-                if outcome == "refused":
-                    refusals[detail] = refusals.get(detail, 0) + 1
-                if outcome in ("invalid", "error"):
-                    problems.append(f"{outcome}: {name}: {detail}")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                for name, outcome, detail in pool.map(one, list(cases())):
+                    counts[outcome] += 1
+                    if outcome == "refused":
+                        refusals[detail] = refusals.get(detail, 0) + 1
+                    if outcome in ("invalid", "error"):
+                        problems.append(f"{outcome}: {name}: {detail}")
+    except AssertionError as e:  # serve did not start
+        print(f"schema_validity_test: FAILED: {e}")
+        return 1
     total = sum(counts.values())
     accepted = counts["valid"] + counts["valid after penalties"] + counts["invalid"] + counts["length"]
     print(f"schema_validity_test: {total} schemas in {time.monotonic() - start:.0f} s: "

@@ -9,12 +9,12 @@ unsupported combinations and bad schemas get a 400 naming the field. Exits 1 on 
 """
 
 import json
-import re
-import subprocess
 import sys
 
 import openai
 import pydantic
+
+from serve_support import granule_serve
 
 try:
     import jsonschema
@@ -64,14 +64,8 @@ def validate(instance, schema):
 
 
 def main():
-    proc = subprocess.Popen([CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "1024",
-                             "--chats", "2", "--timeout", "120"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        check(match, f"serve did not report its port: {line!r}")
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{match.group(1)}/v1", api_key="none",
+    with granule_serve(CLI, MODEL, "--ctx", "1024", "--chats", "2", "--timeout", "120") as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
                                max_retries=0, timeout=120)
         common = dict(model="any", temperature=0, max_tokens=96)
 
@@ -187,12 +181,6 @@ def main():
         except openai.BadRequestError as e:
             check(e.status_code == 400, f"dangling $ref: {e.status_code} {e.body}")
         print("structured_serve_test: all checks passed")
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 if __name__ == "__main__":
