@@ -377,16 +377,6 @@ __device__ __forceinline__ uint32_t q6_signed(uint32_t low, uint32_t high) {
   return ((v | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // bytewise v - 32, no borrows
 }
 
-// Byte k (0 or 1) of w as a signed int8, in f32: sign-extended by prmt (a selector nibble with
-// bit 3 set replicates the selected byte's sign; __byte_perm is documented to ignore that
-// bit), then converted by the ALU (I2FP): a plain int8 conversion compiles to I2F.S8, which
-// issues to the quarter-rate conversion unit.
-__device__ __forceinline__ float signed_byte_to_float(uint32_t w, int k) {
-  int v;
-  asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(w), "r"(0x8880u + 0x1111u * k));
-  return static_cast<float>(v);
-}
-
 // The mma results carry 1.5 * 2^23 (kMagicBits as the accumulator's start): the f32 whose
 // bits c holds is 1.5 * 2^23 + a x b exactly (|a x b| < 2^22 for every type here), so one f32
 // subtraction converts it.
@@ -631,7 +621,7 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
       } else if constexpr (P::kQ6 || TYPE == kQ3_K) {
 #pragma unroll
         for (int m = 0; m < kWeightTiles; ++m) {
-          float sc0[2], sc1[2];  // per row g, g + 8: d times each half's scale
+          float dw[2], sc0[2], sc1[2];  // per row g, g + 8
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = m * 16 + g + 8 * h;
@@ -651,14 +641,11 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
               a[m][h] = split_unpack::q3_k_word_of(half, qh, t);
               a[m][2 + h] = split_unpack::q3_k_word_of(half, qh, 4 + t);
             }
-            // d * scale is exact (f16's 11-bit significand times an 8-bit integer): folded
-            // here, per row and sub-block, it leaves each result element one multiply fewer.
-            const uint32_t sc = *reinterpret_cast<const uint16_t*>(stage + P::kScaleOffset +
-                                                                   row * P::kScaleRow + u * 2);
-            const float d = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
+            const uint8_t* sc = stage + P::kScaleOffset + row * P::kScaleRow + u * 2;
+            sc0[h] = static_cast<float>(static_cast<int8_t>(sc[0]));
+            sc1[h] = static_cast<float>(static_cast<int8_t>(sc[1]));
+            dw[h] = half_bits_to_float(*reinterpret_cast<const uint16_t*>(
                 stage + P::kD6Offset + row * 4 + 2 * ((first / 8) & 1)));
-            sc0[h] = d * signed_byte_to_float(sc, 0);
-            sc1[h] = d * signed_byte_to_float(sc, 1);
           }
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
@@ -668,10 +655,10 @@ __global__ void __launch_bounds__(kWarpSize* W) mma_piped_kernel(Tasks tasks, Ma
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const int h = i / 2, p = i & 1;
-              // d (sc0 x0 + sc1 x1) in two roundings, then times the activation's d: the dp4a
-              // kernel's d * d_a * float(sc0 * sum0 + sc1 * sum1) in another order.
+              // sc0 x0 + sc1 x1 is exact below 2^24 and otherwise rounded once, as the dp4a
+              // kernel's float(sc0 * sum0 + sc1 * sum1).
               const float x = fmaf(sc1[h], unmagic(c1[i]), sc0[h] * unmagic(c0[i]));
-              acc[m][nt][i] = fmaf(da[nt][p], x, acc[m][nt][i]);
+              acc[m][nt][i] = fmaf(dw[h] * da[nt][p], x, acc[m][nt][i]);
             }
           }
         }
