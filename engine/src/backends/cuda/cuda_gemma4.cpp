@@ -4,9 +4,9 @@
 // global layers' proportional rope is the rope_freqs divisors in the table), attention scale 1; a
 // shared-KV layer projects Q only and reads its source layer's KV (attach_kv() points it there);
 // the FFN of the layer's own width, and in the mixture-of-experts form (26B-A4B) the experts
-// beside it (gemma4_experts(), CudaMoe's kernels with GeGLU); then the per-layer embedding (gate,
-// gelu times the layer's input, projection, RMSNorm into the residual) and the layer's output
-// scale.
+// beside it (CudaMoe's kernels with GeGLU, after the dense FFN); then the per-layer embedding
+// (gate, gelu times the layer's input, projection, RMSNorm into the residual) and the layer's
+// output scale.
 #include "backends/cuda/cuda_gemma4.h"
 
 #include <algorithm>
