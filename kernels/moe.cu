@@ -161,6 +161,7 @@ __device__ __forceinline__ void topk_row(const float* __restrict__ logits, int r
   if (routing.normalize)
     w = w / fmaxf(static_cast<float>(ordered_sum(lane < k ? w : 0.0f)), 6.103515625e-5f);
   if (routing.scale != 0.0f) w *= routing.scale;
+  if (routing.expert_scale && lane < k) w *= routing.expert_scale[mine_e];
   if (lane < k) {
     ids[static_cast<int64_t>(row) * k + lane] = mine_e;
     weights[static_cast<int64_t>(row) * k + lane] = w;

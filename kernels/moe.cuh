@@ -26,9 +26,11 @@
 
 namespace granule::kernels {
 
-// ModelConfig's ExpertGating and FfnActivation, in the same order.
+// ModelConfig's ExpertGating and FfnActivation, in the same order. Geglu: gelu(gate) · up with
+// gelu's tanh form as the dense Gemma path computes it on the GPU (gemma_ops.cu's geglu_one:
+// ggml's f16 table entry, the tails at ±10 as ggml's CPU takes them).
 enum class MoeGating : int { Softmax = 0, Sigmoid = 1, SoftmaxOfTopK = 2 };
-enum class MoeActivation : int { Swiglu = 0, SwigluClamped = 1 };
+enum class MoeActivation : int { Swiglu = 0, SwigluClamped = 1, Geglu = 2 };
 
 constexpr int kMoeMaxExperts = 1024;
 constexpr int kMoeMaxUsed = 32;
@@ -41,6 +43,10 @@ struct MoeRouting {
   MoeGating gating = MoeGating::Softmax;
   bool normalize = false;  // the k weights divided by their sum
   float scale = 1.0f;      // then multiplied by this
+  // Then each choice's weight times its expert's output scale (Gemma 4's ffn_down_exps.scale,
+  // [n_expert] f32), or none: y · (w · s), which the CPU oracle's device-numerics emulation
+  // computes the same way (the reference takes (y · s) · w, llama.cpp's order).
+  const float* expert_scale = nullptr;
 };
 
 // True for the types the expert kernels read (every GGUF block type dequantize8 decodes).

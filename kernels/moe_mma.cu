@@ -13,8 +13,8 @@
 //     scale, combined exactly), its integer result (exact in f32) scaled by the weight's and the
 //     activation's scales and added in f32 (explicit roundings, so every instantiation gives
 //     the same bits for a pair: tile size and neighbours do not matter).
-// Bias, activation (SwiGLU or gpt-oss's clamped one) and the scatter to each pair's output row
-// close the tile.
+// Bias, activation (SwiGLU, gpt-oss's clamped one or Gemma 4's GeGLU) and the scatter to each
+// pair's output row close the tile.
 #include "mma_tiles.cuh"
 #include "moe.cuh"
 #include "moe_mma_frag.cuh"

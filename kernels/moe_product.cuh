@@ -1,6 +1,8 @@
 // What the expert product kernels share (moe.cu's dp4a family, moe_mma.cu's tensor-core one):
 // one launch's parameters and the gate/up epilogue's activation.
 #pragma once
+#include <cuda_fp16.h>
+
 #include "moe.cuh"
 #include "moe_unpack.cuh"
 
@@ -51,7 +53,23 @@ __device__ __forceinline__ float moe_q8_fma(const moe_unpack::Chunk8& w, int xa,
   return fmaf(xd, v, acc);
 }
 
+// gelu(g) · u as gemma_ops.cu's geglu_one (the dense Gemma FFN on the GPU) computes it: gelu of g
+// rounded to f16, rounded to f16 (ggml's GGML_GELU_FP16 table), g itself from 10 up, 0 from -10
+// down; explicit roundings so the expert kernels give the dense kernel's bits.
+__device__ __forceinline__ float moe_geglu(float g, float u) {
+  if (g >= 10.0f) return g * u;
+  if (g <= -10.0f) return 0.0f * u;
+  constexpr float kCoefA = 0.044715f;
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  const float h = __half2float(__float2half_rn(g));
+  const float inner =
+      __fmul_rn(__fmul_rn(kSqrt2OverPi, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(kCoefA, h), h)));
+  const float gelu = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanhf(inner)));
+  return __half2float(__float2half_rn(gelu)) * u;
+}
+
 __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float u) {
+  if (act == MoeActivation::Geglu) return moe_geglu(g, u);
   if (act == MoeActivation::SwigluClamped) {
     g = fminf(g, 7.0f);
     u = fminf(fmaxf(u, -7.0f), 7.0f);

@@ -76,6 +76,33 @@ SyntheticModelSpec gemma4_spec(const Gemma4Case& c) {
   return s;
 }
 
+// Gemma 4's mixture-of-experts form (the 26B-A4B's layers) on the tiny-gemma4-moe preset widened
+// as gemma4_spec() widens the dense one: GeGLU experts beside every dense FFN (8 experts of 64,
+// top 2 of the file's softmax routing), their own norms, the router's input scale and each
+// expert's output scale; no shared KV, no per-layer embeddings (as the 26B-A4B).
+SyntheticModelSpec gemma4_moe_spec(const Gemma4Case& c) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-gemma4-moe");
+  s.name = "tiny-gemma4-moe-gpu";
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 1;  // global
+  s.head_dim = c.global_head;
+  s.n_head_kv_swa = 2;
+  s.head_dim_swa = 128;
+  s.rope_dims_swa = 64;
+  s.n_ff = 512;
+  s.n_vocab = 1000;
+  s.n_expert = 8;
+  s.n_expert_used = 2;
+  s.n_ff_exp = 64;
+  s.gemma4_qk_norm = 0.3f;
+  s.sliding_window = c.window;
+  s.weight_type = c.type;
+  s.embedding_type = c.type;
+  s.expert_type = c.type;
+  return s;
+}
+
 RuntimeOptions options(bool gpu, bool oracle, int64_t context = 512) {
   RuntimeOptions o;
   o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
@@ -191,6 +218,98 @@ TEST_P(Gemma4Gpu, MatchesTheCpuOracle) {
     gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " batched decode of 6", false);
   }
 }
+
+// The mixture-of-experts form (26B-A4B) against the CPU oracle: the dense FFN and the experts
+// side by side from the same residual, each with its own norms, the router on its own normed and
+// scaled input, the experts' GeGLU in the MoE kernels: a 64-row prefill (the matvec path and the
+// grouped tensor-core / dp4a experts), 16 graph-captured decode steps (the per-pair decode
+// kernels), a prefill of 2 x 150 rows (the GEMM path), decode at 300, and 6 chats decoding together
+// (a graph of 8 rows: the grouped experts); each row within the oracle's bound (a rerouted token
+// excused as oracle_compare.h says), greedy tokens equal away from near-ties.
+class Gemma4MoeGpu : public ::testing::TestWithParam<Gemma4Case> {};
+
+TEST_P(Gemma4MoeGpu, MatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_moe_spec(p), "gemma4-moe-gpu");
+  Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
+      gpu(model.path, options(true, false));
+  const ModelConfig& c = gpu.config;
+  ASSERT_EQ(c.architecture, "gemma4");
+  ASSERT_TRUE(c.is_moe());
+  ASSERT_EQ(c.activation, FfnActivation::GeluTanh);
+  ASSERT_TRUE(c.layer_slides(0) && !c.layer_slides(5));
+  for (const LayerWeights& l : gpu.weights.layers) {
+    ASSERT_NE(l.w_gate, nullptr);  // the dense FFN beside the experts
+    ASSERT_NE(l.router_in_scale, nullptr);
+    ASSERT_NE(l.down_exps_scale, nullptr);
+    ASSERT_NE(l.ffn_pre_norm_2, nullptr);
+    ASSERT_NE(l.ffn_post_norm_1, nullptr);
+    ASSERT_NE(l.ffn_post_norm_2, nullptr);
+  }
+  const int64_t vocab = c.n_vocab;
+  const std::string name = "gemma4-moe " + case_name(p);
+  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
+                  std::vector<float>& o, std::vector<float>& g) {
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
+    r.insert(r.end(), a.begin(), a.end());
+    o.insert(o.end(), b.begin(), b.end());
+    g.insert(g.end(), d.begin(), d.end());
+  };
+  {
+    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+    std::vector<float> r, o, g;
+    all3({{0, prompt, 0, true}}, r, o, g);
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 64", true);
+    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 16; ++i)
+      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
+           g2);
+    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode (graphs)", true);
+    EXPECT_GT(gpu.graphs().replays, 0u);
+  }
+  {
+    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
+    std::vector<float> r, o, g;
+    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
+    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 2 x 150", true);
+    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 4; ++i)
+      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
+           o2, g2);
+    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode at 300", true);
+  }
+  {
+    std::vector<int64_t> lengths;
+    for (int s = 0; s < 6; ++s) {
+      const int n = 3 + 29 * s;
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
+      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}}, rig == &gpu);
+      lengths.push_back(n);
+    }
+    std::vector<float> r, o, g;
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
+      std::vector<BatchSequence> batch;
+      for (int s = 0; s < 6; ++s)
+        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                         lengths[static_cast<size_t>(s)] + step, false});
+      all3(batch, r, o, g);
+    }
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " batched decode of 6", true);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, Gemma4MoeGpu,
+                         ::testing::Values(Gemma4Case{TensorType::F32, 8, 256},
+                                           Gemma4Case{TensorType::Q8_0, 128, 512},
+                                           Gemma4Case{TensorType::Q4_0, 8, 256}),
+                         [](const ::testing::TestParamInfo<Gemma4Case>& i) {
+                           return case_name(i.param);
+                         });
 
 // Overwrites with NaN (f16 0xFFFF) the K and V of every sliding layer that keeps KV, for tokens
 // [0, end) of `slot` on the device (each layer's own width: Gemma 4's kinds differ).
@@ -462,8 +581,9 @@ TEST(Gemma4LedgerEstimate, ThePerLayerEmbeddingsAreWhereTheEstimateSays) {
 }
 
 // Needs no GPU: the widened file runs on the CUDA backend; its shared layers own no KV (the
-// bytes per token are the first 6 layers'), and with Gemma 4's real global heads of 512 too; the
-// mixture-of-experts form and the tiny preset's heads of 32 are refused, each with its reason.
+// bytes per token are the first 6 layers'), and with Gemma 4's real global heads of 512 too; so
+// does the widened mixture-of-experts form; the tiny presets' heads of 32 are refused, with the
+// reason.
 TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
   const SyntheticModelSpec spec = gemma4_spec({TensorType::Q4_0, 8});
   EXPECT_EQ(refusal_of(spec), "");
@@ -477,8 +597,11 @@ TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
     EXPECT_EQ(c.kv_layer_elements(6), 0);
     EXPECT_EQ(c.kv_layer_elements(7), 0);
   }
+  // The mixture-of-experts form runs widened; the tiny preset's heads of 32 do not.
+  EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q4_0, 8})), "");
+  EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q8_0, 8, 512})), "");
   const std::string moe = refusal_of(SyntheticModelSpec::preset("tiny-gemma4-moe"));
-  EXPECT_NE(moe.find("Gemma 4's experts"), std::string::npos) << moe;
+  EXPECT_NE(moe.find("head sizes"), std::string::npos) << moe;
   SyntheticModelSpec wide = spec;
   wide.head_dim = 512;  // Gemma 4's real global heads (attention_wide)
   EXPECT_EQ(refusal_of(wide), "");
@@ -492,16 +615,26 @@ TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
 // differs from the f32 reference, but by rounding only, on the matvec (64 rows) and the GEMM (150
 // rows) chunk sizes: within 2% of the logits' spread with F32 weights (f16 KV and GEMM operands;
 // measured 0.4% and 0.7% with global heads of 256), 30% with Q8_0 (int8 activations; measured 14%
-// and 7%, where the widened Gemma 3 file of gemma3_gpu_test measures 7% and 2%).
+// and 7%, where the widened Gemma 3 file of gemma3_gpu_test measures 7% and 2%). The
+// mixture-of-experts form with F32 weights on 64 rows: the median row within 2%. With
+// Q8_0 its int8 rounding (7 to 14% of the spread) reroutes nearly every token somewhere in the 8
+// layers of 8 experts (measured median 56% to 120%), so that form is left to the GPU test, where
+// the GPU and the oracle differ by summation order only.
 TEST(Gemma4CudaOracle, RoundsAsTheGpuAndStaysNearTheReference) {
-  for (const Gemma4Case& c :
-       {Gemma4Case{TensorType::F32, 8, 256}, Gemma4Case{TensorType::Q8_0, 8, 256},
-        Gemma4Case{TensorType::F32, 8, 512}}) {
+  struct OracleCase {
+    Gemma4Case c;
+    bool moe;  // the mixture-of-experts form (its experts rounded as the MoE kernels round)
+  };
+  for (const auto& [c, moe] :
+       {OracleCase{{TensorType::F32, 8, 256}, false}, OracleCase{{TensorType::Q8_0, 8, 256}, false},
+        OracleCase{{TensorType::F32, 8, 512}, false}, OracleCase{{TensorType::F32, 8, 256}, true},
+        OracleCase{{TensorType::F32, 8, 512}, true}}) {
     const TensorType type = c.type;
-    test::TempModel model(gemma4_spec(c), "gemma4-oracle");
+    test::TempModel model(moe ? gemma4_moe_spec(c) : gemma4_spec(c), "gemma4-oracle");
     Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true));
     const int64_t vocab = ref.config.n_vocab;
     for (const int n : {64, 150}) {
+      if (moe && n == 150) continue;  // a reroute reaches every later row (see below)
       const std::vector<int32_t> prompt = random_tokens(n, vocab, 30 + n);
       const int32_t slot = n == 64 ? 0 : 1;
       const std::vector<float> r = ref.step({{slot, prompt, 0, true}});
@@ -509,17 +642,33 @@ TEST(Gemma4CudaOracle, RoundsAsTheGpuAndStaysNearTheReference) {
       ASSERT_EQ(r.size(), o.size());
       double worst = 0;
       bool differs = false;
+      std::vector<double> errors;
       for (int row = 0; row < n; ++row) {
         const float* a = r.data() + static_cast<int64_t>(row) * vocab;
         const float* b = o.data() + static_cast<int64_t>(row) * vocab;
         const double spread = gpu_test::spread_of(a, vocab).std;
-        worst = std::max(worst, gpu_test::centred_error(b, a, vocab, spread));
+        errors.push_back(gpu_test::centred_error(b, a, vocab, spread));
+        worst = std::max(worst, errors.back());
         differs = differs || std::memcmp(a, b, static_cast<size_t>(vocab) * sizeof(float)) != 0;
       }
-      std::cout << "[gemma4-oracle] " << case_name(c) << " " << n
-                << " rows: max |oracle - ref| / spread " << worst << "\n";
+      const double bound = type == TensorType::F32 ? 0.02 : 0.3;
+      std::string rows_past;
+      for (int row = 0; row < n; ++row)
+        if (errors[static_cast<size_t>(row)] > bound) rows_past += " " + std::to_string(row);
+      std::sort(errors.begin(), errors.end());
+      const double median = errors[errors.size() / 2];
+      std::cout << "[gemma4-oracle] " << (moe ? "moe " : "") << case_name(c) << " " << n
+                << " rows: max |oracle - ref| / spread " << worst << ", median " << median
+                << ", rows past " << bound << ":" << rows_past << "\n";
       EXPECT_TRUE(differs) << "the oracle rounds nothing";
-      EXPECT_LT(worst, type == TensorType::F32 ? 0.02 : 0.3);
+      // With experts a token whose k-th and (k+1)-th router logits are within the rounding takes
+      // another expert on one side: its row (and, through a global layer's KV, the rows after
+      // it) then differs by a share of an expert's output, not by rounding (oracle_compare.h);
+      // the rest stay within the dense bound (measured on 64 rows: medians 0.28% and 0.33%, one
+      // row rerouted with global heads of 256). On 150 rows (the GEMM chunk) the medians are 0.8%
+      // and 0.9%, but a reroute at row 86 reaches every later row through the global layers, so
+      // the median there is chance.
+      EXPECT_LT(moe ? median : worst, bound);
     }
   }
 }

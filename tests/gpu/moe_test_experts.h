@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "backends/cpu/gemma_ops.h"
 #include "backends/cpu/ops.h"
 #include "gpu_test_support.h"
 #include "granule/tensor_type.h"
@@ -105,14 +106,29 @@ inline Q8Host quantize_host(const std::vector<float>& x, cpu::Q8Rounding rule) {
   return q;
 }
 
-// The gate/up epilogue in double.
+// The gate/up epilogue in double; GeGLU as the CPU reference's (gelu_tanh_ggml: ggml's f16
+// table entry of g rounded to f16) over g rounded to f32.
 inline double moe_activate(kernels::MoeActivation act, double g, double u) {
+  if (act == kernels::MoeActivation::Geglu) {
+    const auto gf = static_cast<float>(g);
+    return static_cast<double>(gf >= 10.0f ? gf : cpu::gelu_tanh_ggml(gf)) * u;
+  }
   if (act == kernels::MoeActivation::SwigluClamped) {
     g = std::min(g, 7.0);
     u = std::clamp(u, -7.0, 7.0);
     return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
   }
   return g / (1.0 + std::exp(-g)) * u;
+}
+
+// What the activation's own rounding adds to a gate/up bound where g differs from the reference's
+// by a rounding: GeGLU rounds g and gelu(g) to f16, so a g on either side of an f16 rounding
+// boundary moves gelu by up to one f16 step of g times its slope (at most 1.13) and one f16 step
+// of gelu(g), each 2^-10 relative at most; 0 for the SwiGLUs (no rounding step).
+inline double moe_activation_slack(kernels::MoeActivation act, double g, double u) {
+  if (act != kernels::MoeActivation::Geglu) return 0.0;
+  const double gelu = std::fabs(moe_activate(act, g, 1.0));
+  return std::fabs(u) * std::ldexp(1.13 * std::fabs(g) + gelu, -10) + 1e-6;
 }
 
 }  // namespace granule::gpu_test

@@ -531,25 +531,43 @@ void CpuBackend::gemma4_moe_ffn(int64_t layer, int64_t n_tokens) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
   Scratch& s = *scratch_;
   const int64_t d = c.n_embd;
-  matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens, pool_,
-                  fast_matmul());
+  if (emulate_) {  // the CUDA backend's products and rounding (cuda_gemma4.cpp)
+    const bool f16 = f16_layer(layer);
+    project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm, f16);
+    project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
+  } else {
+    matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
+                    pool_, fast_matmul());
+  }
   geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
-  matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
+  if (emulate_)
+    project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16_layer(layer));
+  else
+    matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
   post_norm(s.proj.data(), lv.moe_post_norm_1, n_tokens);
 
   const std::vector<float> ones(static_cast<size_t>(d), 1.0f);
   const float inverse_sqrt = 1.0f / std::sqrt(static_cast<float>(d));
+  // Emulating: the device norms with the two factors as one weight (cuda_gemma4.cpp).
+  std::vector<float> router_weight;
+  if (emulate_)
+    for (int64_t j = 0; j < d; ++j)
+      router_weight.push_back(inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)]);
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* x = s.x.data() + t * d;
     float* router_in = s.xn.data() + t * d;
-    rms_norm(x, ones.data(), router_in, d, c.rms_eps);
-    for (int64_t j = 0; j < d; ++j)
-      router_in[j] = router_in[j] * inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)];
+    if (emulate_) {
+      rms_norm(x, router_weight.data(), router_in, d, c.rms_eps);
+    } else {
+      rms_norm(x, ones.data(), router_in, d, c.rms_eps);
+      for (int64_t j = 0; j < d; ++j)
+        router_in[j] = router_in[j] * inverse_sqrt * lv.router_in_scale[static_cast<size_t>(j)];
+    }
     rms_norm(x, lv.moe_pre_norm.data(), s.head_in.data() + t * d, d, c.rms_eps);
   }
   moe_[static_cast<size_t>(layer)]->run(
       s.head_in.data(), n_tokens, s.moe_out.data(), pool_,
-      {.emulate_device = false, .router_input = s.xn.data(), .fast = fast_matmul()},
+      {.emulate_device = emulate_, .router_input = s.xn.data(), .fast = fast_matmul()},
       routed_counts(layer));
   post_norm(s.moe_out.data(), lv.moe_post_norm_2, n_tokens);
   add_in_place(s.proj.data(), s.moe_out.data(), n_tokens * d);

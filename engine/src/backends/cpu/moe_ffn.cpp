@@ -249,8 +249,10 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
       const float* b = down_bias_.empty() ? nullptr : down_bias_.data() + e * d;
       if (!down_scale_.empty()) {  // Gemma 4: (y · s_e) · w, in llama.cpp's order
         const float s = down_scale_[sz(e)];
+        // The device folds the scale into the routing weight (moe.cuh's expert_scale): y · (w · s).
+        const float ws = w * s;
         for (int64_t j = 0; j < d; ++j) {
-          const float v = y[j] * s * w;
+          const float v = options.emulate_device ? y[j] * ws : y[j] * s * w;
           o[j] = i == 0 ? v : o[j] + v;
         }
         continue;

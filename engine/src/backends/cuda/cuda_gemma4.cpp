@@ -3,8 +3,10 @@
 // without one (V = K where the layer has no attn_v), the first rope_dims of a head rotated (the
 // global layers' proportional rope is the rope_freqs divisors in the table), attention scale 1; a
 // shared-KV layer projects Q only and reads its source layer's KV (attach_kv() points it there);
-// the FFN of the layer's own width; then the per-layer embedding (gate, gelu times the layer's
-// input, projection, RMSNorm into the residual) and the layer's output scale.
+// the FFN of the layer's own width, and in the mixture-of-experts form (26B-A4B) the experts
+// beside it (CudaMoe's kernels with GeGLU, after the dense FFN); then the per-layer embedding
+// (gate, gelu times the layer's input, projection, RMSNorm into the residual) and the layer's
+// output scale.
 #include "backends/cuda/cuda_gemma4.h"
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <utility>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/cuda_moe.h"
 #include "dequantize.cuh"
 #include "gemma_ops.cuh"
 #include "granule/error.h"
@@ -299,7 +302,48 @@ void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
     float* const outs[1] = {projected};
     matvec(&l.w_down, outs, 1, n_rows, false, gate);
   }
-  post_norm(l.ffn_post_norm, n_rows);
+  if (!moe_) {
+    post_norm(l.ffn_post_norm, n_rows);
+  } else {
+    // The experts beside the dense FFN (the 26B-A4B form), as the CPU block (cpu_backend.cpp's
+    // gemma4_moe_ffn) runs them, with the dense FFN's output in normed_: that output normed by
+    // post_ffw_norm_1; the router reading rms_norm(x) / sqrt(n_embd) · ffn_gate_inp.scale (one norm
+    // weight here), the experts pre_ffw_norm_2(x) (f32 and int8 blocks) of the same residual x;
+    // their weighted sum normed by post_ffw_norm_2 and added to the dense output; that sum normed
+    // by post_ffw_norm into the residual.
+    const CudaMoe::Gemma4Layer& m = moe_->gemma4_layer(layer);
+    const CudaMoe::Gemma4Workspace& ws = moe_->gemma4_workspace();
+    const int n = static_cast<int>(c.n_embd);
+    auto norm = [&](const float* x, const float* weight, k::RmsNormOutputs out, const char* what) {
+      check_launch(
+          k::launch_rms_norm(x, weight, n_rows, n, c.rms_eps, out, kernel_config_, stream_.get()),
+          what);
+    };
+    k::RmsNormOutputs dense;
+    dense.f32 = ws.dense_out;
+    norm(normed_.as<float>(), m.post_norm_1, dense, "rms_norm");
+    k::RmsNormOutputs router;
+    router.f32 = ws.router_in;
+    norm(hidden, m.router_norm, router, "rms_norm");
+    // The experts' int8 input in the model's q8 buffers (the dense FFN is done with them).
+    const k::ActivationQ8 xq{q8_qs_.as<int8_t>(), q8_ds_.as<float2>()};
+    k::RmsNormOutputs experts;
+    experts.f32 = ws.expert_in;
+    experts.q8 = xq;
+    norm(hidden, m.pre_norm, experts, "rms_norm");
+    check_cuda(cudaMemsetAsync(ws.experts_out, 0,
+                               static_cast<size_t>(n_rows) * static_cast<size_t>(n) * sizeof(float),
+                               stream_.get()),
+               "cudaMemsetAsync");
+    moe_->forward(layer, n_rows, ws.expert_in, xq, inputs_.as<int32_t>() + kSlotsArray * max_rows_,
+                  ws.experts_out, kernel_config_, stream_.get(), &launches_, ws.router_in);
+    k::RmsNormOutputs sum;
+    sum.residual = ws.dense_out;
+    norm(ws.experts_out, m.post_norm_2, sum, "rms_norm_residual");
+    k::RmsNormOutputs out;
+    out.residual = hidden;
+    norm(ws.dense_out, l.ffn_post_norm, out, "rms_norm_residual");
+  }
 
   // Per-layer embedding: x += RMSNorm(proj · (gelu(gate · x) * the layer's input)).
   const int64_t n_pl = c.n_embd_per_layer;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -168,6 +169,8 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
                 static_cast<int>(k::MoeGating::SoftmaxOfTopK));
   static_assert(static_cast<int>(FfnActivation::SwigluClamped) ==
                 static_cast<int>(k::MoeActivation::SwigluClamped));
+  static_assert(static_cast<int>(FfnActivation::GeluTanh) ==
+                static_cast<int>(k::MoeActivation::Geglu));
 
   layers_.resize(static_cast<size_t>(n_layer_));
   upload_routers(w);
@@ -190,6 +193,15 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
       static_cast<size_t>(k::moe_max_tiles(static_cast<int>(pairs), static_cast<int>(n_expert_))) *
       sizeof(k::MoeTile));
   n_tiles_ = ws(sizeof(int32_t));
+  if (!gemma4_layers_.empty()) {
+    const size_t each = rows * embd;
+    gemma4_scratch_ = ws(4 * each * sizeof(float));
+    float* at = gemma4_scratch_.as<float>();
+    gemma4_workspace_ = {.router_in = at,
+                         .expert_in = at + each,
+                         .dense_out = at + 2 * each,
+                         .experts_out = at + 3 * each};
+  }
   if (n_ff_shared_ > 0) {
     const size_t sh = rows * static_cast<size_t>(n_ff_shared_);
     shared_ids_ = ws(rows * sizeof(int32_t));
@@ -242,6 +254,8 @@ void CudaMoe::upload_routers(const WeightTable& w) {
     if (!t) return;
     floats += align_up(static_cast<uint64_t>(t->elements()) * sizeof(float)) / sizeof(float);
   };
+  // Gemma 4's experts sit beside the dense FFN with their own norms (cuda_gemma4.cpp).
+  const bool gemma4 = !w.layers.empty() && w.layers[0].ffn_pre_norm_2;
   for (const LayerWeights& l : w.layers) {
     router_at.push_back(router_bytes);
     router_bytes += align_up(l.router->size_bytes + WeightLayout::kTensorSlackBytes);
@@ -249,19 +263,31 @@ void CudaMoe::upload_routers(const WeightTable& w) {
     vector_room(l.gate_exps_bias);
     vector_room(l.up_exps_bias);
     vector_room(l.down_exps_bias);
+    vector_room(l.down_exps_scale);
+    if (gemma4)
+      for (const TensorInfo* t :
+           {l.router_in_scale, l.ffn_pre_norm_2, l.ffn_post_norm_1, l.ffn_post_norm_2})
+        vector_room(t);
   }
   routers_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, router_bytes);
   std::vector<float> vectors(floats, 0.0f);
   size_t next = 0;
   std::vector<std::array<int64_t, 4>> vector_at;
-  auto add_vector = [&](const TensorInfo* t) -> int64_t {
+  // `factor`: each value times it (f32), for the router's norm weight.
+  auto add_vector = [&](const TensorInfo* t, float factor = 1.0f) -> int64_t {
     if (!t) return -1;
-    const std::vector<float> v = to_f32(t);
+    std::vector<float> v = to_f32(t);
+    if (factor != 1.0f)
+      for (float& x : v) x = factor * x;
     std::copy(v.begin(), v.end(), vectors.begin() + static_cast<std::ptrdiff_t>(next));
     const auto at = static_cast<int64_t>(next);
     next += align_up(v.size() * sizeof(float)) / sizeof(float);
     return at;
   };
+  std::vector<std::array<int64_t, 5>> gemma4_at;
+  // The router's input: rms_norm(x) / sqrt(n_embd) · ffn_gate_inp.scale, as one norm weight
+  // (the CPU oracle's emulation takes the same product).
+  const float inverse_sqrt = 1.0f / std::sqrt(static_cast<float>(n_embd_));
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     check_cuda(cudaMemcpy(routers_.as<uint8_t>() + router_at[i], l.router->data,
@@ -269,6 +295,12 @@ void CudaMoe::upload_routers(const WeightTable& w) {
                "uploading routers");
     vector_at.push_back({add_vector(l.router_bias), add_vector(l.gate_exps_bias),
                          add_vector(l.up_exps_bias), add_vector(l.down_exps_bias)});
+    if (gemma4)
+      gemma4_at.push_back({add_vector(l.router_in_scale, inverse_sqrt),
+                           add_vector(l.ffn_pre_norm_2), add_vector(l.ffn_post_norm_1),
+                           add_vector(l.ffn_post_norm_2), add_vector(l.down_exps_scale)});
+    else
+      gemma4_at.push_back({-1, -1, -1, -1, add_vector(l.down_exps_scale)});
   }
   if (floats > 0) {
     vectors_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, floats * sizeof(float));
@@ -286,6 +318,12 @@ void CudaMoe::upload_routers(const WeightTable& w) {
     d.router_type = l.router->ggml_type;
     d.router_row_bytes = tensor_row_bytes(l.router);
     d.router_bias = vec(vector_at[i][0]);
+    d.expert_scale = vec(gemma4_at[i][4]);
+    if (gemma4)
+      gemma4_layers_.push_back({.router_norm = vec(gemma4_at[i][0]),
+                                .pre_norm = vec(gemma4_at[i][1]),
+                                .post_norm_1 = vec(gemma4_at[i][2]),
+                                .post_norm_2 = vec(gemma4_at[i][3])});
     d.gate = {.table = nullptr,
               .type = l.gate_exps->ggml_type,
               .row_bytes = tensor_row_bytes(l.gate_exps),
@@ -635,7 +673,7 @@ uint64_t CudaMoe::release_cache(uint64_t bytes, cudaStream_t stream) {
 
 void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8 xq,
                       const int32_t* slots, float* hidden, const k::KernelConfig& config,
-                      cudaStream_t stream, uint64_t* launches) {
+                      cudaStream_t stream, uint64_t* launches, const float* router_x) {
   if (n_rows <= 0) return;
   if (n_rows > max_rows_) throw UsageError("CUDA experts: a run exceeds the workspace");
   const Layer& d = layers_[static_cast<size_t>(layer)];
@@ -647,23 +685,26 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   // Router logits, gating and top-k: one launch for small runs.
   auto route = [&](uint32_t type, const void* router, int64_t row_bytes, const float* bias,
                    const k::MoeRouting& routing, float* logits, int32_t* ids, float* weights,
-                   int32_t* counts, const int32_t* row_slots) {
+                   int32_t* counts, const int32_t* row_slots, const float* x) {
     if (n_rows <= k::kMoeRouteMaxRows) {
-      check(k::launch_moe_route(type, router, row_bytes, n_embd, x_f32, n_rows, bias, routing,
-                                logits, ids, weights, counts, row_slots,
-                                route_counter_.as<unsigned int>(), config, stream),
+      check(k::launch_moe_route(type, router, row_bytes, n_embd, x, n_rows, bias, routing, logits,
+                                ids, weights, counts, row_slots, route_counter_.as<unsigned int>(),
+                                config, stream),
             "moe_route");
       return;
     }
-    check(k::launch_moe_router(type, router, row_bytes, routing.n_expert, n_embd, x_f32, n_rows,
-                               bias, logits, config, stream),
+    check(k::launch_moe_router(type, router, row_bytes, routing.n_expert, n_embd, x, n_rows, bias,
+                               logits, config, stream),
           "moe_router");
     check(k::launch_moe_topk(logits, n_rows, routing, ids, weights, counts, row_slots, config,
                              stream),
           "moe_topk");
   };
-  route(d.router_type, d.router, d.router_row_bytes, d.router_bias, routing_, logits_.as<float>(),
-        ids_.as<int32_t>(), weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots);
+  k::MoeRouting routing = routing_;
+  routing.expert_scale = d.expert_scale;
+  route(d.router_type, d.router, d.router_row_bytes, d.router_bias, routing, logits_.as<float>(),
+        ids_.as<int32_t>(), weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots,
+        router_x ? router_x : x_f32);
   ExpertRun routed;
   routed.gate = d.gate;
   routed.up = d.up;
@@ -706,7 +747,7 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
                              .scale = 1.0f};
     route(d.shared.gate_row_type, d.shared.gate_row, d.shared.gate_row_bytes, nullptr, gate,
           shared_logits_.as<float>(), shared_ids_.as<int32_t>(), shared_weights_.as<float>(),
-          nullptr, nullptr);
+          nullptr, nullptr, x_f32);
     shared.weights = shared_weights_.as<float>();
   }
   run_experts(shared, n_rows, x_f32, xq, hidden, config, stream, launches);

@@ -63,11 +63,33 @@ class CudaMoe {
 
   // One MoE feed-forward block for rows [0, n_rows): x_f32 / xq are the FFN norm's output (f32
   // and int8 blocks rounded as the RMSNorm kernel rounds), slots the rows' KV slots (padding
-  // rows, slot < 0, are not counted), hidden gets the experts' weighted sum added.
+  // rows, slot < 0, are not counted), hidden gets the experts' weighted sum added. router_x: the
+  // router's own f32 input rows (Gemma 4), or null for x_f32. A layer with expert output scales
+  // (Gemma 4's ffn_down_exps.scale) folds each into its choice's weight (moe.cuh).
   // Graph-capturable: every launch reads fixed buffers.
   void forward(int layer, int n_rows, const float* x_f32, kernels::ActivationQ8 xq,
                const int32_t* slots, float* hidden, const kernels::KernelConfig& config,
-               cudaStream_t stream, uint64_t* launches);
+               cudaStream_t stream, uint64_t* launches, const float* router_x = nullptr);
+
+  // Gemma 4's experts beside the dense FFN (cuda_gemma4.cpp runs the layer): each layer's norm
+  // weights as f32 on the device, and workspace of max_rows rows of n_embd f32 each, allocated
+  // with the rest of this class's (out of the experts' budget). Null for other models.
+  struct Gemma4Layer {
+    const float* router_norm = nullptr;  // ffn_gate_inp.scale / sqrt(n_embd): the router's norm
+    const float* pre_norm = nullptr;     // pre_ffw_norm_2: the experts' input norm
+    const float* post_norm_1 = nullptr;  // post_ffw_norm_1: the dense FFN's output norm
+    const float* post_norm_2 = nullptr;  // post_ffw_norm_2: the experts' output norm
+  };
+  struct Gemma4Workspace {
+    float* router_in = nullptr;    // the router's input rows
+    float* expert_in = nullptr;    // the experts' input rows (f32; int8 blocks in the model's q8)
+    float* dense_out = nullptr;    // the dense FFN's normed output, then the two outputs' sum
+    float* experts_out = nullptr;  // the experts' weighted sum (zeroed before each layer)
+  };
+  const Gemma4Layer& gemma4_layer(int64_t layer) const {
+    return gemma4_layers_[static_cast<size_t>(layer)];
+  }
+  const Gemma4Workspace& gemma4_workspace() const { return gemma4_workspace_; }
 
   int64_t n_layer() const { return n_layer_; }
   int64_t n_expert() const { return n_expert_; }
@@ -150,6 +172,7 @@ class CudaMoe {
     uint32_t router_type = 0;
     int64_t router_row_bytes = 0;
     const float* router_bias = nullptr;
+    const float* expert_scale = nullptr;         // Gemma 4's ffn_down_exps.scale, or none
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
     uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
@@ -182,6 +205,9 @@ class CudaMoe {
   uint64_t promotions_ = 0, demotions_ = 0;
 
   DeviceBuffer routers_, vectors_;
+  std::vector<Gemma4Layer> gemma4_layers_;  // Gemma 4 only (in vectors_)
+  Gemma4Workspace gemma4_workspace_;
+  DeviceBuffer gemma4_scratch_;          // its four [max_rows][n_embd] f32 buffers
   DeviceBuffer shared_, shared_tables_;  // shared experts and their [n_layer][3] pointers
   int64_t n_ff_shared_ = 0;              // the widest shared expert
   DeviceBuffer experts_;                 // all resident: the packed expert image

@@ -43,7 +43,7 @@ void check_type(const MatrixLayout& m) {
 }
 
 // What the kernels do not cover in the model's shapes, or empty.
-std::string shape_refusal(const ModelConfig& c) {
+std::string shape_refusal(const ModelConfig& c, const WeightTable& w) {
   if (c.is_hybrid()) {
     const DeltaNetConfig& d = c.delta_net;
     if (!k::delta_net_supports(static_cast<int>(d.state_size)))
@@ -56,11 +56,13 @@ std::string shape_refusal(const ModelConfig& c) {
       return "the CUDA backend needs a Gated DeltaNet value width that is a multiple of 32";
   }
   const bool gemma4 = c.architecture == "gemma4";
-  // Gemma 4's experts sit beside its dense FFN, each with its own norms: not run yet (the
-  // experts' GeGLU is cuda_moe.cpp's). Its dense form runs (cuda_gemma4.cpp).
+  // Gemma 4's experts sit beside its dense FFN, each with its own norms (cuda_gemma4.cpp, the
+  // experts' GeGLU in the MoE kernels); a file without those norms is not that form.
   if (gemma4 && c.is_moe())
-    return "the CUDA backend does not run Gemma 4's experts beside the dense FFN (the 26B-A4B "
-           "form) yet";
+    for (const LayerWeights& l : w.layers)
+      if (!l.ffn_pre_norm_2 || !l.ffn_post_norm_1 || !l.ffn_post_norm_2 || !l.router_in_scale)
+        return "the CUDA backend runs Gemma 4's experts only beside the dense FFN with their own "
+               "norms and router scale (the 26B-A4B form)";
   // Per layer: Gemma 4's sliding and global layers differ in head size, KV heads and FFN width.
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.layer_recurrent(l)) continue;
@@ -95,8 +97,11 @@ std::string shape_refusal(const ModelConfig& c) {
         return "the CUDA backend rotates at most " + std::to_string(c.head_dim) +
                " dimensions of a Gemma 4 head, not " + std::to_string(c.rope_dims_of(l));
   }
+  // GeGLU experts run (moe.cuh's MoeActivation::Geglu); a shared expert is SwiGLU only.
   if (c.is_moe() && c.activation == FfnActivation::GeluTanh)
-    return "the CUDA backend does not run GeGLU experts (" + c.architecture + ") yet";
+    for (const LayerWeights& l : w.layers)
+      if (l.gate_shexp)
+        return "the CUDA backend does not run a GeGLU shared expert (" + c.architecture + ") yet";
   // Qwen3.5's attention rotates the first rope_dims of a head (delta_net.cuh), Gemma 4's too
   // (gemma_ops.cuh); others whole heads.
   for (int64_t l = 0; l < c.n_layer && !c.is_hybrid() && !gemma4; ++l)
@@ -130,7 +135,7 @@ DeviceMatrix device_matrix(const MatrixLayout& m, const uint8_t* data) {
 void CudaModel::load(const BackendInit& init) {
   const ModelConfig& c = config_;
   const WeightTable& w = init.weights;
-  if (const std::string why = shape_refusal(c); !why.empty()) throw DeviceError(why);
+  if (const std::string why = shape_refusal(c, w); !why.empty()) throw DeviceError(why);
   if (c.is_moe())
     if (const std::string why = CudaMoe::refusal(c, w); !why.empty()) throw DeviceError(why);
 
@@ -464,7 +469,7 @@ void CudaModel::attach_kv(const std::vector<uint8_t*>& slot_bases, int64_t max_t
 namespace granule {
 
 std::string cuda_model_refusal(const ModelConfig& config, const WeightTable& weights) {
-  if (std::string why = cuda::shape_refusal(config); !why.empty()) return why;
+  if (std::string why = cuda::shape_refusal(config, weights); !why.empty()) return why;
   if (config.is_moe())
     if (std::string why = cuda::CudaMoe::refusal(config, weights); !why.empty()) return why;
   const WeightLayout layout = weight_layout(config, weights, false);
