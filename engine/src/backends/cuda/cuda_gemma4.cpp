@@ -335,7 +335,7 @@ void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
                                static_cast<size_t>(n_rows) * static_cast<size_t>(n) * sizeof(float),
                                stream_.get()),
                "cudaMemsetAsync");
-    moe_->forward(layer, n_rows, ws.expert_in, xq, inputs_.as<int32_t>() + kSlotsArray * max_rows_,
+    moe_->forward(layer, n_rows, ws.expert_in, xq, inputs_.as<int32_t>() + kSlots * max_rows_,
                   ws.experts_out, kernel_config_, stream_.get(), &launches_, ws.router_in);
     k::RmsNormOutputs sum;
     sum.residual = ws.dense_out;
