@@ -95,6 +95,12 @@ SyntheticModelSpec gemma4_moe_spec(const Gemma4Case& c) {
   s.n_expert = 8;
   s.n_expert_used = 2;
   s.n_ff_exp = 64;
+  // Gemma 4's router reads rms_norm(x) / sqrt(n_embd) · ffn_gate_inp.scale (about 4): logits of
+  // standard deviation ~0.25 with the writer's default router weights, where top-2 of 8 is a
+  // near-tie on many rows and the int8 products' rounding reroutes them. Trained routers are
+  // decisive: weights 8 times larger give logits of standard deviation ~2 (at 4, the F32
+  // oracle still rerouted a row of 64 against the reference, and the window carried it 8 rows on).
+  s.router_scale = 8.0f;
   s.gemma4_qk_norm = 0.3f;
   s.sliding_window = c.window;
   s.weight_type = c.type;

@@ -214,8 +214,8 @@ void add_expert_tensors(const SyntheticModelSpec& spec, const std::string& p, in
 template <typename Slides, typename Width, typename AddTensor>
 void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&& layer_n_ff,
                         AddTensor&& tensor, GgufWriter& w) {
-  auto fan_in = [](int64_t n) {
-    return Distribution{0.0f, std::sqrt(3.0f / static_cast<float>(n))};
+  auto fan_in = [](int64_t n, float scale = 1.0f) {
+    return Distribution{0.0f, scale * std::sqrt(3.0f / static_cast<float>(n))};
   };
   const Distribution norm{1.0f, 0.1f};
   const Distribution qk_norm{spec.gemma4_qk_norm, 0.1f * spec.gemma4_qk_norm};
@@ -260,7 +260,7 @@ void add_gemma4_tensors(const SyntheticModelSpec& spec, Slides&& slides, Width&&
     tensor(p + "post_ffw_norm.weight", {d}, TensorType::F32, norm);
     if (spec.n_expert > 0) {  // experts beside the dense FFN, with their own norms
       const int64_t e = spec.n_expert, fe = spec.n_ff_exp > 0 ? spec.n_ff_exp : spec.n_ff;
-      tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d));
+      tensor(p + "ffn_gate_inp.weight", {d, e}, spec.router_type, fan_in(d, spec.router_scale));
       tensor(p + "ffn_gate_inp.scale", {d}, TensorType::F32, Distribution{4.0f, 1.0f});
       tensor(p + "ffn_gate_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
       tensor(p + "ffn_up_exps.weight", {d, fe, e}, spec.expert_type, fan_in(d));
