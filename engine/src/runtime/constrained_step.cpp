@@ -64,10 +64,10 @@ void ConstrainedSteps::fill_one(Sequence& seq) {
     seq.mask_allowed = seq.constraint->fill_mask(seq.mask);
   } catch (const std::exception& e) {
     logger("engine")->error("structured output: computing the token mask: {}", e.what());
-    seq.mask_allowed = 0;
+    seq.mask_allowed = false;
   } catch (...) {
     logger("engine")->error("structured output: computing the token mask failed");
-    seq.mask_allowed = 0;
+    seq.mask_allowed = false;
   }
   seq.mask_ready = true;
 }
@@ -135,7 +135,7 @@ std::string ConstrainedSteps::check_allowed(Sequence& seq) {
 std::string ConstrainedSteps::check_allowed_unmetered(Sequence& seq) {
   if (!seq.mask_ready) fill_one(seq);  // not filled during the step (it predicted no token then)
   seq.mask_ready = false;              // the next step predicts the token after this one
-  if (seq.mask_allowed > 0) return {};
+  if (seq.mask_allowed) return {};
   return "structured output: the constraint allows no further token after " +
          std::to_string(seq.generated) + " generated tokens";
 }
