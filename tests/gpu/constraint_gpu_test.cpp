@@ -4,7 +4,8 @@
 // on the host, over a batch of masked and unmasked rows, with new masks at every replay; at 32
 // rows (and from a later row of the table, as a prefill's head pass masks) the masked logits
 // equal the host's apply_token_mask bit for bit, a mask allowing one token forces it on every
-// row, and rows without a mask keep their logits. On the default model:
+// row, and rows without a mask keep their logits; a wait that gives up masks nothing. On the
+// default model:
 // JSON-schema-constrained chats share steps and graphs with free ones, their tokens drawn by
 // the device sampler under the masks (telemetry: device_masked_sequences, mask time per step);
 // every constrained reply follows its schema; free chats beside them are compared with their
@@ -343,6 +344,61 @@ TEST(ConstraintGpu, ThirtyTwoRowsForcedByOneTokenMasksAcrossReplays) {
       }
     }
   }
+}
+
+// A wait that gives up (kTokenMaskWaitNs: the host never published): the copy still runs and
+// brings the previous step's rows, masked, but the step masks nothing, since the wait's status
+// says the masks never came; the host learns it from take_timed_out(). About 5 s.
+TEST(ConstraintGpu, AWaitThatGivesUpMasksNothing) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_vocab = 49152, rows = 4;
+  std::mt19937 rng(5);
+  MemoryManager memory(uint64_t{1} << 30);
+  const cuda::DeviceBuffer copy(memory, MemoryCategory::Workspace,
+                                workspace::token_mask_device_bytes(n_vocab));
+  cuda::TokenMasks masks(64, n_vocab, copy);
+  DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
+  DeviceArray<int32_t> d_greedy(rows);
+  DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
+  DeviceArray<int> d_counters(std::vector<int>(rows, 0));
+  const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
+  cuda::CudaStream stream;
+  const auto step = [&] {
+    masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
+    ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
+                                     workspace, config, stream.get()),
+              cudaSuccess);
+  };
+  const std::vector<float> logits =
+      gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
+  // A published step leaves every row masked to token 5 in the table.
+  std::vector<uint32_t> only_5(static_cast<size_t>((n_vocab + 31) / 32), 0);
+  only_5[0] = 1u << 5;
+  const std::vector<const uint32_t*> given(rows, only_5.data());
+  d_logits.upload(logits);
+  masks.arm();
+  step();
+  masks.publish(given);
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(d_greedy.download(), std::vector<int32_t>(rows, 5));
+  // The next one is never published.
+  d_logits.upload(logits);
+  d_greedy.poison();
+  CUDA_OK(cudaDeviceSynchronize());
+  masks.arm();
+  step();
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_TRUE(masks.take_timed_out());
+  expect_host_masking(logits, d_logits.download(), std::vector<std::vector<uint32_t>>(rows),
+                      n_vocab);
+  const std::vector<int32_t> drawn = d_greedy.download();
+  for (int r = 0; r < rows; ++r)
+    EXPECT_EQ(drawn[r], gpu_test::top_two(std::span<const float>(logits).subspan(
+                                              static_cast<size_t>(r) * n_vocab, n_vocab))
+                            .best)
+        << "row " << r;
+  EXPECT_TRUE(masks.release_unpublished());
 }
 
 TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {
