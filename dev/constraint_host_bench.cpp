@@ -61,8 +61,16 @@ class StandIn final : public Backend {
     }
   }
   StepResult wait() override {
-    std::this_thread::sleep_until(
-        start_ + std::chrono::nanoseconds(static_cast<int64_t>(device_us_ * 1000)));
+    // The draw runs before the sleep: the device's time covers it (a GPU draws in microseconds;
+    // 32 scans of a 128k mask here take ~100 us).
+    const auto done = start_ + std::chrono::nanoseconds(static_cast<int64_t>(device_us_ * 1000));
+    StepResult r = draw();
+    std::this_thread::sleep_until(done);
+    return r;
+  }
+
+ private:
+  StepResult draw() {
     StepResult r;
     if (!step_.sample) {
       size_t rows = 0;
@@ -94,7 +102,6 @@ class StandIn final : public Backend {
     return r;
   }
 
- private:
   std::unique_ptr<Backend> inner_;
   int64_t n_vocab_;
   double device_us_;
