@@ -1,8 +1,8 @@
 // One block per row. The k-th largest logit is found by a radix select over order-preserving
 // 32-bit keys (four passes of 8-bit histograms), the candidates are gathered and sorted in
 // shared memory, and one thread walks them for temperature, top-p, min-p and the draw. Token
-// masks: one thread polls the host's epoch in mapped memory, then blocks of each masked row
-// write -inf where a bit is clear.
+// masks: one thread polls the host's epoch in mapped memory, a copy brings the rows to device
+// memory, then blocks of each masked row write -inf where a bit is clear.
 #include <cfloat>
 
 #include "common.cuh"
@@ -269,55 +269,51 @@ __device__ __forceinline__ uint64_t global_timer_ns() {
   return t;
 }
 
-// One thread: holds the stream until the host's masks are there. __ldcv reads mapped host
-// memory again on every poll (no cached line is trusted).
+// One thread: holds the stream until the host's masks are there, and says whether they came.
+// __ldcv reads mapped host memory again on every poll (no cached line is trusted).
 __global__ void token_mask_wait_kernel(TokenMaskArgs m) {
   const uint32_t wanted = __ldcv(m.wanted);
   const uint64_t start = global_timer_ns();
+  uint32_t published = 1;
   while (__ldcv(m.ready) != wanted) {
     if (global_timer_ns() - start > kTokenMaskWaitNs) {
       *reinterpret_cast<volatile uint32_t*>(m.timed_out) = 1u;
-      return;
+      published = 0;
+      break;
     }
     __nanosleep(500);
   }
+  *m.published = published;
 }
 
 constexpr int kMaskThreads = 256;
-constexpr int kMaskWordsPerBlock = kMaskThreads / 2;
+constexpr int kMaskVectorsPerBlock = 64;  // 16-byte loads of 4 words (128 logits) each
+constexpr int kMaskWordsPerBlock = kMaskVectorsPerBlock * 4;
 constexpr int kMaskLogitsPerBlock = kMaskWordsPerBlock * 32;
 
-// grid (chunks of kMaskLogitsPerBlock logits, rows). Reads of mapped host memory are PCIe
-// round trips (~1 us each): the block's flags in one, then its words in one (a word per
-// thread of the first half, into shared memory), then the logits from device memory.
+// grid (chunks of kMaskLogitsPerBlock logits, rows), over the rows the copy brought to device
+// memory: a block of a row without a mask (or of a step whose wait gave up) leaves after one
+// load; else a quarter of the threads load the chunk's words into shared memory, 16 bytes
+// each, and every thread writes -inf over the chunk's logits where a bit is clear.
 __global__ void __launch_bounds__(kMaskThreads)
-    token_mask_kernel(float* logits, int64_t stride, int n_vocab, int first_mask_row,
-                      TokenMaskArgs m) {
-  __shared__ bool s_masked;
-  __shared__ uint32_t s_words[kMaskWordsPerBlock];
+    token_mask_kernel(float* logits, int64_t stride, int n_vocab, const uint32_t* published,
+                      const uint8_t* rows, int64_t row_bytes) {
+  __shared__ uint4 s_words[kMaskVectorsPerBlock];
   const int row = blockIdx.y;
-  const int mask_row = first_mask_row + row;
-  if (threadIdx.x == 0) {
-    // Published (not a wait that gave up) and this row masked. The fence orders these reads
-    // before the words' (acquire); __syncthreads hands that order to the block.
-    const uint32_t ready = __ldcv(m.ready), wanted = __ldcv(m.wanted);
-    const uint32_t masked = __ldcv(m.row_masked + mask_row);
-    __threadfence_system();
-    s_masked = ready == wanted && masked != 0;
-  }
+  const uint8_t* mask_row = rows + static_cast<int64_t>(row) * row_bytes;
+  if (*published == 0 || *reinterpret_cast<const uint32_t*>(mask_row) == 0) return;
+  const auto* vectors = reinterpret_cast<const uint4*>(mask_row + kTokenMaskRowHeaderBytes);
+  const int row_vectors = ((n_vocab + 31) / 32 + 3) / 4;
+  const int vector = blockIdx.x * kMaskVectorsPerBlock + static_cast<int>(threadIdx.x);
+  if (static_cast<int>(threadIdx.x) < kMaskVectorsPerBlock && vector < row_vectors)
+    s_words[threadIdx.x] = vectors[vector];
   __syncthreads();
-  if (!s_masked) return;
-  const int first_word = blockIdx.x * kMaskWordsPerBlock;
-  const int words = min(kMaskWordsPerBlock, m.words_per_row - first_word);
-  if (static_cast<int>(threadIdx.x) < words)
-    s_words[threadIdx.x] = __ldcv(m.words + static_cast<int64_t>(mask_row) * m.words_per_row +
-                                  first_word + static_cast<int>(threadIdx.x));
-  __syncthreads();
+  const auto* words = reinterpret_cast<const uint32_t*>(s_words);
   float* x = logits + row * stride;
-  const int begin = first_word * 32;
+  const int begin = blockIdx.x * kMaskLogitsPerBlock;
   const int end = min(n_vocab, begin + kMaskLogitsPerBlock);
   for (int i = begin + static_cast<int>(threadIdx.x); i < end; i += kMaskThreads) {
-    const uint32_t word = s_words[(i - begin) >> 5];
+    const uint32_t word = words[(i - begin) >> 5];
     if (!((word >> (i & 31)) & 1u)) x[i] = __int_as_float(0xff800000);  // -inf
   }
 }
@@ -327,14 +323,25 @@ __global__ void __launch_bounds__(kMaskThreads)
 cudaError_t launch_token_mask(float* logits, int64_t logits_stride, int rows, int n_vocab,
                               int first_mask_row, const TokenMaskArgs& mask, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  if (n_vocab <= 0 || first_mask_row < 0 || mask.words_per_row < ceil_div(n_vocab, 32) ||
-      !mask.ready || !mask.wanted || !mask.timed_out || !mask.row_masked || !mask.words)
+  const int64_t row_words = ceil_div(n_vocab, 32);
+  if (n_vocab <= 0 || rows < 0 || first_mask_row < 0 || rows > mask.device_row_count ||
+      first_mask_row + rows > mask.host_row_count || mask.row_bytes % 16 != 0 ||
+      mask.row_bytes < kTokenMaskRowHeaderBytes + row_words * 4 || !mask.ready || !mask.wanted ||
+      !mask.timed_out || !mask.host_rows || !mask.published || !mask.device_rows)
     return cudaErrorInvalidValue;
   token_mask_wait_kernel<<<1, 1, 0, stream>>>(mask);
   if (const cudaError_t status = launch_status(); status != cudaSuccess) return status;
+  // Queued after the wait: it starts once the wait saw the host's epoch, when every row the
+  // host wrote before it is visible to the copy engine (pinned memory is coherent).
+  if (const cudaError_t status = cudaMemcpyAsync(
+          mask.device_rows, mask.host_rows + static_cast<int64_t>(first_mask_row) * mask.row_bytes,
+          static_cast<size_t>(rows) * static_cast<size_t>(mask.row_bytes), cudaMemcpyHostToDevice,
+          stream);
+      status != cudaSuccess)
+    return status;
   const dim3 grid(ceil_div(n_vocab, kMaskLogitsPerBlock), rows);
-  token_mask_kernel<<<grid, kMaskThreads, 0, stream>>>(logits, logits_stride, n_vocab,
-                                                       first_mask_row, mask);
+  token_mask_kernel<<<grid, kMaskThreads, 0, stream>>>(
+      logits, logits_stride, n_vocab, mask.published, mask.device_rows, mask.row_bytes);
   return launch_status();
 }
 

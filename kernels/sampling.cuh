@@ -2,7 +2,8 @@
 // row's recent tokens, then greedy (argmax, lowest id on ties) or top-k (at most 256
 // candidates; top_k = 0 also keeps the 256 most likely), temperature, top-p, min-p and a
 // seeded draw; and the token masks of structured output, applied before either. Every per-step
-// input lives in device buffers or mapped pinned memory (graph capturable).
+// input lives in device buffers, or in pinned memory copied or read inside the graph (graph
+// capturable).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -63,26 +64,34 @@ cudaError_t launch_argmax(const float* logits, int64_t logits_stride, int rows, 
                           cudaStream_t stream);
 
 // Token masks (structured output): per row a bitmask of n_vocab bits in 32-bit words (bit set:
-// allowed), in mapped pinned host memory that the host fills while the device runs the step's
-// forward pass. `ready` and `wanted` are epochs: the host writes `wanted` before the launch and
-// `ready` = `wanted` once every row of the step is written (row_masked too). Every pointer is
-// a device pointer to mapped host memory.
+// allowed), which the host fills in pinned memory while the device runs the step's forward pass.
+// `ready` and `wanted` are epochs in mapped pinned memory: the host writes `wanted` before the
+// launch and `ready` = `wanted` once every row of the step is written. A mask row is
+// `row_bytes` apart from the next (a multiple of 16): a 16-byte header whose first word is 1
+// where the row is masked, then the row's words.
 struct TokenMaskArgs {
-  const uint32_t* ready = nullptr;
+  const uint32_t* ready = nullptr;  // mapped host memory (device pointers to it)
   const uint32_t* wanted = nullptr;
-  uint32_t* timed_out = nullptr;         // set to 1 when the wait gave up
-  const uint32_t* row_masked = nullptr;  // [rows]: 1 applies the row's mask, 0 leaves it
-  const uint32_t* words = nullptr;       // [rows][words_per_row]
-  int words_per_row = 0;
+  uint32_t* timed_out = nullptr;       // set to 1 when the wait gave up
+  const uint8_t* host_rows = nullptr;  // the host's rows (a host pointer to pinned memory)
+  int host_row_count = 0;
+  uint32_t* published = nullptr;   // device memory: 1 when the wait saw the masks, else 0
+  uint8_t* device_rows = nullptr;  // device memory: device_row_count rows, copied per launch
+  int device_row_count = 0;
+  int64_t row_bytes = 0;
 };
+
+constexpr int64_t kTokenMaskRowHeaderBytes = 16;
 
 // How long the device waits for the host's masks before drawing without them (a host that
 // never publishes is a bug; the engine's check of each drawn token then refuses it).
 constexpr uint64_t kTokenMaskWaitNs = 5'000'000'000ull;
 
-// Waits until the host published the step's masks (or kTokenMaskWaitNs passed), then sets
-// every logit a masked row does not allow to -inf: logit row r (of `rows`, `logits_stride`
-// apart) takes mask row first_mask_row + r.
+// Waits until the host published the step's masks (or kTokenMaskWaitNs passed), copies host
+// mask rows [first_mask_row, first_mask_row + rows) to the device rows by DMA (once the wait
+// saw the epoch, so the copy reads what the host wrote before it), then sets every logit a
+// masked row does not allow to -inf: logit row r (of `rows`, `logits_stride` apart) takes mask
+// row first_mask_row + r. Graph capturable. rows <= device_row_count.
 cudaError_t launch_token_mask(float* logits, int64_t logits_stride, int rows, int n_vocab,
                               int first_mask_row, const TokenMaskArgs& mask, cudaStream_t stream);
 

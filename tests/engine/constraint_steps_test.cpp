@@ -27,12 +27,12 @@ class ScriptedConstraint final : public TokenConstraint {
  public:
   ScriptedConstraint(std::vector<int32_t> allowed, size_t words, bool throws = false)
       : allowed_(std::move(allowed)), words_(words), throws_(throws) {}
-  int64_t fill_mask(std::vector<uint32_t>& mask) override {
+  bool fill_mask(std::vector<uint32_t>& mask) override {
     ++fills;
     if (throws_) throw std::runtime_error("scripted failure");
     mask.assign(words_, 0);
     for (int32_t id : allowed_) mask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
-    return static_cast<int64_t>(allowed_.size());
+    return !allowed_.empty();
   }
   bool accept(TokenId token) override {
     ++accepts;
@@ -88,7 +88,7 @@ TEST_F(ConstraintSteps, AMaskFilledDuringTheStepIsNotFilledAgain) {
   ConstrainedSteps steps(*tokenizer_, 100);
   Sequence seq = sequence(std::make_unique<ScriptedConstraint>(std::vector<int32_t>{5}, 4), 0);
   seq.mask_ready = true;
-  seq.mask_allowed = 1;
+  seq.mask_allowed = true;
   EXPECT_EQ(steps.check_allowed(seq), "");
   EXPECT_EQ(scripted_->fills, 0);
 }
@@ -220,9 +220,9 @@ TEST_F(ConstraintSteps, AcceptAllSaysForEachRowWhatTheSerialChecksSay) {
   {
     class ThrowingAccept final : public TokenConstraint {
      public:
-      int64_t fill_mask(std::vector<uint32_t>& mask) override {
+      bool fill_mask(std::vector<uint32_t>& mask) override {
         mask.assign(4, ~0u);
-        return 128;
+        return true;
       }
       bool accept(TokenId) override { throw std::runtime_error("accept failed"); }
       bool finished() const override { return false; }

@@ -323,6 +323,8 @@ TEST(CudaWorkspace, TheListNamesEveryBufferOnceAndSumsThem) {
   EXPECT_EQ(w.bytes("slot_bases"), 3u * 8u);
   EXPECT_EQ(w.bytes("hidden"), 512u * 64u * 4u);
   EXPECT_EQ(w.bytes("logits"), 64u * 384u * 4u);
+  // Structured output's device copy: a status, then 64 rows of a header and 384 bits.
+  EXPECT_EQ(w.bytes("token_masks"), 16u + 64u * (16u + 48u));
 }
 
 TEST(CudaWorkspace, SixtyFourRowsNeedNoGemmScratchAndTheInputsAreOneAlignedRegion) {

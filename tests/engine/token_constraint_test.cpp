@@ -1,6 +1,8 @@
 // Control tokens under a constraint (runtime/token_constraint): no text grammar (JSON Schema,
 // GBNF, regex) ever allows one, and a structural tag's {"type": "token"} allows exactly the one
 // it names — how harmony's forced header puts <|constrain|> and <|message|> between texts.
+// Unused tokens (a synthetic vocabulary padded with them) are never allowed by a text grammar
+// nor accepted either.
 #include "runtime/token_constraint.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 
 #include "granule/gguf.h"
 #include "granule/tokenizer.h"
+#include "support/temp_model.h"
 #include "support/test_files.h"
 
 namespace granule {
@@ -82,6 +85,38 @@ TEST_F(ControlTokens, AStructuralTagsTokenAllowsExactlyThatOne) {
   EXPECT_EQ(allowed(*tag), std::vector<TokenId>{token("b")});
   ASSERT_TRUE(tag->accept(token("b")));
   for (TokenId id : allowed(*tag)) EXPECT_TRUE(tokenizer_->is_end_of_generation(id)) << id;
+}
+
+TEST(UnusedTokens, NoTextGrammarAllowsOrAcceptsOne) {
+  if (!structured_output_available()) GTEST_SKIP() << kNoStructuredOutputMessage;
+  SyntheticModelSpec spec;
+  spec.n_vocab = 3000;  // ~960 tokens with text, the rest "<|reserved_N|>" typed unused
+  const test::TempModel model(spec, "unused-tokens");
+  const auto file = ModelFile::open(model.path);
+  const auto tokenizer = Tokenizer::from_gguf(*file);
+  std::vector<TokenId> unused;
+  for (TokenId id = 0; id < spec.n_vocab; ++id)
+    if (tokenizer->token_attr(id) == TokenAttr::Unused) unused.push_back(id);
+  ASSERT_GT(unused.size(), 1000u);
+  ConstraintCompiler compiler(*tokenizer, spec.n_vocab);
+  const auto allows_unused = [&](TokenConstraint& c) {
+    std::vector<uint32_t> mask;
+    EXPECT_TRUE(c.fill_mask(mask));
+    for (TokenId id : unused)
+      if ((mask[static_cast<size_t>(id) / 32] >> (id % 32)) & 1u) return true;
+    return false;
+  };
+  auto json = compiler.compile(Constraint::json_schema(R"({"type": "string"})"));
+  EXPECT_FALSE(allows_unused(*json));
+  ASSERT_TRUE(json->accept(tokenizer->find_token("\"").value_or(0)));
+  EXPECT_FALSE(allows_unused(*json));  // inside a string: any text
+  auto gbnf = compiler.compile(Constraint::grammar("root ::= [^\\n]*"));
+  EXPECT_FALSE(allows_unused(*gbnf));
+  auto regex = compiler.compile(Constraint::regex(".*"));
+  EXPECT_FALSE(allows_unused(*regex));
+  for (TokenId id : {unused.front(), unused[unused.size() / 2], unused.back()})
+    EXPECT_FALSE(regex->accept(id)) << id;
+  EXPECT_TRUE(regex->accept(tokenizer->find_token("a").value_or(0)));
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
 // Structured output on the CUDA backend. The mask kernels inside a captured graph: the graph
-// waits for the host to publish the step's masks (TokenMasks) and then draws, greedy and top-k,
-// exactly what the same sampling kernels draw from logits masked on the host, over a batch of
-// masked and unmasked rows, with new masks at every replay. On the default model:
+// waits for the host to publish the step's masks (TokenMasks), copies them to the device and
+// then draws, greedy and top-k, exactly what the same sampling kernels draw from logits masked
+// on the host, over a batch of masked and unmasked rows, with new masks at every replay; at 32
+// rows (and from a later row of the table, as a prefill's head pass masks) the masked logits
+// equal the host's apply_token_mask bit for bit, a mask allowing one token forces it on every
+// row, and rows without a mask keep their logits; a wait that gives up masks nothing. On the
+// default model:
 // JSON-schema-constrained chats share steps and graphs with free ones, their tokens drawn by
 // the device sampler under the masks (telemetry: device_masked_sequences, mask time per step);
 // every constrained reply follows its schema; free chats beside them are compared with their
@@ -10,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <regex>
@@ -21,6 +26,8 @@
 #include "backends/cuda/token_masks.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
+#include "memory/memory_manager.h"
+#include "memory/workspace_layout.h"
 #include "runtime/token_constraint.h"
 #include "sampling.cuh"
 #include "support/test_files.h"
@@ -120,7 +127,10 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
       ASSERT_EQ(kernels::launch_sampling(a, s), cudaSuccess);
     };
 
-    cuda::TokenMasks masks(64, n_vocab);
+    MemoryManager memory(uint64_t{1} << 30);
+    const cuda::DeviceBuffer copy(memory, MemoryCategory::Workspace,
+                                  workspace::token_mask_device_bytes(n_vocab));
+    cuda::TokenMasks masks(64, n_vocab, copy);
     cudaGraph_t graph = nullptr;
     CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
     masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
@@ -193,6 +203,202 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
     EXPECT_EQ(d_greedy.download(), plain_greedy);
     EXPECT_EQ(d_sampled.download(), plain_sampled);
   }
+}
+
+// The masked logits of `rows` rows after one step of the graph, against the host's
+// apply_token_mask over the same logits: every row masked by its given mask (-inf exactly where
+// a bit is clear, the logit's bits elsewhere), every other row untouched.
+void expect_host_masking(const std::vector<float>& logits, const std::vector<float>& device,
+                         const std::vector<std::vector<uint32_t>>& row_masks, int n_vocab) {
+  const size_t rows = row_masks.size();
+  ASSERT_EQ(device.size(), rows * static_cast<size_t>(n_vocab));
+  for (size_t r = 0; r < rows; ++r) {
+    std::vector<float> want(logits.begin() + static_cast<std::ptrdiff_t>(r * n_vocab),
+                            logits.begin() + static_cast<std::ptrdiff_t>((r + 1) * n_vocab));
+    if (!row_masks[r].empty()) apply_token_mask(want, row_masks[r]);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const float got = device[r * static_cast<size_t>(n_vocab) + i];
+      if (std::memcmp(&got, &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    }
+    EXPECT_EQ(differ, 0u) << "row " << r << (row_masks[r].empty() ? " (unmasked)" : " (masked)")
+                          << ", first at logit " << first;
+  }
+}
+
+TEST(ConstraintGpu, ThirtyTwoRowsForcedByOneTokenMasksAcrossReplays) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  for (const int n_vocab : {49152, 128256, 151665, 262144}) {  // Gemma's 262k too
+    SCOPED_TRACE(n_vocab);
+    std::mt19937 rng(static_cast<uint32_t>(n_vocab) + 1);
+    const int rows = 32;
+    // Half the rows draw top-k at a high temperature (a forced token must win there too).
+    std::vector<kernels::DeviceSamplingParams> params(rows);
+    for (int r = 0; r < rows; r += 2) {
+      params[r].temperature = 1.5f;
+      params[r].top_k = 0;
+      params[r].seed = 7 + r;
+    }
+    const int history_stride = 4;
+    std::vector<int32_t> history(rows * history_stride, 0), history_length(rows, 0);
+    DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
+    DeviceArray<kernels::DeviceSamplingParams> d_params(params);
+    DeviceArray<int32_t> d_history(history), d_length(history_length);
+    DeviceArray<int32_t> d_greedy(rows), d_sampled(rows);
+    DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
+    DeviceArray<int> d_counters(std::vector<int>(rows, 0));
+    const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
+    kernels::SamplingArgs a;
+    a.logits = d_logits.get();
+    a.logits_stride = n_vocab;
+    a.rows = rows;
+    a.n_vocab = n_vocab;
+    a.params = d_params.get();
+    a.history = d_history.get();
+    a.history_stride = history_stride;
+    a.history_length = d_length.get();
+    a.tokens = d_sampled.get();
+
+    // The engine's table: the device copy from the workspace list, in the ledger; 128 host rows
+    // (a prefill's sequences), of which the second graph masks rows 64-95.
+    MemoryManager memory(uint64_t{1} << 30);
+    const cuda::DeviceBuffer copy(memory, MemoryCategory::Workspace,
+                                  workspace::token_mask_device_bytes(n_vocab));
+    EXPECT_EQ(memory.bytes(MemoryCategory::Workspace), workspace::token_mask_device_bytes(n_vocab));
+    cuda::TokenMasks masks(128, n_vocab, copy);
+    EXPECT_EQ(masks.device_rows(), workspace::kTokenMaskRows);
+    cuda::CudaStream stream;
+    const auto capture = [&](int first_mask_row, bool sample) {
+      cudaGraph_t graph = nullptr;
+      EXPECT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal),
+                cudaSuccess);
+      masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, first_mask_row, stream.get());
+      if (sample)
+        EXPECT_EQ(kernels::launch_sampling(a, stream.get()), cudaSuccess);
+      else
+        EXPECT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
+                                         workspace, config, stream.get()),
+                  cudaSuccess);
+      EXPECT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
+      cudaGraphExec_t exec = nullptr;
+      EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      return cuda::CudaGraph(graph, exec);
+    };
+    struct Case {
+      int first_mask_row;
+      bool sample;
+    };
+    for (const Case c : {Case{0, false}, Case{0, true}, Case{64, false}}) {
+      SCOPED_TRACE(testing::Message() << "from mask row " << c.first_mask_row
+                                      << (c.sample ? ", sampled" : ", greedy"));
+      cuda::CudaGraph step = capture(c.first_mask_row, c.sample);
+      ASSERT_TRUE(step);
+      // Another set of rows masked at every replay, each allowing one token (a new one each
+      // time): rows masked one step and not the next keep their logits.
+      for (int replay = 0; replay < 4; ++replay) {
+        SCOPED_TRACE(replay);
+        const std::vector<float> logits =
+            gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
+        std::vector<std::vector<uint32_t>> row_masks(rows);
+        std::vector<int32_t> forced(rows, -1);
+        std::vector<const uint32_t*> given(static_cast<size_t>(c.first_mask_row + rows), nullptr);
+        for (int r = 0; r < rows; ++r) {
+          if (replay == 1 ? r % 3 == 0 : (r + replay) % 4 == 3) continue;  // unmasked
+          forced[r] = static_cast<int32_t>(rng() % static_cast<uint32_t>(n_vocab));
+          row_masks[r].assign(static_cast<size_t>((n_vocab + 31) / 32), 0);
+          row_masks[r][static_cast<size_t>(forced[r]) / 32] = 1u << (forced[r] % 32);
+          given[static_cast<size_t>(c.first_mask_row + r)] = row_masks[r].data();
+        }
+        // Masks in the table's other rows that this graph must not apply.
+        std::vector<uint32_t> nothing(static_cast<size_t>((n_vocab + 31) / 32), 0);
+        for (int r = 0; r < c.first_mask_row; ++r) given[static_cast<size_t>(r)] = nothing.data();
+        // Unmasked: the draw the plain logits give.
+        d_logits.upload(logits);
+        if (c.sample) {
+          ASSERT_EQ(kernels::launch_sampling(a, nullptr), cudaSuccess);
+        } else {
+          ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
+                                           workspace, config, nullptr),
+                    cudaSuccess);
+        }
+        const std::vector<int32_t> plain = c.sample ? d_sampled.download() : d_greedy.download();
+
+        d_logits.upload(logits);
+        d_greedy.poison();
+        d_sampled.poison();
+        CUDA_OK(cudaDeviceSynchronize());
+        masks.arm();
+        step.launch(stream.get());
+        masks.publish(given);
+        CUDA_OK(cudaStreamSynchronize(stream.get()));
+        EXPECT_FALSE(masks.take_timed_out());
+        const std::vector<int32_t> drawn = c.sample ? d_sampled.download() : d_greedy.download();
+        for (int r = 0; r < rows; ++r) {
+          if (forced[r] >= 0)
+            EXPECT_EQ(drawn[r], forced[r]) << "row " << r << " allowed one token";
+          else
+            EXPECT_EQ(drawn[r], plain[r]) << "row " << r << " had no mask";
+        }
+        if (!c.sample) expect_host_masking(logits, d_logits.download(), row_masks, n_vocab);
+      }
+    }
+  }
+}
+
+// A wait that gives up (kTokenMaskWaitNs: the host never published): the copy still runs and
+// brings the previous step's rows, masked, but the step masks nothing, since the wait's status
+// says the masks never came; the host learns it from take_timed_out(). About 5 s.
+TEST(ConstraintGpu, AWaitThatGivesUpMasksNothing) {
+  GRANULE_REQUIRE_GPU();
+  const kernels::KernelConfig config = gpu_test::kernel_config();
+  const int n_vocab = 49152, rows = 4;
+  std::mt19937 rng(5);
+  MemoryManager memory(uint64_t{1} << 30);
+  const cuda::DeviceBuffer copy(memory, MemoryCategory::Workspace,
+                                workspace::token_mask_device_bytes(n_vocab));
+  cuda::TokenMasks masks(64, n_vocab, copy);
+  DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
+  DeviceArray<int32_t> d_greedy(rows);
+  DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
+  DeviceArray<int> d_counters(std::vector<int>(rows, 0));
+  const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
+  cuda::CudaStream stream;
+  const auto step = [&] {
+    masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
+    ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
+                                     workspace, config, stream.get()),
+              cudaSuccess);
+  };
+  const std::vector<float> logits =
+      gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
+  // A published step leaves every row masked to token 5 in the table.
+  std::vector<uint32_t> only_5(static_cast<size_t>((n_vocab + 31) / 32), 0);
+  only_5[0] = 1u << 5;
+  const std::vector<const uint32_t*> given(rows, only_5.data());
+  d_logits.upload(logits);
+  masks.arm();
+  step();
+  masks.publish(given);
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_EQ(d_greedy.download(), std::vector<int32_t>(rows, 5));
+  // The next one is never published.
+  d_logits.upload(logits);
+  d_greedy.poison();
+  CUDA_OK(cudaDeviceSynchronize());
+  masks.arm();
+  step();
+  CUDA_OK(cudaStreamSynchronize(stream.get()));
+  EXPECT_TRUE(masks.take_timed_out());
+  expect_host_masking(logits, d_logits.download(), std::vector<std::vector<uint32_t>>(rows),
+                      n_vocab);
+  const std::vector<int32_t> drawn = d_greedy.download();
+  for (int r = 0; r < rows; ++r)
+    EXPECT_EQ(drawn[r], gpu_test::top_two(std::span<const float>(logits).subspan(
+                                              static_cast<size_t>(r) * n_vocab, n_vocab))
+                            .best)
+        << "row " << r;
+  EXPECT_TRUE(masks.release_unpublished());
 }
 
 TEST(ConstraintGpu, ConstrainedAndFreeChatsShareSteps) {

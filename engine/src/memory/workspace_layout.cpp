@@ -25,6 +25,19 @@ uint64_t sum(const std::vector<WorkspaceBuffer>& buffers) {
 
 }  // namespace
 
+namespace workspace {
+
+uint64_t token_mask_row_bytes(int64_t n_vocab) {
+  const auto words = static_cast<uint64_t>(ceil_div(std::max<int64_t>(n_vocab, 1), 32));
+  return 16 + (words * 4 + 15) / 16 * 16;
+}
+
+uint64_t token_mask_device_bytes(int64_t n_vocab) {
+  return 16 + static_cast<uint64_t>(kTokenMaskRows) * token_mask_row_bytes(n_vocab);
+}
+
+}  // namespace workspace
+
 uint64_t CudaWorkspace::bytes(std::string_view name) const {
   for (const auto* list : {&buffers, &attention})
     for (const WorkspaceBuffer& b : *list)
@@ -96,6 +109,7 @@ CudaWorkspace cuda_workspace(const ModelConfig& c, const WeightLayout& layout, i
   add("logits", static_cast<uint64_t>(kLogitRows * c.n_vocab) * kF32);
   add("tokens_out", r * kI32);
   add("argmax_scratch", r * (8 + kI32));  // an unsigned long long and an int per row
+  add("token_masks", token_mask_device_bytes(c.n_vocab));
   w.overlap_bytes = w.bytes("weight_f16");
 
   // Split attention over contexts of `context` tokens: decode rows in splits of 64 tokens,

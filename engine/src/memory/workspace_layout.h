@@ -28,6 +28,15 @@ constexpr int64_t kInputArrays = 8;
 constexpr int64_t kHistoryTokens = 256;       // recent tokens per row the penalties see
 constexpr int64_t kSamplingParamsBytes = 48;  // sizeof(kernels::DeviceSamplingParams)
 constexpr int64_t kQ8Block = 32;              // int8 activation block (one float2 scale each)
+// Structured output's token masks copied to the device for one masked head (token_masks.h):
+// a decode bucket's rows or a head pass's, whichever is more.
+constexpr int64_t kTokenMaskRows = kMatvecMaxRows > kLogitRows ? kMatvecMaxRows : kLogitRows;
+// A token mask row: a 16-byte header (its first word 1 where the row is masked), then a bit
+// per token in 32-bit words, rounded up to 16 bytes (the mask kernel's loads).
+uint64_t token_mask_row_bytes(int64_t n_vocab);
+// The "token_masks" buffer: a 16-byte status (whether the wait saw the masks), then
+// kTokenMaskRows rows.
+uint64_t token_mask_device_bytes(int64_t n_vocab);
 }  // namespace workspace
 
 struct WorkspaceBuffer {

@@ -75,15 +75,16 @@ class ConstrainedSteps {
   // Fills the masks of `pending` (independent matchers over one read-only compiled grammar
   // each), on the mask threads once there are enough of them to pay for the hand-off.
   void fill_all(std::span<Sequence* const> pending);
-  // Runs fn(i) for i in [0, n), on the mask threads from kParallelMasks on.
-  void for_each(size_t n, const std::function<void(size_t)>& fn);
+  // Runs fn(i) for i in [0, n), on the mask threads when `parallel` and n >= kParallelMasks.
+  void for_each(size_t n, const std::function<void(size_t)>& fn, bool parallel);
 
   // accept_all's outcome for one work item.
   struct Outcome {
     bool taken = false;
     std::string error;
     std::exception_ptr thrown;
-    double mask_us = 0;  // a mask check_allowed filled (the step had not)
+    double mask_us = 0;    // a mask check_allowed filled (the step had not)
+    double accept_us = 0;  // the constraint's accept
   };
 
   const Tokenizer& tokenizer_;
@@ -95,6 +96,7 @@ class ConstrainedSteps {
   std::vector<Outcome> outcomes_;              // accept_all's, one per work item
   std::vector<std::pair<size_t, Sequence*>> accepting_;  // accept_all's work items
   std::unique_ptr<cpu::ThreadPool> pool_;  // built at the first step with enough masks
+  double accept_us_ = 10;                  // accept_all's recent time per accept (a running mean)
   int32_t constrained_sequences_ = 0;
   int32_t device_masked_sequences_ = 0;
   double mask_us_ = 0;

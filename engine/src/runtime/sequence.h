@@ -56,11 +56,12 @@ struct Sequence {
   bool cancel_requested = false;          // a sink asked during a step: ends after it
   int32_t top_logprobs = -1;              // Request::top_logprobs
   // Structured output (Request::constraint): the matcher, and the mask of the token the
-  // current step predicts, filled while the device runs it (mask_ready) with mask_allowed bits.
+  // current step predicts, filled while the device runs it (mask_ready), allowing any token
+  // (mask_allowed) or none.
   std::unique_ptr<TokenConstraint> constraint;
   std::vector<uint32_t> mask;
   bool mask_ready = false;
-  int64_t mask_allowed = 0;
+  bool mask_allowed = false;
 
   // --- output
   TokenSink sink;

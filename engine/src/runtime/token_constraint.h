@@ -16,8 +16,8 @@ class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;
   // Fills `mask` (one bit per token id of the model's logits, 32 per word, bit set = allowed)
-  // for the next token; returns how many tokens it allows (0: the constraint is stuck).
-  virtual int64_t fill_mask(std::vector<uint32_t>& mask) = 0;
+  // for the next token; returns whether it allows any (false: the constraint is stuck).
+  virtual bool fill_mask(std::vector<uint32_t>& mask) = 0;
   // Follows a drawn token; false when the constraint does not allow it.
   virtual bool accept(TokenId token) = 0;
   // The constraint's text is complete: only an end-of-generation token may follow.

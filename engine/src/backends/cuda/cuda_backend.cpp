@@ -338,7 +338,7 @@ void CudaBackend::prepare_token_masks(size_t rows) {
       rows, static_cast<size_t>(std::max(CudaModel::kMatvecMaxRows, model_->max_rows()))));
   if (token_masks_ && token_masks_->rows() >= needed) return;
   if (token_masks_) graphs_.invalidate("the token mask table grew");
-  token_masks_ = std::make_unique<TokenMasks>(needed, config_.n_vocab);
+  token_masks_ = std::make_unique<TokenMasks>(needed, config_.n_vocab, model_->token_mask_copy());
 }
 
 void CudaBackend::set_token_masks(std::span<const uint32_t* const> masks) {

@@ -42,9 +42,9 @@ class CudaBackend final : public Backend {
   // penalties see the last 256 tokens of each history; top-k keeps at most 256 candidates
   // (top_k = 0 keeps the 256 most likely before top-p and min-p).
   bool samples_on_device() const override { return true; }
-  // Token masks: a masked step's graph waits after its head for set_token_masks(), reading the
-  // masks from mapped pinned memory (token_masks.h); its own graph per bucket (Masked* heads),
-  // so unmasked steps run as before.
+  // Token masks: a masked step's graph waits after its head for set_token_masks(), then copies
+  // the masks from pinned memory to the device (token_masks.h); its own graph per bucket
+  // (Masked* heads), so unmasked steps run as before.
   bool samples_with_masks() const override { return true; }
   void set_token_masks(std::span<const uint32_t* const> masks) override;
   // launch() queues a decode step as one graph replay (captured on first use per batch size

@@ -115,6 +115,9 @@ class CudaModel {
                        const std::vector<std::vector<int32_t>>& histories);
 
   const float* logits() const { return logits_.as<float>(); }
+  // Structured output's device copy of the token masks (workspace "token_masks"; the backend's
+  // TokenMasks lays it out).
+  const DeviceBuffer& token_mask_copy() const { return token_masks_; }
   int64_t n_vocab() const { return config_.n_vocab; }
   void copy_logits(int count, float* host) const;    // synchronises
   void copy_tokens(int count, int32_t* host) const;  // synchronises
@@ -342,6 +345,7 @@ class CudaModel {
   DeviceBuffer weight_f16_[2];
   DeviceBuffer logits_;
   DeviceBuffer tokens_out_, argmax_scratch_;
+  DeviceBuffer token_masks_;
   PinnedBuffer tokens_host_;
   size_t params_offset_ = 0, lengths_offset_ = 0, history_offset_ = 0;  // in inputs_
   size_t dirty_end_ = 0;  // host bytes of inputs_ written since the last flush

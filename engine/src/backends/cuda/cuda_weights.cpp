@@ -327,7 +327,8 @@ void CudaModel::allocate_workspace() {
                              &weight_f16_[0],
                              &logits_,
                              &tokens_out_,
-                             &argmax_scratch_};
+                             &argmax_scratch_,
+                             &token_masks_};
   const std::string_view names[] = {"inputs",
                                     "hidden",
                                     "normed",
@@ -346,7 +347,8 @@ void CudaModel::allocate_workspace() {
                                     "weight_f16",
                                     "logits",
                                     "tokens_out",
-                                    "argmax_scratch"};
+                                    "argmax_scratch",
+                                    "token_masks"};
   static_assert(std::size(targets) == std::size(names));
   size_t next = 0;
   for (const WorkspaceBuffer& b : workspace_.buffers) {
