@@ -2,7 +2,8 @@
 // operators against independent definitions (the testkit's f16 encoder, the int8 kernels'
 // integer formula d_w·d_a·Σ q_w·q_a), and the whole backend in that mode: it differs from the
 // plain f32 reference by the magnitude int8 activations cause, it chunks a batch as the
-// CUDA backend does, and the engine option reaches it.
+// CUDA backend does, and the engine option reaches it; the same for qwen35moe's hybrid layers
+// (Gated DeltaNet and gated attention mixers with experts), whose dense form stays refused.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "backends/cpu/ops.h"
 #include "granule/block_formats.h"
 #include "granule/engine.h"
+#include "granule/error.h"
 #include "granule/quant.h"
 #include "granule/testkit/quantize.h"
 #include "granule/testkit/synthetic_model.h"
@@ -381,6 +383,141 @@ TEST(CpuOracleBackend, F16ProductsRoundAsTheGemmPath) {
     EXPECT_LT(f16_error, int8_error / 2) << name;
     fs::remove(path);
   }
+}
+
+// ---- qwen35moe -----------------------------------------------------------------------------
+
+// The tiny-qwen35moe preset (Gated DeltaNet layers 0-2 and 4, gated attention at 3, 8 experts of
+// 32, top 2) with a shared expert of 64 (whole int8 blocks) and random_tokens' vocabulary:
+// `layers` the mixers' and the shared expert's matrices, `experts` the routed experts', `edges`
+// the embedding and the head.
+// `every_expert`: each token takes all 8 experts (no routing choice for a rounding to flip).
+fs::path write_hybrid_moe(const std::string& name, TensorType layers, TensorType experts,
+                          TensorType edges, bool every_expert = false) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35moe");
+  s.name = name;
+  s.n_vocab = 1000;
+  s.n_ff_shexp = 64;
+  if (every_expert) s.n_expert_used = s.n_expert;
+  s.weight_type = layers;
+  s.expert_type = experts;
+  s.embedding_type = s.output_type = edges;
+  const fs::path path = fs::temp_directory_path() /
+                        ("granule-oracle-" + name + "-" + std::to_string(::getpid()) + ".gguf");
+  write_synthetic_model(s, path);
+  return path;
+}
+
+// F32 weights read f32 activations on the GPU's matvec path: the oracle of the hybrid MoE model
+// differs from the exact reference by its attention layer's f16 KV only, within the dense bound
+// (F32ModelDiffersOnlyByTheF16Kv), prompt and decode rows alike.
+TEST(CpuOracleBackend, HybridMoeF32DiffersOnlyByTheF16Kv) {
+  const fs::path path =
+      write_hybrid_moe("qwen35moe-f32", TensorType::F32, TensorType::F32, TensorType::F32);
+  Rig exact(path, false), oracle(path, true);
+  EXPECT_NE(oracle.runtime.backend->name().find("CUDA rounding"), std::string::npos);
+  const int64_t vocab = oracle.config.n_vocab;
+  const std::vector<int32_t> tokens = random_tokens(40, 20);
+  std::vector<float> a = exact.run(0, tokens, 0), b = oracle.run(0, tokens, 0);
+  for (int i = 0; i < 8; ++i) {  // decode rows continue the recurrent state and the KV
+    const std::vector<int32_t> next = {tokens[static_cast<size_t>(i)]};
+    const std::vector<float> x = exact.run(0, next, 40 + i), y = oracle.run(0, next, 40 + i);
+    a.insert(a.end(), x.begin(), x.end());
+    b.insert(b.end(), y.begin(), y.end());
+  }
+  const double rel = worst_relative(a, b, vocab);
+  std::cout << "[oracle] qwen35moe F32, 40 + 8 rows: max |oracle - f32| / std " << rel << "\n";
+  EXPECT_GT(rel, 0.0);   // the KV's rounding reaches the logits
+  EXPECT_LT(rel, 5e-3);  // f16 keeps 11 bits: 2^-12 per KV element
+  fs::remove(path);
+}
+
+// Int8-reading weights: the mixers' inputs are rounded as the GPU rounds them (the RMSNorm's rule
+// before Q/K/V and the DeltaNet projections, the gated norm's and the output gate's before the
+// output projections). With the experts, the embedding and the head in F32 only the mixers'
+// rounding moves the logits, far above the F32 file's KV rounding; Q8_0 experts and shared expert
+// (MoeFfn's rounding) add theirs. Every token takes all 8 experts, so the rounding moves logits
+// continuously (with top 2 a token whose second and third experts are close changes expert,
+// measured up to 4 spreads on this tiny file). Measured here: mean 0.24 / 0.28, max 0.89 / 0.99 of
+// the spread over 40 rows; five layers of 64-wide int8 rounding on random weights (qwen35_gpu_test
+// measured the GPU's int8 path of the dense model at mean 0.21, max 0.60 at 256 wide). Mixers that
+// rounded nothing would leave the F32-experts file at the KV's 1e-3 (above); a product of the
+// wrong input would be order 1 or more in every row. The result is deterministic.
+TEST(CpuOracleBackend, HybridMoeMixersReadInt8Inputs) {
+  for (const TensorType experts : {TensorType::F32, TensorType::Q8_0}) {
+    const std::string name = "qwen35moe-q8_0-" + std::string(tensor_type_info(experts).name);
+    const fs::path path =
+        write_hybrid_moe(name, TensorType::Q8_0, experts, TensorType::F32, /*every_expert=*/true);
+    Rig exact(path, false), oracle(path, true);
+    const int64_t vocab = oracle.config.n_vocab;
+    const std::vector<int32_t> tokens = random_tokens(40, 21);
+    const std::vector<float> a = exact.run(0, tokens, 0), b = oracle.run(0, tokens, 0);
+    double worst = 0, total = 0;
+    for (size_t r = 0; r < tokens.size(); ++r) {
+      const auto row = [&](const std::vector<float>& v) {
+        return std::vector<float>(v.begin() + static_cast<int64_t>(r) * vocab,
+                                  v.begin() + static_cast<int64_t>(r + 1) * vocab);
+      };
+      const double rel = worst_relative(row(a), row(b), vocab);
+      worst = std::max(worst, rel);
+      total += rel;
+    }
+    const double mean = total / static_cast<double>(tokens.size());
+    std::cout << "[oracle] " << name << ", 40 rows: |oracle - f32| / std mean " << mean << ", max "
+              << worst << "\n";
+    EXPECT_GT(mean, 3e-2) << name;
+    EXPECT_LT(mean, 0.5) << name;
+    EXPECT_LT(worst, 1.5) << name;
+    EXPECT_EQ(oracle.run(1, tokens, 0), b) << name;
+    fs::remove(path);
+  }
+}
+
+// 150 tokens in passes of 64 rows: chunks of 64, 64 and 22 on the GPU's int8 matvec path, the
+// recurrent state carried from one to the next; the oracle gives exactly what three steps give.
+// One pass of 150 rows takes the cuBLAS path's f16 operands in the mixers: different.
+TEST(CpuOracleBackend, HybridMoeChunksABatchAsTheCudaBackendDoes) {
+  const fs::path path =
+      write_hybrid_moe("qwen35moe-chunks", TensorType::Q8_0, TensorType::Q8_0, TensorType::Q8_0);
+  Rig chunked(path, true, 64), separate(path, true, 64), one_gemm(path, true, 512);
+  const int64_t vocab = chunked.config.n_vocab;
+  const std::vector<int32_t> tokens = random_tokens(150, 22);
+  const std::vector<float> whole = chunked.run(0, tokens, 0);
+  std::vector<float> pieces;
+  for (int first = 0; first < 150; first += 64) {
+    const int count = std::min(64, 150 - first);
+    const std::vector<float> part =
+        separate.run(0, std::span<const int32_t>(tokens).subspan(first, count), first);
+    pieces.insert(pieces.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(whole, pieces);
+  const double rel = worst_relative(whole, one_gemm.run(0, tokens, 0), vocab);
+  std::cout << "[oracle] qwen35moe Q8_0 150 rows: int8 chunks vs one f16 GEMM chunk, max diff / "
+               "std "
+            << rel << "\n";
+  EXPECT_GT(rel, 1e-4);
+  fs::remove(path);
+}
+
+// The dense qwen35 has no emulation (its FFN's batch-1 fusion rounds otherwise): refused in one
+// line; its exact path still opens.
+TEST(CpuOracleBackend, DenseHybridIsRefusedInOneLine) {
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
+  s.n_vocab = 1000;
+  const fs::path path =
+      fs::temp_directory_path() / ("granule-oracle-qwen35-" + std::to_string(::getpid()) + ".gguf");
+  write_synthetic_model(s, path);
+  try {
+    Rig oracle(path, true);
+    ADD_FAILURE() << "the oracle opened a dense qwen35 model";
+  } catch (const UnsupportedError& e) {
+    const std::string why = e.what();
+    EXPECT_NE(why.find("rounding of qwen35 models is not defined"), std::string::npos) << why;
+    EXPECT_EQ(why.find('\n'), std::string::npos);
+  }
+  Rig exact(path, false);
+  EXPECT_EQ(exact.run(0, random_tokens(4, 23), 0).size(), static_cast<size_t>(4 * s.n_vocab));
+  fs::remove(path);
 }
 
 TEST(CpuOracleBackend, EngineOptionReachesTheCpuBackend) {

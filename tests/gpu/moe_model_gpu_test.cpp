@@ -17,17 +17,21 @@
 // backend's expert telemetry): every (token, expert) choice of a real row counted once, hits and
 // misses by residency; the KV taking a chunk of the expert cache back changes no logit. CudaMoe
 // alone: experts read from a pinned copy and from VRAM give the same bits.
-// CudaMoe with qwen35moe's shared expert (gated and not) against the CPU's MoeFfn, and a whole
-// qwen35moe model against the oracle (prefill 64, decode from graphs); a malformed
-// shared expert is refused with a one-line error; gpt-oss attention is not (gptoss_gpu_test.cpp).
+// CudaMoe with qwen35moe's shared expert (gated and not) against the CPU's MoeFfn, and whole
+// qwen35moe models (F32, Q8_0, Q4_K experts) against the oracle: prefills on both paths, decode
+// from graphs, six sequences together and beside a prompt, a second turn from a state snapshot;
+// a malformed shared expert is refused with a one-line error; gpt-oss attention is not
+// (gptoss_gpu_test.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <random>
 #include <span>
 #include <thread>
+#include <utility>
 
 #include "backends/backend.h"
 #include "backends/cpu/moe_ffn.h"
@@ -35,12 +39,14 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/device_memory.h"
+#include "delta_net.cuh"
 #include "gpu_test_support.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
 #include "granule/telemetry.h"
 #include "granule/testkit/synthetic_model.h"
+#include "matvec.cuh"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "moe.cuh"
@@ -502,30 +508,42 @@ SyntheticModelSpec shared_expert_spec(TensorType type) {
   return s;
 }
 
-// The whole-model test's file: qwen35_gpu_test.cpp's shapes with Q8_0 experts.
-SyntheticModelSpec qwen35moe_model_spec() {
-  SyntheticModelSpec s = shared_expert_spec(TensorType::Q8_0);
+// The whole-model tests' file: qwen35_gpu_test.cpp's shapes (4 query heads of 128 over 2 KV heads,
+// Gated DeltaNet layers of 2 key / 4 value heads of 64, vocabulary 1000) with the routed experts
+// and the shared expert of `experts`, the mixers, the embedding and the head of `layers`.
+SyntheticModelSpec qwen35moe_model_spec(TensorType layers = TensorType::F32,
+                                        TensorType experts = TensorType::Q8_0) {
+  SyntheticModelSpec s = shared_expert_spec(experts);
   s.name = "qwen35moe-gpu";
   s.n_head = 4;
   s.n_head_kv = 2;
   s.n_vocab = 1000;
   s.ssm_n_k_heads = 2;
   s.ssm_n_v_heads = 4;
+  s.weight_type = s.embedding_type = s.output_type = layers;
   return s;
 }
 
 // Needs no GPU: qwen35moe's shared expert is not refused by CudaMoe, and the files the GPU tests
-// read load; the whole model stays on the CPU until its GPU check runs (in one line).
+// read load; the whole model runs on CUDA while cuda::kCudaRunsQwen35Moe says so, else it is
+// refused in one line.
 TEST(MoeSharedExpert, NotRefused) {
-  {
-    test::TempModel model(qwen35moe_model_spec(), "qwen35moe-refusal");
+  const std::pair<TensorType, TensorType> files[] = {{TensorType::F32, TensorType::F32},
+                                                     {TensorType::Q8_0, TensorType::Q8_0},
+                                                     {TensorType::F32, TensorType::Q4_K}};
+  for (const auto& [layers, experts] : files) {
+    test::TempModel model(qwen35moe_model_spec(layers, experts), "qwen35moe-refusal");
     auto file = ModelFile::open(model.path);
     const ModelConfig config = ModelConfig::from_gguf(*file);
     const WeightTable weights = WeightTable::from_gguf(*file, config);
     EXPECT_EQ(cuda::CudaMoe::refusal(config, weights), "");
     const std::string why = cuda_model_refusal(config, weights);
-    EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
-    EXPECT_EQ(why.find('\n'), std::string::npos);
+    if (cuda::kCudaRunsQwen35Moe) {
+      EXPECT_EQ(why, "");
+    } else {
+      EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
+      EXPECT_EQ(why.find('\n'), std::string::npos);
+    }
   }
   for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
     test::TempModel model(shared_expert_spec(type), "moe-shared-refusal");
@@ -636,40 +654,168 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
   }
 }
 
-// A whole qwen35moe model (Gated DeltaNet and gated attention layers, each with routed experts
-// and the gated shared expert) on the CUDA backend against the CPU oracle: a prefill of 64 rows
-// with every row's logits, then 16 decode steps replayed from graphs (the decode launches).
-TEST(MoeSharedExpertGpu, Qwen35MoeModelMatchesTheCpuOracle) {
+// A whole qwen35moe model (Gated DeltaNet layers 0-2 and 4, gated attention at 3, each with 8
+// routed experts of 256, top 2, and the sigmoid-gated shared expert of 512) on the CUDA backend
+// against the CPU oracle (the hybrid mixers and the experts rounding as the GPU does:
+// cpu_oracle_test.cpp's HybridMoe cases), as MoeModelGpu and qwen35_gpu_test.cpp run their models:
+//   - a prefill of 64 rows with every row's logits (the matvec path; the chunked delta rule from
+//     kernels::kDeltaNetChunkedMinRows rows) and 16 decode steps replayed from graphs;
+//   - a prefill of 2 x 150 rows (the cuBLAS path, the state carried from the first chunk to the
+//     second) and 4 decode steps at 300;
+//   - 6 sequences of 3 to 148 tokens decoding together for 6 steps (a graph of 8 rows, 2 of them
+//     padding), then their next rows in one step beside 100 more prompt tokens of slot 1;
+// each comparison by oracle_compare.h's rule. Rows may be past the bound (a rerouted token) where
+// something upstream of a router reads int8 activations (quantised mixers or experts) or f16 GEMM
+// operands. Files: everything F32 (the oracle differs from the f32 reference by the f16 KV only:
+// the tightest bound), everything Q8_0, and F32 layers with Q4_K experts and shared expert.
+struct Qwen35MoeCase {
+  std::string name;
+  TensorType layers, experts;
+};
+
+class Qwen35MoeModelGpu : public ::testing::TestWithParam<Qwen35MoeCase> {};
+
+TEST_P(Qwen35MoeModelGpu, MatchesTheCpuOracle) {
   GRANULE_REQUIRE_GPU();
-  // CudaMoe::refusal keeps qwen35moe on the CPU until this whole-model check runs: the CPU
-  // oracle throws for hybrid MoE models ("the CUDA backend's rounding of qwen35moe models is not
-  // defined"), so it needs a comparison against the exact reference with qwen35_gpu_test's bounds.
-  GTEST_SKIP() << "qwen35moe on CUDA is refused until it is checked against the CPU reference";
-  test::TempModel model(qwen35moe_model_spec(), "qwen35moe-gpu");
+  if (!cuda::kCudaRunsQwen35Moe)
+    GTEST_SKIP() << "qwen35moe is refused on CUDA (cuda::kCudaRunsQwen35Moe is false)";
+  static_assert(kernels::kDeltaNetChunkedMinRows <= 64);
+  const Qwen35MoeCase& p = GetParam();
+  gpu_test::step("writing the qwen35moe file");
+  test::TempModel model(qwen35moe_model_spec(p.layers, p.experts), "qwen35moe-gpu");
+  gpu_test::step("loading the CPU reference, the CPU oracle and the CUDA backend");
   Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
       gpu(model.path, options(true, false));
+  const ModelConfig& c = gpu.config;
+  ASSERT_TRUE(c.is_hybrid() && c.is_moe() && c.architecture == "qwen35moe");
+  ASSERT_TRUE(c.layer_recurrent(0) && !c.layer_recurrent(3));
   ASSERT_TRUE(gpu.backend->is_gpu());
   ASSERT_NE(gpu.cuda().model().moe(), nullptr);
-  const int64_t vocab = gpu.config.n_vocab;
+  EXPECT_TRUE(gpu.moe().all_resident());
+  EXPECT_NE(oracle.backend->name().find("CUDA rounding"), std::string::npos);
+  const int64_t vocab = c.n_vocab;
+  // Whether a summation-order difference can flip an int8 rounding upstream of a router.
+  const bool int8 = kernels::moe_reads_q8(static_cast<uint32_t>(p.experts)) ||
+                    kernels::matvec_reads_q8(static_cast<uint32_t>(p.layers), true) ||
+                    kernels::matvec_reads_q8(static_cast<uint32_t>(p.layers), false);
+  const std::string name = "qwen35moe " + p.name;
   auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
                   std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
+    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch);
     r.insert(r.end(), a.begin(), a.end());
     o.insert(o.end(), b.begin(), b.end());
-    g.insert(g.end(), c.begin(), c.end());
+    g.insert(g.end(), d.begin(), d.end());
   };
-  const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-  std::vector<float> r, o, g;
-  all3({{0, prompt, 0, true}}, r, o, g);
-  expect_close(r, o, g, vocab, "qwen35moe prefill 64", true);
-  const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-  std::vector<float> r2, o2, g2;
-  for (int i = 0; i < 16; ++i)
-    all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
-         g2);
-  expect_close(r2, o2, g2, vocab, "qwen35moe decode (graphs)", true);
+  {
+    gpu_test::step("prefill of 64 rows, then 16 decode steps from graphs");
+    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
+    std::vector<float> r, o, g;
+    all3({{0, prompt, 0, true}}, r, o, g);
+    expect_close(r, o, g, vocab, name + " prefill 64", int8);
+    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 16; ++i)
+      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
+           g2);
+    expect_close(r2, o2, g2, vocab, name + " decode (graphs)", int8);
+    EXPECT_GT(gpu.graphs().replays, 0u);
+  }
+  {
+    gpu_test::step("prefill of 2 x 150 rows (cuBLAS), then 4 decode steps");
+    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
+    std::vector<float> r, o, g;
+    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
+    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
+    expect_close(r, o, g, vocab, name + " prefill 2 x 150", true);  // f16 GEMM operands
+    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
+    std::vector<float> r2, o2, g2;
+    for (int i = 0; i < 4; ++i)
+      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
+           o2, g2);
+    // The state and KV came from the GEMM path: a reroute there lasts into these rows.
+    expect_close(r2, o2, g2, vocab, name + " decode at 300 (state and KV from it)", true);
+  }
+  {
+    gpu_test::step("6 sequences decoding together, then beside a prompt of 100");
+    std::vector<int64_t> lengths;
+    for (int s = 0; s < 6; ++s) {
+      const int n = 3 + 29 * s;
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
+      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}});
+      lengths.push_back(n);
+    }
+    std::vector<float> r, o, g;
+    for (int step = 0; step < 6; ++step) {
+      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
+      std::vector<BatchSequence> batch;
+      for (int s = 0; s < 6; ++s)
+        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                         lengths[static_cast<size_t>(s)] + step, false});
+      all3(batch, r, o, g);
+    }
+    // The three longer prompts took the GEMM path.
+    expect_close(r, o, g, vocab, name + " batched decode of 6", true);
+    const std::vector<int32_t> next = random_tokens(6, vocab, 200);
+    const std::vector<int32_t> more = random_tokens(100, vocab, 201);
+    std::vector<BatchSequence> batch;
+    for (int s = 0; s < 6; ++s)
+      batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
+                       lengths[static_cast<size_t>(s)] + 6, false});
+    batch.push_back({1, more, 304, false});
+    std::vector<float> r2, o2, g2;
+    all3(batch, r2, o2, g2);
+    expect_close(r2, o2, g2, vocab, name + " 6 decode rows beside a prompt of 100", true);
+  }
+}
+
+// A second turn from a snapshot: slot 0's chat (80 tokens) goes to host memory (KV and recurrent
+// state) and comes back into slot 5, whose own chat it overwrites; its next turn (a prefill of 20
+// and 4 decode steps) gives the logits of a twin backend whose chat kept slot 0, to the bit.
+TEST_P(Qwen35MoeModelGpu, ASnapshotContinuesTheChatExactly) {
+  GRANULE_REQUIRE_GPU();
+  if (!cuda::kCudaRunsQwen35Moe)
+    GTEST_SKIP() << "qwen35moe is refused on CUDA (cuda::kCudaRunsQwen35Moe is false)";
+  const Qwen35MoeCase& p = GetParam();
+  test::TempModel model(qwen35moe_model_spec(p.layers, p.experts), "qwen35moe-gpu-snapshot");
+  Rig gpu(model.path, options(true, false)), twin(model.path, options(true, false));
+  const int64_t vocab = gpu.config.n_vocab;
+  const uint64_t state_bytes = gpu.backend->recurrent_state_bytes();
+  ASSERT_GT(state_bytes, 0u);
+  const std::vector<int32_t> turn1 = random_tokens(80, vocab, 21);
+  for (Rig* rig : {&gpu, &twin}) rig->step({{0, turn1, 0, false}});
+  gpu.step({{5, random_tokens(33, vocab, 22), 0, false}});  // slot 5 holds another chat
+  std::vector<uint8_t> host(gpu.kv->live_bytes(80) + state_bytes);
+  ASSERT_TRUE(gpu.backend->copy_kv_to_host(0, 80, host.data()));
+  ASSERT_TRUE(gpu.backend->copy_state_to_host(0, host.data() + host.size() - state_bytes));
+  ASSERT_TRUE(gpu.kv->map_through(5, 80));
+  ASSERT_TRUE(gpu.backend->copy_kv_from_host(5, host.data(), 80));
+  ASSERT_TRUE(gpu.backend->copy_state_from_host(5, host.data() + host.size() - state_bytes, 80));
+  const std::vector<int32_t> turn2 = random_tokens(24, vocab, 23);
+  auto run = [&](Rig& rig, int32_t slot) {
+    std::vector<float> out =
+        rig.step({{slot, std::span<const int32_t>(turn2.data(), 20), 80, true}});
+    for (int i = 20; i < 24; ++i) {
+      const std::vector<float> l = rig.step(
+          {{slot, std::span<const int32_t>(&turn2[static_cast<size_t>(i)], 1), 80 + i, false}});
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  const std::vector<float> restored = run(gpu, 5), kept = run(twin, 0);
+  ASSERT_EQ(restored.size(), kept.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < kept.size(); ++i)
+    if (std::memcmp(&restored[i], &kept[i], sizeof(float)) != 0) ++differ;
+  EXPECT_EQ(differ, 0u) << "the restored chat's logits differ from the chat that kept its state";
   EXPECT_GT(gpu.graphs().replays, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Files, Qwen35MoeModelGpu,
+    ::testing::Values(Qwen35MoeCase{"f32", TensorType::F32, TensorType::F32},
+                      Qwen35MoeCase{"q8_0", TensorType::Q8_0, TensorType::Q8_0},
+                      Qwen35MoeCase{"f32_q4_k_experts", TensorType::F32, TensorType::Q4_K}),
+    [](const ::testing::TestParamInfo<Qwen35MoeCase>& info) { return info.param.name; });
 
 // What the CUDA backend does not run is refused in one line (Device Auto then takes the CPU): a
 // malformed shared expert; gpt-oss attention runs. Needs no GPU.

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <thread>
+#include <utility>
 
 #include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/gemma_ops.h"
@@ -115,11 +116,25 @@ CpuBackend::CpuBackend(const BackendInit& init)
       emulate_(init.options.cpu_emulate_device_numerics),
       fast_(!init.options.cpu_emulate_device_numerics && !init.options.cpu_exact_numerics) {
   if (config_.is_hybrid()) {
-    if (emulate_) {
+    // qwen35moe: the mixers round as cuda_hybrid.cpp does (its FFN is MoeFfn's emulation). The
+    // dense form's FFN (and its batch-1 fusion) has no emulation: its GPU test compares with the
+    // exact path (qwen35_gpu_test.cpp).
+    if (emulate_ && !config_.is_moe()) {
       throw UnsupportedError("CPU backend: the CUDA backend's rounding of " + config_.architecture +
-                             " models is not defined (no GPU part yet)");
+                             " models is not defined (only of qwen35moe's)");
     }
-    hybrid_ = std::make_unique<HybridLayers>(config_, weights_);
+    MixerNumerics numerics;
+    if (emulate_) {
+      // No f16 tensor-core products on hybrid layers (CudaModel::takes_f16mma): int8 or f32
+      // inputs up to 64 rows, the cuBLAS path's f16 above.
+      numerics.project = [this](const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                                MixerInput input) {
+        project(w, x, n_tokens, y, input == MixerInput::Norm ? Input::Norm : Input::Attention,
+                false);
+      };
+      numerics.kv_through_f16 = true;
+    }
+    hybrid_ = std::make_unique<HybridLayers>(config_, weights_, std::move(numerics));
   }
   if (emulate_) {
     const kernels::KernelConfig kernels =

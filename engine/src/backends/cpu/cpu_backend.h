@@ -25,6 +25,9 @@
 // Chunks are the GPU's: max(64, max_tokens_per_pass) tokens of the batch in order.
 // - Mixture-of-experts layers (moe_ffn.h): the router in f32; a quantised expert matrix reads
 //   int8 inputs at every row count (experts never take the f16 path); attention as above.
+// - qwen35moe's mixers (delta_net.h, MixerNumerics): each product as above (never the f16
+//   tensor-core products), K and V through f16; the DeltaNet recurrence in f32. The dense
+//   qwen35 is not emulated (its FFN's batch-1 fusion rounds otherwise): the constructor throws.
 #pragma once
 #include <memory>
 #include <optional>

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -22,11 +23,6 @@ std::vector<float> to_f32(const TensorInfo* t) {
 }
 
 size_t sz(int64_t n) { return static_cast<size_t>(n); }
-
-void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool) {
-  matmul(static_cast<TensorType>(w->ggml_type), w->data, w->dims[1], w->dims[0], x, n_tokens, y,
-         &pool);
-}
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -158,8 +154,9 @@ void SectionRope::apply(float* x, int64_t n_heads, int64_t head_stride, int64_t 
   }
 }
 
-HybridLayers::HybridLayers(const ModelConfig& config, const WeightTable& weights)
-    : config_(config), weights_(weights), rope_(config) {
+HybridLayers::HybridLayers(const ModelConfig& config, const WeightTable& weights,
+                           MixerNumerics numerics)
+    : config_(config), weights_(weights), numerics_(std::move(numerics)), rope_(config) {
   int64_t recurrent = 0;
   for (int64_t i = 0; i < config.n_layer; ++i) {
     const LayerWeights& l = weights.layers[sz(i)];
@@ -198,6 +195,16 @@ void HybridLayers::restore(int32_t slot, const float* state, int64_t length) {
 void HybridLayers::reset(int32_t slot) {
   std::fill_n(state_.data() + sz(slot) * sz(slot_floats_), slot_floats_, 0.0f);
   lengths_.at(sz(slot)) = 0;
+}
+
+void HybridLayers::project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                           MixerInput input, ThreadPool& pool) const {
+  if (numerics_.project) {
+    numerics_.project(w, x, n_tokens, y, input);
+    return;
+  }
+  matmul(static_cast<TensorType>(w->ggml_type), w->data, w->dims[1], w->dims[0], x, n_tokens, y,
+         &pool);
 }
 
 float* HybridLayers::conv_state(int32_t slot, int64_t layer) {
@@ -258,9 +265,9 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
   k_.resize(sz(n_tokens * kv_dim));
   v_.resize(sz(n_tokens * kv_dim));
   attn_.resize(sz(n_tokens * q_dim));
-  project(w.wq, xn, n_tokens, qg_.data(), pool);
-  project(w.wk, xn, n_tokens, k_.data(), pool);
-  project(w.wv, xn, n_tokens, v_.data(), pool);
+  project(w.wq, xn, n_tokens, qg_.data(), MixerInput::Norm, pool);
+  project(w.wk, xn, n_tokens, k_.data(), MixerInput::Norm, pool);
+  project(w.wv, xn, n_tokens, v_.data(), MixerInput::Norm, pool);
 
   for (int64_t t = 0; t < n_tokens; ++t) {
     // Q and its gate sit per head: [q_h | gate_h], 2 x head_dim apart.
@@ -275,6 +282,10 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
     rope_.apply(k, c.n_head_kv, hd, positions[t]);
     std::copy_n(k, kv_dim, kv(slots[t], positions[t], layer, false));
     std::copy_n(v_.data() + t * kv_dim, kv_dim, kv(slots[t], positions[t], layer, true));
+    if (numerics_.kv_through_f16) {
+      round_through_f16(kv(slots[t], positions[t], layer, false), kv_dim);
+      round_through_f16(kv(slots[t], positions[t], layer, true), kv_dim);
+    }
   }
 
   const int64_t group = c.n_head / c.n_head_kv;
@@ -294,7 +305,7 @@ void HybridLayers::attention(int64_t layer, const float* xn, int64_t n_tokens,
       for (int64_t e = 0; e < hd; ++e) o[e] *= sigmoid(gate[e]);
     }
   });
-  project(w.wo, attn_.data(), n_tokens, out, pool);
+  project(w.wo, attn_.data(), n_tokens, out, MixerInput::Activation, pool);
 }
 
 void HybridLayers::delta_net(int64_t layer, const float* xn, int64_t n_tokens,
@@ -312,10 +323,10 @@ void HybridLayers::delta_net(int64_t layer, const float* xn, int64_t n_tokens,
   g_.resize(sz(n_tokens * nv));
   conv_out_.resize(sz(n_tokens * channels));
   core_.resize(sz(n_tokens * d.value_dim()));
-  project(w.ssm_in, xn, n_tokens, mixed_.data(), pool);
-  project(w.ssm_z, xn, n_tokens, z_.data(), pool);
-  project(w.ssm_beta, xn, n_tokens, beta_.data(), pool);
-  project(w.ssm_alpha, xn, n_tokens, g_.data(), pool);
+  project(w.ssm_in, xn, n_tokens, mixed_.data(), MixerInput::Norm, pool);
+  project(w.ssm_z, xn, n_tokens, z_.data(), MixerInput::Norm, pool);
+  project(w.ssm_beta, xn, n_tokens, beta_.data(), MixerInput::Norm, pool);
+  project(w.ssm_alpha, xn, n_tokens, g_.data(), MixerInput::Norm, pool);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t j = 0; j < nv; ++j) {
       float& b = beta_[sz(t * nv + j)];
@@ -341,7 +352,7 @@ void HybridLayers::delta_net(int64_t layer, const float* xn, int64_t n_tokens,
       for (int64_t e = 0; e < S; ++e) o[e] *= silu(z[e]);
     }
   }
-  project(w.ssm_out, core_.data(), n_tokens, out, pool);
+  project(w.ssm_out, core_.data(), n_tokens, out, MixerInput::Activation, pool);
 }
 
 }  // namespace granule::cpu

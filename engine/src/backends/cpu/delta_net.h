@@ -63,11 +63,28 @@ class SectionRope {
 // Where the KV of (slot, position, layer) is: K, or V when value (f32, kv_dim floats).
 using KvAddress = std::function<float*(int32_t slot, int64_t position, int64_t layer, bool value)>;
 
+// What a mixer's product reads: the layer's RMSNorm output (the Q/K/V and the DeltaNet input
+// projections), or an activation the mixer made (the gated norm's or the output gate's result,
+// read by the output projection). The CUDA backend quantises the two by different rules.
+enum class MixerInput { Norm, Activation };
+
+// How the mixers compute. Default: the exact f32 reference. The CPU backend's oracle of the
+// CUDA backend (cpu_emulate_device_numerics, qwen35moe) hands in its own product, which rounds
+// each input and weight where cuda_hybrid.cpp's kernels do, and K and V go through f16 as the
+// CUDA KV holds them.
+struct MixerNumerics {
+  // y = x · Wᵀ over n_tokens rows; empty: ops.h's exact matmul.
+  std::function<void(const TensorInfo* w, const float* x, int64_t n_tokens, float* y,
+                     MixerInput input)>
+      project;
+  bool kv_through_f16 = false;
+};
+
 // The hybrid model's mixing layers and its recurrent state: one slot per sequence slot, each
 // holding every recurrent layer's conv and delta state, plus the number of tokens it covers.
 class HybridLayers {
  public:
-  HybridLayers(const ModelConfig& config, const WeightTable& weights);
+  HybridLayers(const ModelConfig& config, const WeightTable& weights, MixerNumerics numerics = {});
 
   // Sizes the state for `slots` sequence slots (zeroed, covering 0 tokens).
   void resize(int32_t slots);
@@ -102,6 +119,9 @@ class HybridLayers {
                  ThreadPool& pool);
   void delta_net(int64_t layer, const float* xn, int64_t n_tokens,
                  std::span<const SequenceSpan> sequences, float* out, ThreadPool& pool);
+  // y = x · Wᵀ by numerics_ (the exact product when it has none).
+  void project(const TensorInfo* w, const float* x, int64_t n_tokens, float* y, MixerInput input,
+               ThreadPool& pool) const;
   float* conv_state(int32_t slot, int64_t layer);
   float* delta_state(int32_t slot, int64_t layer);
 
@@ -112,6 +132,7 @@ class HybridLayers {
 
   const ModelConfig& config_;
   const WeightTable& weights_;
+  MixerNumerics numerics_;
   SectionRope rope_;
   std::vector<LayerVectors> layers_;
   std::vector<int64_t> recurrent_index_;  // per layer: its index among the recurrent ones, or -1

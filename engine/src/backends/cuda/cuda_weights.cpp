@@ -111,10 +111,8 @@ std::string shape_refusal(const ModelConfig& c, const WeightTable& w) {
              " dimensions";
   // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
   // rope_kv.cuh.
-  // qwen35moe: its shared experts pass their layer-level GPU test against the CPU's MoeFfn, but the
-  // whole qwen35moe model has not been checked against the CPU reference on a GPU yet (the CPU
-  // oracle does not emulate the GPU's rounding of hybrid models): the CPU runs it until it has.
-  if (c.architecture == "qwen35moe")
+  // qwen35moe runs while kCudaRunsQwen35Moe (cuda_model.h) says its whole-model GPU check passed.
+  if (c.architecture == "qwen35moe" && !kCudaRunsQwen35Moe)
     return "the CUDA backend does not run qwen35moe yet (its GPU path is not yet checked against "
            "the CPU reference)";
   return {};
