@@ -23,6 +23,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/weight_layout.h"
 #include "memory/workspace_layout.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
@@ -94,7 +95,10 @@ void expect_ledger_matches(const FitEstimate& e, const TelemetrySnapshot& t) {
   EXPECT_LT(ledger(t, MemoryCategory::KvReservedVa),
             kv_exact + static_cast<uint64_t>(e.chats) * kGranule);
   // KV committed and pooled: within the room the plan leaves beside what it holds.
-  const uint64_t held = e.resident_weight_bytes + e.staging_bytes + e.workspace_bytes;
+  // Recurrent state slots (Qwen3.5): one per chat.
+  const uint64_t states = e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+  EXPECT_EQ(ledger(t, MemoryCategory::RecurrentState), states);
+  const uint64_t held = e.resident_weight_bytes + e.staging_bytes + e.workspace_bytes + states;
   const uint64_t kv_physical =
       ledger(t, MemoryCategory::KvCommitted) + ledger(t, MemoryCategory::KvPool);
   EXPECT_LE(held + kv_physical, t.device.budget_bytes);
@@ -157,6 +161,51 @@ TEST_F(LedgerEstimateGpu, AtAStreamingBudgetThePlanAndEveryWeightCategoryAreTheE
   const TelemetrySnapshot after = engine->telemetry();
   EXPECT_LE(after.device.used_bytes, after.device.budget_bytes);
   EXPECT_EQ(ledger(after, MemoryCategory::Workspace), e.workspace_bytes);
+}
+
+// A Qwen3.5-shaped hybrid (Gated DeltaNet and attention layers, heads the CUDA kernels take):
+// the estimate holds its recurrent state slots and section rope table as the backend does, at
+// the GPU's own budget and at one that streams layers.
+TEST(LedgerEstimateHybridGpu, TheRecurrentStateAndSectionRopeAreWhereTheEstimateSays) {
+  GRANULE_REQUIRE_GPU();
+  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
+  s.name = "tiny-qwen35-ledger";
+  s.n_embd = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 128;
+  s.rope_dims = 32;
+  s.rope_sections = {6, 5, 3, 2};
+  s.n_ff = 512;
+  s.n_vocab = 2048;
+  s.ssm_state_size = 64;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+  s.weight_type = TensorType::Q4_0;
+  s.embedding_type = TensorType::Q8_0;
+  s.output_type = TensorType::Q6_K;
+  test::TempModel model(s, "ledger-hybrid");
+  const FitEstimate full = Engine::estimate(model.path, options(0));
+  ASSERT_TRUE(full.loads);
+  EXPECT_GT(full.recurrent_state_bytes_per_chat, 0u);
+  {
+    auto engine = Engine::open(model.path, options(0));
+    expect_ledger_matches(full, engine->telemetry());
+    generate(*engine);
+  }
+  const FitEstimate small = Engine::estimate(model.path, options(1ull << 30));
+  const auto file = ModelFile::open(model.path);
+  const ModelConfig config = ModelConfig::from_gguf(*file);
+  const WeightLayout layout = weight_layout(config, WeightTable::from_gguf(*file, config),
+                                            kernel_config_from_environment().split_weights);
+  const uint64_t layer = layout.layers[0].bytes;
+  const uint64_t budget = small.minimum_budget_bytes + 2 * layer + layer / 2;
+  const FitEstimate e = Engine::estimate(model.path, options(budget));
+  ASSERT_TRUE(e.loads);
+  EXPECT_GT(e.streamed_layers, 0);
+  auto engine = Engine::open(model.path, options(budget));
+  expect_ledger_matches(e, engine->telemetry());
+  generate(*engine);
 }
 
 TEST_F(LedgerEstimateGpu, TheListsAttentionScratchIsTheKernelsFormula) {

@@ -130,6 +130,9 @@ WeightLayout weight_layout(const ModelConfig& config, const WeightTable& w, bool
   }
   const uint64_t tables = config.rope_theta_swa > 0.0f ? 2 : 1;
   out.rope_bytes = tables * static_cast<uint64_t>(config.head_dim / 2) * sizeof(double);
+  if (config.is_hybrid())
+    out.section_rope_bytes =
+        static_cast<uint64_t>(std::max<int64_t>(config.rope_dims_of(0) / 2, 1)) * sizeof(double);
   return out;
 }
 

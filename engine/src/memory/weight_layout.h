@@ -68,6 +68,8 @@ struct WeightLayout {
   // The rope frequency tables: head_dim / 2 doubles, then as many for the sliding layers' own
   // base where the model has one (ModelConfig::rope_theta_swa, Gemma).
   uint64_t rope_bytes = 0;
+  // Qwen3.5's section rope table (cuda_hybrid.cpp's upload_hybrid): rope_dims / 2 doubles.
+  uint64_t section_rope_bytes = 0;
   // The most elements of any layer matrix (the GEMM path's f16 scratch).
   int64_t largest_layer_matrix_elements = 0;
 
@@ -86,7 +88,7 @@ struct WeightLayout {
   // Resident whatever the plan: the fixed matrices, the vectors and the rope tables (and Gemma
   // 4's per-layer embedding matrices and norms).
   uint64_t fixed_bytes() const {
-    return fixed_matrix_bytes + vector_floats * sizeof(float) + rope_bytes +
+    return fixed_matrix_bytes + vector_floats * sizeof(float) + rope_bytes + section_rope_bytes +
            per_layer_matrix_bytes + per_layer_vector_bytes;
   }
   // What the placement plan sizes: fixed_bytes() and each layer's blob.

@@ -189,9 +189,6 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
       !cuda_model_refusal(e.config, weights).empty())
     device = cpu_choice();
 #endif
-  if (device.gpu && e.config.is_hybrid())
-    throw UnsupportedError("the CUDA backend does not run " + e.config.architecture +
-                           " (Gated DeltaNet) models yet; choose the CPU device");
   e.gpu = device.gpu;
   e.device = device.name;
   e.kv_element_bytes = device.kv_element_bytes;
@@ -241,7 +238,10 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     PlacementInput in;
     in.budget_bytes = e.budget_bytes;
     in.weights = layout.sizes();
-    in.workspace_bytes = workspace.total();
+    // The recurrent state slots (Qwen3.5) are held beside the workspace, as CudaModel's plan
+    // counts them.
+    const uint64_t states = e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+    in.workspace_bytes = workspace.total() + states;
     in.kv_reserve_bytes =
         e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
     // The plan and its minimum without the prefill overlap's second f16 scratch; the model
@@ -249,7 +249,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     const PlacementPlan plan = plan_placement(in);
     if (workspace.overlap_bytes > 0 && overlap_scratch_fits(in, workspace.overlap_bytes))
       in.workspace_bytes += workspace.overlap_bytes;
-    e.workspace_bytes = in.workspace_bytes;
+    e.workspace_bytes = in.workspace_bytes - states;
     e.loads = plan.loads;
     e.minimum_budget_bytes = plan.minimum_budget_bytes;
     e.resident_layers = plan.resident_layers;
@@ -263,7 +263,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     if (plan.streamed_bytes_per_pass > 0)
       e.pcie_tokens_per_second =
           e.h2d_bytes_per_second / static_cast<double>(plan.streamed_bytes_per_pass);
-    held = plan.device_bytes() + e.workspace_bytes;
+    held = plan.device_bytes() + e.workspace_bytes + states;
   }
   if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {
     const int32_t chats = std::max(e.chats, 1);

@@ -95,6 +95,8 @@ void CudaModel::upload_hybrid(const WeightTable&) {
                    -2.0 * static_cast<double>(i) / static_cast<double>(rope_dims));
   }
   const size_t bytes = frequencies.size() * sizeof(double);
+  if (bytes != layout_.section_rope_bytes)
+    throw UsageError("the section rope table's size differs from the weight layout's");
   section_rope_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, bytes);
   check_cuda(cudaMemcpy(section_rope_.get(), frequencies.data(), bytes, cudaMemcpyHostToDevice),
              "uploading the section rope's frequencies");
