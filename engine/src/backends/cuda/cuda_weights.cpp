@@ -4,10 +4,12 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
 #include "backends/cuda/cuda_model.h"
+#include "backends/cuda/host_layers.h"
 #include "delta_net.cuh"  // delta_net_supports
 #include "granule/error.h"
 #include "granule/log.h"
@@ -165,10 +167,23 @@ void CudaModel::load(const BackendInit& init) {
   // matrices are one blob (the layout's LayerWeightLayout) that the WeightStreamer keeps
   // resident or streams.
   streamer_ = std::make_unique<WeightStreamer>(memory_, layout_);
+  // Host layers where the model's layers can run on the CPU backend: the plan then splits the
+  // streamed layers between PCIe and the host's threads by their bandwidths.
+  if (const std::string why = HostLayers::refusal(c); why.empty() && h2d_bytes_per_second_ > 0) {
+    const int32_t threads =
+        init.options.cpu_threads > 0
+            ? init.options.cpu_threads
+            : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    host_bytes_per_second_ = host_read_bandwidth(threads);
+    host_layers_ = std::make_unique<HostLayers>(init, memory_);
+  } else if (!why.empty()) {
+    logger("engine.cuda")->info("host layers off: {}", why);
+  }
   const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
   const PlacementPlan plan = plan_placement(input);
   if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
   streamer_->apply(plan, stream_.get());
+  apply_host_layers();
   bind_layers();
   if (c.is_moe()) {
     // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
@@ -188,6 +203,15 @@ void CudaModel::load(const BackendInit& init) {
           streamer_->staging_slots(),
           (layout_.fixed_matrix_bytes + streamer_->resident_bytes()) >> 20,
           streamer_->streamed_bytes_per_pass() >> 20, max_rows_);
+  if (plan.host_layers > 0)
+    logger("engine.cuda")
+        ->info(
+            "host layers: {} of the {} streamed layers computed by the host at batches up to {} "
+            "(PCIe {:.1f} GB/s, host {:.1f} GB/s): per small-batch pass {:.1f} ms of copies alone, "
+            "{:.1f} ms split",
+            plan.host_layers, plan.streamed_layers, HostLayers::kMaxRows,
+            h2d_bytes_per_second_ / 1e9, host_bytes_per_second_ / 1e9,
+            plan.streaming_seconds_per_pass * 1e3, plan.split_seconds_per_pass * 1e3);
 }
 
 // The embeddings and the head in one resident buffer, then the norms, biases and rope
@@ -405,24 +429,42 @@ PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
   in.kv_reserve_bytes = kv_bytes;
   in.staging_slots = kStagingSlots;
   in.max_resident_layers = max_resident;
+  if (host_layers_) {
+    in.h2d_bytes_per_second = h2d_bytes_per_second_;
+    in.host_bytes_per_second = host_bytes_per_second_;
+  }
   return in;
 }
 
-void CudaModel::bind_layers() {
+bool CudaModel::apply_host_layers() {
+  if (!host_layers_) return false;
+  const std::vector<bool>& next = streamer_->plan().layer_on_host;
+  std::vector<bool> current(layers_.size(), false);
+  for (size_t i = 0; i < current.size(); ++i) current[i] = host_layers_->layer(i);
+  if (next == current) return false;
+  // The host KV of layers that may leave the set goes to the device KV first.
+  host_layers_->flush_to_device();
+  host_layers_->set_layers(next);
+  return true;
+}
+
+void CudaModel::bind_layers(bool host_pass) {
+  bound_host_pass_ = host_pass;
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const uint8_t* base = streamer_->layer_base(i);
+    const uint8_t* base = streamer_->layer_base(i, host_pass);
     const LayerWeightLayout& layout = layout_.layers[i];
     DeviceLayer& d = layers_[i];
     DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {
         &d.wq,     &d.wk,     &d.wv,    &d.wo,       &d.w_gate,    &d.w_up,
         &d.w_down, &d.ssm_in, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_out};
-    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)
-      mats[m]->data = base + layout.matrices[static_cast<size_t>(m)].offset;
+    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)  // (no base: the host computes it)
+      mats[m]->data = base ? base + layout.matrices[static_cast<size_t>(m)].offset : nullptr;
   }
 }
 
 bool CudaModel::replan(const PlacementPlan& plan) {
-  const bool moved = streamer_->apply(plan, stream_.get());
+  bool moved = streamer_->apply(plan, stream_.get());
+  moved = apply_host_layers() || moved;
   bind_layers();
   return moved;
 }
