@@ -164,7 +164,12 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   std::vector<uint64_t> offsets;
   for (int p = 0; p < kv.parts(); ++p) offsets.push_back(kv.part_offset_bytes(p));
   model_->attach_kv(bases, kv.geometry().max_tokens, offsets);
-  if (HostLayers* host = model_->host_layers()) host->attach_kv(kv, model_->stream());
+  if (HostLayers* host = model_->host_layers()) {
+    host->attach_kv(kv, model_->stream());
+    // The plan's host bandwidth was a memory-read estimate: with the layers' own measured speed
+    // the split may move.
+    if (model_->measure_host_layers()) rebalance("host layers measured", 0);
+  }
   state_lengths_.assign(config_.is_hybrid() ? static_cast<size_t>(kv.geometry().slots) : 0, 0);
 }
 
@@ -700,7 +705,9 @@ void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes)
   if (!planned.second.loads) planned = plan_for(kv_in_use);
   const auto& [in, plan] = planned;
   if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
-  if (plan.layer_streamed == model_->streamer().plan().layer_streamed) return;
+  if (plan.layer_streamed == model_->streamer().plan().layer_streamed &&
+      plan.layer_on_host == model_->streamer().plan().layer_on_host)
+    return;
   if (model_->replan(plan)) placement_changed(reason);
 }
 

@@ -781,7 +781,7 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
 }
 
 bool CudaModel::takes_host_pass(int n_rows) const {
-  return host_layers_ && host_layers_->any() && n_rows <= HostLayers::kMaxRows;
+  return host_layers_ && host_layers_->any() && n_rows <= host_pass_rows_;
 }
 
 void CudaModel::run_layers(int n_rows, bool host_pass) {

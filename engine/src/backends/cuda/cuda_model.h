@@ -110,8 +110,12 @@ class CudaModel {
   // when n_rows <= kMatvecMaxRows. `host_pass` (only where takes_host_pass(n_rows)): the host
   // layers run on the host (host_layers.h) instead of being streamed.
   void run_layers(int n_rows, bool host_pass = false);
-  // Whether a decode pass of n_rows rows leaves the host layers to the host.
+  // Whether a decode pass of n_rows rows leaves the host layers to the host: where the split
+  // of the plan is expected to beat streaming every layer at that batch (host_pass_rows_).
   bool takes_host_pass(int n_rows) const;
+  // After attach_kv: the host layers' speed measured (HostLayers::measure); true when the plan's
+  // host bandwidth moved by more than a fifth, and the caller should re-plan with it.
+  bool measure_host_layers();
   // The host layers (null where the model cannot have any, host_layers.h refusal).
   HostLayers* host_layers() const { return host_layers_.get(); }
   void run_head(int first_logit_row, int count);
@@ -321,6 +325,11 @@ class CudaModel {
   std::unique_ptr<HostLayers> host_layers_;   // null where the model cannot have host layers
   double h2d_bytes_per_second_ = 0, host_bytes_per_second_ = 0;  // the plan's bandwidths
   bool bound_host_pass_ = false;  // the kind of pass layers_' addresses are bound for
+  // The host layers' measured speed by row count, and the most rows a pass leaves them to the
+  // host (update_host_pass_rows(); 0: none).
+  std::vector<double> host_rows_bytes_per_second_;
+  int host_pass_rows_ = 0;
+  void update_host_pass_rows();
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
   uint64_t launches_ = 0, copies_ = 0;

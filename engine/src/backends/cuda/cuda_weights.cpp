@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "backends/cuda/cuda_check.h"
@@ -441,11 +442,54 @@ bool CudaModel::apply_host_layers() {
   const std::vector<bool>& next = streamer_->plan().layer_on_host;
   std::vector<bool> current(layers_.size(), false);
   for (size_t i = 0; i < current.size(); ++i) current[i] = host_layers_->layer(i);
-  if (next == current) return false;
+  if (next == current) {
+    update_host_pass_rows();
+    return false;
+  }
   // The host KV of layers that may leave the set goes to the device KV first.
   host_layers_->flush_to_device();
   host_layers_->set_layers(next);
+  update_host_pass_rows();
   return true;
+}
+
+void CudaModel::update_host_pass_rows() {
+  host_pass_rows_ = 0;
+  if (!host_layers_ || !host_layers_->any() || h2d_bytes_per_second_ <= 0) return;
+  const PlacementPlan& plan = streamer_->plan();
+  const double all_copied =
+      static_cast<double>(plan.streamed_bytes_per_pass) / h2d_bytes_per_second_;
+  const double copied =
+      static_cast<double>(plan.streamed_bytes_per_pass - plan.host_bytes_per_pass) /
+      h2d_bytes_per_second_;
+  // A pass of r rows leaves the host layers to the host while the split is expected to beat
+  // copying them (the host's time grows with the rows, the copies' does not); before the host
+  // was measured, at one row only (the plan's estimate is for one row).
+  for (int rows = 1; rows <= HostLayers::kMaxRows; rows *= 2) {
+    const size_t i = static_cast<size_t>(rows == 1 ? 0 : rows == 2 ? 1 : rows == 4 ? 2 : 3);
+    const double host_rate = i < host_rows_bytes_per_second_.size()
+                                 ? host_rows_bytes_per_second_[i]
+                                 : (rows == 1 ? host_bytes_per_second_ : 0.0);
+    if (host_rate <= 0) break;
+    const double split =
+        std::max(copied, static_cast<double>(plan.host_bytes_per_pass) / host_rate);
+    if (split >= all_copied) break;
+    host_pass_rows_ = rows;
+  }
+}
+
+bool CudaModel::measure_host_layers() {
+  if (!host_layers_ || !host_layers_->any()) return false;
+  const HostLayers::Speed speed = host_layers_->measure();
+  host_rows_bytes_per_second_.clear();
+  for (int rows = 1; rows <= HostLayers::kMaxRows; rows *= 2)
+    host_rows_bytes_per_second_.push_back(speed.bytes_per_second(rows));
+  const double measured = host_rows_bytes_per_second_[0];
+  const bool moved = measured > 0 && std::abs(measured - host_bytes_per_second_) >
+                                         0.2 * std::max(measured, host_bytes_per_second_);
+  if (measured > 0) host_bytes_per_second_ = measured;
+  update_host_pass_rows();
+  return moved;
 }
 
 void CudaModel::bind_layers(bool host_pass) {

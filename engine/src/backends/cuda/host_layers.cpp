@@ -153,6 +153,54 @@ void HostLayers::attach_kv(KvSpace& device_kv, cudaStream_t stream) {
   device_valid_.assign(static_cast<size_t>(g.slots), 0);
 }
 
+double HostLayers::Speed::bytes_per_second(int rows) const {
+  int i = 0;
+  while (i < 3 && (1 << i) < rows) ++i;
+  return seconds_per_byte[i] > 0 ? 1.0 / seconds_per_byte[i] : 0.0;
+}
+
+HostLayers::Speed HostLayers::measure() {
+  Speed speed;
+  if (!any() || !host_kv_) return speed;
+  size_t layer = 0;
+  while (!layers_[layer]) ++layer;
+  const LayerWeights& w = weights_.layers[layer];
+  uint64_t bytes = 0;
+  for (const TensorInfo* t : {w.wq, w.wk, w.wv, w.wo, w.w_gate, w.w_up, w.w_down})
+    if (t) bytes += t->size_bytes;
+  if (bytes == 0) return speed;
+  const int64_t d = config_.n_embd;
+  std::vector<float> hidden(static_cast<size_t>(kMaxRows * d), 0.01f);
+  if (!host_kv_->map_through(0, kMaxRows))
+    throw CapacityError("host layers: no host memory to measure them");
+  for (int i = 0; i < 4; ++i) {
+    const int rows = 1 << i;
+    const std::vector<int32_t> slots(static_cast<size_t>(rows), 0);
+    std::vector<int32_t> positions;
+    for (int r = 0; r < rows; ++r) positions.push_back(r);
+    std::vector<double> seconds;
+    for (int round = 0; round < 6; ++round) {
+      const auto start = std::chrono::steady_clock::now();
+      cpu_->forward_layers(static_cast<int64_t>(layer), static_cast<int64_t>(layer) + 1, slots,
+                           positions, hidden.data());
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(seconds.begin() + 1, seconds.end());  // the first warms up
+    speed.seconds_per_byte[i] = seconds[3] / static_cast<double>(bytes);
+  }
+  host_kv_->release(0);
+  host_valid_[0] = 0;
+  charge_host_kv();
+  logger("engine.cuda")
+      ->info(
+          "host layers: {:.1f} GB/s through a layer at 1 row, {:.1f} at 2, {:.1f} at 4, {:.1f} at "
+          "8",
+          speed.bytes_per_second(1) / 1e9, speed.bytes_per_second(2) / 1e9,
+          speed.bytes_per_second(4) / 1e9, speed.bytes_per_second(8) / 1e9);
+  return speed;
+}
+
 void HostLayers::charge_host_kv() {
   const uint64_t now = host_ledger_->bytes(MemoryCategory::KvCommitted) +
                        host_ledger_->bytes(MemoryCategory::KvPool);

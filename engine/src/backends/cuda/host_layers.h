@@ -69,6 +69,15 @@ class HostLayers {
   // KV of the same slots and context. Once, before any pass.
   void attach_kv(KvSpace& device_kv, cudaStream_t stream);
 
+  // The host's measured speed through its layers: seconds per weight byte of one layer's pass
+  // over 1, 2, 4 and 8 rows (index log2 rows), the median of a few passes on slot 0 (whose host
+  // KV it leaves empty). Between steps, after attach_kv(); all 0 without layers.
+  struct Speed {
+    double seconds_per_byte[4] = {0, 0, 0, 0};
+    double bytes_per_second(int rows) const;  // the smallest row count of at least `rows`
+  };
+  Speed measure();
+
   // Between steps, before a pass over these sequences: a host pass maps the host KV through
   // each sequence's end and fills it from the device KV where only the device holds it; a
   // device pass fills the device KV from the host KV where only the host holds it (copies on
