@@ -4,6 +4,7 @@
 // sequences at once; a backend computing only some layers refuses the others.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -11,6 +12,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/ops.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/model_config.h"
@@ -34,7 +36,8 @@ struct Rig {
   std::unique_ptr<cpu::CpuBackend> backend;
   std::unique_ptr<KvSpace> kv;
 
-  Rig(const std::filesystem::path& path, bool exact, std::vector<bool> layers = {}) {
+  Rig(const std::filesystem::path& path, bool exact, std::vector<bool> layers = {},
+      bool kv_through_f16 = false) {
     file = ModelFile::open(path);
     config = ModelConfig::from_gguf(*file);
     weights = WeightTable::from_gguf(*file, config);
@@ -42,7 +45,7 @@ struct Rig {
     options.cpu_exact_numerics = exact;
     memory = std::make_unique<MemoryManager>(uint64_t{1} << 40);
     backend = std::make_unique<cpu::CpuBackend>(
-        BackendInit{*file, config, weights, *memory, options}, std::move(layers));
+        BackendInit{*file, config, weights, *memory, options}, std::move(layers), kv_through_f16);
     KvGeometry g;
     g.bytes_per_token = backend->kv_bytes_per_token();
     g.max_tokens = kContext;
@@ -181,6 +184,31 @@ TEST(CpuLayerRange, BackendOfSomeLayersComputesThemAlike) {
   EXPECT_TRUE(same_bits(h, h_some));
   EXPECT_FALSE(some.backend->computes(1));
   EXPECT_THROW(some.backend->forward_layers(1, 3, slots, positions, h_some.data()), UsageError);
+}
+
+TEST(CpuLayerRange, KvThroughF16HoldsWhatTheDeviceKvWould) {
+  // The host layers' KV (kv_through_f16): every K and V element written is an f16 value, so a
+  // copy to the CUDA KV and back loses nothing; the layers' outputs stay close to the f32 KV's.
+  test::TempModel model(four_layers("tiny", TensorType::Q4_0), "cpu-layer-kv-f16");
+  Rig f32(model.path, false), f16(model.path, false, {}, true);
+  const std::vector<int32_t> tokens = prompt(9, f32.config.n_vocab, 4);
+  std::vector<BatchSequence> batch = {{0, tokens, 0, false}};
+  const std::vector<float> a = f32.whole(batch), b = f16.whole(batch);
+  const auto elements = static_cast<size_t>(tokens.size()) *
+                        static_cast<size_t>(f16.backend->kv_bytes_per_token()) / sizeof(float);
+  std::vector<float> kv(reinterpret_cast<const float*>(f16.kv->slot_base(0)),
+                        reinterpret_cast<const float*>(f16.kv->slot_base(0)) + elements);
+  std::vector<float> rounded = kv;
+  cpu::round_through_f16(rounded.data(), static_cast<int64_t>(rounded.size()));
+  EXPECT_TRUE(same_bits(kv, rounded)) << "a KV element is not an f16 value";
+  // (The int8 activations of the fast path turn the KV's 5e-4 rounding into int8 flips: a few
+  // per cent of the logits' range on this tiny random model, not more.)
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, static_cast<double>(std::fabs(a[i] - b[i])));
+  const auto [lo, hi] = std::minmax_element(a.begin(), a.end());
+  EXPECT_FALSE(same_bits(a, b)) << "the f16 rounding changed nothing: not applied?";
+  EXPECT_LT(worst, 0.05 * (*hi - *lo));
 }
 
 TEST(CpuLayerRange, BadRangesAndRowsAreRefused) {

@@ -108,7 +108,8 @@ struct CpuBackend::Scratch {
 
 CpuBackend::CpuBackend(const BackendInit& init) : CpuBackend(init, {}) {}
 
-CpuBackend::CpuBackend(const BackendInit& init, std::vector<bool> computed_layers)
+CpuBackend::CpuBackend(const BackendInit& init, std::vector<bool> computed_layers,
+                       bool kv_through_f16)
     : config_(init.config),
       weights_(init.weights),
       memory_(init.memory),
@@ -116,7 +117,8 @@ CpuBackend::CpuBackend(const BackendInit& init, std::vector<bool> computed_layer
       scratch_(std::make_unique<Scratch>()),
       emulate_(init.options.cpu_emulate_device_numerics),
       fast_(!init.options.cpu_emulate_device_numerics && !init.options.cpu_exact_numerics),
-      computed_layers_(std::move(computed_layers)) {
+      computed_layers_(std::move(computed_layers)),
+      kv_through_f16_(kv_through_f16) {
   if (!computed_layers_.empty() && computed_layers_.size() != static_cast<size_t>(config_.n_layer))
     throw UsageError("CPU backend: a layer set of " + std::to_string(computed_layers_.size()) +
                      " entries for " + std::to_string(config_.n_layer) + " layers");
@@ -347,7 +349,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
-    if (emulate_) {  // the CUDA KV holds f16
+    if (emulate_ || kv_through_f16_) {  // the CUDA KV holds f16
       round_through_f16(kv_at(slot, position, layer, false), kv_dim);
       round_through_f16(kv_at(slot, position, layer, true), kv_dim);
     }
@@ -495,7 +497,7 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(v, kv_dim, kv_at(slot, position, layer, true));
-    if (emulate_) {  // the CUDA KV holds f16
+    if (emulate_ || kv_through_f16_) {  // the CUDA KV holds f16
       round_through_f16(kv_at(slot, position, layer, false), kv_dim);
       round_through_f16(kv_at(slot, position, layer, true), kv_dim);
     }

@@ -44,8 +44,11 @@ class CpuBackend final : public Backend {
   // Computing only some layers for another backend (the CUDA backend's host layers,
   // cuda/host_layers.h): `computed_layers` has n_layer entries, true for the layers
   // forward_layers() will be asked for; only their matrices (no head) get int8 copies at load.
-  // Empty: every layer, as the constructor above.
-  CpuBackend(const BackendInit& init, std::vector<bool> computed_layers);
+  // Empty: every layer, as the constructor above. `kv_through_f16`: the KV it writes rounded
+  // through f16 (still stored in f32), the values the CUDA backend's KV would hold, so that KV
+  // copied between the two (host_layers.h) round-trips exactly.
+  CpuBackend(const BackendInit& init, std::vector<bool> computed_layers,
+             bool kv_through_f16 = false);
   ~CpuBackend() override;
 
   std::string name() const override;
@@ -174,6 +177,7 @@ class CpuBackend final : public Backend {
   int64_t f16_min_rows_ = 0;
   std::vector<bool> f16_layers_;
   std::vector<bool> computed_layers_;  // empty: every layer
+  bool kv_through_f16_ = false;
 };
 
 }  // namespace granule::cpu

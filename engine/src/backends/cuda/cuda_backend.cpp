@@ -410,6 +410,15 @@ void CudaBackend::launch(const StepRequest& step) {
       state_lengths_[static_cast<size_t>(seq.slot)] =
           seq.start_position + static_cast<int64_t>(seq.tokens.size());
   }
+  if (HostLayers* host = model_->host_layers(); host && host->any()) {
+    // The host layers' KV where this step's pass computes them (host_layers.h); before the
+    // step is pending, so that an error here leaves no step behind.
+    std::vector<HostLayers::Rows> rows;
+    for (const BatchSequence& seq : step.batch)
+      rows.push_back({seq.slot, seq.start_position, static_cast<int64_t>(seq.tokens.size())});
+    host->before_pass(
+        rows, p.decode && model_->takes_host_pass(bucket_of(static_cast<int>(step.batch.size()))));
+  }
   p.step = step;
   const bool masked = step.sample && step.token_masks;
   p.head = !step.sample ? Head::Logits
@@ -430,13 +439,6 @@ void CudaBackend::launch(const StepRequest& step) {
   const auto n = step.batch.size();
   p.started = std::chrono::steady_clock::now();
   const uint64_t pass_bytes = m.streamer().streamed_bytes_per_pass();
-  if (HostLayers* host = m.host_layers(); host && host->any()) {
-    // The host layers' KV where this step's pass computes them (host_layers.h).
-    std::vector<HostLayers::Rows> rows;
-    for (const BatchSequence& seq : step.batch)
-      rows.push_back({seq.slot, seq.start_position, static_cast<int64_t>(seq.tokens.size())});
-    host->before_pass(rows, p.decode && m.takes_host_pass(bucket_of(static_cast<int>(n))));
-  }
   if (p.decode) {
     // A decode step: one upload, one graph replay for the batch's bucket (padding rows have
     // no slot: they write no KV and read none), queued; wait() downloads the batch's tokens

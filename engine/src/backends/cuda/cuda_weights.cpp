@@ -449,6 +449,10 @@ bool CudaModel::apply_host_layers() {
   // The host KV of layers that may leave the set goes to the device KV first.
   host_layers_->flush_to_device();
   host_layers_->set_layers(next);
+  // The first layers the host gets after the KV is attached (pressure streamed them): measured
+  // now (the next re-plan splits by it).
+  if (host_rows_bytes_per_second_.empty() && host_layers_->attached() && host_layers_->any())
+    measure_host_layers();
   update_host_pass_rows();
   return true;
 }

@@ -114,8 +114,9 @@ void HostLayers::set_layers(const std::vector<bool>& layers) {
   }
   cpu_.reset();
   if (count_ > 0) {
+    // Its KV rounded as the device KV is: copies between the two sides lose nothing.
     cpu_ = std::make_unique<cpu::CpuBackend>(
-        BackendInit{file_, config_, weights_, *host_ledger_, options_}, layers_);
+        BackendInit{file_, config_, weights_, *host_ledger_, options_}, layers_, true);
     if (host_kv_) cpu_->attach_kv(*host_kv_);
   }
   std::fill(host_valid_.begin(), host_valid_.end(), 0);

@@ -64,6 +64,7 @@ class HostLayers {
   bool any() const { return count_ > 0; }
   bool layer(size_t i) const { return i < layers_.size() && layers_[i]; }
   int32_t count() const { return count_; }
+  bool attached() const { return host_kv_ != nullptr; }
 
   // The device KV (the engine's KvSpace on the GPU, one part) and its stream; builds the host
   // KV of the same slots and context. Once, before any pass.
