@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
@@ -171,11 +170,7 @@ void CudaModel::load(const BackendInit& init) {
   // Host layers where the model's layers can run on the CPU backend: the plan then splits the
   // streamed layers between PCIe and the host's threads by their bandwidths.
   if (const std::string why = HostLayers::refusal(c); why.empty() && h2d_bytes_per_second_ > 0) {
-    const int32_t threads =
-        init.options.cpu_threads > 0
-            ? init.options.cpu_threads
-            : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-    host_bytes_per_second_ = host_read_bandwidth(threads);
+    host_bytes_per_second_ = host_read_bandwidth(HostLayers::threads(init.options));
     host_layers_ = std::make_unique<HostLayers>(init, memory_);
   } else if (!why.empty()) {
     logger("engine.cuda")->info("host layers off: {}", why);

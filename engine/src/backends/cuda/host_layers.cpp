@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/thread_pool.h"
@@ -60,6 +61,15 @@ double host_read_bandwidth(int32_t threads) {
   });
 }
 
+int32_t HostLayers::threads(const BackendOptions& options) {
+  if (options.cpu_threads > 0) return options.cpu_threads;
+  // One core left to the engine thread, which waits for the step on the GPU (spinning, by the
+  // driver's default) while the host node's threads compute: a thread of a parallel loop
+  // pre-empted by it would hold up the whole loop.
+  const auto cores = static_cast<int32_t>(std::thread::hardware_concurrency());
+  return std::max(1, cores - 1);
+}
+
 std::string HostLayers::refusal(const ModelConfig& config) {
   if (config.is_moe()) return "its layers have experts";
   if (config.is_hybrid()) return "it has recurrent layers";
@@ -81,6 +91,7 @@ HostLayers::HostLayers(const BackendInit& init, MemoryManager& ledger)
   // their counterpart (not the oracle's exact or emulating numerics).
   options_.cpu_emulate_device_numerics = false;
   options_.cpu_exact_numerics = false;
+  options_.cpu_threads = threads(init.options);
   layers_.assign(static_cast<size_t>(config_.n_layer), false);
   const size_t rows_bytes =
       static_cast<size_t>(kMaxRows) *

@@ -45,6 +45,9 @@ class HostLayers {
   // them (a batch of 16 reads each weight once for 16 rows: the copy wins).
   static constexpr int kMaxRows = 8;
 
+  // The host threads computing the layers: the options' CPU threads, else one per core but one.
+  static int32_t threads(const BackendOptions& options);
+
   // Why this model's layers cannot be host layers (empty when they can): the llama family's
   // dense layers with one KV part (no experts, recurrent layers, sliding windows, Gemma).
   static std::string refusal(const ModelConfig& config);
