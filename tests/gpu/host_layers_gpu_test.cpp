@@ -52,6 +52,11 @@ int64_t kv_reserve_tokens() {
   return kSlots * static_cast<int64_t>((uint64_t{2} << 20) / bytes_per_token);
 }
 
+// The host layers' speed set to the PCIe bandwidth: the plan then splits the streamed layers half
+// and half (this model's layers are far too small for the host's measured speed to pay: the
+// policy would rightly leave them all to PCIe).
+double host_speed() { return probe_cuda_device().h2d_bytes_per_second; }
+
 RuntimeOptions options(DeviceKind device, uint64_t budget) {
   RuntimeOptions o;
   o.device = device;
@@ -59,6 +64,7 @@ RuntimeOptions options(DeviceKind device, uint64_t budget) {
   o.backend.context_length = kContext;
   o.backend.kv_reserve_tokens = kv_reserve_tokens();
   o.backend.cpu_exact_numerics = device == DeviceKind::Cpu;  // the f32 reference
+  o.backend.cuda_host_bytes_per_second = host_speed();
   o.context_length = kContext;
   o.slots = kSlots;
   o.kv_pool_granules = 0;

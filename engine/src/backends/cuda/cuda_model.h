@@ -329,6 +329,7 @@ class CudaModel {
   // host (update_host_pass_rows(); 0: none).
   std::vector<double> host_rows_bytes_per_second_;
   int host_pass_rows_ = 0;
+  bool host_speed_fixed_ = false;  // BackendOptions::cuda_host_bytes_per_second
   void update_host_pass_rows();
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it

@@ -170,7 +170,13 @@ void CudaModel::load(const BackendInit& init) {
   // Host layers where the model's layers can run on the CPU backend: the plan then splits the
   // streamed layers between PCIe and the host's threads by their bandwidths.
   if (const std::string why = HostLayers::refusal(c); why.empty() && h2d_bytes_per_second_ > 0) {
-    host_bytes_per_second_ = host_read_bandwidth(HostLayers::threads(init.options));
+    if (init.options.cuda_host_bytes_per_second > 0) {  // a test's fixed speed, never measured
+      host_bytes_per_second_ = init.options.cuda_host_bytes_per_second;
+      host_rows_bytes_per_second_.assign(4, host_bytes_per_second_);
+      host_speed_fixed_ = true;
+    } else {
+      host_bytes_per_second_ = host_read_bandwidth(HostLayers::threads(init.options));
+    }
     host_layers_ = std::make_unique<HostLayers>(init, memory_);
   } else if (!why.empty()) {
     logger("engine.cuda")->info("host layers off: {}", why);
@@ -478,7 +484,7 @@ void CudaModel::update_host_pass_rows() {
 }
 
 bool CudaModel::measure_host_layers() {
-  if (!host_layers_ || !host_layers_->any()) return false;
+  if (!host_layers_ || !host_layers_->any() || host_speed_fixed_) return false;
   const HostLayers::Speed speed = host_layers_->measure();
   host_rows_bytes_per_second_.clear();
   for (int rows = 1; rows <= HostLayers::kMaxRows; rows *= 2)

@@ -144,8 +144,8 @@ void HostLayers::set_layers(const std::vector<bool>& layers) {
   staging_tokens_ = count_ > 0 ? kStagingTokens : 0;
   if (count_ > 0)
     logger("engine.cuda")
-        ->info("host layers: {} of {} layers computed by {} host threads at batches up to {}",
-               count_, config_.n_layer, cpu_->name(), kMaxRows);
+        ->info("host layers: {} of {} layers computed by the {} at batches up to {}", count_,
+               config_.n_layer, cpu_->name(), kMaxRows);
 }
 
 void HostLayers::attach_kv(KvSpace& device_kv, cudaStream_t stream) {
