@@ -102,6 +102,11 @@ HostLayers::HostLayers(const BackendInit& init, MemoryManager& ledger)
 }
 
 HostLayers::~HostLayers() {
+  // A queued host node reads this object: it runs (or the context is lost) before it goes.
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
+  }
   ledger_.release(MemoryCategory::HostPinned, charged_pinned_ + charged_kv_);
 }
 
