@@ -168,7 +168,13 @@ void CudaBackend::attach_kv(KvSpace& kv) {
     host->attach_kv(kv, model_->stream());
     // The plan's host bandwidth was a memory-read estimate: with the layers' own measured speed
     // the split may move.
-    if (model_->measure_host_layers()) rebalance("host layers measured", 0);
+    // Still part of loading (no graph, no KV yet): not counted as a re-plan of the engine.
+    if (model_->measure_host_layers()) {
+      const PlacementInput in =
+          model_->placement_input(memory_->budget_bytes(), -1, model_->kv_reserve_bytes());
+      const PlacementPlan plan = plan_placement(in);
+      if (plan.loads) model_->replan(plan);
+    }
   }
   state_lengths_.assign(config_.is_hybrid() ? static_cast<size_t>(kv.geometry().slots) : 0, 0);
 }
