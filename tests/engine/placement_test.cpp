@@ -179,6 +179,23 @@ TEST(Placement, HostLayersSplitTheStreamedOnesByBandwidthSpreadEvenly) {
     if (p.layer_on_host[i]) EXPECT_TRUE(p.layer_streamed[i]) << i;
 }
 
+TEST(Placement, EachHostNodesFixedCostCountsAgainstTheSplit) {
+  PlacementInput in = input(250);  // ten streamed layers of 50 MiB
+  in.h2d_bytes_per_second = 50e9;
+  in.host_bytes_per_second = 50e9;
+  const double layer_seconds = 50.0 * MiB / 50e9;
+  // A node costing a tenth of a layer: still the alternating half, its five nodes counted.
+  in.host_node_seconds = 0.1 * layer_seconds;
+  PlacementPlan p = plan_placement(in);
+  EXPECT_EQ(p.host_layers, 5);
+  EXPECT_NEAR(p.split_seconds_per_pass, 5.5 * layer_seconds, 1e-9);
+  // A node costing more than all the copies it would save: no host layers.
+  in.host_node_seconds = 20 * layer_seconds;
+  p = plan_placement(in);
+  EXPECT_EQ(p.host_layers, 0);
+  EXPECT_EQ(p.split_seconds_per_pass, 0);
+}
+
 TEST(Placement, DefaultKvReserveIsOnePrefillChunkOfAtMost512Tokens) {
   EXPECT_EQ(default_kv_reserve_tokens(512), 512);
   EXPECT_EQ(default_kv_reserve_tokens(8192), 512);

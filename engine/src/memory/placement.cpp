@@ -105,14 +105,21 @@ void choose_host_layers(const PlacementInput& in, PlacementPlan& p) {
   // evenly spread, the first streamed layer copied (its copy overlaps the resident layers).
   auto split = [&](int64_t h, std::vector<bool>* out) {
     uint64_t host_bytes = 0, copied_bytes = 0;
+    int64_t runs = 0;  // runs of consecutive host layers: one host node each
+    bool previous_on_host = false;
+    size_t previous = 0;
     for (int64_t j = 0; j < s; ++j) {
       const bool on_host = (j + 1) * h / s > j * h / s;
-      const uint64_t bytes = in.weights.layer_bytes[streamed[static_cast<size_t>(j)]];
-      (on_host ? host_bytes : copied_bytes) += bytes;
-      if (out) (*out)[streamed[static_cast<size_t>(j)]] = on_host;
+      const size_t layer = streamed[static_cast<size_t>(j)];
+      if (on_host && !(previous_on_host && j > 0 && previous + 1 == layer)) ++runs;
+      previous_on_host = on_host;
+      previous = layer;
+      (on_host ? host_bytes : copied_bytes) += in.weights.layer_bytes[layer];
+      if (out) (*out)[layer] = on_host;
     }
-    return std::max(static_cast<double>(host_bytes) / host,
-                    static_cast<double>(copied_bytes) / pcie);
+    return std::max(
+        static_cast<double>(host_bytes) / host + static_cast<double>(runs) * in.host_node_seconds,
+        static_cast<double>(copied_bytes) / pcie);
   };
   int64_t best = 0;
   double best_seconds = split(0, nullptr);

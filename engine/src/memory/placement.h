@@ -34,6 +34,9 @@ struct PlacementInput {
   // layers (the model or the backend cannot run them).
   double h2d_bytes_per_second = 0;
   double host_bytes_per_second = 0;
+  // The fixed cost of each run of consecutive host layers in a pass (one host node: its launch,
+  // the hidden rows' copies each way, the host threads waking).
+  double host_node_seconds = 0;
 };
 
 struct PlacementPlan {
@@ -68,7 +71,8 @@ PlacementPlan plan_placement(const PlacementInput& input);
 // The host layers of a plan (plan_placement calls it): of the streamed layers S (bytes B_i),
 // the host takes a share h, spread evenly through them (so that while the host computes a run
 // of its layers the copy stream fills the staging slots of the next streamed ones), with h
-// minimising max(Σ_host B_i / host bandwidth, Σ_copied B_i / PCIe bandwidth): about
+// minimising max(Σ_host B_i / host bandwidth + runs · host_node_seconds, Σ_copied B_i / PCIe
+// bandwidth): about
 // |S| · host / (host + PCIe) layers, the time per pass about Σ B_i / (host + PCIe) instead of
 // Σ B_i / PCIe. None when either bandwidth is 0.
 void choose_host_layers(const PlacementInput& input, PlacementPlan& plan);

@@ -434,6 +434,7 @@ PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
   if (host_layers_) {
     in.h2d_bytes_per_second = h2d_bytes_per_second_;
     in.host_bytes_per_second = host_bytes_per_second_;
+    in.host_node_seconds = HostLayers::kNodeSeconds;
   }
   return in;
 }
@@ -467,6 +468,9 @@ void CudaModel::update_host_pass_rows() {
   const double copied =
       static_cast<double>(plan.streamed_bytes_per_pass - plan.host_bytes_per_pass) /
       h2d_bytes_per_second_;
+  int runs = 0;
+  for (size_t i = 0; i < plan.layer_on_host.size(); ++i)
+    if (plan.layer_on_host[i] && (i == 0 || !plan.layer_on_host[i - 1])) ++runs;
   // A pass of r rows leaves the host layers to the host while the split is expected to beat
   // copying them (the host's time grows with the rows, the copies' does not); before the host
   // was measured, at one row only (the plan's estimate is for one row).
@@ -477,7 +481,8 @@ void CudaModel::update_host_pass_rows() {
                                  : (rows == 1 ? host_bytes_per_second_ : 0.0);
     if (host_rate <= 0) break;
     const double split =
-        std::max(copied, static_cast<double>(plan.host_bytes_per_pass) / host_rate);
+        std::max(copied, static_cast<double>(plan.host_bytes_per_pass) / host_rate +
+                             runs * HostLayers::kNodeSeconds);
     if (split >= all_copied) break;
     host_pass_rows_ = rows;
   }

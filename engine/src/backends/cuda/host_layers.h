@@ -44,6 +44,9 @@ class HostLayers {
   // Passes of at most this many rows compute the host layers on the host; larger ones stream
   // them (a batch of 16 reads each weight once for 16 rows: the copy wins).
   static constexpr int kMaxRows = 8;
+  // What a run of host layers costs a pass beyond their work, for the plan (an estimate, not
+  // measured here: a host node's launch, the hidden rows' two copies, the threads waking).
+  static constexpr double kNodeSeconds = 50e-6;
 
   // The host threads computing the layers: the options' CPU threads, else one per core but one.
   static int32_t threads(const BackendOptions& options);
