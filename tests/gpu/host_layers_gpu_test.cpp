@@ -32,11 +32,17 @@ std::filesystem::path model_path() {
          ("granule-gpu-test-host-layers-" + std::to_string(getpid()) + ".gguf");
 }
 
-// Eight Q4_0 layers of the small GPU shapes (model_gpu_test.cpp's small_spec).
+// Eight Q4_0 layers of ~9 MiB (hidden 1024, FFN 4096, heads of 128): large enough that a host
+// node's fixed cost (HostLayers::kNodeSeconds) leaves the plan a split, small enough for the f32
+// reference.
 SyntheticModelSpec spec() {
   SyntheticModelSpec s = SyntheticModelSpec::preset("small-256");
   s.name = "host-layers";
   s.n_layer = 8;
+  s.n_embd = 1024;
+  s.n_head = 8;
+  s.n_head_kv = 2;
+  s.n_ff = 4096;
   s.weight_type = TensorType::Q4_0;
   s.embedding_type = TensorType::Q4_0;
   s.output_type = TensorType::Q4_0;
