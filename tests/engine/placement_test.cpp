@@ -129,6 +129,73 @@ TEST(Placement, TheOverlapScratchIsTakenOnlyWhereTheSameLayersStayResident) {
   EXPECT_FALSE(overlap_scratch_fits(input(249), 0));  // does not load at all
 }
 
+TEST(Placement, WithoutBothBandwidthsNoLayerIsLeftToTheHost) {
+  PlacementInput in = input(400);
+  in.h2d_bytes_per_second = 50e9;  // the host's unknown
+  const PlacementPlan p = plan_placement(in);
+  ASSERT_GT(p.streamed_layers, 0);
+  EXPECT_EQ(p.host_layers, 0);
+  EXPECT_EQ(std::count(p.layer_on_host.begin(), p.layer_on_host.end(), true), 0);
+  EXPECT_EQ(p.host_bytes_per_pass, 0u);
+}
+
+TEST(Placement, HostLayersSplitTheStreamedOnesByBandwidthSpreadEvenly) {
+  // 100 fixed + 20 + 30 + 2 × 50 ring: 250 MiB leaves none of the ten 50 MiB layers resident.
+  PlacementInput in = input(250);
+  in.h2d_bytes_per_second = 50e9;
+  in.host_bytes_per_second = 50e9;
+  PlacementPlan p = plan_placement(in);
+  ASSERT_EQ(p.streamed_layers, 10);
+  // Equal bandwidths: half each, alternating, the first streamed layer copied (its copy overlaps
+  // the resident layers' work).
+  EXPECT_EQ(p.host_layers, 5);
+  for (int32_t i = 0; i < 10; ++i) EXPECT_EQ(p.layer_on_host[i], i % 2 == 1) << i;
+  EXPECT_EQ(p.host_bytes_per_pass, 250 * MiB);
+  EXPECT_NEAR(p.streaming_seconds_per_pass, 500.0 * MiB / 50e9, 1e-9);
+  EXPECT_NEAR(p.split_seconds_per_pass, 250.0 * MiB / 50e9, 1e-9);
+  // A host twice as fast as PCIe: 7 of 10 (7/100 against 3/50 of a layer-second), the three
+  // copied ones spread among them.
+  in.host_bytes_per_second = 100e9;
+  p = plan_placement(in);
+  EXPECT_EQ(p.host_layers, 7);
+  EXPECT_FALSE(p.layer_on_host[0]);
+  int copied_in_a_row = 0, most_in_a_row = 0;
+  for (int32_t i = 0; i < 10; ++i) {
+    copied_in_a_row = p.layer_on_host[i] ? 0 : copied_in_a_row + 1;
+    most_in_a_row = std::max(most_in_a_row, copied_in_a_row);
+  }
+  EXPECT_EQ(most_in_a_row, 1);
+  EXPECT_NEAR(p.split_seconds_per_pass, 7 * 50.0 * MiB / 100e9, 1e-9);
+  // Only streamed layers go to the host; a budget holding every layer leaves none there.
+  in.budget_bytes = 650 * MiB;
+  p = plan_placement(in);
+  EXPECT_EQ(p.streamed_layers, 0);
+  EXPECT_EQ(p.host_layers, 0);
+  in.budget_bytes = 450 * MiB;
+  p = plan_placement(in);
+  ASSERT_GT(p.streamed_layers, 0);
+  ASSERT_GT(p.host_layers, 0);
+  for (int32_t i = 0; i < 10; ++i)
+    if (p.layer_on_host[i]) EXPECT_TRUE(p.layer_streamed[i]) << i;
+}
+
+TEST(Placement, EachHostNodesFixedCostCountsAgainstTheSplit) {
+  PlacementInput in = input(250);  // ten streamed layers of 50 MiB
+  in.h2d_bytes_per_second = 50e9;
+  in.host_bytes_per_second = 50e9;
+  const double layer_seconds = 50.0 * MiB / 50e9;
+  // A node costing a tenth of a layer: still the alternating half, its five nodes counted.
+  in.host_node_seconds = 0.1 * layer_seconds;
+  PlacementPlan p = plan_placement(in);
+  EXPECT_EQ(p.host_layers, 5);
+  EXPECT_NEAR(p.split_seconds_per_pass, 5.5 * layer_seconds, 1e-9);
+  // A node costing more than all the copies it would save: no host layers.
+  in.host_node_seconds = 20 * layer_seconds;
+  p = plan_placement(in);
+  EXPECT_EQ(p.host_layers, 0);
+  EXPECT_EQ(p.split_seconds_per_pass, 0);
+}
+
 TEST(Placement, DefaultKvReserveIsOnePrefillChunkOfAtMost512Tokens) {
   EXPECT_EQ(default_kv_reserve_tokens(512), 512);
   EXPECT_EQ(default_kv_reserve_tokens(8192), 512);
