@@ -1,0 +1,428 @@
+// Batched products of split-layout Q4_0 weights with 17-64 f16 activation columns on f16 tensor
+// cores (mma.sync m16n8k16, f32 accumulation), shaped for HBM rather than for one warp.
+//
+// Why another shape: f16mma_matvec_kernel gives each warp a private ring over 32 (or 64) weight
+// rows and the activations of its own sub-blocks, so at 32 columns every weight byte from HBM
+// drags 3.6 activation bytes from L2 through shared memory (64 bytes of f16 per k against 18
+// bytes of Q4_0 per 32 rows), and a 4,096-row product has only 128 such blocks for 132 SMs,
+// each streaming its 8 stages at 8-20 % achieved occupancy (kernels/README.md: 13-27 % of DRAM).
+//
+// Here a block of 4 warps owns a tile of 128 weight rows (32 per warp, two m-tiles) and every
+// column (NT n-tiles of 8: 32 or 64 columns), so one copy of a stage's activations in shared
+// memory serves 128 rows (0.9 activation bytes per weight byte). Stages of kKs sub-blocks (the
+// 128 rows' quantised values and scales, and the activations) move through a block-wide ring
+// of ~100 KB filled by cp.async, two blocks per SM: 60-70 KB of weights in flight per SM. The
+// K range of a tile is split over `splits` blocks so that tiles x splits fills every SM slot
+// once (4,096 rows: 32 tiles x 8 splits); each split's partial sums go to the workspace, and
+// the last block of a tile to arrive (a ticket counter that it resets) adds them in split
+// order — from registers for its own — and runs the epilogue (accumulate, SwiGLU, f16
+// result), so the bits never depend on which block finished last.
+//
+// SwiGLU: a tile's 128 weight rows are 64 gate and 64 up rows; warp w owns gate rows 16w..16w+15
+// (its m-tile 0) and the same up rows (m-tile 1), so silu(gate) * up meets in registers.
+//
+// The fragments, k permutation and numerics are f16mma_matvec_kernel's (matvec_f16mma.cu):
+// each weight rounded to f16 once, f16((q - 8) d), times the f16 activation exactly, f32
+// accumulation in the tensor core, then the splits' sums in f32 in split order.
+#include "granule/split_layout.h"
+#include "matvec_f16mma_splitk.cuh"
+#include "mma_tiles.cuh"
+
+namespace granule::kernels {
+namespace {
+
+using mma::Tasks;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
+constexpr int kMinStagesPerSplit = 2;
+
+// One stage of the block's ring (Q4_0), and the block's shape, for NT n-tiles of 8 columns.
+template <int NT>
+struct Plan {
+  static constexpr int MT = 2;                          // m-tiles per warp
+  static constexpr int kWeightRows = kWarps * 16 * MT;  // 128 per block
+  static constexpr int kColumns = 8 * NT;
+  static constexpr int kKs = NT <= 4 ? 4 : 2;  // sub-blocks per stage
+  // Weight rows padded by 16 bytes (strides 80 and 48: ldmatrix's 8 row addresses land in 8
+  // different 16-byte bank groups); scales one f16 d per sub-block; activation rows (one per
+  // column, kKs x 32 f16) padded to 32 mod 128 bytes (conflict-free 8-byte B loads).
+  static constexpr int kWeightRow = kKs * 16 + 16;
+  static constexpr int kScaleRow = kKs * 2;
+  static constexpr int kActRow = kKs * 64 + 32;
+  static constexpr int kScaleOffset = kWeightRows * kWeightRow;
+  static constexpr int kActOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kStageBytes = kActOffset + kColumns * kActRow;
+  // As many stages as let two blocks share an SM.
+  static constexpr int kStages = (kSmShared / 2 - kBlockReserve) / kStageBytes;
+  static constexpr int kShared = kStages * kStageBytes;
+  static constexpr int kAccumulators = MT * NT * 4;
+  static constexpr int kPartialFloats = kThreads * kAccumulators;  // per block
+  // Per thread and stage: kKs 16-byte weight chunks, one scale copy, kActCopies activation
+  // chunks (4 per sub-block and column).
+  static constexpr int kWeightCopies = kWeightRows * kKs / kThreads;
+  static constexpr int kActChunksPerColumn = kKs * 4;
+  static constexpr int kActCopies = kColumns * kActChunksPerColumn / kThreads;
+  static_assert(kWeightRows == kThreads, "one scale copy per thread");
+  static_assert(kWeightCopies * kThreads == kWeightRows * kKs && kThreads % kKs == 0);
+  static_assert(kActCopies * kThreads == kColumns * kActChunksPerColumn &&
+                kThreads % kActChunksPerColumn == 0);
+  static_assert(kScaleOffset % 16 == 0 && kActOffset % 16 == 0 && kStageBytes % 16 == 0 &&
+                    kWeightRow % 16 == 0 && kActRow % 16 == 0,
+                "cp.async and ldmatrix want 16-byte aligned rows");
+  static_assert(kActRow % 128 == 32, "conflict-free 8-byte activation loads");
+  static_assert(kStages >= 3 && kShared <= mma::kMaxBlockShared, "a ring of 3 stages or more");
+};
+
+// The launch's split of the K range and its workspace (kernel parameter).
+struct Split {
+  float* partials = nullptr;  // [tile][split][kPartialFloats]
+  int* counters = nullptr;    // [tile]
+  int splits = 1;
+};
+
+// Tile `tile` of the launch (tiles of kRows output rows, task after task): its task and first
+// output row; false past the last tile.
+template <int ROWS>
+__device__ __forceinline__ bool find_tile(const Tasks& tasks, int n_tasks, int tile, int& task,
+                                          int& row0) {
+  for (int i = 0; i < n_tasks; ++i) {
+    const int tiles = (tasks.t[i].n_out + ROWS - 1) / ROWS;
+    if (tile < tiles) {
+      task = i;
+      row0 = tile * ROWS;
+      return true;
+    }
+    tile -= tiles;
+  }
+  return false;
+}
+
+// Stage row r's source row (gate/up: warp r / 32's m-tile (r / 16) % 2 is gate or up, its rows
+// the tile's 16 (r / 32) + r % 16; else row0 + r). Rows past the matrix repeat its last row:
+// read, never stored.
+template <bool GATE_UP>
+__device__ __forceinline__ const uint8_t* stage_row(const MatvecTask& task, int row0, int r) {
+  const int out = GATE_UP ? row0 + r / 32 * 16 + r % 16 : row0 + r;
+  const int row = min(out, task.n_out - 1);
+  const void* matrix = GATE_UP && (r / 16) % 2 == 1 ? task.weight_up : task.weight;
+  return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
+}
+
+template <int NT, bool GATE_UP>
+__global__ void __launch_bounds__(kThreads, 2)
+    f16mma_splitk_kernel(Tasks tasks, MatvecInputF16 in, Split split, int n_tasks) {
+  using P = Plan<NT>;
+  constexpr int S = P::kStages, KS = P::kKs, MT = P::MT;
+  constexpr int kRows = GATE_UP ? P::kWeightRows / 2 : P::kWeightRows;  // output rows per tile
+  extern __shared__ __align__(16) uint8_t shared[];
+  __shared__ int last_block;
+
+  const int tile = static_cast<int>(blockIdx.x) / split.splits;
+  const int part = static_cast<int>(blockIdx.x) % split.splits;
+  int task_index = 0, row0 = 0;
+  if (!find_tile<kRows>(tasks, n_tasks, tile, task_index, row0)) {
+    wait_for_previous_kernel();  // every block waits (the next kernel relies on the whole grid)
+    return;
+  }
+  const MatvecTask& task = tasks.t[task_index];
+  const int n = in.n_in / 32;  // sub-blocks per row
+  const int all_stages = (n + KS - 1) / KS;
+  const int stage0 = static_cast<int>(static_cast<int64_t>(all_stages) * part / split.splits);
+  const int stages =
+      static_cast<int>(static_cast<int64_t>(all_stages) * (part + 1) / split.splits) - stage0;
+  const int thread = threadIdx.x, warp = thread / kWarpSize, lane = thread % kWarpSize;
+
+  // This thread's copies: weight chunk thread % KS of stage rows thread / KS + i (kThreads /
+  // KS); the scales of stage row `thread`; activation chunk part thread % (4 KS) of columns
+  // thread / (4 KS) + i (kThreads / (4 KS)).
+  const int chunk = thread % KS;
+  const uint8_t* rows[P::kWeightCopies];
+#pragma unroll
+  for (int i = 0; i < P::kWeightCopies; ++i)
+    rows[i] = stage_row<GATE_UP>(task, row0, thread / KS + i * (kThreads / KS)) + chunk * 16;
+  const uint8_t* scale_row =
+      stage_row<GATE_UP>(task, row0, thread) + split::scales_offset(split::kTypeQ4_0, n);
+  constexpr int ACP = P::kActChunksPerColumn;
+  const int act_part = thread % ACP;
+  const __half* act_source = in.x + static_cast<int64_t>(thread / ACP) * in.n_in + act_part * 8;
+
+  auto slot = [&](int s) { return shared + (s % S) * P::kStageBytes; };
+  auto first_block = [&](int s) { return (stage0 + s) * KS; };
+  auto load_weights = [&](int s) {
+    uint8_t* stage = slot(s);
+    const int first = first_block(s);
+    const bool valid = first + chunk < n;
+#pragma unroll
+    for (int i = 0; i < P::kWeightCopies; ++i)
+      copy_async<16>(stage + (thread / KS + i * (kThreads / KS)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first) * 16 : rows[i], valid);
+    // The stage's scales of the row in one copy; past the row's last sub-block it reads at most
+    // 6 bytes into the row's 16-byte stride padding (never used: those sub-blocks are skipped).
+    copy_async<P::kScaleRow>(stage + P::kScaleOffset + thread * P::kScaleRow,
+                             scale_row + static_cast<int64_t>(first) * 2, true);
+  };
+  auto load_activations = [&](int s) {
+    uint8_t* stage = slot(s);
+    const int first = first_block(s);
+#pragma unroll
+    for (int i = 0; i < P::kActCopies; ++i) {
+      const int column = thread / ACP + i * (kThreads / ACP);
+      const bool valid = column < in.batch && first + act_part / 4 < n;
+      const __half* src = valid ? act_source + static_cast<int64_t>(i) * (kThreads / ACP) * in.n_in +
+                                      static_cast<int64_t>(first) * 32
+                                : in.x;
+      copy_async<16>(stage + P::kActOffset + column * P::kActRow + act_part * 16, src, valid);
+    }
+  };
+
+  mma::start_ring<S>(stages, load_weights, load_activations);
+  float acc[MT][NT][4];
+  mma::zero(acc);
+  const int g = lane / 4, t = lane % 4;
+  for (int s = 0; s < stages; ++s) {
+    mma::advance_ring<S>(
+        s, stages, [] { __syncthreads(); }, load_weights, load_activations);
+    const uint8_t* stage = slot(s);
+    const int first = first_block(s);
+    // The scales of rows 32 warp + 16 m + g + 8 h, all kKs sub-blocks: f16 d pairs.
+    uint32_t d_words[MT][2][KS / 2];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* p =
+            stage + P::kScaleOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kScaleRow;
+        if constexpr (KS == 4) {
+          const uint2 v = *reinterpret_cast<const uint2*>(p);
+          d_words[m][h][0] = v.x;
+          d_words[m][h][1] = v.y;
+        } else {
+          d_words[m][h][0] = *reinterpret_cast<const uint32_t*>(p);
+        }
+      }
+#pragma unroll
+    for (int u = 0; u < KS; ++u) {
+      if (first + u >= n) break;  // block-uniform: past the row's end
+      // Word t of rows g, g + 8 of both m-tiles (ldmatrix.x4 over the warp's 32 rows).
+      uint32_t r[4];
+      load_matrix_x4(r, stage + (warp * 32 + lane) * P::kWeightRow + u * 16);
+      // Activation fragments: column 8 nt + g, elements 4t.. (k-step 0) and 16 + 4t.. (k-step 1).
+      uint32_t b[NT][2][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const uint8_t* x = stage + P::kActOffset + (nt * 8 + g) * P::kActRow + u * 64 + 8 * t;
+        const uint2 k0 = *reinterpret_cast<const uint2*>(x);
+        const uint2 k1 = *reinterpret_cast<const uint2*>(x + 32);
+        b[nt][0][0] = k0.x;
+        b[nt][0][1] = k0.y;
+        b[nt][1][0] = k1.x;
+        b[nt][1][1] = k1.y;
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        uint32_t lo[2][2], hi[2][2];  // [row g, g + 8][pair]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const __half2 dd = mma::as_half2(d_words[m][h][u / 2]);
+          const __half2 d = u % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
+          mma::q4_f16_pairs<kQ4_0>(r[2 * m + h], d, d, lo[h], hi[h]);
+        }
+        const uint32_t a0[4] = {lo[0][0], lo[1][0], lo[0][1], lo[1][1]};
+        const uint32_t a1[4] = {hi[0][0], hi[1][0], hi[0][1], hi[1][1]};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if (nt * 8 >= in.batch) break;  // uniform: n-tiles wholly past the batch stay zero
+          mma::mma_f16(acc[m][nt], a0, b[nt][0][0], b[nt][0][1]);
+          mma::mma_f16(acc[m][nt], a1, b[nt][1][0], b[nt][1][1]);
+        }
+      }
+    }
+  }
+  wait_copies<0>();
+
+  // The warp's output rows: gate/up 16 from the tile's 16 warp (m-tile 1 the up rows), else 32.
+  const int warp_row0 = row0 + warp * (GATE_UP ? 16 : 32);
+  constexpr int kTiles = GATE_UP ? 1 : MT;
+  if (split.splits > 1) {
+    // This split's sums to the workspace; the tile's last block to arrive adds every split's
+    // in split order (its own from registers) and stores.
+    float* const tile_partials =
+        split.partials + static_cast<int64_t>(tile) * split.splits * P::kPartialFloats;
+    auto at = [&](int j, int i) {
+      return tile_partials + static_cast<int64_t>(j) * P::kPartialFloats + i * kThreads + thread;
+    };
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) __stcg(at(part, (m * NT + nt) * 4 + i), acc[m][nt][i]);
+    __threadfence();
+    __syncthreads();
+    if (thread == 0) {
+      const int arrived = atomicAdd(&split.counters[tile], 1);
+      last_block = arrived == split.splits - 1;
+      if (last_block) split.counters[tile] = 0;  // ready for the next launch
+    }
+    __syncthreads();
+    if (!last_block) return;
+    __threadfence();
+    float sum[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          sum[m][nt][i] = part == 0 ? acc[m][nt][i] : __ldcg(at(0, (m * NT + nt) * 4 + i));
+    for (int j = 1; j < split.splits; ++j)
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            sum[m][nt][i] += j == part ? acc[m][nt][i] : __ldcg(at(j, (m * NT + nt) * 4 + i));
+    mma::store_tile<kTiles, GATE_UP, true>(sum, task, warp_row0, 0, in.batch, lane);
+    return;
+  }
+  mma::store_tile<kTiles, GATE_UP, true>(acc, task, warp_row0, 0, in.batch, lane);
+}
+
+template <int NT, bool GATE_UP>
+cudaError_t allow_shared_bytes() {
+  return mma::allow_shared_bytes<f16mma_splitk_kernel<NT, GATE_UP>, Plan<NT>::kShared>();
+}
+
+// Blocks of the kernel an SM holds at once (2 by design; asked once).
+template <int NT, bool GATE_UP>
+int blocks_per_sm() {
+  static const int blocks = [] {
+    int b = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, f16mma_splitk_kernel<NT, GATE_UP>,
+                                                      kThreads, Plan<NT>::kShared) != cudaSuccess) {
+      cudaGetLastError();
+      return 1;
+    }
+    return b < 1 ? 1 : b;
+  }();
+  return blocks;
+}
+
+bool ready() {
+  static const bool ok = [] {
+    if (mma::first_error({allow_shared_bytes<4, false>(), allow_shared_bytes<4, true>(),
+                          allow_shared_bytes<8, false>(), allow_shared_bytes<8, true>()}) !=
+        cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    blocks_per_sm<4, false>();
+    blocks_per_sm<4, true>();
+    blocks_per_sm<8, false>();
+    blocks_per_sm<8, true>();
+    return true;
+  }();
+  return ok;
+}
+
+template <int NT, bool GATE_UP>
+cudaError_t launch_shape(const Tasks& tasks, int n_tasks, const MatvecInputF16& in,
+                         const F16MmaSplitWorkspace& workspace, const KernelConfig& config,
+                         cudaStream_t stream, int max_splits) {
+  using P = Plan<NT>;
+  constexpr int kRows = GATE_UP ? P::kWeightRows / 2 : P::kWeightRows;
+  int tiles = 0;
+  for (int i = 0; i < n_tasks; ++i) tiles += ceil_div(tasks.t[i].n_out, kRows);
+  const int all_stages = ceil_div(in.n_in / 32, P::kKs);
+  // Every SM slot once: tiles x splits <= slots, each split at least kMinStagesPerSplit
+  // stages, within the workspace.
+  const int slots = blocks_per_sm<NT, GATE_UP>() * multiprocessors();
+  int splits = slots / tiles;
+  splits = std::min(splits, all_stages / kMinStagesPerSplit);
+  if (max_splits > 0) splits = std::min(splits, max_splits);
+  if (workspace.partials == nullptr || workspace.counters == nullptr ||
+      workspace.n_counters < tiles)
+    splits = 1;
+  splits = static_cast<int>(std::min<int64_t>(
+      splits, workspace.partial_floats / (static_cast<int64_t>(tiles) * P::kPartialFloats)));
+  splits = std::max(splits, 1);
+  Split split;
+  split.splits = splits;
+  split.partials = workspace.partials;
+  split.counters = workspace.counters;
+  const dim3 grid(tiles * splits);
+  return launch_early_shared(f16mma_splitk_kernel<NT, GATE_UP>, grid, dim3(kThreads),
+                             P::kShared, config, stream, tasks, in, split, n_tasks);
+}
+
+}  // namespace
+
+bool matvec_f16mma_splitk_supports(uint32_t weight_type, bool split_layout) {
+  return split_layout && weight_type == kQ4_0;
+}
+
+bool matvec_f16mma_splitk_fits_device() {
+  if (!mma::has_mma(f16mma_splitk_kernel<4, false>)) return false;
+  multiprocessors();
+  return ready();
+}
+
+int64_t matvec_f16mma_splitk_partial_floats() {
+  // tiles x splits <= slots whenever splits > 1; the widest partials are Plan<8>'s.
+  const int slots = std::max({blocks_per_sm<4, false>(), blocks_per_sm<4, true>(),
+                              blocks_per_sm<8, false>(), blocks_per_sm<8, true>()}) *
+                    multiprocessors();
+  return static_cast<int64_t>(slots) * Plan<8>::kPartialFloats;
+}
+
+int matvec_f16mma_splitk_counters() {
+  // Splits > 1 only where tiles <= slots / 2.
+  const int slots = std::max({blocks_per_sm<4, false>(), blocks_per_sm<4, true>(),
+                              blocks_per_sm<8, false>(), blocks_per_sm<8, true>()}) *
+                    multiprocessors();
+  return slots;
+}
+
+cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
+                                        const MatvecInputF16& input,
+                                        const F16MmaSplitWorkspace& workspace,
+                                        const KernelConfig& config, cudaStream_t stream,
+                                        int max_splits) {
+  if (input.n_in <= 0 || input.n_in % 32 != 0 || input.batch < 0 ||
+      input.batch > Plan<8>::kColumns || max_splits < 0 ||
+      reinterpret_cast<uintptr_t>(input.x) % 16 != 0)
+    return cudaErrorInvalidValue;
+  Tasks packed{};
+  int max_rows = 0;
+  auto valid = [&](const MatvecTask& t) {
+    return matvec_f16mma_splitk_supports(weight_type, t.split_layout) && !t.y_q8.qs &&
+           !(t.y_f16 != nullptr && t.accumulate) &&
+           t.row_bytes >= split::row_payload_bytes(weight_type, input.n_in) && t.n_out >= 0;
+  };
+  if (!mma::pack_tasks(tasks, n_tasks, valid, packed, max_rows)) return cudaErrorInvalidValue;
+  if (input.batch == 0 || max_rows == 0) return cudaSuccess;
+  if (!ready()) return cudaErrorInvalidValue;  // no shared memory for the kernels
+  // Tasks without rows would hold no tile; drop them (the kernel finds tiles task by task).
+  Tasks live{};
+  int n_live = 0;
+  for (int i = 0; i < n_tasks; ++i)
+    if (packed.t[i].n_out > 0) live.t[n_live++] = packed.t[i];
+  const bool gate_up = live.t[0].weight_up != nullptr;
+  cudaError_t status;
+  if (input.batch <= Plan<4>::kColumns)
+    status = gate_up ? launch_shape<4, true>(live, n_live, input, workspace, config, stream,
+                                             max_splits)
+                     : launch_shape<4, false>(live, n_live, input, workspace, config, stream,
+                                              max_splits);
+  else
+    status = gate_up ? launch_shape<8, true>(live, n_live, input, workspace, config, stream,
+                                             max_splits)
+                     : launch_shape<8, false>(live, n_live, input, workspace, config, stream,
+                                              max_splits);
+  return launch_status(status);
+}
+
+}  // namespace granule::kernels
