@@ -170,9 +170,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int i = 0; i < P::kActCopies; ++i) {
       const int column = thread / ACP + i * (kThreads / ACP);
       const bool valid = column < in.batch && first + act_part / 4 < n;
-      const __half* src = valid ? act_source + static_cast<int64_t>(i) * (kThreads / ACP) * in.n_in +
-                                      static_cast<int64_t>(first) * 32
-                                : in.x;
+      const __half* src = valid
+                              ? act_source + static_cast<int64_t>(i) * (kThreads / ACP) * in.n_in +
+                                    static_cast<int64_t>(first) * 32
+                              : in.x;
       copy_async<16>(stage + P::kActOffset + column * P::kActRow + act_part * 16, src, valid);
     }
   };
@@ -277,6 +278,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           sum[m][nt][i] = part == 0 ? acc[m][nt][i] : __ldcg(at(0, (m * NT + nt) * 4 + i));
+          // Unrolled so that several splits' loads are in flight at once (each is an L2 round
+          // trip).
+#pragma unroll(NT <= 4 ? 4 : 2)
     for (int j = 1; j < split.splits; ++j)
 #pragma unroll
       for (int m = 0; m < MT; ++m)
@@ -301,6 +305,10 @@ template <int NT, bool GATE_UP>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
+    if (allow_shared_bytes<NT, GATE_UP>() != cudaSuccess) {  // occupancy counts the attribute
+      cudaGetLastError();
+      return 1;
+    }
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, f16mma_splitk_kernel<NT, GATE_UP>,
                                                       kThreads, Plan<NT>::kShared) != cudaSuccess) {
       cudaGetLastError();
@@ -354,8 +362,8 @@ cudaError_t launch_shape(const Tasks& tasks, int n_tasks, const MatvecInputF16& 
   split.partials = workspace.partials;
   split.counters = workspace.counters;
   const dim3 grid(tiles * splits);
-  return launch_early_shared(f16mma_splitk_kernel<NT, GATE_UP>, grid, dim3(kThreads),
-                             P::kShared, config, stream, tasks, in, split, n_tasks);
+  return launch_early_shared(f16mma_splitk_kernel<NT, GATE_UP>, grid, dim3(kThreads), P::kShared,
+                             config, stream, tasks, in, split, n_tasks);
 }
 
 }  // namespace
@@ -413,15 +421,15 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
   const bool gate_up = live.t[0].weight_up != nullptr;
   cudaError_t status;
   if (input.batch <= Plan<4>::kColumns)
-    status = gate_up ? launch_shape<4, true>(live, n_live, input, workspace, config, stream,
-                                             max_splits)
-                     : launch_shape<4, false>(live, n_live, input, workspace, config, stream,
-                                              max_splits);
+    status =
+        gate_up
+            ? launch_shape<4, true>(live, n_live, input, workspace, config, stream, max_splits)
+            : launch_shape<4, false>(live, n_live, input, workspace, config, stream, max_splits);
   else
-    status = gate_up ? launch_shape<8, true>(live, n_live, input, workspace, config, stream,
-                                             max_splits)
-                     : launch_shape<8, false>(live, n_live, input, workspace, config, stream,
-                                              max_splits);
+    status =
+        gate_up
+            ? launch_shape<8, true>(live, n_live, input, workspace, config, stream, max_splits)
+            : launch_shape<8, false>(live, n_live, input, workspace, config, stream, max_splits);
   return launch_status(status);
 }
 
