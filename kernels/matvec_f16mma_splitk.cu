@@ -272,14 +272,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     __threadfence();
     float sum[MT][NT][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m)
+    for (int m = 0; m < MT; ++m) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i)
           sum[m][nt][i] = part == 0 ? acc[m][nt][i] : __ldcg(at(0, (m * NT + nt) * 4 + i));
-          // Unrolled so that several splits' loads are in flight at once (each is an L2 round
-          // trip).
+      }
+    }
+    // Unrolled so that several splits' loads are in flight at once (each an L2 round trip).
 #pragma unroll(NT <= 4 ? 4 : 2)
     for (int j = 1; j < split.splits; ++j)
 #pragma unroll
