@@ -38,17 +38,20 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
 constexpr int kMinStagesPerSplit = 2;
 
-// One stage of the block's ring (Q4_0), and the block's shape, for NT n-tiles of 8 columns.
-template <int NT>
+// One stage of the block's ring (Q4_0 or Q8_0), and the block's shape, for NT n-tiles of 8
+// columns.
+template <uint32_t TYPE, int NT>
 struct Plan {
   static constexpr int MT = 2;                          // m-tiles per warp
   static constexpr int kWeightRows = kWarps * 16 * MT;  // 128 per block
   static constexpr int kColumns = 8 * NT;
-  static constexpr int kKs = NT <= 4 ? 4 : 2;  // sub-blocks per stage
-  // Weight rows padded by 16 bytes (strides 80 and 48: ldmatrix's 8 row addresses land in 8
-  // different 16-byte bank groups); scales one f16 d per sub-block; activation rows (one per
+  static constexpr int kKs = NT <= 4 ? 4 : 2;                   // sub-blocks per stage
+  static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;   // per sub-block
+  static constexpr int kChunksPerRow = kKs * kQuantBytes / 16;  // 16-byte copies per stage row
+  // Weight rows padded by 16 bytes (strides 80, 48 and 144: ldmatrix's 8 row addresses land in
+  // 8 different 16-byte bank groups); scales one f16 d per sub-block; activation rows (one per
   // column, kKs x 32 f16) padded to 32 mod 128 bytes (conflict-free 8-byte B loads).
-  static constexpr int kWeightRow = kKs * 16 + 16;
+  static constexpr int kWeightRow = kKs * kQuantBytes + 16;
   static constexpr int kScaleRow = kKs * 2;
   static constexpr int kActRow = kKs * 64 + 32;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
@@ -59,13 +62,14 @@ struct Plan {
   static constexpr int kShared = kStages * kStageBytes;
   static constexpr int kAccumulators = MT * NT * 4;
   static constexpr int kPartialFloats = kThreads * kAccumulators;  // per block
-  // Per thread and stage: kKs 16-byte weight chunks, one scale copy, kActCopies activation
-  // chunks (4 per sub-block and column).
-  static constexpr int kWeightCopies = kWeightRows * kKs / kThreads;
+  // Per thread and stage: kWeightCopies 16-byte weight chunks, one scale copy, kActCopies
+  // activation chunks (4 per sub-block and column).
+  static constexpr int kWeightCopies = kWeightRows * kChunksPerRow / kThreads;
   static constexpr int kActChunksPerColumn = kKs * 4;
   static constexpr int kActCopies = kColumns * kActChunksPerColumn / kThreads;
   static_assert(kWeightRows == kThreads, "one scale copy per thread");
-  static_assert(kWeightCopies * kThreads == kWeightRows * kKs && kThreads % kKs == 0);
+  static_assert(kWeightCopies * kThreads == kWeightRows * kChunksPerRow &&
+                kThreads % kChunksPerRow == 0);
   static_assert(kActCopies * kThreads == kColumns * kActChunksPerColumn &&
                 kThreads % kActChunksPerColumn == 0);
   static_assert(kScaleOffset % 16 == 0 && kActOffset % 16 == 0 && kStageBytes % 16 == 0 &&
@@ -74,6 +78,19 @@ struct Plan {
   static_assert(kActRow % 128 == 32, "conflict-free 8-byte activation loads");
   static_assert(kStages >= 3 && kShared <= mma::kMaxBlockShared, "a ring of 3 stages or more");
 };
+
+// Q8_0: bytes 0, 1 and 2, 3 of v (int8 values q) as f16 pairs f16(q d), each rounded once
+// (matvec_f16mma.cu's scaled_pairs over q + 128 as the f16 integers 1152 + q, exact).
+__device__ __forceinline__ void q8_f16_pairs(uint32_t v, __half2 d, uint32_t (&o)[2]) {
+  constexpr uint32_t kHalf2_1152 = 0x64806480u;  // 1024 + 128
+  const uint32_t u = v ^ 0x80808080u;            // q + 128, unsigned
+  o[0] = mma::as_bits(__hmul2_rn(
+      __hsub2_rn(mma::as_half2(__byte_perm(u, 0x64646464u, 0x4140)), mma::as_half2(kHalf2_1152)),
+      d));
+  o[1] = mma::as_bits(__hmul2_rn(
+      __hsub2_rn(mma::as_half2(__byte_perm(u, 0x64646464u, 0x4342)), mma::as_half2(kHalf2_1152)),
+      d));
+}
 
 // The launch's split of the K range and its workspace (kernel parameter).
 struct Split {
@@ -110,10 +127,10 @@ __device__ __forceinline__ const uint8_t* stage_row(const MatvecTask& task, int 
   return static_cast<const uint8_t*>(matrix) + static_cast<int64_t>(row) * task.row_bytes;
 }
 
-template <int NT, bool GATE_UP>
+template <uint32_t TYPE, int NT, bool GATE_UP>
 __global__ void __launch_bounds__(kThreads, 2)
     f16mma_splitk_kernel(Tasks tasks, MatvecInputF16 in, Split split, int n_tasks) {
-  using P = Plan<NT>;
+  using P = Plan<TYPE, NT>;
   constexpr int S = P::kStages, KS = P::kKs, MT = P::MT;
   constexpr int kRows = GATE_UP ? P::kWeightRows / 2 : P::kWeightRows;  // output rows per tile
   extern __shared__ __align__(16) uint8_t shared[];
@@ -134,16 +151,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       static_cast<int>(static_cast<int64_t>(all_stages) * (part + 1) / split.splits) - stage0;
   const int thread = threadIdx.x, warp = thread / kWarpSize, lane = thread % kWarpSize;
 
-  // This thread's copies: weight chunk thread % KS of stage rows thread / KS + i (kThreads /
-  // KS); the scales of stage row `thread`; activation chunk part thread % (4 KS) of columns
-  // thread / (4 KS) + i (kThreads / (4 KS)).
-  const int chunk = thread % KS;
+  // This thread's copies: weight chunk thread % CPR of stage rows thread / CPR + i (kThreads /
+  // CPR), CPR = kChunksPerRow; the scales of stage row `thread`; activation chunk part
+  // thread % (4 KS) of columns thread / (4 KS) + i (kThreads / (4 KS)).
+  constexpr int CPR = P::kChunksPerRow, kChunksPerBlock = P::kQuantBytes / 16;
+  const int chunk = thread % CPR;
   const uint8_t* rows[P::kWeightCopies];
 #pragma unroll
   for (int i = 0; i < P::kWeightCopies; ++i)
-    rows[i] = stage_row<GATE_UP>(task, row0, thread / KS + i * (kThreads / KS)) + chunk * 16;
-  const uint8_t* scale_row =
-      stage_row<GATE_UP>(task, row0, thread) + split::scales_offset(split::kTypeQ4_0, n);
+    rows[i] = stage_row<GATE_UP>(task, row0, thread / CPR + i * (kThreads / CPR)) + chunk * 16;
+  const uint8_t* scale_row = stage_row<GATE_UP>(task, row0, thread) + split::scales_offset(TYPE, n);
   constexpr int ACP = P::kActChunksPerColumn;
   const int act_part = thread % ACP;
   const __half* act_source = in.x + static_cast<int64_t>(thread / ACP) * in.n_in + act_part * 8;
@@ -153,11 +170,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   auto load_weights = [&](int s) {
     uint8_t* stage = slot(s);
     const int first = first_block(s);
-    const bool valid = first + chunk < n;
+    const bool valid = first + chunk / kChunksPerBlock < n;
 #pragma unroll
     for (int i = 0; i < P::kWeightCopies; ++i)
-      copy_async<16>(stage + (thread / KS + i * (kThreads / KS)) * P::kWeightRow + chunk * 16,
-                     valid ? rows[i] + static_cast<int64_t>(first) * 16 : rows[i], valid);
+      copy_async<16>(stage + (thread / CPR + i * (kThreads / CPR)) * P::kWeightRow + chunk * 16,
+                     valid ? rows[i] + static_cast<int64_t>(first) * P::kQuantBytes : rows[i],
+                     valid);
     // The stage's scales of the row in one copy; past the row's last sub-block it reads at most
     // 6 bytes into the row's 16-byte stride padding (never used: those sub-blocks are skipped).
     copy_async<P::kScaleRow>(stage + P::kScaleOffset + thread * P::kScaleRow,
@@ -206,9 +224,18 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
     for (int u = 0; u < KS; ++u) {
       if (first + u >= n) break;  // block-uniform: past the row's end
-      // Word t of rows g, g + 8 of both m-tiles (ldmatrix.x4 over the warp's 32 rows).
-      uint32_t r[4];
-      load_matrix_x4(r, stage + (warp * 32 + lane) * P::kWeightRow + u * 16);
+      // Q4_0: word t of rows g, g + 8 of both m-tiles (ldmatrix.x4 over the warp's 32 rows):
+      // r[0][0..1] m-tile 0, r[0][2..3] m-tile 1. Q8_0: per m-tile, word t of rows g, g + 8 of
+      // the sub-block's two 16-byte halves: r[m][0..1] elements 4t.., r[m][2..3] 16 + 4t...
+      uint32_t r[TYPE == kQ8_0 ? MT : 1][4];
+      if constexpr (TYPE == kQ8_0) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          load_matrix_x4(r[m], stage + (warp * 32 + m * 16 + lane % 16) * P::kWeightRow + u * 32 +
+                                   lane / 16 * 16);
+      } else {
+        load_matrix_x4(r[0], stage + (warp * 32 + lane) * P::kWeightRow + u * 16);
+      }
       // Activation fragments: column 8 nt + g, elements 4t.. (k-step 0) and 16 + 4t.. (k-step 1).
       uint32_t b[NT][2][2];
 #pragma unroll
@@ -228,7 +255,12 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int h = 0; h < 2; ++h) {
           const __half2 dd = mma::as_half2(d_words[m][h][u / 2]);
           const __half2 d = u % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
-          mma::q4_f16_pairs<kQ4_0>(r[2 * m + h], d, d, lo[h], hi[h]);
+          if constexpr (TYPE == kQ8_0) {
+            q8_f16_pairs(r[m][h], d, lo[h]);
+            q8_f16_pairs(r[m][2 + h], d, hi[h]);
+          } else {
+            mma::q4_f16_pairs<kQ4_0>(r[0][2 * m + h], d, d, lo[h], hi[h]);
+          }
         }
         const uint32_t a0[4] = {lo[0][0], lo[1][0], lo[0][1], lo[1][1]};
         const uint32_t a1[4] = {hi[0][0], hi[1][0], hi[0][1], hi[1][1]};
@@ -296,22 +328,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   mma::store_tile<kTiles, GATE_UP, true>(acc, task, warp_row0, 0, in.batch, lane);
 }
 
-template <int NT, bool GATE_UP>
+template <uint32_t TYPE, int NT, bool GATE_UP>
 cudaError_t allow_shared_bytes() {
-  return mma::allow_shared_bytes<f16mma_splitk_kernel<NT, GATE_UP>, Plan<NT>::kShared>();
+  return mma::allow_shared_bytes<f16mma_splitk_kernel<TYPE, NT, GATE_UP>,
+                                 Plan<TYPE, NT>::kShared>();
 }
 
 // Blocks of the kernel an SM holds at once (2 by design; asked once).
-template <int NT, bool GATE_UP>
+template <uint32_t TYPE, int NT, bool GATE_UP>
 int blocks_per_sm() {
   static const int blocks = [] {
     int b = 0;
-    if (allow_shared_bytes<NT, GATE_UP>() != cudaSuccess) {  // occupancy counts the attribute
-      cudaGetLastError();
-      return 1;
-    }
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, f16mma_splitk_kernel<NT, GATE_UP>,
-                                                      kThreads, Plan<NT>::kShared) != cudaSuccess) {
+    if (allow_shared_bytes<TYPE, NT, GATE_UP>() != cudaSuccess ||  // occupancy counts it
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, f16mma_splitk_kernel<TYPE, NT, GATE_UP>,
+                                                      kThreads,
+                                                      Plan<TYPE, NT>::kShared) != cudaSuccess) {
       cudaGetLastError();
       return 1;
     }
@@ -320,35 +351,49 @@ int blocks_per_sm() {
   return blocks;
 }
 
+// The shapes of one type: (32 or 64 columns) x (plain or SwiGLU).
+template <uint32_t TYPE>
+cudaError_t allow_type() {
+  return mma::first_error(
+      {allow_shared_bytes<TYPE, 4, false>(), allow_shared_bytes<TYPE, 4, true>(),
+       allow_shared_bytes<TYPE, 8, false>(), allow_shared_bytes<TYPE, 8, true>()});
+}
+template <uint32_t TYPE>
+int most_blocks_per_sm() {
+  return std::max({blocks_per_sm<TYPE, 4, false>(), blocks_per_sm<TYPE, 4, true>(),
+                   blocks_per_sm<TYPE, 8, false>(), blocks_per_sm<TYPE, 8, true>()});
+}
+
 bool ready() {
   static const bool ok = [] {
-    if (mma::first_error({allow_shared_bytes<4, false>(), allow_shared_bytes<4, true>(),
-                          allow_shared_bytes<8, false>(), allow_shared_bytes<8, true>()}) !=
-        cudaSuccess) {
+    if (mma::first_error({allow_type<kQ4_0>(), allow_type<kQ8_0>()}) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    blocks_per_sm<4, false>();
-    blocks_per_sm<4, true>();
-    blocks_per_sm<8, false>();
-    blocks_per_sm<8, true>();
+    most_blocks_per_sm<kQ4_0>();
+    most_blocks_per_sm<kQ8_0>();
     return true;
   }();
   return ok;
 }
 
-template <int NT, bool GATE_UP>
+// SM slots of the widest-occupancy shape (the workspace is sized for it).
+int most_slots() {
+  return std::max(most_blocks_per_sm<kQ4_0>(), most_blocks_per_sm<kQ8_0>()) * multiprocessors();
+}
+
+template <uint32_t TYPE, int NT, bool GATE_UP>
 cudaError_t launch_shape(const Tasks& tasks, int n_tasks, const MatvecInputF16& in,
                          const F16MmaSplitWorkspace& workspace, const KernelConfig& config,
                          cudaStream_t stream, int max_splits) {
-  using P = Plan<NT>;
+  using P = Plan<TYPE, NT>;
   constexpr int kRows = GATE_UP ? P::kWeightRows / 2 : P::kWeightRows;
   int tiles = 0;
   for (int i = 0; i < n_tasks; ++i) tiles += ceil_div(tasks.t[i].n_out, kRows);
   const int all_stages = ceil_div(in.n_in / 32, P::kKs);
   // Every SM slot once: tiles x splits <= slots, each split at least kMinStagesPerSplit
   // stages, within the workspace.
-  const int slots = blocks_per_sm<NT, GATE_UP>() * multiprocessors();
+  const int slots = blocks_per_sm<TYPE, NT, GATE_UP>() * multiprocessors();
   int splits = slots / tiles;
   splits = std::min(splits, all_stages / kMinStagesPerSplit);
   if (max_splits > 0) splits = std::min(splits, max_splits);
@@ -363,37 +408,44 @@ cudaError_t launch_shape(const Tasks& tasks, int n_tasks, const MatvecInputF16& 
   split.partials = workspace.partials;
   split.counters = workspace.counters;
   const dim3 grid(tiles * splits);
-  return launch_early_shared(f16mma_splitk_kernel<NT, GATE_UP>, grid, dim3(kThreads), P::kShared,
-                             config, stream, tasks, in, split, n_tasks);
+  return launch_early_shared(f16mma_splitk_kernel<TYPE, NT, GATE_UP>, grid, dim3(kThreads),
+                             P::kShared, config, stream, tasks, in, split, n_tasks);
+}
+
+template <uint32_t TYPE>
+cudaError_t launch_type(const Tasks& tasks, int n_tasks, const MatvecInputF16& in,
+                        const F16MmaSplitWorkspace& workspace, const KernelConfig& config,
+                        cudaStream_t stream, int max_splits) {
+  const bool gate_up = tasks.t[0].weight_up != nullptr;
+  if (in.batch <= Plan<TYPE, 4>::kColumns)
+    return gate_up ? launch_shape<TYPE, 4, true>(tasks, n_tasks, in, workspace, config, stream,
+                                                 max_splits)
+                   : launch_shape<TYPE, 4, false>(tasks, n_tasks, in, workspace, config, stream,
+                                                  max_splits);
+  return gate_up ? launch_shape<TYPE, 8, true>(tasks, n_tasks, in, workspace, config, stream,
+                                               max_splits)
+                 : launch_shape<TYPE, 8, false>(tasks, n_tasks, in, workspace, config, stream,
+                                                max_splits);
 }
 
 }  // namespace
 
 bool matvec_f16mma_splitk_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && weight_type == kQ4_0;
+  return split_layout && (weight_type == kQ4_0 || weight_type == kQ8_0);
 }
 
 bool matvec_f16mma_splitk_fits_device() {
-  if (!mma::has_mma(f16mma_splitk_kernel<4, false>)) return false;
+  if (!mma::has_mma(f16mma_splitk_kernel<kQ4_0, 4, false>)) return false;
   multiprocessors();
   return ready();
 }
 
 int64_t matvec_f16mma_splitk_partial_floats() {
-  // tiles x splits <= slots whenever splits > 1; the widest partials are Plan<8>'s.
-  const int slots = std::max({blocks_per_sm<4, false>(), blocks_per_sm<4, true>(),
-                              blocks_per_sm<8, false>(), blocks_per_sm<8, true>()}) *
-                    multiprocessors();
-  return static_cast<int64_t>(slots) * Plan<8>::kPartialFloats;
+  // tiles x splits <= slots whenever splits > 1; the widest partials are NT = 8's.
+  return static_cast<int64_t>(most_slots()) * Plan<kQ4_0, 8>::kPartialFloats;
 }
 
-int matvec_f16mma_splitk_counters() {
-  // Splits > 1 only where tiles <= slots / 2.
-  const int slots = std::max({blocks_per_sm<4, false>(), blocks_per_sm<4, true>(),
-                              blocks_per_sm<8, false>(), blocks_per_sm<8, true>()}) *
-                    multiprocessors();
-  return slots;
-}
+int matvec_f16mma_splitk_counters() { return most_slots(); }  // splits > 1: tiles <= slots / 2
 
 cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* tasks, int n_tasks,
                                         const MatvecInputF16& input,
@@ -401,7 +453,7 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
                                         const KernelConfig& config, cudaStream_t stream,
                                         int max_splits) {
   if (input.n_in <= 0 || input.n_in % 32 != 0 || input.batch < 0 ||
-      input.batch > Plan<8>::kColumns || max_splits < 0 ||
+      input.batch > Plan<kQ4_0, 8>::kColumns || max_splits < 0 ||
       reinterpret_cast<uintptr_t>(input.x) % 16 != 0)
     return cudaErrorInvalidValue;
   Tasks packed{};
@@ -419,19 +471,11 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
   int n_live = 0;
   for (int i = 0; i < n_tasks; ++i)
     if (packed.t[i].n_out > 0) live.t[n_live++] = packed.t[i];
-  const bool gate_up = live.t[0].weight_up != nullptr;
-  cudaError_t status;
-  if (input.batch <= Plan<4>::kColumns)
-    status =
-        gate_up
-            ? launch_shape<4, true>(live, n_live, input, workspace, config, stream, max_splits)
-            : launch_shape<4, false>(live, n_live, input, workspace, config, stream, max_splits);
-  else
-    status =
-        gate_up
-            ? launch_shape<8, true>(live, n_live, input, workspace, config, stream, max_splits)
-            : launch_shape<8, false>(live, n_live, input, workspace, config, stream, max_splits);
-  return launch_status(status);
+  auto run = [&](auto type_tag) -> cudaError_t {
+    constexpr uint32_t TYPE = decltype(type_tag)::value;
+    return launch_type<TYPE>(live, n_live, input, workspace, config, stream, max_splits);
+  };
+  return mma::for_type<kQ4_0, kQ8_0>(weight_type, run);
 }
 
 }  // namespace granule::kernels

@@ -1,7 +1,7 @@
-// The split-K f16 tensor-core product over split Q4_0 (kernels/matvec_f16mma_splitk.cu) against
-// a host reference that rounds where the kernel is defined to round (each weight to f16 once,
-// f16((q - 8) d); the f16 activations exact; the sum in double), within the bound the
-// one-warp f16 kernel's test holds it to (2e-5 of the row's magnitude, sum over elements of
+// The split-K f16 tensor-core product over split Q4_0 and Q8_0 (kernels/matvec_f16mma_splitk.cu)
+// against a host reference that rounds where the kernel is defined to round (each weight to f16
+// once, f16((q - 8) d) or f16(q d); the f16 activations exact; the sum in double), within the bound
+// the one-warp f16 kernel's test holds it to (2e-5 of the row's magnitude, sum over elements of
 // |w16 x|), and against that kernel (launch_matvec_f16mma) on the same inputs. Shapes of
 // SmolLM2 and an 8B model, odd row counts and sub-block counts (a partial last stage, the scale
 // copy reaching into the row padding), batches 1-64 (17-64 are the ones the backend sends),
@@ -54,18 +54,24 @@ double half_f16_ulp(double v) {
   return std::ldexp(1.0, std::max(e - 12, -25));
 }
 
-// Row r's weights as the kernel multiplies them: f16((q - 8) d), read from the GGUF blocks and
-// checked against the engine's dequantisation before rounding.
+// Row r's weights as the kernel multiplies them: f16((q - 8) d) (Q4_0), f16(q d) (Q8_0), read
+// from the GGUF blocks and checked against the engine's dequantisation before rounding.
 std::vector<double> row_weights(const Matrix& m, int64_t r) {
   std::vector<double> w(static_cast<size_t>(m.cols));
   std::vector<float> values(static_cast<size_t>(m.cols));
-  dequantize_row(m.type, m.gguf.data() + r * m.gguf_row_bytes, values.data(), m.cols);
-  const auto* blocks = reinterpret_cast<const BlockQ4_0*>(m.gguf.data() + r * m.gguf_row_bytes);
+  const uint8_t* row = m.gguf.data() + r * m.gguf_row_bytes;
+  dequantize_row(m.type, row, values.data(), m.cols);
   for (int64_t i = 0; i < m.cols; ++i) {
-    const BlockQ4_0& b = blocks[i / 32];
-    const int k = static_cast<int>(i % 32);
-    const int q = k < 16 ? b.qs[k] & 0x0F : b.qs[k - 16] >> 4;
-    const double exact = (q - 8) * static_cast<double>(fp16_to_f32(b.d));
+    double exact = 0;
+    if (m.type == TensorType::Q8_0) {
+      const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[i / 32];
+      exact = b.qs[i % 32] * static_cast<double>(fp16_to_f32(b.d));
+    } else {
+      const BlockQ4_0& b = reinterpret_cast<const BlockQ4_0*>(row)[i / 32];
+      const int k = static_cast<int>(i % 32);
+      const int q = k < 16 ? b.qs[k] & 0x0F : b.qs[k - 16] >> 4;
+      exact = (q - 8) * static_cast<double>(fp16_to_f32(b.d));
+    }
     EXPECT_NEAR(exact, values[static_cast<size_t>(i)], 1e-6 * std::fabs(exact) + 1e-12);
     w[static_cast<size_t>(i)] = round_to_f16(exact);
   }
@@ -160,6 +166,7 @@ void expect_written_exactly(const std::vector<float>& y, int64_t rows, int batch
 }
 
 struct Shape {
+  TensorType type;
   int64_t rows, cols;
 };
 class MatvecF16MmaSplitK : public ::testing::TestWithParam<Shape> {};
@@ -171,7 +178,8 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const Shape s = GetParam();
-  const Matrix w = mma_test::make_matrix(TensorType::Q4_0, s.rows, s.cols,
+  const auto type = static_cast<uint32_t>(s.type);
+  const Matrix w = mma_test::make_matrix(s.type, s.rows, s.cols,
                                          static_cast<uint32_t>(s.rows * 5 + s.cols), true);
   const Activations act(s.cols, static_cast<uint32_t>(s.cols + 29));
   const std::vector<int64_t> rows = sampled_rows(s.rows);
@@ -180,11 +188,12 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
   const Workspace ws;
   for (const int batch : {1, 7, 16, 17, 24, 32, 33, 48, 64})
     for (const int max_splits : {0, 1, 2, 3}) {
-      SCOPED_TRACE(std::to_string(s.rows) + "x" + std::to_string(s.cols) + " batch " +
-                   std::to_string(batch) + " max splits " + std::to_string(max_splits));
+      SCOPED_TRACE(std::string(tensor_type_info(s.type).name) + " " + std::to_string(s.rows) + "x" +
+                   std::to_string(s.cols) + " batch " + std::to_string(batch) + " max splits " +
+                   std::to_string(max_splits));
       Output out(s.rows, batch);
       const kernels::MatvecTask task = task_for(w, out.y.get());
-      CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, &task, 1, act.input(batch), ws.view(),
+      CUDA_OK(kernels::launch_matvec_f16mma_splitk(type, &task, 1, act.input(batch), ws.view(),
                                                    config, nullptr, max_splits));
       const std::vector<float> got = out.y.download();
       expect_written_exactly(got, s.rows, batch);
@@ -201,7 +210,7 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
       // The same launch again: the same bits.
       Output again(s.rows, batch);
       const kernels::MatvecTask task2 = task_for(w, again.y.get());
-      CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, &task2, 1, act.input(batch), ws.view(),
+      CUDA_OK(kernels::launch_matvec_f16mma_splitk(type, &task2, 1, act.input(batch), ws.view(),
                                                    config, nullptr, max_splits));
       EXPECT_EQ(std::memcmp(got.data(), again.y.download().data(), got.size() * sizeof(float)), 0)
           << "a second launch gave other bits";
@@ -212,14 +221,30 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
 // SmolLM2-135M's (576 -> 1536, 1536 -> 576, 576 -> 192) and an 8B model's (4096 -> 4096,
 // 4096 -> 1024, 14336 -> 4096) products; odd rows (partial tiles), 19 and 37 sub-blocks (a
 // partial last stage; the scale copy past the row's last sub-block), one and two sub-blocks
-// (fewer stages than a split needs), 40,000 rows (more tiles than SM slots: no split).
-INSTANTIATE_TEST_SUITE_P(Shapes, MatvecF16MmaSplitK,
-                         ::testing::Values(Shape{1536, 576}, Shape{576, 1536}, Shape{192, 576},
-                                           Shape{4096, 4096}, Shape{1024, 4096}, Shape{4096, 14336},
-                                           Shape{100, 608}, Shape{17, 1184}, Shape{129, 32},
-                                           Shape{255, 64}, Shape{40000, 128}),
+// (fewer stages than a split needs), 40,000 rows (more tiles than SM slots: no split); for Q4_0
+// and Q8_0.
+std::vector<Shape> shapes() {
+  std::vector<Shape> out;
+  for (const TensorType t : {TensorType::Q4_0, TensorType::Q8_0})
+    for (const auto& [rows, cols] :
+         std::initializer_list<std::pair<int64_t, int64_t>>{{1536, 576},
+                                                            {576, 1536},
+                                                            {192, 576},
+                                                            {4096, 4096},
+                                                            {1024, 4096},
+                                                            {4096, 14336},
+                                                            {100, 608},
+                                                            {17, 1184},
+                                                            {129, 32},
+                                                            {255, 64},
+                                                            {40000, 128}})
+      out.push_back({t, rows, cols});
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, MatvecF16MmaSplitK, ::testing::ValuesIn(shapes()),
                          [](const ::testing::TestParamInfo<Shape>& info) {
-                           return std::to_string(info.param.rows) + "x" +
+                           return std::string(tensor_type_info(info.param.type).name) + "_" +
+                                  std::to_string(info.param.rows) + "x" +
                                   std::to_string(info.param.cols);
                          });
 
@@ -230,29 +255,31 @@ TEST(MatvecF16MmaSplitKAgainst, OneWarpKernel) {
   if (!kernels::matvec_f16mma_fits_device()) GTEST_SKIP() << "no one-warp f16 kernel here";
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const int64_t rows = 4096, cols = 4096;
-  const Matrix w = mma_test::make_matrix(TensorType::Q4_0, rows, cols, 77, true);
   const Activations act(cols, 78);
   const Workspace ws;
-  for (const int batch : {17, 32, 64}) {
-    Output a(rows, batch), b(rows, batch);
-    const kernels::MatvecTask ta = task_for(w, a.y.get()), tb = task_for(w, b.y.get());
-    CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, &ta, 1, act.input(batch), ws.view(), config,
-                                                 nullptr));
-    CUDA_OK(kernels::launch_matvec_f16mma(kQ4_0, &tb, 1, act.input(batch), config, nullptr));
-    const std::vector<float> ya = a.y.download(), yb = b.y.download();
-    int bad = 0;
-    for (int64_t r = 0; r < rows; r += 13) {
-      const std::vector<double> wr = row_weights(w, r);
-      for (int c = 0; c < batch; ++c) {
-        const Reference ref = reference(wr, act.column(c));
-        const size_t at = static_cast<size_t>(c * rows + r);
-        if (!(std::fabs(static_cast<double>(ya[at]) - yb[at]) <= 2 * ref.bound) && ++bad <= 5)
-          ADD_FAILURE() << "row " << r << " column " << c << ": split-K " << ya[at] << " one-warp "
-                        << yb[at];
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
+    for (const int batch : {17, 32, 64}) {
+      const auto wt = static_cast<uint32_t>(type);
+      const Matrix w = mma_test::make_matrix(type, rows, cols, 77, true);
+      Output a(rows, batch), b(rows, batch);
+      const kernels::MatvecTask ta = task_for(w, a.y.get()), tb = task_for(w, b.y.get());
+      CUDA_OK(kernels::launch_matvec_f16mma_splitk(wt, &ta, 1, act.input(batch), ws.view(), config,
+                                                   nullptr));
+      CUDA_OK(kernels::launch_matvec_f16mma(wt, &tb, 1, act.input(batch), config, nullptr));
+      const std::vector<float> ya = a.y.download(), yb = b.y.download();
+      int bad = 0;
+      for (int64_t r = 0; r < rows; r += 13) {
+        const std::vector<double> wr = row_weights(w, r);
+        for (int c = 0; c < batch; ++c) {
+          const Reference ref = reference(wr, act.column(c));
+          const size_t at = static_cast<size_t>(c * rows + r);
+          if (!(std::fabs(static_cast<double>(ya[at]) - yb[at]) <= 2 * ref.bound) && ++bad <= 5)
+            ADD_FAILURE() << "row " << r << " column " << c << ": split-K " << ya[at]
+                          << " one-warp " << yb[at];
+        }
       }
+      EXPECT_EQ(bad, 0) << tensor_type_info(type).name << " batch " << batch;
     }
-    EXPECT_EQ(bad, 0) << "batch " << batch;
-  }
 }
 
 // A workspace too small for the tiles' partials or counters: no split, still right.
@@ -290,48 +317,50 @@ TEST(MatvecF16MmaSplitKTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(5);
   const Workspace ws;
-  for (const int64_t cols : {int64_t{608}, int64_t{4096}}) {
-    const int64_t rows[3] = {cols == 4096 ? 4096 : 200, cols == 4096 ? 1024 : 72,
-                             cols == 4096 ? 1024 : 40};
-    const Activations act(cols, 23);
-    std::vector<Matrix> w;
-    std::vector<std::vector<std::vector<double>>> weights(3);
-    std::vector<std::vector<int64_t>> sampled(3);
-    for (int i = 0; i < 3; ++i) {
-      w.push_back(mma_test::make_matrix(TensorType::Q4_0, rows[i], cols, 100 + i, true));
-      sampled[static_cast<size_t>(i)] = sampled_rows(rows[i]);
-      for (const int64_t r : sampled[static_cast<size_t>(i)])
-        weights[static_cast<size_t>(i)].push_back(row_weights(w.back(), r));
-    }
-    for (const int batch : {17, 32, 33, 64}) {
-      SCOPED_TRACE(std::to_string(cols) + " columns, batch " + std::to_string(batch));
-      std::vector<DeviceArray<float>> y;
-      std::vector<std::vector<float>> start;
-      kernels::MatvecTask tasks[3];
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
+    for (const int64_t cols : {int64_t{608}, int64_t{4096}}) {
+      const int64_t rows[3] = {cols == 4096 ? 4096 : 200, cols == 4096 ? 1024 : 72,
+                               cols == 4096 ? 1024 : 40};
+      const Activations act(cols, 23);
+      std::vector<Matrix> w;
+      std::vector<std::vector<std::vector<double>>> weights(3);
+      std::vector<std::vector<int64_t>> sampled(3);
       for (int i = 0; i < 3; ++i) {
-        start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
-        y.emplace_back(start.back());
-        tasks[i] = task_for(w[static_cast<size_t>(i)], y.back().get());
-        tasks[i].accumulate = i == 1;
+        w.push_back(mma_test::make_matrix(type, rows[i], cols, 100 + i, true));
+        sampled[static_cast<size_t>(i)] = sampled_rows(rows[i]);
+        for (const int64_t r : sampled[static_cast<size_t>(i)])
+          weights[static_cast<size_t>(i)].push_back(row_weights(w.back(), r));
       }
-      CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, tasks, 3, act.input(batch), ws.view(),
-                                                   config, nullptr));
-      for (int i = 0; i < 3; ++i) {
-        const std::vector<float> got = y[static_cast<size_t>(i)].download();
-        const auto& rs = sampled[static_cast<size_t>(i)];
-        for (int c = 0; c < batch; ++c)
-          for (size_t k = 0; k < rs.size(); ++k) {
-            const size_t at = static_cast<size_t>(c * rows[i] + rs[k]);
-            const Reference ref = reference(weights[static_cast<size_t>(i)][k], act.column(c));
-            const double before = start[static_cast<size_t>(i)][at];
-            const double want = ref.value + (i == 1 ? before : 0.0);
-            const double bound = ref.bound + (i == 1 ? 1e-6 * std::fabs(before) : 0.0);
-            ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want), bound)
-                << "matrix " << i << " row " << rs[k] << " column " << c;
-          }
+      for (const int batch : {17, 32, 33, 64}) {
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(cols) +
+                     " columns, batch " + std::to_string(batch));
+        std::vector<DeviceArray<float>> y;
+        std::vector<std::vector<float>> start;
+        kernels::MatvecTask tasks[3];
+        for (int i = 0; i < 3; ++i) {
+          start.push_back(gpu_test::random_floats(static_cast<size_t>(rows[i] * batch), rng));
+          y.emplace_back(start.back());
+          tasks[i] = task_for(w[static_cast<size_t>(i)], y.back().get());
+          tasks[i].accumulate = i == 1;
+        }
+        CUDA_OK(kernels::launch_matvec_f16mma_splitk(static_cast<uint32_t>(type), tasks, 3,
+                                                     act.input(batch), ws.view(), config, nullptr));
+        for (int i = 0; i < 3; ++i) {
+          const std::vector<float> got = y[static_cast<size_t>(i)].download();
+          const auto& rs = sampled[static_cast<size_t>(i)];
+          for (int c = 0; c < batch; ++c)
+            for (size_t k = 0; k < rs.size(); ++k) {
+              const size_t at = static_cast<size_t>(c * rows[i] + rs[k]);
+              const Reference ref = reference(weights[static_cast<size_t>(i)][k], act.column(c));
+              const double before = start[static_cast<size_t>(i)][at];
+              const double want = ref.value + (i == 1 ? before : 0.0);
+              const double bound = ref.bound + (i == 1 ? 1e-6 * std::fabs(before) : 0.0);
+              ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want), bound)
+                  << "matrix " << i << " row " << rs[k] << " column " << c;
+            }
+        }
       }
     }
-  }
   EXPECT_EQ(ws.counters_not_zero(), 0);
 }
 
@@ -341,70 +370,75 @@ TEST(MatvecF16MmaSplitKTasks, SwiGlu) {
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const Workspace ws;
-  for (const auto& [rows, cols] :
-       std::initializer_list<std::pair<int64_t, int64_t>>{{1536, 576}, {100, 608}, {14336, 4096}}) {
-    const Matrix gate = mma_test::make_matrix(TensorType::Q4_0, rows, cols, 17, true);
-    const Matrix up = mma_test::make_matrix(TensorType::Q4_0, rows, cols, 18, true);
-    const Activations act(cols, 31);
-    const std::vector<int64_t> sampled = sampled_rows(rows);
-    std::vector<std::vector<double>> gw, uw;
-    for (const int64_t r : sampled) {
-      gw.push_back(row_weights(gate, r));
-      uw.push_back(row_weights(up, r));
-    }
-    for (const int batch : {17, 32, 64}) {
-      SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " batch " +
-                   std::to_string(batch));
-      Output f32(rows, batch);
-      kernels::MatvecTask plain = task_for(gate, f32.y.get());
-      plain.weight_up = up.device.get();
-      CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, &plain, 1, act.input(batch), ws.view(),
-                                                   config, nullptr));
-      const std::vector<float> wide = f32.y.download();
-      expect_written_exactly(wide, rows, batch);
-      DeviceArray<uint16_t> half_y(static_cast<size_t>((batch + 1) * rows));
-      half_y.poison();
-      kernels::MatvecTask task = task_for(gate, nullptr);
-      task.weight_up = up.device.get();
-      task.y_f16 = reinterpret_cast<__half*>(half_y.get());
-      CUDA_OK(kernels::launch_matvec_f16mma_splitk(kQ4_0, &task, 1, act.input(batch), ws.view(),
-                                                   config, nullptr));
-      const std::vector<uint16_t> bits = half_y.download();
-      int unwritten = 0, past = 0, unequal = 0, bad = 0;
-      for (int64_t i = 0; i < batch * rows; ++i) {
-        unwritten += bits[static_cast<size_t>(i)] == 0xFFFFu;
-        unequal += bits[static_cast<size_t>(i)] != f32_to_fp16(wide[static_cast<size_t>(i)]);
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
+    for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
+             {1536, 576}, {100, 608}, {14336, 4096}}) {
+      const auto wt = static_cast<uint32_t>(type);
+      const Matrix gate = mma_test::make_matrix(type, rows, cols, 17, true);
+      const Matrix up = mma_test::make_matrix(type, rows, cols, 18, true);
+      const Activations act(cols, 31);
+      const std::vector<int64_t> sampled = sampled_rows(rows);
+      std::vector<std::vector<double>> gw, uw;
+      for (const int64_t r : sampled) {
+        gw.push_back(row_weights(gate, r));
+        uw.push_back(row_weights(up, r));
       }
-      for (int64_t r = 0; r < rows; ++r)
-        past += bits[static_cast<size_t>(batch * rows + r)] != 0xFFFFu;
-      EXPECT_EQ(unwritten, 0);
-      EXPECT_EQ(past, 0);
-      EXPECT_EQ(unequal, 0) << "f16 results that are not the f32 results rounded to nearest";
-      for (int c = 0; c < batch; ++c)
-        for (size_t k = 0; k < sampled.size(); ++k) {
-          const Reference g = reference(gw[k], act.column(c)), u = reference(uw[k], act.column(c));
-          const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
-          const double bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
-                               1.1 * (std::fabs(g.value) + g.bound) * u.bound +
-                               1e-5 * std::fabs(expected) + 1e-30;
-          const double v = wide[static_cast<size_t>(c * rows + sampled[k])];
-          if (!(std::fabs(v - expected) <= bound) && ++bad <= 5)
-            ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": " << v << " expected "
-                          << expected << " bound " << bound;
-          const double h = fp16_to_f32(bits[static_cast<size_t>(c * rows + sampled[k])]);
-          if (!(std::fabs(h - expected) <= bound + half_f16_ulp(std::fabs(expected) + bound)) &&
-              ++bad <= 5)
-            ADD_FAILURE() << "f16 row " << sampled[k] << " column " << c << ": " << h;
+      for (const int batch : {17, 32, 64}) {
+        SCOPED_TRACE(std::string(tensor_type_info(type).name) + " " + std::to_string(rows) + "x" +
+                     std::to_string(cols) + " batch " + std::to_string(batch));
+        Output f32(rows, batch);
+        kernels::MatvecTask plain = task_for(gate, f32.y.get());
+        plain.weight_up = up.device.get();
+        CUDA_OK(kernels::launch_matvec_f16mma_splitk(wt, &plain, 1, act.input(batch), ws.view(),
+                                                     config, nullptr));
+        const std::vector<float> wide = f32.y.download();
+        expect_written_exactly(wide, rows, batch);
+        DeviceArray<uint16_t> half_y(static_cast<size_t>((batch + 1) * rows));
+        half_y.poison();
+        kernels::MatvecTask task = task_for(gate, nullptr);
+        task.weight_up = up.device.get();
+        task.y_f16 = reinterpret_cast<__half*>(half_y.get());
+        CUDA_OK(kernels::launch_matvec_f16mma_splitk(wt, &task, 1, act.input(batch), ws.view(),
+                                                     config, nullptr));
+        const std::vector<uint16_t> bits = half_y.download();
+        int unwritten = 0, past = 0, unequal = 0, bad = 0;
+        for (int64_t i = 0; i < batch * rows; ++i) {
+          unwritten += bits[static_cast<size_t>(i)] == 0xFFFFu;
+          unequal += bits[static_cast<size_t>(i)] != f32_to_fp16(wide[static_cast<size_t>(i)]);
         }
-      EXPECT_EQ(bad, 0);
+        for (int64_t r = 0; r < rows; ++r)
+          past += bits[static_cast<size_t>(batch * rows + r)] != 0xFFFFu;
+        EXPECT_EQ(unwritten, 0);
+        EXPECT_EQ(past, 0);
+        EXPECT_EQ(unequal, 0) << "f16 results that are not the f32 results rounded to nearest";
+        for (int c = 0; c < batch; ++c)
+          for (size_t k = 0; k < sampled.size(); ++k) {
+            const Reference g = reference(gw[k], act.column(c)),
+                            u = reference(uw[k], act.column(c));
+            const double expected = g.value / (1.0 + std::exp(-g.value)) * u.value;
+            const double bound = 1.1 * g.bound * (std::fabs(u.value) + u.bound) +
+                                 1.1 * (std::fabs(g.value) + g.bound) * u.bound +
+                                 1e-5 * std::fabs(expected) + 1e-30;
+            const double v = wide[static_cast<size_t>(c * rows + sampled[k])];
+            if (!(std::fabs(v - expected) <= bound) && ++bad <= 5)
+              ADD_FAILURE() << "row " << sampled[k] << " column " << c << ": " << v << " expected "
+                            << expected << " bound " << bound;
+            const double h = fp16_to_f32(bits[static_cast<size_t>(c * rows + sampled[k])]);
+            if (!(std::fabs(h - expected) <= bound + half_f16_ulp(std::fabs(expected) + bound)) &&
+                ++bad <= 5)
+              ADD_FAILURE() << "f16 row " << sampled[k] << " column " << c << ": " << h;
+          }
+        EXPECT_EQ(bad, 0);
+      }
     }
-  }
   EXPECT_EQ(ws.counters_not_zero(), 0);
 }
 
-// A split-layout Q4_0 matrix of random bytes with its f16 scales 0.01-0.02 (timing and graph).
-DeviceArray<uint8_t> random_q4_0(int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  const int64_t n = cols / 32, stride = split_row_stride(kQ4_0, cols);
+// A split-layout Q4_0 or Q8_0 matrix of random bytes with its f16 scales 0.01-0.02 (timing and
+// graph).
+DeviceArray<uint8_t> random_split(uint32_t type, int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  const int64_t n = cols / 32, stride = split_row_stride(type, cols);
+  const int64_t scales = kernels::split::scales_offset(type, n);
   std::vector<uint8_t> bytes(static_cast<size_t>(rows * stride) + 16, 0);
   for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
     const uint64_t v = rng();
@@ -413,36 +447,38 @@ DeviceArray<uint8_t> random_q4_0(int64_t rows, int64_t cols, std::mt19937_64& rn
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < n; ++j) {
       const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
-      std::memcpy(&bytes[static_cast<size_t>(r * stride + 16 * n + 2 * j)], &d, 2);
+      std::memcpy(&bytes[static_cast<size_t>(r * stride + scales + 2 * j)], &d, 2);
     }
   return DeviceArray<uint8_t>(bytes);
 }
 
 // An 8B layer's four products (QKV, wo with accumulate, gate+up to f16, down with accumulate)
-// on random Q4_0 weights, each reading the previous one's output where the step does.
+// on random weights of one type, each reading the previous one's output where the step does.
 struct Products8B {
   static constexpr int64_t d = 4096, kv = 1024, ff = 14336;
+  const uint32_t type;
   std::mt19937_64 rng{11};
-  DeviceArray<uint8_t> wq = random_q4_0(d, d, rng), wk = random_q4_0(kv, d, rng),
-                       wv = random_q4_0(kv, d, rng), wo = random_q4_0(d, d, rng),
-                       gate = random_q4_0(ff, d, rng), up = random_q4_0(ff, d, rng),
-                       down = random_q4_0(d, ff, rng);
+  DeviceArray<uint8_t> wq = random_split(type, d, d, rng), wk = random_split(type, kv, d, rng),
+                       wv = random_split(type, kv, d, rng), wo = random_split(type, d, d, rng),
+                       gate = random_split(type, ff, d, rng), up = random_split(type, ff, d, rng),
+                       down = random_split(type, d, ff, rng);
   DeviceArray<__half> x16{static_cast<size_t>(kMaxBatch * ff)};
   DeviceArray<__half> h16{static_cast<size_t>(kMaxBatch * ff)};
   DeviceArray<float> qkv{static_cast<size_t>(kMaxBatch * (d + 2 * kv))};
   DeviceArray<float> hidden{static_cast<size_t>(kMaxBatch * d)};
-  Products8B() {
+  explicit Products8B(uint32_t weight_type) : type(weight_type) {
     std::mt19937 frng(12);
     DeviceArray<float> x32(gpu_test::random_floats(static_cast<size_t>(kMaxBatch * ff), frng));
     kernels::launch_convert_f32_to_f16(x32.get(), kMaxBatch * ff, x16.get(), nullptr);
     kernels::launch_convert_f32_to_f16(x32.get(), kMaxBatch * ff, h16.get(), nullptr);
     cudaMemset(hidden.get(), 0, hidden.size() * sizeof(float));
+    cudaDeviceSynchronize();  // before launches on other streams
   }
   kernels::MatvecTask task(const DeviceArray<uint8_t>& m, int64_t rows, int64_t cols,
                            float* out) const {
     kernels::MatvecTask t;
     t.weight = m.get();
-    t.row_bytes = split_row_stride(kQ4_0, cols);
+    t.row_bytes = split_row_stride(type, cols);
     t.split_layout = true;
     t.n_out = static_cast<int>(rows);
     t.y = out;
@@ -463,7 +499,7 @@ struct Products8B {
       in.x = x.get();
       return in;
     };
-    const double per_weight = 18.0 / 32;
+    const double per_weight = type == kQ4_0 ? 18.0 / 32 : 34.0 / 32;
     kernels::MatvecTask o = task(wo, d, d, hidden.get());
     o.accumulate = true;
     kernels::MatvecTask gu = task(gate, ff, d, nullptr);
@@ -489,7 +525,7 @@ struct Products8B {
 TEST(MatvecF16MmaSplitKGraph, ReplaysGiveEagerBits) {
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
-  Products8B p;
+  Products8B p(kQ4_0);
   const Workspace ws;
   const int columns = 32;
   auto run = [&](cudaStream_t stream) {
@@ -509,7 +545,8 @@ TEST(MatvecF16MmaSplitKGraph, ReplaysGiveEagerBits) {
     CUDA_OK(cudaStreamSynchronize(stream));
     eager.push_back(p.hidden.download());
   }
-  CUDA_OK(cudaMemset(p.hidden.get(), 0, p.hidden.size() * sizeof(float)));
+  CUDA_OK(cudaMemsetAsync(p.hidden.get(), 0, p.hidden.size() * sizeof(float), stream));
+  CUDA_OK(cudaStreamSynchronize(stream));
   cudaGraph_t graph;
   CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   CUDA_OK(run(stream));
@@ -534,8 +571,10 @@ TEST(MatvecF16MmaSplitKGraph, ReplaysGiveEagerBits) {
 TEST(MatvecF16MmaSplitKTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_f16mma_splitk_supports(kQ4_0, true));
   EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(kQ4_0, false));
+  EXPECT_TRUE(
+      kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(TensorType::Q8_0), true));
   for (const auto type :
-       {TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::F16})
+       {TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(type), true));
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
@@ -612,52 +651,57 @@ TEST(MatvecF16MmaSplitKTiming, ShapesOf8B) {
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const bool one_warp = kernels::matvec_f16mma_fits_device();
-  Products8B p;
   const Workspace ws;
-  double total_split = 0, total_one = 0;
-  for (const int columns : {17, 24, 32, 48, 64}) {
-    total_split = total_one = 0;
-    for (const auto& product : p.products(columns)) {
-      // Plain outputs (no accumulate) so both kernels' results compare.
-      std::vector<kernels::MatvecTask> tasks = product.tasks;
-      for (auto& t : tasks) t.accumulate = false;
-      const int n = static_cast<int>(tasks.size());
-      const double split_us = time_launches([&] {
-        return kernels::launch_matvec_f16mma_splitk(kQ4_0, tasks.data(), n, product.in, ws.view(),
-                                                    config, nullptr);
-      });
-      ASSERT_GT(split_us, 0) << product.name << " split-K launch failed";
-      const std::vector<float> split_y =
-          tasks[0].y_f16 ? std::vector<float>{} : p.hidden.download();
-      double one_us = 0;
-      if (one_warp) {
-        one_us = time_launches([&] {
-          return kernels::launch_matvec_f16mma(kQ4_0, tasks.data(), n, product.in, config, nullptr);
+  for (const TensorType weight_type : {TensorType::Q4_0, TensorType::Q8_0}) {
+    const uint32_t wt = static_cast<uint32_t>(weight_type);
+    const char* type_name = tensor_type_info(weight_type).name.data();
+    Products8B p(wt);
+    double total_split = 0, total_one = 0;
+    for (const int columns : {17, 24, 32, 48, 64}) {
+      total_split = total_one = 0;
+      for (const auto& product : p.products(columns)) {
+        // Plain outputs (no accumulate) so both kernels' results compare.
+        std::vector<kernels::MatvecTask> tasks = product.tasks;
+        for (auto& t : tasks) t.accumulate = false;
+        const int n = static_cast<int>(tasks.size());
+        const double split_us = time_launches([&] {
+          return kernels::launch_matvec_f16mma_splitk(wt, tasks.data(), n, product.in, ws.view(),
+                                                      config, nullptr);
         });
-        ASSERT_GT(one_us, 0) << product.name << " one-warp launch failed";
-        if (tasks[0].y == p.hidden.get()) {
-          const std::vector<float> one_y = p.hidden.download();
-          double difference = 0, norm = 0;
-          for (size_t i = 0; i < static_cast<size_t>(columns * Products8B::d); ++i) {
-            difference += (static_cast<double>(split_y[i]) - one_y[i]) * (split_y[i] - one_y[i]);
-            norm += static_cast<double>(one_y[i]) * one_y[i];
+        ASSERT_GT(split_us, 0) << product.name << " split-K launch failed";
+        const std::vector<float> split_y =
+            tasks[0].y_f16 ? std::vector<float>{} : p.hidden.download();
+        double one_us = 0;
+        if (one_warp) {
+          one_us = time_launches([&] {
+            return kernels::launch_matvec_f16mma(wt, tasks.data(), n, product.in, config, nullptr);
+          });
+          ASSERT_GT(one_us, 0) << product.name << " one-warp launch failed";
+          if (tasks[0].y == p.hidden.get()) {
+            const std::vector<float> one_y = p.hidden.download();
+            double difference = 0, norm = 0;
+            for (size_t i = 0; i < static_cast<size_t>(columns * Products8B::d); ++i) {
+              difference += (static_cast<double>(split_y[i]) - one_y[i]) * (split_y[i] - one_y[i]);
+              norm += static_cast<double>(one_y[i]) * one_y[i];
+            }
+            EXPECT_LT(std::sqrt(difference / norm), 1e-4) << product.name << " " << columns;
           }
-          EXPECT_LT(std::sqrt(difference / norm), 1e-4) << product.name << " " << columns;
         }
+        total_split += split_us;
+        total_one += one_us;
+        std::printf(
+            "[f16mma-splitk-timing] %s %-7s %2d columns: split-K %8.2f us (%.2f TB/s of weights), "
+            "one-warp %8.2f us (%.2f TB/s)\n",
+            type_name, product.name, columns, split_us, product.bytes / (split_us * 1e-6) / 1e12,
+            one_us, one_us > 0 ? product.bytes / (one_us * 1e-6) / 1e12 : 0.0);
+        ::testing::Test::RecordProperty(std::string(type_name) + "_" + product.name + "_" +
+                                            std::to_string(columns) + "_splitk_us",
+                                        std::to_string(split_us));
       }
-      total_split += split_us;
-      total_one += one_us;
       std::printf(
-          "[f16mma-splitk-timing] %-7s %2d columns: split-K %8.2f us (%.2f TB/s of weights), "
-          "one-warp %8.2f us (%.2f TB/s)\n",
-          product.name, columns, split_us, product.bytes / (split_us * 1e-6) / 1e12, one_us,
-          one_us > 0 ? product.bytes / (one_us * 1e-6) / 1e12 : 0.0);
-      ::testing::Test::RecordProperty(
-          std::string(product.name) + "_" + std::to_string(columns) + "_splitk_us",
-          std::to_string(split_us));
+          "[f16mma-splitk-timing] %s layer   %2d columns: split-K %8.2f us, one-warp %8.2f us\n",
+          type_name, columns, total_split, total_one);
     }
-    std::printf("[f16mma-splitk-timing] layer   %2d columns: split-K %8.2f us, one-warp %8.2f us\n",
-                columns, total_split, total_one);
   }
   EXPECT_EQ(ws.counters_not_zero(), 0);
 }
