@@ -52,10 +52,15 @@ struct Plan {
   // 8 different 16-byte bank groups); scales one f16 d per sub-block; activation rows (one per
   // column, kKs x 32 f16) padded to 32 mod 128 bytes (conflict-free 8-byte B loads).
   static constexpr int kWeightRow = kKs * kQuantBytes + 16;
-  static constexpr int kScaleRow = kKs * 2;
+  // Q4_K/Q5_K: the stage's (sc, m) bytes at 0 and the super-block's (d, dmin) at 8 (16 bytes);
+  // Q5_K's fifth bits, a u32 per sub-block, in a region of their own.
+  static constexpr bool kKType = TYPE == kQ4_K || TYPE == kQ5_K;
+  static constexpr int kScaleRow = kKType ? 16 : kKs * 2;
+  static constexpr int kHighRow = TYPE == kQ5_K ? kKs * 4 : 0;
   static constexpr int kActRow = kKs * 64 + 32;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
-  static constexpr int kActOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kHighOffset = kScaleOffset + kWeightRows * kScaleRow;
+  static constexpr int kActOffset = kHighOffset + kWeightRows * kHighRow;
   static constexpr int kStageBytes = kActOffset + kColumns * kActRow;
   // As many stages as let two blocks share an SM.
   static constexpr int kStages = (kSmShared / 2 - kBlockReserve) / kStageBytes;
@@ -72,8 +77,8 @@ struct Plan {
                 kThreads % kChunksPerRow == 0);
   static_assert(kActCopies * kThreads == kColumns * kActChunksPerColumn &&
                 kThreads % kActChunksPerColumn == 0);
-  static_assert(kScaleOffset % 16 == 0 && kActOffset % 16 == 0 && kStageBytes % 16 == 0 &&
-                    kWeightRow % 16 == 0 && kActRow % 16 == 0,
+  static_assert(kScaleOffset % 16 == 0 && kHighOffset % 16 == 0 && kActOffset % 16 == 0 &&
+                    kStageBytes % 16 == 0 && kWeightRow % 16 == 0 && kActRow % 16 == 0,
                 "cp.async and ldmatrix want 16-byte aligned rows");
   static_assert(kActRow % 128 == 32, "conflict-free 8-byte activation loads");
   static_assert(kStages >= 3 && kShared <= mma::kMaxBlockShared, "a ring of 3 stages or more");
@@ -90,6 +95,39 @@ __device__ __forceinline__ void q8_f16_pairs(uint32_t v, __half2 d, uint32_t (&o
   o[1] = mma::as_bits(__hmul2_rn(
       __hsub2_rn(mma::as_half2(__byte_perm(u, 0x64646464u, 0x4342)), mma::as_half2(kHalf2_1152)),
       d));
+}
+
+// Q5_K (matvec_f16mma.cu's q5_f16_pairs): Q4_1's form f16(q ds + mn), ds = f16(d sc), mn =
+// -f16(dmin m), with q = nibble | fifth bit << 4 (0..31, exact); h = the sub-block's qh word >>
+// 4t: bits 0-3 the fifth bits of the low elements e..e+3, bits 16-19 those of the high ones.
+__device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, __half2 mn,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  uint32_t o[4];
+  mma::unpack_nibbles(w, o);  // (1024 + q) pairs (e, e+1), (e+2, e+3); (1024 + 16 q) high
+  o[0] |= ((h << 4) & 0x10u) | ((h << 19) & 0x100000u);    // bits 0, 1: + 16
+  o[1] |= ((h << 2) & 0x10u) | ((h << 17) & 0x100000u);    // bits 2, 3
+  o[2] |= ((h >> 8) & 0x100u) | ((h << 7) & 0x1000000u);   // bits 16, 17: + 256 (16 x 16)
+  o[3] |= ((h >> 10) & 0x100u) | ((h << 5) & 0x1000000u);  // bits 18, 19
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(mma::kHalf2_1024));
+    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
+                               mma::as_half2(mma::kHalf2_Minus64));
+    lo[i] = mma::as_bits(__hfma2(ql, d, mn));
+    hi[i] = mma::as_bits(__hfma2(qh, d, mn));
+  }
+}
+
+// Q4_K/Q5_K: the (sc, m) bytes of two sub-blocks (word v) times the super-block's (d, dmin):
+// o[u] = (f16(d sc), -f16(dmin m)) of sub-block u (matvec_f16mma.cu's scale pairs).
+__device__ __forceinline__ void k_scale_pairs(uint32_t v, uint32_t d_dmin, uint32_t (&o)[2]) {
+  const __half2 dm = mma::as_half2(d_dmin ^ 0x80000000u);  // (d, -dmin)
+  o[0] = mma::as_bits(__hmul2_rn(__hsub2_rn(mma::as_half2(__byte_perm(v, 0x64646464u, 0x4140)),
+                                            mma::as_half2(mma::kHalf2_1024)),
+                                 dm));
+  o[1] = mma::as_bits(__hmul2_rn(__hsub2_rn(mma::as_half2(__byte_perm(v, 0x64646464u, 0x4342)),
+                                            mma::as_half2(mma::kHalf2_1024)),
+                                 dm));
 }
 
 // The launch's split of the K range and its workspace (kernel parameter).
@@ -176,10 +214,23 @@ __global__ void __launch_bounds__(kThreads, 2)
       copy_async<16>(stage + (thread / CPR + i * (kThreads / CPR)) * P::kWeightRow + chunk * 16,
                      valid ? rows[i] + static_cast<int64_t>(first) * P::kQuantBytes : rows[i],
                      valid);
-    // The stage's scales of the row in one copy; past the row's last sub-block it reads at most
-    // 6 bytes into the row's 16-byte stride padding (never used: those sub-blocks are skipped).
-    copy_async<P::kScaleRow>(stage + P::kScaleOffset + thread * P::kScaleRow,
-                             scale_row + static_cast<int64_t>(first) * 2, true);
+    if constexpr (P::kKType) {
+      // Whole super-blocks (n % 8 == 0): a stage lies inside one. Its (sc, m) bytes at first * 2
+      // from the scales, the super-block's (d, dmin) 2 n bytes after them, Q5_K's fifth bits
+      // 4 n bytes before them.
+      uint8_t* to = stage + P::kScaleOffset + thread * P::kScaleRow;
+      copy_async<KS * 2>(to, scale_row + static_cast<int64_t>(first) * 2, true);
+      copy_async<4>(to + 8, scale_row + 2 * static_cast<int64_t>(n) + first / 8 * 4, true);
+      if constexpr (P::kHighRow > 0)
+        copy_async<P::kHighRow>(stage + P::kHighOffset + thread * P::kHighRow,
+                                scale_row + static_cast<int64_t>(first - n) * 4, true);
+    } else {
+      // The stage's scales of the row in one copy; past the row's last sub-block it reads at
+      // most 6 bytes into the row's 16-byte stride padding (never used: those sub-blocks are
+      // skipped).
+      copy_async<P::kScaleRow>(stage + P::kScaleOffset + thread * P::kScaleRow,
+                               scale_row + static_cast<int64_t>(first) * 2, true);
+    }
   };
   auto load_activations = [&](int s) {
     uint8_t* stage = slot(s);
@@ -205,15 +256,28 @@ __global__ void __launch_bounds__(kThreads, 2)
         s, stages, [] { __syncthreads(); }, load_weights, load_activations);
     const uint8_t* stage = slot(s);
     const int first = first_block(s);
-    // The scales of rows 32 warp + 16 m + g + 8 h, all kKs sub-blocks: f16 d pairs.
-    uint32_t d_words[MT][2][KS / 2];
+    // The scales of rows 32 warp + 16 m + g + 8 h, all kKs sub-blocks: Q4_0/Q8_0 f16 d pairs
+    // (sub-blocks 2i, 2i + 1 in word i); Q4_K/Q5_K (f16(d sc), -f16(dmin m)) of sub-block u in
+    // word u.
+    uint32_t d_words[MT][2][P::kKType ? KS : KS / 2];
 #pragma unroll
     for (int m = 0; m < MT; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint8_t* p =
             stage + P::kScaleOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kScaleRow;
-        if constexpr (KS == 4) {
+        if constexpr (P::kKType) {
+          const uint4 v = *reinterpret_cast<const uint4*>(p);  // (sc, m) x KS, (d, dmin) at 8
+          uint32_t pair[2];
+          k_scale_pairs(v.x, v.z, pair);
+          d_words[m][h][0] = pair[0];
+          d_words[m][h][1] = pair[1];
+          if constexpr (KS == 4) {
+            k_scale_pairs(v.y, v.z, pair);
+            d_words[m][h][2] = pair[0];
+            d_words[m][h][3] = pair[1];
+          }
+        } else if constexpr (KS == 4) {
           const uint2 v = *reinterpret_cast<const uint2*>(p);
           d_words[m][h][0] = v.x;
           d_words[m][h][1] = v.y;
@@ -253,6 +317,19 @@ __global__ void __launch_bounds__(kThreads, 2)
         uint32_t lo[2][2], hi[2][2];  // [row g, g + 8][pair]
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          if constexpr (P::kKType) {
+            const __half2 dm = mma::as_half2(d_words[m][h][u]);
+            if constexpr (TYPE == kQ5_K) {
+              const uint32_t bits = *reinterpret_cast<const uint32_t*>(
+                  stage + P::kHighOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kHighRow + u * 4);
+              q5_f16_pairs(r[0][2 * m + h], bits >> (4 * t), __low2half2(dm), __high2half2(dm),
+                           lo[h], hi[h]);
+            } else {
+              mma::q4_f16_pairs<kQ4_1>(r[0][2 * m + h], __low2half2(dm), __high2half2(dm), lo[h],
+                                       hi[h]);
+            }
+            continue;
+          }
           const __half2 dd = mma::as_half2(d_words[m][h][u / 2]);
           const __half2 d = u % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
           if constexpr (TYPE == kQ8_0) {
@@ -364,22 +441,24 @@ int most_blocks_per_sm() {
                    blocks_per_sm<TYPE, 8, false>(), blocks_per_sm<TYPE, 8, true>()});
 }
 
+// SM slots of the widest-occupancy shape (the workspace is sized for it).
+int most_slots() {
+  return std::max({most_blocks_per_sm<kQ4_0>(), most_blocks_per_sm<kQ8_0>(),
+                   most_blocks_per_sm<kQ4_K>(), most_blocks_per_sm<kQ5_K>()}) *
+         multiprocessors();
+}
+
 bool ready() {
   static const bool ok = [] {
-    if (mma::first_error({allow_type<kQ4_0>(), allow_type<kQ8_0>()}) != cudaSuccess) {
+    if (mma::first_error({allow_type<kQ4_0>(), allow_type<kQ8_0>(), allow_type<kQ4_K>(),
+                          allow_type<kQ5_K>()}) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
-    most_blocks_per_sm<kQ4_0>();
-    most_blocks_per_sm<kQ8_0>();
+    most_slots();
     return true;
   }();
   return ok;
-}
-
-// SM slots of the widest-occupancy shape (the workspace is sized for it).
-int most_slots() {
-  return std::max(most_blocks_per_sm<kQ4_0>(), most_blocks_per_sm<kQ8_0>()) * multiprocessors();
 }
 
 template <uint32_t TYPE, int NT, bool GATE_UP>
@@ -431,7 +510,8 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, const MatvecInputF16& i
 }  // namespace
 
 bool matvec_f16mma_splitk_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && (weight_type == kQ4_0 || weight_type == kQ8_0);
+  return split_layout && (weight_type == kQ4_0 || weight_type == kQ8_0 || weight_type == kQ4_K ||
+                          weight_type == kQ5_K);
 }
 
 bool matvec_f16mma_splitk_fits_device() {
@@ -452,7 +532,7 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
                                         const F16MmaSplitWorkspace& workspace,
                                         const KernelConfig& config, cudaStream_t stream,
                                         int max_splits) {
-  if (input.n_in <= 0 || input.n_in % 32 != 0 || input.batch < 0 ||
+  if (input.n_in <= 0 || input.n_in % split::block_elements(weight_type) != 0 || input.batch < 0 ||
       input.batch > Plan<kQ4_0, 8>::kColumns || max_splits < 0 ||
       reinterpret_cast<uintptr_t>(input.x) % 16 != 0)
     return cudaErrorInvalidValue;
@@ -475,7 +555,7 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return launch_type<TYPE>(live, n_live, input, workspace, config, stream, max_splits);
   };
-  return mma::for_type<kQ4_0, kQ8_0>(weight_type, run);
+  return mma::for_type<kQ4_0, kQ8_0, kQ4_K, kQ5_K>(weight_type, run);
 }
 
 }  // namespace granule::kernels

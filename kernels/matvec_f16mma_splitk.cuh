@@ -1,7 +1,7 @@
-// Batched products (17-64 columns) of split-layout Q4_0 and Q8_0 weights with f16 activations on
-// f16 tensor cores, built to keep HBM busy: a block-wide cp.async ring of 128-row weight tiles and
-// their activations, the K range split over blocks so that every product fills every SM, and
-// the splits' partial sums added in a fixed order by the last block of a tile
+// Batched products (17-64 columns) of split-layout Q4_0, Q8_0, Q4_K and Q5_K weights with f16
+// activations on f16 tensor cores, built to keep HBM busy: a block-wide cp.async ring of 128-row
+// weight tiles and their activations, the K range split over blocks so that every product fills
+// every SM, and the splits' partial sums added in a fixed order by the last block of a tile
 // (matvec_f16mma_splitk.cu; kernels/README.md).
 #pragma once
 #include <cuda_runtime.h>
@@ -22,7 +22,8 @@ struct F16MmaSplitWorkspace {
   int n_counters = 0;
 };
 
-// True when launch_matvec_f16mma_splitk runs this weight type in this layout (split Q4_0 and Q8_0).
+// True when launch_matvec_f16mma_splitk runs this weight type in this layout (split Q4_0, Q8_0,
+// Q4_K and Q5_K; the K types' rows whole 256-element super-blocks).
 bool matvec_f16mma_splitk_supports(uint32_t weight_type, bool split_layout);
 
 // True when the device has f16 mma.sync (cc >= 8.0) and the kernels got their shared memory

@@ -54,16 +54,39 @@ double half_f16_ulp(double v) {
   return std::ldexp(1.0, std::max(e - 12, -25));
 }
 
-// Row r's weights as the kernel multiplies them: f16((q - 8) d) (Q4_0), f16(q d) (Q8_0), read
-// from the GGUF blocks and checked against the engine's dequantisation before rounding.
+// The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (GGUF's packing).
+std::pair<int, int> k_scale_min(const uint8_t* q, int j) {
+  if (j < 4) return {q[j] & 63, q[j + 4] & 63};
+  return {(q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)};
+}
+
+// Row r's weights as the kernel multiplies them: f16((q - 8) d) (Q4_0), f16(q d) (Q8_0),
+// f16(q f16(d sc) - f16(dmin m)) (Q4_K, Q5_K: their scales' products rounded first), read from
+// the GGUF blocks and checked against the engine's dequantisation before rounding.
 std::vector<double> row_weights(const Matrix& m, int64_t r) {
   std::vector<double> w(static_cast<size_t>(m.cols));
   std::vector<float> values(static_cast<size_t>(m.cols));
   const uint8_t* row = m.gguf.data() + r * m.gguf_row_bytes;
   dequantize_row(m.type, row, values.data(), m.cols);
   for (int64_t i = 0; i < m.cols; ++i) {
-    double exact = 0;
-    if (m.type == TensorType::Q8_0) {
+    double exact = 0, kernel = 0;
+    if (m.type == TensorType::Q4_K || m.type == TensorType::Q5_K) {
+      // Sub-block j takes the low (j even) or high nibbles of qs bytes 32 (j / 2) + l; Q5_K's
+      // fifth bit is bit j of qh byte l.
+      const bool q5 = m.type == TensorType::Q5_K;
+      const uint8_t* block = row + i / 256 * (q5 ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K));
+      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(block);
+      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(block);
+      const int e = static_cast<int>(i % 256), j = e / 32, l = e % 32;
+      const uint8_t byte = q5 ? b5->qs[j / 2 * 32 + l] : b4->qs[j / 2 * 32 + l];
+      int q = j % 2 == 0 ? byte & 0x0F : byte >> 4;
+      if (q5) q |= ((b5->qh[l] >> j) & 1) << 4;
+      const auto [sc, mn] = k_scale_min(q5 ? b5->scales : b4->scales, j);
+      const double d = static_cast<double>(fp16_to_f32(q5 ? b5->d : b4->d)) * sc;
+      const double min = -static_cast<double>(fp16_to_f32(q5 ? b5->dmin : b4->dmin)) * mn;
+      exact = q * d + min;
+      kernel = round_to_f16(q * round_to_f16(d) + round_to_f16(min));
+    } else if (m.type == TensorType::Q8_0) {
       const BlockQ8_0& b = reinterpret_cast<const BlockQ8_0*>(row)[i / 32];
       exact = b.qs[i % 32] * static_cast<double>(fp16_to_f32(b.d));
     } else {
@@ -72,8 +95,9 @@ std::vector<double> row_weights(const Matrix& m, int64_t r) {
       const int q = k < 16 ? b.qs[k] & 0x0F : b.qs[k - 16] >> 4;
       exact = (q - 8) * static_cast<double>(fp16_to_f32(b.d));
     }
+    if (m.type != TensorType::Q4_K && m.type != TensorType::Q5_K) kernel = round_to_f16(exact);
     EXPECT_NEAR(exact, values[static_cast<size_t>(i)], 1e-6 * std::fabs(exact) + 1e-12);
-    w[static_cast<size_t>(i)] = round_to_f16(exact);
+    w[static_cast<size_t>(i)] = kernel;
   }
   return w;
 }
@@ -222,9 +246,22 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
 // 4096 -> 1024, 14336 -> 4096) products; odd rows (partial tiles), 19 and 37 sub-blocks (a
 // partial last stage; the scale copy past the row's last sub-block), one and two sub-blocks
 // (fewer stages than a split needs), 40,000 rows (more tiles than SM slots: no split); for Q4_0
-// and Q8_0.
+// and Q8_0. Q4_K and Q5_K (rows of whole super-blocks; their host quantiser is slow, so at most
+// 4096 x 4096): the 8B model's QKV and wo shapes, odd rows, one to nine super-blocks, 20,000
+// rows.
 std::vector<Shape> shapes() {
   std::vector<Shape> out;
+  for (const TensorType t : {TensorType::Q4_K, TensorType::Q5_K})
+    for (const auto& [rows, cols] :
+         std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
+                                                            {4096, 4096},
+                                                            {1024, 4096},
+                                                            {100, 256},
+                                                            {17, 512},
+                                                            {33, 768},
+                                                            {1000, 2304},
+                                                            {20000, 256}})
+      out.push_back({t, rows, cols});
   for (const TensorType t : {TensorType::Q4_0, TensorType::Q8_0})
     for (const auto& [rows, cols] :
          std::initializer_list<std::pair<int64_t, int64_t>>{{1536, 576},
@@ -257,7 +294,8 @@ TEST(MatvecF16MmaSplitKAgainst, OneWarpKernel) {
   const int64_t rows = 4096, cols = 4096;
   const Activations act(cols, 78);
   const Workspace ws;
-  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
     for (const int batch : {17, 32, 64}) {
       const auto wt = static_cast<uint32_t>(type);
       const Matrix w = mma_test::make_matrix(type, rows, cols, 77, true);
@@ -317,8 +355,11 @@ TEST(MatvecF16MmaSplitKTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   std::mt19937 rng(5);
   const Workspace ws;
-  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
-    for (const int64_t cols : {int64_t{608}, int64_t{4096}}) {
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+    for (const int64_t wide : {int64_t{608}, int64_t{4096}}) {
+      const int64_t cols =
+          wide == 608 && kernels::split::is_k_type(static_cast<uint32_t>(type)) ? 768 : wide;
       const int64_t rows[3] = {cols == 4096 ? 4096 : 200, cols == 4096 ? 1024 : 72,
                                cols == 4096 ? 1024 : 40};
       const Activations act(cols, 23);
@@ -370,9 +411,12 @@ TEST(MatvecF16MmaSplitKTasks, SwiGlu) {
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const Workspace ws;
-  for (const TensorType type : {TensorType::Q4_0, TensorType::Q8_0})
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
     for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
-             {1536, 576}, {100, 608}, {14336, 4096}}) {
+             {1536, 576}, {100, 608}, {14336, 4096}, {1000, 2304}, {4096, 4096}}) {
+      const bool k_type = kernels::split::is_k_type(static_cast<uint32_t>(type));
+      if (k_type != (cols % 256 == 0 && rows * cols <= 4096 * 4096)) continue;
       const auto wt = static_cast<uint32_t>(type);
       const Matrix gate = mma_test::make_matrix(type, rows, cols, 17, true);
       const Matrix up = mma_test::make_matrix(type, rows, cols, 18, true);
@@ -448,6 +492,12 @@ DeviceArray<uint8_t> random_split(uint32_t type, int64_t rows, int64_t cols, std
     for (int64_t j = 0; j < n; ++j) {
       const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
       std::memcpy(&bytes[static_cast<size_t>(r * stride + scales + 2 * j)], &d, 2);
+      if (kernels::split::is_k_type(type) && j % 8 == 0)  // the super-block's (d, dmin)
+        for (int k = 0; k < 2; ++k)
+          std::memcpy(
+              &bytes[static_cast<size_t>(r * stride + kernels::split::kquant_d_offset(type, n) +
+                                         j / 8 * 4 + 2 * k)],
+              &d, 2);
     }
   return DeviceArray<uint8_t>(bytes);
 }
@@ -499,7 +549,8 @@ struct Products8B {
       in.x = x.get();
       return in;
     };
-    const double per_weight = type == kQ4_0 ? 18.0 / 32 : 34.0 / 32;
+    const double per_weight =
+        static_cast<double>(kernels::split::row_payload_bytes(type, d)) / static_cast<double>(d);
     kernels::MatvecTask o = task(wo, d, d, hidden.get());
     o.accumulate = true;
     kernels::MatvecTask gu = task(gate, ff, d, nullptr);
@@ -571,10 +622,9 @@ TEST(MatvecF16MmaSplitKGraph, ReplaysGiveEagerBits) {
 TEST(MatvecF16MmaSplitKTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_f16mma_splitk_supports(kQ4_0, true));
   EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(kQ4_0, false));
-  EXPECT_TRUE(
-      kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(TensorType::Q8_0), true));
-  for (const auto type :
-       {TensorType::Q4_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::F16})
+  for (const auto type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+    EXPECT_TRUE(kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(type), true));
+  for (const auto type : {TensorType::Q4_1, TensorType::Q6_K, TensorType::Q2_K, TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(type), true));
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
@@ -598,6 +648,12 @@ TEST(MatvecF16MmaSplitKTasks, RefusesWhatItCannotRun) {
   kernels::MatvecInputF16 odd = act.input(8);
   odd.n_in = 48;
   EXPECT_EQ(launch(&t, 1, odd), cudaErrorInvalidValue);
+  for (const TensorType k_type : {TensorType::Q4_K, TensorType::Q5_K}) {  // not whole super-blocks
+    const Matrix k = mma_test::make_matrix(k_type, 16, 256, 3);
+    const kernels::MatvecTask kt = task_for(k, y.y.get());
+    EXPECT_EQ(launch(&kt, 1, act.input(8), static_cast<uint32_t>(k_type)), cudaErrorInvalidValue)
+        << tensor_type_info(k_type).name;
+  }
   kernels::MatvecInputF16 misaligned = act.input(8);
   misaligned.x += 1;
   EXPECT_EQ(launch(&t, 1, misaligned), cudaErrorInvalidValue);
@@ -652,7 +708,8 @@ TEST(MatvecF16MmaSplitKTiming, ShapesOf8B) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const bool one_warp = kernels::matvec_f16mma_fits_device();
   const Workspace ws;
-  for (const TensorType weight_type : {TensorType::Q4_0, TensorType::Q8_0}) {
+  for (const TensorType weight_type :
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K}) {
     const uint32_t wt = static_cast<uint32_t>(weight_type);
     const char* type_name = tensor_type_info(weight_type).name.data();
     Products8B p(wt);

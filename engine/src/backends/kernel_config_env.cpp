@@ -106,7 +106,7 @@ std::string describe(const KernelConfig& config) {
 std::string describe_mma(const KernelConfig& config) {
   const std::string f16 = config.f16_mma_min_rows > 0
                               ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) +
-                                    " rows" + (config.f16_splitk ? " (Q4_0/Q8_0 split-K)" : "")
+                                    " rows" + (config.f16_splitk ? " (split-K)" : "")
                               : "";
   if (!config.mma) return "int8 mma off" + f16;
   return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows" + f16;
