@@ -1,5 +1,6 @@
-// Batched products of split-layout Q4_0 weights with 17-64 f16 activation columns on f16 tensor
-// cores (mma.sync m16n8k16, f32 accumulation), shaped for HBM rather than for one warp.
+// Batched products of split-layout Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weights with 17-64 f16
+// activation columns on f16 tensor cores (mma.sync m16n8k16, f32 accumulation), shaped for HBM
+// rather than for one warp.
 //
 // Why another shape: f16mma_matvec_kernel gives each warp a private ring over 32 (or 64) weight
 // rows and the activations of its own sub-blocks, so at 32 columns every weight byte from HBM
@@ -54,9 +55,11 @@ struct Plan {
   static constexpr int kWeightRow = kKs * kQuantBytes + 16;
   // Q4_K/Q5_K: the stage's (sc, m) bytes at 0 and the super-block's (d, dmin) at 8 (16 bytes);
   // Q5_K's fifth bits, a u32 per sub-block, in a region of their own.
-  static constexpr bool kKType = TYPE == kQ4_K || TYPE == kQ5_K;
+  // Q6_K: its int8 scales (two per sub-block) at 0 and the aligned f16 pair of d holding the
+  // stage's super-block at 8; its high bits, 8 bytes per sub-block, in their own region.
+  static constexpr bool kKType = TYPE == kQ4_K || TYPE == kQ5_K || TYPE == kQ6_K;
   static constexpr int kScaleRow = kKType ? 16 : kKs * 2;
-  static constexpr int kHighRow = TYPE == kQ5_K ? kKs * 4 : 0;
+  static constexpr int kHighRow = TYPE == kQ5_K ? kKs * 4 : TYPE == kQ6_K ? kKs * 8 : 0;
   static constexpr int kActRow = kKs * 64 + 32;
   static constexpr int kScaleOffset = kWeightRows * kWeightRow;
   static constexpr int kHighOffset = kScaleOffset + kWeightRows * kScaleRow;
@@ -128,6 +131,28 @@ __device__ __forceinline__ void k_scale_pairs(uint32_t v, uint32_t d_dmin, uint3
   o[1] = mma::as_bits(__hmul2_rn(__hsub2_rn(mma::as_half2(__byte_perm(v, 0x64646464u, 0x4342)),
                                             mma::as_half2(mma::kHalf2_1024)),
                                  dm));
+}
+
+// The f16 pairs of bytes 0, 1 and 2, 3 of v minus BIAS (exact f16 integers), times d (one
+// rounding each; matvec_f16mma.cu's scaled_pairs).
+template <uint32_t BIAS>
+__device__ __forceinline__ void biased_scaled_pairs(uint32_t v, __half2 d, uint32_t (&o)[2]) {
+  o[0] = mma::as_bits(__hmul2_rn(
+      __hsub2_rn(mma::as_half2(__byte_perm(v, 0x64646464u, 0x4140)), mma::as_half2(BIAS)), d));
+  o[1] = mma::as_bits(__hmul2_rn(
+      __hsub2_rn(mma::as_half2(__byte_perm(v, 0x64646464u, 0x4342)), mma::as_half2(BIAS)), d));
+}
+
+// Q6_K (matvec_f16mma.cu's q6_f16_pairs): one ql word (nibbles as Q4's) and the row's qh word
+// shifted so that the low elements' two high bits are bits 0-1 of each byte and the high
+// elements' bits 4-5: f16((q - 32) ds), dlo for the low elements, dhi for the high ones.
+__device__ __forceinline__ void q6_f16_pairs(uint32_t w, uint32_t h, __half2 dlo, __half2 dhi,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  constexpr uint32_t kHalf2_1056 = 0x64206420u;  // 1024 + 32
+  const uint32_t ql = (w & 0x0F0F0F0Fu) | ((h << 4) & 0x30303030u);
+  const uint32_t qh = ((w >> 4) & 0x0F0F0F0Fu) | (h & 0x30303030u);
+  biased_scaled_pairs<kHalf2_1056>(ql, dlo, lo);
+  biased_scaled_pairs<kHalf2_1056>(qh, dhi, hi);
 }
 
 // The launch's split of the K range and its workspace (kernel parameter).
@@ -218,12 +243,23 @@ __global__ void __launch_bounds__(kThreads, 2)
       // Whole super-blocks (n % 8 == 0): a stage lies inside one. Its (sc, m) bytes at first * 2
       // from the scales, the super-block's (d, dmin) 2 n bytes after them, Q5_K's fifth bits
       // 4 n bytes before them.
+      // Q6_K: its int8 scales at first * 2, the 4-byte aligned pair of d that holds super-block
+      // first / 8's 2 n bytes after them, its high bits 8 n bytes before them.
       uint8_t* to = stage + P::kScaleOffset + thread * P::kScaleRow;
       copy_async<KS * 2>(to, scale_row + static_cast<int64_t>(first) * 2, true);
-      copy_async<4>(to + 8, scale_row + 2 * static_cast<int64_t>(n) + first / 8 * 4, true);
-      if constexpr (P::kHighRow > 0)
-        copy_async<P::kHighRow>(stage + P::kHighOffset + thread * P::kHighRow,
-                                scale_row + static_cast<int64_t>(first - n) * 4, true);
+      copy_async<4>(
+          to + 8,
+          scale_row + 2 * static_cast<int64_t>(n) + (TYPE == kQ6_K ? first / 16 : first / 8) * 4,
+          true);
+      constexpr int kHighPerBlock = P::kHighRow / KS;  // 4 (Q5_K) or 8 (Q6_K) bytes
+      if constexpr (P::kHighRow > 0) {
+        const uint8_t* from = scale_row + static_cast<int64_t>(first - n) * kHighPerBlock;
+        uint8_t* high = stage + P::kHighOffset + thread * P::kHighRow;
+        constexpr int kCopy = P::kHighRow > 16 ? 16 : P::kHighRow;
+#pragma unroll
+        for (int c = 0; c < P::kHighRow / kCopy; ++c)
+          copy_async<kCopy>(high + c * kCopy, from + c * kCopy, true);
+      }
     } else {
       // The stage's scales of the row in one copy; past the row's last sub-block it reads at
       // most 6 bytes into the row's 16-byte stride padding (never used: those sub-blocks are
@@ -266,7 +302,23 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int h = 0; h < 2; ++h) {
         const uint8_t* p =
             stage + P::kScaleOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kScaleRow;
-        if constexpr (P::kKType) {
+        if constexpr (TYPE == kQ6_K) {
+          // v.x, v.y: the int8 scales of sub-blocks 0-1, 2-3; v.z: the f16 d of super-blocks
+          // 2i, 2i + 1 with the stage's (first / 8) among them. Pairs (f16(d sc_lo), f16(d sc_hi)).
+          const uint4 v = *reinterpret_cast<const uint4*>(p);
+          const __half2 dd = mma::as_half2(v.z);
+          const __half2 d = (first / 8) % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
+          constexpr uint32_t kHalf2_1152 = 0x64806480u;  // 1024 + 128: an int8 made unsigned
+          uint32_t pair[2];
+          biased_scaled_pairs<kHalf2_1152>(v.x ^ 0x80808080u, d, pair);
+          d_words[m][h][0] = pair[0];
+          d_words[m][h][1] = pair[1];
+          if constexpr (KS == 4) {
+            biased_scaled_pairs<kHalf2_1152>(v.y ^ 0x80808080u, d, pair);
+            d_words[m][h][2] = pair[0];
+            d_words[m][h][3] = pair[1];
+          }
+        } else if constexpr (P::kKType) {
           const uint4 v = *reinterpret_cast<const uint4*>(p);  // (sc, m) x KS, (d, dmin) at 8
           uint32_t pair[2];
           k_scale_pairs(v.x, v.z, pair);
@@ -319,7 +371,13 @@ __global__ void __launch_bounds__(kThreads, 2)
         for (int h = 0; h < 2; ++h) {
           if constexpr (P::kKType) {
             const __half2 dm = mma::as_half2(d_words[m][h][u]);
-            if constexpr (TYPE == kQ5_K) {
+            if constexpr (TYPE == kQ6_K) {
+              const uint32_t bits = *reinterpret_cast<const uint32_t*>(
+                  stage + P::kHighOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kHighRow + u * 8 +
+                  (t % 2) * 4);
+              q6_f16_pairs(r[0][2 * m + h], bits >> (2 * (t / 2)), __low2half2(dm),
+                           __high2half2(dm), lo[h], hi[h]);
+            } else if constexpr (TYPE == kQ5_K) {
               const uint32_t bits = *reinterpret_cast<const uint32_t*>(
                   stage + P::kHighOffset + (warp * 32 + m * 16 + g + 8 * h) * P::kHighRow + u * 4);
               q5_f16_pairs(r[0][2 * m + h], bits >> (4 * t), __low2half2(dm), __high2half2(dm),
@@ -444,14 +502,15 @@ int most_blocks_per_sm() {
 // SM slots of the widest-occupancy shape (the workspace is sized for it).
 int most_slots() {
   return std::max({most_blocks_per_sm<kQ4_0>(), most_blocks_per_sm<kQ8_0>(),
-                   most_blocks_per_sm<kQ4_K>(), most_blocks_per_sm<kQ5_K>()}) *
+                   most_blocks_per_sm<kQ4_K>(), most_blocks_per_sm<kQ5_K>(),
+                   most_blocks_per_sm<kQ6_K>()}) *
          multiprocessors();
 }
 
 bool ready() {
   static const bool ok = [] {
     if (mma::first_error({allow_type<kQ4_0>(), allow_type<kQ8_0>(), allow_type<kQ4_K>(),
-                          allow_type<kQ5_K>()}) != cudaSuccess) {
+                          allow_type<kQ5_K>(), allow_type<kQ6_K>()}) != cudaSuccess) {
       cudaGetLastError();
       return false;
     }
@@ -511,7 +570,7 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, const MatvecInputF16& i
 
 bool matvec_f16mma_splitk_supports(uint32_t weight_type, bool split_layout) {
   return split_layout && (weight_type == kQ4_0 || weight_type == kQ8_0 || weight_type == kQ4_K ||
-                          weight_type == kQ5_K);
+                          weight_type == kQ5_K || weight_type == kQ6_K);
 }
 
 bool matvec_f16mma_splitk_fits_device() {
@@ -555,7 +614,7 @@ cudaError_t launch_matvec_f16mma_splitk(uint32_t weight_type, const MatvecTask* 
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return launch_type<TYPE>(live, n_live, input, workspace, config, stream, max_splits);
   };
-  return mma::for_type<kQ4_0, kQ8_0, kQ4_K, kQ5_K>(weight_type, run);
+  return mma::for_type<kQ4_0, kQ8_0, kQ4_K, kQ5_K, kQ6_K>(weight_type, run);
 }
 
 }  // namespace granule::kernels

@@ -1,4 +1,4 @@
-// Batched products (17-64 columns) of split-layout Q4_0, Q8_0, Q4_K and Q5_K weights with f16
+// Batched products (17-64 columns) of split-layout Q4_0/Q8_0/Q4_K/Q5_K/Q6_K weights with f16
 // activations on f16 tensor cores, built to keep HBM busy: a block-wide cp.async ring of 128-row
 // weight tiles and their activations, the K range split over blocks so that every product fills
 // every SM, and the splits' partial sums added in a fixed order by the last block of a tile

@@ -70,7 +70,18 @@ std::vector<double> row_weights(const Matrix& m, int64_t r) {
   dequantize_row(m.type, row, values.data(), m.cols);
   for (int64_t i = 0; i < m.cols; ++i) {
     double exact = 0, kernel = 0;
-    if (m.type == TensorType::Q4_K || m.type == TensorType::Q5_K) {
+    if (m.type == TensorType::Q6_K) {
+      // Per 128 elements: quarter k of 32 takes the low (k < 2) or high nibbles of ql bytes
+      // 32 (k % 2) + l, bits 2k of qh byte l, scale 2k + l / 16.
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(row) + i / 256;
+      const int e = static_cast<int>(i % 256), half = e / 128, k = e % 128 / 32, l = e % 32;
+      const uint8_t ql = b->ql[half * 64 + (k % 2) * 32 + l];
+      const int q = (k < 2 ? ql & 0x0F : ql >> 4) | ((b->qh[half * 32 + l] >> (2 * k)) & 3) << 4;
+      const double d =
+          static_cast<double>(fp16_to_f32(b->d)) * b->scales[half * 8 + l / 16 + 2 * k];
+      exact = (q - 32) * d;
+      kernel = round_to_f16((q - 32) * round_to_f16(d));
+    } else if (m.type == TensorType::Q4_K || m.type == TensorType::Q5_K) {
       // Sub-block j takes the low (j even) or high nibbles of qs bytes 32 (j / 2) + l; Q5_K's
       // fifth bit is bit j of qh byte l.
       const bool q5 = m.type == TensorType::Q5_K;
@@ -95,7 +106,7 @@ std::vector<double> row_weights(const Matrix& m, int64_t r) {
       const int q = k < 16 ? b.qs[k] & 0x0F : b.qs[k - 16] >> 4;
       exact = (q - 8) * static_cast<double>(fp16_to_f32(b.d));
     }
-    if (m.type != TensorType::Q4_K && m.type != TensorType::Q5_K) kernel = round_to_f16(exact);
+    if (!kernels::split::is_k_type(static_cast<uint32_t>(m.type))) kernel = round_to_f16(exact);
     EXPECT_NEAR(exact, values[static_cast<size_t>(i)], 1e-6 * std::fabs(exact) + 1e-12);
     w[static_cast<size_t>(i)] = kernel;
   }
@@ -251,7 +262,7 @@ TEST_P(MatvecF16MmaSplitK, MatchesHostReference) {
 // rows.
 std::vector<Shape> shapes() {
   std::vector<Shape> out;
-  for (const TensorType t : {TensorType::Q4_K, TensorType::Q5_K})
+  for (const TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
     for (const auto& [rows, cols] :
          std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
                                                             {4096, 4096},
@@ -295,7 +306,7 @@ TEST(MatvecF16MmaSplitKAgainst, OneWarpKernel) {
   const Activations act(cols, 78);
   const Workspace ws;
   for (const TensorType type :
-       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
     for (const int batch : {17, 32, 64}) {
       const auto wt = static_cast<uint32_t>(type);
       const Matrix w = mma_test::make_matrix(type, rows, cols, 77, true);
@@ -356,7 +367,7 @@ TEST(MatvecF16MmaSplitKTasks, ThreeMatricesInOneLaunchAndAccumulate) {
   std::mt19937 rng(5);
   const Workspace ws;
   for (const TensorType type :
-       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
     for (const int64_t wide : {int64_t{608}, int64_t{4096}}) {
       const int64_t cols =
           wide == 608 && kernels::split::is_k_type(static_cast<uint32_t>(type)) ? 768 : wide;
@@ -412,7 +423,7 @@ TEST(MatvecF16MmaSplitKTasks, SwiGlu) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const Workspace ws;
   for (const TensorType type :
-       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
     for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
              {1536, 576}, {100, 608}, {14336, 4096}, {1000, 2304}, {4096, 4096}}) {
       const bool k_type = kernels::split::is_k_type(static_cast<uint32_t>(type));
@@ -492,7 +503,11 @@ DeviceArray<uint8_t> random_split(uint32_t type, int64_t rows, int64_t cols, std
     for (int64_t j = 0; j < n; ++j) {
       const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
       std::memcpy(&bytes[static_cast<size_t>(r * stride + scales + 2 * j)], &d, 2);
-      if (kernels::split::is_k_type(type) && j % 8 == 0)  // the super-block's (d, dmin)
+      if (type == static_cast<uint32_t>(TensorType::Q6_K) && j % 8 == 0)  // the super-block's d
+        std::memcpy(
+            &bytes[static_cast<size_t>(r * stride + kernels::split::q6k_d_offset(n) + j / 8 * 2)],
+            &d, 2);
+      else if (kernels::split::is_k_type(type) && j % 8 == 0)  // the super-block's (d, dmin)
         for (int k = 0; k < 2; ++k)
           std::memcpy(
               &bytes[static_cast<size_t>(r * stride + kernels::split::kquant_d_offset(type, n) +
@@ -622,9 +637,9 @@ TEST(MatvecF16MmaSplitKGraph, ReplaysGiveEagerBits) {
 TEST(MatvecF16MmaSplitKTasks, RefusesWhatItCannotRun) {
   EXPECT_TRUE(kernels::matvec_f16mma_splitk_supports(kQ4_0, true));
   EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(kQ4_0, false));
-  for (const auto type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K})
+  for (const auto type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
     EXPECT_TRUE(kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(type), true));
-  for (const auto type : {TensorType::Q4_1, TensorType::Q6_K, TensorType::Q2_K, TensorType::F16})
+  for (const auto type : {TensorType::Q4_1, TensorType::Q2_K, TensorType::IQ4_NL, TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_splitk_supports(static_cast<uint32_t>(type), true));
   REQUIRE_SPLITK();
   const kernels::KernelConfig config = gpu_test::kernel_config();
@@ -648,7 +663,8 @@ TEST(MatvecF16MmaSplitKTasks, RefusesWhatItCannotRun) {
   kernels::MatvecInputF16 odd = act.input(8);
   odd.n_in = 48;
   EXPECT_EQ(launch(&t, 1, odd), cudaErrorInvalidValue);
-  for (const TensorType k_type : {TensorType::Q4_K, TensorType::Q5_K}) {  // not whole super-blocks
+  for (const TensorType k_type :
+       {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {  // not whole super-blocks
     const Matrix k = mma_test::make_matrix(k_type, 16, 256, 3);
     const kernels::MatvecTask kt = task_for(k, y.y.get());
     EXPECT_EQ(launch(&kt, 1, act.input(8), static_cast<uint32_t>(k_type)), cudaErrorInvalidValue)
@@ -709,7 +725,7 @@ TEST(MatvecF16MmaSplitKTiming, ShapesOf8B) {
   const bool one_warp = kernels::matvec_f16mma_fits_device();
   const Workspace ws;
   for (const TensorType weight_type :
-       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K}) {
+       {TensorType::Q4_0, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const uint32_t wt = static_cast<uint32_t>(weight_type);
     const char* type_name = tensor_type_info(weight_type).name.data();
     Products8B p(wt);
