@@ -26,6 +26,13 @@ ReferenceGolden read_reference_golden(const std::filesystem::path& path);
 void load_reference_golden(const std::string& name, const std::filesystem::path& model,
                            const std::vector<int32_t>& prompt, ReferenceGolden& golden);
 
+// Each row of `logits` (golden.rows x golden.vocab) against the golden's: its largest
+// |logit - golden| at most `bound` times the row's largest |golden| (a failure names `what`
+// and the position). Returns each row's largest |logit - golden|.
+std::vector<double> expect_rows_near(const std::vector<float>& logits,
+                                     const ReferenceGolden& golden, double bound,
+                                     const std::string& what);
+
 // FNV-1a 64 of the file's bytes, 16 hex digits (the goldens name their model by it).
 std::string fnv1a64_hex(const std::filesystem::path& path);
 
