@@ -38,6 +38,8 @@ namespace {
 namespace fs = std::filesystem;
 using T = TensorType;
 using test::random_values;
+using test::worst_relative;
+using test::write_f32_copy;
 
 // ---- ops ----------------------------------------------------------------------------------
 
@@ -534,18 +536,6 @@ std::vector<QuantCase> quant_cases() {
 class QuantisedExperts : public ::testing::TestWithParam<QuantCase> {};
 void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
-// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
-void write_f32_copy(const ModelFile& from, const fs::path& to) {
-  GgufWriter w;
-  for (const auto& [key, value] : from.metadata()) w.set(key, value);
-  for (const TensorInfo& t : from.tensors()) {
-    std::vector<float> values(static_cast<size_t>(t.elements()));
-    dequantize_row(static_cast<T>(t.ggml_type), t.data, values.data(), t.elements());
-    w.add_tensor(t.name, t.dims, T::F32, values);
-  }
-  w.write(to);
-}
-
 // The case: a file with quantised experts runs, bit for bit, as its F32 copy holding Granule's
 // own decoded values (each expert's slab found and decoded in place).
 TEST_P(QuantisedExperts, RunLikeTheirDequantisedF32Copy) {
@@ -561,23 +551,6 @@ TEST_P(QuantisedExperts, RunLikeTheirDequantisedF32Copy) {
   ASSERT_EQ(logits.size(), f32_logits.size());
   EXPECT_EQ(std::memcmp(logits.data(), f32_logits.data(), logits.size() * sizeof(float)), 0);
   EXPECT_EQ(greedy, f32_greedy);
-}
-
-// max over rows of max|a - b| / std(a).
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * vocab < a.size(); ++r) {
-    double sum = 0, sum_sq = 0, err = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double v = a[r * vocab + i];
-      sum += v;
-      sum_sq += v * v;
-      err = std::max(err, std::fabs(v - b[r * vocab + i]));
-    }
-    const double mean = sum / vocab;
-    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
-  }
-  return worst;
 }
 
 // The case: the CUDA oracle (emulated device numerics) differs from the f32 reference by the

@@ -36,6 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::ReferenceGolden;
+using test::write_f32_copy;
 using T = TensorType;
 
 // A model file with its CPU backend and KV space (as the engine makes them).
@@ -88,18 +89,6 @@ constexpr int kGreedy = 8;
 void PrintTo(const MixCase& c, std::ostream* os) { *os << c.name; }
 
 class MixedTypes : public ::testing::TestWithParam<MixCase> {};
-
-// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
-void write_f32_copy(const ModelFile& from, const fs::path& to) {
-  GgufWriter w;
-  for (const auto& [key, value] : from.metadata()) w.set(key, value);
-  for (const TensorInfo& t : from.tensors()) {
-    std::vector<float> values(static_cast<size_t>(t.elements()));
-    dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, values.data(), t.elements());
-    w.add_tensor(t.name, t.dims, T::F32, values);
-  }
-  w.write(to);
-}
 
 TEST_P(MixedTypes, OpensAndRunsLikeItsDequantisedF32Copy) {
   const MixCase& c = GetParam();

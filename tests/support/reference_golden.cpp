@@ -78,6 +78,22 @@ std::vector<double> expect_rows_near(const std::vector<float>& logits,
   return diffs;
 }
 
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < a.size(); ++r) {
+    double sum = 0, sum_sq = 0, err = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double v = a[r * vocab + i];
+      sum += v;
+      sum_sq += v * v;
+      err = std::max(err, std::fabs(v - b[r * vocab + i]));
+    }
+    const double mean = sum / vocab;
+    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
+  }
+  return worst;
+}
+
 std::string fnv1a64_hex(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   uint64_t h = 0xCBF29CE484222325ull;

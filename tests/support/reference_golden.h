@@ -33,6 +33,10 @@ std::vector<double> expect_rows_near(const std::vector<float>& logits,
                                      const ReferenceGolden& golden, double bound,
                                      const std::string& what);
 
+// The largest over rows (of `vocab` values) of max |a - b| / std(a): the error against the
+// row's spread, without its mean offset.
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab);
+
 // FNV-1a 64 of the file's bytes, 16 hex digits (the goldens name their model by it).
 std::string fnv1a64_hex(const std::filesystem::path& path);
 
