@@ -195,10 +195,7 @@ class RemoteScreenshotTest : public QObject {
 
   void granuleServer() {
     Child s;
-    QVERIFY(s.start(QStringLiteral(GRANULE_CLI),
-                    {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-                     QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-                     QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    QVERIFY(s.serve(model_, 1024, 4));
     shoot(s.port, QFileInfo(model_).completeBaseName(), QStringLiteral("remote-granule.png"),
           QStringLiteral("Granule"));
     shootPerChat(s.port, QFileInfo(model_).completeBaseName());

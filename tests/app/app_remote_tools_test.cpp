@@ -111,12 +111,8 @@ class RemoteToolsTest : public QObject {
     if (!mcpSdkPresent())
       QSKIP("the official mcp Python package is missing: bash packaging/setup.sh pydeps");
 
-    QVERIFY(server_.start(
-        QStringLiteral(GRANULE_CLI),
-        {QStringLiteral("serve"), model, QStringLiteral("--port"), QStringLiteral("0"),
-         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-         QStringLiteral("4096"), QStringLiteral("--chats"), QStringLiteral("2"),
-         QStringLiteral("--api-key"), QString::fromLatin1(kApiKey)}));
+    QVERIFY(
+        server_.serve(model, 4096, 2, {QStringLiteral("--api-key"), QString::fromLatin1(kApiKey)}));
     modelId_ = QFileInfo(model).completeBaseName();
     const QString url = QStringLiteral("http://127.0.0.1:%1/v1").arg(server_.port);
     ref_ = url + QLatin1Char('#') + modelId_;
