@@ -1,6 +1,7 @@
 // The numpy reference's goldens (tests/data/reference/<case>.txt, written by
 // tests/reference/llama_reference.py): the file's digest, the prompt, the greedy tokens and the
-// teacher-forced logits; and the seeded values the CPU tests feed their ops.
+// teacher-forced logits; logits compared with them (expect_rows_near) or with each other
+// (worst_relative); and the seeded values the CPU tests feed their ops.
 #pragma once
 #include <cstdint>
 #include <filesystem>
