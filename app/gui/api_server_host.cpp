@@ -77,13 +77,9 @@ class ApiServerHost::Queue final : public server::EngineExecutor {
   bool closed_ = false;
 };
 
-bool ApiServerHost::available() { return true; }
-
 #else
 
 class ApiServerHost::Queue {};
-
-bool ApiServerHost::available() { return false; }
 
 #endif
 

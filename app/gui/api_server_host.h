@@ -28,9 +28,6 @@ class ApiServerHost {
   ApiServerHost(const ApiServerHost&) = delete;
   ApiServerHost& operator=(const ApiServerHost&) = delete;
 
-  // Whether this build can serve (cpp-httplib was found when it was built).
-  static bool available();
-
   // Binds `settings`' address and starts serving `model_id` on a thread of its own. Returns
   // Serving with the bound port, or Failed with a one-line reason (the port is taken, ...).
   // A server already running is stopped first.

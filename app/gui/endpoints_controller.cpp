@@ -210,13 +210,6 @@ EndpointAccess EndpointsController::accessOf(const EndpointEntry& e) const {
   return access;
 }
 
-EndpointAccess EndpointsController::accessFor(const QString& base_url) const {
-  const QString url = withoutV1(base_url);
-  for (const EndpointEntry& e : list_.endpoints())
-    if (withoutV1(e.base_url) == url) return accessOf(e);
-  return {};
-}
-
 void EndpointsController::whenAccessReady(const QString& base_url, QObject* context,
                                           std::function<void(const EndpointAccess&)> ready) {
   const QString url = withoutV1(base_url);

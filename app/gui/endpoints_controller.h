@@ -126,17 +126,16 @@ class EndpointsController : public QObject {
   // The model's context in tokens as its server lists it; 0 when it does not say.
   Q_INVOKABLE qint64 contextOf(const QString& ref) const;
   // The key and stall timeout of the endpoint at `base_url` (a URL with or without its "/v1"
-  // finds it; an unknown URL gets no key and the default timeout), as they are now.
-  EndpointAccess accessFor(const QString& base_url) const;
-  // The same, once the keychain has answered for the endpoint's key (at once when it has):
-  // `ready` runs on the GUI thread, unless `context` is gone by then. A keychain that fails to
-  // read a stored key, or does not answer within kKeyReadTimeoutMs, gives an access with
-  // `error` set.
+  // finds it; an unknown URL gets no key and the default timeout), once the keychain has
+  // answered for the endpoint's key (at once when it has): `ready` runs on the GUI thread,
+  // unless `context` is gone by then. A keychain that fails to read a stored key, or does not
+  // answer within kKeyReadTimeoutMs, gives an access with `error` set.
   void whenAccessReady(const QString& base_url, QObject* context,
                        std::function<void(const EndpointAccess&)> ready);
-  // accessFor for any thread (the engine thread opens a "URL#model" from Models → Server with
-  // it): it reads a copy kept current as the endpoints change, and waits while the keychain
-  // reads the endpoint's key. Never call it on the GUI thread (the keychain answers there).
+  // The key and stall timeout for any thread (the engine thread opens a "URL#model" from
+  // Models → Server with it): it reads a copy kept current as the endpoints change, and waits
+  // while the keychain reads the endpoint's key. Never call it on the GUI thread (the keychain
+  // answers there).
   std::function<EndpointAccess(const std::string&)> accessLookup() const;
   static constexpr int kKeyReadTimeoutMs = 30000;
   // Waits for the model lists in flight (tests, shutdown).

@@ -80,13 +80,6 @@ int MessageModel::append(const StoredMessage& message, bool generating) {
   return row;
 }
 
-void MessageModel::setMessageId(int row, qint64 id) {
-  if (row < 0 || row >= count()) return;
-  rows_[static_cast<size_t>(row)].stored.id = id;
-  const QModelIndex i = index(row);
-  Q_EMIT dataChanged(i, i, {MessageIdRole});
-}
-
 void MessageModel::appendText(int row, const QString& text, int tokens, double elapsed_s,
                               const QString& reasoning) {
   if (row < 0 || row >= count()) return;

@@ -49,7 +49,6 @@ class MessageModel : public granule::app::ListModel {
   const StoredMessage& message(int row) const { return rows_.at(row).stored; }
   QList<StoredMessage> messages() const;
   int append(const StoredMessage& message, bool generating = false);
-  void setMessageId(int row, qint64 id);
   // Streaming: adds text (and reasoning) to the message at `row` and updates its tokens per
   // second; elapsed_s counts from its first text. Reasoning time runs until the answer starts.
   void appendText(int row, const QString& text, int tokens, double elapsed_s,

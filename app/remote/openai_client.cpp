@@ -216,30 +216,6 @@ bool Fault::retryable() const {
   }
 }
 
-const char* fault_kind_name(FaultKind kind) {
-  switch (kind) {
-    case FaultKind::None:
-      return "none";
-    case FaultKind::Unreachable:
-      return "unreachable";
-    case FaultKind::Unauthorized:
-      return "unauthorized";
-    case FaultKind::RateLimited:
-      return "rate limited";
-    case FaultKind::ServerError:
-      return "server error";
-    case FaultKind::Rejected:
-      return "rejected";
-    case FaultKind::StreamCut:
-      return "stream cut";
-    case FaultKind::Stalled:
-      return "stalled";
-    case FaultKind::Protocol:
-      return "protocol";
-  }
-  return "?";
-}
-
 ServerKind server_kind(std::string_view owned_by) {
   if (owned_by == "vllm") return ServerKind::Vllm;
   if (owned_by == "sglang") return ServerKind::Sglang;

@@ -45,8 +45,6 @@ struct Fault {
   bool retryable() const;
 };
 
-const char* fault_kind_name(FaultKind kind);  // "unreachable", "unauthorized", …
-
 struct RemoteModel {
   std::string id;
   std::string owned_by;                   // "vllm", "llamacpp", "sglang", "granule", …

@@ -65,11 +65,7 @@ class EndpointsTest : public QObject {
     model_ = defaultModel();
     if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
     // Four chats at once: the two windows' requests share its batch.
-    QVERIFY(server_.start(
-        QStringLiteral(GRANULE_CLI),
-        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    QVERIFY(server_.serve(model_, 1024, 4));
     modelId_ = QFileInfo(model_).completeBaseName();
   }
 
@@ -373,11 +369,7 @@ class EndpointsTest : public QObject {
   void aKeyStillReadAtStartUpIsWaitedFor() {
     const QString key = QStringLiteral("sk-start-up");
     Child keyed;
-    QVERIFY(keyed.start(QStringLiteral(GRANULE_CLI),
-                        {QStringLiteral("serve"), model_, QStringLiteral("--port"),
-                         QStringLiteral("0"), QStringLiteral("--device"), QStringLiteral("cpu"),
-                         QStringLiteral("--ctx"), QStringLiteral("1024"), QStringLiteral("--chats"),
-                         QStringLiteral("2"), QStringLiteral("--api-key"), key}));
+    QVERIFY(keyed.serve(model_, 1024, 2, {QStringLiteral("--api-key"), key}));
     QCOMPARE(
         granule::remote::OpenAiClient({url(keyed.port).toStdString(), ""}).list_models().fault.kind,
         granule::remote::FaultKind::Unauthorized);

@@ -18,50 +18,16 @@
 #include <QTcpServer>
 #include <QTemporaryDir>
 #include <QtTest>
-#include <set>
 
 #include "application.h"
 #include "granule/constraint.h"
 #include "reply_parser.h"
+#include "window_test_support.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
 using namespace granule::app;
-
-namespace {
-
-QString dataHome() {
-  const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
-  return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
-         QStringLiteral("/granule");
-}
-
-// The tests' Python packages (setup.sh pydeps) before whatever PYTHONPATH already holds.
-QString pythonPath() {
-  QString path = dataHome() + QStringLiteral("/python");
-  const QString extra = qEnvironmentVariable("PYTHONPATH");
-  if (!extra.isEmpty()) path += QLatin1Char(':') + extra;
-  return path;
-}
-
-int distinctColours(const QImage& image) {
-  std::set<QRgb> colours;
-  for (int y = 0; y < image.height(); y += 7)
-    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
-  return static_cast<int>(colours.size());
-}
-
-int visibleCount(QQuickItem* root, const QString& name) {
-  int n = root->objectName() == name && root->isVisible() ? 1 : 0;
-  for (QQuickItem* child : root->childItems()) n += visibleCount(child, name);
-  return n;
-}
-
-QJsonObject toolOf(const StoredMessage& m) {
-  return QJsonDocument::fromJson(m.tool.toUtf8()).object();
-}
-
-}  // namespace
+using namespace granule::app::test;
 
 class McpWindowTest : public QObject {
   Q_OBJECT
@@ -74,44 +40,14 @@ class McpWindowTest : public QObject {
   ChatController* chats() { return app_->chats(); }
   MessageModel* shown() { return chats()->messages(); }
 
-  void save(const QString& name) {
-    QTest::qWait(150);  // a frame for the bindings that just changed
-    const QImage image = window_->grabWindow();
-    QVERIFY(!image.isNull());
-    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
-    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
-    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
-    QVERIFY(image.save(path));
-    qInfo("saved %s", qPrintable(path));
-  }
+  void save(const QString& name) { saveScreenshot(window_, name, 150); }
 
   // A new chat whose reply must call `tool`; waits for the reply and returns the card's row.
   int askFor(const QString& tool, const QString& question) {
-    chats()->newChat();
-    // Greedy, and room for the call: the tiny model pads the constrained JSON with blanks.
-    chats()->samplingEditor()->setTemperature(0);
-    chats()->samplingEditor()->setMaxTokens(160);
-    chats()->setToolChoice(tool);
-    chats()->send(question);
-    chats()->setToolChoice({});
-    const auto hasCard = [this] {
-      return shown()->count() >= 3 && shown()->message(2).role == QLatin1String("tool");
-    };
-    QElapsedTimer waited;
-    waited.start();
-    while (!hasCard() && waited.elapsed() < 240000) {
-      QTest::qWait(200);
-      // A reply that ended without a call: nothing more will come.
-      if (chats()->generatingCount() == 0 && shown()->count() >= 2 && !hasCard()) break;
-    }
-    if (!hasCard()) {
-      for (int row = 0; row < shown()->count(); ++row)
-        qWarning("row %d %s: %s %s", row, qPrintable(shown()->message(row).role),
-                 qPrintable(shown()->message(row).content), qPrintable(shown()->message(row).tool));
+    if (!forceToolCall(chats(), tool, question)) {
       [] { QFAIL("the reply made no tool call"); }();
       return -1;
     }
-    qInfo("the call came after %lld ms", static_cast<long long>(waited.elapsed()));
     const StoredMessage reply = shown()->message(1);
     const QJsonObject calls = toolOf(reply);
     qInfo("the model called %s", qPrintable(QString::fromUtf8(reply.tool.toUtf8())));
@@ -132,15 +68,7 @@ class McpWindowTest : public QObject {
     if (!granule::structured_output_available())
       QSKIP("this build has no structured output (xgrammar): a call cannot be forced");
     if (!toolCallsAvailable()) QSKIP("this build parses no tool calls (no server library)");
-    QProcess python;
-    python.setProcessEnvironment([] {
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.insert(QStringLiteral("PYTHONPATH"), pythonPath());
-      return env;
-    }());
-    python.start(QStringLiteral("python3"),
-                 {QStringLiteral("-c"), QStringLiteral("import mcp.server.mcpserver")});
-    if (!python.waitForFinished(30000) || python.exitCode() != 0)
+    if (!mcpSdkPresent())
       QSKIP("the official mcp Python package is missing: bash packaging/setup.sh pydeps");
 
     app_ = std::make_unique<Application>(granuleEngineFactory(),
@@ -148,13 +76,7 @@ class McpWindowTest : public QObject {
     QVERIFY(app_->mcp()->available());
     app_->mcp()->setTimeouts(30000, 3000);  // a 3 s call timeout for the hanging tool
     qml_ = std::make_unique<QQmlApplicationEngine>();
-    qml_->addImportPath(QStringLiteral("qrc:/qt/qml"));
-    qml_->setInitialProperties(app_->windowProperties());
-    qml_->load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
-    QVERIFY(!qml_->rootObjects().isEmpty());
-    window_ = qobject_cast<QQuickWindow*>(qml_->rootObjects().first());
-    window_->resize(1400, 900);
-    window_->show();
+    QVERIFY((window_ = openMainWindow(*app_, *qml_)) != nullptr);
 
     // Settings' form: a bad entry is refused with one line, the test server is added.
     McpController* mcp = app_->mcp();
@@ -162,30 +84,21 @@ class McpWindowTest : public QObject {
     QCOMPARE(
         mcp->addServer(QStringLiteral("x"), QStringLiteral("a"), {}, QStringLiteral("ftp://b")),
         QStringLiteral("Give either a command (stdio) or a URL (streamable HTTP)."));
-    const QString server = QStringLiteral(GRANULE_SOURCE_DIR "/tests/mcp/mcp_test_server.py");
-    QCOMPARE(mcp->addServer(QStringLiteral("test tools"),
-                            QStringLiteral("python3 '%1' stdio").arg(server),
-                            QStringLiteral("PYTHONPATH=%1").arg(pythonPath()), {}),
-             QString());
-    QTRY_COMPARE_WITH_TIMEOUT(
-        mcp->servers().value(0).toMap().value(QStringLiteral("status")).toString(),
-        QStringLiteral("ready"), 60000);
+    QVERIFY(addMcpTestServer(mcp));
     QCOMPARE(mcp->servers().value(0).toMap().value(QStringLiteral("tools")).toStringList().size(),
              6);
     // The same server over streamable HTTP: ready with the same tools, then removed (the first
     // server's tools are the ones offered).
     QProcess http;
-    http.setProcessEnvironment([] {
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.insert(QStringLiteral("PYTHONPATH"), pythonPath());
-      return env;
-    }());
+    http.setProcessEnvironment(pythonEnvironment());
     const int port = [] {
       QTcpServer s;
       s.listen(QHostAddress::LocalHost, 0);
       return static_cast<int>(s.serverPort());
     }();
-    http.start(QStringLiteral("python3"), {server, QStringLiteral("http"), QString::number(port)});
+    http.start(QStringLiteral("python3"),
+               {QStringLiteral(GRANULE_SOURCE_DIR "/tests/mcp/mcp_test_server.py"),
+                QStringLiteral("http"), QString::number(port)});
     QVERIFY(http.waitForStarted(10000));
     QCOMPARE(mcp->addServer(QStringLiteral("http tools"), {}, {},
                             QStringLiteral("http://127.0.0.1:%1/mcp").arg(port)),

@@ -14,72 +14,28 @@
 #include <QQuickItem>
 #include <QQuickStyle>
 #include <QQuickWindow>
-#include <QRegularExpression>
 #include <QTcpServer>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <algorithm>
 #include <memory>
-#include <set>
 
 #include "application.h"
 #include "remote_inference_engine.h"
 #include "remote_test_support.h"
+#include "window_test_support.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
 using namespace granule::app;
-using granule::app::test::freePort;
-using granule::app::test::waitHealthy;
-
-namespace {
-
-QString dataHome() {
-  const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
-  return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
-         QStringLiteral("/granule");
-}
-
-int distinctColours(const QImage& image) {
-  std::set<QRgb> colours;
-  for (int y = 0; y < image.height(); y += 7)
-    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
-  return static_cast<int>(colours.size());
-}
-
-QQuickItem* findItem(QQuickItem* root, const QString& name) {
-  if (root->objectName() == name && root->isVisible()) return root;
-  for (QQuickItem* child : root->childItems())
-    if (QQuickItem* found = findItem(child, name)) return found;
-  return nullptr;
-}
-
-}  // namespace
+using namespace granule::app::test;
 
 class RemoteScreenshotTest : public QObject {
   Q_OBJECT
 
   QString model_;
 
-  struct Server {
-    std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
-    int port = 0;
-    ~Server() {
-      process->terminate();
-      if (!process->waitForFinished(10000)) process->kill();
-    }
-  };
-
-  // Saves the window as `name` (not blank) in GRANULE_SCREENSHOT_DIR.
-  static void save(QQuickWindow* window, const QString& name) {
-    const QImage image = window->grabWindow();
-    QVERIFY(!image.isNull());
-    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
-    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
-    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
-    QVERIFY(image.save(path));
-    qInfo("saved %s", qPrintable(path));
-  }
+  static void save(QQuickWindow* window, const QString& name) { saveScreenshot(window, name); }
 
   // A local chat and a chat on the server at `port` in one window, at once.
   void shootPerChat(int port, const QString& model_id) {
@@ -220,13 +176,7 @@ class RemoteScreenshotTest : public QObject {
               ? qPrintable(remote.value(QStringLiteral("kvUsage")).toString())
               : "unavailable",
           qPrintable(remote.value(QStringLiteral("generationTokensPerSecond")).toString()));
-    const QImage image = window->grabWindow();
-    QVERIFY(!image.isNull());
-    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
-    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
-    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
-    QVERIFY(image.save(path));
-    qInfo("saved %s", qPrintable(path));
+    save(window, name);
     // The chat and its answer are in the database.
     const qint64 chat = chats->conversations()->idAt(0);
     QVERIFY(chats->messagesOf(chat)->message(1).content.size() > 10);
@@ -239,33 +189,22 @@ class RemoteScreenshotTest : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     QQuickStyle::setStyle(QStringLiteral("Fusion"));
-    model_ = dataHome() + QStringLiteral("/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if (!QFile::exists(model_))
-      QSKIP("the default model is absent (bash packaging/setup.sh model)");
+    model_ = defaultModel();
+    if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
   }
 
   void granuleServer() {
-    Server s;
-    s.process->start(
-        QStringLiteral(GRANULE_CLI),
-        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")});
-    QVERIFY(s.process->waitForStarted(10000));
-    QTRY_VERIFY_WITH_TIMEOUT(s.process->canReadLine(), 60000);
-    const auto m = QRegularExpression(QStringLiteral("127\\.0\\.0\\.1:(\\d+)"))
-                       .match(QString::fromUtf8(s.process->readLine()));
-    QVERIFY(m.hasMatch());
-    shoot(m.captured(1).toInt(), QFileInfo(model_).completeBaseName(),
-          QStringLiteral("remote-granule.png"), QStringLiteral("Granule"));
-    shootPerChat(m.captured(1).toInt(), QFileInfo(model_).completeBaseName());
+    Child s;
+    QVERIFY(s.serve(model_, 1024, 4));
+    shoot(s.port, QFileInfo(model_).completeBaseName(), QStringLiteral("remote-granule.png"),
+          QStringLiteral("Granule"));
+    shootPerChat(s.port, QFileInfo(model_).completeBaseName());
   }
 
   void llamaServer() {
-    const QString bin = dataHome() + QStringLiteral("/third_party/llama-server/bin/llama-server");
-    if (!QFile::exists(bin))
-      QSKIP("llama-server is not built (bash packaging/setup.sh llamaserver)");
-    Server s;
+    const QString bin = llamaServerBinary();
+    if (bin.isEmpty()) QSKIP("llama-server is not built (bash packaging/setup.sh llamaserver)");
+    Child s;  // not start()ed: llama-server prints no URL line; its port is ours
     s.port = freePort();
     s.process->setProcessChannelMode(QProcess::ForwardedErrorChannel);
     s.process->start(

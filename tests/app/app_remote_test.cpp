@@ -31,11 +31,7 @@ class RemoteTest : public QObject {
   void initTestCase() {
     model_ = defaultModel();
     if (model_.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
-    QVERIFY(server_.start(
-        QStringLiteral(GRANULE_CLI),
-        {QStringLiteral("serve"), model_, QStringLiteral("--port"), QStringLiteral("0"),
-         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-         QStringLiteral("1024"), QStringLiteral("--chats"), QStringLiteral("4")}));
+    QVERIFY(server_.serve(model_, 1024, 4));
     modelId_ = QFileInfo(model_).completeBaseName();
   }
 

@@ -24,13 +24,13 @@
 #include <QScopeGuard>
 #include <QTemporaryDir>
 #include <QtTest>
-#include <set>
 
 #include "application.h"
 #include "granule/constraint.h"
 #include "remote/openai_client.h"
 #include "remote_inference_engine.h"
 #include "remote_test_support.h"
+#include "window_test_support.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
@@ -40,37 +40,6 @@ using namespace granule::app::test;
 namespace {
 
 constexpr const char* kApiKey = "sk-remote-tools-test";
-
-QString dataHome() {
-  const QString xdg = qEnvironmentVariable("XDG_DATA_HOME");
-  return (xdg.isEmpty() ? QDir::homePath() + QStringLiteral("/.local/share") : xdg) +
-         QStringLiteral("/granule");
-}
-
-QString pythonPath() {
-  QString path = dataHome() + QStringLiteral("/python");
-  const QString extra = qEnvironmentVariable("PYTHONPATH");
-  if (!extra.isEmpty()) path += QLatin1Char(':') + extra;
-  return path;
-}
-
-int distinctColours(const QImage& image) {
-  std::set<QRgb> colours;
-  for (int y = 0; y < image.height(); y += 7)
-    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
-  return static_cast<int>(colours.size());
-}
-
-QQuickItem* findItem(QQuickItem* root, const QString& name) {
-  if (root->objectName() == name && root->isVisible()) return root;
-  for (QQuickItem* child : root->childItems())
-    if (QQuickItem* found = findItem(child, name)) return found;
-  return nullptr;
-}
-
-QJsonObject toolOf(const StoredMessage& m) {
-  return QJsonDocument::fromJson(m.tool.toUtf8()).object();
-}
 
 }  // namespace
 
@@ -89,16 +58,7 @@ class RemoteToolsTest : public QObject {
   ChatController* chats() { return app_->chats(); }
   MessageModel* shown() { return chats()->messages(); }
 
-  void save(const QString& name) {
-    QTest::qWait(300);  // a frame for the bindings that just changed
-    const QImage image = window_->grabWindow();
-    QVERIFY(!image.isNull());
-    QVERIFY2(distinctColours(image) > 40, qPrintable(name + " looks blank"));
-    QDir().mkpath(QStringLiteral(GRANULE_SCREENSHOT_DIR));
-    const QString path = QStringLiteral(GRANULE_SCREENSHOT_DIR "/") + name;
-    QVERIFY(image.save(path));
-    qInfo("saved %s", qPrintable(path));
-  }
+  void save(const QString& name) { saveScreenshot(window_, name, 300); }
 
   QString state(int row) { return toolOf(shown()->message(row)).value("state").toString(); }
 
@@ -106,29 +66,9 @@ class RemoteToolsTest : public QObject {
   // the card asks, runs once allowed, its result goes back as a tool message (tool_call_id),
   // and the model answers in a new message; PNGs `shots`-asking.png and `shots`-result.png.
   void toolRoundTrip(const QString& ref, const QString& question, const QString& shots) {
-    chats()->newChat();
-    chats()->setCurrentEngine(ref);
-    chats()->samplingEditor()->setTemperature(0);
-    chats()->samplingEditor()->setMaxTokens(160);
-    chats()->setToolChoice(QStringLiteral("weather"));
-    chats()->send(question);
-    chats()->setToolChoice({});
-    const auto hasCard = [this] {
-      return shown()->count() >= 3 && shown()->message(2).role == QLatin1String("tool");
-    };
-    QElapsedTimer waited;
-    waited.start();
-    while (!hasCard() && waited.elapsed() < 240000) {
-      QTest::qWait(200);
-      if (chats()->generatingCount() == 0 && shown()->count() >= 2 && !hasCard()) break;
-    }
-    if (!hasCard()) {
-      for (int row = 0; row < shown()->count(); ++row)
-        qWarning("row %d %s: %s %s", row, qPrintable(shown()->message(row).role),
-                 qPrintable(shown()->message(row).content), qPrintable(shown()->message(row).tool));
+    if (!forceToolCall(chats(), QStringLiteral("weather"), question, ref))
       QFAIL(qPrintable(QStringLiteral("the reply made no tool call; banner: ") +
                        app_->errors()->message()));
-    }
     const StoredMessage call = shown()->message(1);
     qInfo("the endpoint's model wrote \"%s\" and called %s", qPrintable(call.content),
           qPrintable(call.tool));
@@ -168,23 +108,11 @@ class RemoteToolsTest : public QObject {
     if (model.isEmpty()) QSKIP("the default model is absent (bash packaging/setup.sh model)");
     if (!granule::structured_output_available())
       QSKIP("this build has no structured output (xgrammar): its server cannot force a call");
-    QProcess python;
-    python.setProcessEnvironment([] {
-      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.insert(QStringLiteral("PYTHONPATH"), pythonPath());
-      return env;
-    }());
-    python.start(QStringLiteral("python3"),
-                 {QStringLiteral("-c"), QStringLiteral("import mcp.server.mcpserver")});
-    if (!python.waitForFinished(30000) || python.exitCode() != 0)
+    if (!mcpSdkPresent())
       QSKIP("the official mcp Python package is missing: bash packaging/setup.sh pydeps");
 
-    QVERIFY(server_.start(
-        QStringLiteral(GRANULE_CLI),
-        {QStringLiteral("serve"), model, QStringLiteral("--port"), QStringLiteral("0"),
-         QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
-         QStringLiteral("4096"), QStringLiteral("--chats"), QStringLiteral("2"),
-         QStringLiteral("--api-key"), QString::fromLatin1(kApiKey)}));
+    QVERIFY(
+        server_.serve(model, 4096, 2, {QStringLiteral("--api-key"), QString::fromLatin1(kApiKey)}));
     modelId_ = QFileInfo(model).completeBaseName();
     const QString url = QStringLiteral("http://127.0.0.1:%1/v1").arg(server_.port);
     ref_ = url + QLatin1Char('#') + modelId_;
@@ -203,24 +131,11 @@ class RemoteToolsTest : public QObject {
     app_->setRemoteEngineFactory(remoteEngineFactory());
     *keys_ = app_->endpoints()->accessLookup();
     qml_ = std::make_unique<QQmlApplicationEngine>();
-    qml_->addImportPath(QStringLiteral("qrc:/qt/qml"));
-    qml_->setInitialProperties(app_->windowProperties());
-    qml_->load(QUrl(QStringLiteral("qrc:/qt/qml/Granule/Main.qml")));
-    QVERIFY(!qml_->rootObjects().isEmpty());
-    window_ = qobject_cast<QQuickWindow*>(qml_->rootObjects().first());
-    window_->resize(1400, 900);
-    window_->show();
+    QVERIFY((window_ = openMainWindow(*app_, *qml_)) != nullptr);
 
     McpController* mcp = app_->mcp();
     QVERIFY(mcp->available());
-    const QString tools = QStringLiteral(GRANULE_SOURCE_DIR "/tests/mcp/mcp_test_server.py");
-    QCOMPARE(mcp->addServer(QStringLiteral("test tools"),
-                            QStringLiteral("python3 '%1' stdio").arg(tools),
-                            QStringLiteral("PYTHONPATH=%1").arg(pythonPath()), {}),
-             QString());
-    QTRY_COMPARE_WITH_TIMEOUT(
-        mcp->servers().value(0).toMap().value(QStringLiteral("status")).toString(),
-        QStringLiteral("ready"), 60000);
+    QVERIFY(addMcpTestServer(mcp));
 
     // The endpoint with its key (no Secret Service here: kept for the session).
     EndpointsController* endpoints = app_->endpoints();

@@ -54,7 +54,8 @@ inline bool waitHealthy(const QString& url, int within_ms) {
   return false;
 }
 
-// A child process that prints its URL on its first stdout line; killed at the end.
+// A child process that prints its URL on its first stdout line (granule-cli serve: serve());
+// killed at the end.
 struct Child {
   std::unique_ptr<QProcess> process = std::make_unique<QProcess>();
   int port = 0;
@@ -72,6 +73,18 @@ struct Child {
     port = m.captured(1).toInt();
     return true;
   }
+#ifdef GRANULE_CLI
+  // granule-cli serve on `model` with the CPU backend on a free port: a context of `context`
+  // tokens, `chats` chats at once, then `extra` options.
+  bool serve(const QString& model, int context, int chats, const QStringList& extra = {}) {
+    return start(
+        QStringLiteral(GRANULE_CLI),
+        QStringList{QStringLiteral("serve"), model, QStringLiteral("--port"), QStringLiteral("0"),
+                    QStringLiteral("--device"), QStringLiteral("cpu"), QStringLiteral("--ctx"),
+                    QString::number(context), QStringLiteral("--chats"), QString::number(chats)} +
+            extra);
+  }
+#endif
   ~Child() {
     process->terminate();
     if (!process->waitForFinished(10000)) process->kill();

@@ -48,6 +48,34 @@ synthetic_model() {
 skip_note() { echo "SKIP: $*"; }
 skip_all() { echo "SKIP: $*"; exit 77; }
 
+# The serve tests' preconditions, each a skip of the whole script when not met.
+require_server() {
+  # Without the subcommand, `serve --help` prints the main help: look for serve's own options.
+  "$CLI" serve --help 2>/dev/null | grep -q -- "--api-key" ||
+    skip_all "this granule-cli was built without the server (cpp-httplib, libcpp-httplib-dev, not found)"
+}
+# require_python MODULE...: the modules import with the packages `setup.sh pydeps` installs
+# (put on PYTHONPATH for the rest of the script).
+require_python() {
+  export PYTHONPATH="${XDG_DATA_HOME:-$HOME/.local/share}/granule/python${PYTHONPATH:+:$PYTHONPATH}"
+  local modules
+  modules=$(IFS=,; echo "$*")
+  python3 -c "import $modules" 2>/dev/null ||
+    skip_all "Python cannot import $* (bash packaging/setup.sh pydeps)"
+}
+require_default_model() {
+  MODEL=$(default_model)
+  [[ -n $MODEL ]] || skip_all "the default model is absent (bash packaging/setup.sh model)"
+}
+require_jinja() {
+  "$CLI" info "$1" | grep -q "^template engine: *Jinja" ||
+    skip_all "this build has no Jinja engine (bash packaging/setup.sh jinja, then rebuild)"
+}
+require_structured_output() {
+  "$CLI" info "$1" | grep -qi "structured output: *yes" ||
+    skip_all "this build has no structured output (bash packaging/setup.sh xgrammar, then rebuild)"
+}
+
 pass() { CHECKS=$((CHECKS + 1)); }
 fail() { CHECKS=$((CHECKS + 1)); FAILURES=$((FAILURES + 1)); echo "FAIL: $*"; }
 

@@ -2,10 +2,7 @@
 # connections (idle_connections_test.py).
 source "$(dirname "$0")/cli_test_lib.sh"
 
-if ! "$CLI" serve --help 2>/dev/null | grep -q -- "--api-key"; then
-  echo "skip: this granule-cli was built without the server (cpp-httplib, libcpp-httplib-dev, not found)"
-  exit 77
-fi
+require_server
 MODEL=$(loadable_model)
 if [[ -z $MODEL ]]; then
   echo "skip: no model (bash packaging/setup.sh model)"

@@ -3,15 +3,8 @@
 # model whose chat template opens <think> as Qwen3's does (reasoning_serve_test.py).
 source "$(dirname "$0")/cli_test_lib.sh"
 
-if ! "$CLI" serve --help 2>/dev/null | grep -q -- "--api-key"; then
-  echo "skip: this granule-cli was built without the server (cpp-httplib, libcpp-httplib-dev, not found)"
-  exit 77
-fi
-export PYTHONPATH="${XDG_DATA_HOME:-$HOME/.local/share}/granule/python${PYTHONPATH:+:$PYTHONPATH}"
-if ! python3 -c 'import openai' 2>/dev/null; then
-  echo "skip: the openai Python package is absent (bash packaging/setup.sh pydeps)"
-  exit 77
-fi
+require_server
+require_python openai
 
 # A Qwen3-style template: the generation prompt opens <think> unless enable_thinking is false,
 # when it writes an empty block, so the reply is the answer.
@@ -24,10 +17,7 @@ MODEL=$WORK/qwen3_style.gguf
   fail "granule-test-model could not write $MODEL"
   finish
 }
-if ! "$CLI" info "$MODEL" | grep -q "^template engine: *Jinja"; then
-  echo "skip: this build has no Jinja engine (bash packaging/setup.sh jinja, then rebuild)"
-  exit 77
-fi
+require_jinja "$MODEL"
 
 if python3 "$(dirname "$0")/reasoning_serve_test.py" "$CLI" "$MODEL"; then pass; else fail "reasoning_serve_test.py"; fi
 finish

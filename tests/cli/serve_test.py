@@ -21,6 +21,8 @@ import time
 
 import openai
 
+from serve_support import start_serve, stop_serve
+
 CLI, MODEL = sys.argv[1], sys.argv[2]
 CHECKS = 0
 
@@ -36,15 +38,8 @@ class Server:
     """granule-cli serve on 127.0.0.1, any free port (--port 0 prints the one it took)."""
 
     def __init__(self, *extra):
-        args = [CLI, "serve", MODEL, "--port", "0", "--device", "cpu", "--ctx", "512",
-                "--chats", "8", "--max-body", "64KiB", "--timeout", "120", *extra]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.proc.stdout.readline()
-        match = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
-        if not match:
-            self.proc.kill()
-            raise AssertionError(f"serve did not report its port: {line!r} {self.proc.stderr.read()[:500]}")
-        self.port = int(match.group(1))
+        self.proc, self.port = start_serve(CLI, MODEL, "--ctx", "512", "--chats", "8", "--max-body", "64KiB",
+                                           "--timeout", "120", *extra)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def client(self, api_key="none"):
@@ -94,19 +89,17 @@ class Server:
               f"no working reply after {what}: {reply}")
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            # Say where it hangs when a debugger is at hand.
-            if subprocess.run(["which", "gdb"], capture_output=True).returncode == 0:
-                bt = subprocess.run(["gdb", "-batch", "-p", str(self.proc.pid), "-ex", "thread apply all bt"],
-                                    capture_output=True, text=True, timeout=120).stdout
-                frames = [l for l in bt.splitlines() if re.match(r"#\d+ ", l) and ("granule" in l or "httplib" in l)]
-                print("\n".join(frames[:80]))
-            self.proc.kill()
-            raise AssertionError("serve did not stop on SIGTERM within 20 s")
+        check(stop_serve(self.proc, on_hang=print_backtrace), "serve did not stop on SIGTERM within 20 s")
         check(self.proc.returncode == 0, f"serve exited with {self.proc.returncode}: {self.proc.stderr.read()[-500:]}")
+
+
+def print_backtrace(proc):
+    """Says where a server that does not stop hangs, when a debugger is at hand."""
+    if subprocess.run(["which", "gdb"], capture_output=True).returncode == 0:
+        bt = subprocess.run(["gdb", "-batch", "-p", str(proc.pid), "-ex", "thread apply all bt"],
+                            capture_output=True, text=True, timeout=120).stdout
+        frames = [l for l in bt.splitlines() if re.match(r"#\d+ ", l) and ("granule" in l or "httplib" in l)]
+        print("\n".join(frames[:80]))
 
 
 def expect_api_error(status, body, want_status, what):

@@ -245,26 +245,8 @@ const std::vector<int32_t> kPrompt = {1,   45,  300, 7,  99,  256, 12, 3,
                                       200, 150, 64,  33, 310, 8,   77, 140};
 constexpr int kGreedy = 8;
 
-int32_t argmax(const float* v, int64_t n) {
-  return static_cast<int32_t>(std::max_element(v, v + n) - v);
-}
-
 struct CpuModel : test::ModelRuntime {
   explicit CpuModel(const fs::path& path) : ModelRuntime(path, test::cpu_runtime_options(2, 64)) {}
-  std::pair<std::vector<float>, std::vector<int32_t>> prompt_and_greedy(
-      const std::vector<int32_t>& prompt, int greedy) {
-    std::vector<float> logits = run(0, prompt, 0, true);
-    const int64_t vocab = config.n_vocab;
-    std::vector<int32_t> tokens;
-    int32_t next = argmax(logits.data() + logits.size() - static_cast<size_t>(vocab), vocab);
-    auto position = static_cast<int64_t>(prompt.size());
-    for (int i = 0; i < greedy; ++i) {
-      tokens.push_back(next);
-      const std::vector<float> row = run(0, {next}, position++, false);
-      next = argmax(row.data(), vocab);
-    }
-    return {std::move(logits), std::move(tokens)};
-  }
 };
 
 struct ModelCase {
@@ -314,17 +296,8 @@ TEST_P(LlamaCppGolden, LogitsAndGreedyMatchLlamaCpp) {
   ASSERT_EQ(g.vocab, m.config.n_vocab);
   const auto [logits, greedy] = m.prompt_and_greedy(g.tokens, kGreedy);
   ASSERT_EQ(logits.size(), g.logits.size());
-  double worst = 0;
-  for (int64_t r = 0; r < g.rows; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t v = 0; v < g.vocab; ++v) {
-      const size_t i = static_cast<size_t>(r * g.vocab + v);
-      diff = std::max(diff, static_cast<double>(std::fabs(logits[i] - g.logits[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(g.logits[i])));
-    }
-    worst = std::max(worst, diff);
-    EXPECT_LE(diff / scale, c.bound) << c.name << " position " << r;
-  }
+  const std::vector<double> diffs = test::expect_rows_near(logits, g, c.bound, c.name);
+  const double worst = diffs.empty() ? 0 : *std::max_element(diffs.begin(), diffs.end());
   std::cout << "[llama.cpp] " << c.name << ": max |logit - llama.cpp| " << worst
             << ", greedy identical: " << (greedy == g.greedy ? "yes" : "no") << "\n";
   EXPECT_EQ(greedy, g.greedy) << c.name;

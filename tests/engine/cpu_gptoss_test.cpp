@@ -321,10 +321,6 @@ struct CpuModel : test::ModelRuntime {
   }
 };
 
-int32_t argmax(const float* v, int64_t n) {
-  return static_cast<int32_t>(std::max_element(v, v + n) - v);
-}
-
 // The case: with one sliding layer of window 8, a position's logits do not depend on tokens 8
 // or more positions back (they leave the window), but do on the 7 before it; with the same
 // layer attending fully, they depend on all of them.
@@ -474,29 +470,11 @@ TEST_P(LlamaCppGolden, LogitsAndGreedyMatchLlamaCpp) {
   ASSERT_NO_FATAL_FAILURE(test::load_reference_golden(c.name, file.path, kPrompt, g));
   CpuModel m(file.path, c.emulate_device);
   ASSERT_EQ(g.vocab, m.config.n_vocab);
-  const std::vector<float> logits = m.run(0, g.tokens, 0, true);
+  const auto [logits, greedy] = m.prompt_and_greedy(g.tokens, kGreedy);
   ASSERT_EQ(logits.size(), g.logits.size());
-  std::vector<double> diffs;
-  for (int64_t r = 0; r < g.rows; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t v = 0; v < g.vocab; ++v) {
-      const size_t i = static_cast<size_t>(r * g.vocab + v);
-      diff = std::max(diff, static_cast<double>(std::fabs(logits[i] - g.logits[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(g.logits[i])));
-    }
-    diffs.push_back(diff);
-    EXPECT_LE(diff / scale, c.tolerance) << c.name << " position " << r;
-  }
+  std::vector<double> diffs = test::expect_rows_near(logits, g, c.tolerance, c.name);
   std::sort(diffs.begin(), diffs.end());
   const double worst = diffs.back(), median = diffs[diffs.size() / 2];
-  std::vector<int32_t> greedy;
-  int32_t next = argmax(logits.data() + (g.rows - 1) * g.vocab, g.vocab);
-  auto position = static_cast<int64_t>(g.tokens.size());
-  for (int i = 0; i < kGreedy; ++i) {
-    greedy.push_back(next);
-    const std::vector<float> row = m.run(0, {next}, position++, false);
-    next = argmax(row.data(), g.vocab);
-  }
   std::cout << "[llama.cpp] " << c.name << ": max |logit - llama.cpp| " << worst
             << " (median over positions " << median
             << "), greedy identical: " << (greedy == g.greedy ? "yes" : "no") << "\n";

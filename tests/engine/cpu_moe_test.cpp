@@ -38,6 +38,8 @@ namespace {
 namespace fs = std::filesystem;
 using T = TensorType;
 using test::random_values;
+using test::worst_relative;
+using test::write_f32_copy;
 
 // ---- ops ----------------------------------------------------------------------------------
 
@@ -457,30 +459,12 @@ std::vector<ModelCase> llama_cpp_cases() {
 const std::vector<int32_t> kPrompt = {1, 45, 300, 7, 99, 256, 12, 3, 200, 150};
 constexpr int kGreedy = 8;
 
-int32_t argmax(const float* v, int64_t n) {
-  return static_cast<int32_t>(std::max_element(v, v + n) - v);
-}
-
 struct CpuModel : test::ModelRuntime {
   CpuModel(const fs::path& path, bool emulate = false) : ModelRuntime(path, options(emulate)) {}
   static RuntimeOptions options(bool emulate) {
     RuntimeOptions o = test::cpu_runtime_options(2, 64);
     o.backend.cpu_emulate_device_numerics = emulate;
     return o;
-  }
-  std::pair<std::vector<float>, std::vector<int32_t>> prompt_and_greedy(
-      const std::vector<int32_t>& prompt, int greedy) {
-    std::vector<float> logits = run(0, prompt, 0, true);
-    const int64_t vocab = config.n_vocab;
-    std::vector<int32_t> tokens;
-    int32_t next = argmax(logits.data() + logits.size() - static_cast<size_t>(vocab), vocab);
-    auto position = static_cast<int64_t>(prompt.size());
-    for (int i = 0; i < greedy; ++i) {
-      tokens.push_back(next);
-      const std::vector<float> row = run(0, {next}, position++, false);
-      next = argmax(row.data(), vocab);
-    }
-    return {std::move(logits), std::move(tokens)};
   }
 };
 
@@ -500,17 +484,8 @@ TEST_P(LlamaCppGolden, LogitsAndGreedyMatchLlamaCpp) {
   ASSERT_EQ(g.vocab, m.config.n_vocab);
   const auto [logits, greedy] = m.prompt_and_greedy(g.tokens, kGreedy);
   ASSERT_EQ(logits.size(), g.logits.size());
-  double worst = 0;
-  for (int64_t r = 0; r < g.rows; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t v = 0; v < g.vocab; ++v) {
-      const size_t i = static_cast<size_t>(r * g.vocab + v);
-      diff = std::max(diff, static_cast<double>(std::fabs(logits[i] - g.logits[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(g.logits[i])));
-    }
-    worst = std::max(worst, diff);
-    EXPECT_LE(diff / scale, 1e-4) << c.name << " position " << r;
-  }
+  const std::vector<double> diffs = test::expect_rows_near(logits, g, 1e-4, c.name);
+  const double worst = diffs.empty() ? 0 : *std::max_element(diffs.begin(), diffs.end());
   std::cout << "[llama.cpp] " << c.name << ": max |logit - llama.cpp| " << worst
             << ", greedy identical: " << (greedy == g.greedy ? "yes" : "no") << "\n";
   EXPECT_EQ(greedy, g.greedy) << c.name;
@@ -561,18 +536,6 @@ std::vector<QuantCase> quant_cases() {
 class QuantisedExperts : public ::testing::TestWithParam<QuantCase> {};
 void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.name; }
 
-// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
-void write_f32_copy(const ModelFile& from, const fs::path& to) {
-  GgufWriter w;
-  for (const auto& [key, value] : from.metadata()) w.set(key, value);
-  for (const TensorInfo& t : from.tensors()) {
-    std::vector<float> values(static_cast<size_t>(t.elements()));
-    dequantize_row(static_cast<T>(t.ggml_type), t.data, values.data(), t.elements());
-    w.add_tensor(t.name, t.dims, T::F32, values);
-  }
-  w.write(to);
-}
-
 // The case: a file with quantised experts runs, bit for bit, as its F32 copy holding Granule's
 // own decoded values (each expert's slab found and decoded in place).
 TEST_P(QuantisedExperts, RunLikeTheirDequantisedF32Copy) {
@@ -588,23 +551,6 @@ TEST_P(QuantisedExperts, RunLikeTheirDequantisedF32Copy) {
   ASSERT_EQ(logits.size(), f32_logits.size());
   EXPECT_EQ(std::memcmp(logits.data(), f32_logits.data(), logits.size() * sizeof(float)), 0);
   EXPECT_EQ(greedy, f32_greedy);
-}
-
-// max over rows of max|a - b| / std(a).
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * vocab < a.size(); ++r) {
-    double sum = 0, sum_sq = 0, err = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double v = a[r * vocab + i];
-      sum += v;
-      sum_sq += v * v;
-      err = std::max(err, std::fabs(v - b[r * vocab + i]));
-    }
-    const double mean = sum / vocab;
-    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
-  }
-  return worst;
 }
 
 // The case: the CUDA oracle (emulated device numerics) differs from the f32 reference by the

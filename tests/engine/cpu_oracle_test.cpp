@@ -30,6 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::random_values;
+using test::worst_relative;
 
 float bits_to_float(uint32_t b) {
   float f;
@@ -281,23 +282,6 @@ std::vector<int32_t> random_tokens(int n, uint32_t seed) {
   std::vector<int32_t> t(static_cast<size_t>(n));
   for (int32_t& x : t) x = dist(gen);
   return t;
-}
-
-// max over rows of max|a - b| / std(a) (the spread, without the mean offset).
-double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
-  double worst = 0;
-  for (size_t r = 0; r * vocab < a.size(); ++r) {
-    double sum = 0, sum_sq = 0, err = 0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      const double v = a[r * vocab + i];
-      sum += v;
-      sum_sq += v * v;
-      err = std::max(err, std::fabs(v - b[r * vocab + i]));
-    }
-    const double mean = sum / vocab;
-    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
-  }
-  return worst;
 }
 
 TEST(CpuOracleBackend, Int8TypesDifferFromTheF32ReferenceByTheInt8Error) {

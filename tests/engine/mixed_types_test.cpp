@@ -36,33 +36,12 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::ReferenceGolden;
+using test::write_f32_copy;
 using T = TensorType;
 
 // A model file with its CPU backend and KV space (as the engine makes them).
 struct CpuModel : test::ModelRuntime {
   explicit CpuModel(const fs::path& path) : ModelRuntime(path, test::cpu_runtime_options(1, 64)) {}
-
-  std::vector<float> run(const std::vector<int32_t>& tokens, int64_t start, bool all_logits) {
-    return ModelRuntime::run(0, tokens, start, all_logits);
-  }
-
-  // Teacher-forced logits of every prompt position, then `greedy` tokens decoded one step
-  // at a time.
-  std::pair<std::vector<float>, std::vector<int32_t>> prompt_and_greedy(
-      const std::vector<int32_t>& prompt, int greedy) {
-    std::vector<float> logits = run(prompt, 0, true);
-    const int64_t vocab = config.n_vocab;
-    std::vector<int32_t> tokens;
-    const float* last = logits.data() + logits.size() - static_cast<size_t>(vocab);
-    int32_t next = static_cast<int32_t>(std::max_element(last, last + vocab) - last);
-    int64_t position = static_cast<int64_t>(prompt.size());
-    for (int i = 0; i < greedy; ++i) {
-      tokens.push_back(next);
-      const std::vector<float> row = run({next}, position++, false);
-      next = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
-    }
-    return {std::move(logits), std::move(tokens)};
-  }
 };
 
 // Rows of 256 (the K quants' and IQ4_XS's block), 2 layers.
@@ -111,18 +90,6 @@ void PrintTo(const MixCase& c, std::ostream* os) { *os << c.name; }
 
 class MixedTypes : public ::testing::TestWithParam<MixCase> {};
 
-// The F32 copy: every tensor of `from` decoded by dequantize_row, metadata as it is.
-void write_f32_copy(const ModelFile& from, const fs::path& to) {
-  GgufWriter w;
-  for (const auto& [key, value] : from.metadata()) w.set(key, value);
-  for (const TensorInfo& t : from.tensors()) {
-    std::vector<float> values(static_cast<size_t>(t.elements()));
-    dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, values.data(), t.elements());
-    w.add_tensor(t.name, t.dims, T::F32, values);
-  }
-  w.write(to);
-}
-
 TEST_P(MixedTypes, OpensAndRunsLikeItsDequantisedF32Copy) {
   const MixCase& c = GetParam();
   test::TempModel mixed(c.spec, c.name);
@@ -156,16 +123,8 @@ TEST_P(MixedTypes, LogitsAndGreedyMatchNumpyReference) {
   ASSERT_EQ(g.vocab, model.config.n_vocab);
   const auto [logits, greedy] = model.prompt_and_greedy(kPrompt, kGreedy);
   ASSERT_EQ(logits.size(), g.logits.size());
-  for (int64_t r = 0; r < g.rows; ++r) {
-    double diff = 0, scale = 0;
-    for (int64_t i = 0; i < g.vocab; ++i) {
-      const size_t k = static_cast<size_t>(r * g.vocab + i);
-      diff = std::max(diff, std::abs(double(logits[k]) - g.logits[k]));
-      scale = std::max(scale, std::abs(double(g.logits[k])));
-    }
-    // f32 products against a float64 reference on the same weights (as the other goldens).
-    EXPECT_LE(diff / scale, 1e-4) << c.name << " position " << r;
-  }
+  // f32 products against a float64 reference on the same weights (as the other goldens).
+  test::expect_rows_near(logits, g, 1e-4, c.name);
   EXPECT_EQ(greedy, g.greedy) << c.name;
 }
 

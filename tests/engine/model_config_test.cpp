@@ -42,6 +42,22 @@ struct Loaded {
   }
 };
 
+// Writes `bytes`, a whole GGUF file, to `path`.
+void write_file(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+// Changes character `at` of metadata key `key`'s text in `bytes` to 'X', so the file no longer
+// has the key; false when the key is not there.
+bool hide_key(std::vector<uint8_t>& bytes, const std::string& key, size_t at) {
+  const auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
+  if (it == bytes.end()) return false;
+  *(it + static_cast<std::ptrdiff_t>(at)) = 'X';
+  return true;
+}
+
 // The message of the error the callable throws as E ("" if it throws nothing).
 template <typename E, typename F>
 std::string error_message(F&& f) {
@@ -161,11 +177,7 @@ TEST(ModelConfig, UnsupportedBlockTypeNamesTensorAndType) {
   // it replaces, so the file stays valid for the reader.
   patch_tensor_type(bytes, "blk.1.ffn_up.weight", 26);
   TempFile f;
-  {
-    std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-  }
+  write_file(f.path, bytes);
   std::string msg;
   try {
     auto model = ModelFile::open(f.path);
@@ -182,16 +194,9 @@ TEST(ModelConfig, MissingKeyIsNamed) {
   auto writer = build_synthetic_model(SyntheticModelSpec::preset("tiny"));
   auto bytes = writer.to_bytes();
   // Renaming the key's text makes it absent.
-  const std::string key = "llama.block_count";
-  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
-  ASSERT_NE(it, bytes.end());
-  *(it + 6) = 'X';  // "llama.Xlock_count"
+  ASSERT_TRUE(hide_key(bytes, "llama.block_count", 6));  // "llama.Xlock_count"
   TempFile f;
-  {
-    std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-  }
+  write_file(f.path, bytes);
   auto model = ModelFile::open(f.path);
   const std::string msg = error_message<FormatError>([&] { ModelConfig::from_gguf(*model); });
   EXPECT_NE(msg.find("llama.block_count"), std::string::npos) << msg;
@@ -295,16 +300,10 @@ TEST(ModelConfigMoe, Qwen3MoeExpertWidthDefaultsToFfOverTopK) {
   SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-qwen3moe");
   spec.n_ff = 64;  // 2 × the experts' 32
   auto bytes = build_synthetic_model(spec).to_bytes();
-  const std::string key = "qwen3moe.expert_feed_forward_length";
-  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
-  ASSERT_NE(it, bytes.end());
-  *(it + 9) = 'X';  // "qwen3moe.Xxpert_feed_forward_length": absent
+  // "qwen3moe.Xxpert_feed_forward_length": absent.
+  ASSERT_TRUE(hide_key(bytes, "qwen3moe.expert_feed_forward_length", 9));
   TempFile f;
-  {
-    std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-  }
+  write_file(f.path, bytes);
   auto model = ModelFile::open(f.path);
   const ModelConfig c = ModelConfig::from_gguf(*model);
   EXPECT_EQ(c.moe.n_ff_exp, 32);
@@ -324,16 +323,9 @@ TEST(ModelConfigMoe, TopKAboveTheExpertCountIsAnError) {
 
 TEST(ModelConfigMoe, MissingExpertCountIsNamed) {
   auto bytes = build_synthetic_model(SyntheticModelSpec::preset("tiny-qwen3moe")).to_bytes();
-  const std::string key = "qwen3moe.expert_count";
-  auto it = std::search(bytes.begin(), bytes.end(), key.begin(), key.end());
-  ASSERT_NE(it, bytes.end());
-  *(it + 9) = 'X';
+  ASSERT_TRUE(hide_key(bytes, "qwen3moe.expert_count", 9));
   TempFile f;
-  {
-    std::ofstream out(f.path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-  }
+  write_file(f.path, bytes);
   auto model = ModelFile::open(f.path);
   const std::string msg = error_message<FormatError>([&] { ModelConfig::from_gguf(*model); });
   EXPECT_NE(msg.find("qwen3moe.expert_count"), std::string::npos) << msg;

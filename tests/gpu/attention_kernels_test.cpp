@@ -456,6 +456,71 @@ TEST(AttentionEarlyRequests, TheStepsTokensAreReadAfterTheWait) {
   }
 }
 
+// Decode rows over KV in the engine's layout where every byte of K and V is 0x3C, so every
+// element is the f16 0x3C3C (kValue) and so must every output element be: row r's `length`
+// tokens in slot r, its q random (from a fresh std::mt19937(7)), scaled, without splits.
+struct UniformKvDecode {
+  static constexpr float kValue = 1.05859375f;  // f16 0x3C3C
+  int64_t slot_halves;
+  DeviceArray<uint16_t> kv;
+  DeviceArray<float> q, out;
+  DeviceArray<__half*> bases;
+  DeviceArray<int32_t> slots, lengths;
+  kernels::AttentionArgs args;
+
+  UniformKvDecode(int rows, int length, int n_head, int n_kv, int hd, int64_t token_stride,
+                  int layer)
+      : slot_halves(token_stride * length),
+        kv(static_cast<size_t>(rows * slot_halves)),
+        q(random_q(static_cast<size_t>(rows) * n_head * hd)),
+        out(static_cast<size_t>(rows) * n_head * hd),
+        bases(slot_bases(kv, rows, slot_halves)),
+        slots(iota(rows)),
+        lengths(std::vector<int32_t>(static_cast<size_t>(rows), length)),
+        args(gpu_test::attention_args(q.get(), out.get(), rows, n_head, n_kv, hd, lengths.get(),
+                                      slots.get(), bases.get(), token_stride, layer)) {
+    if (cudaMemset(kv.get(), 0x3C, kv.size() * 2) != cudaSuccess)
+      throw std::runtime_error("cudaMemset failed");
+  }
+
+ private:
+  static std::vector<float> random_q(size_t n) {
+    std::mt19937 rng(7);
+    return gpu_test::random_floats(n, rng);
+  }
+  static std::vector<__half*> slot_bases(const DeviceArray<uint16_t>& kv, int rows,
+                                         int64_t slot_halves) {
+    std::vector<__half*> bases;
+    for (int r = 0; r < rows; ++r)
+      bases.push_back(reinterpret_cast<__half*>(kv.get()) + r * slot_halves);
+    return bases;
+  }
+  static std::vector<int32_t> iota(int rows) {
+    std::vector<int32_t> v(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) v[static_cast<size_t>(r)] = r;
+    return v;
+  }
+};
+
+// Microseconds per launch of `a` into `us`, over 50 launches after 3 that warm up.
+void time_attention(const kernels::AttentionArgs& a, const kernels::KernelConfig& config,
+                    double& us) {
+  for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+  cudaEvent_t begin, end;
+  ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
+  const int launches = 50;
+  ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
+  for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
+  ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
+  float ms = 0.0f;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
+  cudaEventDestroy(begin);
+  cudaEventDestroy(end);
+  us = 1e3 * ms / launches;
+}
+
 // Times the 8B decode shapes of issue 15 in the engine's KV layout (32 layers: consecutive
 // tokens of one layer are 128 KB apart) and prints µs per launch; every K and V element is the
 // same f16 value, so each output element must be exactly that value.
@@ -464,55 +529,24 @@ TEST(AttentionKernelTiming, DecodeShapesOf8B) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const int n_head = 32, n_kv = 8, hd = 128, n_layer = 32, layer = 31, capacity = 8192;
   const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
-  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
   struct Shape {
     int rows, length;
   };
   for (const Shape shape :
        {Shape{1, 8000}, Shape{8, 8000}, Shape{8, 200}, Shape{32, 200}, Shape{1, 64}}) {
     const int rows = shape.rows;
-    const int64_t slot_halves = token_stride * shape.length;
-    DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
-    ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
-              cudaSuccess);
-    std::vector<__half*> bases;
-    for (int r = 0; r < rows; ++r)
-      bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
-    std::vector<int32_t> slots(rows), lengths(rows, shape.length);
-    for (int r = 0; r < rows; ++r) slots[r] = r;
-    std::mt19937 rng(7);
-    const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
-    DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
-    DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
-    DeviceArray<__half*> d_bases(bases);
-    DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
-    gpu_test::SplitAttention split(
-        gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
-                                 d_slots.get(), d_bases.get(), token_stride, layer),
-        64, capacity);  // the engine's decode split size
-    const kernels::AttentionArgs& a = split.args;
-    DeviceArray<int>& d_counters = split.counters;
-    for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
-    cudaEvent_t begin, end;
-    ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
-    ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
-    const int launches = 50;
-    ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
-    for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
-    ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
-    ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
-    float ms = 0.0f;
-    ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
-    cudaEventDestroy(begin);
-    cudaEventDestroy(end);
-    const double us = 1e3 * ms / launches;
+    UniformKvDecode d(rows, shape.length, n_head, n_kv, hd, token_stride, layer);
+    gpu_test::SplitAttention split(d.args, 64, capacity);  // the engine's decode split size
+    double us = 0;
+    ASSERT_NO_FATAL_FAILURE(time_attention(split.args, config, us));
     const double bytes = 2.0 * rows * shape.length * n_kv * hd * 2;
     std::printf("[attention-timing] %2d rows x %5d tokens: %8.2f us per launch, %.2f TB/s of K+V\n",
                 rows, shape.length, us, bytes / (us * 1e-6) / 1e12);
-    EXPECT_EQ(d_counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
-    const std::vector<float> got = d_out.download();
+    EXPECT_EQ(split.counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
+    const std::vector<float> got = d.out.download();
     for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows x " << shape.length << " at " << i;
+      ASSERT_NEAR(got[i], UniformKvDecode::kValue, 1e-5f)
+          << rows << " rows x " << shape.length << " at " << i;
   }
 }
 
@@ -525,46 +559,16 @@ TEST(AttentionKernelTiming, DecodeShapesOfGptOss20b) {
   const kernels::KernelConfig config = gpu_test::kernel_config();
   const int n_head = 64, n_kv = 8, hd = 64, n_layer = 24, layer = 23, length = 8000;
   const int64_t token_stride = static_cast<int64_t>(n_layer) * 2 * n_kv * hd;
-  const float value = 1.05859375f;  // f16 0x3C3C: every byte of K and V is 0x3C
   DeviceArray<float> d_sinks(std::vector<float>(n_head, -30.0f));
   for (const int rows : {1, 32}) {
     for (const int window : {0, 128}) {
-      const int64_t slot_halves = token_stride * length;
-      DeviceArray<uint16_t> d_kv(static_cast<size_t>(rows * slot_halves));
-      ASSERT_EQ(cudaMemset(d_kv.get(), 0x3C, static_cast<size_t>(rows * slot_halves) * 2),
-                cudaSuccess);
-      std::vector<__half*> bases;
-      for (int r = 0; r < rows; ++r)
-        bases.push_back(reinterpret_cast<__half*>(d_kv.get()) + r * slot_halves);
-      std::vector<int32_t> slots(rows), lengths(rows, length);
-      for (int r = 0; r < rows; ++r) slots[r] = r;
-      std::mt19937 rng(7);
-      const int64_t q_dim = static_cast<int64_t>(n_head) * hd;
-      DeviceArray<float> d_q(gpu_test::random_floats(static_cast<size_t>(rows * q_dim), rng));
-      DeviceArray<float> d_out(static_cast<size_t>(rows * q_dim));
-      DeviceArray<__half*> d_bases(bases);
-      DeviceArray<int32_t> d_slots(slots), d_lengths(lengths);
-      kernels::AttentionArgs base =
-          gpu_test::attention_args(d_q.get(), d_out.get(), rows, n_head, n_kv, hd, d_lengths.get(),
-                                   d_slots.get(), d_bases.get(), token_stride, layer);
+      UniformKvDecode d(rows, length, n_head, n_kv, hd, token_stride, layer);
+      kernels::AttentionArgs base = d.args;
       base.window = window;
       base.sinks = d_sinks.get();
       gpu_test::SplitAttention split(base, 64, window > 0 ? window : length);
-      const kernels::AttentionArgs& a = split.args;
-      for (int i = 0; i < 3; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
-      cudaEvent_t begin, end;
-      ASSERT_EQ(cudaEventCreate(&begin), cudaSuccess);
-      ASSERT_EQ(cudaEventCreate(&end), cudaSuccess);
-      const int launches = 50;
-      ASSERT_EQ(cudaEventRecord(begin, nullptr), cudaSuccess);
-      for (int i = 0; i < launches; ++i) CUDA_OK(kernels::launch_attention(a, config, nullptr));
-      ASSERT_EQ(cudaEventRecord(end, nullptr), cudaSuccess);
-      ASSERT_EQ(cudaEventSynchronize(end), cudaSuccess);
-      float ms = 0.0f;
-      ASSERT_EQ(cudaEventElapsedTime(&ms, begin, end), cudaSuccess);
-      cudaEventDestroy(begin);
-      cudaEventDestroy(end);
-      const double us = 1e3 * ms / launches;
+      double us = 0;
+      ASSERT_NO_FATAL_FAILURE(time_attention(split.args, config, us));
       const int read = window > 0 ? window : length;
       const double bytes = 2.0 * rows * read * n_kv * hd * 2;
       std::printf(
@@ -572,9 +576,10 @@ TEST(AttentionKernelTiming, DecodeShapesOfGptOss20b) {
           "TB/s of the K+V read\n",
           rows, length, window > 0 ? "window 128" : "full layer", us, bytes / (us * 1e-6) / 1e12);
       EXPECT_EQ(split.counters.download(), std::vector<int>(static_cast<size_t>(rows * n_kv), 0));
-      const std::vector<float> got = d_out.download();
+      const std::vector<float> got = d.out.download();
       for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], value, 1e-5f) << rows << " rows, window " << window << " at " << i;
+        ASSERT_NEAR(got[i], UniformKvDecode::kValue, 1e-5f)
+            << rows << " rows, window " << window << " at " << i;
     }
   }
 }

@@ -49,35 +49,119 @@ struct SeqRun {
   bool restart = false;  // from position 0 again
 };
 
+// A Gated DeltaNet layer for the kernels: 4 taps, 2 key heads and `n_v_heads` value heads of
+// `state_size`, its random weights (the convolution's at `conv_scale`) on the host and the
+// device.
+struct DeltaNetLayer {
+  DeltaNetConfig d;
+  std::vector<float> conv_weight, dt_bias, a, norm_weight;
+  DeviceArray<float> d_conv_weight, d_dt, d_a, d_norm;
+
+  DeltaNetLayer(int state_size, int n_v_heads, std::mt19937& rng, float conv_scale)
+      : d(config(state_size, n_v_heads)),
+        conv_weight(gpu_test::random_floats(static_cast<size_t>(d.conv_channels() * d.conv_kernel),
+                                            rng, conv_scale)),
+        dt_bias(gpu_test::random_floats(static_cast<size_t>(n_v_heads), rng, 1.0f)),
+        a(minus_exp(gpu_test::random_floats(static_cast<size_t>(n_v_heads), rng, 0.5f))),
+        norm_weight(plus_one(gpu_test::random_floats(static_cast<size_t>(state_size), rng, 0.2f))),
+        d_conv_weight(conv_weight),
+        d_dt(dt_bias),
+        d_a(a),
+        d_norm(norm_weight) {}
+
+  int64_t slot_floats() const { return d.conv_state_floats() + d.delta_state_floats(); }
+
+ private:
+  static DeltaNetConfig config(int state_size, int n_v_heads) {
+    DeltaNetConfig d;
+    d.conv_kernel = 4;
+    d.state_size = state_size;
+    d.n_k_heads = 2;
+    d.n_v_heads = n_v_heads;
+    d.inner_size = d.n_v_heads * d.state_size;
+    return d;
+  }
+  static std::vector<float> minus_exp(std::vector<float> v) {
+    for (float& x : v) x = -std::exp(x);
+    return v;
+  }
+  static std::vector<float> plus_one(std::vector<float> v) {
+    for (float& x : v) x += 1.0f;
+    return v;
+  }
+};
+
+// One step of `layer` on the device: the rows' positions and slots, the kernels' inputs, their
+// outputs and the chunked form's scratch (none poisoned).
+struct DeltaNetStep {
+  int64_t rows;
+  DeviceArray<int32_t> positions, slots;
+  DeviceArray<float> mixed, z, beta, alpha, conv_out, out, chunk_scratch, chunk_w;
+
+  DeltaNetStep(const DeltaNetLayer& layer, const std::vector<int32_t>& row_positions,
+               const std::vector<int32_t>& row_slots, const std::vector<float>& mixed_in,
+               const std::vector<float>& z_in, const std::vector<float>& beta_in,
+               const std::vector<float>& alpha_in)
+      : rows(static_cast<int64_t>(row_positions.size())),
+        positions(row_positions),
+        slots(row_slots),
+        mixed(mixed_in),
+        z(z_in),
+        beta(beta_in),
+        alpha(alpha_in),
+        conv_out(static_cast<size_t>(rows * layer.d.conv_channels())),
+        out(static_cast<size_t>(rows * layer.d.value_dim())),
+        chunk_scratch(
+            static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, layer.d.n_v_heads))),
+        chunk_w(static_cast<size_t>(rows * layer.d.value_dim())) {}
+
+  // The kernels' arguments for this step over `state` (slots of layer.slot_floats()); with
+  // `chunked`, the chunked form's scratch (else every run token by token).
+  kernels::DeltaNetArgs args(const DeltaNetLayer& layer, float* state, bool chunked) const {
+    kernels::DeltaNetArgs args;
+    args.rows = static_cast<int>(rows);
+    args.positions = positions.get();
+    args.slots = slots.get();
+    args.conv_kernel = static_cast<int>(layer.d.conv_kernel);
+    args.state_size = static_cast<int>(layer.d.state_size);
+    args.n_k_heads = static_cast<int>(layer.d.n_k_heads);
+    args.n_v_heads = static_cast<int>(layer.d.n_v_heads);
+    args.conv_weight = layer.d_conv_weight.get();
+    args.dt_bias = layer.d_dt.get();
+    args.a = layer.d_a.get();
+    args.norm_weight = layer.d_norm.get();
+    args.state = state;
+    args.slot_stride = layer.slot_floats();
+    args.mixed = mixed.get();
+    args.conv_out = conv_out.get();
+    args.beta = beta.get();
+    args.alpha = alpha.get();
+    args.z = z.get();
+    args.out = out.get();
+    if (chunked) {
+      args.chunk_scratch = chunk_scratch.get();
+      args.chunk_w = chunk_w.get();
+    }
+    return args;
+  }
+};
+
 class DeltaNetKernel : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(DeltaNetKernel, MatchesTheCpuReferenceOverMixedSteps) {
   GRANULE_REQUIRE_GPU();
   const auto [state_size, chunked] = GetParam();
-  DeltaNetConfig d;
-  d.conv_kernel = 4;
-  d.state_size = state_size;
-  d.n_k_heads = 2;
-  d.n_v_heads = 4;
-  d.inner_size = d.n_v_heads * d.state_size;
-  const int64_t C = d.conv_channels(), V = d.value_dim(), nv = d.n_v_heads, S = d.state_size;
-  const float eps = 1e-6f;
   std::mt19937 rng(11 + state_size);
-  const std::vector<float> conv_weight =
-      gpu_test::random_floats(static_cast<size_t>(C * 4), rng, 0.5f);
-  const std::vector<float> dt_bias = gpu_test::random_floats(static_cast<size_t>(nv), rng, 1.0f);
-  std::vector<float> a = gpu_test::random_floats(static_cast<size_t>(nv), rng, 0.5f);
-  for (float& x : a) x = -std::exp(x);
-  std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(S), rng, 0.2f);
-  for (float& x : norm_weight) x += 1.0f;
+  const DeltaNetLayer layer(state_size, 4, rng, 0.5f);
+  const DeltaNetConfig& d = layer.d;
+  const int64_t C = d.conv_channels(), V = d.value_dim(), nv = d.n_v_heads, S = d.state_size;
+  const float eps = 1e-6f;  // DeltaNetArgs' default
 
   const int32_t slots[3] = {2, 0, 3};  // the sequences' state slots (of 4)
-  const int64_t slot_floats = d.conv_state_floats() + d.delta_state_floats();
-  DeviceArray<float> state(static_cast<size_t>(4 * slot_floats));
+  DeviceArray<float> state(static_cast<size_t>(4 * layer.slot_floats()));
   state.poison();  // a run from position 0 must never read it
   std::vector<std::vector<float>> cpu_conv(3), cpu_delta(3);
   int64_t length[3] = {0, 0, 0};
-  DeviceArray<float> d_conv_weight(conv_weight), d_dt(dt_bias), d_a(a), d_norm(norm_weight);
   cpu::ThreadPool pool(2);
 
   const std::vector<std::vector<SeqRun>> steps = {
@@ -127,56 +211,27 @@ TEST_P(DeltaNetKernel, MatchesTheCpuReferenceOverMixedSteps) {
         for (int64_t j = 0; j < nv; ++j) {
           const size_t at = static_cast<size_t>((first + t) * nv + j);
           b[static_cast<size_t>(t * nv + j)] = sigmoid(beta[at]);
-          g[static_cast<size_t>(t * nv + j)] = softplus(alpha[at] + dt_bias[j]) * a[j];
+          g[static_cast<size_t>(t * nv + j)] = softplus(alpha[at] + layer.dt_bias[j]) * layer.a[j];
         }
-      cpu::delta_net_sequence(d, conv_weight.data(), mixed.data() + first * C, b.data(), g.data(),
-                              r.tokens, eps, cpu_conv[r.seq].data(), cpu_delta[r.seq].data(),
-                              conv_out.data() + first * C, expected.data() + first * V, pool);
+      cpu::delta_net_sequence(d, layer.conv_weight.data(), mixed.data() + first * C, b.data(),
+                              g.data(), r.tokens, eps, cpu_conv[r.seq].data(),
+                              cpu_delta[r.seq].data(), conv_out.data() + first * C,
+                              expected.data() + first * V, pool);
       for (int t = 0; t < r.tokens; ++t)
         for (int64_t j = 0; j < nv; ++j) {
           float* o = expected.data() + (first + t) * V + j * S;
           const float* zz = z.data() + (first + t) * V + j * S;
-          cpu::rms_norm(o, norm_weight.data(), o, S, eps);
+          cpu::rms_norm(o, layer.norm_weight.data(), o, S, eps);
           for (int64_t e = 0; e < S; ++e) o[e] *= silu(zz[e]);
         }
       length[r.seq] = (r.restart ? 0 : length[r.seq]) + r.tokens;
       first += r.tokens;
     }
 
-    DeviceArray<int32_t> d_positions(positions), d_slots(row_slots);
-    DeviceArray<float> d_mixed(mixed), d_z(z), d_beta(beta), d_alpha(alpha);
-    DeviceArray<float> d_conv_out(static_cast<size_t>(rows * C)),
-        d_out(static_cast<size_t>(rows * V));
-    d_out.poison();
-    DeviceArray<float> d_chunk_scratch(
-        static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, nv))),
-        d_chunk_w(static_cast<size_t>(rows * V));
-    d_chunk_scratch.poison();
-    kernels::DeltaNetArgs args;
-    args.rows = static_cast<int>(rows);
-    args.positions = d_positions.get();
-    args.slots = d_slots.get();
-    args.conv_kernel = static_cast<int>(d.conv_kernel);
-    args.state_size = static_cast<int>(S);
-    args.n_k_heads = static_cast<int>(d.n_k_heads);
-    args.n_v_heads = static_cast<int>(nv);
-    args.eps = eps;
-    args.conv_weight = d_conv_weight.get();
-    args.dt_bias = d_dt.get();
-    args.a = d_a.get();
-    args.norm_weight = d_norm.get();
-    args.state = state.get();
-    args.slot_stride = slot_floats;
-    args.mixed = d_mixed.get();
-    args.conv_out = d_conv_out.get();
-    args.beta = d_beta.get();
-    args.alpha = d_alpha.get();
-    args.z = d_z.get();
-    args.out = d_out.get();
-    if (chunked) {
-      args.chunk_scratch = d_chunk_scratch.get();
-      args.chunk_w = d_chunk_w.get();
-    }
+    DeltaNetStep on_device(layer, positions, row_slots, mixed, z, beta, alpha);
+    on_device.out.poison();
+    on_device.chunk_scratch.poison();
+    kernels::DeltaNetArgs args = on_device.args(layer, state.get(), chunked);
     // The gated norm's int8 blocks (state sizes of whole blocks), poisoned.
     const bool blocks = S % 32 == 0;
     DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * V));
@@ -189,12 +244,13 @@ TEST_P(DeltaNetKernel, MatchesTheCpuReferenceOverMixedSteps) {
     const kernels::KernelConfig config = gpu_test::kernel_config();
     CUDA_OK(kernels::launch_delta_net_conv(args, config, nullptr));
     CUDA_OK(kernels::launch_delta_net_rule(args, config, nullptr));
-    const std::vector<float> out = d_out.download();
+    const std::vector<float> out = on_device.out.download();
     if (blocks) {  // bit for bit what launch_quantize_q8 makes of the same out
       DeviceArray<int8_t> q_qs(static_cast<size_t>(rows * V));
       DeviceArray<float2> q_ds(static_cast<size_t>(rows * V / 32));
-      CUDA_OK(kernels::launch_quantize_q8(d_out.get(), static_cast<int>(rows), static_cast<int>(V),
-                                          {q_qs.get(), q_ds.get()}, config, nullptr));
+      CUDA_OK(kernels::launch_quantize_q8(on_device.out.get(), static_cast<int>(rows),
+                                          static_cast<int>(V), {q_qs.get(), q_ds.get()}, config,
+                                          nullptr));
       ASSERT_EQ(d_qs.download(), q_qs.download()) << "step " << step;
       const std::vector<float2> got_ds = d_ds.download(), want_ds = q_ds.download();
       for (size_t i = 0; i < got_ds.size(); ++i)
@@ -243,26 +299,12 @@ class DeltaNetChunked : public ::testing::TestWithParam<std::tuple<int, GateRegi
 TEST_P(DeltaNetChunked, MatchesTheRecurrentForm) {
   GRANULE_REQUIRE_GPU();
   const auto [state_size, regime] = GetParam();
-  DeltaNetConfig d;
-  d.conv_kernel = 4;
-  d.state_size = state_size;
-  d.n_k_heads = 2;
-  d.n_v_heads = 6;
-  d.inner_size = d.n_v_heads * d.state_size;
-  const int64_t C = d.conv_channels(), V = d.value_dim(), nv = d.n_v_heads;
   std::mt19937 rng(101 + state_size);
-  const std::vector<float> conv_weight =
-      gpu_test::random_floats(static_cast<size_t>(C * 4), rng, 0.5f);
-  const std::vector<float> dt_bias = gpu_test::random_floats(static_cast<size_t>(nv), rng, 1.0f);
-  std::vector<float> a = gpu_test::random_floats(static_cast<size_t>(nv), rng, 0.5f);
-  for (float& x : a) x = -std::exp(x);
-  std::vector<float> norm_weight =
-      gpu_test::random_floats(static_cast<size_t>(d.state_size), rng, 0.2f);
-  for (float& x : norm_weight) x += 1.0f;
-  DeviceArray<float> d_conv_weight(conv_weight), d_dt(dt_bias), d_a(a), d_norm(norm_weight);
+  const DeltaNetLayer layer(state_size, 6, rng, 0.5f);
+  const int64_t C = layer.d.conv_channels(), V = layer.d.value_dim(), nv = layer.d.n_v_heads;
 
   constexpr int kSlots = 8;
-  const int64_t slot_floats = d.conv_state_floats() + d.delta_state_floats();
+  const int64_t slot_floats = layer.slot_floats();
   const std::vector<int> lengths = {1, 63, 64, 65, 500, 4100};  // slots 0..5; slot 6 starts anew
   const int fresh_slot = 6, fresh_tokens = 130, previous_tokens = 40;
 
@@ -277,45 +319,17 @@ TEST_P(DeltaNetChunked, MatchesTheRecurrentForm) {
     std::vector<float> alpha = gpu_test::random_floats(static_cast<size_t>(rows * nv), inputs);
     for (float& x : beta) x += regime.beta_shift;
     for (float& x : alpha) x += regime.alpha_shift;
-    DeviceArray<int32_t> d_positions(step.positions), d_slots(step.slots);
-    DeviceArray<float> d_mixed(gpu_test::random_floats(static_cast<size_t>(rows * C), inputs)),
-        d_z(gpu_test::random_floats(static_cast<size_t>(rows * V), inputs)), d_beta(beta),
-        d_alpha(alpha), d_conv_out(static_cast<size_t>(rows * C)),
-        d_out(static_cast<size_t>(rows * V)),
-        d_chunk_scratch(static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, nv))),
-        d_chunk_w(static_cast<size_t>(rows * V));
-    d_out.poison();
-    d_chunk_scratch.poison();
-    kernels::DeltaNetArgs args;
-    args.rows = static_cast<int>(rows);
-    args.positions = d_positions.get();
-    args.slots = d_slots.get();
-    args.conv_kernel = static_cast<int>(d.conv_kernel);
-    args.state_size = static_cast<int>(d.state_size);
-    args.n_k_heads = static_cast<int>(d.n_k_heads);
-    args.n_v_heads = static_cast<int>(nv);
-    args.eps = 1e-6f;
-    args.conv_weight = d_conv_weight.get();
-    args.dt_bias = d_dt.get();
-    args.a = d_a.get();
-    args.norm_weight = d_norm.get();
-    args.state = state.get();
-    args.slot_stride = slot_floats;
-    args.mixed = d_mixed.get();
-    args.conv_out = d_conv_out.get();
-    args.beta = d_beta.get();
-    args.alpha = d_alpha.get();
-    args.z = d_z.get();
-    args.out = d_out.get();
-    if (chunked) {
-      args.chunk_scratch = d_chunk_scratch.get();
-      args.chunk_w = d_chunk_w.get();
-    }
+    const std::vector<float> mixed = gpu_test::random_floats(static_cast<size_t>(rows * C), inputs);
+    const std::vector<float> z = gpu_test::random_floats(static_cast<size_t>(rows * V), inputs);
+    DeltaNetStep on_device(layer, step.positions, step.slots, mixed, z, beta, alpha);
+    on_device.out.poison();
+    on_device.chunk_scratch.poison();
+    const kernels::DeltaNetArgs args = on_device.args(layer, state.get(), chunked);
     EXPECT_EQ(kernels::launch_delta_net_conv(args, gpu_test::kernel_config(), nullptr),
               cudaSuccess);
     EXPECT_EQ(kernels::launch_delta_net_rule(args, gpu_test::kernel_config(), nullptr),
               cudaSuccess);
-    return d_out.download();
+    return on_device.out.download();
   };
   auto worst_of = [](const std::vector<float>& got, const std::vector<float>& want,
                      const std::vector<int32_t>& slots, int64_t width) {
@@ -434,23 +448,11 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   kernels::KernelConfig plain_config = config;
   plain_config.early_launch = false;
   const auto [S, chunked] = GetParam();
-  DeltaNetConfig d;
-  d.conv_kernel = 4;
-  d.state_size = S;
-  d.n_k_heads = 2;
-  d.n_v_heads = 4;
-  d.inner_size = d.n_v_heads * d.state_size;
-  const int64_t C = d.conv_channels(), V = d.value_dim(), nv = d.n_v_heads;
   std::mt19937 rng(701 + S);
-  const std::vector<float> conv_weight = gpu_test::random_floats(static_cast<size_t>(C * 4), rng);
-  const std::vector<float> dt_bias = gpu_test::random_floats(static_cast<size_t>(nv), rng);
-  std::vector<float> a = gpu_test::random_floats(static_cast<size_t>(nv), rng, 0.5f);
-  for (float& x : a) x = -std::exp(x);
-  std::vector<float> norm_weight = gpu_test::random_floats(static_cast<size_t>(S), rng, 0.2f);
-  for (float& x : norm_weight) x += 1.0f;
-  const int64_t slot_floats = d.conv_state_floats() + d.delta_state_floats();
+  const DeltaNetLayer layer(S, 4, rng, 1.0f);
+  const int64_t C = layer.d.conv_channels(), V = layer.d.value_dim(), nv = layer.d.n_v_heads;
   const std::vector<float> state0 =
-      gpu_test::random_floats(static_cast<size_t>(4 * slot_floats), rng, 0.3f);
+      gpu_test::random_floats(static_cast<size_t>(4 * layer.slot_floats()), rng, 0.3f);
   std::vector<int32_t> positions = {40, 17, 18, 19, 0, 5};
   std::vector<int32_t> row_slots = {2, 0, 0, 0, -1, 3};
   if (chunked)
@@ -464,54 +466,24 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   const std::vector<float> beta = gpu_test::random_floats(static_cast<size_t>(rows * nv), rng);
   const std::vector<float> alpha = gpu_test::random_floats(static_cast<size_t>(rows * nv), rng);
 
-  DeviceArray<float> d_conv_weight(conv_weight), d_dt(dt_bias), d_a(a), d_norm(norm_weight);
   DeviceArray<float> state(state0);
-  DeviceArray<int32_t> d_positions(positions), d_slots(row_slots);
-  DeviceArray<float> d_mixed(mixed), d_z(z), d_beta(beta), d_alpha(alpha);
-  DeviceArray<float> d_conv_out(static_cast<size_t>(rows * C)),
-      d_out(static_cast<size_t>(rows * V));
+  DeltaNetStep step(layer, positions, row_slots, mixed, z, beta, alpha);
   DeviceArray<int8_t> d_qs(static_cast<size_t>(rows * V));
   DeviceArray<float2> d_ds(static_cast<size_t>(rows * V / 32));
-  kernels::DeltaNetArgs args;
-  args.rows = static_cast<int>(rows);
-  args.positions = d_positions.get();
-  args.slots = d_slots.get();
-  args.conv_kernel = 4;
-  args.state_size = S;
-  args.n_k_heads = static_cast<int>(d.n_k_heads);
-  args.n_v_heads = static_cast<int>(nv);
-  args.conv_weight = d_conv_weight.get();
-  args.dt_bias = d_dt.get();
-  args.a = d_a.get();
-  args.norm_weight = d_norm.get();
-  args.state = state.get();
-  args.slot_stride = slot_floats;
-  args.mixed = d_mixed.get();
-  args.conv_out = d_conv_out.get();
-  args.beta = d_beta.get();
-  args.alpha = d_alpha.get();
-  args.z = d_z.get();
-  args.out = d_out.get();
+  kernels::DeltaNetArgs args = step.args(layer, state.get(), chunked);
   if (S % 32 == 0) args.out_q8 = {d_qs.get(), d_ds.get()};
-  DeviceArray<float> d_chunk_scratch(
-      static_cast<size_t>(kernels::delta_net_chunk_scratch_floats(rows, nv))),
-      d_chunk_w(static_cast<size_t>(rows * V));
-  if (chunked) {
-    args.chunk_scratch = d_chunk_scratch.get();
-    args.chunk_w = d_chunk_w.get();
-  }
 
   // The plain launches, into outputs poisoned as the early runs' are: the convolution leaves a
   // padding row's conv_out unwritten, so its bits are the poison's in both.
-  d_conv_out.poison();
-  d_out.poison();
+  step.conv_out.poison();
+  step.out.poison();
   d_qs.poison();
   d_ds.poison();
   CUDA_OK(kernels::launch_delta_net_conv(args, plain_config, nullptr));
-  const std::vector<float> want_conv_out = d_conv_out.download();
+  const std::vector<float> want_conv_out = step.conv_out.download();
   const std::vector<float> want_conv_state = state.download();
   CUDA_OK(kernels::launch_delta_net_rule(args, plain_config, nullptr));
-  const std::vector<float> want_out = d_out.download();
+  const std::vector<float> want_out = step.out.download();
   const std::vector<int8_t> want_qs = d_qs.download();
   const std::vector<float2> want_ds = d_ds.download();
   const std::vector<float> want_state = state.download();
@@ -520,15 +492,15 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
   for (int run = 0; run < 2; ++run) {
     SCOPED_TRACE("run " + std::to_string(run));
     state.upload(state0);
-    d_conv_out.poison();
-    d_out.poison();
+    step.conv_out.poison();
+    step.out.poison();
     d_qs.poison();
     d_ds.poison();
     LateInputs conv_inputs;
-    conv_inputs.add(d_mixed.get(), mixed);
+    conv_inputs.add(step.mixed.get(), mixed);
     CUDA_OK(conv_inputs.launch(config));
     CUDA_OK(kernels::launch_delta_net_conv(args, config, nullptr));
-    const std::vector<float> got_conv_out = d_conv_out.download();
+    const std::vector<float> got_conv_out = step.conv_out.download();
     for (size_t i = 0; i < got_conv_out.size(); ++i)
       ASSERT_TRUE(same_bits(got_conv_out[i], want_conv_out[i]))
           << "conv_out row " << i / static_cast<size_t>(C) << " channel "
@@ -536,13 +508,13 @@ TEST_P(DeltaNetEarlyRequests, TheStepsInputsAreReadAfterTheWait) {
           << want_conv_out[i];
     EXPECT_TRUE(same_bits(state.download(), want_conv_state));
     LateInputs rule_inputs;
-    rule_inputs.add(d_conv_out.get(), want_conv_out);
-    rule_inputs.add(d_z.get(), z);
-    rule_inputs.add(d_beta.get(), beta);
-    rule_inputs.add(d_alpha.get(), alpha);
+    rule_inputs.add(step.conv_out.get(), want_conv_out);
+    rule_inputs.add(step.z.get(), z);
+    rule_inputs.add(step.beta.get(), beta);
+    rule_inputs.add(step.alpha.get(), alpha);
     CUDA_OK(rule_inputs.launch(config));
     CUDA_OK(kernels::launch_delta_net_rule(args, config, nullptr));
-    const std::vector<float> got_out = d_out.download();
+    const std::vector<float> got_out = step.out.download();
     for (size_t i = 0; i < got_out.size(); ++i)
       ASSERT_TRUE(same_bits(got_out[i], want_out[i]))
           << "row " << i / V << " element " << i % V << ": " << got_out[i] << " against "

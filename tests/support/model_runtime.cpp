@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <span>
 
@@ -10,6 +11,14 @@
 #include "memory/kv_space.h"
 
 namespace granule::test {
+namespace {
+
+// The index of the first largest of v[0..n).
+int32_t argmax(const float* v, int64_t n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+}  // namespace
 
 ModelRuntime::ModelRuntime(const std::filesystem::path& path, const RuntimeOptions& options) {
   file = ModelFile::open(path);
@@ -34,6 +43,21 @@ std::vector<float> ModelRuntime::step(const std::vector<BatchSequence>& batch, b
   std::vector<float> logits;
   backend->forward(batch, logits);
   return logits;
+}
+
+ModelRuntime::PromptAndGreedy ModelRuntime::prompt_and_greedy(const std::vector<int32_t>& prompt,
+                                                              int greedy) {
+  PromptAndGreedy out;
+  out.logits = run(0, prompt, 0, true);
+  const int64_t vocab = config.n_vocab;
+  int32_t next = argmax(out.logits.data() + out.logits.size() - static_cast<size_t>(vocab), vocab);
+  auto position = static_cast<int64_t>(prompt.size());
+  for (int i = 0; i < greedy; ++i) {
+    out.greedy.push_back(next);
+    const std::vector<float> row = run(0, {next}, position++, false);
+    next = argmax(row.data(), vocab);
+  }
+  return out;
 }
 
 GraphTelemetry ModelRuntime::graphs() {

@@ -33,6 +33,14 @@ struct ModelRuntime {
   std::vector<float> step(const std::vector<BatchSequence>& batch, bool slide = false);
   // The backend's graph counters (captures, replays).
   GraphTelemetry graphs();
+
+  struct PromptAndGreedy {
+    std::vector<float> logits;    // one row per prompt token
+    std::vector<int32_t> greedy;  // the tokens decoded after it
+  };
+  // The teacher-forced logits of every position of `prompt` (slot 0, from position 0), then
+  // `greedy` tokens decoded one step at a time, each the first largest logit of the last row.
+  PromptAndGreedy prompt_and_greedy(const std::vector<int32_t>& prompt, int greedy);
 };
 
 // n token ids in [3, vocab) from `seed`.

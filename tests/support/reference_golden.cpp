@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -55,6 +57,41 @@ void load_reference_golden(const std::string& name, const std::filesystem::path&
   ASSERT_EQ(fnv1a64_hex(model), golden.model_fnv1a64)
       << name << ": the synthetic model's bytes changed (GGUF writer, quantiser or spec); "
       << "regenerate the goldens with tests/reference/make_cpu_goldens.sh BUILD_DIR";
+}
+
+std::vector<double> expect_rows_near(const std::vector<float>& logits,
+                                     const ReferenceGolden& golden, double bound,
+                                     const std::string& what) {
+  std::vector<double> diffs;
+  EXPECT_EQ(logits.size(), golden.logits.size()) << what;
+  if (logits.size() != golden.logits.size()) return diffs;
+  for (int64_t r = 0; r < golden.rows; ++r) {
+    double diff = 0, scale = 0;
+    for (int64_t v = 0; v < golden.vocab; ++v) {
+      const auto i = static_cast<size_t>(r * golden.vocab + v);
+      diff = std::max(diff, static_cast<double>(std::fabs(logits[i] - golden.logits[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(golden.logits[i])));
+    }
+    diffs.push_back(diff);
+    EXPECT_LE(diff / scale, bound) << what << " position " << r;
+  }
+  return diffs;
+}
+
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  double worst = 0;
+  for (size_t r = 0; r * vocab < a.size(); ++r) {
+    double sum = 0, sum_sq = 0, err = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      const double v = a[r * vocab + i];
+      sum += v;
+      sum_sq += v * v;
+      err = std::max(err, std::fabs(v - b[r * vocab + i]));
+    }
+    const double mean = sum / vocab;
+    worst = std::max(worst, err / std::sqrt(sum_sq / vocab - mean * mean));
+  }
+  return worst;
 }
 
 std::string fnv1a64_hex(const std::filesystem::path& path) {

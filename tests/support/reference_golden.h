@@ -1,6 +1,7 @@
 // The numpy reference's goldens (tests/data/reference/<case>.txt, written by
 // tests/reference/llama_reference.py): the file's digest, the prompt, the greedy tokens and the
-// teacher-forced logits; and the seeded values the CPU tests feed their ops.
+// teacher-forced logits; logits compared with them (expect_rows_near) or with each other
+// (worst_relative); and the seeded values the CPU tests feed their ops.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +26,17 @@ ReferenceGolden read_reference_golden(const std::filesystem::path& path);
 // prompt, or was made from other bytes than `model`'s.
 void load_reference_golden(const std::string& name, const std::filesystem::path& model,
                            const std::vector<int32_t>& prompt, ReferenceGolden& golden);
+
+// Each row of `logits` (golden.rows x golden.vocab) against the golden's: its largest
+// |logit - golden| at most `bound` times the row's largest |golden| (a failure names `what`
+// and the position). Returns each row's largest |logit - golden|.
+std::vector<double> expect_rows_near(const std::vector<float>& logits,
+                                     const ReferenceGolden& golden, double bound,
+                                     const std::string& what);
+
+// The largest over rows (of `vocab` values) of max |a - b| / std(a): the error against the
+// row's spread, without its mean offset.
+double worst_relative(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab);
 
 // FNV-1a 64 of the file's bytes, 16 hex digits (the goldens name their model by it).
 std::string fnv1a64_hex(const std::filesystem::path& path);

@@ -6,6 +6,10 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <vector>
+
+#include "granule/quant.h"
+#include "granule/testkit/gguf_writer.h"
 
 namespace granule::test {
 
@@ -19,6 +23,17 @@ TempModel::TempModel(const SyntheticModelSpec& spec, std::string_view prefix) {
 TempModel::~TempModel() {
   std::error_code ignored;  // a destructor: a file already gone is fine
   std::filesystem::remove(path, ignored);
+}
+
+void write_f32_copy(const ModelFile& from, const std::filesystem::path& to) {
+  GgufWriter w;
+  for (const auto& [key, value] : from.metadata()) w.set(key, value);
+  for (const TensorInfo& t : from.tensors()) {
+    std::vector<float> values(static_cast<size_t>(t.elements()));
+    dequantize_row(static_cast<TensorType>(t.ggml_type), t.data, values.data(), t.elements());
+    w.add_tensor(t.name, t.dims, TensorType::F32, values);
+  }
+  w.write(to);
 }
 
 }  // namespace granule::test

@@ -46,7 +46,6 @@ class TelemetryRecorder {
 
   const std::filesystem::path& path() const { return path_; }
   uint64_t frames_written() const { return frames_written_; }
-  double seconds_since_start() const;
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -101,7 +101,6 @@ struct Engine::Impl {
     ~StepScope();
   };
 
-  std::vector<TokenId> render_prompt(const Request& request) const;
   std::vector<TokenId> render_messages(const std::vector<ChatMessage>& messages,
                                        const ChatOptions& options) const;
   // The conversation's prompt, its oldest messages dropped as the request's overflow policy
@@ -206,11 +205,6 @@ const ChatTemplate* Engine::chat_template() const {
 }
 std::string Engine::device_name() const { return impl_->backend->name(); }
 const EngineOptions& Engine::options() const { return impl_->options; }
-
-std::vector<TokenId> Engine::Impl::render_prompt(const Request& request) const {
-  if (request.prompt_tokens) return *request.prompt_tokens;
-  return render_messages(request.messages, request.chat_options);
-}
 
 std::vector<TokenId> Engine::Impl::render_messages(const std::vector<ChatMessage>& messages,
                                                    const ChatOptions& options) const {

@@ -209,10 +209,6 @@ TelemetryRecorder::~TelemetryRecorder() {
   if (file_ != nullptr) std::fclose(file_);  // close() threw before closing it
 }
 
-double TelemetryRecorder::seconds_since_start() const {
-  return std::chrono::duration<double>(Clock::now() - start_).count();
-}
-
 bool TelemetryRecorder::due() const {
   return file_ != nullptr && (!last_write_ || Clock::now() - *last_write_ >= min_interval_);
 }

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "text/tokenizer_merges.h"
 #include "text/tokenizer_pretokenize.h"
 #include "text/tokenizer_vocab.h"
 
@@ -18,22 +19,14 @@ class ByteLevelBpeTokenizer final : public VocabTokenizer {
   // Throws UnsupportedError for an unknown tokenizer.ggml.pre, FormatError without merges.
   ByteLevelBpeTokenizer(Vocabulary vocab, const PreTokenizerSpec& pre_tokenizer);
 
-
  protected:
   void encode_plain(std::string_view text, std::vector<TokenId>& out) const override;
   std::string normal_piece(const std::string& text) const override;
 
  private:
-  struct MergeRule {
-    int32_t rank;
-    int32_t result;  // symbol id of the merged pair
-  };
   struct Scratch;
 
   void encode_word(std::string_view word, Scratch& scratch, std::vector<TokenId>& out) const;
-  // Symbol id of a merge part or result: its token id, or an id past the vocabulary for
-  // text that is no token (kept in extra_symbols_).
-  int32_t intern(const std::string& text, std::unordered_map<std::string, int32_t>& extras);
   void emit_symbol(int32_t symbol, std::vector<TokenId>& out) const;
 
   PreTokenizer pre_tokenizer_;
@@ -41,8 +34,7 @@ class ByteLevelBpeTokenizer final : public VocabTokenizer {
   std::array<std::string, 256> byte_chars_;           // byte -> its stand-in (UTF-8)
   std::unordered_map<uint32_t, uint8_t> char_bytes_;  // stand-in code point -> byte
   std::array<int32_t, 256> byte_symbols_{};           // byte -> symbol id, -1 if none
-  std::unordered_map<uint64_t, MergeRule> merges_;    // (left << 32 | right) -> rule
-  std::vector<std::string> extra_symbols_;            // text of ids >= vocab_size()
+  BpeMerges merges_;
 };
 
 }  // namespace granule::detail

@@ -1,20 +1,13 @@
 // Gemma 4's SentencePiece-style BPE: "▁" for spaces, newline runs apart, merges by rank over
-// the run's UTF-8 characters (a priority queue over a linked list of symbols), byte fallback.
+// the run's UTF-8 characters (tokenizer_merges.h), byte fallback.
 #include "text/tokenizer_gemma4.h"
 
 #include <algorithm>
-#include <queue>
 
 #include "granule/error.h"
 
 namespace granule::detail {
 namespace {
-
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // "▁", U+2581
-
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
-}
 
 // llama.cpp's unicode_len_utf8: the length a lead byte announces (1 for a stray continuation
 // byte), cut at the end of the text.
@@ -41,23 +34,7 @@ Vocabulary& with_bos(Vocabulary& vocab) {
 }  // namespace
 
 struct Gemma4Tokenizer::Scratch {
-  struct Symbol {
-    int32_t id;      // symbol id, -1 for text that is no symbol; stays for a merged-away one
-    uint32_t begin;  // the symbol's bytes in the run
-    uint32_t length;
-    int32_t prev, next;  // live neighbours, -1 at the ends
-  };
-  struct Candidate {
-    int32_t rank, left, right, left_id, right_id, result;
-  };
-  // Lowest rank first; among equal ranks the leftmost pair (llama.cpp's llm_bigram_bpe order).
-  struct LaterFirst {
-    bool operator()(const Candidate& a, const Candidate& b) const {
-      return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
-    }
-  };
-  std::vector<Symbol> symbols;
-  std::priority_queue<Candidate, std::vector<Candidate>, LaterFirst> queue;
+  BpeMerges::Scratch merge;
   std::string escaped;
 };
 
@@ -73,34 +50,13 @@ Gemma4Tokenizer::Gemma4Tokenizer(Vocabulary vocab) : VocabTokenizer(with_bos(voc
     const auto id = lookup(text);
     byte_tokens_[static_cast<size_t>(byte)] = id ? *id : -1;
   }
-  merges_.reserve(vocab.merges.size());
-  for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
-    const std::string& merge = vocab.merges[rank];
-    // Split at the first space after the first byte, as llama.cpp does.
-    const size_t space = merge.find(' ', 1);
-    if (space == std::string::npos) continue;
-    const std::string left = merge.substr(0, space);
-    const std::string right = merge.substr(space + 1);
-    const int32_t left_id = intern(left);
-    const int32_t right_id = intern(right);
-    const int32_t result = intern(left + right);
-    // The first rule for a pair wins, like llama.cpp's emplace.
-    merges_.emplace(pair_key(left_id, right_id), MergeRule{static_cast<int32_t>(rank), result});
-  }
-}
-
-int32_t Gemma4Tokenizer::intern(const std::string& text) {
-  if (auto id = lookup(text)) return *id;
-  const auto [it, inserted] =
-      extra_ids_.emplace(text, static_cast<int32_t>(tokens_.size() + extra_symbols_.size()));
-  if (inserted) extra_symbols_.push_back(text);
-  return it->second;
+  merges_ = BpeMerges(vocab.merges, tokens_.size(),
+                      [this](std::string_view text) { return lookup(text); });
 }
 
 int32_t Gemma4Tokenizer::symbol_of(std::string_view text) const {
   if (auto id = lookup(text)) return *id;
-  const auto it = extra_ids_.find(std::string(text));
-  return it == extra_ids_.end() ? -1 : it->second;
+  return merges_.extra_id(text);
 }
 
 void Gemma4Tokenizer::encode_plain(std::string_view text, std::vector<TokenId>& out) const {
@@ -133,7 +89,7 @@ void Gemma4Tokenizer::encode_run(std::string_view run, Scratch& scratch,
       return;
     }
   }
-  auto& symbols = scratch.symbols;
+  auto& symbols = scratch.merge.symbols;
   symbols.clear();
   for (size_t pos = 0; pos < run.size();) {
     const size_t length = char_length(run, pos);
@@ -144,38 +100,8 @@ void Gemma4Tokenizer::encode_run(std::string_view run, Scratch& scratch,
     pos += length;
   }
 
-  auto& queue = scratch.queue;
-  auto consider = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const int32_t left_id = symbols[static_cast<size_t>(left)].id;
-    const int32_t right_id = symbols[static_cast<size_t>(right)].id;
-    if (left_id < 0 || right_id < 0) return;
-    const auto it = merges_.find(pair_key(left_id, right_id));
-    if (it == merges_.end()) return;
-    queue.push({it->second.rank, left, right, left_id, right_id, it->second.result});
-  };
+  merges_.merge(scratch.merge);
   const auto n = static_cast<int32_t>(symbols.size());
-  for (int32_t i = 0; i + 1 < n; ++i) consider(i, i + 1);
-
-  while (!queue.empty()) {
-    const Scratch::Candidate c = queue.top();
-    queue.pop();
-    auto& left = symbols[static_cast<size_t>(c.left)];
-    auto& right = symbols[static_cast<size_t>(c.right)];
-    if (left.length == 0 || right.length == 0 || left.id != c.left_id || right.id != c.right_id ||
-        left.next != c.right) {
-      continue;  // one side has merged since this pair was queued
-    }
-    left.id = c.result;
-    left.length += right.length;
-    left.next = right.next;
-    if (right.next >= 0) symbols[static_cast<size_t>(right.next)].prev = c.left;
-    right.length = 0;
-    right.id = -1;
-    consider(left.prev, c.left);
-    consider(c.left, left.next);
-  }
-
   for (int32_t i = 0; i >= 0 && i < n; i = symbols[static_cast<size_t>(i)].next) {
     const auto& s = symbols[static_cast<size_t>(i)];
     emit(s.id, run.substr(s.begin, s.length), out);
@@ -194,17 +120,7 @@ void Gemma4Tokenizer::emit(int32_t symbol, std::string_view text, std::vector<To
 }
 
 std::string Gemma4Tokenizer::normal_piece(const std::string& text) const {
-  std::string piece;
-  piece.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    if (std::string_view(text).substr(pos).starts_with(kSpaceMark)) {
-      piece += ' ';
-      pos += kSpaceMark.size();
-    } else {
-      piece += text[pos++];
-    }
-  }
-  return piece;
+  return spaces_from_marks(text);
 }
 
 }  // namespace granule::detail

@@ -7,9 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
+#include "text/tokenizer_merges.h"
 #include "text/tokenizer_vocab.h"
 
 namespace granule::detail {
@@ -25,23 +25,16 @@ class Gemma4Tokenizer final : public VocabTokenizer {
   std::string normal_piece(const std::string& text) const override;
 
  private:
-  struct MergeRule {
-    int32_t rank;
-    int32_t result;  // symbol id of the merged pair
-  };
   struct Scratch;
 
   void encode_run(std::string_view run, Scratch& scratch, std::vector<TokenId>& out) const;
   // Symbol id of a text: its token id, or an id past the vocabulary for text that is no
-  // token but a merge part or result (kept in extra_symbols_); -1 for any other text.
+  // token but a merge part or result; -1 for any other text.
   int32_t symbol_of(std::string_view text) const;
-  int32_t intern(const std::string& text);
   // A finished piece: its token, else its bytes' <0xXX> tokens (a missing one is dropped).
   void emit(int32_t symbol, std::string_view text, std::vector<TokenId>& out) const;
 
-  std::unordered_map<uint64_t, MergeRule> merges_;  // (left << 32 | right) -> rule
-  std::unordered_map<std::string, int32_t> extra_ids_;
-  std::vector<std::string> extra_symbols_;  // text of ids >= vocab_size()
+  BpeMerges merges_;
   std::array<int32_t, 256> byte_tokens_{};  // byte -> its <0xXX> token, -1 if none
 };
 

@@ -11,8 +11,6 @@
 namespace granule::detail {
 namespace {
 
-constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // "▁", U+2581
-
 struct Symbol {
   uint32_t begin;   // byte offset in the normalized text
   uint32_t length;  // 0 once merged into its left neighbour
@@ -132,17 +130,7 @@ void SentencePieceTokenizer::emit_piece(std::string_view piece, std::vector<Toke
 }
 
 std::string SentencePieceTokenizer::normal_piece(const std::string& text) const {
-  std::string piece;
-  piece.reserve(text.size());
-  for (size_t pos = 0; pos < text.size();) {
-    if (std::string_view(text).substr(pos).starts_with(kSpaceMark)) {
-      piece += ' ';
-      pos += kSpaceMark.size();
-    } else {
-      piece += text[pos++];
-    }
-  }
-  return piece;
+  return spaces_from_marks(text);
 }
 
 }  // namespace granule::detail

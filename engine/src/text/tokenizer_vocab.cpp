@@ -12,6 +12,20 @@
 #include "text/tokenizer_utf8.h"
 
 namespace granule::detail {
+
+std::string spaces_from_marks(const std::string& text) {
+  std::string piece;
+  piece.reserve(text.size());
+  for (size_t pos = 0; pos < text.size();) {
+    if (std::string_view(text).substr(pos).starts_with(kSpaceMark)) {
+      piece += ' ';
+      pos += kSpaceMark.size();
+    } else {
+      piece += text[pos++];
+    }
+  }
+  return piece;
+}
 namespace {
 
 std::string where(const ModelFile& file) { return file.path().filename().string() + ": "; }

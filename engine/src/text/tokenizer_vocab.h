@@ -27,6 +27,13 @@ struct Vocabulary {
   std::optional<bool> add_bos, add_eos, add_space_prefix;
 };
 
+// SentencePiece's mark for a space, "▁" (U+2581), as SentencePiece and Gemma 4's vocabularies
+// spell spaces.
+constexpr std::string_view kSpaceMark = "\xE2\x96\x81";
+
+// `text` with every kSpaceMark turned back into a space.
+std::string spaces_from_marks(const std::string& text);
+
 // Reads and checks the vocabulary. Throws FormatError for a missing or malformed token
 // list, or score / type arrays shorter than it. Out-of-range special ids are dropped with a
 // warning (as llama.cpp does).

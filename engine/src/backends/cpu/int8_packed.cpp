@@ -206,44 +206,11 @@ bool with_packed(TensorType type, F&& f) {
   }
 }
 
-void pack_q6_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
-  using P = Q6Packed;
-  const int64_t groups = (rows + 7) / 8;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
-      std::memset(tile, 0, P::kTileBytes);
-      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
-        const BlockQ6_K& block = reinterpret_cast<const BlockQ6_K*>(
-            w + static_cast<size_t>(g * 8 + r) * n_blocks * sizeof(BlockQ6_K))[b];
-        for (int h = 0; h < 2; ++h) {
-          for (int k = 0; k < 8; ++k) {
-            for (int j = 0; j < 2; ++j)
-              std::memcpy(tile + 512 * h + 256 * j + 32 * k + 4 * r,
-                          block.ql + 64 * h + 32 * j + 4 * k, 4);
-            std::memcpy(tile + P::kQhOffset + 256 * h + 32 * k + 4 * r, block.qh + 32 * h + 4 * k,
-                        4);
-          }
-        }
-        for (int q = 0; q < 16; ++q)
-          tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(block.scales[q]);
-        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
-      }
-    }
-  }
-}
-
-// Q3_K's sixteen 6-bit scales (low 4 bits in the nibbles of bytes 0-7, high 2 bits in bytes
-// 8-11), minus their bias of 32.
-int q3_scale(const uint8_t* scales, int j) {
-  const int low = (scales[j % 8] >> (4 * (j / 8))) & 0xF;
-  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
-  return (low | (high << 4)) - 32;
-}
-
-// The 8 rows of group g, super-block b: calls f(tile, block, r) for each row present.
+// Every tile of the packed matrix, zeroed (a missing row: zero scales and values), then
+// f(tile, block, r) for each row r of its group that is present: group g's tile b holds block b
+// of rows 8g..8g + 7.
 template <class P, class F>
-void pack_super_blocks(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out, F&& f) {
+void pack_tiles(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out, F&& f) {
   using Block = typename P::Block;
   const int64_t groups = (rows + 7) / 8;
   for (int64_t g = 0; g < groups; ++g) {
@@ -259,30 +226,54 @@ void pack_super_blocks(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t
   }
 }
 
+void pack_q6_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
+  using P = Q6Packed;
+  pack_tiles<P>(w, rows, n_blocks, out, [](uint8_t* tile, const BlockQ6_K& block, int r) {
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 8; ++k) {
+        for (int j = 0; j < 2; ++j)
+          std::memcpy(tile + 512 * h + 256 * j + 32 * k + 4 * r, block.ql + 64 * h + 32 * j + 4 * k,
+                      4);
+        std::memcpy(tile + P::kQhOffset + 256 * h + 32 * k + 4 * r, block.qh + 32 * h + 4 * k, 4);
+      }
+    }
+    for (int q = 0; q < 16; ++q)
+      tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(block.scales[q]);
+    std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+  });
+}
+
+// Q3_K's sixteen 6-bit scales (low 4 bits in the nibbles of bytes 0-7, high 2 bits in bytes
+// 8-11), minus their bias of 32.
+int q3_scale(const uint8_t* scales, int j) {
+  const int low = (scales[j % 8] >> (4 * (j / 8))) & 0xF;
+  const int high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 template <class P>
 void pack_low2(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
-  pack_super_blocks<P>(
-      w, rows, n_blocks, out, [](uint8_t* tile, const typename P::Block& block, int r) {
-        for (int h = 0; h < 2; ++h)
-          for (int k = 0; k < 8; ++k)
-            std::memcpy(tile + 256 * h + 32 * k + 4 * r, block.qs + 32 * h + 4 * k, 4);
-        if constexpr (P::kQ3) {
-          for (int k = 0; k < 8; ++k)
-            std::memcpy(tile + P::kHmOffset + 32 * k + 4 * r, block.hmask + 4 * k, 4);
-          for (int q = 0; q < 16; ++q)
-            tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(q3_scale(block.scales, q));
-          std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
-        } else {
-          for (int q = 0; q < 16; ++q) tile[P::kScOffset + 8 * q + r] = block.scales[q];
-          std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
-          std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
-        }
-      });
+  pack_tiles<P>(w, rows, n_blocks, out, [](uint8_t* tile, const typename P::Block& block, int r) {
+    for (int h = 0; h < 2; ++h)
+      for (int k = 0; k < 8; ++k)
+        std::memcpy(tile + 256 * h + 32 * k + 4 * r, block.qs + 32 * h + 4 * k, 4);
+    if constexpr (P::kQ3) {
+      for (int k = 0; k < 8; ++k)
+        std::memcpy(tile + P::kHmOffset + 32 * k + 4 * r, block.hmask + 4 * k, 4);
+      for (int q = 0; q < 16; ++q)
+        tile[P::kScOffset + 8 * q + r] = static_cast<uint8_t>(q3_scale(block.scales, q));
+      std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+    } else {
+      for (int q = 0; q < 16; ++q) tile[P::kScOffset + 8 * q + r] = block.scales[q];
+      std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+      std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
+    }
+  });
 }
 
 void pack_iq4_xs(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
   using P = IQ4XSPacked;
-  pack_super_blocks<P>(w, rows, n_blocks, out, [](uint8_t* tile, const BlockIQ4_XS& block, int r) {
+  pack_tiles<P>(w, rows, n_blocks, out, [](uint8_t* tile, const BlockIQ4_XS& block, int r) {
     for (int s = 0; s < 8; ++s) {
       for (int c = 0; c < 4; ++c)
         std::memcpy(tile + 128 * s + 32 * c + 4 * r, block.qs + 16 * s + 4 * c, 4);
@@ -296,71 +287,62 @@ void pack_iq4_xs(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out)
 
 template <class P>
 void pack_k(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
-  using Block = typename P::Block;
-  const int64_t groups = (rows + 7) / 8;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
-      std::memset(tile, 0, P::kTileBytes);
-      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
-        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
-                                                                    n_blocks * sizeof(Block))[b];
-        for (int j = 0; j < 4; ++j)
-          for (int k = 0; k < 8; ++k)
-            std::memcpy(tile + 256 * j + 32 * k + 4 * r, block.qs + 32 * j + 4 * k, 4);
-        if constexpr (P::kFifth)
-          for (int k = 0; k < 8; ++k)
-            std::memcpy(tile + P::kQhOffset + 32 * k + 4 * r, block.qh + 4 * k, 4);
-        const uint8_t* q = block.scales;  // the 12 bytes of 6-bit scales and minimums
-        for (int s = 0; s < 8; ++s) {
-          const int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
-          const int mn = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-          tile[P::kScOffset + 8 * s + r] = static_cast<uint8_t>(sc);
-          tile[P::kMnOffset + 8 * s + r] = static_cast<uint8_t>(mn);
-        }
-        std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
-        std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
-      }
+  pack_tiles<P>(w, rows, n_blocks, out, [](uint8_t* tile, const typename P::Block& block, int r) {
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 8; ++k)
+        std::memcpy(tile + 256 * j + 32 * k + 4 * r, block.qs + 32 * j + 4 * k, 4);
+    if constexpr (P::kFifth)
+      for (int k = 0; k < 8; ++k)
+        std::memcpy(tile + P::kQhOffset + 32 * k + 4 * r, block.qh + 4 * k, 4);
+    const uint8_t* q = block.scales;  // the 12 bytes of 6-bit scales and minimums
+    for (int s = 0; s < 8; ++s) {
+      const int sc = s < 4 ? q[s] & 63 : (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+      const int mn = s < 4 ? q[s + 4] & 63 : (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+      tile[P::kScOffset + 8 * s + r] = static_cast<uint8_t>(sc);
+      tile[P::kMnOffset + 8 * s + r] = static_cast<uint8_t>(mn);
     }
-  }
+    std::memcpy(tile + P::kDOffset + 2 * r, &block.d, 2);
+    std::memcpy(tile + P::kDOffset + 16 + 2 * r, &block.dmin, 2);
+  });
 }
 
 template <class P>
 void pack(const uint8_t* w, int64_t rows, int64_t n_blocks, uint8_t* out) {
-  using Block = typename P::Block;
-  const int64_t groups = (rows + 7) / 8;
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      uint8_t* tile = out + static_cast<size_t>(g * n_blocks + b) * P::kTileBytes;
-      std::memset(tile, 0, P::kTileBytes);  // a missing row: zero scales and values
-      for (int r = 0; r < 8 && g * 8 + r < rows; ++r) {
-        const Block& block = reinterpret_cast<const Block*>(w + static_cast<size_t>(g * 8 + r) *
-                                                                    n_blocks * sizeof(Block))[b];
-        const auto* qs = reinterpret_cast<const uint8_t*>(block.qs);
-        for (int c = 0; c < P::kQsBytes / 32; ++c)
-          std::memcpy(tile + 32 * c + 4 * r, qs + 4 * c, 4);
-        if constexpr (P::kValues == Values::FifthBit) {
-          uint32_t qh;
-          std::memcpy(&qh, block.qh, sizeof qh);
-          for (int i = 0; i < 4; ++i) {
-            uint8_t bits = 0;
-            for (int c = 0; c < 8; ++c)
-              bits |= static_cast<uint8_t>(((qh >> (4 * c + i)) & 1) << c);
-            tile[P::kQsBytes + 4 * r + i] = bits;
-          }
-        }
-        if constexpr (P::kValues == Values::Fp4)
-          tile[P::kScaleOffset + r] = block.e;
-        else
-          std::memcpy(tile + P::kScaleOffset + 2 * r, &block.d, 2);
-        if constexpr (P::kMin) std::memcpy(tile + P::kScaleOffset + 16 + 2 * r, &block.m, 2);
+  pack_tiles<P>(w, rows, n_blocks, out, [](uint8_t* tile, const typename P::Block& block, int r) {
+    const auto* qs = reinterpret_cast<const uint8_t*>(block.qs);
+    for (int c = 0; c < P::kQsBytes / 32; ++c) std::memcpy(tile + 32 * c + 4 * r, qs + 4 * c, 4);
+    if constexpr (P::kValues == Values::FifthBit) {
+      uint32_t qh;
+      std::memcpy(&qh, block.qh, sizeof qh);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t bits = 0;
+        for (int c = 0; c < 8; ++c) bits |= static_cast<uint8_t>(((qh >> (4 * c + i)) & 1) << c);
+        tile[P::kQsBytes + 4 * r + i] = bits;
       }
     }
-  }
+    if constexpr (P::kValues == Values::Fp4)
+      tile[P::kScaleOffset + r] = block.e;
+    else
+      std::memcpy(tile + P::kScaleOffset + 2 * r, &block.d, 2);
+    if constexpr (P::kMin) std::memcpy(tile + P::kScaleOffset + 16 + 2 * r, &block.m, 2);
+  });
 }
 
 GRANULE_AVX2 inline __m256i load(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
+// The 8 rows' fp16 values at p (their scales or minimums) as floats.
+GRANULE_AVX2 inline __m256 f16x8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// The 8 rows' bytes at p, unsigned (u8x8) or signed (i8x8), one a 32-bit lane.
+GRANULE_AVX2 inline __m256i u8x8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+GRANULE_AVX2 inline __m256i i8x8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 // The 4 activation bytes of elements 4k..4k+3, in every lane.
@@ -380,7 +362,7 @@ GRANULE_AVX2 inline __m256i fifth_bit(__m256i qh, int k) {
 // The 8 rows' E8M0 bytes at e as 2^(e - 127) / 2, MXFP4's scale of its doubled values (e 0 and
 // 1 give the subnormals 2^-128 and 2^-127, as the exact path's decode).
 GRANULE_AVX2 inline __m256 e8m0_half(const uint8_t* e) {
-  const __m256i ei = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i ei = u8x8(e);
   const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(ei, _mm256_set1_epi32(1)), 23);
   const __m256i subnormal = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), ei);
   const __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), ei);
@@ -391,9 +373,7 @@ GRANULE_AVX2 inline __m256 e8m0_half(const uint8_t* e) {
 // for madd with i16 pairs.
 template <bool kSigned>
 GRANULE_AVX2 inline __m256i scale_pairs(const uint8_t* p, __m256i mask) {
-  const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m256i v =
-      _mm256_and_si256(kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes), mask);
+  const __m256i v = _mm256_and_si256(kSigned ? i8x8(p) : u8x8(p), mask);
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
@@ -473,8 +453,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     if constexpr (P::kValues == Values::Fp4)
       dw = e8m0_half(tile + P::kScaleOffset);
     else
-      dw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset)));
+      dw = f16x8(tile + P::kScaleOffset);
     for (int t = 0; t < T; ++t) {
       __m256i sum = isum[t];
       if constexpr (P::kOffset != 0)
@@ -483,8 +462,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
                                acc[t]);
     }
     if constexpr (P::kMin) {
-      const __m256 mw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kScaleOffset + 16)));
+      const __m256 mw = f16x8(tile + P::kScaleOffset + 16);
       for (int t = 0; t < T; ++t) acc[t] = _mm256_fmadd_ps(mw, _mm256_set1_ps(xb[t]->sum), acc[t]);
     }
   }
@@ -504,10 +482,8 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
-    const __m256 d =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
-    const __m256 dmin =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset + 16)));
+    const __m256 d = f16x8(tile + P::kDOffset);
+    const __m256 dmin = f16x8(tile + P::kDOffset + 16);
     for (int s = 0; s < 8; ++s) {
       const ActivationBlock* xb[T];
       for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
@@ -530,13 +506,9 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
         for (int t = 0; t < T; ++t)
           isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
       }
-      const __m256 dw = _mm256_mul_ps(
-          d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
-                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * s)))));
+      const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u8x8(tile + P::kScOffset + 8 * s)));
       const __m256 mw = _mm256_xor_ps(
-          _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                                  reinterpret_cast<const __m128i*>(tile + P::kMnOffset + 8 * s))))),
-          sign);
+          _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(u8x8(tile + P::kMnOffset + 8 * s))), sign);
       for (int t = 0; t < T; ++t) {
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
                                  _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t]);
@@ -559,8 +531,7 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
-    const __m256 d =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    const __m256 d = f16x8(tile + P::kDOffset);
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, i = s % 4;
       const ActivationBlock* xb[T];
@@ -571,10 +542,8 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int half = 0; half < 2; ++half) {
         // The 8 rows' scale of these 16 elements in both i16 of each lane.
-        const __m256i sc32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-            reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * (2 * s + half))));
-        const __m256i scales = _mm256_or_si256(_mm256_and_si256(sc32, _mm256_set1_epi32(0xFFFF)),
-                                               _mm256_slli_epi32(sc32, 16));
+        const __m256i scales =
+            scale_pairs<true>(tile + P::kScOffset + 8 * (2 * s + half), _mm256_set1_epi32(-1));
         __m256i s16[T];
         for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
         for (int k = 4 * half; k < 4 * half + 4; ++k) {
@@ -611,13 +580,10 @@ GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const A
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
-    const __m256 d =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    const __m256 d = f16x8(tile + P::kDOffset);
     __m256 neg_dmin = d;
     if constexpr (!P::kQ3)
-      neg_dmin = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128(
-                                   reinterpret_cast<const __m128i*>(tile + P::kDOffset + 16))),
-                               _mm256_set1_ps(-0.0f));
+      neg_dmin = _mm256_xor_ps(f16x8(tile + P::kDOffset + 16), _mm256_set1_ps(-0.0f));
     for (int a = 0; a < 8; ++a) {
       const int h = a / 4, j = a % 4;
       const ActivationBlock* xb[T];
@@ -648,10 +614,8 @@ GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const A
       if constexpr (P::kQ3) {
         pair = _mm256_blend_epi16(sc0, sc1, 0xAA);
       } else {
-        const __m256i m0 = _mm256_srli_epi32(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc))), 4);
-        const __m256i m1 = _mm256_srli_epi32(
-            _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8))), 4);
+        const __m256i m0 = _mm256_srli_epi32(u8x8(sc), 4);
+        const __m256i m1 = _mm256_srli_epi32(u8x8(sc + 8), 4);
         pair = _mm256_or_si256(m0, _mm256_slli_epi32(m1, 16));
       }
       for (int t = 0; t < T; ++t) {
@@ -687,8 +651,7 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
-    const __m256 d =
-        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(tile + P::kDOffset)));
+    const __m256 d = f16x8(tile + P::kDOffset);
     for (int s = 0; s < 8; ++s) {
       const ActivationBlock* xb[T];
       for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + 8 * b + s;
@@ -700,9 +663,7 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
         signed_chunk<T>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
         signed_chunk<T>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
       }
-      const __m256 dw = _mm256_mul_ps(
-          d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(tile + P::kScOffset + 8 * s)))));
+      const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8(tile + P::kScOffset + 8 * s)));
       for (int t = 0; t < T; ++t)
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
                                  _mm256_mul_ps(dw, _mm256_set1_ps(xb[t]->d)), acc[t]);
