@@ -57,7 +57,7 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         if (i >= valid) continue;
-        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], c);
+        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], 8 * n_chunks, c);
         acc[s * NR + i] = moe_q8_fma<kOffset>(wc, q.x, q.y, xs, xd, acc[s * NR + i]);
       }
     }
