@@ -29,6 +29,10 @@
 #include "kernel_config.h"
 #include "moe.cuh"
 
+namespace granule::cpu {
+class ThreadPool;
+}
+
 namespace granule::cuda {
 
 // The expert counts since the last collect(), in the shape of the contract's ExpertTelemetry
@@ -135,8 +139,9 @@ class CudaMoe {
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
   const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
-  // Writes matrix m of expert e of `layer` as the kernels read it (slab[m] bytes) to host memory.
-  void write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst) const;
+  // Writes matrix m of expert e of `layer` as the kernels read it (slab[m] bytes) to host memory,
+  // its rows shared out over the pool's threads.
+  void write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst, cpu::ThreadPool& pool) const;
   const uint8_t* host_matrix_device(int64_t layer, int64_t e, int m) const;
   void write_tables(cudaStream_t stream);
   // The device address of cache slot `slot` (not all resident).
