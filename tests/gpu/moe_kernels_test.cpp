@@ -568,13 +568,13 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     int64_t n_embd, n_ff;
   };
   const Shape shapes[] = {
+      // Mixtral-like Q4_0 and IQ4_NL experts in the split layout, rows of 13 blocks (padded).
+      {TensorType::Q4_0, TensorType::Q4_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416},
+      {TensorType::IQ4_NL, TensorType::Q8_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416},
       {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 16, 8, 512, 768},
       {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
        416},
-      {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512},
-      // Mixtral-like Q4_0 and IQ4_NL experts in the split layout, rows of 13 blocks (padded).
-      {TensorType::Q4_0, TensorType::Q4_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416},
-      {TensorType::IQ4_NL, TensorType::Q8_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416}};
+      {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512}};
   const k::KernelConfig config = gpu_test::kernel_config();
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(sh.gate_type)));
