@@ -120,6 +120,9 @@ template <>
 struct Frag<2> {
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = false, kOffset = false, kSplit16 = false;
+  // Split rows: per sub-block kValueBytes of values from the row's start, and kScaleBytes of
+  // scale from byte kValueBytes · n_sub (what a kernel staging a chunk must copy).
+  static constexpr int kValueBytes = 16, kScaleBytes = 2;
   struct Raw {
     uint32_t q[kSubs];
     uint32_t d[kSubs];
@@ -127,8 +130,8 @@ struct Frag<2> {
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
     for (int j = 0; j < kSubs; ++j) {
       const int64_t sub = sub_or_first(first, j, n_sub);
-      r.q[j] = ld_u32(row + 16 * sub + 4 * t);
-      r.d[j] = ld_u16(row + 16 * static_cast<int64_t>(n_sub) + 2 * sub);
+      r.q[j] = ld_u32(row + kValueBytes * sub + 4 * t);
+      r.d[j] = ld_u16(row + kValueBytes * static_cast<int64_t>(n_sub) + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
@@ -171,6 +174,7 @@ template <>
 struct Frag<8> {
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = true, kOffset = false, kSplit16 = false;
+  static constexpr int kValueBytes = 32, kScaleBytes = 2;  // split rows, as Frag<2>
   struct Raw {
     uint32_t q[kSubs][2];
     uint32_t d[kSubs];
@@ -178,8 +182,8 @@ struct Frag<8> {
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
     for (int j = 0; j < kSubs; ++j) {
       const int64_t sub = sub_or_first(first, j, n_sub);
-      ld_u64(row + 32 * sub + 8 * t, r.q[j][0], r.q[j][1]);
-      r.d[j] = ld_u16(row + 32 * static_cast<int64_t>(n_sub) + 2 * sub);
+      ld_u64(row + kValueBytes * sub + 8 * t, r.q[j][0], r.q[j][1]);
+      r.d[j] = ld_u16(row + kValueBytes * static_cast<int64_t>(n_sub) + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
@@ -198,16 +202,17 @@ struct LevelFrag {
   static constexpr bool kMxfp4 = TYPE == 39;
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = false, kOffset = false, kSplit16 = false;
+  static constexpr int kValueBytes = 16, kScaleBytes = kMxfp4 ? 1 : 2;  // split rows, as Frag<2>
   struct Raw {
     uint32_t q[kSubs];
     uint32_t d[kSubs];
   };
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
-    const uint8_t* scales = row + 16 * static_cast<int64_t>(n_sub);
+    const uint8_t* scales = row + kValueBytes * static_cast<int64_t>(n_sub);
     for (int j = 0; j < kSubs; ++j) {
       const int64_t sub = sub_or_first(first, j, n_sub);
-      r.q[j] = ld_u32(row + 16 * sub + 4 * t);
-      r.d[j] = kMxfp4 ? scales[sub] : ld_u16(scales + 2 * sub);
+      r.q[j] = ld_u32(row + kValueBytes * sub + 4 * t);
+      r.d[j] = kMxfp4 ? scales[sub] : ld_u16(scales + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
