@@ -160,10 +160,12 @@ class CudaMoe {
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
     uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
-    const TensorInfo* tensor[3] = {nullptr, nullptr, nullptr};  // in the file mapping
-    uint64_t file_slab[3] = {0, 0, 0};  // one expert's bytes of each in the file (GGUF blocks)
-    uint64_t slab[3] = {0, 0, 0};       // and as the kernels read them (expert_layout.h)
-    struct Shared {                     // the shared expert (n_ff 0: none), resident
+    // The tensors in the file mapping, and one expert's bytes of each there (GGUF blocks) and
+    // as the kernels read them (write_expert_rows).
+    const TensorInfo* tensor[3] = {nullptr, nullptr, nullptr};
+    uint64_t file_slab[3] = {0, 0, 0};
+    uint64_t slab[3] = {0, 0, 0};
+    struct Shared {  // the shared expert (n_ff 0: none), resident
       int n_ff = 0;
       kernels::MoeMatrix gate, up, down;  // tables of one pointer each
       bool mma_gate_up = false, mma_down = false;
