@@ -106,15 +106,15 @@ GRANULE_MOE_HD Chunk8 words(uint32_t lo, uint32_t hi, float scale, float offset)
 // Eight 4-bit indices (nibble k of n, k = 0..7) to int8 levels of a 16-entry table packed
 // little-endian in w0..w3, nibbles 0, 2, 4, 6 to the bytes of lo and 1, 3, 5, 7 to those of hi:
 // entries 0-7 and 8-15 through one byte permute each per four nibbles (the permute reads the
-// nibbles as they lie; bit 3 masked off), one permute choosing between them by bit 3, and two
-// sorting the bytes. Ten instructions for eight values, where split_unpack::table_levels4 needs
-// the indices spread to bytes first and about twelve for four.
+// nibbles as they lie, which reads the low 16 bits of its selector; bit 3 masked off), one
+// permute choosing between them by bit 3, and two sorting the bytes: about a dozen instructions
+// for eight values, where split_unpack::table_levels4 takes about as many for four.
 GRANULE_MOE_HD void table_levels8(uint32_t n, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
                                   uint32_t& lo, uint32_t& hi) {
   using split_unpack::byte_perm;
   const uint32_t sel = n & 0x77777777u;
   const uint32_t which = 0x32103210u | ((n >> 1) & 0x44444444u);  // bytes 4-7: the high half
-  const uint32_t a = byte_perm(byte_perm(w0, w1, sel), byte_perm(w2, w3, sel), which & 0xFFFFu);
+  const uint32_t a = byte_perm(byte_perm(w0, w1, sel), byte_perm(w2, w3, sel), which);
   const uint32_t b =
       byte_perm(byte_perm(w0, w1, sel >> 16), byte_perm(w2, w3, sel >> 16), which >> 16);
   lo = byte_perm(a, b, 0x6420u);  // a: nibbles 0-3, b: 4-7
