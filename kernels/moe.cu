@@ -349,9 +349,9 @@ __device__ __forceinline__ void accumulate(const uint8_t* w, const uint8_t* w_up
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r >= rows_here) break;
-        const moe_unpack::Chunk8 wg = moe_unpack::unpack8<TYPE>(w + r * row_bytes, c);
+        const moe_unpack::Chunk8 wg = moe_unpack::unpack8<TYPE>(w + r * row_bytes, n_in, c);
         moe_unpack::Chunk8 wu;
-        if constexpr (GATE_UP) wu = moe_unpack::unpack8<TYPE>(w_up + r * row_bytes, c);
+        if constexpr (GATE_UP) wu = moe_unpack::unpack8<TYPE>(w_up + r * row_bytes, n_in, c);
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
           if (b >= count) break;

@@ -30,8 +30,15 @@ constexpr int kDownRows = 8;
 // Blocks of 8 warps per SM the products are compiled for: up to 128 registers a thread, where
 // nvcc's own choice (80) spills and holds fewer loads in flight, and a batch-1 launch (qwen3-30b:
 // 192 gate/up and 256 down blocks) still fits 132 SMs in one wave, which one block per SM (255
-// registers) would not.
-constexpr int kBlocksPerSm = 2;
+// registers) would not. The split-layout types (moe_unpack::split_rows) unpack a chunk from one
+// 8-byte load and fit 80 registers without spilling (ptxas -v, sm_90: gate/up of MXFP4 took 87
+// at 2 blocks, none spill at 3), so they take 3: gpt-oss's batch-1 launches (360 gate/up blocks of
+// 90 x 4 pairs, 360 down blocks) then fit 132 SMs in one wave (396 blocks) rather than 264 and a
+// tail of 96.
+template <uint32_t TYPE>
+constexpr int blocks_per_sm() {
+  return moe_unpack::split_rows(TYPE) ? 3 : 2;
+}
 
 // NR weight rows (w[i], i < valid) dotted with one int8 activation row (xqs, xds) of n_chunks
 // chunks by one warp; sum[i] is exact on lane 0 only (the dp4a kernels' lane-0 butterfly).
@@ -57,7 +64,7 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
 #pragma unroll
       for (int i = 0; i < NR; ++i) {
         if (i >= valid) continue;
-        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], c);
+        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], 8 * n_chunks, c);
         acc[s * NR + i] = moe_q8_fma<kOffset>(wc, q.x, q.y, xs, xd, acc[s * NR + i]);
       }
     }
@@ -73,7 +80,7 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
 }
 
 template <uint32_t TYPE>
-__global__ void __launch_bounds__(kGateUpWarps* kWarpSize, kBlocksPerSm)
+__global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_gate_up_decode_kernel(MoeProduct P, ActivationQ8 hq) {
   __shared__ float act[kQ8Block];
   wait_for_previous_kernel();
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, kBlocksPerSm)
 }
 
 template <uint32_t TYPE>
-__global__ void __launch_bounds__(kDownWarps* kWarpSize, kBlocksPerSm)
+__global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_down_combine_decode_kernel(MoeMatrix down, int n_out, MoeInput in,
                                    const float* __restrict__ weights, float* __restrict__ hidden) {
   __shared__ float dots[kMoeMaxUsed][kDownRows];

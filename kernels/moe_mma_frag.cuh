@@ -9,16 +9,17 @@
 // as long as the activation fragment follows the same layout.
 //
 // Each type reads its rows in chunks of kSubs sub-blocks (a K-quant super-block, or 4 blocks
-// of 32) straight from the GGUF bytes with plain loads into registers (Raw), so the expert may
-// sit in VRAM or in mapped pinned host memory; sub() then builds each sub-block's words from
-// the registers. Plain C++ as well as CUDA, so a host test holds every type to dequantize_row.
+// of 32) with plain loads into registers (Raw), so the expert may sit in VRAM or in mapped
+// pinned host memory; sub() then builds each sub-block's words from the registers. The K-quants
+// and Q4_1 are read from the GGUF bytes, Q4_0, Q8_0, IQ4_NL and MXFP4 from the split layout
+// (moe_unpack::split_rows: per row the values of all blocks, then the scales), whose values are
+// aligned words. Plain C++ as well as CUDA, so a host test holds every type to dequantize_row.
 #pragma once
 #include <cstdint>
 #include <cstring>
 
 #include "granule/block_formats.h"
 #include "moe_unpack.cuh"
-#include "split_unpack.h"
 
 #if defined(__CUDACC__)
 #define GRANULE_MMA_HD __host__ __device__ __forceinline__
@@ -59,20 +60,6 @@ GRANULE_MMA_HD uint32_t ld_u32(const uint8_t* p) {  // 4-byte aligned
 }
 GRANULE_MMA_HD uint32_t ld_u32_a2(const uint8_t* p) {  // 2-byte aligned
   return ld_u16(p) | (ld_u16(p + 2) << 16);
-}
-// Any alignment. On the device: the aligned word holding p and, when p is not aligned, the next
-// one (up to 3 bytes past p + 3 are read: the rows keep 16 bytes of slack after them).
-GRANULE_MMA_HD uint32_t ld_u32_a1(const uint8_t* p) {
-#if defined(__CUDA_ARCH__)
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  const auto* w = reinterpret_cast<const uint32_t*>(at & ~uintptr_t{3});
-  const int shift = static_cast<int>(at & 3) * 8;
-  const uint32_t lo = w[0], hi = shift ? w[1] : 0u;
-  return __funnelshift_r(lo, hi, shift);
-#else
-  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) |
-         (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
-#endif
 }
 GRANULE_MMA_HD void ld_u64(const uint8_t* p, uint32_t& a, uint32_t& b) {  // 8-byte aligned
 #if defined(__CUDA_ARCH__)
@@ -122,20 +109,29 @@ constexpr uint32_t kNibbles = 0x0F0F0F0Fu;
 template <uint32_t TYPE>
 struct Frag;  // the types the grouped tensor-core products read (moe_mma_supports)
 
-// Q4_0: 18-byte blocks; q - 8 signed.
+// Sub-block `first + j` of a row of n_sub, or sub-block 0 past the end (a last chunk of 32-element
+// blocks: loaded, never used).
+GRANULE_MMA_HD int64_t sub_or_first(int first, int j, int n_sub) {
+  return first + j < n_sub ? first + j : 0;
+}
+
+// Q4_0 (split: 16 nibble bytes per sub-block, then an f16 d per sub-block); q - 8 signed.
 template <>
 struct Frag<2> {
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = false, kOffset = false, kSplit16 = false;
+  // Split rows: per sub-block kValueBytes of values from the row's start, and kScaleBytes of
+  // scale from byte kValueBytes · n_sub (what a kernel staging a chunk must copy).
+  static constexpr int kValueBytes = 16, kScaleBytes = 2;
   struct Raw {
     uint32_t q[kSubs];
     uint32_t d[kSubs];
   };
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
     for (int j = 0; j < kSubs; ++j) {
-      const uint8_t* b = row + static_cast<int64_t>(first + j < n_sub ? first + j : 0) * 18;
-      r.q[j] = ld_u32_a2(b + 2 + 4 * t);
-      r.d[j] = ld_u16(b);
+      const int64_t sub = sub_or_first(first, j, n_sub);
+      r.q[j] = ld_u32(row + kValueBytes * sub + 4 * t);
+      r.d[j] = ld_u16(row + kValueBytes * static_cast<int64_t>(n_sub) + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
@@ -173,21 +169,21 @@ struct Frag<3> {
   }
 };
 
-// Q8_0: 34-byte blocks; Contiguous.
+// Q8_0 (split: 32 bytes per sub-block, then an f16 d per sub-block); Contiguous.
 template <>
 struct Frag<8> {
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = true, kOffset = false, kSplit16 = false;
+  static constexpr int kValueBytes = 32, kScaleBytes = 2;  // split rows, as Frag<2>
   struct Raw {
     uint32_t q[kSubs][2];
     uint32_t d[kSubs];
   };
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
     for (int j = 0; j < kSubs; ++j) {
-      const uint8_t* b = row + static_cast<int64_t>(first + j < n_sub ? first + j : 0) * 34;
-      r.q[j][0] = ld_u32_a2(b + 2 + 8 * t);
-      r.q[j][1] = ld_u32_a2(b + 6 + 8 * t);
-      r.d[j] = ld_u16(b);
+      const int64_t sub = sub_or_first(first, j, n_sub);
+      ld_u64(row + kValueBytes * sub + 8 * t, r.q[j][0], r.q[j][1]);
+      r.d[j] = ld_u16(row + kValueBytes * static_cast<int64_t>(n_sub) + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
@@ -199,34 +195,29 @@ struct Frag<8> {
   }
 };
 
-// IQ4_NL (18-byte blocks) and MXFP4 (17-byte blocks): Q4_0's nibble order, the nibbles indices
-// into a table of int8 levels.
+// IQ4_NL and MXFP4 (split: 16 nibble bytes per sub-block in Q4_0's order, then an f16 d or an
+// E8M0 byte per sub-block): the nibbles index a table of int8 levels.
 template <uint32_t TYPE>
 struct LevelFrag {
   static constexpr bool kMxfp4 = TYPE == 39;
-  static constexpr int kBytes = kMxfp4 ? 17 : 18;
   static constexpr int kSubs = 4;
   static constexpr bool kContiguous = false, kOffset = false, kSplit16 = false;
+  static constexpr int kValueBytes = 16, kScaleBytes = kMxfp4 ? 1 : 2;  // split rows, as Frag<2>
   struct Raw {
     uint32_t q[kSubs];
     uint32_t d[kSubs];
   };
   GRANULE_MMA_HD static void load(Raw& r, const uint8_t* row, int first, int n_sub, int t) {
+    const uint8_t* scales = row + kValueBytes * static_cast<int64_t>(n_sub);
     for (int j = 0; j < kSubs; ++j) {
-      const uint8_t* b = row + static_cast<int64_t>(first + j < n_sub ? first + j : 0) * kBytes;
-      if constexpr (kMxfp4) {
-        r.q[j] = ld_u32_a1(b + 1 + 4 * t);
-        r.d[j] = b[0];
-      } else {
-        r.q[j] = ld_u32_a2(b + 2 + 4 * t);
-        r.d[j] = ld_u16(b);
-      }
+      const int64_t sub = sub_or_first(first, j, n_sub);
+      r.q[j] = ld_u32(row + kValueBytes * sub + 4 * t);
+      r.d[j] = kMxfp4 ? scales[sub] : ld_u16(scales + kScaleBytes * sub);
     }
   }
   GRANULE_MMA_HD static Sub sub(const Raw& r, int j) {
     Sub s;
-    s.lo = split_unpack::table_levels4<kMxfp4>(r.q[j] & kNibbles);
-    s.hi = split_unpack::table_levels4<kMxfp4>((r.q[j] >> 4) & kNibbles);
+    moe_unpack::levels8<kMxfp4>(r.q[j], s.lo, s.hi);  // low nibbles to lo, high to hi
     s.d = kMxfp4 ? moe_unpack::e8m0_half(r.d[j]) : half_to_float(static_cast<uint16_t>(r.d[j]));
     return s;
   }
@@ -306,8 +297,7 @@ struct Frag<23> {
     const int ls = static_cast<int>(((byte_of(r.head[1], j / 2) >> (4 * (j % 2))) & 0xF) |
                                     (((scales_h >> (2 * j)) & 3) << 4));
     Sub s;
-    s.lo = split_unpack::table_levels4<false>(r.q[j] & kNibbles);
-    s.hi = split_unpack::table_levels4<false>((r.q[j] >> 4) & kNibbles);
+    moe_unpack::levels8<false>(r.q[j], s.lo, s.hi);  // low nibbles to lo, high to hi
     s.d = half_to_float(static_cast<uint16_t>(r.head[0] & 0xFFFFu)) * small_int_to_float(ls - 32);
     return s;
   }

@@ -6,12 +6,17 @@
 // sub-block with one scale and one minimum). The indexing mirrors dequantize8
 // (quant_blocks.cuh) line by line; plain C++ as well as CUDA, so a host test holds each type's
 // unpacking to the CPU's dequantize_row.
+// The expert rows of the types whose GGUF blocks are not 4-byte multiples (Q4_0 and IQ4_NL 18
+// bytes, Q8_0 34, MXFP4 17) are read in the split layout (split_layout.h: per row the values of
+// every block, 16-byte aligned, then the scales; split_rows makes it at upload), so a chunk's 8
+// bytes are one aligned 8-byte load where GGUF's blocks took two-byte or single-byte loads.
 #pragma once
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
 #include "granule/block_formats.h"
+#include "split_unpack.h"
 
 #if defined(__CUDACC__)
 #include <cuda_fp16.h>
@@ -98,19 +103,32 @@ GRANULE_MOE_HD Chunk8 words(uint32_t lo, uint32_t hi, float scale, float offset)
   return c;
 }
 
-// Entry i (0..15) of 16 int8 levels packed little-endian into four words (no indexed array,
-// which would live in local memory on the device).
-GRANULE_MOE_HD int level16(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, int i) {
-  const uint32_t low = (i & 4) ? w1 : w0, high = (i & 4) ? w3 : w2;
-  const uint32_t word = (i & 8) ? high : low;
-  return static_cast<int8_t>(static_cast<uint8_t>(word >> (8 * (i & 3))));
+// Eight 4-bit indices (nibble k of n, k = 0..7) to int8 levels of a 16-entry table packed
+// little-endian in w0..w3, nibbles 0, 2, 4, 6 to the bytes of lo and 1, 3, 5, 7 to those of hi:
+// entries 0-7 and 8-15 through one byte permute each per four nibbles (the permute reads the
+// nibbles as they lie, which reads the low 16 bits of its selector; bit 3 masked off), one
+// permute choosing between them by bit 3, and two sorting the bytes: about a dozen instructions
+// for eight values, where split_unpack::table_levels4 takes about as many for four.
+GRANULE_MOE_HD void table_levels8(uint32_t n, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3,
+                                  uint32_t& lo, uint32_t& hi) {
+  using split_unpack::byte_perm;
+  const uint32_t sel = n & 0x77777777u;
+  const uint32_t which = 0x32103210u | ((n >> 1) & 0x44444444u);  // bytes 4-7: the high half
+  const uint32_t a = byte_perm(byte_perm(w0, w1, sel), byte_perm(w2, w3, sel), which);
+  const uint32_t b =
+      byte_perm(byte_perm(w0, w1, sel >> 16), byte_perm(w2, w3, sel >> 16), which >> 16);
+  lo = byte_perm(a, b, 0x6420u);  // a: nibbles 0-3, b: 4-7
+  hi = byte_perm(a, b, 0x7531u);
 }
-GRANULE_MOE_HD int iq4nl_level(int i) {  // granule::kIq4nlValues
-  return level16(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u, i);
+// granule::kIq4nlValues (MXFP4 false) or granule::kMxfp4Values, as table_levels8 reads them.
+template <bool MXFP4>
+GRANULE_MOE_HD void levels8(uint32_t n, uint32_t& lo, uint32_t& hi) {
+  if constexpr (MXFP4)
+    table_levels8(n, 0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu, lo, hi);
+  else
+    table_levels8(n, 0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u, lo, hi);
 }
-GRANULE_MOE_HD int mxfp4_level(int i) {  // granule::kMxfp4Values
-  return level16(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu, i);
-}
+
 GRANULE_MOE_HD float e8m0_half(uint32_t e) {  // ggml_e8m0_to_fp32_half
   return bits_to_float(e < 2 ? 0x00200000u << e : (e - 1) << 23);
 }
@@ -151,24 +169,56 @@ constexpr bool has_offset(uint32_t type) {
          type == 13 /*Q5_K*/;
 }
 
-// Chunk c of a row in GGUF blocks of TYPE (ggml type id; not F32/F16/BF16).
+// Whether expert rows of the type are in the split layout (split_layout.h) rather than GGUF's
+// blocks: Q4_0, Q8_0, IQ4_NL and MXFP4. The rows of such a matrix are split_row_stride apart
+// (16-byte aligned, the matrix 16-byte aligned).
+constexpr bool split_rows(uint32_t type) {
+  return type == 2 /*Q4_0*/ || type == 8 /*Q8_0*/ || type == 20 /*IQ4_NL*/ || type == 39 /*MXFP4*/;
+}
+
+// Chunk c of a split row of n_sub 32-element sub-blocks (split_rows types): the 8 bytes (Q4_0's
+// nibble order: chunk c takes the low or high nibbles of bytes 0-7 or 8-15 of its sub-block;
+// Q8_0: bytes 8c..8c+7) in one aligned load, the sub-block's scale from the scales after the
+// values. The same int8 values and scale as the GGUF block's (the arithmetic is unchanged).
 template <uint32_t TYPE>
-GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
+GRANULE_MOE_HD Chunk8 unpack8_split(const uint8_t* row, int64_t n_sub, int64_t c) {
+  const int64_t sub = c / 4;
+  uint32_t lo, hi;
+  if constexpr (TYPE == 8) {
+    load_u64_a8(row + 8 * c, lo, hi);
+    return words(lo, hi, half_to_float(load_u16(row + 32 * n_sub + 2 * sub)), 0.0f);
+  } else {
+    const int part = static_cast<int>(c % 4);
+    load_u64_a8(row + 16 * sub + 8 * (part % 2), lo, hi);
+    const int shift = part >= 2 ? 4 : 0;
+    lo = (lo >> shift) & 0x0F0F0F0Fu;  // elements 0-3 of the chunk, a nibble a byte
+    hi = (hi >> shift) & 0x0F0F0F0Fu;  // elements 4-7
+    const uint8_t* scales = row + 16 * n_sub;
+    if constexpr (TYPE == 2) {
+      return words(minus8(lo), minus8(hi), half_to_float(load_u16(scales + 2 * sub)), 0.0f);
+    } else {
+      static_assert(TYPE == 20 || TYPE == 39, "unpack8_split: not a split_rows type");
+      // Nibble 2k: element k, nibble 2k + 1: element 4 + k.
+      levels8<TYPE == 39>(lo | (hi << 4), lo, hi);
+      return words(lo, hi,
+                   TYPE == 39 ? e8m0_half(scales[sub]) : half_to_float(load_u16(scales + 2 * sub)),
+                   0.0f);
+    }
+  }
+}
+
+// Chunk c of a row in GGUF blocks of TYPE (ggml type id; not F32/F16/BF16, not split_rows).
+template <uint32_t TYPE>
+GRANULE_MOE_HD Chunk8 unpack8_gguf(const uint8_t* row, int64_t c) {
   int q[8];
-  if constexpr (TYPE == 2 || TYPE == 3) {  // Q4_0, Q4_1: low nibbles 0..15, high 16..31
-    constexpr int kBytes = TYPE == 2 ? sizeof(BlockQ4_0) : sizeof(BlockQ4_1);
-    const uint8_t* b = row + (c / 4) * kBytes;
+  if constexpr (TYPE == 3) {  // Q4_1: low nibbles 0..15, high 16..31
+    const uint8_t* b = row + (c / 4) * sizeof(BlockQ4_1);
     const int part = static_cast<int>(c % 4);
     const int shift = part >= 2 ? 4 : 0, first = (part % 2) * 8;
-    const uint8_t* qs = b + (TYPE == 2 ? 2 : 4) + first;
-    uint32_t lo = (load_u32_a2(qs) >> shift) & 0x0F0F0F0Fu;
-    uint32_t hi = (load_u32_a2(qs + 4) >> shift) & 0x0F0F0F0Fu;
-    if constexpr (TYPE == 2) {
-      lo = minus8(lo);
-      hi = minus8(hi);
-    }
-    const float d = half_to_float(load_u16(b));
-    return words(lo, hi, d, TYPE == 2 ? 0.0f : half_to_float(load_u16(b + 2)));
+    const uint8_t* qs = b + 4 + first;
+    const uint32_t lo = (load_u32_a2(qs) >> shift) & 0x0F0F0F0Fu;
+    const uint32_t hi = (load_u32_a2(qs + 4) >> shift) & 0x0F0F0F0Fu;
+    return words(lo, hi, half_to_float(load_u16(b)), half_to_float(load_u16(b + 2)));
   } else if constexpr (TYPE == 6 || TYPE == 7) {  // Q5_0, Q5_1
     constexpr int kBytes = TYPE == 6 ? sizeof(BlockQ5_0) : sizeof(BlockQ5_1);
     constexpr int kQh = TYPE == 6 ? 2 : 4;
@@ -183,21 +233,6 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
           (((qs[first + i] >> shift) & 0xF) | (((qh >> (e0 + i)) & 1) << 4)) - (TYPE == 6 ? 16 : 0);
     const float d = half_to_float(load_u16(b));
     return pack(q, d, TYPE == 6 ? 0.0f : half_to_float(load_u16(b + 2)));
-  } else if constexpr (TYPE == 20 || TYPE == 39) {  // IQ4_NL, MXFP4: Q4_0's nibble order
-    constexpr int kBytes = TYPE == 20 ? sizeof(BlockIQ4_NL) : sizeof(BlockMXFP4);
-    const uint8_t* b = row + (c / 4) * kBytes;
-    const int e0 = 8 * static_cast<int>(c % 4);
-    const int shift = e0 >= 16 ? 4 : 0, first = e0 % 16;
-    const uint8_t* qs = b + (TYPE == 20 ? 2 : 1);
-    for (int i = 0; i < 8; ++i) {
-      const int n = (qs[first + i] >> shift) & 0xF;
-      q[i] = TYPE == 20 ? iq4nl_level(n) : mxfp4_level(n);
-    }
-    return pack(q, TYPE == 20 ? half_to_float(load_u16(b)) : e8m0_half(b[0]), 0.0f);
-  } else if constexpr (TYPE == 8) {  // Q8_0
-    const uint8_t* b = row + (c / 4) * sizeof(BlockQ8_0);
-    const uint8_t* qs = b + 2 + static_cast<int>(c % 4) * 8;
-    return words(load_u32_a2(qs), load_u32_a2(qs + 4), half_to_float(load_u16(b)), 0.0f);
   } else if constexpr (TYPE == 10 || TYPE == 11) {  // Q2_K, Q3_K
     using Block = std::conditional_t<TYPE == 10, BlockQ2_K, BlockQ3_K>;
     const Block* b = reinterpret_cast<const Block*>(row) + c / 32;
@@ -221,10 +256,12 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
     const int sub = e0 / 32, l0 = e0 % 32;
     const int ls =
         ((b->scales_l[sub / 2] >> (4 * (sub % 2))) & 0xF) | (((b->scales_h >> (2 * sub)) & 3) << 4);
-    const uint8_t* qs = b->qs + 16 * sub + l0 % 16;
+    // Blocks of 136 bytes, qs from byte 8: these 8 bytes are 8-byte aligned.
     const int shift = l0 >= 16 ? 4 : 0;
-    for (int i = 0; i < 8; ++i) q[i] = iq4nl_level((qs[i] >> shift) & 0xF);
-    return pack(q, half_to_float(b->d) * (ls - 32), 0.0f);
+    uint32_t lo, hi;
+    load_u64_a8(b->qs + 16 * sub + l0 % 16, lo, hi);
+    levels8<false>(((lo >> shift) & 0x0F0F0F0Fu) | (((hi >> shift) & 0x0F0F0F0Fu) << 4), lo, hi);
+    return words(lo, hi, half_to_float(b->d) * (ls - 32), 0.0f);
   } else if constexpr (TYPE == 12 || TYPE == 13) {  // Q4_K, Q5_K
     using Block = std::conditional_t<TYPE == 12, BlockQ4_K, BlockQ5_K>;
     const Block* b = reinterpret_cast<const Block*>(row) + c / 32;
@@ -259,9 +296,19 @@ GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int64_t c) {
                                 (((load_u32_a2(qh + 4) >> qh_shift) & 0x03030303u) << 4));
     return words(lo, hi, half_to_float(b->d) * b->scales[8 * half + l0 / 16 + 2 * quarter], 0.0f);
   } else {
-    static_assert(TYPE == 2, "unpack8: a type without int8 chunks");
+    static_assert(TYPE == 3, "unpack8_gguf: a split_rows type, or one without int8 chunks");
     return {};
   }
+}
+
+// Chunk c of an expert row of n_in elements as the expert kernels hold it: the split layout for
+// the split_rows types, GGUF's blocks for the others.
+template <uint32_t TYPE>
+GRANULE_MOE_HD Chunk8 unpack8(const uint8_t* row, int n_in, int64_t c) {
+  if constexpr (split_rows(TYPE))
+    return unpack8_split<TYPE>(row, n_in / 32, c);
+  else
+    return unpack8_gguf<TYPE>(row, c);
 }
 
 }  // namespace granule::kernels::moe_unpack

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "granule/block_formats.h"
+#include "granule/split_layout.h"
 #include "moe.cuh"
+#include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
 
@@ -46,15 +48,18 @@ T* device_alloc(size_t n) {
   return p;
 }
 
-// One matrix of every expert (random bytes; NaN scales cost the GPU nothing) and its pointer
-// table.
+// One matrix of every expert (random bytes; NaN scales cost the GPU nothing), rows as far apart
+// as CudaMoe lays them, and its pointer table.
 struct Matrix {
   k::MoeMatrix view{};
   uint8_t* bytes = nullptr;
   const void** table = nullptr;
   size_t slab = 0;
   Matrix(uint32_t type, int n_expert, int rows, int cols, std::mt19937& rng) {
-    const int64_t row_bytes = cols / k::block_elems(type) * k::block_bytes(type);
+    // As CudaMoe lays experts out: the split layout's row stride for moe_unpack::split_rows types.
+    const int64_t row_bytes = k::moe_unpack::split_rows(type)
+                                  ? k::split::row_stride(type, cols)
+                                  : cols / k::block_elems(type) * k::block_bytes(type);
     slab = (static_cast<size_t>(rows) * row_bytes + 16 + 255) / 256 * 256;
     std::vector<uint8_t> host(slab * n_expert);
     for (auto& b : host) b = static_cast<uint8_t>(rng());

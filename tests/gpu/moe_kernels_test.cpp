@@ -394,8 +394,10 @@ void run_case(const Case& c, int rows, uint32_t seed) {
     }
 }
 
-// Each chunk of 8 as the kernels unpack it (int8 q, scale, offset) against the CPU's decoding of
-// the same blocks, and the host half conversion against the CPU's F16 decoding. Needs no GPU.
+// Each chunk of 8 as the kernels unpack it (int8 q, scale, offset) from the rows as CudaMoe lays
+// them out (write_expert_rows: Q4_0, Q8_0, IQ4_NL and MXFP4 split, whose rows of 13 blocks here
+// end in padding; the others as stored) against the CPU's decoding of the GGUF blocks, and the
+// host half conversion against the CPU's F16 decoding. Needs no GPU.
 TEST(MoeUnpack, ChunksMatchDequantize) {
   std::vector<uint16_t> halves(65536);
   for (uint32_t i = 0; i < 65536; ++i) halves[i] = static_cast<uint16_t>(i);
@@ -415,8 +417,10 @@ TEST(MoeUnpack, ChunksMatchDequantize) {
         TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
         TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
-    const int64_t rows = 3, cols = 512;
+    const int64_t rows = 3, cols = split_layout_fits(static_cast<uint32_t>(type), 416) ? 416 : 512;
     const Encoded e = encode(type, rows, cols, rng);
+    const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
+    const int64_t rb = expert_row_bytes(static_cast<uint32_t>(type), cols);
     k::dispatch_weight_type(static_cast<uint32_t>(type), [&](auto tag) {
       constexpr uint32_t TYPE = decltype(tag)::value;
       if constexpr (TYPE != k::kF32 && TYPE != k::kF16 && TYPE != k::kBF16) {
@@ -424,7 +428,7 @@ TEST(MoeUnpack, ChunksMatchDequantize) {
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols / 8; ++c) {
             const k::moe_unpack::Chunk8 ch =
-                k::moe_unpack::unpack8<TYPE>(e.bytes.data() + r * e.row_bytes, c);
+                k::moe_unpack::unpack8<TYPE>(laid.data() + r * rb, static_cast<int>(cols), c);
             for (int i = 0; i < 8; ++i) {
               const int q = static_cast<int8_t>(
                   static_cast<uint8_t>((i < 4 ? ch.lo : ch.hi) >> (8 * (i % 4))));
@@ -439,6 +443,42 @@ TEST(MoeUnpack, ChunksMatchDequantize) {
     });
   }
   EXPECT_EQ(types, 13);
+}
+
+// The expert layout: the split types' rows 16-byte aligned, holding what the GGUF rows hold
+// (dequantize_split_row of each laid-out row equals dequantize_row of the GGUF row), and the
+// other types' bytes as stored. Needs no GPU.
+TEST(MoeUnpack, ExpertLayoutRoundTrips) {
+  std::mt19937 rng(5);
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K,
+        TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4}) {
+    const auto t = static_cast<uint32_t>(type);
+    SCOPED_TRACE(tensor_type_name(t));
+    EXPECT_EQ(expert_rows_split(t), k::moe_unpack::split_rows(t));
+    for (const int64_t cols : {256, 2880, 4096}) {
+      if (cols % k::block_elems(t) != 0) continue;
+      const int64_t rows = 5;
+      const Encoded e = encode(type, rows, cols, rng);
+      const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
+      const int64_t rb = expert_row_bytes(t, cols);
+      if (!expert_rows_split(t)) {
+        EXPECT_EQ(rb, e.row_bytes);
+        EXPECT_EQ(0, std::memcmp(laid.data(), e.bytes.data(), static_cast<size_t>(rows * rb)));
+        continue;
+      }
+      EXPECT_EQ(rb % 16, 0) << cols;
+      EXPECT_GE(rb, e.row_bytes) << cols;
+      EXPECT_LT(rb, e.row_bytes + 16) << cols;
+      std::vector<float> got(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        dequantize_split_row(t, laid.data() + r * rb, cols, got.data());
+        for (int64_t i = 0; i < cols; ++i)
+          ASSERT_EQ(got[static_cast<size_t>(i)], e.decoded[static_cast<size_t>(r * cols + i)])
+              << "cols " << cols << " row " << r << " element " << i;
+      }
+    }
+  }
 }
 
 const int kRows[] = {1, 3, 7, 8, 64, 300};
@@ -551,7 +591,8 @@ TEST(MoeKernels, MixedTypesAndRouters) {
 // never does, the kernels must not care) and every pair may sit in host memory: the same bits as
 // the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for layers like the
 // models' (Q4_K/Q6_K top-8; gpt-oss's MXFP4 with biases and the clamped SwiGLU over its n_in of
-// 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K top-2), on fewer experts.
+// 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K, Q4_0 and IQ4_NL/Q8_0 top-2), on
+// fewer experts.
 TEST(MoeKernels, DecodeProductsTakeAnyIds) {
   GRANULE_REQUIRE_GPU();
   struct Shape {
@@ -562,6 +603,9 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     int64_t n_embd, n_ff;
   };
   const Shape shapes[] = {
+      // Mixtral-like Q4_0 and IQ4_NL experts in the split layout, rows of 13 blocks (padded).
+      {TensorType::Q4_0, TensorType::Q4_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416},
+      {TensorType::IQ4_NL, TensorType::Q8_0, k::MoeActivation::Swiglu, false, 8, 2, 416, 416},
       {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 16, 8, 512, 768},
       {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
        416},

@@ -63,7 +63,8 @@ bool k_quant(TensorType type) {
          type == TensorType::IQ4_XS;
 }
 
-// Every lane's words and scales of every sub-block against the CPU's decoding. Needs no GPU.
+// Every lane's words and scales of every sub-block, from the rows as CudaMoe lays them out,
+// against the CPU's decoding. Needs no GPU.
 TEST(MoeMmaFragments, MatchDequantize) {
   std::mt19937 rng(11);
   int types = 0;
@@ -72,6 +73,9 @@ TEST(MoeMmaFragments, MatchDequantize) {
     // 32-element types: 13 blocks, so the last chunk of 4 is partial.
     const int64_t rows = 3, cols = k_quant(type) ? 512 : 416;
     const Encoded e = encode(type, rows, cols, rng);
+    // As CudaMoe lays the rows out (Q4_0, Q8_0, IQ4_NL and MXFP4 split).
+    const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
+    const int64_t rb = expert_row_bytes(static_cast<uint32_t>(type), cols);
     const int n_sub = static_cast<int>(cols / 32);
     dispatch_mma_type(type, [&](auto tag) {
       constexpr uint32_t TYPE = decltype(tag)::value;
@@ -81,7 +85,7 @@ TEST(MoeMmaFragments, MatchDequantize) {
         for (int first = 0; first < n_sub; first += F::kSubs)
           for (int t = 0; t < 4; ++t) {
             typename F::Raw raw;
-            F::load(raw, e.bytes.data() + r * e.row_bytes, first, n_sub, t);
+            F::load(raw, laid.data() + r * rb, first, n_sub, t);
             for (int j = 0; j < F::kSubs && first + j < n_sub; ++j) {
               const k::moe_mma::Sub s = F::sub(raw, j);
               for (int hi = 0; hi < 2; ++hi)

@@ -9,7 +9,8 @@
 // each row within the bound model_gpu_test.cpp derives (1e-3 of the logits' spread plus twice
 // the oracle's own distance from the f32 reference), greedy tokens equal away from near-ties;
 // with int8-reading experts up to 1 row in 16 may be a rerouted token (oracle_compare.h).
-// Expert streaming: a budget that leaves about half of the experts in mapped host memory gives
+// Expert streaming (F32, Q4_K and MXFP4 experts, the last re-laid out in host memory, VRAM and
+// the device cache): a budget that leaves about half of the experts in mapped host memory gives
 // logits identical to the bit to the all-resident run's, before and after the device cache is
 // re-filled between steps by hand-made placements (the expert-plan policy is not wired yet), and
 // the captured decode graph replays after each placement change with no re-capture; the
@@ -411,7 +412,7 @@ TEST_P(MoeStreamingGpu, RePlanPromotesTheRoutedExperts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
-                         ::testing::Values(TensorType::F32, TensorType::Q4_K),
+                         ::testing::Values(TensorType::F32, TensorType::Q4_K, TensorType::MXFP4),
                          [](const ::testing::TestParamInfo<TensorType>& info) {
                            std::string name = tensor_type_name(static_cast<uint32_t>(info.param));
                            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
@@ -420,11 +421,14 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
 
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
 // memory (a mapped pinned copy) give the same bits for runs of 1, 5 (the decode launches) and 24
-// rows (grouped), before and after a placement change.
-TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
+// rows (grouped), before and after a placement change; for Q4_K experts (as stored) and MXFP4
+// and Q4_0 ones (re-laid out in both places).
+class MoeResidencyGpu : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   GRANULE_REQUIRE_GPU();
   gpu_test::step("writing the model file");
-  test::TempModel model(streaming_spec(TensorType::Q4_K), "moe-residency");
+  test::TempModel model(streaming_spec(GetParam()), "moe-residency");
   auto file = ModelFile::open(model.path);
   const ModelConfig config = ModelConfig::from_gguf(*file);
   const WeightTable weights = WeightTable::from_gguf(*file, config);
@@ -489,6 +493,14 @@ TEST(MoeResidencyGpu, PinnedCopyAndVramAgree) {
     streaming.apply(p, stream.get());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Experts, MoeResidencyGpu,
+                         ::testing::Values(TensorType::Q4_K, TensorType::MXFP4, TensorType::Q4_0),
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                           std::string name = tensor_type_name(static_cast<uint32_t>(info.param));
+                           std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+                           return name;
+                         });
 
 // qwen35moe at shapes the GPU kernels run (hidden 256, experts of 256 over 8, top 2, a shared
 // expert of 512 with its sigmoid gate), experts and shared expert of `type`.

@@ -16,6 +16,7 @@
 #include "gpu_test_support.h"
 #include "granule/tensor_type.h"
 #include "kernel_test_inputs.h"
+#include "model/weight_split.h"
 #include "moe.cuh"
 
 namespace granule::gpu_test {
@@ -38,12 +39,26 @@ struct HostMapped {
   HostMapped& operator=(const HostMapped&) = delete;
 };
 
-// One matrix of every expert (n_expert slabs of rows x cols), on the device and in mapped host
-// memory, with a pointer table whose odd experts point into the host copy.
+// `rows` GGUF rows of `cols` elements (enc.bytes) as CudaMoe lays experts out for the kernels
+// (write_expert_rows: the split layout for Q4_0, Q8_0, IQ4_NL and MXFP4), expert_row_bytes
+// apart, with 16 bytes of slack after them (as CudaMoe keeps).
+inline std::vector<uint8_t> expert_layout(TensorType type, const Encoded& enc, int64_t rows,
+                                          int64_t cols) {
+  const auto t = static_cast<uint32_t>(type);
+  std::vector<uint8_t> out(static_cast<size_t>(rows * expert_row_bytes(t, cols)) + 16, 0xEE);
+  write_expert_rows(t, enc.bytes.data(), rows, cols, out.data());
+  return out;
+}
+
+// One matrix of every expert (n_expert slabs of rows x cols), laid out as CudaMoe lays it out, on
+// the device and in mapped host memory, with a pointer table whose odd experts point into the
+// host copy.
 struct ExpertMatrix {
   TensorType type;
   Encoded enc;
   int64_t rows = 0, cols = 0;
+  int64_t row_bytes = 0;  // as the kernels read them
+  std::vector<uint8_t> laid_out;
   DeviceArray<uint8_t> device;
   HostMapped host;
   DeviceArray<const void*> table;
@@ -55,14 +70,16 @@ struct ExpertMatrix {
         enc(encode(type_, n_expert * rows_, cols_, rng)),
         rows(rows_),
         cols(cols_),
-        device(enc.bytes),
-        host(enc.bytes),
+        row_bytes(expert_row_bytes(static_cast<uint32_t>(type_), cols_)),
+        laid_out(expert_layout(type_, enc, n_expert * rows_, cols_)),
+        device(laid_out),
+        host(laid_out),
         table(static_cast<size_t>(n_expert)),
         bias(with_bias ? random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
                        : std::vector<float>{}),
         bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
     std::vector<const void*> t(static_cast<size_t>(n_expert));
-    const int64_t slab = rows * enc.row_bytes;
+    const int64_t slab = rows * row_bytes;
     for (int e = 0; e < n_expert; ++e)
       t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * slab;
     table.upload(t);
@@ -70,7 +87,7 @@ struct ExpertMatrix {
   kernels::MoeMatrix view() const {
     return {.table = table.get(),
             .type = static_cast<uint32_t>(type),
-            .row_bytes = enc.row_bytes,
+            .row_bytes = row_bytes,
             .bias = bias.empty() ? nullptr : bias_device.get()};
   }
   // Row o of expert e, decoded, and its bias (0 without).

@@ -7,6 +7,7 @@
 #include "granule/error.h"
 #include "granule/quant.h"
 #include "granule/split_layout.h"
+#include "granule/tensor_type.h"
 
 namespace granule {
 namespace {
@@ -358,6 +359,22 @@ void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, 
       default:
         throw UsageError("the split weight layout cannot hold this tensor type");
     }
+  }
+}
+
+int64_t expert_row_bytes(uint32_t ggml_type, int64_t cols) {
+  return expert_rows_split(ggml_type)
+             ? split_row_stride(ggml_type, cols)
+             : static_cast<int64_t>(row_bytes(static_cast<TensorType>(ggml_type), cols));
+}
+
+void write_expert_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int64_t cols,
+                       uint8_t* dst) {
+  if (expert_rows_split(ggml_type)) {
+    split_rows(ggml_type, gguf_rows, rows, cols, dst);
+  } else {
+    std::memcpy(dst, gguf_rows,
+                static_cast<size_t>(rows) * row_bytes(static_cast<TensorType>(ggml_type), cols));
   }
 }
 

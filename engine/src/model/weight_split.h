@@ -22,4 +22,18 @@ void split_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int6
 // Decodes one split row to f32: equal, element for element, to dequantize_row of the GGUF row.
 void dequantize_split_row(uint32_t ggml_type, const uint8_t* row, int64_t cols, float* out);
 
+// The expert matrices of mixture-of-experts layers as the CUDA MoE kernels read them
+// (kernels/moe_unpack.cuh, whose split_rows must name the same types): Q4_0, Q8_0, IQ4_NL and
+// MXFP4 rows in the split layout, whose GGUF blocks (18, 34, 18 and 17 bytes) would leave the
+// kernels' loads unaligned; other types as stored.
+constexpr bool expert_rows_split(uint32_t ggml_type) {
+  return ggml_type == 2 || ggml_type == 8 || ggml_type == 20 || ggml_type == 39;
+}
+// Bytes from one expert row to the next (split_row_stride, or GGUF's row size).
+int64_t expert_row_bytes(uint32_t ggml_type, int64_t cols);
+// Writes `rows` GGUF rows of `cols` elements as the expert kernels read them into dst, which
+// holds rows * expert_row_bytes bytes.
+void write_expert_rows(uint32_t ggml_type, const uint8_t* gguf_rows, int64_t rows, int64_t cols,
+                       uint8_t* dst);
+
 }  // namespace granule

@@ -9,12 +9,15 @@
 #include <cstring>
 #include <thread>
 
+#include "backends/cpu/thread_pool.h"
 #include "backends/cuda/cuda_check.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
 #include "granule/tensor_type.h"
 #include "memory/weight_layout.h"
+#include "model/weight_split.h"
+#include "moe_unpack.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
 
@@ -54,13 +57,28 @@ std::vector<float> to_f32(const TensorInfo* t) {
   return out;
 }
 
-// One expert's slab of a 3-D expert tensor.
-uint64_t slab_bytes(const TensorInfo* t, int64_t n_expert) {
+// The host's layout of expert rows (weight_split.h) and the kernels' (moe_unpack.cuh) agree.
+constexpr bool layouts_agree() {
+  for (uint32_t type = 0; type < 64; ++type)
+    if (expert_rows_split(type) != k::moe_unpack::split_rows(type)) return false;
+  return true;
+}
+static_assert(layouts_agree(), "expert_rows_split and moe_unpack::split_rows name other types");
+
+// One expert's slab of a 3-D expert tensor in the file.
+uint64_t file_slab_bytes(const TensorInfo* t, int64_t n_expert) {
   return t->size_bytes / static_cast<uint64_t>(n_expert);
 }
 
+// GGUF's row bytes (the routers and the shared expert's gate row, read by dequantize8).
 int64_t tensor_row_bytes(const TensorInfo* t) {
   return static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), t->dims[0]));
+}
+// An expert matrix's row bytes as the expert kernels read it (the split layout for some types).
+int64_t matrix_row_bytes(const TensorInfo* t) { return expert_row_bytes(t->ggml_type, t->dims[0]); }
+// Bytes of a 2-D matrix (or one expert's slab of a 3-D one) as the expert kernels read it.
+uint64_t matrix_bytes(const TensorInfo* t) {
+  return static_cast<uint64_t>(matrix_row_bytes(t)) * static_cast<uint64_t>(t->dims[1]);
 }
 
 // The longest this waits for the stream between steps. A step takes milliseconds to seconds;
@@ -326,27 +344,26 @@ void CudaMoe::upload_routers(const WeightTable& w) {
                                 .post_norm_2 = vec(gemma4_at[i][3])});
     d.gate = {.table = nullptr,
               .type = l.gate_exps->ggml_type,
-              .row_bytes = tensor_row_bytes(l.gate_exps),
+              .row_bytes = matrix_row_bytes(l.gate_exps),
               .bias = vec(vector_at[i][1])};
     d.up = {.table = nullptr,
             .type = l.up_exps->ggml_type,
-            .row_bytes = tensor_row_bytes(l.up_exps),
+            .row_bytes = matrix_row_bytes(l.up_exps),
             .bias = vec(vector_at[i][2])};
     d.down = {.table = nullptr,
               .type = l.down_exps->ggml_type,
-              .row_bytes = tensor_row_bytes(l.down_exps),
+              .row_bytes = matrix_row_bytes(l.down_exps),
               .bias = vec(vector_at[i][3])};
     // Asked here, before any stream capture (the first call queries the device).
     d.mma_gate_up = k::moe_mma_supports(d.gate.type);
     d.mma_down = k::moe_mma_supports(d.down.type);
-    const uint64_t gate = slab_bytes(l.gate_exps, n_expert_), up = slab_bytes(l.up_exps, n_expert_),
-                   down = slab_bytes(l.down_exps, n_expert_);
-    d.file[0] = l.gate_exps->data;
-    d.file[1] = l.up_exps->data;
-    d.file[2] = l.down_exps->data;
-    d.slab[0] = gate;
-    d.slab[1] = up;
-    d.slab[2] = down;
+    const TensorInfo* mats[3] = {l.gate_exps, l.up_exps, l.down_exps};
+    for (int m = 0; m < 3; ++m) {
+      d.tensor[m] = mats[m];
+      d.file_slab[m] = file_slab_bytes(mats[m], n_expert_);
+      d.slab[m] = matrix_bytes(mats[m]);
+    }
+    const uint64_t gate = d.slab[0], up = d.slab[1], down = d.slab[2];
     d.offsets[0] = 0;
     d.offsets[1] = align_up(gate + WeightLayout::kTensorSlackBytes);
     d.offsets[2] = d.offsets[1] + align_up(up + WeightLayout::kTensorSlackBytes);
@@ -366,7 +383,9 @@ void CudaMoe::upload_shared(const WeightTable& w) {
     const TensorInfo* parts[4] = {l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate};
     for (int m = 0; m < 4; ++m) {
       at[i][static_cast<size_t>(m)] = bytes;
-      if (parts[m]) bytes += align_up(parts[m]->size_bytes + WeightLayout::kTensorSlackBytes);
+      if (parts[m])  // the gate row (m == 3) as stored: the router kernel reads it
+        bytes += align_up((m < 3 ? matrix_bytes(parts[m]) : parts[m]->size_bytes) +
+                          WeightLayout::kTensorSlackBytes);
     }
   }
   if (bytes == 0) return;
@@ -375,6 +394,7 @@ void CudaMoe::upload_shared(const WeightTable& w) {
       DeviceBuffer(memory_, MemoryCategory::WeightsResident, w.layers.size() * 3 * sizeof(void*));
   std::vector<const void*> tables(w.layers.size() * 3, nullptr);
   const auto* table = shared_tables_.as<const void*>();
+  std::vector<uint8_t> staging;  // a re-laid matrix on its way to the device
   for (size_t i = 0; i < w.layers.size(); ++i) {
     const LayerWeights& l = w.layers[i];
     if (!l.gate_shexp) continue;
@@ -383,15 +403,23 @@ void CudaMoe::upload_shared(const WeightTable& w) {
     for (int m = 0; m < 4; ++m) {
       if (!parts[m]) continue;
       uint8_t* to = shared_.as<uint8_t>() + at[i][static_cast<size_t>(m)];
-      check_cuda(cudaMemcpy(to, parts[m]->data, parts[m]->size_bytes, cudaMemcpyHostToDevice),
-                 "uploading shared experts");
+      const uint8_t* from = parts[m]->data;
+      uint64_t size = parts[m]->size_bytes;
+      if (m < 3 && expert_rows_split(parts[m]->ggml_type)) {
+        size = matrix_bytes(parts[m]);
+        staging.resize(size);
+        write_expert_rows(parts[m]->ggml_type, parts[m]->data, parts[m]->dims[1], parts[m]->dims[0],
+                          staging.data());
+        from = staging.data();
+      }
+      check_cuda(cudaMemcpy(to, from, size, cudaMemcpyHostToDevice), "uploading shared experts");
       if (m < 3) tables[i * 3 + static_cast<size_t>(m)] = to;
-      s.bytes += parts[m]->size_bytes;
+      s.bytes += size;
     }
     auto matrix = [&](const TensorInfo* t, int m) {
       return k::MoeMatrix{.table = table + i * 3 + static_cast<size_t>(m),
                           .type = t->ggml_type,
-                          .row_bytes = tensor_row_bytes(t),
+                          .row_bytes = matrix_row_bytes(t),
                           .bias = nullptr};
     };
     s.n_ff = static_cast<int>(l.gate_shexp->dims[1]);
@@ -417,6 +445,21 @@ const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
   return static_cast<const uint8_t*>(host_.host) + image_offset(layer, e) + d.offsets[m];
 }
 
+void CudaMoe::write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst,
+                           cpu::ThreadPool& pool) const {
+  const Layer& d = layers_[static_cast<size_t>(layer)];
+  const TensorInfo* t = d.tensor[m];
+  const int64_t cols = t->dims[0];
+  const auto gguf_row =
+      static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), cols));
+  const int64_t row = matrix_row_bytes(t);
+  const uint8_t* from = t->data + static_cast<uint64_t>(e) * d.file_slab[m];
+  // Rows of whole blocks (refusal() checked), so write_expert_rows does not throw.
+  pool.parallel_for(t->dims[1], [&](int64_t begin, int64_t end, int32_t) {
+    write_expert_rows(t->ggml_type, from + begin * gguf_row, end - begin, cols, dst + begin * row);
+  });
+}
+
 const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) const {
   const uint8_t* host = host_matrix(layer, e, m);
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
@@ -433,17 +476,28 @@ void CudaMoe::upload_experts(uint64_t expert_budget) {
   resident_.assign(n, 0);
   slot_of_.assign(n, -1);
   all_resident_ = image <= expert_budget;
+  // Re-laying the split types' rows (write_expert_rows) runs at ~1.5 GB/s a thread: gpt-oss-20b's
+  // ~10 GB of MXFP4 experts would add seconds to the load on one.
+  cpu::ThreadPool pool(
+      static_cast<int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   if (all_resident_) {
     // The packed image: every expert's gate, up and down at their offsets.
     experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, image);
+    std::vector<uint8_t> staging;  // a re-laid matrix on its way to the device
     for (int64_t l = 0; l < n_layer_; ++l) {
       const Layer& d = layers_[static_cast<size_t>(l)];
       for (int64_t e = 0; e < n_expert_; ++e)
-        for (int m = 0; m < 3; ++m)
-          check_cuda(cudaMemcpy(experts_.as<uint8_t>() + image_offset(l, e) + d.offsets[m],
-                                d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m],
-                                cudaMemcpyHostToDevice),
+        for (int m = 0; m < 3; ++m) {
+          const uint8_t* from = d.tensor[m]->data + static_cast<uint64_t>(e) * d.file_slab[m];
+          if (expert_rows_split(d.tensor[m]->ggml_type)) {
+            staging.resize(d.slab[m]);
+            write_matrix(l, e, m, staging.data(), pool);
+            from = staging.data();
+          }
+          check_cuda(cudaMemcpy(experts_.as<uint8_t>() + image_offset(l, e) + d.offsets[m], from,
+                                d.slab[m], cudaMemcpyHostToDevice),
                      "uploading experts");
+        }
     }
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
@@ -459,8 +513,8 @@ void CudaMoe::upload_experts(uint64_t expert_budget) {
     const Layer& d = layers_[static_cast<size_t>(l)];
     for (int64_t e = 0; e < n_expert_; ++e)
       for (int m = 0; m < 3; ++m)
-        std::memcpy(static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
-                    d.file[m] + static_cast<uint64_t>(e) * d.slab[m], d.slab[m]);
+        write_matrix(l, e, m, static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
+                     pool);
   }
   slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);

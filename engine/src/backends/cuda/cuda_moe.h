@@ -29,6 +29,10 @@
 #include "kernel_config.h"
 #include "moe.cuh"
 
+namespace granule::cpu {
+class ThreadPool;
+}
+
 namespace granule::cuda {
 
 // The expert counts since the last collect(), in the shape of the contract's ExpertTelemetry
@@ -157,6 +161,9 @@ class CudaMoe {
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
   const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
+  // Writes matrix m of expert e of `layer` as the kernels read it (slab[m] bytes) to host memory,
+  // its rows shared out over the pool's threads.
+  void write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst, cpu::ThreadPool& pool) const;
   const uint8_t* host_matrix_device(int64_t layer, int64_t e, int m) const;
   void write_tables(cudaStream_t stream);
   // The device address of cache slot `slot` (not all resident).
@@ -176,8 +183,11 @@ class CudaMoe {
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
     uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
-    const uint8_t* file[3] = {nullptr, nullptr, nullptr};  // the tensors in the file mapping
-    uint64_t slab[3] = {0, 0, 0};                          // one expert's bytes of each
+    // The tensors in the file mapping, and one expert's bytes of each there (GGUF blocks) and
+    // as the kernels read them (write_expert_rows).
+    const TensorInfo* tensor[3] = {nullptr, nullptr, nullptr};
+    uint64_t file_slab[3] = {0, 0, 0};
+    uint64_t slab[3] = {0, 0, 0};
     struct Shared {  // the shared expert (n_ff 0: none), resident
       int n_ff = 0;
       kernels::MoeMatrix gate, up, down;  // tables of one pointer each
