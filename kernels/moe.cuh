@@ -62,16 +62,20 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
                             float* weights, int32_t* counts, const int32_t* slots,
                             const KernelConfig& config, cudaStream_t stream);
 
-// launch_moe_router then launch_moe_topk in one launch, for runs of up to kMoeRouteMaxRows rows:
-// the same logits, ids, weights and counts to the bit. The last block to finish its logits takes
-// the gating and top-k of every row; it finds itself through `counter`, one zeroed uint32 of
-// device memory, which it leaves zero again (launches sharing a counter must not overlap: one
-// stream).
-constexpr int kMoeRouteMaxRows = 8;
+// launch_moe_router then launch_moe_topk in one launch, for runs of any length: the same
+// logits, ids, weights and counts to the bit. The rows go in groups of kMoeRouteGroupRows; in
+// each group the last block to finish its logits takes the gating and top-k of the group's rows.
+// It finds itself through its group's counter: `counters` holds moe_route_counters(rows) zeroed
+// uint32 of device memory, which the launch leaves zero again (launches sharing counters must
+// not overlap: one stream).
+constexpr int kMoeRouteGroupRows = 8;
+constexpr int moe_route_counters(int rows) {
+  return (rows + kMoeRouteGroupRows - 1) / kMoeRouteGroupRows;
+}
 cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_bytes, int n_in,
                              const float* x, int rows, const float* bias, const MoeRouting& routing,
                              float* logits, int32_t* ids, float* weights, int32_t* counts,
-                             const int32_t* slots, unsigned int* counter,
+                             const int32_t* slots, unsigned int* counters,
                              const KernelConfig& config, cudaStream_t stream);
 
 // A run of up to MoeGroups::tile_pairs pairs routed to one expert: order[first .. first + count).

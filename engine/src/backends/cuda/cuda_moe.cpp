@@ -206,7 +206,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
     shared_hq_qs_ = ws(sh);
     shared_hq_ds_ = ws(sh / k::kQ8Block * sizeof(float2));
   }
-  route_counter_ = ws(sizeof(uint32_t));
+  route_counter_ = ws(static_cast<size_t>(k::moe_route_counters(max_rows_)) * sizeof(uint32_t));
   check_cuda(cudaMemsetAsync(route_counter_.get(), 0, route_counter_.bytes(), stream),
              "cudaMemsetAsync");
   const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
@@ -644,23 +644,15 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
     if (launches) ++*launches;
   };
   const int n_embd = static_cast<int>(n_embd_);
-  // Router logits, gating and top-k: one launch for small runs.
+  // Router logits, gating and top-k: one launch (the top-k of each group of 8 rows by the
+  // group's last router block).
   auto route = [&](uint32_t type, const void* router, int64_t row_bytes, const float* bias,
                    const k::MoeRouting& routing, float* logits, int32_t* ids, float* weights,
                    int32_t* counts, const int32_t* row_slots) {
-    if (n_rows <= k::kMoeRouteMaxRows) {
-      check(k::launch_moe_route(type, router, row_bytes, n_embd, x_f32, n_rows, bias, routing,
-                                logits, ids, weights, counts, row_slots,
-                                route_counter_.as<unsigned int>(), config, stream),
-            "moe_route");
-      return;
-    }
-    check(k::launch_moe_router(type, router, row_bytes, routing.n_expert, n_embd, x_f32, n_rows,
-                               bias, logits, config, stream),
-          "moe_router");
-    check(k::launch_moe_topk(logits, n_rows, routing, ids, weights, counts, row_slots, config,
-                             stream),
-          "moe_topk");
+    check(k::launch_moe_route(type, router, row_bytes, n_embd, x_f32, n_rows, bias, routing, logits,
+                              ids, weights, counts, row_slots, route_counter_.as<unsigned int>(),
+                              config, stream),
+          "moe_route");
   };
   route(d.router_type, d.router, d.router_row_bytes, d.router_bias, routing_, logits_.as<float>(),
         ids_.as<int32_t>(), weights_.as<float>(), counts_.as<int32_t>() + layer * n_expert_, slots);

@@ -205,7 +205,8 @@ class CudaMoe {
   PinnedBuffer counts_pinned_;  // collect()'s download, then copied into counts_host_
   // Workspace.
   DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
-  DeviceBuffer route_counter_;  // launch_moe_route's last-block counter, left zero by each launch
+  DeviceBuffer
+      route_counter_;  // launch_moe_route's last-block counters (one per 8 rows), left zero
   // The shared expert's choices (expert 0 for every row), weights (ones, or its gate's sigmoid),
   // gate logits and activation.
   DeviceBuffer shared_ids_, shared_ones_, shared_weights_, shared_logits_, shared_h_, shared_hq_qs_,
