@@ -174,6 +174,23 @@ cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, M
 cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                                 const KernelConfig& config, cudaStream_t stream);
 
+// The grouped products as tiled kernels (moe_gemm.cu): a block owns a tile of pairs of one expert
+// (up to 8, 32 or 64: groups.tile_pairs) and 64 output rows of each matrix; the weights' and the
+// pairs' activation bytes pass through a ring of shared-memory stages filled by cp.async, so each
+// weight byte is read once from memory for all the tile's pairs. The same fragments, products and
+// f32 roundings as launch_moe_*_mma, term for term: a pair's result has their bits, whatever the
+// tile. The expert matrices must be in device memory (cp.async), 16-byte aligned, with 16 bytes
+// readable past each matrix's end (CudaMoe's slack). The types of moe_mma_supports.
+constexpr int kMoeGemmTilePairs[] = {8, 32, 64};
+// Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
+// capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
+bool moe_gemm_prepare(uint32_t type);
+cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                    int n_out, const MoeInput& in, float* h,
+                                    const KernelConfig& config, cudaStream_t stream);
+cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                                 const KernelConfig& config, cudaStream_t stream);
+
 // hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
 // f32 in top-k order before the residual add.
 cudaError_t launch_moe_combine(const float* y, const float* weights, int rows, int n_used, int n,

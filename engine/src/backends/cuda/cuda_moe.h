@@ -121,6 +121,7 @@ class CudaMoe {
   struct ExpertRun {
     kernels::MoeMatrix gate, up, down;
     bool mma_gate_up = false, mma_down = false;
+    bool gemm_gate_up = false, gemm_down = false;  // the tiled ones too (experts in VRAM)
     int n_ff = 0, n_expert = 0, n_used = 0;
     kernels::MoeActivation activation = kernels::MoeActivation::Swiglu;
     const int32_t* ids = nullptr;
@@ -152,13 +153,15 @@ class CudaMoe {
     const float* router_bias = nullptr;
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
-    uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
+    // The tiled tensor-core products run them: mma types, every expert in VRAM (cp.async).
+    bool gemm_gate_up = false, gemm_down = false;
+    uint64_t offsets[3] = {0, 0, 0};  // of gate, up, down inside an expert's image
     const uint8_t* file[3] = {nullptr, nullptr, nullptr};  // the tensors in the file mapping
     uint64_t slab[3] = {0, 0, 0};                          // one expert's bytes of each
     struct Shared {  // the shared expert (n_ff 0: none), resident
       int n_ff = 0;
       kernels::MoeMatrix gate, up, down;  // tables of one pointer each
-      bool mma_gate_up = false, mma_down = false;
+      bool mma_gate_up = false, mma_down = false, gemm_gate_up = false, gemm_down = false;
       const void* gate_row = nullptr;  // its sigmoid gate (ffn_gate_inp_shexp), or none
       uint32_t gate_row_type = 0;
       int64_t gate_row_bytes = 0;
