@@ -4,8 +4,10 @@
 // not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
 // bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
-// TB/s on an H100). What decides CudaMoe's kMmaMinRows and mma_tile_pairs; the product build never
-// compiles it. On the device, after building granule_kernels (build-gpu):
+// TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8, 32 and 64
+// pairs, in the mma columns. What decides CudaMoe's kMmaMinRows, mma_tile_pairs and
+// gemm_tile_pairs; the product build never compiles it. On the device, after building
+// granule_kernels (build-gpu):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I kernels -I engine/include \
 //     dev/cuda/moe_products_bench.cu build-gpu/kernels/libgranule_kernels.a -o /tmp/moe_bench
 //   /tmp/moe_bench
@@ -216,6 +218,10 @@ int main() {
   std::mt19937 rng(1);
   for (const Shape& s : shapes) decode_chains(s, rng);
   for (const Shape& s : shapes) {
+    if (!k::moe_gemm_prepare(s.gate_up_type) || !k::moe_gemm_prepare(s.down_type)) {
+      std::printf("no tiled products for %s on this device\n", s.name);
+      return 1;
+    }
     Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix down(s.down_type, s.n_expert, s.n_embd, s.n_ff, rng);
@@ -299,6 +305,23 @@ int main() {
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
           bytes / ((mma_gu + mma_d) * 1e6));
+      // The tiled kernels (moe_gemm.cu) at each tile size.
+      for (const int tile : k::kMoeGemmTilePairs) {
+        CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
+                                  nullptr));
+        const float gemm_gu = time_ms([&] {
+          return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                            with_tile(in, tile), h, config, nullptr);
+        });
+        const float gemm_d = time_ms([&] {
+          return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
+                                         nullptr);
+        });
+        std::printf(
+            "|      |       |   tiled:    | %4d |          | %15s | %12s | %14.1f | %11.1f "
+            "| %9s | %8.0f |\n",
+            tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "", bytes / ((gemm_gu + gemm_d) * 1e6));
+      }
     }
   }
   return 0;
