@@ -64,7 +64,7 @@ struct Shape {
 };
 
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
-__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads)
+__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     moe_gemm_kernel(MoeProduct P) {
   using Sh = Shape<TYPE, GATE_UP, WN, NT>;
   using S = Staged<TYPE>;
