@@ -3,9 +3,8 @@
 // to one expert) and 64 output rows of each matrix (gate/up: 64 of gate and 64 of up). The input
 // length runs through a ring of kStages shared-memory stages filled by cp.async, one chunk of the
 // weight type (a K-quant super-block, or 4 blocks of 32) per stage:
-//   - the weights: each of the 64 rows' GGUF bytes of the chunk, copied in aligned 16-byte
-//     segments to a slot that keeps the bytes' address modulo 16 (so a row of Q6_K's 210-byte
-//     blocks reads as from global memory), read ONCE from memory for all the tile's pairs;
+//   - the weights: each of the 64 rows' bytes of the chunk as a "mini row" of the chunk's
+//     sub-blocks in the type's layout (Staged), read ONCE from memory for all the tile's pairs;
 //   - the activations: each pair column's int8 bytes and (d, d · Σ q) scales of the chunk,
 //     gathered through groups.order (a pair past the tile's count repeats its last pair).
 // 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15
@@ -34,19 +33,74 @@ constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
 __device__ __forceinline__ float unmagic(int c) { return __fsub_rn(__int_as_float(c), kMagic); }
 
-// A weight type's chunk as the stages hold it.
+}  // namespace
+
+// Whether the expert rows of a type are in a split layout (per row the values of all sub-blocks,
+// then their scales) rather than in GGUF's blocks: none in this tree. A layout that moves types
+// there declares moe_unpack::split_rows(uint32_t), which then wins over this fallback (a
+// non-template overload beats a template), and Staged below copies those types' chunks as such.
+namespace moe_unpack {
+template <class Type>
+constexpr bool split_rows(Type) {
+  return false;
+}
+}  // namespace moe_unpack
+
+namespace {
+
+// A weight type's chunk (kSubs sub-blocks from sub-block `first`, `subs` of them at a row's end)
+// as a stage holds it: a row of `subs` sub-blocks in the type's own layout (its "mini row"), so
+// moe_mma::Frag<TYPE>::load(raw, mini_row, 0, subs, t) reads it as it reads a row in memory.
+//   GGUF blocks: the chunk's blocks, copied in aligned 16-byte segments to a slot that keeps
+//     their address modulo 16 (so Q6_K's 210-byte blocks have the alignment they have in memory);
+//   split layout: the chunk's values (16-byte aligned), then its scales.
 template <uint32_t TYPE>
 struct Staged {
   using F = moe_mma::Frag<TYPE>;
-  static constexpr int kSubs = F::kSubs;                     // sub-blocks of 32 per chunk
+  static constexpr int kSubs = F::kSubs;  // sub-blocks of 32 per chunk
+  static constexpr bool kSplit = moe_unpack::split_rows(TYPE);
   static constexpr int kBlockSubs = block_elems(TYPE) / 32;  // sub-blocks per GGUF block
   static constexpr int kBlockBytes = block_bytes(TYPE);
-  static constexpr int kChunkBytes = kSubs / kBlockSubs * kBlockBytes;
-  // A row's slot: the chunk's bytes from an offset of up to 15 (the address modulo 16).
-  static constexpr int kSegments = (kChunkBytes + 15 + 15) / 16;
+  static constexpr int kValueBytes = TYPE == kQ8_0 ? 32 : 16;  // split: per sub-block
+  static constexpr int kScaleBytes = TYPE == kMXFP4 ? 1 : 2;   // split: per sub-block
+  static_assert(!kSplit || (kSubs * kScaleBytes == 4 || kSubs * kScaleBytes == 8),
+                "split rows: a chunk's scales in one 4- or 8-byte copy");
+  static constexpr int kSegments =
+      kSplit ? kSubs * kValueBytes / 16 + 1 : (kSubs / kBlockSubs * kBlockBytes + 15 + 15) / 16;
   // An odd number of 16-byte units apart, so the 8 rows a quad group reads hit different banks.
   static constexpr int kSlotBytes = (kSegments | 1) * 16;
   static constexpr int kActBytes = kSubs * 32 + 16;  // a pair column's int8 bytes (+ padding)
+
+  // Byte offset in a row (GGUF blocks) of the chunk from sub-block `first`.
+  __device__ __forceinline__ static int64_t at(int first) {
+    return static_cast<int64_t>(first / kBlockSubs) * kBlockBytes;
+  }
+  // Segment `seg` (< kSegments) of the chunk of `row` (n_sub sub-blocks) into `slot`: one
+  // cp.async, or none where the segment holds nothing of the chunk.
+  __device__ __forceinline__ static void copy(uint8_t* slot, const uint8_t* row, int first,
+                                              int subs, int n_sub, int seg) {
+    if constexpr (kSplit) {
+      if (seg < subs * kValueBytes / 16) {
+        copy_async<16>(slot + seg * 16, row + static_cast<int64_t>(kValueBytes) * first + seg * 16,
+                       true);
+      } else if (seg == kSegments - 1) {  // the scales, after the chunk's values
+        const uint8_t* scales = row + static_cast<int64_t>(kValueBytes) * n_sub +
+                                static_cast<int64_t>(kScaleBytes) * first;
+        copy_async<kSubs * kScaleBytes>(slot + subs * kValueBytes, scales, true);
+      }
+    } else {
+      const uint8_t* src = row + at(first);
+      const int delta = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
+      const int bytes = (subs + kBlockSubs - 1) / kBlockSubs * kBlockBytes;
+      if (seg * 16 < delta + bytes) copy_async<16>(slot + seg * 16, src - delta + seg * 16, true);
+    }
+  }
+  // The mini row of the chunk from `first` of `row` in `slot`.
+  __device__ __forceinline__ static const uint8_t* mini_row(const uint8_t* slot, const uint8_t* row,
+                                                            int first) {
+    if constexpr (kSplit) return slot;
+    return slot + (reinterpret_cast<uintptr_t>(row + at(first)) & 15);
+  }
 };
 
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
@@ -98,27 +152,22 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
   const int64_t row_bytes = P.a.row_bytes;
   const auto* gate_base = static_cast<const uint8_t*>(P.a.table[tile.expert]);
   const auto* up_base = GATE_UP ? static_cast<const uint8_t*>(P.b.table[tile.expert]) : gate_base;
-  // Where row r (0..63 of the block) of matrix m starts its chunk at byte `at` of the row (a
-  // select, not an indexed array, which would live in local memory).
-  auto row_chunk = [&](int m, int r, int64_t at) {
+  // Row r (0..63 of the block) of matrix m (rows past the end repeat the last one; a select, not
+  // an indexed array, which would live in local memory).
+  auto weight_row = [&](int m, int r) {
     return (m == 0 ? gate_base : up_base) +
-           static_cast<int64_t>(min(block_row0 + r, n_out - 1)) * row_bytes + at;
+           static_cast<int64_t>(min(block_row0 + r, n_out - 1)) * row_bytes;
   };
 
   auto issue = [&](int chunk) {
     uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
     const int first = chunk * KS, subs = min(KS, n_sub - first);
-    const int64_t at = static_cast<int64_t>(first / S::kBlockSubs) * S::kBlockBytes;
-    const int bytes = (subs + S::kBlockSubs - 1) / S::kBlockSubs * S::kBlockBytes;
     // Weights: consecutive threads take consecutive segments of a row (coalesced).
     for (int i = threadIdx.x; i < M * kRowsPerBlock * S::kSegments; i += kThreads) {
       const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
       const int m = i / (S::kSegments * kRowsPerBlock);
-      const uint8_t* src = row_chunk(m, r, at);
-      const int delta = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
-      if (seg * 16 >= delta + bytes) continue;
-      copy_async<16>(stage + (m * kRowsPerBlock + r) * S::kSlotBytes + seg * 16,
-                     src - delta + seg * 16, true);
+      S::copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes, weight_row(m, r), first, subs, n_sub,
+              seg);
     }
     // Activations: int8 bytes in 16-byte segments, then the scales.
     uint8_t* act = stage + Sh::kWeightBytes;
@@ -162,15 +211,16 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
 
     const uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
     const int first = chunk * KS, subs = min(KS, n_sub - first);
-    const int64_t at = static_cast<int64_t>(first / S::kBlockSubs) * S::kBlockBytes;
     Raw raw[M][2];
 #pragma unroll
     for (int m = 0; m < M; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 16 + g + 8 * h;
-        const int delta = static_cast<int>(reinterpret_cast<uintptr_t>(row_chunk(m, r, at)) & 15);
-        F::load(raw[m][h], stage + (m * kRowsPerBlock + r) * S::kSlotBytes + delta, 0, subs, t);
+        F::load(
+            raw[m][h],
+            S::mini_row(stage + (m * kRowsPerBlock + r) * S::kSlotBytes, weight_row(m, r), first),
+            0, subs, t);
       }
     const int8_t* act = reinterpret_cast<const int8_t*>(stage + Sh::kWeightBytes);
     const float2* scales =
