@@ -209,6 +209,47 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
   CHECK(cudaStreamDestroy(stream));
 }
 
+// Routing of longer runs (batches, prefill): launch_moe_router + launch_moe_topk against the one
+// launch_moe_route (a top-k per group of 8 rows by the group's last router block), one F32 router,
+// each timed alone over 20 launches. Prints microseconds per layer.
+void route_runs(const Shape& s, std::mt19937& rng) {
+  constexpr int kMaxRows = 512;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> host(static_cast<size_t>(s.n_expert) * s.n_embd);
+  for (float& v : host) v = 0.05f * normal(rng);
+  float* router = device_alloc<float>(host.size());
+  CHECK(cudaMemcpy(router, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  host.assign(static_cast<size_t>(kMaxRows) * s.n_embd, 0.0f);
+  for (float& v : host) v = normal(rng);
+  float* x = device_alloc<float>(host.size());
+  CHECK(cudaMemcpy(x, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  float* logits = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_expert);
+  int32_t* ids = device_alloc<int32_t>(static_cast<size_t>(kMaxRows) * s.n_used);
+  float* weights = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_used);
+  int32_t* counts = device_alloc<int32_t>(s.n_expert);
+  unsigned int* counters = device_alloc<unsigned int>(k::moe_route_counters(kMaxRows));
+  CHECK(cudaMemset(counters, 0, k::moe_route_counters(kMaxRows) * sizeof(unsigned int)));
+  k::KernelConfig config;
+  config.early_launch = false;
+  const k::MoeRouting routing{.n_expert = s.n_expert, .n_used = s.n_used, .normalize = true};
+  const int64_t row_bytes = static_cast<int64_t>(s.n_embd) * sizeof(float);
+  std::printf("\n%s routing: | rows | router + top-k us | route us |\n", s.name);
+  for (const int rows : {8, 32, 128, 512}) {
+    const float two = time_ms([&] {
+      const cudaError_t e = k::launch_moe_router(k::kF32, router, row_bytes, s.n_expert, s.n_embd,
+                                                 x, rows, nullptr, logits, config, nullptr);
+      if (e != cudaSuccess) return e;
+      return k::launch_moe_topk(logits, rows, routing, ids, weights, counts, nullptr, config,
+                                nullptr);
+    });
+    const float one = time_ms([&] {
+      return k::launch_moe_route(k::kF32, router, row_bytes, s.n_embd, x, rows, nullptr, routing,
+                                 logits, ids, weights, counts, nullptr, counters, config, nullptr);
+    });
+    std::printf("| %4d | %17.1f | %8.1f |\n", rows, two * 1e3, one * 1e3);
+  }
+}
+
 int main() {
   const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
                           {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
@@ -217,6 +258,7 @@ int main() {
   config.early_launch = false;
   std::mt19937 rng(1);
   for (const Shape& s : shapes) decode_chains(s, rng);
+  for (const Shape& s : shapes) route_runs(s, rng);
   for (const Shape& s : shapes) {
     if (!k::moe_gemm_prepare(s.gate_up_type) || !k::moe_gemm_prepare(s.down_type)) {
       std::printf("no tiled products for %s on this device\n", s.name);
