@@ -4,7 +4,7 @@
 // length runs through a ring of kStages shared-memory stages filled by cp.async, one chunk of the
 // weight type (a K-quant super-block, or 4 blocks of 32) per stage:
 //   - the weights: each of the 64 rows' bytes of the chunk as a "mini row" of the chunk's
-//     sub-blocks in the type's layout (Staged), read ONCE from memory for all the tile's pairs;
+//     sub-blocks in the type's layout (moe_gemm_stage.h), read ONCE for all the tile's pairs;
 //   - the activations: each pair column's int8 bytes and (d, d · Σ q) scales of the chunk,
 //     gathered through groups.order (a pair past the tile's count repeats its last pair).
 // 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15
@@ -20,6 +20,7 @@
 #include "async_copy.cuh"
 #include "mma_tiles.cuh"
 #include "moe.cuh"
+#include "moe_gemm_stage.h"
 #include "moe_mma_frag.cuh"
 #include "moe_product.cuh"
 #include "quant_blocks.cuh"
@@ -33,84 +34,25 @@ constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
 __device__ __forceinline__ float unmagic(int c) { return __fsub_rn(__int_as_float(c), kMagic); }
 
-}  // namespace
-
-// Whether the expert rows of a type are in a split layout (per row the values of all sub-blocks,
-// then their scales) rather than in GGUF's blocks: none in this tree. A layout that moves types
-// there declares moe_unpack::split_rows(uint32_t), which then wins over this fallback (a
-// non-template overload beats a template), and Staged below copies those types' chunks as such.
-namespace moe_unpack {
-template <class Type>
-constexpr bool split_rows(Type) {
-  return false;
+// A stage's copy (moe_gemm_stage.h): one cp.async, or none.
+__device__ __forceinline__ void stage_copy(uint8_t* slot, const moe_gemm::Copy& c) {
+  if (c.bytes == 16)
+    copy_async<16>(slot + c.to, c.src, true);
+  else if (c.bytes == 8)
+    copy_async<8>(slot + c.to, c.src, true);
+  else if (c.bytes == 4)
+    copy_async<4>(slot + c.to, c.src, true);
 }
-}  // namespace moe_unpack
-
-namespace {
-
-// A weight type's chunk (kSubs sub-blocks from sub-block `first`, `subs` of them at a row's end)
-// as a stage holds it: a row of `subs` sub-blocks in the type's own layout (its "mini row"), so
-// moe_mma::Frag<TYPE>::load(raw, mini_row, 0, subs, t) reads it as it reads a row in memory.
-//   GGUF blocks: the chunk's blocks, copied in aligned 16-byte segments to a slot that keeps
-//     their address modulo 16 (so Q6_K's 210-byte blocks have the alignment they have in memory);
-//   split layout: the chunk's values (16-byte aligned), then its scales.
-template <uint32_t TYPE>
-struct Staged {
-  using F = moe_mma::Frag<TYPE>;
-  static constexpr int kSubs = F::kSubs;  // sub-blocks of 32 per chunk
-  static constexpr bool kSplit = moe_unpack::split_rows(TYPE);
-  static constexpr int kBlockSubs = block_elems(TYPE) / 32;  // sub-blocks per GGUF block
-  static constexpr int kBlockBytes = block_bytes(TYPE);
-  static constexpr int kValueBytes = TYPE == kQ8_0 ? 32 : 16;  // split: per sub-block
-  static constexpr int kScaleBytes = TYPE == kMXFP4 ? 1 : 2;   // split: per sub-block
-  static_assert(!kSplit || (kSubs * kScaleBytes == 4 || kSubs * kScaleBytes == 8),
-                "split rows: a chunk's scales in one 4- or 8-byte copy");
-  static constexpr int kSegments =
-      kSplit ? kSubs * kValueBytes / 16 + 1 : (kSubs / kBlockSubs * kBlockBytes + 15 + 15) / 16;
-  // An odd number of 16-byte units apart, so the 8 rows a quad group reads hit different banks.
-  static constexpr int kSlotBytes = (kSegments | 1) * 16;
-  static constexpr int kActBytes = kSubs * 32 + 16;  // a pair column's int8 bytes (+ padding)
-
-  // Byte offset in a row (GGUF blocks) of the chunk from sub-block `first`.
-  __device__ __forceinline__ static int64_t at(int first) {
-    return static_cast<int64_t>(first / kBlockSubs) * kBlockBytes;
-  }
-  // Segment `seg` (< kSegments) of the chunk of `row` (n_sub sub-blocks) into `slot`: one
-  // cp.async, or none where the segment holds nothing of the chunk.
-  __device__ __forceinline__ static void copy(uint8_t* slot, const uint8_t* row, int first,
-                                              int subs, int n_sub, int seg) {
-    if constexpr (kSplit) {
-      if (seg < subs * kValueBytes / 16) {
-        copy_async<16>(slot + seg * 16, row + static_cast<int64_t>(kValueBytes) * first + seg * 16,
-                       true);
-      } else if (seg == kSegments - 1) {  // the scales, after the chunk's values
-        const uint8_t* scales = row + static_cast<int64_t>(kValueBytes) * n_sub +
-                                static_cast<int64_t>(kScaleBytes) * first;
-        copy_async<kSubs * kScaleBytes>(slot + subs * kValueBytes, scales, true);
-      }
-    } else {
-      const uint8_t* src = row + at(first);
-      const int delta = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
-      const int bytes = (subs + kBlockSubs - 1) / kBlockSubs * kBlockBytes;
-      if (seg * 16 < delta + bytes) copy_async<16>(slot + seg * 16, src - delta + seg * 16, true);
-    }
-  }
-  // The mini row of the chunk from `first` of `row` in `slot`.
-  __device__ __forceinline__ static const uint8_t* mini_row(const uint8_t* slot, const uint8_t* row,
-                                                            int first) {
-    if constexpr (kSplit) return slot;
-    return slot + (reinterpret_cast<uintptr_t>(row + at(first)) & 15);
-  }
-};
 
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 struct Shape {
-  using S = Staged<TYPE>;
+  using S = moe_gemm::Staged<TYPE>;
+  static constexpr int kActRowBytes = S::kSubs * 32 + 16;  // a pair column's int8 (+ padding)
   static constexpr int M = GATE_UP ? 2 : 1;
   static constexpr int kThreads = kWarpsM * WN * kWarpSize;
   static constexpr int kColumns = WN * NT * 8;
   static constexpr int kWeightBytes = M * kRowsPerBlock * S::kSlotBytes;
-  static constexpr int kActBytes = kColumns * S::kActBytes;
+  static constexpr int kActBytes = kColumns * kActRowBytes;
   static constexpr int kScaleBytes = kColumns * S::kSubs * static_cast<int>(sizeof(float2));
   static constexpr int kStageBytes = kWeightBytes + kActBytes + kScaleBytes;
   static constexpr int kStages = kStageBytes <= 32 * 1024 ? 4 : 3;
@@ -121,7 +63,7 @@ template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     moe_gemm_kernel(MoeProduct P) {
   using Sh = Shape<TYPE, GATE_UP, WN, NT>;
-  using S = Staged<TYPE>;
+  using S = moe_gemm::Staged<TYPE>;
   using F = moe_mma::Frag<TYPE>;
   using Raw = typename F::Raw;
   constexpr int M = Sh::M, KS = S::kSubs, kColumns = Sh::kColumns, kThreads = Sh::kThreads;
@@ -166,8 +108,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     for (int i = threadIdx.x; i < M * kRowsPerBlock * S::kSegments; i += kThreads) {
       const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
       const int m = i / (S::kSegments * kRowsPerBlock);
-      S::copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes, weight_row(m, r), first, subs, n_sub,
-              seg);
+      stage_copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes,
+                 S::segment(weight_row(m, r), first, subs, n_sub, seg));
     }
     // Activations: int8 bytes in 16-byte segments, then the scales.
     uint8_t* act = stage + Sh::kWeightBytes;
@@ -176,7 +118,7 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
       const int seg = i % kActSegments, c = i / kActSegments;
       if (seg >= subs * 2) continue;
       const int8_t* src = in.xq.qs + static_cast<int64_t>(column_row[c]) * n_in + first * 32;
-      copy_async<16>(act + c * S::kActBytes + seg * 16, src + seg * 16, true);
+      copy_async<16>(act + c * Sh::kActRowBytes + seg * 16, src + seg * 16, true);
     }
     float2* scales = reinterpret_cast<float2*>(act + Sh::kActBytes);
     for (int i = threadIdx.x; i < columns_here * KS; i += kThreads) {
@@ -217,10 +159,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 16 + g + 8 * h;
-        F::load(
-            raw[m][h],
-            S::mini_row(stage + (m * kRowsPerBlock + r) * S::kSlotBytes, weight_row(m, r), first),
-            0, subs, t);
+        const uint8_t* slot = stage + (m * kRowsPerBlock + r) * S::kSlotBytes;
+        F::load(raw[m][h], slot + S::mini_row(weight_row(m, r), first), 0, subs, t);
       }
     const int8_t* act = reinterpret_cast<const int8_t*>(stage + Sh::kWeightBytes);
     const float2* scales =
@@ -242,7 +182,7 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
       for (int nt = 0; nt < NT; ++nt) {
         if (nt >= warp_tiles) break;
         const int column0 = (wn * NT + nt) * 8;
-        const int8_t* x = act + (column0 + g) * S::kActBytes + j * 32;
+        const int8_t* x = act + (column0 + g) * Sh::kActRowBytes + j * 32;
         uint32_t b0, b1;
         if constexpr (F::kContiguous) {
           const uint2 v = *reinterpret_cast<const uint2*>(x + 8 * t);

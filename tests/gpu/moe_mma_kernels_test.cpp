@@ -31,6 +31,7 @@
 #include "granule/tensor_type.h"
 #include "kernel_test_inputs.h"
 #include "moe.cuh"
+#include "moe_gemm_stage.h"
 #include "moe_mma_frag.cuh"
 #include "moe_test_experts.h"
 #include "quantize_activations.cuh"
@@ -113,6 +114,63 @@ TEST(MoeMmaFragments, MatchDequantize) {
                 }
             }
           }
+    });
+  }
+  EXPECT_EQ(types, 9);
+}
+
+// The tiled kernels' staging (moe_gemm_stage.h) on the host: every chunk of every row, copied
+// segment by segment into a 16-byte aligned slot as the kernels' cp.async copy it, gives each
+// lane the sub-blocks (words and scales) the row gives it in memory. Rows start at every
+// alignment the rows of a matrix take (Q6_K's 210-byte blocks: 2-byte). Needs no GPU.
+TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
+  std::mt19937 rng(12);
+  int types = 0;
+  for (const TensorType type : kMmaTypes) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
+    const int64_t rows = 5, cols = k_quant(type) ? 768 : 416;
+    const Encoded e = encode(type, rows, cols, rng);
+    // The rows at a 16-byte aligned base, with 32 bytes readable past the last (the slack).
+    std::vector<uint8_t> memory(e.bytes.size() + 64, 0);
+    uint8_t* base = memory.data() + (16 - reinterpret_cast<uintptr_t>(memory.data()) % 16) % 16;
+    std::memcpy(base, e.bytes.data(), e.bytes.size());
+    const int n_sub = static_cast<int>(cols / 32);
+    dispatch_mma_type(type, [&](auto tag) {
+      constexpr uint32_t TYPE = decltype(tag)::value;
+      using F = k::moe_mma::Frag<TYPE>;
+      using S = k::moe_gemm::Staged<TYPE>;
+      ++types;
+      alignas(16) uint8_t slot[S::kSlotBytes];
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = base + r * e.row_bytes;
+        for (int first = 0; first < n_sub; first += F::kSubs) {
+          const int subs = std::min(F::kSubs, n_sub - first);
+          std::memset(slot, 0xA5, sizeof slot);
+          for (int seg = 0; seg < S::kSegments; ++seg) {
+            const k::moe_gemm::Copy c = S::segment(row, first, subs, n_sub, seg);
+            if (c.bytes == 0) continue;
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(c.src) % c.bytes, 0u) << "unaligned source";
+            ASSERT_EQ(c.to % c.bytes, 0) << "unaligned slot offset";
+            ASSERT_LE(c.to + c.bytes, S::kSlotBytes);
+            ASSERT_GE(c.src, base);
+            ASSERT_LE(c.src + c.bytes, base + e.bytes.size() + 32);
+            std::memcpy(slot + c.to, c.src, static_cast<size_t>(c.bytes));
+          }
+          const uint8_t* mini = slot + S::mini_row(row, first);
+          for (int t = 0; t < 4; ++t) {
+            typename F::Raw staged, direct;
+            F::load(staged, mini, 0, subs, t);
+            F::load(direct, row, first, n_sub, t);
+            for (int j = 0; j < subs; ++j) {
+              const k::moe_mma::Sub a = F::sub(staged, j), b = F::sub(direct, j);
+              ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi && a.s_lo == b.s_lo && a.s_hi == b.s_hi &&
+                          std::memcmp(&a.d, &b.d, sizeof a.d) == 0 &&
+                          std::memcmp(&a.m, &b.m, sizeof a.m) == 0)
+                  << "row " << r << " sub-block " << first + j << " lane " << t;
+            }
+          }
+        }
+      }
     });
   }
   EXPECT_EQ(types, 9);
