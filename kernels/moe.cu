@@ -184,42 +184,47 @@ __global__ void __launch_bounds__(kThreads)
   topk_row(logits, row, routing, ids, weights, counts, slots, p_all[warp], taken_all[warp]);
 }
 
-// ---- router, gating and top-k in one launch (small runs) ----
+// ---- router, gating and top-k in one launch ----
 
-// The router kernel's blocks (one warp per expert, all rows in one block row), then the last
-// block to finish, found by an atomic counter that it resets for the next launch, takes the
-// gating and top-k of every row as moe_topk_kernel does: the bits of the two launches, with one
-// launch and its dependency wait fewer. The router is resident and no kernel writes it, so its
-// rows are prefetched into L2 while the kernel before this one finishes.
+// The router kernel's blocks (one warp per expert, kRouterRows token rows per block row), then in
+// each block row the last block to finish, found by that row group's atomic counter (which it
+// resets for the next launch), takes the gating and top-k of the group's rows as moe_topk_kernel
+// does: the bits of the two launches, with one launch and its dependency wait fewer, and the
+// top-k of a long run spread over its row groups. The router is resident and no kernel writes
+// it, so the first block row prefetches its rows into L2 while the kernel before this one
+// finishes.
 template <uint32_t TYPE>
 __global__ void __launch_bounds__(kThreads)
     moe_route_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_in,
                      const float* __restrict__ x, int rows, const float* __restrict__ bias,
                      MoeRouting routing, float* __restrict__ logits, int32_t* __restrict__ ids,
                      float* __restrict__ weights, int32_t* __restrict__ counts,
-                     const int32_t* __restrict__ slots, unsigned int* __restrict__ counter) {
+                     const int32_t* __restrict__ slots, unsigned int* __restrict__ counters) {
   __shared__ float p_all[kWarps][kMoeMaxExperts];
   __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
   __shared__ bool last;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int n_expert = routing.n_expert;
   const int e = blockIdx.x * kWarps + warp;
-  if (e < n_expert) {
+  if (e < n_expert && blockIdx.y == 0) {
     const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
     for (int64_t at = static_cast<int64_t>(lane) * 128; at < row_bytes; at += kWarpSize * 128)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
   }
   wait_for_previous_kernel();
   allow_next_kernel();
+  const int r0 = static_cast<int>(blockIdx.y) * kRouterRows;
   if (e < n_expert)
-    router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, 0, rows, bias, logits);
+    router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, r0, rows, bias, logits);
   __threadfence();  // this block's logits before its arrival
   __syncthreads();
+  unsigned int* counter = counters + blockIdx.y;
   if (threadIdx.x == 0) last = atomicAdd(counter, 1u) == gridDim.x - 1;
   __syncthreads();
   if (!last) return;
   __threadfence();  // every block's logits after their arrivals
-  for (int row = warp; row < rows; row += kWarps)
+  const int r_end = min(rows, r0 + kRouterRows);
+  for (int row = r0 + warp; row < r_end; row += kWarps)
     topk_row(logits, row, routing, ids, weights, counts, slots, p_all[warp], taken_all[warp]);
   if (threadIdx.x == 0) *counter = 0;
 }
@@ -617,23 +622,25 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
 cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_bytes, int n_in,
                              const float* x, int rows, const float* bias, const MoeRouting& routing,
                              float* logits, int32_t* ids, float* weights, int32_t* counts,
-                             const int32_t* slots, unsigned int* counter,
+                             const int32_t* slots, unsigned int* counters,
                              const KernelConfig& config, cudaStream_t stream) {
   if (rows <= 0) return cudaSuccess;
-  if (rows > kMoeRouteMaxRows || !counter || !is_supported_weight_type(type) ||
-      n_in % kQ8Block != 0 || n_in % block_elems(type) != 0)
+  if (!counters || !is_supported_weight_type(type) || n_in % kQ8Block != 0 ||
+      n_in % block_elems(type) != 0)
     return cudaErrorInvalidValue;
   if (routing.n_expert <= 0 || routing.n_expert > kMoeMaxExperts || routing.n_used <= 0 ||
       routing.n_used > kMoeMaxUsed || routing.n_used > routing.n_expert)
     return cudaErrorInvalidValue;
-  static_assert(kMoeRouteMaxRows == kRouterRows, "one block row of the router kernel");
+  static_assert(kMoeRouteGroupRows == kRouterRows, "one block row of the router kernel");
+  const int groups = moe_route_counters(rows);
+  if (groups > 65535) return cudaErrorInvalidValue;
   cudaError_t status = cudaSuccess;
   dispatch_weight_type(type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     status =
-        launch_early(moe_route_kernel<TYPE>, dim3(ceil_div(routing.n_expert, kWarps)),
+        launch_early(moe_route_kernel<TYPE>, dim3(ceil_div(routing.n_expert, kWarps), groups),
                      dim3(kThreads), config, stream, static_cast<const uint8_t*>(router), row_bytes,
-                     n_in, x, rows, bias, routing, logits, ids, weights, counts, slots, counter);
+                     n_in, x, rows, bias, routing, logits, ids, weights, counts, slots, counters);
   });
   return launch_status(status);
 }

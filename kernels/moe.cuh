@@ -68,16 +68,20 @@ cudaError_t launch_moe_topk(const float* logits, int rows, const MoeRouting& rou
                             float* weights, int32_t* counts, const int32_t* slots,
                             const KernelConfig& config, cudaStream_t stream);
 
-// launch_moe_router then launch_moe_topk in one launch, for runs of up to kMoeRouteMaxRows rows:
-// the same logits, ids, weights and counts to the bit. The last block to finish its logits takes
-// the gating and top-k of every row; it finds itself through `counter`, one zeroed uint32 of
-// device memory, which it leaves zero again (launches sharing a counter must not overlap: one
-// stream).
-constexpr int kMoeRouteMaxRows = 8;
+// launch_moe_router then launch_moe_topk in one launch, for runs of any length: the same
+// logits, ids, weights and counts to the bit. The rows go in groups of kMoeRouteGroupRows; in
+// each group the last block to finish its logits takes the gating and top-k of the group's rows.
+// It finds itself through its group's counter: `counters` holds moe_route_counters(rows) zeroed
+// uint32 of device memory, which the launch leaves zero again (launches sharing counters must
+// not overlap: one stream).
+constexpr int kMoeRouteGroupRows = 8;
+constexpr int moe_route_counters(int rows) {
+  return (rows + kMoeRouteGroupRows - 1) / kMoeRouteGroupRows;
+}
 cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_bytes, int n_in,
                              const float* x, int rows, const float* bias, const MoeRouting& routing,
                              float* logits, int32_t* ids, float* weights, int32_t* counts,
-                             const int32_t* slots, unsigned int* counter,
+                             const int32_t* slots, unsigned int* counters,
                              const KernelConfig& config, cudaStream_t stream);
 
 // A run of up to MoeGroups::tile_pairs pairs routed to one expert: order[first .. first + count).
@@ -175,6 +179,23 @@ cudaError_t launch_moe_gate_up_mma(const MoeMatrix& gate, const MoeMatrix& up, M
                                    const KernelConfig& config, cudaStream_t stream);
 cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                                 const KernelConfig& config, cudaStream_t stream);
+
+// The grouped products as tiled kernels (moe_gemm.cu): a block owns a tile of pairs of one expert
+// (up to 8, 32 or 64: groups.tile_pairs) and 64 output rows of each matrix; the weights' and the
+// pairs' activation bytes pass through a ring of shared-memory stages filled by cp.async, so each
+// weight byte is read once from memory for all the tile's pairs. The same fragments, products and
+// f32 roundings as launch_moe_*_mma, term for term: a pair's result has their bits, whatever the
+// tile. The expert matrices must be in device memory (cp.async), 16-byte aligned, with 16 bytes
+// readable past each matrix's end (CudaMoe's slack). The types of moe_mma_supports.
+constexpr int kMoeGemmTilePairs[] = {8, 32, 64};
+// Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
+// capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
+bool moe_gemm_prepare(uint32_t type);
+cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                    int n_out, const MoeInput& in, float* h,
+                                    const KernelConfig& config, cudaStream_t stream);
+cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                                 const KernelConfig& config, cudaStream_t stream);
 
 // hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
 // f32 in top-k order before the residual add.

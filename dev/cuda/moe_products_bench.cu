@@ -4,8 +4,10 @@
 // not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
 // bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
-// TB/s on an H100). What decides CudaMoe's kMmaMinRows and mma_tile_pairs; the product build never
-// compiles it. On the device, after building granule_kernels (build-gpu):
+// TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8, 32 and 64
+// pairs, in the mma columns. What decides CudaMoe's kMmaMinRows, mma_tile_pairs and
+// gemm_tile_pairs; the product build never compiles it. On the device, after building
+// granule_kernels (build-gpu):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I kernels -I engine/include \
 //     dev/cuda/moe_products_bench.cu build-gpu/kernels/libgranule_kernels.a -o /tmp/moe_bench
 //   /tmp/moe_bench
@@ -212,6 +214,47 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
   CHECK(cudaStreamDestroy(stream));
 }
 
+// Routing of longer runs (batches, prefill): launch_moe_router + launch_moe_topk against the one
+// launch_moe_route (a top-k per group of 8 rows by the group's last router block), one F32 router,
+// each timed alone over 20 launches. Prints microseconds per layer.
+void route_runs(const Shape& s, std::mt19937& rng) {
+  constexpr int kMaxRows = 512;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> host(static_cast<size_t>(s.n_expert) * s.n_embd);
+  for (float& v : host) v = 0.05f * normal(rng);
+  float* router = device_alloc<float>(host.size());
+  CHECK(cudaMemcpy(router, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  host.assign(static_cast<size_t>(kMaxRows) * s.n_embd, 0.0f);
+  for (float& v : host) v = normal(rng);
+  float* x = device_alloc<float>(host.size());
+  CHECK(cudaMemcpy(x, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  float* logits = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_expert);
+  int32_t* ids = device_alloc<int32_t>(static_cast<size_t>(kMaxRows) * s.n_used);
+  float* weights = device_alloc<float>(static_cast<size_t>(kMaxRows) * s.n_used);
+  int32_t* counts = device_alloc<int32_t>(s.n_expert);
+  unsigned int* counters = device_alloc<unsigned int>(k::moe_route_counters(kMaxRows));
+  CHECK(cudaMemset(counters, 0, k::moe_route_counters(kMaxRows) * sizeof(unsigned int)));
+  k::KernelConfig config;
+  config.early_launch = false;
+  const k::MoeRouting routing{.n_expert = s.n_expert, .n_used = s.n_used, .normalize = true};
+  const int64_t row_bytes = static_cast<int64_t>(s.n_embd) * sizeof(float);
+  std::printf("\n%s routing: | rows | router + top-k us | route us |\n", s.name);
+  for (const int rows : {8, 32, 128, 512}) {
+    const float two = time_ms([&] {
+      const cudaError_t e = k::launch_moe_router(k::kF32, router, row_bytes, s.n_expert, s.n_embd,
+                                                 x, rows, nullptr, logits, config, nullptr);
+      if (e != cudaSuccess) return e;
+      return k::launch_moe_topk(logits, rows, routing, ids, weights, counts, nullptr, config,
+                                nullptr);
+    });
+    const float one = time_ms([&] {
+      return k::launch_moe_route(k::kF32, router, row_bytes, s.n_embd, x, rows, nullptr, routing,
+                                 logits, ids, weights, counts, nullptr, counters, config, nullptr);
+    });
+    std::printf("| %4d | %17.1f | %8.1f |\n", rows, two * 1e3, one * 1e3);
+  }
+}
+
 int main() {
   const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
                           {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
@@ -220,7 +263,12 @@ int main() {
   config.early_launch = false;
   std::mt19937 rng(1);
   for (const Shape& s : shapes) decode_chains(s, rng);
+  for (const Shape& s : shapes) route_runs(s, rng);
   for (const Shape& s : shapes) {
+    if (!k::moe_gemm_prepare(s.gate_up_type) || !k::moe_gemm_prepare(s.down_type)) {
+      std::printf("no tiled products for %s on this device\n", s.name);
+      return 1;
+    }
     Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix up(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
     Matrix down(s.down_type, s.n_expert, s.n_embd, s.n_ff, rng);
@@ -304,6 +352,23 @@ int main() {
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
           bytes / ((mma_gu + mma_d) * 1e6));
+      // The tiled kernels (moe_gemm.cu) at each tile size.
+      for (const int tile : k::kMoeGemmTilePairs) {
+        CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
+                                  nullptr));
+        const float gemm_gu = time_ms([&] {
+          return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                            with_tile(in, tile), h, config, nullptr);
+        });
+        const float gemm_d = time_ms([&] {
+          return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
+                                         nullptr);
+        });
+        std::printf(
+            "|      |       |   tiled:    | %4d |          | %15s | %12s | %14.1f | %11.1f "
+            "| %9s | %8.0f |\n",
+            tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "", bytes / ((gemm_gu + gemm_d) * 1e6));
+      }
     }
   }
   return 0;

@@ -169,14 +169,15 @@ void run_case(const Case& c, int rows, uint32_t seed) {
   }
   EXPECT_EQ(counts, histogram);
 
-  // Router, gating and top-k in one launch (small runs): the two launches' bits, the counter left
-  // zero for the next launch.
-  if (rows <= k::kMoeRouteMaxRows) {
+  // Router, gating and top-k in one launch: the two launches' bits, the counters (one per group
+  // of 8 rows) left zero for the next launch.
+  {
     DeviceArray<float> logits2_d(static_cast<size_t>(rows * n_expert));
     DeviceArray<int32_t> ids2_d(static_cast<size_t>(pairs)),
         counts2_d(static_cast<size_t>(n_expert));
     DeviceArray<float> w2_d(static_cast<size_t>(pairs));
-    DeviceArray<uint32_t> counter_d(std::vector<uint32_t>{0u});
+    DeviceArray<uint32_t> counter_d(
+        std::vector<uint32_t>(static_cast<size_t>(k::moe_route_counters(rows)), 0u));
     logits2_d.poison();
     ids2_d.poison();
     w2_d.poison();
@@ -188,7 +189,9 @@ void run_case(const Case& c, int rows, uint32_t seed) {
                                     logits2_d.get(), ids2_d.get(), w2_d.get(), counts2_d.get(),
                                     slots_d.get(), counter_d.get(), config, nullptr),
                 cudaSuccess);
-      EXPECT_EQ(counter_d.download()[0], 0u) << "launch " << launch;
+      const std::vector<uint32_t> left = counter_d.download();
+      EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](uint32_t v) { return v == 0u; }))
+          << "launch " << launch;
     }
     EXPECT_EQ(logits2_d.download(), logits) << "fused route: logits differ";
     EXPECT_EQ(ids2_d.download(), ids) << "fused route: ids differ";

@@ -8,15 +8,21 @@
 //   per-pair invariance: tiles of 8 and of 32 pairs give the same bits, and so does a run of
 //            only the first rows (its own grouping) for each of its pairs; the dp4a kernels
 //            too give the same bits with tiles of 32 (taken in runs of 8) as with tiles of 8;
-// with routing that is uneven (a skewed choice, one expert routed no pair), runs of 8 to 600
-// pairs, and experts read through pointer tables of which the odd ones point into mapped
-// pinned host memory. Without a GPU: every type's fragments (moe_mma_frag.cuh: the int8 words
-// each lane of an mma quad builds, and their scales) against dequantize_row.
+//   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8, 32 and 64 pairs: the bits of
+//            the tensor-core products above, gate/up and down;
+// with routing that is uneven (a skewed choice, one expert routed no pair; one expert with every
+// pair; 128 experts with one pair each), runs of 8 to 600 pairs, and experts read through
+// pointer tables of which the odd ones point into mapped pinned host memory (the tiled kernels:
+// device memory, and mapped host memory in a test of its own, the file's last). Without a GPU:
+// every type's fragments (moe_mma_frag.cuh: the int8 words each lane of an mma quad builds, and
+// their scales) against dequantize_row.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
+#include <stdexcept>
 
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
@@ -25,6 +31,7 @@
 #include "granule/tensor_type.h"
 #include "kernel_test_inputs.h"
 #include "moe.cuh"
+#include "moe_gemm_stage.h"
 #include "moe_mma_frag.cuh"
 #include "moe_test_experts.h"
 #include "quantize_activations.cuh"
@@ -116,6 +123,63 @@ TEST(MoeMmaFragments, MatchDequantize) {
   EXPECT_EQ(types, 9);
 }
 
+// The tiled kernels' staging (moe_gemm_stage.h) on the host: every chunk of every row, copied
+// segment by segment into a 16-byte aligned slot as the kernels' cp.async copy it, gives each
+// lane the sub-blocks (words and scales) the row gives it in memory. Rows start at every
+// alignment the rows of a matrix take (Q6_K's 210-byte blocks: 2-byte). Needs no GPU.
+TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
+  std::mt19937 rng(12);
+  int types = 0;
+  for (const TensorType type : kMmaTypes) {
+    SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
+    const int64_t rows = 5, cols = k_quant(type) ? 768 : 416;
+    const Encoded e = encode(type, rows, cols, rng);
+    // The rows at a 16-byte aligned base, with 32 bytes readable past the last (the slack).
+    std::vector<uint8_t> memory(e.bytes.size() + 64, 0);
+    uint8_t* base = memory.data() + (16 - reinterpret_cast<uintptr_t>(memory.data()) % 16) % 16;
+    std::memcpy(base, e.bytes.data(), e.bytes.size());
+    const int n_sub = static_cast<int>(cols / 32);
+    dispatch_mma_type(type, [&](auto tag) {
+      constexpr uint32_t TYPE = decltype(tag)::value;
+      using F = k::moe_mma::Frag<TYPE>;
+      using S = k::moe_gemm::Staged<TYPE>;
+      ++types;
+      alignas(16) uint8_t slot[S::kSlotBytes];
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* row = base + r * e.row_bytes;
+        for (int first = 0; first < n_sub; first += F::kSubs) {
+          const int subs = std::min(F::kSubs, n_sub - first);
+          std::memset(slot, 0xA5, sizeof slot);
+          for (int seg = 0; seg < S::kSegments; ++seg) {
+            const k::moe_gemm::Copy c = S::segment(row, first, subs, n_sub, seg);
+            if (c.bytes == 0) continue;
+            ASSERT_EQ(reinterpret_cast<uintptr_t>(c.src) % c.bytes, 0u) << "unaligned source";
+            ASSERT_EQ(c.to % c.bytes, 0) << "unaligned slot offset";
+            ASSERT_LE(c.to + c.bytes, S::kSlotBytes);
+            ASSERT_GE(c.src, base);
+            ASSERT_LE(c.src + c.bytes, base + e.bytes.size() + 32);
+            std::memcpy(slot + c.to, c.src, static_cast<size_t>(c.bytes));
+          }
+          const uint8_t* mini = slot + S::mini_row(row, first);
+          for (int t = 0; t < 4; ++t) {
+            typename F::Raw staged, direct;
+            F::load(staged, mini, 0, subs, t);
+            F::load(direct, row, first, n_sub, t);
+            for (int j = 0; j < subs; ++j) {
+              const k::moe_mma::Sub a = F::sub(staged, j), b = F::sub(direct, j);
+              ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi && a.s_lo == b.s_lo && a.s_hi == b.s_hi &&
+                          std::memcmp(&a.d, &b.d, sizeof a.d) == 0 &&
+                          std::memcmp(&a.m, &b.m, sizeof a.m) == 0)
+                  << "row " << r << " sub-block " << first + j << " lane " << t;
+            }
+          }
+        }
+      }
+    });
+  }
+  EXPECT_EQ(types, 9);
+}
+
 using gpu_test::ExpertMatrix;
 using gpu_test::Q8Host;
 using gpu_test::quantize_host;
@@ -163,13 +227,33 @@ struct Groups {
   }
 };
 
+// How the rows choose their experts: skewed (skewed_ids, one expert never), every row the same
+// expert (n_used 1: one expert with every pair, in many tiles), or the pairs spread so that each
+// expert gets one (rows · n_used == n_expert).
+enum class Routing { Skewed, OneExpert, OnePairEach };
+
 struct MmaCase {
   TensorType gate_up = TensorType::Q4_K, down = TensorType::Q4_K;
   k::MoeActivation act = k::MoeActivation::Swiglu;
   bool biases = false;
   int n_expert = 16, n_used = 8;
   int64_t n_embd = 512, n_ff = 256;
+  Routing routing = Routing::Skewed;
+  // The tiled kernels read the odd experts from mapped pinned host memory (cp.async from there),
+  // as the other kernels always do here; else every expert from the device.
+  bool gemm_host = false;
 };
+
+std::vector<int32_t> case_ids(const MmaCase& c, int rows, std::mt19937& rng) {
+  if (c.routing == Routing::OneExpert) return std::vector<int32_t>(static_cast<size_t>(rows), 5);
+  if (c.routing == Routing::OnePairEach) {
+    std::vector<int32_t> ids(static_cast<size_t>(c.n_expert));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    return ids;
+  }
+  return skewed_ids(rows, c.n_expert, c.n_used, 3, rng);
+}
 
 void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
   SCOPED_TRACE("rows " + std::to_string(rows) + ", experts " +
@@ -182,7 +266,8 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
   ExpertMatrix gate(c.gate_up, n_expert, F, E, c.biases, rng);
   ExpertMatrix up(c.gate_up, n_expert, F, E, c.biases, rng);
   ExpertMatrix down(c.down, n_expert, E, F, c.biases, rng);
-  const std::vector<int32_t> ids = skewed_ids(rows, n_expert, K, 3, rng);
+  const std::vector<int32_t> ids = case_ids(c, rows, rng);
+  if (static_cast<int>(ids.size()) != pairs) throw std::runtime_error("routing of another size");
   DeviceArray<int32_t> ids_d(ids);
 
   const std::vector<float> x = gpu_test::random_floats(static_cast<size_t>(rows * E), rng, 1.0f);
@@ -247,6 +332,21 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
       ASSERT_NEAR(h[at], h_dp4a[at], bound) << "vs dp4a: pair " << p << " row " << o;
     }
   }
+  // The tiled kernels, every tile size: the bits of the tensor-core products above.
+  for (const int tile : k::kMoeGemmTilePairs) {
+    const Groups gt(ids_d, pairs, n_expert, tile);
+    DeviceArray<float> hg(static_cast<size_t>(pairs * F));
+    hg.poison();
+    ASSERT_EQ(k::launch_moe_gate_up_gemm(gate.view(c.gemm_host), up.view(c.gemm_host), c.act,
+                                         static_cast<int>(F), input(gt.view, pairs), hg.get(),
+                                         config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = hg.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], h[i]) << "tiled gate/up, tiles of " << tile << ": pair " << i / F << " row "
+                              << i % F;
+  }
   // The first rows alone (their own grouping): each of their pairs gets the same bits.
   if (rows > 1) {
     const int prefix = (rows + 1) / 2 * K;
@@ -293,6 +393,19 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
                                  config, nullptr),
               cudaSuccess);
     ASSERT_EQ(y32.download(), y_dp4a) << "dp4a down: tiles of 8 and 32 differ";
+  }
+  for (const int tile : k::kMoeGemmTilePairs) {
+    const Groups gt(ids_d, pairs, n_expert, tile);
+    DeviceArray<float> yg(static_cast<size_t>(pairs * E));
+    yg.poison();
+    ASSERT_EQ(k::launch_moe_down_gemm(down.view(c.gemm_host), static_cast<int>(E),
+                                      down_input(gt.view), yg.get(), config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = yg.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], y[i]) << "tiled down, tiles of " << tile << ": pair " << i / E << " row "
+                              << i % E;
   }
   for (int p = 0; p < pairs; ++p) {
     const int e = ids[static_cast<size_t>(p)];
@@ -397,6 +510,27 @@ TEST(MoeMmaKernels, GegluEveryType) {
   }
 }
 
+// Skewed groupings through the tiled kernels: one expert with every pair (300 pairs: tiles of 8,
+// 32 and 64, the last partial) and 128 experts with one pair each, at the 30B shape's types.
+TEST(MoeMmaKernels, SkewedGroupings) {
+  GRANULE_REQUIRE_GPU();
+  if (!k::moe_mma_supports(static_cast<uint32_t>(TensorType::Q4_K)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  MmaCase one;
+  one.gate_up = TensorType::Q4_K;
+  one.down = TensorType::Q6_K;
+  one.n_expert = 8;
+  one.n_used = 1;
+  one.routing = Routing::OneExpert;
+  run_mma_case(one, 300, 31u);
+  if (HasFatalFailure()) return;
+  MmaCase spread = one;
+  spread.n_expert = 128;
+  spread.n_used = 8;
+  spread.routing = Routing::OnePairEach;
+  run_mma_case(spread, 16, 32u);
+}
+
 TEST(MoeMmaKernels, RefusesWhatTheyDoNotCover) {
   GRANULE_REQUIRE_GPU();
   const k::KernelConfig config = gpu_test::kernel_config();
@@ -434,6 +568,27 @@ TEST(MoeMmaKernels, RefusesWhatTheyDoNotCover) {
   EXPECT_EQ(k::launch_moe_gate_up_mma(m, q4, k::MoeActivation::Swiglu, 32, in, out.get(), config,
                                       nullptr),
             cudaErrorInvalidValue);
+}
+
+// The tiled kernels over experts of which the odd ones sit in mapped pinned host memory: whether
+// cp.async reads them there (CudaMoe takes the tiled kernels only while every expert is in VRAM;
+// this says whether it could take them for streamed experts too). Last in the file: a device
+// that refuses such copies leaves the context unusable.
+TEST(MoeMmaKernels, TiledReadMappedHostMemory) {
+  GRANULE_REQUIRE_GPU();
+  if (!k::moe_mma_supports(static_cast<uint32_t>(TensorType::Q4_K)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  for (const TensorType type : {TensorType::Q4_K, TensorType::Q6_K, TensorType::MXFP4}) {
+    MmaCase c;
+    c.gate_up = c.down = type;
+    c.gemm_host = true;
+    if (type == TensorType::MXFP4) {
+      c.n_embd = 416;
+      c.n_ff = 288;
+    }
+    run_mma_case(c, 37, 51u);
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

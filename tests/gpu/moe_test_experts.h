@@ -62,7 +62,8 @@ struct ExpertMatrix {
   DeviceArray<uint8_t> device;
   HostMapped host;
   DeviceArray<const void*> table;
-  std::vector<float> bias;  // [n_expert][rows], empty: none
+  DeviceArray<const void*> device_table;  // every expert on the device
+  std::vector<float> bias;                // [n_expert][rows], empty: none
   DeviceArray<float> bias_device;
   ExpertMatrix(TensorType type_, int n_expert, int64_t rows_, int64_t cols_, bool with_bias,
                std::mt19937& rng)
@@ -75,6 +76,7 @@ struct ExpertMatrix {
         device(laid_out),
         host(laid_out),
         table(static_cast<size_t>(n_expert)),
+        device_table(static_cast<size_t>(n_expert)),
         bias(with_bias ? random_floats(static_cast<size_t>(n_expert * rows_), rng, 0.3f)
                        : std::vector<float>{}),
         bias_device(bias.empty() ? std::vector<float>{0.0f} : bias) {
@@ -83,9 +85,12 @@ struct ExpertMatrix {
     for (int e = 0; e < n_expert; ++e)
       t[static_cast<size_t>(e)] = (e % 2 ? host.device : device.get()) + e * slab;
     table.upload(t);
+    for (int e = 0; e < n_expert; ++e) t[static_cast<size_t>(e)] = device.get() + e * slab;
+    device_table.upload(t);
   }
-  kernels::MoeMatrix view() const {
-    return {.table = table.get(),
+  // host_odd: the odd experts read from mapped host memory; else every one from the device.
+  kernels::MoeMatrix view(bool host_odd = true) const {
+    return {.table = host_odd ? table.get() : device_table.get(),
             .type = static_cast<uint32_t>(type),
             .row_bytes = row_bytes,
             .bias = bias.empty() ? nullptr : bias_device.get()};

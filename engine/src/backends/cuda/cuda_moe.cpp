@@ -49,6 +49,15 @@ int mma_tile_pairs(int pairs, int64_t n_expert) {
   return static_cast<int64_t>(pairs) >= 8 * n_expert ? 32 : 8;
 }
 
+// The tiled products' tile (moe_gemm.cu): a block stages an expert's 64 rows once for all of a
+// tile's pairs, so the tile grows with the pairs per expert: 64 from about 24 on average (pp512
+// on the 30B shape: 32), 32 from 6, else 8 (decode batches: one to four per expert). Not yet
+// measured against each other (issue 36).
+int gemm_tile_pairs(int pairs, int64_t n_expert) {
+  const int64_t average = static_cast<int64_t>(pairs) / n_expert;
+  return average >= 24 ? 64 : average >= 6 ? 32 : 8;
+}
+
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
 
 std::vector<float> to_f32(const TensorInfo* t) {
@@ -236,7 +245,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
     shared_hq_qs_ = ws(sh);
     shared_hq_ds_ = ws(sh / k::kQ8Block * sizeof(float2));
   }
-  route_counter_ = ws(sizeof(uint32_t));
+  route_counter_ = ws(static_cast<size_t>(k::moe_route_counters(max_rows_)) * sizeof(uint32_t));
   check_cuda(cudaMemsetAsync(route_counter_.get(), 0, route_counter_.bytes(), stream),
              "cudaMemsetAsync");
   const size_t n_counts = static_cast<size_t>(n_layer_ * n_expert_);
@@ -251,6 +260,14 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
   upload_experts(expert_budget > taken ? expert_budget - taken : 0);
+  // The tiled products read the weights with cp.async: only while every expert is in VRAM (the
+  // shared experts always are). Asked here, before any stream capture (shared-memory sizes).
+  for (Layer& d : layers_) {
+    d.gemm_gate_up = all_resident_ && d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
+    d.gemm_down = all_resident_ && d.mma_down && k::moe_gemm_prepare(d.down.type);
+    d.shared.gemm_gate_up = d.shared.mma_gate_up && k::moe_gemm_prepare(d.shared.gate.type);
+    d.shared.gemm_down = d.shared.mma_down && k::moe_gemm_prepare(d.shared.down.type);
+  }
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
   logger("engine.cuda")
@@ -736,23 +753,15 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
     if (launches) ++*launches;
   };
   const int n_embd = static_cast<int>(n_embd_);
-  // Router logits, gating and top-k: one launch for small runs.
+  // Router logits, gating and top-k: one launch (the top-k of each group of 8 rows by the
+  // group's last router block).
   auto route = [&](uint32_t type, const void* router, int64_t row_bytes, const float* bias,
                    const k::MoeRouting& routing, float* logits, int32_t* ids, float* weights,
                    int32_t* counts, const int32_t* row_slots, const float* x) {
-    if (n_rows <= k::kMoeRouteMaxRows) {
-      check(k::launch_moe_route(type, router, row_bytes, n_embd, x, n_rows, bias, routing, logits,
-                                ids, weights, counts, row_slots, route_counter_.as<unsigned int>(),
-                                config, stream),
-            "moe_route");
-      return;
-    }
-    check(k::launch_moe_router(type, router, row_bytes, routing.n_expert, n_embd, x, n_rows, bias,
-                               logits, config, stream),
-          "moe_router");
-    check(k::launch_moe_topk(logits, n_rows, routing, ids, weights, counts, row_slots, config,
-                             stream),
-          "moe_topk");
+    check(k::launch_moe_route(type, router, row_bytes, n_embd, x, n_rows, bias, routing, logits,
+                              ids, weights, counts, row_slots, route_counter_.as<unsigned int>(),
+                              config, stream),
+          "moe_route");
   };
   k::MoeRouting routing = routing_;
   routing.expert_scale = d.expert_scale;
@@ -765,6 +774,8 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   routed.down = d.down;
   routed.mma_gate_up = d.mma_gate_up;
   routed.mma_down = d.mma_down;
+  routed.gemm_gate_up = d.gemm_gate_up;
+  routed.gemm_down = d.gemm_down;
   routed.n_ff = static_cast<int>(n_ff_);
   routed.n_expert = static_cast<int>(n_expert_);
   routed.n_used = static_cast<int>(n_used_);
@@ -785,6 +796,8 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   shared.down = d.shared.down;
   shared.mma_gate_up = d.shared.mma_gate_up;
   shared.mma_down = d.shared.mma_down;
+  shared.gemm_gate_up = d.shared.gemm_gate_up;
+  shared.gemm_down = d.shared.gemm_down;
   shared.n_ff = d.shared.n_ff;
   shared.n_expert = 1;
   shared.n_used = 1;
@@ -853,18 +866,29 @@ void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k:
   }
   const bool mma_gate_up = n_rows >= kMmaMinRows && e.mma_gate_up;
   const bool mma_down = n_rows >= kMmaMinRows && e.mma_down;
-  in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(),
-               mma_gate_up || mma_down ? mma_tile_pairs(pairs, e.n_expert) : k::kMoeTilePairs};
+  const bool gemm_gate_up = mma_gate_up && e.gemm_gate_up, gemm_down = mma_down && e.gemm_down;
+  // One grouping serves both products: the tiled kernels' tile where both take them, else one
+  // that every kernel of the pair reads.
+  const int tile_pairs = gemm_gate_up && gemm_down ? gemm_tile_pairs(pairs, e.n_expert)
+                         : mma_gate_up || mma_down ? mma_tile_pairs(pairs, e.n_expert)
+                                                   : k::kMoeTilePairs;
+  in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(), tile_pairs};
   down.groups = in.groups;
   check(k::launch_moe_group(e.ids, pairs, e.n_expert, in.groups, config, stream), "moe_group");
-  if (mma_gate_up)
+  if (gemm_gate_up)
+    check(k::launch_moe_gate_up_gemm(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+          "moe_gate_up_gemm");
+  else if (mma_gate_up)
     check(k::launch_moe_gate_up_mma(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
           "moe_gate_up_mma");
   else
     check(k::launch_moe_gate_up(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
           "moe_gate_up");
   if (q8_down) check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
-  if (mma_down)
+  if (gemm_down)
+    check(k::launch_moe_down_gemm(e.down, n_embd, down, y_.as<float>(), config, stream),
+          "moe_down_gemm");
+  else if (mma_down)
     check(k::launch_moe_down_mma(e.down, n_embd, down, y_.as<float>(), config, stream),
           "moe_down_mma");
   else

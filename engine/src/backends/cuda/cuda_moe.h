@@ -147,6 +147,7 @@ class CudaMoe {
   struct ExpertRun {
     kernels::MoeMatrix gate, up, down;
     bool mma_gate_up = false, mma_down = false;
+    bool gemm_gate_up = false, gemm_down = false;  // the tiled ones too (experts in VRAM)
     int n_ff = 0, n_expert = 0, n_used = 0;
     kernels::MoeActivation activation = kernels::MoeActivation::Swiglu;
     const int32_t* ids = nullptr;
@@ -182,7 +183,9 @@ class CudaMoe {
     const float* expert_scale = nullptr;         // Gemma 4's ffn_down_exps.scale, or none
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
-    uint64_t offsets[3] = {0, 0, 0};             // of gate, up, down inside an expert's image
+    // The tiled tensor-core products run them: mma types, every expert in VRAM (cp.async).
+    bool gemm_gate_up = false, gemm_down = false;
+    uint64_t offsets[3] = {0, 0, 0};  // of gate, up, down inside an expert's image
     // The tensors in the file mapping, and one expert's bytes of each there (GGUF blocks) and
     // as the kernels read them (write_expert_rows).
     const TensorInfo* tensor[3] = {nullptr, nullptr, nullptr};
@@ -191,7 +194,7 @@ class CudaMoe {
     struct Shared {  // the shared expert (n_ff 0: none), resident
       int n_ff = 0;
       kernels::MoeMatrix gate, up, down;  // tables of one pointer each
-      bool mma_gate_up = false, mma_down = false;
+      bool mma_gate_up = false, mma_down = false, gemm_gate_up = false, gemm_down = false;
       const void* gate_row = nullptr;  // its sigmoid gate (ffn_gate_inp_shexp), or none
       uint32_t gate_row_type = 0;
       int64_t gate_row_bytes = 0;
@@ -241,7 +244,8 @@ class CudaMoe {
   PinnedBuffer counts_pinned_;  // collect()'s download, then copied into counts_host_
   // Workspace.
   DeviceBuffer logits_, ids_, weights_, h_, hq_qs_, hq_ds_, y_, order_, tiles_, n_tiles_;
-  DeviceBuffer route_counter_;  // launch_moe_route's last-block counter, left zero by each launch
+  DeviceBuffer
+      route_counter_;  // launch_moe_route's last-block counters (one per 8 rows), left zero
   // The shared expert's choices (expert 0 for every row), weights (ones, or its gate's sigmoid),
   // gate logits and activation.
   DeviceBuffer shared_ids_, shared_ones_, shared_weights_, shared_logits_, shared_h_, shared_hq_qs_,

@@ -1,0 +1,350 @@
+// The grouped expert products as tiled int8 tensor-core kernels (moe.cuh: launch_moe_gate_up_gemm,
+// launch_moe_down_gemm). A block owns one tile of launch_moe_group (up to 8 · WN · NT pairs routed
+// to one expert) and 64 output rows of each matrix (gate/up: 64 of gate and 64 of up). The input
+// length runs through a ring of kStages shared-memory stages filled by cp.async, one chunk of the
+// weight type (a K-quant super-block, or 4 blocks of 32) per stage:
+//   - the weights: each of the 64 rows' bytes of the chunk as a "mini row" of the chunk's
+//     sub-blocks in the type's layout (moe_gemm_stage.h), read ONCE for all the tile's pairs;
+//   - the activations: each pair column's int8 bytes and (d, d · Σ q) scales of the chunk,
+//     gathered through groups.order (a pair past the tile's count repeats its last pair).
+// 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15
+// (moe_mma_frag.cuh over the staged bytes) and meets the NT n-tiles of 8 pair columns of wn. Per
+// sub-block and n-tile one mma.sync m16n8k32 (Q6_K: two m16n8k16), its exact integer result scaled
+// and added in f32 in sub-block order with moe_mma.cu's roundings, term for term: a pair's result
+// has the bits of launch_moe_*_mma, whatever the tile. Bias, activation and the scatter to each
+// pair's output row close the block.
+//
+// cp.async reads the weights, so the expert matrices must sit in device memory (CudaMoe takes
+// these kernels only while every expert is resident; the tests also run them over mapped pinned
+// host memory, which cp.async reads on the devices measured so far).
+#include "async_copy.cuh"
+#include "mma_tiles.cuh"
+#include "moe.cuh"
+#include "moe_gemm_stage.h"
+#include "moe_mma_frag.cuh"
+#include "moe_product.cuh"
+#include "quant_blocks.cuh"
+
+namespace granule::kernels {
+namespace {
+
+constexpr int kWarpsM = 4;                   // warps along the output rows
+constexpr int kRowsPerBlock = kWarpsM * 16;  // 64 rows of each matrix
+constexpr uint32_t kMagicBits = 0x4B400000u;
+constexpr float kMagic = 12582912.0f;
+__device__ __forceinline__ float unmagic(int c) { return __fsub_rn(__int_as_float(c), kMagic); }
+
+// A stage's copy (moe_gemm_stage.h): one cp.async, or none.
+__device__ __forceinline__ void stage_copy(uint8_t* slot, const moe_gemm::Copy& c) {
+  if (c.bytes == 16)
+    copy_async<16>(slot + c.to, c.src, true);
+  else if (c.bytes == 8)
+    copy_async<8>(slot + c.to, c.src, true);
+  else if (c.bytes == 4)
+    copy_async<4>(slot + c.to, c.src, true);
+}
+
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+struct Shape {
+  using S = moe_gemm::Staged<TYPE>;
+  static constexpr int kActRowBytes = S::kSubs * 32 + 16;  // a pair column's int8 (+ padding)
+  static constexpr int M = GATE_UP ? 2 : 1;
+  static constexpr int kThreads = kWarpsM * WN * kWarpSize;
+  static constexpr int kColumns = WN * NT * 8;
+  static constexpr int kWeightBytes = M * kRowsPerBlock * S::kSlotBytes;
+  static constexpr int kActBytes = kColumns * kActRowBytes;
+  static constexpr int kScaleBytes = kColumns * S::kSubs * static_cast<int>(sizeof(float2));
+  static constexpr int kStageBytes = kWeightBytes + kActBytes + kScaleBytes;
+  static constexpr int kStages = kStageBytes <= 32 * 1024 ? 4 : 3;
+  static constexpr int kSharedBytes = kStages * kStageBytes + kColumns * 4;
+};
+
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
+    moe_gemm_kernel(MoeProduct P) {
+  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+  using S = moe_gemm::Staged<TYPE>;
+  using F = moe_mma::Frag<TYPE>;
+  using Raw = typename F::Raw;
+  constexpr int M = Sh::M, KS = S::kSubs, kColumns = Sh::kColumns, kThreads = Sh::kThreads;
+  extern __shared__ __align__(16) uint8_t shared[];
+  int* column_row = reinterpret_cast<int*>(shared + Sh::kStages * Sh::kStageBytes);
+
+  wait_for_previous_kernel();  // the tiles, order and activations are the step's
+  allow_next_kernel();
+  const MoeInput& in = P.in;
+  if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;  // the whole block
+  const MoeTile tile = in.groups.tiles[blockIdx.y];
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int wm = warp % kWarpsM, wn = warp / kWarpsM;
+  const int g = lane / 4, t = lane % 4;
+  const int block_row0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
+  const int n_in = in.n_in, n_sub = n_in / kQ8Block, n_out = P.n_out;
+  const int n_chunks = (n_sub + KS - 1) / KS;
+  const int tiles_here = (tile.count + 7) / 8;  // n-tiles with pairs (block-uniform)
+  const int columns_here = min(kColumns, tiles_here * 8);
+
+  // Each pair column's input row; columns past the tile's pairs repeat its last pair.
+  for (int c = threadIdx.x; c < kColumns; c += kThreads) {
+    const int pair = in.groups.order[tile.first + min(c, tile.count - 1)];
+    column_row[c] = in.per_pair_input ? pair : pair / in.n_used;
+  }
+  __syncthreads();
+
+  const int64_t row_bytes = P.a.row_bytes;
+  const auto* gate_base = static_cast<const uint8_t*>(P.a.table[tile.expert]);
+  const auto* up_base = GATE_UP ? static_cast<const uint8_t*>(P.b.table[tile.expert]) : gate_base;
+  // Row r (0..63 of the block) of matrix m (rows past the end repeat the last one; a select, not
+  // an indexed array, which would live in local memory).
+  auto weight_row = [&](int m, int r) {
+    return (m == 0 ? gate_base : up_base) +
+           static_cast<int64_t>(min(block_row0 + r, n_out - 1)) * row_bytes;
+  };
+
+  auto issue = [&](int chunk) {
+    uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
+    const int first = chunk * KS, subs = min(KS, n_sub - first);
+    // Weights: consecutive threads take consecutive segments of a row (coalesced).
+    for (int i = threadIdx.x; i < M * kRowsPerBlock * S::kSegments; i += kThreads) {
+      const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
+      const int m = i / (S::kSegments * kRowsPerBlock);
+      stage_copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes,
+                 S::segment(weight_row(m, r), first, subs, n_sub, seg));
+    }
+    // Activations: int8 bytes in 16-byte segments, then the scales.
+    uint8_t* act = stage + Sh::kWeightBytes;
+    constexpr int kActSegments = KS * 2;
+    for (int i = threadIdx.x; i < columns_here * kActSegments; i += kThreads) {
+      const int seg = i % kActSegments, c = i / kActSegments;
+      if (seg >= subs * 2) continue;
+      const int8_t* src = in.xq.qs + static_cast<int64_t>(column_row[c]) * n_in + first * 32;
+      copy_async<16>(act + c * Sh::kActRowBytes + seg * 16, src + seg * 16, true);
+    }
+    float2* scales = reinterpret_cast<float2*>(act + Sh::kActBytes);
+    for (int i = threadIdx.x; i < columns_here * KS; i += kThreads) {
+      const int j = i % KS, c = i / KS;
+      if (j >= subs) continue;
+      copy_async<8>(scales + c * KS + j,
+                    in.xq.ds + static_cast<int64_t>(column_row[c]) * n_sub + first + j, true);
+    }
+  };
+
+  float acc[M][NT][4];
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < Sh::kStages - 1; ++s) {
+    if (s < n_chunks) issue(s);
+    commit_copies();
+  }
+  const int warp_tiles = min(NT, tiles_here - wn * NT);  // this warp's n-tiles with pairs
+#pragma unroll 1
+  for (int chunk = 0; chunk < n_chunks; ++chunk) {
+    wait_copies<Sh::kStages - 2>();
+    __syncthreads();  // the chunk's bytes are in; every warp is done with the stage refilled next
+    if (chunk + Sh::kStages - 1 < n_chunks) issue(chunk + Sh::kStages - 1);
+    commit_copies();
+    if (warp_tiles <= 0) continue;  // warp-uniform: no pairs in this warp's columns
+
+    const uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
+    const int first = chunk * KS, subs = min(KS, n_sub - first);
+    Raw raw[M][2];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wm * 16 + g + 8 * h;
+        const uint8_t* slot = stage + (m * kRowsPerBlock + r) * S::kSlotBytes;
+        F::load(raw[m][h], slot + S::mini_row(weight_row(m, r), first), 0, subs, t);
+      }
+    const int8_t* act = reinterpret_cast<const int8_t*>(stage + Sh::kWeightBytes);
+    const float2* scales =
+        reinterpret_cast<const float2*>(stage + Sh::kWeightBytes + Sh::kActBytes);
+#pragma unroll
+    for (int j = 0; j < KS; ++j) {
+      if (j >= subs) break;  // block-uniform: a last chunk of 32-element blocks
+      moe_mma::Sub s[M][2];
+      float scale_lo[M][2], scale_hi[M][2];
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          s[m][h] = F::sub(raw[m][h], j);
+          scale_lo[m][h] = moe_mma::small_int_to_float(s[m][h].s_lo);
+          scale_hi[m][h] = moe_mma::small_int_to_float(s[m][h].s_hi);
+        }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if (nt >= warp_tiles) break;
+        const int column0 = (wn * NT + nt) * 8;
+        const int8_t* x = act + (column0 + g) * Sh::kActRowBytes + j * 32;
+        uint32_t b0, b1;
+        if constexpr (F::kContiguous) {
+          const uint2 v = *reinterpret_cast<const uint2*>(x + 8 * t);
+          b0 = v.x;
+          b1 = v.y;
+        } else {
+          b0 = *reinterpret_cast<const uint32_t*>(x + 4 * t);
+          b1 = *reinterpret_cast<const uint32_t*>(x + 16 + 4 * t);
+        }
+        const float2 d0 = scales[(column0 + 2 * t) * KS + j];
+        const float2 d1 = scales[(column0 + 2 * t + 1) * KS + j];
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float c[4];  // the sub-block's integer dot products, exact in f32
+          if constexpr (F::kSplit16) {
+            int lo[4], hi[4];
+            mma::mma_s8_k16(lo, s[m][0].lo, s[m][1].lo, b0, kMagicBits);
+            mma::mma_s8_k16(hi, s[m][0].hi, s[m][1].hi, b1, kMagicBits);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              c[i] = __fmaf_rn(scale_hi[m][i / 2], unmagic(hi[i]),
+                               __fmul_rn(scale_lo[m][i / 2], unmagic(lo[i])));
+          } else {
+            const uint32_t a[4] = {s[m][0].lo, s[m][1].lo, s[m][0].hi, s[m][1].hi};
+            int bits[4];
+            mma::mma_s8(bits, a, b0, b1, kMagicBits);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) c[i] = unmagic(bits[i]);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 dx = (i & 1) ? d1 : d0;
+            float v = __fmaf_rn(s[m][i / 2].d, __fmul_rn(dx.x, c[i]), acc[m][nt][i]);
+            if constexpr (F::kOffset) v = __fmaf_rn(s[m][i / 2].m, dx.y, v);
+            acc[m][nt][i] = v;
+          }
+        }
+      }
+    }
+  }
+  wait_copies<0>();  // no copy outlives the block
+
+  // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if (nt >= warp_tiles) break;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
+      const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
+      if (column >= tile.count || row >= n_out) continue;
+      const int64_t bias_at = static_cast<int64_t>(tile.expert) * n_out + row;
+      float v = acc[0][nt][i];
+      if (P.a.bias) v = __fadd_rn(v, P.a.bias[bias_at]);
+      if constexpr (GATE_UP) {
+        float u = acc[M - 1][nt][i];
+        if (P.b.bias) u = __fadd_rn(u, P.b.bias[bias_at]);
+        v = moe_activate(P.act, v, u);
+      }
+      const int pair = in.groups.order[tile.first + column];
+      P.out[static_cast<int64_t>(pair) * n_out + row] = v;
+    }
+  }
+}
+
+template <class F>
+cudaError_t for_gemm_type(uint32_t type, F&& f) {
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>(
+      type, std::forward<F>(f));
+}
+
+// f(integral_constant WN, integral_constant NT) for a tile of `tile_pairs` pairs.
+template <class F>
+cudaError_t for_tile(int tile_pairs, F&& f) {
+  using std::integral_constant;
+  switch (tile_pairs) {
+    case 8:
+      return f(integral_constant<int, 1>{}, integral_constant<int, 1>{});
+    case 32:
+      return f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
+    case 64:
+      return f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// The kernel's shared-memory allowance, asked once per instantiation (moe_gemm_prepare makes the
+// first call, before any stream capture).
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+cudaError_t allow_shared() {
+  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+  static_assert(Sh::kSharedBytes <= mma::kMaxBlockShared, "stages past the shared memory");
+  static const cudaError_t status =
+      cudaFuncSetAttribute(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSharedBytes);
+  return status;
+}
+
+template <bool GATE_UP>
+cudaError_t launch_gemm(const MoeProduct& P, const KernelConfig& config, cudaStream_t stream) {
+  const MoeInput& in = P.in;
+  if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
+  if (!moe_mma_supports(P.a.type) ||
+      (GATE_UP && (P.b.type != P.a.type || P.b.row_bytes != P.a.row_bytes)))
+    return cudaErrorInvalidValue;
+  if (in.n_in <= 0 || in.n_in % kQ8Block != 0 || in.n_in % block_elems(P.a.type) != 0 ||
+      in.n_used <= 0 || !in.xq.qs || !in.xq.ds)
+    return cudaErrorInvalidValue;
+  const MoeGroups& groups = in.groups;
+  if (!groups.tiles || !groups.order || !groups.n_tiles || in.n_expert <= 0 ||
+      in.n_expert > kMoeMaxExperts)
+    return cudaErrorInvalidValue;
+  const int tiles = moe_max_tiles(in.pairs, in.n_expert, groups.tile_pairs);
+  if (tiles > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(ceil_div(P.n_out, kRowsPerBlock), tiles);
+  return for_gemm_type(P.a.type, [&](auto type_tag) {
+    constexpr uint32_t TYPE = decltype(type_tag)::value;
+    return for_tile(groups.tile_pairs, [&](auto wn_tag, auto nt_tag) {
+      constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
+      using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+      const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT>();
+      if (attribute != cudaSuccess) return attribute;
+      return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>, grid, dim3(Sh::kThreads),
+                                 Sh::kSharedBytes, config, stream, P);
+    });
+  });
+}
+
+}  // namespace
+
+bool moe_gemm_prepare(uint32_t type) {
+  if (!moe_mma_supports(type)) return false;
+  const cudaError_t status = for_gemm_type(type, [](auto type_tag) {
+    constexpr uint32_t TYPE = decltype(type_tag)::value;
+    cudaError_t first = cudaSuccess;
+    for (const int tile_pairs : kMoeGemmTilePairs)
+      for (const bool gate_up : {false, true}) {
+        const cudaError_t status = for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
+          constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
+          return gate_up ? allow_shared<TYPE, true, WN, NT>() : allow_shared<TYPE, false, WN, NT>();
+        });
+        if (first == cudaSuccess) first = status;
+      }
+    return first;
+  });
+  if (status != cudaSuccess) {
+    cudaGetLastError();  // not left for a later launch's status
+    return false;
+  }
+  return true;
+}
+
+cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
+                                    int n_out, const MoeInput& in, float* h,
+                                    const KernelConfig& config, cudaStream_t stream) {
+  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), config, stream);
+}
+
+cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
+                                 const KernelConfig& config, cudaStream_t stream) {
+  return launch_gemm<false>(down_product(down, n_out, in, y), config, stream);
+}
+
+}  // namespace granule::kernels
