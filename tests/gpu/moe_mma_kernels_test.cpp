@@ -134,10 +134,13 @@ TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
     const int64_t rows = 5, cols = k_quant(type) ? 768 : 416;
     const Encoded e = encode(type, rows, cols, rng);
-    // The rows at a 16-byte aligned base, with 32 bytes readable past the last (the slack).
-    std::vector<uint8_t> memory(e.bytes.size() + 64, 0);
+    // As CudaMoe lays the rows out (Q4_0, Q8_0, IQ4_NL and MXFP4 split), at a 16-byte aligned
+    // base, with 32 bytes readable past the last (the slack).
+    const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
+    const int64_t rb = expert_row_bytes(static_cast<uint32_t>(type), cols);
+    std::vector<uint8_t> memory(laid.size() + 64, 0);
     uint8_t* base = memory.data() + (16 - reinterpret_cast<uintptr_t>(memory.data()) % 16) % 16;
-    std::memcpy(base, e.bytes.data(), e.bytes.size());
+    std::memcpy(base, laid.data(), laid.size());
     const int n_sub = static_cast<int>(cols / 32);
     dispatch_mma_type(type, [&](auto tag) {
       constexpr uint32_t TYPE = decltype(tag)::value;
@@ -146,7 +149,7 @@ TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
       ++types;
       alignas(16) uint8_t slot[S::kSlotBytes];
       for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = base + r * e.row_bytes;
+        const uint8_t* row = base + r * rb;
         for (int first = 0; first < n_sub; first += F::kSubs) {
           const int subs = std::min(F::kSubs, n_sub - first);
           std::memset(slot, 0xA5, sizeof slot);
@@ -157,7 +160,7 @@ TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
             ASSERT_EQ(c.to % c.bytes, 0) << "unaligned slot offset";
             ASSERT_LE(c.to + c.bytes, S::kSlotBytes);
             ASSERT_GE(c.src, base);
-            ASSERT_LE(c.src + c.bytes, base + e.bytes.size() + 32);
+            ASSERT_LE(c.src + c.bytes, base + laid.size() + 32);
             std::memcpy(slot + c.to, c.src, static_cast<size_t>(c.bytes));
           }
           const uint8_t* mini = slot + S::mini_row(row, first);
