@@ -265,8 +265,9 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   for (Layer& d : layers_) {
     d.gemm_gate_up = all_resident_ && d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
     d.gemm_down = all_resident_ && d.mma_down && k::moe_gemm_prepare(d.down.type);
-    d.shared.gemm_gate_up = d.shared.mma_gate_up && k::moe_gemm_prepare(d.shared.gate.type);
-    d.shared.gemm_down = d.shared.mma_down && k::moe_gemm_prepare(d.shared.down.type);
+    d.shared.gemm_gate_up =
+        false;  // the tiled kernels failed the shared expert (MoeSharedExpertGpu)
+    d.shared.gemm_down = false;
   }
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
