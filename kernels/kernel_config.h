@@ -40,11 +40,6 @@ struct KernelConfig {
   // (32-row decode step 5.752 -> 5.459 ms). The CPU oracle rounds such runs as this path does
   // (cpu_backend.cpp).
   int f16_mma_min_rows = 17;
-  // Those f16 products over split Q4_0/Q8_0/Q4_K/Q5_K/Q6_K (every type the f16 path takes) on the
-  // split-K kernel (matvec_f16mma_splitk.cu: 128-row tiles sharing one activation copy, a
-  // block-wide cp.async ring, the K range split so every product fills the SMs) instead of the
-  // one-warp rings. Off until measured against them (issue 41).
-  bool f16_splitk = false;
 };
 
 }  // namespace granule::kernels

@@ -51,8 +51,6 @@ const Switch kSwitches[] = {
      [](KernelConfig& c, bool on) { c.mma = on ? KernelConfig{}.mma : decltype(c.mma){}; }},
     {"GRANULE_FLASH_PREFILL", [](const KernelConfig& c) { return c.flash_prefill; },
      [](KernelConfig& c, bool on) { c.flash_prefill = on; }},
-    {"GRANULE_F16MMA_SPLITK", [](const KernelConfig& c) { return c.f16_splitk; },
-     [](KernelConfig& c, bool on) { c.f16_splitk = on; }},
 };
 
 // The row thresholds: each variable, its knob and its range.
@@ -204,11 +202,11 @@ TEST(KernelConfigEnv, TheKernelsReadmeTableListsExactlyTheVariablesRead) {
   const std::set<std::string> read(kernel_override_variables().begin(),
                                    kernel_override_variables().end());
   EXPECT_EQ(read.size(), kernel_override_variables().size()) << "a variable listed twice";
-  EXPECT_LE(read.size(), 7u);
+  EXPECT_LE(read.size(), 6u);
   EXPECT_EQ(table, read);
   EXPECT_EQ(read, (std::set<std::string>{"GRANULE_PDL", "GRANULE_SPLIT_WEIGHTS", "GRANULE_MMA",
                                          "GRANULE_MMA_MIN_ROWS", "GRANULE_F16MMA_MIN_ROWS",
-                                         "GRANULE_FLASH_PREFILL", "GRANULE_F16MMA_SPLITK"}));
+                                         "GRANULE_FLASH_PREFILL"}));
 }
 
 // The variables of the knobs measured and removed are no longer read: setting them changes

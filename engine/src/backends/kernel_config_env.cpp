@@ -19,10 +19,9 @@ constexpr const char* kMmaVariable = "GRANULE_MMA";
 constexpr const char* kMmaMinRowsVariable = "GRANULE_MMA_MIN_ROWS";
 constexpr const char* kF16MmaMinRowsVariable = "GRANULE_F16MMA_MIN_ROWS";
 constexpr const char* kFlashPrefillVariable = "GRANULE_FLASH_PREFILL";
-constexpr const char* kF16SplitKVariable = "GRANULE_F16MMA_SPLITK";
-constexpr const char* kVariables[] = {
-    kEarlyLaunchVariable,   kSplitWeightsVariable, kMmaVariable,      kMmaMinRowsVariable,
-    kF16MmaMinRowsVariable, kFlashPrefillVariable, kF16SplitKVariable};
+constexpr const char* kVariables[] = {kEarlyLaunchVariable,   kSplitWeightsVariable,
+                                      kMmaVariable,           kMmaMinRowsVariable,
+                                      kF16MmaMinRowsVariable, kFlashPrefillVariable};
 
 // A whole number of rows in [lowest, highest].
 struct Count {
@@ -82,7 +81,6 @@ KernelConfig apply_kernel_overrides(KernelConfig config, const EnvironmentLookup
   apply_count(kMmaMinRowsVariable, kMmaMinRows, config.mma_min_rows, lookup, warnings);
   apply_count(kF16MmaMinRowsVariable, kF16MmaMinRows, config.f16_mma_min_rows, lookup, warnings);
   apply_switch(kFlashPrefillVariable, config.flash_prefill, lookup, warnings);
-  apply_switch(kF16SplitKVariable, config.f16_splitk, lookup, warnings);
   return config;
 }
 
@@ -104,10 +102,10 @@ std::string describe(const KernelConfig& config) {
 }
 
 std::string describe_mma(const KernelConfig& config) {
-  const std::string f16 = config.f16_mma_min_rows > 0
-                              ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) +
-                                    " rows" + (config.f16_splitk ? " (split-K)" : "")
-                              : "";
+  const std::string f16 =
+      config.f16_mma_min_rows > 0
+          ? ", f16 mma from " + std::to_string(config.f16_mma_min_rows) + " rows"
+          : "";
   if (!config.mma) return "int8 mma off" + f16;
   return "int8 mma from " + std::to_string(config.mma_min_rows) + " rows" + f16;
 }

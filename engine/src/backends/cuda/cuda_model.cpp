@@ -18,7 +18,6 @@
 #include "granule/log.h"
 #include "matvec.cuh"
 #include "matvec_f16mma.cuh"
-#include "matvec_f16mma_splitk.cuh"
 #include "matvec_mma.cuh"
 #include "quant_blocks.cuh"
 #include "quantize_activations.cuh"
@@ -53,10 +52,6 @@ k::KernelConfig device_kernel_config(const BackendOptions& options, int64_t head
   if (config.f16_mma_min_rows > 0 && !k::matvec_f16mma_fits_device()) {
     config.f16_mma_min_rows = 0;
     logger("engine.cuda")->info("f16 mma off: needs compute capability 8.0 and code built for it");
-  }
-  if (config.f16_splitk && config.f16_mma_min_rows > 0 && !k::matvec_f16mma_splitk_fits_device()) {
-    config.f16_splitk = false;
-    logger("engine.cuda")->info("f16 split-K products off: the device cannot hold their blocks");
   }
   if (config.flash_prefill && !k::attention_prefill_fits_device(static_cast<int>(head_dim))) {
     config.flash_prefill = false;
@@ -517,26 +512,11 @@ void CudaModel::f16mma(const DeviceMatrix* mats, float* const* outs, int count, 
     in.n_in = static_cast<int>(n_in);
     in.batch = n_rows;
     in.x = x;
-    launch_f16mma(mats[i].type, tasks, j - i, in, "matvec_f16mma");
+    check_launch(
+        k::launch_matvec_f16mma(mats[i].type, tasks, j - i, in, kernel_config_, stream_.get()),
+        "matvec_f16mma");
     i = j;
   }
-}
-
-void CudaModel::launch_f16mma(uint32_t type, const k::MatvecTask* tasks, int n_tasks,
-                              const k::MatvecInputF16& in, const char* what) {
-  if (kernel_config_.f16_splitk && k::matvec_f16mma_splitk_supports(type, tasks[0].split_layout)) {
-    k::F16MmaSplitWorkspace ws;
-    ws.partials = f16_split_partials_.as<float>();
-    ws.partial_floats = static_cast<int64_t>(f16_split_partials_.bytes() / sizeof(float));
-    ws.counters = f16_split_counters_.as<int>();
-    ws.n_counters = static_cast<int>(f16_split_counters_.bytes() / sizeof(int));
-    check_launch(
-        k::launch_matvec_f16mma_splitk(type, tasks, n_tasks, in, ws, kernel_config_, stream_.get()),
-        what);
-    return;
-  }
-  check_launch(k::launch_matvec_f16mma(type, tasks, n_tasks, in, kernel_config_, stream_.get()),
-               what);
 }
 
 // The layer of layer_matvec with f16 activations: the norms and attention write f16 copies of
@@ -583,7 +563,8 @@ void CudaModel::layer_f16mma(const DeviceLayer& l, int layer, int n_rows) {
   in.n_in = static_cast<int>(c.n_embd);
   in.batch = n_rows;
   in.x = x16;
-  launch_f16mma(l.w_gate.type, &t, 1, in, "matvec_f16mma_swiglu");
+  check_launch(k::launch_matvec_f16mma(l.w_gate.type, &t, 1, in, kernel_config_, stream_.get()),
+               "matvec_f16mma_swiglu");
   f16mma(&l.w_down, hidden_out, 1, n_rows, true, h16, c.n_ff);
 }
 

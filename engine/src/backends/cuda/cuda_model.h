@@ -20,7 +20,6 @@
 #include "backends/cuda/weight_streamer.h"
 #include "kernel_config.h"
 #include "matvec.cuh"
-#include "matvec_f16mma.cuh"  // MatvecInputF16
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
 #include "memory/workspace_layout.h"
@@ -219,10 +218,6 @@ class CudaModel {
   void layer_f16mma(const DeviceLayer& l, int layer, int n_rows);
   void f16mma(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const __half* x, int64_t n_in);
-  // One f16 product launch: the split-K kernel where KernelConfig::f16_splitk runs the type,
-  // else the one-warp rings.
-  void launch_f16mma(uint32_t type, const kernels::MatvecTask* tasks, int n_tasks,
-                     const kernels::MatvecInputF16& in, const char* what);
   // `next_wq`: the next layer's first matrix when it takes layer_gemm too and its weights are
   // resident (its dequantisation may start during this layer's last GEMM), else null.
   void layer_gemm(const DeviceLayer& l, int layer, int n_rows, const DeviceMatrix* next_wq);
@@ -374,8 +369,6 @@ class CudaModel {
   // Activations.
   DeviceBuffer hidden_, normed_, normed_f16_, q8_qs_, q8_ds_, q_, k_, v_, attn_, gate_, up_;
   DeviceBuffer attention_partial_, attention_counters_;
-  // The split-K f16 products' partial sums and ticket counters (KernelConfig::f16_splitk).
-  DeviceBuffer f16_split_partials_, f16_split_counters_;
   // Dequantised layer matrices for the GEMM path: [0] always (when max_rows > 64), [1] only
   // with the prefill overlap.
   DeviceBuffer weight_f16_[2];

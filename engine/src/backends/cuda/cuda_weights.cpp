@@ -14,7 +14,6 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
-#include "matvec_f16mma_splitk.cuh"  // the split-K products' workspace
 #include "memory/placement.h"
 #include "model/rope.h"
 #include "quant_blocks.cuh"  // is_supported_weight_type
@@ -384,15 +383,6 @@ void CudaModel::allocate_workspace() {
   }
   inputs_host_ = PinnedBuffer(inputs_.bytes());
   check_cuda(cudaMemset(argmax_scratch_.get(), 0, argmax_scratch_.bytes()), "cudaMemset");
-  if (kernel_config_.f16_splitk) {  // ~8.6 MB on an H100 (kernels/matvec_f16mma_splitk.cuh)
-    f16_split_partials_ = DeviceBuffer(
-        memory_, MemoryCategory::Workspace,
-        static_cast<uint64_t>(k::matvec_f16mma_splitk_partial_floats()) * sizeof(float));
-    const uint64_t counters =
-        static_cast<uint64_t>(k::matvec_f16mma_splitk_counters()) * sizeof(int);
-    f16_split_counters_ = DeviceBuffer(memory_, MemoryCategory::Workspace, counters);
-    check_cuda(cudaMemset(f16_split_counters_.get(), 0, counters), "cudaMemset");
-  }
   tokens_host_ = PinnedBuffer(tokens_out_.bytes());
 }
 
