@@ -56,10 +56,6 @@ struct BackendOptions {
   // resident weights) instead of pinned, mapped host memory; the gather reads the same bytes
   // either way (gemma4_gpu_test compares the two).
   bool cuda_ple_table_on_device = false;
-  // Test-only, CUDA backend: the host layers' speed (weight bytes per second, every batch size)
-  // instead of measuring it (cuda/host_layers.h), so that a model too small for the split to
-  // pay still gets one (host_layers_gpu_test); 0: measured.
-  double cuda_host_bytes_per_second = 0;
 };
 
 // What a backend needs to build itself. file, config, weights and memory outlive the backend;

@@ -83,59 +83,7 @@ PlacementPlan plan_placement(const PlacementInput& in) {
   p.loads = in.budget_bytes >= p.minimum_budget_bytes;
   const uint64_t held = p.device_bytes() + in.workspace_bytes;
   p.kv_headroom_bytes = in.budget_bytes > held ? in.budget_bytes - held : 0;
-  choose_host_layers(in, p);
   return p;
-}
-
-void choose_host_layers(const PlacementInput& in, PlacementPlan& p) {
-  const size_t n = p.layer_streamed.size();
-  p.layer_on_host.assign(n, false);
-  p.host_layers = 0;
-  p.host_bytes_per_pass = 0;
-  p.streaming_seconds_per_pass = 0;
-  p.split_seconds_per_pass = 0;
-  const double pcie = in.h2d_bytes_per_second, host = in.host_bytes_per_second;
-  if (pcie <= 0 || host <= 0 || p.streamed_layers == 0) return;
-  std::vector<size_t> streamed;
-  for (size_t i = 0; i < n; ++i)
-    if (p.layer_streamed[i]) streamed.push_back(i);
-  const auto s = static_cast<int64_t>(streamed.size());
-  p.streaming_seconds_per_pass = static_cast<double>(p.streamed_bytes_per_pass) / pcie;
-  // Host layer j of the streamed (0-based) when the running share floor((j + 1) h / s) grows:
-  // evenly spread, the first streamed layer copied (its copy overlaps the resident layers).
-  auto split = [&](int64_t h, std::vector<bool>* out) {
-    uint64_t host_bytes = 0, copied_bytes = 0;
-    int64_t runs = 0;  // runs of consecutive host layers: one host node each
-    bool previous_on_host = false;
-    size_t previous = 0;
-    for (int64_t j = 0; j < s; ++j) {
-      const bool on_host = (j + 1) * h / s > j * h / s;
-      const size_t layer = streamed[static_cast<size_t>(j)];
-      if (on_host && !(previous_on_host && j > 0 && previous + 1 == layer)) ++runs;
-      previous_on_host = on_host;
-      previous = layer;
-      (on_host ? host_bytes : copied_bytes) += in.weights.layer_bytes[layer];
-      if (out) (*out)[layer] = on_host;
-    }
-    return std::max(
-        static_cast<double>(host_bytes) / host + static_cast<double>(runs) * in.host_node_seconds,
-        static_cast<double>(copied_bytes) / pcie);
-  };
-  int64_t best = 0;
-  double best_seconds = split(0, nullptr);
-  for (int64_t h = 1; h <= s; ++h) {
-    const double seconds = split(h, nullptr);
-    if (seconds < best_seconds) {
-      best = h;
-      best_seconds = seconds;
-    }
-  }
-  if (best == 0) return;
-  split(best, &p.layer_on_host);
-  p.host_layers = static_cast<int32_t>(best);
-  for (size_t i = 0; i < n; ++i)
-    if (p.layer_on_host[i]) p.host_bytes_per_pass += in.weights.layer_bytes[i];
-  p.split_seconds_per_pass = best_seconds;
 }
 
 std::string describe_shortfall(const PlacementInput& in, const PlacementPlan& p) {

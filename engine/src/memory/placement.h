@@ -28,15 +28,6 @@ struct PlacementInput {
   int32_t staging_slots = 2;      // the ring's size when anything streams
   // At most this many layers resident (pressure demotes below what fits); -1: no cap.
   int32_t max_resident_layers = -1;
-  // Host layers: where both are > 0, the plan splits the streamed layers of a small-batch pass
-  // between PCIe copies (h2d_bytes_per_second, measured) and the host's threads
-  // (host_bytes_per_second: the weight bytes per second they compute through). 0: no host
-  // layers (the model or the backend cannot run them).
-  double h2d_bytes_per_second = 0;
-  double host_bytes_per_second = 0;
-  // The fixed cost of each run of consecutive host layers in a pass (one host node: its launch,
-  // the hidden rows' copies each way, the host threads waking).
-  double host_node_seconds = 0;
 };
 
 struct PlacementPlan {
@@ -52,30 +43,11 @@ struct PlacementPlan {
   uint64_t minimum_budget_bytes = 0;
   bool loads = false;              // budget >= minimum_budget_bytes
   uint64_t kv_headroom_bytes = 0;  // budget left for KV after the plan (>= the reserve)
-  // Host layers (a subset of the streamed ones; empty or all false: none): computed by the
-  // host at small batches, their weights still in pinned host memory, streamed for prefill and
-  // large batches, where one copy serves many rows.
-  std::vector<bool> layer_on_host;
-  int32_t host_layers = 0;
-  uint64_t host_bytes_per_pass = 0;  // the host layers' bytes (what the host reads per pass)
-  // The model behind the split, per small-batch pass: the streamed bytes over PCIe alone, and
-  // the larger of the copies' and the host's time with the split (both 0 without bandwidths).
-  double streaming_seconds_per_pass = 0;
-  double split_seconds_per_pass = 0;
 
   uint64_t device_bytes() const { return resident_weight_bytes + staging_bytes; }
 };
 
 PlacementPlan plan_placement(const PlacementInput& input);
-
-// The host layers of a plan (plan_placement calls it): of the streamed layers S (bytes B_i),
-// the host takes a share h, spread evenly through them (so that while the host computes a run
-// of its layers the copy stream fills the staging slots of the next streamed ones), with h
-// minimising max(Σ_host B_i / host bandwidth + runs · host_node_seconds, Σ_copied B_i / PCIe
-// bandwidth): about
-// |S| · host / (host + PCIe) layers, the time per pass about Σ B_i / (host + PCIe) instead of
-// Σ B_i / PCIe. None when either bandwidth is 0.
-void choose_host_layers(const PlacementInput& input, PlacementPlan& plan);
 
 // The KV the plan keeps free at load: one prefill chunk of one chat, min(context, 512)
 // tokens. More chats or longer ones grow into the rest of the budget and, past it, move

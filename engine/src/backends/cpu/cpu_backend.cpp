@@ -107,22 +107,14 @@ struct CpuBackend::Scratch {
   }
 };
 
-CpuBackend::CpuBackend(const BackendInit& init) : CpuBackend(init, {}) {}
-
-CpuBackend::CpuBackend(const BackendInit& init, std::vector<bool> computed_layers,
-                       bool kv_through_f16)
+CpuBackend::CpuBackend(const BackendInit& init)
     : config_(init.config),
       weights_(init.weights),
       memory_(init.memory),
       pool_(thread_count(init.options)),
       scratch_(std::make_unique<Scratch>()),
       emulate_(init.options.cpu_emulate_device_numerics),
-      fast_(!init.options.cpu_emulate_device_numerics && !init.options.cpu_exact_numerics),
-      computed_layers_(std::move(computed_layers)),
-      kv_through_f16_(kv_through_f16) {
-  if (!computed_layers_.empty() && computed_layers_.size() != static_cast<size_t>(config_.n_layer))
-    throw UsageError("CPU backend: a layer set of " + std::to_string(computed_layers_.size()) +
-                     " entries for " + std::to_string(config_.n_layer) + " layers");
+      fast_(!init.options.cpu_emulate_device_numerics && !init.options.cpu_exact_numerics) {
   if (config_.is_hybrid()) {
     // qwen35moe: the mixers round as cuda_hybrid.cpp does (its FFN is MoeFfn's emulation). The
     // dense form's FFN (and its batch-1 fusion) has no emulation: its GPU test compares with the
@@ -208,7 +200,7 @@ CpuBackend::CpuBackend(const BackendInit& init, std::vector<bool> computed_layer
                        l.out_scale ? to_f32(l.out_scale)[0] : 1.0f});
     if (config_.is_moe()) moe_.push_back(std::make_unique<MoeFfn>(config_, l));
   }
-  if (fast_) fast_matmul_ = std::make_unique<FastMatmul>(weights_, pool_, computed_layers_);
+  if (fast_) fast_matmul_ = std::make_unique<FastMatmul>(weights_, pool_);
   logger("engine.cpu")
       ->info("CPU backend: {} threads, {} layers, weights {} MiB, {} matmuls ({} MiB repacked)",
              pool_.threads(), config_.n_layer, charged_weight_bytes_ >> 20,
@@ -364,7 +356,7 @@ void CpuBackend::attention_layer(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(s.v.data() + t * kv_dim, kv_dim, kv_at(slot, position, layer, true));
-    if (emulate_ || kv_through_f16_) {  // the CUDA KV holds f16
+    if (emulate_) {  // the CUDA KV holds f16
       round_through_f16(kv_at(slot, position, layer, false), kv_dim);
       round_through_f16(kv_at(slot, position, layer, true), kv_dim);
     }
@@ -512,7 +504,7 @@ void CpuBackend::gemma4_qkv(int64_t layer, int64_t n_tokens) {
     const int32_t slot = s.token_slot[static_cast<size_t>(t)];
     std::copy_n(k, kv_dim, kv_at(slot, position, layer, false));
     std::copy_n(v, kv_dim, kv_at(slot, position, layer, true));
-    if (emulate_ || kv_through_f16_) {  // the CUDA KV holds f16
+    if (emulate_) {  // the CUDA KV holds f16
       round_through_f16(kv_at(slot, position, layer, false), kv_dim);
       round_through_f16(kv_at(slot, position, layer, true), kv_dim);
     }
@@ -734,18 +726,34 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
   s.reserve(c, n_tokens);
   if (c.is_moe()) expert_tokens_ += static_cast<uint64_t>(n_tokens);
 
-  std::vector<int32_t> tokens;
-  tokens.reserve(static_cast<size_t>(n_tokens));
   int64_t t = 0;
   for (const BatchSequence& seq : batch) {
     for (size_t i = 0; i < seq.tokens.size(); ++i, ++t) {
-      tokens.push_back(seq.tokens[i]);
+      const int32_t token = seq.tokens[i];
+      if (token < 0 || token >= c.n_vocab) {
+        throw UsageError("token id " + std::to_string(token) + " is outside the vocabulary of " +
+                         std::to_string(c.n_vocab));
+      }
       s.token_slot[static_cast<size_t>(t)] = seq.slot;
       s.token_position[static_cast<size_t>(t)] = seq.start_position + static_cast<int64_t>(i);
+      embedding_row(type_of(weights_.token_embd), weights_.token_embd->data, c.n_embd, token,
+                    s.x.data() + t * c.n_embd);
+      if (c.embedding_scale != 1.0f) {  // Gemma: times sqrt(n_embd)
+        float* row = s.x.data() + t * c.n_embd;
+        for (int64_t j = 0; j < c.n_embd; ++j) row[j] *= c.embedding_scale;
+      }
     }
   }
-  embed(tokens, s.x.data());
-  prepare_rope(n_tokens);
+
+  {
+    const int64_t half = c.head_dim / 2;
+    s.rope_angles.resize(static_cast<size_t>(n_tokens * 2 * half));
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      float* angles = s.rope_angles.data() + i * 2 * half;
+      rope_angles(s.token_position[static_cast<size_t>(i)], rope_frequencies_.data(), half,
+                  rope_magnitude_, angles, angles + half);
+    }
+  }
 
   std::vector<SequenceSpan> spans;
   if (hybrid_) {
@@ -757,9 +765,73 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     }
     hybrid_->begin_step(spans);
   }
-  if (c.n_embd_per_layer > 0) gemma4_ple_inputs(tokens);
+  // Hybrid attention layers find their KV like every other layer (kv_at: the recurrent layers
+  // take no room in a token's record).
+  const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t layer, bool value) {
+    return kv_at(slot, position, layer, value);
+  };
+  // (Hybrid models have no sliding-window layers: one KV part, a token's whole record.)
+  const int64_t kv_token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
+  if (c.n_embd_per_layer > 0) {
+    std::vector<int32_t> tokens;
+    for (const BatchSequence& seq : batch)
+      tokens.insert(tokens.end(), seq.tokens.begin(), seq.tokens.end());
+    gemma4_ple_inputs(tokens);
+  }
 
-  for (int64_t layer = 0; layer < c.n_layer; ++layer) run_layer(layer, n_tokens, spans);
+  for (int64_t layer = 0; layer < c.n_layer; ++layer) {
+    if (hybrid_) {
+      const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+      for (int64_t i = 0; i < n_tokens; ++i) {
+        rms_norm(s.x.data() + i * c.n_embd, lv.attn_norm.data(), s.xn.data() + i * c.n_embd,
+                 c.n_embd, c.rms_eps);
+      }
+      hybrid_->run(layer, s.xn.data(), n_tokens, spans, s.token_position.data(),
+                   s.token_slot.data(), kv_address, kv_token_stride, s.proj.data(), pool_);
+      add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+    } else {
+      attention_layer(layer, n_tokens);
+    }
+    const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
+               c.rms_eps);
+    }
+    if (config_.is_moe() && c.architecture == "gemma4") {
+      gemma4_moe_ffn(layer, n_tokens);
+      gemma4_layer_end(layer, n_tokens);
+      continue;
+    }
+    if (config_.is_moe()) {
+      moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
+                                            {.emulate_device = emulate_, .fast = fast_matmul()},
+                                            routed_counts(layer));
+      add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+      continue;
+    }
+    const bool f16 = f16_layer(layer);
+    if (emulate_) {
+      project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm, f16);
+      project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
+    } else {
+      matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
+                      pool_, fast_matmul());
+    }
+    if (c.activation == FfnActivation::GeluTanh)
+      geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
+    else if (fast_)
+      swiglu_approx(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    else
+      swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
+    if (emulate_)
+      project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
+    else
+      matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
+    if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
+    add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
+    if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
+  }
 
   if (hybrid_) hybrid_->end_step(spans);
 
@@ -770,158 +842,21 @@ int64_t CpuBackend::run(std::span<const BatchSequence> batch, std::vector<float>
     const auto count = static_cast<int64_t>(seq.tokens.size());
     for (int64_t i = 0; i < count; ++i, ++t) {
       if (!seq.all_logits && i != count - 1) continue;
-      std::copy_n(s.x.data() + t * c.n_embd, c.n_embd, s.head_in.data() + row * c.n_embd);
+      rms_norm(s.x.data() + t * c.n_embd, output_norm_.data(), s.head_in.data() + row * c.n_embd,
+               c.n_embd, c.rms_eps);
       ++row;
     }
   }
-  head(s.head_in.data(), n_rows, logits);
-  return n_rows;
-}
-
-void CpuBackend::embed(std::span<const int32_t> tokens, float* hidden) const {
-  const ModelConfig& c = config_;
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    const int32_t token = tokens[t];
-    if (token < 0 || token >= c.n_vocab) {
-      throw UsageError("token id " + std::to_string(token) + " is outside the vocabulary of " +
-                       std::to_string(c.n_vocab));
-    }
-    float* row = hidden + static_cast<int64_t>(t) * c.n_embd;
-    embedding_row(type_of(weights_.token_embd), weights_.token_embd->data, c.n_embd, token, row);
-    if (c.embedding_scale != 1.0f)  // Gemma: times sqrt(n_embd)
-      for (int64_t j = 0; j < c.n_embd; ++j) row[j] *= c.embedding_scale;
-  }
-}
-
-void CpuBackend::head(float* hidden, int64_t rows, std::vector<float>& logits) {
-  const ModelConfig& c = config_;
-  for (int64_t r = 0; r < rows; ++r)
-    rms_norm(hidden + r * c.n_embd, output_norm_.data(), hidden + r * c.n_embd, c.n_embd,
-             c.rms_eps);
-  logits.resize(static_cast<size_t>(rows * c.n_vocab));
+  logits.resize(static_cast<size_t>(n_rows * c.n_vocab));
   // The head is a matvec on the GPU whatever the chunk: int8 input when its kernel reads it.
   if (emulate_ && reads_q8(weights_.output)) {
-    for (int64_t r = 0; r < rows; ++r)
-      round_through_q8(hidden + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
+    for (int64_t r = 0; r < n_rows; ++r)
+      round_through_q8(s.head_in.data() + r * c.n_embd, c.n_embd, Q8Rounding::MultiplyByInverse);
   }
-  matmul_weight(weights_.output, hidden, rows, logits.data(), pool_, fast_matmul());
+  matmul_weight(weights_.output, s.head_in.data(), n_rows, logits.data(), pool_, fast_matmul());
   if (c.final_logit_softcap > 0.0f)
-    soft_cap(logits.data(), rows * c.n_vocab, c.final_logit_softcap);
-}
-
-void CpuBackend::prepare_rope(int64_t n_tokens) {
-  Scratch& s = *scratch_;
-  const int64_t half = config_.head_dim / 2;
-  s.rope_angles.resize(static_cast<size_t>(n_tokens * 2 * half));
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    float* angles = s.rope_angles.data() + i * 2 * half;
-    rope_angles(s.token_position[static_cast<size_t>(i)], rope_frequencies_.data(), half,
-                rope_magnitude_, angles, angles + half);
-  }
-}
-
-void CpuBackend::forward_layers(int64_t first, int64_t last, std::span<const int32_t> slots,
-                                std::span<const int32_t> positions, float* hidden) {
-  const ModelConfig& c = config_;
-  if (!kv_) throw UsageError("CPU backend: forward_layers() before attach_kv()");
-  if (hybrid_ || c.n_embd_per_layer > 0)
-    throw UnsupportedError("CPU backend: a range of " + c.architecture +
-                           " layers (recurrent state or per-layer embeddings) is not supported");
-  if (first < 0 || last > c.n_layer || first > last)
-    throw UsageError("CPU backend: layers [" + std::to_string(first) + ", " + std::to_string(last) +
-                     ") of " + std::to_string(c.n_layer));
-  if (slots.size() != positions.size())
-    throw UsageError("CPU backend: forward_layers() needs a slot and a position per row");
-  for (int64_t l = first; l < last; ++l)
-    if (!computes(l))
-      throw UsageError("CPU backend: layer " + std::to_string(l) + " is not one it computes");
-  const auto n_tokens = static_cast<int64_t>(slots.size());
-  if (n_tokens == 0 || first == last) return;
-  Scratch& s = *scratch_;
-  s.reserve(c, n_tokens);
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const int32_t slot = slots[static_cast<size_t>(t)];
-    const int32_t position = positions[static_cast<size_t>(t)];
-    if (slot < 0 || slot >= kv_->geometry().slots)
-      throw UsageError("CPU backend: slot " + std::to_string(slot) + " does not exist");
-    if (position < 0 || position >= kv_->geometry().max_tokens)
-      throw CapacityError("CPU backend: positions past the context of " +
-                          std::to_string(kv_->geometry().max_tokens) + " tokens");
-    s.token_slot[static_cast<size_t>(t)] = slot;
-    s.token_position[static_cast<size_t>(t)] = position;
-  }
-  if (c.is_moe()) expert_tokens_ += static_cast<uint64_t>(n_tokens);
-  std::copy_n(hidden, n_tokens * c.n_embd, s.x.data());
-  prepare_rope(n_tokens);
-  for (int64_t layer = first; layer < last; ++layer) run_layer(layer, n_tokens, {});
-  std::copy_n(s.x.data(), n_tokens * c.n_embd, hidden);
-}
-
-bool CpuBackend::computes(int64_t layer) const {
-  return computed_layers_.empty() || computed_layers_[static_cast<size_t>(layer)];
-}
-
-void CpuBackend::run_layer(int64_t layer, int64_t n_tokens, std::span<const SequenceSpan> spans) {
-  const ModelConfig& c = config_;
-  Scratch& s = *scratch_;
-  if (hybrid_) {
-    // Hybrid attention layers find their KV like every other layer (kv_at: the recurrent layers
-    // take no room in a token's record). (Hybrid models have no sliding-window layers: one KV
-    // part, a token's whole record.)
-    const KvAddress kv_address = [&](int32_t slot, int64_t position, int64_t l, bool value) {
-      return kv_at(slot, position, l, value);
-    };
-    const int64_t kv_token_stride = kv_bytes_per_token() / static_cast<int64_t>(sizeof(float));
-    const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      rms_norm(s.x.data() + i * c.n_embd, lv.attn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
-               c.rms_eps);
-    }
-    hybrid_->run(layer, s.xn.data(), n_tokens, spans, s.token_position.data(), s.token_slot.data(),
-                 kv_address, kv_token_stride, s.proj.data(), pool_);
-    add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
-  } else {
-    attention_layer(layer, n_tokens);
-  }
-  const LayerVectors& lv = layers_[static_cast<size_t>(layer)];
-  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    rms_norm(s.x.data() + i * c.n_embd, lv.ffn_norm.data(), s.xn.data() + i * c.n_embd, c.n_embd,
-             c.rms_eps);
-  }
-  if (config_.is_moe() && c.architecture == "gemma4") {
-    gemma4_moe_ffn(layer, n_tokens);
-    gemma4_layer_end(layer, n_tokens);
-    return;
-  }
-  if (config_.is_moe()) {
-    moe_[static_cast<size_t>(layer)]->run(s.xn.data(), n_tokens, s.proj.data(), pool_,
-                                          {.emulate_device = emulate_, .fast = fast_matmul()},
-                                          routed_counts(layer));
-    add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
-    return;
-  }
-  const bool f16 = f16_layer(layer);
-  if (emulate_) {
-    project(w.w_gate, s.xn.data(), n_tokens, s.gate.data(), Input::Norm, f16);
-    project(w.w_up, s.xn.data(), n_tokens, s.up.data(), Input::Norm, f16);
-  } else {
-    matmul_together({{w.w_gate, s.gate.data()}, {w.w_up, s.up.data()}}, s.xn.data(), n_tokens,
-                    pool_, fast_matmul());
-  }
-  if (c.activation == FfnActivation::GeluTanh)
-    geglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff_of(layer));
-  else if (fast_)
-    swiglu_approx(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
-  else
-    swiglu(s.gate.data(), s.up.data(), s.gate.data(), n_tokens * c.n_ff);
-  if (emulate_)
-    project(w.w_down, s.gate.data(), n_tokens, s.proj.data(), Input::Swiglu, f16);
-  else
-    matmul_weight(w.w_down, s.gate.data(), n_tokens, s.proj.data(), pool_, fast_matmul());
-  if (c.sandwich_norms) post_norm(s.proj.data(), lv.ffn_post_norm, n_tokens);
-  add_in_place(s.x.data(), s.proj.data(), n_tokens * c.n_embd);
-  if (c.architecture == "gemma4") gemma4_layer_end(layer, n_tokens);
+    soft_cap(logits.data(), n_rows * c.n_vocab, c.final_logit_softcap);
+  return n_rows;
 }
 
 }  // namespace granule::cpu

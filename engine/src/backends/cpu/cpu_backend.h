@@ -44,14 +44,6 @@ namespace granule::cpu {
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const BackendInit& init);
-  // Computing only some layers for another backend (the CUDA backend's host layers,
-  // cuda/host_layers.h): `computed_layers` has n_layer entries, true for the layers
-  // forward_layers() will be asked for; only their matrices (no head) get int8 copies at load.
-  // Empty: every layer, as the constructor above. `kv_through_f16`: the KV it writes rounded
-  // through f16 (still stored in f32), the values the CUDA backend's KV would hold, so that KV
-  // copied between the two (host_layers.h) round-trips exactly.
-  CpuBackend(const BackendInit& init, std::vector<bool> computed_layers,
-             bool kv_through_f16 = false);
   ~CpuBackend() override;
 
   std::string name() const override;
@@ -75,24 +67,6 @@ class CpuBackend final : public Backend {
   // Routing counts since the last call; every expert is resident here.
   void collect_expert_telemetry(ExpertTelemetry& out) override;
 
-  // ---- A forward pass in parts (the CUDA backend's host layers, cuda/host_layers.h) ----
-  // forward() of a batch is exactly embed() of its tokens, forward_layers() over consecutive
-  // layer ranges from 0 to n_layer, then head() of the rows whose logits are wanted: the same
-  // code runs in both. Not for recurrent (Qwen3.5) or per-layer-embedding (Gemma 4) models
-  // (UnsupportedError).
-  // Row r of `hidden` (rows × n_embd, in place) is the token at positions[r] of slots[r]; it
-  // goes through layers [first, last), their KV written into and read from this backend's
-  // KvSpace, which the caller has mapped through every row's position.
-  void forward_layers(int64_t first, int64_t last, std::span<const int32_t> slots,
-                      std::span<const int32_t> positions, float* hidden);
-  // The scaled embeddings of `tokens` into hidden (tokens.size() × n_embd).
-  void embed(std::span<const int32_t> tokens, float* hidden) const;
-  // The final norm (in place over `rows` rows of hidden) and the output head into logits
-  // (resized to rows × n_vocab).
-  void head(float* hidden, int64_t rows, std::vector<float>& logits);
-  // Whether forward_layers() may be asked for this layer (the constructor's set).
-  bool computes(int64_t layer) const;
-
  private:
   // The forward pass: logits rows for the batch (see StepRequest::logits).
   int64_t run(std::span<const BatchSequence> batch, std::vector<float>& logits);
@@ -100,11 +74,6 @@ class CpuBackend final : public Backend {
   struct LayerVectors;  // a layer's norms and biases as f32
   struct Scratch;       // activations, grown to the largest batch seen
 
-  // One layer over the scratch's n_tokens rows (x in place), as forward() runs it. `spans`: the
-  // step's sequences, for a hybrid model's recurrent layers.
-  void run_layer(int64_t layer, int64_t n_tokens, std::span<const SequenceSpan> spans);
-  // Each row's rope cosines and sines at its position, for the scratch's first n_tokens rows.
-  void prepare_rope(int64_t n_tokens);
   void attention_layer(int64_t layer, int64_t n_tokens);
   // Gemma 4 (see cpu_backend.cpp): Q/K/V with their norms, rotation and KV write; the
   // per-layer embedding inputs of a batch's tokens; the per-layer embedding and output scale
@@ -179,8 +148,6 @@ class CpuBackend final : public Backend {
   // here.
   int64_t f16_min_rows_ = 0;
   std::vector<bool> f16_layers_;
-  std::vector<bool> computed_layers_;  // empty: every layer
-  bool kv_through_f16_ = false;
 };
 
 }  // namespace granule::cpu

@@ -23,39 +23,30 @@ uint64_t expert_copy_limit() {
 
 }  // namespace
 
-FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool,
-                       const std::vector<bool>& layers) {
-  auto wanted = [&](size_t layer) { return layers.empty() || layers[layer]; };
+FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
   std::vector<const TensorInfo*> matrices;
   auto add = [&](const TensorInfo* w) {
     if (w && w->dims[1] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
         std::find(matrices.begin(), matrices.end(), w) == matrices.end())
       matrices.push_back(w);
   };
-  for (size_t i = 0; i < weights.layers.size(); ++i) {
-    const LayerWeights& l = weights.layers[i];
-    if (!wanted(i)) continue;
+  for (const LayerWeights& l : weights.layers)
     for (const TensorInfo* w :
          {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down, l.ple_gate, l.ple_proj})
       add(w);
-  }
-  if (layers.empty()) {
-    add(weights.output);
-    add(weights.ple_model_proj);
-  }
+  add(weights.output);
+  add(weights.ple_model_proj);
   // The experts: (tensor, expert) pairs, expert e's matrix the e-th slab of dims[0] × dims[1].
   std::vector<std::pair<const TensorInfo*, int64_t>> slabs;
   uint64_t expert_bytes = 0;
-  for (size_t i = 0; i < weights.layers.size(); ++i) {
-    const LayerWeights& l = weights.layers[i];
+  for (const LayerWeights& l : weights.layers)
     for (const TensorInfo* w : {l.gate_exps, l.up_exps, l.down_exps})
-      if (wanted(i) && w && w->dims[1] > 0 && w->dims[2] > 0 &&
-          Int8Weights::supports(type_of(w), w->dims[0]) && !experts_.count(w)) {
+      if (w && w->dims[1] > 0 && w->dims[2] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
+          !experts_.count(w)) {
         experts_[w];
         expert_bytes += w->size_bytes;
         for (int64_t e = 0; e < w->dims[2]; ++e) slabs.emplace_back(w, e);
       }
-  }
   if (expert_bytes > expert_copy_limit()) {
     experts_.clear();
     slabs.clear();

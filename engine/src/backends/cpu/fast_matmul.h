@@ -20,9 +20,8 @@ class FastMatmul {
   // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) or MoeFfn
   // (each expert of the 3-D expert tensors, while their copies fit half of the machine's
   // memory) and that the int8 kernels run, made on the pool's threads. Any other matrix takes
-  // the exact path. `layers` (n_layer entries; empty: all): only those layers' matrices, and
-  // neither the head nor Gemma 4's model projection (a backend computing some layers only).
-  FastMatmul(const WeightTable& weights, ThreadPool& pool, const std::vector<bool>& layers = {});
+  // the exact path.
+  FastMatmul(const WeightTable& weights, ThreadPool& pool);
 
   // w's int8 copy; null where w takes the exact path.
   const Int8Weights* find(const TensorInfo* w) const;

@@ -13,7 +13,6 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_vmm.h"
 #include "backends/cuda/h2d_bandwidth.h"
-#include "backends/cuda/host_layers.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "memory/expert_placement.h"
@@ -115,7 +114,7 @@ CudaBackend::CudaBackend(const BackendInit& init) : config_(init.config), option
   h2d_bandwidth_ = h2d_bandwidth(init.memory);  // the first engine measures; later ones reuse it
   const int max_rows = static_cast<int>(
       std::max<int64_t>(CudaModel::kMatvecMaxRows, init.options.max_tokens_per_pass));
-  model_ = std::make_unique<CudaModel>(init, max_rows, h2d_bandwidth_);
+  model_ = std::make_unique<CudaModel>(init, max_rows);
   memory_ = &init.memory;
   logger("engine.cuda")
       ->info("CUDA backend on {} ({} MiB), budget {} MiB, host-to-device {:.1f} GB/s", device_name_,
@@ -164,18 +163,6 @@ void CudaBackend::attach_kv(KvSpace& kv) {
   std::vector<uint64_t> offsets;
   for (int p = 0; p < kv.parts(); ++p) offsets.push_back(kv.part_offset_bytes(p));
   model_->attach_kv(bases, kv.geometry().max_tokens, offsets);
-  if (HostLayers* host = model_->host_layers()) {
-    host->attach_kv(kv, model_->stream());
-    // The plan's host bandwidth was a memory-read estimate: with the layers' own measured speed
-    // the split may move.
-    // Still part of loading (no graph, no KV yet): not counted as a re-plan of the engine.
-    if (model_->measure_host_layers()) {
-      const PlacementInput in =
-          model_->placement_input(memory_->budget_bytes(), -1, model_->kv_reserve_bytes());
-      const PlacementPlan plan = plan_placement(in);
-      if (plan.loads) model_->replan(plan);
-    }
-  }
   state_lengths_.assign(config_.is_hybrid() ? static_cast<size_t>(kv.geometry().slots) : 0, 0);
 }
 
@@ -207,8 +194,6 @@ bool CudaBackend::copy_kv_to_host(int32_t slot, int64_t tokens, void* host) {
   const std::vector<KvSpace::Range> ranges = kv_->live_ranges(tokens);
   if (ranges.empty()) return true;
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  // The host layers' KV of decode steps is in host memory: into the device KV first.
-  if (HostLayers* layers = model_->host_layers()) layers->complete_device_kv(slot, tokens);
   auto* out = static_cast<uint8_t*>(host);
   for (const KvSpace::Range& r : ranges) {
     check_cuda(cudaMemcpyAsync(out, kv_->slot_base(slot) + r.offset, r.bytes,
@@ -234,7 +219,6 @@ bool CudaBackend::copy_kv_from_host(int32_t slot, const void* host, int64_t toke
                "copying idle KV back from host memory");
     in += r.bytes;
   }
-  if (HostLayers* layers = model_->host_layers()) layers->device_kv_restored(slot, tokens);
   return true;
 }
 
@@ -275,10 +259,9 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
   // A decode graph with a token head copies its own inputs and tokens (launch() leaves
   // them to it, wait() only reads the tokens).
   const bool graph_io = graph_carries_io(decode, head);
-  const bool host_pass = decode && m.takes_host_pass(n_rows);
   auto enqueue = [&] {
     if (graph_io) m.queue_step_inputs(n_rows, sample_head(head));
-    m.run_layers(n_rows, host_pass);
+    m.run_layers(n_rows);
     m.run_head(0, n_rows);
     if (masked_head(head)) mask_logits(n_rows, 0);
     if (head != Head::Logits) m.sample(n_rows, greedy_head(head));
@@ -290,8 +273,6 @@ uint64_t CudaBackend::run_step(int n_rows, bool decode, Head head) {
     enqueue();
     return m.host_operations();
   }
-  // (A host pass's graph holds the host node: the same key, since whether a decode pass of
-  // n_rows takes one changes only with the placement, which drops every graph.)
   const GraphCache::Key key{n_rows, head};
   if (!graphs_.find(key)) graphs_.capture(key, m.stream(), enqueue);
   graphs_.replay(key, m.stream());
@@ -416,15 +397,6 @@ void CudaBackend::launch(const StepRequest& step) {
       state_lengths_[static_cast<size_t>(seq.slot)] =
           seq.start_position + static_cast<int64_t>(seq.tokens.size());
   }
-  if (HostLayers* host = model_->host_layers(); host && host->any()) {
-    // The host layers' KV where this step's pass computes them (host_layers.h); before the
-    // step is pending, so that an error here leaves no step behind.
-    std::vector<HostLayers::Rows> rows;
-    for (const BatchSequence& seq : step.batch)
-      rows.push_back({seq.slot, seq.start_position, static_cast<int64_t>(seq.tokens.size())});
-    host->before_pass(
-        rows, p.decode && model_->takes_host_pass(bucket_of(static_cast<int>(step.batch.size()))));
-  }
   p.step = step;
   const bool masked = step.sample && step.token_masks;
   p.head = !step.sample ? Head::Logits
@@ -468,7 +440,7 @@ void CudaBackend::launch(const StepRequest& step) {
     p.host_operations =
         graph_carries_io(true, p.head) ? 0 : static_cast<uint64_t>(m.flush_inputs());
     p.host_operations += run_step(p.bucket, true, p.head);
-    p.h2d_bytes = m.streamer().streamed_bytes_per_pass(m.takes_host_pass(p.bucket));
+    p.h2d_bytes = pass_bytes;
     return;
   }
   // Chunked prefill: the first chunk's layers are queued here, the rest in wait().
@@ -523,7 +495,6 @@ StepResult CudaBackend::wait() {
     } else {
       m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
     }
-    if (HostLayers* host = m.host_layers()) host->check();  // a host node's error
     finish_step(p);
     return std::move(p.result);
   }
@@ -713,9 +684,7 @@ void CudaBackend::rebalance(const std::string& reason, uint64_t kv_growth_bytes)
   if (!planned.second.loads) planned = plan_for(kv_in_use);
   const auto& [in, plan] = planned;
   if (!plan.loads) throw CapacityError(describe_shortfall(in, plan));
-  if (plan.layer_streamed == model_->streamer().plan().layer_streamed &&
-      plan.layer_on_host == model_->streamer().plan().layer_on_host)
-    return;
+  if (plan.layer_streamed == model_->streamer().plan().layer_streamed) return;
   if (model_->replan(plan)) placement_changed(reason);
 }
 

@@ -10,7 +10,6 @@
 #include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
-#include "backends/cuda/host_layers.h"  // HostLayers (host_layers_'s type)
 #include "backends/kernel_config_env.h"
 #include "dequantize.cuh"
 #include "gemma_ops.cuh"
@@ -133,13 +132,12 @@ k::MatvecTask swiglu_task(const DeviceLayer& l) {
 
 }  // namespace
 
-CudaModel::CudaModel(const BackendInit& init, int max_rows, double h2d_bytes_per_second)
+CudaModel::CudaModel(const BackendInit& init, int max_rows)
     : config_(init.config),
       kernel_config_(device_kernel_config(init.options, widest_head(init.config))),
       memory_(init.memory),
       max_rows_(std::max(max_rows, kLogitRowsPerPass)),
-      stream_(model_stream_priority()),
-      h2d_bytes_per_second_(h2d_bytes_per_second) {
+      stream_(model_stream_priority()) {
   load(init);
 }
 
@@ -780,20 +778,11 @@ void CudaModel::layer_gemm(const DeviceLayer& l, int layer, int n_rows,
   }
 }
 
-bool CudaModel::takes_host_pass(int n_rows) const {
-  return host_layers_ && host_layers_->any() && n_rows <= host_pass_rows_;
-}
-
-void CudaModel::run_layers(int n_rows, bool host_pass) {
+void CudaModel::run_layers(int n_rows) {
   if (!attention_partial_.get()) throw UsageError("CUDA backend: run before attach_kv()");
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
-  if (host_pass && !takes_host_pass(n_rows))
-    throw UsageError("CUDA backend: a host pass of " + std::to_string(n_rows) + " rows");
-  if (host_pass != bound_host_pass_) bind_layers(host_pass);
-  // The batch-1 fusion hands each layer's next norm over in device buffers; a host layer
-  // between two GPU layers needs the hidden state itself: a host pass runs unfused.
-  fused_pass_ = n_rows == 1 && fusion_fits() && !host_pass;
+  fused_pass_ = n_rows == 1 && fusion_fits();
   edge_norms_fused_ = fused_pass_ && head_takes_hand_over();
   k::NormHandOver first_norm;
   if (edge_norms_fused_) {
@@ -822,18 +811,8 @@ void CudaModel::run_layers(int n_rows, bool host_pass) {
   }
   overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
   auto takes_gemm = [&](size_t) { return n_rows > kMatvecMaxRows; };
-  copies_ += streamer_->begin_pass(stream_.get(), host_pass);
+  copies_ += streamer_->begin_pass(stream_.get());
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (host_pass && streamer_->host_layer(i)) {
-      // A run of host layers: one host node (with its copies of the hidden rows) for all.
-      size_t end = i + 1;
-      while (end < layers_.size() && streamer_->host_layer(end)) ++end;
-      copies_ += static_cast<uint64_t>(host_layers_->enqueue(i, end, n_rows, hidden_.as<float>(),
-                                                             in + kPositions * max_rows_, max_rows_,
-                                                             stream_.get()));
-      i = end - 1;
-      continue;
-    }
     streamer_->before_layer(i, stream_.get());
     if (c.is_hybrid()) {
       layer_hybrid(layers_[i], static_cast<int>(i), n_rows);

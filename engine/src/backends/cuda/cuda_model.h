@@ -34,7 +34,6 @@ namespace granule::cuda {
 inline constexpr bool kCudaRunsQwen35Moe = true;
 
 struct Gemma4Device;  // cuda_gemma4.h
-class HostLayers;     // host_layers.h
 
 // A 2-D weight on the device: rows of `cols` encoded elements.
 struct DeviceMatrix {
@@ -85,9 +84,8 @@ class CudaModel {
   // fitted to the device), uploads the weights (charged as WeightsResident) in the layout it
   // names and sizes the workspace for runs of up to max_rows token rows. Throws DeviceError
   // for a shape the kernels do not cover (head size other than 64/128/256, ...), so that
-  // Device Auto falls back to the CPU. h2d_bytes_per_second (measured; 0: unknown) lets the
-  // placement leave streamed layers to the host (host_layers.h).
-  CudaModel(const BackendInit& init, int max_rows, double h2d_bytes_per_second = 0);
+  // Device Auto falls back to the CPU.
+  CudaModel(const BackendInit& init, int max_rows);
   ~CudaModel();
 
   int max_rows() const { return max_rows_; }
@@ -113,17 +111,8 @@ class CudaModel {
   int flush_inputs();
   // The layers for rows [0, n_rows) of the uploaded inputs; then the head for logit rows
   // [first, first + count) (count <= kLogitRowsPerPass) into logits(). Graph-capturable
-  // when n_rows <= kMatvecMaxRows. `host_pass` (only where takes_host_pass(n_rows)): the host
-  // layers run on the host (host_layers.h) instead of being streamed.
-  void run_layers(int n_rows, bool host_pass = false);
-  // Whether a decode pass of n_rows rows leaves the host layers to the host: where the split
-  // of the plan is expected to beat streaming every layer at that batch (host_pass_rows_).
-  bool takes_host_pass(int n_rows) const;
-  // After attach_kv: the host layers' speed measured (HostLayers::measure); true when the plan's
-  // host bandwidth moved by more than a fifth, and the caller should re-plan with it.
-  bool measure_host_layers();
-  // The host layers (null where the model cannot have any, host_layers.h refusal).
-  HostLayers* host_layers() const { return host_layers_.get(); }
+  // when n_rows <= kMatvecMaxRows.
+  void run_layers(int n_rows);
   void run_head(int first_logit_row, int count);
   // Picks a token per logit row of the last head pass (greedy when params is null), into
   // the device token buffer; download with copy_tokens().
@@ -313,10 +302,7 @@ class CudaModel {
   void load(const BackendInit& init);
   void upload_weights(const WeightTable& weights);
   void allocate_workspace();
-  // The layers' device addresses for a pass of that kind (WeightStreamer::layer_base).
-  void bind_layers(bool host_pass = false);
-  // The host layers to the streamer's plan (after it changed); true when they changed.
-  bool apply_host_layers();
+  void bind_layers();
 
   const ModelConfig& config_;
   const kernels::KernelConfig kernel_config_;
@@ -331,15 +317,6 @@ class CudaModel {
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
   std::unique_ptr<CudaMoe> moe_;              // the experts of a mixture-of-experts model
   std::unique_ptr<Gemma4Device> gemma4_;      // Gemma 4's per-layer embeddings; null otherwise
-  std::unique_ptr<HostLayers> host_layers_;   // null where the model cannot have host layers
-  double h2d_bytes_per_second_ = 0, host_bytes_per_second_ = 0;  // the plan's bandwidths
-  bool bound_host_pass_ = false;  // the kind of pass layers_' addresses are bound for
-  // The host layers' measured speed by row count, and the most rows a pass leaves them to the
-  // host (update_host_pass_rows(); 0: none).
-  std::vector<double> host_rows_bytes_per_second_;
-  int host_pass_rows_ = 0;
-  bool host_speed_fixed_ = false;  // BackendOptions::cuda_host_bytes_per_second
-  void update_host_pass_rows();
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
   uint64_t launches_ = 0, copies_ = 0;

@@ -4,12 +4,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
 #include "backends/cuda/cuda_model.h"
-#include "backends/cuda/host_layers.h"
 #include "delta_net.cuh"  // delta_net_supports
 #include "granule/error.h"
 #include "granule/log.h"
@@ -170,25 +168,10 @@ void CudaModel::load(const BackendInit& init) {
   // matrices are one blob (the layout's LayerWeightLayout) that the WeightStreamer keeps
   // resident or streams.
   streamer_ = std::make_unique<WeightStreamer>(memory_, layout_);
-  // Host layers where the model's layers can run on the CPU backend: the plan then splits the
-  // streamed layers between PCIe and the host's threads by their bandwidths.
-  if (const std::string why = HostLayers::refusal(c); why.empty() && h2d_bytes_per_second_ > 0) {
-    if (init.options.cuda_host_bytes_per_second > 0) {  // a test's fixed speed, never measured
-      host_bytes_per_second_ = init.options.cuda_host_bytes_per_second;
-      host_rows_bytes_per_second_.assign(4, host_bytes_per_second_);
-      host_speed_fixed_ = true;
-    } else {
-      host_bytes_per_second_ = host_read_bandwidth(HostLayers::threads(init.options));
-    }
-    host_layers_ = std::make_unique<HostLayers>(init, memory_);
-  } else if (!why.empty()) {
-    logger("engine.cuda")->info("host layers off: {}", why);
-  }
   const PlacementInput input = placement_input(memory_.budget_bytes(), -1, kv_reserve_bytes_);
   const PlacementPlan plan = plan_placement(input);
   if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
   streamer_->apply(plan, stream_.get());
-  apply_host_layers();
   bind_layers();
   if (c.is_moe()) {
     // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
@@ -208,15 +191,6 @@ void CudaModel::load(const BackendInit& init) {
           streamer_->staging_slots(),
           (layout_.fixed_matrix_bytes + streamer_->resident_bytes()) >> 20,
           streamer_->streamed_bytes_per_pass() >> 20, max_rows_);
-  if (plan.host_layers > 0)
-    logger("engine.cuda")
-        ->info(
-            "host layers: {} of the {} streamed layers computed by the host at batches up to {} "
-            "(PCIe {:.1f} GB/s, host {:.1f} GB/s): per small-batch pass {:.1f} ms of copies alone, "
-            "{:.1f} ms split",
-            plan.host_layers, plan.streamed_layers, HostLayers::kMaxRows,
-            h2d_bytes_per_second_ / 1e9, host_bytes_per_second_ / 1e9,
-            plan.streaming_seconds_per_pass * 1e3, plan.split_seconds_per_pass * 1e3);
 }
 
 // The embeddings and the head in one resident buffer, then the norms, biases and rope
@@ -436,94 +410,24 @@ PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
   in.kv_reserve_bytes = kv_bytes;
   in.staging_slots = kStagingSlots;
   in.max_resident_layers = max_resident;
-  if (host_layers_) {
-    in.h2d_bytes_per_second = h2d_bytes_per_second_;
-    in.host_bytes_per_second = host_bytes_per_second_;
-    in.host_node_seconds = HostLayers::kNodeSeconds;
-  }
   return in;
 }
 
-bool CudaModel::apply_host_layers() {
-  if (!host_layers_) return false;
-  const std::vector<bool>& next = streamer_->plan().layer_on_host;
-  std::vector<bool> current(layers_.size(), false);
-  for (size_t i = 0; i < current.size(); ++i) current[i] = host_layers_->layer(i);
-  if (next == current) {
-    update_host_pass_rows();
-    return false;
-  }
-  // The host KV of layers that may leave the set goes to the device KV first.
-  host_layers_->flush_to_device();
-  host_layers_->set_layers(next);
-  // The first layers the host gets after the KV is attached (pressure streamed them): measured
-  // now (the next re-plan splits by it).
-  if (host_rows_bytes_per_second_.empty() && host_layers_->attached() && host_layers_->any())
-    measure_host_layers();
-  update_host_pass_rows();
-  return true;
-}
-
-void CudaModel::update_host_pass_rows() {
-  host_pass_rows_ = 0;
-  if (!host_layers_ || !host_layers_->any() || h2d_bytes_per_second_ <= 0) return;
-  const PlacementPlan& plan = streamer_->plan();
-  const double all_copied =
-      static_cast<double>(plan.streamed_bytes_per_pass) / h2d_bytes_per_second_;
-  const double copied =
-      static_cast<double>(plan.streamed_bytes_per_pass - plan.host_bytes_per_pass) /
-      h2d_bytes_per_second_;
-  int runs = 0;
-  for (size_t i = 0; i < plan.layer_on_host.size(); ++i)
-    if (plan.layer_on_host[i] && (i == 0 || !plan.layer_on_host[i - 1])) ++runs;
-  // A pass of r rows leaves the host layers to the host while the split is expected to beat
-  // copying them (the host's time grows with the rows, the copies' does not); before the host
-  // was measured, at one row only (the plan's estimate is for one row).
-  for (int rows = 1; rows <= HostLayers::kMaxRows; rows *= 2) {
-    const size_t i = static_cast<size_t>(rows == 1 ? 0 : rows == 2 ? 1 : rows == 4 ? 2 : 3);
-    const double host_rate = i < host_rows_bytes_per_second_.size()
-                                 ? host_rows_bytes_per_second_[i]
-                                 : (rows == 1 ? host_bytes_per_second_ : 0.0);
-    if (host_rate <= 0) break;
-    const double split =
-        std::max(copied, static_cast<double>(plan.host_bytes_per_pass) / host_rate +
-                             runs * HostLayers::kNodeSeconds);
-    if (split >= all_copied) break;
-    host_pass_rows_ = rows;
-  }
-}
-
-bool CudaModel::measure_host_layers() {
-  if (!host_layers_ || !host_layers_->any() || host_speed_fixed_) return false;
-  const HostLayers::Speed speed = host_layers_->measure();
-  host_rows_bytes_per_second_.clear();
-  for (int rows = 1; rows <= HostLayers::kMaxRows; rows *= 2)
-    host_rows_bytes_per_second_.push_back(speed.bytes_per_second(rows));
-  const double measured = host_rows_bytes_per_second_[0];
-  const bool moved = measured > 0 && std::abs(measured - host_bytes_per_second_) >
-                                         0.2 * std::max(measured, host_bytes_per_second_);
-  if (measured > 0) host_bytes_per_second_ = measured;
-  update_host_pass_rows();
-  return moved;
-}
-
-void CudaModel::bind_layers(bool host_pass) {
-  bound_host_pass_ = host_pass;
+void CudaModel::bind_layers() {
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const uint8_t* base = streamer_->layer_base(i, host_pass);
+    const uint8_t* base = streamer_->layer_base(i);
     const LayerWeightLayout& layout = layout_.layers[i];
     DeviceLayer& d = layers_[i];
     DeviceMatrix* mats[LayerWeightLayout::kMatrices] = {
         &d.wq,     &d.wk,     &d.wv,    &d.wo,       &d.w_gate,    &d.w_up,
         &d.w_down, &d.ssm_in, &d.ssm_z, &d.ssm_beta, &d.ssm_alpha, &d.ssm_out};
-    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)  // (no base: the host computes it)
-      mats[m]->data = base ? base + layout.matrices[static_cast<size_t>(m)].offset : nullptr;
+    for (int m = 0; m < LayerWeightLayout::kMatrices; ++m)
+      mats[m]->data = base + layout.matrices[static_cast<size_t>(m)].offset;
   }
 }
 
 bool CudaModel::replan(const PlacementPlan& plan) {
-  bool moved = streamer_->apply(plan, stream_.get());
-  moved = apply_host_layers() || moved;
+  const bool moved = streamer_->apply(plan, stream_.get());
   bind_layers();
   return moved;
 }

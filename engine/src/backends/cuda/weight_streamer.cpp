@@ -16,8 +16,7 @@ WeightStreamer::WeightStreamer(MemoryManager& memory, const WeightLayout& layout
       layer_bytes_(layout.sizes().layer_bytes),
       resident_(layer_bytes_.size()),
       host_(layer_bytes_.size()),
-      ordinal_{std::vector<int32_t>(layer_bytes_.size(), -1),
-               std::vector<int32_t>(layer_bytes_.size(), -1)} {}
+      ordinal_(layer_bytes_.size(), -1) {}
 
 WeightStreamer::~WeightStreamer() {
   // The copy stream may still be carrying a pass; its buffers go after it.
@@ -89,54 +88,42 @@ bool WeightStreamer::apply(const PlacementPlan& plan, cudaStream_t compute) {
     changed = true;
   }
 
-  for (int kind = 0; kind < 2; ++kind) {
-    order_[kind].clear();
-    streamed_bytes_[kind] = 0;
-    for (size_t i = 0; i < n; ++i) {
-      ordinal_[kind][i] = -1;
-      if (resident_[i].get()) continue;
-      if (kind == 1 && i < plan.layer_on_host.size() && plan.layer_on_host[i]) continue;
-      ordinal_[kind][i] = static_cast<int32_t>(order_[kind].size());
-      order_[kind].push_back(i);
-      streamed_bytes_[kind] += layer_bytes_[i];
-    }
+  order_.clear();
+  streamed_bytes_ = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ordinal_[i] = -1;
+    if (resident_[i].get()) continue;
+    ordinal_[i] = static_cast<int32_t>(order_.size());
+    order_.push_back(i);
+    streamed_bytes_ += layer_bytes_[i];
   }
-  if (order_[0].empty() && staging_.get()) {
+  if (order_.empty() && staging_.get()) {
     staging_.reset();
     slots_ = 0;
     slot_bytes_ = 0;
   }
-  while (copied_.size() < order_[0].size()) {
+  while (copied_.size() < order_.size()) {
     copied_.push_back(std::make_unique<CudaEvent>());
     slot_free_.push_back(std::make_unique<CudaEvent>());
   }
   plan_ = plan;
   plan_.layer_streamed.assign(n, false);
-  plan_.layer_on_host.assign(n, false);
-  plan_.host_bytes_per_pass = 0;
-  for (size_t i : order_[0]) plan_.layer_streamed[i] = true;
-  for (size_t i = 0; i < n; ++i) {
-    plan_.layer_on_host[i] = host_layer(i);
-    if (plan_.layer_on_host[i]) plan_.host_bytes_per_pass += layer_bytes_[i];
-  }
-  plan_.host_layers = host_layers();
+  for (size_t i : order_) plan_.layer_streamed[i] = true;
   plan_.streamed_layers = streamed_layers();
   plan_.resident_layers = resident_layers();
-  plan_.streamed_bytes_per_pass = streamed_bytes_[0];
+  plan_.streamed_bytes_per_pass = streamed_bytes_;
   placed_ = true;
   return changed;
 }
 
-const uint8_t* WeightStreamer::layer_base(size_t layer, bool host_pass) const {
-  if (!streamed(layer)) return resident_[layer].as<uint8_t>();
-  const int32_t j = ordinal_[host_pass ? 1 : 0][layer];
-  if (j < 0) return nullptr;  // a host layer in a host pass
+const uint8_t* WeightStreamer::layer_base(size_t layer) const {
+  if (ordinal_[layer] < 0) return resident_[layer].as<uint8_t>();
   return staging_.as<uint8_t>() +
-         static_cast<size_t>(j % slots_) * static_cast<size_t>(slot_bytes_);
+         static_cast<size_t>(ordinal_[layer] % slots_) * static_cast<size_t>(slot_bytes_);
 }
 
 int32_t WeightStreamer::resident_layers() const {
-  return static_cast<int32_t>(layer_bytes_.size() - order_[0].size());
+  return static_cast<int32_t>(layer_bytes_.size() - order_.size());
 }
 
 uint64_t WeightStreamer::resident_bytes() const {
@@ -146,7 +133,7 @@ uint64_t WeightStreamer::resident_bytes() const {
 }
 
 void WeightStreamer::copy(size_t ordinal) {
-  const size_t layer = order_[pass_][ordinal];
+  const size_t layer = order_[ordinal];
   uint8_t* slot = staging_.as<uint8_t>() +
                   (ordinal % static_cast<size_t>(slots_)) * static_cast<size_t>(slot_bytes_);
   check_cuda(cudaMemcpyAsync(slot, host_[layer].as<uint8_t>(), layer_bytes_[layer],
@@ -155,29 +142,27 @@ void WeightStreamer::copy(size_t ordinal) {
   check_cuda(cudaEventRecord(copied_[ordinal]->get(), copy_stream_.get()), "cudaEventRecord");
 }
 
-int WeightStreamer::begin_pass(cudaStream_t compute, bool host_pass) {
-  pass_ = host_pass ? 1 : 0;
-  const std::vector<size_t>& order = order_[pass_];
-  if (order.empty()) return 0;
+int WeightStreamer::begin_pass(cudaStream_t compute) {
+  if (order_.empty()) return 0;
   check_cuda(cudaEventRecord(fork_.get(), compute), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(copy_stream_.get(), fork_.get(), 0), "cudaStreamWaitEvent");
-  const size_t first = std::min(order.size(), static_cast<size_t>(slots_));
+  const size_t first = std::min(order_.size(), static_cast<size_t>(slots_));
   for (size_t j = 0; j < first; ++j) copy(j);
   return static_cast<int>(first);
 }
 
 void WeightStreamer::before_layer(size_t layer, cudaStream_t compute) {
-  const int32_t j = ordinal_[pass_][layer];
+  const int32_t j = ordinal_[layer];
   if (j < 0) return;
   check_cuda(cudaStreamWaitEvent(compute, copied_[static_cast<size_t>(j)]->get(), 0),
              "cudaStreamWaitEvent");
 }
 
 int WeightStreamer::after_layer(size_t layer, cudaStream_t compute) {
-  const int32_t j = ordinal_[pass_][layer];
+  const int32_t j = ordinal_[layer];
   if (j < 0) return 0;
   const size_t next = static_cast<size_t>(j) + static_cast<size_t>(slots_);
-  if (next >= order_[pass_].size()) return 0;
+  if (next >= order_.size()) return 0;
   check_cuda(cudaEventRecord(slot_free_[static_cast<size_t>(j)]->get(), compute),
              "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(copy_stream_.get(), slot_free_[static_cast<size_t>(j)]->get(), 0),

@@ -2,13 +2,9 @@
 // bring streamed layers in. A layer is one blob (its seven matrices in the upload layout:
 // memory/weight_layout.h's LayerWeightLayout); a resident layer's blob has its own device
 // buffer, a streamed layer's blob sits in pinned host memory and is copied, for every forward
-// pass, into one of a ring of device staging slots. The copies run on a copy stream and are ordered
-// with the compute stream by events only (fork, per-layer "copied" and "slot free", join), so the
+// pass, into one of a ring of device staging slots. The copies run on a copy stream and are ordered with the
+// compute stream by events only (fork, per-layer "copied" and "slot free", join), so the
 // same calls work eagerly and inside a stream capture: a decode graph holds its copies.
-// Host layers (PlacementPlan::layer_on_host, cuda/host_layers.h) are streamed layers that a
-// host pass (a small batch) leaves to the host's threads: that pass copies only the other
-// streamed layers, each into the slot of its place among them, so a layer's staging address
-// depends on the kind of pass (layer_base).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -37,35 +33,26 @@ class WeightStreamer {
   // (every captured graph holding the old addresses is then stale).
   bool apply(const PlacementPlan& plan, cudaStream_t compute);
 
-  // The device address of a layer's blob for the kernels: its own buffer, or its staging slot
-  // in a pass of that kind (null for a host layer in a host pass: the host computes it).
-  const uint8_t* layer_base(size_t layer, bool host_pass = false) const;
-  // Whether the layer's weights live in host memory (copied in a pass that computes it).
-  bool streamed(size_t layer) const { return ordinal_[0][layer] >= 0; }
-  // Whether a host pass leaves the layer to the host.
-  bool host_layer(size_t layer) const { return streamed(layer) && ordinal_[1][layer] < 0; }
-  int32_t host_layers() const { return static_cast<int32_t>(order_[0].size() - order_[1].size()); }
+  // The device address of a layer's blob for the kernels: its own buffer, or its staging slot.
+  const uint8_t* layer_base(size_t layer) const;
+  bool streamed(size_t layer) const { return ordinal_[layer] >= 0; }
   size_t layers() const { return layer_bytes_.size(); }
   const std::vector<uint64_t>& layer_bytes() const { return layer_bytes_; }
   int32_t resident_layers() const;
-  int32_t streamed_layers() const { return static_cast<int32_t>(order_[0].size()); }
+  int32_t streamed_layers() const { return static_cast<int32_t>(order_.size()); }
   int32_t staging_slots() const { return slots_; }
   uint64_t staging_bytes() const { return staging_.bytes(); }
   uint64_t resident_bytes() const;
-  // The bytes a pass of that kind copies.
-  uint64_t streamed_bytes_per_pass(bool host_pass = false) const {
-    return streamed_bytes_[host_pass ? 1 : 0];
-  }
+  uint64_t streamed_bytes_per_pass() const { return streamed_bytes_; }
   // The plan last applied (max_resident_layers is where pressure has capped it).
   const PlacementPlan& plan() const { return plan_; }
 
   // One forward pass, issued on `compute` (eagerly or while it is being captured):
-  // begin_pass() forks the copy stream and starts the first copies (a host pass: of the layers
-  // it copies); before_layer() makes the compute stream wait for a streamed layer's copy;
-  // after_layer() frees its slot for the copy `slots` layers ahead. The last streamed layer's
-  // wait joins the copy stream back. Returns the copies (host-issued operations when eager)
-  // this pass queued.
-  int begin_pass(cudaStream_t compute, bool host_pass = false);
+  // begin_pass() forks the copy stream and starts the first copies; before_layer() makes the
+  // compute stream wait for a streamed layer's copy; after_layer() frees its slot for the
+  // copy `slots` layers ahead. The last streamed layer's wait joins the copy stream back.
+  // Returns the copies (host-issued operations when eager) this pass queued.
+  int begin_pass(cudaStream_t compute);
   void before_layer(size_t layer, cudaStream_t compute);
   int after_layer(size_t layer, cudaStream_t compute);
 
@@ -79,12 +66,9 @@ class WeightStreamer {
   PlacementPlan plan_;
   std::vector<DeviceBuffer> resident_;  // per layer; empty when streamed
   std::vector<PinnedBuffer> host_;      // per layer; empty when resident
-  // [0]: every pass that computes all layers on the device, [1]: a host pass. Per layer: its
-  // index among the layers that kind of pass copies, or -1; those layers ascending; their bytes.
-  std::vector<int32_t> ordinal_[2];
-  std::vector<size_t> order_[2];
-  uint64_t streamed_bytes_[2] = {0, 0};
-  int pass_ = 0;  // the kind of the pass being issued
+  std::vector<int32_t> ordinal_;        // per layer: index among the streamed, or -1
+  std::vector<size_t> order_;           // streamed layers, ascending
+  uint64_t streamed_bytes_ = 0;
   DeviceBuffer staging_;
   int32_t slots_ = 0;
   uint64_t slot_bytes_ = 0;
