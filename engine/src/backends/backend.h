@@ -35,7 +35,10 @@ struct BackendOptions {
   // KV tokens the weight placement leaves room for at load (placement.h's
   // default_kv_reserve_tokens of the engine's context); 0: none.
   int64_t kv_reserve_tokens = 0;
-  int64_t context_length = 4096;      // tokens per sequence slot (sizes the attention scratch)
+  int64_t context_length = 4096;  // tokens per sequence slot (sizes the attention scratch)
+  // The KV's sequence slots (make_runtime sets them): a hybrid model's recurrent state slots,
+  // which the weight placement leaves room for; 0: not known, none planned.
+  int32_t sequence_slots = 0;
   bool cuda_graphs = true;            // capture and replay decode steps
   int32_t cpu_threads = 0;            // 0: hardware concurrency
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries

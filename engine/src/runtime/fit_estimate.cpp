@@ -116,7 +116,10 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
     e.kv_reserve_bytes =
         e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
     fixed = footprint.always_resident_bytes;
-    const uint64_t needed = fixed + e.workspace_bytes + e.kv_reserve_bytes;
+    // The experts take what the rest leaves (CudaModel's keep: the KV reserve, the attention
+    // scratch in the workspace, the recurrent state slots of a hybrid).
+    const uint64_t needed = fixed + e.workspace_bytes + e.kv_reserve_bytes +
+                            e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
     in.budget_bytes = e.budget_bytes > needed ? e.budget_bytes - needed : 0;
   } else {
     in.budget_bytes = footprint.experts_bytes;

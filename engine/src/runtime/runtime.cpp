@@ -36,7 +36,9 @@ Runtime make_runtime(const ModelFile& file, const ModelConfig& config, const Wei
   rt.memory = std::make_unique<MemoryManager>(options.backend.vram_budget_bytes
                                                   ? options.backend.vram_budget_bytes
                                                   : std::numeric_limits<uint64_t>::max() / 2);
-  const BackendInit init{file, config, weights, *rt.memory, options.backend};
+  BackendOptions backend = options.backend;
+  backend.sequence_slots = options.slots;
+  const BackendInit init{file, config, weights, *rt.memory, backend};
 #ifdef GRANULE_HAVE_CUDA
   if (options.device != DeviceKind::Cpu) {
     try {

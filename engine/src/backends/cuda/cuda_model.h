@@ -318,7 +318,8 @@ class CudaModel {
   std::unique_ptr<CudaMoe> moe_;              // the experts of a mixture-of-experts model
   std::unique_ptr<Gemma4Device> gemma4_;      // Gemma 4's per-layer embeddings; null otherwise
   uint64_t kv_reserve_bytes_ = 0;
-  size_t attention_scratch_bytes_ = 0;  // planned for until attach_kv() charges it
+  size_t attention_scratch_bytes_ = 0;          // planned for until attach_kv() charges it
+  uint64_t recurrent_state_planned_bytes_ = 0;  // likewise, the recurrent state slots
   uint64_t launches_ = 0, copies_ = 0;
   DeviceBuffer vectors_;  // norms and biases as f32
   DeviceBuffer rope_frequencies_buffer_;

@@ -160,8 +160,11 @@ void CudaModel::load(const BackendInit& init) {
   upload_weights(w);
   if (c.architecture == "gemma4") upload_gemma4(w, init.options.cuda_ple_table_on_device);
   allocate_workspace();
-  // Charged now, so that the plan sees it: the attention scratch attach_kv() allocates.
+  // Charged now, so that the plan sees them: the attention scratch and the recurrent state
+  // slots attach_kv() allocates.
   attention_scratch_bytes_ = workspace_.attention_bytes();
+  recurrent_state_planned_bytes_ =
+      recurrent_state_bytes() * static_cast<uint64_t>(std::max(init.options.sequence_slots, 0));
   add_prefill_overlap();
 
   // Placement: the layers that fit stay resident, the rest stream. Each layer's seven
@@ -177,7 +180,8 @@ void CudaModel::load(const BackendInit& init) {
     // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
     // reserve leave: all of them in VRAM where that holds them, else a device cache of what fits
     // (cuda_moe.h). Their workspace comes out of it first.
-    const uint64_t keep = kv_reserve_bytes_ + attention_scratch_bytes_;
+    const uint64_t keep =
+        kv_reserve_bytes_ + attention_scratch_bytes_ + recurrent_state_planned_bytes_;
     const uint64_t left = memory_.available_bytes();
     moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_, left > keep ? left - keep : 0,
                                      stream_.get());
@@ -406,7 +410,8 @@ PlacementInput CudaModel::placement_input(uint64_t budget, int32_t max_resident,
   in.workspace_bytes =
       memory_.bytes(MemoryCategory::Workspace) + memory_.bytes(MemoryCategory::Graphs) +
       memory_.bytes(MemoryCategory::Other) + memory_.bytes(MemoryCategory::RecurrentState) +
-      (attention_partial_.get() ? 0 : attention_scratch_bytes_);
+      (attention_partial_.get() ? 0 : attention_scratch_bytes_) +
+      (recurrent_state_.get() ? 0 : recurrent_state_planned_bytes_);
   in.kv_reserve_bytes = kv_bytes;
   in.staging_slots = kStagingSlots;
   in.max_resident_layers = max_resident;
