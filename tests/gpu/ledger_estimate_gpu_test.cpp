@@ -168,20 +168,9 @@ TEST_F(LedgerEstimateGpu, AtAStreamingBudgetThePlanAndEveryWeightCategoryAreTheE
 // the GPU's own budget and at one that streams layers.
 TEST(LedgerEstimateHybridGpu, TheRecurrentStateAndSectionRopeAreWhereTheEstimateSays) {
   GRANULE_REQUIRE_GPU();
-  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
+  SyntheticModelSpec s = gpu_test::qwen35_spec(TensorType::Q4_0);
   s.name = "tiny-qwen35-ledger";
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 128;
-  s.rope_dims = 32;
-  s.rope_sections = {6, 5, 3, 2};
-  s.n_ff = 512;
-  s.n_vocab = 2048;
-  s.ssm_state_size = 64;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
-  s.weight_type = TensorType::Q4_0;
+  s.n_vocab = 2048;  // generate()'s prompt tokens
   s.embedding_type = TensorType::Q8_0;
   s.output_type = TensorType::Q6_K;
   test::TempModel model(s, "ledger-hybrid");

@@ -59,26 +59,6 @@ namespace {
 // The prefill cases below are chunked from 64 rows on (the header's list).
 static_assert(kernels::kDeltaNetChunkedMinRows <= 64);
 
-SyntheticModelSpec qwen35_spec(TensorType type) {
-  SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
-  s.name = "tiny-qwen35-gpu";
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 128;
-  s.rope_dims = 32;
-  s.rope_sections = {6, 5, 3, 2};
-  s.n_ff = 512;
-  s.n_vocab = 1000;
-  s.ssm_state_size = 64;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
-  s.weight_type = type;
-  s.embedding_type = type;
-  s.output_type = type;
-  return s;
-}
-
 RuntimeOptions options(bool gpu) {
   RuntimeOptions o;
   o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
@@ -148,7 +128,7 @@ std::string type_name(TensorType t) { return tensor_type_name(static_cast<uint32
 TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
   GRANULE_REQUIRE_GPU();
   const TensorType type = GetParam();
-  test::TempModel model(qwen35_spec(type), "qwen35-gpu");
+  test::TempModel model(gpu_test::qwen35_spec(type), "qwen35-gpu");
   Rig ref(model.path, options(false)), gpu(model.path, options(true));
   const ModelConfig& c = gpu.config;
   ASSERT_TRUE(c.is_hybrid() && c.attn_output_gate);
@@ -229,7 +209,7 @@ TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
 TEST_P(Qwen35Gpu, ASnapshotContinuesTheChatExactly) {
   GRANULE_REQUIRE_GPU();
   const TensorType type = GetParam();
-  test::TempModel model(qwen35_spec(type), "qwen35-gpu-snapshot");
+  test::TempModel model(gpu_test::qwen35_spec(type), "qwen35-gpu-snapshot");
   Rig gpu(model.path, options(true)), twin(model.path, options(true)),
       ref(model.path, options(false));
   const int64_t vocab = gpu.config.n_vocab;
@@ -276,7 +256,7 @@ TEST_P(Qwen35Gpu, ASnapshotContinuesTheChatExactly) {
 // the slot then continues as before.
 TEST_P(Qwen35Gpu, AStepThatDoesNotContinueTheStateIsRefused) {
   GRANULE_REQUIRE_GPU();
-  test::TempModel model(qwen35_spec(GetParam()), "qwen35-gpu-refused");
+  test::TempModel model(gpu_test::qwen35_spec(GetParam()), "qwen35-gpu-refused");
   Rig gpu(model.path, options(true)), twin(model.path, options(true));
   const int64_t vocab = gpu.config.n_vocab;
   const std::vector<int32_t> prompt = random_tokens(10, vocab, 31);
@@ -319,7 +299,7 @@ TEST_P(Qwen35Fusion, BatchOneDecodeTakesTheFusedKernels) {
   GRANULE_REQUIRE_GPU();
   const TensorType type = GetParam().type;
   const bool f32_gates = GetParam().f32_gates;
-  SyntheticModelSpec spec = qwen35_spec(type);
+  SyntheticModelSpec spec = gpu_test::qwen35_spec(type);
   if (f32_gates)
     spec.tensor_types = {{"ssm_beta.weight", TensorType::F32},
                          {"ssm_alpha.weight", TensorType::F32}};
