@@ -233,17 +233,7 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     for (int i = 0; i < 4; ++i) {
       const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
       const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
-      if (column >= tile.count || row >= n_out) continue;
-      const int64_t bias_at = static_cast<int64_t>(tile.expert) * n_out + row;
-      float v = acc[0][nt][i];
-      if (P.a.bias) v = __fadd_rn(v, P.a.bias[bias_at]);
-      if constexpr (GATE_UP) {
-        float u = acc[M - 1][nt][i];
-        if (P.b.bias) u = __fadd_rn(u, P.b.bias[bias_at]);
-        v = moe_activate(P.act, v, u);
-      }
-      const int pair = in.groups.order[tile.first + column];
-      P.out[static_cast<int64_t>(pair) * n_out + row] = v;
+      moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], acc[M - 1][nt][i]);
     }
   }
 }
@@ -286,18 +276,9 @@ template <bool GATE_UP>
 cudaError_t launch_gemm(const MoeProduct& P, const KernelConfig& config, cudaStream_t stream) {
   const MoeInput& in = P.in;
   if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
-  if (!moe_mma_supports(P.a.type) ||
-      (GATE_UP && (P.b.type != P.a.type || P.b.row_bytes != P.a.row_bytes)))
-    return cudaErrorInvalidValue;
-  if (in.n_in <= 0 || in.n_in % kQ8Block != 0 || in.n_in % block_elems(P.a.type) != 0 ||
-      in.n_used <= 0 || !in.xq.qs || !in.xq.ds)
-    return cudaErrorInvalidValue;
+  if (!moe_grouped_args_ok(P, GATE_UP)) return cudaErrorInvalidValue;
   const MoeGroups& groups = in.groups;
-  if (!groups.tiles || !groups.order || !groups.n_tiles || in.n_expert <= 0 ||
-      in.n_expert > kMoeMaxExperts)
-    return cudaErrorInvalidValue;
   const int tiles = moe_max_tiles(in.pairs, in.n_expert, groups.tile_pairs);
-  if (tiles > 65535) return cudaErrorInvalidValue;
   const dim3 grid(ceil_div(P.n_out, kRowsPerBlock), tiles);
   return for_gemm_type(P.a.type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;

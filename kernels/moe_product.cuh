@@ -5,6 +5,7 @@
 
 #include "moe.cuh"
 #include "moe_unpack.cuh"
+#include "quant_blocks.cuh"
 
 namespace granule::kernels {
 
@@ -76,6 +77,45 @@ __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float 
     return g / (1.0f + expf(-1.702f * g)) * (u + 1.0f);
   }
   return g / (1.0f + expf(-g)) * u;
+}
+
+// The grouped tensor-core products (moe_mma.cu, moe_gemm.cu) share their epilogue and the checks
+// of their arguments.
+//
+// Column `column` of `tile` (one pair) at output row `row`: a's sum plus its bias, for gate/up
+// through the activation with b's (up's sum), stored at the pair's row. Columns past the tile and
+// rows past n_out store nothing.
+template <bool GATE_UP>
+__device__ __forceinline__ void moe_store_grouped(const MoeProduct& P, const MoeTile& tile,
+                                                  int column, int row, float a, float b) {
+  if (column >= tile.count || row >= P.n_out) return;
+  const int64_t bias_at = static_cast<int64_t>(tile.expert) * P.n_out + row;
+  float v = a;
+  if (P.a.bias) v = __fadd_rn(v, P.a.bias[bias_at]);
+  if constexpr (GATE_UP) {
+    if (P.b.bias) b = __fadd_rn(b, P.b.bias[bias_at]);
+    v = moe_activate(P.act, v, b);
+  }
+  const int pair = P.in.groups.order[tile.first + column];
+  P.out[static_cast<int64_t>(pair) * P.n_out + row] = v;
+}
+
+// Whether a grouped tensor-core launch's arguments are ones its kernels take (each launcher adds
+// its own tile sizes): the weight types, whole input blocks, quantised activations, the grouping
+// and a grid of at most 65,535 tiles.
+inline bool moe_grouped_args_ok(const MoeProduct& P, bool gate_up) {
+  const MoeInput& in = P.in;
+  if (!moe_mma_supports(P.a.type) ||
+      (gate_up && (P.b.type != P.a.type || P.b.row_bytes != P.a.row_bytes)))
+    return false;
+  if (in.n_in <= 0 || in.n_in % kQ8Block != 0 || in.n_in % block_elems(P.a.type) != 0 ||
+      in.n_used <= 0 || !in.xq.qs || !in.xq.ds)
+    return false;
+  const MoeGroups& groups = in.groups;
+  if (!groups.tiles || !groups.order || !groups.n_tiles || in.n_expert <= 0 ||
+      in.n_expert > kMoeMaxExperts || groups.tile_pairs < 1)
+    return false;
+  return moe_max_tiles(in.pairs, in.n_expert, groups.tile_pairs) <= 65535;
 }
 
 }  // namespace granule::kernels
