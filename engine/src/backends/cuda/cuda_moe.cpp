@@ -260,14 +260,12 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
   upload_experts(expert_budget > taken ? expert_budget - taken : 0);
-  // The tiled products read the weights with cp.async: only while every expert is in VRAM (the
-  // shared experts always are). Asked here, before any stream capture (shared-memory sizes).
+  // The tiled products read the weights with cp.async: only while every expert is in VRAM. Asked
+  // here, before any stream capture (shared-memory sizes). Shared experts keep the moe_mma
+  // kernels (their Shared::gemm_* stay false): the tiled ones failed MoeSharedExpertGpu once.
   for (Layer& d : layers_) {
     d.gemm_gate_up = all_resident_ && d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
     d.gemm_down = all_resident_ && d.mma_down && k::moe_gemm_prepare(d.down.type);
-    d.shared.gemm_gate_up =
-        false;  // the tiled kernels failed the shared expert (MoeSharedExpertGpu)
-    d.shared.gemm_down = false;
   }
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
