@@ -61,6 +61,46 @@ Request chat(const std::string& question, Constraint constraint, Reply& out) {
 
 using gpu_test::DeviceArray;
 
+// A step's draws on the device as the engine's heads make them: the logits, the rows' sampling
+// parameters and histories, the greedy and the sampled tokens, the argmax kernel's workspace.
+struct Draws {
+  Draws(int rows, int n_vocab, const std::vector<kernels::DeviceSamplingParams>& params,
+        const std::vector<int32_t>& history, const std::vector<int32_t>& history_length,
+        int history_stride)
+      : rows(rows),
+        n_vocab(n_vocab),
+        logits(static_cast<size_t>(rows) * n_vocab),
+        params(params),
+        history(history),
+        length(history_length),
+        greedy(rows),
+        sampled(rows),
+        best(std::vector<unsigned long long>(rows, 0)),
+        counters(std::vector<int>(rows, 0)) {
+    args.logits = logits.get();
+    args.logits_stride = n_vocab;
+    args.rows = rows;
+    args.n_vocab = n_vocab;
+    args.params = this->params.get();
+    args.history = this->history.get();
+    args.history_stride = history_stride;
+    args.history_length = length.get();
+    args.tokens = sampled.get();
+  }
+  cudaError_t argmax(const kernels::KernelConfig& config, cudaStream_t stream) const {
+    return kernels::launch_argmax(logits.get(), n_vocab, rows, n_vocab, greedy.get(),
+                                  {best.get(), counters.get()}, config, stream);
+  }
+
+  int rows, n_vocab;
+  DeviceArray<float> logits;
+  DeviceArray<kernels::DeviceSamplingParams> params;
+  DeviceArray<int32_t> history, length, greedy, sampled;
+  DeviceArray<unsigned long long> best;
+  DeviceArray<int> counters;
+  kernels::SamplingArgs args;
+};
+
 // The default model, else the test data's first layers of it (the same tokenizer and template):
 // the GPU machine gets the test data folder but not the default model.
 std::filesystem::path model_path() {
@@ -101,30 +141,12 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
     history_length[5] = 8;
     const std::vector<bool> masked = {true, false, true, false, true, false, true, true};
 
-    DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
-    DeviceArray<kernels::DeviceSamplingParams> d_params(params);
-    DeviceArray<int32_t> d_history(history), d_length(history_length);
-    DeviceArray<int32_t> d_greedy(rows), d_sampled(rows);
-    DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
-    DeviceArray<int> d_counters(std::vector<int>(rows, 0));
-    const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
-    kernels::SamplingArgs a;
-    a.logits = d_logits.get();
-    a.logits_stride = n_vocab;
-    a.rows = rows;
-    a.n_vocab = n_vocab;
-    a.params = d_params.get();
-    a.history = d_history.get();
-    a.history_stride = history_stride;
-    a.history_length = d_length.get();
-    a.tokens = d_sampled.get();
+    Draws d(rows, n_vocab, params, history, history_length, history_stride);
     cuda::CudaStream stream;
     // The draws the engine's heads make: argmax (greedy steps) and the sampling kernel.
     const auto draw = [&](cudaStream_t s) {
-      ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
-                                       workspace, config, s),
-                cudaSuccess);
-      ASSERT_EQ(kernels::launch_sampling(a, s), cudaSuccess);
+      ASSERT_EQ(d.argmax(config, s), cudaSuccess);
+      ASSERT_EQ(kernels::launch_sampling(d.args, s), cudaSuccess);
     };
 
     MemoryManager memory(uint64_t{1} << 30);
@@ -133,7 +155,7 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
     cuda::TokenMasks masks(64, n_vocab, copy);
     cudaGraph_t graph = nullptr;
     CUDA_OK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
+    masks.enqueue(d.logits.get(), n_vocab, rows, n_vocab, 0, stream.get());
     draw(stream.get());
     CUDA_OK(cudaStreamEndCapture(stream.get(), &graph));
     cudaGraphExec_t exec = nullptr;
@@ -158,10 +180,10 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
                          row_masks[r]);
       }
       // The reference: the same kernels over logits masked on the host.
-      d_logits.upload(host_masked);
+      d.logits.upload(host_masked);
       draw(nullptr);
-      const std::vector<int32_t> want_greedy = d_greedy.download();
-      const std::vector<int32_t> want_sampled = d_sampled.download();
+      const std::vector<int32_t> want_greedy = d.greedy.download();
+      const std::vector<int32_t> want_sampled = d.sampled.download();
       for (int r = 0; r < rows; ++r) {
         if (!masked[r]) continue;
         const auto allowed = [&](int32_t t) {
@@ -172,9 +194,9 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
       }
 
       // The graph: launched before the masks exist; it must wait for them.
-      d_logits.upload(logits);
-      d_greedy.poison();
-      d_sampled.poison();
+      d.logits.upload(logits);
+      d.greedy.poison();
+      d.sampled.poison();
       CUDA_OK(cudaDeviceSynchronize());  // the poison lands first (another stream)
       masks.arm();
       step.launch(stream.get());
@@ -184,24 +206,24 @@ TEST(ConstraintGpu, GraphMasksDrawWhatHostMasksDraw) {
       masks.publish(given);
       CUDA_OK(cudaStreamSynchronize(stream.get()));
       EXPECT_FALSE(masks.take_timed_out());
-      EXPECT_EQ(d_greedy.download(), want_greedy);
-      EXPECT_EQ(d_sampled.download(), want_sampled);
+      EXPECT_EQ(d.greedy.download(), want_greedy);
+      EXPECT_EQ(d.sampled.download(), want_sampled);
     }
 
     // A step the host gives up on: released with no row masked, it draws from the plain logits.
     const std::vector<float> logits =
         gpu_test::random_floats(static_cast<size_t>(rows) * n_vocab, rng, 3.0f);
-    d_logits.upload(logits);
+    d.logits.upload(logits);
     draw(nullptr);
-    const std::vector<int32_t> plain_greedy = d_greedy.download();
-    const std::vector<int32_t> plain_sampled = d_sampled.download();
-    d_logits.upload(logits);
+    const std::vector<int32_t> plain_greedy = d.greedy.download();
+    const std::vector<int32_t> plain_sampled = d.sampled.download();
+    d.logits.upload(logits);
     masks.arm();
     step.launch(stream.get());
     EXPECT_TRUE(masks.release_unpublished());
     CUDA_OK(cudaStreamSynchronize(stream.get()));
-    EXPECT_EQ(d_greedy.download(), plain_greedy);
-    EXPECT_EQ(d_sampled.download(), plain_sampled);
+    EXPECT_EQ(d.greedy.download(), plain_greedy);
+    EXPECT_EQ(d.sampled.download(), plain_sampled);
   }
 }
 
@@ -242,23 +264,7 @@ TEST(ConstraintGpu, ThirtyTwoRowsForcedByOneTokenMasksAcrossReplays) {
     }
     const int history_stride = 4;
     std::vector<int32_t> history(rows * history_stride, 0), history_length(rows, 0);
-    DeviceArray<float> d_logits(static_cast<size_t>(rows) * n_vocab);
-    DeviceArray<kernels::DeviceSamplingParams> d_params(params);
-    DeviceArray<int32_t> d_history(history), d_length(history_length);
-    DeviceArray<int32_t> d_greedy(rows), d_sampled(rows);
-    DeviceArray<unsigned long long> d_best(std::vector<unsigned long long>(rows, 0));
-    DeviceArray<int> d_counters(std::vector<int>(rows, 0));
-    const kernels::ArgmaxWorkspace workspace{d_best.get(), d_counters.get()};
-    kernels::SamplingArgs a;
-    a.logits = d_logits.get();
-    a.logits_stride = n_vocab;
-    a.rows = rows;
-    a.n_vocab = n_vocab;
-    a.params = d_params.get();
-    a.history = d_history.get();
-    a.history_stride = history_stride;
-    a.history_length = d_length.get();
-    a.tokens = d_sampled.get();
+    Draws d(rows, n_vocab, params, history, history_length, history_stride);
 
     // The engine's table: the device copy from the workspace list, in the ledger; 128 host rows
     // (a prefill's sequences), of which the second graph masks rows 64-95.
@@ -273,13 +279,11 @@ TEST(ConstraintGpu, ThirtyTwoRowsForcedByOneTokenMasksAcrossReplays) {
       cudaGraph_t graph = nullptr;
       EXPECT_EQ(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal),
                 cudaSuccess);
-      masks.enqueue(d_logits.get(), n_vocab, rows, n_vocab, first_mask_row, stream.get());
+      masks.enqueue(d.logits.get(), n_vocab, rows, n_vocab, first_mask_row, stream.get());
       if (sample)
-        EXPECT_EQ(kernels::launch_sampling(a, stream.get()), cudaSuccess);
+        EXPECT_EQ(kernels::launch_sampling(d.args, stream.get()), cudaSuccess);
       else
-        EXPECT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
-                                         workspace, config, stream.get()),
-                  cudaSuccess);
+        EXPECT_EQ(d.argmax(config, stream.get()), cudaSuccess);
       EXPECT_EQ(cudaStreamEndCapture(stream.get(), &graph), cudaSuccess);
       cudaGraphExec_t exec = nullptr;
       EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
@@ -314,33 +318,31 @@ TEST(ConstraintGpu, ThirtyTwoRowsForcedByOneTokenMasksAcrossReplays) {
         std::vector<uint32_t> nothing(static_cast<size_t>((n_vocab + 31) / 32), 0);
         for (int r = 0; r < c.first_mask_row; ++r) given[static_cast<size_t>(r)] = nothing.data();
         // Unmasked: the draw the plain logits give.
-        d_logits.upload(logits);
+        d.logits.upload(logits);
         if (c.sample) {
-          ASSERT_EQ(kernels::launch_sampling(a, nullptr), cudaSuccess);
+          ASSERT_EQ(kernels::launch_sampling(d.args, nullptr), cudaSuccess);
         } else {
-          ASSERT_EQ(kernels::launch_argmax(d_logits.get(), n_vocab, rows, n_vocab, d_greedy.get(),
-                                           workspace, config, nullptr),
-                    cudaSuccess);
+          ASSERT_EQ(d.argmax(config, nullptr), cudaSuccess);
         }
-        const std::vector<int32_t> plain = c.sample ? d_sampled.download() : d_greedy.download();
+        const std::vector<int32_t> plain = c.sample ? d.sampled.download() : d.greedy.download();
 
-        d_logits.upload(logits);
-        d_greedy.poison();
-        d_sampled.poison();
+        d.logits.upload(logits);
+        d.greedy.poison();
+        d.sampled.poison();
         CUDA_OK(cudaDeviceSynchronize());
         masks.arm();
         step.launch(stream.get());
         masks.publish(given);
         CUDA_OK(cudaStreamSynchronize(stream.get()));
         EXPECT_FALSE(masks.take_timed_out());
-        const std::vector<int32_t> drawn = c.sample ? d_sampled.download() : d_greedy.download();
+        const std::vector<int32_t> drawn = c.sample ? d.sampled.download() : d.greedy.download();
         for (int r = 0; r < rows; ++r) {
           if (forced[r] >= 0)
             EXPECT_EQ(drawn[r], forced[r]) << "row " << r << " allowed one token";
           else
             EXPECT_EQ(drawn[r], plain[r]) << "row " << r << " had no mask";
         }
-        if (!c.sample) expect_host_masking(logits, d_logits.download(), row_masks, n_vocab);
+        if (!c.sample) expect_host_masking(logits, d.logits.download(), row_masks, n_vocab);
       }
     }
   }
