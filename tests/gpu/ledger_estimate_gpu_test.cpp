@@ -96,7 +96,7 @@ void expect_ledger_matches(const FitEstimate& e, const TelemetrySnapshot& t) {
             kv_exact + static_cast<uint64_t>(e.chats) * kGranule);
   // KV committed and pooled: within the room the plan leaves beside what it holds.
   // Recurrent state slots (Qwen3.5): one per chat.
-  const uint64_t states = e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+  const uint64_t states = e.recurrent_state_bytes();
   EXPECT_EQ(ledger(t, MemoryCategory::RecurrentState), states);
   const uint64_t held = e.resident_weight_bytes + e.staging_bytes + e.workspace_bytes + states;
   const uint64_t kv_physical =

@@ -186,6 +186,9 @@ struct FitEstimate {
   // Recurrent layers' state (Qwen3.5's Gated DeltaNet), one slot per chat: `chats` of them
   // are held beside the weights, whatever the context.
   uint64_t recurrent_state_bytes_per_chat = 0;
+  uint64_t recurrent_state_bytes() const {  // every chat's
+    return recurrent_state_bytes_per_chat * static_cast<uint64_t>(chats);
+  }
   uint64_t workspace_bytes = 0;  // an allowance: the logits of every slot plus scratch
   uint64_t budget_bytes = 0;     // the options' budget, or the one the backend would set
   int64_t context_per_chat = 0;  // the options' context, clamped to the model's as open() does

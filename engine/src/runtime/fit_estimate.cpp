@@ -118,8 +118,8 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
     fixed = footprint.always_resident_bytes;
     // The experts take what the rest leaves (CudaModel's keep: the KV reserve, the attention
     // scratch in the workspace, the recurrent state slots of a hybrid).
-    const uint64_t needed = fixed + e.workspace_bytes + e.kv_reserve_bytes +
-                            e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+    const uint64_t needed =
+        fixed + e.workspace_bytes + e.kv_reserve_bytes + e.recurrent_state_bytes();
     in.budget_bytes = e.budget_bytes > needed ? e.budget_bytes - needed : 0;
   } else {
     in.budget_bytes = footprint.experts_bytes;
@@ -147,7 +147,7 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
 
   e.resident_weight_bytes = fixed + (e.gpu ? resident_expert_bytes : 0);
   // Recurrent layers (qwen35moe): a state slot per chat, allocated with the KV space.
-  const uint64_t states = e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+  const uint64_t states = e.recurrent_state_bytes();
   e.minimum_budget_bytes = fixed + e.workspace_bytes + e.kv_reserve_bytes + states;
   e.loads = e.budget_bytes >= e.minimum_budget_bytes;
   const uint64_t held = e.resident_weight_bytes + e.workspace_bytes + states;
@@ -223,8 +223,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
   }
   const auto n_layer = static_cast<int32_t>(weights.layers.size());
   // The CPU holds every weight; the recurrent state slots are allocated with the KV space.
-  uint64_t held = e.weights_bytes + e.workspace_bytes +
-                  e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+  uint64_t held = e.weights_bytes + e.workspace_bytes + e.recurrent_state_bytes();
   e.resident_layers = n_layer;
   e.layer_streamed.assign(static_cast<size_t>(n_layer), false);
   e.resident_weight_bytes = e.weights_bytes;
@@ -243,7 +242,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     in.weights = layout.sizes();
     // The recurrent state slots (Qwen3.5) are held beside the workspace, as CudaModel's plan
     // counts them.
-    const uint64_t states = e.recurrent_state_bytes_per_chat * static_cast<uint64_t>(e.chats);
+    const uint64_t states = e.recurrent_state_bytes();
     in.workspace_bytes = workspace.total() + states;
     in.kv_reserve_bytes =
         e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
