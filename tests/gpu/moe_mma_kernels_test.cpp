@@ -11,11 +11,11 @@
 //   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8, 32 and 64 pairs: the bits of
 //            the tensor-core products above, gate/up and down;
 // with routing that is uneven (a skewed choice, one expert routed no pair; one expert with every
-// pair; 128 experts with one pair each), runs of 8 to 600 pairs, and experts read through
-// pointer tables of which the odd ones point into mapped pinned host memory (the tiled kernels:
-// device memory, and mapped host memory in a test of its own, the file's last). Without a GPU:
-// every type's fragments (moe_mma_frag.cuh: the int8 words each lane of an mma quad builds, and
-// their scales) against dequantize_row.
+// pair; 128 experts with one pair each; a shared expert's one-expert table), runs of 8 to 600
+// pairs, and experts read through pointer tables of which the odd ones point into mapped pinned
+// host memory (the tiled kernels: device memory, and mapped host memory in a test of its own, the
+// file's last). Without a GPU: every type's fragments (moe_mma_frag.cuh: the int8 words each lane
+// of an mma quad builds, and their scales) against dequantize_row.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -248,7 +248,8 @@ struct MmaCase {
 };
 
 std::vector<int32_t> case_ids(const MmaCase& c, int rows, std::mt19937& rng) {
-  if (c.routing == Routing::OneExpert) return std::vector<int32_t>(static_cast<size_t>(rows), 5);
+  if (c.routing == Routing::OneExpert)  // expert 5, or the only one
+    return std::vector<int32_t>(static_cast<size_t>(rows), std::min(5, c.n_expert - 1));
   if (c.routing == Routing::OnePairEach) {
     std::vector<int32_t> ids(static_cast<size_t>(c.n_expert));
     std::iota(ids.begin(), ids.end(), 0);
@@ -532,6 +533,29 @@ TEST(MoeMmaKernels, SkewedGroupings) {
   spread.n_used = 8;
   spread.routing = Routing::OnePairEach;
   run_mma_case(spread, 16, 32u);
+}
+
+// A shared expert as CudaMoe runs it (qwen35moe's in moe_model_gpu_test's MoeSharedExpertGpu):
+// a one-expert table every row chooses (n_expert 1, n_used 1), hidden 256, width 512, at 24
+// rows (one partial tile of 64) and 150 (tiles of 64, 64 and 22; of 32 the last of 22), Q8_0
+// (split layout) and Q4_K: the tiled kernels give the tensor-core products' bits at every tile.
+TEST(MoeMmaKernels, SharedExpertShapes) {
+  GRANULE_REQUIRE_GPU();
+  if (!k::moe_mma_supports(static_cast<uint32_t>(TensorType::Q8_0)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    MmaCase c;
+    c.gate_up = c.down = type;
+    c.n_expert = 1;
+    c.n_used = 1;
+    c.n_embd = 256;
+    c.n_ff = 512;
+    c.routing = Routing::OneExpert;
+    for (const int rows : {24, 150}) {
+      run_mma_case(c, rows, 61u + static_cast<uint32_t>(rows));
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST(MoeMmaKernels, RefusesWhatTheyDoNotCover) {

@@ -31,6 +31,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -59,6 +60,17 @@
 
 namespace granule {
 namespace {
+
+// A device copy of `host` whose bytes have landed. DeviceArray's cudaMemcpy from pageable memory
+// returns once they are staged; its DMA (legacy stream) may still be running, and nothing orders
+// it before the kernels of a CudaStream (non-blocking): a forward right after the upload could
+// read the previous contents of a residual the allocator handed out again.
+template <class T>
+gpu_test::DeviceArray<T> landed(const std::vector<T>& host) {
+  gpu_test::DeviceArray<T> d(host);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw std::runtime_error("upload failed");
+  return d;
+}
 
 // Small MoE shapes the GPU kernels run: hidden 256, heads of 64 (qwen3moe: 128, one KV head),
 // 8 experts, top 2; experts of 256 (qwen3moe) or the FFN width 512 (Mixtral).
@@ -458,6 +470,7 @@ TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   std::vector<int32_t> slot_ids(kMaxRows);
   for (int r = 0; r < kMaxRows; ++r) slot_ids[static_cast<size_t>(r)] = r;
   gpu_test::DeviceArray<int32_t> slots(slot_ids);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the uploads landed (landed())
   kernels::RmsNormOutputs out;
   out.f32 = normed.get();
   out.q8 = {qs.get(), ds.get()};
@@ -465,7 +478,7 @@ TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
                                      config.rms_eps, out, kc, stream.get()),
             cudaSuccess);
   auto run = [&](cuda::CudaMoe& moe, int rows, int layer) {
-    gpu_test::DeviceArray<float> hidden(residual);
+    gpu_test::DeviceArray<float> hidden = landed(residual);
     moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(), kc,
                 stream.get(), nullptr);
     stream.synchronize();
@@ -572,6 +585,118 @@ TEST(MoeSharedExpert, NotRefused) {
   }
 }
 
+// The FFN input of MoeSharedExpertGpu's runs: max_rows random rows through a unit-weight RMSNorm
+// (f32 and int8 blocks, as the model's norm writes them), each row its own KV slot, and a random
+// residual; uploads landed before the norm runs on `stream`.
+struct SharedExpertRows {
+  std::vector<float> residual;
+  gpu_test::DeviceArray<float> normed;
+  gpu_test::DeviceArray<int8_t> qs;
+  gpu_test::DeviceArray<float2> ds;
+  gpu_test::DeviceArray<int32_t> slots;
+  SharedExpertRows(const ModelConfig& config, int max_rows, const kernels::KernelConfig& kc,
+                   cuda::CudaStream& stream)
+      : normed(static_cast<size_t>(max_rows * config.n_embd)),
+        qs(normed.size()),
+        ds(normed.size() / 32),
+        slots(landed(own_slots(max_rows))) {
+    const int64_t n = config.n_embd;
+    std::mt19937 rng(11);
+    const std::vector<float> x = gpu_test::random_floats(normed.size(), rng, 1.0f);
+    residual = gpu_test::random_floats(normed.size(), rng, 1.0f);
+    const gpu_test::DeviceArray<float> x_d = landed(x);
+    const gpu_test::DeviceArray<float> ones_d =
+        landed(std::vector<float>(static_cast<size_t>(n), 1.0f));
+    kernels::RmsNormOutputs out;
+    out.f32 = normed.get();
+    out.q8 = {qs.get(), ds.get()};
+    if (kernels::launch_rms_norm(x_d.get(), ones_d.get(), max_rows, static_cast<int>(n),
+                                 config.rms_eps, out, kc, stream.get()) != cudaSuccess)
+      throw std::runtime_error("launch_rms_norm failed");
+    stream.synchronize();
+  }
+  static std::vector<int32_t> own_slots(int rows) {
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) ids[static_cast<size_t>(r)] = r;
+    return ids;
+  }
+  // moe.forward of `rows` rows of `layer` into `hidden` (the residual's device copy), waited for.
+  void forward(cuda::CudaMoe& moe, int layer, int rows, gpu_test::DeviceArray<float>& hidden,
+               const kernels::KernelConfig& kc, cuda::CudaStream& stream) const {
+    moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(), kc,
+                stream.get(), nullptr);
+    stream.synchronize();
+  }
+};
+
+// The tiled expert products against the tensor-core ones on the shared experts, in CudaMoe with
+// its own buffers (the shared expert's h, hq, weights and the order/tiles the routed run used
+// just before): the kernels give the same bits per pair (moe_mma_kernels_test's
+// SharedExpertShapes), so the whole MoE block must too, row for row. Runs of 16 (tiles of 32),
+// 24 (one tile of 64), 64 and 150 rows (tiles of 64, the last partial), every layer, each three
+// times, Q8_0 (split layout) and Q4_K, gated and not: a stale buffer or a race between the launches
+// of a step shows as a difference on some run.
+TEST(MoeSharedExpertGpu, TiledAndTensorCoreProductsAgree) {
+  GRANULE_REQUIRE_GPU();
+  if (!kernels::moe_mma_supports(static_cast<uint32_t>(TensorType::Q8_0)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    gpu_test::step("writing the qwen35moe file");
+    test::TempModel model(shared_expert_spec(type), "moe-shared-tiled");
+    auto file = ModelFile::open(model.path);
+    const ModelConfig config = ModelConfig::from_gguf(*file);
+    for (const bool gated : {true, false}) {
+      SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) +
+                   (gated ? ", gated" : ", ungated"));
+      WeightTable weights = WeightTable::from_gguf(*file, config);
+      if (!gated)
+        for (LayerWeights& l : weights.layers) l.shexp_gate = nullptr;
+      MemoryManager memory(uint64_t{1} << 40);
+      cuda::CudaStream stream;
+      const kernels::KernelConfig kc = gpu_test::kernel_config();
+      constexpr int kMaxRows = 150;
+      gpu_test::step("constructing CudaMoe with shared experts");
+      cuda::CudaMoe moe(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
+      ASSERT_TRUE(moe.tiled_shared()) << "the tiled products are the shared experts' default";
+      const SharedExpertRows in(config, kMaxRows, kc, stream);
+      for (int round = 0; round < 3; ++round)
+        for (const int rows : {16, 24, 64, 150})
+          for (int layer = 0; layer < config.n_layer; ++layer) {
+            SCOPED_TRACE("round " + std::to_string(round) + ", rows " + std::to_string(rows) +
+                         ", layer " + std::to_string(layer));
+            auto run = [&](bool tiled) {
+              moe.set_tiled_shared(tiled);
+              gpu_test::DeviceArray<float> hidden = landed(in.residual);
+              in.forward(moe, layer, rows, hidden, kc, stream);
+              return hidden.download();
+            };
+            // The tensor-core products twice, around the tiled ones: a difference between the
+            // two tensor-core runs is a race, not the kernels.
+            gpu_test::step("the shared expert on the tensor-core products");
+            const std::vector<float> want = run(false);
+            gpu_test::step("the shared expert on the tiled products");
+            const std::vector<float> got = run(true);
+            gpu_test::step("the shared expert on the tensor-core products again");
+            const std::vector<float> again = run(false);
+            auto differences = [&](const std::vector<float>& a, const char* what) {
+              size_t differ = 0, first = a.size();
+              for (size_t i = 0; i < a.size(); ++i)
+                if (std::memcmp(&a[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+              if (differ > 0)
+                ADD_FAILURE() << what << ": " << differ << " values differ, the first at row "
+                              << first / static_cast<size_t>(config.n_embd) << " column "
+                              << first % static_cast<size_t>(config.n_embd) << ": " << a[first]
+                              << " vs " << want[first];
+              return differ;
+            };
+            const size_t race = differences(again, "the tensor-core products run again");
+            const size_t tiled = differences(got, "the tiled products");
+            if (race + tiled > 0) return;
+          }
+    }
+  }
+}
+
 // CudaMoe with qwen35moe's shared expert (resident, sigmoid-gated, and with its gate taken away:
 // weight 1) against the CPU reference's MoeFfn rounding as the kernels round, for runs of 1 and 5
 // rows (the decode launches), 24 (grouped) and 150 (grouped, tiles of 32 and 64 pairs), every
@@ -600,26 +725,9 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
       cuda::CudaMoe moe(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
 
       const int64_t n = config.n_embd;
-      std::mt19937 rng(11);
-      const std::vector<float> x =
-          gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
-      const std::vector<float> ones(static_cast<size_t>(n), 1.0f);
-      const std::vector<float> residual =
-          gpu_test::random_floats(static_cast<size_t>(kMaxRows * n), rng, 1.0f);
-      gpu_test::DeviceArray<float> x_d(x), ones_d(ones), normed(x.size());
-      gpu_test::DeviceArray<int8_t> qs(x.size());
-      gpu_test::DeviceArray<float2> ds(x.size() / 32);
-      std::vector<int32_t> slot_ids(kMaxRows);
-      for (int r = 0; r < kMaxRows; ++r) slot_ids[static_cast<size_t>(r)] = r;
-      gpu_test::DeviceArray<int32_t> slots(slot_ids);
-      kernels::RmsNormOutputs out;
-      out.f32 = normed.get();
-      out.q8 = {qs.get(), ds.get()};
-      ASSERT_EQ(kernels::launch_rms_norm(x_d.get(), ones_d.get(), kMaxRows, static_cast<int>(n),
-                                         config.rms_eps, out, kc, stream.get()),
-                cudaSuccess);
-      stream.synchronize();
-      const std::vector<float> xn = normed.download();
+      const SharedExpertRows in(config, kMaxRows, kc, stream);
+      const std::vector<float>& residual = in.residual;
+      const std::vector<float> xn = in.normed.download();
       cpu::ThreadPool pool(2);
       cpu::MoeFfnOptions oracle;
       oracle.emulate_device = true;
@@ -627,10 +735,8 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
         for (int layer = 0; layer < config.n_layer; ++layer) {
           SCOPED_TRACE("rows " + std::to_string(rows) + ", layer " + std::to_string(layer));
           gpu_test::step("CudaMoe with a shared expert");
-          gpu_test::DeviceArray<float> hidden(residual);
-          moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(),
-                      kc, stream.get(), nullptr);
-          stream.synchronize();
+          gpu_test::DeviceArray<float> hidden = landed(residual);
+          in.forward(moe, layer, rows, hidden, kc, stream);
           const std::vector<float> gpu = hidden.download();
           gpu_test::step("the CPU oracle");
           const LayerWeights& lw = weights.layers[static_cast<size_t>(layer)];
@@ -664,6 +770,29 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
           }
           EXPECT_LE(bad_rows, rows / 16) << "rows beyond the bound (rerouted tokens at most)";
           EXPECT_GT(shared_share, 10.0 * largest_bound) << "the shared expert adds too little";
+          if (bad_rows > rows / 16) {
+            // Which part is missing or extra: rows equal (within the bound) to the residual plus
+            // the routed experts only, plus the shared expert only, or the residual alone.
+            auto rows_like = [&](double routed, double shared) {
+              int like = 0;
+              for (int r = 0; r < rows; ++r) {
+                bool near = true;
+                for (int64_t i = 0; i < n && near; ++i) {
+                  const size_t at = static_cast<size_t>(r * n + i);
+                  const double want = residual[at] + routed * ref_routed[at] +
+                                      shared * (static_cast<double>(ref[at]) - ref_routed[at]);
+                  near = std::fabs(gpu[at] - want) <= largest_bound;
+                }
+                like += near ? 1 : 0;
+              }
+              return like;
+            };
+            ADD_FAILURE() << "of " << rows << " rows, " << rows_like(1.0, 0.0)
+                          << " hold the routed experts only, " << rows_like(0.0, 1.0)
+                          << " the shared expert only, " << rows_like(0.0, 0.0)
+                          << " the residual alone, " << rows_like(1.0, 2.0)
+                          << " the shared expert twice";
+          }
         }
     }
   }

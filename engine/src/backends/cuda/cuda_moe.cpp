@@ -260,15 +260,20 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
   upload_experts(expert_budget > taken ? expert_budget - taken : 0);
-  // The tiled products read the weights with cp.async: only while every expert is in VRAM. Asked
-  // here, before any stream capture (shared-memory sizes). Shared experts keep the moe_mma
-  // kernels (their Shared::gemm_* stay false): the tiled ones failed MoeSharedExpertGpu once.
+  // The tiled products read the weights with cp.async: only while every expert is in VRAM (the
+  // shared experts always are). Asked here, before any stream capture (shared-memory sizes).
   for (Layer& d : layers_) {
     d.gemm_gate_up = all_resident_ && d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
     d.gemm_down = all_resident_ && d.mma_down && k::moe_gemm_prepare(d.down.type);
+    d.shared.gemm_gate_up = d.shared.mma_gate_up && k::moe_gemm_prepare(d.shared.gate.type);
+    d.shared.gemm_down = d.shared.mma_down && k::moe_gemm_prepare(d.shared.down.type);
   }
   write_tables(stream);
   wait_for_stream(stream, "uploading the expert tables");
+  // The weights, routers and the shared experts' ones went up by cudaMemcpy from pageable memory
+  // on the legacy stream, which returns once the bytes are staged: their DMA may still run, and
+  // nothing orders it before the kernels of `stream` (a non-blocking one). Waited for here.
+  wait_for_stream(cudaStreamLegacy, "uploading the experts");
   logger("engine.cuda")
       ->info(
           "CUDA experts: {} layers x {} experts (top {}), {}; {} MiB of expert weights on the "
@@ -795,8 +800,8 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   shared.down = d.shared.down;
   shared.mma_gate_up = d.shared.mma_gate_up;
   shared.mma_down = d.shared.mma_down;
-  shared.gemm_gate_up = d.shared.gemm_gate_up;
-  shared.gemm_down = d.shared.gemm_down;
+  shared.gemm_gate_up = tiled_shared_ && d.shared.gemm_gate_up;
+  shared.gemm_down = tiled_shared_ && d.shared.gemm_down;
   shared.n_ff = d.shared.n_ff;
   shared.n_expert = 1;
   shared.n_used = 1;

@@ -128,6 +128,11 @@ class CudaMoe {
   uint64_t demotions() const { return demotions_; }
   // The largest expert_bytes() of any layer.
   uint64_t max_expert_bytes() const;
+  // Whether the shared experts' grouped runs take the tiled products (moe_gemm.cu, the default
+  // where they cover the types) or, off, launch_moe_*_mma: the same bits per pair, so tests hold
+  // the two to each other on the shared experts' own buffers. Call between steps.
+  void set_tiled_shared(bool on) { tiled_shared_ = on; }
+  bool tiled_shared() const { return tiled_shared_; }
 
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
@@ -223,6 +228,7 @@ class CudaMoe {
   DeviceBuffer gemma4_scratch_;          // its four [max_rows][n_embd] f32 buffers
   DeviceBuffer shared_, shared_tables_;  // shared experts and their [n_layer][3] pointers
   int64_t n_ff_shared_ = 0;              // the widest shared expert
+  bool tiled_shared_ = true;             // set_tiled_shared()
   DeviceBuffer experts_;                 // all resident: the packed expert image
   // Else the cache slots, slots_per_chunk_ to a chunk (the last may hold fewer).
   static constexpr uint64_t kCacheChunkBytes = uint64_t{64} << 20;
