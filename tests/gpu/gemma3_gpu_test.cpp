@@ -34,7 +34,7 @@
 #include "granule/telemetry.h"
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
-#include "oracle_compare.h"
+#include "oracle_sections.h"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -100,65 +100,21 @@ TEST_P(Gemma3Gpu, MatchesTheCpuOracle) {
   ASSERT_EQ(c.final_logit_softcap, p.softcap);
   ASSERT_TRUE(c.layer_slides(0) && c.layer_slides(4) && !c.layer_slides(5));
   ASSERT_NE(c.n_head * c.head_dim, c.n_embd);
-  const int64_t vocab = c.n_vocab;
-  const std::string name = "gemma3 " + case_name(p);
-  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
-                  std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch, true);
-    r.insert(r.end(), a.begin(), a.end());
-    o.insert(o.end(), b.begin(), b.end());
-    g.insert(g.end(), d.begin(), d.end());
-  };
-  // 64 prompt rows with every row's logits (matvec path), then 16 decode steps (graphs).
-  {
-    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-    std::vector<float> r, o, g;
-    all3({{0, prompt, 0, true}}, r, o, g);
-    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 64", false);
-    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 16; ++i)
-      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
-           g2);
-    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode (graphs)", false);
-    EXPECT_GT(gpu.graphs().replays, 0u);
-  }
-  // 150 prompt rows (the cuBLAS path and the flash prefill kernel), then 150 more on the same
-  // sequence: its rows' windows start past token 0 with either window.
-  {
-    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
-    std::vector<float> r, o, g;
-    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
-    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
-    // The f16 GEMM operands round as the oracle's int8 blocks do not (oracle_compare.h).
-    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " prefill 2 x 150", true);
-    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 4; ++i)
-      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
-           o2, g2);
-    gpu_test::expect_close_to_oracle(r2, o2, g2, vocab, name + " decode at 300", false);
-  }
-  // Six sequences at different lengths (below, at and past the window) decoding together.
-  {
-    std::vector<int64_t> lengths;
-    for (int s = 0; s < 6; ++s) {
-      const int n = 3 + 29 * s;
-      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
-      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}}, rig == &gpu);
-      lengths.push_back(n);
-    }
-    std::vector<float> r, o, g;
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
-      std::vector<BatchSequence> batch;
-      for (int s = 0; s < 6; ++s)
-        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                         lengths[static_cast<size_t>(s)] + step, false});
-      all3(batch, r, o, g);
-    }
-    gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " batched decode of 6", false);
-  }
+  // The GPU's KV mapped as the engine maps it (its sliding part lets go behind the window). Only
+  // the cuBLAS path may hold rows past the bound: its f16 GEMM operands round as the oracle's
+  // int8 blocks do not (oracle_compare.h).
+  gpu_test::ModelSections sections(
+      {&ref, &oracle, &gpu},
+      gpu_test::against_the_oracle(
+          c.n_vocab, "gemma3 " + case_name(p),
+          [](gpu_test::Section s) { return s == gpu_test::Section::Prefill2x150; }),
+      true);
+  sections.prefill_64_then_decode();
+  // The second 150 rows' windows start past token 0 with either window; the cuBLAS path runs the
+  // flash prefill kernel.
+  sections.prefill_150(true);
+  // Prompts of 3 to 148 tokens: below, at and past the window.
+  sections.decode_six_together(29, false);
 }
 
 // Overwrites with NaN (f16 0xFFFF) the K and V of every sliding layer for tokens [0, end) of

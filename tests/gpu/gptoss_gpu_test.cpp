@@ -34,7 +34,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "moe.cuh"
-#include "oracle_compare.h"
+#include "oracle_sections.h"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -77,15 +77,6 @@ RuntimeOptions options(bool gpu, bool oracle) {
 using Rig = test::ModelRuntime;
 using test::random_tokens;
 
-// The comparison with the oracle: oracle_compare.h, the rule moe_model_gpu_test.cpp uses (with
-// MXFP4 experts, and on the cuBLAS prefill path, up to 1 row in 16 may be a rerouted token:
-// gpt-oss routes each token to 4 of its experts, by the softmax of the top 4 router logits).
-void expect_close(const std::vector<float>& ref, const std::vector<float>& oracle,
-                  const std::vector<float>& gpu, int64_t n_vocab, const std::string& what,
-                  bool reroutable) {
-  gpu_test::expect_close_to_oracle(ref, oracle, gpu, n_vocab, "gpt-oss " + what, reroutable);
-}
-
 std::string case_name(const GptOssCase& c) {
   std::string name = c.preset + "_window" + std::to_string(c.window);
   std::replace(name.begin(), name.end(), '-', '_');
@@ -104,67 +95,22 @@ TEST_P(GptOssGpu, MatchesTheCpuOracle) {
   ASSERT_EQ(gpu.config.rope_scaling.type, "yarn");
   ASSERT_TRUE(gpu.config.layer_slides(0) && !gpu.config.layer_slides(1));
   ASSERT_NE(gpu.config.n_head * gpu.config.head_dim, gpu.config.n_embd);
-  const int64_t vocab = gpu.config.n_vocab;
-  const std::string name = case_name(p);
-  // Experts that read int8-rounded activations (the MXFP4 preset's) can reroute a token.
+  // Experts that read int8-rounded activations (the MXFP4 preset's) can reroute a token, and so
+  // can the cuBLAS path (attention's f16 GEMM operands round as int8 blocks do): the rule
+  // moe_model_gpu_test.cpp uses (gpt-oss routes each token to 4 of its experts, by the softmax of
+  // the top 4 router logits).
   const bool int8 = kernels::moe_reads_q8(gpu.weights.layers[0].gate_exps->ggml_type);
-  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
-                  std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
-    r.insert(r.end(), a.begin(), a.end());
-    o.insert(o.end(), b.begin(), b.end());
-    g.insert(g.end(), c.begin(), c.end());
-  };
-  // 64 prompt rows with every row's logits (matvec path), then 16 decode steps (graphs).
-  {
-    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-    std::vector<float> r, o, g;
-    all3({{0, prompt, 0, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 64", int8);
-    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 16; ++i)
-      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
-           g2);
-    expect_close(r2, o2, g2, vocab, name + " decode (graphs)", int8);
-    EXPECT_GT(gpu.graphs().replays, 0u);
-  }
-  // 150 prompt rows (the cuBLAS path and the flash prefill kernel), then 150 more on the same
-  // sequence: its rows' windows start past token 0 (with the window of 128).
-  {
-    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
-    std::vector<float> r, o, g;
-    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
-    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 2 x 150",
-                 true);  // attention's f16 GEMM operands round as int8 blocks do
-    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 4; ++i)
-      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
-           o2, g2);
-    expect_close(r2, o2, g2, vocab, name + " decode at 300", int8);
-  }
-  // Six sequences at different lengths (below, at and past the window) decoding together.
-  {
-    std::vector<int64_t> lengths;
-    for (int s = 0; s < 6; ++s) {
-      const int n = 3 + 29 * s;
-      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
-      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}});
-      lengths.push_back(n);
-    }
-    std::vector<float> r, o, g;
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
-      std::vector<BatchSequence> batch;
-      for (int s = 0; s < 6; ++s)
-        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                         lengths[static_cast<size_t>(s)] + step, false});
-      all3(batch, r, o, g);
-    }
-    expect_close(r, o, g, vocab, name + " batched decode of 6", int8);
-  }
+  gpu_test::ModelSections sections(
+      {&ref, &oracle, &gpu},
+      gpu_test::against_the_oracle(
+          gpu.config.n_vocab, "gpt-oss " + case_name(p),
+          [int8](gpu_test::Section s) { return int8 || s == gpu_test::Section::Prefill2x150; }));
+  sections.prefill_64_then_decode();
+  // The second 150 rows' windows start past token 0 (with the window of 128); the cuBLAS path
+  // runs the flash prefill kernel.
+  sections.prefill_150(true);
+  // Prompts of 3 to 148 tokens: below, at and past the window.
+  sections.decode_six_together(29, false);
 }
 
 // Overwrites with NaN (f16 0xFFFF) the K and V of every sliding layer for tokens [0, end) of

@@ -52,7 +52,7 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "moe.cuh"
-#include "oracle_compare.h"
+#include "oracle_sections.h"
 #include "rms_norm.cuh"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
@@ -123,14 +123,6 @@ struct Rig : test::ModelRuntime {
 
 using test::random_tokens;
 
-// The comparison with the oracle: oracle_compare.h (with int8-reading experts, and on the
-// cuBLAS prefill path, up to 1 row in 16 may be a rerouted token).
-void expect_close(const std::vector<float>& ref, const std::vector<float>& oracle,
-                  const std::vector<float>& gpu, int64_t n_vocab, const std::string& what,
-                  bool reroutable) {
-  gpu_test::expect_close_to_oracle(ref, oracle, gpu, n_vocab, "MoE " + what, reroutable);
-}
-
 struct MoeCase {
   std::string arch;
   TensorType experts;
@@ -147,55 +139,17 @@ TEST_P(MoeModelGpu, MatchesTheCpuOracle) {
   ASSERT_NE(gpu.cuda().model().moe(), nullptr);
   const bool int8 = kernels::moe_reads_q8(static_cast<uint32_t>(p.experts));
   EXPECT_TRUE(gpu.moe().all_resident());
-  const int64_t vocab = gpu.config.n_vocab;
-  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
-                  std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), c = gpu.step(batch);
-    r.insert(r.end(), a.begin(), a.end());
-    o.insert(o.end(), b.begin(), b.end());
-    g.insert(g.end(), c.begin(), c.end());
-  };
-  // 64 prompt rows with every row's logits (matvec path), then 16 decode steps.
-  {
-    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-    std::vector<float> r, o, g;
-    all3({{0, prompt, 0, true}}, r, o, g);
-    expect_close(r, o, g, vocab, p.arch + " prefill 64", int8);
-    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 16; ++i)
-      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
-           g2);
-    expect_close(r2, o2, g2, vocab, p.arch + " decode (graphs)", int8);
-    EXPECT_GT(gpu.graphs().replays, 0u);
-  }
-  // 150 prompt rows (the cuBLAS path for attention).
-  {
-    const std::vector<int32_t> prompt = random_tokens(150, vocab, 3);
-    std::vector<float> r, o, g;
-    all3({{1, prompt, 0, true}}, r, o, g);
-    expect_close(r, o, g, vocab, p.arch + " prefill 150",
-                 true);  // attention's f16 GEMM operands round as int8 blocks do
-  }
-  // Six sequences at different lengths decoding together: grouped experts, two padding rows.
-  {
-    std::vector<int64_t> lengths;
-    for (int s = 0; s < 6; ++s) {
-      const std::vector<int32_t> prompt = random_tokens(3 + 7 * s, vocab, 10 + s);
-      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}});
-      lengths.push_back(3 + 7 * s);
-    }
-    std::vector<float> r, o, g;
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
-      std::vector<BatchSequence> batch;
-      for (int s = 0; s < 6; ++s)
-        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                         lengths[static_cast<size_t>(s)] + step, false});
-      all3(batch, r, o, g);
-    }
-    expect_close(r, o, g, vocab, p.arch + " batched decode of 6", int8);
-  }
+  // Rows past the bound allowed with int8-reading experts, and on the cuBLAS path (attention's
+  // f16 GEMM operands round as int8 blocks do).
+  gpu_test::ModelSections sections(
+      {&ref, &oracle, &gpu}, gpu_test::against_the_oracle(
+                                 gpu.config.n_vocab, "MoE " + p.arch, [int8](gpu_test::Section s) {
+                                   return int8 || s == gpu_test::Section::Prefill150;
+                                 }));
+  sections.prefill_64_then_decode();
+  sections.prefill_150(false);
+  // Prompts of 3 to 38 tokens: grouped experts, two padding rows.
+  sections.decode_six_together(7, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -842,74 +796,24 @@ TEST_P(Qwen35MoeModelGpu, MatchesTheCpuOracle) {
   const bool int8 = kernels::moe_reads_q8(static_cast<uint32_t>(p.experts)) ||
                     kernels::matvec_reads_q8(static_cast<uint32_t>(p.layers), true) ||
                     kernels::matvec_reads_q8(static_cast<uint32_t>(p.layers), false);
-  const std::string name = "qwen35moe " + p.name;
-  auto all3 = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
-                  std::vector<float>& o, std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = oracle.step(batch), d = gpu.step(batch);
-    r.insert(r.end(), a.begin(), a.end());
-    o.insert(o.end(), b.begin(), b.end());
-    g.insert(g.end(), d.begin(), d.end());
-  };
-  {
-    gpu_test::step("prefill of 64 rows, then 16 decode steps from graphs");
-    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-    std::vector<float> r, o, g;
-    all3({{0, prompt, 0, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 64", int8);
-    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 16; ++i)
-      all3({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2, o2,
-           g2);
-    expect_close(r2, o2, g2, vocab, name + " decode (graphs)", int8);
-    EXPECT_GT(gpu.graphs().replays, 0u);
-  }
-  {
-    gpu_test::step("prefill of 2 x 150 rows (cuBLAS), then 4 decode steps");
-    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
-    std::vector<float> r, o, g;
-    all3({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, o, g);
-    all3({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, o, g);
-    expect_close(r, o, g, vocab, name + " prefill 2 x 150", true);  // f16 GEMM operands
-    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
-    std::vector<float> r2, o2, g2;
-    for (int i = 0; i < 4; ++i)
-      all3({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
-           o2, g2);
-    // The state and KV came from the GEMM path: a reroute there lasts into these rows.
-    expect_close(r2, o2, g2, vocab, name + " decode at 300 (state and KV from it)", true);
-  }
-  {
-    gpu_test::step("6 sequences decoding together, then beside a prompt of 100");
-    std::vector<int64_t> lengths;
-    for (int s = 0; s < 6; ++s) {
-      const int n = 3 + 29 * s;
-      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
-      for (Rig* rig : {&ref, &oracle, &gpu}) rig->step({{2 + s, prompt, 0, false}});
-      lengths.push_back(n);
-    }
-    std::vector<float> r, o, g;
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
-      std::vector<BatchSequence> batch;
-      for (int s = 0; s < 6; ++s)
-        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                         lengths[static_cast<size_t>(s)] + step, false});
-      all3(batch, r, o, g);
-    }
-    // The three longer prompts took the GEMM path.
-    expect_close(r, o, g, vocab, name + " batched decode of 6", true);
-    const std::vector<int32_t> next = random_tokens(6, vocab, 200);
-    const std::vector<int32_t> more = random_tokens(100, vocab, 201);
-    std::vector<BatchSequence> batch;
-    for (int s = 0; s < 6; ++s)
-      batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                       lengths[static_cast<size_t>(s)] + 6, false});
-    batch.push_back({1, more, 304, false});
-    std::vector<float> r2, o2, g2;
-    all3(batch, r2, o2, g2);
-    expect_close(r2, o2, g2, vocab, name + " 6 decode rows beside a prompt of 100", true);
-  }
+  const std::string name = "MoE qwen35moe " + p.name;
+  // Past the matvec path every comparison may hold a rerouted token: the cuBLAS path's f16 GEMM
+  // operands, and the rows whose state and KV came from it (the decode at 300, the batched
+  // decode whose three longer prompts took that path, and the step beside a prompt of 100).
+  gpu_test::ModelSections sections({&ref, &oracle, &gpu}, [&](gpu_test::Section s,
+                                                              const gpu_test::SectionRows& rows) {
+    const bool matvec = s == gpu_test::Section::Prefill64 || s == gpu_test::Section::GraphDecode;
+    const std::string note = s == gpu_test::Section::DecodeAt300 ? " (state and KV from it)" : "";
+    gpu_test::expect_close_to_oracle(rows[0], rows[1], rows[2], vocab,
+                                     name + " " + gpu_test::section_name(s) + note,
+                                     int8 || !matvec);
+  });
+  gpu_test::step("prefill of 64 rows, then 16 decode steps from graphs");
+  sections.prefill_64_then_decode();
+  gpu_test::step("prefill of 2 x 150 rows (cuBLAS), then 4 decode steps");
+  sections.prefill_150(true);
+  gpu_test::step("6 sequences decoding together, then beside a prompt of 100");
+  sections.decode_six_together(29, true);
 }
 
 // A second turn from a snapshot: slot 0's chat (80 tokens) goes to host memory (KV and recurrent

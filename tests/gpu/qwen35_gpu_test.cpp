@@ -48,7 +48,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
-#include "oracle_compare.h"
+#include "oracle_sections.h"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -135,72 +135,20 @@ TEST_P(Qwen35Gpu, MatchesTheCpuReference) {
   ASSERT_TRUE(c.layer_recurrent(0) && !c.layer_recurrent(3));
   ASSERT_LT(c.rope_dims_of(3), c.head_dim);
   ASSERT_TRUE(gpu.backend->is_gpu());
-  const int64_t vocab = c.n_vocab;
-  const double bound = bound_for(type, false), gemm_bound = bound_for(type, true);
+  // The matvec path's bound for the prefill of 64 and its decode steps; the GEMM path's for the
+  // rest: its rows, the decode rows whose state and KV came from it, the batched decode (the
+  // three longer prompts took that path) and the step beside a prompt of 100.
   const std::string name = "qwen35 " + type_name(type);
-  auto both = [&](const std::vector<BatchSequence>& batch, std::vector<float>& r,
-                  std::vector<float>& g) {
-    const std::vector<float> a = ref.step(batch), b = gpu.step(batch);
-    r.insert(r.end(), a.begin(), a.end());
-    g.insert(g.end(), b.begin(), b.end());
-  };
-  {
-    const std::vector<int32_t> prompt = random_tokens(64, vocab, 1);
-    std::vector<float> r, g;
-    both({{0, prompt, 0, true}}, r, g);
-    expect_close(r, g, vocab, bound, name + " prefill 64");
-    const std::vector<int32_t> next = random_tokens(16, vocab, 2);
-    std::vector<float> r2, g2;
-    for (int i = 0; i < 16; ++i)
-      both({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 64 + i, false}}, r2,
-           g2);
-    expect_close(r2, g2, vocab, bound, name + " decode (graphs)");
-    EXPECT_GT(gpu.graphs().replays, 0u);
-  }
-  {
-    const std::vector<int32_t> prompt = random_tokens(300, vocab, 3);
-    std::vector<float> r, g;
-    both({{1, std::span<const int32_t>(prompt.data(), 150), 0, true}}, r, g);
-    both({{1, std::span<const int32_t>(prompt.data() + 150, 150), 150, true}}, r, g);
-    expect_close(r, g, vocab, gemm_bound, name + " prefill 2 x 150");
-    const std::vector<int32_t> next = random_tokens(4, vocab, 4);
-    std::vector<float> r2, g2;
-    for (int i = 0; i < 4; ++i)
-      both({{1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 300 + i, false}}, r2,
-           g2);
-    expect_close(r2, g2, vocab, gemm_bound, name + " decode at 300 (state and KV from it)");
-  }
-  {
-    std::vector<int64_t> lengths;
-    for (int s = 0; s < 6; ++s) {
-      const int n = 3 + 29 * s;
-      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
-      for (Rig* rig : {&ref, &gpu}) rig->step({{2 + s, prompt, 0, false}});
-      lengths.push_back(n);
-    }
-    std::vector<float> r, g;
-    for (int step = 0; step < 6; ++step) {
-      const std::vector<int32_t> next = random_tokens(6, vocab, 100 + step);
-      std::vector<BatchSequence> batch;
-      for (int s = 0; s < 6; ++s)
-        batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                         lengths[static_cast<size_t>(s)] + step, false});
-      both(batch, r, g);
-    }
-    // The three longer prompts took the GEMM path.
-    expect_close(r, g, vocab, gemm_bound, name + " batched decode of 6");
-    // Their next decode rows in one step with slot 1's next 100 prompt tokens (at 304).
-    const std::vector<int32_t> next = random_tokens(6, vocab, 200);
-    const std::vector<int32_t> more = random_tokens(100, vocab, 201);
-    std::vector<BatchSequence> batch;
-    for (int s = 0; s < 6; ++s)
-      batch.push_back({2 + s, std::span<const int32_t>(&next[static_cast<size_t>(s)], 1),
-                       lengths[static_cast<size_t>(s)] + 6, false});
-    batch.push_back({1, more, 304, false});
-    std::vector<float> r2, g2;
-    both(batch, r2, g2);
-    expect_close(r2, g2, vocab, gemm_bound, name + " 6 decode rows beside a prompt of 100");
-  }
+  gpu_test::ModelSections sections({&ref, &gpu}, [&](gpu_test::Section s,
+                                                     const gpu_test::SectionRows& rows) {
+    const bool matvec = s == gpu_test::Section::Prefill64 || s == gpu_test::Section::GraphDecode;
+    const std::string note = s == gpu_test::Section::DecodeAt300 ? " (state and KV from it)" : "";
+    expect_close(rows[0], rows[1], c.n_vocab, bound_for(type, !matvec),
+                 name + " " + gpu_test::section_name(s) + note);
+  });
+  sections.prefill_64_then_decode();
+  sections.prefill_150(true);
+  sections.decode_six_together(29, true);
 }
 
 // A second turn from a snapshot: slot 0's chat (80 tokens) goes to host memory (KV and state) and
