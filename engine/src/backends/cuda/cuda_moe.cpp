@@ -58,6 +58,15 @@ int gemm_tile_pairs(int pairs, int64_t n_expert) {
   return average >= 24 ? 64 : average >= 6 ? 32 : 8;
 }
 
+// A kernel launch's check (check_cuda: a failure throws), counted where the caller counts them.
+struct LaunchCheck {
+  uint64_t* launches;
+  void operator()(cudaError_t status, const char* what) const {
+    check_cuda(status, what);
+    if (launches) ++*launches;
+  }
+};
+
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
 
 std::vector<float> to_f32(const TensorInfo* t) {
@@ -752,10 +761,7 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   if (n_rows <= 0) return;
   if (n_rows > max_rows_) throw UsageError("CUDA experts: a run exceeds the workspace");
   const Layer& d = layers_[static_cast<size_t>(layer)];
-  auto check = [&](cudaError_t status, const char* what) {
-    check_cuda(status, what);
-    if (launches) ++*launches;
-  };
+  const LaunchCheck check{launches};
   const int n_embd = static_cast<int>(n_embd_);
   // Router logits, gating and top-k: one launch (the top-k of each group of 8 rows by the
   // group's last router block).
@@ -827,10 +833,7 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
 void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k::ActivationQ8 xq,
                           float* hidden, const k::KernelConfig& config, cudaStream_t stream,
                           uint64_t* launches) {
-  auto check = [&](cudaError_t status, const char* what) {
-    check_cuda(status, what);
-    if (launches) ++*launches;
-  };
+  const LaunchCheck check{launches};
   const int n_embd = static_cast<int>(n_embd_), n_ff = e.n_ff;
   const int pairs = n_rows * e.n_used;
   k::MoeInput in;
