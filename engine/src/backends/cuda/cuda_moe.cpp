@@ -99,6 +99,35 @@ uint64_t matrix_bytes(const TensorInfo* t) {
   return static_cast<uint64_t>(matrix_row_bytes(t)) * static_cast<uint64_t>(t->dims[1]);
 }
 
+// The kernels' view of expert matrix `t`: its pointer table (one pointer per expert; the routed
+// experts' is set by write_tables()), type, row bytes as they read it, and bias.
+k::MoeMatrix moe_matrix(const TensorInfo* t, const void* const* table, const float* bias) {
+  return {.table = table, .type = t->ggml_type, .row_bytes = matrix_row_bytes(t), .bias = bias};
+}
+
+// Writes matrix `t` (one expert's slab of a 3-D one), from its GGUF blocks at `from`, as the
+// expert kernels read it (write_expert_rows) to `dst`, its rows shared out over the pool's threads.
+void write_matrix_rows(const TensorInfo* t, const uint8_t* from, uint8_t* dst,
+                       cpu::ThreadPool& pool) {
+  const int64_t cols = t->dims[0], gguf_row = tensor_row_bytes(t), row = matrix_row_bytes(t);
+  // Rows of whole blocks (refusal() checked), so write_expert_rows does not throw.
+  pool.parallel_for(t->dims[1], [&](int64_t begin, int64_t end, int32_t) {
+    write_expert_rows(t->ggml_type, from + begin * gguf_row, end - begin, cols, dst + begin * row);
+  });
+}
+
+// Copies matrix `t` (GGUF blocks at `from`) to `to` on the device as the expert kernels read it:
+// the split types' rows re-laid in `staging` on the way, the others as they are.
+void upload_matrix(const TensorInfo* t, const uint8_t* from, uint8_t* to,
+                   std::vector<uint8_t>& staging, cpu::ThreadPool& pool, const char* what) {
+  if (expert_rows_split(t->ggml_type)) {
+    staging.resize(matrix_bytes(t));
+    write_matrix_rows(t, from, staging.data(), pool);
+    from = staging.data();
+  }
+  check_cuda(cudaMemcpy(to, from, matrix_bytes(t), cudaMemcpyHostToDevice), what);
+}
+
 // The longest this waits for the stream between steps. A step takes milliseconds to seconds;
 // past this the device is taken to be hung, and the caller gets a DeviceError rather than a
 // process that never returns (issue 36: a streaming test hung on an H100).
@@ -210,7 +239,11 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
 
   layers_.resize(static_cast<size_t>(n_layer_));
   upload_routers(w);
-  upload_shared(w);
+  // Re-laying the split types' rows (write_expert_rows) runs at ~1.5 GB/s a thread: gpt-oss-20b's
+  // ~10 GB of MXFP4 experts would add seconds to the load on one.
+  cpu::ThreadPool pool(
+      static_cast<int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+  upload_shared(w, pool);
 
   // Workspace for runs of max_rows rows.
   const size_t rows = static_cast<size_t>(max_rows_);
@@ -268,7 +301,7 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(expert_budget > taken ? expert_budget - taken : 0);
+  upload_experts(expert_budget > taken ? expert_budget - taken : 0, pool);
   // The tiled products read the weights with cp.async: only while every expert is in VRAM (the
   // shared experts always are). Asked here, before any stream capture (shared-memory sizes).
   for (Layer& d : layers_) {
@@ -372,18 +405,9 @@ void CudaMoe::upload_routers(const WeightTable& w) {
                                 .pre_norm = vec(gemma4_at[i][1]),
                                 .post_norm_1 = vec(gemma4_at[i][2]),
                                 .post_norm_2 = vec(gemma4_at[i][3])});
-    d.gate = {.table = nullptr,
-              .type = l.gate_exps->ggml_type,
-              .row_bytes = matrix_row_bytes(l.gate_exps),
-              .bias = vec(vector_at[i][1])};
-    d.up = {.table = nullptr,
-            .type = l.up_exps->ggml_type,
-            .row_bytes = matrix_row_bytes(l.up_exps),
-            .bias = vec(vector_at[i][2])};
-    d.down = {.table = nullptr,
-              .type = l.down_exps->ggml_type,
-              .row_bytes = matrix_row_bytes(l.down_exps),
-              .bias = vec(vector_at[i][3])};
+    d.gate = moe_matrix(l.gate_exps, nullptr, vec(vector_at[i][1]));
+    d.up = moe_matrix(l.up_exps, nullptr, vec(vector_at[i][2]));
+    d.down = moe_matrix(l.down_exps, nullptr, vec(vector_at[i][3]));
     // Asked here, before any stream capture (the first call queries the device).
     d.mma_gate_up = k::moe_mma_supports(d.gate.type);
     d.mma_down = k::moe_mma_supports(d.down.type);
@@ -402,7 +426,7 @@ void CudaMoe::upload_routers(const WeightTable& w) {
   }
 }
 
-void CudaMoe::upload_shared(const WeightTable& w) {
+void CudaMoe::upload_shared(const WeightTable& w, cpu::ThreadPool& pool) {
   // Each layer's gate, up, down and gate row, 256-byte aligned, in one buffer; a table of the
   // three matrices' addresses per layer (the kernels' pointer tables, of one expert).
   uint64_t bytes = 0;
@@ -429,37 +453,26 @@ void CudaMoe::upload_shared(const WeightTable& w) {
     const LayerWeights& l = w.layers[i];
     if (!l.gate_shexp) continue;
     Layer::Shared& s = layers_[i].shared;
-    const TensorInfo* parts[4] = {l.gate_shexp, l.up_shexp, l.down_shexp, l.shexp_gate};
-    for (int m = 0; m < 4; ++m) {
-      if (!parts[m]) continue;
+    const TensorInfo* parts[3] = {l.gate_shexp, l.up_shexp, l.down_shexp};
+    for (int m = 0; m < 3; ++m) {
       uint8_t* to = shared_.as<uint8_t>() + at[i][static_cast<size_t>(m)];
-      const uint8_t* from = parts[m]->data;
-      uint64_t size = parts[m]->size_bytes;
-      if (m < 3 && expert_rows_split(parts[m]->ggml_type)) {
-        size = matrix_bytes(parts[m]);
-        staging.resize(size);
-        write_expert_rows(parts[m]->ggml_type, parts[m]->data, parts[m]->dims[1], parts[m]->dims[0],
-                          staging.data());
-        from = staging.data();
-      }
-      check_cuda(cudaMemcpy(to, from, size, cudaMemcpyHostToDevice), "uploading shared experts");
-      if (m < 3) tables[i * 3 + static_cast<size_t>(m)] = to;
-      s.bytes += size;
+      upload_matrix(parts[m], parts[m]->data, to, staging, pool, "uploading shared experts");
+      tables[i * 3 + static_cast<size_t>(m)] = to;
+      s.bytes += matrix_bytes(parts[m]);
     }
-    auto matrix = [&](const TensorInfo* t, int m) {
-      return k::MoeMatrix{.table = table + i * 3 + static_cast<size_t>(m),
-                          .type = t->ggml_type,
-                          .row_bytes = matrix_row_bytes(t),
-                          .bias = nullptr};
-    };
     s.n_ff = static_cast<int>(l.gate_shexp->dims[1]);
-    s.gate = matrix(l.gate_shexp, 0);
-    s.up = matrix(l.up_shexp, 1);
-    s.down = matrix(l.down_shexp, 2);
+    s.gate = moe_matrix(l.gate_shexp, table + i * 3, nullptr);
+    s.up = moe_matrix(l.up_shexp, table + i * 3 + 1, nullptr);
+    s.down = moe_matrix(l.down_shexp, table + i * 3 + 2, nullptr);
     s.mma_gate_up = k::moe_mma_supports(s.gate.type);
     s.mma_down = k::moe_mma_supports(s.down.type);
-    if (l.shexp_gate) {
-      s.gate_row = shared_.as<uint8_t>() + at[i][3];
+    if (l.shexp_gate) {  // as stored: the router kernel reads it
+      uint8_t* row = shared_.as<uint8_t>() + at[i][3];
+      check_cuda(
+          cudaMemcpy(row, l.shexp_gate->data, l.shexp_gate->size_bytes, cudaMemcpyHostToDevice),
+          "uploading shared experts");
+      s.bytes += l.shexp_gate->size_bytes;
+      s.gate_row = row;
       s.gate_row_type = l.shexp_gate->ggml_type;
       s.gate_row_bytes = tensor_row_bytes(l.shexp_gate);
     }
@@ -475,19 +488,9 @@ const uint8_t* CudaMoe::host_matrix(int64_t layer, int64_t e, int m) const {
   return static_cast<const uint8_t*>(host_.host) + image_offset(layer, e) + d.offsets[m];
 }
 
-void CudaMoe::write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst,
-                           cpu::ThreadPool& pool) const {
+const uint8_t* CudaMoe::file_matrix(int64_t layer, int64_t e, int m) const {
   const Layer& d = layers_[static_cast<size_t>(layer)];
-  const TensorInfo* t = d.tensor[m];
-  const int64_t cols = t->dims[0];
-  const auto gguf_row =
-      static_cast<int64_t>(row_bytes(static_cast<TensorType>(t->ggml_type), cols));
-  const int64_t row = matrix_row_bytes(t);
-  const uint8_t* from = t->data + static_cast<uint64_t>(e) * d.file_slab[m];
-  // Rows of whole blocks (refusal() checked), so write_expert_rows does not throw.
-  pool.parallel_for(t->dims[1], [&](int64_t begin, int64_t end, int32_t) {
-    write_expert_rows(t->ggml_type, from + begin * gguf_row, end - begin, cols, dst + begin * row);
-  });
+  return d.tensor[m]->data + static_cast<uint64_t>(e) * d.file_slab[m];
 }
 
 const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) const {
@@ -495,7 +498,7 @@ const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) cons
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 
-void CudaMoe::upload_experts(uint64_t expert_budget) {
+void CudaMoe::upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -506,10 +509,6 @@ void CudaMoe::upload_experts(uint64_t expert_budget) {
   resident_.assign(n, 0);
   slot_of_.assign(n, -1);
   all_resident_ = image <= expert_budget;
-  // Re-laying the split types' rows (write_expert_rows) runs at ~1.5 GB/s a thread: gpt-oss-20b's
-  // ~10 GB of MXFP4 experts would add seconds to the load on one.
-  cpu::ThreadPool pool(
-      static_cast<int32_t>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   if (all_resident_) {
     // The packed image: every expert's gate, up and down at their offsets.
     experts_ = DeviceBuffer(memory_, MemoryCategory::WeightsResident, image);
@@ -517,17 +516,10 @@ void CudaMoe::upload_experts(uint64_t expert_budget) {
     for (int64_t l = 0; l < n_layer_; ++l) {
       const Layer& d = layers_[static_cast<size_t>(l)];
       for (int64_t e = 0; e < n_expert_; ++e)
-        for (int m = 0; m < 3; ++m) {
-          const uint8_t* from = d.tensor[m]->data + static_cast<uint64_t>(e) * d.file_slab[m];
-          if (expert_rows_split(d.tensor[m]->ggml_type)) {
-            staging.resize(d.slab[m]);
-            write_matrix(l, e, m, staging.data(), pool);
-            from = staging.data();
-          }
-          check_cuda(cudaMemcpy(experts_.as<uint8_t>() + image_offset(l, e) + d.offsets[m], from,
-                                d.slab[m], cudaMemcpyHostToDevice),
-                     "uploading experts");
-        }
+        for (int m = 0; m < 3; ++m)
+          upload_matrix(d.tensor[m], file_matrix(l, e, m),
+                        experts_.as<uint8_t>() + image_offset(l, e) + d.offsets[m], staging, pool,
+                        "uploading experts");
     }
     std::fill(resident_.begin(), resident_.end(), uint8_t{1});
     return;
@@ -543,8 +535,9 @@ void CudaMoe::upload_experts(uint64_t expert_budget) {
     const Layer& d = layers_[static_cast<size_t>(l)];
     for (int64_t e = 0; e < n_expert_; ++e)
       for (int m = 0; m < 3; ++m)
-        write_matrix(l, e, m, static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
-                     pool);
+        write_matrix_rows(d.tensor[m], file_matrix(l, e, m),
+                          static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
+                          pool);
   }
   slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);

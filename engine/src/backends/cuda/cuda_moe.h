@@ -146,7 +146,7 @@ class CudaMoe {
 
  private:
   void upload_routers(const WeightTable& weights);
-  void upload_shared(const WeightTable& weights);
+  void upload_shared(const WeightTable& weights, cpu::ThreadPool& pool);
   // One set of experts of a layer in forward(): the routed ones, or the shared one as a single
   // expert every row chooses with weight 1 or its gate's sigmoid.
   struct ExpertRun {
@@ -163,13 +163,12 @@ class CudaMoe {
   void run_experts(const ExpertRun& run, int n_rows, const float* x_f32, kernels::ActivationQ8 xq,
                    float* hidden, const kernels::KernelConfig& config, cudaStream_t stream,
                    uint64_t* launches);
-  void upload_experts(uint64_t expert_budget);
+  void upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool);
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
   const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
-  // Writes matrix m of expert e of `layer` as the kernels read it (slab[m] bytes) to host memory,
-  // its rows shared out over the pool's threads.
-  void write_matrix(int64_t layer, int64_t e, int m, uint8_t* dst, cpu::ThreadPool& pool) const;
+  // Matrix m of expert e of `layer` in the file mapping (GGUF blocks, file_slab[m] bytes).
+  const uint8_t* file_matrix(int64_t layer, int64_t e, int m) const;
   const uint8_t* host_matrix_device(int64_t layer, int64_t e, int m) const;
   void write_tables(cudaStream_t stream);
   // The device address of cache slot `slot` (not all resident).
