@@ -547,21 +547,22 @@ void CudaMoe::upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool) {
     cache_chunks_.emplace_back(
         memory_, MemoryCategory::WeightsResident,
         static_cast<size_t>(std::min(slots_per_chunk_, slots_ - first_slot)) * slot_bytes_);
-  // The cache filled by the default placement.
+  // The cache filled by the default placement (the constructor waits for the legacy stream).
   const std::vector<uint8_t> first = default_placement();
-  for (size_t i = 0, s = 0; i < n; ++i) {
-    if (!first[i]) continue;
-    const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
-    const Layer& d = layers_[static_cast<size_t>(l)];
-    for (int m = 0; m < 3; ++m)
-      check_cuda(cudaMemcpy(slot_address(static_cast<int64_t>(s)) + d.offsets[m],
-                            host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice),
-                 "filling the expert cache");
-    slot_of_[i] = static_cast<int64_t>(s);
-    slot_owner_[s] = static_cast<int64_t>(i);
-    resident_[i] = 1;
-    ++s;
-  }
+  for (size_t i = 0, s = 0; i < n; ++i)
+    if (first[i]) cache_expert(i, static_cast<int64_t>(s++), cudaStreamLegacy);
+}
+
+void CudaMoe::cache_expert(size_t i, int64_t slot, cudaStream_t stream) {
+  const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
+  const Layer& d = layers_[static_cast<size_t>(l)];
+  for (int m = 0; m < 3; ++m)
+    check_cuda(cudaMemcpyAsync(slot_address(slot) + d.offsets[m], host_matrix(l, e, m), d.slab[m],
+                               cudaMemcpyHostToDevice, stream),
+               "copying an expert into the device cache");
+  slot_owner_[static_cast<size_t>(slot)] = static_cast<int64_t>(i);
+  slot_of_[i] = slot;
+  resident_[i] = 1;
 }
 
 std::vector<uint8_t> CudaMoe::default_placement() const {
@@ -637,17 +638,9 @@ int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
   for (size_t i = 0; i < n; ++i) {
     if (!resident[i] || slot_of_[i] >= 0) continue;
     while (slot_owner_[free_slot] >= 0) ++free_slot;  // one exists: wanted <= slots_
-    const int64_t l = static_cast<int64_t>(i) / n_expert_, e = static_cast<int64_t>(i) % n_expert_;
     // Queued behind every step already on the stream, so no kernel still reads the slot's
     // previous expert when it is overwritten.
-    const Layer& d = layers_[static_cast<size_t>(l)];
-    for (int m = 0; m < 3; ++m)
-      check_cuda(cudaMemcpyAsync(slot_address(static_cast<int64_t>(free_slot)) + d.offsets[m],
-                                 host_matrix(l, e, m), d.slab[m], cudaMemcpyHostToDevice, stream),
-                 "copying an expert into the device cache");
-    slot_owner_[free_slot] = static_cast<int64_t>(i);
-    slot_of_[i] = static_cast<int64_t>(free_slot);
-    resident_[i] = 1;
+    cache_expert(i, static_cast<int64_t>(free_slot), stream);
     ++copied;
   }
   promotions_ += static_cast<uint64_t>(copied);

@@ -173,6 +173,9 @@ class CudaMoe {
   void write_tables(cudaStream_t stream);
   // The device address of cache slot `slot` (not all resident).
   uint8_t* slot_address(int64_t slot);
+  // Copies expert i (layer * n_expert + e) from the host image into cache slot `slot` on
+  // `stream` and records it there.
+  void cache_expert(size_t i, int64_t slot, cudaStream_t stream);
   // Where expert e of `layer` sits in the packed expert image (all-resident buffer or host copy).
   uint64_t image_offset(int64_t layer, int64_t e) const {
     return layer_offset_[static_cast<size_t>(layer)] +
