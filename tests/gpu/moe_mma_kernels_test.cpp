@@ -23,6 +23,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
@@ -70,6 +71,21 @@ bool k_quant(TensorType type) {
          type == TensorType::IQ4_XS;
 }
 
+// `rows` random rows of `cols` elements of `type` as CudaMoe lays them out (Q4_0, Q8_0, IQ4_NL and
+// MXFP4 split), row_bytes apart with 16 bytes of slack after them, and the CPU's decoding of them.
+struct LaidRows {
+  std::vector<uint8_t> bytes;
+  int64_t row_bytes;
+  int n_sub;  // 32-element sub-blocks a row
+  std::vector<float> decoded;
+};
+LaidRows laid_rows(TensorType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Encoded e = encode(type, rows, cols, rng);
+  return {gpu_test::expert_layout(type, e, rows, cols),
+          expert_row_bytes(static_cast<uint32_t>(type), cols), static_cast<int>(cols / 32),
+          std::move(e.decoded)};
+}
+
 // Every lane's words and scales of every sub-block, from the rows as CudaMoe lays them out,
 // against the CPU's decoding. Needs no GPU.
 TEST(MoeMmaFragments, MatchDequantize) {
@@ -79,21 +95,17 @@ TEST(MoeMmaFragments, MatchDequantize) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
     // 32-element types: 13 blocks, so the last chunk of 4 is partial.
     const int64_t rows = 3, cols = k_quant(type) ? 512 : 416;
-    const Encoded e = encode(type, rows, cols, rng);
-    // As CudaMoe lays the rows out (Q4_0, Q8_0, IQ4_NL and MXFP4 split).
-    const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
-    const int64_t rb = expert_row_bytes(static_cast<uint32_t>(type), cols);
-    const int n_sub = static_cast<int>(cols / 32);
+    const LaidRows laid = laid_rows(type, rows, cols, rng);
     dispatch_mma_type(type, [&](auto tag) {
       constexpr uint32_t TYPE = decltype(tag)::value;
       using F = k::moe_mma::Frag<TYPE>;
       ++types;
       for (int64_t r = 0; r < rows; ++r)
-        for (int first = 0; first < n_sub; first += F::kSubs)
+        for (int first = 0; first < laid.n_sub; first += F::kSubs)
           for (int t = 0; t < 4; ++t) {
             typename F::Raw raw;
-            F::load(raw, laid.data() + r * rb, first, n_sub, t);
-            for (int j = 0; j < F::kSubs && first + j < n_sub; ++j) {
+            F::load(raw, laid.bytes.data() + r * laid.row_bytes, first, laid.n_sub, t);
+            for (int j = 0; j < F::kSubs && first + j < laid.n_sub; ++j) {
               const k::moe_mma::Sub s = F::sub(raw, j);
               for (int hi = 0; hi < 2; ++hi)
                 for (int b = 0; b < 4; ++b) {
@@ -111,7 +123,7 @@ TEST(MoeMmaFragments, MatchDequantize) {
                     size = std::fabs(s.d * q) + std::fabs(s.m);
                   }
                   const float want =
-                      e.decoded[static_cast<size_t>(r * cols + (first + j) * 32 + element)];
+                      laid.decoded[static_cast<size_t>(r * cols + (first + j) * 32 + element)];
                   ASSERT_NEAR(got, want, 1e-6 * size + 1e-30)
                       << "row " << r << " sub-block " << first + j << " lane " << t << " element "
                       << element;
@@ -133,15 +145,12 @@ TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
   for (const TensorType type : kMmaTypes) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(type)));
     const int64_t rows = 5, cols = k_quant(type) ? 768 : 416;
-    const Encoded e = encode(type, rows, cols, rng);
-    // As CudaMoe lays the rows out (Q4_0, Q8_0, IQ4_NL and MXFP4 split), at a 16-byte aligned
-    // base, with 32 bytes readable past the last (the slack).
-    const std::vector<uint8_t> laid = gpu_test::expert_layout(type, e, rows, cols);
-    const int64_t rb = expert_row_bytes(static_cast<uint32_t>(type), cols);
-    std::vector<uint8_t> memory(laid.size() + 64, 0);
+    // The laid-out rows at a 16-byte aligned base, with 32 bytes readable past the last (the
+    // slack).
+    const LaidRows laid = laid_rows(type, rows, cols, rng);
+    std::vector<uint8_t> memory(laid.bytes.size() + 64, 0);
     uint8_t* base = memory.data() + (16 - reinterpret_cast<uintptr_t>(memory.data()) % 16) % 16;
-    std::memcpy(base, laid.data(), laid.size());
-    const int n_sub = static_cast<int>(cols / 32);
+    std::memcpy(base, laid.bytes.data(), laid.bytes.size());
     dispatch_mma_type(type, [&](auto tag) {
       constexpr uint32_t TYPE = decltype(tag)::value;
       using F = k::moe_mma::Frag<TYPE>;
@@ -149,25 +158,25 @@ TEST(MoeMmaFragments, StagedChunksReadAsTheRow) {
       ++types;
       alignas(16) uint8_t slot[S::kSlotBytes];
       for (int64_t r = 0; r < rows; ++r) {
-        const uint8_t* row = base + r * rb;
-        for (int first = 0; first < n_sub; first += F::kSubs) {
-          const int subs = std::min(F::kSubs, n_sub - first);
+        const uint8_t* row = base + r * laid.row_bytes;
+        for (int first = 0; first < laid.n_sub; first += F::kSubs) {
+          const int subs = std::min(F::kSubs, laid.n_sub - first);
           std::memset(slot, 0xA5, sizeof slot);
           for (int seg = 0; seg < S::kSegments; ++seg) {
-            const k::moe_gemm::Copy c = S::segment(row, first, subs, n_sub, seg);
+            const k::moe_gemm::Copy c = S::segment(row, first, subs, laid.n_sub, seg);
             if (c.bytes == 0) continue;
             ASSERT_EQ(reinterpret_cast<uintptr_t>(c.src) % c.bytes, 0u) << "unaligned source";
             ASSERT_EQ(c.to % c.bytes, 0) << "unaligned slot offset";
             ASSERT_LE(c.to + c.bytes, S::kSlotBytes);
             ASSERT_GE(c.src, base);
-            ASSERT_LE(c.src + c.bytes, base + laid.size() + 32);
+            ASSERT_LE(c.src + c.bytes, base + laid.bytes.size() + 32);
             std::memcpy(slot + c.to, c.src, static_cast<size_t>(c.bytes));
           }
           const uint8_t* mini = slot + S::mini_row(row, first);
           for (int t = 0; t < 4; ++t) {
             typename F::Raw staged, direct;
             F::load(staged, mini, 0, subs, t);
-            F::load(direct, row, first, n_sub, t);
+            F::load(direct, row, first, laid.n_sub, t);
             for (int j = 0; j < subs; ++j) {
               const k::moe_mma::Sub a = F::sub(staged, j), b = F::sub(direct, j);
               ASSERT_TRUE(a.lo == b.lo && a.hi == b.hi && a.s_lo == b.s_lo && a.s_hi == b.s_hi &&
