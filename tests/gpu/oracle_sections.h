@@ -30,24 +30,15 @@ enum class Section {
   BesideAPrompt,  // their next rows in one step beside 100 more prompt tokens of slot 1
 };
 
-inline std::string section_name(Section s) {
-  switch (s) {
-    case Section::Prefill64:
-      return "prefill 64";
-    case Section::GraphDecode:
-      return "decode (graphs)";
-    case Section::Prefill150:
-      return "prefill 150";
-    case Section::Prefill2x150:
-      return "prefill 2 x 150";
-    case Section::DecodeAt300:
-      return "decode at 300";
-    case Section::BatchedDecode:
-      return "batched decode of 6";
-    case Section::BesideAPrompt:
-      return "6 decode rows beside a prompt of 100";
-  }
-  return "?";
+inline std::string section_name(Section s) {  // the names in Section's order
+  static constexpr const char* kNames[] = {"prefill 64",
+                                           "decode (graphs)",
+                                           "prefill 150",
+                                           "prefill 2 x 150",
+                                           "decode at 300",
+                                           "batched decode of 6",
+                                           "6 decode rows beside a prompt of 100"};
+  return kNames[static_cast<int>(s)];
 }
 
 // A section's logits: every rig's rows, in the order of the rigs.
