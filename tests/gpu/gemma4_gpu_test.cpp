@@ -411,13 +411,15 @@ TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
   EXPECT_EQ(failures, 0u) << "chats decoding together differ from the same chats decoding alone";
 }
 
-// The experts alone (the opened engine's CudaMoe, every layer): a run of 8 rows (the decode
-// graph of 6 chats: rows 6 and 7 padding, slot -1, whatever their inputs) gives each real row the
-// experts' sum a run of that row alone gives, for runs of 2 to 8 rows. F32 experts take the same
-// dp4a/float family per pair at every run length (moe.cu): equal to the bit. Quantised ones take
-// the tiled or tensor-core products at 8 rows and the warp-per-row ones alone, which differ in
-// f32 summation order only: within 1e-4 of the row's largest value. The router reads its own
-// input rows (Gemma 4's), the experts theirs, as cuda_gemma4.cpp passes them.
+// The experts alone (the opened engine's CudaMoe, every layer): runs of 2 to 64 rows give each
+// row the experts' sum a run of that row alone gives. Rows 6 and 7 are padding (slot -1, inputs
+// far from the others'), as in the decode graph of 6 chats. F32 experts take the same dp4a/float
+// family per pair at every run length (moe.cu): equal to the bit. Quantised ones take the tiled
+// or tensor-core products from 8 rows and the warp-per-row ones alone, which differ in f32
+// summation order (and so, rarely, in an int8 rounding of the activation between gate/up and
+// down): within 1e-2 of the row's largest value, where a wrong expert or a lost pair is of its
+// order. The router reads its own input rows (Gemma 4's), the experts theirs, as
+// cuda_gemma4.cpp passes them. Printed: the worst difference over the row's largest value.
 TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
   GRANULE_REQUIRE_GPU();
   if (!cuda::kCudaRunsGemma4Moe)
@@ -430,20 +432,22 @@ TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
   const kernels::KernelConfig& kc = backend.model().kernel_config();
   cudaStream_t stream = backend.model().stream();
   const int n = static_cast<int>(gpu.config.n_embd);
-  constexpr int kRows = 8;
+  constexpr int kRows = 64;
   std::mt19937 rng(77);
   std::vector<float> router_in = gpu_test::random_floats(kRows * static_cast<size_t>(n), rng, 0.1f);
   std::vector<float> expert_in = gpu_test::random_floats(kRows * static_cast<size_t>(n), rng);
-  for (int i = 0; i < 2 * n; ++i)  // the padding rows: inputs far from the real rows'
+  std::vector<int32_t> slot_of(kRows);
+  for (int r = 0; r < kRows; ++r) slot_of[static_cast<size_t>(r)] = r == 6 || r == 7 ? -1 : r % 8;
+  for (int i = 0; i < 2 * n; ++i)  // the padding rows
     expert_in[static_cast<size_t>(6 * n + i)] = router_in[static_cast<size_t>(6 * n + i)] = 30.0f;
   const gpu_test::DeviceArray<float> router_x(router_in), x(expert_in);
   const gpu_test::DeviceArray<int8_t> qs(kRows * static_cast<size_t>(n));
   const gpu_test::DeviceArray<float2> ds(kRows * static_cast<size_t>(n / 32));
-  const kernels::ActivationQ8 xq{qs.get(), ds.get()};
-  CUDA_OK(kernels::launch_quantize_q8(x.get(), kRows, n, xq, kc, stream));
-  const gpu_test::DeviceArray<int32_t> slots(std::vector<int32_t>{0, 1, 2, 3, 4, 5, -1, -1});
+  CUDA_OK(kernels::launch_quantize_q8(x.get(), kRows, n, {qs.get(), ds.get()}, kc, stream));
+  const gpu_test::DeviceArray<int32_t> slots(slot_of);
   const bool exact = p.type == TensorType::F32;
   int compared = 0, differ = 0;
+  double worst_ratio = 0;
   std::string where;
   for (int64_t layer = 0; layer < gpu.config.n_layer; ++layer) {
     auto run = [&](int first, int rows) {
@@ -455,10 +459,11 @@ TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
       return out.download();
     };
     std::vector<std::vector<float>> alone;
-    for (int r = 0; r < 6; ++r) alone.push_back(run(r, 1));
-    for (const int rows : {2, 3, 4, 6, 8}) {
+    for (int r = 0; r < kRows; ++r) alone.push_back(run(r, 1));
+    for (const int rows : {2, 3, 4, 6, 8, 16, 64}) {
       const std::vector<float> together = run(0, rows);
-      for (int r = 0; r < std::min(rows, 6); ++r) {
+      for (int r = 0; r < rows; ++r) {
+        if (r == 6 || r == 7) continue;  // padding
         const float* a = alone[static_cast<size_t>(r)].data();
         const float* b = together.data() + static_cast<int64_t>(r) * n;
         float largest = 0, worst = 0;
@@ -467,17 +472,18 @@ TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
           worst = std::max(worst, std::fabs(a[i] - b[i]));
         }
         ++compared;
+        worst_ratio = std::max(worst_ratio, static_cast<double>(worst / largest));
         const bool same = exact ? std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0
-                                : worst <= 1e-4f * largest;
+                                : worst <= 1e-2f * largest;
         if (!same && ++differ <= 12)
-          where += " layer " + std::to_string(layer) + " rows " + std::to_string(rows) + " row " +
-                   std::to_string(r) + " (|diff| " + std::to_string(worst) + " of " +
-                   std::to_string(largest) + ")";
+          where += " layer " + std::to_string(layer) + " run " + std::to_string(rows) + " row " +
+                   std::to_string(r) + " (" + std::to_string(worst / largest) + ")";
       }
     }
   }
-  std::cout << "[gemma4-moe experts] " << case_name(p) << ": " << compared << " rows compared, "
-            << differ << " differ" << (where.empty() ? "" : ":" + where) << "\n";
+  std::cout << "[gemma4-moe experts] " << case_name(p) << ": " << compared
+            << " rows compared, worst " << worst_ratio << " of the row's largest, " << differ
+            << " differ" << (where.empty() ? "" : ":" + where) << "\n";
   EXPECT_EQ(differ, 0) << "a row's experts depend on the rows run beside it";
 }
 
