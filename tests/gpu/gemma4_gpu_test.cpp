@@ -322,11 +322,12 @@ TEST_P(Gemma4MoeGpu, MatchesTheCpuOracle) {
 // (oracle_compare.h's 1e-3 of the spread: F32 runs the same kernels per row at every batch size
 // but the attention's split sizes may differ). Chats 0-7 of 3 + 29 s tokens prefilled whole (past
 // 64 tokens on the GEMM path), chats 8-10 of 90, 119 and 148 tokens prefilled in chunks of 40
-// (the matvec path). Batches of 2, 3, 4, 6 and 8 chats (a graph of 8 rows, two of them padding,
-// for 6), the 6 in reverse order (whether a fault follows the row or the chat), the two long
-// ones alone together (2 rows: the per-pair expert kernels), and the short ones beside the
-// chunk-prefilled long ones; with graphs and early launch as the engine runs them, then without
-// graphs, then without early launch (programmatic dependent launch), so that a failure says
+// (the matvec path), after a chat of 300 tokens decoded past its window part's first granule (the
+// history of MatchesTheCpuOracle's batched decode). Batches of 2, 3, 4, 6 and 8 chats (a graph of 8
+// rows, two of them padding, for 6), the 6 in reverse order (whether a fault follows the row or the
+// chat), the two long ones alone together (2 rows: the per-pair expert kernels), and the short ones
+// beside the chunk-prefilled long ones; with graphs and early launch as the engine runs them, then
+// without graphs, then without early launch (programmatic dependent launch), so that a failure says
 // which of them it needs. Printed per batch: the worst row and the chats past the tolerance.
 TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
   GRANULE_REQUIRE_GPU();
@@ -345,13 +346,26 @@ TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
   for (const Mode& mode : {Mode{"graphs, early launch", true, true}, Mode{"no graphs", false, true},
                            Mode{"no early launch", true, false}}) {
     RuntimeOptions o = options(true, false);
-    o.slots = kChats;
+    o.slots = kChats + 1;
     o.backend.cuda_graphs = mode.graphs;
     kernels::KernelConfig kc = gpu_test::kernel_config();
     kc.early_launch = kc.early_launch && mode.early_launch;
     o.backend.kernel_config = kc;
     Rig together(model.path, o), alone(model.path, o);
     const int64_t vocab = together.config.n_vocab;
+    // MatchesTheCpuOracle's history before its batched decode: a chat prefilled in 2 x 150 rows
+    // and decoded past 300 tokens, where its window part lets its first granule go.
+    const std::vector<int32_t> long_prompt = random_tokens(300, vocab, 3);
+    for (int at = 0; at < 300; at += 150)
+      for (Rig* rig : {&together, &alone})
+        rig->step({{kChats, std::span<const int32_t>(long_prompt.data() + at, 150), at, true}},
+                  true);
+    const std::vector<int32_t> long_next = random_tokens(4, vocab, 4);
+    for (int i = 0; i < 4; ++i)
+      for (Rig* rig : {&together, &alone})
+        rig->step({{kChats, std::span<const int32_t>(&long_next[static_cast<size_t>(i)], 1),
+                    300 + i, false}},
+                  true);
     std::vector<int64_t> lengths;
     for (int s = 0; s < kChats; ++s) {
       const int n = s < kWhole ? 3 + 29 * s : 90 + 29 * (s - kWhole);
@@ -406,6 +420,8 @@ TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
                 << names << ": worst |err|/spread " << worst
                 << (past.empty() ? "" : ", past 1e-3:" + past) << "\n";
     }
+    std::cout << "[gemma4-moe batched] " << mode.name << ": KV granules unmapped behind windows "
+              << together.kv->stats().granules_unmapped << "\n";
     if (mode.graphs) EXPECT_GT(together.graphs().replays, 0u) << mode.name;
   }
   EXPECT_EQ(failures, 0u) << "chats decoding together differ from the same chats decoding alone";
