@@ -45,6 +45,14 @@ __global__ void scale_kernel(float* x, int64_t count, float factor) {
     x[i] = __fmul_rn(x[i], factor);
 }
 
+__global__ void zero_kernel(float* x, int64_t count) {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = 0.0f;
+}
+
 __global__ void soft_cap_kernel(float* x, int64_t count, float cap, float inverse) {
   wait_for_previous_kernel();
   allow_next_kernel();
@@ -254,6 +262,12 @@ cudaError_t launch_scale(float* x, int64_t count, float factor, const KernelConf
   if (count == 0) return cudaSuccess;
   return launch_status(launch_early(scale_kernel, dim3(grid_for(count)), dim3(kThreads), config,
                                     stream, x, count, factor));
+}
+
+cudaError_t launch_zero(float* x, int64_t count, const KernelConfig& config, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  return launch_status(
+      launch_early(zero_kernel, dim3(grid_for(count)), dim3(kThreads), config, stream, x, count));
 }
 
 cudaError_t launch_soft_cap(float* x, int64_t count, float cap, const KernelConfig& config,

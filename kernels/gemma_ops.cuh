@@ -23,6 +23,10 @@ cudaError_t launch_geglu_to_f16(const float* gate, const float* up, int64_t coun
 // x[i] *= factor (Gemma's embeddings times sqrt(n_embd)).
 cudaError_t launch_scale(float* x, int64_t count, float factor, const KernelConfig& config,
                          cudaStream_t stream);
+// x[i] = 0: Gemma 4's experts' sum before a layer's experts add into it, as a kernel of the
+// layer's early-launch chain (it waits for the kernel before it like every other), not a memset
+// node between two early-launched kernels of a captured decode graph.
+cudaError_t launch_zero(float* x, int64_t count, const KernelConfig& config, cudaStream_t stream);
 // x[i] = cap * tanh(x[i] / cap), in ggml's order (times 1/cap, tanh, times cap).
 cudaError_t launch_soft_cap(float* x, int64_t count, float cap, const KernelConfig& config,
                             cudaStream_t stream);

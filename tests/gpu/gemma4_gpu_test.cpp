@@ -28,11 +28,15 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
+#include <random>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "backends/backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_model.h"  // kCudaRunsGemma4Moe
+#include "backends/cuda/cuda_moe.h"
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/gguf.h"
@@ -43,6 +47,7 @@
 #include "memory/memory_manager.h"
 #include "memory/weight_layout.h"
 #include "oracle_compare.h"
+#include "quantize_activations.cuh"
 #include "runtime/runtime.h"
 #include "support/model_runtime.h"
 #include "support/temp_model.h"
@@ -310,6 +315,192 @@ TEST_P(Gemma4MoeGpu, MatchesTheCpuOracle) {
     }
     gpu_test::expect_close_to_oracle(r, o, g, vocab, name + " batched decode of 6", true);
   }
+}
+
+// The GPU against itself: chats decoding together give each chat the logits it gets decoding
+// alone (the same file, the same prefills, two engines), within the summation tolerance
+// (oracle_compare.h's 1e-3 of the spread: F32 runs the same kernels per row at every batch size
+// but the attention's split sizes may differ). Chats 0-7 of 3 + 29 s tokens prefilled whole (past
+// 64 tokens on the GEMM path), chats 8-10 of 90, 119 and 148 tokens prefilled in chunks of 40
+// (the matvec path), after a chat of 300 tokens decoded past its window part's first granule (the
+// history of MatchesTheCpuOracle's batched decode). Batches of 2, 3, 4, 6 and 8 chats (a graph of 8
+// rows, two of them padding, for 6), the 6 in reverse order (whether a fault follows the row or the
+// chat), the two long ones alone together (2 rows: the per-pair expert kernels), and the short ones
+// beside the chunk-prefilled long ones; with graphs and early launch as the engine runs them, then
+// without graphs, then without early launch (programmatic dependent launch), so that a failure says
+// which of them it needs. Printed per batch: the worst row and the chats past the tolerance.
+TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
+  GRANULE_REQUIRE_GPU();
+  if (!cuda::kCudaRunsGemma4Moe)
+    GTEST_SKIP() << "the CUDA backend refuses Gemma 4's MoE form (cuda::kCudaRunsGemma4Moe)";
+  const Gemma4Case& p = GetParam();
+  if (p.type != TensorType::F32)
+    GTEST_SKIP() << "F32 only: int8 experts take other kernel families at 1 and 8 rows";
+  test::TempModel model(gemma4_moe_spec(p), "gemma4-moe-batched");
+  struct Mode {
+    const char* name;
+    bool graphs, early_launch;
+  };
+  constexpr int kWhole = 8, kChats = 11;
+  size_t failures = 0;
+  for (const Mode& mode : {Mode{"graphs, early launch", true, true}, Mode{"no graphs", false, true},
+                           Mode{"no early launch", true, false}}) {
+    RuntimeOptions o = options(true, false);
+    o.slots = kChats + 1;
+    o.backend.cuda_graphs = mode.graphs;
+    kernels::KernelConfig kc = gpu_test::kernel_config();
+    kc.early_launch = kc.early_launch && mode.early_launch;
+    o.backend.kernel_config = kc;
+    Rig together(model.path, o), alone(model.path, o);
+    const int64_t vocab = together.config.n_vocab;
+    // MatchesTheCpuOracle's history before its batched decode: a chat prefilled in 2 x 150 rows
+    // and decoded past 300 tokens, where its window part lets its first granule go.
+    const std::vector<int32_t> long_prompt = random_tokens(300, vocab, 3);
+    for (int at = 0; at < 300; at += 150)
+      for (Rig* rig : {&together, &alone})
+        rig->step({{kChats, std::span<const int32_t>(long_prompt.data() + at, 150), at, true}},
+                  true);
+    const std::vector<int32_t> long_next = random_tokens(4, vocab, 4);
+    for (int i = 0; i < 4; ++i)
+      for (Rig* rig : {&together, &alone})
+        rig->step({{kChats, std::span<const int32_t>(&long_next[static_cast<size_t>(i)], 1),
+                    300 + i, false}},
+                  true);
+    std::vector<int64_t> lengths;
+    for (int s = 0; s < kChats; ++s) {
+      const int n = s < kWhole ? 3 + 29 * s : 90 + 29 * (s - kWhole);
+      const std::vector<int32_t> prompt = random_tokens(n, vocab, 10 + s);
+      const int chunk = s < kWhole ? n : 40;
+      for (int at = 0; at < n; at += chunk) {
+        const std::span<const int32_t> part(prompt.data() + at,
+                                            static_cast<size_t>(std::min(chunk, n - at)));
+        together.step({{s, part, at, false}}, true);
+        alone.step({{s, part, at, false}}, true);
+      }
+      lengths.push_back(n);
+    }
+    const std::vector<std::vector<int>> batches = {{0, 1},
+                                                   {0, 1, 2},
+                                                   {0, 1, 2, 3},
+                                                   {0, 1, 2, 3, 4, 5},
+                                                   {5, 4, 3, 2, 1, 0},
+                                                   {4, 5},
+                                                   {0, 1, 2, 3, 4, 5, 6, 7},
+                                                   {0, 1, 2, 8, 9, 10}};
+    uint32_t seed = 500;
+    for (const std::vector<int>& chats : batches) {
+      double worst = 0;
+      std::string past;
+      for (int step = 0; step < 2; ++step) {
+        const std::vector<int32_t> next = random_tokens(kChats, vocab, seed++);
+        std::vector<BatchSequence> batch;
+        for (const int c : chats)
+          batch.push_back({c, std::span<const int32_t>(&next[static_cast<size_t>(c)], 1),
+                           lengths[static_cast<size_t>(c)], false});
+        const std::vector<float> t = together.step(batch, true);
+        ASSERT_EQ(t.size(), chats.size() * static_cast<size_t>(vocab));
+        for (size_t r = 0; r < chats.size(); ++r) {
+          const std::vector<float> a = alone.step({batch[r]}, true);
+          const float* row = t.data() + static_cast<int64_t>(r) * vocab;
+          const double err = gpu_test::centred_error(row, a.data(), vocab,
+                                                     gpu_test::spread_of(a.data(), vocab).std);
+          worst = std::max(worst, err);
+          if (!(err <= gpu_test::kSummationTolerance)) {
+            ++failures;
+            past += " row " + std::to_string(r) + " (chat " + std::to_string(chats[r]) + ", " +
+                    std::to_string(lengths[static_cast<size_t>(chats[r])]) + " tokens) " +
+                    std::to_string(err);
+          }
+        }
+        for (const int c : chats) ++lengths[static_cast<size_t>(c)];
+      }
+      std::string names;
+      for (const int c : chats) names += (names.empty() ? "" : ",") + std::to_string(c);
+      std::cout << "[gemma4-moe batched] " << case_name(p) << " " << mode.name << ", chats "
+                << names << ": worst |err|/spread " << worst
+                << (past.empty() ? "" : ", past 1e-3:" + past) << "\n";
+    }
+    std::cout << "[gemma4-moe batched] " << mode.name << ": KV granules unmapped behind windows "
+              << together.kv->stats().granules_unmapped << "\n";
+    if (mode.graphs) EXPECT_GT(together.graphs().replays, 0u) << mode.name;
+  }
+  EXPECT_EQ(failures, 0u) << "chats decoding together differ from the same chats decoding alone";
+}
+
+// The experts alone (the opened engine's CudaMoe, every layer): runs of 2 to 64 rows give each
+// row the experts' sum a run of that row alone gives. Rows 6 and 7 are padding (slot -1, inputs
+// far from the others'), as in the decode graph of 6 chats. F32 experts take the same dp4a/float
+// family per pair at every run length (moe.cu): equal to the bit. Quantised ones take the tiled
+// or tensor-core products from 8 rows and the warp-per-row ones alone, which differ in f32
+// summation order (and so, rarely, in an int8 rounding of the activation between gate/up and
+// down): within 1e-2 of the row's largest value, where a wrong expert or a lost pair is of its
+// order. The router reads its own input rows (Gemma 4's), the experts theirs, as
+// cuda_gemma4.cpp passes them. Printed: the worst difference over the row's largest value.
+TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
+  GRANULE_REQUIRE_GPU();
+  if (!cuda::kCudaRunsGemma4Moe)
+    GTEST_SKIP() << "the CUDA backend refuses Gemma 4's MoE form (cuda::kCudaRunsGemma4Moe)";
+  const Gemma4Case& p = GetParam();
+  test::TempModel model(gemma4_moe_spec(p), "gemma4-moe-experts");
+  Rig gpu(model.path, options(true, false));
+  auto& backend = dynamic_cast<cuda::CudaBackend&>(*gpu.backend);
+  cuda::CudaMoe& moe = *backend.model().moe();
+  const kernels::KernelConfig& kc = backend.model().kernel_config();
+  cudaStream_t stream = backend.model().stream();
+  const int n = static_cast<int>(gpu.config.n_embd);
+  constexpr int kRows = 64;
+  std::mt19937 rng(77);
+  std::vector<float> router_in = gpu_test::random_floats(kRows * static_cast<size_t>(n), rng, 0.1f);
+  std::vector<float> expert_in = gpu_test::random_floats(kRows * static_cast<size_t>(n), rng);
+  std::vector<int32_t> slot_of(kRows);
+  for (int r = 0; r < kRows; ++r) slot_of[static_cast<size_t>(r)] = r == 6 || r == 7 ? -1 : r % 8;
+  for (int i = 0; i < 2 * n; ++i)  // the padding rows
+    expert_in[static_cast<size_t>(6 * n + i)] = router_in[static_cast<size_t>(6 * n + i)] = 30.0f;
+  const gpu_test::DeviceArray<float> router_x(router_in), x(expert_in);
+  const gpu_test::DeviceArray<int8_t> qs(kRows * static_cast<size_t>(n));
+  const gpu_test::DeviceArray<float2> ds(kRows * static_cast<size_t>(n / 32));
+  CUDA_OK(kernels::launch_quantize_q8(x.get(), kRows, n, {qs.get(), ds.get()}, kc, stream));
+  const gpu_test::DeviceArray<int32_t> slots(slot_of);
+  const bool exact = p.type == TensorType::F32;
+  int compared = 0, differ = 0;
+  double worst_ratio = 0;
+  std::string where;
+  for (int64_t layer = 0; layer < gpu.config.n_layer; ++layer) {
+    auto run = [&](int first, int rows) {
+      gpu_test::DeviceArray<float> out(std::vector<float>(static_cast<size_t>(rows * n), 0.0f));
+      const kernels::ActivationQ8 q{qs.get() + first * n, ds.get() + first * (n / 32)};
+      moe.forward(static_cast<int>(layer), rows, x.get() + first * n, q, slots.get() + first,
+                  out.get(), kc, stream, nullptr, router_x.get() + first * n);
+      EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      return out.download();
+    };
+    std::vector<std::vector<float>> alone;
+    for (int r = 0; r < kRows; ++r) alone.push_back(run(r, 1));
+    for (const int rows : {2, 3, 4, 6, 8, 16, 64}) {
+      const std::vector<float> together = run(0, rows);
+      for (int r = 0; r < rows; ++r) {
+        if (r == 6 || r == 7) continue;  // padding
+        const float* a = alone[static_cast<size_t>(r)].data();
+        const float* b = together.data() + static_cast<int64_t>(r) * n;
+        float largest = 0, worst = 0;
+        for (int i = 0; i < n; ++i) {
+          largest = std::max(largest, std::fabs(a[i]));
+          worst = std::max(worst, std::fabs(a[i] - b[i]));
+        }
+        ++compared;
+        worst_ratio = std::max(worst_ratio, static_cast<double>(worst / largest));
+        const bool same = exact ? std::memcmp(a, b, static_cast<size_t>(n) * sizeof(float)) == 0
+                                : worst <= 1e-2f * largest;
+        if (!same && ++differ <= 12)
+          where += " layer " + std::to_string(layer) + " run " + std::to_string(rows) + " row " +
+                   std::to_string(r) + " (" + std::to_string(worst / largest) + ")";
+      }
+    }
+  }
+  std::cout << "[gemma4-moe experts] " << case_name(p) << ": " << compared
+            << " rows compared, worst " << worst_ratio << " of the row's largest, " << differ
+            << " differ" << (where.empty() ? "" : ":" + where) << "\n";
+  EXPECT_EQ(differ, 0) << "a row's experts depend on the rows run beside it";
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, Gemma4MoeGpu,

@@ -331,10 +331,9 @@ void CudaModel::layer_gemma4(const DeviceLayer& l, int layer, int n_rows) {
     experts.f32 = ws.expert_in;
     experts.q8 = xq;
     norm(hidden, m.pre_norm, experts, "rms_norm");
-    check_cuda(cudaMemsetAsync(ws.experts_out, 0,
-                               static_cast<size_t>(n_rows) * static_cast<size_t>(n) * sizeof(float),
-                               stream_.get()),
-               "cudaMemsetAsync");
+    check_launch(k::launch_zero(ws.experts_out, static_cast<int64_t>(n_rows) * n, kernel_config_,
+                                stream_.get()),
+                 "zero");
     moe_->forward(layer, n_rows, ws.expert_in, xq, inputs_.as<int32_t>() + kSlots * max_rows_,
                   ws.experts_out, kernel_config_, stream_.get(), &launches_, ws.router_in);
     k::RmsNormOutputs sum;

@@ -35,10 +35,13 @@ inline constexpr bool kCudaRunsQwen35Moe = true;
 
 // Whether the CUDA backend runs Gemma 4's mixture-of-experts form (26B-A4B: experts beside the
 // dense FFN, cuda_gemma4.cpp). Its whole-model check is Gemma4MoeGpu.MatchesTheCpuOracle
-// (tests/gpu/gemma4_gpu_test.cpp), which failed on an H100 (2026-12-06): the F32 file's batched
-// decode of 6 rows put rows 3-5 of every step far past the bound (err/bound 64; prefill, decode
-// of one row and decode at 300 within it). false: refused in one line, Device Auto takes the CPU.
-inline constexpr bool kCudaRunsGemma4Moe = false;
+// (tests/gpu/gemma4_gpu_test.cpp), with Gemma4MoeGpu.BatchedDecodeMatchesEachChatDecodedAlone and
+// ExpertsOfSeveralRowsEqualEachRowAlone beside it. On an H200 (2026-12-06) the F32 file's batched
+// decode of 6 rows put rows 3-5 of every step far past the bound (err/bound 64; prefill, decode of
+// one row and decode at 300 within it); the experts' sum is now zeroed by a kernel of the layer's
+// early-launch chain instead of a memset node inside the captured graph. false: refused in one
+// line, Device Auto takes the CPU.
+inline constexpr bool kCudaRunsGemma4Moe = true;
 
 struct Gemma4Device;  // cuda_gemma4.h
 
