@@ -40,46 +40,107 @@ constexpr int blocks_per_sm() {
   return moe_unpack::split_rows(TYPE) ? 3 : 2;
 }
 
+// Requests the bytes [p, p + bytes) into L2, one prefetch per STRIDE bytes a lane, with no
+// register held for them: a warp's rows are then on their way from HBM together, whatever its
+// loads wait for (the chunk loads of the GGUF-block types stay about one memory latency apart,
+// ptxas sm_90). STRIDE 0: none.
+template <int STRIDE>
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes) {
+  if constexpr (STRIDE > 0) {
+    const int lane = threadIdx.x % kWarpSize;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(p) & ~static_cast<uintptr_t>(STRIDE - 1);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+    for (uintptr_t a = start + static_cast<uintptr_t>(lane) * STRIDE; a < end;
+         a += static_cast<uintptr_t>(kWarpSize) * STRIDE)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+  }
+}
+
+// The prefetch stride a type's decode kernels take in the product (launch_moe_*_decode's
+// l2_prefetch_stride < 0): the GGUF-block types, whose chunk loads ptxas leaves serialised, request
+// their rows by 128-byte lines; the split-layout types issue a group's loads together and take
+// none.
+constexpr int default_prefetch_stride(uint32_t type) {
+  return moe_unpack::split_rows(type) ? 0 : 128;
+}
+
+// K consecutive chunk groups of NR rows into acc (the chunks first, first + 128, ... of lane 0;
+// lane l takes chunk + l; chunks past n_chunks add nothing): every weight and activation load of
+// the K x NR chunks is issued before the first product uses one, so a lane has K x NR chunk loads
+// in flight rather than one (ptxas kept them one chunk at a time while the loads sat under the
+// per-row and per-group conditions, ~1 memory latency a chunk). Rows i >= valid read row 0 and add
+// nothing.
+template <uint32_t TYPE, int NR, int K>
+__device__ __forceinline__ void dot_groups(const uint8_t* const (&row)[NR], int valid,
+                                           const int8_t* __restrict__ xqs,
+                                           const float2* __restrict__ xds, int n_chunks, int first,
+                                           float (&acc)[NR]) {
+  constexpr bool kOffset = moe_unpack::has_offset(TYPE);
+  const int lane = threadIdx.x % kWarpSize;
+  moe_unpack::Chunk8 wc[K][NR];
+  int2 q[K];
+  float xd[K];
+  bool in[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c_lane = first + k * kSplit * kWarpSize + lane;
+    in[k] = c_lane < n_chunks;
+    const int c = in[k] ? c_lane : n_chunks - 1;  // a chunk that exists; its product is dropped
+#pragma unroll
+    for (int i = 0; i < NR; ++i) wc[k][i] = moe_unpack::unpack8<TYPE>(row[i], 8 * n_chunks, c);
+    q[k] = *reinterpret_cast<const int2*>(xqs + 8 * static_cast<int64_t>(c));
+    xd[k] = xds[c / 4].x;
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int xs = kOffset ? __dp4a(0x01010101, q[k].y, __dp4a(0x01010101, q[k].x, 0)) : 0;
+#pragma unroll
+    for (int i = 0; i < NR; ++i) {
+      const float v = moe_q8_fma<kOffset>(wc[k][i], q[k].x, q[k].y, xs, xd[k], acc[i]);
+      if (in[k] && i < valid) acc[i] = v;
+    }
+  }
+}
+
 // NR weight rows (w[i], i < valid) dotted with one int8 activation row (xqs, xds) of n_chunks
 // chunks by one warp; sum[i] is exact on lane 0 only (the dp4a kernels' lane-0 butterfly).
-template <uint32_t TYPE, int NR>
+// Partial s (the chunks c with (c / 32) % kSplit == s) is summed over its chunks in order, two
+// groups of NR chunks at a time (dot_groups), reduced across the warp and added to the row's sum
+// in partial order: the sums, butterflies and order of the dp4a kernels, one partial at a time so
+// that 8 accumulators a row rather than 32 leave registers for the loads in flight.
+template <uint32_t TYPE, int NR, int K>
 __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int valid,
                                           const int8_t* __restrict__ xqs,
                                           const float2* __restrict__ xds, int n_chunks,
                                           float (&sum)[NR]) {
-  constexpr bool kOffset = moe_unpack::has_offset(TYPE);
-  const int lane = threadIdx.x % kWarpSize;
-  float acc[kSplit * NR];
-#pragma unroll
-  for (int i = 0; i < kSplit * NR; ++i) acc[i] = 0.0f;
-#pragma unroll 1
-  for (int base = 0; base < n_chunks; base += kSplit * kWarpSize) {
-#pragma unroll
-    for (int s = 0; s < kSplit; ++s) {
-      const int c = base + s * kWarpSize + lane;
-      if (c >= n_chunks) continue;
-      const int2 q = *reinterpret_cast<const int2*>(xqs + 8 * static_cast<int64_t>(c));
-      const float xd = xds[c / 4].x;
-      const int xs = kOffset ? __dp4a(0x01010101, q.y, __dp4a(0x01010101, q.x, 0)) : 0;
-#pragma unroll
-      for (int i = 0; i < NR; ++i) {
-        if (i >= valid) continue;
-        const moe_unpack::Chunk8 wc = moe_unpack::unpack8<TYPE>(w[i], 8 * n_chunks, c);
-        acc[s * NR + i] = moe_q8_fma<kOffset>(wc, q.x, q.y, xs, xd, acc[s * NR + i]);
-      }
-    }
-  }
-  warp_sums(acc);
+  const uint8_t* row[NR];
 #pragma unroll
   for (int i = 0; i < NR; ++i) {
-    float v = 0.0f;
+    row[i] = i < valid ? w[i] : w[0];
+    sum[i] = 0.0f;
+  }
+  constexpr int kStride = kSplit * kWarpSize;
 #pragma unroll
-    for (int s = 0; s < kSplit; ++s) v += acc[s * NR + i];
-    sum[i] = v;
+  for (int s = 0; s < kSplit; ++s) {
+    float acc[NR];
+#pragma unroll
+    for (int i = 0; i < NR; ++i) acc[i] = 0.0f;
+    int first = s * kWarpSize;
+#pragma unroll 1
+    for (; first + (K - 1) * kStride < n_chunks; first += K * kStride)
+      dot_groups<TYPE, NR, K>(row, valid, xqs, xds, n_chunks, first, acc);
+    if constexpr (K > 1) {
+#pragma unroll 1
+      for (; first < n_chunks; first += kStride)
+        dot_groups<TYPE, NR, 1>(row, valid, xqs, xds, n_chunks, first, acc);
+    }
+    warp_sums(acc);
+#pragma unroll
+    for (int i = 0; i < NR; ++i) sum[i] += acc[i];
   }
 }
 
-template <uint32_t TYPE>
+template <uint32_t TYPE, int PREFETCH>
 __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_gate_up_decode_kernel(MoeProduct P, ActivationQ8 hq) {
   __shared__ float act[kQ8Block];
@@ -95,10 +156,12 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>()
   const uint8_t* u = static_cast<const uint8_t*>(P.b.table[expert]) + first * rb;
   const uint8_t* const w[2 * kRowsPerWarp] = {g, g + rb, g + 2 * rb, g + 3 * rb,
                                               u, u + rb, u + 2 * rb, u + 3 * rb};
+  prefetch_l2<PREFETCH>(g, kRowsPerWarp * rb);
+  prefetch_l2<PREFETCH>(u, kRowsPerWarp * rb);
   const int64_t x_row = pair / in.n_used;
   float sum[2 * kRowsPerWarp];
-  warp_dots<TYPE, 2 * kRowsPerWarp>(w, 2 * kRowsPerWarp, in.xq.qs + x_row * in.n_in,
-                                    in.xq.ds + x_row * (in.n_in / kQ8Block), in.n_in / 8, sum);
+  warp_dots<TYPE, 2 * kRowsPerWarp, 2>(w, 2 * kRowsPerWarp, in.xq.qs + x_row * in.n_in,
+                                       in.xq.ds + x_row * (in.n_in / kQ8Block), in.n_in / 8, sum);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -119,7 +182,7 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>()
   if (hq.qs) quantize_block_of_warp(v, hq.qs + at, hq.ds + at / kQ8Block);
 }
 
-template <uint32_t TYPE>
+template <uint32_t TYPE, int PREFETCH>
 __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_down_combine_decode_kernel(MoeMatrix down, int n_out, MoeInput in,
                                    const float* __restrict__ weights, float* __restrict__ hidden) {
@@ -133,6 +196,14 @@ __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
   const int parts = 2 * in.n_used <= kDownWarps ? 2 : 1;  // items per pair
   const int item_rows = kDownRows / parts;
   const int items = in.n_used * parts;
+  for (int item = warp; PREFETCH > 0 && item < items; item += kDownWarps) {
+    const int j = item / parts, r0 = (item % parts) * item_rows;
+    const int valid = min(item_rows, rows_here - r0);
+    if (valid <= 0) continue;
+    const int expert = in.ids[static_cast<int64_t>(row) * in.n_used + j];
+    prefetch_l2<PREFETCH>(static_cast<const uint8_t*>(down.table[expert]) + (first_row + r0) * rb,
+                          valid * rb);
+  }
   for (int item = warp; item < items; item += kDownWarps) {
     const int j = item / parts, r0 = (item % parts) * item_rows;
     const int valid = min(item_rows, rows_here - r0);
@@ -144,8 +215,8 @@ __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
 #pragma unroll
     for (int r = 0; r < kDownRows; ++r) w[r] = w0 + r * rb;  // only rows < valid are read
     float sum[kDownRows];
-    warp_dots<TYPE, kDownRows>(w, valid, in.xq.qs + p * in.n_in,
-                               in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
+    warp_dots<TYPE, kDownRows, 1>(w, valid, in.xq.qs + p * in.n_in,
+                                  in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
     if (lane == 0) {
 #pragma unroll
       for (int r = 0; r < kDownRows; ++r) {
@@ -173,11 +244,28 @@ bool input_fits(uint32_t type, const MoeInput& in) {
          in.xq.qs && in.xq.ds && !in.groups.tiles;
 }
 
+// f(std::integral_constant<int, STRIDE>) for a prefetch stride the kernels are compiled for (0,
+// 32 or 128 bytes; < 0: the type's default_prefetch_stride), else cudaErrorInvalidValue.
+template <uint32_t TYPE, class F>
+cudaError_t with_prefetch_stride(int stride, F&& f) {
+  switch (stride < 0 ? default_prefetch_stride(TYPE) : stride) {
+    case 0:
+      return f(std::integral_constant<int, 0>{});
+    case 32:
+      return f(std::integral_constant<int, 32>{});
+    case 128:
+      return f(std::integral_constant<int, 128>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                       int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
-                                      const KernelConfig& config, cudaStream_t stream) {
+                                      const KernelConfig& config, cudaStream_t stream,
+                                      int l2_prefetch_stride) {
   if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
   if (!input_fits(gate.type, in) || up.type != gate.type || up.row_bytes != gate.row_bytes ||
       n_out % kQ8Block != 0 || !h || in.pairs > 65535 || n_out / kQ8Block > 65535)
@@ -187,15 +275,19 @@ cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up
   dispatch_weight_type(gate.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
-      status = launch_early(moe_gate_up_decode_kernel<TYPE>, dim3(n_out / kQ8Block, in.pairs),
-                            dim3(kGateUpWarps * kWarpSize), config, stream, P, hq);
+      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, [&](auto stride) {
+        return launch_early(moe_gate_up_decode_kernel<TYPE, decltype(stride)::value>,
+                            dim3(n_out / kQ8Block, in.pairs), dim3(kGateUpWarps * kWarpSize),
+                            config, stream, P, hq);
+      });
   });
   return launch_status(status);
 }
 
 cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, const MoeInput& in,
                                            const float* weights, float* hidden,
-                                           const KernelConfig& config, cudaStream_t stream) {
+                                           const KernelConfig& config, cudaStream_t stream,
+                                           int l2_prefetch_stride) {
   if (in.pairs <= 0 || n_out <= 0) return cudaSuccess;
   if (!input_fits(down.type, in) || in.pairs % in.n_used != 0 || !weights || !hidden)
     return cudaErrorInvalidValue;
@@ -205,9 +297,11 @@ cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, con
   dispatch_weight_type(down.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
-      status = launch_early(moe_down_combine_decode_kernel<TYPE>,
+      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, [&](auto stride) {
+        return launch_early(moe_down_combine_decode_kernel<TYPE, decltype(stride)::value>,
                             dim3(ceil_div(n_out, kDownRows), rows), dim3(kDownWarps * kWarpSize),
                             config, stream, down, n_out, in, weights, hidden);
+      });
   });
   return launch_status(status);
 }
