@@ -595,7 +595,9 @@ TEST(MoeKernels, MixedTypesAndRouters) {
 // the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for layers like the
 // models' (Q4_K/Q6_K top-8; gpt-oss's MXFP4 with biases and the clamped SwiGLU over its n_in of
 // 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K, Q4_0 and IQ4_NL/Q8_0 top-2), on
-// fewer experts.
+// fewer experts, and the widths of qwen3-30b-a3b (2048/768) and gpt-oss-20b (2880/2880) at one
+// row; each L2 prefetch variant of the decode launches (none, by 32 and by 128 bytes) gives the
+// product's bits.
 TEST(MoeKernels, DecodeProductsTakeAnyIds) {
   GRANULE_REQUIRE_GPU();
   struct Shape {
@@ -604,6 +606,7 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     bool biases;
     int n_expert, n_used;
     int64_t n_embd, n_ff;
+    int max_rows = kDecodeMaxRows;
   };
   const Shape shapes[] = {
       // Mixtral-like Q4_0 and IQ4_NL experts in the split layout, rows of 13 blocks (padded).
@@ -613,7 +616,10 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
       {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
        416},
       {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512},
-      {TensorType::Q4_K, TensorType::Q8_0, k::MoeActivation::Geglu, false, 16, 8, 512, 352}};
+      {TensorType::Q4_K, TensorType::Q8_0, k::MoeActivation::Geglu, false, 16, 8, 512, 352},
+      {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 12, 8, 2048, 768, 1},
+      {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 5, 4, 2880,
+       2880, 1}};
   const k::KernelConfig config = gpu_test::kernel_config();
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(sh.gate_type)));
@@ -622,7 +628,7 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     ExpertMatrix gate(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
     ExpertMatrix up(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
     ExpertMatrix down(sh.down_type, sh.n_expert, E, F, sh.biases, rng);
-    for (int rows = 1; rows <= kDecodeMaxRows; ++rows) {
+    for (int rows = 1; rows <= sh.max_rows; ++rows) {
       SCOPED_TRACE("rows " + std::to_string(rows));
       const int K = sh.n_used, pairs = rows * K;
       std::vector<int32_t> ids(static_cast<size_t>(pairs));
@@ -689,6 +695,22 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
         ASSERT_TRUE(a[i].x == b[i].x && a[i].y == b[i].y) << "scales " << i;
       const std::vector<float> hidden = hidden_d.download();
       ASSERT_EQ(hidden2_d.download(), hidden);
+      for (const int stride : {0, 32, 128}) {
+        SCOPED_TRACE("L2 prefetch stride " + std::to_string(stride));
+        h2_d.poison();
+        ASSERT_EQ(k::launch_moe_gate_up_decode(gate.view(), up.view(), sh.act, static_cast<int>(F),
+                                               in, h2_d.get(), {hqs2_d.get(), hds2_d.get()}, config,
+                                               nullptr, stride),
+                  cudaSuccess);
+        DeviceArray<float> hidden3_d(residual);
+        ASSERT_EQ(
+            k::launch_moe_down_combine_decode(down.view(), static_cast<int>(E), din2, w_d.get(),
+                                              hidden3_d.get(), config, nullptr, stride),
+            cudaSuccess);
+        ASSERT_EQ(h2_d.download(), h);
+        ASSERT_EQ(hqs2_d.download(), hqs_d.download());
+        ASSERT_EQ(hidden3_d.download(), hidden);
+      }
       // And not only self-consistent: row 0's first output against the CPU over the GPU's h.
       double ref = 0.0, mag = 0.0;
       std::vector<float> hin(h.begin(), h.begin() + K * F);
