@@ -57,11 +57,12 @@ __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes) {
 }
 
 // The prefetch stride a type's decode kernels take in the product (launch_moe_*_decode's
-// l2_prefetch_stride < 0): the GGUF-block types, whose chunk loads ptxas leaves serialised, request
-// their rows by 128-byte lines; the split-layout types issue a group's loads together and take
-// none.
-constexpr int default_prefetch_stride(uint32_t type) {
-  return moe_unpack::split_rows(type) ? 0 : 128;
+// l2_prefetch_stride < 0): 128-byte lines for the GGUF-block types, whose chunk loads ptxas leaves
+// about a latency apart, and for every down launch (a warp of gpt-oss's has 4 rows, so 8 chunk
+// loads, in flight); none for the split-layout types' gate/up, whose 16 chunk loads a lane go out
+// together.
+constexpr int default_prefetch_stride(uint32_t type, bool down) {
+  return moe_unpack::split_rows(type) && !down ? 0 : 128;
 }
 
 // K consecutive chunk groups of NR rows into acc (the chunks first, first + 128, ... of lane 0;
@@ -140,6 +141,14 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
   }
 }
 
+// Passes of its 8 rows a gate/up warp loads at once: two, or one for the types with which two
+// spill (ptxas -v, sm_90: Q2_K 12 bytes, Q3_K 28, Q6_K 112, IQ4_NL 28, IQ4_XS 8).
+template <uint32_t TYPE>
+constexpr int gate_up_passes() {
+  return TYPE == kQ2_K || TYPE == kQ3_K || TYPE == kQ6_K || TYPE == kIQ4_NL || TYPE == kIQ4_XS ? 1
+                                                                                               : 2;
+}
+
 template <uint32_t TYPE, int PREFETCH>
 __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_gate_up_decode_kernel(MoeProduct P, ActivationQ8 hq) {
@@ -160,8 +169,9 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>()
   prefetch_l2<PREFETCH>(u, kRowsPerWarp * rb);
   const int64_t x_row = pair / in.n_used;
   float sum[2 * kRowsPerWarp];
-  warp_dots<TYPE, 2 * kRowsPerWarp, 2>(w, 2 * kRowsPerWarp, in.xq.qs + x_row * in.n_in,
-                                       in.xq.ds + x_row * (in.n_in / kQ8Block), in.n_in / 8, sum);
+  warp_dots<TYPE, 2 * kRowsPerWarp, gate_up_passes<TYPE>()>(
+      w, 2 * kRowsPerWarp, in.xq.qs + x_row * in.n_in, in.xq.ds + x_row * (in.n_in / kQ8Block),
+      in.n_in / 8, sum);
   if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
@@ -182,6 +192,32 @@ __global__ void __launch_bounds__(kGateUpWarps* kWarpSize, blocks_per_sm<TYPE>()
   if (hq.qs) quantize_block_of_warp(v, hq.qs + at, hq.ds + at / kQ8Block);
 }
 
+// One warp's item of the down launch: rows first .. first + valid - 1 (valid <= NR) of pair p's
+// expert against the pair's int8 activation row, each row's sum (+ bias) into out[r] (lane 0).
+// Items of 4 rows (n_used <= 4) take two passes at once, items of 8 one (two spill at 80
+// registers), so a lane has 8 chunk loads in flight either way.
+template <uint32_t TYPE, int NR, int K>
+__device__ __forceinline__ void down_item(const MoeMatrix& down, int n_out, const MoeInput& in,
+                                          int64_t p, int first, int valid, float* out) {
+  const int expert = in.ids[p];
+  const int64_t rb = down.row_bytes;
+  const uint8_t* w0 = static_cast<const uint8_t*>(down.table[expert]) + first * rb;
+  const uint8_t* w[NR];
+#pragma unroll
+  for (int r = 0; r < NR; ++r) w[r] = w0 + r * rb;  // only rows < valid are read
+  float sum[NR];
+  warp_dots<TYPE, NR, K>(w, valid, in.xq.qs + p * in.n_in, in.xq.ds + p * (in.n_in / kQ8Block),
+                         in.n_in / 8, sum);
+  if (threadIdx.x % kWarpSize != 0) return;
+#pragma unroll
+  for (int r = 0; r < NR; ++r) {
+    if (r >= valid) continue;
+    float v = sum[r];
+    if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first + r];
+    out[r] = v;
+  }
+}
+
 template <uint32_t TYPE, int PREFETCH>
 __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
     moe_down_combine_decode_kernel(MoeMatrix down, int n_out, MoeInput in,
@@ -189,7 +225,7 @@ __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
   __shared__ float dots[kMoeMaxUsed][kDownRows];
   wait_for_previous_kernel();
   allow_next_kernel();
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
   const int row = blockIdx.y, first_row = blockIdx.x * kDownRows;
   const int rows_here = min(kDownRows, n_out - first_row);
   const int64_t rb = down.row_bytes;
@@ -209,23 +245,10 @@ __global__ void __launch_bounds__(kDownWarps* kWarpSize, blocks_per_sm<TYPE>())
     const int valid = min(item_rows, rows_here - r0);
     if (valid <= 0) continue;  // the whole warp
     const int64_t p = static_cast<int64_t>(row) * in.n_used + j;
-    const int expert = in.ids[p];
-    const uint8_t* w0 = static_cast<const uint8_t*>(down.table[expert]) + (first_row + r0) * rb;
-    const uint8_t* w[kDownRows];
-#pragma unroll
-    for (int r = 0; r < kDownRows; ++r) w[r] = w0 + r * rb;  // only rows < valid are read
-    float sum[kDownRows];
-    warp_dots<TYPE, kDownRows, 1>(w, valid, in.xq.qs + p * in.n_in,
-                                  in.xq.ds + p * (in.n_in / kQ8Block), in.n_in / 8, sum);
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kDownRows; ++r) {
-        if (r >= valid) continue;
-        float v = sum[r];
-        if (down.bias) v += down.bias[static_cast<int64_t>(expert) * n_out + first_row + r0 + r];
-        dots[j][r0 + r] = v;
-      }
-    }
+    if (parts == 2)
+      down_item<TYPE, kDownRows / 2, 2>(down, n_out, in, p, first_row + r0, valid, &dots[j][r0]);
+    else
+      down_item<TYPE, kDownRows, 1>(down, n_out, in, p, first_row + r0, valid, &dots[j][r0]);
   }
   __syncthreads();
   if (static_cast<int>(threadIdx.x) >= rows_here) return;
@@ -247,8 +270,8 @@ bool input_fits(uint32_t type, const MoeInput& in) {
 // f(std::integral_constant<int, STRIDE>) for a prefetch stride the kernels are compiled for (0,
 // 32 or 128 bytes; < 0: the type's default_prefetch_stride), else cudaErrorInvalidValue.
 template <uint32_t TYPE, class F>
-cudaError_t with_prefetch_stride(int stride, F&& f) {
-  switch (stride < 0 ? default_prefetch_stride(TYPE) : stride) {
+cudaError_t with_prefetch_stride(int stride, bool down, F&& f) {
+  switch (stride < 0 ? default_prefetch_stride(TYPE, down) : stride) {
     case 0:
       return f(std::integral_constant<int, 0>{});
     case 32:
@@ -275,7 +298,7 @@ cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up
   dispatch_weight_type(gate.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
-      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, [&](auto stride) {
+      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, false, [&](auto stride) {
         return launch_early(moe_gate_up_decode_kernel<TYPE, decltype(stride)::value>,
                             dim3(n_out / kQ8Block, in.pairs), dim3(kGateUpWarps * kWarpSize),
                             config, stream, P, hq);
@@ -297,7 +320,7 @@ cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, con
   dispatch_weight_type(down.type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
     if constexpr (TYPE != kF32 && TYPE != kF16 && TYPE != kBF16)
-      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, [&](auto stride) {
+      status = with_prefetch_stride<TYPE>(l2_prefetch_stride, true, [&](auto stride) {
         return launch_early(moe_down_combine_decode_kernel<TYPE, decltype(stride)::value>,
                             dim3(ceil_div(n_out, kDownRows), rows), dim3(kDownWarps * kWarpSize),
                             config, stream, down, n_out, in, weights, hidden);
