@@ -54,7 +54,14 @@ __device__ __forceinline__ void router_warp(const uint8_t* __restrict__ router, 
       for (int i = 0; i < 8; ++i) acc[b] = fmaf(wv[i], xv[i], acc[b]);
     }
   }
-  warp_sums(acc);
+  // Only the rows the group has: a decode step's one row takes 5 shuffles rather than 40.
+  if (rows - r0 >= kRouterRows) {
+    warp_sums(acc);
+  } else {
+#pragma unroll
+    for (int b = 0; b < kRouterRows; ++b)
+      if (r0 + b < rows) acc[b] = warp_sum(acc[b]);
+  }
   if (lane != 0) return;
   const float add = bias ? bias[e] : 0.0f;
 #pragma unroll
@@ -85,9 +92,88 @@ __device__ __forceinline__ bool better(float v, int e, float bv, int be, int n) 
   return v > bv || (v == bv && e < be);
 }
 
+// Up to this many experts a lane keeps the gate values of experts lane + 32 i in registers and the
+// top-k takes a choice per two warp reductions (topk_choices_in_registers); more go through shared
+// memory and shuffles.
+constexpr int kTopkRegs = 8;
+
+// A float's order as an unsigned key (larger value, larger key; -0 as +0, so that the two tie as
+// `better` has them; NaN below every value), for the warp's redux.sync max.
+__device__ __forceinline__ unsigned order_key(float v) {
+  if (v != v) return 0u;
+  const unsigned bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// The row's gate values: softmax (max, exp, a sum in double in lane order then butterflies, a
+// multiply by the f32 inverse), sigmoid or the logits themselves, for experts lane + 32 i < n
+// (value(i, v) receives them), as the CPU reference computes them.
+template <class Store>
+__device__ __forceinline__ void gate_values(const float* __restrict__ l, int n, MoeGating gating,
+                                            Store&& store) {
+  const int lane = threadIdx.x % kWarpSize;
+  if (gating == MoeGating::Softmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, __ldcg(l + e));
+    mx = warp_max(mx);
+    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
+    for (int e = lane; e < n; e += kWarpSize) {
+      const float v = expf(__ldcg(l + e) - mx);
+      store(e / kWarpSize, v);
+      sum += v;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inverse = static_cast<float>(1.0 / sum);
+    store(-1, inverse);  // every value times the inverse
+  } else if (gating == MoeGating::Sigmoid) {
+    for (int e = lane; e < n; e += kWarpSize)
+      store(e / kWarpSize, 1.0f / (1.0f + expf(-__ldcg(l + e))));
+  } else {
+    for (int e = lane; e < n; e += kWarpSize) store(e / kWarpSize, __ldcg(l + e));
+  }
+}
+
+// The top-k of n <= 32 * kTopkRegs gate values held in registers (lane's value i: expert
+// lane + 32 i): choice j on lane j (mine_v, mine_e), as `better` orders them (larger first, ties
+// to the lower index). Per choice each lane takes its best untaken value, the warp the largest
+// key (redux.sync max) and among the lanes holding it the lowest expert (redux.sync min): two
+// reductions a choice where the shuffle butterfly took ten shuffles in five dependent rounds.
+__device__ __forceinline__ void topk_choices_in_registers(const float (&pv)[kTopkRegs], int n,
+                                                          int k, float& mine_v, int& mine_e) {
+  const int lane = threadIdx.x % kWarpSize;
+  unsigned taken = 0;
+  for (int j = 0; j < k; ++j) {
+    unsigned key = 0;
+    int e_best = n;
+    float v_best = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTopkRegs; ++i) {
+      const int e = lane + i * kWarpSize;
+      if (e >= n || (taken >> i) & 1u) continue;
+      const unsigned ki = order_key(pv[i]);
+      if (e_best == n || ki > key) {  // e grows with i: a tie keeps the lower index
+        key = ki;
+        e_best = e;
+        v_best = pv[i];
+      }
+    }
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int be = static_cast<int>(
+        __reduce_min_sync(0xffffffffu, key == top ? static_cast<unsigned>(e_best) : 0xffffffffu));
+    const float bv = __shfl_sync(0xffffffffu, v_best, be % kWarpSize);
+    if (lane == be % kWarpSize) taken |= 1u << (be / kWarpSize);
+    if (lane == j) {
+      mine_v = bv;
+      mine_e = be;
+    }
+  }
+}
+
 // Gating and top-k of one row by one warp; p and taken: the warp's n_expert floats and bytes of
-// shared memory. The logits are read from L2 (__ldcg): launch_moe_route's last block reads what
-// other blocks wrote.
+// shared memory (used only past 32 * kTopkRegs experts). The logits are read from L2 (__ldcg):
+// launch_moe_route's last block reads what other blocks wrote.
 __device__ __forceinline__ void topk_row(const float* __restrict__ logits, int row,
                                          const MoeRouting& routing, int32_t* __restrict__ ids,
                                          float* __restrict__ weights, int32_t* __restrict__ counts,
@@ -96,53 +182,57 @@ __device__ __forceinline__ void topk_row(const float* __restrict__ logits, int r
   const int lane = threadIdx.x % kWarpSize;
   const int n = routing.n_expert, k = routing.n_used;
   const float* l = logits + static_cast<int64_t>(row) * n;
-  if (routing.gating == MoeGating::Softmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, __ldcg(l + e));
-    mx = warp_max(mx);
-    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
-    for (int e = lane; e < n; e += kWarpSize) {
-      p[e] = expf(__ldcg(l + e) - mx);
-      sum += p[e];
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    const float inverse = static_cast<float>(1.0 / sum);
-    for (int e = lane; e < n; e += kWarpSize) p[e] *= inverse;
-  } else if (routing.gating == MoeGating::Sigmoid) {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
-  } else {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = __ldcg(l + e);
-  }
-  for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
-  __syncwarp();
   // Lane j keeps choice j.
   float mine_v = 0.0f;
   int mine_e = 0;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int be = n;
-    for (int e = lane; e < n; e += kWarpSize)
-      if (!taken[e] && better(p[e], e, bv, be, n)) {
-        bv = p[e];
-        be = e;
-      }
+  if (n <= kWarpSize * kTopkRegs) {
+    float pv[kTopkRegs];
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, offset);
-      if (better(ov, oe, bv, be, n)) {
-        bv = ov;
-        be = oe;
+    for (int i = 0; i < kTopkRegs; ++i) pv[i] = 0.0f;
+    gate_values(l, n, routing.gating, [&](int i, float v) {
+#pragma unroll
+      for (int r = 0; r < kTopkRegs; ++r) {
+        if (i < 0)
+          pv[r] *= v;
+        else if (r == i)
+          pv[r] = v;
       }
-    }
-    if (lane == j) {
-      mine_v = bv;
-      mine_e = be;
-    }
-    if (lane == 0) taken[be] = 1;
+    });
+    topk_choices_in_registers(pv, n, k, mine_v, mine_e);
+  } else {
+    gate_values(l, n, routing.gating, [&](int i, float v) {
+      if (i < 0) {
+        for (int e = lane; e < n; e += kWarpSize) p[e] *= v;
+      } else {
+        p[lane + i * kWarpSize] = v;
+      }
+    });
+    for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
     __syncwarp();
+    for (int j = 0; j < k; ++j) {
+      float bv = -INFINITY;
+      int be = n;
+      for (int e = lane; e < n; e += kWarpSize)
+        if (!taken[e] && better(p[e], e, bv, be, n)) {
+          bv = p[e];
+          be = e;
+        }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
+        const int oe = __shfl_xor_sync(0xffffffffu, be, offset);
+        if (better(ov, oe, bv, be, n)) {
+          bv = ov;
+          be = oe;
+        }
+      }
+      if (lane == j) {
+        mine_v = bv;
+        mine_e = be;
+      }
+      if (lane == 0) taken[be] = 1;
+      __syncwarp();
+    }
   }
   // The weights as the CPU reference computes them: sums in double in top-k order, softmax as a
   // multiply by the f32 inverse, the normalising sum clamped to the smallest normal f16

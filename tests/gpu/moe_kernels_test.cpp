@@ -731,6 +731,62 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
   }
 }
 
+// The top-k on both of its paths (gate values in registers up to 256 experts, in shared memory
+// past them), each gating, with ties (logits drawn from a few values, -0 beside +0) and k up to
+// 8: the CPU reference's choices and weights.
+TEST(MoeKernels, TopkOnBothPaths) {
+  GRANULE_REQUIRE_GPU();
+  const k::KernelConfig config = gpu_test::kernel_config();
+  for (const int n_expert : {32, 96, 128, 256, 300}) {
+    for (const k::MoeGating gating :
+         {k::MoeGating::Softmax, k::MoeGating::Sigmoid, k::MoeGating::SoftmaxOfTopK}) {
+      SCOPED_TRACE("experts " + std::to_string(n_expert) + ", gating " +
+                   std::to_string(static_cast<int>(gating)));
+      Case c;
+      c.n_expert = n_expert;
+      c.n_used = n_expert >= 128 ? 8 : 4;
+      c.gating = gating;
+      c.normalize = gating != k::MoeGating::SoftmaxOfTopK;
+      constexpr int kRows = 9;
+      std::mt19937 rng(static_cast<uint32_t>(n_expert) * 7u + static_cast<uint32_t>(gating));
+      std::vector<float> logits(static_cast<size_t>(kRows * n_expert));
+      for (size_t i = 0; i < logits.size(); ++i) {
+        // Rows 0-2 from five values (many ties), the rest spread out; zeros of both signs.
+        const int row = static_cast<int>(i) / n_expert;
+        logits[i] = row < 3 ? 0.5f * static_cast<float>(static_cast<int>(rng() % 5) - 2)
+                            : gpu_test::random_floats(1, rng, 3.0f)[0];
+        if (logits[i] == 0.0f && rng() % 2) logits[i] = -0.0f;
+      }
+      const int pairs = kRows * c.n_used;
+      DeviceArray<float> logits_d(logits), w_d(static_cast<size_t>(pairs));
+      DeviceArray<int32_t> ids_d(static_cast<size_t>(pairs));
+      ids_d.poison();
+      w_d.poison();
+      const k::MoeRouting routing{.n_expert = n_expert,
+                                  .n_used = c.n_used,
+                                  .gating = gating,
+                                  .normalize = c.normalize,
+                                  .scale = c.scale};
+      ASSERT_EQ(k::launch_moe_topk(logits_d.get(), kRows, routing, ids_d.get(), w_d.get(), nullptr,
+                                   nullptr, config, nullptr),
+                cudaSuccess);
+      const std::vector<int32_t> ids = ids_d.download();
+      const std::vector<float> weights = w_d.download();
+      for (int r = 0; r < kRows; ++r) {
+        int32_t ref_ids[k::kMoeMaxUsed];
+        float ref_w[k::kMoeMaxUsed];
+        route_row(logits.data() + static_cast<size_t>(r) * n_expert, c, ref_ids, ref_w);
+        for (int j = 0; j < c.n_used; ++j) {
+          const size_t p = static_cast<size_t>(r * c.n_used + j);
+          ASSERT_EQ(ids[p], ref_ids[j]) << "row " << r << " choice " << j;
+          ASSERT_NEAR(weights[p], ref_w[j], 2e-6 * std::fabs(ref_w[j]) + 1e-7)
+              << "row " << r << " choice " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(MoeKernels, RefusesWhatTheyDoNotCover) {
   GRANULE_REQUIRE_GPU();
   const k::KernelConfig config = gpu_test::kernel_config();
