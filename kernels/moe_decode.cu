@@ -123,6 +123,9 @@ __device__ __forceinline__ void warp_dots(const uint8_t* const (&w)[NR], int val
   constexpr int kStride = kSplit * kWarpSize;
 #pragma unroll
   for (int s = 0; s < kSplit; ++s) {
+    // A partial without chunks (n_in < 1024) adds +0 after its shuffles, which changes no sum (a
+    // sum that starts at +0 and adds products is never -0): skip them.
+    if (s * kWarpSize >= n_chunks) break;
     float acc[NR];
 #pragma unroll
     for (int i = 0; i < NR; ++i) acc[i] = 0.0f;
