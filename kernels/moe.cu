@@ -25,22 +25,30 @@ constexpr bool kReadsQ8 = TYPE != kF32&& TYPE != kF16&& TYPE != kBF16;
 
 // ---- router ----
 
-// Logits of router row e for token rows r0 .. r0 + kRouterRows - 1 (those below rows), one warp:
-// lane 0 writes them (+ bias).
-template <uint32_t TYPE>
-__device__ __forceinline__ void router_warp(const uint8_t* __restrict__ router, int64_t row_bytes,
+// Logits of router row e for token rows r0 .. r0 + kRouterRows - 1 (those below rows), by TEAM
+// warps of the block: thread t of the team takes the chunks c ≡ t (mod 32 · TEAM) in order, each
+// warp reduces its sums by butterflies, and (TEAM > 1) the warps' sums meet in shared memory and
+// are added in warp order. TEAM 1 (runs of more than one row group, where a block's warps share
+// the group's activation rows in L1) leaves each lane 8 chunks of qwen3-30b-a3b's 2,048-wide row
+// in two rounds of loads; a block per expert (TEAM kWarps, runs of one group: decode) takes them
+// in one, with four times the blocks. The two sum in different orders, so a run's logits depend on
+// which it takes (both within the CPU oracle's bound); every launch of a run takes the same one.
+// Writes the logits (+ bias); TEAM kWarps: called by every thread of the block.
+template <uint32_t TYPE, int TEAM>
+__device__ __forceinline__ void router_team(const uint8_t* __restrict__ router, int64_t row_bytes,
                                             int e, int n_expert, int n_in,
                                             const float* __restrict__ x, int r0, int rows,
                                             const float* __restrict__ bias,
                                             float* __restrict__ logits) {
-  const int lane = threadIdx.x % kWarpSize;
+  constexpr int kTeamThreads = TEAM * kWarpSize;
+  const int lane = threadIdx.x % kWarpSize, t = threadIdx.x % kTeamThreads;
   const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
   float acc[kRouterRows];
 #pragma unroll
   for (int b = 0; b < kRouterRows; ++b) acc[b] = 0.0f;
   const int n_chunks = n_in / 8;
-#pragma unroll 4  // loads of several chunks in flight; each lane still sums its chunks in order
-  for (int c = lane; c < n_chunks; c += kWarpSize) {
+#pragma unroll 4  // loads of several chunks in flight; each thread still sums its chunks in order
+  for (int c = t; c < n_chunks; c += kTeamThreads) {
     float wv[8];
     dequantize8<TYPE>(row, c, wv);
 #pragma unroll
@@ -54,25 +62,57 @@ __device__ __forceinline__ void router_warp(const uint8_t* __restrict__ router, 
       for (int i = 0; i < 8; ++i) acc[b] = fmaf(wv[i], xv[i], acc[b]);
     }
   }
-  warp_sums(acc);
-  if (lane != 0) return;
-  const float add = bias ? bias[e] : 0.0f;
+  // Only the rows the group has: a decode step's one row takes 5 shuffles rather than 40.
+  if (rows - r0 >= kRouterRows) {
+    warp_sums(acc);
+  } else {
 #pragma unroll
-  for (int b = 0; b < kRouterRows; ++b)
-    if (r0 + b < rows) logits[static_cast<int64_t>(r0 + b) * n_expert + e] = acc[b] + add;
+    for (int b = 0; b < kRouterRows; ++b)
+      if (r0 + b < rows) acc[b] = warp_sum(acc[b]);
+  }
+  const float add = bias ? bias[e] : 0.0f;
+  if constexpr (TEAM == 1) {
+    if (lane != 0) return;
+#pragma unroll
+    for (int b = 0; b < kRouterRows; ++b)
+      if (r0 + b < rows) logits[static_cast<int64_t>(r0 + b) * n_expert + e] = acc[b] + add;
+  } else {
+    static_assert(TEAM == kWarps, "a team is a warp or the whole block");
+    __shared__ float warp_part[kWarps][kRouterRows];
+    if (lane == 0) {
+#pragma unroll
+      for (int b = 0; b < kRouterRows; ++b) warp_part[threadIdx.x / kWarpSize][b] = acc[b];
+    }
+    __syncthreads();
+    const int b = threadIdx.x;
+    if (b < kRouterRows && r0 + b < rows) {
+      float v = warp_part[0][b];
+#pragma unroll
+      for (int w = 1; w < kWarps; ++w) v += warp_part[w][b];
+      logits[static_cast<int64_t>(r0 + b) * n_expert + e] = v + add;
+    }
+  }
 }
 
-template <uint32_t TYPE>
+// Experts a block of the router kernels takes: one a warp, or one (a block row of one group).
+template <int TEAM>
+constexpr int experts_per_block() {
+  return kWarps / TEAM;
+}
+// The team size for a run of `rows` rows (router_team).
+inline int router_team_warps(int rows) { return rows <= kRouterRows ? kWarps : 1; }
+
+template <uint32_t TYPE, int TEAM>
 __global__ void __launch_bounds__(kThreads)
     moe_router_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_expert, int n_in,
                       const float* __restrict__ x, int rows, const float* __restrict__ bias,
                       float* __restrict__ logits) {
   wait_for_previous_kernel();
   allow_next_kernel();
-  const int e = blockIdx.x * kWarps + threadIdx.x / kWarpSize;
-  if (e >= n_expert) return;  // whole warps; no block-wide barrier follows
-  router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, blockIdx.y * kRouterRows, rows, bias,
-                    logits);
+  const int e = blockIdx.x * experts_per_block<TEAM>() + threadIdx.x / (TEAM * kWarpSize);
+  if (TEAM == 1 && e >= n_expert) return;  // whole warps; no block-wide barrier follows
+  router_team<TYPE, TEAM>(router, row_bytes, e, n_expert, n_in, x, blockIdx.y * kRouterRows, rows,
+                          bias, logits);
 }
 
 // ---- gating and top-k: one warp per row ----
@@ -85,9 +125,88 @@ __device__ __forceinline__ bool better(float v, int e, float bv, int be, int n) 
   return v > bv || (v == bv && e < be);
 }
 
+// Up to this many experts a lane keeps the gate values of experts lane + 32 i in registers and the
+// top-k takes a choice per two warp reductions (topk_choices_in_registers); more go through shared
+// memory and shuffles.
+constexpr int kTopkRegs = 8;
+
+// A float's order as an unsigned key (larger value, larger key; -0 as +0, so that the two tie as
+// `better` has them; NaN below every value), for the warp's redux.sync max.
+__device__ __forceinline__ unsigned order_key(float v) {
+  if (v != v) return 0u;
+  const unsigned bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+
+// The row's gate values: softmax (max, exp, a sum in double in lane order then butterflies, a
+// multiply by the f32 inverse), sigmoid or the logits themselves, for experts lane + 32 i < n
+// (value(i, v) receives them), as the CPU reference computes them.
+template <class Store>
+__device__ __forceinline__ void gate_values(const float* __restrict__ l, int n, MoeGating gating,
+                                            Store&& store) {
+  const int lane = threadIdx.x % kWarpSize;
+  if (gating == MoeGating::Softmax) {
+    float mx = -INFINITY;
+    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, __ldcg(l + e));
+    mx = warp_max(mx);
+    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
+    for (int e = lane; e < n; e += kWarpSize) {
+      const float v = expf(__ldcg(l + e) - mx);
+      store(e / kWarpSize, v);
+      sum += v;
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const float inverse = static_cast<float>(1.0 / sum);
+    store(-1, inverse);  // every value times the inverse
+  } else if (gating == MoeGating::Sigmoid) {
+    for (int e = lane; e < n; e += kWarpSize)
+      store(e / kWarpSize, 1.0f / (1.0f + expf(-__ldcg(l + e))));
+  } else {
+    for (int e = lane; e < n; e += kWarpSize) store(e / kWarpSize, __ldcg(l + e));
+  }
+}
+
+// The top-k of n <= 32 * kTopkRegs gate values held in registers (lane's value i: expert
+// lane + 32 i): choice j on lane j (mine_v, mine_e), as `better` orders them (larger first, ties
+// to the lower index). Per choice each lane takes its best untaken value, the warp the largest
+// key (redux.sync max) and among the lanes holding it the lowest expert (redux.sync min): two
+// reductions a choice where the shuffle butterfly took ten shuffles in five dependent rounds.
+__device__ __forceinline__ void topk_choices_in_registers(const float (&pv)[kTopkRegs], int n,
+                                                          int k, float& mine_v, int& mine_e) {
+  const int lane = threadIdx.x % kWarpSize;
+  unsigned taken = 0;
+  for (int j = 0; j < k; ++j) {
+    unsigned key = 0;
+    int e_best = n;
+    float v_best = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kTopkRegs; ++i) {
+      const int e = lane + i * kWarpSize;
+      if (e >= n || (taken >> i) & 1u) continue;
+      const unsigned ki = order_key(pv[i]);
+      if (e_best == n || ki > key) {  // e grows with i: a tie keeps the lower index
+        key = ki;
+        e_best = e;
+        v_best = pv[i];
+      }
+    }
+    const unsigned top = __reduce_max_sync(0xffffffffu, key);
+    const int be = static_cast<int>(
+        __reduce_min_sync(0xffffffffu, key == top ? static_cast<unsigned>(e_best) : 0xffffffffu));
+    const float bv = __shfl_sync(0xffffffffu, v_best, be % kWarpSize);
+    if (lane == be % kWarpSize) taken |= 1u << (be / kWarpSize);
+    if (lane == j) {
+      mine_v = bv;
+      mine_e = be;
+    }
+  }
+}
+
 // Gating and top-k of one row by one warp; p and taken: the warp's n_expert floats and bytes of
-// shared memory. The logits are read from L2 (__ldcg): launch_moe_route's last block reads what
-// other blocks wrote.
+// shared memory (used only past 32 * kTopkRegs experts). The logits are read from L2 (__ldcg):
+// launch_moe_route's last block reads what other blocks wrote.
 __device__ __forceinline__ void topk_row(const float* __restrict__ logits, int row,
                                          const MoeRouting& routing, int32_t* __restrict__ ids,
                                          float* __restrict__ weights, int32_t* __restrict__ counts,
@@ -96,53 +215,57 @@ __device__ __forceinline__ void topk_row(const float* __restrict__ logits, int r
   const int lane = threadIdx.x % kWarpSize;
   const int n = routing.n_expert, k = routing.n_used;
   const float* l = logits + static_cast<int64_t>(row) * n;
-  if (routing.gating == MoeGating::Softmax) {
-    float mx = -INFINITY;
-    for (int e = lane; e < n; e += kWarpSize) mx = fmaxf(mx, __ldcg(l + e));
-    mx = warp_max(mx);
-    double sum = 0.0;  // in double, then a multiply by the f32 inverse: the CPU's softmax
-    for (int e = lane; e < n; e += kWarpSize) {
-      p[e] = expf(__ldcg(l + e) - mx);
-      sum += p[e];
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    const float inverse = static_cast<float>(1.0 / sum);
-    for (int e = lane; e < n; e += kWarpSize) p[e] *= inverse;
-  } else if (routing.gating == MoeGating::Sigmoid) {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = 1.0f / (1.0f + expf(-__ldcg(l + e)));
-  } else {
-    for (int e = lane; e < n; e += kWarpSize) p[e] = __ldcg(l + e);
-  }
-  for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
-  __syncwarp();
   // Lane j keeps choice j.
   float mine_v = 0.0f;
   int mine_e = 0;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int be = n;
-    for (int e = lane; e < n; e += kWarpSize)
-      if (!taken[e] && better(p[e], e, bv, be, n)) {
-        bv = p[e];
-        be = e;
-      }
+  if (n <= kWarpSize * kTopkRegs) {
+    float pv[kTopkRegs];
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
-      const int oe = __shfl_xor_sync(0xffffffffu, be, offset);
-      if (better(ov, oe, bv, be, n)) {
-        bv = ov;
-        be = oe;
+    for (int i = 0; i < kTopkRegs; ++i) pv[i] = 0.0f;
+    gate_values(l, n, routing.gating, [&](int i, float v) {
+#pragma unroll
+      for (int r = 0; r < kTopkRegs; ++r) {
+        if (i < 0)
+          pv[r] *= v;
+        else if (r == i)
+          pv[r] = v;
       }
-    }
-    if (lane == j) {
-      mine_v = bv;
-      mine_e = be;
-    }
-    if (lane == 0) taken[be] = 1;
+    });
+    topk_choices_in_registers(pv, n, k, mine_v, mine_e);
+  } else {
+    gate_values(l, n, routing.gating, [&](int i, float v) {
+      if (i < 0) {
+        for (int e = lane; e < n; e += kWarpSize) p[e] *= v;
+      } else {
+        p[lane + i * kWarpSize] = v;
+      }
+    });
+    for (int e = lane; e < n; e += kWarpSize) taken[e] = 0;
     __syncwarp();
+    for (int j = 0; j < k; ++j) {
+      float bv = -INFINITY;
+      int be = n;
+      for (int e = lane; e < n; e += kWarpSize)
+        if (!taken[e] && better(p[e], e, bv, be, n)) {
+          bv = p[e];
+          be = e;
+        }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, offset);
+        const int oe = __shfl_xor_sync(0xffffffffu, be, offset);
+        if (better(ov, oe, bv, be, n)) {
+          bv = ov;
+          be = oe;
+        }
+      }
+      if (lane == j) {
+        mine_v = bv;
+        mine_e = be;
+      }
+      if (lane == 0) taken[be] = 1;
+      __syncwarp();
+    }
   }
   // The weights as the CPU reference computes them: sums in double in top-k order, softmax as a
   // multiply by the f32 inverse, the normalising sum clamped to the smallest normal f16
@@ -186,14 +309,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- router, gating and top-k in one launch ----
 
-// The router kernel's blocks (one warp per expert, kRouterRows token rows per block row), then in
-// each block row the last block to finish, found by that row group's atomic counter (which it
-// resets for the next launch), takes the gating and top-k of the group's rows as moe_topk_kernel
-// does: the bits of the two launches, with one launch and its dependency wait fewer, and the
-// top-k of a long run spread over its row groups. The router is resident and no kernel writes
-// it, so the first block row prefetches its rows into L2 while the kernel before this one
-// finishes.
-template <uint32_t TYPE>
+// The router kernel's blocks (a warp or a block per expert, router_team; kRouterRows token rows
+// per block row), then in each block row the last block to finish, found by that row group's
+// atomic counter (which it resets for the next launch), takes the gating and top-k of the group's
+// rows as moe_topk_kernel does: the bits of the two launches, with one launch and its dependency
+// wait fewer, and the top-k of a long run spread over its row groups. The router is resident and
+// no kernel writes it, so the first block row prefetches its rows into L2 while the kernel before
+// this one finishes.
+template <uint32_t TYPE, int TEAM>
 __global__ void __launch_bounds__(kThreads)
     moe_route_kernel(const uint8_t* __restrict__ router, int64_t row_bytes, int n_in,
                      const float* __restrict__ x, int rows, const float* __restrict__ bias,
@@ -203,19 +326,20 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float p_all[kWarps][kMoeMaxExperts];
   __shared__ uint8_t taken_all[kWarps][kMoeMaxExperts];
   __shared__ bool last;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
   const int n_expert = routing.n_expert;
-  const int e = blockIdx.x * kWarps + warp;
+  const int e = blockIdx.x * experts_per_block<TEAM>() + threadIdx.x / (TEAM * kWarpSize);
   if (e < n_expert && blockIdx.y == 0) {
     const uint8_t* row = router + static_cast<int64_t>(e) * row_bytes;
-    for (int64_t at = static_cast<int64_t>(lane) * 128; at < row_bytes; at += kWarpSize * 128)
+    const int t = threadIdx.x % (TEAM * kWarpSize);
+    for (int64_t at = static_cast<int64_t>(t) * 128; at < row_bytes; at += TEAM * kWarpSize * 128)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
   }
   wait_for_previous_kernel();
   allow_next_kernel();
   const int r0 = static_cast<int>(blockIdx.y) * kRouterRows;
-  if (e < n_expert)
-    router_warp<TYPE>(router, row_bytes, e, n_expert, n_in, x, r0, rows, bias, logits);
+  if (TEAM > 1 || e < n_expert)  // TEAM > 1: e < n_expert, every thread to the barrier inside
+    router_team<TYPE, TEAM>(router, row_bytes, e, n_expert, n_in, x, r0, rows, bias, logits);
   __threadfence();  // this block's logits before its arrival
   __syncthreads();
   unsigned int* counter = counters + blockIdx.y;
@@ -599,10 +723,15 @@ cudaError_t launch_moe_router(uint32_t type, const void* router, int64_t row_byt
   cudaError_t status = cudaSuccess;
   dispatch_weight_type(type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
-    status = launch_early(moe_router_kernel<TYPE>,
-                          dim3(ceil_div(n_expert, kWarps), ceil_div(rows, kRouterRows)),
-                          dim3(kThreads), config, stream, static_cast<const uint8_t*>(router),
-                          row_bytes, n_expert, n_in, x, rows, bias, logits);
+    const unsigned groups = static_cast<unsigned>(ceil_div(rows, kRouterRows));
+    if (router_team_warps(rows) == kWarps)
+      status = launch_early(moe_router_kernel<TYPE, kWarps>, dim3(n_expert, groups), dim3(kThreads),
+                            config, stream, static_cast<const uint8_t*>(router), row_bytes,
+                            n_expert, n_in, x, rows, bias, logits);
+    else
+      status = launch_early(moe_router_kernel<TYPE, 1>, dim3(ceil_div(n_expert, kWarps), groups),
+                            dim3(kThreads), config, stream, static_cast<const uint8_t*>(router),
+                            row_bytes, n_expert, n_in, x, rows, bias, logits);
   });
   return launch_status(status);
 }
@@ -637,10 +766,16 @@ cudaError_t launch_moe_route(uint32_t type, const void* router, int64_t row_byte
   cudaError_t status = cudaSuccess;
   dispatch_weight_type(type, [&](auto tag) {
     constexpr uint32_t TYPE = decltype(tag)::value;
-    status =
-        launch_early(moe_route_kernel<TYPE>, dim3(ceil_div(routing.n_expert, kWarps), groups),
-                     dim3(kThreads), config, stream, static_cast<const uint8_t*>(router), row_bytes,
-                     n_in, x, rows, bias, routing, logits, ids, weights, counts, slots, counters);
+    if (router_team_warps(rows) == kWarps)
+      status = launch_early(moe_route_kernel<TYPE, kWarps>, dim3(routing.n_expert, groups),
+                            dim3(kThreads), config, stream, static_cast<const uint8_t*>(router),
+                            row_bytes, n_in, x, rows, bias, routing, logits, ids, weights, counts,
+                            slots, counters);
+    else
+      status = launch_early(moe_route_kernel<TYPE, 1>,
+                            dim3(ceil_div(routing.n_expert, kWarps), groups), dim3(kThreads),
+                            config, stream, static_cast<const uint8_t*>(router), row_bytes, n_in, x,
+                            rows, bias, routing, logits, ids, weights, counts, slots, counters);
   });
   return launch_status(status);
 }

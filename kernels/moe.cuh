@@ -149,15 +149,20 @@ cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeI
 // one int8 block of h: h as launch_moe_gate_up writes it and, where hq.qs is set, hq as
 // launch_quantize_q8 would write it from h (Divide rounding), in the same launch. n_out a
 // multiple of 32.
+// l2_prefetch_stride: how each warp requests its weight rows into L2 before reading them (0:
+// not at all, 32 or 128: a prefetch per that many bytes; < 0: the product's choice for the type).
+// Only dev/cuda/moe_products_bench.cu passes one, to time the variants.
 cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                       int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
-                                      const KernelConfig& config, cudaStream_t stream);
+                                      const KernelConfig& config, cudaStream_t stream,
+                                      int l2_prefetch_stride = -1);
 // Down and the weighted sum into the residual: a block owns 8 output rows of one token row, its
 // warps take the row's n_used pairs in parallel, and the sums go into the residual in top-k
 // order; in.xq: each pair's int8 activation row.
 cudaError_t launch_moe_down_combine_decode(const MoeMatrix& down, int n_out, const MoeInput& in,
                                            const float* weights, float* hidden,
-                                           const KernelConfig& config, cudaStream_t stream);
+                                           const KernelConfig& config, cudaStream_t stream,
+                                           int l2_prefetch_stride = -1);
 // The grouped products on int8 tensor cores (moe_mma.cu), for runs of many pairs: a warp owns
 // 16 output rows of one expert (gate and up: 16 of each) and a tile's pairs in n-tiles of 8,
 // builds its mma.sync m16n8k32 A fragments straight from the GGUF blocks it loads (plain loads,

@@ -267,9 +267,17 @@ GRANULE_MOE_HD Chunk8 unpack8_gguf(const uint8_t* row, int64_t c) {
     const Block* b = reinterpret_cast<const Block*>(row) + c / 32;
     const int e0 = static_cast<int>(c % 32) * 8;
     const int sub = e0 / 32, l0 = e0 % 32;
-    int scale, min;
-    k_scale_min(b->scales, sub, scale, min);
-    // Blocks of 144 / 176 bytes: these 8 bytes are 8-byte aligned.
+    // Blocks of 144 / 176 bytes, 8-byte aligned: the header (d, dmin, the 12 scale bytes) as two
+    // 8-byte loads and k_scale_min's bytes picked from its words (scales[j] is byte j % 4 of
+    // word 1 + j / 4), where k_scale_min's byte loads took five loads a chunk with these bytes.
+    uint32_t dm, s0, s1, s2;
+    load_u64_a8(reinterpret_cast<const uint8_t*>(b), dm, s0);
+    load_u64_a8(reinterpret_cast<const uint8_t*>(b) + 8, s1, s2);
+    const int at = 8 * (sub % 4);
+    const int b0 = static_cast<int>((s0 >> at) & 0xFF), b1 = static_cast<int>((s1 >> at) & 0xFF);
+    const int b2 = static_cast<int>((s2 >> at) & 0xFF);
+    const int scale = sub < 4 ? b0 & 63 : (b2 & 0x0F) | ((b0 >> 6) << 4);
+    const int min = sub < 4 ? b1 & 63 : (b2 >> 4) | ((b1 >> 6) << 4);
     const int shift = (sub % 2) * 4;
     uint32_t lo, hi;
     load_u64_a8(b->qs + 32 * (sub / 2) + l0, lo, hi);
@@ -281,7 +289,8 @@ GRANULE_MOE_HD Chunk8 unpack8_gguf(const uint8_t* row, int64_t c) {
       lo |= ((qh_lo >> sub) & 0x01010101u) << 4;
       hi |= ((qh_hi >> sub) & 0x01010101u) << 4;
     }
-    return words(lo, hi, half_to_float(b->d) * scale, -(half_to_float(b->dmin) * min));
+    return words(lo, hi, half_to_float(static_cast<uint16_t>(dm & 0xFFFF)) * scale,
+                 -(half_to_float(static_cast<uint16_t>(dm >> 16)) * min));
   } else if constexpr (TYPE == 14) {  // Q6_K
     const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(row) + c / 32;
     const int e0 = static_cast<int>(c % 32) * 8;

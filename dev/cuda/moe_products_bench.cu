@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "granule/block_formats.h"
@@ -99,7 +100,8 @@ float time_ms(F&& f) {
 // parallel pairs): 48 layers' chains captured in one graph with programmatic dependent launch, as
 // a decode step runs them, each layer with its own F32 router (so routing differs per layer and
 // the experts a layer reads are mostly not in L2), timed over 20 replays. Prints microseconds per
-// layer and the routed experts' bytes per second.
+// layer and the routed experts' bytes per second; first, each of today's launches alone at 1 and 4
+// rows for each L2 prefetch variant of the decode products.
 void decode_chains(const Shape& s, std::mt19937& rng) {
   constexpr int kLayers = 48;
   Matrix gate(s.gate_up_type, s.n_expert, s.n_ff, s.n_embd, rng);
@@ -139,7 +141,9 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
   cudaStream_t stream;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
-  auto layer_chain = [&](bool fused, int rows, int layer) {
+  // stages: how many of today's three launches (route, gate/up, down) a layer runs; prefetch: the
+  // decode products' l2_prefetch_stride (< 0: the product's).
+  auto layer_chain = [&](bool fused, int rows, int layer, int stages = 3, int prefetch = -1) {
     const float* router = routers + static_cast<size_t>(layer) * s.n_expert * s.n_embd;
     int32_t* layer_counts = counts + static_cast<size_t>(layer) * s.n_expert;
     const int pairs = rows * s.n_used;
@@ -159,10 +163,12 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
       CHECK(k::launch_moe_route(k::kF32, router, router_row_bytes, s.n_embd, x, rows, nullptr,
                                 routing, logits, ids, weights, layer_counts, nullptr, counter,
                                 config, stream));
-      CHECK(k::launch_moe_gate_up_decode(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in,
-                                         h, {hq, hd}, config, stream));
-      CHECK(k::launch_moe_down_combine_decode(down.view, s.n_embd, din, weights, hidden, config,
-                                              stream));
+      if (stages >= 2)
+        CHECK(k::launch_moe_gate_up_decode(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff, in,
+                                           h, {hq, hd}, config, stream, prefetch));
+      if (stages >= 3)
+        CHECK(k::launch_moe_down_combine_decode(down.view, s.n_embd, din, weights, hidden, config,
+                                                stream, prefetch));
     } else {
       CHECK(k::launch_moe_router(k::kF32, router, router_row_bytes, s.n_expert, s.n_embd, x, rows,
                                  nullptr, logits, config, stream));
@@ -177,33 +183,51 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
   std::printf(
       "\n%s, decode: the MoE block per layer (%d layers in one graph), %zu KiB per expert\n",
       s.name, kLayers, expert_bytes >> 10);
+  // Microseconds per layer of a graph of kLayers layers' chains.
+  auto graph_us = [&](auto&& chain) {
+    cudaGraph_t graph;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int layer = 0; layer < kLayers; ++layer) chain(layer);
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    constexpr int kReps = 20;
+    CHECK(cudaEventRecord(a, stream));
+    for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, stream));
+    CHECK(cudaEventRecord(b, stream));
+    CHECK(cudaEventSynchronize(b));
+    float ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaEventDestroy(a));
+    CHECK(cudaEventDestroy(b));
+    return ms * 1e3f / (kReps * kLayers);
+  };
+  // Today's launches one at a time: route alone, route + gate/up, all three, so each launch's
+  // share of a layer (with the overlap PDL gives it) is a difference; for each L2 prefetch
+  // variant of the decode products (the product's, none, by 32 and by 128 bytes).
+  std::printf("| rows | prefetch | route us | gate/up us | down us | layer us | experts GB/s |\n");
+  for (const int rows : {1, 4}) {
+    const float route = graph_us([&](int layer) { layer_chain(true, rows, layer, 1); });
+    for (const int prefetch : {-1, 0, 32, 128}) {
+      const float two = graph_us([&](int layer) { layer_chain(true, rows, layer, 2, prefetch); });
+      const float three = graph_us([&](int layer) { layer_chain(true, rows, layer, 3, prefetch); });
+      const double bytes = static_cast<double>(rows) * s.n_used * expert_bytes;
+      std::printf("| %4d | %8s | %8.1f | %10.1f | %7.1f | %8.1f | %12.0f |\n", rows,
+                  prefetch < 0 ? "product" : std::to_string(prefetch).c_str(), route, two - route,
+                  three - two, three, bytes / ((three - route) * 1e3));
+    }
+  }
   std::printf("| rows | before us/layer | now us/layer | speed-up | before GB/s | now GB/s |\n");
   for (const int rows : {1, 2, 4, 7}) {
     float us[2];
-    for (const bool fused : {false, true}) {
-      cudaGraph_t graph;
-      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-      for (int layer = 0; layer < kLayers; ++layer) layer_chain(fused, rows, layer);
-      CHECK(cudaStreamEndCapture(stream, &graph));
-      cudaGraphExec_t exec;
-      CHECK(cudaGraphInstantiate(&exec, graph, 0));
-      for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, stream));
-      cudaEvent_t a, b;
-      CHECK(cudaEventCreate(&a));
-      CHECK(cudaEventCreate(&b));
-      constexpr int kReps = 20;
-      CHECK(cudaEventRecord(a, stream));
-      for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, stream));
-      CHECK(cudaEventRecord(b, stream));
-      CHECK(cudaEventSynchronize(b));
-      float ms = 0.0f;
-      CHECK(cudaEventElapsedTime(&ms, a, b));
-      us[fused ? 1 : 0] = ms * 1e3f / (kReps * kLayers);
-      CHECK(cudaGraphExecDestroy(exec));
-      CHECK(cudaGraphDestroy(graph));
-      CHECK(cudaEventDestroy(a));
-      CHECK(cudaEventDestroy(b));
-    }
+    for (const bool fused : {false, true})
+      us[fused ? 1 : 0] = graph_us([&](int layer) { layer_chain(fused, rows, layer); });
     // Bytes a layer reads: its router and rows·n_used experts (an upper bound: a row's experts
     // may repeat across rows).
     const double bytes = static_cast<double>(router_row_bytes) * s.n_expert +

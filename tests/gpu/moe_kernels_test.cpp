@@ -595,7 +595,9 @@ TEST(MoeKernels, MixedTypesAndRouters) {
 // the per-pair dp4a launches (gate/up, quantize_q8, fused down + combine), for layers like the
 // models' (Q4_K/Q6_K top-8; gpt-oss's MXFP4 with biases and the clamped SwiGLU over its n_in of
 // 2880, whose 360 chunks end inside a warp's pass; Q8_0/Q5_K, Q4_0 and IQ4_NL/Q8_0 top-2), on
-// fewer experts.
+// fewer experts, and the widths of qwen3-30b-a3b (2048/768) and gpt-oss-20b (2880/2880) at one
+// row; each L2 prefetch variant of the decode launches (none, by 32 and by 128 bytes) gives the
+// product's bits.
 TEST(MoeKernels, DecodeProductsTakeAnyIds) {
   GRANULE_REQUIRE_GPU();
   struct Shape {
@@ -604,6 +606,7 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     bool biases;
     int n_expert, n_used;
     int64_t n_embd, n_ff;
+    int max_rows = kDecodeMaxRows;
   };
   const Shape shapes[] = {
       // Mixtral-like Q4_0 and IQ4_NL experts in the split layout, rows of 13 blocks (padded).
@@ -613,7 +616,10 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
       {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 8, 4, 2880,
        416},
       {TensorType::Q8_0, TensorType::Q5_K, k::MoeActivation::Swiglu, false, 8, 2, 768, 512},
-      {TensorType::Q4_K, TensorType::Q8_0, k::MoeActivation::Geglu, false, 16, 8, 512, 352}};
+      {TensorType::Q4_K, TensorType::Q8_0, k::MoeActivation::Geglu, false, 16, 8, 512, 352},
+      {TensorType::Q4_K, TensorType::Q6_K, k::MoeActivation::Swiglu, false, 12, 8, 2048, 768, 1},
+      {TensorType::MXFP4, TensorType::MXFP4, k::MoeActivation::SwigluClamped, true, 5, 4, 2880,
+       2880, 1}};
   const k::KernelConfig config = gpu_test::kernel_config();
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(tensor_type_name(static_cast<uint32_t>(sh.gate_type)));
@@ -622,7 +628,7 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
     ExpertMatrix gate(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
     ExpertMatrix up(sh.gate_type, sh.n_expert, F, E, sh.biases, rng);
     ExpertMatrix down(sh.down_type, sh.n_expert, E, F, sh.biases, rng);
-    for (int rows = 1; rows <= kDecodeMaxRows; ++rows) {
+    for (int rows = 1; rows <= sh.max_rows; ++rows) {
       SCOPED_TRACE("rows " + std::to_string(rows));
       const int K = sh.n_used, pairs = rows * K;
       std::vector<int32_t> ids(static_cast<size_t>(pairs));
@@ -689,6 +695,22 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
         ASSERT_TRUE(a[i].x == b[i].x && a[i].y == b[i].y) << "scales " << i;
       const std::vector<float> hidden = hidden_d.download();
       ASSERT_EQ(hidden2_d.download(), hidden);
+      for (const int stride : {0, 32, 128}) {
+        SCOPED_TRACE("L2 prefetch stride " + std::to_string(stride));
+        h2_d.poison();
+        ASSERT_EQ(k::launch_moe_gate_up_decode(gate.view(), up.view(), sh.act, static_cast<int>(F),
+                                               in, h2_d.get(), {hqs2_d.get(), hds2_d.get()}, config,
+                                               nullptr, stride),
+                  cudaSuccess);
+        DeviceArray<float> hidden3_d(residual);
+        ASSERT_EQ(
+            k::launch_moe_down_combine_decode(down.view(), static_cast<int>(E), din2, w_d.get(),
+                                              hidden3_d.get(), config, nullptr, stride),
+            cudaSuccess);
+        ASSERT_EQ(h2_d.download(), h);
+        ASSERT_EQ(hqs2_d.download(), hqs_d.download());
+        ASSERT_EQ(hidden3_d.download(), hidden);
+      }
       // And not only self-consistent: row 0's first output against the CPU over the GPU's h.
       double ref = 0.0, mag = 0.0;
       std::vector<float> hin(h.begin(), h.begin() + K * F);
@@ -705,6 +727,62 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
         ref += w[static_cast<size_t>(j)] * y;
       }
       EXPECT_NEAR(hidden[0], residual[0] + ref, 1e-5 * mag + 1e-5);
+    }
+  }
+}
+
+// The top-k on both of its paths (gate values in registers up to 256 experts, in shared memory
+// past them), each gating, with ties (logits drawn from a few values, -0 beside +0) and k up to
+// 8: the CPU reference's choices and weights.
+TEST(MoeKernels, TopkOnBothPaths) {
+  GRANULE_REQUIRE_GPU();
+  const k::KernelConfig config = gpu_test::kernel_config();
+  for (const int n_expert : {32, 96, 128, 256, 300}) {
+    for (const k::MoeGating gating :
+         {k::MoeGating::Softmax, k::MoeGating::Sigmoid, k::MoeGating::SoftmaxOfTopK}) {
+      SCOPED_TRACE("experts " + std::to_string(n_expert) + ", gating " +
+                   std::to_string(static_cast<int>(gating)));
+      Case c;
+      c.n_expert = n_expert;
+      c.n_used = n_expert >= 128 ? 8 : 4;
+      c.gating = gating;
+      c.normalize = gating != k::MoeGating::SoftmaxOfTopK;
+      constexpr int kRows = 9;
+      std::mt19937 rng(static_cast<uint32_t>(n_expert) * 7u + static_cast<uint32_t>(gating));
+      std::vector<float> logits(static_cast<size_t>(kRows * n_expert));
+      for (size_t i = 0; i < logits.size(); ++i) {
+        // Rows 0-2 from five values (many ties), the rest spread out; zeros of both signs.
+        const int row = static_cast<int>(i) / n_expert;
+        logits[i] = row < 3 ? 0.5f * static_cast<float>(static_cast<int>(rng() % 5) - 2)
+                            : gpu_test::random_floats(1, rng, 3.0f)[0];
+        if (logits[i] == 0.0f && rng() % 2) logits[i] = -0.0f;
+      }
+      const int pairs = kRows * c.n_used;
+      DeviceArray<float> logits_d(logits), w_d(static_cast<size_t>(pairs));
+      DeviceArray<int32_t> ids_d(static_cast<size_t>(pairs));
+      ids_d.poison();
+      w_d.poison();
+      const k::MoeRouting routing{.n_expert = n_expert,
+                                  .n_used = c.n_used,
+                                  .gating = gating,
+                                  .normalize = c.normalize,
+                                  .scale = c.scale};
+      ASSERT_EQ(k::launch_moe_topk(logits_d.get(), kRows, routing, ids_d.get(), w_d.get(), nullptr,
+                                   nullptr, config, nullptr),
+                cudaSuccess);
+      const std::vector<int32_t> ids = ids_d.download();
+      const std::vector<float> weights = w_d.download();
+      for (int r = 0; r < kRows; ++r) {
+        int32_t ref_ids[k::kMoeMaxUsed];
+        float ref_w[k::kMoeMaxUsed];
+        route_row(logits.data() + static_cast<size_t>(r) * n_expert, c, ref_ids, ref_w);
+        for (int j = 0; j < c.n_used; ++j) {
+          const size_t p = static_cast<size_t>(r * c.n_used + j);
+          ASSERT_EQ(ids[p], ref_ids[j]) << "row " << r << " choice " << j;
+          ASSERT_NEAR(weights[p], ref_w[j], 2e-6 * std::fabs(ref_w[j]) + 1e-7)
+              << "row " << r << " choice " << j;
+        }
+      }
     }
   }
 }
