@@ -150,7 +150,7 @@ cudaError_t launch_moe_down_combine(const MoeMatrix& down, int n_out, const MoeI
 // launch_quantize_q8 would write it from h (Divide rounding), in the same launch. n_out a
 // multiple of 32.
 // l2_prefetch_stride: how each warp requests its weight rows into L2 before reading them (0:
-// not at all, 32 or 128: a prefetch per that many bytes; < 0: the product's choice for the type).
+// not at all, or 128: a prefetch per that many bytes; < 0: the product's choice for the type).
 // Only dev/cuda/moe_products_bench.cu passes one, to time the variants.
 cudaError_t launch_moe_gate_up_decode(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                       int n_out, const MoeInput& in, float* h, ActivationQ8 hq,

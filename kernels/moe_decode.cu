@@ -57,12 +57,13 @@ __device__ __forceinline__ void prefetch_l2(const uint8_t* p, int64_t bytes) {
 }
 
 // The prefetch stride a type's decode kernels take in the product (launch_moe_*_decode's
-// l2_prefetch_stride < 0): 128-byte lines for the GGUF-block types, whose chunk loads ptxas leaves
-// about a latency apart, and for every down launch (a warp of gpt-oss's has 4 rows, so 8 chunk
-// loads, in flight); none for the split-layout types' gate/up, whose 16 chunk loads a lane go out
-// together.
+// l2_prefetch_stride < 0): 128-byte lines for Q6_K's down launches only. Measured on an H100
+// (moe_products_bench, 48-layer graphs, µs per layer): without a prefetch Q4_K down took 10.6
+// (1 row) and 35.2 (4 rows) against 14.8 and 47.1 with one, gate/up 14.4-14.5 against 16.8 and
+// 40.5 against 44.0, gpt-oss's MXFP4 down 24.3 / 51.2 against 25.5 / 55.0; Q6_K down 16.9 / 58.7
+// against 16.8 / 50.7 (its 210-byte blocks read in 2-byte loads). Lines of 32 bytes never won.
 constexpr int default_prefetch_stride(uint32_t type, bool down) {
-  return moe_unpack::split_rows(type) && !down ? 0 : 128;
+  return down && type == kQ6_K ? 128 : 0;
 }
 
 // K consecutive chunk groups of NR rows into acc (the chunks first, first + 128, ... of lane 0;
@@ -270,15 +271,13 @@ bool input_fits(uint32_t type, const MoeInput& in) {
          in.xq.qs && in.xq.ds && !in.groups.tiles;
 }
 
-// f(std::integral_constant<int, STRIDE>) for a prefetch stride the kernels are compiled for (0,
-// 32 or 128 bytes; < 0: the type's default_prefetch_stride), else cudaErrorInvalidValue.
+// f(std::integral_constant<int, STRIDE>) for a prefetch stride the kernels are compiled for (0 or
+// 128 bytes; < 0: the type's default_prefetch_stride), else cudaErrorInvalidValue.
 template <uint32_t TYPE, class F>
 cudaError_t with_prefetch_stride(int stride, bool down, F&& f) {
   switch (stride < 0 ? default_prefetch_stride(TYPE, down) : stride) {
     case 0:
       return f(std::integral_constant<int, 0>{});
-    case 32:
-      return f(std::integral_constant<int, 32>{});
     case 128:
       return f(std::integral_constant<int, 128>{});
     default:

@@ -214,7 +214,7 @@ void decode_chains(const Shape& s, std::mt19937& rng) {
   std::printf("| rows | prefetch | route us | gate/up us | down us | layer us | experts GB/s |\n");
   for (const int rows : {1, 4}) {
     const float route = graph_us([&](int layer) { layer_chain(true, rows, layer, 1); });
-    for (const int prefetch : {-1, 0, 32, 128}) {
+    for (const int prefetch : {-1, 0, 128}) {
       const float two = graph_us([&](int layer) { layer_chain(true, rows, layer, 2, prefetch); });
       const float three = graph_us([&](int layer) { layer_chain(true, rows, layer, 3, prefetch); });
       const double bytes = static_cast<double>(rows) * s.n_used * expert_bytes;

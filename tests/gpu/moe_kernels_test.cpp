@@ -695,7 +695,7 @@ TEST(MoeKernels, DecodeProductsTakeAnyIds) {
         ASSERT_TRUE(a[i].x == b[i].x && a[i].y == b[i].y) << "scales " << i;
       const std::vector<float> hidden = hidden_d.download();
       ASSERT_EQ(hidden2_d.download(), hidden);
-      for (const int stride : {0, 32, 128}) {
+      for (const int stride : {0, 128}) {
         SCOPED_TRACE("L2 prefetch stride " + std::to_string(stride));
         h2_d.poison();
         ASSERT_EQ(k::launch_moe_gate_up_decode(gate.view(), up.view(), sh.act, static_cast<int>(F),
