@@ -35,13 +35,14 @@ inline constexpr bool kCudaRunsQwen35Moe = true;
 
 // Whether the CUDA backend runs Gemma 4's mixture-of-experts form (26B-A4B: experts beside the
 // dense FFN, cuda_gemma4.cpp). Its whole-model check is Gemma4MoeGpu.MatchesTheCpuOracle
-// (tests/gpu/gemma4_gpu_test.cpp), with Gemma4MoeGpu.BatchedDecodeMatchesEachChatDecodedAlone and
-// ExpertsOfSeveralRowsEqualEachRowAlone beside it. On an H200 (2026-12-06) the F32 file's batched
-// decode of 6 rows put rows 3-5 of every step far past the bound (err/bound 64; prefill, decode of
-// one row and decode at 300 within it); the experts' sum is now zeroed by a kernel of the layer's
-// early-launch chain instead of a memset node inside the captured graph. false: refused in one
-// line, Device Auto takes the CPU.
-inline constexpr bool kCudaRunsGemma4Moe = true;
+// (tests/gpu/gemma4_gpu_test.cpp). On an H200 and an H100 (2026-12-06) its F32 file's six chats
+// (prompts of 3-148 tokens, then 6 steps decoding together) put the three chats with prompts over
+// 64 tokens far past the oracle's bound at every step (err/bound 64, the same bits whatever ran
+// before, with or without graphs and early launch), while the GPU agrees with itself to the bit
+// (Gemma4MoeGpu.BatchedDecodeMatchesEachChatDecodedAlone, ExpertsOfSeveralRowsEqualEachRowAlone)
+// and other chats of 90 and 148 tokens decode within the bound: not yet explained. false:
+// refused in one line, Device Auto takes the CPU.
+inline constexpr bool kCudaRunsGemma4Moe = false;
 
 struct Gemma4Device;  // cuda_gemma4.h
 
