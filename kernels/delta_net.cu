@@ -362,7 +362,7 @@ cudaError_t launch_delta_net_conv(const DeltaNetArgs& a, const KernelConfig& con
       status != cudaSuccess)
     return status;
   if (a.conv_kernel < 2) return cudaSuccess;
-  const int channels = (2 * a.n_k_heads + a.n_v_heads) * a.state_size;
+  const int channels = channels_of(a);
   const dim3 state_grid(
       static_cast<unsigned>(a.rows),
       static_cast<unsigned>((channels + kConvStateChannels - 1) / kConvStateChannels));

@@ -11,7 +11,7 @@ __device__ __forceinline__ float silu_exact(float x) { return x / (1.0f + expf(-
 // ggml_softplus: x above 20 as is, else log(1 + e^x).
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
 
-__device__ __forceinline__ int channels_of(const DeltaNetArgs& a) {
+__host__ __device__ inline int channels_of(const DeltaNetArgs& a) {
   return (2 * a.n_k_heads + a.n_v_heads) * a.state_size;
 }
 
