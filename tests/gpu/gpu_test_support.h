@@ -145,22 +145,34 @@ class SmolLM2ShapesSuite : public ::testing::Test {
   static void TearDownTestSuite() { std::filesystem::remove(model_path()); }
 };
 
+// The widths of a Qwen3.5-shaped file (dense or MoE) that the CUDA kernels take: hidden 256,
+// attention heads of 128 with a 32-dimension section rope, FFN 512, DeltaNet states of 64.
+inline void qwen35_kernel_widths(SyntheticModelSpec& s) {
+  s.n_embd = 256;
+  s.head_dim = 128;
+  s.rope_dims = 32;
+  s.rope_sections = {6, 5, 3, 2};
+  s.n_ff = 512;
+  s.ssm_state_size = 64;
+}
+
+// The whole-model GPU tests' heads and vocabulary: 4 query heads over 2 KV heads, Gated DeltaNet
+// layers of 2 key / 4 value heads, vocabulary 1000.
+inline void qwen35_model_heads(SyntheticModelSpec& s) {
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.n_vocab = 1000;
+  s.ssm_n_k_heads = 2;
+  s.ssm_n_v_heads = 4;
+}
+
 // A Qwen3.5-shaped hybrid at shapes the CUDA kernels take (heads of 128, DeltaNet states of 64),
 // from the tiny-qwen35 preset: the GPU tests' dense Qwen3.5 file.
 inline SyntheticModelSpec qwen35_spec(TensorType type) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
   s.name = "tiny-qwen35-gpu";
-  s.n_embd = 256;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.head_dim = 128;
-  s.rope_dims = 32;
-  s.rope_sections = {6, 5, 3, 2};
-  s.n_ff = 512;
-  s.n_vocab = 1000;
-  s.ssm_state_size = 64;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
+  qwen35_kernel_widths(s);
+  qwen35_model_heads(s);
   s.weight_type = type;
   s.embedding_type = type;
   s.output_type = type;

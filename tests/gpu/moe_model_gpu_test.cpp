@@ -473,12 +473,7 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeResidencyGpu,
 // expert of 512 with its sigmoid gate), experts and shared expert of `type`.
 SyntheticModelSpec shared_expert_spec(TensorType type) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35moe");
-  s.n_embd = 256;
-  s.head_dim = 128;
-  s.rope_dims = 32;
-  s.rope_sections = {6, 5, 3, 2};
-  s.n_ff = 512;
-  s.ssm_state_size = 64;
+  gpu_test::qwen35_kernel_widths(s);
   s.n_ff_exp = 256;
   s.n_ff_shexp = 512;
   s.expert_type = type;
@@ -487,18 +482,14 @@ SyntheticModelSpec shared_expert_spec(TensorType type) {
   return s;
 }
 
-// The whole-model tests' file: qwen35_gpu_test.cpp's shapes (4 query heads of 128 over 2 KV heads,
-// Gated DeltaNet layers of 2 key / 4 value heads of 64, vocabulary 1000) with the routed experts
-// and the shared expert of `experts`, the mixers, the embedding and the head of `layers`.
+// The whole-model tests' file: qwen35_gpu_test.cpp's shapes (gpu_test::qwen35_model_heads) with the
+// routed experts and the shared expert of `experts`, the mixers, the embedding and the head of
+// `layers`.
 SyntheticModelSpec qwen35moe_model_spec(TensorType layers = TensorType::F32,
                                         TensorType experts = TensorType::Q8_0) {
   SyntheticModelSpec s = shared_expert_spec(experts);
   s.name = "qwen35moe-gpu";
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.n_vocab = 1000;
-  s.ssm_n_k_heads = 2;
-  s.ssm_n_v_heads = 4;
+  gpu_test::qwen35_model_heads(s);
   s.weight_type = s.embedding_type = s.output_type = layers;
   // Routers of logits ~2 wide, as trained ones are decisive: at 1, the Q8_0 file's int8 mixers
   // rerouted a decode row on a top-2 near-tie and its KV carried it to the next (H100).
@@ -583,85 +574,16 @@ struct SharedExpertRows {
   }
 };
 
-// The tiled expert products against the tensor-core ones on the shared experts, in CudaMoe with
-// its own buffers (the shared expert's h, hq, weights and the order/tiles the routed run used
-// just before): the kernels give the same bits per pair (moe_mma_kernels_test's
-// SharedExpertShapes), so the whole MoE block must too, row for row. Runs of 16 (tiles of 32),
-// 24 (one tile of 64), 64 and 150 rows (tiles of 64, the last partial), every layer, each three
-// times, Q8_0 (split layout) and Q4_K, gated and not: a stale buffer or a race between the launches
-// of a step shows as a difference on some run.
-TEST(MoeSharedExpertGpu, TiledAndTensorCoreProductsAgree) {
-  GRANULE_REQUIRE_GPU();
-  if (!kernels::moe_mma_supports(static_cast<uint32_t>(TensorType::Q8_0)))
-    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+// Each case of the shared-expert GPU tests: the qwen35moe file with Q8_0 (split layout) and Q4_K
+// experts, its shared expert sigmoid-gated and with the gate taken away (weight 1); `f` gets the
+// file's config and weights, a CudaMoe over them for up to 150 rows and 150 rows of input, and
+// returns false to end the test.
+template <class F>
+void for_each_shared_expert_case(const char* file_name, F&& f) {
+  constexpr int kMaxRows = 150;
   for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
     gpu_test::step("writing the qwen35moe file");
-    test::TempModel model(shared_expert_spec(type), "moe-shared-tiled");
-    auto file = ModelFile::open(model.path);
-    const ModelConfig config = ModelConfig::from_gguf(*file);
-    for (const bool gated : {true, false}) {
-      SCOPED_TRACE(std::string(tensor_type_name(static_cast<uint32_t>(type))) +
-                   (gated ? ", gated" : ", ungated"));
-      WeightTable weights = WeightTable::from_gguf(*file, config);
-      if (!gated)
-        for (LayerWeights& l : weights.layers) l.shexp_gate = nullptr;
-      MemoryManager memory(uint64_t{1} << 40);
-      cuda::CudaStream stream;
-      const kernels::KernelConfig kc = gpu_test::kernel_config();
-      constexpr int kMaxRows = 150;
-      gpu_test::step("constructing CudaMoe with shared experts");
-      cuda::CudaMoe moe(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
-      ASSERT_TRUE(moe.tiled_shared()) << "the tiled products are the shared experts' default";
-      const SharedExpertRows in(config, kMaxRows, kc, stream);
-      for (int round = 0; round < 3; ++round)
-        for (const int rows : {16, 24, 64, 150})
-          for (int layer = 0; layer < config.n_layer; ++layer) {
-            SCOPED_TRACE("round " + std::to_string(round) + ", rows " + std::to_string(rows) +
-                         ", layer " + std::to_string(layer));
-            auto run = [&](bool tiled) {
-              moe.set_tiled_shared(tiled);
-              gpu_test::DeviceArray<float> hidden = landed(in.residual);
-              in.forward(moe, layer, rows, hidden, kc, stream);
-              return hidden.download();
-            };
-            // The tensor-core products twice, around the tiled ones: a difference between the
-            // two tensor-core runs is a race, not the kernels.
-            gpu_test::step("the shared expert on the tensor-core products");
-            const std::vector<float> want = run(false);
-            gpu_test::step("the shared expert on the tiled products");
-            const std::vector<float> got = run(true);
-            gpu_test::step("the shared expert on the tensor-core products again");
-            const std::vector<float> again = run(false);
-            auto differences = [&](const std::vector<float>& a, const char* what) {
-              size_t differ = 0, first = a.size();
-              for (size_t i = 0; i < a.size(); ++i)
-                if (std::memcmp(&a[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-              if (differ > 0)
-                ADD_FAILURE() << what << ": " << differ << " values differ, the first at row "
-                              << first / static_cast<size_t>(config.n_embd) << " column "
-                              << first % static_cast<size_t>(config.n_embd) << ": " << a[first]
-                              << " vs " << want[first];
-              return differ;
-            };
-            const size_t race = differences(again, "the tensor-core products run again");
-            const size_t tiled = differences(got, "the tiled products");
-            if (race + tiled > 0) return;
-          }
-    }
-  }
-}
-
-// CudaMoe with qwen35moe's shared expert (resident, sigmoid-gated, and with its gate taken away:
-// weight 1) against the CPU reference's MoeFfn rounding as the kernels round, for runs of 1 and 5
-// rows (the decode launches), 24 (grouped) and 150 (grouped, tiles of 32 and 64 pairs), every
-// layer: each row within 2e-3 of its output's largest element, up to 1 row in 16 rerouted. The
-// shared expert's share of the output is larger than the bound, so leaving it out would fail.
-TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
-  GRANULE_REQUIRE_GPU();
-  for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
-    const SyntheticModelSpec s = shared_expert_spec(type);
-    gpu_test::step("writing the qwen35moe file");
-    test::TempModel model(s, "moe-shared");
+    test::TempModel model(shared_expert_spec(type), file_name);
     auto file = ModelFile::open(model.path);
     const ModelConfig config = ModelConfig::from_gguf(*file);
     for (const bool gated : {true, false}) {
@@ -674,82 +596,151 @@ TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
       MemoryManager memory(uint64_t{1} << 40);
       cuda::CudaStream stream;
       const kernels::KernelConfig kc = gpu_test::kernel_config();
-      constexpr int kMaxRows = 150;
       gpu_test::step("constructing CudaMoe with shared experts");
       cuda::CudaMoe moe(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
-
-      const int64_t n = config.n_embd;
       const SharedExpertRows in(config, kMaxRows, kc, stream);
-      const std::vector<float>& residual = in.residual;
-      const std::vector<float> xn = in.normed.download();
-      cpu::ThreadPool pool(2);
-      cpu::MoeFfnOptions oracle;
-      oracle.emulate_device = true;
-      for (const int rows : {1, 5, 24, 150})
-        for (int layer = 0; layer < config.n_layer; ++layer) {
-          SCOPED_TRACE("rows " + std::to_string(rows) + ", layer " + std::to_string(layer));
-          gpu_test::step("CudaMoe with a shared expert");
-          gpu_test::DeviceArray<float> hidden = landed(residual);
-          in.forward(moe, layer, rows, hidden, kc, stream);
-          const std::vector<float> gpu = hidden.download();
-          gpu_test::step("the CPU oracle");
-          const LayerWeights& lw = weights.layers[static_cast<size_t>(layer)];
-          cpu::MoeFfn ffn(config, lw);
-          std::vector<float> ref(static_cast<size_t>(rows * n));
-          ffn.run(xn.data(), rows, ref.data(), pool, oracle, nullptr);
-          LayerWeights routed_only = lw;
-          routed_only.gate_shexp = routed_only.up_shexp = routed_only.down_shexp = nullptr;
-          routed_only.shexp_gate = nullptr;
-          cpu::MoeFfn ffn_routed(config, routed_only);
-          std::vector<float> ref_routed(static_cast<size_t>(rows * n));
-          ffn_routed.run(xn.data(), rows, ref_routed.data(), pool, oracle, nullptr);
-          int bad_rows = 0;
-          double shared_share = 0.0, largest_bound = 0.0;
-          for (int r = 0; r < rows; ++r) {
-            double largest = 0.0;
-            for (int64_t i = 0; i < n; ++i)
-              largest = std::max(
-                  largest, static_cast<double>(std::fabs(ref[static_cast<size_t>(r * n + i)])));
-            const double bound = 2e-3 * largest + 1e-5;
-            largest_bound = std::max(largest_bound, bound);
-            bool bad = false;
-            for (int64_t i = 0; i < n; ++i) {
-              const size_t at = static_cast<size_t>(r * n + i);
-              const double want = static_cast<double>(residual[at]) + ref[at];
-              if (std::fabs(gpu[at] - want) > bound) bad = true;
-              shared_share =
-                  std::max(shared_share, static_cast<double>(std::fabs(ref[at] - ref_routed[at])));
-            }
-            bad_rows += bad ? 1 : 0;
-          }
-          EXPECT_LE(bad_rows, rows / 16) << "rows beyond the bound (rerouted tokens at most)";
-          EXPECT_GT(shared_share, 10.0 * largest_bound) << "the shared expert adds too little";
-          if (bad_rows > rows / 16) {
-            // Which part is missing or extra: rows equal (within the bound) to the residual plus
-            // the routed experts only, plus the shared expert only, or the residual alone.
-            auto rows_like = [&](double routed, double shared) {
-              int like = 0;
-              for (int r = 0; r < rows; ++r) {
-                bool near = true;
-                for (int64_t i = 0; i < n && near; ++i) {
-                  const size_t at = static_cast<size_t>(r * n + i);
-                  const double want = residual[at] + routed * ref_routed[at] +
-                                      shared * (static_cast<double>(ref[at]) - ref_routed[at]);
-                  near = std::fabs(gpu[at] - want) <= largest_bound;
-                }
-                like += near ? 1 : 0;
-              }
-              return like;
-            };
-            ADD_FAILURE() << "of " << rows << " rows, " << rows_like(1.0, 0.0)
-                          << " hold the routed experts only, " << rows_like(0.0, 1.0)
-                          << " the shared expert only, " << rows_like(0.0, 0.0)
-                          << " the residual alone, " << rows_like(1.0, 2.0)
-                          << " the shared expert twice";
-          }
-        }
+      if (!f(config, weights, moe, in, kc, stream)) return;
     }
   }
+}
+
+// The tiled expert products against the tensor-core ones on the shared experts, in CudaMoe with
+// its own buffers (the shared expert's h, hq, weights and the order/tiles the routed run used
+// just before): the kernels give the same bits per pair (moe_mma_kernels_test's
+// SharedExpertShapes), so the whole MoE block must too, row for row. Runs of 16 (tiles of 32),
+// 24 (one tile of 64), 64 and 150 rows (tiles of 64, the last partial), every layer, each three
+// times, Q8_0 (split layout) and Q4_K, gated and not: a stale buffer or a race between the launches
+// of a step shows as a difference on some run.
+TEST(MoeSharedExpertGpu, TiledAndTensorCoreProductsAgree) {
+  GRANULE_REQUIRE_GPU();
+  if (!kernels::moe_mma_supports(static_cast<uint32_t>(TensorType::Q8_0)))
+    GTEST_SKIP() << "this device or build has no int8 mma.sync";
+  for_each_shared_expert_case(
+      "moe-shared-tiled",
+      [](const ModelConfig& config, const WeightTable&, cuda::CudaMoe& moe,
+         const SharedExpertRows& in, const kernels::KernelConfig& kc, cuda::CudaStream& stream) {
+        EXPECT_TRUE(moe.tiled_shared()) << "the tiled products are the shared experts' default";
+        if (!moe.tiled_shared()) return false;
+        for (int round = 0; round < 3; ++round)
+          for (const int rows : {16, 24, 64, 150})
+            for (int layer = 0; layer < config.n_layer; ++layer) {
+              SCOPED_TRACE("round " + std::to_string(round) + ", rows " + std::to_string(rows) +
+                           ", layer " + std::to_string(layer));
+              auto run = [&](bool tiled) {
+                moe.set_tiled_shared(tiled);
+                gpu_test::DeviceArray<float> hidden = landed(in.residual);
+                in.forward(moe, layer, rows, hidden, kc, stream);
+                return hidden.download();
+              };
+              // The tensor-core products twice, around the tiled ones: a difference between the
+              // two tensor-core runs is a race, not the kernels.
+              gpu_test::step("the shared expert on the tensor-core products");
+              const std::vector<float> want = run(false);
+              gpu_test::step("the shared expert on the tiled products");
+              const std::vector<float> got = run(true);
+              gpu_test::step("the shared expert on the tensor-core products again");
+              const std::vector<float> again = run(false);
+              auto differences = [&](const std::vector<float>& a, const char* what) {
+                size_t differ = 0, first = a.size();
+                for (size_t i = 0; i < a.size(); ++i)
+                  if (std::memcmp(&a[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+                if (differ > 0)
+                  ADD_FAILURE() << what << ": " << differ << " values differ, the first at row "
+                                << first / static_cast<size_t>(config.n_embd) << " column "
+                                << first % static_cast<size_t>(config.n_embd) << ": " << a[first]
+                                << " vs " << want[first];
+                return differ;
+              };
+              const size_t race = differences(again, "the tensor-core products run again");
+              const size_t tiled = differences(got, "the tiled products");
+              if (race + tiled > 0) return false;
+            }
+        return true;
+      });
+}
+
+// CudaMoe with qwen35moe's shared expert (resident, sigmoid-gated, and with its gate taken away:
+// weight 1) against the CPU reference's MoeFfn rounding as the kernels round, for runs of 1 and 5
+// rows (the decode launches), 24 (grouped) and 150 (grouped, tiles of 32 and 64 pairs), every
+// layer: each row within 2e-3 of its output's largest element, up to 1 row in 16 rerouted. The
+// shared expert's share of the output is larger than the bound, so leaving it out would fail.
+TEST(MoeSharedExpertGpu, MatchesTheCpuOracle) {
+  GRANULE_REQUIRE_GPU();
+  for_each_shared_expert_case(
+      "moe-shared",
+      [](const ModelConfig& config, const WeightTable& weights, cuda::CudaMoe& moe,
+         const SharedExpertRows& in, const kernels::KernelConfig& kc, cuda::CudaStream& stream) {
+        const int64_t n = config.n_embd;
+        const std::vector<float>& residual = in.residual;
+        const std::vector<float> xn = in.normed.download();
+        cpu::ThreadPool pool(2);
+        cpu::MoeFfnOptions oracle;
+        oracle.emulate_device = true;
+        for (const int rows : {1, 5, 24, 150})
+          for (int layer = 0; layer < config.n_layer; ++layer) {
+            SCOPED_TRACE("rows " + std::to_string(rows) + ", layer " + std::to_string(layer));
+            gpu_test::step("CudaMoe with a shared expert");
+            gpu_test::DeviceArray<float> hidden = landed(residual);
+            in.forward(moe, layer, rows, hidden, kc, stream);
+            const std::vector<float> gpu = hidden.download();
+            gpu_test::step("the CPU oracle");
+            const LayerWeights& lw = weights.layers[static_cast<size_t>(layer)];
+            cpu::MoeFfn ffn(config, lw);
+            std::vector<float> ref(static_cast<size_t>(rows * n));
+            ffn.run(xn.data(), rows, ref.data(), pool, oracle, nullptr);
+            LayerWeights routed_only = lw;
+            routed_only.gate_shexp = routed_only.up_shexp = routed_only.down_shexp = nullptr;
+            routed_only.shexp_gate = nullptr;
+            cpu::MoeFfn ffn_routed(config, routed_only);
+            std::vector<float> ref_routed(static_cast<size_t>(rows * n));
+            ffn_routed.run(xn.data(), rows, ref_routed.data(), pool, oracle, nullptr);
+            int bad_rows = 0;
+            double shared_share = 0.0, largest_bound = 0.0;
+            for (int r = 0; r < rows; ++r) {
+              double largest = 0.0;
+              for (int64_t i = 0; i < n; ++i)
+                largest = std::max(
+                    largest, static_cast<double>(std::fabs(ref[static_cast<size_t>(r * n + i)])));
+              const double bound = 2e-3 * largest + 1e-5;
+              largest_bound = std::max(largest_bound, bound);
+              bool bad = false;
+              for (int64_t i = 0; i < n; ++i) {
+                const size_t at = static_cast<size_t>(r * n + i);
+                const double want = static_cast<double>(residual[at]) + ref[at];
+                if (std::fabs(gpu[at] - want) > bound) bad = true;
+                shared_share = std::max(shared_share,
+                                        static_cast<double>(std::fabs(ref[at] - ref_routed[at])));
+              }
+              bad_rows += bad ? 1 : 0;
+            }
+            EXPECT_LE(bad_rows, rows / 16) << "rows beyond the bound (rerouted tokens at most)";
+            EXPECT_GT(shared_share, 10.0 * largest_bound) << "the shared expert adds too little";
+            if (bad_rows > rows / 16) {
+              // Which part is missing or extra: rows equal (within the bound) to the residual plus
+              // the routed experts only, plus the shared expert only, or the residual alone.
+              auto rows_like = [&](double routed, double shared) {
+                int like = 0;
+                for (int r = 0; r < rows; ++r) {
+                  bool near = true;
+                  for (int64_t i = 0; i < n && near; ++i) {
+                    const size_t at = static_cast<size_t>(r * n + i);
+                    const double want = residual[at] + routed * ref_routed[at] +
+                                        shared * (static_cast<double>(ref[at]) - ref_routed[at]);
+                    near = std::fabs(gpu[at] - want) <= largest_bound;
+                  }
+                  like += near ? 1 : 0;
+                }
+                return like;
+              };
+              ADD_FAILURE() << "of " << rows << " rows, " << rows_like(1.0, 0.0)
+                            << " hold the routed experts only, " << rows_like(0.0, 1.0)
+                            << " the shared expert only, " << rows_like(0.0, 0.0)
+                            << " the residual alone, " << rows_like(1.0, 2.0)
+                            << " the shared expert twice";
+            }
+          }
+        return true;
+      });
 }
 
 // A whole qwen35moe model (Gated DeltaNet layers 0-2 and 4, gated attention at 3, each with 8
