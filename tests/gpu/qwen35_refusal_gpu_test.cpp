@@ -46,12 +46,7 @@ TEST_P(Qwen35Refusal, CudaRefusesTheTinyHeadsInOneLine) {
 // by name.
 TEST(Qwen35CudaShapes, GpuShapesRunAndOddStateSizesAreRefused) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
-  s.n_embd = 256;
-  s.head_dim = 128;
-  s.rope_dims = 32;
-  s.rope_sections = {6, 5, 3, 2};
-  s.n_ff = 512;
-  s.ssm_state_size = 64;
+  gpu_test::qwen35_kernel_widths(s);
   EXPECT_EQ(refusal_of(s), "");
   SyntheticModelSpec moe = s;
   moe.architecture = "qwen35moe";
