@@ -42,7 +42,7 @@ inline constexpr bool kCudaRunsQwen35Moe = true;
 // router carried by the window): those cases now route top 6 of 8, and
 // Gemma4MoeGpu.ExpertsMatchTheCpuOracle holds CudaMoe's Gemma 4 experts to the oracle layer by
 // layer. Neither has run on a GPU yet. false: refused in one line, Device Auto takes the CPU.
-inline constexpr bool kCudaRunsGemma4Moe = false;
+inline constexpr bool kCudaRunsGemma4Moe = true;
 
 struct Gemma4Device;  // cuda_gemma4.h
 
