@@ -37,7 +37,6 @@
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/cuda_model.h"  // kCudaRunsGemma4Moe
 #include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/device_memory.h"
 #include "gpu_test_support.h"
@@ -256,8 +255,6 @@ class Gemma4MoeGpu : public ::testing::TestWithParam<Gemma4Case> {};
 
 TEST_P(Gemma4MoeGpu, MatchesTheCpuOracle) {
   GRANULE_REQUIRE_GPU();
-  if (!cuda::kCudaRunsGemma4Moe)
-    GTEST_SKIP() << "the CUDA backend refuses Gemma 4's MoE form (cuda::kCudaRunsGemma4Moe)";
   const Gemma4Case& p = GetParam();
   test::TempModel model(gemma4_moe_spec(p), "gemma4-moe-gpu");
   Rig ref(model.path, options(false, false)), oracle(model.path, options(false, true)),
@@ -353,8 +350,6 @@ TEST_P(Gemma4MoeGpu, MatchesTheCpuOracle) {
 // which of them it needs. Printed per batch: the worst row and the chats past the tolerance.
 TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
   GRANULE_REQUIRE_GPU();
-  if (!cuda::kCudaRunsGemma4Moe)
-    GTEST_SKIP() << "the CUDA backend refuses Gemma 4's MoE form (cuda::kCudaRunsGemma4Moe)";
   const Gemma4Case& p = GetParam();
   if (p.type != TensorType::F32)
     GTEST_SKIP() << "F32 only: int8 experts take other kernel families at 1 and 8 rows";
@@ -460,8 +455,6 @@ TEST_P(Gemma4MoeGpu, BatchedDecodeMatchesEachChatDecodedAlone) {
 // cuda_gemma4.cpp passes them. Printed: the worst difference over the row's largest value.
 TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
   GRANULE_REQUIRE_GPU();
-  if (!cuda::kCudaRunsGemma4Moe)
-    GTEST_SKIP() << "the CUDA backend refuses Gemma 4's MoE form (cuda::kCudaRunsGemma4Moe)";
   const Gemma4Case& p = GetParam();
   test::TempModel model(gemma4_moe_spec(p), "gemma4-moe-experts");
   Rig gpu(model.path, options(true, false));
@@ -527,8 +520,7 @@ TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
 
 // The experts alone against the CPU oracle on the same inputs, with top 2 and top 6 of the 8
 // experts whatever the case's top-k (CudaMoe built from the file as
-// MoeSharedExpertGpu.MatchesTheCpuOracle builds it: no engine, so it runs whatever
-// kCudaRunsGemma4Moe says): for every layer, 64 residual rows normed on the device as
+// MoeSharedExpertGpu.MatchesTheCpuOracle builds it, no engine): for every layer, 64 residual rows normed on the device as
 // cuda_gemma4.cpp norms them (the router's input by its folded norm weight, the experts' by
 // pre_ffw_norm_2 into f32 and int8 blocks), then runs of 1, 5 (the per-pair kernels), 8, 24 and
 // 64 rows (grouped: the tensor-core products for the quantised files) through CudaMoe::forward,
@@ -930,17 +922,11 @@ TEST(Gemma4CudaRefusal, DenseRunsTheRestIsRefusedByReason) {
     EXPECT_EQ(c.kv_layer_elements(6), 0);
     EXPECT_EQ(c.kv_layer_elements(7), 0);
   }
-  // The mixture-of-experts form runs widened while cuda::kCudaRunsGemma4Moe; the tiny preset's
-  // heads of 32 do not.
-  if (cuda::kCudaRunsGemma4Moe) {
-    EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q4_0, 8})), "");
-    EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q8_0, 8, 512})), "");
-    const std::string moe = refusal_of(SyntheticModelSpec::preset("tiny-gemma4-moe"));
-    EXPECT_NE(moe.find("head sizes"), std::string::npos) << moe;
-  } else {
-    const std::string moe = refusal_of(gemma4_moe_spec({TensorType::Q4_0, 8}));
-    EXPECT_NE(moe.find("mixture-of-experts form"), std::string::npos) << moe;
-  }
+  // The mixture-of-experts form runs widened; the tiny preset's heads of 32 do not.
+  EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q4_0, 8})), "");
+  EXPECT_EQ(refusal_of(gemma4_moe_spec({TensorType::Q8_0, 8, 512})), "");
+  const std::string moe = refusal_of(SyntheticModelSpec::preset("tiny-gemma4-moe"));
+  EXPECT_NE(moe.find("head sizes"), std::string::npos) << moe;
   SyntheticModelSpec wide = spec;
   wide.head_dim = 512;  // Gemma 4's real global heads (attention_wide)
   EXPECT_EQ(refusal_of(wide), "");

@@ -33,17 +33,6 @@ namespace granule::cuda {
 // (cuda_model_refusal), so Device Auto runs it on the CPU; the refusal tests follow this constant.
 inline constexpr bool kCudaRunsQwen35Moe = true;
 
-// Whether the CUDA backend runs Gemma 4's mixture-of-experts form (26B-A4B: experts beside the
-// dense FFN, cuda_gemma4.cpp). Its whole-model check is Gemma4MoeGpu.MatchesTheCpuOracle
-// (tests/gpu/gemma4_gpu_test.cpp). On an H100 (2026-12-06) the F32 file passed every section
-// but a near-tie count in the f16 GEMM prefill (31 against 20); the quantised files did not (Q4_0's
-// 64-row prefill: rows 4-23 past the bound, err/bound 7.5), which the CPU oracle reproduces
-// against itself once each product moves by 1e-7 of itself (near-tie reroutes of a top-2-of-8
-// router carried by the window): those cases now route top 6 of 8, and
-// Gemma4MoeGpu.ExpertsMatchTheCpuOracle holds CudaMoe's Gemma 4 experts to the oracle layer by
-// layer. Neither has run on a GPU yet. false: refused in one line, Device Auto takes the CPU.
-inline constexpr bool kCudaRunsGemma4Moe = true;
-
 struct Gemma4Device;  // cuda_gemma4.h
 
 // A 2-D weight on the device: rows of `cols` encoded elements.

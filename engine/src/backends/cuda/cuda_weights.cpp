@@ -58,9 +58,6 @@ std::string shape_refusal(const ModelConfig& c, const WeightTable& w) {
   const bool gemma4 = c.architecture == "gemma4";
   // Gemma 4's experts sit beside its dense FFN, each with its own norms (cuda_gemma4.cpp, the
   // experts' GeGLU in the MoE kernels); a file without those norms is not that form.
-  if (gemma4 && c.is_moe() && !kCudaRunsGemma4Moe)
-    return "the CUDA backend does not run Gemma 4's mixture-of-experts form (26B-A4B) yet; "
-           "choose the CPU device";
   if (gemma4 && c.is_moe())
     for (const LayerWeights& l : w.layers)
       if (!l.ffn_pre_norm_2 || !l.ffn_post_norm_1 || !l.ffn_post_norm_2 || !l.router_in_scale)
