@@ -520,25 +520,25 @@ TEST_P(Gemma4MoeGpu, ExpertsOfSeveralRowsEqualEachRowAlone) {
 
 // The experts alone against the CPU oracle on the same inputs, with top 2 and top 6 of the 8
 // experts whatever the case's top-k (CudaMoe built from the file as
-// MoeSharedExpertGpu.MatchesTheCpuOracle builds it, no engine): for every layer, 64 residual rows normed on the device as
-// cuda_gemma4.cpp norms them (the router's input by its folded norm weight, the experts' by
-// pre_ffw_norm_2 into f32 and int8 blocks), then runs of 1, 5 (the per-pair kernels), 8, 24 and
-// 64 rows (grouped: the tensor-core products for the quantised files) through CudaMoe::forward,
-// and the same f32 rows through cpu::MoeFfn rounding as the kernels round (the router's input
-// given, the experts' int8 input by the RMSNorm kernel's rule, h by division, the expert scale
-// folded into the routing weight).
-// Why this and not only the whole model: with int8-reading products, whole-model comparisons
-// cannot tell a defect here from chance. On the CPU alone, the oracle with every product's
-// output moved by 1e-7 of itself (as f32 summation order moves it) flips int8 roundings whose
-// effect grows within 3 layers into a ~1 % difference of the residual (the int8 rounding noise
-// drawn afresh), and top-2-of-8 tokens on near-ties (gaps of 2 % of the logits' spread) take
-// another expert: the Q4_0 file's prefill of 64 then puts 26-29 rows past the bound (max
-// |err|/spread 2.11, err/bound 7.42) in 3 seeds of 6 — what an H100 showed — and Q8_0's 1-15.
-// With the inputs shared, the router's logits differ by summation order only and a row by an
-// int8 rounding of h at most: on the CPU the oracle against itself so perturbed stays within
-// 3e-3 of a row's largest value (Q4_0; F32 2e-4), where a wrong expert, scale or lost pair is of
-// its order. Bound: 1e-2 of the row's largest (F32: 1e-3), up to 1 row in 16 past it (a near-tie
-// of the logits' summation order). Printed: the worst difference over the row's largest value.
+// MoeSharedExpertGpu.MatchesTheCpuOracle builds it, no engine): for every layer, 64 residual rows
+// normed on the device as cuda_gemma4.cpp norms them (the router's input by its folded norm weight,
+// the experts' by pre_ffw_norm_2 into f32 and int8 blocks), then runs of 1, 5 (the per-pair
+// kernels), 8, 24 and 64 rows (grouped: the tensor-core products for the quantised files) through
+// CudaMoe::forward, and the same f32 rows through cpu::MoeFfn rounding as the kernels round (the
+// router's input given, the experts' int8 input by the RMSNorm kernel's rule, h by division, the
+// expert scale folded into the routing weight). Why this and not only the whole model: with
+// int8-reading products, whole-model comparisons cannot tell a defect here from chance. On the CPU
+// alone, the oracle with every product's output moved by 1e-7 of itself (as f32 summation order
+// moves it) flips int8 roundings whose effect grows within 3 layers into a ~1 % difference of the
+// residual (the int8 rounding noise drawn afresh), and top-2-of-8 tokens on near-ties (gaps of 2 %
+// of the logits' spread) take another expert: the Q4_0 file's prefill of 64 then puts 26-29 rows
+// past the bound (max |err|/spread 2.11, err/bound 7.42) in 3 seeds of 6 — what an H100 showed —
+// and Q8_0's 1-15. With the inputs shared, the router's logits differ by summation order only and a
+// row by an int8 rounding of h at most: on the CPU the oracle against itself so perturbed stays
+// within 3e-3 of a row's largest value (Q4_0; F32 2e-4), where a wrong expert, scale or lost pair
+// is of its order. Bound: 1e-2 of the row's largest (F32: 1e-3), up to 1 row in 16 past it (a
+// near-tie of the logits' summation order). Printed: the worst difference over the row's largest
+// value.
 TEST_P(Gemma4MoeGpu, ExpertsMatchTheCpuOracle) {
   GRANULE_REQUIRE_GPU();
   const bool exact = GetParam().type == TensorType::F32;
