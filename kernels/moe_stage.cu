@@ -69,10 +69,11 @@ __global__ void __launch_bounds__(kStageThreads)
     for (int i = threadIdx.x; i < 3 * n_expert; i += kStageThreads) {
       const int m = i / n_expert, e = i % n_expert;
       const int slot = slot_of[e];
-      s.step[i] = slot >= 0
-                      ? static_cast<const void*>(
-                            s.staging + static_cast<uint64_t>(slot) * s.slot_bytes + s.offsets[m])
-                      : s.table[i];
+      // (selects, not offsets[m]: indexing the parameter would copy it to the stack)
+      const uint64_t offset = m == 0 ? s.offsets[0] : m == 1 ? s.offsets[1] : s.offsets[2];
+      s.step[i] = slot >= 0 ? static_cast<const void*>(
+                                  s.staging + static_cast<uint64_t>(slot) * s.slot_bytes + offset)
+                            : s.table[i];
     }
     if (threadIdx.x == 0 && s.copied && n > 0)
       atomicAdd(s.copied, static_cast<unsigned long long>(n) * s.expert_bytes);
@@ -80,27 +81,29 @@ __global__ void __launch_bounds__(kStageThreads)
   // The copy: the staged experts' 16-byte chunks as one range, consecutive threads on
   // consecutive chunks of one expert (whole PCIe read requests), kInFlight loads per thread
   // before their stores.
-  const uint64_t chunks = s.copy_bytes / 16;
-  const uint64_t total = static_cast<uint64_t>(n) * chunks;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kStageThreads;
-  for (uint64_t c0 = static_cast<uint64_t>(blockIdx.x) * kStageThreads + threadIdx.x; c0 < total;
+  const auto chunks = static_cast<uint32_t>(s.copy_bytes / 16);
+  const uint32_t total = static_cast<uint32_t>(n) * chunks;  // < 2^31 (launch_moe_stage)
+  const uint32_t stride = gridDim.x * kStageThreads;
+  for (uint32_t c0 = blockIdx.x * kStageThreads + threadIdx.x; c0 < total;
        c0 += stride * kInFlight) {
     int4 v[kInFlight];
-    int4* to[kInFlight];
 #pragma unroll
     for (int j = 0; j < kInFlight; ++j) {
-      const uint64_t c = c0 + static_cast<uint64_t>(j) * stride;
-      to[j] = nullptr;
-      if (c >= total) continue;
-      const auto slot = static_cast<int>(c / chunks);
-      const uint64_t at = (c - static_cast<uint64_t>(slot) * chunks) * 16;
-      const auto* from = static_cast<const uint8_t*>(s.table[expert_at[slot]]) - s.offsets[0];
-      v[j] = load_streaming(reinterpret_cast<const int4*>(from + at));
-      to[j] = reinterpret_cast<int4*>(s.staging + static_cast<uint64_t>(slot) * s.slot_bytes + at);
+      const uint32_t c = c0 + j * stride;
+      if (c < total) {
+        const uint32_t slot = c / chunks, at = c - slot * chunks;
+        const auto* from = static_cast<const int4*>(s.table[expert_at[slot]]);
+        v[j] = load_streaming(from + at);
+      }
     }
 #pragma unroll
-    for (int j = 0; j < kInFlight; ++j)
-      if (to[j]) *to[j] = v[j];
+    for (int j = 0; j < kInFlight; ++j) {
+      const uint32_t c = c0 + j * stride;
+      if (c < total) {
+        const uint32_t slot = c / chunks, at = c - slot * chunks;
+        reinterpret_cast<int4*>(s.staging + slot * s.slot_bytes)[at] = v[j];
+      }
+    }
   }
 }
 
@@ -111,7 +114,8 @@ cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const 
   if (pairs < 0 || n_expert <= 0 || n_expert > kMoeMaxExperts || !ids || !stage.table ||
       !stage.step || !stage.staging || stage.capacity < 0 || stage.capacity > kMoeMaxExperts ||
       stage.copy_bytes % 16 != 0 || stage.copy_bytes > stage.slot_bytes ||
-      stage.slot_bytes % 16 != 0 || stage.offsets[0] != 0)
+      stage.slot_bytes % 16 != 0 || stage.offsets[0] != 0 ||
+      stage.copy_bytes / 16 * static_cast<uint64_t>(stage.capacity) >= (uint64_t{1} << 31))
     return cudaErrorInvalidValue;
   return launch_status(launch_early(moe_stage_kernel, dim3(multiprocessors() * kBlocksPerSm),
                                     dim3(kStageThreads), config, stream, ids, pairs, n_expert,
