@@ -11,6 +11,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_moe.h"
+#include "granule/log.h"
 #include "moe_stage.cuh"
 
 namespace granule::cuda {
@@ -28,6 +29,9 @@ uint64_t CudaMoe::allocate_staging() {
   check_cuda(cudaMemset(staged_counter_.get(), 0, sizeof(uint64_t)), "cudaMemset");
   staged_pinned_ = PinnedBuffer(sizeof(uint64_t));
   std::memset(staged_pinned_.as<uint64_t>(), 0, sizeof(uint64_t));
+  logger("engine.cuda")
+      ->info("CUDA experts: {} staging slots ({} MiB) for the step's streamed experts",
+             staging_slots_, staging_.bytes() >> 20);
   return staging_.bytes();
 }
 
