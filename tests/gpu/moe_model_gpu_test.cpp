@@ -52,6 +52,7 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "moe.cuh"
+#include "moe_stage.cuh"
 #include "oracle_sections.h"
 #include "rms_norm.cuh"
 #include "runtime/runtime.h"
@@ -397,6 +398,86 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
                            return name;
                          });
+
+// The staging launch alone (kernels/moe_stage.cuh) on a made-up layer of 8 experts, the odd ones
+// in mapped pinned host memory: of the pairs' choices, each distinct missed expert is copied once
+// (its bytes exactly, into slots in expert order), the step table points there and at the layer
+// table's entries for the rest, and the counter grows by expert_bytes per copy; with fewer slots
+// than misses the last misses keep their host pointers.
+TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
+  GRANULE_REQUIRE_GPU();
+  constexpr int kExperts = 8;
+  constexpr uint64_t kStride = 768, kCopy = 720, kExpertBytes = 600;
+  const uint64_t offsets[3] = {0, 256, 512};
+  std::vector<uint8_t> image(kExperts * kStride);
+  std::mt19937 rng(3);
+  for (uint8_t& b : image) b = static_cast<uint8_t>(rng());
+  void* host = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&host, image.size(), cudaHostAllocMapped), cudaSuccess);
+  std::memcpy(host, image.data(), image.size());
+  void* host_device = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&host_device, host, 0), cudaSuccess);
+  const auto* mapped = static_cast<const uint8_t*>(host_device);
+  gpu_test::DeviceArray<uint8_t> vram(image);  // the even experts read here
+  std::vector<const void*> table(3 * kExperts);
+  for (int m = 0; m < 3; ++m)
+    for (int e = 0; e < kExperts; ++e)
+      table[static_cast<size_t>(m * kExperts + e)] =
+          (e % 2 ? mapped : static_cast<const uint8_t*>(vram.get())) + e * kStride + offsets[m];
+  std::vector<uint64_t> table_bits(table.size());
+  std::memcpy(table_bits.data(), table.data(), table.size() * sizeof(void*));
+  gpu_test::DeviceArray<uint64_t> table_d(table_bits), step_d(table.size());
+  // Rows of 2 choices; 1 twice, 3 and 5 missed, 0, 2, 6 resident.
+  const std::vector<int32_t> ids = {1, 3, 1, 2, 5, 0, 6, 3};
+  gpu_test::DeviceArray<int32_t> ids_d(ids);
+  gpu_test::DeviceArray<uint8_t> staging(kExperts * kStride);
+  gpu_test::DeviceArray<unsigned long long> copied(std::vector<unsigned long long>{0});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  kernels::MoeStage st;
+  st.table = reinterpret_cast<const void* const*>(table_d.get());
+  st.step = reinterpret_cast<const void**>(step_d.get());
+  st.host_begin = mapped;
+  st.host_end = mapped + image.size();
+  st.staging = staging.get();
+  st.slot_bytes = kStride;
+  for (int m = 0; m < 3; ++m) st.offsets[m] = offsets[m];
+  st.copy_bytes = kCopy;
+  st.expert_bytes = kExpertBytes;
+  st.copied = copied.get();
+  const kernels::KernelConfig kc = gpu_test::kernel_config();
+  cuda::CudaStream stream;
+  for (const int capacity : {kExperts, 2}) {
+    st.capacity = capacity;
+    ASSERT_EQ(kernels::launch_moe_stage(ids_d.get(), static_cast<int>(ids.size()), kExperts, st, kc,
+                                        nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint64_t> step = step_d.download();
+    const std::vector<uint8_t> staged = staging.download();
+    const int staged_of[kExperts] = {-1, 0, -1, 1, -1, capacity > 2 ? 2 : -1, -1, -1};
+    for (int e = 0; e < kExperts; ++e) {
+      const int slot = staged_of[e];
+      for (int m = 0; m < 3; ++m) {
+        const size_t i = static_cast<size_t>(m * kExperts + e);
+        const uint64_t want = slot < 0 ? table_bits[i]
+                                       : reinterpret_cast<uint64_t>(staging.get()) +
+                                             static_cast<uint64_t>(slot) * kStride + offsets[m];
+        EXPECT_EQ(step[i], want) << "expert " << e << ", matrix " << m << ", capacity " << capacity;
+      }
+      if (slot >= 0)
+        EXPECT_TRUE(std::equal(image.begin() + static_cast<std::ptrdiff_t>(e * kStride),
+                               image.begin() + static_cast<std::ptrdiff_t>(e * kStride + kCopy),
+                               staged.begin() + static_cast<std::ptrdiff_t>(slot * kStride)))
+            << "expert " << e << "'s bytes in slot " << slot;
+    }
+  }
+  EXPECT_EQ(copied.download()[0], (3 + 2) * kExpertBytes);
+  // Bad arguments: a clear status, nothing launched.
+  st.copy_bytes = kStride + 16;
+  EXPECT_EQ(kernels::launch_moe_stage(ids_d.get(), 8, kExperts, st, kc, stream.get()),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFreeHost(host), cudaSuccess);
+}
 
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
 // memory (a mapped pinned copy, the step's missed experts staged into VRAM) give the same bits
