@@ -449,9 +449,9 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
   for (const int capacity : {kExperts, 2}) {
     st.capacity = capacity;
     ASSERT_EQ(kernels::launch_moe_stage(ids_d.get(), static_cast<int>(ids.size()), kExperts, st, kc,
-                                        nullptr),
+                                        stream.get()),
               cudaSuccess);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    stream.synchronize();
     const std::vector<uint64_t> step = step_d.download();
     const std::vector<uint8_t> staged = staging.download();
     const int staged_of[kExperts] = {-1, 0, -1, 1, -1, capacity > 2 ? 2 : -1, -1, -1};
