@@ -98,7 +98,8 @@ struct ShapeResult {
   uint64_t recaptures = 0;                // graph re-captures during the test
   uint64_t preemptions = 0;               // during the test
   // A mixture-of-experts model's expert choices during the test: served from the device cache
-  // (hits) or read from host memory over PCIe (misses, expert_bytes of them), per routed token.
+  // (hits) or from host memory (misses); expert_bytes: those copied over PCIe (each distinct
+  // missed expert of a layer once a step, however many of the step's tokens chose it).
   uint64_t expert_hits = 0, expert_misses = 0, expert_bytes = 0, expert_tokens = 0;
   bool has_experts() const { return expert_hits + expert_misses > 0; }
   double hit_rate() const {
@@ -283,8 +284,8 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       "  nothing streams); ratio = t/s / PCIe t/s; seg/step: host-issued units of the last\n"
       "  decode step; recaptures, preempt: decode graphs captured again and chats preempted\n"
       "  during the test; hit, MB/token (mixtures of experts): expert choices served from the\n"
-      "  device cache, and expert bytes read from host memory per token (an upper bound: a\n"
-      "  batch reads an expert once per tile of tokens), which PCIe t/s adds to the layers'.\n");
+      "  device cache, and expert bytes copied from host memory per token (an expert several\n"
+      "  of a step's tokens chose crosses once), which PCIe t/s adds to the layers'.\n");
 }
 
 nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_name,

@@ -52,6 +52,7 @@
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
 #include "moe.cuh"
+#include "moe_stage.cuh"
 #include "oracle_sections.h"
 #include "rms_norm.cuh"
 #include "runtime/runtime.h"
@@ -320,6 +321,19 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
   const int32_t last = 5;
   EXPECT_EQ(streaming.step({{0, std::span<const int32_t>(&last, 1), 52, false}}),
             resident.step({{0, std::span<const int32_t>(&last, 1), 52, false}}));
+  // Still nothing cached: two more chats' prompts, then the three decoding together (a graph
+  // bucket with a padding row): every expert any row chose is staged, the same logits.
+  gpu_test::step("every expert in host memory: two more prompts, three chats decoding");
+  const std::vector<int32_t> p1 = random_tokens(9, vocab, 9), p2 = random_tokens(17, vocab, 10);
+  EXPECT_EQ(streaming.step({{1, p1, 0, false}}), resident.step({{1, p1, 0, false}}));
+  EXPECT_EQ(streaming.step({{2, p2, 0, false}}), resident.step({{2, p2, 0, false}}));
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<BatchSequence> batch = {
+        {0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 53 + i, false},
+        {1, std::span<const int32_t>(&next[static_cast<size_t>(i + 1)], 1), 9 + i, false},
+        {2, std::span<const int32_t>(&next[static_cast<size_t>(i + 2)], 1), 17 + i, false}};
+    EXPECT_EQ(streaming.step(batch), resident.step(batch)) << "three chats, step " << i;
+  }
 }
 
 // The backend's own re-plan (at most every 0.5 s, from launch()): once the routing counts of a
@@ -385,10 +399,93 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            return name;
                          });
 
+// The staging launch alone (kernels/moe_stage.cuh) on a made-up layer of 8 experts, the odd ones
+// in mapped pinned host memory: of the pairs' choices, each distinct missed expert is copied once
+// (its bytes exactly, into slots in expert order), the step table points there and at the layer
+// table's entries for the rest, and the counter grows by expert_bytes per copy; with fewer slots
+// than misses the last misses keep their host pointers.
+TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
+  GRANULE_REQUIRE_GPU();
+  constexpr int kExperts = 8;
+  constexpr uint64_t kStride = 768, kCopy = 720, kExpertBytes = 600;
+  const uint64_t offsets[3] = {0, 256, 512};
+  std::vector<uint8_t> image(kExperts * kStride);
+  std::mt19937 rng(3);
+  for (uint8_t& b : image) b = static_cast<uint8_t>(rng());
+  void* host = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&host, image.size(), cudaHostAllocMapped), cudaSuccess);
+  std::memcpy(host, image.data(), image.size());
+  void* host_device = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&host_device, host, 0), cudaSuccess);
+  const auto* mapped = static_cast<const uint8_t*>(host_device);
+  gpu_test::DeviceArray<uint8_t> vram(image);  // the even experts read here
+  std::vector<const void*> table(3 * kExperts);
+  for (int m = 0; m < 3; ++m)
+    for (int e = 0; e < kExperts; ++e)
+      table[static_cast<size_t>(m * kExperts + e)] =
+          (e % 2 ? mapped : static_cast<const uint8_t*>(vram.get())) + e * kStride + offsets[m];
+  std::vector<uint64_t> table_bits(table.size());
+  std::memcpy(table_bits.data(), table.data(), table.size() * sizeof(void*));
+  gpu_test::DeviceArray<uint64_t> table_d(table_bits), step_d(table.size());
+  // Rows of 2 choices; 1 twice, 3 and 5 missed, 0, 2, 6 resident.
+  const std::vector<int32_t> ids = {1, 3, 1, 2, 5, 0, 6, 3};
+  gpu_test::DeviceArray<int32_t> ids_d(ids);
+  gpu_test::DeviceArray<uint8_t> staging(kExperts * kStride);
+  gpu_test::DeviceArray<unsigned long long> copied(std::vector<unsigned long long>{0});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  kernels::MoeStage st;
+  st.table = reinterpret_cast<const void* const*>(table_d.get());
+  st.step = reinterpret_cast<const void**>(step_d.get());
+  st.host_begin = mapped;
+  st.host_end = mapped + image.size();
+  st.staging = staging.get();
+  st.slot_bytes = kStride;
+  for (int m = 0; m < 3; ++m) st.offsets[m] = offsets[m];
+  st.copy_bytes = kCopy;
+  st.expert_bytes = kExpertBytes;
+  st.copied = copied.get();
+  const kernels::KernelConfig kc = gpu_test::kernel_config();
+  cuda::CudaStream stream;
+  for (const int capacity : {kExperts, 2}) {
+    st.capacity = capacity;
+    ASSERT_EQ(kernels::launch_moe_stage(ids_d.get(), static_cast<int>(ids.size()), kExperts, st, kc,
+                                        stream.get()),
+              cudaSuccess);
+    stream.synchronize();
+    const std::vector<uint64_t> step = step_d.download();
+    const std::vector<uint8_t> staged = staging.download();
+    const int staged_of[kExperts] = {-1, 0, -1, 1, -1, capacity > 2 ? 2 : -1, -1, -1};
+    for (int e = 0; e < kExperts; ++e) {
+      const int slot = staged_of[e];
+      for (int m = 0; m < 3; ++m) {
+        const size_t i = static_cast<size_t>(m * kExperts + e);
+        const uint64_t want = slot < 0 ? table_bits[i]
+                                       : reinterpret_cast<uint64_t>(staging.get()) +
+                                             static_cast<uint64_t>(slot) * kStride + offsets[m];
+        EXPECT_EQ(step[i], want) << "expert " << e << ", matrix " << m << ", capacity " << capacity;
+      }
+      if (slot >= 0)
+        EXPECT_TRUE(std::equal(image.begin() + static_cast<std::ptrdiff_t>(e * kStride),
+                               image.begin() + static_cast<std::ptrdiff_t>(e * kStride + kCopy),
+                               staged.begin() + static_cast<std::ptrdiff_t>(slot * kStride)))
+            << "expert " << e << "'s bytes in slot " << slot;
+    }
+  }
+  EXPECT_EQ(copied.download()[0], (3 + 2) * kExpertBytes);
+  // Bad arguments: a clear status, nothing launched.
+  st.copy_bytes = kStride + 16;
+  EXPECT_EQ(kernels::launch_moe_stage(ids_d.get(), 8, kExperts, st, kc, stream.get()),
+            cudaErrorInvalidValue);
+  ASSERT_EQ(cudaFreeHost(host), cudaSuccess);
+}
+
 // CudaMoe on its own over the streaming file: all experts in VRAM, and half of them in host
-// memory (a mapped pinned copy) give the same bits for runs of 1, 5 (the decode launches) and 24
-// rows (grouped), before and after a placement change; for Q4_K experts (as stored) and MXFP4
-// and Q4_0 ones (re-laid out in both places).
+// memory (a mapped pinned copy, the step's missed experts staged into VRAM) give the same bits
+// for runs of 1, 5 (the decode launches), 24 and 128 rows (grouped: the tiled products on staged
+// experts, tiles of 32 and 64 pairs), before and after a placement change and with no expert
+// cached (every chosen one staged), and the same bits again on a second launch; the bytes
+// counted as streamed are those staged (each distinct missed expert once); for Q4_K experts (as
+// stored) and MXFP4 and Q4_0 ones (re-laid out in both places).
 class MoeResidencyGpu : public ::testing::TestWithParam<TensorType> {};
 
 TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
@@ -401,15 +498,25 @@ TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   MemoryManager memory(uint64_t{1} << 40);
   cuda::CudaStream stream;
   const kernels::KernelConfig kc = gpu_test::kernel_config();
-  constexpr int kMaxRows = 32;
+  constexpr int kMaxRows = 128;
   gpu_test::step("constructing the all-resident CudaMoe");
   cuda::CudaMoe vram(config, weights, memory, kMaxRows, uint64_t{1} << 40, stream.get());
   ASSERT_TRUE(vram.all_resident());
-  const uint64_t half = vram.expert_image_bytes() / 2;
+  EXPECT_EQ(vram.staging_slots(), 0);
+  // Half of the experts, beside the staging area (every expert of a layer: 128 rows of top-4
+  // choose up to all 16).
+  const uint64_t staging = static_cast<uint64_t>(config.moe.n_expert) * vram.slot_bytes();
+  const uint64_t half = vram.expert_image_bytes() / 2 + staging;
   gpu_test::step("constructing the streaming CudaMoe (pinned copy)");
+  const uint64_t staged_before = memory.bytes(MemoryCategory::WeightsStaging);
   cuda::CudaMoe streaming(config, weights, memory, kMaxRows, half, stream.get());
   ASSERT_FALSE(streaming.all_resident());
   ASSERT_GT(streaming.cache_slots(), 0);
+  EXPECT_EQ(streaming.staging_slots(), config.moe.n_expert);
+  EXPECT_EQ(memory.bytes(MemoryCategory::WeightsStaging) - staged_before, staging);
+  // The cache and the staging area hold the budget.
+  EXPECT_LE(static_cast<uint64_t>(streaming.cache_slots()) * streaming.slot_bytes() + staging,
+            half);
 
   const int64_t n = config.n_embd;
   std::mt19937 rng(5);
@@ -431,32 +538,50 @@ TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
   ASSERT_EQ(kernels::launch_rms_norm(x_d.get(), ones_d.get(), kMaxRows, static_cast<int>(n),
                                      config.rms_eps, out, kc, stream.get()),
             cudaSuccess);
+  // One layer's forward, then its counts: the bytes staged must be each distinct chosen expert
+  // that was not cached, once.
   auto run = [&](cuda::CudaMoe& moe, int rows, int layer) {
     gpu_test::DeviceArray<float> hidden = landed(residual);
     moe.forward(layer, rows, normed.get(), {qs.get(), ds.get()}, slots.get(), hidden.get(), kc,
                 stream.get(), nullptr);
-    stream.synchronize();
+    cuda::MoeStats stats;
+    moe.collect(stats, stream.get());
+    uint64_t missed = 0;
+    for (int64_t e = 0; e < moe.n_expert(); ++e) {
+      const auto i = static_cast<size_t>(layer * moe.n_expert() + e);
+      if (moe.last_counts()[i] > 0 && !moe.resident()[i]) ++missed;
+    }
+    EXPECT_EQ(stats.bytes_streamed, missed * moe.expert_bytes(layer))
+        << "rows " << rows << ", layer " << layer;
     return hidden.download();
   };
-  for (int round = 0; round < 2; ++round) {
-    for (const int rows : {1, 5, 24})
+  const int64_t total = streaming.n_layer() * streaming.n_expert();
+  for (int round = 0; round < 3; ++round) {
+    for (const int rows : {1, 5, 24, 128})
       for (int layer = 0; layer < config.n_layer; ++layer) {
         // step() keeps the pointer: string literals only.
-        gpu_test::step(rows == 1   ? "the all-resident experts, 1 row"
-                       : rows == 5 ? "the all-resident experts, 5 rows"
-                                   : "the all-resident experts, 24 rows");
+        gpu_test::step(rows == 1    ? "the all-resident experts, 1 row"
+                       : rows == 5  ? "the all-resident experts, 5 rows"
+                       : rows == 24 ? "the all-resident experts, 24 rows"
+                                    : "the all-resident experts, 128 rows");
         const std::vector<float> want = run(vram, rows, layer);
-        gpu_test::step(rows == 1   ? "half of the experts in host memory, 1 row (decode)"
-                       : rows == 5 ? "half of the experts in host memory, 5 rows (decode)"
-                                   : "half of the experts in host memory, 24 rows (grouped)");
-        EXPECT_EQ(run(streaming, rows, layer), want)
-            << "rows " << rows << ", layer " << layer << ", round " << round;
+        gpu_test::step(rows == 1   ? "streamed experts staged, 1 row (decode)"
+                       : rows == 5 ? "streamed experts staged, 5 rows (decode)"
+                       : rows == 24
+                           ? "streamed experts staged, 24 rows (grouped, tiled)"
+                           : "streamed experts staged, 128 rows (grouped, tiled, tiles of 64)");
+        const std::vector<float> got = run(streaming, rows, layer);
+        EXPECT_EQ(got, want) << "rows " << rows << ", layer " << layer << ", round " << round;
+        EXPECT_EQ(run(streaming, rows, layer), got)
+            << "a second launch: rows " << rows << ", layer " << layer << ", round " << round;
       }
-    // Move the cache to the other experts: the last cache_slots() of them.
+    // Round 1: the cache on the other experts (the last cache_slots() of them); round 2: none
+    // cached, every chosen expert staged.
     gpu_test::step("apply(): moving the device cache");
-    const int64_t total = streaming.n_layer() * streaming.n_expert();
     std::vector<uint8_t> p(static_cast<size_t>(total), 0);
-    for (int64_t i = 0; i < streaming.cache_slots(); ++i) p[static_cast<size_t>(total - 1 - i)] = 1;
+    if (round == 0)
+      for (int64_t i = 0; i < streaming.cache_slots(); ++i)
+        p[static_cast<size_t>(total - 1 - i)] = 1;
     streaming.apply(p, stream.get());
   }
 }

@@ -112,6 +112,7 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
   in.n_expert = c.moe.n_expert;
   in.expert_bytes = footprint.expert_bytes;
   uint64_t fixed = e.weights_bytes;  // the CPU holds every weight
+  uint64_t streaming_staging = 0;
   if (e.gpu) {
     e.kv_reserve_bytes =
         e.kv_bytes_per_token * static_cast<uint64_t>(default_kv_reserve_tokens(e.context_per_chat));
@@ -121,6 +122,14 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
     const uint64_t needed =
         fixed + e.workspace_bytes + e.kv_reserve_bytes + e.recurrent_state_bytes();
     in.budget_bytes = e.budget_bytes > needed ? e.budget_bytes - needed : 0;
+    // Where experts stream, the step's missed experts are staged in VRAM first (CudaMoe:
+    // min(n_expert, rows x n_used) slots, n_expert at a prefill chunk's rows), out of the
+    // cache's budget; a streaming load needs it (the minimum budget).
+    streaming_staging = static_cast<uint64_t>(c.moe.n_expert) * footprint.expert_bytes;
+    if (in.budget_bytes < footprint.experts_bytes) {
+      e.staging_bytes = streaming_staging;
+      in.budget_bytes -= std::min(in.budget_bytes, e.staging_bytes);
+    }
   } else {
     in.budget_bytes = footprint.experts_bytes;
     in.expert_bytes = 0;  // every expert in host memory, where the CPU computes
@@ -148,9 +157,10 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
   e.resident_weight_bytes = fixed + (e.gpu ? resident_expert_bytes : 0);
   // Recurrent layers (qwen35moe): a state slot per chat, allocated with the KV space.
   const uint64_t states = e.recurrent_state_bytes();
-  e.minimum_budget_bytes = fixed + e.workspace_bytes + e.kv_reserve_bytes + states;
+  e.minimum_budget_bytes =
+      fixed + e.workspace_bytes + e.kv_reserve_bytes + states + streaming_staging;
   e.loads = e.budget_bytes >= e.minimum_budget_bytes;
-  const uint64_t held = e.resident_weight_bytes + e.workspace_bytes + states;
+  const uint64_t held = e.resident_weight_bytes + e.staging_bytes + e.workspace_bytes + states;
   e.kv_capacity_tokens = 0;
   e.max_context_per_chat = 0;
   if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {

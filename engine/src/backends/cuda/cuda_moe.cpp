@@ -302,11 +302,11 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
   upload_experts(expert_budget > taken ? expert_budget - taken : 0, pool);
-  // The tiled products read the weights with cp.async: only while every expert is in VRAM (the
-  // shared experts always are). Asked here, before any stream capture (shared-memory sizes).
+  // The tiled products read the weights with cp.async, from VRAM: streamed experts are staged
+  // there first (stage()). Asked here, before any stream capture (shared-memory sizes).
   for (Layer& d : layers_) {
-    d.gemm_gate_up = all_resident_ && d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
-    d.gemm_down = all_resident_ && d.mma_down && k::moe_gemm_prepare(d.down.type);
+    d.gemm_gate_up = d.mma_gate_up && k::moe_gemm_prepare(d.gate.type);
+    d.gemm_down = d.mma_down && k::moe_gemm_prepare(d.down.type);
     d.shared.gemm_gate_up = d.shared.mma_gate_up && k::moe_gemm_prepare(d.shared.gate.type);
     d.shared.gemm_down = d.shared.mma_down && k::moe_gemm_prepare(d.shared.down.type);
   }
@@ -539,7 +539,9 @@ void CudaMoe::upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool) {
                           static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
                           pool);
   }
-  slots_ = static_cast<int64_t>(std::min<uint64_t>(expert_budget / slot_bytes_, n));
+  const uint64_t staging = allocate_staging();  // out of the cache's budget
+  slots_ = static_cast<int64_t>(
+      std::min<uint64_t>((expert_budget - std::min(expert_budget, staging)) / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);
   // The cache in chunks, so that release_cache() can give memory back a chunk at a time.
   slots_per_chunk_ = std::max<int64_t>(1, static_cast<int64_t>(kCacheChunkBytes / slot_bytes_));
@@ -662,7 +664,9 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
                              cudaMemcpyDeviceToHost, stream),
              "downloading routing counts");
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
+  queue_staged_bytes(stream);
   wait_for_stream(stream, "the steps before reading the routing counts");
+  out.bytes_streamed += staged_bytes();
   std::memcpy(counts_host_.data(), counts_pinned_.as<int32_t>(), counts_.bytes());
   out.resident = resident_;
   uint64_t choices = 0;
@@ -675,7 +679,6 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
     } else {
       out.streamed[i] += c;
       out.misses += c;
-      out.bytes_streamed += c * expert_bytes_[i / static_cast<size_t>(n_expert_)];
     }
   }
   out.tokens += choices / static_cast<uint64_t>(n_used_ * n_layer_);
@@ -780,6 +783,7 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   routed.weights = weights_.as<float>();
   routed.h = h_.as<float>();
   routed.hq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
+  stage(layer, n_rows, routed, config, stream, launches);  // streamed experts into VRAM
   run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
   if (d.shared.n_ff == 0) return;
 

@@ -11,10 +11,13 @@
 //   - otherwise every expert's bytes are copied once into mapped pinned host memory, and the
 //     device holds a cache of as many expert slots as the budget allows (also charged as
 //     resident weights, in chunks that release_cache() gives back when the KV needs room);
-//     an expert's table entry points at its cache slot or at its host-mapped address (the
-//     kernels then read it over PCIe). apply() changes which experts are cached, between
-//     steps, by copying the newly cached ones into free slots and rewriting the tables on the
-//     model's stream.
+//     an expert's table entry points at its cache slot or at its host-mapped address. apply()
+//     changes which experts are cached, between steps, by copying the newly cached ones into
+//     free slots and rewriting the tables on the model's stream. In forward(), after the
+//     router, one launch (kernels/moe_stage.cuh, cuda_moe_stage.cpp) copies the experts the
+//     step chose that are not cached into a VRAM staging area (charged as staging weights, out
+//     of the experts' budget) and writes a step table the products read: they read only VRAM,
+//     and an expert several rows chose crosses PCIe once a step.
 // Routing counts accumulate on the device ([n_layer][n_expert] int32, inside the graph);
 // collect() reads and clears them between steps.
 #pragma once
@@ -43,9 +46,8 @@ struct MoeStats {
   std::vector<uint32_t> routed;    // (token, expert) choices
   std::vector<uint32_t> streamed;  // of those, served from host memory
   uint64_t hits = 0, misses = 0;   // choices served from VRAM / from host memory
-  // Expert bytes read over PCIe: each host-served choice counted as one read of the expert's
-  // gate, up and down matrices (an upper bound: a grouped launch reads an expert once per tile
-  // of pairs).
+  // Expert bytes copied over PCIe: gate, up and down of each distinct expert a step's rows chose
+  // that was not cached (the staging launch's device count), once per layer and step.
   uint64_t bytes_streamed = 0;
   uint64_t tokens = 0;  // rows routed (choices / n_expert_used)
 };
@@ -134,6 +136,10 @@ class CudaMoe {
   void set_tiled_shared(bool on) { tiled_shared_ = on; }
   bool tiled_shared() const { return tiled_shared_; }
 
+  // The staging area's expert slots (cuda_moe_stage.cpp): min(n_expert, max_rows * n_used)
+  // when experts stream, else 0; its bytes are staging_slots() * slot_bytes().
+  int64_t staging_slots() const { return staging_slots_; }
+
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
   // Bytes of every expert of every layer as laid out here (each matrix 256-byte aligned), and
@@ -152,7 +158,7 @@ class CudaMoe {
   struct ExpertRun {
     kernels::MoeMatrix gate, up, down;
     bool mma_gate_up = false, mma_down = false;
-    bool gemm_gate_up = false, gemm_down = false;  // the tiled ones too (experts in VRAM)
+    bool gemm_gate_up = false, gemm_down = false;  // the tiled ones too
     int n_ff = 0, n_expert = 0, n_used = 0;
     kernels::MoeActivation activation = kernels::MoeActivation::Swiglu;
     const int32_t* ids = nullptr;
@@ -164,6 +170,16 @@ class CudaMoe {
                    float* hidden, const kernels::KernelConfig& config, cudaStream_t stream,
                    uint64_t* launches);
   void upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool);
+  // Staging (cuda_moe_stage.cpp): allocates the area, the step table and the copied-bytes
+  // counter (streaming only); returns the area's bytes.
+  uint64_t allocate_staging();
+  // Queues layer's staging launch and points run's tables at the step table (streaming only).
+  void stage(int layer, int n_rows, ExpertRun& run, const kernels::KernelConfig& config,
+             cudaStream_t stream, uint64_t* launches);
+  // Queues the copied-bytes counter's download and reset; staged_bytes() reads it once the
+  // stream is past them.
+  void queue_staged_bytes(cudaStream_t stream);
+  uint64_t staged_bytes() const;
   // Matrix m (0 gate, 1 up, 2 down) of expert e of `layer` in host memory, as the host and the
   // device address it.
   const uint8_t* host_matrix(int64_t layer, int64_t e, int m) const;
@@ -190,7 +206,8 @@ class CudaMoe {
     const float* expert_scale = nullptr;         // Gemma 4's ffn_down_exps.scale, or none
     kernels::MoeMatrix gate, up, down;           // tables filled by write_tables()
     bool mma_gate_up = false, mma_down = false;  // the tensor-core products cover the types
-    // The tiled tensor-core products run them: mma types, every expert in VRAM (cp.async).
+    // The tiled tensor-core products run them: mma types (cp.async from VRAM: the cache, the
+    // all-resident image or the staging area).
     bool gemm_gate_up = false, gemm_down = false;
     uint64_t offsets[3] = {0, 0, 0};  // of gate, up, down inside an expert's image
     // The tensors in the file mapping, and one expert's bytes of each there (GGUF blocks) and
@@ -245,6 +262,11 @@ class CudaMoe {
     HostImage& operator=(const HostImage&) = delete;
     ~HostImage();
   } host_;
+  // Staging of streamed experts: staging_slots_ slots of slot_bytes_, the step's [3][n_expert]
+  // table, the bytes copied since the last collect() (uint64) and its download.
+  int64_t staging_slots_ = 0;
+  DeviceBuffer staging_, step_table_, staged_counter_;
+  PinnedBuffer staged_pinned_;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32

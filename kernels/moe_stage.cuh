@@ -1,0 +1,46 @@
+// Staging of streamed experts (issue 36): when part of a layer's experts sit in mapped pinned
+// host memory, one launch after the router's top-k copies the experts this step chose that are
+// not resident into a VRAM staging area, at a rate that fills PCIe, and writes a step table the
+// expert products then read: every byte they read is in VRAM, so the tiled products run on
+// streamed layers too, and an expert chosen by several rows crosses PCIe once.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernel_config.h"
+
+namespace granule::kernels {
+
+// One layer's experts and where the step's copies go. An expert is resident when its gate
+// pointer lies outside [host_begin, host_end) (the mapped host image): every other pointer of a
+// CudaMoe table is VRAM (a cache slot or the all-resident image).
+struct MoeStage {
+  const void* const* table = nullptr;  // the layer's [3][n_expert] pointers (gate, up, down)
+  const void** step = nullptr;         // written: the step's [3][n_expert] pointers
+  const uint8_t* host_begin = nullptr;
+  const uint8_t* host_end = nullptr;
+  // capacity slots of slot_bytes each (16-byte aligned); an expert keeps its image's layout in
+  // its slot: matrix m at offsets[m] from the expert's gate pointer (offsets[0] is 0).
+  uint8_t* staging = nullptr;
+  uint64_t slot_bytes = 0;
+  int capacity = 0;
+  uint64_t offsets[3] = {0, 0, 0};
+  uint64_t copy_bytes = 0;               // copied per expert: a multiple of 16, at most slot_bytes
+  uint64_t expert_bytes = 0;             // counted per expert copied (gate + up + down)
+  unsigned long long* copied = nullptr;  // += expert_bytes per expert staged, or null
+};
+
+// From the step's pairs' expert ids (ids[0 .. pairs), every row's, padding rows included, so
+// that no product reads host memory), the distinct chosen experts that are not resident, each
+// given a staging slot in expert order (deterministic); the step table points at the slot for
+// those and at the layer table's entry for every other expert; then their copy_bytes are copied
+// host -> slot by every block of a fixed grid (16-byte non-coherent loads, several in flight per
+// thread). One launch; each block works out the same plan, block 0 writes the step table and
+// the counter. More distinct misses than capacity (not possible at capacity >= min(n_expert,
+// pairs)) keep their host pointers: read in place. Captured graphs stay valid: the grid and
+// every argument are fixed.
+cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
+                             const KernelConfig& config, cudaStream_t stream);
+
+}  // namespace granule::kernels
