@@ -50,12 +50,11 @@ int mma_tile_pairs(int pairs, int64_t n_expert) {
 }
 
 // The tiled products' tile (moe_gemm.cu): a block stages an expert's 64 rows once for all of a
-// tile's pairs, so the tile grows with the pairs per expert: 64 from about 24 on average (pp512
-// on the 30B shape: 32), 32 from 6, else 8 (decode batches: one to four per expert). Not yet
-// measured against each other (issue 36).
+// tile's pairs: 32 from about 6 pairs per expert on average, else 8 (decode batches: one to four
+// per expert). Tiles of 64 (two warps build each fragment) lost to 32 at every run length on an
+// H100 (moe_products_bench, gpt-oss-20b shape, 512 rows: 882 + 416 against 783 + 390 us a layer).
 int gemm_tile_pairs(int pairs, int64_t n_expert) {
-  const int64_t average = static_cast<int64_t>(pairs) / n_expert;
-  return average >= 24 ? 64 : average >= 6 ? 32 : 8;
+  return static_cast<int64_t>(pairs) / n_expert >= 6 ? 32 : 8;
 }
 
 // A kernel launch's check (check_cuda: a failure throws), counted where the caller counts them.
