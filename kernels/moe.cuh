@@ -203,8 +203,10 @@ constexpr MoeGemmVariant kMoeGemmDefault = MoeGemmVariant::Split;
 // Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
 // capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
 bool moe_gemm_prepare(uint32_t type);
+// Gate/up: h as launch_moe_gate_up_mma writes it and, where hq.qs is set, hq as launch_quantize_q8
+// would write it from h, in the same launch (n_out a multiple of 32).
 cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
-                                    int n_out, const MoeInput& in, float* h,
+                                    int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
                                     const KernelConfig& config, cudaStream_t stream,
                                     MoeGemmVariant variant = MoeGemmVariant::Default);
 cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,

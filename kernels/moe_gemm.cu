@@ -83,6 +83,9 @@ struct Shape {
   // is done, a float4 per lane and n-tile.
   static constexpr int kHandBytes = SPLIT ? kWarpsM * WN * NT * kWarpSize * 16 : 0;
   static_assert(kHandBytes <= kStageBytes, "the up sums fit one stage");
+  // Gate/up with hq: the block's values, a pair column's rows kValueStride floats apart.
+  static constexpr int kValueStride = kRowsPerBlock + 4;
+  static_assert(!GATE_UP || kColumns * kValueStride * 4 <= kStageBytes, "the values fit a stage");
   static_assert(kHeadBytes % 16 == 0 && kStageBytes % 16 == 0, "16-byte aligned stages");
   static_assert(S::kSegments < 256, "a copy's segment in 8 bits");
   static int shared_bytes(int n_chunks) {
@@ -93,7 +96,7 @@ struct Shape {
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
 __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThreads,
                                   Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kMinBlocks)
-    moe_gemm_kernel(MoeProduct P) {
+    moe_gemm_kernel(MoeProduct P, ActivationQ8 hq) {
   using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
   using S = moe_gemm::Staged<TYPE>;
   using F = moe_mma::Frag<TYPE>;
@@ -297,6 +300,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) up[nt][i] = acc[MW - 1][nt][i];
+  // hq set (gate/up): all warps take part in the epilogue's barriers.
+  const bool quantize = GATE_UP && hq.qs != nullptr;  // block-uniform
   if constexpr (SPLIT) {
     __syncthreads();
     float4* hand = reinterpret_cast<float4*>(stages) + (wn * kWarpsM + wm) * NT * kWarpSize + lane;
@@ -308,27 +313,64 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
               make_float4(acc[0][nt][0], acc[0][nt][1], acc[0][nt][2], acc[0][nt][3]);
     }
     __syncthreads();
-    if (group == 1) return;
+    if (group == 1 && !quantize) return;
+    if (group == 0) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if (nt >= warp_tiles) break;
-      const float4 v = hand[nt * kWarpSize];
-      up[nt][0] = v.x;
-      up[nt][1] = v.y;
-      up[nt][2] = v.z;
-      up[nt][3] = v.w;
+      for (int nt = 0; nt < NT; ++nt) {
+        if (nt >= warp_tiles) break;
+        const float4 v = hand[nt * kWarpSize];
+        up[nt][0] = v.x;
+        up[nt][1] = v.y;
+        up[nt][2] = v.z;
+        up[nt][3] = v.w;
+      }
     }
   }
 
   // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+  if (!quantize) {
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (nt >= warp_tiles) break;
+    for (int nt = 0; nt < NT; ++nt) {
+      if (nt >= warp_tiles) break;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
-      const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
-      moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], up[nt][i]);
+      for (int i = 0; i < 4; ++i) {
+        const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
+        const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
+        moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], up[nt][i]);
+      }
+    }
+    return;
+  }
+  // Gate/up with hq: the values through shared memory ([column][row], rows kValueStride apart so
+  // a quad's four columns fall in different banks), then a warp per 32 rows of a pair column
+  // stores them (128 bytes at once) and their int8 block as launch_quantize_q8 makes it from h.
+  if constexpr (GATE_UP) {
+    float* values = reinterpret_cast<float*>(stages);
+    __syncthreads();  // SPLIT: the gate warps are done with the hand-over
+    if (group == 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if (nt >= warp_tiles) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
+          const int r = wm * 16 + g + 8 * (i / 2);
+          if (block_row0 + r < n_out)
+            values[column * Sh::kValueStride + r] =
+                moe_grouped_value<GATE_UP>(P, tile, block_row0 + r, acc[0][nt][i], up[nt][i]);
+        }
+      }
+    }
+    __syncthreads();
+    constexpr int kBlocks = kRowsPerBlock / kQ8Block;  // int8 blocks of a pair column
+    for (int item = warp; item < tile.count * kBlocks; item += Sh::kWarps) {
+      const int column = item / kBlocks, b = item % kBlocks;
+      if (column >= kColumns || block_row0 + b * kQ8Block >= n_out) continue;  // warp-uniform
+      const float v = values[column * Sh::kValueStride + b * kQ8Block + lane];
+      const int pair = in.groups.order[tile.first + column];
+      const int64_t at = static_cast<int64_t>(pair) * n_out + block_row0 + b * kQ8Block;
+      P.out[at + lane] = v;
+      quantize_block_of_warp(v, hq.qs + at, hq.ds + at / kQ8Block);
     }
   }
 }
@@ -386,11 +428,12 @@ cudaError_t allow_shared() {
 }
 
 template <bool GATE_UP>
-cudaError_t launch_gemm(const MoeProduct& P, MoeGemmVariant variant, const KernelConfig& config,
-                        cudaStream_t stream) {
+cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, MoeGemmVariant variant,
+                        const KernelConfig& config, cudaStream_t stream) {
   const MoeInput& in = P.in;
   if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
   if (!moe_grouped_args_ok(P, GATE_UP)) return cudaErrorInvalidValue;
+  if (hq.qs && (!hq.ds || P.n_out % kQ8Block != 0)) return cudaErrorInvalidValue;
   // A weight row's offset from its matrix's start is an int (n_out rows of row_bytes).
   if (static_cast<int64_t>(P.n_out) * P.a.row_bytes > INT32_MAX) return cudaErrorInvalidValue;
   const MoeGroups& groups = in.groups;
@@ -409,7 +452,7 @@ cudaError_t launch_gemm(const MoeProduct& P, MoeGemmVariant variant, const Kerne
         const int n_chunks = ceil_div(n_sub, Sh::S::kSubs);
         return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT, PRE, SPLIT>, grid,
                                    dim3(Sh::kThreads), Sh::shared_bytes(n_chunks), config, stream,
-                                   P);
+                                   P, hq);
       });
     });
   });
@@ -447,16 +490,17 @@ bool moe_gemm_prepare(uint32_t type) {
 }
 
 cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
-                                    int n_out, const MoeInput& in, float* h,
+                                    int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
                                     const KernelConfig& config, cudaStream_t stream,
                                     MoeGemmVariant variant) {
-  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), variant, config, stream);
+  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), hq, variant, config,
+                           stream);
 }
 
 cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
                                  const KernelConfig& config, cudaStream_t stream,
                                  MoeGemmVariant variant) {
-  return launch_gemm<false>(down_product(down, n_out, in, y), variant, config, stream);
+  return launch_gemm<false>(down_product(down, n_out, in, y), {}, variant, config, stream);
 }
 
 }  // namespace granule::kernels

@@ -410,7 +410,8 @@ int main(int argc, char** argv) {
           const char* name = named.second;
           const float gemm_gu = time_ms([&] {
             return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
-                                              with_tile(in, tile), h, config, nullptr, variant);
+                                              with_tile(in, tile), h, {hq, hd}, config, nullptr,
+                                              variant);
           });
           const float gemm_d = time_ms([&] {
             return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,

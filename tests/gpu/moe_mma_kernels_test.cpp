@@ -24,6 +24,7 @@
 #include <random>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "backends/cpu/moe_ffn.h"
@@ -350,23 +351,51 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
       ASSERT_NEAR(h[at], h_dp4a[at], bound) << "vs dp4a: pair " << p << " row " << o;
     }
   }
-  // The tiled kernels, every tile size and variant: the bits of the tensor-core products above.
+  // The tiled kernels, every tile size and variant: the bits of the tensor-core products above,
+  // and where they also write h's int8 blocks, launch_quantize_q8's bytes and scales from h.
+  std::vector<int8_t> hq_want;
+  std::vector<float2> hd_want;
+  {
+    DeviceArray<float> h_d(h);
+    DeviceArray<int8_t> qs(static_cast<size_t>(pairs * F));
+    DeviceArray<float2> ds(static_cast<size_t>(pairs * F / 32));
+    ASSERT_EQ(k::launch_quantize_q8(h_d.get(), pairs, static_cast<int>(F), {qs.get(), ds.get()},
+                                    config, nullptr),
+              cudaSuccess);
+    hq_want = qs.download();
+    hd_want = ds.download();
+  }
   for (const int tile : k::kMoeGemmTilePairs)
-    for (const k::MoeGemmVariant variant : kGemmVariants) {
-      const Groups gt(ids_d, pairs, n_expert, tile);
-      DeviceArray<float> hg(static_cast<size_t>(pairs * F));
-      hg.poison();
-      ASSERT_EQ(k::launch_moe_gate_up_gemm(gate.view(c.gemm_host), up.view(c.gemm_host), c.act,
-                                           static_cast<int>(F), input(gt.view, pairs), hg.get(),
-                                           config, nullptr, variant),
-                cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<float> got = hg.download();
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], h[i]) << "tiled gate/up, tiles of " << tile << ", variant "
-                                << static_cast<int>(variant) << ": pair " << i / F << " row "
-                                << i % F;
-    }
+    for (const k::MoeGemmVariant variant : kGemmVariants)
+      for (const bool quantize : {false, true}) {
+        const Groups gt(ids_d, pairs, n_expert, tile);
+        DeviceArray<float> hg(static_cast<size_t>(pairs * F));
+        DeviceArray<int8_t> hq(static_cast<size_t>(pairs * F));
+        DeviceArray<float2> hd(static_cast<size_t>(pairs * F / 32));
+        hg.poison();
+        hq.poison();
+        hd.poison();
+        const k::ActivationQ8 out =
+            quantize ? k::ActivationQ8{hq.get(), hd.get()} : k::ActivationQ8{};
+        ASSERT_EQ(k::launch_moe_gate_up_gemm(gate.view(c.gemm_host), up.view(c.gemm_host), c.act,
+                                             static_cast<int>(F), input(gt.view, pairs), hg.get(),
+                                             out, config, nullptr, variant),
+                  cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::string what = "tiled gate/up, tiles of " + std::to_string(tile) + ", variant " +
+                                 std::to_string(static_cast<int>(variant)) +
+                                 (quantize ? ", with h's int8 blocks" : "");
+        const std::vector<float> got = hg.download();
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], h[i]) << what << ": pair " << i / F << " row " << i % F;
+        if (!quantize) continue;
+        ASSERT_EQ(hq.download(), hq_want) << what << ": int8 blocks";
+        const std::vector<float2> ds = hd.download();
+        for (size_t b = 0; b < ds.size(); ++b) {
+          ASSERT_EQ(ds[b].x, hd_want[b].x) << what << ": block " << b << " d";
+          ASSERT_EQ(ds[b].y, hd_want[b].y) << what << ": block " << b << " d · Σ q";
+        }
+      }
   // The first rows alone (their own grouping): each of their pairs gets the same bits.
   if (rows > 1) {
     const int prefix = (rows + 1) / 2 * K;

@@ -867,8 +867,9 @@ void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k:
   in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(), tile_pairs};
   down.groups = in.groups;
   check(k::launch_moe_group(e.ids, pairs, e.n_expert, in.groups, config, stream), "moe_group");
-  if (gemm_gate_up)
-    check(k::launch_moe_gate_up_gemm(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+  if (gemm_gate_up)  // h's int8 blocks for down in the same launch
+    check(k::launch_moe_gate_up_gemm(e.gate, e.up, e.activation, n_ff, in, e.h,
+                                     q8_down ? e.hq : k::ActivationQ8{}, config, stream),
           "moe_gate_up_gemm");
   else if (mma_gate_up)
     check(k::launch_moe_gate_up_mma(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
@@ -876,7 +877,8 @@ void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k:
   else
     check(k::launch_moe_gate_up(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
           "moe_gate_up");
-  if (q8_down) check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
+  if (q8_down && !gemm_gate_up)
+    check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
   if (gemm_down)
     check(k::launch_moe_down_gemm(e.down, n_embd, down, y_.as<float>(), config, stream),
           "moe_down_gemm");
