@@ -197,9 +197,10 @@ constexpr int kMoeGemmTilePairs[] = {8, 32, 64};
 // gate and up in the same warps; Precomputed, each thread's weight copies worked out once for the
 // input; Split, also gate and up on separate warp groups (twice the warps a block, each with one
 // matrix's fragments and sums; down takes it as Precomputed). The same bits. Only
-// dev/cuda/moe_products_bench.cu passes one, to time them; Default is kMoeGemmDefault.
+// dev/cuda/moe_products_bench.cu passes one, to time them; Default is the product's choice per
+// type, matrix and tile (moe_gemm.cu's default_variant: Split where it raises the warps an SM
+// holds, else Precomputed).
 enum class MoeGemmVariant : int { Default = -1, Classic = 0, Precomputed = 1, Split = 2 };
-constexpr MoeGemmVariant kMoeGemmDefault = MoeGemmVariant::Split;
 // Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
 // capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
 bool moe_gemm_prepare(uint32_t type);

@@ -402,7 +402,6 @@ cudaError_t for_tile(int tile_pairs, F&& f) {
 template <bool GATE_UP, class F>
 cudaError_t for_variant(MoeGemmVariant variant, F&& f) {
   using std::integral_constant;
-  if (variant == MoeGemmVariant::Default) variant = kMoeGemmDefault;
   switch (variant) {
     case MoeGemmVariant::Classic:
       return f(integral_constant<bool, false>{}, integral_constant<bool, false>{});
@@ -413,6 +412,22 @@ cudaError_t for_variant(MoeGemmVariant variant, F&& f) {
     default:
       return cudaErrorInvalidValue;
   }
+}
+
+// The product's variant (MoeGemmVariant::Default), on paper until the bench has measured them:
+// Split where its 8-warp blocks raise the warps an SM holds, i.e. where they are held to 128
+// registers (two an SM: 16 warps) and shared memory keeps the 4-warp blocks to fewer than four an
+// SM (Q4_K's 64 rows of gate and up: ~100 KB a block, two); else Precomputed (down; the 17-byte
+// split types' gate/up at tiles of 8, 47 KB a block: four, as many warps with fewer instructions
+// a chunk; Q5_K's and Q6_K's gate/up, whose Split blocks would hold more registers: one).
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+constexpr MoeGemmVariant default_variant() {
+  constexpr int kSmShared = 228 * 1024, kBlockReserved = 1024;
+  using Pre = Shape<TYPE, GATE_UP, WN, NT, true, false>;
+  constexpr int blocks = kSmShared / (Pre::kSharedBytes + kBlockReserved);
+  // Split's kMinBlocks is 2 (gate/up of one warp column, not Q5_K or Q6_K).
+  constexpr bool split_two = GATE_UP && WN == 1 && TYPE != 13 && TYPE != 14;
+  return split_two && blocks < 4 ? MoeGemmVariant::Split : MoeGemmVariant::Precomputed;
 }
 
 // The kernel's shared-memory allowance, asked once per instantiation (moe_gemm_prepare makes the
@@ -444,7 +459,9 @@ cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, MoeGemmVariant var
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_tile(groups.tile_pairs, [&](auto wn_tag, auto nt_tag) {
       constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-      return for_variant<GATE_UP>(variant, [&](auto pre_tag, auto split_tag) {
+      const MoeGemmVariant chosen =
+          variant == MoeGemmVariant::Default ? default_variant<TYPE, GATE_UP, WN, NT>() : variant;
+      return for_variant<GATE_UP>(chosen, [&](auto pre_tag, auto split_tag) {
         constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
         using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
         const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
@@ -471,7 +488,8 @@ bool moe_gemm_prepare(uint32_t type) {
           constexpr bool GATE_UP = decltype(gate_up_tag)::value;
           return for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
             constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-            return for_variant<GATE_UP>(kMoeGemmDefault, [&](auto pre_tag, auto split_tag) {
+            constexpr MoeGemmVariant kDefault = default_variant<TYPE, GATE_UP, WN, NT>();
+            return for_variant<GATE_UP>(kDefault, [&](auto pre_tag, auto split_tag) {
               constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
               return allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
             });
