@@ -82,9 +82,6 @@ __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float 
 // The grouped tensor-core products (moe_mma.cu, moe_gemm.cu) share their epilogue and the checks
 // of their arguments.
 //
-// Column `column` of `tile` (one pair) at output row `row`: a's sum plus its bias, for gate/up
-// through the activation with b's (up's sum), stored at the pair's row. Columns past the tile and
-// rows past n_out store nothing.
 // The value moe_store_grouped stores (row < n_out).
 template <bool GATE_UP>
 __device__ __forceinline__ float moe_grouped_value(const MoeProduct& P, const MoeTile& tile,
@@ -98,6 +95,9 @@ __device__ __forceinline__ float moe_grouped_value(const MoeProduct& P, const Mo
   }
   return v;
 }
+// Column `column` of `tile` (one pair) at output row `row`: a's sum plus its bias, for gate/up
+// through the activation with b's (up's sum), stored at the pair's row. Columns past the tile and
+// rows past n_out store nothing.
 template <bool GATE_UP>
 __device__ __forceinline__ void moe_store_grouped(const MoeProduct& P, const MoeTile& tile,
                                                   int column, int row, float a, float b) {
