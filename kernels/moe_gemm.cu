@@ -7,8 +7,14 @@
 //     sub-blocks in the type's layout (moe_gemm_stage.h), read ONCE for all the tile's pairs;
 //   - the activations: each pair column's int8 bytes and (d, d · Σ q) scales of the chunk,
 //     gathered through groups.order (a pair past the tile's count repeats its last pair).
-// 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15
-// (moe_mma_frag.cuh over the staged bytes) and meets the NT n-tiles of 8 pair columns of wn. Per
+// An input of fewer chunks than stages asks only the shared memory of its chunks (the down
+// product of the 30B shape, 768 wide: three Q6_K super-blocks, so a fourth block an SM).
+// 4 · WN warps (Split gate/up: twice that, a group for each matrix): warp (wm, wn) builds the mma
+// fragments of rows 16 wm .. 16 wm + 15 of its matrices (moe_mma_frag.cuh over the staged bytes)
+// and meets the NT n-tiles of 8 pair columns of wn; the up group hands its sums to the gate group
+// through shared memory for the epilogue. Each thread's weight copies of a stage are the same for
+// the whole input: the Precomputed and Split variants work them out once, Classic per stage
+// (moe.cuh's MoeGemmVariant; dev/cuda/moe_products_bench.cu times each). Per
 // sub-block and n-tile one mma.sync m16n8k32 (Q6_K: two m16n8k16), its exact integer result scaled
 // and added in f32 in sub-block order with moe_mma.cu's roundings, term for term: a pair's result
 // has the bits of launch_moe_*_mma, whatever the tile. Bias, activation and the scatter to each
@@ -44,31 +50,62 @@ __device__ __forceinline__ void stage_copy(uint8_t* slot, const moe_gemm::Copy& 
     copy_async<4>(slot + c.to, c.src, true);
 }
 
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+// How a kernel is built (moe.cuh's MoeGemmVariant): whether each thread works out its weight
+// copies once for the input (PRE) or per chunk, and whether gate and up go to separate warp groups
+// (SPLIT: twice the warps a block, each with one matrix's fragments and sums) or to the same warp.
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
 struct Shape {
   using S = moe_gemm::Staged<TYPE>;
   static constexpr int kActRowBytes = S::kSubs * 32 + 16;  // a pair column's int8 (+ padding)
-  static constexpr int M = GATE_UP ? 2 : 1;
-  static constexpr int kThreads = kWarpsM * WN * kWarpSize;
+  static constexpr int M = GATE_UP ? 2 : 1;                // matrices
+  static constexpr int kGroups = SPLIT ? M : 1;            // warp groups: a matrix each, or one
+  static constexpr int MW = M / kGroups;                   // matrices a warp takes
+  static constexpr int kWarps = kWarpsM * WN * kGroups;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  // Blocks an SM must hold (the register cap): split gate/up's 8-warp blocks two (128 registers),
+  // so that they keep the 16 warps an SM's shared memory allows for two blocks (Q5_K's and Q6_K's
+  // would spill there: one); the others one, as before the variants.
+  static constexpr int kMinBlocks =
+      SPLIT && GATE_UP && kThreads <= 256 && TYPE != 13 && TYPE != 14 ? 2 : 1;
   static constexpr int kColumns = WN * NT * 8;
   static constexpr int kWeightBytes = M * kRowsPerBlock * S::kSlotBytes;
   static constexpr int kActBytes = kColumns * kActRowBytes;
   static constexpr int kScaleBytes = kColumns * S::kSubs * static_cast<int>(sizeof(float2));
   static constexpr int kStageBytes = kWeightBytes + kActBytes + kScaleBytes;
   static constexpr int kStages = kStageBytes <= 32 * 1024 ? 4 : 3;
-  static constexpr int kSharedBytes = kStages * kStageBytes + kColumns * 4;
+  static constexpr int kHeadBytes = kColumns * 4;  // each column's input row, before the stages
+  // The most a launch asks (an input of fewer chunks than stages takes one stage a chunk).
+  static constexpr int kSharedBytes = kHeadBytes + kStages * kStageBytes;
+  // The weight copies of a stage, and each thread's share of them.
+  static constexpr int kWeightCopies = M * kRowsPerBlock * S::kSegments;
+  static constexpr int kCopiesPerThread = (kWeightCopies + kThreads - 1) / kThreads;
+  // SPLIT: the up warps hand their sums to the gate warps through the first stage once the input
+  // is done, a float4 per lane and n-tile.
+  static constexpr int kHandBytes = SPLIT ? kWarpsM * WN * NT * kWarpSize * 16 : 0;
+  static_assert(kHandBytes <= kStageBytes, "the up sums fit one stage");
+  // Gate/up with hq: the block's values, a pair column's rows kValueStride floats apart.
+  static constexpr int kValueStride = kRowsPerBlock + 4;
+  static_assert(!GATE_UP || kColumns * kValueStride * 4 <= kStageBytes, "the values fit a stage");
+  static_assert(kHeadBytes % 16 == 0 && kStageBytes % 16 == 0, "16-byte aligned stages");
+  static_assert(S::kSegments < 256, "a copy's segment in 8 bits");
+  static int shared_bytes(int n_chunks) {
+    return kHeadBytes + (n_chunks < kStages ? n_chunks : kStages) * kStageBytes;
+  }
 };
 
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
-__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
-    moe_gemm_kernel(MoeProduct P) {
-  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
+__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThreads,
+                                  Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kMinBlocks)
+    moe_gemm_kernel(MoeProduct P, ActivationQ8 hq) {
+  using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
   using S = moe_gemm::Staged<TYPE>;
   using F = moe_mma::Frag<TYPE>;
   using Raw = typename F::Raw;
-  constexpr int M = Sh::M, KS = S::kSubs, kColumns = Sh::kColumns, kThreads = Sh::kThreads;
+  constexpr int M = Sh::M, MW = Sh::MW, KS = S::kSubs, kColumns = Sh::kColumns;
+  constexpr int kThreads = Sh::kThreads;
   extern __shared__ __align__(16) uint8_t shared[];
-  int* column_row = reinterpret_cast<int*>(shared + Sh::kStages * Sh::kStageBytes);
+  int* column_row = reinterpret_cast<int*>(shared);
+  uint8_t* stages = shared + Sh::kHeadBytes;
 
   wait_for_previous_kernel();  // the tiles, order and activations are the step's
   allow_next_kernel();
@@ -76,7 +113,13 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
   if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;  // the whole block
   const MoeTile tile = in.groups.tiles[blockIdx.y];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int wm = warp % kWarpsM, wn = warp / kWarpsM;
+  // Warp (wm, wn, group): rows 16 wm .. 16 wm + 15 of its matrices (SPLIT: group 0 gate, 1 up;
+  // else both), the NT n-tiles of wn.
+  // (wn as warp / kWarpsM - WN * group, not % WN: where WN is 1 a wn the compiler knows to be 0
+  // let ptxas hoist every sub-block's activation loads and then rematerialise constants, 17 % more
+  // instructions a chunk in the gate/up kernel of tiles of 8.)
+  const int group = warp >= kWarpsM * WN ? 1 : 0;
+  const int wm = warp % kWarpsM, wn = warp / kWarpsM - WN * group;
   const int g = lane / 4, t = lane % 4;
   const int block_row0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
   const int n_in = in.n_in, n_sub = n_in / kQ8Block, n_out = P.n_out;
@@ -89,27 +132,50 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     const int pair = in.groups.order[tile.first + min(c, tile.count - 1)];
     column_row[c] = in.per_pair_input ? pair : pair / in.n_used;
   }
-  __syncthreads();
 
-  const int64_t row_bytes = P.a.row_bytes;
+  const int row_bytes = static_cast<int>(P.a.row_bytes);  // the launcher checks n_out rows fit
   const auto* gate_base = static_cast<const uint8_t*>(P.a.table[tile.expert]);
   const auto* up_base = GATE_UP ? static_cast<const uint8_t*>(P.b.table[tile.expert]) : gate_base;
-  // Row r (0..63 of the block) of matrix m (rows past the end repeat the last one; a select, not
-  // an indexed array, which would live in local memory).
-  auto weight_row = [&](int m, int r) {
-    return (m == 0 ? gate_base : up_base) +
-           static_cast<int64_t>(min(block_row0 + r, n_out - 1)) * row_bytes;
-  };
-
-  auto issue = [&](int chunk) {
-    uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
-    const int first = chunk * KS, subs = min(KS, n_sub - first);
-    // Weights: consecutive threads take consecutive segments of a row (coalesced).
-    for (int i = threadIdx.x; i < M * kRowsPerBlock * S::kSegments; i += kThreads) {
+  auto matrix = [&](int m) { return m == 0 ? gate_base : up_base; };
+  // Row r (0..63 of the block) as a byte offset from its matrix's start (rows past the end repeat
+  // the last one).
+  auto row_offset = [&](int r) { return min(block_row0 + r, n_out - 1) * row_bytes; };
+  // The weight copies of a stage: copy i is segment i % kSegments of row (i / kSegments) % 64 of
+  // matrix i / (64 kSegments), so consecutive threads take consecutive 16-byte segments of a row
+  // (coalesced). PRE: each thread works its share out once for the input, a word a copy (the
+  // segment | the row << 8 | the matrix << 14, or -1: none).
+  int copies[PRE ? Sh::kCopiesPerThread : 1];
+  if constexpr (PRE) {
+#pragma unroll
+    for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
+      const int i = static_cast<int>(threadIdx.x) + k * kThreads;
       const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
       const int m = i / (S::kSegments * kRowsPerBlock);
-      stage_copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes,
-                 S::segment(weight_row(m, r), first, subs, n_sub, seg));
+      copies[k] = i < Sh::kWeightCopies ? seg | (r << 8) | (m << 14) : -1;
+    }
+  }
+  __syncthreads();  // column_row
+
+  auto issue = [&](int chunk) {
+    uint8_t* stage = stages + (chunk % Sh::kStages) * Sh::kStageBytes;
+    const int first = chunk * KS, subs = min(KS, n_sub - first);
+    if constexpr (PRE) {
+#pragma unroll
+      for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
+        const int copy = copies[k];
+        if ((k + 1) * kThreads > Sh::kWeightCopies && copy < 0) continue;  // the last share
+        const int slot = (copy >> 8) & (2 * kRowsPerBlock - 1);            // m · 64 + r
+        const uint8_t* base = M > 1 && slot >= kRowsPerBlock ? up_base : gate_base;
+        stage_copy(stage + slot * S::kSlotBytes, S::segment(base + row_offset(slot % kRowsPerBlock),
+                                                            first, subs, n_sub, copy & 0xFF));
+      }
+    } else {
+      for (int i = threadIdx.x; i < Sh::kWeightCopies; i += kThreads) {
+        const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
+        const int m = i / (S::kSegments * kRowsPerBlock);
+        stage_copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes,
+                   S::segment(matrix(m) + row_offset(r), first, subs, n_sub, seg));
+      }
     }
     // Activations: int8 bytes in 16-byte segments, then the scales.
     uint8_t* act = stage + Sh::kWeightBytes;
@@ -129,13 +195,13 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     }
   };
 
-  float acc[M][NT][4];
+  float acc[MW][NT][4];
 #pragma unroll
-  for (int m = 0; m < M; ++m)
+  for (int w = 0; w < MW; ++w)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
 
 #pragma unroll
   for (int s = 0; s < Sh::kStages - 1; ++s) {
@@ -143,6 +209,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     commit_copies();
   }
   const int warp_tiles = min(NT, tiles_here - wn * NT);  // this warp's n-tiles with pairs
+  // Matrix w of this warp: w, or its group's.
+  auto matrix_of = [&](int w) { return SPLIT ? group : w; };
 #pragma unroll 1
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
     wait_copies<Sh::kStages - 2>();
@@ -151,16 +219,16 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     commit_copies();
     if (warp_tiles <= 0) continue;  // warp-uniform: no pairs in this warp's columns
 
-    const uint8_t* stage = shared + (chunk % Sh::kStages) * Sh::kStageBytes;
+    const uint8_t* stage = stages + (chunk % Sh::kStages) * Sh::kStageBytes;
     const int first = chunk * KS, subs = min(KS, n_sub - first);
-    Raw raw[M][2];
+    Raw raw[MW][2];
 #pragma unroll
-    for (int m = 0; m < M; ++m)
+    for (int w = 0; w < MW; ++w)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = wm * 16 + g + 8 * h;
+        const int m = matrix_of(w), r = wm * 16 + g + 8 * h;
         const uint8_t* slot = stage + (m * kRowsPerBlock + r) * S::kSlotBytes;
-        F::load(raw[m][h], slot + S::mini_row(weight_row(m, r), first), 0, subs, t);
+        F::load(raw[w][h], slot + S::mini_row(matrix(m) + row_offset(r), first), 0, subs, t);
       }
     const int8_t* act = reinterpret_cast<const int8_t*>(stage + Sh::kWeightBytes);
     const float2* scales =
@@ -168,15 +236,15 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
 #pragma unroll
     for (int j = 0; j < KS; ++j) {
       if (j >= subs) break;  // block-uniform: a last chunk of 32-element blocks
-      moe_mma::Sub s[M][2];
-      float scale_lo[M][2], scale_hi[M][2];
+      moe_mma::Sub s[MW][2];
+      float scale_lo[MW][2], scale_hi[MW][2];
 #pragma unroll
-      for (int m = 0; m < M; ++m)
+      for (int w = 0; w < MW; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          s[m][h] = F::sub(raw[m][h], j);
-          scale_lo[m][h] = moe_mma::small_int_to_float(s[m][h].s_lo);
-          scale_hi[m][h] = moe_mma::small_int_to_float(s[m][h].s_hi);
+          s[w][h] = F::sub(raw[w][h], j);
+          scale_lo[w][h] = moe_mma::small_int_to_float(s[w][h].s_lo);
+          scale_hi[w][h] = moe_mma::small_int_to_float(s[w][h].s_hi);
         }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -195,18 +263,18 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
         const float2 d0 = scales[(column0 + 2 * t) * KS + j];
         const float2 d1 = scales[(column0 + 2 * t + 1) * KS + j];
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
+        for (int w = 0; w < MW; ++w) {
           float c[4];  // the sub-block's integer dot products, exact in f32
           if constexpr (F::kSplit16) {
             int lo[4], hi[4];
-            mma::mma_s8_k16(lo, s[m][0].lo, s[m][1].lo, b0, kMagicBits);
-            mma::mma_s8_k16(hi, s[m][0].hi, s[m][1].hi, b1, kMagicBits);
+            mma::mma_s8_k16(lo, s[w][0].lo, s[w][1].lo, b0, kMagicBits);
+            mma::mma_s8_k16(hi, s[w][0].hi, s[w][1].hi, b1, kMagicBits);
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-              c[i] = __fmaf_rn(scale_hi[m][i / 2], unmagic(hi[i]),
-                               __fmul_rn(scale_lo[m][i / 2], unmagic(lo[i])));
+              c[i] = __fmaf_rn(scale_hi[w][i / 2], unmagic(hi[i]),
+                               __fmul_rn(scale_lo[w][i / 2], unmagic(lo[i])));
           } else {
-            const uint32_t a[4] = {s[m][0].lo, s[m][1].lo, s[m][0].hi, s[m][1].hi};
+            const uint32_t a[4] = {s[w][0].lo, s[w][1].lo, s[w][0].hi, s[w][1].hi};
             int bits[4];
             mma::mma_s8(bits, a, b0, b1, kMagicBits);
 #pragma unroll
@@ -215,9 +283,9 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
             const float2 dx = (i & 1) ? d1 : d0;
-            float v = __fmaf_rn(s[m][i / 2].d, __fmul_rn(dx.x, c[i]), acc[m][nt][i]);
-            if constexpr (F::kOffset) v = __fmaf_rn(s[m][i / 2].m, dx.y, v);
-            acc[m][nt][i] = v;
+            float v = __fmaf_rn(s[w][i / 2].d, __fmul_rn(dx.x, c[i]), acc[w][nt][i]);
+            if constexpr (F::kOffset) v = __fmaf_rn(s[w][i / 2].m, dx.y, v);
+            acc[w][nt][i] = v;
           }
         }
       }
@@ -225,15 +293,84 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
   }
   wait_copies<0>();  // no copy outlives the block
 
+  // The up sums of each (row, column): this warp's, or (SPLIT) handed by the up warp of the same
+  // rows and columns through the first stage (every warp is done with the stages).
+  float up[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) up[nt][i] = acc[MW - 1][nt][i];
+  // hq set (gate/up): all warps take part in the epilogue's barriers.
+  const bool quantize = GATE_UP && hq.qs != nullptr;  // block-uniform
+  if constexpr (SPLIT) {
+    __syncthreads();
+    float4* hand = reinterpret_cast<float4*>(stages) + (wn * kWarpsM + wm) * NT * kWarpSize + lane;
+    if (group == 1) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        if (nt < warp_tiles)
+          hand[nt * kWarpSize] =
+              make_float4(acc[0][nt][0], acc[0][nt][1], acc[0][nt][2], acc[0][nt][3]);
+    }
+    __syncthreads();
+    if (group == 1 && !quantize) return;
+    if (group == 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if (nt >= warp_tiles) break;
+        const float4 v = hand[nt * kWarpSize];
+        up[nt][0] = v.x;
+        up[nt][1] = v.y;
+        up[nt][2] = v.z;
+        up[nt][3] = v.w;
+      }
+    }
+  }
+
   // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
+  if (!quantize) {
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (nt >= warp_tiles) break;
+    for (int nt = 0; nt < NT; ++nt) {
+      if (nt >= warp_tiles) break;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
-      const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
-      moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], acc[M - 1][nt][i]);
+      for (int i = 0; i < 4; ++i) {
+        const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
+        const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
+        moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], up[nt][i]);
+      }
+    }
+    return;
+  }
+  // Gate/up with hq: the values through shared memory ([column][row], rows kValueStride apart so
+  // a quad's four columns fall in different banks), then a warp per 32 rows of a pair column
+  // stores them (128 bytes at once) and their int8 block as launch_quantize_q8 makes it from h.
+  if constexpr (GATE_UP) {
+    float* values = reinterpret_cast<float*>(stages);
+    __syncthreads();  // SPLIT: the gate warps are done with the hand-over
+    if (group == 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        if (nt >= warp_tiles) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
+          const int r = wm * 16 + g + 8 * (i / 2);
+          if (block_row0 + r < n_out)
+            values[column * Sh::kValueStride + r] =
+                moe_grouped_value<GATE_UP>(P, tile, block_row0 + r, acc[0][nt][i], up[nt][i]);
+        }
+      }
+    }
+    __syncthreads();
+    constexpr int kBlocks = kRowsPerBlock / kQ8Block;  // int8 blocks of a pair column
+    for (int item = warp; item < tile.count * kBlocks; item += Sh::kWarps) {
+      const int column = item / kBlocks, b = item % kBlocks;
+      if (column >= kColumns || block_row0 + b * kQ8Block >= n_out) continue;  // warp-uniform
+      const float v = values[column * Sh::kValueStride + b * kQ8Block + lane];
+      const int pair = in.groups.order[tile.first + column];
+      const int64_t at = static_cast<int64_t>(pair) * n_out + block_row0 + b * kQ8Block;
+      P.out[at + lane] = v;
+      quantize_block_of_warp(v, hq.qs + at, hq.ds + at / kQ8Block);
     }
   }
 }
@@ -260,35 +397,80 @@ cudaError_t for_tile(int tile_pairs, F&& f) {
   }
 }
 
+// f(integral_constant PRE, integral_constant SPLIT) for a variant (moe.cuh's MoeGemmVariant; down
+// takes Split as Precomputed: one matrix, nothing to split).
+template <bool GATE_UP, class F>
+cudaError_t for_variant(MoeGemmVariant variant, F&& f) {
+  using std::integral_constant;
+  switch (variant) {
+    case MoeGemmVariant::Classic:
+      return f(integral_constant<bool, false>{}, integral_constant<bool, false>{});
+    case MoeGemmVariant::Precomputed:
+      return f(integral_constant<bool, true>{}, integral_constant<bool, false>{});
+    case MoeGemmVariant::Split:
+      return f(integral_constant<bool, true>{}, integral_constant<bool, GATE_UP>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+// The product's variant (MoeGemmVariant::Default), on paper until the bench has measured them:
+// Split where its 8-warp blocks raise the warps an SM holds, i.e. where they are held to 128
+// registers (two an SM: 16 warps) and shared memory keeps the 4-warp blocks to fewer than four an
+// SM (Q4_K's 64 rows of gate and up: ~100 KB a block, two); else Precomputed (down; the 17-byte
+// split types' gate/up at tiles of 8, 47 KB a block: four, as many warps with fewer instructions
+// a chunk; Q5_K's and Q6_K's gate/up, whose Split blocks would hold more registers: one).
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+constexpr MoeGemmVariant default_variant() {
+  constexpr int kSmShared = 228 * 1024, kBlockReserved = 1024;
+  using Pre = Shape<TYPE, GATE_UP, WN, NT, true, false>;
+  constexpr int blocks = kSmShared / (Pre::kSharedBytes + kBlockReserved);
+  // Split's kMinBlocks is 2 (gate/up of one warp column, not Q5_K or Q6_K).
+  constexpr bool split_two = GATE_UP && WN == 1 && TYPE != 13 && TYPE != 14;
+  return split_two && blocks < 4 ? MoeGemmVariant::Split : MoeGemmVariant::Precomputed;
+}
+
 // The kernel's shared-memory allowance, asked once per instantiation (moe_gemm_prepare makes the
 // first call, before any stream capture).
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
 cudaError_t allow_shared() {
-  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+  using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
   static_assert(Sh::kSharedBytes <= mma::kMaxBlockShared, "stages past the shared memory");
   static const cudaError_t status =
-      cudaFuncSetAttribute(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>,
+      cudaFuncSetAttribute(moe_gemm_kernel<TYPE, GATE_UP, WN, NT, PRE, SPLIT>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSharedBytes);
   return status;
 }
 
 template <bool GATE_UP>
-cudaError_t launch_gemm(const MoeProduct& P, const KernelConfig& config, cudaStream_t stream) {
+cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, MoeGemmVariant variant,
+                        const KernelConfig& config, cudaStream_t stream) {
   const MoeInput& in = P.in;
   if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
   if (!moe_grouped_args_ok(P, GATE_UP)) return cudaErrorInvalidValue;
+  if (hq.qs && (!hq.ds || P.n_out % kQ8Block != 0)) return cudaErrorInvalidValue;
+  // A weight row's offset from its matrix's start is an int (n_out rows of row_bytes).
+  if (static_cast<int64_t>(P.n_out) * P.a.row_bytes > INT32_MAX) return cudaErrorInvalidValue;
   const MoeGroups& groups = in.groups;
   const int tiles = moe_max_tiles(in.pairs, in.n_expert, groups.tile_pairs);
   const dim3 grid(ceil_div(P.n_out, kRowsPerBlock), tiles);
+  const int n_sub = in.n_in / kQ8Block;
   return for_gemm_type(P.a.type, [&](auto type_tag) {
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_tile(groups.tile_pairs, [&](auto wn_tag, auto nt_tag) {
       constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-      using Sh = Shape<TYPE, GATE_UP, WN, NT>;
-      const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT>();
-      if (attribute != cudaSuccess) return attribute;
-      return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>, grid, dim3(Sh::kThreads),
-                                 Sh::kSharedBytes, config, stream, P);
+      const MoeGemmVariant chosen =
+          variant == MoeGemmVariant::Default ? default_variant<TYPE, GATE_UP, WN, NT>() : variant;
+      return for_variant<GATE_UP>(chosen, [&](auto pre_tag, auto split_tag) {
+        constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
+        using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
+        const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
+        if (attribute != cudaSuccess) return attribute;
+        const int n_chunks = ceil_div(n_sub, Sh::S::kSubs);
+        return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT, PRE, SPLIT>, grid,
+                                   dim3(Sh::kThreads), Sh::shared_bytes(n_chunks), config, stream,
+                                   P, hq);
+      });
     });
   });
 }
@@ -302,10 +484,18 @@ bool moe_gemm_prepare(uint32_t type) {
     cudaError_t first = cudaSuccess;
     for (const int tile_pairs : kMoeGemmTilePairs)
       for (const bool gate_up : {false, true}) {
-        const cudaError_t status = for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
-          constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-          return gate_up ? allow_shared<TYPE, true, WN, NT>() : allow_shared<TYPE, false, WN, NT>();
-        });
+        auto allow = [&](auto gate_up_tag) {
+          constexpr bool GATE_UP = decltype(gate_up_tag)::value;
+          return for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
+            constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
+            constexpr MoeGemmVariant kDefault = default_variant<TYPE, GATE_UP, WN, NT>();
+            return for_variant<GATE_UP>(kDefault, [&](auto pre_tag, auto split_tag) {
+              constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
+              return allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
+            });
+          });
+        };
+        const cudaError_t status = gate_up ? allow(std::true_type{}) : allow(std::false_type{});
         if (first == cudaSuccess) first = status;
       }
     return first;
@@ -318,14 +508,17 @@ bool moe_gemm_prepare(uint32_t type) {
 }
 
 cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
-                                    int n_out, const MoeInput& in, float* h,
-                                    const KernelConfig& config, cudaStream_t stream) {
-  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), config, stream);
+                                    int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
+                                    const KernelConfig& config, cudaStream_t stream,
+                                    MoeGemmVariant variant) {
+  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), hq, variant, config,
+                           stream);
 }
 
 cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
-                                 const KernelConfig& config, cudaStream_t stream) {
-  return launch_gemm<false>(down_product(down, n_out, in, y), config, stream);
+                                 const KernelConfig& config, cudaStream_t stream,
+                                 MoeGemmVariant variant) {
+  return launch_gemm<false>(down_product(down, n_out, in, y), {}, variant, config, stream);
 }
 
 }  // namespace granule::kernels

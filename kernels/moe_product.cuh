@@ -82,13 +82,10 @@ __device__ __forceinline__ float moe_activate(MoeActivation act, float g, float 
 // The grouped tensor-core products (moe_mma.cu, moe_gemm.cu) share their epilogue and the checks
 // of their arguments.
 //
-// Column `column` of `tile` (one pair) at output row `row`: a's sum plus its bias, for gate/up
-// through the activation with b's (up's sum), stored at the pair's row. Columns past the tile and
-// rows past n_out store nothing.
+// The value moe_store_grouped stores (row < n_out).
 template <bool GATE_UP>
-__device__ __forceinline__ void moe_store_grouped(const MoeProduct& P, const MoeTile& tile,
-                                                  int column, int row, float a, float b) {
-  if (column >= tile.count || row >= P.n_out) return;
+__device__ __forceinline__ float moe_grouped_value(const MoeProduct& P, const MoeTile& tile,
+                                                   int row, float a, float b) {
   const int64_t bias_at = static_cast<int64_t>(tile.expert) * P.n_out + row;
   float v = a;
   if (P.a.bias) v = __fadd_rn(v, P.a.bias[bias_at]);
@@ -96,8 +93,18 @@ __device__ __forceinline__ void moe_store_grouped(const MoeProduct& P, const Moe
     if (P.b.bias) b = __fadd_rn(b, P.b.bias[bias_at]);
     v = moe_activate(P.act, v, b);
   }
+  return v;
+}
+// Column `column` of `tile` (one pair) at output row `row`: a's sum plus its bias, for gate/up
+// through the activation with b's (up's sum), stored at the pair's row. Columns past the tile and
+// rows past n_out store nothing.
+template <bool GATE_UP>
+__device__ __forceinline__ void moe_store_grouped(const MoeProduct& P, const MoeTile& tile,
+                                                  int column, int row, float a, float b) {
+  if (column >= tile.count || row >= P.n_out) return;
   const int pair = P.in.groups.order[tile.first + column];
-  P.out[static_cast<int64_t>(pair) * P.n_out + row] = v;
+  P.out[static_cast<int64_t>(pair) * P.n_out + row] =
+      moe_grouped_value<GATE_UP>(P, tile, row, a, b);
 }
 
 // Whether a grouped tensor-core launch's arguments are ones its kernels take (each launcher adds

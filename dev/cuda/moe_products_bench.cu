@@ -5,9 +5,9 @@
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
 // bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
 // TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8, 32 and 64
-// pairs, in the mma columns. What decides CudaMoe's kMmaMinRows, mma_tile_pairs and
-// gemm_tile_pairs; the product build never compiles it. On the device, after building
-// granule_kernels (build-gpu):
+// pairs, each MoeGemmVariant, in the mma columns (`moe_bench products 32 512`: that table alone).
+// What decides CudaMoe's kMmaMinRows, mma_tile_pairs and gemm_tile_pairs; the product build never
+// compiles it. On the device, after building granule_kernels (build-gpu):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I kernels -I engine/include \
 //     dev/cuda/moe_products_bench.cu build-gpu/kernels/libgranule_kernels.a -o /tmp/moe_bench
 //   /tmp/moe_bench
@@ -15,9 +15,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "granule/block_formats.h"
@@ -279,15 +281,32 @@ void route_runs(const Shape& s, std::mt19937& rng) {
   }
 }
 
-int main() {
+// moe_bench: every table; moe_bench products [ROWS...]: only the grouped products' table (dp4a,
+// tensor-core and tiled at each tile size), at the given run lengths (default 32 and 512, the
+// 32-chat decode step and a pp512 chunk).
+int main(int argc, char** argv) {
+  const bool products_only = argc > 1 && std::string(argv[1]) == "products";
+  std::vector<int> run_rows = {8, 16, 32, 64, 128, 512};
+  if (products_only) {
+    run_rows.clear();
+    for (int i = 2; i < argc; ++i) run_rows.push_back(std::atoi(argv[i]));
+    if (run_rows.empty()) run_rows = {32, 512};
+    for (const int rows : run_rows)
+      if (rows < 1 || rows > 512) {
+        std::fprintf(stderr, "rows %d: 1 to 512\n", rows);
+        return 1;
+      }
+  }
   const Shape shapes[] = {{"qwen3-30b-a3b (Q4_K / Q6_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ6_K},
                           {"qwen3-30b-a3b (Q4_K / Q4_K)", 128, 8, 2048, 768, k::kQ4_K, k::kQ4_K},
                           {"gpt-oss-20b (MXFP4)", 32, 4, 2880, 2880, k::kMXFP4, k::kMXFP4}};
   k::KernelConfig config;
   config.early_launch = false;
   std::mt19937 rng(1);
-  for (const Shape& s : shapes) decode_chains(s, rng);
-  for (const Shape& s : shapes) route_runs(s, rng);
+  if (!products_only) {
+    for (const Shape& s : shapes) decode_chains(s, rng);
+    for (const Shape& s : shapes) route_runs(s, rng);
+  }
   for (const Shape& s : shapes) {
     if (!k::moe_gemm_prepare(s.gate_up_type) || !k::moe_gemm_prepare(s.down_type)) {
       std::printf("no tiled products for %s on this device\n", s.name);
@@ -317,7 +336,7 @@ int main() {
     int32_t* order = device_alloc<int32_t>(max_pairs);
     int32_t* n_tiles = device_alloc<int32_t>(1);
     k::MoeTile* tiles = device_alloc<k::MoeTile>(k::moe_max_tiles(max_pairs, s.n_expert, 8));
-    for (const int rows : {8, 16, 32, 64, 128, 512}) {
+    for (const int rows : run_rows) {
       const int pairs = rows * s.n_used;
       std::vector<int32_t> chosen;
       std::vector<int> all(s.n_expert);
@@ -376,22 +395,34 @@ int main() {
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
           bytes / ((mma_gu + mma_d) * 1e6));
-      // The tiled kernels (moe_gemm.cu) at each tile size.
+      // The tiled kernels (moe_gemm.cu) at each tile size, each variant (classic: copies indexed
+      // per stage, gate and up in the same warps; pre: copies worked out once; split: also gate
+      // and up on separate warp groups; down takes split as pre).
+      const std::pair<k::MoeGemmVariant, const char*> variants[] = {
+          {k::MoeGemmVariant::Classic, "classic"},
+          {k::MoeGemmVariant::Precomputed, "pre"},
+          {k::MoeGemmVariant::Split, "split"}};
       for (const int tile : k::kMoeGemmTilePairs) {
         CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
                                   nullptr));
-        const float gemm_gu = time_ms([&] {
-          return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
-                                            with_tile(in, tile), h, config, nullptr);
-        });
-        const float gemm_d = time_ms([&] {
-          return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
-                                         nullptr);
-        });
-        std::printf(
-            "|      |       |   tiled:    | %4d |          | %15s | %12s | %14.1f | %11.1f "
-            "| %9s | %8.0f |\n",
-            tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "", bytes / ((gemm_gu + gemm_d) * 1e6));
+        for (const auto& named : variants) {
+          const k::MoeGemmVariant variant = named.first;
+          const char* name = named.second;
+          const float gemm_gu = time_ms([&] {
+            return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                              with_tile(in, tile), h, {hq, hd}, config, nullptr,
+                                              variant);
+          });
+          const float gemm_d = time_ms([&] {
+            return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
+                                           nullptr, variant);
+          });
+          std::printf(
+              "|      |       | %11s | %4d |          | %15s | %12s | %14.1f | %11.1f "
+              "| %9s | %8.0f |\n",
+              name, tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "",
+              bytes / ((gemm_gu + gemm_d) * 1e6));
+        }
       }
     }
   }

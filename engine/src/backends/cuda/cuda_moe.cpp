@@ -50,12 +50,11 @@ int mma_tile_pairs(int pairs, int64_t n_expert) {
 }
 
 // The tiled products' tile (moe_gemm.cu): a block stages an expert's 64 rows once for all of a
-// tile's pairs, so the tile grows with the pairs per expert: 64 from about 24 on average (pp512
-// on the 30B shape: 32), 32 from 6, else 8 (decode batches: one to four per expert). Not yet
-// measured against each other (issue 36).
+// tile's pairs: 32 from about 6 pairs per expert on average, else 8 (decode batches: one to four
+// per expert). Tiles of 64 (two warps build each fragment) lost to 32 at every run length on an
+// H100 (moe_products_bench, gpt-oss-20b shape, 512 rows: 882 + 416 against 783 + 390 us a layer).
 int gemm_tile_pairs(int pairs, int64_t n_expert) {
-  const int64_t average = static_cast<int64_t>(pairs) / n_expert;
-  return average >= 24 ? 64 : average >= 6 ? 32 : 8;
+  return static_cast<int64_t>(pairs) / n_expert >= 6 ? 32 : 8;
 }
 
 // A kernel launch's check (check_cuda: a failure throws), counted where the caller counts them.
@@ -872,8 +871,9 @@ void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k:
   in.groups = {order_.as<int32_t>(), tiles_.as<k::MoeTile>(), n_tiles_.as<int32_t>(), tile_pairs};
   down.groups = in.groups;
   check(k::launch_moe_group(e.ids, pairs, e.n_expert, in.groups, config, stream), "moe_group");
-  if (gemm_gate_up)
-    check(k::launch_moe_gate_up_gemm(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
+  if (gemm_gate_up)  // h's int8 blocks for down in the same launch
+    check(k::launch_moe_gate_up_gemm(e.gate, e.up, e.activation, n_ff, in, e.h,
+                                     q8_down ? e.hq : k::ActivationQ8{}, config, stream),
           "moe_gate_up_gemm");
   else if (mma_gate_up)
     check(k::launch_moe_gate_up_mma(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
@@ -881,7 +881,8 @@ void CudaMoe::run_experts(const ExpertRun& e, int n_rows, const float* x_f32, k:
   else
     check(k::launch_moe_gate_up(e.gate, e.up, e.activation, n_ff, in, e.h, config, stream),
           "moe_gate_up");
-  if (q8_down) check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
+  if (q8_down && !gemm_gate_up)
+    check(k::launch_quantize_q8(e.h, pairs, n_ff, e.hq, config, stream), "quantize_q8");
   if (gemm_down)
     check(k::launch_moe_down_gemm(e.down, n_embd, down, y_.as<float>(), config, stream),
           "moe_down_gemm");
