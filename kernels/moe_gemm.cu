@@ -414,20 +414,16 @@ cudaError_t for_variant(MoeGemmVariant variant, F&& f) {
   }
 }
 
-// The product's variant (MoeGemmVariant::Default), on paper until the bench has measured them:
-// Split where its 8-warp blocks raise the warps an SM holds, i.e. where they are held to 128
-// registers (two an SM: 16 warps) and shared memory keeps the 4-warp blocks to fewer than four an
-// SM (Q4_K's 64 rows of gate and up: ~100 KB a block, two); else Precomputed (down; the 17-byte
-// split types' gate/up at tiles of 8, 47 KB a block: four, as many warps with fewer instructions
-// a chunk; Q5_K's and Q6_K's gate/up, whose Split blocks would hold more registers: one).
+// The product's variant (MoeGemmVariant::Default): Precomputed for every type, matrix and tile.
+// moe_products_bench on an H100 (2026-12-06, µs a layer, Classic / Precomputed / Split): 30B
+// shape Q4_K gate/up at 32 rows, tiles of 8, 119.2 / 113.6 / 123.1; at 512 rows, tiles of 32,
+// 401.2 / 383.2 / 431.8; its Q6_K down 86.0 / 84.5 / 84.5 and 293.6 / 274.6 / 274.8; gpt-oss
+// MXFP4 gate/up 210.4 / 192.5 / 225.7 (32 rows, 8) and 792.2 / 742.8 / 810.6 (512 rows, 32).
+// Split lost wherever it differs (the activation fragments loaded by both warp groups cost more
+// than its extra warps bring); Classic lost everywhere.
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 constexpr MoeGemmVariant default_variant() {
-  constexpr int kSmShared = 228 * 1024, kBlockReserved = 1024;
-  using Pre = Shape<TYPE, GATE_UP, WN, NT, true, false>;
-  constexpr int blocks = kSmShared / (Pre::kSharedBytes + kBlockReserved);
-  // Split's kMinBlocks is 2 (gate/up of one warp column, not Q5_K or Q6_K).
-  constexpr bool split_two = GATE_UP && WN == 1 && TYPE != 13 && TYPE != 14;
-  return split_two && blocks < 4 ? MoeGemmVariant::Split : MoeGemmVariant::Precomputed;
+  return MoeGemmVariant::Precomputed;
 }
 
 // The kernel's shared-memory allowance, asked once per instantiation (moe_gemm_prepare makes the
