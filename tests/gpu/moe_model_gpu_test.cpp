@@ -192,8 +192,10 @@ uint64_t half_expert_budget(Rig& resident) {
 }
 
 // A rig with part of the experts in host memory: from half_expert_budget, raised by an eighth of
-// the expert image at a time (up to twice the image) until the device cache holds some but not
-// all experts (what the workspace and the attention scratch take beside the experts differs with
+// the expert image at a time (up to twice the image) until the device cache holds at least a
+// quarter but not all of the experts (the staging area takes its share first: with a single
+// slot, RePlanPromotesTheRoutedExperts's re-plan rightly kept the one resident expert, no host
+// expert beating it by the plan's margin, on an H100) (what the workspace and the attention scratch take beside the experts differs with
 // the block type; a Q4_K file's whole expert image is ~13 MiB, below those differences). Null if
 // none does.
 std::unique_ptr<Rig> partial_expert_rig(const std::filesystem::path& path, int64_t reserve_tokens,
@@ -207,7 +209,7 @@ std::unique_ptr<Rig> partial_expert_rig(const std::filesystem::path& path, int64
     std::cout << "[moe-streaming] budget " << (budget >> 20) << " MiB, expert image "
               << (image >> 20) << " MiB, " << moe.cache_slots() << " device slots for "
               << moe.n_layer() * moe.n_expert() << " experts\n";
-    if (!moe.all_resident() && moe.cache_slots() > 0 &&
+    if (!moe.all_resident() && moe.cache_slots() >= moe.n_layer() * moe.n_expert() / 4 &&
         moe.cache_slots() < moe.n_layer() * moe.n_expert())
       return rig;
   }
