@@ -193,11 +193,11 @@ uint64_t half_expert_budget(Rig& resident) {
 
 // A rig with part of the experts in host memory: from half_expert_budget, raised by an eighth of
 // the expert image at a time (up to twice the image) until the device cache holds at least a
-// quarter but not all of the experts (the staging area takes its share first: with a single
-// slot, RePlanPromotesTheRoutedExperts's re-plan rightly kept the one resident expert, no host
-// expert beating it by the plan's margin, on an H100) (what the workspace and the attention scratch take beside the experts differs with
-// the block type; a Q4_K file's whole expert image is ~13 MiB, below those differences). Null if
-// none does.
+// quarter but not all of the experts (what the workspace, the attention scratch and the staging
+// area take beside the experts differs with the block type; a Q4_K file's whole expert image is
+// ~13 MiB, below those differences). Null if none does. A single slot is too few: on an H100 the
+// F32 file's first budget with any left one, and RePlanPromotesTheRoutedExperts's re-plan rightly
+// kept its expert (no host expert beat it by the plan's margin).
 std::unique_ptr<Rig> partial_expert_rig(const std::filesystem::path& path, int64_t reserve_tokens,
                                         Rig& resident) {
   const uint64_t first = half_expert_budget(resident);
