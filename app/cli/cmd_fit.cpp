@@ -218,6 +218,9 @@ void print_experts(const FitEstimate& e) {
   field("resident experts", std::to_string(x.resident_experts) + " of " +
                                 std::to_string(expert_count(e)) + " (" +
                                 per_layer(x.resident_per_layer) + ")");
+  if (e.gpu && e.staging_bytes > 0)
+    field("expert staging", human_bytes(e.staging_bytes) +
+                                " (a step's chosen experts from host memory, copied in per layer)");
   if (e.gpu)
     field("pcie per token", human_bytes(static_cast<uint64_t>(x.pcie_bytes_per_token)) +
                                 " of experts in host memory at batch 1, uniform routing");
