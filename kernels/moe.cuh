@@ -193,14 +193,6 @@ cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput
 // tile. The expert matrices must be in device memory (cp.async), 16-byte aligned, with 16 bytes
 // readable past each matrix's end (CudaMoe's slack). The types of moe_mma_supports.
 constexpr int kMoeGemmTilePairs[] = {8, 32, 64};
-// How the tiled kernels are built: Classic, a warp's copies of each stage indexed per stage and
-// gate and up in the same warps; Precomputed, each thread's weight copies worked out once for the
-// input; Split, also gate and up on separate warp groups (twice the warps a block, each with one
-// matrix's fragments and sums; down takes it as Precomputed). The same bits. Only
-// dev/cuda/moe_products_bench.cu passes one, to time them; Default is the product's choice per
-// type, matrix and tile (moe_gemm.cu's default_variant: Split where it raises the warps an SM
-// holds, else Precomputed).
-enum class MoeGemmVariant : int { Default = -1, Classic = 0, Precomputed = 1, Split = 2 };
 // Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
 // capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
 bool moe_gemm_prepare(uint32_t type);
@@ -208,11 +200,9 @@ bool moe_gemm_prepare(uint32_t type);
 // would write it from h, in the same launch (n_out a multiple of 32).
 cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                     int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
-                                    const KernelConfig& config, cudaStream_t stream,
-                                    MoeGemmVariant variant = MoeGemmVariant::Default);
+                                    const KernelConfig& config, cudaStream_t stream);
 cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
-                                 const KernelConfig& config, cudaStream_t stream,
-                                 MoeGemmVariant variant = MoeGemmVariant::Default);
+                                 const KernelConfig& config, cudaStream_t stream);
 
 // hidden[r * n + o] += Σ_j weights[r * n_used + j] · y[(r * n_used + j) * n + o], summed in
 // f32 in top-k order before the residual add.

@@ -9,12 +9,10 @@
 //     gathered through groups.order (a pair past the tile's count repeats its last pair).
 // An input of fewer chunks than stages asks only the shared memory of its chunks (the down
 // product of the 30B shape, 768 wide: three Q6_K super-blocks, so a fourth block an SM).
-// 4 · WN warps (Split gate/up: twice that, a group for each matrix): warp (wm, wn) builds the mma
-// fragments of rows 16 wm .. 16 wm + 15 of its matrices (moe_mma_frag.cuh over the staged bytes)
-// and meets the NT n-tiles of 8 pair columns of wn; the up group hands its sums to the gate group
-// through shared memory for the epilogue. Each thread's weight copies of a stage are the same for
-// the whole input: the Precomputed and Split variants work them out once, Classic per stage
-// (moe.cuh's MoeGemmVariant; dev/cuda/moe_products_bench.cu times each). Per
+// 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15 of its
+// matrices (moe_mma_frag.cuh over the staged bytes) and meets the NT n-tiles of 8 pair columns of
+// wn. Each thread's weight copies of a stage are the same for the whole input: it works them out
+// once, before the first stage. Per
 // sub-block and n-tile one mma.sync m16n8k32 (Q6_K: two m16n8k16), its exact integer result scaled
 // and added in f32 in sub-block order with moe_mma.cu's roundings, term for term: a pair's result
 // has the bits of launch_moe_*_mma, whatever the tile. Bias, activation and the scatter to each
@@ -50,23 +48,14 @@ __device__ __forceinline__ void stage_copy(uint8_t* slot, const moe_gemm::Copy& 
     copy_async<4>(slot + c.to, c.src, true);
 }
 
-// How a kernel is built (moe.cuh's MoeGemmVariant): whether each thread works out its weight
-// copies once for the input (PRE) or per chunk, and whether gate and up go to separate warp groups
-// (SPLIT: twice the warps a block, each with one matrix's fragments and sums) or to the same warp.
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
+// A kernel's block: WN · NT n-tiles of 8 pair columns, 64 rows of each matrix.
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 struct Shape {
   using S = moe_gemm::Staged<TYPE>;
   static constexpr int kActRowBytes = S::kSubs * 32 + 16;  // a pair column's int8 (+ padding)
   static constexpr int M = GATE_UP ? 2 : 1;                // matrices
-  static constexpr int kGroups = SPLIT ? M : 1;            // warp groups: a matrix each, or one
-  static constexpr int MW = M / kGroups;                   // matrices a warp takes
-  static constexpr int kWarps = kWarpsM * WN * kGroups;
+  static constexpr int kWarps = kWarpsM * WN;
   static constexpr int kThreads = kWarps * kWarpSize;
-  // Blocks an SM must hold (the register cap): split gate/up's 8-warp blocks two (128 registers),
-  // so that they keep the 16 warps an SM's shared memory allows for two blocks (Q5_K's and Q6_K's
-  // would spill there: one); the others one, as before the variants.
-  static constexpr int kMinBlocks =
-      SPLIT && GATE_UP && kThreads <= 256 && TYPE != 13 && TYPE != 14 ? 2 : 1;
   static constexpr int kColumns = WN * NT * 8;
   static constexpr int kWeightBytes = M * kRowsPerBlock * S::kSlotBytes;
   static constexpr int kActBytes = kColumns * kActRowBytes;
@@ -79,10 +68,6 @@ struct Shape {
   // The weight copies of a stage, and each thread's share of them.
   static constexpr int kWeightCopies = M * kRowsPerBlock * S::kSegments;
   static constexpr int kCopiesPerThread = (kWeightCopies + kThreads - 1) / kThreads;
-  // SPLIT: the up warps hand their sums to the gate warps through the first stage once the input
-  // is done, a float4 per lane and n-tile.
-  static constexpr int kHandBytes = SPLIT ? kWarpsM * WN * NT * kWarpSize * 16 : 0;
-  static_assert(kHandBytes <= kStageBytes, "the up sums fit one stage");
   // Gate/up with hq: the block's values, a pair column's rows kValueStride floats apart.
   static constexpr int kValueStride = kRowsPerBlock + 4;
   static_assert(!GATE_UP || kColumns * kValueStride * 4 <= kStageBytes, "the values fit a stage");
@@ -93,15 +78,15 @@ struct Shape {
   }
 };
 
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
-__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThreads,
-                                  Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kMinBlocks)
+// At least one block an SM (the register cap: IQ4_NL and Q4_0 spilled under the default one).
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
+__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
     moe_gemm_kernel(MoeProduct P, ActivationQ8 hq) {
-  using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
+  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
   using S = moe_gemm::Staged<TYPE>;
   using F = moe_mma::Frag<TYPE>;
   using Raw = typename F::Raw;
-  constexpr int M = Sh::M, MW = Sh::MW, KS = S::kSubs, kColumns = Sh::kColumns;
+  constexpr int M = Sh::M, KS = S::kSubs, kColumns = Sh::kColumns;
   constexpr int kThreads = Sh::kThreads;
   extern __shared__ __align__(16) uint8_t shared[];
   int* column_row = reinterpret_cast<int*>(shared);
@@ -113,13 +98,14 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
   if (static_cast<int>(blockIdx.y) >= *in.groups.n_tiles) return;  // the whole block
   const MoeTile tile = in.groups.tiles[blockIdx.y];
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  // Warp (wm, wn, group): rows 16 wm .. 16 wm + 15 of its matrices (SPLIT: group 0 gate, 1 up;
-  // else both), the NT n-tiles of wn.
-  // (wn as warp / kWarpsM - WN * group, not % WN: where WN is 1 a wn the compiler knows to be 0
+  // Warp (wm, wn): rows 16 wm .. 16 wm + 15 of its matrices, the NT n-tiles of wn.
+  // (wn as warp / kWarpsM - WN * past, not % WN: where WN is 1 a wn the compiler knows to be 0
   // let ptxas hoist every sub-block's activation loads and then rematerialise constants, 17 % more
-  // instructions a chunk in the gate/up kernel of tiles of 8.)
-  const int group = warp >= kWarpsM * WN ? 1 : 0;
-  const int wm = warp % kWarpsM, wn = warp / kWarpsM - WN * group;
+  // instructions a chunk in the gate/up kernel of tiles of 8. `past`, 1 for a warp past the
+  // block's 4 · WN (none), and the epilogue's test of it are the measured kernels' code: without
+  // them ptxas allocates and schedules every kernel differently, the same bits but other SASS.)
+  const int past = warp >= kWarpsM * WN ? 1 : 0;
+  const int wm = warp % kWarpsM, wn = warp / kWarpsM - WN * past;
   const int g = lane / 4, t = lane % 4;
   const int block_row0 = static_cast<int>(blockIdx.x) * kRowsPerBlock;
   const int n_in = in.n_in, n_sub = n_in / kQ8Block, n_out = P.n_out;
@@ -142,40 +128,29 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
   auto row_offset = [&](int r) { return min(block_row0 + r, n_out - 1) * row_bytes; };
   // The weight copies of a stage: copy i is segment i % kSegments of row (i / kSegments) % 64 of
   // matrix i / (64 kSegments), so consecutive threads take consecutive 16-byte segments of a row
-  // (coalesced). PRE: each thread works its share out once for the input, a word a copy (the
+  // (coalesced). Each thread works its share out once for the input, a word a copy (the
   // segment | the row << 8 | the matrix << 14, or -1: none).
-  int copies[PRE ? Sh::kCopiesPerThread : 1];
-  if constexpr (PRE) {
+  int copies[Sh::kCopiesPerThread];
 #pragma unroll
-    for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
-      const int i = static_cast<int>(threadIdx.x) + k * kThreads;
-      const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
-      const int m = i / (S::kSegments * kRowsPerBlock);
-      copies[k] = i < Sh::kWeightCopies ? seg | (r << 8) | (m << 14) : -1;
-    }
+  for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
+    const int i = static_cast<int>(threadIdx.x) + k * kThreads;
+    const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
+    const int m = i / (S::kSegments * kRowsPerBlock);
+    copies[k] = i < Sh::kWeightCopies ? seg | (r << 8) | (m << 14) : -1;
   }
   __syncthreads();  // column_row
 
   auto issue = [&](int chunk) {
     uint8_t* stage = stages + (chunk % Sh::kStages) * Sh::kStageBytes;
     const int first = chunk * KS, subs = min(KS, n_sub - first);
-    if constexpr (PRE) {
 #pragma unroll
-      for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
-        const int copy = copies[k];
-        if ((k + 1) * kThreads > Sh::kWeightCopies && copy < 0) continue;  // the last share
-        const int slot = (copy >> 8) & (2 * kRowsPerBlock - 1);            // m · 64 + r
-        const uint8_t* base = M > 1 && slot >= kRowsPerBlock ? up_base : gate_base;
-        stage_copy(stage + slot * S::kSlotBytes, S::segment(base + row_offset(slot % kRowsPerBlock),
-                                                            first, subs, n_sub, copy & 0xFF));
-      }
-    } else {
-      for (int i = threadIdx.x; i < Sh::kWeightCopies; i += kThreads) {
-        const int seg = i % S::kSegments, r = (i / S::kSegments) % kRowsPerBlock;
-        const int m = i / (S::kSegments * kRowsPerBlock);
-        stage_copy(stage + (m * kRowsPerBlock + r) * S::kSlotBytes,
-                   S::segment(matrix(m) + row_offset(r), first, subs, n_sub, seg));
-      }
+    for (int k = 0; k < Sh::kCopiesPerThread; ++k) {
+      const int copy = copies[k];
+      if ((k + 1) * kThreads > Sh::kWeightCopies && copy < 0) continue;  // the last share
+      const int slot = (copy >> 8) & (2 * kRowsPerBlock - 1);            // m · 64 + r
+      const uint8_t* base = M > 1 && slot >= kRowsPerBlock ? up_base : gate_base;
+      stage_copy(stage + slot * S::kSlotBytes, S::segment(base + row_offset(slot % kRowsPerBlock),
+                                                          first, subs, n_sub, copy & 0xFF));
     }
     // Activations: int8 bytes in 16-byte segments, then the scales.
     uint8_t* act = stage + Sh::kWeightBytes;
@@ -195,9 +170,9 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
     }
   };
 
-  float acc[MW][NT][4];
+  float acc[M][NT][4];
 #pragma unroll
-  for (int w = 0; w < MW; ++w)
+  for (int w = 0; w < M; ++w)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -209,8 +184,6 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
     commit_copies();
   }
   const int warp_tiles = min(NT, tiles_here - wn * NT);  // this warp's n-tiles with pairs
-  // Matrix w of this warp: w, or its group's.
-  auto matrix_of = [&](int w) { return SPLIT ? group : w; };
 #pragma unroll 1
   for (int chunk = 0; chunk < n_chunks; ++chunk) {
     wait_copies<Sh::kStages - 2>();
@@ -221,14 +194,14 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
 
     const uint8_t* stage = stages + (chunk % Sh::kStages) * Sh::kStageBytes;
     const int first = chunk * KS, subs = min(KS, n_sub - first);
-    Raw raw[MW][2];
+    Raw raw[M][2];
 #pragma unroll
-    for (int w = 0; w < MW; ++w)
+    for (int m = 0; m < M; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int m = matrix_of(w), r = wm * 16 + g + 8 * h;
+        const int r = wm * 16 + g + 8 * h;
         const uint8_t* slot = stage + (m * kRowsPerBlock + r) * S::kSlotBytes;
-        F::load(raw[w][h], slot + S::mini_row(matrix(m) + row_offset(r), first), 0, subs, t);
+        F::load(raw[m][h], slot + S::mini_row(matrix(m) + row_offset(r), first), 0, subs, t);
       }
     const int8_t* act = reinterpret_cast<const int8_t*>(stage + Sh::kWeightBytes);
     const float2* scales =
@@ -236,10 +209,10 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
 #pragma unroll
     for (int j = 0; j < KS; ++j) {
       if (j >= subs) break;  // block-uniform: a last chunk of 32-element blocks
-      moe_mma::Sub s[MW][2];
-      float scale_lo[MW][2], scale_hi[MW][2];
+      moe_mma::Sub s[M][2];
+      float scale_lo[M][2], scale_hi[M][2];
 #pragma unroll
-      for (int w = 0; w < MW; ++w)
+      for (int w = 0; w < M; ++w)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           s[w][h] = F::sub(raw[w][h], j);
@@ -263,7 +236,7 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
         const float2 d0 = scales[(column0 + 2 * t) * KS + j];
         const float2 d1 = scales[(column0 + 2 * t + 1) * KS + j];
 #pragma unroll
-        for (int w = 0; w < MW; ++w) {
+        for (int w = 0; w < M; ++w) {
           float c[4];  // the sub-block's integer dot products, exact in f32
           if constexpr (F::kSplit16) {
             int lo[4], hi[4];
@@ -293,39 +266,14 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
   }
   wait_copies<0>();  // no copy outlives the block
 
-  // The up sums of each (row, column): this warp's, or (SPLIT) handed by the up warp of the same
-  // rows and columns through the first stage (every warp is done with the stages).
+  // The up sums of each (row, column) (down: the sums again, unused).
   float up[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) up[nt][i] = acc[MW - 1][nt][i];
+    for (int i = 0; i < 4; ++i) up[nt][i] = acc[M - 1][nt][i];
   // hq set (gate/up): all warps take part in the epilogue's barriers.
   const bool quantize = GATE_UP && hq.qs != nullptr;  // block-uniform
-  if constexpr (SPLIT) {
-    __syncthreads();
-    float4* hand = reinterpret_cast<float4*>(stages) + (wn * kWarpsM + wm) * NT * kWarpSize + lane;
-    if (group == 1) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-        if (nt < warp_tiles)
-          hand[nt * kWarpSize] =
-              make_float4(acc[0][nt][0], acc[0][nt][1], acc[0][nt][2], acc[0][nt][3]);
-    }
-    __syncthreads();
-    if (group == 1 && !quantize) return;
-    if (group == 0) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        if (nt >= warp_tiles) break;
-        const float4 v = hand[nt * kWarpSize];
-        up[nt][0] = v.x;
-        up[nt][1] = v.y;
-        up[nt][2] = v.z;
-        up[nt][3] = v.w;
-      }
-    }
-  }
 
   // c[0], c[1]: row g, columns 2t, 2t + 1; c[2], c[3]: row g + 8.
   if (!quantize) {
@@ -346,8 +294,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>::kThr
   // stores them (128 bytes at once) and their int8 block as launch_quantize_q8 makes it from h.
   if constexpr (GATE_UP) {
     float* values = reinterpret_cast<float*>(stages);
-    __syncthreads();  // SPLIT: the gate warps are done with the hand-over
-    if (group == 0) {
+    __syncthreads();  // every warp is done with the stages
+    if (past == 0) {  // always (see wn)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         if (nt >= warp_tiles) break;
@@ -397,50 +345,21 @@ cudaError_t for_tile(int tile_pairs, F&& f) {
   }
 }
 
-// f(integral_constant PRE, integral_constant SPLIT) for a variant (moe.cuh's MoeGemmVariant; down
-// takes Split as Precomputed: one matrix, nothing to split).
-template <bool GATE_UP, class F>
-cudaError_t for_variant(MoeGemmVariant variant, F&& f) {
-  using std::integral_constant;
-  switch (variant) {
-    case MoeGemmVariant::Classic:
-      return f(integral_constant<bool, false>{}, integral_constant<bool, false>{});
-    case MoeGemmVariant::Precomputed:
-      return f(integral_constant<bool, true>{}, integral_constant<bool, false>{});
-    case MoeGemmVariant::Split:
-      return f(integral_constant<bool, true>{}, integral_constant<bool, GATE_UP>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-// The product's variant (MoeGemmVariant::Default): Precomputed for every type, matrix and tile.
-// moe_products_bench on an H100 (2026-12-06, µs a layer, Classic / Precomputed / Split): 30B
-// shape Q4_K gate/up at 32 rows, tiles of 8, 119.2 / 113.6 / 123.1; at 512 rows, tiles of 32,
-// 401.2 / 383.2 / 431.8; its Q6_K down 86.0 / 84.5 / 84.5 and 293.6 / 274.6 / 274.8; gpt-oss
-// MXFP4 gate/up 210.4 / 192.5 / 225.7 (32 rows, 8) and 792.2 / 742.8 / 810.6 (512 rows, 32).
-// Split lost wherever it differs (the activation fragments loaded by both warp groups cost more
-// than its extra warps bring); Classic lost everywhere.
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
-constexpr MoeGemmVariant default_variant() {
-  return MoeGemmVariant::Precomputed;
-}
-
 // The kernel's shared-memory allowance, asked once per instantiation (moe_gemm_prepare makes the
 // first call, before any stream capture).
-template <uint32_t TYPE, bool GATE_UP, int WN, int NT, bool PRE, bool SPLIT>
+template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 cudaError_t allow_shared() {
-  using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
+  using Sh = Shape<TYPE, GATE_UP, WN, NT>;
   static_assert(Sh::kSharedBytes <= mma::kMaxBlockShared, "stages past the shared memory");
   static const cudaError_t status =
-      cudaFuncSetAttribute(moe_gemm_kernel<TYPE, GATE_UP, WN, NT, PRE, SPLIT>,
+      cudaFuncSetAttribute(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, Sh::kSharedBytes);
   return status;
 }
 
 template <bool GATE_UP>
-cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, MoeGemmVariant variant,
-                        const KernelConfig& config, cudaStream_t stream) {
+cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, const KernelConfig& config,
+                        cudaStream_t stream) {
   const MoeInput& in = P.in;
   if (in.pairs <= 0 || P.n_out <= 0) return cudaSuccess;
   if (!moe_grouped_args_ok(P, GATE_UP)) return cudaErrorInvalidValue;
@@ -455,18 +374,12 @@ cudaError_t launch_gemm(const MoeProduct& P, ActivationQ8 hq, MoeGemmVariant var
     constexpr uint32_t TYPE = decltype(type_tag)::value;
     return for_tile(groups.tile_pairs, [&](auto wn_tag, auto nt_tag) {
       constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-      const MoeGemmVariant chosen =
-          variant == MoeGemmVariant::Default ? default_variant<TYPE, GATE_UP, WN, NT>() : variant;
-      return for_variant<GATE_UP>(chosen, [&](auto pre_tag, auto split_tag) {
-        constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
-        using Sh = Shape<TYPE, GATE_UP, WN, NT, PRE, SPLIT>;
-        const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
-        if (attribute != cudaSuccess) return attribute;
-        const int n_chunks = ceil_div(n_sub, Sh::S::kSubs);
-        return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT, PRE, SPLIT>, grid,
-                                   dim3(Sh::kThreads), Sh::shared_bytes(n_chunks), config, stream,
-                                   P, hq);
-      });
+      using Sh = Shape<TYPE, GATE_UP, WN, NT>;
+      const cudaError_t attribute = allow_shared<TYPE, GATE_UP, WN, NT>();
+      if (attribute != cudaSuccess) return attribute;
+      const int n_chunks = ceil_div(n_sub, Sh::S::kSubs);
+      return launch_early_shared(moe_gemm_kernel<TYPE, GATE_UP, WN, NT>, grid, dim3(Sh::kThreads),
+                                 Sh::shared_bytes(n_chunks), config, stream, P, hq);
     });
   });
 }
@@ -484,11 +397,7 @@ bool moe_gemm_prepare(uint32_t type) {
           constexpr bool GATE_UP = decltype(gate_up_tag)::value;
           return for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
             constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-            constexpr MoeGemmVariant kDefault = default_variant<TYPE, GATE_UP, WN, NT>();
-            return for_variant<GATE_UP>(kDefault, [&](auto pre_tag, auto split_tag) {
-              constexpr bool PRE = decltype(pre_tag)::value, SPLIT = decltype(split_tag)::value;
-              return allow_shared<TYPE, GATE_UP, WN, NT, PRE, SPLIT>();
-            });
+            return allow_shared<TYPE, GATE_UP, WN, NT>();
           });
         };
         const cudaError_t status = gate_up ? allow(std::true_type{}) : allow(std::false_type{});
@@ -505,16 +414,13 @@ bool moe_gemm_prepare(uint32_t type) {
 
 cudaError_t launch_moe_gate_up_gemm(const MoeMatrix& gate, const MoeMatrix& up, MoeActivation act,
                                     int n_out, const MoeInput& in, float* h, ActivationQ8 hq,
-                                    const KernelConfig& config, cudaStream_t stream,
-                                    MoeGemmVariant variant) {
-  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), hq, variant, config,
-                           stream);
+                                    const KernelConfig& config, cudaStream_t stream) {
+  return launch_gemm<true>(gate_up_product(gate, up, act, n_out, in, h), hq, config, stream);
 }
 
 cudaError_t launch_moe_down_gemm(const MoeMatrix& down, int n_out, const MoeInput& in, float* y,
-                                 const KernelConfig& config, cudaStream_t stream,
-                                 MoeGemmVariant variant) {
-  return launch_gemm<false>(down_product(down, n_out, in, y), {}, variant, config, stream);
+                                 const KernelConfig& config, cudaStream_t stream) {
+  return launch_gemm<false>(down_product(down, n_out, in, y), {}, config, stream);
 }
 
 }  // namespace granule::kernels

@@ -5,7 +5,7 @@
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
 // bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
 // TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8, 32 and 64
-// pairs, each MoeGemmVariant, in the mma columns (`moe_bench products 32 512`: that table alone).
+// pairs, in the mma columns (`moe_bench products 32 512`: that table alone).
 // What decides CudaMoe's kMmaMinRows, mma_tile_pairs and gemm_tile_pairs; the product build never
 // compiles it. On the device, after building granule_kernels (build-gpu):
 //   nvcc -O3 -std=c++17 -arch=sm_90 --expt-relaxed-constexpr -I kernels -I engine/include \
@@ -19,7 +19,6 @@
 #include <numeric>
 #include <random>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "granule/block_formats.h"
@@ -395,34 +394,22 @@ int main(int argc, char** argv) {
           rows, pairs, experts_hit, mma_tile, group_ms * 1e3, dp4a_gu * 1e3, dp4a_d * 1e3,
           mma_gu * 1e3, mma_d * 1e3, bytes / ((dp4a_gu + dp4a_d) * 1e6),
           bytes / ((mma_gu + mma_d) * 1e6));
-      // The tiled kernels (moe_gemm.cu) at each tile size, each variant (classic: copies indexed
-      // per stage, gate and up in the same warps; pre: copies worked out once; split: also gate
-      // and up on separate warp groups; down takes split as pre).
-      const std::pair<k::MoeGemmVariant, const char*> variants[] = {
-          {k::MoeGemmVariant::Classic, "classic"},
-          {k::MoeGemmVariant::Precomputed, "pre"},
-          {k::MoeGemmVariant::Split, "split"}};
+      // The tiled kernels (moe_gemm.cu) at each tile size.
       for (const int tile : k::kMoeGemmTilePairs) {
         CHECK(k::launch_moe_group(ids, pairs, s.n_expert, with_tile(in, tile).groups, config,
                                   nullptr));
-        for (const auto& named : variants) {
-          const k::MoeGemmVariant variant = named.first;
-          const char* name = named.second;
-          const float gemm_gu = time_ms([&] {
-            return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
-                                              with_tile(in, tile), h, {hq, hd}, config, nullptr,
-                                              variant);
-          });
-          const float gemm_d = time_ms([&] {
-            return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
-                                           nullptr, variant);
-          });
-          std::printf(
-              "|      |       | %11s | %4d |          | %15s | %12s | %14.1f | %11.1f "
-              "| %9s | %8.0f |\n",
-              name, tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "",
-              bytes / ((gemm_gu + gemm_d) * 1e6));
-        }
+        const float gemm_gu = time_ms([&] {
+          return k::launch_moe_gate_up_gemm(gate.view, up.view, k::MoeActivation::Swiglu, s.n_ff,
+                                            with_tile(in, tile), h, {hq, hd}, config, nullptr);
+        });
+        const float gemm_d = time_ms([&] {
+          return k::launch_moe_down_gemm(down.view, s.n_embd, with_tile(din, tile), y, config,
+                                         nullptr);
+        });
+        std::printf(
+            "|      |       |   tiled:    | %4d |          | %15s | %12s | %14.1f | %11.1f "
+            "| %9s | %8.0f |\n",
+            tile, "", "", gemm_gu * 1e3, gemm_d * 1e3, "", bytes / ((gemm_gu + gemm_d) * 1e6));
       }
     }
   }

@@ -8,8 +8,8 @@
 //   per-pair invariance: tiles of 8 and of 32 pairs give the same bits, and so does a run of
 //            only the first rows (its own grouping) for each of its pairs; the dp4a kernels
 //            too give the same bits with tiles of 32 (taken in runs of 8) as with tiles of 8;
-//   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8, 32 and 64 pairs, each
-//            variant (MoeGemmVariant): the bits of the tensor-core products above, gate/up and
+//   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8, 32 and 64 pairs: the bits
+//            of the tensor-core products above, gate/up (with and without h's int8 blocks) and
 //            down;
 // with routing that is uneven (a skewed choice, one expert routed no pair; one expert with every
 // pair; 128 experts with one pair each; a shared expert's one-expert table), runs of 8 to 600
@@ -47,10 +47,6 @@ using gpu_test::DeviceArray;
 using gpu_test::encode;
 using gpu_test::Encoded;
 
-// The product's tiled kernels and each variant the bench times.
-constexpr k::MoeGemmVariant kGemmVariants[] = {
-    k::MoeGemmVariant::Default, k::MoeGemmVariant::Classic, k::MoeGemmVariant::Precomputed,
-    k::MoeGemmVariant::Split};
 constexpr TensorType kMmaTypes[] = {TensorType::Q4_0,   TensorType::Q4_1,   TensorType::Q8_0,
                                     TensorType::Q4_K,   TensorType::Q5_K,   TensorType::Q6_K,
                                     TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
@@ -351,7 +347,7 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
       ASSERT_NEAR(h[at], h_dp4a[at], bound) << "vs dp4a: pair " << p << " row " << o;
     }
   }
-  // The tiled kernels, every tile size and variant: the bits of the tensor-core products above,
+  // The tiled kernels, every tile size: the bits of the tensor-core products above,
   // and where they also write h's int8 blocks, launch_quantize_q8's bytes and scales from h.
   std::vector<int8_t> hq_want;
   std::vector<float2> hd_want;
@@ -366,36 +362,34 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
     hd_want = ds.download();
   }
   for (const int tile : k::kMoeGemmTilePairs)
-    for (const k::MoeGemmVariant variant : kGemmVariants)
-      for (const bool quantize : {false, true}) {
-        const Groups gt(ids_d, pairs, n_expert, tile);
-        DeviceArray<float> hg(static_cast<size_t>(pairs * F));
-        DeviceArray<int8_t> hq(static_cast<size_t>(pairs * F));
-        DeviceArray<float2> hd(static_cast<size_t>(pairs * F / 32));
-        hg.poison();
-        hq.poison();
-        hd.poison();
-        const k::ActivationQ8 out =
-            quantize ? k::ActivationQ8{hq.get(), hd.get()} : k::ActivationQ8{};
-        ASSERT_EQ(k::launch_moe_gate_up_gemm(gate.view(c.gemm_host), up.view(c.gemm_host), c.act,
-                                             static_cast<int>(F), input(gt.view, pairs), hg.get(),
-                                             out, config, nullptr, variant),
-                  cudaSuccess);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::string what = "tiled gate/up, tiles of " + std::to_string(tile) + ", variant " +
-                                 std::to_string(static_cast<int>(variant)) +
-                                 (quantize ? ", with h's int8 blocks" : "");
-        const std::vector<float> got = hg.download();
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], h[i]) << what << ": pair " << i / F << " row " << i % F;
-        if (!quantize) continue;
-        ASSERT_EQ(hq.download(), hq_want) << what << ": int8 blocks";
-        const std::vector<float2> ds = hd.download();
-        for (size_t b = 0; b < ds.size(); ++b) {
-          ASSERT_EQ(ds[b].x, hd_want[b].x) << what << ": block " << b << " d";
-          ASSERT_EQ(ds[b].y, hd_want[b].y) << what << ": block " << b << " d · Σ q";
-        }
+    for (const bool quantize : {false, true}) {
+      const Groups gt(ids_d, pairs, n_expert, tile);
+      DeviceArray<float> hg(static_cast<size_t>(pairs * F));
+      DeviceArray<int8_t> hq(static_cast<size_t>(pairs * F));
+      DeviceArray<float2> hd(static_cast<size_t>(pairs * F / 32));
+      hg.poison();
+      hq.poison();
+      hd.poison();
+      const k::ActivationQ8 out =
+          quantize ? k::ActivationQ8{hq.get(), hd.get()} : k::ActivationQ8{};
+      ASSERT_EQ(k::launch_moe_gate_up_gemm(gate.view(c.gemm_host), up.view(c.gemm_host), c.act,
+                                           static_cast<int>(F), input(gt.view, pairs), hg.get(),
+                                           out, config, nullptr),
+                cudaSuccess);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::string what = "tiled gate/up, tiles of " + std::to_string(tile) +
+                               (quantize ? ", with h's int8 blocks" : "");
+      const std::vector<float> got = hg.download();
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(got[i], h[i]) << what << ": pair " << i / F << " row " << i % F;
+      if (!quantize) continue;
+      ASSERT_EQ(hq.download(), hq_want) << what << ": int8 blocks";
+      const std::vector<float2> ds = hd.download();
+      for (size_t b = 0; b < ds.size(); ++b) {
+        ASSERT_EQ(ds[b].x, hd_want[b].x) << what << ": block " << b << " d";
+        ASSERT_EQ(ds[b].y, hd_want[b].y) << what << ": block " << b << " d · Σ q";
       }
+    }
   // The first rows alone (their own grouping): each of their pairs gets the same bits.
   if (rows > 1) {
     const int prefix = (rows + 1) / 2 * K;
@@ -443,21 +437,19 @@ void run_mma_case(const MmaCase& c, int rows, uint32_t seed) {
               cudaSuccess);
     ASSERT_EQ(y32.download(), y_dp4a) << "dp4a down: tiles of 8 and 32 differ";
   }
-  for (const int tile : k::kMoeGemmTilePairs)
-    for (const k::MoeGemmVariant variant : kGemmVariants) {
-      const Groups gt(ids_d, pairs, n_expert, tile);
-      DeviceArray<float> yg(static_cast<size_t>(pairs * E));
-      yg.poison();
-      ASSERT_EQ(k::launch_moe_down_gemm(down.view(c.gemm_host), static_cast<int>(E),
-                                        down_input(gt.view), yg.get(), config, nullptr, variant),
-                cudaSuccess);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<float> got = yg.download();
-      for (size_t i = 0; i < got.size(); ++i)
-        ASSERT_EQ(got[i], y[i]) << "tiled down, tiles of " << tile << ", variant "
-                                << static_cast<int>(variant) << ": pair " << i / E << " row "
-                                << i % E;
-    }
+  for (const int tile : k::kMoeGemmTilePairs) {
+    const Groups gt(ids_d, pairs, n_expert, tile);
+    DeviceArray<float> yg(static_cast<size_t>(pairs * E));
+    yg.poison();
+    ASSERT_EQ(k::launch_moe_down_gemm(down.view(c.gemm_host), static_cast<int>(E),
+                                      down_input(gt.view), yg.get(), config, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> got = yg.download();
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i], y[i]) << "tiled down, tiles of " << tile << ": pair " << i / E << " row "
+                              << i % E;
+  }
   for (int p = 0; p < pairs; ++p) {
     const int e = ids[static_cast<size_t>(p)];
     for (int64_t o = 0; o < E; ++o) {
