@@ -12,9 +12,10 @@
 #include "granule/testkit/synthetic_model.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2 && argc != 3) {
+  // An option where PATH belongs (--help, -h) is not a file name to write.
+  if ((argc != 2 && argc != 3) || argv[1][0] == '-') {
     std::fprintf(stderr, "usage: granule-test-model PATH [TEMPLATE_FILE]\n");
-    return 1;
+    return argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") ? 0 : 1;
   }
   try {
     granule::SyntheticModelSpec spec = granule::SyntheticModelSpec::preset("tiny");
