@@ -186,13 +186,13 @@ cudaError_t launch_moe_down_mma(const MoeMatrix& down, int n_out, const MoeInput
                                 const KernelConfig& config, cudaStream_t stream);
 
 // The grouped products as tiled kernels (moe_gemm.cu): a block owns a tile of pairs of one expert
-// (up to 8, 32 or 64: groups.tile_pairs) and 64 output rows of each matrix; the weights' and the
+// (up to 8 or 32: groups.tile_pairs) and 64 output rows of each matrix; the weights' and the
 // pairs' activation bytes pass through a ring of shared-memory stages filled by cp.async, so each
 // weight byte is read once from memory for all the tile's pairs. The same fragments, products and
 // f32 roundings as launch_moe_*_mma, term for term: a pair's result has their bits, whatever the
 // tile. The expert matrices must be in device memory (cp.async), 16-byte aligned, with 16 bytes
 // readable past each matrix's end (CudaMoe's slack). The types of moe_mma_supports.
-constexpr int kMoeGemmTilePairs[] = {8, 32, 64};
+constexpr int kMoeGemmTilePairs[] = {8, 32};
 // Asks the shared memory the tiled kernels of `type` take (once per kernel, before any stream
 // capture); false where they cannot run (no mma.sync, a type they do not read, a refusal).
 bool moe_gemm_prepare(uint32_t type);

@@ -11,16 +11,17 @@
 // product of the 30B shape, 768 wide: three Q6_K super-blocks, so a fourth block an SM).
 // 4 · WN warps: warp (wm, wn) builds the mma fragments of rows 16 wm .. 16 wm + 15 of its
 // matrices (moe_mma_frag.cuh over the staged bytes) and meets the NT n-tiles of 8 pair columns of
-// wn. Each thread's weight copies of a stage are the same for the whole input: it works them out
-// once, before the first stage. Per
-// sub-block and n-tile one mma.sync m16n8k32 (Q6_K: two m16n8k16), its exact integer result scaled
-// and added in f32 in sub-block order with moe_mma.cu's roundings, term for term: a pair's result
-// has the bits of launch_moe_*_mma, whatever the tile. Bias, activation and the scatter to each
-// pair's output row close the block.
+// wn. WN is 1 in both tiles there are (8 pairs: NT 1, 32: NT 4); tiles of 64 (WN 2) lost to 32 at
+// every run length on an H100 and were removed. Each thread's weight copies of a stage are the same
+// for the whole input: it works them out once, before the first stage. Per sub-block and n-tile one
+// mma.sync m16n8k32 (Q6_K: two m16n8k16), its exact integer result scaled and added in f32 in
+// sub-block order with moe_mma.cu's roundings, term for term: a pair's result has the bits of
+// launch_moe_*_mma, whatever the tile. Bias, activation and the scatter to each pair's output row
+// close the block.
 //
-// cp.async reads the weights, so the expert matrices must sit in device memory (CudaMoe takes
-// these kernels only while every expert is resident; the tests also run them over mapped pinned
-// host memory, which cp.async reads on the devices measured so far).
+// cp.async reads the weights, so the expert matrices must sit in device memory (CudaMoe stages
+// streamed experts into VRAM first, moe_stage.cu; the tests also run these kernels over mapped
+// pinned host memory, which cp.async reads on the devices measured so far).
 #include "async_copy.cuh"
 #include "mma_tiles.cuh"
 #include "moe.cuh"
@@ -266,12 +267,6 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
   }
   wait_copies<0>();  // no copy outlives the block
 
-  // The up sums of each (row, column) (down: the sums again, unused).
-  float up[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) up[nt][i] = acc[M - 1][nt][i];
   // hq set (gate/up): all warps take part in the epilogue's barriers.
   const bool quantize = GATE_UP && hq.qs != nullptr;  // block-uniform
 
@@ -284,7 +279,7 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
       for (int i = 0; i < 4; ++i) {
         const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
         const int row = block_row0 + wm * 16 + g + 8 * (i / 2);
-        moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], up[nt][i]);
+        moe_store_grouped<GATE_UP>(P, tile, column, row, acc[0][nt][i], acc[M - 1][nt][i]);
       }
     }
     return;
@@ -304,8 +299,8 @@ __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
           const int column = (wn * NT + nt) * 8 + 2 * t + (i & 1);
           const int r = wm * 16 + g + 8 * (i / 2);
           if (block_row0 + r < n_out)
-            values[column * Sh::kValueStride + r] =
-                moe_grouped_value<GATE_UP>(P, tile, block_row0 + r, acc[0][nt][i], up[nt][i]);
+            values[column * Sh::kValueStride + r] = moe_grouped_value<GATE_UP>(
+                P, tile, block_row0 + r, acc[0][nt][i], acc[M - 1][nt][i]);
         }
       }
     }
@@ -338,8 +333,6 @@ cudaError_t for_tile(int tile_pairs, F&& f) {
       return f(integral_constant<int, 1>{}, integral_constant<int, 1>{});
     case 32:
       return f(integral_constant<int, 1>{}, integral_constant<int, 4>{});
-    case 64:
-      return f(integral_constant<int, 2>{}, integral_constant<int, 4>{});
     default:
       return cudaErrorInvalidValue;
   }
@@ -393,14 +386,10 @@ bool moe_gemm_prepare(uint32_t type) {
     cudaError_t first = cudaSuccess;
     for (const int tile_pairs : kMoeGemmTilePairs)
       for (const bool gate_up : {false, true}) {
-        auto allow = [&](auto gate_up_tag) {
-          constexpr bool GATE_UP = decltype(gate_up_tag)::value;
-          return for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
-            constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
-            return allow_shared<TYPE, GATE_UP, WN, NT>();
-          });
-        };
-        const cudaError_t status = gate_up ? allow(std::true_type{}) : allow(std::false_type{});
+        const cudaError_t status = for_tile(tile_pairs, [&](auto wn_tag, auto nt_tag) {
+          constexpr int WN = decltype(wn_tag)::value, NT = decltype(nt_tag)::value;
+          return gate_up ? allow_shared<TYPE, true, WN, NT>() : allow_shared<TYPE, false, WN, NT>();
+        });
         if (first == cudaSuccess) first = status;
       }
     return first;

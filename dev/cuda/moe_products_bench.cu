@@ -4,7 +4,7 @@
 // not depend on the values) with uniform top-k routing: per run of R rows, the group kernel,
 // gate/up and down of one layer, each timed with events over 20 replays after a warm-up, and the
 // bytes of the experts the run touches over the time of gate/up + down (an HBM roofline is ~3.3
-// TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8, 32 and 64
+// TB/s on an H100); the tiled kernels (moe_gemm.cu) below each row at tiles of 8 and 32
 // pairs, in the mma columns (`moe_bench products 32 512`: that table alone).
 // What decides CudaMoe's kMmaMinRows, mma_tile_pairs and gemm_tile_pairs; the product build never
 // compiles it. On the device, after building granule_kernels (build-gpu):

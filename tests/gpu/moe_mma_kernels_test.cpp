@@ -8,7 +8,7 @@
 //   per-pair invariance: tiles of 8 and of 32 pairs give the same bits, and so does a run of
 //            only the first rows (its own grouping) for each of its pairs; the dp4a kernels
 //            too give the same bits with tiles of 32 (taken in runs of 8) as with tiles of 8;
-//   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8, 32 and 64 pairs: the bits
+//   tiled    the tiled kernels (kernels/moe_gemm.cu) with tiles of 8 and 32 pairs: the bits
 //            of the tensor-core products above, gate/up (with and without h's int8 blocks) and
 //            down;
 // with routing that is uneven (a skewed choice, one expert routed no pair; one expert with every
@@ -576,7 +576,7 @@ TEST(MoeMmaKernels, SkewedGroupings) {
 
 // A shared expert as CudaMoe runs it (qwen35moe's in moe_model_gpu_test's MoeSharedExpertGpu):
 // a one-expert table every row chooses (n_expert 1, n_used 1), hidden 256, width 512, at 24
-// rows (one partial tile of 64) and 150 (tiles of 64, 64 and 22; of 32 the last of 22), Q8_0
+// rows (one partial tile of 32) and 150 (tiles of 32, the last of 22), Q8_0
 // (split layout) and Q4_K: the tiled kernels give the tensor-core products' bits at every tile.
 TEST(MoeMmaKernels, SharedExpertShapes) {
   GRANULE_REQUIRE_GPU();

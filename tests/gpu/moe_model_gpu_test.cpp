@@ -571,7 +571,7 @@ TEST_P(MoeResidencyGpu, PinnedCopyAndVramAgree) {
                        : rows == 5 ? "streamed experts staged, 5 rows (decode)"
                        : rows == 24
                            ? "streamed experts staged, 24 rows (grouped, tiled)"
-                           : "streamed experts staged, 128 rows (grouped, tiled, tiles of 64)");
+                           : "streamed experts staged, 128 rows (grouped, tiled, tiles of 32)");
         const std::vector<float> got = run(streaming, rows, layer);
         EXPECT_EQ(got, want) << "rows " << rows << ", layer " << layer << ", round " << round;
         EXPECT_EQ(run(streaming, rows, layer), got)
@@ -734,8 +734,8 @@ void for_each_shared_expert_case(const char* file_name, F&& f) {
 // The tiled expert products against the tensor-core ones on the shared experts, in CudaMoe with
 // its own buffers (the shared expert's h, hq, weights and the order/tiles the routed run used
 // just before): the kernels give the same bits per pair (moe_mma_kernels_test's
-// SharedExpertShapes), so the whole MoE block must too, row for row. Runs of 16 (tiles of 32),
-// 24 (one tile of 64), 64 and 150 rows (tiles of 64, the last partial), every layer, each three
+// SharedExpertShapes), so the whole MoE block must too, row for row. Runs of 16, 24 (one tile of
+// 32, partial), 64 and 150 rows (tiles of 32, the last partial), every layer, each three
 // times, Q8_0 (split layout) and Q4_K, gated and not: a stale buffer or a race between the launches
 // of a step shows as a difference on some run.
 TEST(MoeSharedExpertGpu, TiledAndTensorCoreProductsAgree) {
