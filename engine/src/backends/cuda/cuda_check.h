@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "granule/error.h"
@@ -44,5 +45,14 @@ inline void check_cuda(cudaError_t status, const char* what) {
   }
   throw DeviceError(message);
 }
+
+// A kernel launch's check (check_cuda: a failure throws), counted where the caller counts them.
+struct LaunchCheck {
+  uint64_t* launches;
+  void operator()(cudaError_t status, const char* what) const {
+    check_cuda(status, what);
+    if (launches) ++*launches;
+  }
+};
 
 }  // namespace granule::cuda

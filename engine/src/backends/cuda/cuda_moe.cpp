@@ -57,15 +57,6 @@ int gemm_tile_pairs(int pairs, int64_t n_expert) {
   return static_cast<int64_t>(pairs) / n_expert >= 6 ? 32 : 8;
 }
 
-// A kernel launch's check (check_cuda: a failure throws), counted where the caller counts them.
-struct LaunchCheck {
-  uint64_t* launches;
-  void operator()(cudaError_t status, const char* what) const {
-    check_cuda(status, what);
-    if (launches) ++*launches;
-  }
-};
-
 uint64_t align_up(uint64_t bytes) { return WeightLayout::align_up(bytes); }
 
 std::vector<float> to_f32(const TensorInfo* t) {

@@ -53,10 +53,9 @@ void CudaMoe::stage(int layer, int n_rows, ExpertRun& run, const k::KernelConfig
   s.copy_bytes = (d.offsets[2] + d.slab[2] + 15) / 16 * 16;
   s.expert_bytes = expert_bytes_[static_cast<size_t>(layer)];
   s.copied = staged_counter_.as<unsigned long long>();
-  check_cuda(k::launch_moe_stage(run.ids, n_rows * static_cast<int>(n_used_),
-                                 static_cast<int>(n_expert_), s, config, stream),
-             "moe_stage");
-  if (launches) ++*launches;
+  LaunchCheck{launches}(k::launch_moe_stage(run.ids, n_rows * static_cast<int>(n_used_),
+                                            static_cast<int>(n_expert_), s, config, stream),
+                        "moe_stage");
   const auto* step = step_table_.as<const void*>();
   run.gate.table = step;
   run.up.table = step + n_expert_;
