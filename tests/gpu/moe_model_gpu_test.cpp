@@ -625,8 +625,7 @@ SyntheticModelSpec qwen35moe_model_spec(TensorType layers = TensorType::F32,
 }
 
 // Needs no GPU: qwen35moe's shared expert is not refused by CudaMoe, and the files the GPU tests
-// read load; the whole model runs on CUDA while cuda::kCudaRunsQwen35Moe says so, else it is
-// refused in one line.
+// read load, and the whole model is not refused on CUDA.
 TEST(MoeSharedExpert, NotRefused) {
   const std::pair<TensorType, TensorType> files[] = {{TensorType::F32, TensorType::F32},
                                                      {TensorType::Q8_0, TensorType::Q8_0},
@@ -637,13 +636,7 @@ TEST(MoeSharedExpert, NotRefused) {
     const ModelConfig config = ModelConfig::from_gguf(*file);
     const WeightTable weights = WeightTable::from_gguf(*file, config);
     EXPECT_EQ(cuda::CudaMoe::refusal(config, weights), "");
-    const std::string why = cuda_model_refusal(config, weights);
-    if (cuda::kCudaRunsQwen35Moe) {
-      EXPECT_EQ(why, "");
-    } else {
-      EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
-      EXPECT_EQ(why.find('\n'), std::string::npos);
-    }
+    EXPECT_EQ(cuda_model_refusal(config, weights), "");
   }
   for (const TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
     test::TempModel model(shared_expert_spec(type), "moe-shared-refusal");
@@ -893,8 +886,6 @@ class Qwen35MoeModelGpu : public ::testing::TestWithParam<Qwen35MoeCase> {};
 
 TEST_P(Qwen35MoeModelGpu, MatchesTheCpuOracle) {
   GRANULE_REQUIRE_GPU();
-  if (!cuda::kCudaRunsQwen35Moe)
-    GTEST_SKIP() << "qwen35moe is refused on CUDA (cuda::kCudaRunsQwen35Moe is false)";
   static_assert(kernels::kDeltaNetChunkedMinRows <= 64);
   const Qwen35MoeCase& p = GetParam();
   gpu_test::step("writing the qwen35moe file");
@@ -939,8 +930,6 @@ TEST_P(Qwen35MoeModelGpu, MatchesTheCpuOracle) {
 // and 4 decode steps) gives the logits of a twin backend whose chat kept slot 0, to the bit.
 TEST_P(Qwen35MoeModelGpu, ASnapshotContinuesTheChatExactly) {
   GRANULE_REQUIRE_GPU();
-  if (!cuda::kCudaRunsQwen35Moe)
-    GTEST_SKIP() << "qwen35moe is refused on CUDA (cuda::kCudaRunsQwen35Moe is false)";
   const Qwen35MoeCase& p = GetParam();
   test::TempModel model(qwen35moe_model_spec(p.layers, p.experts), "qwen35moe-gpu-snapshot");
   Rig gpu(model.path, options(true, false)), twin(model.path, options(true, false));

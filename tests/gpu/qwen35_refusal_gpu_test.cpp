@@ -1,16 +1,14 @@
 // Qwen3.5 hybrids (issue 37) the CUDA backend cannot run: the tiny presets' heads of 32 are
 // refused in one line (cuda_model_refusal, and DeviceError from Device Cuda), and Device Auto runs
 // them on the CPU reference, whose logits the refusal leaves untouched. The same layers at GPU
-// shapes are not refused (qwen35_gpu_test.cpp runs them); qwen35moe at those shapes runs while
-// cuda::kCudaRunsQwen35Moe says so (moe_model_gpu_test.cpp checks it), its shared expert
-// CudaMoe's to run or refuse.
+// shapes are not refused (qwen35_gpu_test.cpp runs them), nor is qwen35moe at those shapes
+// (moe_model_gpu_test.cpp runs it), its shared expert CudaMoe's to run or refuse.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "backends/backend.h"
-#include "backends/cuda/cuda_model.h"  // kCudaRunsQwen35Moe
 #include "gpu_test_support.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
@@ -42,7 +40,7 @@ TEST_P(Qwen35Refusal, CudaRefusesTheTinyHeadsInOneLine) {
 }
 
 // The hybrid layers at GPU shapes (heads of 128 with a partial rope, DeltaNet heads of 64) are
-// not refused (qwen35moe: while kCudaRunsQwen35Moe); a DeltaNet head size the kernels lack is,
+// not refused (qwen35moe too); a DeltaNet head size the kernels lack is,
 // by name.
 TEST(Qwen35CudaShapes, GpuShapesRunAndOddStateSizesAreRefused) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("tiny-qwen35");
@@ -54,13 +52,7 @@ TEST(Qwen35CudaShapes, GpuShapesRunAndOddStateSizesAreRefused) {
   moe.n_expert_used = 2;
   moe.n_ff_exp = 32;
   moe.n_ff_shexp = 64;
-  const std::string why = refusal_of(moe);
-  if (cuda::kCudaRunsQwen35Moe) {
-    EXPECT_EQ(why, "");
-  } else {
-    EXPECT_NE(why.find("does not run qwen35moe yet"), std::string::npos) << why;
-    EXPECT_EQ(why.find('\n'), std::string::npos);
-  }
+  EXPECT_EQ(refusal_of(moe), "");
   s.ssm_state_size = 48;
   EXPECT_NE(refusal_of(s).find("Gated DeltaNet heads of 16, 32, 64 or 128, not 48"),
             std::string::npos)

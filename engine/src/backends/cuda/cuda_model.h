@@ -27,12 +27,6 @@
 
 namespace granule::cuda {
 
-// Whether the CUDA backend runs qwen35moe (Qwen3.5's hybrid layers with experts and a shared
-// expert). Its whole-model check against the CPU oracle is MoeSharedExpertGpu.
-// Qwen35MoeModelMatchesTheCpuOracle (tests/gpu/moe_model_gpu_test.cpp). false: refused in one line
-// (cuda_model_refusal), so Device Auto runs it on the CPU; the refusal tests follow this constant.
-inline constexpr bool kCudaRunsQwen35Moe = true;
-
 struct Gemma4Device;  // cuda_gemma4.h
 
 // A 2-D weight on the device: rows of `cols` encoded elements.

@@ -111,10 +111,6 @@ std::string shape_refusal(const ModelConfig& c, const WeightTable& w) {
              " dimensions";
   // gpt-oss's attention (sinks, sliding windows, YaRN, the output bias) runs: attention.cuh,
   // rope_kv.cuh.
-  // qwen35moe runs while kCudaRunsQwen35Moe (cuda_model.h) says its whole-model GPU check passed.
-  if (c.architecture == "qwen35moe" && !kCudaRunsQwen35Moe)
-    return "the CUDA backend does not run qwen35moe yet (its GPU path is not yet checked against "
-           "the CPU reference)";
   return {};
 }
 
