@@ -6,6 +6,7 @@
 // (NB = 1, small batches) and the grouped launch (NB = kMoeTilePairs, pairs sorted by expert) give
 // the same bits for every pair. The tensor-core family for grouped runs is moe_mma.cu.
 #include <cmath>
+#include <type_traits>
 
 #include "moe.cuh"
 #include "moe_product.cuh"
@@ -47,13 +48,16 @@ __device__ __forceinline__ void router_team(const uint8_t* __restrict__ router, 
 #pragma unroll
   for (int b = 0; b < kRouterRows; ++b) acc[b] = 0.0f;
   const int n_chunks = n_in / 8;
-#pragma unroll 4  // loads of several chunks in flight; each thread still sums its chunks in order
-  for (int c = t; c < n_chunks; c += kTeamThreads) {
+  // A chunk's products for the group's rows. A full group (every run but its last group) takes
+  // the loop with no condition, so that the rows' activation loads issue together: under the
+  // per-row exit ptxas issued them one after another, a round trip each (a 32-row step's route
+  // launch took 38.7 µs on an H100, against 11.4 for one row). Each row's sum keeps its order.
+  auto chunk = [&](int c, auto full) {
     float wv[8];
     dequantize8<TYPE>(row, c, wv);
 #pragma unroll
     for (int b = 0; b < kRouterRows; ++b) {
-      if (r0 + b >= rows) break;
+      if (!decltype(full)::value && r0 + b >= rows) break;
       const float4* xp =
           reinterpret_cast<const float4*>(x + static_cast<int64_t>(r0 + b) * n_in) + 2 * c;
       const float4 x0 = xp[0], x1 = xp[1];
@@ -61,6 +65,13 @@ __device__ __forceinline__ void router_team(const uint8_t* __restrict__ router, 
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[b] = fmaf(wv[i], xv[i], acc[b]);
     }
+  };
+  if (rows - r0 >= kRouterRows) {
+#pragma unroll 2  // loads of several chunks in flight; each thread still sums its chunks in order
+    for (int c = t; c < n_chunks; c += kTeamThreads) chunk(c, std::true_type{});
+  } else {
+#pragma unroll 4
+    for (int c = t; c < n_chunks; c += kTeamThreads) chunk(c, std::false_type{});
   }
   // Only the rows the group has: a decode step's one row takes 5 shuffles rather than 40.
   if (rows - r0 >= kRouterRows) {
