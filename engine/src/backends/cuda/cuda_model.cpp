@@ -831,7 +831,6 @@ void CudaModel::run_layers(int n_rows) {
     }
     copies_ += streamer_->after_layer(i, stream_.get());
   }
-  if (moe_) moe_->end_pass(stream_.get());  // (none left once the last MoE layer ran)
 }
 
 }  // namespace granule::cuda

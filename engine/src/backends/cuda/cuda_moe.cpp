@@ -599,7 +599,6 @@ void CudaMoe::write_tables(cudaStream_t stream) {
   check_cuda(cudaMemcpyAsync(tables_.get(), tables_host_.as<uint8_t>(), tables_.bytes(),
                              cudaMemcpyHostToDevice, stream),
              "uploading the expert tables");
-  plan_prefetch(stream);
 }
 
 int CudaMoe::apply(const std::vector<uint8_t>& resident, cudaStream_t stream) {
@@ -657,8 +656,7 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
   check_cuda(cudaMemsetAsync(counts_.get(), 0, counts_.bytes(), stream), "cudaMemsetAsync");
   queue_staged_bytes(stream);
   wait_for_stream(stream, "the steps before reading the routing counts");
-  out.bytes_streamed += staged_bytes() + prefetched_bytes_;
-  prefetched_bytes_ = 0;
+  out.bytes_streamed += staged_bytes();
   std::memcpy(counts_host_.data(), counts_pinned_.as<int32_t>(), counts_.bytes());
   out.resident = resident_;
   uint64_t choices = 0;
@@ -775,17 +773,8 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   routed.weights = weights_.as<float>();
   routed.h = h_.as<float>();
   routed.hq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
-  if (prefetch_layer(layer, n_rows, stream)) {  // uncached experts copied ahead (prefill)
-    const auto* tables = prefetch_tables_.as<const void*>() + layer * 3 * n_expert_;
-    routed.gate.table = tables;
-    routed.up.table = tables + n_expert_;
-    routed.down.table = tables + 2 * n_expert_;
-    run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
-    prefetch_after(layer, stream);
-  } else {
-    stage(layer, n_rows, routed, config, stream, launches);  // streamed experts into VRAM
-    run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
-  }
+  stage(layer, n_rows, routed, config, stream, launches);  // streamed experts into VRAM
+  run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
   if (d.shared.n_ff == 0) return;
 
   // The shared expert: expert 0 of a one-expert table for every row, weighted by 1 or by

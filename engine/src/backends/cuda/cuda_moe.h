@@ -24,7 +24,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -140,12 +139,6 @@ class CudaMoe {
   // The staging area's expert slots (cuda_moe_stage.cpp): min(n_expert, max_rows * n_used)
   // when experts stream, else 0; its bytes are staging_slots() * slot_bytes().
   int64_t staging_slots() const { return staging_slots_; }
-  // Prefill passes that copied every uncached expert ahead of its layer (prefetch_layer()).
-  uint64_t prefetch_passes() const { return prefetch_passes_; }
-  // Ends a pass of forward() calls: the prefetch copies still queued (none once the last layer
-  // ran) are joined into `stream`. The model calls it after its layers; forward() also joins a
-  // pass that a layer out of order or an exception left behind.
-  void end_pass(cudaStream_t stream);
 
   // Device bytes of weights this holds (routers, biases, experts or the cache).
   uint64_t device_weight_bytes() const;
@@ -183,31 +176,6 @@ class CudaMoe {
   // Queues layer's staging launch and points run's tables at the step table (streaming only).
   void stage(int layer, int n_rows, ExpertRun& run, const kernels::KernelConfig& config,
              cudaStream_t stream, uint64_t* launches);
-  // Prefill prefetch (cuda_moe_stage.cpp). Where a run's rows choose nearly every expert
-  // (n_rows * n_used >= kPrefetchChoices * n_expert) and the stream is not capturing, the
-  // staging launch would copy nearly every uncached expert of each layer, and only after the
-  // layer's router. Instead every uncached expert of a layer is copied by DMA on copy_stream_
-  // into a ring over the staging area, ahead of the layer, while the layers before it compute:
-  // layer l's uncached experts take ring positions first_slot(l) .. + n(l) (mod the area's
-  // slots), so layer l + 1's first min(n(l + 1), slots - n(l)) copies overwrite only what layer
-  // l - 1 read and start once its products are done; the rest wait for layer l's. The products
-  // read a per-layer table of VRAM addresses written with the placement (plan_prefetch()).
-  static constexpr int64_t kPrefetchChoices = 4;
-  struct PrefetchLayer {
-    std::vector<int32_t> experts;  // the layer's uncached experts, in expert order
-    int64_t first_slot = 0;        // the ring position of the first
-  };
-  // Rewrites the prefetch plan and tables for the placement (from write_tables()).
-  void plan_prefetch(cudaStream_t stream);
-  // Whether `layer` of this run takes the prefetch copies; if so, starts a pass where none runs
-  // and makes `stream` wait for the layer's copies. Joins a pass left behind first.
-  bool prefetch_layer(int layer, int n_rows, cudaStream_t stream);
-  // After the layer's products: queues the copies that waited for them and the next layer's first.
-  void prefetch_after(int layer, cudaStream_t stream);
-  // Copies [from, to) of layer's uncached experts into their ring positions on copy_stream_.
-  void prefetch_copies(int layer, int64_t from, int64_t to);
-  // Layer's copies that take ring positions no earlier layer's copies of the pass still need.
-  int64_t prefetch_first_part(int layer) const;
   // Queues the copied-bytes counter's download and reset; staged_bytes() reads it once the
   // stream is past them.
   void queue_staged_bytes(cudaStream_t stream);
@@ -299,19 +267,6 @@ class CudaMoe {
   int64_t staging_slots_ = 0;
   DeviceBuffer staging_, step_table_, staged_counter_;
   PinnedBuffer staged_pinned_;
-  // Prefill prefetch: the plan (empty: off, e.g. a layer with more uncached experts than the
-  // area has slots), the tables ([n_layer][3][n_expert], uncached experts at their ring
-  // positions) and their pinned mirror, the copy stream and each layer's events (copies done,
-  // products done), the last layer of the pass in flight (-1: none), bytes copied since the
-  // last collect(), passes run.
-  std::vector<PrefetchLayer> prefetch_;
-  DeviceBuffer prefetch_tables_;
-  PinnedBuffer prefetch_tables_host_;
-  std::unique_ptr<CudaStream> copy_stream_;
-  std::vector<std::unique_ptr<CudaEvent>> copies_ready_, products_done_;
-  std::unique_ptr<CudaEvent> pass_start_, copies_end_;
-  int pass_layer_ = -1;
-  uint64_t prefetched_bytes_ = 0, prefetch_passes_ = 0;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32
