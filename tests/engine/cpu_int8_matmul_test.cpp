@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/int8_matmul.h"
 #include "backends/cpu/int8_packed.h"
 #include "backends/cpu/ops.h"
@@ -201,6 +202,20 @@ TEST(CpuInt8Matmul, UnsupportedShapesAndTypesStayOnTheExactPath) {
   EXPECT_FALSE(int8_matmul_supports(TensorType::F16, 256));
   EXPECT_FALSE(int8_matmul_supports(TensorType::Q4_K, 576));  // not a multiple of 256
   EXPECT_FALSE(int8_matmul_supports(TensorType::Q4_0, 48));
+}
+
+// The experts' copies count against the memory available at load, not half of the machine: a
+// 30B-A3B Q4_K_M file's experts (~17 GiB of copies) take the int8 path on a 24 GiB machine with
+// 21 GiB available, where half of the machine (12 GiB) kept them on the exact path.
+TEST(CpuInt8Matmul, ExpertCopiesFitTheMemoryAvailableLessAReserve) {
+  constexpr uint64_t kGiB = uint64_t{1} << 30, kMiB = uint64_t{1} << 20;
+  const uint64_t big = expert_copy_budget(21 * kGiB, 24 * kGiB, 600 * kMiB);
+  EXPECT_EQ(big, 21 * kGiB - 24 * kGiB / 10 - 600 * kMiB);  // a tenth of the machine kept back
+  EXPECT_GT(big, 17 * kGiB);
+  EXPECT_EQ(expert_copy_budget(6 * kGiB, 8 * kGiB, 0), 4 * kGiB);  // at least 2 GiB kept back
+  EXPECT_EQ(expert_copy_budget(kGiB, 8 * kGiB, 0), 0u);               // less than the reserve
+  EXPECT_EQ(expert_copy_budget(3 * kGiB, 8 * kGiB, 2 * kGiB), 0u);    // the other copies first
+  EXPECT_EQ(expert_copy_budget(0, 16 * kGiB, 5 * kGiB), 8 * kGiB);    // unknown: half the machine
 }
 
 }  // namespace

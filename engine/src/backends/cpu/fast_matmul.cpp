@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <optional>
+#include <string>
 
 #include "backends/cpu/ops.h"
 
@@ -13,15 +16,27 @@ namespace {
 
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
 
-// Half of the machine's memory: the most the experts' copies may take. A mixture of experts
-// larger than that keeps its experts on the exact path, which reads each expert from the
-// mapping only when chosen (a file larger than memory still runs).
-uint64_t expert_copy_limit() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2 : 0;
+// /proc/meminfo's MemAvailable (free memory plus what the kernel can reclaim without swapping,
+// the page cache of the model file among it), or 0 where it cannot be read.
+uint64_t memory_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1)
+      return static_cast<uint64_t>(kib) << 10;
+  }
+  return 0;
 }
 
 }  // namespace
+
+uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_copies) {
+  if (available == 0) return total / 2;  // no reading: the old rule, half of the machine
+  // Kept back for the KV cache, the workspace and the rest of the system.
+  const uint64_t reserve = std::max<uint64_t>(uint64_t{2} << 30, total / 10);
+  const uint64_t taken = reserve + other_copies;
+  return available > taken ? available - taken : 0;
+}
 
 FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
   std::vector<const TensorInfo*> matrices;
@@ -47,7 +62,15 @@ FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
         expert_bytes += w->size_bytes;
         for (int64_t e = 0; e < w->dims[2]; ++e) slabs.emplace_back(w, e);
       }
-  if (expert_bytes > expert_copy_limit()) {
+  // The copies take about the file's bytes; once made, the experts' pages of the mapping are
+  // read no more, so the copies count against the memory available at load (which holds the
+  // file's page cache), less the other matrices' copies and a reserve.
+  uint64_t other_copies = 0;
+  for (const TensorInfo* w : matrices) other_copies += w->size_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const uint64_t total =
+      pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  if (expert_bytes > expert_copy_budget(memory_available(), total, other_copies)) {
     experts_.clear();
     slabs.clear();
   }

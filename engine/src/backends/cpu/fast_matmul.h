@@ -18,8 +18,8 @@ class FastMatmul {
  public:
   // The int8 copies of every matrix of `weights` that the forward pass multiplies through
   // matmul_together (the layer matrices, Gemma 4's per-layer projections, the head) or MoeFfn
-  // (each expert of the 3-D expert tensors, while their copies fit half of the machine's
-  // memory) and that the int8 kernels run, made on the pool's threads. Any other matrix takes
+  // (each expert of the 3-D expert tensors, while their copies fit expert_copy_budget) and
+  // that the int8 kernels run, made on the pool's threads. Any other matrix takes
   // the exact path.
   FastMatmul(const WeightTable& weights, ThreadPool& pool);
 
@@ -38,6 +38,12 @@ class FastMatmul {
   std::vector<ActivationBlock> input_;  // a matmul's input as int8 blocks
   uint64_t packed_bytes_ = 0;
 };
+
+// The most bytes the experts' int8 copies may take (all or none): `available` (MemAvailable at
+// load; 0 where unknown: half of `total`, the machine's memory) less `other_copies` (the other
+// matrices' copies) and a reserve of a tenth of the machine, at least 2 GiB. Experts whose copies
+// do not fit take the exact path, which reads each expert from the file mapping when chosen.
+uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_copies);
 
 struct MatmulTarget {
   const TensorInfo* w;
