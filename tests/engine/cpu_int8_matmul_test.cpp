@@ -212,10 +212,10 @@ TEST(CpuInt8Matmul, ExpertCopiesFitTheMemoryAvailableLessAReserve) {
   const uint64_t big = expert_copy_budget(21 * kGiB, 24 * kGiB, 600 * kMiB);
   EXPECT_EQ(big, 21 * kGiB - 24 * kGiB / 10 - 600 * kMiB);  // a tenth of the machine kept back
   EXPECT_GT(big, 17 * kGiB);
-  EXPECT_EQ(expert_copy_budget(6 * kGiB, 8 * kGiB, 0), 4 * kGiB);  // at least 2 GiB kept back
-  EXPECT_EQ(expert_copy_budget(kGiB, 8 * kGiB, 0), 0u);               // less than the reserve
-  EXPECT_EQ(expert_copy_budget(3 * kGiB, 8 * kGiB, 2 * kGiB), 0u);    // the other copies first
-  EXPECT_EQ(expert_copy_budget(0, 16 * kGiB, 5 * kGiB), 8 * kGiB);    // unknown: half the machine
+  EXPECT_EQ(expert_copy_budget(6 * kGiB, 8 * kGiB, 0), 4 * kGiB);   // at least 2 GiB kept back
+  EXPECT_EQ(expert_copy_budget(kGiB, 8 * kGiB, 0), 0u);             // less than the reserve
+  EXPECT_EQ(expert_copy_budget(3 * kGiB, 8 * kGiB, 2 * kGiB), 0u);  // the other copies first
+  EXPECT_EQ(expert_copy_budget(0, 16 * kGiB, 5 * kGiB), 8 * kGiB);  // unknown: half the machine
 }
 
 }  // namespace

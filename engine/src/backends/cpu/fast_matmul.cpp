@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backends/cpu/ops.h"
+#include "granule/log.h"
 
 namespace granule::cpu {
 namespace {
@@ -70,7 +71,14 @@ FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const uint64_t total =
       pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  if (expert_bytes > expert_copy_budget(memory_available(), total, other_copies)) {
+  const uint64_t budget = expert_copy_budget(memory_available(), total, other_copies);
+  if (expert_bytes > budget) {
+    logger("engine.cpu")
+        ->warn(
+            "CPU experts: their int8 copies ({} MiB) do not fit the memory available ({} "
+            "MiB after the other weights and a reserve); they run on the exact f32 path, "
+            "several times slower",
+            expert_bytes >> 20, budget >> 20);
     experts_.clear();
     slabs.clear();
   }
