@@ -391,15 +391,28 @@ GRANULE_AVX2 inline void signed_chunk(__m256i w, const ActivationBlock* const* x
 
 // One group of 8 rows times T tokens over every block: out[t * out_stride + r] for the 8 rows.
 // x: token 0's blocks; token t's at x + t * x_blocks.
+// Requests into the caches the tile about 2 KiB past `tile` (at least two tiles on): at one
+// token a group streams its tiles from memory once, and the hardware prefetcher alone left the
+// 30B MoE shape's batch 1 at 5.5 t/s against 6.8 with this (2-core development machine). The
+// tiles of a group and the groups are contiguous, so past a group's last tile this reaches the
+// next group's first; a prefetch past the buffer's end does not fault.
+template <int kTileBytes>
+GRANULE_AVX2 inline void prefetch_ahead(const uint8_t* tile) {
+  constexpr int kTilesAhead = std::max(2, (2048 + kTileBytes - 1) / kTileBytes);
+  for (int at = 0; at < kTileBytes; at += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(tile + kTilesAhead * kTileBytes + at), _MM_HINT_T0);
+}
+
 template <class P, int T>
 GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const ActivationBlock* x,
-                             int64_t x_blocks, float* out, int64_t out_stride) {
+                             int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[T];
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
+    if (ahead) prefetch_ahead<P::kTileBytes>(tile);
     const ActivationBlock* xb[T];
     for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + b;
     __m256i isum[T];
@@ -474,7 +487,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
 // bits) as for Q4_1/Q5_1.
 template <class P, int T>
 GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
-                               int64_t x_blocks, float* out, int64_t out_stride) {
+                               int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -482,6 +495,7 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
+    if (ahead) prefetch_ahead<P::kTileBytes>(tile);
     const __m256 d = f16x8(tile + P::kDOffset);
     const __m256 dmin = f16x8(tile + P::kDOffset + 16);
     for (int s = 0; s < 8; ++s) {
@@ -522,7 +536,7 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
 // Q6_K's group of 8 rows times T tokens (see Q6Packed).
 template <int T>
 GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
-                                int64_t x_blocks, float* out, int64_t out_stride) {
+                                int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   using P = Q6Packed;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i three = _mm256_set1_epi8(3);
@@ -531,6 +545,7 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
+    if (ahead) prefetch_ahead<P::kTileBytes>(tile);
     const __m256 d = f16x8(tile + P::kDOffset);
     for (int s = 0; s < 8; ++s) {
       const int h = s / 4, i = s % 4;
@@ -572,7 +587,7 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
 // Q2_K and Q3_K's group of 8 rows times T tokens (see Low2Packed).
 template <class P, int T>
 GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
-                                  int64_t x_blocks, float* out, int64_t out_stride) {
+                                  int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   const __m256i three = _mm256_set1_epi8(3);
   const __m256i four = _mm256_set1_epi8(4);
   const __m256i all = _mm256_set1_epi32(-1), low4 = _mm256_set1_epi32(0xF);
@@ -580,6 +595,7 @@ GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const A
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
+    if (ahead) prefetch_ahead<P::kTileBytes>(tile);
     const __m256 d = f16x8(tile + P::kDOffset);
     __m256 neg_dmin = d;
     if constexpr (!P::kQ3)
@@ -642,7 +658,7 @@ GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const A
 // and one FMA with the 8 rows' d·scale.
 template <int T>
 GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
-                                    int64_t x_blocks, float* out, int64_t out_stride) {
+                                    int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   using P = IQ4XSPacked;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kIq4nlValues));
@@ -651,6 +667,7 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
   for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < n_tiles; ++b) {
     const uint8_t* tile = tiles + b * P::kTileBytes;
+    if (ahead) prefetch_ahead<P::kTileBytes>(tile);
     const __m256 d = f16x8(tile + P::kDOffset);
     for (int s = 0; s < 8; ++s) {
       const ActivationBlock* xb[T];
@@ -675,17 +692,17 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
 template <class P, int T>
 GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
                                         const ActivationBlock* x, int64_t x_blocks, float* out,
-                                        int64_t out_stride) {
+                                        int64_t out_stride, bool ahead) {
   if constexpr (P::kLayout == Layout::Q6K)
-    group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+    group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::Low2)
-    group_tile_low2<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+    group_tile_low2<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::IQ4XS)
-    group_tile_iq4_xs<T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+    group_tile_iq4_xs<T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::KQuant)
-    group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+    group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else
-    group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride);
+    group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
 }
 
 // Tokens in chunks that stay in L2 while the groups pass over them, four at a time; a group
@@ -708,10 +725,12 @@ GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_
       const int64_t stride = whole ? y_stride : 8;
       int64_t t = t0;
       constexpr int kT = P::kTileTokens;
+      // Only the first pass over the group's tiles streams them from memory (prefetch_ahead);
+      // the chunk's later tokens find them in the caches.
       for (; t + kT <= t1; t += kT)
-        any_group_tile<P, kT>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
+        any_group_tile<P, kT>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride, t == t0);
       for (; t < t1; ++t)
-        any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride);
+        any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride, t == t0);
       if (!whole) {
         const int64_t lo = std::max(row_begin, r0), hi = std::min(row_end, r0 + 8);
         for (t = t0; t < t1; ++t)
