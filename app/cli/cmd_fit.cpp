@@ -224,6 +224,15 @@ void print_experts(const FitEstimate& e) {
   if (e.gpu)
     field("pcie per token", human_bytes(static_cast<uint64_t>(x.pcie_bytes_per_token)) +
                                 " of experts in host memory at batch 1, uniform routing");
+  if (!e.gpu)
+    field("cpu experts",
+          x.cpu_int8_experts
+              ? "int8 copies (" + human_bytes(x.experts_bytes) + ", within the " +
+                    human_bytes(x.cpu_copy_budget_bytes) + " the memory available leaves)"
+              : "exact f32 path, several times slower (int8 copies of " +
+                    human_bytes(x.experts_bytes) + " against the " +
+                    human_bytes(x.cpu_copy_budget_bytes) +
+                    " the memory available leaves, or a type the int8 kernels do not run)");
 }
 
 void print_text(const FitOptions& options, const FitPreview& p) {
@@ -330,6 +339,10 @@ void print_json(const FitOptions& options, const FitPreview& p) {
     experts["resident_per_layer"] = x.resident_per_layer;
     experts["pcie_bytes_per_token"] = x.pcie_bytes_per_token;
     experts["pcie_tokens_per_second"] = x.pcie_tokens_per_second;
+    if (!e.gpu) {
+      experts["cpu_int8_experts"] = x.cpu_int8_experts;
+      experts["cpu_copy_budget_bytes"] = x.cpu_copy_budget_bytes;
+    }
     j["experts"] = experts;
   }
   j["verdict"] = e.loads ? verdict(e) : shortfall(e, p.budget_source);

@@ -9,6 +9,7 @@
 #include <deque>
 #include <string>
 
+#include "backends/cpu/int8_packed.h"
 #include "granule/engine.h"
 #include "granule/tensor_type.h"
 #include "memory/expert_placement.h"
@@ -286,6 +287,33 @@ TEST(FitEstimateMoe, CpuHoldsEveryExpertInHostMemory) {
   EXPECT_EQ(e.minimum_budget_bytes, e.weights_bytes + e.workspace_bytes);
   EXPECT_TRUE(e.loads);
   EXPECT_TRUE(e.fits);
+}
+
+// The CPU's experts run on int8 copies while those fit what the memory available leaves (the
+// CPU backend's expert_copy_budget), else on the exact path: qwen3-30b-a3b's 16.3 GiB of
+// experts on a 24 GiB machine with 21 GiB available take the copies, with 12 GiB they do not.
+TEST(FitEstimateMoe, CpuExpertsTakeTheInt8CopiesWhereTheMemoryAvailableHoldsThem) {
+  const Tables t = qwen3_30b_a3b();
+  auto estimate = [&](uint64_t available) {
+    FitEstimate e;
+    e.config = t.config;
+    e.gpu = false;
+    e.budget_bytes = 24 * GiB;
+    e.workspace_bytes = 64ull << 20;
+    e.chats = 1;
+    e.context_per_chat = 4096;
+    e.kv_bytes_per_token = static_cast<uint64_t>(t.config.kv_bytes_per_token(4));
+    e.host_available_bytes = available;
+    e.host_total_bytes = 24 * GiB;
+    estimate_mixture_of_experts(e, t.weights);
+    return e.experts;
+  };
+  const ExpertFitEstimate roomy = estimate(21 * GiB), tight = estimate(12 * GiB);
+  EXPECT_EQ(roomy.cpu_copy_budget_bytes, 21 * GiB - 24 * GiB / 10 - roomy.always_resident_bytes);
+  EXPECT_GT(roomy.cpu_copy_budget_bytes, roomy.experts_bytes);
+  EXPECT_EQ(roomy.cpu_int8_experts, cpu::Int8Weights::supports(TensorType::Q4_K, 2048));
+  EXPECT_LT(tight.cpu_copy_budget_bytes, tight.experts_bytes);
+  EXPECT_FALSE(tight.cpu_int8_experts);
 }
 
 }  // namespace

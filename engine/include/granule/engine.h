@@ -160,6 +160,12 @@ struct ExpertFitEstimate {
   // tokens/s that bounds (0 when every expert is resident).
   double pcie_bytes_per_token = 0;
   double pcie_tokens_per_second = 0;
+  // The CPU: whether the experts run on their int8 copies (every expert matrix of a type the
+  // int8 kernels run on this processor, and the copies within cpu_copy_budget_bytes, the
+  // memory FitEstimate::host_available_bytes leaves: the CPU backend's rule) or, false, on the
+  // exact f32 path, several times slower.
+  bool cpu_int8_experts = false;
+  uint64_t cpu_copy_budget_bytes = 0;
 };
 
 // What opening a model with some options would need, read from the file alone (no weights
@@ -221,6 +227,10 @@ struct FitEstimate {
   // mixture of experts, the experts' bound (experts.pcie_tokens_per_second).
   double pcie_tokens_per_second = 0;
   ExpertFitEstimate experts;  // a mixture of experts' plan; n_expert 0 for a dense model
+  // This machine's memory when the estimate was made (the CPU's expert copies are sized by
+  // it): MemAvailable (0: unknown) and the physical total.
+  uint64_t host_available_bytes = 0;
+  uint64_t host_total_bytes = 0;
 };
 
 class Engine {

@@ -8,6 +8,8 @@
 #include <map>
 
 #include "backends/backend.h"
+#include "backends/cpu/fast_matmul.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/kernel_config_env.h"
 #include "granule/engine.h"
 #include "granule/error.h"
@@ -133,6 +135,17 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
   } else {
     in.budget_bytes = footprint.experts_bytes;
     in.expert_bytes = 0;  // every expert in host memory, where the CPU computes
+    // The CPU backend's rule (cpu/fast_matmul.cpp): int8 copies of the experts while every
+    // expert matrix is of a type the int8 kernels run and the copies fit what the memory
+    // available leaves beside the other matrices' copies (at most the always-resident bytes).
+    x.cpu_copy_budget_bytes = cpu::expert_copy_budget(e.host_available_bytes, e.host_total_bytes,
+                                                      footprint.always_resident_bytes);
+    bool kernels = true;
+    for (const LayerWeights& l : weights.layers)
+      for (const TensorInfo* w : {l.gate_exps, l.up_exps, l.down_exps})
+        if (w && !cpu::Int8Weights::supports(static_cast<TensorType>(w->ggml_type), w->dims[0]))
+          kernels = false;
+    x.cpu_int8_experts = kernels && footprint.experts_bytes <= x.cpu_copy_budget_bytes;
   }
   const ExpertPlacement plan = plan_expert_placement(in, nullptr);
   x.resident_experts = plan.resident_count();
@@ -204,6 +217,8 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
 #endif
   e.gpu = device.gpu;
   e.device = device.name;
+  e.host_available_bytes = cpu::memory_available_bytes();
+  e.host_total_bytes = cpu::physical_memory_bytes();
   e.kv_element_bytes = device.kv_element_bytes;
   e.weights_bytes = weights.total_bytes();
   e.kv_bytes_per_token = static_cast<uint64_t>(e.config.kv_bytes_per_token(e.kv_element_bytes));

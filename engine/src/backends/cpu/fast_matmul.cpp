@@ -17,9 +17,9 @@ namespace {
 
 TensorType type_of(const TensorInfo* t) { return static_cast<TensorType>(t->ggml_type); }
 
-// /proc/meminfo's MemAvailable (free memory plus what the kernel can reclaim without swapping,
-// the page cache of the model file among it), or 0 where it cannot be read.
-uint64_t memory_available() {
+}  // namespace
+
+uint64_t memory_available_bytes() {
   std::ifstream meminfo("/proc/meminfo");
   for (std::string line; std::getline(meminfo, line);) {
     unsigned long long kib = 0;
@@ -29,7 +29,10 @@ uint64_t memory_available() {
   return 0;
 }
 
-}  // namespace
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
 
 uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_copies) {
   if (available == 0) return total / 2;  // no reading: the old rule, half of the machine
@@ -68,10 +71,8 @@ FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
   // file's page cache), less the other matrices' copies and a reserve.
   uint64_t other_copies = 0;
   for (const TensorInfo* w : matrices) other_copies += w->size_bytes;
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  const uint64_t total =
-      pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  const uint64_t budget = expert_copy_budget(memory_available(), total, other_copies);
+  const uint64_t budget =
+      expert_copy_budget(memory_available_bytes(), physical_memory_bytes(), other_copies);
   if (expert_bytes > budget) {
     logger("engine.cpu")
         ->warn(

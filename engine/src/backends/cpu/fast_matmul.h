@@ -44,6 +44,11 @@ class FastMatmul {
 // matrices' copies) and a reserve of a tenth of the machine, at least 2 GiB. Experts whose copies
 // do not fit take the exact path, which reads each expert from the file mapping when chosen.
 uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_copies);
+// This machine's memory: /proc/meminfo's MemAvailable (free plus what the kernel reclaims
+// without swapping, a model file's page cache among it; 0 where it cannot be read), and the
+// physical total (0: unknown).
+uint64_t memory_available_bytes();
+uint64_t physical_memory_bytes();
 
 struct MatmulTarget {
   const TensorInfo* w;
