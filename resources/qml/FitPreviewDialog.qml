@@ -140,7 +140,7 @@ GranuleDialog {
                     Layout.fillWidth: true
                     LegendItem {
                         swatch: Theme.residentLayer
-                        name: qsTr("experts in VRAM")
+                        name: dialog.model.fitGpu ? qsTr("experts in VRAM") : qsTr("experts in memory")
                         value: Units.count(dialog.model.fitResidentExperts)
                     }
                     Label {
@@ -190,6 +190,20 @@ GranuleDialog {
                         name: qsTr("experts over PCIe per token (uniform routing)")
                         value: Units.bytes(dialog.model.fitExpertPcieBytesPerToken)
                     }
+                    StatRow {
+                        Layout.columnSpan: 2
+                        visible: !dialog.model.fitGpu
+                        name: qsTr("experts on the CPU")
+                        value: dialog.model.fitCpuInt8Experts ? qsTr("int8 copies") : qsTr("exact f32, slower")
+                    }
+                }
+                Label {
+                    Layout.fillWidth: true
+                    visible: !dialog.model.fitGpu && !dialog.model.fitCpuInt8Experts
+                    wrapMode: Text.Wrap
+                    color: Theme.text
+                    font.pixelSize: Theme.smallFontSize
+                    text: qsTr("The experts' int8 copies do not fit the memory available, so the CPU runs them on the exact f32 path, several times slower. Closing other programs frees memory for them.")
                 }
                 Label {
                     Layout.fillWidth: true

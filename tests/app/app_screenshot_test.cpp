@@ -512,6 +512,27 @@ class ScreenshotTest : public QObject {
     setTheme(*s, QStringLiteral("dark"));
     QTest::qWait(300);
     save(s->window, QStringLiteral("fit-preview-experts-dark.png"));
+    // The same mixture planned for the CPU: which path its experts take there.
+    fit.gpu = false;
+    fit.device = "CPU";
+    fit.budget_bytes = 24ull << 30;
+    fit.experts.resident_experts = 6144;
+    fit.experts.resident_per_layer.assign(48, 128);
+    fit.experts.pcie_bytes_per_token = 0;
+    fit.experts.pcie_tokens_per_second = 0;
+    fit.pcie_tokens_per_second = 0;
+    fit.experts.cpu_int8_experts = false;
+    fit.experts.cpu_copy_budget_bytes = 12ull << 30;
+    s->app.model()->onModelInspected(info, fit);
+    QVERIFY(!s->app.model()->fitGpu());
+    QVERIFY(!s->app.model()->fitCpuInt8Experts());
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("fit-preview-experts-cpu-exact-dark.png"));
+    fit.experts.cpu_int8_experts = true;
+    s->app.model()->onModelInspected(info, fit);
+    QVERIFY(s->app.model()->fitCpuInt8Experts());
+    QTest::qWait(300);
+    save(s->window, QStringLiteral("fit-preview-experts-cpu-dark.png"));
     s->app.model()->cancelPreview();
     s->app.shutdown();
     qunsetenv("GRANULE_DEFAULT_MODEL");
