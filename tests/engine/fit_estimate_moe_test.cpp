@@ -270,16 +270,23 @@ TEST(FitEstimateMoe, GptOssExpertsCarryTheirBiases) {
                    24 * 4 * 0.75 * static_cast<double>(f.expert_bytes));
 }
 
-TEST(FitEstimateMoe, CpuHoldsEveryExpertInHostMemory) {
-  const Tables t = qwen3_30b_a3b();
+// A CPU plan of `t` (f32 KV) at `budget` bytes for `chats` chats of 4,096 tokens, not yet
+// estimated.
+FitEstimate cpu_plan(const Tables& t, uint64_t budget, int32_t chats) {
   FitEstimate e;
   e.config = t.config;
   e.gpu = false;
-  e.budget_bytes = 64 * GiB;
+  e.budget_bytes = budget;
   e.workspace_bytes = 64ull << 20;
-  e.chats = 2;
+  e.chats = chats;
   e.context_per_chat = 4096;
   e.kv_bytes_per_token = static_cast<uint64_t>(t.config.kv_bytes_per_token(4));
+  return e;
+}
+
+TEST(FitEstimateMoe, CpuHoldsEveryExpertInHostMemory) {
+  const Tables t = qwen3_30b_a3b();
+  FitEstimate e = cpu_plan(t, 64 * GiB, 2);
   estimate_mixture_of_experts(e, t.weights);
   EXPECT_EQ(e.experts.resident_experts, 48 * 128);
   EXPECT_EQ(e.experts.pcie_bytes_per_token, 0.0);
@@ -289,29 +296,29 @@ TEST(FitEstimateMoe, CpuHoldsEveryExpertInHostMemory) {
   EXPECT_TRUE(e.fits);
 }
 
-// The CPU's experts run on int8 copies while those fit what the memory available leaves (the
-// CPU backend's expert_copy_budget), else on the exact path: qwen3-30b-a3b's 16.3 GiB of
-// experts on a 24 GiB machine with 21 GiB available take the copies, with 12 GiB they do not.
+// The CPU's experts run on int8 copies while those fit what the memory available leaves beside
+// the other matrices' copies (the CPU backend's own plan_copies), else on the exact path:
+// qwen3-30b-a3b's 16.3 GiB of experts on a 24 GiB machine with 21 GiB available take the
+// copies, with 12 GiB they do not.
 TEST(FitEstimateMoe, CpuExpertsTakeTheInt8CopiesWhereTheMemoryAvailableHoldsThem) {
   const Tables t = qwen3_30b_a3b();
   auto estimate = [&](uint64_t available) {
-    FitEstimate e;
-    e.config = t.config;
-    e.gpu = false;
-    e.budget_bytes = 24 * GiB;
-    e.workspace_bytes = 64ull << 20;
-    e.chats = 1;
-    e.context_per_chat = 4096;
-    e.kv_bytes_per_token = static_cast<uint64_t>(t.config.kv_bytes_per_token(4));
+    FitEstimate e = cpu_plan(t, 24 * GiB, 1);
     e.host_available_bytes = available;
     e.host_total_bytes = 24 * GiB;
     estimate_mixture_of_experts(e, t.weights);
     return e.experts;
   };
   const ExpertFitEstimate roomy = estimate(21 * GiB), tight = estimate(12 * GiB);
-  EXPECT_EQ(roomy.cpu_copy_budget_bytes, 21 * GiB - 24 * GiB / 10 - roomy.always_resident_bytes);
+  // The matrices the int8 kernels run are copied too (where this processor runs them): the
+  // attention's four and the head.
+  const bool int8 = cpu::Int8Weights::supports(TensorType::Q4_K, 2048);
+  uint64_t copied = int8 ? t.weights.output->size_bytes : 0;
+  for (const LayerWeights& l : t.weights.layers)
+    if (int8) copied += l.wq->size_bytes + l.wk->size_bytes + l.wv->size_bytes + l.wo->size_bytes;
+  EXPECT_EQ(roomy.cpu_copy_budget_bytes, 21 * GiB - 24 * GiB / 10 - copied);
   EXPECT_GT(roomy.cpu_copy_budget_bytes, roomy.experts_bytes);
-  EXPECT_EQ(roomy.cpu_int8_experts, cpu::Int8Weights::supports(TensorType::Q4_K, 2048));
+  EXPECT_EQ(roomy.cpu_int8_experts, int8);
   EXPECT_LT(tight.cpu_copy_budget_bytes, tight.experts_bytes);
   EXPECT_FALSE(tight.cpu_int8_experts);
 }

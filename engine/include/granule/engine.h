@@ -160,10 +160,10 @@ struct ExpertFitEstimate {
   // tokens/s that bounds (0 when every expert is resident).
   double pcie_bytes_per_token = 0;
   double pcie_tokens_per_second = 0;
-  // The CPU: whether the experts run on their int8 copies (every expert matrix of a type the
-  // int8 kernels run on this processor, and the copies within cpu_copy_budget_bytes, the
-  // memory FitEstimate::host_available_bytes leaves: the CPU backend's rule) or, false, on the
-  // exact f32 path, several times slower.
+  // The CPU: whether the experts run on their int8 copies (those the int8 kernels run on this
+  // processor, within cpu_copy_budget_bytes, what FitEstimate::host_available_bytes leaves
+  // beside the other matrices' copies: the CPU backend's own plan) or, false, on the exact f32
+  // path, several times slower.
   bool cpu_int8_experts = false;
   uint64_t cpu_copy_budget_bytes = 0;
 };

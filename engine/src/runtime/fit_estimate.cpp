@@ -9,7 +9,6 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/fast_matmul.h"
-#include "backends/cpu/int8_packed.h"
 #include "backends/kernel_config_env.h"
 #include "granule/engine.h"
 #include "granule/error.h"
@@ -135,17 +134,12 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
   } else {
     in.budget_bytes = footprint.experts_bytes;
     in.expert_bytes = 0;  // every expert in host memory, where the CPU computes
-    // The CPU backend's rule (cpu/fast_matmul.cpp): int8 copies of the experts while every
-    // expert matrix is of a type the int8 kernels run and the copies fit what the memory
-    // available leaves beside the other matrices' copies (at most the always-resident bytes).
-    x.cpu_copy_budget_bytes = cpu::expert_copy_budget(e.host_available_bytes, e.host_total_bytes,
-                                                      footprint.always_resident_bytes);
-    bool kernels = true;
-    for (const LayerWeights& l : weights.layers)
-      for (const TensorInfo* w : {l.gate_exps, l.up_exps, l.down_exps})
-        if (w && !cpu::Int8Weights::supports(static_cast<TensorType>(w->ggml_type), w->dims[0]))
-          kernels = false;
-    x.cpu_int8_experts = kernels && footprint.experts_bytes <= x.cpu_copy_budget_bytes;
+    // The CPU backend's own choice (cpu::plan_copies): int8 copies of the experts the int8
+    // kernels run, while they fit what the memory available leaves.
+    const cpu::CopyPlan copies =
+        cpu::plan_copies(weights, e.host_available_bytes, e.host_total_bytes);
+    x.cpu_copy_budget_bytes = copies.expert_budget;
+    x.cpu_int8_experts = !copies.experts.empty() && copies.experts_fit();
   }
   const ExpertPlacement plan = plan_expert_placement(in, nullptr);
   x.resident_experts = plan.resident_count();

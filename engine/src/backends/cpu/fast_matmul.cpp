@@ -42,12 +42,14 @@ uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_c
   return available > taken ? available - taken : 0;
 }
 
-FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
-  std::vector<const TensorInfo*> matrices;
+CopyPlan plan_copies(const WeightTable& weights, uint64_t available, uint64_t total) {
+  CopyPlan plan;
   auto add = [&](const TensorInfo* w) {
     if (w && w->dims[1] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
-        std::find(matrices.begin(), matrices.end(), w) == matrices.end())
-      matrices.push_back(w);
+        std::find(plan.matrices.begin(), plan.matrices.end(), w) == plan.matrices.end()) {
+      plan.matrices.push_back(w);
+      plan.matrix_bytes += w->size_bytes;
+    }
   };
   for (const LayerWeights& l : weights.layers)
     for (const TensorInfo* w :
@@ -55,33 +57,37 @@ FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
       add(w);
   add(weights.output);
   add(weights.ple_model_proj);
-  // The experts: (tensor, expert) pairs, expert e's matrix the e-th slab of dims[0] × dims[1].
-  std::vector<std::pair<const TensorInfo*, int64_t>> slabs;
-  uint64_t expert_bytes = 0;
   for (const LayerWeights& l : weights.layers)
     for (const TensorInfo* w : {l.gate_exps, l.up_exps, l.down_exps})
       if (w && w->dims[1] > 0 && w->dims[2] > 0 && Int8Weights::supports(type_of(w), w->dims[0]) &&
-          !experts_.count(w)) {
-        experts_[w];
-        expert_bytes += w->size_bytes;
-        for (int64_t e = 0; e < w->dims[2]; ++e) slabs.emplace_back(w, e);
+          std::find(plan.experts.begin(), plan.experts.end(), w) == plan.experts.end()) {
+        plan.experts.push_back(w);
+        plan.expert_bytes += w->size_bytes;
       }
   // The copies take about the file's bytes; once made, the experts' pages of the mapping are
   // read no more, so the copies count against the memory available at load (which holds the
   // file's page cache), less the other matrices' copies and a reserve.
-  uint64_t other_copies = 0;
-  for (const TensorInfo* w : matrices) other_copies += w->size_bytes;
-  const uint64_t budget =
-      expert_copy_budget(memory_available_bytes(), physical_memory_bytes(), other_copies);
-  if (expert_bytes > budget) {
+  plan.expert_budget = expert_copy_budget(available, total, plan.matrix_bytes);
+  return plan;
+}
+
+FastMatmul::FastMatmul(const WeightTable& weights, ThreadPool& pool) {
+  const CopyPlan plan = plan_copies(weights, memory_available_bytes(), physical_memory_bytes());
+  const std::vector<const TensorInfo*>& matrices = plan.matrices;
+  // The experts: (tensor, expert) pairs, expert e's matrix the e-th slab of dims[0] × dims[1].
+  std::vector<std::pair<const TensorInfo*, int64_t>> slabs;
+  if (plan.experts_fit()) {
+    for (const TensorInfo* w : plan.experts) {
+      experts_[w];
+      for (int64_t e = 0; e < w->dims[2]; ++e) slabs.emplace_back(w, e);
+    }
+  } else {
     logger("engine.cpu")
         ->warn(
             "CPU experts: their int8 copies ({} MiB) do not fit the memory available ({} "
             "MiB after the other weights and a reserve); they run on the exact f32 path, "
             "several times slower",
-            expert_bytes >> 20, budget >> 20);
-    experts_.clear();
-    slabs.clear();
+            plan.expert_bytes >> 20, plan.expert_budget >> 20);
   }
   const auto n_matrices = static_cast<int64_t>(matrices.size());
   std::vector<std::optional<Int8Weights>> made(matrices.size() + slabs.size());

@@ -50,6 +50,18 @@ uint64_t expert_copy_budget(uint64_t available, uint64_t total, uint64_t other_c
 uint64_t memory_available_bytes();
 uint64_t physical_memory_bytes();
 
+// What FastMatmul copies: the matrices of `weights` the int8 kernels run (each once, with their
+// bytes), the 3-D expert tensors they run (copied per expert slab) with theirs, and whether the
+// experts' copies fit expert_copy_budget(available, total, matrix_bytes) (else the experts
+// take the exact path). The fit preview asks the same (runtime/fit_estimate.cpp).
+struct CopyPlan {
+  std::vector<const TensorInfo*> matrices, experts;
+  uint64_t matrix_bytes = 0, expert_bytes = 0;
+  uint64_t expert_budget = 0;
+  bool experts_fit() const { return expert_bytes <= expert_budget; }
+};
+CopyPlan plan_copies(const WeightTable& weights, uint64_t available, uint64_t total);
+
 struct MatmulTarget {
   const TensorInfo* w;
   float* y;
