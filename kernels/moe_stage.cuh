@@ -29,6 +29,22 @@ struct MoeStage {
   uint64_t copy_bytes = 0;               // copied per expert: a multiple of 16, at most slot_bytes
   uint64_t expert_bytes = 0;             // counted per expert copied (gate + up + down)
   unsigned long long* copied = nullptr;  // += expert_bytes per expert staged, or null
+  // Host compute (cpu/host_experts.h, issue 36). Of the chosen, non-resident experts that at
+  // most host_max_pairs pairs chose (the candidates), host_share / 256 are left to the host:
+  // the r-th candidate in expert order where (r + 1) * host_share / 256 > r * host_share / 256
+  // (spread evenly). They are not staged; their step entries point at `zero` (a slot of zero
+  // bytes, laid out as a staging slot), host_mask[e] is 1 for them and 0 for every other expert,
+  // and gpu_weights gets `weights` with their pairs' weights 0, so that the device's products
+  // add nothing for them. host_share 0: none, and the four pointers are not read.
+  int host_share = 0;  // 0 .. 256
+  int host_max_pairs = 0;
+  const uint8_t* zero = nullptr;
+  uint8_t* host_mask = nullptr;  // [n_expert]
+  const float* weights = nullptr;
+  float* gpu_weights = nullptr;  // [pairs]
+  // The split launches' plan: [0] the experts staged, [1 + slot] each one's expert (1 +
+  // capacity ints, device memory).
+  int* plan = nullptr;
 };
 
 // From the step's pairs' expert ids (ids[0 .. pairs), every row's, padding rows included, so
@@ -42,5 +58,14 @@ struct MoeStage {
 // every argument are fixed.
 cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
                              const KernelConfig& config, cudaStream_t stream);
+// The same in two launches, so that work can be queued between the plan and the copy (the host
+// compute's fork: its mask and weights are written by the plan): one block works out the plan
+// and writes the step table, mask, weights, counter and stage.plan; then the grid copies the
+// experts stage.plan names.
+cudaError_t launch_moe_stage_plan(const int32_t* ids, int pairs, int n_expert,
+                                  const MoeStage& stage, const KernelConfig& config,
+                                  cudaStream_t stream);
+cudaError_t launch_moe_stage_copy(const MoeStage& stage, const KernelConfig& config,
+                                  cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -101,6 +101,12 @@ struct ShapeResult {
   // (hits) or from host memory (misses); expert_bytes: those copied over PCIe (each distinct
   // missed expert of a layer once a step, however many of the step's tokens chose it).
   uint64_t expert_hits = 0, expert_misses = 0, expert_bytes = 0, expert_tokens = 0;
+  uint64_t expert_host = 0;  // of the misses, the choices the host's CPU computed
+  double host_share() const {
+    return expert_misses > 0
+               ? static_cast<double>(expert_host) / static_cast<double>(expert_misses)
+               : 0;
+  }
   bool has_experts() const { return expert_hits + expert_misses > 0; }
   double hit_rate() const {
     return has_experts()
@@ -167,6 +173,7 @@ void run_tests(Engine& engine, BudgetRow& row, const std::vector<Shape>& shapes,
     r.expert_hits = t.experts.hits - before.experts.hits;
     r.expert_misses = t.experts.misses - before.experts.misses;
     r.expert_bytes = t.experts.bytes_streamed - before.experts.bytes_streamed;
+    r.expert_host = t.experts.host_computed - before.experts.host_computed;
     r.expert_tokens = t.experts.tokens - before.experts.tokens;
     r.roofline_tokens_per_second =
         pcie_roofline(shape, t, o.prefill_chunk_tokens, r.expert_bytes_per_token());
@@ -240,12 +247,13 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       o.tokens, o.batch, o.tokens, static_cast<long long>(o.prompt_tokens),
       static_cast<long long>(o.prefill_chunk_tokens));
   std::printf(
-      "| %6s | %8s | %9s | %-7s | %5s | %10s | %10s | %6s | %8s | %10s | %7s | %6s | %10s |\n",
+      "| %6s | %8s | %9s | %-7s | %5s | %10s | %10s | %6s | %8s | %10s | %7s | %6s | %10s | %6s "
+      "|\n",
       "budget", "GiB", "res/str", "test", "batch", "t/s", "PCIe t/s", "ratio", "seg/step",
-      "recaptures", "preempt", "hit", "MB/token");
+      "recaptures", "preempt", "hit", "MB/token", "CPU");
   std::printf(
       "|--------|----------|-----------|---------|-------|------------|------------|"
-      "--------|----------|------------|---------|--------|------------|\n");
+      "--------|----------|------------|---------|--------|------------|--------|\n");
   for (const BudgetRow& row : rows) {
     const std::string percent = std::to_string(row.percent) + "%";
     const std::string gib = fixed(static_cast<double>(row.budget_bytes) / kGiB, 2);
@@ -260,13 +268,15 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       const std::string hit = r.has_experts() ? fixed(r.hit_rate() * 100, 1) + "%" : "-";
       const std::string per_token =
           r.has_experts() ? fixed(r.expert_bytes_per_token() / 1e6, 2) : "-";
+      const std::string host = r.expert_misses > 0 ? fixed(r.host_share() * 100, 1) + "%" : "-";
       std::printf(
           "| %6s | %8s | %9s | %-7s | %5d | %10.1f | %10s | %6s | %8s | %10llu | %7llu | %6s | "
-          "%10s |",
+          "%10s | %6s |",
           percent.c_str(), gib.c_str(), layers.c_str(), r.shape.test.c_str(), r.shape.chats,
           r.measured.tokens_per_second(), roofline.c_str(), ratio.c_str(), segments.c_str(),
           static_cast<unsigned long long>(r.recaptures),
-          static_cast<unsigned long long>(r.preemptions), hit.c_str(), per_token.c_str());
+          static_cast<unsigned long long>(r.preemptions), hit.c_str(), per_token.c_str(),
+          host.c_str());
       if (r.measured.errors > 0) std::printf(" error: %s", r.measured.first_error.c_str());
       std::printf("\n");
     }
@@ -285,7 +295,8 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       "  decode step; recaptures, preempt: decode graphs captured again and chats preempted\n"
       "  during the test; hit, MB/token (mixtures of experts): expert choices served from the\n"
       "  device cache, and expert bytes copied from host memory per token (an expert several\n"
-      "  of a step's tokens chose crosses once), which PCIe t/s adds to the layers'.\n");
+      "  of a step's tokens chose crosses once), which PCIe t/s adds to the layers'; CPU: of\n"
+      "  the choices served from host memory, those the CPU computed (nothing copied).\n");
 }
 
 nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_name,
@@ -332,6 +343,7 @@ nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_nam
       if (r.has_experts()) {
         x["expert_hit_rate"] = r.hit_rate();
         x["expert_bytes_per_token"] = r.expert_bytes_per_token();
+        x["expert_host_share"] = r.host_share();
       }
       if (r.measured.errors > 0) x["first_error"] = r.measured.first_error;
       b["results"].push_back(x);
@@ -364,6 +376,10 @@ void add_stream_bench_options(CLI::App& command, StreamBenchOptions& o) {
       .add_option("--prefill-chunk", o.prefill_chunk_tokens, "prompt tokens per step, all chats")
       ->check(CLI::PositiveNumber);
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
+  command.add_option("--host-experts", o.host_expert_share,
+                     "mixtures of experts: the 256ths of a decode step's missed experts the CPU "
+                     "computes (-1: measured at load, 0: none)")
+      ->check(CLI::Range(-1, 256));
   command.add_option("--seed", o.seed, "prompt seed");
   command.add_option("--telemetry-out", o.telemetry_out,
                      "record the engine's telemetry to FILE as JSON lines");
@@ -387,6 +403,7 @@ int run_stream_benchmark(const StreamBenchOptions& o) {
     options.context_length = std::max<int64_t>(o.short_prompt + o.tokens, o.prompt_tokens + 1);
     options.prefill_chunk_tokens = o.prefill_chunk_tokens;
     options.cpu_threads = o.cpu_threads;
+    options.host_expert_share = o.host_expert_share;
     // The weights, workspace and KV reserve do not depend on the budget: any budget will do
     // for reading them (a given budget also lets it plan for a GPU this machine lacks).
     EngineOptions sizing = options;

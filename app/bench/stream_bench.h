@@ -25,6 +25,7 @@ struct StreamBenchOptions {
   std::string device = "cuda";  // auto, cpu or cuda
   int64_t prefill_chunk_tokens = 512;
   int32_t cpu_threads = 0;
+  int32_t host_expert_share = -1;  // EngineOptions::host_expert_share
   uint64_t seed = 1;
   std::string telemetry_out;  // record the engine's telemetry here as JSON lines ("" = off)
   bool json = false;

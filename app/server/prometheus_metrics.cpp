@@ -100,6 +100,12 @@ std::string prometheus_metrics(const TelemetrySnapshot& t, const ServerCounters&
     metric(out, "granule_expert_streamed_bytes_total", "counter",
            "Expert bytes read host-to-device for choices of experts in host memory.",
            static_cast<double>(x.bytes_streamed));
+    metric(out, "granule_expert_host_choices_total", "counter",
+           "Routing choices of experts in host memory that the CPU computed.",
+           static_cast<double>(x.host_computed));
+    metric(out, "granule_expert_host_bytes_total", "counter",
+           "Expert bytes the CPU read to compute choices of experts in host memory.",
+           static_cast<double>(x.bytes_host));
     metric(out, "granule_expert_tokens_total", "counter",
            "Tokens routed through the experts (prompt and generated).",
            static_cast<double>(x.tokens));

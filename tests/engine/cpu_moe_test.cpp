@@ -17,6 +17,9 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/fast_matmul.h"
+#include "backends/cpu/host_experts.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/ops.h"
 #include "backends/cpu/thread_pool.h"
@@ -433,6 +436,126 @@ TEST(MoeLayerRounding, EmulationChangesQuantisedExpertsOnly) {
       EXPECT_EQ(worst, 0.0);
     }
   }
+}
+
+// ---- the host's share of a GPU step's experts (cpu/host_experts.h) -------------------------
+
+// The case: HostExperts, given the router's choices of every row and a mask of the experts it
+// computes, gives for the whole mask the bits MoeFfn's fast path gives (the same int8 copies,
+// inputs and top-k order), zeros for rows that chose none of its experts, and for two masks
+// that split the experts two sums that add up to it; for Q4_K / Q6_K experts, gpt-oss's MXFP4
+// experts with biases and the clamped SwiGLU, and Q4_0 ones over 9 rows.
+class HostExpertsLayer : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(HostExpertsLayer, MatchesTheFastPathOverTheChoicesItIsGiven) {
+  const LayerCase& c = GetParam();
+  if (!cpu::Int8Weights::supports(c.gate_type, c.n_embd))
+    GTEST_SKIP() << "no int8 kernels on this CPU";
+  auto layer = make_layer(c);
+  WeightTable table;
+  table.layers.push_back(layer->weights);
+  ASSERT_EQ(cpu::HostExperts::refusal(layer->config, table), "");
+  cpu::ThreadPool pool(2);
+  cpu::FastMatmul fast(table, pool);
+  ASSERT_NE(fast.find_expert(layer->weights.gate_exps, 0), nullptr);
+  const int64_t d = c.n_embd, n = c.n_tokens, e = c.moe.n_expert, k = c.moe.n_expert_used;
+  const std::vector<float> x = random_values(static_cast<size_t>(n * d), 5, 1.3f);
+  cpu::MoeFfn ffn(layer->config, layer->weights);
+  std::vector<float> want(x.size());
+  ffn.run(x.data(), n, want.data(), pool, {.fast = &fast}, nullptr);
+
+  // The router's choices, as MoeFfn makes them.
+  std::vector<float> logits(static_cast<size_t>(n * e));
+  const TensorInfo* router = layer->weights.router;
+  cpu::matmul(static_cast<T>(router->ggml_type), router->data, e, d, x.data(), n, logits.data(),
+              &pool);
+  const std::vector<float> bias = layer->values(layer->weights.router_bias);
+  std::vector<int32_t> ids(static_cast<size_t>(n * k));
+  std::vector<float> weights(ids.size());
+  for (int64_t t = 0; t < n; ++t) {
+    float* row = logits.data() + t * e;
+    for (size_t j = 0; j < bias.size(); ++j) row[j] += bias[j];
+    cpu::route_token(c.moe, row, ids.data() + t * k, weights.data() + t * k);
+  }
+
+  cpu::HostExperts host(layer->config, table, pool);
+  EXPECT_EQ(host.expert_bytes(0), (layer->weights.gate_exps->size_bytes +
+                                   layer->weights.up_exps->size_bytes +
+                                   layer->weights.down_exps->size_bytes) /
+                                      static_cast<uint64_t>(e));
+  std::vector<float> all(x.size(), NAN);
+  const std::vector<uint8_t> every(static_cast<size_t>(e), 1);
+  const cpu::HostExperts::Work w =
+      host.run(0, n, x.data(), ids.data(), weights.data(), every.data(), all.data(), pool);
+  EXPECT_EQ(w.pairs, n * k);
+  EXPECT_EQ(std::memcmp(all.data(), want.data(), all.size() * sizeof(float)), 0)
+      << "every choice on the host: not the fast path's bits";
+
+  std::vector<uint8_t> even(static_cast<size_t>(e)), odd(static_cast<size_t>(e));
+  for (int64_t i = 0; i < e; ++i) (i % 2 ? odd : even)[static_cast<size_t>(i)] = 1;
+  std::vector<float> y_even(x.size(), NAN), y_odd(x.size(), NAN);
+  const auto we = host.run(0, n, x.data(), ids.data(), weights.data(), even.data(), y_even.data(),
+                           pool);
+  const auto wo = host.run(0, n, x.data(), ids.data(), weights.data(), odd.data(), y_odd.data(),
+                           pool);
+  EXPECT_EQ(we.pairs + wo.pairs, n * k);
+  EXPECT_EQ(we.experts + wo.experts, w.experts);
+  double worst = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(y_even[i]) + y_odd[i] - want[i]));
+    norm = std::max(norm, std::fabs(static_cast<double>(want[i])));
+  }
+  EXPECT_GT(norm, 0.01);
+  EXPECT_LE(worst / norm, 1e-5);
+  for (int64_t t = 0; t < n; ++t) {
+    bool chose_even = false;
+    for (int64_t j = 0; j < k; ++j) chose_even |= ids[static_cast<size_t>(t * k + j)] % 2 == 0;
+    if (chose_even) continue;
+    for (int64_t i = 0; i < d; ++i)
+      ASSERT_EQ(y_even[static_cast<size_t>(t * d + i)], 0.0f) << "row " << t;
+  }
+}
+
+std::vector<LayerCase> host_expert_cases() {
+  return {
+      {.name = "q4_k_gate_up_q6_k_down",
+       .moe = expert_config(8, 2, 256, ExpertGating::Softmax, true),
+       .n_embd = 256,
+       .n_tokens = 4,
+       .gate_type = T::Q4_K,
+       .up_type = T::Q4_K,
+       .down_type = T::Q6_K},
+      {.name = "gpt_oss_mxfp4_biases_clamped",
+       .moe = expert_config(8, 4, 128, ExpertGating::SoftmaxOfTopK, false),
+       .activation = FfnActivation::SwigluClamped,
+       .n_embd = 128,
+       .n_tokens = 3,
+       .gate_type = T::MXFP4,
+       .up_type = T::MXFP4,
+       .down_type = T::MXFP4,
+       .biases = true,
+       .weight_scale = 6.0f},
+      {.name = "q4_0_nine_rows",
+       .moe = expert_config(16, 4, 64, ExpertGating::Softmax, true),
+       .n_embd = 128,
+       .n_tokens = 9,
+       .gate_type = T::Q4_0,
+       .up_type = T::Q4_0,
+       .down_type = T::Q4_0},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, HostExpertsLayer, ::testing::ValuesIn(host_expert_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(HostExpertsRefusal, ExpertsTheInt8KernelsDoNotRun) {
+  LayerCase c{.name = "f32", .moe = expert_config(4, 2, 32, ExpertGating::Softmax, true)};
+  auto layer = make_layer(c);
+  WeightTable table;
+  table.layers.push_back(layer->weights);
+  EXPECT_NE(cpu::HostExperts::refusal(layer->config, table), "");
+  cpu::ThreadPool pool(1);
+  EXPECT_THROW(cpu::HostExperts(layer->config, table, pool), UsageError);
 }
 
 // ---- whole models against llama.cpp -------------------------------------------------------

@@ -97,8 +97,11 @@ SyntheticModelSpec moe_spec(const std::string& arch, TensorType experts) {
 }
 
 RuntimeOptions options(bool gpu, bool oracle, uint64_t budget = uint64_t{1} << 40,
-                       int64_t kv_reserve_tokens = 0) {
+                       int64_t kv_reserve_tokens = 0, int host_experts = 0) {
   RuntimeOptions o;
+  // Streamed experts crossing PCIe only (the same bits as all resident), unless a test asks for
+  // the host's share (MoeHostExpertsGpu).
+  o.backend.cuda_host_experts = host_experts;
   o.device = gpu ? DeviceKind::Cuda : DeviceKind::Cpu;
   o.backend.vram_budget_bytes = budget;
   o.backend.kv_reserve_tokens = kv_reserve_tokens;
@@ -199,12 +202,13 @@ uint64_t half_expert_budget(Rig& resident) {
 // F32 file's first budget with any left one, and RePlanPromotesTheRoutedExperts's re-plan rightly
 // kept its expert (no host expert beat it by the plan's margin).
 std::unique_ptr<Rig> partial_expert_rig(const std::filesystem::path& path, int64_t reserve_tokens,
-                                        Rig& resident) {
+                                        Rig& resident, int host_experts = 0) {
   const uint64_t first = half_expert_budget(resident);
   const uint64_t image = resident.moe().expert_image_bytes();
   for (int k = 0; k <= 16; ++k) {
     const uint64_t budget = first + image / 8 * static_cast<uint64_t>(k);
-    auto rig = std::make_unique<Rig>(path, options(true, false, budget, reserve_tokens));
+    auto rig =
+        std::make_unique<Rig>(path, options(true, false, budget, reserve_tokens, host_experts));
     cuda::CudaMoe& moe = rig->moe();
     std::cout << "[moe-streaming] budget " << (budget >> 20) << " MiB, expert image "
               << (image >> 20) << " MiB, " << moe.cache_slots() << " device slots for "
@@ -337,6 +341,95 @@ TEST_P(MoeStreamingGpu, SameLogitsAsAllResident) {
     EXPECT_EQ(streaming.step(batch), resident.step(batch)) << "three chats, step " << i;
   }
 }
+
+// The host computing streamed experts (cuda_moe_host.cpp), with every missed expert of a decode
+// run left to it (share 256) and half of them (128): the logits of a 40-row prefill, 12 decode
+// steps and three chats decoding together (a padding row) stay within the oracle rule of the
+// all-resident run's (the host rounds the experts' inputs to int8 as the CPU's fast path does,
+// not as the device does: rounding-level differences, and a rare rerouted row); the decode graph
+// is replayed, never re-captured; the host computed choices (at 256 every decode miss, so nothing
+// of a decode step crossed PCIe); a rig asked for none holds nothing for it.
+class MoeHostExpertsGpu : public ::testing::TestWithParam<TensorType> {};
+
+TEST_P(MoeHostExpertsGpu, CloseToAllResidentWithTheHostComputingMissedExperts) {
+  GRANULE_REQUIRE_GPU();
+  gpu_test::step("writing the model file");
+  test::TempModel model(streaming_spec(GetParam()), "moe-host");
+  const int64_t reserve_tokens = reserve_tokens_for(model.path);
+  gpu_test::step("loading the CPU reference and the all-resident model");
+  Rig ref(model.path, options(false, false));
+  Rig resident(model.path, options(true, false, uint64_t{1} << 40, reserve_tokens));
+  ASSERT_TRUE(resident.moe().all_resident());
+  EXPECT_FALSE(resident.moe().host_experts()) << "all resident: nothing to compute on the host";
+  const int64_t vocab = resident.config.n_vocab;
+  const std::vector<int32_t> prompt = random_tokens(40, vocab, 7);
+  const std::vector<int32_t> next = random_tokens(16, vocab, 8);
+  const std::vector<int32_t> p1 = random_tokens(9, vocab, 9), p2 = random_tokens(17, vocab, 10);
+  for (const int share : {256, 128}) {
+    const std::string name = "host share " + std::to_string(share);
+    gpu_test::step(("loading the streaming model, " + name).c_str());
+    const std::unique_ptr<Rig> partial =
+        partial_expert_rig(model.path, reserve_tokens, resident, share);
+    ASSERT_TRUE(partial) << "no budget left part of the experts in the device cache";
+    Rig& streaming = *partial;
+    cuda::CudaMoe& moe = streaming.moe();
+    ASSERT_TRUE(moe.host_experts()) << name;
+    EXPECT_EQ(moe.host_share(), share);
+    std::vector<float> r, o, g;  // rows of the reference, the resident run, the host's run
+    auto run = [&](const std::vector<BatchSequence>& batch) {
+      const std::vector<float> a = ref.step(batch), b = resident.step(batch),
+                               c = streaming.step(batch);
+      r.insert(r.end(), a.begin(), a.end());
+      o.insert(o.end(), b.begin(), b.end());
+      g.insert(g.end(), c.begin(), c.end());
+    };
+    gpu_test::step("prefill of 40 rows");
+    run({{0, prompt, 0, true}});
+    static_cast<void>(streaming.experts());  // the prefill's counts
+    uint64_t captures_after_first = 0;
+    gpu_test::step("12 decode steps");
+    for (int i = 0; i < 12; ++i) {
+      run({{0, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 40 + i, false}});
+      if (i == 0) captures_after_first = streaming.graphs().captures;
+    }
+    const ExpertTelemetry decode = streaming.experts();
+    EXPECT_GT(decode.misses, 0u) << name;
+    EXPECT_GT(decode.host_computed, 0u) << name;
+    EXPECT_GT(decode.bytes_host, 0u) << name;
+    if (share == 256) {
+      EXPECT_EQ(decode.host_computed, decode.misses) << "every decode miss on the host";
+      EXPECT_EQ(decode.bytes_streamed, 0u) << "nothing of a decode step crossed PCIe";
+    } else {
+      EXPECT_LT(decode.host_computed, decode.misses) << "half of the candidates staged";
+      EXPECT_GT(decode.bytes_streamed, 0u);
+    }
+    const GraphTelemetry graphs = streaming.graphs();
+    EXPECT_EQ(graphs.captures, captures_after_first) << name;
+    EXPECT_EQ(graphs.recaptures, 0u) << name;
+    EXPECT_GE(graphs.replays, 11u) << name;
+    gpu_test::step("two more prompts, three chats decoding together");
+    run({{1, p1, 0, false}});
+    run({{2, p2, 0, false}});
+    for (int i = 0; i < 3; ++i)
+      run({{0, std::span<const int32_t>(&next[static_cast<size_t>(12 + i)], 1), 52 + i, false},
+           {1, std::span<const int32_t>(&next[static_cast<size_t>(i)], 1), 9 + i, false},
+           {2, std::span<const int32_t>(&next[static_cast<size_t>(i + 1)], 1), 17 + i, false}});
+    gpu_test::expect_close_to_oracle(r, o, g, vocab, "MoE " + name, true);
+  }
+  gpu_test::step("a streaming rig asked for no host share");
+  const std::unique_ptr<Rig> none = partial_expert_rig(model.path, reserve_tokens, resident, 0);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->moe().host_experts());
+  EXPECT_EQ(none->moe().host_share(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Experts, MoeHostExpertsGpu,
+                         ::testing::Values(TensorType::Q4_K, TensorType::MXFP4, TensorType::Q4_0),
+                         [](const ::testing::TestParamInfo<TensorType>& info) {
+                           std::string name = tensor_type_name(static_cast<uint32_t>(info.param));
+                           std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+                           return name;
+                         });
 
 // The backend's own re-plan (at most every 0.5 s, from launch()): once the routing counts of a
 // prompt and a few decode steps are in, the experts they route to are promoted into the device
@@ -474,8 +567,84 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
     }
   }
   EXPECT_EQ(copied.download()[0], (3 + 2) * kExpertBytes);
+  // The host's share: every candidate (missed, chosen by at most one pair: expert 5 only; 1 and
+  // 3 were chosen twice) to the host: 5 points at the zero slot, its pair weighs 0 on the
+  // device and the mask names it; 1 and 3 are staged as before.
+  {
+    gpu_test::DeviceArray<uint8_t> zero(std::vector<uint8_t>(kStride, 0));
+    gpu_test::DeviceArray<uint8_t> mask(std::vector<uint8_t>(kExperts, 7));
+    const std::vector<float> weights = {0.5f, 0.25f, 1.5f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+    gpu_test::DeviceArray<float> weights_d(weights), gpu_weights(weights.size());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    st.capacity = kExperts;
+    st.host_share = 256;
+    st.host_max_pairs = 1;
+    st.zero = zero.get();
+    st.host_mask = mask.get();
+    st.weights = weights_d.get();
+    st.gpu_weights = gpu_weights.get();
+    ASSERT_EQ(kernels::launch_moe_stage(ids_d.get(), static_cast<int>(ids.size()), kExperts, st, kc,
+                                        stream.get()),
+              cudaSuccess);
+    stream.synchronize();
+    const std::vector<uint64_t> step = step_d.download();
+    const int staged_of[kExperts] = {-1, 0, -1, 1, -1, -2, -1, -1};
+    for (int e = 0; e < kExperts; ++e)
+      for (int m = 0; m < 3; ++m) {
+        const size_t i = static_cast<size_t>(m * kExperts + e);
+        const int slot = staged_of[e];
+        const uint64_t want =
+            slot == -2  ? reinterpret_cast<uint64_t>(zero.get()) + offsets[m]
+            : slot < 0 ? table_bits[i]
+                       : reinterpret_cast<uint64_t>(staging.get()) +
+                             static_cast<uint64_t>(slot) * kStride + offsets[m];
+        EXPECT_EQ(step[i], want) << "host share: expert " << e << ", matrix " << m;
+      }
+    EXPECT_EQ(mask.download(), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 0, 0}));
+    std::vector<float> want_weights = weights;
+    want_weights[4] = 0.0f;  // the pair that chose expert 5
+    EXPECT_EQ(gpu_weights.download(), want_weights);
+    EXPECT_EQ(copied.download()[0], (3 + 2 + 2) * kExpertBytes);
+    // Half of the candidates: every missed expert is one (at most 2 pairs) - 1, 3, 5 ranked 0, 1,
+    // 2 in expert order - and rank r is the host's where (r + 1) * 128 / 256 > r * 128 / 256:
+    // rank 1 only, expert 3.
+    // In the split launches (plan, then copy): 1 and 5 staged in slots 0 and 1, with their bytes.
+    st.host_share = 128;
+    st.host_max_pairs = 2;
+    gpu_test::DeviceArray<int32_t> plan(1 + kExperts);
+    gpu_test::DeviceArray<uint8_t> cleared(std::vector<uint8_t>(kExperts * kStride, 0));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    st.staging = cleared.get();
+    EXPECT_EQ(kernels::launch_moe_stage_plan(ids_d.get(), static_cast<int>(ids.size()), kExperts,
+                                             st, kc, stream.get()),
+              cudaErrorInvalidValue)
+        << "the split launches need a plan buffer";
+    st.plan = plan.get();
+    ASSERT_EQ(kernels::launch_moe_stage_plan(ids_d.get(), static_cast<int>(ids.size()), kExperts,
+                                             st, kc, stream.get()),
+              cudaSuccess);
+    ASSERT_EQ(kernels::launch_moe_stage_copy(st, kc, stream.get()), cudaSuccess);
+    stream.synchronize();
+    EXPECT_EQ(mask.download(), (std::vector<uint8_t>{0, 0, 0, 1, 0, 0, 0, 0}));
+    EXPECT_EQ(copied.download()[0], (3 + 2 + 2 + 2) * kExpertBytes);
+    EXPECT_EQ(plan.download()[0], 2);
+    const std::vector<uint8_t> split = cleared.download();
+    for (const auto& [e, slot] : {std::pair{1, 0}, std::pair{5, 1}})
+      EXPECT_TRUE(std::equal(image.begin() + static_cast<std::ptrdiff_t>(e * kStride),
+                             image.begin() + static_cast<std::ptrdiff_t>(e * kStride + kCopy),
+                             split.begin() + static_cast<std::ptrdiff_t>(slot * kStride)))
+          << "split launches: expert " << e << "'s bytes in slot " << slot;
+    st.staging = staging.get();
+    st.plan = nullptr;
+    st.host_share = 0;
+  }
   // Bad arguments: a clear status, nothing launched.
   st.copy_bytes = kStride + 16;
+  EXPECT_EQ(kernels::launch_moe_stage(ids_d.get(), 8, kExperts, st, kc, stream.get()),
+            cudaErrorInvalidValue);
+  st.copy_bytes = kCopy;
+  st.host_share = 64;  // a share without its buffers
+  st.zero = nullptr;
   EXPECT_EQ(kernels::launch_moe_stage(ids_d.get(), 8, kExperts, st, kc, stream.get()),
             cudaErrorInvalidValue);
   ASSERT_EQ(cudaFreeHost(host), cudaSuccess);

@@ -29,6 +29,12 @@ struct EngineOptions {
   uint64_t vram_budget_bytes = 0;        // 0 = free memory at start minus a margin
   bool cuda_graphs = true;
   int32_t cpu_threads = 0;             // 0 = hardware concurrency
+  // A mixture of experts on the GPU whose experts do not all fit the VRAM budget: the share of a
+  // decode step's missed experts (those not in VRAM, chosen by few rows) that the CPU computes
+  // from its own copies while PCIe carries the rest. -1: measured at load (the host's rate
+  // against the link's); 0: none, every missed expert crosses PCIe (the same results as all
+  // resident); 1..256: that many 256ths.
+  int32_t host_expert_share = -1;
   int64_t prefill_chunk_tokens = 512;  // token budget of a step's prefill chunk
   // KV granules created ahead of need and kept unmapped, so a step only maps them; -1 sizes
   // it from the shapes (a prefill chunk's granules plus one per four slots), 0 turns it off.

@@ -236,6 +236,9 @@ struct ExpertTelemetry {
   std::vector<uint32_t> streamed;     // of those, served from host memory (over PCIe)
   uint64_t hits = 0, misses = 0;      // choices served from device / from host memory
   uint64_t bytes_streamed = 0;        // expert bytes read host-to-device
+  // Of the misses, the choices the host's CPU computed instead of the device (the CUDA
+  // backend's host experts), and the expert bytes it read for them.
+  uint64_t host_computed = 0, bytes_host = 0;
   uint64_t tokens = 0;                // tokens whose experts were routed (prefill and decode)
   uint64_t expert_bytes = 0;          // one expert of one layer: gate + up + down (0: unknown)
   uint64_t promotions = 0;            // experts moved host → device by re-plans
@@ -267,6 +270,8 @@ struct ExpertTelemetry {
     hits += interval.hits;
     misses += interval.misses;
     bytes_streamed += interval.bytes_streamed;
+    host_computed += interval.host_computed;
+    bytes_host += interval.bytes_host;
     tokens += interval.tokens;
     promotions += interval.promotions;
     demotions += interval.demotions;
@@ -282,6 +287,8 @@ struct ExpertTelemetry {
     f("hits", s.hits);
     f("misses", s.misses);
     f("bytes_streamed", s.bytes_streamed);
+    f("host_computed", s.host_computed);
+    f("bytes_host", s.bytes_host);
     f("tokens", s.tokens);
     f("expert_bytes", s.expert_bytes);
     f("promotions", s.promotions);

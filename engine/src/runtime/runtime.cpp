@@ -15,6 +15,7 @@ RuntimeOptions RuntimeOptions::from(const EngineOptions& options) {
   r.backend.vram_budget_bytes = options.vram_budget_bytes;
   r.backend.cuda_graphs = options.cuda_graphs;
   r.backend.cpu_threads = options.cpu_threads;
+  r.backend.cuda_host_experts = options.host_expert_share;
   r.backend.max_tokens_per_pass = options.prefill_chunk_tokens;
   r.backend.kv_reserve_tokens = default_kv_reserve_tokens(options.context_length);
   r.backend.context_length = options.context_length;

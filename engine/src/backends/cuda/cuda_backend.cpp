@@ -630,6 +630,8 @@ void CudaBackend::collect_expert_telemetry(ExpertTelemetry& out) {
   out.hits = s.hits;
   out.misses = s.misses;
   out.bytes_streamed = s.bytes_streamed;
+  out.host_computed = s.host_choices;
+  out.bytes_host = s.host_bytes;
   out.tokens = s.tokens;
   out.expert_bytes = moe->max_expert_bytes();
   out.promotions = moe->promotions() - expert_promotions_reported_;

@@ -204,7 +204,8 @@ std::string CudaMoe::refusal(const ModelConfig& c, const WeightTable& w) {
 }
 
 CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memory, int max_rows,
-                 uint64_t expert_budget, cudaStream_t stream)
+                 uint64_t expert_budget, cudaStream_t stream, int host_experts,
+                 int32_t host_threads)
     : memory_(memory),
       n_layer_(c.n_layer),
       n_expert_(c.moe.n_expert),
@@ -291,7 +292,8 @@ CudaMoe::CudaMoe(const ModelConfig& c, const WeightTable& w, MemoryManager& memo
   // The routers, biases and workspace come out of the experts' budget.
   const uint64_t taken = memory_.used_bytes() - used_before;
   const uint64_t charged = memory_.bytes(MemoryCategory::WeightsResident);
-  upload_experts(expert_budget > taken ? expert_budget - taken : 0, pool);
+  upload_experts(c, w, expert_budget > taken ? expert_budget - taken : 0, pool, host_experts,
+                 host_threads);
   // The tiled products read the weights with cp.async, from VRAM: streamed experts are staged
   // there first (stage()). Asked here, before any stream capture (shared-memory sizes).
   for (Layer& d : layers_) {
@@ -488,7 +490,8 @@ const uint8_t* CudaMoe::host_matrix_device(int64_t layer, int64_t e, int m) cons
   return host_.device + (host - static_cast<const uint8_t*>(host_.host));
 }
 
-void CudaMoe::upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool) {
+void CudaMoe::upload_experts(const ModelConfig& c, const WeightTable& w, uint64_t expert_budget,
+                             cpu::ThreadPool& pool, int host_experts, int32_t host_threads) {
   uint64_t image = 0;
   for (int64_t l = 0; l < n_layer_; ++l) {
     layer_offset_.push_back(image);
@@ -529,7 +532,8 @@ void CudaMoe::upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool) {
                           static_cast<uint8_t*>(host_.host) + image_offset(l, e) + d.offsets[m],
                           pool);
   }
-  const uint64_t staging = allocate_staging();  // out of the cache's budget
+  // The staging area and the host compute's device buffers come out of the cache's budget.
+  const uint64_t staging = allocate_staging() + setup_host(c, w, host_experts, host_threads);
   slots_ = static_cast<int64_t>(
       std::min<uint64_t>((expert_budget - std::min(expert_budget, staging)) / slot_bytes_, n));
   slot_owner_.assign(static_cast<size_t>(slots_), -1);
@@ -672,6 +676,7 @@ void CudaMoe::collect(MoeStats& out, cudaStream_t stream) {
     }
   }
   out.tokens += choices / static_cast<uint64_t>(n_used_ * n_layer_);
+  collect_host(out);
 }
 
 uint64_t CudaMoe::expert_image_bytes() const {
@@ -773,8 +778,10 @@ void CudaMoe::forward(int layer, int n_rows, const float* x_f32, k::ActivationQ8
   routed.weights = weights_.as<float>();
   routed.h = h_.as<float>();
   routed.hq = {hq_qs_.as<int8_t>(), hq_ds_.as<float2>()};
-  stage(layer, n_rows, routed, config, stream, launches);  // streamed experts into VRAM
+  // Streamed experts into VRAM, and the host's share of them forked off (cuda_moe_host.cpp).
+  stage(layer, n_rows, x_f32, routed, config, stream, launches);
   run_experts(routed, n_rows, x_f32, xq, hidden, config, stream, launches);
+  if (host_runs(n_rows)) host_join(n_rows, hidden, config, stream, launches);
   if (d.shared.n_ff == 0) return;
 
   // The shared expert: expert 0 of a one-expert table for every row, weighted by 1 or by

@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,9 @@
 
 namespace granule::cpu {
 class ThreadPool;
+}
+namespace granule::kernels {
+struct MoeStage;
 }
 
 namespace granule::cuda {
@@ -50,6 +54,9 @@ struct MoeStats {
   // that was not cached (the staging launch's device count), once per layer and step.
   uint64_t bytes_streamed = 0;
   uint64_t tokens = 0;  // rows routed (choices / n_expert_used)
+  // Choices of streamed experts the host's CPU computed instead (host_share()), and the expert
+  // bytes it read for them (each distinct expert once per layer and step).
+  uint64_t host_choices = 0, host_bytes = 0;
 };
 
 class CudaMoe {
@@ -62,8 +69,11 @@ class CudaMoe {
   // where `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
   // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
   // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
+  // host_experts: the host compute of streamed experts (host_share()): -1 its share measured
+  // here, 0 none, 1..256 that share; host_threads its threads (0: the hardware's).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
-          int max_rows, uint64_t expert_budget, cudaStream_t stream);
+          int max_rows, uint64_t expert_budget, cudaStream_t stream, int host_experts = 0,
+          int32_t host_threads = 0);
   CudaMoe(const CudaMoe&) = delete;
   CudaMoe& operator=(const CudaMoe&) = delete;
 
@@ -136,6 +146,27 @@ class CudaMoe {
   void set_tiled_shared(bool on) { tiled_shared_ = on; }
   bool tiled_shared() const { return tiled_shared_; }
 
+  // Host compute of streamed experts (cuda_moe_host.cpp): when experts stream and their int8
+  // copies fit the host's memory, decode runs (up to kHostMaxRows rows) leave host_share() / 256
+  // of each layer's missed experts that few rows chose to the CPU, which computes them from its
+  // own copies while PCIe carries the rest: the staging launch decides which (moe_stage.cuh),
+  // the graph forks after it to a second stream that downloads the choices and the input rows,
+  // runs the host's products in a host node and uploads their sum, and joins before the routed
+  // experts' output is complete. 0: every missed expert is staged (the same bits as all
+  // resident). The share is set at load: measured (the host's products against the link's
+  // staging rate) or given.
+  int host_share() const;
+  // Whether the host holds the experts' copies (streaming, and they fit its memory).
+  bool host_experts() const { return host_compute_ != nullptr; }
+  static constexpr int kHostMaxRows = 64;
+  // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
+  // device's products take more rows at little more cost, where the host's work grows with them.
+  static constexpr int kHostMaxPairs = 4;
+  struct HostCompute;  // cuda_moe_host.cpp (named here for its host node)
+  struct HostComputeDelete {
+    void operator()(HostCompute* h) const;
+  };
+
   // The staging area's expert slots (cuda_moe_stage.cpp): min(n_expert, max_rows * n_used)
   // when experts stream, else 0; its bytes are staging_slots() * slot_bytes().
   int64_t staging_slots() const { return staging_slots_; }
@@ -169,13 +200,30 @@ class CudaMoe {
   void run_experts(const ExpertRun& run, int n_rows, const float* x_f32, kernels::ActivationQ8 xq,
                    float* hidden, const kernels::KernelConfig& config, cudaStream_t stream,
                    uint64_t* launches);
-  void upload_experts(uint64_t expert_budget, cpu::ThreadPool& pool);
+  void upload_experts(const ModelConfig& config, const WeightTable& weights, uint64_t expert_budget,
+                      cpu::ThreadPool& pool, int host_experts, int32_t host_threads);
   // Staging (cuda_moe_stage.cpp): allocates the area, the step table and the copied-bytes
   // counter (streaming only); returns the area's bytes.
   uint64_t allocate_staging();
-  // Queues layer's staging launch and points run's tables at the step table (streaming only).
-  void stage(int layer, int n_rows, ExpertRun& run, const kernels::KernelConfig& config,
-             cudaStream_t stream, uint64_t* launches);
+  // Queues layer's staging launch and points run's tables at the step table (streaming only);
+  // with the host's share (host_runs), its plan, the host's fork (x_f32: the experts' input) and
+  // the copy, and run's weights the device's.
+  void stage(int layer, int n_rows, const float* x_f32, ExpertRun& run,
+             const kernels::KernelConfig& config, cudaStream_t stream, uint64_t* launches);
+  // Host compute (cuda_moe_host.cpp): sets it up once the experts are in pinned memory (streaming
+  // only), returning the device bytes it took; whether a run of n_rows uses it; the fork after
+  // the staging launch and the join that adds the host's sum into hidden; the counts collect()
+  // adds.
+  uint64_t setup_host(const ModelConfig& config, const WeightTable& weights, int setting,
+                      int32_t threads);
+  bool host_runs(int n_rows) const;
+  // The staging launches' host fields and plan buffer, and run's weights the device's (the
+  // host's pairs at 0).
+  void host_stage(int n_rows, kernels::MoeStage& s, ExpertRun& run);
+  void host_fork(int layer, int n_rows, const float* x_f32, cudaStream_t stream);
+  void host_join(int n_rows, float* hidden, const kernels::KernelConfig& config,
+                 cudaStream_t stream, uint64_t* launches);
+  void collect_host(MoeStats& out);
   // Queues the copied-bytes counter's download and reset; staged_bytes() reads it once the
   // stream is past them.
   void queue_staged_bytes(cudaStream_t stream);
@@ -267,6 +315,7 @@ class CudaMoe {
   int64_t staging_slots_ = 0;
   DeviceBuffer staging_, step_table_, staged_counter_;
   PinnedBuffer staged_pinned_;
+  std::unique_ptr<HostCompute, HostComputeDelete> host_compute_;
   DeviceBuffer tables_;  // [n_layer][3][n_expert] device pointers
   PinnedBuffer tables_host_;
   DeviceBuffer counts_;  // [n_layer][n_expert] int32

@@ -35,8 +35,8 @@ uint64_t CudaMoe::allocate_staging() {
   return staging_.bytes();
 }
 
-void CudaMoe::stage(int layer, int n_rows, ExpertRun& run, const k::KernelConfig& config,
-                    cudaStream_t stream, uint64_t* launches) {
+void CudaMoe::stage(int layer, int n_rows, const float* x_f32, ExpertRun& run,
+                    const k::KernelConfig& config, cudaStream_t stream, uint64_t* launches) {
   if (all_resident_) return;
   const Layer& d = layers_[static_cast<size_t>(layer)];
   k::MoeStage s;
@@ -53,9 +53,18 @@ void CudaMoe::stage(int layer, int n_rows, ExpertRun& run, const k::KernelConfig
   s.copy_bytes = (d.offsets[2] + d.slab[2] + 15) / 16 * 16;
   s.expert_bytes = expert_bytes_[static_cast<size_t>(layer)];
   s.copied = staged_counter_.as<unsigned long long>();
-  LaunchCheck{launches}(k::launch_moe_stage(run.ids, n_rows * static_cast<int>(n_used_),
-                                            static_cast<int>(n_expert_), s, config, stream),
-                        "moe_stage");
+  const int pairs = n_rows * static_cast<int>(n_used_), n_expert = static_cast<int>(n_expert_);
+  const LaunchCheck check{launches};
+  if (host_runs(n_rows)) {
+    // The plan leaves the host's experts to it (cuda_moe_host.cpp); the fork to the host's stream
+    // comes before the copy, so that the host's products run while PCIe carries the rest.
+    host_stage(n_rows, s, run);
+    check(k::launch_moe_stage_plan(run.ids, pairs, n_expert, s, config, stream), "moe_stage_plan");
+    host_fork(layer, n_rows, x_f32, stream);
+    check(k::launch_moe_stage_copy(s, config, stream), "moe_stage_copy");
+  } else {
+    check(k::launch_moe_stage(run.ids, pairs, n_expert, s, config, stream), "moe_stage");
+  }
   const auto* step = step_table_.as<const void*>();
   run.gate.table = step;
   run.up.table = step + n_expert_;

@@ -180,7 +180,8 @@ void CudaModel::load(const BackendInit& init) {
         kv_reserve_bytes_ + attention_scratch_bytes_ + recurrent_state_planned_bytes_;
     const uint64_t left = memory_.available_bytes();
     moe_ = std::make_unique<CudaMoe>(c, w, memory_, max_rows_, left > keep ? left - keep : 0,
-                                     stream_.get());
+                                     stream_.get(), init.options.cuda_host_experts,
+                                     init.options.cpu_threads);
     decode_weight_bytes_ += moe_->row_read_bytes();  // a batch-1 step's routers and experts
   }
   logger("engine.cuda")
