@@ -51,6 +51,8 @@ ExpertWindow expertWindow(const std::deque<TelemetryFrame>& history, double seco
   w.hits = delta(x.hits, y.hits);
   w.misses = delta(x.misses, y.misses);
   w.bytes_streamed = delta(x.bytes_streamed, y.bytes_streamed);
+  w.host_computed = delta(x.host_computed, y.host_computed);
+  w.bytes_host = delta(x.bytes_host, y.bytes_host);
   w.tokens = delta(x.tokens, y.tokens);
   return w;
 }
@@ -104,6 +106,16 @@ double ExpertActivity::bytesPerToken() const {
 
 double ExpertActivity::bytesPerSecond() const {
   return window_.seconds > 0 ? static_cast<double>(window_.bytes_streamed) / window_.seconds : 0;
+}
+
+double ExpertActivity::cpuShare() const {
+  return window_.misses > 0
+             ? static_cast<double>(window_.host_computed) / static_cast<double>(window_.misses)
+             : -1;
+}
+
+double ExpertActivity::cpuBytesPerSecond() const {
+  return window_.seconds > 0 ? static_cast<double>(window_.bytes_host) / window_.seconds : 0;
 }
 
 double ExpertActivity::tokensPerSecond() const {

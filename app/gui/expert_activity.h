@@ -21,6 +21,7 @@ struct ExpertWindow {
   std::vector<uint32_t> streamed;
   std::vector<uint32_t> routed_since_load;  // the newest frame's cumulative counts
   uint64_t hits = 0, misses = 0, bytes_streamed = 0, tokens = 0;
+  uint64_t host_computed = 0, bytes_host = 0;  // misses the CPU computed, and its expert bytes
   uint32_t most_routed = 0;  // the largest of `routed`
   double seconds = 0;        // the window's length (0: one frame, nothing to compare)
 };
@@ -51,6 +52,10 @@ class ExpertActivity : public QObject {
   Q_PROPERTY(double bytesPerSecond READ bytesPerSecond NOTIFY updated)
   Q_PROPERTY(double tokensPerSecond READ tokensPerSecond NOTIFY updated)
   Q_PROPERTY(int streamedExperts READ streamedExperts NOTIFY updated)
+  // This second: the share of the choices served from host memory that the CPU computed (-1
+  // when there were none), and the expert bytes it read per second doing so.
+  Q_PROPERTY(double cpuShare READ cpuShare NOTIFY updated)
+  Q_PROPERTY(double cpuBytesPerSecond READ cpuBytesPerSecond NOTIFY updated)
   // Since the model opened.
   Q_PROPERTY(double lifetimeHitRate READ lifetimeHitRate NOTIFY updated)
   Q_PROPERTY(double promotions READ promotions NOTIFY updated)
@@ -78,6 +83,8 @@ class ExpertActivity : public QObject {
   double bytesPerSecond() const;
   double tokensPerSecond() const;
   int streamedExperts() const { return streamed_experts_; }
+  double cpuShare() const;
+  double cpuBytesPerSecond() const;
   double lifetimeHitRate() const;
   double promotions() const { return static_cast<double>(totals_.promotions); }
   double demotions() const { return static_cast<double>(totals_.demotions); }

@@ -102,7 +102,11 @@ class ExpertsTest : public QObject {
     QVERIFY(!activity.active());
     QSignalSpy updated(&activity, &ExpertActivity::updated);
     model.addFrame(frameAt(0.0, twoByTwo({0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 0, 0)));
-    model.addFrame(frameAt(1.0, twoByTwo({6, 1, 1, 0}, {0, 1, 1, 0}, 6, 2, 8000, 4)));
+    QCOMPARE(activity.cpuShare(), -1.0);  // no misses yet
+    ExpertTelemetry second = twoByTwo({6, 1, 1, 0}, {0, 1, 1, 0}, 6, 2, 8000, 4);
+    second.host_computed = 1;  // of the 2 misses, one computed by the CPU, reading 3000 bytes
+    second.bytes_host = 3000;
+    model.addFrame(frameAt(1.0, second));
     QCOMPARE(updated.count(), 2);
     QVERIFY(activity.active());
     QCOMPARE(activity.totalExperts(), 4);
@@ -114,6 +118,8 @@ class ExpertsTest : public QObject {
     QCOMPARE(activity.bytesPerSecond(), 8000.0);
     QCOMPARE(activity.tokensPerSecond(), 4.0);
     QCOMPARE(activity.streamedExperts(), 2);
+    QCOMPARE(activity.cpuShare(), 0.5);
+    QCOMPARE(activity.cpuBytesPerSecond(), 3000.0);
     QCOMPARE(activity.describeCell(0, 1),
              QStringLiteral("layer 0 · expert 1: in host memory, 1 choice this second, 1 read "
                             "over PCIe"));

@@ -268,11 +268,14 @@ TEST(TelemetryJson, ExpertSectionOfAMixtureOfExperts) {
   s.experts.hits = 14;
   s.experts.misses = 3;
   s.experts.bytes_streamed = 3 * 4718592;
+  s.experts.host_computed = 1;  // one of the misses computed by the CPU
+  s.experts.bytes_host = 4718592;
   s.experts.tokens = 2;
   const std::string line = telemetry_to_json(s, 1);
   EXPECT_NE(line.find(R"("experts":{"n_layer":2,"n_expert":3,"resident":[1,0,1,0,0,1],)"
                       R"("routed":[5,2,0,1,0,9],"streamed":[0,2,0,1,0,0],"hits":14,"misses":3,)"
-                      R"("bytes_streamed":14155776,"tokens":2,)"),
+                      R"("bytes_streamed":14155776,"host_computed":1,"bytes_host":4718592,)"
+                      R"("tokens":2,)"),
             std::string::npos)
       << line;
   expect_same(s, parse_frame(line));
@@ -293,6 +296,8 @@ TEST(ExpertTelemetry, IntervalsAddUpToTotalsAndANewShapeStartsAgain) {
   a.hits = 4;
   a.misses = 2;
   a.bytes_streamed = 200;
+  a.host_computed = 1;
+  a.bytes_host = 100;
   a.tokens = 3;
   a.expert_bytes = 100;
   totals.add_interval(a);
@@ -312,6 +317,8 @@ TEST(ExpertTelemetry, IntervalsAddUpToTotalsAndANewShapeStartsAgain) {
   EXPECT_EQ(totals.hits, 10u);
   EXPECT_EQ(totals.misses, 2u);
   EXPECT_EQ(totals.bytes_streamed, 200u);
+  EXPECT_EQ(totals.host_computed, 2u);
+  EXPECT_EQ(totals.bytes_host, 200u);
   EXPECT_EQ(totals.tokens, 6u);
   EXPECT_EQ(totals.promotions, 1u);
   EXPECT_EQ(totals.resident_count(), 2);
