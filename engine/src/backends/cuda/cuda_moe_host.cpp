@@ -214,9 +214,12 @@ void CudaMoe::host_join(int n_rows, float* hidden, const k::KernelConfig& config
                         cudaStream_t stream, uint64_t* launches) {
   HostCompute& h = *host_compute_;
   check_cuda(cudaStreamWaitEvent(stream, h.join.get(), 0), "cudaStreamWaitEvent");
-  // hidden += the host's sum: a combine of one choice per row, weight 1.
+  // hidden += the host's sum: a combine of one choice per row, weight 1; launched plainly (its
+  // dependencies include the upload, not only the kernel before it).
+  k::KernelConfig plain = config;
+  plain.early_launch = false;
   LaunchCheck{launches}(k::launch_moe_combine(h.y.as<float>(), h.ones.as<float>(), n_rows, 1,
-                                              static_cast<int>(n_embd_), hidden, config, stream),
+                                              static_cast<int>(n_embd_), hidden, plain, stream),
                         "moe_combine (host experts)");
 }
 
