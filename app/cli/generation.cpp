@@ -66,6 +66,12 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
       ->capture_default_str();
   app.add_option("-t,--threads", options.threads, "CPU threads (0 = all cores)")
       ->check(integer_in(0, 4096));
+  app.add_option("--host-experts", options.host_expert_share,
+                 "A mixture of experts on the GPU whose experts do not all fit: the 256ths of a "
+                 "decode step's missed experts the CPU computes while PCIe carries the rest "
+                 "(-1: measured at load, 0: none)")
+      ->check(integer_in(-1, 256))
+      ->capture_default_str();
   app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
       ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
       ->capture_default_str();
@@ -95,6 +101,7 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   engine_options.context_length = options.context;
   engine_options.max_sequences = 1;  // one conversation at a time
   engine_options.cpu_threads = options.threads;
+  engine_options.host_expert_share = options.host_expert_share;
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   engine_options.chat_template_override = options.template_name;
   engine_options.kv_reuse = options.kv_reuse;
