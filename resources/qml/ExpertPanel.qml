@@ -169,16 +169,16 @@ PanelFrame {
             value: Units.count(panel.activity.streamedExperts)
         }
         StatRow {
+            name: qsTr("moves")
+            value: qsTr("+%1 / −%2").arg(Units.count(panel.activity.promotions))
+                       .arg(Units.count(panel.activity.demotions))
+        }
+        StatRow {
             Layout.columnSpan: 2
             name: qsTr("CPU-computed")
             value: panel.activity.cpuShare < 0 ? qsTr("—")
                    : qsTr("%1% of misses · %2").arg((100 * panel.activity.cpuShare).toFixed(1))
                          .arg(Units.rate(panel.activity.cpuBytesPerSecond))
-        }
-        StatRow {
-            name: qsTr("moves")
-            value: qsTr("+%1 / −%2").arg(Units.count(panel.activity.promotions))
-                       .arg(Units.count(panel.activity.demotions))
         }
     }
 }

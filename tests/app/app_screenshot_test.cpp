@@ -394,7 +394,9 @@ class ScreenshotTest : public QObject {
     {
       QFile file(frames);
       QVERIFY(file.open(QIODevice::WriteOnly));
-      file.write(testing::expertSessionJsonl({}));
+      testing::ExpertSessionSpec spec;
+      spec.host_share = 0.5;  // half of the missed experts computed by the CPU
+      file.write(testing::expertSessionJsonl(spec));
     }
     qputenv("GRANULE_DEFAULT_MODEL", dir.filePath("absent.gguf").toUtf8());
     auto s = open(testing::fakeEngineFactory(), dir.filePath("granule.sqlite"), {}, frames);

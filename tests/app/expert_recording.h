@@ -31,6 +31,9 @@ struct ExpertSessionSpec {
   int64_t max_promotions_per_replan = 384;
   uint32_t seed = 36;
   double half_life_seconds = 10;  // of the decayed routing counts the re-plans read
+  // Of each step's missed experts, the share the CPU computes (the CUDA backend's host experts):
+  // their choices count as host_computed and their bytes as bytes_host, not streamed.
+  double host_share = 0;
 };
 
 inline QByteArray expertSessionJsonl(const ExpertSessionSpec& spec) {
@@ -102,10 +105,12 @@ inline QByteArray expertSessionJsonl(const ExpertSessionSpec& spec) {
           } else {
             ++totals.misses;
             ++totals.streamed[i];
-            if (!fetched[i]) {
-              fetched[i] = 1;
-              totals.bytes_streamed += spec.expert_bytes;
+            if (!fetched[i]) {  // 1: staged over PCIe, 2: computed by the CPU
+              const uint64_t pick = (i * 2654435761u + static_cast<uint64_t>(steps)) % 1000;
+              fetched[i] = static_cast<double>(pick) < spec.host_share * 1000 ? 2 : 1;
+              (fetched[i] == 2 ? totals.bytes_host : totals.bytes_streamed) += spec.expert_bytes;
             }
+            if (fetched[i] == 2) ++totals.host_computed;
           }
         }
       }
