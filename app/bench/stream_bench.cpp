@@ -378,7 +378,7 @@ void add_stream_bench_options(CLI::App& command, StreamBenchOptions& o) {
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
   command.add_option("--host-experts", o.host_expert_share,
                      "mixtures of experts: the 256ths of a decode step's missed experts the CPU "
-                     "computes (-1: measured at load, 0: none)")
+                     "computes (-1: all of them in steps of 8 or more rows, 0: none)")
       ->check(CLI::Range(-1, 256));
   command.add_option("--seed", o.seed, "prompt seed");
   command.add_option("--telemetry-out", o.telemetry_out,

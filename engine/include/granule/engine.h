@@ -31,9 +31,10 @@ struct EngineOptions {
   int32_t cpu_threads = 0;             // 0 = hardware concurrency
   // A mixture of experts on the GPU whose experts do not all fit the VRAM budget: the share of a
   // decode step's missed experts (those not in VRAM, chosen by few rows) that the CPU computes
-  // from its own copies while PCIe carries the rest. -1: measured at load (the host's rate
-  // against the link's); 0: none, every missed expert crosses PCIe (the same results as all
-  // resident); 1..256: that many 256ths.
+  // from its own copies while PCIe carries the rest. -1: all of them in steps of 8 to 64 rows
+  // (several chats decoding together, where the host beats PCIe), none in smaller ones; 0:
+  // none, every missed expert crosses PCIe (the same results as all resident); 1..256: that
+  // many 256ths in steps of up to 64 rows.
   int32_t host_expert_share = -1;
   int64_t prefill_chunk_tokens = 512;  // token budget of a step's prefill chunk
   // KV granules created ahead of need and kept unmapped, so a step only maps them; -1 sizes

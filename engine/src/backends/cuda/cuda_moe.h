@@ -69,8 +69,8 @@ class CudaMoe {
   // where `expert_budget` bytes hold them, else to mapped pinned host memory with a device cache of
   // as many slots as the budget holds, filled by default_placement(). Sizes the workspace for
   // runs of up to max_rows rows. Throws DeviceError for what refusal() names.
-  // host_experts: the host compute of streamed experts (host_share()): -1 its share measured
-  // here, 0 none, 1..256 that share; host_threads its threads (0: the hardware's).
+  // host_experts: the host compute of streamed experts (host_share()): -1 the default rule, 0
+  // none, 1..256 that share; host_threads its threads (0: the hardware's).
   CudaMoe(const ModelConfig& config, const WeightTable& weights, MemoryManager& memory,
           int max_rows, uint64_t expert_budget, cudaStream_t stream, int host_experts = 0,
           int32_t host_threads = 0);
@@ -147,18 +147,19 @@ class CudaMoe {
   bool tiled_shared() const { return tiled_shared_; }
 
   // Host compute of streamed experts (cuda_moe_host.cpp): when experts stream and their int8
-  // copies fit the host's memory, decode runs (up to kHostMaxRows rows) leave host_share() / 256
-  // of each layer's missed experts that few rows chose to the CPU, which computes them from its
-  // own copies while PCIe carries the rest: the staging launch decides which (moe_stage.cuh),
-  // the graph forks after it to a second stream that downloads the choices and the input rows,
-  // runs the host's products in a host node and uploads their sum, and joins before the routed
-  // experts' output is complete. 0: every missed expert is staged (the same bits as all
-  // resident). The share is set at load: measured (the host's products against the link's
-  // staging rate) or given.
+  // copies fit the host's memory, decode runs leave host_share() / 256 of each layer's missed
+  // experts that few rows chose to the CPU, which computes them from its own copies while PCIe
+  // carries the rest: the staging plan decides which (moe_stage.cuh), the graph forks after it to
+  // a second stream that downloads the choices and input rows, runs the host's products in a
+  // host node and uploads their sum, and joins before the routed experts' output is complete. The setting at
+  // load: 0 none (every missed expert is staged: the same bits as all resident); 1..256 that
+  // share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows to
+  // kHostMaxRows rows (measured: a gain at 16 chats, a loss at batch 1).
   int host_share() const;
   // Whether the host holds the experts' copies (streaming, and they fit its memory).
   bool host_experts() const { return host_compute_ != nullptr; }
   static constexpr int kHostMaxRows = 64;
+  static constexpr int kHostAutoMinRows = 8;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
   // device's products take more rows at little more cost, where the host's work grows with them.
   static constexpr int kHostMaxPairs = 4;
