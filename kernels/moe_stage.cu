@@ -46,7 +46,8 @@ constexpr int kNoSlot = -1, kHostSlot = -2;
 // staging slot of expert e (kNoSlot: none, kHostSlot: the host's), expert_at[slot] its expert;
 // returns the experts staged (at most capacity).
 __device__ __forceinline__ int stage_plan(const int32_t* __restrict__ ids, int pairs, int n_expert,
-                          const MoeStage& s, int* slot_of, int* expert_at, int* warp_count) {
+                                          const MoeStage& s, int* slot_of, int* expert_at,
+                                          int* warp_count) {
   // The ids come from the router's top-k, the table from the host's last write_tables (before
   // the step); the step table was last read by the previous layer's products.
   for (int e = threadIdx.x; e < n_expert; e += kStageThreads) slot_of[e] = 0;
@@ -85,8 +86,9 @@ __device__ __forceinline__ int stage_plan(const int32_t* __restrict__ ids, int p
 
 // What the plan writes, by one block: the step table, the host's mask and the device's weights
 // (host_share > 0), and the copied-bytes counter.
-__device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, int pairs, int n_expert,
-                              const MoeStage& s, const int* slot_of, int n) {
+__device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, int pairs,
+                                              int n_expert, const MoeStage& s, const int* slot_of,
+                                              int n) {
   for (int i = threadIdx.x; i < 3 * n_expert; i += kStageThreads) {
     const int m = i / n_expert, e = i % n_expert;
     const int slot = slot_of[e];

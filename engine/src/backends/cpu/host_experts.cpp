@@ -8,8 +8,7 @@
 #include <cstring>
 #include <optional>
 
-#include "backends/cpu/gemma_ops.h"
-#include "backends/cpu/ops.h"
+#include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 #include "granule/error.h"
 #include "granule/quant.h"
@@ -49,22 +48,13 @@ std::string HostExperts::refusal(const ModelConfig& c, const WeightTable& w) {
   return {};
 }
 
-uint64_t HostExperts::copy_bytes(const WeightTable& w) {
-  uint64_t bytes = 0;
-  for (const LayerWeights& l : w.layers)
-    for (const TensorInfo* t : {l.gate_exps, l.up_exps, l.down_exps})
-      if (t) bytes += t->size_bytes;
-  return bytes;
-}
-
 HostExperts::HostExperts(const ModelConfig& c, const WeightTable& w, ThreadPool& pool)
     : n_embd_(c.n_embd),
       n_ff_(c.moe.n_ff_exp),
       n_expert_(c.moe.n_expert),
       n_used_(c.moe.n_expert_used),
       activation_(c.activation) {
-  if (const std::string why = refusal(c, w); !why.empty())
-    throw UsageError("host experts: " + why);
+  if (const std::string why = refusal(c, w); !why.empty()) throw UsageError("host experts: " + why);
   layers_.resize(w.layers.size());
   // (layer, matrix, expert) in one parallel loop.
   const auto n_layer = static_cast<int64_t>(w.layers.size());
@@ -161,14 +151,9 @@ HostExperts::Work HostExperts::run(int64_t layer, int64_t n_rows, const float* x
       float* g = gate_.data() + p * f;
       float* u = up_.data() + p * f;
       float* h = hidden_.data() + p * f;
-      if (!L.gate_bias.empty()) add_in_place(g, L.gate_bias.data() + e * f, f);
-      if (!L.up_bias.empty()) add_in_place(u, L.up_bias.data() + e * f, f);
-      if (activation_ == FfnActivation::SwigluClamped)
-        swiglu_clamped(g, u, h, f);
-      else if (activation_ == FfnActivation::GeluTanh)
-        geglu(g, u, h, f);
-      else
-        swiglu(g, u, h, f);
+      expert_activation(activation_, g, u,
+                        L.gate_bias.empty() ? nullptr : L.gate_bias.data() + e * f,
+                        L.up_bias.empty() ? nullptr : L.up_bias.data() + e * f, h, f);
     }
   }
   hq_.resize(sz(pairs * f / 32));

@@ -20,9 +20,6 @@ class HostExperts {
   // Why these experts cannot run here, or empty: a type or width the int8 kernels do not run
   // (Int8Weights::supports), or a layer without experts.
   static std::string refusal(const ModelConfig& config, const WeightTable& weights);
-  // Bytes the copies take: the expert tensors' bytes in the file (their repacking adds ~3 % for
-  // the K quants).
-  static uint64_t copy_bytes(const WeightTable& weights);
 
   // Repacks every expert's gate, up and down on the pool's threads. Only where refusal() is
   // empty (throws UsageError otherwise).
@@ -47,7 +44,7 @@ class HostExperts {
 
  private:
   struct Layer {
-    std::vector<Int8Weights> gate, up, down;  // one per expert
+    std::vector<Int8Weights> gate, up, down;           // one per expert
     std::vector<float> gate_bias, up_bias, down_bias;  // [e * n]: empty when absent
     uint64_t bytes = 0;
   };

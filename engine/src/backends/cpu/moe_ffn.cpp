@@ -71,6 +71,18 @@ void route_token(const ExpertConfig& moe, float* logits, int32_t* experts, float
   }
 }
 
+void expert_activation(FfnActivation activation, float* gate, float* up, const float* gate_bias,
+                       const float* up_bias, float* out, int64_t n) {
+  if (gate_bias) add_in_place(gate, gate_bias, n);
+  if (up_bias) add_in_place(up, up_bias, n);
+  if (activation == FfnActivation::SwigluClamped)
+    swiglu_clamped(gate, up, out, n);
+  else if (activation == FfnActivation::GeluTanh)
+    geglu(gate, up, out, n);
+  else
+    swiglu(gate, up, out, n);
+}
+
 MoeFfn::MoeFfn(const ModelConfig& config, const LayerWeights& layer)
     : config_(config),
       layer_(layer),
@@ -203,14 +215,9 @@ void MoeFfn::run_chunk(const float* xn, int64_t n_tokens, float* out, ThreadPool
       float* g = gate_.data() + p * f;
       float* u = up_.data() + p * f;
       float* h = hidden_.data() + p * f;
-      if (!gate_bias_.empty()) add_in_place(g, gate_bias_.data() + e * f, f);
-      if (!up_bias_.empty()) add_in_place(u, up_bias_.data() + e * f, f);
-      if (config_.activation == FfnActivation::SwigluClamped)
-        swiglu_clamped(g, u, h, f);
-      else if (config_.activation == FfnActivation::GeluTanh)
-        geglu(g, u, h, f);
-      else
-        swiglu(g, u, h, f);
+      expert_activation(config_.activation, g, u,
+                        gate_bias_.empty() ? nullptr : gate_bias_.data() + e * f,
+                        up_bias_.empty() ? nullptr : up_bias_.data() + e * f, h, f);
       if (round_down) round_through_q8(h, f, Q8Rounding::Divide);
     }
   }

@@ -36,6 +36,12 @@ struct ExpertRoute {
 // gating, top-k (descending, ties to the lower index), normalisation and scale of `moe`.
 void route_token(const ExpertConfig& moe, float* logits, int32_t* experts, float* weights);
 
+// One choice's hidden vector: gate and up (n values each, changed in place) get the expert's
+// biases where given (null: none), then out = act(gate, up) by `activation` (SwiGLU, gpt-oss's
+// clamped SwiGLU or GeGLU). MoeFfn and HostExperts both run it.
+void expert_activation(FfnActivation activation, float* gate, float* up, const float* gate_bias,
+                       const float* up_bias, float* out, int64_t n);
+
 // The expert FFN of one layer: out[t] = Σ_k w_k · down_e(act(gate_e · x_t, up_e · x_t)) (+ the
 // shared expert) for the n_tokens normed inputs xn[t * n_embd ...], accumulated in f32 in top-k
 // order. routed_counts (n_expert entries, may be null) gains one per (token, chosen expert).

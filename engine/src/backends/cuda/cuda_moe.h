@@ -219,8 +219,8 @@ class CudaMoe {
                       int32_t threads);
   bool host_runs(int n_rows) const;
   // The staging launches' host fields and plan buffer, and run's weights the device's (the
-  // host's pairs at 0).
-  void host_stage(int n_rows, kernels::MoeStage& s, ExpertRun& run);
+  // host's pairs at 0); only where host_runs.
+  void host_stage(kernels::MoeStage& s, ExpertRun& run);
   void host_fork(int layer, int n_rows, const float* x_f32, cudaStream_t stream);
   void host_join(int n_rows, float* hidden, const kernels::KernelConfig& config,
                  cudaStream_t stream, uint64_t* launches);

@@ -25,17 +25,11 @@ namespace granule::cuda {
 
 namespace k = granule::kernels;
 
-namespace {
-
-
-}  // namespace
-
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
   int share = 0;     // of 256
   int min_rows = 1;  // runs of fewer rows stage every miss
-  int64_t n_embd = 0, n_used = 0, n_expert = 0;
   DeviceBuffer zero, gpu_weights, mask, y, ones, plan;
   PinnedBuffer ids_h, weights_h, mask_h, x_h, y_h;
   CudaStream side;
@@ -81,8 +75,9 @@ void CudaMoe::HostComputeDelete::operator()(HostCompute* h) const { delete h; }
 int CudaMoe::host_share() const { return host_compute_ ? host_compute_->share : 0; }
 
 bool CudaMoe::host_runs(int n_rows) const {
+  // (host_compute_ exists only where experts stream)
   return host_compute_ && host_compute_->share > 0 && n_rows >= host_compute_->min_rows &&
-         n_rows <= kHostMaxRows && !all_resident_;
+         n_rows <= kHostMaxRows;
 }
 
 uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int setting,
@@ -93,10 +88,11 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
     log->info("CUDA experts: the host does not compute streamed experts: {}", why);
     return 0;
   }
-  // The copies come out of the memory left once the pinned image is allocated.
-  const uint64_t copies = cpu::HostExperts::copy_bytes(w);
-  const uint64_t budget = cpu::expert_copy_budget(cpu::memory_available_bytes(),
-                                                  cpu::physical_memory_bytes(), 0);
+  // The copies (about the expert tensors' bytes, as the CPU backend's) come out of the memory left
+  // once the pinned image is allocated.
+  const uint64_t copies = cpu::plan_copies(w, 0, 0).expert_bytes;
+  const uint64_t budget =
+      cpu::expert_copy_budget(cpu::memory_available_bytes(), cpu::physical_memory_bytes(), 0);
   if (copies > budget) {
     log->warn(
         "CUDA experts: the host does not compute streamed experts: their int8 copies ({} MiB) "
@@ -111,9 +107,6 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                   : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   h->pool = std::make_unique<cpu::ThreadPool>(n_threads);
   h->experts = std::make_unique<cpu::HostExperts>(c, w, *h->pool);
-  h->n_embd = n_embd_;
-  h->n_used = n_used_;
-  h->n_expert = n_expert_;
   const size_t rows = static_cast<size_t>(std::min(max_rows_, kHostMaxRows));
   const size_t pairs = rows * static_cast<size_t>(n_used_);
   const size_t embd = static_cast<size_t>(n_embd_);
@@ -122,8 +115,7 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
   // zero bytes to zeros): the device's products read it, weighted by 0.
   h->zero = DeviceBuffer(memory_, MemoryCategory::WeightsStaging, slot_bytes_);
   check_cuda(cudaMemset(h->zero.get(), 0, slot_bytes_), "cudaMemset");
-  h->gpu_weights = ws(static_cast<size_t>(max_rows_) * static_cast<size_t>(n_used_) *
-                      sizeof(float));
+  h->gpu_weights = ws(pairs * sizeof(float));
   h->mask = ws(static_cast<size_t>(n_expert_));
   h->plan = ws((1 + static_cast<size_t>(k::kMoeMaxExperts)) * sizeof(int));
   h->y = ws(rows * embd * sizeof(float));
@@ -199,8 +191,7 @@ void CudaMoe::collect_host(MoeStats& out) {
   out.host_bytes += host_compute_->bytes.exchange(0);
 }
 
-void CudaMoe::host_stage(int n_rows, k::MoeStage& s, ExpertRun& run) {
-  if (!host_runs(n_rows)) return;
+void CudaMoe::host_stage(k::MoeStage& s, ExpertRun& run) {
   HostCompute& h = *host_compute_;
   s.host_share = h.share;
   s.host_max_pairs = kHostMaxPairs;
