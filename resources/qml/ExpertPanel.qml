@@ -102,7 +102,12 @@ PanelFrame {
         spacing: Theme.padding
         LegendItem { swatch: Theme.residentLayer; name: qsTr("VRAM") }
         LegendItem { swatch: Theme.mutedText; name: qsTr("host") }
-        LegendItem { swatch: Theme.pcieLine; name: qsTr("read over PCIe") }
+        // Misses the CPU computed are not read over PCIe: the cell cannot tell the two apart.
+        LegendItem {
+            swatch: Theme.pcieLine
+            name: panel.activity.cpuShare > 0 ? qsTr("PCIe or CPU")
+                                              : qsTr("read over PCIe")
+        }
     }
     RowLayout {
         Layout.fillWidth: true
