@@ -63,9 +63,10 @@ std::string HostRows::refusal(const ModelConfig& c, const WeightTable& w) {
     for (int m = 0; m < kMatrices; ++m)
       if (!layer_matrix(l, m)) return "a layer without one of the seven matrices";
   }
-  // The post kernel copies rows 16 bytes at a time.
-  if (c.n_embd % 4 != 0 || c.n_ff % 4 != 0 || (c.n_head * c.head_dim) % 4 != 0)
-    return "a width that is not a multiple of 4";
+  // The host quantises its inputs in blocks of 32 (and the post kernel copies 16 bytes at a
+  // time).
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0 || (c.n_head * c.head_dim) % 32 != 0)
+    return "a width that is not a multiple of 32";
   return "";
 }
 
@@ -151,7 +152,9 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
     for (const Part& p : l.parts) l.any |= p.split();
   }
   if (h->copy_bytes_ == 0) {
-    log->info("host rows off: the CPU's int8 kernels take none of the streamed matrices");
+    log->info(
+        "host rows off: at {}/256 no streamed matrix has a host part the CPU's int8 kernels take",
+        share);
     return nullptr;
   }
 
