@@ -5,6 +5,7 @@
 // the host's last rows: written for Q/K/V and h, added for O and down (which accumulate into
 // the residual). Everything is a kernel on the model's stream, so a decode graph holds it.
 #include <algorithm>
+#include <new>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_model.h"
@@ -30,6 +31,12 @@ void CudaModel::setup_host_rows(const BackendInit& init) {
                                   init.options.cpu_threads, h2d_bandwidth(memory_));
   } catch (const CapacityError&) {  // the channel's few device words did not fit
     logger("engine.cuda")->warn("host rows off: the budget has no room for the host's channel");
+    host_rows_.reset();
+  } catch (const std::bad_alloc&) {  // a speed-up, not a reason to fail the load
+    logger("engine.cuda")
+        ->warn(
+            "host rows off: host memory refused the int8 copies; every streamed byte crosses "
+            "PCIe");
     host_rows_.reset();
   }
   if (!host_rows_) return;

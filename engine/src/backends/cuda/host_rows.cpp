@@ -5,7 +5,9 @@
 #include "backends/cuda/host_rows.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include "backends/cpu/ops.h"
@@ -28,25 +30,66 @@ const TensorInfo* layer_matrix(const LayerWeights& l, int m) {
   return mats[m];
 }
 
-// Bytes/s the host's int8 product reads: the best of a few timed one-token products over
-// `copy` on the pool.
-double time_host_product(const cpu::Int8Weights& copy, int64_t cols, cpu::ThreadPool& pool) {
-  std::vector<float> x(static_cast<size_t>(cols));
+// The probe of the measured share reads at least this much, more than a server's last-level
+// cache (an H100 host's Xeon has up to ~100 MiB), so that it times host memory, as the split
+// passes read it, not the cache.
+constexpr uint64_t kProbeBytes = 256ull << 20;
+
+// One matrix copy to build: `rows` rows of `t` from row `first`.
+struct CopyTask {
+  const TensorInfo* t = nullptr;
+  int64_t first = 0, rows = 0;
+  std::unique_ptr<cpu::Int8Weights>* out = nullptr;
+};
+
+// Builds the copies on the pool (repacking is single-threaded per matrix; a split model has a
+// hundred or more). An allocation failure is rethrown here.
+void build_copies(std::vector<CopyTask>& tasks, cpu::ThreadPool& pool) {
+  std::atomic<bool> failed{false};
+  pool.parallel_for(static_cast<int64_t>(tasks.size()), [&](int64_t begin, int64_t end, int32_t) {
+    for (int64_t i = begin; i < end; ++i) {
+      CopyTask& task = tasks[static_cast<size_t>(i)];
+      const auto type = static_cast<TensorType>(task.t->ggml_type);
+      const int64_t cols = task.t->dims[0];
+      // GGUF rows are contiguous: rows from `first` on are a sub-tensor.
+      const uint8_t* from = task.t->data + task.first * static_cast<int64_t>(row_bytes(type, cols));
+      try {
+        *task.out = std::make_unique<cpu::Int8Weights>(type, from, task.rows, cols);
+      } catch (...) {  // (parallel_for's functions must not throw)
+        failed = true;
+      }
+    }
+  });
+  if (failed) throw std::bad_alloc();
+}
+
+// Bytes/s the host's int8 products read: the best of a few timed one-token passes over the
+// probes (one after the other, each on the whole pool, as a round runs).
+double time_host_products(const std::vector<std::unique_ptr<cpu::Int8Weights>>& probes,
+                          int64_t widest_cols, cpu::ThreadPool& pool) {
+  std::vector<float> x(static_cast<size_t>(widest_cols));
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 200) / 100.0f - 1;
-  std::vector<cpu::ActivationBlock> xq(static_cast<size_t>(cols / 32));
-  cpu::quantize_activations(x.data(), cols, xq.data());
-  std::vector<float> y(static_cast<size_t>(copy.rows()));
-  const int64_t chunks = (copy.rows() + kChunkRows - 1) / kChunkRows;
+  std::vector<cpu::ActivationBlock> xq(static_cast<size_t>(widest_cols / 32));
+  cpu::quantize_activations(x.data(), widest_cols, xq.data());
+  int64_t most_rows = 0;
+  uint64_t bytes = 0;
+  for (const auto& p : probes) {
+    most_rows = std::max(most_rows, p->rows());
+    bytes += p->packed_bytes();
+  }
+  std::vector<float> y(static_cast<size_t>(most_rows));
   double best = 0;
-  for (int rep = 0; rep < 4; ++rep) {  // the first one warms the caches and the pool up
+  for (int rep = 0; rep < 4; ++rep) {  // the first one wakes the pool up
     const auto start = Clock::now();
-    pool.parallel_for(chunks, [&](int64_t begin, int64_t end, int32_t) {
-      copy.matmul_rows(begin * kChunkRows, std::min(copy.rows(), end * kChunkRows), xq.data(), 1,
-                       y.data(), copy.rows());
-    });
+    for (const auto& p : probes) {
+      const int64_t chunks = (p->rows() + kChunkRows - 1) / kChunkRows;
+      pool.parallel_for(chunks, [&](int64_t begin, int64_t end, int32_t) {
+        p->matmul_rows(begin * kChunkRows, std::min(p->rows(), end * kChunkRows), xq.data(), 1,
+                       y.data(), p->rows());
+      });
+    }
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (rep > 0 && seconds > 0)
-      best = std::max(best, static_cast<double>(copy.packed_bytes()) / seconds);
+    if (rep > 0 && seconds > 0) best = std::max(best, static_cast<double>(bytes) / seconds);
   }
   return best;
 }
@@ -87,19 +130,30 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
                   : static_cast<int32_t>(std::max(2u, std::thread::hardware_concurrency()) - 1);
   h->pool_ = std::make_unique<cpu::ThreadPool>(n_threads);
 
-  // The share: given, or where the host's time meets PCIe's (a product over the first streamed
-  // layer's down projection, the largest of its matrices, against the measured link).
+  // The share: given, or where the host's time meets PCIe's (products over the streamed layers'
+  // feed-forward matrices, kProbeBytes of them, against the measured link).
   int share = std::min(setting, kHostRowShareUnits);
   if (setting < 0) {
-    double host_bytes_per_second = 0;
-    for (size_t i = 0; i < w.layers.size() && host_bytes_per_second == 0; ++i) {
+    std::vector<std::unique_ptr<cpu::Int8Weights>> probes;
+    std::vector<CopyTask> tasks;
+    uint64_t probe_bytes = 0;
+    int64_t widest = 0;
+    for (size_t i = 0; i < w.layers.size() && probe_bytes < kProbeBytes; ++i) {
       if (!streamer.streamed(i)) continue;
-      const TensorInfo* t = w.layers[i].w_down;
-      const auto type = static_cast<TensorType>(t->ggml_type);
-      if (!cpu::Int8Weights::supports(type, t->dims[0])) break;
-      const cpu::Int8Weights probe(type, t->data, t->rows(), t->dims[0]);
-      host_bytes_per_second = time_host_product(probe, t->dims[0], *h->pool_);
+      for (const TensorInfo* t : {w.layers[i].w_gate, w.layers[i].w_up, w.layers[i].w_down}) {
+        if (probe_bytes >= kProbeBytes) break;
+        if (!cpu::Int8Weights::supports(static_cast<TensorType>(t->ggml_type), t->dims[0]))
+          continue;
+        tasks.push_back({t, 0, t->rows(), nullptr});
+        probe_bytes += t->size_bytes;
+        widest = std::max(widest, t->dims[0]);
+      }
     }
+    probes.resize(tasks.size());
+    for (size_t i = 0; i < tasks.size(); ++i) tasks[i].out = &probes[i];
+    build_copies(tasks, *h->pool_);
+    const double host_bytes_per_second =
+        probes.empty() ? 0 : time_host_products(probes, widest, *h->pool_);
     if (pcie_bytes_per_second <= 0) pcie_bytes_per_second = 25e9;  // PCIe 4.0 x16, assumed
     share = host_row_share_for(pcie_bytes_per_second, host_bytes_per_second);
     log->info(
@@ -111,6 +165,7 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
   h->share_ = share;
 
   h->layers_.resize(w.layers.size());
+  std::vector<CopyTask> tasks;
   for (size_t i = 0; i < w.layers.size(); ++i) {
     if (!streamer.streamed(i)) continue;
     Layer& l = h->layers_[i];
@@ -126,31 +181,24 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
       const auto type = static_cast<TensorType>(t->ggml_type);
       if (!cpu::Int8Weights::supports(type, p.cols)) continue;
       p.first = host_row_begin(p.rows, share);
-      if (p.first >= p.rows) continue;
-      // GGUF rows are contiguous: the host's rows are a sub-tensor.
-      const int64_t gguf_row_bytes = static_cast<int64_t>(row_bytes(type, p.cols));
-      p.copy = std::make_unique<cpu::Int8Weights>(type, t->data + p.first * gguf_row_bytes,
-                                                  p.rows - p.first, p.cols);
-      h->copy_bytes_ += p.copy->packed_bytes();
-      h->host_bytes_per_pass_ += static_cast<uint64_t>(p.rows - p.first) * ml.row_bytes;
-      l.any = true;
     }
     // Gate and up answer one h: both split at one row or neither.
     Part& gate = l.parts[kGate];
     Part& up = l.parts[kUp];
-    if (gate.split() != up.split() || gate.first != up.first) {
-      for (Part* p : {&gate, &up}) {
-        if (!p->split()) continue;
-        h->copy_bytes_ -= p->copy->packed_bytes();
-        h->host_bytes_per_pass_ -= static_cast<uint64_t>(p->rows - p->first) *
-                                   l.device_row_bytes[static_cast<size_t>(p - l.parts.data())];
-        p->copy.reset();
-        p->first = p->rows;
-      }
+    if (gate.first != up.first) gate.first = up.first = gate.rows;
+    for (int m = 0; m < kMatrices; ++m) {
+      Part& p = l.parts[static_cast<size_t>(m)];
+      if (p.first >= p.rows) continue;
+      tasks.push_back({layer_matrix(w.layers[i], m), p.first, p.rows - p.first, &p.copy});
+      h->host_bytes_per_pass_ +=
+          static_cast<uint64_t>(p.rows - p.first) * l.device_row_bytes[static_cast<size_t>(m)];
+      l.any = true;
     }
-    l.any = false;
-    for (const Part& p : l.parts) l.any |= p.split();
   }
+  build_copies(tasks, *h->pool_);
+  for (const Layer& l : h->layers_)
+    for (const Part& p : l.parts)
+      if (p.copy) h->copy_bytes_ += p.copy->packed_bytes();
   if (h->copy_bytes_ == 0) {
     log->info(
         "host rows off: at {}/256 no streamed matrix has a host part the CPU's int8 kernels take",
