@@ -1,9 +1,19 @@
 // The split of a streamed layer's rows between the device and the host (memory/host_row_split.h):
-// the measured share balances the host's time against PCIe's, and the host's first row is a
-// whole granule of the device's rows.
+// the measured share balances the host's time against PCIe's, the host's first row is a whole
+// granule of the device's rows, and what a split pass copies of a layer's blob is exactly the
+// device layout of each matrix's first rows, in the split and the GGUF layouts.
 #include "memory/host_row_split.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "granule/gguf.h"
+#include "granule/testkit/synthetic_model.h"
+#include "memory/weight_layout.h"
+#include "support/temp_model.h"
 
 namespace granule {
 namespace {
@@ -66,6 +76,75 @@ TEST(HostRowBegin, ALargerShareNeverGivesTheDeviceMoreRows) {
       const int64_t begin = host_row_begin(rows, share);
       EXPECT_LE(begin, previous) << rows << " rows at " << share;
       previous = begin;
+    }
+  }
+}
+
+// Two layers of small-256's shapes (256 wide, ff 1024) in Q4_0 and Q4_K: every matrix has 256 or
+// more rows, so a share of 128 splits each at a whole granule.
+struct SmallModel {
+  explicit SmallModel(TensorType type) : file(spec(type), "host-row-split") {}
+  test::TempModel file;
+  std::unique_ptr<ModelFile> gguf = ModelFile::open(file.path);
+  ModelConfig config = ModelConfig::from_gguf(*gguf);
+  WeightTable weights = WeightTable::from_gguf(*gguf, config);
+
+  static SyntheticModelSpec spec(TensorType type) {
+    SyntheticModelSpec s = SyntheticModelSpec::preset("small-256");
+    s.n_layer = 2;
+    s.n_ff = 1024;
+    s.weight_type = type;
+    return s;
+  }
+};
+
+TEST(DeviceRowRanges, APrefixOfEachMatrixIsItsFirstRowsInTheDeviceLayout) {
+  for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_K}) {
+    const SmallModel m(type);
+    for (const bool split : {true, false}) {
+      const WeightLayout layout = weight_layout(m.config, m.weights, split);
+      const LayerWeightLayout& layer = layout.layers[1];
+      std::vector<uint8_t> blob(layer.bytes);
+      layer.write(blob.data());
+      std::array<int64_t, kDenseMatrices> first{};
+      for (size_t i = 0; i < first.size(); ++i)
+        first[i] = host_row_begin(layer.matrices[i].rows, 128);
+      const std::vector<BlobRange> ranges = device_row_ranges(layer, first);
+      ASSERT_EQ(ranges.size(), static_cast<size_t>(kDenseMatrices));
+      uint64_t copied = 0;
+      for (size_t i = 0; i < ranges.size(); ++i) {
+        const MatrixLayout& ml = layer.matrices[i];
+        const std::string what = std::string(split ? "split " : "GGUF ") +
+                                 std::to_string(static_cast<int>(type)) + " matrix " +
+                                 std::to_string(i);
+        ASSERT_EQ(split, ml.split) << what;  // both types have the split layout
+        ASSERT_GT(first[i], 0) << what;
+        ASSERT_LT(first[i], ml.rows) << what << ": the host takes part of every matrix";
+        EXPECT_EQ(ranges[i].offset, ml.offset) << what;
+        EXPECT_EQ(ranges[i].bytes, static_cast<uint64_t>(first[i] * ml.row_bytes)) << what;
+        EXPECT_LT(ranges[i].offset + ranges[i].bytes, ml.offset + ml.bytes) << what;
+        // The range holds the device layout of the GGUF's first rows alone: a matrix of those
+        // rows (a sub-tensor: GGUF rows are contiguous) writes the same bytes.
+        TensorInfo prefix = *ml.tensor;
+        prefix.dims = {ml.cols, first[i]};
+        prefix.size_bytes = static_cast<uint64_t>(first[i] * ml.gguf_row_bytes);
+        MatrixLayout head = ml;
+        head.tensor = &prefix;
+        head.rows = first[i];
+        head.bytes = split ? ranges[i].bytes : prefix.size_bytes;
+        std::vector<uint8_t> rows(head.bytes);
+        head.write(rows.data());
+        ASSERT_EQ(rows.size(), ranges[i].bytes) << what;
+        EXPECT_EQ(std::memcmp(rows.data(), blob.data() + ranges[i].offset, rows.size()), 0) << what;
+        copied += ranges[i].bytes;
+      }
+      EXPECT_LT(copied, layer.bytes);
+      // Every row on the device: the whole matrices.
+      std::array<int64_t, kDenseMatrices> all{};
+      for (size_t i = 0; i < all.size(); ++i) all[i] = layer.matrices[i].rows;
+      const std::vector<BlobRange> whole = device_row_ranges(layer, all);
+      for (size_t i = 0; i < whole.size(); ++i)
+        EXPECT_EQ(whole[i].bytes, layer.matrices[i].bytes) << "matrix " << i;
     }
   }
 }

@@ -4,8 +4,12 @@
 // Plain C++, header only: CPU tests check it without a GPU.
 #pragma once
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <vector>
+
+#include "memory/weight_layout.h"
 
 namespace granule {
 
@@ -36,6 +40,30 @@ inline int64_t host_row_begin(int64_t rows, int share, int64_t granule = kHostRo
                         static_cast<double>(kHostRowShareUnits);
   const int64_t begin = std::llround(device / static_cast<double>(granule)) * granule;
   return std::clamp<int64_t>(begin, 0, rows);
+}
+
+// A layer's dense products in the weight layout's order (LayerWeightLayout::matrices): wq, wk,
+// wv, wo, w_gate, w_up, w_down.
+constexpr int kDenseMatrices = 7;
+
+// Bytes [offset, offset + bytes) of a layer's blob.
+struct BlobRange {
+  uint64_t offset = 0, bytes = 0;
+};
+
+// What a split pass copies of a layer: per dense matrix, its first `first[m]` rows. Rows follow
+// each other in either layout (split rows or GGUF blocks), so a row prefix is one range from the
+// matrix's offset.
+inline std::vector<BlobRange> device_row_ranges(const LayerWeightLayout& layer,
+                                                const std::array<int64_t, kDenseMatrices>& first) {
+  std::vector<BlobRange> ranges;
+  for (size_t m = 0; m < static_cast<size_t>(kDenseMatrices); ++m) {
+    const MatrixLayout& ml = layer.matrices[m];
+    const int64_t rows = std::clamp<int64_t>(first[m], 0, ml.rows);
+    ranges.push_back(
+        {ml.offset, static_cast<uint64_t>(rows) * static_cast<uint64_t>(ml.row_bytes)});
+  }
+  return ranges;
 }
 
 }  // namespace granule

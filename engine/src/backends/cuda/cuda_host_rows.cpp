@@ -41,7 +41,8 @@ void CudaModel::setup_host_rows(const BackendInit& init) {
   }
   if (!host_rows_) return;
   for (size_t i = 0; i < layers_.size(); ++i)
-    if (host_rows_->splits(i)) streamer_->set_split_copies(i, host_rows_->device_ranges(i));
+    if (host_rows_->splits(i))
+      streamer_->set_split_copies(i, host_rows_->device_ranges(i, layout_.layers[i]));
 }
 
 bool CudaModel::splits_now(size_t layer) const {

@@ -151,10 +151,10 @@ class CudaMoe {
   // experts that few rows chose to the CPU, which computes them from its own copies while PCIe
   // carries the rest: the staging plan decides which (moe_stage.cuh), the graph forks after it to
   // a second stream that downloads the choices and input rows, runs the host's products in a
-  // host node and uploads their sum, and joins before the routed experts' output is complete. The setting at
-  // load: 0 none (every missed expert is staged: the same bits as all resident); 1..256 that
-  // share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows to
-  // kHostMaxRows rows (measured: a gain at 16 chats, a loss at batch 1).
+  // host node and uploads their sum, and joins before the routed experts' output is complete. The
+  // setting at load: 0 none (every missed expert is staged: the same bits as all resident); 1..256
+  // that share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows
+  // to kHostMaxRows rows (measured: a gain at 16 chats, a loss at batch 1).
   int host_share() const;
   // Whether the host holds the experts' copies (streaming, and they fit its memory).
   bool host_experts() const { return host_compute_ != nullptr; }

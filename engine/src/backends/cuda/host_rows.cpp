@@ -177,7 +177,6 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
       p.cols = ml.cols;
       p.first = p.rows;
       l.device_row_bytes[static_cast<size_t>(m)] = static_cast<uint64_t>(ml.row_bytes);
-      l.offset[static_cast<size_t>(m)] = ml.offset;
       const auto type = static_cast<TensorType>(t->ggml_type);
       if (!cpu::Int8Weights::supports(type, p.cols)) continue;
       p.first = host_row_begin(p.rows, share);
@@ -234,17 +233,12 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
 
 HostRows::~HostRows() { channel_.reset(); }  // stops the server before what it reads goes
 
-std::vector<WeightStreamer::CopyRange> HostRows::device_ranges(size_t layer) const {
-  std::vector<WeightStreamer::CopyRange> ranges;
-  if (!splits(layer)) return ranges;
-  const Layer& l = layers_[layer];
-  for (size_t m = 0; m < kMatrices; ++m) {
-    const Part& p = l.parts[m];
-    // The device's rows are the matrix's first ones (rows follow each other in either layout);
-    // the whole matrix where the host takes none.
-    ranges.push_back({l.offset[m], static_cast<uint64_t>(p.first) * l.device_row_bytes[m]});
-  }
-  return ranges;
+std::vector<BlobRange> HostRows::device_ranges(size_t layer,
+                                               const LayerWeightLayout& layout) const {
+  if (!splits(layer)) return {};
+  std::array<int64_t, kMatrices> first{};
+  for (size_t m = 0; m < kMatrices; ++m) first[m] = layers_[layer].parts[m].first;
+  return device_row_ranges(layout, first);
 }
 
 int64_t HostRows::answer_offset(size_t layer, int matrix, int rows) const {

@@ -26,7 +26,7 @@ class HostRows {
   // amortise a full copy over the batch and take the ordinary path).
   static constexpr int kMaxRows = 8;
   // A layer's seven products in the weight layout's order (LayerWeightLayout::matrices).
-  static constexpr int kMatrices = 7;
+  static constexpr int kMatrices = kDenseMatrices;
   enum Matrix { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
   // The four rounds of a split layer, each one post and one join: Q/K/V from the attention
   // norm, O from attention, gate/up (the host answers SwiGLU's h) from the FFN norm, down
@@ -62,9 +62,9 @@ class HostRows {
   const Part& part(size_t layer, int matrix) const {
     return layers_[layer].parts[static_cast<size_t>(matrix)];
   }
-  // The parts of a layer's blob the streamer copies on a split pass: each matrix's first rows
-  // (the whole matrix where the host takes none of it).
-  std::vector<WeightStreamer::CopyRange> device_ranges(size_t layer) const;
+  // The parts of a layer's blob (laid out as `layout`) the streamer copies on a split pass: each
+  // matrix's first rows (the whole matrix where the host takes none of it).
+  std::vector<BlobRange> device_ranges(size_t layer, const LayerWeightLayout& layout) const;
   // Where a matrix's answer starts in a round's result rows (floats), for `rows` rows.
   int64_t answer_offset(size_t layer, int matrix, int rows) const;
   HostChannel& channel() { return *channel_; }
@@ -83,7 +83,6 @@ class HostRows {
   struct Layer {
     std::array<Part, kMatrices> parts;
     std::array<uint64_t, kMatrices> device_row_bytes{};  // per matrix: bytes of one device row
-    std::array<uint64_t, kMatrices> offset{};            // per matrix: its offset in the blob
     bool any = false;
   };
   HostRows() = default;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backends/cuda/device_memory.h"
+#include "memory/host_row_split.h"
 #include "memory/memory_manager.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
@@ -24,10 +25,7 @@ namespace granule::cuda {
 
 class WeightStreamer {
  public:
-  // Bytes [offset, offset + bytes) of a layer's blob.
-  struct CopyRange {
-    uint64_t offset = 0, bytes = 0;
-  };
+  using CopyRange = BlobRange;  // bytes of a layer's blob (memory/host_row_split.h)
 
   // The layers of `layout` (which outlives the streamer), none placed until apply().
   WeightStreamer(MemoryManager& memory, const WeightLayout& layout);
