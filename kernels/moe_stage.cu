@@ -1,3 +1,4 @@
+#include <algorithm>
 // Staging of streamed experts (moe_stage.cuh): the plan (which chosen experts are not resident,
 // which of them the host computes, and the staged ones' slots) and the host -> VRAM copy, in one
 // launch or in two.
@@ -100,11 +101,40 @@ __device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, i
                                     : s.table[i];
   }
   if (s.host_share > 0) {
+    // The host's inputs, written over PCIe into mapped host memory (posted writes; visible to the
+    // host node, which runs after this kernel completes).
     for (int e = threadIdx.x; e < n_expert; e += kStageThreads)
       s.host_mask[e] = slot_of[e] == kHostSlot;
     for (int p = threadIdx.x; p < pairs; p += kStageThreads) {
       const int e = ids[p];
-      s.gpu_weights[p] = e >= 0 && e < n_expert && slot_of[e] == kHostSlot ? 0.0f : s.weights[p];
+      const float w = s.weights[p];
+      s.gpu_weights[p] = e >= 0 && e < n_expert && slot_of[e] == kHostSlot ? 0.0f : w;
+      s.host_ids[p] = e;
+      s.host_weights[p] = w;
+    }
+    const auto* x4 = reinterpret_cast<const float4*>(s.x);
+    auto* host_x4 = reinterpret_cast<float4*>(s.host_x);
+    for (int i = threadIdx.x; i < s.x_floats / 4; i += kStageThreads) host_x4[i] = x4[i];
+    __threadfence_system();
+    if (s.host_request) {
+      bool mine = false;
+      for (int e = threadIdx.x; e < n_expert; e += kStageThreads) mine |= slot_of[e] == kHostSlot;
+      const bool any = __syncthreads_or(mine);
+      if (threadIdx.x == 0) {
+        unsigned int seq = 0;
+        if (any) {
+          seq = s.host_state[0] + 1;
+          if (seq == 0) seq = 1;
+          s.host_state[0] = seq;
+          volatile unsigned int* r = s.host_request;
+          r[1] = static_cast<unsigned int>(s.host_layer);
+          r[2] = static_cast<unsigned int>(s.host_rows);
+          __threadfence_system();
+          r[0] = seq;
+          __threadfence_system();
+        }
+        s.host_state[1] = seq;
+      }
     }
   }
   if (threadIdx.x == 0 && s.copied && n > 0)
@@ -175,6 +205,45 @@ __global__ void __launch_bounds__(kStageThreads) moe_stage_copy_kernel(MoeStage 
   stage_copy(s, n, expert_at);
 }
 
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+constexpr int kJoinThreads = 256;
+
+__global__ void __launch_bounds__(kJoinThreads)
+    moe_host_join_kernel(const unsigned int* state, const unsigned int* done, const float* y, int n,
+                         float* hidden, unsigned int* failed) {
+  __shared__ int go;
+  wait_for_previous_kernel();
+  if (threadIdx.x == 0) {
+    const unsigned int want = state[1];
+    int ok = 0;
+    if (want != 0) {
+      const volatile unsigned int* d = done;
+      const uint64_t t0 = global_ns();
+      for (;;) {
+        if (d[0] == want) {
+          ok = 1;
+          break;
+        }
+        if (global_ns() - t0 > 2000000000ull) {
+          *reinterpret_cast<volatile unsigned int*>(failed) = 1u;
+          break;
+        }
+      }
+      __threadfence_system();
+    }
+    go = ok;
+  }
+  __syncthreads();
+  if (!go) return;
+  for (int i = blockIdx.x * kJoinThreads + threadIdx.x; i < n; i += gridDim.x * kJoinThreads)
+    hidden[i] += __ldcv(y + i);
+}
+
 // The copy's arguments (and the plan's, with valid()).
 bool valid_copy(const MoeStage& stage) {
   return stage.table && stage.step && stage.staging && stage.capacity >= 0 &&
@@ -187,11 +256,22 @@ bool valid_copy(const MoeStage& stage) {
 
 bool valid(int pairs, int n_expert, const int32_t* ids, const MoeStage& stage) {
   return valid_copy(stage) && pairs >= 0 && n_expert > 0 && n_expert <= kMoeMaxExperts && ids &&
-         (stage.host_share == 0 || (stage.host_max_pairs >= 1 && stage.zero && stage.host_mask &&
-                                    stage.weights && stage.gpu_weights));
+         (stage.host_share == 0 ||
+          (stage.host_max_pairs >= 1 && stage.zero && stage.weights && stage.gpu_weights &&
+           stage.host_mask && stage.host_ids && stage.host_weights && stage.x_floats >= 0 &&
+           stage.x_floats % 4 == 0 && (stage.x_floats == 0 || (stage.x && stage.host_x))));
 }
 
 }  // namespace
+
+cudaError_t launch_moe_host_join(const unsigned int* state, const unsigned int* done,
+                                 const float* y, int n, float* hidden, unsigned int* failed,
+                                 const KernelConfig& config, cudaStream_t stream) {
+  if (!state || !done || !y || !hidden || !failed || n <= 0) return cudaErrorInvalidValue;
+  const int blocks = std::min((n + kJoinThreads * 4 - 1) / (kJoinThreads * 4), 64);
+  return launch_status(launch_early(moe_host_join_kernel, dim3(blocks), dim3(kJoinThreads), config,
+                                    stream, state, done, y, n, hidden, failed));
+}
 
 cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
                              const KernelConfig& config, cudaStream_t stream) {

@@ -33,15 +33,29 @@ struct MoeStage {
   // most host_max_pairs pairs chose (the candidates), host_share / 256 are left to the host:
   // the r-th candidate in expert order where (r + 1) * host_share / 256 > r * host_share / 256
   // (spread evenly). They are not staged; their step entries point at `zero` (a slot of zero
-  // bytes, laid out as a staging slot), host_mask[e] is 1 for them and 0 for every other expert,
-  // and gpu_weights gets `weights` with their pairs' weights 0, so that the device's products
-  // add nothing for them. host_share 0: none, and the four pointers are not read.
+  // bytes, laid out as a staging slot) and gpu_weights gets `weights` with their pairs' weights
+  // 0, so that the device's products add nothing for them; and the host's inputs are written to
+  // mapped host memory: host_mask[e] 1 for them and 0 for every other expert, host_ids and
+  // host_weights the pairs' ids and weights, host_x the x_floats values at x (the experts' input
+  // rows). host_share 0: none, and none of these is read.
   int host_share = 0;  // 0 .. 256
   int host_max_pairs = 0;
   const uint8_t* zero = nullptr;
-  uint8_t* host_mask = nullptr;  // [n_expert]
   const float* weights = nullptr;
-  float* gpu_weights = nullptr;  // [pairs]
+  float* gpu_weights = nullptr;   // [pairs]
+  uint8_t* host_mask = nullptr;   // mapped: [n_expert]
+  int32_t* host_ids = nullptr;    // mapped: [pairs]
+  float* host_weights = nullptr;  // mapped: [pairs]
+  const float* x = nullptr;
+  float* host_x = nullptr;  // mapped: [x_floats]
+  int x_floats = 0;         // a multiple of 4
+  // The host's request (a spin channel, no host node): where the plan chose host experts, it
+  // bumps host_state[0] (device), copies it to host_state[1] (the sequence the join waits for; 0
+  // when the host has nothing this layer), and posts {seq, host_layer, rows} into host_request
+  // (mapped, seq last). Null: no request (the kernel test).
+  unsigned int* host_request = nullptr;  // mapped: [4]
+  unsigned int* host_state = nullptr;    // device: [2]
+  int host_layer = 0, host_rows = 0;
   // The split launches' plan: [0] the experts staged, [1 + slot] each one's expert (1 +
   // capacity ints, device memory).
   int* plan = nullptr;
@@ -58,8 +72,8 @@ struct MoeStage {
 // every argument are fixed.
 cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
                              const KernelConfig& config, cudaStream_t stream);
-// The same in two launches, so that work can be queued between the plan and the copy (the host
-// compute's fork: its mask and weights are written by the plan): one block works out the plan
+// The same in two launches, so that the host compute's request (written by the plan, with its
+// mask and weights) is posted before the copy grid fills the device: one block works out the plan
 // and writes the step table, mask, weights, counter and stage.plan; then the grid copies the
 // experts stage.plan names.
 cudaError_t launch_moe_stage_plan(const int32_t* ids, int pairs, int n_expert,
@@ -67,5 +81,11 @@ cudaError_t launch_moe_stage_plan(const int32_t* ids, int pairs, int n_expert,
                                   cudaStream_t stream);
 cudaError_t launch_moe_stage_copy(const MoeStage& stage, const KernelConfig& config,
                                   cudaStream_t stream);
+
+// hidden[0 .. n) += y once the host posted done[0] == state[1] (nothing when state[1] is 0): one
+// thread of each block polls the mapped word; after 2 s it gives up, sets done[1] and adds nothing.
+cudaError_t launch_moe_host_join(const unsigned int* state, const unsigned int* done,
+                                 const float* y, int n, float* hidden, unsigned int* failed,
+                                 const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

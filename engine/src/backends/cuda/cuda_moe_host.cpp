@@ -1,16 +1,18 @@
 // CudaMoe's host compute of streamed experts (issue 36; cuda_moe.h's host_share()): the CPU
 // computes part of a decode step's missed experts from its own int8 copies
 // (cpu/host_experts.h) while PCIe carries the rest, so that a step's missed experts cost the
-// time of the slower of the two rather than of the link alone. Inside the captured graph: after
-// a layer's staging launch (which chose the host's experts, moe_stage.cuh) the model's stream
-// forks to a second one that downloads the choices, the host's mask and the input rows, runs the
-// host's products in a host node, uploads their sum and records an event; the model's stream
-// runs the device's products meanwhile, waits for the event and adds the sum into the residual.
-// One set of buffers serves every layer: a layer's fork comes after the previous layer's join.
+// time of the slower of the two rather than of the link alone. Inside the captured graph, with
+// no host node and no second stream: a layer's staging plan (moe_stage.cuh) chooses the host's
+// experts, writes the choices, the host's mask and the input rows into mapped host memory and
+// posts a request there; a server thread of the host, spinning while steps come, computes them
+// into mapped memory and posts the request's sequence back; the model's stream meanwhile copies
+// the rest and runs the device's products, then a join kernel waits for that sequence and adds
+// the host's sum into the residual. One set of buffers serves every layer: a layer's request
+// comes after the previous layer's join.
 #include <algorithm>
 #include <atomic>
-#include <deque>
-#include <map>
+#include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "backends/cpu/fast_matmul.h"
@@ -25,50 +27,78 @@ namespace granule::cuda {
 
 namespace k = granule::kernels;
 
+namespace {
+
+// The device's address of mapped pinned memory (the host's, under unified addressing).
+template <class T = void>
+T* mapped(const PinnedBuffer& b) {
+  void* device = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device, b.as<void>(), 0), "cudaHostGetDevicePointer");
+  return static_cast<T*>(device);
+}
+
+}  // namespace
+
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
   int share = 0;     // of 256
   int min_rows = 1;  // runs of fewer rows stage every miss
-  DeviceBuffer zero, gpu_weights, mask, y, ones, plan;
-  PinnedBuffer ids_h, weights_h, mask_h, x_h, y_h;
-  CudaStream side;
-  CudaEvent fork, join;
-  struct Task {
-    HostCompute* self = nullptr;
-    int layer = 0, n_rows = 0;
-  };
-  std::deque<Task> tasks;  // the host nodes' arguments: addresses stable while graphs hold them
-  std::map<std::pair<int, int>, Task*> task_of;
+  DeviceBuffer zero, gpu_weights, plan, state;
+  PinnedBuffer ids_h, weights_h, mask_h, x_h, y_h, request_h, done_h;
+  std::thread server;
+  std::atomic<bool> stop{false};
   std::atomic<uint64_t> choices{0}, bytes{0};
   std::atomic<bool> failed{false};
+  size_t y_floats = 0;
 
-  Task* task(int layer, int n_rows) {
-    Task*& t = task_of[{layer, n_rows}];
-    if (!t) t = &tasks.emplace_back(Task{this, layer, n_rows});
-    return t;
+  ~HostCompute() {
+    stop = true;
+    if (server.joinable()) server.join();
+  }
+
+  // The host's side of the channel: waits for the plan's request (spinning while steps come,
+  // napping when idle), computes the layer's host experts into y and posts the sequence.
+  void serve() {
+    const volatile uint32_t* request = request_h.as<uint32_t>();
+    volatile uint32_t* done = done_h.as<uint32_t>();
+    uint32_t last = 0;
+    auto last_work = std::chrono::steady_clock::now();
+    uint32_t polls = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const uint32_t seq = request[0];
+      if (seq == last) {
+        if (++polls % 64 != 0) {
+          __builtin_ia32_pause();
+          continue;
+        }
+        const auto idle = std::chrono::steady_clock::now() - last_work;
+        if (idle > std::chrono::seconds(2))
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        else if (idle > std::chrono::milliseconds(50))
+          std::this_thread::sleep_for(std::chrono::microseconds(200));
+        continue;
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      last = seq;
+      const int layer = static_cast<int>(request[1]);
+      const int n_rows = static_cast<int>(request[2]);
+      try {
+        const cpu::HostExperts::Work w =
+            experts->run(layer, n_rows, x_h.as<float>(), ids_h.as<int32_t>(), weights_h.as<float>(),
+                         mask_h.as<uint8_t>(), y_h.as<float>(), *pool);
+        choices += static_cast<uint64_t>(w.pairs);
+        bytes += static_cast<uint64_t>(w.experts) * experts->expert_bytes(layer);
+      } catch (...) {
+        failed = true;
+        std::fill_n(y_h.as<float>(), y_floats, 0.0f);
+      }
+      std::atomic_thread_fence(std::memory_order_release);
+      done[0] = seq;
+      last_work = std::chrono::steady_clock::now();
+    }
   }
 };
-
-namespace {
-
-// The host node: the layer's host choices from the downloaded ids, weights and mask. Runs on the
-// CUDA driver's thread; makes no CUDA call and throws nothing.
-void CUDART_CB run_host_task(void* data) {
-  auto* t = static_cast<CudaMoe::HostCompute::Task*>(data);
-  CudaMoe::HostCompute& h = *t->self;
-  try {
-    const cpu::HostExperts::Work w =
-        h.experts->run(t->layer, t->n_rows, h.x_h.as<float>(), h.ids_h.as<int32_t>(),
-                       h.weights_h.as<float>(), h.mask_h.as<uint8_t>(), h.y_h.as<float>(), *h.pool);
-    h.choices += static_cast<uint64_t>(w.pairs);
-    h.bytes += static_cast<uint64_t>(w.experts) * h.experts->expert_bytes(t->layer);
-  } catch (...) {
-    h.failed = true;
-  }
-}
-
-}  // namespace
 
 void CudaMoe::HostComputeDelete::operator()(HostCompute* h) const { delete h; }
 
@@ -84,6 +114,7 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                              int32_t threads) {
   auto log = logger("engine.cuda");
   if (all_resident_ || setting == 0) return 0;
+  if (n_embd_ % 4 != 0) return 0;  // the plan kernel copies the input rows 16 bytes at a time
   if (const std::string why = cpu::HostExperts::refusal(c, w); !why.empty()) {
     log->info("CUDA experts: the host does not compute streamed experts: {}", why);
     return 0;
@@ -116,13 +147,14 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
   h->zero = DeviceBuffer(memory_, MemoryCategory::WeightsStaging, slot_bytes_);
   check_cuda(cudaMemset(h->zero.get(), 0, slot_bytes_), "cudaMemset");
   h->gpu_weights = ws(pairs * sizeof(float));
-  h->mask = ws(static_cast<size_t>(n_expert_));
   h->plan = ws((1 + static_cast<size_t>(k::kMoeMaxExperts)) * sizeof(int));
-  h->y = ws(rows * embd * sizeof(float));
-  h->ones = ws(rows * sizeof(float));
-  const std::vector<float> ones(rows, 1.0f);
-  check_cuda(cudaMemcpy(h->ones.get(), ones.data(), h->ones.bytes(), cudaMemcpyHostToDevice),
-             "uploading the host experts' weights");
+  h->state = ws(2 * sizeof(uint32_t));
+  check_cuda(cudaMemset(h->state.get(), 0, h->state.bytes()), "cudaMemset");
+  h->request_h = PinnedBuffer(64);
+  h->done_h = PinnedBuffer(64);
+  std::memset(h->request_h.as<uint8_t>(), 0, 64);
+  std::memset(h->done_h.as<uint8_t>(), 0, 64);
+  h->y_floats = rows * embd;
   h->ids_h = PinnedBuffer(pairs * sizeof(int32_t));
   h->weights_h = PinnedBuffer(pairs * sizeof(float));
   h->mask_h = PinnedBuffer(static_cast<size_t>(n_expert_));
@@ -138,51 +170,21 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
       "CUDA experts: {} MiB of int8 expert copies on the host, {} threads; it computes {}/256 of "
       "the missed experts in runs of {} to {} rows",
       h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows);
-  const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->mask.bytes() +
-                          h->y.bytes() + h->ones.bytes() + h->plan.bytes();
+  const uint64_t device =
+      h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes() + h->state.bytes();
+  h->server = std::thread([p = h.get()] { p->serve(); });
   host_compute_ = std::move(h);
   return device;
-}
-
-void CudaMoe::host_fork(int layer, int n_rows, const float* x_f32, cudaStream_t stream) {
-  HostCompute& h = *host_compute_;
-  if (h.failed) throw DeviceError("CUDA experts: the host's expert products failed");
-  const cudaStream_t side = h.side.get();
-  const size_t pairs = static_cast<size_t>(n_rows) * static_cast<size_t>(n_used_);
-  const size_t row_bytes = static_cast<size_t>(n_embd_) * sizeof(float);
-  check_cuda(cudaEventRecord(h.fork.get(), stream), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(side, h.fork.get(), 0), "cudaStreamWaitEvent");
-  check_cuda(cudaMemcpyAsync(h.ids_h.as<int32_t>(), ids_.get(), pairs * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the expert choices");
-  check_cuda(cudaMemcpyAsync(h.weights_h.as<float>(), weights_.get(), pairs * sizeof(float),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the expert weights");
-  check_cuda(cudaMemcpyAsync(h.mask_h.as<uint8_t>(), h.mask.get(), static_cast<size_t>(n_expert_),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the host's experts");
-  check_cuda(cudaMemcpyAsync(h.x_h.as<float>(), x_f32, static_cast<size_t>(n_rows) * row_bytes,
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the experts' input");
-  check_cuda(cudaLaunchHostFunc(side, run_host_task, h.task(layer, n_rows)),
-             "cudaLaunchHostFunc (the host's experts)");
-  check_cuda(cudaMemcpyAsync(h.y.get(), h.y_h.as<float>(), static_cast<size_t>(n_rows) * row_bytes,
-                             cudaMemcpyHostToDevice, side),
-             "uploading the host's expert sum");
-  check_cuda(cudaEventRecord(h.join.get(), side), "cudaEventRecord");
 }
 
 void CudaMoe::host_join(int n_rows, float* hidden, const k::KernelConfig& config,
                         cudaStream_t stream, uint64_t* launches) {
   HostCompute& h = *host_compute_;
-  check_cuda(cudaStreamWaitEvent(stream, h.join.get(), 0), "cudaStreamWaitEvent");
-  // hidden += the host's sum: a combine of one choice per row, weight 1; launched plainly (its
-  // dependencies include the upload, not only the kernel before it).
-  k::KernelConfig plain = config;
-  plain.early_launch = false;
-  LaunchCheck{launches}(k::launch_moe_combine(h.y.as<float>(), h.ones.as<float>(), n_rows, 1,
-                                              static_cast<int>(n_embd_), hidden, plain, stream),
-                        "moe_combine (host experts)");
+  LaunchCheck{launches}(
+      k::launch_moe_host_join(h.state.as<unsigned int>(), mapped<unsigned int>(h.done_h),
+                              mapped<const float>(h.y_h), n_rows * static_cast<int>(n_embd_),
+                              hidden, mapped<unsigned int>(h.done_h) + 1, config, stream),
+      "moe_host_join");
 }
 
 void CudaMoe::collect_host(MoeStats& out) {
@@ -191,14 +193,26 @@ void CudaMoe::collect_host(MoeStats& out) {
   out.host_bytes += host_compute_->bytes.exchange(0);
 }
 
-void CudaMoe::host_stage(k::MoeStage& s, ExpertRun& run) {
+void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage& s,
+                         ExpertRun& run) {
   HostCompute& h = *host_compute_;
+  if (h.failed || h.done_h.as<uint32_t>()[1] != 0)
+    throw DeviceError("CUDA experts: the host's expert products failed");
+  s.host_request = mapped<unsigned int>(h.request_h);
+  s.host_state = h.state.as<unsigned int>();
+  s.host_layer = layer;
+  s.host_rows = n_rows;
   s.host_share = h.share;
   s.host_max_pairs = kHostMaxPairs;
   s.zero = h.zero.as<uint8_t>();
-  s.host_mask = h.mask.as<uint8_t>();
   s.weights = run.weights;
   s.gpu_weights = h.gpu_weights.as<float>();
+  s.host_mask = mapped<uint8_t>(h.mask_h);
+  s.host_ids = mapped<int32_t>(h.ids_h);
+  s.host_weights = mapped<float>(h.weights_h);
+  s.x = x_f32;
+  s.host_x = mapped<float>(h.x_h);
+  s.x_floats = n_rows * static_cast<int>(n_embd_);
   s.plan = h.plan.as<int>();
   run.weights = s.gpu_weights;  // the host's pairs weighted 0 on the device
 }
