@@ -1,7 +1,8 @@
-#include <algorithm>
 // Staging of streamed experts (moe_stage.cuh): the plan (which chosen experts are not resident,
 // which of them the host computes, and the staged ones' slots) and the host -> VRAM copy, in one
 // launch or in two.
+#include <algorithm>
+
 #include "common.cuh"
 #include "moe.cuh"
 #include "moe_stage.cuh"
@@ -101,8 +102,8 @@ __device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, i
                                     : s.table[i];
   }
   if (s.host_share > 0) {
-    // The host's inputs, written over PCIe into mapped host memory (posted writes; visible to the
-    // host node, which runs after this kernel completes).
+    // The host's inputs, written over PCIe into mapped host memory (posted writes, fenced before
+    // the request that tells the host's server to read them).
     for (int e = threadIdx.x; e < n_expert; e += kStageThreads)
       s.host_mask[e] = slot_of[e] == kHostSlot;
     for (int p = threadIdx.x; p < pairs; p += kStageThreads) {
