@@ -1,8 +1,6 @@
 // Staging of streamed experts (moe_stage.cuh): the plan (which chosen experts are not resident,
 // which of them the host computes, and the staged ones' slots) and the host -> VRAM copy, in one
 // launch or in two.
-#include <algorithm>
-
 #include "common.cuh"
 #include "moe.cuh"
 #include "moe_stage.cuh"
@@ -117,24 +115,24 @@ __device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, i
     auto* host_x4 = reinterpret_cast<float4*>(s.host_x);
     for (int i = threadIdx.x; i < s.x_floats / 4; i += kStageThreads) host_x4[i] = x4[i];
     __threadfence_system();
-    if (s.host_request) {
+    if (s.host_words.request) {
       bool mine = false;
       for (int e = threadIdx.x; e < n_expert; e += kStageThreads) mine |= slot_of[e] == kHostSlot;
       const bool any = __syncthreads_or(mine);
       if (threadIdx.x == 0) {
         unsigned int seq = 0;
         if (any) {
-          seq = s.host_state[0] + 1;
+          seq = s.host_words.state[0] + 1;
           if (seq == 0) seq = 1;
-          s.host_state[0] = seq;
-          volatile unsigned int* r = s.host_request;
+          s.host_words.state[0] = seq;
+          volatile unsigned int* r = s.host_words.request;
           r[1] = static_cast<unsigned int>(s.host_layer);
           r[2] = static_cast<unsigned int>(s.host_rows);
           __threadfence_system();
           r[0] = seq;
           __threadfence_system();
         }
-        s.host_state[1] = seq;
+        s.host_words.state[1] = seq;
       }
     }
   }
@@ -206,45 +204,6 @@ __global__ void __launch_bounds__(kStageThreads) moe_stage_copy_kernel(MoeStage 
   stage_copy(s, n, expert_at);
 }
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-constexpr int kJoinThreads = 256;
-
-__global__ void __launch_bounds__(kJoinThreads)
-    moe_host_join_kernel(const unsigned int* state, const unsigned int* done, const float* y, int n,
-                         float* hidden, unsigned int* failed) {
-  __shared__ int go;
-  wait_for_previous_kernel();
-  if (threadIdx.x == 0) {
-    const unsigned int want = state[1];
-    int ok = 0;
-    if (want != 0) {
-      const volatile unsigned int* d = done;
-      const uint64_t t0 = global_ns();
-      for (;;) {
-        if (d[0] == want) {
-          ok = 1;
-          break;
-        }
-        if (global_ns() - t0 > 2000000000ull) {
-          *reinterpret_cast<volatile unsigned int*>(failed) = 1u;
-          break;
-        }
-      }
-      __threadfence_system();
-    }
-    go = ok;
-  }
-  __syncthreads();
-  if (!go) return;
-  for (int i = blockIdx.x * kJoinThreads + threadIdx.x; i < n; i += gridDim.x * kJoinThreads)
-    hidden[i] += __ldcv(y + i);
-}
-
 // The copy's arguments (and the plan's, with valid()).
 bool valid_copy(const MoeStage& stage) {
   return stage.table && stage.step && stage.staging && stage.capacity >= 0 &&
@@ -264,15 +223,6 @@ bool valid(int pairs, int n_expert, const int32_t* ids, const MoeStage& stage) {
 }
 
 }  // namespace
-
-cudaError_t launch_moe_host_join(const unsigned int* state, const unsigned int* done,
-                                 const float* y, int n, float* hidden, unsigned int* failed,
-                                 const KernelConfig& config, cudaStream_t stream) {
-  if (!state || !done || !y || !hidden || !failed || n <= 0) return cudaErrorInvalidValue;
-  const int blocks = std::min((n + kJoinThreads * 4 - 1) / (kJoinThreads * 4), 64);
-  return launch_status(launch_early(moe_host_join_kernel, dim3(blocks), dim3(kJoinThreads), config,
-                                    stream, state, done, y, n, hidden, failed));
-}
 
 cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
                              const KernelConfig& config, cudaStream_t stream) {

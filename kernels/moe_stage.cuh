@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "host_channel.cuh"
 #include "kernel_config.h"
 
 namespace granule::kernels {
@@ -49,12 +50,11 @@ struct MoeStage {
   const float* x = nullptr;
   float* host_x = nullptr;  // mapped: [x_floats]
   int x_floats = 0;         // a multiple of 4
-  // The host's request (a spin channel, no host node): where the plan chose host experts, it
-  // bumps host_state[0] (device), copies it to host_state[1] (the sequence the join waits for; 0
-  // when the host has nothing this layer), and posts {seq, host_layer, rows} into host_request
-  // (mapped, seq last). Null: no request (the kernel test).
-  unsigned int* host_request = nullptr;  // mapped: [4]
-  unsigned int* host_state = nullptr;    // device: [2]
+  // The host's request (host_channel.cuh's words; no host node): where the plan chose host
+  // experts, it posts {seq, host_layer, host_rows} as launch_host_post does, so that
+  // launch_host_join waits for the host's sum; where it chose none, the join waits for nothing.
+  // host_words.request null: no request (the kernel test).
+  HostChannelWords host_words;
   int host_layer = 0, host_rows = 0;
   // The split launches' plan: [0] the experts staged, [1 + slot] each one's expert (1 +
   // capacity ints, device memory).
@@ -81,11 +81,5 @@ cudaError_t launch_moe_stage_plan(const int32_t* ids, int pairs, int n_expert,
                                   cudaStream_t stream);
 cudaError_t launch_moe_stage_copy(const MoeStage& stage, const KernelConfig& config,
                                   cudaStream_t stream);
-
-// hidden[0 .. n) += y once the host posted done[0] == state[1] (nothing when state[1] is 0): one
-// thread of each block polls the mapped word; after 2 s it gives up, sets done[1] and adds nothing.
-cudaError_t launch_moe_host_join(const unsigned int* state, const unsigned int* done,
-                                 const float* y, int n, float* hidden, unsigned int* failed,
-                                 const KernelConfig& config, cudaStream_t stream);
 
 }  // namespace granule::kernels

@@ -56,6 +56,7 @@ uint64_t CudaModel::streamed_bytes_for(int n_rows) const {
 
 void CudaModel::check_host_rows() const {
   if (host_rows_) host_rows_->channel().check();
+  if (moe_) moe_->check_host();
 }
 
 void CudaModel::host_rows_round(int layer, uint32_t round, const DeviceMatrix* mats, const int* ids,

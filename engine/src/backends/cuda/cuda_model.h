@@ -149,8 +149,10 @@ class CudaModel {
   const HostRows* host_rows() const { return host_rows_.get(); }
   // Host-to-device bytes a run of n_rows copies (a split pass copies less, host_rows.h).
   uint64_t streamed_bytes_for(int n_rows) const;
-  // Throws DeviceError when the host's part of a split pass failed (a device-side wait gave
-  // up, or a host job threw): that step's results are wrong. Call after a step completed.
+
+  // Throws DeviceError when the host's part of a step (a split pass's rows, or a mixture's
+  // streamed experts) failed: a device-side wait gave up, or a host job threw; that step's
+  // results are wrong. Call after a step completed.
   void check_host_rows() const;
   // The placement input for a budget, with the ledger's workspace and `kv_bytes` of KV kept
   // free, at most max_resident layers resident (-1: no cap).

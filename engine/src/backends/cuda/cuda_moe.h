@@ -159,6 +159,9 @@ class CudaMoe {
   int host_share() const;
   // Whether the host holds the experts' copies (streaming, and they fit its memory).
   bool host_experts() const { return host_compute_ != nullptr; }
+  // Throws DeviceError when the host's part of a step failed or a join gave up waiting for it
+  // (host_channel.h); the backend checks after every step.
+  void check_host() const;
   static constexpr int kHostMaxRows = 64;
   static constexpr int kHostAutoMinRows = 8;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the

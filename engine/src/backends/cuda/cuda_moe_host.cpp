@@ -4,15 +4,13 @@
 // time of the slower of the two rather than of the link alone. Inside the captured graph, with
 // no host node and no second stream: a layer's staging plan (moe_stage.cuh) chooses the host's
 // experts, writes the choices, the host's mask and the input rows into mapped host memory and
-// posts a request there; a server thread of the host, spinning while steps come, computes them
-// into mapped memory and posts the request's sequence back; the model's stream meanwhile copies
-// the rest and runs the device's products, then a join kernel waits for that sequence and adds
-// the host's sum into the residual. One set of buffers serves every layer: a layer's request
+// posts a request on a host channel (host_channel.h); its server thread, spinning while steps
+// come, computes them into mapped memory and answers; the model's stream meanwhile copies the
+// rest and runs the device's products, then the channel's join kernel waits for the answer and
+// adds the host's sum into the residual. One set of buffers serves every layer: a layer's request
 // comes after the previous layer's join.
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "backends/cpu/fast_matmul.h"
@@ -20,6 +18,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_moe.h"
+#include "backends/cuda/host_channel.h"
 #include "granule/log.h"
 #include "moe_stage.cuh"
 
@@ -44,63 +43,27 @@ struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::HostExperts> experts;
   int share = 0;     // of 256
   int min_rows = 1;  // runs of fewer rows stage every miss
-  DeviceBuffer zero, gpu_weights, plan, state;
-  PinnedBuffer ids_h, weights_h, mask_h, x_h, y_h, request_h, done_h;
-  std::thread server;
-  std::atomic<bool> stop{false};
+  DeviceBuffer zero, gpu_weights, plan;
+  PinnedBuffer ids_h, weights_h, mask_h;
   std::atomic<uint64_t> choices{0}, bytes{0};
-  std::atomic<bool> failed{false};
-  size_t y_floats = 0;
+  // Last: its server thread, which runs compute(), stops before the members above go.
+  std::unique_ptr<HostChannel> channel;
 
-  ~HostCompute() {
-    stop = true;
-    if (server.joinable()) server.join();
-  }
-
-  // The host's side of the channel: waits for the plan's request (spinning while steps come,
-  // napping when idle), computes the layer's host experts into y and posts the sequence.
-  void serve() {
-    const volatile uint32_t* request = request_h.as<uint32_t>();
-    volatile uint32_t* done = done_h.as<uint32_t>();
-    uint32_t last = 0;
-    auto last_work = std::chrono::steady_clock::now();
-    uint32_t polls = 0;
-    while (!stop.load(std::memory_order_relaxed)) {
-      const uint32_t seq = request[0];
-      if (seq == last) {
-        if (++polls % 64 != 0) {
-          __builtin_ia32_pause();
-          continue;
-        }
-        const auto idle = std::chrono::steady_clock::now() - last_work;
-        if (idle > std::chrono::seconds(2))
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        else if (idle > std::chrono::milliseconds(50))
-          std::this_thread::sleep_for(std::chrono::microseconds(200));
-        continue;
-      }
-      std::atomic_thread_fence(std::memory_order_acquire);
-      last = seq;
-      const int layer = static_cast<int>(request[1]);
-      const int n_rows = static_cast<int>(request[2]);
-      try {
-        const cpu::HostExperts::Work w =
-            experts->run(layer, n_rows, x_h.as<float>(), ids_h.as<int32_t>(), weights_h.as<float>(),
-                         mask_h.as<uint8_t>(), y_h.as<float>(), *pool);
-        choices += static_cast<uint64_t>(w.pairs);
-        bytes += static_cast<uint64_t>(w.experts) * experts->expert_bytes(layer);
-      } catch (...) {
-        failed = true;
-        std::fill_n(y_h.as<float>(), y_floats, 0.0f);
-      }
-      std::atomic_thread_fence(std::memory_order_release);
-      done[0] = seq;
-      last_work = std::chrono::steady_clock::now();
-    }
+  // A request's job: the layer's host choices over the inputs the plan wrote (x the channel's).
+  void compute(uint32_t layer, int n_rows, const float* x, float* y) {
+    const cpu::HostExperts::Work w =
+        experts->run(layer, n_rows, x, ids_h.as<int32_t>(), weights_h.as<float>(),
+                     mask_h.as<uint8_t>(), y, *pool);
+    choices += static_cast<uint64_t>(w.pairs);
+    bytes += static_cast<uint64_t>(w.experts) * experts->expert_bytes(layer);
   }
 };
 
 void CudaMoe::HostComputeDelete::operator()(HostCompute* h) const { delete h; }
+
+void CudaMoe::check_host() const {
+  if (host_compute_) host_compute_->channel->check();
+}
 
 int CudaMoe::host_share() const { return host_compute_ ? host_compute_->share : 0; }
 
@@ -148,18 +111,13 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
   check_cuda(cudaMemset(h->zero.get(), 0, slot_bytes_), "cudaMemset");
   h->gpu_weights = ws(pairs * sizeof(float));
   h->plan = ws((1 + static_cast<size_t>(k::kMoeMaxExperts)) * sizeof(int));
-  h->state = ws(2 * sizeof(uint32_t));
-  check_cuda(cudaMemset(h->state.get(), 0, h->state.bytes()), "cudaMemset");
-  h->request_h = PinnedBuffer(64);
-  h->done_h = PinnedBuffer(64);
-  std::memset(h->request_h.as<uint8_t>(), 0, 64);
-  std::memset(h->done_h.as<uint8_t>(), 0, 64);
-  h->y_floats = rows * embd;
   h->ids_h = PinnedBuffer(pairs * sizeof(int32_t));
   h->weights_h = PinnedBuffer(pairs * sizeof(float));
   h->mask_h = PinnedBuffer(static_cast<size_t>(n_expert_));
-  h->x_h = PinnedBuffer(rows * embd * sizeof(float));
-  h->y_h = PinnedBuffer(rows * embd * sizeof(float));
+  h->channel =
+      std::make_unique<HostChannel>(memory_, rows * embd, rows * embd,
+                                    [p = h.get()](uint32_t layer, int n_rows, const float* x,
+                                                  float* y) { p->compute(layer, n_rows, x, y); });
 
   // Given: that share at every run size. Else every candidate, in runs of kHostAutoMinRows rows
   // or more (H100, qwen3-30b-a3b shape at a 52 % budget: at 16 chats the host computing 78 % of
@@ -170,21 +128,23 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
       "CUDA experts: {} MiB of int8 expert copies on the host, {} threads; it computes {}/256 of "
       "the missed experts in runs of {} to {} rows",
       h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows);
-  const uint64_t device =
-      h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes() + h->state.bytes();
-  h->server = std::thread([p = h.get()] { p->serve(); });
+  const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes();
   host_compute_ = std::move(h);
   return device;
 }
 
 void CudaMoe::host_join(int n_rows, float* hidden, const k::KernelConfig& config,
                         cudaStream_t stream, uint64_t* launches) {
-  HostCompute& h = *host_compute_;
+  HostChannel& c = *host_compute_->channel;
+  // hidden += the host's sum, every column of every row (zeros where a row chose no host expert).
+  k::HostRowsOut sum;
+  sum.y = hidden;
+  sum.y_stride = n_embd_;
+  sum.cols = static_cast<int>(n_embd_);
+  sum.accumulate = true;
   LaunchCheck{launches}(
-      k::launch_moe_host_join(h.state.as<unsigned int>(), mapped<unsigned int>(h.done_h),
-                              mapped<const float>(h.y_h), n_rows * static_cast<int>(n_embd_),
-                              hidden, mapped<unsigned int>(h.done_h) + 1, config, stream),
-      "moe_host_join");
+      k::launch_host_join(c.words(), &sum, 1, n_rows, c.device_y(), config, stream),
+      "host_join (experts)");
 }
 
 void CudaMoe::collect_host(MoeStats& out) {
@@ -196,10 +156,8 @@ void CudaMoe::collect_host(MoeStats& out) {
 void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage& s,
                          ExpertRun& run) {
   HostCompute& h = *host_compute_;
-  if (h.failed || h.done_h.as<uint32_t>()[1] != 0)
-    throw DeviceError("CUDA experts: the host's expert products failed");
-  s.host_request = mapped<unsigned int>(h.request_h);
-  s.host_state = h.state.as<unsigned int>();
+  h.channel->check();
+  s.host_words = h.channel->words();
   s.host_layer = layer;
   s.host_rows = n_rows;
   s.host_share = h.share;
@@ -211,7 +169,7 @@ void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage&
   s.host_ids = mapped<int32_t>(h.ids_h);
   s.host_weights = mapped<float>(h.weights_h);
   s.x = x_f32;
-  s.host_x = mapped<float>(h.x_h);
+  s.host_x = h.channel->device_x();
   s.x_floats = n_rows * static_cast<int>(n_embd_);
   s.plan = h.plan.as<int>();
   run.weights = s.gpu_weights;  // the host's pairs weighted 0 on the device
