@@ -3,6 +3,7 @@
 // answer, then the block applies its share of the host's rows).
 #include "common.cuh"
 #include "host_channel.cuh"
+#include "host_channel_post.cuh"
 
 namespace granule::kernels {
 namespace {
@@ -39,16 +40,7 @@ __global__ void __launch_bounds__(kPostThreads)
   const unsigned int arrived = atomicAdd(words.state + 2, 1u);
   if (arrived + 1 != gridDim.x) return;
   words.state[2] = 0;  // the next post counts from zero (it starts after this kernel ends)
-  unsigned int seq = words.state[0] + 1;
-  if (seq == 0) seq = 1;  // 0 means "nothing posted" to the join
-  words.state[0] = seq;
-  words.state[1] = seq;
-  volatile unsigned int* request = words.request;
-  request[1] = job;
-  request[2] = static_cast<unsigned int>(rows);
-  __threadfence_system();
-  request[0] = seq;
-  __threadfence_system();
+  host_channel_post(words, job, static_cast<unsigned int>(rows));
 }
 
 struct JoinOuts {

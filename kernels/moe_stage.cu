@@ -2,6 +2,7 @@
 // which of them the host computes, and the staged ones' slots) and the host -> VRAM copy, in one
 // launch or in two.
 #include "common.cuh"
+#include "host_channel_post.cuh"
 #include "moe.cuh"
 #include "moe_stage.cuh"
 
@@ -120,19 +121,11 @@ __device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, i
       for (int e = threadIdx.x; e < n_expert; e += kStageThreads) mine |= slot_of[e] == kHostSlot;
       const bool any = __syncthreads_or(mine);
       if (threadIdx.x == 0) {
-        unsigned int seq = 0;
-        if (any) {
-          seq = s.host_words.state[0] + 1;
-          if (seq == 0) seq = 1;
-          s.host_words.state[0] = seq;
-          volatile unsigned int* r = s.host_words.request;
-          r[1] = static_cast<unsigned int>(s.host_layer);
-          r[2] = static_cast<unsigned int>(s.host_rows);
-          __threadfence_system();
-          r[0] = seq;
-          __threadfence_system();
-        }
-        s.host_words.state[1] = seq;
+        if (any)
+          host_channel_post(s.host_words, static_cast<unsigned int>(s.host_layer),
+                            static_cast<unsigned int>(s.host_rows));
+        else
+          host_channel_skip(s.host_words);
       }
     }
   }

@@ -26,18 +26,6 @@ namespace granule::cuda {
 
 namespace k = granule::kernels;
 
-namespace {
-
-// The device's address of mapped pinned memory (the host's, under unified addressing).
-template <class T = void>
-T* mapped(const PinnedBuffer& b) {
-  void* device = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&device, b.as<void>(), 0), "cudaHostGetDevicePointer");
-  return static_cast<T*>(device);
-}
-
-}  // namespace
-
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
@@ -165,9 +153,9 @@ void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage&
   s.zero = h.zero.as<uint8_t>();
   s.weights = run.weights;
   s.gpu_weights = h.gpu_weights.as<float>();
-  s.host_mask = mapped<uint8_t>(h.mask_h);
-  s.host_ids = mapped<int32_t>(h.ids_h);
-  s.host_weights = mapped<float>(h.weights_h);
+  s.host_mask = h.mask_h.device_as<uint8_t>();
+  s.host_ids = h.ids_h.device_as<int32_t>();
+  s.host_weights = h.weights_h.device_as<float>();
   s.x = x_f32;
   s.host_x = h.channel->device_x();
   s.x_floats = n_rows * static_cast<int>(n_embd_);

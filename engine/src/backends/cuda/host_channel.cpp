@@ -15,14 +15,6 @@
 namespace granule::cuda {
 namespace {
 
-// The device's address of mapped pinned memory (the host's, under unified addressing).
-template <class T>
-T* mapped(const PinnedBuffer& b) {
-  void* device = nullptr;
-  check_cuda(cudaHostGetDevicePointer(&device, b.as<void>(), 0), "cudaHostGetDevicePointer");
-  return static_cast<T*>(device);
-}
-
 // The request and done words each on their own cache line, so the server's polls do not share
 // a line with the device's writes of the other.
 constexpr size_t kWordsBytes = 64;
@@ -40,10 +32,10 @@ HostChannel::HostChannel(MemoryManager& memory, size_t x_floats, size_t y_floats
   x_ = PinnedBuffer(std::max<size_t>(x_floats, 4) * sizeof(float));
   y_ = PinnedBuffer(std::max<size_t>(y_floats, 4) * sizeof(float));
   words_.state = state_.as<unsigned int>();
-  words_.request = mapped<unsigned int>(request_);
-  words_.done = mapped<unsigned int>(done_);
-  device_x_ = mapped<float>(x_);
-  device_y_ = mapped<const float>(y_);
+  words_.request = request_.device_as<unsigned int>();
+  words_.done = done_.device_as<unsigned int>();
+  device_x_ = x_.device_as<float>();
+  device_y_ = y_.device_as<const float>();
   server_ = std::thread([this] { serve(); });
 }
 
