@@ -88,19 +88,22 @@ size_t bitwise_differences(const std::vector<float>& a, const std::vector<float>
 }
 
 // A rig with half of the layers (or more) streamed at load: from the all-resident ledger plus
-// the KV reserve, one layer less at a time until the plan streams n_layer / 2.
+// the KV reserve, one layer less at a time until the plan streams n_layer / 2 (the ledger may
+// already hold some of the KV, so the walk goes on until the plan refuses the budget).
 std::unique_ptr<Rig> half_streamed(const std::filesystem::path& path, Rig& resident,
                                    int host_rows) {
   const uint64_t used = resident.runtime.memory->used_bytes();
   const uint64_t kv = resident.model().kv_reserve_bytes();
   const uint64_t layer = resident.model().streamer().layer_bytes()[0];
   const auto n_layer = static_cast<int32_t>(resident.config.n_layer);
-  for (uint64_t drop = 1; drop <= static_cast<uint64_t>(n_layer) + 2; ++drop) {
+  std::string tried;
+  for (uint64_t drop = 1; drop * layer < used + kv; ++drop) {
     const uint64_t budget = used + kv - drop * layer;
     std::unique_ptr<Rig> rig;
     try {
       rig = std::make_unique<Rig>(path, options(true, false, budget, host_rows));
-    } catch (const CapacityError&) {
+    } catch (const CapacityError& e) {
+      tried += " then " + std::to_string(budget >> 10) + " KiB: " + e.what();
       break;
     }
     const int32_t streamed = rig->model().streamer().streamed_layers();
@@ -109,7 +112,10 @@ std::unique_ptr<Rig> half_streamed(const std::filesystem::path& path, Rig& resid
                 << n_layer << " layers streamed\n";
       return rig;
     }
+    if (drop == 1) tried += std::to_string(budget >> 10) + " KiB: " + std::to_string(streamed);
   }
+  ADD_FAILURE() << "used " << (used >> 10) << " KiB, KV reserve " << (kv >> 10) << " KiB, layer "
+                << (layer >> 10) << " KiB; " << tried;
   return nullptr;
 }
 
