@@ -66,12 +66,15 @@ struct Rig : test::ModelRuntime {
   }
 };
 
-// Six layers of small-256's shapes, the feed-forward twice as wide: every matrix has at least
-// 256 rows, so at 128/256 each splits at a whole 64-row granule.
+// 24 layers of small-256's shapes, the feed-forward twice as wide: every matrix has at least
+// 256 rows, so at 128/256 each splits at a whole 64-row granule. (With 6 such layers no budget
+// streams half: the streamed plan's two staging layers and larger workspace cost more than the
+// three layers it leaves out, so the budget below the all-resident one is refused; H200,
+// 2026-12-07.)
 SyntheticModelSpec spec(TensorType type) {
   SyntheticModelSpec s = SyntheticModelSpec::preset("small-256");
   s.name = "host-rows";
-  s.n_layer = 6;
+  s.n_layer = 24;
   s.n_ff = 1024;
   s.weight_type = type;
   s.embedding_type = type;
@@ -253,8 +256,35 @@ TEST_P(HostRowsGpu, HalfStreamedWithTheHostsRowsMatchesTheOracleAndTheResidentTo
               streamer.split_bytes_per_pass() * static_cast<uint64_t>(rows + kSteps))
         << what;
 
+    // Greedy tokens: the all-resident run's, each sequence up to where the oracle's choice is
+    // a near-tie (its top-two margin within twice the row's bound, as model_gpu_test's greedy
+    // answer): the host's products sum in another order than the device's.
     const std::vector<int32_t> want = greedy(resident, rows, kSteps, 30);
-    EXPECT_EQ(greedy(*split, rows, kSteps, 30), want) << what << ": greedy tokens";
+    const std::vector<int32_t> have = greedy(*split, rows, kSteps, 30);
+    ASSERT_EQ(have.size(), want.size()) << what;
+    for (int s = 0; s < rows; ++s) {
+      int i = 0;
+      while (i <= kSteps && have[static_cast<size_t>(i * rows + s)] ==
+                                want[static_cast<size_t>(i * rows + s)])
+        ++i;
+      if (i > kSteps) continue;
+      // Token i came from the logits after the prompt and the i tokens both runs chose.
+      std::vector<int32_t> context = random_tokens(6, vocab, 30 + static_cast<uint32_t>(s));
+      for (int k = 0; k < i; ++k) context.push_back(want[static_cast<size_t>(k * rows + s)]);
+      const std::vector<float> o = oracle.run(0, context, 0, false);
+      const std::vector<float> f = reference.run(0, context, 0, false);
+      const double spread = gpu_test::spread_of(o.data(), vocab).std;
+      const double bound =
+          gpu_test::kSummationTolerance +
+          gpu_test::kFlipFactor * gpu_test::centred_error(o.data(), f.data(), vocab, spread);
+      const double margin = gpu_test::top_two(o).margin;
+      std::cout << "[host-rows] " << what << ", sequence " << s << ": greedy tokens diverge at "
+                << i << " of " << kSteps + 1 << ", oracle margin " << margin / spread
+                << " x spread (near-tie up to " << 2 * bound << ")\n";
+      EXPECT_LE(margin, 2 * bound * spread)
+          << what << ", sequence " << s << ": greedy tokens diverge at " << i
+          << " where the oracle's choice is clear";
+    }
   }
   EXPECT_NO_THROW(split->model().check_host_rows());
 }
