@@ -72,14 +72,19 @@ void build_copies(std::vector<CopyTask>& tasks, cpu::ThreadPool& pool) {
 // step waiting on the host, 38.6 t/s, where 128/256 gave 39.5).
 class CopyLoad {
  public:
-  static constexpr size_t kBytes = size_t{32} << 20;
+  // Small enough to fit a loaded plan's free KV reserve, large enough that the copies' setup
+  // costs little of the link.
+  static constexpr size_t kBytes = size_t{8} << 20;
   explicit CopyLoad(MemoryManager& memory)
       : device_(memory, MemoryCategory::Workspace, kBytes), host_(kBytes) {
     std::memset(host_.as<uint8_t>(), 1, kBytes);
   }
+  ~CopyLoad() { cudaStreamSynchronize(stream_.get()); }  // before the buffers go (errors: none)
+  CopyLoad(const CopyLoad&) = delete;
+  CopyLoad& operator=(const CopyLoad&) = delete;
   // Copies that keep the link busy for about `seconds` at `bytes_per_second`.
   void start(double seconds, double bytes_per_second) {
-    const auto n = static_cast<int>(std::clamp(seconds * bytes_per_second / kBytes, 1.0, 256.0));
+    const auto n = static_cast<int>(std::clamp(seconds * bytes_per_second / kBytes, 1.0, 4096.0));
     for (int i = 0; i < n; ++i)
       check_cuda(cudaMemcpyAsync(device_.get(), host_.as<uint8_t>(), kBytes,
                                  cudaMemcpyHostToDevice, stream_.get()),
@@ -191,18 +196,23 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
     build_copies(tasks, *h->pool_);
     if (pcie_bytes_per_second <= 0) pcie_bytes_per_second = 25e9;  // PCIe 4.0 x16, assumed
     // The products timed while pinned copies read host memory beside them, as in a split pass;
-    // alone where the budget has no room for the copies' device buffer.
-    std::unique_ptr<CopyLoad> load;
-    try {
-      load = std::make_unique<CopyLoad>(memory);
-    } catch (const CapacityError&) {
+    // alone where the budget has no room for the copies' device buffer or the copies fail.
+    double host_bytes_per_second = 0;
+    bool contended = false;
+    if (!probes.empty()) {
+      try {
+        CopyLoad load(memory);
+        host_bytes_per_second =
+            time_host_products(probes, widest, *h->pool_, &load, pcie_bytes_per_second);
+        contended = true;
+      } catch (const CapacityError&) {
+      } catch (const DeviceLostError&) {
+        throw;
+      } catch (const DeviceError&) {
+        cudaGetLastError();
+      }
+      if (!contended) host_bytes_per_second = time_host_products(probes, widest, *h->pool_);
     }
-    const double host_bytes_per_second =
-        probes.empty() ? 0
-                       : time_host_products(probes, widest, *h->pool_, load.get(),
-                                            pcie_bytes_per_second);
-    const bool contended = load != nullptr;
-    load.reset();
     share = host_row_share_for(pcie_bytes_per_second, host_bytes_per_second);
     log->info(
         "host rows: the host's int8 products read {:.1f} GB/s on {} threads ({}), PCIe carries "
