@@ -342,8 +342,11 @@ void HostRows::run(uint32_t job, int rows, const float* x, float* y) {
     throw DeviceError("host rows: a request for nothing the host holds");
   const Layer& l = layers_[layer];
   const int64_t width = round == kOut ? q_dim_ : round == kDownRound ? n_ff_ : n_embd_;
+  // The device's int8 values of the same input: the RMSNorm kernel's rounding for Q/K/V and
+  // gate/up, the attention output's and quantize_q8's (x / d) for O and down.
+  const bool divide = round == kOut || round == kDownRound;
   for (int r = 0; r < rows; ++r)
-    cpu::quantize_activations(x + r * width, width, xq_.data() + r * (width / 32));
+    cpu::quantize_activations(x + r * width, width, xq_.data() + r * (width / 32), divide);
   switch (round) {
     case kQkv: {
       const int mats[3] = {kQ, kK, kV};
