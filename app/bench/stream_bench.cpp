@@ -175,9 +175,8 @@ void run_tests(Engine& engine, BudgetRow& row, const std::vector<Shape>& shapes,
   }
   // And one prompt of the prefill test's length, as granule-bench's own pp warms up, so that a
   // long pass's one-time costs (kernels loaded at their first launch, first touches) stay out of
-  // pp whatever the batch. Without it (H200, 30B shape at 52 %) pp512 ran at 2,012-2,810 t/s
-  // with `-b 1`, whose warm-up prompts are 8 tokens, and at 4,461-5,733 with `-b 16`, whose
-  // warm-up prefills 128 tokens in one pass: the suspected cause, not yet measured.
+  // pp whatever the batch: the warm-ups above prefill 8 tokens a chat, so pp at `-b 1` took
+  // them where `-b 16` did not (kernels/README.md, the MoE host paragraph).
   run_shape(engine, {"warm-up", 1, o.prompt_tokens, 1, true}, random, telemetry);
   for (const Shape& shape : shapes) {
     const TelemetrySnapshot before = engine.telemetry();

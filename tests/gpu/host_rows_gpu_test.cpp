@@ -274,9 +274,7 @@ TEST_P(HostRowsGpu, HalfStreamedWithTheHostsRowsMatchesTheOracleAndTheResidentTo
       const std::vector<float> o = oracle.run(0, context, 0, false);
       const std::vector<float> f = reference.run(0, context, 0, false);
       const double spread = gpu_test::spread_of(o.data(), vocab).std;
-      const double bound =
-          gpu_test::kSummationTolerance +
-          gpu_test::kFlipFactor * gpu_test::centred_error(o.data(), f.data(), vocab, spread);
+      const double bound = gpu_test::row_bound(o.data(), f.data(), vocab, spread);
       const double margin = gpu_test::top_two(o).margin;
       std::cout << "[host-rows] " << what << ", sequence " << s << ": greedy tokens diverge at "
                 << i << " of " << kSteps + 1 << ", oracle margin " << margin / spread

@@ -53,6 +53,12 @@ inline double centred_error(const float* a, const float* b, int64_t n, double sc
   return worst / scale;
 }
 
+// A row's bound, over the oracle's logit spread: kSummationTolerance plus kFlipFactor times the
+// oracle's own (centred) distance from the f32 reference `ref`.
+inline double row_bound(const float* oracle, const float* ref, int64_t n, double spread) {
+  return kSummationTolerance + kFlipFactor * centred_error(oracle, ref, n, spread);
+}
+
 // `gpu` against `oracle` row by row (rows of n_vocab logits), the bound from `ref`; `reroutable`:
 // the inputs may reroute tokens (int8-reading experts or f16 GEMM operands), see above.
 inline void expect_close_to_oracle(const std::vector<float>& ref, const std::vector<float>& oracle,
@@ -71,7 +77,7 @@ inline void expect_close_to_oracle(const std::vector<float>& ref, const std::vec
     const float* g = gpu.data() + static_cast<int64_t>(r) * n_vocab;
     const double spread = spread_of(o, n_vocab).std;
     const double err = centred_error(g, o, n_vocab, spread);
-    const double bound = kSummationTolerance + kFlipFactor * centred_error(o, f, n_vocab, spread);
+    const double bound = row_bound(o, f, n_vocab, spread);
     worst = std::max(worst, err);
     worst_ratio = std::max(worst_ratio, err / bound);
     const bool past = !(err <= bound);
