@@ -421,6 +421,18 @@ TEST_P(MoeHostExpertsGpu, CloseToAllResidentWithTheHostComputingMissedExperts) {
   ASSERT_TRUE(none);
   EXPECT_FALSE(none->moe().host_experts());
   EXPECT_EQ(none->moe().host_share(), 0);
+  gpu_test::step("a streaming rig with the default rule");
+  const std::unique_ptr<Rig> rule = partial_expert_rig(model.path, reserve_tokens, resident, -1);
+  ASSERT_TRUE(rule);
+  const cuda::CudaMoe& m = rule->moe();
+  ASSERT_TRUE(m.host_experts());
+  EXPECT_EQ(m.host_share(), 256);
+  EXPECT_EQ(m.host_share_at(1), cuda::CudaMoe::kHostAutoSmallShare);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostAutoMinRows - 1),
+            cuda::CudaMoe::kHostAutoSmallShare);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostAutoMinRows), 256);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostMaxRows), 256);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostMaxRows + 1), 0) << "prefill runs stage";
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, MoeHostExpertsGpu,

@@ -155,8 +155,10 @@ class CudaMoe {
   // residual (a spin channel in mapped memory: no host node, no second stream). The setting at
   // load: 0 none (every missed expert is staged: the same bits as all resident); 1..256 that
   // share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows to
-  // kHostMaxRows rows (measured: a gain at 16 chats, a loss at batch 1).
+  // kHostMaxRows rows, kHostAutoSmallShare of them in smaller runs (measured: cuda_moe_host.cpp).
+  // host_share() is the share of the larger runs, host_share_at() a run's.
   int host_share() const;
+  int host_share_at(int n_rows) const;
   // Whether the host holds the experts' copies (streaming, and they fit its memory).
   bool host_experts() const { return host_compute_ != nullptr; }
   // Throws DeviceError when the host's part of a step failed or a join gave up waiting for it
@@ -164,6 +166,7 @@ class CudaMoe {
   void check_host() const;
   static constexpr int kHostMaxRows = 64;
   static constexpr int kHostAutoMinRows = 8;
+  static constexpr int kHostAutoSmallShare = 128;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
   // device's products take more rows at little more cost, where the host's work grows with them.
   static constexpr int kHostMaxPairs = 4;

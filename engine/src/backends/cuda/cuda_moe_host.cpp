@@ -29,8 +29,13 @@ namespace k = granule::kernels;
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
-  int share = 0;     // of 256
-  int min_rows = 1;  // runs of fewer rows stage every miss
+  int share = 0;        // of 256, in runs of min_rows to kHostMaxRows rows
+  int min_rows = 1;     // the first run size that takes `share`
+  int small_share = 0;  // of 256, in runs of fewer rows
+
+  int share_at(int n_rows) const {
+    return n_rows > kHostMaxRows ? 0 : n_rows >= min_rows ? share : small_share;
+  }
   DeviceBuffer zero, gpu_weights, plan;
   PinnedBuffer ids_h, weights_h, mask_h;
   std::atomic<uint64_t> choices{0}, bytes{0};
@@ -55,10 +60,13 @@ void CudaMoe::check_host() const {
 
 int CudaMoe::host_share() const { return host_compute_ ? host_compute_->share : 0; }
 
+int CudaMoe::host_share_at(int n_rows) const {
+  return host_compute_ ? host_compute_->share_at(n_rows) : 0;
+}
+
 bool CudaMoe::host_runs(int n_rows) const {
   // (host_compute_ exists only where experts stream)
-  return host_compute_ && host_compute_->share > 0 && n_rows >= host_compute_->min_rows &&
-         n_rows <= kHostMaxRows;
+  return host_compute_ && host_compute_->share_at(n_rows) > 0;
 }
 
 uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int setting,
@@ -107,15 +115,19 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                                     [p = h.get()](uint32_t layer, int n_rows, const float* x,
                                                   float* y) { p->compute(layer, n_rows, x, y); });
 
-  // Given: that share at every run size. Else every candidate, in runs of kHostAutoMinRows rows
-  // or more (H100, qwen3-30b-a3b shape at a 52 % budget: at 16 chats the host computing 78 % of
-  // the misses gave 150.1 t/s against 124.6 with every miss staged; at batch 1, 53.2 against 71.2).
+  // Given: that share at every run size. Else every candidate in runs of kHostAutoMinRows rows
+  // or more, and kHostAutoSmallShare of them in smaller runs (H100, qwen3-30b-a3b shape at a 52 %
+  // budget, 2026-12-07: batch 1 gave 68.6 t/s with every miss staged, 71.5 with the host taking
+  // 64/256 of them, 84.4 with 128, 75.3 with all; earlier, at 16 chats, all of them gave 150.1
+  // against 124.6 with none).
   h->share = setting > 0 ? std::min(setting, 256) : 256;
   h->min_rows = setting > 0 ? 1 : kHostAutoMinRows;
+  h->small_share = setting > 0 ? h->share : kHostAutoSmallShare;
   log->info(
       "CUDA experts: {} MiB of int8 expert copies on the host, {} threads; it computes {}/256 of "
-      "the missed experts in runs of {} to {} rows",
-      h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows);
+      "the missed experts in runs of {} to {} rows, {}/256 in smaller runs",
+      h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows,
+      h->small_share);
   const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes();
   host_compute_ = std::move(h);
   return device;
@@ -148,7 +160,7 @@ void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage&
   s.host_words = h.channel->words();
   s.host_layer = layer;
   s.host_rows = n_rows;
-  s.host_share = h.share;
+  s.host_share = h.share_at(n_rows);
   s.host_max_pairs = kHostMaxPairs;
   s.zero = h.zero.as<uint8_t>();
   s.weights = run.weights;
