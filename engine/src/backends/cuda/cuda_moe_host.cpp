@@ -11,6 +11,7 @@
 // comes after the previous layer's join.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "backends/cpu/fast_matmul.h"
@@ -44,6 +45,7 @@ struct CudaMoe::HostCompute {
 
   // A request's job: the layer's host choices over the inputs the plan wrote (x the channel's).
   void compute(uint32_t layer, int n_rows, const float* x, float* y) {
+    pool->stay_awake_until(std::chrono::steady_clock::now() + kHostPoolAwake);
     const cpu::HostExperts::Work w =
         experts->run(layer, n_rows, x, ids_h.as<int32_t>(), weights_h.as<float>(),
                      mask_h.as<uint8_t>(), y, *pool);

@@ -5,6 +5,7 @@
 // for it. Threads: the server thread only runs jobs; everything else belongs to the engine thread.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <thread>
@@ -13,6 +14,12 @@
 #include "host_channel.cuh"
 
 namespace granule::cuda {
+
+// How long a job keeps its pool's workers spinning after it (cpu::ThreadPool::stay_awake_until):
+// longer than the device's work between two rounds of a step (a 30B MoE layer at batch 1:
+// ~60 µs) and between two decode steps, so each round finds the workers awake rather than
+// paying a futex wake-up of every worker (tens of µs) on its critical path.
+inline constexpr std::chrono::milliseconds kHostPoolAwake{5};
 
 class HostChannel {
  public:

@@ -336,6 +336,7 @@ void HostRows::products(const Layer& l, const int* matrices, int count, int rows
 }
 
 void HostRows::run(uint32_t job, int rows, const float* x, float* y) {
+  pool_->stay_awake_until(Clock::now() + kHostPoolAwake);
   const size_t layer = job / kRounds;
   const auto round = static_cast<Round>(job % kRounds);
   if (layer >= layers_.size() || !layers_[layer].any || rows < 1 || rows > kMaxRows)
