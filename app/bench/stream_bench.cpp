@@ -405,7 +405,7 @@ void add_stream_bench_options(CLI::App& command, StreamBenchOptions& o) {
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
   command.add_option("--host-experts", o.host_expert_share,
                      "mixtures of experts: the 256ths of a decode step's missed experts the CPU "
-                     "computes (-1: all of them in steps of 8 or more rows, half in smaller ones; 0: none)")
+                     "computes (-1: all of them in steps of 8 or more rows, 160/256 in smaller ones; 0: none)")
       ->check(CLI::Range(-1, 256));
   command.add_option("--host-rows", o.host_row_share,
                      "dense models: the 256ths of each streamed layer's rows the CPU computes in "

@@ -69,7 +69,7 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("--host-experts", options.host_expert_share,
                  "A mixture of experts on the GPU whose experts do not all fit: the 256ths of a "
                  "decode step's missed experts the CPU computes while PCIe carries the rest "
-                 "(-1: all of them when 8 or more chats decode together, half when fewer do; 0: none)")
+                 "(-1: all of them when 8 or more chats decode together, 160/256 when fewer do; 0: none)")
       ->check(integer_in(-1, 256))
       ->capture_default_str();
   app.add_option("--host-rows", options.host_row_share,

@@ -32,7 +32,7 @@ struct EngineOptions {
   // A mixture of experts on the GPU whose experts do not all fit the VRAM budget: the share of a
   // decode step's missed experts (those not in VRAM, chosen by few rows) that the CPU computes
   // from its own copies while PCIe carries the rest. -1: all of them in steps of 8 to 64 rows
-  // (several chats decoding together, where the host beats PCIe), half of them in smaller ones
+  // (several chats decoding together, where the host beats PCIe), 160/256 of them in smaller ones
   // (where the host and PCIe each take about as long); 0:
   // none, every missed expert crosses PCIe (the same results as all resident); 1..256: that
   // many 256ths in steps of up to 64 rows.

@@ -166,7 +166,7 @@ class CudaMoe {
   void check_host() const;
   static constexpr int kHostMaxRows = 64;
   static constexpr int kHostAutoMinRows = 8;
-  static constexpr int kHostAutoSmallShare = 128;
+  static constexpr int kHostAutoSmallShare = 160;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
   // device's products take more rows at little more cost, where the host's work grows with them.
   static constexpr int kHostMaxPairs = 4;

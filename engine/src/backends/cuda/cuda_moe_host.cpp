@@ -118,10 +118,10 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                                                   float* y) { p->compute(layer, n_rows, x, y); });
 
   // Given: that share at every run size. Else every candidate in runs of kHostAutoMinRows rows
-  // or more, and kHostAutoSmallShare of them in smaller runs (H100, qwen3-30b-a3b shape at a 52 %
-  // budget, 2026-12-07: batch 1 gave 68.6 t/s with every miss staged, 71.5 with the host taking
-  // 64/256 of them, 84.4 with 128, 75.3 with all; earlier, at 16 chats, all of them gave 150.1
-  // against 124.6 with none).
+  // or more, and kHostAutoSmallShare of them in smaller runs. H100, qwen3-30b-a3b shape at a 52 %
+  // budget, batch 1, 2026-12-07 (one run each, pools kept awake): every miss staged 68.5 t/s;
+  // the host taking 64/256 of them 75.3, 96 79.0, 128 95.8, 160 101.6, 192 109.7, all 66.3 —
+  // 160 keeps clear of the fall past 192 on a slower host; 16 chats, all of them 193.4.
   h->share = setting > 0 ? std::min(setting, 256) : 256;
   h->min_rows = setting > 0 ? 1 : kHostAutoMinRows;
   h->small_share = setting > 0 ? h->share : kHostAutoSmallShare;

@@ -18,7 +18,10 @@ namespace granule::cuda {
 // How long a job keeps its pool's workers spinning after it (cpu::ThreadPool::stay_awake_until):
 // longer than the device's work between two rounds of a step (a 30B MoE layer at batch 1:
 // ~60 µs) and between two decode steps, so each round finds the workers awake rather than
-// paying a futex wake-up of every worker (tens of µs) on its critical path.
+// paying a futex wake-up of every worker (tens of µs) on its critical path. (H100, 2026-12-07,
+// against pools that slept: 30B MoE shape at a 52 % budget, batch 1 with 160/256 of the misses
+// on the host 101.6 against 82.1 t/s, 16 chats 193.4 against 171.7; dense 8B with 61 % of it
+// resident and host rows 58.3 / 56.5 against 54.1 / 55.4.)
 inline constexpr std::chrono::milliseconds kHostPoolAwake{5};
 
 class HostChannel {
