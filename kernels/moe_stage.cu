@@ -2,6 +2,7 @@
 // which of them the host computes, and the staged ones' slots) and the host -> VRAM copy, in one
 // launch or in two.
 #include "common.cuh"
+#include "host_channel_post.cuh"
 #include "moe.cuh"
 #include "moe_stage.cuh"
 
@@ -100,11 +101,32 @@ __device__ __forceinline__ void stage_outputs(const int32_t* __restrict__ ids, i
                                     : s.table[i];
   }
   if (s.host_share > 0) {
+    // The host's inputs, written over PCIe into mapped host memory (posted writes, fenced before
+    // the request that tells the host's server to read them).
     for (int e = threadIdx.x; e < n_expert; e += kStageThreads)
       s.host_mask[e] = slot_of[e] == kHostSlot;
     for (int p = threadIdx.x; p < pairs; p += kStageThreads) {
       const int e = ids[p];
-      s.gpu_weights[p] = e >= 0 && e < n_expert && slot_of[e] == kHostSlot ? 0.0f : s.weights[p];
+      const float w = s.weights[p];
+      s.gpu_weights[p] = e >= 0 && e < n_expert && slot_of[e] == kHostSlot ? 0.0f : w;
+      s.host_ids[p] = e;
+      s.host_weights[p] = w;
+    }
+    const auto* x4 = reinterpret_cast<const float4*>(s.x);
+    auto* host_x4 = reinterpret_cast<float4*>(s.host_x);
+    for (int i = threadIdx.x; i < s.x_floats / 4; i += kStageThreads) host_x4[i] = x4[i];
+    __threadfence_system();
+    if (s.host_words.request) {
+      bool mine = false;
+      for (int e = threadIdx.x; e < n_expert; e += kStageThreads) mine |= slot_of[e] == kHostSlot;
+      const bool any = __syncthreads_or(mine);
+      if (threadIdx.x == 0) {
+        if (any)
+          host_channel_post(s.host_words, static_cast<unsigned int>(s.host_layer),
+                            static_cast<unsigned int>(s.host_rows));
+        else
+          host_channel_skip(s.host_words);
+      }
     }
   }
   if (threadIdx.x == 0 && s.copied && n > 0)
@@ -187,8 +209,10 @@ bool valid_copy(const MoeStage& stage) {
 
 bool valid(int pairs, int n_expert, const int32_t* ids, const MoeStage& stage) {
   return valid_copy(stage) && pairs >= 0 && n_expert > 0 && n_expert <= kMoeMaxExperts && ids &&
-         (stage.host_share == 0 || (stage.host_max_pairs >= 1 && stage.zero && stage.host_mask &&
-                                    stage.weights && stage.gpu_weights));
+         (stage.host_share == 0 ||
+          (stage.host_max_pairs >= 1 && stage.zero && stage.weights && stage.gpu_weights &&
+           stage.host_mask && stage.host_ids && stage.host_weights && stage.x_floats >= 0 &&
+           stage.x_floats % 4 == 0 && (stage.x_floats == 0 || (stage.x && stage.host_x))));
 }
 
 }  // namespace

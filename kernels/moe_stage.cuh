@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "host_channel.cuh"
 #include "kernel_config.h"
 
 namespace granule::kernels {
@@ -33,15 +34,28 @@ struct MoeStage {
   // most host_max_pairs pairs chose (the candidates), host_share / 256 are left to the host:
   // the r-th candidate in expert order where (r + 1) * host_share / 256 > r * host_share / 256
   // (spread evenly). They are not staged; their step entries point at `zero` (a slot of zero
-  // bytes, laid out as a staging slot), host_mask[e] is 1 for them and 0 for every other expert,
-  // and gpu_weights gets `weights` with their pairs' weights 0, so that the device's products
-  // add nothing for them. host_share 0: none, and the four pointers are not read.
+  // bytes, laid out as a staging slot) and gpu_weights gets `weights` with their pairs' weights
+  // 0, so that the device's products add nothing for them; and the host's inputs are written to
+  // mapped host memory: host_mask[e] 1 for them and 0 for every other expert, host_ids and
+  // host_weights the pairs' ids and weights, host_x the x_floats values at x (the experts' input
+  // rows). host_share 0: none, and none of these is read.
   int host_share = 0;  // 0 .. 256
   int host_max_pairs = 0;
   const uint8_t* zero = nullptr;
-  uint8_t* host_mask = nullptr;  // [n_expert]
   const float* weights = nullptr;
-  float* gpu_weights = nullptr;  // [pairs]
+  float* gpu_weights = nullptr;   // [pairs]
+  uint8_t* host_mask = nullptr;   // mapped: [n_expert]
+  int32_t* host_ids = nullptr;    // mapped: [pairs]
+  float* host_weights = nullptr;  // mapped: [pairs]
+  const float* x = nullptr;
+  float* host_x = nullptr;  // mapped: [x_floats]
+  int x_floats = 0;         // a multiple of 4
+  // The host's request (host_channel.cuh's words; no host node): where the plan chose host
+  // experts, it posts {seq, host_layer, host_rows} as launch_host_post does, so that
+  // launch_host_join waits for the host's sum; where it chose none, the join waits for nothing.
+  // host_words.request null: no request (the kernel test).
+  HostChannelWords host_words;
+  int host_layer = 0, host_rows = 0;
   // The split launches' plan: [0] the experts staged, [1 + slot] each one's expert (1 +
   // capacity ints, device memory).
   int* plan = nullptr;
@@ -58,8 +72,8 @@ struct MoeStage {
 // every argument are fixed.
 cudaError_t launch_moe_stage(const int32_t* ids, int pairs, int n_expert, const MoeStage& stage,
                              const KernelConfig& config, cudaStream_t stream);
-// The same in two launches, so that work can be queued between the plan and the copy (the host
-// compute's fork: its mask and weights are written by the plan): one block works out the plan
+// The same in two launches, so that the host compute's request (written by the plan, with its
+// mask and weights) is posted before the copy grid fills the device: one block works out the plan
 // and writes the step table, mask, weights, counter and stage.plan; then the grid copies the
 // experts stage.plan names.
 cudaError_t launch_moe_stage_plan(const int32_t* ids, int pairs, int n_expert,

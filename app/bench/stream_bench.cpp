@@ -132,6 +132,10 @@ struct BudgetRow {
   std::string error;   // the engine did not open with this budget
   int32_t resident_layers = 0, streamed_layers = 0;
   uint64_t streamed_bytes_per_pass = 0;
+  // Dense models: the 256ths of each streamed matrix's rows the host computes in decode runs of
+  // up to 8 rows (0: none), and what such a pass copies.
+  int32_t host_row_share = 0;
+  uint64_t split_bytes_per_pass = 0;
   double h2d_bandwidth_bytes_per_second = 0;  // measured at load (telemetry)
   std::vector<ShapeResult> results;
 };
@@ -139,9 +143,14 @@ struct BudgetRow {
 // The PCIe bound of a shape: every pass copies the streamed layers once, so `tokens per pass`
 // tokens come out per streamed_bytes_per_pass over the bandwidth; a mixture of experts also
 // reads the experts its tokens missed in the device cache, expert_bytes_per_token each.
+// A decode pass of up to 8 rows with the host's rows copies only the device's rows.
 double pcie_roofline(const Shape& shape, const TelemetrySnapshot& t, int64_t prefill_chunk,
                      double expert_bytes_per_token) {
-  const auto bytes = static_cast<double>(t.streaming.streamed_bytes_per_pass);
+  constexpr int32_t kSplitMaxRows = 8;  // HostRows::kMaxRows
+  const bool split =
+      t.streaming.host_row_share > 0 && !shape.measure_prompt && shape.chats <= kSplitMaxRows;
+  const auto bytes = static_cast<double>(split ? t.streaming.split_bytes_per_pass
+                                               : t.streaming.streamed_bytes_per_pass);
   const double bandwidth = t.streaming.h2d_bandwidth_bytes_per_second;
   if ((bytes == 0 && expert_bytes_per_token <= 0) || bandwidth <= 0) return 0;
   double tokens_per_pass = shape.chats;
@@ -189,6 +198,8 @@ void run_tests(Engine& engine, BudgetRow& row, const std::vector<Shape>& shapes,
   }
   // A re-plan during the tests shows in the last snapshot.
   row.streamed_bytes_per_pass = t.streaming.streamed_bytes_per_pass;
+  row.host_row_share = t.streaming.host_row_share;
+  row.split_bytes_per_pass = t.streaming.split_bytes_per_pass;
   if (t.streaming.layers_resident + t.streaming.layers_streamed > 0) {
     row.resident_layers = t.streaming.layers_resident;
     row.streamed_layers = t.streaming.layers_streamed;
@@ -219,6 +230,8 @@ BudgetRow run_budget(const std::filesystem::path& path, EngineOptions options, i
     row.resident_layers = static_cast<int32_t>(engine->config().n_layer);
   }
   row.streamed_bytes_per_pass = t.streaming.streamed_bytes_per_pass;
+  row.host_row_share = t.streaming.host_row_share;
+  row.split_bytes_per_pass = t.streaming.split_bytes_per_pass;
   row.h2d_bandwidth_bytes_per_second = t.streaming.h2d_bandwidth_bytes_per_second;
 
   try {
@@ -285,6 +298,12 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       if (r.measured.errors > 0) std::printf(" error: %s", r.measured.first_error.c_str());
       std::printf("\n");
     }
+    if (row.host_row_share > 0)
+      std::printf("| %6s | host rows: %d/256 of each streamed matrix on the CPU (%.1f%%); a pass "
+                  "of up to 8 rows copies %.0f MiB of %.0f MiB\n",
+                  percent.c_str(), row.host_row_share, row.host_row_share * 100.0 / 256,
+                  static_cast<double>(row.split_bytes_per_pass) / (1 << 20),
+                  static_cast<double>(row.streamed_bytes_per_pass) / (1 << 20));
     // The budget did not open, or a test failed after the rows above.
     if (!row.error.empty()) {
       std::printf("| %6s | %8s | error: %s\n", percent.c_str(), gib.c_str(), row.error.c_str());
@@ -296,7 +315,8 @@ void print_table(const StreamBenchOptions& o, const std::string& model_name,
       "t/s: decode tokens over the steps in which every chat decodes, or the prompt's tokens\n"
       "  over its prefill steps; PCIe t/s: the bound if copying the streamed layers were all\n"
       "  a pass cost (tokens per pass x H2D bandwidth / streamed bytes per pass; '-' when\n"
-      "  nothing streams); ratio = t/s / PCIe t/s; seg/step: host-issued units of the last\n"
+      "  nothing streams; with host rows, a decode pass of up to 8 rows copies only the\n"
+      "  device's rows); ratio = t/s / PCIe t/s; seg/step: host-issued units of the last\n"
       "  decode step; recaptures, preempt: decode graphs captured again and chats preempted\n"
       "  during the test; hit, MB/token (mixtures of experts): expert choices served from the\n"
       "  device cache, and expert bytes copied from host memory per token (an expert several\n"
@@ -328,6 +348,8 @@ nlohmann::json to_json(const StreamBenchOptions& o, const std::string& model_nam
     b["resident_layers"] = row.resident_layers;
     b["streamed_layers"] = row.streamed_layers;
     b["streamed_bytes_per_pass"] = row.streamed_bytes_per_pass;
+    b["host_row_share"] = row.host_row_share;
+    b["split_bytes_per_pass"] = row.split_bytes_per_pass;
     b["h2d_bandwidth_bytes_per_second"] = row.h2d_bandwidth_bytes_per_second;
     b["results"] = nlohmann::json::array();
     for (const ShapeResult& r : row.results) {
@@ -383,7 +405,11 @@ void add_stream_bench_options(CLI::App& command, StreamBenchOptions& o) {
   command.add_option("--threads", o.cpu_threads, "CPU backend threads (0 = all cores)");
   command.add_option("--host-experts", o.host_expert_share,
                      "mixtures of experts: the 256ths of a decode step's missed experts the CPU "
-                     "computes (-1: all of them in steps of 8 or more rows, 0: none)")
+                     "computes (-1: all of them in steps of 8 or more rows, 160/256 in smaller ones; 0: none)")
+      ->check(CLI::Range(-1, 256));
+  command.add_option("--host-rows", o.host_row_share,
+                     "dense models: the 256ths of each streamed layer's rows the CPU computes in "
+                     "decode runs of up to 8 rows (-1: measured at load, 0: none)")
       ->check(CLI::Range(-1, 256));
   command.add_option("--seed", o.seed, "prompt seed");
   command.add_option("--telemetry-out", o.telemetry_out,
@@ -409,6 +435,7 @@ int run_stream_benchmark(const StreamBenchOptions& o) {
     options.prefill_chunk_tokens = o.prefill_chunk_tokens;
     options.cpu_threads = o.cpu_threads;
     options.host_expert_share = o.host_expert_share;
+    options.host_row_share = o.host_row_share;
     // The weights, workspace and KV reserve do not depend on the budget: any budget will do
     // for reading them (a given budget also lets it plan for a GPU this machine lacks).
     EngineOptions sizing = options;

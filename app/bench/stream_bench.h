@@ -26,6 +26,7 @@ struct StreamBenchOptions {
   int64_t prefill_chunk_tokens = 512;
   int32_t cpu_threads = 0;
   int32_t host_expert_share = -1;  // EngineOptions::host_expert_share
+  int32_t host_row_share = -1;     // EngineOptions::host_row_share
   uint64_t seed = 1;
   std::string telemetry_out;  // record the engine's telemetry here as JSON lines ("" = off)
   bool json = false;

@@ -91,6 +91,7 @@ int serve(ServeOptions& options) {
   engine_options.kv_host_cache_bytes = host_cache_bytes(options.kv_host_cache);
   engine_options.cpu_threads = options.generation.threads;
   engine_options.host_expert_share = options.generation.host_expert_share;
+  engine_options.host_row_share = options.generation.host_row_share;
   engine_options.vram_budget_bytes = options.generation.vram_budget_bytes;
   engine_options.chat_template_override = options.generation.template_name;
   const std::string& device = options.generation.device;

@@ -69,7 +69,13 @@ void add_generation_options(CLI::App& app, GenerationOptions& options) {
   app.add_option("--host-experts", options.host_expert_share,
                  "A mixture of experts on the GPU whose experts do not all fit: the 256ths of a "
                  "decode step's missed experts the CPU computes while PCIe carries the rest "
-                 "(-1: all of them when 8 or more chats decode together, 0: none)")
+                 "(-1: all of them when 8 or more chats decode together, 160/256 when fewer do; 0: none)")
+      ->check(integer_in(-1, 256))
+      ->capture_default_str();
+  app.add_option("--host-rows", options.host_row_share,
+                 "A dense model on the GPU whose layers do not all fit: the 256ths of each "
+                 "streamed layer's rows the CPU computes in small decode batches while PCIe "
+                 "carries the rest (-1: measured at load, 0: none)")
       ->check(integer_in(-1, 256))
       ->capture_default_str();
   app.add_option("--device", options.device, "Where to run: cpu, cuda or auto")
@@ -102,6 +108,7 @@ std::unique_ptr<Engine> open_engine(const GenerationOptions& options) {
   engine_options.max_sequences = 1;  // one conversation at a time
   engine_options.cpu_threads = options.threads;
   engine_options.host_expert_share = options.host_expert_share;
+  engine_options.host_row_share = options.host_row_share;
   engine_options.vram_budget_bytes = options.vram_budget_bytes;
   engine_options.chat_template_override = options.template_name;
   engine_options.kv_reuse = options.kv_reuse;

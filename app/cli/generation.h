@@ -22,6 +22,7 @@ struct GenerationOptions {
   int64_t context = 4096;
   int32_t threads = 0;
   int32_t host_expert_share = -1;  // EngineOptions::host_expert_share
+  int32_t host_row_share = -1;     // EngineOptions::host_row_share
   std::string device = "auto";
   // --vram-budget (added by run and chat); 0: the backend's default
   uint64_t vram_budget_bytes = 0;

@@ -5,15 +5,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numbers>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "backends/backend.h"
 #include "backends/cpu/ops.h"
@@ -205,6 +208,28 @@ TEST(CpuOps, ThreadPoolCoversEveryIndexOnce) {
     });
     for (int h : hits) EXPECT_EQ(h, 1);
   }
+}
+
+// Held awake (the host channel's pools between a step's rounds), the workers keep covering
+// every index once, jobs spaced past the brief spin and past the deadline alike, and the pool
+// stops at once while held.
+TEST(CpuOps, ThreadPoolHeldAwakeStillCoversEveryIndexAndStops) {
+  using namespace std::chrono_literals;
+  auto pool = std::make_unique<cpu::ThreadPool>(4);
+  const auto start = std::chrono::steady_clock::now();
+  pool->stay_awake_until(start + 60ms);
+  for (auto gap : {0ms, 2ms, 20ms, 80ms}) {  // the last comes after the deadline
+    std::this_thread::sleep_for(gap);
+    std::vector<int> hits(1000, 0);
+    pool->parallel_for(1000, [&](int64_t b, int64_t e, int32_t) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+    });
+    for (int h : hits) ASSERT_EQ(h, 1) << "after a gap of " << gap.count() << " ms";
+  }
+  pool->stay_awake_until(std::chrono::steady_clock::now() + 10s);
+  const auto stop = std::chrono::steady_clock::now();
+  pool.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - stop, 1s) << "a held pool must stop at once";
 }
 
 // ---- whole forward passes --------------------------------------------------------------

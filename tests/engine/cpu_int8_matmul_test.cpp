@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <random>
 #include <vector>
 
@@ -82,6 +83,50 @@ TEST(CpuInt8Matmul, ActivationRoundingIsRoundThroughQ8) {
     EXPECT_EQ(q[b].half_sum[0], half[0]);
     EXPECT_EQ(q[b].half_sum[1], half[1]);
   }
+}
+
+TEST(CpuInt8Matmul, DividingRoundingIsRoundThroughQ8sDivide) {
+  // The CUDA attention output's and quantize_q8's rule (the host rows' O and down inputs):
+  // random values, a block of zeros, and values at the rounding boundaries, where x / d and
+  // x · (1/d) part.
+  auto x = random_values(8192, 11, 3.0f);
+  for (size_t i = 0; i < 32; ++i) x[64 + i] = 0.0f;
+  // Blocks past the first hundred: amax first, then values at the halves between two int8
+  // steps (k + 1/2)·d, a few ulps either side, where the two rules round apart.
+  std::mt19937 rng(5);
+  for (size_t b = 100; b < x.size() / 32; ++b) {
+    float* v = x.data() + b * 32;
+    const float amax = std::uniform_real_distribution<float>(0.01f, 8.0f)(rng);
+    const float d = amax / 127.0f;
+    v[0] = amax;
+    for (int i = 1; i < 32; ++i) {
+      const int k = static_cast<int>(rng() % 126);
+      float h = (static_cast<float>(k) + 0.5f) * d;
+      for (int u = static_cast<int>(rng() % 5); u > 0; --u) h = std::nextafter(h, 0.0f);
+      for (int u = static_cast<int>(rng() % 5); u > 0; --u) h = std::nextafter(h, amax);
+      v[i] = (rng() & 1) ? h : -h;
+    }
+  }
+  std::vector<ActivationBlock> q(x.size() / 32);
+  quantize_activations(x.data(), static_cast<int64_t>(x.size()), q.data(), true);
+  std::vector<float> divided = x, multiplied = x;
+  round_through_q8(divided.data(), static_cast<int64_t>(divided.size()), Q8Rounding::Divide);
+  round_through_q8(multiplied.data(), static_cast<int64_t>(multiplied.size()),
+                   Q8Rounding::MultiplyByInverse);
+  int differ = 0;
+  for (size_t b = 0; b < q.size(); ++b) {
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(static_cast<float>(q[b].qs[i]) * q[b].d, divided[b * 32 + i]) << b << " " << i;
+      differ += divided[b * 32 + i] != multiplied[b * 32 + i];
+      sum += q[b].qs[i];
+    }
+    EXPECT_EQ(q[b].qsum, sum);
+  }
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(q[2].qs[i], 0);
+  EXPECT_GT(differ, 0) << "no value where the two rules part: the test checks nothing";
+  std::cout << "x / d and x * (1/d) give other int8 values for " << differ << " of " << x.size()
+            << " activations\n";
 }
 
 TEST(CpuInt8Matmul, EachTypeIsTheDotWithTheRoundedActivationAndWithinItsBoundOfExact) {

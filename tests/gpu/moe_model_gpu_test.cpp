@@ -421,6 +421,18 @@ TEST_P(MoeHostExpertsGpu, CloseToAllResidentWithTheHostComputingMissedExperts) {
   ASSERT_TRUE(none);
   EXPECT_FALSE(none->moe().host_experts());
   EXPECT_EQ(none->moe().host_share(), 0);
+  gpu_test::step("a streaming rig with the default rule");
+  const std::unique_ptr<Rig> rule = partial_expert_rig(model.path, reserve_tokens, resident, -1);
+  ASSERT_TRUE(rule);
+  const cuda::CudaMoe& m = rule->moe();
+  ASSERT_TRUE(m.host_experts());
+  EXPECT_EQ(m.host_share(), 256);
+  EXPECT_EQ(m.host_share_at(1), cuda::CudaMoe::kHostAutoSmallShare);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostAutoMinRows - 1),
+            cuda::CudaMoe::kHostAutoSmallShare);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostAutoMinRows), 256);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostMaxRows), 256);
+  EXPECT_EQ(m.host_share_at(cuda::CudaMoe::kHostMaxRows + 1), 0) << "prefill runs stage";
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, MoeHostExpertsGpu,
@@ -493,6 +505,26 @@ INSTANTIATE_TEST_SUITE_P(Experts, MoeStreamingGpu,
                            std::transform(name.begin(), name.end(), name.begin(), ::tolower);
                            return name;
                          });
+
+// Mapped pinned host memory (filled with 7s) and its device address.
+struct Mapped {
+  void* host = nullptr;
+  explicit Mapped(size_t bytes) {
+    if (cudaHostAlloc(&host, bytes, cudaHostAllocMapped) != cudaSuccess) {
+      host = nullptr;
+    } else {
+      std::memset(host, 7, bytes);
+    }
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+  ~Mapped() { cudaFreeHost(host); }
+  template <class T>
+  T* device() const {
+    void* d = nullptr;
+    return cudaHostGetDevicePointer(&d, host, 0) == cudaSuccess ? static_cast<T*>(d) : nullptr;
+  }
+};
 
 // The staging launch alone (kernels/moe_stage.cuh) on a made-up layer of 8 experts, the odd ones
 // in mapped pinned host memory: of the pairs' choices, each distinct missed expert is copied once
@@ -572,7 +604,15 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
   // device and the mask names it; 1 and 3 are staged as before.
   {
     gpu_test::DeviceArray<uint8_t> zero(std::vector<uint8_t>(kStride, 0));
-    gpu_test::DeviceArray<uint8_t> mask(std::vector<uint8_t>(kExperts, 7));
+    // The host's inputs in mapped pinned memory: mask, ids, weights and 8 input values.
+    Mapped mask(kExperts), host_ids(ids.size() * 4), host_weights(ids.size() * 4), host_x(8 * 4);
+    ASSERT_TRUE(mask.host && host_ids.host && host_weights.host && host_x.host);
+    const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};
+    gpu_test::DeviceArray<float> x_d(x);
+    auto mask_now = [&] {
+      const auto* m = static_cast<const uint8_t*>(mask.host);
+      return std::vector<uint8_t>(m, m + kExperts);
+    };
     const std::vector<float> weights = {0.5f, 0.25f, 1.5f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
     gpu_test::DeviceArray<float> weights_d(weights), gpu_weights(weights.size());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -580,9 +620,14 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
     st.host_share = 256;
     st.host_max_pairs = 1;
     st.zero = zero.get();
-    st.host_mask = mask.get();
     st.weights = weights_d.get();
     st.gpu_weights = gpu_weights.get();
+    st.host_mask = mask.device<uint8_t>();
+    st.host_ids = host_ids.device<int32_t>();
+    st.host_weights = host_weights.device<float>();
+    st.x = x_d.get();
+    st.host_x = host_x.device<float>();
+    st.x_floats = 8;
     ASSERT_EQ(kernels::launch_moe_stage(ids_d.get(), static_cast<int>(ids.size()), kExperts, st, kc,
                                         stream.get()),
               cudaSuccess);
@@ -600,7 +645,14 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
                              static_cast<uint64_t>(slot) * kStride + offsets[m];
         EXPECT_EQ(step[i], want) << "host share: expert " << e << ", matrix " << m;
       }
-    EXPECT_EQ(mask.download(), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 0, 0}));
+    EXPECT_EQ(mask_now(), (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 0, 0}));
+    const auto* written_ids = static_cast<const int32_t*>(host_ids.host);
+    const auto* written_weights = static_cast<const float*>(host_weights.host);
+    EXPECT_EQ(std::vector<int32_t>(written_ids, written_ids + ids.size()), ids);
+    EXPECT_EQ(std::vector<float>(written_weights, written_weights + ids.size()), weights)
+        << "the host gets the router's weights, not the device's";
+    const auto* written_x = static_cast<const float*>(host_x.host);
+    EXPECT_EQ(std::vector<float>(written_x, written_x + 8), x);
     std::vector<float> want_weights = weights;
     want_weights[4] = 0.0f;  // the pair that chose expert 5
     EXPECT_EQ(gpu_weights.download(), want_weights);
@@ -625,7 +677,7 @@ TEST(MoeStageKernel, CopiesEachChosenMissedExpertOnce) {
               cudaSuccess);
     ASSERT_EQ(kernels::launch_moe_stage_copy(st, kc, stream.get()), cudaSuccess);
     stream.synchronize();
-    EXPECT_EQ(mask.download(), (std::vector<uint8_t>{0, 0, 0, 1, 0, 0, 0, 0}));
+    EXPECT_EQ(mask_now(), (std::vector<uint8_t>{0, 0, 0, 1, 0, 0, 0, 0}));
     EXPECT_EQ(copied.download()[0], (3 + 2 + 2 + 2) * kExpertBytes);
     EXPECT_EQ(plan.download()[0], 2);
     const std::vector<uint8_t> split = cleared.download();

@@ -50,6 +50,9 @@ EngineOptions options(uint64_t budget = 0, int64_t context = 1024) {
   // chunk, a different summation order, and a synthetic model's near-tied logits can then
   // pick other tokens although nothing streamed differs.
   o.kv_reuse = false;
+  // Whole layers over PCIe, the resident kernels' bits: the host's rows of streamed layers (other
+  // summation order) have their own test against the oracle (host_rows_gpu_test.cpp).
+  o.host_row_share = 0;
   return o;
 }
 

@@ -28,14 +28,21 @@ struct EngineOptions {
   int32_t max_sequences = 8;             // sequence slots (concurrent chats)
   uint64_t vram_budget_bytes = 0;        // 0 = free memory at start minus a margin
   bool cuda_graphs = true;
-  int32_t cpu_threads = 0;             // 0 = hardware concurrency
+  int32_t cpu_threads = 0;  // 0 = hardware concurrency
   // A mixture of experts on the GPU whose experts do not all fit the VRAM budget: the share of a
   // decode step's missed experts (those not in VRAM, chosen by few rows) that the CPU computes
   // from its own copies while PCIe carries the rest. -1: all of them in steps of 8 to 64 rows
-  // (several chats decoding together, where the host beats PCIe), none in smaller ones; 0:
+  // (several chats decoding together, where the host beats PCIe), 160/256 of them in smaller ones
+  // (where the host and PCIe each take about as long); 0:
   // none, every missed expert crosses PCIe (the same results as all resident); 1..256: that
   // many 256ths in steps of up to 64 rows.
   int32_t host_expert_share = -1;
+  // A dense model on the GPU whose layers do not all fit the VRAM budget: the share of each
+  // streamed layer's matrix rows that the CPU computes from its own copies in decode runs of up
+  // to 8 rows, while PCIe carries only the rest. -1: measured at load (host time ≈ PCIe time);
+  // 0: none, every streamed byte crosses PCIe (the same results as before); 1..256: that many
+  // 256ths of each matrix's rows.
+  int32_t host_row_share = -1;
   int64_t prefill_chunk_tokens = 512;  // token budget of a step's prefill chunk
   // KV granules created ahead of need and kept unmapped, so a step only maps them; -1 sizes
   // it from the shapes (a prefill chunk's granules plus one per four slots), 0 turns it off.

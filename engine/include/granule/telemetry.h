@@ -193,8 +193,16 @@ struct StreamingTelemetry {
   std::vector<int32_t> layer_streamed;   // per layer, in order: 1 streamed, 0 resident
   uint64_t resident_weight_bytes = 0;    // weights held in device memory
   uint64_t streamed_bytes_per_pass = 0;  // host-to-device bytes one forward pass copies
-  int32_t staging_slots = 0;             // the ring's slots (0 when nothing streams)
-  uint64_t staging_bytes = 0;            // the ring's device bytes
+  // Dense models, the host's part of the streamed layers at small decode batches
+  // (EngineOptions::host_row_share): the 256ths of each streamed matrix's rows the CPU computes
+  // (0: none), what such a split pass copies instead of streamed_bytes_per_pass, the host's int8
+  // copies, and the rounds it has answered (four per split layer per pass).
+  int32_t host_row_share = 0;
+  uint64_t split_bytes_per_pass = 0;
+  uint64_t host_row_copy_bytes = 0;
+  uint64_t host_row_rounds = 0;
+  int32_t staging_slots = 0;   // the ring's slots (0 when nothing streams)
+  uint64_t staging_bytes = 0;  // the ring's device bytes
   // Share of the last step's wall time the copy engine was busy (copied bytes over the
   // measured bandwidth, divided by the step's time), 0..1.
   double staging_occupancy = 0;
@@ -212,6 +220,10 @@ struct StreamingTelemetry {
     f("layer_streamed", s.layer_streamed);
     f("resident_weight_bytes", s.resident_weight_bytes);
     f("streamed_bytes_per_pass", s.streamed_bytes_per_pass);
+    f("host_row_share", s.host_row_share);
+    f("split_bytes_per_pass", s.split_bytes_per_pass);
+    f("host_row_copy_bytes", s.host_row_copy_bytes);
+    f("host_row_rounds", s.host_row_rounds);
     f("staging_slots", s.staging_slots);
     f("staging_bytes", s.staging_bytes);
     f("staging_occupancy", s.staging_occupancy);
@@ -239,10 +251,10 @@ struct ExpertTelemetry {
   // Of the misses, the choices the host's CPU computed instead of the device (the CUDA
   // backend's host experts), and the expert bytes it read for them.
   uint64_t host_computed = 0, bytes_host = 0;
-  uint64_t tokens = 0;                // tokens whose experts were routed (prefill and decode)
-  uint64_t expert_bytes = 0;          // one expert of one layer: gate + up + down (0: unknown)
-  uint64_t promotions = 0;            // experts moved host → device by re-plans
-  uint64_t demotions = 0;             // experts moved device → host by re-plans
+  uint64_t tokens = 0;        // tokens whose experts were routed (prefill and decode)
+  uint64_t expert_bytes = 0;  // one expert of one layer: gate + up + down (0: unknown)
+  uint64_t promotions = 0;    // experts moved host → device by re-plans
+  uint64_t demotions = 0;     // experts moved device → host by re-plans
 
   int64_t resident_count() const {
     int64_t n = 0;

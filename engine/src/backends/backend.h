@@ -39,11 +39,14 @@ struct BackendOptions {
   // The KV's sequence slots (make_runtime sets them): a hybrid model's recurrent state slots,
   // which the weight placement leaves room for; 0: not known, none planned.
   int32_t sequence_slots = 0;
-  bool cuda_graphs = true;            // capture and replay decode steps
-  int32_t cpu_threads = 0;            // 0: hardware concurrency
+  bool cuda_graphs = true;  // capture and replay decode steps
+  int32_t cpu_threads = 0;  // 0: hardware concurrency
   // CUDA backend, a mixture whose experts stream: the share of a decode step's missed experts
   // the host's CPU computes (EngineOptions::host_expert_share).
   int32_t cuda_host_experts = -1;
+  // CUDA backend, a dense model whose layers stream: the share of a streamed layer's rows the
+  // host's CPU computes at small decode batches (EngineOptions::host_row_share).
+  int32_t cuda_host_rows = -1;
   int64_t max_tokens_per_pass = 512;  // the most tokens one forward pass carries
   // The kernels' tuning; unset: the defaults with the GRANULE_* environment overrides
   // (engine/src/backends/kernel_config_env.cpp, listed in kernels/README.md). Tests and benchmarks

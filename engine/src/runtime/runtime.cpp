@@ -16,6 +16,7 @@ RuntimeOptions RuntimeOptions::from(const EngineOptions& options) {
   r.backend.cuda_graphs = options.cuda_graphs;
   r.backend.cpu_threads = options.cpu_threads;
   r.backend.cuda_host_experts = options.host_expert_share;
+  r.backend.cuda_host_rows = options.host_row_share;
   r.backend.max_tokens_per_pass = options.prefill_chunk_tokens;
   r.backend.kv_reserve_tokens = default_kv_reserve_tokens(options.context_length);
   r.backend.context_length = options.context_length;

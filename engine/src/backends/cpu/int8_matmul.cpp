@@ -17,8 +17,9 @@ namespace granule::cpu {
 
 namespace {
 
-// Portable quantiser: the AVX2 one rounds the same way (x · (1/d) to nearest, ties to even).
-void quantize_portable(const float* x, int64_t n, ActivationBlock* out) {
+// Portable quantiser: the AVX2 one rounds the same way (x · (1/d), or x / d, to nearest, ties
+// to even).
+void quantize_portable(const float* x, int64_t n, ActivationBlock* out, bool divide) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* v = x + 32 * b;
     float amax = 0.0f;
@@ -27,7 +28,8 @@ void quantize_portable(const float* x, int64_t n, ActivationBlock* out) {
     const float inverse = amax == 0.0f ? 0.0f : 1.0f / d;
     int half[2] = {0, 0};
     for (int i = 0; i < 32; ++i) {
-      const int q = static_cast<int>(std::nearbyint(v[i] * inverse));
+      const int q = static_cast<int>(std::nearbyint(divide ? (amax == 0.0f ? 0.0f : v[i] / d)
+                                                           : v[i] * inverse));
       out[b].qs[i] = static_cast<int8_t>(q);
       half[i / 16] += q;
     }
@@ -50,6 +52,7 @@ namespace {
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                        __builtin_cpu_supports("f16c");
 
+template <bool kDivide>
 GRANULE_AVX2 void quantize_avx2(const float* x, int64_t n, ActivationBlock* out) {
   const __m256 sign_bit = _mm256_set1_ps(-0.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -66,11 +69,24 @@ GRANULE_AVX2 void quantize_avx2(const float* x, int64_t n, ActivationBlock* out)
     const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f;
     const __m256 inverse = _mm256_set1_ps(amax == 0.0f ? 0.0f : 1.0f / d);
+    // A block of zeros divides by 1: zeros, as the inverse's 0 gives.
+    const __m256 divisor = _mm256_set1_ps(amax == 0.0f ? 1.0f : d);
+    if constexpr (kDivide) {
+      v0 = _mm256_div_ps(v0, divisor);
+      v1 = _mm256_div_ps(v1, divisor);
+      v2 = _mm256_div_ps(v2, divisor);
+      v3 = _mm256_div_ps(v3, divisor);
+    } else {
+      v0 = _mm256_mul_ps(v0, inverse);
+      v1 = _mm256_mul_ps(v1, inverse);
+      v2 = _mm256_mul_ps(v2, inverse);
+      v3 = _mm256_mul_ps(v3, inverse);
+    }
     // cvtps rounds in the current mode: to nearest, ties to even.
-    __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v0, inverse));
-    __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v1, inverse));
-    __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v2, inverse));
-    __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v3, inverse));
+    __m256i i0 = _mm256_cvtps_epi32(v0);
+    __m256i i1 = _mm256_cvtps_epi32(v1);
+    __m256i i2 = _mm256_cvtps_epi32(v2);
+    __m256i i3 = _mm256_cvtps_epi32(v3);
     // The two halves' sums: elements 0..15 are i0 and i1, 16..31 i2 and i3.
     const __m256i s01 = _mm256_add_epi32(i0, i1), s23 = _mm256_add_epi32(i2, i3);
     __m128i s4 = _mm_hadd_epi32(
@@ -117,18 +133,20 @@ bool int8_matmul_supports(TensorType type, int64_t n_cols) {
   }
 }
 
-void quantize_activations(const float* x, int64_t n, ActivationBlock* out) {
-  if (kHaveAvx2)
-    quantize_avx2(x, n, out);
+void quantize_activations(const float* x, int64_t n, ActivationBlock* out, bool divide) {
+  if (!kHaveAvx2)
+    quantize_portable(x, n, out, divide);
+  else if (divide)
+    quantize_avx2<true>(x, n, out);
   else
-    quantize_portable(x, n, out);
+    quantize_avx2<false>(x, n, out);
 }
 
 #else  // not x86: no int8 kernels; the exact path runs everything
 
 bool int8_matmul_supports(TensorType, int64_t) { return false; }
-void quantize_activations(const float* x, int64_t n, ActivationBlock* out) {
-  quantize_portable(x, n, out);
+void quantize_activations(const float* x, int64_t n, ActivationBlock* out, bool divide) {
+  quantize_portable(x, n, out, divide);
 }
 
 #endif

@@ -29,8 +29,11 @@ static_assert(sizeof(ActivationBlock) == 48);
 // Whether the int8 kernels (Int8Weights) run a matrix of `type` with rows of n_cols here.
 bool int8_matmul_supports(TensorType type, int64_t n_cols);
 
-// Quantises n values of x (n a multiple of 32) into n / 32 blocks. Portable code where the
+// Quantises n values of x (n a multiple of 32) into n / 32 blocks: q = rint(x · (1/d)), d =
+// amax / 127 (ops.h Q8Rounding::MultiplyByInverse, the RMSNorm kernel's), or with `divide`
+// q = rint(x / d) (Q8Rounding::Divide: the CUDA attention output's and quantize_q8's), so the
+// host's part of a device product can read the device's int8 values. Portable code where the
 // CPU has no AVX2 (the same rounding).
-void quantize_activations(const float* x, int64_t n, ActivationBlock* out);
+void quantize_activations(const float* x, int64_t n, ActivationBlock* out, bool divide = false);
 
 }  // namespace granule::cpu

@@ -1,5 +1,6 @@
 // ThreadPool: a generation counter announces each job; workers and the caller spin for a
-// few tens of microseconds, then sleep on a condition variable (see thread_pool.h).
+// few tens of microseconds (or until stay_awake_until's deadline), then sleep on a condition
+// variable (see thread_pool.h).
 #include "backends/cpu/thread_pool.h"
 
 #include <algorithm>
@@ -25,6 +26,18 @@ inline void cpu_relax() {
 
 
 }  // namespace
+
+void ThreadPool::stay_awake_until(std::chrono::steady_clock::time_point deadline) {
+  awake_until_.store(deadline.time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+bool ThreadPool::held_awake() const {
+  if (std::chrono::steady_clock::now().time_since_epoch().count() >=
+      awake_until_.load(std::memory_order_relaxed))
+    return false;
+  std::this_thread::yield();
+  return true;
+}
 
 ThreadPool::ThreadPool(int32_t threads) {
   const int32_t workers = std::max(threads, 1) - 1;
@@ -62,8 +75,10 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   run_chunks(0);
 
-  for (int spin = 0; spin < kSpinIterations; ++spin) {
+  for (int spin = 0;; ++spin) {
     if (pending_.load(std::memory_order_acquire) == 0) return;
+    // Past the brief spin, the clock every 64 spins: on while held awake, else to sleep.
+    if (spin >= kSpinIterations && spin % 64 == 0 && !held_awake()) break;
     cpu_relax();
   }
   std::unique_lock lock(mutex_);
@@ -85,7 +100,7 @@ void ThreadPool::worker_loop(int32_t index) {
   for (;;) {
     int spin = 0;
     while (generation_.load(std::memory_order_acquire) == seen && !stopping_.load()) {
-      if (++spin < kSpinIterations) {
+      if (++spin < kSpinIterations || spin % 64 != 0 || held_awake()) {
         cpu_relax();
         continue;
       }

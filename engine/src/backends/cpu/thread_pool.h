@@ -4,6 +4,7 @@
 // loops back to back, and a futex wake-up per loop would cost more than the loops.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -25,8 +26,13 @@ class ThreadPool {
   // Calls fn(begin, end, thread_index) over contiguous chunks covering [0, n) once, and
   // waits for all. Threads take chunks as they come free; fn must not throw. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int32_t)>& fn);
+  // Waiting threads spin until `deadline` instead of sleeping after their brief spin (they
+  // yield the core at each clock read): for a caller whose next jobs come sooner than a futex
+  // wake-up of every worker takes, such as the host's part of each layer of a decode step.
+  void stay_awake_until(std::chrono::steady_clock::time_point deadline);
 
  private:
+  bool held_awake() const;  // before the deadline of stay_awake_until
   void worker_loop(int32_t index);
   void run_chunks(int32_t thread_index);   // takes chunks of the current job until none are left
 
@@ -39,6 +45,7 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int32_t> pending_{0};   // workers still running the current job
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> awake_until_{0};  // steady_clock ticks
 
   std::mutex mutex_;   // guards the sleep flags below and the condition variables
   std::condition_variable work_ready_;

@@ -13,6 +13,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_vmm.h"
 #include "backends/cuda/h2d_bandwidth.h"
+#include "backends/cuda/host_rows.h"
 #include "granule/error.h"
 #include "granule/log.h"
 #include "memory/expert_placement.h"
@@ -416,7 +417,6 @@ void CudaBackend::launch(const StepRequest& step) {
   CudaModel& m = *model_;
   const auto n = step.batch.size();
   p.started = std::chrono::steady_clock::now();
-  const uint64_t pass_bytes = m.streamer().streamed_bytes_per_pass();
   if (p.decode) {
     // A decode step: one upload, one graph replay for the batch's bucket (padding rows have
     // no slot: they write no KV and read none), queued; wait() downloads the batch's tokens
@@ -440,7 +440,7 @@ void CudaBackend::launch(const StepRequest& step) {
     p.host_operations =
         graph_carries_io(true, p.head) ? 0 : static_cast<uint64_t>(m.flush_inputs());
     p.host_operations += run_step(p.bucket, true, p.head);
-    p.h2d_bytes = pass_bytes;
+    p.h2d_bytes = m.streamed_bytes_for(p.bucket);
     return;
   }
   // Chunked prefill: the first chunk's layers are queued here, the rest in wait().
@@ -450,7 +450,7 @@ void CudaBackend::launch(const StepRequest& step) {
   m.upload(p.first_chunk);
   m.flush_inputs();
   m.run_layers(static_cast<int>(p.first_chunk.tokens.size()));
-  p.h2d_bytes = pass_bytes;
+  p.h2d_bytes = m.streamed_bytes_for(static_cast<int>(p.first_chunk.tokens.size()));
 }
 
 void CudaBackend::finish_step(const PendingStep& p) {
@@ -495,6 +495,7 @@ StepResult CudaBackend::wait() {
     } else {
       m.copy_tokens(static_cast<int>(n), p.result.tokens.data());
     }
+    m.check_host_rows();  // the host's part of a split pass answered in time
     finish_step(p);
     return std::move(p.result);
   }
@@ -510,7 +511,7 @@ StepResult CudaBackend::wait() {
       m.upload(in);
       m.flush_inputs();
       m.run_layers(static_cast<int>(count));
-      p.h2d_bytes += m.streamer().streamed_bytes_per_pass();
+      p.h2d_bytes += m.streamed_bytes_for(static_cast<int>(count));
     }
     const int n_logit_rows = static_cast<int>(in.logit_rows.size());
     for (int g = 0; g < n_logit_rows; g += CudaModel::kLogitRowsPerPass) {
@@ -531,6 +532,7 @@ StepResult CudaBackend::wait() {
       out_row += static_cast<size_t>(group);
     }
   }
+  m.check_host_rows();
   finish_step(p);
   return std::move(p.result);
 }
@@ -549,6 +551,12 @@ void CudaBackend::fill_telemetry(TelemetrySnapshot& snapshot) const {
   for (size_t i = 0; i < w.layers(); ++i) st.layer_streamed[i] = w.streamed(i) ? 1 : 0;
   st.resident_weight_bytes = model_->weight_bytes();
   st.streamed_bytes_per_pass = w.streamed_bytes_per_pass();
+  if (const HostRows* h = model_->host_rows()) {
+    st.host_row_share = h->share();
+    st.split_bytes_per_pass = w.split_bytes_per_pass();
+    st.host_row_copy_bytes = h->copy_bytes();
+    st.host_row_rounds = h->rounds();
+  }
   st.staging_slots = w.staging_slots();
   st.staging_bytes = w.staging_bytes();
   st.h2d_bytes = h2d_bytes_;

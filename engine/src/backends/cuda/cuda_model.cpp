@@ -10,6 +10,7 @@
 #include "attention_prefill.cuh"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_gemma4.h"  // Gemma4Device (gemma4_'s type)
+#include "backends/cuda/host_rows.h"    // HostRows (host_rows_'s type)
 #include "backends/kernel_config_env.h"
 #include "dequantize.cuh"
 #include "gemma_ops.cuh"
@@ -141,7 +142,14 @@ CudaModel::CudaModel(const BackendInit& init, int max_rows)
   load(init);
 }
 
-CudaModel::~CudaModel() = default;
+CudaModel::~CudaModel() {
+  // A step may still be waiting on the device for the host's rows: it ends before the host's
+  // server stops.
+  if (host_rows_) {
+    cudaStreamSynchronize(stream_.get());
+    cudaGetLastError();
+  }
+}
 
 void CudaModel::check_launch(cudaError_t status, const char* kernel) {
   check_cuda(status, kernel);
@@ -251,12 +259,14 @@ void CudaModel::norm_for(const DeviceMatrix& w, const float* x, const float* wei
 
 void CudaModel::matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows,
                        bool accumulate, const float* x_f32, bool normed_input,
-                       const DeviceLayer* rope_layer) {
+                       const DeviceLayer* rope_layer, const int64_t* y_strides) {
   // One launch per run of consecutive matrices of the same type (Q, K, V usually share one).
   int i = 0;
   while (i < count) {
     k::MatvecTask tasks[k::kMaxMatvecTasks];
     const int j = gather_tasks(mats, outs, count, i, accumulate, tasks);
+    if (y_strides)
+      for (int m = i; m < j; ++m) tasks[m - i].y_stride = y_strides[m];
     k::MatvecInput in;
     if (rope_layer) {  // mats are Q, K, V: rope_kv's work in the epilogue
       const int64_t R = max_rows_;
@@ -577,8 +587,12 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
   // input (layer 0's: the embedding gather, at fusion 4), and the output projection writes the
   // second one's; at fusion 4 the last down projection writes the output norm's.
   const bool fused = fused_pass_ && n_rows == 1;
-  const bool normed_by_down = fused && (layer > 0 || edge_norms_fused_);  // or by the gather
+  // (A layer split with the host before this one takes the unfused products: it hands nothing
+  // over.)
+  const bool normed_by_down =
+      fused && (layer > 0 ? !splits_now(static_cast<size_t>(layer) - 1) : edge_norms_fused_);
   const bool last = static_cast<size_t>(layer) + 1 == layers_.size();
+  const bool next_splits = !last && splits_now(static_cast<size_t>(layer) + 1);
   // Attention block. Norm output in every format Q/K/V need.
   if (!normed_by_down) {
     k::RmsNormOutputs out;
@@ -648,9 +662,9 @@ void CudaModel::layer_matvec(const DeviceLayer& l, int layer, int n_rows) {
                                        {q8_qs_.as<int8_t>(), q8_ds_.as<float2>()}, kernel_config_,
                                        stream_.get()),
                  "quantize_q8");
-  if (fused && !last)
+  if (fused && !last && !next_splits)
     matvec_normed_out(l.w_down, hidden, layers_[static_cast<size_t>(layer) + 1].attn_norm);
-  else if (fused && edge_norms_fused_)
+  else if (fused && last && edge_norms_fused_)
     matvec_normed_out(l.w_down, hidden, output_norm_);
   else if (l.ffn_post_norm)
     matvec(&l.w_down, projected_out, 1, n_rows, false, h);
@@ -783,7 +797,10 @@ void CudaModel::run_layers(int n_rows) {
   const ModelConfig& c = config_;
   const int32_t* in = inputs_.as<int32_t>();
   fused_pass_ = n_rows == 1 && fusion_fits();
-  edge_norms_fused_ = fused_pass_ && head_takes_hand_over();
+  split_pass_ = host_rows_ && n_rows <= HostRows::kMaxRows;
+  if (split_pass_) host_rows_->channel().check();  // an eager pass after a failed one
+  // (The last layer split with the host leaves the output norm to the head.)
+  edge_norms_fused_ = fused_pass_ && head_takes_hand_over() && !splits_now(layers_.size() - 1);
   k::NormHandOver first_norm;
   if (edge_norms_fused_) {
     first_norm.weight = layers_[0].attn_norm;
@@ -811,10 +828,12 @@ void CudaModel::run_layers(int n_rows) {
   }
   overlap_pass_ = dequant_stream_ && n_rows > kMatvecMaxRows && !stream_capturing();
   auto takes_gemm = [&](size_t) { return n_rows > kMatvecMaxRows; };
-  copies_ += streamer_->begin_pass(stream_.get());
+  copies_ += streamer_->begin_pass(stream_.get(), split_pass_);
   for (size_t i = 0; i < layers_.size(); ++i) {
     streamer_->before_layer(i, stream_.get());
-    if (c.is_hybrid()) {
+    if (splits_now(i)) {
+      layer_host_rows(layers_[i], static_cast<int>(i), n_rows);
+    } else if (c.is_hybrid()) {
       layer_hybrid(layers_[i], static_cast<int>(i), n_rows);
     } else if (gemma4_) {
       layer_gemma4(layers_[i], static_cast<int>(i), n_rows);

@@ -28,6 +28,7 @@
 namespace granule::cuda {
 
 struct Gemma4Device;  // cuda_gemma4.h
+class HostRows;       // host_rows.h
 
 // A 2-D weight on the device: rows of `cols` encoded elements.
 struct DeviceMatrix {
@@ -143,6 +144,16 @@ class CudaModel {
   // A mixture-of-experts model's routers and experts (cuda_moe.h); null for a dense model.
   CudaMoe* moe() const { return moe_.get(); }
   const WeightStreamer& streamer() const { return *streamer_; }
+  // The host's part of the streamed layers at small decode batches (host_rows.h); null when
+  // the host computes none.
+  const HostRows* host_rows() const { return host_rows_.get(); }
+  // Host-to-device bytes a run of n_rows copies (a split pass copies less, host_rows.h).
+  uint64_t streamed_bytes_for(int n_rows) const;
+
+  // Throws DeviceError when the host's part of a step (a split pass's rows, or a mixture's
+  // streamed experts) failed: a device-side wait gave up, or a host job threw; that step's
+  // results are wrong. Call after a step completed.
+  void check_host_rows() const;
   // The placement input for a budget, with the ledger's workspace and `kv_bytes` of KV kept
   // free, at most max_resident layers resident (-1: no cap).
   PlacementInput placement_input(uint64_t budget, int32_t max_resident, uint64_t kv_bytes) const;
@@ -213,9 +224,11 @@ class CudaModel {
   // `normed_input`: the batch-1 fusion's input (read_handed_over_norm()).
   // `rope_layer`: mats are that layer's Q, K, V (in that order) and a one-row epilogue does
   // rope_kv's work (k::RowRope).
+  // `y_strides`: per matrix, the row stride of its output where it is not the matrix's rows (a
+  // split layer's device rows write into outputs of the whole matrix's width).
   void matvec(const DeviceMatrix* mats, float* const* outs, int count, int n_rows, bool accumulate,
               const float* x_f32, bool normed_input = false,
-              const DeviceLayer* rope_layer = nullptr);
+              const DeviceLayer* rope_layer = nullptr, const int64_t* y_strides = nullptr);
   // Batch-1 fusion (kernels/README.md): whether every layer qualifies, and where the
   // products' epilogues leave the next RMSNorm's input: int8 blocks of y·w in row 1 of the
   // int8 activation buffers and Σ y² per 32 rows in row 2 of the scales, which a one-row step
@@ -289,6 +302,17 @@ class CudaModel {
   // y = x · Wᵀ (x: w.cols floats per row) in runs of at most kMatvecMaxRows rows on the matvec
   // kernels, x quantised first where the kernel reads int8 (the CPU oracle's rounding).
   void gemma4_project(const DeviceMatrix& w, const float* x, int n_rows, float* y);
+  // A streamed layer split with the host (cuda_host_rows.cpp): the unfused products in four
+  // rounds, each posting its input to the host, computing the device's rows and joining the
+  // host's. splits_now(): whether layer i runs so in this pass.
+  bool splits_now(size_t layer) const;
+  void layer_host_rows(const DeviceLayer& l, int layer, int n_rows);
+  // One round: post x (width floats per row) when the host has rows of any of mats (ids: their
+  // HostRows::Matrix), the device's rows of each into outs, then the join.
+  void host_rows_round(int layer, uint32_t round, const DeviceMatrix* mats, const int* ids,
+                       float* const* outs, int count, int n_rows, bool accumulate, const float* x,
+                       int64_t width);
+  void setup_host_rows(const BackendInit& init);
   void check_launch(cudaError_t status, const char* kernel);
   void wait_for_inputs_sent();
   // cuda_weights.cpp: the constructor's work after the kernel configuration and the stream,
@@ -311,6 +335,7 @@ class CudaModel {
   std::unique_ptr<WeightStreamer> streamer_;  // the layers' blobs
   std::unique_ptr<CudaMoe> moe_;              // the experts of a mixture-of-experts model
   std::unique_ptr<Gemma4Device> gemma4_;      // Gemma 4's per-layer embeddings; null otherwise
+  std::unique_ptr<HostRows> host_rows_;       // the host's part of streamed layers, or null
   uint64_t kv_reserve_bytes_ = 0;
   size_t attention_scratch_bytes_ = 0;          // planned for until attach_kv() charges it
   uint64_t recurrent_state_planned_bytes_ = 0;  // likewise, the recurrent state slots
@@ -354,6 +379,7 @@ class CudaModel {
   // flash_tiles_ tiles in inputs_ and flash_other_rows_ rows left to the split kernel.
   int flash_rows_ = -1, flash_tiles_ = 0, flash_other_rows_ = 0;
   bool fused_pass_ = false;        // run_layers: a one-row pass with the batch-1 fusion
+  bool split_pass_ = false;        // run_layers: the host computes part of the split layers
   bool edge_norms_fused_ = false;  // run_layers: head_takes_hand_over() on a fused pass
   std::vector<kernels::PrefillTile> tile_plan_;  // scratch of upload()
   std::vector<int32_t> other_rows_;

@@ -149,21 +149,28 @@ class CudaMoe {
   // Host compute of streamed experts (cuda_moe_host.cpp): when experts stream and their int8
   // copies fit the host's memory, decode runs leave host_share() / 256 of each layer's missed
   // experts that few rows chose to the CPU, which computes them from its own copies while PCIe
-  // carries the rest: the staging plan decides which (moe_stage.cuh), the graph forks after it to
-  // a second stream that downloads the choices and input rows, runs the host's products in a
-  // host node and uploads their sum, and joins before the routed experts' output is complete. The setting at
+  // carries the rest: the staging plan decides which and writes the host's inputs into mapped
+  // memory with a request (moe_stage.cuh); a server thread of the host computes them and posts
+  // the request back, and a join kernel waits for that before it adds the host's sum into the
+  // residual (a spin channel in mapped memory: no host node, no second stream). The setting at
   // load: 0 none (every missed expert is staged: the same bits as all resident); 1..256 that
   // share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows to
-  // kHostMaxRows rows (measured: a gain at 16 chats, a loss at batch 1).
+  // kHostMaxRows rows, kHostAutoSmallShare of them in smaller runs (measured: cuda_moe_host.cpp).
+  // host_share() is the share of the larger runs, host_share_at() a run's.
   int host_share() const;
+  int host_share_at(int n_rows) const;
   // Whether the host holds the experts' copies (streaming, and they fit its memory).
   bool host_experts() const { return host_compute_ != nullptr; }
+  // Throws DeviceError when the host's part of a step failed or a join gave up waiting for it
+  // (host_channel.h); the backend checks after every step.
+  void check_host() const;
   static constexpr int kHostMaxRows = 64;
   static constexpr int kHostAutoMinRows = 8;
+  static constexpr int kHostAutoSmallShare = 160;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
   // device's products take more rows at little more cost, where the host's work grows with them.
   static constexpr int kHostMaxPairs = 4;
-  struct HostCompute;  // cuda_moe_host.cpp (named here for its host node)
+  struct HostCompute;  // cuda_moe_host.cpp
   struct HostComputeDelete {
     void operator()(HostCompute* h) const;
   };
@@ -207,21 +214,19 @@ class CudaMoe {
   // counter (streaming only); returns the area's bytes.
   uint64_t allocate_staging();
   // Queues layer's staging launch and points run's tables at the step table (streaming only);
-  // with the host's share (host_runs), its plan, the host's fork (x_f32: the experts' input) and
-  // the copy, and run's weights the device's.
+  // with the host's share (host_runs), its plan (which posts the host's request; x_f32: the
+  // experts' input) and the copy, and run's weights the device's.
   void stage(int layer, int n_rows, const float* x_f32, ExpertRun& run,
              const kernels::KernelConfig& config, cudaStream_t stream, uint64_t* launches);
   // Host compute (cuda_moe_host.cpp): sets it up once the experts are in pinned memory (streaming
-  // only), returning the device bytes it took; whether a run of n_rows uses it; the fork after
-  // the staging launch and the join that adds the host's sum into hidden; the counts collect()
-  // adds.
+  // only), returning the device bytes it took, and starts its server thread; whether a run of
+  // n_rows uses it; the join that adds the host's sum into hidden; the counts collect() adds.
   uint64_t setup_host(const ModelConfig& config, const WeightTable& weights, int setting,
                       int32_t threads);
   bool host_runs(int n_rows) const;
   // The staging launches' host fields and plan buffer, and run's weights the device's (the
   // host's pairs at 0); only where host_runs.
-  void host_stage(kernels::MoeStage& s, ExpertRun& run);
-  void host_fork(int layer, int n_rows, const float* x_f32, cudaStream_t stream);
+  void host_stage(int layer, int n_rows, const float* x_f32, kernels::MoeStage& s, ExpertRun& run);
   void host_join(int n_rows, float* hidden, const kernels::KernelConfig& config,
                  cudaStream_t stream, uint64_t* launches);
   void collect_host(MoeStats& out);

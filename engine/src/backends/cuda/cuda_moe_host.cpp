@@ -1,16 +1,17 @@
 // CudaMoe's host compute of streamed experts (issue 36; cuda_moe.h's host_share()): the CPU
 // computes part of a decode step's missed experts from its own int8 copies
 // (cpu/host_experts.h) while PCIe carries the rest, so that a step's missed experts cost the
-// time of the slower of the two rather than of the link alone. Inside the captured graph: after
-// a layer's staging launch (which chose the host's experts, moe_stage.cuh) the model's stream
-// forks to a second one that downloads the choices, the host's mask and the input rows, runs the
-// host's products in a host node, uploads their sum and records an event; the model's stream
-// runs the device's products meanwhile, waits for the event and adds the sum into the residual.
-// One set of buffers serves every layer: a layer's fork comes after the previous layer's join.
+// time of the slower of the two rather than of the link alone. Inside the captured graph, with
+// no host node and no second stream: a layer's staging plan (moe_stage.cuh) chooses the host's
+// experts, writes the choices, the host's mask and the input rows into mapped host memory and
+// posts a request on a host channel (host_channel.h); its server thread, spinning while steps
+// come, computes them into mapped memory and answers; the model's stream meanwhile copies the
+// rest and runs the device's products, then the channel's join kernel waits for the answer and
+// adds the host's sum into the residual. One set of buffers serves every layer: a layer's request
+// comes after the previous layer's join.
 #include <algorithm>
 #include <atomic>
-#include <deque>
-#include <map>
+#include <chrono>
 #include <thread>
 
 #include "backends/cpu/fast_matmul.h"
@@ -18,6 +19,7 @@
 #include "backends/cpu/thread_pool.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cuda_moe.h"
+#include "backends/cuda/host_channel.h"
 #include "granule/log.h"
 #include "moe_stage.cuh"
 
@@ -28,62 +30,52 @@ namespace k = granule::kernels;
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
-  int share = 0;     // of 256
-  int min_rows = 1;  // runs of fewer rows stage every miss
-  DeviceBuffer zero, gpu_weights, mask, y, ones, plan;
-  PinnedBuffer ids_h, weights_h, mask_h, x_h, y_h;
-  CudaStream side;
-  CudaEvent fork, join;
-  struct Task {
-    HostCompute* self = nullptr;
-    int layer = 0, n_rows = 0;
-  };
-  std::deque<Task> tasks;  // the host nodes' arguments: addresses stable while graphs hold them
-  std::map<std::pair<int, int>, Task*> task_of;
-  std::atomic<uint64_t> choices{0}, bytes{0};
-  std::atomic<bool> failed{false};
+  int share = 0;        // of 256, in runs of min_rows to kHostMaxRows rows
+  int min_rows = 1;     // the first run size that takes `share`
+  int small_share = 0;  // of 256, in runs of fewer rows
 
-  Task* task(int layer, int n_rows) {
-    Task*& t = task_of[{layer, n_rows}];
-    if (!t) t = &tasks.emplace_back(Task{this, layer, n_rows});
-    return t;
+  int share_at(int n_rows) const {
+    return n_rows > kHostMaxRows ? 0 : n_rows >= min_rows ? share : small_share;
+  }
+  DeviceBuffer zero, gpu_weights, plan;
+  PinnedBuffer ids_h, weights_h, mask_h;
+  std::atomic<uint64_t> choices{0}, bytes{0};
+  // Last: its server thread, which runs compute(), stops before the members above go.
+  std::unique_ptr<HostChannel> channel;
+
+  // A request's job: the layer's host choices over the inputs the plan wrote (x the channel's).
+  void compute(uint32_t layer, int n_rows, const float* x, float* y) {
+    pool->stay_awake_until(std::chrono::steady_clock::now() + kHostPoolAwake);
+    const cpu::HostExperts::Work w =
+        experts->run(layer, n_rows, x, ids_h.as<int32_t>(), weights_h.as<float>(),
+                     mask_h.as<uint8_t>(), y, *pool);
+    choices += static_cast<uint64_t>(w.pairs);
+    bytes += static_cast<uint64_t>(w.experts) * experts->expert_bytes(layer);
   }
 };
 
-namespace {
-
-// The host node: the layer's host choices from the downloaded ids, weights and mask. Runs on the
-// CUDA driver's thread; makes no CUDA call and throws nothing.
-void CUDART_CB run_host_task(void* data) {
-  auto* t = static_cast<CudaMoe::HostCompute::Task*>(data);
-  CudaMoe::HostCompute& h = *t->self;
-  try {
-    const cpu::HostExperts::Work w =
-        h.experts->run(t->layer, t->n_rows, h.x_h.as<float>(), h.ids_h.as<int32_t>(),
-                       h.weights_h.as<float>(), h.mask_h.as<uint8_t>(), h.y_h.as<float>(), *h.pool);
-    h.choices += static_cast<uint64_t>(w.pairs);
-    h.bytes += static_cast<uint64_t>(w.experts) * h.experts->expert_bytes(t->layer);
-  } catch (...) {
-    h.failed = true;
-  }
-}
-
-}  // namespace
-
 void CudaMoe::HostComputeDelete::operator()(HostCompute* h) const { delete h; }
+
+void CudaMoe::check_host() const {
+  if (host_compute_) host_compute_->channel->check();
+}
 
 int CudaMoe::host_share() const { return host_compute_ ? host_compute_->share : 0; }
 
+int CudaMoe::host_share_at(int n_rows) const {
+  return host_compute_ ? host_compute_->share_at(n_rows) : 0;
+}
+
 bool CudaMoe::host_runs(int n_rows) const {
   // (host_compute_ exists only where experts stream)
-  return host_compute_ && host_compute_->share > 0 && n_rows >= host_compute_->min_rows &&
-         n_rows <= kHostMaxRows;
+  return host_compute_ && host_compute_->share_at(n_rows) > 0;
 }
 
 uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int setting,
                              int32_t threads) {
   auto log = logger("engine.cuda");
   if (all_resident_ || setting == 0) return 0;
+  if (n_embd_ % 4 != 0) return 0;  // the plan kernel copies the input rows 16 bytes at a time
   if (const std::string why = cpu::HostExperts::refusal(c, w); !why.empty()) {
     log->info("CUDA experts: the host does not compute streamed experts: {}", why);
     return 0;
@@ -116,73 +108,45 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
   h->zero = DeviceBuffer(memory_, MemoryCategory::WeightsStaging, slot_bytes_);
   check_cuda(cudaMemset(h->zero.get(), 0, slot_bytes_), "cudaMemset");
   h->gpu_weights = ws(pairs * sizeof(float));
-  h->mask = ws(static_cast<size_t>(n_expert_));
   h->plan = ws((1 + static_cast<size_t>(k::kMoeMaxExperts)) * sizeof(int));
-  h->y = ws(rows * embd * sizeof(float));
-  h->ones = ws(rows * sizeof(float));
-  const std::vector<float> ones(rows, 1.0f);
-  check_cuda(cudaMemcpy(h->ones.get(), ones.data(), h->ones.bytes(), cudaMemcpyHostToDevice),
-             "uploading the host experts' weights");
   h->ids_h = PinnedBuffer(pairs * sizeof(int32_t));
   h->weights_h = PinnedBuffer(pairs * sizeof(float));
   h->mask_h = PinnedBuffer(static_cast<size_t>(n_expert_));
-  h->x_h = PinnedBuffer(rows * embd * sizeof(float));
-  h->y_h = PinnedBuffer(rows * embd * sizeof(float));
+  h->channel =
+      std::make_unique<HostChannel>(memory_, rows * embd, rows * embd,
+                                    [p = h.get()](uint32_t layer, int n_rows, const float* x,
+                                                  float* y) { p->compute(layer, n_rows, x, y); });
 
-  // Given: that share at every run size. Else every candidate, in runs of kHostAutoMinRows rows
-  // or more (H100, qwen3-30b-a3b shape at a 52 % budget: at 16 chats the host computing 78 % of
-  // the misses gave 150.1 t/s against 124.6 with every miss staged; at batch 1, 53.2 against 71.2).
+  // Given: that share at every run size. Else every candidate in runs of kHostAutoMinRows rows
+  // or more, and kHostAutoSmallShare of them in smaller runs. H100, qwen3-30b-a3b shape at a 52 %
+  // budget, batch 1, 2026-12-07 (one run each, pools kept awake): every miss staged 68.5 t/s;
+  // the host taking 64/256 of them 75.3, 96 79.0, 128 95.8, 160 101.6, 192 109.7, all 66.3 —
+  // 160 keeps clear of the fall past 192 on a slower host; 16 chats, all of them 193.4.
   h->share = setting > 0 ? std::min(setting, 256) : 256;
   h->min_rows = setting > 0 ? 1 : kHostAutoMinRows;
+  h->small_share = setting > 0 ? h->share : kHostAutoSmallShare;
   log->info(
       "CUDA experts: {} MiB of int8 expert copies on the host, {} threads; it computes {}/256 of "
-      "the missed experts in runs of {} to {} rows",
-      h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows);
-  const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->mask.bytes() +
-                          h->y.bytes() + h->ones.bytes() + h->plan.bytes();
+      "the missed experts in runs of {} to {} rows, {}/256 in smaller runs",
+      h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows,
+      h->small_share);
+  const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes();
   host_compute_ = std::move(h);
   return device;
 }
 
-void CudaMoe::host_fork(int layer, int n_rows, const float* x_f32, cudaStream_t stream) {
-  HostCompute& h = *host_compute_;
-  if (h.failed) throw DeviceError("CUDA experts: the host's expert products failed");
-  const cudaStream_t side = h.side.get();
-  const size_t pairs = static_cast<size_t>(n_rows) * static_cast<size_t>(n_used_);
-  const size_t row_bytes = static_cast<size_t>(n_embd_) * sizeof(float);
-  check_cuda(cudaEventRecord(h.fork.get(), stream), "cudaEventRecord");
-  check_cuda(cudaStreamWaitEvent(side, h.fork.get(), 0), "cudaStreamWaitEvent");
-  check_cuda(cudaMemcpyAsync(h.ids_h.as<int32_t>(), ids_.get(), pairs * sizeof(int32_t),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the expert choices");
-  check_cuda(cudaMemcpyAsync(h.weights_h.as<float>(), weights_.get(), pairs * sizeof(float),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the expert weights");
-  check_cuda(cudaMemcpyAsync(h.mask_h.as<uint8_t>(), h.mask.get(), static_cast<size_t>(n_expert_),
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the host's experts");
-  check_cuda(cudaMemcpyAsync(h.x_h.as<float>(), x_f32, static_cast<size_t>(n_rows) * row_bytes,
-                             cudaMemcpyDeviceToHost, side),
-             "downloading the experts' input");
-  check_cuda(cudaLaunchHostFunc(side, run_host_task, h.task(layer, n_rows)),
-             "cudaLaunchHostFunc (the host's experts)");
-  check_cuda(cudaMemcpyAsync(h.y.get(), h.y_h.as<float>(), static_cast<size_t>(n_rows) * row_bytes,
-                             cudaMemcpyHostToDevice, side),
-             "uploading the host's expert sum");
-  check_cuda(cudaEventRecord(h.join.get(), side), "cudaEventRecord");
-}
-
 void CudaMoe::host_join(int n_rows, float* hidden, const k::KernelConfig& config,
                         cudaStream_t stream, uint64_t* launches) {
-  HostCompute& h = *host_compute_;
-  check_cuda(cudaStreamWaitEvent(stream, h.join.get(), 0), "cudaStreamWaitEvent");
-  // hidden += the host's sum: a combine of one choice per row, weight 1; launched plainly (its
-  // dependencies include the upload, not only the kernel before it).
-  k::KernelConfig plain = config;
-  plain.early_launch = false;
-  LaunchCheck{launches}(k::launch_moe_combine(h.y.as<float>(), h.ones.as<float>(), n_rows, 1,
-                                              static_cast<int>(n_embd_), hidden, plain, stream),
-                        "moe_combine (host experts)");
+  HostChannel& c = *host_compute_->channel;
+  // hidden += the host's sum, every column of every row (zeros where a row chose no host expert).
+  k::HostRowsOut sum;
+  sum.y = hidden;
+  sum.y_stride = n_embd_;
+  sum.cols = static_cast<int>(n_embd_);
+  sum.accumulate = true;
+  LaunchCheck{launches}(
+      k::launch_host_join(c.words(), &sum, 1, n_rows, c.device_y(), config, stream),
+      "host_join (experts)");
 }
 
 void CudaMoe::collect_host(MoeStats& out) {
@@ -191,14 +155,24 @@ void CudaMoe::collect_host(MoeStats& out) {
   out.host_bytes += host_compute_->bytes.exchange(0);
 }
 
-void CudaMoe::host_stage(k::MoeStage& s, ExpertRun& run) {
+void CudaMoe::host_stage(int layer, int n_rows, const float* x_f32, k::MoeStage& s,
+                         ExpertRun& run) {
   HostCompute& h = *host_compute_;
-  s.host_share = h.share;
+  h.channel->check();
+  s.host_words = h.channel->words();
+  s.host_layer = layer;
+  s.host_rows = n_rows;
+  s.host_share = h.share_at(n_rows);
   s.host_max_pairs = kHostMaxPairs;
   s.zero = h.zero.as<uint8_t>();
-  s.host_mask = h.mask.as<uint8_t>();
   s.weights = run.weights;
   s.gpu_weights = h.gpu_weights.as<float>();
+  s.host_mask = h.mask_h.device_as<uint8_t>();
+  s.host_ids = h.ids_h.device_as<int32_t>();
+  s.host_weights = h.weights_h.device_as<float>();
+  s.x = x_f32;
+  s.host_x = h.channel->device_x();
+  s.x_floats = n_rows * static_cast<int>(n_embd_);
   s.plan = h.plan.as<int>();
   run.weights = s.gpu_weights;  // the host's pairs weighted 0 on the device
 }

@@ -56,11 +56,10 @@ void CudaMoe::stage(int layer, int n_rows, const float* x_f32, ExpertRun& run,
   const int pairs = n_rows * static_cast<int>(n_used_), n_expert = static_cast<int>(n_expert_);
   const LaunchCheck check{launches};
   if (host_runs(n_rows)) {
-    // The plan leaves the host's experts to it (cuda_moe_host.cpp); the fork to the host's stream
-    // comes before the copy, so that the host's products run while PCIe carries the rest.
-    host_stage(s, run);
+    // The plan leaves the host's experts to it and posts their request (cuda_moe_host.cpp) before
+    // the copy starts, so that the host's products run while PCIe carries the rest.
+    host_stage(layer, n_rows, x_f32, s, run);
     check(k::launch_moe_stage_plan(run.ids, pairs, n_expert, s, config, stream), "moe_stage_plan");
-    host_fork(layer, n_rows, x_f32, stream);
     check(k::launch_moe_stage_copy(s, config, stream), "moe_stage_copy");
   } else {
     check(k::launch_moe_stage(run.ids, pairs, n_expert, s, config, stream), "moe_stage");

@@ -172,6 +172,7 @@ void CudaModel::load(const BackendInit& init) {
   if (!plan.loads) throw CapacityError(describe_shortfall(input, plan));
   streamer_->apply(plan, stream_.get());
   bind_layers();
+  setup_host_rows(init);  // dense models: the host's part of the streamed layers (host_rows.h)
   if (c.is_moe()) {
     // The experts take what the layers, the attention scratch attach_kv() allocates and the KV
     // reserve leave: all of them in VRAM where that holds them, else a device cache of what fits

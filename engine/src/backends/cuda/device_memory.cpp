@@ -55,6 +55,12 @@ PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   check_cuda(cudaMallocHost(&ptr_, bytes), "cudaMallocHost");
 }
 
+void* PinnedBuffer::device_pointer() const {
+  void* device = nullptr;
+  check_cuda(cudaHostGetDevicePointer(&device, ptr_, 0), "cudaHostGetDevicePointer");
+  return device;
+}
+
 PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
   if (this != &other) {
     reset();

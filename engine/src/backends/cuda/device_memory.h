@@ -55,9 +55,17 @@ class PinnedBuffer {
   T* as() const {
     return static_cast<T*>(ptr_);
   }
+  // The device's address of this memory (mapped under unified addressing), for kernels that read
+  // or write host memory in place.
+  template <typename T>
+  T* device_as() const {
+    return static_cast<T*>(device_pointer());
+  }
   size_t bytes() const { return bytes_; }
 
  private:
+  void* device_pointer() const;
+
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };

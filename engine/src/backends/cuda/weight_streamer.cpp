@@ -16,7 +16,8 @@ WeightStreamer::WeightStreamer(MemoryManager& memory, const WeightLayout& layout
       layer_bytes_(layout.sizes().layer_bytes),
       resident_(layer_bytes_.size()),
       host_(layer_bytes_.size()),
-      ordinal_(layer_bytes_.size(), -1) {}
+      ordinal_(layer_bytes_.size(), -1),
+      split_(layer_bytes_.size()) {}
 
 WeightStreamer::~WeightStreamer() {
   // The copy stream may still be carrying a pass; its buffers go after it.
@@ -132,23 +133,61 @@ uint64_t WeightStreamer::resident_bytes() const {
   return bytes;
 }
 
-void WeightStreamer::copy(size_t ordinal) {
+uint64_t WeightStreamer::split_bytes_per_pass() const {
+  uint64_t bytes = 0;
+  for (size_t layer : order_) {
+    if (split_[layer].empty()) {
+      bytes += layer_bytes_[layer];
+      continue;
+    }
+    for (const CopyRange& r : split_[layer]) bytes += r.bytes;
+  }
+  return bytes;
+}
+
+void WeightStreamer::set_split_copies(size_t layer, std::vector<CopyRange> ranges) {
+  for (const CopyRange& r : ranges)
+    if (r.offset + r.bytes > layer_bytes_[layer])
+      throw UsageError("weight streaming: a split copy past layer " + std::to_string(layer) +
+                       "'s blob");
+  split_[layer] = std::move(ranges);
+}
+
+int WeightStreamer::copy(size_t ordinal) {
   const size_t layer = order_[ordinal];
   uint8_t* slot = staging_.as<uint8_t>() +
                   (ordinal % static_cast<size_t>(slots_)) * static_cast<size_t>(slot_bytes_);
-  check_cuda(cudaMemcpyAsync(slot, host_[layer].as<uint8_t>(), layer_bytes_[layer],
-                             cudaMemcpyHostToDevice, copy_stream_.get()),
-             "streaming a layer");
+  const uint8_t* host = host_[layer].as<uint8_t>();
+  int copies = 0;
+  if (split_pass_ && !split_[layer].empty()) {
+    // The device's rows of each matrix only; the rest of the slot keeps whatever it held (the
+    // kernels of a split pass read none of it).
+    for (const CopyRange& r : split_[layer]) {
+      if (r.bytes == 0) continue;
+      check_cuda(cudaMemcpyAsync(slot + r.offset, host + r.offset, r.bytes, cudaMemcpyHostToDevice,
+                                 copy_stream_.get()),
+                 "streaming a layer's device rows");
+      ++copies;
+    }
+  } else {
+    check_cuda(cudaMemcpyAsync(slot, host, layer_bytes_[layer], cudaMemcpyHostToDevice,
+                               copy_stream_.get()),
+               "streaming a layer");
+    copies = 1;
+  }
   check_cuda(cudaEventRecord(copied_[ordinal]->get(), copy_stream_.get()), "cudaEventRecord");
+  return copies;
 }
 
-int WeightStreamer::begin_pass(cudaStream_t compute) {
+int WeightStreamer::begin_pass(cudaStream_t compute, bool split) {
+  split_pass_ = split;
   if (order_.empty()) return 0;
   check_cuda(cudaEventRecord(fork_.get(), compute), "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(copy_stream_.get(), fork_.get(), 0), "cudaStreamWaitEvent");
   const size_t first = std::min(order_.size(), static_cast<size_t>(slots_));
-  for (size_t j = 0; j < first; ++j) copy(j);
-  return static_cast<int>(first);
+  int copies = 0;
+  for (size_t j = 0; j < first; ++j) copies += copy(j);
+  return copies;
 }
 
 void WeightStreamer::before_layer(size_t layer, cudaStream_t compute) {
@@ -167,8 +206,7 @@ int WeightStreamer::after_layer(size_t layer, cudaStream_t compute) {
              "cudaEventRecord");
   check_cuda(cudaStreamWaitEvent(copy_stream_.get(), slot_free_[static_cast<size_t>(j)]->get(), 0),
              "cudaStreamWaitEvent");
-  copy(next);
-  return 1;
+  return copy(next);
 }
 
 }  // namespace granule::cuda
