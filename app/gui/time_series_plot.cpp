@@ -6,6 +6,7 @@
 #include <QPainterPath>
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 namespace granule::app {
 namespace {
@@ -47,11 +48,25 @@ void TimeSeriesPlot::setGridColor(const QColor& c) { setAppearance(grid_color_, 
 void TimeSeriesPlot::setLabelColor(const QColor& c) { setAppearance(label_color_, c); }
 void TimeSeriesPlot::setLimitColor(const QColor& c) { setAppearance(limit_color_, c); }
 
+std::vector<double> hostToDeviceRates(const TelemetryFrame& frame,
+                                      const TelemetryFrame* previous) {
+  double experts = 0;
+  const ExpertTelemetry& x = frame.engine.experts;
+  if (previous != nullptr && frame.time_s > previous->time_s) {
+    const ExpertTelemetry& y = previous->engine.experts;
+    if (x.n_layer == y.n_layer && x.n_expert == y.n_expert && x.bytes_streamed >= y.bytes_streamed)
+      experts = static_cast<double>(x.bytes_streamed - y.bytes_streamed) /
+                (frame.time_s - previous->time_s);
+  }
+  return {frame.engine.streaming.h2d_bytes_per_second, experts};
+}
+
 void TimeSeriesPlot::setWindowSeconds(double s) {
   if (s > 0) setAppearance(window_seconds_, s);
 }
 
-std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
+std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame,
+                                            const TelemetryFrame* previous) const {
   switch (metric_) {
     case Metric::Memory: {
       std::vector<double> values;
@@ -64,7 +79,7 @@ std::vector<double> TimeSeriesPlot::stackAt(const TelemetryFrame& frame) const {
     case Metric::ProcessMemory:
       return {static_cast<double>(frame.host.process_resident_bytes)};
     case Metric::HostToDevice:
-      return {frame.engine.streaming.h2d_bytes_per_second};
+      return hostToDeviceRates(frame, previous);
   }
   return {};
 }
@@ -110,7 +125,7 @@ void TimeSeriesPlot::paint(QPainter* painter) {
   std::vector<std::vector<double>> stacks;
   std::vector<double> times;
   for (auto it = first; it != history.end(); ++it) {
-    std::vector<double> stack = stackAt(*it);
+    std::vector<double> stack = stackAt(*it, it == history.begin() ? nullptr : &*std::prev(it));
     double total = 0;
     for (double& v : stack) {
       total += v;
@@ -170,15 +185,20 @@ void TimeSeriesPlot::paint(QPainter* painter) {
     painter->setBrush(fill);
     painter->drawPath(path);
   }
-  if (series == 1) {
-    // A single series also gets an outline, so a flat zero still shows where it is.
+  if (series == 1 || metric_ == Metric::HostToDevice) {
+    // A single series (and the host-to-device total) also gets an outline, so a flat zero
+    // still shows where it is.
     QPainterPath line;
     for (size_t i = 0; i < stacks.size(); ++i) {
-      const QPointF p(x_of(times[i]), y_of(stacks[i][0]));
+      const QPointF p(x_of(times[i]), y_of(stacks[i][series - 1]));
       i == 0 ? line.moveTo(p) : line.lineTo(p);
     }
     painter->setBrush(Qt::NoBrush);
-    painter->setPen(QPen(series_colors_.isEmpty() ? label_color_ : series_colors_.front(), 1.5));
+    painter->setPen(QPen(series_colors_.isEmpty()
+                             ? label_color_
+                             : series_colors_[static_cast<qsizetype>(series - 1) %
+                                              series_colors_.size()],
+                         1.5));
     painter->drawPath(line);
   }
   if (limit_on_scale) {

@@ -11,6 +11,12 @@
 
 namespace granule::app {
 
+// The host-to-device plot's stack at a frame: the streamed layers' bytes per second (the last
+// step's rate), then a mixture of experts' missed experts' (the cumulative counter's growth since
+// `previous`, the frame before; none without one, or where the counter went back or the model
+// changed).
+std::vector<double> hostToDeviceRates(const TelemetryFrame& frame, const TelemetryFrame* previous);
+
 class TimeSeriesPlot : public QQuickPaintedItem {
   Q_OBJECT
   QML_ELEMENT
@@ -38,8 +44,8 @@ class TimeSeriesPlot : public QQuickPaintedItem {
     Memory,         // ledger categories stacked, budget line
     DecodeTokens,   // tokens per second over all chats
     ProcessMemory,  // the process's resident memory (host figure)
-    HostToDevice,   // weight streaming's host-to-device bytes/s, the measured PCIe bandwidth as
-                    // limit
+    HostToDevice,   // host-to-device bytes/s, streamed layers' then missed experts', the
+                    // measured PCIe bandwidth as limit
   };
   Q_ENUM(Metric)
 
@@ -81,8 +87,9 @@ class TimeSeriesPlot : public QQuickPaintedItem {
     Q_EMIT appearanceChanged();
   }
 
-  // The values stacked at one frame, bottom first (one entry for single-series metrics).
-  std::vector<double> stackAt(const TelemetryFrame& frame) const;
+  // The values stacked at one frame, bottom first (one entry for single-series metrics);
+  // `previous` (the frame before it, or null) for rates of cumulative counters.
+  std::vector<double> stackAt(const TelemetryFrame& frame, const TelemetryFrame* previous) const;
   double limitAt(const TelemetryFrame& frame) const;
 
   QPointer<TelemetryModel> telemetry_;

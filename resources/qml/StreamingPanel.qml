@@ -1,6 +1,7 @@
 // StreamingPanel: weight streaming — which layers stay in device memory and which are
 // copied from pinned host memory every pass, the host-to-device rate over the last minute
-// against the measured PCIe bandwidth, bytes per token, the staging ring and re-plans.
+// (streamed layers, then a mixture of experts' missed experts) against the measured PCIe
+// bandwidth, bytes per token, the staging ring and re-plans.
 import QtQuick
 import Granule
 import QtQuick.Controls
@@ -13,9 +14,13 @@ PanelFrame {
     readonly property var streaming: frame.streaming
     readonly property int layersStreamed: streaming.layersStreamed
     readonly property int layerCount: streaming.layersResident + streaming.layersStreamed
+    // A mixture of experts: its missed experts cross PCIe too (the last second's).
+    readonly property ExpertActivity experts: ExpertActivity {
+        telemetry: panel.telemetry
+    }
 
     title: qsTr("Streaming")
-    figure: Units.rate(streaming.h2dBytesPerSecond)
+    figure: Units.rate(streaming.h2dBytesPerSecond + (experts.active ? experts.bytesPerSecond : 0))
 
     TimeSeriesPlot {
         id: plot
@@ -23,7 +28,7 @@ PanelFrame {
         Layout.preferredHeight: Theme.plotHeight * 0.75
         telemetry: panel.telemetry
         metric: TimeSeriesPlot.HostToDevice
-        seriesColors: [Theme.streamedLayer]
+        seriesColors: [Theme.streamedLayer, Theme.pcieLine]
         gridColor: Theme.gridLine
         labelColor: Theme.mutedText
         limitColor: Theme.pcieLine
@@ -57,22 +62,37 @@ PanelFrame {
         }
     }
 
+    Label {
+        Layout.fillWidth: true
+        wrapMode: Text.Wrap
+        text: (panel.layerCount === 0 ? qsTr("no layer plan")
+               : panel.layersStreamed === 0 ? qsTr("all %1 layers resident").arg(panel.layerCount)
+               : qsTr("%1 of %2 streamed").arg(panel.layersStreamed).arg(panel.layerCount))
+              + (panel.experts.active && panel.experts.residentExperts < panel.experts.totalExperts
+                 ? qsTr(" · %1 of %2 experts in VRAM").arg(panel.experts.residentExperts)
+                                                       .arg(panel.experts.totalExperts)
+                 : "")
+        color: Theme.text
+        font.pixelSize: Theme.smallFontSize
+    }
     RowLayout {
         Layout.fillWidth: true
         spacing: Theme.spacing
-        Label {
-            Layout.fillWidth: true
-            elide: Text.ElideRight
-            text: panel.layerCount === 0 ? qsTr("no layer plan")
-                  : panel.layersStreamed === 0 ? qsTr("all %1 layers resident").arg(panel.layerCount)
-                  : qsTr("%1 of %2 streamed").arg(panel.layersStreamed).arg(panel.layerCount)
-            color: Theme.text
-            font.pixelSize: Theme.smallFontSize
-        }
+        Item { Layout.fillWidth: true }
         Rectangle { implicitWidth: 10; implicitHeight: 10; radius: 2; color: Theme.residentLayer }
         Label { text: qsTr("resident"); color: Theme.mutedText; font.pixelSize: Theme.smallFontSize }
         Rectangle { implicitWidth: 10; implicitHeight: 10; radius: 2; color: Theme.streamedLayer }
         Label { text: qsTr("streamed"); color: Theme.mutedText; font.pixelSize: Theme.smallFontSize }
+        Rectangle {
+            visible: panel.experts.active
+            implicitWidth: 10; implicitHeight: 10; radius: 2; color: Theme.pcieLine
+        }
+        Label {
+            visible: panel.experts.active
+            text: qsTr("experts")
+            color: Theme.mutedText
+            font.pixelSize: Theme.smallFontSize
+        }
     }
     LayerStrip {
         Layout.fillWidth: true
@@ -87,7 +107,8 @@ PanelFrame {
         StatRow {
             Layout.fillWidth: true
             name: qsTr("per token")
-            value: Units.bytes(panel.streaming.h2dBytesPerToken)
+            value: Units.bytes(panel.streaming.h2dBytesPerToken
+                               + (panel.experts.active ? panel.experts.bytesPerToken : 0))
         }
         StatRow {
             Layout.fillWidth: true

@@ -15,6 +15,7 @@
 #include "expert_heat_map.h"
 #include "expert_recording.h"
 #include "telemetry_replay.h"
+#include "time_series_plot.h"
 
 Q_IMPORT_QML_PLUGIN(GranulePlugin)
 
@@ -93,6 +94,22 @@ class ExpertsTest : public QObject {
     // A dense model: nothing.
     std::deque<TelemetryFrame> dense{frameAt(0, ExpertTelemetry{})};
     QCOMPARE(expertWindow(dense, 1.0).n_expert, 0);
+  }
+
+  // The streaming panel's plot counts missed experts' bytes beside streamed layers': the
+  // counter's growth per second since the frame before.
+  void hostToDevicePlotStacksLayersAndExperts() {
+    TelemetryFrame a = frameAt(1.0, twoByTwo({0, 0, 0, 0}, {0, 0, 0, 0}, 0, 0, 1000, 0));
+    TelemetryFrame b = frameAt(1.5, twoByTwo({1, 1, 1, 1}, {0, 1, 1, 0}, 2, 2, 6000, 1));
+    b.engine.streaming.h2d_bytes_per_second = 2e9;
+    QCOMPARE(hostToDeviceRates(b, &a), (std::vector<double>{2e9, 10000.0}));
+    QCOMPARE(hostToDeviceRates(b, nullptr), (std::vector<double>{2e9, 0.0}));  // first frame
+    // A counter that went back (a reopened model, a looped recording) counts nothing.
+    QCOMPARE(hostToDeviceRates(a, &b), (std::vector<double>{0.0, 0.0}));
+    // A dense model: its layers only.
+    TelemetryFrame dense = frameAt(2.0, ExpertTelemetry{});
+    dense.engine.streaming.h2d_bytes_per_second = 5e8;
+    QCOMPARE(hostToDeviceRates(dense, &b), (std::vector<double>{5e8, 0.0}));
   }
 
   void activityFiguresFromTheModel() {
