@@ -26,19 +26,18 @@
 #include "gpu_test_support.h"
 #include "granule/engine.h"
 #include "granule/testkit/synthetic_model.h"
+#include "oracle_compare.h"
 #include "support/engine_chats.h"
 
 namespace granule {
 namespace {
 
-// model_gpu_test.cpp's bound, derived there: f32 summation order within 1e-3 of the logits'
-// spread; past it (an int8 rounding flip, expected at every position at 30 layers) twice the
-// oracle's own distance from the f32 reference in that row. A greedy disagreement beyond twice
+// model_gpu_test.cpp's bound, derived there (oracle_compare.h's row_bound): f32 summation order
+// within 1e-3 of the logits' spread; past it (an int8 rounding flip, expected at every position
+// at 30 layers) twice the oracle's own distance from the f32 reference in that row. A greedy disagreement beyond twice
 // the bound fails; near-ties at most kMaxNearTiesPer64Positions per 64 answer positions: twice
 // the rate a CPU stand-in for the GPU's summation order gave at these shapes (a 2e-7 relative
 // jitter of the normalised activations: 2 greedy disagreements in 64 teacher-forced rows).
-constexpr double kSummationTolerance = 1e-3;
-constexpr double kFlipFactor = 2.0;
 constexpr int kMaxNearTiesPer64Positions = 4;
 constexpr int32_t kAnswerTokens = 24;
 constexpr int64_t kPassTokens = 64;  // prefill_chunk_tokens: the GPU's matvec path only
@@ -71,28 +70,6 @@ EngineOptions engine_options(DeviceKind device, bool oracle) {
   return options;
 }
 
-double spread_of(const std::vector<float>& row) {
-  double sum = 0, sum_sq = 0;
-  for (float x : row) sum += x;
-  const double mean = sum / static_cast<double>(row.size());
-  for (float x : row) sum_sq += (x - mean) * (x - mean);
-  return std::sqrt(sum_sq / static_cast<double>(row.size()));
-}
-
-// max_i |(a_i - mean a) - (b_i - mean b)|.
-double centred_error(const std::vector<float>& a, const std::vector<float>& b) {
-  double ma = 0, mb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ma += a[i];
-    mb += b[i];
-  }
-  ma /= static_cast<double>(a.size());
-  mb /= static_cast<double>(b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    worst = std::max(worst, std::fabs((a[i] - ma) - (b[i] - mb)));
-  return worst;
-}
 
 struct Verdict {
   int positions = 0;
@@ -113,9 +90,10 @@ void judge_answer(Engine& oracle, Engine& reference, int chat, const std::vector
     const auto best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
     if (answer[k] == best) continue;
     if (reference_rows.empty()) reference_rows = reference.logits_for(forced);
-    const double spread = spread_of(row);
-    const double d_row = centred_error(row, reference_rows[prompt.size() - 1 + k]) / spread;
-    const double bound = kSummationTolerance + kFlipFactor * d_row;
+    const auto n = static_cast<int64_t>(row.size());
+    const double spread = gpu_test::spread_of(row.data(), n).std;
+    const double bound = gpu_test::row_bound(
+        row.data(), reference_rows[prompt.size() - 1 + k].data(), n, spread);
     const double behind =
         (row[static_cast<size_t>(best)] - row[static_cast<size_t>(answer[k])]) / spread;
     std::cout << "[concurrent-chats] chat " << chat << " (" << prompt.size()

@@ -33,6 +33,7 @@
 #include "granule/testkit/synthetic_model.h"
 #include "memory/kv_space.h"
 #include "memory/memory_manager.h"
+#include "oracle_compare.h"
 #include "runtime/runtime.h"
 #include "support/engine_chats.h"
 #include "support/model_runtime.h"
@@ -154,8 +155,8 @@ SyntheticModelSpec small_spec(const std::string& variant, TensorType type) {
 // within twice the row's bound; at most 2 per 64 rows at 2 layers (the CPU jitter gave 0) and 4
 // at 30 layers (twice the 2 of 64 the jitter gave there, at margins of 0.9% and 1.4% of the
 // spread). A greedy disagreement at a larger margin fails however close the logits are.
-constexpr double kSummationTolerance = 1e-3;
-constexpr double kFlipFactor = 2.0;
+using gpu_test::kFlipFactor;  // oracle_compare.h, the rule every model test shares
+using gpu_test::kSummationTolerance;
 struct Caps {
   double flip_share;     // rows past kSummationTolerance, as a share of the rows
   int near_ties_per_64;  // greedy disagreements excused as near-ties, per 64 rows
@@ -185,29 +186,8 @@ bool reads_int8(TensorType t) {
          (kernel_config_from_environment().split_weights && kernels::split::supports(id));
 }
 
-// A row's mean and spread (standard deviation).
-struct Spread {
-  double mean = 0;
-  double std = 0;
-};
-Spread spread_of(const float* row, int64_t n) {
-  double sum = 0, sum_sq = 0;
-  for (int64_t i = 0; i < n; ++i) sum += row[i];
-  const double mean = sum / static_cast<double>(n);
-  for (int64_t i = 0; i < n; ++i) sum_sq += (row[i] - mean) * (row[i] - mean);
-  return {mean, std::sqrt(sum_sq / static_cast<double>(n))};
-}
-
-// max_i |(a_i - mean a) - (b_i - mean b)| / scale: the centred logits' largest difference.
-double centred_error(const float* a, const float* b, int64_t n, double scale) {
-  const Spread sa = spread_of(a, n), sb = spread_of(b, n);
-  double worst = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double e = std::fabs((a[i] - sa.mean) - (b[i] - sb.mean));
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-  }
-  return worst / scale;
-}
+using gpu_test::centred_error;
+using gpu_test::spread_of;
 
 struct Comparison {
   int rows = 0;
@@ -739,8 +719,7 @@ TEST_P(ModelGpuRealWeights, GreedyAnswerMatchesTheOracle) {
     const std::vector<float> f = cpu->logits_for(context).back();
     const auto n = static_cast<int64_t>(o.size());
     const double spread = spread_of(o.data(), n).std;
-    const double bound =
-        kSummationTolerance + kFlipFactor * centred_error(o.data(), f.data(), n, spread);
+    const double bound = gpu_test::row_bound(o.data(), f.data(), n, spread);
     const double margin = gpu_test::top_two(o).margin;
     std::cout << "[gpu-vs-oracle] diverged at token " << common << ": oracle margin " << margin
               << " = " << margin / spread << " x spread (near-tie up to " << 2 * bound << ")\n";
