@@ -31,6 +31,9 @@ PanelFrame {
             text: qsTr("%1 tok/s").arg(plot.scaleMax)
             color: Theme.mutedText
             font.pixelSize: 10
+            // Readable where a limit line runs under it (one near the scale's top).
+            padding: 1
+            background: Rectangle { color: Theme.surface; opacity: 0.85; radius: 2 }
         }
         Label {
             anchors.right: parent.right

@@ -52,6 +52,9 @@ PanelFrame {
             text: Units.bytes(plot.scaleMax)
             color: Theme.mutedText
             font.pixelSize: 10
+            // Readable where a limit line runs under it (one near the scale's top).
+            padding: 1
+            background: Rectangle { color: Theme.surface; opacity: 0.85; radius: 2 }
         }
         Label {
             // The budget's label sits on its dashed line; a budget far above the data is

@@ -39,6 +39,9 @@ PanelFrame {
             text: Units.rate(plot.scaleMax)
             color: Theme.mutedText
             font.pixelSize: 10
+            // Readable where a limit line runs under it (one near the scale's top).
+            padding: 1
+            background: Rectangle { color: Theme.surface; opacity: 0.85; radius: 2 }
         }
         Label {
             // The measured bandwidth: on its line when the plot reaches it, else above.
