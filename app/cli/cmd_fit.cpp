@@ -221,9 +221,18 @@ void print_experts(const FitEstimate& e) {
   if (e.gpu && e.staging_bytes > 0)
     field("expert staging", human_bytes(e.staging_bytes) +
                                 " (a step's chosen experts from host memory, copied in per layer)");
+  if (e.gpu && x.host_share > 0)
+    field("host experts", "the CPU computes " + std::to_string(x.host_share) +
+                              "/256 of batch 1's missed experts from its own int8 copies "
+                              "(--host-experts)");
   if (e.gpu)
-    field("pcie per token", human_bytes(static_cast<uint64_t>(x.pcie_bytes_per_token)) +
-                                " of experts in host memory at batch 1, uniform routing");
+    field("pcie per token",
+          human_bytes(static_cast<uint64_t>(x.pcie_bytes_per_token)) +
+              " of experts in host memory at batch 1, uniform routing" +
+              (x.host_share > 0
+                   ? " (of " + human_bytes(static_cast<uint64_t>(x.missed_bytes_per_token)) +
+                         " missed; the CPU computes the rest)"
+                   : std::string()));
   if (!e.gpu)
     field("cpu experts",
           x.cpu_int8_experts
@@ -269,9 +278,9 @@ void print_text(const FitOptions& options, const FitPreview& p) {
                            human_bytes(e.kv_bytes_per_token) + " per token)");
   if (e.kv_window_tokens > 0)
     field("kv window", human_bytes(e.kv_window_bytes_per_token) + " per token of it for the last " +
-                           std::to_string(e.kv_window_tokens) + " tokens only: " +
-                           human_bytes(e.kv_bytes_per_chat(e.context_per_chat)) + " per chat at " +
-                           std::to_string(e.context_per_chat) + " tokens");
+                           std::to_string(e.kv_window_tokens) +
+                           " tokens only: " + human_bytes(e.kv_bytes_per_chat(e.context_per_chat)) +
+                           " per chat at " + std::to_string(e.context_per_chat) + " tokens");
   field("max context/chat", std::to_string(e.max_context_per_chat) + " tokens");
   if (e.gpu) {
     const std::string h2d = "host-to-device " + format("%.1f GB/s", e.h2d_bytes_per_second / 1e9) +
@@ -337,6 +346,8 @@ void print_json(const FitOptions& options, const FitPreview& p) {
     experts["resident_experts"] = x.resident_experts;
     experts["total_experts"] = expert_count(e);
     experts["resident_per_layer"] = x.resident_per_layer;
+    experts["missed_bytes_per_token"] = x.missed_bytes_per_token;
+    experts["host_share"] = x.host_share;
     experts["pcie_bytes_per_token"] = x.pcie_bytes_per_token;
     experts["pcie_tokens_per_second"] = x.pcie_tokens_per_second;
     if (!e.gpu) {

@@ -68,6 +68,8 @@ class ModelController : public QObject {
   Q_PROPERTY(int fitMostExpertsInALayer READ fitMostExpertsInALayer NOTIFY previewChanged)
   Q_PROPERTY(
       double fitExpertPcieBytesPerToken READ fitExpertPcieBytesPerToken NOTIFY previewChanged)
+  // 256ths of batch 1's missed experts the host's CPU computes (0: none).
+  Q_PROPERTY(int fitExpertHostShare READ fitExpertHostShare NOTIFY previewChanged)
   Q_PROPERTY(bool fitCpuInt8Experts READ fitCpuInt8Experts NOTIFY previewChanged)
   Q_PROPERTY(double loadProgress READ loadProgress NOTIFY progressChanged)
   Q_PROPERTY(QString loadStage READ loadStage NOTIFY progressChanged)
@@ -156,6 +158,7 @@ class ModelController : public QObject {
   int fitFewestExpertsInALayer() const;
   int fitMostExpertsInALayer() const;
   double fitExpertPcieBytesPerToken() const { return fit_.experts.pcie_bytes_per_token; }
+  int fitExpertHostShare() const { return fit_.experts.host_share; }
   // The CPU: the experts on int8 copies (true) or on the exact f32 path (ExpertFitEstimate).
   bool fitCpuInt8Experts() const { return fit_.experts.cpu_int8_experts; }
   double loadProgress() const { return load_progress_; }

@@ -211,11 +211,15 @@ GranuleDialog {
                     wrapMode: Text.Wrap
                     color: Theme.text
                     font.pixelSize: Theme.smallFontSize
-                    text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 of experts per token over %3, %4); a skewed router reads less once its hot experts are resident.")
+                    text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 of experts per token over %3, %4)%5; a skewed router reads less once its hot experts are resident.")
                               .arg(dialog.model.fitPcieTokensPerSecond.toFixed(1))
                               .arg(Units.bytes(dialog.model.fitExpertPcieBytesPerToken))
                               .arg(Units.rate(dialog.model.fitH2dBytesPerSecond))
                               .arg(dialog.model.fitH2dMeasured ? qsTr("measured") : qsTr("assumed PCIe 4.0 x16"))
+                              .arg(dialog.model.fitExpertHostShare > 0
+                                   ? qsTr(", the CPU computing %1 % of the missed experts meanwhile")
+                                         .arg(Math.round(dialog.model.fitExpertHostShare * 100 / 256))
+                                   : "")
                 }
             }
             Label {

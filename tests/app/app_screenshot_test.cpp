@@ -491,7 +491,10 @@ class ScreenshotTest : public QObject {
     fit.weights_bytes = fit.experts.always_resident_bytes + fit.experts.experts_bytes;
     fit.experts.resident_experts = 3844;
     for (int l = 0; l < 48; ++l) fit.experts.resident_per_layer.push_back(l % 12 == 0 ? 81 : 80);
-    fit.experts.pcie_bytes_per_token = 8 * 48 * (48.0 / 128) * 2.86e6;
+    // The host computing 160/256 of batch 1's missed experts: PCIe carries the rest.
+    fit.experts.missed_bytes_per_token = 8 * 48 * (48.0 / 128) * 2.86e6;
+    fit.experts.host_share = 160;
+    fit.experts.pcie_bytes_per_token = fit.experts.missed_bytes_per_token * 96 / 256;
     fit.h2d_bytes_per_second = 55.4e9;
     fit.h2d_measured = true;
     fit.experts.pcie_tokens_per_second =
@@ -509,6 +512,7 @@ class ScreenshotTest : public QObject {
     QCOMPARE(s->app.model()->fitTotalExperts(), 6144);
     QCOMPARE(s->app.model()->fitFewestExpertsInALayer(), 80);
     QCOMPARE(s->app.model()->fitMostExpertsInALayer(), 81);
+    QCOMPARE(s->app.model()->fitExpertHostShare(), 160);
     QTest::qWait(400);  // the dialog's open transition
     save(s->window, QStringLiteral("fit-preview-experts-light.png"));
     setTheme(*s, QStringLiteral("dark"));
@@ -520,6 +524,8 @@ class ScreenshotTest : public QObject {
     fit.budget_bytes = 24ull << 30;
     fit.experts.resident_experts = 6144;
     fit.experts.resident_per_layer.assign(48, 128);
+    fit.experts.missed_bytes_per_token = 0;
+    fit.experts.host_share = 0;
     fit.experts.pcie_bytes_per_token = 0;
     fit.experts.pcie_tokens_per_second = 0;
     fit.pcie_tokens_per_second = 0;

@@ -9,10 +9,12 @@
 #include <deque>
 #include <string>
 
+#include "backends/cpu/host_experts.h"
 #include "backends/cpu/int8_packed.h"
 #include "granule/engine.h"
 #include "granule/tensor_type.h"
 #include "memory/expert_placement.h"
+#include "memory/host_expert_share.h"
 #include "runtime/fit_estimate.h"
 
 namespace granule {
@@ -321,6 +323,68 @@ TEST(FitEstimateMoe, CpuExpertsTakeTheInt8CopiesWhereTheMemoryAvailableHoldsThem
   EXPECT_EQ(roomy.cpu_int8_experts, int8);
   EXPECT_LT(tight.cpu_copy_budget_bytes, tight.experts_bytes);
   EXPECT_FALSE(tight.cpu_int8_experts);
+}
+
+// The share of a decode run's missed experts the host computes (memory/host_expert_share.h, the
+// CUDA backend's rule): given, at every run size up to 64 rows; by default all of them from 8
+// rows and kHostExpertAutoSmallShare below; none past 64 rows or with setting 0.
+TEST(FitEstimateMoe, HostExpertShareRule) {
+  EXPECT_EQ(host_expert_share_at(-1, 1), kHostExpertAutoSmallShare);
+  EXPECT_EQ(host_expert_share_at(-1, kHostExpertAutoMinRows - 1), kHostExpertAutoSmallShare);
+  EXPECT_EQ(host_expert_share_at(-1, kHostExpertAutoMinRows), 256);
+  EXPECT_EQ(host_expert_share_at(-1, kHostExpertMaxRows), 256);
+  EXPECT_EQ(host_expert_share_at(-1, kHostExpertMaxRows + 1), 0);
+  EXPECT_EQ(host_expert_share_at(-1, 0), 0);
+  for (const int rows : {1, 7, 8, 64}) {
+    EXPECT_EQ(host_expert_share_at(0, rows), 0);
+    EXPECT_EQ(host_expert_share_at(96, rows), 96);
+    EXPECT_EQ(host_expert_share_at(300, rows), 256);
+  }
+  EXPECT_EQ(host_expert_share_at(96, kHostExpertMaxRows + 1), 0);
+}
+
+// The preview takes the host's share of batch 1's missed experts where the backend would: the
+// experts stream, the int8 kernels run them, and their copies fit the memory available. PCIe
+// then carries the rest of the missed bytes, and its bound rises with it.
+TEST(FitEstimateMoe, TheHostsShareOfBatchOnesMissesLeavesPcieTheRest) {
+  const Tables t = qwen3_30b_a3b();
+  const ExpertFootprint f = expert_footprint(t.config, t.weights);
+  const uint64_t budget = gpu_estimate(t, 0).minimum_budget_bytes + 3072 * f.expert_bytes;
+  auto estimate = [&](int setting, uint64_t available) {
+    FitEstimate e = gpu_estimate(t, budget);  // no host memory given: the host computes none
+    EXPECT_EQ(e.experts.host_share, 0);
+    EXPECT_DOUBLE_EQ(e.experts.pcie_bytes_per_token, e.experts.missed_bytes_per_token);
+    e.host_available_bytes = available;
+    e.host_total_bytes = 128 * GiB;
+    estimate_mixture_of_experts(e, t.weights, setting);
+    return e;
+  };
+  const bool runs = cpu::HostExperts::refusal(t.config, t.weights).empty();
+  const FitEstimate rule = estimate(-1, 120 * GiB);
+  const ExpertFitEstimate& x = rule.experts;
+  ASSERT_EQ(x.resident_experts, 3072);
+  EXPECT_GT(x.missed_bytes_per_token, 0.0);
+  EXPECT_EQ(x.host_share, runs ? kHostExpertAutoSmallShare : 0);
+  EXPECT_DOUBLE_EQ(x.pcie_bytes_per_token,
+                   x.missed_bytes_per_token * (1.0 - x.host_share / 256.0));
+  EXPECT_DOUBLE_EQ(x.pcie_tokens_per_second, kH2d / x.pcie_bytes_per_token);
+  EXPECT_DOUBLE_EQ(rule.pcie_tokens_per_second, x.pcie_tokens_per_second);
+  EXPECT_EQ(estimate(96, 120 * GiB).experts.host_share, runs ? 96 : 0);
+  // Setting 0, or copies (16.3 GiB) that do not fit 8 GiB available: every miss crosses PCIe.
+  for (const FitEstimate& none : {estimate(0, 120 * GiB), estimate(-1, 8 * GiB)}) {
+    EXPECT_EQ(none.experts.host_share, 0);
+    EXPECT_DOUBLE_EQ(none.experts.pcie_bytes_per_token, x.missed_bytes_per_token);
+  }
+  // Every expert resident: nothing is missed, nothing computed on the host.
+  const FitEstimate all = [&] {
+    FitEstimate e = gpu_estimate(t, 64 * GiB);
+    e.host_available_bytes = 120 * GiB;
+    e.host_total_bytes = 128 * GiB;
+    estimate_mixture_of_experts(e, t.weights);
+    return e;
+  }();
+  EXPECT_EQ(all.experts.host_share, 0);
+  EXPECT_EQ(all.experts.pcie_bytes_per_token, 0.0);
 }
 
 }  // namespace

@@ -169,9 +169,14 @@ struct ExpertFitEstimate {
   uint64_t expert_budget_bytes = 0;    // device bytes the plan gives experts
   int64_t resident_experts = 0;        // of n_layer × n_expert
   std::vector<int32_t> resident_per_layer;
-  // Expert bytes a decode token reads over PCIe at batch 1 when routing is uniform (each
-  // layer's top-k choices fall on host experts in proportion to them), and the decode
-  // tokens/s that bounds (0 when every expert is resident).
+  // Expert bytes a decode token at batch 1 chooses from host memory when routing is uniform
+  // (each layer's top-k choices fall on host experts in proportion to them); the 256ths of
+  // those the host's CPU computes from its own copies (EngineOptions::host_expert_share's rule
+  // at one row; 0 where it computes none: the setting, or its copies do not fit the memory
+  // available); what crosses PCIe of the rest, and the decode tokens/s that bounds (0 when
+  // every expert is resident).
+  double missed_bytes_per_token = 0;
+  int32_t host_share = 0;
   double pcie_bytes_per_token = 0;
   double pcie_tokens_per_second = 0;
   // The CPU: whether the experts run on their int8 copies (those the int8 kernels run on this

@@ -9,12 +9,14 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/fast_matmul.h"
+#include "backends/cpu/host_experts.h"
 #include "backends/kernel_config_env.h"
 #include "granule/engine.h"
 #include "granule/error.h"
 #include "granule/gguf.h"
 #include "granule/tensor_type.h"
 #include "memory/expert_placement.h"
+#include "memory/host_expert_share.h"
 #include "memory/kv_space.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
@@ -90,7 +92,8 @@ DeviceChoice choose_device(const EngineOptions& options) {
 
 }  // namespace
 
-void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
+void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights,
+                                 int host_expert_setting) {
   const ModelConfig& c = e.config;
   const ExpertFootprint footprint = expert_footprint(c, weights);
   ExpertFitEstimate& x = e.experts;
@@ -142,6 +145,15 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
     x.cpu_int8_experts = !copies.experts.empty() && copies.experts_fit();
   }
   const ExpertPlacement plan = plan_expert_placement(in, nullptr);
+  // Where experts stream, the host's CPU computes part of a decode run's missed experts from its
+  // own int8 copies (CudaMoe::setup_host: where the int8 kernels run the experts and their copies
+  // fit the memory available), batch 1's share by host_expert_share_at.
+  if (e.gpu && plan.resident_count() < static_cast<int64_t>(n_layer) * c.moe.n_expert &&
+      host_expert_share_at(host_expert_setting, 1) > 0 && c.n_embd % 4 == 0 &&
+      cpu::HostExperts::refusal(c, weights).empty() &&
+      cpu::plan_copies(weights, 0, 0).expert_bytes <=
+          cpu::expert_copy_budget(e.host_available_bytes, e.host_total_bytes, 0))
+    x.host_share = host_expert_share_at(host_expert_setting, 1);
   x.resident_experts = plan.resident_count();
   x.expert_budget_bytes = e.gpu ? in.budget_bytes : 0;
   uint64_t resident_expert_bytes = 0;
@@ -152,11 +164,12 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights) {
     x.resident_per_layer.push_back(static_cast<int32_t>(resident));
     resident_expert_bytes += static_cast<uint64_t>(resident) * bytes;
     if (e.gpu) {
-      const double host_share =
+      const double in_host =
           1.0 - static_cast<double>(resident) / static_cast<double>(c.moe.n_expert);
-      x.pcie_bytes_per_token += k * host_share * static_cast<double>(bytes);
+      x.missed_bytes_per_token += k * in_host * static_cast<double>(bytes);
     }
   }
+  x.pcie_bytes_per_token = x.missed_bytes_per_token * (1.0 - x.host_share / 256.0);
   if (x.pcie_bytes_per_token > 0 && e.h2d_bytes_per_second > 0)
     x.pcie_tokens_per_second = e.h2d_bytes_per_second / x.pcie_bytes_per_token;
   e.pcie_tokens_per_second = x.pcie_tokens_per_second;
@@ -237,7 +250,7 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
                            : e.h2d_measured ? device.h2d_bytes_per_second
                                             : kAssumedH2dBytesPerSecond;
   if (e.config.is_moe()) {
-    estimate_mixture_of_experts(e, weights);
+    estimate_mixture_of_experts(e, weights, options.host_expert_share);
     return e;
   }
   const auto n_layer = static_cast<int32_t>(weights.layers.size());

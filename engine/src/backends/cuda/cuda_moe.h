@@ -31,6 +31,7 @@
 #include "backends/cuda/device_memory.h"
 #include "granule/model_config.h"
 #include "kernel_config.h"
+#include "memory/host_expert_share.h"
 #include "moe.cuh"
 
 namespace granule::cpu {
@@ -155,7 +156,7 @@ class CudaMoe {
   // residual (a spin channel in mapped memory: no host node, no second stream). The setting at
   // load: 0 none (every missed expert is staged: the same bits as all resident); 1..256 that
   // share in runs of up to kHostMaxRows rows; -1 every candidate in runs of kHostAutoMinRows to
-  // kHostMaxRows rows, kHostAutoSmallShare of them in smaller runs (measured: cuda_moe_host.cpp).
+  // kHostMaxRows rows, kHostAutoSmallShare of them in smaller runs (memory/host_expert_share.h).
   // host_share() is the share of the larger runs, host_share_at() a run's.
   int host_share() const;
   int host_share_at(int n_rows) const;
@@ -164,9 +165,9 @@ class CudaMoe {
   // Throws DeviceError when the host's part of a step failed or a join gave up waiting for it
   // (host_channel.h); the backend checks after every step.
   void check_host() const;
-  static constexpr int kHostMaxRows = 64;
-  static constexpr int kHostAutoMinRows = 8;
-  static constexpr int kHostAutoSmallShare = 160;
+  static constexpr int kHostMaxRows = kHostExpertMaxRows;  // memory/host_expert_share.h
+  static constexpr int kHostAutoMinRows = kHostExpertAutoMinRows;
+  static constexpr int kHostAutoSmallShare = kHostExpertAutoSmallShare;
   // A missed expert that more pairs chose is staged: one copy serves all its rows, and the
   // device's products take more rows at little more cost, where the host's work grows with them.
   static constexpr int kHostMaxPairs = 4;

@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_moe.h"
 #include "backends/cuda/host_channel.h"
 #include "granule/log.h"
+#include "memory/host_expert_share.h"
 #include "moe_stage.cuh"
 
 namespace granule::cuda {
@@ -30,13 +31,9 @@ namespace k = granule::kernels;
 struct CudaMoe::HostCompute {
   std::unique_ptr<cpu::ThreadPool> pool;
   std::unique_ptr<cpu::HostExperts> experts;
-  int share = 0;        // of 256, in runs of min_rows to kHostMaxRows rows
-  int min_rows = 1;     // the first run size that takes `share`
-  int small_share = 0;  // of 256, in runs of fewer rows
+  int setting = -1;  // EngineOptions::host_expert_share (not 0: then there is no HostCompute)
 
-  int share_at(int n_rows) const {
-    return n_rows > kHostMaxRows ? 0 : n_rows >= min_rows ? share : small_share;
-  }
+  int share_at(int n_rows) const { return host_expert_share_at(setting, n_rows); }
   DeviceBuffer zero, gpu_weights, plan;
   PinnedBuffer ids_h, weights_h, mask_h;
   std::atomic<uint64_t> choices{0}, bytes{0};
@@ -60,7 +57,9 @@ void CudaMoe::check_host() const {
   if (host_compute_) host_compute_->channel->check();
 }
 
-int CudaMoe::host_share() const { return host_compute_ ? host_compute_->share : 0; }
+int CudaMoe::host_share() const {
+  return host_compute_ ? host_compute_->share_at(kHostMaxRows) : 0;
+}
 
 int CudaMoe::host_share_at(int n_rows) const {
   return host_compute_ ? host_compute_->share_at(n_rows) : 0;
@@ -117,19 +116,14 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                                     [p = h.get()](uint32_t layer, int n_rows, const float* x,
                                                   float* y) { p->compute(layer, n_rows, x, y); });
 
-  // Given: that share at every run size. Else every candidate in runs of kHostAutoMinRows rows
-  // or more, and kHostAutoSmallShare of them in smaller runs. H100, qwen3-30b-a3b shape at a 52 %
-  // budget, batch 1, 2026-12-07 (one run each, pools kept awake): every miss staged 68.5 t/s;
-  // the host taking 64/256 of them 75.3, 96 79.0, 128 95.8, 160 101.6, 192 109.7, all 66.3 —
-  // 160 keeps clear of the fall past 192 on a slower host; 16 chats, all of them 193.4.
-  h->share = setting > 0 ? std::min(setting, 256) : 256;
-  h->min_rows = setting > 0 ? 1 : kHostAutoMinRows;
-  h->small_share = setting > 0 ? h->share : kHostAutoSmallShare;
+  // Given: that share at every run size. Else the default rule (memory/host_expert_share.h, with
+  // its measurements).
+  h->setting = setting;
   log->info(
       "CUDA experts: {} MiB of int8 expert copies on the host, {} threads; it computes {}/256 of "
-      "the missed experts in runs of {} to {} rows, {}/256 in smaller runs",
-      h->experts->packed_bytes() >> 20, n_threads, h->share, h->min_rows, kHostMaxRows,
-      h->small_share);
+      "the missed experts in runs of one row, {}/256 in runs of {} to {} rows",
+      h->experts->packed_bytes() >> 20, n_threads, h->share_at(1), h->share_at(kHostMaxRows),
+      kHostAutoMinRows, kHostMaxRows);
   const uint64_t device = h->zero.bytes() + h->gpu_weights.bytes() + h->plan.bytes();
   host_compute_ = std::move(h);
   return device;
