@@ -289,6 +289,11 @@ void print_text(const FitOptions& options, const FitPreview& p) {
     field("pcie bound", !streams ? "none: nothing streams (" + h2d + ")"
                                  : format("%.1f", e.pcie_tokens_per_second) +
                                        " tokens/s at batch 1 (" + h2d + ")");
+    if (e.host_rows)
+      field("host rows",
+            "at decode batches of up to 8 the CPU computes part of each streamed "
+            "layer's rows from its own int8 copies (the share measured at load, "
+            "--host-rows), so batch 1 can pass the whole-layer bound");
   }
   if (!e.loads) return;  // the verdict is the error line
   if (const std::string note = context_note(e); !note.empty()) field("note", note);
@@ -334,6 +339,7 @@ void print_json(const FitOptions& options, const FitPreview& p) {
   j["h2d_bytes_per_second"] = e.h2d_bytes_per_second;
   j["h2d_measured"] = e.h2d_measured;
   j["pcie_tokens_per_second"] = e.pcie_tokens_per_second;
+  j["host_rows"] = e.host_rows;
   if (is_moe(e)) {
     const ExpertFitEstimate& x = e.experts;
     nlohmann::ordered_json experts;

@@ -47,6 +47,8 @@ class ModelController : public QObject {
   Q_PROPERTY(double fitMinimumBudgetBytes READ fitMinimumBudgetBytes NOTIFY previewChanged)
   Q_PROPERTY(int fitResidentLayers READ fitResidentLayers NOTIFY previewChanged)
   Q_PROPERTY(int fitStreamedLayers READ fitStreamedLayers NOTIFY previewChanged)
+  // The host's CPU computes part of the streamed layers' rows at small batches.
+  Q_PROPERTY(bool fitHostRows READ fitHostRows NOTIFY previewChanged)
   Q_PROPERTY(QList<int> fitLayerStreamed READ fitLayerStreamed NOTIFY previewChanged)
   Q_PROPERTY(double fitStreamedBytesPerPass READ fitStreamedBytesPerPass NOTIFY previewChanged)
   Q_PROPERTY(double fitStagingBytes READ fitStagingBytes NOTIFY previewChanged)
@@ -134,6 +136,7 @@ class ModelController : public QObject {
   double fitMinimumBudgetBytes() const { return static_cast<double>(fit_.minimum_budget_bytes); }
   int fitResidentLayers() const { return fit_.resident_layers; }
   int fitStreamedLayers() const { return fit_.streamed_layers; }
+  bool fitHostRows() const { return fit_.host_rows; }
   QList<int> fitLayerStreamed() const;
   double fitStreamedBytesPerPass() const {
     return static_cast<double>(fit_.streamed_bytes_per_pass);

@@ -229,11 +229,14 @@ GranuleDialog {
                 wrapMode: Text.Wrap
                 color: Theme.text
                 font.pixelSize: Theme.smallFontSize
-                text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 per token over %3, %4).")
+                text: qsTr("PCIe bound: at most %1 tok/s at batch 1 (%2 per token over %3, %4).%5")
                           .arg(dialog.model.fitPcieTokensPerSecond.toFixed(1))
                           .arg(Units.bytes(dialog.model.fitStreamedBytesPerPass))
                           .arg(Units.rate(dialog.model.fitH2dBytesPerSecond))
                           .arg(dialog.model.fitH2dMeasured ? qsTr("measured") : qsTr("assumed PCIe 4.0 x16"))
+                          .arg(dialog.model.fitHostRows
+                               ? qsTr(" Up to 8 chats at once, the CPU computes part of each streamed layer's rows meanwhile (its share measured at load), so decoding can pass this bound.")
+                               : "")
             }
             Label {
                 Layout.fillWidth: true

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "backends/cpu/int8_packed.h"
 #include "backends/kernel_config_env.h"
 #include "backends/measured_once.h"
 #include "granule/engine.h"
@@ -418,6 +419,32 @@ TEST(FitEstimate, PcieBoundIsBandwidthOverStreamedBytes) {
   // Fewer bytes streamed per token: a higher bound, in proportion.
   EXPECT_DOUBLE_EQ(some.pcie_tokens_per_second / all.pcie_tokens_per_second, 6.0 / 4.0);
   if (!all.h2d_measured) EXPECT_DOUBLE_EQ(all.h2d_bytes_per_second, 25e9);  // PCIe 4.0 x16
+}
+
+// Streamed layers whose matrices the host's int8 kernels run: the preview says the host
+// computes part of their rows at small batches (the CUDA backend's HostRows), unless asked not
+// to; nothing streamed, or F32 layers, no such line.
+TEST(FitEstimate, StreamedLayersNameTheHostsRows) {
+  SyntheticModelSpec q = six_layers();
+  q.weight_type = TensorType::Q4_0;
+  const TempModel model(q, "granule_fit_host_rows");
+  const FitEstimate roomy = Engine::estimate(model.path, options(DeviceKind::Cuda, 1ull << 30));
+  EXPECT_EQ(roomy.streamed_layers, 0);
+  EXPECT_FALSE(roomy.host_rows) << "nothing streams";
+  const FitEstimate all =
+      Engine::estimate(model.path, options(DeviceKind::Cuda, roomy.minimum_budget_bytes));
+  ASSERT_EQ(all.streamed_layers, 6);
+  EXPECT_EQ(all.host_rows, cpu::Int8Weights::supports(TensorType::Q4_0, q.n_embd));
+  EngineOptions off = options(DeviceKind::Cuda, roomy.minimum_budget_bytes);
+  off.host_row_share = 0;
+  EXPECT_FALSE(Engine::estimate(model.path, off).host_rows) << "--host-rows 0";
+
+  const TempModel f32(six_layers(), "granule_fit_host_rows_f32");
+  const uint64_t minimum =
+      Engine::estimate(f32.path, options(DeviceKind::Cuda, 1ull << 30)).minimum_budget_bytes;
+  const FitEstimate streamed = Engine::estimate(f32.path, options(DeviceKind::Cuda, minimum));
+  ASSERT_EQ(streamed.streamed_layers, 6);
+  EXPECT_EQ(streamed.host_rows, cpu::Int8Weights::supports(TensorType::F32, 64));
 }
 
 TEST(FitEstimate, AShorterContextKeepsMoreLayersResident) {

@@ -245,6 +245,10 @@ struct FitEstimate {
   // Decode tokens/s at batch 1 that PCIe allows with this plan (0 when nothing streams); for a
   // mixture of experts, the experts' bound (experts.pcie_tokens_per_second).
   double pcie_tokens_per_second = 0;
+  // A dense model's streamed layers on a GPU: whether the host's CPU computes part of their rows
+  // at decode batches of up to 8 (EngineOptions::host_row_share; the share is measured at
+  // load), so that batch 1 can pass the whole-layer bound above.
+  bool host_rows = false;
   ExpertFitEstimate experts;  // a mixture of experts' plan; n_expert 0 for a dense model
   // This machine's memory when the estimate was made (the CPU's expert copies are sized by
   // it): MemAvailable (0: unknown) and the physical total.

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "memory/weight_layout.h"
@@ -45,6 +46,32 @@ inline int64_t host_row_begin(int64_t rows, int share, int64_t granule = kHostRo
 // A layer's dense products in the weight layout's order (LayerWeightLayout::matrices): wq, wk,
 // wv, wo, w_gate, w_up, w_down.
 constexpr int kDenseMatrices = 7;
+
+// Matrix m of a layer in that order, or null where the layer has none.
+inline const TensorInfo* dense_matrix(const LayerWeights& l, int m) {
+  const TensorInfo* mats[kDenseMatrices] = {l.wq, l.wk, l.wv, l.wo, l.w_gate, l.w_up, l.w_down};
+  return m >= 0 && m < kDenseMatrices ? mats[m] : nullptr;
+}
+
+// Why the host cannot compute rows of a model's streamed layers ("" where it can): the split
+// layer runs as plain SwiGLU blocks of the seven matrices (the CUDA backend's HostRows; the fit
+// preview asks it too).
+inline std::string host_rows_refusal(const ModelConfig& c, const WeightTable& w) {
+  if (c.is_moe()) return "a mixture of experts (--host-experts covers its experts)";
+  if (c.is_hybrid()) return "Qwen3.5's recurrent layers";
+  if (c.architecture == "gemma4" || c.sandwich_norms) return "Gemma's layers";
+  if (c.activation != FfnActivation::Swiglu) return "an activation other than SwiGLU";
+  for (const LayerWeights& l : w.layers) {
+    if (l.bo || l.attn_post_norm || l.ffn_post_norm) return "an output bias or post-norms";
+    for (int m = 0; m < kDenseMatrices; ++m)
+      if (!dense_matrix(l, m)) return "a layer without one of the seven matrices";
+  }
+  // The host quantises its inputs in blocks of 32 (and the post kernel copies 16 bytes at a
+  // time).
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0 || (c.n_head * c.head_dim) % 32 != 0)
+    return "a width that is not a multiple of 32";
+  return "";
+}
 
 // Bytes [offset, offset + bytes) of a layer's blob.
 struct BlobRange {

@@ -17,6 +17,7 @@
 #include "granule/tensor_type.h"
 #include "memory/expert_placement.h"
 #include "memory/host_expert_share.h"
+#include "memory/host_row_split.h"
 #include "memory/kv_space.h"
 #include "memory/placement.h"
 #include "memory/weight_layout.h"
@@ -297,6 +298,17 @@ FitEstimate Engine::estimate(const ModelFile& model_file, const EngineOptions& o
     if (plan.streamed_bytes_per_pass > 0)
       e.pcie_tokens_per_second =
           e.h2d_bytes_per_second / static_cast<double>(plan.streamed_bytes_per_pass);
+    // Where the CUDA backend's HostRows would split the streamed layers (it also needs a
+    // matrix the host's int8 kernels run).
+    if (plan.streamed_layers > 0 && options.host_row_share != 0 &&
+        host_rows_refusal(e.config, weights).empty()) {
+      for (size_t i = 0; i < weights.layers.size() && !e.host_rows; ++i)
+        for (int m = 0; m < kDenseMatrices && !e.host_rows; ++m) {
+          const TensorInfo* t = dense_matrix(weights.layers[i], m);
+          e.host_rows =
+              cpu::Int8Weights::supports(static_cast<TensorType>(t->ggml_type), t->dims[0]);
+        }
+    }
     held = plan.device_bytes() + e.workspace_bytes + states;
   }
   if (e.budget_bytes > held && e.kv_bytes_per_token > 0) {

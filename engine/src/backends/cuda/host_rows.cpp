@@ -27,12 +27,6 @@ using Clock = std::chrono::steady_clock;
 // Row chunks a pool thread takes at a time (whole 8-row groups of the copy).
 constexpr int64_t kChunkRows = 64;
 
-const TensorInfo* layer_matrix(const LayerWeights& l, int m) {
-  const TensorInfo* mats[HostRows::kMatrices] = {l.wq,     l.wk,   l.wv,    l.wo,
-                                                 l.w_gate, l.w_up, l.w_down};
-  return mats[m];
-}
-
 // The probe of the measured share reads at least this much, more than a server's last-level
 // cache (an H100 host's Xeon has up to ~100 MiB), so that it times host memory, as the split
 // passes read it, not the cache.
@@ -86,11 +80,13 @@ class CopyLoad {
   void start(double seconds, double bytes_per_second) {
     const auto n = static_cast<int>(std::clamp(seconds * bytes_per_second / kBytes, 1.0, 4096.0));
     for (int i = 0; i < n; ++i)
-      check_cuda(cudaMemcpyAsync(device_.get(), host_.as<uint8_t>(), kBytes,
-                                 cudaMemcpyHostToDevice, stream_.get()),
+      check_cuda(cudaMemcpyAsync(device_.get(), host_.as<uint8_t>(), kBytes, cudaMemcpyHostToDevice,
+                                 stream_.get()),
                  "host rows: copies beside the probe");
   }
-  void finish() { check_cuda(cudaStreamSynchronize(stream_.get()), "host rows: the probe's copies"); }
+  void finish() {
+    check_cuda(cudaStreamSynchronize(stream_.get()), "host rows: the probe's copies");
+  }
 
  private:
   DeviceBuffer device_;
@@ -139,20 +135,7 @@ double time_host_products(const std::vector<std::unique_ptr<cpu::Int8Weights>>& 
 }  // namespace
 
 std::string HostRows::refusal(const ModelConfig& c, const WeightTable& w) {
-  if (c.is_moe()) return "a mixture of experts (--host-experts covers its experts)";
-  if (c.is_hybrid()) return "Qwen3.5's recurrent layers";
-  if (c.architecture == "gemma4" || c.sandwich_norms) return "Gemma's layers";
-  if (c.activation != FfnActivation::Swiglu) return "an activation other than SwiGLU";
-  for (const LayerWeights& l : w.layers) {
-    if (l.bo || l.attn_post_norm || l.ffn_post_norm) return "an output bias or post-norms";
-    for (int m = 0; m < kMatrices; ++m)
-      if (!layer_matrix(l, m)) return "a layer without one of the seven matrices";
-  }
-  // The host quantises its inputs in blocks of 32 (and the post kernel copies 16 bytes at a
-  // time).
-  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0 || (c.n_head * c.head_dim) % 32 != 0)
-    return "a width that is not a multiple of 32";
-  return "";
+  return host_rows_refusal(c, w);
 }
 
 std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTable& w,
@@ -229,7 +212,7 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
     if (!streamer.streamed(i)) continue;
     Layer& l = h->layers_[i];
     for (int m = 0; m < kMatrices; ++m) {
-      const TensorInfo* t = layer_matrix(w.layers[i], m);
+      const TensorInfo* t = dense_matrix(w.layers[i], m);
       const MatrixLayout& ml = layout.layers[i].matrices[static_cast<size_t>(m)];
       Part& p = l.parts[static_cast<size_t>(m)];
       p.rows = ml.rows;
@@ -247,7 +230,7 @@ std::unique_ptr<HostRows> HostRows::create(const ModelConfig& c, const WeightTab
     for (int m = 0; m < kMatrices; ++m) {
       Part& p = l.parts[static_cast<size_t>(m)];
       if (p.first >= p.rows) continue;
-      tasks.push_back({layer_matrix(w.layers[i], m), p.first, p.rows - p.first, &p.copy});
+      tasks.push_back({dense_matrix(w.layers[i], m), p.first, p.rows - p.first, &p.copy});
       h->host_bytes_per_pass_ +=
           static_cast<uint64_t>(p.rows - p.first) * l.device_row_bytes[static_cast<size_t>(m)];
       l.any = true;
