@@ -28,8 +28,8 @@ void quantize_portable(const float* x, int64_t n, ActivationBlock* out, bool div
     const float inverse = amax == 0.0f ? 0.0f : 1.0f / d;
     int half[2] = {0, 0};
     for (int i = 0; i < 32; ++i) {
-      const int q = static_cast<int>(std::nearbyint(divide ? (amax == 0.0f ? 0.0f : v[i] / d)
-                                                           : v[i] * inverse));
+      const int q = static_cast<int>(
+          std::nearbyint(divide ? (amax == 0.0f ? 0.0f : v[i] / d) : v[i] * inverse));
       out[b].qs[i] = static_cast<int8_t>(q);
       half[i / 16] += q;
     }
@@ -68,15 +68,15 @@ GRANULE_AVX2 void quantize_avx2(const float* x, int64_t n, ActivationBlock* out)
     m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
     const float amax = _mm_cvtss_f32(m4);
     const float d = amax / 127.0f;
-    const __m256 inverse = _mm256_set1_ps(amax == 0.0f ? 0.0f : 1.0f / d);
-    // A block of zeros divides by 1: zeros, as the inverse's 0 gives.
-    const __m256 divisor = _mm256_set1_ps(amax == 0.0f ? 1.0f : d);
     if constexpr (kDivide) {
+      // A block of zeros divides by 1: zeros, as the inverse's 0 gives.
+      const __m256 divisor = _mm256_set1_ps(amax == 0.0f ? 1.0f : d);
       v0 = _mm256_div_ps(v0, divisor);
       v1 = _mm256_div_ps(v1, divisor);
       v2 = _mm256_div_ps(v2, divisor);
       v3 = _mm256_div_ps(v3, divisor);
     } else {
+      const __m256 inverse = _mm256_set1_ps(amax == 0.0f ? 0.0f : 1.0f / d);
       v0 = _mm256_mul_ps(v0, inverse);
       v1 = _mm256_mul_ps(v1, inverse);
       v2 = _mm256_mul_ps(v2, inverse);

@@ -331,41 +331,26 @@ void HostRows::run(uint32_t job, int rows, const float* x, float* y) {
   const bool divide = round == kOut || round == kDownRound;
   for (int r = 0; r < rows; ++r)
     cpu::quantize_activations(x + r * width, width, xq_.data() + r * (width / 32), divide);
-  switch (round) {
-    case kQkv: {
-      const int mats[3] = {kQ, kK, kV};
-      const int64_t offsets[3] = {answer_offset(layer, kQ, rows), answer_offset(layer, kK, rows),
-                                  answer_offset(layer, kV, rows)};
-      products(l, mats, 3, rows, y, offsets);
-      break;
-    }
-    case kOut: {
-      const int mats[1] = {kO};
-      const int64_t offsets[1] = {0};
-      products(l, mats, 1, rows, y, offsets);
-      break;
-    }
-    case kGateUp: {
-      // gate and up into the host's own buffers (rows x host rows each), then h = silu(gate)·up
-      // into the answer.
-      const Part& gate = l.parts[kGate];
-      const int64_t host_rows = gate.rows - gate.first;
-      const int mats[2] = {kGate, kUp};
-      const int64_t up = kMaxRows * n_ff_;
-      const int64_t offsets[2] = {0, up};
-      products(l, mats, 2, rows, gate_up_.data(), offsets);
-      cpu::swiglu(gate_up_.data(), gate_up_.data() + up, y, rows * host_rows);
-      break;
-    }
-    case kDownRound: {
-      const int mats[1] = {kDown};
-      const int64_t offsets[1] = {0};
-      products(l, mats, 1, rows, y, offsets);
-      break;
-    }
-    default:
-      throw DeviceError("host rows: an unknown round");
+  if (round == kGateUp) {
+    // gate and up into the host's own buffers (rows x host rows each), then h = silu(gate)·up
+    // into the answer.
+    const Part& gate = l.parts[kGate];
+    const int64_t host_rows = gate.rows - gate.first;
+    const int mats[2] = {kGate, kUp};
+    const int64_t up = kMaxRows * n_ff_;
+    const int64_t offsets[2] = {0, up};
+    products(l, mats, 2, rows, gate_up_.data(), offsets);
+    cpu::swiglu(gate_up_.data(), gate_up_.data() + up, y, rows * host_rows);
+    return;
   }
+  // Q/K/V, O or down: each part's rows straight into its place in the answer.
+  static constexpr int kQkvMatrices[3] = {kQ, kK, kV}, kOutMatrix[1] = {kO},
+                       kDownMatrix[1] = {kDown};
+  const int* mats = round == kQkv ? kQkvMatrices : round == kOut ? kOutMatrix : kDownMatrix;
+  const int count = round == kQkv ? 3 : 1;
+  int64_t offsets[3] = {};
+  for (int i = 0; i < count; ++i) offsets[i] = answer_offset(layer, mats[i], rows);
+  products(l, mats, count, rows, y, offsets);
 }
 
 }  // namespace granule::cuda
