@@ -1,6 +1,8 @@
 // The f16 tensor-core products over in-register dequantised weights (kernels/matvec_f16mma.cu)
 // against a host reference that rounds where the kernel is defined to round: each weight to f16
-// once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d); the K types'
+// once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d), IQ4_NL:
+// f16(level d) with the nibble's int8 level, MXFP4 the same with d = 2^(e - 128) in f16; the K
+// types'
 // scales f16(d sc) and f16(dmin m) rounded first: Q6_K f16((q - 32) f16(d sc)), Q4_K/Q5_K
 // f16(q f16(d sc) - f16(dmin m))), the f16 activations exact, the sum in double. The host reads
 // the elements from the GGUF blocks, checked against the engine's dequantisation. What is left
@@ -11,7 +13,7 @@
 // odd row counts and short rows, batches 1-64, the three-matrix launch with accumulate, the 8B
 // model's products with accumulate (the same bits on a second launch), the fused SwiGLU
 // epilogue (also with an f16 result; at 17-64 columns the shared-activation shape), and what the
-// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K. A timing probe prints the 8B
+// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and MXFP4. A timing probe prints the 8B
 // products beside the int8 mma kernel (and checks that the two agree within the int8
 // activations' rounding).
 #include <cuda_fp16.h>
@@ -62,7 +64,8 @@ double round_to_f16(double v) {
 }
 
 // Element i of row r of a matrix, read from its GGUF blocks: value = (q - bias) d + m exactly
-// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0); the
+// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0; IQ4_NL's
+// and MXFP4's q is the nibble's level in kIq4nlValues, kMxfp4Values); the
 // kernel multiplies f16((q - bias) d16 + m16), where d16, m16 are d and m for the types whose
 // scale is an f16 already, and f16(d * sc), -f16(dmin * min) for the K types (their scales
 // rounded to f16 once too).
@@ -77,7 +80,10 @@ bool scales_rounded(TensorType t) {
 }
 // The largest q of a type (a neighbour of q stays inside [lowest, largest]).
 int largest_q(TensorType t) {
-  return t == TensorType::Q8_0 ? 127 : t == TensorType::Q6_K ? 63 : t == TensorType::Q5_K ? 31 : 15;
+  return t == TensorType::Q8_0 || t == TensorType::IQ4_NL || t == TensorType::MXFP4 ? 127
+         : t == TensorType::Q6_K                           ? 63
+         : t == TensorType::Q5_K                           ? 31
+                                                           : 15;
 }
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (GGUF's packing).
 std::pair<int, int> k_scale_min(const uint8_t* q, int j) {
@@ -100,6 +106,22 @@ Element element(const Matrix& w, int64_t r, int64_t i) {
       const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
       const double d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
       return {q, d, m, d, m};
+    }
+    case TensorType::IQ4_NL: {
+      const auto* b = reinterpret_cast<const BlockIQ4_NL*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int nibble = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = fp16_to_f32(b->d);
+      return {kIq4nlValues[nibble], d, 0.0, d, 0.0};
+    }
+    case TensorType::MXFP4: {
+      // d = 2^(e - 128) (ggml_e8m0_to_fp32_half, its subnormal e 0 and 1 included), in f16 as
+      // the kernel has it.
+      const auto* b = reinterpret_cast<const BlockMXFP4*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int nibble = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = std::ldexp(1.0, b->e - 128);
+      return {kMxfp4Values[nibble], d, 0.0, round_to_f16(d), 0.0};
     }
     case TensorType::Q8_0: {
       const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i / 32;
@@ -350,6 +372,16 @@ std::vector<Shape> shapes() {
   for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
            {100, 608}, {17, 32}, {50, 64}, {200, 1184}, {40000, 128}})
     out.push_back({TensorType::Q8_0, rows, cols});
+  // IQ4_NL (Q4_0's layout, levels through the table): the model shapes, odd rows and a partial
+  // stage, short rows, and the 64-rows-per-warp shape.
+  // MXFP4 the same (its stage's two e bytes inside an aligned word: 19 sub-blocks put the last
+  // stage's at bytes 18, 19 of the row's e).
+  for (TensorType t : {TensorType::IQ4_NL, TensorType::MXFP4}) {
+    for (const auto& [rows, cols] : kModelShapes) out.push_back({t, rows, cols});
+    for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
+             {77, 608}, {17, 32}, {50, 64}, {40000, 128}})
+      out.push_back({t, rows, cols});
+  }
   // The K types (rows of whole 256-element super-blocks; their host quantiser is 5-10 times
   // slower, so the 8B shapes are cut to at most 17M weights): the 8B model's rows, odd row
   // counts, one, two and three super-blocks (a Q6_K stage's d in either half of its 4-byte
@@ -371,9 +403,10 @@ std::vector<Shape> shapes() {
 
 // The types past Q4_0/Q4_1, and all of them.
 constexpr TensorType kNewTypes[] = {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
-                                    TensorType::Q6_K};
+                                    TensorType::Q6_K, TensorType::IQ4_NL, TensorType::MXFP4};
 constexpr TensorType kAllTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K,
+                                    TensorType::IQ4_NL, TensorType::MXFP4};
 // Whether rows of `cols` elements are whole blocks of the type.
 bool fits(TensorType t, int64_t cols) {
   return cols % kernels::split::block_elements(static_cast<uint32_t>(t)) == 0;
