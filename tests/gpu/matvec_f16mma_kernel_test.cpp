@@ -759,7 +759,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
         << tensor_type_info(type).name;
   }
   for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                          TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::F16})
+                          TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), true))
         << tensor_type_info(type).name;
   REQUIRE_F16MMA();
@@ -768,7 +768,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   const Activations act(64, 4);
   Output y(16, 8);
   kernels::MatvecTask t = task_for(w, y.y.get());
-  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::IQ4_NL, TensorType::F16})
+  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::F16})
     EXPECT_EQ(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &t, 1, act.input(8),
                                             config, nullptr),
               cudaErrorInvalidValue)
@@ -824,7 +824,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
 }
 
 // A split-layout matrix of random bytes with its f16 scales set to 0.01-0.02 (Q4_1's m, Q4_K/
-// Q5_K's dmin too): timing only.
+// Q5_K's dmin too; IQ4_XS's int8 scales in -32..31, MXFP4's e bytes 2^-10..2^-3): timing only.
 DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
                                   std::mt19937_64& rng) {
   namespace split = kernels::split;
@@ -842,12 +842,25 @@ DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
           ? std::tuple<int64_t, int64_t, int64_t>{split::q6k_d_offset(n), n / 8, 2}
       : type == TensorType::Q4_K || type == TensorType::Q5_K
           ? std::tuple<int64_t, int64_t, int64_t>{split::kquant_d_offset(t, n), n / 4, 2}
+      : type == TensorType::IQ4_XS
+          ? std::tuple<int64_t, int64_t, int64_t>{split::iq4xs_d_offset(n), n / 8, 2}
           : std::tuple<int64_t, int64_t, int64_t>{split::scales_offset(t, n), n, 2};
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = &bytes[static_cast<size_t>(r * stride)];
+    if (type == TensorType::MXFP4) {  // one e byte per sub-block: 2^-10 .. 2^-3, no f16
+      for (int64_t j = 0; j < n; ++j)
+        row[split::scales_offset(t, n) + j] = static_cast<uint8_t>(118 + (r + j) % 8);
+      continue;
+    }
+    if (type == TensorType::IQ4_XS)  // int8 scales of 6-bit range (-32..31)
+      for (int64_t j = 0; j < n; ++j)
+        row[split::scales_offset(t, n) + j] =
+            static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>((r + 3 * j) % 64) - 32));
     for (int64_t j = 0; j < count; ++j) {
       const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
-      std::memcpy(&bytes[static_cast<size_t>(r * stride + offset + j * step)], &d, 2);
+      std::memcpy(&row[offset + j * step], &d, 2);
     }
+  }
   return DeviceArray<uint8_t>(bytes);
 }
 
