@@ -1,4 +1,5 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K weights (split_layout.h) with
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 weights
+// (split_layout.h) with
 // f16 activations on f16 tensor cores: mma.sync m16n8k16 with f32 accumulation. The weights are
 // dequantised to f16 in registers, their scale applied there (one f16 rounding per weight), so the
 // mma accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
@@ -34,15 +35,19 @@
 // are Q4's.
 //
 // Numerics: each weight is rounded to f16 once, w16 = f16_rn((q - 8) d) (Q4_0), f16_rn(q d + m)
-// (Q4_1), f16_rn(q d) (Q8_0); the K types' scales are rounded to f16 first (their products
-// with the f16 super-block scales): f16_rn((q - 32) f16(d sc)) (Q6_K), f16_rn(q f16(d sc) -
-// f16(dmin m)) (Q4_K, Q5_K) — the integer parts are exact in f16. Then times the f16
-// activation (exact in the mma), accumulated in f32 by the tensor core and then across warps in
-// f32, in a fixed order. Range: |q d| <= 128 |d| overflows f16 only when |d| > 511 (Q8_0; a
-// weight past 65,504), |(q - 32) d sc| only past 65,504 too; real weights are far below.
+// (Q4_1), f16_rn(q d) (Q8_0), f16_rn(level[q] d) (IQ4_NL, MXFP4: the nibble's int8 level, exact;
+// MXFP4's d = 2^(e - 128) as an f16 power of two, exact for e 104..143, 0 below: real scales lie
+// far inside); the K types' and IQ4_XS's scales are rounded to f16 first (their products with
+// the f16 super-block scales): f16_rn((q - 32) f16(d sc)) (Q6_K), f16_rn(q f16(d sc) -
+// f16(dmin m)) (Q4_K, Q5_K), f16_rn(level[q] f16(d sc)) (IQ4_XS) — the integer parts are exact
+// in f16. Then times the f16 activation (exact in the mma), accumulated in f32 by the tensor
+// core and then across warps in f32, in a fixed order. Range: |q d| <= 128 |d| overflows f16
+// only when |d| > 511 (Q8_0, IQ4_NL; a weight past 65,504), |(q - 32) d sc| only past 65,504
+// too; real weights are far below.
 #include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "mma_tiles.cuh"
+#include "split_unpack.h"
 
 namespace granule::kernels {
 namespace {
@@ -67,11 +72,16 @@ struct Plan {
   static constexpr int kColumns = 8 * NT;                       // per column tile
   static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;   // per sub-block (Q6_K: ql)
   static constexpr int kChunksPerRow = kKs * kQuantBytes / 16;  // 16-byte copies per stage row
-  static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : 2;     // per sub-block: d (and m); K: sc
+  static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : TYPE == kMXFP4 ? 1 : 2;  // d (and m), e
+  // per sub-block; K: sc
   // Weight rows padded by 16 bytes: ldmatrix's 8 row addresses (stride 48 or 80) land in 8
   // different 16-byte bank groups.
   static constexpr int kWeightRow = kKs * kQuantBytes + 16;
-  static constexpr int kScaleRow = kKType<TYPE> ? 8 : kKs * kScaleBytes;  // 4 or 8 bytes
+  // 4 or 8 bytes; MXFP4: the 4-byte aligned word holding the stage's two e bytes; IQ4_XS: that
+  // of its two int8 sc, then the aligned pair of super-block d holding the stage's
+  static constexpr int kScaleRow = kKType<TYPE> || TYPE == kIQ4_XS ? 8
+                                   : TYPE == kMXFP4                ? 4
+                                                                   : kKs * kScaleBytes;
   // The fifth (Q5_K: a u32 per sub-block) or fifth and sixth (Q6_K: 8 bytes) bits.
   static constexpr int kHighRow = TYPE == kQ6_K ? kKs * 8 : TYPE == kQ5_K ? kKs * 4 : 0;
   // Activation rows (one per column, kKs * 32 f16) padded by 32 bytes: stride = 32 mod 128,
@@ -168,6 +178,28 @@ __device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, 
   }
 }
 
+// IQ4_NL / MXFP4: word w of a sub-block (Q4_0's nibble order) through the table of int8 levels
+// (split_unpack.h, as the int8 kernels read them), f16(level d): the levels made unsigned and
+// biased as Q8_0's bytes are, so the pairs are exact f16 integers before the one rounding.
+template <bool MXFP4>
+__device__ __forceinline__ void level_f16_pairs(uint32_t w, __half2 d, uint32_t (&lo)[2],
+                                                uint32_t (&hi)[2]) {
+  const uint32_t low = split_unpack::table_levels4<MXFP4>(w & 0x0F0F0F0Fu);
+  const uint32_t high = split_unpack::table_levels4<MXFP4>((w >> 4) & 0x0F0F0F0Fu);
+  scaled_pairs<kHalf2_1152>(low ^ 0x80808080u, d, lo);
+  scaled_pairs<kHalf2_1152>(high ^ 0x80808080u, d, hi);
+}
+
+// MXFP4's scale 2^(e - 128) (ggml_e8m0_to_fp32_half) as f16 bits: a normal power of two for
+// e 114..143, a subnormal one for 104..113, 0 below, infinity above.
+__device__ __forceinline__ uint32_t e8m0_half_f16(uint32_t e) {
+  const int k = static_cast<int>(e) - 128;
+  return k > 15     ? 0x7C00u
+         : k >= -14 ? static_cast<uint32_t>(k + 15) << 10
+         : k >= -24 ? 1u << (k + 24)
+                    : 0u;
+}
+
 // One pipeline stage of one warp: kKs sub-blocks (from `first`, of n per row) of the warp's
 // kWeightRows weight rows (at `weights`, kWeightRow bytes apart; their scales at `scales`,
 // kScaleRow apart; Q5_K/Q6_K's high bits at `high`, kHighRow apart) times the column tile's
@@ -190,8 +222,25 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
         const uint2 v = *reinterpret_cast<const uint2*>(p);
         scale[m][h][0] = v.x;
         scale[m][h][1] = v.y;
-      } else if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0) {
+      } else if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0 || TYPE == kIQ4_NL) {
         scale[m][h][0] = *reinterpret_cast<const uint32_t*>(p);
+        scale[m][h][1] = 0;  // unused
+      } else if constexpr (TYPE == kIQ4_XS) {
+        // v.x: the aligned word of int8 sc holding sub-blocks first, first + 1 (first is even);
+        // v.y: the f16 d of super-blocks 2i, 2i + 1 with the stage's (first / 8) among them. As
+        // Q4_0's pair: (f16(d sc) of sub-block 0, of 1).
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const __half2 dd = mma::as_half2(v.y);
+        const __half2 d = (first / 8) % 2 == 0 ? __low2half2(dd) : __high2half2(dd);
+        uint32_t ds[2];
+        scaled_pairs<kHalf2_1152>((v.x >> (8 * (first % 4))) ^ 0x80808080u, d, ds);
+        scale[m][h][0] = ds[0];
+        scale[m][h][1] = 0;  // unused
+      } else if constexpr (TYPE == kMXFP4) {
+        // The aligned word of e bytes holding sub-blocks first, first + 1 (first is even): as
+        // Q4_0's pair, (d of sub-block 0, of 1) in f16.
+        const uint32_t e = *reinterpret_cast<const uint32_t*>(p) >> (8 * (first % 4));
+        scale[m][h][0] = e8m0_half_f16(e & 0xFFu) | e8m0_half_f16((e >> 8) & 0xFFu) << 16;
         scale[m][h][1] = 0;  // unused
       } else if constexpr (TYPE == kQ6_K) {
         // v.x: the int8 scales of sub-blocks first, first + 1 (two each); v.y: the f16 d of
@@ -257,11 +306,14 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = m * 16 + g + 8 * h;
-        if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0) {
+        if constexpr (TYPE == kQ4_0 || TYPE == kQ8_0 || TYPE == kIQ4_NL || TYPE == kIQ4_XS ||
+                      TYPE == kMXFP4) {
           const __half2 dd = mma::as_half2(scale[m][h][0]);  // (d of sub-block 0, of 1)
           const __half2 d = u == 0 ? __low2half2(dd) : __high2half2(dd);
           if constexpr (TYPE == kQ4_0) {
             mma::q4_f16_pairs<TYPE>(words[m][h], d, d, lo[h], hi[h]);  // (m unused)
+          } else if constexpr (TYPE == kIQ4_NL || TYPE == kIQ4_XS || TYPE == kMXFP4) {
+            level_f16_pairs<TYPE == kMXFP4>(words[m][h], d, lo[h], hi[h]);
           } else {
             scaled_pairs<kHalf2_1152>(words[m][h] ^ 0x80808080u, d, lo[h]);  // q + 128 - 128
             scaled_pairs<kHalf2_1152>(words[m][2 + h] ^ 0x80808080u, d, hi[h]);
@@ -333,6 +385,23 @@ __device__ __forceinline__ void copy_weight_stage(uint8_t* stage, const uint8_t*
                                 ok ? scale_rows[i] + from : scale_rows[i], ok);
       }
     }
+  } else if constexpr (TYPE == kIQ4_XS) {
+    // Whole super-blocks (n % 8 == 0): the 4-byte aligned word of int8 sc holding the stage's
+    // two (first is even), and the aligned pair of f16 d holding super-block first / 8's, n
+    // bytes after the sc.
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i) {
+      uint8_t* to = stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow;
+      copy_async<4>(to, ok ? scale_rows[i] + (first & ~3) : scale_rows[i], ok);
+      copy_async<4>(to + 4, ok ? scale_rows[i] + n + first / 16 * 4 : scale_rows[i], ok);
+    }
+  } else if constexpr (TYPE == kMXFP4) {
+    // The 4-byte aligned word of e bytes holding the stage's two (first is even): it reads at
+    // most 3 bytes past a row's n, the next row's bytes or the 16 bytes of slack after the last.
+#pragma unroll
+    for (int i = 0; i < P::kScaleCopies; ++i)
+      copy_async<4>(stage + P::kScaleOffset + (lane + i * kWarpSize) * P::kScaleRow,
+                    ok ? scale_rows[i] + (first & ~3) : scale_rows[i], ok);
   } else {
     // The stage's scales of a row in one copy: when only its first sub-block lies inside the
     // row, the copy reads at most 2 (Q4_0, Q8_0) or 4 (Q4_1) bytes past the scales, inside the
@@ -482,8 +551,9 @@ struct GateUpPlan {
   static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
   static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
   static constexpr int kStageBytes = kActStage + G::WR * kWarpStage;
-  // G::S stages where two blocks still fit an SM (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K), else one fewer
-  // (Q8_0: its stages of twice the weight bytes hold more in flight in 3 than Q4's in 4).
+  // G::S stages where two blocks still fit an SM (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and the level types),
+  // else one fewer (Q8_0: its stages of twice the weight bytes hold more in flight in 3 than Q4's
+  // in 4).
   static constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
   static constexpr int S =
       2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmShared ? G::S : G::S - 1;
@@ -595,7 +665,8 @@ bool ready_for() {
   return true;
 }
 bool ready() {
-  static const bool ok = ready_for<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K>();
+  static const bool ok =
+      ready_for<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>();
   return ok;
 }
 
@@ -649,8 +720,10 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, int max_rows, const Mat
 }  // namespace
 
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
-                          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K);
+  return split_layout &&
+         (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
+          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K ||
+          weight_type == kIQ4_NL || weight_type == kIQ4_XS || weight_type == kMXFP4);
 }
 
 bool matvec_f16mma_fits_device() {
@@ -681,7 +754,8 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
                ? launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
                : launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
   };
-  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K>(weight_type, run);
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>(
+      weight_type, run);
 }
 
 }  // namespace granule::kernels

@@ -1,6 +1,8 @@
 // The f16 tensor-core products over in-register dequantised weights (kernels/matvec_f16mma.cu)
 // against a host reference that rounds where the kernel is defined to round: each weight to f16
-// once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d); the K types'
+// once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d), IQ4_NL:
+// f16(level d) with the nibble's int8 level, MXFP4 the same with d = 2^(e - 128) in f16, IQ4_XS
+// f16(level f16(d sc)); the K types'
 // scales f16(d sc) and f16(dmin m) rounded first: Q6_K f16((q - 32) f16(d sc)), Q4_K/Q5_K
 // f16(q f16(d sc) - f16(dmin m))), the f16 activations exact, the sum in double. The host reads
 // the elements from the GGUF blocks, checked against the engine's dequantisation. What is left
@@ -11,9 +13,9 @@
 // odd row counts and short rows, batches 1-64, the three-matrix launch with accumulate, the 8B
 // model's products with accumulate (the same bits on a second launch), the fused SwiGLU
 // epilogue (also with an f16 result; at 17-64 columns the shared-activation shape), and what the
-// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K. A timing probe prints the 8B
-// products beside the int8 mma kernel (and checks that the two agree within the int8
-// activations' rounding).
+// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4. A timing
+// probe prints the 8B products beside the int8 mma kernel (and checks that the two agree within the
+// int8 activations' rounding).
 #include <cuda_fp16.h>
 
 #include <cmath>
@@ -62,7 +64,8 @@ double round_to_f16(double v) {
 }
 
 // Element i of row r of a matrix, read from its GGUF blocks: value = (q - bias) d + m exactly
-// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0); the
+// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0; IQ4_NL's
+// IQ4_XS's and MXFP4's q is the nibble's level in kIq4nlValues, kMxfp4Values); the
 // kernel multiplies f16((q - bias) d16 + m16), where d16, m16 are d and m for the types whose
 // scale is an f16 already, and f16(d * sc), -f16(dmin * min) for the K types (their scales
 // rounded to f16 once too).
@@ -73,11 +76,17 @@ struct Element {
 };
 int bias_of(TensorType t) { return t == TensorType::Q4_0 ? 8 : t == TensorType::Q6_K ? 32 : 0; }
 bool scales_rounded(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K;
+  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
+         t == TensorType::IQ4_XS;
 }
 // The largest q of a type (a neighbour of q stays inside [lowest, largest]).
 int largest_q(TensorType t) {
-  return t == TensorType::Q8_0 ? 127 : t == TensorType::Q6_K ? 63 : t == TensorType::Q5_K ? 31 : 15;
+  return t == TensorType::Q8_0 || t == TensorType::IQ4_NL || t == TensorType::IQ4_XS ||
+                 t == TensorType::MXFP4
+             ? 127
+         : t == TensorType::Q6_K ? 63
+         : t == TensorType::Q5_K ? 31
+                                 : 15;
 }
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (GGUF's packing).
 std::pair<int, int> k_scale_min(const uint8_t* q, int j) {
@@ -100,6 +109,34 @@ Element element(const Matrix& w, int64_t r, int64_t i) {
       const int q = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
       const double d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
       return {q, d, m, d, m};
+    }
+    case TensorType::IQ4_NL: {
+      const auto* b = reinterpret_cast<const BlockIQ4_NL*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int nibble = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = fp16_to_f32(b->d);
+      return {kIq4nlValues[nibble], d, 0.0, d, 0.0};
+    }
+    case TensorType::IQ4_XS: {
+      // Sub-block j of a super-block: the levels of qs bytes 16 j + l (low nibbles, then high),
+      // its scale ls - 32 (low 4 bits in scales_l, high 2 in scales_h), the kernel's f16(d sc).
+      const auto* b = reinterpret_cast<const BlockIQ4_XS*>(row) + i / 256;
+      const int e = static_cast<int>(i % 256), j = e / 32, k = e % 32;
+      const uint8_t byte = b->qs[16 * j + k % 16];
+      const int nibble = k < 16 ? byte & 0x0F : byte >> 4;
+      const int ls =
+          ((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4);
+      const double d = fp16_to_f32(b->d) * (ls - 32);
+      return {kIq4nlValues[nibble], d, 0.0, round_to_f16(d), 0.0};
+    }
+    case TensorType::MXFP4: {
+      // d = 2^(e - 128) (ggml_e8m0_to_fp32_half, its subnormal e 0 and 1 included), in f16 as
+      // the kernel has it.
+      const auto* b = reinterpret_cast<const BlockMXFP4*>(row) + i / 32;
+      const int k = static_cast<int>(i % 32);
+      const int nibble = k < 16 ? b->qs[k] & 0x0F : b->qs[k - 16] >> 4;
+      const double d = std::ldexp(1.0, b->e - 128);
+      return {kMxfp4Values[nibble], d, 0.0, round_to_f16(d), 0.0};
     }
     case TensorType::Q8_0: {
       const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + i / 32;
@@ -350,11 +387,21 @@ std::vector<Shape> shapes() {
   for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
            {100, 608}, {17, 32}, {50, 64}, {200, 1184}, {40000, 128}})
     out.push_back({TensorType::Q8_0, rows, cols});
+  // IQ4_NL (Q4_0's layout, levels through the table): the model shapes, odd rows and a partial
+  // stage, short rows, and the 64-rows-per-warp shape.
+  // MXFP4 the same (its stage's two e bytes inside an aligned word: 19 sub-blocks put the last
+  // stage's at bytes 18, 19 of the row's e).
+  for (TensorType t : {TensorType::IQ4_NL, TensorType::MXFP4}) {
+    for (const auto& [rows, cols] : kModelShapes) out.push_back({t, rows, cols});
+    for (const auto& [rows, cols] : std::initializer_list<std::pair<int64_t, int64_t>>{
+             {77, 608}, {17, 32}, {50, 64}, {40000, 128}})
+      out.push_back({t, rows, cols});
+  }
   // The K types (rows of whole 256-element super-blocks; their host quantiser is 5-10 times
   // slower, so the 8B shapes are cut to at most 17M weights): the 8B model's rows, odd row
   // counts, one, two and three super-blocks (a Q6_K stage's d in either half of its 4-byte
   // pair), and the 64-rows-per-warp shape (20,000 rows: 313 blocks).
-  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K})
+  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS})
     for (const auto& [rows, cols] :
          std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
                                                             {4096, 4096},
@@ -370,10 +417,12 @@ std::vector<Shape> shapes() {
 }
 
 // The types past Q4_0/Q4_1, and all of them.
-constexpr TensorType kNewTypes[] = {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_K,
-                                    TensorType::Q6_K};
-constexpr TensorType kAllTypes[] = {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                    TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+constexpr TensorType kNewTypes[] = {TensorType::Q8_0, TensorType::Q4_K,   TensorType::Q5_K,
+                                    TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
+                                    TensorType::MXFP4};
+constexpr TensorType kAllTypes[] = {TensorType::Q4_0,   TensorType::Q4_1,   TensorType::Q8_0,
+                                    TensorType::Q4_K,   TensorType::Q5_K,   TensorType::Q6_K,
+                                    TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
 // Whether rows of `cols` elements are whole blocks of the type.
 bool fits(TensorType t, int64_t cols) {
   return cols % kernels::split::block_elements(static_cast<uint32_t>(t)) == 0;
@@ -395,11 +444,15 @@ TEST(MatvecF16MmaBound, PinsOneWrongNibble) {
   for (TensorType type : kAllTypes) {
     SCOPED_TRACE(tensor_type_info(type).name);
     // The longest rows of an 8B model; shorter where a type's values are larger against a step
-    // (a step |d x| must stay above kRelError of the row's magnitude).
-    const int64_t rows = 64, cols = type == TensorType::Q8_0   ? 1024
-                                    : type == TensorType::Q6_K ? 4096
-                                    : type == TensorType::Q5_K ? 4096
-                                                               : 14336;
+    // (a step |d x| must stay above kRelError of the row's magnitude; the level types' step here
+    // is one unit of d, up to 127 of which make a weight, as Q8_0's).
+    const bool unit_steps =
+        type == TensorType::Q8_0 || type == TensorType::IQ4_NL || type == TensorType::IQ4_XS;
+    const int64_t rows = 64, cols = unit_steps ? 1024
+                                    : type == TensorType::Q6_K || type == TensorType::Q5_K ||
+                                            type == TensorType::MXFP4
+                                        ? 4096
+                                        : 14336;
     const int batch = 32;
     const Matrix w = make_matrix(type, rows, cols, 41);
     const Activations act(cols, 43);
@@ -706,7 +759,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
         << tensor_type_info(type).name;
   }
   for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                          TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::F16})
+                          TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), true))
         << tensor_type_info(type).name;
   REQUIRE_F16MMA();
@@ -715,7 +768,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   const Activations act(64, 4);
   Output y(16, 8);
   kernels::MatvecTask t = task_for(w, y.y.get());
-  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::IQ4_NL, TensorType::F16})
+  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::F16})
     EXPECT_EQ(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &t, 1, act.input(8),
                                             config, nullptr),
               cudaErrorInvalidValue)
@@ -771,7 +824,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
 }
 
 // A split-layout matrix of random bytes with its f16 scales set to 0.01-0.02 (Q4_1's m, Q4_K/
-// Q5_K's dmin too): timing only.
+// Q5_K's dmin too; IQ4_XS's int8 scales in -32..31, MXFP4's e bytes 2^-10..2^-3): timing only.
 DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
                                   std::mt19937_64& rng) {
   namespace split = kernels::split;
@@ -789,12 +842,25 @@ DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
           ? std::tuple<int64_t, int64_t, int64_t>{split::q6k_d_offset(n), n / 8, 2}
       : type == TensorType::Q4_K || type == TensorType::Q5_K
           ? std::tuple<int64_t, int64_t, int64_t>{split::kquant_d_offset(t, n), n / 4, 2}
+      : type == TensorType::IQ4_XS
+          ? std::tuple<int64_t, int64_t, int64_t>{split::iq4xs_d_offset(n), n / 8, 2}
           : std::tuple<int64_t, int64_t, int64_t>{split::scales_offset(t, n), n, 2};
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = &bytes[static_cast<size_t>(r * stride)];
+    if (type == TensorType::MXFP4) {  // one e byte per sub-block: 2^-10 .. 2^-3, no f16
+      for (int64_t j = 0; j < n; ++j)
+        row[split::scales_offset(t, n) + j] = static_cast<uint8_t>(118 + (r + j) % 8);
+      continue;
+    }
+    if (type == TensorType::IQ4_XS)  // int8 scales of 6-bit range (-32..31)
+      for (int64_t j = 0; j < n; ++j)
+        row[split::scales_offset(t, n) + j] =
+            static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>((r + 3 * j) % 64) - 32));
     for (int64_t j = 0; j < count; ++j) {
       const uint16_t d = f32_to_fp16(0.01f + 0.01f * static_cast<float>((r + j) % 97) / 97.0f);
-      std::memcpy(&bytes[static_cast<size_t>(r * stride + offset + j * step)], &d, 2);
+      std::memcpy(&row[offset + j * step], &d, 2);
     }
+  }
   return DeviceArray<uint8_t>(bytes);
 }
 

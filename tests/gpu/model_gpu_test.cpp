@@ -461,7 +461,7 @@ TEST(ModelGpuBatch, KQuantDecodeOfManySequencesMatchesTheOracle) {
 }
 
 // The f16 tensor-core products (KernelConfig::f16_mma_min_rows = 1: every run of at most 64
-// rows of split Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K layers reads f16 activations and weights dequantised
+// rows of split Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 layers reads f16 activations and weights dequantised
 // to f16 in registers) against the oracle, which rounds as the int8 path does: the f16 path sits
 // nearer the f32 reference, so its distance to the oracle is the oracle's own int8 rounding, inside
 // the bound (twice that). A 64-row teacher-forced run, 1-row decode steps (graphs) and three
@@ -527,6 +527,11 @@ INSTANTIATE_TEST_SUITE_P(
                       SpecCase{"llama_Q4_K", small_spec("llama", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"llama_Q5_K", small_spec("llama", TensorType::Q5_K), kShallowInt8},
                       SpecCase{"llama_Q6_K", small_spec("llama", TensorType::Q6_K), kShallowInt8},
+                      SpecCase{"llama_IQ4_NL", small_spec("llama", TensorType::IQ4_NL),
+                               kShallowInt8},
+                      SpecCase{"llama_IQ4_XS", small_spec("llama", TensorType::IQ4_XS),
+                               kShallowInt8},
+                      SpecCase{"llama_MXFP4", small_spec("llama", TensorType::MXFP4), kShallowInt8},
                       SpecCase{"q4_k_m", small_spec("q4_k_m", TensorType::Q4_K), kShallowInt8},
                       SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
                                kDeep}),
