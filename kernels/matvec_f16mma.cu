@@ -55,7 +55,16 @@ namespace {
 using mma::Tasks;
 
 constexpr int kKs = 2;                  // 32-element sub-blocks per pipeline stage
-constexpr int kWarpBudget = 26 * 1024;  // ring bytes per warp (as matvec_mma.cu's)
+// Shared memory is sized to leave the L1 room: the scale (and Q5_K/Q6_K high-bit) copies are 4-
+// to 8-byte cp.async reads of 32 rows whose sectors the next 4-16 stages read again, and they hit
+// in L1 only while it keeps them. Two blocks past 196 KiB take the 228 KiB carveout, which leaves
+// L1 about 28 KiB: ncu on an H100 put Q5_K's gate+up L1 hit rate at 6 % there against Q4_K's 34 %
+// at 196 KiB, and its 32-column product at 126 us against 63. So a warp's ring gets 25 KiB (Q5_K's
+// 64-row rings: 3 stages, not 4) and the gate+up rings fit two blocks in 196 KiB (Q5_K and Q6_K:
+// 3 stages, not 4): Q5_K's 8B gate+up at 16 and 32 columns 96.5 and 117.5 us -> 66.7 and 78.6,
+// Q6_K's at 32 89.9 -> 68.5, the other types within 1 us (H100, one call).
+constexpr int kWarpBudget = 25 * 1024;  // ring bytes per warp
+constexpr int kSmSharedKeepingL1 = 196 * 1024;  // per SM: the carveout below 228 KiB
 
 // The types whose stage scales are two 4-byte copies per row (the sub-blocks' scales, and the
 // super-block's f16 pair: Q4_K/Q5_K (d, dmin); Q6_K the aligned pair of d holding the stage's).
@@ -551,12 +560,11 @@ struct GateUpPlan {
   static constexpr int kActStage = P::kColumns * P::kActRow;  // one per group and stage
   static constexpr int kWarpStage = P::kActOffset;            // weights + scales of one warp
   static constexpr int kStageBytes = kActStage + G::WR * kWarpStage;
-  // G::S stages where two blocks still fit an SM (Q4_0/Q4_1/Q4_K/Q5_K/Q6_K and the level types),
-  // else one fewer (Q8_0: its stages of twice the weight bytes hold more in flight in 3 than Q4's
-  // in 4).
-  static constexpr int kSmShared = 228 * 1024, kBlockReserve = 1024;  // H100/H200 per SM
+  // G::S stages where two blocks fit kSmSharedKeepingL1 (Q4_0/Q4_1/Q4_K and the level types),
+  // else one fewer (Q8_0, Q5_K, Q6_K: their larger stages hold as much in flight in 3).
+  static constexpr int kBlockReserve = 1024;  // per block, H100/H200
   static constexpr int S =
-      2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmShared ? G::S : G::S - 1;
+      2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmSharedKeepingL1 ? G::S : G::S - 1;
   static constexpr int kGroupBytes = S * kStageBytes;
   static constexpr int kRing = G::WK * kGroupBytes;
   static constexpr int kReduce = (G::WK - 1) * G::WR * P::kAccumulators * kWarpSize * 4;
