@@ -10,14 +10,20 @@ import QtQuick.Layouts
 PanelFrame {
     id: panel
     required property TelemetryModel telemetry
-    readonly property ExpertActivity activity: ExpertActivity {
-        telemetry: panel.telemetry
-    }
+    // The experts' reading the dock hands over (one for this panel and the Streaming panel), or
+    // else the panel's own.
+    property ExpertActivity shared: null
+    readonly property ExpertActivity activity: shared ? shared : ownActivity
     readonly property bool idle: activity.hitRate < 0
     // Rows in expert order, or each sorted by routing since load (most routed first).
     property bool sorted: true
 
     objectName: "expertPanel"
+
+    ExpertActivity {
+        id: ownActivity
+        telemetry: panel.shared ? null : panel.telemetry  // idle while the dock's serves
+    }
     visible: activity.active
     title: qsTr("Experts")
     figure: idle ? qsTr("idle") : qsTr("%1% hits").arg(Math.round(100 * activity.hitRate))

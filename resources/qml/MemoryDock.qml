@@ -19,6 +19,13 @@ Rectangle {
     implicitWidth: expanded ? Theme.dockWidth : 36
     color: Theme.window
 
+    // One reading of a mixture's experts over the last second, for the Experts and Streaming
+    // panels both (each cell of every layer compared once a frame, not once per panel).
+    ExpertActivity {
+        id: experts
+        telemetry: dock.telemetry
+    }
+
     Rectangle {
         width: 1
         height: parent.height
@@ -77,6 +84,7 @@ Rectangle {
                 Layout.leftMargin: Theme.spacing
                 Layout.rightMargin: Theme.spacing
                 telemetry: dock.telemetry
+                shared: experts
             }
             StreamingPanel {
                 Layout.fillWidth: true
@@ -84,6 +92,7 @@ Rectangle {
                 Layout.rightMargin: Theme.spacing
                 visible: dock.gpu && !dock.remote
                 telemetry: dock.telemetry
+                shared: experts
             }
             HostMemoryPanel {
                 Layout.fillWidth: true

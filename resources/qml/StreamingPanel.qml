@@ -14,12 +14,18 @@ PanelFrame {
     readonly property var streaming: frame.streaming
     readonly property int layersStreamed: streaming.layersStreamed
     readonly property int layerCount: streaming.layersResident + streaming.layersStreamed
-    // A mixture of experts: its missed experts cross PCIe too (the last second's).
-    readonly property ExpertActivity experts: ExpertActivity {
-        telemetry: panel.telemetry
-    }
+    // A mixture of experts: its missed experts cross PCIe too (the last second's), read by the
+    // dock's ExpertActivity where it hands one over, else by the panel's own.
+    property ExpertActivity shared: null
+    readonly property ExpertActivity experts: shared ? shared : ownExperts
 
+    objectName: "streamingPanel"
     title: qsTr("Streaming")
+
+    ExpertActivity {
+        id: ownExperts
+        telemetry: panel.shared ? null : panel.telemetry  // idle while the dock's serves
+    }
     figure: Units.rate(streaming.h2dBytesPerSecond + (experts.active ? experts.bytesPerSecond : 0))
 
     TimeSeriesPlot {

@@ -263,6 +263,36 @@ class ExpertsTest : public QObject {
     QCOMPARE(map->expertAt(map->width() - 0.5, 0.5), 127);
     QCOMPARE(map->expertAt(0.5, map->height() - 0.5), 0);
   }
+
+  // In the dock, the Experts and Streaming panels show one ExpertActivity (the dock's), and the
+  // panels' own readings stay idle: the frames' cells are compared once, not once per panel.
+  void dockHandsOneReadingToBothPanels() {
+    TelemetryModel model;
+    QQmlApplicationEngine qml;
+    qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+    qml.setInitialProperties({{QStringLiteral("telemetry"), QVariant::fromValue(&model)}});
+    qml.loadData(
+        "import QtQuick\nimport Granule\nWindow { id: w; width: 420; height: 900; visible: true\n"
+        "required property TelemetryModel telemetry\n"
+        "MemoryDock { anchors.fill: parent; telemetry: w.telemetry } }");
+    QVERIFY(!qml.rootObjects().isEmpty());
+    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    auto* experts = window->findChild<QQuickItem*>(QStringLiteral("expertPanel"));
+    auto* streaming = window->findChild<QQuickItem*>(QStringLiteral("streamingPanel"));
+    QVERIFY(experts && streaming);
+    auto* shown = experts->property("activity").value<ExpertActivity*>();
+    QVERIFY(shown);
+    QCOMPARE(streaming->property("experts").value<ExpertActivity*>(), shown);
+    const QList<ExpertActivity*> all = window->findChildren<ExpertActivity*>();
+    int reading = 0;
+    for (const ExpertActivity* a : all) reading += a->telemetry() != nullptr;
+    QCOMPARE(reading, 1);
+    testing::ExpertSessionSpec spec;
+    spec.seconds = 3;
+    feed(model, testing::expertSessionJsonl(spec));
+    QTRY_VERIFY(experts->isVisible());
+    QVERIFY(shown->residentExperts() > 0);
+  }
 };
 
 QTEST_MAIN(ExpertsTest)
