@@ -558,6 +558,38 @@ TEST(HostExpertsRefusal, ExpertsTheInt8KernelsDoNotRun) {
   EXPECT_THROW(cpu::HostExperts(layer->config, table, pool), UsageError);
 }
 
+// What CudaMoe::setup_host and the fit preview ask before the host computes streamed experts:
+// yes with room for the copies; no, with the sizes, when the memory available cannot hold them;
+// no for a width the plan kernel cannot copy, or experts the int8 kernels do not run.
+TEST(HostExpertsRefusal, StreamedFitNamesWhatStopsIt) {
+  const LayerCase c = host_expert_cases().front();
+  auto layer = make_layer(c);
+  WeightTable table;
+  table.layers.push_back(layer->weights);
+  const uint64_t GiB = uint64_t{1} << 30;
+  const auto fits = cpu::HostExperts::streamed_fit(layer->config, table, 64 * GiB, 128 * GiB);
+  EXPECT_EQ(fits.reason, "");
+  EXPECT_FALSE(fits.memory_short);
+  EXPECT_GT(fits.copy_bytes, 0u);
+  EXPECT_LE(fits.copy_bytes, fits.budget_bytes);
+  // 1 GiB available, under the reserve (a tenth of 128 GiB): the copies (any size) do not fit.
+  const auto short_of_memory = cpu::HostExperts::streamed_fit(layer->config, table, GiB, 128 * GiB);
+  EXPECT_TRUE(short_of_memory.memory_short);
+  EXPECT_NE(short_of_memory.reason.find("MiB"), std::string::npos) << short_of_memory.reason;
+  ModelConfig odd = layer->config;
+  odd.n_embd = 30;
+  const auto width = cpu::HostExperts::streamed_fit(odd, table, 64 * GiB, 128 * GiB);
+  EXPECT_FALSE(width.memory_short);
+  EXPECT_NE(width.reason.find("multiple of 4"), std::string::npos) << width.reason;
+  LayerCase f32{.name = "f32", .moe = expert_config(4, 2, 32, ExpertGating::Softmax, true)};
+  auto plain = make_layer(f32);
+  WeightTable plain_table;
+  plain_table.layers.push_back(plain->weights);
+  const auto refused = cpu::HostExperts::streamed_fit(plain->config, plain_table, 64 * GiB, 128 * GiB);
+  EXPECT_EQ(refused.reason, cpu::HostExperts::refusal(plain->config, plain_table));
+  EXPECT_FALSE(refused.memory_short);
+}
+
 // ---- whole models against llama.cpp -------------------------------------------------------
 
 struct ModelCase {

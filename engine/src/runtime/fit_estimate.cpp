@@ -150,10 +150,9 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights,
   // own int8 copies (CudaMoe::setup_host: where the int8 kernels run the experts and their copies
   // fit the memory available), batch 1's share by host_expert_share_at.
   if (e.gpu && plan.resident_count() < static_cast<int64_t>(n_layer) * c.moe.n_expert &&
-      host_expert_share_at(host_expert_setting, 1) > 0 && c.n_embd % 4 == 0 &&
-      cpu::HostExperts::refusal(c, weights).empty() &&
-      cpu::plan_copies(weights, 0, 0).expert_bytes <=
-          cpu::expert_copy_budget(e.host_available_bytes, e.host_total_bytes, 0))
+      host_expert_share_at(host_expert_setting, 1) > 0 &&
+      cpu::HostExperts::streamed_fit(c, weights, e.host_available_bytes, e.host_total_bytes)
+          .reason.empty())
     x.host_share = host_expert_share_at(host_expert_setting, 1);
   x.resident_experts = plan.resident_count();
   x.expert_budget_bytes = e.gpu ? in.budget_bytes : 0;

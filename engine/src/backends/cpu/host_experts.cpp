@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backends/cpu/fast_matmul.h"
 #include "backends/cpu/moe_ffn.h"
 #include "backends/cpu/thread_pool.h"
 #include "granule/error.h"
@@ -46,6 +47,25 @@ std::string HostExperts::refusal(const ModelConfig& c, const WeightTable& w) {
     }
   }
   return {};
+}
+
+HostExperts::StreamedFit HostExperts::streamed_fit(const ModelConfig& c, const WeightTable& w,
+                                                   uint64_t available, uint64_t total) {
+  StreamedFit fit;
+  if (c.n_embd % 4 != 0) {
+    fit.reason = "its width (" + std::to_string(c.n_embd) + ") is not a multiple of 4";
+    return fit;
+  }
+  if (fit.reason = refusal(c, w); !fit.reason.empty()) return fit;
+  fit.copy_bytes = plan_copies(w, 0, 0).expert_bytes;
+  fit.budget_bytes = expert_copy_budget(available, total, 0);
+  if (fit.copy_bytes > fit.budget_bytes) {
+    fit.memory_short = true;
+    fit.reason = "their int8 copies (" + std::to_string(fit.copy_bytes >> 20) +
+                 " MiB) do not fit the memory available (" + std::to_string(fit.budget_bytes >> 20) +
+                 " MiB after a reserve)";
+  }
+  return fit;
 }
 
 HostExperts::HostExperts(const ModelConfig& c, const WeightTable& w, ThreadPool& pool)

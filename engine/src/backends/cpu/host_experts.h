@@ -21,6 +21,19 @@ class HostExperts {
   // (Int8Weights::supports), or a layer without experts.
   static std::string refusal(const ModelConfig& config, const WeightTable& weights);
 
+  // Whether a GPU backend's host can compute the experts it streams, given the host memory
+  // `available` of `total` (CudaMoe::setup_host, and the fit preview with the host's figures):
+  // refusal(), the CUDA plan kernel's 16-byte copies of the input rows (n_embd a multiple of 4),
+  // and the experts' int8 copies within expert_copy_budget. `reason` is empty where it can;
+  // `memory_short` says the copies are what does not fit (their bytes and the budget beside).
+  struct StreamedFit {
+    std::string reason;
+    bool memory_short = false;
+    uint64_t copy_bytes = 0, budget_bytes = 0;
+  };
+  static StreamedFit streamed_fit(const ModelConfig& config, const WeightTable& weights,
+                                  uint64_t available, uint64_t total);
+
   // Repacks every expert's gate, up and down on the pool's threads. Only where refusal() is
   // empty (throws UsageError otherwise).
   HostExperts(const ModelConfig& config, const WeightTable& weights, ThreadPool& pool);

@@ -74,22 +74,18 @@ uint64_t CudaMoe::setup_host(const ModelConfig& c, const WeightTable& w, int set
                              int32_t threads) {
   auto log = logger("engine.cuda");
   if (all_resident_ || setting == 0) return 0;
-  if (n_embd_ % 4 != 0) return 0;  // the plan kernel copies the input rows 16 bytes at a time
-  if (const std::string why = cpu::HostExperts::refusal(c, w); !why.empty()) {
-    log->info("CUDA experts: the host does not compute streamed experts: {}", why);
-    return 0;
-  }
   // The copies (about the expert tensors' bytes, as the CPU backend's) come out of the memory left
   // once the pinned image is allocated.
-  const uint64_t copies = cpu::plan_copies(w, 0, 0).expert_bytes;
-  const uint64_t budget =
-      cpu::expert_copy_budget(cpu::memory_available_bytes(), cpu::physical_memory_bytes(), 0);
-  if (copies > budget) {
-    log->warn(
-        "CUDA experts: the host does not compute streamed experts: their int8 copies ({} MiB) "
-        "do not fit the memory available ({} MiB after a reserve); every missed expert crosses "
-        "PCIe",
-        copies >> 20, budget >> 20);
+  const cpu::HostExperts::StreamedFit fit = cpu::HostExperts::streamed_fit(
+      c, w, cpu::memory_available_bytes(), cpu::physical_memory_bytes());
+  if (fit.memory_short) {
+    log->warn("CUDA experts: the host does not compute streamed experts: {}; every missed expert "
+              "crosses PCIe",
+              fit.reason);
+    return 0;
+  }
+  if (!fit.reason.empty()) {
+    log->info("CUDA experts: the host does not compute streamed experts: {}", fit.reason);
     return 0;
   }
   std::unique_ptr<HostCompute, HostComputeDelete> h(new HostCompute);
