@@ -1,7 +1,7 @@
 // Tests of the CPU backend's int8 matmul (the fast path): per block type, each output equals
 // the f32 dot of the dequantised row with the int8-rounded activation up to f32 summation
 // order, and stays within the activation rounding's bound of the exact f32 path; every tile
-// shape and row/token split gives the same numbers.
+// shape and row/token split gives the same numbers; AVX512-VNNI's sums give AVX2's bits.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -207,6 +207,32 @@ TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
     EXPECT_EQ(whole, pieces);
     EXPECT_EQ(whole, single);
     EXPECT_EQ(whole, odd);
+  }
+}
+
+// AVX512-VNNI's sums (vpdpbusd: a lane's 4 byte products into i32 at once) against AVX2's
+// (maddubs, i16 sums, madd): both sum exact integers, so every type gives the same bits, at 1
+// and 4-token tiles, whole and cut. Where the CPU has no VNNI both runs are AVX2's.
+TEST(CpuInt8Matmul, VnniAndAvx2SumsGiveTheSameBits) {
+  if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
+  if (!Int8Weights::has_vnni()) std::cout << "(no AVX512-VNNI here: AVX2 against itself)\n";
+  const int64_t rows = 21, cols = 1024, tokens = 9;
+  for (TensorType type : kTypes) {
+    SCOPED_TRACE(tensor_type_info(type).name);
+    Case c = make_case(type, rows, cols, tokens, 57);
+    const Int8Weights weights(type, c.w.data(), rows, cols);
+    std::vector<float> vnni(static_cast<size_t>(rows * tokens)), avx2(vnni.size());
+    EXPECT_EQ(Int8Weights::use_vnni_for_testing(true), Int8Weights::has_vnni());
+    weights.matmul_rows(0, rows, c.xq.data(), tokens, vnni.data(), rows);
+    EXPECT_FALSE(Int8Weights::use_vnni_for_testing(false));
+    weights.matmul_rows(0, rows, c.xq.data(), tokens, avx2.data(), rows);
+    Int8Weights::use_vnni_for_testing(true);
+    EXPECT_EQ(vnni, avx2);
+    // One token, and a row range that cuts a group, with VNNI.
+    std::vector<float> one(static_cast<size_t>(rows));
+    weights.matmul_rows(3, 17, c.xq.data() + 5 * cols / 32, 1, one.data(), rows);
+    for (int64_t r = 3; r < 17; ++r)
+      EXPECT_EQ(one[static_cast<size_t>(r)], avx2[static_cast<size_t>(5 * rows + r)]) << r;
   }
 }
 

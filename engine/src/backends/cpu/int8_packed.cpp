@@ -18,6 +18,7 @@
 #include "backends/cpu/int8_packed.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "granule/block_formats.h"
@@ -37,6 +38,15 @@ namespace {
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                        __builtin_cpu_supports("f16c");
+// AVX512-VNNI with 256-bit vectors (AVX512VL): vpdpbusd sums a lane's 4 byte products into its
+// i32 in one instruction, where AVX2 takes maddubs (i16 pairs), i16 adds and madd. The sums
+// are exact either way, so both give the same bits (cpu_int8_matmul_test compares them).
+const bool kHaveVnni = kHaveAvx2 && __builtin_cpu_supports("avx512vnni") &&
+                       __builtin_cpu_supports("avx512vl");
+std::atomic<bool> g_vnni{kHaveVnni};
+
+// Which integer dot products a kernel instance uses.
+enum class Dot { Avx2, Vnni };
 
 // How a packed type's tiles are laid out and multiplied.
 enum class Layout { Blocks, KQuant, Q6K, Low2, IQ4XS };
@@ -377,15 +387,28 @@ GRANULE_AVX2 inline __m256i scale_pairs(const uint8_t* p, __m256i mask) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
+// acc + each lane's 4 products of unsigned bytes u and signed bytes s, in i32: vpdpbusd
+// (EVEX, AVX512-VNNI + VL). An asm statement, so the AVX2 functions that hold it need no AVX-512
+// target; only the Dot::Vnni instances run it, where kHaveVnni said the CPU and OS have it.
+GRANULE_AVX2 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
+  asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  return acc;
+}
+
 // Signed values w of chunk k: |w| × sign(x, w), at most 2·128·127 a pair, so i32 after each.
-template <int T>
+template <int T, Dot D>
 GRANULE_AVX2 inline void signed_chunk(__m256i w, const ActivationBlock* const* xb, int k,
                                       __m256i* isum) {
   const __m256i magnitude = _mm256_sign_epi8(w, w);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int t = 0; t < T; ++t) {
-    const __m256i p = _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w));
-    isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+    const __m256i x = _mm256_sign_epi8(broadcast4(xb[t], k), w);
+    if constexpr (D == Dot::Vnni) {
+      isum[t] = dpbusd(isum[t], magnitude, x);
+    } else {
+      const __m256i p = _mm256_maddubs_epi16(magnitude, x);
+      isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+    }
   }
 }
 
@@ -403,7 +426,7 @@ GRANULE_AVX2 inline void prefetch_ahead(const uint8_t* tile) {
 
 // One group of 8 rows times T tokens over every block: out[t * out_stride + r] for the 8 rows.
 // x: token 0's blocks; token t's at x + t * x_blocks.
-template <class P, int T>
+template <class P, int T, Dot D>
 GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const ActivationBlock* x,
                              int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -416,7 +439,24 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     const ActivationBlock* xb[T];
     for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + b;
     __m256i isum[T];
-    if constexpr (P::kValues == Values::Nibbles) {
+    if constexpr (P::kValues != Values::Bytes && P::kValues != Values::Table &&
+                  P::kValues != Values::Fp4 && D == Dot::Vnni) {
+      // Nibbles and fifth bits: unsigned values, each chunk's two halves straight into i32.
+      const __m256i qh = P::kValues == Values::FifthBit ? load(tile + P::kQsBytes)
+                                                        : _mm256_setzero_si256();
+      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+      for (int c = 0; c < 4; ++c) {
+        const __m256i packed = load(tile + 32 * c);
+        __m256i lo = _mm256_and_si256(packed, low4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        if constexpr (P::kValues == Values::FifthBit) {
+          lo = _mm256_or_si256(lo, fifth_bit(qh, c));
+          hi = _mm256_or_si256(hi, fifth_bit(qh, c + 4));
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t] = dpbusd(dpbusd(isum[t], lo, broadcast4(xb[t], c)), hi, broadcast4(xb[t], c + 4));
+      }
+    } else if constexpr (P::kValues == Values::Nibbles) {
       // 8 products of at most 2·15·127 each fit i16.
       __m256i s16[T];
       for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
@@ -449,7 +489,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     } else {
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       if constexpr (P::kValues == Values::Bytes) {
-        for (int k = 0; k < 8; ++k) signed_chunk<T>(load(tile + 32 * k), xb, k, isum);
+        for (int k = 0; k < 8; ++k) signed_chunk<T, D>(load(tile + 32 * k), xb, k, isum);
       } else {
         const __m128i table128 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
             P::kValues == Values::Fp4 ? kMxfp4Values : kIq4nlValues));
@@ -457,8 +497,9 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
         for (int c = 0; c < 4; ++c) {
           const __m256i packed = load(tile + 32 * c);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-          signed_chunk<T>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
-          signed_chunk<T>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
+          signed_chunk<T, D>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c,
+                             isum);
+          signed_chunk<T, D>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
         }
       }
     }
@@ -485,7 +526,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
 // The K quants' group of 8 rows times T tokens (one tile a super-block): per sub-block, the
 // 8 rows' d·sc and -dmin·mn from their bytes (k_scales_mins' products), the nibbles (and fifth
 // bits) as for Q4_1/Q5_1.
-template <class P, int T>
+template <class P, int T, Dot D>
 GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
                                int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
@@ -504,9 +545,18 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
       const uint8_t* qs = tile + 256 * (s / 2);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-      // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127.
+      // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127. (VNNI: i32 at once.)
       constexpr int kRun = P::kFifth ? 4 : 8;
-      for (int k0 = 0; k0 < 8; k0 += kRun) {
+      if constexpr (D == Dot::Vnni) {
+        for (int k = 0; k < 8; ++k) {
+          const __m256i packed = load(qs + 32 * k);
+          __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
+          if constexpr (P::kFifth)
+            v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
+          for (int t = 0; t < T; ++t) isum[t] = dpbusd(isum[t], v, broadcast4(xb[t], k));
+        }
+      }
+      for (int k0 = 0; k0 < (D == Dot::Vnni ? 0 : 8); k0 += kRun) {
         __m256i s16[T];
         for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
         for (int k = k0; k < k0 + kRun; ++k) {
@@ -656,7 +706,7 @@ GRANULE_AVX2 void group_tile_low2(const uint8_t* tiles, int64_t n_tiles, const A
 
 // IQ4_XS's group of 8 rows times T tokens (see IQ4XSPacked): per sub-block, IQ4_NL's product
 // and one FMA with the 8 rows' d·scale.
-template <int T>
+template <int T, Dot D>
 GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
                                     int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   using P = IQ4XSPacked;
@@ -677,8 +727,9 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
       for (int c = 0; c < 4; ++c) {
         const __m256i packed = load(tile + 128 * s + 32 * c);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        signed_chunk<T>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
-        signed_chunk<T>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
+        signed_chunk<T, D>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c,
+                           isum);
+        signed_chunk<T, D>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
       }
       const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8(tile + P::kScOffset + 8 * s)));
       for (int t = 0; t < T; ++t)
@@ -689,7 +740,7 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
   for (int t = 0; t < T; ++t) _mm256_storeu_ps(out + t * out_stride, acc[t]);
 }
 
-template <class P, int T>
+template <class P, int T, Dot D>
 GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
                                         const ActivationBlock* x, int64_t x_blocks, float* out,
                                         int64_t out_stride, bool ahead) {
@@ -698,16 +749,16 @@ GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
   else if constexpr (P::kLayout == Layout::Low2)
     group_tile_low2<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::IQ4XS)
-    group_tile_iq4_xs<T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
+    group_tile_iq4_xs<T, D>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::KQuant)
-    group_tile_k<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
+    group_tile_k<P, T, D>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else
-    group_tile<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
+    group_tile<P, T, D>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
 }
 
 // Tokens in chunks that stay in L2 while the groups pass over them, four at a time; a group
 // cut by the row range is computed whole into `part` and only its rows in range are kept.
-template <class P>
+template <class P, Dot D>
 GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_begin,
                              int64_t row_end, const ActivationBlock* xq, int64_t n_tokens, float* y,
                              int64_t y_stride) {
@@ -728,9 +779,11 @@ GRANULE_AVX2 void run_packed(const uint8_t* packed, int64_t n_cols, int64_t row_
       // Only the first pass over the group's tiles streams them from memory (prefetch_ahead);
       // the chunk's later tokens find them in the caches.
       for (; t + kT <= t1; t += kT)
-        any_group_tile<P, kT>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride, t == t0);
+        any_group_tile<P, kT, D>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride,
+                                 t == t0);
       for (; t < t1; ++t)
-        any_group_tile<P, 1>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride, t == t0);
+        any_group_tile<P, 1, D>(tiles, n_tiles, xq + t * n_blocks, n_blocks, out(t), stride,
+                                t == t0);
       if (!whole) {
         const int64_t lo = std::max(row_begin, r0), hi = std::min(row_end, r0 + 8);
         for (t = t0; t < t1; ++t)
@@ -769,13 +822,28 @@ Int8Weights::Int8Weights(TensorType type, const void* w, int64_t rows, int64_t n
 void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq,
                               int64_t n_tokens, float* y, int64_t y_stride) const {
   with_packed(type_, [&](auto p) {
-    run_packed<decltype(p)>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y, y_stride);
+    using P = decltype(p);
+    if (g_vnni.load(std::memory_order_relaxed))
+      run_packed<P, Dot::Vnni>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y,
+                               y_stride);
+    else
+      run_packed<P, Dot::Avx2>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y,
+                               y_stride);
   });
+}
+
+bool Int8Weights::has_vnni() { return kHaveVnni; }
+
+bool Int8Weights::use_vnni_for_testing(bool on) {
+  g_vnni.store(on && kHaveVnni, std::memory_order_relaxed);
+  return g_vnni.load(std::memory_order_relaxed);
 }
 
 #else  // not x86: nothing packs (supports() is false)
 
 bool Int8Weights::packs(TensorType) { return false; }
+bool Int8Weights::has_vnni() { return false; }
+bool Int8Weights::use_vnni_for_testing(bool) { return false; }
 
 Int8Weights::Int8Weights(TensorType type, const void*, int64_t rows, int64_t n_cols)
     : type_(type), rows_(rows), cols_(n_cols) {}
