@@ -210,30 +210,37 @@ TEST(CpuInt8Matmul, EveryTileAndSplitGivesTheSameNumbers) {
   }
 }
 
-// AVX512-VNNI's sums (vpdpbusd: a lane's 4 byte products into i32 at once) against AVX2's
-// (maddubs, i16 sums, madd): both sum exact integers, so every type gives the same bits, at 1
-// and 4-token tiles, whole and cut. Where the CPU has no VNNI both runs are AVX2's.
+// The VNNI sums (vpdpbusd: a lane's 4 byte products into i32 at once; the AVX512-VNNI and the
+// AVX-VNNI forms) against AVX2's (maddubs, i16 sums, madd): all sum exact integers, so every type
+// gives the same bits, at 1 and 4-token tiles, whole and cut. Forms the CPU lacks are skipped.
 TEST(CpuInt8Matmul, VnniAndAvx2SumsGiveTheSameBits) {
   if (!int8_matmul_supports(TensorType::Q4_0, 256)) GTEST_SKIP() << "no AVX2 here";
-  if (!Int8Weights::has_vnni()) std::cout << "(no AVX512-VNNI here: AVX2 against itself)\n";
+  using Form = Int8Weights::DotForm;
   const int64_t rows = 21, cols = 1024, tokens = 9;
-  for (TensorType type : kTypes) {
-    SCOPED_TRACE(tensor_type_info(type).name);
-    Case c = make_case(type, rows, cols, tokens, 57);
-    const Int8Weights weights(type, c.w.data(), rows, cols);
-    std::vector<float> vnni(static_cast<size_t>(rows * tokens)), avx2(vnni.size());
-    EXPECT_EQ(Int8Weights::use_vnni_for_testing(true), Int8Weights::has_vnni());
-    weights.matmul_rows(0, rows, c.xq.data(), tokens, vnni.data(), rows);
-    EXPECT_FALSE(Int8Weights::use_vnni_for_testing(false));
-    weights.matmul_rows(0, rows, c.xq.data(), tokens, avx2.data(), rows);
-    Int8Weights::use_vnni_for_testing(true);
-    EXPECT_EQ(vnni, avx2);
-    // One token, and a row range that cuts a group, with VNNI.
-    std::vector<float> one(static_cast<size_t>(rows));
-    weights.matmul_rows(3, 17, c.xq.data() + 5 * cols / 32, 1, one.data(), rows);
-    for (int64_t r = 3; r < 17; ++r)
-      EXPECT_EQ(one[static_cast<size_t>(r)], avx2[static_cast<size_t>(5 * rows + r)]) << r;
+  int forms_run = 0;
+  for (const Form form : {Form::Avx512Vnni, Form::AvxVnni}) {
+    if (!Int8Weights::use_dot_for_testing(form)) continue;
+    ++forms_run;
+    for (TensorType type : kTypes) {
+      SCOPED_TRACE(std::string(tensor_type_info(type).name) +
+                   (form == Form::AvxVnni ? " AVX-VNNI" : " AVX512-VNNI"));
+      Case c = make_case(type, rows, cols, tokens, 57);
+      const Int8Weights weights(type, c.w.data(), rows, cols);
+      std::vector<float> vnni(static_cast<size_t>(rows * tokens)), avx2(vnni.size());
+      ASSERT_TRUE(Int8Weights::use_dot_for_testing(form));
+      weights.matmul_rows(0, rows, c.xq.data(), tokens, vnni.data(), rows);
+      std::vector<float> one(static_cast<size_t>(rows));  // one token, a cut group
+      weights.matmul_rows(3, 17, c.xq.data() + 5 * cols / 32, 1, one.data(), rows);
+      ASSERT_TRUE(Int8Weights::use_dot_for_testing(Form::Avx2));
+      weights.matmul_rows(0, rows, c.xq.data(), tokens, avx2.data(), rows);
+      EXPECT_EQ(vnni, avx2);
+      for (int64_t r = 3; r < 17; ++r)
+        EXPECT_EQ(one[static_cast<size_t>(r)], avx2[static_cast<size_t>(5 * rows + r)]) << r;
+    }
   }
+  Int8Weights::use_best_dot();
+  if (forms_run == 0) std::cout << "(no VNNI here: nothing to compare)\n";
+  EXPECT_EQ(forms_run > 0, Int8Weights::has_vnni());
 }
 
 // MXFP4's E8M0 scales at their edges (the subnormal halves of e 0 and 1, e 2, 127, 200): each

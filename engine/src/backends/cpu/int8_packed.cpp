@@ -38,15 +38,20 @@ namespace {
 
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                        __builtin_cpu_supports("f16c");
-// AVX512-VNNI with 256-bit vectors (AVX512VL): vpdpbusd sums a lane's 4 byte products into its
-// i32 in one instruction, where AVX2 takes maddubs (i16 pairs), i16 adds and madd. The sums
-// are exact either way, so both give the same bits (cpu_int8_matmul_test compares them).
-const bool kHaveVnni = kHaveAvx2 && __builtin_cpu_supports("avx512vnni") &&
-                       __builtin_cpu_supports("avx512vl");
-std::atomic<bool> g_vnni{kHaveVnni};
+// vpdpbusd sums a lane's 4 byte products into its i32 in one instruction, where AVX2 takes
+// maddubs (i16 pairs), i16 adds and madd: AVX512-VNNI with 256-bit vectors (AVX512VL; server
+// CPUs), or AVX-VNNI, its VEX form (client CPUs without AVX-512). The sums are exact either way,
+// so every form gives the same bits (cpu_int8_matmul_test compares them).
+const bool kHaveVnni512 = kHaveAvx2 && __builtin_cpu_supports("avx512vnni") &&
+                          __builtin_cpu_supports("avx512vl");
+const bool kHaveAvxVnni = kHaveAvx2 && __builtin_cpu_supports("avxvnni");
 
 // Which integer dot products a kernel instance uses.
-enum class Dot { Avx2, Vnni };
+enum class Dot { Avx2, Vnni512, AvxVnni };
+bool runs(Dot d) {
+  return d == Dot::Avx2 ? kHaveAvx2 : d == Dot::Vnni512 ? kHaveVnni512 : kHaveAvxVnni;
+}
+std::atomic<Dot> g_dot{kHaveVnni512 ? Dot::Vnni512 : kHaveAvxVnni ? Dot::AvxVnni : Dot::Avx2};
 
 // How a packed type's tiles are laid out and multiplied.
 enum class Layout { Blocks, KQuant, Q6K, Low2, IQ4XS };
@@ -387,11 +392,17 @@ GRANULE_AVX2 inline __m256i scale_pairs(const uint8_t* p, __m256i mask) {
   return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
-// acc + each lane's 4 products of unsigned bytes u and signed bytes s, in i32: vpdpbusd
-// (EVEX, AVX512-VNNI + VL). An asm statement, so the AVX2 functions that hold it need no AVX-512
-// target; only the Dot::Vnni instances run it, where kHaveVnni said the CPU and OS have it.
+// acc + each lane's 4 products of unsigned bytes u and signed bytes s, in i32: vpdpbusd, EVEX
+// (AVX512-VNNI + VL) or VEX (AVX-VNNI). An asm statement, so the AVX2 functions that hold it need
+// no other target; only the instances of that form run it, where runs() said the CPU and OS
+// have it.
+template <Dot D>
 GRANULE_AVX2 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
-  asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  static_assert(D != Dot::Avx2);
+  if constexpr (D == Dot::Vnni512)
+    asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  else
+    asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
   return acc;
 }
 
@@ -403,8 +414,8 @@ GRANULE_AVX2 inline void signed_chunk(__m256i w, const ActivationBlock* const* x
   const __m256i ones = _mm256_set1_epi16(1);
   for (int t = 0; t < T; ++t) {
     const __m256i x = _mm256_sign_epi8(broadcast4(xb[t], k), w);
-    if constexpr (D == Dot::Vnni) {
-      isum[t] = dpbusd(isum[t], magnitude, x);
+    if constexpr (D != Dot::Avx2) {
+      isum[t] = dpbusd<D>(isum[t], magnitude, x);
     } else {
       const __m256i p = _mm256_maddubs_epi16(magnitude, x);
       isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
@@ -440,7 +451,7 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + b;
     __m256i isum[T];
     if constexpr (P::kValues != Values::Bytes && P::kValues != Values::Table &&
-                  P::kValues != Values::Fp4 && D == Dot::Vnni) {
+                  P::kValues != Values::Fp4 && D != Dot::Avx2) {
       // Nibbles and fifth bits: unsigned values, each chunk's two halves straight into i32.
       const __m256i qh = P::kValues == Values::FifthBit ? load(tile + P::kQsBytes)
                                                         : _mm256_setzero_si256();
@@ -454,7 +465,8 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
           hi = _mm256_or_si256(hi, fifth_bit(qh, c + 4));
         }
         for (int t = 0; t < T; ++t)
-          isum[t] = dpbusd(dpbusd(isum[t], lo, broadcast4(xb[t], c)), hi, broadcast4(xb[t], c + 4));
+          isum[t] = dpbusd<D>(dpbusd<D>(isum[t], lo, broadcast4(xb[t], c)), hi,
+                              broadcast4(xb[t], c + 4));
       }
     } else if constexpr (P::kValues == Values::Nibbles) {
       // 8 products of at most 2·15·127 each fit i16.
@@ -547,16 +559,16 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127. (VNNI: i32 at once.)
       constexpr int kRun = P::kFifth ? 4 : 8;
-      if constexpr (D == Dot::Vnni) {
+      if constexpr (D != Dot::Avx2) {
         for (int k = 0; k < 8; ++k) {
           const __m256i packed = load(qs + 32 * k);
           __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
           if constexpr (P::kFifth)
             v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
-          for (int t = 0; t < T; ++t) isum[t] = dpbusd(isum[t], v, broadcast4(xb[t], k));
+          for (int t = 0; t < T; ++t) isum[t] = dpbusd<D>(isum[t], v, broadcast4(xb[t], k));
         }
       }
-      for (int k0 = 0; k0 < (D == Dot::Vnni ? 0 : 8); k0 += kRun) {
+      for (int k0 = 0; k0 < (D != Dot::Avx2 ? 0 : 8); k0 += kRun) {
         __m256i s16[T];
         for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
         for (int k = k0; k < k0 + kRun; ++k) {
@@ -823,27 +835,42 @@ void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const Activati
                               int64_t n_tokens, float* y, int64_t y_stride) const {
   with_packed(type_, [&](auto p) {
     using P = decltype(p);
-    if (g_vnni.load(std::memory_order_relaxed))
-      run_packed<P, Dot::Vnni>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y,
-                               y_stride);
-    else
-      run_packed<P, Dot::Avx2>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y,
-                               y_stride);
+    switch (g_dot.load(std::memory_order_relaxed)) {
+      case Dot::Vnni512:
+        return run_packed<P, Dot::Vnni512>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens,
+                                           y, y_stride);
+      case Dot::AvxVnni:
+        return run_packed<P, Dot::AvxVnni>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens,
+                                           y, y_stride);
+      case Dot::Avx2:
+        break;
+    }
+    run_packed<P, Dot::Avx2>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens, y, y_stride);
   });
 }
 
-bool Int8Weights::has_vnni() { return kHaveVnni; }
+bool Int8Weights::has_vnni() { return kHaveVnni512 || kHaveAvxVnni; }
 
-bool Int8Weights::use_vnni_for_testing(bool on) {
-  g_vnni.store(on && kHaveVnni, std::memory_order_relaxed);
-  return g_vnni.load(std::memory_order_relaxed);
+bool Int8Weights::use_dot_for_testing(DotForm form) {
+  const Dot d = form == DotForm::Avx512Vnni ? Dot::Vnni512
+                : form == DotForm::AvxVnni  ? Dot::AvxVnni
+                                            : Dot::Avx2;
+  if (!runs(d)) return false;
+  g_dot.store(d, std::memory_order_relaxed);
+  return true;
+}
+
+void Int8Weights::use_best_dot() {
+  g_dot.store(kHaveVnni512 ? Dot::Vnni512 : kHaveAvxVnni ? Dot::AvxVnni : Dot::Avx2,
+              std::memory_order_relaxed);
 }
 
 #else  // not x86: nothing packs (supports() is false)
 
 bool Int8Weights::packs(TensorType) { return false; }
 bool Int8Weights::has_vnni() { return false; }
-bool Int8Weights::use_vnni_for_testing(bool) { return false; }
+bool Int8Weights::use_dot_for_testing(DotForm) { return false; }
+void Int8Weights::use_best_dot() {}
 
 Int8Weights::Int8Weights(TensorType type, const void*, int64_t rows, int64_t n_cols)
     : type_(type), rows_(rows), cols_(n_cols) {}

@@ -35,14 +35,16 @@ class Int8Weights {
   void matmul_rows(int64_t row_begin, int64_t row_end, const ActivationBlock* xq, int64_t n_tokens,
                    float* y, int64_t y_stride) const;
 
-  // Whether the products run on AVX512-VNNI (with 256-bit vectors) on this CPU: the Q4_0, Q4_1,
-  // Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and IQ4_XS tiles' integer sums in one
-  // instruction a chunk. Q2_K, Q3_K and Q6_K (their i16 sums are scaled per 16 values) and CPUs
-  // without it take the AVX2 sums. Same bits either way.
+  // Whether the products run on VNNI on this CPU (AVX512-VNNI with 256-bit vectors, else
+  // AVX-VNNI, its VEX form): the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and
+  // IQ4_XS tiles' integer sums in one instruction a chunk. Q2_K, Q3_K and Q6_K (their i16 sums
+  // are scaled per 16 values) and CPUs without it take the AVX2 sums. Same bits either way.
   static bool has_vnni();
-  // Tests only: the VNNI sums where the CPU has them (true) or the AVX2 ones (false); returns
-  // whether VNNI is now in use.
-  static bool use_vnni_for_testing(bool on);
+  // Tests only: run the products' sums in this form (false where the CPU lacks it, and nothing
+  // changes), then use_best_dot() to return to the form the CPU's best.
+  enum class DotForm { Avx2, Avx512Vnni, AvxVnni };
+  static bool use_dot_for_testing(DotForm form);
+  static void use_best_dot();
 
   TensorType type() const { return type_; }
   int64_t rows() const { return rows_; }
