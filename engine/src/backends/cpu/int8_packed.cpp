@@ -596,7 +596,7 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
 }
 
 // Q6_K's group of 8 rows times T tokens (see Q6Packed).
-template <int T>
+template <int T, Dot D>
 GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const ActivationBlock* x,
                                 int64_t x_blocks, float* out, int64_t out_stride, bool ahead) {
   using P = Q6Packed;
@@ -618,6 +618,28 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int half = 0; half < 2; ++half) {
+        if constexpr (D != Dot::Avx2) {
+          // VNNI: the unsigned q (0..63) straight into i32, Σ (q - 32)·x = Σ q·x - 32·Σx (the
+          // block's half sum), then times the rows' scales: the same integers as AVX2's.
+          const __m256i sc = i8x8(tile + P::kScOffset + 8 * (2 * s + half));
+          __m256i g[T];
+          for (int t = 0; t < T; ++t) g[t] = _mm256_setzero_si256();
+          for (int k = 4 * half; k < 4 * half + 4; ++k) {
+            const __m256i lbits = load(ql + 32 * k);
+            const __m256i low =
+                _mm256_and_si256(i < 2 ? lbits : _mm256_srli_epi16(lbits, 4), low4);
+            const __m256i high = _mm256_and_si256(
+                _mm256_srl_epi16(load(qh + 32 * k), _mm_cvtsi32_si128(2 * i)), three);
+            const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+            for (int t = 0; t < T; ++t) g[t] = dpbusd<D>(g[t], q, broadcast4(xb[t], k));
+          }
+          for (int t = 0; t < T; ++t) {
+            const __m256i centred =
+                _mm256_sub_epi32(g[t], _mm256_set1_epi32(32 * xb[t]->half_sum[half]));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, sc));
+          }
+          continue;
+        }
         // The 8 rows' scale of these 16 elements in both i16 of each lane.
         const __m256i scales =
             scale_pairs<true>(tile + P::kScOffset + 8 * (2 * s + half), _mm256_set1_epi32(-1));
@@ -757,7 +779,7 @@ GRANULE_AVX2 inline void any_group_tile(const uint8_t* tiles, int64_t n_tiles,
                                         const ActivationBlock* x, int64_t x_blocks, float* out,
                                         int64_t out_stride, bool ahead) {
   if constexpr (P::kLayout == Layout::Q6K)
-    group_tile_q6<T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
+    group_tile_q6<T, D>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::Low2)
     group_tile_low2<P, T>(tiles, n_tiles, x, x_blocks, out, out_stride, ahead);
   else if constexpr (P::kLayout == Layout::IQ4XS)

@@ -36,9 +36,10 @@ class Int8Weights {
                    float* y, int64_t y_stride) const;
 
   // Whether the products run on VNNI on this CPU (AVX512-VNNI with 256-bit vectors, else
-  // AVX-VNNI, its VEX form): the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and
-  // IQ4_XS tiles' integer sums in one instruction a chunk. Q2_K, Q3_K and Q6_K (their i16 sums
-  // are scaled per 16 values) and CPUs without it take the AVX2 sums. Same bits either way.
+  // AVX-VNNI, its VEX form): the Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K,
+  // IQ4_XS and Q6_K tiles' integer sums in one instruction a chunk. Q2_K and Q3_K (their i16
+  // sums are scaled per 16 values in the madd) and CPUs without it take the AVX2 sums. Same bits
+  // either way.
   static bool has_vnni();
   // Tests only: run the products' sums in this form (false where the CPU lacks it, and nothing
   // changes), then use_best_dot() to return to the form the CPU's best.
