@@ -42,16 +42,17 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports(
 // maddubs (i16 pairs), i16 adds and madd: AVX512-VNNI with 256-bit vectors (AVX512VL; server
 // CPUs), or AVX-VNNI, its VEX form (client CPUs without AVX-512). The sums are exact either way,
 // so every form gives the same bits (cpu_int8_matmul_test compares them).
-const bool kHaveVnni512 = kHaveAvx2 && __builtin_cpu_supports("avx512vnni") &&
-                          __builtin_cpu_supports("avx512vl");
+const bool kHaveVnni512 =
+    kHaveAvx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
 const bool kHaveAvxVnni = kHaveAvx2 && __builtin_cpu_supports("avxvnni");
 
-// Which integer dot products a kernel instance uses.
-enum class Dot { Avx2, Vnni512, AvxVnni };
+// Which integer dot products a kernel instance uses (Int8Weights::DotForm).
+using Dot = Int8Weights::DotForm;
 bool runs(Dot d) {
-  return d == Dot::Avx2 ? kHaveAvx2 : d == Dot::Vnni512 ? kHaveVnni512 : kHaveAvxVnni;
+  return d == Dot::Avx2 ? kHaveAvx2 : d == Dot::Avx512Vnni ? kHaveVnni512 : kHaveAvxVnni;
 }
-std::atomic<Dot> g_dot{kHaveVnni512 ? Dot::Vnni512 : kHaveAvxVnni ? Dot::AvxVnni : Dot::Avx2};
+Dot best_dot() { return kHaveVnni512 ? Dot::Avx512Vnni : kHaveAvxVnni ? Dot::AvxVnni : Dot::Avx2; }
+std::atomic<Dot> g_dot{best_dot()};
 
 // How a packed type's tiles are laid out and multiplied.
 enum class Layout { Blocks, KQuant, Q6K, Low2, IQ4XS };
@@ -399,7 +400,7 @@ GRANULE_AVX2 inline __m256i scale_pairs(const uint8_t* p, __m256i mask) {
 template <Dot D>
 GRANULE_AVX2 inline __m256i dpbusd(__m256i acc, __m256i u, __m256i s) {
   static_assert(D != Dot::Avx2);
-  if constexpr (D == Dot::Vnni512)
+  if constexpr (D == Dot::Avx512Vnni)
     asm("%{evex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
   else
     asm("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
@@ -450,54 +451,37 @@ GRANULE_AVX2 void group_tile(const uint8_t* tiles, int64_t n_blocks, const Activ
     const ActivationBlock* xb[T];
     for (int t = 0; t < T; ++t) xb[t] = x + t * x_blocks + b;
     __m256i isum[T];
-    if constexpr (P::kValues != Values::Bytes && P::kValues != Values::Table &&
-                  P::kValues != Values::Fp4 && D != Dot::Avx2) {
-      // Nibbles and fifth bits: unsigned values, each chunk's two halves straight into i32.
-      const __m256i qh = P::kValues == Values::FifthBit ? load(tile + P::kQsBytes)
-                                                        : _mm256_setzero_si256();
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
+    if constexpr (P::kValues == Values::Nibbles || P::kValues == Values::FifthBit) {
+      // Unsigned values. AVX2: 8 products of 4-bit values (at most 2·15·127 each) fit i16 over
+      // the block, two of 5-bit ones (2·31·127) a chunk; VNNI: i32 at once.
+      constexpr bool kFifth = P::kValues == Values::FifthBit;
+      const __m256i qh = kFifth ? load(tile + P::kQsBytes) : _mm256_setzero_si256();
+      __m256i s16[T];
+      for (int t = 0; t < T; ++t) isum[t] = s16[t] = _mm256_setzero_si256();
       for (int c = 0; c < 4; ++c) {
         const __m256i packed = load(tile + 32 * c);
         __m256i lo = _mm256_and_si256(packed, low4);
         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        if constexpr (P::kValues == Values::FifthBit) {
+        if constexpr (kFifth) {
           lo = _mm256_or_si256(lo, fifth_bit(qh, c));
           hi = _mm256_or_si256(hi, fifth_bit(qh, c + 4));
         }
-        for (int t = 0; t < T; ++t)
-          isum[t] = dpbusd<D>(dpbusd<D>(isum[t], lo, broadcast4(xb[t], c)), hi,
-                              broadcast4(xb[t], c + 4));
-      }
-    } else if constexpr (P::kValues == Values::Nibbles) {
-      // 8 products of at most 2·15·127 each fit i16.
-      __m256i s16[T];
-      for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i packed = load(tile + 32 * c);
-        const __m256i lo = _mm256_and_si256(packed, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
         for (int t = 0; t < T; ++t) {
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
-                                             _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
-          s16[t] = _mm256_add_epi16(s16[t], p);
+          if constexpr (D != Dot::Avx2) {
+            isum[t] = dpbusd<D>(dpbusd<D>(isum[t], lo, broadcast4(xb[t], c)), hi,
+                                broadcast4(xb[t], c + 4));
+          } else {
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
+                                               _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
+            if constexpr (kFifth)
+              isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
+            else
+              s16[t] = _mm256_add_epi16(s16[t], p);
+          }
         }
       }
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_madd_epi16(s16[t], ones);
-    } else if constexpr (P::kValues == Values::FifthBit) {
-      // Two products of at most 2·31·127 each fit i16; i32 across chunks.
-      const __m256i qh = load(tile + P::kQsBytes);
-      for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i packed = load(tile + 32 * c);
-        const __m256i lo = _mm256_or_si256(_mm256_and_si256(packed, low4), fifth_bit(qh, c));
-        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(packed, 4), low4),
-                                           fifth_bit(qh, c + 4));
-        for (int t = 0; t < T; ++t) {
-          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, broadcast4(xb[t], c)),
-                                             _mm256_maddubs_epi16(hi, broadcast4(xb[t], c + 4)));
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(p, ones));
-        }
-      }
+      if constexpr (!kFifth && D == Dot::Avx2)
+        for (int t = 0; t < T; ++t) isum[t] = _mm256_madd_epi16(s16[t], ones);
     } else {
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       if constexpr (P::kValues == Values::Bytes) {
@@ -557,18 +541,10 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
       const uint8_t* qs = tile + 256 * (s / 2);
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
-      // Q4_K: 8 products of at most 2·15·127 fit i16; Q5_K: 4 of 2·31·127. (VNNI: i32 at once.)
+      // AVX2: Q4_K's 8 products of at most 2·15·127 fit i16, Q5_K's 4 of 2·31·127; VNNI: i32 at
+      // once.
       constexpr int kRun = P::kFifth ? 4 : 8;
-      if constexpr (D != Dot::Avx2) {
-        for (int k = 0; k < 8; ++k) {
-          const __m256i packed = load(qs + 32 * k);
-          __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
-          if constexpr (P::kFifth)
-            v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
-          for (int t = 0; t < T; ++t) isum[t] = dpbusd<D>(isum[t], v, broadcast4(xb[t], k));
-        }
-      }
-      for (int k0 = 0; k0 < (D != Dot::Avx2 ? 0 : 8); k0 += kRun) {
+      for (int k0 = 0; k0 < 8; k0 += kRun) {
         __m256i s16[T];
         for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
         for (int k = k0; k < k0 + kRun; ++k) {
@@ -576,11 +552,16 @@ GRANULE_AVX2 void group_tile_k(const uint8_t* tiles, int64_t n_tiles, const Acti
           __m256i v = _mm256_and_si256((s & 1) ? _mm256_srli_epi16(packed, 4) : packed, low4);
           if constexpr (P::kFifth)
             v = _mm256_or_si256(v, fifth_bit(load(tile + P::kQhOffset + 32 * k), s));
-          for (int t = 0; t < T; ++t)
-            s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(v, broadcast4(xb[t], k)));
+          for (int t = 0; t < T; ++t) {
+            if constexpr (D != Dot::Avx2)
+              isum[t] = dpbusd<D>(isum[t], v, broadcast4(xb[t], k));
+            else
+              s16[t] = _mm256_add_epi16(s16[t], _mm256_maddubs_epi16(v, broadcast4(xb[t], k)));
+          }
         }
-        for (int t = 0; t < T; ++t)
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
+        if constexpr (D == Dot::Avx2)
+          for (int t = 0; t < T; ++t)
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], ones));
       }
       const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(u8x8(tile + P::kScOffset + 8 * s)));
       const __m256 mw = _mm256_xor_ps(
@@ -618,47 +599,41 @@ GRANULE_AVX2 void group_tile_q6(const uint8_t* tiles, int64_t n_tiles, const Act
       __m256i isum[T];
       for (int t = 0; t < T; ++t) isum[t] = _mm256_setzero_si256();
       for (int half = 0; half < 2; ++half) {
-        if constexpr (D != Dot::Avx2) {
-          // VNNI: the unsigned q (0..63) straight into i32, Σ (q - 32)·x = Σ q·x - 32·Σx (the
-          // block's half sum), then times the rows' scales: the same integers as AVX2's.
-          const __m256i sc = i8x8(tile + P::kScOffset + 8 * (2 * s + half));
-          __m256i g[T];
-          for (int t = 0; t < T; ++t) g[t] = _mm256_setzero_si256();
-          for (int k = 4 * half; k < 4 * half + 4; ++k) {
-            const __m256i lbits = load(ql + 32 * k);
-            const __m256i low =
-                _mm256_and_si256(i < 2 ? lbits : _mm256_srli_epi16(lbits, 4), low4);
-            const __m256i high = _mm256_and_si256(
-                _mm256_srl_epi16(load(qh + 32 * k), _mm_cvtsi32_si128(2 * i)), three);
-            const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
-            for (int t = 0; t < T; ++t) g[t] = dpbusd<D>(g[t], q, broadcast4(xb[t], k));
-          }
-          for (int t = 0; t < T; ++t) {
-            const __m256i centred =
-                _mm256_sub_epi32(g[t], _mm256_set1_epi32(32 * xb[t]->half_sum[half]));
-            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, sc));
-          }
-          continue;
-        }
-        // The 8 rows' scale of these 16 elements in both i16 of each lane.
-        const __m256i scales =
-            scale_pairs<true>(tile + P::kScOffset + 8 * (2 * s + half), _mm256_set1_epi32(-1));
-        __m256i s16[T];
-        for (int t = 0; t < T; ++t) s16[t] = _mm256_setzero_si256();
+        // AVX2: w = q - 32 by the sign trick, a half's 4 products in i16 pairs, madd with the
+        // rows' scales. VNNI: the unsigned q (0..63) straight into i32, Σ (q - 32)·x = Σ q·x -
+        // 32·Σx (the block's half sum), then times the scales: the same integers.
+        __m256i sums[T];
+        for (int t = 0; t < T; ++t) sums[t] = _mm256_setzero_si256();
         for (int k = 4 * half; k < 4 * half + 4; ++k) {
           const __m256i lbits = load(ql + 32 * k);
           const __m256i low = _mm256_and_si256(i < 2 ? lbits : _mm256_srli_epi16(lbits, 4), low4);
           const __m256i high = _mm256_and_si256(
               _mm256_srl_epi16(load(qh + 32 * k), _mm_cvtsi32_si128(2 * i)), three);
-          const __m256i w =
-              _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(high, 4)), offset);
-          const __m256i magnitude = _mm256_sign_epi8(w, w);
-          for (int t = 0; t < T; ++t)
-            s16[t] = _mm256_add_epi16(
-                s16[t], _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w)));
+          const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+          if constexpr (D != Dot::Avx2) {
+            for (int t = 0; t < T; ++t) sums[t] = dpbusd<D>(sums[t], q, broadcast4(xb[t], k));
+          } else {
+            const __m256i w = _mm256_sub_epi8(q, offset);
+            const __m256i magnitude = _mm256_sign_epi8(w, w);
+            for (int t = 0; t < T; ++t)
+              sums[t] = _mm256_add_epi16(
+                  sums[t],
+                  _mm256_maddubs_epi16(magnitude, _mm256_sign_epi8(broadcast4(xb[t], k), w)));
+          }
         }
-        for (int t = 0; t < T; ++t)
-          isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(s16[t], scales));
+        // The 8 rows' scale of these 16 elements: an i32 a lane (VNNI), or in both i16 of it.
+        const uint8_t* sc = tile + P::kScOffset + 8 * (2 * s + half);
+        const __m256i scales =
+            D != Dot::Avx2 ? i8x8(sc) : scale_pairs<true>(sc, _mm256_set1_epi32(-1));
+        for (int t = 0; t < T; ++t) {
+          if constexpr (D != Dot::Avx2) {
+            const __m256i centred =
+                _mm256_sub_epi32(sums[t], _mm256_set1_epi32(32 * xb[t]->half_sum[half]));
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_mullo_epi32(centred, scales));
+          } else {
+            isum[t] = _mm256_add_epi32(isum[t], _mm256_madd_epi16(sums[t], scales));
+          }
+        }
       }
       for (int t = 0; t < T; ++t)
         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t]),
@@ -761,8 +736,7 @@ GRANULE_AVX2 void group_tile_iq4_xs(const uint8_t* tiles, int64_t n_tiles, const
       for (int c = 0; c < 4; ++c) {
         const __m256i packed = load(tile + 128 * s + 32 * c);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        signed_chunk<T, D>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c,
-                           isum);
+        signed_chunk<T, D>(_mm256_shuffle_epi8(table, _mm256_and_si256(packed, low4)), xb, c, isum);
         signed_chunk<T, D>(_mm256_shuffle_epi8(table, hi), xb, c + 4, isum);
       }
       const __m256 dw = _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8(tile + P::kScOffset + 8 * s)));
@@ -858,9 +832,9 @@ void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const Activati
   with_packed(type_, [&](auto p) {
     using P = decltype(p);
     switch (g_dot.load(std::memory_order_relaxed)) {
-      case Dot::Vnni512:
-        return run_packed<P, Dot::Vnni512>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens,
-                                           y, y_stride);
+      case Dot::Avx512Vnni:
+        return run_packed<P, Dot::Avx512Vnni>(packed_.data(), cols_, row_begin, row_end, xq,
+                                              n_tokens, y, y_stride);
       case Dot::AvxVnni:
         return run_packed<P, Dot::AvxVnni>(packed_.data(), cols_, row_begin, row_end, xq, n_tokens,
                                            y, y_stride);
@@ -874,18 +848,12 @@ void Int8Weights::matmul_rows(int64_t row_begin, int64_t row_end, const Activati
 bool Int8Weights::has_vnni() { return kHaveVnni512 || kHaveAvxVnni; }
 
 bool Int8Weights::use_dot_for_testing(DotForm form) {
-  const Dot d = form == DotForm::Avx512Vnni ? Dot::Vnni512
-                : form == DotForm::AvxVnni  ? Dot::AvxVnni
-                                            : Dot::Avx2;
-  if (!runs(d)) return false;
-  g_dot.store(d, std::memory_order_relaxed);
+  if (!runs(form)) return false;
+  g_dot.store(form, std::memory_order_relaxed);
   return true;
 }
 
-void Int8Weights::use_best_dot() {
-  g_dot.store(kHaveVnni512 ? Dot::Vnni512 : kHaveAvxVnni ? Dot::AvxVnni : Dot::Avx2,
-              std::memory_order_relaxed);
-}
+void Int8Weights::use_best_dot() { g_dot.store(best_dot(), std::memory_order_relaxed); }
 
 #else  // not x86: nothing packs (supports() is false)
 
