@@ -19,14 +19,14 @@ PanelFrame {
     property bool sorted: true
 
     objectName: "expertPanel"
+    visible: activity.active
+    title: qsTr("Experts")
+    figure: idle ? qsTr("idle") : qsTr("%1% hits").arg(Math.round(100 * activity.hitRate))
 
     ExpertActivity {
         id: ownActivity
         telemetry: panel.shared ? null : panel.telemetry  // idle while the dock's serves
     }
-    visible: activity.active
-    title: qsTr("Experts")
-    figure: idle ? qsTr("idle") : qsTr("%1% hits").arg(Math.round(100 * activity.hitRate))
 
     Item {
         Layout.fillWidth: true

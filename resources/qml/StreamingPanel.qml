@@ -21,12 +21,12 @@ PanelFrame {
 
     objectName: "streamingPanel"
     title: qsTr("Streaming")
+    figure: Units.rate(streaming.h2dBytesPerSecond + (experts.active ? experts.bytesPerSecond : 0))
 
     ExpertActivity {
         id: ownExperts
         telemetry: panel.shared ? null : panel.telemetry  // idle while the dock's serves
     }
-    figure: Units.rate(streaming.h2dBytesPerSecond + (experts.active ? experts.bytesPerSecond : 0))
 
     TimeSeriesPlot {
         id: plot

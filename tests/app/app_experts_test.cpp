@@ -24,6 +24,23 @@ using granule::ExpertTelemetry;
 
 namespace {
 
+// A window of width x height holding `item` (QML; the window is `w`, its telemetry `model`);
+// null when it does not load.
+QQuickWindow* openWindow(QQmlApplicationEngine& qml, TelemetryModel& model, int width, int height,
+                         const char* item) {
+  qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
+  qml.setInitialProperties({{QStringLiteral("telemetry"), QVariant::fromValue(&model)}});
+  qml.loadData(QStringLiteral("import QtQuick\nimport Granule\nWindow { id: w; width: %1; "
+                              "height: %2; visible: true\nrequired property TelemetryModel "
+                              "telemetry\n%3 }")
+                   .arg(width)
+                   .arg(height)
+                   .arg(QLatin1String(item))
+                   .toUtf8());
+  return qml.rootObjects().isEmpty() ? nullptr
+                                     : qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+}
+
 TelemetryFrame frameAt(double t, const ExpertTelemetry& experts) {
   TelemetryFrame f;
   f.time_s = t;
@@ -231,14 +248,9 @@ class ExpertsTest : public QObject {
   void panelShowsOnlyForAMixtureOfExperts() {
     TelemetryModel model;
     QQmlApplicationEngine qml;
-    qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
-    qml.setInitialProperties({{QStringLiteral("telemetry"), QVariant::fromValue(&model)}});
-    qml.loadData(
-        "import QtQuick\nimport Granule\nWindow { id: w; width: 330; height: 520; visible: true\n"
-        "required property TelemetryModel telemetry\n"
-        "ExpertPanel { width: 320; telemetry: w.telemetry } }");
-    QVERIFY(!qml.rootObjects().isEmpty());
-    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    QQuickWindow* window =
+        openWindow(qml, model, 330, 520, "ExpertPanel { width: 320; telemetry: w.telemetry }");
+    QVERIFY(window);
     auto* panel = window->findChild<QQuickItem*>(QStringLiteral("expertPanel"));
     QVERIFY(panel);
     QVERIFY(!panel->isVisible());
@@ -269,14 +281,9 @@ class ExpertsTest : public QObject {
   void dockHandsOneReadingToBothPanels() {
     TelemetryModel model;
     QQmlApplicationEngine qml;
-    qml.addImportPath(QStringLiteral("qrc:/qt/qml"));
-    qml.setInitialProperties({{QStringLiteral("telemetry"), QVariant::fromValue(&model)}});
-    qml.loadData(
-        "import QtQuick\nimport Granule\nWindow { id: w; width: 420; height: 900; visible: true\n"
-        "required property TelemetryModel telemetry\n"
-        "MemoryDock { anchors.fill: parent; telemetry: w.telemetry } }");
-    QVERIFY(!qml.rootObjects().isEmpty());
-    auto* window = qobject_cast<QQuickWindow*>(qml.rootObjects().first());
+    QQuickWindow* window = openWindow(qml, model, 420, 900,
+                                      "MemoryDock { anchors.fill: parent; telemetry: w.telemetry }");
+    QVERIFY(window);
     auto* experts = window->findChild<QQuickItem*>(QStringLiteral("expertPanel"));
     auto* streaming = window->findChild<QQuickItem*>(QStringLiteral("streamingPanel"));
     QVERIFY(experts && streaming);

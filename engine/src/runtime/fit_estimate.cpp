@@ -149,11 +149,12 @@ void estimate_mixture_of_experts(FitEstimate& e, const WeightTable& weights,
   // Where experts stream, the host's CPU computes part of a decode run's missed experts from its
   // own int8 copies (CudaMoe::setup_host: where the int8 kernels run the experts and their copies
   // fit the memory available), batch 1's share by host_expert_share_at.
+  const int batch1_share = host_expert_share_at(host_expert_setting, 1);
   if (e.gpu && plan.resident_count() < static_cast<int64_t>(n_layer) * c.moe.n_expert &&
-      host_expert_share_at(host_expert_setting, 1) > 0 &&
+      batch1_share > 0 &&
       cpu::HostExperts::streamed_fit(c, weights, e.host_available_bytes, e.host_total_bytes)
           .reason.empty())
-    x.host_share = host_expert_share_at(host_expert_setting, 1);
+    x.host_share = batch1_share;
   x.resident_experts = plan.resident_count();
   x.expert_budget_bytes = e.gpu ? in.budget_bytes : 0;
   uint64_t resident_expert_bytes = 0;
