@@ -1,5 +1,5 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 weights
-// (split_layout.h) with
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4
+// weights (split_layout.h) with
 // f16 activations on f16 tensor cores: mma.sync m16n8k16 with f32 accumulation. The weights are
 // dequantised to f16 in registers, their scale applied there (one f16 rounding per weight), so the
 // mma accumulates straight into f32 with no per-sub-block epilogue — the Marlin idea. The int8
@@ -33,17 +33,26 @@
 // sub-block rows are two 16-byte halves: one ldmatrix.x4 per m-tile gives word t of both halves
 // of rows g and g + 8, elements 4t..4t + 3 and 16 + 4t.., so the k order and the B fragments
 // are Q4's.
+// Q2_K and Q3_K keep the same element -> register map with 8 bytes per sub-block: element e's
+// two bits sit in byte e % 8 at bit 2 (e / 8), so word t % 2 of the sub-block shifted right by
+// 2 (t / 2) holds elements 4t..4t + 3 in bits 0-1 of its bytes and 16 + 4t.. in bits 4-5 — the
+// low and high "nibbles" of Q4's word t (Q6_K's high bits are laid out alike and read alike).
+// Q3_K's third bits of those elements are bits 0 and 4 of its qh word shifted right by t. So
+// k-step 0 holds elements 0..15 (the first 16-element scale), k-step 1 16..31 (the second), as
+// Q6_K's dlo and dhi, and the B fragments are Q4's.
 //
 // Numerics: each weight is rounded to f16 once, w16 = f16_rn((q - 8) d) (Q4_0), f16_rn(q d + m)
 // (Q4_1), f16_rn(q d) (Q8_0), f16_rn(level[q] d) (IQ4_NL, MXFP4: the nibble's int8 level, exact;
 // MXFP4's d = 2^(e - 128) as an f16 power of two, exact for e 104..143, 0 below: real scales lie
 // far inside); the K types' and IQ4_XS's scales are rounded to f16 first (their products with
 // the f16 super-block scales): f16_rn((q - 32) f16(d sc)) (Q6_K), f16_rn(q f16(d sc) -
-// f16(dmin m)) (Q4_K, Q5_K), f16_rn(level[q] f16(d sc)) (IQ4_XS) — the integer parts are exact
-// in f16. Then times the f16 activation (exact in the mma), accumulated in f32 by the tensor
-// core and then across warps in f32, in a fixed order. Range: |q d| <= 128 |d| overflows f16
-// only when |d| > 511 (Q8_0, IQ4_NL; a weight past 65,504), |(q - 32) d sc| only past 65,504
-// too; real weights are far below.
+// f16(dmin m)) (Q4_K, Q5_K, and Q2_K with its 4-bit sc and m of each 16 elements),
+// f16_rn((q - 4) f16(d sc)) (Q3_K, q 0..7, sc -32..31), f16_rn(level[q] f16(d sc)) (IQ4_XS) —
+// the integer parts are exact in f16. Then times the f16 activation (exact in the mma),
+// accumulated in f32 by the tensor core and then across warps in f32, in a fixed order. Range:
+// |q d| <= 128 |d| overflows f16 only when |d| > 511 (Q8_0, IQ4_NL; a weight past 65,504),
+// |(q - 32) d sc| only past 65,504 too; real weights are far below.
+#include "granule/block_formats.h"
 #include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "mma_tiles.cuh"
@@ -67,9 +76,14 @@ constexpr int kWarpBudget = 25 * 1024;  // ring bytes per warp
 constexpr int kSmSharedKeepingL1 = 196 * 1024;  // per SM: the carveout below 228 KiB
 
 // The types whose stage scales are two 4-byte copies per row (the sub-blocks' scales, and the
-// super-block's f16 pair: Q4_K/Q5_K (d, dmin); Q6_K the aligned pair of d holding the stage's).
+// super-block's f16 pair: Q2_K/Q4_K/Q5_K (d, dmin); Q3_K/Q6_K the aligned pair of d holding the
+// stage's).
 template <uint32_t TYPE>
-constexpr bool kKType = TYPE == kQ4_K || TYPE == kQ5_K || TYPE == kQ6_K;
+constexpr bool kKType =
+    TYPE == kQ2_K || TYPE == kQ3_K || TYPE == kQ4_K || TYPE == kQ5_K || TYPE == kQ6_K;
+// The types of 2-bit values, 8 bytes per sub-block (Q3_K's third bits in a region of their own).
+template <uint32_t TYPE>
+constexpr bool kTwoBit = TYPE == kQ2_K || TYPE == kQ3_K;
 
 // Shared-memory layout of one stage of a warp's ring, and the block's shape.
 template <uint32_t TYPE, int NT, int MT, bool GATE_UP>
@@ -79,20 +93,28 @@ struct Plan {
   static constexpr int kRows = kWeightRows / kMatrices;         // output rows per block
   static constexpr int kTilesPerMatrix = MT / kMatrices;        // m-tiles of gate (or of W)
   static constexpr int kColumns = 8 * NT;                       // per column tile
-  static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : 16;   // per sub-block (Q6_K: ql)
+  // Per sub-block (Q6_K: ql; Q2_K/Q3_K: the 2-bit values, a stage row one 16-byte copy).
+  static constexpr int kQuantBytes = TYPE == kQ8_0 ? 32 : kTwoBit<TYPE> ? 8 : 16;
   static constexpr int kChunksPerRow = kKs * kQuantBytes / 16;  // 16-byte copies per stage row
   static constexpr int kScaleBytes = TYPE == kQ4_1 ? 4 : TYPE == kMXFP4 ? 1 : 2;  // d (and m), e
   // per sub-block; K: sc
   // Weight rows padded by 16 bytes: ldmatrix's 8 row addresses (stride 48 or 80) land in 8
-  // different 16-byte bank groups.
-  static constexpr int kWeightRow = kKs * kQuantBytes + 16;
+  // different 16-byte bank groups. Q2_K/Q3_K's 16-byte rows stay unpadded: their lanes read
+  // 4-byte words (no ldmatrix), lane (g, t) word 2u + t % 2 of row g (+ 8 h, + 16 m), so one
+  // load's 8 rows are 8 x 16 contiguous bytes, banks 4g + 2u + t % 2: 16 distinct words in 16
+  // distinct banks (lanes t and t + 2 share theirs, a broadcast); a stride of 32 would put rows
+  // g and g + 4 in the same banks.
+  static constexpr int kWeightRow = kTwoBit<TYPE> ? kKs * kQuantBytes : kKs * kQuantBytes + 16;
   // 4 or 8 bytes; MXFP4: the 4-byte aligned word holding the stage's two e bytes; IQ4_XS: that
   // of its two int8 sc, then the aligned pair of super-block d holding the stage's
   static constexpr int kScaleRow = kKType<TYPE> || TYPE == kIQ4_XS ? 8
                                    : TYPE == kMXFP4                ? 4
                                                                    : kKs * kScaleBytes;
-  // The fifth (Q5_K: a u32 per sub-block) or fifth and sixth (Q6_K: 8 bytes) bits.
-  static constexpr int kHighRow = TYPE == kQ6_K ? kKs * 8 : TYPE == kQ5_K ? kKs * 4 : 0;
+  // The fifth (Q5_K: a u32 per sub-block), fifth and sixth (Q6_K: 8 bytes) or third (Q3_K: a
+  // u32 per sub-block) bits.
+  static constexpr int kHighRow = TYPE == kQ6_K                    ? kKs * 8
+                                  : TYPE == kQ5_K || TYPE == kQ3_K ? kKs * 4
+                                                                   : 0;
   // Activation rows (one per column, kKs * 32 f16) padded by 32 bytes: stride = 32 mod 128,
   // so the 8-byte B loads of 4 columns x 4 lanes (a half warp) cover 32 distinct banks.
   static constexpr int kActRow = kKs * 64 + 32;
@@ -139,6 +161,8 @@ constexpr int kSharedBytes = [] {
 constexpr uint32_t kHalf2_1024 = mma::kHalf2_1024;
 constexpr uint32_t kHalf2_1056 = 0x64206420u;  // 1024 + 32: Q6_K's q - 32
 constexpr uint32_t kHalf2_1152 = 0x64806480u;  // 1024 + 128: an int8 made unsigned
+constexpr uint32_t kHalf2_1028 = 0x64046404u;  // 1024 + 4: Q3_K's q - 4
+constexpr uint32_t kHalf2_Minus68 = 0xD440D440u;  // -64 - 4: the same from 1024 + 16 q
 constexpr uint32_t kSignHigh = 0x80000000u;    // the high half's sign
 
 // Bytes 0, 1 (SEL 0x4140) or 2, 3 (SEL 0x4342) of v as the f16 pair (1024 + b, 1024 + b'), exact
@@ -187,16 +211,74 @@ __device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, 
   }
 }
 
-// IQ4_NL / MXFP4: word w of a sub-block (Q4_0's nibble order) through the table of int8 levels
-// (split_unpack.h, as the int8 kernels read them), f16(level d): the levels made unsigned and
-// biased as Q8_0's bytes are, so the pairs are exact f16 integers before the one rounding.
+// Q2_K: w = the sub-block's word t % 2 >> 2 (t / 2) (bits 0-1 of byte i: element 4t + i's q,
+// bits 4-5: element 16 + 4t + i's; the other bits belong to lanes t ^ 2); f16(q ds + mn) with
+// (ds, mn) = (f16(d sc), -f16(dmin m)) of elements 0-15 (dm_lo, k-step 0) and 16-31 (dm_hi).
+// unpack_nibbles' pairs with 2-bit masks: (1024 + q) and (1024 + 16 q), exact.
+__device__ __forceinline__ void q2_f16_pairs(uint32_t w, __half2 dm_lo, __half2 dm_hi,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
+  const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
+  const uint32_t o[4] = {(p & 0x00030003u) | kHalf2_1024, (s & 0x00030003u) | kHalf2_1024,
+                         (p & 0x00300030u) | kHalf2_1024, (s & 0x00300030u) | kHalf2_1024};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1024));
+    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
+                               mma::as_half2(mma::kHalf2_Minus64));
+    lo[i] = mma::as_bits(__hfma2(ql, __low2half2(dm_lo), __high2half2(dm_lo)));
+    hi[i] = mma::as_bits(__hfma2(qh, __low2half2(dm_hi), __high2half2(dm_hi)));
+  }
+}
+
+// Q3_K: w as Q2_K's, h = the sub-block's qh word >> t (bit 0 of byte i: element 4t + i's third
+// bit, bit 4: element 16 + 4t + i's): q = low | third << 2 (0..7) in Q4's nibble places, then
+// Q4_0's form with 4 for 8: f16((q - 4) ds), dlo for elements 0-15 (k-step 0), dhi for 16-31.
+__device__ __forceinline__ void q3_f16_pairs(uint32_t w, uint32_t h, __half2 dlo, __half2 dhi,
+                                             uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  uint32_t o[4];
+  mma::unpack_nibbles((w & 0x33333333u) | ((h << 2) & 0x44444444u), o);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1028));
+    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
+                               mma::as_half2(kHalf2_Minus68));
+    lo[i] = mma::as_bits(__hmul2_rn(ql, dlo));
+    hi[i] = mma::as_bits(__hmul2_rn(qh, dhi));
+  }
+}
+
+// IQ4_NL / IQ4_XS / MXFP4: word w of a sub-block (Q4_0's nibble order: nibbles 2k and 2k + 1 are
+// elements 4t + k and 4t + 16 + k) through the 16-entry table of levels, f16(level d). The table
+// holds level + 128 (split_unpack.h's int8 levels made unsigned, as Q8_0's bytes are biased), so
+// the pairs are exact f16 integers 1024 + level + 128 before the one rounding. Four nibbles at a
+// time are their own byte-permute selectors, in the order they lie in w: entries 0-7 and 8-15
+// through one permute each (__byte_perm ignores bit 3), then a third permute takes each byte from
+// the second table where its nibble has bit 3. The bytes come out as (4t + k, 4t + 16 + k,
+// 4t + k + 1, 4t + 16 + k + 1), so the pairs take bytes 0, 2 (k-step 0) and 1, 3 (k-step 1): no
+// shifts and masks to gather the elements first (14 instructions a word fewer than a table
+// lookup per element order).
+template <bool MXFP4>
+constexpr uint32_t biased_levels(int k) {  // entries 4k..4k + 3 + 128, little-endian
+  const int8_t* levels = MXFP4 ? kMxfp4Values : kIq4nlValues;
+  uint32_t word = 0;
+  for (int b = 0; b < 4; ++b)
+    word |= static_cast<uint32_t>(static_cast<uint8_t>(levels[4 * k + b] + 128)) << (8 * b);
+  return word;
+}
 template <bool MXFP4>
 __device__ __forceinline__ void level_f16_pairs(uint32_t w, __half2 d, uint32_t (&lo)[2],
                                                 uint32_t (&hi)[2]) {
-  const uint32_t low = split_unpack::table_levels4<MXFP4>(w & 0x0F0F0F0Fu);
-  const uint32_t high = split_unpack::table_levels4<MXFP4>((w >> 4) & 0x0F0F0F0Fu);
-  scaled_pairs<kHalf2_1152>(low ^ 0x80808080u, d, lo);
-  scaled_pairs<kHalf2_1152>(high ^ 0x80808080u, d, hi);
+  constexpr uint32_t t0 = biased_levels<MXFP4>(0), t1 = biased_levels<MXFP4>(1),
+                     t2 = biased_levels<MXFP4>(2), t3 = biased_levels<MXFP4>(3);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t s = w >> (16 * i);  // elements 4t + 2i, + 16, 4t + 2i + 1, + 16
+    const uint32_t low = __byte_perm(t0, t1, s), high = __byte_perm(t2, t3, s);
+    const uint32_t u = __byte_perm(low, high, 0x3210u | ((s >> 1) & 0x4444u));
+    lo[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4240>(u), mma::as_half2(kHalf2_1152)), d));
+    hi[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4341>(u), mma::as_half2(kHalf2_1152)), d));
+  }
 }
 
 // MXFP4's scale 2^(e - 128) (ggml_e8m0_to_fp32_half) as f16 bits: a normal power of two for
@@ -211,8 +293,8 @@ __device__ __forceinline__ uint32_t e8m0_half_f16(uint32_t e) {
 
 // One pipeline stage of one warp: kKs sub-blocks (from `first`, of n per row) of the warp's
 // kWeightRows weight rows (at `weights`, kWeightRow bytes apart; their scales at `scales`,
-// kScaleRow apart; Q5_K/Q6_K's high bits at `high`, kHighRow apart) times the column tile's
-// activations (at `act`, kActRow apart), into acc.
+// kScaleRow apart; Q3_K/Q5_K/Q6_K's high bits at `high`, kHighRow apart) times the column
+// tile's activations (at `act`, kActRow apart), into acc.
 template <class P, uint32_t TYPE, int NT, int MT>
 __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const uint8_t* weights,
                                                const uint8_t* scales, const uint8_t* high,
@@ -220,8 +302,10 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
   const int g = lane / 4, t = lane % 4;  // the mma fragments' group and thread in group
   // The stage's scales of rows m * 16 + g + 8 h, as f16 pairs: Q4_0/Q8_0 [0] = (d of sub-block
   // 0, of 1); Q4_1 [u] = (d, m) of sub-block u; Q4_K/Q5_K [u] = (f16(d sc), -f16(dmin m)) of
-  // sub-block u (Q4_1's form); Q6_K [u] = f16(d sc) of sub-block u's elements 0-15, 16-31.
-  uint32_t scale[MT][2][2];
+  // sub-block u (Q4_1's form); Q6_K/Q3_K [u] = f16(d sc) of sub-block u's elements 0-15, 16-31;
+  // Q2_K [2u + k] = (f16(d sc), -f16(dmin m)) of sub-block u's elements 16k..16k + 15.
+  constexpr int kScaleWords = TYPE == kQ2_K ? 4 : 2;
+  uint32_t scale[MT][2][kScaleWords];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
@@ -251,7 +335,7 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
         const uint32_t e = *reinterpret_cast<const uint32_t*>(p) >> (8 * (first % 4));
         scale[m][h][0] = e8m0_half_f16(e & 0xFFu) | e8m0_half_f16((e >> 8) & 0xFFu) << 16;
         scale[m][h][1] = 0;  // unused
-      } else if constexpr (TYPE == kQ6_K) {
+      } else if constexpr (TYPE == kQ6_K || TYPE == kQ3_K) {
         // v.x: the int8 scales of sub-blocks first, first + 1 (two each); v.y: the f16 d of
         // super-blocks 2i, 2i + 1 with the stage's (first / 8) among them.
         const uint2 v = *reinterpret_cast<const uint2*>(p);
@@ -261,6 +345,20 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
         scaled_pairs<kHalf2_1152>(v.x ^ 0x80808080u, d, ds);  // sc + 128 - 128, times d
         scale[m][h][0] = ds[0];
         scale[m][h][1] = ds[1];
+      } else if constexpr (TYPE == kQ2_K) {
+        // v.x: GGUF's bytes of sub-blocks first, first + 1 (elements 0-15, 16-31 each; sc in
+        // the low nibble, m in the high); v.y: the super-block's (d, dmin). The nibbles
+        // interleaved as Q4_K's (sc, m) byte pairs, then Q4_K's (f16(d sc), -f16(dmin m)).
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        const uint32_t sc = v.x & 0x0F0F0F0Fu, mn = (v.x >> 4) & 0x0F0F0F0Fu;
+        const __half2 d = mma::as_half2(v.y ^ kSignHigh);  // (d, -dmin)
+        uint32_t dm[2];
+        scaled_pairs<kHalf2_1024>(__byte_perm(sc, mn, 0x5140), d, dm);  // bytes 0, 1
+        scale[m][h][0] = dm[0];
+        scale[m][h][1] = dm[1];
+        scaled_pairs<kHalf2_1024>(__byte_perm(sc, mn, 0x7362), d, dm);  // bytes 2, 3
+        scale[m][h][2] = dm[0];
+        scale[m][h][3] = dm[1];
       } else {  // Q4_K, Q5_K: v.x (sc, m) of sub-blocks first, first + 1; v.y (d, dmin)
         const uint2 v = *reinterpret_cast<const uint2*>(p);
         uint32_t dm[2];
@@ -288,9 +386,11 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
     // Weight words. Nibble types: ldmatrix.x4 over 32 rows gives word t of rows g, g + 8 of two
     // m-tiles. Q8_0: one ldmatrix.x4 per m-tile over its 16 rows' two 16-byte halves of the
     // sub-block: words[m][0..1] elements 4t.. of rows g, g + 8; words[m][2..3] 16 + 4t...
+    // Q2_K/Q3_K: none here (each row's word below).
     constexpr int kWords = TYPE == kQ8_0 ? 4 : 2;
     uint32_t words[MT][kWords];
-    if constexpr (TYPE == kQ8_0) {
+    if constexpr (kTwoBit<TYPE>) {
+    } else if constexpr (TYPE == kQ8_0) {
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         uint32_t r[4];
@@ -326,6 +426,21 @@ __device__ __forceinline__ void multiply_stage(float (&acc)[MT][NT][4], const ui
           } else {
             scaled_pairs<kHalf2_1152>(words[m][h] ^ 0x80808080u, d, lo[h]);  // q + 128 - 128
             scaled_pairs<kHalf2_1152>(words[m][2 + h] ^ 0x80808080u, d, hi[h]);
+          }
+        } else if constexpr (kTwoBit<TYPE>) {
+          // Word t % 2 of sub-block u, shifted so that elements 4t.. are bits 0-1 of its
+          // bytes and 16 + 4t.. bits 4-5 (Q6_K's high bits below are read alike).
+          const uint32_t w = *reinterpret_cast<const uint32_t*>(weights + row * P::kWeightRow +
+                                                                u * 8 + (t % 2) * 4) >>
+                             (2 * (t / 2));
+          if constexpr (TYPE == kQ2_K) {
+            q2_f16_pairs(w, mma::as_half2(scale[m][h][2 * u]),
+                         mma::as_half2(scale[m][h][2 * u + 1]), lo[h], hi[h]);
+          } else {
+            const uint32_t bits =
+                *reinterpret_cast<const uint32_t*>(high + row * P::kHighRow + u * 4);
+            const __half2 ds = mma::as_half2(scale[m][h][u]);
+            q3_f16_pairs(w, bits >> t, __low2half2(ds), __high2half2(ds), lo[h], hi[h]);
           }
         } else if constexpr (TYPE == kQ6_K) {
           const uint32_t bits =
@@ -364,7 +479,9 @@ template <class P, uint32_t TYPE>
 __device__ __forceinline__ void copy_weight_stage(uint8_t* stage, const uint8_t* const* rows,
                                                   const uint8_t* const* scale_rows, int first,
                                                   int n, int lane, int chunk) {
-  constexpr int kChunksPerBlock = P::kQuantBytes / 16;
+  // Q2_K/Q3_K: one chunk holds the stage's two sub-blocks (chunk 0), both inside the row when
+  // the first is (whole super-blocks: n % 8 == 0, first even).
+  constexpr int kChunksPerBlock = P::kQuantBytes >= 16 ? P::kQuantBytes / 16 : 1;
   const bool valid = first + chunk / kChunksPerBlock < n;
 #pragma unroll
   for (int i = 0; i < P::kWeightCopies; ++i)
@@ -376,10 +493,13 @@ __device__ __forceinline__ void copy_weight_stage(uint8_t* stage, const uint8_t*
   const bool ok = first < n;
   if constexpr (kKType<TYPE>) {
     // Whole super-blocks (n % 8 == 0), so a stage lies inside the row. The sub-blocks' scales
-    // (2 bytes each) at first * 2; the super-blocks' f16 pairs 2 n bytes after the scales (Q6_K:
-    // the 4-byte aligned pair of d that holds super-block first / 8's); the high bits before
-    // the scales (Q6_K 8 n bytes, Q5_K 4 n).
-    const int64_t pair = 2 * static_cast<int64_t>(n) + (TYPE == kQ6_K ? first / 16 : first / 8) * 4;
+    // (2 bytes each) at first * 2; the super-blocks' f16 pairs 2 n bytes after the scales (Q6_K,
+    // Q3_K: the 4-byte aligned pair of d that holds super-block first / 8's, which reads 2 bytes
+    // past the payload when n / 8 is odd: into the row's stride padding, as both types'
+    // payloads (210 and 114 bytes per super-block, 2 mod 16) then end 2, 6, 10 or 14 bytes into
+    // a 16-byte line); the high bits before the scales (Q6_K 8 n bytes, Q5_K 4 n, Q3_K 4 n).
+    constexpr bool kDPairs = TYPE == kQ6_K || TYPE == kQ3_K;
+    const int64_t pair = 2 * static_cast<int64_t>(n) + (kDPairs ? first / 16 : first / 8) * 4;
 #pragma unroll
     for (int i = 0; i < P::kScaleCopies; ++i) {
       const int row = lane + i * kWarpSize;
@@ -674,7 +794,7 @@ bool ready_for() {
 }
 bool ready() {
   static const bool ok =
-      ready_for<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>();
+      ready_for<kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>();
   return ok;
 }
 
@@ -728,10 +848,10 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, int max_rows, const Mat
 }  // namespace
 
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout &&
-         (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
-          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K ||
-          weight_type == kIQ4_NL || weight_type == kIQ4_XS || weight_type == kMXFP4);
+  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
+                          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K ||
+                          weight_type == kQ2_K || weight_type == kQ3_K || weight_type == kIQ4_NL ||
+                          weight_type == kIQ4_XS || weight_type == kMXFP4);
 }
 
 bool matvec_f16mma_fits_device() {
@@ -762,8 +882,8 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
                ? launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
                : launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
   };
-  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>(
-      weight_type, run);
+  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS,
+                       kMXFP4>(weight_type, run);
 }
 
 }  // namespace granule::kernels

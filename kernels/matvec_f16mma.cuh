@@ -1,7 +1,7 @@
-// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 weights with
-// f16 activations on f16 tensor cores (mma.sync m16n8k16, f32 accumulation): the weights are
-// dequantised to f16 in registers, so no per-sub-block epilogue runs (matvec_f16mma.cu;
-// kernels/README.md).
+// Batched products of split-layout Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4
+// weights with f16 activations on f16 tensor cores (mma.sync m16n8k16, f32 accumulation): the
+// weights are dequantised to f16 in registers, so no per-sub-block epilogue runs
+// (matvec_f16mma.cu; kernels/README.md).
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -19,8 +19,8 @@ struct MatvecInputF16 {
 };
 
 // True when launch_matvec_f16mma runs this weight type in this layout (split Q4_0, Q4_1, Q8_0,
-// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; the K types' and IQ4_XS's rows must be whole
-// 256-element super-blocks).
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4; the K types' and IQ4_XS's rows must be
+// whole 256-element super-blocks).
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout);
 
 // True when the device has f16 mma.sync (cc >= 8.0) and the kernels got their shared memory

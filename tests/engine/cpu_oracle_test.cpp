@@ -340,13 +340,15 @@ TEST(CpuOracleBackend, ChunksABatchAsTheCudaBackendDoes) {
 }
 
 // KernelConfig::f16_mma_min_rows: runs of that many rows (up to 64) on layers of split
-// Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K take f16 tensor-core products on the GPU, which round as the cuBLAS
-// path does (f16 activations, each weight rounded to f16). The oracle follows: 128 tokens in two
-// 64-row chunks on that path are bitwise one 128-row GEMM chunk; a 16-row run (below 17) stays on
-// the int8 rounding; and the f16 rounding sits nearer the f32 reference than the int8 one.
+// Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K take f16 tensor-core products on the GPU, which round as
+// the cuBLAS path does (f16 activations, each weight rounded to f16). The oracle follows: 128
+// tokens in two 64-row chunks on that path are bitwise one 128-row GEMM chunk; a 16-row run (below
+// 17) stays on the int8 rounding; and the f16 rounding sits nearer the f32 reference than the int8
+// one.
 TEST(CpuOracleBackend, F16ProductsRoundAsTheGemmPath) {
-  for (const TensorType type : {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0,
-                                TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
+  for (const TensorType type :
+       {TensorType::Q4_0, TensorType::Q4_1, TensorType::Q8_0, TensorType::Q2_K, TensorType::Q3_K,
+        TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K}) {
     const std::string name(tensor_type_info(type).name);
     const fs::path path = write_model("f16mma-" + name, type);
     Rig exact(path, false), int8(path, true, 64), f16(path, true, 64, 17),

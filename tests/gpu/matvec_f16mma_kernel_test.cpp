@@ -3,8 +3,9 @@
 // once from f16 scales (Q4_0: f16((q - 8) d), Q4_1: f16(q d + m), Q8_0: f16(q d), IQ4_NL:
 // f16(level d) with the nibble's int8 level, MXFP4 the same with d = 2^(e - 128) in f16, IQ4_XS
 // f16(level f16(d sc)); the K types'
-// scales f16(d sc) and f16(dmin m) rounded first: Q6_K f16((q - 32) f16(d sc)), Q4_K/Q5_K
-// f16(q f16(d sc) - f16(dmin m))), the f16 activations exact, the sum in double. The host reads
+// scales f16(d sc) and f16(dmin m) rounded first: Q6_K f16((q - 32) f16(d sc)), Q4_K/Q5_K and
+// Q2_K (per 16 elements) f16(q f16(d sc) - f16(dmin m)), Q3_K f16((q - 4) f16(d sc))), the f16
+// activations exact, the sum in double. The host reads
 // the elements from the GGUF blocks, checked against the engine's dequantisation. What is left
 // is the f32 accumulation inside the mma and across warps; the bound for it is kRelError of the
 // row's magnitude (sum over elements of |w16 x|), and a test shows that one weight off by one
@@ -13,7 +14,8 @@
 // odd row counts and short rows, batches 1-64, the three-matrix launch with accumulate, the 8B
 // model's products with accumulate (the same bits on a second launch), the fused SwiGLU
 // epilogue (also with an f16 result; at 17-64 columns the shared-activation shape), and what the
-// launcher refuses, for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4. A timing
+// launcher refuses, for Q4_0, Q4_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4.
+// A timing
 // probe prints the 8B products beside the int8 mma kernel (and checks that the two agree within the
 // int8 activations' rounding).
 #include <cuda_fp16.h>
@@ -64,7 +66,8 @@ double round_to_f16(double v) {
 }
 
 // Element i of row r of a matrix, read from its GGUF blocks: value = (q - bias) d + m exactly
-// (bias 8 for Q4_0, 32 for Q6_K, else 0; m: Q4_1's m, Q4_K/Q5_K's -dmin * min, else 0; IQ4_NL's
+// (bias 8 for Q4_0, 32 for Q6_K, 4 for Q3_K, else 0; m: Q4_1's m, Q4_K/Q5_K/Q2_K's -dmin * min,
+// else 0; IQ4_NL's
 // IQ4_XS's and MXFP4's q is the nibble's level in kIq4nlValues, kMxfp4Values); the
 // kernel multiplies f16((q - bias) d16 + m16), where d16, m16 are d and m for the types whose
 // scale is an f16 already, and f16(d * sc), -f16(dmin * min) for the K types (their scales
@@ -74,10 +77,12 @@ struct Element {
   double d, m;
   double d16, m16;
 };
-int bias_of(TensorType t) { return t == TensorType::Q4_0 ? 8 : t == TensorType::Q6_K ? 32 : 0; }
+int bias_of(TensorType t) {
+  return t == TensorType::Q4_0 ? 8 : t == TensorType::Q6_K ? 32 : t == TensorType::Q3_K ? 4 : 0;
+}
 bool scales_rounded(TensorType t) {
-  return t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
-         t == TensorType::IQ4_XS;
+  return t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K ||
+         t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_XS;
 }
 // The largest q of a type (a neighbour of q stays inside [lowest, largest]).
 int largest_q(TensorType t) {
@@ -86,6 +91,8 @@ int largest_q(TensorType t) {
              ? 127
          : t == TensorType::Q6_K ? 63
          : t == TensorType::Q5_K ? 31
+         : t == TensorType::Q3_K ? 7
+         : t == TensorType::Q2_K ? 3
                                  : 15;
 }
 // The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block (GGUF's packing).
@@ -151,6 +158,32 @@ Element element(const Matrix& w, int64_t r, int64_t i) {
       const uint8_t ql = b->ql[half * 64 + (k % 2) * 32 + l];
       const int q = (k < 2 ? ql & 0x0F : ql >> 4) | ((b->qh[half * 32 + l] >> (2 * k)) & 3) << 4;
       const double d = fp16_to_f32(b->d) * b->scales[half * 8 + l / 16 + 2 * k];
+      return {q, d, 0.0, round_to_f16(d), 0.0};
+    }
+    case TensorType::Q2_K: {
+      // Per 128 elements: quarter j of 32 takes bits 2j of qs bytes 32 (e / 128) + l, scale
+      // byte 8 (e / 128) + 2j + l / 16 (sc in the low nibble, min in the high).
+      const auto* b = reinterpret_cast<const BlockQ2_K*>(row) + i / 256;
+      const int e = static_cast<int>(i % 256), half = e / 128, j = e % 128 / 32, l = e % 32;
+      const int q = (b->qs[half * 32 + l] >> (2 * j)) & 3;
+      const uint8_t sc = b->scales[half * 8 + 2 * j + l / 16];
+      const double d = fp16_to_f32(b->d) * (sc & 0xF);
+      const double m = -fp16_to_f32(b->dmin) * (sc >> 4);
+      return {q, d, m, round_to_f16(d), round_to_f16(m)};
+    }
+    case TensorType::Q3_K: {
+      // Per 128 elements: quarter j of 32 takes bits 2j of qs bytes 32 (e / 128) + l and bit
+      // 4 (e / 128) + j of hmask byte l as bit 2 (q 0..7, value (q - 4) d sc); scale k =
+      // 8 (e / 128) + 2j + l / 16 of the 12 packed bytes: low 4 bits from byte k % 8 (the high
+      // nibble for k >= 8), high 2 from byte 8 + k % 4 at bit 2 (k / 4); minus 32.
+      const auto* b = reinterpret_cast<const BlockQ3_K*>(row) + i / 256;
+      const int e = static_cast<int>(i % 256), half = e / 128, j = e % 128 / 32, l = e % 32;
+      const int third = (b->hmask[l] >> (4 * half + j)) & 1;
+      const int q = ((b->qs[half * 32 + l] >> (2 * j)) & 3) | third << 2;
+      const int k = half * 8 + 2 * j + l / 16;
+      const int low = k < 8 ? b->scales[k] & 0xF : b->scales[k - 8] >> 4;
+      const int sc = (low | ((b->scales[8 + k % 4] >> (2 * (k / 4))) & 3) << 4) - 32;
+      const double d = fp16_to_f32(b->d) * sc;
       return {q, d, 0.0, round_to_f16(d), 0.0};
     }
     case TensorType::Q4_K:
@@ -401,7 +434,8 @@ std::vector<Shape> shapes() {
   // slower, so the 8B shapes are cut to at most 17M weights): the 8B model's rows, odd row
   // counts, one, two and three super-blocks (a Q6_K stage's d in either half of its 4-byte
   // pair), and the 64-rows-per-warp shape (20,000 rows: 313 blocks).
-  for (TensorType t : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K, TensorType::IQ4_XS})
+  for (TensorType t : {TensorType::Q2_K, TensorType::Q3_K, TensorType::Q4_K, TensorType::Q5_K,
+                       TensorType::Q6_K, TensorType::IQ4_XS})
     for (const auto& [rows, cols] :
          std::initializer_list<std::pair<int64_t, int64_t>>{{576, 1536},
                                                             {4096, 4096},
@@ -417,12 +451,13 @@ std::vector<Shape> shapes() {
 }
 
 // The types past Q4_0/Q4_1, and all of them.
-constexpr TensorType kNewTypes[] = {TensorType::Q8_0, TensorType::Q4_K,   TensorType::Q5_K,
-                                    TensorType::Q6_K, TensorType::IQ4_NL, TensorType::IQ4_XS,
-                                    TensorType::MXFP4};
-constexpr TensorType kAllTypes[] = {TensorType::Q4_0,   TensorType::Q4_1,   TensorType::Q8_0,
+constexpr TensorType kNewTypes[] = {TensorType::Q8_0,   TensorType::Q2_K,   TensorType::Q3_K,
                                     TensorType::Q4_K,   TensorType::Q5_K,   TensorType::Q6_K,
                                     TensorType::IQ4_NL, TensorType::IQ4_XS, TensorType::MXFP4};
+constexpr TensorType kAllTypes[] = {TensorType::Q4_0,   TensorType::Q4_1, TensorType::Q8_0,
+                                    TensorType::Q2_K,   TensorType::Q3_K, TensorType::Q4_K,
+                                    TensorType::Q5_K,   TensorType::Q6_K, TensorType::IQ4_NL,
+                                    TensorType::IQ4_XS, TensorType::MXFP4};
 // Whether rows of `cols` elements are whole blocks of the type.
 bool fits(TensorType t, int64_t cols) {
   return cols % kernels::split::block_elements(static_cast<uint32_t>(t)) == 0;
@@ -758,8 +793,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
     EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), false))
         << tensor_type_info(type).name;
   }
-  for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::Q2_K, TensorType::Q3_K,
-                          TensorType::F16})
+  for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::F16})
     EXPECT_FALSE(kernels::matvec_f16mma_supports(static_cast<uint32_t>(type), true))
         << tensor_type_info(type).name;
   REQUIRE_F16MMA();
@@ -768,7 +802,7 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
   const Activations act(64, 4);
   Output y(16, 8);
   kernels::MatvecTask t = task_for(w, y.y.get());
-  for (const auto type : {TensorType::Q5_0, TensorType::Q2_K, TensorType::F16})
+  for (const auto type : {TensorType::Q5_0, TensorType::Q5_1, TensorType::F16})
     EXPECT_EQ(kernels::launch_matvec_f16mma(static_cast<uint32_t>(type), &t, 1, act.input(8),
                                             config, nullptr),
               cudaErrorInvalidValue)
@@ -824,7 +858,8 @@ TEST(MatvecF16MmaTasks, RefusesWhatItCannotRun) {
 }
 
 // A split-layout matrix of random bytes with its f16 scales set to 0.01-0.02 (Q4_1's m, Q4_K/
-// Q5_K's dmin too; IQ4_XS's int8 scales in -32..31, MXFP4's e bytes 2^-10..2^-3): timing only.
+// Q5_K/Q2_K's dmin too; IQ4_XS's and Q3_K's int8 scales in -32..31, MXFP4's e bytes
+// 2^-10..2^-3): timing only. (Q2_K's scale bytes stay random: both nibbles are in range.)
 DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
                                   std::mt19937_64& rng) {
   namespace split = kernels::split;
@@ -842,6 +877,10 @@ DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
           ? std::tuple<int64_t, int64_t, int64_t>{split::q6k_d_offset(n), n / 8, 2}
       : type == TensorType::Q4_K || type == TensorType::Q5_K
           ? std::tuple<int64_t, int64_t, int64_t>{split::kquant_d_offset(t, n), n / 4, 2}
+      : type == TensorType::Q2_K
+          ? std::tuple<int64_t, int64_t, int64_t>{split::q2k_d_offset(n), n / 4, 2}
+      : type == TensorType::Q3_K
+          ? std::tuple<int64_t, int64_t, int64_t>{split::q3k_d_offset(n), n / 8, 2}
       : type == TensorType::IQ4_XS
           ? std::tuple<int64_t, int64_t, int64_t>{split::iq4xs_d_offset(n), n / 8, 2}
           : std::tuple<int64_t, int64_t, int64_t>{split::scales_offset(t, n), n, 2};
@@ -852,8 +891,9 @@ DeviceArray<uint8_t> random_split(TensorType type, int64_t rows, int64_t cols,
         row[split::scales_offset(t, n) + j] = static_cast<uint8_t>(118 + (r + j) % 8);
       continue;
     }
-    if (type == TensorType::IQ4_XS)  // int8 scales of 6-bit range (-32..31)
-      for (int64_t j = 0; j < n; ++j)
+    if (type == TensorType::IQ4_XS || type == TensorType::Q3_K)  // int8 scales (-32..31): one
+      // per sub-block (IQ4_XS), one per 16 elements (Q3_K)
+      for (int64_t j = 0; j < (type == TensorType::Q3_K ? 2 * n : n); ++j)
         row[split::scales_offset(t, n) + j] =
             static_cast<uint8_t>(static_cast<int8_t>(static_cast<int>((r + 3 * j) % 64) - 32));
     for (int64_t j = 0; j < count; ++j) {

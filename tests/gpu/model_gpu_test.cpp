@@ -461,12 +461,13 @@ TEST(ModelGpuBatch, KQuantDecodeOfManySequencesMatchesTheOracle) {
 }
 
 // The f16 tensor-core products (KernelConfig::f16_mma_min_rows = 1: every run of at most 64
-// rows of split Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 layers reads f16 activations and weights dequantised
-// to f16 in registers) against the oracle, which rounds as the int8 path does: the f16 path sits
-// nearer the f32 reference, so its distance to the oracle is the oracle's own int8 rounding, inside
-// the bound (twice that). A 64-row teacher-forced run, 1-row decode steps (graphs) and three
-// sequences at different lengths decoding together; the SmolLM2 shapes (30 layers, Q4_1,
-// 576 wide) too. The logits must differ from the int8 path's: the f16 path really ran.
+// rows of split Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 layers reads f16
+// activations and weights dequantised to f16 in registers) against the oracle, which rounds as the
+// int8 path does: the f16 path sits nearer the f32 reference, so its distance to the oracle is the
+// oracle's own int8 rounding, inside the bound (twice that). A 64-row teacher-forced run, 1-row
+// decode steps (graphs) and three sequences at different lengths decoding together; the SmolLM2
+// shapes (30 layers, Q4_1, 576 wide) too. The logits must differ from the int8 path's: the f16
+// path really ran.
 // A model case of the parametrised suites below: its name, spec and the caps it is held to.
 struct SpecCase {
   std::string name;
@@ -520,21 +521,21 @@ TEST_P(ModelGpuF16Mma, DecodeRunsMatchTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, ModelGpuF16Mma,
-    ::testing::Values(SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
-                      SpecCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
-                      SpecCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
-                      SpecCase{"llama_Q8_0", small_spec("llama", TensorType::Q8_0), kShallowInt8},
-                      SpecCase{"llama_Q4_K", small_spec("llama", TensorType::Q4_K), kShallowInt8},
-                      SpecCase{"llama_Q5_K", small_spec("llama", TensorType::Q5_K), kShallowInt8},
-                      SpecCase{"llama_Q6_K", small_spec("llama", TensorType::Q6_K), kShallowInt8},
-                      SpecCase{"llama_IQ4_NL", small_spec("llama", TensorType::IQ4_NL),
-                               kShallowInt8},
-                      SpecCase{"llama_IQ4_XS", small_spec("llama", TensorType::IQ4_XS),
-                               kShallowInt8},
-                      SpecCase{"llama_MXFP4", small_spec("llama", TensorType::MXFP4), kShallowInt8},
-                      SpecCase{"q4_k_m", small_spec("q4_k_m", TensorType::Q4_K), kShallowInt8},
-                      SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"),
-                               kDeep}),
+    ::testing::Values(
+        SpecCase{"llama_Q4_0", small_spec("llama", TensorType::Q4_0), kShallowInt8},
+        SpecCase{"llama_Q4_1", small_spec("llama", TensorType::Q4_1), kShallowInt8},
+        SpecCase{"llama3_Q4_0", small_spec("llama3", TensorType::Q4_0), kShallowInt8},
+        SpecCase{"llama_Q8_0", small_spec("llama", TensorType::Q8_0), kShallowInt8},
+        SpecCase{"llama_Q2_K", small_spec("llama", TensorType::Q2_K), kShallowInt8},
+        SpecCase{"llama_Q3_K", small_spec("llama", TensorType::Q3_K), kShallowInt8},
+        SpecCase{"llama_Q4_K", small_spec("llama", TensorType::Q4_K), kShallowInt8},
+        SpecCase{"llama_Q5_K", small_spec("llama", TensorType::Q5_K), kShallowInt8},
+        SpecCase{"llama_Q6_K", small_spec("llama", TensorType::Q6_K), kShallowInt8},
+        SpecCase{"llama_IQ4_NL", small_spec("llama", TensorType::IQ4_NL), kShallowInt8},
+        SpecCase{"llama_IQ4_XS", small_spec("llama", TensorType::IQ4_XS), kShallowInt8},
+        SpecCase{"llama_MXFP4", small_spec("llama", TensorType::MXFP4), kShallowInt8},
+        SpecCase{"q4_k_m", small_spec("q4_k_m", TensorType::Q4_K), kShallowInt8},
+        SpecCase{"smollm2_shapes", SyntheticModelSpec::preset("smollm2-135m"), kDeep}),
     spec_case_name);
 
 // The batch-1 fusion (kernels/README.md): the output and down projections hand the next

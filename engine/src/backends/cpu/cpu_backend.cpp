@@ -143,13 +143,14 @@ CpuBackend::CpuBackend(const BackendInit& init)
     f16_min_rows_ = kernels.f16_mma_min_rows;
     chunk_rows_ = std::max(kGpuMatvecMaxRows, init.options.max_tokens_per_pass);
     // cuda_model.cpp's takes_f16mma(): every matrix split
-    // Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 (matvec_f16mma_supports), gate and up
-    // alike.
+    // Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 (matvec_f16mma_supports), gate
+    // and up alike.
     auto f16_capable = [&](const TensorInfo* w) {
       const TensorType t = type_of(w);
       return (t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
-              t == TensorType::Q4_K || t == TensorType::Q5_K || t == TensorType::Q6_K ||
-              t == TensorType::IQ4_NL || t == TensorType::IQ4_XS || t == TensorType::MXFP4) &&
+              t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K ||
+              t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_NL ||
+              t == TensorType::IQ4_XS || t == TensorType::MXFP4) &&
              split_weights_ && split_layout_fits(w->ggml_type, w->dims[0]);
     };
     for (const LayerWeights& l : weights_.layers) {

@@ -143,9 +143,9 @@ class CpuBackend final : public Backend {
   bool split_weights_ = true;
   int64_t chunk_rows_ = 512;
   // KernelConfig::f16_mma_min_rows (0: off): runs of that many rows up to the matvec limit on
-  // layers whose seven matrices are split Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 (gate
-  // and up alike) take f16 activations and weights rounded to f16, as the cuBLAS path does, on the
-  // GPU; per layer here.
+  // layers whose seven matrices are split Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/
+  // MXFP4 (gate and up alike) take f16 activations and weights rounded to f16, as the cuBLAS path
+  // does, on the GPU; per layer here.
   int64_t f16_min_rows_ = 0;
   std::vector<bool> f16_layers_;
 };
