@@ -380,7 +380,7 @@ TEST(GptOssAttention, DecodeMatchesPrefillPastTheWindow) {
 
 // The case: the engine opens a gpt-oss file with Device Auto on the CPU (CUDA refuses the
 // preset's head size 32), with the CPU backend's logits; Device Cuda is a DeviceError — where a
-// GPU is present, the CUDA backend's refusal.
+// GPU is present, the CUDA backend's refusal — or, in a build without CUDA, an UnsupportedError.
 TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
   SyntheticModelSpec spec = SyntheticModelSpec::preset("tiny-gpt-oss");
   test::TempModel file(spec, "gptoss-engine");
@@ -410,6 +410,10 @@ TEST(GptOssEngine, AutoRunsOnTheCpuAndCudaRefuses) {
     Engine::open(file.path, options);
   } catch (const DeviceError& e) {
     message = e.what();
+#ifndef GRANULE_HAVE_CUDA
+  } catch (const UnsupportedError& e) {
+    message = e.what();
+#endif
   }
   EXPECT_FALSE(message.empty()) << "DeviceKind::Cuda opened gpt-oss";
 #ifdef GRANULE_HAVE_CUDA
