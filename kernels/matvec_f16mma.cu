@@ -792,9 +792,27 @@ bool ready_for() {
   if (mma::first_error({allow_gate_up_bytes<TYPES>()...}) != cudaSuccess) cudaGetLastError();
   return true;
 }
+// The types these kernels are built for: split::f16mma_reads names the same ones (checked below).
+template <uint32_t... TYPES>
+struct TypeList {
+  static constexpr bool has(uint32_t type) { return ((type == TYPES) || ...); }
+  static bool ready() { return ready_for<TYPES...>(); }
+  template <class F>
+  static cudaError_t dispatch(uint32_t type, F&& f) {
+    return mma::for_type<TYPES...>(type, f);
+  }
+};
+using F16Types =
+    TypeList<kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>;
+constexpr bool list_is_f16mma_reads() {
+  for (uint32_t t = 0; t < 64; ++t)
+    if (F16Types::has(t) != split::f16mma_reads(t)) return false;
+  return true;
+}
+static_assert(list_is_f16mma_reads(), "F16Types and split::f16mma_reads name other types");
+
 bool ready() {
-  static const bool ok =
-      ready_for<kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS, kMXFP4>();
+  static const bool ok = F16Types::ready();
   return ok;
 }
 
@@ -848,10 +866,7 @@ cudaError_t launch_type(const Tasks& tasks, int n_tasks, int max_rows, const Mat
 }  // namespace
 
 bool matvec_f16mma_supports(uint32_t weight_type, bool split_layout) {
-  return split_layout && (weight_type == kQ4_0 || weight_type == kQ4_1 || weight_type == kQ8_0 ||
-                          weight_type == kQ4_K || weight_type == kQ5_K || weight_type == kQ6_K ||
-                          weight_type == kQ2_K || weight_type == kQ3_K || weight_type == kIQ4_NL ||
-                          weight_type == kIQ4_XS || weight_type == kMXFP4);
+  return split_layout && split::f16mma_reads(weight_type);
 }
 
 bool matvec_f16mma_fits_device() {
@@ -882,8 +897,7 @@ cudaError_t launch_matvec_f16mma(uint32_t weight_type, const MatvecTask* tasks, 
                ? launch_type<TYPE, true>(packed, n_tasks, max_rows, input, config, stream)
                : launch_type<TYPE, false>(packed, n_tasks, max_rows, input, config, stream);
   };
-  return mma::for_type<kQ4_0, kQ4_1, kQ8_0, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kIQ4_XS,
-                       kMXFP4>(weight_type, run);
+  return F16Types::dispatch(weight_type, run);
 }
 
 }  // namespace granule::kernels

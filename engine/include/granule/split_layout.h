@@ -61,6 +61,11 @@ GRANULE_HD constexpr bool supports(uint32_t type) {
          type == kTypeQ5_K || type == kTypeQ6_K || type == kTypeIQ4_NL || type == kTypeIQ4_XS ||
          type == kTypeMXFP4;
 }
+// The types the f16 tensor-core products read (kernels/matvec_f16mma.cu is built for exactly
+// these, and the CPU oracle's f16 rule asks this too): every split type but Q5_0 and Q5_1.
+GRANULE_HD constexpr bool f16mma_reads(uint32_t type) {
+  return supports(type) && type != kTypeQ5_0 && type != kTypeQ5_1;
+}
 // The types whose GGUF blocks hold 256 elements (super-blocks of 8 sub-blocks).
 GRANULE_HD constexpr bool is_k_type(uint32_t type) {
   return type == kTypeQ2_K || type == kTypeQ3_K || type == kTypeQ4_K || type == kTypeQ5_K ||

@@ -21,6 +21,7 @@
 #include "granule/error.h"
 #include "granule/log.h"
 #include "granule/quant.h"
+#include "granule/split_layout.h"
 #include "model/rope.h"
 #include "model/weight_split.h"
 
@@ -142,16 +143,11 @@ CpuBackend::CpuBackend(const BackendInit& init)
     split_weights_ = kernels.split_weights;
     f16_min_rows_ = kernels.f16_mma_min_rows;
     chunk_rows_ = std::max(kGpuMatvecMaxRows, init.options.max_tokens_per_pass);
-    // cuda_model.cpp's takes_f16mma(): every matrix split
-    // Q4_0/Q4_1/Q8_0/Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_NL/IQ4_XS/MXFP4 (matvec_f16mma_supports), gate
-    // and up alike.
+    // cuda_model.cpp's takes_f16mma(): every matrix split in a type the f16 products read
+    // (matvec_f16mma_supports), gate and up alike.
     auto f16_capable = [&](const TensorInfo* w) {
-      const TensorType t = type_of(w);
-      return (t == TensorType::Q4_0 || t == TensorType::Q4_1 || t == TensorType::Q8_0 ||
-              t == TensorType::Q2_K || t == TensorType::Q3_K || t == TensorType::Q4_K ||
-              t == TensorType::Q5_K || t == TensorType::Q6_K || t == TensorType::IQ4_NL ||
-              t == TensorType::IQ4_XS || t == TensorType::MXFP4) &&
-             split_weights_ && split_layout_fits(w->ggml_type, w->dims[0]);
+      return kernels::split::f16mma_reads(w->ggml_type) && split_weights_ &&
+             split_layout_fits(w->ggml_type, w->dims[0]);
     };
     for (const LayerWeights& l : weights_.layers) {
       // An expert layer's attention keeps the int8/f32 rules (its FFN has no dense matrices);
