@@ -201,14 +201,7 @@ __device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, 
   o[1] |= ((h << 2) & 0x10u) | ((h << 17) & 0x100000u);    // bits 2, 3
   o[2] |= ((h >> 8) & 0x100u) | ((h << 7) & 0x1000000u);   // bits 16, 17: + 256 (16 x 16)
   o[3] |= ((h >> 10) & 0x100u) | ((h << 5) & 0x1000000u);  // bits 18, 19
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1024));
-    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
-                               mma::as_half2(mma::kHalf2_Minus64));
-    lo[i] = mma::as_bits(__hfma2(ql, d, mn));
-    hi[i] = mma::as_bits(__hfma2(qh, d, mn));
-  }
+  mma::min_f16_pairs(o, d, mn, d, mn, lo, hi);
 }
 
 // Q2_K: w = the sub-block's word t % 2 >> 2 (t / 2) (bits 0-1 of byte i: element 4t + i's q,
@@ -217,18 +210,10 @@ __device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, 
 // unpack_nibbles' pairs with 2-bit masks: (1024 + q) and (1024 + 16 q), exact.
 __device__ __forceinline__ void q2_f16_pairs(uint32_t w, __half2 dm_lo, __half2 dm_hi,
                                              uint32_t (&lo)[2], uint32_t (&hi)[2]) {
-  const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
-  const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
-  const uint32_t o[4] = {(p & 0x00030003u) | kHalf2_1024, (s & 0x00030003u) | kHalf2_1024,
-                         (p & 0x00300030u) | kHalf2_1024, (s & 0x00300030u) | kHalf2_1024};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1024));
-    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
-                               mma::as_half2(mma::kHalf2_Minus64));
-    lo[i] = mma::as_bits(__hfma2(ql, __low2half2(dm_lo), __high2half2(dm_lo)));
-    hi[i] = mma::as_bits(__hfma2(qh, __low2half2(dm_hi), __high2half2(dm_hi)));
-  }
+  uint32_t o[4];
+  mma::unpack_nibbles<0x00030003u>(w, o);
+  mma::min_f16_pairs(o, __low2half2(dm_lo), __high2half2(dm_lo), __low2half2(dm_hi),
+                     __high2half2(dm_hi), lo, hi);
 }
 
 // Q3_K: w as Q2_K's, h = the sub-block's qh word >> t (bit 0 of byte i: element 4t + i's third
@@ -238,14 +223,7 @@ __device__ __forceinline__ void q3_f16_pairs(uint32_t w, uint32_t h, __half2 dlo
                                              uint32_t (&lo)[2], uint32_t (&hi)[2]) {
   uint32_t o[4];
   mma::unpack_nibbles((w & 0x33333333u) | ((h << 2) & 0x44444444u), o);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const __half2 ql = __hsub2_rn(mma::as_half2(o[i]), mma::as_half2(kHalf2_1028));
-    const __half2 qh = __hfma2(mma::as_half2(o[2 + i]), mma::as_half2(mma::kHalf2_Sixteenth),
-                               mma::as_half2(kHalf2_Minus68));
-    lo[i] = mma::as_bits(__hmul2_rn(ql, dlo));
-    hi[i] = mma::as_bits(__hmul2_rn(qh, dhi));
-  }
+  mma::offset_f16_pairs<kHalf2_1028, kHalf2_Minus68>(o, dlo, dhi, lo, hi);  // q - 4
 }
 
 // IQ4_NL / IQ4_XS / MXFP4: word w of a sub-block (Q4_0's nibble order: nibbles 2k and 2k + 1 are

@@ -106,20 +106,51 @@ __device__ __forceinline__ uint32_t as_bits(__half2 h) {
 // The four f16 pairs of one word, biased so the integer is exact: o[0] = (1024 + q(e),
 // 1024 + q(e+1)), o[1] = the same for e+2, e+3; o[2] = (1024 + 16 q(e+16), 1024 + 16 q(e+17)),
 // o[3] for e+18, e+19. (0x6400 is f16 1024, whose ulp is 1: OR-ing a value below 1024 into the
-// mantissa adds it.)
+// mantissa adds it.) LOW_MASK keeps the values' bits in the low nibbles (Q2_K's 2-bit values:
+// 0x00030003), LOW_MASK << 4 in the high ones.
+template <uint32_t LOW_MASK = 0x000F000Fu>
 __device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
   const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
   const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
-  o[0] = (p & 0x000F000Fu) | 0x64006400u;        // f16 1024 in both halves
-  o[1] = (s & 0x000F000Fu) | 0x64006400u;
-  o[2] = (p & 0x00F000F0u) | 0x64006400u;
-  o[3] = (s & 0x00F000F0u) | 0x64006400u;
+  o[0] = (p & LOW_MASK) | 0x64006400u;           // f16 1024 in both halves
+  o[1] = (s & LOW_MASK) | 0x64006400u;
+  o[2] = (p & (LOW_MASK << 4)) | 0x64006400u;
+  o[3] = (s & (LOW_MASK << 4)) | 0x64006400u;
 }
 
 // f16x2 constants as bits (a conversion at run time would be an instruction each).
 constexpr uint32_t kHalf2_1024 = 0x64006400u, kHalf2_1032 = 0x64086408u;
 constexpr uint32_t kHalf2_Sixteenth = 0x2C002C00u;  // 1/16
 constexpr uint32_t kHalf2_Minus64 = 0xD400D400u, kHalf2_Minus72 = 0xD480D480u;
+
+// unpack_nibbles' pairs as f16((q - c) d), each rounded once: BIAS = f16x2(1024 + c) and
+// HIGH_BIAS = f16x2(-64 - c), so (1024 + q) - BIAS and (1024 + 16 q) / 16 + HIGH_BIAS are q - c,
+// exact. dlo scales the low pairs (k-step 0), dhi the high ones (k-step 1).
+template <uint32_t BIAS, uint32_t HIGH_BIAS>
+__device__ __forceinline__ void offset_f16_pairs(const uint32_t (&o)[4], __half2 dlo, __half2 dhi,
+                                                 uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(BIAS));
+    const __half2 qh = __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(HIGH_BIAS));
+    lo[i] = as_bits(__hmul2_rn(ql, dlo));
+    hi[i] = as_bits(__hmul2_rn(qh, dhi));
+  }
+}
+// unpack_nibbles' pairs as f16(q d + m), q exact, then one rounding (fused): (dlo, mlo) for the
+// low pairs, (dhi, mhi) for the high ones.
+__device__ __forceinline__ void min_f16_pairs(const uint32_t (&o)[4], __half2 dlo, __half2 mlo,
+                                              __half2 dhi, __half2 mhi, uint32_t (&lo)[2],
+                                              uint32_t (&hi)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(kHalf2_1024));
+    const __half2 qh =
+        __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(kHalf2_Minus64));
+    lo[i] = as_bits(__hfma2(ql, dlo, mlo));
+    hi[i] = as_bits(__hfma2(qh, dhi, mhi));
+  }
+}
 
 // One word of weights dequantised to f16 pairs: lo[0..1] the low-nibble pairs (k-step 0),
 // hi[0..1] the high-nibble pairs (k-step 1), each rounded to f16 once: Q4_0 f16((q - 8) d),
@@ -129,25 +160,10 @@ __device__ __forceinline__ void q4_f16_pairs(uint32_t w, __half2 d, __half2 m, u
                                              uint32_t (&hi)[2]) {
   uint32_t o[4];
   unpack_nibbles(w, o);
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if constexpr (TYPE == kQ4_0) {
-      // (1024 + q) - 1032 = q - 8 and (1024 + 16 q) / 16 - 72 = q - 8, both exact; then one
-      // rounding: (q - 8) * d.
-      const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(kHalf2_1032));
-      const __half2 qh =
-          __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(kHalf2_Minus72));
-      lo[i] = as_bits(__hmul2_rn(ql, d));
-      hi[i] = as_bits(__hmul2_rn(qh, d));
-    } else {
-      // q exact, then one rounding: q * d + m (fused).
-      const __half2 ql = __hsub2_rn(as_half2(o[i]), as_half2(kHalf2_1024));
-      const __half2 qh =
-          __hfma2(as_half2(o[2 + i]), as_half2(kHalf2_Sixteenth), as_half2(kHalf2_Minus64));
-      lo[i] = as_bits(__hfma2(ql, d, m));
-      hi[i] = as_bits(__hfma2(qh, d, m));
-    }
-  }
+  if constexpr (TYPE == kQ4_0)
+    offset_f16_pairs<kHalf2_1032, kHalf2_Minus72>(o, d, d, lo, hi);  // q - 8
+  else
+    min_f16_pairs(o, d, m, d, m, lo, hi);
 }
 
 // ---------------------------------------------------------------------------------------------
