@@ -7,8 +7,11 @@
 #   usage (repository root, after
 #     `GRANULE_TARGETS="granule-bench granule-write-model" bash tests/gpu/run_on_h200.sh build`):
 #     bash dev/cuda/bench_block_types.sh [TYPE...]      (default: Q4_0 Q2_K Q3_K IQ4_NL IQ4_XS MXFP4)
-#   LLAMA_BIN   llama.cpp's CUDA bin folder (llama-bench, llama-batched-bench); rows skipped
-#               without it
+#   LLAMA_BIN   llama.cpp's CUDA bin folder (llama-bench, llama-batched-bench; built by
+#               dev/cuda/build_llama_cuda.sh); rows skipped without it
+#   A baseline: where `run_on_h200.sh build` ran with GRANULE_BASELINE (build-base/), each type's
+#   32 chats also run on the baseline's granule-bench, before and after this tree's (an A/B of a
+#   dev patch applied to this tree).
 #   DEADLINE    seconds this call may take (default 570)
 set -u
 R=/tmp/bt
@@ -17,6 +20,7 @@ OUT=${OUT:-/tmp/granule-out}
 mkdir -p "$OUT"
 deadline=${DEADLINE:-570}
 GB=build-gpu/app/bench/granule-bench
+GBASE=build-base/app/bench/granule-bench
 WM=$(find build-gpu -name granule-write-model -type f -executable | head -1)
 M=/tmp/bt-models
 mkdir -p "$M"
@@ -49,7 +53,10 @@ for t in "${types[@]}"; do
   row "w-$t" 300 "$WM" "llama3-8b:$t" "$model"
   [[ -f $model ]] || continue
   row "g-$t" 300 "$GB" -m "$model" -p 512 -n 64 -b 1,32
-  row "g-$t-chats" 200 "$GB" chats -m "$model" -n 32 -p 128 -g 128 --device cuda
+  chats=(chats -m "$model" -n 32 -p 128 -g 128 --device cuda)
+  [[ -x $GBASE ]] && row "b-$t-chats" 200 "$GBASE" "${chats[@]}"
+  row "g-$t-chats" 200 "$GB" "${chats[@]}"
+  [[ -x $GBASE ]] && row "b-$t-chats-again" 200 "$GBASE" "${chats[@]}"
   [[ -n ${LLAMA_BIN:-} ]] || continue
   export LD_LIBRARY_PATH=$LLAMA_BIN:${LD_LIBRARY_PATH:-}
   row "l-$t" 200 "$LLAMA_BIN/llama-bench" -m "$model" -ngl 99 -fa 1 -p 512 -n 128 -r 3
