@@ -56,7 +56,6 @@
 #include "granule/split_layout.h"
 #include "matvec_f16mma.cuh"
 #include "mma_tiles.cuh"
-#include "split_unpack.h"
 
 namespace granule::kernels {
 namespace {
