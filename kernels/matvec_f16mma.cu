@@ -194,12 +194,19 @@ __device__ __forceinline__ void q6_f16_pairs(uint32_t w, uint32_t h, __half2 dlo
 // the low elements e..e+3, bits 16-19 those of the high ones.
 __device__ __forceinline__ void q5_f16_pairs(uint32_t w, uint32_t h, __half2 d, __half2 mn,
                                              uint32_t (&lo)[2], uint32_t (&hi)[2]) {
+  // Each pair's two fifth bits by one multiply: bit b of the 2-bit field lands at b + each of
+  // the constant's two shifts (products of distinct bits never overlap: no carries), and the
+  // mask keeps bit 0's low place and bit 1's high one; then the f16 1024s in the same LOP3.
+  using mma::and_or;
+  constexpr uint32_t one = mma::kHalf2_1024;
+  const uint32_t hh = h >> 16;
+  const uint32_t base[4] = {
+      and_or<0x100010u>((h & 0x3u) * 0x80010u, one),     // bits 0, 1 to 4, 20: + 16
+      and_or<0x100010u>((h & 0xCu) * 0x20004u, one),     // bits 2, 3
+      and_or<0x1000100u>((hh & 0x3u) * 0x800100u, one),  // bits 16, 17 to 8, 24: + 256 (16 x 16)
+      and_or<0x1000100u>((hh & 0xCu) * 0x200040u, one)}; // bits 18, 19
   uint32_t o[4];
-  mma::unpack_nibbles(w, o);  // (1024 + q) pairs (e, e+1), (e+2, e+3); (1024 + 16 q) high
-  o[0] |= ((h << 4) & 0x10u) | ((h << 19) & 0x100000u);    // bits 0, 1: + 16
-  o[1] |= ((h << 2) & 0x10u) | ((h << 17) & 0x100000u);    // bits 2, 3
-  o[2] |= ((h >> 8) & 0x100u) | ((h << 7) & 0x1000000u);   // bits 16, 17: + 256 (16 x 16)
-  o[3] |= ((h >> 10) & 0x100u) | ((h << 5) & 0x1000000u);  // bits 18, 19
+  mma::unpack_nibbles(w, o, base);  // (1024 + q) pairs (e, e+1), (e+2, e+3); (1024 + 16 q) high
   mma::min_f16_pairs(o, d, mn, d, mn, lo, hi);
 }
 
@@ -229,12 +236,15 @@ __device__ __forceinline__ void q3_f16_pairs(uint32_t w, uint32_t h, __half2 dlo
 // elements 4t + k and 4t + 16 + k) through the 16-entry table of levels, f16(level d). The table
 // holds level + 128 (split_unpack.h's int8 levels made unsigned, as Q8_0's bytes are biased), so
 // the pairs are exact f16 integers 1024 + level + 128 before the one rounding. Four nibbles at a
-// time are their own byte-permute selectors, in the order they lie in w: entries 0-7 and 8-15
-// through one permute each (__byte_perm ignores bit 3), then a third permute takes each byte from
-// the second table where its nibble has bit 3. The bytes come out as (4t + k, 4t + 16 + k,
-// 4t + k + 1, 4t + 16 + k + 1), so the pairs take bytes 0, 2 (k-step 0) and 1, 3 (k-step 1): no
-// shifts and masks to gather the elements first (14 instructions a word fewer than a table
-// lookup per element order).
+// time, bit 3 cleared, are their own byte-permute selectors, in the order they lie in w: entries
+// 0-7 and 8-15 through one permute each; then each byte comes from the second table where its
+// nibble has bit 3, by a mask that a fourth permute makes in prmt's sign mode (selector bit 3:
+// the selected byte's top bit in all 8) from w and w << 4, whose bytes' top bits are the
+// nibbles' bits 3 — one shift a word and one select a half, where a third permute with
+// 0x3210 | (s >> 1 & 0x4444) as its selector took a shift and two masks a half. The bytes come
+// out as (4t + k, 4t + 16 + k, 4t + k + 1, 4t + 16 + k + 1), so the pairs take bytes 0, 2
+// (k-step 0) and 1, 3 (k-step 1): no shifts and masks to gather the elements first (14
+// instructions a word fewer than a table lookup per element order).
 template <bool MXFP4>
 constexpr uint32_t biased_levels(int k) {  // entries 4k..4k + 3 + 128, little-endian
   const int8_t* levels = MXFP4 ? kMxfp4Values : kIq4nlValues;
@@ -243,16 +253,28 @@ constexpr uint32_t biased_levels(int k) {  // entries 4k..4k + 3 + 128, little-e
     word |= static_cast<uint32_t>(static_cast<uint8_t>(levels[4 * k + b] + 128)) << (8 * b);
   return word;
 }
+// prmt.b32 as the hardware has it (__byte_perm clears the selector's bits 3 first, one more
+// instruction where they are known to be clear or are wanted).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+}
 template <bool MXFP4>
 __device__ __forceinline__ void level_f16_pairs(uint32_t w, __half2 d, uint32_t (&lo)[2],
                                                 uint32_t (&hi)[2]) {
   constexpr uint32_t t0 = biased_levels<MXFP4>(0), t1 = biased_levels<MXFP4>(1),
                      t2 = biased_levels<MXFP4>(2), t3 = biased_levels<MXFP4>(3);
+  const uint32_t index = w & 0x77777777u, w4 = w << 4;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const uint32_t s = w >> (16 * i);  // elements 4t + 2i, + 16, 4t + 2i + 1, + 16
-    const uint32_t low = __byte_perm(t0, t1, s), high = __byte_perm(t2, t3, s);
-    const uint32_t u = __byte_perm(low, high, 0x3210u | ((s >> 1) & 0x4444u));
+    // Nibbles 4i..4i + 3: elements 4t + 2i, + 16, 4t + 2i + 1, + 16.
+    const uint32_t s = index >> (16 * i);
+    const uint32_t low = prmt(t0, t1, s), high = prmt(t2, t3, s);
+    // Byte j 0xFF where nibble 4i + j has bit 3: the top bit of byte 2i + j / 2 of w4 (j even)
+    // or of w (j odd).
+    const uint32_t second = prmt(w, w4, i == 0 ? 0x9D8Cu : 0xBFAEu);
+    const uint32_t u = (low & ~second) | (high & second);
     lo[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4240>(u), mma::as_half2(kHalf2_1152)), d));
     hi[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4341>(u), mma::as_half2(kHalf2_1152)), d));
   }

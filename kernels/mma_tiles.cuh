@@ -108,18 +108,34 @@ __device__ __forceinline__ uint32_t as_bits(__half2 h) {
 // o[3] for e+18, e+19. (0x6400 is f16 1024, whose ulp is 1: OR-ing a value below 1024 into the
 // mantissa adds it.) LOW_MASK keeps the values' bits in the low nibbles (Q2_K's 2-bit values:
 // 0x00030003), LOW_MASK << 4 in the high ones.
+// (a & MASK) | b as one lop3 with b in a register (written as C++, each of the masks and the
+// f16 1024 is an immediate and ptxas makes two LOP3s of it: four instructions a word more).
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
+  return r;
+}
+constexpr uint32_t kHalf2_1024 = 0x64006400u;  // f16 1024 in both halves
+// With `base` for the f16 1024s: base[i] = 1024 | other bits of pair i (Q5_K's fifth bits).
 template <uint32_t LOW_MASK = 0x000F000Fu>
-__device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
+__device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4],
+                                               const uint32_t (&base)[4]) {
   const uint32_t p = __byte_perm(w, 0, 0x3120);  // bytes b0 b2 b1 b3
   const uint32_t s = p >> 8;                     // bytes b2 b1 b3 0
-  o[0] = (p & LOW_MASK) | 0x64006400u;           // f16 1024 in both halves
-  o[1] = (s & LOW_MASK) | 0x64006400u;
-  o[2] = (p & (LOW_MASK << 4)) | 0x64006400u;
-  o[3] = (s & (LOW_MASK << 4)) | 0x64006400u;
+  o[0] = and_or<LOW_MASK>(p, base[0]);
+  o[1] = and_or<LOW_MASK>(s, base[1]);
+  o[2] = and_or<(LOW_MASK << 4)>(p, base[2]);
+  o[3] = and_or<(LOW_MASK << 4)>(s, base[3]);
+}
+template <uint32_t LOW_MASK = 0x000F000Fu>
+__device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
+  const uint32_t base[4] = {kHalf2_1024, kHalf2_1024, kHalf2_1024, kHalf2_1024};
+  unpack_nibbles<LOW_MASK>(w, o, base);
 }
 
 // f16x2 constants as bits (a conversion at run time would be an instruction each).
-constexpr uint32_t kHalf2_1024 = 0x64006400u, kHalf2_1032 = 0x64086408u;
+constexpr uint32_t kHalf2_1032 = 0x64086408u;
 constexpr uint32_t kHalf2_Sixteenth = 0x2C002C00u;  // 1/16
 constexpr uint32_t kHalf2_Minus64 = 0xD400D400u, kHalf2_Minus72 = 0xD480D480u;
 
