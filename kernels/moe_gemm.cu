@@ -62,8 +62,21 @@ struct Shape {
   static constexpr int kActBytes = kColumns * kActRowBytes;
   static constexpr int kScaleBytes = kColumns * S::kSubs * static_cast<int>(sizeof(float2));
   static constexpr int kStageBytes = kWeightBytes + kActBytes + kScaleBytes;
-  static constexpr int kStages = kStageBytes <= 32 * 1024 ? 4 : 3;
   static constexpr int kHeadBytes = kColumns * 4;  // each column's input row, before the stages
+  // Blocks an SM holds by shared memory with `stages` stages (228 KiB an SM, 1 KiB reserved a
+  // block on H100/H200).
+  static constexpr int blocks_with(int stages) {
+    return 228 * 1024 / (kHeadBytes + stages * kStageBytes + 1024);
+  }
+  // 4 stages up to 32 KiB a stage, else 3; and for tiles of 8 pairs (decode batches, where a
+  // chunk is little work a warp), 3 where 4 leave an SM at most 2 blocks and 3 let one more in:
+  // the 30B shape's Q4_K gate/up (25 KiB stages, 3 blocks instead of 2: 12 warps an SM, the same
+  // bytes in flight), Q5_K's (29 KiB: 2 instead of 1). __launch_bounds__ then asks the registers
+  // of those blocks too (Q4_K's gate/up 190 -> 162, no spills).
+  static constexpr bool kMoreBlocks = NT == 1 && kStageBytes <= 32 * 1024 &&
+                                      blocks_with(4) <= 2 && blocks_with(3) > blocks_with(4);
+  static constexpr int kStages = kStageBytes > 32 * 1024 || kMoreBlocks ? 3 : 4;
+  static constexpr int kMinBlocks = kMoreBlocks ? blocks_with(3) : 1;
   // The most a launch asks (an input of fewer chunks than stages takes one stage a chunk).
   static constexpr int kSharedBytes = kHeadBytes + kStages * kStageBytes;
   // The weight copies of a stage, and each thread's share of them.
@@ -81,7 +94,8 @@ struct Shape {
 
 // At least one block an SM (the register cap: IQ4_NL and Q4_0 spilled under the default one).
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
-__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads, 1)
+__global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads,
+                                  Shape<TYPE, GATE_UP, WN, NT>::kMinBlocks)
     moe_gemm_kernel(MoeProduct P, ActivationQ8 hq) {
   using Sh = Shape<TYPE, GATE_UP, WN, NT>;
   using S = moe_gemm::Staged<TYPE>;

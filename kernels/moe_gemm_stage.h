@@ -107,11 +107,15 @@ struct Staged {
         c.bytes = kSubs * kScaleBytes;
       }
     } else {
-      const uint8_t* src = row + at(first);
-      const int delta = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
+      // The chunk's first byte moved by the segment's 16 bytes: its address modulo 16 is the
+      // chunk's (delta), and rounded down it is the segment's source. (Written so, with the
+      // segment's offset on the row, the kernels keep row + 16 seg and add the chunk's offset
+      // alone: an address is 64-bit arithmetic.)
+      const uintptr_t src = reinterpret_cast<uintptr_t>(row + seg * 16 + at(first));
+      const int delta = static_cast<int>(src & 15);
       const int bytes = (subs + kBlockSubs - 1) / kBlockSubs * kBlockBytes;
       if (seg * 16 < delta + bytes) {
-        c.src = src - delta + seg * 16;
+        c.src = reinterpret_cast<const uint8_t*>(src & ~static_cast<uintptr_t>(15));
         c.to = seg * 16;
         c.bytes = 16;
       }
