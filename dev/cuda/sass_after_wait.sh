@@ -4,30 +4,13 @@
 # PATTERN, the instructions from ACQBULK (griddepcontrol.wait) on that load, shuffle, reduce,
 # synchronise, take a special function or store: the order in which a kernel's chain waits.
 #   usage: bash dev/cuda/sass_after_wait.sh kernels/matvec_split.cu 'split_matvec_kernelILj3ELi1ELi1ELi2ELb1ELi32' [LINES]
-# cuobjdump (and the nvdisasm it calls) are not part of the CUDA toolkit installed here; the
-# script takes them from the nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm wheels (pip
-# download) into ~/.cache/granule-sass when they are missing.
+# (cuobjdump: sass_common.sh.)
 set -euo pipefail
 file=$1 pattern=$2 lines=${3:-60}
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cuobjdump=$(command -v cuobjdump || true)
-if [[ -z $cuobjdump ]]; then
-  cache=$HOME/.cache/granule-sass
-  cuobjdump=$(find "$cache" -name cuobjdump -type f 2>/dev/null | head -1 || true)
-  if [[ -z $cuobjdump ]]; then
-    mkdir -p "$cache"
-    (cd "$cache" && pip download -q --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm &&
-      for w in ./*.whl; do unzip -q -o "$w" -d x; done)
-    cuobjdump=$(find "$cache" -name cuobjdump -type f | head -1)
-  fi
-  chmod +x "$(dirname "$cuobjdump")"/*
-  export PATH="$(dirname "$cuobjdump"):$PATH"
-fi
+source "$(dirname "$0")/sass_common.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-nvcc -I "$root/kernels" -I "$root/engine/include" -O3 -DNDEBUG -arch=sm_90 --expt-relaxed-constexpr \
-  -std=c++17 -cubin "$root/$file" -o "$work/k.cubin"
-"$cuobjdump" -sass "$work/k.cubin" >"$work/k.sass"
+sass_compile "$file" "$work"
 awk -v pat="$pattern" -v max="$lines" '
   /Function :/ { inside = index($0, pat) > 0; if (inside) { print; after = 0; n = 0 } next }
   inside && /ACQBULK/ { after = 1 }
