@@ -253,13 +253,6 @@ constexpr uint32_t biased_levels(int k) {  // entries 4k..4k + 3 + 128, little-e
     word |= static_cast<uint32_t>(static_cast<uint8_t>(levels[4 * k + b] + 128)) << (8 * b);
   return word;
 }
-// prmt.b32 as the hardware has it (__byte_perm clears the selector's bits 3 first, one more
-// instruction where they are known to be clear or are wanted).
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
-  return r;
-}
 template <bool MXFP4>
 __device__ __forceinline__ void level_f16_pairs(uint32_t w, __half2 d, uint32_t (&lo)[2],
                                                 uint32_t (&hi)[2]) {
@@ -270,10 +263,10 @@ __device__ __forceinline__ void level_f16_pairs(uint32_t w, __half2 d, uint32_t 
   for (int i = 0; i < 2; ++i) {
     // Nibbles 4i..4i + 3: elements 4t + 2i, + 16, 4t + 2i + 1, + 16.
     const uint32_t s = index >> (16 * i);
-    const uint32_t low = prmt(t0, t1, s), high = prmt(t2, t3, s);
+    const uint32_t low = mma::prmt(t0, t1, s), high = mma::prmt(t2, t3, s);
     // Byte j 0xFF where nibble 4i + j has bit 3: the top bit of byte 2i + j / 2 of w4 (j even)
     // or of w (j odd).
-    const uint32_t second = prmt(w, w4, i == 0 ? 0x9D8Cu : 0xBFAEu);
+    const uint32_t second = mma::prmt(w, w4, i == 0 ? 0x9D8Cu : 0xBFAEu);
     const uint32_t u = (low & ~second) | (high & second);
     lo[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4240>(u), mma::as_half2(kHalf2_1152)), d));
     hi[i] = mma::as_bits(__hmul2_rn(__hsub2_rn(biased_pair<0x4341>(u), mma::as_half2(kHalf2_1152)), d));
@@ -681,9 +674,8 @@ struct GateUpPlan {
   static constexpr int kStageBytes = kActStage + G::WR * kWarpStage;
   // G::S stages where two blocks fit kSmSharedKeepingL1 (Q4_0/Q4_1/Q4_K and the level types),
   // else one fewer (Q8_0, Q5_K, Q6_K: their larger stages hold as much in flight in 3).
-  static constexpr int kBlockReserve = 1024;  // per block, H100/H200
   static constexpr int S =
-      2 * (G::WK * G::S * kStageBytes + kBlockReserve) <= kSmSharedKeepingL1 ? G::S : G::S - 1;
+      2 * (G::WK * G::S * kStageBytes + mma::kBlockReserve) <= kSmSharedKeepingL1 ? G::S : G::S - 1;
   static constexpr int kGroupBytes = S * kStageBytes;
   static constexpr int kRing = G::WK * kGroupBytes;
   static constexpr int kReduce = (G::WK - 1) * G::WR * P::kAccumulators * kWarpSize * 4;

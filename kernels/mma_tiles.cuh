@@ -27,6 +27,8 @@
 namespace granule::kernels::mma {
 
 constexpr int kMaxBlockShared = 227 * 1024;  // opt-in shared memory per block, H100/H200
+constexpr int kSmShared = 228 * 1024;        // shared memory per SM, H100/H200
+constexpr int kBlockReserve = 1024;           // shared memory the driver keeps per block
 
 // A launch's tasks, passed by value (kernel parameter space).
 struct Tasks {
@@ -103,11 +105,7 @@ __device__ __forceinline__ uint32_t as_bits(__half2 h) {
   return bits;
 }
 
-// The four f16 pairs of one word, biased so the integer is exact: o[0] = (1024 + q(e),
-// 1024 + q(e+1)), o[1] = the same for e+2, e+3; o[2] = (1024 + 16 q(e+16), 1024 + 16 q(e+17)),
-// o[3] for e+18, e+19. (0x6400 is f16 1024, whose ulp is 1: OR-ing a value below 1024 into the
-// mantissa adds it.) LOW_MASK keeps the values' bits in the low nibbles (Q2_K's 2-bit values:
-// 0x00030003), LOW_MASK << 4 in the high ones.
+// One-instruction bit operations ptxas does not form from the C++ (inline PTX):
 // (a & MASK) | b as one lop3 with b in a register (written as C++, each of the masks and the
 // f16 1024 is an immediate and ptxas makes two LOP3s of it: four instructions a word more).
 template <uint32_t MASK>
@@ -116,8 +114,25 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b) {
   asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "n"(MASK), "r"(b));
   return r;
 }
-constexpr uint32_t kHalf2_1024 = 0x64006400u;  // f16 1024 in both halves
-// With `base` for the f16 1024s: base[i] = 1024 | other bits of pair i (Q5_K's fifth bits).
+// prmt.b32 as the hardware has it (__byte_perm clears the selector's bits 3 first, one more
+// instruction where they are known to be clear or are wanted: the sign mode).
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(selector));
+  return r;
+}
+
+// f16x2 constants as bits (a conversion at run time would be an instruction each).
+constexpr uint32_t kHalf2_1024 = 0x64006400u, kHalf2_1032 = 0x64086408u;
+constexpr uint32_t kHalf2_Sixteenth = 0x2C002C00u;  // 1/16
+constexpr uint32_t kHalf2_Minus64 = 0xD400D400u, kHalf2_Minus72 = 0xD480D480u;
+
+// The four f16 pairs of one word, biased so the integer is exact: o[0] = (1024 + q(e),
+// 1024 + q(e+1)), o[1] = the same for e+2, e+3; o[2] = (1024 + 16 q(e+16), 1024 + 16 q(e+17)),
+// o[3] for e+18, e+19. (0x6400 is f16 1024, whose ulp is 1: OR-ing a value below 1024 into the
+// mantissa adds it.) LOW_MASK keeps the values' bits in the low nibbles (Q2_K's 2-bit values:
+// 0x00030003), LOW_MASK << 4 in the high ones. With `base` for the f16 1024s: base[i] = 1024 |
+// other bits of pair i (Q5_K's fifth bits).
 template <uint32_t LOW_MASK = 0x000F000Fu>
 __device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4],
                                                const uint32_t (&base)[4]) {
@@ -133,11 +148,6 @@ __device__ __forceinline__ void unpack_nibbles(uint32_t w, uint32_t (&o)[4]) {
   const uint32_t base[4] = {kHalf2_1024, kHalf2_1024, kHalf2_1024, kHalf2_1024};
   unpack_nibbles<LOW_MASK>(w, o, base);
 }
-
-// f16x2 constants as bits (a conversion at run time would be an instruction each).
-constexpr uint32_t kHalf2_1032 = 0x64086408u;
-constexpr uint32_t kHalf2_Sixteenth = 0x2C002C00u;  // 1/16
-constexpr uint32_t kHalf2_Minus64 = 0xD400D400u, kHalf2_Minus72 = 0xD480D480u;
 
 // unpack_nibbles' pairs as f16((q - c) d), each rounded once: BIAS = f16x2(1024 + c) and
 // HIGH_BIAS = f16x2(-64 - c), so (1024 + q) - BIAS and (1024 + 16 q) / 16 + HIGH_BIAS are q - c,

@@ -63,10 +63,9 @@ struct Shape {
   static constexpr int kScaleBytes = kColumns * S::kSubs * static_cast<int>(sizeof(float2));
   static constexpr int kStageBytes = kWeightBytes + kActBytes + kScaleBytes;
   static constexpr int kHeadBytes = kColumns * 4;  // each column's input row, before the stages
-  // Blocks an SM holds by shared memory with `stages` stages (228 KiB an SM, 1 KiB reserved a
-  // block on H100/H200).
+  // Blocks an SM holds by shared memory with `stages` stages.
   static constexpr int blocks_with(int stages) {
-    return 228 * 1024 / (kHeadBytes + stages * kStageBytes + 1024);
+    return mma::kSmShared / (kHeadBytes + stages * kStageBytes + mma::kBlockReserve);
   }
   // 4 stages up to 32 KiB a stage, else 3; and for tiles of 8 pairs (decode batches, where a
   // chunk is little work a warp), 3 where 4 leave an SM at most 2 blocks and 3 let one more in:
@@ -92,7 +91,8 @@ struct Shape {
   }
 };
 
-// At least one block an SM (the register cap: IQ4_NL and Q4_0 spilled under the default one).
+// At least one block an SM (the register cap: IQ4_NL and Q4_0 spilled under the default one),
+// kMinBlocks where a tile of 8 pairs takes a block more (Shape).
 template <uint32_t TYPE, bool GATE_UP, int WN, int NT>
 __global__ void __launch_bounds__(Shape<TYPE, GATE_UP, WN, NT>::kThreads,
                                   Shape<TYPE, GATE_UP, WN, NT>::kMinBlocks)

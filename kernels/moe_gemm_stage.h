@@ -108,9 +108,8 @@ struct Staged {
       }
     } else {
       // The chunk's first byte moved by the segment's 16 bytes: its address modulo 16 is the
-      // chunk's (delta), and rounded down it is the segment's source. (Written so, with the
-      // segment's offset on the row, the kernels keep row + 16 seg and add the chunk's offset
-      // alone: an address is 64-bit arithmetic.)
+      // chunk's (delta), and rounded down it is the segment's source (unsigned arithmetic: a
+      // signed 64-bit - delta cost the gate/up stage loop 27 instructions).
       const uintptr_t src = reinterpret_cast<uintptr_t>(row + seg * 16 + at(first));
       const int delta = static_cast<int>(src & 15);
       const int bytes = (subs + kBlockSubs - 1) / kBlockSubs * kBlockBytes;
