@@ -26,25 +26,11 @@ M=/tmp/bt-models
 mkdir -p "$M"
 types=("$@")
 ((${#types[@]})) || types=(Q4_0 Q2_K Q3_K IQ4_NL IQ4_XS MXFP4)
-left() { echo $((deadline - SECONDS)); }
 finish() { cp "$R/results.txt" "$OUT/bench-block-types.txt" 2>/dev/null; cat "$R/results.txt" 2>/dev/null; }
 trap finish EXIT
 [[ -x $GB && -n $WM ]] || { echo "no granule-bench or granule-write-model: build them first"; exit 1; }
-# row KEY SECONDS CMD...: once per machine; the tables' lines kept in results.txt.
-row() {
-  local key=$1 s=$2
-  shift 2
-  [[ -f $R/$key.done ]] && return 0
-  local l=$(($(left) - 15))
-  ((s > l)) && s=$l
-  ((s >= 30)) || { echo "no time left for $key" >>"$R/results.txt"; exit 0; }
-  echo "### $key: $*" >>"$R/results.txt"
-  timeout "$s" "$@" >"$R/$key.log" 2>&1
-  local rc=$?
-  grep -E '^\||t/s|roofline|error|Error|^main' "$R/$key.log" | grep -v '^|--' | tail -20 >>"$R/results.txt"
-  echo "(rc $rc)" >>"$R/results.txt"
-  touch "$R/$key.done"
-}
+row_lines='^\||t/s|roofline|error|Error|^main' row_tail=20
+source "$(dirname "$0")/bench_rows.sh"
 for t in "${types[@]}"; do
   # The model from pools of valid blocks (granule-write-model: seconds, where granule-bench
   # --synthetic quantises 8B values one by one: ~1-2 M values/s per thread for Q2_K, Q3_K,

@@ -34,7 +34,6 @@ mkdir -p "$M"
 sections=("$@")
 ((${#sections[@]})) || sections=(qwen3-30b-a3b-resident gpt-oss-20b-resident
   qwen3-30b-a3b-budget gpt-oss-20b-budget qwen3-30b-a3b-skewed gpt-oss-20b-skewed)
-left() { echo $((deadline - SECONDS)); }
 summary() {
   python3 - "$R/results.txt" <<'PY'
 import re, sys
@@ -79,21 +78,7 @@ finish() {
 }
 trap finish EXIT
 [[ -x $GB && -n $WM ]] || { echo "no granule-bench or granule-write-model: build them first"; exit 1; }
-# row KEY SECONDS CMD...: once per machine; the tables' lines kept in results.txt.
-row() {
-  local key=$1 s=$2
-  shift 2
-  [[ -f $R/$key.done ]] && return 0
-  local l=$(($(left) - 15))
-  ((s > l)) && s=$l
-  ((s >= 30)) || { echo "no time left for $key" >>"$R/results.txt"; exit 0; }
-  echo "### $key: $*" >>"$R/results.txt"
-  timeout "$s" "$@" >"$R/$key.log" 2>&1
-  local rc=$?
-  grep -E '^\||t/s|error|Error' "$R/$key.log" | grep -v '^|--' | tail -24 >>"$R/results.txt"
-  echo "(rc $rc)" >>"$R/results.txt"
-  touch "$R/$key.done"
-}
+source "$(dirname "$0")/bench_rows.sh"
 [[ -n ${LLAMA_BIN:-} ]] && export LD_LIBRARY_PATH=$LLAMA_BIN:${LD_LIBRARY_PATH:-}
 for section in "${sections[@]}"; do
   shape=${section%-*} kind=${section##*-}

@@ -1,0 +1,24 @@
+# Sourced by dev/cuda's resumable bench scripts (bench_block_types.sh, bench_moe_rows.sh), which
+# set R (the markers' folder on the warm machine) and deadline (seconds this call may take):
+#   left                  seconds of the call left
+#   row KEY SECONDS CMD   CMD once per machine (a marker R/KEY.done), under timeout cut to what is
+#                         left less 15 s (the script exits where under 30 s would be left); its log
+#                         in R/KEY.log, and the lines matching row_lines (an extended regex), the
+#                         last row_tail of them, with the exit status in R/results.txt.
+row_lines=${row_lines:-'^\||t/s|error|Error'}
+row_tail=${row_tail:-24}
+left() { echo $((deadline - SECONDS)); }
+row() {
+  local key=$1 s=$2
+  shift 2
+  [[ -f $R/$key.done ]] && return 0
+  local l=$(($(left) - 15))
+  ((s > l)) && s=$l
+  ((s >= 30)) || { echo "no time left for $key" >>"$R/results.txt"; exit 0; }
+  echo "### $key: $*" >>"$R/results.txt"
+  timeout "$s" "$@" >"$R/$key.log" 2>&1
+  local rc=$?
+  grep -E "$row_lines" "$R/$key.log" | grep -v '^|--' | tail -"$row_tail" >>"$R/results.txt"
+  echo "(rc $rc)" >>"$R/results.txt"
+  touch "$R/$key.done"
+}
