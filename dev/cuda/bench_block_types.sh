@@ -14,21 +14,11 @@
 #   dev patch applied to this tree).
 #   DEADLINE    seconds this call may take (default 570)
 set -u
-R=/tmp/bt
-mkdir -p "$R"
-OUT=${OUT:-/tmp/granule-out}
-mkdir -p "$OUT"
-deadline=${DEADLINE:-570}
-GB=build-gpu/app/bench/granule-bench
-GBASE=build-base/app/bench/granule-bench
-WM=$(find build-gpu -name granule-write-model -type f -executable | head -1)
-M=/tmp/bt-models
-mkdir -p "$M"
+R=/tmp/bt M=/tmp/bt-models
 types=("$@")
 ((${#types[@]})) || types=(Q4_0 Q2_K Q3_K IQ4_NL IQ4_XS MXFP4)
 finish() { cp "$R/results.txt" "$OUT/bench-block-types.txt" 2>/dev/null; cat "$R/results.txt" 2>/dev/null; }
 trap finish EXIT
-[[ -x $GB && -n $WM ]] || { echo "no granule-bench or granule-write-model: build them first"; exit 1; }
 row_lines='^\||t/s|roofline|error|Error|^main' row_tail=20
 source "$(dirname "$0")/bench_rows.sh"
 for t in "${types[@]}"; do

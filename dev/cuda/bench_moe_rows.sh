@@ -20,17 +20,8 @@
 #   BUDGET      the budget's % of the weights (default 52: about half of the experts resident)
 #   DEADLINE    seconds this call may take (default 570)
 set -u
-R=/tmp/moe-rows
-mkdir -p "$R"
-OUT=${OUT:-/tmp/granule-out}
-mkdir -p "$OUT"
-deadline=${DEADLINE:-570}
+R=/tmp/moe-rows M=/tmp/moe-models
 budget=${BUDGET:-52}
-GB=build-gpu/app/bench/granule-bench
-GBASE=build-base/app/bench/granule-bench
-WM=$(find build-gpu -name granule-write-model -type f -executable | head -1)
-M=/tmp/moe-models
-mkdir -p "$M"
 sections=("$@")
 ((${#sections[@]})) || sections=(qwen3-30b-a3b-resident gpt-oss-20b-resident
   qwen3-30b-a3b-budget gpt-oss-20b-budget qwen3-30b-a3b-skewed gpt-oss-20b-skewed)
@@ -77,7 +68,6 @@ finish() {
   summary 2>/dev/null
 }
 trap finish EXIT
-[[ -x $GB && -n $WM ]] || { echo "no granule-bench or granule-write-model: build them first"; exit 1; }
 source "$(dirname "$0")/bench_rows.sh"
 [[ -n ${LLAMA_BIN:-} ]] && export LD_LIBRARY_PATH=$LLAMA_BIN:${LD_LIBRARY_PATH:-}
 for section in "${sections[@]}"; do
